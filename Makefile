@@ -1,0 +1,44 @@
+# Peloton build. `make test` is the one command that sets up and runs the whole suite.
+SHELL := /bin/bash
+GO ?= go
+GOBIN_DIR := $(CURDIR)/.cache/bin
+export PATH := $(GOBIN_DIR):$(PATH)
+
+PROTOC_GEN_GO_VERSION := v1.36.12
+PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
+GRPC_GATEWAY_VERSION := v2.32.0
+PROTO_DIR := proto/peloton/api/v1
+
+.PHONY: all build test vet up proto proto-tools clean
+
+all: build
+
+build:
+	$(GO) build -o bin/peloton ./cmd/peloton
+
+up:
+	$(GO) run ./cmd/peloton up
+
+## proto regenerates the committed Go, gateway and OpenAPI code from proto/.
+proto: proto-tools
+	protoc -I proto -I /usr/include \
+	  --go_out=. --go_opt=module=github.com/peloton-sched/peloton \
+	  --go-grpc_out=. --go-grpc_opt=module=github.com/peloton-sched/peloton \
+	  --grpc-gateway_out=. --grpc-gateway_opt=module=github.com/peloton-sched/peloton \
+	  --grpc-gateway_opt=grpc_api_configuration=$(PROTO_DIR)/peloton_http.yaml \
+	  --openapiv2_out=$(PROTO_DIR) \
+	  --openapiv2_opt=grpc_api_configuration=$(PROTO_DIR)/peloton_http.yaml \
+	  --openapiv2_opt=allow_merge=true,merge_file_name=peloton,json_names_for_fields=true \
+	  $(PROTO_DIR)/peloton.proto
+	mv $(PROTO_DIR)/peloton.swagger.json $(PROTO_DIR)/openapi.json
+
+proto-tools:
+	@command -v protoc >/dev/null || { echo "installing protobuf-compiler"; apt-get install -y -qq protobuf-compiler >/dev/null || { apt-get update -qq && apt-get install -y -qq protobuf-compiler; }; }
+	@mkdir -p $(GOBIN_DIR)
+	@test -x $(GOBIN_DIR)/protoc-gen-go || GOBIN=$(GOBIN_DIR) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
+	@test -x $(GOBIN_DIR)/protoc-gen-go-grpc || GOBIN=$(GOBIN_DIR) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
+	@test -x $(GOBIN_DIR)/protoc-gen-grpc-gateway || GOBIN=$(GOBIN_DIR) $(GO) install github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-grpc-gateway@$(GRPC_GATEWAY_VERSION)
+	@test -x $(GOBIN_DIR)/protoc-gen-openapiv2 || GOBIN=$(GOBIN_DIR) $(GO) install github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-openapiv2@$(GRPC_GATEWAY_VERSION)
+
+clean:
+	rm -rf bin

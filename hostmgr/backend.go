@@ -1,0 +1,78 @@
+package hostmgr
+
+import (
+	"context"
+	"errors"
+	"io"
+	"time"
+
+	"github.com/peloton-sched/peloton/internal/resources"
+	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+)
+
+// HostInfo is what a backend reports about one host.
+type HostInfo struct {
+	Name      string
+	Capacity  resources.Resources
+	Labels    map[string]string
+	Partition string
+}
+
+// LaunchSpec is everything a backend needs to start one run of one instance.
+type LaunchSpec struct {
+	// TaskID names the run: <jobID>-<instanceID>-<runID>. Unique forever.
+	TaskID     string
+	JobID      string
+	InstanceID uint32
+	RunID      uint32
+	Host       string
+	Command    []string
+	Env        map[string]string
+	Image      string
+	Resources  resources.Resources
+}
+
+// TaskEvent is a state change of one run reported by a backend. State is one
+// of LAUNCHED, RUNNING, SUCCEEDED, FAILED, KILLED, LOST.
+type TaskEvent struct {
+	TaskID   string
+	Host     string
+	State    pelotonv1.TaskState
+	ExitCode int32
+	// Reason is a fixed, greppable word (e.g. "exit-nonzero", "killed", "launch-failed").
+	Reason  string
+	Message string
+	Time    time.Time
+}
+
+// ErrUnknownTask is returned by Kill, Status and Logs for a task the backend
+// has never seen (or no longer knows, e.g. after a restart).
+var ErrUnknownTask = errors.New("hostmgr: unknown task")
+
+// Backend is a substrate that runs tasks: local processes, Kubernetes, Mesos,
+// or simulated hosts. Implementations must be safe for concurrent use.
+type Backend interface {
+	// Name is the backend's flag value ("local", "kubernetes", ...).
+	Name() string
+	// Start begins running; every task state change is passed to sink, in order
+	// per task. sink must not block for long. Start returns once hosts are known.
+	Start(ctx context.Context, sink func(TaskEvent)) error
+	// Hosts returns the current hosts.
+	Hosts() []HostInfo
+	// Launch starts a run on spec.Host. It returns once the launch is accepted;
+	// the outcome arrives as events (LAUNCHED, then RUNNING, then a terminal state,
+	// or FAILED with reason "launch-failed").
+	Launch(ctx context.Context, spec LaunchSpec) error
+	// Kill stops a run: a graceful signal, then a forced one after grace. The
+	// terminal KILLED event arrives through the sink. Killing a finished run is a
+	// no-op; an unknown run returns ErrUnknownTask.
+	Kill(ctx context.Context, taskID string, grace time.Duration) error
+	// Status returns the last event of a run, or ErrUnknownTask. Used to
+	// reconcile after a restart of the control plane.
+	Status(taskID string) (TaskEvent, error)
+	// Logs opens a run's stdout or stderr. With follow, the reader keeps
+	// returning new output until the run ends or ctx is done, then io.EOF.
+	Logs(ctx context.Context, taskID string, stream pelotonv1.LogStream, follow bool) (io.ReadCloser, error)
+	// Close stops the backend; the local backend kills the processes it started.
+	Close() error
+}
