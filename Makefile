@@ -9,12 +9,26 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 GRPC_GATEWAY_VERSION := v2.32.0
 PROTO_DIR := proto/peloton/api/v1
 
-.PHONY: all build test vet up proto proto-tools clean
+.PHONY: all build test up proto proto-tools clean
 
 all: build
 
 build:
 	$(GO) build -o bin/peloton ./cmd/peloton
+
+# Unit and component tests run with the race detector; the end-to-end suite
+# (whole stack, embedded etcd, real processes) runs without it to stay within
+# the time budget on 2 cores.
+RACE_PKGS := ./internal/... ./resmgr/... ./placement/... ./jobmgr/... ./hostmgr/... ./cluster/... ./cmd/...
+
+## test sets up everything the suite needs and runs it all.
+test:
+	$(GO) mod download
+	$(GO) vet ./...
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.') 2>/dev/null); \
+	  if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
+	$(GO) test -race -count=1 -timeout 15m $(RACE_PKGS)
+	$(GO) test -count=1 -timeout 20m ./test/...
 
 up:
 	$(GO) run ./cmd/peloton up

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"log/slog"
+	"net/http"
 	"time"
 )
 
@@ -28,6 +29,8 @@ type Config struct {
 	// ShutdownGrace bounds graceful shutdown.
 	ShutdownGrace time.Duration
 	Logger        *slog.Logger
+	// UI, if set, serves the web UI on the HTTP listener's other paths.
+	UI http.Handler
 	// OnReady, if set, is called once every listener serves.
 	OnReady func(ReadyInfo)
 }

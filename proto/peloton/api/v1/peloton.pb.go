@@ -946,8 +946,14 @@ type TaskStatus struct {
 	StartTime      *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
 	CompletionTime *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=completion_time,json=completionTime,proto3" json:"completion_time,omitempty"`
 	UpdateTime     *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The run the engine wants; greater than run_id while a restart is under way
+	// (the current run is being killed so that this one can start).
+	DesiredRunId uint32 `protobuf:"varint,12,opt,name=desired_run_id,json=desiredRunId,proto3" json:"desired_run_id,omitempty"`
+	// Why a task that is not running yet is still waiting (e.g. "waiting for
+	// admission in pool /default", "no host has cpu=4 free").
+	PendingReason string `protobuf:"bytes,13,opt,name=pending_reason,json=pendingReason,proto3" json:"pending_reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TaskStatus) Reset() {
@@ -1055,6 +1061,20 @@ func (x *TaskStatus) GetUpdateTime() *timestamppb.Timestamp {
 		return x.UpdateTime
 	}
 	return nil
+}
+
+func (x *TaskStatus) GetDesiredRunId() uint32 {
+	if x != nil {
+		return x.DesiredRunId
+	}
+	return 0
+}
+
+func (x *TaskStatus) GetPendingReason() string {
+	if x != nil {
+		return x.PendingReason
+	}
+	return ""
 }
 
 type Task struct {
@@ -2977,7 +2997,7 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\x03Job\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12+\n" +
 	"\x04spec\x18\x02 \x01(\v2\x17.peloton.api.v1.JobSpecR\x04spec\x121\n" +
-	"\x06status\x18\x03 \x01(\v2\x19.peloton.api.v1.JobStatusR\x06status\"\xd3\x03\n" +
+	"\x06status\x18\x03 \x01(\v2\x19.peloton.api.v1.JobStatusR\x06status\"\xa0\x04\n" +
 	"\n" +
 	"TaskStatus\x12/\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x19.peloton.api.v1.TaskStateR\x05state\x128\n" +
@@ -2994,7 +3014,9 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\x0fcompletion_time\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\x0ecompletionTime\x12;\n" +
 	"\vupdate_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"updateTime\"\xb9\x01\n" +
+	"updateTime\x12$\n" +
+	"\x0edesired_run_id\x18\f \x01(\rR\fdesiredRunId\x12%\n" +
+	"\x0epending_reason\x18\r \x01(\tR\rpendingReason\"\xb9\x01\n" +
 	"\x04Task\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1f\n" +
 	"\vinstance_id\x18\x02 \x01(\rR\n" +

@@ -1,0 +1,184 @@
+// Package cluster assembles one cluster stack - jobmgr, resmgr, placement
+// and hostmgr with a backend - over a store, and serves the public API. In
+// `peloton up` it also embeds etcd; `peloton serve cluster` points it at an
+// external etcd cluster instead. It is the only package that knows all the
+// components; none of them imports it.
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"time"
+
+	"github.com/peloton-sched/peloton/hostmgr"
+	"github.com/peloton-sched/peloton/hostmgr/local"
+	"github.com/peloton-sched/peloton/internal/api"
+	"github.com/peloton-sched/peloton/internal/resources"
+	"github.com/peloton-sched/peloton/internal/store"
+	"github.com/peloton-sched/peloton/jobmgr"
+	"github.com/peloton-sched/peloton/placement"
+	"github.com/peloton-sched/peloton/resmgr"
+)
+
+// Run starts the stack and serves until ctx ends, then shuts down in order:
+// stop taking requests, stop the engines, stop the tasks the local backend
+// started, flush writes, close the store. Everything durable is already in
+// etcd, so a crash at any point loses nothing; the next start recovers.
+func Run(ctx context.Context, cfg Config) error {
+	cfg = withDefaults(cfg)
+	log := cfg.Logger
+
+	endpoints := cfg.EtcdEndpoints
+	if len(endpoints) == 0 {
+		e, err := store.StartEmbedded(store.EmbeddedConfig{DataDir: filepath.Join(cfg.DataDir, "etcd"), ClientAddr: cfg.EtcdListen, Logger: log})
+		if err != nil {
+			return fmt.Errorf("start embedded etcd: %w", err)
+		}
+		defer e.Close()
+		endpoints = e.Endpoints()
+		log.Info("embedded etcd started", "endpoints", endpoints, "dir", filepath.Join(cfg.DataDir, "etcd"))
+	}
+	st, err := store.NewEtcd(ctx, store.EtcdConfig{Endpoints: endpoints})
+	if err != nil {
+		return fmt.Errorf("connect to etcd %v: %w", endpoints, err)
+	}
+	defer st.Close()
+	batcher := store.NewBatcher(st, store.BatcherOptions{})
+	defer batcher.Close()
+
+	backend, err := newBackend(cfg)
+	if err != nil {
+		return err
+	}
+	hm := hostmgr.NewManager(backend, hostmgr.Options{Logger: log})
+	// The engines get their own context so they stop only after the API has.
+	runCtx, stopEngines := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopEngines()
+	if err := hm.Start(runCtx); err != nil {
+		return err
+	}
+	defer hm.Close()
+
+	rm, err := resmgr.New(ctx, st, resmgr.Options{Logger: log})
+	if err != nil {
+		return err
+	}
+	rm.SetCapacity(hm.Capacity())
+	jm := jobmgr.New(st, batcher, rm, hm, jobmgr.Options{Logger: log})
+	if err := jm.Start(runCtx); err != nil {
+		return err
+	}
+	engineDone := make(chan struct{}, 2)
+	go func() { rm.Run(runCtx); engineDone <- struct{}{} }()
+	go func() { placement.NewEngine(rm, hm, placement.EngineOptions{Logger: log}).Run(runCtx); engineDone <- struct{}{} }()
+
+	srv := api.NewServer(jm, rm, hm, log)
+	grpcLis, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen %s (--listen): %w", cfg.Listen, err)
+	}
+	httpLis, err := net.Listen("tcp", cfg.HTTPListen)
+	if err != nil {
+		grpcLis.Close()
+		return fmt.Errorf("listen %s (--http-listen): %w", cfg.HTTPListen, err)
+	}
+	gs := srv.GRPCServer()
+	handler, err := srv.HTTPHandler(runCtx, grpcLis.Addr().String(), cfg.UI)
+	if err != nil {
+		return err
+	}
+	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	serveErr := make(chan error, 2)
+	go func() { serveErr <- gs.Serve(grpcLis) }()
+	go func() { serveErr <- hs.Serve(httpLis) }()
+
+	ready := ReadyInfo{GRPCAddr: grpcLis.Addr().String(), HTTPAddr: httpLis.Addr().String(), EtcdEndpoints: endpoints}
+	log.Info("peloton is serving", "grpc", ready.GRPCAddr, "http", ready.HTTPAddr, "backend", backend.Name(), "hosts", len(hm.ListHosts()))
+	if cfg.OnReady != nil {
+		cfg.OnReady(ready)
+	}
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case err := <-serveErr:
+		if !errors.Is(err, http.ErrServerClosed) {
+			runErr = fmt.Errorf("server stopped: %w", err)
+		}
+	}
+	log.Info("shutting down")
+	shutCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownGrace)
+	defer cancel()
+	_ = hs.Shutdown(shutCtx)
+	stopped := make(chan struct{})
+	go func() { gs.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-shutCtx.Done():
+		gs.Stop()
+	}
+	stopEngines()
+	jm.Wait()
+	<-engineDone
+	<-engineDone
+	log.Info("stopped")
+	return runErr
+}
+
+func withDefaults(cfg Config) Config {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.DataDir == "" {
+		cfg.DataDir = "./peloton-data"
+	}
+	if cfg.Listen == "" {
+		cfg.Listen = "127.0.0.1:5391"
+	}
+	if cfg.HTTPListen == "" {
+		cfg.HTTPListen = "127.0.0.1:5291"
+	}
+	if cfg.EtcdListen == "" {
+		cfg.EtcdListen = "127.0.0.1:5379"
+	}
+	if cfg.Backend == "" {
+		cfg.Backend = "local"
+	}
+	if cfg.Hosts <= 0 {
+		cfg.Hosts = 1
+	}
+	if cfg.ShutdownGrace == 0 {
+		cfg.ShutdownGrace = 10 * time.Second
+	}
+	return cfg
+}
+
+// newBackend builds the configured hostmgr backend.
+func newBackend(cfg Config) (hostmgr.Backend, error) {
+	switch cfg.Backend {
+	case "local":
+		total := local.DefaultHostCapacity()
+		per := resources.Resources{
+			MilliCPU: total.MilliCPU / int64(cfg.Hosts),
+			MemoryMB: total.MemoryMB / int64(cfg.Hosts),
+			DiskMB:   total.DiskMB / int64(cfg.Hosts),
+		}
+		if cfg.HostCPU > 0 {
+			per.MilliCPU = int64(cfg.HostCPU * 1000)
+		}
+		if cfg.HostMemoryMB > 0 {
+			per.MemoryMB = cfg.HostMemoryMB
+		}
+		if cfg.HostDiskMB > 0 {
+			per.DiskMB = cfg.HostDiskMB
+		}
+		return local.New(local.Config{Dir: filepath.Join(cfg.DataDir, "tasks"), Hosts: cfg.Hosts, HostCapacity: per, Logger: cfg.Logger})
+	default:
+		return nil, fmt.Errorf("--backend: unknown backend %q (this build has: local)", cfg.Backend)
+	}
+}

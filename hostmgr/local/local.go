@@ -1,0 +1,528 @@
+// Package local is the hostmgr backend that runs tasks as real processes on
+// this machine, split into N virtual hosts (local-0, local-1, ...) that each
+// declare a share of the machine's capacity. It is the default backend of
+// `peloton up`.
+//
+// It owns the processes it starts, their process groups, and the per-run
+// sandboxes under Config.Dir (<Dir>/<TaskID>/ with the files stdout and
+// stderr). Sandboxes are never deleted by this package, so `peloton task logs`
+// keeps working for finished runs and across restarts of the control plane.
+//
+// Declared capacity is bookkeeping for placement only: nothing here enforces
+// it (no cgroups, no rlimits), and one virtual host is as isolated from
+// another as two processes of the same user are.
+//
+// Tasks outlive a crash of the control plane: only Close kills them, and a
+// new Backend neither knows nor touches the processes of an old one (their
+// output stays readable through Logs). Orphaned grandchildren are reparented
+// to pid 1, which must reap them; in a container run `peloton up` under an
+// init that does (docker --init, tini).
+//
+// The package is Linux-first: on other Unix systems it builds and runs, but
+// without the cleanup of leftover group members described at Backend, and
+// DefaultHostCapacity reports no memory. It must not import jobmgr, resmgr or
+// placement: it imports only hostmgr, internal/resources and the API types.
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/peloton-sched/peloton/hostmgr"
+	"github.com/peloton-sched/peloton/internal/resources"
+	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+)
+
+// BackendName is the value of the backend flag that selects this backend.
+const BackendName = "local"
+
+// Label keys and values put on every host of this backend.
+const (
+	// LabelBackend is the label key naming the backend a host belongs to.
+	LabelBackend = "peloton.io/backend"
+	// LabelHost is the label key holding the host's own name.
+	LabelHost = "host"
+	// Partition is the partition every local host belongs to.
+	Partition = "default"
+)
+
+const (
+	// closeGrace is how long Close lets tasks handle SIGTERM before SIGKILL.
+	closeGrace = 2 * time.Second
+	// closeReapWait is how long Close waits, after closeGrace, for killed
+	// tasks to be reaped and their last events delivered.
+	closeReapWait = 3 * time.Second
+	// maxFinished bounds how many finished runs Status still remembers.
+	// Older ones answer ErrUnknownTask, exactly as after a restart, so a
+	// control plane that runs for months does not grow without bound.
+	maxFinished = 10000
+	// followPoll is how often a following log reader looks for new bytes.
+	followPoll = 100 * time.Millisecond
+)
+
+// inheritedEnv lists the only variables a task inherits from the control
+// plane. Passing the whole environment would leak credentials and make a
+// task's behaviour depend on how `peloton up` happened to be started.
+var inheritedEnv = []string{"PATH", "HOME", "LANG", "TMPDIR"}
+
+// Config configures a local Backend.
+type Config struct {
+	// Dir is the root for per-run sandboxes and their output. Required; it
+	// is created if missing and made absolute.
+	Dir string
+	// Hosts is the number of virtual hosts (default 1).
+	Hosts int
+	// HostCapacity is what each virtual host declares. When zero, the
+	// machine's capacity (DefaultHostCapacity, with disk measured on Dir's
+	// file system) is divided evenly among the Hosts, so the virtual hosts
+	// together never declare more than the machine has.
+	HostCapacity resources.Resources
+	// Logger receives operational logs (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// Backend runs tasks as local processes. It is safe for concurrent use.
+//
+// Every task runs in its own process group, and signals go to the whole
+// group, so a Kill reaches the grandchildren of a shell wrapper. When a
+// task's main process exits on its own, any processes it left behind in its
+// group are SIGKILLed: the run is over, and leftovers would escape both
+// accounting and Kill. Processes that leave the group (setsid, setpgid)
+// escape this package entirely; only cgroups could follow them.
+//
+// Lock order: a task's mu may be held while taking Backend.mu, never the
+// reverse. The sink is never called with either held.
+type Backend struct {
+	dir   string
+	log   *slog.Logger
+	hosts []hostmgr.HostInfo
+
+	mu       sync.Mutex
+	sink     func(hostmgr.TaskEvent)
+	started  bool
+	closed   bool
+	tasks    map[string]*task
+	finished []string // task IDs in the order they ended, for pruning
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var _ hostmgr.Backend = (*Backend)(nil)
+
+// New validates cfg, creates cfg.Dir and returns a Backend. Call Start
+// before Launch.
+func New(cfg Config) (*Backend, error) {
+	if cfg.Dir == "" {
+		return nil, errors.New("local: config.dir: required")
+	}
+	dir, err := filepath.Abs(cfg.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("local: config.dir: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("local: config.dir: %w", err)
+	}
+	n := cfg.Hosts
+	switch {
+	case n == 0:
+		n = 1
+	case n < 0:
+		return nil, fmt.Errorf("local: config.hosts: must be >= 0, got %d", cfg.Hosts)
+	}
+	c := cfg.HostCapacity
+	if c.MilliCPU < 0 || c.MemoryMB < 0 || c.DiskMB < 0 || c.GPU < 0 {
+		return nil, fmt.Errorf("local: config.hostCapacity: must be >= 0, got %v", c)
+	}
+	if c.IsZero() {
+		m := machineCapacity(dir)
+		c = resources.Resources{
+			MilliCPU: m.MilliCPU / int64(n),
+			MemoryMB: m.MemoryMB / int64(n),
+			DiskMB:   m.DiskMB / int64(n),
+			GPU:      m.GPU / int64(n),
+		}
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	b := &Backend{
+		dir:   dir,
+		log:   log.With("component", "hostmgr/local"),
+		tasks: map[string]*task{},
+	}
+	for i := range n {
+		name := fmt.Sprintf("local-%d", i)
+		b.hosts = append(b.hosts, hostmgr.HostInfo{
+			Name:      name,
+			Capacity:  c,
+			Labels:    map[string]string{LabelBackend: BackendName, LabelHost: name},
+			Partition: Partition,
+		})
+	}
+	return b, nil
+}
+
+// Name returns "local".
+func (b *Backend) Name() string { return BackendName }
+
+// Start records sink, which receives every task event from then on. The
+// sink is called from this package's goroutines, concurrently for different
+// tasks and in order for each, never with a lock held, so it may call Kill,
+// Status or Logs. The hosts are fixed at New, so Start does not wait for
+// anything; ctx is not retained (Close, not ctx, ends the backend). Start
+// may be called once.
+func (b *Backend) Start(ctx context.Context, sink func(hostmgr.TaskEvent)) error {
+	if sink == nil {
+		return errors.New("local: start: nil sink")
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case b.closed:
+		return errors.New("local: start: backend closed")
+	case b.started:
+		return errors.New("local: start: already started")
+	}
+	b.sink = sink
+	b.started = true
+	return nil
+}
+
+// Hosts returns the configured virtual hosts. The result is a copy.
+func (b *Backend) Hosts() []hostmgr.HostInfo {
+	out := make([]hostmgr.HostInfo, len(b.hosts))
+	for i, h := range b.hosts {
+		h.Labels = copyMap(h.Labels)
+		out[i] = h
+	}
+	return out
+}
+
+// Launch creates the sandbox <Dir>/<TaskID>/ and starts spec.Command in it.
+//
+// It returns an error, and leaves nothing behind, when the spec is invalid,
+// the backend is not started or closed, the TaskID is already known, or its
+// sandbox already exists on disk (a reused TaskID, possibly from before a
+// restart: its output is never overwritten). Once the sandbox exists the
+// launch is accepted and the outcome arrives as events: LAUNCHED, then
+// RUNNING and a terminal state, or FAILED with reason "launch-failed" when
+// the command cannot be started. spec.Image and spec.Resources are ignored:
+// processes run on the host's file system without limits.
+func (b *Backend) Launch(ctx context.Context, spec hostmgr.LaunchSpec) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("local: launch %s: %w", spec.TaskID, err)
+	}
+	if err := b.validate(spec); err != nil {
+		return fmt.Errorf("local: launch %s: %w", spec.TaskID, err)
+	}
+	t := &task{
+		spec:    spec,
+		sandbox: filepath.Join(b.dir, spec.TaskID),
+		exited:  make(chan struct{}),
+		gone:    make(chan struct{}),
+	}
+	t.last = t.event(pelotonv1.TaskState_LAUNCHED, 0, "", "")
+
+	// Hold t.mu from before the task becomes visible until its process is
+	// started, so a concurrent Kill or Close waits for a pid to signal
+	// instead of racing with fork.
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	b.mu.Lock()
+	switch {
+	case !b.started:
+		b.mu.Unlock()
+		return fmt.Errorf("local: launch %s: backend not started", spec.TaskID)
+	case b.closed:
+		b.mu.Unlock()
+		return fmt.Errorf("local: launch %s: backend closed", spec.TaskID)
+	}
+	if _, ok := b.tasks[spec.TaskID]; ok {
+		b.mu.Unlock()
+		return fmt.Errorf("local: launch %s: spec.taskId: task already launched", spec.TaskID)
+	}
+	b.tasks[spec.TaskID] = t
+	b.mu.Unlock()
+
+	if err := os.Mkdir(t.sandbox, 0o755); err != nil {
+		t.removed = true
+		close(t.exited)
+		close(t.gone)
+		b.mu.Lock()
+		delete(b.tasks, spec.TaskID)
+		b.mu.Unlock()
+		if errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("local: launch %s: spec.taskId: sandbox %s already exists", spec.TaskID, t.sandbox)
+		}
+		return fmt.Errorf("local: launch %s: create sandbox: %w", spec.TaskID, err)
+	}
+	startErr := t.start(b.taskEnv(spec, t.sandbox))
+	if startErr != nil {
+		b.log.Warn("launch failed", "task", spec.TaskID, "host", spec.Host, "err", startErr)
+	} else {
+		b.log.Debug("launched", "task", spec.TaskID, "host", spec.Host, "pid", t.pgid)
+	}
+	go b.run(t, startErr)
+	return nil
+}
+
+// validate checks the parts of spec this backend depends on.
+func (b *Backend) validate(spec hostmgr.LaunchSpec) error {
+	if !validTaskID(spec.TaskID) {
+		return fmt.Errorf("spec.taskId: %q is not a valid file name", spec.TaskID)
+	}
+	if !b.hasHost(spec.Host) {
+		return fmt.Errorf("spec.host: %q is not a host of the local backend", spec.Host)
+	}
+	if len(spec.Command) == 0 || spec.Command[0] == "" {
+		return errors.New("spec.command: must not be empty")
+	}
+	for i, a := range spec.Command {
+		if strings.ContainsRune(a, 0) {
+			return fmt.Errorf("spec.command[%d]: must not contain NUL", i)
+		}
+	}
+	for k, v := range spec.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return fmt.Errorf("spec.env: invalid variable name %q", k)
+		}
+		if strings.ContainsRune(v, 0) {
+			return fmt.Errorf("spec.env.%s: must not contain NUL", k)
+		}
+	}
+	return nil
+}
+
+func (b *Backend) hasHost(name string) bool {
+	for _, h := range b.hosts {
+		if h.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// validTaskID reports whether id can name a sandbox directory directly under
+// Dir. It guards Launch and Logs against path traversal.
+func validTaskID(id string) bool {
+	return id != "" && id != "." && id != ".." && len(id) <= 255 && !strings.ContainsAny(id, "/\\\x00")
+}
+
+// taskEnv is the environment of a task: a few inherited variables, then
+// spec.Env, then the PELOTON_* variables. os/exec keeps the last value of a
+// duplicated key, so spec.Env may override PATH but not PELOTON_*.
+func (b *Backend) taskEnv(spec hostmgr.LaunchSpec, sandbox string) []string {
+	env := make([]string, 0, len(inheritedEnv)+len(spec.Env)+6)
+	for _, k := range inheritedEnv {
+		if v, ok := os.LookupEnv(k); ok {
+			env = append(env, k+"="+v)
+		}
+	}
+	keys := make([]string, 0, len(spec.Env))
+	for k := range spec.Env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		env = append(env, k+"="+spec.Env[k])
+	}
+	return append(env,
+		"PELOTON_JOB_ID="+spec.JobID,
+		fmt.Sprintf("PELOTON_INSTANCE_ID=%d", spec.InstanceID),
+		fmt.Sprintf("PELOTON_RUN_ID=%d", spec.RunID),
+		"PELOTON_TASK_ID="+spec.TaskID,
+		"PELOTON_HOST="+spec.Host,
+		"PELOTON_SANDBOX="+sandbox,
+	)
+}
+
+// run delivers a task's events in order and reaps its process. It is the
+// only sender of events for the task, which is what keeps them ordered.
+func (b *Backend) run(t *task, startErr error) {
+	defer close(t.gone)
+	b.emit(t, t.event(pelotonv1.TaskState_LAUNCHED, 0, "", ""))
+	var last hostmgr.TaskEvent
+	if startErr != nil {
+		last = t.event(pelotonv1.TaskState_FAILED, 0, "launch-failed", startErr.Error())
+		close(t.exited)
+	} else {
+		b.emit(t, t.event(pelotonv1.TaskState_RUNNING, 0, "", ""))
+		last = t.reap(b.log)
+	}
+	b.log.Debug("task ended", "task", t.spec.TaskID, "state", last.State.String(), "exitCode", last.ExitCode, "reason", last.Reason)
+	b.emit(t, last)
+	b.forgetOld(t.spec.TaskID)
+}
+
+// emit records ev as the task's last event and passes it to the sink,
+// holding no lock during the call so the sink may call back into Kill,
+// Status or Logs.
+func (b *Backend) emit(t *task, ev hostmgr.TaskEvent) {
+	t.mu.Lock()
+	t.last = ev
+	t.mu.Unlock()
+	b.mu.Lock()
+	sink := b.sink
+	b.mu.Unlock()
+	sink(ev)
+}
+
+// forgetOld remembers that id has ended and drops the oldest finished runs
+// beyond maxFinished.
+func (b *Backend) forgetOld(id string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.finished = append(b.finished, id)
+	if over := len(b.finished) - maxFinished; over > 0 {
+		for _, old := range b.finished[:over] {
+			delete(b.tasks, old)
+		}
+		b.finished = append(b.finished[:0:0], b.finished[over:]...)
+	}
+}
+
+func (b *Backend) lookup(taskID string) (*task, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	t, ok := b.tasks[taskID]
+	return t, ok
+}
+
+// Kill sends SIGTERM to the task's process group and SIGKILL after grace
+// (at once when grace <= 0). It does not wait: the KILLED event arrives when
+// the process is reaped. Killing a finished run is a no-op. A second Kill
+// with a shorter grace brings the SIGKILL forward; a longer one changes
+// nothing.
+func (b *Backend) Kill(ctx context.Context, taskID string, grace time.Duration) error {
+	t, ok := b.lookup(taskID)
+	if !ok {
+		return fmt.Errorf("local: kill %s: %w", taskID, hostmgr.ErrUnknownTask)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.removed {
+		return fmt.Errorf("local: kill %s: %w", taskID, hostmgr.ErrUnknownTask)
+	}
+	t.kill(grace, b.log)
+	return nil
+}
+
+// Status returns the last event of a run this Backend launched, or
+// ErrUnknownTask (always, for runs of a previous process lifetime).
+func (b *Backend) Status(taskID string) (hostmgr.TaskEvent, error) {
+	t, ok := b.lookup(taskID)
+	if !ok {
+		return hostmgr.TaskEvent{}, fmt.Errorf("local: status %s: %w", taskID, hostmgr.ErrUnknownTask)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.removed {
+		return hostmgr.TaskEvent{}, fmt.Errorf("local: status %s: %w", taskID, hostmgr.ErrUnknownTask)
+	}
+	return t.last, nil
+}
+
+// Logs opens <Dir>/<TaskID>/stdout or stderr. It works for any run whose
+// file is on disk, including runs of a previous process lifetime, and
+// returns ErrUnknownTask when the file does not exist. With follow, reads
+// wait for new output until the run ends and everything is read, or ctx is
+// done, and then return io.EOF; a run this Backend is not running (finished,
+// or unknown to it) is read to its current end without waiting.
+func (b *Backend) Logs(ctx context.Context, taskID string, stream pelotonv1.LogStream, follow bool) (io.ReadCloser, error) {
+	var name string
+	switch stream {
+	case pelotonv1.LogStream_STDOUT:
+		name = "stdout"
+	case pelotonv1.LogStream_STDERR:
+		name = "stderr"
+	default:
+		return nil, fmt.Errorf("local: logs %s: stream: unknown log stream %v", taskID, stream)
+	}
+	if !validTaskID(taskID) {
+		return nil, fmt.Errorf("local: logs %s: %w", taskID, hostmgr.ErrUnknownTask)
+	}
+	f, err := os.Open(filepath.Join(b.dir, taskID, name))
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("local: logs %s: %w", taskID, hostmgr.ErrUnknownTask)
+		}
+		return nil, fmt.Errorf("local: logs %s: %w", taskID, err)
+	}
+	if !follow {
+		return f, nil
+	}
+	t, ok := b.lookup(taskID)
+	if !ok {
+		return f, nil
+	}
+	return newFollower(ctx, f, t.exited), nil
+}
+
+// Close kills every running task (SIGTERM, then SIGKILL after 2s) and waits,
+// for a bounded time, until they are reaped and their last events are
+// delivered. It returns an error naming the runs still not done by then.
+// Launch fails after Close; Close is idempotent and returns the same result
+// every time.
+func (b *Backend) Close() error {
+	b.closeOnce.Do(func() {
+		b.mu.Lock()
+		b.closed = true
+		all := make([]*task, 0, len(b.tasks))
+		for _, t := range b.tasks {
+			all = append(all, t)
+		}
+		b.mu.Unlock()
+
+		for _, t := range all {
+			t.mu.Lock()
+			t.kill(closeGrace, b.log)
+			t.mu.Unlock()
+		}
+		deadline := time.NewTimer(closeGrace + closeReapWait)
+		defer deadline.Stop()
+		var stuck []string
+		expired := false
+		for _, t := range all {
+			if !expired {
+				select {
+				case <-t.gone:
+					continue
+				case <-deadline.C:
+					expired = true
+				}
+			}
+			// Past the deadline: only collect the names of the runs not done.
+			select {
+			case <-t.gone:
+			default:
+				stuck = append(stuck, t.spec.TaskID)
+			}
+		}
+		if len(stuck) > 0 {
+			sort.Strings(stuck)
+			b.closeErr = fmt.Errorf("local: close: %d tasks not reaped within %s: %s",
+				len(stuck), closeGrace+closeReapWait, strings.Join(stuck, ", "))
+			b.log.Error("close left tasks behind", "tasks", stuck)
+		}
+	})
+	return b.closeErr
+}
+
+func copyMap(m map[string]string) map[string]string {
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}

@@ -1,0 +1,231 @@
+package local
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/peloton-sched/peloton/hostmgr"
+	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+)
+
+// task is one run launched by this Backend.
+type task struct {
+	spec    hostmgr.LaunchSpec
+	sandbox string
+	// exited is closed once the process has been reaped (or could not be
+	// started); log followers stop there.
+	exited chan struct{}
+	// gone is closed after the terminal event has been delivered; Close
+	// waits on it.
+	gone chan struct{}
+
+	mu   sync.Mutex
+	last hostmgr.TaskEvent
+	// removed marks a task whose Launch failed before it was accepted.
+	removed bool
+	cmd     *exec.Cmd // nil when the process could not be started
+	pgid    int
+	// reaped is set, under mu, in the same critical section that reaps the
+	// process. Signals are only sent to pgid while it is false: until then
+	// the group leader is at least a zombie, so its pid (the group id) cannot
+	// have been reused by an unrelated process.
+	reaped       bool
+	killing      bool
+	killDeadline time.Time
+	killTimer    *time.Timer
+}
+
+func (t *task) event(state pelotonv1.TaskState, code int32, reason, msg string) hostmgr.TaskEvent {
+	return hostmgr.TaskEvent{
+		TaskID:   t.spec.TaskID,
+		Host:     t.spec.Host,
+		State:    state,
+		ExitCode: code,
+		Reason:   reason,
+		Message:  msg,
+		Time:     time.Now(),
+	}
+}
+
+// start creates the output files and starts the process in its own process
+// group. The caller holds t.mu. A failure is reported to the user twice: as
+// the launch-failed event and as a line in the sandbox's stderr, so
+// `peloton task logs --stderr` explains it too.
+func (t *task) start(env []string) error {
+	stdout, err := os.OpenFile(filepath.Join(t.sandbox, "stdout"), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	defer stdout.Close()
+	stderr, err := os.OpenFile(filepath.Join(t.sandbox, "stderr"), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	defer stderr.Close()
+
+	err = t.exec(env, stdout, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "peloton: launch failed: %v\n", err)
+	}
+	return err
+}
+
+func (t *task) exec(env []string, stdout, stderr *os.File) error {
+	path, err := lookPath(t.spec.Command[0], envValue(env, "PATH"))
+	if err != nil {
+		return err
+	}
+	// The child gets its own descriptors for the files (they are dup'ed at
+	// fork), so the caller may close ours; without pipes there is no copying
+	// goroutine, and Wait cannot hang on a grandchild holding the output open.
+	cmd := &exec.Cmd{
+		Path:        path,
+		Args:        t.spec.Command,
+		Dir:         t.sandbox,
+		Env:         env,
+		Stdout:      stdout,
+		Stderr:      stderr,
+		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
+	}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	t.cmd = cmd
+	t.pgid = cmd.Process.Pid
+	return nil
+}
+
+// reap waits for the process to exit, kills what it left in its group,
+// reaps it and returns its terminal event.
+func (t *task) reap(log *slog.Logger) hostmgr.TaskEvent {
+	// Wait until the leader has exited but leave it a zombie, so that its
+	// pid cannot be reused while we SIGKILL the rest of its group: the run
+	// is over, and leftovers would run unaccounted and unkillable.
+	peeked := waitExited(t.pgid) == nil
+	var werr error
+	if peeked {
+		t.mu.Lock()
+		t.signal(syscall.SIGKILL, log)
+		werr = t.cmd.Wait()
+	} else {
+		werr = t.cmd.Wait()
+		t.mu.Lock()
+	}
+	t.reaped = true
+	if t.killTimer != nil {
+		t.killTimer.Stop()
+	}
+	ev := t.outcome(werr)
+	t.mu.Unlock()
+	close(t.exited)
+	return ev
+}
+
+// outcome turns the result of Wait into the terminal event. The caller
+// holds t.mu.
+func (t *task) outcome(werr error) hostmgr.TaskEvent {
+	ps := t.cmd.ProcessState
+	if ps == nil {
+		return t.event(pelotonv1.TaskState_FAILED, -1, "wait-failed", fmt.Sprint(werr))
+	}
+	ws, _ := ps.Sys().(syscall.WaitStatus)
+	code := int32(ws.ExitStatus())
+	msg := fmt.Sprintf("exited with code %d", code)
+	if ws.Signaled() {
+		code = 128 + int32(ws.Signal())
+		msg = "terminated by signal: " + ws.Signal().String()
+	}
+	switch {
+	case t.killing:
+		return t.event(pelotonv1.TaskState_KILLED, code, "killed", msg)
+	case ws.Signaled():
+		return t.event(pelotonv1.TaskState_FAILED, code, "signaled", msg)
+	case code == 0:
+		return t.event(pelotonv1.TaskState_SUCCEEDED, 0, "", "")
+	default:
+		return t.event(pelotonv1.TaskState_FAILED, code, "exit-nonzero", msg)
+	}
+}
+
+// kill starts or hurries the termination of the process group: SIGTERM now
+// and SIGKILL at now+grace, or SIGKILL at once when grace <= 0. A kill that
+// is already due earlier is left alone. The caller holds t.mu.
+func (t *task) kill(grace time.Duration, log *slog.Logger) {
+	if t.removed || t.cmd == nil || t.reaped {
+		return
+	}
+	grace = max(grace, 0)
+	deadline := time.Now().Add(grace)
+	if t.killing && !deadline.Before(t.killDeadline) {
+		return
+	}
+	first := !t.killing
+	t.killing, t.killDeadline = true, deadline
+	if grace == 0 {
+		if t.killTimer != nil {
+			t.killTimer.Stop()
+		}
+		t.signal(syscall.SIGKILL, log)
+		return
+	}
+	if first {
+		t.signal(syscall.SIGTERM, log)
+	}
+	if t.killTimer != nil {
+		t.killTimer.Reset(grace)
+		return
+	}
+	t.killTimer = time.AfterFunc(grace, func() {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		if !t.reaped {
+			t.signal(syscall.SIGKILL, log)
+		}
+	})
+}
+
+// signal sends sig to the whole process group. The caller holds t.mu and
+// has checked that the process is not yet reaped.
+func (t *task) signal(sig syscall.Signal, log *slog.Logger) {
+	if err := syscall.Kill(-t.pgid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+		log.Warn("signal task", "task", t.spec.TaskID, "signal", sig.String(), "err", err)
+	}
+}
+
+// lookPath finds an executable like exec.LookPath, but in the task's PATH
+// rather than the control plane's. Relative PATH entries are skipped: they
+// would resolve inside the sandbox, which is what exec.ErrDot guards against.
+// A name with a slash is used as is (relative to the sandbox).
+func lookPath(name, path string) (string, error) {
+	if strings.Contains(name, "/") {
+		return name, nil
+	}
+	for _, dir := range filepath.SplitList(path) {
+		if !filepath.IsAbs(dir) {
+			continue
+		}
+		p := filepath.Join(dir, name)
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", &exec.Error{Name: name, Err: exec.ErrNotFound}
+}
+
+// envValue returns the last value of key in env, as os/exec would use it.
+func envValue(env []string, key string) string {
+	for i := len(env) - 1; i >= 0; i-- {
+		if v, ok := strings.CutPrefix(env[i], key+"="); ok {
+			return v
+		}
+	}
+	return ""
+}

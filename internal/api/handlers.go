@@ -1,0 +1,150 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"io"
+
+	"github.com/peloton-sched/peloton/internal/apierr"
+	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+)
+
+// CreateJob stores a new job after validating its spec.
+func (s *Server) CreateJob(ctx context.Context, req *pelotonv1.CreateJobRequest) (*pelotonv1.CreateJobResponse, error) {
+	id, err := s.jm.CreateJob(ctx, req.GetSpec())
+	if err != nil {
+		return nil, err
+	}
+	return &pelotonv1.CreateJobResponse{JobId: id}, nil
+}
+
+// GetJob returns a job with its status.
+func (s *Server) GetJob(ctx context.Context, req *pelotonv1.GetJobRequest) (*pelotonv1.GetJobResponse, error) {
+	j, err := s.jm.GetJob(req.GetJobId())
+	if err != nil {
+		return nil, err
+	}
+	return &pelotonv1.GetJobResponse{Job: j}, nil
+}
+
+// ListJobs returns jobs matching the filters.
+func (s *Server) ListJobs(ctx context.Context, req *pelotonv1.ListJobsRequest) (*pelotonv1.ListJobsResponse, error) {
+	js, err := s.jm.ListJobs(req.GetPool(), req.GetStates(), req.GetName())
+	if err != nil {
+		return nil, err
+	}
+	return &pelotonv1.ListJobsResponse{Jobs: js}, nil
+}
+
+// CancelJob kills every instance of a job.
+func (s *Server) CancelJob(ctx context.Context, req *pelotonv1.CancelJobRequest) (*pelotonv1.CancelJobResponse, error) {
+	return &pelotonv1.CancelJobResponse{}, s.jm.CancelJob(ctx, req.GetJobId())
+}
+
+// DeleteJob removes a finished job.
+func (s *Server) DeleteJob(ctx context.Context, req *pelotonv1.DeleteJobRequest) (*pelotonv1.DeleteJobResponse, error) {
+	return &pelotonv1.DeleteJobResponse{}, s.jm.DeleteJob(ctx, req.GetJobId())
+}
+
+// RestartJob starts new runs of a job's instances.
+func (s *Server) RestartJob(ctx context.Context, req *pelotonv1.RestartJobRequest) (*pelotonv1.RestartJobResponse, error) {
+	return &pelotonv1.RestartJobResponse{}, s.jm.RestartJob(ctx, req.GetJobId(), req.GetInstances())
+}
+
+// ListTasks returns a job's instances.
+func (s *Server) ListTasks(ctx context.Context, req *pelotonv1.ListTasksRequest) (*pelotonv1.ListTasksResponse, error) {
+	ts, err := s.jm.ListTasks(req.GetJobId(), req.GetStates())
+	if err != nil {
+		return nil, err
+	}
+	return &pelotonv1.ListTasksResponse{Tasks: ts}, nil
+}
+
+// GetTask returns one instance.
+func (s *Server) GetTask(ctx context.Context, req *pelotonv1.GetTaskRequest) (*pelotonv1.GetTaskResponse, error) {
+	t, err := s.jm.GetTask(req.GetJobId(), req.GetInstanceId())
+	if err != nil {
+		return nil, err
+	}
+	return &pelotonv1.GetTaskResponse{Task: t}, nil
+}
+
+// KillTask kills one instance.
+func (s *Server) KillTask(ctx context.Context, req *pelotonv1.KillTaskRequest) (*pelotonv1.KillTaskResponse, error) {
+	return &pelotonv1.KillTaskResponse{}, s.jm.KillTask(ctx, req.GetJobId(), req.GetInstanceId())
+}
+
+// logChunkSize bounds one streamed message.
+const logChunkSize = 32 << 10
+
+// GetTaskLogs streams a run's stdout or stderr.
+func (s *Server) GetTaskLogs(req *pelotonv1.GetTaskLogsRequest, stream pelotonv1.TaskService_GetTaskLogsServer) error {
+	if req.GetStream() != pelotonv1.LogStream_STDOUT && req.GetStream() != pelotonv1.LogStream_STDERR {
+		return apierr.Invalid("stream", "must be STDOUT or STDERR")
+	}
+	rc, err := s.jm.Logs(stream.Context(), req.GetJobId(), req.GetInstanceId(), req.GetRunId(), req.GetStream(), req.GetFollow())
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	buf := make([]byte, logChunkSize)
+	for {
+		n, err := rc.Read(buf)
+		if n > 0 {
+			if serr := stream.Send(&pelotonv1.LogChunk{Data: append([]byte(nil), buf[:n]...)}); serr != nil {
+				return serr
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			if stream.Context().Err() != nil {
+				return stream.Context().Err()
+			}
+			return apierr.Unavailable("read logs: %v", err)
+		}
+	}
+}
+
+// CreatePool adds a pool to the tree.
+func (s *Server) CreatePool(ctx context.Context, req *pelotonv1.CreatePoolRequest) (*pelotonv1.CreatePoolResponse, error) {
+	p, err := s.rm.CreatePool(ctx, req.GetPath(), req.GetSpec())
+	if err != nil {
+		return nil, err
+	}
+	return &pelotonv1.CreatePoolResponse{Pool: p}, nil
+}
+
+// GetPool returns a pool with its status.
+func (s *Server) GetPool(ctx context.Context, req *pelotonv1.GetPoolRequest) (*pelotonv1.GetPoolResponse, error) {
+	p, err := s.rm.GetPool(req.GetPath())
+	if err != nil {
+		return nil, err
+	}
+	return &pelotonv1.GetPoolResponse{Pool: p}, nil
+}
+
+// UpdatePool replaces a pool's spec.
+func (s *Server) UpdatePool(ctx context.Context, req *pelotonv1.UpdatePoolRequest) (*pelotonv1.UpdatePoolResponse, error) {
+	p, err := s.rm.UpdatePool(ctx, req.GetPath(), req.GetSpec(), req.GetVersion())
+	if err != nil {
+		return nil, err
+	}
+	return &pelotonv1.UpdatePoolResponse{Pool: p}, nil
+}
+
+// DeletePool removes an empty leaf pool.
+func (s *Server) DeletePool(ctx context.Context, req *pelotonv1.DeletePoolRequest) (*pelotonv1.DeletePoolResponse, error) {
+	return &pelotonv1.DeletePoolResponse{}, s.rm.DeletePool(ctx, req.GetPath())
+}
+
+// ListPools returns the whole tree.
+func (s *Server) ListPools(ctx context.Context, req *pelotonv1.ListPoolsRequest) (*pelotonv1.ListPoolsResponse, error) {
+	return &pelotonv1.ListPoolsResponse{Pools: s.rm.ListPools()}, nil
+}
+
+// ListHosts returns the cluster's hosts.
+func (s *Server) ListHosts(ctx context.Context, req *pelotonv1.ListHostsRequest) (*pelotonv1.ListHostsResponse, error) {
+	return &pelotonv1.ListHostsResponse{Hosts: s.hm.ListHosts()}, nil
+}

@@ -1,0 +1,158 @@
+// Package api serves Peloton's public API: the gRPC services, the same
+// services over REST through grpc-gateway, the OpenAPI document, and the
+// operational endpoints (/metrics, /healthz). It is glue: it checks request
+// shape and hands the work to jobmgr, resmgr and hostmgr.
+package api
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"github.com/peloton-sched/peloton/hostmgr"
+	"github.com/peloton-sched/peloton/internal/metrics"
+	"github.com/peloton-sched/peloton/jobmgr"
+	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+	"github.com/peloton-sched/peloton/resmgr"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+)
+
+// MaxRequestBytes bounds every request, gRPC or REST. A 100,000-instance job
+// with overrides on every tenth instance fits comfortably.
+const MaxRequestBytes = 16 << 20
+
+// Server implements the public gRPC services.
+type Server struct {
+	pelotonv1.UnimplementedJobServiceServer
+	pelotonv1.UnimplementedTaskServiceServer
+	pelotonv1.UnimplementedPoolServiceServer
+	pelotonv1.UnimplementedHostServiceServer
+
+	jm  *jobmgr.Manager
+	rm  *resmgr.Manager
+	hm  *hostmgr.Manager
+	log *slog.Logger
+}
+
+// NewServer builds the API over the cluster stack's managers.
+func NewServer(jm *jobmgr.Manager, rm *resmgr.Manager, hm *hostmgr.Manager, log *slog.Logger) *Server {
+	return &Server{jm: jm, rm: rm, hm: hm, log: log.With("component", "api")}
+}
+
+// GRPCServer returns a grpc.Server with every service registered, request
+// size limits, and latency metrics.
+func (s *Server) GRPCServer(opts ...grpc.ServerOption) *grpc.Server {
+	opts = append(opts,
+		grpc.MaxRecvMsgSize(MaxRequestBytes),
+		grpc.ChainUnaryInterceptor(s.unaryInterceptor),
+		grpc.ChainStreamInterceptor(s.streamInterceptor),
+	)
+	g := grpc.NewServer(opts...)
+	pelotonv1.RegisterJobServiceServer(g, s)
+	pelotonv1.RegisterTaskServiceServer(g, s)
+	pelotonv1.RegisterPoolServiceServer(g, s)
+	pelotonv1.RegisterHostServiceServer(g, s)
+	return g
+}
+
+func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	start := time.Now()
+	resp, err := h(ctx, req)
+	err = s.userError(info.FullMethod, err)
+	metrics.APILatency.WithLabelValues(methodName(info.FullMethod), status.Code(err).String()).Observe(time.Since(start).Seconds())
+	return resp, err
+}
+
+func (s *Server) streamInterceptor(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	start := time.Now()
+	err := s.userError(info.FullMethod, h(srv, ss))
+	metrics.APILatency.WithLabelValues(methodName(info.FullMethod), status.Code(err).String()).Observe(time.Since(start).Seconds())
+	return err
+}
+
+// userError makes sure no internal error text or stack escapes as is: errors
+// that are not already statuses are logged and reported as Internal.
+func (s *Server) userError(method string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return status.FromContextError(err).Err()
+	}
+	s.log.Error("internal error", "method", method, "err", err)
+	return status.Error(codes.Internal, "internal error; see the server log")
+}
+
+func methodName(full string) string {
+	if i := strings.LastIndexByte(full, '/'); i >= 0 {
+		return full[i+1:]
+	}
+	return full
+}
+
+// HTTPHandler serves REST (through a loopback gRPC connection to grpcAddr, so
+// REST and gRPC share every interceptor and limit), /openapi.json, /metrics
+// and /healthz. extra, if set, serves every other path (the web UI).
+func (s *Server) HTTPHandler(ctx context.Context, grpcAddr string, extra http.Handler) (http.Handler, error) {
+	// Unknown fields in a REST body are errors, as they are in spec files.
+	marshaler := &runtime.JSONPb{
+		MarshalOptions:   protojson.MarshalOptions{EmitUnpopulated: false, UseProtoNames: false},
+		UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
+	}
+	gw := runtime.NewServeMux(
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, marshaler),
+		runtime.WithErrorHandler(restErrorHandler),
+	)
+	dialOpts := []grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(MaxRequestBytes), grpc.MaxCallRecvMsgSize(64<<20)),
+	}
+	for _, reg := range []func(context.Context, *runtime.ServeMux, string, []grpc.DialOption) error{
+		pelotonv1.RegisterJobServiceHandlerFromEndpoint,
+		pelotonv1.RegisterTaskServiceHandlerFromEndpoint,
+		pelotonv1.RegisterPoolServiceHandlerFromEndpoint,
+		pelotonv1.RegisterHostServiceHandlerFromEndpoint,
+	} {
+		if err := reg(ctx, gw, grpcAddr, dialOpts); err != nil {
+			return nil, err
+		}
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/v1/", http.MaxBytesHandler(gw, MaxRequestBytes))
+	mux.HandleFunc("/openapi.json", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(pelotonv1.OpenAPI)
+	})
+	mux.Handle("/metrics", promhttp.HandlerFor(metrics.Registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	if extra != nil {
+		mux.Handle("/", extra)
+	}
+	return mux, nil
+}
+
+// restErrorHandler reports errors as {"code": <grpc code>, "message": ...}
+// with the matching HTTP status; a body over the size limit is 413.
+func restErrorHandler(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		err = status.Errorf(codes.ResourceExhausted, "request body is larger than the limit of %d bytes", MaxRequestBytes)
+	}
+	runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, err)
+}

@@ -1,0 +1,73 @@
+// Package metrics defines every Prometheus metric Peloton exports, in one
+// place so names stay consistent and dashboards can rely on them. Components
+// update these; the HTTP server exposes Registry at /metrics.
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// Registry holds Peloton's metrics plus the Go and process collectors. A
+// private registry (not the global default) keeps tests that start several
+// stacks in one process from colliding.
+var Registry = prometheus.NewRegistry()
+
+var (
+	// JobsByState counts jobs per state; jobmgr sets it.
+	JobsByState = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "peloton", Name: "jobs", Help: "Jobs by state.",
+	}, []string{"state"})
+	// TasksByState counts task instances per state; jobmgr sets it.
+	TasksByState = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "peloton", Name: "tasks", Help: "Task instances by state.",
+	}, []string{"state"})
+	// TaskTransitions counts task state changes.
+	TaskTransitions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "peloton", Name: "task_transitions_total", Help: "Task state transitions by target state.",
+	}, []string{"to"})
+	// QueueDepth is the number of tasks in each scheduling queue.
+	QueueDepth = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "peloton", Name: "queue_depth", Help: "Tasks waiting in each queue (pending: not admitted; ready: admitted, not placed; placed: not launched).",
+	}, []string{"queue"})
+	// AdmissionLatency is the time from enqueue to admission.
+	AdmissionLatency = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: "peloton", Name: "admission_latency_seconds", Help: "Time a gang waited in its pool's queue before admission.",
+		Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
+	})
+	// PlacementLatency is the time one placement round took.
+	PlacementLatency = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: "peloton", Name: "placement_round_seconds", Help: "Duration of one placement round.",
+		Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
+	})
+	// Placements counts placement outcomes.
+	Placements = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "peloton", Name: "placements_total", Help: "Tasks placed, and gangs returned unplaced.",
+	}, []string{"result"})
+	// PoolResources is each pool's allocation and demand per resource kind.
+	PoolResources = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "peloton", Name: "pool_resources", Help: "Pool allocation/demand/reservation/entitlement per resource kind.",
+	}, []string{"pool", "type", "resource"})
+	// APILatency is the latency of each API method.
+	APILatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: "peloton", Name: "api_request_seconds", Help: "API request latency by method and gRPC code.",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10),
+	}, []string{"method", "code"})
+	// Hosts counts hosts by state.
+	Hosts = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "peloton", Name: "hosts", Help: "Hosts by state.",
+	}, []string{"state"})
+	// StoreWrites counts etcd write transactions issued by jobmgr.
+	StoreWrites = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "peloton", Name: "store_writes_total", Help: "Records written to the store, by kind.",
+	}, []string{"kind"})
+)
+
+func init() {
+	Registry.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		JobsByState, TasksByState, TaskTransitions, QueueDepth, AdmissionLatency,
+		PlacementLatency, Placements, PoolResources, APILatency, Hosts, StoreWrites,
+	)
+}

@@ -1,0 +1,641 @@
+package jobmgr
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/peloton-sched/peloton/hostmgr"
+	"github.com/peloton-sched/peloton/internal/metrics"
+	"github.com/peloton-sched/peloton/internal/store"
+	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+	"github.com/peloton-sched/peloton/resmgr"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// Start loads every job and task from the store, reconciles runs that were
+// on hosts with the backend, and starts the engine. It returns once the
+// state is loaded; the engine runs until ctx ends.
+func (m *Manager) Start(ctx context.Context) error {
+	if err := m.recover(ctx); err != nil {
+		return err
+	}
+	for i := 0; i < m.workers; i++ {
+		m.wg.Add(1)
+		go func() {
+			defer m.wg.Done()
+			m.worker(ctx)
+		}()
+	}
+	for i := 0; i < m.launchers; i++ {
+		m.wg.Add(1)
+		go func() {
+			defer m.wg.Done()
+			m.launchLoop(ctx)
+		}()
+	}
+	m.wg.Add(2)
+	go func() {
+		defer m.wg.Done()
+		m.eventLoop(ctx)
+	}()
+	go func() {
+		defer m.wg.Done()
+		m.gaugeLoop(ctx)
+	}()
+	context.AfterFunc(ctx, m.queue.ShutDown)
+	m.mu.RLock()
+	for id := range m.jobs {
+		m.queue.Add(id)
+	}
+	m.mu.RUnlock()
+	return nil
+}
+
+// Wait blocks until the engine's goroutines have stopped (after ctx ends).
+func (m *Manager) Wait() { m.wg.Wait() }
+
+func (m *Manager) recover(ctx context.Context) error {
+	kvs, err := m.store.List(ctx, "jobs/")
+	if err != nil {
+		return fmt.Errorf("jobmgr: load jobs: %w", err)
+	}
+	specs := map[string][]byte{}
+	type rtRec struct {
+		rt  *pelotonv1.JobStatus
+		rev int64
+	}
+	rts := map[string]rtRec{}
+	for _, kv := range kvs {
+		parts := strings.Split(kv.Key, "/") // jobs, id, runtime | jobs, id, spec, v
+		switch {
+		case len(parts) == 3 && parts[2] == "runtime":
+			rt := &pelotonv1.JobStatus{}
+			if err := proto.Unmarshal(kv.Value, rt); err != nil {
+				return fmt.Errorf("jobmgr: decode %s: %w", kv.Key, err)
+			}
+			rts[parts[1]] = rtRec{rt, kv.Revision}
+		case len(parts) == 4 && parts[2] == "spec":
+			specs[kv.Key] = kv.Value
+		}
+	}
+	for id, r := range rts {
+		b, ok := specs[jobSpecKey(id, r.rt.SpecVersion)]
+		if !ok {
+			m.log.Error("job has no spec; skipping", "job", id, "version", r.rt.SpecVersion)
+			continue
+		}
+		spec, err := decodeSpec(b)
+		if err != nil {
+			return fmt.Errorf("jobmgr: job %s: %w", id, err)
+		}
+		j, err := newJob(id, spec, r.rt, r.rev)
+		if err != nil {
+			return fmt.Errorf("jobmgr: job %s: %w", id, err)
+		}
+		m.jobs[id] = j
+	}
+	// Specs whose job runtime is gone belong to a deletion that was cut short.
+	orphans := map[string]bool{}
+	for key := range specs {
+		if id := strings.Split(key, "/")[1]; rts[id].rt == nil {
+			orphans[id] = true
+		}
+	}
+	tkvs, err := m.store.List(ctx, "tasks/")
+	if err != nil {
+		return fmt.Errorf("jobmgr: load tasks: %w", err)
+	}
+	for _, kv := range tkvs {
+		parts := strings.Split(kv.Key, "/")
+		if len(parts) != 3 {
+			continue
+		}
+		j := m.jobs[parts[1]]
+		inst, err := strconv.ParseUint(parts[2], 10, 32)
+		if j == nil || err != nil || inst >= uint64(len(j.tasks)) {
+			orphans[parts[1]] = true
+			continue
+		}
+		rt := &pelotonv1.TaskStatus{}
+		if err := proto.Unmarshal(kv.Value, rt); err != nil {
+			return fmt.Errorf("jobmgr: decode %s: %w", kv.Key, err)
+		}
+		j.tasks[inst] = &task{rt: rt, rev: kv.Revision}
+		j.counts[rt.State].Add(1)
+	}
+	for id := range orphans {
+		if m.jobs[id] == nil {
+			m.log.Info("sweeping records of a deleted job", "job", id)
+			m.sweep(ctx, id)
+		}
+	}
+	// Re-queue pending work and re-reserve what running work holds.
+	var lost []hostmgr.TaskEvent
+	for _, j := range m.jobs {
+		var pending []uint32
+		for inst, t := range j.tasks {
+			if t == nil {
+				continue
+			}
+			switch {
+			case t.rt.State == stPending:
+				pending = append(pending, uint32(inst))
+			case isActive(t.rt.State):
+				runID := resmgr.RunTaskID(j.id, uint32(inst), t.rt.RunId)
+				r := j.resourcesOf(uint32(inst))
+				m.hm.Recover(runID, t.rt.Host, r)
+				m.rm.Recover(m.rmTask(j, uint32(inst), t.rt.RunId))
+				if ev, err := m.hm.Status(runID); err == nil {
+					lost = append(lost, ev)
+				} else {
+					lost = append(lost, hostmgr.TaskEvent{TaskID: runID, Host: t.rt.Host, State: stLost, Reason: "unknown-to-backend",
+						Message: "the run was not found after a restart of the control plane", Time: m.now()})
+				}
+			}
+		}
+		if len(pending) > 0 {
+			if err := m.rm.Enqueue(m.gangsFor(j, pending)...); err != nil {
+				return fmt.Errorf("jobmgr: re-queue job %s: %w", j.id, err)
+			}
+		}
+	}
+	m.log.Info("recovered state", "jobs", len(m.jobs), "tasks", len(tkvs), "reconciled", len(lost))
+	for _, ev := range lost {
+		m.handleEvent(ctx, ev)
+	}
+	return nil
+}
+
+func (m *Manager) rmTask(j *job, inst, run uint32) *resmgr.Task {
+	sla := j.spec.Sla
+	return &resmgr.Task{JobID: j.id, Instance: inst, RunID: run, Pool: j.spec.Pool,
+		Priority: sla.GetPriority(), Preemptible: sla.GetPreemptible(), Resources: j.resourcesOf(inst)}
+}
+
+// gangsFor groups instances into gangs: the first minimumRunningInstances
+// instances go together when all of them are in the list on their first run;
+// every other instance is a gang of one.
+func (m *Manager) gangsFor(j *job, insts []uint32) []*resmgr.Gang {
+	k := j.gangSize()
+	var gang []*resmgr.Task
+	var out []*resmgr.Gang
+	for _, inst := range insts {
+		run := j.tasks[inst].rt.RunId
+		t := m.rmTask(j, inst, run)
+		if inst < k && run == 1 {
+			gang = append(gang, t)
+			continue
+		}
+		out = append(out, resmgr.NewGang(t))
+	}
+	if uint32(len(gang)) == k {
+		out = append(out, resmgr.NewGang(gang...))
+	} else {
+		for _, t := range gang {
+			out = append(out, resmgr.NewGang(t))
+		}
+	}
+	return out
+}
+
+func (m *Manager) worker(ctx context.Context) {
+	for {
+		id, ok := m.queue.Get()
+		if !ok {
+			return
+		}
+		if err := m.evaluateJob(ctx, id); err != nil && ctx.Err() == nil {
+			m.log.Warn("job evaluation failed; retrying", "job", id, "err", err)
+			m.queue.AddAfter(id, time.Second)
+		}
+		m.queue.Done(id)
+	}
+}
+
+// parallel runs fn for each instance with bounded concurrency, so that the
+// group committer sees many writes at once. It returns the first error.
+func parallel(insts []uint32, fn func(uint32) error) error {
+	const width = 256
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+		sem   = make(chan struct{}, width)
+	)
+	for _, inst := range insts {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func(inst uint32) {
+			defer func() { <-sem; wg.Done() }()
+			if err := fn(inst); err != nil {
+				mu.Lock()
+				if first == nil {
+					first = err
+				}
+				mu.Unlock()
+			}
+		}(inst)
+	}
+	wg.Wait()
+	return first
+}
+
+// evaluateJob drives one job towards its goal: create missing tasks, kill
+// everything if the goal is KILLED, enqueue initialized instances, and derive
+// the job's state from its tasks.
+func (m *Manager) evaluateJob(ctx context.Context, id string) error {
+	m.mu.RLock()
+	j := m.jobs[id]
+	m.mu.RUnlock()
+	if j == nil {
+		return nil // deleted
+	}
+	if err := m.createTasks(ctx, j); err != nil {
+		return err
+	}
+	if j.goalKilled.Load() {
+		var live []uint32
+		for inst, t := range j.tasks {
+			t.mu.Lock()
+			if !isTerminal(t.rt.State) && (t.rt.State != stKilling || t.rt.GoalState != stKilled) {
+				live = append(live, uint32(inst))
+			}
+			t.mu.Unlock()
+		}
+		if err := parallel(live, func(inst uint32) error { return m.killInstance(ctx, j, inst, "job-cancelled") }); err != nil {
+			return err
+		}
+	} else if err := m.enqueueInitialized(ctx, j); err != nil {
+		return err
+	}
+	return m.updateJobState(ctx, j)
+}
+
+// createTasks writes the INITIALIZED runtime of every instance that has none.
+func (m *Manager) createTasks(ctx context.Context, j *job) error {
+	j.mu.Lock()
+	initializing := j.rt.State == pelotonv1.JobState_JOB_INITIALIZED
+	j.mu.Unlock()
+	if !initializing {
+		return nil
+	}
+	var missing []uint32
+	for inst, t := range j.tasks {
+		if t == nil {
+			missing = append(missing, uint32(inst))
+		}
+	}
+	var mu sync.Mutex
+	err := parallel(missing, func(inst uint32) error {
+		rt := &pelotonv1.TaskStatus{State: stInitialized, GoalState: stSucceeded, RunId: 1, UpdateTime: timestamppb.New(m.now())}
+		b, _ := proto.Marshal(rt)
+		rev, err := m.batcher.Write(ctx, store.Put(taskKey(j.id, inst), b, store.MustNotExist))
+		if errors.Is(err, store.ErrConflict) {
+			// Written before a crash but not loaded? Read it back.
+			kv, gerr := m.store.Get(ctx, taskKey(j.id, inst))
+			if gerr != nil {
+				return gerr
+			}
+			rt = &pelotonv1.TaskStatus{}
+			if err := proto.Unmarshal(kv.Value, rt); err != nil {
+				return err
+			}
+			rev, err = kv.Revision, nil
+		}
+		if err != nil {
+			return fmt.Errorf("create task %d: %w", inst, err)
+		}
+		metrics.StoreWrites.WithLabelValues("task").Inc()
+		mu.Lock()
+		j.tasks[inst] = &task{rt: rt, rev: rev}
+		mu.Unlock()
+		j.counts[rt.State].Add(1)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return m.updateJobRuntime(ctx, j, func(rt *pelotonv1.JobStatus) error {
+		if rt.State == pelotonv1.JobState_JOB_INITIALIZED {
+			rt.State = pelotonv1.JobState_JOB_PENDING
+		}
+		return nil
+	})
+}
+
+// enqueueInitialized moves INITIALIZED instances to PENDING and hands them to
+// resmgr. An instance in backoff is left for a later evaluation.
+func (m *Manager) enqueueInitialized(ctx context.Context, j *job) error {
+	if j.counts[stInitialized].Load() == 0 {
+		return nil
+	}
+	now := m.now()
+	var ready []uint32
+	var wait time.Duration
+	for inst, t := range j.tasks {
+		t.mu.Lock()
+		if t.rt.State == stInitialized && t.rt.GoalState != stKilled {
+			if d := t.notBefore.Sub(now); d > 0 {
+				if wait == 0 || d < wait {
+					wait = d
+				}
+			} else {
+				ready = append(ready, uint32(inst))
+			}
+		}
+		t.mu.Unlock()
+	}
+	if wait > 0 {
+		m.queue.AddAfter(j.id, wait)
+	}
+	var mu sync.Mutex
+	var moved []uint32
+	err := parallel(ready, func(inst uint32) error {
+		err := m.updateTask(ctx, j, inst, func(rt *pelotonv1.TaskStatus) error {
+			if rt.State != stInitialized {
+				return errSkip
+			}
+			rt.State = stPending
+			return nil
+		})
+		if errors.Is(err, errSkip) {
+			return nil
+		}
+		if err == nil {
+			mu.Lock()
+			moved = append(moved, inst)
+			mu.Unlock()
+		}
+		return err
+	})
+	if len(moved) > 0 {
+		sort.Slice(moved, func(a, b int) bool { return moved[a] < moved[b] })
+		if eerr := m.rm.Enqueue(m.gangsFor(j, moved)...); eerr != nil {
+			return eerr
+		}
+	}
+	return err
+}
+
+// updateJobState derives the job's state from its instances' states.
+func (m *Manager) updateJobState(ctx context.Context, j *job) error {
+	n := int32(len(j.tasks))
+	c := func(s ts) int32 { return j.counts[s].Load() }
+	terminal := c(stSucceeded) + c(stFailed) + c(stLost) + c(stKilled)
+	active := c(stLaunching) + c(stLaunched) + c(stStarting) + c(stRunning) + c(stKilling) + c(stPreempting)
+	return m.updateJobRuntime(ctx, j, func(rt *pelotonv1.JobStatus) error {
+		if rt.State == pelotonv1.JobState_JOB_INITIALIZED {
+			return nil
+		}
+		killed := rt.GoalState == pelotonv1.JobState_JOB_KILLED
+		var next js
+		switch {
+		case terminal == n && c(stSucceeded) == n:
+			next = pelotonv1.JobState_JOB_SUCCEEDED
+		case terminal == n && killed:
+			next = pelotonv1.JobState_JOB_KILLED
+		case terminal == n && c(stFailed) > 0:
+			next = pelotonv1.JobState_JOB_FAILED
+		case terminal == n:
+			next = pelotonv1.JobState_JOB_KILLED
+		case killed:
+			next = pelotonv1.JobState_JOB_KILLING
+		case active > 0 || terminal > 0:
+			next = pelotonv1.JobState_JOB_RUNNING
+		default:
+			next = pelotonv1.JobState_JOB_PENDING
+		}
+		if next == rt.State {
+			return nil
+		}
+		now := timestamppb.New(m.now())
+		if next == pelotonv1.JobState_JOB_RUNNING && rt.StartTime == nil {
+			rt.StartTime = now
+		}
+		if isJobTerminal(next) {
+			rt.CompletionTime = now
+			if next == pelotonv1.JobState_JOB_FAILED {
+				rt.Message = m.failureSummary(j)
+			}
+		}
+		rt.State = next
+		return nil
+	})
+}
+
+func (m *Manager) failureSummary(j *job) string {
+	var failed []string
+	for inst, t := range j.tasks {
+		t.mu.Lock()
+		if t.rt.State == stFailed {
+			failed = append(failed, fmt.Sprintf("instance %d (%s)", inst, t.rt.Message))
+		}
+		t.mu.Unlock()
+		if len(failed) == 3 {
+			failed = append(failed, "...")
+			break
+		}
+	}
+	return "failed: " + strings.Join(failed, ", ")
+}
+
+// eventLoop applies backend events in arrival order.
+func (m *Manager) eventLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ev := <-m.hm.Events():
+			m.handleEvent(ctx, ev)
+		}
+	}
+}
+
+// handleEvent applies one run's state change to its instance.
+func (m *Manager) handleEvent(ctx context.Context, ev hostmgr.TaskEvent) {
+	jobID, inst, run, ok := parseTaskID(ev.TaskID)
+	if !ok {
+		m.log.Warn("event for a task ID that is not ours", "task", ev.TaskID)
+		return
+	}
+	m.mu.RLock()
+	j := m.jobs[jobID]
+	m.mu.RUnlock()
+	if j == nil || inst >= uint32(len(j.tasks)) || j.tasks[inst] == nil {
+		return // the job was deleted
+	}
+	var (
+		release bool
+		backoff time.Duration
+	)
+	err := m.updateTask(ctx, j, inst, func(rt *pelotonv1.TaskStatus) error {
+		if rt.RunId != run {
+			return errSkip // an old run's late event
+		}
+		now := timestamppb.New(ev.Time)
+		switch ev.State {
+		case stLaunched:
+			return errSkip // written when the launch was issued
+		case stRunning:
+			if rt.State != stLaunched && rt.State != stLaunching && rt.State != stStarting {
+				return errSkip
+			}
+			rt.State, rt.StartTime = stRunning, now
+			return nil
+		}
+		if isTerminal(rt.State) || rt.State == stInitialized || rt.State == stPending {
+			return errSkip
+		}
+		release = true
+		rt.ExitCode, rt.CompletionTime = ev.ExitCode, now
+		killedByUs := rt.State == stKilling || rt.GoalState == stKilled
+		switch {
+		case rt.DesiredRunId > rt.RunId:
+			// A restart: the old run is over, start the new one.
+			newRun(rt, rt.DesiredRunId, fmt.Sprintf("run %d ended (%s); restarting", run, ev.State))
+
+		case ev.State == stSucceeded:
+			rt.State, rt.Reason, rt.Message = stSucceeded, "exit-zero", ""
+		case killedByUs:
+			rt.State = stKilled
+			if rt.Reason == "" {
+				rt.Reason = "killed"
+			}
+			rt.Message = ev.Message
+		case ev.State == stLost:
+			newRun(rt, rt.RunId+1, fmt.Sprintf("run %d was lost (%s); running again", run, ev.Reason))
+			backoff = m.lostBackoff
+		default: // FAILED, or KILLED by someone other than us
+			rt.FailureCount++
+			max := instanceSpec(j.spec, inst).GetRestartPolicy().GetMaxFailures()
+			msg := ev.Message
+			if msg == "" {
+				msg = fmt.Sprintf("%s: exit code %d", ev.Reason, ev.ExitCode)
+			}
+			if rt.FailureCount <= max {
+				newRun(rt, rt.RunId+1, fmt.Sprintf("run %d failed (%s); retry %d of %d", run, msg, rt.FailureCount, max))
+				rt.ExitCode = ev.ExitCode
+
+			} else {
+				rt.State, rt.Reason = stFailed, ev.Reason
+				rt.Message = fmt.Sprintf("run %d failed (%s); %d failures, restartPolicy.maxFailures is %d", run, msg, rt.FailureCount, max)
+			}
+		}
+		return nil
+	})
+	if errors.Is(err, errSkip) {
+		return
+	}
+	if err != nil {
+		m.log.Error("apply task event", "task", ev.TaskID, "state", ev.State, "err", err)
+		return
+	}
+	if release {
+		// hostmgr frees a run's host when the backend reports its end; events
+		// made up here (a run lost across a restart) must free it too.
+		m.hm.ReleaseTask(ev.TaskID)
+		m.rm.Release(jobID, inst)
+	}
+	if backoff > 0 {
+		t := j.tasks[inst]
+		t.mu.Lock()
+		t.notBefore = m.now().Add(backoff)
+		t.mu.Unlock()
+	}
+
+	m.queue.Add(jobID)
+}
+
+// launchLoop turns placements into launches.
+func (m *Manager) launchLoop(ctx context.Context) {
+	for ctx.Err() == nil {
+		for _, p := range m.rm.GetPlacements(ctx, 64) {
+			m.launch(ctx, p)
+		}
+	}
+}
+
+// launch records a placed run as LAUNCHED on its host, then starts it. The
+// record comes first so that a crash between the two is seen at restart as a
+// launched run the backend does not know, and run again.
+func (m *Manager) launch(ctx context.Context, p resmgr.Placement) {
+	runID := p.Task.RunTaskID()
+	m.mu.RLock()
+	j := m.jobs[p.Task.JobID]
+	m.mu.RUnlock()
+	if j == nil {
+		m.hm.ReleaseTask(runID)
+		return
+	}
+	inst := p.Task.Instance
+	err := m.updateTask(ctx, j, inst, func(rt *pelotonv1.TaskStatus) error {
+		if rt.State != stPending || rt.RunId != p.Task.RunID || rt.GoalState == stKilled {
+			return errSkip
+		}
+		rt.State, rt.Host, rt.Reason, rt.Message = stLaunched, p.Host, "", ""
+		return nil
+	})
+	if err != nil {
+		if !errors.Is(err, errSkip) {
+			m.log.Error("record launch", "task", runID, "err", err)
+		}
+		m.hm.ReleaseTask(runID)
+		m.rm.Release(j.id, inst)
+		m.queue.Add(j.id)
+		return
+	}
+	m.rm.MarkRunning(j.id, inst)
+	spec := instanceSpec(j.spec, inst)
+	env := make(map[string]string, len(spec.Env))
+	for k, v := range spec.Env {
+		env[k] = v
+	}
+	ls := hostmgr.LaunchSpec{TaskID: runID, JobID: j.id, InstanceID: inst, RunID: p.Task.RunID, Host: p.Host,
+		Command: spec.Command, Env: env, Image: spec.Image, Resources: p.Task.Resources}
+	if err := m.hm.Launch(ctx, ls); err != nil {
+		m.handleEvent(ctx, hostmgr.TaskEvent{TaskID: runID, Host: p.Host, State: stFailed, Reason: "launch-failed", Message: err.Error(), Time: m.now()})
+	}
+	m.queue.Add(j.id)
+}
+
+// gaugeLoop publishes job and task counts by state.
+func (m *Manager) gaugeLoop(ctx context.Context) {
+	t := time.NewTicker(2 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		var jobs [8]int
+		var tasks [16]int
+		m.mu.RLock()
+		for _, j := range m.jobs {
+			j.mu.Lock()
+			jobs[j.rt.State]++
+			j.mu.Unlock()
+			for s := range j.counts {
+				tasks[s] += int(j.counts[s].Load())
+			}
+		}
+		m.mu.RUnlock()
+		for s, n := range jobs {
+			if s > 0 {
+				metrics.JobsByState.WithLabelValues(pelotonv1.JobState(s).String()).Set(float64(n))
+			}
+		}
+		for s, n := range tasks {
+			if s > 0 {
+				metrics.TasksByState.WithLabelValues(pelotonv1.TaskState(s).String()).Set(float64(n))
+			}
+		}
+	}
+}

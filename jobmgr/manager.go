@@ -1,0 +1,714 @@
+package jobmgr
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/peloton-sched/peloton/hostmgr"
+	"github.com/peloton-sched/peloton/internal/apierr"
+	"github.com/peloton-sched/peloton/internal/metrics"
+	"github.com/peloton-sched/peloton/internal/resources"
+	"github.com/peloton-sched/peloton/internal/store"
+	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+	"github.com/peloton-sched/peloton/resmgr"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// Store layout, relative to the store's prefix:
+//
+//	jobs/<id>/runtime        JobStatus (task counts omitted; they are derived)
+//	jobs/<id>/spec/<version> zstd-compressed JobSpec
+//	tasks/<id>/<instance>    TaskStatus of the instance's current run
+func jobRuntimeKey(id string) string        { return "jobs/" + id + "/runtime" }
+func jobSpecKey(id string, v uint64) string { return fmt.Sprintf("jobs/%s/spec/%d", id, v) }
+func taskKey(id string, inst uint32) string { return fmt.Sprintf("tasks/%s/%d", id, inst) }
+func taskPrefix(id string) string           { return "tasks/" + id + "/" }
+func jobPrefix(id string) string            { return "jobs/" + id + "/" }
+
+// task is one instance: its current run's status and store revision.
+type task struct {
+	mu  sync.Mutex
+	rt  *pelotonv1.TaskStatus
+	rev int64
+	// notBefore delays the next enqueue (backoff after a lost run).
+	notBefore time.Time
+}
+
+// job is one job in memory. spec and tasks are fixed after creation; the
+// runtime is guarded by mu and only changed by the goal-state engine's job
+// evaluation and by API calls.
+type job struct {
+	id     string
+	spec   *pelotonv1.JobSpec
+	res    []resources.Resources // effective resources per instance (nil = default)
+	defRes resources.Resources
+	tasks  []*task // by instance ID; nil until created
+
+	mu  sync.Mutex
+	rt  *pelotonv1.JobStatus
+	rev int64
+	// counts of instances per task state, maintained on every task write.
+	counts [16]atomic.Int32
+	// goalKilled mirrors rt.GoalState == KILLED for lock-free reads by task code.
+	goalKilled atomic.Bool
+}
+
+func (j *job) resourcesOf(inst uint32) resources.Resources {
+	if j.res != nil && j.res[inst] != (resources.Resources{}) {
+		return j.res[inst]
+	}
+	return j.defRes
+}
+
+func (j *job) gangSize() uint32 {
+	if j.spec.Sla != nil && j.spec.Sla.MinimumRunningInstances > 1 {
+		return j.spec.Sla.MinimumRunningInstances
+	}
+	return 1
+}
+
+// Manager is the job manager.
+type Manager struct {
+	store   store.Store
+	batcher *store.Batcher
+	rm      *resmgr.Manager
+	hm      *hostmgr.Manager
+	log     *slog.Logger
+	now     func() time.Time
+
+	mu   sync.RWMutex
+	jobs map[string]*job
+
+	queue       *workQueue
+	workers     int
+	launchers   int
+	lostBackoff time.Duration
+	wg          sync.WaitGroup
+}
+
+// Options tunes a Manager.
+type Options struct {
+	Logger *slog.Logger
+	// Workers is the number of goal-state engine workers (default 16).
+	Workers int
+	// Launchers is the number of goroutines turning placements into launches (default 64).
+	Launchers int
+	// LostBackoff delays re-running an instance whose run was lost (default 1s).
+	LostBackoff time.Duration
+}
+
+// New builds a job manager. Start loads state and starts the engine.
+func New(st store.Store, b *store.Batcher, rm *resmgr.Manager, hm *hostmgr.Manager, opts Options) *Manager {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Workers == 0 {
+		opts.Workers = 16
+	}
+	if opts.Launchers == 0 {
+		opts.Launchers = 64
+	}
+	if opts.LostBackoff == 0 {
+		opts.LostBackoff = time.Second
+	}
+	m := &Manager{store: st, batcher: b, rm: rm, hm: hm, log: opts.Logger.With("component", "jobmgr"), now: time.Now,
+		jobs: map[string]*job{}, queue: newWorkQueue(), workers: opts.Workers, launchers: opts.Launchers, lostBackoff: opts.LostBackoff}
+	rm.SetJobChecker(m.poolHasJobs)
+	return m
+}
+
+func (m *Manager) poolHasJobs(pool string) bool {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	for _, j := range m.jobs {
+		if j.spec.Pool == pool {
+			return true
+		}
+	}
+	return false
+}
+
+func (m *Manager) getJob(id string) (*job, error) {
+	m.mu.RLock()
+	j, ok := m.jobs[id]
+	m.mu.RUnlock()
+	if !ok {
+		if id == "" {
+			return nil, apierr.Invalid("jobId", "required")
+		}
+		return nil, apierr.NotFound("job %s does not exist", id)
+	}
+	return j, nil
+}
+
+func newJobID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+// CreateJob validates spec, stores it and returns the new job's ID. Tasks are
+// created asynchronously by the engine, so a 100,000-instance job returns at
+// once; if the process dies before they exist, the engine creates them after
+// restart.
+func (m *Manager) CreateJob(ctx context.Context, spec *pelotonv1.JobSpec) (string, error) {
+	if err := validateJobSpec(spec, m.hm.LargestHost()); err != nil {
+		return "", err
+	}
+	pool, err := m.rm.CheckLeafPool(spec.Pool, "spec.pool")
+	if err != nil {
+		return "", err
+	}
+	spec = proto.Clone(spec).(*pelotonv1.JobSpec)
+	spec.Pool = pool
+	enc, err := encodeSpec(spec)
+	if err != nil {
+		return "", fmt.Errorf("encode spec: %w", err)
+	}
+	id := newJobID()
+	now := timestamppb.New(m.now())
+	rt := &pelotonv1.JobStatus{State: pelotonv1.JobState_JOB_INITIALIZED, GoalState: pelotonv1.JobState_JOB_SUCCEEDED, SpecVersion: 1, CreateTime: now}
+	rtb, _ := proto.Marshal(rt)
+	rev, err := m.store.Txn(ctx,
+		store.Put(jobSpecKey(id, 1), enc, store.MustNotExist),
+		store.Put(jobRuntimeKey(id), rtb, store.MustNotExist))
+	if err != nil {
+		return "", apierr.Unavailable("store job: %v", err)
+	}
+	metrics.StoreWrites.WithLabelValues("job").Add(2)
+	j, err := newJob(id, spec, rt, rev)
+	if err != nil {
+		return "", err
+	}
+	m.mu.Lock()
+	m.jobs[id] = j
+	m.mu.Unlock()
+	m.log.Info("job created", "job", id, "name", spec.Name, "instances", spec.InstanceCount, "pool", spec.Pool)
+	m.queue.Add(id)
+	return id, nil
+}
+
+func newJob(id string, spec *pelotonv1.JobSpec, rt *pelotonv1.JobStatus, rev int64) (*job, error) {
+	j := &job{id: id, spec: spec, rt: rt, rev: rev, tasks: make([]*task, spec.InstanceCount)}
+	var err error
+	if j.defRes, err = resources.FromProto(spec.GetDefaultSpec().GetResources(), "spec.defaultSpec.resources"); err != nil {
+		return nil, err
+	}
+	for inst, o := range spec.InstanceSpecs {
+		if o.GetResources() == nil {
+			continue
+		}
+		if j.res == nil {
+			j.res = make([]resources.Resources, spec.InstanceCount)
+		}
+		if j.res[inst], err = resources.FromProto(o.Resources, "spec.instanceSpecs"); err != nil {
+			return nil, err
+		}
+	}
+	j.goalKilled.Store(rt.GoalState == pelotonv1.JobState_JOB_KILLED)
+	return j, nil
+}
+
+// jobProto renders a job for the API.
+func (m *Manager) jobProto(j *job) *pelotonv1.Job {
+	j.mu.Lock()
+	st := proto.Clone(j.rt).(*pelotonv1.JobStatus)
+	st.Version = uint64(j.rev)
+	j.mu.Unlock()
+	st.TaskCounts = map[string]uint32{}
+	for s := range j.counts {
+		if n := j.counts[s].Load(); n > 0 {
+			st.TaskCounts[pelotonv1.TaskState(s).String()] = uint32(n)
+		}
+	}
+	return &pelotonv1.Job{Id: j.id, Spec: j.spec, Status: st}
+}
+
+// GetJob returns one job.
+func (m *Manager) GetJob(id string) (*pelotonv1.Job, error) {
+	j, err := m.getJob(id)
+	if err != nil {
+		return nil, err
+	}
+	return m.jobProto(j), nil
+}
+
+// ListJobs returns jobs matching every given filter, newest first.
+func (m *Manager) ListJobs(pool string, states []pelotonv1.JobState, name string) ([]*pelotonv1.Job, error) {
+	if pool != "" {
+		var err error
+		if pool, err = resmgr.NormalizePath(pool, "pool"); err != nil {
+			return nil, err
+		}
+	}
+	want := map[pelotonv1.JobState]bool{}
+	for _, s := range states {
+		want[s] = true
+	}
+	m.mu.RLock()
+	js := make([]*job, 0, len(m.jobs))
+	for _, j := range m.jobs {
+		js = append(js, j)
+	}
+	m.mu.RUnlock()
+	var out []*pelotonv1.Job
+	for _, j := range js {
+		if pool != "" && j.spec.Pool != pool {
+			continue
+		}
+		if name != "" && !strings.Contains(j.spec.Name, name) {
+			continue
+		}
+		p := m.jobProto(j)
+		if len(want) > 0 && !want[p.Status.State] {
+			continue
+		}
+		out = append(out, p)
+	}
+	sort.Slice(out, func(a, b int) bool {
+		ta, tb := out[a].Status.CreateTime.AsTime(), out[b].Status.CreateTime.AsTime()
+		if !ta.Equal(tb) {
+			return ta.After(tb)
+		}
+		return out[a].Id < out[b].Id
+	})
+	return out, nil
+}
+
+// updateJobRuntime applies fn to a copy of the job's runtime and stores it
+// with compare-and-swap. Caller must not hold j.mu.
+func (m *Manager) updateJobRuntime(ctx context.Context, j *job, fn func(rt *pelotonv1.JobStatus) error) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	rt := proto.Clone(j.rt).(*pelotonv1.JobStatus)
+	if err := fn(rt); err != nil {
+		return err
+	}
+	if proto.Equal(rt, j.rt) {
+		return nil
+	}
+	if err := checkJobTransition(j.rt.State, rt.State); err != nil {
+		return err
+	}
+	b, _ := proto.Marshal(rt)
+	rev, err := m.store.Txn(ctx, store.Put(jobRuntimeKey(j.id), b, j.rev))
+	if err != nil {
+		return fmt.Errorf("store job %s runtime: %w", j.id, err)
+	}
+	metrics.StoreWrites.WithLabelValues("job").Inc()
+	j.rt, j.rev = rt, rev
+	j.goalKilled.Store(rt.GoalState == pelotonv1.JobState_JOB_KILLED)
+	return nil
+}
+
+// CancelJob kills every instance of a job. Cancelling a finished job is a no-op.
+func (m *Manager) CancelJob(ctx context.Context, id string) error {
+	j, err := m.getJob(id)
+	if err != nil {
+		return err
+	}
+	err = m.updateJobRuntime(ctx, j, func(rt *pelotonv1.JobStatus) error {
+		if isJobTerminal(rt.State) {
+			return nil
+		}
+		rt.GoalState = pelotonv1.JobState_JOB_KILLED
+		rt.State = pelotonv1.JobState_JOB_KILLING
+		rt.Message = "cancelled by user"
+		return nil
+	})
+	if err != nil {
+		return apierr.Unavailable("%v", err)
+	}
+	m.queue.Add(id)
+	return nil
+}
+
+// DeleteJob removes a finished job and all its records. The job's runtime
+// record goes first in one transaction, so the job vanishes atomically; task
+// and spec records are removed after it (and, should the process die in
+// between, swept as orphans at the next start).
+func (m *Manager) DeleteJob(ctx context.Context, id string) error {
+	j, err := m.getJob(id)
+	if err != nil {
+		return err
+	}
+	j.mu.Lock()
+	state, rev := j.rt.State, j.rev
+	j.mu.Unlock()
+	if !isJobTerminal(state) {
+		return apierr.FailedPrecondition("job %s is %s; cancel it and wait for it to finish before deleting", id, state)
+	}
+	if _, err := m.store.Txn(ctx, store.Delete(jobRuntimeKey(id), rev)); err != nil {
+		if errors.Is(err, store.ErrConflict) {
+			return apierr.Aborted("job %s changed concurrently; retry", id)
+		}
+		return apierr.Unavailable("delete job %s: %v", id, err)
+	}
+	m.mu.Lock()
+	delete(m.jobs, id)
+	m.mu.Unlock()
+	for inst := range j.tasks {
+		m.rm.Release(id, uint32(inst))
+	}
+	m.sweep(ctx, id)
+	m.log.Info("job deleted", "job", id)
+	return nil
+}
+
+// sweep deletes every record under a job's prefixes.
+func (m *Manager) sweep(ctx context.Context, id string) {
+	for _, prefix := range []string{taskPrefix(id), jobPrefix(id)} {
+		kvs, err := m.store.List(ctx, prefix)
+		if err != nil {
+			m.log.Warn("sweep job records", "job", id, "err", err)
+			return
+		}
+		var wg sync.WaitGroup
+		for _, kv := range kvs {
+			wg.Add(1)
+			go func(key string) {
+				defer wg.Done()
+				if _, err := m.batcher.Write(ctx, store.Delete(key, store.AnyRevision)); err != nil {
+					m.log.Warn("sweep record", "key", key, "err", err)
+				}
+			}(kv.Key)
+		}
+		wg.Wait()
+	}
+}
+
+// RestartJob starts a new run of the given instances (default: every
+// instance that has not succeeded). Running instances are killed first.
+func (m *Manager) RestartJob(ctx context.Context, id string, instances []uint32) error {
+	j, err := m.getJob(id)
+	if err != nil {
+		return err
+	}
+	for i, inst := range instances {
+		if inst >= j.spec.InstanceCount {
+			return apierr.Invalid(fmt.Sprintf("instances[%d]", i), "instance %d does not exist: the job has %d", inst, j.spec.InstanceCount)
+		}
+	}
+	j.mu.Lock()
+	state := j.rt.State
+	j.mu.Unlock()
+	if state == pelotonv1.JobState_JOB_INITIALIZED {
+		return apierr.FailedPrecondition("job %s is still creating its tasks; retry in a moment", id)
+	}
+	err = m.updateJobRuntime(ctx, j, func(rt *pelotonv1.JobStatus) error {
+		rt.GoalState = pelotonv1.JobState_JOB_SUCCEEDED
+		rt.Message = "restarted by user"
+		if isJobTerminal(rt.State) || rt.State == pelotonv1.JobState_JOB_KILLING {
+			rt.State = pelotonv1.JobState_JOB_PENDING
+			rt.CompletionTime = nil
+		}
+		return nil
+	})
+	if err != nil {
+		return apierr.Unavailable("%v", err)
+	}
+	explicit := len(instances) > 0
+	if !explicit {
+		for i := range j.tasks {
+			instances = append(instances, uint32(i))
+		}
+	}
+	for _, inst := range instances {
+		t := j.tasks[inst]
+		if t == nil {
+			continue
+		}
+		var kill string
+		var grace time.Duration
+		err := m.updateTask(ctx, j, inst, func(rt *pelotonv1.TaskStatus) error {
+			if !explicit && rt.State == stSucceeded {
+				return errSkip
+			}
+			switch {
+			case isTerminal(rt.State):
+				newRun(rt, rt.RunId+1, "restarted by user")
+				rt.FailureCount = 0
+			case isActive(rt.State):
+				rt.DesiredRunId = rt.RunId + 1
+				rt.GoalState = m.taskGoal(j)
+				if rt.State != stKilling {
+					rt.State, rt.Reason, rt.Message = stKilling, "restarting", "killing the current run to restart"
+				}
+				kill, grace = resmgr.RunTaskID(j.id, inst, rt.RunId), m.killGrace(j, inst)
+			default: // initialized or pending: it will run anyway
+				rt.GoalState = m.taskGoal(j)
+			}
+			return nil
+		})
+		if err != nil && !errors.Is(err, errSkip) {
+			return apierr.Unavailable("%v", err)
+		}
+		if kill != "" {
+			m.killRun(ctx, j, inst, kill, grace)
+		}
+	}
+	m.queue.Add(id)
+	return nil
+}
+
+func (m *Manager) taskGoal(j *job) ts {
+	if j.goalKilled.Load() {
+		return stKilled
+	}
+	return stSucceeded
+}
+
+func (m *Manager) killGrace(j *job, inst uint32) time.Duration {
+	g := instanceSpec(j.spec, inst).KillGracePeriodSeconds
+	if g == 0 {
+		g = DefaultKillGrace
+	}
+	return time.Duration(g) * time.Second
+}
+
+// newRun turns rt into the INITIALIZED start of run `run`.
+func newRun(rt *pelotonv1.TaskStatus, run uint32, message string) {
+	rt.State = stInitialized
+	rt.RunId = run
+	rt.DesiredRunId = 0
+	rt.Host = ""
+	rt.ExitCode = 0
+	rt.Reason = ""
+	rt.Message = message
+	rt.StartTime = nil
+	rt.CompletionTime = nil
+}
+
+var errSkip = errors.New("skip")
+
+// updateTask applies fn to a copy of an instance's runtime under the task's
+// lock, checks the transition against the table, stores it through the group
+// committer with compare-and-swap, and keeps the job's counts in step. fn may
+// return errSkip to change nothing.
+func (m *Manager) updateTask(ctx context.Context, j *job, inst uint32, fn func(rt *pelotonv1.TaskStatus) error) error {
+	t := j.tasks[inst]
+	if t == nil {
+		return fmt.Errorf("jobmgr: instance %d of job %s has no task yet", inst, j.id)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	rt := proto.Clone(t.rt).(*pelotonv1.TaskStatus)
+	if err := fn(rt); err != nil {
+		return err
+	}
+	if err := checkTransition(t.rt.State, rt.State); err != nil {
+		return err
+	}
+	rt.UpdateTime = timestamppb.New(m.now())
+	b, _ := proto.Marshal(rt)
+	rev, err := m.batcher.Write(ctx, store.Put(taskKey(j.id, inst), b, t.rev))
+	if err != nil {
+		return fmt.Errorf("store task %s/%d: %w", j.id, inst, err)
+	}
+	metrics.StoreWrites.WithLabelValues("task").Inc()
+	if rt.State != t.rt.State {
+		j.counts[t.rt.State].Add(-1)
+		j.counts[rt.State].Add(1)
+		metrics.TaskTransitions.WithLabelValues(rt.State.String()).Inc()
+	}
+	t.rt, t.rev = rt, rev
+	return nil
+}
+
+// taskProto renders one instance for the API, overlaying resmgr's live state
+// (READY, PLACING, PLACED and why it waits) on a PENDING task.
+func (m *Manager) taskProto(j *job, inst uint32, withSpec bool) *pelotonv1.Task {
+	out := &pelotonv1.Task{JobId: j.id, InstanceId: inst}
+	t := j.tasks[inst]
+	if t == nil {
+		out.Status = &pelotonv1.TaskStatus{State: stInitialized, Message: "task not created yet"}
+	} else {
+		t.mu.Lock()
+		out.Status = proto.Clone(t.rt).(*pelotonv1.TaskStatus)
+		t.mu.Unlock()
+	}
+	if out.Status.State == stPending {
+		if st, reason, ok := m.rm.TaskState(j.id, inst); ok {
+			if st == stReady || st == stPlacing || st == stPlaced {
+				out.Status.State = st
+			}
+			out.Status.PendingReason = reason
+		}
+	}
+	out.TaskId = resmgr.RunTaskID(j.id, inst, out.Status.RunId)
+	if withSpec {
+		out.Spec = instanceSpec(j.spec, inst)
+	}
+	return out
+}
+
+// ListTasks returns a job's instances, optionally only those in some states.
+func (m *Manager) ListTasks(jobID string, states []pelotonv1.TaskState) ([]*pelotonv1.Task, error) {
+	j, err := m.getJob(jobID)
+	if err != nil {
+		return nil, err
+	}
+	want := map[pelotonv1.TaskState]bool{}
+	for _, s := range states {
+		want[s] = true
+	}
+	out := make([]*pelotonv1.Task, 0, len(j.tasks))
+	for i := range j.tasks {
+		tp := m.taskProto(j, uint32(i), false)
+		if len(want) > 0 && !want[tp.Status.State] {
+			continue
+		}
+		out = append(out, tp)
+	}
+	return out, nil
+}
+
+// GetTask returns one instance with its effective spec.
+func (m *Manager) GetTask(jobID string, inst uint32) (*pelotonv1.Task, error) {
+	j, err := m.getJob(jobID)
+	if err != nil {
+		return nil, err
+	}
+	if inst >= j.spec.InstanceCount {
+		return nil, apierr.NotFound("job %s has no instance %d (instanceCount %d)", jobID, inst, j.spec.InstanceCount)
+	}
+	return m.taskProto(j, inst, true), nil
+}
+
+// KillTask kills one instance; it ends KILLED and is not retried.
+func (m *Manager) KillTask(ctx context.Context, jobID string, inst uint32) error {
+	j, err := m.getJob(jobID)
+	if err != nil {
+		return err
+	}
+	if inst >= j.spec.InstanceCount {
+		return apierr.NotFound("job %s has no instance %d (instanceCount %d)", jobID, inst, j.spec.InstanceCount)
+	}
+	if j.tasks[inst] == nil {
+		return apierr.FailedPrecondition("job %s is still creating its tasks; retry in a moment", jobID)
+	}
+	if err := m.killInstance(ctx, j, inst, "killed-by-user"); err != nil {
+		return apierr.Unavailable("%v", err)
+	}
+	m.queue.Add(jobID)
+	return nil
+}
+
+// killInstance drives one instance to KILLED: at once if it holds no host,
+// through KILLING and the backend otherwise.
+func (m *Manager) killInstance(ctx context.Context, j *job, inst uint32, reason string) error {
+	var kill string
+	err := m.updateTask(ctx, j, inst, func(rt *pelotonv1.TaskStatus) error {
+		rt.GoalState = stKilled
+		rt.DesiredRunId = 0
+		switch {
+		case isTerminal(rt.State):
+			return errSkip
+		case isActive(rt.State):
+			if rt.State != stKilling {
+				rt.State, rt.Reason = stKilling, reason
+			}
+			kill = resmgr.RunTaskID(j.id, inst, rt.RunId)
+		default:
+			m.rm.Release(j.id, inst)
+			rt.State, rt.Reason = stKilled, reason
+			rt.CompletionTime = timestamppb.New(m.now())
+		}
+		return nil
+	})
+	if errors.Is(err, errSkip) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if kill != "" {
+		m.killRun(ctx, j, inst, kill, m.killGrace(j, inst))
+	}
+	return nil
+}
+
+// killRun asks the backend to stop a run. A run the backend does not know
+// (it vanished with a restart) is reported as lost, which ends it.
+func (m *Manager) killRun(ctx context.Context, j *job, inst uint32, taskID string, grace time.Duration) {
+	err := m.hm.Kill(ctx, taskID, grace)
+	if errors.Is(err, hostmgr.ErrUnknownTask) {
+		m.handleEvent(ctx, hostmgr.TaskEvent{TaskID: taskID, State: stLost, Reason: "unknown-to-backend", Message: "the backend no longer knows this run", Time: m.now()})
+		return
+	}
+	if err != nil {
+		m.log.Warn("kill failed; will retry", "task", taskID, "err", err)
+		time.AfterFunc(time.Second, func() { m.killRun(context.Background(), j, inst, taskID, grace) })
+	}
+}
+
+// Logs opens the output of one run of an instance (run 0 = the current run).
+func (m *Manager) Logs(ctx context.Context, jobID string, inst, run uint32, stream pelotonv1.LogStream, follow bool) (interface {
+	Read([]byte) (int, error)
+	Close() error
+}, error) {
+	j, err := m.getJob(jobID)
+	if err != nil {
+		return nil, err
+	}
+	if inst >= j.spec.InstanceCount {
+		return nil, apierr.NotFound("job %s has no instance %d (instanceCount %d)", jobID, inst, j.spec.InstanceCount)
+	}
+	t := j.tasks[inst]
+	if t == nil {
+		return nil, apierr.FailedPrecondition("instance %d of job %s has not started yet", inst, jobID)
+	}
+	t.mu.Lock()
+	cur, state, host := t.rt.RunId, t.rt.State, t.rt.Host
+	t.mu.Unlock()
+	if run == 0 {
+		run = cur
+		if host == "" && !isActive(state) && run > 1 {
+			run-- // a new run that has not started yet: show the last one that did
+		}
+	}
+	if run > cur {
+		return nil, apierr.NotFound("instance %d of job %s has no run %d yet (current run %d)", inst, jobID, run, cur)
+	}
+	rc, err := m.hm.Logs(ctx, resmgr.RunTaskID(jobID, inst, run), stream, follow)
+	if errors.Is(err, hostmgr.ErrUnknownTask) {
+		return nil, apierr.NotFound("no output for run %d of instance %d of job %s (it has not started, or its host is gone)", run, inst, jobID)
+	}
+	if err != nil {
+		return nil, apierr.Unavailable("open logs: %v", err)
+	}
+	return rc, nil
+}
+
+// parseTaskID splits <jobID>-<instance>-<run>.
+func parseTaskID(id string) (jobID string, inst, run uint32, ok bool) {
+	i := strings.LastIndexByte(id, '-')
+	if i < 0 {
+		return "", 0, 0, false
+	}
+	r, err := strconv.ParseUint(id[i+1:], 10, 32)
+	if err != nil {
+		return "", 0, 0, false
+	}
+	k := strings.LastIndexByte(id[:i], '-')
+	if k < 0 {
+		return "", 0, 0, false
+	}
+	n, err := strconv.ParseUint(id[k+1:i], 10, 32)
+	if err != nil {
+		return "", 0, 0, false
+	}
+	return id[:k], uint32(n), uint32(r), true
+}

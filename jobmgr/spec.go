@@ -1,0 +1,181 @@
+package jobmgr
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/klauspost/compress/zstd"
+	"github.com/peloton-sched/peloton/internal/apierr"
+	"github.com/peloton-sched/peloton/internal/resources"
+	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+	"google.golang.org/protobuf/proto"
+)
+
+// MaxInstances is the most instances one job may have.
+const MaxInstances = 100000
+
+// MaxNameLength bounds job names.
+const MaxNameLength = 253
+
+// DefaultKillGrace is the time between SIGTERM and SIGKILL when a task
+// does not set killGracePeriodSeconds.
+const DefaultKillGrace = 10
+
+var (
+	zenc, _ = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedDefault))
+	zdec, _ = zstd.NewReader(nil)
+)
+
+func encodeSpec(s *pelotonv1.JobSpec) ([]byte, error) {
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(s)
+	if err != nil {
+		return nil, err
+	}
+	return zenc.EncodeAll(b, nil), nil
+}
+
+func decodeSpec(b []byte) (*pelotonv1.JobSpec, error) {
+	raw, err := zdec.DecodeAll(b, nil)
+	if err != nil {
+		return nil, fmt.Errorf("decompress job spec: %w", err)
+	}
+	s := &pelotonv1.JobSpec{}
+	return s, proto.Unmarshal(raw, s)
+}
+
+// mergeTaskSpec returns def with the fields o sets replacing def's. env is
+// merged key by key; every other field is replaced whole.
+func mergeTaskSpec(def, o *pelotonv1.TaskSpec) *pelotonv1.TaskSpec {
+	out := proto.Clone(def).(*pelotonv1.TaskSpec)
+	if def == nil {
+		out = &pelotonv1.TaskSpec{}
+	}
+	if o == nil {
+		return out
+	}
+	if len(o.Command) > 0 {
+		out.Command = append([]string(nil), o.Command...)
+	}
+	if len(o.Env) > 0 {
+		if out.Env == nil {
+			out.Env = map[string]string{}
+		}
+		for k, v := range o.Env {
+			out.Env[k] = v
+		}
+	}
+	if o.Image != "" {
+		out.Image = o.Image
+	}
+	if o.Resources != nil {
+		out.Resources = proto.Clone(o.Resources).(*pelotonv1.Resources)
+	}
+	if o.RestartPolicy != nil {
+		out.RestartPolicy = proto.Clone(o.RestartPolicy).(*pelotonv1.RestartPolicy)
+	}
+	if o.KillGracePeriodSeconds != 0 {
+		out.KillGracePeriodSeconds = o.KillGracePeriodSeconds
+	}
+	return out
+}
+
+// instanceSpec is the effective spec of one instance.
+func instanceSpec(s *pelotonv1.JobSpec, inst uint32) *pelotonv1.TaskSpec {
+	return mergeTaskSpec(s.DefaultSpec, s.InstanceSpecs[inst])
+}
+
+// validateTaskSpec checks one effective task spec. field is its path.
+func validateTaskSpec(t *pelotonv1.TaskSpec, field string, largest resources.Resources) (resources.Resources, error) {
+	if len(t.Command) == 0 || t.Command[0] == "" {
+		return resources.Resources{}, apierr.Invalid(field+".command", "required: the argv of the process to run")
+	}
+	for k := range t.Env {
+		if k == "" {
+			return resources.Resources{}, apierr.Invalid(field+".env", "variable names must not be empty")
+		}
+	}
+	r, err := resources.FromProto(t.Resources, field+".resources")
+	if err != nil {
+		return r, apierr.Invalid(err.(*resources.FieldError).Field, "%s", err.(*resources.FieldError).Reason)
+	}
+	if r.MilliCPU == 0 {
+		return r, apierr.Invalid(field+".resources.cpu", "must be > 0")
+	}
+	if r.MemoryMB == 0 {
+		return r, apierr.Invalid(field+".resources.memoryMb", "must be > 0")
+	}
+	for k := resources.Kind(0); k < resources.NumKinds; k++ {
+		if r.Get(k) > largest.Get(k) {
+			return r, apierr.Invalid(field+".resources."+k.String(),
+				"asks for %d but the largest host has %d (%s); the task could never run", r.Get(k), largest.Get(k), largest)
+		}
+	}
+	if t.KillGracePeriodSeconds > 3600 {
+		return r, apierr.Invalid(field+".killGracePeriodSeconds", "at most 3600, got %d", t.KillGracePeriodSeconds)
+	}
+	return r, nil
+}
+
+// validateJobSpec checks everything about a spec that does not need the pool
+// tree. largest is the per-kind maximum host capacity.
+func validateJobSpec(s *pelotonv1.JobSpec, largest resources.Resources) error {
+	if s == nil {
+		return apierr.Invalid("spec", "required")
+	}
+	if s.Name == "" {
+		return apierr.Invalid("spec.name", "required")
+	}
+	if len(s.Name) > MaxNameLength {
+		return apierr.Invalid("spec.name", "at most %d characters, got %d", MaxNameLength, len(s.Name))
+	}
+	switch s.Type {
+	case pelotonv1.JobType_BATCH:
+	case pelotonv1.JobType_JOB_TYPE_UNSPECIFIED:
+		return apierr.Invalid("spec.type", "required: one of BATCH, SERVICE, STATEFUL, DAEMON")
+	default:
+		return apierr.Invalid("spec.type", "%s jobs are not supported by this version; only BATCH is", s.Type)
+	}
+	if s.Pool == "" {
+		return apierr.Invalid("spec.pool", "required: the path of a leaf resource pool, e.g. /default")
+	}
+	if s.InstanceCount == 0 {
+		return apierr.Invalid("spec.instanceCount", "must be > 0")
+	}
+	if s.InstanceCount > MaxInstances {
+		return apierr.Invalid("spec.instanceCount", "at most %d, got %d", MaxInstances, s.InstanceCount)
+	}
+	if s.Sla != nil && s.Sla.MinimumRunningInstances > s.InstanceCount {
+		return apierr.Invalid("spec.sla.minimumRunningInstances", "must be <= instanceCount %d, got %d", s.InstanceCount, s.Sla.MinimumRunningInstances)
+	}
+	if s.DefaultSpec == nil {
+		s.DefaultSpec = &pelotonv1.TaskSpec{}
+	}
+	keys := make([]uint32, 0, len(s.InstanceSpecs))
+	for k := range s.InstanceSpecs {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i] < keys[j] })
+	for _, k := range keys {
+		if k >= s.InstanceCount {
+			return apierr.Invalid(fmt.Sprintf("spec.instanceSpecs.%d", k), "instance %d does not exist: instanceCount is %d", k, s.InstanceCount)
+		}
+	}
+	// The default applies to every instance without an override that sets the
+	// field, so check it whenever some instance uses it.
+	needDefault := len(keys) < int(s.InstanceCount)
+	if needDefault {
+		if _, err := validateTaskSpec(s.DefaultSpec, "spec.defaultSpec", largest); err != nil {
+			return err
+		}
+	}
+	for _, k := range keys {
+		field := fmt.Sprintf("spec.instanceSpecs.%d", k)
+		eff := mergeTaskSpec(s.DefaultSpec, s.InstanceSpecs[k])
+		if _, err := validateTaskSpec(eff, field, largest); err != nil {
+			// Name the field where the user wrote the bad value: the override if
+			// it set that field, else the default.
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,112 @@
+package jobmgr
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/peloton-sched/peloton/internal/resources"
+	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+)
+
+// jobBuilder builds specs for tests: MakeJob("x").Instances(3).Obj().
+type jobBuilder struct{ s *pelotonv1.JobSpec }
+
+func MakeJob(name string) *jobBuilder {
+	return &jobBuilder{&pelotonv1.JobSpec{
+		Name: name, Type: pelotonv1.JobType_BATCH, Pool: "/default", InstanceCount: 1,
+		DefaultSpec: &pelotonv1.TaskSpec{
+			Command:   []string{"/bin/true"},
+			Resources: &pelotonv1.Resources{Cpu: 0.1, MemoryMb: 32},
+		},
+	}}
+}
+func (b *jobBuilder) Instances(n uint32) *jobBuilder { b.s.InstanceCount = n; return b }
+func (b *jobBuilder) Command(c ...string) *jobBuilder {
+	b.s.DefaultSpec.Command = c
+	return b
+}
+func (b *jobBuilder) CPU(c float64) *jobBuilder { b.s.DefaultSpec.Resources.Cpu = c; return b }
+func (b *jobBuilder) Override(i uint32, t *pelotonv1.TaskSpec) *jobBuilder {
+	if b.s.InstanceSpecs == nil {
+		b.s.InstanceSpecs = map[uint32]*pelotonv1.TaskSpec{}
+	}
+	b.s.InstanceSpecs[i] = t
+	return b
+}
+func (b *jobBuilder) With(fn func(*pelotonv1.JobSpec)) *jobBuilder { fn(b.s); return b }
+func (b *jobBuilder) Obj() *pelotonv1.JobSpec                      { return b.s }
+
+var bigHost = resources.Resources{MilliCPU: 8000, MemoryMB: 16384, DiskMB: 100000}
+
+func TestValidateJobSpec(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		spec  *pelotonv1.JobSpec
+		field string // "" = valid
+	}{
+		{"valid", MakeJob("ok").Instances(3).Obj(), ""},
+		{"nil", nil, "spec"},
+		{"no name", MakeJob("").Obj(), "spec.name"},
+		{"no type", MakeJob("x").With(func(s *pelotonv1.JobSpec) { s.Type = 0 }).Obj(), "spec.type"},
+		{"service not yet", MakeJob("x").With(func(s *pelotonv1.JobSpec) { s.Type = pelotonv1.JobType_SERVICE }).Obj(), "spec.type"},
+		{"no pool", MakeJob("x").With(func(s *pelotonv1.JobSpec) { s.Pool = "" }).Obj(), "spec.pool"},
+		{"zero instances", MakeJob("x").Instances(0).Obj(), "spec.instanceCount"},
+		{"too many instances", MakeJob("x").Instances(MaxInstances + 1).Obj(), "spec.instanceCount"},
+		{"missing command", MakeJob("x").Command().Obj(), "spec.defaultSpec.command"},
+		{"negative cpu", MakeJob("x").CPU(-1).Obj(), "spec.defaultSpec.resources.cpu"},
+		{"zero cpu", MakeJob("x").CPU(0).Obj(), "spec.defaultSpec.resources.cpu"},
+		{"bigger than any host", MakeJob("x").CPU(64).Obj(), "spec.defaultSpec.resources.cpu"},
+		{"override out of range", MakeJob("x").Instances(2).Override(5, &pelotonv1.TaskSpec{Command: []string{"x"}}).Obj(), "spec.instanceSpecs.5"},
+		{"override bad memory", MakeJob("x").Instances(2).Override(1, &pelotonv1.TaskSpec{Resources: &pelotonv1.Resources{Cpu: 1, MemoryMb: -5}}).Obj(), "spec.instanceSpecs.1.resources.memoryMb"},
+		{"every instance overridden, no default command", MakeJob("x").Instances(1).Command().Override(0, &pelotonv1.TaskSpec{Command: []string{"echo"}}).Obj(), ""},
+		{"gang larger than job", MakeJob("x").Instances(2).With(func(s *pelotonv1.JobSpec) { s.Sla = &pelotonv1.SlaSpec{MinimumRunningInstances: 3} }).Obj(), "spec.sla.minimumRunningInstances"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := validateJobSpec(tc.spec, bigHost)
+			if tc.field == "" {
+				if err != nil {
+					t.Fatalf("unexpected error: %v", err)
+				}
+				return
+			}
+			if status.Code(err) != codes.InvalidArgument {
+				t.Fatalf("want InvalidArgument, got %v", err)
+			}
+			if msg := status.Convert(err).Message(); !strings.HasPrefix(msg, tc.field+":") {
+				t.Fatalf("error %q does not start with field %q", msg, tc.field)
+			}
+		})
+	}
+}
+
+func TestMergeTaskSpec(t *testing.T) {
+	def := &pelotonv1.TaskSpec{Command: []string{"a"}, Env: map[string]string{"A": "1", "B": "2"}, Image: "img:1",
+		Resources: &pelotonv1.Resources{Cpu: 1, MemoryMb: 10}, RestartPolicy: &pelotonv1.RestartPolicy{MaxFailures: 2}}
+	got := mergeTaskSpec(def, &pelotonv1.TaskSpec{Command: []string{"b"}, Env: map[string]string{"B": "3", "C": "4"}})
+	want := &pelotonv1.TaskSpec{Command: []string{"b"}, Env: map[string]string{"A": "1", "B": "3", "C": "4"}, Image: "img:1",
+		Resources: &pelotonv1.Resources{Cpu: 1, MemoryMb: 10}, RestartPolicy: &pelotonv1.RestartPolicy{MaxFailures: 2}}
+	if !proto.Equal(got, want) {
+		t.Fatalf("merge:\n got %v\nwant %v", got, want)
+	}
+	if def.Env["B"] != "2" || def.Command[0] != "a" {
+		t.Fatal("merge modified the default spec")
+	}
+}
+
+func TestSpecCompressionRoundTrip(t *testing.T) {
+	s := MakeJob("big").Instances(1000).Obj()
+	for i := uint32(0); i < 1000; i += 10 {
+		s = MakeJob("big").Instances(1000).Override(i, &pelotonv1.TaskSpec{Command: []string{"echo", "override"}}).Obj()
+	}
+	b, err := encodeSpec(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := decodeSpec(b)
+	if err != nil || !proto.Equal(got, s) {
+		t.Fatalf("round trip failed: %v", err)
+	}
+}

@@ -1,0 +1,121 @@
+package jobmgr
+
+import (
+	"fmt"
+
+	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+)
+
+type ts = pelotonv1.TaskState
+
+const (
+	stInitialized = pelotonv1.TaskState_INITIALIZED
+	stPending     = pelotonv1.TaskState_PENDING
+	stReady       = pelotonv1.TaskState_READY
+	stPlacing     = pelotonv1.TaskState_PLACING
+	stPlaced      = pelotonv1.TaskState_PLACED
+	stLaunching   = pelotonv1.TaskState_LAUNCHING
+	stLaunched    = pelotonv1.TaskState_LAUNCHED
+	stStarting    = pelotonv1.TaskState_STARTING
+	stRunning     = pelotonv1.TaskState_RUNNING
+	stSucceeded   = pelotonv1.TaskState_SUCCEEDED
+	stFailed      = pelotonv1.TaskState_FAILED
+	stLost        = pelotonv1.TaskState_LOST
+	stKilled      = pelotonv1.TaskState_KILLED
+	stPreempting  = pelotonv1.TaskState_PREEMPTING
+	stKilling     = pelotonv1.TaskState_KILLING
+)
+
+// taskTransitions is the one table of legal task state changes. A run moves
+// forward through it; a terminal state goes back to INITIALIZED only to start
+// a new run (retry, restart), which bumps the run ID. READY, PLACING and
+// PLACED are held in resmgr's memory, not in the store, but are listed so the
+// table describes the whole lifecycle.
+var taskTransitions = map[ts][]ts{
+	stInitialized: {stPending, stKilled},
+	stPending:     {stReady, stPlacing, stPlaced, stLaunching, stLaunched, stKilled, stInitialized},
+	stReady:       {stPlacing, stPending, stKilled},
+	stPlacing:     {stPlaced, stReady, stKilled},
+	stPlaced:      {stLaunching, stLaunched, stReady, stKilled},
+	stLaunching:   {stLaunched, stFailed, stKilled, stLost, stInitialized},
+	stLaunched:    {stStarting, stRunning, stSucceeded, stFailed, stLost, stKilling, stKilled, stPreempting, stInitialized},
+	stStarting:    {stRunning, stSucceeded, stFailed, stLost, stKilling, stKilled, stPreempting, stInitialized},
+	stRunning:     {stSucceeded, stFailed, stLost, stKilling, stKilled, stPreempting, stInitialized},
+	stKilling:     {stKilled, stSucceeded, stFailed, stLost, stInitialized},
+	stPreempting:  {stPending, stKilled, stInitialized, stSucceeded, stFailed, stLost},
+	stSucceeded:   {stInitialized},
+	stFailed:      {stInitialized},
+	stLost:        {stInitialized, stKilled},
+	stKilled:      {stInitialized},
+}
+
+var legal = func() map[[2]ts]bool {
+	m := map[[2]ts]bool{}
+	for from, tos := range taskTransitions {
+		for _, to := range tos {
+			m[[2]ts{from, to}] = true
+		}
+	}
+	return m
+}()
+
+// checkTransition returns an error if from -> to is not in the table. Staying
+// in the same state is always allowed (an update of other fields).
+func checkTransition(from, to ts) error {
+	if from == to || legal[[2]ts{from, to}] {
+		return nil
+	}
+	return fmt.Errorf("jobmgr: illegal task transition %s -> %s", from, to)
+}
+
+// isTerminal reports whether a run has ended.
+func isTerminal(s ts) bool {
+	switch s {
+	case stSucceeded, stFailed, stLost, stKilled:
+		return true
+	}
+	return false
+}
+
+// isActive reports whether a run holds a host (launched and not yet ended).
+func isActive(s ts) bool {
+	switch s {
+	case stLaunching, stLaunched, stStarting, stRunning, stKilling, stPreempting:
+		return true
+	}
+	return false
+}
+
+type js = pelotonv1.JobState
+
+// jobTransitions is the table of legal job state changes. Restart takes a
+// finished job back to PENDING.
+var jobTransitions = map[js][]js{
+	pelotonv1.JobState_JOB_INITIALIZED: {pelotonv1.JobState_JOB_PENDING, pelotonv1.JobState_JOB_KILLING, pelotonv1.JobState_JOB_KILLED},
+	pelotonv1.JobState_JOB_PENDING:     {pelotonv1.JobState_JOB_RUNNING, pelotonv1.JobState_JOB_SUCCEEDED, pelotonv1.JobState_JOB_FAILED, pelotonv1.JobState_JOB_KILLING, pelotonv1.JobState_JOB_KILLED},
+	pelotonv1.JobState_JOB_RUNNING:     {pelotonv1.JobState_JOB_PENDING, pelotonv1.JobState_JOB_SUCCEEDED, pelotonv1.JobState_JOB_FAILED, pelotonv1.JobState_JOB_KILLING, pelotonv1.JobState_JOB_KILLED},
+	pelotonv1.JobState_JOB_KILLING:     {pelotonv1.JobState_JOB_KILLED, pelotonv1.JobState_JOB_SUCCEEDED, pelotonv1.JobState_JOB_FAILED, pelotonv1.JobState_JOB_PENDING, pelotonv1.JobState_JOB_RUNNING},
+	pelotonv1.JobState_JOB_SUCCEEDED:   {pelotonv1.JobState_JOB_PENDING, pelotonv1.JobState_JOB_RUNNING},
+	pelotonv1.JobState_JOB_FAILED:      {pelotonv1.JobState_JOB_PENDING, pelotonv1.JobState_JOB_RUNNING},
+	pelotonv1.JobState_JOB_KILLED:      {pelotonv1.JobState_JOB_PENDING, pelotonv1.JobState_JOB_RUNNING},
+}
+
+func checkJobTransition(from, to js) error {
+	if from == to {
+		return nil
+	}
+	for _, x := range jobTransitions[from] {
+		if x == to {
+			return nil
+		}
+	}
+	return fmt.Errorf("jobmgr: illegal job transition %s -> %s", from, to)
+}
+
+func isJobTerminal(s js) bool {
+	switch s {
+	case pelotonv1.JobState_JOB_SUCCEEDED, pelotonv1.JobState_JOB_FAILED, pelotonv1.JobState_JOB_KILLED:
+		return true
+	}
+	return false
+}

@@ -1,0 +1,124 @@
+package jobmgr
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"testing"
+
+	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+// renderTable prints the task and job transition tables one edge per line,
+// so a change to either shows up as a reviewed diff of the golden file.
+func renderTable() string {
+	var b strings.Builder
+	b.WriteString("# task transitions\n")
+	var froms []int
+	for f := range taskTransitions {
+		froms = append(froms, int(f))
+	}
+	sort.Ints(froms)
+	for _, f := range froms {
+		var tos []string
+		for _, t := range taskTransitions[ts(f)] {
+			tos = append(tos, t.String())
+		}
+		fmt.Fprintf(&b, "%s -> %s\n", ts(f), strings.Join(tos, " "))
+	}
+	b.WriteString("# job transitions\n")
+	froms = froms[:0]
+	for f := range jobTransitions {
+		froms = append(froms, int(f))
+	}
+	sort.Ints(froms)
+	for _, f := range froms {
+		var tos []string
+		for _, t := range jobTransitions[js(f)] {
+			tos = append(tos, t.String())
+		}
+		fmt.Fprintf(&b, "%s -> %s\n", js(f), strings.Join(tos, " "))
+	}
+	return b.String()
+}
+
+func TestTransitionTablesGolden(t *testing.T) {
+	got := renderTable()
+	const path = "testdata/transitions.golden"
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to create it)", err)
+	}
+	if got != string(want) {
+		t.Errorf("transition tables changed; review and run `go test ./jobmgr -run Golden -update`.\ngot:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+func TestEveryTaskStateHasARow(t *testing.T) {
+	for v := range pelotonv1.TaskState_name {
+		s := ts(v)
+		if s == pelotonv1.TaskState_TASK_STATE_UNSPECIFIED {
+			continue
+		}
+		if _, ok := taskTransitions[s]; !ok {
+			t.Errorf("task state %s has no row in the transition table", s)
+		}
+	}
+	for v := range pelotonv1.JobState_name {
+		s := js(v)
+		if s == pelotonv1.JobState_JOB_STATE_UNSPECIFIED {
+			continue
+		}
+		if _, ok := jobTransitions[s]; !ok {
+			t.Errorf("job state %s has no row in the transition table", s)
+		}
+	}
+}
+
+func TestCheckTransition(t *testing.T) {
+	for _, tc := range []struct {
+		from, to ts
+		ok       bool
+	}{
+		{stInitialized, stPending, true},
+		{stPending, stLaunched, true},
+		{stLaunched, stRunning, true},
+		{stRunning, stSucceeded, true},
+		{stRunning, stRunning, true}, // same state: field update
+		{stSucceeded, stInitialized, true},
+		{stSucceeded, stRunning, false},
+		{stInitialized, stRunning, false},
+		{stKilled, stPending, false},
+		{stFailed, stSucceeded, false},
+	} {
+		err := checkTransition(tc.from, tc.to)
+		if (err == nil) != tc.ok {
+			t.Errorf("%s -> %s: err=%v, want ok=%v", tc.from, tc.to, err, tc.ok)
+		}
+	}
+	if err := checkJobTransition(pelotonv1.JobState_JOB_SUCCEEDED, pelotonv1.JobState_JOB_KILLING); err == nil {
+		t.Error("JOB_SUCCEEDED -> JOB_KILLING must be illegal")
+	}
+}
+
+func TestParseTaskID(t *testing.T) {
+	id := "0b9c2f1e-5c8a-4d7e-9f00-1234567890ab"
+	j, i, r, ok := parseTaskID(id + "-12-3")
+	if !ok || j != id || i != 12 || r != 3 {
+		t.Fatalf("got %q %d %d %v", j, i, r, ok)
+	}
+	for _, bad := range []string{"", "x", "x-1", "x-a-1", "x-1-b"} {
+		if _, _, _, ok := parseTaskID(bad); ok {
+			t.Errorf("parseTaskID(%q) accepted", bad)
+		}
+	}
+}

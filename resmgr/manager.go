@@ -1,0 +1,720 @@
+package resmgr
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/peloton-sched/peloton/internal/apierr"
+	"github.com/peloton-sched/peloton/internal/metrics"
+	"github.com/peloton-sched/peloton/internal/resources"
+	"github.com/peloton-sched/peloton/internal/store"
+	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+)
+
+const poolKeyPrefix = "pools"
+
+// RunTaskID names one run of one instance.
+func RunTaskID(jobID string, instance, run uint32) string {
+	return fmt.Sprintf("%s-%d-%d", jobID, instance, run)
+}
+
+// InstanceKey names one instance of a job.
+func InstanceKey(jobID string, instance uint32) string {
+	return fmt.Sprintf("%s-%d", jobID, instance)
+}
+
+// Placement is a decision to run one task on one host.
+type Placement struct {
+	Task *Task
+	Host string
+}
+
+type taskState struct {
+	task   *Task
+	gang   *Gang
+	state  pelotonv1.TaskState
+	reason string
+}
+
+// Manager owns the pool tree and the queues. It is safe for concurrent use.
+type Manager struct {
+	store  store.Store
+	log    *slog.Logger
+	now    func() time.Time
+	backoffBase, backoffMax time.Duration
+
+	mu       sync.Mutex
+	root     *Pool
+	pools    map[string]*Pool
+	tasks    map[string]*taskState // by instance key
+	capacity resources.Resources
+	ready    []*Gang // admitted, waiting for placement, in order
+	placed   []Placement
+
+	hasJobs     func(pool string) bool
+	admitKick   chan struct{}
+	readyCond   *sync.Cond
+	placedCond  *sync.Cond
+	closed      bool
+}
+
+// Options tunes a Manager.
+type Options struct {
+	Logger *slog.Logger
+	// BackoffBase and BackoffMax bound the delay before a gang that failed
+	// placement is tried again (doubling per attempt).
+	BackoffBase, BackoffMax time.Duration
+}
+
+// New loads the pool tree from st, creating /default when the tree is empty.
+func New(ctx context.Context, st store.Store, opts Options) (*Manager, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.BackoffBase == 0 {
+		opts.BackoffBase = 100 * time.Millisecond
+	}
+	if opts.BackoffMax == 0 {
+		opts.BackoffMax = 5 * time.Second
+	}
+	m := &Manager{
+		store: st, log: opts.Logger.With("component", "resmgr"), now: time.Now,
+		backoffBase: opts.BackoffBase, backoffMax: opts.BackoffMax,
+		pools: map[string]*Pool{}, tasks: map[string]*taskState{},
+		admitKick: make(chan struct{}, 1),
+	}
+	m.readyCond = sync.NewCond(&m.mu)
+	m.placedCond = sync.NewCond(&m.mu)
+	m.root = &Pool{Path: RootPath, children: map[string]*Pool{}, Limit: resources.Unlimited, queue: newPriorityQueue()}
+	m.pools[RootPath] = m.root
+	kvs, err := st.List(ctx, poolKeyPrefix+"/")
+	if err != nil {
+		return nil, fmt.Errorf("resmgr: load pools: %w", err)
+	}
+	// Parents sort before children because a parent path is a prefix.
+	sort.Slice(kvs, func(i, j int) bool { return kvs[i].Key < kvs[j].Key })
+	for _, kv := range kvs {
+		spec := &pelotonv1.PoolSpec{}
+		if err := proto.Unmarshal(kv.Value, spec); err != nil {
+			return nil, fmt.Errorf("resmgr: decode pool %s: %w", kv.Key, err)
+		}
+		path := strings.TrimPrefix(kv.Key, poolKeyPrefix)
+		if _, err := m.attach(path, spec, kv.Revision); err != nil {
+			return nil, fmt.Errorf("resmgr: load pool %s: %w", path, err)
+		}
+	}
+	if len(kvs) == 0 {
+		if _, err := m.CreatePool(ctx, DefaultPoolPath, &pelotonv1.PoolSpec{}); err != nil && apierr.Code(err) != codes.AlreadyExists {
+			return nil, fmt.Errorf("resmgr: create %s: %w", DefaultPoolPath, err)
+		}
+	}
+	return m, nil
+}
+
+// attach adds a pool node under its (existing) parent. Caller holds mu or is New.
+func (m *Manager) attach(path string, spec *pelotonv1.PoolSpec, rev int64) (*Pool, error) {
+	parent, ok := m.pools[parentPath(path)]
+	if !ok {
+		return nil, apierr.NotFound("parent pool %s does not exist", parentPath(path))
+	}
+	res, limit, share, err := specToNode(spec)
+	if err != nil {
+		return nil, err
+	}
+	p := &Pool{Path: path, parent: parent, children: map[string]*Pool{}, spec: spec, revision: rev,
+		Reservation: res, Limit: limit, Share: share, queue: newPriorityQueue()}
+	parent.children[path] = p
+	m.pools[path] = p
+	return p, nil
+}
+
+// checkReservations verifies that the children of parent, with child's
+// reservation replaced by res, do not reserve more than parent does.
+func (m *Manager) checkReservations(parent *Pool, childPath string, res resources.Resources) error {
+	if parent == m.root {
+		return nil // the root's reservation is the whole cluster, which changes as hosts come and go
+	}
+	sum := res
+	for path, c := range parent.children {
+		if path != childPath {
+			sum = sum.Add(c.Reservation)
+		}
+	}
+	for k := resources.Kind(0); k < resources.NumKinds; k++ {
+		if sum.Get(k) > parent.Reservation.Get(k) {
+			return apierr.Invalid("spec.reservation."+k.String(),
+				"children of %s would reserve %d in all, more than its reservation %d", parent.Path, sum.Get(k), parent.Reservation.Get(k))
+		}
+	}
+	return nil
+}
+
+// CreatePool validates and stores a new pool.
+func (m *Manager) CreatePool(ctx context.Context, path string, spec *pelotonv1.PoolSpec) (*pelotonv1.Pool, error) {
+	path, err := NormalizePath(path, "path")
+	if err != nil {
+		return nil, err
+	}
+	if path == RootPath {
+		return nil, apierr.Invalid("path", "the root pool / always exists and cannot be created")
+	}
+	if spec == nil {
+		spec = &pelotonv1.PoolSpec{}
+	}
+	res, _, _, err := specToNode(spec)
+	if err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.pools[path]; ok {
+		return nil, apierr.AlreadyExists("pool %s already exists", path)
+	}
+	parent, ok := m.pools[parentPath(path)]
+	if !ok {
+		return nil, apierr.NotFound("parent pool %s does not exist", parentPath(path))
+	}
+	if parent != m.root && parent.queue.size+parent.runningTasks > 0 {
+		return nil, apierr.FailedPrecondition("pool %s has tasks; a pool with tasks cannot get children", parent.Path)
+	}
+	if m.hasJobs != nil && parent != m.root && m.hasJobs(parent.Path) {
+		return nil, apierr.FailedPrecondition("pool %s has jobs; a pool with jobs cannot get children", parent.Path)
+	}
+	if err := m.checkReservations(parent, path, res); err != nil {
+		return nil, err
+	}
+	val, _ := proto.Marshal(spec)
+	rev, err := m.store.Txn(ctx, store.Put(poolKeyPrefix+path, val, store.MustNotExist))
+	if errors.Is(err, store.ErrConflict) {
+		return nil, apierr.AlreadyExists("pool %s already exists", path)
+	}
+	if err != nil {
+		return nil, apierr.Unavailable("store pool %s: %v", path, err)
+	}
+	p, err := m.attach(path, proto.Clone(spec).(*pelotonv1.PoolSpec), rev)
+	if err != nil {
+		return nil, err
+	}
+	m.log.Info("pool created", "path", path)
+	return p.toProto(true), nil
+}
+
+// UpdatePool replaces a pool's spec. version, when non-zero, must match.
+func (m *Manager) UpdatePool(ctx context.Context, path string, spec *pelotonv1.PoolSpec, version uint64) (*pelotonv1.Pool, error) {
+	path, err := NormalizePath(path, "path")
+	if err != nil {
+		return nil, err
+	}
+	if path == RootPath {
+		return nil, apierr.Invalid("path", "the root pool / is the whole cluster and has no spec")
+	}
+	if spec == nil {
+		spec = &pelotonv1.PoolSpec{}
+	}
+	res, limit, share, err := specToNode(spec)
+	if err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p, ok := m.pools[path]
+	if !ok {
+		return nil, apierr.NotFound("pool %s does not exist", path)
+	}
+	if version != 0 && int64(version) != p.revision {
+		return nil, apierr.Aborted("pool %s is at version %d, not %d", path, p.revision, version)
+	}
+	if err := m.checkReservations(p.parent, path, res); err != nil {
+		return nil, err
+	}
+	var childRes resources.Resources
+	for _, c := range p.children {
+		childRes = childRes.Add(c.Reservation)
+	}
+	for k := resources.Kind(0); k < resources.NumKinds; k++ {
+		if len(p.children) > 0 && childRes.Get(k) > res.Get(k) {
+			return nil, apierr.Invalid("spec.reservation."+k.String(), "must be >= %d, what the children of %s reserve", childRes.Get(k), path)
+		}
+	}
+	val, _ := proto.Marshal(spec)
+	rev, err := m.store.Txn(ctx, store.Put(poolKeyPrefix+path, val, p.revision))
+	if errors.Is(err, store.ErrConflict) {
+		return nil, apierr.Aborted("pool %s changed concurrently; retry", path)
+	}
+	if err != nil {
+		return nil, apierr.Unavailable("store pool %s: %v", path, err)
+	}
+	p.spec, p.revision = proto.Clone(spec).(*pelotonv1.PoolSpec), rev
+	p.Reservation, p.Limit, p.Share = res, limit, share
+	m.kick()
+	return p.toProto(true), nil
+}
+
+// DeletePool removes a leaf pool that holds no jobs and no tasks.
+func (m *Manager) DeletePool(ctx context.Context, path string) error {
+	path, err := NormalizePath(path, "path")
+	if err != nil {
+		return err
+	}
+	if path == RootPath {
+		return apierr.Invalid("path", "the root pool / cannot be deleted")
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p, ok := m.pools[path]
+	if !ok {
+		return apierr.NotFound("pool %s does not exist", path)
+	}
+	if !p.IsLeaf() {
+		return apierr.FailedPrecondition("pool %s has child pools %s; delete them first", path, strings.Join(p.Children(), ", "))
+	}
+	if p.queue.size > 0 || p.runningTasks > 0 || (m.hasJobs != nil && m.hasJobs(path)) {
+		return apierr.FailedPrecondition("pool %s has jobs; delete them first", path)
+	}
+	if _, err := m.store.Txn(ctx, store.Delete(poolKeyPrefix+path, p.revision)); err != nil {
+		if errors.Is(err, store.ErrConflict) {
+			return apierr.Aborted("pool %s changed concurrently; retry", path)
+		}
+		return apierr.Unavailable("delete pool %s: %v", path, err)
+	}
+	delete(p.parent.children, path)
+	delete(m.pools, path)
+	m.log.Info("pool deleted", "path", path)
+	return nil
+}
+
+// SetJobChecker installs the function that says whether a pool still has
+// jobs (jobmgr owns jobs; resmgr must not import it).
+func (m *Manager) SetJobChecker(fn func(pool string) bool) {
+	m.mu.Lock()
+	m.hasJobs = fn
+	m.mu.Unlock()
+}
+
+// GetPool returns a pool with its status.
+func (m *Manager) GetPool(path string) (*pelotonv1.Pool, error) {
+	path, err := NormalizePath(path, "path")
+	if err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p, ok := m.pools[path]
+	if !ok {
+		return nil, apierr.NotFound("pool %s does not exist", path)
+	}
+	return p.toProto(true), nil
+}
+
+// ListPools returns every pool, root first, in path order.
+func (m *Manager) ListPools() []*pelotonv1.Pool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]*pelotonv1.Pool, 0, len(m.pools))
+	for _, p := range m.pools {
+		out = append(out, p.toProto(true))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	return out
+}
+
+// CheckLeafPool returns nil if path names an existing leaf pool, or the
+// error a job submission should get. field names the request field.
+func (m *Manager) CheckLeafPool(path, field string) (string, error) {
+	norm, err := NormalizePath(path, field)
+	if err != nil {
+		return "", err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p, ok := m.pools[norm]
+	if !ok {
+		return "", apierr.NotFound("%s: pool %s does not exist", field, norm)
+	}
+	if !p.IsLeaf() || p == m.root {
+		return "", apierr.FailedPrecondition("%s: pool %s is not a leaf pool; jobs go to leaf pools", field, norm)
+	}
+	return norm, nil
+}
+
+// SetCapacity tells resmgr the cluster's total capacity (from hostmgr).
+func (m *Manager) SetCapacity(c resources.Resources) {
+	m.mu.Lock()
+	changed := m.capacity != c
+	m.capacity = c
+	m.mu.Unlock()
+	if changed {
+		m.kick()
+	}
+}
+
+func (m *Manager) kick() {
+	select {
+	case m.admitKick <- struct{}{}:
+	default:
+	}
+}
+
+// addUsage walks from a leaf to the root adding delta (which may be
+// subtracted by passing neg=true) to the chosen counter.
+func walkUp(p *Pool, fn func(*Pool)) {
+	for ; p != nil; p = p.parent {
+		fn(p)
+	}
+}
+
+// Enqueue adds gangs to their pools' pending queues. Every task must name an
+// existing leaf pool; a task already known to resmgr is an error.
+func (m *Manager) Enqueue(gangs ...*Gang) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, g := range gangs {
+		p, ok := m.pools[g.Pool]
+		if !ok || !p.IsLeaf() {
+			return fmt.Errorf("resmgr: pool %s is not a leaf pool", g.Pool)
+		}
+		for _, t := range g.Tasks {
+			if _, dup := m.tasks[t.Key()]; dup {
+				return fmt.Errorf("resmgr: task %s is already queued", t.Key())
+			}
+		}
+	}
+	now := m.now()
+	for _, g := range gangs {
+		p := m.pools[g.Pool]
+		g.enqueued = now
+		p.queue.push(g)
+		for _, t := range g.Tasks {
+			m.tasks[t.Key()] = &taskState{task: t, gang: g, state: pelotonv1.TaskState_PENDING, reason: "waiting for admission in pool " + g.Pool}
+		}
+		walkUp(p, func(n *Pool) { n.Pending = n.Pending.Add(g.Resources); n.pendingTasks += len(g.Tasks) })
+	}
+	metrics.QueueDepth.WithLabelValues("pending").Add(float64(countTasks(gangs)))
+	m.kick()
+	return nil
+}
+
+func countTasks(gangs []*Gang) int {
+	n := 0
+	for _, g := range gangs {
+		n += len(g.Tasks)
+	}
+	return n
+}
+
+// admitOnce moves every gang that fits from the pending queues to the ready
+// queue. A gang that does not fit does not block the gangs behind it. It
+// returns how many gangs were admitted.
+func (m *Manager) admitOnce() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	admitted := 0
+	paths := make([]string, 0, len(m.pools))
+	for path, p := range m.pools {
+		if p.IsLeaf() && p.queue.size > 0 {
+			paths = append(paths, path)
+		}
+	}
+	sort.Strings(paths)
+	now := m.now()
+	for _, path := range paths {
+		p := m.pools[path]
+		p.queue.each(func(g *Gang) bool {
+			if reason := m.admissible(p, g); reason != "" {
+				for _, t := range g.Tasks {
+					m.tasks[t.Key()].reason = reason
+				}
+				return true
+			}
+			p.queue.remove(g)
+			walkUp(p, func(n *Pool) {
+				n.Pending = n.Pending.Sub(g.Resources)
+				n.pendingTasks -= len(g.Tasks)
+				n.Allocation = n.Allocation.Add(g.Resources)
+				n.runningTasks += len(g.Tasks)
+			})
+			for _, t := range g.Tasks {
+				ts := m.tasks[t.Key()]
+				ts.state, ts.reason = pelotonv1.TaskState_READY, "waiting for placement"
+			}
+			metrics.AdmissionLatency.Observe(now.Sub(g.enqueued).Seconds())
+			m.ready = append(m.ready, g)
+			admitted++
+			return true
+		})
+	}
+	if admitted > 0 {
+		m.readyCond.Broadcast()
+	}
+	return admitted
+}
+
+// admissible returns "" if g may be admitted into p now, or why not.
+func (m *Manager) admissible(p *Pool, g *Gang) string {
+	for n := p; n != nil; n = n.parent {
+		after := n.Allocation.Add(g.Resources)
+		if !after.FitsIn(n.Limit) {
+			return fmt.Sprintf("waiting for admission: pool %s would exceed its limit (%s)", n.Path, n.Limit)
+		}
+	}
+	if !m.root.Allocation.Add(g.Resources).FitsIn(m.capacity) {
+		return "waiting for admission: the cluster is full (" + m.capacity.String() + ")"
+	}
+	return ""
+}
+
+// Run drives admission until ctx ends.
+func (m *Manager) Run(ctx context.Context) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	go func() {
+		<-ctx.Done()
+		m.mu.Lock()
+		m.closed = true
+		m.readyCond.Broadcast()
+		m.placedCond.Broadcast()
+		m.mu.Unlock()
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-m.admitKick:
+		case <-tick.C:
+		}
+		m.admitOnce()
+		m.updateGauges()
+	}
+}
+
+func (m *Manager) updateGauges() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for path, p := range m.pools {
+		metrics.PoolResources.WithLabelValues(path, "allocation", "cpu").Set(float64(p.Allocation.MilliCPU) / 1000)
+		metrics.PoolResources.WithLabelValues(path, "demand", "cpu").Set(float64(p.Demand().MilliCPU) / 1000)
+		metrics.PoolResources.WithLabelValues(path, "allocation", "memoryMb").Set(float64(p.Allocation.MemoryMB))
+		metrics.PoolResources.WithLabelValues(path, "demand", "memoryMb").Set(float64(p.Demand().MemoryMB))
+	}
+	metrics.QueueDepth.WithLabelValues("pending").Set(float64(m.root.pendingTasks))
+	metrics.QueueDepth.WithLabelValues("ready").Set(float64(countTasks(m.ready)))
+	metrics.QueueDepth.WithLabelValues("placed").Set(float64(len(m.placed)))
+}
+
+// DequeueGangs hands up to max admitted gangs to a placement engine, waiting
+// up to wait for one to become ready. Their tasks move to PLACING.
+func (m *Manager) DequeueGangs(ctx context.Context, max int, wait time.Duration) []*Gang {
+	deadline := m.now().Add(wait)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for {
+		now := m.now()
+		var out []*Gang
+		rest := m.ready[:0]
+		var nextAt time.Time
+		for _, g := range m.ready {
+			if len(out) < max && !g.notBefore.After(now) {
+				out = append(out, g)
+				for _, t := range g.Tasks {
+					m.tasks[t.Key()].state = pelotonv1.TaskState_PLACING
+				}
+				continue
+			}
+			if g.notBefore.After(now) && (nextAt.IsZero() || g.notBefore.Before(nextAt)) {
+				nextAt = g.notBefore
+			}
+			rest = append(rest, g)
+		}
+		clear(m.ready[len(rest):])
+		m.ready = rest
+		if len(out) > 0 || m.closed || ctx.Err() != nil || !now.Before(deadline) {
+			return out
+		}
+		// Wake when something becomes ready, a backoff expires, or the wait ends.
+		until := deadline
+		if !nextAt.IsZero() && nextAt.Before(until) {
+			until = nextAt
+		}
+		timer := time.AfterFunc(until.Sub(now), func() {
+			m.mu.Lock()
+			m.readyCond.Broadcast()
+			m.mu.Unlock()
+		})
+		m.readyCond.Wait()
+		timer.Stop()
+	}
+}
+
+// ReturnGang gives a gang that could not be placed back to the ready queue;
+// it is offered again after a backoff that doubles per attempt. reason is
+// shown to users as the tasks' pending reason.
+func (m *Manager) ReturnGang(g *Gang, reason string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	live := false
+	for _, t := range g.Tasks {
+		if ts, ok := m.tasks[t.Key()]; ok && ts.gang == g {
+			ts.state, ts.reason = pelotonv1.TaskState_READY, reason
+			live = true
+		}
+	}
+	if !live {
+		return // the gang was removed (killed) while it was being placed
+	}
+	g.attempts++
+	d := m.backoffBase << min(g.attempts-1, 16)
+	if d > m.backoffMax {
+		d = m.backoffMax
+	}
+	g.notBefore = m.now().Add(d)
+	m.ready = append(m.ready, g)
+	m.readyCond.Broadcast()
+}
+
+// SetPlacements records placement decisions; jobmgr picks them up with
+// GetPlacements. Placements of tasks that were removed meanwhile are dropped
+// and returned so the caller can free their host resources.
+func (m *Manager) SetPlacements(ps []Placement) (dropped []Placement) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, p := range ps {
+		ts, ok := m.tasks[p.Task.Key()]
+		if !ok || ts.task.RunID != p.Task.RunID {
+			dropped = append(dropped, p)
+			continue
+		}
+		ts.state, ts.reason = pelotonv1.TaskState_PLACED, "placed on "+p.Host
+		m.placed = append(m.placed, p)
+	}
+	if len(m.placed) > 0 {
+		m.placedCond.Broadcast()
+	}
+	return dropped
+}
+
+// GetPlacements returns up to max placements, waiting until there is one or
+// ctx ends.
+func (m *Manager) GetPlacements(ctx context.Context, max int) []Placement {
+	stop := context.AfterFunc(ctx, func() {
+		m.mu.Lock()
+		m.placedCond.Broadcast()
+		m.mu.Unlock()
+	})
+	defer stop()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for len(m.placed) == 0 && !m.closed && ctx.Err() == nil {
+		m.placedCond.Wait()
+	}
+	n := min(max, len(m.placed))
+	out := make([]Placement, n)
+	copy(out, m.placed[:n])
+	m.placed = append(m.placed[:0], m.placed[n:]...)
+	for _, p := range out {
+		if ts, ok := m.tasks[p.Task.Key()]; ok {
+			ts.state, ts.reason = pelotonv1.TaskState_LAUNCHING, ""
+		}
+	}
+	return out
+}
+
+// Recover registers a task that is already running (found at start-up), so its
+// pool's allocation counts it.
+func (m *Manager) Recover(t *Task) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.tasks[t.Key()]; ok {
+		return
+	}
+	p, ok := m.pools[t.Pool]
+	if !ok {
+		p = m.root // the pool vanished; still count the task against the cluster
+	}
+	g := NewGang(t)
+	m.tasks[t.Key()] = &taskState{task: t, gang: g, state: pelotonv1.TaskState_RUNNING}
+	walkUp(p, func(n *Pool) { n.Allocation = n.Allocation.Add(t.Resources); n.runningTasks++ })
+}
+
+// Release forgets a task wherever it is (pending, ready, placed or running)
+// and frees what it held. Releasing an unknown task is a no-op.
+func (m *Manager) Release(jobID string, instance uint32) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	key := InstanceKey(jobID, instance)
+	ts, ok := m.tasks[key]
+	if !ok {
+		return
+	}
+	delete(m.tasks, key)
+	p := m.pools[ts.task.Pool]
+	if p == nil {
+		p = m.root
+	}
+	g := ts.gang
+	if g.elem != nil {
+		// Still pending: the whole gang stays queued minus this task.
+		p.queue.remove(g)
+		walkUp(p, func(n *Pool) { n.Pending = n.Pending.Sub(ts.task.Resources); n.pendingTasks-- })
+		g.Tasks = removeTask(g.Tasks, ts.task)
+		g.Resources = g.Resources.Sub(ts.task.Resources)
+		if len(g.Tasks) > 0 {
+			p.queue.push(g)
+		}
+	} else {
+		walkUp(p, func(n *Pool) { n.Allocation = n.Allocation.Sub(ts.task.Resources); n.runningTasks-- })
+		if ts.state == pelotonv1.TaskState_READY {
+			g.Tasks = removeTask(g.Tasks, ts.task)
+			g.Resources = g.Resources.Sub(ts.task.Resources)
+			if len(g.Tasks) == 0 {
+				m.ready = removeGang(m.ready, g)
+			}
+		}
+	}
+	m.kick()
+}
+
+func removeTask(ts []*Task, t *Task) []*Task {
+	for i, x := range ts {
+		if x == t {
+			return append(ts[:i:i], ts[i+1:]...)
+		}
+	}
+	return ts
+}
+
+func removeGang(gs []*Gang, g *Gang) []*Gang {
+	for i, x := range gs {
+		if x == g {
+			return append(gs[:i], gs[i+1:]...)
+		}
+	}
+	return gs
+}
+
+// TaskState returns resmgr's live state for an instance and why it waits.
+func (m *Manager) TaskState(jobID string, instance uint32) (pelotonv1.TaskState, string, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ts, ok := m.tasks[InstanceKey(jobID, instance)]
+	if !ok {
+		return 0, "", false
+	}
+	return ts.state, ts.reason, true
+}
+
+// MarkRunning records that a placed task was launched.
+func (m *Manager) MarkRunning(jobID string, instance uint32) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if ts, ok := m.tasks[InstanceKey(jobID, instance)]; ok {
+		ts.state, ts.reason = pelotonv1.TaskState_RUNNING, ""
+	}
+}

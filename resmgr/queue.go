@@ -1,0 +1,109 @@
+package resmgr
+
+import (
+	"container/list"
+	"sort"
+	"time"
+
+	"github.com/peloton-sched/peloton/internal/resources"
+)
+
+// Task is resmgr's view of one run of one instance: enough to queue, admit and
+// place it.
+type Task struct {
+	JobID       string
+	Instance    uint32
+	RunID       uint32
+	Pool        string
+	Priority    uint32
+	Preemptible bool
+	Resources   resources.Resources
+}
+
+// RunID names the run: <jobID>-<instance>-<run>, the backend's task ID.
+func (t *Task) RunTaskID() string { return RunTaskID(t.JobID, t.Instance, t.RunID) }
+
+// Key names the instance: <jobID>-<instance>.
+func (t *Task) Key() string { return InstanceKey(t.JobID, t.Instance) }
+
+// Gang is a set of tasks admitted and placed all together or not at all. A
+// task that is not part of a larger gang is a gang of one.
+type Gang struct {
+	Tasks    []*Task
+	Pool     string
+	Priority uint32
+	// Resources is the sum over Tasks.
+	Resources resources.Resources
+
+	enqueued  time.Time
+	attempts  int
+	notBefore time.Time
+	elem      *list.Element
+	bucket    *bucket
+}
+
+// NewGang builds a gang from tasks of one pool and priority.
+func NewGang(tasks ...*Task) *Gang {
+	g := &Gang{Tasks: tasks}
+	if len(tasks) > 0 {
+		g.Pool, g.Priority = tasks[0].Pool, tasks[0].Priority
+	}
+	for _, t := range tasks {
+		g.Resources = g.Resources.Add(t.Resources)
+	}
+	return g
+}
+
+// Attempts is how many placement rounds this gang has failed.
+func (g *Gang) Attempts() int { return g.attempts }
+
+type bucket struct {
+	priority uint32
+	gangs    *list.List
+}
+
+// priorityQueue is a leaf pool's pending queue: FIFO within a priority,
+// higher priorities first.
+type priorityQueue struct {
+	buckets []*bucket // sorted by priority, descending
+	size    int
+}
+
+func newPriorityQueue() *priorityQueue { return &priorityQueue{} }
+
+func (q *priorityQueue) push(g *Gang) {
+	i := sort.Search(len(q.buckets), func(i int) bool { return q.buckets[i].priority <= g.Priority })
+	if i == len(q.buckets) || q.buckets[i].priority != g.Priority {
+		b := &bucket{priority: g.Priority, gangs: list.New()}
+		q.buckets = append(q.buckets, nil)
+		copy(q.buckets[i+1:], q.buckets[i:])
+		q.buckets[i] = b
+	}
+	b := q.buckets[i]
+	g.elem = b.gangs.PushBack(g)
+	g.bucket = b
+	q.size++
+}
+
+func (q *priorityQueue) remove(g *Gang) {
+	if g.elem == nil || g.bucket == nil {
+		return
+	}
+	g.bucket.gangs.Remove(g.elem)
+	g.elem, g.bucket = nil, nil
+	q.size--
+}
+
+// each visits gangs in admission order until fn returns false. fn may remove
+// the gang it is given.
+func (q *priorityQueue) each(fn func(*Gang) bool) {
+	for _, b := range q.buckets {
+		for e := b.gangs.Front(); e != nil; {
+			next := e.Next()
+			if !fn(e.Value.(*Gang)) {
+				return
+			}
+			e = next
+		}
+	}
+}
