@@ -75,7 +75,10 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	engineDone := make(chan struct{}, 2)
 	go func() { rm.Run(runCtx); engineDone <- struct{}{} }()
-	go func() { placement.NewEngine(rm, hm, placement.EngineOptions{Logger: log}).Run(runCtx); engineDone <- struct{}{} }()
+	go func() {
+		placement.NewEngine(rm, hm, placement.EngineOptions{Logger: log}).Run(runCtx)
+		engineDone <- struct{}{}
+	}()
 
 	srv := api.NewServer(jm, rm, hm, log)
 	grpcLis, err := net.Listen("tcp", cfg.Listen)

@@ -8,7 +8,9 @@ import (
 	"github.com/peloton-sched/peloton/resmgr"
 )
 
-func res(cpu, mem int64) resources.Resources { return resources.Resources{MilliCPU: cpu, MemoryMB: mem} }
+func res(cpu, mem int64) resources.Resources {
+	return resources.Resources{MilliCPU: cpu, MemoryMB: mem}
+}
 
 func gang(n int, r resources.Resources) *resmgr.Gang {
 	var ts []*resmgr.Task
@@ -28,9 +30,9 @@ func hosts(n int, r resources.Resources) []hostmgr.HostOffer {
 
 func TestPlace(t *testing.T) {
 	for _, tc := range []struct {
-		name           string
-		gangs          []*resmgr.Gang
-		hosts          []hostmgr.HostOffer
+		name             string
+		gangs            []*resmgr.Gang
+		hosts            []hostmgr.HostOffer
 		placed, unplaced int
 	}{
 		{"fits on one host", []*resmgr.Gang{gang(1, res(1000, 100))}, hosts(1, res(2000, 200)), 1, 0},

@@ -46,9 +46,9 @@ type taskState struct {
 
 // Manager owns the pool tree and the queues. It is safe for concurrent use.
 type Manager struct {
-	store  store.Store
-	log    *slog.Logger
-	now    func() time.Time
+	store                   store.Store
+	log                     *slog.Logger
+	now                     func() time.Time
 	backoffBase, backoffMax time.Duration
 
 	mu       sync.Mutex
@@ -59,11 +59,11 @@ type Manager struct {
 	ready    []*Gang // admitted, waiting for placement, in order
 	placed   []Placement
 
-	hasJobs     func(pool string) bool
-	admitKick   chan struct{}
-	readyCond   *sync.Cond
-	placedCond  *sync.Cond
-	closed      bool
+	hasJobs    func(pool string) bool
+	admitKick  chan struct{}
+	readyCond  *sync.Cond
+	placedCond *sync.Cond
+	closed     bool
 }
 
 // Options tunes a Manager.
