@@ -1,0 +1,107 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+
+	"google.golang.org/grpc/status"
+)
+
+// Exit codes of the CLI.
+const (
+	exitOK    = 0
+	exitError = 1
+	exitUsage = 2
+)
+
+// usageError is a mistake in how the CLI was invoked: a bad flag value, a
+// missing argument, an unknown command. It exits with code 2.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usageErrorf(format string, args ...any) error {
+	return &usageError{msg: fmt.Sprintf(format, args...)}
+}
+
+// asUsage marks err as a usage error unless it already is one.
+func asUsage(err error) error {
+	if err == nil || isUsage(err) {
+		return err
+	}
+	return &usageError{msg: err.Error()}
+}
+
+func isUsage(err error) bool {
+	var u *usageError
+	return errors.As(err, &u)
+}
+
+// reportedError wraps an error that has already been printed to stderr, so
+// that the layers above do not print it again.
+type reportedError struct{ err error }
+
+func (e *reportedError) Error() string { return e.err.Error() }
+func (e *reportedError) Unwrap() error { return e.err }
+
+func isReported(err error) bool {
+	var r *reportedError
+	return errors.As(err, &r)
+}
+
+// rpcError is a failed API call as users see it: "<Code>: <message>", or,
+// when the server could not be reached at all, a message that names the
+// address and says how to start one.
+type rpcError struct {
+	st          *status.Status
+	addr        string
+	unreachable bool
+}
+
+func (e *rpcError) Error() string {
+	if e.unreachable {
+		return fmt.Sprintf("cannot reach the peloton server at %s (%s: %s); is it running? "+
+			"Start one with \"peloton up\", or point --server or $%s at it",
+			e.addr, e.st.Code(), dialNoise.ReplaceAllString(e.st.Message(), "$1"), serverEnv)
+	}
+	return fmt.Sprintf("%s: %s", e.st.Code(), e.st.Message())
+}
+
+// dialNoise is grpc's wrapping around why a connection failed; the reason
+// inside ("dial tcp ...: connection refused") is what users need.
+var dialNoise = regexp.MustCompile(`^connection error: desc = "transport: Error while dialing: (.*)"$`)
+
+// GRPCStatus lets status.FromError and status.Code see the original status.
+func (e *rpcError) GRPCStatus() *status.Status { return e.st }
+
+// formatError renders err for the "Error: ..." line: a gRPC status as
+// "<Code>: <message>" (e.g. "InvalidArgument: spec.instanceCount: must be
+// > 0"), anything else as its message.
+func formatError(err error) string {
+	var re *rpcError
+	if errors.As(err, &re) {
+		return re.Error()
+	}
+	// Not status.FromError: for a wrapped status it replaces the message
+	// with the wrapper's text, which repeats "rpc error: code = ...".
+	var gs interface{ GRPCStatus() *status.Status }
+	if errors.As(err, &gs) {
+		if st := gs.GRPCStatus(); st != nil {
+			return fmt.Sprintf("%s: %s", st.Code(), st.Message())
+		}
+	}
+	return err.Error()
+}
+
+// exitCode maps the outcome of a command to the process exit code.
+func exitCode(err error) int {
+	switch {
+	case err == nil:
+		return exitOK
+	case isUsage(err):
+		return exitUsage
+	default:
+		return exitError
+	}
+}

@@ -1,0 +1,83 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/peloton-sched/peloton/cluster"
+	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+)
+
+// result is what one in-process run of the CLI produced.
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+// runCLI runs the CLI in-process with stdin, against PELOTON_SERVER unset,
+// with a cluster runner that fails the test if it is reached.
+func runCLI(t *testing.T, stdin string, args ...string) result {
+	t.Helper()
+	return runWith(t, func(context.Context, cluster.Config) error {
+		t.Errorf("cluster.Run called for %q", args)
+		return nil
+	}, stdin, args...)
+}
+
+func runWith(t *testing.T, run func(context.Context, cluster.Config) error, stdin string, args ...string) result {
+	t.Helper()
+	var out, errb bytes.Buffer
+	a := newApp(&out, &errb)
+	a.getenv = func(string) string { return "" }
+	a.runCluster = run
+	a.poll = 10 * time.Millisecond
+	code := execute(a, args, strings.NewReader(stdin))
+	return result{stdout: out.String(), stderr: errb.String(), code: code}
+}
+
+// jobBuilder builds Job fixtures: makeJob("j1").Name("hello").Obj().
+type jobBuilder struct{ j *pelotonv1.Job }
+
+func makeJob(id string) *jobBuilder {
+	return &jobBuilder{j: &pelotonv1.Job{
+		Id:     id,
+		Spec:   &pelotonv1.JobSpec{Type: pelotonv1.JobType_BATCH, Pool: "/default"},
+		Status: &pelotonv1.JobStatus{},
+	}}
+}
+
+func (b *jobBuilder) Name(n string) *jobBuilder { b.j.Spec.Name = n; return b }
+func (b *jobBuilder) Instances(n uint32) *jobBuilder {
+	b.j.Spec.InstanceCount = n
+	return b
+}
+func (b *jobBuilder) State(s pelotonv1.JobState) *jobBuilder { b.j.Status.State = s; return b }
+func (b *jobBuilder) Message(m string) *jobBuilder           { b.j.Status.Message = m; return b }
+func (b *jobBuilder) Tasks(state string, n uint32) *jobBuilder {
+	if b.j.Status.TaskCounts == nil {
+		b.j.Status.TaskCounts = map[string]uint32{}
+	}
+	b.j.Status.TaskCounts[state] = n
+	return b
+}
+func (b *jobBuilder) Created(t time.Time) *jobBuilder {
+	b.j.Status.CreateTime = timestamppb.New(t)
+	return b
+}
+func (b *jobBuilder) Obj() *pelotonv1.Job { return b.j }
+
+// makeTask builds a Task fixture.
+func makeTask(job string, inst uint32, state pelotonv1.TaskState) *pelotonv1.Task {
+	return &pelotonv1.Task{
+		JobId:      job,
+		InstanceId: inst,
+		TaskId:     job + "-" + strconv.FormatUint(uint64(inst), 10) + "-1",
+		Status:     &pelotonv1.TaskStatus{State: state, RunId: 1},
+	}
+}

@@ -1,0 +1,290 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+)
+
+func (a *app) jobCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "job",
+		Short: "Create, inspect and control jobs",
+	}
+	a.group(cmd)
+	cmd.AddCommand(
+		a.jobCreateCommand(),
+		a.jobGetCommand(),
+		a.jobListCommand(),
+		a.jobCancelCommand(),
+		a.jobDeleteCommand(),
+		a.jobRestartCommand(),
+		a.jobWaitCommand(),
+	)
+	return cmd
+}
+
+func (a *app) jobCreateCommand() *cobra.Command {
+	var file string
+	cmd := &cobra.Command{
+		Use:   "create -f FILE",
+		Short: "Create a job from a spec file and print its ID",
+		Long: `Create a job from a YAML or JSON file holding a JobSpec (see examples/hello.yaml);
+"-f -" reads the spec from standard input. Only the new job's ID is printed.`,
+		Args: argsNamed(),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if file == "" {
+				return usageErrorf("missing --file (-f): the job spec to create")
+			}
+			spec, err := loadJobSpec(file, cmd.InOrStdin())
+			if err != nil {
+				return err
+			}
+			c, err := a.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			resp, err := call(cmd.Context(), c, c.jobs.CreateJob, &pelotonv1.CreateJobRequest{Spec: spec})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(a.stdout, resp.GetJobId())
+			return nil
+		},
+	}
+	cmd.Flags().StringVarP(&file, "file", "f", "", `job spec file, YAML or JSON ("-" for stdin)`)
+	return cmd
+}
+
+func (a *app) jobGetCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "get JOBID",
+		Short: "Show a job",
+		Args:  argsNamed("JOBID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := a.printer()
+			if err != nil {
+				return err
+			}
+			c, err := a.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			resp, err := call(cmd.Context(), c, c.jobs.GetJob, &pelotonv1.GetJobRequest{JobId: args[0]})
+			if err != nil {
+				return err
+			}
+			job := resp.GetJob()
+			return p.object(job, func(w io.Writer, wide bool) {
+				writeJobTable(w, []*pelotonv1.Job{job}, wide)
+			})
+		},
+	}
+}
+
+func (a *app) jobListCommand() *cobra.Command {
+	var pool, name string
+	var states []string
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List jobs",
+		Args:  argsNamed(),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			p, err := a.printer()
+			if err != nil {
+				return err
+			}
+			st, err := parseJobStates("state", states)
+			if err != nil {
+				return err
+			}
+			c, err := a.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			resp, err := call(cmd.Context(), c, c.jobs.ListJobs, &pelotonv1.ListJobsRequest{Pool: pool, States: st, Name: name})
+			if err != nil {
+				return err
+			}
+			return p.list(resp, "jobs", len(resp.GetJobs()), func(w io.Writer, wide bool) {
+				writeJobTable(w, resp.GetJobs(), wide)
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&pool, "pool", "", "only jobs in this pool")
+	f.StringSliceVar(&states, "state", nil, "only jobs in these states (repeatable or comma-separated; e.g. RUNNING or JOB_RUNNING)")
+	f.StringVar(&name, "name", "", "only jobs whose name contains this")
+	return cmd
+}
+
+func (a *app) jobCancelCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "cancel JOBID",
+		Short: "Kill every task of a job; the job ends JOB_KILLED",
+		Args:  argsNamed("JOBID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			if _, err := call(cmd.Context(), c, c.jobs.CancelJob, &pelotonv1.CancelJobRequest{JobId: args[0]}); err != nil {
+				return err
+			}
+			fmt.Fprintf(a.stdout, "job %s: cancel requested\n", args[0])
+			return nil
+		},
+	}
+}
+
+func (a *app) jobDeleteCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "delete JOBID",
+		Short: "Delete a job",
+		Args:  argsNamed("JOBID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			if _, err := call(cmd.Context(), c, c.jobs.DeleteJob, &pelotonv1.DeleteJobRequest{JobId: args[0]}); err != nil {
+				return err
+			}
+			fmt.Fprintf(a.stdout, "job %s deleted\n", args[0])
+			return nil
+		},
+	}
+}
+
+func (a *app) jobRestartCommand() *cobra.Command {
+	var instances []string
+	cmd := &cobra.Command{
+		Use:   "restart JOBID",
+		Short: "Restart instances of a job (by default every instance that has not succeeded)",
+		Args:  argsNamed("JOBID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ids := make([]uint32, 0, len(instances))
+			for _, s := range instances {
+				id, err := parseInstance(s)
+				if err != nil {
+					return usageErrorf("invalid --instances: %v", err)
+				}
+				ids = append(ids, id)
+			}
+			c, err := a.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			if _, err := call(cmd.Context(), c, c.jobs.RestartJob,
+				&pelotonv1.RestartJobRequest{JobId: args[0], Instances: ids}); err != nil {
+				return err
+			}
+			fmt.Fprintf(a.stdout, "job %s: restart requested\n", args[0])
+			return nil
+		},
+	}
+	cmd.Flags().StringSliceVar(&instances, "instances", nil, "instances to restart, e.g. 0,3 (default: every instance that has not succeeded)")
+	return cmd
+}
+
+func (a *app) jobWaitCommand() *cobra.Command {
+	var forState string
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "wait JOBID --for STATE",
+		Short: "Wait until a job reaches a state",
+		Long: `Wait until a job reaches STATE (e.g. SUCCEEDED or JOB_SUCCEEDED, any case).
+Fails if the job ends in another terminal state (JOB_SUCCEEDED, JOB_FAILED,
+JOB_KILLED) or the timeout passes first.`,
+		Args: argsNamed("JOBID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if forState == "" {
+				return usageErrorf("missing --for: the state to wait for")
+			}
+			want, err := parseJobState(forState)
+			if err != nil {
+				return usageErrorf("invalid --for: %v", err)
+			}
+			if timeout <= 0 {
+				return usageErrorf("invalid --timeout %s: must be > 0", timeout)
+			}
+			c, err := a.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			return a.waitJob(cmd.Context(), c, args[0], want, timeout)
+		},
+	}
+	cmd.Flags().StringVar(&forState, "for", "", "state to wait for, e.g. SUCCEEDED or RUNNING")
+	// Shadows the global per-call --timeout: here it bounds the whole wait.
+	cmd.Flags().DurationVar(&timeout, "timeout", 10*time.Minute, "how long to wait in all")
+	return cmd
+}
+
+// waitJob polls the job until it is in state want, ends in another terminal
+// state, or timeout passes.
+func (a *app) waitJob(ctx context.Context, c *client, id string, want pelotonv1.JobState, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	ticker := time.NewTicker(a.poll)
+	defer ticker.Stop()
+	last := pelotonv1.JobState_JOB_STATE_UNSPECIFIED
+	timedOut := func() error {
+		return fmt.Errorf("job %s is %s, not %s (timed out after %s)", id, last, want, timeout)
+	}
+	for {
+		// Each poll is bounded by the per-call timeout and by the wait's.
+		resp, err := call(ctx, c, c.jobs.GetJob, &pelotonv1.GetJobRequest{JobId: id})
+		if err != nil {
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return timedOut()
+			}
+			return err
+		}
+		st := resp.GetJob().GetStatus()
+		last = st.GetState()
+		if last == want {
+			fmt.Fprintf(a.stdout, "job %s is %s\n", id, last)
+			return nil
+		}
+		if jobTerminal(last) {
+			msg := fmt.Sprintf("job %s is %s, not %s", id, last, want)
+			if m := st.GetMessage(); m != "" {
+				msg += ": " + m
+			}
+			return errors.New(msg)
+		}
+		select {
+		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return timedOut()
+			}
+			return ctx.Err()
+		case <-ticker.C:
+		}
+	}
+}
+
+// parseInstance parses an instance number.
+func parseInstance(s string) (uint32, error) {
+	v, err := strconv.ParseUint(strings.TrimSpace(s), 10, 32)
+	if err != nil {
+		return 0, fmt.Errorf("instance %q is not a number from 0 to %d", s, uint32(1<<32-1))
+	}
+	return uint32(v), nil
+}

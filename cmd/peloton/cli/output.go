@@ -1,0 +1,272 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+	"sigs.k8s.io/yaml"
+
+	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+)
+
+// Output formats (-o). wide is table with more columns.
+const (
+	formatTable = "table"
+	formatWide  = "wide"
+	formatJSON  = "json"
+	formatYAML  = "yaml"
+)
+
+// printer writes what a command shows in the format -o asked for.
+type printer struct {
+	w      io.Writer
+	format string
+}
+
+// printer validates -o; call it before making any API call so a typo costs
+// nothing.
+func (a *app) printer() (*printer, error) {
+	f := strings.ToLower(a.output)
+	switch f {
+	case formatTable, formatWide, formatJSON, formatYAML:
+		return &printer{w: a.stdout, format: f}, nil
+	}
+	return nil, usageErrorf("invalid --output %q: want table, wide, json or yaml", a.output)
+}
+
+// object writes m as JSON or YAML, or calls table with a tabwriter for the
+// table formats.
+func (p *printer) object(m proto.Message, table func(w io.Writer, wide bool)) error {
+	switch p.format {
+	case formatJSON, formatYAML:
+		b, err := marshalJSON(m)
+		if err != nil {
+			return err
+		}
+		return p.document(b)
+	}
+	tw := newTabWriter(p.w)
+	table(tw, p.format == formatWide)
+	return tw.Flush()
+}
+
+// list is object for a List response whose repeated field (JSON name field)
+// holds n items. An empty list is shown as {"field": []}, not {}, so scripts
+// can always iterate over it.
+func (p *printer) list(resp proto.Message, field string, n int, table func(w io.Writer, wide bool)) error {
+	if n == 0 && (p.format == formatJSON || p.format == formatYAML) {
+		b, err := json.Marshal(map[string][]any{field: {}})
+		if err != nil {
+			return err
+		}
+		return p.document(b)
+	}
+	return p.object(resp, table)
+}
+
+// document writes compact JSON b as indented JSON or as YAML.
+func (p *printer) document(b []byte) error {
+	if p.format == formatYAML {
+		y, err := yaml.JSONToYAML(b)
+		if err != nil {
+			return err
+		}
+		_, err = p.w.Write(y)
+		return err
+	}
+	var out bytes.Buffer
+	if err := json.Indent(&out, b, "", "  "); err != nil {
+		return err
+	}
+	out.WriteByte('\n')
+	_, err := p.w.Write(out.Bytes())
+	return err
+}
+
+// marshalJSON is the protobuf JSON mapping of m (camelCase names, unset
+// fields left out), compact. protojson's own multiline output varies its
+// whitespace between builds on purpose; document indents it stably instead.
+func marshalJSON(m proto.Message) ([]byte, error) {
+	return protojson.MarshalOptions{EmitUnpopulated: false, UseProtoNames: false}.Marshal(m)
+}
+
+func newTabWriter(w io.Writer) *tabwriter.Writer {
+	return tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
+}
+
+func row(w io.Writer, cells ...string) {
+	for i, c := range cells {
+		switch {
+		case c == "":
+			// An empty cell would make the columns hard to read and to cut.
+			cells[i] = "-"
+		case strings.ContainsAny(c, "\t\n"):
+			cells[i] = strings.NewReplacer("\t", " ", "\n", " ").Replace(c)
+		}
+	}
+	fmt.Fprintln(w, strings.Join(cells, "\t"))
+}
+
+// writeJobTable writes jobs as a table; wide adds the goal state and message.
+func writeJobTable(w io.Writer, jobs []*pelotonv1.Job, wide bool) {
+	head := []string{"ID", "NAME", "TYPE", "POOL", "STATE", "INSTANCES", "TASKS", "CREATED"}
+	if wide {
+		head = append(head, "GOAL", "MESSAGE")
+	}
+	fmt.Fprintln(w, strings.Join(head, "\t"))
+	for _, j := range jobs {
+		spec, st := j.GetSpec(), j.GetStatus()
+		cells := []string{
+			j.GetId(),
+			spec.GetName(),
+			spec.GetType().String(),
+			spec.GetPool(),
+			st.GetState().String(),
+			strconv.FormatUint(uint64(spec.GetInstanceCount()), 10),
+			taskCounts(st.GetTaskCounts()),
+			timestamp(st.GetCreateTime()),
+		}
+		if wide {
+			cells = append(cells, st.GetGoalState().String(), st.GetMessage())
+		}
+		row(w, cells...)
+	}
+}
+
+// taskCounts renders counts per task state in lifecycle order, e.g.
+// "RUNNING=2 SUCCEEDED=1", leaving out zeros.
+func taskCounts(counts map[string]uint32) string {
+	order := func(name string) int32 {
+		if v, ok := pelotonv1.TaskState_value[name]; ok {
+			return v
+		}
+		return 1 << 30 // unknown names last
+	}
+	names := slices.SortedFunc(maps.Keys(counts), func(a, b string) int {
+		if oa, ob := order(a), order(b); oa != ob {
+			return int(oa - ob)
+		}
+		return strings.Compare(a, b)
+	})
+	parts := make([]string, 0, len(names))
+	for _, n := range names {
+		if c := counts[n]; c > 0 {
+			parts = append(parts, fmt.Sprintf("%s=%d", n, c))
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+func timestamp(ts *timestamppb.Timestamp) string {
+	if ts == nil {
+		return ""
+	}
+	return ts.AsTime().UTC().Format(time.RFC3339)
+}
+
+// writeTaskTable writes tasks as a table; wide adds goal state, run,
+// failures and message.
+func writeTaskTable(w io.Writer, tasks []*pelotonv1.Task, wide bool) {
+	head := []string{"INSTANCE", "TASK ID", "STATE", "HOST", "EXIT", "REASON"}
+	if wide {
+		head = append(head, "GOAL", "RUN", "FAILURES", "MESSAGE")
+	}
+	fmt.Fprintln(w, strings.Join(head, "\t"))
+	for _, t := range tasks {
+		st := t.GetStatus()
+		reason := st.GetReason()
+		if reason == "" {
+			// Why a task is not running yet is what users look for first.
+			reason = st.GetPendingReason()
+		}
+		cells := []string{
+			strconv.FormatUint(uint64(t.GetInstanceId()), 10),
+			t.GetTaskId(),
+			st.GetState().String(),
+			st.GetHost(),
+			exitCodeCell(st),
+			reason,
+		}
+		if wide {
+			cells = append(cells,
+				st.GetGoalState().String(),
+				strconv.FormatUint(uint64(st.GetRunId()), 10),
+				strconv.FormatUint(uint64(st.GetFailureCount()), 10),
+				st.GetMessage(),
+			)
+		}
+		row(w, cells...)
+	}
+}
+
+// exitCodeCell shows the exit code only for runs that ended: a zero exit
+// code on a running task means nothing.
+func exitCodeCell(st *pelotonv1.TaskStatus) string {
+	switch st.GetState() {
+	case pelotonv1.TaskState_SUCCEEDED, pelotonv1.TaskState_FAILED, pelotonv1.TaskState_KILLED:
+		return strconv.FormatInt(int64(st.GetExitCode()), 10)
+	}
+	return ""
+}
+
+// writePoolTable writes pools as a table; resources are "cpu/memMb".
+func writePoolTable(w io.Writer, pools []*pelotonv1.Pool, _ bool) {
+	fmt.Fprintln(w, "PATH\tRESERVATION\tLIMIT\tSHARE\tENTITLEMENT\tALLOCATION\tDEMAND")
+	for _, p := range pools {
+		spec, st := p.GetSpec(), p.GetStatus()
+		row(w,
+			p.GetPath(),
+			cpuMem(spec.GetReservation()),
+			cpuMem(spec.GetLimit()),
+			cpuMem(spec.GetShare()),
+			cpuMem(st.GetEntitlement()),
+			cpuMem(st.GetAllocation()),
+			cpuMem(st.GetDemand()),
+		)
+	}
+}
+
+func cpuMem(r *pelotonv1.Resources) string {
+	if r == nil {
+		return ""
+	}
+	return number(r.GetCpu()) + "/" + number(r.GetMemoryMb())
+}
+
+func number(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
+
+// writeHostTable writes hosts as a table with used/total cpu and memory.
+func writeHostTable(w io.Writer, hosts []*pelotonv1.Host, _ bool) {
+	fmt.Fprintln(w, "NAME\tSTATE\tPARTITION\tCPU\tMEM\tTASKS\tLABELS")
+	for _, h := range hosts {
+		used, total := h.GetAllocated(), h.GetCapacity()
+		row(w,
+			h.GetName(),
+			h.GetState().String(),
+			h.GetPartition(),
+			number(used.GetCpu())+"/"+number(total.GetCpu()),
+			number(used.GetMemoryMb())+"/"+number(total.GetMemoryMb()),
+			strconv.FormatUint(uint64(h.GetTaskCount()), 10),
+			labels(h.GetLabels()),
+		)
+	}
+}
+
+func labels(m map[string]string) string {
+	parts := make([]string, 0, len(m))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, k+"="+m[k])
+	}
+	return strings.Join(parts, ",")
+}

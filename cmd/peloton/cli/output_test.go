@@ -1,0 +1,194 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"sigs.k8s.io/yaml"
+
+	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+)
+
+func helloJob() *pelotonv1.Job {
+	return makeJob("7f3c").Name("hello").Instances(3).
+		State(pelotonv1.JobState_JOB_RUNNING).
+		Tasks("SUCCEEDED", 1).Tasks("RUNNING", 2).Tasks("PENDING", 0).
+		Created(time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)).
+		Obj()
+}
+
+func render(t *testing.T, format string, m proto.Message, table func(io.Writer, bool)) string {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := (&printer{w: &buf, format: format}).object(m, table); err != nil {
+		t.Fatal(err)
+	}
+	return buf.String()
+}
+
+func TestJobTable(t *testing.T) {
+	job := helloJob()
+	got := render(t, formatTable, job, func(w io.Writer, wide bool) {
+		writeJobTable(w, []*pelotonv1.Job{job}, wide)
+	})
+	want := "" +
+		"ID     NAME    TYPE    POOL       STATE         INSTANCES   TASKS                   CREATED\n" +
+		"7f3c   hello   BATCH   /default   JOB_RUNNING   3           RUNNING=2 SUCCEEDED=1   2026-03-04T05:06:07Z\n"
+	if got != want {
+		t.Errorf("table:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+func TestJobJSONAndYAML(t *testing.T) {
+	job := helloJob()
+	got := render(t, formatJSON, job, nil)
+	if !strings.HasPrefix(got, "{\n  \"id\": \"7f3c\",\n") {
+		t.Errorf("json is not indented protojson with camelCase names:\n%s", got)
+	}
+	if !strings.Contains(got, `"instanceCount": 3`) || !strings.Contains(got, `"createTime": "2026-03-04T05:06:07Z"`) {
+		t.Errorf("json lacks camelCase fields:\n%s", got)
+	}
+	if strings.Contains(got, "description") || strings.Contains(got, "goalState") {
+		t.Errorf("json shows unset fields:\n%s", got)
+	}
+	back := &pelotonv1.Job{}
+	if err := protojson.Unmarshal([]byte(got), back); err != nil || !proto.Equal(back, job) {
+		t.Errorf("json does not round-trip: %v\n%s", err, got)
+	}
+
+	y := render(t, formatYAML, job, nil)
+	if !strings.Contains(y, "instanceCount: 3\n") || !strings.Contains(y, "id: 7f3c\n") {
+		t.Errorf("yaml:\n%s", y)
+	}
+	js, err := yaml.YAMLToJSON([]byte(y))
+	if err != nil {
+		t.Fatal(err)
+	}
+	back = &pelotonv1.Job{}
+	if err := protojson.Unmarshal(js, back); err != nil || !proto.Equal(back, job) {
+		t.Errorf("yaml does not round-trip: %v\n%s", err, y)
+	}
+}
+
+func taskList() *pelotonv1.ListTasksResponse {
+	t0 := makeTask("7f3c", 0, pelotonv1.TaskState_SUCCEEDED)
+	t0.Status.Host = "host-0"
+	t0.Status.Reason = "exit-zero"
+	t1 := makeTask("7f3c", 1, pelotonv1.TaskState_FAILED)
+	t1.Status.Host = "host-1"
+	t1.Status.ExitCode = 3
+	t1.Status.Reason = "exit-nonzero"
+	t1.Status.FailureCount = 2
+	t1.Status.Message = "exited with\tcode 3"
+	t2 := makeTask("7f3c", 2, pelotonv1.TaskState_PENDING)
+	t2.Status.PendingReason = "waiting for admission in pool /default"
+	return &pelotonv1.ListTasksResponse{Tasks: []*pelotonv1.Task{t0, t1, t2}}
+}
+
+func TestTaskTable(t *testing.T) {
+	resp := taskList()
+	table := func(w io.Writer, wide bool) { writeTaskTable(w, resp.GetTasks(), wide) }
+	got := render(t, formatTable, resp, table)
+	want := "" +
+		"INSTANCE   TASK ID    STATE       HOST     EXIT   REASON\n" +
+		"0          7f3c-0-1   SUCCEEDED   host-0   0      exit-zero\n" +
+		"1          7f3c-1-1   FAILED      host-1   3      exit-nonzero\n" +
+		"2          7f3c-2-1   PENDING     -        -      waiting for admission in pool /default\n"
+	if got != want {
+		t.Errorf("table:\n%s\nwant:\n%s", got, want)
+	}
+	wide := render(t, formatWide, resp, table)
+	lines := strings.Split(wide, "\n")
+	for _, col := range []string{"GOAL", "RUN", "FAILURES", "MESSAGE"} {
+		if !strings.Contains(lines[0], col) {
+			t.Errorf("wide header %q lacks %s", lines[0], col)
+		}
+	}
+	if !strings.Contains(lines[2], "exited with code 3") || !strings.Contains(lines[2], "TASK_STATE_UNSPECIFIED   1     2") {
+		t.Errorf("wide row = %q", lines[2])
+	}
+}
+
+func TestListJSONAndYAML(t *testing.T) {
+	var buf bytes.Buffer
+	p := &printer{w: &buf, format: formatJSON}
+	resp := taskList()
+	if err := p.list(resp, "tasks", len(resp.Tasks), nil); err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Tasks []map[string]any `json:"tasks"`
+	}
+	if err := json.Unmarshal(buf.Bytes(), &doc); err != nil || len(doc.Tasks) != 3 {
+		t.Fatalf("json list = %v, %s", err, buf.String())
+	}
+	if doc.Tasks[1]["taskId"] != "7f3c-1-1" {
+		t.Errorf("tasks[1] = %v", doc.Tasks[1])
+	}
+
+	// Empty lists are still lists.
+	for format, want := range map[string]string{
+		formatJSON: "{\n  \"tasks\": []\n}\n",
+		formatYAML: "tasks: []\n",
+	} {
+		buf.Reset()
+		p := &printer{w: &buf, format: format}
+		if err := p.list(&pelotonv1.ListTasksResponse{}, "tasks", 0, nil); err != nil {
+			t.Fatal(err)
+		}
+		if buf.String() != want {
+			t.Errorf("%s empty list = %q, want %q", format, buf.String(), want)
+		}
+	}
+}
+
+func TestPoolAndHostTables(t *testing.T) {
+	var buf bytes.Buffer
+	writePoolTable(&buf, []*pelotonv1.Pool{{
+		Path: "/org/team",
+		Spec: &pelotonv1.PoolSpec{
+			Reservation: &pelotonv1.Resources{Cpu: 2, MemoryMb: 2048},
+			Share:       &pelotonv1.Resources{Cpu: 1, MemoryMb: 1},
+		},
+		Status: &pelotonv1.PoolStatus{
+			Entitlement: &pelotonv1.Resources{Cpu: 4, MemoryMb: 4096},
+			Allocation:  &pelotonv1.Resources{Cpu: 0.5, MemoryMb: 64},
+			Demand:      &pelotonv1.Resources{},
+		},
+	}}, false)
+	want := "" +
+		"PATH\tRESERVATION\tLIMIT\tSHARE\tENTITLEMENT\tALLOCATION\tDEMAND\n" +
+		"/org/team\t2/2048\t-\t1/1\t4/4096\t0.5/64\t0/0\n"
+	if buf.String() != want {
+		t.Errorf("pool rows:\n%q\nwant\n%q", buf.String(), want)
+	}
+
+	buf.Reset()
+	writeHostTable(&buf, []*pelotonv1.Host{{
+		Name:      "host-0",
+		State:     pelotonv1.HostState_HOST_UP,
+		Capacity:  &pelotonv1.Resources{Cpu: 8, MemoryMb: 16384},
+		Allocated: &pelotonv1.Resources{Cpu: 1.5, MemoryMb: 512},
+		Labels:    map[string]string{"zone": "a", "rack": "r1"},
+		TaskCount: 3,
+	}}, false)
+	want = "" +
+		"NAME\tSTATE\tPARTITION\tCPU\tMEM\tTASKS\tLABELS\n" +
+		"host-0\tHOST_UP\t-\t1.5/8\t512/16384\t3\track=r1,zone=a\n"
+	if buf.String() != want {
+		t.Errorf("host rows:\n%q\nwant\n%q", buf.String(), want)
+	}
+}
+
+func TestOutputFlagValidated(t *testing.T) {
+	r := runCLI(t, "", "job", "get", "x", "-o", "xml")
+	if r.code != exitUsage || !strings.Contains(r.stderr, `invalid --output "xml"`) {
+		t.Errorf("-o xml: code %d, stderr %q", r.code, r.stderr)
+	}
+}

@@ -1,0 +1,174 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+
+	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+)
+
+func (a *app) poolCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "pool",
+		Short: "Manage the resource pool tree",
+	}
+	a.group(cmd)
+	cmd.AddCommand(
+		a.poolCreateCommand(),
+		a.poolGetCommand(),
+		a.poolUpdateCommand(),
+		a.poolDeleteCommand(),
+		a.poolListCommand(),
+	)
+	return cmd
+}
+
+// showPool prints one pool in the -o format.
+func showPool(p *printer, pool *pelotonv1.Pool) error {
+	return p.object(pool, func(w io.Writer, wide bool) {
+		writePoolTable(w, []*pelotonv1.Pool{pool}, wide)
+	})
+}
+
+func (a *app) poolCreateCommand() *cobra.Command {
+	var file string
+	cmd := &cobra.Command{
+		Use:   "create PATH -f FILE",
+		Short: "Create a pool (e.g. /org/team) from a PoolSpec file",
+		Args:  argsNamed("PATH"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := a.printer()
+			if err != nil {
+				return err
+			}
+			if file == "" {
+				return usageErrorf("missing --file (-f): the pool spec")
+			}
+			spec, err := loadPoolSpec(file, cmd.InOrStdin())
+			if err != nil {
+				return err
+			}
+			c, err := a.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			resp, err := call(cmd.Context(), c, c.pools.CreatePool, &pelotonv1.CreatePoolRequest{Path: args[0], Spec: spec})
+			if err != nil {
+				return err
+			}
+			return showPool(p, resp.GetPool())
+		},
+	}
+	cmd.Flags().StringVarP(&file, "file", "f", "", `pool spec file, YAML or JSON ("-" for stdin)`)
+	return cmd
+}
+
+func (a *app) poolGetCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "get PATH",
+		Short: "Show a pool",
+		Args:  argsNamed("PATH"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := a.printer()
+			if err != nil {
+				return err
+			}
+			c, err := a.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			resp, err := call(cmd.Context(), c, c.pools.GetPool, &pelotonv1.GetPoolRequest{Path: args[0]})
+			if err != nil {
+				return err
+			}
+			return showPool(p, resp.GetPool())
+		},
+	}
+}
+
+func (a *app) poolUpdateCommand() *cobra.Command {
+	var file string
+	var version uint64
+	cmd := &cobra.Command{
+		Use:   "update PATH -f FILE",
+		Short: "Replace a pool's spec",
+		Args:  argsNamed("PATH"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := a.printer()
+			if err != nil {
+				return err
+			}
+			if file == "" {
+				return usageErrorf("missing --file (-f): the pool spec")
+			}
+			spec, err := loadPoolSpec(file, cmd.InOrStdin())
+			if err != nil {
+				return err
+			}
+			c, err := a.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			resp, err := call(cmd.Context(), c, c.pools.UpdatePool,
+				&pelotonv1.UpdatePoolRequest{Path: args[0], Spec: spec, Version: version})
+			if err != nil {
+				return err
+			}
+			return showPool(p, resp.GetPool())
+		},
+	}
+	cmd.Flags().StringVarP(&file, "file", "f", "", `pool spec file, YAML or JSON ("-" for stdin)`)
+	cmd.Flags().Uint64Var(&version, "version", 0, "update only if the pool is still at this version (0: unconditionally)")
+	return cmd
+}
+
+func (a *app) poolDeleteCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "delete PATH",
+		Short: "Delete a pool",
+		Args:  argsNamed("PATH"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			if _, err := call(cmd.Context(), c, c.pools.DeletePool, &pelotonv1.DeletePoolRequest{Path: args[0]}); err != nil {
+				return err
+			}
+			fmt.Fprintf(a.stdout, "pool %s deleted\n", args[0])
+			return nil
+		},
+	}
+}
+
+func (a *app) poolListCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "list",
+		Short: "List pools",
+		Args:  argsNamed(),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			p, err := a.printer()
+			if err != nil {
+				return err
+			}
+			c, err := a.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			resp, err := call(cmd.Context(), c, c.pools.ListPools, &pelotonv1.ListPoolsRequest{})
+			if err != nil {
+				return err
+			}
+			return p.list(resp, "pools", len(resp.GetPools()), func(w io.Writer, wide bool) {
+				writePoolTable(w, resp.GetPools(), wide)
+			})
+		},
+	}
+}

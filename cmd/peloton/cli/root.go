@@ -1,0 +1,201 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/peloton-sched/peloton/cluster"
+)
+
+// Version is the peloton release this binary was built from. Release builds
+// set it with
+//
+//	-ldflags "-X github.com/peloton-sched/peloton/cmd/peloton/cli.Version=v1.2.3"
+var Version = "dev"
+
+const (
+	// serverEnv names the environment variable that overrides the default
+	// of --server.
+	serverEnv     = "PELOTON_SERVER"
+	defaultServer = "127.0.0.1:5391"
+	// defaultPoll is how often `job wait` asks for the job's state.
+	defaultPoll = 300 * time.Millisecond
+)
+
+// app is the state of one CLI invocation: the writers, the values of the
+// global flags and the seams tests replace. NewRootCommand makes a fresh one
+// every time, so in-process callers never share flag values.
+type app struct {
+	stdout, stderr io.Writer
+
+	// Global persistent flags.
+	server  string
+	output  string
+	timeout time.Duration
+
+	getenv     func(string) string
+	runCluster func(context.Context, cluster.Config) error
+	poll       time.Duration
+}
+
+func newApp(stdout, stderr io.Writer) *app {
+	return &app{
+		stdout:     stdout,
+		stderr:     stderr,
+		getenv:     os.Getenv,
+		runCluster: cluster.Run,
+		poll:       defaultPoll,
+	}
+}
+
+// NewRootCommand builds a fresh peloton command tree that writes its output
+// to stdout and its errors and logs to stderr. Errors are printed to stderr
+// as "Error: ..." by the tree itself and also returned from Execute; use Main
+// to also get the process exit code.
+func NewRootCommand(stdout, stderr io.Writer) *cobra.Command {
+	return newApp(stdout, stderr).rootCommand()
+}
+
+// Main runs the CLI with args (without the program name) on the process's
+// standard streams and returns the exit code: 0 on success, 1 on failure,
+// 2 on a usage error. It never calls os.Exit.
+func Main(args []string) int {
+	return execute(newApp(os.Stdout, os.Stderr), args, os.Stdin)
+}
+
+// execute runs one invocation and maps its outcome to an exit code.
+func execute(a *app, args []string, stdin io.Reader) int {
+	root := a.rootCommand()
+	if args == nil {
+		// cobra reads os.Args when given nil; an in-process caller with no
+		// arguments means none.
+		args = []string{}
+	}
+	root.SetArgs(args)
+	root.SetIn(stdin)
+	cmd, err := root.ExecuteC()
+	if err != nil && !isReported(err) {
+		// Errors cobra raises before any hook of ours runs (for instance in
+		// its own help and completion commands).
+		a.report(cmd, err)
+	}
+	return exitCode(err)
+}
+
+func (a *app) rootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "peloton",
+		Short: "Peloton runs batch jobs, services and stateful workloads on a shared cluster",
+		Long: `Peloton is a resource scheduler for batch jobs, services and stateful workloads.
+
+Start a single-machine cluster with "peloton up", then submit work to it:
+
+  peloton job create -f examples/hello.yaml
+  peloton job wait <id> --for SUCCEEDED
+  peloton task logs <id> 0`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(a.stdout)
+	root.SetErr(a.stderr)
+
+	server := a.getenv(serverEnv)
+	if server == "" {
+		server = defaultServer
+	}
+	pf := root.PersistentFlags()
+	pf.StringVar(&a.server, "server", server, "gRPC address of the peloton server; $"+serverEnv+" sets the default")
+	pf.StringVarP(&a.output, "output", "o", formatTable, "output format: table, wide, json or yaml")
+	pf.DurationVar(&a.timeout, "timeout", 30*time.Second, "timeout of each API call")
+
+	a.group(root)
+	root.AddCommand(
+		a.upCommand(),
+		a.serveCommand(),
+		a.jobCommand(),
+		a.taskCommand(),
+		a.poolCommand(),
+		a.hostCommand(),
+		a.versionCommand(),
+	)
+	// Inherited by every subcommand: bad flags are usage errors.
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		return a.report(cmd, &usageError{msg: err.Error()})
+	})
+	a.reportErrors(root)
+	return root
+}
+
+// group makes cmd a command that only holds subcommands: alone it prints its
+// help; with an argument that names no subcommand it is a usage error (cobra
+// would otherwise print help and succeed).
+func (a *app) group(cmd *cobra.Command) {
+	cmd.SuggestionsMinimumDistance = 2
+	cmd.Args = func(cmd *cobra.Command, args []string) error {
+		if len(args) == 0 {
+			return nil
+		}
+		msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
+		if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+			msg += fmt.Sprintf(" (did you mean %q?)", s[0])
+		}
+		return &usageError{msg: msg}
+	}
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		return cmd.Help()
+	}
+}
+
+// reportErrors wraps the argument validators and run functions of cmd and
+// its subcommands so that every error is printed exactly once, by the tree
+// itself, whether it runs through Main or through NewRootCommand.
+func (a *app) reportErrors(cmd *cobra.Command) {
+	if args := cmd.Args; args != nil {
+		cmd.Args = func(c *cobra.Command, in []string) error {
+			if err := args(c, in); err != nil {
+				return a.report(c, asUsage(err))
+			}
+			return nil
+		}
+	}
+	if run := cmd.RunE; run != nil {
+		cmd.RunE = func(c *cobra.Command, in []string) error {
+			return a.report(c, run(c, in))
+		}
+	}
+	for _, sub := range cmd.Commands() {
+		a.reportErrors(sub)
+	}
+}
+
+// report prints err to stderr (once) and returns it marked as reported.
+func (a *app) report(cmd *cobra.Command, err error) error {
+	if err == nil || isReported(err) {
+		return err
+	}
+	fmt.Fprintf(a.stderr, "Error: %s\n", formatError(err))
+	if isUsage(err) && cmd != nil {
+		fmt.Fprintf(a.stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
+	}
+	return &reportedError{err: err}
+}
+
+// argsNamed accepts exactly the named positional arguments and says which
+// one is missing or extra.
+func argsNamed(names ...string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) < len(names) {
+			return usageErrorf("missing %s", strings.Join(names[len(args):], " "))
+		}
+		if len(args) > len(names) {
+			return usageErrorf("unexpected argument %q", args[len(names)])
+		}
+		return nil
+	}
+}

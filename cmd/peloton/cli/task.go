@@ -1,0 +1,176 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+
+	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+)
+
+func (a *app) taskCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "task",
+		Short: "Inspect and control the instances of a job",
+	}
+	a.group(cmd)
+	cmd.AddCommand(
+		a.taskListCommand(),
+		a.taskGetCommand(),
+		a.taskKillCommand(),
+		a.taskLogsCommand(),
+	)
+	return cmd
+}
+
+func (a *app) taskListCommand() *cobra.Command {
+	var states []string
+	cmd := &cobra.Command{
+		Use:   "list JOBID",
+		Short: "List the tasks of a job (-o wide for more columns)",
+		Args:  argsNamed("JOBID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := a.printer()
+			if err != nil {
+				return err
+			}
+			st, err := parseTaskStates("state", states)
+			if err != nil {
+				return err
+			}
+			c, err := a.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			resp, err := call(cmd.Context(), c, c.tasks.ListTasks, &pelotonv1.ListTasksRequest{JobId: args[0], States: st})
+			if err != nil {
+				return err
+			}
+			return p.list(resp, "tasks", len(resp.GetTasks()), func(w io.Writer, wide bool) {
+				writeTaskTable(w, resp.GetTasks(), wide)
+			})
+		},
+	}
+	cmd.Flags().StringSliceVar(&states, "state", nil, "only tasks in these states (repeatable or comma-separated; e.g. RUNNING)")
+	return cmd
+}
+
+func (a *app) taskGetCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "get JOBID INSTANCE",
+		Short: "Show one instance of a job",
+		Args:  argsNamed("JOBID", "INSTANCE"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := a.printer()
+			if err != nil {
+				return err
+			}
+			inst, err := parseInstance(args[1])
+			if err != nil {
+				return asUsage(err)
+			}
+			c, err := a.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			resp, err := call(cmd.Context(), c, c.tasks.GetTask, &pelotonv1.GetTaskRequest{JobId: args[0], InstanceId: inst})
+			if err != nil {
+				return err
+			}
+			task := resp.GetTask()
+			return p.object(task, func(w io.Writer, wide bool) {
+				writeTaskTable(w, []*pelotonv1.Task{task}, wide)
+			})
+		},
+	}
+}
+
+func (a *app) taskKillCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "kill JOBID INSTANCE",
+		Short: "Kill one instance of a job",
+		Args:  argsNamed("JOBID", "INSTANCE"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			inst, err := parseInstance(args[1])
+			if err != nil {
+				return asUsage(err)
+			}
+			c, err := a.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			if _, err := call(cmd.Context(), c, c.tasks.KillTask, &pelotonv1.KillTaskRequest{JobId: args[0], InstanceId: inst}); err != nil {
+				return err
+			}
+			fmt.Fprintf(a.stdout, "job %s instance %d: kill requested\n", args[0], inst)
+			return nil
+		},
+	}
+}
+
+func (a *app) taskLogsCommand() *cobra.Command {
+	var (
+		run    uint32
+		stderr bool
+		follow bool
+	)
+	cmd := &cobra.Command{
+		Use:   "logs JOBID INSTANCE",
+		Short: "Print the output of one instance (stdout, or stderr with --stderr)",
+		Args:  argsNamed("JOBID", "INSTANCE"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			inst, err := parseInstance(args[1])
+			if err != nil {
+				return asUsage(err)
+			}
+			req := &pelotonv1.GetTaskLogsRequest{JobId: args[0], InstanceId: inst, RunId: run, Follow: follow}
+			if stderr {
+				req.Stream = pelotonv1.LogStream_STDERR
+			}
+			c, err := a.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			ctx, cancel := cmd.Context(), context.CancelFunc(func() {})
+			if !follow {
+				// Following lasts as long as the run does; a plain read is
+				// one call and gets the per-call timeout.
+				ctx, cancel = context.WithTimeout(ctx, c.timeout)
+			}
+			defer cancel()
+			return a.streamLogs(ctx, c, req)
+		},
+	}
+	f := cmd.Flags()
+	f.Uint32Var(&run, "run", 0, "run to read (default: the latest)")
+	f.BoolVar(&stderr, "stderr", false, "read stderr instead of stdout")
+	f.BoolVarP(&follow, "follow", "f", false, "keep printing new output until the run ends")
+	return cmd
+}
+
+// streamLogs copies the log chunks to stdout as raw bytes, as they come.
+func (a *app) streamLogs(ctx context.Context, c *client, req *pelotonv1.GetTaskLogsRequest) error {
+	stream, err := c.tasks.GetTaskLogs(ctx, req)
+	if err != nil {
+		return c.wrap(err)
+	}
+	for {
+		chunk, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return c.wrap(err)
+		}
+		if _, err := a.stdout.Write(chunk.GetData()); err != nil {
+			return err
+		}
+	}
+}

@@ -1,0 +1,213 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/peloton-sched/peloton/cluster"
+)
+
+// serverFlags are the flags of the commands that run the cluster stack.
+type serverFlags struct {
+	dataDir       string
+	listen        string
+	httpListen    string
+	etcdListen    string
+	etcdEndpoints []string
+	backend       string
+	hosts         int
+	hostCPU       float64
+	hostMemoryMB  int64
+	hostDiskMB    int64
+	logLevel      string
+	shutdownGrace time.Duration
+}
+
+// register adds the flags; embedded (peloton up) adds --etcd-listen for the
+// etcd it runs itself.
+func (f *serverFlags) register(fs *pflag.FlagSet, embedded bool) {
+	fs.StringVar(&f.dataDir, "data-dir", "./peloton-data", "directory for etcd data and task output")
+	fs.StringVar(&f.listen, "listen", "127.0.0.1:5391", "gRPC listen address")
+	fs.StringVar(&f.httpListen, "http-listen", "127.0.0.1:5291", "HTTP listen address (REST, /metrics, /healthz)")
+	if embedded {
+		fs.StringVar(&f.etcdListen, "etcd-listen", "127.0.0.1:5379", "client address of the embedded etcd")
+		fs.StringSliceVar(&f.etcdEndpoints, "etcd-endpoints", nil, "use this external etcd (comma-separated URLs) instead of embedding one")
+	} else {
+		fs.StringSliceVar(&f.etcdEndpoints, "etcd-endpoints", nil, "external etcd to use (comma-separated URLs; required)")
+	}
+	fs.StringVar(&f.backend, "backend", "local", `host backend: "local" runs tasks as processes on this machine`)
+	fs.IntVar(&f.hosts, "hosts", 1, "number of virtual hosts of the local backend")
+	fs.Float64Var(&f.hostCPU, "host-cpu", 0, "CPUs of each virtual host (0: sized to this machine)")
+	fs.Int64Var(&f.hostMemoryMB, "host-memory-mb", 0, "memory of each virtual host in MiB (0: sized to this machine)")
+	fs.Int64Var(&f.hostDiskMB, "host-disk-mb", 0, "disk of each virtual host in MiB (0: sized to this machine)")
+	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.DurationVar(&f.shutdownGrace, "shutdown-grace", 10*time.Second, "how long a graceful shutdown may take")
+}
+
+// config validates the flags and builds the cluster configuration; every
+// error is a usage error that names its flag, and comes before anything
+// starts.
+func (f *serverFlags) config(embedded bool) (cluster.Config, error) {
+	var endpoints []string
+	for _, e := range f.etcdEndpoints {
+		if e = strings.TrimSpace(e); e != "" {
+			endpoints = append(endpoints, e)
+		}
+	}
+	if !embedded && len(endpoints) == 0 {
+		return cluster.Config{}, usageErrorf(`missing --etcd-endpoints: "serve cluster" runs against an external etcd (use "peloton up" to embed one)`)
+	}
+	if f.backend != "local" {
+		return cluster.Config{}, usageErrorf(`invalid --backend %q: only "local" is supported`, f.backend)
+	}
+	if f.dataDir == "" {
+		return cluster.Config{}, usageErrorf("invalid --data-dir: must not be empty")
+	}
+	addrs := []struct{ flag, addr string }{{"listen", f.listen}, {"http-listen", f.httpListen}}
+	if embedded && len(endpoints) == 0 {
+		addrs = append(addrs, struct{ flag, addr string }{"etcd-listen", f.etcdListen})
+	}
+	for _, a := range addrs {
+		if _, _, err := net.SplitHostPort(a.addr); err != nil {
+			return cluster.Config{}, usageErrorf("invalid --%s %q: want host:port", a.flag, a.addr)
+		}
+	}
+	switch {
+	case f.hosts < 1:
+		return cluster.Config{}, usageErrorf("invalid --hosts %d: must be >= 1", f.hosts)
+	case f.hostCPU < 0:
+		return cluster.Config{}, usageErrorf("invalid --host-cpu %g: must be >= 0", f.hostCPU)
+	case f.hostMemoryMB < 0:
+		return cluster.Config{}, usageErrorf("invalid --host-memory-mb %d: must be >= 0", f.hostMemoryMB)
+	case f.hostDiskMB < 0:
+		return cluster.Config{}, usageErrorf("invalid --host-disk-mb %d: must be >= 0", f.hostDiskMB)
+	case f.shutdownGrace < 0:
+		return cluster.Config{}, usageErrorf("invalid --shutdown-grace %s: must be >= 0", f.shutdownGrace)
+	}
+	cfg := cluster.Config{
+		DataDir:       f.dataDir,
+		Listen:        f.listen,
+		HTTPListen:    f.httpListen,
+		EtcdEndpoints: endpoints,
+		Backend:       f.backend,
+		Hosts:         f.hosts,
+		HostCPU:       f.hostCPU,
+		HostMemoryMB:  f.hostMemoryMB,
+		HostDiskMB:    f.hostDiskMB,
+		ShutdownGrace: f.shutdownGrace,
+	}
+	if embedded && len(endpoints) == 0 {
+		cfg.EtcdListen = f.etcdListen
+	}
+	return cfg, nil
+}
+
+// parseLogLevel accepts exactly the four level names, in any case.
+func parseLogLevel(s string) (slog.Level, error) {
+	switch strings.ToLower(s) {
+	case "debug":
+		return slog.LevelDebug, nil
+	case "info":
+		return slog.LevelInfo, nil
+	case "warn":
+		return slog.LevelWarn, nil
+	case "error":
+		return slog.LevelError, nil
+	}
+	return 0, usageErrorf("invalid --log-level %q: want debug, info, warn or error", s)
+}
+
+func (a *app) upCommand() *cobra.Command {
+	var f serverFlags
+	cmd := &cobra.Command{
+		Use:   "up",
+		Short: "Run a whole Peloton cluster on this machine (embedded etcd, local backend)",
+		Long: `Run a whole Peloton cluster in this process: an embedded etcd (unless
+--etcd-endpoints names an external one), the job, resource and host managers,
+placement, and the gRPC and HTTP APIs, with tasks run as local processes.
+Prints one "peloton is ready: ..." line once it serves; stops on SIGINT or SIGTERM.`,
+		Args: argsNamed(),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return a.runServer(cmd.Context(), &f, true)
+		},
+	}
+	f.register(cmd.Flags(), true)
+	return cmd
+}
+
+func (a *app) serveCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run Peloton daemons",
+	}
+	a.group(cmd)
+	var f serverFlags
+	clusterCmd := &cobra.Command{
+		Use:   "cluster --etcd-endpoints URLS",
+		Short: "Run the cluster stack as a daemon against an external etcd",
+		Args:  argsNamed(),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return a.runServer(cmd.Context(), &f, false)
+		},
+	}
+	f.register(clusterCmd.Flags(), false)
+	cmd.AddCommand(clusterCmd)
+	return cmd
+}
+
+// runServer validates the flags, then runs the stack until SIGINT or
+// SIGTERM. A shutdown asked for by a signal is a success.
+func (a *app) runServer(ctx context.Context, f *serverFlags, embedded bool) error {
+	cfg, err := f.config(embedded)
+	if err != nil {
+		return err
+	}
+	level, err := parseLogLevel(f.logLevel)
+	if err != nil {
+		return err
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: level}))
+	var once sync.Once
+	cfg.OnReady = func(info cluster.ReadyInfo) {
+		once.Do(func() { fmt.Fprintln(a.stdout, readyLine(info, cfg.DataDir)) })
+	}
+
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err = a.runCluster(ctx, cfg)
+	if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+// readyLine is the one line `peloton up` prints when it serves, e.g.
+// "peloton is ready: grpc 127.0.0.1:5391, http http://127.0.0.1:5291,
+// etcd http://127.0.0.1:5379, data ./peloton-data".
+func readyLine(info cluster.ReadyInfo, dataDir string) string {
+	etcd := make([]string, len(info.EtcdEndpoints))
+	for i, e := range info.EtcdEndpoints {
+		etcd[i] = withScheme(e)
+	}
+	return fmt.Sprintf("peloton is ready: grpc %s, http %s, etcd %s, data %s",
+		info.GRPCAddr, withScheme(info.HTTPAddr), strings.Join(etcd, ","), dataDir)
+}
+
+func withScheme(addr string) string {
+	if addr == "" || strings.Contains(addr, "://") {
+		return addr
+	}
+	return "http://" + addr
+}

@@ -1,0 +1,87 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/peloton-sched/peloton/cluster"
+)
+
+func TestServeClusterNeedsEtcdEndpoints(t *testing.T) {
+	r := runCLI(t, "", "serve", "cluster")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "--etcd-endpoints") {
+		t.Errorf("serve cluster: exit %d, stderr %q; want exit 2 naming --etcd-endpoints", r.code, r.stderr)
+	}
+}
+
+func TestUpRejectsBadFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		flag string
+	}{
+		{[]string{"up", "--backend", "nope"}, "--backend"},
+		{[]string{"serve", "cluster", "--etcd-endpoints", "http://e:2379", "--backend", "k8s"}, "--backend"},
+		{[]string{"up", "--log-level", "loud"}, "--log-level"},
+		{[]string{"up", "--hosts", "0"}, "--hosts"},
+		{[]string{"up", "--host-cpu", "-1"}, "--host-cpu"},
+		{[]string{"up", "--host-memory-mb", "-5"}, "--host-memory-mb"},
+		{[]string{"up", "--listen", "nonsense"}, "--listen"},
+		{[]string{"up", "--etcd-listen", "nonsense"}, "--etcd-listen"},
+	} {
+		r := runCLI(t, "", tc.args...)
+		if r.code != exitUsage || !strings.Contains(r.stderr, tc.flag) {
+			t.Errorf("peloton %q: exit %d, stderr %q; want exit 2 naming %s", tc.args, r.code, r.stderr, tc.flag)
+		}
+	}
+}
+
+func TestUpBuildsConfig(t *testing.T) {
+	var got cluster.Config
+	run := func(ctx context.Context, cfg cluster.Config) error {
+		got = cfg
+		cfg.OnReady(cluster.ReadyInfo{
+			GRPCAddr:      "127.0.0.1:5391",
+			HTTPAddr:      "127.0.0.1:5291",
+			EtcdEndpoints: []string{"http://127.0.0.1:5379"},
+		})
+		cfg.OnReady(cluster.ReadyInfo{GRPCAddr: "again"})
+		cfg.Logger.Debug("debug line")
+		cfg.Logger.Warn("warn line")
+		return nil
+	}
+	r := runWith(t, run, "", "up", "--hosts", "3", "--host-cpu", "2", "--host-memory-mb", "1024", "--log-level", "warn")
+	if r.code != exitOK {
+		t.Fatalf("up: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if want := "peloton is ready: grpc 127.0.0.1:5391, http http://127.0.0.1:5291, etcd http://127.0.0.1:5379, data ./peloton-data\n"; r.stdout != want {
+		t.Errorf("stdout = %q, want %q", r.stdout, want)
+	}
+	if got.DataDir != "./peloton-data" || got.Listen != "127.0.0.1:5391" || got.HTTPListen != "127.0.0.1:5291" ||
+		got.EtcdListen != "127.0.0.1:5379" || len(got.EtcdEndpoints) != 0 || got.Backend != "local" ||
+		got.Hosts != 3 || got.HostCPU != 2 || got.HostMemoryMB != 1024 {
+		t.Errorf("config = %+v", got)
+	}
+	if strings.Contains(r.stderr, "debug line") || !strings.Contains(r.stderr, "level=WARN msg=\"warn line\"") {
+		t.Errorf("logs at --log-level warn = %q", r.stderr)
+	}
+
+	r = runWith(t, run, "", "serve", "cluster", "--etcd-endpoints", "http://a:2379, http://b:2379", "--listen", ":7000")
+	if r.code != exitOK {
+		t.Fatalf("serve cluster: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if len(got.EtcdEndpoints) != 2 || got.EtcdEndpoints[1] != "http://b:2379" || got.EtcdListen != "" || got.Listen != ":7000" {
+		t.Errorf("serve cluster config = %+v", got)
+	}
+}
+
+func TestUpReportsRunError(t *testing.T) {
+	run := func(context.Context, cluster.Config) error {
+		return errors.New("listen tcp 127.0.0.1:5391: address already in use")
+	}
+	r := runWith(t, run, "", "up")
+	if r.code != exitError || r.stderr != "Error: listen tcp 127.0.0.1:5391: address already in use\n" {
+		t.Errorf("exit %d, stderr %q", r.code, r.stderr)
+	}
+}
