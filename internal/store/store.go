@@ -80,6 +80,10 @@ type Store interface {
 	// returns ErrConflict and writes nothing. On success it returns the new
 	// revision, which is the Revision of every key the txn put.
 	// len(ops) must not exceed MaxTxnOps().
+	//
+	// Test for ErrConflict with errors.Is: implementations may return a
+	// *ConflictError that names the stale ops, which the Batcher relies on to
+	// fail only those.
 	Txn(ctx context.Context, ops ...Op) (int64, error)
 	// MaxTxnOps is the most ops one Txn accepts (etcd's --max-txn-ops).
 	MaxTxnOps() int

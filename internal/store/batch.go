@@ -1,0 +1,322 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// ErrBatcherClosed is returned by Write after Close: the op was not queued.
+var ErrBatcherClosed = errors.New("store: batcher closed")
+
+// quietDiv sets the quiet interval that ends a batch early: MaxDelay/8,
+// 250µs by default, many times the gap between writers that are all ready.
+const quietDiv = 8
+
+// opOverhead approximates what an op costs in an etcd request beyond its key
+// and value (the store prefix, the compare, protobuf framing).
+const opOverhead = 64
+
+// BatcherOptions tunes group commit. Zero values take the defaults.
+type BatcherOptions struct {
+	// MaxOps caps ops per txn (default and ceiling: min(256, s.MaxTxnOps())).
+	// Beyond a few hundred, a bigger txn mostly delays everyone in it.
+	MaxOps int
+	// MaxDelay is how long the first op of a batch waits for company before
+	// the batch is sent anyway (default 2ms; negative: do not wait). The
+	// batch goes earlier when no op arrived for MaxDelay/8, and at once if
+	// its first op queued while the previous txn was in flight.
+	MaxDelay time.Duration
+	// MaxBytes caps keys+values per txn (default 1 MiB), keeping batches
+	// under etcd's 1.5 MiB --max-request-bytes. An op bigger than this goes
+	// alone (and etcd may reject it on its own).
+	MaxBytes int
+}
+
+// Batcher packs writes from many goroutines into few etcd txns (group
+// commit). Each etcd txn costs a raft round and an fsync, so a client issuing
+// one txn per write tops out at a few hundred writes a second; a Batcher
+// shares that cost across every op waiting at the same moment.
+//
+// Ops in one batch are independent: the batch is not atomic as a whole, and
+// one op's failed compare does not fail the others. Ops on the same key are
+// applied in the order their Writes were called; a later one waits for the
+// next batch, because etcd rejects two writes to one key in one txn. Use
+// Store.Txn directly when several ops must commit together.
+//
+// One goroutine commits batches, one txn at a time, which is what keeps the
+// per-key order simple to guarantee; throughput comes from batch size, which
+// grows by itself while a txn is in flight.
+type Batcher struct {
+	s        Store
+	maxOps   int
+	maxBytes int
+	maxDelay time.Duration
+
+	mu          sync.Mutex
+	queue       []*batchReq // submission order
+	queuedBytes int
+	closed      bool
+
+	kick chan struct{} // cap 1: "the queue changed in a way that matters"
+	done chan struct{} // closed when the commit loop has exited
+}
+
+type batchReq struct {
+	ctx  context.Context
+	op   Op
+	size int
+	at   time.Time
+	res  chan batchRes // cap 1, so the loop never blocks on a gone writer
+}
+
+type batchRes struct {
+	rev int64
+	err error
+}
+
+// NewBatcher starts the commit goroutine; Close stops it.
+func NewBatcher(s Store, opts BatcherOptions) *Batcher {
+	limit := max(1, min(256, s.MaxTxnOps()))
+	if opts.MaxOps <= 0 || opts.MaxOps > s.MaxTxnOps() {
+		opts.MaxOps = limit
+	}
+	if opts.MaxDelay == 0 {
+		opts.MaxDelay = 2 * time.Millisecond
+	}
+	if opts.MaxBytes <= 0 {
+		opts.MaxBytes = 1 << 20
+	}
+	b := &Batcher{
+		s:        s,
+		maxOps:   opts.MaxOps,
+		maxBytes: opts.MaxBytes,
+		maxDelay: max(opts.MaxDelay, 0),
+		kick:     make(chan struct{}, 1),
+		done:     make(chan struct{}),
+	}
+	go b.run()
+	return b
+}
+
+// Write queues op and blocks until it is committed, returning the revision
+// of the txn that applied it (shared with the rest of its batch), or fails.
+// A failed compare returns a *ConflictError (errors.Is ErrConflict) for this
+// op alone.
+//
+// If ctx ends first, Write returns ctx.Err(), and the op may or may not be
+// written: it is dropped if its batch has not been sent yet, but a txn in
+// flight cannot be recalled. Callers must re-read before retrying, which CAS
+// writes force anyway. Likewise, an etcd error (timeout, unavailable) leaves
+// every op of that batch in doubt.
+func (b *Batcher) Write(ctx context.Context, op Op) (int64, error) {
+	if err := validateOp(op); err != nil {
+		return 0, fmt.Errorf("store: batcher: op%v", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	r := &batchReq{ctx: ctx, op: op, size: len(op.Key) + len(op.Value) + opOverhead, at: time.Now(), res: make(chan batchRes, 1)}
+
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return 0, ErrBatcherClosed
+	}
+	b.queue = append(b.queue, r)
+	before := b.queuedBytes
+	b.queuedBytes += r.size
+	// Wake the loop only when its decision can change: the first op starts
+	// the MaxDelay clock, a full batch should not wait it out. Waking it on
+	// every op would cost a context switch per write.
+	wake := len(b.queue) == 1 || len(b.queue) == b.maxOps || (before < b.maxBytes && b.queuedBytes >= b.maxBytes)
+	b.mu.Unlock()
+	if wake {
+		b.signal()
+	}
+
+	select {
+	case res := <-r.res:
+		return res.rev, res.err
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+}
+
+// Close commits every op queued so far, then stops the commit goroutine. It
+// returns once all of them have their answer; later Writes fail with
+// ErrBatcherClosed. Calling it again is a no-op.
+func (b *Batcher) Close() error {
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
+	b.signal()
+	<-b.done
+	return nil
+}
+
+func (b *Batcher) signal() {
+	select {
+	case b.kick <- struct{}{}:
+	default: // a wake-up is already pending
+	}
+}
+
+// pending is the number of queued, unsent ops; tests use it to know their
+// Writes are queued before they act.
+func (b *Batcher) pending() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.queue)
+}
+
+func (b *Batcher) run() {
+	defer close(b.done)
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	for {
+		batch, wait, stop := b.next(time.Now())
+		switch {
+		case stop:
+			return
+		case len(batch) > 0:
+			b.commit(batch)
+		case wait < 0:
+			<-b.kick
+		case wait > 0:
+			timer.Reset(wait)
+			select {
+			case <-b.kick:
+			case <-timer.C:
+			}
+			timer.Stop()
+		}
+	}
+}
+
+// next takes the next batch off the queue, or says how long to wait for one
+// (-1: until kicked), or that the batcher is closed and drained.
+func (b *Batcher) next(now time.Time) (batch []*batchReq, wait time.Duration, stop bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.queue) == 0 {
+		return nil, -1, b.closed
+	}
+	if !b.closed && len(b.queue) < b.maxOps && b.queuedBytes < b.maxBytes {
+		// Wait for company until MaxDelay after the first op, but stop early
+		// once arrivals pause for a quiet interval: then whoever was going
+		// to join has joined. Without that, writers that wait for their
+		// previous write before the next (the common case) would idle out
+		// the whole MaxDelay on every batch.
+		untilMax := b.maxDelay - now.Sub(b.queue[0].at)
+		untilQuiet := b.maxDelay/quietDiv - now.Sub(b.queue[len(b.queue)-1].at)
+		if w := min(untilMax, untilQuiet); w > 0 {
+			return nil, w, false
+		}
+	}
+
+	// Scan in submission order. A key seen once blocks every later op on it
+	// from this batch, whether or not the first op got in (it may have been
+	// left out for size), which is what keeps per-key order.
+	seen := make(map[string]struct{}, min(len(b.queue), b.maxOps))
+	keep := b.queue[:0] // filtered in place: writes never overtake reads
+	bytes := 0
+	for _, r := range b.queue {
+		full := len(batch) == b.maxOps
+		if !full && r.ctx.Err() != nil {
+			// Its Write has returned (or is returning) ctx.Err(); not
+			// sending it keeps "may or may not be written" rare.
+			r.res <- batchRes{err: r.ctx.Err()}
+			b.queuedBytes -= r.size
+			continue
+		}
+		if full {
+			keep = append(keep, r)
+			continue
+		}
+		_, blocked := seen[r.op.Key]
+		seen[r.op.Key] = struct{}{}
+		if blocked || (len(batch) > 0 && bytes+r.size > b.maxBytes) {
+			keep = append(keep, r)
+			continue
+		}
+		batch = append(batch, r)
+		bytes += r.size
+		b.queuedBytes -= r.size
+	}
+	clear(b.queue[len(keep):]) // drop references for the GC
+	b.queue = keep
+	return batch, 0, false
+}
+
+// commit sends one batch and answers every op in it.
+//
+// On a conflict, the *ConflictError from the store names the stale ops; they
+// get ErrConflict and the rest is sent again. That is the same as committing
+// the good ops in the first place, because a failed txn writes nothing. Each
+// retry removes at least one op (the store reads the compared keys in the
+// same atomic step as the failed compare), so a batch of n ops costs at most
+// n+1 txns, and in the common case of stale ops known at once, exactly 2.
+// Reading revisions in a separate step instead could race with other writers
+// and find nothing to remove; bisecting costs O(k log n) txns for k stale ops.
+func (b *Batcher) commit(batch []*batchReq) {
+	ops := make([]Op, len(batch))
+	for i, r := range batch {
+		ops[i] = r.op
+	}
+	for len(batch) > 0 {
+		// Not any writer's ctx: one caller giving up must not abort the
+		// others' txn. The store's own request timeout bounds the call.
+		rev, err := b.s.Txn(context.Background(), ops...)
+		if err == nil {
+			for _, r := range batch {
+				r.res <- batchRes{rev: rev}
+			}
+			return
+		}
+		var ce *ConflictError
+		if !errors.As(err, &ce) {
+			if errors.Is(err, ErrConflict) {
+				// A Store that cannot say which op was stale.
+				b.commitEach(batch)
+				return
+			}
+			for _, r := range batch {
+				r.res <- batchRes{err: err}
+			}
+			return
+		}
+		stale := make(map[int]Conflict, len(ce.Conflicts))
+		for _, c := range ce.Conflicts {
+			if c.Index >= 0 && c.Index < len(batch) {
+				stale[c.Index] = c
+			}
+		}
+		if len(stale) == 0 {
+			b.commitEach(batch)
+			return
+		}
+		keepB, keepO := batch[:0], ops[:0]
+		for i, r := range batch {
+			if c, ok := stale[i]; ok {
+				c.Index = 0 // the writer sent one op
+				r.res <- batchRes{err: &ConflictError{Conflicts: []Conflict{c}}}
+				continue
+			}
+			keepB = append(keepB, r)
+			keepO = append(keepO, ops[i])
+		}
+		batch, ops = keepB, keepO
+	}
+}
+
+// commitEach is the fallback when the store reports a conflict without
+// saying where: one txn per op, in order. O(n) txns, but always right.
+func (b *Batcher) commitEach(batch []*batchReq) {
+	for _, r := range batch {
+		rev, err := b.s.Txn(context.Background(), r.op)
+		r.res <- batchRes{rev: rev, err: err}
+	}
+}

@@ -1,0 +1,309 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+)
+
+// Defaults for EtcdConfig. They are exported so that callers wiring flags can
+// show the effective value in --help.
+const (
+	// DefaultPrefix keeps Peloton's keys apart from anything else sharing the
+	// etcd cluster.
+	DefaultPrefix = "/peloton/"
+	// DefaultDialTimeout bounds how long NewEtcd waits for a first answer.
+	DefaultDialTimeout = 5 * time.Second
+	// DefaultRequestTimeout bounds every single etcd round trip, so a stuck
+	// member turns into an error instead of a hung scheduler loop.
+	DefaultRequestTimeout = 10 * time.Second
+	// DefaultMaxTxnOps is etcd's own server default for --max-txn-ops; a
+	// store talking to a cluster it did not configure must assume it.
+	DefaultMaxTxnOps = 128
+)
+
+// listPageSize is how many keys one List round trip reads. Big enough that a
+// listing of all tasks takes few round trips, small enough that one page never
+// approaches gRPC message limits or stalls the etcd apply loop.
+const listPageSize = 1000
+
+// listAttempts is how often List restarts from scratch when etcd compacted
+// the revision it was paging at (only possible for listings slower than the
+// compaction interval).
+const listAttempts = 3
+
+// EtcdConfig says how to reach an external etcd cluster. Zero values take the
+// defaults above.
+type EtcdConfig struct {
+	// Endpoints are etcd client URLs, e.g. "http://10.0.0.1:2379".
+	Endpoints []string
+	// Prefix is prepended to every key (default DefaultPrefix). A missing
+	// trailing "/" is added so "/peloton" and "/peloton2" cannot overlap.
+	Prefix string
+	// DialTimeout bounds NewEtcd's first round trip (default 5s).
+	DialTimeout time.Duration
+	// RequestTimeout bounds each etcd round trip (default 10s). List applies
+	// it per page; pass a ctx deadline for an overall bound.
+	RequestTimeout time.Duration
+	// MaxTxnOps must not exceed the server's --max-txn-ops (default 128).
+	MaxTxnOps int
+	// Logger receives the etcd client's warnings and errors; nil discards
+	// them (the store's own errors are returned, not logged).
+	Logger *slog.Logger
+}
+
+// Etcd is the Store on an etcd cluster, external or embedded.
+type Etcd struct {
+	cli       *clientv3.Client
+	ownsCli   bool
+	prefix    string
+	timeout   time.Duration
+	maxTxnOps int
+	pageSize  int // listPageSize; tests lower it
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var _ Store = (*Etcd)(nil)
+
+// NewEtcd dials the cluster and checks it answers a linearizable read within
+// DialTimeout, so a wrong endpoint fails at start-up rather than at the first
+// write. The returned store owns its client: Close closes it.
+func NewEtcd(ctx context.Context, cfg EtcdConfig) (*Etcd, error) {
+	if len(cfg.Endpoints) == 0 {
+		return nil, errors.New("store: etcd: endpoints: must not be empty")
+	}
+	if cfg.DialTimeout <= 0 {
+		cfg.DialTimeout = DefaultDialTimeout
+	}
+	lg := zap.NewNop()
+	if cfg.Logger != nil {
+		lg = zap.New(newSlogCore(cfg.Logger.Handler(), zapcore.WarnLevel)).With(zap.String("component", "etcd-client"))
+	}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   cfg.Endpoints,
+		DialTimeout: cfg.DialTimeout,
+		Logger:      lg,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: etcd: connect %v: %w", cfg.Endpoints, err)
+	}
+	s := newEtcd(cli, cfg.Prefix, cfg.MaxTxnOps, cfg.RequestTimeout)
+	s.ownsCli = true
+
+	probeCtx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
+	defer cancel()
+	if _, err := cli.Get(probeCtx, s.prefix, clientv3.WithCountOnly()); err != nil {
+		_ = cli.Close()
+		return nil, fmt.Errorf("store: etcd: no answer from %v within %v: %w", cfg.Endpoints, cfg.DialTimeout, err)
+	}
+	return s, nil
+}
+
+// NewEtcdFromClient wraps a client the caller already has (e.g. one shared
+// with leader election). The caller keeps ownership: Close does not close cli.
+// An empty prefix means DefaultPrefix; maxTxnOps <= 0 means DefaultMaxTxnOps.
+func NewEtcdFromClient(cli *clientv3.Client, prefix string, maxTxnOps int) *Etcd {
+	return newEtcd(cli, prefix, maxTxnOps, 0)
+}
+
+func newEtcd(cli *clientv3.Client, prefix string, maxTxnOps int, timeout time.Duration) *Etcd {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	if !strings.HasSuffix(prefix, "/") {
+		prefix += "/"
+	}
+	if maxTxnOps <= 0 {
+		maxTxnOps = DefaultMaxTxnOps
+	}
+	if timeout <= 0 {
+		timeout = DefaultRequestTimeout
+	}
+	return &Etcd{cli: cli, prefix: prefix, timeout: timeout, maxTxnOps: maxTxnOps, pageSize: listPageSize}
+}
+
+// Client exposes the raw etcd client for what the Store interface does not
+// cover on purpose: leases, elections and watches.
+func (s *Etcd) Client() *clientv3.Client { return s.cli }
+
+// Prefix is the absolute key prefix, for code that uses Client() directly and
+// must stay inside the store's key space (e.g. watches).
+func (s *Etcd) Prefix() string { return s.prefix }
+
+// MaxTxnOps implements Store.
+func (s *Etcd) MaxTxnOps() int { return s.maxTxnOps }
+
+// Close implements Store. It closes the client only if NewEtcd created it;
+// calling it again is a no-op.
+func (s *Etcd) Close() error {
+	s.closeOnce.Do(func() {
+		if s.ownsCli {
+			if err := s.cli.Close(); err != nil && !errors.Is(err, context.Canceled) {
+				s.closeErr = fmt.Errorf("store: close: %w", err)
+			}
+		}
+	})
+	return s.closeErr
+}
+
+// Get implements Store. The read is linearizable: it sees every write that
+// completed before it started, which CAS callers rely on.
+func (s *Etcd) Get(ctx context.Context, key string) (KV, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	resp, err := s.cli.Get(ctx, s.prefix+key)
+	if err != nil {
+		return KV{}, fmt.Errorf("store: get %q: %w", key, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return KV{}, fmt.Errorf("%w: %q", ErrNotFound, key)
+	}
+	kv := resp.Kvs[0]
+	return KV{Key: key, Value: kv.Value, Revision: kv.ModRevision}, nil
+}
+
+// List implements Store. All pages are read at the revision of the first one,
+// so the result is one consistent snapshot even while writers keep going: a
+// caller rebuilding an in-memory cache from it never sees half a txn.
+func (s *Etcd) List(ctx context.Context, prefix string) ([]KV, error) {
+	var err error
+	for range listAttempts {
+		var kvs []KV
+		kvs, err = s.list(ctx, prefix)
+		if !errors.Is(err, rpctypes.ErrCompacted) {
+			return kvs, err
+		}
+		// The snapshot revision was compacted between two pages; start over
+		// at a fresh revision.
+	}
+	return nil, err
+}
+
+func (s *Etcd) list(ctx context.Context, prefix string) ([]KV, error) {
+	start := s.prefix + prefix
+	end := clientv3.GetPrefixRangeEnd(start)
+	var (
+		out []KV
+		rev int64 // 0 on the first page: read at the latest revision
+	)
+	for {
+		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(int64(s.pageSize))}
+		if rev > 0 {
+			opts = append(opts, clientv3.WithRev(rev))
+		}
+		pctx, cancel := context.WithTimeout(ctx, s.timeout)
+		resp, err := s.cli.Get(pctx, start, opts...)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("store: list %q: %w", prefix, err)
+		}
+		if rev == 0 {
+			rev = resp.Header.Revision
+			out = make([]KV, 0, resp.Count)
+		}
+		for _, kv := range resp.Kvs {
+			out = append(out, KV{
+				Key:      strings.TrimPrefix(string(kv.Key), s.prefix),
+				Value:    kv.Value,
+				Revision: kv.ModRevision,
+			})
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			return out, nil
+		}
+		// Next page starts just after the last key read.
+		start = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+}
+
+// Txn implements Store. On a failed compare the error is a *ConflictError
+// naming the stale ops: the txn's Else branch reads every compared key in the
+// same atomic step, so the report is exact, costs no extra round trip and
+// nothing is written.
+func (s *Etcd) Txn(ctx context.Context, ops ...Op) (int64, error) {
+	if err := s.validateTxn(ops); err != nil {
+		return 0, err
+	}
+	cmps := make([]clientv3.Cmp, 0, len(ops))
+	thens := make([]clientv3.Op, 0, len(ops))
+	elses := make([]clientv3.Op, 0, len(ops))
+	compared := make([]int, 0, len(ops)) // op index of each Else read
+	for i, op := range ops {
+		key := s.prefix + op.Key
+		switch op.ExpectRevision {
+		case AnyRevision:
+		case MustNotExist:
+			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(key), "=", 0))
+		default:
+			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(key), "=", op.ExpectRevision))
+		}
+		if op.ExpectRevision != AnyRevision {
+			elses = append(elses, clientv3.OpGet(key, clientv3.WithKeysOnly()))
+			compared = append(compared, i)
+		}
+		switch op.Kind {
+		case OpPut:
+			thens = append(thens, clientv3.OpPut(key, string(op.Value)))
+		case OpDelete:
+			thens = append(thens, clientv3.OpDelete(key))
+		}
+	}
+
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	resp, err := s.cli.Txn(ctx).If(cmps...).Then(thens...).Else(elses...).Commit()
+	if err != nil {
+		return 0, fmt.Errorf("store: txn: %w", err)
+	}
+	if resp.Succeeded {
+		return resp.Header.Revision, nil
+	}
+
+	ce := &ConflictError{}
+	for j, r := range resp.Responses {
+		op := ops[compared[j]]
+		var actual int64
+		if kvs := r.GetResponseRange().GetKvs(); len(kvs) > 0 {
+			actual = kvs[0].ModRevision
+		}
+		if (op.ExpectRevision == MustNotExist && actual != 0) ||
+			(op.ExpectRevision > 0 && actual != op.ExpectRevision) {
+			ce.Conflicts = append(ce.Conflicts, Conflict{
+				Index: compared[j], Key: op.Key, Expected: op.ExpectRevision, Actual: actual,
+			})
+		}
+	}
+	return 0, ce
+}
+
+// validateTxn rejects what etcd would reject for the whole txn, naming the op.
+func (s *Etcd) validateTxn(ops []Op) error {
+	if len(ops) == 0 {
+		return fmt.Errorf("%w: no ops", ErrInvalidTxn)
+	}
+	if len(ops) > s.maxTxnOps {
+		return fmt.Errorf("%w: %d ops, more than max-txn-ops %d", ErrInvalidTxn, len(ops), s.maxTxnOps)
+	}
+	seen := make(map[string]int, len(ops))
+	for i, op := range ops {
+		if err := validateOp(op); err != nil {
+			return fmt.Errorf("%w: ops[%d]%v", ErrInvalidTxn, i, err)
+		}
+		if j, dup := seen[op.Key]; dup {
+			return fmt.Errorf("%w: ops[%d].key: %q already written by ops[%d]; etcd allows one write per key per txn", ErrInvalidTxn, i, op.Key, j)
+		}
+		seen[op.Key] = i
+	}
+	return nil
+}
