@@ -27,7 +27,9 @@ func newTestManager(t *testing.T) *Manager {
 func cpu(milli int64) resources.Resources { return resources.Resources{MilliCPU: milli, MemoryMB: 1} }
 
 // capCPU is a cluster capacity bounded by CPU only.
-func capCPU(milli int64) resources.Resources { return resources.Resources{MilliCPU: milli, MemoryMB: 1 << 40} }
+func capCPU(milli int64) resources.Resources {
+	return resources.Resources{MilliCPU: milli, MemoryMB: 1 << 40}
+}
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
