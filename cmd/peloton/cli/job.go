@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
@@ -248,10 +250,15 @@ func (a *app) waitJob(ctx context.Context, c *client, id string, want pelotonv1.
 		return fmt.Errorf("job %s is %s, not %s (timed out after %s)", id, last, want, timeout)
 	}
 	for {
-		// Each poll is bounded by the per-call timeout and by the wait's.
+		// Each poll is bounded by the per-call timeout and by the wait's. When
+		// the wait's deadline is the nearer one, a DeadlineExceeded from the
+		// server means the wait ran out; gRPC can report it a moment before
+		// ctx itself is done, so do not rely on ctx.Err() alone.
+		deadline, _ := ctx.Deadline()
+		waitBounds := time.Until(deadline) <= a.timeout
 		resp, err := call(ctx, c, c.jobs.GetJob, &pelotonv1.GetJobRequest{JobId: id})
 		if err != nil {
-			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) || (waitBounds && status.Code(err) == codes.DeadlineExceeded) {
 				return timedOut()
 			}
 			return err
