@@ -18,14 +18,23 @@ type Config struct {
 	EtcdListen string
 	// EtcdEndpoints, when set, points at an external etcd and no etcd is embedded.
 	EtcdEndpoints []string
-	// Backend is the hostmgr backend: "local".
+	// Backend is the hostmgr backend: "local" or "sim".
 	Backend string
 	// Hosts, HostCPU and HostMemoryMB size the local backend's virtual hosts;
-	// zero values mean one host sized to this machine.
+	// zero values mean one host sized to this machine. For the sim backend
+	// they size every simulated host, and zero CPU or memory means 32 CPUs
+	// or 131072 MiB.
 	Hosts        int
 	HostCPU      float64
 	HostMemoryMB int64
 	HostDiskMB   int64
+	// HostGPU is the GPU count of every simulated host (sim backend only).
+	HostGPU int64
+	// HostLabels are "key=value" entries spread round-robin per key over the
+	// simulated hosts (sim backend only): zone=a,zone=b puts even hosts in
+	// zone a and odd ones in zone b. A peloton.io/partition entry sets the
+	// host's partition.
+	HostLabels []string
 	// ShutdownGrace bounds graceful shutdown.
 	ShutdownGrace time.Duration
 	Logger        *slog.Logger

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/peloton-sched/peloton/hostmgr"
 	"github.com/peloton-sched/peloton/hostmgr/local"
+	"github.com/peloton-sched/peloton/hostmgr/sim"
 	"github.com/peloton-sched/peloton/internal/api"
 	"github.com/peloton-sched/peloton/internal/resources"
 	"github.com/peloton-sched/peloton/internal/store"
@@ -181,7 +183,16 @@ func newBackend(cfg Config) (hostmgr.Backend, error) {
 			per.DiskMB = cfg.HostDiskMB
 		}
 		return local.New(local.Config{Dir: filepath.Join(cfg.DataDir, "tasks"), Hosts: cfg.Hosts, HostCapacity: per, Logger: cfg.Logger})
+	case "sim":
+		per := resources.Resources{
+			MilliCPU: int64(math.Round(cfg.HostCPU * 1000)),
+			MemoryMB: cfg.HostMemoryMB,
+			DiskMB:   cfg.HostDiskMB,
+			GPU:      cfg.HostGPU,
+		}
+		// Zero CPU or memory takes sim's defaults (32 CPUs, 131072 MiB).
+		return sim.New(sim.Config{Hosts: cfg.Hosts, HostCapacity: per, Labels: cfg.HostLabels, Logger: cfg.Logger})
 	default:
-		return nil, fmt.Errorf("--backend: unknown backend %q (this build has: local)", cfg.Backend)
+		return nil, fmt.Errorf("--backend: unknown backend %q (this build has: local, sim)", cfg.Backend)
 	}
 }

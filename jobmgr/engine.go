@@ -40,10 +40,14 @@ func (m *Manager) Start(ctx context.Context) error {
 			m.launchLoop(ctx)
 		}()
 	}
-	m.wg.Add(2)
+	m.wg.Add(3)
 	go func() {
 		defer m.wg.Done()
 		m.eventLoop(ctx)
+	}()
+	go func() {
+		defer m.wg.Done()
+		m.preemptLoop(ctx)
 	}()
 	go func() {
 		defer m.wg.Done()
@@ -176,7 +180,13 @@ func (m *Manager) recover(ctx context.Context) error {
 func (m *Manager) rmTask(j *job, inst, run uint32) *resmgr.Task {
 	sla := j.spec.Sla
 	return &resmgr.Task{JobID: j.id, Instance: inst, RunID: run, Pool: j.spec.Pool,
-		Priority: sla.GetPriority(), Preemptible: sla.GetPreemptible(), Resources: j.resourcesOf(inst)}
+		Priority: sla.GetPriority(), Preemptible: isPreemptible(sla), Revocable: sla.GetRevocable(),
+		Resources: j.resourcesOf(inst)}
+}
+
+// isPreemptible: batch work is preemptible unless the spec says otherwise.
+func isPreemptible(sla *pelotonv1.SlaSpec) bool {
+	return sla == nil || sla.Preemptible == nil || *sla.Preemptible
 }
 
 // gangsFor groups instances into gangs: the first minimumRunningInstances
@@ -497,6 +507,9 @@ func (m *Manager) handleEvent(ctx context.Context, ev hostmgr.TaskEvent) {
 		rt.ExitCode, rt.CompletionTime = ev.ExitCode, now
 		killedByUs := rt.State == stKilling || rt.GoalState == stKilled
 		switch {
+		case rt.State == stPreempting && ev.State != stSucceeded && rt.GoalState != stKilled:
+			// Preempted: the instance waits for capacity again, with no failure counted.
+			newRun(rt, rt.RunId+1, fmt.Sprintf("run %d was preempted (%s); pending again", run, rt.Reason))
 		case rt.DesiredRunId > rt.RunId:
 			// A restart: the old run is over, start the new one.
 			newRun(rt, rt.DesiredRunId, fmt.Sprintf("run %d ended (%s); restarting", run, ev.State))
@@ -638,4 +651,42 @@ func (m *Manager) gaugeLoop(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// preemptLoop carries out resmgr's preemption decisions.
+func (m *Manager) preemptLoop(ctx context.Context) {
+	for ctx.Err() == nil {
+		for _, v := range m.rm.GetPreemptions(ctx) {
+			m.preempt(ctx, v)
+		}
+	}
+}
+
+// preempt moves a victim's run to PREEMPTING and kills it; when the kill
+// lands, handleEvent starts a new run that queues again.
+func (m *Manager) preempt(ctx context.Context, v resmgr.Victim) {
+	m.mu.RLock()
+	j := m.jobs[v.Task.JobID]
+	m.mu.RUnlock()
+	if j == nil {
+		return
+	}
+	inst := v.Task.Instance
+	var kill string
+	err := m.updateTask(ctx, j, inst, func(rt *pelotonv1.TaskStatus) error {
+		if rt.RunId != v.Task.RunID || !isActive(rt.State) || rt.State == stKilling || rt.State == stPreempting {
+			return errSkip // it ended or is being stopped anyway
+		}
+		rt.State, rt.Reason, rt.Message = stPreempting, "preempted-"+v.Reason, v.Detail
+		kill = resmgr.RunTaskID(j.id, inst, rt.RunId)
+		return nil
+	})
+	if err != nil {
+		if !errors.Is(err, errSkip) {
+			m.log.Error("record preemption", "job", j.id, "instance", inst, "err", err)
+		}
+		return
+	}
+	m.log.Info("preempting", "job", j.id, "instance", inst, "reason", v.Reason)
+	m.killRun(ctx, j, inst, kill, m.killGrace(j, inst))
 }

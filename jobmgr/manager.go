@@ -493,6 +493,10 @@ func newRun(rt *pelotonv1.TaskStatus, run uint32, message string) {
 
 var errSkip = errors.New("skip")
 
+// maxHistory bounds the transitions kept in a task record, so the record
+// stays well under 1 KiB.
+const maxHistory = 16
+
 // updateTask applies fn to a copy of an instance's runtime under the task's
 // lock, checks the transition against the table, stores it through the group
 // committer with compare-and-swap, and keeps the job's counts in step. fn may
@@ -512,6 +516,12 @@ func (m *Manager) updateTask(ctx context.Context, j *job, inst uint32, fn func(r
 		return err
 	}
 	rt.UpdateTime = timestamppb.New(m.now())
+	if rt.State != t.rt.State {
+		rt.History = append(rt.History, &pelotonv1.TaskTransition{State: rt.State, RunId: rt.RunId, Time: rt.UpdateTime, Reason: rt.Reason})
+		if n := len(rt.History); n > maxHistory {
+			rt.History = append(rt.History[:0:0], rt.History[n-maxHistory:]...)
+		}
+	}
 	b, _ := proto.Marshal(rt)
 	rev, err := m.batcher.Write(ctx, store.Put(taskKey(j.id, inst), b, t.rev))
 	if err != nil {

@@ -42,6 +42,10 @@ type taskState struct {
 	gang   *Gang
 	state  pelotonv1.TaskState
 	reason string
+	// admittedAt orders victims: the most recently admitted goes first.
+	admittedAt time.Time
+	// preempting is set once the task is chosen as a victim.
+	preempting bool
 }
 
 // Manager owns the pool tree and the queues. It is safe for concurrent use.
@@ -50,6 +54,7 @@ type Manager struct {
 	log                     *slog.Logger
 	now                     func() time.Time
 	backoffBase, backoffMax time.Duration
+	gate                    reclaimGate
 
 	mu       sync.Mutex
 	root     *Pool
@@ -58,11 +63,13 @@ type Manager struct {
 	capacity resources.Resources
 	ready    []*Gang // admitted, waiting for placement, in order
 	placed   []Placement
+	victims  []Victim
 
 	hasJobs    func(pool string) bool
 	admitKick  chan struct{}
 	readyCond  *sync.Cond
 	placedCond *sync.Cond
+	victimCond *sync.Cond
 	closed     bool
 }
 
@@ -72,6 +79,10 @@ type Options struct {
 	// BackoffBase and BackoffMax bound the delay before a gang that failed
 	// placement is tried again (doubling per attempt).
 	BackoffBase, BackoffMax time.Duration
+	// ReclaimDelay is how long a pool must wait for its entitled share
+	// before other pools are preempted for it (default 1s): the hysteresis
+	// that keeps short bursts from causing churn.
+	ReclaimDelay time.Duration
 }
 
 // New loads the pool tree from st, creating /default when the tree is empty.
@@ -85,15 +96,20 @@ func New(ctx context.Context, st store.Store, opts Options) (*Manager, error) {
 	if opts.BackoffMax == 0 {
 		opts.BackoffMax = 5 * time.Second
 	}
+	if opts.ReclaimDelay == 0 {
+		opts.ReclaimDelay = time.Second
+	}
 	m := &Manager{
 		store: st, log: opts.Logger.With("component", "resmgr"), now: time.Now,
 		backoffBase: opts.BackoffBase, backoffMax: opts.BackoffMax,
 		pools: map[string]*Pool{}, tasks: map[string]*taskState{},
 		admitKick: make(chan struct{}, 1),
+		gate:      reclaimGate{delay: opts.ReclaimDelay, since: map[string]time.Time{}},
 	}
 	m.readyCond = sync.NewCond(&m.mu)
 	m.placedCond = sync.NewCond(&m.mu)
-	m.root = &Pool{Path: RootPath, children: map[string]*Pool{}, Limit: resources.Unlimited, queue: newPriorityQueue()}
+	m.victimCond = sync.NewCond(&m.mu)
+	m.root = &Pool{Path: RootPath, children: map[string]*Pool{}, Limit: resources.Unlimited, queue: newPriorityQueue(), admitted: map[string]*taskState{}}
 	m.pools[RootPath] = m.root
 	kvs, err := st.List(ctx, poolKeyPrefix+"/")
 	if err != nil {
@@ -130,7 +146,7 @@ func (m *Manager) attach(path string, spec *pelotonv1.PoolSpec, rev int64) (*Poo
 		return nil, err
 	}
 	p := &Pool{Path: path, parent: parent, children: map[string]*Pool{}, spec: spec, revision: rev,
-		Reservation: res, Limit: limit, Share: share, queue: newPriorityQueue()}
+		Reservation: res, Limit: limit, Share: share, queue: newPriorityQueue(), admitted: map[string]*taskState{}}
 	parent.children[path] = p
 	m.pools[path] = p
 	return p, nil
@@ -410,25 +426,46 @@ func countTasks(gangs []*Gang) int {
 	return n
 }
 
-// admitOnce moves every gang that fits from the pending queues to the ready
-// queue. A gang that does not fit does not block the gangs behind it. It
-// returns how many gangs were admitted.
+// admitOnce recomputes entitlements, moves every gang that may run now from
+// the pending queues to the ready queue, and plans preemptions for pools
+// that wait for their entitled share. A gang that does not fit does not
+// block the gangs behind it. It returns how many gangs were admitted.
 func (m *Manager) admitOnce() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	ComputeEntitlement(m.root, m.capacity)
 	admitted := 0
-	paths := make([]string, 0, len(m.pools))
-	for path, p := range m.pools {
-		if p.IsLeaf() && p.queue.size > 0 {
-			paths = append(paths, path)
+	leaves := make([]*Pool, 0, len(m.pools))
+	for _, p := range m.pools {
+		if p != m.root && p.IsLeaf() {
+			leaves = append(leaves, p)
 		}
 	}
-	sort.Strings(paths)
+	sort.Slice(leaves, func(i, j int) bool { return leaves[i].Path < leaves[j].Path })
 	now := m.now()
-	for _, path := range paths {
-		p := m.pools[path]
+	var waiting []*Pool
+	type blocked struct {
+		p *Pool
+		g *Gang
+	}
+	var byPriority []blocked
+	for _, p := range leaves {
+		if p.queue.size == 0 {
+			continue
+		}
+		isWaiting, sawEntitlementBlock := false, false
 		p.queue.each(func(g *Gang) bool {
-			if reason := m.admissible(p, g); reason != "" {
+			block, reason := m.admissible(p, g)
+			if block != blockNone {
+				if block == blockCapacity {
+					isWaiting = true
+				}
+				if block == blockEntitlement && !sawEntitlementBlock {
+					// The pool's most important waiting gang that its
+					// entitlement cannot take: it may displace lower priorities.
+					sawEntitlementBlock = true
+					byPriority = append(byPriority, blocked{p, g})
+				}
 				for _, t := range g.Tasks {
 					m.tasks[t.Key()].reason = reason
 				}
@@ -438,42 +475,163 @@ func (m *Manager) admitOnce() int {
 			walkUp(p, func(n *Pool) {
 				n.Pending = n.Pending.Sub(g.Resources)
 				n.pendingTasks -= len(g.Tasks)
-				n.Allocation = n.Allocation.Add(g.Resources)
-				n.runningTasks += len(g.Tasks)
 			})
 			for _, t := range g.Tasks {
 				ts := m.tasks[t.Key()]
-				ts.state, ts.reason = pelotonv1.TaskState_READY, "waiting for placement"
+				ts.state, ts.reason, ts.admittedAt = pelotonv1.TaskState_READY, "waiting for placement", now
+				m.hold(p, ts, true)
 			}
 			metrics.AdmissionLatency.Observe(now.Sub(g.enqueued).Seconds())
 			m.ready = append(m.ready, g)
 			admitted++
 			return true
 		})
+		if isWaiting {
+			waiting = append(waiting, p)
+		}
 	}
 	if admitted > 0 {
 		m.readyCond.Broadcast()
 	}
+	// Reclaim first (across pools), then priority (inside a pool); a task
+	// chosen once is not chosen again.
+	m.markVictims(planReclaim(leaves, m.gate.ready(waiting, now)))
+	for _, b := range byPriority {
+		if !b.g.Tasks[0].Preemptible {
+			continue // non-preemptible work waits for its reservation, never displaces
+		}
+		m.markVictims(planPriority(b.p, b.g))
+	}
 	return admitted
 }
 
-// admissible returns "" if g may be admitted into p now, or why not.
-func (m *Manager) admissible(p *Pool, g *Gang) string {
+// markVictims records victims as being preempted and hands them to jobmgr.
+func (m *Manager) markVictims(vs []Victim) {
+	for _, v := range vs {
+		ts, ok := m.tasks[v.Task.Key()]
+		if !ok || ts.preempting {
+			continue
+		}
+		ts.preempting = true
+		p := m.pools[ts.task.Pool]
+		if p == nil {
+			p = m.root
+		}
+		walkUp(p, func(n *Pool) { n.preempting = n.preempting.Add(ts.task.Resources) })
+		metrics.Preemptions.WithLabelValues(v.Reason).Inc()
+		m.victims = append(m.victims, v)
+	}
+	if len(vs) > 0 {
+		m.victimCond.Broadcast()
+	}
+}
+
+// hold adds (or with add=false removes) what an admitted task holds to its
+// pool and every ancestor.
+func (m *Manager) hold(p *Pool, ts *taskState, add bool) {
+	r := ts.task.Resources
+	np := !ts.task.Preemptible && !ts.task.Revocable
+	if add {
+		p.admitted[ts.task.Key()] = ts
+	} else {
+		delete(p.admitted, ts.task.Key())
+	}
+	walkUp(p, func(n *Pool) {
+		if add {
+			n.Allocation = n.Allocation.Add(r)
+			n.runningTasks++
+			if np {
+				n.NonPreemptible = n.NonPreemptible.Add(r)
+			}
+			if ts.task.Revocable {
+				n.Revocable = n.Revocable.Add(r)
+			}
+			return
+		}
+		n.Allocation = n.Allocation.Sub(r)
+		n.runningTasks--
+		if np {
+			n.NonPreemptible = n.NonPreemptible.Sub(r)
+		}
+		if ts.task.Revocable {
+			n.Revocable = n.Revocable.Sub(r)
+		}
+		if ts.preempting {
+			n.preempting = n.preempting.Sub(r)
+		}
+	})
+}
+
+type blockKind int
+
+const (
+	blockNone blockKind = iota
+	// blockPool: a pool limit or reservation rule; waits for the pool's own tasks to end.
+	blockPool
+	// blockEntitlement: the pool holds its entitled share; lower priorities may be displaced.
+	blockEntitlement
+	// blockCapacity: entitled, but the cluster is full; other pools may be reclaimed.
+	blockCapacity
+)
+
+// admissible says whether gang g may be admitted into leaf p now, and if not
+// what blocks it and why (in words for the user).
+//
+// Non-preemptible work runs only inside the pool's reservation, so it never
+// needs anyone preempted. Preemptible work may use the pool's entitlement,
+// which includes elastic capacity others do not need now. Revocable work
+// runs on whatever is idle, ignoring entitlement, and goes first.
+func (m *Manager) admissible(p *Pool, g *Gang) (blockKind, string) {
 	for n := p; n != nil; n = n.parent {
-		after := n.Allocation.Add(g.Resources)
-		if !after.FitsIn(n.Limit) {
-			return fmt.Sprintf("waiting for admission: pool %s would exceed its limit (%s)", n.Path, n.Limit)
+		if !n.Allocation.Add(g.Resources).FitsIn(n.Limit) {
+			return blockPool, fmt.Sprintf("waiting for admission: pool %s would exceed its limit (%s)", n.Path, n.Limit)
 		}
 	}
-	if !m.root.Allocation.Add(g.Resources).FitsIn(m.capacity) {
-		return "waiting for admission: the cluster is full (" + m.capacity.String() + ")"
+	var np, rev resources.Resources
+	for _, t := range g.Tasks {
+		switch {
+		case t.Revocable:
+			rev = rev.Add(t.Resources)
+		case !t.Preemptible:
+			np = np.Add(t.Resources)
+		}
 	}
-	return ""
+	if !np.IsZero() && !p.NonPreemptible.Add(np).FitsIn(p.Reservation) {
+		return blockPool, fmt.Sprintf("waiting for admission: non-preemptible work runs only inside the reservation of pool %s (%s, of which %s in use)", p.Path, p.Reservation, p.NonPreemptible)
+	}
+	entitled := g.Resources.Sub(rev)
+	if !entitled.IsZero() && !p.Allocation.Sub(p.Revocable).Sub(p.preempting).Add(entitled).FitsIn(p.Entitlement) {
+		return blockEntitlement, fmt.Sprintf("waiting for admission: pool %s is at its entitlement (%s)", p.Path, p.Entitlement)
+	}
+	if !m.root.Allocation.Add(g.Resources).FitsIn(m.capacity) {
+		return blockCapacity, "waiting for admission: the cluster is full (" + m.capacity.String() + "); reclaiming from pools over their entitlement"
+	}
+	return blockNone, ""
+}
+
+// GetPreemptions returns the tasks chosen for preemption, waiting until there
+// is one or ctx ends. jobmgr kills each and queues it again.
+func (m *Manager) GetPreemptions(ctx context.Context) []Victim {
+	stop := context.AfterFunc(ctx, func() {
+		m.mu.Lock()
+		m.victimCond.Broadcast()
+		m.mu.Unlock()
+	})
+	defer stop()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for len(m.victims) == 0 && !m.closed && ctx.Err() == nil {
+		m.victimCond.Wait()
+	}
+	out := m.victims
+	m.victims = nil
+	return out
 }
 
 // Run drives admission until ctx ends.
 func (m *Manager) Run(ctx context.Context) {
-	tick := time.NewTicker(time.Second)
+	// The tick lets reclaim's hysteresis expire without other events.
+	tick := time.NewTicker(min(250*time.Millisecond, m.gate.delay/2+time.Millisecond))
 	defer tick.Stop()
 	go func() {
 		<-ctx.Done()
@@ -481,6 +639,7 @@ func (m *Manager) Run(ctx context.Context) {
 		m.closed = true
 		m.readyCond.Broadcast()
 		m.placedCond.Broadcast()
+		m.victimCond.Broadcast()
 		m.mu.Unlock()
 	}()
 	for {
@@ -499,10 +658,14 @@ func (m *Manager) updateGauges() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for path, p := range m.pools {
-		metrics.PoolResources.WithLabelValues(path, "allocation", "cpu").Set(float64(p.Allocation.MilliCPU) / 1000)
-		metrics.PoolResources.WithLabelValues(path, "demand", "cpu").Set(float64(p.Demand().MilliCPU) / 1000)
-		metrics.PoolResources.WithLabelValues(path, "allocation", "memoryMb").Set(float64(p.Allocation.MemoryMB))
-		metrics.PoolResources.WithLabelValues(path, "demand", "memoryMb").Set(float64(p.Demand().MemoryMB))
+		for _, v := range []struct {
+			typ string
+			r   resources.Resources
+		}{{"reservation", p.Reservation}, {"entitlement", p.Entitlement}, {"allocation", p.Allocation}, {"demand", p.Demand()}} {
+			metrics.PoolResources.WithLabelValues(path, v.typ, "cpu").Set(float64(v.r.MilliCPU) / 1000)
+			metrics.PoolResources.WithLabelValues(path, v.typ, "memoryMb").Set(float64(v.r.MemoryMB))
+			metrics.PoolResources.WithLabelValues(path, v.typ, "gpu").Set(float64(v.r.GPU))
+		}
 	}
 	metrics.QueueDepth.WithLabelValues("pending").Set(float64(m.root.pendingTasks))
 	metrics.QueueDepth.WithLabelValues("ready").Set(float64(countTasks(m.ready)))
@@ -639,8 +802,9 @@ func (m *Manager) Recover(t *Task) {
 		p = m.root // the pool vanished; still count the task against the cluster
 	}
 	g := NewGang(t)
-	m.tasks[t.Key()] = &taskState{task: t, gang: g, state: pelotonv1.TaskState_RUNNING}
-	walkUp(p, func(n *Pool) { n.Allocation = n.Allocation.Add(t.Resources); n.runningTasks++ })
+	ts := &taskState{task: t, gang: g, state: pelotonv1.TaskState_RUNNING, admittedAt: m.now()}
+	m.tasks[t.Key()] = ts
+	m.hold(p, ts, true)
 }
 
 // Release forgets a task wherever it is (pending, ready, placed or running)
@@ -669,7 +833,7 @@ func (m *Manager) Release(jobID string, instance uint32) {
 			p.queue.push(g)
 		}
 	} else {
-		walkUp(p, func(n *Pool) { n.Allocation = n.Allocation.Sub(ts.task.Resources); n.runningTasks-- })
+		m.hold(p, ts, false)
 		if ts.state == pelotonv1.TaskState_READY {
 			g.Tasks = removeTask(g.Tasks, ts.task)
 			g.Resources = g.Resources.Sub(ts.task.Resources)

@@ -34,7 +34,7 @@ func capCPU(milli int64) resources.Resources {
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 func mkTask(job string, inst uint32, prio uint32, r resources.Resources) *Task {
-	return &Task{JobID: job, Instance: inst, RunID: 1, Pool: DefaultPoolPath, Priority: prio, Resources: r}
+	return &Task{JobID: job, Instance: inst, RunID: 1, Pool: DefaultPoolPath, Priority: prio, Preemptible: true, Resources: r}
 }
 
 // dequeueAll drains the ready queue without waiting.

@@ -69,12 +69,39 @@ type Pool struct {
 
 	// Allocation is what admitted (ready, placing, placed or running) tasks hold.
 	Allocation resources.Resources
+	// Entitlement is this pool's fair slice of its parent's entitlement (the
+	// root's is the cluster capacity), as last set by ComputeEntitlement. It
+	// is never more than Limit.
+	Entitlement resources.Resources
 	// Pending is what queued, not yet admitted tasks ask for.
 	Pending resources.Resources
+
+	// NonPreemptible is the part of Allocation held by non-preemptible tasks;
+	// it may never exceed Reservation.
+	NonPreemptible resources.Resources
+	// Revocable is the part of Allocation held by revocable tasks, which does
+	// not count against Entitlement.
+	Revocable resources.Resources
+	// preempting is what tasks chosen for preemption still hold until they end.
+	preempting resources.Resources
 
 	pendingTasks int
 	runningTasks int
 	queue        *priorityQueue // leaves only
+	// admitted are the leaf's tasks that hold resources, by instance key.
+	admitted map[string]*taskState
+}
+
+// runningCandidates returns the leaf's launched tasks not already being
+// preempted: what preemption may choose from.
+func (p *Pool) runningCandidates() []*taskState {
+	out := make([]*taskState, 0, len(p.admitted))
+	for _, ts := range p.admitted {
+		if ts.state == pelotonv1.TaskState_RUNNING && !ts.preempting {
+			out = append(out, ts)
+		}
+	}
+	return out
 }
 
 // IsLeaf reports whether the pool has no children. Only leaves take jobs.
@@ -145,6 +172,7 @@ func (p *Pool) toProto(withStatus bool) *pelotonv1.Pool {
 	}
 	if withStatus {
 		out.Status = &pelotonv1.PoolStatus{
+			Entitlement:  p.Entitlement.ToProto(),
 			Allocation:   p.Allocation.ToProto(),
 			Demand:       p.Demand().ToProto(),
 			PendingTasks: uint32(p.pendingTasks),

@@ -17,7 +17,10 @@ type Task struct {
 	Pool        string
 	Priority    uint32
 	Preemptible bool
-	Resources   resources.Resources
+	// Revocable tasks run on capacity nobody is entitled to right now and are
+	// the first to be preempted.
+	Revocable bool
+	Resources resources.Resources
 }
 
 // RunID names the run: <jobID>-<instance>-<run>, the backend's task ID.

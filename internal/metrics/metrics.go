@@ -71,3 +71,10 @@ func init() {
 		PlacementLatency, Placements, PoolResources, APILatency, Hosts, StoreWrites,
 	)
 }
+
+// Preemptions counts tasks chosen for preemption, by reason (reclaim, priority).
+var Preemptions = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Namespace: "peloton", Name: "preemptions_total", Help: "Tasks chosen for preemption, by reason.",
+}, []string{"reason"})
+
+func init() { Registry.MustRegister(Preemptions) }

@@ -45,6 +45,8 @@ type stackOpts struct {
 	hosts   int
 	hostCPU float64
 	hostMem int64
+	// backend is the hostmgr backend (default "local").
+	backend string
 }
 
 // startStack starts Peloton on loopback ports chosen by the kernel, with its
@@ -60,6 +62,9 @@ func startStack(t *testing.T, dataDir string, o stackOpts) *stack {
 	if o.hostMem == 0 {
 		o.hostMem = 4096
 	}
+	if o.backend == "" {
+		o.backend = "local"
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	readyCh := make(chan cluster.ReadyInfo, 1)
 	s := &stack{t: t, dataDir: dataDir, cancel: cancel, done: make(chan error, 1)}
@@ -69,7 +74,7 @@ func startStack(t *testing.T, dataDir string, o stackOpts) *stack {
 	}
 	cfg := cluster.Config{
 		DataDir: dataDir, Listen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0", EtcdListen: "127.0.0.1:0",
-		Backend: "local", Hosts: o.hosts, HostCPU: o.hostCPU, HostMemoryMB: o.hostMem, HostDiskMB: 10000,
+		Backend: o.backend, Hosts: o.hosts, HostCPU: o.hostCPU, HostMemoryMB: o.hostMem, HostDiskMB: 10000,
 		ShutdownGrace: 5 * time.Second,
 		Logger:        slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel})),
 		OnReady:       func(r cluster.ReadyInfo) { readyCh <- r },

@@ -30,7 +30,7 @@ func TestLoadJobSpecExampleHello(t *testing.T) {
 		Type:          pelotonv1.JobType_BATCH,
 		Pool:          "/default",
 		InstanceCount: 3,
-		Sla:           &pelotonv1.SlaSpec{Preemptible: true, MaximumUnavailableInstances: 1},
+		Sla:           &pelotonv1.SlaSpec{Preemptible: proto.Bool(true), MaximumUnavailableInstances: 1},
 		DefaultSpec: &pelotonv1.TaskSpec{
 			Command:       []string{"/bin/sh", "-c", "echo hello from instance $PELOTON_INSTANCE_ID"},
 			Env:           map[string]string{"GREETING": "hi"},

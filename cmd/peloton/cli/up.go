@@ -31,6 +31,8 @@ type serverFlags struct {
 	hostCPU       float64
 	hostMemoryMB  int64
 	hostDiskMB    int64
+	hostGPU       int64
+	hostLabels    []string
 	logLevel      string
 	shutdownGrace time.Duration
 }
@@ -47,11 +49,13 @@ func (f *serverFlags) register(fs *pflag.FlagSet, embedded bool) {
 	} else {
 		fs.StringSliceVar(&f.etcdEndpoints, "etcd-endpoints", nil, "external etcd to use (comma-separated URLs; required)")
 	}
-	fs.StringVar(&f.backend, "backend", "local", `host backend: "local" runs tasks as processes on this machine`)
-	fs.IntVar(&f.hosts, "hosts", 1, "number of virtual hosts of the local backend")
-	fs.Float64Var(&f.hostCPU, "host-cpu", 0, "CPUs of each virtual host (0: sized to this machine)")
-	fs.Int64Var(&f.hostMemoryMB, "host-memory-mb", 0, "memory of each virtual host in MiB (0: sized to this machine)")
-	fs.Int64Var(&f.hostDiskMB, "host-disk-mb", 0, "disk of each virtual host in MiB (0: sized to this machine)")
+	fs.StringVar(&f.backend, "backend", "local", `host backend: "local" runs tasks as processes on this machine, "sim" simulates hosts whose tasks only take time`)
+	fs.IntVar(&f.hosts, "hosts", 1, "number of virtual (local) or simulated (sim) hosts")
+	fs.Float64Var(&f.hostCPU, "host-cpu", 0, "CPUs of each host (0: local sizes to this machine, sim uses 32)")
+	fs.Int64Var(&f.hostMemoryMB, "host-memory-mb", 0, "memory of each host in MiB (0: local sizes to this machine, sim uses 131072)")
+	fs.Int64Var(&f.hostDiskMB, "host-disk-mb", 0, "disk of each host in MiB (0: local sizes to this machine, sim has none)")
+	fs.Int64Var(&f.hostGPU, "host-gpu", 0, "GPUs of each simulated host (sim backend only)")
+	fs.StringSliceVar(&f.hostLabels, "host-labels", nil, "labels of the simulated hosts, comma-separated key=value, spread round-robin per key, e.g. zone=a,zone=b,zone=c (sim backend only)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.DurationVar(&f.shutdownGrace, "shutdown-grace", 10*time.Second, "how long a graceful shutdown may take")
 }
@@ -69,8 +73,8 @@ func (f *serverFlags) config(embedded bool) (cluster.Config, error) {
 	if !embedded && len(endpoints) == 0 {
 		return cluster.Config{}, usageErrorf(`missing --etcd-endpoints: "serve cluster" runs against an external etcd (use "peloton up" to embed one)`)
 	}
-	if f.backend != "local" {
-		return cluster.Config{}, usageErrorf(`invalid --backend %q: only "local" is supported`, f.backend)
+	if f.backend != "local" && f.backend != "sim" {
+		return cluster.Config{}, usageErrorf(`invalid --backend %q: want "local" or "sim"`, f.backend)
 	}
 	if f.dataDir == "" {
 		return cluster.Config{}, usageErrorf("invalid --data-dir: must not be empty")
@@ -93,8 +97,22 @@ func (f *serverFlags) config(embedded bool) (cluster.Config, error) {
 		return cluster.Config{}, usageErrorf("invalid --host-memory-mb %d: must be >= 0", f.hostMemoryMB)
 	case f.hostDiskMB < 0:
 		return cluster.Config{}, usageErrorf("invalid --host-disk-mb %d: must be >= 0", f.hostDiskMB)
+	case f.hostGPU < 0:
+		return cluster.Config{}, usageErrorf("invalid --host-gpu %d: must be >= 0", f.hostGPU)
+	case f.backend != "sim" && f.hostGPU != 0:
+		return cluster.Config{}, usageErrorf("invalid --host-gpu: only the sim backend has GPUs (use --backend sim)")
+	case f.backend != "sim" && len(f.hostLabels) != 0:
+		return cluster.Config{}, usageErrorf("invalid --host-labels: only the sim backend takes host labels (use --backend sim)")
 	case f.shutdownGrace < 0:
 		return cluster.Config{}, usageErrorf("invalid --shutdown-grace %s: must be >= 0", f.shutdownGrace)
+	}
+	var labels []string
+	for _, l := range f.hostLabels {
+		l = strings.TrimSpace(l)
+		if k, _, ok := strings.Cut(l, "="); !ok || strings.TrimSpace(k) == "" {
+			return cluster.Config{}, usageErrorf("invalid --host-labels entry %q: want key=value", l)
+		}
+		labels = append(labels, l)
 	}
 	cfg := cluster.Config{
 		DataDir:       f.dataDir,
@@ -106,6 +124,8 @@ func (f *serverFlags) config(embedded bool) (cluster.Config, error) {
 		HostCPU:       f.hostCPU,
 		HostMemoryMB:  f.hostMemoryMB,
 		HostDiskMB:    f.hostDiskMB,
+		HostGPU:       f.hostGPU,
+		HostLabels:    labels,
 		ShutdownGrace: f.shutdownGrace,
 	}
 	if embedded && len(endpoints) == 0 {
@@ -136,7 +156,9 @@ func (a *app) upCommand() *cobra.Command {
 		Short: "Run a whole Peloton cluster on this machine (embedded etcd, local backend)",
 		Long: `Run a whole Peloton cluster in this process: an embedded etcd (unless
 --etcd-endpoints names an external one), the job, resource and host managers,
-placement, and the gRPC and HTTP APIs, with tasks run as local processes.
+placement, and the gRPC and HTTP APIs, with tasks run as local processes
+(or, with --backend sim, on simulated hosts where a task only takes the time
+its command declares, e.g. "sleep 5").
 Prints one "peloton is ready: ..." line once it serves; stops on SIGINT or SIGTERM.`,
 		Args: argsNamed(),
 		RunE: func(cmd *cobra.Command, _ []string) error {

@@ -29,6 +29,10 @@ func TestUpRejectsBadFlags(t *testing.T) {
 		{[]string{"up", "--host-memory-mb", "-5"}, "--host-memory-mb"},
 		{[]string{"up", "--listen", "nonsense"}, "--listen"},
 		{[]string{"up", "--etcd-listen", "nonsense"}, "--etcd-listen"},
+		{[]string{"up", "--backend", "sim", "--host-gpu", "-1"}, "--host-gpu"},
+		{[]string{"up", "--backend", "sim", "--host-labels", "zone=a,zone"}, "--host-labels"},
+		{[]string{"up", "--host-labels", "zone=a"}, "--host-labels"},
+		{[]string{"up", "--host-gpu", "1"}, "--host-gpu"},
 	} {
 		r := runCLI(t, "", tc.args...)
 		if r.code != exitUsage || !strings.Contains(r.stderr, tc.flag) {
@@ -83,5 +87,30 @@ func TestUpReportsRunError(t *testing.T) {
 	r := runWith(t, run, "", "up")
 	if r.code != exitError || r.stderr != "Error: listen tcp 127.0.0.1:5391: address already in use\n" {
 		t.Errorf("exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+func TestUpSimBackendConfig(t *testing.T) {
+	var got cluster.Config
+	run := func(ctx context.Context, cfg cluster.Config) error {
+		got = cfg
+		return nil
+	}
+	r := runWith(t, run, "", "up", "--backend", "sim", "--hosts", "1000", "--host-gpu", "2", "--host-labels", "zone=a,zone=b")
+	if r.code != exitOK {
+		t.Fatalf("up --backend sim: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if got.Backend != "sim" || got.Hosts != 1000 || got.HostGPU != 2 ||
+		len(got.HostLabels) != 2 || got.HostLabels[0] != "zone=a" || got.HostLabels[1] != "zone=b" {
+		t.Errorf("config = %+v", got)
+	}
+
+	r = runWith(t, run, "", "serve", "cluster", "--etcd-endpoints", "http://e:2379", "--backend", "sim",
+		"--host-labels", "zone=a", "--host-labels", "peloton.io/partition=batch")
+	if r.code != exitOK {
+		t.Fatalf("serve cluster --backend sim: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if got.Backend != "sim" || len(got.HostLabels) != 2 || got.HostLabels[1] != "peloton.io/partition=batch" {
+		t.Errorf("serve cluster config = %+v", got)
 	}
 }

@@ -421,8 +421,9 @@ type SlaSpec struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Higher runs first and may displace lower inside a pool.
 	Priority uint32 `protobuf:"varint,1,opt,name=priority,proto3" json:"priority,omitempty"`
-	// Whether the scheduler may take this job's tasks back.
-	Preemptible bool `protobuf:"varint,2,opt,name=preemptible,proto3" json:"preemptible,omitempty"`
+	// Whether the scheduler may take this job's tasks back (default true).
+	// Non-preemptible tasks run only inside their pool's reservation.
+	Preemptible *bool `protobuf:"varint,2,opt,name=preemptible,proto3,oneof" json:"preemptible,omitempty"`
 	// At most this many instances run at once (0 = no limit).
 	MaximumRunningInstances uint32 `protobuf:"varint,3,opt,name=maximum_running_instances,json=maximumRunningInstances,proto3" json:"maximum_running_instances,omitempty"`
 	// Voluntary disruptions never take down more instances than this.
@@ -473,8 +474,8 @@ func (x *SlaSpec) GetPriority() uint32 {
 }
 
 func (x *SlaSpec) GetPreemptible() bool {
-	if x != nil {
-		return x.Preemptible
+	if x != nil && x.Preemptible != nil {
+		return *x.Preemptible
 	}
 	return false
 }
@@ -952,6 +953,8 @@ type TaskStatus struct {
 	// Why a task that is not running yet is still waiting (e.g. "waiting for
 	// admission in pool /default", "no host has cpu=4 free").
 	PendingReason string `protobuf:"bytes,13,opt,name=pending_reason,json=pendingReason,proto3" json:"pending_reason,omitempty"`
+	// The latest state changes of this instance, oldest first (at most 16).
+	History       []*TaskTransition `protobuf:"bytes,14,rep,name=history,proto3" json:"history,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1077,6 +1080,82 @@ func (x *TaskStatus) GetPendingReason() string {
 	return ""
 }
 
+func (x *TaskStatus) GetHistory() []*TaskTransition {
+	if x != nil {
+		return x.History
+	}
+	return nil
+}
+
+// TaskTransition is one entry of a task's history.
+type TaskTransition struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	State         TaskState              `protobuf:"varint,1,opt,name=state,proto3,enum=peloton.api.v1.TaskState" json:"state,omitempty"`
+	RunId         uint32                 `protobuf:"varint,2,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	Time          *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=time,proto3" json:"time,omitempty"`
+	Reason        string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskTransition) Reset() {
+	*x = TaskTransition{}
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskTransition) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskTransition) ProtoMessage() {}
+
+func (x *TaskTransition) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskTransition.ProtoReflect.Descriptor instead.
+func (*TaskTransition) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *TaskTransition) GetState() TaskState {
+	if x != nil {
+		return x.State
+	}
+	return TaskState_TASK_STATE_UNSPECIFIED
+}
+
+func (x *TaskTransition) GetRunId() uint32 {
+	if x != nil {
+		return x.RunId
+	}
+	return 0
+}
+
+func (x *TaskTransition) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *TaskTransition) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 type Task struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	JobId      string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
@@ -1092,7 +1171,7 @@ type Task struct {
 
 func (x *Task) Reset() {
 	*x = Task{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[8]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1104,7 +1183,7 @@ func (x *Task) String() string {
 func (*Task) ProtoMessage() {}
 
 func (x *Task) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[8]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1117,7 +1196,7 @@ func (x *Task) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Task.ProtoReflect.Descriptor instead.
 func (*Task) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{8}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Task) GetJobId() string {
@@ -1164,7 +1243,7 @@ type CreateJobRequest struct {
 
 func (x *CreateJobRequest) Reset() {
 	*x = CreateJobRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[9]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1176,7 +1255,7 @@ func (x *CreateJobRequest) String() string {
 func (*CreateJobRequest) ProtoMessage() {}
 
 func (x *CreateJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[9]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1189,7 +1268,7 @@ func (x *CreateJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJobRequest.ProtoReflect.Descriptor instead.
 func (*CreateJobRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{9}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CreateJobRequest) GetSpec() *JobSpec {
@@ -1208,7 +1287,7 @@ type CreateJobResponse struct {
 
 func (x *CreateJobResponse) Reset() {
 	*x = CreateJobResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[10]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1220,7 +1299,7 @@ func (x *CreateJobResponse) String() string {
 func (*CreateJobResponse) ProtoMessage() {}
 
 func (x *CreateJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[10]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1233,7 +1312,7 @@ func (x *CreateJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJobResponse.ProtoReflect.Descriptor instead.
 func (*CreateJobResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{10}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CreateJobResponse) GetJobId() string {
@@ -1252,7 +1331,7 @@ type GetJobRequest struct {
 
 func (x *GetJobRequest) Reset() {
 	*x = GetJobRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[11]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1264,7 +1343,7 @@ func (x *GetJobRequest) String() string {
 func (*GetJobRequest) ProtoMessage() {}
 
 func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[11]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1277,7 +1356,7 @@ func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobRequest.ProtoReflect.Descriptor instead.
 func (*GetJobRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{11}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GetJobRequest) GetJobId() string {
@@ -1296,7 +1375,7 @@ type GetJobResponse struct {
 
 func (x *GetJobResponse) Reset() {
 	*x = GetJobResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[12]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1308,7 +1387,7 @@ func (x *GetJobResponse) String() string {
 func (*GetJobResponse) ProtoMessage() {}
 
 func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[12]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1321,7 +1400,7 @@ func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobResponse.ProtoReflect.Descriptor instead.
 func (*GetJobResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{12}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GetJobResponse) GetJob() *Job {
@@ -1345,7 +1424,7 @@ type ListJobsRequest struct {
 
 func (x *ListJobsRequest) Reset() {
 	*x = ListJobsRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[13]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1357,7 +1436,7 @@ func (x *ListJobsRequest) String() string {
 func (*ListJobsRequest) ProtoMessage() {}
 
 func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[13]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1370,7 +1449,7 @@ func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobsRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{13}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListJobsRequest) GetPool() string {
@@ -1403,7 +1482,7 @@ type ListJobsResponse struct {
 
 func (x *ListJobsResponse) Reset() {
 	*x = ListJobsResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[14]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1415,7 +1494,7 @@ func (x *ListJobsResponse) String() string {
 func (*ListJobsResponse) ProtoMessage() {}
 
 func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[14]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1428,7 +1507,7 @@ func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobsResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{14}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListJobsResponse) GetJobs() []*Job {
@@ -1447,7 +1526,7 @@ type CancelJobRequest struct {
 
 func (x *CancelJobRequest) Reset() {
 	*x = CancelJobRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[15]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1459,7 +1538,7 @@ func (x *CancelJobRequest) String() string {
 func (*CancelJobRequest) ProtoMessage() {}
 
 func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[15]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1472,7 +1551,7 @@ func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobRequest.ProtoReflect.Descriptor instead.
 func (*CancelJobRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{15}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CancelJobRequest) GetJobId() string {
@@ -1490,7 +1569,7 @@ type CancelJobResponse struct {
 
 func (x *CancelJobResponse) Reset() {
 	*x = CancelJobResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[16]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1502,7 +1581,7 @@ func (x *CancelJobResponse) String() string {
 func (*CancelJobResponse) ProtoMessage() {}
 
 func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[16]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1515,7 +1594,7 @@ func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobResponse.ProtoReflect.Descriptor instead.
 func (*CancelJobResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{16}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{17}
 }
 
 type DeleteJobRequest struct {
@@ -1527,7 +1606,7 @@ type DeleteJobRequest struct {
 
 func (x *DeleteJobRequest) Reset() {
 	*x = DeleteJobRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[17]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1539,7 +1618,7 @@ func (x *DeleteJobRequest) String() string {
 func (*DeleteJobRequest) ProtoMessage() {}
 
 func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[17]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1552,7 +1631,7 @@ func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobRequest.ProtoReflect.Descriptor instead.
 func (*DeleteJobRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{17}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *DeleteJobRequest) GetJobId() string {
@@ -1570,7 +1649,7 @@ type DeleteJobResponse struct {
 
 func (x *DeleteJobResponse) Reset() {
 	*x = DeleteJobResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[18]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1582,7 +1661,7 @@ func (x *DeleteJobResponse) String() string {
 func (*DeleteJobResponse) ProtoMessage() {}
 
 func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[18]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1595,7 +1674,7 @@ func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobResponse.ProtoReflect.Descriptor instead.
 func (*DeleteJobResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{18}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{19}
 }
 
 type RestartJobRequest struct {
@@ -1609,7 +1688,7 @@ type RestartJobRequest struct {
 
 func (x *RestartJobRequest) Reset() {
 	*x = RestartJobRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[19]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1621,7 +1700,7 @@ func (x *RestartJobRequest) String() string {
 func (*RestartJobRequest) ProtoMessage() {}
 
 func (x *RestartJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[19]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1634,7 +1713,7 @@ func (x *RestartJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestartJobRequest.ProtoReflect.Descriptor instead.
 func (*RestartJobRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{19}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RestartJobRequest) GetJobId() string {
@@ -1659,7 +1738,7 @@ type RestartJobResponse struct {
 
 func (x *RestartJobResponse) Reset() {
 	*x = RestartJobResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[20]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1671,7 +1750,7 @@ func (x *RestartJobResponse) String() string {
 func (*RestartJobResponse) ProtoMessage() {}
 
 func (x *RestartJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[20]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1684,7 +1763,7 @@ func (x *RestartJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestartJobResponse.ProtoReflect.Descriptor instead.
 func (*RestartJobResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{20}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{21}
 }
 
 type ListTasksRequest struct {
@@ -1698,7 +1777,7 @@ type ListTasksRequest struct {
 
 func (x *ListTasksRequest) Reset() {
 	*x = ListTasksRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[21]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1710,7 +1789,7 @@ func (x *ListTasksRequest) String() string {
 func (*ListTasksRequest) ProtoMessage() {}
 
 func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[21]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1723,7 +1802,7 @@ func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksRequest.ProtoReflect.Descriptor instead.
 func (*ListTasksRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{21}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListTasksRequest) GetJobId() string {
@@ -1749,7 +1828,7 @@ type ListTasksResponse struct {
 
 func (x *ListTasksResponse) Reset() {
 	*x = ListTasksResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[22]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1761,7 +1840,7 @@ func (x *ListTasksResponse) String() string {
 func (*ListTasksResponse) ProtoMessage() {}
 
 func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[22]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1774,7 +1853,7 @@ func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksResponse.ProtoReflect.Descriptor instead.
 func (*ListTasksResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{22}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListTasksResponse) GetTasks() []*Task {
@@ -1794,7 +1873,7 @@ type GetTaskRequest struct {
 
 func (x *GetTaskRequest) Reset() {
 	*x = GetTaskRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[23]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1806,7 +1885,7 @@ func (x *GetTaskRequest) String() string {
 func (*GetTaskRequest) ProtoMessage() {}
 
 func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[23]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1819,7 +1898,7 @@ func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskRequest.ProtoReflect.Descriptor instead.
 func (*GetTaskRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{23}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GetTaskRequest) GetJobId() string {
@@ -1845,7 +1924,7 @@ type GetTaskResponse struct {
 
 func (x *GetTaskResponse) Reset() {
 	*x = GetTaskResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[24]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1857,7 +1936,7 @@ func (x *GetTaskResponse) String() string {
 func (*GetTaskResponse) ProtoMessage() {}
 
 func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[24]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1870,7 +1949,7 @@ func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskResponse.ProtoReflect.Descriptor instead.
 func (*GetTaskResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{24}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GetTaskResponse) GetTask() *Task {
@@ -1890,7 +1969,7 @@ type KillTaskRequest struct {
 
 func (x *KillTaskRequest) Reset() {
 	*x = KillTaskRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[25]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1902,7 +1981,7 @@ func (x *KillTaskRequest) String() string {
 func (*KillTaskRequest) ProtoMessage() {}
 
 func (x *KillTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[25]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1915,7 +1994,7 @@ func (x *KillTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillTaskRequest.ProtoReflect.Descriptor instead.
 func (*KillTaskRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{25}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *KillTaskRequest) GetJobId() string {
@@ -1940,7 +2019,7 @@ type KillTaskResponse struct {
 
 func (x *KillTaskResponse) Reset() {
 	*x = KillTaskResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[26]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1952,7 +2031,7 @@ func (x *KillTaskResponse) String() string {
 func (*KillTaskResponse) ProtoMessage() {}
 
 func (x *KillTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[26]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1965,7 +2044,7 @@ func (x *KillTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillTaskResponse.ProtoReflect.Descriptor instead.
 func (*KillTaskResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{26}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{27}
 }
 
 type GetTaskLogsRequest struct {
@@ -1983,7 +2062,7 @@ type GetTaskLogsRequest struct {
 
 func (x *GetTaskLogsRequest) Reset() {
 	*x = GetTaskLogsRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[27]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1995,7 +2074,7 @@ func (x *GetTaskLogsRequest) String() string {
 func (*GetTaskLogsRequest) ProtoMessage() {}
 
 func (x *GetTaskLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[27]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2008,7 +2087,7 @@ func (x *GetTaskLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskLogsRequest.ProtoReflect.Descriptor instead.
 func (*GetTaskLogsRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{27}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GetTaskLogsRequest) GetJobId() string {
@@ -2055,7 +2134,7 @@ type LogChunk struct {
 
 func (x *LogChunk) Reset() {
 	*x = LogChunk{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[28]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2067,7 +2146,7 @@ func (x *LogChunk) String() string {
 func (*LogChunk) ProtoMessage() {}
 
 func (x *LogChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[28]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2080,7 +2159,7 @@ func (x *LogChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogChunk.ProtoReflect.Descriptor instead.
 func (*LogChunk) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{28}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *LogChunk) GetData() []byte {
@@ -2105,7 +2184,7 @@ type PoolSpec struct {
 
 func (x *PoolSpec) Reset() {
 	*x = PoolSpec{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[29]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2117,7 +2196,7 @@ func (x *PoolSpec) String() string {
 func (*PoolSpec) ProtoMessage() {}
 
 func (x *PoolSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[29]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2130,7 +2209,7 @@ func (x *PoolSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolSpec.ProtoReflect.Descriptor instead.
 func (*PoolSpec) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{29}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *PoolSpec) GetReservation() *Resources {
@@ -2169,7 +2248,7 @@ type PoolStatus struct {
 
 func (x *PoolStatus) Reset() {
 	*x = PoolStatus{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[30]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2181,7 +2260,7 @@ func (x *PoolStatus) String() string {
 func (*PoolStatus) ProtoMessage() {}
 
 func (x *PoolStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[30]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2194,7 +2273,7 @@ func (x *PoolStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolStatus.ProtoReflect.Descriptor instead.
 func (*PoolStatus) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{30}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *PoolStatus) GetEntitlement() *Resources {
@@ -2247,7 +2326,7 @@ type Pool struct {
 
 func (x *Pool) Reset() {
 	*x = Pool{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[31]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2259,7 +2338,7 @@ func (x *Pool) String() string {
 func (*Pool) ProtoMessage() {}
 
 func (x *Pool) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[31]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2272,7 +2351,7 @@ func (x *Pool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pool.ProtoReflect.Descriptor instead.
 func (*Pool) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{31}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Pool) GetPath() string {
@@ -2320,7 +2399,7 @@ type CreatePoolRequest struct {
 
 func (x *CreatePoolRequest) Reset() {
 	*x = CreatePoolRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[32]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2332,7 +2411,7 @@ func (x *CreatePoolRequest) String() string {
 func (*CreatePoolRequest) ProtoMessage() {}
 
 func (x *CreatePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[32]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2345,7 +2424,7 @@ func (x *CreatePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePoolRequest.ProtoReflect.Descriptor instead.
 func (*CreatePoolRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{32}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *CreatePoolRequest) GetPath() string {
@@ -2371,7 +2450,7 @@ type CreatePoolResponse struct {
 
 func (x *CreatePoolResponse) Reset() {
 	*x = CreatePoolResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[33]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2383,7 +2462,7 @@ func (x *CreatePoolResponse) String() string {
 func (*CreatePoolResponse) ProtoMessage() {}
 
 func (x *CreatePoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[33]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2396,7 +2475,7 @@ func (x *CreatePoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePoolResponse.ProtoReflect.Descriptor instead.
 func (*CreatePoolResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{33}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CreatePoolResponse) GetPool() *Pool {
@@ -2415,7 +2494,7 @@ type GetPoolRequest struct {
 
 func (x *GetPoolRequest) Reset() {
 	*x = GetPoolRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[34]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2427,7 +2506,7 @@ func (x *GetPoolRequest) String() string {
 func (*GetPoolRequest) ProtoMessage() {}
 
 func (x *GetPoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[34]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2440,7 +2519,7 @@ func (x *GetPoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPoolRequest.ProtoReflect.Descriptor instead.
 func (*GetPoolRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{34}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *GetPoolRequest) GetPath() string {
@@ -2459,7 +2538,7 @@ type GetPoolResponse struct {
 
 func (x *GetPoolResponse) Reset() {
 	*x = GetPoolResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[35]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2471,7 +2550,7 @@ func (x *GetPoolResponse) String() string {
 func (*GetPoolResponse) ProtoMessage() {}
 
 func (x *GetPoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[35]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2484,7 +2563,7 @@ func (x *GetPoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPoolResponse.ProtoReflect.Descriptor instead.
 func (*GetPoolResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{35}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *GetPoolResponse) GetPool() *Pool {
@@ -2506,7 +2585,7 @@ type UpdatePoolRequest struct {
 
 func (x *UpdatePoolRequest) Reset() {
 	*x = UpdatePoolRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[36]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2518,7 +2597,7 @@ func (x *UpdatePoolRequest) String() string {
 func (*UpdatePoolRequest) ProtoMessage() {}
 
 func (x *UpdatePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[36]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2531,7 +2610,7 @@ func (x *UpdatePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdatePoolRequest.ProtoReflect.Descriptor instead.
 func (*UpdatePoolRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{36}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *UpdatePoolRequest) GetPath() string {
@@ -2564,7 +2643,7 @@ type UpdatePoolResponse struct {
 
 func (x *UpdatePoolResponse) Reset() {
 	*x = UpdatePoolResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[37]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2576,7 +2655,7 @@ func (x *UpdatePoolResponse) String() string {
 func (*UpdatePoolResponse) ProtoMessage() {}
 
 func (x *UpdatePoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[37]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2589,7 +2668,7 @@ func (x *UpdatePoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdatePoolResponse.ProtoReflect.Descriptor instead.
 func (*UpdatePoolResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{37}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *UpdatePoolResponse) GetPool() *Pool {
@@ -2608,7 +2687,7 @@ type DeletePoolRequest struct {
 
 func (x *DeletePoolRequest) Reset() {
 	*x = DeletePoolRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[38]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2620,7 +2699,7 @@ func (x *DeletePoolRequest) String() string {
 func (*DeletePoolRequest) ProtoMessage() {}
 
 func (x *DeletePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[38]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2633,7 +2712,7 @@ func (x *DeletePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoolRequest.ProtoReflect.Descriptor instead.
 func (*DeletePoolRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{38}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *DeletePoolRequest) GetPath() string {
@@ -2651,7 +2730,7 @@ type DeletePoolResponse struct {
 
 func (x *DeletePoolResponse) Reset() {
 	*x = DeletePoolResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[39]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2663,7 +2742,7 @@ func (x *DeletePoolResponse) String() string {
 func (*DeletePoolResponse) ProtoMessage() {}
 
 func (x *DeletePoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[39]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2676,7 +2755,7 @@ func (x *DeletePoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoolResponse.ProtoReflect.Descriptor instead.
 func (*DeletePoolResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{39}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{40}
 }
 
 type ListPoolsRequest struct {
@@ -2687,7 +2766,7 @@ type ListPoolsRequest struct {
 
 func (x *ListPoolsRequest) Reset() {
 	*x = ListPoolsRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[40]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2699,7 +2778,7 @@ func (x *ListPoolsRequest) String() string {
 func (*ListPoolsRequest) ProtoMessage() {}
 
 func (x *ListPoolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[40]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2712,7 +2791,7 @@ func (x *ListPoolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoolsRequest.ProtoReflect.Descriptor instead.
 func (*ListPoolsRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{40}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{41}
 }
 
 type ListPoolsResponse struct {
@@ -2724,7 +2803,7 @@ type ListPoolsResponse struct {
 
 func (x *ListPoolsResponse) Reset() {
 	*x = ListPoolsResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[41]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2736,7 +2815,7 @@ func (x *ListPoolsResponse) String() string {
 func (*ListPoolsResponse) ProtoMessage() {}
 
 func (x *ListPoolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[41]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2749,7 +2828,7 @@ func (x *ListPoolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoolsResponse.ProtoReflect.Descriptor instead.
 func (*ListPoolsResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{41}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListPoolsResponse) GetPools() []*Pool {
@@ -2775,7 +2854,7 @@ type Host struct {
 
 func (x *Host) Reset() {
 	*x = Host{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[42]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2787,7 +2866,7 @@ func (x *Host) String() string {
 func (*Host) ProtoMessage() {}
 
 func (x *Host) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[42]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2800,7 +2879,7 @@ func (x *Host) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Host.ProtoReflect.Descriptor instead.
 func (*Host) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{42}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *Host) GetName() string {
@@ -2860,7 +2939,7 @@ type ListHostsRequest struct {
 
 func (x *ListHostsRequest) Reset() {
 	*x = ListHostsRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[43]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2872,7 +2951,7 @@ func (x *ListHostsRequest) String() string {
 func (*ListHostsRequest) ProtoMessage() {}
 
 func (x *ListHostsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[43]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2885,7 +2964,7 @@ func (x *ListHostsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHostsRequest.ProtoReflect.Descriptor instead.
 func (*ListHostsRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{43}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{44}
 }
 
 type ListHostsResponse struct {
@@ -2897,7 +2976,7 @@ type ListHostsResponse struct {
 
 func (x *ListHostsResponse) Reset() {
 	*x = ListHostsResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[44]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2909,7 +2988,7 @@ func (x *ListHostsResponse) String() string {
 func (*ListHostsResponse) ProtoMessage() {}
 
 func (x *ListHostsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[44]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2922,7 +3001,7 @@ func (x *ListHostsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHostsResponse.ProtoReflect.Descriptor instead.
 func (*ListHostsResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{44}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListHostsResponse) GetHosts() []*Host {
@@ -2941,14 +3020,15 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\x03cpu\x18\x01 \x01(\x01R\x03cpu\x12\x1b\n" +
 	"\tmemory_mb\x18\x02 \x01(\x01R\bmemoryMb\x12\x17\n" +
 	"\adisk_mb\x18\x03 \x01(\x01R\x06diskMb\x12\x10\n" +
-	"\x03gpu\x18\x04 \x01(\x01R\x03gpu\"\xa1\x02\n" +
+	"\x03gpu\x18\x04 \x01(\x01R\x03gpu\"\xb6\x02\n" +
 	"\aSlaSpec\x12\x1a\n" +
-	"\bpriority\x18\x01 \x01(\rR\bpriority\x12 \n" +
-	"\vpreemptible\x18\x02 \x01(\bR\vpreemptible\x12:\n" +
+	"\bpriority\x18\x01 \x01(\rR\bpriority\x12%\n" +
+	"\vpreemptible\x18\x02 \x01(\bH\x00R\vpreemptible\x88\x01\x01\x12:\n" +
 	"\x19maximum_running_instances\x18\x03 \x01(\rR\x17maximumRunningInstances\x12B\n" +
 	"\x1dmaximum_unavailable_instances\x18\x04 \x01(\rR\x1bmaximumUnavailableInstances\x12:\n" +
 	"\x19minimum_running_instances\x18\x05 \x01(\rR\x17minimumRunningInstances\x12\x1c\n" +
-	"\trevocable\x18\x06 \x01(\bR\trevocable\"2\n" +
+	"\trevocable\x18\x06 \x01(\bR\trevocableB\x0e\n" +
+	"\f_preemptible\"2\n" +
 	"\rRestartPolicy\x12!\n" +
 	"\fmax_failures\x18\x01 \x01(\rR\vmaxFailures\"\xe1\x02\n" +
 	"\bTaskSpec\x12\x18\n" +
@@ -2997,7 +3077,7 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\x03Job\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12+\n" +
 	"\x04spec\x18\x02 \x01(\v2\x17.peloton.api.v1.JobSpecR\x04spec\x121\n" +
-	"\x06status\x18\x03 \x01(\v2\x19.peloton.api.v1.JobStatusR\x06status\"\xa0\x04\n" +
+	"\x06status\x18\x03 \x01(\v2\x19.peloton.api.v1.JobStatusR\x06status\"\xda\x04\n" +
 	"\n" +
 	"TaskStatus\x12/\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x19.peloton.api.v1.TaskStateR\x05state\x128\n" +
@@ -3016,7 +3096,13 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\vupdate_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"updateTime\x12$\n" +
 	"\x0edesired_run_id\x18\f \x01(\rR\fdesiredRunId\x12%\n" +
-	"\x0epending_reason\x18\r \x01(\tR\rpendingReason\"\xb9\x01\n" +
+	"\x0epending_reason\x18\r \x01(\tR\rpendingReason\x128\n" +
+	"\ahistory\x18\x0e \x03(\v2\x1e.peloton.api.v1.TaskTransitionR\ahistory\"\xa0\x01\n" +
+	"\x0eTaskTransition\x12/\n" +
+	"\x05state\x18\x01 \x01(\x0e2\x19.peloton.api.v1.TaskStateR\x05state\x12\x15\n" +
+	"\x06run_id\x18\x02 \x01(\rR\x05runId\x12.\n" +
+	"\x04time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\"\xb9\x01\n" +
 	"\x04Task\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1f\n" +
 	"\vinstance_id\x18\x02 \x01(\rR\n" +
@@ -3218,7 +3304,7 @@ func file_peloton_api_v1_peloton_proto_rawDescGZIP() []byte {
 }
 
 var file_peloton_api_v1_peloton_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_peloton_api_v1_peloton_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
+var file_peloton_api_v1_peloton_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
 var file_peloton_api_v1_peloton_proto_goTypes = []any{
 	(JobType)(0),                  // 0: peloton.api.v1.JobType
 	(TaskState)(0),                // 1: peloton.api.v1.TaskState
@@ -3233,139 +3319,143 @@ var file_peloton_api_v1_peloton_proto_goTypes = []any{
 	(*JobStatus)(nil),             // 10: peloton.api.v1.JobStatus
 	(*Job)(nil),                   // 11: peloton.api.v1.Job
 	(*TaskStatus)(nil),            // 12: peloton.api.v1.TaskStatus
-	(*Task)(nil),                  // 13: peloton.api.v1.Task
-	(*CreateJobRequest)(nil),      // 14: peloton.api.v1.CreateJobRequest
-	(*CreateJobResponse)(nil),     // 15: peloton.api.v1.CreateJobResponse
-	(*GetJobRequest)(nil),         // 16: peloton.api.v1.GetJobRequest
-	(*GetJobResponse)(nil),        // 17: peloton.api.v1.GetJobResponse
-	(*ListJobsRequest)(nil),       // 18: peloton.api.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),      // 19: peloton.api.v1.ListJobsResponse
-	(*CancelJobRequest)(nil),      // 20: peloton.api.v1.CancelJobRequest
-	(*CancelJobResponse)(nil),     // 21: peloton.api.v1.CancelJobResponse
-	(*DeleteJobRequest)(nil),      // 22: peloton.api.v1.DeleteJobRequest
-	(*DeleteJobResponse)(nil),     // 23: peloton.api.v1.DeleteJobResponse
-	(*RestartJobRequest)(nil),     // 24: peloton.api.v1.RestartJobRequest
-	(*RestartJobResponse)(nil),    // 25: peloton.api.v1.RestartJobResponse
-	(*ListTasksRequest)(nil),      // 26: peloton.api.v1.ListTasksRequest
-	(*ListTasksResponse)(nil),     // 27: peloton.api.v1.ListTasksResponse
-	(*GetTaskRequest)(nil),        // 28: peloton.api.v1.GetTaskRequest
-	(*GetTaskResponse)(nil),       // 29: peloton.api.v1.GetTaskResponse
-	(*KillTaskRequest)(nil),       // 30: peloton.api.v1.KillTaskRequest
-	(*KillTaskResponse)(nil),      // 31: peloton.api.v1.KillTaskResponse
-	(*GetTaskLogsRequest)(nil),    // 32: peloton.api.v1.GetTaskLogsRequest
-	(*LogChunk)(nil),              // 33: peloton.api.v1.LogChunk
-	(*PoolSpec)(nil),              // 34: peloton.api.v1.PoolSpec
-	(*PoolStatus)(nil),            // 35: peloton.api.v1.PoolStatus
-	(*Pool)(nil),                  // 36: peloton.api.v1.Pool
-	(*CreatePoolRequest)(nil),     // 37: peloton.api.v1.CreatePoolRequest
-	(*CreatePoolResponse)(nil),    // 38: peloton.api.v1.CreatePoolResponse
-	(*GetPoolRequest)(nil),        // 39: peloton.api.v1.GetPoolRequest
-	(*GetPoolResponse)(nil),       // 40: peloton.api.v1.GetPoolResponse
-	(*UpdatePoolRequest)(nil),     // 41: peloton.api.v1.UpdatePoolRequest
-	(*UpdatePoolResponse)(nil),    // 42: peloton.api.v1.UpdatePoolResponse
-	(*DeletePoolRequest)(nil),     // 43: peloton.api.v1.DeletePoolRequest
-	(*DeletePoolResponse)(nil),    // 44: peloton.api.v1.DeletePoolResponse
-	(*ListPoolsRequest)(nil),      // 45: peloton.api.v1.ListPoolsRequest
-	(*ListPoolsResponse)(nil),     // 46: peloton.api.v1.ListPoolsResponse
-	(*Host)(nil),                  // 47: peloton.api.v1.Host
-	(*ListHostsRequest)(nil),      // 48: peloton.api.v1.ListHostsRequest
-	(*ListHostsResponse)(nil),     // 49: peloton.api.v1.ListHostsResponse
-	nil,                           // 50: peloton.api.v1.TaskSpec.EnvEntry
-	nil,                           // 51: peloton.api.v1.JobSpec.InstanceSpecsEntry
-	nil,                           // 52: peloton.api.v1.JobSpec.LabelsEntry
-	nil,                           // 53: peloton.api.v1.JobStatus.TaskCountsEntry
-	nil,                           // 54: peloton.api.v1.Host.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 55: google.protobuf.Timestamp
+	(*TaskTransition)(nil),        // 13: peloton.api.v1.TaskTransition
+	(*Task)(nil),                  // 14: peloton.api.v1.Task
+	(*CreateJobRequest)(nil),      // 15: peloton.api.v1.CreateJobRequest
+	(*CreateJobResponse)(nil),     // 16: peloton.api.v1.CreateJobResponse
+	(*GetJobRequest)(nil),         // 17: peloton.api.v1.GetJobRequest
+	(*GetJobResponse)(nil),        // 18: peloton.api.v1.GetJobResponse
+	(*ListJobsRequest)(nil),       // 19: peloton.api.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),      // 20: peloton.api.v1.ListJobsResponse
+	(*CancelJobRequest)(nil),      // 21: peloton.api.v1.CancelJobRequest
+	(*CancelJobResponse)(nil),     // 22: peloton.api.v1.CancelJobResponse
+	(*DeleteJobRequest)(nil),      // 23: peloton.api.v1.DeleteJobRequest
+	(*DeleteJobResponse)(nil),     // 24: peloton.api.v1.DeleteJobResponse
+	(*RestartJobRequest)(nil),     // 25: peloton.api.v1.RestartJobRequest
+	(*RestartJobResponse)(nil),    // 26: peloton.api.v1.RestartJobResponse
+	(*ListTasksRequest)(nil),      // 27: peloton.api.v1.ListTasksRequest
+	(*ListTasksResponse)(nil),     // 28: peloton.api.v1.ListTasksResponse
+	(*GetTaskRequest)(nil),        // 29: peloton.api.v1.GetTaskRequest
+	(*GetTaskResponse)(nil),       // 30: peloton.api.v1.GetTaskResponse
+	(*KillTaskRequest)(nil),       // 31: peloton.api.v1.KillTaskRequest
+	(*KillTaskResponse)(nil),      // 32: peloton.api.v1.KillTaskResponse
+	(*GetTaskLogsRequest)(nil),    // 33: peloton.api.v1.GetTaskLogsRequest
+	(*LogChunk)(nil),              // 34: peloton.api.v1.LogChunk
+	(*PoolSpec)(nil),              // 35: peloton.api.v1.PoolSpec
+	(*PoolStatus)(nil),            // 36: peloton.api.v1.PoolStatus
+	(*Pool)(nil),                  // 37: peloton.api.v1.Pool
+	(*CreatePoolRequest)(nil),     // 38: peloton.api.v1.CreatePoolRequest
+	(*CreatePoolResponse)(nil),    // 39: peloton.api.v1.CreatePoolResponse
+	(*GetPoolRequest)(nil),        // 40: peloton.api.v1.GetPoolRequest
+	(*GetPoolResponse)(nil),       // 41: peloton.api.v1.GetPoolResponse
+	(*UpdatePoolRequest)(nil),     // 42: peloton.api.v1.UpdatePoolRequest
+	(*UpdatePoolResponse)(nil),    // 43: peloton.api.v1.UpdatePoolResponse
+	(*DeletePoolRequest)(nil),     // 44: peloton.api.v1.DeletePoolRequest
+	(*DeletePoolResponse)(nil),    // 45: peloton.api.v1.DeletePoolResponse
+	(*ListPoolsRequest)(nil),      // 46: peloton.api.v1.ListPoolsRequest
+	(*ListPoolsResponse)(nil),     // 47: peloton.api.v1.ListPoolsResponse
+	(*Host)(nil),                  // 48: peloton.api.v1.Host
+	(*ListHostsRequest)(nil),      // 49: peloton.api.v1.ListHostsRequest
+	(*ListHostsResponse)(nil),     // 50: peloton.api.v1.ListHostsResponse
+	nil,                           // 51: peloton.api.v1.TaskSpec.EnvEntry
+	nil,                           // 52: peloton.api.v1.JobSpec.InstanceSpecsEntry
+	nil,                           // 53: peloton.api.v1.JobSpec.LabelsEntry
+	nil,                           // 54: peloton.api.v1.JobStatus.TaskCountsEntry
+	nil,                           // 55: peloton.api.v1.Host.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 56: google.protobuf.Timestamp
 }
 var file_peloton_api_v1_peloton_proto_depIdxs = []int32{
-	50, // 0: peloton.api.v1.TaskSpec.env:type_name -> peloton.api.v1.TaskSpec.EnvEntry
+	51, // 0: peloton.api.v1.TaskSpec.env:type_name -> peloton.api.v1.TaskSpec.EnvEntry
 	5,  // 1: peloton.api.v1.TaskSpec.resources:type_name -> peloton.api.v1.Resources
 	7,  // 2: peloton.api.v1.TaskSpec.restart_policy:type_name -> peloton.api.v1.RestartPolicy
 	0,  // 3: peloton.api.v1.JobSpec.type:type_name -> peloton.api.v1.JobType
 	6,  // 4: peloton.api.v1.JobSpec.sla:type_name -> peloton.api.v1.SlaSpec
 	8,  // 5: peloton.api.v1.JobSpec.default_spec:type_name -> peloton.api.v1.TaskSpec
-	51, // 6: peloton.api.v1.JobSpec.instance_specs:type_name -> peloton.api.v1.JobSpec.InstanceSpecsEntry
-	52, // 7: peloton.api.v1.JobSpec.labels:type_name -> peloton.api.v1.JobSpec.LabelsEntry
+	52, // 6: peloton.api.v1.JobSpec.instance_specs:type_name -> peloton.api.v1.JobSpec.InstanceSpecsEntry
+	53, // 7: peloton.api.v1.JobSpec.labels:type_name -> peloton.api.v1.JobSpec.LabelsEntry
 	2,  // 8: peloton.api.v1.JobStatus.state:type_name -> peloton.api.v1.JobState
 	2,  // 9: peloton.api.v1.JobStatus.goal_state:type_name -> peloton.api.v1.JobState
-	53, // 10: peloton.api.v1.JobStatus.task_counts:type_name -> peloton.api.v1.JobStatus.TaskCountsEntry
-	55, // 11: peloton.api.v1.JobStatus.create_time:type_name -> google.protobuf.Timestamp
-	55, // 12: peloton.api.v1.JobStatus.start_time:type_name -> google.protobuf.Timestamp
-	55, // 13: peloton.api.v1.JobStatus.completion_time:type_name -> google.protobuf.Timestamp
+	54, // 10: peloton.api.v1.JobStatus.task_counts:type_name -> peloton.api.v1.JobStatus.TaskCountsEntry
+	56, // 11: peloton.api.v1.JobStatus.create_time:type_name -> google.protobuf.Timestamp
+	56, // 12: peloton.api.v1.JobStatus.start_time:type_name -> google.protobuf.Timestamp
+	56, // 13: peloton.api.v1.JobStatus.completion_time:type_name -> google.protobuf.Timestamp
 	9,  // 14: peloton.api.v1.Job.spec:type_name -> peloton.api.v1.JobSpec
 	10, // 15: peloton.api.v1.Job.status:type_name -> peloton.api.v1.JobStatus
 	1,  // 16: peloton.api.v1.TaskStatus.state:type_name -> peloton.api.v1.TaskState
 	1,  // 17: peloton.api.v1.TaskStatus.goal_state:type_name -> peloton.api.v1.TaskState
-	55, // 18: peloton.api.v1.TaskStatus.start_time:type_name -> google.protobuf.Timestamp
-	55, // 19: peloton.api.v1.TaskStatus.completion_time:type_name -> google.protobuf.Timestamp
-	55, // 20: peloton.api.v1.TaskStatus.update_time:type_name -> google.protobuf.Timestamp
-	12, // 21: peloton.api.v1.Task.status:type_name -> peloton.api.v1.TaskStatus
-	8,  // 22: peloton.api.v1.Task.spec:type_name -> peloton.api.v1.TaskSpec
-	9,  // 23: peloton.api.v1.CreateJobRequest.spec:type_name -> peloton.api.v1.JobSpec
-	11, // 24: peloton.api.v1.GetJobResponse.job:type_name -> peloton.api.v1.Job
-	2,  // 25: peloton.api.v1.ListJobsRequest.states:type_name -> peloton.api.v1.JobState
-	11, // 26: peloton.api.v1.ListJobsResponse.jobs:type_name -> peloton.api.v1.Job
-	1,  // 27: peloton.api.v1.ListTasksRequest.states:type_name -> peloton.api.v1.TaskState
-	13, // 28: peloton.api.v1.ListTasksResponse.tasks:type_name -> peloton.api.v1.Task
-	13, // 29: peloton.api.v1.GetTaskResponse.task:type_name -> peloton.api.v1.Task
-	3,  // 30: peloton.api.v1.GetTaskLogsRequest.stream:type_name -> peloton.api.v1.LogStream
-	5,  // 31: peloton.api.v1.PoolSpec.reservation:type_name -> peloton.api.v1.Resources
-	5,  // 32: peloton.api.v1.PoolSpec.limit:type_name -> peloton.api.v1.Resources
-	5,  // 33: peloton.api.v1.PoolSpec.share:type_name -> peloton.api.v1.Resources
-	5,  // 34: peloton.api.v1.PoolStatus.entitlement:type_name -> peloton.api.v1.Resources
-	5,  // 35: peloton.api.v1.PoolStatus.allocation:type_name -> peloton.api.v1.Resources
-	5,  // 36: peloton.api.v1.PoolStatus.demand:type_name -> peloton.api.v1.Resources
-	34, // 37: peloton.api.v1.Pool.spec:type_name -> peloton.api.v1.PoolSpec
-	35, // 38: peloton.api.v1.Pool.status:type_name -> peloton.api.v1.PoolStatus
-	34, // 39: peloton.api.v1.CreatePoolRequest.spec:type_name -> peloton.api.v1.PoolSpec
-	36, // 40: peloton.api.v1.CreatePoolResponse.pool:type_name -> peloton.api.v1.Pool
-	36, // 41: peloton.api.v1.GetPoolResponse.pool:type_name -> peloton.api.v1.Pool
-	34, // 42: peloton.api.v1.UpdatePoolRequest.spec:type_name -> peloton.api.v1.PoolSpec
-	36, // 43: peloton.api.v1.UpdatePoolResponse.pool:type_name -> peloton.api.v1.Pool
-	36, // 44: peloton.api.v1.ListPoolsResponse.pools:type_name -> peloton.api.v1.Pool
-	5,  // 45: peloton.api.v1.Host.capacity:type_name -> peloton.api.v1.Resources
-	5,  // 46: peloton.api.v1.Host.allocated:type_name -> peloton.api.v1.Resources
-	54, // 47: peloton.api.v1.Host.labels:type_name -> peloton.api.v1.Host.LabelsEntry
-	4,  // 48: peloton.api.v1.Host.state:type_name -> peloton.api.v1.HostState
-	47, // 49: peloton.api.v1.ListHostsResponse.hosts:type_name -> peloton.api.v1.Host
-	8,  // 50: peloton.api.v1.JobSpec.InstanceSpecsEntry.value:type_name -> peloton.api.v1.TaskSpec
-	14, // 51: peloton.api.v1.JobService.CreateJob:input_type -> peloton.api.v1.CreateJobRequest
-	16, // 52: peloton.api.v1.JobService.GetJob:input_type -> peloton.api.v1.GetJobRequest
-	18, // 53: peloton.api.v1.JobService.ListJobs:input_type -> peloton.api.v1.ListJobsRequest
-	20, // 54: peloton.api.v1.JobService.CancelJob:input_type -> peloton.api.v1.CancelJobRequest
-	22, // 55: peloton.api.v1.JobService.DeleteJob:input_type -> peloton.api.v1.DeleteJobRequest
-	24, // 56: peloton.api.v1.JobService.RestartJob:input_type -> peloton.api.v1.RestartJobRequest
-	26, // 57: peloton.api.v1.TaskService.ListTasks:input_type -> peloton.api.v1.ListTasksRequest
-	28, // 58: peloton.api.v1.TaskService.GetTask:input_type -> peloton.api.v1.GetTaskRequest
-	30, // 59: peloton.api.v1.TaskService.KillTask:input_type -> peloton.api.v1.KillTaskRequest
-	32, // 60: peloton.api.v1.TaskService.GetTaskLogs:input_type -> peloton.api.v1.GetTaskLogsRequest
-	37, // 61: peloton.api.v1.PoolService.CreatePool:input_type -> peloton.api.v1.CreatePoolRequest
-	39, // 62: peloton.api.v1.PoolService.GetPool:input_type -> peloton.api.v1.GetPoolRequest
-	41, // 63: peloton.api.v1.PoolService.UpdatePool:input_type -> peloton.api.v1.UpdatePoolRequest
-	43, // 64: peloton.api.v1.PoolService.DeletePool:input_type -> peloton.api.v1.DeletePoolRequest
-	45, // 65: peloton.api.v1.PoolService.ListPools:input_type -> peloton.api.v1.ListPoolsRequest
-	48, // 66: peloton.api.v1.HostService.ListHosts:input_type -> peloton.api.v1.ListHostsRequest
-	15, // 67: peloton.api.v1.JobService.CreateJob:output_type -> peloton.api.v1.CreateJobResponse
-	17, // 68: peloton.api.v1.JobService.GetJob:output_type -> peloton.api.v1.GetJobResponse
-	19, // 69: peloton.api.v1.JobService.ListJobs:output_type -> peloton.api.v1.ListJobsResponse
-	21, // 70: peloton.api.v1.JobService.CancelJob:output_type -> peloton.api.v1.CancelJobResponse
-	23, // 71: peloton.api.v1.JobService.DeleteJob:output_type -> peloton.api.v1.DeleteJobResponse
-	25, // 72: peloton.api.v1.JobService.RestartJob:output_type -> peloton.api.v1.RestartJobResponse
-	27, // 73: peloton.api.v1.TaskService.ListTasks:output_type -> peloton.api.v1.ListTasksResponse
-	29, // 74: peloton.api.v1.TaskService.GetTask:output_type -> peloton.api.v1.GetTaskResponse
-	31, // 75: peloton.api.v1.TaskService.KillTask:output_type -> peloton.api.v1.KillTaskResponse
-	33, // 76: peloton.api.v1.TaskService.GetTaskLogs:output_type -> peloton.api.v1.LogChunk
-	38, // 77: peloton.api.v1.PoolService.CreatePool:output_type -> peloton.api.v1.CreatePoolResponse
-	40, // 78: peloton.api.v1.PoolService.GetPool:output_type -> peloton.api.v1.GetPoolResponse
-	42, // 79: peloton.api.v1.PoolService.UpdatePool:output_type -> peloton.api.v1.UpdatePoolResponse
-	44, // 80: peloton.api.v1.PoolService.DeletePool:output_type -> peloton.api.v1.DeletePoolResponse
-	46, // 81: peloton.api.v1.PoolService.ListPools:output_type -> peloton.api.v1.ListPoolsResponse
-	49, // 82: peloton.api.v1.HostService.ListHosts:output_type -> peloton.api.v1.ListHostsResponse
-	67, // [67:83] is the sub-list for method output_type
-	51, // [51:67] is the sub-list for method input_type
-	51, // [51:51] is the sub-list for extension type_name
-	51, // [51:51] is the sub-list for extension extendee
-	0,  // [0:51] is the sub-list for field type_name
+	56, // 18: peloton.api.v1.TaskStatus.start_time:type_name -> google.protobuf.Timestamp
+	56, // 19: peloton.api.v1.TaskStatus.completion_time:type_name -> google.protobuf.Timestamp
+	56, // 20: peloton.api.v1.TaskStatus.update_time:type_name -> google.protobuf.Timestamp
+	13, // 21: peloton.api.v1.TaskStatus.history:type_name -> peloton.api.v1.TaskTransition
+	1,  // 22: peloton.api.v1.TaskTransition.state:type_name -> peloton.api.v1.TaskState
+	56, // 23: peloton.api.v1.TaskTransition.time:type_name -> google.protobuf.Timestamp
+	12, // 24: peloton.api.v1.Task.status:type_name -> peloton.api.v1.TaskStatus
+	8,  // 25: peloton.api.v1.Task.spec:type_name -> peloton.api.v1.TaskSpec
+	9,  // 26: peloton.api.v1.CreateJobRequest.spec:type_name -> peloton.api.v1.JobSpec
+	11, // 27: peloton.api.v1.GetJobResponse.job:type_name -> peloton.api.v1.Job
+	2,  // 28: peloton.api.v1.ListJobsRequest.states:type_name -> peloton.api.v1.JobState
+	11, // 29: peloton.api.v1.ListJobsResponse.jobs:type_name -> peloton.api.v1.Job
+	1,  // 30: peloton.api.v1.ListTasksRequest.states:type_name -> peloton.api.v1.TaskState
+	14, // 31: peloton.api.v1.ListTasksResponse.tasks:type_name -> peloton.api.v1.Task
+	14, // 32: peloton.api.v1.GetTaskResponse.task:type_name -> peloton.api.v1.Task
+	3,  // 33: peloton.api.v1.GetTaskLogsRequest.stream:type_name -> peloton.api.v1.LogStream
+	5,  // 34: peloton.api.v1.PoolSpec.reservation:type_name -> peloton.api.v1.Resources
+	5,  // 35: peloton.api.v1.PoolSpec.limit:type_name -> peloton.api.v1.Resources
+	5,  // 36: peloton.api.v1.PoolSpec.share:type_name -> peloton.api.v1.Resources
+	5,  // 37: peloton.api.v1.PoolStatus.entitlement:type_name -> peloton.api.v1.Resources
+	5,  // 38: peloton.api.v1.PoolStatus.allocation:type_name -> peloton.api.v1.Resources
+	5,  // 39: peloton.api.v1.PoolStatus.demand:type_name -> peloton.api.v1.Resources
+	35, // 40: peloton.api.v1.Pool.spec:type_name -> peloton.api.v1.PoolSpec
+	36, // 41: peloton.api.v1.Pool.status:type_name -> peloton.api.v1.PoolStatus
+	35, // 42: peloton.api.v1.CreatePoolRequest.spec:type_name -> peloton.api.v1.PoolSpec
+	37, // 43: peloton.api.v1.CreatePoolResponse.pool:type_name -> peloton.api.v1.Pool
+	37, // 44: peloton.api.v1.GetPoolResponse.pool:type_name -> peloton.api.v1.Pool
+	35, // 45: peloton.api.v1.UpdatePoolRequest.spec:type_name -> peloton.api.v1.PoolSpec
+	37, // 46: peloton.api.v1.UpdatePoolResponse.pool:type_name -> peloton.api.v1.Pool
+	37, // 47: peloton.api.v1.ListPoolsResponse.pools:type_name -> peloton.api.v1.Pool
+	5,  // 48: peloton.api.v1.Host.capacity:type_name -> peloton.api.v1.Resources
+	5,  // 49: peloton.api.v1.Host.allocated:type_name -> peloton.api.v1.Resources
+	55, // 50: peloton.api.v1.Host.labels:type_name -> peloton.api.v1.Host.LabelsEntry
+	4,  // 51: peloton.api.v1.Host.state:type_name -> peloton.api.v1.HostState
+	48, // 52: peloton.api.v1.ListHostsResponse.hosts:type_name -> peloton.api.v1.Host
+	8,  // 53: peloton.api.v1.JobSpec.InstanceSpecsEntry.value:type_name -> peloton.api.v1.TaskSpec
+	15, // 54: peloton.api.v1.JobService.CreateJob:input_type -> peloton.api.v1.CreateJobRequest
+	17, // 55: peloton.api.v1.JobService.GetJob:input_type -> peloton.api.v1.GetJobRequest
+	19, // 56: peloton.api.v1.JobService.ListJobs:input_type -> peloton.api.v1.ListJobsRequest
+	21, // 57: peloton.api.v1.JobService.CancelJob:input_type -> peloton.api.v1.CancelJobRequest
+	23, // 58: peloton.api.v1.JobService.DeleteJob:input_type -> peloton.api.v1.DeleteJobRequest
+	25, // 59: peloton.api.v1.JobService.RestartJob:input_type -> peloton.api.v1.RestartJobRequest
+	27, // 60: peloton.api.v1.TaskService.ListTasks:input_type -> peloton.api.v1.ListTasksRequest
+	29, // 61: peloton.api.v1.TaskService.GetTask:input_type -> peloton.api.v1.GetTaskRequest
+	31, // 62: peloton.api.v1.TaskService.KillTask:input_type -> peloton.api.v1.KillTaskRequest
+	33, // 63: peloton.api.v1.TaskService.GetTaskLogs:input_type -> peloton.api.v1.GetTaskLogsRequest
+	38, // 64: peloton.api.v1.PoolService.CreatePool:input_type -> peloton.api.v1.CreatePoolRequest
+	40, // 65: peloton.api.v1.PoolService.GetPool:input_type -> peloton.api.v1.GetPoolRequest
+	42, // 66: peloton.api.v1.PoolService.UpdatePool:input_type -> peloton.api.v1.UpdatePoolRequest
+	44, // 67: peloton.api.v1.PoolService.DeletePool:input_type -> peloton.api.v1.DeletePoolRequest
+	46, // 68: peloton.api.v1.PoolService.ListPools:input_type -> peloton.api.v1.ListPoolsRequest
+	49, // 69: peloton.api.v1.HostService.ListHosts:input_type -> peloton.api.v1.ListHostsRequest
+	16, // 70: peloton.api.v1.JobService.CreateJob:output_type -> peloton.api.v1.CreateJobResponse
+	18, // 71: peloton.api.v1.JobService.GetJob:output_type -> peloton.api.v1.GetJobResponse
+	20, // 72: peloton.api.v1.JobService.ListJobs:output_type -> peloton.api.v1.ListJobsResponse
+	22, // 73: peloton.api.v1.JobService.CancelJob:output_type -> peloton.api.v1.CancelJobResponse
+	24, // 74: peloton.api.v1.JobService.DeleteJob:output_type -> peloton.api.v1.DeleteJobResponse
+	26, // 75: peloton.api.v1.JobService.RestartJob:output_type -> peloton.api.v1.RestartJobResponse
+	28, // 76: peloton.api.v1.TaskService.ListTasks:output_type -> peloton.api.v1.ListTasksResponse
+	30, // 77: peloton.api.v1.TaskService.GetTask:output_type -> peloton.api.v1.GetTaskResponse
+	32, // 78: peloton.api.v1.TaskService.KillTask:output_type -> peloton.api.v1.KillTaskResponse
+	34, // 79: peloton.api.v1.TaskService.GetTaskLogs:output_type -> peloton.api.v1.LogChunk
+	39, // 80: peloton.api.v1.PoolService.CreatePool:output_type -> peloton.api.v1.CreatePoolResponse
+	41, // 81: peloton.api.v1.PoolService.GetPool:output_type -> peloton.api.v1.GetPoolResponse
+	43, // 82: peloton.api.v1.PoolService.UpdatePool:output_type -> peloton.api.v1.UpdatePoolResponse
+	45, // 83: peloton.api.v1.PoolService.DeletePool:output_type -> peloton.api.v1.DeletePoolResponse
+	47, // 84: peloton.api.v1.PoolService.ListPools:output_type -> peloton.api.v1.ListPoolsResponse
+	50, // 85: peloton.api.v1.HostService.ListHosts:output_type -> peloton.api.v1.ListHostsResponse
+	70, // [70:86] is the sub-list for method output_type
+	54, // [54:70] is the sub-list for method input_type
+	54, // [54:54] is the sub-list for extension type_name
+	54, // [54:54] is the sub-list for extension extendee
+	0,  // [0:54] is the sub-list for field type_name
 }
 
 func init() { file_peloton_api_v1_peloton_proto_init() }
@@ -3373,13 +3463,14 @@ func file_peloton_api_v1_peloton_proto_init() {
 	if File_peloton_api_v1_peloton_proto != nil {
 		return
 	}
+	file_peloton_api_v1_peloton_proto_msgTypes[1].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_peloton_api_v1_peloton_proto_rawDesc), len(file_peloton_api_v1_peloton_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   50,
+			NumMessages:   51,
 			NumExtensions: 0,
 			NumServices:   4,
 		},
