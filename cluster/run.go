@@ -64,7 +64,11 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := hm.Start(runCtx); err != nil {
 		return err
 	}
-	defer hm.Close()
+	defer func() {
+		if err := hm.Close(); err != nil {
+			log.Warn("backend did not stop cleanly", "err", err)
+		}
+	}()
 
 	rm, err := resmgr.New(ctx, st, resmgr.Options{Logger: log})
 	if err != nil {
@@ -174,7 +178,7 @@ func newBackend(cfg Config) (hostmgr.Backend, error) {
 			DiskMB:   total.DiskMB / int64(cfg.Hosts),
 		}
 		if cfg.HostCPU > 0 {
-			per.MilliCPU = int64(cfg.HostCPU * 1000)
+			per.MilliCPU = int64(math.Round(cfg.HostCPU * 1000))
 		}
 		if cfg.HostMemoryMB > 0 {
 			per.MemoryMB = cfg.HostMemoryMB

@@ -189,30 +189,48 @@ func isPreemptible(sla *pelotonv1.SlaSpec) bool {
 	return sla == nil || sla.Preemptible == nil || *sla.Preemptible
 }
 
-// gangsFor groups instances into gangs: the first minimumRunningInstances
-// instances go together when all of them are in the list on their first run;
-// every other instance is a gang of one.
+// gangsFor groups instances into gangs. The first minimumRunningInstances
+// instances are a gang: while none of them holds a host they are queued
+// together (all that are in insts); once the gang runs, a member that starts
+// again (after a failure) joins it alone. Every other instance is a gang of one.
 func (m *Manager) gangsFor(j *job, insts []uint32) []*resmgr.Gang {
 	k := j.gangSize()
+	gangRunning := k > 1 && m.gangActive(j, false)
 	var gang []*resmgr.Task
 	var out []*resmgr.Gang
 	for _, inst := range insts {
-		run := j.tasks[inst].rt.RunId
-		t := m.rmTask(j, inst, run)
-		if inst < k && run == 1 {
+		t := m.rmTask(j, inst, j.tasks[inst].rt.RunId)
+		if inst < k && !gangRunning {
 			gang = append(gang, t)
 			continue
 		}
 		out = append(out, resmgr.NewGang(t))
 	}
-	if uint32(len(gang)) == k {
+	if len(gang) > 0 {
 		out = append(out, resmgr.NewGang(gang...))
-	} else {
-		for _, t := range gang {
-			out = append(out, resmgr.NewGang(t))
-		}
 	}
 	return out
+}
+
+// gangActive reports whether any gang member holds a host; with stopping,
+// only members that are being stopped (preempted, killed for a restart) count.
+func (m *Manager) gangActive(j *job, stopping bool) bool {
+	for inst := uint32(0); inst < j.gangSize() && inst < uint32(len(j.tasks)); inst++ {
+		t := j.tasks[inst]
+		if t == nil {
+			continue
+		}
+		t.mu.Lock()
+		st := t.rt.State
+		t.mu.Unlock()
+		if stopping && (st == stPreempting || st == stKilling) {
+			return true
+		}
+		if !stopping && isActive(st) {
+			return true
+		}
+	}
+	return false
 }
 
 func (m *Manager) worker(ctx context.Context) {
@@ -349,7 +367,13 @@ func (m *Manager) enqueueInitialized(ctx context.Context, j *job) error {
 	now := m.now()
 	var ready []uint32
 	var wait time.Duration
+	// Gang members wait while any of them is still being stopped, so that a
+	// preempted gang queues again as a whole, never piecemeal.
+	holdGang := j.gangSize() > 1 && m.gangActive(j, true)
 	for inst, t := range j.tasks {
+		if holdGang && uint32(inst) < j.gangSize() {
+			continue
+		}
 		t.mu.Lock()
 		if t.rt.State == stInitialized && t.rt.GoalState != stKilled {
 			if d := t.notBefore.Sub(now); d > 0 {
@@ -456,16 +480,53 @@ func (m *Manager) failureSummary(j *job) string {
 	return "failed: " + strings.Join(failed, ", ")
 }
 
-// eventLoop applies backend events in arrival order.
+// eventShards is how many goroutines apply backend events. Events of one run
+// always go to the same shard, so they apply in order; different runs apply
+// concurrently, which lets the group committer pack their writes together.
+const eventShards = 128
+
+// eventLoop fans backend events out to the shards.
 func (m *Manager) eventLoop(ctx context.Context) {
+	var shards [eventShards]chan hostmgr.TaskEvent
+	var wg sync.WaitGroup
+	for i := range shards {
+		shards[i] = make(chan hostmgr.TaskEvent, 256)
+		wg.Add(1)
+		go func(ch chan hostmgr.TaskEvent) {
+			defer wg.Done()
+			for ev := range ch {
+				m.handleEvent(ctx, ev)
+			}
+		}(shards[i])
+	}
+	defer func() {
+		for _, ch := range shards {
+			close(ch)
+		}
+		wg.Wait()
+	}()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case ev := <-m.hm.Events():
-			m.handleEvent(ctx, ev)
+			select {
+			case shards[shardOf(ev.TaskID)] <- ev:
+			case <-ctx.Done():
+				return
+			}
 		}
 	}
+}
+
+// shardOf hashes a task ID (FNV-1a) onto a shard.
+func shardOf(id string) int {
+	h := uint32(2166136261)
+	for i := 0; i < len(id); i++ {
+		h ^= uint32(id[i])
+		h *= 16777619
+	}
+	return int(h % eventShards)
 }
 
 // handleEvent applies one run's state change to its instance.

@@ -219,6 +219,7 @@ func (m *Manager) CreatePool(ctx context.Context, path string, spec *pelotonv1.P
 	if err != nil {
 		return nil, err
 	}
+	m.kick()
 	m.log.Info("pool created", "path", path)
 	return p.toProto(true), nil
 }
@@ -303,6 +304,7 @@ func (m *Manager) DeletePool(ctx context.Context, path string) error {
 	}
 	delete(p.parent.children, path)
 	delete(m.pools, path)
+	m.kick()
 	m.log.Info("pool deleted", "path", path)
 	return nil
 }
@@ -506,8 +508,18 @@ func (m *Manager) admitOnce() int {
 }
 
 // markVictims records victims as being preempted and hands them to jobmgr.
+// A victim that belongs to a gang takes its whole gang with it: no partial
+// gang may keep running.
 func (m *Manager) markVictims(vs []Victim) {
-	for _, v := range vs {
+	for i := 0; i < len(vs); i++ {
+		v := vs[i]
+		if ts, ok := m.tasks[v.Task.Key()]; ok && !ts.preempting && len(ts.gang.Tasks) > 1 {
+			for _, t := range ts.gang.Tasks {
+				if o, ok := m.tasks[t.Key()]; ok && o != ts && o.gang == ts.gang && !o.preempting {
+					vs = append(vs, Victim{Task: t, Reason: v.Reason, Detail: v.Detail + " (gang member)"})
+				}
+			}
+		}
 		ts, ok := m.tasks[v.Task.Key()]
 		if !ok || ts.preempting {
 			continue

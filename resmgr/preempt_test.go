@@ -231,3 +231,29 @@ func TestNonPreemptibleOnlyInsideReservation(t *testing.T) {
 		t.Fatalf("non-preemptible tasks were preempted: %v", s.preempted)
 	}
 }
+
+// TestGangPreemptedWhole: when reclaim picks one member of a running gang,
+// the whole gang goes, so no partial gang keeps running.
+func TestGangPreemptedWhole(t *testing.T) {
+	s := newSim(t, resources.Resources{MilliCPU: 4000, MemoryMB: 1 << 30})
+	s.pool("/a", 0)
+	s.pool("/b", 0)
+	var members []*Task
+	for i := uint32(0); i < 4; i++ {
+		members = append(members, &Task{JobID: "/a", Instance: i, RunID: 1, Pool: "/a", Preemptible: true, Resources: resources.Resources{MilliCPU: 1000, MemoryMB: 1}})
+	}
+	if err := s.m.Enqueue(NewGang(members...)); err != nil {
+		t.Fatal(err)
+	}
+	s.step(10 * time.Millisecond)
+	if s.alloc("/a") != 4000 {
+		t.Fatalf("the gang should run on the idle cluster, alloc %d", s.alloc("/a"))
+	}
+	s.submit("/b", 1, 1000, 0, true) // /b is entitled to 2 CPU but needs only 1
+	for i := 0; i < 10; i++ {
+		s.step(300 * time.Millisecond)
+	}
+	if s.preempted["/a"] != 4 {
+		t.Fatalf("preempted %d gang members, want all 4", s.preempted["/a"])
+	}
+}

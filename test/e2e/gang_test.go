@@ -1,0 +1,66 @@
+package e2e
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+)
+
+// TestGangAllOrNothing: two 1-CPU hosts, one holding a 0.6 CPU task. A gang
+// of three 0.45 CPU members fits the cluster's free total (1.4) but not its
+// hosts (0.4 + 1.0 hold two): no member may start. Once room appears, all
+// start together.
+func TestGangAllOrNothing(t *testing.T) {
+	s := startStack(t, t.TempDir(), stackOpts{hosts: 2, hostCPU: 1, hostMem: 1024})
+	ctx := ctxT(t)
+	blocker, err := s.jobs.CreateJob(ctx, &pelotonv1.CreateJobRequest{Spec: sleeper("blocker", "/default", 1, 0.6)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.waitJob(blocker.JobId, pelotonv1.JobState_JOB_RUNNING, 30*time.Second)
+	gang := sleeper("gang", "/default", 3, 0.45)
+	gang.Sla = &pelotonv1.SlaSpec{MinimumRunningInstances: 3}
+	g, err := s.jobs.CreateJob(ctx, &pelotonv1.CreateJobRequest{Spec: gang})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// For a while: no member may be launched, and they say why they wait.
+	deadline := time.Now().Add(2 * time.Second)
+	var reason string
+	for time.Now().Before(deadline) {
+		ts, err := s.tasks.ListTasks(ctx, &pelotonv1.ListTasksRequest{JobId: g.JobId})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tk := range ts.Tasks {
+			switch tk.Status.State {
+			case pelotonv1.TaskState_LAUNCHED, pelotonv1.TaskState_RUNNING:
+				t.Fatalf("gang member %d started while the gang cannot fit", tk.InstanceId)
+			}
+			if tk.Status.PendingReason != "" {
+				reason = tk.Status.PendingReason
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !strings.Contains(reason, "waiting") {
+		t.Fatalf("gang members should say why they wait, got %q", reason)
+	}
+	// Free the room: the whole gang starts.
+	if _, err := s.jobs.CancelJob(ctx, &pelotonv1.CancelJobRequest{JobId: blocker.JobId}); err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		j, _ := s.jobs.GetJob(ctx, &pelotonv1.GetJobRequest{JobId: g.JobId})
+		if j.Job.Status.TaskCounts["RUNNING"] == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gang never started: %v", j.Job.Status.TaskCounts)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
