@@ -12,7 +12,6 @@ import (
 
 	"github.com/peloton-sched/peloton/hostmgr"
 	"github.com/peloton-sched/peloton/internal/metrics"
-	"github.com/peloton-sched/peloton/internal/store"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 	"github.com/peloton-sched/peloton/resmgr"
 	"google.golang.org/protobuf/proto"
@@ -138,6 +137,11 @@ func (m *Manager) recover(ctx context.Context) error {
 		if m.jobs[id] == nil {
 			m.log.Info("sweeping records of a deleted job", "job", id)
 			m.sweep(ctx, id)
+		}
+	}
+	for _, j := range m.jobs {
+		if j.rt.State != pelotonv1.JobState_JOB_INITIALIZED {
+			m.fillTasks(j)
 		}
 	}
 	// Re-queue pending work and re-reserve what running work holds.
@@ -306,7 +310,11 @@ func (m *Manager) evaluateJob(ctx context.Context, id string) error {
 	return m.updateJobState(ctx, j)
 }
 
-// createTasks writes the INITIALIZED runtime of every instance that has none.
+// createTasks gives every instance that has no task yet its first run, in
+// memory only. An instance without a record in the store is by definition
+// INITIALIZED on run 1, so writing that record would cost an etcd write per
+// task and tell a restarted process nothing it could not infer; the first
+// real write (LAUNCHED) creates the record, guarded by MustNotExist.
 func (m *Manager) createTasks(ctx context.Context, j *job) error {
 	j.mu.Lock()
 	initializing := j.rt.State == pelotonv1.JobState_JOB_INITIALIZED
@@ -314,48 +322,24 @@ func (m *Manager) createTasks(ctx context.Context, j *job) error {
 	if !initializing {
 		return nil
 	}
-	var missing []uint32
-	for inst, t := range j.tasks {
-		if t == nil {
-			missing = append(missing, uint32(inst))
-		}
-	}
-	var mu sync.Mutex
-	err := parallel(missing, func(inst uint32) error {
-		rt := &pelotonv1.TaskStatus{State: stInitialized, GoalState: stSucceeded, RunId: 1, UpdateTime: timestamppb.New(m.now())}
-		b, _ := proto.Marshal(rt)
-		rev, err := m.batcher.Write(ctx, store.Put(taskKey(j.id, inst), b, store.MustNotExist))
-		if errors.Is(err, store.ErrConflict) {
-			// Written before a crash but not loaded? Read it back.
-			kv, gerr := m.store.Get(ctx, taskKey(j.id, inst))
-			if gerr != nil {
-				return gerr
-			}
-			rt = &pelotonv1.TaskStatus{}
-			if err := proto.Unmarshal(kv.Value, rt); err != nil {
-				return err
-			}
-			rev, err = kv.Revision, nil
-		}
-		if err != nil {
-			return fmt.Errorf("create task %d: %w", inst, err)
-		}
-		metrics.StoreWrites.WithLabelValues("task").Inc()
-		mu.Lock()
-		j.tasks[inst] = &task{rt: rt, rev: rev}
-		mu.Unlock()
-		j.counts[rt.State].Add(1)
-		return nil
-	})
-	if err != nil {
-		return err
-	}
+	m.fillTasks(j)
 	return m.updateJobRuntime(ctx, j, func(rt *pelotonv1.JobStatus) error {
 		if rt.State == pelotonv1.JobState_JOB_INITIALIZED {
 			rt.State = pelotonv1.JobState_JOB_PENDING
 		}
 		return nil
 	})
+}
+
+// fillTasks creates the in-memory task of every instance that has none.
+func (m *Manager) fillTasks(j *job) {
+	now := timestamppb.New(m.now())
+	for inst, t := range j.tasks {
+		if t == nil {
+			j.tasks[inst] = &task{rt: &pelotonv1.TaskStatus{State: stInitialized, GoalState: m.taskGoal(j), RunId: 1, UpdateTime: now}}
+			j.counts[stInitialized].Add(1)
+		}
+	}
 }
 
 // enqueueInitialized moves INITIALIZED instances to PENDING and hands them to
@@ -392,7 +376,9 @@ func (m *Manager) enqueueInitialized(ctx context.Context, j *job) error {
 	var mu sync.Mutex
 	var moved []uint32
 	err := parallel(ready, func(inst uint32) error {
-		err := m.updateTask(ctx, j, inst, func(rt *pelotonv1.TaskStatus) error {
+		// PENDING is not written: after a restart an INITIALIZED instance is
+		// queued exactly like a PENDING one, so the write would buy nothing.
+		err := m.updateTaskVolatile(j, inst, func(rt *pelotonv1.TaskStatus) error {
 			if rt.State != stInitialized {
 				return errSkip
 			}
@@ -412,6 +398,16 @@ func (m *Manager) enqueueInitialized(ctx context.Context, j *job) error {
 	if len(moved) > 0 {
 		sort.Slice(moved, func(a, b int) bool { return moved[a] < moved[b] })
 		if eerr := m.rm.Enqueue(m.gangsFor(j, moved)...); eerr != nil {
+			// Back to INITIALIZED, so the retried evaluation queues them again.
+			for _, inst := range moved {
+				_ = m.updateTaskVolatile(j, inst, func(rt *pelotonv1.TaskStatus) error {
+					if rt.State != stPending {
+						return errSkip
+					}
+					rt.State = stInitialized
+					return nil
+				})
+			}
 			return eerr
 		}
 	}

@@ -502,6 +502,16 @@ const maxHistory = 16
 // committer with compare-and-swap, and keeps the job's counts in step. fn may
 // return errSkip to change nothing.
 func (m *Manager) updateTask(ctx context.Context, j *job, inst uint32, fn func(rt *pelotonv1.TaskStatus) error) error {
+	return m.applyTask(ctx, j, inst, true, fn)
+}
+
+// updateTaskVolatile is updateTask for changes a restart can re-derive: it
+// changes memory only, and the next persisted update writes it along.
+func (m *Manager) updateTaskVolatile(j *job, inst uint32, fn func(rt *pelotonv1.TaskStatus) error) error {
+	return m.applyTask(context.Background(), j, inst, false, fn)
+}
+
+func (m *Manager) applyTask(ctx context.Context, j *job, inst uint32, persist bool, fn func(rt *pelotonv1.TaskStatus) error) error {
 	t := j.tasks[inst]
 	if t == nil {
 		return fmt.Errorf("jobmgr: instance %d of job %s has no task yet", inst, j.id)
@@ -522,12 +532,17 @@ func (m *Manager) updateTask(ctx context.Context, j *job, inst uint32, fn func(r
 			rt.History = append(rt.History[:0:0], rt.History[n-maxHistory:]...)
 		}
 	}
-	b, _ := proto.Marshal(rt)
-	rev, err := m.batcher.Write(ctx, store.Put(taskKey(j.id, inst), b, t.rev))
-	if err != nil {
-		return fmt.Errorf("store task %s/%d: %w", j.id, inst, err)
+	rev := t.rev
+	if persist {
+		b, _ := proto.Marshal(rt)
+		// A task with no record yet (rev 0) is created here: MustNotExist.
+		var err error
+		rev, err = m.batcher.Write(ctx, store.Put(taskKey(j.id, inst), b, t.rev))
+		if err != nil {
+			return fmt.Errorf("store task %s/%d: %w", j.id, inst, err)
+		}
+		metrics.StoreWrites.WithLabelValues("task").Inc()
 	}
-	metrics.StoreWrites.WithLabelValues("task").Inc()
 	if rt.State != t.rt.State {
 		j.counts[t.rt.State].Add(-1)
 		j.counts[rt.State].Add(1)

@@ -400,8 +400,17 @@ func (m *Manager) Enqueue(gangs ...*Gang) error {
 			return fmt.Errorf("resmgr: pool %s is not a leaf pool", g.Pool)
 		}
 		for _, t := range g.Tasks {
-			if _, dup := m.tasks[t.Key()]; dup {
+			if old, dup := m.tasks[t.Key()]; dup && old.task.RunID >= t.RunID {
 				return fmt.Errorf("resmgr: task %s is already queued", t.Key())
+			}
+		}
+	}
+	// A newer run of an instance supersedes an older one still known here
+	// (its end may be reported a moment after the new run is queued).
+	for _, g := range gangs {
+		for _, t := range g.Tasks {
+			if old, ok := m.tasks[t.Key()]; ok && old.task.RunID < t.RunID {
+				m.releaseLocked(t.JobID, t.Instance)
 			}
 		}
 	}
@@ -824,6 +833,10 @@ func (m *Manager) Recover(t *Task) {
 func (m *Manager) Release(jobID string, instance uint32) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.releaseLocked(jobID, instance)
+}
+
+func (m *Manager) releaseLocked(jobID string, instance uint32) {
 	key := InstanceKey(jobID, instance)
 	ts, ok := m.tasks[key]
 	if !ok {

@@ -5,7 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/peloton-sched/peloton/internal/metrics"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 func sleeper(name, pool string, n uint32, cpu float64) *pelotonv1.JobSpec {
@@ -47,6 +49,8 @@ func (s *stack) waitPools(what string, within time.Duration, cond func(map[strin
 func TestReclaimPreemptionEndToEnd(t *testing.T) {
 	s := startStack(t, t.TempDir(), stackOpts{hosts: 2, hostCPU: 3, hostMem: 4096})
 	ctx := ctxT(t)
+	// The metrics registry is process-wide: count this test's preemptions only.
+	reclaimsBefore := testutil.ToFloat64(metrics.Preemptions.WithLabelValues("reclaim"))
 	for _, p := range []string{"/p1", "/p2", "/p3"} {
 		if _, err := s.pools.CreatePool(ctx, &pelotonv1.CreatePoolRequest{Path: p,
 			Spec: &pelotonv1.PoolSpec{Reservation: &pelotonv1.Resources{Cpu: 1, MemoryMb: 512}}}); err != nil {
@@ -113,6 +117,9 @@ func TestReclaimPreemptionEndToEnd(t *testing.T) {
 	if code != 200 {
 		t.Fatal(code)
 	}
-	mustContain(t, raw, `peloton_preemptions_total{reason="reclaim"} 8`, "preemption metric")
+	mustContain(t, raw, `peloton_preemptions_total{reason="reclaim"}`, "preemption metric")
+	if d := testutil.ToFloat64(metrics.Preemptions.WithLabelValues("reclaim")) - reclaimsBefore; d != 8 {
+		t.Fatalf("peloton_preemptions_total{reason=\"reclaim\"} grew by %v, want 8", d)
+	}
 	mustContain(t, raw, `peloton_pool_resources{pool="/p1",resource="cpu",type="entitlement"} 2`, "entitlement gauge")
 }

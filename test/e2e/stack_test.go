@@ -238,6 +238,9 @@ func (s *stack) jobCount() int {
 func mustContain(t *testing.T, got, want, what string) {
 	t.Helper()
 	if !strings.Contains(got, want) {
+		if len(got) > 2000 {
+			got = got[:2000] + "...(truncated)"
+		}
 		t.Fatalf("%s: %q does not contain %q", what, got, want)
 	}
 }
