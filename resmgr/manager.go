@@ -460,13 +460,31 @@ func (m *Manager) admitOnce() int {
 		g *Gang
 	}
 	var byPriority []blocked
+	// Shapes already refused in this pass: a gang that needs at least as
+	// much as a refused one is refused for the same reason without being
+	// checked again. Batch jobs queue thousands of identical tasks, so this
+	// keeps a pass over a large backlog linear and cheap. Capacity refusals
+	// hold for every pool; the others only within one pool.
+	var fullCluster []refusal
 	for _, p := range leaves {
 		if p.queue.size == 0 {
 			continue
 		}
 		isWaiting, sawEntitlementBlock := false, false
+		var refused []refusal
 		p.queue.each(func(g *Gang) bool {
-			block, reason := m.admissible(p, g)
+			block, reason := blockNone, ""
+			if r, ok := findRefusal(refused, fullCluster, g); ok {
+				block, reason = r.kind, r.reason
+			} else {
+				block, reason = m.admissible(p, g)
+				switch {
+				case block == blockCapacity && len(fullCluster) < maxRefusals:
+					fullCluster = append(fullCluster, refusal{g.Resources, g.Tasks[0].Preemptible, block, reason})
+				case block != blockNone && len(refused) < maxRefusals:
+					refused = append(refused, refusal{g.Resources, g.Tasks[0].Preemptible, block, reason})
+				}
+			}
 			if block != blockNone {
 				if block == blockCapacity {
 					isWaiting = true
@@ -514,6 +532,35 @@ func (m *Manager) admitOnce() int {
 		m.markVictims(planPriority(b.p, b.g))
 	}
 	return admitted
+}
+
+// refusal remembers a gang shape that admission refused in this pass.
+type refusal struct {
+	shape       resources.Resources
+	preemptible bool
+	kind        blockKind
+	reason      string
+}
+
+// maxRefusals bounds the shapes remembered per pool and pass.
+const maxRefusals = 8
+
+// findRefusal returns a remembered refusal that also applies to g: same
+// preemptibility (which decides the rule that applies) and a shape g needs
+// at least as much as in every kind. Revocable gangs are always checked.
+func findRefusal(pool, cluster []refusal, g *Gang) (refusal, bool) {
+	if g.Tasks[0].Revocable {
+		return refusal{}, false
+	}
+	pre := g.Tasks[0].Preemptible
+	for _, list := range [][]refusal{pool, cluster} {
+		for _, r := range list {
+			if r.preemptible == pre && r.shape.FitsIn(g.Resources) {
+				return r, true
+			}
+		}
+	}
+	return refusal{}, false
 }
 
 // markVictims records victims as being preempted and hands them to jobmgr.
