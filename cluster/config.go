@@ -37,7 +37,9 @@ type Config struct {
 	HostLabels []string
 	// ShutdownGrace bounds graceful shutdown.
 	ShutdownGrace time.Duration
-	Logger        *slog.Logger
+	// ReclaimDelay is the hysteresis of reclaim preemption (0: resmgr's default, 1s).
+	ReclaimDelay time.Duration
+	Logger       *slog.Logger
 	// UI, if set, serves the web UI on the HTTP listener's other paths.
 	UI http.Handler
 	// OnReady, if set, is called once every listener serves.

@@ -70,7 +70,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}()
 
-	rm, err := resmgr.New(ctx, st, resmgr.Options{Logger: log})
+	rm, err := resmgr.New(ctx, st, resmgr.Options{Logger: log, ReclaimDelay: cfg.ReclaimDelay})
 	if err != nil {
 		return err
 	}

@@ -35,6 +35,7 @@ type serverFlags struct {
 	hostLabels    []string
 	logLevel      string
 	shutdownGrace time.Duration
+	reclaimDelay  time.Duration
 }
 
 // register adds the flags; embedded (peloton up) adds --etcd-listen for the
@@ -58,6 +59,7 @@ func (f *serverFlags) register(fs *pflag.FlagSet, embedded bool) {
 	fs.StringSliceVar(&f.hostLabels, "host-labels", nil, "labels of the simulated hosts, comma-separated key=value, spread round-robin per key, e.g. zone=a,zone=b,zone=c (sim backend only)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.DurationVar(&f.shutdownGrace, "shutdown-grace", 10*time.Second, "how long a graceful shutdown may take")
+	fs.DurationVar(&f.reclaimDelay, "reclaim-delay", time.Second, "how long a pool must wait for its entitled share before pools over their entitlement are preempted for it")
 }
 
 // config validates the flags and builds the cluster configuration; every
@@ -105,6 +107,8 @@ func (f *serverFlags) config(embedded bool) (cluster.Config, error) {
 		return cluster.Config{}, usageErrorf("invalid --host-labels: only the sim backend takes host labels (use --backend sim)")
 	case f.shutdownGrace < 0:
 		return cluster.Config{}, usageErrorf("invalid --shutdown-grace %s: must be >= 0", f.shutdownGrace)
+	case f.reclaimDelay < 0:
+		return cluster.Config{}, usageErrorf("invalid --reclaim-delay %s: must be >= 0", f.reclaimDelay)
 	}
 	var labels []string
 	for _, l := range f.hostLabels {
@@ -127,6 +131,7 @@ func (f *serverFlags) config(embedded bool) (cluster.Config, error) {
 		HostGPU:       f.hostGPU,
 		HostLabels:    labels,
 		ShutdownGrace: f.shutdownGrace,
+		ReclaimDelay:  f.reclaimDelay,
 	}
 	if embedded && len(endpoints) == 0 {
 		cfg.EtcdListen = f.etcdListen
