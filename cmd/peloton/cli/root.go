@@ -123,6 +123,7 @@ Start a single-machine cluster with "peloton up", then submit work to it:
 		a.poolCommand(),
 		a.hostCommand(),
 		a.versionCommand(),
+		a.benchCommand(),
 	)
 	// Inherited by every subcommand: bad flags are usage errors.
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {

@@ -1,0 +1,193 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/peloton-sched/peloton/internal/metrics"
+	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+)
+
+var batchFigures = []string{
+	"submitLatencyMsP50", "submitLatencyMsP99", "submitMs", "allLaunchedMs", "tasksLaunchedPerSec",
+	"allSucceededMs", "tasksSucceededPerSec", "etcdWritesPerTask", "peakRssMb",
+}
+
+// BatchConfig sizes the batch scenario (the placement issue's workload).
+type BatchConfig struct {
+	Hosts   int
+	Tasks   int
+	JobSize int
+	// HostCPU is the CPUs of each simulated host (0: sim's 32).
+	HostCPU float64
+	// TaskCPU and TaskMemoryMB size every task.
+	TaskCPU      float64
+	TaskMemoryMB float64
+	// Poll is how often every job's task counts are read (default 100ms).
+	Poll time.Duration
+}
+
+// DefaultBatchConfig is the issue's size: 50,000 tasks in jobs of 1,000 on
+// 5,000 hosts.
+func DefaultBatchConfig() BatchConfig {
+	return BatchConfig{Hosts: 5000, Tasks: 50000, JobSize: 1000, TaskCPU: 1, TaskMemoryMB: 128, Poll: 100 * time.Millisecond}
+}
+
+// Validate checks the config; every error names the flag at fault.
+func (c *BatchConfig) Validate() error {
+	switch {
+	case c.Hosts < 1 || c.Hosts > maxHosts:
+		return fmt.Errorf("--hosts %d: must be 1..%d", c.Hosts, maxHosts)
+	case c.Tasks < 1 || c.Tasks > maxTasks:
+		return fmt.Errorf("--tasks %d: must be 1..%d", c.Tasks, maxTasks)
+	case c.JobSize < 1 || c.JobSize > maxInstances:
+		return fmt.Errorf("--job-size %d: must be 1..%d", c.JobSize, maxInstances)
+	case c.HostCPU < 0:
+		return fmt.Errorf("--host-cpu %g: must be >= 0", c.HostCPU)
+	case c.TaskCPU <= 0 || c.TaskMemoryMB <= 0:
+		return fmt.Errorf("--task-cpu and --task-memory-mb: must be > 0")
+	case c.Poll <= 0:
+		return fmt.Errorf("--poll %s: must be > 0", c.Poll)
+	}
+	return nil
+}
+
+// Batch submits ceil(tasks/jobSize) BATCH jobs of `sleep 0` tasks, one
+// CreateJob after the other, and measures how fast the tasks are launched
+// and the jobs succeed. Launch progress is read from every job's task counts
+// (GetJob), polled every Poll, so launch times are late by up to one poll.
+// The time origin is the first CreateJob call.
+func Batch(ctx context.Context, env Env, cfg BatchConfig) (*Result, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	r := newResult(ScenarioBatch)
+	r.param("hosts", cfg.Hosts)
+	r.param("tasks", cfg.Tasks)
+	r.param("jobSize", cfg.JobSize)
+	r.param("taskCpu", cfg.TaskCPU)
+	r.param("taskMemoryMb", cfg.TaskMemoryMB)
+	r.param("pollMs", cfg.Poll.Milliseconds())
+	rssReset := resetPeakRSS()
+
+	env.progress("batch: starting the stack with %d simulated hosts", cfg.Hosts)
+	s, err := startStack(ctx, env, stackConfig{Hosts: cfg.Hosts, HostCPU: cfg.HostCPU})
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+
+	type jobRef struct {
+		id        string
+		n         uint32
+		launched  uint32
+		succeeded bool
+	}
+	var jobs []*jobRef
+	writes0 := counterSum(metrics.StoreWrites)
+	var latencies []float64
+	env.progress("batch: submitting %d tasks in jobs of %d", cfg.Tasks, cfg.JobSize)
+	start := time.Now()
+	for left, i := cfg.Tasks, 0; left > 0; i++ {
+		n := min(left, cfg.JobSize)
+		left -= n
+		spec := &pelotonv1.JobSpec{
+			Name: fmt.Sprintf("bench-batch-%d", i), Type: pelotonv1.JobType_BATCH, Pool: "/default",
+			InstanceCount: uint32(n),
+			DefaultSpec: &pelotonv1.TaskSpec{Command: []string{"sleep", "0"},
+				Resources: &pelotonv1.Resources{Cpu: cfg.TaskCPU, MemoryMb: cfg.TaskMemoryMB}},
+		}
+		t := time.Now()
+		id, err := s.createJob(ctx, spec)
+		if err != nil {
+			return nil, err
+		}
+		latencies = append(latencies, ms(time.Since(t)))
+		jobs = append(jobs, &jobRef{id: id, n: uint32(n)})
+	}
+	submitted := time.Since(start)
+	env.progress("batch: %d jobs submitted in %s", len(jobs), submitted.Round(time.Millisecond))
+
+	var allLaunched, allSucceeded time.Duration
+	// Poll the unfinished jobs concurrently (a few at a time): one slow
+	// answer must not make every other job's count late.
+	const pollers = 8
+	lastReport := time.Now()
+	err = waitFor(ctx, cfg.Poll, "waiting for the batch jobs", func() (bool, string, error) {
+		var mu sync.Mutex
+		var firstErr error
+		sem := make(chan struct{}, pollers)
+		var wg sync.WaitGroup
+		for _, j := range jobs {
+			if j.succeeded {
+				continue
+			}
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				got, err := s.getJob(ctx, j.id)
+				if err == nil {
+					err = notFailed(got)
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					if firstErr == nil {
+						firstErr = err
+					}
+					return
+				}
+				j.launched = max(j.launched, launchedOrLater(got.Status.TaskCounts))
+				if got.Status.State == pelotonv1.JobState_JOB_SUCCEEDED {
+					j.launched, j.succeeded = j.n, true
+				}
+			}()
+		}
+		wg.Wait()
+		if firstErr != nil {
+			return false, "", firstErr
+		}
+		now := time.Since(start)
+		var launched, doneJobs int
+		for _, j := range jobs {
+			launched += int(j.launched)
+			if j.succeeded {
+				doneJobs++
+			}
+		}
+		if allLaunched == 0 && launched == cfg.Tasks {
+			allLaunched = now
+		}
+		status := fmt.Sprintf("%d of %d tasks launched, %d of %d jobs succeeded", launched, cfg.Tasks, doneJobs, len(jobs))
+		if time.Since(lastReport) >= 5*time.Second {
+			env.progress("batch: %s", status)
+			lastReport = time.Now()
+		}
+		if doneJobs == len(jobs) {
+			allSucceeded = now
+			return true, status, nil
+		}
+		return false, status, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	writes := counterSum(metrics.StoreWrites) - writes0
+
+	r.add("submitLatencyMsP50", percentile(latencies, 50), "ms", "CreateJob round trip, one job at a time")
+	r.add("submitLatencyMsP99", percentile(latencies, 99), "ms", "")
+	r.add("submitMs", ms(submitted), "ms", fmt.Sprintf("all %d CreateJob calls", len(jobs)))
+	r.add("allLaunchedMs", ms(allLaunched), "ms", "first CreateJob call to every task LAUNCHED or later")
+	r.add("tasksLaunchedPerSec", perSec(cfg.Tasks, allLaunched), "tasks/s", "goal 1,000 (Uber Peloton's published figure)")
+	r.add("allSucceededMs", ms(allSucceeded), "ms", "first CreateJob call to every job JOB_SUCCEEDED")
+	r.add("tasksSucceededPerSec", perSec(cfg.Tasks, allSucceeded), "tasks/s", "")
+	r.add("etcdWritesPerTask", writes/float64(cfg.Tasks), "", "records jobmgr wrote (peloton_store_writes_total), per task")
+	r.add("peakRssMb", PeakRSSMB(), "MiB", "whole process: stack, embedded etcd and client")
+	if !rssReset {
+		r.note("peakRssMb is the process's peak since it started (/proc/self/clear_refs was not writable)")
+	}
+	return r.finish(), nil
+}

@@ -1,0 +1,275 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/peloton-sched/peloton/cluster"
+	"github.com/peloton-sched/peloton/internal/store"
+	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+)
+
+// Env is what every scenario gets from its caller besides its own config.
+type Env struct {
+	// Logger receives the stack's logs (default: discarded). The CLI passes
+	// one at warn level on stderr, so a failing stack says why.
+	Logger *slog.Logger
+	// Progress, if set, is told what the scenario is doing, one line at a
+	// time, for runs that take minutes.
+	Progress func(string)
+}
+
+func (e Env) logger() *slog.Logger {
+	if e.Logger == nil {
+		return slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return e.Logger
+}
+
+func (e Env) progress(format string, args ...any) {
+	if e.Progress != nil {
+		e.Progress(fmt.Sprintf(format, args...))
+	}
+}
+
+// Limits every scenario checks its config against, so that a typo cannot ask
+// for a run that never ends or exhausts the machine.
+const (
+	maxHosts = 100_000
+	maxTasks = 1_000_000
+	// maxInstances is the API's limit on one job's instanceCount.
+	maxInstances = 100_000
+	// callTimeout bounds each API call the harness makes.
+	callTimeout = 60 * time.Second
+	// maxMsgBytes lets the harness read big answers (ListTasks of a large
+	// gang, GetJob of a job with many overrides).
+	maxMsgBytes = 256 << 20
+)
+
+// stackConfig sizes the in-process cluster.
+type stackConfig struct {
+	Hosts        int
+	HostCPU      float64
+	HostMemoryMB int64
+	// ReclaimDelay is resmgr's reclaim hysteresis (0: its default, 1s).
+	ReclaimDelay time.Duration
+}
+
+// stack is one Peloton process (cluster.Run) running in this process on the
+// sim backend, with an embedded etcd, in a temp dir that Close removes.
+type stack struct {
+	ready  cluster.ReadyInfo
+	dir    string
+	cancel context.CancelFunc
+	done   chan error
+	conn   *grpc.ClientConn
+
+	jobs  pelotonv1.JobServiceClient
+	tasks pelotonv1.TaskServiceClient
+	pools pelotonv1.PoolServiceClient
+	hosts pelotonv1.HostServiceClient
+}
+
+// startStack runs cluster.Run exactly as `peloton up --backend sim` does,
+// but on port-0 loopback listeners and a fresh temp dir, and connects a gRPC
+// client to it.
+func startStack(ctx context.Context, env Env, sc stackConfig) (*stack, error) {
+	dir, err := os.MkdirTemp("", "peloton-bench-*")
+	if err != nil {
+		return nil, fmt.Errorf("bench: temp dir: %w", err)
+	}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s := &stack{dir: dir, cancel: cancel, done: make(chan error, 1)}
+	readyCh := make(chan cluster.ReadyInfo, 1)
+	cfg := cluster.Config{
+		DataDir: dir, Listen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0", EtcdListen: "127.0.0.1:0",
+		Backend: "sim", Hosts: sc.Hosts, HostCPU: sc.HostCPU, HostMemoryMB: sc.HostMemoryMB,
+		ReclaimDelay: sc.ReclaimDelay, ShutdownGrace: 10 * time.Second,
+		Logger:  env.logger(),
+		OnReady: func(r cluster.ReadyInfo) { readyCh <- r },
+	}
+	go func() { s.done <- cluster.Run(runCtx, cfg) }()
+	select {
+	case s.ready = <-readyCh:
+	case err := <-s.done:
+		cancel()
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("bench: the stack did not start: %w", err)
+	case <-ctx.Done():
+		s.Close()
+		return nil, fmt.Errorf("bench: the stack did not start: %w", ctx.Err())
+	}
+	conn, err := grpc.NewClient(s.ready.GRPCAddr,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMsgBytes), grpc.MaxCallSendMsgSize(maxMsgBytes)))
+	if err != nil {
+		s.Close()
+		return nil, fmt.Errorf("bench: connect to %s: %w", s.ready.GRPCAddr, err)
+	}
+	s.conn = conn
+	s.jobs = pelotonv1.NewJobServiceClient(conn)
+	s.tasks = pelotonv1.NewTaskServiceClient(conn)
+	s.pools = pelotonv1.NewPoolServiceClient(conn)
+	s.hosts = pelotonv1.NewHostServiceClient(conn)
+	return s, nil
+}
+
+// Close stops the stack, waits for it (bounded) and removes its data.
+func (s *stack) Close() error {
+	if s.conn != nil {
+		s.conn.Close()
+	}
+	s.cancel()
+	var err error
+	select {
+	case err = <-s.done:
+		if errors.Is(err, context.Canceled) {
+			err = nil
+		}
+	case <-time.After(60 * time.Second):
+		err = errors.New("bench: the stack did not stop within 60s")
+	}
+	if rerr := os.RemoveAll(s.dir); rerr != nil && err == nil {
+		err = rerr
+	}
+	return err
+}
+
+// store opens a store on the stack's embedded etcd, for reading what a job
+// costs at rest. The caller closes it.
+func (s *stack) store(ctx context.Context) (*store.Etcd, error) {
+	return store.NewEtcd(ctx, store.EtcdConfig{Endpoints: s.ready.EtcdEndpoints})
+}
+
+func call(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, callTimeout)
+}
+
+func (s *stack) createJob(ctx context.Context, spec *pelotonv1.JobSpec) (string, error) {
+	cctx, cancel := call(ctx)
+	defer cancel()
+	resp, err := s.jobs.CreateJob(cctx, &pelotonv1.CreateJobRequest{Spec: spec})
+	if err != nil {
+		return "", fmt.Errorf("CreateJob %s: %w", spec.Name, err)
+	}
+	return resp.JobId, nil
+}
+
+func (s *stack) getJob(ctx context.Context, id string) (*pelotonv1.Job, error) {
+	cctx, cancel := call(ctx)
+	defer cancel()
+	resp, err := s.jobs.GetJob(cctx, &pelotonv1.GetJobRequest{JobId: id})
+	if err != nil {
+		return nil, fmt.Errorf("GetJob %s: %w", id, err)
+	}
+	return resp.Job, nil
+}
+
+func (s *stack) getPool(ctx context.Context, path string) (*pelotonv1.Pool, error) {
+	cctx, cancel := call(ctx)
+	defer cancel()
+	resp, err := s.pools.GetPool(cctx, &pelotonv1.GetPoolRequest{Path: path})
+	if err != nil {
+		return nil, fmt.Errorf("GetPool %s: %w", path, err)
+	}
+	return resp.Pool, nil
+}
+
+// waitFor calls check every interval until it reports done, returns an
+// error, or ctx ends; what describes the wait for the timeout error, and
+// check's last status is appended to it.
+func waitFor(ctx context.Context, interval time.Duration, what string, check func() (done bool, status string, err error)) error {
+	var status string
+	for {
+		done, st, err := check()
+		if err != nil {
+			return err
+		}
+		status = st
+		if done {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			if status != "" {
+				return fmt.Errorf("bench: %s: %w (%s)", what, ctx.Err(), status)
+			}
+			return fmt.Errorf("bench: %s: %w", what, ctx.Err())
+		case <-time.After(interval):
+		}
+	}
+}
+
+// waitRunning waits until every instance of job id runs.
+func (s *stack) waitRunning(ctx context.Context, id string, n uint32) error {
+	return waitFor(ctx, 100*time.Millisecond, "waiting for job "+id+" to run", func() (bool, string, error) {
+		j, err := s.getJob(ctx, id)
+		if err != nil {
+			return false, "", err
+		}
+		if err := notFailed(j); err != nil {
+			return false, "", err
+		}
+		running := j.Status.TaskCounts[pelotonv1.TaskState_RUNNING.String()]
+		return running == n, fmt.Sprintf("%d of %d running", running, n), nil
+	})
+}
+
+// notFailed is an error when a job ended in a way no scenario expects.
+func notFailed(j *pelotonv1.Job) error {
+	switch st := j.GetStatus().GetState(); st {
+	case pelotonv1.JobState_JOB_FAILED, pelotonv1.JobState_JOB_KILLED:
+		return fmt.Errorf("bench: job %s (%s) ended %s: %s", j.Id, j.GetSpec().GetName(), st, j.GetStatus().GetMessage())
+	}
+	return nil
+}
+
+// launchedOrLater counts a job's instances whose current run reached
+// LAUNCHED or any later state.
+func launchedOrLater(counts map[string]uint32) uint32 {
+	var n uint32
+	for name, c := range counts {
+		if isLaunchedOrLater(pelotonv1.TaskState(pelotonv1.TaskState_value[name])) {
+			n += c
+		}
+	}
+	return n
+}
+
+func isLaunchedOrLater(s pelotonv1.TaskState) bool {
+	switch s {
+	case pelotonv1.TaskState_LAUNCHED, pelotonv1.TaskState_STARTING, pelotonv1.TaskState_RUNNING,
+		pelotonv1.TaskState_SUCCEEDED, pelotonv1.TaskState_FAILED, pelotonv1.TaskState_LOST,
+		pelotonv1.TaskState_KILLED, pelotonv1.TaskState_PREEMPTING, pelotonv1.TaskState_KILLING:
+		return true
+	}
+	return false
+}
+
+// counterSum reads a counter vector from the in-process metrics registry,
+// summed over its labels. Collect is cheap (no /proc reads, unlike Gather),
+// so it can be polled every millisecond.
+func counterSum(c *prometheus.CounterVec) float64 {
+	ch := make(chan prometheus.Metric, 16)
+	go func() { c.Collect(ch); close(ch) }()
+	var sum float64
+	for m := range ch {
+		var d dto.Metric
+		if m.Write(&d) == nil {
+			sum += d.GetCounter().GetValue()
+		}
+	}
+	return sum
+}
+
+func ptr[T any](v T) *T { return &v }

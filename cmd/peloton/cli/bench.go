@@ -1,0 +1,177 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/peloton-sched/peloton/bench"
+)
+
+// benchFlags are the flags every bench scenario takes.
+type benchFlags struct {
+	timeout  time.Duration
+	logLevel string
+	quiet    bool
+}
+
+func (f *benchFlags) register(fs *pflag.FlagSet) {
+	// Shadows the global per-call --timeout: here it bounds the whole run.
+	fs.DurationVar(&f.timeout, "timeout", 10*time.Minute, "how long the whole scenario may take")
+	fs.StringVar(&f.logLevel, "log-level", "warn", "log level of the in-process stack: debug, info, warn or error")
+	fs.BoolVarP(&f.quiet, "quiet", "q", false, "do not print progress to stderr")
+}
+
+func (a *app) benchCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Run a benchmark scenario in this process and print its figures",
+		Long: `Run one benchmark scenario and print what it measured: a table, or with
+-o json one JSON object (scenario, params, figures, machine).
+
+Every scenario except placement starts the whole stack in this process - the
+same cluster stack "peloton up" runs, on the sim backend, with an embedded etcd
+in a temp dir and loopback listeners on free ports, all removed afterwards -
+and drives it through the gRPC API. Nothing else needs to run, and no server
+flag applies. Progress goes to stderr (-q silences it).
+
+docs/benchmarks.md has the figures measured so far and the commands that
+produced them.`,
+	}
+	a.group(cmd)
+	for _, sc := range bench.Scenarios() {
+		cmd.AddCommand(a.benchScenario(sc))
+	}
+	return cmd
+}
+
+// benchScenario builds the command of one scenario: its flags map onto the
+// scenario's config, whose defaults are the sizes the docs quote.
+func (a *app) benchScenario(sc bench.Scenario) *cobra.Command {
+	var f benchFlags
+	cmd := &cobra.Command{
+		Use:   sc.Name + " [flags]",
+		Short: sc.Short,
+		Args:  argsNamed(),
+	}
+	fs := cmd.Flags()
+	f.register(fs)
+	var validate func() error
+	var run func(context.Context, bench.Env) (*bench.Result, error)
+	switch sc.Name {
+	case bench.ScenarioReclaim:
+		c := bench.DefaultReclaimConfig()
+		fs.IntVar(&c.Hosts, "hosts", c.Hosts, "simulated hosts")
+		fs.Float64Var(&c.HostCPU, "host-cpu", c.HostCPU, "CPUs of each host")
+		fs.IntVar(&c.TasksPerPool, "tasks-per-pool", c.TasksPerPool, "tasks each of the three pools submits (0: half the cluster each)")
+		fs.Float64Var(&c.TaskCPU, "task-cpu", c.TaskCPU, "CPUs of each task")
+		fs.Float64Var(&c.TaskMemoryMB, "task-memory-mb", c.TaskMemoryMB, "memory of each task in MiB")
+		fs.IntVar(&c.ReservationPct, "reservation-pct", c.ReservationPct, "percent of the cluster each pool reserves")
+		fs.DurationVar(&c.ReclaimDelay, "reclaim-delay", c.ReclaimDelay, "the stack's reclaim hysteresis (as peloton up --reclaim-delay)")
+		validate = c.Validate
+		run = func(ctx context.Context, env bench.Env) (*bench.Result, error) { return bench.Reclaim(ctx, env, c) }
+	case bench.ScenarioBatch:
+		c := bench.DefaultBatchConfig()
+		fs.IntVar(&c.Hosts, "hosts", c.Hosts, "simulated hosts (32 CPUs each unless --host-cpu)")
+		fs.IntVar(&c.Tasks, "tasks", c.Tasks, "tasks in all")
+		fs.IntVar(&c.JobSize, "job-size", c.JobSize, "tasks per job")
+		fs.Float64Var(&c.HostCPU, "host-cpu", c.HostCPU, "CPUs of each host (0: sim's 32)")
+		fs.Float64Var(&c.TaskCPU, "task-cpu", c.TaskCPU, "CPUs of each task")
+		fs.Float64Var(&c.TaskMemoryMB, "task-memory-mb", c.TaskMemoryMB, "memory of each task in MiB")
+		fs.DurationVar(&c.Poll, "poll", c.Poll, "how often every job's task counts are read")
+		validate = c.Validate
+		run = func(ctx context.Context, env bench.Env) (*bench.Result, error) { return bench.Batch(ctx, env, c) }
+	case bench.ScenarioLargeJob:
+		c := bench.DefaultLargeJobConfig()
+		fs.IntVar(&c.Tasks, "tasks", c.Tasks, "instances of the one job")
+		fs.IntVar(&c.OverrideEvery, "override-every", c.OverrideEvery, "give every n-th instance a per-instance override (0: none)")
+		fs.IntVar(&c.Hosts, "hosts", c.Hosts, "simulated hosts (kept small: the job is measured, not run)")
+		fs.DurationVar(&c.Settle, "settle", c.Settle, "wait this long after the tasks exist before counting bytes at rest")
+		validate = c.Validate
+		run = func(ctx context.Context, env bench.Env) (*bench.Result, error) { return bench.LargeJob(ctx, env, c) }
+	case bench.ScenarioPlacement:
+		c := bench.DefaultPlacementConfig()
+		fs.IntVar(&c.Hosts, "hosts", c.Hosts, "hosts in the snapshot")
+		fs.IntVar(&c.Tasks, "tasks", c.Tasks, "tasks to place")
+		fs.IntVar(&c.Round, "round", c.Round, "gangs per Place call")
+		fs.IntVar(&c.GangSize, "gang-size", c.GangSize, "tasks per gang")
+		fs.Float64Var(&c.HostCPU, "host-cpu", c.HostCPU, "CPUs of each host")
+		fs.Float64Var(&c.TaskCPU, "task-cpu", c.TaskCPU, "CPUs of each task")
+		fs.Int64Var(&c.TaskMemoryMB, "task-memory-mb", c.TaskMemoryMB, "memory of each task in MiB")
+		validate = c.Validate
+		run = func(ctx context.Context, env bench.Env) (*bench.Result, error) { return bench.Placement(ctx, env, c) }
+	case bench.ScenarioGang:
+		c := bench.DefaultGangConfig()
+		fs.IntVar(&c.Hosts, "hosts", c.Hosts, "simulated hosts")
+		fs.Float64Var(&c.HostCPU, "host-cpu", c.HostCPU, "CPUs of each host")
+		fs.Float64Var(&c.FillCPU, "fill-cpu", c.FillCPU, "CPUs of each filler task")
+		fs.Float64Var(&c.KillFraction, "kill-fraction", c.KillFraction, "fraction of the fillers killed at random to fragment the cluster")
+		fs.IntVar(&c.MinGang, "min-gang", c.MinGang, "smallest gang (sizes double up to --max-gang)")
+		fs.IntVar(&c.MaxGang, "max-gang", c.MaxGang, "largest gang")
+		fs.IntVar(&c.GangsPerSize, "gangs-per-size", c.GangsPerSize, "gangs of each size")
+		fs.Float64Var(&c.TaskCPU, "task-cpu", c.TaskCPU, "CPUs of each gang member")
+		fs.Uint64Var(&c.Seed, "seed", c.Seed, "seed of the random choice of fillers to kill")
+		fs.DurationVar(&c.Poll, "poll", c.Poll, "pause between two ListTasks of one gang job (each gang has its own poller)")
+		validate = c.Validate
+		run = func(ctx context.Context, env bench.Env) (*bench.Result, error) { return bench.Gang(ctx, env, c) }
+	default:
+		panic("bench: no command for scenario " + sc.Name)
+	}
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		return a.runBench(cmd.Context(), &f, validate, run)
+	}
+	return cmd
+}
+
+// runBench validates everything before starting anything, runs the scenario
+// under --timeout (and until SIGINT/SIGTERM), and prints its result.
+func (a *app) runBench(ctx context.Context, f *benchFlags, validate func() error, run func(context.Context, bench.Env) (*bench.Result, error)) error {
+	p, err := a.printer()
+	if err != nil {
+		return err
+	}
+	if f.timeout <= 0 {
+		return usageErrorf("invalid --timeout %s: must be > 0", f.timeout)
+	}
+	level, err := parseLogLevel(f.logLevel)
+	if err != nil {
+		return err
+	}
+	if err := validate(); err != nil {
+		return usageErrorf("invalid %s", err)
+	}
+	env := bench.Env{Logger: slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: level}))}
+	if !f.quiet {
+		env.Progress = func(line string) {
+			fmt.Fprintf(a.stderr, "%s %s\n", time.Now().Format("15:04:05.000"), line)
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, f.timeout)
+	defer cancel()
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	res, err := run(ctx, env)
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil {
+			return fmt.Errorf("timed out after %s (--timeout): %w", f.timeout, err)
+		}
+		return err
+	}
+	switch p.format {
+	case formatJSON, formatYAML:
+		b, err := res.MarshalJSON()
+		if err != nil {
+			return err
+		}
+		return p.document(b)
+	}
+	return res.WriteTable(a.stdout)
+}

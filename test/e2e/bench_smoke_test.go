@@ -1,0 +1,72 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/peloton-sched/peloton/bench"
+	"github.com/peloton-sched/peloton/cmd/peloton/cli"
+)
+
+// benchSmokeArgs are tiny sizes of every scenario: enough to go through
+// every step (fill, kill, preempt, launch, watch), small enough that all of
+// them together take a few seconds.
+var benchSmokeArgs = map[string][]string{
+	bench.ScenarioReclaim:   {"--hosts", "4", "--host-cpu", "8", "--reclaim-delay", "200ms"},
+	bench.ScenarioBatch:     {"--hosts", "20", "--tasks", "200", "--job-size", "50", "--poll", "20ms"},
+	bench.ScenarioLargeJob:  {"--tasks", "200", "--override-every", "10", "--hosts", "2", "--settle", "200ms"},
+	bench.ScenarioPlacement: {"--hosts", "20", "--tasks", "200", "--round", "50"},
+	bench.ScenarioGang:      {"--hosts", "20", "--min-gang", "8", "--max-gang", "16", "--gangs-per-size", "1"},
+}
+
+// TestBenchScenariosSmoke runs every `peloton bench` scenario at a tiny size
+// through the CLI, exactly as a user would, so the scenarios cannot rot. It
+// checks only that each completes and reports every figure it declares:
+// timing claims belong in docs/benchmarks.md, never in assertions.
+func TestBenchScenariosSmoke(t *testing.T) {
+	for _, sc := range bench.Scenarios() {
+		t.Run(sc.Name, func(t *testing.T) {
+			args, ok := benchSmokeArgs[sc.Name]
+			if !ok {
+				t.Fatalf("no smoke-test size for scenario %s; add one to benchSmokeArgs", sc.Name)
+			}
+			var out, errb bytes.Buffer
+			root := cli.NewRootCommand(&out, &errb)
+			root.SetArgs(append([]string{"bench", sc.Name, "-o", "json", "-q", "--timeout", "60s"}, args...))
+			start := time.Now()
+			if err := root.Execute(); err != nil {
+				t.Fatalf("peloton bench %s: %v\nstderr:\n%s", sc.Name, err, errb.String())
+			}
+			t.Logf("%s took %s", sc.Name, time.Since(start).Round(time.Millisecond))
+			var got struct {
+				Scenario string              `json:"scenario"`
+				Figures  map[string]*float64 `json:"figures"`
+				Machine  map[string]any      `json:"machine"`
+				Notes    []string            `json:"notes"`
+			}
+			dec := json.NewDecoder(strings.NewReader(out.String()))
+			if err := dec.Decode(&got); err != nil || dec.More() {
+				t.Fatalf("stdout is not one JSON object (%v):\n%s", err, out.String())
+			}
+			if got.Scenario != sc.Name {
+				t.Errorf("scenario = %q, want %q", got.Scenario, sc.Name)
+			}
+			for _, f := range sc.Figures {
+				if v, ok := got.Figures[f]; !ok || v == nil {
+					t.Errorf("figure %s missing or not a number in %s", f, out.String())
+				}
+			}
+			for _, k := range []string{"cpus", "cpuModel", "goVersion"} {
+				if got.Machine[k] == nil {
+					t.Errorf("machine.%s missing", k)
+				}
+			}
+			for _, n := range got.Notes {
+				t.Logf("note: %s", n)
+			}
+		})
+	}
+}
