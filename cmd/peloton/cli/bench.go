@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 	"time"
 
@@ -18,9 +19,10 @@ import (
 
 // benchFlags are the flags every bench scenario takes.
 type benchFlags struct {
-	timeout  time.Duration
-	logLevel string
-	quiet    bool
+	timeout    time.Duration
+	logLevel   string
+	quiet      bool
+	cpuProfile string
 }
 
 func (f *benchFlags) register(fs *pflag.FlagSet) {
@@ -28,6 +30,7 @@ func (f *benchFlags) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.timeout, "timeout", 10*time.Minute, "how long the whole scenario may take")
 	fs.StringVar(&f.logLevel, "log-level", "warn", "log level of the in-process stack: debug, info, warn or error")
 	fs.BoolVarP(&f.quiet, "quiet", "q", false, "do not print progress to stderr")
+	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (stack included) to this file, for go tool pprof")
 }
 
 func (a *app) benchCommand() *cobra.Command {
@@ -153,6 +156,17 @@ func (a *app) runBench(ctx context.Context, f *benchFlags, validate func() error
 		env.Progress = func(line string) {
 			fmt.Fprintf(a.stderr, "%s %s\n", time.Now().Format("15:04:05.000"), line)
 		}
+	}
+	if f.cpuProfile != "" {
+		pf, err := os.Create(f.cpuProfile)
+		if err != nil {
+			return usageErrorf("invalid --cpuprofile: %v", err)
+		}
+		defer pf.Close()
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
