@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -24,13 +25,57 @@ type HostOffer struct {
 	Capacity  resources.Resources
 	Labels    map[string]string
 	Partition string
+	// JobCounts is how many runs of each job the host holds, for the jobs
+	// the lease asked about (HostFilter.Jobs); jobs with none are absent.
+	JobCounts map[string]int
+}
+
+// HostFilter says which hosts AcquireHosts may lease.
+type HostFilter struct {
+	// Max is the most hosts to lease.
+	Max int
+	// Partitions limits the lease to hosts of these partitions; empty means
+	// any partition.
+	Partitions []string
+	// MinFree skips hosts that do not have at least this much free in every
+	// kind (the smallest task of the round). Hosts without free CPU or memory
+	// are always skipped: every task needs both.
+	MinFree resources.Resources
+	// Jobs are the jobs whose per-host run counts the caller needs in
+	// HostOffer.JobCounts (to spread them or cap them per host).
+	Jobs map[string]bool
+}
+
+// HostClass is a set of hosts that look the same to placement: same
+// capacity, partition and labels. Placement judges whether a task could
+// ever run anywhere against the classes of every host, leased or not.
+type HostClass struct {
+	Capacity  resources.Resources
+	Labels    map[string]string
+	Partition string
+	// Count is how many hosts are in the class.
+	Count int
 }
 
 // Assignment reserves resources for one task on one leased host.
 type Assignment struct {
-	TaskID    string
+	TaskID string
+	// JobID is the task's job, counted per host for MaxPerHost.
+	JobID     string
 	Host      string
 	Resources resources.Resources
+	// MaxPerHost is the most runs of JobID the host may hold, this one
+	// included (0 = no limit).
+	MaxPerHost uint32
+}
+
+// Fits is the one fit test of a task on a host: placement decides with it and
+// Commit verifies with it, so the deciders and the verifying applier cannot
+// disagree. need is the task's resources, maxPerHost its job's cap per host
+// (0 = none), free what the host has free and jobCount how many runs of the
+// task's job the host already holds.
+func Fits(need resources.Resources, maxPerHost uint32, free resources.Resources, jobCount int) bool {
+	return need.FitsIn(free) && (maxPerHost == 0 || jobCount < int(maxPerHost))
 }
 
 // ErrLeaseExpired is returned by Commit when the lease is no longer held.
@@ -42,9 +87,17 @@ var ErrDoesNotFit = errors.New("hostmgr: task does not fit the host")
 type host struct {
 	info      HostInfo
 	allocated resources.Resources
-	tasks     map[string]resources.Resources
-	lease     string
-	leaseEnd  time.Time
+	tasks     map[string]hold
+	// jobs counts the runs of each job the host holds.
+	jobs     map[string]int
+	lease    string
+	leaseEnd time.Time
+}
+
+// hold is what one run holds on its host.
+type hold struct {
+	res resources.Resources
+	job string
 }
 
 type lease struct {
@@ -60,10 +113,14 @@ type Manager struct {
 	now      func() time.Time
 	leaseTTL time.Duration
 
-	mu     sync.Mutex
-	hosts  map[string]*host
-	order  []string
-	leases map[string]*lease
+	mu    sync.Mutex
+	hosts map[string]*host
+	order []string
+	// next is where the next AcquireHosts starts in order, so that
+	// successive leases do not all begin with the same hosts.
+	next    int
+	classes []HostClass
+	leases  map[string]*lease
 	// taskHost maps a run's task ID to the host holding its resources.
 	taskHost map[string]string
 
@@ -117,7 +174,7 @@ func (m *Manager) refreshHosts() {
 			h.info = hi
 			continue
 		}
-		m.hosts[hi.Name] = &host{info: hi, tasks: map[string]resources.Resources{}}
+		m.hosts[hi.Name] = &host{info: hi, tasks: map[string]hold{}, jobs: map[string]int{}}
 	}
 	for name := range m.hosts {
 		if !seen[name] {
@@ -129,7 +186,43 @@ func (m *Manager) refreshHosts() {
 		m.order = append(m.order, name)
 	}
 	sort.Strings(m.order)
+	m.classes = hostClasses(m.order, m.hosts)
 	metrics.Hosts.WithLabelValues("HOST_UP").Set(float64(len(m.hosts)))
+}
+
+// hostClasses groups hosts by capacity, partition and labels.
+func hostClasses(order []string, hosts map[string]*host) []HostClass {
+	idx := map[string]int{}
+	var out []HostClass
+	var b strings.Builder
+	for _, name := range order {
+		info := hosts[name].info
+		b.Reset()
+		fmt.Fprintf(&b, "%v\x00%s", info.Capacity, info.Partition)
+		keys := make([]string, 0, len(info.Labels))
+		for k := range info.Labels {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			fmt.Fprintf(&b, "\x00%s=%s", k, info.Labels[k])
+		}
+		if i, ok := idx[b.String()]; ok {
+			out[i].Count++
+			continue
+		}
+		idx[b.String()] = len(out)
+		out = append(out, HostClass{Capacity: info.Capacity, Labels: info.Labels, Partition: info.Partition, Count: 1})
+	}
+	return out
+}
+
+// HostClasses returns the classes of every host, leased or not, full or not.
+// The slice is shared and replaced whole when hosts change: do not modify it.
+func (m *Manager) HostClasses() []HostClass {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.classes
 }
 
 // onEvent frees a finished run's resources, then passes the event on.
@@ -174,37 +267,85 @@ func newLeaseID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// AcquireHosts leases up to max hosts with free resources to the caller. The
-// hosts are offered to nobody else until Commit, ReleaseLease or expiry.
-func (m *Manager) AcquireHosts(max int) (string, []HostOffer) {
+// AcquireHosts leases up to f.Max hosts that pass f and have room to the
+// caller. The hosts are offered to nobody else until Commit, ReleaseLease or
+// expiry. Each call starts where the previous one stopped, so that engines
+// (and successive rounds) are not all handed the same first hosts.
+func (m *Manager) AcquireHosts(f HostFilter) (string, []HostOffer) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.now()
 	m.expireLeasesLocked(now)
+	n := len(m.order)
+	if n == 0 || f.Max <= 0 {
+		return "", nil
+	}
 	id := newLeaseID()
 	l := &lease{id: id, end: now.Add(m.leaseTTL)}
-	var offers []HostOffer
-	for _, name := range m.order {
-		if len(offers) >= max {
-			break
-		}
+	offers := make([]HostOffer, 0, min(f.Max, n))
+	start := m.next % n
+	i := 0
+	for ; i < n && len(offers) < f.Max; i++ {
+		name := m.order[(start+i)%n]
 		h := m.hosts[name]
-		if h.lease != "" {
+		if h.lease != "" || !inPartitions(h.info.Partition, f.Partitions) {
 			continue
 		}
 		free := h.info.Capacity.Sub(h.allocated)
-		if free.MilliCPU == 0 && free.MemoryMB == 0 {
+		if free.MilliCPU == 0 || free.MemoryMB == 0 || !f.MinFree.FitsIn(free) {
 			continue
 		}
 		h.lease, h.leaseEnd = id, l.end
 		l.hosts = append(l.hosts, name)
-		offers = append(offers, HostOffer{Name: name, Free: free, Capacity: h.info.Capacity, Labels: h.info.Labels, Partition: h.info.Partition})
+		offers = append(offers, HostOffer{Name: name, Free: free, Capacity: h.info.Capacity, Labels: h.info.Labels,
+			Partition: h.info.Partition, JobCounts: jobCounts(h.jobs, f.Jobs)})
 	}
+	m.next = (start + i) % n
 	if len(offers) == 0 {
 		return "", nil
 	}
 	m.leases[id] = l
 	return id, offers
+}
+
+func inPartitions(p string, ps []string) bool {
+	if len(ps) == 0 {
+		return true
+	}
+	for _, q := range ps {
+		if p == q {
+			return true
+		}
+	}
+	return false
+}
+
+// jobCounts copies the counts of the wanted jobs, walking the smaller map.
+func jobCounts(have map[string]int, want map[string]bool) map[string]int {
+	if len(have) == 0 || len(want) == 0 {
+		return nil
+	}
+	var out map[string]int
+	put := func(job string, n int) {
+		if out == nil {
+			out = map[string]int{}
+		}
+		out[job] = n
+	}
+	if len(have) <= len(want) {
+		for job, n := range have {
+			if want[job] {
+				put(job, n)
+			}
+		}
+		return out
+	}
+	for job := range want {
+		if n := have[job]; n > 0 {
+			put(job, n)
+		}
+	}
+	return out
 }
 
 func (m *Manager) expireLeasesLocked(now time.Time) {
@@ -236,8 +377,10 @@ func (m *Manager) ReleaseLease(id string) {
 }
 
 // Commit reserves resources for assignments on the lease's hosts and ends the
-// lease. It re-checks every fit, so a decision made on a stale view cannot
-// over-commit a host: either every assignment is reserved or none is.
+// lease. It re-checks every assignment with Fits, in order, against what the
+// host holds plus the assignments before it, so a decision made on a stale
+// view can neither over-commit a host nor exceed a job's cap per host:
+// either every assignment is reserved or none is.
 func (m *Manager) Commit(leaseID string, as []Assignment) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -247,30 +390,58 @@ func (m *Manager) Commit(leaseID string, as []Assignment) error {
 		return ErrLeaseExpired
 	}
 	defer m.releaseLeaseLocked(leaseID)
-	want := map[string]resources.Resources{}
+	type hostJob struct{ host, job string }
+	pending := map[string]resources.Resources{}
+	pendingJob := map[hostJob]int{}
+	seen := make(map[string]bool, len(as))
 	for _, a := range as {
 		h, ok := m.hosts[a.Host]
 		if !ok || h.lease != leaseID {
 			return fmt.Errorf("%w: host %s is not in lease %s", ErrLeaseExpired, a.Host, leaseID)
 		}
-		if _, dup := m.taskHost[a.TaskID]; dup {
+		if _, dup := m.taskHost[a.TaskID]; dup || seen[a.TaskID] {
 			return fmt.Errorf("hostmgr: task %s already holds resources", a.TaskID)
 		}
-		want[a.Host] = want[a.Host].Add(a.Resources)
-	}
-	for name, r := range want {
-		h := m.hosts[name]
-		if !h.allocated.Add(r).FitsIn(h.info.Capacity) {
-			return fmt.Errorf("%w: %s needs %s, has %s free", ErrDoesNotFit, name, r, h.info.Capacity.Sub(h.allocated))
+		seen[a.TaskID] = true
+		free := h.info.Capacity.Sub(h.allocated.Add(pending[a.Host]))
+		hj := hostJob{a.Host, a.JobID}
+		n := h.jobs[a.JobID] + pendingJob[hj]
+		if !Fits(a.Resources, a.MaxPerHost, free, n) {
+			if !a.Resources.FitsIn(free) {
+				return fmt.Errorf("%w: %s needs %s for %s, has %s free", ErrDoesNotFit, a.Host, a.Resources, a.TaskID, free)
+			}
+			return fmt.Errorf("%w: %s already holds %d runs of job %s, the most per host", ErrDoesNotFit, a.Host, n, a.JobID)
 		}
+		pending[a.Host] = pending[a.Host].Add(a.Resources)
+		pendingJob[hj]++
 	}
 	for _, a := range as {
-		h := m.hosts[a.Host]
-		h.allocated = h.allocated.Add(a.Resources)
-		h.tasks[a.TaskID] = a.Resources
-		m.taskHost[a.TaskID] = a.Host
+		m.holdLocked(m.hosts[a.Host], a.TaskID, a.JobID, a.Resources)
 	}
 	return nil
+}
+
+func (m *Manager) holdLocked(h *host, taskID, jobID string, r resources.Resources) {
+	h.allocated = h.allocated.Add(r)
+	h.tasks[taskID] = hold{res: r, job: jobID}
+	if jobID != "" {
+		h.jobs[jobID]++
+	}
+	m.taskHost[taskID] = h.info.Name
+}
+
+// jobOfTaskID returns the job of a run's task ID <jobID>-<instance>-<run>.
+// Only Recover needs it: its caller predates Assignment.JobID.
+func jobOfTaskID(taskID string) string {
+	s := taskID
+	for range 2 {
+		i := strings.LastIndexByte(s, '-')
+		if i < 0 {
+			return ""
+		}
+		s = s[:i]
+	}
+	return s
 }
 
 // Recover re-reserves resources for a run that was already placed before a
@@ -285,9 +456,7 @@ func (m *Manager) Recover(taskID, hostName string, r resources.Resources) {
 	if _, dup := m.taskHost[taskID]; dup {
 		return
 	}
-	h.allocated = h.allocated.Add(r)
-	h.tasks[taskID] = r
-	m.taskHost[taskID] = hostName
+	m.holdLocked(h, taskID, jobOfTaskID(taskID), r)
 }
 
 // ReleaseTask frees a run's resources. Unknown runs are ignored.
@@ -300,8 +469,14 @@ func (m *Manager) ReleaseTask(taskID string) {
 	}
 	delete(m.taskHost, taskID)
 	if h, ok := m.hosts[name]; ok {
-		h.allocated = h.allocated.Sub(h.tasks[taskID])
+		t := h.tasks[taskID]
+		h.allocated = h.allocated.Sub(t.res)
 		delete(h.tasks, taskID)
+		if t.job != "" {
+			if h.jobs[t.job]--; h.jobs[t.job] <= 0 {
+				delete(h.jobs, t.job)
+			}
+		}
 	}
 }
 

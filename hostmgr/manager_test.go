@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -44,16 +45,16 @@ func newTestManager(t *testing.T, n int, capacity resources.Resources) *Manager 
 
 func TestLeasesAreExclusive(t *testing.T) {
 	m := newTestManager(t, 3, resources.Resources{MilliCPU: 1000, MemoryMB: 100})
-	l1, o1 := m.AcquireHosts(2)
-	l2, o2 := m.AcquireHosts(10)
+	l1, o1 := m.AcquireHosts(HostFilter{Max: 2})
+	l2, o2 := m.AcquireHosts(HostFilter{Max: 10})
 	if len(o1) != 2 || len(o2) != 1 || o2[0].Name == o1[0].Name || o2[0].Name == o1[1].Name {
 		t.Fatalf("leases overlap: %v %v", o1, o2)
 	}
-	if _, o3 := m.AcquireHosts(10); len(o3) != 0 {
+	if _, o3 := m.AcquireHosts(HostFilter{Max: 10}); len(o3) != 0 {
 		t.Fatalf("all hosts are leased, got %v", o3)
 	}
 	m.ReleaseLease(l1)
-	if _, o4 := m.AcquireHosts(10); len(o4) != 2 {
+	if _, o4 := m.AcquireHosts(HostFilter{Max: 10}); len(o4) != 2 {
 		t.Fatalf("released hosts not offered again: %v", o4)
 	}
 	m.ReleaseLease(l2)
@@ -61,7 +62,7 @@ func TestLeasesAreExclusive(t *testing.T) {
 
 func TestCommitRechecksFit(t *testing.T) {
 	m := newTestManager(t, 1, resources.Resources{MilliCPU: 1000, MemoryMB: 100})
-	id, offers := m.AcquireHosts(1)
+	id, offers := m.AcquireHosts(HostFilter{Max: 1})
 	r := resources.Resources{MilliCPU: 600, MemoryMB: 10}
 	err := m.Commit(id, []Assignment{{TaskID: "t1", Host: offers[0].Name, Resources: r}, {TaskID: "t2", Host: offers[0].Name, Resources: r}})
 	if !errors.Is(err, ErrDoesNotFit) {
@@ -73,11 +74,11 @@ func TestCommitRechecksFit(t *testing.T) {
 	if err := m.Commit(id, nil); !errors.Is(err, ErrLeaseExpired) {
 		t.Fatalf("a lease ends with its first commit: %v", err)
 	}
-	id, offers = m.AcquireHosts(1)
+	id, offers = m.AcquireHosts(HostFilter{Max: 1})
 	if err := m.Commit(id, []Assignment{{TaskID: "t1", Host: offers[0].Name, Resources: r}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, o := m.AcquireHosts(1); len(o) != 1 || o[0].Free.MilliCPU != 400 {
+	if _, o := m.AcquireHosts(HostFilter{Max: 1}); len(o) != 1 || o[0].Free.MilliCPU != 400 {
 		t.Fatalf("free after commit: %v", o)
 	}
 	m.ReleaseTask("t1")
@@ -101,7 +102,7 @@ func TestConcurrentEnginesNeverDoubleBook(t *testing.T) {
 		go func(e int) {
 			defer wg.Done()
 			for round := 0; round < 50; round++ {
-				id, offers := m.AcquireHosts(3)
+				id, offers := m.AcquireHosts(HostFilter{Max: 3})
 				if len(offers) == 0 {
 					continue
 				}
@@ -145,4 +146,103 @@ func itoa(n int) string {
 		n /= 10
 	}
 	return s
+}
+
+func TestAcquireHostsRotatesAndFilters(t *testing.T) {
+	hs := []HostInfo{
+		{Name: "a", Capacity: resources.Resources{MilliCPU: 1000, MemoryMB: 100}, Partition: "p1"},
+		{Name: "b", Capacity: resources.Resources{MilliCPU: 1000, MemoryMB: 100}, Partition: "p1"},
+		{Name: "c", Capacity: resources.Resources{MilliCPU: 4000, MemoryMB: 100}, Partition: "p2"},
+		{Name: "d", Capacity: resources.Resources{MilliCPU: 1000, MemoryMB: 100}, Partition: "p2"},
+	}
+	m := NewManager(&fixedHosts{hs}, Options{LeaseTTL: time.Minute})
+	if err := m.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	names := func(os []HostOffer) (s string) {
+		for _, o := range os {
+			s += o.Name
+		}
+		return s
+	}
+	// Successive leases start where the last one stopped.
+	l1, o1 := m.AcquireHosts(HostFilter{Max: 1})
+	m.ReleaseLease(l1)
+	l2, o2 := m.AcquireHosts(HostFilter{Max: 1})
+	m.ReleaseLease(l2)
+	if names(o1) != "a" || names(o2) != "b" {
+		t.Fatalf("leases do not rotate: %s then %s", names(o1), names(o2))
+	}
+	l, o := m.AcquireHosts(HostFilter{Max: 10, Partitions: []string{"p2"}})
+	if names(o) != "cd" {
+		t.Fatalf("partition p2: got %s", names(o))
+	}
+	m.ReleaseLease(l)
+	l, o = m.AcquireHosts(HostFilter{Max: 10, MinFree: resources.Resources{MilliCPU: 2000}})
+	if names(o) != "c" {
+		t.Fatalf("min free 2 CPUs: got %s", names(o))
+	}
+	// A host without free memory has nothing free for any task.
+	if err := m.Commit(l, []Assignment{{TaskID: "j-0-1", JobID: "j", Host: "c", Resources: resources.Resources{MilliCPU: 1, MemoryMB: 100}}}); err != nil {
+		t.Fatal(err)
+	}
+	l, o = m.AcquireHosts(HostFilter{Max: 10, Jobs: map[string]bool{"j": true}})
+	if len(o) != 3 || strings.Contains(names(o), "c") {
+		t.Fatalf("full host offered: %s", names(o))
+	}
+	m.ReleaseLease(l)
+	// a and b look the same to placement.
+	if cl := m.HostClasses(); len(cl) != 3 || cl[0].Count != 2 {
+		t.Fatalf("host classes: %+v", cl)
+	}
+}
+
+func TestJobCountsAndMaxPerHost(t *testing.T) {
+	m := newTestManager(t, 2, resources.Resources{MilliCPU: 4000, MemoryMB: 400})
+	r := resources.Resources{MilliCPU: 100, MemoryMB: 10}
+	m.Recover("0a-b-c-0-1", "a", r) // job IDs contain dashes
+	id, offers := m.AcquireHosts(HostFilter{Max: 2, Jobs: map[string]bool{"0a-b-c": true, "other": true}})
+	if offers[0].JobCounts["0a-b-c"] != 1 || offers[1].JobCounts != nil {
+		t.Fatalf("job counts: %v %v", offers[0].JobCounts, offers[1].JobCounts)
+	}
+	// Max 2 per host: the recovered run and one more fit on a, a third does not.
+	as := []Assignment{
+		{TaskID: "0a-b-c-1-1", JobID: "0a-b-c", Host: "a", Resources: r, MaxPerHost: 2},
+		{TaskID: "0a-b-c-2-1", JobID: "0a-b-c", Host: "a", Resources: r, MaxPerHost: 2},
+	}
+	if err := m.Commit(id, as); !errors.Is(err, ErrDoesNotFit) {
+		t.Fatalf("third run of a job capped at 2 per host: %v", err)
+	}
+	id, _ = m.AcquireHosts(HostFilter{Max: 2})
+	as[1].Host = "b"
+	if err := m.Commit(id, as); err != nil {
+		t.Fatal(err)
+	}
+	m.ReleaseTask("0a-b-c-0-1")
+	_, offers = m.AcquireHosts(HostFilter{Max: 2, Jobs: map[string]bool{"0a-b-c": true}})
+	for _, o := range offers {
+		if o.JobCounts["0a-b-c"] != 1 {
+			t.Fatalf("%s: counts after release %v", o.Name, o.JobCounts)
+		}
+	}
+}
+
+func TestFits(t *testing.T) {
+	free := resources.Resources{MilliCPU: 1000, MemoryMB: 100}
+	for _, tc := range []struct {
+		need resources.Resources
+		max  uint32
+		n    int
+		want bool
+	}{
+		{resources.Resources{MilliCPU: 1000, MemoryMB: 100}, 0, 50, true},
+		{resources.Resources{MilliCPU: 1001, MemoryMB: 1}, 0, 0, false},
+		{resources.Resources{MilliCPU: 1, MemoryMB: 1, GPU: 1}, 0, 0, false},
+		{resources.Resources{MilliCPU: 1, MemoryMB: 1}, 2, 1, true},
+		{resources.Resources{MilliCPU: 1, MemoryMB: 1}, 2, 2, false},
+	} {
+		if got := Fits(tc.need, tc.max, free, tc.n); got != tc.want {
+			t.Errorf("Fits(%v, max %d, %v, %d) = %v", tc.need, tc.max, free, tc.n, got)
+		}
+	}
 }

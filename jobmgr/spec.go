@@ -44,7 +44,7 @@ func decodeSpec(b []byte) (*pelotonv1.JobSpec, error) {
 }
 
 // mergeTaskSpec returns def with the fields o sets replacing def's. env is
-// merged key by key; every other field is replaced whole.
+// merged key by key; every other field (placement included) is replaced whole.
 func mergeTaskSpec(def, o *pelotonv1.TaskSpec) *pelotonv1.TaskSpec {
 	out := proto.Clone(def).(*pelotonv1.TaskSpec)
 	if def == nil {
@@ -76,7 +76,77 @@ func mergeTaskSpec(def, o *pelotonv1.TaskSpec) *pelotonv1.TaskSpec {
 	if o.KillGracePeriodSeconds != 0 {
 		out.KillGracePeriodSeconds = o.KillGracePeriodSeconds
 	}
+	if o.Placement != nil {
+		out.Placement = proto.Clone(o.Placement).(*pelotonv1.PlacementSpec)
+	}
 	return out
+}
+
+// defaultStrategy is the placement strategy of jobs whose spec does not pick
+// one: BATCH work packs, to keep whole hosts free for large tasks; the
+// long-running types will spread, so that one host takes few instances down.
+func defaultStrategy(t pelotonv1.JobType) pelotonv1.PlacementStrategy {
+	if t == pelotonv1.JobType_BATCH {
+		return pelotonv1.PlacementStrategy_PACK
+	}
+	return pelotonv1.PlacementStrategy_SPREAD
+}
+
+// placementOf is the placement of instance inst: its override's if that sets
+// one (an override replaces placement whole), else the default spec's; nil if
+// neither does. It is not copied: every instance without an override shares
+// the default's, so resmgr holds one pointer per task. Callers must not
+// modify it.
+func placementOf(s *pelotonv1.JobSpec, inst uint32) *pelotonv1.PlacementSpec {
+	if p := s.InstanceSpecs[inst].GetPlacement(); p != nil {
+		return p
+	}
+	return s.GetDefaultSpec().GetPlacement()
+}
+
+// strategyOf is the effective placement strategy of instance inst.
+func strategyOf(s *pelotonv1.JobSpec, inst uint32) pelotonv1.PlacementStrategy {
+	if st := placementOf(s, inst).GetStrategy(); st != pelotonv1.PlacementStrategy_PLACEMENT_STRATEGY_UNSPECIFIED {
+		return st
+	}
+	return defaultStrategy(s.Type)
+}
+
+// validatePlacement checks a placement spec. field is its path.
+func validatePlacement(p *pelotonv1.PlacementSpec, field string) error {
+	if p == nil {
+		return nil
+	}
+	if _, ok := pelotonv1.PlacementStrategy_name[int32(p.Strategy)]; !ok {
+		return apierr.Invalid(field+".strategy", "unknown strategy %d: one of PACK, SPREAD", int32(p.Strategy))
+	}
+	for i, c := range p.Constraints {
+		cf := fmt.Sprintf("%s.constraints[%d]", field, i)
+		if c == nil {
+			return apierr.Invalid(cf, "required")
+		}
+		if c.Label == "" {
+			return apierr.Invalid(cf+".label", "required: the host label to compare, e.g. zone")
+		}
+		n := len(c.Values)
+		switch c.Op {
+		case pelotonv1.ConstraintOp_EQUALS, pelotonv1.ConstraintOp_NOT_EQUALS:
+			if n != 1 {
+				return apierr.Invalid(cf+".values", "%s needs exactly one value, got %d", c.Op, n)
+			}
+		case pelotonv1.ConstraintOp_IN, pelotonv1.ConstraintOp_NOT_IN:
+			if n == 0 {
+				return apierr.Invalid(cf+".values", "%s needs at least one value", c.Op)
+			}
+		case pelotonv1.ConstraintOp_EXISTS:
+			if n != 0 {
+				return apierr.Invalid(cf+".values", "EXISTS takes no values, got %d", n)
+			}
+		default:
+			return apierr.Invalid(cf+".op", "required: one of EQUALS, NOT_EQUALS, EXISTS, IN, NOT_IN")
+		}
+	}
+	return nil
 }
 
 // instanceSpec is the effective spec of one instance.
@@ -112,6 +182,9 @@ func validateTaskSpec(t *pelotonv1.TaskSpec, field string, largest resources.Res
 	}
 	if t.KillGracePeriodSeconds > 3600 {
 		return r, apierr.Invalid(field+".killGracePeriodSeconds", "at most 3600, got %d", t.KillGracePeriodSeconds)
+	}
+	if err := validatePlacement(t.Placement, field+".placement"); err != nil {
+		return r, err
 	}
 	return r, nil
 }

@@ -37,7 +37,21 @@ func (b *jobBuilder) Override(i uint32, t *pelotonv1.TaskSpec) *jobBuilder {
 	return b
 }
 func (b *jobBuilder) With(fn func(*pelotonv1.JobSpec)) *jobBuilder { fn(b.s); return b }
-func (b *jobBuilder) Obj() *pelotonv1.JobSpec                      { return b.s }
+func (b *jobBuilder) Placement(p *pelotonv1.PlacementSpec) *jobBuilder {
+	b.s.DefaultSpec.Placement = p
+	return b
+}
+
+// Constraint adds a constraint to the default spec's placement.
+func (b *jobBuilder) Constraint(label string, op pelotonv1.ConstraintOp, values ...string) *jobBuilder {
+	if b.s.DefaultSpec.Placement == nil {
+		b.s.DefaultSpec.Placement = &pelotonv1.PlacementSpec{}
+	}
+	p := b.s.DefaultSpec.Placement
+	p.Constraints = append(p.Constraints, &pelotonv1.Constraint{Label: label, Op: op, Values: values})
+	return b
+}
+func (b *jobBuilder) Obj() *pelotonv1.JobSpec { return b.s }
 
 var bigHost = resources.Resources{MilliCPU: 8000, MemoryMB: 16384, DiskMB: 100000}
 
@@ -63,6 +77,27 @@ func TestValidateJobSpec(t *testing.T) {
 		{"override bad memory", MakeJob("x").Instances(2).Override(1, &pelotonv1.TaskSpec{Resources: &pelotonv1.Resources{Cpu: 1, MemoryMb: -5}}).Obj(), "spec.instanceSpecs.1.resources.memoryMb"},
 		{"every instance overridden, no default command", MakeJob("x").Instances(1).Command().Override(0, &pelotonv1.TaskSpec{Command: []string{"echo"}}).Obj(), ""},
 		{"gang larger than job", MakeJob("x").Instances(2).With(func(s *pelotonv1.JobSpec) { s.Sla = &pelotonv1.SlaSpec{MinimumRunningInstances: 3} }).Obj(), "spec.sla.minimumRunningInstances"},
+		{"placement: valid", MakeJob("x").Placement(&pelotonv1.PlacementSpec{Strategy: pelotonv1.PlacementStrategy_SPREAD, MaxInstancesPerHost: 1, Partition: "gpu",
+			Constraints: []*pelotonv1.Constraint{
+				{Label: "zone", Op: pelotonv1.ConstraintOp_IN, Values: []string{"a", "b"}},
+				{Label: "disk", Op: pelotonv1.ConstraintOp_EQUALS, Values: []string{"ssd"}},
+				{Label: "gpu", Op: pelotonv1.ConstraintOp_EXISTS},
+				{Label: "rack", Op: pelotonv1.ConstraintOp_NOT_IN, Values: []string{"r1"}},
+				{Label: "os", Op: pelotonv1.ConstraintOp_NOT_EQUALS, Values: []string{"old"}},
+			}}).Obj(), ""},
+		{"placement: unknown strategy", MakeJob("x").Placement(&pelotonv1.PlacementSpec{Strategy: 9}).Obj(), "spec.defaultSpec.placement.strategy"},
+		{"placement: no label", MakeJob("x").Constraint("", pelotonv1.ConstraintOp_EXISTS).Obj(), "spec.defaultSpec.placement.constraints[0].label"},
+		{"placement: no op", MakeJob("x").Constraint("zone", 0, "a").Obj(), "spec.defaultSpec.placement.constraints[0].op"},
+		{"placement: unknown op", MakeJob("x").Constraint("zone", 42, "a").Obj(), "spec.defaultSpec.placement.constraints[0].op"},
+		{"placement: EQUALS two values", MakeJob("x").Constraint("zone", pelotonv1.ConstraintOp_EQUALS, "a", "b").Obj(), "spec.defaultSpec.placement.constraints[0].values"},
+		{"placement: NOT_EQUALS no value", MakeJob("x").Constraint("zone", pelotonv1.ConstraintOp_NOT_EQUALS).Obj(), "spec.defaultSpec.placement.constraints[0].values"},
+		{"placement: IN no value", MakeJob("x").Constraint("zone", pelotonv1.ConstraintOp_IN).Obj(), "spec.defaultSpec.placement.constraints[0].values"},
+		{"placement: NOT_IN no value", MakeJob("x").Constraint("zone", pelotonv1.ConstraintOp_NOT_IN).Obj(), "spec.defaultSpec.placement.constraints[0].values"},
+		{"placement: EXISTS with a value", MakeJob("x").Constraint("zone", pelotonv1.ConstraintOp_EXISTS, "a").Obj(), "spec.defaultSpec.placement.constraints[0].values"},
+		{"placement: second constraint", MakeJob("x").Constraint("zone", pelotonv1.ConstraintOp_EXISTS).Constraint("rack", pelotonv1.ConstraintOp_IN).Obj(),
+			"spec.defaultSpec.placement.constraints[1].values"},
+		{"placement: in an override", MakeJob("x").Instances(2).Override(1, &pelotonv1.TaskSpec{Placement: &pelotonv1.PlacementSpec{
+			Constraints: []*pelotonv1.Constraint{{Label: "zone"}}}}).Obj(), "spec.instanceSpecs.1.placement.constraints[0].op"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := validateJobSpec(tc.spec, bigHost)
@@ -108,5 +143,48 @@ func TestSpecCompressionRoundTrip(t *testing.T) {
 	got, err := decodeSpec(b)
 	if err != nil || !proto.Equal(got, s) {
 		t.Fatalf("round trip failed: %v", err)
+	}
+}
+
+func TestMergeReplacesPlacementWhole(t *testing.T) {
+	def := &pelotonv1.TaskSpec{Command: []string{"a"}, Placement: &pelotonv1.PlacementSpec{
+		Strategy: pelotonv1.PlacementStrategy_SPREAD, MaxInstancesPerHost: 2,
+		Constraints: []*pelotonv1.Constraint{{Label: "zone", Op: pelotonv1.ConstraintOp_EXISTS}}}}
+	o := &pelotonv1.TaskSpec{Placement: &pelotonv1.PlacementSpec{Partition: "gpu"}}
+	if got := mergeTaskSpec(def, o).Placement; !proto.Equal(got, o.Placement) {
+		t.Fatalf("override's placement must replace the default's whole, got %v", got)
+	}
+	if got := mergeTaskSpec(def, &pelotonv1.TaskSpec{Image: "x"}).Placement; !proto.Equal(got, def.Placement) {
+		t.Fatalf("an override without placement keeps the default's, got %v", got)
+	}
+}
+
+func TestPlacementOfInstances(t *testing.T) {
+	own := &pelotonv1.PlacementSpec{Strategy: pelotonv1.PlacementStrategy_SPREAD}
+	s := MakeJob("x").Instances(3).Placement(&pelotonv1.PlacementSpec{MaxInstancesPerHost: 1}).
+		Override(1, &pelotonv1.TaskSpec{Image: "y"}).Override(2, &pelotonv1.TaskSpec{Placement: own}).Obj()
+	// Instances without their own placement share the default's: one pointer per task in resmgr.
+	if placementOf(s, 0) != s.DefaultSpec.Placement || placementOf(s, 1) != s.DefaultSpec.Placement || placementOf(s, 2) != own {
+		t.Fatal("placementOf must return the spec's own messages, not copies")
+	}
+	if got := strategyOf(s, 0); got != pelotonv1.PlacementStrategy_PACK {
+		t.Fatalf("batch default strategy: %v", got)
+	}
+	if got := strategyOf(s, 2); got != pelotonv1.PlacementStrategy_SPREAD {
+		t.Fatalf("an instance's own strategy: %v", got)
+	}
+	if got := strategyOf(MakeJob("x").Obj(), 0); got != pelotonv1.PlacementStrategy_PACK {
+		t.Fatalf("no placement at all: %v", got)
+	}
+	if placementOf(MakeJob("x").Obj(), 0) != nil {
+		t.Fatal("no placement: nil")
+	}
+	for typ, want := range map[pelotonv1.JobType]pelotonv1.PlacementStrategy{
+		pelotonv1.JobType_BATCH:   pelotonv1.PlacementStrategy_PACK,
+		pelotonv1.JobType_SERVICE: pelotonv1.PlacementStrategy_SPREAD,
+	} {
+		if got := defaultStrategy(typ); got != want {
+			t.Errorf("default strategy of %s: %s, want %s", typ, got, want)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package placement
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/peloton-sched/peloton/hostmgr"
@@ -20,6 +21,7 @@ type Engine struct {
 	batch    int
 	maxHosts int
 	wait     time.Duration
+	domain   string
 }
 
 // EngineOptions tunes an Engine.
@@ -29,6 +31,8 @@ type EngineOptions struct {
 	BatchSize int
 	// MaxHosts is the most hosts one round leases (default 5000).
 	MaxHosts int
+	// DomainLabel is the host label SPREAD balances across (default "zone").
+	DomainLabel string
 }
 
 // NewEngine builds an engine.
@@ -43,7 +47,7 @@ func NewEngine(rm *resmgr.Manager, hm *hostmgr.Manager, opts EngineOptions) *Eng
 		opts.MaxHosts = 5000
 	}
 	return &Engine{rm: rm, hm: hm, log: opts.Logger.With("component", "placement"),
-		batch: opts.BatchSize, maxHosts: opts.MaxHosts, wait: time.Second}
+		batch: opts.BatchSize, maxHosts: opts.MaxHosts, wait: time.Second, domain: opts.DomainLabel}
 }
 
 // Run places gangs until ctx ends.
@@ -62,32 +66,77 @@ func (e *Engine) Run(ctx context.Context) {
 func (e *Engine) round(gangs []*resmgr.Gang) {
 	start := time.Now()
 	defer func() { metrics.PlacementLatency.Observe(time.Since(start).Seconds()) }()
-	leaseID, offers := e.hm.AcquireHosts(e.maxHosts)
-	if len(offers) == 0 {
-		for _, g := range gangs {
-			e.rm.ReturnGang(g, ReasonNoCapacity)
+	leaseID, offers := e.hm.AcquireHosts(hostFilter(gangs, e.maxHosts))
+	// Place runs even without offers: it still tells the gangs that could
+	// never run (judged against every host's class) from those that wait.
+	d := Config{DomainLabel: e.domain, Catalog: e.hm.HostClasses()}.Place(gangs, offers)
+	if leaseID != "" {
+		as := make([]hostmgr.Assignment, len(d.Placed))
+		for i, p := range d.Placed {
+			as[i] = hostmgr.Assignment{TaskID: p.Task.RunTaskID(), JobID: p.Task.JobID, Host: p.Host,
+				Resources: p.Task.Resources, MaxPerHost: p.Task.Placement.GetMaxInstancesPerHost()}
 		}
-		metrics.Placements.WithLabelValues("unplaced").Add(float64(len(gangs)))
-		return
-	}
-	d := Place(gangs, offers)
-	as := make([]hostmgr.Assignment, len(d.Placed))
-	for i, p := range d.Placed {
-		as[i] = hostmgr.Assignment{TaskID: p.Task.RunTaskID(), Host: p.Host, Resources: p.Task.Resources}
-	}
-	if err := e.hm.Commit(leaseID, as); err != nil {
-		e.log.Warn("placement commit refused; retrying the round's gangs", "err", err)
-		for _, g := range gangs {
-			e.rm.ReturnGang(g, ReasonCommitConflict)
+		if err := e.hm.Commit(leaseID, as); err != nil {
+			e.log.Warn("placement commit refused; retrying the round's gangs", "err", err)
+			for _, g := range gangs {
+				e.rm.ReturnGang(g, ReasonCommitConflict)
+			}
+			return
 		}
-		return
 	}
 	for _, dropped := range e.rm.SetPlacements(d.Placed) {
 		e.hm.ReleaseTask(dropped.Task.RunTaskID())
 	}
+	unresolvable := 0
 	for _, u := range d.Unplaced {
-		e.rm.ReturnGang(u.Gang, u.Reason)
+		if u.Code == Unresolvable {
+			unresolvable++
+		}
+		e.returnGang(u)
 	}
 	metrics.Placements.WithLabelValues("placed").Add(float64(len(d.Placed)))
-	metrics.Placements.WithLabelValues("unplaced").Add(float64(len(d.Unplaced)))
+	metrics.Placements.WithLabelValues("unplaced").Add(float64(len(d.Unplaced) - unresolvable))
+	metrics.Placements.WithLabelValues("unresolvable").Add(float64(unresolvable))
+}
+
+// returnGang hands an unplaced gang back to resmgr. An unresolvable gang
+// should go back flagged, so that resmgr parks it and shows the reason
+// instead of retrying it hot; until resmgr has that call it backs off like
+// any other.
+func (e *Engine) returnGang(u Unplaced) {
+	e.rm.ReturnGang(u.Gang, u.Reason)
+}
+
+// hostFilter leases only what the round can use: hosts of the partitions
+// its tasks ask for, with room for at least its smallest task, and the
+// per-host counts of the jobs that spread or cap instances per host.
+func hostFilter(gangs []*resmgr.Gang, max int) hostmgr.HostFilter {
+	f := hostmgr.HostFilter{Max: max}
+	anyPartition := false
+	first := true
+	for _, g := range gangs {
+		for _, t := range g.Tasks {
+			if first {
+				f.MinFree, first = t.Resources, false
+			} else {
+				f.MinFree = f.MinFree.Min(t.Resources)
+			}
+			switch p := t.Placement.GetPartition(); {
+			case p == "":
+				anyPartition = true
+			case !anyPartition && !slices.Contains(f.Partitions, p):
+				f.Partitions = append(f.Partitions, p)
+			}
+			if needsCounts(t) {
+				if f.Jobs == nil {
+					f.Jobs = map[string]bool{}
+				}
+				f.Jobs[t.JobID] = true
+			}
+		}
+	}
+	if anyPartition {
+		f.Partitions = nil
+	}
+	return f
 }

@@ -1,28 +1,74 @@
 // Package placement decides which host each admitted task runs on. The core
-// (Place) is a pure function over a snapshot of leased hosts; the Engine loop
-// around it dequeues gangs from resmgr, leases hosts from hostmgr, commits
-// decisions and hands them back through resmgr to jobmgr.
+// (Place) is a pure function over a snapshot of leased hosts: no clock, no
+// goroutine, no I/O. The Engine loop around it dequeues gangs from resmgr,
+// leases hosts from hostmgr, commits decisions and hands them back through
+// resmgr to jobmgr.
 //
-// Placement imports resmgr (for gangs) and hostmgr (for leases); neither of
-// those, nor jobmgr, may import placement.
+// Placement imports resmgr (for gangs) and hostmgr (for leases and the one
+// fit test, hostmgr.Fits); neither of those, nor jobmgr, may import placement.
 package placement
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/peloton-sched/peloton/hostmgr"
 	"github.com/peloton-sched/peloton/internal/resources"
+	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 	"github.com/peloton-sched/peloton/resmgr"
 )
 
-// Reason strings for gangs that could not be placed. Fixed words users can grep.
+// Code says what kind of answer an unplaced gang got.
+type Code int
+
 const (
-	// ReasonNoCapacity: no leased host has room now; retried later.
+	// Unschedulable: no host has room for the gang now. Retry later.
+	Unschedulable Code = iota + 1
+	// Unresolvable: no host of the cluster could take the gang even if it
+	// were empty (partition, constraints, size). Retrying does not help until
+	// the hosts or the spec change: tell the user, do not retry hot.
+	Unresolvable
+)
+
+func (c Code) String() string {
+	switch c {
+	case Unschedulable:
+		return "unschedulable"
+	case Unresolvable:
+		return "unresolvable"
+	}
+	return fmt.Sprintf("code(%d)", int(c))
+}
+
+// Reasons for gangs that could not be placed: fixed phrases users can grep.
+// Reasons that carry detail start or end with one of these.
+const (
+	// ReasonNoCapacity (unschedulable): no host passing the task's filters has
+	// room now. Shown as "no host has room now (needs cpu=4 memoryMb=1024)".
 	ReasonNoCapacity = "no host has room now"
-	// ReasonGangIncomplete: some members fit but not all, so none was placed.
+	// ReasonMaxPerHost (unschedulable): hosts have room, but each already
+	// holds the most instances of the job allowed. Shown as "max 1 instance
+	// per host of this job reached on every host".
+	ReasonMaxPerHost = "per host of this job reached on every host"
+	// ReasonGangIncomplete (unschedulable): some members fit but not all, so
+	// none was placed. The first member that did not fit follows after "; ".
 	ReasonGangIncomplete = "waiting for gang: not every member fits now"
-	// ReasonCommitConflict: hostmgr refused the commit (a lease expired or a host changed).
+	// ReasonCommitConflict (unschedulable): hostmgr refused the commit (a
+	// lease expired or a host changed).
 	ReasonCommitConflict = "host changed while placing; retrying"
+	// ReasonNoPartition (unresolvable): no host is in the partition. Shown as
+	// `no host in partition "gpu"`.
+	ReasonNoPartition = "no host in partition"
+	// ReasonNoMatch (unresolvable): no host of the partition satisfies a
+	// constraint. Shown as "no host matches constraint zone IN [a b]", naming
+	// the first constraint after which no host is left.
+	ReasonNoMatch = "no host matches constraint"
+	// ReasonTooLarge (unresolvable): hosts match, but none is large enough
+	// even when empty. Shown as "no host is large enough (needs gpu=8; ...)".
+	ReasonTooLarge = "no host is large enough"
+	// ReasonGangTooWide (unresolvable): a gang holds more instances of a job
+	// than the matching hosts can take at the job's maximum per host.
+	ReasonGangTooWide = "gang needs more hosts than match"
 )
 
 // Decision is the outcome of one placement round.
@@ -34,56 +80,108 @@ type Decision struct {
 // Unplaced is a gang the round could not place, and why.
 type Unplaced struct {
 	Gang   *resmgr.Gang
+	Code   Code
 	Reason string
 }
 
-// Place assigns each gang's tasks to hosts, first fit in host order, gangs in
-// the given order. A gang is placed whole or not at all: if any member does
-// not fit, what its other members took is given back before the next gang.
-// hosts' Free fields are the starting view; Place does not modify them.
+// Config tunes placement. The zero value is ready to use.
+type Config struct {
+	// DomainLabel is the host label whose values are the failure domains
+	// SPREAD balances a job's instances across (default "zone"). Hosts
+	// without the label form one domain together.
+	DomainLabel string
+	// Catalog is every host class of the cluster, leased or not, full or
+	// not (hostmgr.Manager.HostClasses). Place judges whether a task could
+	// ever run against it. Nil means the offered hosts are the whole cluster.
+	Catalog []hostmgr.HostClass
+}
+
+// DefaultDomainLabel is the failure-domain label SPREAD uses by default.
+const DefaultDomainLabel = "zone"
+
+// Place is Config{}.Place: the offered hosts are the whole cluster and
+// failure domains are the hosts' "zone" label.
 func Place(gangs []*resmgr.Gang, hosts []hostmgr.HostOffer) Decision {
-	free := make([]resources.Resources, len(hosts))
-	for i, h := range hosts {
-		free[i] = h.Free
-	}
-	var d Decision
-	d.Placed = make([]resmgr.Placement, 0, len(gangs))
-	chosen := make([]int, 0, 8)
+	return Config{}.Place(gangs, hosts)
+}
+
+// Place assigns each gang's tasks to hosts, gangs in the given order, each
+// task to its previous host if that passes its filters and fits, else by its
+// strategy (PACK or SPREAD) among the hosts that pass its filters. A gang is placed whole or not at all: if a member does not fit,
+// what the other members took is given back before the next gang. Every
+// unplaced gang gets a Code and a Reason. hosts are the starting view; Place
+// does not modify them.
+//
+// Filters run cheapest first and are compiled once per round and placement
+// spec: partition, then label constraints (both fixed per host, so each
+// spec's matching hosts are computed once), then the job's maximum per host
+// (counting runs already on the host and those placed in this round), then
+// resources with hostmgr.Fits, the test Commit repeats.
+func (c Config) Place(gangs []*resmgr.Gang, hosts []hostmgr.HostOffer) Decision {
+	r := newRound(c, gangs, hosts)
+	n := 0
 	for _, g := range gangs {
-		chosen = chosen[:0]
-		ok := true
+		n += len(g.Tasks)
+	}
+	d := Decision{Placed: make([]resmgr.Placement, 0, n)}
+	var reqs []request
+	var chosen []int32
+	for _, g := range gangs {
+		reqs = reqs[:0]
 		for _, t := range g.Tasks {
-			hi := -1
-			for i := range free {
-				if t.Resources.FitsIn(free[i]) {
-					hi = i
-					break
-				}
-			}
-			if hi < 0 {
-				ok = false
-				break
-			}
-			free[hi] = free[hi].Sub(t.Resources)
-			chosen = append(chosen, hi)
+			reqs = append(reqs, r.request(t))
 		}
-		if !ok {
-			for j, hi := range chosen {
-				free[hi] = free[hi].Add(g.Tasks[j].Resources)
-			}
-			reason := ReasonNoCapacity
-			if len(g.Tasks) > 1 && len(chosen) > 0 {
-				reason = ReasonGangIncomplete
-			}
-			if len(g.Tasks) == 1 {
-				reason = fmt.Sprintf("%s (needs %s)", ReasonNoCapacity, g.Tasks[0].Resources)
-			}
-			d.Unplaced = append(d.Unplaced, Unplaced{Gang: g, Reason: reason})
+		if reason := r.gangUnresolvable(reqs); reason != "" {
+			d.Unplaced = append(d.Unplaced, Unplaced{Gang: g, Code: Unresolvable, Reason: reason})
 			continue
 		}
-		for j, hi := range chosen {
-			d.Placed = append(d.Placed, resmgr.Placement{Task: g.Tasks[j], Host: hosts[hi].Name})
+		chosen = chosen[:0]
+		failed := ""
+		for i := range reqs {
+			q := &reqs[i]
+			h, reason := r.choose(q)
+			if h < 0 {
+				failed = reason
+				if len(g.Tasks) > 1 && len(chosen) > 0 {
+					failed = fmt.Sprintf("%s; instance %d: %s", ReasonGangIncomplete, q.task.Instance, reason)
+				}
+				break
+			}
+			r.assume(q, h)
+			chosen = append(chosen, h)
+		}
+		if failed != "" {
+			for i, h := range chosen {
+				r.forget(&reqs[i], h)
+			}
+			d.Unplaced = append(d.Unplaced, Unplaced{Gang: g, Code: Unschedulable, Reason: failed})
+			continue
+		}
+		for i, h := range chosen {
+			d.Placed = append(d.Placed, resmgr.Placement{Task: g.Tasks[i], Host: hosts[h].Name})
 		}
 	}
 	return d
+}
+
+// needs renders the resources a task asks for, leaving out kinds it does not
+// ask for (cpu and memory are always there).
+func needs(r resources.Resources) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "cpu=%s memoryMb=%d", resources.FormatCPU(r.MilliCPU), r.MemoryMB)
+	if r.DiskMB > 0 {
+		fmt.Fprintf(&b, " diskMb=%d", r.DiskMB)
+	}
+	if r.GPU > 0 {
+		fmt.Fprintf(&b, " gpu=%d", r.GPU)
+	}
+	return b.String()
+}
+
+// describe renders a constraint as users wrote it: "zone IN [a b]".
+func describe(c *pelotonv1.Constraint) string {
+	if c.Op == pelotonv1.ConstraintOp_EXISTS {
+		return c.Label + " EXISTS"
+	}
+	return fmt.Sprintf("%s %s [%s]", c.Label, c.Op, strings.Join(c.Values, " "))
 }

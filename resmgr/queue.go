@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/peloton-sched/peloton/internal/resources"
+	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
 // Task is resmgr's view of one run of one instance: enough to queue, admit and
@@ -21,6 +22,17 @@ type Task struct {
 	// the first to be preempted.
 	Revocable bool
 	Resources resources.Resources
+	// Strategy is the effective placement strategy: Placement's, or the job
+	// type's default when the spec leaves it unset.
+	Strategy pelotonv1.PlacementStrategy
+	// Placement is where the task may run (partition, constraints, max
+	// instances per host); nil means anywhere. It points into the job's spec
+	// and is shared by every instance without an override, so it costs one
+	// pointer per task: never modify it.
+	Placement *pelotonv1.PlacementSpec
+	// PrevHost is the host of the instance's previous run, preferred when it
+	// still fits ("" for a first run).
+	PrevHost string
 }
 
 // RunID names the run: <jobID>-<instance>-<run>, the backend's task ID.

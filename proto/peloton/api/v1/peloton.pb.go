@@ -177,6 +177,125 @@ func (TaskState) EnumDescriptor() ([]byte, []int) {
 	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{1}
 }
 
+// PlacementStrategy says how the scheduler picks among hosts that fit.
+type PlacementStrategy int32
+
+const (
+	// The job type's default: PACK for BATCH jobs.
+	PlacementStrategy_PLACEMENT_STRATEGY_UNSPECIFIED PlacementStrategy = 0
+	// Fill the fullest host that still fits, keeping whole hosts (and GPU
+	// hosts) free for large work.
+	PlacementStrategy_PACK PlacementStrategy = 1
+	// Put instances of a job on different hosts, then balance them across
+	// failure domains (hosts' "zone" label).
+	PlacementStrategy_SPREAD PlacementStrategy = 2
+)
+
+// Enum value maps for PlacementStrategy.
+var (
+	PlacementStrategy_name = map[int32]string{
+		0: "PLACEMENT_STRATEGY_UNSPECIFIED",
+		1: "PACK",
+		2: "SPREAD",
+	}
+	PlacementStrategy_value = map[string]int32{
+		"PLACEMENT_STRATEGY_UNSPECIFIED": 0,
+		"PACK":                           1,
+		"SPREAD":                         2,
+	}
+)
+
+func (x PlacementStrategy) Enum() *PlacementStrategy {
+	p := new(PlacementStrategy)
+	*p = x
+	return p
+}
+
+func (x PlacementStrategy) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (PlacementStrategy) Descriptor() protoreflect.EnumDescriptor {
+	return file_peloton_api_v1_peloton_proto_enumTypes[2].Descriptor()
+}
+
+func (PlacementStrategy) Type() protoreflect.EnumType {
+	return &file_peloton_api_v1_peloton_proto_enumTypes[2]
+}
+
+func (x PlacementStrategy) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use PlacementStrategy.Descriptor instead.
+func (PlacementStrategy) EnumDescriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{2}
+}
+
+// ConstraintOp compares a host label with a constraint's values.
+type ConstraintOp int32
+
+const (
+	ConstraintOp_CONSTRAINT_OP_UNSPECIFIED ConstraintOp = 0
+	// The label is set to values[0] (exactly one value).
+	ConstraintOp_EQUALS ConstraintOp = 1
+	// The label is not set, or set to something other than values[0] (exactly one value).
+	ConstraintOp_NOT_EQUALS ConstraintOp = 2
+	// The label is set, to any value (no values).
+	ConstraintOp_EXISTS ConstraintOp = 3
+	// The label is set to one of values (at least one).
+	ConstraintOp_IN ConstraintOp = 4
+	// The label is not set, or set to none of values (at least one).
+	ConstraintOp_NOT_IN ConstraintOp = 5
+)
+
+// Enum value maps for ConstraintOp.
+var (
+	ConstraintOp_name = map[int32]string{
+		0: "CONSTRAINT_OP_UNSPECIFIED",
+		1: "EQUALS",
+		2: "NOT_EQUALS",
+		3: "EXISTS",
+		4: "IN",
+		5: "NOT_IN",
+	}
+	ConstraintOp_value = map[string]int32{
+		"CONSTRAINT_OP_UNSPECIFIED": 0,
+		"EQUALS":                    1,
+		"NOT_EQUALS":                2,
+		"EXISTS":                    3,
+		"IN":                        4,
+		"NOT_IN":                    5,
+	}
+)
+
+func (x ConstraintOp) Enum() *ConstraintOp {
+	p := new(ConstraintOp)
+	*p = x
+	return p
+}
+
+func (x ConstraintOp) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ConstraintOp) Descriptor() protoreflect.EnumDescriptor {
+	return file_peloton_api_v1_peloton_proto_enumTypes[3].Descriptor()
+}
+
+func (ConstraintOp) Type() protoreflect.EnumType {
+	return &file_peloton_api_v1_peloton_proto_enumTypes[3]
+}
+
+func (x ConstraintOp) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ConstraintOp.Descriptor instead.
+func (ConstraintOp) EnumDescriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{3}
+}
+
 // JobState is the lifecycle state of a job as a whole.
 type JobState int32
 
@@ -226,11 +345,11 @@ func (x JobState) String() string {
 }
 
 func (JobState) Descriptor() protoreflect.EnumDescriptor {
-	return file_peloton_api_v1_peloton_proto_enumTypes[2].Descriptor()
+	return file_peloton_api_v1_peloton_proto_enumTypes[4].Descriptor()
 }
 
 func (JobState) Type() protoreflect.EnumType {
-	return &file_peloton_api_v1_peloton_proto_enumTypes[2]
+	return &file_peloton_api_v1_peloton_proto_enumTypes[4]
 }
 
 func (x JobState) Number() protoreflect.EnumNumber {
@@ -239,7 +358,7 @@ func (x JobState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use JobState.Descriptor instead.
 func (JobState) EnumDescriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{2}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{4}
 }
 
 // LogStream picks a task's output stream.
@@ -273,11 +392,11 @@ func (x LogStream) String() string {
 }
 
 func (LogStream) Descriptor() protoreflect.EnumDescriptor {
-	return file_peloton_api_v1_peloton_proto_enumTypes[3].Descriptor()
+	return file_peloton_api_v1_peloton_proto_enumTypes[5].Descriptor()
 }
 
 func (LogStream) Type() protoreflect.EnumType {
-	return &file_peloton_api_v1_peloton_proto_enumTypes[3]
+	return &file_peloton_api_v1_peloton_proto_enumTypes[5]
 }
 
 func (x LogStream) Number() protoreflect.EnumNumber {
@@ -286,7 +405,7 @@ func (x LogStream) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use LogStream.Descriptor instead.
 func (LogStream) EnumDescriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{3}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{5}
 }
 
 // HostState says whether a host takes new work.
@@ -329,11 +448,11 @@ func (x HostState) String() string {
 }
 
 func (HostState) Descriptor() protoreflect.EnumDescriptor {
-	return file_peloton_api_v1_peloton_proto_enumTypes[4].Descriptor()
+	return file_peloton_api_v1_peloton_proto_enumTypes[6].Descriptor()
 }
 
 func (HostState) Type() protoreflect.EnumType {
-	return &file_peloton_api_v1_peloton_proto_enumTypes[4]
+	return &file_peloton_api_v1_peloton_proto_enumTypes[6]
 }
 
 func (x HostState) Number() protoreflect.EnumNumber {
@@ -342,7 +461,7 @@ func (x HostState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use HostState.Descriptor instead.
 func (HostState) EnumDescriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{4}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{6}
 }
 
 // Resources is an amount of each resource kind. cpu is in cores and may be
@@ -566,8 +685,11 @@ type TaskSpec struct {
 	RestartPolicy *RestartPolicy `protobuf:"bytes,5,opt,name=restart_policy,json=restartPolicy,proto3" json:"restart_policy,omitempty"`
 	// How long a task has between SIGTERM and SIGKILL when killed (default 10).
 	KillGracePeriodSeconds uint32 `protobuf:"varint,6,opt,name=kill_grace_period_seconds,json=killGracePeriodSeconds,proto3" json:"kill_grace_period_seconds,omitempty"`
-	unknownFields          protoimpl.UnknownFields
-	sizeCache              protoimpl.SizeCache
+	// Where the instance may run and how hosts are chosen. An instance override
+	// that sets placement replaces the default's placement whole.
+	Placement     *PlacementSpec `protobuf:"bytes,7,opt,name=placement,proto3" json:"placement,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TaskSpec) Reset() {
@@ -642,6 +764,147 @@ func (x *TaskSpec) GetKillGracePeriodSeconds() uint32 {
 	return 0
 }
 
+func (x *TaskSpec) GetPlacement() *PlacementSpec {
+	if x != nil {
+		return x.Placement
+	}
+	return nil
+}
+
+// Constraint limits the hosts an instance may run on by one host label.
+type Constraint struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Label         string                 `protobuf:"bytes,1,opt,name=label,proto3" json:"label,omitempty"`
+	Op            ConstraintOp           `protobuf:"varint,2,opt,name=op,proto3,enum=peloton.api.v1.ConstraintOp" json:"op,omitempty"`
+	Values        []string               `protobuf:"bytes,3,rep,name=values,proto3" json:"values,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Constraint) Reset() {
+	*x = Constraint{}
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Constraint) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Constraint) ProtoMessage() {}
+
+func (x *Constraint) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Constraint.ProtoReflect.Descriptor instead.
+func (*Constraint) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *Constraint) GetLabel() string {
+	if x != nil {
+		return x.Label
+	}
+	return ""
+}
+
+func (x *Constraint) GetOp() ConstraintOp {
+	if x != nil {
+		return x.Op
+	}
+	return ConstraintOp_CONSTRAINT_OP_UNSPECIFIED
+}
+
+func (x *Constraint) GetValues() []string {
+	if x != nil {
+		return x.Values
+	}
+	return nil
+}
+
+// PlacementSpec says where an instance may run and how its host is chosen.
+type PlacementSpec struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Strategy PlacementStrategy      `protobuf:"varint,1,opt,name=strategy,proto3,enum=peloton.api.v1.PlacementStrategy" json:"strategy,omitempty"`
+	// Every constraint must hold on the host.
+	Constraints []*Constraint `protobuf:"bytes,2,rep,name=constraints,proto3" json:"constraints,omitempty"`
+	// At most this many instances of the job on one host, counting instances
+	// already running there (0 = no limit).
+	MaxInstancesPerHost uint32 `protobuf:"varint,3,opt,name=max_instances_per_host,json=maxInstancesPerHost,proto3" json:"max_instances_per_host,omitempty"`
+	// Only hosts of this partition; empty means any partition.
+	Partition     string `protobuf:"bytes,4,opt,name=partition,proto3" json:"partition,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlacementSpec) Reset() {
+	*x = PlacementSpec{}
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlacementSpec) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlacementSpec) ProtoMessage() {}
+
+func (x *PlacementSpec) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlacementSpec.ProtoReflect.Descriptor instead.
+func (*PlacementSpec) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *PlacementSpec) GetStrategy() PlacementStrategy {
+	if x != nil {
+		return x.Strategy
+	}
+	return PlacementStrategy_PLACEMENT_STRATEGY_UNSPECIFIED
+}
+
+func (x *PlacementSpec) GetConstraints() []*Constraint {
+	if x != nil {
+		return x.Constraints
+	}
+	return nil
+}
+
+func (x *PlacementSpec) GetMaxInstancesPerHost() uint32 {
+	if x != nil {
+		return x.MaxInstancesPerHost
+	}
+	return 0
+}
+
+func (x *PlacementSpec) GetPartition() string {
+	if x != nil {
+		return x.Partition
+	}
+	return ""
+}
+
 // JobSpec is the whole description of a job: the document users submit.
 type JobSpec struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -662,7 +925,7 @@ type JobSpec struct {
 
 func (x *JobSpec) Reset() {
 	*x = JobSpec{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[4]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -674,7 +937,7 @@ func (x *JobSpec) String() string {
 func (*JobSpec) ProtoMessage() {}
 
 func (x *JobSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[4]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -687,7 +950,7 @@ func (x *JobSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobSpec.ProtoReflect.Descriptor instead.
 func (*JobSpec) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{4}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *JobSpec) GetName() string {
@@ -776,7 +1039,7 @@ type JobStatus struct {
 
 func (x *JobStatus) Reset() {
 	*x = JobStatus{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[5]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -788,7 +1051,7 @@ func (x *JobStatus) String() string {
 func (*JobStatus) ProtoMessage() {}
 
 func (x *JobStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[5]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -801,7 +1064,7 @@ func (x *JobStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobStatus.ProtoReflect.Descriptor instead.
 func (*JobStatus) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{5}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *JobStatus) GetState() JobState {
@@ -878,7 +1141,7 @@ type Job struct {
 
 func (x *Job) Reset() {
 	*x = Job{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[6]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -890,7 +1153,7 @@ func (x *Job) String() string {
 func (*Job) ProtoMessage() {}
 
 func (x *Job) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[6]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -903,7 +1166,7 @@ func (x *Job) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Job.ProtoReflect.Descriptor instead.
 func (*Job) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{6}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Job) GetId() string {
@@ -961,7 +1224,7 @@ type TaskStatus struct {
 
 func (x *TaskStatus) Reset() {
 	*x = TaskStatus{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[7]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -973,7 +1236,7 @@ func (x *TaskStatus) String() string {
 func (*TaskStatus) ProtoMessage() {}
 
 func (x *TaskStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[7]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -986,7 +1249,7 @@ func (x *TaskStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskStatus.ProtoReflect.Descriptor instead.
 func (*TaskStatus) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{7}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *TaskStatus) GetState() TaskState {
@@ -1100,7 +1363,7 @@ type TaskTransition struct {
 
 func (x *TaskTransition) Reset() {
 	*x = TaskTransition{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[8]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1112,7 +1375,7 @@ func (x *TaskTransition) String() string {
 func (*TaskTransition) ProtoMessage() {}
 
 func (x *TaskTransition) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[8]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1125,7 +1388,7 @@ func (x *TaskTransition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskTransition.ProtoReflect.Descriptor instead.
 func (*TaskTransition) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{8}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *TaskTransition) GetState() TaskState {
@@ -1171,7 +1434,7 @@ type Task struct {
 
 func (x *Task) Reset() {
 	*x = Task{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[9]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1183,7 +1446,7 @@ func (x *Task) String() string {
 func (*Task) ProtoMessage() {}
 
 func (x *Task) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[9]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1196,7 +1459,7 @@ func (x *Task) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Task.ProtoReflect.Descriptor instead.
 func (*Task) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{9}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Task) GetJobId() string {
@@ -1243,7 +1506,7 @@ type CreateJobRequest struct {
 
 func (x *CreateJobRequest) Reset() {
 	*x = CreateJobRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[10]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1255,7 +1518,7 @@ func (x *CreateJobRequest) String() string {
 func (*CreateJobRequest) ProtoMessage() {}
 
 func (x *CreateJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[10]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1268,7 +1531,7 @@ func (x *CreateJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJobRequest.ProtoReflect.Descriptor instead.
 func (*CreateJobRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{10}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CreateJobRequest) GetSpec() *JobSpec {
@@ -1287,7 +1550,7 @@ type CreateJobResponse struct {
 
 func (x *CreateJobResponse) Reset() {
 	*x = CreateJobResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[11]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1299,7 +1562,7 @@ func (x *CreateJobResponse) String() string {
 func (*CreateJobResponse) ProtoMessage() {}
 
 func (x *CreateJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[11]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1312,7 +1575,7 @@ func (x *CreateJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJobResponse.ProtoReflect.Descriptor instead.
 func (*CreateJobResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{11}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CreateJobResponse) GetJobId() string {
@@ -1331,7 +1594,7 @@ type GetJobRequest struct {
 
 func (x *GetJobRequest) Reset() {
 	*x = GetJobRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[12]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1343,7 +1606,7 @@ func (x *GetJobRequest) String() string {
 func (*GetJobRequest) ProtoMessage() {}
 
 func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[12]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1356,7 +1619,7 @@ func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobRequest.ProtoReflect.Descriptor instead.
 func (*GetJobRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{12}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GetJobRequest) GetJobId() string {
@@ -1375,7 +1638,7 @@ type GetJobResponse struct {
 
 func (x *GetJobResponse) Reset() {
 	*x = GetJobResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[13]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1387,7 +1650,7 @@ func (x *GetJobResponse) String() string {
 func (*GetJobResponse) ProtoMessage() {}
 
 func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[13]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1400,7 +1663,7 @@ func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobResponse.ProtoReflect.Descriptor instead.
 func (*GetJobResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{13}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetJobResponse) GetJob() *Job {
@@ -1424,7 +1687,7 @@ type ListJobsRequest struct {
 
 func (x *ListJobsRequest) Reset() {
 	*x = ListJobsRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[14]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1436,7 +1699,7 @@ func (x *ListJobsRequest) String() string {
 func (*ListJobsRequest) ProtoMessage() {}
 
 func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[14]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1449,7 +1712,7 @@ func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobsRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{14}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListJobsRequest) GetPool() string {
@@ -1482,7 +1745,7 @@ type ListJobsResponse struct {
 
 func (x *ListJobsResponse) Reset() {
 	*x = ListJobsResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[15]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1494,7 +1757,7 @@ func (x *ListJobsResponse) String() string {
 func (*ListJobsResponse) ProtoMessage() {}
 
 func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[15]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1507,7 +1770,7 @@ func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobsResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{15}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListJobsResponse) GetJobs() []*Job {
@@ -1526,7 +1789,7 @@ type CancelJobRequest struct {
 
 func (x *CancelJobRequest) Reset() {
 	*x = CancelJobRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[16]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1538,7 +1801,7 @@ func (x *CancelJobRequest) String() string {
 func (*CancelJobRequest) ProtoMessage() {}
 
 func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[16]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1551,7 +1814,7 @@ func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobRequest.ProtoReflect.Descriptor instead.
 func (*CancelJobRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{16}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CancelJobRequest) GetJobId() string {
@@ -1569,7 +1832,7 @@ type CancelJobResponse struct {
 
 func (x *CancelJobResponse) Reset() {
 	*x = CancelJobResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[17]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1581,7 +1844,7 @@ func (x *CancelJobResponse) String() string {
 func (*CancelJobResponse) ProtoMessage() {}
 
 func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[17]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1594,7 +1857,7 @@ func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobResponse.ProtoReflect.Descriptor instead.
 func (*CancelJobResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{17}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{19}
 }
 
 type DeleteJobRequest struct {
@@ -1606,7 +1869,7 @@ type DeleteJobRequest struct {
 
 func (x *DeleteJobRequest) Reset() {
 	*x = DeleteJobRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[18]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1618,7 +1881,7 @@ func (x *DeleteJobRequest) String() string {
 func (*DeleteJobRequest) ProtoMessage() {}
 
 func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[18]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1631,7 +1894,7 @@ func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobRequest.ProtoReflect.Descriptor instead.
 func (*DeleteJobRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{18}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *DeleteJobRequest) GetJobId() string {
@@ -1649,7 +1912,7 @@ type DeleteJobResponse struct {
 
 func (x *DeleteJobResponse) Reset() {
 	*x = DeleteJobResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[19]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1661,7 +1924,7 @@ func (x *DeleteJobResponse) String() string {
 func (*DeleteJobResponse) ProtoMessage() {}
 
 func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[19]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1674,7 +1937,7 @@ func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobResponse.ProtoReflect.Descriptor instead.
 func (*DeleteJobResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{19}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{21}
 }
 
 type RestartJobRequest struct {
@@ -1688,7 +1951,7 @@ type RestartJobRequest struct {
 
 func (x *RestartJobRequest) Reset() {
 	*x = RestartJobRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[20]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1700,7 +1963,7 @@ func (x *RestartJobRequest) String() string {
 func (*RestartJobRequest) ProtoMessage() {}
 
 func (x *RestartJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[20]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1713,7 +1976,7 @@ func (x *RestartJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestartJobRequest.ProtoReflect.Descriptor instead.
 func (*RestartJobRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{20}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RestartJobRequest) GetJobId() string {
@@ -1738,7 +2001,7 @@ type RestartJobResponse struct {
 
 func (x *RestartJobResponse) Reset() {
 	*x = RestartJobResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[21]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1750,7 +2013,7 @@ func (x *RestartJobResponse) String() string {
 func (*RestartJobResponse) ProtoMessage() {}
 
 func (x *RestartJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[21]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1763,7 +2026,7 @@ func (x *RestartJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestartJobResponse.ProtoReflect.Descriptor instead.
 func (*RestartJobResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{21}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{23}
 }
 
 type ListTasksRequest struct {
@@ -1777,7 +2040,7 @@ type ListTasksRequest struct {
 
 func (x *ListTasksRequest) Reset() {
 	*x = ListTasksRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[22]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1789,7 +2052,7 @@ func (x *ListTasksRequest) String() string {
 func (*ListTasksRequest) ProtoMessage() {}
 
 func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[22]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1802,7 +2065,7 @@ func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksRequest.ProtoReflect.Descriptor instead.
 func (*ListTasksRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{22}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListTasksRequest) GetJobId() string {
@@ -1828,7 +2091,7 @@ type ListTasksResponse struct {
 
 func (x *ListTasksResponse) Reset() {
 	*x = ListTasksResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[23]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1840,7 +2103,7 @@ func (x *ListTasksResponse) String() string {
 func (*ListTasksResponse) ProtoMessage() {}
 
 func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[23]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1853,7 +2116,7 @@ func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksResponse.ProtoReflect.Descriptor instead.
 func (*ListTasksResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{23}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListTasksResponse) GetTasks() []*Task {
@@ -1873,7 +2136,7 @@ type GetTaskRequest struct {
 
 func (x *GetTaskRequest) Reset() {
 	*x = GetTaskRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[24]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1885,7 +2148,7 @@ func (x *GetTaskRequest) String() string {
 func (*GetTaskRequest) ProtoMessage() {}
 
 func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[24]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1898,7 +2161,7 @@ func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskRequest.ProtoReflect.Descriptor instead.
 func (*GetTaskRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{24}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetTaskRequest) GetJobId() string {
@@ -1924,7 +2187,7 @@ type GetTaskResponse struct {
 
 func (x *GetTaskResponse) Reset() {
 	*x = GetTaskResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[25]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1936,7 +2199,7 @@ func (x *GetTaskResponse) String() string {
 func (*GetTaskResponse) ProtoMessage() {}
 
 func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[25]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1949,7 +2212,7 @@ func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskResponse.ProtoReflect.Descriptor instead.
 func (*GetTaskResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{25}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GetTaskResponse) GetTask() *Task {
@@ -1969,7 +2232,7 @@ type KillTaskRequest struct {
 
 func (x *KillTaskRequest) Reset() {
 	*x = KillTaskRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[26]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1981,7 +2244,7 @@ func (x *KillTaskRequest) String() string {
 func (*KillTaskRequest) ProtoMessage() {}
 
 func (x *KillTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[26]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1994,7 +2257,7 @@ func (x *KillTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillTaskRequest.ProtoReflect.Descriptor instead.
 func (*KillTaskRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{26}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *KillTaskRequest) GetJobId() string {
@@ -2019,7 +2282,7 @@ type KillTaskResponse struct {
 
 func (x *KillTaskResponse) Reset() {
 	*x = KillTaskResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[27]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2031,7 +2294,7 @@ func (x *KillTaskResponse) String() string {
 func (*KillTaskResponse) ProtoMessage() {}
 
 func (x *KillTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[27]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2044,7 +2307,7 @@ func (x *KillTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillTaskResponse.ProtoReflect.Descriptor instead.
 func (*KillTaskResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{27}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{29}
 }
 
 type GetTaskLogsRequest struct {
@@ -2062,7 +2325,7 @@ type GetTaskLogsRequest struct {
 
 func (x *GetTaskLogsRequest) Reset() {
 	*x = GetTaskLogsRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[28]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2074,7 +2337,7 @@ func (x *GetTaskLogsRequest) String() string {
 func (*GetTaskLogsRequest) ProtoMessage() {}
 
 func (x *GetTaskLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[28]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2087,7 +2350,7 @@ func (x *GetTaskLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskLogsRequest.ProtoReflect.Descriptor instead.
 func (*GetTaskLogsRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{28}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *GetTaskLogsRequest) GetJobId() string {
@@ -2134,7 +2397,7 @@ type LogChunk struct {
 
 func (x *LogChunk) Reset() {
 	*x = LogChunk{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[29]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2146,7 +2409,7 @@ func (x *LogChunk) String() string {
 func (*LogChunk) ProtoMessage() {}
 
 func (x *LogChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[29]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2159,7 +2422,7 @@ func (x *LogChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogChunk.ProtoReflect.Descriptor instead.
 func (*LogChunk) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{29}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *LogChunk) GetData() []byte {
@@ -2184,7 +2447,7 @@ type PoolSpec struct {
 
 func (x *PoolSpec) Reset() {
 	*x = PoolSpec{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[30]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2196,7 +2459,7 @@ func (x *PoolSpec) String() string {
 func (*PoolSpec) ProtoMessage() {}
 
 func (x *PoolSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[30]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2209,7 +2472,7 @@ func (x *PoolSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolSpec.ProtoReflect.Descriptor instead.
 func (*PoolSpec) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{30}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *PoolSpec) GetReservation() *Resources {
@@ -2248,7 +2511,7 @@ type PoolStatus struct {
 
 func (x *PoolStatus) Reset() {
 	*x = PoolStatus{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[31]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2260,7 +2523,7 @@ func (x *PoolStatus) String() string {
 func (*PoolStatus) ProtoMessage() {}
 
 func (x *PoolStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[31]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2273,7 +2536,7 @@ func (x *PoolStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolStatus.ProtoReflect.Descriptor instead.
 func (*PoolStatus) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{31}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *PoolStatus) GetEntitlement() *Resources {
@@ -2326,7 +2589,7 @@ type Pool struct {
 
 func (x *Pool) Reset() {
 	*x = Pool{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[32]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2338,7 +2601,7 @@ func (x *Pool) String() string {
 func (*Pool) ProtoMessage() {}
 
 func (x *Pool) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[32]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2351,7 +2614,7 @@ func (x *Pool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pool.ProtoReflect.Descriptor instead.
 func (*Pool) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{32}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Pool) GetPath() string {
@@ -2399,7 +2662,7 @@ type CreatePoolRequest struct {
 
 func (x *CreatePoolRequest) Reset() {
 	*x = CreatePoolRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[33]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2411,7 +2674,7 @@ func (x *CreatePoolRequest) String() string {
 func (*CreatePoolRequest) ProtoMessage() {}
 
 func (x *CreatePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[33]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2424,7 +2687,7 @@ func (x *CreatePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePoolRequest.ProtoReflect.Descriptor instead.
 func (*CreatePoolRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{33}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *CreatePoolRequest) GetPath() string {
@@ -2450,7 +2713,7 @@ type CreatePoolResponse struct {
 
 func (x *CreatePoolResponse) Reset() {
 	*x = CreatePoolResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[34]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2462,7 +2725,7 @@ func (x *CreatePoolResponse) String() string {
 func (*CreatePoolResponse) ProtoMessage() {}
 
 func (x *CreatePoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[34]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2475,7 +2738,7 @@ func (x *CreatePoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePoolResponse.ProtoReflect.Descriptor instead.
 func (*CreatePoolResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{34}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *CreatePoolResponse) GetPool() *Pool {
@@ -2494,7 +2757,7 @@ type GetPoolRequest struct {
 
 func (x *GetPoolRequest) Reset() {
 	*x = GetPoolRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[35]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2506,7 +2769,7 @@ func (x *GetPoolRequest) String() string {
 func (*GetPoolRequest) ProtoMessage() {}
 
 func (x *GetPoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[35]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2519,7 +2782,7 @@ func (x *GetPoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPoolRequest.ProtoReflect.Descriptor instead.
 func (*GetPoolRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{35}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GetPoolRequest) GetPath() string {
@@ -2538,7 +2801,7 @@ type GetPoolResponse struct {
 
 func (x *GetPoolResponse) Reset() {
 	*x = GetPoolResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[36]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2550,7 +2813,7 @@ func (x *GetPoolResponse) String() string {
 func (*GetPoolResponse) ProtoMessage() {}
 
 func (x *GetPoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[36]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2563,7 +2826,7 @@ func (x *GetPoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPoolResponse.ProtoReflect.Descriptor instead.
 func (*GetPoolResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{36}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *GetPoolResponse) GetPool() *Pool {
@@ -2585,7 +2848,7 @@ type UpdatePoolRequest struct {
 
 func (x *UpdatePoolRequest) Reset() {
 	*x = UpdatePoolRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[37]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2597,7 +2860,7 @@ func (x *UpdatePoolRequest) String() string {
 func (*UpdatePoolRequest) ProtoMessage() {}
 
 func (x *UpdatePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[37]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2610,7 +2873,7 @@ func (x *UpdatePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdatePoolRequest.ProtoReflect.Descriptor instead.
 func (*UpdatePoolRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{37}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *UpdatePoolRequest) GetPath() string {
@@ -2643,7 +2906,7 @@ type UpdatePoolResponse struct {
 
 func (x *UpdatePoolResponse) Reset() {
 	*x = UpdatePoolResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[38]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2655,7 +2918,7 @@ func (x *UpdatePoolResponse) String() string {
 func (*UpdatePoolResponse) ProtoMessage() {}
 
 func (x *UpdatePoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[38]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2668,7 +2931,7 @@ func (x *UpdatePoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdatePoolResponse.ProtoReflect.Descriptor instead.
 func (*UpdatePoolResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{38}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *UpdatePoolResponse) GetPool() *Pool {
@@ -2687,7 +2950,7 @@ type DeletePoolRequest struct {
 
 func (x *DeletePoolRequest) Reset() {
 	*x = DeletePoolRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[39]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2699,7 +2962,7 @@ func (x *DeletePoolRequest) String() string {
 func (*DeletePoolRequest) ProtoMessage() {}
 
 func (x *DeletePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[39]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2712,7 +2975,7 @@ func (x *DeletePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoolRequest.ProtoReflect.Descriptor instead.
 func (*DeletePoolRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{39}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *DeletePoolRequest) GetPath() string {
@@ -2730,7 +2993,7 @@ type DeletePoolResponse struct {
 
 func (x *DeletePoolResponse) Reset() {
 	*x = DeletePoolResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[40]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2742,7 +3005,7 @@ func (x *DeletePoolResponse) String() string {
 func (*DeletePoolResponse) ProtoMessage() {}
 
 func (x *DeletePoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[40]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2755,7 +3018,7 @@ func (x *DeletePoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoolResponse.ProtoReflect.Descriptor instead.
 func (*DeletePoolResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{40}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{42}
 }
 
 type ListPoolsRequest struct {
@@ -2766,7 +3029,7 @@ type ListPoolsRequest struct {
 
 func (x *ListPoolsRequest) Reset() {
 	*x = ListPoolsRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[41]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2778,7 +3041,7 @@ func (x *ListPoolsRequest) String() string {
 func (*ListPoolsRequest) ProtoMessage() {}
 
 func (x *ListPoolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[41]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2791,7 +3054,7 @@ func (x *ListPoolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoolsRequest.ProtoReflect.Descriptor instead.
 func (*ListPoolsRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{41}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{43}
 }
 
 type ListPoolsResponse struct {
@@ -2803,7 +3066,7 @@ type ListPoolsResponse struct {
 
 func (x *ListPoolsResponse) Reset() {
 	*x = ListPoolsResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[42]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2815,7 +3078,7 @@ func (x *ListPoolsResponse) String() string {
 func (*ListPoolsResponse) ProtoMessage() {}
 
 func (x *ListPoolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[42]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2828,7 +3091,7 @@ func (x *ListPoolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoolsResponse.ProtoReflect.Descriptor instead.
 func (*ListPoolsResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{42}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ListPoolsResponse) GetPools() []*Pool {
@@ -2854,7 +3117,7 @@ type Host struct {
 
 func (x *Host) Reset() {
 	*x = Host{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[43]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2866,7 +3129,7 @@ func (x *Host) String() string {
 func (*Host) ProtoMessage() {}
 
 func (x *Host) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[43]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2879,7 +3142,7 @@ func (x *Host) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Host.ProtoReflect.Descriptor instead.
 func (*Host) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{43}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *Host) GetName() string {
@@ -2939,7 +3202,7 @@ type ListHostsRequest struct {
 
 func (x *ListHostsRequest) Reset() {
 	*x = ListHostsRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[44]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2951,7 +3214,7 @@ func (x *ListHostsRequest) String() string {
 func (*ListHostsRequest) ProtoMessage() {}
 
 func (x *ListHostsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[44]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2964,7 +3227,7 @@ func (x *ListHostsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHostsRequest.ProtoReflect.Descriptor instead.
 func (*ListHostsRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{44}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{46}
 }
 
 type ListHostsResponse struct {
@@ -2976,7 +3239,7 @@ type ListHostsResponse struct {
 
 func (x *ListHostsResponse) Reset() {
 	*x = ListHostsResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[45]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2988,7 +3251,7 @@ func (x *ListHostsResponse) String() string {
 func (*ListHostsResponse) ProtoMessage() {}
 
 func (x *ListHostsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[45]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3001,7 +3264,7 @@ func (x *ListHostsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHostsResponse.ProtoReflect.Descriptor instead.
 func (*ListHostsResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{45}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ListHostsResponse) GetHosts() []*Host {
@@ -3030,17 +3293,28 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\trevocable\x18\x06 \x01(\bR\trevocableB\x0e\n" +
 	"\f_preemptible\"2\n" +
 	"\rRestartPolicy\x12!\n" +
-	"\fmax_failures\x18\x01 \x01(\rR\vmaxFailures\"\xe1\x02\n" +
+	"\fmax_failures\x18\x01 \x01(\rR\vmaxFailures\"\x9e\x03\n" +
 	"\bTaskSpec\x12\x18\n" +
 	"\acommand\x18\x01 \x03(\tR\acommand\x123\n" +
 	"\x03env\x18\x02 \x03(\v2!.peloton.api.v1.TaskSpec.EnvEntryR\x03env\x12\x14\n" +
 	"\x05image\x18\x03 \x01(\tR\x05image\x127\n" +
 	"\tresources\x18\x04 \x01(\v2\x19.peloton.api.v1.ResourcesR\tresources\x12D\n" +
 	"\x0erestart_policy\x18\x05 \x01(\v2\x1d.peloton.api.v1.RestartPolicyR\rrestartPolicy\x129\n" +
-	"\x19kill_grace_period_seconds\x18\x06 \x01(\rR\x16killGracePeriodSeconds\x1a6\n" +
+	"\x19kill_grace_period_seconds\x18\x06 \x01(\rR\x16killGracePeriodSeconds\x12;\n" +
+	"\tplacement\x18\a \x01(\v2\x1d.peloton.api.v1.PlacementSpecR\tplacement\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb6\x04\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"h\n" +
+	"\n" +
+	"Constraint\x12\x14\n" +
+	"\x05label\x18\x01 \x01(\tR\x05label\x12,\n" +
+	"\x02op\x18\x02 \x01(\x0e2\x1c.peloton.api.v1.ConstraintOpR\x02op\x12\x16\n" +
+	"\x06values\x18\x03 \x03(\tR\x06values\"\xdf\x01\n" +
+	"\rPlacementSpec\x12=\n" +
+	"\bstrategy\x18\x01 \x01(\x0e2!.peloton.api.v1.PlacementStrategyR\bstrategy\x12<\n" +
+	"\vconstraints\x18\x02 \x03(\v2\x1a.peloton.api.v1.ConstraintR\vconstraints\x123\n" +
+	"\x16max_instances_per_host\x18\x03 \x01(\rR\x13maxInstancesPerHost\x12\x1c\n" +
+	"\tpartition\x18\x04 \x01(\tR\tpartition\"\xb6\x04\n" +
 	"\aJobSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12+\n" +
 	"\x04type\x18\x02 \x01(\x0e2\x17.peloton.api.v1.JobTypeR\x04type\x12\x12\n" +
@@ -3242,7 +3516,23 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\x06KILLED\x10\r\x12\x0e\n" +
 	"\n" +
 	"PREEMPTING\x10\x0e\x12\v\n" +
-	"\aKILLING\x10\x0f*\xa0\x01\n" +
+	"\aKILLING\x10\x0f*M\n" +
+	"\x11PlacementStrategy\x12\"\n" +
+	"\x1ePLACEMENT_STRATEGY_UNSPECIFIED\x10\x00\x12\b\n" +
+	"\x04PACK\x10\x01\x12\n" +
+	"\n" +
+	"\x06SPREAD\x10\x02*i\n" +
+	"\fConstraintOp\x12\x1d\n" +
+	"\x19CONSTRAINT_OP_UNSPECIFIED\x10\x00\x12\n" +
+	"\n" +
+	"\x06EQUALS\x10\x01\x12\x0e\n" +
+	"\n" +
+	"NOT_EQUALS\x10\x02\x12\n" +
+	"\n" +
+	"\x06EXISTS\x10\x03\x12\x06\n" +
+	"\x02IN\x10\x04\x12\n" +
+	"\n" +
+	"\x06NOT_IN\x10\x05*\xa0\x01\n" +
 	"\bJobState\x12\x19\n" +
 	"\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fJOB_INITIALIZED\x10\x01\x12\x0f\n" +
@@ -3303,159 +3593,167 @@ func file_peloton_api_v1_peloton_proto_rawDescGZIP() []byte {
 	return file_peloton_api_v1_peloton_proto_rawDescData
 }
 
-var file_peloton_api_v1_peloton_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_peloton_api_v1_peloton_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
+var file_peloton_api_v1_peloton_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
+var file_peloton_api_v1_peloton_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
 var file_peloton_api_v1_peloton_proto_goTypes = []any{
 	(JobType)(0),                  // 0: peloton.api.v1.JobType
 	(TaskState)(0),                // 1: peloton.api.v1.TaskState
-	(JobState)(0),                 // 2: peloton.api.v1.JobState
-	(LogStream)(0),                // 3: peloton.api.v1.LogStream
-	(HostState)(0),                // 4: peloton.api.v1.HostState
-	(*Resources)(nil),             // 5: peloton.api.v1.Resources
-	(*SlaSpec)(nil),               // 6: peloton.api.v1.SlaSpec
-	(*RestartPolicy)(nil),         // 7: peloton.api.v1.RestartPolicy
-	(*TaskSpec)(nil),              // 8: peloton.api.v1.TaskSpec
-	(*JobSpec)(nil),               // 9: peloton.api.v1.JobSpec
-	(*JobStatus)(nil),             // 10: peloton.api.v1.JobStatus
-	(*Job)(nil),                   // 11: peloton.api.v1.Job
-	(*TaskStatus)(nil),            // 12: peloton.api.v1.TaskStatus
-	(*TaskTransition)(nil),        // 13: peloton.api.v1.TaskTransition
-	(*Task)(nil),                  // 14: peloton.api.v1.Task
-	(*CreateJobRequest)(nil),      // 15: peloton.api.v1.CreateJobRequest
-	(*CreateJobResponse)(nil),     // 16: peloton.api.v1.CreateJobResponse
-	(*GetJobRequest)(nil),         // 17: peloton.api.v1.GetJobRequest
-	(*GetJobResponse)(nil),        // 18: peloton.api.v1.GetJobResponse
-	(*ListJobsRequest)(nil),       // 19: peloton.api.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),      // 20: peloton.api.v1.ListJobsResponse
-	(*CancelJobRequest)(nil),      // 21: peloton.api.v1.CancelJobRequest
-	(*CancelJobResponse)(nil),     // 22: peloton.api.v1.CancelJobResponse
-	(*DeleteJobRequest)(nil),      // 23: peloton.api.v1.DeleteJobRequest
-	(*DeleteJobResponse)(nil),     // 24: peloton.api.v1.DeleteJobResponse
-	(*RestartJobRequest)(nil),     // 25: peloton.api.v1.RestartJobRequest
-	(*RestartJobResponse)(nil),    // 26: peloton.api.v1.RestartJobResponse
-	(*ListTasksRequest)(nil),      // 27: peloton.api.v1.ListTasksRequest
-	(*ListTasksResponse)(nil),     // 28: peloton.api.v1.ListTasksResponse
-	(*GetTaskRequest)(nil),        // 29: peloton.api.v1.GetTaskRequest
-	(*GetTaskResponse)(nil),       // 30: peloton.api.v1.GetTaskResponse
-	(*KillTaskRequest)(nil),       // 31: peloton.api.v1.KillTaskRequest
-	(*KillTaskResponse)(nil),      // 32: peloton.api.v1.KillTaskResponse
-	(*GetTaskLogsRequest)(nil),    // 33: peloton.api.v1.GetTaskLogsRequest
-	(*LogChunk)(nil),              // 34: peloton.api.v1.LogChunk
-	(*PoolSpec)(nil),              // 35: peloton.api.v1.PoolSpec
-	(*PoolStatus)(nil),            // 36: peloton.api.v1.PoolStatus
-	(*Pool)(nil),                  // 37: peloton.api.v1.Pool
-	(*CreatePoolRequest)(nil),     // 38: peloton.api.v1.CreatePoolRequest
-	(*CreatePoolResponse)(nil),    // 39: peloton.api.v1.CreatePoolResponse
-	(*GetPoolRequest)(nil),        // 40: peloton.api.v1.GetPoolRequest
-	(*GetPoolResponse)(nil),       // 41: peloton.api.v1.GetPoolResponse
-	(*UpdatePoolRequest)(nil),     // 42: peloton.api.v1.UpdatePoolRequest
-	(*UpdatePoolResponse)(nil),    // 43: peloton.api.v1.UpdatePoolResponse
-	(*DeletePoolRequest)(nil),     // 44: peloton.api.v1.DeletePoolRequest
-	(*DeletePoolResponse)(nil),    // 45: peloton.api.v1.DeletePoolResponse
-	(*ListPoolsRequest)(nil),      // 46: peloton.api.v1.ListPoolsRequest
-	(*ListPoolsResponse)(nil),     // 47: peloton.api.v1.ListPoolsResponse
-	(*Host)(nil),                  // 48: peloton.api.v1.Host
-	(*ListHostsRequest)(nil),      // 49: peloton.api.v1.ListHostsRequest
-	(*ListHostsResponse)(nil),     // 50: peloton.api.v1.ListHostsResponse
-	nil,                           // 51: peloton.api.v1.TaskSpec.EnvEntry
-	nil,                           // 52: peloton.api.v1.JobSpec.InstanceSpecsEntry
-	nil,                           // 53: peloton.api.v1.JobSpec.LabelsEntry
-	nil,                           // 54: peloton.api.v1.JobStatus.TaskCountsEntry
-	nil,                           // 55: peloton.api.v1.Host.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 56: google.protobuf.Timestamp
+	(PlacementStrategy)(0),        // 2: peloton.api.v1.PlacementStrategy
+	(ConstraintOp)(0),             // 3: peloton.api.v1.ConstraintOp
+	(JobState)(0),                 // 4: peloton.api.v1.JobState
+	(LogStream)(0),                // 5: peloton.api.v1.LogStream
+	(HostState)(0),                // 6: peloton.api.v1.HostState
+	(*Resources)(nil),             // 7: peloton.api.v1.Resources
+	(*SlaSpec)(nil),               // 8: peloton.api.v1.SlaSpec
+	(*RestartPolicy)(nil),         // 9: peloton.api.v1.RestartPolicy
+	(*TaskSpec)(nil),              // 10: peloton.api.v1.TaskSpec
+	(*Constraint)(nil),            // 11: peloton.api.v1.Constraint
+	(*PlacementSpec)(nil),         // 12: peloton.api.v1.PlacementSpec
+	(*JobSpec)(nil),               // 13: peloton.api.v1.JobSpec
+	(*JobStatus)(nil),             // 14: peloton.api.v1.JobStatus
+	(*Job)(nil),                   // 15: peloton.api.v1.Job
+	(*TaskStatus)(nil),            // 16: peloton.api.v1.TaskStatus
+	(*TaskTransition)(nil),        // 17: peloton.api.v1.TaskTransition
+	(*Task)(nil),                  // 18: peloton.api.v1.Task
+	(*CreateJobRequest)(nil),      // 19: peloton.api.v1.CreateJobRequest
+	(*CreateJobResponse)(nil),     // 20: peloton.api.v1.CreateJobResponse
+	(*GetJobRequest)(nil),         // 21: peloton.api.v1.GetJobRequest
+	(*GetJobResponse)(nil),        // 22: peloton.api.v1.GetJobResponse
+	(*ListJobsRequest)(nil),       // 23: peloton.api.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),      // 24: peloton.api.v1.ListJobsResponse
+	(*CancelJobRequest)(nil),      // 25: peloton.api.v1.CancelJobRequest
+	(*CancelJobResponse)(nil),     // 26: peloton.api.v1.CancelJobResponse
+	(*DeleteJobRequest)(nil),      // 27: peloton.api.v1.DeleteJobRequest
+	(*DeleteJobResponse)(nil),     // 28: peloton.api.v1.DeleteJobResponse
+	(*RestartJobRequest)(nil),     // 29: peloton.api.v1.RestartJobRequest
+	(*RestartJobResponse)(nil),    // 30: peloton.api.v1.RestartJobResponse
+	(*ListTasksRequest)(nil),      // 31: peloton.api.v1.ListTasksRequest
+	(*ListTasksResponse)(nil),     // 32: peloton.api.v1.ListTasksResponse
+	(*GetTaskRequest)(nil),        // 33: peloton.api.v1.GetTaskRequest
+	(*GetTaskResponse)(nil),       // 34: peloton.api.v1.GetTaskResponse
+	(*KillTaskRequest)(nil),       // 35: peloton.api.v1.KillTaskRequest
+	(*KillTaskResponse)(nil),      // 36: peloton.api.v1.KillTaskResponse
+	(*GetTaskLogsRequest)(nil),    // 37: peloton.api.v1.GetTaskLogsRequest
+	(*LogChunk)(nil),              // 38: peloton.api.v1.LogChunk
+	(*PoolSpec)(nil),              // 39: peloton.api.v1.PoolSpec
+	(*PoolStatus)(nil),            // 40: peloton.api.v1.PoolStatus
+	(*Pool)(nil),                  // 41: peloton.api.v1.Pool
+	(*CreatePoolRequest)(nil),     // 42: peloton.api.v1.CreatePoolRequest
+	(*CreatePoolResponse)(nil),    // 43: peloton.api.v1.CreatePoolResponse
+	(*GetPoolRequest)(nil),        // 44: peloton.api.v1.GetPoolRequest
+	(*GetPoolResponse)(nil),       // 45: peloton.api.v1.GetPoolResponse
+	(*UpdatePoolRequest)(nil),     // 46: peloton.api.v1.UpdatePoolRequest
+	(*UpdatePoolResponse)(nil),    // 47: peloton.api.v1.UpdatePoolResponse
+	(*DeletePoolRequest)(nil),     // 48: peloton.api.v1.DeletePoolRequest
+	(*DeletePoolResponse)(nil),    // 49: peloton.api.v1.DeletePoolResponse
+	(*ListPoolsRequest)(nil),      // 50: peloton.api.v1.ListPoolsRequest
+	(*ListPoolsResponse)(nil),     // 51: peloton.api.v1.ListPoolsResponse
+	(*Host)(nil),                  // 52: peloton.api.v1.Host
+	(*ListHostsRequest)(nil),      // 53: peloton.api.v1.ListHostsRequest
+	(*ListHostsResponse)(nil),     // 54: peloton.api.v1.ListHostsResponse
+	nil,                           // 55: peloton.api.v1.TaskSpec.EnvEntry
+	nil,                           // 56: peloton.api.v1.JobSpec.InstanceSpecsEntry
+	nil,                           // 57: peloton.api.v1.JobSpec.LabelsEntry
+	nil,                           // 58: peloton.api.v1.JobStatus.TaskCountsEntry
+	nil,                           // 59: peloton.api.v1.Host.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 60: google.protobuf.Timestamp
 }
 var file_peloton_api_v1_peloton_proto_depIdxs = []int32{
-	51, // 0: peloton.api.v1.TaskSpec.env:type_name -> peloton.api.v1.TaskSpec.EnvEntry
-	5,  // 1: peloton.api.v1.TaskSpec.resources:type_name -> peloton.api.v1.Resources
-	7,  // 2: peloton.api.v1.TaskSpec.restart_policy:type_name -> peloton.api.v1.RestartPolicy
-	0,  // 3: peloton.api.v1.JobSpec.type:type_name -> peloton.api.v1.JobType
-	6,  // 4: peloton.api.v1.JobSpec.sla:type_name -> peloton.api.v1.SlaSpec
-	8,  // 5: peloton.api.v1.JobSpec.default_spec:type_name -> peloton.api.v1.TaskSpec
-	52, // 6: peloton.api.v1.JobSpec.instance_specs:type_name -> peloton.api.v1.JobSpec.InstanceSpecsEntry
-	53, // 7: peloton.api.v1.JobSpec.labels:type_name -> peloton.api.v1.JobSpec.LabelsEntry
-	2,  // 8: peloton.api.v1.JobStatus.state:type_name -> peloton.api.v1.JobState
-	2,  // 9: peloton.api.v1.JobStatus.goal_state:type_name -> peloton.api.v1.JobState
-	54, // 10: peloton.api.v1.JobStatus.task_counts:type_name -> peloton.api.v1.JobStatus.TaskCountsEntry
-	56, // 11: peloton.api.v1.JobStatus.create_time:type_name -> google.protobuf.Timestamp
-	56, // 12: peloton.api.v1.JobStatus.start_time:type_name -> google.protobuf.Timestamp
-	56, // 13: peloton.api.v1.JobStatus.completion_time:type_name -> google.protobuf.Timestamp
-	9,  // 14: peloton.api.v1.Job.spec:type_name -> peloton.api.v1.JobSpec
-	10, // 15: peloton.api.v1.Job.status:type_name -> peloton.api.v1.JobStatus
-	1,  // 16: peloton.api.v1.TaskStatus.state:type_name -> peloton.api.v1.TaskState
-	1,  // 17: peloton.api.v1.TaskStatus.goal_state:type_name -> peloton.api.v1.TaskState
-	56, // 18: peloton.api.v1.TaskStatus.start_time:type_name -> google.protobuf.Timestamp
-	56, // 19: peloton.api.v1.TaskStatus.completion_time:type_name -> google.protobuf.Timestamp
-	56, // 20: peloton.api.v1.TaskStatus.update_time:type_name -> google.protobuf.Timestamp
-	13, // 21: peloton.api.v1.TaskStatus.history:type_name -> peloton.api.v1.TaskTransition
-	1,  // 22: peloton.api.v1.TaskTransition.state:type_name -> peloton.api.v1.TaskState
-	56, // 23: peloton.api.v1.TaskTransition.time:type_name -> google.protobuf.Timestamp
-	12, // 24: peloton.api.v1.Task.status:type_name -> peloton.api.v1.TaskStatus
-	8,  // 25: peloton.api.v1.Task.spec:type_name -> peloton.api.v1.TaskSpec
-	9,  // 26: peloton.api.v1.CreateJobRequest.spec:type_name -> peloton.api.v1.JobSpec
-	11, // 27: peloton.api.v1.GetJobResponse.job:type_name -> peloton.api.v1.Job
-	2,  // 28: peloton.api.v1.ListJobsRequest.states:type_name -> peloton.api.v1.JobState
-	11, // 29: peloton.api.v1.ListJobsResponse.jobs:type_name -> peloton.api.v1.Job
-	1,  // 30: peloton.api.v1.ListTasksRequest.states:type_name -> peloton.api.v1.TaskState
-	14, // 31: peloton.api.v1.ListTasksResponse.tasks:type_name -> peloton.api.v1.Task
-	14, // 32: peloton.api.v1.GetTaskResponse.task:type_name -> peloton.api.v1.Task
-	3,  // 33: peloton.api.v1.GetTaskLogsRequest.stream:type_name -> peloton.api.v1.LogStream
-	5,  // 34: peloton.api.v1.PoolSpec.reservation:type_name -> peloton.api.v1.Resources
-	5,  // 35: peloton.api.v1.PoolSpec.limit:type_name -> peloton.api.v1.Resources
-	5,  // 36: peloton.api.v1.PoolSpec.share:type_name -> peloton.api.v1.Resources
-	5,  // 37: peloton.api.v1.PoolStatus.entitlement:type_name -> peloton.api.v1.Resources
-	5,  // 38: peloton.api.v1.PoolStatus.allocation:type_name -> peloton.api.v1.Resources
-	5,  // 39: peloton.api.v1.PoolStatus.demand:type_name -> peloton.api.v1.Resources
-	35, // 40: peloton.api.v1.Pool.spec:type_name -> peloton.api.v1.PoolSpec
-	36, // 41: peloton.api.v1.Pool.status:type_name -> peloton.api.v1.PoolStatus
-	35, // 42: peloton.api.v1.CreatePoolRequest.spec:type_name -> peloton.api.v1.PoolSpec
-	37, // 43: peloton.api.v1.CreatePoolResponse.pool:type_name -> peloton.api.v1.Pool
-	37, // 44: peloton.api.v1.GetPoolResponse.pool:type_name -> peloton.api.v1.Pool
-	35, // 45: peloton.api.v1.UpdatePoolRequest.spec:type_name -> peloton.api.v1.PoolSpec
-	37, // 46: peloton.api.v1.UpdatePoolResponse.pool:type_name -> peloton.api.v1.Pool
-	37, // 47: peloton.api.v1.ListPoolsResponse.pools:type_name -> peloton.api.v1.Pool
-	5,  // 48: peloton.api.v1.Host.capacity:type_name -> peloton.api.v1.Resources
-	5,  // 49: peloton.api.v1.Host.allocated:type_name -> peloton.api.v1.Resources
-	55, // 50: peloton.api.v1.Host.labels:type_name -> peloton.api.v1.Host.LabelsEntry
-	4,  // 51: peloton.api.v1.Host.state:type_name -> peloton.api.v1.HostState
-	48, // 52: peloton.api.v1.ListHostsResponse.hosts:type_name -> peloton.api.v1.Host
-	8,  // 53: peloton.api.v1.JobSpec.InstanceSpecsEntry.value:type_name -> peloton.api.v1.TaskSpec
-	15, // 54: peloton.api.v1.JobService.CreateJob:input_type -> peloton.api.v1.CreateJobRequest
-	17, // 55: peloton.api.v1.JobService.GetJob:input_type -> peloton.api.v1.GetJobRequest
-	19, // 56: peloton.api.v1.JobService.ListJobs:input_type -> peloton.api.v1.ListJobsRequest
-	21, // 57: peloton.api.v1.JobService.CancelJob:input_type -> peloton.api.v1.CancelJobRequest
-	23, // 58: peloton.api.v1.JobService.DeleteJob:input_type -> peloton.api.v1.DeleteJobRequest
-	25, // 59: peloton.api.v1.JobService.RestartJob:input_type -> peloton.api.v1.RestartJobRequest
-	27, // 60: peloton.api.v1.TaskService.ListTasks:input_type -> peloton.api.v1.ListTasksRequest
-	29, // 61: peloton.api.v1.TaskService.GetTask:input_type -> peloton.api.v1.GetTaskRequest
-	31, // 62: peloton.api.v1.TaskService.KillTask:input_type -> peloton.api.v1.KillTaskRequest
-	33, // 63: peloton.api.v1.TaskService.GetTaskLogs:input_type -> peloton.api.v1.GetTaskLogsRequest
-	38, // 64: peloton.api.v1.PoolService.CreatePool:input_type -> peloton.api.v1.CreatePoolRequest
-	40, // 65: peloton.api.v1.PoolService.GetPool:input_type -> peloton.api.v1.GetPoolRequest
-	42, // 66: peloton.api.v1.PoolService.UpdatePool:input_type -> peloton.api.v1.UpdatePoolRequest
-	44, // 67: peloton.api.v1.PoolService.DeletePool:input_type -> peloton.api.v1.DeletePoolRequest
-	46, // 68: peloton.api.v1.PoolService.ListPools:input_type -> peloton.api.v1.ListPoolsRequest
-	49, // 69: peloton.api.v1.HostService.ListHosts:input_type -> peloton.api.v1.ListHostsRequest
-	16, // 70: peloton.api.v1.JobService.CreateJob:output_type -> peloton.api.v1.CreateJobResponse
-	18, // 71: peloton.api.v1.JobService.GetJob:output_type -> peloton.api.v1.GetJobResponse
-	20, // 72: peloton.api.v1.JobService.ListJobs:output_type -> peloton.api.v1.ListJobsResponse
-	22, // 73: peloton.api.v1.JobService.CancelJob:output_type -> peloton.api.v1.CancelJobResponse
-	24, // 74: peloton.api.v1.JobService.DeleteJob:output_type -> peloton.api.v1.DeleteJobResponse
-	26, // 75: peloton.api.v1.JobService.RestartJob:output_type -> peloton.api.v1.RestartJobResponse
-	28, // 76: peloton.api.v1.TaskService.ListTasks:output_type -> peloton.api.v1.ListTasksResponse
-	30, // 77: peloton.api.v1.TaskService.GetTask:output_type -> peloton.api.v1.GetTaskResponse
-	32, // 78: peloton.api.v1.TaskService.KillTask:output_type -> peloton.api.v1.KillTaskResponse
-	34, // 79: peloton.api.v1.TaskService.GetTaskLogs:output_type -> peloton.api.v1.LogChunk
-	39, // 80: peloton.api.v1.PoolService.CreatePool:output_type -> peloton.api.v1.CreatePoolResponse
-	41, // 81: peloton.api.v1.PoolService.GetPool:output_type -> peloton.api.v1.GetPoolResponse
-	43, // 82: peloton.api.v1.PoolService.UpdatePool:output_type -> peloton.api.v1.UpdatePoolResponse
-	45, // 83: peloton.api.v1.PoolService.DeletePool:output_type -> peloton.api.v1.DeletePoolResponse
-	47, // 84: peloton.api.v1.PoolService.ListPools:output_type -> peloton.api.v1.ListPoolsResponse
-	50, // 85: peloton.api.v1.HostService.ListHosts:output_type -> peloton.api.v1.ListHostsResponse
-	70, // [70:86] is the sub-list for method output_type
-	54, // [54:70] is the sub-list for method input_type
-	54, // [54:54] is the sub-list for extension type_name
-	54, // [54:54] is the sub-list for extension extendee
-	0,  // [0:54] is the sub-list for field type_name
+	55, // 0: peloton.api.v1.TaskSpec.env:type_name -> peloton.api.v1.TaskSpec.EnvEntry
+	7,  // 1: peloton.api.v1.TaskSpec.resources:type_name -> peloton.api.v1.Resources
+	9,  // 2: peloton.api.v1.TaskSpec.restart_policy:type_name -> peloton.api.v1.RestartPolicy
+	12, // 3: peloton.api.v1.TaskSpec.placement:type_name -> peloton.api.v1.PlacementSpec
+	3,  // 4: peloton.api.v1.Constraint.op:type_name -> peloton.api.v1.ConstraintOp
+	2,  // 5: peloton.api.v1.PlacementSpec.strategy:type_name -> peloton.api.v1.PlacementStrategy
+	11, // 6: peloton.api.v1.PlacementSpec.constraints:type_name -> peloton.api.v1.Constraint
+	0,  // 7: peloton.api.v1.JobSpec.type:type_name -> peloton.api.v1.JobType
+	8,  // 8: peloton.api.v1.JobSpec.sla:type_name -> peloton.api.v1.SlaSpec
+	10, // 9: peloton.api.v1.JobSpec.default_spec:type_name -> peloton.api.v1.TaskSpec
+	56, // 10: peloton.api.v1.JobSpec.instance_specs:type_name -> peloton.api.v1.JobSpec.InstanceSpecsEntry
+	57, // 11: peloton.api.v1.JobSpec.labels:type_name -> peloton.api.v1.JobSpec.LabelsEntry
+	4,  // 12: peloton.api.v1.JobStatus.state:type_name -> peloton.api.v1.JobState
+	4,  // 13: peloton.api.v1.JobStatus.goal_state:type_name -> peloton.api.v1.JobState
+	58, // 14: peloton.api.v1.JobStatus.task_counts:type_name -> peloton.api.v1.JobStatus.TaskCountsEntry
+	60, // 15: peloton.api.v1.JobStatus.create_time:type_name -> google.protobuf.Timestamp
+	60, // 16: peloton.api.v1.JobStatus.start_time:type_name -> google.protobuf.Timestamp
+	60, // 17: peloton.api.v1.JobStatus.completion_time:type_name -> google.protobuf.Timestamp
+	13, // 18: peloton.api.v1.Job.spec:type_name -> peloton.api.v1.JobSpec
+	14, // 19: peloton.api.v1.Job.status:type_name -> peloton.api.v1.JobStatus
+	1,  // 20: peloton.api.v1.TaskStatus.state:type_name -> peloton.api.v1.TaskState
+	1,  // 21: peloton.api.v1.TaskStatus.goal_state:type_name -> peloton.api.v1.TaskState
+	60, // 22: peloton.api.v1.TaskStatus.start_time:type_name -> google.protobuf.Timestamp
+	60, // 23: peloton.api.v1.TaskStatus.completion_time:type_name -> google.protobuf.Timestamp
+	60, // 24: peloton.api.v1.TaskStatus.update_time:type_name -> google.protobuf.Timestamp
+	17, // 25: peloton.api.v1.TaskStatus.history:type_name -> peloton.api.v1.TaskTransition
+	1,  // 26: peloton.api.v1.TaskTransition.state:type_name -> peloton.api.v1.TaskState
+	60, // 27: peloton.api.v1.TaskTransition.time:type_name -> google.protobuf.Timestamp
+	16, // 28: peloton.api.v1.Task.status:type_name -> peloton.api.v1.TaskStatus
+	10, // 29: peloton.api.v1.Task.spec:type_name -> peloton.api.v1.TaskSpec
+	13, // 30: peloton.api.v1.CreateJobRequest.spec:type_name -> peloton.api.v1.JobSpec
+	15, // 31: peloton.api.v1.GetJobResponse.job:type_name -> peloton.api.v1.Job
+	4,  // 32: peloton.api.v1.ListJobsRequest.states:type_name -> peloton.api.v1.JobState
+	15, // 33: peloton.api.v1.ListJobsResponse.jobs:type_name -> peloton.api.v1.Job
+	1,  // 34: peloton.api.v1.ListTasksRequest.states:type_name -> peloton.api.v1.TaskState
+	18, // 35: peloton.api.v1.ListTasksResponse.tasks:type_name -> peloton.api.v1.Task
+	18, // 36: peloton.api.v1.GetTaskResponse.task:type_name -> peloton.api.v1.Task
+	5,  // 37: peloton.api.v1.GetTaskLogsRequest.stream:type_name -> peloton.api.v1.LogStream
+	7,  // 38: peloton.api.v1.PoolSpec.reservation:type_name -> peloton.api.v1.Resources
+	7,  // 39: peloton.api.v1.PoolSpec.limit:type_name -> peloton.api.v1.Resources
+	7,  // 40: peloton.api.v1.PoolSpec.share:type_name -> peloton.api.v1.Resources
+	7,  // 41: peloton.api.v1.PoolStatus.entitlement:type_name -> peloton.api.v1.Resources
+	7,  // 42: peloton.api.v1.PoolStatus.allocation:type_name -> peloton.api.v1.Resources
+	7,  // 43: peloton.api.v1.PoolStatus.demand:type_name -> peloton.api.v1.Resources
+	39, // 44: peloton.api.v1.Pool.spec:type_name -> peloton.api.v1.PoolSpec
+	40, // 45: peloton.api.v1.Pool.status:type_name -> peloton.api.v1.PoolStatus
+	39, // 46: peloton.api.v1.CreatePoolRequest.spec:type_name -> peloton.api.v1.PoolSpec
+	41, // 47: peloton.api.v1.CreatePoolResponse.pool:type_name -> peloton.api.v1.Pool
+	41, // 48: peloton.api.v1.GetPoolResponse.pool:type_name -> peloton.api.v1.Pool
+	39, // 49: peloton.api.v1.UpdatePoolRequest.spec:type_name -> peloton.api.v1.PoolSpec
+	41, // 50: peloton.api.v1.UpdatePoolResponse.pool:type_name -> peloton.api.v1.Pool
+	41, // 51: peloton.api.v1.ListPoolsResponse.pools:type_name -> peloton.api.v1.Pool
+	7,  // 52: peloton.api.v1.Host.capacity:type_name -> peloton.api.v1.Resources
+	7,  // 53: peloton.api.v1.Host.allocated:type_name -> peloton.api.v1.Resources
+	59, // 54: peloton.api.v1.Host.labels:type_name -> peloton.api.v1.Host.LabelsEntry
+	6,  // 55: peloton.api.v1.Host.state:type_name -> peloton.api.v1.HostState
+	52, // 56: peloton.api.v1.ListHostsResponse.hosts:type_name -> peloton.api.v1.Host
+	10, // 57: peloton.api.v1.JobSpec.InstanceSpecsEntry.value:type_name -> peloton.api.v1.TaskSpec
+	19, // 58: peloton.api.v1.JobService.CreateJob:input_type -> peloton.api.v1.CreateJobRequest
+	21, // 59: peloton.api.v1.JobService.GetJob:input_type -> peloton.api.v1.GetJobRequest
+	23, // 60: peloton.api.v1.JobService.ListJobs:input_type -> peloton.api.v1.ListJobsRequest
+	25, // 61: peloton.api.v1.JobService.CancelJob:input_type -> peloton.api.v1.CancelJobRequest
+	27, // 62: peloton.api.v1.JobService.DeleteJob:input_type -> peloton.api.v1.DeleteJobRequest
+	29, // 63: peloton.api.v1.JobService.RestartJob:input_type -> peloton.api.v1.RestartJobRequest
+	31, // 64: peloton.api.v1.TaskService.ListTasks:input_type -> peloton.api.v1.ListTasksRequest
+	33, // 65: peloton.api.v1.TaskService.GetTask:input_type -> peloton.api.v1.GetTaskRequest
+	35, // 66: peloton.api.v1.TaskService.KillTask:input_type -> peloton.api.v1.KillTaskRequest
+	37, // 67: peloton.api.v1.TaskService.GetTaskLogs:input_type -> peloton.api.v1.GetTaskLogsRequest
+	42, // 68: peloton.api.v1.PoolService.CreatePool:input_type -> peloton.api.v1.CreatePoolRequest
+	44, // 69: peloton.api.v1.PoolService.GetPool:input_type -> peloton.api.v1.GetPoolRequest
+	46, // 70: peloton.api.v1.PoolService.UpdatePool:input_type -> peloton.api.v1.UpdatePoolRequest
+	48, // 71: peloton.api.v1.PoolService.DeletePool:input_type -> peloton.api.v1.DeletePoolRequest
+	50, // 72: peloton.api.v1.PoolService.ListPools:input_type -> peloton.api.v1.ListPoolsRequest
+	53, // 73: peloton.api.v1.HostService.ListHosts:input_type -> peloton.api.v1.ListHostsRequest
+	20, // 74: peloton.api.v1.JobService.CreateJob:output_type -> peloton.api.v1.CreateJobResponse
+	22, // 75: peloton.api.v1.JobService.GetJob:output_type -> peloton.api.v1.GetJobResponse
+	24, // 76: peloton.api.v1.JobService.ListJobs:output_type -> peloton.api.v1.ListJobsResponse
+	26, // 77: peloton.api.v1.JobService.CancelJob:output_type -> peloton.api.v1.CancelJobResponse
+	28, // 78: peloton.api.v1.JobService.DeleteJob:output_type -> peloton.api.v1.DeleteJobResponse
+	30, // 79: peloton.api.v1.JobService.RestartJob:output_type -> peloton.api.v1.RestartJobResponse
+	32, // 80: peloton.api.v1.TaskService.ListTasks:output_type -> peloton.api.v1.ListTasksResponse
+	34, // 81: peloton.api.v1.TaskService.GetTask:output_type -> peloton.api.v1.GetTaskResponse
+	36, // 82: peloton.api.v1.TaskService.KillTask:output_type -> peloton.api.v1.KillTaskResponse
+	38, // 83: peloton.api.v1.TaskService.GetTaskLogs:output_type -> peloton.api.v1.LogChunk
+	43, // 84: peloton.api.v1.PoolService.CreatePool:output_type -> peloton.api.v1.CreatePoolResponse
+	45, // 85: peloton.api.v1.PoolService.GetPool:output_type -> peloton.api.v1.GetPoolResponse
+	47, // 86: peloton.api.v1.PoolService.UpdatePool:output_type -> peloton.api.v1.UpdatePoolResponse
+	49, // 87: peloton.api.v1.PoolService.DeletePool:output_type -> peloton.api.v1.DeletePoolResponse
+	51, // 88: peloton.api.v1.PoolService.ListPools:output_type -> peloton.api.v1.ListPoolsResponse
+	54, // 89: peloton.api.v1.HostService.ListHosts:output_type -> peloton.api.v1.ListHostsResponse
+	74, // [74:90] is the sub-list for method output_type
+	58, // [58:74] is the sub-list for method input_type
+	58, // [58:58] is the sub-list for extension type_name
+	58, // [58:58] is the sub-list for extension extendee
+	0,  // [0:58] is the sub-list for field type_name
 }
 
 func init() { file_peloton_api_v1_peloton_proto_init() }
@@ -3469,8 +3767,8 @@ func file_peloton_api_v1_peloton_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_peloton_api_v1_peloton_proto_rawDesc), len(file_peloton_api_v1_peloton_proto_rawDesc)),
-			NumEnums:      5,
-			NumMessages:   51,
+			NumEnums:      7,
+			NumMessages:   53,
 			NumExtensions: 0,
 			NumServices:   4,
 		},
