@@ -102,10 +102,10 @@ func (c *GangConfig) plan() (gangPlan, error) {
 //
 // Then GangsPerSize gang jobs of each size (MinGang, doubling, up to MaxGang)
 // are submitted, sizes interleaved, each with sla.minimumRunningInstances
-// equal to its instance count, so the whole job is one gang. ListTasks is
-// polled for every gang not yet all launched; a gang is partial if at some
-// poll some of its members are LAUNCHED or later while others wait
-// (INITIALIZED, PENDING, READY or PLACING) on their first run. A poll is a
+// equal to its instance count, so the whole job is one gang. Each gang job
+// has its own poller calling ListTasks until all members are launched; a
+// gang is partial if at some poll some of its members are LAUNCHED or later
+// while others wait on their first run (see isWaiting). A poll is a
 // sample, so partialGangsSeen can miss a short partial window; pollsPerGang
 // says how closely each gang was watched.
 func Gang(ctx context.Context, env Env, cfg GangConfig) (*Result, error) {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"strings"
 	"syscall"
 	"time"
 
@@ -63,7 +64,9 @@ func (a *app) benchScenario(sc bench.Scenario) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   sc.Name + " [flags]",
 		Short: sc.Short,
-		Args:  argsNamed(),
+		Long: "Benchmark: " + sc.Short + ".\n\nFigures: " + strings.Join(sc.Figures, ", ") +
+			".\n\ndocs/benchmarks.md says how each is measured and what it measured so far.",
+		Args: argsNamed(),
 	}
 	fs := cmd.Flags()
 	f.register(fs)
