@@ -19,7 +19,7 @@ build:
 # Unit and component tests run with the race detector; the end-to-end suite
 # (whole stack, embedded etcd, real processes) runs without it to stay within
 # the time budget on 2 cores.
-RACE_PKGS := ./internal/... ./resmgr/... ./placement/... ./jobmgr/... ./hostmgr/... ./cluster/... ./cmd/...
+RACE_PKGS := ./internal/... ./resmgr/... ./placement/... ./jobmgr/... ./hostmgr/... ./cluster/... ./cmd/... ./bench/...
 
 ## test sets up everything the suite needs and runs it all.
 test:

@@ -185,7 +185,8 @@ func (m *Manager) rmTask(j *job, inst, run uint32) *resmgr.Task {
 	sla := j.spec.Sla
 	return &resmgr.Task{JobID: j.id, Instance: inst, RunID: run, Pool: j.spec.Pool,
 		Priority: sla.GetPriority(), Preemptible: isPreemptible(sla), Revocable: sla.GetRevocable(),
-		Resources: j.resourcesOf(inst)}
+		Resources: j.resourcesOf(inst), Strategy: strategyOf(j.spec, inst), Placement: placementOf(j.spec, inst),
+		PrevHost: j.previousHost(inst)}
 }
 
 // isPreemptible: batch work is preemptible unless the spec says otherwise.

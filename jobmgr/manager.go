@@ -70,6 +70,21 @@ func (j *job) resourcesOf(inst uint32) resources.Resources {
 	return j.defRes
 }
 
+// previousHost is the host the instance's last run ran on, which placement
+// prefers for the next run when it still fits.
+func (j *job) previousHost(inst uint32) string {
+	t := j.tasks[inst]
+	if t == nil {
+		return ""
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.rt.Host != "" {
+		return t.rt.Host
+	}
+	return t.rt.PreviousHost
+}
+
 func (j *job) gangSize() uint32 {
 	if j.spec.Sla != nil && j.spec.Sla.MinimumRunningInstances > 1 {
 		return j.spec.Sla.MinimumRunningInstances
@@ -483,6 +498,9 @@ func newRun(rt *pelotonv1.TaskStatus, run uint32, message string) {
 	rt.State = stInitialized
 	rt.RunId = run
 	rt.DesiredRunId = 0
+	if rt.Host != "" {
+		rt.PreviousHost = rt.Host
+	}
 	rt.Host = ""
 	rt.ExitCode = 0
 	rt.Reason = ""

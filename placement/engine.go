@@ -104,6 +104,10 @@ func (e *Engine) round(gangs []*resmgr.Gang) {
 // instead of retrying it hot; until resmgr has that call it backs off like
 // any other.
 func (e *Engine) returnGang(u Unplaced) {
+	if u.Code == Unresolvable {
+		e.rm.ReturnGangUnresolvable(u.Gang, u.Reason)
+		return
+	}
 	e.rm.ReturnGang(u.Gang, u.Reason)
 }
 

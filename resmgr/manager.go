@@ -66,6 +66,7 @@ type Manager struct {
 	victims  []Victim
 
 	hasJobs    func(pool string) bool
+	held       map[*Gang]struct{}
 	admitKick  chan struct{}
 	readyCond  *sync.Cond
 	placedCond *sync.Cond
@@ -102,7 +103,7 @@ func New(ctx context.Context, st store.Store, opts Options) (*Manager, error) {
 	m := &Manager{
 		store: st, log: opts.Logger.With("component", "resmgr"), now: time.Now,
 		backoffBase: opts.BackoffBase, backoffMax: opts.BackoffMax,
-		pools: map[string]*Pool{}, tasks: map[string]*taskState{},
+		pools: map[string]*Pool{}, tasks: map[string]*taskState{}, held: map[*Gang]struct{}{},
 		admitKick: make(chan struct{}, 1),
 		gate:      reclaimGate{delay: opts.ReclaimDelay, since: map[string]time.Time{}},
 	}
@@ -370,7 +371,7 @@ func (m *Manager) SetCapacity(c resources.Resources) {
 	m.capacity = c
 	m.mu.Unlock()
 	if changed {
-		m.kick()
+		m.HostsChanged()
 	}
 }
 
@@ -473,6 +474,10 @@ func (m *Manager) admitOnce() int {
 		isWaiting, sawEntitlementBlock := false, false
 		var refused []refusal
 		p.queue.each(func(g *Gang) bool {
+			if g.heldUntil.After(now) {
+				return true // no host could take it; see ReturnGangUnresolvable
+			}
+			delete(m.held, g)
 			block, reason := blockNone, ""
 			if r, ok := findRefusal(refused, fullCluster, g); ok {
 				block, reason = r.kind, r.reason
@@ -808,6 +813,57 @@ func (m *Manager) ReturnGang(g *Gang, reason string) {
 	g.notBefore = m.now().Add(d)
 	m.ready = append(m.ready, g)
 	m.readyCond.Broadcast()
+}
+
+// UnresolvableHold is how long a gang that no host could ever take waits
+// before admission tries it again, unless the hosts change first.
+const UnresolvableHold = time.Minute
+
+// ReturnGangUnresolvable takes back a gang that placement found no host could
+// ever run (constraints, partition or size match no host even when empty).
+// Retrying it every few milliseconds would be pointless: it gives back its
+// admission, so it holds none of its pool's entitlement, and waits in its
+// pool's queue, with the reason for users, until the hosts change or
+// UnresolvableHold passes.
+func (m *Manager) ReturnGangUnresolvable(g *Gang, reason string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var live []*taskState
+	for _, t := range g.Tasks {
+		if ts, ok := m.tasks[t.Key()]; ok && ts.gang == g {
+			live = append(live, ts)
+		}
+	}
+	if len(live) == 0 {
+		return
+	}
+	p := m.pools[g.Pool]
+	if p == nil || !p.IsLeaf() {
+		return
+	}
+	msg := "cannot be placed: " + reason + "; tried again when hosts change"
+	for _, ts := range live {
+		m.hold(p, ts, false)
+		ts.state, ts.reason = pelotonv1.TaskState_PENDING, msg
+	}
+	g.heldUntil = m.now().Add(UnresolvableHold)
+	g.notBefore = time.Time{}
+	p.queue.push(g)
+	walkUp(p, func(n *Pool) { n.Pending = n.Pending.Add(g.Resources); n.pendingTasks += len(g.Tasks) })
+	m.held[g] = struct{}{}
+	m.kick()
+}
+
+// HostsChanged releases gangs held as unresolvable, so admission and
+// placement try them again on the new hosts.
+func (m *Manager) HostsChanged() {
+	m.mu.Lock()
+	for g := range m.held {
+		g.heldUntil = time.Time{}
+	}
+	clear(m.held)
+	m.mu.Unlock()
+	m.kick()
 }
 
 // SetPlacements records placement decisions; jobmgr picks them up with

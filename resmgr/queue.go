@@ -53,6 +53,9 @@ type Gang struct {
 	enqueued  time.Time
 	attempts  int
 	notBefore time.Time
+	// heldUntil keeps a gang that no host could ever take out of admission
+	// until then (or until the hosts change).
+	heldUntil time.Time
 	elem      *list.Element
 	bucket    *bucket
 }

@@ -47,6 +47,8 @@ type stackOpts struct {
 	hostMem int64
 	// backend is the hostmgr backend (default "local").
 	backend string
+	// labels are the sim backend's host labels (key=value, round-robin per key).
+	labels []string
 }
 
 // startStack starts Peloton on loopback ports chosen by the kernel, with its
@@ -74,7 +76,7 @@ func startStack(t *testing.T, dataDir string, o stackOpts) *stack {
 	}
 	cfg := cluster.Config{
 		DataDir: dataDir, Listen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0", EtcdListen: "127.0.0.1:0",
-		Backend: o.backend, Hosts: o.hosts, HostCPU: o.hostCPU, HostMemoryMB: o.hostMem, HostDiskMB: 10000,
+		Backend: o.backend, Hosts: o.hosts, HostCPU: o.hostCPU, HostMemoryMB: o.hostMem, HostDiskMB: 10000, HostLabels: o.labels,
 		ShutdownGrace: 5 * time.Second,
 		Logger:        slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel})),
 		OnReady:       func(r cluster.ReadyInfo) { readyCh <- r },

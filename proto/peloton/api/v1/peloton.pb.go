@@ -1217,7 +1217,9 @@ type TaskStatus struct {
 	// admission in pool /default", "no host has cpu=4 free").
 	PendingReason string `protobuf:"bytes,13,opt,name=pending_reason,json=pendingReason,proto3" json:"pending_reason,omitempty"`
 	// The latest state changes of this instance, oldest first (at most 16).
-	History       []*TaskTransition `protobuf:"bytes,14,rep,name=history,proto3" json:"history,omitempty"`
+	History []*TaskTransition `protobuf:"bytes,14,rep,name=history,proto3" json:"history,omitempty"`
+	// Host of the instance's previous run; placement prefers it for the next.
+	PreviousHost  string `protobuf:"bytes,15,opt,name=previous_host,json=previousHost,proto3" json:"previous_host,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1348,6 +1350,13 @@ func (x *TaskStatus) GetHistory() []*TaskTransition {
 		return x.History
 	}
 	return nil
+}
+
+func (x *TaskStatus) GetPreviousHost() string {
+	if x != nil {
+		return x.PreviousHost
+	}
+	return ""
 }
 
 // TaskTransition is one entry of a task's history.
@@ -3351,7 +3360,7 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\x03Job\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12+\n" +
 	"\x04spec\x18\x02 \x01(\v2\x17.peloton.api.v1.JobSpecR\x04spec\x121\n" +
-	"\x06status\x18\x03 \x01(\v2\x19.peloton.api.v1.JobStatusR\x06status\"\xda\x04\n" +
+	"\x06status\x18\x03 \x01(\v2\x19.peloton.api.v1.JobStatusR\x06status\"\xff\x04\n" +
 	"\n" +
 	"TaskStatus\x12/\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x19.peloton.api.v1.TaskStateR\x05state\x128\n" +
@@ -3371,7 +3380,8 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"updateTime\x12$\n" +
 	"\x0edesired_run_id\x18\f \x01(\rR\fdesiredRunId\x12%\n" +
 	"\x0epending_reason\x18\r \x01(\tR\rpendingReason\x128\n" +
-	"\ahistory\x18\x0e \x03(\v2\x1e.peloton.api.v1.TaskTransitionR\ahistory\"\xa0\x01\n" +
+	"\ahistory\x18\x0e \x03(\v2\x1e.peloton.api.v1.TaskTransitionR\ahistory\x12#\n" +
+	"\rprevious_host\x18\x0f \x01(\tR\fpreviousHost\"\xa0\x01\n" +
 	"\x0eTaskTransition\x12/\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x19.peloton.api.v1.TaskStateR\x05state\x12\x15\n" +
 	"\x06run_id\x18\x02 \x01(\rR\x05runId\x12.\n" +
