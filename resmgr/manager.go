@@ -1010,3 +1010,108 @@ func (m *Manager) MarkRunning(jobID string, instance uint32) {
 		ts.state, ts.reason = pelotonv1.TaskState_RUNNING, ""
 	}
 }
+
+// maxMovedPools bounds a move: the whole subtree is rewritten in one
+// transaction, which etcd limits (--max-txn-ops, 128 by default).
+const maxMovedPools = 64
+
+// MovePool moves a pool and its subtree under newParent. The pools keep
+// their specs; their paths change. Pools that hold jobs cannot be moved (a
+// job names its pool by path), a move may not put a pool inside itself, and
+// the new parent's children may not reserve more than it does. The whole
+// subtree is rewritten in one transaction: all of it moves or none.
+func (m *Manager) MovePool(ctx context.Context, path, newParent string) (*pelotonv1.Pool, error) {
+	path, err := NormalizePath(path, "path")
+	if err != nil {
+		return nil, err
+	}
+	newParent, err = NormalizePath(newParent, "newParent")
+	if err != nil {
+		return nil, err
+	}
+	if path == RootPath {
+		return nil, apierr.Invalid("path", "the root pool / cannot be moved")
+	}
+	if newParent == path || strings.HasPrefix(newParent, path+"/") {
+		return nil, apierr.Invalid("newParent", "%s is %s or inside it; moving it there would create a cycle", newParent, path)
+	}
+	base := path[strings.LastIndex(path, "/")+1:]
+	newPath := strings.TrimSuffix(newParent, "/") + "/" + base
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p, ok := m.pools[path]
+	if !ok {
+		return nil, apierr.NotFound("pool %s does not exist", path)
+	}
+	target, ok := m.pools[newParent]
+	if !ok {
+		return nil, apierr.NotFound("newParent: pool %s does not exist", newParent)
+	}
+	if newPath == path {
+		return p.toProto(true), nil
+	}
+	if _, exists := m.pools[newPath]; exists {
+		return nil, apierr.AlreadyExists("pool %s already exists", newPath)
+	}
+	var subtree []*Pool
+	var collect func(*Pool)
+	collect = func(n *Pool) {
+		subtree = append(subtree, n)
+		for _, c := range n.children {
+			collect(c)
+		}
+	}
+	collect(p)
+	if len(subtree) > maxMovedPools {
+		return nil, apierr.FailedPrecondition("pool %s has %d pools under it; at most %d move at once", path, len(subtree), maxMovedPools)
+	}
+	for _, n := range subtree {
+		if n.queue.size > 0 || n.runningTasks > 0 || (m.hasJobs != nil && m.hasJobs(n.Path)) {
+			return nil, apierr.FailedPrecondition("pool %s has jobs; pools with jobs cannot be moved", n.Path)
+		}
+		if depth := strings.Count(newPath+strings.TrimPrefix(n.Path, path), "/"); depth > 16 {
+			return nil, apierr.Invalid("newParent", "%s would be %d levels deep; at most 16", newPath+strings.TrimPrefix(n.Path, path), depth)
+		}
+	}
+	if target != m.root && target.IsLeaf() && (target.queue.size+target.runningTasks > 0 || (m.hasJobs != nil && m.hasJobs(target.Path))) {
+		return nil, apierr.FailedPrecondition("newParent: pool %s has jobs; a pool with jobs cannot get children", target.Path)
+	}
+	if err := m.checkReservations(target, newPath, p.Reservation); err != nil {
+		return nil, err
+	}
+	ops := make([]store.Op, 0, 2*len(subtree))
+	for _, n := range subtree {
+		val, _ := proto.Marshal(n.spec)
+		ops = append(ops,
+			store.Delete(poolKeyPrefix+n.Path, n.revision),
+			store.Put(poolKeyPrefix+newPath+strings.TrimPrefix(n.Path, path), val, store.MustNotExist))
+	}
+	rev, err := m.store.Txn(ctx, ops...)
+	if errors.Is(err, store.ErrConflict) {
+		return nil, apierr.Aborted("pools under %s changed concurrently; retry", path)
+	}
+	if err != nil {
+		return nil, apierr.Unavailable("move pool %s: %v", path, err)
+	}
+	delete(p.parent.children, path)
+	for _, n := range subtree {
+		delete(m.pools, n.Path)
+	}
+	// Children maps are keyed by path: rebuild them bottom-up with the new paths.
+	for i := len(subtree) - 1; i >= 0; i-- {
+		n := subtree[i]
+		n.Path = newPath + strings.TrimPrefix(n.Path, path)
+		n.revision = rev
+		kids := make(map[string]*Pool, len(n.children))
+		for _, c := range n.children {
+			kids[c.Path] = c
+		}
+		n.children = kids
+		m.pools[n.Path] = n
+	}
+	p.parent = target
+	target.children[p.Path] = p
+	m.kick()
+	m.log.Info("pool moved", "from", path, "to", p.Path)
+	return p.toProto(true), nil
+}

@@ -2,6 +2,7 @@ package resmgr
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"testing"
@@ -198,5 +199,61 @@ func TestPoolTreePersistsAndValidates(t *testing.T) {
 	}
 	if err := m2.DeletePool(ctx, "/org"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestMovePool(t *testing.T) {
+	_, st := storetest.StartEtcd(t)
+	ctx := context.Background()
+	m, err := New(ctx, st, Options{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.SetJobChecker(func(pool string) bool { return pool == "/busy" })
+	for _, p := range []struct {
+		path string
+		cpu  float64
+	}{{"/a", 10}, {"/a/x", 4}, {"/a/x/y", 1}, {"/b", 3}, {"/busy", 0}} {
+		if _, err := m.CreatePool(ctx, p.path, &pelotonv1.PoolSpec{Reservation: &pelotonv1.Resources{Cpu: p.cpu}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		path, to string
+		code     codes.Code
+	}{
+		{"/a", "/a/x", codes.InvalidArgument},         // inside itself: a cycle
+		{"/a", "/a", codes.InvalidArgument},           // itself
+		{"/a/x", "/nope", codes.NotFound},             // no such parent
+		{"/a/x", "/b", codes.InvalidArgument},         // /b reserves 3, /a/x needs 4
+		{"/busy", "/b", codes.FailedPrecondition},     // has jobs
+		{"/a/x/y", "/busy", codes.FailedPrecondition}, // the new parent has jobs
+		{"/", "/b", codes.InvalidArgument},
+	} {
+		if _, err := m.MovePool(ctx, tc.path, tc.to); status.Code(err) != tc.code {
+			t.Errorf("move %s to %s: %v, want %s", tc.path, tc.to, err, tc.code)
+		}
+	}
+	p, err := m.MovePool(ctx, "/a/x", "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Path != "/x" || len(p.Children) != 1 || p.Children[0] != "/x/y" {
+		t.Fatalf("moved pool %v", p)
+	}
+	// A fresh manager on the same store sees the new tree, and the old paths are gone.
+	m2, err := New(ctx, st, Options{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var paths []string
+	for _, p := range m2.ListPools() {
+		paths = append(paths, p.Path)
+	}
+	if got := fmt.Sprint(paths); got != "[/ /a /b /busy /default /x /x/y]" {
+		t.Fatalf("tree after move and reload: %s", got)
+	}
+	if _, err := m2.CheckLeafPool("/x/y", "spec.pool"); err != nil {
+		t.Fatalf("moved leaf should take jobs: %v", err)
 	}
 }

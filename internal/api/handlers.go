@@ -148,3 +148,12 @@ func (s *Server) ListPools(ctx context.Context, req *pelotonv1.ListPoolsRequest)
 func (s *Server) ListHosts(ctx context.Context, req *pelotonv1.ListHostsRequest) (*pelotonv1.ListHostsResponse, error) {
 	return &pelotonv1.ListHostsResponse{Hosts: s.hm.ListHosts()}, nil
 }
+
+// MovePool moves a pool and its children under another parent.
+func (s *Server) MovePool(ctx context.Context, req *pelotonv1.MovePoolRequest) (*pelotonv1.MovePoolResponse, error) {
+	p, err := s.rm.MovePool(ctx, req.GetPath(), req.GetNewParent())
+	if err != nil {
+		return nil, err
+	}
+	return &pelotonv1.MovePoolResponse{Pool: p}, nil
+}

@@ -21,6 +21,7 @@ func (a *app) poolCommand() *cobra.Command {
 		a.poolUpdateCommand(),
 		a.poolDeleteCommand(),
 		a.poolListCommand(),
+		a.poolMoveCommand(),
 	)
 	return cmd
 }
@@ -171,4 +172,36 @@ func (a *app) poolListCommand() *cobra.Command {
 			})
 		},
 	}
+}
+
+func (a *app) poolMoveCommand() *cobra.Command {
+	var to string
+	cmd := &cobra.Command{
+		Use:   "move PATH --to NEW_PARENT",
+		Short: "Move a pool and its children under another parent",
+		Long: "Move a pool and its children under another parent; PATH becomes NEW_PARENT/<its last segment>.\n" +
+			"Pools that hold jobs cannot be moved, and a pool cannot be moved inside itself.",
+		Args: argsNamed("PATH"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if to == "" {
+				return usageErrorf("--to is required: the new parent pool")
+			}
+			p, err := a.printer()
+			if err != nil {
+				return err
+			}
+			c, err := a.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			resp, err := call(cmd.Context(), c, c.pools.MovePool, &pelotonv1.MovePoolRequest{Path: args[0], NewParent: to})
+			if err != nil {
+				return err
+			}
+			return showPool(p, resp.GetPool())
+		},
+	}
+	cmd.Flags().StringVar(&to, "to", "", "the new parent pool")
+	return cmd
 }

@@ -3030,6 +3030,104 @@ func (*DeletePoolResponse) Descriptor() ([]byte, []int) {
 	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{42}
 }
 
+// MovePoolRequest moves a pool, with its children, under another parent.
+// Its path becomes <newParent>/<its last segment>.
+type MovePoolRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	NewParent     string                 `protobuf:"bytes,2,opt,name=new_parent,json=newParent,proto3" json:"new_parent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MovePoolRequest) Reset() {
+	*x = MovePoolRequest{}
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MovePoolRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MovePoolRequest) ProtoMessage() {}
+
+func (x *MovePoolRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MovePoolRequest.ProtoReflect.Descriptor instead.
+func (*MovePoolRequest) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *MovePoolRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *MovePoolRequest) GetNewParent() string {
+	if x != nil {
+		return x.NewParent
+	}
+	return ""
+}
+
+type MovePoolResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Pool          *Pool                  `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MovePoolResponse) Reset() {
+	*x = MovePoolResponse{}
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MovePoolResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MovePoolResponse) ProtoMessage() {}
+
+func (x *MovePoolResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MovePoolResponse.ProtoReflect.Descriptor instead.
+func (*MovePoolResponse) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *MovePoolResponse) GetPool() *Pool {
+	if x != nil {
+		return x.Pool
+	}
+	return nil
+}
+
 type ListPoolsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -3038,7 +3136,7 @@ type ListPoolsRequest struct {
 
 func (x *ListPoolsRequest) Reset() {
 	*x = ListPoolsRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[43]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3050,7 +3148,7 @@ func (x *ListPoolsRequest) String() string {
 func (*ListPoolsRequest) ProtoMessage() {}
 
 func (x *ListPoolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[43]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3063,7 +3161,7 @@ func (x *ListPoolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoolsRequest.ProtoReflect.Descriptor instead.
 func (*ListPoolsRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{43}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{45}
 }
 
 type ListPoolsResponse struct {
@@ -3075,7 +3173,7 @@ type ListPoolsResponse struct {
 
 func (x *ListPoolsResponse) Reset() {
 	*x = ListPoolsResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[44]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3087,7 +3185,7 @@ func (x *ListPoolsResponse) String() string {
 func (*ListPoolsResponse) ProtoMessage() {}
 
 func (x *ListPoolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[44]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3100,7 +3198,7 @@ func (x *ListPoolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoolsResponse.ProtoReflect.Descriptor instead.
 func (*ListPoolsResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{44}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ListPoolsResponse) GetPools() []*Pool {
@@ -3126,7 +3224,7 @@ type Host struct {
 
 func (x *Host) Reset() {
 	*x = Host{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[45]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3138,7 +3236,7 @@ func (x *Host) String() string {
 func (*Host) ProtoMessage() {}
 
 func (x *Host) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[45]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3151,7 +3249,7 @@ func (x *Host) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Host.ProtoReflect.Descriptor instead.
 func (*Host) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{45}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *Host) GetName() string {
@@ -3211,7 +3309,7 @@ type ListHostsRequest struct {
 
 func (x *ListHostsRequest) Reset() {
 	*x = ListHostsRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[46]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3223,7 +3321,7 @@ func (x *ListHostsRequest) String() string {
 func (*ListHostsRequest) ProtoMessage() {}
 
 func (x *ListHostsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[46]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3236,7 +3334,7 @@ func (x *ListHostsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHostsRequest.ProtoReflect.Descriptor instead.
 func (*ListHostsRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{46}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{48}
 }
 
 type ListHostsResponse struct {
@@ -3248,7 +3346,7 @@ type ListHostsResponse struct {
 
 func (x *ListHostsResponse) Reset() {
 	*x = ListHostsResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[47]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3260,7 +3358,7 @@ func (x *ListHostsResponse) String() string {
 func (*ListHostsResponse) ProtoMessage() {}
 
 func (x *ListHostsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[47]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3273,7 +3371,7 @@ func (x *ListHostsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHostsResponse.ProtoReflect.Descriptor instead.
 func (*ListHostsResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{47}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ListHostsResponse) GetHosts() []*Host {
@@ -3479,7 +3577,13 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\x04pool\x18\x01 \x01(\v2\x14.peloton.api.v1.PoolR\x04pool\"'\n" +
 	"\x11DeletePoolRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\"\x14\n" +
-	"\x12DeletePoolResponse\"\x12\n" +
+	"\x12DeletePoolResponse\"D\n" +
+	"\x0fMovePoolRequest\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x1d\n" +
+	"\n" +
+	"new_parent\x18\x02 \x01(\tR\tnewParent\"<\n" +
+	"\x10MovePoolResponse\x12(\n" +
+	"\x04pool\x18\x01 \x01(\v2\x14.peloton.api.v1.PoolR\x04pool\"\x12\n" +
 	"\x10ListPoolsRequest\"?\n" +
 	"\x11ListPoolsResponse\x12*\n" +
 	"\x05pools\x18\x01 \x03(\v2\x14.peloton.api.v1.PoolR\x05pools\"\xed\x02\n" +
@@ -3578,7 +3682,7 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\tListTasks\x12 .peloton.api.v1.ListTasksRequest\x1a!.peloton.api.v1.ListTasksResponse\x12J\n" +
 	"\aGetTask\x12\x1e.peloton.api.v1.GetTaskRequest\x1a\x1f.peloton.api.v1.GetTaskResponse\x12M\n" +
 	"\bKillTask\x12\x1f.peloton.api.v1.KillTaskRequest\x1a .peloton.api.v1.KillTaskResponse\x12M\n" +
-	"\vGetTaskLogs\x12\".peloton.api.v1.GetTaskLogsRequest\x1a\x18.peloton.api.v1.LogChunk0\x012\xaa\x03\n" +
+	"\vGetTaskLogs\x12\".peloton.api.v1.GetTaskLogsRequest\x1a\x18.peloton.api.v1.LogChunk0\x012\xf9\x03\n" +
 	"\vPoolService\x12S\n" +
 	"\n" +
 	"CreatePool\x12!.peloton.api.v1.CreatePoolRequest\x1a\".peloton.api.v1.CreatePoolResponse\x12J\n" +
@@ -3587,7 +3691,8 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"UpdatePool\x12!.peloton.api.v1.UpdatePoolRequest\x1a\".peloton.api.v1.UpdatePoolResponse\x12S\n" +
 	"\n" +
 	"DeletePool\x12!.peloton.api.v1.DeletePoolRequest\x1a\".peloton.api.v1.DeletePoolResponse\x12P\n" +
-	"\tListPools\x12 .peloton.api.v1.ListPoolsRequest\x1a!.peloton.api.v1.ListPoolsResponse2_\n" +
+	"\tListPools\x12 .peloton.api.v1.ListPoolsRequest\x1a!.peloton.api.v1.ListPoolsResponse\x12M\n" +
+	"\bMovePool\x12\x1f.peloton.api.v1.MovePoolRequest\x1a .peloton.api.v1.MovePoolResponse2_\n" +
 	"\vHostService\x12P\n" +
 	"\tListHosts\x12 .peloton.api.v1.ListHostsRequest\x1a!.peloton.api.v1.ListHostsResponseBAZ?github.com/peloton-sched/peloton/proto/peloton/api/v1;pelotonv1b\x06proto3"
 
@@ -3604,7 +3709,7 @@ func file_peloton_api_v1_peloton_proto_rawDescGZIP() []byte {
 }
 
 var file_peloton_api_v1_peloton_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_peloton_api_v1_peloton_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
+var file_peloton_api_v1_peloton_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
 var file_peloton_api_v1_peloton_proto_goTypes = []any{
 	(JobType)(0),                  // 0: peloton.api.v1.JobType
 	(TaskState)(0),                // 1: peloton.api.v1.TaskState
@@ -3656,20 +3761,22 @@ var file_peloton_api_v1_peloton_proto_goTypes = []any{
 	(*UpdatePoolResponse)(nil),    // 47: peloton.api.v1.UpdatePoolResponse
 	(*DeletePoolRequest)(nil),     // 48: peloton.api.v1.DeletePoolRequest
 	(*DeletePoolResponse)(nil),    // 49: peloton.api.v1.DeletePoolResponse
-	(*ListPoolsRequest)(nil),      // 50: peloton.api.v1.ListPoolsRequest
-	(*ListPoolsResponse)(nil),     // 51: peloton.api.v1.ListPoolsResponse
-	(*Host)(nil),                  // 52: peloton.api.v1.Host
-	(*ListHostsRequest)(nil),      // 53: peloton.api.v1.ListHostsRequest
-	(*ListHostsResponse)(nil),     // 54: peloton.api.v1.ListHostsResponse
-	nil,                           // 55: peloton.api.v1.TaskSpec.EnvEntry
-	nil,                           // 56: peloton.api.v1.JobSpec.InstanceSpecsEntry
-	nil,                           // 57: peloton.api.v1.JobSpec.LabelsEntry
-	nil,                           // 58: peloton.api.v1.JobStatus.TaskCountsEntry
-	nil,                           // 59: peloton.api.v1.Host.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 60: google.protobuf.Timestamp
+	(*MovePoolRequest)(nil),       // 50: peloton.api.v1.MovePoolRequest
+	(*MovePoolResponse)(nil),      // 51: peloton.api.v1.MovePoolResponse
+	(*ListPoolsRequest)(nil),      // 52: peloton.api.v1.ListPoolsRequest
+	(*ListPoolsResponse)(nil),     // 53: peloton.api.v1.ListPoolsResponse
+	(*Host)(nil),                  // 54: peloton.api.v1.Host
+	(*ListHostsRequest)(nil),      // 55: peloton.api.v1.ListHostsRequest
+	(*ListHostsResponse)(nil),     // 56: peloton.api.v1.ListHostsResponse
+	nil,                           // 57: peloton.api.v1.TaskSpec.EnvEntry
+	nil,                           // 58: peloton.api.v1.JobSpec.InstanceSpecsEntry
+	nil,                           // 59: peloton.api.v1.JobSpec.LabelsEntry
+	nil,                           // 60: peloton.api.v1.JobStatus.TaskCountsEntry
+	nil,                           // 61: peloton.api.v1.Host.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 62: google.protobuf.Timestamp
 }
 var file_peloton_api_v1_peloton_proto_depIdxs = []int32{
-	55, // 0: peloton.api.v1.TaskSpec.env:type_name -> peloton.api.v1.TaskSpec.EnvEntry
+	57, // 0: peloton.api.v1.TaskSpec.env:type_name -> peloton.api.v1.TaskSpec.EnvEntry
 	7,  // 1: peloton.api.v1.TaskSpec.resources:type_name -> peloton.api.v1.Resources
 	9,  // 2: peloton.api.v1.TaskSpec.restart_policy:type_name -> peloton.api.v1.RestartPolicy
 	12, // 3: peloton.api.v1.TaskSpec.placement:type_name -> peloton.api.v1.PlacementSpec
@@ -3679,24 +3786,24 @@ var file_peloton_api_v1_peloton_proto_depIdxs = []int32{
 	0,  // 7: peloton.api.v1.JobSpec.type:type_name -> peloton.api.v1.JobType
 	8,  // 8: peloton.api.v1.JobSpec.sla:type_name -> peloton.api.v1.SlaSpec
 	10, // 9: peloton.api.v1.JobSpec.default_spec:type_name -> peloton.api.v1.TaskSpec
-	56, // 10: peloton.api.v1.JobSpec.instance_specs:type_name -> peloton.api.v1.JobSpec.InstanceSpecsEntry
-	57, // 11: peloton.api.v1.JobSpec.labels:type_name -> peloton.api.v1.JobSpec.LabelsEntry
+	58, // 10: peloton.api.v1.JobSpec.instance_specs:type_name -> peloton.api.v1.JobSpec.InstanceSpecsEntry
+	59, // 11: peloton.api.v1.JobSpec.labels:type_name -> peloton.api.v1.JobSpec.LabelsEntry
 	4,  // 12: peloton.api.v1.JobStatus.state:type_name -> peloton.api.v1.JobState
 	4,  // 13: peloton.api.v1.JobStatus.goal_state:type_name -> peloton.api.v1.JobState
-	58, // 14: peloton.api.v1.JobStatus.task_counts:type_name -> peloton.api.v1.JobStatus.TaskCountsEntry
-	60, // 15: peloton.api.v1.JobStatus.create_time:type_name -> google.protobuf.Timestamp
-	60, // 16: peloton.api.v1.JobStatus.start_time:type_name -> google.protobuf.Timestamp
-	60, // 17: peloton.api.v1.JobStatus.completion_time:type_name -> google.protobuf.Timestamp
+	60, // 14: peloton.api.v1.JobStatus.task_counts:type_name -> peloton.api.v1.JobStatus.TaskCountsEntry
+	62, // 15: peloton.api.v1.JobStatus.create_time:type_name -> google.protobuf.Timestamp
+	62, // 16: peloton.api.v1.JobStatus.start_time:type_name -> google.protobuf.Timestamp
+	62, // 17: peloton.api.v1.JobStatus.completion_time:type_name -> google.protobuf.Timestamp
 	13, // 18: peloton.api.v1.Job.spec:type_name -> peloton.api.v1.JobSpec
 	14, // 19: peloton.api.v1.Job.status:type_name -> peloton.api.v1.JobStatus
 	1,  // 20: peloton.api.v1.TaskStatus.state:type_name -> peloton.api.v1.TaskState
 	1,  // 21: peloton.api.v1.TaskStatus.goal_state:type_name -> peloton.api.v1.TaskState
-	60, // 22: peloton.api.v1.TaskStatus.start_time:type_name -> google.protobuf.Timestamp
-	60, // 23: peloton.api.v1.TaskStatus.completion_time:type_name -> google.protobuf.Timestamp
-	60, // 24: peloton.api.v1.TaskStatus.update_time:type_name -> google.protobuf.Timestamp
+	62, // 22: peloton.api.v1.TaskStatus.start_time:type_name -> google.protobuf.Timestamp
+	62, // 23: peloton.api.v1.TaskStatus.completion_time:type_name -> google.protobuf.Timestamp
+	62, // 24: peloton.api.v1.TaskStatus.update_time:type_name -> google.protobuf.Timestamp
 	17, // 25: peloton.api.v1.TaskStatus.history:type_name -> peloton.api.v1.TaskTransition
 	1,  // 26: peloton.api.v1.TaskTransition.state:type_name -> peloton.api.v1.TaskState
-	60, // 27: peloton.api.v1.TaskTransition.time:type_name -> google.protobuf.Timestamp
+	62, // 27: peloton.api.v1.TaskTransition.time:type_name -> google.protobuf.Timestamp
 	16, // 28: peloton.api.v1.Task.status:type_name -> peloton.api.v1.TaskStatus
 	10, // 29: peloton.api.v1.Task.spec:type_name -> peloton.api.v1.TaskSpec
 	13, // 30: peloton.api.v1.CreateJobRequest.spec:type_name -> peloton.api.v1.JobSpec
@@ -3720,50 +3827,53 @@ var file_peloton_api_v1_peloton_proto_depIdxs = []int32{
 	41, // 48: peloton.api.v1.GetPoolResponse.pool:type_name -> peloton.api.v1.Pool
 	39, // 49: peloton.api.v1.UpdatePoolRequest.spec:type_name -> peloton.api.v1.PoolSpec
 	41, // 50: peloton.api.v1.UpdatePoolResponse.pool:type_name -> peloton.api.v1.Pool
-	41, // 51: peloton.api.v1.ListPoolsResponse.pools:type_name -> peloton.api.v1.Pool
-	7,  // 52: peloton.api.v1.Host.capacity:type_name -> peloton.api.v1.Resources
-	7,  // 53: peloton.api.v1.Host.allocated:type_name -> peloton.api.v1.Resources
-	59, // 54: peloton.api.v1.Host.labels:type_name -> peloton.api.v1.Host.LabelsEntry
-	6,  // 55: peloton.api.v1.Host.state:type_name -> peloton.api.v1.HostState
-	52, // 56: peloton.api.v1.ListHostsResponse.hosts:type_name -> peloton.api.v1.Host
-	10, // 57: peloton.api.v1.JobSpec.InstanceSpecsEntry.value:type_name -> peloton.api.v1.TaskSpec
-	19, // 58: peloton.api.v1.JobService.CreateJob:input_type -> peloton.api.v1.CreateJobRequest
-	21, // 59: peloton.api.v1.JobService.GetJob:input_type -> peloton.api.v1.GetJobRequest
-	23, // 60: peloton.api.v1.JobService.ListJobs:input_type -> peloton.api.v1.ListJobsRequest
-	25, // 61: peloton.api.v1.JobService.CancelJob:input_type -> peloton.api.v1.CancelJobRequest
-	27, // 62: peloton.api.v1.JobService.DeleteJob:input_type -> peloton.api.v1.DeleteJobRequest
-	29, // 63: peloton.api.v1.JobService.RestartJob:input_type -> peloton.api.v1.RestartJobRequest
-	31, // 64: peloton.api.v1.TaskService.ListTasks:input_type -> peloton.api.v1.ListTasksRequest
-	33, // 65: peloton.api.v1.TaskService.GetTask:input_type -> peloton.api.v1.GetTaskRequest
-	35, // 66: peloton.api.v1.TaskService.KillTask:input_type -> peloton.api.v1.KillTaskRequest
-	37, // 67: peloton.api.v1.TaskService.GetTaskLogs:input_type -> peloton.api.v1.GetTaskLogsRequest
-	42, // 68: peloton.api.v1.PoolService.CreatePool:input_type -> peloton.api.v1.CreatePoolRequest
-	44, // 69: peloton.api.v1.PoolService.GetPool:input_type -> peloton.api.v1.GetPoolRequest
-	46, // 70: peloton.api.v1.PoolService.UpdatePool:input_type -> peloton.api.v1.UpdatePoolRequest
-	48, // 71: peloton.api.v1.PoolService.DeletePool:input_type -> peloton.api.v1.DeletePoolRequest
-	50, // 72: peloton.api.v1.PoolService.ListPools:input_type -> peloton.api.v1.ListPoolsRequest
-	53, // 73: peloton.api.v1.HostService.ListHosts:input_type -> peloton.api.v1.ListHostsRequest
-	20, // 74: peloton.api.v1.JobService.CreateJob:output_type -> peloton.api.v1.CreateJobResponse
-	22, // 75: peloton.api.v1.JobService.GetJob:output_type -> peloton.api.v1.GetJobResponse
-	24, // 76: peloton.api.v1.JobService.ListJobs:output_type -> peloton.api.v1.ListJobsResponse
-	26, // 77: peloton.api.v1.JobService.CancelJob:output_type -> peloton.api.v1.CancelJobResponse
-	28, // 78: peloton.api.v1.JobService.DeleteJob:output_type -> peloton.api.v1.DeleteJobResponse
-	30, // 79: peloton.api.v1.JobService.RestartJob:output_type -> peloton.api.v1.RestartJobResponse
-	32, // 80: peloton.api.v1.TaskService.ListTasks:output_type -> peloton.api.v1.ListTasksResponse
-	34, // 81: peloton.api.v1.TaskService.GetTask:output_type -> peloton.api.v1.GetTaskResponse
-	36, // 82: peloton.api.v1.TaskService.KillTask:output_type -> peloton.api.v1.KillTaskResponse
-	38, // 83: peloton.api.v1.TaskService.GetTaskLogs:output_type -> peloton.api.v1.LogChunk
-	43, // 84: peloton.api.v1.PoolService.CreatePool:output_type -> peloton.api.v1.CreatePoolResponse
-	45, // 85: peloton.api.v1.PoolService.GetPool:output_type -> peloton.api.v1.GetPoolResponse
-	47, // 86: peloton.api.v1.PoolService.UpdatePool:output_type -> peloton.api.v1.UpdatePoolResponse
-	49, // 87: peloton.api.v1.PoolService.DeletePool:output_type -> peloton.api.v1.DeletePoolResponse
-	51, // 88: peloton.api.v1.PoolService.ListPools:output_type -> peloton.api.v1.ListPoolsResponse
-	54, // 89: peloton.api.v1.HostService.ListHosts:output_type -> peloton.api.v1.ListHostsResponse
-	74, // [74:90] is the sub-list for method output_type
-	58, // [58:74] is the sub-list for method input_type
-	58, // [58:58] is the sub-list for extension type_name
-	58, // [58:58] is the sub-list for extension extendee
-	0,  // [0:58] is the sub-list for field type_name
+	41, // 51: peloton.api.v1.MovePoolResponse.pool:type_name -> peloton.api.v1.Pool
+	41, // 52: peloton.api.v1.ListPoolsResponse.pools:type_name -> peloton.api.v1.Pool
+	7,  // 53: peloton.api.v1.Host.capacity:type_name -> peloton.api.v1.Resources
+	7,  // 54: peloton.api.v1.Host.allocated:type_name -> peloton.api.v1.Resources
+	61, // 55: peloton.api.v1.Host.labels:type_name -> peloton.api.v1.Host.LabelsEntry
+	6,  // 56: peloton.api.v1.Host.state:type_name -> peloton.api.v1.HostState
+	54, // 57: peloton.api.v1.ListHostsResponse.hosts:type_name -> peloton.api.v1.Host
+	10, // 58: peloton.api.v1.JobSpec.InstanceSpecsEntry.value:type_name -> peloton.api.v1.TaskSpec
+	19, // 59: peloton.api.v1.JobService.CreateJob:input_type -> peloton.api.v1.CreateJobRequest
+	21, // 60: peloton.api.v1.JobService.GetJob:input_type -> peloton.api.v1.GetJobRequest
+	23, // 61: peloton.api.v1.JobService.ListJobs:input_type -> peloton.api.v1.ListJobsRequest
+	25, // 62: peloton.api.v1.JobService.CancelJob:input_type -> peloton.api.v1.CancelJobRequest
+	27, // 63: peloton.api.v1.JobService.DeleteJob:input_type -> peloton.api.v1.DeleteJobRequest
+	29, // 64: peloton.api.v1.JobService.RestartJob:input_type -> peloton.api.v1.RestartJobRequest
+	31, // 65: peloton.api.v1.TaskService.ListTasks:input_type -> peloton.api.v1.ListTasksRequest
+	33, // 66: peloton.api.v1.TaskService.GetTask:input_type -> peloton.api.v1.GetTaskRequest
+	35, // 67: peloton.api.v1.TaskService.KillTask:input_type -> peloton.api.v1.KillTaskRequest
+	37, // 68: peloton.api.v1.TaskService.GetTaskLogs:input_type -> peloton.api.v1.GetTaskLogsRequest
+	42, // 69: peloton.api.v1.PoolService.CreatePool:input_type -> peloton.api.v1.CreatePoolRequest
+	44, // 70: peloton.api.v1.PoolService.GetPool:input_type -> peloton.api.v1.GetPoolRequest
+	46, // 71: peloton.api.v1.PoolService.UpdatePool:input_type -> peloton.api.v1.UpdatePoolRequest
+	48, // 72: peloton.api.v1.PoolService.DeletePool:input_type -> peloton.api.v1.DeletePoolRequest
+	52, // 73: peloton.api.v1.PoolService.ListPools:input_type -> peloton.api.v1.ListPoolsRequest
+	50, // 74: peloton.api.v1.PoolService.MovePool:input_type -> peloton.api.v1.MovePoolRequest
+	55, // 75: peloton.api.v1.HostService.ListHosts:input_type -> peloton.api.v1.ListHostsRequest
+	20, // 76: peloton.api.v1.JobService.CreateJob:output_type -> peloton.api.v1.CreateJobResponse
+	22, // 77: peloton.api.v1.JobService.GetJob:output_type -> peloton.api.v1.GetJobResponse
+	24, // 78: peloton.api.v1.JobService.ListJobs:output_type -> peloton.api.v1.ListJobsResponse
+	26, // 79: peloton.api.v1.JobService.CancelJob:output_type -> peloton.api.v1.CancelJobResponse
+	28, // 80: peloton.api.v1.JobService.DeleteJob:output_type -> peloton.api.v1.DeleteJobResponse
+	30, // 81: peloton.api.v1.JobService.RestartJob:output_type -> peloton.api.v1.RestartJobResponse
+	32, // 82: peloton.api.v1.TaskService.ListTasks:output_type -> peloton.api.v1.ListTasksResponse
+	34, // 83: peloton.api.v1.TaskService.GetTask:output_type -> peloton.api.v1.GetTaskResponse
+	36, // 84: peloton.api.v1.TaskService.KillTask:output_type -> peloton.api.v1.KillTaskResponse
+	38, // 85: peloton.api.v1.TaskService.GetTaskLogs:output_type -> peloton.api.v1.LogChunk
+	43, // 86: peloton.api.v1.PoolService.CreatePool:output_type -> peloton.api.v1.CreatePoolResponse
+	45, // 87: peloton.api.v1.PoolService.GetPool:output_type -> peloton.api.v1.GetPoolResponse
+	47, // 88: peloton.api.v1.PoolService.UpdatePool:output_type -> peloton.api.v1.UpdatePoolResponse
+	49, // 89: peloton.api.v1.PoolService.DeletePool:output_type -> peloton.api.v1.DeletePoolResponse
+	53, // 90: peloton.api.v1.PoolService.ListPools:output_type -> peloton.api.v1.ListPoolsResponse
+	51, // 91: peloton.api.v1.PoolService.MovePool:output_type -> peloton.api.v1.MovePoolResponse
+	56, // 92: peloton.api.v1.HostService.ListHosts:output_type -> peloton.api.v1.ListHostsResponse
+	76, // [76:93] is the sub-list for method output_type
+	59, // [59:76] is the sub-list for method input_type
+	59, // [59:59] is the sub-list for extension type_name
+	59, // [59:59] is the sub-list for extension extendee
+	0,  // [0:59] is the sub-list for field type_name
 }
 
 func init() { file_peloton_api_v1_peloton_proto_init() }
@@ -3778,7 +3888,7 @@ func file_peloton_api_v1_peloton_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_peloton_api_v1_peloton_proto_rawDesc), len(file_peloton_api_v1_peloton_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   53,
+			NumMessages:   55,
 			NumExtensions: 0,
 			NumServices:   4,
 		},

@@ -550,6 +550,7 @@ const (
 	PoolService_UpdatePool_FullMethodName = "/peloton.api.v1.PoolService/UpdatePool"
 	PoolService_DeletePool_FullMethodName = "/peloton.api.v1.PoolService/DeletePool"
 	PoolService_ListPools_FullMethodName  = "/peloton.api.v1.PoolService/ListPools"
+	PoolService_MovePool_FullMethodName   = "/peloton.api.v1.PoolService/MovePool"
 )
 
 // PoolServiceClient is the client API for PoolService service.
@@ -563,6 +564,7 @@ type PoolServiceClient interface {
 	UpdatePool(ctx context.Context, in *UpdatePoolRequest, opts ...grpc.CallOption) (*UpdatePoolResponse, error)
 	DeletePool(ctx context.Context, in *DeletePoolRequest, opts ...grpc.CallOption) (*DeletePoolResponse, error)
 	ListPools(ctx context.Context, in *ListPoolsRequest, opts ...grpc.CallOption) (*ListPoolsResponse, error)
+	MovePool(ctx context.Context, in *MovePoolRequest, opts ...grpc.CallOption) (*MovePoolResponse, error)
 }
 
 type poolServiceClient struct {
@@ -623,6 +625,16 @@ func (c *poolServiceClient) ListPools(ctx context.Context, in *ListPoolsRequest,
 	return out, nil
 }
 
+func (c *poolServiceClient) MovePool(ctx context.Context, in *MovePoolRequest, opts ...grpc.CallOption) (*MovePoolResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MovePoolResponse)
+	err := c.cc.Invoke(ctx, PoolService_MovePool_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PoolServiceServer is the server API for PoolService service.
 // All implementations must embed UnimplementedPoolServiceServer
 // for forward compatibility.
@@ -634,6 +646,7 @@ type PoolServiceServer interface {
 	UpdatePool(context.Context, *UpdatePoolRequest) (*UpdatePoolResponse, error)
 	DeletePool(context.Context, *DeletePoolRequest) (*DeletePoolResponse, error)
 	ListPools(context.Context, *ListPoolsRequest) (*ListPoolsResponse, error)
+	MovePool(context.Context, *MovePoolRequest) (*MovePoolResponse, error)
 	mustEmbedUnimplementedPoolServiceServer()
 }
 
@@ -658,6 +671,9 @@ func (UnimplementedPoolServiceServer) DeletePool(context.Context, *DeletePoolReq
 }
 func (UnimplementedPoolServiceServer) ListPools(context.Context, *ListPoolsRequest) (*ListPoolsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListPools not implemented")
+}
+func (UnimplementedPoolServiceServer) MovePool(context.Context, *MovePoolRequest) (*MovePoolResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method MovePool not implemented")
 }
 func (UnimplementedPoolServiceServer) mustEmbedUnimplementedPoolServiceServer() {}
 func (UnimplementedPoolServiceServer) testEmbeddedByValue()                     {}
@@ -770,6 +786,24 @@ func _PoolService_ListPools_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _PoolService_MovePool_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MovePoolRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PoolServiceServer).MovePool(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PoolService_MovePool_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PoolServiceServer).MovePool(ctx, req.(*MovePoolRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // PoolService_ServiceDesc is the grpc.ServiceDesc for PoolService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -796,6 +830,10 @@ var PoolService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListPools",
 			Handler:    _PoolService_ListPools_Handler,
+		},
+		{
+			MethodName: "MovePool",
+			Handler:    _PoolService_MovePool_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
