@@ -37,6 +37,8 @@ type Config struct {
 	HostLabels []string
 	// ShutdownGrace bounds graceful shutdown.
 	ShutdownGrace time.Duration
+	// PlacementEngines is how many placement engines run at once (default 1).
+	PlacementEngines int
 	// ReclaimDelay is the hysteresis of reclaim preemption (0: resmgr's default, 1s).
 	ReclaimDelay time.Duration
 	Logger       *slog.Logger

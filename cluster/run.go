@@ -79,12 +79,16 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := jm.Start(runCtx); err != nil {
 		return err
 	}
-	engineDone := make(chan struct{}, 2)
+	// Placement engines run active-active: hostmgr leases keep them off each
+	// other's hosts and its Commit re-checks every fit.
+	engineDone := make(chan struct{}, 1+cfg.PlacementEngines)
 	go func() { rm.Run(runCtx); engineDone <- struct{}{} }()
-	go func() {
-		placement.NewEngine(rm, hm, placement.EngineOptions{Logger: log}).Run(runCtx)
-		engineDone <- struct{}{}
-	}()
+	for i := 0; i < cfg.PlacementEngines; i++ {
+		go func() {
+			placement.NewEngine(rm, hm, placement.EngineOptions{Logger: log}).Run(runCtx)
+			engineDone <- struct{}{}
+		}()
+	}
 
 	srv := api.NewServer(jm, rm, hm, log)
 	grpcLis, err := net.Listen("tcp", cfg.Listen)
@@ -133,8 +137,9 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	stopEngines()
 	jm.Wait()
-	<-engineDone
-	<-engineDone
+	for i := 0; i < 1+cfg.PlacementEngines; i++ {
+		<-engineDone
+	}
 	log.Info("stopped")
 	return runErr
 }
@@ -160,6 +165,9 @@ func withDefaults(cfg Config) Config {
 	}
 	if cfg.Hosts <= 0 {
 		cfg.Hosts = 1
+	}
+	if cfg.PlacementEngines <= 0 {
+		cfg.PlacementEngines = 1
 	}
 	if cfg.ShutdownGrace == 0 {
 		cfg.ShutdownGrace = 10 * time.Second

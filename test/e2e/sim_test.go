@@ -64,3 +64,54 @@ func TestSimBatchJob(t *testing.T) {
 	mustContain(t, out, "sim: sleep 0.1 on "+task.Task.Status.Host, "simulated stdout")
 	mustContain(t, out, "sim: succeeded (exit 0)", "simulated stdout")
 }
+
+// TestTwoEnginesNeverDoubleBook runs two placement engines at once on a
+// cluster smaller than the work, and samples every host while they race:
+// no host may ever hold more than its capacity, and every task must finish.
+func TestTwoEnginesNeverDoubleBook(t *testing.T) {
+	s := startStack(t, t.TempDir(), stackOpts{backend: "sim", hosts: 40, hostCPU: 4, hostMem: 4096, engines: 2})
+	ctx := ctxT(t)
+	var ids []string
+	for i := 0; i < 3; i++ {
+		resp, err := s.jobs.CreateJob(ctx, &pelotonv1.CreateJobRequest{Spec: &pelotonv1.JobSpec{
+			Name: "race", Type: pelotonv1.JobType_BATCH, Pool: "/default", InstanceCount: 300,
+			DefaultSpec: &pelotonv1.TaskSpec{Command: []string{"sleep", "0.2"}, Resources: &pelotonv1.Resources{Cpu: 1, MemoryMb: 256}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, resp.JobId)
+	}
+	done := func() bool {
+		for _, id := range ids {
+			j, err := s.jobs.GetJob(ctx, &pelotonv1.GetJobRequest{JobId: id})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if j.Job.Status.State != pelotonv1.JobState_JOB_SUCCEEDED {
+				return false
+			}
+		}
+		return true
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	samples := 0
+	for !done() {
+		if time.Now().After(deadline) {
+			t.Fatal("jobs did not finish within 60s")
+		}
+		hl, err := s.hosts.ListHosts(ctx, &pelotonv1.ListHostsRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, h := range hl.Hosts {
+			if h.Allocated.Cpu > h.Capacity.Cpu || h.Allocated.MemoryMb > h.Capacity.MemoryMb {
+				t.Fatalf("host %s double-booked: %v of %v", h.Name, h.Allocated, h.Capacity)
+			}
+		}
+		samples++
+		time.Sleep(10 * time.Millisecond)
+	}
+	if samples < 5 {
+		t.Logf("only %d samples taken while the engines raced", samples)
+	}
+}

@@ -47,6 +47,8 @@ type stackOpts struct {
 	hostMem int64
 	// backend is the hostmgr backend (default "local").
 	backend string
+	// engines is the number of placement engines (default 1).
+	engines int
 	// labels are the sim backend's host labels (key=value, round-robin per key).
 	labels []string
 }
@@ -76,7 +78,7 @@ func startStack(t *testing.T, dataDir string, o stackOpts) *stack {
 	}
 	cfg := cluster.Config{
 		DataDir: dataDir, Listen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0", EtcdListen: "127.0.0.1:0",
-		Backend: o.backend, Hosts: o.hosts, HostCPU: o.hostCPU, HostMemoryMB: o.hostMem, HostDiskMB: 10000, HostLabels: o.labels,
+		Backend: o.backend, Hosts: o.hosts, HostCPU: o.hostCPU, HostMemoryMB: o.hostMem, HostDiskMB: 10000, HostLabels: o.labels, PlacementEngines: o.engines,
 		ShutdownGrace: 5 * time.Second,
 		Logger:        slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel})),
 		OnReady:       func(r cluster.ReadyInfo) { readyCh <- r },

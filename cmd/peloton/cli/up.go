@@ -36,6 +36,7 @@ type serverFlags struct {
 	logLevel      string
 	shutdownGrace time.Duration
 	reclaimDelay  time.Duration
+	engines       int
 }
 
 // register adds the flags; embedded (peloton up) adds --etcd-listen for the
@@ -59,6 +60,7 @@ func (f *serverFlags) register(fs *pflag.FlagSet, embedded bool) {
 	fs.StringSliceVar(&f.hostLabels, "host-labels", nil, "labels of the simulated hosts, comma-separated key=value, spread round-robin per key, e.g. zone=a,zone=b,zone=c (sim backend only)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.DurationVar(&f.shutdownGrace, "shutdown-grace", 10*time.Second, "how long a graceful shutdown may take")
+	fs.IntVar(&f.engines, "placement-engines", 1, "placement engines running at once (active-active; leases keep them apart)")
 	fs.DurationVar(&f.reclaimDelay, "reclaim-delay", time.Second, "how long a pool must wait for its entitled share before pools over their entitlement are preempted for it")
 }
 
@@ -107,6 +109,8 @@ func (f *serverFlags) config(embedded bool) (cluster.Config, error) {
 		return cluster.Config{}, usageErrorf("invalid --host-labels: only the sim backend takes host labels (use --backend sim)")
 	case f.shutdownGrace < 0:
 		return cluster.Config{}, usageErrorf("invalid --shutdown-grace %s: must be >= 0", f.shutdownGrace)
+	case f.engines < 1 || f.engines > 64:
+		return cluster.Config{}, usageErrorf("invalid --placement-engines %d: must be 1 to 64", f.engines)
 	case f.reclaimDelay < 0:
 		return cluster.Config{}, usageErrorf("invalid --reclaim-delay %s: must be >= 0", f.reclaimDelay)
 	}
@@ -119,19 +123,20 @@ func (f *serverFlags) config(embedded bool) (cluster.Config, error) {
 		labels = append(labels, l)
 	}
 	cfg := cluster.Config{
-		DataDir:       f.dataDir,
-		Listen:        f.listen,
-		HTTPListen:    f.httpListen,
-		EtcdEndpoints: endpoints,
-		Backend:       f.backend,
-		Hosts:         f.hosts,
-		HostCPU:       f.hostCPU,
-		HostMemoryMB:  f.hostMemoryMB,
-		HostDiskMB:    f.hostDiskMB,
-		HostGPU:       f.hostGPU,
-		HostLabels:    labels,
-		ShutdownGrace: f.shutdownGrace,
-		ReclaimDelay:  f.reclaimDelay,
+		DataDir:          f.dataDir,
+		Listen:           f.listen,
+		HTTPListen:       f.httpListen,
+		EtcdEndpoints:    endpoints,
+		Backend:          f.backend,
+		Hosts:            f.hosts,
+		HostCPU:          f.hostCPU,
+		HostMemoryMB:     f.hostMemoryMB,
+		HostDiskMB:       f.hostDiskMB,
+		HostGPU:          f.hostGPU,
+		HostLabels:       labels,
+		ShutdownGrace:    f.shutdownGrace,
+		ReclaimDelay:     f.reclaimDelay,
+		PlacementEngines: f.engines,
 	}
 	if embedded && len(endpoints) == 0 {
 		cfg.EtcdListen = f.etcdListen
