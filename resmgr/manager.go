@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -22,13 +23,14 @@ import (
 const poolKeyPrefix = "pools"
 
 // RunTaskID names one run of one instance.
+// It is on every hot path (map keys, events), so it avoids fmt.
 func RunTaskID(jobID string, instance, run uint32) string {
-	return fmt.Sprintf("%s-%d-%d", jobID, instance, run)
+	return InstanceKey(jobID, instance) + "-" + strconv.FormatUint(uint64(run), 10)
 }
 
 // InstanceKey names one instance of a job.
 func InstanceKey(jobID string, instance uint32) string {
-	return fmt.Sprintf("%s-%d", jobID, instance)
+	return jobID + "-" + strconv.FormatUint(uint64(instance), 10)
 }
 
 // Placement is a decision to run one task on one host.

@@ -93,11 +93,11 @@ type Pool struct {
 }
 
 // runningCandidates returns the leaf's launched tasks not already being
-// preempted: what preemption may choose from.
-func (p *Pool) runningCandidates() []*taskState {
-	out := make([]*taskState, 0, len(p.admitted))
+// preempted that keep accepts: what preemption may choose from.
+func (p *Pool) runningCandidates(keep func(*taskState) bool) []*taskState {
+	var out []*taskState
 	for _, ts := range p.admitted {
-		if ts.state == pelotonv1.TaskState_RUNNING && !ts.preempting {
+		if ts.state == pelotonv1.TaskState_RUNNING && !ts.preempting && keep(ts) {
 			out = append(out, ts)
 		}
 	}

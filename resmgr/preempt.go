@@ -44,7 +44,10 @@ func victimOrder(cs []*taskState) {
 		if !a.admittedAt.Equal(b.admittedAt) {
 			return a.admittedAt.After(b.admittedAt)
 		}
-		return a.task.Key() < b.task.Key()
+		if a.task.JobID != b.task.JobID {
+			return a.task.JobID < b.task.JobID
+		}
+		return a.task.Instance < b.task.Instance
 	})
 }
 
@@ -107,9 +110,9 @@ func planReclaim(leaves []*Pool, waiting []*Pool) []Victim {
 		if excess.IsZero() {
 			continue
 		}
-		cs := p.runningCandidates()
+		cs := p.runningCandidates(func(ts *taskState) bool { return ts.task.Preemptible || ts.task.Revocable })
 		victimOrder(cs)
-		picked := pickVictims(cs, excess, func(ts *taskState) bool { return ts.task.Preemptible || ts.task.Revocable })
+		picked := pickVictims(cs, excess, func(*taskState) bool { return true })
 		if picked == nil {
 			// Not enough preemptible work to come all the way back: take what helps.
 			picked = greedy(cs, excess)
@@ -146,11 +149,17 @@ func planPriority(p *Pool, g *Gang) []Victim {
 	if need.IsZero() {
 		return nil
 	}
-	cs := p.runningCandidates()
-	victimOrder(cs)
-	picked := pickVictims(cs, need, func(ts *taskState) bool {
+	// Filter before sorting: this runs on every admission pass for every pool
+	// whose best waiting gang its entitlement refuses, under the manager's
+	// lock, and usually no running task has a lower priority at all.
+	cs := p.runningCandidates(func(ts *taskState) bool {
 		return (ts.task.Preemptible || ts.task.Revocable) && ts.task.Priority < g.Priority
 	})
+	if len(cs) == 0 {
+		return nil
+	}
+	victimOrder(cs)
+	picked := pickVictims(cs, need, func(*taskState) bool { return true })
 	var out []Victim
 	for _, ts := range picked {
 		out = append(out, Victim{Task: ts.task, Reason: ReasonPriority,
