@@ -584,7 +584,7 @@ func (m *Manager) taskProto(j *job, inst uint32, withSpec bool) *pelotonv1.Task 
 	}
 	if out.Status.State == stPending {
 		if st, reason, ok := m.rm.TaskState(j.id, inst); ok {
-			if st == stReady || st == stPlacing || st == stPlaced {
+			if st == stReady || st == stPlacing || st == stPlaced || st == stLaunching {
 				out.Status.State = st
 			}
 			out.Status.PendingReason = reason
