@@ -374,6 +374,17 @@ func (m *Manager) enqueueInitialized(ctx context.Context, j *job) error {
 	if wait > 0 {
 		m.queue.AddAfter(j.id, wait)
 	}
+	// sla.maximumRunningInstances: start no more than the room left; the
+	// rest stay INITIALIZED until running instances end (each end wakes
+	// this evaluation again).
+	if limit := j.spec.GetSla().GetMaximumRunningInstances(); limit > 0 {
+		room := int(limit) - int(j.activeCount())
+		if room <= 0 {
+			ready = nil
+		} else if len(ready) > room {
+			ready = ready[:room]
+		}
+	}
 	var mu sync.Mutex
 	var moved []uint32
 	err := parallel(ready, func(inst uint32) error {

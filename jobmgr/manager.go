@@ -85,6 +85,16 @@ func (j *job) previousHost(inst uint32) string {
 	return t.rt.PreviousHost
 }
 
+// activeCount is how many instances are queued or hold a host: what
+// sla.maximumRunningInstances bounds.
+func (j *job) activeCount() int32 {
+	var n int32
+	for _, st := range []ts{stPending, stReady, stPlacing, stPlaced, stLaunching, stLaunched, stStarting, stRunning, stKilling, stPreempting} {
+		n += j.counts[st].Load()
+	}
+	return n
+}
+
 func (j *job) gangSize() uint32 {
 	if j.spec.Sla != nil && j.spec.Sla.MinimumRunningInstances > 1 {
 		return j.spec.Sla.MinimumRunningInstances
@@ -589,6 +599,10 @@ func (m *Manager) taskProto(j *job, inst uint32, withSpec bool) *pelotonv1.Task 
 			}
 			out.Status.PendingReason = reason
 		}
+	}
+	if limit := j.spec.GetSla().GetMaximumRunningInstances(); limit > 0 && out.Status.State == stInitialized &&
+		out.Status.GoalState != stKilled && out.Status.PendingReason == "" {
+		out.Status.PendingReason = fmt.Sprintf("waiting: at most %d instances of this job run at once (sla.maximumRunningInstances)", limit)
 	}
 	out.TaskId = resmgr.RunTaskID(j.id, inst, out.Status.RunId)
 	if withSpec {

@@ -217,6 +217,9 @@ func validateJobSpec(s *pelotonv1.JobSpec, largest resources.Resources) error {
 	if s.InstanceCount > MaxInstances {
 		return apierr.Invalid("spec.instanceCount", "at most %d, got %d", MaxInstances, s.InstanceCount)
 	}
+	if s.Sla != nil && s.Sla.MaximumRunningInstances > 0 && s.Sla.MinimumRunningInstances > s.Sla.MaximumRunningInstances {
+		return apierr.Invalid("spec.sla.minimumRunningInstances", "a gang of %d could never start with sla.maximumRunningInstances %d", s.Sla.MinimumRunningInstances, s.Sla.MaximumRunningInstances)
+	}
 	if s.Sla != nil && s.Sla.MinimumRunningInstances > s.InstanceCount {
 		return apierr.Invalid("spec.sla.minimumRunningInstances", "must be <= instanceCount %d, got %d", s.InstanceCount, s.Sla.MinimumRunningInstances)
 	}

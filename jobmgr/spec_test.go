@@ -76,6 +76,9 @@ func TestValidateJobSpec(t *testing.T) {
 		{"override out of range", MakeJob("x").Instances(2).Override(5, &pelotonv1.TaskSpec{Command: []string{"x"}}).Obj(), "spec.instanceSpecs.5"},
 		{"override bad memory", MakeJob("x").Instances(2).Override(1, &pelotonv1.TaskSpec{Resources: &pelotonv1.Resources{Cpu: 1, MemoryMb: -5}}).Obj(), "spec.instanceSpecs.1.resources.memoryMb"},
 		{"every instance overridden, no default command", MakeJob("x").Instances(1).Command().Override(0, &pelotonv1.TaskSpec{Command: []string{"echo"}}).Obj(), ""},
+		{"gang larger than the running limit", MakeJob("x").Instances(4).With(func(s *pelotonv1.JobSpec) {
+			s.Sla = &pelotonv1.SlaSpec{MinimumRunningInstances: 3, MaximumRunningInstances: 2}
+		}).Obj(), "spec.sla.minimumRunningInstances"},
 		{"gang larger than job", MakeJob("x").Instances(2).With(func(s *pelotonv1.JobSpec) { s.Sla = &pelotonv1.SlaSpec{MinimumRunningInstances: 3} }).Obj(), "spec.sla.minimumRunningInstances"},
 		{"placement: valid", MakeJob("x").Placement(&pelotonv1.PlacementSpec{Strategy: pelotonv1.PlacementStrategy_SPREAD, MaxInstancesPerHost: 1, Partition: "gpu",
 			Constraints: []*pelotonv1.Constraint{
