@@ -176,22 +176,37 @@ func (m *Manager) checkReservations(parent *Pool, childPath string, res resource
 	return nil
 }
 
-// CreatePool validates and stores a new pool.
-func (m *Manager) CreatePool(ctx context.Context, path string, spec *pelotonv1.PoolSpec) (*pelotonv1.Pool, error) {
+// poolRequest checks the path and spec of a create or update: a normalized
+// non-root path and a valid spec, converted to integers.
+func poolRequest(path string, spec *pelotonv1.PoolSpec, rootReason string) (string, *pelotonv1.PoolSpec, [3]resources.Resources, error) {
+	var r [3]resources.Resources
 	path, err := NormalizePath(path, "path")
 	if err != nil {
-		return nil, err
+		return "", nil, r, err
 	}
 	if path == RootPath {
-		return nil, apierr.Invalid("path", "the root pool / always exists and cannot be created")
+		return "", nil, r, apierr.Invalid("path", "%s", rootReason)
 	}
 	if spec == nil {
 		spec = &pelotonv1.PoolSpec{}
 	}
-	res, _, _, err := specToNode(spec)
+	r[0], r[1], r[2], err = specToNode(spec)
+	return path, spec, r, err
+}
+
+// busy reports whether a pool holds queued or admitted tasks or jobs; such
+// a pool may not get children, be deleted or be moved.
+func (m *Manager) busy(p *Pool) bool {
+	return p.queue.size > 0 || p.runningTasks > 0 || (m.hasJobs != nil && m.hasJobs(p.Path))
+}
+
+// CreatePool validates and stores a new pool.
+func (m *Manager) CreatePool(ctx context.Context, path string, spec *pelotonv1.PoolSpec) (*pelotonv1.Pool, error) {
+	path, spec, r, err := poolRequest(path, spec, "the root pool / always exists and cannot be created")
 	if err != nil {
 		return nil, err
 	}
+	res := r[0]
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if _, ok := m.pools[path]; ok {
@@ -201,10 +216,7 @@ func (m *Manager) CreatePool(ctx context.Context, path string, spec *pelotonv1.P
 	if !ok {
 		return nil, apierr.NotFound("parent pool %s does not exist", parentPath(path))
 	}
-	if parent != m.root && parent.queue.size+parent.runningTasks > 0 {
-		return nil, apierr.FailedPrecondition("pool %s has tasks; a pool with tasks cannot get children", parent.Path)
-	}
-	if m.hasJobs != nil && parent != m.root && m.hasJobs(parent.Path) {
+	if parent != m.root && m.busy(parent) {
 		return nil, apierr.FailedPrecondition("pool %s has jobs; a pool with jobs cannot get children", parent.Path)
 	}
 	if err := m.checkReservations(parent, path, res); err != nil {
@@ -229,20 +241,11 @@ func (m *Manager) CreatePool(ctx context.Context, path string, spec *pelotonv1.P
 
 // UpdatePool replaces a pool's spec. version, when non-zero, must match.
 func (m *Manager) UpdatePool(ctx context.Context, path string, spec *pelotonv1.PoolSpec, version uint64) (*pelotonv1.Pool, error) {
-	path, err := NormalizePath(path, "path")
+	path, spec, r, err := poolRequest(path, spec, "the root pool / is the whole cluster and has no spec")
 	if err != nil {
 		return nil, err
 	}
-	if path == RootPath {
-		return nil, apierr.Invalid("path", "the root pool / is the whole cluster and has no spec")
-	}
-	if spec == nil {
-		spec = &pelotonv1.PoolSpec{}
-	}
-	res, limit, share, err := specToNode(spec)
-	if err != nil {
-		return nil, err
-	}
+	res, limit, share := r[0], r[1], r[2]
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	p, ok := m.pools[path]
@@ -296,7 +299,7 @@ func (m *Manager) DeletePool(ctx context.Context, path string) error {
 	if !p.IsLeaf() {
 		return apierr.FailedPrecondition("pool %s has child pools %s; delete them first", path, strings.Join(p.Children(), ", "))
 	}
-	if p.queue.size > 0 || p.runningTasks > 0 || (m.hasJobs != nil && m.hasJobs(path)) {
+	if m.busy(p) {
 		return apierr.FailedPrecondition("pool %s has jobs; delete them first", path)
 	}
 	if _, err := m.store.Txn(ctx, store.Delete(poolKeyPrefix+path, p.revision)); err != nil {
@@ -1068,14 +1071,14 @@ func (m *Manager) MovePool(ctx context.Context, path, newParent string) (*peloto
 		return nil, apierr.FailedPrecondition("pool %s has %d pools under it; at most %d move at once", path, len(subtree), maxMovedPools)
 	}
 	for _, n := range subtree {
-		if n.queue.size > 0 || n.runningTasks > 0 || (m.hasJobs != nil && m.hasJobs(n.Path)) {
+		if m.busy(n) {
 			return nil, apierr.FailedPrecondition("pool %s has jobs; pools with jobs cannot be moved", n.Path)
 		}
 		if depth := strings.Count(newPath+strings.TrimPrefix(n.Path, path), "/"); depth > 16 {
 			return nil, apierr.Invalid("newParent", "%s would be %d levels deep; at most 16", newPath+strings.TrimPrefix(n.Path, path), depth)
 		}
 	}
-	if target != m.root && target.IsLeaf() && (target.queue.size+target.runningTasks > 0 || (m.hasJobs != nil && m.hasJobs(target.Path))) {
+	if target != m.root && target.IsLeaf() && m.busy(target) {
 		return nil, apierr.FailedPrecondition("newParent: pool %s has jobs; a pool with jobs cannot get children", target.Path)
 	}
 	if err := m.checkReservations(target, newPath, p.Reservation); err != nil {
