@@ -22,6 +22,7 @@ import (
 // on hosts with the backend, and starts the engine. It returns once the
 // state is loaded; the engine runs until ctx ends.
 func (m *Manager) Start(ctx context.Context) error {
+	m.runCtx = ctx
 	if err := m.recover(ctx); err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"sort"
 	"strconv"
@@ -118,6 +119,9 @@ type Manager struct {
 	workers     int
 	launchers   int
 	lostBackoff time.Duration
+	// runCtx is the engine's context, set by Start; retries scheduled for
+	// later use it so they stop with the engine.
+	runCtx context.Context
 	wg          sync.WaitGroup
 }
 
@@ -700,22 +704,39 @@ func (m *Manager) killInstance(ctx context.Context, j *job, inst uint32, reason 
 // killRun asks the backend to stop a run. A run the backend does not know
 // (it vanished with a restart) is reported as lost, which ends it.
 func (m *Manager) killRun(ctx context.Context, j *job, inst uint32, taskID string, grace time.Duration) {
+	m.killRunAttempt(ctx, j, inst, taskID, grace, 1)
+}
+
+// maxKillAttempts bounds kill retries of one run (about ten minutes with the
+// back-off below); a run still not killed by then is killed again after the
+// next restart, when its KILLING state is reconciled.
+const maxKillAttempts = 20
+
+func (m *Manager) killRunAttempt(ctx context.Context, j *job, inst uint32, taskID string, grace time.Duration, attempt int) {
 	err := m.hm.Kill(ctx, taskID, grace)
 	if errors.Is(err, hostmgr.ErrUnknownTask) {
 		m.handleEvent(ctx, hostmgr.TaskEvent{TaskID: taskID, State: stLost, Reason: "unknown-to-backend", Message: "the backend no longer knows this run", Time: m.now()})
 		return
 	}
-	if err != nil {
-		m.log.Warn("kill failed; will retry", "task", taskID, "err", err)
-		time.AfterFunc(time.Second, func() { m.killRun(context.Background(), j, inst, taskID, grace) })
+	if err == nil {
+		return
 	}
+	if attempt >= maxKillAttempts {
+		m.log.Error("kill failed; giving up until the next restart", "task", taskID, "attempts", attempt, "err", err)
+		return
+	}
+	delay := min(time.Second<<min(attempt-1, 6), time.Minute)
+	m.log.Warn("kill failed; will retry", "task", taskID, "in", delay, "err", err)
+	time.AfterFunc(delay, func() {
+		if m.runCtx == nil || m.runCtx.Err() != nil {
+			return // shutting down
+		}
+		m.killRunAttempt(m.runCtx, j, inst, taskID, grace, attempt+1)
+	})
 }
 
 // Logs opens the output of one run of an instance (run 0 = the current run).
-func (m *Manager) Logs(ctx context.Context, jobID string, inst, run uint32, stream pelotonv1.LogStream, follow bool) (interface {
-	Read([]byte) (int, error)
-	Close() error
-}, error) {
+func (m *Manager) Logs(ctx context.Context, jobID string, inst, run uint32, stream pelotonv1.LogStream, follow bool) (io.ReadCloser, error) {
 	j, err := m.getJob(jobID)
 	if err != nil {
 		return nil, err
