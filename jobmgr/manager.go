@@ -122,7 +122,7 @@ type Manager struct {
 	// runCtx is the engine's context, set by Start; retries scheduled for
 	// later use it so they stop with the engine.
 	runCtx context.Context
-	wg          sync.WaitGroup
+	wg     sync.WaitGroup
 }
 
 // Options tunes a Manager.
