@@ -147,6 +147,13 @@ func (m *Manager) recover(ctx context.Context) error {
 	}
 	// Re-queue pending work and re-reserve what running work holds.
 	var lost []hostmgr.TaskEvent
+	type rekill struct {
+		j    *job
+		inst uint32
+		id   string
+	}
+	// Runs that were being stopped when the process died, and still run.
+	var stopping []rekill
 	for _, j := range m.jobs {
 		var pending []uint32
 		for inst, t := range j.tasks {
@@ -163,6 +170,9 @@ func (m *Manager) recover(ctx context.Context) error {
 				m.rm.Recover(m.rmTask(j, uint32(inst), t.rt.RunId))
 				if ev, err := m.hm.Status(runID); err == nil {
 					lost = append(lost, ev)
+					if !isTerminal(ev.State) && (t.rt.State == stKilling || t.rt.State == stPreempting) {
+						stopping = append(stopping, rekill{j, uint32(inst), runID})
+					}
 				} else {
 					lost = append(lost, hostmgr.TaskEvent{TaskID: runID, Host: t.rt.Host, State: stLost, Reason: "unknown-to-backend",
 						Message: "the run was not found after a restart of the control plane", Time: m.now()})
@@ -178,6 +188,9 @@ func (m *Manager) recover(ctx context.Context) error {
 	m.log.Info("recovered state", "jobs", len(m.jobs), "tasks", len(tkvs), "reconciled", len(lost))
 	for _, ev := range lost {
 		m.handleEvent(ctx, ev)
+	}
+	for _, k := range stopping {
+		m.killRun(ctx, k.j, k.inst, k.id, m.killGrace(k.j, k.inst))
 	}
 	return nil
 }
