@@ -123,7 +123,7 @@ func (m *Manager) recover(ctx context.Context) error {
 		}
 		j := m.jobs[parts[1]]
 		inst, err := strconv.ParseUint(parts[2], 10, 32)
-		if j == nil || err != nil || inst >= uint64(len(j.tasks)) {
+		if j == nil || err != nil || inst >= uint64(len(j.tasks())) {
 			orphans[parts[1]] = true
 			continue
 		}
@@ -131,7 +131,7 @@ func (m *Manager) recover(ctx context.Context) error {
 		if err := proto.Unmarshal(kv.Value, rt); err != nil {
 			return fmt.Errorf("jobmgr: decode %s: %w", kv.Key, err)
 		}
-		j.tasks[inst] = &task{rt: rt, rev: kv.Revision}
+		j.tasks()[inst] = &task{rt: rt, rev: kv.Revision} // before the job is visible to anyone
 		j.counts[rt.State].Add(1)
 	}
 	for id := range orphans {
@@ -156,7 +156,7 @@ func (m *Manager) recover(ctx context.Context) error {
 	var stopping []rekill
 	for _, j := range m.jobs {
 		var pending []uint32
-		for inst, t := range j.tasks {
+		for inst, t := range j.tasks() {
 			if t == nil {
 				continue
 			}
@@ -218,7 +218,11 @@ func (m *Manager) gangsFor(j *job, insts []uint32) []*resmgr.Gang {
 	var gang []*resmgr.Task
 	var out []*resmgr.Gang
 	for _, inst := range insts {
-		t := m.rmTask(j, inst, j.tasks[inst].rt.RunId)
+		tk := j.tasks()[inst]
+		tk.mu.Lock()
+		run := tk.rt.RunId
+		tk.mu.Unlock()
+		t := m.rmTask(j, inst, run)
 		if inst < k && !gangRunning {
 			gang = append(gang, t)
 			continue
@@ -234,8 +238,8 @@ func (m *Manager) gangsFor(j *job, insts []uint32) []*resmgr.Gang {
 // gangActive reports whether any gang member holds a host; with stopping,
 // only members that are being stopped (preempted, killed for a restart) count.
 func (m *Manager) gangActive(j *job, stopping bool) bool {
-	for inst := uint32(0); inst < j.gangSize() && inst < uint32(len(j.tasks)); inst++ {
-		t := j.tasks[inst]
+	for inst := uint32(0); inst < j.gangSize() && inst < uint32(len(j.tasks())); inst++ {
+		t := j.tasks()[inst]
 		if t == nil {
 			continue
 		}
@@ -309,7 +313,7 @@ func (m *Manager) evaluateJob(ctx context.Context, id string) error {
 	}
 	if j.goalKilled.Load() {
 		var live []uint32
-		for inst, t := range j.tasks {
+		for inst, t := range j.tasks() {
 			t.mu.Lock()
 			if !isTerminal(t.rt.State) && (t.rt.State != stKilling || t.rt.GoalState != stKilled) {
 				live = append(live, uint32(inst))
@@ -346,14 +350,24 @@ func (m *Manager) createTasks(ctx context.Context, j *job) error {
 	})
 }
 
-// fillTasks creates the in-memory task of every instance that has none.
+// fillTasks creates the in-memory task of every instance that has none. It
+// publishes a new slice rather than writing the visible one, which API
+// calls read concurrently.
 func (m *Manager) fillTasks(j *job) {
 	now := timestamppb.New(m.now())
-	for inst, t := range j.tasks {
+	cur := j.tasks()
+	next := make([]*task, len(cur))
+	copy(next, cur)
+	added := int32(0)
+	for inst, t := range next {
 		if t == nil {
-			j.tasks[inst] = &task{rt: &pelotonv1.TaskStatus{State: stInitialized, GoalState: m.taskGoal(j), RunId: 1, UpdateTime: now}}
-			j.counts[stInitialized].Add(1)
+			next[inst] = &task{rt: &pelotonv1.TaskStatus{State: stInitialized, GoalState: m.taskGoal(j), RunId: 1, UpdateTime: now}}
+			added++
 		}
+	}
+	if added > 0 {
+		j.counts[stInitialized].Add(added)
+		j.taskSlice.Store(&next)
 	}
 }
 
@@ -369,7 +383,7 @@ func (m *Manager) enqueueInitialized(ctx context.Context, j *job) error {
 	// Gang members wait while any of them is still being stopped, so that a
 	// preempted gang queues again as a whole, never piecemeal.
 	holdGang := j.gangSize() > 1 && m.gangActive(j, true)
-	for inst, t := range j.tasks {
+	for inst, t := range j.tasks() {
 		if holdGang && uint32(inst) < j.gangSize() {
 			continue
 		}
@@ -442,7 +456,7 @@ func (m *Manager) enqueueInitialized(ctx context.Context, j *job) error {
 
 // updateJobState derives the job's state from its instances' states.
 func (m *Manager) updateJobState(ctx context.Context, j *job) error {
-	n := int32(len(j.tasks))
+	n := int32(len(j.tasks()))
 	c := func(s ts) int32 { return j.counts[s].Load() }
 	terminal := c(stSucceeded) + c(stFailed) + c(stLost) + c(stKilled)
 	active := c(stLaunching) + c(stLaunched) + c(stStarting) + c(stRunning) + c(stKilling) + c(stPreempting)
@@ -488,7 +502,7 @@ func (m *Manager) updateJobState(ctx context.Context, j *job) error {
 
 func (m *Manager) failureSummary(j *job) string {
 	var failed []string
-	for inst, t := range j.tasks {
+	for inst, t := range j.tasks() {
 		t.mu.Lock()
 		if t.rt.State == stFailed {
 			failed = append(failed, fmt.Sprintf("instance %d (%s)", inst, t.rt.Message))
@@ -595,7 +609,7 @@ func (m *Manager) applyEvent(ctx context.Context, ev hostmgr.TaskEvent, supersed
 	m.mu.RLock()
 	j := m.jobs[jobID]
 	m.mu.RUnlock()
-	if j == nil || inst >= uint32(len(j.tasks)) || j.tasks[inst] == nil {
+	if j == nil || inst >= uint32(len(j.tasks())) || j.tasks()[inst] == nil {
 		return // the job was deleted
 	}
 	var (
@@ -675,7 +689,7 @@ func (m *Manager) applyEvent(ctx context.Context, ev hostmgr.TaskEvent, supersed
 		m.rm.Release(jobID, inst)
 	}
 	if backoff > 0 {
-		t := j.tasks[inst]
+		t := j.tasks()[inst]
 		t.mu.Lock()
 		t.notBefore = m.now().Add(backoff)
 		t.mu.Unlock()

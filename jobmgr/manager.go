@@ -53,7 +53,10 @@ type job struct {
 	spec   *pelotonv1.JobSpec
 	res    []resources.Resources // effective resources per instance (nil = default)
 	defRes resources.Resources
-	tasks  []*task // by instance ID; nil until created
+	// taskSlice holds one task per instance ID (nil until created). The
+	// slice is published whole: once visible it is never written in place,
+	// only replaced (see fillTasks), so readers need no lock to index it.
+	taskSlice atomic.Pointer[[]*task]
 
 	mu  sync.Mutex
 	rt  *pelotonv1.JobStatus
@@ -63,6 +66,9 @@ type job struct {
 	// goalKilled mirrors rt.GoalState == KILLED for lock-free reads by task code.
 	goalKilled atomic.Bool
 }
+
+// tasks returns the job's current task slice.
+func (j *job) tasks() []*task { return *j.taskSlice.Load() }
 
 func (j *job) resourcesOf(inst uint32) resources.Resources {
 	if j.res != nil && j.res[inst] != (resources.Resources{}) {
@@ -74,7 +80,7 @@ func (j *job) resourcesOf(inst uint32) resources.Resources {
 // previousHost is the host the instance's last run ran on, which placement
 // prefers for the next run when it still fits.
 func (j *job) previousHost(inst uint32) string {
-	t := j.tasks[inst]
+	t := j.tasks()[inst]
 	if t == nil {
 		return ""
 	}
@@ -230,7 +236,9 @@ func (m *Manager) CreateJob(ctx context.Context, spec *pelotonv1.JobSpec) (strin
 }
 
 func newJob(id string, spec *pelotonv1.JobSpec, rt *pelotonv1.JobStatus, rev int64) (*job, error) {
-	j := &job{id: id, spec: spec, rt: rt, rev: rev, tasks: make([]*task, spec.InstanceCount)}
+	j := &job{id: id, spec: spec, rt: rt, rev: rev}
+	ts := make([]*task, spec.InstanceCount)
+	j.taskSlice.Store(&ts)
 	var err error
 	if j.defRes, err = resources.FromProto(spec.GetDefaultSpec().GetResources(), "spec.defaultSpec.resources"); err != nil {
 		return nil, err
@@ -388,7 +396,7 @@ func (m *Manager) DeleteJob(ctx context.Context, id string) error {
 	m.mu.Lock()
 	delete(m.jobs, id)
 	m.mu.Unlock()
-	for inst := range j.tasks {
+	for inst := range j.tasks() {
 		m.rm.Release(id, uint32(inst))
 	}
 	m.sweep(ctx, id)
@@ -450,12 +458,12 @@ func (m *Manager) RestartJob(ctx context.Context, id string, instances []uint32)
 	}
 	explicit := len(instances) > 0
 	if !explicit {
-		for i := range j.tasks {
+		for i := range j.tasks() {
 			instances = append(instances, uint32(i))
 		}
 	}
 	for _, inst := range instances {
-		t := j.tasks[inst]
+		t := j.tasks()[inst]
 		if t == nil {
 			continue
 		}
@@ -544,7 +552,7 @@ func (m *Manager) updateTaskVolatile(j *job, inst uint32, fn func(rt *pelotonv1.
 }
 
 func (m *Manager) applyTask(ctx context.Context, j *job, inst uint32, persist bool, fn func(rt *pelotonv1.TaskStatus) error) error {
-	t := j.tasks[inst]
+	t := j.tasks()[inst]
 	if t == nil {
 		return fmt.Errorf("jobmgr: instance %d of job %s has no task yet", inst, j.id)
 	}
@@ -588,7 +596,7 @@ func (m *Manager) applyTask(ctx context.Context, j *job, inst uint32, persist bo
 // (READY, PLACING, PLACED and why it waits) on a PENDING task.
 func (m *Manager) taskProto(j *job, inst uint32, withSpec bool) *pelotonv1.Task {
 	out := &pelotonv1.Task{JobId: j.id, InstanceId: inst}
-	t := j.tasks[inst]
+	t := j.tasks()[inst]
 	if t == nil {
 		out.Status = &pelotonv1.TaskStatus{State: stInitialized, Message: "task not created yet"}
 	} else {
@@ -625,8 +633,8 @@ func (m *Manager) ListTasks(jobID string, states []pelotonv1.TaskState) ([]*pelo
 	for _, s := range states {
 		want[s] = true
 	}
-	out := make([]*pelotonv1.Task, 0, len(j.tasks))
-	for i := range j.tasks {
+	out := make([]*pelotonv1.Task, 0, len(j.tasks()))
+	for i := range j.tasks() {
 		tp := m.taskProto(j, uint32(i), false)
 		if len(want) > 0 && !want[tp.Status.State] {
 			continue
@@ -657,7 +665,7 @@ func (m *Manager) KillTask(ctx context.Context, jobID string, inst uint32) error
 	if inst >= j.spec.InstanceCount {
 		return apierr.NotFound("job %s has no instance %d (instanceCount %d)", jobID, inst, j.spec.InstanceCount)
 	}
-	if j.tasks[inst] == nil {
+	if j.tasks()[inst] == nil {
 		return apierr.FailedPrecondition("job %s is still creating its tasks; retry in a moment", jobID)
 	}
 	if err := m.killInstance(ctx, j, inst, "killed-by-user"); err != nil {
@@ -744,7 +752,7 @@ func (m *Manager) Logs(ctx context.Context, jobID string, inst, run uint32, stre
 	if inst >= j.spec.InstanceCount {
 		return nil, apierr.NotFound("job %s has no instance %d (instanceCount %d)", jobID, inst, j.spec.InstanceCount)
 	}
-	t := j.tasks[inst]
+	t := j.tasks()[inst]
 	if t == nil {
 		return nil, apierr.FailedPrecondition("instance %d of job %s has not started yet", inst, jobID)
 	}
