@@ -57,7 +57,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	hm := hostmgr.NewManager(backend, hostmgr.Options{Logger: log})
+	hm := hostmgr.NewManager(backend, hostmgr.Options{Logger: log, Store: st})
 	// The engines get their own context so they stop only after the API has.
 	runCtx, stopEngines := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopEngines()

@@ -5,7 +5,13 @@
 //
 // Leases make concurrent placement safe: a leased host is offered to no other
 // engine until the lease is committed, released or expires, and Commit checks
-// again that every task fits before it reserves anything. Backends live in
-// sub-packages (local, ...); this package must not import jobmgr, resmgr or
-// placement.
+// again that every task fits before it reserves anything.
+//
+// It also owns host maintenance (maintenance.go): the one table of host
+// state changes, the state persisted in the store, and the drain requests
+// jobmgr consumes to move runs off a draining host. Only HOST_UP hosts are
+// offered or committed to.
+//
+// Backends live in sub-packages (local, ...); this package must not import
+// jobmgr, resmgr or placement.
 package hostmgr

@@ -11,10 +11,11 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
-	"github.com/peloton-sched/peloton/internal/metrics"
 	"github.com/peloton-sched/peloton/internal/resources"
+	"github.com/peloton-sched/peloton/internal/store"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
@@ -84,6 +85,10 @@ var ErrLeaseExpired = errors.New("hostmgr: lease expired or unknown")
 // ErrDoesNotFit is returned by Commit when a task no longer fits its host.
 var ErrDoesNotFit = errors.New("hostmgr: task does not fit the host")
 
+// ErrHostNotUp is returned by Commit for a host that went into maintenance
+// after it was leased.
+var ErrHostNotUp = errors.New("hostmgr: host is not up")
+
 type host struct {
 	info      HostInfo
 	allocated resources.Resources
@@ -92,6 +97,8 @@ type host struct {
 	jobs     map[string]int
 	lease    string
 	leaseEnd time.Time
+	// state is the host's maintenance state; only HOST_UP hosts take work.
+	state pelotonv1.HostState
 }
 
 // hold is what one run holds on its host.
@@ -125,6 +132,27 @@ type Manager struct {
 	taskHost map[string]string
 
 	events chan TaskEvent
+
+	// Host maintenance (maintenance.go).
+	store store.Store
+	// maintMu serializes maintenance changes: API calls and marking hosts
+	// drained. Each reads revisions, runs a store transaction without m.mu,
+	// then applies the result under m.mu.
+	maintMu sync.Mutex
+	// maint holds the persisted record of every host not HOST_UP, by name,
+	// including hosts the backend does not report (yet): a host that comes
+	// back is still in maintenance. Guarded by mu.
+	maint map[string]maintRecord
+	// recovered is set by Recovered. Guarded by mu.
+	recovered bool
+	// draining counts HOST_DRAINING hosts, so Launch skips its check while
+	// nothing drains.
+	draining  atomic.Int32
+	maintWake chan struct{}
+	stop      context.CancelFunc
+	drainMu   sync.Mutex
+	drainQ    []DrainRequest
+	drainWake chan struct{}
 }
 
 // Options tunes a Manager.
@@ -134,6 +162,9 @@ type Options struct {
 	LeaseTTL time.Duration
 	// EventBuffer is the depth of the event subscription (default 65536).
 	EventBuffer int
+	// Store persists host maintenance under hosts/<name>/maintenance; nil
+	// keeps it in memory only (tests).
+	Store store.Store
 }
 
 // NewManager wraps a backend. Call Start before use.
@@ -151,15 +182,24 @@ func NewManager(b Backend, opts Options) *Manager {
 		backend: b, log: opts.Logger.With("component", "hostmgr"), now: time.Now, leaseTTL: opts.LeaseTTL,
 		hosts: map[string]*host{}, leases: map[string]*lease{}, taskHost: map[string]string{},
 		events: make(chan TaskEvent, opts.EventBuffer),
+		store:  opts.Store, maint: map[string]maintRecord{},
+		maintWake: make(chan struct{}, 1), drainWake: make(chan struct{}, 1), stop: func() {},
 	}
 }
 
-// Start starts the backend and loads its hosts.
+// Start loads the hosts' maintenance state, starts the backend and loads its
+// hosts. Hosts are not marked drained, nor drains asked again, before
+// Recovered.
 func (m *Manager) Start(ctx context.Context) error {
+	if err := m.loadMaintenance(ctx); err != nil {
+		return err
+	}
 	if err := m.backend.Start(ctx, m.onEvent); err != nil {
 		return fmt.Errorf("hostmgr: start %s backend: %w", m.backend.Name(), err)
 	}
 	m.refreshHosts()
+	ctx, m.stop = context.WithCancel(ctx)
+	go m.maintLoop(ctx)
 	return nil
 }
 
@@ -174,7 +214,7 @@ func (m *Manager) refreshHosts() {
 			h.info = hi
 			continue
 		}
-		m.hosts[hi.Name] = &host{info: hi, tasks: map[string]hold{}, jobs: map[string]int{}}
+		m.hosts[hi.Name] = &host{info: hi, tasks: map[string]hold{}, jobs: map[string]int{}, state: m.stateOfLocked(hi.Name)}
 	}
 	for name := range m.hosts {
 		if !seen[name] {
@@ -187,7 +227,7 @@ func (m *Manager) refreshHosts() {
 	}
 	sort.Strings(m.order)
 	m.classes = hostClasses(m.order, m.hosts)
-	metrics.Hosts.WithLabelValues("HOST_UP").Set(float64(len(m.hosts)))
+	m.recountLocked()
 }
 
 // hostClasses groups hosts by capacity, partition and labels.
@@ -288,7 +328,7 @@ func (m *Manager) AcquireHosts(f HostFilter) (string, []HostOffer) {
 	for ; i < n && len(offers) < f.Max; i++ {
 		name := m.order[(start+i)%n]
 		h := m.hosts[name]
-		if h.lease != "" || !inPartitions(h.info.Partition, f.Partitions) {
+		if h.lease != "" || h.state != hostUp || !inPartitions(h.info.Partition, f.Partitions) {
 			continue
 		}
 		free := h.info.Capacity.Sub(h.allocated)
@@ -399,6 +439,9 @@ func (m *Manager) Commit(leaseID string, as []Assignment) error {
 		if !ok || h.lease != leaseID {
 			return fmt.Errorf("%w: host %s is not in lease %s", ErrLeaseExpired, a.Host, leaseID)
 		}
+		if h.state != hostUp {
+			return fmt.Errorf("%w: %s is %s", ErrHostNotUp, a.Host, h.state)
+		}
 		if _, dup := m.taskHost[a.TaskID]; dup || seen[a.TaskID] {
 			return fmt.Errorf("hostmgr: task %s already holds resources", a.TaskID)
 		}
@@ -459,7 +502,9 @@ func (m *Manager) Recover(taskID, hostName string, r resources.Resources) {
 	m.holdLocked(h, taskID, jobOfTaskID(taskID), r)
 }
 
-// ReleaseTask frees a run's resources. Unknown runs are ignored.
+// ReleaseTask frees a run's resources. Unknown runs are ignored. A draining
+// host left empty is then marked drained (asynchronously: that is a store
+// write, and ReleaseTask is on the event path).
 func (m *Manager) ReleaseTask(taskID string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -477,12 +522,30 @@ func (m *Manager) ReleaseTask(taskID string) {
 				delete(h.jobs, t.job)
 			}
 		}
+		if h.state == hostDraining && len(h.tasks) == 0 {
+			m.wakeMaint()
+		}
 	}
 }
 
-// Launch starts a placed run through the backend.
+// Launch starts a placed run through the backend. A run launched on a host
+// that started draining after the run was placed is handed to Drains at
+// once; only after the backend accepted it, so that the kill finds it.
 func (m *Manager) Launch(ctx context.Context, spec LaunchSpec) error {
-	return m.backend.Launch(ctx, spec)
+	if err := m.backend.Launch(ctx, spec); err != nil {
+		return err
+	}
+	if m.draining.Load() == 0 {
+		return nil
+	}
+	m.mu.Lock()
+	h := m.hosts[spec.Host]
+	drain := h != nil && h.state != hostUp
+	m.mu.Unlock()
+	if drain {
+		m.publishDrains(DrainRequest{Host: spec.Host, TaskIDs: []string{spec.TaskID}})
+	}
+	return nil
 }
 
 // Kill stops a run through the backend.
@@ -498,21 +561,27 @@ func (m *Manager) Logs(ctx context.Context, taskID string, stream pelotonv1.LogS
 	return m.backend.Logs(ctx, taskID, stream, follow)
 }
 
-// ListHosts returns the hosts for the API.
+// ListHosts returns the hosts for the API, with their maintenance state.
 func (m *Manager) ListHosts() []*pelotonv1.Host {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	out := make([]*pelotonv1.Host, 0, len(m.order))
 	for _, name := range m.order {
-		h := m.hosts[name]
-		out = append(out, &pelotonv1.Host{
-			Name: name, Capacity: h.info.Capacity.ToProto(), Allocated: h.allocated.ToProto(),
-			Labels: h.info.Labels, Partition: h.info.Partition, State: pelotonv1.HostState_HOST_UP,
-			TaskCount: uint32(len(h.tasks)),
-		})
+		out = append(out, hostProto(m.hosts[name]))
 	}
 	return out
 }
 
-// Close stops the backend.
-func (m *Manager) Close() error { return m.backend.Close() }
+func hostProto(h *host) *pelotonv1.Host {
+	return &pelotonv1.Host{
+		Name: h.info.Name, Capacity: h.info.Capacity.ToProto(), Allocated: h.allocated.ToProto(),
+		Labels: h.info.Labels, Partition: h.info.Partition, State: h.state,
+		TaskCount: uint32(len(h.tasks)), MaintenanceMessage: maintenanceMessage(h),
+	}
+}
+
+// Close stops marking hosts drained and stops the backend.
+func (m *Manager) Close() error {
+	m.stop()
+	return m.backend.Close()
+}

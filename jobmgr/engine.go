@@ -53,6 +53,11 @@ func (m *Manager) Start(ctx context.Context) error {
 		defer m.wg.Done()
 		m.gaugeLoop(ctx)
 	}()
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		m.drainLoop(ctx)
+	}()
 	context.AfterFunc(ctx, m.queue.ShutDown)
 	m.mu.RLock()
 	for id := range m.jobs {

@@ -149,6 +149,24 @@ func (s *Server) ListHosts(ctx context.Context, req *pelotonv1.ListHostsRequest)
 	return &pelotonv1.ListHostsResponse{Hosts: s.hm.ListHosts()}, nil
 }
 
+// StartMaintenance takes hosts out of service; they drain, then are drained.
+func (s *Server) StartMaintenance(ctx context.Context, req *pelotonv1.StartMaintenanceRequest) (*pelotonv1.StartMaintenanceResponse, error) {
+	hs, err := s.hm.StartMaintenance(ctx, req.GetHosts())
+	if err != nil {
+		return nil, err
+	}
+	return &pelotonv1.StartMaintenanceResponse{Hosts: hs}, nil
+}
+
+// CompleteMaintenance returns hosts to service.
+func (s *Server) CompleteMaintenance(ctx context.Context, req *pelotonv1.CompleteMaintenanceRequest) (*pelotonv1.CompleteMaintenanceResponse, error) {
+	hs, err := s.hm.CompleteMaintenance(ctx, req.GetHosts())
+	if err != nil {
+		return nil, err
+	}
+	return &pelotonv1.CompleteMaintenanceResponse{Hosts: hs}, nil
+}
+
 // MovePool moves a pool and its children under another parent.
 func (s *Server) MovePool(ctx context.Context, req *pelotonv1.MovePoolRequest) (*pelotonv1.MovePoolResponse, error) {
 	p, err := s.rm.MovePool(ctx, req.GetPath(), req.GetNewParent())

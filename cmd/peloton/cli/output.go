@@ -246,9 +246,10 @@ func cpuMem(r *pelotonv1.Resources) string {
 
 func number(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
 
-// writeHostTable writes hosts as a table with used/total cpu and memory.
+// writeHostTable writes hosts as a table with used/total cpu and memory and
+// what maintenance is doing.
 func writeHostTable(w io.Writer, hosts []*pelotonv1.Host, _ bool) {
-	fmt.Fprintln(w, "NAME\tSTATE\tPARTITION\tCPU\tMEM\tTASKS\tLABELS")
+	fmt.Fprintln(w, "NAME\tSTATE\tPARTITION\tCPU\tMEM\tTASKS\tLABELS\tMESSAGE")
 	for _, h := range hosts {
 		used, total := h.GetAllocated(), h.GetCapacity()
 		row(w,
@@ -259,6 +260,7 @@ func writeHostTable(w io.Writer, hosts []*pelotonv1.Host, _ bool) {
 			number(used.GetMemoryMb())+"/"+number(total.GetMemoryMb()),
 			strconv.FormatUint(uint64(h.GetTaskCount()), 10),
 			labels(h.GetLabels()),
+			h.GetMaintenanceMessage(),
 		)
 	}
 }

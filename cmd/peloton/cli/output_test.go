@@ -177,10 +177,18 @@ func TestPoolAndHostTables(t *testing.T) {
 		Allocated: &pelotonv1.Resources{Cpu: 1.5, MemoryMb: 512},
 		Labels:    map[string]string{"zone": "a", "rack": "r1"},
 		TaskCount: 3,
+	}, {
+		Name:               "host-1",
+		State:              pelotonv1.HostState_HOST_DRAINING,
+		Capacity:           &pelotonv1.Resources{Cpu: 8, MemoryMb: 16384},
+		Allocated:          &pelotonv1.Resources{Cpu: 1, MemoryMb: 64},
+		TaskCount:          2,
+		MaintenanceMessage: "draining: 2 tasks left",
 	}}, false)
 	want = "" +
-		"NAME\tSTATE\tPARTITION\tCPU\tMEM\tTASKS\tLABELS\n" +
-		"host-0\tHOST_UP\t-\t1.5/8\t512/16384\t3\track=r1,zone=a\n"
+		"NAME\tSTATE\tPARTITION\tCPU\tMEM\tTASKS\tLABELS\tMESSAGE\n" +
+		"host-0\tHOST_UP\t-\t1.5/8\t512/16384\t3\track=r1,zone=a\t-\n" +
+		"host-1\tHOST_DRAINING\t-\t1/8\t64/16384\t2\t-\tdraining: 2 tasks left\n"
 	if buf.String() != want {
 		t.Errorf("host rows:\n%q\nwant\n%q", buf.String(), want)
 	}

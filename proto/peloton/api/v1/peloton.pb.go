@@ -408,15 +408,21 @@ func (LogStream) EnumDescriptor() ([]byte, []int) {
 	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{5}
 }
 
-// HostState says whether a host takes new work.
+// HostState says whether a host takes new work. Maintenance moves a host
+// HOST_UP -> HOST_DRAINING -> HOST_DRAINED -> HOST_UP, or HOST_DRAINING ->
+// HOST_UP when completed early (hostmgr/maintenance.go).
 type HostState int32
 
 const (
 	HostState_HOST_STATE_UNSPECIFIED HostState = 0
-	HostState_HOST_UP                HostState = 1
-	HostState_HOST_DRAINING          HostState = 2
-	HostState_HOST_DRAINED           HostState = 3
-	HostState_HOST_DOWN              HostState = 4
+	// In service: takes new work.
+	HostState_HOST_UP HostState = 1
+	// In maintenance: takes no new work; its runs are being moved elsewhere.
+	HostState_HOST_DRAINING HostState = 2
+	// In maintenance and holds no runs: safe to take down.
+	HostState_HOST_DRAINED HostState = 3
+	// Reserved for hosts a backend reports gone; not set by this version.
+	HostState_HOST_DOWN HostState = 4
 )
 
 // Enum value maps for HostState.
@@ -3213,13 +3219,18 @@ type Host struct {
 	Name     string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	Capacity *Resources             `protobuf:"bytes,2,opt,name=capacity,proto3" json:"capacity,omitempty"`
 	// Resources held by tasks placed on the host.
-	Allocated     *Resources        `protobuf:"bytes,3,opt,name=allocated,proto3" json:"allocated,omitempty"`
-	Labels        map[string]string `protobuf:"bytes,4,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	Partition     string            `protobuf:"bytes,5,opt,name=partition,proto3" json:"partition,omitempty"`
-	State         HostState         `protobuf:"varint,6,opt,name=state,proto3,enum=peloton.api.v1.HostState" json:"state,omitempty"`
-	TaskCount     uint32            `protobuf:"varint,7,opt,name=task_count,json=taskCount,proto3" json:"task_count,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Allocated *Resources        `protobuf:"bytes,3,opt,name=allocated,proto3" json:"allocated,omitempty"`
+	Labels    map[string]string `protobuf:"bytes,4,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Partition string            `protobuf:"bytes,5,opt,name=partition,proto3" json:"partition,omitempty"`
+	// HOST_UP takes new work; HOST_DRAINING and HOST_DRAINED are in
+	// maintenance and take none.
+	State     HostState `protobuf:"varint,6,opt,name=state,proto3,enum=peloton.api.v1.HostState" json:"state,omitempty"`
+	TaskCount uint32    `protobuf:"varint,7,opt,name=task_count,json=taskCount,proto3" json:"task_count,omitempty"`
+	// What maintenance is doing, e.g. "draining: 3 tasks left"; empty when
+	// the host is HOST_UP.
+	MaintenanceMessage string `protobuf:"bytes,8,opt,name=maintenance_message,json=maintenanceMessage,proto3" json:"maintenance_message,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *Host) Reset() {
@@ -3301,6 +3312,13 @@ func (x *Host) GetTaskCount() uint32 {
 	return 0
 }
 
+func (x *Host) GetMaintenanceMessage() string {
+	if x != nil {
+		return x.MaintenanceMessage
+	}
+	return ""
+}
+
 type ListHostsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -3375,6 +3393,191 @@ func (*ListHostsResponse) Descriptor() ([]byte, []int) {
 }
 
 func (x *ListHostsResponse) GetHosts() []*Host {
+	if x != nil {
+		return x.Hosts
+	}
+	return nil
+}
+
+// StartMaintenanceRequest takes hosts out of service. Each must be HOST_UP;
+// it goes HOST_DRAINING at once (no new work lands on it, its runs are
+// preempted and run again elsewhere) and HOST_DRAINED once it holds no runs.
+// Either every host changes or none does.
+type StartMaintenanceRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Hosts         []string               `protobuf:"bytes,1,rep,name=hosts,proto3" json:"hosts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartMaintenanceRequest) Reset() {
+	*x = StartMaintenanceRequest{}
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartMaintenanceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartMaintenanceRequest) ProtoMessage() {}
+
+func (x *StartMaintenanceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartMaintenanceRequest.ProtoReflect.Descriptor instead.
+func (*StartMaintenanceRequest) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *StartMaintenanceRequest) GetHosts() []string {
+	if x != nil {
+		return x.Hosts
+	}
+	return nil
+}
+
+type StartMaintenanceResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The hosts of the request, after the change.
+	Hosts         []*Host `protobuf:"bytes,1,rep,name=hosts,proto3" json:"hosts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartMaintenanceResponse) Reset() {
+	*x = StartMaintenanceResponse{}
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartMaintenanceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartMaintenanceResponse) ProtoMessage() {}
+
+func (x *StartMaintenanceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartMaintenanceResponse.ProtoReflect.Descriptor instead.
+func (*StartMaintenanceResponse) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *StartMaintenanceResponse) GetHosts() []*Host {
+	if x != nil {
+		return x.Hosts
+	}
+	return nil
+}
+
+// CompleteMaintenanceRequest returns hosts to service. Each must be
+// HOST_DRAINING (the drain stops early) or HOST_DRAINED; it goes HOST_UP.
+// Either every host changes or none does.
+type CompleteMaintenanceRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Hosts         []string               `protobuf:"bytes,1,rep,name=hosts,proto3" json:"hosts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompleteMaintenanceRequest) Reset() {
+	*x = CompleteMaintenanceRequest{}
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompleteMaintenanceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompleteMaintenanceRequest) ProtoMessage() {}
+
+func (x *CompleteMaintenanceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompleteMaintenanceRequest.ProtoReflect.Descriptor instead.
+func (*CompleteMaintenanceRequest) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *CompleteMaintenanceRequest) GetHosts() []string {
+	if x != nil {
+		return x.Hosts
+	}
+	return nil
+}
+
+type CompleteMaintenanceResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The hosts of the request, after the change.
+	Hosts         []*Host `protobuf:"bytes,1,rep,name=hosts,proto3" json:"hosts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompleteMaintenanceResponse) Reset() {
+	*x = CompleteMaintenanceResponse{}
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompleteMaintenanceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompleteMaintenanceResponse) ProtoMessage() {}
+
+func (x *CompleteMaintenanceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompleteMaintenanceResponse.ProtoReflect.Descriptor instead.
+func (*CompleteMaintenanceResponse) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *CompleteMaintenanceResponse) GetHosts() []*Host {
 	if x != nil {
 		return x.Hosts
 	}
@@ -3586,7 +3789,7 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\x04pool\x18\x01 \x01(\v2\x14.peloton.api.v1.PoolR\x04pool\"\x12\n" +
 	"\x10ListPoolsRequest\"?\n" +
 	"\x11ListPoolsResponse\x12*\n" +
-	"\x05pools\x18\x01 \x03(\v2\x14.peloton.api.v1.PoolR\x05pools\"\xed\x02\n" +
+	"\x05pools\x18\x01 \x03(\v2\x14.peloton.api.v1.PoolR\x05pools\"\x9e\x03\n" +
 	"\x04Host\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x125\n" +
 	"\bcapacity\x18\x02 \x01(\v2\x19.peloton.api.v1.ResourcesR\bcapacity\x127\n" +
@@ -3595,12 +3798,21 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\tpartition\x18\x05 \x01(\tR\tpartition\x12/\n" +
 	"\x05state\x18\x06 \x01(\x0e2\x19.peloton.api.v1.HostStateR\x05state\x12\x1d\n" +
 	"\n" +
-	"task_count\x18\a \x01(\rR\ttaskCount\x1a9\n" +
+	"task_count\x18\a \x01(\rR\ttaskCount\x12/\n" +
+	"\x13maintenance_message\x18\b \x01(\tR\x12maintenanceMessage\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x12\n" +
 	"\x10ListHostsRequest\"?\n" +
 	"\x11ListHostsResponse\x12*\n" +
+	"\x05hosts\x18\x01 \x03(\v2\x14.peloton.api.v1.HostR\x05hosts\"/\n" +
+	"\x17StartMaintenanceRequest\x12\x14\n" +
+	"\x05hosts\x18\x01 \x03(\tR\x05hosts\"F\n" +
+	"\x18StartMaintenanceResponse\x12*\n" +
+	"\x05hosts\x18\x01 \x03(\v2\x14.peloton.api.v1.HostR\x05hosts\"2\n" +
+	"\x1aCompleteMaintenanceRequest\x12\x14\n" +
+	"\x05hosts\x18\x01 \x03(\tR\x05hosts\"I\n" +
+	"\x1bCompleteMaintenanceResponse\x12*\n" +
 	"\x05hosts\x18\x01 \x03(\v2\x14.peloton.api.v1.HostR\x05hosts*U\n" +
 	"\aJobType\x12\x18\n" +
 	"\x14JOB_TYPE_UNSPECIFIED\x10\x00\x12\t\n" +
@@ -3692,9 +3904,11 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\n" +
 	"DeletePool\x12!.peloton.api.v1.DeletePoolRequest\x1a\".peloton.api.v1.DeletePoolResponse\x12P\n" +
 	"\tListPools\x12 .peloton.api.v1.ListPoolsRequest\x1a!.peloton.api.v1.ListPoolsResponse\x12M\n" +
-	"\bMovePool\x12\x1f.peloton.api.v1.MovePoolRequest\x1a .peloton.api.v1.MovePoolResponse2_\n" +
+	"\bMovePool\x12\x1f.peloton.api.v1.MovePoolRequest\x1a .peloton.api.v1.MovePoolResponse2\xb6\x02\n" +
 	"\vHostService\x12P\n" +
-	"\tListHosts\x12 .peloton.api.v1.ListHostsRequest\x1a!.peloton.api.v1.ListHostsResponseBAZ?github.com/peloton-sched/peloton/proto/peloton/api/v1;pelotonv1b\x06proto3"
+	"\tListHosts\x12 .peloton.api.v1.ListHostsRequest\x1a!.peloton.api.v1.ListHostsResponse\x12e\n" +
+	"\x10StartMaintenance\x12'.peloton.api.v1.StartMaintenanceRequest\x1a(.peloton.api.v1.StartMaintenanceResponse\x12n\n" +
+	"\x13CompleteMaintenance\x12*.peloton.api.v1.CompleteMaintenanceRequest\x1a+.peloton.api.v1.CompleteMaintenanceResponseBAZ?github.com/peloton-sched/peloton/proto/peloton/api/v1;pelotonv1b\x06proto3"
 
 var (
 	file_peloton_api_v1_peloton_proto_rawDescOnce sync.Once
@@ -3709,74 +3923,78 @@ func file_peloton_api_v1_peloton_proto_rawDescGZIP() []byte {
 }
 
 var file_peloton_api_v1_peloton_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_peloton_api_v1_peloton_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
+var file_peloton_api_v1_peloton_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
 var file_peloton_api_v1_peloton_proto_goTypes = []any{
-	(JobType)(0),                  // 0: peloton.api.v1.JobType
-	(TaskState)(0),                // 1: peloton.api.v1.TaskState
-	(PlacementStrategy)(0),        // 2: peloton.api.v1.PlacementStrategy
-	(ConstraintOp)(0),             // 3: peloton.api.v1.ConstraintOp
-	(JobState)(0),                 // 4: peloton.api.v1.JobState
-	(LogStream)(0),                // 5: peloton.api.v1.LogStream
-	(HostState)(0),                // 6: peloton.api.v1.HostState
-	(*Resources)(nil),             // 7: peloton.api.v1.Resources
-	(*SlaSpec)(nil),               // 8: peloton.api.v1.SlaSpec
-	(*RestartPolicy)(nil),         // 9: peloton.api.v1.RestartPolicy
-	(*TaskSpec)(nil),              // 10: peloton.api.v1.TaskSpec
-	(*Constraint)(nil),            // 11: peloton.api.v1.Constraint
-	(*PlacementSpec)(nil),         // 12: peloton.api.v1.PlacementSpec
-	(*JobSpec)(nil),               // 13: peloton.api.v1.JobSpec
-	(*JobStatus)(nil),             // 14: peloton.api.v1.JobStatus
-	(*Job)(nil),                   // 15: peloton.api.v1.Job
-	(*TaskStatus)(nil),            // 16: peloton.api.v1.TaskStatus
-	(*TaskTransition)(nil),        // 17: peloton.api.v1.TaskTransition
-	(*Task)(nil),                  // 18: peloton.api.v1.Task
-	(*CreateJobRequest)(nil),      // 19: peloton.api.v1.CreateJobRequest
-	(*CreateJobResponse)(nil),     // 20: peloton.api.v1.CreateJobResponse
-	(*GetJobRequest)(nil),         // 21: peloton.api.v1.GetJobRequest
-	(*GetJobResponse)(nil),        // 22: peloton.api.v1.GetJobResponse
-	(*ListJobsRequest)(nil),       // 23: peloton.api.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),      // 24: peloton.api.v1.ListJobsResponse
-	(*CancelJobRequest)(nil),      // 25: peloton.api.v1.CancelJobRequest
-	(*CancelJobResponse)(nil),     // 26: peloton.api.v1.CancelJobResponse
-	(*DeleteJobRequest)(nil),      // 27: peloton.api.v1.DeleteJobRequest
-	(*DeleteJobResponse)(nil),     // 28: peloton.api.v1.DeleteJobResponse
-	(*RestartJobRequest)(nil),     // 29: peloton.api.v1.RestartJobRequest
-	(*RestartJobResponse)(nil),    // 30: peloton.api.v1.RestartJobResponse
-	(*ListTasksRequest)(nil),      // 31: peloton.api.v1.ListTasksRequest
-	(*ListTasksResponse)(nil),     // 32: peloton.api.v1.ListTasksResponse
-	(*GetTaskRequest)(nil),        // 33: peloton.api.v1.GetTaskRequest
-	(*GetTaskResponse)(nil),       // 34: peloton.api.v1.GetTaskResponse
-	(*KillTaskRequest)(nil),       // 35: peloton.api.v1.KillTaskRequest
-	(*KillTaskResponse)(nil),      // 36: peloton.api.v1.KillTaskResponse
-	(*GetTaskLogsRequest)(nil),    // 37: peloton.api.v1.GetTaskLogsRequest
-	(*LogChunk)(nil),              // 38: peloton.api.v1.LogChunk
-	(*PoolSpec)(nil),              // 39: peloton.api.v1.PoolSpec
-	(*PoolStatus)(nil),            // 40: peloton.api.v1.PoolStatus
-	(*Pool)(nil),                  // 41: peloton.api.v1.Pool
-	(*CreatePoolRequest)(nil),     // 42: peloton.api.v1.CreatePoolRequest
-	(*CreatePoolResponse)(nil),    // 43: peloton.api.v1.CreatePoolResponse
-	(*GetPoolRequest)(nil),        // 44: peloton.api.v1.GetPoolRequest
-	(*GetPoolResponse)(nil),       // 45: peloton.api.v1.GetPoolResponse
-	(*UpdatePoolRequest)(nil),     // 46: peloton.api.v1.UpdatePoolRequest
-	(*UpdatePoolResponse)(nil),    // 47: peloton.api.v1.UpdatePoolResponse
-	(*DeletePoolRequest)(nil),     // 48: peloton.api.v1.DeletePoolRequest
-	(*DeletePoolResponse)(nil),    // 49: peloton.api.v1.DeletePoolResponse
-	(*MovePoolRequest)(nil),       // 50: peloton.api.v1.MovePoolRequest
-	(*MovePoolResponse)(nil),      // 51: peloton.api.v1.MovePoolResponse
-	(*ListPoolsRequest)(nil),      // 52: peloton.api.v1.ListPoolsRequest
-	(*ListPoolsResponse)(nil),     // 53: peloton.api.v1.ListPoolsResponse
-	(*Host)(nil),                  // 54: peloton.api.v1.Host
-	(*ListHostsRequest)(nil),      // 55: peloton.api.v1.ListHostsRequest
-	(*ListHostsResponse)(nil),     // 56: peloton.api.v1.ListHostsResponse
-	nil,                           // 57: peloton.api.v1.TaskSpec.EnvEntry
-	nil,                           // 58: peloton.api.v1.JobSpec.InstanceSpecsEntry
-	nil,                           // 59: peloton.api.v1.JobSpec.LabelsEntry
-	nil,                           // 60: peloton.api.v1.JobStatus.TaskCountsEntry
-	nil,                           // 61: peloton.api.v1.Host.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 62: google.protobuf.Timestamp
+	(JobType)(0),                        // 0: peloton.api.v1.JobType
+	(TaskState)(0),                      // 1: peloton.api.v1.TaskState
+	(PlacementStrategy)(0),              // 2: peloton.api.v1.PlacementStrategy
+	(ConstraintOp)(0),                   // 3: peloton.api.v1.ConstraintOp
+	(JobState)(0),                       // 4: peloton.api.v1.JobState
+	(LogStream)(0),                      // 5: peloton.api.v1.LogStream
+	(HostState)(0),                      // 6: peloton.api.v1.HostState
+	(*Resources)(nil),                   // 7: peloton.api.v1.Resources
+	(*SlaSpec)(nil),                     // 8: peloton.api.v1.SlaSpec
+	(*RestartPolicy)(nil),               // 9: peloton.api.v1.RestartPolicy
+	(*TaskSpec)(nil),                    // 10: peloton.api.v1.TaskSpec
+	(*Constraint)(nil),                  // 11: peloton.api.v1.Constraint
+	(*PlacementSpec)(nil),               // 12: peloton.api.v1.PlacementSpec
+	(*JobSpec)(nil),                     // 13: peloton.api.v1.JobSpec
+	(*JobStatus)(nil),                   // 14: peloton.api.v1.JobStatus
+	(*Job)(nil),                         // 15: peloton.api.v1.Job
+	(*TaskStatus)(nil),                  // 16: peloton.api.v1.TaskStatus
+	(*TaskTransition)(nil),              // 17: peloton.api.v1.TaskTransition
+	(*Task)(nil),                        // 18: peloton.api.v1.Task
+	(*CreateJobRequest)(nil),            // 19: peloton.api.v1.CreateJobRequest
+	(*CreateJobResponse)(nil),           // 20: peloton.api.v1.CreateJobResponse
+	(*GetJobRequest)(nil),               // 21: peloton.api.v1.GetJobRequest
+	(*GetJobResponse)(nil),              // 22: peloton.api.v1.GetJobResponse
+	(*ListJobsRequest)(nil),             // 23: peloton.api.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),            // 24: peloton.api.v1.ListJobsResponse
+	(*CancelJobRequest)(nil),            // 25: peloton.api.v1.CancelJobRequest
+	(*CancelJobResponse)(nil),           // 26: peloton.api.v1.CancelJobResponse
+	(*DeleteJobRequest)(nil),            // 27: peloton.api.v1.DeleteJobRequest
+	(*DeleteJobResponse)(nil),           // 28: peloton.api.v1.DeleteJobResponse
+	(*RestartJobRequest)(nil),           // 29: peloton.api.v1.RestartJobRequest
+	(*RestartJobResponse)(nil),          // 30: peloton.api.v1.RestartJobResponse
+	(*ListTasksRequest)(nil),            // 31: peloton.api.v1.ListTasksRequest
+	(*ListTasksResponse)(nil),           // 32: peloton.api.v1.ListTasksResponse
+	(*GetTaskRequest)(nil),              // 33: peloton.api.v1.GetTaskRequest
+	(*GetTaskResponse)(nil),             // 34: peloton.api.v1.GetTaskResponse
+	(*KillTaskRequest)(nil),             // 35: peloton.api.v1.KillTaskRequest
+	(*KillTaskResponse)(nil),            // 36: peloton.api.v1.KillTaskResponse
+	(*GetTaskLogsRequest)(nil),          // 37: peloton.api.v1.GetTaskLogsRequest
+	(*LogChunk)(nil),                    // 38: peloton.api.v1.LogChunk
+	(*PoolSpec)(nil),                    // 39: peloton.api.v1.PoolSpec
+	(*PoolStatus)(nil),                  // 40: peloton.api.v1.PoolStatus
+	(*Pool)(nil),                        // 41: peloton.api.v1.Pool
+	(*CreatePoolRequest)(nil),           // 42: peloton.api.v1.CreatePoolRequest
+	(*CreatePoolResponse)(nil),          // 43: peloton.api.v1.CreatePoolResponse
+	(*GetPoolRequest)(nil),              // 44: peloton.api.v1.GetPoolRequest
+	(*GetPoolResponse)(nil),             // 45: peloton.api.v1.GetPoolResponse
+	(*UpdatePoolRequest)(nil),           // 46: peloton.api.v1.UpdatePoolRequest
+	(*UpdatePoolResponse)(nil),          // 47: peloton.api.v1.UpdatePoolResponse
+	(*DeletePoolRequest)(nil),           // 48: peloton.api.v1.DeletePoolRequest
+	(*DeletePoolResponse)(nil),          // 49: peloton.api.v1.DeletePoolResponse
+	(*MovePoolRequest)(nil),             // 50: peloton.api.v1.MovePoolRequest
+	(*MovePoolResponse)(nil),            // 51: peloton.api.v1.MovePoolResponse
+	(*ListPoolsRequest)(nil),            // 52: peloton.api.v1.ListPoolsRequest
+	(*ListPoolsResponse)(nil),           // 53: peloton.api.v1.ListPoolsResponse
+	(*Host)(nil),                        // 54: peloton.api.v1.Host
+	(*ListHostsRequest)(nil),            // 55: peloton.api.v1.ListHostsRequest
+	(*ListHostsResponse)(nil),           // 56: peloton.api.v1.ListHostsResponse
+	(*StartMaintenanceRequest)(nil),     // 57: peloton.api.v1.StartMaintenanceRequest
+	(*StartMaintenanceResponse)(nil),    // 58: peloton.api.v1.StartMaintenanceResponse
+	(*CompleteMaintenanceRequest)(nil),  // 59: peloton.api.v1.CompleteMaintenanceRequest
+	(*CompleteMaintenanceResponse)(nil), // 60: peloton.api.v1.CompleteMaintenanceResponse
+	nil,                                 // 61: peloton.api.v1.TaskSpec.EnvEntry
+	nil,                                 // 62: peloton.api.v1.JobSpec.InstanceSpecsEntry
+	nil,                                 // 63: peloton.api.v1.JobSpec.LabelsEntry
+	nil,                                 // 64: peloton.api.v1.JobStatus.TaskCountsEntry
+	nil,                                 // 65: peloton.api.v1.Host.LabelsEntry
+	(*timestamppb.Timestamp)(nil),       // 66: google.protobuf.Timestamp
 }
 var file_peloton_api_v1_peloton_proto_depIdxs = []int32{
-	57, // 0: peloton.api.v1.TaskSpec.env:type_name -> peloton.api.v1.TaskSpec.EnvEntry
+	61, // 0: peloton.api.v1.TaskSpec.env:type_name -> peloton.api.v1.TaskSpec.EnvEntry
 	7,  // 1: peloton.api.v1.TaskSpec.resources:type_name -> peloton.api.v1.Resources
 	9,  // 2: peloton.api.v1.TaskSpec.restart_policy:type_name -> peloton.api.v1.RestartPolicy
 	12, // 3: peloton.api.v1.TaskSpec.placement:type_name -> peloton.api.v1.PlacementSpec
@@ -3786,24 +4004,24 @@ var file_peloton_api_v1_peloton_proto_depIdxs = []int32{
 	0,  // 7: peloton.api.v1.JobSpec.type:type_name -> peloton.api.v1.JobType
 	8,  // 8: peloton.api.v1.JobSpec.sla:type_name -> peloton.api.v1.SlaSpec
 	10, // 9: peloton.api.v1.JobSpec.default_spec:type_name -> peloton.api.v1.TaskSpec
-	58, // 10: peloton.api.v1.JobSpec.instance_specs:type_name -> peloton.api.v1.JobSpec.InstanceSpecsEntry
-	59, // 11: peloton.api.v1.JobSpec.labels:type_name -> peloton.api.v1.JobSpec.LabelsEntry
+	62, // 10: peloton.api.v1.JobSpec.instance_specs:type_name -> peloton.api.v1.JobSpec.InstanceSpecsEntry
+	63, // 11: peloton.api.v1.JobSpec.labels:type_name -> peloton.api.v1.JobSpec.LabelsEntry
 	4,  // 12: peloton.api.v1.JobStatus.state:type_name -> peloton.api.v1.JobState
 	4,  // 13: peloton.api.v1.JobStatus.goal_state:type_name -> peloton.api.v1.JobState
-	60, // 14: peloton.api.v1.JobStatus.task_counts:type_name -> peloton.api.v1.JobStatus.TaskCountsEntry
-	62, // 15: peloton.api.v1.JobStatus.create_time:type_name -> google.protobuf.Timestamp
-	62, // 16: peloton.api.v1.JobStatus.start_time:type_name -> google.protobuf.Timestamp
-	62, // 17: peloton.api.v1.JobStatus.completion_time:type_name -> google.protobuf.Timestamp
+	64, // 14: peloton.api.v1.JobStatus.task_counts:type_name -> peloton.api.v1.JobStatus.TaskCountsEntry
+	66, // 15: peloton.api.v1.JobStatus.create_time:type_name -> google.protobuf.Timestamp
+	66, // 16: peloton.api.v1.JobStatus.start_time:type_name -> google.protobuf.Timestamp
+	66, // 17: peloton.api.v1.JobStatus.completion_time:type_name -> google.protobuf.Timestamp
 	13, // 18: peloton.api.v1.Job.spec:type_name -> peloton.api.v1.JobSpec
 	14, // 19: peloton.api.v1.Job.status:type_name -> peloton.api.v1.JobStatus
 	1,  // 20: peloton.api.v1.TaskStatus.state:type_name -> peloton.api.v1.TaskState
 	1,  // 21: peloton.api.v1.TaskStatus.goal_state:type_name -> peloton.api.v1.TaskState
-	62, // 22: peloton.api.v1.TaskStatus.start_time:type_name -> google.protobuf.Timestamp
-	62, // 23: peloton.api.v1.TaskStatus.completion_time:type_name -> google.protobuf.Timestamp
-	62, // 24: peloton.api.v1.TaskStatus.update_time:type_name -> google.protobuf.Timestamp
+	66, // 22: peloton.api.v1.TaskStatus.start_time:type_name -> google.protobuf.Timestamp
+	66, // 23: peloton.api.v1.TaskStatus.completion_time:type_name -> google.protobuf.Timestamp
+	66, // 24: peloton.api.v1.TaskStatus.update_time:type_name -> google.protobuf.Timestamp
 	17, // 25: peloton.api.v1.TaskStatus.history:type_name -> peloton.api.v1.TaskTransition
 	1,  // 26: peloton.api.v1.TaskTransition.state:type_name -> peloton.api.v1.TaskState
-	62, // 27: peloton.api.v1.TaskTransition.time:type_name -> google.protobuf.Timestamp
+	66, // 27: peloton.api.v1.TaskTransition.time:type_name -> google.protobuf.Timestamp
 	16, // 28: peloton.api.v1.Task.status:type_name -> peloton.api.v1.TaskStatus
 	10, // 29: peloton.api.v1.Task.spec:type_name -> peloton.api.v1.TaskSpec
 	13, // 30: peloton.api.v1.CreateJobRequest.spec:type_name -> peloton.api.v1.JobSpec
@@ -3831,49 +4049,55 @@ var file_peloton_api_v1_peloton_proto_depIdxs = []int32{
 	41, // 52: peloton.api.v1.ListPoolsResponse.pools:type_name -> peloton.api.v1.Pool
 	7,  // 53: peloton.api.v1.Host.capacity:type_name -> peloton.api.v1.Resources
 	7,  // 54: peloton.api.v1.Host.allocated:type_name -> peloton.api.v1.Resources
-	61, // 55: peloton.api.v1.Host.labels:type_name -> peloton.api.v1.Host.LabelsEntry
+	65, // 55: peloton.api.v1.Host.labels:type_name -> peloton.api.v1.Host.LabelsEntry
 	6,  // 56: peloton.api.v1.Host.state:type_name -> peloton.api.v1.HostState
 	54, // 57: peloton.api.v1.ListHostsResponse.hosts:type_name -> peloton.api.v1.Host
-	10, // 58: peloton.api.v1.JobSpec.InstanceSpecsEntry.value:type_name -> peloton.api.v1.TaskSpec
-	19, // 59: peloton.api.v1.JobService.CreateJob:input_type -> peloton.api.v1.CreateJobRequest
-	21, // 60: peloton.api.v1.JobService.GetJob:input_type -> peloton.api.v1.GetJobRequest
-	23, // 61: peloton.api.v1.JobService.ListJobs:input_type -> peloton.api.v1.ListJobsRequest
-	25, // 62: peloton.api.v1.JobService.CancelJob:input_type -> peloton.api.v1.CancelJobRequest
-	27, // 63: peloton.api.v1.JobService.DeleteJob:input_type -> peloton.api.v1.DeleteJobRequest
-	29, // 64: peloton.api.v1.JobService.RestartJob:input_type -> peloton.api.v1.RestartJobRequest
-	31, // 65: peloton.api.v1.TaskService.ListTasks:input_type -> peloton.api.v1.ListTasksRequest
-	33, // 66: peloton.api.v1.TaskService.GetTask:input_type -> peloton.api.v1.GetTaskRequest
-	35, // 67: peloton.api.v1.TaskService.KillTask:input_type -> peloton.api.v1.KillTaskRequest
-	37, // 68: peloton.api.v1.TaskService.GetTaskLogs:input_type -> peloton.api.v1.GetTaskLogsRequest
-	42, // 69: peloton.api.v1.PoolService.CreatePool:input_type -> peloton.api.v1.CreatePoolRequest
-	44, // 70: peloton.api.v1.PoolService.GetPool:input_type -> peloton.api.v1.GetPoolRequest
-	46, // 71: peloton.api.v1.PoolService.UpdatePool:input_type -> peloton.api.v1.UpdatePoolRequest
-	48, // 72: peloton.api.v1.PoolService.DeletePool:input_type -> peloton.api.v1.DeletePoolRequest
-	52, // 73: peloton.api.v1.PoolService.ListPools:input_type -> peloton.api.v1.ListPoolsRequest
-	50, // 74: peloton.api.v1.PoolService.MovePool:input_type -> peloton.api.v1.MovePoolRequest
-	55, // 75: peloton.api.v1.HostService.ListHosts:input_type -> peloton.api.v1.ListHostsRequest
-	20, // 76: peloton.api.v1.JobService.CreateJob:output_type -> peloton.api.v1.CreateJobResponse
-	22, // 77: peloton.api.v1.JobService.GetJob:output_type -> peloton.api.v1.GetJobResponse
-	24, // 78: peloton.api.v1.JobService.ListJobs:output_type -> peloton.api.v1.ListJobsResponse
-	26, // 79: peloton.api.v1.JobService.CancelJob:output_type -> peloton.api.v1.CancelJobResponse
-	28, // 80: peloton.api.v1.JobService.DeleteJob:output_type -> peloton.api.v1.DeleteJobResponse
-	30, // 81: peloton.api.v1.JobService.RestartJob:output_type -> peloton.api.v1.RestartJobResponse
-	32, // 82: peloton.api.v1.TaskService.ListTasks:output_type -> peloton.api.v1.ListTasksResponse
-	34, // 83: peloton.api.v1.TaskService.GetTask:output_type -> peloton.api.v1.GetTaskResponse
-	36, // 84: peloton.api.v1.TaskService.KillTask:output_type -> peloton.api.v1.KillTaskResponse
-	38, // 85: peloton.api.v1.TaskService.GetTaskLogs:output_type -> peloton.api.v1.LogChunk
-	43, // 86: peloton.api.v1.PoolService.CreatePool:output_type -> peloton.api.v1.CreatePoolResponse
-	45, // 87: peloton.api.v1.PoolService.GetPool:output_type -> peloton.api.v1.GetPoolResponse
-	47, // 88: peloton.api.v1.PoolService.UpdatePool:output_type -> peloton.api.v1.UpdatePoolResponse
-	49, // 89: peloton.api.v1.PoolService.DeletePool:output_type -> peloton.api.v1.DeletePoolResponse
-	53, // 90: peloton.api.v1.PoolService.ListPools:output_type -> peloton.api.v1.ListPoolsResponse
-	51, // 91: peloton.api.v1.PoolService.MovePool:output_type -> peloton.api.v1.MovePoolResponse
-	56, // 92: peloton.api.v1.HostService.ListHosts:output_type -> peloton.api.v1.ListHostsResponse
-	76, // [76:93] is the sub-list for method output_type
-	59, // [59:76] is the sub-list for method input_type
-	59, // [59:59] is the sub-list for extension type_name
-	59, // [59:59] is the sub-list for extension extendee
-	0,  // [0:59] is the sub-list for field type_name
+	54, // 58: peloton.api.v1.StartMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
+	54, // 59: peloton.api.v1.CompleteMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
+	10, // 60: peloton.api.v1.JobSpec.InstanceSpecsEntry.value:type_name -> peloton.api.v1.TaskSpec
+	19, // 61: peloton.api.v1.JobService.CreateJob:input_type -> peloton.api.v1.CreateJobRequest
+	21, // 62: peloton.api.v1.JobService.GetJob:input_type -> peloton.api.v1.GetJobRequest
+	23, // 63: peloton.api.v1.JobService.ListJobs:input_type -> peloton.api.v1.ListJobsRequest
+	25, // 64: peloton.api.v1.JobService.CancelJob:input_type -> peloton.api.v1.CancelJobRequest
+	27, // 65: peloton.api.v1.JobService.DeleteJob:input_type -> peloton.api.v1.DeleteJobRequest
+	29, // 66: peloton.api.v1.JobService.RestartJob:input_type -> peloton.api.v1.RestartJobRequest
+	31, // 67: peloton.api.v1.TaskService.ListTasks:input_type -> peloton.api.v1.ListTasksRequest
+	33, // 68: peloton.api.v1.TaskService.GetTask:input_type -> peloton.api.v1.GetTaskRequest
+	35, // 69: peloton.api.v1.TaskService.KillTask:input_type -> peloton.api.v1.KillTaskRequest
+	37, // 70: peloton.api.v1.TaskService.GetTaskLogs:input_type -> peloton.api.v1.GetTaskLogsRequest
+	42, // 71: peloton.api.v1.PoolService.CreatePool:input_type -> peloton.api.v1.CreatePoolRequest
+	44, // 72: peloton.api.v1.PoolService.GetPool:input_type -> peloton.api.v1.GetPoolRequest
+	46, // 73: peloton.api.v1.PoolService.UpdatePool:input_type -> peloton.api.v1.UpdatePoolRequest
+	48, // 74: peloton.api.v1.PoolService.DeletePool:input_type -> peloton.api.v1.DeletePoolRequest
+	52, // 75: peloton.api.v1.PoolService.ListPools:input_type -> peloton.api.v1.ListPoolsRequest
+	50, // 76: peloton.api.v1.PoolService.MovePool:input_type -> peloton.api.v1.MovePoolRequest
+	55, // 77: peloton.api.v1.HostService.ListHosts:input_type -> peloton.api.v1.ListHostsRequest
+	57, // 78: peloton.api.v1.HostService.StartMaintenance:input_type -> peloton.api.v1.StartMaintenanceRequest
+	59, // 79: peloton.api.v1.HostService.CompleteMaintenance:input_type -> peloton.api.v1.CompleteMaintenanceRequest
+	20, // 80: peloton.api.v1.JobService.CreateJob:output_type -> peloton.api.v1.CreateJobResponse
+	22, // 81: peloton.api.v1.JobService.GetJob:output_type -> peloton.api.v1.GetJobResponse
+	24, // 82: peloton.api.v1.JobService.ListJobs:output_type -> peloton.api.v1.ListJobsResponse
+	26, // 83: peloton.api.v1.JobService.CancelJob:output_type -> peloton.api.v1.CancelJobResponse
+	28, // 84: peloton.api.v1.JobService.DeleteJob:output_type -> peloton.api.v1.DeleteJobResponse
+	30, // 85: peloton.api.v1.JobService.RestartJob:output_type -> peloton.api.v1.RestartJobResponse
+	32, // 86: peloton.api.v1.TaskService.ListTasks:output_type -> peloton.api.v1.ListTasksResponse
+	34, // 87: peloton.api.v1.TaskService.GetTask:output_type -> peloton.api.v1.GetTaskResponse
+	36, // 88: peloton.api.v1.TaskService.KillTask:output_type -> peloton.api.v1.KillTaskResponse
+	38, // 89: peloton.api.v1.TaskService.GetTaskLogs:output_type -> peloton.api.v1.LogChunk
+	43, // 90: peloton.api.v1.PoolService.CreatePool:output_type -> peloton.api.v1.CreatePoolResponse
+	45, // 91: peloton.api.v1.PoolService.GetPool:output_type -> peloton.api.v1.GetPoolResponse
+	47, // 92: peloton.api.v1.PoolService.UpdatePool:output_type -> peloton.api.v1.UpdatePoolResponse
+	49, // 93: peloton.api.v1.PoolService.DeletePool:output_type -> peloton.api.v1.DeletePoolResponse
+	53, // 94: peloton.api.v1.PoolService.ListPools:output_type -> peloton.api.v1.ListPoolsResponse
+	51, // 95: peloton.api.v1.PoolService.MovePool:output_type -> peloton.api.v1.MovePoolResponse
+	56, // 96: peloton.api.v1.HostService.ListHosts:output_type -> peloton.api.v1.ListHostsResponse
+	58, // 97: peloton.api.v1.HostService.StartMaintenance:output_type -> peloton.api.v1.StartMaintenanceResponse
+	60, // 98: peloton.api.v1.HostService.CompleteMaintenance:output_type -> peloton.api.v1.CompleteMaintenanceResponse
+	80, // [80:99] is the sub-list for method output_type
+	61, // [61:80] is the sub-list for method input_type
+	61, // [61:61] is the sub-list for extension type_name
+	61, // [61:61] is the sub-list for extension extendee
+	0,  // [0:61] is the sub-list for field type_name
 }
 
 func init() { file_peloton_api_v1_peloton_proto_init() }
@@ -3888,7 +4112,7 @@ func file_peloton_api_v1_peloton_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_peloton_api_v1_peloton_proto_rawDesc), len(file_peloton_api_v1_peloton_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   55,
+			NumMessages:   59,
 			NumExtensions: 0,
 			NumServices:   4,
 		},

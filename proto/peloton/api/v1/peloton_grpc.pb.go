@@ -841,16 +841,21 @@ var PoolService_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	HostService_ListHosts_FullMethodName = "/peloton.api.v1.HostService/ListHosts"
+	HostService_ListHosts_FullMethodName           = "/peloton.api.v1.HostService/ListHosts"
+	HostService_StartMaintenance_FullMethodName    = "/peloton.api.v1.HostService/StartMaintenance"
+	HostService_CompleteMaintenance_FullMethodName = "/peloton.api.v1.HostService/CompleteMaintenance"
 )
 
 // HostServiceClient is the client API for HostService service.
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
-// HostService shows the hosts of the cluster.
+// HostService shows the hosts of the cluster and takes them in and out of
+// maintenance.
 type HostServiceClient interface {
 	ListHosts(ctx context.Context, in *ListHostsRequest, opts ...grpc.CallOption) (*ListHostsResponse, error)
+	StartMaintenance(ctx context.Context, in *StartMaintenanceRequest, opts ...grpc.CallOption) (*StartMaintenanceResponse, error)
+	CompleteMaintenance(ctx context.Context, in *CompleteMaintenanceRequest, opts ...grpc.CallOption) (*CompleteMaintenanceResponse, error)
 }
 
 type hostServiceClient struct {
@@ -871,13 +876,36 @@ func (c *hostServiceClient) ListHosts(ctx context.Context, in *ListHostsRequest,
 	return out, nil
 }
 
+func (c *hostServiceClient) StartMaintenance(ctx context.Context, in *StartMaintenanceRequest, opts ...grpc.CallOption) (*StartMaintenanceResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StartMaintenanceResponse)
+	err := c.cc.Invoke(ctx, HostService_StartMaintenance_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *hostServiceClient) CompleteMaintenance(ctx context.Context, in *CompleteMaintenanceRequest, opts ...grpc.CallOption) (*CompleteMaintenanceResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CompleteMaintenanceResponse)
+	err := c.cc.Invoke(ctx, HostService_CompleteMaintenance_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // HostServiceServer is the server API for HostService service.
 // All implementations must embed UnimplementedHostServiceServer
 // for forward compatibility.
 //
-// HostService shows the hosts of the cluster.
+// HostService shows the hosts of the cluster and takes them in and out of
+// maintenance.
 type HostServiceServer interface {
 	ListHosts(context.Context, *ListHostsRequest) (*ListHostsResponse, error)
+	StartMaintenance(context.Context, *StartMaintenanceRequest) (*StartMaintenanceResponse, error)
+	CompleteMaintenance(context.Context, *CompleteMaintenanceRequest) (*CompleteMaintenanceResponse, error)
 	mustEmbedUnimplementedHostServiceServer()
 }
 
@@ -890,6 +918,12 @@ type UnimplementedHostServiceServer struct{}
 
 func (UnimplementedHostServiceServer) ListHosts(context.Context, *ListHostsRequest) (*ListHostsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListHosts not implemented")
+}
+func (UnimplementedHostServiceServer) StartMaintenance(context.Context, *StartMaintenanceRequest) (*StartMaintenanceResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method StartMaintenance not implemented")
+}
+func (UnimplementedHostServiceServer) CompleteMaintenance(context.Context, *CompleteMaintenanceRequest) (*CompleteMaintenanceResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CompleteMaintenance not implemented")
 }
 func (UnimplementedHostServiceServer) mustEmbedUnimplementedHostServiceServer() {}
 func (UnimplementedHostServiceServer) testEmbeddedByValue()                     {}
@@ -930,6 +964,42 @@ func _HostService_ListHosts_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _HostService_StartMaintenance_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StartMaintenanceRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(HostServiceServer).StartMaintenance(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: HostService_StartMaintenance_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(HostServiceServer).StartMaintenance(ctx, req.(*StartMaintenanceRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _HostService_CompleteMaintenance_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CompleteMaintenanceRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(HostServiceServer).CompleteMaintenance(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: HostService_CompleteMaintenance_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(HostServiceServer).CompleteMaintenance(ctx, req.(*CompleteMaintenanceRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // HostService_ServiceDesc is the grpc.ServiceDesc for HostService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -940,6 +1010,14 @@ var HostService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListHosts",
 			Handler:    _HostService_ListHosts_Handler,
+		},
+		{
+			MethodName: "StartMaintenance",
+			Handler:    _HostService_StartMaintenance_Handler,
+		},
+		{
+			MethodName: "CompleteMaintenance",
+			Handler:    _HostService_CompleteMaintenance_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -1,0 +1,514 @@
+package hostmgr
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/peloton-sched/peloton/internal/apierr"
+	"github.com/peloton-sched/peloton/internal/metrics"
+	"github.com/peloton-sched/peloton/internal/store"
+	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+)
+
+// Host maintenance takes hosts out of service safely. An operator starts it
+// (HOST_UP -> HOST_DRAINING): from then on the host is offered to no
+// placement engine and Commit refuses it, and jobmgr is asked, through
+// Drains, to preempt the runs it holds so they run again elsewhere. Once the
+// host holds no runs it becomes HOST_DRAINED by itself; completing
+// maintenance returns it to HOST_UP, from HOST_DRAINED or, to stop a drain
+// early, from HOST_DRAINING.
+//
+// Store layout, relative to the store's prefix:
+//
+//	hosts/<name>/maintenance  the state's name ("HOST_DRAINING", "HOST_DRAINED");
+//	                          absent means HOST_UP
+//
+// The record is reloaded at Start, so a drain survives a restart of the
+// control plane.
+
+type hs = pelotonv1.HostState
+
+const (
+	hostUp       = pelotonv1.HostState_HOST_UP
+	hostDraining = pelotonv1.HostState_HOST_DRAINING
+	hostDrained  = pelotonv1.HostState_HOST_DRAINED
+	hostDown     = pelotonv1.HostState_HOST_DOWN
+)
+
+// maintenanceTransitions is the one table of legal host state changes.
+// HOST_DOWN has no edges: maintenance neither enters nor leaves it (it is
+// reserved for hosts a backend reports gone).
+var maintenanceTransitions = map[hs][]hs{
+	hostUp:       {hostDraining},
+	hostDraining: {hostDrained, hostUp},
+	hostDrained:  {hostUp},
+	hostDown:     {},
+}
+
+// checkMaintenanceTransition returns an error unless from -> to is in the
+// table. Staying in the same state is not a transition and is refused too:
+// draining a draining host or completing an up one is a mistake worth
+// telling the operator about.
+func checkMaintenanceTransition(from, to hs) error {
+	for _, x := range maintenanceTransitions[from] {
+		if x == to {
+			return nil
+		}
+	}
+	return fmt.Errorf("hostmgr: illegal host transition %s -> %s", from, to)
+}
+
+// sourcesOf lists, in enum order, the states from which to may be reached.
+func sourcesOf(to hs) []string {
+	var from []hs
+	for f, tos := range maintenanceTransitions {
+		for _, x := range tos {
+			if x == to {
+				from = append(from, f)
+			}
+		}
+	}
+	sort.Slice(from, func(a, b int) bool { return from[a] < from[b] })
+	out := make([]string, len(from))
+	for i, f := range from {
+		out[i] = f.String()
+	}
+	return out
+}
+
+func maintenanceKey(host string) string { return "hosts/" + host + "/maintenance" }
+
+// maintRecord is a host's persisted maintenance state and its store revision.
+type maintRecord struct {
+	state hs
+	rev   int64
+}
+
+// DrainRequest asks jobmgr to move runs off a host in maintenance. TaskIDs
+// are the runs the host held when the request was made; some may have ended
+// or not be launched yet by the time jobmgr reads it (a run launched later
+// on a draining host gets a request of its own).
+type DrainRequest struct {
+	Host    string
+	TaskIDs []string
+}
+
+// maintenanceTxnTimeout bounds one store transaction of a maintenance change,
+// so a slow etcd cannot hold maintenance (and the API call) for ever.
+const maintenanceTxnTimeout = 10 * time.Second
+
+// StartMaintenance takes hosts out of service: each goes HOST_DRAINING (and
+// HOST_DRAINED at once if it holds no runs). The whole request is checked
+// before anything changes, and the change is one store transaction: every
+// host changes or none does. It returns the hosts after the change.
+func (m *Manager) StartMaintenance(ctx context.Context, names []string) ([]*pelotonv1.Host, error) {
+	return m.changeMaintenance(ctx, names, hostDraining)
+}
+
+// CompleteMaintenance returns hosts to service (HOST_UP) from HOST_DRAINED,
+// or from HOST_DRAINING to end a drain early; runs already preempted stay
+// where they went. Every host changes or none does.
+func (m *Manager) CompleteMaintenance(ctx context.Context, names []string) ([]*pelotonv1.Host, error) {
+	return m.changeMaintenance(ctx, names, hostUp)
+}
+
+func (m *Manager) changeMaintenance(ctx context.Context, names []string, to hs) ([]*pelotonv1.Host, error) {
+	if len(names) == 0 {
+		return nil, apierr.Invalid("hosts", "name at least one host")
+	}
+	if m.store != nil && len(names) > m.store.MaxTxnOps() {
+		return nil, apierr.Invalid("hosts", "at most %d hosts per request, got %d", m.store.MaxTxnOps(), len(names))
+	}
+	action := "starting maintenance"
+	if to == hostUp {
+		action = "completing maintenance"
+	}
+	// maintMu keeps every other maintenance change out between reading the
+	// revisions here and applying the transaction's result below; m.mu is
+	// not held across the transaction, so placement never waits for etcd.
+	m.maintMu.Lock()
+	defer m.maintMu.Unlock()
+	m.mu.Lock()
+	ops := make([]store.Op, 0, len(names))
+	seen := make(map[string]int, len(names))
+	for i, name := range names {
+		field := fmt.Sprintf("hosts[%d]", i)
+		if name == "" {
+			m.mu.Unlock()
+			return nil, apierr.Invalid(field, "required")
+		}
+		if j, dup := seen[name]; dup {
+			m.mu.Unlock()
+			return nil, apierr.Invalid(field, "host %s is already hosts[%d]", name, j)
+		}
+		seen[name] = i
+		h, ok := m.hosts[name]
+		if !ok {
+			m.mu.Unlock()
+			return nil, apierr.NotFound("%s: host %s does not exist", field, name)
+		}
+		if err := checkMaintenanceTransition(h.state, to); err != nil {
+			m.mu.Unlock()
+			return nil, apierr.FailedPrecondition("%s: host %s is %s; %s needs %s", field, name, h.state, action,
+				strings.Join(sourcesOf(to), " or "))
+		}
+		ops = append(ops, m.maintOpLocked(name, to))
+	}
+	m.mu.Unlock()
+
+	rev, err := m.persist(ctx, ops)
+	if err != nil {
+		m.resync(names)
+		if errors.Is(err, store.ErrConflict) {
+			return nil, apierr.Aborted("hosts: maintenance state changed concurrently; retry")
+		}
+		return nil, apierr.Unavailable("store host maintenance: %v", err)
+	}
+	m.mu.Lock()
+	var drains []DrainRequest
+	for _, name := range names {
+		if d, ok := m.setStateLocked(name, to, rev); ok {
+			drains = append(drains, d)
+		}
+	}
+	m.recountLocked()
+	m.mu.Unlock()
+	m.log.Info(action, "hosts", names)
+	m.publishDrains(drains...)
+	if to == hostDraining {
+		// Hosts that hold nothing are drained already; say so in the answer.
+		if err := m.settleDrainedLocked(ctx); err != nil {
+			m.log.Warn("mark drained hosts; will retry", "err", err)
+			m.retrySettle()
+		}
+	}
+	return m.hostProtos(names), nil
+}
+
+// maintOpLocked is the store write that records host name in state to,
+// compared against the revision memory holds for it.
+func (m *Manager) maintOpLocked(name string, to hs) store.Op {
+	rev := m.maint[name].rev // 0 (MustNotExist) when there is no record
+	if to == hostUp {
+		return store.Delete(maintenanceKey(name), rev)
+	}
+	return store.Put(maintenanceKey(name), []byte(to.String()), rev)
+}
+
+// persist writes ops in one transaction with a bounded timeout that a
+// cancelled request does not cut short (a transaction abandoned half-way
+// would leave memory and store disagreeing). Without a store it does nothing.
+func (m *Manager) persist(ctx context.Context, ops []store.Op) (int64, error) {
+	if m.store == nil || len(ops) == 0 {
+		return 0, nil
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), maintenanceTxnTimeout)
+	defer cancel()
+	return m.store.Txn(ctx, ops...)
+}
+
+// resync re-reads the records of hosts after a failed transaction, whose
+// outcome may be unknown (a timeout after etcd applied it), so memory
+// follows what the store says. Caller holds maintMu.
+func (m *Manager) resync(names []string) {
+	if m.store == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), maintenanceTxnTimeout)
+	defer cancel()
+	var drains []DrainRequest
+	for _, name := range names {
+		kv, err := m.store.Get(ctx, maintenanceKey(name))
+		st, rev := hostUp, int64(0)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+		case err != nil:
+			m.log.Warn("re-read host maintenance state", "host", name, "err", err)
+			continue
+		default:
+			if st, err = parseMaintenance(kv); err != nil {
+				m.log.Warn("re-read host maintenance state", "host", name, "err", err)
+				continue
+			}
+			rev = kv.Revision
+		}
+		m.mu.Lock()
+		changed := m.stateOfLocked(name) != st
+		d, ok := m.setStateLocked(name, st, rev)
+		m.recountLocked()
+		m.mu.Unlock()
+		if ok && changed {
+			drains = append(drains, d)
+		}
+	}
+	m.publishDrains(drains...)
+}
+
+// setStateLocked moves host name to st (already persisted at rev) in memory
+// and, when it starts draining with runs on it, returns the drain request to
+// publish once m.mu is released. Call recountLocked after the last change.
+func (m *Manager) setStateLocked(name string, st hs, rev int64) (DrainRequest, bool) {
+	if st == hostUp {
+		delete(m.maint, name)
+	} else {
+		m.maint[name] = maintRecord{state: st, rev: rev}
+	}
+	h := m.hosts[name]
+	if h == nil {
+		return DrainRequest{}, false
+	}
+	h.state = st
+	if st != hostDraining || len(h.tasks) == 0 {
+		return DrainRequest{}, false
+	}
+	return DrainRequest{Host: name, TaskIDs: taskIDsLocked(h)}, true
+}
+
+func taskIDsLocked(h *host) []string {
+	ids := make([]string, 0, len(h.tasks))
+	for id := range h.tasks {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+// settleDrained marks every draining host that holds no runs HOST_DRAINED.
+func (m *Manager) settleDrained(ctx context.Context) error {
+	m.maintMu.Lock()
+	defer m.maintMu.Unlock()
+	return m.settleDrainedLocked(ctx)
+}
+
+// settleDrainedLocked is settleDrained for a caller holding maintMu. It does
+// nothing before Recovered: until then a host whose runs are not re-reserved
+// yet looks empty when it is not.
+func (m *Manager) settleDrainedLocked(ctx context.Context) error {
+	m.mu.Lock()
+	if !m.recovered || m.draining.Load() == 0 {
+		m.mu.Unlock()
+		return nil
+	}
+	var names []string
+	var ops []store.Op
+	for _, name := range m.order {
+		if h := m.hosts[name]; h.state == hostDraining && len(h.tasks) == 0 {
+			names = append(names, name)
+			ops = append(ops, m.maintOpLocked(name, hostDrained))
+		}
+	}
+	m.mu.Unlock()
+	// Hosts are independent here: write them in transactions as large as
+	// the store takes, so one drain of many hosts is not one huge request.
+	step := len(ops)
+	if m.store != nil {
+		step = m.store.MaxTxnOps()
+	}
+	for i := 0; i < len(ops); i += step {
+		j := min(i+step, len(ops))
+		rev, err := m.persist(ctx, ops[i:j])
+		if err != nil {
+			m.resync(names[i:j])
+			return fmt.Errorf("hostmgr: mark %d hosts drained: %w", j-i, err)
+		}
+		m.mu.Lock()
+		for _, name := range names[i:j] {
+			// Nothing can land on a draining host (not offered, Commit
+			// refuses it), so it is still empty.
+			if err := checkMaintenanceTransition(m.hosts[name].state, hostDrained); err == nil {
+				m.setStateLocked(name, hostDrained, rev)
+			}
+		}
+		m.recountLocked()
+		m.mu.Unlock()
+		m.log.Info("hosts drained", "hosts", names[i:j])
+	}
+	return nil
+}
+
+// maintLoop marks hosts drained when ReleaseTask or Recovered says one may
+// have become empty. It runs until ctx ends (Close ends it too).
+func (m *Manager) maintLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-m.maintWake:
+		}
+		if err := m.settleDrained(ctx); err != nil && ctx.Err() == nil {
+			m.log.Warn("mark drained hosts; will retry", "err", err)
+			m.retrySettle()
+		}
+	}
+}
+
+func (m *Manager) wakeMaint() {
+	select {
+	case m.maintWake <- struct{}{}:
+	default:
+	}
+}
+
+// retrySettle tries again later after a store failure.
+func (m *Manager) retrySettle() { time.AfterFunc(time.Second, m.wakeMaint) }
+
+// Recovered tells hostmgr that every run placed before a restart of the
+// control plane has been re-reserved with Recover, so its view of what each
+// host holds is complete. Only then does it mark empty draining hosts
+// drained, and it asks again (through Drains) to move the runs of every
+// host still draining: the drain that was under way when the process
+// stopped goes on. jobmgr calls it once its recovery is done.
+func (m *Manager) Recovered() {
+	m.mu.Lock()
+	m.recovered = true
+	var drains []DrainRequest
+	for _, name := range m.order {
+		if h := m.hosts[name]; h.state == hostDraining && len(h.tasks) > 0 {
+			drains = append(drains, DrainRequest{Host: name, TaskIDs: taskIDsLocked(h)})
+		}
+	}
+	m.mu.Unlock()
+	m.publishDrains(drains...)
+	m.wakeMaint()
+}
+
+// publishDrains queues drain requests for Drains. It never blocks.
+func (m *Manager) publishDrains(ds ...DrainRequest) {
+	if len(ds) == 0 {
+		return
+	}
+	m.drainMu.Lock()
+	m.drainQ = append(m.drainQ, ds...)
+	m.drainMu.Unlock()
+	select {
+	case m.drainWake <- struct{}{}:
+	default:
+	}
+}
+
+// Drains returns the drain requests published since the last call, waiting
+// until there is one or ctx ends (then nil). It is a subscription with one
+// consumer (jobmgr), which preempts each named run still on the host.
+// Requests are made when a host starts draining, when Recovered finds hosts
+// still draining, and when a run is launched on a draining host (placed just
+// before the drain began).
+func (m *Manager) Drains(ctx context.Context) []DrainRequest {
+	for {
+		m.drainMu.Lock()
+		out := m.drainQ
+		m.drainQ = nil
+		m.drainMu.Unlock()
+		if len(out) > 0 {
+			return out
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-m.drainWake:
+		}
+	}
+}
+
+// loadMaintenance reads every host's persisted maintenance state.
+func (m *Manager) loadMaintenance(ctx context.Context) error {
+	if m.store == nil {
+		return nil
+	}
+	kvs, err := m.store.List(ctx, "hosts/")
+	if err != nil {
+		return fmt.Errorf("hostmgr: load host maintenance: %w", err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, kv := range kvs {
+		rest, ok := strings.CutPrefix(kv.Key, "hosts/")
+		if !ok {
+			continue
+		}
+		name, ok := strings.CutSuffix(rest, "/maintenance")
+		if !ok {
+			continue // another per-host record
+		}
+		st, err := parseMaintenance(kv)
+		if err != nil {
+			return err
+		}
+		m.maint[name] = maintRecord{state: st, rev: kv.Revision}
+	}
+	if len(m.maint) > 0 {
+		m.log.Info("hosts in maintenance", "count", len(m.maint))
+	}
+	return nil
+}
+
+func parseMaintenance(kv store.KV) (hs, error) {
+	v, ok := pelotonv1.HostState_value[string(kv.Value)]
+	if st := hs(v); ok && (st == hostDraining || st == hostDrained) {
+		return st, nil
+	}
+	return 0, fmt.Errorf("hostmgr: %s: unknown maintenance state %q", kv.Key, kv.Value)
+}
+
+// stateOfLocked is a host's maintenance state by name.
+func (m *Manager) stateOfLocked(name string) hs {
+	if r, ok := m.maint[name]; ok {
+		return r.state
+	}
+	return hostUp
+}
+
+// recountLocked counts hosts by state after a change: the draining count
+// that lets Launch skip its check while nothing drains, and the
+// peloton_hosts{state} gauges.
+func (m *Manager) recountLocked() {
+	var n [5]int
+	for _, h := range m.hosts {
+		if int(h.state) < len(n) {
+			n[h.state]++
+		}
+	}
+	m.draining.Store(int32(n[hostDraining]))
+	for _, st := range []hs{hostUp, hostDraining, hostDrained, hostDown} {
+		metrics.Hosts.WithLabelValues(st.String()).Set(float64(n[st]))
+	}
+}
+
+// maintenanceMessage says what maintenance is doing on a host.
+func maintenanceMessage(h *host) string {
+	switch h.state {
+	case hostDraining:
+		if n := len(h.tasks); n != 1 {
+			return fmt.Sprintf("draining: %d tasks left", n)
+		}
+		return "draining: 1 task left"
+	case hostDrained:
+		return "drained: holds no tasks; complete maintenance to return it to service"
+	}
+	return ""
+}
+
+// hostProtos renders the named hosts, in the given order.
+func (m *Manager) hostProtos(names []string) []*pelotonv1.Host {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]*pelotonv1.Host, 0, len(names))
+	for _, name := range names {
+		if h, ok := m.hosts[name]; ok {
+			out = append(out, hostProto(h))
+		}
+	}
+	return out
+}
+
+// Draining reports whether host is HOST_DRAINING: a drain request read
+// after its host returned to service is stale and must move nothing.
+func (m *Manager) Draining(host string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	h := m.hosts[host]
+	return h != nil && h.state == hostDraining
+}

@@ -1,0 +1,158 @@
+package jobmgr
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	"github.com/peloton-sched/peloton/hostmgr"
+	"github.com/peloton-sched/peloton/internal/metrics"
+	"github.com/peloton-sched/peloton/resmgr"
+)
+
+// Host drains. hostmgr asks, through Drains, to move the runs off a host in
+// maintenance; jobmgr preempts each of them through the same path as
+// resmgr's preemption: PREEMPTING, a kill, then a new run that queues again
+// with no failure counted. A draining host is offered to no placement
+// engine, so the new run lands elsewhere.
+
+// drainReason is the preemption reason of a drain; tasks show it as
+// "preempted-host-drain", and peloton_preemptions_total counts it.
+const drainReason = "host-drain"
+
+// drainRun is one instance's current run as the drain planner sees it.
+type drainRun struct {
+	inst, run uint32
+	host      string
+	state     ts
+}
+
+// drainVictim is a run to preempt, with the message its task will show.
+type drainVictim struct {
+	inst, run uint32
+	detail    string
+}
+
+// planDrain chooses the runs of one job to preempt to move its work off
+// host: every run on the host that is not being stopped already, and, when
+// one of them is a member of the job's gang (instances 0..gangSize-1), every
+// other running member too: a gang runs whole or not at all, so it moves
+// together, as it does when resmgr preempts it. runs are the instances the
+// request named plus, for a gang, all its members. It is pure.
+func planDrain(host string, gangSize uint32, runs []drainRun) []drainVictim {
+	movable := func(r drainRun) bool {
+		return isActive(r.state) && r.state != stKilling && r.state != stPreempting
+	}
+	var out []drainVictim
+	gangOnHost := int64(-1) // a gang member on the host, if any
+	for _, r := range runs {
+		if r.host != host || !isActive(r.state) {
+			continue
+		}
+		if r.inst < gangSize && gangSize > 1 && gangOnHost < 0 {
+			gangOnHost = int64(r.inst)
+		}
+		if movable(r) {
+			out = append(out, drainVictim{r.inst, r.run, fmt.Sprintf("host %s is draining for maintenance", host)})
+		}
+	}
+	if gangOnHost < 0 {
+		return out
+	}
+	for _, r := range runs {
+		if r.inst < gangSize && r.host != host && movable(r) {
+			out = append(out, drainVictim{r.inst, r.run,
+				fmt.Sprintf("its gang moves with instance %d, on host %s, which is draining for maintenance", gangOnHost, host)})
+		}
+	}
+	return out
+}
+
+// drainLoop carries out hostmgr's drain requests until ctx ends. It runs
+// once recovery is done and tells hostmgr so first: only then does hostmgr
+// know every run a host holds, ask again for the drains a restart cut
+// short, and declare empty hosts drained.
+func (m *Manager) drainLoop(ctx context.Context) {
+	m.hm.Recovered()
+	for ctx.Err() == nil {
+		for _, req := range m.hm.Drains(ctx) {
+			m.drain(ctx, req)
+		}
+	}
+}
+
+// drain preempts the runs one request names that are still on its host.
+func (m *Manager) drain(ctx context.Context, req hostmgr.DrainRequest) {
+	if !m.hm.Draining(req.Host) {
+		return // maintenance was completed since the request was made
+	}
+	byJob := map[string][]uint32{}
+	for _, id := range req.TaskIDs {
+		if jobID, inst, _, ok := parseTaskID(id); ok {
+			byJob[jobID] = append(byJob[jobID], inst)
+		}
+	}
+	var vs []resmgr.Victim
+	for jobID, insts := range byJob {
+		m.mu.RLock()
+		j := m.jobs[jobID]
+		m.mu.RUnlock()
+		if j == nil {
+			continue // deleted
+		}
+		// Every job today is BATCH, whose runs may always be moved. When
+		// service and stateful jobs arrive, this is the one place where a
+		// drain asks the SLA evaluator (internal/sla) before it disrupts
+		// their instances: request the victims of such a job, preempt what
+		// is granted, and leave the rest on the host (still draining) for a
+		// later request once the job is healthy again.
+		for _, v := range planDrain(req.Host, j.gangSize(), m.drainRuns(j, insts)) {
+			vs = append(vs, resmgr.Victim{Task: &resmgr.Task{JobID: j.id, Instance: v.inst, RunID: v.run},
+				Reason: drainReason, Detail: v.detail})
+		}
+	}
+	if len(vs) == 0 {
+		return
+	}
+	m.log.Info("draining host", "host", req.Host, "runs", len(vs))
+	metrics.Preemptions.WithLabelValues(drainReason).Add(float64(len(vs)))
+	idx := make([]uint32, len(vs))
+	for i := range idx {
+		idx[i] = uint32(i)
+	}
+	// Concurrently, so the group committer packs the PREEMPTING writes.
+	_ = parallel(idx, func(i uint32) error {
+		m.preempt(ctx, vs[i])
+		return nil
+	})
+}
+
+// drainRuns snapshots the current runs of the given instances of j and,
+// when one is a gang member, of the whole gang.
+func (m *Manager) drainRuns(j *job, insts []uint32) []drainRun {
+	tasks := j.tasks()
+	want := map[uint32]bool{}
+	for _, inst := range insts {
+		if inst >= uint32(len(tasks)) {
+			continue
+		}
+		want[inst] = true
+		if k := j.gangSize(); inst < k {
+			for g := uint32(0); g < k && g < uint32(len(tasks)); g++ {
+				want[g] = true
+			}
+		}
+	}
+	out := make([]drainRun, 0, len(want))
+	for inst := range want {
+		t := tasks[inst]
+		if t == nil {
+			continue
+		}
+		t.mu.Lock()
+		out = append(out, drainRun{inst: inst, run: t.rt.RunId, host: t.rt.Host, state: t.rt.State})
+		t.mu.Unlock()
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].inst < out[b].inst })
+	return out
+}

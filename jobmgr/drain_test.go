@@ -1,0 +1,50 @@
+package jobmgr
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+func TestPlanDrain(t *testing.T) {
+	on := func(inst uint32, host string, st ts) drainRun {
+		return drainRun{inst: inst, run: 2, host: host, state: st}
+	}
+	for _, tc := range []struct {
+		name string
+		gang uint32
+		runs []drainRun
+		want string // victims as "inst:detail;"
+	}{
+		{"every running run on the host moves", 1,
+			[]drainRun{on(0, "h", stRunning), on(1, "h", stLaunched), on(2, "other", stRunning)},
+			"0:host h is draining for maintenance;1:host h is draining for maintenance;"},
+		{"runs being stopped or not launched stay as they are", 1,
+			[]drainRun{on(0, "h", stKilling), on(1, "h", stPreempting), on(2, "", stPending), on(3, "h", stSucceeded)},
+			""},
+		{"a gang moves whole", 3,
+			[]drainRun{on(0, "other", stRunning), on(1, "h", stRunning), on(2, "third", stRunning), on(5, "other", stRunning)},
+			"1:host h is draining for maintenance;" +
+				"0:its gang moves with instance 1, on host h, which is draining for maintenance;" +
+				"2:its gang moves with instance 1, on host h, which is draining for maintenance;"},
+		{"a gang member already being preempted on the host still takes the rest along", 2,
+			[]drainRun{on(0, "h", stPreempting), on(1, "other", stRunning)},
+			"1:its gang moves with instance 0, on host h, which is draining for maintenance;"},
+		{"a gang not on the host stays", 2,
+			[]drainRun{on(0, "other", stRunning), on(1, "other", stRunning), on(4, "h", stRunning)},
+			"4:host h is draining for maintenance;"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var b strings.Builder
+			for _, v := range planDrain("h", tc.gang, tc.runs) {
+				if v.run != 2 {
+					t.Errorf("instance %d: run %d, want the current run 2", v.inst, v.run)
+				}
+				fmt.Fprintf(&b, "%d:%s;", v.inst, v.detail)
+			}
+			if b.String() != tc.want {
+				t.Errorf("victims\n got %s\nwant %s", b.String(), tc.want)
+			}
+		})
+	}
+}
