@@ -57,7 +57,13 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	hm := hostmgr.NewManager(backend, hostmgr.Options{Logger: log, Store: st})
+	rm, err := resmgr.New(ctx, st, resmgr.Options{Logger: log, ReclaimDelay: cfg.ReclaimDelay})
+	if err != nil {
+		return err
+	}
+	// Admission divides the capacity of the hosts in service; hostmgr tells
+	// resmgr whenever that changes (a drain, a host returning to service).
+	hm := hostmgr.NewManager(backend, hostmgr.Options{Logger: log, Store: st, OnCapacity: rm.SetCapacity})
 	// The engines get their own context so they stop only after the API has.
 	runCtx, stopEngines := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopEngines()
@@ -70,10 +76,6 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}()
 
-	rm, err := resmgr.New(ctx, st, resmgr.Options{Logger: log, ReclaimDelay: cfg.ReclaimDelay})
-	if err != nil {
-		return err
-	}
 	rm.SetCapacity(hm.Capacity())
 	jm := jobmgr.New(st, batcher, rm, hm, jobmgr.Options{Logger: log})
 	if err := jm.Start(runCtx); err != nil {

@@ -475,6 +475,12 @@ func (m *Manager) recountLocked() {
 	for _, st := range []hs{hostUp, hostDraining, hostDrained, hostDown} {
 		metrics.Hosts.WithLabelValues(st.String()).Set(float64(n[st]))
 	}
+	// Hosts out of service are out of the capacity admission divides, so
+	// pools are not promised room that no host will give them. resmgr never
+	// calls into hostmgr, so calling it under m.mu cannot deadlock.
+	if m.onCapacity != nil {
+		m.onCapacity(m.capacityLocked())
+	}
 }
 
 // maintenanceMessage says what maintenance is doing on a host.

@@ -142,7 +142,8 @@ type Manager struct {
 	// maint holds the persisted record of every host not HOST_UP, by name,
 	// including hosts the backend does not report (yet): a host that comes
 	// back is still in maintenance. Guarded by mu.
-	maint map[string]maintRecord
+	onCapacity func(resources.Resources)
+	maint      map[string]maintRecord
 	// recovered is set by Recovered. Guarded by mu.
 	recovered bool
 	// draining counts HOST_DRAINING hosts, so Launch skips its check while
@@ -165,6 +166,11 @@ type Options struct {
 	// Store persists host maintenance under hosts/<name>/maintenance; nil
 	// keeps it in memory only (tests).
 	Store store.Store
+	// OnCapacity, if set, is told the capacity of the hosts in service
+	// whenever it may have changed (hosts appear, or enter or leave
+	// maintenance). It is called with hostmgr's lock held and must not call
+	// back into hostmgr.
+	OnCapacity func(resources.Resources)
 }
 
 // NewManager wraps a backend. Call Start before use.
@@ -182,7 +188,7 @@ func NewManager(b Backend, opts Options) *Manager {
 		backend: b, log: opts.Logger.With("component", "hostmgr"), now: time.Now, leaseTTL: opts.LeaseTTL,
 		hosts: map[string]*host{}, leases: map[string]*lease{}, taskHost: map[string]string{},
 		events: make(chan TaskEvent, opts.EventBuffer),
-		store:  opts.Store, maint: map[string]maintRecord{},
+		store:  opts.Store, maint: map[string]maintRecord{}, onCapacity: opts.OnCapacity,
 		maintWake: make(chan struct{}, 1), drainWake: make(chan struct{}, 1), stop: func() {},
 	}
 }
@@ -279,12 +285,19 @@ func (m *Manager) onEvent(ev TaskEvent) {
 func (m *Manager) Events() <-chan TaskEvent { return m.events }
 
 // Capacity is the sum of all hosts' capacity.
+// Hosts in maintenance do not count: they take no work.
 func (m *Manager) Capacity() resources.Resources {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	return m.capacityLocked()
+}
+
+func (m *Manager) capacityLocked() resources.Resources {
 	var c resources.Resources
 	for _, h := range m.hosts {
-		c = c.Add(h.info.Capacity)
+		if h.state == hostUp {
+			c = c.Add(h.info.Capacity)
+		}
 	}
 	return c
 }

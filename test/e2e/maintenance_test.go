@@ -36,7 +36,7 @@ func (s *stack) waitTasks(id, what string, within time.Duration, cond func([]*pe
 		}
 		if time.Now().After(deadline) {
 			for _, tk := range resp.Tasks {
-				s.t.Logf("instance %d: %s on %q run %d: %s %s", tk.InstanceId, tk.Status.State, tk.Status.Host, tk.Status.RunId, tk.Status.Reason, tk.Status.Message)
+				s.t.Logf("instance %d: %s on %q run %d: %s %s (pending: %s)", tk.InstanceId, tk.Status.State, tk.Status.Host, tk.Status.RunId, tk.Status.Reason, tk.Status.Message, tk.Status.PendingReason)
 			}
 			s.t.Fatalf("job %s never reached: %s", id, what)
 		}
@@ -168,14 +168,16 @@ func TestHostMaintenanceEndToEnd(t *testing.T) {
 	mustContain(t, metricsText, `peloton_hosts{state="HOST_UP"} 1`, "host gauge")
 
 	// No new task lands on the drained host: local-1 is full, so a new task
-	// waits for room although local-0 is empty.
+	// waits although local-0 is empty. A drained host's capacity no longer
+	// counts, so admission already holds it back (the pool is at its
+	// entitlement, which is now local-1 alone).
 	waiting, err := s.jobs.CreateJob(ctx, &pelotonv1.CreateJobRequest{Spec: spreadJob("waits", 1, []string{"sleep", "300"}, 1)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.waitTasks(waiting.JobId, "pending with a reason", 30*time.Second, func(ts []*pelotonv1.Task) bool {
 		return len(ts) == 1 && ts[0].Status.State != pelotonv1.TaskState_RUNNING && ts[0].Status.Host == "" &&
-			strings.Contains(ts[0].Status.PendingReason, "no host has room now")
+			strings.Contains(ts[0].Status.PendingReason, "waiting for admission")
 	})
 	if h := s.host("local-0"); h.TaskCount != 0 || h.State != pelotonv1.HostState_HOST_DRAINED {
 		t.Fatalf("a drained host took work: %v", h)
