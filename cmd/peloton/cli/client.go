@@ -82,3 +82,13 @@ func call[Req, Resp any](ctx context.Context, c *client,
 	}
 	return resp, nil
 }
+
+// withClient dials --server, runs fn with the client, and closes it.
+func (a *app) withClient(fn func(c *client) error) error {
+	c, err := a.dial()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return fn(c)
+}

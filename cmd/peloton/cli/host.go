@@ -25,16 +25,13 @@ func (a *app) hostCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c, err := a.dial()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			resp, err := call(cmd.Context(), c, c.hosts.ListHosts, &pelotonv1.ListHostsRequest{})
-			if err != nil {
-				return err
-			}
-			return showHosts(p, resp, resp.GetHosts())
+			return a.withClient(func(c *client) error {
+				resp, err := call(cmd.Context(), c, c.hosts.ListHosts, &pelotonv1.ListHostsRequest{})
+				if err != nil {
+					return err
+				}
+				return showHosts(p, resp, resp.GetHosts())
+			})
 		},
 	})
 	drain := a.maintenanceStartCommand("drain HOST...",
@@ -92,16 +89,13 @@ func (a *app) hostsCommand(use, short string, do func(context.Context, *client, 
 			if err != nil {
 				return err
 			}
-			c, err := a.dial()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			resp, err := do(cmd.Context(), c, args)
-			if err != nil {
-				return err
-			}
-			return showHosts(p, resp, resp.GetHosts())
+			return a.withClient(func(c *client) error {
+				resp, err := do(cmd.Context(), c, args)
+				if err != nil {
+					return err
+				}
+				return showHosts(p, resp, resp.GetHosts())
+			})
 		},
 	}
 }

@@ -50,17 +50,14 @@ func (a *app) jobCreateCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c, err := a.dial()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			resp, err := call(cmd.Context(), c, c.jobs.CreateJob, &pelotonv1.CreateJobRequest{Spec: spec})
-			if err != nil {
-				return err
-			}
-			fmt.Fprintln(a.stdout, resp.GetJobId())
-			return nil
+			return a.withClient(func(c *client) error {
+				resp, err := call(cmd.Context(), c, c.jobs.CreateJob, &pelotonv1.CreateJobRequest{Spec: spec})
+				if err != nil {
+					return err
+				}
+				fmt.Fprintln(a.stdout, resp.GetJobId())
+				return nil
+			})
 		},
 	}
 	cmd.Flags().StringVarP(&file, "file", "f", "", `job spec file, YAML or JSON ("-" for stdin)`)
@@ -77,18 +74,15 @@ func (a *app) jobGetCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c, err := a.dial()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			resp, err := call(cmd.Context(), c, c.jobs.GetJob, &pelotonv1.GetJobRequest{JobId: args[0]})
-			if err != nil {
-				return err
-			}
-			job := resp.GetJob()
-			return p.object(job, func(w io.Writer, wide bool) {
-				writeJobTable(w, []*pelotonv1.Job{job}, wide)
+			return a.withClient(func(c *client) error {
+				resp, err := call(cmd.Context(), c, c.jobs.GetJob, &pelotonv1.GetJobRequest{JobId: args[0]})
+				if err != nil {
+					return err
+				}
+				job := resp.GetJob()
+				return p.object(job, func(w io.Writer, wide bool) {
+					writeJobTable(w, []*pelotonv1.Job{job}, wide)
+				})
 			})
 		},
 	}
@@ -110,17 +104,14 @@ func (a *app) jobListCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c, err := a.dial()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			resp, err := call(cmd.Context(), c, c.jobs.ListJobs, &pelotonv1.ListJobsRequest{Pool: pool, States: st, Name: name})
-			if err != nil {
-				return err
-			}
-			return p.list(resp, "jobs", len(resp.GetJobs()), func(w io.Writer, wide bool) {
-				writeJobTable(w, resp.GetJobs(), wide)
+			return a.withClient(func(c *client) error {
+				resp, err := call(cmd.Context(), c, c.jobs.ListJobs, &pelotonv1.ListJobsRequest{Pool: pool, States: st, Name: name})
+				if err != nil {
+					return err
+				}
+				return p.list(resp, "jobs", len(resp.GetJobs()), func(w io.Writer, wide bool) {
+					writeJobTable(w, resp.GetJobs(), wide)
+				})
 			})
 		},
 	}
@@ -137,16 +128,13 @@ func (a *app) jobCancelCommand() *cobra.Command {
 		Short: "Kill every task of a job; the job ends JOB_KILLED",
 		Args:  argsNamed("JOBID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.dial()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			if _, err := call(cmd.Context(), c, c.jobs.CancelJob, &pelotonv1.CancelJobRequest{JobId: args[0]}); err != nil {
-				return err
-			}
-			fmt.Fprintf(a.stdout, "job %s: cancel requested\n", args[0])
-			return nil
+			return a.withClient(func(c *client) error {
+				if _, err := call(cmd.Context(), c, c.jobs.CancelJob, &pelotonv1.CancelJobRequest{JobId: args[0]}); err != nil {
+					return err
+				}
+				fmt.Fprintf(a.stdout, "job %s: cancel requested\n", args[0])
+				return nil
+			})
 		},
 	}
 }
@@ -157,16 +145,13 @@ func (a *app) jobDeleteCommand() *cobra.Command {
 		Short: "Delete a job",
 		Args:  argsNamed("JOBID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.dial()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			if _, err := call(cmd.Context(), c, c.jobs.DeleteJob, &pelotonv1.DeleteJobRequest{JobId: args[0]}); err != nil {
-				return err
-			}
-			fmt.Fprintf(a.stdout, "job %s deleted\n", args[0])
-			return nil
+			return a.withClient(func(c *client) error {
+				if _, err := call(cmd.Context(), c, c.jobs.DeleteJob, &pelotonv1.DeleteJobRequest{JobId: args[0]}); err != nil {
+					return err
+				}
+				fmt.Fprintf(a.stdout, "job %s deleted\n", args[0])
+				return nil
+			})
 		},
 	}
 }
@@ -186,17 +171,14 @@ func (a *app) jobRestartCommand() *cobra.Command {
 				}
 				ids = append(ids, id)
 			}
-			c, err := a.dial()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			if _, err := call(cmd.Context(), c, c.jobs.RestartJob,
-				&pelotonv1.RestartJobRequest{JobId: args[0], Instances: ids}); err != nil {
-				return err
-			}
-			fmt.Fprintf(a.stdout, "job %s: restart requested\n", args[0])
-			return nil
+			return a.withClient(func(c *client) error {
+				if _, err := call(cmd.Context(), c, c.jobs.RestartJob,
+					&pelotonv1.RestartJobRequest{JobId: args[0], Instances: ids}); err != nil {
+					return err
+				}
+				fmt.Fprintf(a.stdout, "job %s: restart requested\n", args[0])
+				return nil
+			})
 		},
 	}
 	cmd.Flags().StringSliceVar(&instances, "instances", nil, "instances to restart, e.g. 0,3 (default: every instance that has not succeeded)")
@@ -224,12 +206,9 @@ JOB_KILLED) or the timeout passes first.`,
 			if timeout <= 0 {
 				return usageErrorf("invalid --timeout %s: must be > 0", timeout)
 			}
-			c, err := a.dial()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			return a.waitJob(cmd.Context(), c, args[0], want, timeout)
+			return a.withClient(func(c *client) error {
+				return a.waitJob(cmd.Context(), c, args[0], want, timeout)
+			})
 		},
 	}
 	cmd.Flags().StringVar(&forState, "for", "", "state to wait for, e.g. SUCCEEDED or RUNNING")

@@ -51,16 +51,13 @@ func (a *app) poolCreateCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c, err := a.dial()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			resp, err := call(cmd.Context(), c, c.pools.CreatePool, &pelotonv1.CreatePoolRequest{Path: args[0], Spec: spec})
-			if err != nil {
-				return err
-			}
-			return showPool(p, resp.GetPool())
+			return a.withClient(func(c *client) error {
+				resp, err := call(cmd.Context(), c, c.pools.CreatePool, &pelotonv1.CreatePoolRequest{Path: args[0], Spec: spec})
+				if err != nil {
+					return err
+				}
+				return showPool(p, resp.GetPool())
+			})
 		},
 	}
 	cmd.Flags().StringVarP(&file, "file", "f", "", `pool spec file, YAML or JSON ("-" for stdin)`)
@@ -77,16 +74,13 @@ func (a *app) poolGetCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c, err := a.dial()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			resp, err := call(cmd.Context(), c, c.pools.GetPool, &pelotonv1.GetPoolRequest{Path: args[0]})
-			if err != nil {
-				return err
-			}
-			return showPool(p, resp.GetPool())
+			return a.withClient(func(c *client) error {
+				resp, err := call(cmd.Context(), c, c.pools.GetPool, &pelotonv1.GetPoolRequest{Path: args[0]})
+				if err != nil {
+					return err
+				}
+				return showPool(p, resp.GetPool())
+			})
 		},
 	}
 }
@@ -110,17 +104,14 @@ func (a *app) poolUpdateCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c, err := a.dial()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			resp, err := call(cmd.Context(), c, c.pools.UpdatePool,
-				&pelotonv1.UpdatePoolRequest{Path: args[0], Spec: spec, Version: version})
-			if err != nil {
-				return err
-			}
-			return showPool(p, resp.GetPool())
+			return a.withClient(func(c *client) error {
+				resp, err := call(cmd.Context(), c, c.pools.UpdatePool,
+					&pelotonv1.UpdatePoolRequest{Path: args[0], Spec: spec, Version: version})
+				if err != nil {
+					return err
+				}
+				return showPool(p, resp.GetPool())
+			})
 		},
 	}
 	cmd.Flags().StringVarP(&file, "file", "f", "", `pool spec file, YAML or JSON ("-" for stdin)`)
@@ -134,16 +125,13 @@ func (a *app) poolDeleteCommand() *cobra.Command {
 		Short: "Delete a pool",
 		Args:  argsNamed("PATH"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.dial()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			if _, err := call(cmd.Context(), c, c.pools.DeletePool, &pelotonv1.DeletePoolRequest{Path: args[0]}); err != nil {
-				return err
-			}
-			fmt.Fprintf(a.stdout, "pool %s deleted\n", args[0])
-			return nil
+			return a.withClient(func(c *client) error {
+				if _, err := call(cmd.Context(), c, c.pools.DeletePool, &pelotonv1.DeletePoolRequest{Path: args[0]}); err != nil {
+					return err
+				}
+				fmt.Fprintf(a.stdout, "pool %s deleted\n", args[0])
+				return nil
+			})
 		},
 	}
 }
@@ -158,17 +146,14 @@ func (a *app) poolListCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c, err := a.dial()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			resp, err := call(cmd.Context(), c, c.pools.ListPools, &pelotonv1.ListPoolsRequest{})
-			if err != nil {
-				return err
-			}
-			return p.list(resp, "pools", len(resp.GetPools()), func(w io.Writer, wide bool) {
-				writePoolTable(w, resp.GetPools(), wide)
+			return a.withClient(func(c *client) error {
+				resp, err := call(cmd.Context(), c, c.pools.ListPools, &pelotonv1.ListPoolsRequest{})
+				if err != nil {
+					return err
+				}
+				return p.list(resp, "pools", len(resp.GetPools()), func(w io.Writer, wide bool) {
+					writePoolTable(w, resp.GetPools(), wide)
+				})
 			})
 		},
 	}
@@ -190,16 +175,13 @@ func (a *app) poolMoveCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c, err := a.dial()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			resp, err := call(cmd.Context(), c, c.pools.MovePool, &pelotonv1.MovePoolRequest{Path: args[0], NewParent: to})
-			if err != nil {
-				return err
-			}
-			return showPool(p, resp.GetPool())
+			return a.withClient(func(c *client) error {
+				resp, err := call(cmd.Context(), c, c.pools.MovePool, &pelotonv1.MovePoolRequest{Path: args[0], NewParent: to})
+				if err != nil {
+					return err
+				}
+				return showPool(p, resp.GetPool())
+			})
 		},
 	}
 	cmd.Flags().StringVar(&to, "to", "", "the new parent pool")

@@ -41,17 +41,14 @@ func (a *app) taskListCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c, err := a.dial()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			resp, err := call(cmd.Context(), c, c.tasks.ListTasks, &pelotonv1.ListTasksRequest{JobId: args[0], States: st})
-			if err != nil {
-				return err
-			}
-			return p.list(resp, "tasks", len(resp.GetTasks()), func(w io.Writer, wide bool) {
-				writeTaskTable(w, resp.GetTasks(), wide)
+			return a.withClient(func(c *client) error {
+				resp, err := call(cmd.Context(), c, c.tasks.ListTasks, &pelotonv1.ListTasksRequest{JobId: args[0], States: st})
+				if err != nil {
+					return err
+				}
+				return p.list(resp, "tasks", len(resp.GetTasks()), func(w io.Writer, wide bool) {
+					writeTaskTable(w, resp.GetTasks(), wide)
+				})
 			})
 		},
 	}
@@ -73,18 +70,15 @@ func (a *app) taskGetCommand() *cobra.Command {
 			if err != nil {
 				return asUsage(err)
 			}
-			c, err := a.dial()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			resp, err := call(cmd.Context(), c, c.tasks.GetTask, &pelotonv1.GetTaskRequest{JobId: args[0], InstanceId: inst})
-			if err != nil {
-				return err
-			}
-			task := resp.GetTask()
-			return p.object(task, func(w io.Writer, wide bool) {
-				writeTaskTable(w, []*pelotonv1.Task{task}, wide)
+			return a.withClient(func(c *client) error {
+				resp, err := call(cmd.Context(), c, c.tasks.GetTask, &pelotonv1.GetTaskRequest{JobId: args[0], InstanceId: inst})
+				if err != nil {
+					return err
+				}
+				task := resp.GetTask()
+				return p.object(task, func(w io.Writer, wide bool) {
+					writeTaskTable(w, []*pelotonv1.Task{task}, wide)
+				})
 			})
 		},
 	}
@@ -100,16 +94,13 @@ func (a *app) taskKillCommand() *cobra.Command {
 			if err != nil {
 				return asUsage(err)
 			}
-			c, err := a.dial()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			if _, err := call(cmd.Context(), c, c.tasks.KillTask, &pelotonv1.KillTaskRequest{JobId: args[0], InstanceId: inst}); err != nil {
-				return err
-			}
-			fmt.Fprintf(a.stdout, "job %s instance %d: kill requested\n", args[0], inst)
-			return nil
+			return a.withClient(func(c *client) error {
+				if _, err := call(cmd.Context(), c, c.tasks.KillTask, &pelotonv1.KillTaskRequest{JobId: args[0], InstanceId: inst}); err != nil {
+					return err
+				}
+				fmt.Fprintf(a.stdout, "job %s instance %d: kill requested\n", args[0], inst)
+				return nil
+			})
 		},
 	}
 }
@@ -133,19 +124,16 @@ func (a *app) taskLogsCommand() *cobra.Command {
 			if stderr {
 				req.Stream = pelotonv1.LogStream_STDERR
 			}
-			c, err := a.dial()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			ctx, cancel := cmd.Context(), context.CancelFunc(func() {})
-			if !follow {
-				// Following lasts as long as the run does; a plain read is
-				// one call and gets the per-call timeout.
-				ctx, cancel = context.WithTimeout(ctx, c.timeout)
-			}
-			defer cancel()
-			return a.streamLogs(ctx, c, req)
+			return a.withClient(func(c *client) error {
+				ctx, cancel := cmd.Context(), context.CancelFunc(func() {})
+				if !follow {
+					// Following lasts as long as the run does; a plain read is
+					// one call and gets the per-call timeout.
+					ctx, cancel = context.WithTimeout(ctx, c.timeout)
+				}
+				defer cancel()
+				return a.streamLogs(ctx, c, req)
+			})
 		},
 	}
 	f := cmd.Flags()
