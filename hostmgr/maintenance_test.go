@@ -5,7 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"os"
+	peltest "github.com/peloton-sched/peloton/internal/testutil"
 	"slices"
 	"sort"
 	"strings"
@@ -50,19 +50,7 @@ func renderMaintenanceTable() string {
 
 func TestMaintenanceTableGolden(t *testing.T) {
 	got := renderMaintenanceTable()
-	const path = "testdata/maintenance.golden"
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test -update to create it)", err)
-	}
-	if got != string(want) {
-		t.Errorf("maintenance table changed; review and run `go test ./hostmgr -run Golden -update`.\ngot:\n%s\nwant:\n%s", got, want)
-	}
+	peltest.Golden(t, "testdata/maintenance.golden", got, *update, "maintenance table")
 	for v := range pelotonv1.HostState_name {
 		if s := hs(v); s != pelotonv1.HostState_HOST_STATE_UNSPECIFIED {
 			if _, ok := maintenanceTransitions[s]; !ok {

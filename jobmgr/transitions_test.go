@@ -3,7 +3,7 @@ package jobmgr
 import (
 	"flag"
 	"fmt"
-	"os"
+	"github.com/peloton-sched/peloton/internal/testutil"
 	"sort"
 	"strings"
 	"testing"
@@ -48,19 +48,7 @@ func renderTable() string {
 
 func TestTransitionTablesGolden(t *testing.T) {
 	got := renderTable()
-	const path = "testdata/transitions.golden"
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test -update to create it)", err)
-	}
-	if got != string(want) {
-		t.Errorf("transition tables changed; review and run `go test ./jobmgr -run Golden -update`.\ngot:\n%s\nwant:\n%s", got, want)
-	}
+	testutil.Golden(t, "testdata/transitions.golden", got, *update, "transition tables")
 }
 
 func TestEveryTaskStateHasARow(t *testing.T) {

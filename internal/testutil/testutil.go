@@ -1,0 +1,64 @@
+// Package testutil holds helpers shared by Peloton's tests: golden-file
+// comparison and a goroutine-leak check for TestMain. It is imported only
+// from _test.go files and imports nothing of Peloton.
+package testutil
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Golden compares got with the file at path. With update it first rewrites
+// the file, so a deliberate change is one `go test -update` and a reviewed
+// diff. what names the content in the failure message ("transition tables").
+func Golden(t testing.TB, path, got string, update bool, what string) {
+	t.Helper()
+	if update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to create it)", err)
+	}
+	if got != string(want) {
+		t.Errorf("%s changed; review and run `go test -run Golden -update` in its package.\ngot:\n%s\nwant:\n%s", what, got, want)
+	}
+}
+
+// LeakCheckMain runs the tests and then fails the run if, within 5 s, some
+// goroutine whose stack matches leaked is still alive: every test must stop
+// what it started.
+func LeakCheckMain(m *testing.M, leaked func(stack string) bool) {
+	code := m.Run()
+	if code == 0 {
+		if left := waitNoLeaks(5*time.Second, leaked); left != "" {
+			fmt.Fprintf(os.Stderr, "leaked goroutines:\n%s\n", left)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+func waitNoLeaks(timeout time.Duration, leaked func(string) bool) string {
+	deadline := time.Now().Add(timeout)
+	for {
+		buf := make([]byte, 1<<20)
+		buf = buf[:runtime.Stack(buf, true)]
+		var left []string
+		for _, g := range strings.Split(string(buf), "\n\n") {
+			if leaked(g) {
+				left = append(left, g)
+			}
+		}
+		if len(left) == 0 || time.Now().After(deadline) {
+			return strings.Join(left, "\n\n")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
