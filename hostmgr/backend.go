@@ -30,6 +30,37 @@ type LaunchSpec struct {
 	Env        map[string]string
 	Image      string
 	Resources  resources.Resources
+	// Pool is the job's resource pool (container backends map it to a namespace).
+	Pool string
+	// Ports the run listens on. A zero Value asks the backend to choose a
+	// free port; the run finds each in PELOTON_PORT_<NAME>, and the chosen
+	// numbers come back in the run's events.
+	Ports []Port
+	// HealthCheck, if set, is run by the backend on the run's host; results
+	// come back as the Health of RUNNING events.
+	HealthCheck *pelotonv1.HealthCheck
+	// Volume, if set, is the instance's persistent volume: the same ID in
+	// every run of the instance finds the same contents on the same host.
+	Volume *Volume
+	// KillGrace is the time between the polite and the forced stop when the
+	// run is killed by anyone other than Kill (e.g. on a failed health check).
+	KillGrace time.Duration
+}
+
+// Port is one named port of a run.
+type Port struct {
+	Name  string
+	Value uint32
+}
+
+// Volume is a persistent per-instance volume (STATEFUL jobs).
+type Volume struct {
+	// ID is stable across runs: <jobID>-<instanceID>.
+	ID     string
+	SizeMB int64
+	// MountPath is where container backends mount it; processes of the
+	// local backend get its path in PELOTON_VOLUME.
+	MountPath string
 }
 
 // TaskEvent is a state change of one run reported by a backend. State is one
@@ -43,6 +74,27 @@ type TaskEvent struct {
 	Reason  string
 	Message string
 	Time    time.Time
+	// Health is what the run's health check says; set on RUNNING events of
+	// runs that have one. A change of health is reported as another RUNNING
+	// event.
+	Health pelotonv1.HealthState
+	// Ports are the port numbers given to the run, by name (on LAUNCHED and
+	// later events).
+	Ports map[string]uint32
+}
+
+// Prefetcher is implemented by backends that can fetch a container image to
+// hosts ahead of need. A rolling update calls it for the hosts of its next
+// batch while the current batch runs.
+type Prefetcher interface {
+	Prefetch(ctx context.Context, hosts []string, image string) error
+}
+
+// VolumeReleaser is implemented by backends that keep persistent volumes.
+// ReleaseVolume deletes a volume's contents on its host; jobmgr calls it when
+// a STATEFUL job is deleted.
+type VolumeReleaser interface {
+	ReleaseVolume(ctx context.Context, host, volumeID string) error
 }
 
 // ErrUnknownTask is returned by Kill, Status and Logs for a task the backend

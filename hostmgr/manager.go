@@ -541,6 +541,47 @@ func (m *Manager) ReleaseTask(taskID string) {
 	}
 }
 
+// TransferHold moves the resources a run holds on its host to another run
+// of the same instance, so that an in-place restart keeps its room on the
+// host between the old run's end and the new run's launch. It returns the
+// host, or false if from holds nothing (then nothing changes).
+func (m *Manager) TransferHold(from, to string) (string, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	name, ok := m.taskHost[from]
+	if !ok {
+		return "", false
+	}
+	if _, dup := m.taskHost[to]; dup {
+		return "", false
+	}
+	h := m.hosts[name]
+	t := h.tasks[from]
+	delete(h.tasks, from)
+	delete(m.taskHost, from)
+	h.tasks[to] = t
+	m.taskHost[to] = name
+	return name, true
+}
+
+// Prefetch asks the backend to fetch image to hosts ahead of need. Backends
+// that have nothing to fetch (local processes, simulated hosts) do nothing.
+func (m *Manager) Prefetch(ctx context.Context, hosts []string, image string) error {
+	if p, ok := m.backend.(Prefetcher); ok && image != "" && len(hosts) > 0 {
+		return p.Prefetch(ctx, hosts, image)
+	}
+	return nil
+}
+
+// ReleaseVolume deletes a persistent volume on its host, if the backend
+// keeps volumes.
+func (m *Manager) ReleaseVolume(ctx context.Context, host, volumeID string) error {
+	if r, ok := m.backend.(VolumeReleaser); ok {
+		return r.ReleaseVolume(ctx, host, volumeID)
+	}
+	return nil
+}
+
 // Launch starts a placed run through the backend. A run launched on a host
 // that started draining after the run was placed is handed to Drains at
 // once; only after the backend accepted it, so that the kill finds it.

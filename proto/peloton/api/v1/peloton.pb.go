@@ -177,6 +177,57 @@ func (TaskState) EnumDescriptor() ([]byte, []int) {
 	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{1}
 }
 
+// HealthState is what the last health checks of a run said.
+type HealthState int32
+
+const (
+	// No health check, or none has finished yet.
+	HealthState_HEALTH_UNKNOWN HealthState = 0
+	HealthState_HEALTHY        HealthState = 1
+	HealthState_UNHEALTHY      HealthState = 2
+)
+
+// Enum value maps for HealthState.
+var (
+	HealthState_name = map[int32]string{
+		0: "HEALTH_UNKNOWN",
+		1: "HEALTHY",
+		2: "UNHEALTHY",
+	}
+	HealthState_value = map[string]int32{
+		"HEALTH_UNKNOWN": 0,
+		"HEALTHY":        1,
+		"UNHEALTHY":      2,
+	}
+)
+
+func (x HealthState) Enum() *HealthState {
+	p := new(HealthState)
+	*p = x
+	return p
+}
+
+func (x HealthState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (HealthState) Descriptor() protoreflect.EnumDescriptor {
+	return file_peloton_api_v1_peloton_proto_enumTypes[2].Descriptor()
+}
+
+func (HealthState) Type() protoreflect.EnumType {
+	return &file_peloton_api_v1_peloton_proto_enumTypes[2]
+}
+
+func (x HealthState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use HealthState.Descriptor instead.
+func (HealthState) EnumDescriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{2}
+}
+
 // PlacementStrategy says how the scheduler picks among hosts that fit.
 type PlacementStrategy int32
 
@@ -216,11 +267,11 @@ func (x PlacementStrategy) String() string {
 }
 
 func (PlacementStrategy) Descriptor() protoreflect.EnumDescriptor {
-	return file_peloton_api_v1_peloton_proto_enumTypes[2].Descriptor()
+	return file_peloton_api_v1_peloton_proto_enumTypes[3].Descriptor()
 }
 
 func (PlacementStrategy) Type() protoreflect.EnumType {
-	return &file_peloton_api_v1_peloton_proto_enumTypes[2]
+	return &file_peloton_api_v1_peloton_proto_enumTypes[3]
 }
 
 func (x PlacementStrategy) Number() protoreflect.EnumNumber {
@@ -229,7 +280,7 @@ func (x PlacementStrategy) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use PlacementStrategy.Descriptor instead.
 func (PlacementStrategy) EnumDescriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{2}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{3}
 }
 
 // ConstraintOp compares a host label with a constraint's values.
@@ -280,11 +331,11 @@ func (x ConstraintOp) String() string {
 }
 
 func (ConstraintOp) Descriptor() protoreflect.EnumDescriptor {
-	return file_peloton_api_v1_peloton_proto_enumTypes[3].Descriptor()
+	return file_peloton_api_v1_peloton_proto_enumTypes[4].Descriptor()
 }
 
 func (ConstraintOp) Type() protoreflect.EnumType {
-	return &file_peloton_api_v1_peloton_proto_enumTypes[3]
+	return &file_peloton_api_v1_peloton_proto_enumTypes[4]
 }
 
 func (x ConstraintOp) Number() protoreflect.EnumNumber {
@@ -293,10 +344,11 @@ func (x ConstraintOp) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ConstraintOp.Descriptor instead.
 func (ConstraintOp) EnumDescriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{3}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{4}
 }
 
-// JobState is the lifecycle state of a job as a whole.
+// JobState is the lifecycle state of a job as a whole. Long-running jobs
+// (SERVICE, STATEFUL, DAEMON) stay JOB_RUNNING until cancelled.
 type JobState int32
 
 const (
@@ -345,11 +397,11 @@ func (x JobState) String() string {
 }
 
 func (JobState) Descriptor() protoreflect.EnumDescriptor {
-	return file_peloton_api_v1_peloton_proto_enumTypes[4].Descriptor()
+	return file_peloton_api_v1_peloton_proto_enumTypes[5].Descriptor()
 }
 
 func (JobState) Type() protoreflect.EnumType {
-	return &file_peloton_api_v1_peloton_proto_enumTypes[4]
+	return &file_peloton_api_v1_peloton_proto_enumTypes[5]
 }
 
 func (x JobState) Number() protoreflect.EnumNumber {
@@ -358,7 +410,7 @@ func (x JobState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use JobState.Descriptor instead.
 func (JobState) EnumDescriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{4}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{5}
 }
 
 // LogStream picks a task's output stream.
@@ -392,11 +444,11 @@ func (x LogStream) String() string {
 }
 
 func (LogStream) Descriptor() protoreflect.EnumDescriptor {
-	return file_peloton_api_v1_peloton_proto_enumTypes[5].Descriptor()
+	return file_peloton_api_v1_peloton_proto_enumTypes[6].Descriptor()
 }
 
 func (LogStream) Type() protoreflect.EnumType {
-	return &file_peloton_api_v1_peloton_proto_enumTypes[5]
+	return &file_peloton_api_v1_peloton_proto_enumTypes[6]
 }
 
 func (x LogStream) Number() protoreflect.EnumNumber {
@@ -405,7 +457,7 @@ func (x LogStream) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use LogStream.Descriptor instead.
 func (LogStream) EnumDescriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{5}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{6}
 }
 
 // HostState says whether a host takes new work. Maintenance moves a host
@@ -454,11 +506,11 @@ func (x HostState) String() string {
 }
 
 func (HostState) Descriptor() protoreflect.EnumDescriptor {
-	return file_peloton_api_v1_peloton_proto_enumTypes[6].Descriptor()
+	return file_peloton_api_v1_peloton_proto_enumTypes[7].Descriptor()
 }
 
 func (HostState) Type() protoreflect.EnumType {
-	return &file_peloton_api_v1_peloton_proto_enumTypes[6]
+	return &file_peloton_api_v1_peloton_proto_enumTypes[7]
 }
 
 func (x HostState) Number() protoreflect.EnumNumber {
@@ -467,7 +519,80 @@ func (x HostState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use HostState.Descriptor instead.
 func (HostState) EnumDescriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{6}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{7}
+}
+
+// UpdateState is the lifecycle of an update; the transition table is
+// jobmgr/update_transitions.go.
+type UpdateState int32
+
+const (
+	UpdateState_UPDATE_STATE_UNSPECIFIED UpdateState = 0
+	// Replacing instances with the new spec.
+	UpdateState_UPDATE_ROLLING_FORWARD UpdateState = 1
+	// Paused by the user (or created paused); no instance is touched.
+	UpdateState_UPDATE_PAUSED UpdateState = 2
+	// Every instance runs the new spec.
+	UpdateState_UPDATE_SUCCEEDED UpdateState = 3
+	// Failed beyond tolerance; replacing changed instances with the old spec.
+	UpdateState_UPDATE_ROLLING_BACK UpdateState = 4
+	// A rollback finished: every instance runs the old spec again.
+	UpdateState_UPDATE_ROLLED_BACK UpdateState = 5
+	// Failed beyond tolerance, without rollback.
+	UpdateState_UPDATE_FAILED UpdateState = 6
+	// Stopped by the user; instances keep whatever spec they run.
+	UpdateState_UPDATE_ABORTED UpdateState = 7
+)
+
+// Enum value maps for UpdateState.
+var (
+	UpdateState_name = map[int32]string{
+		0: "UPDATE_STATE_UNSPECIFIED",
+		1: "UPDATE_ROLLING_FORWARD",
+		2: "UPDATE_PAUSED",
+		3: "UPDATE_SUCCEEDED",
+		4: "UPDATE_ROLLING_BACK",
+		5: "UPDATE_ROLLED_BACK",
+		6: "UPDATE_FAILED",
+		7: "UPDATE_ABORTED",
+	}
+	UpdateState_value = map[string]int32{
+		"UPDATE_STATE_UNSPECIFIED": 0,
+		"UPDATE_ROLLING_FORWARD":   1,
+		"UPDATE_PAUSED":            2,
+		"UPDATE_SUCCEEDED":         3,
+		"UPDATE_ROLLING_BACK":      4,
+		"UPDATE_ROLLED_BACK":       5,
+		"UPDATE_FAILED":            6,
+		"UPDATE_ABORTED":           7,
+	}
+)
+
+func (x UpdateState) Enum() *UpdateState {
+	p := new(UpdateState)
+	*p = x
+	return p
+}
+
+func (x UpdateState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (UpdateState) Descriptor() protoreflect.EnumDescriptor {
+	return file_peloton_api_v1_peloton_proto_enumTypes[8].Descriptor()
+}
+
+func (UpdateState) Type() protoreflect.EnumType {
+	return &file_peloton_api_v1_peloton_proto_enumTypes[8]
+}
+
+func (x UpdateState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use UpdateState.Descriptor instead.
+func (UpdateState) EnumDescriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{8}
 }
 
 // Resources is an amount of each resource kind. cpu is in cores and may be
@@ -636,10 +761,18 @@ func (x *SlaSpec) GetRevocable() bool {
 // RestartPolicy says how often a failed instance is retried.
 type RestartPolicy struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// A failed instance is started again up to this many times.
-	MaxFailures   uint32 `protobuf:"varint,1,opt,name=max_failures,json=maxFailures,proto3" json:"max_failures,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// BATCH: a failed instance is started again up to this many times.
+	// Long-running instances (SERVICE, STATEFUL, DAEMON) are always restarted;
+	// for them failures are only counted.
+	MaxFailures uint32 `protobuf:"varint,1,opt,name=max_failures,json=maxFailures,proto3" json:"max_failures,omitempty"`
+	// Delay before restarting an instance that ended or was lost, doubling
+	// after every failure up to max_backoff_seconds and reset once a run has
+	// stayed up for a minute (default 1).
+	BackoffSeconds uint32 `protobuf:"varint,2,opt,name=backoff_seconds,json=backoffSeconds,proto3" json:"backoff_seconds,omitempty"`
+	// Upper bound of the restart delay (default 60).
+	MaxBackoffSeconds uint32 `protobuf:"varint,3,opt,name=max_backoff_seconds,json=maxBackoffSeconds,proto3" json:"max_backoff_seconds,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *RestartPolicy) Reset() {
@@ -679,6 +812,281 @@ func (x *RestartPolicy) GetMaxFailures() uint32 {
 	return 0
 }
 
+func (x *RestartPolicy) GetBackoffSeconds() uint32 {
+	if x != nil {
+		return x.BackoffSeconds
+	}
+	return 0
+}
+
+func (x *RestartPolicy) GetMaxBackoffSeconds() uint32 {
+	if x != nil {
+		return x.MaxBackoffSeconds
+	}
+	return 0
+}
+
+// PortSpec names a port an instance listens on.
+type PortSpec struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Name, e.g. http; becomes the environment variable PELOTON_PORT_<NAME>
+	// (upper case) holding the port number.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Fixed port number; 0 lets the backend choose a free one per run.
+	Value         uint32 `protobuf:"varint,2,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PortSpec) Reset() {
+	*x = PortSpec{}
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PortSpec) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PortSpec) ProtoMessage() {}
+
+func (x *PortSpec) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PortSpec.ProtoReflect.Descriptor instead.
+func (*PortSpec) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *PortSpec) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *PortSpec) GetValue() uint32 {
+	if x != nil {
+		return x.Value
+	}
+	return 0
+}
+
+// HealthCheck says how the scheduler tells that a running instance is
+// healthy. Until its first check passes an instance counts as unavailable
+// (for updates and the SLA); after failure_threshold failed checks in a row
+// a healthy instance is restarted.
+type HealthCheck struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A command run on the host in the instance's environment: exit 0 is healthy.
+	Command []string `protobuf:"bytes,1,rep,name=command,proto3" json:"command,omitempty"`
+	// An HTTP GET on the instance's host: a 2xx or 3xx answer is healthy.
+	Http *HttpProbe `protobuf:"bytes,2,opt,name=http,proto3" json:"http,omitempty"`
+	// Delay before the first check (default 0).
+	InitialDelaySeconds uint32 `protobuf:"varint,3,opt,name=initial_delay_seconds,json=initialDelaySeconds,proto3" json:"initial_delay_seconds,omitempty"`
+	// Time between checks (default 10).
+	IntervalSeconds uint32 `protobuf:"varint,4,opt,name=interval_seconds,json=intervalSeconds,proto3" json:"interval_seconds,omitempty"`
+	// A check that takes longer fails (default 5).
+	TimeoutSeconds uint32 `protobuf:"varint,5,opt,name=timeout_seconds,json=timeoutSeconds,proto3" json:"timeout_seconds,omitempty"`
+	// Consecutive failures that make a healthy instance unhealthy (default 3).
+	FailureThreshold uint32 `protobuf:"varint,6,opt,name=failure_threshold,json=failureThreshold,proto3" json:"failure_threshold,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *HealthCheck) Reset() {
+	*x = HealthCheck{}
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HealthCheck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HealthCheck) ProtoMessage() {}
+
+func (x *HealthCheck) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HealthCheck.ProtoReflect.Descriptor instead.
+func (*HealthCheck) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *HealthCheck) GetCommand() []string {
+	if x != nil {
+		return x.Command
+	}
+	return nil
+}
+
+func (x *HealthCheck) GetHttp() *HttpProbe {
+	if x != nil {
+		return x.Http
+	}
+	return nil
+}
+
+func (x *HealthCheck) GetInitialDelaySeconds() uint32 {
+	if x != nil {
+		return x.InitialDelaySeconds
+	}
+	return 0
+}
+
+func (x *HealthCheck) GetIntervalSeconds() uint32 {
+	if x != nil {
+		return x.IntervalSeconds
+	}
+	return 0
+}
+
+func (x *HealthCheck) GetTimeoutSeconds() uint32 {
+	if x != nil {
+		return x.TimeoutSeconds
+	}
+	return 0
+}
+
+func (x *HealthCheck) GetFailureThreshold() uint32 {
+	if x != nil {
+		return x.FailureThreshold
+	}
+	return 0
+}
+
+// HttpProbe is the HTTP form of a health check.
+type HttpProbe struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Name of one of the task's ports.
+	Port string `protobuf:"bytes,1,opt,name=port,proto3" json:"port,omitempty"`
+	// Path, default "/".
+	Path          string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HttpProbe) Reset() {
+	*x = HttpProbe{}
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HttpProbe) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HttpProbe) ProtoMessage() {}
+
+func (x *HttpProbe) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HttpProbe.ProtoReflect.Descriptor instead.
+func (*HttpProbe) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *HttpProbe) GetPort() string {
+	if x != nil {
+		return x.Port
+	}
+	return ""
+}
+
+func (x *HttpProbe) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+// VolumeSpec is the persistent volume of each instance of a STATEFUL job.
+type VolumeSpec struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Size in MiB, taken from the host's disk (required).
+	SizeMb uint32 `protobuf:"varint,1,opt,name=size_mb,json=sizeMb,proto3" json:"size_mb,omitempty"`
+	// Where a container backend mounts it (default /data). Processes of the
+	// local backend find its path in PELOTON_VOLUME.
+	MountPath     string `protobuf:"bytes,2,opt,name=mount_path,json=mountPath,proto3" json:"mount_path,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeSpec) Reset() {
+	*x = VolumeSpec{}
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeSpec) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeSpec) ProtoMessage() {}
+
+func (x *VolumeSpec) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeSpec.ProtoReflect.Descriptor instead.
+func (*VolumeSpec) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *VolumeSpec) GetSizeMb() uint32 {
+	if x != nil {
+		return x.SizeMb
+	}
+	return 0
+}
+
+func (x *VolumeSpec) GetMountPath() string {
+	if x != nil {
+		return x.MountPath
+	}
+	return ""
+}
+
 // TaskSpec is what one instance runs.
 type TaskSpec struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -693,14 +1101,21 @@ type TaskSpec struct {
 	KillGracePeriodSeconds uint32 `protobuf:"varint,6,opt,name=kill_grace_period_seconds,json=killGracePeriodSeconds,proto3" json:"kill_grace_period_seconds,omitempty"`
 	// Where the instance may run and how hosts are chosen. An instance override
 	// that sets placement replaces the default's placement whole.
-	Placement     *PlacementSpec `protobuf:"bytes,7,opt,name=placement,proto3" json:"placement,omitempty"`
+	Placement *PlacementSpec `protobuf:"bytes,7,opt,name=placement,proto3" json:"placement,omitempty"`
+	// Ports the instance listens on.
+	Ports []*PortSpec `protobuf:"bytes,8,rep,name=ports,proto3" json:"ports,omitempty"`
+	// How to tell that a long-running instance is healthy (optional).
+	HealthCheck *HealthCheck `protobuf:"bytes,9,opt,name=health_check,json=healthCheck,proto3" json:"health_check,omitempty"`
+	// STATEFUL jobs: each instance's persistent volume (required for them,
+	// refused for other types).
+	Volume        *VolumeSpec `protobuf:"bytes,10,opt,name=volume,proto3" json:"volume,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TaskSpec) Reset() {
 	*x = TaskSpec{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[3]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -712,7 +1127,7 @@ func (x *TaskSpec) String() string {
 func (*TaskSpec) ProtoMessage() {}
 
 func (x *TaskSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[3]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -725,7 +1140,7 @@ func (x *TaskSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskSpec.ProtoReflect.Descriptor instead.
 func (*TaskSpec) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{3}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *TaskSpec) GetCommand() []string {
@@ -777,6 +1192,27 @@ func (x *TaskSpec) GetPlacement() *PlacementSpec {
 	return nil
 }
 
+func (x *TaskSpec) GetPorts() []*PortSpec {
+	if x != nil {
+		return x.Ports
+	}
+	return nil
+}
+
+func (x *TaskSpec) GetHealthCheck() *HealthCheck {
+	if x != nil {
+		return x.HealthCheck
+	}
+	return nil
+}
+
+func (x *TaskSpec) GetVolume() *VolumeSpec {
+	if x != nil {
+		return x.Volume
+	}
+	return nil
+}
+
 // Constraint limits the hosts an instance may run on by one host label.
 type Constraint struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -789,7 +1225,7 @@ type Constraint struct {
 
 func (x *Constraint) Reset() {
 	*x = Constraint{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[4]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -801,7 +1237,7 @@ func (x *Constraint) String() string {
 func (*Constraint) ProtoMessage() {}
 
 func (x *Constraint) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[4]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -814,7 +1250,7 @@ func (x *Constraint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Constraint.ProtoReflect.Descriptor instead.
 func (*Constraint) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{4}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Constraint) GetLabel() string {
@@ -855,7 +1291,7 @@ type PlacementSpec struct {
 
 func (x *PlacementSpec) Reset() {
 	*x = PlacementSpec{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[5]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -867,7 +1303,7 @@ func (x *PlacementSpec) String() string {
 func (*PlacementSpec) ProtoMessage() {}
 
 func (x *PlacementSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[5]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -880,7 +1316,7 @@ func (x *PlacementSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlacementSpec.ProtoReflect.Descriptor instead.
 func (*PlacementSpec) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{5}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *PlacementSpec) GetStrategy() PlacementStrategy {
@@ -931,7 +1367,7 @@ type JobSpec struct {
 
 func (x *JobSpec) Reset() {
 	*x = JobSpec{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[6]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -943,7 +1379,7 @@ func (x *JobSpec) String() string {
 func (*JobSpec) ProtoMessage() {}
 
 func (x *JobSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[6]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -956,7 +1392,7 @@ func (x *JobSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobSpec.ProtoReflect.Descriptor instead.
 func (*JobSpec) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{6}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *JobSpec) GetName() string {
@@ -1045,7 +1481,7 @@ type JobStatus struct {
 
 func (x *JobStatus) Reset() {
 	*x = JobStatus{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[7]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1057,7 +1493,7 @@ func (x *JobStatus) String() string {
 func (*JobStatus) ProtoMessage() {}
 
 func (x *JobStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[7]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1070,7 +1506,7 @@ func (x *JobStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobStatus.ProtoReflect.Descriptor instead.
 func (*JobStatus) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{7}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *JobStatus) GetState() JobState {
@@ -1137,17 +1573,18 @@ func (x *JobStatus) GetVersion() uint64 {
 }
 
 type Job struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Spec          *JobSpec               `protobuf:"bytes,2,opt,name=spec,proto3" json:"spec,omitempty"`
-	Status        *JobStatus             `protobuf:"bytes,3,opt,name=status,proto3" json:"status,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The spec in force (of version status.spec_version).
+	Spec          *JobSpec   `protobuf:"bytes,2,opt,name=spec,proto3" json:"spec,omitempty"`
+	Status        *JobStatus `protobuf:"bytes,3,opt,name=status,proto3" json:"status,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Job) Reset() {
 	*x = Job{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[8]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1159,7 +1596,7 @@ func (x *Job) String() string {
 func (*Job) ProtoMessage() {}
 
 func (x *Job) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[8]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1172,7 +1609,7 @@ func (x *Job) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Job.ProtoReflect.Descriptor instead.
 func (*Job) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{8}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Job) GetId() string {
@@ -1225,14 +1662,23 @@ type TaskStatus struct {
 	// The latest state changes of this instance, oldest first (at most 16).
 	History []*TaskTransition `protobuf:"bytes,14,rep,name=history,proto3" json:"history,omitempty"`
 	// Host of the instance's previous run; placement prefers it for the next.
-	PreviousHost  string `protobuf:"bytes,15,opt,name=previous_host,json=previousHost,proto3" json:"previous_host,omitempty"`
+	PreviousHost string `protobuf:"bytes,15,opt,name=previous_host,json=previousHost,proto3" json:"previous_host,omitempty"`
+	// The job spec version this run runs.
+	SpecVersion uint64 `protobuf:"varint,16,opt,name=spec_version,json=specVersion,proto3" json:"spec_version,omitempty"`
+	// What the run's health checks say (HEALTH_UNKNOWN without a health check).
+	Health HealthState `protobuf:"varint,17,opt,name=health,proto3,enum=peloton.api.v1.HealthState" json:"health,omitempty"`
+	// The host the instance is bound to: where a STATEFUL instance's volume
+	// lives, or the host a DAEMON instance serves. Runs go nowhere else.
+	BoundHost string `protobuf:"bytes,18,opt,name=bound_host,json=boundHost,proto3" json:"bound_host,omitempty"`
+	// Ports the backend gave this run, by name.
+	Ports         map[string]uint32 `protobuf:"bytes,19,rep,name=ports,proto3" json:"ports,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TaskStatus) Reset() {
 	*x = TaskStatus{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[9]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1244,7 +1690,7 @@ func (x *TaskStatus) String() string {
 func (*TaskStatus) ProtoMessage() {}
 
 func (x *TaskStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[9]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1257,7 +1703,7 @@ func (x *TaskStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskStatus.ProtoReflect.Descriptor instead.
 func (*TaskStatus) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{9}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *TaskStatus) GetState() TaskState {
@@ -1365,6 +1811,34 @@ func (x *TaskStatus) GetPreviousHost() string {
 	return ""
 }
 
+func (x *TaskStatus) GetSpecVersion() uint64 {
+	if x != nil {
+		return x.SpecVersion
+	}
+	return 0
+}
+
+func (x *TaskStatus) GetHealth() HealthState {
+	if x != nil {
+		return x.Health
+	}
+	return HealthState_HEALTH_UNKNOWN
+}
+
+func (x *TaskStatus) GetBoundHost() string {
+	if x != nil {
+		return x.BoundHost
+	}
+	return ""
+}
+
+func (x *TaskStatus) GetPorts() map[string]uint32 {
+	if x != nil {
+		return x.Ports
+	}
+	return nil
+}
+
 // TaskTransition is one entry of a task's history.
 type TaskTransition struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1378,7 +1852,7 @@ type TaskTransition struct {
 
 func (x *TaskTransition) Reset() {
 	*x = TaskTransition{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[10]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1390,7 +1864,7 @@ func (x *TaskTransition) String() string {
 func (*TaskTransition) ProtoMessage() {}
 
 func (x *TaskTransition) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[10]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1403,7 +1877,7 @@ func (x *TaskTransition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskTransition.ProtoReflect.Descriptor instead.
 func (*TaskTransition) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{10}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *TaskTransition) GetState() TaskState {
@@ -1449,7 +1923,7 @@ type Task struct {
 
 func (x *Task) Reset() {
 	*x = Task{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[11]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1461,7 +1935,7 @@ func (x *Task) String() string {
 func (*Task) ProtoMessage() {}
 
 func (x *Task) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[11]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1474,7 +1948,7 @@ func (x *Task) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Task.ProtoReflect.Descriptor instead.
 func (*Task) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{11}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Task) GetJobId() string {
@@ -1521,7 +1995,7 @@ type CreateJobRequest struct {
 
 func (x *CreateJobRequest) Reset() {
 	*x = CreateJobRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[12]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1533,7 +2007,7 @@ func (x *CreateJobRequest) String() string {
 func (*CreateJobRequest) ProtoMessage() {}
 
 func (x *CreateJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[12]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1546,7 +2020,7 @@ func (x *CreateJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJobRequest.ProtoReflect.Descriptor instead.
 func (*CreateJobRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{12}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CreateJobRequest) GetSpec() *JobSpec {
@@ -1565,7 +2039,7 @@ type CreateJobResponse struct {
 
 func (x *CreateJobResponse) Reset() {
 	*x = CreateJobResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[13]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1577,7 +2051,7 @@ func (x *CreateJobResponse) String() string {
 func (*CreateJobResponse) ProtoMessage() {}
 
 func (x *CreateJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[13]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1590,7 +2064,7 @@ func (x *CreateJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJobResponse.ProtoReflect.Descriptor instead.
 func (*CreateJobResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{13}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CreateJobResponse) GetJobId() string {
@@ -1609,7 +2083,7 @@ type GetJobRequest struct {
 
 func (x *GetJobRequest) Reset() {
 	*x = GetJobRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[14]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1621,7 +2095,7 @@ func (x *GetJobRequest) String() string {
 func (*GetJobRequest) ProtoMessage() {}
 
 func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[14]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1634,7 +2108,7 @@ func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobRequest.ProtoReflect.Descriptor instead.
 func (*GetJobRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{14}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetJobRequest) GetJobId() string {
@@ -1653,7 +2127,7 @@ type GetJobResponse struct {
 
 func (x *GetJobResponse) Reset() {
 	*x = GetJobResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[15]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1665,7 +2139,7 @@ func (x *GetJobResponse) String() string {
 func (*GetJobResponse) ProtoMessage() {}
 
 func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[15]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1678,7 +2152,7 @@ func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobResponse.ProtoReflect.Descriptor instead.
 func (*GetJobResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{15}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetJobResponse) GetJob() *Job {
@@ -1702,7 +2176,7 @@ type ListJobsRequest struct {
 
 func (x *ListJobsRequest) Reset() {
 	*x = ListJobsRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[16]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1714,7 +2188,7 @@ func (x *ListJobsRequest) String() string {
 func (*ListJobsRequest) ProtoMessage() {}
 
 func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[16]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1727,7 +2201,7 @@ func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobsRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{16}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListJobsRequest) GetPool() string {
@@ -1760,7 +2234,7 @@ type ListJobsResponse struct {
 
 func (x *ListJobsResponse) Reset() {
 	*x = ListJobsResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[17]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1772,7 +2246,7 @@ func (x *ListJobsResponse) String() string {
 func (*ListJobsResponse) ProtoMessage() {}
 
 func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[17]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1785,7 +2259,7 @@ func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobsResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{17}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListJobsResponse) GetJobs() []*Job {
@@ -1804,7 +2278,7 @@ type CancelJobRequest struct {
 
 func (x *CancelJobRequest) Reset() {
 	*x = CancelJobRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[18]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1816,7 +2290,7 @@ func (x *CancelJobRequest) String() string {
 func (*CancelJobRequest) ProtoMessage() {}
 
 func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[18]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1829,7 +2303,7 @@ func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobRequest.ProtoReflect.Descriptor instead.
 func (*CancelJobRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{18}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CancelJobRequest) GetJobId() string {
@@ -1847,7 +2321,7 @@ type CancelJobResponse struct {
 
 func (x *CancelJobResponse) Reset() {
 	*x = CancelJobResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[19]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1859,7 +2333,7 @@ func (x *CancelJobResponse) String() string {
 func (*CancelJobResponse) ProtoMessage() {}
 
 func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[19]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1872,7 +2346,7 @@ func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobResponse.ProtoReflect.Descriptor instead.
 func (*CancelJobResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{19}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{23}
 }
 
 type DeleteJobRequest struct {
@@ -1884,7 +2358,7 @@ type DeleteJobRequest struct {
 
 func (x *DeleteJobRequest) Reset() {
 	*x = DeleteJobRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[20]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1896,7 +2370,7 @@ func (x *DeleteJobRequest) String() string {
 func (*DeleteJobRequest) ProtoMessage() {}
 
 func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[20]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1909,7 +2383,7 @@ func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobRequest.ProtoReflect.Descriptor instead.
 func (*DeleteJobRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{20}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DeleteJobRequest) GetJobId() string {
@@ -1927,7 +2401,7 @@ type DeleteJobResponse struct {
 
 func (x *DeleteJobResponse) Reset() {
 	*x = DeleteJobResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[21]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1939,7 +2413,7 @@ func (x *DeleteJobResponse) String() string {
 func (*DeleteJobResponse) ProtoMessage() {}
 
 func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[21]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1952,7 +2426,7 @@ func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobResponse.ProtoReflect.Descriptor instead.
 func (*DeleteJobResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{21}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{25}
 }
 
 type RestartJobRequest struct {
@@ -1966,7 +2440,7 @@ type RestartJobRequest struct {
 
 func (x *RestartJobRequest) Reset() {
 	*x = RestartJobRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[22]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1978,7 +2452,7 @@ func (x *RestartJobRequest) String() string {
 func (*RestartJobRequest) ProtoMessage() {}
 
 func (x *RestartJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[22]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1991,7 +2465,7 @@ func (x *RestartJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestartJobRequest.ProtoReflect.Descriptor instead.
 func (*RestartJobRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{22}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RestartJobRequest) GetJobId() string {
@@ -2016,7 +2490,7 @@ type RestartJobResponse struct {
 
 func (x *RestartJobResponse) Reset() {
 	*x = RestartJobResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[23]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2028,7 +2502,7 @@ func (x *RestartJobResponse) String() string {
 func (*RestartJobResponse) ProtoMessage() {}
 
 func (x *RestartJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[23]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2041,7 +2515,276 @@ func (x *RestartJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestartJobResponse.ProtoReflect.Descriptor instead.
 func (*RestartJobResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{23}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{27}
+}
+
+// ScaleJobRequest changes the instance count of a running job. New
+// instances start at once with the current spec; on scale-down the
+// highest instance IDs are stopped and removed. A scale-down of a
+// long-running job asks the SLA evaluator like any other disruption and is
+// refused if the job cannot spare the instances.
+type ScaleJobRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	JobId         string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	InstanceCount uint32                 `protobuf:"varint,2,opt,name=instance_count,json=instanceCount,proto3" json:"instance_count,omitempty"`
+	// When set, the scale applies only if the job is still at this version.
+	Version       uint64 `protobuf:"varint,3,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScaleJobRequest) Reset() {
+	*x = ScaleJobRequest{}
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScaleJobRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScaleJobRequest) ProtoMessage() {}
+
+func (x *ScaleJobRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScaleJobRequest.ProtoReflect.Descriptor instead.
+func (*ScaleJobRequest) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *ScaleJobRequest) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *ScaleJobRequest) GetInstanceCount() uint32 {
+	if x != nil {
+		return x.InstanceCount
+	}
+	return 0
+}
+
+func (x *ScaleJobRequest) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+type ScaleJobResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The job's spec version after the change.
+	SpecVersion   uint64 `protobuf:"varint,1,opt,name=spec_version,json=specVersion,proto3" json:"spec_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScaleJobResponse) Reset() {
+	*x = ScaleJobResponse{}
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScaleJobResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScaleJobResponse) ProtoMessage() {}
+
+func (x *ScaleJobResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScaleJobResponse.ProtoReflect.Descriptor instead.
+func (*ScaleJobResponse) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *ScaleJobResponse) GetSpecVersion() uint64 {
+	if x != nil {
+		return x.SpecVersion
+	}
+	return 0
+}
+
+type ListJobVersionsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	JobId         string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListJobVersionsRequest) Reset() {
+	*x = ListJobVersionsRequest{}
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListJobVersionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListJobVersionsRequest) ProtoMessage() {}
+
+func (x *ListJobVersionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListJobVersionsRequest.ProtoReflect.Descriptor instead.
+func (*ListJobVersionsRequest) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *ListJobVersionsRequest) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+// JobVersion is one spec version in a job's history.
+type JobVersion struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Version    uint64                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Spec       *JobSpec               `protobuf:"bytes,2,opt,name=spec,proto3" json:"spec,omitempty"`
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// What made it: "created", "scaled", "update <id>", "rollback of update <id>".
+	Cause         string `protobuf:"bytes,4,opt,name=cause,proto3" json:"cause,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JobVersion) Reset() {
+	*x = JobVersion{}
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JobVersion) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JobVersion) ProtoMessage() {}
+
+func (x *JobVersion) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JobVersion.ProtoReflect.Descriptor instead.
+func (*JobVersion) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *JobVersion) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *JobVersion) GetSpec() *JobSpec {
+	if x != nil {
+		return x.Spec
+	}
+	return nil
+}
+
+func (x *JobVersion) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+func (x *JobVersion) GetCause() string {
+	if x != nil {
+		return x.Cause
+	}
+	return ""
+}
+
+type ListJobVersionsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Versions      []*JobVersion          `protobuf:"bytes,1,rep,name=versions,proto3" json:"versions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListJobVersionsResponse) Reset() {
+	*x = ListJobVersionsResponse{}
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListJobVersionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListJobVersionsResponse) ProtoMessage() {}
+
+func (x *ListJobVersionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListJobVersionsResponse.ProtoReflect.Descriptor instead.
+func (*ListJobVersionsResponse) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *ListJobVersionsResponse) GetVersions() []*JobVersion {
+	if x != nil {
+		return x.Versions
+	}
+	return nil
 }
 
 type ListTasksRequest struct {
@@ -2055,7 +2798,7 @@ type ListTasksRequest struct {
 
 func (x *ListTasksRequest) Reset() {
 	*x = ListTasksRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[24]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2067,7 +2810,7 @@ func (x *ListTasksRequest) String() string {
 func (*ListTasksRequest) ProtoMessage() {}
 
 func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[24]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2080,7 +2823,7 @@ func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksRequest.ProtoReflect.Descriptor instead.
 func (*ListTasksRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{24}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListTasksRequest) GetJobId() string {
@@ -2106,7 +2849,7 @@ type ListTasksResponse struct {
 
 func (x *ListTasksResponse) Reset() {
 	*x = ListTasksResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[25]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2118,7 +2861,7 @@ func (x *ListTasksResponse) String() string {
 func (*ListTasksResponse) ProtoMessage() {}
 
 func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[25]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2131,7 +2874,7 @@ func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksResponse.ProtoReflect.Descriptor instead.
 func (*ListTasksResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{25}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListTasksResponse) GetTasks() []*Task {
@@ -2151,7 +2894,7 @@ type GetTaskRequest struct {
 
 func (x *GetTaskRequest) Reset() {
 	*x = GetTaskRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[26]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2163,7 +2906,7 @@ func (x *GetTaskRequest) String() string {
 func (*GetTaskRequest) ProtoMessage() {}
 
 func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[26]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2176,7 +2919,7 @@ func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskRequest.ProtoReflect.Descriptor instead.
 func (*GetTaskRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{26}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *GetTaskRequest) GetJobId() string {
@@ -2202,7 +2945,7 @@ type GetTaskResponse struct {
 
 func (x *GetTaskResponse) Reset() {
 	*x = GetTaskResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[27]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2214,7 +2957,7 @@ func (x *GetTaskResponse) String() string {
 func (*GetTaskResponse) ProtoMessage() {}
 
 func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[27]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2227,7 +2970,7 @@ func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskResponse.ProtoReflect.Descriptor instead.
 func (*GetTaskResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{27}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *GetTaskResponse) GetTask() *Task {
@@ -2247,7 +2990,7 @@ type KillTaskRequest struct {
 
 func (x *KillTaskRequest) Reset() {
 	*x = KillTaskRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[28]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2259,7 +3002,7 @@ func (x *KillTaskRequest) String() string {
 func (*KillTaskRequest) ProtoMessage() {}
 
 func (x *KillTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[28]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2272,7 +3015,7 @@ func (x *KillTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillTaskRequest.ProtoReflect.Descriptor instead.
 func (*KillTaskRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{28}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *KillTaskRequest) GetJobId() string {
@@ -2297,7 +3040,7 @@ type KillTaskResponse struct {
 
 func (x *KillTaskResponse) Reset() {
 	*x = KillTaskResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[29]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2309,7 +3052,7 @@ func (x *KillTaskResponse) String() string {
 func (*KillTaskResponse) ProtoMessage() {}
 
 func (x *KillTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[29]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2322,7 +3065,7 @@ func (x *KillTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillTaskResponse.ProtoReflect.Descriptor instead.
 func (*KillTaskResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{29}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{38}
 }
 
 type GetTaskLogsRequest struct {
@@ -2340,7 +3083,7 @@ type GetTaskLogsRequest struct {
 
 func (x *GetTaskLogsRequest) Reset() {
 	*x = GetTaskLogsRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[30]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2352,7 +3095,7 @@ func (x *GetTaskLogsRequest) String() string {
 func (*GetTaskLogsRequest) ProtoMessage() {}
 
 func (x *GetTaskLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[30]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2365,7 +3108,7 @@ func (x *GetTaskLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskLogsRequest.ProtoReflect.Descriptor instead.
 func (*GetTaskLogsRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{30}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *GetTaskLogsRequest) GetJobId() string {
@@ -2412,7 +3155,7 @@ type LogChunk struct {
 
 func (x *LogChunk) Reset() {
 	*x = LogChunk{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[31]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2424,7 +3167,7 @@ func (x *LogChunk) String() string {
 func (*LogChunk) ProtoMessage() {}
 
 func (x *LogChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[31]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2437,7 +3180,7 @@ func (x *LogChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogChunk.ProtoReflect.Descriptor instead.
 func (*LogChunk) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{31}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *LogChunk) GetData() []byte {
@@ -2462,7 +3205,7 @@ type PoolSpec struct {
 
 func (x *PoolSpec) Reset() {
 	*x = PoolSpec{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[32]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2474,7 +3217,7 @@ func (x *PoolSpec) String() string {
 func (*PoolSpec) ProtoMessage() {}
 
 func (x *PoolSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[32]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2487,7 +3230,7 @@ func (x *PoolSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolSpec.ProtoReflect.Descriptor instead.
 func (*PoolSpec) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{32}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *PoolSpec) GetReservation() *Resources {
@@ -2526,7 +3269,7 @@ type PoolStatus struct {
 
 func (x *PoolStatus) Reset() {
 	*x = PoolStatus{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[33]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2538,7 +3281,7 @@ func (x *PoolStatus) String() string {
 func (*PoolStatus) ProtoMessage() {}
 
 func (x *PoolStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[33]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2551,7 +3294,7 @@ func (x *PoolStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolStatus.ProtoReflect.Descriptor instead.
 func (*PoolStatus) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{33}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *PoolStatus) GetEntitlement() *Resources {
@@ -2604,7 +3347,7 @@ type Pool struct {
 
 func (x *Pool) Reset() {
 	*x = Pool{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[34]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2616,7 +3359,7 @@ func (x *Pool) String() string {
 func (*Pool) ProtoMessage() {}
 
 func (x *Pool) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[34]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2629,7 +3372,7 @@ func (x *Pool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pool.ProtoReflect.Descriptor instead.
 func (*Pool) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{34}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *Pool) GetPath() string {
@@ -2677,7 +3420,7 @@ type CreatePoolRequest struct {
 
 func (x *CreatePoolRequest) Reset() {
 	*x = CreatePoolRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[35]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2689,7 +3432,7 @@ func (x *CreatePoolRequest) String() string {
 func (*CreatePoolRequest) ProtoMessage() {}
 
 func (x *CreatePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[35]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2702,7 +3445,7 @@ func (x *CreatePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePoolRequest.ProtoReflect.Descriptor instead.
 func (*CreatePoolRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{35}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *CreatePoolRequest) GetPath() string {
@@ -2728,7 +3471,7 @@ type CreatePoolResponse struct {
 
 func (x *CreatePoolResponse) Reset() {
 	*x = CreatePoolResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[36]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2740,7 +3483,7 @@ func (x *CreatePoolResponse) String() string {
 func (*CreatePoolResponse) ProtoMessage() {}
 
 func (x *CreatePoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[36]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2753,7 +3496,7 @@ func (x *CreatePoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePoolResponse.ProtoReflect.Descriptor instead.
 func (*CreatePoolResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{36}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *CreatePoolResponse) GetPool() *Pool {
@@ -2772,7 +3515,7 @@ type GetPoolRequest struct {
 
 func (x *GetPoolRequest) Reset() {
 	*x = GetPoolRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[37]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2784,7 +3527,7 @@ func (x *GetPoolRequest) String() string {
 func (*GetPoolRequest) ProtoMessage() {}
 
 func (x *GetPoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[37]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2797,7 +3540,7 @@ func (x *GetPoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPoolRequest.ProtoReflect.Descriptor instead.
 func (*GetPoolRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{37}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *GetPoolRequest) GetPath() string {
@@ -2816,7 +3559,7 @@ type GetPoolResponse struct {
 
 func (x *GetPoolResponse) Reset() {
 	*x = GetPoolResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[38]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2828,7 +3571,7 @@ func (x *GetPoolResponse) String() string {
 func (*GetPoolResponse) ProtoMessage() {}
 
 func (x *GetPoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[38]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2841,7 +3584,7 @@ func (x *GetPoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPoolResponse.ProtoReflect.Descriptor instead.
 func (*GetPoolResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{38}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *GetPoolResponse) GetPool() *Pool {
@@ -2863,7 +3606,7 @@ type UpdatePoolRequest struct {
 
 func (x *UpdatePoolRequest) Reset() {
 	*x = UpdatePoolRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[39]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2875,7 +3618,7 @@ func (x *UpdatePoolRequest) String() string {
 func (*UpdatePoolRequest) ProtoMessage() {}
 
 func (x *UpdatePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[39]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2888,7 +3631,7 @@ func (x *UpdatePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdatePoolRequest.ProtoReflect.Descriptor instead.
 func (*UpdatePoolRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{39}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *UpdatePoolRequest) GetPath() string {
@@ -2921,7 +3664,7 @@ type UpdatePoolResponse struct {
 
 func (x *UpdatePoolResponse) Reset() {
 	*x = UpdatePoolResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[40]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2933,7 +3676,7 @@ func (x *UpdatePoolResponse) String() string {
 func (*UpdatePoolResponse) ProtoMessage() {}
 
 func (x *UpdatePoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[40]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2946,7 +3689,7 @@ func (x *UpdatePoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdatePoolResponse.ProtoReflect.Descriptor instead.
 func (*UpdatePoolResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{40}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *UpdatePoolResponse) GetPool() *Pool {
@@ -2965,7 +3708,7 @@ type DeletePoolRequest struct {
 
 func (x *DeletePoolRequest) Reset() {
 	*x = DeletePoolRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[41]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2977,7 +3720,7 @@ func (x *DeletePoolRequest) String() string {
 func (*DeletePoolRequest) ProtoMessage() {}
 
 func (x *DeletePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[41]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2990,7 +3733,7 @@ func (x *DeletePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoolRequest.ProtoReflect.Descriptor instead.
 func (*DeletePoolRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{41}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *DeletePoolRequest) GetPath() string {
@@ -3008,7 +3751,7 @@ type DeletePoolResponse struct {
 
 func (x *DeletePoolResponse) Reset() {
 	*x = DeletePoolResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[42]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3020,7 +3763,7 @@ func (x *DeletePoolResponse) String() string {
 func (*DeletePoolResponse) ProtoMessage() {}
 
 func (x *DeletePoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[42]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3033,7 +3776,7 @@ func (x *DeletePoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoolResponse.ProtoReflect.Descriptor instead.
 func (*DeletePoolResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{42}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{51}
 }
 
 // MovePoolRequest moves a pool, with its children, under another parent.
@@ -3048,7 +3791,7 @@ type MovePoolRequest struct {
 
 func (x *MovePoolRequest) Reset() {
 	*x = MovePoolRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[43]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3060,7 +3803,7 @@ func (x *MovePoolRequest) String() string {
 func (*MovePoolRequest) ProtoMessage() {}
 
 func (x *MovePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[43]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3073,7 +3816,7 @@ func (x *MovePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MovePoolRequest.ProtoReflect.Descriptor instead.
 func (*MovePoolRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{43}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *MovePoolRequest) GetPath() string {
@@ -3099,7 +3842,7 @@ type MovePoolResponse struct {
 
 func (x *MovePoolResponse) Reset() {
 	*x = MovePoolResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[44]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3111,7 +3854,7 @@ func (x *MovePoolResponse) String() string {
 func (*MovePoolResponse) ProtoMessage() {}
 
 func (x *MovePoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[44]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3124,7 +3867,7 @@ func (x *MovePoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MovePoolResponse.ProtoReflect.Descriptor instead.
 func (*MovePoolResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{44}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *MovePoolResponse) GetPool() *Pool {
@@ -3142,7 +3885,7 @@ type ListPoolsRequest struct {
 
 func (x *ListPoolsRequest) Reset() {
 	*x = ListPoolsRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[45]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3154,7 +3897,7 @@ func (x *ListPoolsRequest) String() string {
 func (*ListPoolsRequest) ProtoMessage() {}
 
 func (x *ListPoolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[45]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3167,7 +3910,7 @@ func (x *ListPoolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoolsRequest.ProtoReflect.Descriptor instead.
 func (*ListPoolsRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{45}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{54}
 }
 
 type ListPoolsResponse struct {
@@ -3179,7 +3922,7 @@ type ListPoolsResponse struct {
 
 func (x *ListPoolsResponse) Reset() {
 	*x = ListPoolsResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[46]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3191,7 +3934,7 @@ func (x *ListPoolsResponse) String() string {
 func (*ListPoolsResponse) ProtoMessage() {}
 
 func (x *ListPoolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[46]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3204,7 +3947,7 @@ func (x *ListPoolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoolsResponse.ProtoReflect.Descriptor instead.
 func (*ListPoolsResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{46}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ListPoolsResponse) GetPools() []*Pool {
@@ -3235,7 +3978,7 @@ type Host struct {
 
 func (x *Host) Reset() {
 	*x = Host{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[47]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3247,7 +3990,7 @@ func (x *Host) String() string {
 func (*Host) ProtoMessage() {}
 
 func (x *Host) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[47]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3260,7 +4003,7 @@ func (x *Host) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Host.ProtoReflect.Descriptor instead.
 func (*Host) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{47}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *Host) GetName() string {
@@ -3327,7 +4070,7 @@ type ListHostsRequest struct {
 
 func (x *ListHostsRequest) Reset() {
 	*x = ListHostsRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[48]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3339,7 +4082,7 @@ func (x *ListHostsRequest) String() string {
 func (*ListHostsRequest) ProtoMessage() {}
 
 func (x *ListHostsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[48]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3352,7 +4095,7 @@ func (x *ListHostsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHostsRequest.ProtoReflect.Descriptor instead.
 func (*ListHostsRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{48}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{57}
 }
 
 type ListHostsResponse struct {
@@ -3364,7 +4107,7 @@ type ListHostsResponse struct {
 
 func (x *ListHostsResponse) Reset() {
 	*x = ListHostsResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[49]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3376,7 +4119,7 @@ func (x *ListHostsResponse) String() string {
 func (*ListHostsResponse) ProtoMessage() {}
 
 func (x *ListHostsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[49]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3389,7 +4132,7 @@ func (x *ListHostsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHostsResponse.ProtoReflect.Descriptor instead.
 func (*ListHostsResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{49}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ListHostsResponse) GetHosts() []*Host {
@@ -3412,7 +4155,7 @@ type StartMaintenanceRequest struct {
 
 func (x *StartMaintenanceRequest) Reset() {
 	*x = StartMaintenanceRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[50]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3424,7 +4167,7 @@ func (x *StartMaintenanceRequest) String() string {
 func (*StartMaintenanceRequest) ProtoMessage() {}
 
 func (x *StartMaintenanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[50]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3437,7 +4180,7 @@ func (x *StartMaintenanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartMaintenanceRequest.ProtoReflect.Descriptor instead.
 func (*StartMaintenanceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{50}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *StartMaintenanceRequest) GetHosts() []string {
@@ -3457,7 +4200,7 @@ type StartMaintenanceResponse struct {
 
 func (x *StartMaintenanceResponse) Reset() {
 	*x = StartMaintenanceResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[51]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3469,7 +4212,7 @@ func (x *StartMaintenanceResponse) String() string {
 func (*StartMaintenanceResponse) ProtoMessage() {}
 
 func (x *StartMaintenanceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[51]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3482,7 +4225,7 @@ func (x *StartMaintenanceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartMaintenanceResponse.ProtoReflect.Descriptor instead.
 func (*StartMaintenanceResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{51}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *StartMaintenanceResponse) GetHosts() []*Host {
@@ -3504,7 +4247,7 @@ type CompleteMaintenanceRequest struct {
 
 func (x *CompleteMaintenanceRequest) Reset() {
 	*x = CompleteMaintenanceRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[52]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3516,7 +4259,7 @@ func (x *CompleteMaintenanceRequest) String() string {
 func (*CompleteMaintenanceRequest) ProtoMessage() {}
 
 func (x *CompleteMaintenanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[52]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3529,7 +4272,7 @@ func (x *CompleteMaintenanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteMaintenanceRequest.ProtoReflect.Descriptor instead.
 func (*CompleteMaintenanceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{52}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *CompleteMaintenanceRequest) GetHosts() []string {
@@ -3549,7 +4292,7 @@ type CompleteMaintenanceResponse struct {
 
 func (x *CompleteMaintenanceResponse) Reset() {
 	*x = CompleteMaintenanceResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[53]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3561,7 +4304,7 @@ func (x *CompleteMaintenanceResponse) String() string {
 func (*CompleteMaintenanceResponse) ProtoMessage() {}
 
 func (x *CompleteMaintenanceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[53]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3574,12 +4317,982 @@ func (x *CompleteMaintenanceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteMaintenanceResponse.ProtoReflect.Descriptor instead.
 func (*CompleteMaintenanceResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{53}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *CompleteMaintenanceResponse) GetHosts() []*Host {
 	if x != nil {
 		return x.Hosts
+	}
+	return nil
+}
+
+// UpdateSpec says how a rolling update replaces a job's instances.
+type UpdateSpec struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Instances replaced at once (default 1).
+	BatchSize uint32 `protobuf:"varint,1,opt,name=batch_size,json=batchSize,proto3" json:"batch_size,omitempty"`
+	// The update takes no instance down while this many of the job's
+	// instances are unavailable for any reason (default batch_size). The
+	// job's sla.maximumUnavailableInstances bounds it further.
+	MaxUnavailable uint32 `protobuf:"varint,2,opt,name=max_unavailable,json=maxUnavailable,proto3" json:"max_unavailable,omitempty"`
+	// Restart each instance on the host it runs on, its resources held for
+	// it meanwhile, instead of placing it afresh.
+	InPlace bool `protobuf:"varint,3,opt,name=in_place,json=inPlace,proto3" json:"in_place,omitempty"`
+	// When the update fails, roll every changed instance back to the
+	// previous spec.
+	RollbackOnFailure bool `protobuf:"varint,4,opt,name=rollback_on_failure,json=rollbackOnFailure,proto3" json:"rollback_on_failure,omitempty"`
+	// Times an instance that does not become healthy is started again before
+	// it counts as failed (default 0).
+	MaxInstanceRetries uint32 `protobuf:"varint,5,opt,name=max_instance_retries,json=maxInstanceRetries,proto3" json:"max_instance_retries,omitempty"`
+	// Failed instances tolerated; one more fails the update (default 0).
+	MaxTolerableFailures uint32 `protobuf:"varint,6,opt,name=max_tolerable_failures,json=maxTolerableFailures,proto3" json:"max_tolerable_failures,omitempty"`
+	// Create the update paused; `update resume` starts it.
+	StartPaused bool `protobuf:"varint,7,opt,name=start_paused,json=startPaused,proto3" json:"start_paused,omitempty"`
+	// Seconds an instance must run healthy to count as updated (default 0).
+	MinReadySeconds uint32 `protobuf:"varint,8,opt,name=min_ready_seconds,json=minReadySeconds,proto3" json:"min_ready_seconds,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *UpdateSpec) Reset() {
+	*x = UpdateSpec{}
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[63]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateSpec) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateSpec) ProtoMessage() {}
+
+func (x *UpdateSpec) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[63]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateSpec.ProtoReflect.Descriptor instead.
+func (*UpdateSpec) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{63}
+}
+
+func (x *UpdateSpec) GetBatchSize() uint32 {
+	if x != nil {
+		return x.BatchSize
+	}
+	return 0
+}
+
+func (x *UpdateSpec) GetMaxUnavailable() uint32 {
+	if x != nil {
+		return x.MaxUnavailable
+	}
+	return 0
+}
+
+func (x *UpdateSpec) GetInPlace() bool {
+	if x != nil {
+		return x.InPlace
+	}
+	return false
+}
+
+func (x *UpdateSpec) GetRollbackOnFailure() bool {
+	if x != nil {
+		return x.RollbackOnFailure
+	}
+	return false
+}
+
+func (x *UpdateSpec) GetMaxInstanceRetries() uint32 {
+	if x != nil {
+		return x.MaxInstanceRetries
+	}
+	return 0
+}
+
+func (x *UpdateSpec) GetMaxTolerableFailures() uint32 {
+	if x != nil {
+		return x.MaxTolerableFailures
+	}
+	return 0
+}
+
+func (x *UpdateSpec) GetStartPaused() bool {
+	if x != nil {
+		return x.StartPaused
+	}
+	return false
+}
+
+func (x *UpdateSpec) GetMinReadySeconds() uint32 {
+	if x != nil {
+		return x.MinReadySeconds
+	}
+	return 0
+}
+
+// UpdateStatus is the progress of an update.
+type UpdateStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	State UpdateState            `protobuf:"varint,1,opt,name=state,proto3,enum=peloton.api.v1.UpdateState" json:"state,omitempty"`
+	// Instances the update must replace (those whose spec changes).
+	InstancesTotal uint32 `protobuf:"varint,2,opt,name=instances_total,json=instancesTotal,proto3" json:"instances_total,omitempty"`
+	// Instances replaced and ready.
+	InstancesDone uint32 `protobuf:"varint,3,opt,name=instances_done,json=instancesDone,proto3" json:"instances_done,omitempty"`
+	// Instances that failed to become ready.
+	InstancesFailed uint32 `protobuf:"varint,4,opt,name=instances_failed,json=instancesFailed,proto3" json:"instances_failed,omitempty"`
+	// Instances being replaced now.
+	InstancesCurrent []uint32               `protobuf:"varint,5,rep,packed,name=instances_current,json=instancesCurrent,proto3" json:"instances_current,omitempty"`
+	CreateTime       *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	UpdateTime       *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	CompletionTime   *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=completion_time,json=completionTime,proto3" json:"completion_time,omitempty"`
+	// Human-readable detail, e.g. why the update waits or failed.
+	Message string `protobuf:"bytes,9,opt,name=message,proto3" json:"message,omitempty"`
+	// The state before a pause, to resume into.
+	PausedFrom    UpdateState `protobuf:"varint,10,opt,name=paused_from,json=pausedFrom,proto3,enum=peloton.api.v1.UpdateState" json:"paused_from,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateStatus) Reset() {
+	*x = UpdateStatus{}
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[64]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateStatus) ProtoMessage() {}
+
+func (x *UpdateStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[64]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateStatus.ProtoReflect.Descriptor instead.
+func (*UpdateStatus) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{64}
+}
+
+func (x *UpdateStatus) GetState() UpdateState {
+	if x != nil {
+		return x.State
+	}
+	return UpdateState_UPDATE_STATE_UNSPECIFIED
+}
+
+func (x *UpdateStatus) GetInstancesTotal() uint32 {
+	if x != nil {
+		return x.InstancesTotal
+	}
+	return 0
+}
+
+func (x *UpdateStatus) GetInstancesDone() uint32 {
+	if x != nil {
+		return x.InstancesDone
+	}
+	return 0
+}
+
+func (x *UpdateStatus) GetInstancesFailed() uint32 {
+	if x != nil {
+		return x.InstancesFailed
+	}
+	return 0
+}
+
+func (x *UpdateStatus) GetInstancesCurrent() []uint32 {
+	if x != nil {
+		return x.InstancesCurrent
+	}
+	return nil
+}
+
+func (x *UpdateStatus) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+func (x *UpdateStatus) GetUpdateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdateTime
+	}
+	return nil
+}
+
+func (x *UpdateStatus) GetCompletionTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CompletionTime
+	}
+	return nil
+}
+
+func (x *UpdateStatus) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *UpdateStatus) GetPausedFrom() UpdateState {
+	if x != nil {
+		return x.PausedFrom
+	}
+	return UpdateState_UPDATE_STATE_UNSPECIFIED
+}
+
+type Update struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	JobId string                 `protobuf:"bytes,2,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Spec  *UpdateSpec            `protobuf:"bytes,3,opt,name=spec,proto3" json:"spec,omitempty"`
+	// The job's spec version before the update and the one it rolls out.
+	FromVersion   uint64        `protobuf:"varint,4,opt,name=from_version,json=fromVersion,proto3" json:"from_version,omitempty"`
+	ToVersion     uint64        `protobuf:"varint,5,opt,name=to_version,json=toVersion,proto3" json:"to_version,omitempty"`
+	Status        *UpdateStatus `protobuf:"bytes,6,opt,name=status,proto3" json:"status,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Update) Reset() {
+	*x = Update{}
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[65]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Update) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Update) ProtoMessage() {}
+
+func (x *Update) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[65]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Update.ProtoReflect.Descriptor instead.
+func (*Update) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{65}
+}
+
+func (x *Update) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Update) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *Update) GetSpec() *UpdateSpec {
+	if x != nil {
+		return x.Spec
+	}
+	return nil
+}
+
+func (x *Update) GetFromVersion() uint64 {
+	if x != nil {
+		return x.FromVersion
+	}
+	return 0
+}
+
+func (x *Update) GetToVersion() uint64 {
+	if x != nil {
+		return x.ToVersion
+	}
+	return 0
+}
+
+func (x *Update) GetStatus() *UpdateStatus {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
+type CreateUpdateRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	JobId string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	// The new job spec. name, type and pool may not change.
+	Spec       *JobSpec    `protobuf:"bytes,2,opt,name=spec,proto3" json:"spec,omitempty"`
+	UpdateSpec *UpdateSpec `protobuf:"bytes,3,opt,name=update_spec,json=updateSpec,proto3" json:"update_spec,omitempty"`
+	// When set, the update is created only if the job is still at this
+	// spec version.
+	JobVersion    uint64 `protobuf:"varint,4,opt,name=job_version,json=jobVersion,proto3" json:"job_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateUpdateRequest) Reset() {
+	*x = CreateUpdateRequest{}
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[66]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateUpdateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateUpdateRequest) ProtoMessage() {}
+
+func (x *CreateUpdateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[66]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateUpdateRequest.ProtoReflect.Descriptor instead.
+func (*CreateUpdateRequest) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{66}
+}
+
+func (x *CreateUpdateRequest) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *CreateUpdateRequest) GetSpec() *JobSpec {
+	if x != nil {
+		return x.Spec
+	}
+	return nil
+}
+
+func (x *CreateUpdateRequest) GetUpdateSpec() *UpdateSpec {
+	if x != nil {
+		return x.UpdateSpec
+	}
+	return nil
+}
+
+func (x *CreateUpdateRequest) GetJobVersion() uint64 {
+	if x != nil {
+		return x.JobVersion
+	}
+	return 0
+}
+
+type CreateUpdateResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Update        *Update                `protobuf:"bytes,1,opt,name=update,proto3" json:"update,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateUpdateResponse) Reset() {
+	*x = CreateUpdateResponse{}
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[67]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateUpdateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateUpdateResponse) ProtoMessage() {}
+
+func (x *CreateUpdateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[67]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateUpdateResponse.ProtoReflect.Descriptor instead.
+func (*CreateUpdateResponse) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{67}
+}
+
+func (x *CreateUpdateResponse) GetUpdate() *Update {
+	if x != nil {
+		return x.Update
+	}
+	return nil
+}
+
+type GetUpdateRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	UpdateId      string                 `protobuf:"bytes,1,opt,name=update_id,json=updateId,proto3" json:"update_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetUpdateRequest) Reset() {
+	*x = GetUpdateRequest{}
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[68]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetUpdateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetUpdateRequest) ProtoMessage() {}
+
+func (x *GetUpdateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[68]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetUpdateRequest.ProtoReflect.Descriptor instead.
+func (*GetUpdateRequest) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{68}
+}
+
+func (x *GetUpdateRequest) GetUpdateId() string {
+	if x != nil {
+		return x.UpdateId
+	}
+	return ""
+}
+
+type GetUpdateResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Update        *Update                `protobuf:"bytes,1,opt,name=update,proto3" json:"update,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetUpdateResponse) Reset() {
+	*x = GetUpdateResponse{}
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[69]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetUpdateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetUpdateResponse) ProtoMessage() {}
+
+func (x *GetUpdateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[69]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetUpdateResponse.ProtoReflect.Descriptor instead.
+func (*GetUpdateResponse) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{69}
+}
+
+func (x *GetUpdateResponse) GetUpdate() *Update {
+	if x != nil {
+		return x.Update
+	}
+	return nil
+}
+
+type ListUpdatesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only updates of this job; empty lists every job's.
+	JobId         string `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListUpdatesRequest) Reset() {
+	*x = ListUpdatesRequest{}
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[70]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListUpdatesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListUpdatesRequest) ProtoMessage() {}
+
+func (x *ListUpdatesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[70]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListUpdatesRequest.ProtoReflect.Descriptor instead.
+func (*ListUpdatesRequest) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{70}
+}
+
+func (x *ListUpdatesRequest) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+type ListUpdatesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Updates       []*Update              `protobuf:"bytes,1,rep,name=updates,proto3" json:"updates,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListUpdatesResponse) Reset() {
+	*x = ListUpdatesResponse{}
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[71]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListUpdatesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListUpdatesResponse) ProtoMessage() {}
+
+func (x *ListUpdatesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[71]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListUpdatesResponse.ProtoReflect.Descriptor instead.
+func (*ListUpdatesResponse) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{71}
+}
+
+func (x *ListUpdatesResponse) GetUpdates() []*Update {
+	if x != nil {
+		return x.Updates
+	}
+	return nil
+}
+
+type PauseUpdateRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	UpdateId      string                 `protobuf:"bytes,1,opt,name=update_id,json=updateId,proto3" json:"update_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PauseUpdateRequest) Reset() {
+	*x = PauseUpdateRequest{}
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[72]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PauseUpdateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PauseUpdateRequest) ProtoMessage() {}
+
+func (x *PauseUpdateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[72]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PauseUpdateRequest.ProtoReflect.Descriptor instead.
+func (*PauseUpdateRequest) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{72}
+}
+
+func (x *PauseUpdateRequest) GetUpdateId() string {
+	if x != nil {
+		return x.UpdateId
+	}
+	return ""
+}
+
+type PauseUpdateResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Update        *Update                `protobuf:"bytes,1,opt,name=update,proto3" json:"update,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PauseUpdateResponse) Reset() {
+	*x = PauseUpdateResponse{}
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[73]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PauseUpdateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PauseUpdateResponse) ProtoMessage() {}
+
+func (x *PauseUpdateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[73]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PauseUpdateResponse.ProtoReflect.Descriptor instead.
+func (*PauseUpdateResponse) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{73}
+}
+
+func (x *PauseUpdateResponse) GetUpdate() *Update {
+	if x != nil {
+		return x.Update
+	}
+	return nil
+}
+
+type ResumeUpdateRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	UpdateId      string                 `protobuf:"bytes,1,opt,name=update_id,json=updateId,proto3" json:"update_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeUpdateRequest) Reset() {
+	*x = ResumeUpdateRequest{}
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[74]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeUpdateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeUpdateRequest) ProtoMessage() {}
+
+func (x *ResumeUpdateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[74]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeUpdateRequest.ProtoReflect.Descriptor instead.
+func (*ResumeUpdateRequest) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{74}
+}
+
+func (x *ResumeUpdateRequest) GetUpdateId() string {
+	if x != nil {
+		return x.UpdateId
+	}
+	return ""
+}
+
+type ResumeUpdateResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Update        *Update                `protobuf:"bytes,1,opt,name=update,proto3" json:"update,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeUpdateResponse) Reset() {
+	*x = ResumeUpdateResponse{}
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[75]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeUpdateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeUpdateResponse) ProtoMessage() {}
+
+func (x *ResumeUpdateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[75]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeUpdateResponse.ProtoReflect.Descriptor instead.
+func (*ResumeUpdateResponse) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{75}
+}
+
+func (x *ResumeUpdateResponse) GetUpdate() *Update {
+	if x != nil {
+		return x.Update
+	}
+	return nil
+}
+
+type AbortUpdateRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	UpdateId      string                 `protobuf:"bytes,1,opt,name=update_id,json=updateId,proto3" json:"update_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AbortUpdateRequest) Reset() {
+	*x = AbortUpdateRequest{}
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[76]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AbortUpdateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AbortUpdateRequest) ProtoMessage() {}
+
+func (x *AbortUpdateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[76]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AbortUpdateRequest.ProtoReflect.Descriptor instead.
+func (*AbortUpdateRequest) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{76}
+}
+
+func (x *AbortUpdateRequest) GetUpdateId() string {
+	if x != nil {
+		return x.UpdateId
+	}
+	return ""
+}
+
+type AbortUpdateResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Update        *Update                `protobuf:"bytes,1,opt,name=update,proto3" json:"update,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AbortUpdateResponse) Reset() {
+	*x = AbortUpdateResponse{}
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[77]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AbortUpdateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AbortUpdateResponse) ProtoMessage() {}
+
+func (x *AbortUpdateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[77]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AbortUpdateResponse.ProtoReflect.Descriptor instead.
+func (*AbortUpdateResponse) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{77}
+}
+
+func (x *AbortUpdateResponse) GetUpdate() *Update {
+	if x != nil {
+		return x.Update
+	}
+	return nil
+}
+
+// RollbackUpdateRequest rolls an update back: every instance it changed
+// returns to the spec before it. Allowed while the update runs, is paused,
+// or after it succeeded, failed or was aborted, as long as no later
+// update changed the job.
+type RollbackUpdateRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	UpdateId      string                 `protobuf:"bytes,1,opt,name=update_id,json=updateId,proto3" json:"update_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RollbackUpdateRequest) Reset() {
+	*x = RollbackUpdateRequest{}
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[78]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RollbackUpdateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RollbackUpdateRequest) ProtoMessage() {}
+
+func (x *RollbackUpdateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[78]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RollbackUpdateRequest.ProtoReflect.Descriptor instead.
+func (*RollbackUpdateRequest) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{78}
+}
+
+func (x *RollbackUpdateRequest) GetUpdateId() string {
+	if x != nil {
+		return x.UpdateId
+	}
+	return ""
+}
+
+type RollbackUpdateResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Update        *Update                `protobuf:"bytes,1,opt,name=update,proto3" json:"update,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RollbackUpdateResponse) Reset() {
+	*x = RollbackUpdateResponse{}
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[79]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RollbackUpdateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RollbackUpdateResponse) ProtoMessage() {}
+
+func (x *RollbackUpdateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[79]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RollbackUpdateResponse.ProtoReflect.Descriptor instead.
+func (*RollbackUpdateResponse) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{79}
+}
+
+func (x *RollbackUpdateResponse) GetUpdate() *Update {
+	if x != nil {
+		return x.Update
 	}
 	return nil
 }
@@ -3601,9 +5314,29 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\x1dmaximum_unavailable_instances\x18\x04 \x01(\rR\x1bmaximumUnavailableInstances\x12:\n" +
 	"\x19minimum_running_instances\x18\x05 \x01(\rR\x17minimumRunningInstances\x12\x1c\n" +
 	"\trevocable\x18\x06 \x01(\bR\trevocableB\x0e\n" +
-	"\f_preemptible\"2\n" +
+	"\f_preemptible\"\x8b\x01\n" +
 	"\rRestartPolicy\x12!\n" +
-	"\fmax_failures\x18\x01 \x01(\rR\vmaxFailures\"\x9e\x03\n" +
+	"\fmax_failures\x18\x01 \x01(\rR\vmaxFailures\x12'\n" +
+	"\x0fbackoff_seconds\x18\x02 \x01(\rR\x0ebackoffSeconds\x12.\n" +
+	"\x13max_backoff_seconds\x18\x03 \x01(\rR\x11maxBackoffSeconds\"4\n" +
+	"\bPortSpec\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\rR\x05value\"\x8b\x02\n" +
+	"\vHealthCheck\x12\x18\n" +
+	"\acommand\x18\x01 \x03(\tR\acommand\x12-\n" +
+	"\x04http\x18\x02 \x01(\v2\x19.peloton.api.v1.HttpProbeR\x04http\x122\n" +
+	"\x15initial_delay_seconds\x18\x03 \x01(\rR\x13initialDelaySeconds\x12)\n" +
+	"\x10interval_seconds\x18\x04 \x01(\rR\x0fintervalSeconds\x12'\n" +
+	"\x0ftimeout_seconds\x18\x05 \x01(\rR\x0etimeoutSeconds\x12+\n" +
+	"\x11failure_threshold\x18\x06 \x01(\rR\x10failureThreshold\"3\n" +
+	"\tHttpProbe\x12\x12\n" +
+	"\x04port\x18\x01 \x01(\tR\x04port\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\"D\n" +
+	"\n" +
+	"VolumeSpec\x12\x17\n" +
+	"\asize_mb\x18\x01 \x01(\rR\x06sizeMb\x12\x1d\n" +
+	"\n" +
+	"mount_path\x18\x02 \x01(\tR\tmountPath\"\xc2\x04\n" +
 	"\bTaskSpec\x12\x18\n" +
 	"\acommand\x18\x01 \x03(\tR\acommand\x123\n" +
 	"\x03env\x18\x02 \x03(\v2!.peloton.api.v1.TaskSpec.EnvEntryR\x03env\x12\x14\n" +
@@ -3611,7 +5344,11 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\tresources\x18\x04 \x01(\v2\x19.peloton.api.v1.ResourcesR\tresources\x12D\n" +
 	"\x0erestart_policy\x18\x05 \x01(\v2\x1d.peloton.api.v1.RestartPolicyR\rrestartPolicy\x129\n" +
 	"\x19kill_grace_period_seconds\x18\x06 \x01(\rR\x16killGracePeriodSeconds\x12;\n" +
-	"\tplacement\x18\a \x01(\v2\x1d.peloton.api.v1.PlacementSpecR\tplacement\x1a6\n" +
+	"\tplacement\x18\a \x01(\v2\x1d.peloton.api.v1.PlacementSpecR\tplacement\x12.\n" +
+	"\x05ports\x18\b \x03(\v2\x18.peloton.api.v1.PortSpecR\x05ports\x12>\n" +
+	"\fhealth_check\x18\t \x01(\v2\x1b.peloton.api.v1.HealthCheckR\vhealthCheck\x122\n" +
+	"\x06volume\x18\n" +
+	" \x01(\v2\x1a.peloton.api.v1.VolumeSpecR\x06volume\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"h\n" +
@@ -3661,7 +5398,7 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\x03Job\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12+\n" +
 	"\x04spec\x18\x02 \x01(\v2\x17.peloton.api.v1.JobSpecR\x04spec\x121\n" +
-	"\x06status\x18\x03 \x01(\v2\x19.peloton.api.v1.JobStatusR\x06status\"\xff\x04\n" +
+	"\x06status\x18\x03 \x01(\v2\x19.peloton.api.v1.JobStatusR\x06status\"\xed\x06\n" +
 	"\n" +
 	"TaskStatus\x12/\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x19.peloton.api.v1.TaskStateR\x05state\x128\n" +
@@ -3682,7 +5419,16 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\x0edesired_run_id\x18\f \x01(\rR\fdesiredRunId\x12%\n" +
 	"\x0epending_reason\x18\r \x01(\tR\rpendingReason\x128\n" +
 	"\ahistory\x18\x0e \x03(\v2\x1e.peloton.api.v1.TaskTransitionR\ahistory\x12#\n" +
-	"\rprevious_host\x18\x0f \x01(\tR\fpreviousHost\"\xa0\x01\n" +
+	"\rprevious_host\x18\x0f \x01(\tR\fpreviousHost\x12!\n" +
+	"\fspec_version\x18\x10 \x01(\x04R\vspecVersion\x123\n" +
+	"\x06health\x18\x11 \x01(\x0e2\x1b.peloton.api.v1.HealthStateR\x06health\x12\x1d\n" +
+	"\n" +
+	"bound_host\x18\x12 \x01(\tR\tboundHost\x12;\n" +
+	"\x05ports\x18\x13 \x03(\v2%.peloton.api.v1.TaskStatus.PortsEntryR\x05ports\x1a8\n" +
+	"\n" +
+	"PortsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\"\xa0\x01\n" +
 	"\x0eTaskTransition\x12/\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x19.peloton.api.v1.TaskStateR\x05state\x12\x15\n" +
 	"\x06run_id\x18\x02 \x01(\rR\x05runId\x12.\n" +
@@ -3718,7 +5464,24 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\x11RestartJobRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1c\n" +
 	"\tinstances\x18\x02 \x03(\rR\tinstances\"\x14\n" +
-	"\x12RestartJobResponse\"\\\n" +
+	"\x12RestartJobResponse\"i\n" +
+	"\x0fScaleJobRequest\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12%\n" +
+	"\x0einstance_count\x18\x02 \x01(\rR\rinstanceCount\x12\x18\n" +
+	"\aversion\x18\x03 \x01(\x04R\aversion\"5\n" +
+	"\x10ScaleJobResponse\x12!\n" +
+	"\fspec_version\x18\x01 \x01(\x04R\vspecVersion\"/\n" +
+	"\x16ListJobVersionsRequest\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\"\xa6\x01\n" +
+	"\n" +
+	"JobVersion\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\x04R\aversion\x12+\n" +
+	"\x04spec\x18\x02 \x01(\v2\x17.peloton.api.v1.JobSpecR\x04spec\x12;\n" +
+	"\vcreate_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\x12\x14\n" +
+	"\x05cause\x18\x04 \x01(\tR\x05cause\"Q\n" +
+	"\x17ListJobVersionsResponse\x126\n" +
+	"\bversions\x18\x01 \x03(\v2\x1a.peloton.api.v1.JobVersionR\bversions\"\\\n" +
 	"\x10ListTasksRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x121\n" +
 	"\x06states\x18\x02 \x03(\x0e2\x19.peloton.api.v1.TaskStateR\x06states\"?\n" +
@@ -3813,7 +5576,74 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\x1aCompleteMaintenanceRequest\x12\x14\n" +
 	"\x05hosts\x18\x01 \x03(\tR\x05hosts\"I\n" +
 	"\x1bCompleteMaintenanceResponse\x12*\n" +
-	"\x05hosts\x18\x01 \x03(\v2\x14.peloton.api.v1.HostR\x05hosts*U\n" +
+	"\x05hosts\x18\x01 \x03(\v2\x14.peloton.api.v1.HostR\x05hosts\"\xd6\x02\n" +
+	"\n" +
+	"UpdateSpec\x12\x1d\n" +
+	"\n" +
+	"batch_size\x18\x01 \x01(\rR\tbatchSize\x12'\n" +
+	"\x0fmax_unavailable\x18\x02 \x01(\rR\x0emaxUnavailable\x12\x19\n" +
+	"\bin_place\x18\x03 \x01(\bR\ainPlace\x12.\n" +
+	"\x13rollback_on_failure\x18\x04 \x01(\bR\x11rollbackOnFailure\x120\n" +
+	"\x14max_instance_retries\x18\x05 \x01(\rR\x12maxInstanceRetries\x124\n" +
+	"\x16max_tolerable_failures\x18\x06 \x01(\rR\x14maxTolerableFailures\x12!\n" +
+	"\fstart_paused\x18\a \x01(\bR\vstartPaused\x12*\n" +
+	"\x11min_ready_seconds\x18\b \x01(\rR\x0fminReadySeconds\"\x80\x04\n" +
+	"\fUpdateStatus\x121\n" +
+	"\x05state\x18\x01 \x01(\x0e2\x1b.peloton.api.v1.UpdateStateR\x05state\x12'\n" +
+	"\x0finstances_total\x18\x02 \x01(\rR\x0einstancesTotal\x12%\n" +
+	"\x0einstances_done\x18\x03 \x01(\rR\rinstancesDone\x12)\n" +
+	"\x10instances_failed\x18\x04 \x01(\rR\x0finstancesFailed\x12+\n" +
+	"\x11instances_current\x18\x05 \x03(\rR\x10instancesCurrent\x12;\n" +
+	"\vcreate_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\x12;\n" +
+	"\vupdate_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"updateTime\x12C\n" +
+	"\x0fcompletion_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\x0ecompletionTime\x12\x18\n" +
+	"\amessage\x18\t \x01(\tR\amessage\x12<\n" +
+	"\vpaused_from\x18\n" +
+	" \x01(\x0e2\x1b.peloton.api.v1.UpdateStateR\n" +
+	"pausedFrom\"\xd7\x01\n" +
+	"\x06Update\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x15\n" +
+	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12.\n" +
+	"\x04spec\x18\x03 \x01(\v2\x1a.peloton.api.v1.UpdateSpecR\x04spec\x12!\n" +
+	"\ffrom_version\x18\x04 \x01(\x04R\vfromVersion\x12\x1d\n" +
+	"\n" +
+	"to_version\x18\x05 \x01(\x04R\ttoVersion\x124\n" +
+	"\x06status\x18\x06 \x01(\v2\x1c.peloton.api.v1.UpdateStatusR\x06status\"\xb7\x01\n" +
+	"\x13CreateUpdateRequest\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12+\n" +
+	"\x04spec\x18\x02 \x01(\v2\x17.peloton.api.v1.JobSpecR\x04spec\x12;\n" +
+	"\vupdate_spec\x18\x03 \x01(\v2\x1a.peloton.api.v1.UpdateSpecR\n" +
+	"updateSpec\x12\x1f\n" +
+	"\vjob_version\x18\x04 \x01(\x04R\n" +
+	"jobVersion\"F\n" +
+	"\x14CreateUpdateResponse\x12.\n" +
+	"\x06update\x18\x01 \x01(\v2\x16.peloton.api.v1.UpdateR\x06update\"/\n" +
+	"\x10GetUpdateRequest\x12\x1b\n" +
+	"\tupdate_id\x18\x01 \x01(\tR\bupdateId\"C\n" +
+	"\x11GetUpdateResponse\x12.\n" +
+	"\x06update\x18\x01 \x01(\v2\x16.peloton.api.v1.UpdateR\x06update\"+\n" +
+	"\x12ListUpdatesRequest\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\"G\n" +
+	"\x13ListUpdatesResponse\x120\n" +
+	"\aupdates\x18\x01 \x03(\v2\x16.peloton.api.v1.UpdateR\aupdates\"1\n" +
+	"\x12PauseUpdateRequest\x12\x1b\n" +
+	"\tupdate_id\x18\x01 \x01(\tR\bupdateId\"E\n" +
+	"\x13PauseUpdateResponse\x12.\n" +
+	"\x06update\x18\x01 \x01(\v2\x16.peloton.api.v1.UpdateR\x06update\"2\n" +
+	"\x13ResumeUpdateRequest\x12\x1b\n" +
+	"\tupdate_id\x18\x01 \x01(\tR\bupdateId\"F\n" +
+	"\x14ResumeUpdateResponse\x12.\n" +
+	"\x06update\x18\x01 \x01(\v2\x16.peloton.api.v1.UpdateR\x06update\"1\n" +
+	"\x12AbortUpdateRequest\x12\x1b\n" +
+	"\tupdate_id\x18\x01 \x01(\tR\bupdateId\"E\n" +
+	"\x13AbortUpdateResponse\x12.\n" +
+	"\x06update\x18\x01 \x01(\v2\x16.peloton.api.v1.UpdateR\x06update\"4\n" +
+	"\x15RollbackUpdateRequest\x12\x1b\n" +
+	"\tupdate_id\x18\x01 \x01(\tR\bupdateId\"H\n" +
+	"\x16RollbackUpdateResponse\x12.\n" +
+	"\x06update\x18\x01 \x01(\v2\x16.peloton.api.v1.UpdateR\x06update*U\n" +
 	"\aJobType\x12\x18\n" +
 	"\x14JOB_TYPE_UNSPECIFIED\x10\x00\x12\t\n" +
 	"\x05BATCH\x10\x01\x12\v\n" +
@@ -3842,7 +5672,11 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\x06KILLED\x10\r\x12\x0e\n" +
 	"\n" +
 	"PREEMPTING\x10\x0e\x12\v\n" +
-	"\aKILLING\x10\x0f*M\n" +
+	"\aKILLING\x10\x0f*=\n" +
+	"\vHealthState\x12\x12\n" +
+	"\x0eHEALTH_UNKNOWN\x10\x00\x12\v\n" +
+	"\aHEALTHY\x10\x01\x12\r\n" +
+	"\tUNHEALTHY\x10\x02*M\n" +
 	"\x11PlacementStrategy\x12\"\n" +
 	"\x1ePLACEMENT_STRATEGY_UNSPECIFIED\x10\x00\x12\b\n" +
 	"\x04PACK\x10\x01\x12\n" +
@@ -3880,7 +5714,16 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\aHOST_UP\x10\x01\x12\x11\n" +
 	"\rHOST_DRAINING\x10\x02\x12\x10\n" +
 	"\fHOST_DRAINED\x10\x03\x12\r\n" +
-	"\tHOST_DOWN\x10\x042\xef\x03\n" +
+	"\tHOST_DOWN\x10\x04*\xc8\x01\n" +
+	"\vUpdateState\x12\x1c\n" +
+	"\x18UPDATE_STATE_UNSPECIFIED\x10\x00\x12\x1a\n" +
+	"\x16UPDATE_ROLLING_FORWARD\x10\x01\x12\x11\n" +
+	"\rUPDATE_PAUSED\x10\x02\x12\x14\n" +
+	"\x10UPDATE_SUCCEEDED\x10\x03\x12\x17\n" +
+	"\x13UPDATE_ROLLING_BACK\x10\x04\x12\x16\n" +
+	"\x12UPDATE_ROLLED_BACK\x10\x05\x12\x11\n" +
+	"\rUPDATE_FAILED\x10\x06\x12\x12\n" +
+	"\x0eUPDATE_ABORTED\x10\a2\xa2\x05\n" +
 	"\n" +
 	"JobService\x12P\n" +
 	"\tCreateJob\x12 .peloton.api.v1.CreateJobRequest\x1a!.peloton.api.v1.CreateJobResponse\x12G\n" +
@@ -3889,7 +5732,9 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\tCancelJob\x12 .peloton.api.v1.CancelJobRequest\x1a!.peloton.api.v1.CancelJobResponse\x12P\n" +
 	"\tDeleteJob\x12 .peloton.api.v1.DeleteJobRequest\x1a!.peloton.api.v1.DeleteJobResponse\x12S\n" +
 	"\n" +
-	"RestartJob\x12!.peloton.api.v1.RestartJobRequest\x1a\".peloton.api.v1.RestartJobResponse2\xc9\x02\n" +
+	"RestartJob\x12!.peloton.api.v1.RestartJobRequest\x1a\".peloton.api.v1.RestartJobResponse\x12M\n" +
+	"\bScaleJob\x12\x1f.peloton.api.v1.ScaleJobRequest\x1a .peloton.api.v1.ScaleJobResponse\x12b\n" +
+	"\x0fListJobVersions\x12&.peloton.api.v1.ListJobVersionsRequest\x1a'.peloton.api.v1.ListJobVersionsResponse2\xc9\x02\n" +
 	"\vTaskService\x12P\n" +
 	"\tListTasks\x12 .peloton.api.v1.ListTasksRequest\x1a!.peloton.api.v1.ListTasksResponse\x12J\n" +
 	"\aGetTask\x12\x1e.peloton.api.v1.GetTaskRequest\x1a\x1f.peloton.api.v1.GetTaskResponse\x12M\n" +
@@ -3908,7 +5753,15 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\vHostService\x12P\n" +
 	"\tListHosts\x12 .peloton.api.v1.ListHostsRequest\x1a!.peloton.api.v1.ListHostsResponse\x12e\n" +
 	"\x10StartMaintenance\x12'.peloton.api.v1.StartMaintenanceRequest\x1a(.peloton.api.v1.StartMaintenanceResponse\x12n\n" +
-	"\x13CompleteMaintenance\x12*.peloton.api.v1.CompleteMaintenanceRequest\x1a+.peloton.api.v1.CompleteMaintenanceResponseBAZ?github.com/peloton-sched/peloton/proto/peloton/api/v1;pelotonv1b\x06proto3"
+	"\x13CompleteMaintenance\x12*.peloton.api.v1.CompleteMaintenanceRequest\x1a+.peloton.api.v1.CompleteMaintenanceResponse2\x80\x05\n" +
+	"\rUpdateService\x12Y\n" +
+	"\fCreateUpdate\x12#.peloton.api.v1.CreateUpdateRequest\x1a$.peloton.api.v1.CreateUpdateResponse\x12P\n" +
+	"\tGetUpdate\x12 .peloton.api.v1.GetUpdateRequest\x1a!.peloton.api.v1.GetUpdateResponse\x12V\n" +
+	"\vListUpdates\x12\".peloton.api.v1.ListUpdatesRequest\x1a#.peloton.api.v1.ListUpdatesResponse\x12V\n" +
+	"\vPauseUpdate\x12\".peloton.api.v1.PauseUpdateRequest\x1a#.peloton.api.v1.PauseUpdateResponse\x12Y\n" +
+	"\fResumeUpdate\x12#.peloton.api.v1.ResumeUpdateRequest\x1a$.peloton.api.v1.ResumeUpdateResponse\x12V\n" +
+	"\vAbortUpdate\x12\".peloton.api.v1.AbortUpdateRequest\x1a#.peloton.api.v1.AbortUpdateResponse\x12_\n" +
+	"\x0eRollbackUpdate\x12%.peloton.api.v1.RollbackUpdateRequest\x1a&.peloton.api.v1.RollbackUpdateResponseBAZ?github.com/peloton-sched/peloton/proto/peloton/api/v1;pelotonv1b\x06proto3"
 
 var (
 	file_peloton_api_v1_peloton_proto_rawDescOnce sync.Once
@@ -3922,182 +5775,254 @@ func file_peloton_api_v1_peloton_proto_rawDescGZIP() []byte {
 	return file_peloton_api_v1_peloton_proto_rawDescData
 }
 
-var file_peloton_api_v1_peloton_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_peloton_api_v1_peloton_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
+var file_peloton_api_v1_peloton_proto_enumTypes = make([]protoimpl.EnumInfo, 9)
+var file_peloton_api_v1_peloton_proto_msgTypes = make([]protoimpl.MessageInfo, 86)
 var file_peloton_api_v1_peloton_proto_goTypes = []any{
 	(JobType)(0),                        // 0: peloton.api.v1.JobType
 	(TaskState)(0),                      // 1: peloton.api.v1.TaskState
-	(PlacementStrategy)(0),              // 2: peloton.api.v1.PlacementStrategy
-	(ConstraintOp)(0),                   // 3: peloton.api.v1.ConstraintOp
-	(JobState)(0),                       // 4: peloton.api.v1.JobState
-	(LogStream)(0),                      // 5: peloton.api.v1.LogStream
-	(HostState)(0),                      // 6: peloton.api.v1.HostState
-	(*Resources)(nil),                   // 7: peloton.api.v1.Resources
-	(*SlaSpec)(nil),                     // 8: peloton.api.v1.SlaSpec
-	(*RestartPolicy)(nil),               // 9: peloton.api.v1.RestartPolicy
-	(*TaskSpec)(nil),                    // 10: peloton.api.v1.TaskSpec
-	(*Constraint)(nil),                  // 11: peloton.api.v1.Constraint
-	(*PlacementSpec)(nil),               // 12: peloton.api.v1.PlacementSpec
-	(*JobSpec)(nil),                     // 13: peloton.api.v1.JobSpec
-	(*JobStatus)(nil),                   // 14: peloton.api.v1.JobStatus
-	(*Job)(nil),                         // 15: peloton.api.v1.Job
-	(*TaskStatus)(nil),                  // 16: peloton.api.v1.TaskStatus
-	(*TaskTransition)(nil),              // 17: peloton.api.v1.TaskTransition
-	(*Task)(nil),                        // 18: peloton.api.v1.Task
-	(*CreateJobRequest)(nil),            // 19: peloton.api.v1.CreateJobRequest
-	(*CreateJobResponse)(nil),           // 20: peloton.api.v1.CreateJobResponse
-	(*GetJobRequest)(nil),               // 21: peloton.api.v1.GetJobRequest
-	(*GetJobResponse)(nil),              // 22: peloton.api.v1.GetJobResponse
-	(*ListJobsRequest)(nil),             // 23: peloton.api.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),            // 24: peloton.api.v1.ListJobsResponse
-	(*CancelJobRequest)(nil),            // 25: peloton.api.v1.CancelJobRequest
-	(*CancelJobResponse)(nil),           // 26: peloton.api.v1.CancelJobResponse
-	(*DeleteJobRequest)(nil),            // 27: peloton.api.v1.DeleteJobRequest
-	(*DeleteJobResponse)(nil),           // 28: peloton.api.v1.DeleteJobResponse
-	(*RestartJobRequest)(nil),           // 29: peloton.api.v1.RestartJobRequest
-	(*RestartJobResponse)(nil),          // 30: peloton.api.v1.RestartJobResponse
-	(*ListTasksRequest)(nil),            // 31: peloton.api.v1.ListTasksRequest
-	(*ListTasksResponse)(nil),           // 32: peloton.api.v1.ListTasksResponse
-	(*GetTaskRequest)(nil),              // 33: peloton.api.v1.GetTaskRequest
-	(*GetTaskResponse)(nil),             // 34: peloton.api.v1.GetTaskResponse
-	(*KillTaskRequest)(nil),             // 35: peloton.api.v1.KillTaskRequest
-	(*KillTaskResponse)(nil),            // 36: peloton.api.v1.KillTaskResponse
-	(*GetTaskLogsRequest)(nil),          // 37: peloton.api.v1.GetTaskLogsRequest
-	(*LogChunk)(nil),                    // 38: peloton.api.v1.LogChunk
-	(*PoolSpec)(nil),                    // 39: peloton.api.v1.PoolSpec
-	(*PoolStatus)(nil),                  // 40: peloton.api.v1.PoolStatus
-	(*Pool)(nil),                        // 41: peloton.api.v1.Pool
-	(*CreatePoolRequest)(nil),           // 42: peloton.api.v1.CreatePoolRequest
-	(*CreatePoolResponse)(nil),          // 43: peloton.api.v1.CreatePoolResponse
-	(*GetPoolRequest)(nil),              // 44: peloton.api.v1.GetPoolRequest
-	(*GetPoolResponse)(nil),             // 45: peloton.api.v1.GetPoolResponse
-	(*UpdatePoolRequest)(nil),           // 46: peloton.api.v1.UpdatePoolRequest
-	(*UpdatePoolResponse)(nil),          // 47: peloton.api.v1.UpdatePoolResponse
-	(*DeletePoolRequest)(nil),           // 48: peloton.api.v1.DeletePoolRequest
-	(*DeletePoolResponse)(nil),          // 49: peloton.api.v1.DeletePoolResponse
-	(*MovePoolRequest)(nil),             // 50: peloton.api.v1.MovePoolRequest
-	(*MovePoolResponse)(nil),            // 51: peloton.api.v1.MovePoolResponse
-	(*ListPoolsRequest)(nil),            // 52: peloton.api.v1.ListPoolsRequest
-	(*ListPoolsResponse)(nil),           // 53: peloton.api.v1.ListPoolsResponse
-	(*Host)(nil),                        // 54: peloton.api.v1.Host
-	(*ListHostsRequest)(nil),            // 55: peloton.api.v1.ListHostsRequest
-	(*ListHostsResponse)(nil),           // 56: peloton.api.v1.ListHostsResponse
-	(*StartMaintenanceRequest)(nil),     // 57: peloton.api.v1.StartMaintenanceRequest
-	(*StartMaintenanceResponse)(nil),    // 58: peloton.api.v1.StartMaintenanceResponse
-	(*CompleteMaintenanceRequest)(nil),  // 59: peloton.api.v1.CompleteMaintenanceRequest
-	(*CompleteMaintenanceResponse)(nil), // 60: peloton.api.v1.CompleteMaintenanceResponse
-	nil,                                 // 61: peloton.api.v1.TaskSpec.EnvEntry
-	nil,                                 // 62: peloton.api.v1.JobSpec.InstanceSpecsEntry
-	nil,                                 // 63: peloton.api.v1.JobSpec.LabelsEntry
-	nil,                                 // 64: peloton.api.v1.JobStatus.TaskCountsEntry
-	nil,                                 // 65: peloton.api.v1.Host.LabelsEntry
-	(*timestamppb.Timestamp)(nil),       // 66: google.protobuf.Timestamp
+	(HealthState)(0),                    // 2: peloton.api.v1.HealthState
+	(PlacementStrategy)(0),              // 3: peloton.api.v1.PlacementStrategy
+	(ConstraintOp)(0),                   // 4: peloton.api.v1.ConstraintOp
+	(JobState)(0),                       // 5: peloton.api.v1.JobState
+	(LogStream)(0),                      // 6: peloton.api.v1.LogStream
+	(HostState)(0),                      // 7: peloton.api.v1.HostState
+	(UpdateState)(0),                    // 8: peloton.api.v1.UpdateState
+	(*Resources)(nil),                   // 9: peloton.api.v1.Resources
+	(*SlaSpec)(nil),                     // 10: peloton.api.v1.SlaSpec
+	(*RestartPolicy)(nil),               // 11: peloton.api.v1.RestartPolicy
+	(*PortSpec)(nil),                    // 12: peloton.api.v1.PortSpec
+	(*HealthCheck)(nil),                 // 13: peloton.api.v1.HealthCheck
+	(*HttpProbe)(nil),                   // 14: peloton.api.v1.HttpProbe
+	(*VolumeSpec)(nil),                  // 15: peloton.api.v1.VolumeSpec
+	(*TaskSpec)(nil),                    // 16: peloton.api.v1.TaskSpec
+	(*Constraint)(nil),                  // 17: peloton.api.v1.Constraint
+	(*PlacementSpec)(nil),               // 18: peloton.api.v1.PlacementSpec
+	(*JobSpec)(nil),                     // 19: peloton.api.v1.JobSpec
+	(*JobStatus)(nil),                   // 20: peloton.api.v1.JobStatus
+	(*Job)(nil),                         // 21: peloton.api.v1.Job
+	(*TaskStatus)(nil),                  // 22: peloton.api.v1.TaskStatus
+	(*TaskTransition)(nil),              // 23: peloton.api.v1.TaskTransition
+	(*Task)(nil),                        // 24: peloton.api.v1.Task
+	(*CreateJobRequest)(nil),            // 25: peloton.api.v1.CreateJobRequest
+	(*CreateJobResponse)(nil),           // 26: peloton.api.v1.CreateJobResponse
+	(*GetJobRequest)(nil),               // 27: peloton.api.v1.GetJobRequest
+	(*GetJobResponse)(nil),              // 28: peloton.api.v1.GetJobResponse
+	(*ListJobsRequest)(nil),             // 29: peloton.api.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),            // 30: peloton.api.v1.ListJobsResponse
+	(*CancelJobRequest)(nil),            // 31: peloton.api.v1.CancelJobRequest
+	(*CancelJobResponse)(nil),           // 32: peloton.api.v1.CancelJobResponse
+	(*DeleteJobRequest)(nil),            // 33: peloton.api.v1.DeleteJobRequest
+	(*DeleteJobResponse)(nil),           // 34: peloton.api.v1.DeleteJobResponse
+	(*RestartJobRequest)(nil),           // 35: peloton.api.v1.RestartJobRequest
+	(*RestartJobResponse)(nil),          // 36: peloton.api.v1.RestartJobResponse
+	(*ScaleJobRequest)(nil),             // 37: peloton.api.v1.ScaleJobRequest
+	(*ScaleJobResponse)(nil),            // 38: peloton.api.v1.ScaleJobResponse
+	(*ListJobVersionsRequest)(nil),      // 39: peloton.api.v1.ListJobVersionsRequest
+	(*JobVersion)(nil),                  // 40: peloton.api.v1.JobVersion
+	(*ListJobVersionsResponse)(nil),     // 41: peloton.api.v1.ListJobVersionsResponse
+	(*ListTasksRequest)(nil),            // 42: peloton.api.v1.ListTasksRequest
+	(*ListTasksResponse)(nil),           // 43: peloton.api.v1.ListTasksResponse
+	(*GetTaskRequest)(nil),              // 44: peloton.api.v1.GetTaskRequest
+	(*GetTaskResponse)(nil),             // 45: peloton.api.v1.GetTaskResponse
+	(*KillTaskRequest)(nil),             // 46: peloton.api.v1.KillTaskRequest
+	(*KillTaskResponse)(nil),            // 47: peloton.api.v1.KillTaskResponse
+	(*GetTaskLogsRequest)(nil),          // 48: peloton.api.v1.GetTaskLogsRequest
+	(*LogChunk)(nil),                    // 49: peloton.api.v1.LogChunk
+	(*PoolSpec)(nil),                    // 50: peloton.api.v1.PoolSpec
+	(*PoolStatus)(nil),                  // 51: peloton.api.v1.PoolStatus
+	(*Pool)(nil),                        // 52: peloton.api.v1.Pool
+	(*CreatePoolRequest)(nil),           // 53: peloton.api.v1.CreatePoolRequest
+	(*CreatePoolResponse)(nil),          // 54: peloton.api.v1.CreatePoolResponse
+	(*GetPoolRequest)(nil),              // 55: peloton.api.v1.GetPoolRequest
+	(*GetPoolResponse)(nil),             // 56: peloton.api.v1.GetPoolResponse
+	(*UpdatePoolRequest)(nil),           // 57: peloton.api.v1.UpdatePoolRequest
+	(*UpdatePoolResponse)(nil),          // 58: peloton.api.v1.UpdatePoolResponse
+	(*DeletePoolRequest)(nil),           // 59: peloton.api.v1.DeletePoolRequest
+	(*DeletePoolResponse)(nil),          // 60: peloton.api.v1.DeletePoolResponse
+	(*MovePoolRequest)(nil),             // 61: peloton.api.v1.MovePoolRequest
+	(*MovePoolResponse)(nil),            // 62: peloton.api.v1.MovePoolResponse
+	(*ListPoolsRequest)(nil),            // 63: peloton.api.v1.ListPoolsRequest
+	(*ListPoolsResponse)(nil),           // 64: peloton.api.v1.ListPoolsResponse
+	(*Host)(nil),                        // 65: peloton.api.v1.Host
+	(*ListHostsRequest)(nil),            // 66: peloton.api.v1.ListHostsRequest
+	(*ListHostsResponse)(nil),           // 67: peloton.api.v1.ListHostsResponse
+	(*StartMaintenanceRequest)(nil),     // 68: peloton.api.v1.StartMaintenanceRequest
+	(*StartMaintenanceResponse)(nil),    // 69: peloton.api.v1.StartMaintenanceResponse
+	(*CompleteMaintenanceRequest)(nil),  // 70: peloton.api.v1.CompleteMaintenanceRequest
+	(*CompleteMaintenanceResponse)(nil), // 71: peloton.api.v1.CompleteMaintenanceResponse
+	(*UpdateSpec)(nil),                  // 72: peloton.api.v1.UpdateSpec
+	(*UpdateStatus)(nil),                // 73: peloton.api.v1.UpdateStatus
+	(*Update)(nil),                      // 74: peloton.api.v1.Update
+	(*CreateUpdateRequest)(nil),         // 75: peloton.api.v1.CreateUpdateRequest
+	(*CreateUpdateResponse)(nil),        // 76: peloton.api.v1.CreateUpdateResponse
+	(*GetUpdateRequest)(nil),            // 77: peloton.api.v1.GetUpdateRequest
+	(*GetUpdateResponse)(nil),           // 78: peloton.api.v1.GetUpdateResponse
+	(*ListUpdatesRequest)(nil),          // 79: peloton.api.v1.ListUpdatesRequest
+	(*ListUpdatesResponse)(nil),         // 80: peloton.api.v1.ListUpdatesResponse
+	(*PauseUpdateRequest)(nil),          // 81: peloton.api.v1.PauseUpdateRequest
+	(*PauseUpdateResponse)(nil),         // 82: peloton.api.v1.PauseUpdateResponse
+	(*ResumeUpdateRequest)(nil),         // 83: peloton.api.v1.ResumeUpdateRequest
+	(*ResumeUpdateResponse)(nil),        // 84: peloton.api.v1.ResumeUpdateResponse
+	(*AbortUpdateRequest)(nil),          // 85: peloton.api.v1.AbortUpdateRequest
+	(*AbortUpdateResponse)(nil),         // 86: peloton.api.v1.AbortUpdateResponse
+	(*RollbackUpdateRequest)(nil),       // 87: peloton.api.v1.RollbackUpdateRequest
+	(*RollbackUpdateResponse)(nil),      // 88: peloton.api.v1.RollbackUpdateResponse
+	nil,                                 // 89: peloton.api.v1.TaskSpec.EnvEntry
+	nil,                                 // 90: peloton.api.v1.JobSpec.InstanceSpecsEntry
+	nil,                                 // 91: peloton.api.v1.JobSpec.LabelsEntry
+	nil,                                 // 92: peloton.api.v1.JobStatus.TaskCountsEntry
+	nil,                                 // 93: peloton.api.v1.TaskStatus.PortsEntry
+	nil,                                 // 94: peloton.api.v1.Host.LabelsEntry
+	(*timestamppb.Timestamp)(nil),       // 95: google.protobuf.Timestamp
 }
 var file_peloton_api_v1_peloton_proto_depIdxs = []int32{
-	61, // 0: peloton.api.v1.TaskSpec.env:type_name -> peloton.api.v1.TaskSpec.EnvEntry
-	7,  // 1: peloton.api.v1.TaskSpec.resources:type_name -> peloton.api.v1.Resources
-	9,  // 2: peloton.api.v1.TaskSpec.restart_policy:type_name -> peloton.api.v1.RestartPolicy
-	12, // 3: peloton.api.v1.TaskSpec.placement:type_name -> peloton.api.v1.PlacementSpec
-	3,  // 4: peloton.api.v1.Constraint.op:type_name -> peloton.api.v1.ConstraintOp
-	2,  // 5: peloton.api.v1.PlacementSpec.strategy:type_name -> peloton.api.v1.PlacementStrategy
-	11, // 6: peloton.api.v1.PlacementSpec.constraints:type_name -> peloton.api.v1.Constraint
-	0,  // 7: peloton.api.v1.JobSpec.type:type_name -> peloton.api.v1.JobType
-	8,  // 8: peloton.api.v1.JobSpec.sla:type_name -> peloton.api.v1.SlaSpec
-	10, // 9: peloton.api.v1.JobSpec.default_spec:type_name -> peloton.api.v1.TaskSpec
-	62, // 10: peloton.api.v1.JobSpec.instance_specs:type_name -> peloton.api.v1.JobSpec.InstanceSpecsEntry
-	63, // 11: peloton.api.v1.JobSpec.labels:type_name -> peloton.api.v1.JobSpec.LabelsEntry
-	4,  // 12: peloton.api.v1.JobStatus.state:type_name -> peloton.api.v1.JobState
-	4,  // 13: peloton.api.v1.JobStatus.goal_state:type_name -> peloton.api.v1.JobState
-	64, // 14: peloton.api.v1.JobStatus.task_counts:type_name -> peloton.api.v1.JobStatus.TaskCountsEntry
-	66, // 15: peloton.api.v1.JobStatus.create_time:type_name -> google.protobuf.Timestamp
-	66, // 16: peloton.api.v1.JobStatus.start_time:type_name -> google.protobuf.Timestamp
-	66, // 17: peloton.api.v1.JobStatus.completion_time:type_name -> google.protobuf.Timestamp
-	13, // 18: peloton.api.v1.Job.spec:type_name -> peloton.api.v1.JobSpec
-	14, // 19: peloton.api.v1.Job.status:type_name -> peloton.api.v1.JobStatus
-	1,  // 20: peloton.api.v1.TaskStatus.state:type_name -> peloton.api.v1.TaskState
-	1,  // 21: peloton.api.v1.TaskStatus.goal_state:type_name -> peloton.api.v1.TaskState
-	66, // 22: peloton.api.v1.TaskStatus.start_time:type_name -> google.protobuf.Timestamp
-	66, // 23: peloton.api.v1.TaskStatus.completion_time:type_name -> google.protobuf.Timestamp
-	66, // 24: peloton.api.v1.TaskStatus.update_time:type_name -> google.protobuf.Timestamp
-	17, // 25: peloton.api.v1.TaskStatus.history:type_name -> peloton.api.v1.TaskTransition
-	1,  // 26: peloton.api.v1.TaskTransition.state:type_name -> peloton.api.v1.TaskState
-	66, // 27: peloton.api.v1.TaskTransition.time:type_name -> google.protobuf.Timestamp
-	16, // 28: peloton.api.v1.Task.status:type_name -> peloton.api.v1.TaskStatus
-	10, // 29: peloton.api.v1.Task.spec:type_name -> peloton.api.v1.TaskSpec
-	13, // 30: peloton.api.v1.CreateJobRequest.spec:type_name -> peloton.api.v1.JobSpec
-	15, // 31: peloton.api.v1.GetJobResponse.job:type_name -> peloton.api.v1.Job
-	4,  // 32: peloton.api.v1.ListJobsRequest.states:type_name -> peloton.api.v1.JobState
-	15, // 33: peloton.api.v1.ListJobsResponse.jobs:type_name -> peloton.api.v1.Job
-	1,  // 34: peloton.api.v1.ListTasksRequest.states:type_name -> peloton.api.v1.TaskState
-	18, // 35: peloton.api.v1.ListTasksResponse.tasks:type_name -> peloton.api.v1.Task
-	18, // 36: peloton.api.v1.GetTaskResponse.task:type_name -> peloton.api.v1.Task
-	5,  // 37: peloton.api.v1.GetTaskLogsRequest.stream:type_name -> peloton.api.v1.LogStream
-	7,  // 38: peloton.api.v1.PoolSpec.reservation:type_name -> peloton.api.v1.Resources
-	7,  // 39: peloton.api.v1.PoolSpec.limit:type_name -> peloton.api.v1.Resources
-	7,  // 40: peloton.api.v1.PoolSpec.share:type_name -> peloton.api.v1.Resources
-	7,  // 41: peloton.api.v1.PoolStatus.entitlement:type_name -> peloton.api.v1.Resources
-	7,  // 42: peloton.api.v1.PoolStatus.allocation:type_name -> peloton.api.v1.Resources
-	7,  // 43: peloton.api.v1.PoolStatus.demand:type_name -> peloton.api.v1.Resources
-	39, // 44: peloton.api.v1.Pool.spec:type_name -> peloton.api.v1.PoolSpec
-	40, // 45: peloton.api.v1.Pool.status:type_name -> peloton.api.v1.PoolStatus
-	39, // 46: peloton.api.v1.CreatePoolRequest.spec:type_name -> peloton.api.v1.PoolSpec
-	41, // 47: peloton.api.v1.CreatePoolResponse.pool:type_name -> peloton.api.v1.Pool
-	41, // 48: peloton.api.v1.GetPoolResponse.pool:type_name -> peloton.api.v1.Pool
-	39, // 49: peloton.api.v1.UpdatePoolRequest.spec:type_name -> peloton.api.v1.PoolSpec
-	41, // 50: peloton.api.v1.UpdatePoolResponse.pool:type_name -> peloton.api.v1.Pool
-	41, // 51: peloton.api.v1.MovePoolResponse.pool:type_name -> peloton.api.v1.Pool
-	41, // 52: peloton.api.v1.ListPoolsResponse.pools:type_name -> peloton.api.v1.Pool
-	7,  // 53: peloton.api.v1.Host.capacity:type_name -> peloton.api.v1.Resources
-	7,  // 54: peloton.api.v1.Host.allocated:type_name -> peloton.api.v1.Resources
-	65, // 55: peloton.api.v1.Host.labels:type_name -> peloton.api.v1.Host.LabelsEntry
-	6,  // 56: peloton.api.v1.Host.state:type_name -> peloton.api.v1.HostState
-	54, // 57: peloton.api.v1.ListHostsResponse.hosts:type_name -> peloton.api.v1.Host
-	54, // 58: peloton.api.v1.StartMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
-	54, // 59: peloton.api.v1.CompleteMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
-	10, // 60: peloton.api.v1.JobSpec.InstanceSpecsEntry.value:type_name -> peloton.api.v1.TaskSpec
-	19, // 61: peloton.api.v1.JobService.CreateJob:input_type -> peloton.api.v1.CreateJobRequest
-	21, // 62: peloton.api.v1.JobService.GetJob:input_type -> peloton.api.v1.GetJobRequest
-	23, // 63: peloton.api.v1.JobService.ListJobs:input_type -> peloton.api.v1.ListJobsRequest
-	25, // 64: peloton.api.v1.JobService.CancelJob:input_type -> peloton.api.v1.CancelJobRequest
-	27, // 65: peloton.api.v1.JobService.DeleteJob:input_type -> peloton.api.v1.DeleteJobRequest
-	29, // 66: peloton.api.v1.JobService.RestartJob:input_type -> peloton.api.v1.RestartJobRequest
-	31, // 67: peloton.api.v1.TaskService.ListTasks:input_type -> peloton.api.v1.ListTasksRequest
-	33, // 68: peloton.api.v1.TaskService.GetTask:input_type -> peloton.api.v1.GetTaskRequest
-	35, // 69: peloton.api.v1.TaskService.KillTask:input_type -> peloton.api.v1.KillTaskRequest
-	37, // 70: peloton.api.v1.TaskService.GetTaskLogs:input_type -> peloton.api.v1.GetTaskLogsRequest
-	42, // 71: peloton.api.v1.PoolService.CreatePool:input_type -> peloton.api.v1.CreatePoolRequest
-	44, // 72: peloton.api.v1.PoolService.GetPool:input_type -> peloton.api.v1.GetPoolRequest
-	46, // 73: peloton.api.v1.PoolService.UpdatePool:input_type -> peloton.api.v1.UpdatePoolRequest
-	48, // 74: peloton.api.v1.PoolService.DeletePool:input_type -> peloton.api.v1.DeletePoolRequest
-	52, // 75: peloton.api.v1.PoolService.ListPools:input_type -> peloton.api.v1.ListPoolsRequest
-	50, // 76: peloton.api.v1.PoolService.MovePool:input_type -> peloton.api.v1.MovePoolRequest
-	55, // 77: peloton.api.v1.HostService.ListHosts:input_type -> peloton.api.v1.ListHostsRequest
-	57, // 78: peloton.api.v1.HostService.StartMaintenance:input_type -> peloton.api.v1.StartMaintenanceRequest
-	59, // 79: peloton.api.v1.HostService.CompleteMaintenance:input_type -> peloton.api.v1.CompleteMaintenanceRequest
-	20, // 80: peloton.api.v1.JobService.CreateJob:output_type -> peloton.api.v1.CreateJobResponse
-	22, // 81: peloton.api.v1.JobService.GetJob:output_type -> peloton.api.v1.GetJobResponse
-	24, // 82: peloton.api.v1.JobService.ListJobs:output_type -> peloton.api.v1.ListJobsResponse
-	26, // 83: peloton.api.v1.JobService.CancelJob:output_type -> peloton.api.v1.CancelJobResponse
-	28, // 84: peloton.api.v1.JobService.DeleteJob:output_type -> peloton.api.v1.DeleteJobResponse
-	30, // 85: peloton.api.v1.JobService.RestartJob:output_type -> peloton.api.v1.RestartJobResponse
-	32, // 86: peloton.api.v1.TaskService.ListTasks:output_type -> peloton.api.v1.ListTasksResponse
-	34, // 87: peloton.api.v1.TaskService.GetTask:output_type -> peloton.api.v1.GetTaskResponse
-	36, // 88: peloton.api.v1.TaskService.KillTask:output_type -> peloton.api.v1.KillTaskResponse
-	38, // 89: peloton.api.v1.TaskService.GetTaskLogs:output_type -> peloton.api.v1.LogChunk
-	43, // 90: peloton.api.v1.PoolService.CreatePool:output_type -> peloton.api.v1.CreatePoolResponse
-	45, // 91: peloton.api.v1.PoolService.GetPool:output_type -> peloton.api.v1.GetPoolResponse
-	47, // 92: peloton.api.v1.PoolService.UpdatePool:output_type -> peloton.api.v1.UpdatePoolResponse
-	49, // 93: peloton.api.v1.PoolService.DeletePool:output_type -> peloton.api.v1.DeletePoolResponse
-	53, // 94: peloton.api.v1.PoolService.ListPools:output_type -> peloton.api.v1.ListPoolsResponse
-	51, // 95: peloton.api.v1.PoolService.MovePool:output_type -> peloton.api.v1.MovePoolResponse
-	56, // 96: peloton.api.v1.HostService.ListHosts:output_type -> peloton.api.v1.ListHostsResponse
-	58, // 97: peloton.api.v1.HostService.StartMaintenance:output_type -> peloton.api.v1.StartMaintenanceResponse
-	60, // 98: peloton.api.v1.HostService.CompleteMaintenance:output_type -> peloton.api.v1.CompleteMaintenanceResponse
-	80, // [80:99] is the sub-list for method output_type
-	61, // [61:80] is the sub-list for method input_type
-	61, // [61:61] is the sub-list for extension type_name
-	61, // [61:61] is the sub-list for extension extendee
-	0,  // [0:61] is the sub-list for field type_name
+	14,  // 0: peloton.api.v1.HealthCheck.http:type_name -> peloton.api.v1.HttpProbe
+	89,  // 1: peloton.api.v1.TaskSpec.env:type_name -> peloton.api.v1.TaskSpec.EnvEntry
+	9,   // 2: peloton.api.v1.TaskSpec.resources:type_name -> peloton.api.v1.Resources
+	11,  // 3: peloton.api.v1.TaskSpec.restart_policy:type_name -> peloton.api.v1.RestartPolicy
+	18,  // 4: peloton.api.v1.TaskSpec.placement:type_name -> peloton.api.v1.PlacementSpec
+	12,  // 5: peloton.api.v1.TaskSpec.ports:type_name -> peloton.api.v1.PortSpec
+	13,  // 6: peloton.api.v1.TaskSpec.health_check:type_name -> peloton.api.v1.HealthCheck
+	15,  // 7: peloton.api.v1.TaskSpec.volume:type_name -> peloton.api.v1.VolumeSpec
+	4,   // 8: peloton.api.v1.Constraint.op:type_name -> peloton.api.v1.ConstraintOp
+	3,   // 9: peloton.api.v1.PlacementSpec.strategy:type_name -> peloton.api.v1.PlacementStrategy
+	17,  // 10: peloton.api.v1.PlacementSpec.constraints:type_name -> peloton.api.v1.Constraint
+	0,   // 11: peloton.api.v1.JobSpec.type:type_name -> peloton.api.v1.JobType
+	10,  // 12: peloton.api.v1.JobSpec.sla:type_name -> peloton.api.v1.SlaSpec
+	16,  // 13: peloton.api.v1.JobSpec.default_spec:type_name -> peloton.api.v1.TaskSpec
+	90,  // 14: peloton.api.v1.JobSpec.instance_specs:type_name -> peloton.api.v1.JobSpec.InstanceSpecsEntry
+	91,  // 15: peloton.api.v1.JobSpec.labels:type_name -> peloton.api.v1.JobSpec.LabelsEntry
+	5,   // 16: peloton.api.v1.JobStatus.state:type_name -> peloton.api.v1.JobState
+	5,   // 17: peloton.api.v1.JobStatus.goal_state:type_name -> peloton.api.v1.JobState
+	92,  // 18: peloton.api.v1.JobStatus.task_counts:type_name -> peloton.api.v1.JobStatus.TaskCountsEntry
+	95,  // 19: peloton.api.v1.JobStatus.create_time:type_name -> google.protobuf.Timestamp
+	95,  // 20: peloton.api.v1.JobStatus.start_time:type_name -> google.protobuf.Timestamp
+	95,  // 21: peloton.api.v1.JobStatus.completion_time:type_name -> google.protobuf.Timestamp
+	19,  // 22: peloton.api.v1.Job.spec:type_name -> peloton.api.v1.JobSpec
+	20,  // 23: peloton.api.v1.Job.status:type_name -> peloton.api.v1.JobStatus
+	1,   // 24: peloton.api.v1.TaskStatus.state:type_name -> peloton.api.v1.TaskState
+	1,   // 25: peloton.api.v1.TaskStatus.goal_state:type_name -> peloton.api.v1.TaskState
+	95,  // 26: peloton.api.v1.TaskStatus.start_time:type_name -> google.protobuf.Timestamp
+	95,  // 27: peloton.api.v1.TaskStatus.completion_time:type_name -> google.protobuf.Timestamp
+	95,  // 28: peloton.api.v1.TaskStatus.update_time:type_name -> google.protobuf.Timestamp
+	23,  // 29: peloton.api.v1.TaskStatus.history:type_name -> peloton.api.v1.TaskTransition
+	2,   // 30: peloton.api.v1.TaskStatus.health:type_name -> peloton.api.v1.HealthState
+	93,  // 31: peloton.api.v1.TaskStatus.ports:type_name -> peloton.api.v1.TaskStatus.PortsEntry
+	1,   // 32: peloton.api.v1.TaskTransition.state:type_name -> peloton.api.v1.TaskState
+	95,  // 33: peloton.api.v1.TaskTransition.time:type_name -> google.protobuf.Timestamp
+	22,  // 34: peloton.api.v1.Task.status:type_name -> peloton.api.v1.TaskStatus
+	16,  // 35: peloton.api.v1.Task.spec:type_name -> peloton.api.v1.TaskSpec
+	19,  // 36: peloton.api.v1.CreateJobRequest.spec:type_name -> peloton.api.v1.JobSpec
+	21,  // 37: peloton.api.v1.GetJobResponse.job:type_name -> peloton.api.v1.Job
+	5,   // 38: peloton.api.v1.ListJobsRequest.states:type_name -> peloton.api.v1.JobState
+	21,  // 39: peloton.api.v1.ListJobsResponse.jobs:type_name -> peloton.api.v1.Job
+	19,  // 40: peloton.api.v1.JobVersion.spec:type_name -> peloton.api.v1.JobSpec
+	95,  // 41: peloton.api.v1.JobVersion.create_time:type_name -> google.protobuf.Timestamp
+	40,  // 42: peloton.api.v1.ListJobVersionsResponse.versions:type_name -> peloton.api.v1.JobVersion
+	1,   // 43: peloton.api.v1.ListTasksRequest.states:type_name -> peloton.api.v1.TaskState
+	24,  // 44: peloton.api.v1.ListTasksResponse.tasks:type_name -> peloton.api.v1.Task
+	24,  // 45: peloton.api.v1.GetTaskResponse.task:type_name -> peloton.api.v1.Task
+	6,   // 46: peloton.api.v1.GetTaskLogsRequest.stream:type_name -> peloton.api.v1.LogStream
+	9,   // 47: peloton.api.v1.PoolSpec.reservation:type_name -> peloton.api.v1.Resources
+	9,   // 48: peloton.api.v1.PoolSpec.limit:type_name -> peloton.api.v1.Resources
+	9,   // 49: peloton.api.v1.PoolSpec.share:type_name -> peloton.api.v1.Resources
+	9,   // 50: peloton.api.v1.PoolStatus.entitlement:type_name -> peloton.api.v1.Resources
+	9,   // 51: peloton.api.v1.PoolStatus.allocation:type_name -> peloton.api.v1.Resources
+	9,   // 52: peloton.api.v1.PoolStatus.demand:type_name -> peloton.api.v1.Resources
+	50,  // 53: peloton.api.v1.Pool.spec:type_name -> peloton.api.v1.PoolSpec
+	51,  // 54: peloton.api.v1.Pool.status:type_name -> peloton.api.v1.PoolStatus
+	50,  // 55: peloton.api.v1.CreatePoolRequest.spec:type_name -> peloton.api.v1.PoolSpec
+	52,  // 56: peloton.api.v1.CreatePoolResponse.pool:type_name -> peloton.api.v1.Pool
+	52,  // 57: peloton.api.v1.GetPoolResponse.pool:type_name -> peloton.api.v1.Pool
+	50,  // 58: peloton.api.v1.UpdatePoolRequest.spec:type_name -> peloton.api.v1.PoolSpec
+	52,  // 59: peloton.api.v1.UpdatePoolResponse.pool:type_name -> peloton.api.v1.Pool
+	52,  // 60: peloton.api.v1.MovePoolResponse.pool:type_name -> peloton.api.v1.Pool
+	52,  // 61: peloton.api.v1.ListPoolsResponse.pools:type_name -> peloton.api.v1.Pool
+	9,   // 62: peloton.api.v1.Host.capacity:type_name -> peloton.api.v1.Resources
+	9,   // 63: peloton.api.v1.Host.allocated:type_name -> peloton.api.v1.Resources
+	94,  // 64: peloton.api.v1.Host.labels:type_name -> peloton.api.v1.Host.LabelsEntry
+	7,   // 65: peloton.api.v1.Host.state:type_name -> peloton.api.v1.HostState
+	65,  // 66: peloton.api.v1.ListHostsResponse.hosts:type_name -> peloton.api.v1.Host
+	65,  // 67: peloton.api.v1.StartMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
+	65,  // 68: peloton.api.v1.CompleteMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
+	8,   // 69: peloton.api.v1.UpdateStatus.state:type_name -> peloton.api.v1.UpdateState
+	95,  // 70: peloton.api.v1.UpdateStatus.create_time:type_name -> google.protobuf.Timestamp
+	95,  // 71: peloton.api.v1.UpdateStatus.update_time:type_name -> google.protobuf.Timestamp
+	95,  // 72: peloton.api.v1.UpdateStatus.completion_time:type_name -> google.protobuf.Timestamp
+	8,   // 73: peloton.api.v1.UpdateStatus.paused_from:type_name -> peloton.api.v1.UpdateState
+	72,  // 74: peloton.api.v1.Update.spec:type_name -> peloton.api.v1.UpdateSpec
+	73,  // 75: peloton.api.v1.Update.status:type_name -> peloton.api.v1.UpdateStatus
+	19,  // 76: peloton.api.v1.CreateUpdateRequest.spec:type_name -> peloton.api.v1.JobSpec
+	72,  // 77: peloton.api.v1.CreateUpdateRequest.update_spec:type_name -> peloton.api.v1.UpdateSpec
+	74,  // 78: peloton.api.v1.CreateUpdateResponse.update:type_name -> peloton.api.v1.Update
+	74,  // 79: peloton.api.v1.GetUpdateResponse.update:type_name -> peloton.api.v1.Update
+	74,  // 80: peloton.api.v1.ListUpdatesResponse.updates:type_name -> peloton.api.v1.Update
+	74,  // 81: peloton.api.v1.PauseUpdateResponse.update:type_name -> peloton.api.v1.Update
+	74,  // 82: peloton.api.v1.ResumeUpdateResponse.update:type_name -> peloton.api.v1.Update
+	74,  // 83: peloton.api.v1.AbortUpdateResponse.update:type_name -> peloton.api.v1.Update
+	74,  // 84: peloton.api.v1.RollbackUpdateResponse.update:type_name -> peloton.api.v1.Update
+	16,  // 85: peloton.api.v1.JobSpec.InstanceSpecsEntry.value:type_name -> peloton.api.v1.TaskSpec
+	25,  // 86: peloton.api.v1.JobService.CreateJob:input_type -> peloton.api.v1.CreateJobRequest
+	27,  // 87: peloton.api.v1.JobService.GetJob:input_type -> peloton.api.v1.GetJobRequest
+	29,  // 88: peloton.api.v1.JobService.ListJobs:input_type -> peloton.api.v1.ListJobsRequest
+	31,  // 89: peloton.api.v1.JobService.CancelJob:input_type -> peloton.api.v1.CancelJobRequest
+	33,  // 90: peloton.api.v1.JobService.DeleteJob:input_type -> peloton.api.v1.DeleteJobRequest
+	35,  // 91: peloton.api.v1.JobService.RestartJob:input_type -> peloton.api.v1.RestartJobRequest
+	37,  // 92: peloton.api.v1.JobService.ScaleJob:input_type -> peloton.api.v1.ScaleJobRequest
+	39,  // 93: peloton.api.v1.JobService.ListJobVersions:input_type -> peloton.api.v1.ListJobVersionsRequest
+	42,  // 94: peloton.api.v1.TaskService.ListTasks:input_type -> peloton.api.v1.ListTasksRequest
+	44,  // 95: peloton.api.v1.TaskService.GetTask:input_type -> peloton.api.v1.GetTaskRequest
+	46,  // 96: peloton.api.v1.TaskService.KillTask:input_type -> peloton.api.v1.KillTaskRequest
+	48,  // 97: peloton.api.v1.TaskService.GetTaskLogs:input_type -> peloton.api.v1.GetTaskLogsRequest
+	53,  // 98: peloton.api.v1.PoolService.CreatePool:input_type -> peloton.api.v1.CreatePoolRequest
+	55,  // 99: peloton.api.v1.PoolService.GetPool:input_type -> peloton.api.v1.GetPoolRequest
+	57,  // 100: peloton.api.v1.PoolService.UpdatePool:input_type -> peloton.api.v1.UpdatePoolRequest
+	59,  // 101: peloton.api.v1.PoolService.DeletePool:input_type -> peloton.api.v1.DeletePoolRequest
+	63,  // 102: peloton.api.v1.PoolService.ListPools:input_type -> peloton.api.v1.ListPoolsRequest
+	61,  // 103: peloton.api.v1.PoolService.MovePool:input_type -> peloton.api.v1.MovePoolRequest
+	66,  // 104: peloton.api.v1.HostService.ListHosts:input_type -> peloton.api.v1.ListHostsRequest
+	68,  // 105: peloton.api.v1.HostService.StartMaintenance:input_type -> peloton.api.v1.StartMaintenanceRequest
+	70,  // 106: peloton.api.v1.HostService.CompleteMaintenance:input_type -> peloton.api.v1.CompleteMaintenanceRequest
+	75,  // 107: peloton.api.v1.UpdateService.CreateUpdate:input_type -> peloton.api.v1.CreateUpdateRequest
+	77,  // 108: peloton.api.v1.UpdateService.GetUpdate:input_type -> peloton.api.v1.GetUpdateRequest
+	79,  // 109: peloton.api.v1.UpdateService.ListUpdates:input_type -> peloton.api.v1.ListUpdatesRequest
+	81,  // 110: peloton.api.v1.UpdateService.PauseUpdate:input_type -> peloton.api.v1.PauseUpdateRequest
+	83,  // 111: peloton.api.v1.UpdateService.ResumeUpdate:input_type -> peloton.api.v1.ResumeUpdateRequest
+	85,  // 112: peloton.api.v1.UpdateService.AbortUpdate:input_type -> peloton.api.v1.AbortUpdateRequest
+	87,  // 113: peloton.api.v1.UpdateService.RollbackUpdate:input_type -> peloton.api.v1.RollbackUpdateRequest
+	26,  // 114: peloton.api.v1.JobService.CreateJob:output_type -> peloton.api.v1.CreateJobResponse
+	28,  // 115: peloton.api.v1.JobService.GetJob:output_type -> peloton.api.v1.GetJobResponse
+	30,  // 116: peloton.api.v1.JobService.ListJobs:output_type -> peloton.api.v1.ListJobsResponse
+	32,  // 117: peloton.api.v1.JobService.CancelJob:output_type -> peloton.api.v1.CancelJobResponse
+	34,  // 118: peloton.api.v1.JobService.DeleteJob:output_type -> peloton.api.v1.DeleteJobResponse
+	36,  // 119: peloton.api.v1.JobService.RestartJob:output_type -> peloton.api.v1.RestartJobResponse
+	38,  // 120: peloton.api.v1.JobService.ScaleJob:output_type -> peloton.api.v1.ScaleJobResponse
+	41,  // 121: peloton.api.v1.JobService.ListJobVersions:output_type -> peloton.api.v1.ListJobVersionsResponse
+	43,  // 122: peloton.api.v1.TaskService.ListTasks:output_type -> peloton.api.v1.ListTasksResponse
+	45,  // 123: peloton.api.v1.TaskService.GetTask:output_type -> peloton.api.v1.GetTaskResponse
+	47,  // 124: peloton.api.v1.TaskService.KillTask:output_type -> peloton.api.v1.KillTaskResponse
+	49,  // 125: peloton.api.v1.TaskService.GetTaskLogs:output_type -> peloton.api.v1.LogChunk
+	54,  // 126: peloton.api.v1.PoolService.CreatePool:output_type -> peloton.api.v1.CreatePoolResponse
+	56,  // 127: peloton.api.v1.PoolService.GetPool:output_type -> peloton.api.v1.GetPoolResponse
+	58,  // 128: peloton.api.v1.PoolService.UpdatePool:output_type -> peloton.api.v1.UpdatePoolResponse
+	60,  // 129: peloton.api.v1.PoolService.DeletePool:output_type -> peloton.api.v1.DeletePoolResponse
+	64,  // 130: peloton.api.v1.PoolService.ListPools:output_type -> peloton.api.v1.ListPoolsResponse
+	62,  // 131: peloton.api.v1.PoolService.MovePool:output_type -> peloton.api.v1.MovePoolResponse
+	67,  // 132: peloton.api.v1.HostService.ListHosts:output_type -> peloton.api.v1.ListHostsResponse
+	69,  // 133: peloton.api.v1.HostService.StartMaintenance:output_type -> peloton.api.v1.StartMaintenanceResponse
+	71,  // 134: peloton.api.v1.HostService.CompleteMaintenance:output_type -> peloton.api.v1.CompleteMaintenanceResponse
+	76,  // 135: peloton.api.v1.UpdateService.CreateUpdate:output_type -> peloton.api.v1.CreateUpdateResponse
+	78,  // 136: peloton.api.v1.UpdateService.GetUpdate:output_type -> peloton.api.v1.GetUpdateResponse
+	80,  // 137: peloton.api.v1.UpdateService.ListUpdates:output_type -> peloton.api.v1.ListUpdatesResponse
+	82,  // 138: peloton.api.v1.UpdateService.PauseUpdate:output_type -> peloton.api.v1.PauseUpdateResponse
+	84,  // 139: peloton.api.v1.UpdateService.ResumeUpdate:output_type -> peloton.api.v1.ResumeUpdateResponse
+	86,  // 140: peloton.api.v1.UpdateService.AbortUpdate:output_type -> peloton.api.v1.AbortUpdateResponse
+	88,  // 141: peloton.api.v1.UpdateService.RollbackUpdate:output_type -> peloton.api.v1.RollbackUpdateResponse
+	114, // [114:142] is the sub-list for method output_type
+	86,  // [86:114] is the sub-list for method input_type
+	86,  // [86:86] is the sub-list for extension type_name
+	86,  // [86:86] is the sub-list for extension extendee
+	0,   // [0:86] is the sub-list for field type_name
 }
 
 func init() { file_peloton_api_v1_peloton_proto_init() }
@@ -4111,10 +6036,10 @@ func file_peloton_api_v1_peloton_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_peloton_api_v1_peloton_proto_rawDesc), len(file_peloton_api_v1_peloton_proto_rawDesc)),
-			NumEnums:      7,
-			NumMessages:   59,
+			NumEnums:      9,
+			NumMessages:   86,
 			NumExtensions: 0,
-			NumServices:   4,
+			NumServices:   5,
 		},
 		GoTypes:           file_peloton_api_v1_peloton_proto_goTypes,
 		DependencyIndexes: file_peloton_api_v1_peloton_proto_depIdxs,

@@ -25,12 +25,14 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	JobService_CreateJob_FullMethodName  = "/peloton.api.v1.JobService/CreateJob"
-	JobService_GetJob_FullMethodName     = "/peloton.api.v1.JobService/GetJob"
-	JobService_ListJobs_FullMethodName   = "/peloton.api.v1.JobService/ListJobs"
-	JobService_CancelJob_FullMethodName  = "/peloton.api.v1.JobService/CancelJob"
-	JobService_DeleteJob_FullMethodName  = "/peloton.api.v1.JobService/DeleteJob"
-	JobService_RestartJob_FullMethodName = "/peloton.api.v1.JobService/RestartJob"
+	JobService_CreateJob_FullMethodName       = "/peloton.api.v1.JobService/CreateJob"
+	JobService_GetJob_FullMethodName          = "/peloton.api.v1.JobService/GetJob"
+	JobService_ListJobs_FullMethodName        = "/peloton.api.v1.JobService/ListJobs"
+	JobService_CancelJob_FullMethodName       = "/peloton.api.v1.JobService/CancelJob"
+	JobService_DeleteJob_FullMethodName       = "/peloton.api.v1.JobService/DeleteJob"
+	JobService_RestartJob_FullMethodName      = "/peloton.api.v1.JobService/RestartJob"
+	JobService_ScaleJob_FullMethodName        = "/peloton.api.v1.JobService/ScaleJob"
+	JobService_ListJobVersions_FullMethodName = "/peloton.api.v1.JobService/ListJobVersions"
 )
 
 // JobServiceClient is the client API for JobService service.
@@ -45,6 +47,8 @@ type JobServiceClient interface {
 	CancelJob(ctx context.Context, in *CancelJobRequest, opts ...grpc.CallOption) (*CancelJobResponse, error)
 	DeleteJob(ctx context.Context, in *DeleteJobRequest, opts ...grpc.CallOption) (*DeleteJobResponse, error)
 	RestartJob(ctx context.Context, in *RestartJobRequest, opts ...grpc.CallOption) (*RestartJobResponse, error)
+	ScaleJob(ctx context.Context, in *ScaleJobRequest, opts ...grpc.CallOption) (*ScaleJobResponse, error)
+	ListJobVersions(ctx context.Context, in *ListJobVersionsRequest, opts ...grpc.CallOption) (*ListJobVersionsResponse, error)
 }
 
 type jobServiceClient struct {
@@ -115,6 +119,26 @@ func (c *jobServiceClient) RestartJob(ctx context.Context, in *RestartJobRequest
 	return out, nil
 }
 
+func (c *jobServiceClient) ScaleJob(ctx context.Context, in *ScaleJobRequest, opts ...grpc.CallOption) (*ScaleJobResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ScaleJobResponse)
+	err := c.cc.Invoke(ctx, JobService_ScaleJob_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *jobServiceClient) ListJobVersions(ctx context.Context, in *ListJobVersionsRequest, opts ...grpc.CallOption) (*ListJobVersionsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListJobVersionsResponse)
+	err := c.cc.Invoke(ctx, JobService_ListJobVersions_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // JobServiceServer is the server API for JobService service.
 // All implementations must embed UnimplementedJobServiceServer
 // for forward compatibility.
@@ -127,6 +151,8 @@ type JobServiceServer interface {
 	CancelJob(context.Context, *CancelJobRequest) (*CancelJobResponse, error)
 	DeleteJob(context.Context, *DeleteJobRequest) (*DeleteJobResponse, error)
 	RestartJob(context.Context, *RestartJobRequest) (*RestartJobResponse, error)
+	ScaleJob(context.Context, *ScaleJobRequest) (*ScaleJobResponse, error)
+	ListJobVersions(context.Context, *ListJobVersionsRequest) (*ListJobVersionsResponse, error)
 	mustEmbedUnimplementedJobServiceServer()
 }
 
@@ -154,6 +180,12 @@ func (UnimplementedJobServiceServer) DeleteJob(context.Context, *DeleteJobReques
 }
 func (UnimplementedJobServiceServer) RestartJob(context.Context, *RestartJobRequest) (*RestartJobResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RestartJob not implemented")
+}
+func (UnimplementedJobServiceServer) ScaleJob(context.Context, *ScaleJobRequest) (*ScaleJobResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ScaleJob not implemented")
+}
+func (UnimplementedJobServiceServer) ListJobVersions(context.Context, *ListJobVersionsRequest) (*ListJobVersionsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListJobVersions not implemented")
 }
 func (UnimplementedJobServiceServer) mustEmbedUnimplementedJobServiceServer() {}
 func (UnimplementedJobServiceServer) testEmbeddedByValue()                    {}
@@ -284,6 +316,42 @@ func _JobService_RestartJob_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _JobService_ScaleJob_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ScaleJobRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(JobServiceServer).ScaleJob(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: JobService_ScaleJob_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(JobServiceServer).ScaleJob(ctx, req.(*ScaleJobRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _JobService_ListJobVersions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListJobVersionsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(JobServiceServer).ListJobVersions(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: JobService_ListJobVersions_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(JobServiceServer).ListJobVersions(ctx, req.(*ListJobVersionsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // JobService_ServiceDesc is the grpc.ServiceDesc for JobService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -314,6 +382,14 @@ var JobService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RestartJob",
 			Handler:    _JobService_RestartJob_Handler,
+		},
+		{
+			MethodName: "ScaleJob",
+			Handler:    _JobService_ScaleJob_Handler,
+		},
+		{
+			MethodName: "ListJobVersions",
+			Handler:    _JobService_ListJobVersions_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
@@ -1018,6 +1094,342 @@ var HostService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CompleteMaintenance",
 			Handler:    _HostService_CompleteMaintenance_Handler,
+		},
+	},
+	Streams:  []grpc.StreamDesc{},
+	Metadata: "peloton/api/v1/peloton.proto",
+}
+
+const (
+	UpdateService_CreateUpdate_FullMethodName   = "/peloton.api.v1.UpdateService/CreateUpdate"
+	UpdateService_GetUpdate_FullMethodName      = "/peloton.api.v1.UpdateService/GetUpdate"
+	UpdateService_ListUpdates_FullMethodName    = "/peloton.api.v1.UpdateService/ListUpdates"
+	UpdateService_PauseUpdate_FullMethodName    = "/peloton.api.v1.UpdateService/PauseUpdate"
+	UpdateService_ResumeUpdate_FullMethodName   = "/peloton.api.v1.UpdateService/ResumeUpdate"
+	UpdateService_AbortUpdate_FullMethodName    = "/peloton.api.v1.UpdateService/AbortUpdate"
+	UpdateService_RollbackUpdate_FullMethodName = "/peloton.api.v1.UpdateService/RollbackUpdate"
+)
+
+// UpdateServiceClient is the client API for UpdateService service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// UpdateService rolls new specs out to long-running jobs, batch by batch,
+// never taking down more instances than the job's SLA allows.
+type UpdateServiceClient interface {
+	CreateUpdate(ctx context.Context, in *CreateUpdateRequest, opts ...grpc.CallOption) (*CreateUpdateResponse, error)
+	GetUpdate(ctx context.Context, in *GetUpdateRequest, opts ...grpc.CallOption) (*GetUpdateResponse, error)
+	ListUpdates(ctx context.Context, in *ListUpdatesRequest, opts ...grpc.CallOption) (*ListUpdatesResponse, error)
+	PauseUpdate(ctx context.Context, in *PauseUpdateRequest, opts ...grpc.CallOption) (*PauseUpdateResponse, error)
+	ResumeUpdate(ctx context.Context, in *ResumeUpdateRequest, opts ...grpc.CallOption) (*ResumeUpdateResponse, error)
+	AbortUpdate(ctx context.Context, in *AbortUpdateRequest, opts ...grpc.CallOption) (*AbortUpdateResponse, error)
+	RollbackUpdate(ctx context.Context, in *RollbackUpdateRequest, opts ...grpc.CallOption) (*RollbackUpdateResponse, error)
+}
+
+type updateServiceClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewUpdateServiceClient(cc grpc.ClientConnInterface) UpdateServiceClient {
+	return &updateServiceClient{cc}
+}
+
+func (c *updateServiceClient) CreateUpdate(ctx context.Context, in *CreateUpdateRequest, opts ...grpc.CallOption) (*CreateUpdateResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CreateUpdateResponse)
+	err := c.cc.Invoke(ctx, UpdateService_CreateUpdate_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *updateServiceClient) GetUpdate(ctx context.Context, in *GetUpdateRequest, opts ...grpc.CallOption) (*GetUpdateResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetUpdateResponse)
+	err := c.cc.Invoke(ctx, UpdateService_GetUpdate_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *updateServiceClient) ListUpdates(ctx context.Context, in *ListUpdatesRequest, opts ...grpc.CallOption) (*ListUpdatesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListUpdatesResponse)
+	err := c.cc.Invoke(ctx, UpdateService_ListUpdates_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *updateServiceClient) PauseUpdate(ctx context.Context, in *PauseUpdateRequest, opts ...grpc.CallOption) (*PauseUpdateResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PauseUpdateResponse)
+	err := c.cc.Invoke(ctx, UpdateService_PauseUpdate_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *updateServiceClient) ResumeUpdate(ctx context.Context, in *ResumeUpdateRequest, opts ...grpc.CallOption) (*ResumeUpdateResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResumeUpdateResponse)
+	err := c.cc.Invoke(ctx, UpdateService_ResumeUpdate_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *updateServiceClient) AbortUpdate(ctx context.Context, in *AbortUpdateRequest, opts ...grpc.CallOption) (*AbortUpdateResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AbortUpdateResponse)
+	err := c.cc.Invoke(ctx, UpdateService_AbortUpdate_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *updateServiceClient) RollbackUpdate(ctx context.Context, in *RollbackUpdateRequest, opts ...grpc.CallOption) (*RollbackUpdateResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RollbackUpdateResponse)
+	err := c.cc.Invoke(ctx, UpdateService_RollbackUpdate_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// UpdateServiceServer is the server API for UpdateService service.
+// All implementations must embed UnimplementedUpdateServiceServer
+// for forward compatibility.
+//
+// UpdateService rolls new specs out to long-running jobs, batch by batch,
+// never taking down more instances than the job's SLA allows.
+type UpdateServiceServer interface {
+	CreateUpdate(context.Context, *CreateUpdateRequest) (*CreateUpdateResponse, error)
+	GetUpdate(context.Context, *GetUpdateRequest) (*GetUpdateResponse, error)
+	ListUpdates(context.Context, *ListUpdatesRequest) (*ListUpdatesResponse, error)
+	PauseUpdate(context.Context, *PauseUpdateRequest) (*PauseUpdateResponse, error)
+	ResumeUpdate(context.Context, *ResumeUpdateRequest) (*ResumeUpdateResponse, error)
+	AbortUpdate(context.Context, *AbortUpdateRequest) (*AbortUpdateResponse, error)
+	RollbackUpdate(context.Context, *RollbackUpdateRequest) (*RollbackUpdateResponse, error)
+	mustEmbedUnimplementedUpdateServiceServer()
+}
+
+// UnimplementedUpdateServiceServer must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedUpdateServiceServer struct{}
+
+func (UnimplementedUpdateServiceServer) CreateUpdate(context.Context, *CreateUpdateRequest) (*CreateUpdateResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateUpdate not implemented")
+}
+func (UnimplementedUpdateServiceServer) GetUpdate(context.Context, *GetUpdateRequest) (*GetUpdateResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetUpdate not implemented")
+}
+func (UnimplementedUpdateServiceServer) ListUpdates(context.Context, *ListUpdatesRequest) (*ListUpdatesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListUpdates not implemented")
+}
+func (UnimplementedUpdateServiceServer) PauseUpdate(context.Context, *PauseUpdateRequest) (*PauseUpdateResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PauseUpdate not implemented")
+}
+func (UnimplementedUpdateServiceServer) ResumeUpdate(context.Context, *ResumeUpdateRequest) (*ResumeUpdateResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ResumeUpdate not implemented")
+}
+func (UnimplementedUpdateServiceServer) AbortUpdate(context.Context, *AbortUpdateRequest) (*AbortUpdateResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AbortUpdate not implemented")
+}
+func (UnimplementedUpdateServiceServer) RollbackUpdate(context.Context, *RollbackUpdateRequest) (*RollbackUpdateResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RollbackUpdate not implemented")
+}
+func (UnimplementedUpdateServiceServer) mustEmbedUnimplementedUpdateServiceServer() {}
+func (UnimplementedUpdateServiceServer) testEmbeddedByValue()                       {}
+
+// UnsafeUpdateServiceServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to UpdateServiceServer will
+// result in compilation errors.
+type UnsafeUpdateServiceServer interface {
+	mustEmbedUnimplementedUpdateServiceServer()
+}
+
+func RegisterUpdateServiceServer(s grpc.ServiceRegistrar, srv UpdateServiceServer) {
+	// If the following call panics, it indicates UnimplementedUpdateServiceServer was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&UpdateService_ServiceDesc, srv)
+}
+
+func _UpdateService_CreateUpdate_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateUpdateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(UpdateServiceServer).CreateUpdate(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: UpdateService_CreateUpdate_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(UpdateServiceServer).CreateUpdate(ctx, req.(*CreateUpdateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _UpdateService_GetUpdate_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetUpdateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(UpdateServiceServer).GetUpdate(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: UpdateService_GetUpdate_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(UpdateServiceServer).GetUpdate(ctx, req.(*GetUpdateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _UpdateService_ListUpdates_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListUpdatesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(UpdateServiceServer).ListUpdates(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: UpdateService_ListUpdates_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(UpdateServiceServer).ListUpdates(ctx, req.(*ListUpdatesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _UpdateService_PauseUpdate_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PauseUpdateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(UpdateServiceServer).PauseUpdate(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: UpdateService_PauseUpdate_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(UpdateServiceServer).PauseUpdate(ctx, req.(*PauseUpdateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _UpdateService_ResumeUpdate_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResumeUpdateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(UpdateServiceServer).ResumeUpdate(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: UpdateService_ResumeUpdate_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(UpdateServiceServer).ResumeUpdate(ctx, req.(*ResumeUpdateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _UpdateService_AbortUpdate_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AbortUpdateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(UpdateServiceServer).AbortUpdate(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: UpdateService_AbortUpdate_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(UpdateServiceServer).AbortUpdate(ctx, req.(*AbortUpdateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _UpdateService_RollbackUpdate_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RollbackUpdateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(UpdateServiceServer).RollbackUpdate(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: UpdateService_RollbackUpdate_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(UpdateServiceServer).RollbackUpdate(ctx, req.(*RollbackUpdateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+// UpdateService_ServiceDesc is the grpc.ServiceDesc for UpdateService service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var UpdateService_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "peloton.api.v1.UpdateService",
+	HandlerType: (*UpdateServiceServer)(nil),
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "CreateUpdate",
+			Handler:    _UpdateService_CreateUpdate_Handler,
+		},
+		{
+			MethodName: "GetUpdate",
+			Handler:    _UpdateService_GetUpdate_Handler,
+		},
+		{
+			MethodName: "ListUpdates",
+			Handler:    _UpdateService_ListUpdates_Handler,
+		},
+		{
+			MethodName: "PauseUpdate",
+			Handler:    _UpdateService_PauseUpdate_Handler,
+		},
+		{
+			MethodName: "ResumeUpdate",
+			Handler:    _UpdateService_ResumeUpdate_Handler,
+		},
+		{
+			MethodName: "AbortUpdate",
+			Handler:    _UpdateService_AbortUpdate_Handler,
+		},
+		{
+			MethodName: "RollbackUpdate",
+			Handler:    _UpdateService_RollbackUpdate_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
