@@ -262,6 +262,9 @@ func (m *Manager) setStateLocked(name string, st hs, rev int64) (DrainRequest, b
 		return DrainRequest{}, false
 	}
 	h.state = st
+	if st != hostDraining {
+		h.drainNote = ""
+	}
 	if st != hostDraining || len(h.tasks) == 0 {
 		return DrainRequest{}, false
 	}
@@ -487,14 +490,29 @@ func (m *Manager) recountLocked() {
 func maintenanceMessage(h *host) string {
 	switch h.state {
 	case hostDraining:
+		msg := "draining: 1 task left"
 		if n := len(h.tasks); n != 1 {
-			return fmt.Sprintf("draining: %d tasks left", n)
+			msg = fmt.Sprintf("draining: %d tasks left", n)
 		}
-		return "draining: 1 task left"
+		if h.drainNote != "" {
+			msg += "; " + h.drainNote
+		}
+		return msg
 	case hostDrained:
 		return "drained: holds no tasks; complete maintenance to return it to service"
 	}
 	return ""
+}
+
+// SetDrainNote records what holds up the drain of a host (a stateful
+// instance waiting for its owner, a service waiting for its SLA), shown in
+// its maintenance message while it drains; "" clears it.
+func (m *Manager) SetDrainNote(host, note string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if h, ok := m.hosts[host]; ok {
+		h.drainNote = note
+	}
 }
 
 // hostProtos renders the named hosts, in the given order.

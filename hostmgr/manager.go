@@ -99,6 +99,8 @@ type host struct {
 	leaseEnd time.Time
 	// state is the host's maintenance state; only HOST_UP hosts take work.
 	state pelotonv1.HostState
+	// drainNote says what holds up a drain (set by jobmgr, see SetDrainNote).
+	drainNote string
 }
 
 // hold is what one run holds on its host.
@@ -562,6 +564,25 @@ func (m *Manager) TransferHold(from, to string) (string, bool) {
 	h.tasks[to] = t
 	m.taskHost[to] = name
 	return name, true
+}
+
+// HostUp reports whether a host exists and is in service.
+func (m *Manager) HostUp(name string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	h, ok := m.hosts[name]
+	return ok && h.state == hostUp
+}
+
+// HoldsExactly reports whether run taskID holds exactly r on its host.
+func (m *Manager) HoldsExactly(taskID string, r resources.Resources) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	name, ok := m.taskHost[taskID]
+	if !ok {
+		return false
+	}
+	return m.hosts[name].tasks[taskID].res == r
 }
 
 // Prefetch asks the backend to fetch image to hosts ahead of need. Backends

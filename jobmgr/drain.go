@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
+	"time"
 
 	"github.com/peloton-sched/peloton/hostmgr"
 	"github.com/peloton-sched/peloton/internal/metrics"
+	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 	"github.com/peloton-sched/peloton/resmgr"
 )
 
@@ -19,6 +22,10 @@ import (
 // drainReason is the preemption reason of a drain; tasks show it as
 // "preempted-host-drain", and peloton_preemptions_total counts it.
 const drainReason = "host-drain"
+
+// drainRetry is how soon a drain that had to leave runs on its host looks
+// at them again.
+const drainRetry = 2 * time.Second
 
 // drainRun is one instance's current run as the drain planner sees it.
 type drainRun struct {
@@ -93,6 +100,8 @@ func (m *Manager) drain(ctx context.Context, req hostmgr.DrainRequest) {
 		}
 	}
 	var vs []resmgr.Victim
+	var notes []string
+	retry := false
 	for jobID, insts := range byJob {
 		m.mu.RLock()
 		j := m.jobs[jobID]
@@ -100,16 +109,40 @@ func (m *Manager) drain(ctx context.Context, req hostmgr.DrainRequest) {
 		if j == nil {
 			continue // deleted
 		}
-		// Every job today is BATCH, whose runs may always be moved. When
-		// service and stateful jobs arrive, this is the one place where a
-		// drain asks the SLA evaluator (internal/sla) before it disrupts
-		// their instances: request the victims of such a job, preempt what
-		// is granted, and leave the rest on the host (still draining) for a
-		// later request once the job is healthy again.
 		for _, v := range planDrain(req.Host, j.gangSize(), m.drainRuns(j, insts)) {
+			switch j.typ {
+			case pelotonv1.JobType_STATEFUL:
+				// Its volume is on this host: only its owner can move it.
+				notes = append(notes, fmt.Sprintf("STATEFUL instance %d of job %s holds its volume here: kill it or delete the job", v.inst, j.id))
+				retry = true
+				continue
+			case pelotonv1.JobType_DAEMON:
+				// It serves this host and no other; it runs again when the host is back.
+			case pelotonv1.JobType_SERVICE:
+				// Moved one SLA grant at a time; the rest wait for a later pass.
+				if err := m.disrupt(j, v.inst, "drain/"+req.Host, fmt.Sprintf("host %s is draining", req.Host)); err != nil {
+					notes = append(notes, fmt.Sprintf("instance %d of job %s waits for its SLA (%v)", v.inst, j.id, err))
+					retry = true
+					continue
+				}
+			}
 			vs = append(vs, resmgr.Victim{Task: &resmgr.Task{JobID: j.id, Instance: v.inst, RunID: v.run},
 				Reason: drainReason, Detail: v.detail})
 		}
+	}
+	sort.Strings(notes)
+	if len(notes) > 3 {
+		notes = append(notes[:3], fmt.Sprintf("and %d more", len(notes)-3))
+	}
+	m.hm.SetDrainNote(req.Host, strings.Join(notes, "; "))
+	if retry {
+		// Ask again later: a service's budget frees up as its moved
+		// instances come back; a stateful instance's owner may act.
+		time.AfterFunc(drainRetry, func() {
+			if m.runCtx != nil && m.runCtx.Err() == nil {
+				m.drain(m.runCtx, req)
+			}
+		})
 	}
 	if len(vs) == 0 {
 		return

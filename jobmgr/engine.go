@@ -95,18 +95,33 @@ func (m *Manager) recover(ctx context.Context) error {
 		}
 	}
 	for id, r := range rts {
-		b, ok := specs[jobSpecKey(id, r.rt.SpecVersion)]
-		if !ok {
+		if _, ok := specs[jobSpecKey(id, r.rt.SpecVersion)]; !ok {
 			m.log.Error("job has no spec; skipping", "job", id, "version", r.rt.SpecVersion)
 			continue
 		}
-		spec, err := decodeSpec(b)
-		if err != nil {
-			return fmt.Errorf("jobmgr: job %s: %w", id, err)
+		var j *job
+		var others []*jobVersion
+		for key, b := range specs {
+			parts := strings.Split(key, "/")
+			if parts[1] != id {
+				continue
+			}
+			rec, err := decodeVersion(b)
+			if err != nil {
+				return fmt.Errorf("jobmgr: %s: %w", key, err)
+			}
+			jv, err := newJobVersion(rec.Version, rec.Spec, rec.CreateTime.AsTime(), rec.Cause)
+			if err != nil {
+				return fmt.Errorf("jobmgr: %s: %w", key, err)
+			}
+			if rec.Version == r.rt.SpecVersion {
+				j = newJob(id, jv, r.rt, r.rev)
+			} else {
+				others = append(others, jv)
+			}
 		}
-		j, err := newJob(id, spec, r.rt, r.rev)
-		if err != nil {
-			return fmt.Errorf("jobmgr: job %s: %w", id, err)
+		for _, jv := range others {
+			j.addVersion(jv, false)
 		}
 		m.jobs[id] = j
 	}
@@ -128,7 +143,7 @@ func (m *Manager) recover(ctx context.Context) error {
 		}
 		j := m.jobs[parts[1]]
 		inst, err := strconv.ParseUint(parts[2], 10, 32)
-		if j == nil || err != nil || inst >= uint64(len(j.tasks())) {
+		if j == nil || err != nil || inst >= MaxInstances {
 			orphans[parts[1]] = true
 			continue
 		}
@@ -136,7 +151,23 @@ func (m *Manager) recover(ctx context.Context) error {
 		if err := proto.Unmarshal(kv.Value, rt); err != nil {
 			return fmt.Errorf("jobmgr: decode %s: %w", kv.Key, err)
 		}
-		j.tasks()[inst] = &task{rt: rt, rev: kv.Revision} // before the job is visible to anyone
+		if rt.SpecVersion == 0 {
+			rt.SpecVersion = 1
+		}
+		// Before the job is visible to anyone. An instance beyond the
+		// instance count is one a scale-down was removing, or a daemon's.
+		ts := j.tasks()
+		if int(inst) >= len(ts) {
+			grown := make([]*task, inst+1)
+			copy(grown, ts)
+			j.taskSlice.Store(&grown)
+			ts = grown
+		}
+		t := &task{rt: rt, rev: kv.Revision}
+		if available(rt, j.version(rt.SpecVersion).hasHealthCheck(uint32(inst))) {
+			t.availableSince = m.now()
+		}
+		ts[inst] = t
 		j.counts[rt.State].Add(1)
 	}
 	for id := range orphans {
@@ -149,6 +180,10 @@ func (m *Manager) recover(ctx context.Context) error {
 		if j.rt.State != pelotonv1.JobState_JOB_INITIALIZED {
 			m.fillTasks(j)
 		}
+		m.registerSLA(j)
+	}
+	if err := m.recoverUpdates(ctx); err != nil {
+		return err
 	}
 	// Re-queue pending work and re-reserve what running work holds.
 	var lost []hostmgr.TaskEvent
@@ -200,16 +235,24 @@ func (m *Manager) recover(ctx context.Context) error {
 	return nil
 }
 
+// rmTask is the resmgr view of run `run` of instance inst. Callers must not
+// hold the task's lock.
 func (m *Manager) rmTask(j *job, inst, run uint32) *resmgr.Task {
-	sla := j.spec.Sla
-	return &resmgr.Task{JobID: j.id, Instance: inst, RunID: run, Pool: j.spec.Pool,
-		Priority: sla.GetPriority(), Preemptible: isPreemptible(sla), Revocable: sla.GetRevocable(),
-		Resources: j.resourcesOf(inst), Strategy: strategyOf(j.spec, inst), Placement: placementOf(j.spec, inst),
-		PrevHost: j.previousHost(inst)}
+	v := j.runVersion(inst)
+	sla := v.spec.Sla
+	prev, bound := j.hosts(inst)
+	return &resmgr.Task{JobID: j.id, Instance: inst, RunID: run, Pool: j.pool,
+		Priority: sla.GetPriority(), Preemptible: isPreemptible(j.typ, sla), Revocable: sla.GetRevocable(),
+		Resources: v.resourcesOf(inst), Strategy: strategyOf(v.spec, inst), Placement: placementOf(v.spec, inst),
+		PrevHost: prev, BoundHost: bound}
 }
 
-// isPreemptible: batch work is preemptible unless the spec says otherwise.
-func isPreemptible(sla *pelotonv1.SlaSpec) bool {
+// isPreemptible: work is preemptible unless the spec says otherwise, but
+// STATEFUL instances, tied to their volumes, never are.
+func isPreemptible(t pelotonv1.JobType, sla *pelotonv1.SlaSpec) bool {
+	if t == pelotonv1.JobType_STATEFUL {
+		return false
+	}
 	return sla == nil || sla.Preemptible == nil || *sla.Preemptible
 }
 
@@ -223,7 +266,7 @@ func (m *Manager) gangsFor(j *job, insts []uint32) []*resmgr.Gang {
 	var gang []*resmgr.Task
 	var out []*resmgr.Gang
 	for _, inst := range insts {
-		tk := j.tasks()[inst]
+		tk := j.task(inst)
 		tk.mu.Lock()
 		run := tk.rt.RunId
 		tk.mu.Unlock()
@@ -244,7 +287,7 @@ func (m *Manager) gangsFor(j *job, insts []uint32) []*resmgr.Gang {
 // only members that are being stopped (preempted, killed for a restart) count.
 func (m *Manager) gangActive(j *job, stopping bool) bool {
 	for inst := uint32(0); inst < j.gangSize() && inst < uint32(len(j.tasks())); inst++ {
-		t := j.tasks()[inst]
+		t := j.task(inst)
 		if t == nil {
 			continue
 		}
@@ -316,6 +359,12 @@ func (m *Manager) evaluateJob(ctx context.Context, id string) error {
 	if err := m.createTasks(ctx, j); err != nil {
 		return err
 	}
+	if err := m.reconcileCount(ctx, j); err != nil {
+		return err
+	}
+	if err := m.reconcileDaemon(ctx, j); err != nil {
+		return err
+	}
 	if j.goalKilled.Load() {
 		var live []uint32
 		for inst, t := range j.tasks() {
@@ -330,6 +379,19 @@ func (m *Manager) evaluateJob(ctx context.Context, id string) error {
 		}
 	} else if err := m.enqueueInitialized(ctx, j); err != nil {
 		return err
+	}
+	if isLongRunning(j.typ) {
+		held := m.reportAvailability(j)
+		again, err := m.driveUpdate(ctx, j)
+		if err != nil {
+			return err
+		}
+		if held && (again == 0 || again > grantRenewEvery) {
+			again = grantRenewEvery
+		}
+		if again > 0 {
+			m.queue.AddAfter(j.id, again)
+		}
 	}
 	return m.updateJobState(ctx, j)
 }
@@ -364,9 +426,10 @@ func (m *Manager) fillTasks(j *job) {
 	next := make([]*task, len(cur))
 	copy(next, cur)
 	added := int32(0)
+	ver := j.current().version
 	for inst, t := range next {
 		if t == nil {
-			next[inst] = &task{rt: &pelotonv1.TaskStatus{State: stInitialized, GoalState: m.taskGoal(j), RunId: 1, UpdateTime: now}}
+			next[inst] = &task{rt: &pelotonv1.TaskStatus{State: stInitialized, GoalState: m.taskGoal(j), RunId: 1, SpecVersion: ver, UpdateTime: now}}
 			added++
 		}
 	}
@@ -410,7 +473,7 @@ func (m *Manager) enqueueInitialized(ctx context.Context, j *job) error {
 	// sla.maximumRunningInstances: start no more than the room left; the
 	// rest stay INITIALIZED until running instances end (each end wakes
 	// this evaluation again).
-	if limit := j.spec.GetSla().GetMaximumRunningInstances(); limit > 0 {
+	if limit := j.spec().GetSla().GetMaximumRunningInstances(); limit > 0 {
 		room := int(limit) - int(j.activeCount())
 		if room <= 0 {
 			ready = nil
@@ -472,6 +535,13 @@ func (m *Manager) updateJobState(ctx context.Context, j *job) error {
 		killed := rt.GoalState == pelotonv1.JobState_JOB_KILLED
 		var next js
 		switch {
+		case isLongRunning(j.typ) && !killed:
+			// Kept running until cancelled, even while every instance is
+			// stopped: a restart or an update brings them back.
+			next = pelotonv1.JobState_JOB_PENDING
+			if active > 0 || terminal > 0 {
+				next = pelotonv1.JobState_JOB_RUNNING
+			}
 		case terminal == n && c(stSucceeded) == n:
 			next = pelotonv1.JobState_JOB_SUCCEEDED
 		case terminal == n && killed:
@@ -614,27 +684,55 @@ func (m *Manager) applyEvent(ctx context.Context, ev hostmgr.TaskEvent, supersed
 	m.mu.RLock()
 	j := m.jobs[jobID]
 	m.mu.RUnlock()
-	if j == nil || inst >= uint32(len(j.tasks())) || j.tasks()[inst] == nil {
+	if j == nil || j.task(inst) == nil {
 		return // the job was deleted
 	}
 	var (
-		release bool
-		backoff time.Duration
+		release   bool
+		backoff   time.Duration
+		inPlace   string // the host of an in-place restart
+		unhealthy string // the run to kill because its health check fails
+		grace     time.Duration
 	)
+	longRunning := isLongRunning(j.typ)
+	t := j.task(inst)
 	persist := !(superseded && ev.State == stRunning)
 	err := m.applyTask(ctx, j, inst, persist, func(rt *pelotonv1.TaskStatus) error {
 		if rt.RunId != run {
 			return errSkip // an old run's late event
 		}
 		now := timestamppb.New(ev.Time)
+		if len(ev.Ports) > 0 && !isTerminal(rt.State) {
+			rt.Ports = ev.Ports
+		}
 		switch ev.State {
 		case stLaunched:
+			if len(ev.Ports) > 0 && isActive(rt.State) {
+				return nil
+			}
 			return errSkip // written when the launch was issued
 		case stRunning:
-			if rt.State != stLaunched && rt.State != stLaunching && rt.State != stStarting {
+			switch rt.State {
+			case stLaunched, stLaunching, stStarting:
+				rt.State, rt.StartTime = stRunning, now
+				rt.Health = ev.Health
+			case stRunning:
+				if rt.Health == ev.Health {
+					return errSkip
+				}
+				rt.Health = ev.Health
+			default:
 				return errSkip
 			}
-			rt.State, rt.StartTime = stRunning, now
+			if longRunning && rt.Health == pelotonv1.HealthState_UNHEALTHY && rt.GoalState != stKilled {
+				// A failing health check: the run is replaced, as if it had failed.
+				rt.FailureCount++
+				rt.DesiredRunId = rt.RunId + 1
+				rt.State, rt.Reason, rt.Message = stKilling, "unhealthy", "its health check fails; restarting it"
+				unhealthy, grace = ev.TaskID, graceOf(j.version(rt.SpecVersion), inst)
+				backoff = restartBackoff(j.version(rt.SpecVersion).taskSpec(inst).GetRestartPolicy(), t.streak+1)
+				t.streak++
+			}
 			return nil
 		}
 		if isTerminal(rt.State) || rt.State == stInitialized || rt.State == stPending {
@@ -643,36 +741,54 @@ func (m *Manager) applyEvent(ctx context.Context, ev hostmgr.TaskEvent, supersed
 		release = true
 		rt.ExitCode, rt.CompletionTime = ev.ExitCode, now
 		killedByUs := rt.State == stKilling || rt.GoalState == stKilled
+		msg := ev.Message
+		if msg == "" {
+			msg = fmt.Sprintf("%s: exit code %d", ev.Reason, ev.ExitCode)
+		}
 		switch {
 		case rt.State == stPreempting && ev.State != stSucceeded && rt.GoalState != stKilled:
 			// Preempted: the instance waits for capacity again, with no failure counted.
 			newRun(rt, rt.RunId+1, fmt.Sprintf("run %d was preempted (%s); pending again", run, rt.Reason))
-		case rt.DesiredRunId > rt.RunId:
+		case rt.DesiredRunId > rt.RunId && rt.GoalState != stKilled:
 			// A restart: the old run is over, start the new one.
+			if rt.RestartInPlace && rt.Host != "" {
+				inPlace = rt.Host
+			}
 			newRun(rt, rt.DesiredRunId, fmt.Sprintf("run %d ended (%s); restarting", run, ev.State))
-
-		case ev.State == stSucceeded:
-			rt.State, rt.Reason, rt.Message = stSucceeded, "exit-zero", ""
 		case killedByUs:
+			if ev.State == stSucceeded && !longRunning {
+				rt.State, rt.Reason, rt.Message = stSucceeded, "exit-zero", ""
+				break
+			}
 			rt.State = stKilled
 			if rt.Reason == "" {
 				rt.Reason = "killed"
 			}
 			rt.Message = ev.Message
+		case longRunning:
+			// Kept running: whatever ended the run, a new one follows after a
+			// backoff that grows while runs keep ending quickly.
+			if ev.State != stLost {
+				rt.FailureCount++
+			}
+			if rt.StartTime != nil && ev.Time.Sub(rt.StartTime.AsTime()) >= stableRun {
+				t.streak = 0
+			}
+			t.streak++
+			backoff = restartBackoff(j.version(rt.SpecVersion).taskSpec(inst).GetRestartPolicy(), t.streak)
+			newRun(rt, rt.RunId+1, fmt.Sprintf("run %d ended (%s, %s); restarting in %s", run, ev.State, msg, backoff))
+			rt.ExitCode = ev.ExitCode
+		case ev.State == stSucceeded:
+			rt.State, rt.Reason, rt.Message = stSucceeded, "exit-zero", ""
 		case ev.State == stLost:
 			newRun(rt, rt.RunId+1, fmt.Sprintf("run %d was lost (%s); running again", run, ev.Reason))
 			backoff = m.lostBackoff
 		default: // FAILED, or KILLED by someone other than us
 			rt.FailureCount++
-			max := instanceSpec(j.spec, inst).GetRestartPolicy().GetMaxFailures()
-			msg := ev.Message
-			if msg == "" {
-				msg = fmt.Sprintf("%s: exit code %d", ev.Reason, ev.ExitCode)
-			}
+			max := j.version(rt.SpecVersion).taskSpec(inst).GetRestartPolicy().GetMaxFailures()
 			if rt.FailureCount <= max {
 				newRun(rt, rt.RunId+1, fmt.Sprintf("run %d failed (%s); retry %d of %d", run, msg, rt.FailureCount, max))
 				rt.ExitCode = ev.ExitCode
-
 			} else {
 				rt.State, rt.Reason = stFailed, ev.Reason
 				rt.Message = fmt.Sprintf("run %d failed (%s); %d failures, restartPolicy.maxFailures is %d", run, msg, rt.FailureCount, max)
@@ -687,20 +803,64 @@ func (m *Manager) applyEvent(ctx context.Context, ev hostmgr.TaskEvent, supersed
 		m.log.Error("apply task event", "task", ev.TaskID, "state", ev.State, "err", err)
 		return
 	}
+	if unhealthy != "" {
+		m.log.Info("restarting an unhealthy instance", "job", j.id, "instance", inst)
+		m.killRun(ctx, j, inst, unhealthy, grace)
+	}
+	if backoff > 0 {
+		t.mu.Lock()
+		t.notBefore = m.now().Add(backoff)
+		t.mu.Unlock()
+		m.queue.AddAfter(jobID, backoff)
+	}
 	if release {
+		if inPlace != "" && m.launchInPlace(ctx, j, inst, ev.TaskID, inPlace) {
+			m.queue.Add(jobID)
+			return
+		}
 		// hostmgr frees a run's host when the backend reports its end; events
 		// made up here (a run lost across a restart) must free it too.
 		m.hm.ReleaseTask(ev.TaskID)
 		m.rm.Release(jobID, inst)
 	}
-	if backoff > 0 {
-		t := j.tasks()[inst]
-		t.mu.Lock()
-		t.notBefore = m.now().Add(backoff)
-		t.mu.Unlock()
-	}
-
 	m.queue.Add(jobID)
+}
+
+// launchInPlace starts the new run of an instance restarted in place on
+// host, which its previous run (oldRun) held: the old run's resources move
+// to the new run in hostmgr and resmgr, and the run is launched with no
+// placement. It returns false, changing nothing, when the host cannot take
+// it (it left service, or the new spec needs other resources); the run is
+// then queued like any other.
+func (m *Manager) launchInPlace(ctx context.Context, j *job, inst uint32, oldRun, host string) bool {
+	t := j.task(inst)
+	t.mu.Lock()
+	run, v := t.rt.RunId, j.version(t.rt.SpecVersion)
+	t.mu.Unlock()
+	if !m.hm.HostUp(host) || !m.hm.HoldsExactly(oldRun, v.resourcesOf(inst)) {
+		return false
+	}
+	newRun := resmgr.RunTaskID(j.id, inst, run)
+	if _, ok := m.hm.TransferHold(oldRun, newRun); !ok {
+		return false
+	}
+	err := m.updateTaskVolatile(j, inst, func(rt *pelotonv1.TaskStatus) error {
+		if rt.State != stInitialized || rt.RunId != run {
+			return errSkip
+		}
+		rt.State = stPending
+		return nil
+	})
+	if err != nil {
+		m.hm.ReleaseTask(newRun)
+		m.rm.Release(j.id, inst)
+		return false
+	}
+	rt := m.rmTask(j, inst, run)
+	m.rm.Release(j.id, inst)
+	m.rm.Recover(rt)
+	m.launch(ctx, resmgr.Placement{Task: rt, Host: host})
+	return true
 }
 
 // launchLoop turns placements into launches.
@@ -725,11 +885,23 @@ func (m *Manager) launch(ctx context.Context, p resmgr.Placement) {
 		return
 	}
 	inst := p.Task.Instance
+	var ver uint64
 	err := m.updateTask(ctx, j, inst, func(rt *pelotonv1.TaskStatus) error {
 		if rt.State != stPending || rt.RunId != p.Task.RunID || rt.GoalState == stKilled {
 			return errSkip
 		}
+		if rt.BoundHost != "" && rt.BoundHost != p.Host {
+			return errSkip // placed against an older binding; it queues again
+		}
 		rt.State, rt.Host, rt.Reason, rt.Message = stLaunched, p.Host, "", ""
+		rt.Health, rt.Ports = pelotonv1.HealthState_HEALTH_UNKNOWN, nil
+		if j.typ == pelotonv1.JobType_STATEFUL {
+			rt.BoundHost = p.Host // its volume lives here from now on
+		}
+		if rt.SpecVersion == 0 {
+			rt.SpecVersion = j.current().version
+		}
+		ver = rt.SpecVersion
 		return nil
 	})
 	if err != nil {
@@ -742,18 +914,29 @@ func (m *Manager) launch(ctx context.Context, p resmgr.Placement) {
 		return
 	}
 	m.rm.MarkRunning(j.id, inst)
-	spec := instanceSpec(j.spec, inst)
+	v := j.version(ver)
+	spec := v.taskSpec(inst)
 	env := make(map[string]string, len(spec.Env))
 	for k, v := range spec.Env {
 		env[k] = v
 	}
 	ls := hostmgr.LaunchSpec{TaskID: runID, JobID: j.id, InstanceID: inst, RunID: p.Task.RunID, Host: p.Host,
-		Command: spec.Command, Env: env, Image: spec.Image, Resources: p.Task.Resources}
+		Command: spec.Command, Env: env, Image: spec.Image, Resources: p.Task.Resources, Pool: j.pool,
+		HealthCheck: spec.HealthCheck, KillGrace: graceOf(v, inst)}
+	for _, port := range spec.Ports {
+		ls.Ports = append(ls.Ports, hostmgr.Port{Name: port.Name, Value: port.Value})
+	}
+	if vol := spec.Volume; vol != nil && j.typ == pelotonv1.JobType_STATEFUL {
+		ls.Volume = &hostmgr.Volume{ID: volumeID(j.id, inst), SizeMB: int64(vol.SizeMb), MountPath: vol.MountPath}
+	}
 	if err := m.hm.Launch(ctx, ls); err != nil {
 		m.handleEvent(ctx, hostmgr.TaskEvent{TaskID: runID, Host: p.Host, State: stFailed, Reason: "launch-failed", Message: err.Error(), Time: m.now()})
 	}
 	m.queue.Add(j.id)
 }
+
+// volumeID names instance inst's persistent volume; it outlives runs.
+func volumeID(jobID string, inst uint32) string { return fmt.Sprintf("%s-%d", jobID, inst) }
 
 // gaugeLoop publishes job and task counts by state.
 func (m *Manager) gaugeLoop(ctx context.Context) {
@@ -802,10 +985,34 @@ func (m *Manager) preemptLoop(ctx context.Context) {
 			idx[i] = uint32(i)
 		}
 		_ = parallel(idx, func(i uint32) error {
-			m.preempt(ctx, vs[i])
+			if m.mayPreempt(vs[i]) {
+				m.preempt(ctx, vs[i])
+			}
 			return nil
 		})
 	}
+}
+
+// mayPreempt asks the SLA evaluator before a long-running instance is
+// preempted; a refused victim keeps running, and resmgr, which sees it
+// still holding its resources, chooses again in a later round. STATEFUL
+// instances are never preempted (resmgr never picks them: they are not
+// preemptible).
+func (m *Manager) mayPreempt(v resmgr.Victim) bool {
+	m.mu.RLock()
+	j := m.jobs[v.Task.JobID]
+	m.mu.RUnlock()
+	if j == nil || !isLongRunning(j.typ) {
+		return true
+	}
+	if j.typ == pelotonv1.JobType_STATEFUL {
+		return false
+	}
+	if err := m.disrupt(j, v.Task.Instance, "preempt", "preempted: "+v.Reason); err != nil {
+		m.log.Info("preemption refused by the SLA", "job", j.id, "instance", v.Task.Instance, "err", err)
+		return false
+	}
+	return true
 }
 
 // preempt moves a victim's run to PREEMPTING and kills it; when the kill

@@ -18,6 +18,7 @@ import (
 	"github.com/peloton-sched/peloton/internal/apierr"
 	"github.com/peloton-sched/peloton/internal/metrics"
 	"github.com/peloton-sched/peloton/internal/resources"
+	"github.com/peloton-sched/peloton/internal/sla"
 	"github.com/peloton-sched/peloton/internal/store"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 	"github.com/peloton-sched/peloton/resmgr"
@@ -28,8 +29,9 @@ import (
 // Store layout, relative to the store's prefix:
 //
 //	jobs/<id>/runtime        JobStatus (task counts omitted; they are derived)
-//	jobs/<id>/spec/<version> zstd-compressed JobSpec
+//	jobs/<id>/spec/<version> zstd-compressed JobVersion (the spec and why it was made)
 //	tasks/<id>/<instance>    TaskStatus of the instance's current run
+//	updates/<id>             Update (see update.go)
 func jobRuntimeKey(id string) string        { return "jobs/" + id + "/runtime" }
 func jobSpecKey(id string, v uint64) string { return fmt.Sprintf("jobs/%s/spec/%d", id, v) }
 func taskKey(id string, inst uint32) string { return fmt.Sprintf("tasks/%s/%d", id, inst) }
@@ -43,20 +45,31 @@ type task struct {
 	rev int64
 	// notBefore delays the next enqueue (backoff after a lost run).
 	notBefore time.Time
+	// availableSince is when the current run last became available
+	// (running, and healthy if it has a health check); zero while it is not.
+	availableSince time.Time
+	// streak counts the runs of a long-running instance that ended in a row
+	// without staying up for stableRun; it sizes the restart backoff.
+	streak uint32
 }
 
-// job is one job in memory. spec and tasks are fixed after creation; the
-// runtime is guarded by mu and only changed by the goal-state engine's job
-// evaluation and by API calls.
+// job is one job in memory. Its type and pool never change; its spec
+// changes by new versions (version.go). The runtime is guarded by mu and
+// only changed by the goal-state engine's job evaluation and by API calls.
 type job struct {
-	id     string
-	spec   *pelotonv1.JobSpec
-	res    []resources.Resources // effective resources per instance (nil = default)
-	defRes resources.Resources
+	id   string
+	typ  pelotonv1.JobType
+	pool string
+	// cur is the version in force; versions holds every version loaded.
+	cur      atomic.Pointer[jobVersion]
+	vmu      sync.RWMutex
+	versions map[uint64]*jobVersion
 	// taskSlice holds one task per instance ID (nil until created). The
 	// slice is published whole: once visible it is never written in place,
 	// only replaced (see fillTasks), so readers need no lock to index it.
 	taskSlice atomic.Pointer[[]*task]
+	// lr is the state only long-running jobs have (longrunning.go).
+	lr longRunning
 
 	mu  sync.Mutex
 	rt  *pelotonv1.JobStatus
@@ -70,26 +83,37 @@ type job struct {
 // tasks returns the job's current task slice.
 func (j *job) tasks() []*task { return *j.taskSlice.Load() }
 
-func (j *job) resourcesOf(inst uint32) resources.Resources {
-	if j.res != nil && j.res[inst] != (resources.Resources{}) {
-		return j.res[inst]
+// instanceCount is the number of instances the job has now.
+func (j *job) instanceCount() uint32 { return uint32(len(j.tasks())) }
+
+// checkInstance returns NotFound unless the job has instance inst.
+func (j *job) checkInstance(inst uint32) error {
+	if n := j.instanceCount(); inst >= n {
+		return apierr.NotFound("job %s has no instance %d (instanceCount %d)", j.id, inst, n)
 	}
-	return j.defRes
+	return nil
 }
 
-// previousHost is the host the instance's last run ran on, which placement
-// prefers for the next run when it still fits.
-func (j *job) previousHost(inst uint32) string {
-	t := j.tasks()[inst]
+// resourcesOf is what instance inst's current run holds.
+func (j *job) resourcesOf(inst uint32) resources.Resources {
+	return j.runVersion(inst).resourcesOf(inst)
+}
+
+// hosts returns the host the instance's last run ran on, which placement
+// prefers for the next run when it still fits, and the host it is bound to
+// (STATEFUL, DAEMON), the only one its runs may use.
+func (j *job) hosts(inst uint32) (prev, bound string) {
+	t := j.task(inst)
 	if t == nil {
-		return ""
+		return "", ""
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.rt.Host != "" {
-		return t.rt.Host
+	prev = t.rt.Host
+	if prev == "" {
+		prev = t.rt.PreviousHost
 	}
-	return t.rt.PreviousHost
+	return prev, t.rt.BoundHost
 }
 
 // activeCount is how many instances are queued or hold a host: what
@@ -103,8 +127,8 @@ func (j *job) activeCount() int32 {
 }
 
 func (j *job) gangSize() uint32 {
-	if j.spec.Sla != nil && j.spec.Sla.MinimumRunningInstances > 1 {
-		return j.spec.Sla.MinimumRunningInstances
+	if sla := j.spec().Sla; sla != nil && sla.MinimumRunningInstances > 1 {
+		return sla.MinimumRunningInstances
 	}
 	return 1
 }
@@ -115,11 +139,14 @@ type Manager struct {
 	batcher *store.Batcher
 	rm      *resmgr.Manager
 	hm      *hostmgr.Manager
+	sla     sla.Evaluator
 	log     *slog.Logger
 	now     func() time.Time
 
 	mu   sync.RWMutex
 	jobs map[string]*job
+	// updates holds every update record by ID (update.go); guarded by mu.
+	updates map[string]*update
 
 	queue       *workQueue
 	workers     int
@@ -140,6 +167,9 @@ type Options struct {
 	Launchers int
 	// LostBackoff delays re-running an instance whose run was lost (default 1s).
 	LostBackoff time.Duration
+	// SLA is the evaluator every voluntary disruption of a long-running
+	// job's instances asks (default: a new in-process one).
+	SLA sla.Evaluator
 }
 
 // New builds a job manager. Start loads state and starts the engine.
@@ -156,7 +186,10 @@ func New(st store.Store, b *store.Batcher, rm *resmgr.Manager, hm *hostmgr.Manag
 	if opts.LostBackoff == 0 {
 		opts.LostBackoff = time.Second
 	}
-	m := &Manager{store: st, batcher: b, rm: rm, hm: hm, log: opts.Logger.With("component", "jobmgr"), now: time.Now,
+	if opts.SLA == nil {
+		opts.SLA = sla.NewLocal(nil)
+	}
+	m := &Manager{store: st, batcher: b, rm: rm, hm: hm, sla: opts.SLA, updates: map[string]*update{}, log: opts.Logger.With("component", "jobmgr"), now: time.Now,
 		jobs: map[string]*job{}, queue: newWorkQueue(), workers: opts.Workers, launchers: opts.Launchers, lostBackoff: opts.LostBackoff}
 	rm.SetJobChecker(m.poolHasJobs)
 	return m
@@ -166,7 +199,7 @@ func (m *Manager) poolHasJobs(pool string) bool {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	for _, j := range m.jobs {
-		if j.spec.Pool == pool {
+		if j.pool == pool {
 			return true
 		}
 	}
@@ -208,13 +241,17 @@ func (m *Manager) CreateJob(ctx context.Context, spec *pelotonv1.JobSpec) (strin
 	}
 	spec = proto.Clone(spec).(*pelotonv1.JobSpec)
 	spec.Pool = pool
-	enc, err := encodeSpec(spec)
+	id := newJobID()
+	created := m.now()
+	jv, err := newJobVersion(1, spec, created, "created")
+	if err != nil {
+		return "", err
+	}
+	enc, err := encodeVersion(jv.record())
 	if err != nil {
 		return "", fmt.Errorf("encode spec: %w", err)
 	}
-	id := newJobID()
-	now := timestamppb.New(m.now())
-	rt := &pelotonv1.JobStatus{State: pelotonv1.JobState_JOB_INITIALIZED, GoalState: pelotonv1.JobState_JOB_SUCCEEDED, SpecVersion: 1, CreateTime: now}
+	rt := &pelotonv1.JobStatus{State: pelotonv1.JobState_JOB_INITIALIZED, GoalState: goalOf(spec.Type), SpecVersion: 1, CreateTime: timestamppb.New(created)}
 	rtb, _ := proto.Marshal(rt)
 	rev, err := m.store.Txn(ctx,
 		store.Put(jobSpecKey(id, 1), enc, store.MustNotExist),
@@ -223,10 +260,8 @@ func (m *Manager) CreateJob(ctx context.Context, spec *pelotonv1.JobSpec) (strin
 		return "", apierr.Unavailable("store job: %v", err)
 	}
 	metrics.StoreWrites.WithLabelValues("job").Add(2)
-	j, err := newJob(id, spec, rt, rev)
-	if err != nil {
-		return "", err
-	}
+	j := newJob(id, jv, rt, rev)
+	m.registerSLA(j)
 	m.mu.Lock()
 	m.jobs[id] = j
 	m.mu.Unlock()
@@ -235,27 +270,23 @@ func (m *Manager) CreateJob(ctx context.Context, spec *pelotonv1.JobSpec) (strin
 	return id, nil
 }
 
-func newJob(id string, spec *pelotonv1.JobSpec, rt *pelotonv1.JobStatus, rev int64) (*job, error) {
-	j := &job{id: id, spec: spec, rt: rt, rev: rev}
-	ts := make([]*task, spec.InstanceCount)
+// newJob builds a job in memory whose version in force is cur.
+func newJob(id string, cur *jobVersion, rt *pelotonv1.JobStatus, rev int64) *job {
+	j := &job{id: id, typ: cur.spec.Type, pool: cur.spec.Pool, rt: rt, rev: rev, versions: map[uint64]*jobVersion{}}
+	j.addVersion(cur, true)
+	ts := make([]*task, cur.spec.InstanceCount)
 	j.taskSlice.Store(&ts)
-	var err error
-	if j.defRes, err = resources.FromProto(spec.GetDefaultSpec().GetResources(), "spec.defaultSpec.resources"); err != nil {
-		return nil, err
-	}
-	for inst, o := range spec.InstanceSpecs {
-		if o.GetResources() == nil {
-			continue
-		}
-		if j.res == nil {
-			j.res = make([]resources.Resources, spec.InstanceCount)
-		}
-		if j.res[inst], err = resources.FromProto(o.Resources, "spec.instanceSpecs"); err != nil {
-			return nil, err
-		}
-	}
 	j.goalKilled.Store(rt.GoalState == pelotonv1.JobState_JOB_KILLED)
-	return j, nil
+	return j
+}
+
+// goalOf is the goal state of a new job: batch work runs to completion,
+// long-running work runs until cancelled.
+func goalOf(t pelotonv1.JobType) pelotonv1.JobState {
+	if isLongRunning(t) {
+		return pelotonv1.JobState_JOB_RUNNING
+	}
+	return pelotonv1.JobState_JOB_SUCCEEDED
 }
 
 // jobProto renders a job for the API.
@@ -270,7 +301,7 @@ func (m *Manager) jobProto(j *job) *pelotonv1.Job {
 			st.TaskCounts[pelotonv1.TaskState(s).String()] = uint32(n)
 		}
 	}
-	return &pelotonv1.Job{Id: j.id, Spec: j.spec, Status: st}
+	return &pelotonv1.Job{Id: j.id, Spec: j.spec(), Status: st}
 }
 
 // GetJob returns one job.
@@ -302,10 +333,10 @@ func (m *Manager) ListJobs(pool string, states []pelotonv1.JobState, name string
 	m.mu.RUnlock()
 	var out []*pelotonv1.Job
 	for _, j := range js {
-		if pool != "" && j.spec.Pool != pool {
+		if pool != "" && j.pool != pool {
 			continue
 		}
-		if name != "" && !strings.Contains(j.spec.Name, name) {
+		if name != "" && !strings.Contains(j.spec().Name, name) {
 			continue
 		}
 		p := m.jobProto(j)
@@ -395,9 +426,33 @@ func (m *Manager) DeleteJob(ctx context.Context, id string) error {
 	}
 	m.mu.Lock()
 	delete(m.jobs, id)
+	var updates []string
+	for uid, u := range m.updates {
+		if u.snapshot().JobId == id {
+			updates = append(updates, uid)
+			delete(m.updates, uid)
+		}
+	}
 	m.mu.Unlock()
-	for inst := range j.tasks() {
+	m.sla.RemoveJob(id)
+	for inst, t := range j.tasks() {
 		m.rm.Release(id, uint32(inst))
+		if t == nil || j.typ != pelotonv1.JobType_STATEFUL {
+			continue
+		}
+		t.mu.Lock()
+		host := t.rt.BoundHost
+		t.mu.Unlock()
+		if host != "" {
+			if err := m.hm.ReleaseVolume(ctx, host, volumeID(id, uint32(inst))); err != nil {
+				m.log.Warn("release volume", "job", id, "instance", inst, "host", host, "err", err)
+			}
+		}
+	}
+	for _, uid := range updates {
+		if _, err := m.batcher.Write(ctx, store.Delete(updateKey(uid), store.AnyRevision)); err != nil {
+			m.log.Warn("delete update record", "update", uid, "err", err)
+		}
 	}
 	m.sweep(ctx, id)
 	m.log.Info("job deleted", "job", id)
@@ -434,8 +489,8 @@ func (m *Manager) RestartJob(ctx context.Context, id string, instances []uint32)
 		return err
 	}
 	for i, inst := range instances {
-		if inst >= j.spec.InstanceCount {
-			return apierr.Invalid(fmt.Sprintf("instances[%d]", i), "instance %d does not exist: the job has %d", inst, j.spec.InstanceCount)
+		if n := j.instanceCount(); inst >= n {
+			return apierr.Invalid(fmt.Sprintf("instances[%d]", i), "instance %d does not exist: the job has %d", inst, n)
 		}
 	}
 	j.mu.Lock()
@@ -444,8 +499,12 @@ func (m *Manager) RestartJob(ctx context.Context, id string, instances []uint32)
 	if state == pelotonv1.JobState_JOB_INITIALIZED {
 		return apierr.FailedPrecondition("job %s is still creating its tasks; retry in a moment", id)
 	}
+	if isLongRunning(j.typ) && !isJobTerminal(state) && !j.goalKilled.Load() {
+		// A service in service restarts without breaking its SLA: a rolling restart.
+		return m.rollingRestart(ctx, j, instances)
+	}
 	err = m.updateJobRuntime(ctx, j, func(rt *pelotonv1.JobStatus) error {
-		rt.GoalState = pelotonv1.JobState_JOB_SUCCEEDED
+		rt.GoalState = goalOf(j.typ)
 		rt.Message = "restarted by user"
 		if isJobTerminal(rt.State) || rt.State == pelotonv1.JobState_JOB_KILLING {
 			rt.State = pelotonv1.JobState_JOB_PENDING
@@ -463,7 +522,7 @@ func (m *Manager) RestartJob(ctx context.Context, id string, instances []uint32)
 		}
 	}
 	for _, inst := range instances {
-		t := j.tasks()[inst]
+		t := j.task(inst)
 		if t == nil {
 			continue
 		}
@@ -483,7 +542,7 @@ func (m *Manager) RestartJob(ctx context.Context, id string, instances []uint32)
 				if rt.State != stKilling {
 					rt.State, rt.Reason, rt.Message = stKilling, "restarting", "killing the current run to restart"
 				}
-				kill, grace = resmgr.RunTaskID(j.id, inst, rt.RunId), m.killGrace(j, inst)
+				kill, grace = resmgr.RunTaskID(j.id, inst, rt.RunId), graceOf(j.version(rt.SpecVersion), inst)
 			default: // initialized or pending: it will run anyway
 				rt.GoalState = m.taskGoal(j)
 			}
@@ -504,22 +563,38 @@ func (m *Manager) taskGoal(j *job) ts {
 	if j.goalKilled.Load() {
 		return stKilled
 	}
+	if isLongRunning(j.typ) {
+		return stRunning
+	}
 	return stSucceeded
 }
 
+// killGrace is the kill grace period of instance inst's current run. It
+// takes the task's lock: callers must not hold it (see graceOf).
 func (m *Manager) killGrace(j *job, inst uint32) time.Duration {
-	g := instanceSpec(j.spec, inst).KillGracePeriodSeconds
+	return graceOf(j.runVersion(inst), inst)
+}
+
+// graceOf is the kill grace period of instance inst under version v.
+func graceOf(v *jobVersion, inst uint32) time.Duration {
+	g := v.taskSpec(inst).KillGracePeriodSeconds
 	if g == 0 {
 		g = DefaultKillGrace
 	}
 	return time.Duration(g) * time.Second
 }
 
-// newRun turns rt into the INITIALIZED start of run `run`.
+// newRun turns rt into the INITIALIZED start of run `run`, at the spec
+// version a restart for an update asked for, if any.
 func newRun(rt *pelotonv1.TaskStatus, run uint32, message string) {
 	rt.State = stInitialized
 	rt.RunId = run
 	rt.DesiredRunId = 0
+	if rt.DesiredSpecVersion != 0 {
+		rt.SpecVersion, rt.DesiredSpecVersion = rt.DesiredSpecVersion, 0
+	}
+	rt.RestartInPlace = false
+	rt.Health, rt.Ports = pelotonv1.HealthState_HEALTH_UNKNOWN, nil
 	if rt.Host != "" {
 		rt.PreviousHost = rt.Host
 	}
@@ -552,7 +627,7 @@ func (m *Manager) updateTaskVolatile(j *job, inst uint32, fn func(rt *pelotonv1.
 }
 
 func (m *Manager) applyTask(ctx context.Context, j *job, inst uint32, persist bool, fn func(rt *pelotonv1.TaskStatus) error) error {
-	t := j.tasks()[inst]
+	t := j.task(inst)
 	if t == nil {
 		return fmt.Errorf("jobmgr: instance %d of job %s has no task yet", inst, j.id)
 	}
@@ -589,6 +664,13 @@ func (m *Manager) applyTask(ctx context.Context, j *job, inst uint32, persist bo
 		metrics.TaskTransitions.WithLabelValues(rt.State.String()).Inc()
 	}
 	t.rt, t.rev = rt, rev
+	if available(rt, j.version(rt.SpecVersion).hasHealthCheck(inst)) {
+		if t.availableSince.IsZero() {
+			t.availableSince = rt.UpdateTime.AsTime()
+		}
+	} else {
+		t.availableSince = time.Time{}
+	}
 	return nil
 }
 
@@ -596,7 +678,7 @@ func (m *Manager) applyTask(ctx context.Context, j *job, inst uint32, persist bo
 // (READY, PLACING, PLACED and why it waits) on a PENDING task.
 func (m *Manager) taskProto(j *job, inst uint32, withSpec bool) *pelotonv1.Task {
 	out := &pelotonv1.Task{JobId: j.id, InstanceId: inst}
-	t := j.tasks()[inst]
+	t := j.task(inst)
 	if t == nil {
 		out.Status = &pelotonv1.TaskStatus{State: stInitialized, Message: "task not created yet"}
 	} else {
@@ -612,13 +694,13 @@ func (m *Manager) taskProto(j *job, inst uint32, withSpec bool) *pelotonv1.Task 
 			out.Status.PendingReason = reason
 		}
 	}
-	if limit := j.spec.GetSla().GetMaximumRunningInstances(); limit > 0 && out.Status.State == stInitialized &&
+	if limit := j.spec().GetSla().GetMaximumRunningInstances(); limit > 0 && out.Status.State == stInitialized &&
 		out.Status.GoalState != stKilled && out.Status.PendingReason == "" {
 		out.Status.PendingReason = fmt.Sprintf("waiting: at most %d instances of this job run at once (sla.maximumRunningInstances)", limit)
 	}
 	out.TaskId = resmgr.RunTaskID(j.id, inst, out.Status.RunId)
 	if withSpec {
-		out.Spec = instanceSpec(j.spec, inst)
+		out.Spec = j.version(out.Status.SpecVersion).taskSpec(inst)
 	}
 	return out
 }
@@ -650,8 +732,8 @@ func (m *Manager) GetTask(jobID string, inst uint32) (*pelotonv1.Task, error) {
 	if err != nil {
 		return nil, err
 	}
-	if inst >= j.spec.InstanceCount {
-		return nil, apierr.NotFound("job %s has no instance %d (instanceCount %d)", jobID, inst, j.spec.InstanceCount)
+	if err := j.checkInstance(inst); err != nil {
+		return nil, err
 	}
 	return m.taskProto(j, inst, true), nil
 }
@@ -662,11 +744,14 @@ func (m *Manager) KillTask(ctx context.Context, jobID string, inst uint32) error
 	if err != nil {
 		return err
 	}
-	if inst >= j.spec.InstanceCount {
-		return apierr.NotFound("job %s has no instance %d (instanceCount %d)", jobID, inst, j.spec.InstanceCount)
+	if err := j.checkInstance(inst); err != nil {
+		return err
 	}
-	if j.tasks()[inst] == nil {
+	if j.task(inst) == nil {
 		return apierr.FailedPrecondition("job %s is still creating its tasks; retry in a moment", jobID)
+	}
+	if err := m.disrupt(j, inst, "kill", "killed by user"); err != nil {
+		return slaError(err)
 	}
 	if err := m.killInstance(ctx, j, inst, "killed-by-user"); err != nil {
 		return apierr.Unavailable("%v", err)
@@ -749,10 +834,10 @@ func (m *Manager) Logs(ctx context.Context, jobID string, inst, run uint32, stre
 	if err != nil {
 		return nil, err
 	}
-	if inst >= j.spec.InstanceCount {
-		return nil, apierr.NotFound("job %s has no instance %d (instanceCount %d)", jobID, inst, j.spec.InstanceCount)
+	if err := j.checkInstance(inst); err != nil {
+		return nil, err
 	}
-	t := j.tasks()[inst]
+	t := j.task(inst)
 	if t == nil {
 		return nil, apierr.FailedPrecondition("instance %d of job %s has not started yet", inst, jobID)
 	}

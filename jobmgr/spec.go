@@ -3,6 +3,7 @@ package jobmgr
 import (
 	"fmt"
 	"sort"
+	"strings"
 
 	"github.com/klauspost/compress/zstd"
 	"github.com/peloton-sched/peloton/internal/apierr"
@@ -79,6 +80,18 @@ func mergeTaskSpec(def, o *pelotonv1.TaskSpec) *pelotonv1.TaskSpec {
 	if o.Placement != nil {
 		out.Placement = proto.Clone(o.Placement).(*pelotonv1.PlacementSpec)
 	}
+	if len(o.Ports) > 0 {
+		out.Ports = nil
+		for _, p := range o.Ports {
+			out.Ports = append(out.Ports, proto.Clone(p).(*pelotonv1.PortSpec))
+		}
+	}
+	if o.HealthCheck != nil {
+		out.HealthCheck = proto.Clone(o.HealthCheck).(*pelotonv1.HealthCheck)
+	}
+	if o.Volume != nil {
+		out.Volume = proto.Clone(o.Volume).(*pelotonv1.VolumeSpec)
+	}
 	return out
 }
 
@@ -154,6 +167,64 @@ func instanceSpec(s *pelotonv1.JobSpec, inst uint32) *pelotonv1.TaskSpec {
 	return mergeTaskSpec(s.DefaultSpec, s.InstanceSpecs[inst])
 }
 
+// validateLongRunning checks the parts of a task spec that depend on the
+// job type: ports, health checks and volumes. field is the task's path.
+func validateLongRunning(t *pelotonv1.TaskSpec, typ pelotonv1.JobType, field string) error {
+	names := map[string]bool{}
+	values := map[uint32]bool{}
+	for i, p := range t.Ports {
+		pf := fmt.Sprintf("%s.ports[%d]", field, i)
+		if p == nil || p.Name == "" {
+			return apierr.Invalid(pf+".name", "required, e.g. http")
+		}
+		for _, c := range p.Name {
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+				return apierr.Invalid(pf+".name", "%q: only letters, digits, '_' and '-'", p.Name)
+			}
+		}
+		if names[strings.ToUpper(p.Name)] {
+			return apierr.Invalid(pf+".name", "%q is named twice", p.Name)
+		}
+		names[strings.ToUpper(p.Name)] = true
+		if p.Value > 65535 {
+			return apierr.Invalid(pf+".value", "at most 65535, got %d", p.Value)
+		}
+		if p.Value != 0 && values[p.Value] {
+			return apierr.Invalid(pf+".value", "port %d is given twice", p.Value)
+		}
+		values[p.Value] = true
+	}
+	if hc := t.HealthCheck; hc != nil {
+		hf := field + ".healthCheck"
+		switch {
+		case len(hc.Command) > 0 && hc.Http != nil:
+			return apierr.Invalid(hf, "set command or http, not both")
+		case len(hc.Command) == 0 && hc.Http == nil:
+			return apierr.Invalid(hf, "set command (exit 0 = healthy) or http (a 2xx/3xx answer = healthy)")
+		case len(hc.Command) > 0 && hc.Command[0] == "":
+			return apierr.Invalid(hf+".command", "the first element is the program to run")
+		case hc.Http != nil && !names[strings.ToUpper(hc.Http.Port)]:
+			return apierr.Invalid(hf+".http.port", "%q is not one of the task's ports", hc.Http.Port)
+		case hc.Http != nil && hc.Http.Path != "" && !strings.HasPrefix(hc.Http.Path, "/"):
+			return apierr.Invalid(hf+".http.path", "must start with /, got %q", hc.Http.Path)
+		case hc.TimeoutSeconds > 3600 || hc.IntervalSeconds > 3600 || hc.InitialDelaySeconds > 3600:
+			return apierr.Invalid(hf, "delays, intervals and timeouts are at most 3600 seconds")
+		}
+		if !isLongRunning(typ) {
+			return apierr.Invalid(hf, "only SERVICE, STATEFUL and DAEMON jobs have health checks; a %s job runs to completion", typ)
+		}
+	}
+	switch {
+	case typ == pelotonv1.JobType_STATEFUL && t.Volume == nil:
+		return apierr.Invalid(field+".volume", "required for STATEFUL jobs: each instance's persistent volume, e.g. {sizeMb: 1024}")
+	case typ == pelotonv1.JobType_STATEFUL && t.Volume.SizeMb == 0:
+		return apierr.Invalid(field+".volume.sizeMb", "must be > 0")
+	case typ != pelotonv1.JobType_STATEFUL && t.Volume != nil:
+		return apierr.Invalid(field+".volume", "only STATEFUL jobs have persistent volumes")
+	}
+	return nil
+}
+
 // validateTaskSpec checks one effective task spec. field is its path.
 func validateTaskSpec(t *pelotonv1.TaskSpec, field string, largest resources.Resources) (resources.Resources, error) {
 	if len(t.Command) == 0 || t.Command[0] == "" {
@@ -180,6 +251,10 @@ func validateTaskSpec(t *pelotonv1.TaskSpec, field string, largest resources.Res
 				"asks for %d but the largest host has %d (%s); the task could never run", r.Get(k), largest.Get(k), largest)
 		}
 	}
+	if v := t.GetVolume().GetSizeMb(); v > 0 && r.DiskMB+int64(v) > largest.DiskMB {
+		return r, apierr.Invalid(field+".volume.sizeMb",
+			"the volume (%d MiB) and resources.diskMb (%d) need %d MiB of disk but the largest host has %d; the instance could never run", v, r.DiskMB, r.DiskMB+int64(v), largest.DiskMB)
+	}
 	if t.KillGracePeriodSeconds > 3600 {
 		return r, apierr.Invalid(field+".killGracePeriodSeconds", "at most 3600, got %d", t.KillGracePeriodSeconds)
 	}
@@ -202,17 +277,33 @@ func validateJobSpec(s *pelotonv1.JobSpec, largest resources.Resources) error {
 		return apierr.Invalid("spec.name", "at most %d characters, got %d", MaxNameLength, len(s.Name))
 	}
 	switch s.Type {
-	case pelotonv1.JobType_BATCH:
+	case pelotonv1.JobType_BATCH, pelotonv1.JobType_SERVICE, pelotonv1.JobType_STATEFUL, pelotonv1.JobType_DAEMON:
 	case pelotonv1.JobType_JOB_TYPE_UNSPECIFIED:
 		return apierr.Invalid("spec.type", "required: one of BATCH, SERVICE, STATEFUL, DAEMON")
 	default:
-		return apierr.Invalid("spec.type", "%s jobs are not supported by this version; only BATCH is", s.Type)
+		return apierr.Invalid("spec.type", "unknown type %d: one of BATCH, SERVICE, STATEFUL, DAEMON", int32(s.Type))
 	}
 	if s.Pool == "" {
 		return apierr.Invalid("spec.pool", "required: the path of a leaf resource pool, e.g. /default")
 	}
-	if s.InstanceCount == 0 {
+	if s.Type == pelotonv1.JobType_DAEMON {
+		if s.InstanceCount != 0 {
+			return apierr.Invalid("spec.instanceCount", "must be 0 or unset for DAEMON jobs: they run one instance on every matching host, got %d", s.InstanceCount)
+		}
+		if len(s.InstanceSpecs) > 0 {
+			return apierr.Invalid("spec.instanceSpecs", "DAEMON jobs have no per-instance overrides: their instances are their hosts")
+		}
+		if s.GetSla().GetMinimumRunningInstances() > 0 || s.GetSla().GetMaximumRunningInstances() > 0 {
+			return apierr.Invalid("spec.sla", "DAEMON jobs have no gang (minimumRunningInstances) and no maximumRunningInstances")
+		}
+	} else if s.InstanceCount == 0 {
 		return apierr.Invalid("spec.instanceCount", "must be > 0")
+	}
+	if s.Type == pelotonv1.JobType_STATEFUL && s.GetSla().GetPreemptible() {
+		return apierr.Invalid("spec.sla.preemptible", "STATEFUL jobs are never preempted: their instances are tied to the volumes on their hosts")
+	}
+	if isLongRunning(s.Type) && s.GetSla().GetMinimumRunningInstances() > 1 {
+		return apierr.Invalid("spec.sla.minimumRunningInstances", "gangs are for BATCH jobs; a %s job's instances are kept running one by one", s.Type)
 	}
 	if s.InstanceCount > MaxInstances {
 		return apierr.Invalid("spec.instanceCount", "at most %d, got %d", MaxInstances, s.InstanceCount)
@@ -238,9 +329,12 @@ func validateJobSpec(s *pelotonv1.JobSpec, largest resources.Resources) error {
 	}
 	// The default applies to every instance without an override that sets the
 	// field, so check it whenever some instance uses it.
-	needDefault := len(keys) < int(s.InstanceCount)
+	needDefault := len(keys) < int(s.InstanceCount) || s.Type == pelotonv1.JobType_DAEMON
 	if needDefault {
 		if _, err := validateTaskSpec(s.DefaultSpec, "spec.defaultSpec", largest); err != nil {
+			return err
+		}
+		if err := validateLongRunning(s.DefaultSpec, s.Type, "spec.defaultSpec"); err != nil {
 			return err
 		}
 	}
@@ -248,8 +342,9 @@ func validateJobSpec(s *pelotonv1.JobSpec, largest resources.Resources) error {
 		field := fmt.Sprintf("spec.instanceSpecs.%d", k)
 		eff := mergeTaskSpec(s.DefaultSpec, s.InstanceSpecs[k])
 		if _, err := validateTaskSpec(eff, field, largest); err != nil {
-			// Name the field where the user wrote the bad value: the override if
-			// it set that field, else the default.
+			return err
+		}
+		if err := validateLongRunning(eff, s.Type, field); err != nil {
 			return err
 		}
 	}

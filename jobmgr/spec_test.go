@@ -37,6 +37,19 @@ func (b *jobBuilder) Override(i uint32, t *pelotonv1.TaskSpec) *jobBuilder {
 	return b
 }
 func (b *jobBuilder) With(fn func(*pelotonv1.JobSpec)) *jobBuilder { fn(b.s); return b }
+func (b *jobBuilder) Type(t pelotonv1.JobType) *jobBuilder         { b.s.Type = t; return b }
+func (b *jobBuilder) Volume(mb uint32) *jobBuilder {
+	b.s.DefaultSpec.Volume = &pelotonv1.VolumeSpec{SizeMb: mb}
+	return b
+}
+func (b *jobBuilder) Health(h *pelotonv1.HealthCheck) *jobBuilder {
+	b.s.DefaultSpec.HealthCheck = h
+	return b
+}
+func (b *jobBuilder) Ports(ps ...*pelotonv1.PortSpec) *jobBuilder {
+	b.s.DefaultSpec.Ports = ps
+	return b
+}
 func (b *jobBuilder) Placement(p *pelotonv1.PlacementSpec) *jobBuilder {
 	b.s.DefaultSpec.Placement = p
 	return b
@@ -65,7 +78,26 @@ func TestValidateJobSpec(t *testing.T) {
 		{"nil", nil, "spec"},
 		{"no name", MakeJob("").Obj(), "spec.name"},
 		{"no type", MakeJob("x").With(func(s *pelotonv1.JobSpec) { s.Type = 0 }).Obj(), "spec.type"},
-		{"service not yet", MakeJob("x").With(func(s *pelotonv1.JobSpec) { s.Type = pelotonv1.JobType_SERVICE }).Obj(), "spec.type"},
+		{"unknown type", MakeJob("x").With(func(s *pelotonv1.JobSpec) { s.Type = 42 }).Obj(), "spec.type"},
+		{"daemon with a count", MakeJob("x").Type(pelotonv1.JobType_DAEMON).Instances(3).Obj(), "spec.instanceCount"},
+		{"daemon with overrides", MakeJob("x").Type(pelotonv1.JobType_DAEMON).Instances(0).Override(0, &pelotonv1.TaskSpec{}).Obj(), "spec.instanceSpecs"},
+		{"stateful without volume", MakeJob("x").Type(pelotonv1.JobType_STATEFUL).Obj(), "spec.defaultSpec.volume"},
+		{"stateful zero volume", MakeJob("x").Type(pelotonv1.JobType_STATEFUL).Volume(0).Obj(), "spec.defaultSpec.volume.sizeMb"},
+		{"stateful volume too big", MakeJob("x").Type(pelotonv1.JobType_STATEFUL).Volume(1 << 30).Obj(), "spec.defaultSpec.volume.sizeMb"},
+		{"stateful preemptible", MakeJob("x").Type(pelotonv1.JobType_STATEFUL).Volume(10).With(func(s *pelotonv1.JobSpec) {
+			s.Sla = &pelotonv1.SlaSpec{Preemptible: proto.Bool(true)}
+		}).Obj(), "spec.sla.preemptible"},
+		{"batch with volume", MakeJob("x").Volume(10).Obj(), "spec.defaultSpec.volume"},
+		{"batch with health check", MakeJob("x").Health(&pelotonv1.HealthCheck{Command: []string{"true"}}).Obj(), "spec.defaultSpec.healthCheck"},
+		{"service gang", MakeJob("x").Type(pelotonv1.JobType_SERVICE).Instances(2).With(func(s *pelotonv1.JobSpec) {
+			s.Sla = &pelotonv1.SlaSpec{MinimumRunningInstances: 2}
+		}).Obj(), "spec.sla.minimumRunningInstances"},
+		{"empty health check", MakeJob("x").Type(pelotonv1.JobType_SERVICE).Health(&pelotonv1.HealthCheck{}).Obj(), "spec.defaultSpec.healthCheck"},
+		{"health check on unknown port", MakeJob("x").Type(pelotonv1.JobType_SERVICE).Health(&pelotonv1.HealthCheck{Http: &pelotonv1.HttpProbe{Port: "http"}}).Obj(), "spec.defaultSpec.healthCheck.http.port"},
+		{"port without name", MakeJob("x").Type(pelotonv1.JobType_SERVICE).Ports(&pelotonv1.PortSpec{}).Obj(), "spec.defaultSpec.ports[0].name"},
+		{"port twice", MakeJob("x").Type(pelotonv1.JobType_SERVICE).Ports(&pelotonv1.PortSpec{Name: "a"}, &pelotonv1.PortSpec{Name: "A"}).Obj(), "spec.defaultSpec.ports[1].name"},
+		{"port too high", MakeJob("x").Type(pelotonv1.JobType_SERVICE).Ports(&pelotonv1.PortSpec{Name: "a", Value: 70000}).Obj(), "spec.defaultSpec.ports[0].value"},
+		{"override breaks volume", MakeJob("x").Type(pelotonv1.JobType_STATEFUL).Volume(10).Instances(2).Override(1, &pelotonv1.TaskSpec{Volume: &pelotonv1.VolumeSpec{}}).Obj(), "spec.instanceSpecs.1.volume.sizeMb"},
 		{"no pool", MakeJob("x").With(func(s *pelotonv1.JobSpec) { s.Pool = "" }).Obj(), "spec.pool"},
 		{"zero instances", MakeJob("x").Instances(0).Obj(), "spec.instanceCount"},
 		{"too many instances", MakeJob("x").Instances(MaxInstances + 1).Obj(), "spec.instanceCount"},
@@ -88,6 +120,10 @@ func TestValidateJobSpec(t *testing.T) {
 				{Label: "rack", Op: pelotonv1.ConstraintOp_NOT_IN, Values: []string{"r1"}},
 				{Label: "os", Op: pelotonv1.ConstraintOp_NOT_EQUALS, Values: []string{"old"}},
 			}}).Obj(), ""},
+		{"service: valid", MakeJob("x").Type(pelotonv1.JobType_SERVICE).Instances(3).Ports(&pelotonv1.PortSpec{Name: "http"}).
+			Health(&pelotonv1.HealthCheck{Http: &pelotonv1.HttpProbe{Port: "http", Path: "/health"}}).Obj(), ""},
+		{"stateful: valid", MakeJob("x").Type(pelotonv1.JobType_STATEFUL).Volume(100).Obj(), ""},
+		{"daemon: valid", MakeJob("x").Type(pelotonv1.JobType_DAEMON).Instances(0).Obj(), ""},
 		{"placement: unknown strategy", MakeJob("x").Placement(&pelotonv1.PlacementSpec{Strategy: 9}).Obj(), "spec.defaultSpec.placement.strategy"},
 		{"placement: no label", MakeJob("x").Constraint("", pelotonv1.ConstraintOp_EXISTS).Obj(), "spec.defaultSpec.placement.constraints[0].label"},
 		{"placement: no op", MakeJob("x").Constraint("zone", 0, "a").Obj(), "spec.defaultSpec.placement.constraints[0].op"},

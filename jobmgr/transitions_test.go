@@ -11,7 +11,7 @@ import (
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
-var update = flag.Bool("update", false, "rewrite golden files")
+var updateGolden = flag.Bool("update", false, "rewrite golden files")
 
 // renderTable prints the task and job transition tables one edge per line,
 // so a change to either shows up as a reviewed diff of the golden file.
@@ -48,7 +48,7 @@ func renderTable() string {
 
 func TestTransitionTablesGolden(t *testing.T) {
 	got := renderTable()
-	testutil.Golden(t, "testdata/transitions.golden", got, *update, "transition tables")
+	testutil.Golden(t, "testdata/transitions.golden", got, *updateGolden, "transition tables")
 }
 
 func TestEveryTaskStateHasARow(t *testing.T) {

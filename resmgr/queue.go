@@ -33,6 +33,9 @@ type Task struct {
 	// PrevHost is the host of the instance's previous run, preferred when it
 	// still fits ("" for a first run).
 	PrevHost string
+	// BoundHost is the host this instance must run on: where a STATEFUL
+	// instance's volume is, or the host a DAEMON instance serves; empty = anywhere.
+	BoundHost string
 }
 
 // RunID names the run: <jobID>-<instance>-<run>, the backend's task ID.

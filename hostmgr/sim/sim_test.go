@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -461,7 +462,7 @@ func TestStatusAndUnknownTasks(t *testing.T) {
 			}
 			continue
 		}
-		if want := rec.get(id)[2]; err != nil || ev != want {
+		if want := rec.get(id)[2]; err != nil || !reflect.DeepEqual(ev, want) {
 			t.Errorf("Status(%s) = %+v, %v; want the last event %+v", id, ev, err, want)
 		}
 	}

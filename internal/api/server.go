@@ -37,6 +37,7 @@ type Server struct {
 	pelotonv1.UnimplementedTaskServiceServer
 	pelotonv1.UnimplementedPoolServiceServer
 	pelotonv1.UnimplementedHostServiceServer
+	pelotonv1.UnimplementedUpdateServiceServer
 
 	jm  *jobmgr.Manager
 	rm  *resmgr.Manager
@@ -62,6 +63,7 @@ func (s *Server) GRPCServer(opts ...grpc.ServerOption) *grpc.Server {
 	pelotonv1.RegisterTaskServiceServer(g, s)
 	pelotonv1.RegisterPoolServiceServer(g, s)
 	pelotonv1.RegisterHostServiceServer(g, s)
+	pelotonv1.RegisterUpdateServiceServer(g, s)
 	return g
 }
 
@@ -125,6 +127,7 @@ func (s *Server) HTTPHandler(ctx context.Context, grpcAddr string, extra http.Ha
 		pelotonv1.RegisterTaskServiceHandlerFromEndpoint,
 		pelotonv1.RegisterPoolServiceHandlerFromEndpoint,
 		pelotonv1.RegisterHostServiceHandlerFromEndpoint,
+		pelotonv1.RegisterUpdateServiceHandlerFromEndpoint,
 	} {
 		if err := reg(ctx, gw, grpcAddr, dialOpts); err != nil {
 			return nil, err

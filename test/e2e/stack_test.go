@@ -35,10 +35,11 @@ type stack struct {
 	done    chan error
 	conn    *grpc.ClientConn
 
-	jobs  pelotonv1.JobServiceClient
-	tasks pelotonv1.TaskServiceClient
-	pools pelotonv1.PoolServiceClient
-	hosts pelotonv1.HostServiceClient
+	jobs    pelotonv1.JobServiceClient
+	tasks   pelotonv1.TaskServiceClient
+	pools   pelotonv1.PoolServiceClient
+	hosts   pelotonv1.HostServiceClient
+	updates pelotonv1.UpdateServiceClient
 }
 
 type stackOpts struct {
@@ -102,6 +103,7 @@ func startStack(t *testing.T, dataDir string, o stackOpts) *stack {
 	s.tasks = pelotonv1.NewTaskServiceClient(conn)
 	s.pools = pelotonv1.NewPoolServiceClient(conn)
 	s.hosts = pelotonv1.NewHostServiceClient(conn)
+	s.updates = pelotonv1.NewUpdateServiceClient(conn)
 	var once sync.Once
 	t.Cleanup(func() { once.Do(s.stopNow) })
 	return s

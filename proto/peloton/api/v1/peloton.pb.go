@@ -1671,9 +1671,15 @@ type TaskStatus struct {
 	// lives, or the host a DAEMON instance serves. Runs go nowhere else.
 	BoundHost string `protobuf:"bytes,18,opt,name=bound_host,json=boundHost,proto3" json:"bound_host,omitempty"`
 	// Ports the backend gave this run, by name.
-	Ports         map[string]uint32 `protobuf:"bytes,19,rep,name=ports,proto3" json:"ports,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Ports map[string]uint32 `protobuf:"bytes,19,rep,name=ports,proto3" json:"ports,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// The spec version the next run will run, while a restart for an update
+	// is under way (0 otherwise).
+	DesiredSpecVersion uint64 `protobuf:"varint,20,opt,name=desired_spec_version,json=desiredSpecVersion,proto3" json:"desired_spec_version,omitempty"`
+	// The next run starts on the current run's host, with its resources held
+	// for it (an in-place update).
+	RestartInPlace bool `protobuf:"varint,21,opt,name=restart_in_place,json=restartInPlace,proto3" json:"restart_in_place,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *TaskStatus) Reset() {
@@ -1837,6 +1843,20 @@ func (x *TaskStatus) GetPorts() map[string]uint32 {
 		return x.Ports
 	}
 	return nil
+}
+
+func (x *TaskStatus) GetDesiredSpecVersion() uint64 {
+	if x != nil {
+		return x.DesiredSpecVersion
+	}
+	return 0
+}
+
+func (x *TaskStatus) GetRestartInPlace() bool {
+	if x != nil {
+		return x.RestartInPlace
+	}
+	return false
 }
 
 // TaskTransition is one entry of a task's history.
@@ -2518,11 +2538,12 @@ func (*RestartJobResponse) Descriptor() ([]byte, []int) {
 	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{27}
 }
 
-// ScaleJobRequest changes the instance count of a running job. New
-// instances start at once with the current spec; on scale-down the
-// highest instance IDs are stopped and removed. A scale-down of a
-// long-running job asks the SLA evaluator like any other disruption and is
-// refused if the job cannot spare the instances.
+// ScaleJobRequest changes the instance count of a job that has not
+// finished (not DAEMON jobs, whose count follows their hosts). New
+// instances start at once with the current spec; on scale-down the highest
+// instance IDs are stopped and removed. Removing instances is not a
+// disruption of the instances that stay, so it does not ask the SLA
+// evaluator. Refused while an update of the job is in progress.
 type ScaleJobRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	JobId         string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
@@ -4459,9 +4480,11 @@ type UpdateStatus struct {
 	// Human-readable detail, e.g. why the update waits or failed.
 	Message string `protobuf:"bytes,9,opt,name=message,proto3" json:"message,omitempty"`
 	// The state before a pause, to resume into.
-	PausedFrom    UpdateState `protobuf:"varint,10,opt,name=paused_from,json=pausedFrom,proto3,enum=peloton.api.v1.UpdateState" json:"paused_from,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	PausedFrom UpdateState `protobuf:"varint,10,opt,name=paused_from,json=pausedFrom,proto3,enum=peloton.api.v1.UpdateState" json:"paused_from,omitempty"`
+	// The instances that failed, sorted.
+	FailedInstances []uint32 `protobuf:"varint,11,rep,packed,name=failed_instances,json=failedInstances,proto3" json:"failed_instances,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *UpdateStatus) Reset() {
@@ -4564,15 +4587,33 @@ func (x *UpdateStatus) GetPausedFrom() UpdateState {
 	return UpdateState_UPDATE_STATE_UNSPECIFIED
 }
 
+func (x *UpdateStatus) GetFailedInstances() []uint32 {
+	if x != nil {
+		return x.FailedInstances
+	}
+	return nil
+}
+
 type Update struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	JobId string                 `protobuf:"bytes,2,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
 	Spec  *UpdateSpec            `protobuf:"bytes,3,opt,name=spec,proto3" json:"spec,omitempty"`
 	// The job's spec version before the update and the one it rolls out.
-	FromVersion   uint64        `protobuf:"varint,4,opt,name=from_version,json=fromVersion,proto3" json:"from_version,omitempty"`
-	ToVersion     uint64        `protobuf:"varint,5,opt,name=to_version,json=toVersion,proto3" json:"to_version,omitempty"`
-	Status        *UpdateStatus `protobuf:"bytes,6,opt,name=status,proto3" json:"status,omitempty"`
+	FromVersion uint64        `protobuf:"varint,4,opt,name=from_version,json=fromVersion,proto3" json:"from_version,omitempty"`
+	ToVersion   uint64        `protobuf:"varint,5,opt,name=to_version,json=toVersion,proto3" json:"to_version,omitempty"`
+	Status      *UpdateStatus `protobuf:"bytes,6,opt,name=status,proto3" json:"status,omitempty"`
+	// A rolling restart (`job restart` of a long-running job) rather than a
+	// spec change: each instance here is done once a run newer than the one
+	// given has been ready.
+	Restarts map[uint32]uint32 `protobuf:"bytes,7,rep,name=restarts,proto3" json:"restarts,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// What created it: "update" or "restart".
+	Cause string `protobuf:"bytes,8,opt,name=cause,proto3" json:"cause,omitempty"`
+	// Once rolled back: the spec version (a copy of from_version's spec)
+	// that the rollback restores.
+	RollbackVersion uint64 `protobuf:"varint,9,opt,name=rollback_version,json=rollbackVersion,proto3" json:"rollback_version,omitempty"`
+	// The instances the update replaces, in the order it replaces them.
+	Instances     []uint32 `protobuf:"varint,10,rep,packed,name=instances,proto3" json:"instances,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4645,6 +4686,34 @@ func (x *Update) GetToVersion() uint64 {
 func (x *Update) GetStatus() *UpdateStatus {
 	if x != nil {
 		return x.Status
+	}
+	return nil
+}
+
+func (x *Update) GetRestarts() map[uint32]uint32 {
+	if x != nil {
+		return x.Restarts
+	}
+	return nil
+}
+
+func (x *Update) GetCause() string {
+	if x != nil {
+		return x.Cause
+	}
+	return ""
+}
+
+func (x *Update) GetRollbackVersion() uint64 {
+	if x != nil {
+		return x.RollbackVersion
+	}
+	return 0
+}
+
+func (x *Update) GetInstances() []uint32 {
+	if x != nil {
+		return x.Instances
 	}
 	return nil
 }
@@ -5398,7 +5467,7 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\x03Job\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12+\n" +
 	"\x04spec\x18\x02 \x01(\v2\x17.peloton.api.v1.JobSpecR\x04spec\x121\n" +
-	"\x06status\x18\x03 \x01(\v2\x19.peloton.api.v1.JobStatusR\x06status\"\xed\x06\n" +
+	"\x06status\x18\x03 \x01(\v2\x19.peloton.api.v1.JobStatusR\x06status\"\xc9\a\n" +
 	"\n" +
 	"TaskStatus\x12/\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x19.peloton.api.v1.TaskStateR\x05state\x128\n" +
@@ -5424,7 +5493,9 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\x06health\x18\x11 \x01(\x0e2\x1b.peloton.api.v1.HealthStateR\x06health\x12\x1d\n" +
 	"\n" +
 	"bound_host\x18\x12 \x01(\tR\tboundHost\x12;\n" +
-	"\x05ports\x18\x13 \x03(\v2%.peloton.api.v1.TaskStatus.PortsEntryR\x05ports\x1a8\n" +
+	"\x05ports\x18\x13 \x03(\v2%.peloton.api.v1.TaskStatus.PortsEntryR\x05ports\x120\n" +
+	"\x14desired_spec_version\x18\x14 \x01(\x04R\x12desiredSpecVersion\x12(\n" +
+	"\x10restart_in_place\x18\x15 \x01(\bR\x0erestartInPlace\x1a8\n" +
 	"\n" +
 	"PortsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
@@ -5587,7 +5658,7 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\x14max_instance_retries\x18\x05 \x01(\rR\x12maxInstanceRetries\x124\n" +
 	"\x16max_tolerable_failures\x18\x06 \x01(\rR\x14maxTolerableFailures\x12!\n" +
 	"\fstart_paused\x18\a \x01(\bR\vstartPaused\x12*\n" +
-	"\x11min_ready_seconds\x18\b \x01(\rR\x0fminReadySeconds\"\x80\x04\n" +
+	"\x11min_ready_seconds\x18\b \x01(\rR\x0fminReadySeconds\"\xab\x04\n" +
 	"\fUpdateStatus\x121\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x1b.peloton.api.v1.UpdateStateR\x05state\x12'\n" +
 	"\x0finstances_total\x18\x02 \x01(\rR\x0einstancesTotal\x12%\n" +
@@ -5602,7 +5673,8 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\amessage\x18\t \x01(\tR\amessage\x12<\n" +
 	"\vpaused_from\x18\n" +
 	" \x01(\x0e2\x1b.peloton.api.v1.UpdateStateR\n" +
-	"pausedFrom\"\xd7\x01\n" +
+	"pausedFrom\x12)\n" +
+	"\x10failed_instances\x18\v \x03(\rR\x0ffailedInstances\"\xb5\x03\n" +
 	"\x06Update\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12.\n" +
@@ -5610,7 +5682,15 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\ffrom_version\x18\x04 \x01(\x04R\vfromVersion\x12\x1d\n" +
 	"\n" +
 	"to_version\x18\x05 \x01(\x04R\ttoVersion\x124\n" +
-	"\x06status\x18\x06 \x01(\v2\x1c.peloton.api.v1.UpdateStatusR\x06status\"\xb7\x01\n" +
+	"\x06status\x18\x06 \x01(\v2\x1c.peloton.api.v1.UpdateStatusR\x06status\x12@\n" +
+	"\brestarts\x18\a \x03(\v2$.peloton.api.v1.Update.RestartsEntryR\brestarts\x12\x14\n" +
+	"\x05cause\x18\b \x01(\tR\x05cause\x12)\n" +
+	"\x10rollback_version\x18\t \x01(\x04R\x0frollbackVersion\x12\x1c\n" +
+	"\tinstances\x18\n" +
+	" \x03(\rR\tinstances\x1a;\n" +
+	"\rRestartsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\rR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\"\xb7\x01\n" +
 	"\x13CreateUpdateRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12+\n" +
 	"\x04spec\x18\x02 \x01(\v2\x17.peloton.api.v1.JobSpecR\x04spec\x12;\n" +
@@ -5776,7 +5856,7 @@ func file_peloton_api_v1_peloton_proto_rawDescGZIP() []byte {
 }
 
 var file_peloton_api_v1_peloton_proto_enumTypes = make([]protoimpl.EnumInfo, 9)
-var file_peloton_api_v1_peloton_proto_msgTypes = make([]protoimpl.MessageInfo, 86)
+var file_peloton_api_v1_peloton_proto_msgTypes = make([]protoimpl.MessageInfo, 87)
 var file_peloton_api_v1_peloton_proto_goTypes = []any{
 	(JobType)(0),                        // 0: peloton.api.v1.JobType
 	(TaskState)(0),                      // 1: peloton.api.v1.TaskState
@@ -5873,7 +5953,8 @@ var file_peloton_api_v1_peloton_proto_goTypes = []any{
 	nil,                                 // 92: peloton.api.v1.JobStatus.TaskCountsEntry
 	nil,                                 // 93: peloton.api.v1.TaskStatus.PortsEntry
 	nil,                                 // 94: peloton.api.v1.Host.LabelsEntry
-	(*timestamppb.Timestamp)(nil),       // 95: google.protobuf.Timestamp
+	nil,                                 // 95: peloton.api.v1.Update.RestartsEntry
+	(*timestamppb.Timestamp)(nil),       // 96: google.protobuf.Timestamp
 }
 var file_peloton_api_v1_peloton_proto_depIdxs = []int32{
 	14,  // 0: peloton.api.v1.HealthCheck.http:type_name -> peloton.api.v1.HttpProbe
@@ -5895,21 +5976,21 @@ var file_peloton_api_v1_peloton_proto_depIdxs = []int32{
 	5,   // 16: peloton.api.v1.JobStatus.state:type_name -> peloton.api.v1.JobState
 	5,   // 17: peloton.api.v1.JobStatus.goal_state:type_name -> peloton.api.v1.JobState
 	92,  // 18: peloton.api.v1.JobStatus.task_counts:type_name -> peloton.api.v1.JobStatus.TaskCountsEntry
-	95,  // 19: peloton.api.v1.JobStatus.create_time:type_name -> google.protobuf.Timestamp
-	95,  // 20: peloton.api.v1.JobStatus.start_time:type_name -> google.protobuf.Timestamp
-	95,  // 21: peloton.api.v1.JobStatus.completion_time:type_name -> google.protobuf.Timestamp
+	96,  // 19: peloton.api.v1.JobStatus.create_time:type_name -> google.protobuf.Timestamp
+	96,  // 20: peloton.api.v1.JobStatus.start_time:type_name -> google.protobuf.Timestamp
+	96,  // 21: peloton.api.v1.JobStatus.completion_time:type_name -> google.protobuf.Timestamp
 	19,  // 22: peloton.api.v1.Job.spec:type_name -> peloton.api.v1.JobSpec
 	20,  // 23: peloton.api.v1.Job.status:type_name -> peloton.api.v1.JobStatus
 	1,   // 24: peloton.api.v1.TaskStatus.state:type_name -> peloton.api.v1.TaskState
 	1,   // 25: peloton.api.v1.TaskStatus.goal_state:type_name -> peloton.api.v1.TaskState
-	95,  // 26: peloton.api.v1.TaskStatus.start_time:type_name -> google.protobuf.Timestamp
-	95,  // 27: peloton.api.v1.TaskStatus.completion_time:type_name -> google.protobuf.Timestamp
-	95,  // 28: peloton.api.v1.TaskStatus.update_time:type_name -> google.protobuf.Timestamp
+	96,  // 26: peloton.api.v1.TaskStatus.start_time:type_name -> google.protobuf.Timestamp
+	96,  // 27: peloton.api.v1.TaskStatus.completion_time:type_name -> google.protobuf.Timestamp
+	96,  // 28: peloton.api.v1.TaskStatus.update_time:type_name -> google.protobuf.Timestamp
 	23,  // 29: peloton.api.v1.TaskStatus.history:type_name -> peloton.api.v1.TaskTransition
 	2,   // 30: peloton.api.v1.TaskStatus.health:type_name -> peloton.api.v1.HealthState
 	93,  // 31: peloton.api.v1.TaskStatus.ports:type_name -> peloton.api.v1.TaskStatus.PortsEntry
 	1,   // 32: peloton.api.v1.TaskTransition.state:type_name -> peloton.api.v1.TaskState
-	95,  // 33: peloton.api.v1.TaskTransition.time:type_name -> google.protobuf.Timestamp
+	96,  // 33: peloton.api.v1.TaskTransition.time:type_name -> google.protobuf.Timestamp
 	22,  // 34: peloton.api.v1.Task.status:type_name -> peloton.api.v1.TaskStatus
 	16,  // 35: peloton.api.v1.Task.spec:type_name -> peloton.api.v1.TaskSpec
 	19,  // 36: peloton.api.v1.CreateJobRequest.spec:type_name -> peloton.api.v1.JobSpec
@@ -5917,7 +5998,7 @@ var file_peloton_api_v1_peloton_proto_depIdxs = []int32{
 	5,   // 38: peloton.api.v1.ListJobsRequest.states:type_name -> peloton.api.v1.JobState
 	21,  // 39: peloton.api.v1.ListJobsResponse.jobs:type_name -> peloton.api.v1.Job
 	19,  // 40: peloton.api.v1.JobVersion.spec:type_name -> peloton.api.v1.JobSpec
-	95,  // 41: peloton.api.v1.JobVersion.create_time:type_name -> google.protobuf.Timestamp
+	96,  // 41: peloton.api.v1.JobVersion.create_time:type_name -> google.protobuf.Timestamp
 	40,  // 42: peloton.api.v1.ListJobVersionsResponse.versions:type_name -> peloton.api.v1.JobVersion
 	1,   // 43: peloton.api.v1.ListTasksRequest.states:type_name -> peloton.api.v1.TaskState
 	24,  // 44: peloton.api.v1.ListTasksResponse.tasks:type_name -> peloton.api.v1.Task
@@ -5946,83 +6027,84 @@ var file_peloton_api_v1_peloton_proto_depIdxs = []int32{
 	65,  // 67: peloton.api.v1.StartMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
 	65,  // 68: peloton.api.v1.CompleteMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
 	8,   // 69: peloton.api.v1.UpdateStatus.state:type_name -> peloton.api.v1.UpdateState
-	95,  // 70: peloton.api.v1.UpdateStatus.create_time:type_name -> google.protobuf.Timestamp
-	95,  // 71: peloton.api.v1.UpdateStatus.update_time:type_name -> google.protobuf.Timestamp
-	95,  // 72: peloton.api.v1.UpdateStatus.completion_time:type_name -> google.protobuf.Timestamp
+	96,  // 70: peloton.api.v1.UpdateStatus.create_time:type_name -> google.protobuf.Timestamp
+	96,  // 71: peloton.api.v1.UpdateStatus.update_time:type_name -> google.protobuf.Timestamp
+	96,  // 72: peloton.api.v1.UpdateStatus.completion_time:type_name -> google.protobuf.Timestamp
 	8,   // 73: peloton.api.v1.UpdateStatus.paused_from:type_name -> peloton.api.v1.UpdateState
 	72,  // 74: peloton.api.v1.Update.spec:type_name -> peloton.api.v1.UpdateSpec
 	73,  // 75: peloton.api.v1.Update.status:type_name -> peloton.api.v1.UpdateStatus
-	19,  // 76: peloton.api.v1.CreateUpdateRequest.spec:type_name -> peloton.api.v1.JobSpec
-	72,  // 77: peloton.api.v1.CreateUpdateRequest.update_spec:type_name -> peloton.api.v1.UpdateSpec
-	74,  // 78: peloton.api.v1.CreateUpdateResponse.update:type_name -> peloton.api.v1.Update
-	74,  // 79: peloton.api.v1.GetUpdateResponse.update:type_name -> peloton.api.v1.Update
-	74,  // 80: peloton.api.v1.ListUpdatesResponse.updates:type_name -> peloton.api.v1.Update
-	74,  // 81: peloton.api.v1.PauseUpdateResponse.update:type_name -> peloton.api.v1.Update
-	74,  // 82: peloton.api.v1.ResumeUpdateResponse.update:type_name -> peloton.api.v1.Update
-	74,  // 83: peloton.api.v1.AbortUpdateResponse.update:type_name -> peloton.api.v1.Update
-	74,  // 84: peloton.api.v1.RollbackUpdateResponse.update:type_name -> peloton.api.v1.Update
-	16,  // 85: peloton.api.v1.JobSpec.InstanceSpecsEntry.value:type_name -> peloton.api.v1.TaskSpec
-	25,  // 86: peloton.api.v1.JobService.CreateJob:input_type -> peloton.api.v1.CreateJobRequest
-	27,  // 87: peloton.api.v1.JobService.GetJob:input_type -> peloton.api.v1.GetJobRequest
-	29,  // 88: peloton.api.v1.JobService.ListJobs:input_type -> peloton.api.v1.ListJobsRequest
-	31,  // 89: peloton.api.v1.JobService.CancelJob:input_type -> peloton.api.v1.CancelJobRequest
-	33,  // 90: peloton.api.v1.JobService.DeleteJob:input_type -> peloton.api.v1.DeleteJobRequest
-	35,  // 91: peloton.api.v1.JobService.RestartJob:input_type -> peloton.api.v1.RestartJobRequest
-	37,  // 92: peloton.api.v1.JobService.ScaleJob:input_type -> peloton.api.v1.ScaleJobRequest
-	39,  // 93: peloton.api.v1.JobService.ListJobVersions:input_type -> peloton.api.v1.ListJobVersionsRequest
-	42,  // 94: peloton.api.v1.TaskService.ListTasks:input_type -> peloton.api.v1.ListTasksRequest
-	44,  // 95: peloton.api.v1.TaskService.GetTask:input_type -> peloton.api.v1.GetTaskRequest
-	46,  // 96: peloton.api.v1.TaskService.KillTask:input_type -> peloton.api.v1.KillTaskRequest
-	48,  // 97: peloton.api.v1.TaskService.GetTaskLogs:input_type -> peloton.api.v1.GetTaskLogsRequest
-	53,  // 98: peloton.api.v1.PoolService.CreatePool:input_type -> peloton.api.v1.CreatePoolRequest
-	55,  // 99: peloton.api.v1.PoolService.GetPool:input_type -> peloton.api.v1.GetPoolRequest
-	57,  // 100: peloton.api.v1.PoolService.UpdatePool:input_type -> peloton.api.v1.UpdatePoolRequest
-	59,  // 101: peloton.api.v1.PoolService.DeletePool:input_type -> peloton.api.v1.DeletePoolRequest
-	63,  // 102: peloton.api.v1.PoolService.ListPools:input_type -> peloton.api.v1.ListPoolsRequest
-	61,  // 103: peloton.api.v1.PoolService.MovePool:input_type -> peloton.api.v1.MovePoolRequest
-	66,  // 104: peloton.api.v1.HostService.ListHosts:input_type -> peloton.api.v1.ListHostsRequest
-	68,  // 105: peloton.api.v1.HostService.StartMaintenance:input_type -> peloton.api.v1.StartMaintenanceRequest
-	70,  // 106: peloton.api.v1.HostService.CompleteMaintenance:input_type -> peloton.api.v1.CompleteMaintenanceRequest
-	75,  // 107: peloton.api.v1.UpdateService.CreateUpdate:input_type -> peloton.api.v1.CreateUpdateRequest
-	77,  // 108: peloton.api.v1.UpdateService.GetUpdate:input_type -> peloton.api.v1.GetUpdateRequest
-	79,  // 109: peloton.api.v1.UpdateService.ListUpdates:input_type -> peloton.api.v1.ListUpdatesRequest
-	81,  // 110: peloton.api.v1.UpdateService.PauseUpdate:input_type -> peloton.api.v1.PauseUpdateRequest
-	83,  // 111: peloton.api.v1.UpdateService.ResumeUpdate:input_type -> peloton.api.v1.ResumeUpdateRequest
-	85,  // 112: peloton.api.v1.UpdateService.AbortUpdate:input_type -> peloton.api.v1.AbortUpdateRequest
-	87,  // 113: peloton.api.v1.UpdateService.RollbackUpdate:input_type -> peloton.api.v1.RollbackUpdateRequest
-	26,  // 114: peloton.api.v1.JobService.CreateJob:output_type -> peloton.api.v1.CreateJobResponse
-	28,  // 115: peloton.api.v1.JobService.GetJob:output_type -> peloton.api.v1.GetJobResponse
-	30,  // 116: peloton.api.v1.JobService.ListJobs:output_type -> peloton.api.v1.ListJobsResponse
-	32,  // 117: peloton.api.v1.JobService.CancelJob:output_type -> peloton.api.v1.CancelJobResponse
-	34,  // 118: peloton.api.v1.JobService.DeleteJob:output_type -> peloton.api.v1.DeleteJobResponse
-	36,  // 119: peloton.api.v1.JobService.RestartJob:output_type -> peloton.api.v1.RestartJobResponse
-	38,  // 120: peloton.api.v1.JobService.ScaleJob:output_type -> peloton.api.v1.ScaleJobResponse
-	41,  // 121: peloton.api.v1.JobService.ListJobVersions:output_type -> peloton.api.v1.ListJobVersionsResponse
-	43,  // 122: peloton.api.v1.TaskService.ListTasks:output_type -> peloton.api.v1.ListTasksResponse
-	45,  // 123: peloton.api.v1.TaskService.GetTask:output_type -> peloton.api.v1.GetTaskResponse
-	47,  // 124: peloton.api.v1.TaskService.KillTask:output_type -> peloton.api.v1.KillTaskResponse
-	49,  // 125: peloton.api.v1.TaskService.GetTaskLogs:output_type -> peloton.api.v1.LogChunk
-	54,  // 126: peloton.api.v1.PoolService.CreatePool:output_type -> peloton.api.v1.CreatePoolResponse
-	56,  // 127: peloton.api.v1.PoolService.GetPool:output_type -> peloton.api.v1.GetPoolResponse
-	58,  // 128: peloton.api.v1.PoolService.UpdatePool:output_type -> peloton.api.v1.UpdatePoolResponse
-	60,  // 129: peloton.api.v1.PoolService.DeletePool:output_type -> peloton.api.v1.DeletePoolResponse
-	64,  // 130: peloton.api.v1.PoolService.ListPools:output_type -> peloton.api.v1.ListPoolsResponse
-	62,  // 131: peloton.api.v1.PoolService.MovePool:output_type -> peloton.api.v1.MovePoolResponse
-	67,  // 132: peloton.api.v1.HostService.ListHosts:output_type -> peloton.api.v1.ListHostsResponse
-	69,  // 133: peloton.api.v1.HostService.StartMaintenance:output_type -> peloton.api.v1.StartMaintenanceResponse
-	71,  // 134: peloton.api.v1.HostService.CompleteMaintenance:output_type -> peloton.api.v1.CompleteMaintenanceResponse
-	76,  // 135: peloton.api.v1.UpdateService.CreateUpdate:output_type -> peloton.api.v1.CreateUpdateResponse
-	78,  // 136: peloton.api.v1.UpdateService.GetUpdate:output_type -> peloton.api.v1.GetUpdateResponse
-	80,  // 137: peloton.api.v1.UpdateService.ListUpdates:output_type -> peloton.api.v1.ListUpdatesResponse
-	82,  // 138: peloton.api.v1.UpdateService.PauseUpdate:output_type -> peloton.api.v1.PauseUpdateResponse
-	84,  // 139: peloton.api.v1.UpdateService.ResumeUpdate:output_type -> peloton.api.v1.ResumeUpdateResponse
-	86,  // 140: peloton.api.v1.UpdateService.AbortUpdate:output_type -> peloton.api.v1.AbortUpdateResponse
-	88,  // 141: peloton.api.v1.UpdateService.RollbackUpdate:output_type -> peloton.api.v1.RollbackUpdateResponse
-	114, // [114:142] is the sub-list for method output_type
-	86,  // [86:114] is the sub-list for method input_type
-	86,  // [86:86] is the sub-list for extension type_name
-	86,  // [86:86] is the sub-list for extension extendee
-	0,   // [0:86] is the sub-list for field type_name
+	95,  // 76: peloton.api.v1.Update.restarts:type_name -> peloton.api.v1.Update.RestartsEntry
+	19,  // 77: peloton.api.v1.CreateUpdateRequest.spec:type_name -> peloton.api.v1.JobSpec
+	72,  // 78: peloton.api.v1.CreateUpdateRequest.update_spec:type_name -> peloton.api.v1.UpdateSpec
+	74,  // 79: peloton.api.v1.CreateUpdateResponse.update:type_name -> peloton.api.v1.Update
+	74,  // 80: peloton.api.v1.GetUpdateResponse.update:type_name -> peloton.api.v1.Update
+	74,  // 81: peloton.api.v1.ListUpdatesResponse.updates:type_name -> peloton.api.v1.Update
+	74,  // 82: peloton.api.v1.PauseUpdateResponse.update:type_name -> peloton.api.v1.Update
+	74,  // 83: peloton.api.v1.ResumeUpdateResponse.update:type_name -> peloton.api.v1.Update
+	74,  // 84: peloton.api.v1.AbortUpdateResponse.update:type_name -> peloton.api.v1.Update
+	74,  // 85: peloton.api.v1.RollbackUpdateResponse.update:type_name -> peloton.api.v1.Update
+	16,  // 86: peloton.api.v1.JobSpec.InstanceSpecsEntry.value:type_name -> peloton.api.v1.TaskSpec
+	25,  // 87: peloton.api.v1.JobService.CreateJob:input_type -> peloton.api.v1.CreateJobRequest
+	27,  // 88: peloton.api.v1.JobService.GetJob:input_type -> peloton.api.v1.GetJobRequest
+	29,  // 89: peloton.api.v1.JobService.ListJobs:input_type -> peloton.api.v1.ListJobsRequest
+	31,  // 90: peloton.api.v1.JobService.CancelJob:input_type -> peloton.api.v1.CancelJobRequest
+	33,  // 91: peloton.api.v1.JobService.DeleteJob:input_type -> peloton.api.v1.DeleteJobRequest
+	35,  // 92: peloton.api.v1.JobService.RestartJob:input_type -> peloton.api.v1.RestartJobRequest
+	37,  // 93: peloton.api.v1.JobService.ScaleJob:input_type -> peloton.api.v1.ScaleJobRequest
+	39,  // 94: peloton.api.v1.JobService.ListJobVersions:input_type -> peloton.api.v1.ListJobVersionsRequest
+	42,  // 95: peloton.api.v1.TaskService.ListTasks:input_type -> peloton.api.v1.ListTasksRequest
+	44,  // 96: peloton.api.v1.TaskService.GetTask:input_type -> peloton.api.v1.GetTaskRequest
+	46,  // 97: peloton.api.v1.TaskService.KillTask:input_type -> peloton.api.v1.KillTaskRequest
+	48,  // 98: peloton.api.v1.TaskService.GetTaskLogs:input_type -> peloton.api.v1.GetTaskLogsRequest
+	53,  // 99: peloton.api.v1.PoolService.CreatePool:input_type -> peloton.api.v1.CreatePoolRequest
+	55,  // 100: peloton.api.v1.PoolService.GetPool:input_type -> peloton.api.v1.GetPoolRequest
+	57,  // 101: peloton.api.v1.PoolService.UpdatePool:input_type -> peloton.api.v1.UpdatePoolRequest
+	59,  // 102: peloton.api.v1.PoolService.DeletePool:input_type -> peloton.api.v1.DeletePoolRequest
+	63,  // 103: peloton.api.v1.PoolService.ListPools:input_type -> peloton.api.v1.ListPoolsRequest
+	61,  // 104: peloton.api.v1.PoolService.MovePool:input_type -> peloton.api.v1.MovePoolRequest
+	66,  // 105: peloton.api.v1.HostService.ListHosts:input_type -> peloton.api.v1.ListHostsRequest
+	68,  // 106: peloton.api.v1.HostService.StartMaintenance:input_type -> peloton.api.v1.StartMaintenanceRequest
+	70,  // 107: peloton.api.v1.HostService.CompleteMaintenance:input_type -> peloton.api.v1.CompleteMaintenanceRequest
+	75,  // 108: peloton.api.v1.UpdateService.CreateUpdate:input_type -> peloton.api.v1.CreateUpdateRequest
+	77,  // 109: peloton.api.v1.UpdateService.GetUpdate:input_type -> peloton.api.v1.GetUpdateRequest
+	79,  // 110: peloton.api.v1.UpdateService.ListUpdates:input_type -> peloton.api.v1.ListUpdatesRequest
+	81,  // 111: peloton.api.v1.UpdateService.PauseUpdate:input_type -> peloton.api.v1.PauseUpdateRequest
+	83,  // 112: peloton.api.v1.UpdateService.ResumeUpdate:input_type -> peloton.api.v1.ResumeUpdateRequest
+	85,  // 113: peloton.api.v1.UpdateService.AbortUpdate:input_type -> peloton.api.v1.AbortUpdateRequest
+	87,  // 114: peloton.api.v1.UpdateService.RollbackUpdate:input_type -> peloton.api.v1.RollbackUpdateRequest
+	26,  // 115: peloton.api.v1.JobService.CreateJob:output_type -> peloton.api.v1.CreateJobResponse
+	28,  // 116: peloton.api.v1.JobService.GetJob:output_type -> peloton.api.v1.GetJobResponse
+	30,  // 117: peloton.api.v1.JobService.ListJobs:output_type -> peloton.api.v1.ListJobsResponse
+	32,  // 118: peloton.api.v1.JobService.CancelJob:output_type -> peloton.api.v1.CancelJobResponse
+	34,  // 119: peloton.api.v1.JobService.DeleteJob:output_type -> peloton.api.v1.DeleteJobResponse
+	36,  // 120: peloton.api.v1.JobService.RestartJob:output_type -> peloton.api.v1.RestartJobResponse
+	38,  // 121: peloton.api.v1.JobService.ScaleJob:output_type -> peloton.api.v1.ScaleJobResponse
+	41,  // 122: peloton.api.v1.JobService.ListJobVersions:output_type -> peloton.api.v1.ListJobVersionsResponse
+	43,  // 123: peloton.api.v1.TaskService.ListTasks:output_type -> peloton.api.v1.ListTasksResponse
+	45,  // 124: peloton.api.v1.TaskService.GetTask:output_type -> peloton.api.v1.GetTaskResponse
+	47,  // 125: peloton.api.v1.TaskService.KillTask:output_type -> peloton.api.v1.KillTaskResponse
+	49,  // 126: peloton.api.v1.TaskService.GetTaskLogs:output_type -> peloton.api.v1.LogChunk
+	54,  // 127: peloton.api.v1.PoolService.CreatePool:output_type -> peloton.api.v1.CreatePoolResponse
+	56,  // 128: peloton.api.v1.PoolService.GetPool:output_type -> peloton.api.v1.GetPoolResponse
+	58,  // 129: peloton.api.v1.PoolService.UpdatePool:output_type -> peloton.api.v1.UpdatePoolResponse
+	60,  // 130: peloton.api.v1.PoolService.DeletePool:output_type -> peloton.api.v1.DeletePoolResponse
+	64,  // 131: peloton.api.v1.PoolService.ListPools:output_type -> peloton.api.v1.ListPoolsResponse
+	62,  // 132: peloton.api.v1.PoolService.MovePool:output_type -> peloton.api.v1.MovePoolResponse
+	67,  // 133: peloton.api.v1.HostService.ListHosts:output_type -> peloton.api.v1.ListHostsResponse
+	69,  // 134: peloton.api.v1.HostService.StartMaintenance:output_type -> peloton.api.v1.StartMaintenanceResponse
+	71,  // 135: peloton.api.v1.HostService.CompleteMaintenance:output_type -> peloton.api.v1.CompleteMaintenanceResponse
+	76,  // 136: peloton.api.v1.UpdateService.CreateUpdate:output_type -> peloton.api.v1.CreateUpdateResponse
+	78,  // 137: peloton.api.v1.UpdateService.GetUpdate:output_type -> peloton.api.v1.GetUpdateResponse
+	80,  // 138: peloton.api.v1.UpdateService.ListUpdates:output_type -> peloton.api.v1.ListUpdatesResponse
+	82,  // 139: peloton.api.v1.UpdateService.PauseUpdate:output_type -> peloton.api.v1.PauseUpdateResponse
+	84,  // 140: peloton.api.v1.UpdateService.ResumeUpdate:output_type -> peloton.api.v1.ResumeUpdateResponse
+	86,  // 141: peloton.api.v1.UpdateService.AbortUpdate:output_type -> peloton.api.v1.AbortUpdateResponse
+	88,  // 142: peloton.api.v1.UpdateService.RollbackUpdate:output_type -> peloton.api.v1.RollbackUpdateResponse
+	115, // [115:143] is the sub-list for method output_type
+	87,  // [87:115] is the sub-list for method input_type
+	87,  // [87:87] is the sub-list for extension type_name
+	87,  // [87:87] is the sub-list for extension extendee
+	0,   // [0:87] is the sub-list for field type_name
 }
 
 func init() { file_peloton_api_v1_peloton_proto_init() }
@@ -6037,7 +6119,7 @@ func file_peloton_api_v1_peloton_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_peloton_api_v1_peloton_proto_rawDesc), len(file_peloton_api_v1_peloton_proto_rawDesc)),
 			NumEnums:      9,
-			NumMessages:   86,
+			NumMessages:   87,
 			NumExtensions: 0,
 			NumServices:   5,
 		},

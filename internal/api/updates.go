@@ -1,0 +1,88 @@
+package api
+
+import (
+	"context"
+
+	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+)
+
+// ScaleJob changes a job's instance count.
+func (s *Server) ScaleJob(ctx context.Context, req *pelotonv1.ScaleJobRequest) (*pelotonv1.ScaleJobResponse, error) {
+	v, err := s.jm.ScaleJob(ctx, req.GetJobId(), req.GetInstanceCount(), req.GetVersion())
+	if err != nil {
+		return nil, err
+	}
+	return &pelotonv1.ScaleJobResponse{SpecVersion: v}, nil
+}
+
+// ListJobVersions returns a job's spec history.
+func (s *Server) ListJobVersions(ctx context.Context, req *pelotonv1.ListJobVersionsRequest) (*pelotonv1.ListJobVersionsResponse, error) {
+	vs, err := s.jm.ListJobVersions(req.GetJobId())
+	if err != nil {
+		return nil, err
+	}
+	return &pelotonv1.ListJobVersionsResponse{Versions: vs}, nil
+}
+
+// CreateUpdate starts a rolling update.
+func (s *Server) CreateUpdate(ctx context.Context, req *pelotonv1.CreateUpdateRequest) (*pelotonv1.CreateUpdateResponse, error) {
+	u, err := s.jm.CreateUpdate(ctx, req.GetJobId(), req.GetSpec(), req.GetUpdateSpec(), req.GetJobVersion())
+	if err != nil {
+		return nil, err
+	}
+	return &pelotonv1.CreateUpdateResponse{Update: u}, nil
+}
+
+// GetUpdate returns one update.
+func (s *Server) GetUpdate(ctx context.Context, req *pelotonv1.GetUpdateRequest) (*pelotonv1.GetUpdateResponse, error) {
+	u, err := s.jm.GetUpdate(req.GetUpdateId())
+	if err != nil {
+		return nil, err
+	}
+	return &pelotonv1.GetUpdateResponse{Update: u}, nil
+}
+
+// ListUpdates returns updates, newest first.
+func (s *Server) ListUpdates(ctx context.Context, req *pelotonv1.ListUpdatesRequest) (*pelotonv1.ListUpdatesResponse, error) {
+	us, err := s.jm.ListUpdates(req.GetJobId())
+	if err != nil {
+		return nil, err
+	}
+	return &pelotonv1.ListUpdatesResponse{Updates: us}, nil
+}
+
+// PauseUpdate pauses an update.
+func (s *Server) PauseUpdate(ctx context.Context, req *pelotonv1.PauseUpdateRequest) (*pelotonv1.PauseUpdateResponse, error) {
+	u, err := s.jm.PauseUpdate(ctx, req.GetUpdateId())
+	if err != nil {
+		return nil, err
+	}
+	return &pelotonv1.PauseUpdateResponse{Update: u}, nil
+}
+
+// ResumeUpdate resumes a paused update.
+func (s *Server) ResumeUpdate(ctx context.Context, req *pelotonv1.ResumeUpdateRequest) (*pelotonv1.ResumeUpdateResponse, error) {
+	u, err := s.jm.ResumeUpdate(ctx, req.GetUpdateId())
+	if err != nil {
+		return nil, err
+	}
+	return &pelotonv1.ResumeUpdateResponse{Update: u}, nil
+}
+
+// AbortUpdate stops an update for good.
+func (s *Server) AbortUpdate(ctx context.Context, req *pelotonv1.AbortUpdateRequest) (*pelotonv1.AbortUpdateResponse, error) {
+	u, err := s.jm.AbortUpdate(ctx, req.GetUpdateId())
+	if err != nil {
+		return nil, err
+	}
+	return &pelotonv1.AbortUpdateResponse{Update: u}, nil
+}
+
+// RollbackUpdate rolls an update back.
+func (s *Server) RollbackUpdate(ctx context.Context, req *pelotonv1.RollbackUpdateRequest) (*pelotonv1.RollbackUpdateResponse, error) {
+	u, err := s.jm.RollbackUpdate(ctx, req.GetUpdateId())
+	if err != nil {
+		return nil, err
+	}
+	return &pelotonv1.RollbackUpdateResponse{Update: u}, nil
+}

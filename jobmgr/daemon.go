@@ -1,0 +1,180 @@
+package jobmgr
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/peloton-sched/peloton/placement"
+	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+	"github.com/peloton-sched/peloton/resmgr"
+)
+
+// DAEMON jobs run one instance on every host that matches the job's
+// placement (partition and constraints), in any state: a host in
+// maintenance keeps its daemon's slot, and the instance runs again when the
+// host is back in service. Each instance is bound to its host (BoundHost).
+// A host that leaves, or stops matching, has its instance stopped; the
+// instance's slot is then free (stopped, bound to nothing) and the next new
+// host takes it, so instance IDs stay dense. Trailing free slots are
+// removed.
+
+// freeSlot reports whether a DAEMON instance serves no host.
+func freeSlot(rt *pelotonv1.TaskStatus) bool {
+	return rt.BoundHost == "" && isTerminal(rt.State) && rt.GoalState == stKilled
+}
+
+// daemonHosts is the sorted names of the hosts j's placement matches.
+func (m *Manager) daemonHosts(j *job) []string {
+	p := j.spec().GetDefaultSpec().GetPlacement()
+	var out []string
+	for _, h := range m.hm.ListHosts() {
+		if placement.Matches(p, h.Partition, h.Labels) {
+			out = append(out, h.Name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// daemonSlots is the instance count a DAEMON job needs now: one per
+// matching host, plus the slots still held by instances being stopped.
+func (m *Manager) daemonSlots(j *job) uint32 {
+	hosts := m.daemonHosts(j)
+	want := map[string]bool{}
+	for _, h := range hosts {
+		want[h] = true
+	}
+	busy := uint32(0) // one past the highest slot in use
+	served, free := 0, 0
+	for inst, t := range j.tasks() {
+		if t == nil {
+			busy = uint32(inst) + 1
+			continue
+		}
+		t.mu.Lock()
+		bound, isFree := t.rt.BoundHost, freeSlot(t.rt)
+		t.mu.Unlock()
+		if isFree {
+			free++
+			continue
+		}
+		if bound != "" && want[bound] {
+			served++
+		}
+		busy = uint32(inst) + 1 // serving, being stopped, or not bound yet
+	}
+	missing := len(hosts) - served
+	switch {
+	case missing > free:
+		return j.instanceCount() + uint32(missing-free)
+	case missing > 0:
+		return j.instanceCount() // free slots take the new hosts
+	default:
+		return busy
+	}
+}
+
+// reconcileDaemon binds every matching host without an instance to a free
+// slot and stops instances whose host left or no longer matches. It runs
+// in the job's evaluation, after reconcileCount sized the slots.
+func (m *Manager) reconcileDaemon(ctx context.Context, j *job) error {
+	if j.typ != pelotonv1.JobType_DAEMON || j.goalKilled.Load() {
+		return nil
+	}
+	hosts := m.daemonHosts(j)
+	want := map[string]bool{}
+	for _, h := range hosts {
+		want[h] = true
+	}
+	served := map[string]bool{}
+	var free []uint32
+	var stop []uint32
+	for inst, t := range j.tasks() {
+		if t == nil {
+			continue
+		}
+		t.mu.Lock()
+		rt := t.rt
+		switch {
+		case freeSlot(rt):
+			free = append(free, uint32(inst))
+		case rt.BoundHost == "" && rt.State == stInitialized:
+			free = append(free, uint32(inst)) // a new slot
+		case rt.BoundHost != "" && want[rt.BoundHost] && !served[rt.BoundHost]:
+			served[rt.BoundHost] = true
+		default:
+			stop = append(stop, uint32(inst))
+		}
+		t.mu.Unlock()
+	}
+	for _, inst := range stop {
+		if err := m.releaseSlot(ctx, j, inst); err != nil {
+			return err
+		}
+	}
+	for _, h := range hosts {
+		if served[h] || len(free) == 0 {
+			continue
+		}
+		inst := free[0]
+		free = free[1:]
+		err := m.updateTaskVolatile(j, inst, func(rt *pelotonv1.TaskStatus) error {
+			rt.BoundHost, rt.GoalState = h, stRunning
+			if isTerminal(rt.State) {
+				newRun(rt, rt.RunId+1, fmt.Sprintf("serving host %s", h))
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		served[h] = true
+	}
+	// New slots left over (hosts went away meanwhile) become free slots.
+	for _, inst := range free {
+		if err := m.releaseSlot(ctx, j, inst); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// releaseSlot stops a DAEMON instance that serves no matching host; once
+// stopped, its slot is free.
+func (m *Manager) releaseSlot(ctx context.Context, j *job, inst uint32) error {
+	var kill string
+	var grace time.Duration
+	err := m.updateTask(ctx, j, inst, func(rt *pelotonv1.TaskStatus) error {
+		if freeSlot(rt) {
+			return errSkip
+		}
+		rt.GoalState = stKilled
+		switch {
+		case isTerminal(rt.State):
+			rt.BoundHost = ""
+		case isActive(rt.State):
+			if rt.State == stKilling {
+				return errSkip
+			}
+			rt.State, rt.Reason, rt.Message = stKilling, "host-removed", fmt.Sprintf("host %s left the job's hosts", rt.BoundHost)
+			kill, grace = resmgr.RunTaskID(j.id, inst, rt.RunId), graceOf(j.version(rt.SpecVersion), inst)
+		default:
+			m.rm.Release(j.id, inst)
+			rt.State, rt.Reason, rt.BoundHost = stKilled, "host-removed", ""
+		}
+		return nil
+	})
+	if errors.Is(err, errSkip) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if kill != "" {
+		m.killRun(ctx, j, inst, kill, grace)
+	}
+	return nil
+}

@@ -1,0 +1,156 @@
+package jobmgr
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/peloton-sched/peloton/internal/apierr"
+	"github.com/peloton-sched/peloton/internal/store"
+	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+	"google.golang.org/protobuf/proto"
+)
+
+// Instance counts. A job's instance count is its spec's (a DAEMON job's
+// follows its hosts, daemon.go). Changing it stores a new spec version;
+// the job's evaluation then grows the task slice (new instances start on
+// the current spec) or stops the instances beyond the count, highest first,
+// and removes them once stopped.
+
+// ScaleJob changes a job's instance count.
+func (m *Manager) ScaleJob(ctx context.Context, jobID string, count uint32, version uint64) (uint64, error) {
+	j, err := m.getJob(jobID)
+	if err != nil {
+		return 0, err
+	}
+	if j.typ == pelotonv1.JobType_DAEMON {
+		return 0, apierr.FailedPrecondition("job %s is a DAEMON job; its instance count follows the hosts that match it", jobID)
+	}
+	if count == 0 {
+		return 0, apierr.Invalid("instanceCount", "must be > 0 (cancel the job to stop every instance)")
+	}
+	if count > MaxInstances {
+		return 0, apierr.Invalid("instanceCount", "at most %d, got %d", MaxInstances, count)
+	}
+	cur := j.current()
+	if gang := cur.spec.GetSla().GetMinimumRunningInstances(); count < gang {
+		return 0, apierr.Invalid("instanceCount", "at least the job's gang of %d (sla.minimumRunningInstances), got %d", gang, count)
+	}
+	j.mu.Lock()
+	state, curVer := j.rt.State, j.rt.SpecVersion
+	j.mu.Unlock()
+	if isJobTerminal(state) || j.goalKilled.Load() {
+		return 0, apierr.FailedPrecondition("job %s is %s; only a job that has not finished can be scaled", jobID, state)
+	}
+	if state == pelotonv1.JobState_JOB_INITIALIZED {
+		return 0, apierr.FailedPrecondition("job %s is still creating its tasks; retry in a moment", jobID)
+	}
+	if version != 0 && version != curVer {
+		return 0, apierr.Aborted("job %s is at spec version %d, not %d; get it again and retry", jobID, curVer, version)
+	}
+	if a := m.activeUpdate(jobID); a != nil {
+		return 0, apierr.FailedPrecondition("job %s has update %s in progress; scale it in the update's spec, or wait", jobID, a.snapshot().Id)
+	}
+	if count == cur.spec.InstanceCount {
+		return curVer, nil
+	}
+	spec := proto.Clone(cur.spec).(*pelotonv1.JobSpec)
+	spec.InstanceCount = count
+	for inst := range spec.InstanceSpecs {
+		if inst >= count {
+			delete(spec.InstanceSpecs, inst) // overrides of removed instances go with them
+		}
+	}
+	jv, err := newJobVersion(j.latestVersion()+1, spec, m.now(), fmt.Sprintf("scaled from %d to %d instances", cur.spec.InstanceCount, count))
+	if err != nil {
+		return 0, err
+	}
+	if err := m.storeNewVersion(ctx, j, jv, nil); err != nil {
+		return 0, err
+	}
+	m.log.Info("job scaled", "job", jobID, "from", cur.spec.InstanceCount, "to", count, "version", jv.version)
+	return jv.version, nil
+}
+
+// ListJobVersions returns a job's spec history, oldest first.
+func (m *Manager) ListJobVersions(jobID string) ([]*pelotonv1.JobVersion, error) {
+	j, err := m.getJob(jobID)
+	if err != nil {
+		return nil, err
+	}
+	return j.history(), nil
+}
+
+// wantInstances is how many instances j should have now.
+func (m *Manager) wantInstances(j *job) uint32 {
+	if j.typ == pelotonv1.JobType_DAEMON {
+		return m.daemonSlots(j)
+	}
+	return j.current().spec.InstanceCount
+}
+
+// reconcileCount grows or shrinks j's instances towards its count. It runs
+// in the job's evaluation only, which is never concurrent with itself, so
+// it alone replaces the task slice after creation.
+func (m *Manager) reconcileCount(ctx context.Context, j *job) error {
+	want := m.wantInstances(j)
+	have := j.instanceCount()
+	if want > have {
+		cur := j.tasks()
+		next := make([]*task, want)
+		copy(next, cur)
+		j.taskSlice.Store(&next)
+		m.fillTasks(j)
+		m.registerSLA(j)
+		return nil
+	}
+	if want == have {
+		return nil
+	}
+	// Stop the instances beyond the count.
+	var extra []uint32
+	for inst := want; inst < have; inst++ {
+		if t := j.task(inst); t != nil {
+			t.mu.Lock()
+			done := isTerminal(t.rt.State) || (t.rt.State == stKilling && t.rt.GoalState == stKilled)
+			t.mu.Unlock()
+			if done {
+				continue
+			}
+		}
+		extra = append(extra, inst)
+	}
+	if err := parallel(extra, func(inst uint32) error { return m.killInstance(ctx, j, inst, "scaled-down") }); err != nil {
+		return err
+	}
+	// Remove the stopped ones from the top down; one still running keeps
+	// those below it (instance IDs stay dense).
+	n := have
+	for n > want {
+		t := j.task(n - 1)
+		if t != nil {
+			t.mu.Lock()
+			st, rev := t.rt.State, t.rev
+			t.mu.Unlock()
+			if !isTerminal(st) {
+				break
+			}
+			if rev != 0 {
+				if _, err := m.batcher.Write(ctx, store.Delete(taskKey(j.id, n-1), rev)); err != nil && !errors.Is(err, store.ErrConflict) {
+					return fmt.Errorf("remove instance %d of job %s: %w", n-1, j.id, err)
+				}
+			}
+			j.counts[st].Add(-1)
+			m.rm.Release(j.id, n-1)
+		}
+		n--
+	}
+	if n < have {
+		next := make([]*task, n)
+		copy(next, j.tasks())
+		j.taskSlice.Store(&next)
+		m.registerSLA(j)
+		m.log.Info("instances removed", "job", j.id, "from", have, "to", n)
+	}
+	return nil
+}

@@ -1,0 +1,766 @@
+package jobmgr
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/peloton-sched/peloton/internal/apierr"
+	"github.com/peloton-sched/peloton/internal/metrics"
+	"github.com/peloton-sched/peloton/internal/sla"
+	"github.com/peloton-sched/peloton/internal/store"
+	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+	"github.com/peloton-sched/peloton/resmgr"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// Rolling updates. An update record (updates/<id>) names the job, the spec
+// version it rolls out, the instances it replaces and its state; the
+// instances' own records say which version each runs. The driver below runs
+// inside the job's evaluation: it snapshots the update's instances, asks the
+// pure planner (update_plan.go) what to do, asks the SLA evaluator for each
+// instance the plan starts, and restarts the granted ones onto the target.
+// Everything it needs after a crash is in etcd (the update record and the
+// task records), so a restarted process continues where the last one
+// stopped.
+
+func updateKey(id string) string { return "updates/" + id }
+
+// update is one update in memory.
+type update struct {
+	mu  sync.Mutex
+	u   *pelotonv1.Update
+	rev int64
+	// baseline is each started instance's failure count when the update
+	// started it (memory only: after a restart it starts again from the
+	// count then, which at worst grants an instance its retries again).
+	baseline map[uint32]uint32
+	done     map[uint32]bool
+	// prefetched is the first instance not yet prefetched for.
+	prefetched int
+}
+
+func (u *update) snapshot() *pelotonv1.Update {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return proto.Clone(u.u).(*pelotonv1.Update)
+}
+
+// target is the version the update rolls out now: the new spec, or the
+// copy of the old one while rolling back.
+func (u *update) target() uint64 {
+	if u.u.RollbackVersion != 0 {
+		return u.u.RollbackVersion
+	}
+	return u.u.ToVersion
+}
+
+// activeUpdate returns the update that owns job j's instances, if any.
+func (m *Manager) activeUpdate(jobID string) *update {
+	return m.activeUpdateExcept(jobID, nil)
+}
+
+// activeUpdateExcept is activeUpdate ignoring skip, whose lock the caller
+// may hold.
+func (m *Manager) activeUpdateExcept(jobID string, skip *update) *update {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	for _, u := range m.updates {
+		if u == skip {
+			continue
+		}
+		u.mu.Lock()
+		mine := u.u.JobId == jobID && updateActive(u.u.Status.State)
+		u.mu.Unlock()
+		if mine {
+			return u
+		}
+	}
+	return nil
+}
+
+func (m *Manager) getUpdate(id string) (*update, error) {
+	if id == "" {
+		return nil, apierr.Invalid("updateId", "required")
+	}
+	m.mu.RLock()
+	u := m.updates[id]
+	m.mu.RUnlock()
+	if u == nil {
+		return nil, apierr.NotFound("update %s does not exist", id)
+	}
+	return u, nil
+}
+
+func (m *Manager) recoverUpdates(ctx context.Context) error {
+	kvs, err := m.store.List(ctx, "updates/")
+	if err != nil {
+		return fmt.Errorf("jobmgr: load updates: %w", err)
+	}
+	for _, kv := range kvs {
+		u := &pelotonv1.Update{}
+		if err := proto.Unmarshal(kv.Value, u); err != nil {
+			return fmt.Errorf("jobmgr: decode %s: %w", kv.Key, err)
+		}
+		if m.jobs[u.JobId] == nil {
+			// Its job was deleted; the record is swept with it, or here.
+			if _, err := m.store.Txn(ctx, store.Delete(kv.Key, kv.Revision)); err != nil {
+				m.log.Warn("sweep update of a deleted job", "update", u.Id, "err", err)
+			}
+			continue
+		}
+		m.updates[u.Id] = &update{u: u, rev: kv.Revision, baseline: map[uint32]uint32{}, done: map[uint32]bool{}}
+	}
+	return nil
+}
+
+// validateUpdateSpec checks an UpdateSpec.
+func validateUpdateSpec(s *pelotonv1.UpdateSpec, instances uint32) error {
+	if s == nil {
+		return nil
+	}
+	if s.BatchSize > instances && instances > 0 {
+		return apierr.Invalid("updateSpec.batchSize", "at most the job's %d instances, got %d", instances, s.BatchSize)
+	}
+	if s.MinReadySeconds > 3600 {
+		return apierr.Invalid("updateSpec.minReadySeconds", "at most 3600, got %d", s.MinReadySeconds)
+	}
+	return nil
+}
+
+// CreateUpdate starts rolling spec out to a long-running job.
+func (m *Manager) CreateUpdate(ctx context.Context, jobID string, spec *pelotonv1.JobSpec, us *pelotonv1.UpdateSpec, jobVersion uint64) (*pelotonv1.Update, error) {
+	j, err := m.getJob(jobID)
+	if err != nil {
+		return nil, err
+	}
+	if !isLongRunning(j.typ) {
+		return nil, apierr.FailedPrecondition("job %s is %s; updates roll out SERVICE, STATEFUL and DAEMON jobs (scale a batch job with `job scale`)", jobID, j.typ)
+	}
+	if spec == nil {
+		return nil, apierr.Invalid("spec", "required: the new job spec")
+	}
+	spec = proto.Clone(spec).(*pelotonv1.JobSpec)
+	if spec.Pool != "" {
+		p, err := m.rm.CheckLeafPool(spec.Pool, "spec.pool")
+		if err != nil {
+			return nil, err
+		}
+		spec.Pool = p
+	}
+	cur := j.current()
+	switch {
+	case spec.Name != cur.spec.Name:
+		return nil, apierr.Invalid("spec.name", "cannot change in an update (%q -> %q)", cur.spec.Name, spec.Name)
+	case spec.Type != cur.spec.Type:
+		return nil, apierr.Invalid("spec.type", "cannot change in an update (%s -> %s)", cur.spec.Type, spec.Type)
+	case spec.Pool != cur.spec.Pool:
+		return nil, apierr.Invalid("spec.pool", "cannot change in an update (%s -> %s)", cur.spec.Pool, spec.Pool)
+	}
+	if err := validateJobSpec(spec, m.hm.LargestHost()); err != nil {
+		return nil, err
+	}
+	if err := validateUpdateSpec(us, max(spec.InstanceCount, j.instanceCount())); err != nil {
+		return nil, err
+	}
+	if us == nil {
+		us = &pelotonv1.UpdateSpec{}
+	}
+	j.mu.Lock()
+	state, curVer := j.rt.State, j.rt.SpecVersion
+	j.mu.Unlock()
+	if isJobTerminal(state) || j.goalKilled.Load() {
+		return nil, apierr.FailedPrecondition("job %s is %s; restart it before updating it", jobID, state)
+	}
+	if state == pelotonv1.JobState_JOB_INITIALIZED {
+		return nil, apierr.FailedPrecondition("job %s is still creating its tasks; retry in a moment", jobID)
+	}
+	if jobVersion != 0 && jobVersion != curVer {
+		return nil, apierr.Aborted("job %s is at spec version %d, not %d; get it again and retry", jobID, curVer, jobVersion)
+	}
+	if a := m.activeUpdate(jobID); a != nil {
+		return nil, apierr.FailedPrecondition("job %s has update %s in progress; abort it or wait for it to finish", jobID, a.snapshot().Id)
+	}
+	id := newJobID()
+	v := j.latestVersion() + 1
+	jv, err := newJobVersion(v, spec, m.now(), "update "+id)
+	if err != nil {
+		return nil, err
+	}
+	// The scope: instances that exist before and after whose task changes.
+	n := min(j.instanceCount(), spec.InstanceCount)
+	if j.typ == pelotonv1.JobType_DAEMON {
+		n = j.instanceCount()
+	}
+	var scope []uint32
+	for inst := uint32(0); inst < n; inst++ {
+		if !sameTask(j.runVersion(inst), jv, inst) {
+			scope = append(scope, inst)
+		}
+	}
+	u := m.newUpdateRecord(id, jobID, us, curVer, v, scope, "update")
+	if err := m.storeNewVersion(ctx, j, jv, u); err != nil {
+		return nil, err
+	}
+	m.log.Info("update created", "update", id, "job", jobID, "from", curVer, "to", v, "instances", len(scope))
+	m.queue.Add(jobID)
+	return proto.Clone(u.u).(*pelotonv1.Update), nil
+}
+
+func (m *Manager) newUpdateRecord(id, jobID string, us *pelotonv1.UpdateSpec, from, to uint64, scope []uint32, cause string) *update {
+	now := timestamppb.New(m.now())
+	st := &pelotonv1.UpdateStatus{State: upForward, InstancesTotal: uint32(len(scope)), CreateTime: now, UpdateTime: now}
+	if us.GetStartPaused() {
+		st.State, st.PausedFrom, st.Message = upPaused, upForward, "created paused; resume it to start"
+	}
+	return &update{u: &pelotonv1.Update{Id: id, JobId: jobID, Spec: us, FromVersion: from, ToVersion: to, Status: st, Instances: scope, Cause: cause},
+		baseline: map[uint32]uint32{}, done: map[uint32]bool{}}
+}
+
+// storeNewVersion makes jv the job's version in force, in one transaction
+// with the job's runtime and, if u is set, the new update record. It then
+// applies the version's instance count.
+func (m *Manager) storeNewVersion(ctx context.Context, j *job, jv *jobVersion, u *update) error {
+	enc, err := encodeVersion(jv.record())
+	if err != nil {
+		return fmt.Errorf("encode spec: %w", err)
+	}
+	ops := []store.Op{store.Put(jobSpecKey(j.id, jv.version), enc, store.MustNotExist)}
+	if u != nil {
+		b, _ := proto.Marshal(u.u)
+		ops = append(ops, store.Put(updateKey(u.u.Id), b, store.MustNotExist))
+	}
+	j.mu.Lock()
+	rt := proto.Clone(j.rt).(*pelotonv1.JobStatus)
+	rt.SpecVersion = jv.version
+	rtb, _ := proto.Marshal(rt)
+	ops = append(ops, store.Put(jobRuntimeKey(j.id), rtb, j.rev))
+	rev, err := m.store.Txn(ctx, ops...)
+	if err != nil {
+		j.mu.Unlock()
+		if errors.Is(err, store.ErrConflict) {
+			return apierr.Aborted("job %s changed concurrently; retry", j.id)
+		}
+		return apierr.Unavailable("store spec version: %v", err)
+	}
+	metrics.StoreWrites.WithLabelValues("job").Add(float64(len(ops)))
+	j.rt, j.rev = rt, rev
+	j.mu.Unlock()
+	j.addVersion(jv, true)
+	if u != nil {
+		u.rev = rev
+		m.mu.Lock()
+		m.updates[u.u.Id] = u
+		m.mu.Unlock()
+	}
+	// evaluateJob grows or shrinks the job to the new instance count.
+	m.queue.Add(j.id)
+	return nil
+}
+
+// saveUpdate stores u's record after fn changed a copy of it; the state
+// change must be in the table. Caller must hold u.mu.
+func (m *Manager) saveUpdateLocked(ctx context.Context, u *update, fn func(x *pelotonv1.Update) error) error {
+	x := proto.Clone(u.u).(*pelotonv1.Update)
+	if err := fn(x); err != nil {
+		return err
+	}
+	if proto.Equal(x, u.u) {
+		return nil
+	}
+	if err := checkUpdateTransition(u.u.Status.State, x.Status.State); err != nil {
+		return apierr.FailedPrecondition("update %s: %v", u.u.Id, err)
+	}
+	x.Status.UpdateTime = timestamppb.New(m.now())
+	b, _ := proto.Marshal(x)
+	rev, err := m.store.Txn(ctx, store.Put(updateKey(x.Id), b, u.rev))
+	if err != nil {
+		return apierr.Unavailable("store update %s: %v", x.Id, err)
+	}
+	metrics.StoreWrites.WithLabelValues("update").Inc()
+	if x.Status.State != u.u.Status.State {
+		m.log.Info("update state", "update", x.Id, "job", x.JobId, "from", u.u.Status.State, "to", x.Status.State, "message", x.Status.Message)
+	}
+	u.u, u.rev = x, rev
+	return nil
+}
+
+// GetUpdate returns one update.
+func (m *Manager) GetUpdate(id string) (*pelotonv1.Update, error) {
+	u, err := m.getUpdate(id)
+	if err != nil {
+		return nil, err
+	}
+	return u.snapshot(), nil
+}
+
+// ListUpdates returns the updates of one job (or of every job), newest first.
+func (m *Manager) ListUpdates(jobID string) ([]*pelotonv1.Update, error) {
+	if jobID != "" {
+		if _, err := m.getJob(jobID); err != nil {
+			return nil, err
+		}
+	}
+	m.mu.RLock()
+	var out []*pelotonv1.Update
+	for _, u := range m.updates {
+		s := u.snapshot()
+		if jobID == "" || s.JobId == jobID {
+			out = append(out, s)
+		}
+	}
+	m.mu.RUnlock()
+	sort.Slice(out, func(a, b int) bool {
+		ta, tb := out[a].Status.CreateTime.AsTime(), out[b].Status.CreateTime.AsTime()
+		if !ta.Equal(tb) {
+			return ta.After(tb)
+		}
+		return out[a].Id < out[b].Id
+	})
+	return out, nil
+}
+
+// PauseUpdate stops an update from starting more instances; those already
+// being replaced finish.
+func (m *Manager) PauseUpdate(ctx context.Context, id string) (*pelotonv1.Update, error) {
+	return m.changeUpdate(ctx, id, func(x *pelotonv1.Update) error {
+		s := x.Status.State
+		if s == upPaused {
+			return nil
+		}
+		if s != upForward && s != upBack {
+			return apierr.FailedPrecondition("update %s is %s; only a rolling update can be paused", id, s)
+		}
+		x.Status.PausedFrom, x.Status.State, x.Status.Message = s, upPaused, "paused by user"
+		return nil
+	})
+}
+
+// ResumeUpdate continues a paused update.
+func (m *Manager) ResumeUpdate(ctx context.Context, id string) (*pelotonv1.Update, error) {
+	return m.changeUpdate(ctx, id, func(x *pelotonv1.Update) error {
+		if x.Status.State != upPaused {
+			return apierr.FailedPrecondition("update %s is %s, not paused", id, x.Status.State)
+		}
+		x.Status.State = x.Status.PausedFrom
+		if x.Status.State != upBack {
+			x.Status.State = upForward
+		}
+		x.Status.PausedFrom, x.Status.Message = 0, "resumed by user"
+		return nil
+	})
+}
+
+// AbortUpdate stops an update for good; every instance keeps the spec it
+// runs, and the job's spec in force stays the update's.
+func (m *Manager) AbortUpdate(ctx context.Context, id string) (*pelotonv1.Update, error) {
+	return m.changeUpdate(ctx, id, func(x *pelotonv1.Update) error {
+		if !updateActive(x.Status.State) {
+			return apierr.FailedPrecondition("update %s is %s; only an update in progress can be aborted", id, x.Status.State)
+		}
+		x.Status.State, x.Status.Message = upAborted, "aborted by user"
+		x.Status.CompletionTime = timestamppb.New(m.now())
+		x.Status.InstancesCurrent = nil
+		return nil
+	})
+}
+
+// RollbackUpdate returns every instance the update changed to the spec
+// before it. The job gets a new spec version, a copy of that spec.
+func (m *Manager) RollbackUpdate(ctx context.Context, id string) (*pelotonv1.Update, error) {
+	u, err := m.getUpdate(id)
+	if err != nil {
+		return nil, err
+	}
+	j, err := m.getJob(u.snapshot().JobId)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.startRollback(ctx, j, u, "rolled back by user"); err != nil {
+		return nil, err
+	}
+	m.queue.Add(j.id)
+	return u.snapshot(), nil
+}
+
+// startRollback turns u into a rollback: a new spec version copying the
+// update's from-version becomes the job's spec in force and the update's
+// target.
+func (m *Manager) startRollback(ctx context.Context, j *job, u *update, why string) error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	s := u.u.Status.State
+	if s == upBack || (s == upPaused && u.u.Status.PausedFrom == upBack) || s == upRolledBack {
+		return apierr.FailedPrecondition("update %s is already %s", u.u.Id, s)
+	}
+	if u.u.Cause == "restart" {
+		return apierr.FailedPrecondition("update %s is a restart; there is nothing to roll back", u.u.Id)
+	}
+	j.mu.Lock()
+	curVer := j.rt.SpecVersion
+	j.mu.Unlock()
+	if curVer != u.u.ToVersion {
+		return apierr.FailedPrecondition("job %s moved on to spec version %d since update %s; roll back the later change instead", j.id, curVer, u.u.Id)
+	}
+	if a := m.activeUpdateExcept(j.id, u); a != nil {
+		return apierr.FailedPrecondition("job %s has update %s in progress", j.id, a.snapshot().Id)
+	}
+	from := j.version(u.u.FromVersion)
+	spec := proto.Clone(from.spec).(*pelotonv1.JobSpec)
+	jv, err := newJobVersion(j.latestVersion()+1, spec, m.now(), "rollback of update "+u.u.Id)
+	if err != nil {
+		return err
+	}
+	if err := m.storeNewVersion(ctx, j, jv, nil); err != nil {
+		return err
+	}
+	err = m.saveUpdateLocked(ctx, u, func(x *pelotonv1.Update) error {
+		x.RollbackVersion = jv.version
+		x.Status.State, x.Status.PausedFrom, x.Status.Message = upBack, 0, why
+		x.Status.InstancesDone, x.Status.InstancesFailed, x.Status.FailedInstances = 0, 0, nil
+		x.Status.CompletionTime = nil
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	u.baseline, u.done, u.prefetched = map[uint32]uint32{}, map[uint32]bool{}, 0
+	m.log.Info("rolling back", "update", u.u.Id, "job", j.id, "to", jv.version, "why", why)
+	return nil
+}
+
+func (m *Manager) changeUpdate(ctx context.Context, id string, fn func(x *pelotonv1.Update) error) (*pelotonv1.Update, error) {
+	u, err := m.getUpdate(id)
+	if err != nil {
+		return nil, err
+	}
+	u.mu.Lock()
+	err = m.saveUpdateLocked(ctx, u, fn)
+	u.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	m.queue.Add(u.snapshot().JobId)
+	return u.snapshot(), nil
+}
+
+// driveUpdate runs one step of j's active update, if it has one. It
+// returns when the job should be evaluated again for it (0: no need).
+func (m *Manager) driveUpdate(ctx context.Context, j *job) (time.Duration, error) {
+	u := m.activeUpdate(j.id)
+	if u == nil {
+		return 0, nil
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	state := u.u.Status.State
+	if state == upPaused {
+		return 0, nil
+	}
+	target := j.version(u.target())
+	minReady := time.Duration(u.u.Spec.GetMinReadySeconds()) * time.Second
+	now := m.now()
+	in := planInput{spec: u.u.Spec, failed: map[uint32]bool{}, done: u.done}
+	for _, f := range u.u.Status.FailedInstances {
+		in.failed[f] = true
+	}
+	var wake time.Time
+	for _, inst := range u.u.Instances {
+		t := j.task(inst)
+		if t == nil {
+			continue // removed by a scale-down
+		}
+		pi := planInstance{inst: inst}
+		t.mu.Lock()
+		rt := t.rt
+		run := rt.RunId
+		if r, ok := u.u.Restarts[inst]; ok {
+			pi.atTarget = run > r
+			pi.starting = !pi.atTarget && rt.DesiredRunId > r
+		} else {
+			pi.atTarget = rt.SpecVersion == target.version || sameTask(j.version(rt.SpecVersion), target, inst)
+			pi.starting = rt.DesiredSpecVersion == target.version
+		}
+		pi.stopped = rt.GoalState == stKilled
+		fc := rt.FailureCount
+		since := t.availableSince
+		t.mu.Unlock()
+		if pi.atTarget || pi.starting {
+			b, ok := u.baseline[inst]
+			if !ok {
+				b = fc
+				u.baseline[inst] = b
+			}
+			if fc > b {
+				pi.failures = fc - b
+			}
+		}
+		if pi.atTarget && !since.IsZero() {
+			at := since.Add(minReady)
+			pi.ready = !now.Before(at)
+			if !pi.ready && (wake.IsZero() || at.Before(wake)) {
+				wake = at
+			}
+		}
+		in.instances = append(in.instances, pi)
+	}
+	if st, ok := m.sla.Status(j.id); ok {
+		in.unavailable = st.Unavailable
+	}
+	plan := planUpdate(in)
+	for _, inst := range plan.newlyDone {
+		u.done[inst] = true
+	}
+	holder := "update/" + u.u.Id
+	var started []uint32
+	var waiting string
+	for _, inst := range plan.start {
+		if err := m.disrupt(j, inst, holder, fmt.Sprintf("update %s to spec version %d", u.u.Id, target.version)); err != nil {
+			var r *sla.RefusedError
+			if errors.As(err, &r) {
+				waiting = "waiting for the SLA: " + r.Reason
+			} else {
+				waiting = "waiting for the SLA evaluator: " + err.Error()
+			}
+			break
+		}
+		if err := m.restartOnto(ctx, j, inst, target, u.u.Spec.GetInPlace(), u.u.Restarts); err != nil {
+			return time.Second, err
+		}
+		t := j.task(inst)
+		t.mu.Lock()
+		u.baseline[inst] = t.rt.FailureCount
+		t.mu.Unlock()
+		started = append(started, inst)
+	}
+	if len(started) > 0 {
+		m.prefetchNext(ctx, j, u, target)
+	}
+	if waiting == "" {
+		waiting = plan.waiting
+	}
+	err := m.saveUpdateLocked(ctx, u, func(x *pelotonv1.Update) error {
+		st := x.Status
+		for _, f := range plan.newlyFailed {
+			st.FailedInstances = append(st.FailedInstances, f)
+		}
+		sort.Slice(st.FailedInstances, func(a, b int) bool { return st.FailedInstances[a] < st.FailedInstances[b] })
+		st.InstancesFailed = uint32(len(st.FailedInstances))
+		st.InstancesDone = uint32(len(u.done))
+		st.InstancesCurrent = append(append([]uint32(nil), plan.current...), started...)
+		sort.Slice(st.InstancesCurrent, func(a, b int) bool { return st.InstancesCurrent[a] < st.InstancesCurrent[b] })
+		switch {
+		case plan.failedOver:
+			st.Message = fmt.Sprintf("%d instances failed (%s), more than maxTolerableFailures %d", st.InstancesFailed, listU32(st.FailedInstances, 5), x.Spec.GetMaxTolerableFailures())
+			if state == upBack {
+				st.State, st.Message = upFailed, "rollback failed: "+st.Message
+			} else if !x.Spec.GetRollbackOnFailure() {
+				st.State = upFailed
+			}
+			if st.State == upFailed {
+				st.CompletionTime = timestamppb.New(now)
+				st.InstancesCurrent = nil
+			}
+		case plan.finished:
+			st.State, st.Message = upSucceeded, ""
+			if state == upBack {
+				st.State = upRolledBack
+			}
+			st.CompletionTime = timestamppb.New(now)
+			st.InstancesCurrent = nil
+		default:
+			st.Message = waiting
+		}
+		return nil
+	})
+	if err != nil {
+		return time.Second, err
+	}
+	if plan.failedOver && state == upForward && u.u.Spec.GetRollbackOnFailure() {
+		u.mu.Unlock()
+		err := m.startRollback(ctx, j, u, u.snapshot().Status.Message+"; rolling back")
+		u.mu.Lock()
+		return 10 * time.Millisecond, err
+	}
+	if !updateActive(u.u.Status.State) {
+		return 0, nil
+	}
+	next := grantRenewEvery
+	if !wake.IsZero() {
+		next = min(next, wake.Sub(now)+10*time.Millisecond)
+	}
+	if waiting != "" {
+		next = min(next, time.Second)
+	}
+	return next, nil
+}
+
+func listU32(xs []uint32, limit int) string {
+	var b strings.Builder
+	for i, x := range xs {
+		if i == limit {
+			b.WriteString(", ...")
+			break
+		}
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%d", x)
+	}
+	return b.String()
+}
+
+// restartOnto starts a new run of instance inst on version target: at once
+// if it runs nothing, else by stopping the current run first (in place, on
+// the same host, when asked and the resources do not change). For a
+// rolling restart (restarts set) the version stays.
+func (m *Manager) restartOnto(ctx context.Context, j *job, inst uint32, target *jobVersion, inPlace bool, restarts map[uint32]uint32) error {
+	_, restart := restarts[inst]
+	var kill string
+	var grace time.Duration
+	var requeue bool
+	err := m.updateTask(ctx, j, inst, func(rt *pelotonv1.TaskStatus) error {
+		if rt.GoalState == stKilled {
+			return errSkip
+		}
+		cur := j.version(rt.SpecVersion)
+		switch {
+		case isActive(rt.State):
+			rt.DesiredRunId = max(rt.DesiredRunId, rt.RunId+1)
+			if !restart {
+				rt.DesiredSpecVersion = target.version
+			}
+			rt.RestartInPlace = inPlace && cur.resourcesOf(inst) == target.resourcesOf(inst)
+			if rt.State == stKilling || rt.State == stPreempting {
+				return nil // already stopping; the new run follows
+			}
+			rt.State, rt.Reason, rt.Message = stKilling, "updating", fmt.Sprintf("stopping to run spec version %d", target.version)
+			if restart {
+				rt.Reason, rt.Message = "restarting", "stopping for a rolling restart"
+			}
+			kill, grace = resmgr.RunTaskID(j.id, inst, rt.RunId), graceOf(cur, inst)
+		case rt.State == stPending:
+			// Queued with the old spec: take it back and queue it again.
+			requeue = true
+			if !restart {
+				rt.SpecVersion = target.version
+			}
+			newRun(rt, rt.RunId+1, fmt.Sprintf("queued again with spec version %d", target.version))
+		default:
+			if !restart {
+				rt.SpecVersion = target.version
+			}
+			if isTerminal(rt.State) {
+				newRun(rt, rt.RunId+1, fmt.Sprintf("started with spec version %d", target.version))
+			} else if restart {
+				return errSkip
+			}
+		}
+		return nil
+	})
+	if errors.Is(err, errSkip) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if requeue {
+		m.rm.Release(j.id, inst)
+	}
+	if kill != "" {
+		m.killRun(ctx, j, inst, kill, grace)
+	}
+	return nil
+}
+
+// prefetchNext asks the backend to fetch the target's image to the hosts of
+// the instances the update will start next, while the current ones run.
+func (m *Manager) prefetchNext(ctx context.Context, j *job, u *update, target *jobVersion) {
+	n := batchSize(u.u.Spec)
+	var hosts []string
+	var image string
+	seen := map[string]bool{}
+	i := u.prefetched
+	for ; i < len(u.u.Instances) && len(hosts) < n; i++ {
+		inst := u.u.Instances[i]
+		if u.done[inst] {
+			continue
+		}
+		prev, _ := j.hosts(inst)
+		img := target.taskSpec(inst).Image
+		if prev == "" || img == "" {
+			continue
+		}
+		image = img
+		if !seen[prev] {
+			seen[prev] = true
+			hosts = append(hosts, prev)
+		}
+	}
+	u.prefetched = i
+	if len(hosts) == 0 {
+		return
+	}
+	go func() {
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		if err := m.hm.Prefetch(pctx, hosts, image); err != nil {
+			m.log.Warn("image prefetch failed", "job", j.id, "image", image, "hosts", len(hosts), "err", err)
+		}
+	}()
+}
+
+// rollingRestart restarts instances of a long-running job (default: all)
+// through an update that replaces each with a new run of the same spec,
+// batch by batch within the job's SLA.
+func (m *Manager) rollingRestart(ctx context.Context, j *job, instances []uint32) error {
+	if a := m.activeUpdate(j.id); a != nil {
+		return apierr.FailedPrecondition("job %s has update %s in progress; abort it or wait for it to finish", j.id, a.snapshot().Id)
+	}
+	if len(instances) == 0 {
+		for i := uint32(0); i < j.instanceCount(); i++ {
+			instances = append(instances, i)
+		}
+	}
+	restarts := map[uint32]uint32{}
+	var scope []uint32
+	for _, inst := range instances {
+		t := j.task(inst)
+		if t == nil {
+			continue
+		}
+		t.mu.Lock()
+		run, stopped, free := t.rt.RunId, t.rt.GoalState == stKilled, freeSlot(t.rt)
+		t.mu.Unlock()
+		if stopped || free {
+			continue
+		}
+		if _, dup := restarts[inst]; !dup {
+			restarts[inst] = run
+			scope = append(scope, inst)
+		}
+	}
+	j.mu.Lock()
+	ver := j.rt.SpecVersion
+	j.mu.Unlock()
+	us := &pelotonv1.UpdateSpec{BatchSize: budgetOf(j.spec())}
+	u := m.newUpdateRecord(newJobID(), j.id, us, ver, ver, scope, "restart")
+	u.u.Restarts = restarts
+	b, _ := proto.Marshal(u.u)
+	rev, err := m.store.Txn(ctx, store.Put(updateKey(u.u.Id), b, store.MustNotExist))
+	if err != nil {
+		return apierr.Unavailable("store update: %v", err)
+	}
+	u.rev = rev
+	m.mu.Lock()
+	m.updates[u.u.Id] = u
+	m.mu.Unlock()
+	m.log.Info("rolling restart", "job", j.id, "update", u.u.Id, "instances", len(scope))
+	m.queue.Add(j.id)
+	return nil
+}

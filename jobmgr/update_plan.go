@@ -1,0 +1,167 @@
+package jobmgr
+
+import (
+	"fmt"
+
+	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+)
+
+// The update planner: a pure function from a snapshot of an update's
+// instances to what to do next. It has no clock, no lock and no I/O; the
+// driver (update.go) builds the snapshot, asks the SLA evaluator for each
+// instance the plan wants to start, and applies the rest.
+
+type us = pelotonv1.UpdateState
+
+const (
+	upForward    = pelotonv1.UpdateState_UPDATE_ROLLING_FORWARD
+	upPaused     = pelotonv1.UpdateState_UPDATE_PAUSED
+	upSucceeded  = pelotonv1.UpdateState_UPDATE_SUCCEEDED
+	upBack       = pelotonv1.UpdateState_UPDATE_ROLLING_BACK
+	upRolledBack = pelotonv1.UpdateState_UPDATE_ROLLED_BACK
+	upFailed     = pelotonv1.UpdateState_UPDATE_FAILED
+	upAborted    = pelotonv1.UpdateState_UPDATE_ABORTED
+)
+
+// planInstance is one instance in an update's scope, as the driver sees it.
+type planInstance struct {
+	inst uint32
+	// atTarget: the current run runs the target spec.
+	atTarget bool
+	// starting: a restart onto the target spec is under way (the old run is
+	// being stopped).
+	starting bool
+	// ready: atTarget, and available for minReadySeconds.
+	ready bool
+	// failures since the update started this instance.
+	failures uint32
+	// stopped: the user stopped the instance; the update leaves it alone.
+	stopped bool
+}
+
+// planInput is the snapshot the planner decides on.
+type planInput struct {
+	spec *pelotonv1.UpdateSpec
+	// instances is the update's scope, in update order.
+	instances []planInstance
+	// failed are the instances already counted as failed.
+	failed map[uint32]bool
+	// done are the instances already counted as done.
+	done map[uint32]bool
+	// unavailable is how many of the job's instances are unavailable now,
+	// for any reason, inside or outside the scope.
+	unavailable int
+}
+
+// updatePlan is the planner's decision.
+type updatePlan struct {
+	// start are the instances to restart onto the target now, in order; the
+	// driver stops at the first one the SLA evaluator refuses.
+	start []uint32
+	// newlyDone and newlyFailed are instances to add to the done and failed sets.
+	newlyDone, newlyFailed []uint32
+	// current are the instances being replaced (started, not done nor failed).
+	current []uint32
+	// finished: every instance is done, failed or stopped.
+	finished bool
+	// failedOver: more instances failed than the update tolerates.
+	failedOver bool
+	// waiting explains why nothing starts although instances remain.
+	waiting string
+}
+
+// batchSize and maxUnavailable apply the UpdateSpec defaults.
+func batchSize(s *pelotonv1.UpdateSpec) int {
+	if s.GetBatchSize() > 0 {
+		return int(s.GetBatchSize())
+	}
+	return 1
+}
+
+func maxUnavailable(s *pelotonv1.UpdateSpec) int {
+	if s.GetMaxUnavailable() > 0 {
+		return int(s.GetMaxUnavailable())
+	}
+	return batchSize(s)
+}
+
+// planUpdate decides one step of a rolling update (forward or back; the
+// snapshot's target is whichever spec is being rolled out).
+func planUpdate(in planInput) updatePlan {
+	var p updatePlan
+	failed := len(in.failed)
+	retries := in.spec.GetMaxInstanceRetries()
+	inflight := 0
+	remaining := 0
+	var candidates []uint32
+	for _, pi := range in.instances {
+		switch {
+		case in.done[pi.inst] || in.failed[pi.inst]:
+			continue
+		case pi.stopped:
+			continue
+		case (pi.atTarget || pi.starting) && pi.failures > retries:
+			p.newlyFailed = append(p.newlyFailed, pi.inst)
+			failed++
+		case pi.atTarget && pi.ready:
+			p.newlyDone = append(p.newlyDone, pi.inst)
+		case pi.atTarget || pi.starting:
+			inflight++
+			remaining++
+			p.current = append(p.current, pi.inst)
+		default:
+			remaining++
+			candidates = append(candidates, pi.inst)
+		}
+	}
+	if failed > int(in.spec.GetMaxTolerableFailures()) {
+		p.failedOver = true
+		return p
+	}
+	if remaining == 0 {
+		p.finished = true
+		return p
+	}
+	// Instances being replaced are unavailable already, so they count in
+	// both bounds.
+	room := min(batchSize(in.spec)-inflight, maxUnavailable(in.spec)-in.unavailable)
+	if room <= 0 {
+		if len(candidates) > 0 && inflight == 0 {
+			p.waiting = fmt.Sprintf("waiting: %d of the job's instances are unavailable, the update's maxUnavailable is %d", in.unavailable, maxUnavailable(in.spec))
+		}
+		return p
+	}
+	if room > len(candidates) {
+		room = len(candidates)
+	}
+	p.start = candidates[:room]
+	return p
+}
+
+// updateTransitions is the one table of legal update state changes.
+var updateTransitions = map[us][]us{
+	upForward:    {upPaused, upSucceeded, upBack, upFailed, upAborted},
+	upPaused:     {upForward, upBack, upAborted},
+	upBack:       {upPaused, upRolledBack, upFailed, upAborted},
+	upSucceeded:  {upBack},
+	upFailed:     {upBack},
+	upAborted:    {upBack},
+	upRolledBack: {},
+}
+
+func checkUpdateTransition(from, to us) error {
+	if from == to {
+		return nil
+	}
+	for _, x := range updateTransitions[from] {
+		if x == to {
+			return nil
+		}
+	}
+	return fmt.Errorf("update is %s; it cannot become %s", from, to)
+}
+
+// updateActive reports whether an update still owns its job's instances.
+func updateActive(s us) bool {
+	return s == upForward || s == upPaused || s == upBack
+}

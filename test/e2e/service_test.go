@@ -1,0 +1,290 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+)
+
+// service is a SERVICE job of n instances running command, allowed to have
+// budget instances down for voluntary disruptions.
+func service(name string, n, budget uint32, command ...string) *pelotonv1.JobSpec {
+	return &pelotonv1.JobSpec{Name: name, Type: pelotonv1.JobType_SERVICE, Pool: "/default", InstanceCount: n,
+		Sla: &pelotonv1.SlaSpec{MaximumUnavailableInstances: budget},
+		DefaultSpec: &pelotonv1.TaskSpec{Command: command, KillGracePeriodSeconds: 1,
+			Resources: &pelotonv1.Resources{Cpu: 0.1, MemoryMb: 16},
+			RestartPolicy: &pelotonv1.RestartPolicy{BackoffSeconds: 1, MaxBackoffSeconds: 2}}}
+}
+
+func allRunning(n int) func([]*pelotonv1.Task) bool {
+	return func(ts []*pelotonv1.Task) bool {
+		if len(ts) != n {
+			return false
+		}
+		for _, tk := range ts {
+			if tk.Status.State != pelotonv1.TaskState_RUNNING {
+				return false
+			}
+		}
+		return true
+	}
+}
+
+// waitUpdate polls an update until it reaches want, failing on another
+// terminal state or the deadline. While it waits, check (if set) sees every
+// poll of the job's tasks.
+func (s *stack) waitUpdate(id string, want pelotonv1.UpdateState, within time.Duration, check func([]*pelotonv1.Task)) *pelotonv1.Update {
+	s.t.Helper()
+	deadline := time.Now().Add(within)
+	var last *pelotonv1.Update
+	for time.Now().Before(deadline) {
+		resp, err := s.updates.GetUpdate(context.Background(), &pelotonv1.GetUpdateRequest{UpdateId: id})
+		if err != nil {
+			s.t.Fatalf("GetUpdate: %v", err)
+		}
+		last = resp.Update
+		if check != nil {
+			ts, err := s.tasks.ListTasks(context.Background(), &pelotonv1.ListTasksRequest{JobId: last.JobId})
+			if err != nil {
+				s.t.Fatal(err)
+			}
+			check(ts.Tasks)
+		}
+		st := last.Status.State
+		if st == want {
+			return last
+		}
+		switch st {
+		case pelotonv1.UpdateState_UPDATE_SUCCEEDED, pelotonv1.UpdateState_UPDATE_FAILED, pelotonv1.UpdateState_UPDATE_ROLLED_BACK, pelotonv1.UpdateState_UPDATE_ABORTED:
+			s.t.Fatalf("update %s is %s, want %s: %v", id, st, want, last.Status)
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	ts, _ := s.tasks.ListTasks(context.Background(), &pelotonv1.ListTasksRequest{JobId: last.GetJobId()})
+	for _, tk := range ts.GetTasks() {
+		s.t.Logf("instance %d: %s v%d run %d on %s: %s %s", tk.InstanceId, tk.Status.State, tk.Status.SpecVersion, tk.Status.RunId, tk.Status.Host, tk.Status.Reason, tk.Status.Message)
+	}
+	s.t.Fatalf("update %s: %v, want %s", id, last.GetStatus(), want)
+	return nil
+}
+
+func (s *stack) startUpdate(jobID string, spec *pelotonv1.JobSpec, us *pelotonv1.UpdateSpec) *pelotonv1.Update {
+	s.t.Helper()
+	resp, err := s.updates.CreateUpdate(ctxT(s.t), &pelotonv1.CreateUpdateRequest{JobId: jobID, Spec: spec, UpdateSpec: us})
+	if err != nil {
+		s.t.Fatalf("CreateUpdate: %v", err)
+	}
+	return resp.Update
+}
+
+func (s *stack) createJob(spec *pelotonv1.JobSpec) string {
+	s.t.Helper()
+	resp, err := s.jobs.CreateJob(ctxT(s.t), &pelotonv1.CreateJobRequest{Spec: spec})
+	if err != nil {
+		s.t.Fatalf("CreateJob: %v", err)
+	}
+	return resp.JobId
+}
+
+func TestServiceRollingUpdateKeepsSLA(t *testing.T) {
+	s := startStack(t, t.TempDir(), stackOpts{hosts: 2})
+	spec := service("web", 10, 2, "sleep", "300")
+	id := s.createJob(spec)
+	s.waitTasks(id, "10 instances running", 60*time.Second, allRunning(10))
+	if j := s.waitJob(id, pelotonv1.JobState_JOB_RUNNING, 10*time.Second); j.Status.GoalState != pelotonv1.JobState_JOB_RUNNING {
+		t.Fatalf("a service's goal is RUNNING, got %s", j.Status.GoalState)
+	}
+
+	next := proto.Clone(spec).(*pelotonv1.JobSpec)
+	next.DefaultSpec.Command = []string{"sleep", "301"}
+	u := s.startUpdate(id, next, &pelotonv1.UpdateSpec{BatchSize: 2})
+	if u.Status.InstancesTotal != 10 || u.ToVersion != 2 {
+		t.Fatalf("update: %v", u)
+	}
+	worst := 0
+	done := s.waitUpdate(u.Id, pelotonv1.UpdateState_UPDATE_SUCCEEDED, 120*time.Second, func(ts []*pelotonv1.Task) {
+		down := 0
+		for _, tk := range ts {
+			if tk.Status.State != pelotonv1.TaskState_RUNNING {
+				down++
+			}
+		}
+		worst = max(worst, down)
+		if down > 2 {
+			t.Errorf("%d instances unavailable during an update with batch size 2 and sla.maximumUnavailableInstances 2", down)
+		}
+	})
+	if done.Status.InstancesDone != 10 {
+		t.Errorf("update finished with %d of 10 done", done.Status.InstancesDone)
+	}
+	t.Logf("at most %d instances were unavailable at once", worst)
+	ts := s.waitTasks(id, "all running again", 30*time.Second, allRunning(10))
+	for _, tk := range ts {
+		if tk.Status.SpecVersion != 2 {
+			t.Errorf("instance %d runs spec version %d after the update", tk.InstanceId, tk.Status.SpecVersion)
+		}
+		got, err := s.tasks.GetTask(ctxT(t), &pelotonv1.GetTaskRequest{JobId: id, InstanceId: tk.InstanceId})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c := strings.Join(got.Task.Spec.Command, " "); c != "sleep 301" {
+			t.Errorf("instance %d runs %q", tk.InstanceId, c)
+		}
+	}
+	vs, err := s.jobs.ListJobVersions(ctxT(t), &pelotonv1.ListJobVersionsRequest{JobId: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(vs.Versions) != 2 || vs.Versions[1].Cause != "update "+u.Id {
+		t.Errorf("spec history: %v", vs.Versions)
+	}
+}
+
+func TestServiceInPlaceUpdateKeepsHosts(t *testing.T) {
+	s := startStack(t, t.TempDir(), stackOpts{hosts: 3})
+	spec := service("inplace", 6, 2, "sleep", "300")
+	spec.DefaultSpec.Placement = &pelotonv1.PlacementSpec{Strategy: pelotonv1.PlacementStrategy_SPREAD}
+	id := s.createJob(spec)
+	before := map[uint32]string{}
+	for _, tk := range s.waitTasks(id, "6 running", 60*time.Second, allRunning(6)) {
+		before[tk.InstanceId] = tk.Status.Host
+	}
+	next := proto.Clone(spec).(*pelotonv1.JobSpec)
+	next.DefaultSpec.Env = map[string]string{"VERSION": "2"}
+	u := s.startUpdate(id, next, &pelotonv1.UpdateSpec{BatchSize: 2, InPlace: true})
+	s.waitUpdate(u.Id, pelotonv1.UpdateState_UPDATE_SUCCEEDED, 120*time.Second, func(ts []*pelotonv1.Task) {
+		for _, tk := range ts {
+			if h := tk.Status.Host; h != "" && h != before[tk.InstanceId] {
+				t.Errorf("instance %d moved from %s to %s during an in-place update", tk.InstanceId, before[tk.InstanceId], h)
+			}
+		}
+	})
+	for _, tk := range s.waitTasks(id, "6 running", 30*time.Second, allRunning(6)) {
+		if tk.Status.Host != before[tk.InstanceId] || tk.Status.RunId < 2 {
+			t.Errorf("instance %d: run %d on %s, was on %s", tk.InstanceId, tk.Status.RunId, tk.Status.Host, before[tk.InstanceId])
+		}
+	}
+}
+
+func TestBadUpdateRollsBack(t *testing.T) {
+	s := startStack(t, t.TempDir(), stackOpts{hosts: 2})
+	spec := service("rollback", 4, 1, "sleep", "300")
+	id := s.createJob(spec)
+	s.waitTasks(id, "4 running", 60*time.Second, allRunning(4))
+	bad := proto.Clone(spec).(*pelotonv1.JobSpec)
+	bad.DefaultSpec.Command = []string{"sh", "-c", "exit 1"}
+	u := s.startUpdate(id, bad, &pelotonv1.UpdateSpec{BatchSize: 1, RollbackOnFailure: true})
+	done := s.waitUpdate(u.Id, pelotonv1.UpdateState_UPDATE_ROLLED_BACK, 120*time.Second, nil)
+	mustContain(t, done.Status.GetMessage()+" ", "", "message")
+	if done.RollbackVersion != 3 {
+		t.Errorf("rollback version %d, want 3", done.RollbackVersion)
+	}
+	ts := s.waitTasks(id, "4 running the old command", 60*time.Second, allRunning(4))
+	for _, tk := range ts {
+		got, err := s.tasks.GetTask(ctxT(t), &pelotonv1.GetTaskRequest{JobId: id, InstanceId: tk.InstanceId})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c := strings.Join(got.Task.Spec.Command, " "); c != "sleep 300" {
+			t.Errorf("instance %d runs %q after the rollback", tk.InstanceId, c)
+		}
+	}
+	j, _ := s.jobs.GetJob(ctxT(t), &pelotonv1.GetJobRequest{JobId: id})
+	if j.Job.Status.SpecVersion != 3 || strings.Join(j.Job.Spec.DefaultSpec.Command, " ") != "sleep 300" {
+		t.Errorf("job after rollback: version %d, spec %v", j.Job.Status.SpecVersion, j.Job.Spec.DefaultSpec.Command)
+	}
+}
+
+func TestUpdateSurvivesRestart(t *testing.T) {
+	dir := t.TempDir()
+	s := startStack(t, dir, stackOpts{hosts: 2})
+	spec := service("resume", 4, 1, "sleep", "300")
+	id := s.createJob(spec)
+	s.waitTasks(id, "4 running", 60*time.Second, allRunning(4))
+	next := proto.Clone(spec).(*pelotonv1.JobSpec)
+	next.DefaultSpec.Command = []string{"sleep", "302"}
+	u := s.startUpdate(id, next, &pelotonv1.UpdateSpec{BatchSize: 1, MinReadySeconds: 1})
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		g, err := s.updates.GetUpdate(ctxT(t), &pelotonv1.GetUpdateRequest{UpdateId: u.Id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g.Update.Status.InstancesDone >= 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("update made no progress: %v", g.Update.Status)
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	s.stop()
+	s2 := startStack(t, dir, stackOpts{hosts: 2})
+	done := s2.waitUpdate(u.Id, pelotonv1.UpdateState_UPDATE_SUCCEEDED, 120*time.Second, nil)
+	if done.Status.InstancesDone != 4 {
+		t.Errorf("update after restart: %v", done.Status)
+	}
+	for _, tk := range s2.waitTasks(id, "4 running", 60*time.Second, allRunning(4)) {
+		if tk.Status.SpecVersion != 2 {
+			t.Errorf("instance %d at version %d", tk.InstanceId, tk.Status.SpecVersion)
+		}
+	}
+}
+
+func TestServiceScaleAndRestart(t *testing.T) {
+	s := startStack(t, t.TempDir(), stackOpts{hosts: 2})
+	id := s.createJob(service("scale", 2, 1, "sleep", "300"))
+	s.waitTasks(id, "2 running", 60*time.Second, allRunning(2))
+	if _, err := s.jobs.ScaleJob(ctxT(t), &pelotonv1.ScaleJobRequest{JobId: id, InstanceCount: 5}); err != nil {
+		t.Fatal(err)
+	}
+	s.waitTasks(id, "5 running", 60*time.Second, allRunning(5))
+	if _, err := s.jobs.ScaleJob(ctxT(t), &pelotonv1.ScaleJobRequest{JobId: id, InstanceCount: 3}); err != nil {
+		t.Fatal(err)
+	}
+	s.waitTasks(id, "3 running", 60*time.Second, allRunning(3))
+
+	// A kill beyond the budget is refused with the SLA's reason.
+	if _, err := s.tasks.KillTask(ctxT(t), &pelotonv1.KillTaskRequest{JobId: id, InstanceId: 0}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.tasks.KillTask(ctxT(t), &pelotonv1.KillTaskRequest{JobId: id, InstanceId: 1})
+	expectStatus(t, err, codes.FailedPrecondition, "SLA: job "+id)
+
+	// An instance that exits is started again.
+	j, _ := s.jobs.GetJob(ctxT(t), &pelotonv1.GetJobRequest{JobId: id})
+	if j.Job.Status.State != pelotonv1.JobState_JOB_RUNNING {
+		t.Fatalf("job %s", j.Job.Status.State)
+	}
+	// A rolling restart of the others restarts each once.
+	if _, err := s.jobs.RestartJob(ctxT(t), &pelotonv1.RestartJobRequest{JobId: id, Instances: []uint32{1, 2}}); err != nil {
+		t.Fatal(err)
+	}
+	s.waitTasks(id, "instances 1 and 2 on run 2", 60*time.Second, func(ts []*pelotonv1.Task) bool {
+		return ts[1].Status.RunId >= 2 && ts[2].Status.RunId >= 2 &&
+			ts[1].Status.State == pelotonv1.TaskState_RUNNING && ts[2].Status.State == pelotonv1.TaskState_RUNNING
+	})
+}
+
+func TestServiceInstanceRestartsAfterExit(t *testing.T) {
+	s := startStack(t, t.TempDir(), stackOpts{hosts: 1})
+	marker := filepath.Join(t.TempDir(), "runs")
+	id := s.createJob(service("flappy", 1, 1, "sh", "-c", fmt.Sprintf("echo x >> %s; sleep 0.2", marker)))
+	s.waitTasks(id, "run 3", 60*time.Second, func(ts []*pelotonv1.Task) bool { return len(ts) == 1 && ts[0].Status.RunId >= 3 })
+	b, _ := os.ReadFile(marker)
+	if n := strings.Count(string(b), "x"); n < 2 {
+		t.Errorf("%d runs wrote the marker", n)
+	}
+	j := s.waitJob(id, pelotonv1.JobState_JOB_RUNNING, 5*time.Second)
+	if j.Status.State != pelotonv1.JobState_JOB_RUNNING {
+		t.Fatal(j.Status)
+	}
+}
