@@ -43,6 +43,19 @@ func renderTable() string {
 		}
 		fmt.Fprintf(&b, "%s -> %s\n", js(f), strings.Join(tos, " "))
 	}
+	b.WriteString("# update transitions\n")
+	froms = froms[:0]
+	for f := range updateTransitions {
+		froms = append(froms, int(f))
+	}
+	sort.Ints(froms)
+	for _, f := range froms {
+		var tos []string
+		for _, t := range updateTransitions[us(f)] {
+			tos = append(tos, t.String())
+		}
+		fmt.Fprintf(&b, "%s -> %s\n", us(f), strings.Join(tos, " "))
+	}
 	return b.String()
 }
 
@@ -59,6 +72,13 @@ func TestEveryTaskStateHasARow(t *testing.T) {
 		}
 		if _, ok := taskTransitions[s]; !ok {
 			t.Errorf("task state %s has no row in the transition table", s)
+		}
+	}
+	for v := range pelotonv1.UpdateState_name {
+		if s := us(v); s != pelotonv1.UpdateState_UPDATE_STATE_UNSPECIFIED {
+			if _, ok := updateTransitions[s]; !ok {
+				t.Errorf("update state %s has no row in the transition table", s)
+			}
 		}
 	}
 	for v := range pelotonv1.JobState_name {

@@ -489,6 +489,7 @@ func (m *Manager) driveUpdate(ctx context.Context, j *job) (time.Duration, error
 		pi.stopped = rt.GoalState == stKilled
 		fc := rt.FailureCount
 		since := t.availableSince
+		pi.down = since.IsZero()
 		t.mu.Unlock()
 		if pi.atTarget || pi.starting {
 			b, ok := u.baseline[inst]

@@ -37,6 +37,9 @@ type planInstance struct {
 	failures uint32
 	// stopped: the user stopped the instance; the update leaves it alone.
 	stopped bool
+	// down: the instance is not available now, so replacing it takes
+	// nothing more down.
+	down bool
 }
 
 // planInput is the snapshot the planner decides on.
@@ -93,16 +96,27 @@ func planUpdate(in planInput) updatePlan {
 	retries := in.spec.GetMaxInstanceRetries()
 	inflight := 0
 	remaining := 0
-	var candidates []uint32
+	// Failed instances the update gave up on do not hold its allowance
+	// (the SLA evaluator still counts them against the job's budget).
+	givenUp := 0
+	var candidates []planInstance
 	for _, pi := range in.instances {
 		switch {
-		case in.done[pi.inst] || in.failed[pi.inst]:
+		case in.failed[pi.inst]:
+			if pi.down {
+				givenUp++
+			}
+			continue
+		case in.done[pi.inst]:
 			continue
 		case pi.stopped:
 			continue
 		case (pi.atTarget || pi.starting) && pi.failures > retries:
 			p.newlyFailed = append(p.newlyFailed, pi.inst)
 			failed++
+			if pi.down {
+				givenUp++
+			}
 		case pi.atTarget && pi.ready:
 			p.newlyDone = append(p.newlyDone, pi.inst)
 		case pi.atTarget || pi.starting:
@@ -111,7 +125,7 @@ func planUpdate(in planInput) updatePlan {
 			p.current = append(p.current, pi.inst)
 		default:
 			remaining++
-			candidates = append(candidates, pi.inst)
+			candidates = append(candidates, pi)
 		}
 	}
 	if failed > int(in.spec.GetMaxTolerableFailures()) {
@@ -123,18 +137,26 @@ func planUpdate(in planInput) updatePlan {
 		return p
 	}
 	// Instances being replaced are unavailable already, so they count in
-	// both bounds.
-	room := min(batchSize(in.spec)-inflight, maxUnavailable(in.spec)-in.unavailable)
-	if room <= 0 {
-		if len(candidates) > 0 && inflight == 0 {
-			p.waiting = fmt.Sprintf("waiting: %d of the job's instances are unavailable, the update's maxUnavailable is %d", in.unavailable, maxUnavailable(in.spec))
+	// both bounds. An instance that is down anyway costs no availability:
+	// only the batch size bounds it.
+	room := batchSize(in.spec) - inflight
+	allowance := maxUnavailable(in.spec) - (in.unavailable - givenUp)
+	for _, c := range candidates {
+		if room <= 0 {
+			break
 		}
-		return p
+		if !c.down {
+			if allowance <= 0 {
+				continue
+			}
+			allowance--
+		}
+		p.start = append(p.start, c.inst)
+		room--
 	}
-	if room > len(candidates) {
-		room = len(candidates)
+	if len(p.start) == 0 && len(candidates) > 0 && inflight == 0 {
+		p.waiting = fmt.Sprintf("waiting: %d of the job's instances are unavailable, the update's maxUnavailable is %d", in.unavailable, maxUnavailable(in.spec))
 	}
-	p.start = candidates[:room]
 	return p
 }
 
