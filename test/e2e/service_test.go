@@ -20,7 +20,7 @@ func service(name string, n, budget uint32, command ...string) *pelotonv1.JobSpe
 	return &pelotonv1.JobSpec{Name: name, Type: pelotonv1.JobType_SERVICE, Pool: "/default", InstanceCount: n,
 		Sla: &pelotonv1.SlaSpec{MaximumUnavailableInstances: budget},
 		DefaultSpec: &pelotonv1.TaskSpec{Command: command, KillGracePeriodSeconds: 1,
-			Resources: &pelotonv1.Resources{Cpu: 0.1, MemoryMb: 16},
+			Resources:     &pelotonv1.Resources{Cpu: 0.1, MemoryMb: 16},
 			RestartPolicy: &pelotonv1.RestartPolicy{BackoffSeconds: 1, MaxBackoffSeconds: 2}}}
 }
 
