@@ -127,6 +127,9 @@ func TestServiceRollingUpdateKeepsSLA(t *testing.T) {
 	}
 	t.Logf("at most %d instances were unavailable at once", worst)
 	ts := s.waitTasks(id, "all running again", 30*time.Second, allRunning(10))
+	if n := maxOverlap(downWindows(ts)); n > 2 {
+		t.Errorf("task histories show %d instances stopped at once", n)
+	}
 	for _, tk := range ts {
 		if tk.Status.SpecVersion != 2 {
 			t.Errorf("instance %d runs spec version %d after the update", tk.InstanceId, tk.Status.SpecVersion)
