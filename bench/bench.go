@@ -44,6 +44,7 @@ const (
 	ScenarioLargeJob  = "large-job"
 	ScenarioPlacement = "placement"
 	ScenarioGang      = "gang"
+	ScenarioUpdate    = "update"
 )
 
 // Scenario describes one benchmark: its name, a one-line summary and the
@@ -62,6 +63,7 @@ func Scenarios() []Scenario {
 		{ScenarioLargeJob, "cost of one very large job: submit latency, task creation, bytes at rest", largeJobFigures},
 		{ScenarioPlacement, "the placement core alone on a synthetic host snapshot", placementFigures},
 		{ScenarioGang, "gang placement on a fragmented cluster, and whether any gang ran partially", gangFigures},
+		{ScenarioUpdate, "a rolling update of a large service: scheduler overhead per batch", updateFigures},
 	}
 }
 

@@ -3,6 +3,7 @@ package jobmgr
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/peloton-sched/peloton/internal/resources"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
@@ -225,5 +226,22 @@ func TestPlacementOfInstances(t *testing.T) {
 		if got := defaultStrategy(typ); got != want {
 			t.Errorf("default strategy of %s: %s, want %s", typ, got, want)
 		}
+	}
+}
+
+func TestSameTaskMemoAgreesWithSameTask(t *testing.T) {
+	a, _ := newJobVersion(1, MakeJob("x").Instances(3).Override(1, &pelotonv1.TaskSpec{Env: map[string]string{"A": "1"}}).Obj(), time.Time{}, "")
+	b, _ := newJobVersion(2, MakeJob("x").Instances(3).Command("/bin/false").Obj(), time.Time{}, "")
+	c, _ := newJobVersion(3, MakeJob("x").Instances(3).Obj(), time.Time{}, "")
+	memo := sameTaskMemo{}
+	for _, pair := range [][2]*jobVersion{{a, b}, {a, c}, {b, c}, {c, a}, {a, a}} {
+		for inst := uint32(0); inst < 3; inst++ {
+			if got, want := memo.same(pair[0], pair[1], inst), sameTask(pair[0], pair[1], inst); got != want {
+				t.Errorf("v%d vs v%d instance %d: memo %v, sameTask %v", pair[0].version, pair[1].version, inst, got, want)
+			}
+		}
+	}
+	if memo.same(a, c, 1) || !memo.same(a, c, 0) {
+		t.Error("an override changes only its own instance")
 	}
 }

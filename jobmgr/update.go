@@ -43,6 +43,7 @@ type update struct {
 	done     map[uint32]bool
 	// prefetched is the first instance not yet prefetched for.
 	prefetched int
+	memo       sameTaskMemo
 }
 
 func (u *update) snapshot() *pelotonv1.Update {
@@ -198,8 +199,9 @@ func (m *Manager) CreateUpdate(ctx context.Context, jobID string, spec *pelotonv
 		n = j.instanceCount()
 	}
 	var scope []uint32
+	memo := sameTaskMemo{}
 	for inst := uint32(0); inst < n; inst++ {
-		if !sameTask(j.runVersion(inst), jv, inst) {
+		if !memo.same(j.runVersion(inst), jv, inst) {
 			scope = append(scope, inst)
 		}
 	}
@@ -483,7 +485,10 @@ func (m *Manager) driveUpdate(ctx context.Context, j *job) (time.Duration, error
 			pi.atTarget = run > r
 			pi.starting = !pi.atTarget && rt.DesiredRunId > r
 		} else {
-			pi.atTarget = rt.SpecVersion == target.version || sameTask(j.version(rt.SpecVersion), target, inst)
+			if u.memo == nil {
+				u.memo = sameTaskMemo{}
+			}
+			pi.atTarget = rt.SpecVersion == target.version || u.memo.same(j.version(rt.SpecVersion), target, inst)
 			pi.starting = rt.DesiredSpecVersion == target.version
 		}
 		pi.stopped = rt.GoalState == stKilled

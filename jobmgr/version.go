@@ -80,6 +80,28 @@ func sameTask(a, b *jobVersion, inst uint32) bool {
 	return proto.Equal(a.taskSpec(inst), b.taskSpec(inst))
 }
 
+// sameTaskMemo is sameTask with the answer for instances that have no
+// override in either version (the same for all of them) computed once per
+// pair of versions: an update of a large job asks for every instance on
+// every evaluation.
+type sameTaskMemo map[[2]uint64]bool
+
+func (memo sameTaskMemo) same(a, b *jobVersion, inst uint32) bool {
+	if a == b {
+		return true
+	}
+	if a.spec.InstanceSpecs[inst] != nil || b.spec.InstanceSpecs[inst] != nil {
+		return sameTask(a, b, inst)
+	}
+	k := [2]uint64{a.version, b.version}
+	v, ok := memo[k]
+	if !ok {
+		v = proto.Equal(mergeTaskSpec(a.spec.DefaultSpec, nil), mergeTaskSpec(b.spec.DefaultSpec, nil))
+		memo[k] = v
+	}
+	return v
+}
+
 // record is the stored form of the version.
 func (v *jobVersion) record() *pelotonv1.JobVersion {
 	return &pelotonv1.JobVersion{Version: v.version, Spec: v.spec, CreateTime: timestamppb.New(v.created), Cause: v.cause}

@@ -20,6 +20,7 @@ var benchSmokeArgs = map[string][]string{
 	bench.ScenarioLargeJob:  {"--tasks", "200", "--override-every", "10", "--hosts", "2", "--settle", "200ms"},
 	bench.ScenarioPlacement: {"--hosts", "20", "--tasks", "200", "--round", "50"},
 	bench.ScenarioGang:      {"--hosts", "20", "--min-gang", "8", "--max-gang", "16", "--gangs-per-size", "1"},
+	bench.ScenarioUpdate:    {"--instances", "100", "--batch-size", "20", "--hosts", "10"},
 }
 
 // TestBenchScenariosSmoke runs every `peloton bench` scenario at a tiny size

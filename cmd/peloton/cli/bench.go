@@ -128,6 +128,16 @@ func (a *app) benchScenario(sc bench.Scenario) *cobra.Command {
 		fs.DurationVar(&c.Poll, "poll", c.Poll, "pause between two ListTasks of one gang job (each gang has its own poller)")
 		validate = c.Validate
 		run = func(ctx context.Context, env bench.Env) (*bench.Result, error) { return bench.Gang(ctx, env, c) }
+	case bench.ScenarioUpdate:
+		c := bench.DefaultUpdateConfig()
+		fs.IntVar(&c.Instances, "instances", c.Instances, "instances of the service")
+		fs.IntVar(&c.BatchSize, "batch-size", c.BatchSize, "instances replaced at once (also the job's sla.maximumUnavailableInstances)")
+		fs.IntVar(&c.Hosts, "hosts", c.Hosts, "simulated hosts")
+		fs.Float64Var(&c.HostCPU, "host-cpu", c.HostCPU, "CPUs of each host")
+		fs.BoolVar(&c.InPlace, "in-place", c.InPlace, "restart every instance on its host")
+		fs.DurationVar(&c.Poll, "poll", c.Poll, "pause between two GetUpdate calls")
+		validate = c.Validate
+		run = func(ctx context.Context, env bench.Env) (*bench.Result, error) { return bench.Update(ctx, env, c) }
 	default:
 		panic("bench: no command for scenario " + sc.Name)
 	}
