@@ -535,14 +535,18 @@ func (m *Manager) driveUpdate(ctx context.Context, j *job) (time.Duration, error
 			}
 			break
 		}
-		if err := m.restartOnto(ctx, j, inst, target, u.u.Spec.GetInPlace(), u.u.Restarts); err != nil {
-			return time.Second, err
-		}
 		t := j.task(inst)
 		t.mu.Lock()
 		u.baseline[inst] = t.rt.FailureCount
 		t.mu.Unlock()
 		started = append(started, inst)
+	}
+	// Concurrently, so the group committer packs a whole batch's writes
+	// into a few transactions instead of one round trip per instance.
+	if err := parallel(started, func(inst uint32) error {
+		return m.restartOnto(ctx, j, inst, target, u.u.Spec.GetInPlace(), u.u.Restarts)
+	}); err != nil {
+		return time.Second, err
 	}
 	if len(started) > 0 {
 		m.prefetchNext(ctx, j, u, target)
