@@ -291,3 +291,66 @@ func TestServiceInstanceRestartsAfterExit(t *testing.T) {
 		t.Fatal(j.Status)
 	}
 }
+
+func TestUpdatePauseResumeAbortRollback(t *testing.T) {
+	s := startStack(t, t.TempDir(), stackOpts{hosts: 2})
+	spec := service("controls", 4, 1, "sleep", "300")
+	id := s.createJob(spec)
+	s.waitTasks(id, "4 running", 60*time.Second, allRunning(4))
+	next := proto.Clone(spec).(*pelotonv1.JobSpec)
+	next.DefaultSpec.Command = []string{"sleep", "303"}
+	u := s.startUpdate(id, next, &pelotonv1.UpdateSpec{StartPaused: true, MinReadySeconds: 2})
+	if u.Status.State != pelotonv1.UpdateState_UPDATE_PAUSED {
+		t.Fatalf("created paused: %v", u.Status)
+	}
+	// A second update while one is in progress is refused.
+	_, err := s.updates.CreateUpdate(ctxT(t), &pelotonv1.CreateUpdateRequest{JobId: id, Spec: next})
+	expectStatus(t, err, codes.FailedPrecondition, "job "+id+" has update "+u.Id+" in progress")
+	time.Sleep(300 * time.Millisecond) // a paused update must not touch any instance
+	for _, tk := range s.waitTasks(id, "4 running", 5*time.Second, allRunning(4)) {
+		if tk.Status.RunId != 1 {
+			t.Fatalf("instance %d restarted while the update was paused", tk.InstanceId)
+		}
+	}
+	if _, err := s.updates.ResumeUpdate(ctxT(t), &pelotonv1.ResumeUpdateRequest{UpdateId: u.Id}); err != nil {
+		t.Fatal(err)
+	}
+	// Abort once the first instance runs the new spec: the rest stay on the old one.
+	s.waitTasks(id, "instance 0 on the new spec", 30*time.Second, func(ts []*pelotonv1.Task) bool {
+		return ts[0].Status.SpecVersion == 2 && ts[0].Status.State == pelotonv1.TaskState_RUNNING
+	})
+	ab, err := s.updates.AbortUpdate(ctxT(t), &pelotonv1.AbortUpdateRequest{UpdateId: u.Id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ab.Update.Status.State != pelotonv1.UpdateState_UPDATE_ABORTED {
+		t.Fatalf("abort: %v", ab.Update.Status)
+	}
+	_, err = s.updates.PauseUpdate(ctxT(t), &pelotonv1.PauseUpdateRequest{UpdateId: u.Id})
+	expectStatus(t, err, codes.FailedPrecondition, "update "+u.Id+" is UPDATE_ABORTED")
+	time.Sleep(2500 * time.Millisecond) // longer than minReadySeconds: an aborted update starts nothing
+	ts := s.waitTasks(id, "4 running", 10*time.Second, allRunning(4))
+	if ts[3].Status.SpecVersion != 1 {
+		t.Errorf("instance 3 was updated after the abort: %v", ts[3].Status)
+	}
+	// Rolling the aborted update back returns every instance to the old spec.
+	if _, err := s.updates.RollbackUpdate(ctxT(t), &pelotonv1.RollbackUpdateRequest{UpdateId: u.Id}); err != nil {
+		t.Fatal(err)
+	}
+	s.waitUpdate(u.Id, pelotonv1.UpdateState_UPDATE_ROLLED_BACK, 60*time.Second, nil)
+	for _, tk := range s.waitTasks(id, "4 running", 30*time.Second, allRunning(4)) {
+		got, err := s.tasks.GetTask(ctxT(t), &pelotonv1.GetTaskRequest{JobId: id, InstanceId: tk.InstanceId})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c := strings.Join(got.Task.Spec.Command, " "); c != "sleep 300" {
+			t.Errorf("instance %d runs %q after the rollback", tk.InstanceId, c)
+		}
+	}
+	_, err = s.updates.RollbackUpdate(ctxT(t), &pelotonv1.RollbackUpdateRequest{UpdateId: u.Id})
+	expectStatus(t, err, codes.FailedPrecondition, "update "+u.Id+" is already UPDATE_ROLLED_BACK")
+	_, err = s.updates.GetUpdate(ctxT(t), &pelotonv1.GetUpdateRequest{UpdateId: "nope"})
+	expectStatus(t, err, codes.NotFound, "update nope does not exist")
+	_, err = s.updates.CreateUpdate(ctxT(t), &pelotonv1.CreateUpdateRequest{JobId: id, Spec: service("renamed", 4, 1, "sleep", "1")})
+	expectStatus(t, err, codes.InvalidArgument, "spec.name: cannot change")
+}
