@@ -12,6 +12,12 @@
 // it (no cgroups, no rlimits), and one virtual host is as isolated from
 // another as two processes of the same user are.
 //
+// For long-running jobs it also gives runs their ports (chosen free on
+// 127.0.0.1 and passed as PELOTON_PORT_<NAME>), runs their health checks
+// (health.go) and keeps their persistent volumes, plain directories under
+// <Dir>/volumes/<host>/<volume ID> that outlive runs and restarts until
+// ReleaseVolume (volume.go). Volume sizes are not enforced either.
+//
 // Tasks outlive a crash of the control plane: only Close kills them, and a
 // new Backend neither knows nor touches the processes of an old one (their
 // output stays readable through Logs). Orphaned grandchildren are reparented
@@ -30,6 +36,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
@@ -106,12 +114,22 @@ type Backend struct {
 	log   *slog.Logger
 	hosts []hostmgr.HostInfo
 
+	// health is the client of every HTTP health check.
+	health *http.Client
+
 	mu       sync.Mutex
 	sink     func(hostmgr.TaskEvent)
 	started  bool
 	closed   bool
 	tasks    map[string]*task
 	finished []string // task IDs in the order they ended, for pruning
+	// portUse counts, per port number, the live runs holding it.
+	portUse map[uint32]int
+	// volUse names the live run using each volume (by volumeKey), and
+	// releasing the volumes ReleaseVolume is deleting: a volume is never
+	// used by two live runs at once, nor deleted under one.
+	volUse    map[string]string
+	releasing map[string]bool
 
 	closeOnce sync.Once
 	closeErr  error
@@ -157,9 +175,13 @@ func New(cfg Config) (*Backend, error) {
 		log = slog.Default()
 	}
 	b := &Backend{
-		dir:   dir,
-		log:   log.With("component", "hostmgr/local"),
-		tasks: map[string]*task{},
+		dir:       dir,
+		log:       log.With("component", "hostmgr/local"),
+		health:    newHealthClient(),
+		tasks:     map[string]*task{},
+		portUse:   map[uint32]int{},
+		volUse:    map[string]string{},
+		releasing: map[string]bool{},
 	}
 	for i := range n {
 		name := fmt.Sprintf("local-%d", i)
@@ -212,13 +234,17 @@ func (b *Backend) Hosts() []hostmgr.HostInfo {
 // Launch creates the sandbox <Dir>/<TaskID>/ and starts spec.Command in it.
 //
 // It returns an error, and leaves nothing behind, when the spec is invalid,
-// the backend is not started or closed, the TaskID is already known, or its
+// the backend is not started or closed, the TaskID is already known, its
 // sandbox already exists on disk (a reused TaskID, possibly from before a
-// restart: its output is never overwritten). Once the sandbox exists the
-// launch is accepted and the outcome arrives as events: LAUNCHED, then
-// RUNNING and a terminal state, or FAILED with reason "launch-failed" when
-// the command cannot be started. spec.Image and spec.Resources are ignored:
-// processes run on the host's file system without limits.
+// restart: its output is never overwritten), its volume is in use by
+// another live run or being released, or no free port can be found. Once
+// the sandbox exists the launch is accepted and the outcome arrives as
+// events: LAUNCHED, then RUNNING and a terminal state, or FAILED with reason
+// "launch-failed" when the command cannot be started. Every event carries
+// the run's ports; with a health check, a RUNNING event with the new Health
+// follows each change of health. spec.Image and spec.Resources are ignored:
+// processes run on the host's file system without limits; so is
+// spec.KillGrace, since this backend never kills a run on its own.
 func (b *Backend) Launch(ctx context.Context, spec hostmgr.LaunchSpec) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("local: launch %s: %w", spec.TaskID, err)
@@ -232,6 +258,7 @@ func (b *Backend) Launch(ctx context.Context, spec hostmgr.LaunchSpec) error {
 		exited:  make(chan struct{}),
 		gone:    make(chan struct{}),
 	}
+	t.healthCtx, t.stopHealth = context.WithCancel(context.Background())
 	t.last = t.event(pelotonv1.TaskState_LAUNCHED, 0, "", "")
 
 	// Hold t.mu from before the task becomes visible until its process is
@@ -252,22 +279,45 @@ func (b *Backend) Launch(ctx context.Context, spec hostmgr.LaunchSpec) error {
 		b.mu.Unlock()
 		return fmt.Errorf("local: launch %s: spec.taskId: task already launched", spec.TaskID)
 	}
+	if v := spec.Volume; v != nil {
+		key := volumeKey(spec.Host, v.ID)
+		if user, ok := b.volUse[key]; ok {
+			b.mu.Unlock()
+			return fmt.Errorf("local: launch %s: spec.volume.id: volume %s on %s is in use by run %s", spec.TaskID, v.ID, spec.Host, user)
+		}
+		if b.releasing[key] {
+			b.mu.Unlock()
+			return fmt.Errorf("local: launch %s: spec.volume.id: volume %s on %s is being released", spec.TaskID, v.ID, spec.Host)
+		}
+		b.volUse[key] = spec.TaskID
+		t.volKey = key
+	}
 	b.tasks[spec.TaskID] = t
 	b.mu.Unlock()
 
+	ports, held, err := b.reservePorts(spec.Ports)
+	if err != nil {
+		b.abandon(t)
+		return fmt.Errorf("local: launch %s: %w", spec.TaskID, err)
+	}
+	t.ports, t.heldPorts = ports, held
+	if v := spec.Volume; v != nil {
+		t.volume = b.volumePath(spec.Host, v.ID)
+		if err := os.MkdirAll(t.volume, 0o755); err != nil {
+			b.abandon(t)
+			return fmt.Errorf("local: launch %s: spec.volume: %w", spec.TaskID, err)
+		}
+	}
 	if err := os.Mkdir(t.sandbox, 0o755); err != nil {
-		t.removed = true
-		close(t.exited)
-		close(t.gone)
-		b.mu.Lock()
-		delete(b.tasks, spec.TaskID)
-		b.mu.Unlock()
+		b.abandon(t)
 		if errors.Is(err, os.ErrExist) {
 			return fmt.Errorf("local: launch %s: spec.taskId: sandbox %s already exists", spec.TaskID, t.sandbox)
 		}
 		return fmt.Errorf("local: launch %s: create sandbox: %w", spec.TaskID, err)
 	}
-	startErr := t.start(b.taskEnv(spec, t.sandbox))
+	t.last = t.event(pelotonv1.TaskState_LAUNCHED, 0, "", "")
+	t.env = b.taskEnv(spec, t.sandbox, t.ports, t.volume)
+	startErr := t.start(t.env)
 	if startErr != nil {
 		b.log.Warn("launch failed", "task", spec.TaskID, "host", spec.Host, "err", startErr)
 	} else {
@@ -301,7 +351,44 @@ func (b *Backend) validate(spec hostmgr.LaunchSpec) error {
 			return fmt.Errorf("spec.env.%s: must not contain NUL", k)
 		}
 	}
+	if err := validatePorts(spec.Ports); err != nil {
+		return err
+	}
+	if spec.HealthCheck != nil {
+		if err := validateHealthCheck(spec.HealthCheck, spec.Ports); err != nil {
+			return err
+		}
+	}
+	if v := spec.Volume; v != nil && !validVolumeID(v.ID) {
+		return fmt.Errorf("spec.volume.id: %q is not a valid file name", v.ID)
+	}
 	return nil
+}
+
+// abandon undoes a Launch that fails before the run is accepted. The caller
+// holds t.mu.
+func (b *Backend) abandon(t *task) {
+	t.removed = true
+	t.stopHealth()
+	close(t.exited)
+	close(t.gone)
+	b.mu.Lock()
+	delete(b.tasks, t.spec.TaskID)
+	b.mu.Unlock()
+	b.releaseRun(t)
+}
+
+// releaseRun gives back a run's ports and volume, once it has ended (or was
+// never accepted).
+func (b *Backend) releaseRun(t *task) {
+	b.releasePorts(t.heldPorts)
+	if t.volKey != "" {
+		b.mu.Lock()
+		if b.volUse[t.volKey] == t.spec.TaskID {
+			delete(b.volUse, t.volKey)
+		}
+		b.mu.Unlock()
+	}
 }
 
 func (b *Backend) hasHost(name string) bool {
@@ -314,16 +401,19 @@ func (b *Backend) hasHost(name string) bool {
 }
 
 // validTaskID reports whether id can name a sandbox directory directly under
-// Dir. It guards Launch and Logs against path traversal.
+// Dir. It guards Launch and Logs against path traversal, and keeps the name
+// of the volumes directory for it.
 func validTaskID(id string) bool {
-	return id != "" && id != "." && id != ".." && len(id) <= 255 && !strings.ContainsAny(id, "/\\\x00")
+	return id != "" && id != "." && id != ".." && id != volumesDir && len(id) <= 255 && !strings.ContainsAny(id, "/\\\x00")
 }
 
-// taskEnv is the environment of a task: a few inherited variables, then
-// spec.Env, then the PELOTON_* variables. os/exec keeps the last value of a
-// duplicated key, so spec.Env may override PATH but not PELOTON_*.
-func (b *Backend) taskEnv(spec hostmgr.LaunchSpec, sandbox string) []string {
-	env := make([]string, 0, len(inheritedEnv)+len(spec.Env)+6)
+// taskEnv is the environment of a task, and of its health check: a few
+// inherited variables, then spec.Env, then the PELOTON_* variables, with
+// PELOTON_PORT_<NAME> for each port and PELOTON_VOLUME when it has one.
+// os/exec keeps the last value of a duplicated key, so spec.Env may
+// override PATH but not PELOTON_*.
+func (b *Backend) taskEnv(spec hostmgr.LaunchSpec, sandbox string, ports map[string]uint32, volume string) []string {
+	env := make([]string, 0, len(inheritedEnv)+len(spec.Env)+len(spec.Ports)+7)
 	for _, k := range inheritedEnv {
 		if v, ok := os.LookupEnv(k); ok {
 			env = append(env, k+"="+v)
@@ -337,7 +427,7 @@ func (b *Backend) taskEnv(spec hostmgr.LaunchSpec, sandbox string) []string {
 	for _, k := range keys {
 		env = append(env, k+"="+spec.Env[k])
 	}
-	return append(env,
+	env = append(env,
 		"PELOTON_JOB_ID="+spec.JobID,
 		fmt.Sprintf("PELOTON_INSTANCE_ID=%d", spec.InstanceID),
 		fmt.Sprintf("PELOTON_RUN_ID=%d", spec.RunID),
@@ -345,21 +435,45 @@ func (b *Backend) taskEnv(spec hostmgr.LaunchSpec, sandbox string) []string {
 		"PELOTON_HOST="+spec.Host,
 		"PELOTON_SANDBOX="+sandbox,
 	)
+	for _, p := range spec.Ports {
+		env = append(env, fmt.Sprintf("%s=%d", portEnvName(p.Name), ports[p.Name]))
+	}
+	if volume != "" {
+		env = append(env, "PELOTON_VOLUME="+volume)
+	}
+	return env
 }
 
-// run delivers a task's events in order and reaps its process. It is the
-// only sender of events for the task, which is what keeps them ordered.
+// run delivers a task's events in order and reaps its process. It sends the
+// lifecycle events itself and lets the health watcher, which it starts after
+// RUNNING and waits for before the terminal event, send the health changes
+// in between: one sender at a time, which is what keeps them ordered. The
+// ports and volume are given back before the terminal event, so that a run
+// launched on it may have them.
 func (b *Backend) run(t *task, startErr error) {
 	defer close(t.gone)
 	b.emit(t, t.event(pelotonv1.TaskState_LAUNCHED, 0, "", ""))
 	var last hostmgr.TaskEvent
 	if startErr != nil {
+		t.stopHealth()
 		last = t.event(pelotonv1.TaskState_FAILED, 0, "launch-failed", startErr.Error())
 		close(t.exited)
 	} else {
 		b.emit(t, t.event(pelotonv1.TaskState_RUNNING, 0, "", ""))
+		watched := make(chan struct{})
+		if hc := t.spec.HealthCheck; hc != nil {
+			go func() {
+				defer close(watched)
+				b.watchHealth(t, newHealthConfig(hc, t.spec.Ports, t.ports))
+			}()
+		} else {
+			close(watched)
+		}
 		last = t.reap(b.log)
+		t.stopHealth()
+		<-watched
 	}
+	b.releaseRun(t)
 	b.log.Debug("task ended", "task", t.spec.TaskID, "state", last.State.String(), "exitCode", last.ExitCode, "reason", last.Reason)
 	b.emit(t, last)
 	b.forgetOld(t.spec.TaskID)
@@ -418,8 +532,9 @@ func (b *Backend) Kill(ctx context.Context, taskID string, grace time.Duration) 
 	return nil
 }
 
-// Status returns the last event of a run this Backend launched, or
-// ErrUnknownTask (always, for runs of a previous process lifetime).
+// Status returns the last event of a run this Backend launched, with its
+// ports and, while it runs, its latest health; or ErrUnknownTask (always,
+// for runs of a previous process lifetime).
 func (b *Backend) Status(taskID string) (hostmgr.TaskEvent, error) {
 	t, ok := b.lookup(taskID)
 	if !ok {
@@ -469,9 +584,9 @@ func (b *Backend) Logs(ctx context.Context, taskID string, stream pelotonv1.LogS
 	return newFollower(ctx, f, t.exited), nil
 }
 
-// Close kills every running task (SIGTERM, then SIGKILL after 2s) and waits,
-// for a bounded time, until they are reaped and their last events are
-// delivered. It returns an error naming the runs still not done by then.
+// Close kills every running task (SIGTERM, then SIGKILL after 2s) and its
+// health check (at once), and waits, for a bounded time, until they are
+// reaped and their last events are delivered. It returns an error naming the runs still not done by then.
 // Launch fails after Close; Close is idempotent and returns the same result
 // every time.
 func (b *Backend) Close() error {
@@ -509,6 +624,7 @@ func (b *Backend) Close() error {
 				stuck = append(stuck, t.spec.TaskID)
 			}
 		}
+		b.health.CloseIdleConnections()
 		if len(stuck) > 0 {
 			sort.Strings(stuck)
 			b.closeErr = fmt.Errorf("local: close: %d tasks not reaped within %s: %s",
@@ -521,8 +637,6 @@ func (b *Backend) Close() error {
 
 func copyMap(m map[string]string) map[string]string {
 	out := make(map[string]string, len(m))
-	for k, v := range m {
-		out[k] = v
-	}
+	maps.Copy(out, m)
 	return out
 }

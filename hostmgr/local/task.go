@@ -1,9 +1,11 @@
 package local
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,6 +29,17 @@ type task struct {
 	// waits on it.
 	gone chan struct{}
 
+	// Set by Launch before the run is accepted, read-only afterwards.
+	env       []string          // the run's environment, for its health check too
+	ports     map[string]uint32 // the run's ports by name
+	heldPorts []uint32          // what to give back to Backend.portUse
+	volume    string            // absolute path of the volume, or ""
+	volKey    string            // its key in Backend.volUse, or ""
+	// healthCtx ends the health watcher and any check it runs; stopHealth
+	// (idempotent) is called when the process exits, on Kill and on Close.
+	healthCtx  context.Context
+	stopHealth context.CancelFunc
+
 	mu   sync.Mutex
 	last hostmgr.TaskEvent
 	// removed marks a task whose Launch failed before it was accepted.
@@ -43,8 +56,10 @@ type task struct {
 	killTimer    *time.Timer
 }
 
+// event builds an event of the run. Each carries its own copy of the ports,
+// so a sink may keep or change it.
 func (t *task) event(state pelotonv1.TaskState, code int32, reason, msg string) hostmgr.TaskEvent {
-	return hostmgr.TaskEvent{
+	ev := hostmgr.TaskEvent{
 		TaskID:   t.spec.TaskID,
 		Host:     t.spec.Host,
 		State:    state,
@@ -53,6 +68,10 @@ func (t *task) event(state pelotonv1.TaskState, code int32, reason, msg string) 
 		Message:  msg,
 		Time:     time.Now(),
 	}
+	if t.ports != nil {
+		ev.Ports = maps.Clone(t.ports)
+	}
+	return ev
 }
 
 // start creates the output files and starts the process in its own process
@@ -157,8 +176,11 @@ func (t *task) outcome(werr error) hostmgr.TaskEvent {
 
 // kill starts or hurries the termination of the process group: SIGTERM now
 // and SIGKILL at now+grace, or SIGKILL at once when grace <= 0. A kill that
-// is already due earlier is left alone. The caller holds t.mu.
+// is already due earlier is left alone. The health check stops at once: a
+// run being killed has no health worth reporting, and its check must not
+// outlive it. The caller holds t.mu.
 func (t *task) kill(grace time.Duration, log *slog.Logger) {
+	t.stopHealth()
 	if t.removed || t.cmd == nil || t.reaped {
 		return
 	}
