@@ -12,9 +12,14 @@
 //
 // The package is built for scale, not realism. There is no goroutine or
 // timer per task: one scheduler goroutine keeps running tasks in a min-heap
-// by finish time behind a single timer, and one delivery goroutine passes
-// events to the sink from a queue, so Launch is O(log n), never waits for
-// the sink, and a task costs a couple of hundred bytes.
+// by finish time, and health reports in a second one by due time, behind a
+// single timer, and one delivery goroutine passes events to the sink from a
+// queue, so Launch is O(log n), never waits for the sink, and a task costs a
+// couple of hundred bytes.
+//
+// Long-running runs get what the local backend gives them, simulated (see
+// longrun.go): ports numbered from 31000 per host, one health report per
+// run computed from its check, and volumes remembered per host in memory.
 //
 // It must not import jobmgr, resmgr or placement: it imports only hostmgr,
 // internal/resources and the API types.
@@ -26,6 +31,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -116,6 +122,8 @@ type task struct {
 	// ended is created by the first following log reader of a running task
 	// and closed when it ends; most tasks never have one.
 	ended chan struct{}
+	// lr holds ports, health and volume; nil for a batch task.
+	lr *longRun
 }
 
 func (t *task) terminal() bool {
@@ -126,8 +134,19 @@ func (t *task) terminal() bool {
 	return false
 }
 
+// event is the task's last event. Each carries its own copy of the ports,
+// so a sink may keep or change it; Health is set on RUNNING events only.
 func (t *task) event() hostmgr.TaskEvent {
-	return hostmgr.TaskEvent{TaskID: t.id, Host: t.host, State: t.state, ExitCode: t.exitCode, Reason: t.reason, Time: t.at}
+	ev := hostmgr.TaskEvent{TaskID: t.id, Host: t.host, State: t.state, ExitCode: t.exitCode, Reason: t.reason, Time: t.at}
+	if t.lr != nil {
+		if t.lr.ports != nil {
+			ev.Ports = maps.Clone(t.lr.ports)
+		}
+		if t.state == pelotonv1.TaskState_RUNNING {
+			ev.Health = t.lr.health
+		}
+	}
+	return ev
 }
 
 // Backend simulates hosts and runs tasks on them in memory. It is safe for
@@ -146,11 +165,18 @@ type Backend struct {
 	maxFinished int
 	closeWait   time.Duration
 
-	mu       sync.Mutex
-	started  bool
-	closed   bool
-	tasks    map[string]*task
-	running  deadlineHeap
+	mu      sync.Mutex
+	started bool
+	closed  bool
+	tasks   map[string]*task
+	running deadlineHeap
+	health  healthHeap // runs whose health report is still due
+	// hostPorts counts, per host and port number, the live runs holding
+	// it; a host without any is absent.
+	hostPorts map[string]map[uint32]int32
+	// volumes maps each volume kept (volumeKey) to the live run using it,
+	// or "" when none does.
+	volumes  map[string]string
 	pending  []hostmgr.TaskEvent // events not yet taken by the delivery goroutine
 	finished []string            // ring of finished task IDs, oldest at finHead once full
 	finHead  int
@@ -207,6 +233,8 @@ func New(cfg Config) (*Backend, error) {
 		maxFinished: defaultMaxFinished,
 		closeWait:   defaultCloseWait,
 		tasks:       map[string]*task{},
+		hostPorts:   map[string]map[uint32]int32{},
+		volumes:     map[string]string{},
 		kick:        make(chan struct{}, 1),
 		wake:        make(chan struct{}, 1),
 		stop:        make(chan struct{}),
@@ -304,10 +332,15 @@ func (b *Backend) Hosts() []hostmgr.HostInfo {
 // Launch accepts a run and returns at once: LAUNCHED and RUNNING are queued
 // for the sink, and a command that takes no time (true, false, exit N,
 // sleep 0, anything unknown) has its terminal event queued right behind
-// them. A sleep joins the scheduler's heap, O(log n). It returns an error,
-// and leaves nothing behind, when the backend is not started or closed,
-// spec.Host is not a simulated host, the command is empty, or the TaskID is
-// already known. spec.Env, spec.Image and spec.Resources are ignored.
+// them. A sleep joins the scheduler's heap, O(log n); with a health check,
+// so does its one health report (see healthAfter), a RUNNING event with
+// Health set, unless the run ends first. Every event carries the run's
+// ports. It returns an error, and leaves nothing behind, when the backend
+// is not started or closed, spec.Host is not a simulated host, the command
+// is empty, the TaskID is already known, the ports, health check or volume
+// are invalid, the volume is in use by another live run, or the host has no
+// port left. spec.Env, spec.Image, spec.Resources and spec.KillGrace are
+// ignored.
 func (b *Backend) Launch(ctx context.Context, spec hostmgr.LaunchSpec) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("sim: launch %s: %w", spec.TaskID, err)
@@ -320,6 +353,12 @@ func (b *Backend) Launch(ctx context.Context, spec hostmgr.LaunchSpec) error {
 	}
 	if _, ok := b.hostSet[spec.Host]; !ok {
 		return fmt.Errorf("sim: launch %s: spec.host: %q is not a host of the sim backend", spec.TaskID, spec.Host)
+	}
+	long := needsLongRun(&spec)
+	if long {
+		if err := validateLongRunning(&spec); err != nil {
+			return fmt.Errorf("sim: launch %s: %w", spec.TaskID, err)
+		}
 	}
 	out := interpret(spec.Command)
 	t := &task{id: spec.TaskID, host: spec.Host, cmd: showCommand(spec.Command), index: -1}
@@ -335,6 +374,11 @@ func (b *Backend) Launch(ctx context.Context, spec hostmgr.LaunchSpec) error {
 	if _, ok := b.tasks[spec.TaskID]; ok {
 		return fmt.Errorf("sim: launch %s: spec.taskId: task already launched", spec.TaskID)
 	}
+	if long {
+		if err := b.startLongRunLocked(t, &spec); err != nil {
+			return fmt.Errorf("sim: launch %s: %w", spec.TaskID, err)
+		}
+	}
 	b.tasks[spec.TaskID] = t
 	now := b.clock.Now()
 	b.setLocked(t, pelotonv1.TaskState_LAUNCHED, 0, "", now)
@@ -345,7 +389,12 @@ func (b *Backend) Launch(ctx context.Context, spec hostmgr.LaunchSpec) error {
 	}
 	t.deadline = now.Add(out.Duration)
 	heap.Push(&b.running, t)
-	if t.index == 0 {
+	earlier := t.index == 0
+	if spec.HealthCheck != nil {
+		b.scheduleHealthLocked(t, spec.HealthCheck, now)
+		earlier = earlier || t.lr.hindex == 0
+	}
+	if earlier {
 		// The earliest deadline moved forward: the scheduler's timer is late.
 		select {
 		case b.wake <- struct{}{}:
@@ -369,8 +418,13 @@ func (b *Backend) setLocked(t *task, state pelotonv1.TaskState, exitCode int32, 
 	b.pending = append(b.pending, t.event())
 }
 
-// endLocked ends t in a terminal state. t must not be in the heap.
+// endLocked ends t in a terminal state, giving back its ports and volume
+// and dropping its health report if still due. t must not be in the
+// deadline heap.
 func (b *Backend) endLocked(t *task, state pelotonv1.TaskState, exitCode int32, at time.Time) {
+	if t.lr != nil {
+		b.endLongRunLocked(t)
+	}
 	reason := ReasonExitZero
 	switch {
 	case state == pelotonv1.TaskState_KILLED:
@@ -397,8 +451,11 @@ func (b *Backend) forgetOldLocked(id string) {
 	b.finHead = (b.finHead + 1) % len(b.finished)
 }
 
-// schedule ends sleeping tasks when their deadline passes. It is the only
-// goroutine that waits on time, with one timer set to the earliest deadline.
+// schedule ends sleeping tasks when their deadline passes and makes health
+// reports when they are due. It is the only goroutine that waits on time,
+// with one timer set to the earliest time in either heap. Due items are
+// taken from the two heaps in time order, a health report before a deadline
+// at the same instant, so a run's events never go back in time.
 func (b *Backend) schedule() {
 	defer close(b.schedRun)
 	timer := b.clock.NewTimer(time.Hour)
@@ -411,14 +468,21 @@ func (b *Backend) schedule() {
 		}
 		now := b.clock.Now()
 		n := 0
-		for len(b.running) > 0 && !b.running[0].deadline.After(now) && n < popBatch {
+		for ; n < popBatch; n++ {
+			next, isHealth, ok := b.nextDueLocked()
+			if !ok || next.After(now) {
+				break
+			}
+			if isHealth {
+				b.reportHealthLocked(heap.Pop(&b.health).(*task))
+				continue
+			}
 			t := heap.Pop(&b.running).(*task)
 			b.endLocked(t, pelotonv1.TaskState_SUCCEEDED, 0, t.deadline)
-			n++
 		}
 		wait := time.Duration(-1)
-		if len(b.running) > 0 {
-			wait = b.running[0].deadline.Sub(now)
+		if next, _, ok := b.nextDueLocked(); ok {
+			wait = max(next.Sub(now), 0)
 		}
 		b.mu.Unlock()
 		if n == popBatch {
@@ -438,6 +502,18 @@ func (b *Backend) schedule() {
 		case <-fire:
 		}
 	}
+}
+
+// nextDueLocked returns the earliest time in either heap, and whether it
+// is a health report.
+func (b *Backend) nextDueLocked() (at time.Time, isHealth, ok bool) {
+	switch {
+	case len(b.health) > 0 && (len(b.running) == 0 || !b.running[0].deadline.Before(b.health[0].lr.healthAt)):
+		return b.health[0].lr.healthAt, true, true
+	case len(b.running) > 0:
+		return b.running[0].deadline, false, true
+	}
+	return time.Time{}, false, false
 }
 
 // deliver hands queued events to the sink, in queue order. It swaps the
@@ -515,6 +591,7 @@ func (b *Backend) Close() error {
 		b.stopped.Store(true)
 		close(b.stop) // also ends following log readers
 		b.running = nil
+		b.health = nil
 		b.pending = nil
 		b.mu.Unlock()
 		if !started {
