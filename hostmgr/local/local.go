@@ -259,7 +259,6 @@ func (b *Backend) Launch(ctx context.Context, spec hostmgr.LaunchSpec) error {
 		gone:    make(chan struct{}),
 	}
 	t.healthCtx, t.stopHealth = context.WithCancel(context.Background())
-	t.last = t.event(pelotonv1.TaskState_LAUNCHED, 0, "", "")
 
 	// Hold t.mu from before the task becomes visible until its process is
 	// started, so a concurrent Kill or Close waits for a pid to signal
@@ -586,9 +585,9 @@ func (b *Backend) Logs(ctx context.Context, taskID string, stream pelotonv1.LogS
 
 // Close kills every running task (SIGTERM, then SIGKILL after 2s) and its
 // health check (at once), and waits, for a bounded time, until they are
-// reaped and their last events are delivered. It returns an error naming the runs still not done by then.
-// Launch fails after Close; Close is idempotent and returns the same result
-// every time.
+// reaped and their last events are delivered. It returns an error naming
+// the runs still not done by then. Launch fails after Close; Close is
+// idempotent and returns the same result every time.
 func (b *Backend) Close() error {
 	b.closeOnce.Do(func() {
 		b.mu.Lock()

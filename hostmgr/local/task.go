@@ -29,7 +29,8 @@ type task struct {
 	// waits on it.
 	gone chan struct{}
 
-	// Set by Launch before the run is accepted, read-only afterwards.
+	// Set by Launch, under mu, before it starts the process and the run
+	// goroutine; read-only afterwards, so read without mu.
 	env       []string          // the run's environment, for its health check too
 	ports     map[string]uint32 // the run's ports by name
 	heldPorts []uint32          // what to give back to Backend.portUse
