@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/peloton-sched/peloton/internal/resources"
@@ -51,6 +52,23 @@ type LaunchSpec struct {
 type Port struct {
 	Name  string
 	Value uint32
+}
+
+// PortEnvName is the variable that holds a port's number in a run's
+// environment: PELOTON_PORT_ and the name upper-cased, with every character
+// other than an ASCII letter or digit made '_' ("admin-api" is
+// PELOTON_PORT_ADMIN_API). Two ports of one task must not share it.
+func PortEnvName(name string) string {
+	var sb strings.Builder
+	sb.WriteString("PELOTON_PORT_")
+	for _, c := range strings.ToUpper(name) {
+		if c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
+			sb.WriteRune(c)
+		} else {
+			sb.WriteByte('_')
+		}
+	}
+	return sb.String()
 }
 
 // Volume is a persistent per-instance volume (STATEFUL jobs).

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/klauspost/compress/zstd"
+	"github.com/peloton-sched/peloton/hostmgr"
 	"github.com/peloton-sched/peloton/internal/apierr"
 	"github.com/peloton-sched/peloton/internal/resources"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
@@ -182,10 +183,10 @@ func validateLongRunning(t *pelotonv1.TaskSpec, typ pelotonv1.JobType, field str
 				return apierr.Invalid(pf+".name", "%q: only letters, digits, '_' and '-'", p.Name)
 			}
 		}
-		if names[strings.ToUpper(p.Name)] {
-			return apierr.Invalid(pf+".name", "%q is named twice", p.Name)
+		if names[hostmgr.PortEnvName(p.Name)] {
+			return apierr.Invalid(pf+".name", "%q is named twice (as %s)", p.Name, hostmgr.PortEnvName(p.Name))
 		}
-		names[strings.ToUpper(p.Name)] = true
+		names[hostmgr.PortEnvName(p.Name)] = true
 		if p.Value > 65535 {
 			return apierr.Invalid(pf+".value", "at most 65535, got %d", p.Value)
 		}
@@ -203,7 +204,7 @@ func validateLongRunning(t *pelotonv1.TaskSpec, typ pelotonv1.JobType, field str
 			return apierr.Invalid(hf, "set command (exit 0 = healthy) or http (a 2xx/3xx answer = healthy)")
 		case len(hc.Command) > 0 && hc.Command[0] == "":
 			return apierr.Invalid(hf+".command", "the first element is the program to run")
-		case hc.Http != nil && !names[strings.ToUpper(hc.Http.Port)]:
+		case hc.Http != nil && !names[hostmgr.PortEnvName(hc.Http.Port)]:
 			return apierr.Invalid(hf+".http.port", "%q is not one of the task's ports", hc.Http.Port)
 		case hc.Http != nil && hc.Http.Path != "" && !strings.HasPrefix(hc.Http.Path, "/"):
 			return apierr.Invalid(hf+".http.path", "must start with /, got %q", hc.Http.Path)

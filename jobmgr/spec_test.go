@@ -97,6 +97,7 @@ func TestValidateJobSpec(t *testing.T) {
 		{"health check on unknown port", MakeJob("x").Type(pelotonv1.JobType_SERVICE).Health(&pelotonv1.HealthCheck{Http: &pelotonv1.HttpProbe{Port: "http"}}).Obj(), "spec.defaultSpec.healthCheck.http.port"},
 		{"port without name", MakeJob("x").Type(pelotonv1.JobType_SERVICE).Ports(&pelotonv1.PortSpec{}).Obj(), "spec.defaultSpec.ports[0].name"},
 		{"port twice", MakeJob("x").Type(pelotonv1.JobType_SERVICE).Ports(&pelotonv1.PortSpec{Name: "a"}, &pelotonv1.PortSpec{Name: "A"}).Obj(), "spec.defaultSpec.ports[1].name"},
+		{"ports with one variable", MakeJob("x").Type(pelotonv1.JobType_SERVICE).Ports(&pelotonv1.PortSpec{Name: "a-b"}, &pelotonv1.PortSpec{Name: "A_B"}).Obj(), "spec.defaultSpec.ports[1].name"},
 		{"port too high", MakeJob("x").Type(pelotonv1.JobType_SERVICE).Ports(&pelotonv1.PortSpec{Name: "a", Value: 70000}).Obj(), "spec.defaultSpec.ports[0].value"},
 		{"override breaks volume", MakeJob("x").Type(pelotonv1.JobType_STATEFUL).Volume(10).Instances(2).Override(1, &pelotonv1.TaskSpec{Volume: &pelotonv1.VolumeSpec{}}).Obj(), "spec.instanceSpecs.1.volume.sizeMb"},
 		{"no pool", MakeJob("x").With(func(s *pelotonv1.JobSpec) { s.Pool = "" }).Obj(), "spec.pool"},

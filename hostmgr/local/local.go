@@ -435,7 +435,7 @@ func (b *Backend) taskEnv(spec hostmgr.LaunchSpec, sandbox string, ports map[str
 		"PELOTON_SANDBOX="+sandbox,
 	)
 	for _, p := range spec.Ports {
-		env = append(env, fmt.Sprintf("%s=%d", portEnvName(p.Name), ports[p.Name]))
+		env = append(env, fmt.Sprintf("%s=%d", hostmgr.PortEnvName(p.Name), ports[p.Name]))
 	}
 	if volume != "" {
 		env = append(env, "PELOTON_VOLUME="+volume)

@@ -3,7 +3,6 @@ package local
 import (
 	"fmt"
 	"net"
-	"strings"
 
 	"github.com/peloton-sched/peloton/hostmgr"
 )
@@ -11,23 +10,6 @@ import (
 // maxPortTries bounds the search for a port that the kernel says is free and
 // that no live run of this Backend holds.
 const maxPortTries = 64
-
-// portEnvName is the variable that holds a port's number in the run's
-// environment: PELOTON_PORT_ and the name upper-cased, with every character
-// other than an ASCII letter or digit made '_' ("admin-api" is
-// PELOTON_PORT_ADMIN_API).
-func portEnvName(name string) string {
-	var sb strings.Builder
-	sb.WriteString("PELOTON_PORT_")
-	for _, c := range strings.ToUpper(name) {
-		if c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
-			sb.WriteRune(c)
-		} else {
-			sb.WriteByte('_')
-		}
-	}
-	return sb.String()
-}
 
 // validatePorts checks that every port has a name, a valid number, and a
 // variable of its own.
@@ -40,7 +22,7 @@ func validatePorts(ports []hostmgr.Port) error {
 		if p.Value > 65535 {
 			return fmt.Errorf("spec.ports[%d].value: at most 65535, got %d", i, p.Value)
 		}
-		env := portEnvName(p.Name)
+		env := hostmgr.PortEnvName(p.Name)
 		if other, dup := seen[env]; dup {
 			return fmt.Errorf("spec.ports[%d].name: %q and %q both become %s", i, other, p.Name, env)
 		}

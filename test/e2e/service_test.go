@@ -354,3 +354,66 @@ func TestUpdatePauseResumeAbortRollback(t *testing.T) {
 	_, err = s.updates.CreateUpdate(ctxT(t), &pelotonv1.CreateUpdateRequest{JobId: id, Spec: service("renamed", 4, 1, "sleep", "1")})
 	expectStatus(t, err, codes.InvalidArgument, "spec.name: cannot change")
 }
+
+// healthyService is a service whose instances become healthy a moment after
+// they start (the check looks for a file the run creates in its sandbox).
+func healthyService(name string, n, budget uint32, version string) *pelotonv1.JobSpec {
+	spec := service(name, n, budget, "sh", "-c", "sleep 0.5; touch ready; exec sleep 300 # "+version)
+	spec.DefaultSpec.HealthCheck = &pelotonv1.HealthCheck{Command: []string{"test", "-f", "ready"}, IntervalSeconds: 1, FailureThreshold: 2}
+	return spec
+}
+
+func TestUpdateWaitsForHealth(t *testing.T) {
+	s := startStack(t, t.TempDir(), stackOpts{hosts: 2})
+	spec := healthyService("healthy", 6, 2, "v1")
+	id := s.createJob(spec)
+	healthy := func(ts []*pelotonv1.Task) bool {
+		for _, tk := range ts {
+			if tk.Status.State != pelotonv1.TaskState_RUNNING || tk.Status.Health != pelotonv1.HealthState_HEALTHY {
+				return false
+			}
+		}
+		return len(ts) == 6
+	}
+	s.waitTasks(id, "6 healthy", 60*time.Second, healthy)
+	u := s.startUpdate(id, healthyService("healthy", 6, 2, "v2"), &pelotonv1.UpdateSpec{BatchSize: 2})
+	sawUnknown := false
+	s.waitUpdate(u.Id, pelotonv1.UpdateState_UPDATE_SUCCEEDED, 120*time.Second, func(ts []*pelotonv1.Task) {
+		down := 0
+		for _, tk := range ts {
+			if tk.Status.State != pelotonv1.TaskState_RUNNING || tk.Status.Health != pelotonv1.HealthState_HEALTHY {
+				down++
+			}
+			sawUnknown = sawUnknown || (tk.Status.State == pelotonv1.TaskState_RUNNING && tk.Status.Health == pelotonv1.HealthState_HEALTH_UNKNOWN)
+		}
+		if down > 2 {
+			t.Errorf("%d instances not healthy at once; batch size and budget are 2", down)
+		}
+	})
+	if !sawUnknown {
+		t.Log("never polled an instance between RUNNING and HEALTHY (fast machine)")
+	}
+	s.waitTasks(id, "6 healthy", 30*time.Second, healthy)
+}
+
+func TestUnhealthyInstanceIsRestarted(t *testing.T) {
+	s := startStack(t, t.TempDir(), stackOpts{hosts: 1})
+	// Healthy at the first check (after a second), then the file goes and
+	// the next check fails.
+	spec := service("sickly", 1, 1, "sh", "-c", "touch ready; sleep 1.5; rm ready; exec sleep 300")
+	spec.DefaultSpec.HealthCheck = &pelotonv1.HealthCheck{Command: []string{"test", "-f", "ready"}, InitialDelaySeconds: 1, IntervalSeconds: 1, FailureThreshold: 1}
+	id := s.createJob(spec)
+	s.waitTasks(id, "healthy first", 30*time.Second, func(ts []*pelotonv1.Task) bool {
+		return len(ts) == 1 && ts[0].Status.Health == pelotonv1.HealthState_HEALTHY && ts[0].Status.RunId == 1
+	})
+	ts := s.waitTasks(id, "a second run after the first turned unhealthy", 60*time.Second, func(ts []*pelotonv1.Task) bool {
+		return len(ts) == 1 && ts[0].Status.RunId >= 2
+	})
+	var sawUnhealthy bool
+	for _, h := range ts[0].Status.History {
+		sawUnhealthy = sawUnhealthy || h.Reason == "unhealthy"
+	}
+	if !sawUnhealthy || ts[0].Status.FailureCount < 1 {
+		t.Errorf("history %v, failures %d", ts[0].Status.History, ts[0].Status.FailureCount)
+	}
+}
