@@ -1,0 +1,107 @@
+package hostmgr
+
+import (
+	"context"
+	"testing"
+
+	"github.com/peloton-sched/peloton/internal/resources"
+)
+
+// TestTransferHold: the new run holds exactly what the old one held, on the
+// same host, counted once for the host and once for the job; the old run
+// holds nothing any more. A refused transfer changes nothing.
+func TestTransferHold(t *testing.T) {
+	r := resources.Resources{MilliCPU: 300, MemoryMB: 30}
+	for _, tc := range []struct {
+		name     string
+		from, to string
+		wantHost string
+		// holds lists the runs that must hold r afterwards, gone those that
+		// must hold nothing.
+		holds, gone []string
+	}{
+		{"moves the hold to the new run", "j-0-1", "j-0-2", "a", []string{"j-0-2", "k-0-1"}, []string{"j-0-1"}},
+		{"from holds nothing", "j-0-9", "j-0-10", "", []string{"j-0-1", "k-0-1"}, []string{"j-0-9", "j-0-10"}},
+		{"to already holds something", "j-0-1", "k-0-1", "", []string{"j-0-1", "k-0-1"}, nil},
+		{"to is from", "j-0-1", "j-0-1", "", []string{"j-0-1", "k-0-1"}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newTestManager(t, 2, resources.Resources{MilliCPU: 1000, MemoryMB: 100})
+			m.Recover("j-0-1", "a", r)
+			m.Recover("k-0-1", "a", r)
+			host, ok := m.TransferHold(tc.from, tc.to)
+			if host != tc.wantHost || ok != (tc.wantHost != "") {
+				t.Fatalf("TransferHold(%s, %s) = %q, %v; want %q", tc.from, tc.to, host, ok, tc.wantHost)
+			}
+			for _, id := range tc.holds {
+				if !m.HoldsExactly(id, r) {
+					t.Errorf("%s should hold %s", id, r)
+				}
+			}
+			for _, id := range tc.gone {
+				if m.HoldsExactly(id, r) || m.HoldsExactly(id, resources.Resources{}) {
+					t.Errorf("%s should hold nothing", id)
+				}
+			}
+			// The host's totals and the job's count do not change either way.
+			if h := m.ListHosts()[0]; h.Allocated.Cpu != 0.6 || h.TaskCount != 2 {
+				t.Errorf("host a after transfer: %v, %d runs; want 0.6 CPU, 2 runs", h.Allocated, h.TaskCount)
+			}
+			l, offers := m.AcquireHosts(HostFilter{Max: 2, Jobs: map[string]bool{"j": true}})
+			if offers[0].Name != "a" || offers[0].JobCounts["j"] != 1 {
+				t.Errorf("job j on host a after transfer: %v", offers[0].JobCounts)
+			}
+			m.ReleaseLease(l)
+		})
+	}
+}
+
+// TestTransferHoldThenRelease: releasing the old run after a transfer frees
+// nothing; releasing the new one frees the host and the job's count.
+func TestTransferHoldThenRelease(t *testing.T) {
+	m := newTestManager(t, 1, resources.Resources{MilliCPU: 1000, MemoryMB: 100})
+	r := resources.Resources{MilliCPU: 600, MemoryMB: 30}
+	m.Recover("j-0-1", "a", r)
+	if _, ok := m.TransferHold("j-0-1", "j-0-2"); !ok {
+		t.Fatal("transfer refused")
+	}
+	m.ReleaseTask("j-0-1") // the old run's end event, arriving late
+	if h := m.ListHosts()[0]; h.Allocated.Cpu != 0.6 || h.TaskCount != 1 {
+		t.Fatalf("releasing the old run freed the new run's hold: %v, %d runs", h.Allocated, h.TaskCount)
+	}
+	// The transferred hold still counts in Commit: a second 0.6 CPU run does
+	// not fit, and the job is at its cap of 1 per host.
+	l, offers := m.AcquireHosts(HostFilter{Max: 1, Jobs: map[string]bool{"j": true}})
+	if len(offers) != 1 || offers[0].JobCounts["j"] != 1 {
+		t.Fatalf("offers after transfer: %v", offers)
+	}
+	if err := m.Commit(l, []Assignment{{TaskID: "j-1-1", JobID: "j", Host: "a", Resources: resources.Resources{MilliCPU: 100, MemoryMB: 1}, MaxPerHost: 1}}); err == nil {
+		t.Fatal("commit ignored the transferred run's count")
+	}
+	m.ReleaseTask("j-0-2")
+	if h := m.ListHosts()[0]; h.Allocated.Cpu != 0 || h.TaskCount != 0 {
+		t.Fatalf("after releasing the new run: %v, %d runs", h.Allocated, h.TaskCount)
+	}
+	_, offers = m.AcquireHosts(HostFilter{Max: 1, Jobs: map[string]bool{"j": true}})
+	if len(offers) != 1 || offers[0].JobCounts != nil || offers[0].Free.MilliCPU != 1000 {
+		t.Fatalf("offers after release: %+v", offers)
+	}
+}
+
+// TestTransferHoldOnDrainingHost: a hold moved on a draining host keeps it
+// draining; the host becomes drained when the new run ends.
+func TestTransferHoldOnDrainingHost(t *testing.T) {
+	m := maintManager(t, nil) // a holds j-0-1
+	if _, err := m.StartMaintenance(context.Background(), []string{"a"}); err != nil {
+		t.Fatal(err)
+	}
+	if host, ok := m.TransferHold("j-0-1", "j-0-2"); !ok || host != "a" {
+		t.Fatalf("transfer on a draining host: %q %v", host, ok)
+	}
+	m.ReleaseTask("j-0-1")
+	if got := states(m); got != "a=HOST_DRAINING b=HOST_UP c=HOST_UP" {
+		t.Fatalf("after releasing the old run: %s", got)
+	}
+	m.ReleaseTask("j-0-2")
+	waitStates(t, m, "a=HOST_DRAINED b=HOST_UP c=HOST_UP")
+}
