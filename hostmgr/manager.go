@@ -45,6 +45,23 @@ type HostFilter struct {
 	// Jobs are the jobs whose per-host run counts the caller needs in
 	// HostOffer.JobCounts (to spread them or cap them per host).
 	Jobs map[string]bool
+	// Hosts are hosts the caller asks for by name: those its tasks are
+	// bound to. Each one that is up and not leased is offered whatever Max,
+	// Partitions and MinFree say (even when full, so that the caller sees
+	// how little it has free), in this order and before the others. They
+	// do not count towards Max, and finding them costs a lookup each, not a
+	// scan.
+	Hosts []string
+}
+
+// HostStatus is what hostmgr knows of one host, leased or not, in service or
+// not: enough for a caller that asked for the host by name (HostFilter.Hosts)
+// to tell why it was not offered.
+type HostStatus struct {
+	State     pelotonv1.HostState
+	Capacity  resources.Resources
+	Labels    map[string]string
+	Partition string
 }
 
 // HostClass is a set of hosts that look the same to placement: same
@@ -323,7 +340,8 @@ func newLeaseID() string {
 }
 
 // AcquireHosts leases up to f.Max hosts that pass f and have room to the
-// caller. The hosts are offered to nobody else until Commit, ReleaseLease or
+// caller, and before them the hosts of f.Hosts that are up and not leased.
+// The hosts are offered to nobody else until Commit, ReleaseLease or
 // expiry. Each call starts where the previous one stopped, so that engines
 // (and successive rounds) are not all handed the same first hosts.
 func (m *Manager) AcquireHosts(f HostFilter) (string, []HostOffer) {
@@ -332,15 +350,29 @@ func (m *Manager) AcquireHosts(f HostFilter) (string, []HostOffer) {
 	now := m.now()
 	m.expireLeasesLocked(now)
 	n := len(m.order)
-	if n == 0 || f.Max <= 0 {
+	if n == 0 || (f.Max <= 0 && len(f.Hosts) == 0) {
 		return "", nil
 	}
 	id := newLeaseID()
 	l := &lease{id: id, end: now.Add(m.leaseTTL)}
-	offers := make([]HostOffer, 0, min(f.Max, n))
+	offers := make([]HostOffer, 0, min(max(f.Max, 0), n)+len(f.Hosts))
+	take := func(name string, h *host, free resources.Resources) {
+		h.lease, h.leaseEnd = id, l.end
+		l.hosts = append(l.hosts, name)
+		offers = append(offers, HostOffer{Name: name, Free: free, Capacity: h.info.Capacity, Labels: h.info.Labels,
+			Partition: h.info.Partition, JobCounts: jobCounts(h.jobs, f.Jobs)})
+	}
+	// Hosts asked for by name first: a host leased here is skipped by the
+	// scan below, so it is never offered twice.
+	for _, name := range f.Hosts {
+		if h, ok := m.hosts[name]; ok && h.lease == "" && h.state == hostUp {
+			take(name, h, h.info.Capacity.Sub(h.allocated))
+		}
+	}
+	named := len(offers)
 	start := m.next % n
 	i := 0
-	for ; i < n && len(offers) < f.Max; i++ {
+	for ; i < n && len(offers)-named < f.Max; i++ {
 		name := m.order[(start+i)%n]
 		h := m.hosts[name]
 		if h.lease != "" || h.state != hostUp || !inPartitions(h.info.Partition, f.Partitions) {
@@ -350,10 +382,7 @@ func (m *Manager) AcquireHosts(f HostFilter) (string, []HostOffer) {
 		if free.MilliCPU == 0 || free.MemoryMB == 0 || !f.MinFree.FitsIn(free) {
 			continue
 		}
-		h.lease, h.leaseEnd = id, l.end
-		l.hosts = append(l.hosts, name)
-		offers = append(offers, HostOffer{Name: name, Free: free, Capacity: h.info.Capacity, Labels: h.info.Labels,
-			Partition: h.info.Partition, JobCounts: jobCounts(h.jobs, f.Jobs)})
+		take(name, h, free)
 	}
 	m.next = (start + i) % n
 	if len(offers) == 0 {
@@ -361,6 +390,21 @@ func (m *Manager) AcquireHosts(f HostFilter) (string, []HostOffer) {
 	}
 	m.leases[id] = l
 	return id, offers
+}
+
+// HostStatuses returns what hostmgr knows of the named hosts; names it does
+// not know are absent. Placement asks only about the hosts its tasks are
+// bound to that AcquireHosts did not offer, so this costs a lookup per name.
+func (m *Manager) HostStatuses(names []string) map[string]HostStatus {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make(map[string]HostStatus, len(names))
+	for _, name := range names {
+		if h, ok := m.hosts[name]; ok {
+			out[name] = HostStatus{State: h.state, Capacity: h.info.Capacity, Labels: h.info.Labels, Partition: h.info.Partition}
+		}
+	}
+	return out
 }
 
 func inPartitions(p string, ps []string) bool {
