@@ -79,6 +79,9 @@ func (b *taskBuilder) CPU(cores float64) *taskBuilder {
 func (b *taskBuilder) Mem(mb int64) *taskBuilder  { b.t.Resources.MemoryMB = mb; return b }
 func (b *taskBuilder) GPU(n int64) *taskBuilder   { b.t.Resources.GPU = n; return b }
 func (b *taskBuilder) Prev(h string) *taskBuilder { b.t.PrevHost = h; return b }
+
+// Bound binds the task to host h (a STATEFUL instance's volume, a DAEMON's host).
+func (b *taskBuilder) Bound(h string) *taskBuilder { b.t.BoundHost = h; return b }
 func (b *taskBuilder) Spread() *taskBuilder {
 	b.t.Strategy = pelotonv1.PlacementStrategy_SPREAD
 	b.placement().Strategy = pelotonv1.PlacementStrategy_SPREAD

@@ -66,10 +66,15 @@ func (e *Engine) Run(ctx context.Context) {
 func (e *Engine) round(gangs []*resmgr.Gang) {
 	start := time.Now()
 	defer func() { metrics.PlacementLatency.Observe(time.Since(start).Seconds()) }()
-	leaseID, offers := e.hm.AcquireHosts(hostFilter(gangs, e.maxHosts))
+	f := hostFilter(gangs, e.maxHosts)
+	leaseID, offers := e.hm.AcquireHosts(f)
 	// Place runs even without offers: it still tells the gangs that could
 	// never run (judged against every host's class) from those that wait.
-	d := Config{DomainLabel: e.domain, Catalog: e.hm.HostClasses()}.Place(gangs, offers)
+	cfg := Config{DomainLabel: e.domain, Catalog: e.hm.HostClasses()}
+	if missing := notOffered(f.Hosts, offers); len(missing) > 0 {
+		cfg.Bound = e.hm.HostStatuses(missing)
+	}
+	d := cfg.Place(gangs, offers)
 	if leaseID != "" {
 		as := make([]hostmgr.Assignment, len(d.Placed))
 		for i, p := range d.Placed {
@@ -111,17 +116,36 @@ func (e *Engine) returnGang(u Unplaced) {
 	e.rm.ReturnGang(u.Gang, u.Reason)
 }
 
-// hostFilter leases only what the round can use: hosts of the partitions
-// its tasks ask for, with room for at least its smallest task, and the
-// per-host counts of the jobs that spread or cap instances per host.
+// hostFilter leases only what the round can use: the hosts its tasks are
+// bound to, by name; up to max hosts of the partitions its other tasks ask
+// for, with room for at least the smallest of them (none if every task is
+// bound); and the per-host counts of the jobs that spread or cap instances
+// per host.
 func hostFilter(gangs []*resmgr.Gang, max int) hostmgr.HostFilter {
-	f := hostmgr.HostFilter{Max: max}
+	var f hostmgr.HostFilter
+	var named map[string]bool
 	anyPartition := false
 	first := true
 	for _, g := range gangs {
 		for _, t := range g.Tasks {
+			if needsCounts(t) {
+				if f.Jobs == nil {
+					f.Jobs = map[string]bool{}
+				}
+				f.Jobs[t.JobID] = true
+			}
+			if t.BoundHost != "" {
+				if !named[t.BoundHost] {
+					if named == nil {
+						named = map[string]bool{}
+					}
+					named[t.BoundHost] = true
+					f.Hosts = append(f.Hosts, t.BoundHost)
+				}
+				continue
+			}
 			if first {
-				f.MinFree, first = t.Resources, false
+				f.MinFree, f.Max, first = t.Resources, max, false
 			} else {
 				f.MinFree = f.MinFree.Min(t.Resources)
 			}
@@ -131,16 +155,25 @@ func hostFilter(gangs []*resmgr.Gang, max int) hostmgr.HostFilter {
 			case !anyPartition && !slices.Contains(f.Partitions, p):
 				f.Partitions = append(f.Partitions, p)
 			}
-			if needsCounts(t) {
-				if f.Jobs == nil {
-					f.Jobs = map[string]bool{}
-				}
-				f.Jobs[t.JobID] = true
-			}
 		}
 	}
 	if anyPartition {
 		f.Partitions = nil
 	}
 	return f
+}
+
+// notOffered returns the names the offers lack. AcquireHosts offers the
+// hosts asked for by name first, in the order asked, so one walk does.
+func notOffered(names []string, offers []hostmgr.HostOffer) []string {
+	var out []string
+	j := 0
+	for _, name := range names {
+		if j < len(offers) && offers[j].Name == name {
+			j++
+			continue
+		}
+		out = append(out, name)
+	}
+	return out
 }

@@ -69,6 +69,31 @@ const (
 	// ReasonGangTooWide (unresolvable): a gang holds more instances of a job
 	// than the matching hosts can take at the job's maximum per host.
 	ReasonGangTooWide = "gang needs more hosts than match"
+
+	// Reasons for tasks bound to one host (resmgr.Task.BoundHost: a STATEFUL
+	// instance's volume, the host a DAEMON instance serves). The host's name
+	// follows after ": ".
+
+	// ReasonBoundGone (unresolvable): the host is not in the cluster (any
+	// more). Shown as "bound host is gone: h7".
+	ReasonBoundGone = "bound host is gone"
+	// ReasonBoundMismatch (unresolvable): the host fails the task's partition
+	// or one of its constraints. Shown as "bound host does not match the
+	// task's placement: h7 fails zone IN [a b]".
+	ReasonBoundMismatch = "bound host does not match the task's placement"
+	// ReasonBoundTooSmall (unresolvable): the host could not hold the task
+	// (or the gang's members bound to it) even when empty. Shown as "bound
+	// host is too small: h7 (needs cpu=16 memoryMb=128; host has cpu=8
+	// memoryMb=8192)".
+	ReasonBoundTooSmall = "bound host is too small"
+	// ReasonBoundMaintenance (unschedulable): the host is draining or
+	// drained. Shown as "bound host in maintenance: h7 (HOST_DRAINING)".
+	ReasonBoundMaintenance = "bound host in maintenance"
+	// ReasonBoundNoRoom (unschedulable): the host is up but cannot take the
+	// task now: too little free, the job's maximum per host reached, or
+	// another engine holds its lease. Shown as "waiting for room on bound
+	// host: h7 (needs cpu=2 memoryMb=128; has cpu=1 memoryMb=4096 free)".
+	ReasonBoundNoRoom = "waiting for room on bound host"
 )
 
 // Decision is the outcome of one placement round.
@@ -94,6 +119,11 @@ type Config struct {
 	// not (hostmgr.Manager.HostClasses). Place judges whether a task could
 	// ever run against it. Nil means the offered hosts are the whole cluster.
 	Catalog []hostmgr.HostClass
+	// Bound is what hostmgr knows of the hosts tasks are bound to that were
+	// not offered (hostmgr.Manager.HostStatuses), so that Place can tell a
+	// host in maintenance or busy from one that is gone. A bound host
+	// neither offered nor here is gone.
+	Bound map[string]hostmgr.HostStatus
 }
 
 // DefaultDomainLabel is the failure-domain label SPREAD uses by default.
@@ -107,10 +137,12 @@ func Place(gangs []*resmgr.Gang, hosts []hostmgr.HostOffer) Decision {
 
 // Place assigns each gang's tasks to hosts, gangs in the given order, each
 // task to its previous host if that passes its filters and fits, else by its
-// strategy (PACK or SPREAD) among the hosts that pass its filters. A gang is placed whole or not at all: if a member does not fit,
-// what the other members took is given back before the next gang. Every
-// unplaced gang gets a Code and a Reason. hosts are the starting view; Place
-// does not modify them.
+// strategy (PACK or SPREAD) among the hosts that pass its filters. A task
+// bound to a host (resmgr.Task.BoundHost) goes there or nowhere, whatever
+// its strategy; its filters must still pass on that host. A gang is placed
+// whole or not at all: if a member does not fit, what the other members
+// took is given back before the next gang. Every unplaced gang gets a Code
+// and a Reason. hosts are the starting view; Place does not modify them.
 //
 // Filters run cheapest first and are compiled once per round and placement
 // spec: partition, then label constraints (both fixed per host, so each

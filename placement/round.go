@@ -86,11 +86,16 @@ func (j *jobState) count(h int32) int32 {
 
 // request is one task with its filters resolved.
 type request struct {
-	task     *resmgr.Task
+	task *resmgr.Task
+	// cls is nil for a task bound to a host: it is judged on that host
+	// alone, so the round does not compute its class.
 	cls      *class
 	job      *jobState // nil unless the job's per-host counts matter
 	max      uint32
 	strategy Strategy
+	// bound is the offer index of the task's bound host, -1 if that host was
+	// not offered. Unused without a bound host.
+	bound int32
 }
 
 type shapeKey struct {
@@ -162,13 +167,33 @@ func needsCounts(t *resmgr.Task) bool {
 	return t.Strategy == pelotonv1.PlacementStrategy_SPREAD || t.Placement.GetMaxInstancesPerHost() > 0
 }
 
-// request resolves a task's class, job counts and strategy.
+// request resolves a task's class (or bound host), job counts and strategy.
 func (r *Round) request(t *resmgr.Task) request {
-	q := request{task: t, cls: r.classOf(t.Placement), max: t.Placement.GetMaxInstancesPerHost(), strategy: strategyFor(t.Strategy)}
+	q := request{task: t, max: t.Placement.GetMaxInstancesPerHost(), bound: -1}
+	if t.BoundHost != "" {
+		q.bound = r.hostIndex(t.BoundHost)
+	} else {
+		q.cls, q.strategy = r.classOf(t.Placement), strategyFor(t.Strategy)
+	}
 	if needsCounts(t) {
 		q.job = r.jobs[t.JobID]
 	}
 	return q
+}
+
+// hostIndex returns the offer index of the named host, or -1. The index by
+// name is built on first use: most rounds need none.
+func (r *Round) hostIndex(name string) int32 {
+	if r.byName == nil {
+		r.byName = make(map[string]int32, len(r.offers))
+		for i, o := range r.offers {
+			r.byName[o.Name] = int32(i)
+		}
+	}
+	if h, ok := r.byName[name]; ok {
+		return h
+	}
+	return -1
 }
 
 // classOf returns the class of a placement spec, computing its matching hosts
@@ -311,16 +336,29 @@ func (r *Round) computeReach(p *pelotonv1.PlacementSpec, need resources.Resource
 // It checks every member before any is tried, so that a gang stuck on an
 // impossible member is reported as such and not retried as "no room now".
 func (r *Round) gangUnresolvable(reqs []request) string {
+	nbound := 0
 	for i := range reqs {
-		if v := r.reachOf(reqs[i].cls, reqs[i].task.Resources); v.reason != "" {
+		var reason string
+		if reqs[i].task.BoundHost != "" {
+			reason = r.boundUnresolvable(&reqs[i])
+			nbound++
+		} else {
+			reason = r.reachOf(reqs[i].cls, reqs[i].task.Resources).reason
+		}
+		if reason != "" {
 			if len(reqs) > 1 {
-				return fmt.Sprintf("%s (instance %d)", v.reason, reqs[i].task.Instance)
+				return fmt.Sprintf("%s (instance %d)", reason, reqs[i].task.Instance)
 			}
-			return v.reason
+			return reason
 		}
 	}
 	if len(reqs) < 2 {
 		return ""
+	}
+	if nbound > 1 {
+		if reason := r.gangBoundUnresolvable(reqs); reason != "" {
+			return reason
+		}
 	}
 	// A gang of n instances of a job capped at m per host needs n/m hosts.
 	type group struct {
@@ -331,7 +369,7 @@ func (r *Round) gangUnresolvable(reqs []request) string {
 	}
 	var counted map[group]int
 	for i := range reqs {
-		if reqs[i].max > 0 {
+		if reqs[i].max > 0 && reqs[i].task.BoundHost == "" {
 			if counted == nil {
 				counted = map[group]int{}
 			}
@@ -348,9 +386,101 @@ func (r *Round) gangUnresolvable(reqs []request) string {
 	return ""
 }
 
-// choose picks q's host: its previous host if that passes the filters and
-// fits, else its strategy's choice. It returns -1 and why when none fits.
+// boundStatus returns what the round knows of q's bound host: its offer,
+// or else what hostmgr said of it (Config.Bound). ok is false if the host
+// is gone.
+func (r *Round) boundStatus(q *request) (st hostmgr.HostStatus, ok bool) {
+	if h := q.bound; h >= 0 {
+		o := &r.offers[h]
+		return hostmgr.HostStatus{State: pelotonv1.HostState_HOST_UP, Capacity: o.Capacity, Labels: o.Labels, Partition: o.Partition}, true
+	}
+	st, ok = r.cfg.Bound[q.task.BoundHost]
+	return st, ok
+}
+
+// boundUnresolvable returns why q's bound host could never take q, or "":
+// the host is gone, fails q's partition or a constraint (a DAEMON's
+// constraints must hold on the host it serves), or is too small even empty.
+func (r *Round) boundUnresolvable(q *request) string {
+	name, need := q.task.BoundHost, q.task.Resources
+	st, ok := r.boundStatus(q)
+	if !ok {
+		return fmt.Sprintf("%s: %s", ReasonBoundGone, name)
+	}
+	p := q.task.Placement
+	if p.GetPartition() != "" && p.GetPartition() != st.Partition {
+		return fmt.Sprintf("%s: %s is not in partition %q", ReasonBoundMismatch, name, p.GetPartition())
+	}
+	for _, c := range p.GetConstraints() {
+		if !holds(c, st.Labels) {
+			return fmt.Sprintf("%s: %s fails %s", ReasonBoundMismatch, name, describe(c))
+		}
+	}
+	if !need.FitsIn(st.Capacity) {
+		return fmt.Sprintf("%s: %s (needs %s; host has %s)", ReasonBoundTooSmall, name, needs(need), needs(st.Capacity))
+	}
+	return ""
+}
+
+// gangBoundUnresolvable returns why a gang's members bound to one host
+// could never be there together, or "": their sum is larger than the host,
+// or they are more instances of a job than its maximum per host. Each
+// member alone passed boundUnresolvable.
+func (r *Round) gangBoundUnresolvable(reqs []request) string {
+	type hostJob struct{ host, job string }
+	sum := map[string]resources.Resources{}
+	count := map[hostJob]uint32{}
+	for i := range reqs {
+		t := reqs[i].task
+		if t.BoundHost == "" {
+			continue
+		}
+		sum[t.BoundHost] = sum[t.BoundHost].Add(t.Resources)
+		if m := reqs[i].max; m > 0 {
+			k := hostJob{t.BoundHost, t.JobID}
+			if count[k]++; count[k] > m {
+				return fmt.Sprintf("%s: more than %d %s of job %s bound to %s", ReasonGangTooWide, m, plural(m, "instance"), t.JobID, t.BoundHost)
+			}
+		}
+		if st, _ := r.boundStatus(&reqs[i]); !sum[t.BoundHost].FitsIn(st.Capacity) {
+			return fmt.Sprintf("%s: %s (the gang's members bound to it need %s; host has %s)", ReasonBoundTooSmall, t.BoundHost, needs(sum[t.BoundHost]), needs(st.Capacity))
+		}
+	}
+	return ""
+}
+
+// chooseBound places q on its bound host if the host was offered and has
+// room, and otherwise says what q waits for.
+func (r *Round) chooseBound(q *request) (int32, string) {
+	name, need, h := q.task.BoundHost, q.task.Resources, q.bound
+	if h < 0 {
+		// Known (gangUnresolvable ruled out a gone host) but not offered:
+		// in maintenance, or leased by another engine.
+		switch st := r.cfg.Bound[name].State; st {
+		case pelotonv1.HostState_HOST_DRAINING, pelotonv1.HostState_HOST_DRAINED:
+			return -1, fmt.Sprintf("%s: %s (%s)", ReasonBoundMaintenance, name, st)
+		case pelotonv1.HostState_HOST_UP:
+			return -1, fmt.Sprintf("%s: %s (another placement engine holds it)", ReasonBoundNoRoom, name)
+		default:
+			return -1, fmt.Sprintf("%s: %s (%s)", ReasonBoundNoRoom, name, st)
+		}
+	}
+	if hostmgr.Fits(need, q.max, r.free[h], int(q.job.count(h))) {
+		return h, ""
+	}
+	if !need.FitsIn(r.free[h]) {
+		return -1, fmt.Sprintf("%s: %s (needs %s; has %s free)", ReasonBoundNoRoom, name, needs(need), needs(r.free[h]))
+	}
+	return -1, fmt.Sprintf("%s: %s (it holds max %d %s of this job)", ReasonBoundNoRoom, name, q.max, plural(q.max, "instance"))
+}
+
+// choose picks q's host: its bound host, or its previous host if that
+// passes the filters and fits, else its strategy's choice. It returns -1
+// and why when none fits.
 func (r *Round) choose(q *request) (int32, string) {
+	if q.task.BoundHost != "" {
+		return r.chooseBound(q)
+	}
 	need := q.task.Resources
 	if h := r.prevHost(q); h >= 0 {
 		return h, ""
@@ -393,14 +523,8 @@ func (r *Round) prevHost(q *request) int32 {
 	if name == "" {
 		return -1
 	}
-	if r.byName == nil {
-		r.byName = make(map[string]int32, len(r.offers))
-		for i, o := range r.offers {
-			r.byName[o.Name] = int32(i)
-		}
-	}
-	h, ok := r.byName[name]
-	if !ok || !matches(q.cls.spec, r.offers[h].Partition, r.offers[h].Labels) {
+	h := r.hostIndex(name)
+	if h < 0 || !matches(q.cls.spec, r.offers[h].Partition, r.offers[h].Labels) {
 		return -1
 	}
 	if !hostmgr.Fits(q.task.Resources, q.max, r.free[h], int(q.job.count(h))) {
