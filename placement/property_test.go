@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -37,12 +39,19 @@ func (f *fixedBackend) Close() error { return nil }
 
 var _ hostmgr.Backend = (*fixedBackend)(nil)
 
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
 // TestPlaceProperties places random gangs on random clusters and checks what
 // must hold whatever the strategy: no host over capacity, every placement
-// satisfies its constraints, partition and maximum per host, gangs whole or
-// absent, hostmgr.Commit accepts the decision, "unresolvable" only when no
-// host of the cluster could ever take the gang, and "unschedulable" single
-// tasks really have no host with room left.
+// satisfies its constraints, partition and maximum per host, a task bound
+// to a host lands there or nowhere, gangs whole or absent, hostmgr.Commit
+// accepts the decision, "unresolvable" only when no host of the cluster
+// could ever take the gang (for a bound task: its host is gone, fails its
+// filters or is too small), and "unschedulable" single tasks really have no
+// host with room left (for a bound task: its host has none, is in
+// maintenance or is leased elsewhere). Some hosts are in maintenance and
+// some leased by another engine; the lease asks for bound hosts by name as
+// the engine does.
 func TestPlaceProperties(t *testing.T) {
 	iterations := 300
 	if testing.Short() {
@@ -80,10 +89,11 @@ func checkRandomRound(t *testing.T, seed uint64) {
 		}
 		infos[i] = hostmgr.HostInfo{Name: fmt.Sprintf("h%02d", i), Capacity: c, Labels: labels, Partition: pick("default", "default", "batch")}
 	}
-	hm := hostmgr.NewManager(&fixedBackend{infos}, hostmgr.Options{LeaseTTL: time.Hour})
+	hm := hostmgr.NewManager(&fixedBackend{infos}, hostmgr.Options{LeaseTTL: time.Hour, Logger: quiet})
 	if err := hm.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = hm.Close() })
 	// Runs already on the hosts, of the jobs about to be placed.
 	jobs := []string{"j0", "j1", "j2", "j3"}
 	for i := range infos {
@@ -132,21 +142,59 @@ func checkRandomRound(t *testing.T, seed uint64) {
 			if rng.IntN(5) == 0 {
 				task.PrevHost = pick("h00", "h01", "h02", "gone")
 			}
+			if rng.IntN(4) == 0 {
+				task.BoundHost = pick("h00", "h01", "h02", "h03", "gone")
+			}
 			inst[j]++
 			ts = append(ts, task)
 		}
 		gangs = append(gangs, resmgr.NewGang(ts...))
 	}
 
+	// Some hosts in maintenance, some leased by another engine.
+	inMaint := map[string]bool{}
+	var drain, elsewhere []string
+	for _, h := range infos {
+		switch rng.IntN(8) {
+		case 0:
+			drain = append(drain, h.Name)
+			inMaint[h.Name] = true
+		case 1:
+			elsewhere = append(elsewhere, h.Name)
+		}
+	}
+	if len(drain) > 0 {
+		if _, err := hm.StartMaintenance(context.Background(), drain); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(elsewhere) > 0 {
+		hm.AcquireHosts(hostmgr.HostFilter{Hosts: elsewhere})
+	}
+
 	want := map[string]bool{}
 	for _, j := range jobs {
 		want[j] = true
 	}
-	lease, offers := hm.AcquireHosts(hostmgr.HostFilter{Max: nHosts, Jobs: want})
+	// Sometimes fewer hosts than the cluster: bound hosts come by name.
+	maxHosts := nHosts
+	if rng.IntN(3) == 0 {
+		maxHosts = 1 + rng.IntN(nHosts)
+	}
+	f := hostmgr.HostFilter{Max: maxHosts, Jobs: want, Hosts: hostFilter(gangs, maxHosts).Hosts}
+	lease, offers := hm.AcquireHosts(f)
+	cfg := Config{Catalog: hm.HostClasses()}
+	if missing := notOffered(f.Hosts, offers); len(missing) > 0 {
+		cfg.Bound = hm.HostStatuses(missing)
+	}
 	before := fmt.Sprint(offers)
-	d := Config{Catalog: hm.HostClasses()}.Place(gangs, offers)
+	d := cfg.Place(gangs, offers)
 	if fmt.Sprint(offers) != before {
 		t.Fatal("Place modified its input")
+	}
+	info := map[string]hostmgr.HostInfo{}
+	for _, h := range infos {
+		info[h.Name] = h
 	}
 
 	byName := map[string]hostmgr.HostOffer{}
@@ -168,6 +216,9 @@ func checkRandomRound(t *testing.T, seed uint64) {
 		o, ok := byName[p.Host]
 		if !ok {
 			t.Fatalf("placed on a host that was not offered: %s", p.Host)
+		}
+		if b := p.Task.BoundHost; b != "" && p.Host != b {
+			t.Errorf("%s is bound to %s but placed on %s", p.Task.Key(), b, p.Host)
 		}
 		used[p.Host] = used[p.Host].Add(p.Task.Resources)
 		count[[2]string{p.Host, p.Task.JobID}]++
@@ -204,18 +255,27 @@ func checkRandomRound(t *testing.T, seed uint64) {
 	// Unresolvable only if some member fits no host of the cluster, even
 	// empty, or the gang is wider than the matching hosts at max per host.
 	for _, u := range d.Unplaced {
+		// impossible: some member could never run, alone on an empty host.
+		impossible := false
+		for _, task := range u.Gang.Tasks {
+			if task.BoundHost != "" {
+				h, ok := info[task.BoundHost]
+				impossible = impossible || !ok || !couldEverRun(task, h)
+			} else if !slices.ContainsFunc(infos, func(h hostmgr.HostInfo) bool { return couldEverRun(task, h) }) {
+				impossible = true
+			}
+		}
+		together := boundTogetherTooMuch(u.Gang, info)
+		if (impossible || together) && u.Code != Unresolvable {
+			t.Errorf("gang of %s can never run whole but is %s (%s)", u.Gang.Tasks[0].Key(), u.Code, u.Reason)
+		}
 		switch u.Code {
 		case Unresolvable:
-			if u.Gang.Tasks[0].Placement.GetMaxInstancesPerHost() == 0 || len(u.Gang.Tasks) == 1 {
-				impossible := false
-				for _, task := range u.Gang.Tasks {
-					if !slices.ContainsFunc(infos, func(h hostmgr.HostInfo) bool { return couldEverRun(task, h) }) {
-						impossible = true
-					}
-				}
-				if !impossible {
-					t.Errorf("gang of %s called unresolvable (%s) but every member fits some empty host", u.Gang.Tasks[0].Key(), u.Reason)
-				}
+			// A gang may also be wider than its hosts allow at max per host,
+			// or hold members bound to one host that cannot take them all.
+			if !impossible && !together &&
+				(u.Gang.Tasks[0].Placement.GetMaxInstancesPerHost() == 0 || len(u.Gang.Tasks) == 1) {
+				t.Errorf("gang of %s called unresolvable (%s) but every member fits some empty host", u.Gang.Tasks[0].Key(), u.Reason)
 			}
 		case Unschedulable:
 			// Free only shrinks during a round, so a single task that found no
@@ -224,7 +284,21 @@ func checkRandomRound(t *testing.T, seed uint64) {
 				continue
 			}
 			task := u.Gang.Tasks[0]
+			if b := task.BoundHost; b != "" {
+				if _, offered := byName[b]; !offered {
+					prefix := ReasonBoundNoRoom
+					if inMaint[b] {
+						prefix = ReasonBoundMaintenance
+					}
+					if !strings.HasPrefix(u.Reason, prefix+": "+b) {
+						t.Errorf("%s bound to %s (not offered, maintenance %v): %q", task.Key(), b, inMaint[b], u.Reason)
+					}
+				}
+			}
 			for _, o := range offers {
+				if task.BoundHost != "" && o.Name != task.BoundHost {
+					continue
+				}
 				free := o.Free.Sub(used[o.Name])
 				n := o.JobCounts[task.JobID] + count[[2]string{o.Name, task.JobID}]
 				if oracleMatches(task.Placement, o) && hostmgr.Fits(task.Resources, task.Placement.GetMaxInstancesPerHost(), free, n) {
@@ -279,6 +353,26 @@ func oracleMatchesLabels(p *pelotonv1.PlacementSpec, partition string, labels ma
 		}
 	}
 	return true
+}
+
+// boundTogetherTooMuch reports whether the gang's members bound to one host
+// could never all be there: more than the host holds, or more instances of
+// a job than its maximum per host.
+func boundTogetherTooMuch(g *resmgr.Gang, info map[string]hostmgr.HostInfo) bool {
+	sum := map[string]resources.Resources{}
+	n := map[[2]string]uint32{}
+	for _, t := range g.Tasks {
+		if t.BoundHost == "" {
+			continue
+		}
+		sum[t.BoundHost] = sum[t.BoundHost].Add(t.Resources)
+		k := [2]string{t.BoundHost, t.JobID}
+		n[k]++
+		if m := t.Placement.GetMaxInstancesPerHost(); (m > 0 && n[k] > m) || !sum[t.BoundHost].FitsIn(info[t.BoundHost].Capacity) {
+			return true
+		}
+	}
+	return false
 }
 
 func couldEverRun(t *resmgr.Task, h hostmgr.HostInfo) bool {
