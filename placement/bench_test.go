@@ -102,3 +102,33 @@ func BenchmarkPlace5000HostsLargeJobsMaxOnePerHost(b *testing.B) {
 	}
 	benchPlace(b, benchHosts(5000), gangs)
 }
+
+// bindSome binds one gang in a hundred to a random host (STATEFUL volumes,
+// DAEMONs).
+func bindSome(hosts []hostmgr.HostOffer, gangs []*resmgr.Gang) []*resmgr.Gang {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for i := 0; i < len(gangs); i += 100 {
+		gangs[i].Tasks[0].BoundHost = hosts[rng.IntN(len(hosts))].Name
+	}
+	return gangs
+}
+
+// BenchmarkPlace5000Hosts1000TasksSomeBound: the engine's default round
+// with one task in a hundred bound to a host. A bound task costs a lookup
+// and a fit test on its host, not a search: this should stay close to
+// BenchmarkPlace5000Hosts1000Tasks.
+func BenchmarkPlace5000Hosts1000TasksSomeBound(b *testing.B) {
+	hosts := benchHosts(5000)
+	benchPlace(b, hosts, bindSome(hosts, benchTasks(1000, 100, pelotonv1.PlacementStrategy_PACK)))
+}
+
+// BenchmarkPlace5000Hosts50000TasksSomeBound: the same in one 50,000-task
+// round. It is several times slower than the unbound round, as it is with
+// previous hosts instead of bound ones: the hosts these tasks fill lie out
+// of the pack trees' order (sorted once per round), and a full host's low
+// key keeps every subtree holding it from being pruned. Engine rounds are
+// small enough (1,000 tasks) not to build this up.
+func BenchmarkPlace5000Hosts50000TasksSomeBound(b *testing.B) {
+	hosts := benchHosts(5000)
+	benchPlace(b, hosts, bindSome(hosts, benchTasks(50000, 100, pelotonv1.PlacementStrategy_PACK)))
+}
