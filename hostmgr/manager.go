@@ -601,7 +601,10 @@ func (m *Manager) TransferHold(from, to string) (string, bool) {
 	if _, dup := m.taskHost[to]; dup {
 		return "", false
 	}
-	h := m.hosts[name]
+	h, ok := m.hosts[name]
+	if !ok {
+		return "", false // the host left; nothing is held there any more
+	}
 	t := h.tasks[from]
 	delete(h.tasks, from)
 	delete(m.taskHost, from)
