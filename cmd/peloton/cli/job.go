@@ -220,40 +220,56 @@ JOB_KILLED) or the timeout passes first.`,
 // waitJob polls the job until it is in state want, ends in another terminal
 // state, or timeout passes.
 func (a *app) waitJob(ctx context.Context, c *client, id string, want pelotonv1.JobState, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	ticker := time.NewTicker(a.poll)
-	defer ticker.Stop()
 	last := pelotonv1.JobState_JOB_STATE_UNSPECIFIED
 	timedOut := func() error {
 		return fmt.Errorf("job %s is %s, not %s (timed out after %s)", id, last, want, timeout)
 	}
-	for {
-		// Each poll is bounded by the per-call timeout and by the wait's. When
-		// the wait's deadline is the nearer one, a DeadlineExceeded from the
-		// server means the wait ran out; gRPC can report it a moment before
-		// ctx itself is done, so do not rely on ctx.Err() alone.
-		deadline, _ := ctx.Deadline()
-		waitBounds := time.Until(deadline) <= a.timeout
+	return pollUntil(ctx, c, a.poll, timeout, timedOut, func(ctx context.Context) (bool, error) {
 		resp, err := call(ctx, c, c.jobs.GetJob, &pelotonv1.GetJobRequest{JobId: id})
 		if err != nil {
-			if errors.Is(ctx.Err(), context.DeadlineExceeded) || (waitBounds && status.Code(err) == codes.DeadlineExceeded) {
-				return timedOut()
-			}
-			return err
+			return false, err
 		}
 		st := resp.GetJob().GetStatus()
 		last = st.GetState()
 		if last == want {
 			fmt.Fprintf(a.stdout, "job %s is %s\n", id, last)
-			return nil
+			return true, nil
 		}
 		if jobTerminal(last) {
 			msg := fmt.Sprintf("job %s is %s, not %s", id, last, want)
 			if m := st.GetMessage(); m != "" {
 				msg += ": " + m
 			}
-			return errors.New(msg)
+			return true, errors.New(msg)
+		}
+		return false, nil
+	})
+}
+
+// pollUntil calls step every interval until it reports done or fails, for
+// at most timeout in all; then it returns timedOut(). step's calls are
+// bounded by the per-call timeout and by the poll's.
+func pollUntil(ctx context.Context, c *client, every, timeout time.Duration, timedOut func() error,
+	step func(context.Context) (done bool, err error)) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	ticker := time.NewTicker(every)
+	defer ticker.Stop()
+	for {
+		// When the poll's deadline is the nearer one, a DeadlineExceeded from
+		// the server means the poll ran out; gRPC can report it a moment
+		// before ctx itself is done, so do not rely on ctx.Err() alone. Only
+		// failed calls count: an answer step turned into an error stands.
+		deadline, _ := ctx.Deadline()
+		pollBounds := time.Until(deadline) <= c.timeout
+		done, err := step(ctx)
+		var rpcErr *rpcError
+		if err != nil && errors.As(err, &rpcErr) &&
+			(errors.Is(ctx.Err(), context.DeadlineExceeded) || (pollBounds && status.Code(err) == codes.DeadlineExceeded)) {
+			return timedOut()
+		}
+		if err != nil || done {
+			return err
 		}
 		select {
 		case <-ctx.Done():
