@@ -118,11 +118,12 @@ func row(w io.Writer, cells ...string) {
 	fmt.Fprintln(w, strings.Join(cells, "\t"))
 }
 
-// writeJobTable writes jobs as a table; wide adds the goal state and message.
+// writeJobTable writes jobs as a table; wide adds the goal state, the spec
+// version in force and the message.
 func writeJobTable(w io.Writer, jobs []*pelotonv1.Job, wide bool) {
 	head := []string{"ID", "NAME", "TYPE", "POOL", "STATE", "INSTANCES", "TASKS", "CREATED"}
 	if wide {
-		head = append(head, "GOAL", "MESSAGE")
+		head = append(head, "GOAL", "SPEC VERSION", "MESSAGE")
 	}
 	fmt.Fprintln(w, strings.Join(head, "\t"))
 	for _, j := range jobs {
@@ -138,7 +139,7 @@ func writeJobTable(w io.Writer, jobs []*pelotonv1.Job, wide bool) {
 			timestamp(st.GetCreateTime()),
 		}
 		if wide {
-			cells = append(cells, st.GetGoalState().String(), st.GetMessage())
+			cells = append(cells, st.GetGoalState().String(), strconv.FormatUint(st.GetSpecVersion(), 10), st.GetMessage())
 		}
 		row(w, cells...)
 	}
@@ -176,11 +177,24 @@ func timestamp(ts *timestamppb.Timestamp) string {
 }
 
 // writeTaskTable writes tasks as a table; wide adds goal state, run,
-// failures and message.
+// failures, the long-running columns and the message.
 func writeTaskTable(w io.Writer, tasks []*pelotonv1.Task, wide bool) {
+	writeTaskColumns(w, tasks, wide, wide)
+}
+
+// writeTaskColumns is writeTaskTable with the long-running columns (spec
+// version, health, bound host, ports) asked for separately: `task get`
+// always shows them.
+func writeTaskColumns(w io.Writer, tasks []*pelotonv1.Task, wide, long bool) {
 	head := []string{"INSTANCE", "TASK ID", "STATE", "HOST", "EXIT", "REASON"}
 	if wide {
-		head = append(head, "GOAL", "RUN", "FAILURES", "MESSAGE")
+		head = append(head, "GOAL", "RUN", "FAILURES")
+	}
+	if long {
+		head = append(head, "SPEC VERSION", "HEALTH", "BOUND HOST", "PORTS")
+	}
+	if wide {
+		head = append(head, "MESSAGE")
 	}
 	fmt.Fprintln(w, strings.Join(head, "\t"))
 	for _, t := range tasks {
@@ -203,11 +217,47 @@ func writeTaskTable(w io.Writer, tasks []*pelotonv1.Task, wide bool) {
 				st.GetGoalState().String(),
 				strconv.FormatUint(uint64(st.GetRunId()), 10),
 				strconv.FormatUint(uint64(st.GetFailureCount()), 10),
-				st.GetMessage(),
 			)
+		}
+		if long {
+			cells = append(cells, specVersionCell(st), healthCell(st.GetHealth()), st.GetBoundHost(), ports(st.GetPorts()))
+		}
+		if wide {
+			cells = append(cells, st.GetMessage())
 		}
 		row(w, cells...)
 	}
+}
+
+// specVersionCell is the spec version a run runs, "1->2" while a restart
+// onto another version is under way.
+func specVersionCell(st *pelotonv1.TaskStatus) string {
+	v, next := st.GetSpecVersion(), st.GetDesiredSpecVersion()
+	switch {
+	case v == 0:
+		return ""
+	case next != 0 && next != v:
+		return fmt.Sprintf("%d->%d", v, next)
+	}
+	return strconv.FormatUint(v, 10)
+}
+
+// healthCell leaves HEALTH_UNKNOWN (no check, or none finished yet) empty,
+// as JSON does.
+func healthCell(h pelotonv1.HealthState) string {
+	if h == pelotonv1.HealthState_HEALTH_UNKNOWN {
+		return ""
+	}
+	return h.String()
+}
+
+// ports renders ports by name: "admin=8081,http=31000".
+func ports(m map[string]uint32) string {
+	parts := make([]string, 0, len(m))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, k+"="+strconv.FormatUint(uint64(m[k]), 10))
+	}
+	return strings.Join(parts, ",")
 }
 
 // exitCodeCell shows the exit code only for runs that ended: a zero exit

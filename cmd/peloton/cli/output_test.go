@@ -200,3 +200,25 @@ func TestOutputFlagValidated(t *testing.T) {
 		t.Errorf("-o xml: code %d, stderr %q", r.code, r.stderr)
 	}
 }
+
+// The long-running columns show only what is set: a batch task has no
+// health, bound host or ports; a task being restarted onto a new spec
+// shows both versions.
+func TestTaskLongRunningColumns(t *testing.T) {
+	svc := makeTask("7f3c", 0, pelotonv1.TaskState_RUNNING)
+	svc.Status.Host, svc.Status.BoundHost = "host-1", "host-1"
+	svc.Status.SpecVersion, svc.Status.DesiredSpecVersion = 2, 3
+	svc.Status.Health = pelotonv1.HealthState_HEALTHY
+	svc.Status.Ports = map[string]uint32{"http": 31000, "admin": 8081}
+	batch := makeTask("7f3c", 1, pelotonv1.TaskState_RUNNING)
+	batch.Status.SpecVersion = 1
+	var buf bytes.Buffer
+	writeTaskColumns(&buf, []*pelotonv1.Task{svc, batch}, false, true)
+	want := "" +
+		"INSTANCE\tTASK ID\tSTATE\tHOST\tEXIT\tREASON\tSPEC VERSION\tHEALTH\tBOUND HOST\tPORTS\n" +
+		"0\t7f3c-0-1\tRUNNING\thost-1\t-\t-\t2->3\tHEALTHY\thost-1\tadmin=8081,http=31000\n" +
+		"1\t7f3c-1-1\tRUNNING\t-\t-\t-\t1\t-\t-\t-\n"
+	if buf.String() != want {
+		t.Errorf("task rows:\n%q\nwant\n%q", buf.String(), want)
+	}
+}

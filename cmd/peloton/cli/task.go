@@ -59,7 +59,7 @@ func (a *app) taskListCommand() *cobra.Command {
 func (a *app) taskGetCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "get JOBID INSTANCE",
-		Short: "Show one instance of a job",
+		Short: "Show one instance of a job, with its spec version, health, bound host and ports",
 		Args:  argsNamed("JOBID", "INSTANCE"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			p, err := a.printer()
@@ -77,7 +77,7 @@ func (a *app) taskGetCommand() *cobra.Command {
 				}
 				task := resp.GetTask()
 				return p.object(task, func(w io.Writer, wide bool) {
-					writeTaskTable(w, []*pelotonv1.Task{task}, wide)
+					writeTaskColumns(w, []*pelotonv1.Task{task}, wide, true)
 				})
 			})
 		},
