@@ -30,6 +30,8 @@ func (a *app) jobCommand() *cobra.Command {
 		a.jobDeleteCommand(),
 		a.jobRestartCommand(),
 		a.jobWaitCommand(),
+		a.jobScaleCommand(),
+		a.jobVersionsCommand(),
 	)
 	return cmd
 }
@@ -215,6 +217,74 @@ JOB_KILLED) or the timeout passes first.`,
 	// Shadows the global per-call --timeout: here it bounds the whole wait.
 	cmd.Flags().DurationVar(&timeout, "timeout", 10*time.Minute, "how long to wait in all")
 	return cmd
+}
+
+func (a *app) jobScaleCommand() *cobra.Command {
+	var version uint64
+	cmd := &cobra.Command{
+		Use:   "scale JOBID COUNT",
+		Short: "Change the instance count of a job that has not finished",
+		Long: `Change a job's instance count. New instances start at once with the spec in
+force; scaling down stops and removes the highest instance IDs. Each change is
+a new spec version ("job versions" lists them). DAEMON jobs follow their hosts
+and cannot be scaled; a job with an update in progress is scaled through the
+update's spec instead.`,
+		Args: argsNamed("JOBID", "COUNT"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := a.printer()
+			if err != nil {
+				return err
+			}
+			n, err := strconv.ParseUint(strings.TrimSpace(args[1]), 10, 32)
+			if err != nil {
+				return usageErrorf("invalid COUNT %q: want a number of instances", args[1])
+			}
+			if cmd.Flags().Changed("version") && version == 0 {
+				return usageErrorf("invalid --version 0: spec versions start at 1")
+			}
+			return a.withClient(func(c *client) error {
+				resp, err := call(cmd.Context(), c, c.jobs.ScaleJob, &pelotonv1.ScaleJobRequest{
+					JobId: args[0], InstanceCount: uint32(n), Version: version,
+				})
+				if err != nil {
+					return err
+				}
+				if p.structured() {
+					return p.object(resp, nil)
+				}
+				fmt.Fprintf(a.stdout, "job %s: %d instances, spec version %d\n", args[0], n, resp.GetSpecVersion())
+				return nil
+			})
+		},
+	}
+	cmd.Flags().Uint64Var(&version, "version", 0, "scale only if the job is still at this spec version")
+	return cmd
+}
+
+func (a *app) jobVersionsCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "versions JOBID",
+		Short: "List a job's spec versions, oldest first (-o yaml shows each spec)",
+		Long: `List every spec version of a job with when and why it was made: "created",
+"scaled from 3 to 5 instances", "update <id>", "rollback of update <id>". The
+last one is the spec in force. -o json or -o yaml shows the specs themselves.`,
+		Args: argsNamed("JOBID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := a.printer()
+			if err != nil {
+				return err
+			}
+			return a.withClient(func(c *client) error {
+				resp, err := call(cmd.Context(), c, c.jobs.ListJobVersions, &pelotonv1.ListJobVersionsRequest{JobId: args[0]})
+				if err != nil {
+					return err
+				}
+				return p.list(resp, "versions", len(resp.GetVersions()), func(w io.Writer, wide bool) {
+					writeVersionTable(w, resp.GetVersions(), wide)
+				})
+			})
+		},
+	}
 }
 
 // waitJob polls the job until it is in state want, ends in another terminal

@@ -45,6 +45,12 @@ func (a *app) printer() (*printer, error) {
 	return nil, usageErrorf("invalid --output %q: want table, wide, json or yaml", a.output)
 }
 
+// structured reports whether -o asked for a document (JSON or YAML) rather
+// than a table.
+func (p *printer) structured() bool {
+	return p.format == formatJSON || p.format == formatYAML
+}
+
 // object writes m as JSON or YAML, or calls table with a tabwriter for the
 // table formats.
 func (p *printer) object(m proto.Message, table func(w io.Writer, wide bool)) error {
@@ -321,4 +327,28 @@ func labels(m map[string]string) string {
 		parts = append(parts, k+"="+m[k])
 	}
 	return strings.Join(parts, ",")
+}
+
+// writeVersionTable writes a job's spec history; wide adds the default
+// command and image.
+func writeVersionTable(w io.Writer, versions []*pelotonv1.JobVersion, wide bool) {
+	head := []string{"VERSION", "CREATED", "INSTANCES", "CAUSE"}
+	if wide {
+		head = append(head, "COMMAND", "IMAGE")
+	}
+	fmt.Fprintln(w, strings.Join(head, "\t"))
+	for _, v := range versions {
+		spec := v.GetSpec()
+		cells := []string{
+			strconv.FormatUint(v.GetVersion(), 10),
+			timestamp(v.GetCreateTime()),
+			strconv.FormatUint(uint64(spec.GetInstanceCount()), 10),
+			v.GetCause(),
+		}
+		if wide {
+			def := spec.GetDefaultSpec()
+			cells = append(cells, strings.Join(def.GetCommand(), " "), def.GetImage())
+		}
+		row(w, cells...)
+	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 	"sigs.k8s.io/yaml"
 
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
@@ -220,5 +221,22 @@ func TestTaskLongRunningColumns(t *testing.T) {
 		"1\t7f3c-1-1\tRUNNING\t-\t-\t-\t1\t-\t-\t-\n"
 	if buf.String() != want {
 		t.Errorf("task rows:\n%q\nwant\n%q", buf.String(), want)
+	}
+}
+
+func TestVersionTable(t *testing.T) {
+	created := timestamppb.New(time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC))
+	var buf bytes.Buffer
+	writeVersionTable(&buf, []*pelotonv1.JobVersion{
+		{Version: 1, CreateTime: created, Cause: "created", Spec: &pelotonv1.JobSpec{InstanceCount: 3,
+			DefaultSpec: &pelotonv1.TaskSpec{Command: []string{"sleep", "300"}, Image: "busybox:1.36"}}},
+		{Version: 2, CreateTime: created, Cause: "scaled from 3 to 5 instances", Spec: &pelotonv1.JobSpec{InstanceCount: 5}},
+	}, true)
+	want := "" +
+		"VERSION\tCREATED\tINSTANCES\tCAUSE\tCOMMAND\tIMAGE\n" +
+		"1\t2026-03-04T05:06:07Z\t3\tcreated\tsleep 300\tbusybox:1.36\n" +
+		"2\t2026-03-04T05:06:07Z\t5\tscaled from 3 to 5 instances\t-\t-\n"
+	if buf.String() != want {
+		t.Errorf("version rows:\n%q\nwant\n%q", buf.String(), want)
 	}
 }
