@@ -19,10 +19,11 @@ type client struct {
 	timeout time.Duration
 	conn    *grpc.ClientConn
 
-	jobs  pelotonv1.JobServiceClient
-	tasks pelotonv1.TaskServiceClient
-	pools pelotonv1.PoolServiceClient
-	hosts pelotonv1.HostServiceClient
+	jobs    pelotonv1.JobServiceClient
+	tasks   pelotonv1.TaskServiceClient
+	pools   pelotonv1.PoolServiceClient
+	hosts   pelotonv1.HostServiceClient
+	updates pelotonv1.UpdateServiceClient
 }
 
 // dial prepares a connection to --server. grpc.NewClient does not connect;
@@ -45,6 +46,7 @@ func (a *app) dial() (*client, error) {
 		tasks:   pelotonv1.NewTaskServiceClient(conn),
 		pools:   pelotonv1.NewPoolServiceClient(conn),
 		hosts:   pelotonv1.NewHostServiceClient(conn),
+		updates: pelotonv1.NewUpdateServiceClient(conn),
 	}, nil
 }
 

@@ -37,6 +37,7 @@ func runWith(t *testing.T, run func(context.Context, cluster.Config) error, stdi
 	a.getenv = func(string) string { return "" }
 	a.runCluster = run
 	a.poll = 10 * time.Millisecond
+	a.updatePoll = 20 * time.Millisecond
 	code := execute(a, args, strings.NewReader(stdin))
 	return result{stdout: out.String(), stderr: errb.String(), code: code}
 }

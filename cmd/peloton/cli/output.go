@@ -329,6 +329,87 @@ func labels(m map[string]string) string {
 	return strings.Join(parts, ",")
 }
 
+// writeUpdateTable writes updates as a table: versions from->to (->the
+// rollback's copy of from, once rolled back), instances done of those to
+// replace, failed, being replaced now; wide adds cause, batch size and times.
+func writeUpdateTable(w io.Writer, updates []*pelotonv1.Update, wide bool) {
+	head := []string{"ID", "JOB", "STATE", "VERSIONS", "DONE", "FAILED", "CURRENT"}
+	if wide {
+		head = append(head, "CAUSE", "BATCH", "CREATED", "COMPLETED")
+	}
+	head = append(head, "MESSAGE")
+	fmt.Fprintln(w, strings.Join(head, "\t"))
+	for _, u := range updates {
+		st := u.GetStatus()
+		cells := []string{
+			u.GetId(),
+			u.GetJobId(),
+			st.GetState().String(),
+			updateVersions(u),
+			fmt.Sprintf("%d/%d", st.GetInstancesDone(), st.GetInstancesTotal()),
+			strconv.FormatUint(uint64(st.GetInstancesFailed()), 10),
+			instanceRanges(st.GetInstancesCurrent()),
+		}
+		if wide {
+			cells = append(cells,
+				u.GetCause(),
+				strconv.FormatUint(uint64(max(u.GetSpec().GetBatchSize(), 1)), 10),
+				timestamp(st.GetCreateTime()),
+				timestamp(st.GetCompletionTime()),
+			)
+		}
+		cells = append(cells, st.GetMessage())
+		row(w, cells...)
+	}
+}
+
+// updateVersions is "1->2", "1->2->3" once rolling back to 3 (a copy of 1),
+// or "2" for a rolling restart, which keeps the version.
+func updateVersions(u *pelotonv1.Update) string {
+	from, to := u.GetFromVersion(), u.GetToVersion()
+	if from == to {
+		return strconv.FormatUint(from, 10)
+	}
+	s := fmt.Sprintf("%d->%d", from, to)
+	if rb := u.GetRollbackVersion(); rb != 0 {
+		s += fmt.Sprintf("->%d", rb)
+	}
+	return s
+}
+
+// maxRanges bounds how many ranges instanceRanges writes out: a table cell
+// for an update of thousands of instances must stay one readable line.
+const maxRanges = 8
+
+// instanceRanges renders instance IDs as sorted ranges, "0-3,7,9-10",
+// ending in ",..." past maxRanges ranges.
+func instanceRanges(ids []uint32) string {
+	if len(ids) == 0 {
+		return ""
+	}
+	sorted := slices.Clone(ids)
+	slices.Sort(sorted)
+	sorted = slices.Compact(sorted)
+	var parts []string
+	for i := 0; i < len(sorted); {
+		j := i
+		for j+1 < len(sorted) && sorted[j+1] == sorted[j]+1 {
+			j++
+		}
+		if len(parts) == maxRanges {
+			parts = append(parts, "...")
+			break
+		}
+		if i == j {
+			parts = append(parts, strconv.FormatUint(uint64(sorted[i]), 10))
+		} else {
+			parts = append(parts, fmt.Sprintf("%d-%d", sorted[i], sorted[j]))
+		}
+		i = j + 1
+	}
+	return strings.Join(parts, ",")
+}
+
 // writeVersionTable writes a job's spec history; wide adds the default
 // command and image.
 func writeVersionTable(w io.Writer, versions []*pelotonv1.JobVersion, wide bool) {

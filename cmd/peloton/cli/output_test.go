@@ -202,6 +202,62 @@ func TestOutputFlagValidated(t *testing.T) {
 	}
 }
 
+func TestInstanceRanges(t *testing.T) {
+	for _, tc := range []struct {
+		in   []uint32
+		want string
+	}{
+		{nil, ""},
+		{[]uint32{4}, "4"},
+		{[]uint32{3, 0, 1, 2, 7, 9, 10, 9}, "0-3,7,9-10"},
+		{[]uint32{0, 2, 4, 6, 8, 10, 12, 14, 16, 18}, "0,2,4,6,8,10,12,14,..."},
+	} {
+		if got := instanceRanges(tc.in); got != tc.want {
+			t.Errorf("instanceRanges(%v) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestUpdateTableAndProgress(t *testing.T) {
+	created := timestamppb.New(time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC))
+	forward := &pelotonv1.Update{Id: "u1", JobId: "7f3c", FromVersion: 1, ToVersion: 2, Cause: "update",
+		Spec: &pelotonv1.UpdateSpec{BatchSize: 2},
+		Status: &pelotonv1.UpdateStatus{State: pelotonv1.UpdateState_UPDATE_ROLLING_FORWARD, InstancesTotal: 10,
+			InstancesDone: 4, InstancesFailed: 1, InstancesCurrent: []uint32{5, 6}, CreateTime: created,
+			Message: "waiting for the SLA: 1 of 1 instances unavailable"}}
+	back := &pelotonv1.Update{Id: "u0", JobId: "7f3c", FromVersion: 2, ToVersion: 3, RollbackVersion: 4, Cause: "update",
+		Status: &pelotonv1.UpdateStatus{State: pelotonv1.UpdateState_UPDATE_ROLLED_BACK, InstancesTotal: 3, InstancesDone: 3,
+			CreateTime: created, CompletionTime: created}}
+	restart := &pelotonv1.Update{Id: "u2", JobId: "7f3c", FromVersion: 4, ToVersion: 4, Cause: "restart",
+		Status: &pelotonv1.UpdateStatus{State: pelotonv1.UpdateState_UPDATE_PAUSED, InstancesTotal: 3}}
+	var buf bytes.Buffer
+	writeUpdateTable(&buf, []*pelotonv1.Update{forward, back, restart}, false)
+	want := "" +
+		"ID\tJOB\tSTATE\tVERSIONS\tDONE\tFAILED\tCURRENT\tMESSAGE\n" +
+		"u1\t7f3c\tUPDATE_ROLLING_FORWARD\t1->2\t4/10\t1\t5-6\twaiting for the SLA: 1 of 1 instances unavailable\n" +
+		"u0\t7f3c\tUPDATE_ROLLED_BACK\t2->3->4\t3/3\t0\t-\t-\n" +
+		"u2\t7f3c\tUPDATE_PAUSED\t4\t0/3\t0\t-\t-\n"
+	if buf.String() != want {
+		t.Errorf("update rows:\n%q\nwant\n%q", buf.String(), want)
+	}
+	buf.Reset()
+	writeUpdateTable(&buf, []*pelotonv1.Update{forward, back}, true)
+	want = "" +
+		"ID\tJOB\tSTATE\tVERSIONS\tDONE\tFAILED\tCURRENT\tCAUSE\tBATCH\tCREATED\tCOMPLETED\tMESSAGE\n" +
+		"u1\t7f3c\tUPDATE_ROLLING_FORWARD\t1->2\t4/10\t1\t5-6\tupdate\t2\t2026-03-04T05:06:07Z\t-\twaiting for the SLA: 1 of 1 instances unavailable\n" +
+		"u0\t7f3c\tUPDATE_ROLLED_BACK\t2->3->4\t3/3\t0\t-\tupdate\t1\t2026-03-04T05:06:07Z\t2026-03-04T05:06:07Z\t-\n"
+	if buf.String() != want {
+		t.Errorf("wide update rows:\n%q\nwant\n%q", buf.String(), want)
+	}
+
+	if got, want := progressLine(forward), "UPDATE_ROLLING_FORWARD 4/10 done, 1 failed, replacing 5-6: waiting for the SLA: 1 of 1 instances unavailable"; got != want {
+		t.Errorf("progress line = %q, want %q", got, want)
+	}
+	if got, want := updateSummary(forward), "update u1 of job 7f3c: spec version 1 -> 2, 10 instances to replace, batch size 2, UPDATE_ROLLING_FORWARD"; got != want {
+		t.Errorf("summary = %q, want %q", got, want)
+	}
+}
+
 // The long-running columns show only what is set: a batch task has no
 // health, bound host or ports; a task being restarted onto a new spec
 // shows both versions.

@@ -26,6 +26,10 @@ const (
 	defaultServer = "127.0.0.1:5391"
 	// defaultPoll is how often `job wait` asks for the job's state.
 	defaultPoll = 300 * time.Millisecond
+	// defaultUpdatePoll is how often `update watch` asks for the update:
+	// updates move a batch at a time, so once a second shows every step
+	// without loading the server.
+	defaultUpdatePoll = time.Second
 )
 
 // app is the state of one CLI invocation: the writers, the values of the
@@ -42,6 +46,7 @@ type app struct {
 	getenv     func(string) string
 	runCluster func(context.Context, cluster.Config) error
 	poll       time.Duration
+	updatePoll time.Duration
 }
 
 func newApp(stdout, stderr io.Writer) *app {
@@ -51,6 +56,7 @@ func newApp(stdout, stderr io.Writer) *app {
 		getenv:     os.Getenv,
 		runCluster: cluster.Run,
 		poll:       defaultPoll,
+		updatePoll: defaultUpdatePoll,
 	}
 }
 
@@ -122,6 +128,7 @@ Start a single-machine cluster with "peloton up", then submit work to it:
 		a.taskCommand(),
 		a.poolCommand(),
 		a.hostCommand(),
+		a.updateCommand(),
 		a.versionCommand(),
 		a.benchCommand(),
 	)

@@ -1,0 +1,367 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+)
+
+func (a *app) updateCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "update",
+		Short: "Roll a new spec out to a SERVICE, STATEFUL or DAEMON job, batch by batch",
+		Long: `A rolling update replaces a long-running job's instances with a new spec, a batch
+at a time, never taking down more instances than the job's
+sla.maximumUnavailableInstances allows. "update start" creates one; the others
+inspect and steer it by its ID.`,
+	}
+	a.group(cmd)
+	cmd.AddCommand(
+		a.updateStartCommand(),
+		a.updateGetCommand(),
+		a.updateListCommand(),
+		a.updateWatchCommand(),
+		a.updateActionCommand("pause", "Stop an update from starting more instances (those being replaced finish)",
+			func(ctx context.Context, c *client, id string) (updateResponse, error) {
+				return call(ctx, c, c.updates.PauseUpdate, &pelotonv1.PauseUpdateRequest{UpdateId: id})
+			}),
+		a.updateActionCommand("resume", "Continue a paused update",
+			func(ctx context.Context, c *client, id string) (updateResponse, error) {
+				return call(ctx, c, c.updates.ResumeUpdate, &pelotonv1.ResumeUpdateRequest{UpdateId: id})
+			}),
+		a.updateActionCommand("abort", "Stop an update for good; every instance keeps the spec it runs",
+			func(ctx context.Context, c *client, id string) (updateResponse, error) {
+				return call(ctx, c, c.updates.AbortUpdate, &pelotonv1.AbortUpdateRequest{UpdateId: id})
+			}),
+		a.updateActionCommand("rollback", "Return every instance an update changed to the spec before it",
+			func(ctx context.Context, c *client, id string) (updateResponse, error) {
+				return call(ctx, c, c.updates.RollbackUpdate, &pelotonv1.RollbackUpdateRequest{UpdateId: id})
+			}),
+	)
+	return cmd
+}
+
+// updateFlags are the flags of `update start`; each maps onto one field of
+// UpdateSpec, except file and jobVersion.
+type updateFlags struct {
+	file                 string
+	batchSize            uint32
+	maxUnavailable       uint32
+	inPlace              bool
+	rollbackOnFailure    bool
+	maxInstanceRetries   uint32
+	maxTolerableFailures uint32
+	startPaused          bool
+	minReadySeconds      uint32
+	jobVersion           uint64
+}
+
+func (f *updateFlags) register(fs *pflag.FlagSet) {
+	fs.StringVarP(&f.file, "file", "f", "", `the new job spec, YAML or JSON ("-" for stdin); name, type and pool may not change`)
+	fs.Uint32Var(&f.batchSize, "batch-size", 0, "instances replaced at once (default 1)")
+	fs.Uint32Var(&f.maxUnavailable, "max-unavailable", 0, "start no replacement while this many instances are unavailable (default --batch-size; sla.maximumUnavailableInstances bounds it further)")
+	fs.BoolVar(&f.inPlace, "in-place", false, "restart each instance on its own host, its resources held for it meanwhile")
+	fs.BoolVar(&f.rollbackOnFailure, "rollback-on-failure", false, "when the update fails, roll every changed instance back to the previous spec")
+	fs.Uint32Var(&f.maxInstanceRetries, "max-instance-retries", 0, "times an instance that does not become ready is started again before it counts as failed")
+	fs.Uint32Var(&f.maxTolerableFailures, "max-tolerable-failures", 0, "failed instances tolerated; one more fails the update")
+	fs.BoolVar(&f.startPaused, "start-paused", false, `create the update paused; "update resume" starts it`)
+	fs.Uint32Var(&f.minReadySeconds, "min-ready-seconds", 0, "seconds an instance must run (and pass its health check) to count as updated")
+	fs.Uint64Var(&f.jobVersion, "job-version", 0, "create the update only if the job is still at this spec version")
+}
+
+// spec validates the flags and builds the UpdateSpec. The server's defaults
+// hide behind zero values, so a zero given explicitly is refused here: it
+// would silently mean something other than what was typed.
+func (f *updateFlags) spec(fs *pflag.FlagSet) (*pelotonv1.UpdateSpec, error) {
+	if f.file == "" {
+		return nil, usageErrorf("missing --file (-f): the new job spec")
+	}
+	if fs.Changed("batch-size") && f.batchSize == 0 {
+		return nil, usageErrorf("invalid --batch-size 0: must be >= 1 (leave it out for the default, 1)")
+	}
+	if fs.Changed("max-unavailable") && f.maxUnavailable == 0 {
+		return nil, usageErrorf("invalid --max-unavailable 0: must be >= 1 (leave it out for the default, --batch-size)")
+	}
+	if fs.Changed("job-version") && f.jobVersion == 0 {
+		return nil, usageErrorf("invalid --job-version 0: spec versions start at 1")
+	}
+	return &pelotonv1.UpdateSpec{
+		BatchSize:            f.batchSize,
+		MaxUnavailable:       f.maxUnavailable,
+		InPlace:              f.inPlace,
+		RollbackOnFailure:    f.rollbackOnFailure,
+		MaxInstanceRetries:   f.maxInstanceRetries,
+		MaxTolerableFailures: f.maxTolerableFailures,
+		StartPaused:          f.startPaused,
+		MinReadySeconds:      f.minReadySeconds,
+	}, nil
+}
+
+func (a *app) updateStartCommand() *cobra.Command {
+	var f updateFlags
+	cmd := &cobra.Command{
+		Use:   "start JOBID -f FILE",
+		Short: "Start a rolling update of a job to a new spec",
+		Long: `Start a rolling update of a SERVICE, STATEFUL or DAEMON job to the JobSpec in FILE
+(the same kind of file "job create -f" reads). Only the instances whose task
+changes are replaced; a changed instanceCount takes effect at once.
+
+The update's ID goes to stdout and a one-line summary to stderr, so
+  id=$(peloton update start JOBID -f new.yaml)
+works; -o json or -o yaml prints the whole update instead.`,
+		Args: argsNamed("JOBID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := a.printer()
+			if err != nil {
+				return err
+			}
+			us, err := f.spec(cmd.Flags())
+			if err != nil {
+				return err
+			}
+			spec, err := loadJobSpec(f.file, cmd.InOrStdin())
+			if err != nil {
+				return err
+			}
+			return a.withClient(func(c *client) error {
+				resp, err := call(cmd.Context(), c, c.updates.CreateUpdate, &pelotonv1.CreateUpdateRequest{
+					JobId: args[0], Spec: spec, UpdateSpec: us, JobVersion: f.jobVersion,
+				})
+				if err != nil {
+					return err
+				}
+				u := resp.GetUpdate()
+				if p.structured() {
+					return p.object(u, nil)
+				}
+				fmt.Fprintln(a.stdout, u.GetId())
+				fmt.Fprintln(a.stderr, updateSummary(u))
+				return nil
+			})
+		},
+	}
+	f.register(cmd.Flags())
+	return cmd
+}
+
+// updateSummary is the line `update start` prints about a new update.
+func updateSummary(u *pelotonv1.Update) string {
+	st := u.GetStatus()
+	return fmt.Sprintf("update %s of job %s: spec version %d -> %d, %d instances to replace, batch size %d, %s",
+		u.GetId(), u.GetJobId(), u.GetFromVersion(), u.GetToVersion(), st.GetInstancesTotal(),
+		max(u.GetSpec().GetBatchSize(), 1), st.GetState())
+}
+
+func (a *app) updateGetCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "get UPDATEID",
+		Short: "Show an update and its progress",
+		Args:  argsNamed("UPDATEID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := a.printer()
+			if err != nil {
+				return err
+			}
+			return a.withClient(func(c *client) error {
+				resp, err := call(cmd.Context(), c, c.updates.GetUpdate, &pelotonv1.GetUpdateRequest{UpdateId: args[0]})
+				if err != nil {
+					return err
+				}
+				return showUpdate(p, resp.GetUpdate())
+			})
+		},
+	}
+}
+
+func (a *app) updateListCommand() *cobra.Command {
+	var job string
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List updates, newest first",
+		Args:  argsNamed(),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			p, err := a.printer()
+			if err != nil {
+				return err
+			}
+			return a.withClient(func(c *client) error {
+				resp, err := call(cmd.Context(), c, c.updates.ListUpdates, &pelotonv1.ListUpdatesRequest{JobId: job})
+				if err != nil {
+					return err
+				}
+				return p.list(resp, "updates", len(resp.GetUpdates()), func(w io.Writer, wide bool) {
+					writeUpdateTable(w, resp.GetUpdates(), wide)
+				})
+			})
+		},
+	}
+	cmd.Flags().StringVar(&job, "job", "", "only the updates of this job")
+	return cmd
+}
+
+// updateResponse is an answer that carries one update after a change.
+type updateResponse interface {
+	GetUpdate() *pelotonv1.Update
+}
+
+// updateActionCommand builds a command that makes one call on the update
+// named as its argument and shows the update as the server left it.
+func (a *app) updateActionCommand(verb, short string, do func(context.Context, *client, string) (updateResponse, error)) *cobra.Command {
+	return &cobra.Command{
+		Use:   verb + " UPDATEID",
+		Short: short,
+		Args:  argsNamed("UPDATEID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := a.printer()
+			if err != nil {
+				return err
+			}
+			return a.withClient(func(c *client) error {
+				resp, err := do(cmd.Context(), c, args[0])
+				if err != nil {
+					return err
+				}
+				return showUpdate(p, resp.GetUpdate())
+			})
+		},
+	}
+}
+
+func showUpdate(p *printer, u *pelotonv1.Update) error {
+	return p.object(u, func(w io.Writer, wide bool) {
+		writeUpdateTable(w, []*pelotonv1.Update{u}, wide)
+	})
+}
+
+func (a *app) updateWatchCommand() *cobra.Command {
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "watch UPDATEID",
+		Short: "Print an update's progress until it ends",
+		Long: `Poll an update every second and print a line each time its progress changes
+(with -o json or -o yaml, the whole update instead), until it ends.
+Exits 0 when it ends UPDATE_SUCCEEDED; non-zero when it ends
+UPDATE_FAILED, UPDATE_ROLLED_BACK or UPDATE_ABORTED, or when --timeout
+passes first (the update itself goes on).`,
+		Args: argsNamed("UPDATEID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := a.printer()
+			if err != nil {
+				return err
+			}
+			if timeout <= 0 {
+				return usageErrorf("invalid --timeout %s: must be > 0", timeout)
+			}
+			return a.withClient(func(c *client) error {
+				return a.watchUpdate(cmd.Context(), c, p, args[0], timeout)
+			})
+		},
+	}
+	// Shadows the global per-call --timeout: here it bounds the whole watch.
+	cmd.Flags().DurationVar(&timeout, "timeout", 10*time.Minute, "how long to watch in all")
+	return cmd
+}
+
+// watchUpdate polls update id and prints it whenever it changed, until it
+// reaches a terminal state or timeout passes.
+func (a *app) watchUpdate(ctx context.Context, c *client, p *printer, id string, timeout time.Duration) error {
+	var last *pelotonv1.Update
+	var shown []byte
+	timedOut := func() error {
+		if last == nil {
+			return fmt.Errorf("update %s: no answer (timed out after %s)", id, timeout)
+		}
+		st := last.GetStatus()
+		return fmt.Errorf("update %s is %s, %d/%d done (timed out after %s; the update goes on)",
+			id, st.GetState(), st.GetInstancesDone(), st.GetInstancesTotal(), timeout)
+	}
+	return pollUntil(ctx, c, a.updatePoll, timeout, timedOut, func(ctx context.Context) (bool, error) {
+		resp, err := call(ctx, c, c.updates.GetUpdate, &pelotonv1.GetUpdateRequest{UpdateId: id})
+		if err != nil {
+			return false, err
+		}
+		u := resp.GetUpdate()
+		last = u
+		if err := a.showProgress(p, u, &shown); err != nil {
+			return false, err
+		}
+		st := u.GetStatus()
+		switch s := st.GetState(); {
+		case s == pelotonv1.UpdateState_UPDATE_SUCCEEDED:
+			if !p.structured() {
+				fmt.Fprintf(a.stdout, "update %s is %s\n", id, s)
+			}
+			return true, nil
+		case updateTerminal(s):
+			msg := fmt.Sprintf("update %s is %s", id, s)
+			if m := st.GetMessage(); m != "" {
+				msg += ": " + m
+			}
+			return true, fmt.Errorf("%s", msg)
+		}
+		return false, nil
+	})
+}
+
+// showProgress prints u if it differs from what was shown last (*shown):
+// a progress line, or the whole update for -o json and -o yaml.
+func (a *app) showProgress(p *printer, u *pelotonv1.Update, shown *[]byte) error {
+	var cur []byte
+	if p.structured() {
+		// The server stamps updateTime only when something changed, so the
+		// whole document is the thing to compare.
+		b, err := marshalJSON(u)
+		if err != nil {
+			return err
+		}
+		cur = b
+	} else {
+		cur = []byte(progressLine(u))
+	}
+	if bytes.Equal(cur, *shown) {
+		return nil
+	}
+	*shown = cur
+	switch p.format {
+	case formatJSON:
+		return p.document(cur)
+	case formatYAML:
+		// One YAML document per change.
+		fmt.Fprintln(p.w, "---")
+		return p.document(cur)
+	}
+	_, err := fmt.Fprintln(p.w, string(cur))
+	return err
+}
+
+// progressLine is one line of `update watch`: state, counts, the instances
+// being replaced and what the server says.
+func progressLine(u *pelotonv1.Update) string {
+	st := u.GetStatus()
+	line := fmt.Sprintf("%s %d/%d done, %d failed", st.GetState(), st.GetInstancesDone(), st.GetInstancesTotal(), st.GetInstancesFailed())
+	if cur := st.GetInstancesCurrent(); len(cur) > 0 {
+		line += ", replacing " + instanceRanges(cur)
+	}
+	if m := st.GetMessage(); m != "" {
+		line += ": " + m
+	}
+	return line
+}
+
+// updateTerminal reports whether an update in state s will never change
+// state again.
+func updateTerminal(s pelotonv1.UpdateState) bool {
+	switch s {
+	case pelotonv1.UpdateState_UPDATE_SUCCEEDED, pelotonv1.UpdateState_UPDATE_FAILED,
+		pelotonv1.UpdateState_UPDATE_ROLLED_BACK, pelotonv1.UpdateState_UPDATE_ABORTED:
+		return true
+	}
+	return false
+}
