@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"time"
@@ -289,7 +290,7 @@ func (a *app) watchUpdate(ctx context.Context, c *client, p *printer, id string,
 		}
 		u := resp.GetUpdate()
 		last = u
-		if err := a.showProgress(p, u, &shown); err != nil {
+		if err := showProgress(p, u, &shown); err != nil {
 			return false, err
 		}
 		st := u.GetStatus()
@@ -304,7 +305,7 @@ func (a *app) watchUpdate(ctx context.Context, c *client, p *printer, id string,
 			if m := st.GetMessage(); m != "" {
 				msg += ": " + m
 			}
-			return true, fmt.Errorf("%s", msg)
+			return true, errors.New(msg)
 		}
 		return false, nil
 	})
@@ -312,7 +313,7 @@ func (a *app) watchUpdate(ctx context.Context, c *client, p *printer, id string,
 
 // showProgress prints u if it differs from what was shown last (*shown):
 // a progress line, or the whole update for -o json and -o yaml.
-func (a *app) showProgress(p *printer, u *pelotonv1.Update, shown *[]byte) error {
+func showProgress(p *printer, u *pelotonv1.Update, shown *[]byte) error {
 	var cur []byte
 	if p.structured() {
 		// The server stamps updateTime only when something changed, so the
