@@ -12,7 +12,7 @@ import (
 
 // TestExamplesRun creates the long-running examples as the README says and
 // checks what `task get` and `task list -o wide` then show: the service's
-// port and health, the stateful instances' bound hosts.
+// port and health, the stateful and daemon instances' bound hosts.
 func TestExamplesRun(t *testing.T) {
 	if _, err := exec.LookPath("python3"); err != nil {
 		t.Skip("examples/service.yaml serves HTTP with python3, which is not installed")
@@ -52,10 +52,12 @@ func TestExamplesRun(t *testing.T) {
 	if out := s.ok("task", "list", ledger, "-o", "wide"); strings.Count(out, "HEALTHY") != 2 || !strings.Contains(out, "BOUND HOST") {
 		t.Errorf("task list -o wide of the stateful job:\n%s", out)
 	}
-	// The daemon is accepted; whether it runs is the job manager's to test.
-	var job pelotonv1.Job
-	s.get(&job, "job", "get", agent)
-	if job.GetSpec().GetType() != pelotonv1.JobType_DAEMON {
-		t.Errorf("daemon example: %v", &job)
+	// The daemon: one instance bound to each of the two hosts.
+	bound := map[string]bool{}
+	for _, tk := range s.waitRunning(agent, 2) {
+		bound[tk.GetStatus().GetBoundHost()] = true
+	}
+	if len(bound) != 2 || bound[""] {
+		t.Errorf("daemon instances are bound to %v, want one per host", bound)
 	}
 }
