@@ -41,6 +41,10 @@ type update struct {
 	// count then, which at worst grants an instance its retries again).
 	baseline map[uint32]uint32
 	done     map[uint32]bool
+	// started are the instances this process restarted for the update; an
+	// instance already on the target that it never touched needs no
+	// minReadySeconds wait (it never went down).
+	started map[uint32]bool
 	// prefetched is the first instance not yet prefetched for.
 	prefetched int
 	memo       sameTaskMemo
@@ -431,7 +435,7 @@ func (m *Manager) startRollback(ctx context.Context, j *job, u *update, why stri
 	if err != nil {
 		return err
 	}
-	u.baseline, u.done, u.prefetched = map[uint32]uint32{}, map[uint32]bool{}, 0
+	u.baseline, u.done, u.started, u.prefetched = map[uint32]uint32{}, map[uint32]bool{}, map[uint32]bool{}, 0
 	m.log.Info("rolling back", "update", u.u.Id, "job", j.id, "to", jv.version, "why", why)
 	return nil
 }
@@ -508,6 +512,9 @@ func (m *Manager) driveUpdate(ctx context.Context, j *job) (time.Duration, error
 		}
 		if pi.atTarget && !since.IsZero() {
 			at := since.Add(minReady)
+			if !u.started[inst] {
+				at = since
+			}
 			pi.ready = !now.Before(at)
 			if !pi.ready && (wake.IsZero() || at.Before(wake)) {
 				wake = at
@@ -539,6 +546,10 @@ func (m *Manager) driveUpdate(ctx context.Context, j *job) (time.Duration, error
 		t.mu.Lock()
 		u.baseline[inst] = t.rt.FailureCount
 		t.mu.Unlock()
+		if u.started == nil {
+			u.started = map[uint32]bool{}
+		}
+		u.started[inst] = true
 		started = append(started, inst)
 	}
 	// Concurrently, so the group committer packs a whole batch's writes

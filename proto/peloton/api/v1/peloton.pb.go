@@ -523,7 +523,7 @@ func (HostState) EnumDescriptor() ([]byte, []int) {
 }
 
 // UpdateState is the lifecycle of an update; the transition table is
-// jobmgr/update_transitions.go.
+// updateTransitions in jobmgr/update_plan.go.
 type UpdateState int32
 
 const (
