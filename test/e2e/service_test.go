@@ -417,3 +417,27 @@ func TestUnhealthyInstanceIsRestarted(t *testing.T) {
 		t.Errorf("history %v, failures %d", ts[0].Status.History, ts[0].Status.FailureCount)
 	}
 }
+
+// TestBatchJobGrowsWhileRunning adds instances to a running batch job
+// (dynamic allocation) and removes one: the job succeeds with the count it
+// ends with.
+func TestBatchJobGrowsWhileRunning(t *testing.T) {
+	s := startStack(t, t.TempDir(), stackOpts{hosts: 2})
+	spec := service("grow", 2, 0, "sleep", "1")
+	spec.Type, spec.Sla = pelotonv1.JobType_BATCH, nil
+	id := s.createJob(spec)
+	s.waitTasks(id, "2 running", 30*time.Second, allRunning(2))
+	sc, err := s.jobs.ScaleJob(ctxT(t), &pelotonv1.ScaleJobRequest{JobId: id, InstanceCount: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sc.SpecVersion != 2 {
+		t.Errorf("spec version %d after a scale, want 2", sc.SpecVersion)
+	}
+	j := s.waitJob(id, pelotonv1.JobState_JOB_SUCCEEDED, 60*time.Second)
+	if n := j.Status.TaskCounts["SUCCEEDED"]; n != 5 {
+		t.Errorf("%d instances succeeded, want 5: %v", n, j.Status.TaskCounts)
+	}
+	_, err = s.jobs.ScaleJob(ctxT(t), &pelotonv1.ScaleJobRequest{JobId: id, InstanceCount: 6})
+	expectStatus(t, err, codes.FailedPrecondition, "job "+id+" is JOB_SUCCEEDED")
+}
