@@ -180,7 +180,10 @@ func (m *Manager) recover(ctx context.Context) error {
 		if j.rt.State != pelotonv1.JobState_JOB_INITIALIZED {
 			m.fillTasks(j)
 		}
+		// Before any drain or preemption can ask: the evaluator starts
+		// empty, and every instance down now must count from the start.
 		m.registerSLA(j)
+		m.reportAvailability(j)
 	}
 	if err := m.recoverUpdates(ctx); err != nil {
 		return err
