@@ -180,10 +180,7 @@ func (m *Manager) recover(ctx context.Context) error {
 		if j.rt.State != pelotonv1.JobState_JOB_INITIALIZED {
 			m.fillTasks(j)
 		}
-		// Before any drain or preemption can ask: the evaluator starts
-		// empty, and every instance down now must count from the start.
 		m.registerSLA(j)
-		m.reportAvailability(j)
 	}
 	if err := m.recoverUpdates(ctx); err != nil {
 		return err
@@ -234,6 +231,12 @@ func (m *Manager) recover(ctx context.Context) error {
 	}
 	for _, k := range stopping {
 		m.killRun(ctx, k.j, k.inst, k.id, m.killGrace(k.j, k.inst))
+	}
+	// Before any drain or preemption can ask (they start after recovery):
+	// the evaluator starts empty, and every instance down now, lost runs
+	// included, must count from the start.
+	for _, j := range m.jobs {
+		m.reportAvailability(j)
 	}
 	return nil
 }
