@@ -13,49 +13,37 @@ import (
 
 var updateGolden = flag.Bool("update", false, "rewrite golden files")
 
-// renderTable prints the task and job transition tables one edge per line,
-// so a change to either shows up as a reviewed diff of the golden file.
+// state is any of the enums whose transitions are tabled here.
+type state interface {
+	~int32
+	String() string
+}
+
+// renderRows prints one transition table, one state per line in enum order.
+func renderRows[S state](b *strings.Builder, title string, table map[S][]S) {
+	fmt.Fprintf(b, "# %s transitions\n", title)
+	froms := make([]S, 0, len(table))
+	for f := range table {
+		froms = append(froms, f)
+	}
+	sort.Slice(froms, func(i, j int) bool { return froms[i] < froms[j] })
+	for _, f := range froms {
+		tos := make([]string, 0, len(table[f]))
+		for _, t := range table[f] {
+			tos = append(tos, t.String())
+		}
+		fmt.Fprintf(b, "%s -> %s\n", f, strings.Join(tos, " "))
+	}
+}
+
+// renderTable prints the task, job and update transition tables one edge
+// list per line, so a change to any shows up as a reviewed diff of the
+// golden file.
 func renderTable() string {
 	var b strings.Builder
-	b.WriteString("# task transitions\n")
-	var froms []int
-	for f := range taskTransitions {
-		froms = append(froms, int(f))
-	}
-	sort.Ints(froms)
-	for _, f := range froms {
-		var tos []string
-		for _, t := range taskTransitions[ts(f)] {
-			tos = append(tos, t.String())
-		}
-		fmt.Fprintf(&b, "%s -> %s\n", ts(f), strings.Join(tos, " "))
-	}
-	b.WriteString("# job transitions\n")
-	froms = froms[:0]
-	for f := range jobTransitions {
-		froms = append(froms, int(f))
-	}
-	sort.Ints(froms)
-	for _, f := range froms {
-		var tos []string
-		for _, t := range jobTransitions[js(f)] {
-			tos = append(tos, t.String())
-		}
-		fmt.Fprintf(&b, "%s -> %s\n", js(f), strings.Join(tos, " "))
-	}
-	b.WriteString("# update transitions\n")
-	froms = froms[:0]
-	for f := range updateTransitions {
-		froms = append(froms, int(f))
-	}
-	sort.Ints(froms)
-	for _, f := range froms {
-		var tos []string
-		for _, t := range updateTransitions[us(f)] {
-			tos = append(tos, t.String())
-		}
-		fmt.Fprintf(&b, "%s -> %s\n", us(f), strings.Join(tos, " "))
-	}
+	renderRows(&b, "task", taskTransitions)
+	renderRows(&b, "job", jobTransitions)
+	renderRows(&b, "update", updateTransitions)
 	return b.String()
 }
 
