@@ -21,6 +21,19 @@ import (
 // host takes it, so instance IDs stay dense. Trailing free slots are
 // removed.
 
+// HostsChanged tells jobmgr that hosts joined, left or changed labels: every
+// DAEMON job is evaluated again to follow them. (The gauge loop also does
+// so every few seconds, for backends that cannot say.)
+func (m *Manager) HostsChanged() {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	for id, j := range m.jobs {
+		if j.typ == pelotonv1.JobType_DAEMON {
+			m.queue.Add(id)
+		}
+	}
+}
+
 // freeSlot reports whether a DAEMON instance serves no host.
 func freeSlot(rt *pelotonv1.TaskStatus) bool {
 	return rt.BoundHost == "" && isTerminal(rt.State) && rt.GoalState == stKilled

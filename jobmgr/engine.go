@@ -954,6 +954,7 @@ func (m *Manager) gaugeLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		m.HostsChanged()
 		var jobs [8]int
 		var tasks [16]int
 		m.mu.RLock()
