@@ -399,6 +399,18 @@ func (m *Manager) CancelJob(ctx context.Context, id string) error {
 	if err != nil {
 		return apierr.Unavailable("%v", err)
 	}
+	if u := m.activeUpdate(id); u != nil {
+		u.mu.Lock()
+		err := m.saveUpdateLocked(ctx, u, func(x *pelotonv1.Update) error {
+			x.Status.State, x.Status.Message = upAborted, "aborted: the job was cancelled"
+			x.Status.CompletionTime, x.Status.InstancesCurrent = timestamppb.New(m.now()), nil
+			return nil
+		})
+		u.mu.Unlock()
+		if err != nil {
+			m.log.Warn("abort the update of a cancelled job", "job", id, "err", err)
+		}
+	}
 	m.queue.Add(id)
 	return nil
 }

@@ -349,6 +349,14 @@ func TestUpdatePauseResumeAbortRollback(t *testing.T) {
 	}
 	_, err = s.updates.RollbackUpdate(ctxT(t), &pelotonv1.RollbackUpdateRequest{UpdateId: u.Id})
 	expectStatus(t, err, codes.FailedPrecondition, "update "+u.Id+" is already UPDATE_ROLLED_BACK")
+	// Cancelling a job aborts its update.
+	u2 := s.startUpdate(id, next, &pelotonv1.UpdateSpec{StartPaused: true})
+	if _, err := s.jobs.CancelJob(ctxT(t), &pelotonv1.CancelJobRequest{JobId: id}); err != nil {
+		t.Fatal(err)
+	}
+	if g, _ := s.updates.GetUpdate(ctxT(t), &pelotonv1.GetUpdateRequest{UpdateId: u2.Id}); g.GetUpdate().GetStatus().GetState() != pelotonv1.UpdateState_UPDATE_ABORTED {
+		t.Errorf("update of a cancelled job: %v", g.GetUpdate().GetStatus())
+	}
 	_, err = s.updates.GetUpdate(ctxT(t), &pelotonv1.GetUpdateRequest{UpdateId: "nope"})
 	expectStatus(t, err, codes.NotFound, "update nope does not exist")
 	_, err = s.updates.CreateUpdate(ctxT(t), &pelotonv1.CreateUpdateRequest{JobId: id, Spec: service("renamed", 4, 1, "sleep", "1")})
