@@ -206,7 +206,12 @@ func (m *Manager) recover(ctx context.Context) error {
 			case isActive(t.rt.State):
 				runID := resmgr.RunTaskID(j.id, uint32(inst), t.rt.RunId)
 				r := j.resourcesOf(uint32(inst))
-				m.hm.Recover(runID, t.rt.Host, r)
+				if t.rt.RestartInPlace && t.rt.DesiredRunId > t.rt.RunId {
+					// Its room was already moved to the run that follows.
+					m.hm.Recover(resmgr.RunTaskID(j.id, uint32(inst), t.rt.DesiredRunId), t.rt.Host, r)
+				} else {
+					m.hm.Recover(runID, t.rt.Host, r)
+				}
 				m.rm.Recover(m.rmTask(j, uint32(inst), t.rt.RunId))
 				if ev, err := m.hm.Status(runID); err == nil {
 					lost = append(lost, ev)
@@ -697,6 +702,7 @@ func (m *Manager) applyEvent(ctx context.Context, ev hostmgr.TaskEvent, supersed
 		release   bool
 		backoff   time.Duration
 		inPlace   string // the host of an in-place restart
+		heldFor   string // the next run that holds the old run's room (in place)
 		unhealthy string // the run to kill because its health check fails
 		grace     time.Duration
 	)
@@ -745,6 +751,9 @@ func (m *Manager) applyEvent(ctx context.Context, ev hostmgr.TaskEvent, supersed
 			return errSkip
 		}
 		release = true
+		if rt.RestartInPlace && rt.DesiredRunId > rt.RunId {
+			heldFor = resmgr.RunTaskID(j.id, inst, rt.DesiredRunId)
+		}
 		rt.ExitCode, rt.CompletionTime = ev.ExitCode, now
 		killedByUs := rt.State == stKilling || rt.GoalState == stKilled
 		msg := ev.Message
@@ -820,9 +829,15 @@ func (m *Manager) applyEvent(ctx context.Context, ev hostmgr.TaskEvent, supersed
 		m.queue.AddAfter(jobID, backoff)
 	}
 	if release {
-		if inPlace != "" && m.launchInPlace(ctx, j, inst, ev.TaskID, inPlace) {
+		if inPlace != "" && heldFor != "" && m.launchInPlace(ctx, j, inst, heldFor, inPlace) {
 			m.queue.Add(jobID)
 			return
+		}
+		if heldFor != "" {
+			m.hm.ReleaseTask(heldFor) // the room kept for an in-place run that will not come
+			if inPlace != "" {
+				metrics.Restarts.WithLabelValues("placed").Inc() // in place was asked but not possible
+			}
 		}
 		// hostmgr frees a run's host when the backend reports its end; events
 		// made up here (a run lost across a restart) must free it too.
@@ -833,21 +848,19 @@ func (m *Manager) applyEvent(ctx context.Context, ev hostmgr.TaskEvent, supersed
 }
 
 // launchInPlace starts the new run of an instance restarted in place on
-// host, which its previous run (oldRun) held: the old run's resources move
-// to the new run in hostmgr and resmgr, and the run is launched with no
-// placement. It returns false, changing nothing, when the host cannot take
-// it (it left service, or the new spec needs other resources); the run is
-// then queued like any other.
-func (m *Manager) launchInPlace(ctx context.Context, j *job, inst uint32, oldRun, host string) bool {
+// host, where the room of its previous run was moved to it (held, see
+// restartOnto) when the old run was stopped: resmgr's allocation moves to
+// the new run and it is launched with no placement. It returns false,
+// changing nothing, when the host cannot take it (it left service, or the
+// hold is not there or not the size the new spec needs); the run is then
+// queued like any other.
+func (m *Manager) launchInPlace(ctx context.Context, j *job, inst uint32, held, host string) bool {
 	t := j.task(inst)
 	t.mu.Lock()
 	run, v := t.rt.RunId, j.version(t.rt.SpecVersion)
 	t.mu.Unlock()
-	if !m.hm.HostUp(host) || !m.hm.HoldsExactly(oldRun, v.resourcesOf(inst)) {
-		return false
-	}
 	newRun := resmgr.RunTaskID(j.id, inst, run)
-	if _, ok := m.hm.TransferHold(oldRun, newRun); !ok {
+	if newRun != held || !m.hm.HostUp(host) || !m.hm.HoldsExactly(held, v.resourcesOf(inst)) {
 		return false
 	}
 	err := m.updateTaskVolatile(j, inst, func(rt *pelotonv1.TaskStatus) error {
@@ -865,6 +878,7 @@ func (m *Manager) launchInPlace(ctx context.Context, j *job, inst uint32, oldRun
 	rt := m.rmTask(j, inst, run)
 	m.rm.Release(j.id, inst)
 	m.rm.Recover(rt)
+	metrics.Restarts.WithLabelValues("in-place").Inc()
 	m.launch(ctx, resmgr.Placement{Task: rt, Host: host})
 	return true
 }

@@ -642,7 +642,7 @@ func listU32(xs []uint32, limit int) string {
 // rolling restart (restarts set) the version stays.
 func (m *Manager) restartOnto(ctx context.Context, j *job, inst uint32, target *jobVersion, inPlace bool, restarts map[uint32]uint32) error {
 	_, restart := restarts[inst]
-	var kill string
+	var kill, held string
 	var grace time.Duration
 	var requeue bool
 	err := m.updateTask(ctx, j, inst, func(rt *pelotonv1.TaskStatus) error {
@@ -665,6 +665,9 @@ func (m *Manager) restartOnto(ctx context.Context, j *job, inst uint32, target *
 				rt.Reason, rt.Message = "restarting", "stopping for a rolling restart"
 			}
 			kill, grace = resmgr.RunTaskID(j.id, inst, rt.RunId), graceOf(cur, inst)
+			if rt.RestartInPlace {
+				held = resmgr.RunTaskID(j.id, inst, rt.DesiredRunId)
+			}
 		case rt.State == stPending:
 			// Queued with the old spec: take it back and queue it again.
 			requeue = true
@@ -694,6 +697,11 @@ func (m *Manager) restartOnto(ctx context.Context, j *job, inst uint32, target *
 		m.rm.Release(j.id, inst)
 	}
 	if kill != "" {
+		if held != "" {
+			// The room stays the instance's: hostmgr frees the old run's
+			// hold when it ends, so move it to the next run first.
+			m.hm.TransferHold(kill, held)
+		}
 		m.killRun(ctx, j, inst, kill, grace)
 	}
 	return nil

@@ -78,3 +78,11 @@ var Preemptions = prometheus.NewCounterVec(prometheus.CounterOpts{
 }, []string{"reason"})
 
 func init() { Registry.MustRegister(Preemptions) }
+
+// Restarts counts new runs of long-running instances by how they started:
+// "in-place" (on the same host, no placement) or "placed".
+var Restarts = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Namespace: "peloton", Name: "update_restarts_total", Help: "Instances restarted onto a new spec or run by an update, by how their new run was started.",
+}, []string{"how"})
+
+func init() { Registry.MustRegister(Restarts) }

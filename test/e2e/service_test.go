@@ -9,7 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/peloton-sched/peloton/internal/metrics"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 )
@@ -162,6 +164,7 @@ func TestServiceInPlaceUpdateKeepsHosts(t *testing.T) {
 	}
 	next := proto.Clone(spec).(*pelotonv1.JobSpec)
 	next.DefaultSpec.Env = map[string]string{"VERSION": "2"}
+	inPlaceBefore := promtest.ToFloat64(metrics.Restarts.WithLabelValues("in-place"))
 	u := s.startUpdate(id, next, &pelotonv1.UpdateSpec{BatchSize: 2, InPlace: true})
 	s.waitUpdate(u.Id, pelotonv1.UpdateState_UPDATE_SUCCEEDED, 120*time.Second, func(ts []*pelotonv1.Task) {
 		for _, tk := range ts {
@@ -174,6 +177,10 @@ func TestServiceInPlaceUpdateKeepsHosts(t *testing.T) {
 		if tk.Status.Host != before[tk.InstanceId] || tk.Status.RunId < 2 {
 			t.Errorf("instance %d: run %d on %s, was on %s", tk.InstanceId, tk.Status.RunId, tk.Status.Host, before[tk.InstanceId])
 		}
+	}
+	// Every new run kept its old run's room and skipped placement.
+	if n := promtest.ToFloat64(metrics.Restarts.WithLabelValues("in-place")) - inPlaceBefore; n != 6 {
+		t.Errorf("%v of 6 instances restarted in place", n)
 	}
 }
 
