@@ -9,7 +9,14 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 GRPC_GATEWAY_VERSION := v2.32.0
 PROTO_DIR := proto/peloton/api/v1
 
-.PHONY: all build test up proto proto-tools clean
+# The Kubernetes parts the suite runs for real (hostmgr/kubernetes and its
+# end-to-end tests): built from the module proxy, cached under .cache/kube.
+# KUBE_VERSION must match the k8s.io/client-go v0.x release in go.mod.
+KUBE_VERSION := v1.36.3
+KWOK_VERSION := v0.8.0
+export PELOTON_KUBE_BIN := $(CURDIR)/.cache/kube/$(KUBE_VERSION)/bin
+
+.PHONY: all build test up proto proto-tools kube-tools clean
 
 all: build
 
@@ -21,7 +28,7 @@ build:
 # are exactly what a scheduler's tests must catch.
 
 ## test sets up everything the suite needs and runs it all.
-test:
+test: kube-tools
 	$(GO) mod download
 	$(GO) vet ./...
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.') 2>/dev/null); \
@@ -51,6 +58,11 @@ proto-tools:
 	@test -x $(GOBIN_DIR)/protoc-gen-go-grpc || GOBIN=$(GOBIN_DIR) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
 	@test -x $(GOBIN_DIR)/protoc-gen-grpc-gateway || GOBIN=$(GOBIN_DIR) $(GO) install github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-grpc-gateway@$(GRPC_GATEWAY_VERSION)
 	@test -x $(GOBIN_DIR)/protoc-gen-openapiv2 || GOBIN=$(GOBIN_DIR) $(GO) install github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-openapiv2@$(GRPC_GATEWAY_VERSION)
+
+## kube-tools builds kube-apiserver, kube-scheduler and kwok once (minutes
+## the first time, nothing after).
+kube-tools:
+	@KUBE_VERSION=$(KUBE_VERSION) KWOK_VERSION=$(KWOK_VERSION) GO=$(GO) bash hack/kube-tools.sh
 
 clean:
 	rm -rf bin
