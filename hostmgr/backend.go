@@ -17,6 +17,10 @@ type HostInfo struct {
 	Capacity  resources.Resources
 	Labels    map[string]string
 	Partition string
+	// Unschedulable says the host takes no new runs (a cordoned or NotReady
+	// Kubernetes node), while the runs it holds go on. It is not offered
+	// to placement, and its capacity is not counted for admission.
+	Unschedulable bool
 }
 
 // LaunchSpec is everything a backend needs to start one run of one instance.
@@ -113,6 +117,16 @@ type Prefetcher interface {
 // a STATEFUL job is deleted.
 type VolumeReleaser interface {
 	ReleaseVolume(ctx context.Context, host, volumeID string) error
+}
+
+// HostWatcher is implemented by backends whose hosts change while they run:
+// nodes join and leave, are cordoned or become NotReady, or other workloads
+// take part of them. hostmgr registers changed before it starts the backend;
+// the backend calls it (from one goroutine, without holding a lock that Hosts
+// takes) after its hosts changed, and hostmgr then reads Hosts again. Bursts
+// of changes should be coalesced into one call.
+type HostWatcher interface {
+	WatchHosts(changed func())
 }
 
 // ErrUnknownTask is returned by Kill, Status and Logs for a task the backend

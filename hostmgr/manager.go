@@ -118,6 +118,9 @@ type host struct {
 	state pelotonv1.HostState
 	// drainNote says what holds up a drain (set by jobmgr, see SetDrainNote).
 	drainNote string
+	// gone is set when the backend no longer reports the host but it still
+	// holds runs.
+	gone bool
 }
 
 // hold is what one run holds on its host.
@@ -219,6 +222,9 @@ func (m *Manager) Start(ctx context.Context) error {
 	if err := m.loadMaintenance(ctx); err != nil {
 		return err
 	}
+	if w, ok := m.backend.(HostWatcher); ok {
+		w.WatchHosts(m.refreshHosts)
+	}
 	if err := m.backend.Start(ctx, m.onEvent); err != nil {
 		return fmt.Errorf("hostmgr: start %s backend: %w", m.backend.Name(), err)
 	}
@@ -241,11 +247,25 @@ func (m *Manager) refreshHosts() {
 		}
 		m.hosts[hi.Name] = &host{info: hi, tasks: map[string]hold{}, jobs: map[string]int{}, state: m.stateOfLocked(hi.Name)}
 	}
-	for name := range m.hosts {
+	for name, h := range m.hosts {
 		if !seen[name] {
+			// A host that went away while it holds runs stays, taking no
+			// new ones, until the backend's reports of those runs (LOST,
+			// usually) release them; then ReleaseTask forgets it.
+			if len(h.tasks) > 0 {
+				h.gone, h.info.Unschedulable = true, true
+				continue
+			}
 			delete(m.hosts, name)
+		} else {
+			h.gone = false
 		}
 	}
+	m.reorderLocked()
+}
+
+// reorderLocked rebuilds what derives from the set of hosts.
+func (m *Manager) reorderLocked() {
 	m.order = m.order[:0]
 	for name := range m.hosts {
 		m.order = append(m.order, name)
@@ -314,7 +334,7 @@ func (m *Manager) Capacity() resources.Resources {
 func (m *Manager) capacityLocked() resources.Resources {
 	var c resources.Resources
 	for _, h := range m.hosts {
-		if h.state == hostUp {
+		if h.state == hostUp && !h.info.Unschedulable {
 			c = c.Add(h.info.Capacity)
 		}
 	}
@@ -375,7 +395,7 @@ func (m *Manager) AcquireHosts(f HostFilter) (string, []HostOffer) {
 	for ; i < n && len(offers)-named < f.Max; i++ {
 		name := m.order[(start+i)%n]
 		h := m.hosts[name]
-		if h.lease != "" || h.state != hostUp || !inPartitions(h.info.Partition, f.Partitions) {
+		if h.lease != "" || h.state != hostUp || h.info.Unschedulable || !inPartitions(h.info.Partition, f.Partitions) {
 			continue
 		}
 		free := h.info.Capacity.Sub(h.allocated)
@@ -501,6 +521,9 @@ func (m *Manager) Commit(leaseID string, as []Assignment) error {
 		if h.state != hostUp {
 			return fmt.Errorf("%w: %s is %s", ErrHostNotUp, a.Host, h.state)
 		}
+		if h.info.Unschedulable {
+			return fmt.Errorf("%w: %s takes no new tasks (unschedulable in the backend)", ErrHostNotUp, a.Host)
+		}
 		if _, dup := m.taskHost[a.TaskID]; dup || seen[a.TaskID] {
 			return fmt.Errorf("hostmgr: task %s already holds resources", a.TaskID)
 		}
@@ -584,6 +607,10 @@ func (m *Manager) ReleaseTask(taskID string) {
 		if h.state == hostDraining && len(h.tasks) == 0 {
 			m.wakeMaint()
 		}
+		if h.gone && len(h.tasks) == 0 {
+			delete(m.hosts, name)
+			m.reorderLocked()
+		}
 	}
 }
 
@@ -613,12 +640,12 @@ func (m *Manager) TransferHold(from, to string) (string, bool) {
 	return name, true
 }
 
-// HostUp reports whether a host exists and is in service.
+// HostUp reports whether a host exists, is in service and takes new runs.
 func (m *Manager) HostUp(name string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	h, ok := m.hosts[name]
-	return ok && h.state == hostUp
+	return ok && h.state == hostUp && !h.info.Unschedulable
 }
 
 // HoldsExactly reports whether run taskID holds exactly r on its host.
@@ -698,8 +725,22 @@ func hostProto(h *host) *pelotonv1.Host {
 	return &pelotonv1.Host{
 		Name: h.info.Name, Capacity: h.info.Capacity.ToProto(), Allocated: h.allocated.ToProto(),
 		Labels: h.info.Labels, Partition: h.info.Partition, State: h.state,
-		TaskCount: uint32(len(h.tasks)), MaintenanceMessage: maintenanceMessage(h),
+		TaskCount: uint32(len(h.tasks)), MaintenanceMessage: hostMessage(h),
 	}
+}
+
+// hostMessage is the maintenance message, or says why a host in service
+// takes no new work.
+func hostMessage(h *host) string {
+	switch {
+	case h.state != hostUp:
+		return maintenanceMessage(h)
+	case h.gone:
+		return "gone from the backend; waiting for its tasks to end"
+	case h.info.Unschedulable:
+		return "takes no new tasks: unschedulable in the backend (cordoned or not ready)"
+	}
+	return ""
 }
 
 // Close stops marking hosts drained and stops the backend.
