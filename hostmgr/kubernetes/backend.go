@@ -1,0 +1,1116 @@
+// Package kubernetes is the hostmgr backend that runs tasks as pods on a
+// Kubernetes cluster. Peloton is the scheduler: every run is a pod with
+// schedulerName "peloton", bound to the node Peloton chose through the
+// Binding subresource, so kube-scheduler never races it.
+//
+// What it owns: the client to the apiserver, shared informers on Nodes and
+// Pods (watches, never polling; they resume by themselves after an
+// apiserver restart), and the in-memory record of the runs it launched.
+// Hosts are the nodes (optionally those matching a label selector), with
+// capacity = allocatable minus what pods Peloton does not manage request;
+// cordoned or NotReady nodes are reported Unschedulable. Pod phases and
+// container states become task events; a run's health is its pod's Ready
+// condition, driven by a readiness probe made from its health check.
+//
+// Every call to the apiserver has a deadline, and transient failures
+// (timeouts, 429, 5xx, a refused connection while the apiserver restarts)
+// are retried with backoff; client QPS and burst are configurable.
+//
+// It must not import jobmgr, resmgr or placement: only hostmgr,
+// internal/resources, the API types and client-go.
+package kubernetes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	listersv1 "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/peloton-sched/peloton/hostmgr"
+	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+)
+
+// BackendName is the value of the backend flag that selects this backend.
+const BackendName = "kubernetes"
+
+// Defaults of Config.
+const (
+	DefaultNamespace      = "peloton"
+	DefaultImage          = "busybox:stable"
+	DefaultQPS            = 200
+	DefaultBurst          = 400
+	DefaultRequestTimeout = 10 * time.Second
+	DefaultStartTimeout   = time.Minute
+	DefaultGPUResource    = "nvidia.com/gpu"
+	DefaultVolumeRoot     = "/var/lib/peloton/volumes"
+	DefaultFinishedPodTTL = 10 * time.Minute
+)
+
+// Config configures a Kubernetes Backend.
+type Config struct {
+	// Kubeconfig is the path of a kubeconfig file; empty means the
+	// in-cluster configuration (Peloton running as a pod).
+	Kubeconfig string
+	// REST, if set, is used instead of Kubeconfig.
+	REST *rest.Config
+	// Namespace is where pods of pools without an entry in PoolNamespaces
+	// go (default "peloton"). It must exist.
+	Namespace string
+	// PoolNamespaces maps a pool path to a namespace; a pool uses the entry
+	// of its nearest ancestor that has one (/org maps /org/team too).
+	PoolNamespaces map[string]string
+	// NodeSelector, a label selector, limits the nodes Peloton uses
+	// (default: every node).
+	NodeSelector string
+	// DefaultImage runs tasks that name no image (default busybox:stable).
+	DefaultImage string
+	// QPS and Burst bound the client's request rate (default 200 and 400).
+	QPS   float32
+	Burst int
+	// RequestTimeout bounds every call to the apiserver (default 10s).
+	RequestTimeout time.Duration
+	// StartTimeout bounds the first sync of the informers (default 1m).
+	StartTimeout time.Duration
+	// GPUResource is the extended resource that counts GPUs (default
+	// nvidia.com/gpu).
+	GPUResource string
+	// VolumeRoot is the folder on nodes that holds persistent volumes
+	// (default /var/lib/peloton/volumes).
+	VolumeRoot string
+	// FinishedPodTTL is how long pods of finished runs are kept, for their
+	// logs, before Peloton deletes them (default 10m).
+	FinishedPodTTL time.Duration
+	// Logger receives operational logs (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// task is one run Peloton launched (or found after a restart). Guarded by
+// Backend.mu.
+type task struct {
+	id, ns, name string
+	host         string
+	ports        map[string]uint32
+	withHealth   bool
+	// created is set once the pod exists; until then informer events of a
+	// pod of the same name (an old one being deleted) are not this run's.
+	created bool
+	killing bool
+	// healthy is set once the run's readiness probe first passed: before,
+	// a pod that is not Ready is HEALTH_UNKNOWN, after, UNHEALTHY.
+	healthy bool
+	// last is the last event decided; its State is 0 before the first.
+	last hostmgr.TaskEvent
+}
+
+func (t *task) terminal() bool { return rank(t.last.State) == 3 }
+
+// Backend runs tasks as pods. It is safe for concurrent use.
+type Backend struct {
+	cfg    Config
+	log    *slog.Logger
+	client kubernetes.Interface
+
+	nodeFactory informers.SharedInformerFactory
+	podFactory  informers.SharedInformerFactory
+	nodes       listersv1.NodeLister
+	pods        cache.Indexer
+
+	mu       sync.Mutex
+	started  bool
+	closed   bool
+	tasks    map[string]*task
+	pending  []hostmgr.TaskEvent
+	finished []string // ring of finished task IDs, for bounded memory
+	finHead  int
+
+	hostsChanged atomic.Pointer[func()]
+	kick         chan struct{} // wakes the delivery goroutine
+	dirty        chan struct{} // hosts changed; capacity 1
+	stop         chan struct{}
+	wg           sync.WaitGroup
+	closeOnce    sync.Once
+	closeErr     error
+}
+
+var (
+	_ hostmgr.Backend        = (*Backend)(nil)
+	_ hostmgr.HostWatcher    = (*Backend)(nil)
+	_ hostmgr.Prefetcher     = (*Backend)(nil)
+	_ hostmgr.VolumeReleaser = (*Backend)(nil)
+)
+
+// maxFinished bounds how many finished runs Status still knows.
+const maxFinished = 100_000
+
+// Index names of the pod informer.
+const (
+	byNode = "node"
+	byTask = "task"
+)
+
+// New validates cfg and builds the client. Call Start before use.
+func New(cfg Config) (*Backend, error) {
+	if cfg.Namespace == "" {
+		cfg.Namespace = DefaultNamespace
+	}
+	if cfg.DefaultImage == "" {
+		cfg.DefaultImage = DefaultImage
+	}
+	if cfg.QPS == 0 {
+		cfg.QPS = DefaultQPS
+	}
+	if cfg.Burst == 0 {
+		cfg.Burst = DefaultBurst
+	}
+	if cfg.RequestTimeout == 0 {
+		cfg.RequestTimeout = DefaultRequestTimeout
+	}
+	if cfg.StartTimeout == 0 {
+		cfg.StartTimeout = DefaultStartTimeout
+	}
+	if cfg.GPUResource == "" {
+		cfg.GPUResource = DefaultGPUResource
+	}
+	if cfg.VolumeRoot == "" {
+		cfg.VolumeRoot = DefaultVolumeRoot
+	}
+	if cfg.FinishedPodTTL == 0 {
+		cfg.FinishedPodTTL = DefaultFinishedPodTTL
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.QPS < 0 || cfg.Burst < 0 {
+		return nil, fmt.Errorf("kubernetes: qps and burst must be >= 0, got %v and %d", cfg.QPS, cfg.Burst)
+	}
+	if _, err := labels.Parse(cfg.NodeSelector); err != nil {
+		return nil, fmt.Errorf("kubernetes: node selector %q: %w", cfg.NodeSelector, err)
+	}
+	rc := cfg.REST
+	if rc == nil {
+		var err error
+		if cfg.Kubeconfig == "" {
+			rc, err = rest.InClusterConfig()
+		} else {
+			rc, err = clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("kubernetes: client configuration (--kubeconfig): %w", err)
+		}
+	}
+	rc = rest.CopyConfig(rc)
+	rc.QPS, rc.Burst = cfg.QPS, cfg.Burst
+	rc.UserAgent = "peloton"
+	// Timeout bounds each request, watches excepted (client-go gives those
+	// their own server-side timeout).
+	rc.Timeout = cfg.RequestTimeout
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes: client: %w", err)
+	}
+	b := &Backend{
+		cfg: cfg, log: cfg.Logger.With("component", "hostmgr/kubernetes"), client: client,
+		tasks: map[string]*task{}, kick: make(chan struct{}, 1), dirty: make(chan struct{}, 1), stop: make(chan struct{}),
+	}
+	b.nodeFactory = informers.NewSharedInformerFactoryWithOptions(client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = cfg.NodeSelector }))
+	b.podFactory = informers.NewSharedInformerFactory(client, 0)
+	return b, nil
+}
+
+// Name returns "kubernetes".
+func (b *Backend) Name() string { return BackendName }
+
+// WatchHosts registers the function told when hosts change.
+func (b *Backend) WatchHosts(changed func()) { b.hostsChanged.Store(&changed) }
+
+// Start starts the informers and waits (at most StartTimeout) until they
+// have synced, so that Hosts answers the cluster's nodes. Pods of runs
+// launched before a restart of Peloton are adopted without events; Status
+// answers for them. Events go to sink from one goroutine, in order.
+func (b *Backend) Start(ctx context.Context, sink func(hostmgr.TaskEvent)) error {
+	if sink == nil {
+		return errors.New("kubernetes: start: nil sink")
+	}
+	b.mu.Lock()
+	if b.closed || b.started {
+		b.mu.Unlock()
+		return errors.New("kubernetes: start: backend closed or already started")
+	}
+	b.started = true
+	b.mu.Unlock()
+
+	nodeInf := b.nodeFactory.Core().V1().Nodes().Informer()
+	podInf := b.podFactory.Core().V1().Pods().Informer()
+	if err := podInf.AddIndexers(cache.Indexers{
+		byNode: func(obj any) ([]string, error) {
+			if p, ok := obj.(*corev1.Pod); ok && p.Spec.NodeName != "" {
+				return []string{p.Spec.NodeName}, nil
+			}
+			return nil, nil
+		},
+		byTask: func(obj any) ([]string, error) {
+			if p, ok := obj.(*corev1.Pod); ok && managed(p) {
+				return []string{p.Annotations[AnnotationTaskID]}, nil
+			}
+			return nil, nil
+		},
+	}); err != nil {
+		return fmt.Errorf("kubernetes: pod indexers: %w", err)
+	}
+	b.nodes = b.nodeFactory.Core().V1().Nodes().Lister()
+	b.pods = podInf.GetIndexer()
+	if _, err := nodeInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { b.markDirty() },
+		UpdateFunc: b.onNodeUpdate,
+		DeleteFunc: b.onNodeDelete,
+	}); err != nil {
+		return err
+	}
+	if _, err := podInf.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
+		AddFunc:    b.onPodAdd,
+		UpdateFunc: func(old, cur any) { b.onPod(old, cur) },
+		DeleteFunc: b.onPodDelete,
+	}); err != nil {
+		return err
+	}
+	b.nodeFactory.Start(b.stop)
+	b.podFactory.Start(b.stop)
+	syncCtx, cancel := context.WithTimeout(ctx, b.cfg.StartTimeout)
+	defer cancel()
+	if !cache.WaitForCacheSync(syncCtx.Done(), nodeInf.HasSynced, podInf.HasSynced) {
+		return fmt.Errorf("kubernetes: nodes and pods not listed within %s (is the apiserver reachable, and may we list them?)", b.cfg.StartTimeout)
+	}
+	b.wg.Add(3)
+	go b.deliver(sink)
+	go b.notifyHosts()
+	go b.collectFinished()
+	b.log.Info("kubernetes backend ready", "nodes", len(b.Hosts()), "namespace", b.cfg.Namespace)
+	return nil
+}
+
+// managed reports whether a pod is one of Peloton's runs.
+func managed(p *corev1.Pod) bool {
+	return p.Labels[LabelManagedBy] == ManagedByValue && p.Annotations[AnnotationTaskID] != ""
+}
+
+// Hosts returns the nodes as hosts.
+func (b *Backend) Hosts() []hostmgr.HostInfo {
+	if b.nodes == nil {
+		return nil
+	}
+	nodes, err := b.nodes.List(labels.Everything())
+	if err != nil {
+		return nil
+	}
+	out := make([]hostmgr.HostInfo, 0, len(nodes))
+	for _, n := range nodes {
+		capa := b.fromList(n.Status.Allocatable)
+		// Pods Peloton does not manage hold part of the node. Its own runs
+		// are accounted by hostmgr, against the whole allocatable.
+		pods, _ := b.pods.ByIndex(byNode, n.Name)
+		for _, obj := range pods {
+			p := obj.(*corev1.Pod)
+			if managed(p) || podTerminal(p) {
+				continue
+			}
+			capa = capa.Sub(b.podRequests(p))
+		}
+		lbls := make(map[string]string, len(n.Labels))
+		for k, v := range n.Labels {
+			lbls[k] = v
+		}
+		part := n.Labels[LabelPartition]
+		if part == "" {
+			part = DefaultPartition
+		}
+		out = append(out, hostmgr.HostInfo{
+			Name: n.Name, Capacity: capa, Labels: lbls, Partition: part,
+			Unschedulable: n.Spec.Unschedulable || !nodeReady(n),
+		})
+	}
+	return out
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// markDirty asks notifyHosts to tell hostmgr that hosts changed.
+func (b *Backend) markDirty() {
+	select {
+	case b.dirty <- struct{}{}:
+	default:
+	}
+}
+
+// notifyHosts tells hostmgr of host changes, at most every 100ms, so that a
+// burst of node or pod updates costs one refresh.
+func (b *Backend) notifyHosts() {
+	defer b.wg.Done()
+	for {
+		select {
+		case <-b.stop:
+			return
+		case <-b.dirty:
+		}
+		select {
+		case <-b.stop:
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+		if f := b.hostsChanged.Load(); f != nil {
+			(*f)()
+		}
+	}
+}
+
+func (b *Backend) onNodeUpdate(old, cur any) {
+	o, ok1 := old.(*corev1.Node)
+	n, ok2 := cur.(*corev1.Node)
+	if !ok1 || !ok2 {
+		b.markDirty()
+		return
+	}
+	// Heartbeats change nothing Peloton cares about.
+	if o.Spec.Unschedulable != n.Spec.Unschedulable || nodeReady(o) != nodeReady(n) ||
+		!equalLists(o.Status.Allocatable, n.Status.Allocatable) || !equalMaps(o.Labels, n.Labels) {
+		b.markDirty()
+	}
+}
+
+func (b *Backend) onNodeDelete(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	n, ok := obj.(*corev1.Node)
+	if !ok {
+		return
+	}
+	b.markDirty()
+	// Runs on a node that is gone are lost; their pods can never finish.
+	var orphans []*task
+	b.mu.Lock()
+	now := time.Now()
+	for _, t := range b.tasks {
+		if t.host == n.Name && t.created && !t.terminal() {
+			b.setLocked(t, hostmgr.TaskEvent{State: pelotonv1.TaskState_LOST, Reason: ReasonNodeGone,
+				Message: "node " + n.Name + " was deleted", Time: now})
+			orphans = append(orphans, t)
+		}
+	}
+	b.mu.Unlock()
+	if len(orphans) > 0 {
+		go b.deleteOrphans(orphans)
+	}
+}
+
+// deleteOrphans force-deletes pods of a node that is gone (there is no
+// kubelet to end them); best effort, their runs are already LOST.
+func (b *Backend) deleteOrphans(ts []*task) {
+	for _, t := range ts {
+		select {
+		case <-b.stop:
+			return
+		default:
+		}
+		_ = b.call(context.Background(), func(ctx context.Context) error {
+			err := b.client.CoreV1().Pods(t.ns).Delete(ctx, t.name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))})
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			return err
+		})
+	}
+}
+
+func (b *Backend) onPodAdd(obj any, _ bool) { b.onPod(nil, obj) }
+
+// onPod follows a pod: a run's pod moves its task along, any other pod may
+// change what its node has free.
+func (b *Backend) onPod(old, cur any) {
+	p, ok := cur.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	if !managed(p) {
+		if p.Labels[LabelHelper] == helperPrefetch && podTerminal(p) {
+			b.deleteHelper(p)
+		}
+		if o, ok := old.(*corev1.Pod); !ok || o.Spec.NodeName != p.Spec.NodeName || podTerminal(o) != podTerminal(p) {
+			if p.Spec.NodeName != "" {
+				b.markDirty()
+			}
+		}
+		return
+	}
+	id := p.Annotations[AnnotationTaskID]
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	t, ok := b.tasks[id]
+	if !ok {
+		// A run launched before Peloton restarted: adopt it as it is, so
+		// that Status answers; its next changes are events as usual.
+		if b.closed {
+			return
+		}
+		o := observe(p, hasProbe(p))
+		if o.health == pelotonv1.HealthState_UNHEALTHY {
+			o.health = pelotonv1.HealthState_HEALTH_UNKNOWN
+		}
+		t = &task{id: id, ns: p.Namespace, name: p.Name, host: p.Spec.NodeName, created: true, withHealth: hasProbe(p),
+			ports: podPorts(p), last: hostmgr.TaskEvent{TaskID: id, Host: p.Spec.NodeName, State: o.state, ExitCode: o.exitCode,
+				Reason: o.reason, Message: o.message, Health: o.health, Time: o.at}}
+		t.last.Ports = t.ports
+		b.tasks[id] = t
+		if t.terminal() {
+			b.forgetOldLocked(id)
+		}
+		return
+	}
+	if !t.created || p.Namespace != t.ns || p.Name != t.name {
+		return
+	}
+	b.advanceLocked(t, observe(p, t.withHealth))
+}
+
+// advanceLocked moves t to what its pod says, never backwards, filling in
+// the states it skipped (a pod seen first when it has already succeeded is
+// LAUNCHED, RUNNING, SUCCEEDED), so every run's events read the same.
+func (b *Backend) advanceLocked(t *task, o observed) {
+	if t.terminal() || o.state == 0 {
+		return
+	}
+	if t.killing && rank(o.state) == 3 {
+		o = observed{state: pelotonv1.TaskState_KILLED, reason: ReasonKilled, at: o.at}
+	}
+	if o.health == pelotonv1.HealthState_HEALTHY {
+		t.healthy = true
+	} else if o.health == pelotonv1.HealthState_UNHEALTHY && !t.healthy {
+		o.health = pelotonv1.HealthState_HEALTH_UNKNOWN
+	}
+	cur := rank(t.last.State)
+	next := rank(o.state)
+	if next < cur {
+		return
+	}
+	if next == cur {
+		// A change of health is another RUNNING event.
+		if o.state == pelotonv1.TaskState_RUNNING && o.health != t.last.Health {
+			b.setLocked(t, hostmgr.TaskEvent{State: o.state, Health: o.health, Time: o.at})
+		}
+		return
+	}
+	if cur < 1 {
+		b.setLocked(t, hostmgr.TaskEvent{State: pelotonv1.TaskState_LAUNCHED, Time: o.at})
+	}
+	if cur < 2 && next == 3 && o.state != pelotonv1.TaskState_LOST && o.state != pelotonv1.TaskState_KILLED {
+		b.setLocked(t, hostmgr.TaskEvent{State: pelotonv1.TaskState_RUNNING, Time: o.at})
+	}
+	if next > 1 {
+		b.setLocked(t, hostmgr.TaskEvent{State: o.state, ExitCode: o.exitCode, Reason: o.reason, Message: o.message, Health: o.health, Time: o.at})
+	}
+}
+
+func (b *Backend) onPodDelete(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	if !managed(p) {
+		if p.Spec.NodeName != "" && !podTerminal(p) {
+			b.markDirty()
+		}
+		return
+	}
+	id := p.Annotations[AnnotationTaskID]
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	t, ok := b.tasks[id]
+	if !ok || !t.created || t.name != p.Name || t.ns != p.Namespace {
+		return
+	}
+	// The last state the pod showed may not have reached us yet.
+	b.advanceLocked(t, observe(p, t.withHealth))
+	if t.terminal() {
+		return
+	}
+	if t.killing {
+		b.setLocked(t, hostmgr.TaskEvent{State: pelotonv1.TaskState_KILLED, Reason: ReasonKilled, Time: time.Now()})
+		return
+	}
+	b.setLocked(t, hostmgr.TaskEvent{State: pelotonv1.TaskState_LOST, Reason: ReasonPodDeleted,
+		Message: "pod " + p.Namespace + "/" + p.Name + " was deleted by someone other than Peloton", Time: time.Now()})
+}
+
+// setLocked records a state change of t and queues it for the sink.
+func (b *Backend) setLocked(t *task, ev hostmgr.TaskEvent) {
+	ev.TaskID, ev.Host, ev.Ports = t.id, t.host, t.ports
+	if ev.Time.IsZero() {
+		ev.Time = time.Now()
+	}
+	t.last = ev
+	if len(b.pending) == 0 {
+		select {
+		case b.kick <- struct{}{}:
+		default:
+		}
+	}
+	b.pending = append(b.pending, ev)
+	if t.terminal() {
+		b.forgetOldLocked(t.id)
+	}
+}
+
+// forgetOldLocked remembers that id ended and forgets the oldest finished
+// run once more than maxFinished are remembered.
+func (b *Backend) forgetOldLocked(id string) {
+	if len(b.finished) < maxFinished {
+		b.finished = append(b.finished, id)
+		return
+	}
+	if old, ok := b.tasks[b.finished[b.finHead]]; ok && old.terminal() {
+		delete(b.tasks, old.id)
+	}
+	b.finished[b.finHead] = id
+	b.finHead = (b.finHead + 1) % len(b.finished)
+}
+
+// deliver hands queued events to the sink, in order.
+func (b *Backend) deliver(sink func(hostmgr.TaskEvent)) {
+	defer b.wg.Done()
+	var batch []hostmgr.TaskEvent
+	for {
+		select {
+		case <-b.stop:
+			return
+		case <-b.kick:
+		}
+		b.mu.Lock()
+		batch, b.pending = b.pending, batch[:0]
+		b.mu.Unlock()
+		for i := range batch {
+			select {
+			case <-b.stop:
+				return
+			default:
+			}
+			sink(batch[i])
+			batch[i] = hostmgr.TaskEvent{}
+		}
+	}
+}
+
+// namespaceOf is the namespace of a pool: the entry of the pool or of its
+// nearest ancestor in PoolNamespaces, else the default.
+func (b *Backend) namespaceOf(pool string) string {
+	for p := pool; p != ""; {
+		if ns, ok := b.cfg.PoolNamespaces[p]; ok {
+			return ns
+		}
+		i := strings.LastIndexByte(p, '/')
+		if i <= 0 {
+			break
+		}
+		p = p[:i]
+	}
+	return b.cfg.Namespace
+}
+
+// Launch creates the run's pod and binds it to spec.Host. It returns once
+// the pod is bound; LAUNCHED, RUNNING and the end follow as events. On an
+// error nothing is left behind and no event follows: the caller reports
+// the run failed to launch.
+func (b *Backend) Launch(ctx context.Context, spec hostmgr.LaunchSpec) error {
+	switch {
+	case spec.TaskID == "":
+		return errors.New("kubernetes: launch: spec.taskId: must not be empty")
+	case spec.Host == "":
+		return fmt.Errorf("kubernetes: launch %s: spec.host: must not be empty", spec.TaskID)
+	}
+	if _, err := b.nodes.Get(spec.Host); err != nil {
+		return fmt.Errorf("kubernetes: launch %s: spec.host: node %q: %w", spec.TaskID, spec.Host, err)
+	}
+	ns := b.namespaceOf(spec.Pool)
+	ports := assignPorts(spec.Ports)
+	pod := b.buildPod(spec, ns, ports)
+	t := &task{id: spec.TaskID, ns: ns, name: pod.Name, host: spec.Host, ports: ports,
+		withHealth: pod.Spec.Containers[0].ReadinessProbe != nil}
+
+	b.mu.Lock()
+	switch {
+	case b.closed || !b.started:
+		b.mu.Unlock()
+		return fmt.Errorf("kubernetes: launch %s: backend not running", spec.TaskID)
+	case b.tasks[spec.TaskID] != nil:
+		b.mu.Unlock()
+		return fmt.Errorf("kubernetes: launch %s: spec.taskId: task already launched", spec.TaskID)
+	}
+	b.tasks[spec.TaskID] = t
+	b.mu.Unlock()
+
+	created, err := b.createAndBind(ctx, pod, spec.Host)
+	if err != nil {
+		if created != nil {
+			// Leave nothing behind: the run is reported failed by the
+			// caller, and a pod bound later would run it anyway.
+			_ = b.call(context.WithoutCancel(ctx), func(ctx context.Context) error {
+				err := b.client.CoreV1().Pods(ns).Delete(ctx, pod.Name, metav1.DeleteOptions{
+					GracePeriodSeconds: ptr(int64(0)), Preconditions: &metav1.Preconditions{UID: &created.UID}})
+				if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+					return nil
+				}
+				return err
+			})
+		}
+		b.mu.Lock()
+		delete(b.tasks, spec.TaskID)
+		b.mu.Unlock()
+		return fmt.Errorf("kubernetes: launch %s on %s: %w", spec.TaskID, spec.Host, err)
+	}
+	b.mu.Lock()
+	t.created = true
+	// The informer may have seen the pod already, before created was set.
+	if obj, ok, _ := b.pods.GetByKey(ns + "/" + pod.Name); ok {
+		if p := obj.(*corev1.Pod); p.UID == created.UID {
+			b.advanceLocked(t, observe(p, t.withHealth))
+		}
+	}
+	if t.last.State == 0 && !b.closed {
+		// Bound: LAUNCHED now, whatever the informer has seen yet.
+		b.setLocked(t, hostmgr.TaskEvent{State: pelotonv1.TaskState_LAUNCHED})
+	}
+	b.mu.Unlock()
+	return nil
+}
+
+// createAndBind creates the pod and binds it. A pod of the same name that
+// carries this task ID (a create retried after a timeout that had in fact
+// succeeded) is taken as created. It returns the created pod, if any, with
+// the error.
+func (b *Backend) createAndBind(ctx context.Context, pod *corev1.Pod, host string) (*corev1.Pod, error) {
+	var created *corev1.Pod
+	err := b.call(ctx, func(ctx context.Context) error {
+		p, err := b.client.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			p, err = b.client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+			if err == nil && p.Annotations[AnnotationTaskID] != pod.Annotations[AnnotationTaskID] {
+				return fmt.Errorf("pod %s/%s exists and is not this run's", pod.Namespace, pod.Name)
+			}
+		}
+		if err != nil {
+			return err
+		}
+		created = p
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create pod: %w", err)
+	}
+	if created.Spec.NodeName == host {
+		return created, nil
+	}
+	binding := &corev1.Binding{
+		ObjectMeta: metav1.ObjectMeta{Name: created.Name, Namespace: created.Namespace, UID: created.UID},
+		Target:     corev1.ObjectReference{Kind: "Node", Name: host},
+	}
+	err = b.call(ctx, func(ctx context.Context) error {
+		err := b.client.CoreV1().Pods(created.Namespace).Bind(ctx, binding, metav1.CreateOptions{})
+		if apierrors.IsConflict(err) {
+			// A retried bind whose first try went through.
+			if p, gerr := b.client.CoreV1().Pods(created.Namespace).Get(ctx, created.Name, metav1.GetOptions{}); gerr == nil && p.Spec.NodeName == host {
+				return nil
+			}
+		}
+		return err
+	})
+	if err != nil {
+		return created, fmt.Errorf("bind pod to node: %w", err)
+	}
+	return created, nil
+}
+
+// call runs fn with a per-call deadline, retrying transient failures with
+// exponential backoff for about RequestTimeout*3 in all, or until ctx ends.
+func (b *Backend) call(ctx context.Context, fn func(context.Context) error) error {
+	backoff := wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Jitter: 0.2, Steps: 8, Cap: 2 * time.Second}
+	deadline := time.Now().Add(3 * b.cfg.RequestTimeout)
+	var err error
+	for {
+		cctx, cancel := context.WithTimeout(ctx, b.cfg.RequestTimeout)
+		err = fn(cctx)
+		cancel()
+		if err == nil || !transient(err) || ctx.Err() != nil || backoff.Steps <= 1 || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-b.stop:
+			return err
+		case <-time.After(backoff.Step()):
+		}
+	}
+}
+
+// transient reports whether an apiserver error may go away by itself.
+func transient(err error) bool {
+	if apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err) || apierrors.IsTooManyRequests(err) ||
+		apierrors.IsServiceUnavailable(err) || apierrors.IsInternalError(err) || apierrors.IsUnexpectedServerError(err) {
+		return true
+	}
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return true
+	}
+	var ne net.Error
+	if errors.As(err, &ne) {
+		return true
+	}
+	s := err.Error()
+	return strings.Contains(s, "connection refused") || strings.Contains(s, "connection reset") || strings.Contains(s, "http2: client connection lost")
+}
+
+// Kill deletes the run's pod with the grace period; KILLED follows when the
+// pod is gone (or ends while being deleted). Killing a finished run is a
+// no-op; an unknown one is ErrUnknownTask.
+func (b *Backend) Kill(ctx context.Context, taskID string, grace time.Duration) error {
+	b.mu.Lock()
+	t, ok := b.tasks[taskID]
+	if !ok {
+		b.mu.Unlock()
+		return fmt.Errorf("kubernetes: kill %s: %w", taskID, hostmgr.ErrUnknownTask)
+	}
+	if t.terminal() || b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	t.killing = true
+	ns, name := t.ns, t.name
+	b.mu.Unlock()
+	secs := int64(math.Ceil(grace.Seconds()))
+	err := b.call(ctx, func(ctx context.Context) error {
+		return b.client.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &secs})
+	})
+	if apierrors.IsNotFound(err) {
+		b.mu.Lock()
+		if !t.terminal() {
+			b.setLocked(t, hostmgr.TaskEvent{State: pelotonv1.TaskState_KILLED, Reason: ReasonKilled})
+		}
+		b.mu.Unlock()
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("kubernetes: kill %s: delete pod %s/%s: %w", taskID, ns, name, err)
+	}
+	return nil
+}
+
+// Status returns the last event of a run, from memory or, for a run
+// launched before a restart and not seen since, from the informer's cache.
+func (b *Backend) Status(taskID string) (hostmgr.TaskEvent, error) {
+	b.mu.Lock()
+	t, ok := b.tasks[taskID]
+	var ev hostmgr.TaskEvent
+	if ok {
+		ev = t.last
+	}
+	b.mu.Unlock()
+	if ok && ev.State != 0 {
+		return ev, nil
+	}
+	if b.pods != nil {
+		objs, _ := b.pods.ByIndex(byTask, taskID)
+		for _, obj := range objs {
+			p := obj.(*corev1.Pod)
+			o := observe(p, hasProbe(p))
+			if o.state != 0 {
+				return hostmgr.TaskEvent{TaskID: taskID, Host: p.Spec.NodeName, State: o.state, ExitCode: o.exitCode,
+					Reason: o.reason, Message: o.message, Health: o.health, Time: o.at, Ports: podPorts(p)}, nil
+			}
+		}
+	}
+	return hostmgr.TaskEvent{}, fmt.Errorf("kubernetes: status %s: %w", taskID, hostmgr.ErrUnknownTask)
+}
+
+func hasProbe(p *corev1.Pod) bool {
+	return len(p.Spec.Containers) > 0 && p.Spec.Containers[0].ReadinessProbe != nil
+}
+
+// podPorts reads the ports back from a pod's environment.
+func podPorts(p *corev1.Pod) map[string]uint32 {
+	if len(p.Spec.Containers) == 0 || len(p.Spec.Containers[0].Ports) == 0 {
+		return nil
+	}
+	out := map[string]uint32{}
+	for _, cp := range p.Spec.Containers[0].Ports {
+		if cp.Name != "" {
+			out[cp.Name] = uint32(cp.ContainerPort)
+		}
+	}
+	return out
+}
+
+// Logs streams the run's container log through the pods/log subresource.
+// Kubernetes keeps stdout and stderr in one log, so both streams read it.
+// The apiserver fetches it from the node's kubelet; when it cannot (a node
+// without one, such as kwok's), the error says so at once.
+func (b *Backend) Logs(ctx context.Context, taskID string, stream pelotonv1.LogStream, follow bool) (io.ReadCloser, error) {
+	b.mu.Lock()
+	t, ok := b.tasks[taskID]
+	var ns, name string
+	if ok {
+		ns, name = t.ns, t.name
+	}
+	b.mu.Unlock()
+	if !ok {
+		objs, _ := b.pods.ByIndex(byTask, taskID)
+		if len(objs) == 0 {
+			return nil, fmt.Errorf("kubernetes: logs %s: %w", taskID, hostmgr.ErrUnknownTask)
+		}
+		p := objs[0].(*corev1.Pod)
+		ns, name = p.Namespace, p.Name
+	}
+	// The deadline covers opening the stream, not reading it: a follower
+	// reads for as long as ctx lasts.
+	sctx, cancel := context.WithCancel(ctx)
+	timer := time.AfterFunc(b.cfg.RequestTimeout, cancel)
+	rc, err := b.client.CoreV1().Pods(ns).GetLogs(name, &corev1.PodLogOptions{Container: ContainerName, Follow: follow}).Stream(sctx)
+	if !timer.Stop() && err == nil {
+		rc.Close()
+		err = context.DeadlineExceeded
+	}
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("kubernetes: logs %s: pod %s/%s: %w", taskID, ns, name, err)
+	}
+	return &cancelCloser{ReadCloser: rc, cancel: cancel}, nil
+}
+
+type cancelCloser struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (c *cancelCloser) Close() error {
+	err := c.ReadCloser.Close()
+	c.cancel()
+	return err
+}
+
+// collectFinished deletes pods of finished runs once they are older than
+// FinishedPodTTL, so finished work does not pile up in etcd.
+func (b *Backend) collectFinished() {
+	defer b.wg.Done()
+	every := min(b.cfg.FinishedPodTTL/2, time.Minute)
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-b.stop:
+			return
+		case <-tick.C:
+		}
+		cutoff := time.Now().Add(-b.cfg.FinishedPodTTL)
+		for _, obj := range b.pods.List() {
+			p := obj.(*corev1.Pod)
+			if !managed(p) || !podTerminal(p) || p.DeletionTimestamp != nil || finishedAt(p).After(cutoff) {
+				continue
+			}
+			uid := p.UID
+			_ = b.call(context.Background(), func(ctx context.Context) error {
+				err := b.client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+				if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+					return nil
+				}
+				return err
+			})
+		}
+	}
+}
+
+func finishedAt(p *corev1.Pod) time.Time {
+	t := p.CreationTimestamp.Time
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.State.Terminated != nil && cs.State.Terminated.FinishedAt.After(t) {
+			t = cs.State.Terminated.FinishedAt.Time
+		}
+	}
+	return t
+}
+
+// Prefetch starts, on each host, a short-lived pod that pulls image and
+// exits; the pod is deleted once it ends. It returns once the pods are
+// created. The pods request nothing, so they take no room from runs.
+func (b *Backend) Prefetch(ctx context.Context, hosts []string, image string) error {
+	var errs []error
+	for _, h := range hosts {
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{GenerateName: "peloton-prefetch-", Namespace: b.cfg.Namespace,
+				Labels: map[string]string{LabelHelper: helperPrefetch}},
+			Spec: corev1.PodSpec{
+				NodeName: h, SchedulerName: SchedulerName, RestartPolicy: corev1.RestartPolicyNever,
+				AutomountServiceAccountToken: ptr(false), EnableServiceLinks: ptr(false),
+				TerminationGracePeriodSeconds: ptr(int64(0)),
+				// The command may not exist in the image; the pull, which
+				// is all that matters, happens before it is run.
+				Containers: []corev1.Container{{Name: "prefetch", Image: image, Command: []string{"/bin/true"},
+					ImagePullPolicy: corev1.PullIfNotPresent}},
+			},
+		}
+		err := b.call(ctx, func(ctx context.Context) error {
+			_, err := b.client.CoreV1().Pods(b.cfg.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+			return err
+		})
+		if err != nil {
+			errs = append(errs, fmt.Errorf("host %s: %w", h, err))
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("kubernetes: prefetch %s: %w", image, errors.Join(errs...))
+	}
+	return nil
+}
+
+// deleteHelper deletes a helper pod in the background.
+func (b *Backend) deleteHelper(p *corev1.Pod) {
+	if p.DeletionTimestamp != nil {
+		return
+	}
+	ns, name := p.Namespace, p.Name
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		_ = b.call(context.Background(), func(ctx context.Context) error {
+			err := b.client.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{})
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			return err
+		})
+	}()
+}
+
+// ReleaseVolume deletes a volume's folder on its node with a short-lived pod
+// pinned there, and waits (bounded by ctx and 3×RequestTimeout) for it.
+func (b *Backend) ReleaseVolume(ctx context.Context, host, volumeID string) error {
+	path := b.volumePath(volumeID)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "peloton-release-volume-", Namespace: b.cfg.Namespace,
+			Labels: map[string]string{LabelHelper: helperReleaseVolume}},
+		Spec: corev1.PodSpec{
+			NodeName: host, SchedulerName: SchedulerName, RestartPolicy: corev1.RestartPolicyNever,
+			AutomountServiceAccountToken: ptr(false), EnableServiceLinks: ptr(false),
+			Volumes: []corev1.Volume{{Name: "root", VolumeSource: corev1.VolumeSource{
+				HostPath: &corev1.HostPathVolumeSource{Path: b.cfg.VolumeRoot, Type: ptr(corev1.HostPathDirectoryOrCreate)}}}},
+			Containers: []corev1.Container{{Name: "release", Image: b.cfg.DefaultImage,
+				Command:      []string{"rm", "-rf", "/root-of-volumes/" + path[len(strings.TrimRight(b.cfg.VolumeRoot, "/"))+1:]},
+				VolumeMounts: []corev1.VolumeMount{{Name: "root", MountPath: "/root-of-volumes"}}}},
+		},
+	}
+	var created *corev1.Pod
+	err := b.call(ctx, func(ctx context.Context) error {
+		p, err := b.client.CoreV1().Pods(b.cfg.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+		created = p
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("kubernetes: release volume %s on %s: %w", volumeID, host, err)
+	}
+	defer b.deleteHelper(created)
+	wctx, cancel := context.WithTimeout(ctx, 3*b.cfg.RequestTimeout)
+	defer cancel()
+	for {
+		if obj, ok, _ := b.pods.GetByKey(created.Namespace + "/" + created.Name); ok {
+			p := obj.(*corev1.Pod)
+			switch p.Status.Phase {
+			case corev1.PodSucceeded:
+				return nil
+			case corev1.PodFailed:
+				return fmt.Errorf("kubernetes: release volume %s on %s: pod %s failed: %s", volumeID, host, p.Name, p.Status.Message)
+			}
+		}
+		select {
+		case <-wctx.Done():
+			return fmt.Errorf("kubernetes: release volume %s on %s: pod %s did not finish: %w", volumeID, host, created.Name, wctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// Close stops the informers and goroutines. Runs go on: pods outlive
+// Peloton, and a restarted Peloton adopts them. Close is idempotent.
+func (b *Backend) Close() error {
+	b.closeOnce.Do(func() {
+		b.mu.Lock()
+		b.closed = true
+		b.pending = nil
+		b.mu.Unlock()
+		close(b.stop)
+		b.nodeFactory.Shutdown()
+		b.podFactory.Shutdown()
+		done := make(chan struct{})
+		go func() { b.wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(closeWait):
+			b.closeErr = fmt.Errorf("kubernetes: close: event delivery still blocked in the sink after %s", closeWait)
+		}
+	})
+	return b.closeErr
+}
+
+// closeWait bounds how long Close waits for its goroutines; the delivery
+// goroutine may be stuck in a sink no one drains any more.
+const closeWait = 5 * time.Second
+
+func equalLists(a, b corev1.ResourceList) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		w, ok := b[k]
+		if !ok || v.Cmp(w) != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func equalMaps(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
