@@ -18,8 +18,10 @@ type Config struct {
 	EtcdListen string
 	// EtcdEndpoints, when set, points at an external etcd and no etcd is embedded.
 	EtcdEndpoints []string
-	// Backend is the hostmgr backend: "local" or "sim".
+	// Backend is the hostmgr backend: "local", "sim" or "kubernetes".
 	Backend string
+	// Kube configures the kubernetes backend.
+	Kube KubeConfig
 	// Hosts, HostCPU and HostMemoryMB size the local backend's virtual hosts;
 	// zero values mean one host sized to this machine. For the sim backend
 	// they size every simulated host, and zero CPU or memory means 32 CPUs
@@ -54,4 +56,23 @@ type ReadyInfo struct {
 	HTTPAddr string
 	// EtcdEndpoints are the embedded etcd's client URLs, or the external ones.
 	EtcdEndpoints []string
+}
+
+// KubeConfig configures the kubernetes backend (see hostmgr/kubernetes).
+type KubeConfig struct {
+	// Kubeconfig is the kubeconfig file; empty means in-cluster.
+	Kubeconfig string
+	// Namespace is where pods go by default (default "peloton").
+	Namespace string
+	// PoolNamespaces maps pool paths to namespaces (a pool uses its nearest
+	// ancestor's entry).
+	PoolNamespaces map[string]string
+	// NodeSelector limits Peloton to the nodes matching a label selector.
+	NodeSelector string
+	// Image runs tasks that name none.
+	Image string
+	// QPS and Burst bound the client's request rate (0: the backend's
+	// defaults).
+	QPS   float32
+	Burst int
 }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/peloton-sched/peloton/hostmgr"
+	"github.com/peloton-sched/peloton/hostmgr/kubernetes"
 	"github.com/peloton-sched/peloton/hostmgr/local"
 	"github.com/peloton-sched/peloton/hostmgr/sim"
 	"github.com/peloton-sched/peloton/internal/api"
@@ -206,7 +207,11 @@ func newBackend(cfg Config) (hostmgr.Backend, error) {
 		}
 		// Zero CPU or memory takes sim's defaults (32 CPUs, 131072 MiB).
 		return sim.New(sim.Config{Hosts: cfg.Hosts, HostCapacity: per, Labels: cfg.HostLabels, Logger: cfg.Logger})
+	case kubernetes.BackendName:
+		k := cfg.Kube
+		return kubernetes.New(kubernetes.Config{Kubeconfig: k.Kubeconfig, Namespace: k.Namespace, PoolNamespaces: k.PoolNamespaces,
+			NodeSelector: k.NodeSelector, DefaultImage: k.Image, QPS: k.QPS, Burst: k.Burst, Logger: cfg.Logger})
 	default:
-		return nil, fmt.Errorf("--backend: unknown backend %q (this build has: local, sim)", cfg.Backend)
+		return nil, fmt.Errorf("--backend: unknown backend %q (this build has: local, sim, kubernetes)", cfg.Backend)
 	}
 }

@@ -52,6 +52,8 @@ type stackOpts struct {
 	engines int
 	// labels are the sim backend's host labels (key=value, round-robin per key).
 	labels []string
+	// kube configures the kubernetes backend.
+	kube cluster.KubeConfig
 }
 
 // startStack starts Peloton on loopback ports chosen by the kernel, with its
@@ -84,6 +86,7 @@ func startStack(t *testing.T, dataDir string, o stackOpts) *stack {
 		Logger:        slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel})),
 		OnReady:       func(r cluster.ReadyInfo) { readyCh <- r },
 	}
+	cfg.Kube = o.kube
 	go func() { s.done <- cluster.Run(ctx, cfg) }()
 	select {
 	case s.ready = <-readyCh:

@@ -37,6 +37,18 @@ type serverFlags struct {
 	shutdownGrace time.Duration
 	reclaimDelay  time.Duration
 	engines       int
+	kube          kubeFlags
+}
+
+// kubeFlags configure the kubernetes backend.
+type kubeFlags struct {
+	kubeconfig     string
+	namespace      string
+	poolNamespaces []string
+	nodeSelector   string
+	image          string
+	qps            float32
+	burst          int
 }
 
 // register adds the flags; embedded (peloton up) adds --etcd-listen for the
@@ -51,7 +63,14 @@ func (f *serverFlags) register(fs *pflag.FlagSet, embedded bool) {
 	} else {
 		fs.StringSliceVar(&f.etcdEndpoints, "etcd-endpoints", nil, "external etcd to use (comma-separated URLs; required)")
 	}
-	fs.StringVar(&f.backend, "backend", "local", `host backend: "local" runs tasks as processes on this machine, "sim" simulates hosts whose tasks only take time`)
+	fs.StringVar(&f.backend, "backend", "local", `host backend: "local" runs tasks as processes on this machine, "sim" simulates hosts whose tasks only take time, "kubernetes" runs them as pods on the nodes of a Kubernetes cluster`)
+	fs.StringVar(&f.kube.kubeconfig, "kubeconfig", "", "kubeconfig file of the Kubernetes cluster (kubernetes backend; empty: in-cluster)")
+	fs.StringVar(&f.kube.namespace, "kube-namespace", "peloton", "namespace of the pods of pools without an entry in --kube-pool-namespaces (kubernetes backend)")
+	fs.StringSliceVar(&f.kube.poolNamespaces, "kube-pool-namespaces", nil, "pool=namespace entries, comma-separated; a pool uses its nearest ancestor's entry (kubernetes backend)")
+	fs.StringVar(&f.kube.nodeSelector, "kube-node-selector", "", "label selector of the nodes Peloton may use (kubernetes backend; empty: all)")
+	fs.StringVar(&f.kube.image, "kube-image", "busybox:stable", "container image of tasks that name none (kubernetes backend)")
+	fs.Float32Var(&f.kube.qps, "kube-qps", 200, "requests per second to the Kubernetes apiserver (kubernetes backend)")
+	fs.IntVar(&f.kube.burst, "kube-burst", 400, "burst of requests to the Kubernetes apiserver (kubernetes backend)")
 	fs.IntVar(&f.hosts, "hosts", 1, "number of virtual (local) or simulated (sim) hosts")
 	fs.Float64Var(&f.hostCPU, "host-cpu", 0, "CPUs of each host (0: local sizes to this machine, sim uses 32)")
 	fs.Int64Var(&f.hostMemoryMB, "host-memory-mb", 0, "memory of each host in MiB (0: local sizes to this machine, sim uses 131072)")
@@ -77,8 +96,12 @@ func (f *serverFlags) config(embedded bool) (cluster.Config, error) {
 	if !embedded && len(endpoints) == 0 {
 		return cluster.Config{}, usageErrorf(`missing --etcd-endpoints: "serve cluster" runs against an external etcd (use "peloton up" to embed one)`)
 	}
-	if f.backend != "local" && f.backend != "sim" {
-		return cluster.Config{}, usageErrorf(`invalid --backend %q: want "local" or "sim"`, f.backend)
+	if f.backend != "local" && f.backend != "sim" && f.backend != "kubernetes" {
+		return cluster.Config{}, usageErrorf(`invalid --backend %q: want "local", "sim" or "kubernetes"`, f.backend)
+	}
+	kube, err := f.kube.config()
+	if err != nil {
+		return cluster.Config{}, err
 	}
 	if f.dataDir == "" {
 		return cluster.Config{}, usageErrorf("invalid --data-dir: must not be empty")
@@ -137,11 +160,38 @@ func (f *serverFlags) config(embedded bool) (cluster.Config, error) {
 		ShutdownGrace:    f.shutdownGrace,
 		ReclaimDelay:     f.reclaimDelay,
 		PlacementEngines: f.engines,
+		Kube:             kube,
 	}
 	if embedded && len(endpoints) == 0 {
 		cfg.EtcdListen = f.etcdListen
 	}
 	return cfg, nil
+}
+
+// config checks the kubernetes backend's flags.
+func (k *kubeFlags) config() (cluster.KubeConfig, error) {
+	switch {
+	case k.qps <= 0:
+		return cluster.KubeConfig{}, usageErrorf("invalid --kube-qps %g: must be > 0", k.qps)
+	case k.burst <= 0:
+		return cluster.KubeConfig{}, usageErrorf("invalid --kube-burst %d: must be > 0", k.burst)
+	case strings.TrimSpace(k.namespace) == "":
+		return cluster.KubeConfig{}, usageErrorf("invalid --kube-namespace: must not be empty")
+	}
+	var pools map[string]string
+	for _, e := range k.poolNamespaces {
+		pool, ns, ok := strings.Cut(strings.TrimSpace(e), "=")
+		pool, ns = strings.TrimSpace(pool), strings.TrimSpace(ns)
+		if !ok || !strings.HasPrefix(pool, "/") || ns == "" {
+			return cluster.KubeConfig{}, usageErrorf("invalid --kube-pool-namespaces entry %q: want /pool/path=namespace", e)
+		}
+		if pools == nil {
+			pools = map[string]string{}
+		}
+		pools[pool] = ns
+	}
+	return cluster.KubeConfig{Kubeconfig: k.kubeconfig, Namespace: strings.TrimSpace(k.namespace), PoolNamespaces: pools,
+		NodeSelector: k.nodeSelector, Image: k.image, QPS: k.qps, Burst: k.burst}, nil
 }
 
 // parseLogLevel accepts exactly the four level names, in any case.

@@ -33,6 +33,10 @@ func TestUpRejectsBadFlags(t *testing.T) {
 		{[]string{"up", "--backend", "sim", "--host-labels", "zone=a,zone"}, "--host-labels"},
 		{[]string{"up", "--host-labels", "zone=a"}, "--host-labels"},
 		{[]string{"up", "--host-gpu", "1"}, "--host-gpu"},
+		{[]string{"up", "--backend", "kubernetes", "--kube-qps", "0"}, "--kube-qps"},
+		{[]string{"up", "--backend", "kubernetes", "--kube-burst", "-1"}, "--kube-burst"},
+		{[]string{"up", "--backend", "kubernetes", "--kube-pool-namespaces", "team=ns"}, "--kube-pool-namespaces"},
+		{[]string{"up", "--backend", "kubernetes", "--kube-namespace", " "}, "--kube-namespace"},
 	} {
 		r := runCLI(t, "", tc.args...)
 		if r.code != exitUsage || !strings.Contains(r.stderr, tc.flag) {
@@ -112,5 +116,25 @@ func TestUpSimBackendConfig(t *testing.T) {
 	}
 	if got.Backend != "sim" || len(got.HostLabels) != 2 || got.HostLabels[1] != "peloton.io/partition=batch" {
 		t.Errorf("serve cluster config = %+v", got)
+	}
+}
+
+func TestUpKubernetesBackendConfig(t *testing.T) {
+	var got cluster.Config
+	run := func(ctx context.Context, cfg cluster.Config) error {
+		got = cfg
+		return nil
+	}
+	r := runWith(t, run, "", "serve", "cluster", "--etcd-endpoints", "http://e:2379", "--backend", "kubernetes",
+		"--kubeconfig", "/etc/peloton/kubeconfig", "--kube-namespace", "batch", "--kube-qps", "500", "--kube-burst", "1000",
+		"--kube-pool-namespaces", "/org/ml=ml,/org/web=web", "--kube-node-selector", "pool=peloton")
+	if r.code != exitOK {
+		t.Fatalf("serve cluster --backend kubernetes: exit %d, stderr %q", r.code, r.stderr)
+	}
+	k := got.Kube
+	if got.Backend != "kubernetes" || k.Kubeconfig != "/etc/peloton/kubeconfig" || k.Namespace != "batch" ||
+		k.QPS != 500 || k.Burst != 1000 || k.PoolNamespaces["/org/ml"] != "ml" || k.PoolNamespaces["/org/web"] != "web" ||
+		k.NodeSelector != "pool=peloton" {
+		t.Errorf("config = %+v", got)
 	}
 }
