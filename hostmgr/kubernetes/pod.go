@@ -120,20 +120,6 @@ func assignPorts(ports []hostmgr.Port) map[string]uint32 {
 	return out
 }
 
-// envName is the variable a port's number is given in.
-func envName(port string) string {
-	var b strings.Builder
-	b.WriteString("PELOTON_PORT_")
-	for _, c := range strings.ToUpper(port) {
-		if c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
-			b.WriteRune(c)
-		} else {
-			b.WriteByte('_')
-		}
-	}
-	return b.String()
-}
-
 // buildPod is the pod that runs one run, not yet bound.
 func (b *Backend) buildPod(spec hostmgr.LaunchSpec, ns string, ports map[string]uint32) *corev1.Pod {
 	labels := map[string]string{
@@ -164,7 +150,7 @@ func (b *Backend) buildPod(spec hostmgr.LaunchSpec, ns string, ports map[string]
 	var cports []corev1.ContainerPort
 	for _, p := range spec.Ports {
 		v := ports[p.Name]
-		env = append(env, corev1.EnvVar{Name: envName(p.Name), Value: strconv.FormatUint(uint64(v), 10)})
+		env = append(env, corev1.EnvVar{Name: hostmgr.PortEnvName(p.Name), Value: strconv.FormatUint(uint64(v), 10)})
 		cports = append(cports, corev1.ContainerPort{Name: portName(p.Name), ContainerPort: int32(v), Protocol: corev1.ProtocolTCP})
 	}
 	sort.Slice(env, func(i, j int) bool { return env[i].Name < env[j].Name })
