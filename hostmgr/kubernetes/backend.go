@@ -117,6 +117,14 @@ type task struct {
 	// healthy is set once the run's readiness probe first passed: before,
 	// a pod that is not Ready is HEALTH_UNKNOWN, after, UNHEALTHY.
 	healthy bool
+	// failAfter is how long after it starts running a run whose probe
+	// never passed counts as UNHEALTHY: the initial delay plus
+	// failureThreshold periods and a timeout. The kubelet does not report
+	// failed probes of a pod that was never Ready, so the backend infers
+	// them from time, as the other backends' "threshold failures in a row,
+	// whether or not it ever passed" rule asks.
+	failAfter time.Duration
+	timer     *time.Timer
 	// last is the last event decided; its State is 0 before the first.
 	last hostmgr.TaskEvent
 }
@@ -482,7 +490,7 @@ func (b *Backend) onPod(old, cur any) {
 		if o.health == pelotonv1.HealthState_UNHEALTHY {
 			o.health = pelotonv1.HealthState_HEALTH_UNKNOWN
 		}
-		t = &task{id: id, ns: p.Namespace, name: p.Name, host: p.Spec.NodeName, created: true, withHealth: hasProbe(p),
+		t = &task{id: id, ns: p.Namespace, name: p.Name, host: p.Spec.NodeName, created: true, withHealth: hasProbe(p), failAfter: failAfter(p),
 			ports: podPorts(p), last: hostmgr.TaskEvent{TaskID: id, Host: p.Spec.NodeName, State: o.state, ExitCode: o.exitCode,
 				Reason: o.reason, Message: o.message, Health: o.health, Time: o.at}}
 		t.last.Ports = t.ports
@@ -528,12 +536,38 @@ func (b *Backend) advanceLocked(t *task, o observed) {
 	if cur < 1 {
 		b.setLocked(t, hostmgr.TaskEvent{State: pelotonv1.TaskState_LAUNCHED, Time: o.at})
 	}
+	if next == 2 && t.withHealth && !t.healthy && t.failAfter > 0 && t.timer == nil {
+		t.timer = time.AfterFunc(t.failAfter, func() { b.neverHealthy(t) })
+	}
 	if cur < 2 && next == 3 && o.state != pelotonv1.TaskState_LOST && o.state != pelotonv1.TaskState_KILLED {
 		b.setLocked(t, hostmgr.TaskEvent{State: pelotonv1.TaskState_RUNNING, Time: o.at})
 	}
 	if next > 1 {
 		b.setLocked(t, hostmgr.TaskEvent{State: o.state, ExitCode: o.exitCode, Reason: o.reason, Message: o.message, Health: o.health, Time: o.at})
 	}
+}
+
+// neverHealthy reports a run whose health check has not passed within its
+// failure threshold UNHEALTHY.
+func (b *Backend) neverHealthy(t *task) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed || t.healthy || t.last.State != pelotonv1.TaskState_RUNNING || t.last.Health == pelotonv1.HealthState_UNHEALTHY {
+		return
+	}
+	b.setLocked(t, hostmgr.TaskEvent{State: pelotonv1.TaskState_RUNNING, Health: pelotonv1.HealthState_UNHEALTHY,
+		Message: fmt.Sprintf("health check has not passed within %s", t.failAfter)})
+}
+
+// failAfter is how long a pod's readiness probe may go without passing.
+func failAfter(p *corev1.Pod) time.Duration {
+	if !hasProbe(p) {
+		return 0
+	}
+	pr := p.Spec.Containers[0].ReadinessProbe
+	return time.Duration(pr.InitialDelaySeconds)*time.Second +
+		time.Duration(pr.FailureThreshold)*time.Duration(pr.PeriodSeconds)*time.Second +
+		time.Duration(pr.TimeoutSeconds)*time.Second
 }
 
 func (b *Backend) onPodDelete(obj any) {
@@ -585,6 +619,9 @@ func (b *Backend) setLocked(t *task, ev hostmgr.TaskEvent) {
 	}
 	b.pending = append(b.pending, ev)
 	if t.terminal() {
+		if t.timer != nil {
+			t.timer.Stop()
+		}
 		b.forgetOldLocked(t.id)
 	}
 }
@@ -662,7 +699,7 @@ func (b *Backend) Launch(ctx context.Context, spec hostmgr.LaunchSpec) error {
 	ports := assignPorts(spec.Ports)
 	pod := b.buildPod(spec, ns, ports)
 	t := &task{id: spec.TaskID, ns: ns, name: pod.Name, host: spec.Host, ports: ports,
-		withHealth: pod.Spec.Containers[0].ReadinessProbe != nil}
+		withHealth: hasProbe(pod), failAfter: failAfter(pod)}
 
 	b.mu.Lock()
 	switch {

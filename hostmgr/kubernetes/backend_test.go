@@ -462,3 +462,39 @@ func TestAPIServerRestart(t *testing.T) {
 	}
 	e.waitHosts("cordoned after restart", func(h map[string]hostmgr.HostInfo) bool { return h[e.nodes[1]].Unschedulable })
 }
+
+func TestHealthFromReadiness(t *testing.T) {
+	e := newEnv(t, cluster(t), 1, nil)
+	base := hostmgr.LaunchSpec{JobID: "h", Host: e.nodes[0], Command: []string{"server"}, Resources: resources.Resources{MilliCPU: 100, MemoryMB: 64}}
+	good, bad := base, base
+	good.TaskID, good.HealthCheck = "h-0-1", &pelotonv1.HealthCheck{Command: []string{"true"}}
+	// A check that never passes is UNHEALTHY after its failure threshold
+	// (1s interval × 1 + 1s timeout), though the pod was never Ready.
+	bad.TaskID, bad.InstanceID, bad.HealthCheck = "h-1-1", 1,
+		&pelotonv1.HealthCheck{Command: []string{"false"}, IntervalSeconds: 1, TimeoutSeconds: 1, FailureThreshold: 1}
+	for _, s := range []hostmgr.LaunchSpec{good, bad} {
+		if err := e.b.Launch(e.ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	healthOf := func(id string) []pelotonv1.HealthState {
+		var hs []pelotonv1.HealthState
+		for _, ev := range e.rec.of(id) {
+			if ev.State == pelotonv1.TaskState_RUNNING {
+				hs = append(hs, ev.Health)
+			}
+		}
+		return hs
+	}
+	err := kubetest.Poll(e.ctx, 20*time.Second, func(context.Context) (bool, error) {
+		g, b := healthOf(good.TaskID), healthOf(bad.TaskID)
+		return len(g) > 0 && g[len(g)-1] == pelotonv1.HealthState_HEALTHY &&
+			len(b) > 0 && b[len(b)-1] == pelotonv1.HealthState_UNHEALTHY, nil
+	})
+	if err != nil {
+		t.Fatalf("health: good %v, bad %v: %v", healthOf(good.TaskID), healthOf(bad.TaskID), err)
+	}
+	if b := healthOf(bad.TaskID); b[0] != pelotonv1.HealthState_HEALTH_UNKNOWN {
+		t.Errorf("a run whose check has not failed enough yet: %v, want HEALTH_UNKNOWN first", b)
+	}
+}

@@ -10,7 +10,8 @@ package kubetest
 //	false     fails at once with exit code 1
 //	exit N    ends at once with exit code N
 //
-// Anything else runs until the pod is deleted, like a service.
+// Anything else runs until the pod is deleted, like a service. A running
+// pod is Ready, unless its readiness probe is the command "false".
 const (
 	// AnnotationSimDuration is how long the pod runs before it ends
 	// (a Go duration, "2s"); it overrides the command.
@@ -103,21 +104,23 @@ spec:
   next:
     statusTemplate: |
       {{ $now := Now }}
+      {{ $ready := "True" }}
+      {{ with (index .spec.containers 0).readinessProbe }}{{ with .exec }}{{ if eq (index .command 0) "false" }}{{ $ready = "False" }}{{ end }}{{ end }}{{ end }}
       conditions:
       - type: Initialized
         status: "True"
         lastTransitionTime: {{ $now | Quote }}
       - type: Ready
-        status: "True"
+        status: {{ $ready | Quote }}
         lastTransitionTime: {{ $now | Quote }}
       - type: ContainersReady
-        status: "True"
+        status: {{ $ready | Quote }}
         lastTransitionTime: {{ $now | Quote }}
       containerStatuses:
       {{ range .spec.containers }}
       - name: {{ .name | Quote }}
         image: {{ .image | Quote }}
-        ready: true
+        ready: {{ eq $ready "True" }}
         started: true
         restartCount: 0
         state:
