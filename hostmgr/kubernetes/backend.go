@@ -296,7 +296,7 @@ func (b *Backend) Start(ctx context.Context, sink func(hostmgr.TaskEvent)) error
 	}
 	if _, err := podInf.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
 		AddFunc:    b.onPodAdd,
-		UpdateFunc: func(old, cur any) { b.onPod(old, cur) },
+		UpdateFunc: func(old, cur any) { b.onPod(old, cur, false) },
 		DeleteFunc: b.onPodDelete,
 	}); err != nil {
 		return err
@@ -456,11 +456,14 @@ func (b *Backend) deleteOrphans(ts []*task) {
 	}
 }
 
-func (b *Backend) onPodAdd(obj any, _ bool) { b.onPod(nil, obj) }
+func (b *Backend) onPodAdd(obj any, initial bool) { b.onPod(nil, obj, initial) }
 
 // onPod follows a pod: a run's pod moves its task along, any other pod may
-// change what its node has free.
-func (b *Backend) onPod(old, cur any) {
+// change what its node has free. adopt is set for the pods listed at Start:
+// runs of an earlier Peloton process, which this one takes over. A run's
+// pod that shows up later unknown (a launch that failed and deleted it) is
+// not taken over.
+func (b *Backend) onPod(old, cur any, adopt bool) {
 	p, ok := cur.(*corev1.Pod)
 	if !ok {
 		return
@@ -483,7 +486,7 @@ func (b *Backend) onPod(old, cur any) {
 	if !ok {
 		// A run launched before Peloton restarted: adopt it as it is, so
 		// that Status answers; its next changes are events as usual.
-		if b.closed {
+		if b.closed || !adopt {
 			return
 		}
 		o := observe(p, hasProbe(p))
