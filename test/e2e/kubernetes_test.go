@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -83,6 +84,33 @@ func TestKubernetesBatchJob(t *testing.T) {
 	for _, h := range hl.Hosts {
 		if h.TaskCount != 0 || h.Allocated.GetCpu() != 0 {
 			t.Errorf("host %s after the job: %d tasks, %v allocated", h.Name, h.TaskCount, h.Allocated)
+		}
+	}
+
+	// A cordoned node takes no new tasks: hostmgr hears of it from the
+	// backend, placement leaves it out.
+	node, err := kc.Client.CoreV1().Nodes().Get(ctx, nodes[2], metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	node.Spec.Unschedulable = true
+	if _, err := kc.Client.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	s.waitHost(nodes[2], "cordoned", 20*time.Second, func(h *pelotonv1.Host) bool { return strings.Contains(h.MaintenanceMessage, "takes no new tasks") })
+	resp, err = s.jobs.CreateJob(ctx, &pelotonv1.CreateJobRequest{Spec: &pelotonv1.JobSpec{Name: "kube-cordon", Type: pelotonv1.JobType_BATCH,
+		Pool: "/default", InstanceCount: 6, DefaultSpec: &pelotonv1.TaskSpec{Command: []string{"true"}, Resources: &pelotonv1.Resources{Cpu: 1, MemoryMb: 64}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.waitJob(resp.JobId, pelotonv1.JobState_JOB_SUCCEEDED, time.Minute)
+	pods, err = kc.Client.CoreV1().Pods("peloton").List(ctx, metav1.ListOptions{LabelSelector: kubernetes.LabelJobID + "=" + resp.JobId})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		if p.Spec.NodeName == nodes[2] {
+			t.Errorf("pod %s placed on the cordoned node", p.Name)
 		}
 	}
 
