@@ -34,11 +34,14 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	testutil.LeakCheckMain(m, func(g string) bool { return strings.Contains(g, "hostmgr/kubernetes.(*Backend)") })
-	if shared != nil {
-		shared.Close()
-		os.RemoveAll(sharedDir)
-	}
+	testutil.LeakCheckMainThen(m, func(g string) bool { return strings.Contains(g, "hostmgr/kubernetes.(*Backend)") }, func() {
+		if shared != nil {
+			shared.Close()
+		}
+		if sharedDir != "" {
+			os.RemoveAll(sharedDir)
+		}
+	})
 }
 
 func cluster(t *testing.T) *kubetest.Cluster {

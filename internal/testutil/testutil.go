@@ -35,7 +35,17 @@ func Golden(t testing.TB, path, got string, update bool, what string) {
 // goroutine whose stack matches leaked is still alive: every test must stop
 // what it started.
 func LeakCheckMain(m *testing.M, leaked func(stack string) bool) {
+	LeakCheckMainThen(m, leaked, nil)
+}
+
+// LeakCheckMainThen is LeakCheckMain with a function run after the tests
+// and before the check, for what the package's tests share (a test
+// cluster) and os.Exit would otherwise leave behind.
+func LeakCheckMainThen(m *testing.M, leaked func(stack string) bool, after func()) {
 	code := m.Run()
+	if after != nil {
+		after()
+	}
 	if code == 0 {
 		if left := waitNoLeaks(5*time.Second, leaked); left != "" {
 			fmt.Fprintf(os.Stderr, "leaked goroutines:\n%s\n", left)
