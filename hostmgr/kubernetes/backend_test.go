@@ -416,6 +416,7 @@ func TestLogsFailFastOnKwok(t *testing.T) {
 	if d := time.Since(start); d > 3*e.b.cfg.RequestTimeout {
 		t.Fatalf("Logs took %s to fail", d)
 	}
+	t.Logf("logs on kwok: %v", err)
 	if _, err := e.b.Logs(e.ctx, "nope-0-1", pelotonv1.LogStream_STDOUT, false); !errors.Is(err, hostmgr.ErrUnknownTask) {
 		t.Fatalf("logs of an unknown run: %v", err)
 	}
