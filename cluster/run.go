@@ -79,6 +79,9 @@ func Run(ctx context.Context, cfg Config) error {
 
 	rm.SetCapacity(hm.Capacity())
 	jm := jobmgr.New(st, batcher, rm, hm, jobmgr.Options{Logger: log})
+	// DAEMON jobs follow hosts that join or leave as soon as the backend
+	// says so (kubernetes); jobmgr also re-checks every few seconds.
+	hm.OnHostsChanged(jm.HostsChanged)
 	if err := jm.Start(runCtx); err != nil {
 		return err
 	}

@@ -154,6 +154,8 @@ type Manager struct {
 	taskHost map[string]string
 
 	events chan TaskEvent
+	// hostsChanged is told when the backend's hosts changed (OnHostsChanged).
+	hostsChanged atomic.Pointer[func()]
 
 	// Host maintenance (maintenance.go).
 	store store.Store
@@ -223,7 +225,12 @@ func (m *Manager) Start(ctx context.Context) error {
 		return err
 	}
 	if w, ok := m.backend.(HostWatcher); ok {
-		w.WatchHosts(m.refreshHosts)
+		w.WatchHosts(func() {
+			m.refreshHosts()
+			if f := m.hostsChanged.Load(); f != nil {
+				(*f)()
+			}
+		})
 	}
 	if err := m.backend.Start(ctx, m.onEvent); err != nil {
 		return fmt.Errorf("hostmgr: start %s backend: %w", m.backend.Name(), err)
@@ -274,6 +281,11 @@ func (m *Manager) reorderLocked() {
 	m.classes = hostClasses(m.order, m.hosts)
 	m.recountLocked()
 }
+
+// OnHostsChanged registers f, called (without hostmgr's lock) after the
+// backend reported that its hosts changed and hostmgr took the change in:
+// jobmgr's DAEMON jobs follow hosts that join or leave.
+func (m *Manager) OnHostsChanged(f func()) { m.hostsChanged.Store(&f) }
 
 // hostClasses groups hosts by capacity, partition and labels.
 func hostClasses(order []string, hosts map[string]*host) []HostClass {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -46,6 +47,8 @@ func TestHostsFollowTheBackend(t *testing.T) {
 	if b.changed == nil {
 		t.Fatal("hostmgr did not watch the backend's hosts")
 	}
+	var told atomic.Int32
+	m.OnHostsChanged(func() { told.Add(1) })
 	b.set(HostInfo{Name: "a", Capacity: capa}, HostInfo{Name: "b", Capacity: capa})
 	if got := m.Capacity(); got != capa.Scale(2) {
 		t.Fatalf("a new host is not counted: %v", got)
@@ -87,6 +90,9 @@ func TestHostsFollowTheBackend(t *testing.T) {
 	}
 	if len(seen) == 0 || seen[len(seen)-1] != capa {
 		t.Fatalf("resmgr was not told the capacity: %v", seen)
+	}
+	if told.Load() != 3 {
+		t.Fatalf("jobmgr was told of %d host changes, want 3", told.Load())
 	}
 }
 
