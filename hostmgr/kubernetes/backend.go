@@ -141,6 +141,8 @@ type Backend struct {
 	podFactory  informers.SharedInformerFactory
 	nodes       listersv1.NodeLister
 	pods        cache.Indexer
+	// namespaces are those Config sends pods to.
+	namespaces map[string]bool
 
 	mu       sync.Mutex
 	started  bool
@@ -239,6 +241,10 @@ func New(cfg Config) (*Backend, error) {
 		cfg: cfg, log: cfg.Logger.With("component", "hostmgr/kubernetes"), client: client,
 		tasks: map[string]*task{}, kick: make(chan struct{}, 1), dirty: make(chan struct{}, 1), stop: make(chan struct{}),
 	}
+	b.namespaces = map[string]bool{cfg.Namespace: true}
+	for _, ns := range cfg.PoolNamespaces {
+		b.namespaces[ns] = true
+	}
 	b.nodeFactory = informers.NewSharedInformerFactoryWithOptions(client, 0,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = cfg.NodeSelector }))
 	b.podFactory = informers.NewSharedInformerFactory(client, 0)
@@ -277,7 +283,7 @@ func (b *Backend) Start(ctx context.Context, sink func(hostmgr.TaskEvent)) error
 			return nil, nil
 		},
 		byTask: func(obj any) ([]string, error) {
-			if p, ok := obj.(*corev1.Pod); ok && managed(p) {
+			if p, ok := obj.(*corev1.Pod); ok && b.managed(p) {
 				return []string{p.Annotations[AnnotationTaskID]}, nil
 			}
 			return nil, nil
@@ -316,9 +322,11 @@ func (b *Backend) Start(ctx context.Context, sink func(hostmgr.TaskEvent)) error
 	return nil
 }
 
-// managed reports whether a pod is one of Peloton's runs.
-func managed(p *corev1.Pod) bool {
-	return p.Labels[LabelManagedBy] == ManagedByValue && p.Annotations[AnnotationTaskID] != ""
+// managed reports whether a pod is a run of this Peloton: one of its
+// labelled pods in one of its namespaces. A run of another Peloton sharing
+// the Kubernetes cluster (in other namespaces) is a pod like any other.
+func (b *Backend) managed(p *corev1.Pod) bool {
+	return p.Labels[LabelManagedBy] == ManagedByValue && p.Annotations[AnnotationTaskID] != "" && b.namespaces[p.Namespace]
 }
 
 // Hosts returns the nodes as hosts.
@@ -338,7 +346,7 @@ func (b *Backend) Hosts() []hostmgr.HostInfo {
 		pods, _ := b.pods.ByIndex(byNode, n.Name)
 		for _, obj := range pods {
 			p := obj.(*corev1.Pod)
-			if managed(p) || podTerminal(p) {
+			if b.managed(p) || podTerminal(p) {
 				continue
 			}
 			capa = capa.Sub(b.podRequests(p))
@@ -468,7 +476,7 @@ func (b *Backend) onPod(old, cur any, adopt bool) {
 	if !ok {
 		return
 	}
-	if !managed(p) {
+	if !b.managed(p) {
 		if p.Labels[LabelHelper] == helperPrefetch && podTerminal(p) {
 			b.deleteHelper(p)
 		}
@@ -581,7 +589,7 @@ func (b *Backend) onPodDelete(obj any) {
 	if !ok {
 		return
 	}
-	if !managed(p) {
+	if !b.managed(p) {
 		if p.Spec.NodeName != "" && !podTerminal(p) {
 			b.markDirty()
 		}
@@ -980,7 +988,7 @@ func (b *Backend) collectFinished() {
 		cutoff := time.Now().Add(-b.cfg.FinishedPodTTL)
 		for _, obj := range b.pods.List() {
 			p := obj.(*corev1.Pod)
-			if !managed(p) || !podTerminal(p) || p.DeletionTimestamp != nil || finishedAt(p).After(cutoff) {
+			if !b.managed(p) || !podTerminal(p) || p.DeletionTimestamp != nil || finishedAt(p).After(cutoff) {
 				continue
 			}
 			uid := p.UID
