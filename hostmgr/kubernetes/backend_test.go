@@ -12,9 +12,12 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 
 	"github.com/peloton-sched/peloton/hostmgr"
 	"github.com/peloton-sched/peloton/internal/kubetest"
@@ -500,5 +503,80 @@ func TestHealthFromReadiness(t *testing.T) {
 	}
 	if b := healthOf(bad.TaskID); b[0] != pelotonv1.HealthState_HEALTH_UNKNOWN {
 		t.Errorf("a run whose check has not failed enough yet: %v, want HEALTH_UNKNOWN first", b)
+	}
+}
+
+// TestRBACManifestIsEnough applies deploy/kubernetes/rbac.yaml and runs the
+// backend as its service account: the rights it grants are the rights the
+// code needs, no fewer.
+func TestRBACManifestIsEnough(t *testing.T) {
+	c := cluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := c.CreateNamespace(ctx, "peloton"); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile("../../deploy/kubernetes/rbac.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, doc := range strings.Split(string(raw), "\n---\n") {
+		obj, _, err := scheme.Codecs.UniversalDeserializer().Decode([]byte(doc), nil, nil)
+		if err != nil {
+			t.Fatalf("document %d: %v", i, err)
+		}
+		switch o := obj.(type) {
+		case *corev1.ServiceAccount:
+			_, err = c.Client.CoreV1().ServiceAccounts(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		case *rbacv1.ClusterRole:
+			_, err = c.Client.RbacV1().ClusterRoles().Create(ctx, o, metav1.CreateOptions{})
+		case *rbacv1.ClusterRoleBinding:
+			_, err = c.Client.RbacV1().ClusterRoleBindings().Create(ctx, o, metav1.CreateOptions{})
+		case *rbacv1.Role:
+			_, err = c.Client.RbacV1().Roles(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		case *rbacv1.RoleBinding:
+			_, err = c.Client.RbacV1().RoleBindings(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		default:
+			t.Fatalf("document %d: unexpected %T", i, obj)
+		}
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatalf("document %d: %v", i, err)
+		}
+	}
+
+	nodes, err := c.AddNodes(ctx, kubetest.NodeSpec{Prefix: "rbac", Count: 1, CPU: "4", Memory: "8Gi", Labels: map[string]string{"peloton.io/test": "rbac"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := rest.CopyConfig(c.Config)
+	rc.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:peloton:peloton"}
+	b, err := New(Config{REST: rc, NodeSelector: "peloton.io/test=rbac", RequestTimeout: 5 * time.Second, StartTimeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := newRecorder()
+	if err := b.Start(ctx, rec.sink); err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	e := &env{t: t, c: c, ctx: ctx, ns: "peloton", nodes: nodes, b: b, rec: rec}
+	if h := e.hosts(); len(h) != 1 {
+		t.Fatalf("hosts as the service account: %v", h)
+	}
+	spec := e.launch("rbac", "server")
+	e.waitFor(spec.TaskID, pelotonv1.TaskState_RUNNING, 20*time.Second)
+	if _, err := b.Logs(ctx, spec.TaskID, pelotonv1.LogStream_STDOUT, false); apierrors.IsForbidden(err) {
+		t.Fatalf("logs: %v", err)
+	}
+	if err := b.Prefetch(ctx, nodes, "busybox:stable"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Kill(ctx, spec.TaskID, 0); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFor(spec.TaskID, pelotonv1.TaskState_KILLED, 20*time.Second)
+	// Anything else is refused.
+	if _, err := b.client.CoreV1().Secrets("peloton").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Fatalf("the service account may list secrets: %v", err)
 	}
 }
