@@ -703,6 +703,12 @@ func (b *Backend) Launch(ctx context.Context, spec hostmgr.LaunchSpec) error {
 	case spec.Host == "":
 		return fmt.Errorf("kubernetes: launch %s: spec.host: must not be empty", spec.TaskID)
 	}
+	b.mu.Lock()
+	running := b.started && !b.closed
+	b.mu.Unlock()
+	if !running {
+		return fmt.Errorf("kubernetes: launch %s: backend not running", spec.TaskID)
+	}
 	if _, err := b.nodes.Get(spec.Host); err != nil {
 		return fmt.Errorf("kubernetes: launch %s: spec.host: node %q: %w", spec.TaskID, spec.Host, err)
 	}
@@ -714,7 +720,7 @@ func (b *Backend) Launch(ctx context.Context, spec hostmgr.LaunchSpec) error {
 
 	b.mu.Lock()
 	switch {
-	case b.closed || !b.started:
+	case b.closed:
 		b.mu.Unlock()
 		return fmt.Errorf("kubernetes: launch %s: backend not running", spec.TaskID)
 	case b.tasks[spec.TaskID] != nil:
@@ -862,7 +868,9 @@ func (b *Backend) Kill(ctx context.Context, taskID string, grace time.Duration) 
 	t.killing = true
 	ns, name := t.ns, t.name
 	b.mu.Unlock()
-	secs := int64(math.Ceil(grace.Seconds()))
+	// Zero would be a forced deletion: the pod object goes at once while
+	// its containers may still run. One second lets the kubelet stop them.
+	secs := max(int64(math.Ceil(grace.Seconds())), 1)
 	err := b.call(ctx, func(ctx context.Context) error {
 		return b.client.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &secs})
 	})
@@ -938,7 +946,10 @@ func (b *Backend) Logs(ctx context.Context, taskID string, stream pelotonv1.LogS
 	}
 	b.mu.Unlock()
 	if !ok {
-		objs, _ := b.pods.ByIndex(byTask, taskID)
+		var objs []any
+		if b.pods != nil {
+			objs, _ = b.pods.ByIndex(byTask, taskID)
+		}
 		if len(objs) == 0 {
 			return nil, fmt.Errorf("kubernetes: logs %s: %w", taskID, hostmgr.ErrUnknownTask)
 		}

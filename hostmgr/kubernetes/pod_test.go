@@ -1,0 +1,105 @@
+package kubernetes
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+
+	"github.com/peloton-sched/peloton/hostmgr"
+	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+)
+
+func TestPodNames(t *testing.T) {
+	for in, want := range map[string]string{
+		"0f8fad5b-d9cb-469f-a165-70867728950e-12-3": "0f8fad5b-d9cb-469f-a165-70867728950e-12-3",
+		"Job_A-0-1":              "job-a-0-1",
+		"--x--":                  "x",
+		"":                       "task",
+		strings.Repeat("a", 300): strings.Repeat("a", 253),
+	} {
+		if got := podName(in); got != want {
+			t.Errorf("podName(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestAssignPorts(t *testing.T) {
+	got := assignPorts([]hostmgr.Port{{Name: "a"}, {Name: "b", Value: portBase}, {Name: "c"}})
+	if got["a"] != portBase+1 || got["b"] != portBase || got["c"] != portBase+2 {
+		t.Fatalf("ports %v: chosen numbers must skip the fixed ones", got)
+	}
+}
+
+func TestNamespaceOfPool(t *testing.T) {
+	b := &Backend{cfg: Config{Namespace: "peloton", PoolNamespaces: map[string]string{"/org": "org", "/org/ml": "ml"}}}
+	for pool, want := range map[string]string{"/org/ml/vision": "ml", "/org/web": "org", "/org": "org", "/other": "peloton", "": "peloton"} {
+		if got := b.namespaceOf(pool); got != want {
+			t.Errorf("namespaceOf(%q) = %q, want %q", pool, got, want)
+		}
+	}
+}
+
+func TestObserve(t *testing.T) {
+	running := corev1.ContainerStatus{Name: ContainerName, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}
+	exited := func(code int32) corev1.ContainerStatus {
+		return corev1.ContainerStatus{Name: ContainerName, State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: code}}}
+	}
+	ready := corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionTrue}
+	for _, tc := range []struct {
+		name   string
+		node   string
+		status corev1.PodStatus
+		health bool
+		state  pelotonv1.TaskState
+		code   int32
+		reason string
+		hs     pelotonv1.HealthState
+	}{
+		{"unbound", "", corev1.PodStatus{Phase: corev1.PodPending}, false, 0, 0, "", 0},
+		{"bound", "n", corev1.PodStatus{Phase: corev1.PodPending}, false, pelotonv1.TaskState_LAUNCHED, 0, "", 0},
+		{"running", "n", corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{running}}, false, pelotonv1.TaskState_RUNNING, 0, "", 0},
+		{"running, not ready", "n", corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{running}}, true, pelotonv1.TaskState_RUNNING, 0, "", pelotonv1.HealthState_UNHEALTHY},
+		{"running, ready", "n", corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{ready}, ContainerStatuses: []corev1.ContainerStatus{running}}, true, pelotonv1.TaskState_RUNNING, 0, "", pelotonv1.HealthState_HEALTHY},
+		{"succeeded", "n", corev1.PodStatus{Phase: corev1.PodSucceeded, ContainerStatuses: []corev1.ContainerStatus{exited(0)}}, false, pelotonv1.TaskState_SUCCEEDED, 0, ReasonExitZero, 0},
+		{"failed", "n", corev1.PodStatus{Phase: corev1.PodFailed, ContainerStatuses: []corev1.ContainerStatus{exited(137)}}, false, pelotonv1.TaskState_FAILED, 137, ReasonExitNonzero, 0},
+		{"evicted", "n", corev1.PodStatus{Phase: corev1.PodFailed, Reason: "Evicted"}, false, pelotonv1.TaskState_LOST, 0, ReasonEvicted, 0},
+		{"rejected", "n", corev1.PodStatus{Phase: corev1.PodFailed, Reason: "OutOfcpu"}, false, pelotonv1.TaskState_LOST, 0, ReasonPodRejected, 0},
+	} {
+		p := &corev1.Pod{Spec: corev1.PodSpec{NodeName: tc.node}, Status: tc.status}
+		o := observe(p, tc.health)
+		if o.state != tc.state || o.exitCode != tc.code || o.reason != tc.reason || o.health != tc.hs {
+			t.Errorf("%s: %+v, want %s exit %d %q health %s", tc.name, o, tc.state, tc.code, tc.reason, tc.hs)
+		}
+	}
+}
+
+func TestBuildPodRequestsEqualLimits(t *testing.T) {
+	b, err := New(Config{REST: &rest.Config{Host: "https://127.0.0.1:1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if err := b.Launch(context.Background(), hostmgr.LaunchSpec{TaskID: "j-0-1", Host: "n"}); err == nil {
+		t.Fatal("launch before start succeeded")
+	}
+	spec := hostmgr.LaunchSpec{TaskID: "j-0-1", JobID: "j", Host: "n", Command: []string{"x"},
+		Volume: &hostmgr.Volume{ID: "j-0", MountPath: "/data"}}
+	spec.Resources.MilliCPU, spec.Resources.MemoryMB, spec.Resources.GPU = 1500, 100, 1
+	p := b.buildPod(spec, "ns", nil)
+	c := p.Spec.Containers[0]
+	if !equalLists(c.Resources.Requests, c.Resources.Limits) || c.Resources.Limits.Cpu().MilliValue() != 1500 ||
+		c.Resources.Limits.Name(DefaultGPUResource, "").Value() != 1 {
+		t.Errorf("resources %+v", c.Resources)
+	}
+	if p.Spec.Volumes[0].HostPath.Path != DefaultVolumeRoot+"/j-0" || c.VolumeMounts[0].MountPath != "/data" ||
+		p.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchFields[0].Values[0] != "n" {
+		t.Errorf("volume %+v mounts %+v affinity %+v", p.Spec.Volumes, c.VolumeMounts, p.Spec.Affinity)
+	}
+	if got := b.podRequests(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{}, Spec: p.Spec}); got != spec.Resources {
+		t.Errorf("podRequests %v, want %v", got, spec.Resources)
+	}
+}
