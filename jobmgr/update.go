@@ -569,6 +569,7 @@ func (m *Manager) driveUpdate(ctx context.Context, j *job) (time.Duration, error
 		st := x.Status
 		for _, f := range plan.newlyFailed {
 			st.FailedInstances = append(st.FailedInstances, f)
+			delete(u.done, f)
 		}
 		sort.Slice(st.FailedInstances, func(a, b int) bool { return st.FailedInstances[a] < st.FailedInstances[b] })
 		st.InstancesFailed = uint32(len(st.FailedInstances))

@@ -61,7 +61,10 @@ type updatePlan struct {
 	// start are the instances to restart onto the target now, in order; the
 	// driver stops at the first one the SLA evaluator refuses.
 	start []uint32
-	// newlyDone and newlyFailed are instances to add to the done and failed sets.
+	// newlyDone and newlyFailed are instances to add to the done and failed
+	// sets. An instance counted done that fails again while the update runs
+	// (with minReadySeconds 0 a run that crashes at once can look ready for
+	// a moment) moves from done to failed.
 	newlyDone, newlyFailed []uint32
 	// current are the instances being replaced (started, not done nor failed).
 	current []uint32
@@ -107,7 +110,7 @@ func planUpdate(in planInput) updatePlan {
 				givenUp++
 			}
 			continue
-		case in.done[pi.inst]:
+		case in.done[pi.inst] && !((pi.atTarget || pi.starting) && pi.failures > retries):
 			continue
 		case pi.stopped:
 			continue

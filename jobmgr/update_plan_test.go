@@ -65,6 +65,8 @@ func TestPlanUpdate(t *testing.T) {
 			start: "[1]"},
 		{name: "all done", in: planInput{spec: spec(2, 0, 0, 0), instances: []planInstance{pi(0, "ready"), pi(1, "ready")}},
 			done: "[0 1]", finished: true},
+		{name: "done, then failing: failed after all", in: planInput{spec: spec(1, 0, 0, 0), done: map[uint32]bool{0: true},
+			instances: []planInstance{pi(0, "failing"), pi(1, "old")}}, failed: "[0]", failedOver: true},
 		{name: "already counted", in: planInput{spec: spec(1, 0, 0, 0), done: map[uint32]bool{0: true}, failed: map[uint32]bool{1: true},
 			instances: []planInstance{pi(0, "ready"), pi(1, "failing")}}, failedOver: true},
 	} {
