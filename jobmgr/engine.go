@@ -780,6 +780,9 @@ func (m *Manager) applyEvent(ctx context.Context, ev hostmgr.TaskEvent, supersed
 				rt.Reason = "killed"
 			}
 			rt.Message = ev.Message
+			if j.typ == pelotonv1.JobType_DAEMON && rt.Reason == "host-removed" {
+				rt.BoundHost = "" // its host left: the slot is free for the next one
+			}
 		case longRunning:
 			// Kept running: whatever ended the run, a new one follows after a
 			// backoff that grows while runs keep ending quickly.
