@@ -132,8 +132,9 @@ func leaders(rs ...*replica) []*replica {
 }
 
 // waitLeader polls every 20ms, for at most within, until exactly one
-// replica leads and its stack serves; at no poll may two lead.
-func waitLeader(t *testing.T, within time.Duration, rs ...*replica) *replica {
+// replica other than old (nil: any) leads and its stack serves; at no poll
+// may two lead.
+func waitLeader(t *testing.T, within time.Duration, old *replica, rs ...*replica) *replica {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for {
@@ -141,7 +142,7 @@ func waitLeader(t *testing.T, within time.Duration, rs ...*replica) *replica {
 		if len(ls) > 1 {
 			t.Fatalf("%s and %s lead at once", ls[0].name, ls[1].name)
 		}
-		if len(ls) == 1 && healthz(ls[0]) == "ok\n" {
+		if len(ls) == 1 && ls[0] != old && healthz(ls[0]) == "ok\n" {
 			return ls[0]
 		}
 		if time.Now().After(deadline) {
@@ -151,21 +152,41 @@ func waitLeader(t *testing.T, within time.Duration, rs ...*replica) *replica {
 	}
 }
 
-// listHosts asks for the hosts over gRPC at addr.
-func listHosts(t *testing.T, addr string) int {
+// eventually retries f every 20ms until it returns nil, failing the test
+// with its last error after within. A follower learns the leader's
+// addresses from a watch, a moment after the leader serves.
+func eventually(t *testing.T, within time.Duration, f func() error) {
 	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %s: %v", within, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// listHosts asks for the hosts over gRPC at addr and expects n.
+func listHosts(addr string, n int) error {
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	resp, err := pelotonv1.NewHostServiceClient(conn).ListHosts(ctx, &pelotonv1.ListHostsRequest{})
 	if err != nil {
-		t.Fatalf("ListHosts at %s: %v", addr, err)
+		return fmt.Errorf("ListHosts at %s: %w", addr, err)
 	}
-	return len(resp.GetHosts())
+	if len(resp.GetHosts()) != n {
+		return fmt.Errorf("ListHosts at %s: %d hosts, want %d", addr, len(resp.GetHosts()), n)
+	}
+	return nil
 }
 
 func TestTwoReplicasOneLeaderAndHandover(t *testing.T) {
@@ -173,7 +194,7 @@ func TestTwoReplicasOneLeaderAndHandover(t *testing.T) {
 	a := startReplica(t, "a", e.Endpoints())
 	b := startReplica(t, "b", e.Endpoints())
 
-	leader := waitLeader(t, 30*time.Second, a, b)
+	leader := waitLeader(t, 30*time.Second, nil, a, b)
 	follower := a
 	if leader == a {
 		follower = b
@@ -190,27 +211,28 @@ func TestTwoReplicasOneLeaderAndHandover(t *testing.T) {
 	if h := healthz(follower); !strings.HasPrefix(h, "ok (following ") {
 		t.Fatalf("follower /healthz = %q", h)
 	}
-	if code, body := get(follower.http, "/v1/hosts"); code != http.StatusOK || strings.Count(body, `"name":"sim-`) != 2 {
-		t.Fatalf("GET /v1/hosts through the follower: %d %s", code, body)
-	}
-	if n := listHosts(t, follower.grpc); n != 2 {
-		t.Fatalf("ListHosts through the follower: %d hosts, want 2", n)
-	}
+	eventually(t, 5*time.Second, func() error {
+		if code, body := get(follower.http, "/v1/hosts"); code != http.StatusOK || strings.Count(body, `"name":"sim-`) != 2 {
+			return fmt.Errorf("GET /v1/hosts through the follower: %d %s", code, body)
+		}
+		return nil
+	})
+	eventually(t, 5*time.Second, func() error { return listHosts(follower.grpc, 2) })
 
 	// The leader stops (SIGTERM): it resigns once its stack has stopped,
 	// so the follower leads at once, never both.
 	stopped := make(chan error, 1)
 	go func() { stopped <- leader.stop(t) }()
 	start := time.Now()
-	if next := waitLeader(t, 4*testLease, a, b); next != follower {
+	if next := waitLeader(t, 4*testLease, leader, a, b); next != follower {
 		t.Fatalf("after %s stopped, %s leads", leader.name, next.name)
 	}
 	t.Logf("handover after a clean stop: %s", time.Since(start))
 	if err := <-stopped; err != nil {
 		t.Fatalf("the old leader's Run: %v", err)
 	}
-	if n := listHosts(t, follower.grpc); n != 2 {
-		t.Fatalf("ListHosts at the new leader: %d hosts", n)
+	if err := listHosts(follower.grpc, 2); err != nil {
+		t.Fatalf("the new leader: %v", err)
 	}
 }
 
@@ -218,7 +240,7 @@ func TestLeaderThatLosesItsLeaseStopsItsStack(t *testing.T) {
 	e, s := storetest.StartEtcd(t)
 	a := startReplica(t, "a", e.Endpoints())
 	b := startReplica(t, "b", e.Endpoints())
-	leader := waitLeader(t, 30*time.Second, a, b)
+	leader := waitLeader(t, 30*time.Second, nil, a, b)
 	other := a
 	if leader == a {
 		other = b
@@ -244,7 +266,7 @@ func TestLeaderThatLosesItsLeaseStopsItsStack(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if next := waitLeader(t, 3*testLease, a, b); next != other {
+	if next := waitLeader(t, 3*testLease, leader, a, b); next != other {
 		t.Fatalf("after %s lost its lease, %s leads", leader.name, next.name)
 	}
 	// It is still running, and campaigns again: a follower of the other.
@@ -264,9 +286,7 @@ func TestLeaderThatLosesItsLeaseStopsItsStack(t *testing.T) {
 		t.Fatalf("%s stopped after losing its lease: %v", leader.name, err)
 	default:
 	}
-	if n := listHosts(t, leader.grpc); n != 2 {
-		t.Fatalf("ListHosts through the deposed leader: %d hosts", n)
-	}
+	eventually(t, 5*time.Second, func() error { return listHosts(leader.grpc, 2) })
 	if leader.leads.Load() != 1 || leader.leading.Load() {
 		t.Fatalf("%s led %d times and leads now: %v", leader.name, leader.leads.Load(), leader.leading.Load())
 	}
