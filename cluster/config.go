@@ -46,8 +46,27 @@ type Config struct {
 	Logger       *slog.Logger
 	// UI, if set, serves the web UI on the HTTP listener's other paths.
 	UI http.Handler
-	// OnReady, if set, is called once every listener serves.
+	// OnReady, if set, is called once every listener serves. With
+	// LeaderElect, that is each time this process starts to lead.
 	OnReady func(ReadyInfo)
+
+	// LeaderElect lets several processes share one cluster: each campaigns
+	// in etcd (key <store prefix>leader/cluster) and only the leader runs the
+	// stack; the others forward their listeners to it. Needs EtcdEndpoints.
+	LeaderElect bool
+	// LeaderLease is the TTL of the leader's etcd lease, rounded up to
+	// whole seconds (default 15s): how long a leader that died without
+	// resigning holds the cluster up, and the longest a partitioned leader
+	// can take to notice.
+	LeaderLease time.Duration
+	// AdvertiseHost is the address (IP or DNS name) other replicas reach
+	// this process at, on the ports of Listen and HTTPListen. Empty means
+	// the host of Listen, which then must not be a wildcard (0.0.0.0, ::).
+	AdvertiseHost string
+	// OnLeading, if set, is called with true when this process has won the
+	// election, before its stack starts, and with false once that stack has
+	// stopped (LeaderElect only).
+	OnLeading func(leading bool)
 }
 
 // ReadyInfo says where a started process listens.

@@ -32,8 +32,22 @@ import (
 // stop taking requests, stop the engines, stop the tasks the local backend
 // started, flush writes, close the store. Everything durable is already in
 // etcd, so a crash at any point loses nothing; the next start recovers.
+//
+// With cfg.LeaderElect it campaigns in etcd first and runs the stack only
+// while it leads (see leader.go).
 func Run(ctx context.Context, cfg Config) error {
 	cfg = withDefaults(cfg)
+	if cfg.LeaderElect {
+		return runElected(ctx, cfg)
+	}
+	return runStack(ctx, cfg, nil)
+}
+
+// runStack is Run without leader election. t, if not nil, is the term of
+// leadership it runs in: its writes are fenced to the leader key, its
+// engines stop the moment the lease is lost, and the follower's listeners
+// are handed over just before the stack's own bind the same addresses.
+func runStack(ctx context.Context, cfg Config, t *term) error {
 	log := cfg.Logger
 
 	endpoints := cfg.EtcdEndpoints
@@ -46,7 +60,7 @@ func Run(ctx context.Context, cfg Config) error {
 		endpoints = e.Endpoints()
 		log.Info("embedded etcd started", "endpoints", endpoints, "dir", filepath.Join(cfg.DataDir, "etcd"))
 	}
-	st, err := store.NewEtcd(ctx, store.EtcdConfig{Endpoints: endpoints})
+	st, err := store.NewEtcd(ctx, store.EtcdConfig{Endpoints: endpoints, Fence: t.storeFence()})
 	if err != nil {
 		return fmt.Errorf("connect to etcd %v: %w", endpoints, err)
 	}
@@ -68,6 +82,11 @@ func Run(ctx context.Context, cfg Config) error {
 	// The engines get their own context so they stop only after the API has.
 	runCtx, stopEngines := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopEngines()
+	if t != nil {
+		// Except when the leader lease is lost: then nothing may go on
+		// scheduling while the API drains.
+		defer context.AfterFunc(t.lease, stopEngines)()
+	}
 	if err := hm.Start(runCtx); err != nil {
 		return err
 	}
@@ -97,6 +116,9 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 
 	srv := api.NewServer(jm, rm, hm, log)
+	if t != nil {
+		t.beforeListen()
+	}
 	grpcLis, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen %s (--listen): %w", cfg.Listen, err)

@@ -12,6 +12,11 @@ import (
 // the op instead of etcd's generic gRPC error.
 var ErrInvalidTxn = errors.New("store: invalid txn")
 
+// ErrFenced is returned (wrapped) by Txn of a store with a Fence once the
+// leadership the fence stands for has ended. Nothing was written. It is not
+// an ErrConflict: retrying cannot help, only winning an election again can.
+var ErrFenced = errors.New("store: not the leader any more; write refused")
+
 // ConflictError is the ErrConflict returned by (*Etcd).Txn and
 // (*Batcher).Write. It says which ops were stale, so the Batcher can fail
 // exactly those and users get a message naming the key. Match it with

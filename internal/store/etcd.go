@@ -59,6 +59,21 @@ type EtcdConfig struct {
 	// Logger receives the etcd client's warnings and errors; nil discards
 	// them (the store's own errors are returned, not logged).
 	Logger *slog.Logger
+	// Fence, if set, makes every Txn of this store conditional on a leader
+	// key: a process that lost its leadership cannot write.
+	Fence *Fence
+}
+
+// Fence ties a store's writes to one term of leadership. Every Txn also
+// compares Key's create revision with Revision in the same atomic step, so
+// once the leader key is gone (its lease expired or was revoked) or was
+// created again by someone else, the write is refused with ErrFenced and
+// nothing is written. Reads are not fenced: they change nothing.
+type Fence struct {
+	// Key is the leader key, absolute (not under the store's prefix).
+	Key string
+	// Revision is the key's create revision when the leadership was won.
+	Revision int64
 }
 
 // Etcd is the Store on an etcd cluster, external or embedded.
@@ -69,6 +84,7 @@ type Etcd struct {
 	timeout   time.Duration
 	maxTxnOps int
 	pageSize  int // listPageSize; tests lower it
+	fence     *Fence
 
 	closeOnce sync.Once
 	closeErr  error
@@ -100,6 +116,10 @@ func NewEtcd(ctx context.Context, cfg EtcdConfig) (*Etcd, error) {
 	}
 	s := newEtcd(cli, cfg.Prefix, cfg.MaxTxnOps, cfg.RequestTimeout)
 	s.ownsCli = true
+	if cfg.Fence != nil {
+		f := *cfg.Fence
+		s.fence = &f
+	}
 
 	probeCtx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
 	defer cancel()
@@ -230,7 +250,8 @@ func (s *Etcd) list(ctx context.Context, prefix string) ([]KV, error) {
 // Txn implements Store. On a failed compare the error is a *ConflictError
 // naming the stale ops: the txn's Else branch reads every compared key in the
 // same atomic step, so the report is exact, costs no extra round trip and
-// nothing is written.
+// nothing is written. A store with a Fence whose leader key is gone returns
+// ErrFenced instead, whatever the ops' own compares found.
 func (s *Etcd) Txn(ctx context.Context, ops ...Op) (int64, error) {
 	if err := s.validateTxn(ops); err != nil {
 		return 0, err
@@ -259,6 +280,11 @@ func (s *Etcd) Txn(ctx context.Context, ops ...Op) (int64, error) {
 			thens = append(thens, clientv3.OpDelete(key))
 		}
 	}
+	if s.fence != nil {
+		// Last in the Else branch, so the ops' reads keep their positions.
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(s.fence.Key), "=", s.fence.Revision))
+		elses = append(elses, clientv3.OpGet(s.fence.Key, clientv3.WithKeysOnly()))
+	}
 
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
@@ -270,8 +296,17 @@ func (s *Etcd) Txn(ctx context.Context, ops ...Op) (int64, error) {
 		return resp.Header.Revision, nil
 	}
 
+	if s.fence != nil {
+		var created int64
+		if kvs := resp.Responses[len(resp.Responses)-1].GetResponseRange().GetKvs(); len(kvs) > 0 {
+			created = kvs[0].CreateRevision
+		}
+		if created != s.fence.Revision {
+			return 0, fmt.Errorf("%w (leader key %s: created at revision %d, now %d)", ErrFenced, s.fence.Key, s.fence.Revision, created)
+		}
+	}
 	ce := &ConflictError{}
-	for j, r := range resp.Responses {
+	for j, r := range resp.Responses[:len(compared)] {
 		op := ops[compared[j]]
 		var actual int64
 		if kvs := r.GetResponseRange().GetKvs(); len(kvs) > 0 {

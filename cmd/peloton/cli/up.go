@@ -38,6 +38,10 @@ type serverFlags struct {
 	reclaimDelay  time.Duration
 	engines       int
 	kube          kubeFlags
+	// Leader election (serve cluster only).
+	leaderElect   bool
+	leaderLease   time.Duration
+	advertiseHost string
 }
 
 // kubeFlags configure the kubernetes backend.
@@ -62,6 +66,9 @@ func (f *serverFlags) register(fs *pflag.FlagSet, embedded bool) {
 		fs.StringSliceVar(&f.etcdEndpoints, "etcd-endpoints", nil, "use this external etcd (comma-separated URLs) instead of embedding one")
 	} else {
 		fs.StringSliceVar(&f.etcdEndpoints, "etcd-endpoints", nil, "external etcd to use (comma-separated URLs; required)")
+		fs.BoolVar(&f.leaderElect, "leader-elect", false, "campaign for leadership in etcd and run the stack only while leading, so several replicas can run; followers forward their listeners to the leader")
+		fs.DurationVar(&f.leaderLease, "leader-lease", cluster.DefaultLeaderLease, "TTL of the leader's etcd lease (whole seconds, at least 1s): how long a leader that died holds the cluster up (with --leader-elect)")
+		fs.StringVar(&f.advertiseHost, "advertise-host", "", "address the other replicas reach this one at, on the --listen and --http-listen ports (with --leader-elect; default: the host of --listen, which must then not be a wildcard)")
 	}
 	fs.StringVar(&f.backend, "backend", "local", `host backend: "local" runs tasks as processes on this machine, "sim" simulates hosts whose tasks only take time, "kubernetes" runs them as pods on the nodes of a Kubernetes cluster`)
 	fs.StringVar(&f.kube.kubeconfig, "kubeconfig", "", "kubeconfig file of the Kubernetes cluster (kubernetes backend; empty: in-cluster)")
@@ -137,6 +144,9 @@ func (f *serverFlags) config(embedded bool) (cluster.Config, error) {
 	case f.reclaimDelay < 0:
 		return cluster.Config{}, usageErrorf("invalid --reclaim-delay %s: must be >= 0", f.reclaimDelay)
 	}
+	if err := f.checkLeaderFlags(); err != nil {
+		return cluster.Config{}, err
+	}
 	var labels []string
 	for _, l := range f.hostLabels {
 		l = strings.TrimSpace(l)
@@ -161,11 +171,33 @@ func (f *serverFlags) config(embedded bool) (cluster.Config, error) {
 		ReclaimDelay:     f.reclaimDelay,
 		PlacementEngines: f.engines,
 		Kube:             kube,
+		LeaderElect:      f.leaderElect,
+		LeaderLease:      f.leaderLease,
+		AdvertiseHost:    strings.TrimSpace(f.advertiseHost),
 	}
 	if embedded && len(endpoints) == 0 {
 		cfg.EtcdListen = f.etcdListen
 	}
 	return cfg, nil
+}
+
+// checkLeaderFlags checks --leader-lease and --advertise-host, and that a
+// leader elected among replicas can tell the others where it listens.
+func (f *serverFlags) checkLeaderFlags() error {
+	if !f.leaderElect {
+		return nil
+	}
+	if _, err := cluster.LeaseSeconds(f.leaderLease); err != nil || f.leaderLease == 0 {
+		return usageErrorf("invalid --leader-lease %s: must be 1s to 1h", f.leaderLease)
+	}
+	if strings.TrimSpace(f.advertiseHost) != "" {
+		return nil
+	}
+	host, _, _ := net.SplitHostPort(f.listen)
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		return usageErrorf("missing --advertise-host: --listen %s binds every address, so the other replicas cannot tell where to reach this one (in a pod, pass its IP)", f.listen)
+	}
+	return nil
 }
 
 // config checks the kubernetes backend's flags.
@@ -239,7 +271,15 @@ func (a *app) serveCommand() *cobra.Command {
 	clusterCmd := &cobra.Command{
 		Use:   "cluster --etcd-endpoints URLS",
 		Short: "Run the cluster stack as a daemon against an external etcd",
-		Args:  argsNamed(),
+		Long: `Run the job, resource and host managers, placement and the gRPC and HTTP
+APIs against an external etcd cluster.
+
+With --leader-elect several replicas may run: they campaign in etcd and only
+the leader runs the stack. The others answer /healthz themselves and forward
+everything else on their listeners to the leader; the leader's ready line is
+printed when a replica first leads. A leader that loses its etcd lease stops
+its stack at once and campaigns again.`,
+		Args: argsNamed(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.runServer(cmd.Context(), &f, false)
 		},

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/peloton-sched/peloton/cluster"
 )
@@ -37,6 +38,11 @@ func TestUpRejectsBadFlags(t *testing.T) {
 		{[]string{"up", "--backend", "kubernetes", "--kube-burst", "-1"}, "--kube-burst"},
 		{[]string{"up", "--backend", "kubernetes", "--kube-pool-namespaces", "team=ns"}, "--kube-pool-namespaces"},
 		{[]string{"up", "--backend", "kubernetes", "--kube-namespace", " "}, "--kube-namespace"},
+		{[]string{"up", "--leader-elect"}, "--leader-elect"},
+		{[]string{"serve", "cluster", "--etcd-endpoints", "http://e:2379", "--leader-elect", "--leader-lease", "500ms"}, "--leader-lease"},
+		{[]string{"serve", "cluster", "--etcd-endpoints", "http://e:2379", "--leader-elect", "--leader-lease", "0s"}, "--leader-lease"},
+		{[]string{"serve", "cluster", "--etcd-endpoints", "http://e:2379", "--leader-elect", "--listen", "0.0.0.0:5391"}, "--advertise-host"},
+		{[]string{"serve", "cluster", "--etcd-endpoints", "http://e:2379", "--leader-elect", "--listen", ":5391"}, "--advertise-host"},
 	} {
 		r := runCLI(t, "", tc.args...)
 		if r.code != exitUsage || !strings.Contains(r.stderr, tc.flag) {
@@ -136,5 +142,30 @@ func TestUpKubernetesBackendConfig(t *testing.T) {
 		k.QPS != 500 || k.Burst != 1000 || k.PoolNamespaces["/org/ml"] != "ml" || k.PoolNamespaces["/org/web"] != "web" ||
 		k.NodeSelector != "pool=peloton" {
 		t.Errorf("config = %+v", got)
+	}
+}
+
+func TestServeClusterLeaderElectConfig(t *testing.T) {
+	var got cluster.Config
+	run := func(ctx context.Context, cfg cluster.Config) error {
+		got = cfg
+		return nil
+	}
+	r := runWith(t, run, "", "serve", "cluster", "--etcd-endpoints", "http://e:2379")
+	if r.code != exitOK || got.LeaderElect || got.LeaderLease != cluster.DefaultLeaderLease {
+		t.Fatalf("serve cluster: exit %d, stderr %q, config %+v", r.code, r.stderr, got)
+	}
+	r = runWith(t, run, "", "serve", "cluster", "--etcd-endpoints", "http://e:2379", "--leader-elect",
+		"--leader-lease", "20s", "--listen", "0.0.0.0:5391", "--advertise-host", "10.1.2.3")
+	if r.code != exitOK {
+		t.Fatalf("serve cluster --leader-elect: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if !got.LeaderElect || got.LeaderLease != 20*time.Second || got.AdvertiseHost != "10.1.2.3" || got.Listen != "0.0.0.0:5391" {
+		t.Errorf("config = %+v", got)
+	}
+	// A specific --listen host is what the others dial.
+	r = runWith(t, run, "", "serve", "cluster", "--etcd-endpoints", "http://e:2379", "--leader-elect", "--listen", "10.0.0.5:5391")
+	if r.code != exitOK || !got.LeaderElect || got.AdvertiseHost != "" {
+		t.Fatalf("serve cluster --leader-elect --listen 10.0.0.5:5391: exit %d, stderr %q, config %+v", r.code, r.stderr, got)
 	}
 }

@@ -1,0 +1,409 @@
+// Package manifests holds only tests: they keep the Kubernetes manifests of
+// this folder from rotting. Every manifest is applied to a real
+// kube-apiserver (internal/kubetest) with a strict server-side dry run, and
+// the RBAC rules are checked, through the apiserver's own authorizer,
+// against the calls the kubernetes backend makes: it gets every right it
+// needs and nothing else. The command line of the Deployment is checked by
+// cmd/peloton/cli's TestDeploymentArgs.
+package manifests
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/restmapper"
+	"sigs.k8s.io/yaml"
+
+	"github.com/peloton-sched/peloton/internal/kubetest"
+)
+
+// serviceAccount is who the Deployment runs as (rbac.yaml).
+const serviceAccount = "system:serviceaccount:peloton:peloton"
+
+// ns is the namespace the pods go to (config.yaml's kube-namespace).
+const ns = "peloton"
+
+// access is one kind of request to the apiserver, in a namespace or, with
+// Namespace empty, cluster-wide.
+type access struct {
+	Group, Resource, Subresource, Verb string
+	Namespace                          string
+}
+
+func (a access) String() string {
+	r := a.Resource
+	if a.Subresource != "" {
+		r += "/" + a.Subresource
+	}
+	if a.Group != "" {
+		r += "." + a.Group
+	}
+	scope := "cluster-wide"
+	if a.Namespace != "" {
+		scope = "in namespace " + a.Namespace
+	}
+	return fmt.Sprintf("%s %s %s", a.Verb, r, scope)
+}
+
+// backendCalls is every request hostmgr/kubernetes makes, with where in
+// backend.go. When the backend starts calling something new, add it here
+// (the test then fails until rbac.yaml grants it); when it stops, remove it
+// (the test then fails until rbac.yaml stops granting it).
+var backendCalls = []access{
+	{Resource: "nodes", Verb: "list"},                                         // the Node informer (Start)
+	{Resource: "nodes", Verb: "watch"},                                        // the Node informer
+	{Resource: "pods", Verb: "list"},                                          // the Pod informer, every namespace: other pods take room on the nodes
+	{Resource: "pods", Verb: "watch"},                                         // the Pod informer
+	{Resource: "pods", Verb: "create", Namespace: ns},                         // Launch (createAndBind), Prefetch, ReleaseVolume
+	{Resource: "pods", Verb: "get", Namespace: ns},                            // createAndBind, after AlreadyExists or a failed bind
+	{Resource: "pods", Verb: "delete", Namespace: ns},                         // Kill, failed launches, orphans, finished runs, helper pods
+	{Resource: "pods", Subresource: "binding", Verb: "create", Namespace: ns}, // createAndBind: Peloton is the scheduler
+	{Resource: "pods", Subresource: "log", Verb: "get", Namespace: ns},        // Logs
+}
+
+// grantedButNotCalled are rights rbac.yaml gives that the backend does not
+// use today, each harmless: reading one node or pod is no more than
+// listing them, and kubectl-style debugging as the service account wants it.
+var grantedButNotCalled = []access{
+	{Resource: "nodes", Verb: "get"},
+	{Resource: "pods", Verb: "get"},
+}
+
+// refused are rights the service account must not have: secrets and
+// config, changing nodes or pods in place, running commands in pods,
+// creating pods outside its namespaces, and what the backend could be
+// expected to do but does not (patch pods, record events, hold Leases:
+// leader election is in etcd).
+var refused = []access{
+	{Resource: "secrets", Verb: "get", Namespace: ns},
+	{Resource: "secrets", Verb: "list"},
+	{Resource: "configmaps", Verb: "list", Namespace: ns},
+	{Resource: "serviceaccounts", Subresource: "token", Verb: "create", Namespace: ns},
+	{Resource: "nodes", Verb: "patch"},
+	{Resource: "nodes", Verb: "update"},
+	{Resource: "nodes", Verb: "delete"},
+	{Resource: "pods", Verb: "patch", Namespace: ns},
+	{Resource: "pods", Verb: "update", Namespace: ns},
+	{Resource: "pods", Subresource: "exec", Verb: "create", Namespace: ns},
+	{Resource: "pods", Subresource: "eviction", Verb: "create", Namespace: ns},
+	{Resource: "events", Verb: "create", Namespace: ns},
+	{Group: "coordination.k8s.io", Resource: "leases", Verb: "create", Namespace: ns},
+	{Group: "apps", Resource: "deployments", Verb: "create", Namespace: ns},
+	{Group: "rbac.authorization.k8s.io", Resource: "roles", Verb: "create", Namespace: ns},
+	{Resource: "pods", Verb: "create", Namespace: "kube-system"},
+}
+
+// kustomization is the part of kustomization.yaml the tests read.
+type kustomization struct {
+	APIVersion string   `json:"apiVersion"`
+	Kind       string   `json:"kind"`
+	Resources  []string `json:"resources"`
+	Images     []struct {
+		Name    string `json:"name"`
+		NewName string `json:"newName"`
+		NewTag  string `json:"newTag"`
+	} `json:"images"`
+}
+
+func readKustomization(t *testing.T) kustomization {
+	t.Helper()
+	raw, err := os.ReadFile("kustomization.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var k kustomization
+	if err := yaml.UnmarshalStrict(raw, &k); err != nil {
+		t.Fatalf("kustomization.yaml: %v", err)
+	}
+	if k.APIVersion != "kustomize.config.k8s.io/v1beta1" || k.Kind != "Kustomization" {
+		t.Fatalf("kustomization.yaml: apiVersion %q, kind %q", k.APIVersion, k.Kind)
+	}
+	return k
+}
+
+// object is one document of a manifest.
+type object struct {
+	file string
+	u    *unstructured.Unstructured
+}
+
+func (o object) String() string {
+	return fmt.Sprintf("%s: %s %s", o.file, o.u.GetKind(), o.u.GetName())
+}
+
+// readObjects decodes every document of the files, in order.
+func readObjects(t *testing.T, files []string) []object {
+	t.Helper()
+	var out []object
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(raw), 4096)
+		for i := 0; ; i++ {
+			var m map[string]any
+			if err := dec.Decode(&m); errors.Is(err, io.EOF) {
+				break
+			} else if err != nil {
+				t.Fatalf("%s, document %d: %v", f, i, err)
+			}
+			if len(m) == 0 {
+				continue
+			}
+			u := &unstructured.Unstructured{Object: m}
+			if u.GetKind() == "" || u.GetAPIVersion() == "" || u.GetName() == "" {
+				t.Fatalf("%s, document %d: no apiVersion, kind or name", f, i)
+			}
+			out = append(out, object{file: f, u: u})
+		}
+	}
+	return out
+}
+
+// TestKustomizationListsEveryManifest: `kubectl apply -k` applies exactly
+// the manifests of this folder, and the image is the placeholder that
+// kustomization.yaml replaces, not a registry of anyone's.
+func TestKustomizationListsEveryManifest(t *testing.T) {
+	k := readKustomization(t)
+	files, err := filepath.Glob("*.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files = slices.DeleteFunc(files, func(f string) bool { return f == "kustomization.yaml" })
+	listed := slices.Clone(k.Resources)
+	sort.Strings(listed)
+	if !slices.Equal(files, listed) {
+		t.Fatalf("kustomization.yaml lists %v; the folder has %v", listed, files)
+	}
+	if len(k.Images) != 1 || k.Images[0].Name != "peloton" || k.Images[0].NewName == "" || k.Images[0].NewTag == "" {
+		t.Fatalf("kustomization.yaml images = %+v; want one entry for the placeholder image peloton", k.Images)
+	}
+	for _, o := range readObjects(t, k.Resources) {
+		if o.u.GetKind() != "Deployment" {
+			continue
+		}
+		cs, _, _ := unstructured.NestedSlice(o.u.Object, "spec", "template", "spec", "containers")
+		for _, c := range cs {
+			if img := c.(map[string]any)["image"]; img != "peloton" {
+				t.Errorf("%s: image %v; keep the placeholder peloton and set the real one in kustomization.yaml", o, img)
+			}
+		}
+	}
+}
+
+// TestManifestsOnARealAPIServer applies every manifest to a real
+// kube-apiserver with a strict server-side dry run (unknown or duplicate
+// fields are errors, and every admission check runs), then creates the RBAC
+// objects for real and asks the apiserver what the service account may do.
+func TestManifestsOnARealAPIServer(t *testing.T) {
+	c := kubetest.Start(t, kubetest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dyn, err := dynamic.NewForConfig(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(c.Client.Discovery()))
+	objs := readObjects(t, readKustomization(t).Resources)
+
+	// apply is `kubectl apply --server-side`, as a dry run or not.
+	apply := func(o object, dryRun bool) error {
+		gvk := o.u.GroupVersionKind()
+		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err != nil {
+			return err
+		}
+		body, err := runtime.Encode(unstructured.UnstructuredJSONScheme, o.u)
+		if err != nil {
+			return err
+		}
+		opts := metav1.PatchOptions{FieldManager: "peloton-manifest-test", Force: ptr(true), FieldValidation: "Strict"}
+		if dryRun {
+			opts.DryRun = []string{metav1.DryRunAll}
+		}
+		var ri dynamic.ResourceInterface = dyn.Resource(m.Resource)
+		if m.Scope.Name() == "namespace" {
+			if o.u.GetNamespace() == "" {
+				return errors.New("a namespaced object without a namespace")
+			}
+			ri = dyn.Resource(m.Resource).Namespace(o.u.GetNamespace())
+		} else if o.u.GetNamespace() != "" {
+			return fmt.Errorf("a cluster-wide object with namespace %q", o.u.GetNamespace())
+		}
+		_, err = ri.Patch(ctx, o.u.GetName(), types.ApplyPatchType, body, opts)
+		return err
+	}
+
+	t.Run("dry-run", func(t *testing.T) {
+		// The namespaces these manifests create must hold every namespaced
+		// object, or a real apply would fail on a fresh cluster.
+		declared := map[string]bool{}
+		for _, o := range objs {
+			if o.u.GetKind() == "Namespace" {
+				declared[o.u.GetName()] = true
+			}
+		}
+		for _, o := range objs {
+			if ns := o.u.GetNamespace(); ns != "" && !declared[ns] {
+				t.Errorf("%s: namespace %q is not in namespace.yaml", o, ns)
+			}
+		}
+		// A dry run does not create the namespaces, so the objects in them
+		// would be refused for that alone: the namespaces go first, for
+		// real, once their own dry run passed.
+		kinds := map[string]int{}
+		for _, o := range objs {
+			if o.u.GetKind() == "Namespace" {
+				if err := apply(o, true); err != nil {
+					t.Fatalf("%s: %v", o, err)
+				}
+				if err := c.CreateNamespace(ctx, o.u.GetName()); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		for _, o := range objs {
+			if err := apply(o, true); err != nil {
+				t.Errorf("%s: server-side dry run: %v", o, err)
+			}
+			kinds[o.u.GetKind()]++
+		}
+		for _, k := range []string{"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ConfigMap", "Deployment", "Service", "PodDisruptionBudget"} {
+			if kinds[k] == 0 {
+				t.Errorf("no %s among the manifests", k)
+			}
+		}
+	})
+
+	t.Run("rbac", func(t *testing.T) {
+		var rbacObjs []object
+		for _, o := range objs {
+			switch o.u.GetKind() {
+			case "Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding":
+				rbacObjs = append(rbacObjs, o)
+			}
+		}
+		for _, o := range rbacObjs {
+			if err := apply(o, false); err != nil {
+				t.Fatalf("%s: %v", o, err)
+			}
+		}
+		checkRulesAreNarrow(t, rbacObjs)
+
+		// The apiserver's authorizer decides, as it will for the pods.
+		may := func(a access) bool {
+			t.Helper()
+			ra := &authorizationv1.ResourceAttributes{Verb: a.Verb, Group: a.Group, Resource: a.Resource, Subresource: a.Subresource, Namespace: a.Namespace}
+			sar, err := c.Client.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
+				Spec: authorizationv1.SubjectAccessReviewSpec{User: serviceAccount, ResourceAttributes: ra},
+			}, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return sar.Status.Allowed
+		}
+		for _, a := range backendCalls {
+			if !may(a) {
+				t.Errorf("the backend needs %s; rbac.yaml does not grant it", a)
+			}
+		}
+		for _, a := range grantedButNotCalled {
+			if !may(a) {
+				t.Errorf("%s is listed as granted but is not; drop it from grantedButNotCalled", a)
+			}
+		}
+		for _, a := range refused {
+			if may(a) {
+				t.Errorf("the service account may %s; it must not", a)
+			}
+		}
+	})
+}
+
+// checkRulesAreNarrow: no wildcard anywhere, and every (resource, verb) a
+// rule grants is one the backend calls or one of grantedButNotCalled, at a
+// scope no wider than needed (a ClusterRole grants everywhere, a Role only
+// in its namespace, which is narrower than everywhere).
+func checkRulesAreNarrow(t *testing.T, objs []object) {
+	t.Helper()
+	allowed := map[access]bool{}
+	for _, a := range slices.Concat(backendCalls, grantedButNotCalled) {
+		allowed[a] = true
+	}
+	for _, o := range objs {
+		var rules []rbacv1.PolicyRule
+		namespace := "" // of a Role
+		switch o.u.GetKind() {
+		case "ClusterRole":
+			var r rbacv1.ClusterRole
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.u.Object, &r); err != nil {
+				t.Fatal(err)
+			}
+			if r.AggregationRule != nil {
+				t.Errorf("%s: aggregates other roles; list its rules", o)
+			}
+			rules = r.Rules
+		case "Role":
+			var r rbacv1.Role
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.u.Object, &r); err != nil {
+				t.Fatal(err)
+			}
+			rules, namespace = r.Rules, r.Namespace
+		default:
+			continue
+		}
+		for _, rule := range rules {
+			if len(rule.NonResourceURLs) > 0 {
+				t.Errorf("%s: grants non-resource URLs %v", o, rule.NonResourceURLs)
+			}
+			for _, s := range slices.Concat(rule.APIGroups, rule.Resources, rule.Verbs) {
+				if strings.Contains(s, "*") {
+					t.Errorf("%s: a rule with %q; name each group, resource and verb", o, s)
+				}
+			}
+			for _, g := range rule.APIGroups {
+				for _, res := range rule.Resources {
+					resource, sub, _ := strings.Cut(res, "/")
+					for _, v := range rule.Verbs {
+						a := access{Group: g, Resource: resource, Subresource: sub, Verb: v, Namespace: namespace}
+						everywhere := a
+						everywhere.Namespace = ""
+						// In a namespace, what is allowed everywhere is
+						// allowed too (if redundant). A cluster-wide grant
+						// of something needed only in the namespaces is
+						// wider than needed.
+						if !allowed[a] && !allowed[everywhere] {
+							if namespace == "" && allowed[access{Group: g, Resource: resource, Subresource: sub, Verb: v, Namespace: ns}] {
+								t.Errorf("%s: grants %s; the backend needs it only in its namespaces (a Role)", o, a)
+							} else {
+								t.Errorf("%s: grants %s, which the backend does not call (add it to backendCalls if it does)", o, a)
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
