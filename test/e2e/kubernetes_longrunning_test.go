@@ -1,0 +1,141 @@
+package e2e
+
+import (
+	"testing"
+	"time"
+
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/protobuf/proto"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/peloton-sched/peloton/internal/metrics"
+	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+)
+
+// TestKubernetesLongRunning runs the long-running and scheduling scenarios of
+// the local-backend suite on the kubernetes backend, against a real
+// kube-apiserver with kwok nodes, and checks each one from both sides: the
+// tasks through Peloton's API, the pods through the apiserver. The
+// scenarios share one control plane and one Peloton; each has its own nodes.
+func TestKubernetesLongRunning(t *testing.T) {
+	k := startKubeStack(t)
+	t.Run("rolling-update", k.testRollingUpdate)
+	t.Run("in-place-update", k.testInPlaceUpdate)
+}
+
+// maxDown returns a check for waitUpdate that fails t when more than budget
+// instances are not RUNNING at a poll, and records the worst seen.
+func maxDown(t *testing.T, budget int, worst *int) func([]*pelotonv1.Task) {
+	return func(ts []*pelotonv1.Task) {
+		down := 0
+		for _, tk := range ts {
+			if tk.Status.State != pelotonv1.TaskState_RUNNING {
+				down++
+			}
+		}
+		*worst = max(*worst, down)
+		if down > budget {
+			t.Errorf("%d instances not RUNNING at once, budget %d", down, budget)
+		}
+	}
+}
+
+// testRollingUpdate: a SERVICE of 6 rolls onto a new image and environment,
+// batch size 2, sla.maximumUnavailableInstances 2. Never more than 2 are
+// down, and afterwards every instance runs in a new pod that carries the new
+// spec, the old pods gone.
+func (k *kubeStack) testRollingUpdate(t *testing.T) {
+	s := k.on(t)
+	k.addNodes(t, "roll", 3, "4", "roll", nil)
+	spec := onSuite(service("kube-roll", 6, 2, "sleep", "3600"), "roll")
+	id := s.createJob(spec)
+	first := s.waitTasks(id, "6 running", 60*time.Second, allRunning(6))
+	checkRunPods(t, first, k.jobPods(t, id), func(tk *pelotonv1.Task, p *corev1.Pod) {
+		if p.Spec.Containers[0].Image != "busybox:stable" || podEnv(p, "VERSION") != "" {
+			t.Errorf("instance %d before the update: image %q, VERSION=%q", tk.InstanceId, p.Spec.Containers[0].Image, podEnv(p, "VERSION"))
+		}
+	})
+
+	next := proto.Clone(spec).(*pelotonv1.JobSpec)
+	next.DefaultSpec.Image = "busybox:1.37"
+	next.DefaultSpec.Env = map[string]string{"VERSION": "2"}
+	u := s.startUpdate(id, next, &pelotonv1.UpdateSpec{BatchSize: 2})
+	worst := 0
+	done := s.waitUpdate(u.Id, pelotonv1.UpdateState_UPDATE_SUCCEEDED, 90*time.Second, maxDown(t, 2, &worst))
+	if done.Status.InstancesDone != 6 {
+		t.Errorf("update finished with %d of 6 done", done.Status.InstancesDone)
+	}
+	t.Logf("at most %d instances were not RUNNING at once", worst)
+	ts := s.waitTasks(id, "6 running the new version", 30*time.Second, func(ts []*pelotonv1.Task) bool {
+		if !allRunning(6)(ts) {
+			return false
+		}
+		for _, tk := range ts {
+			if tk.Status.SpecVersion != 2 {
+				return false
+			}
+		}
+		return true
+	})
+	if n := maxOverlap(downWindows(ts)); n > 2 {
+		t.Errorf("task histories show %d instances stopped at once", n)
+	}
+	// Every old pod is gone once its run is KILLED; only the new ones remain.
+	pods := k.waitPods(t, id, "one pod per instance", 10*time.Second, func(ps []corev1.Pod) bool { return len(ps) == 6 })
+	checkRunPods(t, ts, pods, func(tk *pelotonv1.Task, p *corev1.Pod) {
+		if tk.Status.RunId < 2 {
+			t.Errorf("instance %d still on run %d", tk.InstanceId, tk.Status.RunId)
+		}
+		if p.Spec.Containers[0].Image != "busybox:1.37" || podEnv(p, "VERSION") != "2" {
+			t.Errorf("instance %d after the update: pod %s has image %q, VERSION=%q", tk.InstanceId, p.Name, p.Spec.Containers[0].Image, podEnv(p, "VERSION"))
+		}
+	})
+}
+
+// testInPlaceUpdate: the same update in place. Each instance's new pod lands
+// on its old pod's node, without placement, and the in-place restart counter
+// rises by the instance count.
+func (k *kubeStack) testInPlaceUpdate(t *testing.T) {
+	s := k.on(t)
+	k.addNodes(t, "inpl", 3, "4", "inplace", nil)
+	spec := onSuite(service("kube-inplace", 6, 2, "sleep", "3600"), "inplace")
+	spec.DefaultSpec.Placement.Strategy = pelotonv1.PlacementStrategy_SPREAD
+	id := s.createJob(spec)
+	first := s.waitTasks(id, "6 running", 60*time.Second, allRunning(6))
+	before := checkRunPods(t, first, k.jobPods(t, id), nil)
+
+	next := proto.Clone(spec).(*pelotonv1.JobSpec)
+	next.DefaultSpec.Env = map[string]string{"VERSION": "2"}
+	inPlaceBefore := promtest.ToFloat64(metrics.Restarts.WithLabelValues("in-place"))
+	u := s.startUpdate(id, next, &pelotonv1.UpdateSpec{BatchSize: 2, InPlace: true})
+	worst := 0
+	down := maxDown(t, 2, &worst)
+	s.waitUpdate(u.Id, pelotonv1.UpdateState_UPDATE_SUCCEEDED, 90*time.Second, func(ts []*pelotonv1.Task) {
+		down(ts)
+		for _, tk := range ts {
+			if h := tk.Status.Host; h != "" && h != before[tk.InstanceId] {
+				t.Errorf("instance %d moved from %s to %s during an in-place update", tk.InstanceId, before[tk.InstanceId], h)
+			}
+		}
+	})
+	ts := s.waitTasks(id, "6 running the new version", 30*time.Second, func(ts []*pelotonv1.Task) bool {
+		if !allRunning(6)(ts) {
+			return false
+		}
+		for _, tk := range ts {
+			if tk.Status.SpecVersion != 2 {
+				return false
+			}
+		}
+		return true
+	})
+	pods := k.waitPods(t, id, "one pod per instance", 10*time.Second, func(ps []corev1.Pod) bool { return len(ps) == 6 })
+	checkRunPods(t, ts, pods, func(tk *pelotonv1.Task, p *corev1.Pod) {
+		if tk.Status.RunId < 2 || p.Spec.NodeName != before[tk.InstanceId] || podEnv(p, "VERSION") != "2" {
+			t.Errorf("instance %d: run %d, pod %s on %s with VERSION=%q; was on %s", tk.InstanceId, tk.Status.RunId, p.Name, p.Spec.NodeName, podEnv(p, "VERSION"), before[tk.InstanceId])
+		}
+	})
+	if n := promtest.ToFloat64(metrics.Restarts.WithLabelValues("in-place")) - inPlaceBefore; n != 6 {
+		t.Errorf("peloton_update_restarts_total{how=\"in-place\"} rose by %v, want 6", n)
+	}
+}

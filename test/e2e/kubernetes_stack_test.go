@@ -1,0 +1,181 @@
+package e2e
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/peloton-sched/peloton/cluster"
+	"github.com/peloton-sched/peloton/hostmgr/kubernetes"
+	"github.com/peloton-sched/peloton/internal/kubetest"
+	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+)
+
+// kubeNamespace is where the stack's pods go (the backend's default).
+const kubeNamespace = kubernetes.DefaultNamespace
+
+// kubeStack is a real kube-apiserver with kwok nodes and the whole Peloton
+// stack on the kubernetes backend against it. The scenarios of one test
+// share it, because a control plane costs seconds to start; each scenario
+// brings its own nodes, with a label only its jobs ask for, so that they do
+// not take each other's room.
+type kubeStack struct {
+	kc *kubetest.Cluster
+	s  *stack
+}
+
+// startKubeStack starts the apiserver, kwok and Peloton for t (skipping t
+// when the kube tools are not built), all stopped when t ends.
+func startKubeStack(t *testing.T) *kubeStack {
+	t.Helper()
+	kc := kubetest.Start(t, kubetest.Options{})
+	if err := kc.CreateNamespace(ctxT(t), kubeNamespace); err != nil {
+		t.Fatal(err)
+	}
+	s := startStack(t, t.TempDir(), stackOpts{backend: "kubernetes", kube: cluster.KubeConfig{Kubeconfig: kc.Kubeconfig}})
+	return &kubeStack{kc: kc, s: s}
+}
+
+// on is the stack as seen by one subtest: its helpers fail that subtest,
+// from that subtest's goroutine.
+func (k *kubeStack) on(t *testing.T) *stack {
+	c := *k.s
+	c.t = t
+	return &c
+}
+
+// addNodes creates kwok nodes labelled suite=<suite> (and with labels) and
+// waits until Peloton offers every one of them.
+func (k *kubeStack) addNodes(t *testing.T, prefix string, count int, cpu, suite string, labels map[string]string) []string {
+	t.Helper()
+	l := map[string]string{"suite": suite}
+	for key, v := range labels {
+		l[key] = v
+	}
+	names, err := k.kc.AddNodes(ctxT(t), kubetest.NodeSpec{Prefix: prefix, Count: count, CPU: cpu, Memory: "8Gi", Labels: l})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := k.on(t)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		hl, err := s.hosts.ListHosts(ctxT(t), &pelotonv1.ListHostsRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		up := map[string]bool{}
+		for _, h := range hl.Hosts {
+			up[h.Name] = h.MaintenanceMessage == ""
+		}
+		missing := 0
+		for _, n := range names {
+			if !up[n] {
+				missing++
+			}
+		}
+		if missing == 0 {
+			return names
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of the nodes %v not offered as hosts: %v", missing, names, hl.Hosts)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// onSuite makes spec's tasks run only on the nodes of one suite.
+func onSuite(spec *pelotonv1.JobSpec, suite string) *pelotonv1.JobSpec {
+	if spec.DefaultSpec.Placement == nil {
+		spec.DefaultSpec.Placement = &pelotonv1.PlacementSpec{}
+	}
+	spec.DefaultSpec.Placement.Constraints = append(spec.DefaultSpec.Placement.Constraints,
+		&pelotonv1.Constraint{Label: "suite", Op: pelotonv1.ConstraintOp_EQUALS, Values: []string{suite}})
+	return spec
+}
+
+// jobPods lists the pods of a job in the apiserver, by the job-id label
+// Peloton puts on them.
+func (k *kubeStack) jobPods(t *testing.T, jobID string) []corev1.Pod {
+	t.Helper()
+	pl, err := k.kc.Client.CoreV1().Pods(kubeNamespace).List(ctxT(t), metav1.ListOptions{LabelSelector: kubernetes.LabelJobID + "=" + jobID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pl.Items
+}
+
+// runPod is the pod of one run of an instance among pods, or nil.
+func runPod(pods []corev1.Pod, inst, run uint32) *corev1.Pod {
+	for i := range pods {
+		p := &pods[i]
+		if p.Labels[kubernetes.LabelInstance] == strconv.FormatUint(uint64(inst), 10) &&
+			p.Labels[kubernetes.LabelRunID] == strconv.FormatUint(uint64(run), 10) {
+			return p
+		}
+	}
+	return nil
+}
+
+// podEnv is the value of an environment variable of a pod's task container.
+func podEnv(p *corev1.Pod, name string) string {
+	for _, e := range p.Spec.Containers[0].Env {
+		if e.Name == name {
+			return e.Value
+		}
+	}
+	return ""
+}
+
+// describePods is a short listing of pods for failure messages.
+func describePods(pods []corev1.Pod) string {
+	var b strings.Builder
+	for _, p := range pods {
+		fmt.Fprintf(&b, "\n  %s inst %s run %s node %q phase %s deleting %v", p.Name, p.Labels[kubernetes.LabelInstance],
+			p.Labels[kubernetes.LabelRunID], p.Spec.NodeName, p.Status.Phase, p.DeletionTimestamp != nil)
+	}
+	return b.String()
+}
+
+// waitPods polls a job's pods until cond holds, or fails with them.
+func (k *kubeStack) waitPods(t *testing.T, jobID, what string, within time.Duration, cond func([]corev1.Pod) bool) []corev1.Pod {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		pods := k.jobPods(t, jobID)
+		if cond(pods) {
+			return pods
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pods of job %s never reached: %s; they are:%s", jobID, what, describePods(pods))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// checkRunPods checks that every task runs in its own pod: the pod of its
+// current run exists, is bound to the task's host and running, and (if
+// check is set) passes check. It returns the instances' nodes.
+func checkRunPods(t *testing.T, ts []*pelotonv1.Task, pods []corev1.Pod, check func(*pelotonv1.Task, *corev1.Pod)) map[uint32]string {
+	t.Helper()
+	nodes := map[uint32]string{}
+	for _, tk := range ts {
+		p := runPod(pods, tk.InstanceId, tk.Status.RunId)
+		if p == nil {
+			t.Errorf("instance %d run %d has no pod; pods:%s", tk.InstanceId, tk.Status.RunId, describePods(pods))
+			continue
+		}
+		if p.Spec.NodeName == "" || p.Spec.NodeName != tk.Status.Host || p.Status.Phase != corev1.PodRunning || p.Spec.SchedulerName != kubernetes.SchedulerName {
+			t.Errorf("instance %d runs on %q, its pod %s is on %q, %s, scheduler %q", tk.InstanceId, tk.Status.Host, p.Name, p.Spec.NodeName, p.Status.Phase, p.Spec.SchedulerName)
+		}
+		if check != nil {
+			check(tk, p)
+		}
+		nodes[tk.InstanceId] = p.Spec.NodeName
+	}
+	return nodes
+}
