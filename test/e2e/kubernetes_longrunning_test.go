@@ -1,12 +1,14 @@
 package e2e
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/peloton-sched/peloton/internal/metrics"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
@@ -19,6 +21,9 @@ import (
 // scenarios share one control plane and one Peloton; each has its own nodes.
 func TestKubernetesLongRunning(t *testing.T) {
 	k := startKubeStack(t)
+	// First, while its node is the whole cluster: a pool is held to its
+	// entitlement only when the cluster is full.
+	t.Run("priority-preemption", k.testPriorityPreemption)
 	t.Run("rolling-update", k.testRollingUpdate)
 	t.Run("in-place-update", k.testInPlaceUpdate)
 }
@@ -137,5 +142,89 @@ func (k *kubeStack) testInPlaceUpdate(t *testing.T) {
 	})
 	if n := promtest.ToFloat64(metrics.Restarts.WithLabelValues("in-place")) - inPlaceBefore; n != 6 {
 		t.Errorf("peloton_update_restarts_total{how=\"in-place\"} rose by %v, want 6", n)
+	}
+}
+
+// testPriorityPreemption: the cluster is one 2-CPU node, full with four
+// low-priority half-CPU tasks; a job of priority 5 in the same pool wants
+// one CPU. The pool is at its entitlement (the cluster), so the two newest
+// low-priority tasks are preempted: their pods are deleted from the
+// apiserver, and they go PREEMPTING, then PENDING as a new run that waits.
+//
+// It must run before any other scenario adds nodes. A pool limit would not
+// do instead: a gang that would exceed its pool's limit waits for the
+// pool's own tasks to end and displaces nobody (resmgr admissible,
+// blockPool), whatever its priority.
+func (k *kubeStack) testPriorityPreemption(t *testing.T) {
+	s := k.on(t)
+	ctx := ctxT(t)
+	k.addNodes(t, "prio", 1, "2", "prio", nil)
+	if _, err := s.pools.CreatePool(ctx, &pelotonv1.CreatePoolRequest{Path: "/kube-prio"}); err != nil {
+		t.Fatal(err)
+	}
+	before := promtest.ToFloat64(metrics.Preemptions.WithLabelValues("priority"))
+	low := onSuite(sleeper("kube-low", "/kube-prio", 4, 0.5), "prio")
+	lowID := s.createJob(low)
+	lowRuns := s.waitTasks(lowID, "4 low-priority running", 60*time.Second, allRunning(4))
+	lowPods := k.jobPods(t, lowID)
+	checkRunPods(t, lowRuns, lowPods, nil)
+
+	high := onSuite(sleeper("kube-high", "/kube-prio", 2, 0.5), "prio")
+	high.Sla = &pelotonv1.SlaSpec{Priority: 5}
+	highID := s.createJob(high)
+	// Leave the node empty for the scenarios after this one.
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		for _, id := range []string{lowID, highID} {
+			if _, err := s.jobs.CancelJob(ctx, &pelotonv1.CancelJobRequest{JobId: id}); err != nil {
+				t.Errorf("cancel %s: %v", id, err)
+			}
+		}
+	})
+	highRuns := s.waitTasks(highID, "2 high-priority running", 60*time.Second, allRunning(2))
+	checkRunPods(t, highRuns, k.jobPods(t, highID), nil)
+
+	ts := s.waitTasks(lowID, "2 low-priority instances preempted and waiting", 30*time.Second, func(ts []*pelotonv1.Task) bool {
+		waiting := 0
+		for _, tk := range ts {
+			if tk.Status.RunId == 2 && tk.Status.State == pelotonv1.TaskState_PENDING {
+				waiting++
+			}
+		}
+		return waiting == 2
+	})
+	running := 0
+	for _, tk := range ts {
+		if tk.Status.RunId == 1 {
+			if tk.Status.State != pelotonv1.TaskState_RUNNING {
+				t.Errorf("instance %d: %s, neither running nor preempted", tk.InstanceId, tk.Status.State)
+			}
+			running++
+			continue
+		}
+		if !sawThen(tk, pelotonv1.TaskState_PREEMPTING, pelotonv1.TaskState_PENDING) || tk.Status.FailureCount != 0 {
+			t.Errorf("instance %d: run %d, failures %d, history %v", tk.InstanceId, tk.Status.RunId, tk.Status.FailureCount, tk.Status.History)
+		}
+		// The victim's pod is gone: its run was KILLED when the pod
+		// disappeared, and the new run has no pod while it waits.
+		old := runPod(lowPods, tk.InstanceId, 1)
+		if old == nil {
+			t.Fatalf("instance %d had no pod", tk.InstanceId)
+		}
+		_, err := k.kc.Client.CoreV1().Pods(kubeNamespace).Get(ctx, old.Name, metav1.GetOptions{})
+		if !isNotFound(err) {
+			t.Errorf("instance %d was preempted but its pod %s is still there (%v)", tk.InstanceId, old.Name, err)
+		}
+	}
+	if running != 2 {
+		t.Errorf("%d low-priority instances still run, want 2", running)
+	}
+	// Only the running runs have pods: 2 low, 2 high on the node.
+	if pods := k.jobPods(t, lowID); len(pods) != 2 {
+		t.Errorf("%d pods of the low-priority job, want 2:%s", len(pods), describePods(pods))
+	}
+	if d := promtest.ToFloat64(metrics.Preemptions.WithLabelValues("priority")) - before; d != 2 {
+		t.Errorf("peloton_preemptions_total{reason=\"priority\"} rose by %v, want 2", d)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/peloton-sched/peloton/cluster"
@@ -179,3 +180,20 @@ func checkRunPods(t *testing.T, ts []*pelotonv1.Task, pods []corev1.Pod, check f
 	}
 	return nodes
 }
+
+// sawThen says whether a task's history shows state and, later, then.
+func sawThen(tk *pelotonv1.Task, state, then pelotonv1.TaskState) bool {
+	seen := false
+	for _, h := range tk.Status.History {
+		if h.State == state {
+			seen = true
+		} else if seen && h.State == then {
+			return true
+		}
+	}
+	return false
+}
+
+// isNotFound says whether an apiserver call failed because the object does
+// not exist.
+func isNotFound(err error) bool { return apierrors.IsNotFound(err) }
