@@ -26,6 +26,7 @@ func TestKubernetesLongRunning(t *testing.T) {
 	t.Run("priority-preemption", k.testPriorityPreemption)
 	t.Run("rolling-update", k.testRollingUpdate)
 	t.Run("in-place-update", k.testInPlaceUpdate)
+	t.Run("gang", k.testGang)
 }
 
 // maxDown returns a check for waitUpdate that fails t when more than budget
@@ -227,4 +228,78 @@ func (k *kubeStack) testPriorityPreemption(t *testing.T) {
 	if d := promtest.ToFloat64(metrics.Preemptions.WithLabelValues("priority")) - before; d != 2 {
 		t.Errorf("peloton_preemptions_total{reason=\"priority\"} rose by %v, want 2", d)
 	}
+}
+
+// testGang: two 1-CPU nodes, one holding a 0.6 CPU task. A gang of three
+// 0.45 CPU members (sla.minimumRunningInstances 3) fits their free total
+// but not the nodes, so no member may be launched and no pod of the gang
+// bound. A new node makes room, and the whole gang binds.
+func (k *kubeStack) testGang(t *testing.T) {
+	s := k.on(t)
+	k.addNodes(t, "gang", 2, "1", "gang", nil)
+	blocker := s.createJob(onSuite(sleeper("kube-blocker", "/default", 1, 0.6), "gang"))
+	s.waitTasks(blocker, "the blocker running", 30*time.Second, allRunning(1))
+	gang := onSuite(sleeper("kube-gang", "/default", 3, 0.45), "gang")
+	gang.Sla = &pelotonv1.SlaSpec{MinimumRunningInstances: 3}
+	id := s.createJob(gang)
+	// Hold for a while: no member launched, no pod of the gang bound.
+	deadline := time.Now().Add(2 * time.Second)
+	for time.Now().Before(deadline) {
+		ts, err := s.tasks.ListTasks(ctxT(t), &pelotonv1.ListTasksRequest{JobId: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tk := range ts.Tasks {
+			if st := tk.Status.State; st == pelotonv1.TaskState_LAUNCHED || st == pelotonv1.TaskState_RUNNING {
+				t.Fatalf("gang member %d is %s while the gang cannot fit", tk.InstanceId, st)
+			}
+		}
+		for _, p := range k.jobPods(t, id) {
+			if p.Spec.NodeName != "" {
+				t.Fatalf("gang member pod %s bound to %s while the gang cannot fit", p.Name, p.Spec.NodeName)
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// Room appears: one more node. Every member binds, and whenever a pod
+	// of the gang is bound, every member has been placed: the pods are read
+	// first, so that the tasks read after cannot be older.
+	k.addNodes(t, "gang-new", 1, "2", "gang", nil)
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		pods := k.jobPods(t, id)
+		ts, err := s.tasks.ListTasks(ctxT(t), &pelotonv1.ListTasksRequest{JobId: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if allRunning(3)(ts.Tasks) {
+			checkRunPods(t, ts.Tasks, k.jobPods(t, id), nil)
+			break
+		}
+		placed := 0
+		for _, tk := range ts.Tasks {
+			switch tk.Status.State {
+			case pelotonv1.TaskState_PLACED, pelotonv1.TaskState_LAUNCHING, pelotonv1.TaskState_LAUNCHED,
+				pelotonv1.TaskState_STARTING, pelotonv1.TaskState_RUNNING:
+				placed++
+			}
+		}
+		if bound := boundPods(pods); bound > 0 && placed < 3 {
+			t.Fatalf("%d gang pods bound while only %d members are placed: %v", bound, placed, ts.Tasks)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gang never started: %v", ts.Tasks)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func boundPods(pods []corev1.Pod) int {
+	n := 0
+	for _, p := range pods {
+		if p.Spec.NodeName != "" {
+			n++
+		}
+	}
+	return n
 }
