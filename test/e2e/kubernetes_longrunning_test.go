@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -27,6 +29,7 @@ func TestKubernetesLongRunning(t *testing.T) {
 	t.Run("rolling-update", k.testRollingUpdate)
 	t.Run("in-place-update", k.testInPlaceUpdate)
 	t.Run("gang", k.testGang)
+	t.Run("daemon", k.testDaemon)
 }
 
 // maxDown returns a check for waitUpdate that fails t when more than budget
@@ -302,4 +305,87 @@ func boundPods(pods []corev1.Pod) int {
 		}
 	}
 	return n
+}
+
+// testDaemon: a DAEMON job on the nodes labelled role=agent follows them:
+// a new node gets an instance bound to it, and a deleted node's instance is
+// stopped (reason host-removed), its pod gone and its slot freed.
+func (k *kubeStack) testDaemon(t *testing.T) {
+	s := k.on(t)
+	agents := map[string]string{"role": "agent"}
+	nodes := k.addNodes(t, "agent", 2, "2", "daemon", agents)
+	spec := &pelotonv1.JobSpec{Name: "kube-agent", Type: pelotonv1.JobType_DAEMON, Pool: "/default",
+		Sla: &pelotonv1.SlaSpec{MaximumUnavailableInstances: 1},
+		DefaultSpec: &pelotonv1.TaskSpec{Command: []string{"sleep", "3600"}, Resources: &pelotonv1.Resources{Cpu: 0.1, MemoryMb: 16},
+			KillGracePeriodSeconds: 1,
+			Placement:              &pelotonv1.PlacementSpec{Constraints: []*pelotonv1.Constraint{{Label: "role", Op: pelotonv1.ConstraintOp_EQUALS, Values: []string{"agent"}}}}}}
+	id := s.createJob(spec)
+	serving := func(want ...string) func([]*pelotonv1.Task) bool {
+		return func(ts []*pelotonv1.Task) bool {
+			got := map[string]bool{}
+			for _, tk := range ts {
+				if tk.Status.State == pelotonv1.TaskState_RUNNING && tk.Status.Host == tk.Status.BoundHost {
+					got[tk.Status.Host] = true
+				}
+			}
+			return fmt.Sprint(sortedKeys(got)) == fmt.Sprint(want)
+		}
+	}
+	ts := s.waitTasks(id, "an instance on each agent node", 60*time.Second, serving(nodes...))
+	checkRunPods(t, ts, k.jobPods(t, id), nil)
+
+	// A node joins: an instance is bound to it.
+	added := k.addNodes(t, "agent-new", 1, "2", "daemon", agents)
+	ts = s.waitTasks(id, "an instance on the new node too", 30*time.Second, serving(nodes[0], nodes[1], added[0]))
+	running := ts[:0:0]
+	for _, tk := range ts {
+		if tk.Status.State == pelotonv1.TaskState_RUNNING {
+			running = append(running, tk)
+		}
+	}
+	checkRunPods(t, running, k.jobPods(t, id), nil)
+
+	// A node leaves: its instance is stopped and its slot freed.
+	var gone *pelotonv1.Task
+	for _, tk := range ts {
+		if tk.Status.BoundHost == nodes[0] {
+			gone = tk
+		}
+	}
+	goneRun := gone.Status.RunId
+	if err := k.kc.Client.CoreV1().Nodes().Delete(ctxT(t), nodes[0], metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ts = s.waitTasks(id, "instance of the deleted node stopped", 30*time.Second, func(ts []*pelotonv1.Task) bool {
+		tk := ts[gone.InstanceId]
+		return serving(nodes[1], added[0])(ts) && tk.Status.BoundHost == "" && tk.Status.GoalState == pelotonv1.TaskState_KILLED &&
+			(tk.Status.State == pelotonv1.TaskState_KILLED || tk.Status.State == pelotonv1.TaskState_LOST)
+	})
+	st := ts[gone.InstanceId].Status
+	if st.State != pelotonv1.TaskState_KILLED || st.Reason != "host-removed" {
+		t.Errorf("instance %d of the deleted node: %s reason %q (%s), want KILLED host-removed; history %v", gone.InstanceId, st.State, st.Reason, st.Message, st.History)
+	}
+	t.Run("stopped-instance-message", func(t *testing.T) {
+		// The run on the deleted node is usually LOST (node-gone) before
+		// the daemon reconciles; jobmgr then makes a new run "restarting
+		// in 1s", and releaseSlot (jobmgr/daemon.go), finding it not yet
+		// active, sets KILLED host-removed but leaves that message.
+		t.Skip("product bug: jobmgr/daemon.go releaseSlot (default branch) keeps the message of the lost run; remove this Skip with the fix")
+		if strings.Contains(st.Message, "restarting") {
+			t.Errorf("instance %d is KILLED for good but its message says %q", gone.InstanceId, st.Message)
+		}
+	})
+	k.waitPods(t, id, "the deleted node's pod gone", 10*time.Second, func(ps []corev1.Pod) bool {
+		return runPod(ps, gone.InstanceId, goneRun) == nil
+	})
+	// The host is gone from Peloton too.
+	hl, err := s.hosts.ListHosts(ctxT(t), &pelotonv1.ListHostsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range hl.Hosts {
+		if h.Name == nodes[0] {
+			t.Errorf("deleted node %s is still a host: %v", nodes[0], h)
+		}
+	}
 }

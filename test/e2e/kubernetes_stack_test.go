@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -192,6 +193,15 @@ func sawThen(tk *pelotonv1.Task, state, then pelotonv1.TaskState) bool {
 		}
 	}
 	return false
+}
+
+func sortedKeys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // isNotFound says whether an apiserver call failed because the object does
