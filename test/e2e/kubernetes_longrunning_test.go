@@ -30,6 +30,7 @@ func TestKubernetesLongRunning(t *testing.T) {
 	t.Run("in-place-update", k.testInPlaceUpdate)
 	t.Run("gang", k.testGang)
 	t.Run("daemon", k.testDaemon)
+	t.Run("cordon", k.testCordon)
 }
 
 // maxDown returns a check for waitUpdate that fails t when more than budget
@@ -386,6 +387,53 @@ func (k *kubeStack) testDaemon(t *testing.T) {
 	for _, h := range hl.Hosts {
 		if h.Name == nodes[0] {
 			t.Errorf("deleted node %s is still a host: %v", nodes[0], h)
+		}
+	}
+}
+
+// testCordon: a service runs on two nodes; one is cordoned. Its instances
+// keep running in their pods, and instances added by a scale land only on
+// the other node.
+func (k *kubeStack) testCordon(t *testing.T) {
+	s := k.on(t)
+	nodes := k.addNodes(t, "crdn", 2, "4", "cordon", nil)
+	spec := onSuite(service("kube-cordon", 4, 1, "sleep", "3600"), "cordon")
+	spec.DefaultSpec.Placement.Strategy = pelotonv1.PlacementStrategy_SPREAD
+	id := s.createJob(spec)
+	first := s.waitTasks(id, "4 running", 60*time.Second, allRunning(4))
+	before := checkRunPods(t, first, k.jobPods(t, id), nil)
+	onCordoned := 0
+	for _, n := range before {
+		if n == nodes[0] {
+			onCordoned++
+		}
+	}
+	if onCordoned == 0 {
+		t.Fatalf("no instance on %s to keep running: %v", nodes[0], before)
+	}
+
+	node, err := k.kc.Client.CoreV1().Nodes().Get(ctxT(t), nodes[0], metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	node.Spec.Unschedulable = true
+	if _, err := k.kc.Client.CoreV1().Nodes().Update(ctxT(t), node, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	s.waitHost(nodes[0], "cordoned", 20*time.Second, func(h *pelotonv1.Host) bool { return h.MaintenanceMessage != "" })
+	if _, err := s.jobs.ScaleJob(ctxT(t), &pelotonv1.ScaleJobRequest{JobId: id, InstanceCount: 8}); err != nil {
+		t.Fatal(err)
+	}
+	ts := s.waitTasks(id, "8 running", 60*time.Second, allRunning(8))
+	after := checkRunPods(t, ts, k.jobPods(t, id), nil)
+	for _, tk := range ts {
+		inst := tk.InstanceId
+		if inst < 4 {
+			if tk.Status.RunId != 1 || after[inst] != before[inst] {
+				t.Errorf("instance %d moved from %s to %s (run %d) when a node was cordoned", inst, before[inst], after[inst], tk.Status.RunId)
+			}
+		} else if after[inst] == nodes[0] {
+			t.Errorf("new instance %d placed on the cordoned node %s", inst, nodes[0])
 		}
 	}
 }
