@@ -26,6 +26,7 @@ func TestKubernetesLongRunning(t *testing.T) {
 	// First, while its node is the whole cluster: a pool is held to its
 	// entitlement only when the cluster is full.
 	t.Run("priority-preemption", k.testPriorityPreemption)
+	t.Run("priority-preemption-at-limit", k.testPriorityPreemptionAtLimit)
 	t.Run("rolling-update", k.testRollingUpdate)
 	t.Run("in-place-update", k.testInPlaceUpdate)
 	t.Run("gang", k.testGang)
@@ -155,26 +156,44 @@ func (k *kubeStack) testInPlaceUpdate(t *testing.T) {
 // one CPU. The pool is at its entitlement (the cluster), so the two newest
 // low-priority tasks are preempted: their pods are deleted from the
 // apiserver, and they go PREEMPTING, then PENDING as a new run that waits.
-//
-// It must run before any other scenario adds nodes. A pool limit would not
-// do instead: a gang that would exceed its pool's limit waits for the
-// pool's own tasks to end and displaces nobody (resmgr admissible,
-// blockPool), whatever its priority.
+// It must run before any other scenario adds nodes.
 func (k *kubeStack) testPriorityPreemption(t *testing.T) {
-	s := k.on(t)
-	ctx := ctxT(t)
 	k.addNodes(t, "prio", 1, "2", "prio", nil)
-	if _, err := s.pools.CreatePool(ctx, &pelotonv1.CreatePoolRequest{Path: "/kube-prio"}); err != nil {
+	if _, err := k.s.pools.CreatePool(ctxT(t), &pelotonv1.CreatePoolRequest{Path: "/kube-prio"}); err != nil {
 		t.Fatal(err)
 	}
+	k.checkPriorityPreemption(t, "prio", "/kube-prio")
+}
+
+// testPriorityPreemptionAtLimit: the same inside a pool limited to 2 CPU,
+// on a node with room to spare.
+func (k *kubeStack) testPriorityPreemptionAtLimit(t *testing.T) {
+	t.Skip("product gap: resmgr admissible checks a pool's limit before its entitlement, so a gang that would " +
+		"exceed its pool's limit is blockPool and planPriority never runs for it; README (sla.priority) promises " +
+		"that inside a pool a waiting task may displace lower priorities. Remove this Skip with the fix.")
+	k.addNodes(t, "prio-limit", 1, "4", "prio-limit", nil)
+	if _, err := k.s.pools.CreatePool(ctxT(t), &pelotonv1.CreatePoolRequest{Path: "/kube-prio-limit", Spec: &pelotonv1.PoolSpec{
+		Limit: &pelotonv1.Resources{Cpu: 2, MemoryMb: 1024, DiskMb: 1024}}}); err != nil {
+		t.Fatal(err)
+	}
+	k.checkPriorityPreemption(t, "prio-limit", "/kube-prio-limit")
+}
+
+// checkPriorityPreemption runs four low-priority half-CPU tasks in pool on
+// the nodes of suite, which must leave them no room for more, then a job
+// of priority 5 that wants one CPU, and checks from both sides that
+// exactly two low-priority tasks were preempted.
+func (k *kubeStack) checkPriorityPreemption(t *testing.T, suite, pool string) {
+	s := k.on(t)
+	ctx := ctxT(t)
 	before := promtest.ToFloat64(metrics.Preemptions.WithLabelValues("priority"))
-	low := onSuite(sleeper("kube-low", "/kube-prio", 4, 0.5), "prio")
+	low := onSuite(sleeper("kube-low", pool, 4, 0.5), suite)
 	lowID := s.createJob(low)
 	lowRuns := s.waitTasks(lowID, "4 low-priority running", 60*time.Second, allRunning(4))
 	lowPods := k.jobPods(t, lowID)
 	checkRunPods(t, lowRuns, lowPods, nil)
 
-	high := onSuite(sleeper("kube-high", "/kube-prio", 2, 0.5), "prio")
+	high := onSuite(sleeper("kube-high", pool, 2, 0.5), suite)
 	high.Sla = &pelotonv1.SlaSpec{Priority: 5}
 	highID := s.createJob(high)
 	// Leave the node empty for the scenarios after this one.
@@ -187,7 +206,7 @@ func (k *kubeStack) testPriorityPreemption(t *testing.T) {
 			}
 		}
 	})
-	highRuns := s.waitTasks(highID, "2 high-priority running", 60*time.Second, allRunning(2))
+	highRuns := s.waitTasks(highID, "2 high-priority running", 20*time.Second, allRunning(2))
 	checkRunPods(t, highRuns, k.jobPods(t, highID), nil)
 
 	ts := s.waitTasks(lowID, "2 low-priority instances preempted and waiting", 30*time.Second, func(ts []*pelotonv1.Task) bool {
