@@ -32,6 +32,7 @@ func TestKubernetesLongRunning(t *testing.T) {
 	t.Run("gang", k.testGang)
 	t.Run("daemon", k.testDaemon)
 	t.Run("cordon", k.testCordon)
+	t.Run("daemon-on-cordoned-node", k.testDaemonOnCordonedNode)
 }
 
 // maxDown returns a check for waitUpdate that fails t when more than budget
@@ -431,15 +432,7 @@ func (k *kubeStack) testCordon(t *testing.T) {
 		t.Fatalf("no instance on %s to keep running: %v", nodes[0], before)
 	}
 
-	node, err := k.kc.Client.CoreV1().Nodes().Get(ctxT(t), nodes[0], metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	node.Spec.Unschedulable = true
-	if _, err := k.kc.Client.CoreV1().Nodes().Update(ctxT(t), node, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	s.waitHost(nodes[0], "cordoned", 20*time.Second, func(h *pelotonv1.Host) bool { return h.MaintenanceMessage != "" })
+	k.setUnschedulable(t, nodes[0], true)
 	if _, err := s.jobs.ScaleJob(ctxT(t), &pelotonv1.ScaleJobRequest{JobId: id, InstanceCount: 8}); err != nil {
 		t.Fatal(err)
 	}
@@ -455,4 +448,91 @@ func (k *kubeStack) testCordon(t *testing.T) {
 			t.Errorf("new instance %d placed on the cordoned node %s", inst, nodes[0])
 		}
 	}
+}
+
+// testDaemonOnCordonedNode: a DAEMON instance whose node is cordoned is
+// restarted. Its new run is bound to the node, so it waits: it is never
+// launched there while the node is cordoned, and it says why it waits.
+func (k *kubeStack) testDaemonOnCordonedNode(t *testing.T) {
+	s := k.on(t)
+	// Two nodes: the one not cordoned keeps capacity in the cluster, so
+	// that admission lets the run through to placement (a cordoned node is
+	// not part of the capacity entitlements divide).
+	nodes := k.addNodes(t, "dcrd", 2, "2", "daemon-cordon", map[string]string{"role": "cordoned-agent"})
+	spec := &pelotonv1.JobSpec{Name: "kube-cordoned-agent", Type: pelotonv1.JobType_DAEMON, Pool: "/default",
+		DefaultSpec: &pelotonv1.TaskSpec{Command: []string{"sleep", "3600"}, Resources: &pelotonv1.Resources{Cpu: 0.1, MemoryMb: 16},
+			KillGracePeriodSeconds: 1,
+			Placement:              &pelotonv1.PlacementSpec{Constraints: []*pelotonv1.Constraint{{Label: "role", Op: pelotonv1.ConstraintOp_EQUALS, Values: []string{"cordoned-agent"}}}}}}
+	id := s.createJob(spec)
+	var inst uint32
+	for _, tk := range s.waitTasks(id, "an agent on each node", 30*time.Second, allRunning(2)) {
+		if tk.Status.BoundHost == nodes[0] {
+			inst = tk.InstanceId
+		}
+	}
+	k.setUnschedulable(t, nodes[0], true)
+	if _, err := s.jobs.RestartJob(ctxT(t), &pelotonv1.RestartJobRequest{JobId: id, Instances: []uint32{inst}}); err != nil {
+		t.Fatal(err)
+	}
+	s.waitTasks(id, "run 2", 30*time.Second, func(ts []*pelotonv1.Task) bool { return ts[inst].Status.RunId == 2 })
+	var reasons []string
+	start := time.Now()
+	for time.Since(start) < 2*time.Second {
+		ts, err := s.tasks.ListTasks(ctxT(t), &pelotonv1.ListTasksRequest{JobId: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := ts.Tasks[inst].Status
+		switch st.State {
+		case pelotonv1.TaskState_LAUNCHED, pelotonv1.TaskState_RUNNING:
+			t.Fatalf("run %d is %s on %s, which is cordoned", st.RunId, st.State, st.Host)
+		}
+		if time.Since(start) > time.Second {
+			reasons = append(reasons, st.PendingReason)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if p := runPod(k.jobPods(t, id), inst, 2); p != nil {
+		t.Errorf("run 2 of instance %d has a pod while its node is cordoned: %s on %q", inst, p.Name, p.Spec.NodeName)
+	}
+	t.Run("waits-with-a-reason", func(t *testing.T) {
+		// hostmgr AcquireHosts offers a task's bound host by name without
+		// checking Unschedulable (the scan of other hosts does check it),
+		// placement puts the run there, Commit refuses, and the engine
+		// returns every gang of the round as a commit conflict, again
+		// after each backoff for as long as the node stays cordoned.
+		t.Skip("product bug: hostmgr/manager.go AcquireHosts offers an unschedulable bound host; Commit refuses it every round; remove this Skip with the fix")
+		for _, r := range reasons {
+			if r != "" && !strings.Contains(r, "host changed while placing") {
+				return
+			}
+		}
+		t.Errorf("the run waited for 2 s with pending reasons %q, never saying its node is cordoned", reasons)
+	})
+
+	// Uncordoned, the node takes its agent back.
+	k.setUnschedulable(t, nodes[0], false)
+	ts := s.waitTasks(id, "the agent running again on its node", 30*time.Second, func(ts []*pelotonv1.Task) bool {
+		return allRunning(2)(ts) && ts[inst].Status.RunId == 2
+	})
+	checkRunPods(t, ts, k.jobPods(t, id), func(tk *pelotonv1.Task, p *corev1.Pod) {
+		if tk.InstanceId == inst && p.Spec.NodeName != nodes[0] {
+			t.Errorf("instance %d bound to %s runs on %s", inst, nodes[0], p.Spec.NodeName)
+		}
+	})
+}
+
+// setUnschedulable cordons or uncordons a node and waits until Peloton
+// sees it.
+func (k *kubeStack) setUnschedulable(t *testing.T, name string, on bool) {
+	t.Helper()
+	node, err := k.kc.Client.CoreV1().Nodes().Get(ctxT(t), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	node.Spec.Unschedulable = on
+	if _, err := k.kc.Client.CoreV1().Nodes().Update(ctxT(t), node, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	k.on(t).waitHost(name, fmt.Sprintf("unschedulable=%v", on), 20*time.Second, func(h *pelotonv1.Host) bool { return (h.MaintenanceMessage != "") == on })
 }
