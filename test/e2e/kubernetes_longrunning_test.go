@@ -266,8 +266,10 @@ func (k *kubeStack) testGang(t *testing.T) {
 	gang := onSuite(sleeper("kube-gang", "/default", 3, 0.45), "gang")
 	gang.Sla = &pelotonv1.SlaSpec{MinimumRunningInstances: 3}
 	id := s.createJob(gang)
-	// Hold for a while: no member launched, no pod of the gang bound.
+	// Hold for a while: no member launched, no pod of the gang bound, and
+	// the members say why they wait.
 	deadline := time.Now().Add(2 * time.Second)
+	var reason string
 	for time.Now().Before(deadline) {
 		ts, err := s.tasks.ListTasks(ctxT(t), &pelotonv1.ListTasksRequest{JobId: id})
 		if err != nil {
@@ -277,14 +279,19 @@ func (k *kubeStack) testGang(t *testing.T) {
 			if st := tk.Status.State; st == pelotonv1.TaskState_LAUNCHED || st == pelotonv1.TaskState_RUNNING {
 				t.Fatalf("gang member %d is %s while the gang cannot fit", tk.InstanceId, st)
 			}
-		}
-		for _, p := range k.jobPods(t, id) {
-			if p.Spec.NodeName != "" {
-				t.Fatalf("gang member pod %s bound to %s while the gang cannot fit", p.Name, p.Spec.NodeName)
+			if tk.Status.PendingReason != "" {
+				reason = tk.Status.PendingReason
 			}
+		}
+		if pods := k.jobPods(t, id); boundPods(pods) > 0 {
+			t.Fatalf("a gang member's pod is bound while the gang cannot fit:%s", describePods(pods))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	if !strings.Contains(reason, "waiting") {
+		t.Errorf("gang members should say why they wait, last said %q", reason)
+	}
+	t.Logf("the gang waited: %s", reason)
 	// Room appears: one more node. Every member binds, and whenever a pod
 	// of the gang is bound, every member has been placed: the pods are read
 	// first, so that the tasks read after cannot be older.
@@ -318,6 +325,7 @@ func (k *kubeStack) testGang(t *testing.T) {
 	}
 }
 
+// boundPods counts the pods bound to a node.
 func boundPods(pods []corev1.Pod) int {
 	n := 0
 	for _, p := range pods {
