@@ -62,6 +62,9 @@ type HostStatus struct {
 	Capacity  resources.Resources
 	Labels    map[string]string
 	Partition string
+	// Unschedulable: the backend says the host takes no new runs (a
+	// cordoned or not-ready node).
+	Unschedulable bool
 }
 
 // HostClass is a set of hosts that look the same to placement: same
@@ -397,7 +400,7 @@ func (m *Manager) AcquireHosts(f HostFilter) (string, []HostOffer) {
 	// Hosts asked for by name first: a host leased here is skipped by the
 	// scan below, so it is never offered twice.
 	for _, name := range f.Hosts {
-		if h, ok := m.hosts[name]; ok && h.lease == "" && h.state == hostUp {
+		if h, ok := m.hosts[name]; ok && h.lease == "" && h.state == hostUp && !h.info.Unschedulable {
 			take(name, h, h.info.Capacity.Sub(h.allocated))
 		}
 	}
@@ -433,7 +436,7 @@ func (m *Manager) HostStatuses(names []string) map[string]HostStatus {
 	out := make(map[string]HostStatus, len(names))
 	for _, name := range names {
 		if h, ok := m.hosts[name]; ok {
-			out[name] = HostStatus{State: h.state, Capacity: h.info.Capacity, Labels: h.info.Labels, Partition: h.info.Partition}
+			out[name] = HostStatus{State: h.state, Capacity: h.info.Capacity, Labels: h.info.Labels, Partition: h.info.Partition, Unschedulable: h.info.Unschedulable}
 		}
 	}
 	return out

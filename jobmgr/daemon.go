@@ -34,7 +34,9 @@ func (m *Manager) HostsChanged() {
 	}
 }
 
-// freeSlot reports whether a DAEMON instance serves no host.
+// freeSlot reports whether a DAEMON instance serves no host. Only DAEMON
+// instances have slots: a stopped instance of another type is an instance
+// that is down.
 func freeSlot(rt *pelotonv1.TaskStatus) bool {
 	return rt.BoundHost == "" && isTerminal(rt.State) && rt.GoalState == stKilled
 }
@@ -167,6 +169,9 @@ func (m *Manager) releaseSlot(ctx context.Context, j *job, inst uint32) error {
 		rt.GoalState = stKilled
 		switch {
 		case isTerminal(rt.State):
+			if rt.BoundHost != "" {
+				rt.Message = fmt.Sprintf("host %s left the job's hosts", rt.BoundHost)
+			}
 			rt.BoundHost = ""
 		case isActive(rt.State):
 			if rt.State == stKilling {
@@ -176,6 +181,9 @@ func (m *Manager) releaseSlot(ctx context.Context, j *job, inst uint32) error {
 			kill, grace = resmgr.RunTaskID(j.id, inst, rt.RunId), graceOf(j.version(rt.SpecVersion), inst)
 		default:
 			m.rm.Release(j.id, inst)
+			if rt.BoundHost != "" {
+				rt.Message = fmt.Sprintf("host %s left the job's hosts", rt.BoundHost)
+			}
 			rt.State, rt.Reason, rt.BoundHost = stKilled, "host-removed", ""
 		}
 		return nil

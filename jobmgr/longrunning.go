@@ -150,7 +150,7 @@ func (m *Manager) reportAvailability(j *job) bool {
 		}
 		t.mu.Lock()
 		av := !t.availableSince.IsZero()
-		free := freeSlot(t.rt)
+		free := j.typ == pelotonv1.JobType_DAEMON && freeSlot(t.rt)
 		states[i] = inst{run: t.rt.RunId, available: av, stopped: t.rt.GoalState == stKilled && isTerminal(t.rt.State)}
 		t.mu.Unlock()
 		if !av && !free { // a DAEMON's free slot is no instance at all

@@ -765,9 +765,26 @@ func (m *Manager) rollingRestart(ctx context.Context, j *job, instances []uint32
 			continue
 		}
 		t.mu.Lock()
-		run, stopped, free := t.rt.RunId, t.rt.GoalState == stKilled, freeSlot(t.rt)
+		run, stopped, free := t.rt.RunId, t.rt.GoalState == stKilled, j.typ == pelotonv1.JobType_DAEMON && freeSlot(t.rt)
 		t.mu.Unlock()
-		if stopped || free {
+		if free {
+			continue
+		}
+		if stopped {
+			// Stopped by the user: it is down already, so starting it
+			// again takes nothing down and needs no grant.
+			err := m.updateTask(ctx, j, inst, func(rt *pelotonv1.TaskStatus) error {
+				if rt.GoalState != stKilled || !isTerminal(rt.State) {
+					return errSkip // still stopping; the user asks again
+				}
+				rt.GoalState = m.taskGoal(j)
+				newRun(rt, rt.RunId+1, "started again by user")
+				rt.FailureCount = 0
+				return nil
+			})
+			if err != nil && !errors.Is(err, errSkip) {
+				return apierr.Unavailable("%v", err)
+			}
 			continue
 		}
 		if _, dup := restarts[inst]; !dup {

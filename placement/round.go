@@ -456,10 +456,12 @@ func (r *Round) chooseBound(q *request) (int32, string) {
 	if h < 0 {
 		// Known (gangUnresolvable ruled out a gone host) but not offered:
 		// in maintenance, or leased by another engine.
-		switch st := r.cfg.Bound[name].State; st {
-		case pelotonv1.HostState_HOST_DRAINING, pelotonv1.HostState_HOST_DRAINED:
+		switch st := r.cfg.Bound[name].State; {
+		case r.cfg.Bound[name].Unschedulable:
+			return -1, fmt.Sprintf("%s: %s (it takes no new tasks: cordoned or not ready)", ReasonBoundNoRoom, name)
+		case st == pelotonv1.HostState_HOST_DRAINING || st == pelotonv1.HostState_HOST_DRAINED:
 			return -1, fmt.Sprintf("%s: %s (%s)", ReasonBoundMaintenance, name, st)
-		case pelotonv1.HostState_HOST_UP:
+		case st == pelotonv1.HostState_HOST_UP:
 			return -1, fmt.Sprintf("%s: %s (another placement engine holds it)", ReasonBoundNoRoom, name)
 		default:
 			return -1, fmt.Sprintf("%s: %s (%s)", ReasonBoundNoRoom, name, st)

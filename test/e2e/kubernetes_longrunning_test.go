@@ -399,7 +399,6 @@ func (k *kubeStack) testDaemon(t *testing.T) {
 		// the daemon reconciles; jobmgr then makes a new run "restarting
 		// in 1s", and releaseSlot (jobmgr/daemon.go), finding it not yet
 		// active, sets KILLED host-removed but leaves that message.
-		t.Skip("product bug: jobmgr/daemon.go releaseSlot (default branch) keeps the message of the lost run; remove this Skip with the fix")
 		if strings.Contains(st.Message, "restarting") {
 			t.Errorf("instance %d is KILLED for good but its message says %q", gone.InstanceId, st.Message)
 		}
@@ -509,7 +508,6 @@ func (k *kubeStack) testDaemonOnCordonedNode(t *testing.T) {
 		// placement puts the run there, Commit refuses, and the engine
 		// returns every gang of the round as a commit conflict, again
 		// after each backoff for as long as the node stays cordoned.
-		t.Skip("product bug: hostmgr/manager.go AcquireHosts offers an unschedulable bound host; Commit refuses it every round; remove this Skip with the fix")
 		for _, r := range reasons {
 			if r != "" && !strings.Contains(r, "host changed while placing") {
 				return

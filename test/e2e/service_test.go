@@ -274,13 +274,21 @@ func TestServiceScaleAndRestart(t *testing.T) {
 	if j.Job.Status.State != pelotonv1.JobState_JOB_RUNNING {
 		t.Fatalf("job %s", j.Job.Status.State)
 	}
-	// A rolling restart of the others restarts each once.
-	if _, err := s.jobs.RestartJob(ctxT(t), &pelotonv1.RestartJobRequest{JobId: id, Instances: []uint32{1, 2}}); err != nil {
+	// A restart starts the killed instance again at once and restarts the
+	// others one by one (the killed one held the budget until it ran again).
+	s.waitTasks(id, "instance 0 stopped", 30*time.Second, func(ts []*pelotonv1.Task) bool {
+		return ts[0].Status.State == pelotonv1.TaskState_KILLED
+	})
+	if _, err := s.jobs.RestartJob(ctxT(t), &pelotonv1.RestartJobRequest{JobId: id, Instances: []uint32{0, 1, 2}}); err != nil {
 		t.Fatal(err)
 	}
-	s.waitTasks(id, "instances 1 and 2 on run 2", 60*time.Second, func(ts []*pelotonv1.Task) bool {
-		return ts[1].Status.RunId >= 2 && ts[2].Status.RunId >= 2 &&
-			ts[1].Status.State == pelotonv1.TaskState_RUNNING && ts[2].Status.State == pelotonv1.TaskState_RUNNING
+	s.waitTasks(id, "instances 0, 1 and 2 on run 2", 60*time.Second, func(ts []*pelotonv1.Task) bool {
+		for _, tk := range ts {
+			if tk.Status.RunId < 2 || tk.Status.State != pelotonv1.TaskState_RUNNING {
+				return false
+			}
+		}
+		return true
 	})
 }
 
