@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -457,16 +458,42 @@ func (b *kubeBench) parallel(ctx context.Context, n int, do func(ctx context.Con
 	return first
 }
 
-// clean deletes every pod of ns at once (grace 0: no kubelet needs to
-// agree) and waits, bounded, until none is left.
+// clean deletes every pod of ns (grace 0: no kubelet needs to agree),
+// one call per pod from CreateWorkers goroutines - a DeleteCollection of
+// 10,000 pods outlasts any sane client timeout, as the apiserver deletes
+// them with one worker by default - and waits, bounded, until none is left.
 func (b *kubeBench) clean(ctx context.Context, ns string) error {
-	pods := b.kc.Client.CoreV1().Pods(ns)
-	zero := int64(0)
-	if err := pods.DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{}); err != nil {
-		return fmt.Errorf("bench: delete the pods of %s: %w", ns, err)
-	}
-	cctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
+	pods := b.creator.CoreV1().Pods(ns)
+	var names []string
+	opts := metav1.ListOptions{Limit: 1000}
+	for pages := 0; ; pages++ {
+		if pages > maxInstances/1000+10 {
+			return fmt.Errorf("bench: listing the pods of %s: too many pages", ns)
+		}
+		l, err := pods.List(cctx, opts)
+		if err != nil {
+			return fmt.Errorf("bench: list the pods of %s: %w", ns, err)
+		}
+		for _, p := range l.Items {
+			names = append(names, p.Name)
+		}
+		if opts.Continue = l.Continue; opts.Continue == "" {
+			break
+		}
+	}
+	zero := int64(0)
+	err := b.parallel(cctx, len(names), func(ctx context.Context, i int) error {
+		err := pods.Delete(ctx, names[i], metav1.DeleteOptions{GracePeriodSeconds: &zero})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("bench: delete pod %s/%s: %w", ns, names[i], err)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
 	return waitFor(cctx, 250*time.Millisecond, "deleting the pods of "+ns, func() (bool, string, error) {
 		l, err := pods.List(cctx, metav1.ListOptions{Limit: 1})
 		if err != nil {
