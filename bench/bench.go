@@ -8,7 +8,10 @@
 //
 // The placement scenario is the exception: it measures the pure placement
 // core alone (placement.Place over a synthetic snapshot), without etcd or
-// the API.
+// the API. The kubernetes scenario is the other: it starts a real
+// kube-apiserver with kwok nodes (internal/kubetest, binaries from `make
+// kube-tools`), runs kube-scheduler as a child process, and runs the stack
+// on the kubernetes backend against that cluster.
 //
 // What a scenario may read besides the API, and why: the in-process metrics
 // registry (internal/metrics) for counters the API does not expose, such as
@@ -45,6 +48,9 @@ const (
 	ScenarioPlacement = "placement"
 	ScenarioGang      = "gang"
 	ScenarioUpdate    = "update"
+	// ScenarioKubernetes runs against a real kube-apiserver with kwok nodes
+	// (the binaries of `make kube-tools`), side by side with kube-scheduler.
+	ScenarioKubernetes = "kubernetes"
 )
 
 // Scenario describes one benchmark: its name, a one-line summary and the
@@ -64,6 +70,7 @@ func Scenarios() []Scenario {
 		{ScenarioPlacement, "the placement core alone on a synthetic host snapshot", placementFigures},
 		{ScenarioGang, "gang placement on a fragmented cluster, and whether any gang ran partially", gangFigures},
 		{ScenarioUpdate, "a rolling update of a large service: scheduler overhead per batch", updateFigures},
+		{ScenarioKubernetes, "pods bound and running on a real kube-apiserver with kwok nodes: raw ceiling, kube-scheduler and Peloton side by side", kubernetesFigures},
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/peloton-sched/peloton/cluster"
+	"github.com/peloton-sched/peloton/hostmgr/kubernetes"
 	"github.com/peloton-sched/peloton/internal/store"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
@@ -63,10 +64,13 @@ type stackConfig struct {
 	HostMemoryMB int64
 	// ReclaimDelay is resmgr's reclaim hysteresis (0: its default, 1s).
 	ReclaimDelay time.Duration
+	// Kube, if set, runs the stack on the kubernetes backend against that
+	// cluster instead of sim (Hosts and the host sizes are then unused).
+	Kube *cluster.KubeConfig
 }
 
 // stack is one Peloton process (cluster.Run) running in this process on the
-// sim backend, with an embedded etcd, in a temp dir that Close removes.
+// sim backend (or the kubernetes one, for the kubernetes scenario), with an embedded etcd, in a temp dir that Close removes.
 type stack struct {
 	ready  cluster.ReadyInfo
 	dir    string
@@ -97,6 +101,9 @@ func startStack(ctx context.Context, env Env, sc stackConfig) (*stack, error) {
 		ReclaimDelay: sc.ReclaimDelay, ShutdownGrace: 10 * time.Second,
 		Logger:  env.logger(),
 		OnReady: func(r cluster.ReadyInfo) { readyCh <- r },
+	}
+	if sc.Kube != nil {
+		cfg.Backend, cfg.Kube = kubernetes.BackendName, *sc.Kube
 	}
 	go func() { s.done <- cluster.Run(runCtx, cfg) }()
 	select {

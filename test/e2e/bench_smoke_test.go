@@ -9,18 +9,20 @@ import (
 
 	"github.com/peloton-sched/peloton/bench"
 	"github.com/peloton-sched/peloton/cmd/peloton/cli"
+	"github.com/peloton-sched/peloton/internal/kubetest"
 )
 
 // benchSmokeArgs are tiny sizes of every scenario: enough to go through
 // every step (fill, kill, preempt, launch, watch), small enough that all of
 // them together take a few seconds.
 var benchSmokeArgs = map[string][]string{
-	bench.ScenarioReclaim:   {"--hosts", "4", "--host-cpu", "8", "--reclaim-delay", "200ms"},
-	bench.ScenarioBatch:     {"--hosts", "20", "--tasks", "200", "--job-size", "50", "--poll", "20ms"},
-	bench.ScenarioLargeJob:  {"--tasks", "200", "--override-every", "10", "--hosts", "2", "--settle", "200ms"},
-	bench.ScenarioPlacement: {"--hosts", "20", "--tasks", "200", "--round", "50"},
-	bench.ScenarioGang:      {"--hosts", "20", "--min-gang", "8", "--max-gang", "16", "--gangs-per-size", "1"},
-	bench.ScenarioUpdate:    {"--instances", "100", "--batch-size", "20", "--hosts", "10"},
+	bench.ScenarioReclaim:    {"--hosts", "4", "--host-cpu", "8", "--reclaim-delay", "200ms"},
+	bench.ScenarioBatch:      {"--hosts", "20", "--tasks", "200", "--job-size", "50", "--poll", "20ms"},
+	bench.ScenarioLargeJob:   {"--tasks", "200", "--override-every", "10", "--hosts", "2", "--settle", "200ms"},
+	bench.ScenarioPlacement:  {"--hosts", "20", "--tasks", "200", "--round", "50"},
+	bench.ScenarioGang:       {"--hosts", "20", "--min-gang", "8", "--max-gang", "16", "--gangs-per-size", "1"},
+	bench.ScenarioUpdate:     {"--instances", "100", "--batch-size", "20", "--hosts", "10"},
+	bench.ScenarioKubernetes: {"--nodes", "20", "--pods", "100"},
 }
 
 // TestBenchScenariosSmoke runs every `peloton bench` scenario at a tiny size
@@ -33,6 +35,13 @@ func TestBenchScenariosSmoke(t *testing.T) {
 			args, ok := benchSmokeArgs[sc.Name]
 			if !ok {
 				t.Fatalf("no smoke-test size for scenario %s; add one to benchSmokeArgs", sc.Name)
+			}
+			if sc.Name == bench.ScenarioKubernetes {
+				// Like every kubetest user: skipped only where the binaries
+				// are not built (make test always builds them).
+				if _, err := kubetest.Tools(); err != nil {
+					t.Skip(err.Error())
+				}
 			}
 			var out, errb bytes.Buffer
 			root := cli.NewRootCommand(&out, &errb)

@@ -45,7 +45,9 @@ Every scenario except placement starts the whole stack in this process - the
 same cluster stack "peloton up" runs, on the sim backend, with an embedded etcd
 in a temp dir and loopback listeners on free ports, all removed afterwards -
 and drives it through the gRPC API. Nothing else needs to run, and no server
-flag applies. Progress goes to stderr (-q silences it).
+flag applies. The kubernetes scenario runs the stack on the kubernetes backend
+against a throw-away kube-apiserver with kwok nodes, next to kube-scheduler;
+it needs the binaries of "make kube-tools". Progress goes to stderr (-q silences it).
 
 docs/benchmarks.md has the figures measured so far and the commands that
 produced them.`,
@@ -138,6 +140,22 @@ func (a *app) benchScenario(sc bench.Scenario) *cobra.Command {
 		fs.DurationVar(&c.Poll, "poll", c.Poll, "pause between two GetUpdate calls")
 		validate = c.Validate
 		run = func(ctx context.Context, env bench.Env) (*bench.Result, error) { return bench.Update(ctx, env, c) }
+	case bench.ScenarioKubernetes:
+		c := bench.DefaultKubernetesConfig()
+		fs.IntVar(&c.Nodes, "nodes", c.Nodes, "kwok nodes")
+		fs.IntVar(&c.NodeCPU, "node-cpu", c.NodeCPU, "allocatable CPUs of each node")
+		fs.IntVar(&c.NodeMemoryGiB, "node-memory-gib", c.NodeMemoryGiB, "allocatable memory of each node in GiB")
+		fs.IntVar(&c.Pods, "pods", c.Pods, "pods of each phase (Peloton: instances of its one BATCH job)")
+		fs.Float64Var(&c.PodCPU, "pod-cpu", c.PodCPU, "CPUs each pod requests")
+		fs.IntVar(&c.PodMemoryMB, "pod-memory-mb", c.PodMemoryMB, "memory each pod requests in MiB")
+		fs.Float32Var(&c.QPS, "qps", c.QPS, "Peloton's client QPS, and kube-scheduler's in its equal-QPS run")
+		fs.IntVar(&c.Burst, "burst", c.Burst, "Peloton's client burst, and kube-scheduler's in its equal-QPS run (0: twice --qps)")
+		fs.Float32Var(&c.CreateQPS, "create-qps", c.CreateQPS, "client QPS of the bench's own pod creator (raw and kube-scheduler phases)")
+		fs.IntVar(&c.CreateWorkers, "create-workers", c.CreateWorkers, "goroutines of the bench's own pod creator")
+		fs.DurationVar(&c.PhaseTimeout, "phase-timeout", c.PhaseTimeout, "bound of each phase, first create to last pod Running")
+		fs.StringVar(&c.Bin, "kube-bin", c.Bin, "folder with kube-apiserver, kube-scheduler and kwok (default: $PELOTON_KUBE_BIN, or what make kube-tools built)")
+		validate = c.Validate
+		run = func(ctx context.Context, env bench.Env) (*bench.Result, error) { return bench.Kubernetes(ctx, env, c) }
 	default:
 		panic("bench: no command for scenario " + sc.Name)
 	}

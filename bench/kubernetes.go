@@ -1,0 +1,546 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/peloton-sched/peloton/cluster"
+	pkube "github.com/peloton-sched/peloton/hostmgr/kubernetes"
+	"github.com/peloton-sched/peloton/internal/kubetest"
+	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+)
+
+// The four phases of the kubernetes scenario, as figure-name prefixes.
+const (
+	phaseRaw        = "raw"
+	phaseKSDefault  = "kubeSchedulerDefault"
+	phaseKSEqualQPS = "kubeSchedulerEqualQps"
+	phasePeloton    = "peloton"
+)
+
+var kubernetesPhases = []string{phaseRaw, phaseKSDefault, phaseKSEqualQPS, phasePeloton}
+
+// Per-phase figure suffixes: created→bound throughput, time until the last
+// pod is Running, and pod startup latency (pod first seen → Running, both as
+// a watch observes them; the Kubernetes SLO's definition).
+var kubePhaseSuffixes = []string{"BoundPerSec", "AllRunningS", "StartupMsP50", "StartupMsP99"}
+
+var kubernetesFigures = func() []string {
+	var fs []string
+	for _, p := range kubernetesPhases {
+		for _, s := range kubePhaseSuffixes {
+			fs = append(fs, p+s)
+		}
+	}
+	return append(fs, "pelotonFirstPodMs", "pelotonVsRaw", "pelotonVsKubeSchedulerDefault", "pelotonVsKubeSchedulerEqualQps")
+}()
+
+// kubeSchedulerDefaultQPS and Burst are kube-scheduler's own defaults for
+// clientConnection (KubeSchedulerConfiguration v1), quoted in the output;
+// the default run leaves them unset so the binary applies its own.
+const (
+	kubeSchedulerDefaultQPS   = 50
+	kubeSchedulerDefaultBurst = 100
+)
+
+// KubernetesConfig sizes the kubernetes scenario.
+type KubernetesConfig struct {
+	// Nodes is the number of kwok nodes; NodeCPU and NodeMemoryGiB their
+	// allocatable resources (110 pods each, the kubelet's default).
+	Nodes         int
+	NodeCPU       int
+	NodeMemoryGiB int
+	// Pods is the pods of each phase (Peloton: instances of its one job),
+	// each requesting PodCPU and PodMemoryMB (requests = limits).
+	Pods        int
+	PodCPU      float64
+	PodMemoryMB int
+	// QPS and Burst are Peloton's client rate, and kube-scheduler's in its
+	// equal-QPS run (Burst 0: twice QPS).
+	QPS   float32
+	Burst int
+	// CreateQPS and CreateWorkers drive the bench's own client that creates
+	// the pods of the raw and kube-scheduler phases.
+	CreateQPS     float32
+	CreateWorkers int
+	// PhaseTimeout bounds each phase, from the first create to the last pod
+	// Running.
+	PhaseTimeout time.Duration
+	// Bin is the folder with kube-apiserver, kube-scheduler and kwok
+	// (empty: what `make kube-tools` built, see kubetest.Tools).
+	Bin string
+}
+
+// DefaultKubernetesConfig is the issue's size: 10,000 pods of 0.1 CPU on
+// 1,000 kwok nodes of 32 CPUs, Peloton at the backend's default QPS.
+func DefaultKubernetesConfig() KubernetesConfig {
+	return KubernetesConfig{
+		Nodes: 1000, NodeCPU: 32, NodeMemoryGiB: 128,
+		Pods: 10000, PodCPU: 0.1, PodMemoryMB: 64,
+		QPS: pkube.DefaultQPS, CreateQPS: 5000, CreateWorkers: 64,
+		PhaseTimeout: 10 * time.Minute,
+	}
+}
+
+// Validate checks the config; every error names the flag at fault.
+func (c *KubernetesConfig) Validate() error {
+	switch {
+	case c.Nodes < 1 || c.Nodes > 5000:
+		return fmt.Errorf("--nodes %d: must be 1..5000", c.Nodes)
+	case c.Pods < 1 || c.Pods > maxInstances:
+		return fmt.Errorf("--pods %d: must be 1..%d", c.Pods, maxInstances)
+	case c.NodeCPU < 1 || c.NodeMemoryGiB < 1:
+		return fmt.Errorf("--node-cpu and --node-memory-gib: must be >= 1")
+	case c.PodCPU < 0.001 || c.PodMemoryMB < 1:
+		return fmt.Errorf("--pod-cpu and --pod-memory-mb: must be >= 0.001 and >= 1")
+	// Half the cluster at most, so that any spread a scheduler picks fits.
+	case float64(c.Pods) > float64(c.Nodes)*55,
+		float64(c.Pods)*c.PodCPU > float64(c.Nodes*c.NodeCPU)/2,
+		c.Pods*c.PodMemoryMB > c.Nodes*c.NodeMemoryGiB*1024/2:
+		return fmt.Errorf("--pods %d: must fill at most half of the %d nodes (55 pods, half the CPU and memory of each)", c.Pods, c.Nodes)
+	case c.QPS <= 0 || c.Burst < 0:
+		return fmt.Errorf("--qps %g and --burst %d: must be > 0 and >= 0", c.QPS, c.Burst)
+	case c.CreateQPS <= 0 || c.CreateWorkers < 1 || c.CreateWorkers > 1000:
+		return fmt.Errorf("--create-qps %g and --create-workers %d: must be > 0 and 1..1000", c.CreateQPS, c.CreateWorkers)
+	case c.PhaseTimeout <= 0:
+		return fmt.Errorf("--phase-timeout %s: must be > 0", c.PhaseTimeout)
+	}
+	return nil
+}
+
+func (c *KubernetesConfig) burst() int {
+	if c.Burst > 0 {
+		return c.Burst
+	}
+	return int(math.Ceil(float64(c.QPS) * 2))
+}
+
+// Kubernetes measures, in one run against one kube-apiserver with kwok
+// nodes, how fast the same number of pods get bound and Running when
+// (1) created already bound (the ceiling of this apiserver and kwok),
+// (2) placed by kube-scheduler of the same version at its default client
+// QPS and (3) again at Peloton's QPS, and (4) placed by Peloton as one BATCH
+// job. Each phase has its own namespace, and its pods are deleted before the
+// next one starts. Times are what an informer in this process observes.
+func Kubernetes(ctx context.Context, env Env, cfg KubernetesConfig) (_ *Result, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	bin := cfg.Bin
+	if bin == "" {
+		if bin, err = kubetest.Tools(); err != nil {
+			return nil, err
+		}
+	}
+	r := newResult(ScenarioKubernetes)
+	r.param("nodes", cfg.Nodes)
+	r.param("nodeCpu", cfg.NodeCPU)
+	r.param("pods", cfg.Pods)
+	r.param("podCpu", cfg.PodCPU)
+	r.param("podMemoryMb", cfg.PodMemoryMB)
+	r.param("qps", cfg.QPS)
+	r.param("burst", cfg.burst())
+	r.param("createQps", cfg.CreateQPS)
+	r.param("createWorkers", cfg.CreateWorkers)
+
+	dir, err := os.MkdirTemp("", "peloton-bench-kube-*")
+	if err != nil {
+		return nil, fmt.Errorf("bench: temp dir: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	env.progress("kubernetes: starting etcd, kube-apiserver and kwok")
+	kc, err := kubetest.New(dir, bin, kubetest.Options{Logger: env.logger()})
+	if err != nil {
+		return nil, err
+	}
+	defer kc.Close()
+	if v, err := kc.Client.Discovery().ServerVersion(); err == nil {
+		r.param("kubernetes", v.GitVersion)
+	}
+	env.progress("kubernetes: creating %d kwok nodes", cfg.Nodes)
+	nodes, err := kc.AddNodes(ctx, kubetest.NodeSpec{Prefix: "bench", Count: cfg.Nodes,
+		CPU: fmt.Sprint(cfg.NodeCPU), Memory: fmt.Sprintf("%dGi", cfg.NodeMemoryGiB), Pods: "110"})
+	if err != nil {
+		return nil, err
+	}
+	creator, err := creatorClient(kc.Config, cfg)
+	if err != nil {
+		return nil, err
+	}
+	b := &kubeBench{env: env, cfg: cfg, kc: kc, bin: bin, dir: dir, creator: creator, nodes: nodes}
+	if err := b.untaintNotReady(ctx); err != nil {
+		return nil, err
+	}
+
+	res := map[string]phaseResult{}
+	var pr phaseResult
+	if pr, err = b.raw(ctx); err != nil {
+		return nil, err
+	}
+	res[phaseRaw] = pr
+	if pr, err = b.kubeScheduler(ctx, phaseKSDefault, 0, 0); err != nil {
+		return nil, err
+	}
+	res[phaseKSDefault] = pr
+	if pr, err = b.kubeScheduler(ctx, phaseKSEqualQPS, cfg.QPS, cfg.burst()); err != nil {
+		return nil, err
+	}
+	res[phaseKSEqualQPS] = pr
+	if pr, err = b.peloton(ctx); err != nil {
+		return nil, err
+	}
+	res[phasePeloton] = pr
+
+	for _, p := range kubernetesPhases {
+		x := res[p]
+		r.add(p+"BoundPerSec", x.boundPerSec, "pods/s", "")
+		r.add(p+"AllRunningS", x.allRunning.Seconds(), "s", "first create (or CreateJob) to last pod Running")
+		r.add(p+"StartupMsP50", x.startupP50, "ms", "")
+		goal := ""
+		if p == phasePeloton {
+			goal = "goal <= 5000 (the Kubernetes pod startup SLO)"
+		}
+		r.add(p+"StartupMsP99", x.startupP99, "ms", goal)
+	}
+	r.add("pelotonFirstPodMs", ms(res[phasePeloton].firstPod), "ms", "CreateJob to the first pod created")
+	ratio := func(a, b float64) float64 {
+		if b <= 0 {
+			return math.NaN()
+		}
+		return a / b
+	}
+	pb := res[phasePeloton].boundPerSec
+	r.add("pelotonVsRaw", ratio(pb, res[phaseRaw].boundPerSec), "x", "bound/s; goal >= 0.95")
+	r.add("pelotonVsKubeSchedulerDefault", ratio(pb, res[phaseKSDefault].boundPerSec), "x", "bound/s; goal >= 10")
+	r.add("pelotonVsKubeSchedulerEqualQps", ratio(pb, res[phaseKSEqualQPS].boundPerSec), "x", "bound/s; goal >= 1.5")
+	r.note("kube-scheduler default client QPS/burst is its own (%d/%d); the equal run sets clientConnection.qps/burst to %g/%d, Peloton's",
+		kubeSchedulerDefaultQPS, kubeSchedulerDefaultBurst, cfg.QPS, cfg.burst())
+	r.note("startup is pod first seen by a watch -> Running; Peloton creates a pod only after placing it, so its queueing before that is in AllRunningS and pelotonFirstPodMs, not in its startup")
+	return r.finish(), nil
+}
+
+// kubeBench is one run's shared state.
+type kubeBench struct {
+	env     Env
+	cfg     KubernetesConfig
+	kc      *kubetest.Cluster
+	bin     string
+	dir     string
+	creator kubernetes.Interface
+	nodes   []string
+}
+
+// creatorClient is the client that creates pods for the raw and
+// kube-scheduler phases, at CreateQPS.
+func creatorClient(base *rest.Config, cfg KubernetesConfig) (kubernetes.Interface, error) {
+	rc := rest.CopyConfig(base)
+	rc.QPS, rc.Burst = cfg.CreateQPS, int(cfg.CreateQPS)
+	rc.UserAgent = "peloton-bench"
+	return kubernetes.NewForConfig(rc)
+}
+
+// untaintNotReady removes the node.kubernetes.io/not-ready taint the
+// apiserver puts on every new node. In a real cluster the node lifecycle
+// controller (kube-controller-manager) removes it once the kubelet reports
+// Ready; this cluster has no controller-manager, and kube-scheduler would
+// never place a pod on a node that keeps it.
+func (b *kubeBench) untaintNotReady(ctx context.Context) error {
+	patch := []byte(`{"spec":{"taints":null}}`)
+	return b.parallel(ctx, len(b.nodes), func(ctx context.Context, i int) error {
+		n, err := b.creator.CoreV1().Nodes().Get(ctx, b.nodes[i], metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for _, t := range n.Spec.Taints {
+			if t.Key != corev1.TaintNodeNotReady {
+				return fmt.Errorf("node %s has taint %s, which the bench did not expect", n.Name, t.Key)
+			}
+		}
+		if len(n.Spec.Taints) == 0 {
+			return nil
+		}
+		_, err = b.creator.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+		return err
+	})
+}
+
+// raw creates the pods with spec.nodeName set, round robin over the nodes:
+// no scheduler at all, only the apiserver and kwok.
+func (b *kubeBench) raw(ctx context.Context) (phaseResult, error) {
+	ns := "bench-raw"
+	return b.phase(ctx, phaseRaw, ns, func(ctx context.Context) error {
+		return b.createPods(ctx, ns, func(i int, p *corev1.Pod) { p.Spec.NodeName = b.nodes[i%len(b.nodes)] })
+	})
+}
+
+// kubeScheduler runs kube-scheduler at the given client QPS and burst (0:
+// its defaults), waits until it has bound a warm-up pod, and measures it
+// placing unbound pods.
+func (b *kubeBench) kubeScheduler(ctx context.Context, name string, qps float32, burst int) (phaseResult, error) {
+	b.env.progress("kubernetes: %s: starting kube-scheduler", name)
+	ks, err := startKubeScheduler(b.dir, b.bin, name, b.kc.Kubeconfig, qps, burst)
+	if err != nil {
+		return phaseResult{}, err
+	}
+	defer ks.stop()
+	ns := "bench-ks-" + map[string]string{phaseKSDefault: "default", phaseKSEqualQPS: "equal"}[name]
+	if err := b.warmUp(ctx, ks, ns+"-warmup"); err != nil {
+		return phaseResult{}, err
+	}
+	return b.phase(ctx, name, ns, func(ctx context.Context) error {
+		return b.createPods(ctx, ns, func(_ int, p *corev1.Pod) { p.Spec.SchedulerName = corev1.DefaultSchedulerName })
+	})
+}
+
+// warmUp waits (bounded) until kube-scheduler binds one pod, so that its
+// start-up is not measured, and deletes that pod.
+func (b *kubeBench) warmUp(ctx context.Context, ks *proc, ns string) error {
+	if err := b.kc.CreateNamespace(ctx, ns); err != nil {
+		return err
+	}
+	p := benchPod(ns, "warmup", b.cfg)
+	p.Spec.SchedulerName = corev1.DefaultSchedulerName
+	pods := b.kc.Client.CoreV1().Pods(ns)
+	if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("bench: warm-up pod: %w", err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	err := waitFor(wctx, 100*time.Millisecond, "kube-scheduler binding a warm-up pod", func() (bool, string, error) {
+		if ks.exited() {
+			return false, "", fmt.Errorf("bench: kube-scheduler exited: %v\n%s", ks.err, ks.tail(20))
+		}
+		got, err := pods.Get(wctx, "warmup", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		return got.Spec.NodeName != "", "not bound yet", nil
+	})
+	if err != nil {
+		return fmt.Errorf("%w\n%s", err, ks.tail(20))
+	}
+	return b.clean(ctx, ns)
+}
+
+// peloton runs the stack on the kubernetes backend and submits one BATCH
+// job of Pods instances.
+func (b *kubeBench) peloton(ctx context.Context) (phaseResult, error) {
+	b.env.progress("kubernetes: peloton: starting the stack on the kubernetes backend")
+	s, err := startStack(ctx, b.env, stackConfig{Kube: &cluster.KubeConfig{
+		Kubeconfig: b.kc.Kubeconfig, QPS: b.cfg.QPS, Burst: b.cfg.burst()}})
+	if err != nil {
+		return phaseResult{}, err
+	}
+	defer s.Close()
+	hctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	err = waitFor(hctx, 200*time.Millisecond, "Peloton seeing every kwok node", func() (bool, string, error) {
+		cctx, cancel := call(hctx)
+		defer cancel()
+		hl, err := s.hosts.ListHosts(cctx, &pelotonv1.ListHostsRequest{})
+		if err != nil {
+			return false, "", fmt.Errorf("ListHosts: %w", err)
+		}
+		return len(hl.Hosts) >= len(b.nodes), fmt.Sprintf("%d of %d hosts", len(hl.Hosts), len(b.nodes)), nil
+	})
+	if err != nil {
+		return phaseResult{}, err
+	}
+	ns := pkube.DefaultNamespace
+	spec := &pelotonv1.JobSpec{Name: "bench-kubernetes", Type: pelotonv1.JobType_BATCH, Pool: "/default",
+		InstanceCount: uint32(b.cfg.Pods),
+		DefaultSpec: &pelotonv1.TaskSpec{Command: []string{"serve"},
+			Resources: &pelotonv1.Resources{Cpu: b.cfg.PodCPU, MemoryMb: float64(b.cfg.PodMemoryMB)}}}
+	return b.phase(ctx, phasePeloton, ns, func(ctx context.Context) error {
+		cctx, cancel := call(ctx)
+		defer cancel()
+		if _, err := s.jobs.CreateJob(cctx, &pelotonv1.CreateJobRequest{Spec: spec}); err != nil {
+			return fmt.Errorf("CreateJob: %w", err)
+		}
+		return nil
+	})
+}
+
+// phaseResult is what one phase measured.
+type phaseResult struct {
+	boundPerSec            float64
+	allRunning, firstPod   time.Duration
+	startupP50, startupP99 float64
+}
+
+// phase watches namespace ns, calls start (which creates the pods or the
+// job), waits until Pods pods run, and deletes them all. The time origin is
+// the call of start.
+func (b *kubeBench) phase(ctx context.Context, name, ns string, start func(context.Context) error) (phaseResult, error) {
+	if err := b.kc.CreateNamespace(ctx, ns); err != nil {
+		return phaseResult{}, fmt.Errorf("bench: namespace %s: %w", ns, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, b.cfg.PhaseTimeout)
+	defer cancel()
+	w, err := watchPods(ctx, b.kc.Config, ns, b.cfg.Pods)
+	if err != nil {
+		return phaseResult{}, err
+	}
+	defer w.stop()
+	b.env.progress("kubernetes: %s: %d pods", name, b.cfg.Pods)
+	t0 := time.Now()
+	startErr := make(chan error, 1)
+	go func() { startErr <- start(ctx) }()
+	if err := w.wait(ctx, startErr, func(bound, running int) {
+		b.env.progress("kubernetes: %s: %d bound, %d running", name, bound, running)
+	}); err != nil {
+		return phaseResult{}, fmt.Errorf("bench: %s: %w", name, err)
+	}
+	pr := w.result(t0)
+	b.env.progress("kubernetes: %s: all running after %s", name, pr.allRunning.Round(time.Millisecond))
+	if name != phasePeloton { // the last phase: the cluster goes away
+		b.env.progress("kubernetes: %s: deleting the pods", name)
+		if err := b.clean(ctx, ns); err != nil {
+			return phaseResult{}, err
+		}
+	}
+	return pr, nil
+}
+
+// createPods creates Pods pods in ns from CreateWorkers goroutines; edit
+// adjusts pod i.
+func (b *kubeBench) createPods(ctx context.Context, ns string, edit func(i int, p *corev1.Pod)) error {
+	return b.parallel(ctx, b.cfg.Pods, func(ctx context.Context, i int) error {
+		p := benchPod(ns, fmt.Sprintf("pod-%d", i), b.cfg)
+		edit(i, p)
+		if _, err := b.creator.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("create pod %s/%s: %w", ns, p.Name, err)
+		}
+		return nil
+	})
+}
+
+// parallel calls do for 0..n-1 from CreateWorkers goroutines. The first
+// error stops them all.
+func (b *kubeBench) parallel(ctx context.Context, n int, do func(ctx context.Context, i int) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var next atomic.Int64
+	var once sync.Once
+	var first error
+	var wg sync.WaitGroup
+	for range min(b.cfg.CreateWorkers, n) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n || ctx.Err() != nil {
+					return
+				}
+				if err := do(ctx, i); err != nil {
+					once.Do(func() { first = err; cancel() })
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return first
+}
+
+// clean deletes every pod of ns (grace 0: no kubelet needs to agree),
+// one call per pod from CreateWorkers goroutines - a DeleteCollection of
+// 10,000 pods outlasts any sane client timeout, as the apiserver deletes
+// them with one worker by default - and waits, bounded, until none is left.
+func (b *kubeBench) clean(ctx context.Context, ns string) error {
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	pods := b.creator.CoreV1().Pods(ns)
+	var names []string
+	opts := metav1.ListOptions{Limit: 1000}
+	for pages := 0; ; pages++ {
+		if pages > maxInstances/1000+10 {
+			return fmt.Errorf("bench: listing the pods of %s: too many pages", ns)
+		}
+		l, err := pods.List(cctx, opts)
+		if err != nil {
+			return fmt.Errorf("bench: list the pods of %s: %w", ns, err)
+		}
+		for _, p := range l.Items {
+			names = append(names, p.Name)
+		}
+		if opts.Continue = l.Continue; opts.Continue == "" {
+			break
+		}
+	}
+	zero := int64(0)
+	err := b.parallel(cctx, len(names), func(ctx context.Context, i int) error {
+		err := pods.Delete(ctx, names[i], metav1.DeleteOptions{GracePeriodSeconds: &zero})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("bench: delete pod %s/%s: %w", ns, names[i], err)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return waitFor(cctx, 250*time.Millisecond, "deleting the pods of "+ns, func() (bool, string, error) {
+		l, err := pods.List(cctx, metav1.ListOptions{Limit: 1})
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		left := len(l.Items)
+		if l.RemainingItemCount != nil {
+			left += int(*l.RemainingItemCount)
+		}
+		return left == 0, fmt.Sprintf("%d left", left), nil
+	})
+}
+
+// benchPod is the pod every phase runs: requests = limits, a command kwok
+// runs until the pod is deleted, no grace period.
+func benchPod(ns, name string, cfg KubernetesConfig) *corev1.Pod {
+	q := corev1.ResourceList{
+		corev1.ResourceCPU:    *resource.NewMilliQuantity(int64(math.Round(cfg.PodCPU*1000)), resource.DecimalSI),
+		corev1.ResourceMemory: *resource.NewQuantity(int64(cfg.PodMemoryMB)<<20, resource.BinarySI),
+	}
+	zero := int64(0)
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"app": "peloton-bench"}},
+		Spec: corev1.PodSpec{
+			TerminationGracePeriodSeconds: &zero,
+			Containers: []corev1.Container{{
+				Name: "main", Image: "registry.k8s.io/pause:3.10", Command: []string{"serve"},
+				Resources: corev1.ResourceRequirements{Requests: q, Limits: q},
+			}},
+		},
+	}
+}
+
+// startKubeScheduler runs kube-scheduler against the cluster with leader
+// election off and no serving port; qps 0 leaves its client rate at the
+// binary's defaults.
+func startKubeScheduler(dir, bin, name, kubeconfig string, qps float32, burst int) (*proc, error) {
+	conn := fmt.Sprintf("  kubeconfig: %q\n", kubeconfig)
+	if qps > 0 {
+		conn += fmt.Sprintf("  qps: %g\n  burst: %d\n", qps, burst)
+	}
+	cfgPath := filepath.Join(dir, "kube-scheduler-"+name+".yaml")
+	yaml := "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n" +
+		"clientConnection:\n" + conn + "leaderElection:\n  leaderElect: false\n"
+	if err := os.WriteFile(cfgPath, []byte(yaml), 0o600); err != nil {
+		return nil, err
+	}
+	return startProc(dir, "kube-scheduler-"+name, filepath.Join(bin, "kube-scheduler"),
+		[]string{"--config=" + cfgPath, "--secure-port=0"})
+}
