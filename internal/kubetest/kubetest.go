@@ -15,7 +15,8 @@
 // Everything listens on loopback. The apiserver advertises an address from
 // TEST-NET-1 (RFC 5737) that it must not be loopback but that nothing
 // dials. Every wait is bounded. It is a normal package so that tests of
-// several packages can use it; nothing outside tests may import it.
+// several packages can use it, and `peloton bench kubernetes` (bench/)
+// starts its cluster with New; no component of Peloton may import it.
 package kubetest
 
 import (
