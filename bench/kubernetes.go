@@ -296,7 +296,7 @@ func (b *kubeBench) kubeScheduler(ctx context.Context, name string, qps float32,
 	if err != nil {
 		return phaseResult{}, err
 	}
-	defer ks.stop()
+	defer ks.Stop()
 	ns := "bench-ks-" + map[string]string{phaseKSDefault: "default", phaseKSEqualQPS: "equal"}[name]
 	if err := b.warmUp(ctx, ks, ns+"-warmup"); err != nil {
 		return phaseResult{}, err
@@ -308,7 +308,7 @@ func (b *kubeBench) kubeScheduler(ctx context.Context, name string, qps float32,
 
 // warmUp waits (bounded) until kube-scheduler binds one pod, so that its
 // start-up is not measured, and deletes that pod.
-func (b *kubeBench) warmUp(ctx context.Context, ks *proc, ns string) error {
+func (b *kubeBench) warmUp(ctx context.Context, ks *kubetest.Proc, ns string) error {
 	if err := b.kc.CreateNamespace(ctx, ns); err != nil {
 		return err
 	}
@@ -321,8 +321,8 @@ func (b *kubeBench) warmUp(ctx context.Context, ks *proc, ns string) error {
 	wctx, cancel := context.WithTimeout(ctx, 90*time.Second)
 	defer cancel()
 	err := waitFor(wctx, 100*time.Millisecond, "kube-scheduler binding a warm-up pod", func() (bool, string, error) {
-		if ks.exited() {
-			return false, "", fmt.Errorf("bench: kube-scheduler exited: %v\n%s", ks.err, ks.tail(20))
+		if ks.Exited() {
+			return false, "", fmt.Errorf("bench: kube-scheduler exited: %v\n%s", ks.Err(), ks.Tail(20))
 		}
 		got, err := pods.Get(wctx, "warmup", metav1.GetOptions{})
 		if err != nil {
@@ -331,7 +331,7 @@ func (b *kubeBench) warmUp(ctx context.Context, ks *proc, ns string) error {
 		return got.Spec.NodeName != "", "not bound yet", nil
 	})
 	if err != nil {
-		return fmt.Errorf("%w\n%s", err, ks.tail(20))
+		return fmt.Errorf("%w\n%s", err, ks.Tail(20))
 	}
 	return b.clean(ctx, ns)
 }
@@ -530,7 +530,7 @@ func benchPod(ns, name string, cfg KubernetesConfig) *corev1.Pod {
 // startKubeScheduler runs kube-scheduler against the cluster with leader
 // election off and no serving port; qps 0 leaves its client rate at the
 // binary's defaults.
-func startKubeScheduler(dir, bin, name, kubeconfig string, qps float32, burst int) (*proc, error) {
+func startKubeScheduler(dir, bin, name, kubeconfig string, qps float32, burst int) (*kubetest.Proc, error) {
 	conn := fmt.Sprintf("  kubeconfig: %q\n", kubeconfig)
 	if qps > 0 {
 		conn += fmt.Sprintf("  qps: %g\n  burst: %d\n", qps, burst)
@@ -541,6 +541,6 @@ func startKubeScheduler(dir, bin, name, kubeconfig string, qps float32, burst in
 	if err := os.WriteFile(cfgPath, []byte(yaml), 0o600); err != nil {
 		return nil, err
 	}
-	return startProc(dir, "kube-scheduler-"+name, filepath.Join(bin, "kube-scheduler"),
+	return kubetest.StartProc(dir, "kube-scheduler-"+name, filepath.Join(bin, "kube-scheduler"),
 		[]string{"--config=" + cfgPath, "--secure-port=0"})
 }

@@ -144,8 +144,8 @@ type Cluster struct {
 	args []string
 
 	mu        sync.Mutex
-	apiserver *proc
-	kwok      *proc
+	apiserver *Proc
+	kwok      *Proc
 	closeOnce sync.Once
 }
 
@@ -267,14 +267,14 @@ func (c *Cluster) writeKubeconfig() error {
 func (c *Cluster) StartAPIServer() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.apiserver != nil && !c.apiserver.exited() {
+	if c.apiserver != nil && !c.apiserver.Exited() {
 		return errors.New("kubetest: apiserver already running")
 	}
 	var err error
 	// The port was free when picked; after a restart the old socket may
 	// linger for a moment, so a bind failure is retried briefly.
 	for attempt := 0; attempt < 5; attempt++ {
-		c.apiserver, err = startProc(c.dir, "kube-apiserver", filepath.Join(c.bin, "kube-apiserver"), c.args)
+		c.apiserver, err = StartProc(c.dir, "kube-apiserver", filepath.Join(c.bin, "kube-apiserver"), c.args)
 		if err != nil {
 			return err
 		}
@@ -282,7 +282,7 @@ func (c *Cluster) StartAPIServer() error {
 			c.log.Info("kube-apiserver ready", "url", c.URL())
 			return nil
 		}
-		if !c.apiserver.exited() || !strings.Contains(c.apiserver.tail(20), "address already in use") {
+		if !c.apiserver.Exited() || !strings.Contains(c.apiserver.Tail(20), "address already in use") {
 			return err
 		}
 		time.Sleep(500 * time.Millisecond)
@@ -295,7 +295,7 @@ func (c *Cluster) StopAPIServer() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.apiserver != nil {
-		c.apiserver.stop()
+		c.apiserver.Stop()
 	}
 }
 
@@ -309,7 +309,7 @@ func (c *Cluster) RestartAPIServer(down time.Duration) error {
 
 // waitReady polls /readyz until it answers ok, the process exits, or the
 // deadline passes.
-func (c *Cluster) waitReady(p *proc) error {
+func (c *Cluster) waitReady(p *Proc) error {
 	rc := c.restConfig()
 	rc.Timeout = 5 * time.Second
 	cs, err := kubernetes.NewForConfig(rc)
@@ -327,7 +327,7 @@ func (c *Cluster) waitReady(p *proc) error {
 		last = err
 		select {
 		case <-p.done:
-			return fmt.Errorf("kubetest: kube-apiserver exited: %v\n%s", p.err, p.tail(30))
+			return fmt.Errorf("kubetest: kube-apiserver exited: %v\n%s", p.err, p.Tail(30))
 		case <-ctx.Done():
 			return fmt.Errorf("kubetest: kube-apiserver not ready after %s: %v", apiserverReadyTimeout, last)
 		case <-time.After(200 * time.Millisecond):
@@ -340,7 +340,7 @@ func (c *Cluster) startKwok() error {
 	if err := os.WriteFile(cfg, []byte(stagesYAML), 0o600); err != nil {
 		return err
 	}
-	p, err := startProc(c.dir, "kwok", filepath.Join(c.bin, "kwok"), []string{
+	p, err := StartProc(c.dir, "kwok", filepath.Join(c.bin, "kwok"), []string{
 		"--kubeconfig=" + c.Kubeconfig,
 		"--config=" + cfg,
 		"--manage-all-nodes=false",
@@ -356,7 +356,7 @@ func (c *Cluster) startKwok() error {
 	// for the nodes it makes Ready, which proves kwok works.
 	select {
 	case <-p.done:
-		return fmt.Errorf("kubetest: kwok exited at once: %v\n%s", p.err, p.tail(30))
+		return fmt.Errorf("kubetest: kwok exited at once: %v\n%s", p.err, p.Tail(30))
 	case <-time.After(300 * time.Millisecond):
 	}
 	return nil
@@ -467,9 +467,9 @@ func (c *Cluster) LogTails(n int) string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var b strings.Builder
-	for _, p := range []*proc{c.apiserver, c.kwok} {
+	for _, p := range []*Proc{c.apiserver, c.kwok} {
 		if p != nil {
-			fmt.Fprintf(&b, "--- last lines of %s ---\n%s\n", p.name, p.tail(n))
+			fmt.Fprintf(&b, "--- last lines of %s ---\n%s\n", p.name, p.Tail(n))
 		}
 	}
 	return b.String()
@@ -479,11 +479,11 @@ func (c *Cluster) LogTails(n int) string {
 func (c *Cluster) Close() {
 	c.closeOnce.Do(func() {
 		c.mu.Lock()
-		procs := []*proc{c.kwok, c.apiserver}
+		procs := []*Proc{c.kwok, c.apiserver}
 		c.mu.Unlock()
 		for _, p := range procs {
 			if p != nil {
-				p.stop()
+				p.Stop()
 			}
 		}
 		if c.etcd != nil {
@@ -501,8 +501,11 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// proc is a child process with its output in a file.
-type proc struct {
+// Proc is a child process (kube-apiserver, kwok, or a benchmark's
+// kube-scheduler) with its output in a file of the cluster's folder. It
+// dies with this process (Pdeathsig), so an interrupted run leaves nothing
+// behind.
+type Proc struct {
 	name    string
 	logPath string
 	cmd     *exec.Cmd
@@ -510,7 +513,9 @@ type proc struct {
 	err     error
 }
 
-func startProc(dir, name, path string, args []string) (*proc, error) {
+// StartProc starts path with args, its output in dir/<name>.log and HOME
+// set to dir.
+func StartProc(dir, name, path string, args []string) (*Proc, error) {
 	logPath := filepath.Join(dir, name+".log")
 	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
@@ -526,7 +531,7 @@ func startProc(dir, name, path string, args []string) (*proc, error) {
 		f.Close()
 		return nil, fmt.Errorf("kubetest: start %s: %w", name, err)
 	}
-	p := &proc{name: name, logPath: logPath, cmd: cmd, done: make(chan struct{})}
+	p := &Proc{name: name, logPath: logPath, cmd: cmd, done: make(chan struct{})}
 	go func() {
 		p.err = cmd.Wait()
 		f.Close()
@@ -535,7 +540,8 @@ func startProc(dir, name, path string, args []string) (*proc, error) {
 	return p, nil
 }
 
-func (p *proc) exited() bool {
+// Exited reports whether the process has ended.
+func (p *Proc) Exited() bool {
 	select {
 	case <-p.done:
 		return true
@@ -544,9 +550,18 @@ func (p *proc) exited() bool {
 	}
 }
 
-// stop sends SIGTERM to the process group, then SIGKILL after stopGrace.
-func (p *proc) stop() {
-	if p.exited() {
+// Err is how the process ended (nil before it has).
+func (p *Proc) Err() error {
+	if !p.Exited() {
+		return nil
+	}
+	return p.err
+}
+
+// Stop sends SIGTERM to the process group, then SIGKILL after stopGrace,
+// and waits for it.
+func (p *Proc) Stop() {
+	if p.Exited() {
 		return
 	}
 	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
@@ -559,8 +574,8 @@ func (p *proc) stop() {
 	<-p.done
 }
 
-// tail returns the last n lines of the process's output.
-func (p *proc) tail(n int) string {
+// Tail returns the last n lines of the process's output.
+func (p *Proc) Tail(n int) string {
 	f, err := os.Open(p.logPath)
 	if err != nil {
 		return err.Error()
