@@ -94,4 +94,10 @@ type KubeConfig struct {
 	// defaults).
 	QPS   float32
 	Burst int
+	// Secondary turns on the secondary-scheduler mode: pods that other
+	// clients create with schedulerName peloton and the annotation
+	// peloton.io/pool are admitted, placed and bound by Peloton, as jobs of
+	// their owners. SecondaryNamespaces limits it (empty: all namespaces).
+	Secondary           bool
+	SecondaryNamespaces []string
 }

@@ -50,6 +50,73 @@ type LaunchSpec struct {
 	// KillGrace is the time between the polite and the forced stop when the
 	// run is killed by anyone other than Kill (e.g. on a failed health check).
 	KillGrace time.Duration
+	// Foreign, if set, is work that already exists in the backend (a pod
+	// another client created, see ForeignSource): Launch binds it to Host
+	// instead of creating anything, and the run is that object's life.
+	Foreign *ForeignRef
+}
+
+// ForeignRef identifies one object of a ForeignSource.
+type ForeignRef struct {
+	// Ref is the backend's name for it ("namespace/name" on Kubernetes).
+	Ref string
+	// UID tells apart objects that had the same Ref at different times.
+	UID string
+}
+
+// ForeignTask is work another system created and handed to Peloton to
+// place: on Kubernetes, a pod with schedulerName peloton (the
+// secondary-scheduler mode). Peloton admits it through a pool like its own
+// tasks, places it, and binds it; it never creates or re-creates it.
+type ForeignTask struct {
+	ForeignRef
+	// Group keys the Peloton job it belongs to: its gang, else its
+	// controlling owner, else itself. Owner describes that group.
+	Group string
+	Owner ForeignOwner
+	// Pool is the leaf pool it asked for; Priority its priority there.
+	Pool     string
+	Priority uint32
+	// GangSize > 1 makes the members of Group a gang: none is placed
+	// until all are, together.
+	GangSize  uint32
+	Resources resources.Resources
+	Image     string
+	Command   []string
+	// Constraints are host labels the task requires (a pod's nodeSelector).
+	Constraints map[string]string
+	// TaskID is the run Peloton adopted it as (empty before Adopt).
+	TaskID string
+	// Host is where it is bound; empty while it waits for placement.
+	Host string
+	// Invalid, when set, says why Peloton cannot take it (a bad annotation,
+	// naming it); the backend has told its owner.
+	Invalid string
+	// Gone: it was deleted, or ended.
+	Gone bool
+}
+
+// ForeignOwner describes a group of foreign tasks to users.
+type ForeignOwner struct {
+	Source, Namespace, Kind, Name, UID string
+}
+
+// ForeignSource is implemented by backends where other clients can hand
+// work to Peloton (Kubernetes' secondary-scheduler mode).
+type ForeignSource interface {
+	// WatchForeign registers changed, which the backend then calls (from one
+	// goroutine) for every foreign task that appears, changes or goes.
+	WatchForeign(changed func(ForeignTask))
+	// ForeignTasks lists the foreign tasks there are now.
+	ForeignTasks() []ForeignTask
+	// Adopt records on the object itself that it is run taskID, so that a
+	// restarted Peloton finds it again. It fails if the object is gone or
+	// is another object of the same name.
+	Adopt(ctx context.Context, ref ForeignRef, taskID string) error
+	// Reject tells the object's owner why Peloton does not place it (on
+	// Kubernetes, a Warning event on the pod). It is best effort and says
+	// each message once.
+	Reject(ctx context.Context, ref ForeignRef, message string)
 }
 
 // Port is one named port of a run.

@@ -692,6 +692,15 @@ func (m *Manager) ReleaseVolume(ctx context.Context, host, volumeID string) erro
 	return nil
 }
 
+// Foreign returns the backend's source of work other clients created for
+// Peloton to place, or nil if it has none.
+func (m *Manager) Foreign() ForeignSource {
+	if f, ok := m.backend.(ForeignSource); ok {
+		return f
+	}
+	return nil
+}
+
 // Launch starts a placed run through the backend. A run launched on a host
 // that started draining after the run was placed is handed to Drains at
 // once; only after the backend accepted it, so that the kill finds it.

@@ -26,6 +26,9 @@ func (m *Manager) Start(ctx context.Context) error {
 	if err := m.recover(ctx); err != nil {
 		return err
 	}
+	if err := m.startForeign(ctx); err != nil {
+		return err
+	}
 	for i := 0; i < m.workers; i++ {
 		m.wg.Add(1)
 		go func() {
@@ -575,6 +578,9 @@ func (m *Manager) updateJobState(ctx context.Context, j *job) error {
 		if next == pelotonv1.JobState_JOB_RUNNING && rt.StartTime == nil {
 			rt.StartTime = now
 		}
+		if !isJobTerminal(next) {
+			rt.CompletionTime = nil // a foreign job whose group sent more work
+		}
 		if isJobTerminal(next) {
 			rt.CompletionTime = now
 			if next == pelotonv1.JobState_JOB_FAILED {
@@ -707,6 +713,7 @@ func (m *Manager) applyEvent(ctx context.Context, ev hostmgr.TaskEvent, supersed
 		grace     time.Duration
 	)
 	longRunning := isLongRunning(j.typ)
+	foreign := m.isForeign(j)
 	t := j.task(inst)
 	persist := !(superseded && ev.State == stRunning)
 	err := m.applyTask(ctx, j, inst, persist, func(rt *pelotonv1.TaskStatus) error {
@@ -761,6 +768,8 @@ func (m *Manager) applyEvent(ctx context.Context, ev hostmgr.TaskEvent, supersed
 			msg = fmt.Sprintf("%s: exit code %d", ev.Reason, ev.ExitCode)
 		}
 		switch {
+		case foreign:
+			foreignEnd(rt, ev, killedByUs)
 		case rt.State == stPreempting && ev.State != stSucceeded && rt.GoalState != stKilled:
 			// Preempted: the instance waits for capacity again, with no failure counted.
 			newRun(rt, rt.RunId+1, fmt.Sprintf("run %d was preempted (%s); pending again", run, rt.Reason))
@@ -952,7 +961,18 @@ func (m *Manager) launch(ctx context.Context, p resmgr.Placement) {
 	if vol := spec.Volume; vol != nil && j.typ == pelotonv1.JobType_STATEFUL {
 		ls.Volume = &hostmgr.Volume{ID: volumeID(j.id, inst), SizeMB: int64(vol.SizeMb), MountPath: vol.MountPath}
 	}
-	if err := m.hm.Launch(ctx, ls); err != nil {
+	err = nil
+	if m.isForeign(j) {
+		// Bind the pod the instance stands for; never create one.
+		ls.Foreign, err = m.foreignRef(j, inst)
+	}
+	if err == nil {
+		err = m.hm.Launch(ctx, ls)
+	}
+	if err != nil {
+		if m.isForeign(j) && m.foreign != nil {
+			m.foreign.launchFailed(instKey{j.id, inst}) // its pod, if still there, gets another instance
+		}
 		m.handleEvent(ctx, hostmgr.TaskEvent{TaskID: runID, Host: p.Host, State: stFailed, Reason: "launch-failed", Message: err.Error(), Time: m.now()})
 	}
 	m.queue.Add(j.id)

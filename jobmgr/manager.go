@@ -152,6 +152,9 @@ type Manager struct {
 	workers     int
 	launchers   int
 	lostBackoff time.Duration
+	// foreign adopts work other clients hand to Peloton (foreign.go); nil
+	// when the backend has none.
+	foreign *foreignCtl
 	// runCtx is the engine's context, set by Start; retries scheduled for
 	// later use it so they stop with the engine.
 	runCtx context.Context
@@ -239,17 +242,29 @@ func (m *Manager) CreateJob(ctx context.Context, spec *pelotonv1.JobSpec) (strin
 	if err != nil {
 		return "", err
 	}
+	if spec.Foreign != nil {
+		return "", apierr.Invalid("spec.foreign", "set by Peloton for the jobs it adopts from Kubernetes; a job you create cannot have it")
+	}
 	spec = proto.Clone(spec).(*pelotonv1.JobSpec)
 	spec.Pool = pool
 	id := newJobID()
+	if err := m.storeJob(ctx, id, spec); err != nil {
+		return "", err
+	}
+	return id, nil
+}
+
+// storeJob stores a new job, validated and with its pool resolved, and
+// hands it to the engine.
+func (m *Manager) storeJob(ctx context.Context, id string, spec *pelotonv1.JobSpec) error {
 	created := m.now()
 	jv, err := newJobVersion(1, spec, created, "created")
 	if err != nil {
-		return "", err
+		return err
 	}
 	enc, err := encodeVersion(jv.record())
 	if err != nil {
-		return "", fmt.Errorf("encode spec: %w", err)
+		return fmt.Errorf("encode spec: %w", err)
 	}
 	rt := &pelotonv1.JobStatus{State: pelotonv1.JobState_JOB_INITIALIZED, GoalState: goalOf(spec.Type), SpecVersion: 1, CreateTime: timestamppb.New(created)}
 	rtb, _ := proto.Marshal(rt)
@@ -257,7 +272,7 @@ func (m *Manager) CreateJob(ctx context.Context, spec *pelotonv1.JobSpec) (strin
 		store.Put(jobSpecKey(id, 1), enc, store.MustNotExist),
 		store.Put(jobRuntimeKey(id), rtb, store.MustNotExist))
 	if err != nil {
-		return "", apierr.Unavailable("store job: %v", err)
+		return apierr.Unavailable("store job: %v", err)
 	}
 	metrics.StoreWrites.WithLabelValues("job").Add(2)
 	j := newJob(id, jv, rt, rev)
@@ -267,7 +282,7 @@ func (m *Manager) CreateJob(ctx context.Context, spec *pelotonv1.JobSpec) (strin
 	m.mu.Unlock()
 	m.log.Info("job created", "job", id, "name", spec.Name, "instances", spec.InstanceCount, "pool", spec.Pool)
 	m.queue.Add(id)
-	return id, nil
+	return nil
 }
 
 // newJob builds a job in memory whose version in force is cur.
@@ -387,6 +402,9 @@ func (m *Manager) CancelJob(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
+	if m.isForeign(j) {
+		return refuseForeign(j, "delete or scale")
+	}
 	err = m.updateJobRuntime(ctx, j, func(rt *pelotonv1.JobStatus) error {
 		if isJobTerminal(rt.State) {
 			return nil
@@ -499,6 +517,9 @@ func (m *Manager) RestartJob(ctx context.Context, id string, instances []uint32)
 	j, err := m.getJob(id)
 	if err != nil {
 		return err
+	}
+	if m.isForeign(j) {
+		return refuseForeign(j, "restart")
 	}
 	for i, inst := range instances {
 		if n := j.instanceCount(); inst >= n {

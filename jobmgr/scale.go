@@ -26,6 +26,9 @@ func (m *Manager) ScaleJob(ctx context.Context, jobID string, count uint32, vers
 	if j.typ == pelotonv1.JobType_DAEMON {
 		return 0, apierr.FailedPrecondition("job %s is a DAEMON job; its instance count follows the hosts that match it", jobID)
 	}
+	if m.isForeign(j) {
+		return 0, refuseForeign(j, "scale")
+	}
 	if count == 0 {
 		return 0, apierr.Invalid("instanceCount", "must be > 0 (cancel the job to stop every instance)")
 	}

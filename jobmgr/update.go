@@ -166,6 +166,8 @@ func (m *Manager) CreateUpdate(ctx context.Context, jobID string, spec *pelotonv
 		return nil, apierr.Invalid("spec.type", "cannot change in an update (%s -> %s)", cur.spec.Type, spec.Type)
 	case spec.Pool != cur.spec.Pool:
 		return nil, apierr.Invalid("spec.pool", "cannot change in an update (%s -> %s)", cur.spec.Pool, spec.Pool)
+	case !proto.Equal(spec.Foreign, cur.spec.Foreign):
+		return nil, apierr.Invalid("spec.foreign", "set by Peloton only, for the jobs it adopts from Kubernetes")
 	}
 	if err := validateJobSpec(spec, m.hm.LargestHost()); err != nil {
 		return nil, err

@@ -78,6 +78,11 @@ var backendCalls = []access{
 	{Resource: "pods", Verb: "delete", Namespace: ns},                         // Kill, failed launches, orphans, finished runs, helper pods
 	{Resource: "pods", Subresource: "binding", Verb: "create", Namespace: ns}, // createAndBind: Peloton is the scheduler
 	{Resource: "pods", Subresource: "log", Verb: "get", Namespace: ns},        // Logs
+	// The secondary-scheduler mode (secondary.go), on pods of any namespace.
+	{Resource: "pods", Verb: "patch"},                          // Adopt: the run's task ID on the pod
+	{Resource: "pods", Verb: "delete"},                         // Kill of an adopted pod (preemption)
+	{Resource: "pods", Subresource: "binding", Verb: "create"}, // launchForeign
+	{Resource: "events", Verb: "create"},                       // Reject: why a pod is not scheduled
 }
 
 // grantedButNotCalled are rights rbac.yaml gives that the backend does not
@@ -91,8 +96,8 @@ var grantedButNotCalled = []access{
 // refused are rights the service account must not have: secrets and
 // config, changing nodes or pods in place, running commands in pods,
 // creating pods outside its namespaces, and what the backend could be
-// expected to do but does not (patch pods, record events, hold Leases:
-// leader election is in etcd).
+// expected to do but does not (update pods, hold Leases: leader election
+// is in etcd).
 var refused = []access{
 	{Resource: "secrets", Verb: "get", Namespace: ns},
 	{Resource: "secrets", Verb: "list"},
@@ -101,11 +106,9 @@ var refused = []access{
 	{Resource: "nodes", Verb: "patch"},
 	{Resource: "nodes", Verb: "update"},
 	{Resource: "nodes", Verb: "delete"},
-	{Resource: "pods", Verb: "patch", Namespace: ns},
 	{Resource: "pods", Verb: "update", Namespace: ns},
 	{Resource: "pods", Subresource: "exec", Verb: "create", Namespace: ns},
 	{Resource: "pods", Subresource: "eviction", Verb: "create", Namespace: ns},
-	{Resource: "events", Verb: "create", Namespace: ns},
 	{Group: "coordination.k8s.io", Resource: "leases", Verb: "create", Namespace: ns},
 	{Group: "apps", Resource: "deployments", Verb: "create", Namespace: ns},
 	{Group: "rbac.authorization.k8s.io", Resource: "roles", Verb: "create", Namespace: ns},

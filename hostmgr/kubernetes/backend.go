@@ -99,6 +99,13 @@ type Config struct {
 	// FinishedPodTTL is how long pods of finished runs are kept, for their
 	// logs, before Peloton deletes them (default 10m).
 	FinishedPodTTL time.Duration
+	// Secondary turns on the secondary-scheduler mode (secondary.go):
+	// pods that other clients create with schedulerName peloton are
+	// reported as foreign tasks, for Peloton to admit, place and bind.
+	Secondary bool
+	// SecondaryNamespaces limits that mode to pods of these namespaces
+	// (default: every namespace).
+	SecondaryNamespaces []string
 	// Logger receives operational logs (default slog.Default()).
 	Logger *slog.Logger
 }
@@ -114,6 +121,9 @@ type task struct {
 	// pod of the same name (an old one being deleted) are not this run's.
 	created bool
 	killing bool
+	// foreign is set for a pod another client created (secondary.go):
+	// Peloton binds it and may delete it, but leaves it once finished.
+	foreign bool
 	// healthy is set once the run's readiness probe first passed: before,
 	// a pod that is not Ready is HEALTH_UNKNOWN, after, UNHEALTHY.
 	healthy bool
@@ -153,12 +163,20 @@ type Backend struct {
 	finHead  int
 
 	hostsChanged atomic.Pointer[func()]
-	kick         chan struct{} // wakes the delivery goroutine
-	dirty        chan struct{} // hosts changed; capacity 1
-	stop         chan struct{}
-	wg           sync.WaitGroup
-	closeOnce    sync.Once
-	closeErr     error
+	// The secondary-scheduler mode (secondary.go): who is told of foreign
+	// pods, the changes not yet told (guarded by mu), and the namespaces
+	// it covers (nil: all).
+	foreignChanged atomic.Pointer[func(hostmgr.ForeignTask)]
+	foreignQueue   []hostmgr.ForeignTask
+	foreignKick    chan struct{}
+	rejected       map[string]string // pod UID -> message told; guarded by mu
+	secondaryNS    map[string]bool
+	kick           chan struct{} // wakes the delivery goroutine
+	dirty          chan struct{} // hosts changed; capacity 1
+	stop           chan struct{}
+	wg             sync.WaitGroup
+	closeOnce      sync.Once
+	closeErr       error
 }
 
 var (
@@ -240,6 +258,13 @@ func New(cfg Config) (*Backend, error) {
 	b := &Backend{
 		cfg: cfg, log: cfg.Logger.With("component", "hostmgr/kubernetes"), client: client,
 		tasks: map[string]*task{}, kick: make(chan struct{}, 1), dirty: make(chan struct{}, 1), stop: make(chan struct{}),
+		foreignKick: make(chan struct{}, 1), rejected: map[string]string{},
+	}
+	for _, ns := range cfg.SecondaryNamespaces {
+		if b.secondaryNS == nil {
+			b.secondaryNS = map[string]bool{}
+		}
+		b.secondaryNS[ns] = true
 	}
 	b.namespaces = map[string]bool{cfg.Namespace: true}
 	for _, ns := range cfg.PoolNamespaces {
@@ -314,8 +339,9 @@ func (b *Backend) Start(ctx context.Context, sink func(hostmgr.TaskEvent)) error
 	if !cache.WaitForCacheSync(syncCtx.Done(), nodeInf.HasSynced, podInf.HasSynced) {
 		return fmt.Errorf("kubernetes: nodes and pods not listed within %s (is the apiserver reachable, and may we list them?)", b.cfg.StartTimeout)
 	}
-	b.wg.Add(3)
+	b.wg.Add(4)
 	go b.deliver(sink)
+	go b.deliverForeign()
 	go b.notifyHosts()
 	go b.collectFinished()
 	b.log.Info("kubernetes backend ready", "nodes", len(b.Hosts()), "namespace", b.cfg.Namespace)
@@ -326,7 +352,8 @@ func (b *Backend) Start(ctx context.Context, sink func(hostmgr.TaskEvent)) error
 // labelled pods in one of its namespaces. A run of another Peloton sharing
 // the Kubernetes cluster (in other namespaces) is a pod like any other.
 func (b *Backend) managed(p *corev1.Pod) bool {
-	return p.Labels[LabelManagedBy] == ManagedByValue && p.Annotations[AnnotationTaskID] != "" && b.namespaces[p.Namespace]
+	return p.Labels[LabelManagedBy] == ManagedByValue && p.Annotations[AnnotationTaskID] != "" && b.namespaces[p.Namespace] ||
+		b.boundForeign(p)
 }
 
 // Hosts returns the nodes as hosts.
@@ -476,6 +503,10 @@ func (b *Backend) onPod(old, cur any, adopt bool) {
 	if !ok {
 		return
 	}
+	if b.foreign(p) {
+		o, _ := old.(*corev1.Pod)
+		b.onForeign(o, p, false)
+	}
 	if !b.managed(p) {
 		if p.Labels[LabelHelper] == helperPrefetch && podTerminal(p) {
 			b.deleteHelper(p)
@@ -501,7 +532,7 @@ func (b *Backend) onPod(old, cur any, adopt bool) {
 		if o.health == pelotonv1.HealthState_UNHEALTHY {
 			o.health = pelotonv1.HealthState_HEALTH_UNKNOWN
 		}
-		t = &task{id: id, ns: p.Namespace, name: p.Name, host: p.Spec.NodeName, created: true, withHealth: hasProbe(p), failAfter: failAfter(p),
+		t = &task{id: id, ns: p.Namespace, name: p.Name, host: p.Spec.NodeName, created: true, withHealth: hasProbe(p), failAfter: failAfter(p), foreign: b.foreign(p),
 			ports: podPorts(p), last: hostmgr.TaskEvent{TaskID: id, Host: p.Spec.NodeName, State: o.state, ExitCode: o.exitCode,
 				Reason: o.reason, Message: o.message, Health: o.health, Time: o.at}}
 		t.last.Ports = t.ports
@@ -588,6 +619,9 @@ func (b *Backend) onPodDelete(obj any) {
 	p, ok := obj.(*corev1.Pod)
 	if !ok {
 		return
+	}
+	if b.foreign(p) {
+		b.onForeign(nil, p, true)
 	}
 	if !b.managed(p) {
 		if p.Spec.NodeName != "" && !podTerminal(p) {
@@ -702,6 +736,8 @@ func (b *Backend) Launch(ctx context.Context, spec hostmgr.LaunchSpec) error {
 		return errors.New("kubernetes: launch: spec.taskId: must not be empty")
 	case spec.Host == "":
 		return fmt.Errorf("kubernetes: launch %s: spec.host: must not be empty", spec.TaskID)
+	case spec.Foreign != nil:
+		return b.launchForeign(ctx, spec)
 	}
 	b.mu.Lock()
 	running := b.started && !b.closed
@@ -717,18 +753,9 @@ func (b *Backend) Launch(ctx context.Context, spec hostmgr.LaunchSpec) error {
 	pod := b.buildPod(spec, ns, ports)
 	t := &task{id: spec.TaskID, ns: ns, name: pod.Name, host: spec.Host, ports: ports,
 		withHealth: hasProbe(pod), failAfter: failAfter(pod)}
-
-	b.mu.Lock()
-	switch {
-	case b.closed:
-		b.mu.Unlock()
-		return fmt.Errorf("kubernetes: launch %s: backend not running", spec.TaskID)
-	case b.tasks[spec.TaskID] != nil:
-		b.mu.Unlock()
-		return fmt.Errorf("kubernetes: launch %s: spec.taskId: task already launched", spec.TaskID)
+	if err := b.register(t); err != nil {
+		return err
 	}
-	b.tasks[spec.TaskID] = t
-	b.mu.Unlock()
 
 	created, err := b.createAndBind(ctx, pod, spec.Host)
 	if err != nil {
@@ -749,19 +776,7 @@ func (b *Backend) Launch(ctx context.Context, spec hostmgr.LaunchSpec) error {
 		b.mu.Unlock()
 		return fmt.Errorf("kubernetes: launch %s on %s: %w", spec.TaskID, spec.Host, err)
 	}
-	b.mu.Lock()
-	t.created = true
-	// The informer may have seen the pod already, before created was set.
-	if obj, ok, _ := b.pods.GetByKey(ns + "/" + pod.Name); ok {
-		if p := obj.(*corev1.Pod); p.UID == created.UID {
-			b.advanceLocked(t, observe(p, t.withHealth))
-		}
-	}
-	if t.last.State == 0 && !b.closed {
-		// Bound: LAUNCHED now, whatever the informer has seen yet.
-		b.setLocked(t, hostmgr.TaskEvent{State: pelotonv1.TaskState_LAUNCHED})
-	}
-	b.mu.Unlock()
+	b.launched(t, created.UID)
 	return nil
 }
 
@@ -999,7 +1014,8 @@ func (b *Backend) collectFinished() {
 		cutoff := time.Now().Add(-b.cfg.FinishedPodTTL)
 		for _, obj := range b.pods.List() {
 			p := obj.(*corev1.Pod)
-			if !b.managed(p) || !podTerminal(p) || p.DeletionTimestamp != nil || finishedAt(p).After(cutoff) {
+			// A foreign pod's owner keeps or deletes it, not Peloton.
+			if !b.managed(p) || b.foreign(p) || !podTerminal(p) || p.DeletionTimestamp != nil || finishedAt(p).After(cutoff) {
 				continue
 			}
 			uid := p.UID

@@ -75,6 +75,8 @@ type env struct {
 	b       *Backend
 	rec     *recorder
 	changes atomic.Int64
+	// tweak, if set, changes the backend's configuration before start.
+	tweak func(*Config)
 }
 
 var testSeq atomic.Int64
@@ -82,6 +84,12 @@ var testSeq atomic.Int64
 // newEnv makes n nodes of 4 CPUs and 8 GiB labelled for this test, a
 // namespace, and a started backend that sees only those nodes.
 func newEnv(t *testing.T, c *kubetest.Cluster, n int, nodeLabels map[string]string) *env {
+	t.Helper()
+	return newEnvWith(t, c, n, nodeLabels, nil)
+}
+
+// newEnvWith is newEnv with tweak applied to the backend's configuration.
+func newEnvWith(t *testing.T, c *kubetest.Cluster, n int, nodeLabels map[string]string, tweak func(*Config)) *env {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
@@ -97,15 +105,19 @@ func newEnv(t *testing.T, c *kubetest.Cluster, n int, nodeLabels map[string]stri
 	if err := c.CreateNamespace(ctx, id); err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, c: c, ctx: ctx, ns: id, nodes: nodes, rec: newRecorder()}
+	e := &env{t: t, c: c, ctx: ctx, ns: id, nodes: nodes, rec: newRecorder(), tweak: tweak}
 	e.b = e.start()
 	return e
 }
 
 func (e *env) start() *Backend {
 	e.t.Helper()
-	b, err := New(Config{REST: e.c.Config, Namespace: e.ns, NodeSelector: "peloton.io/test=" + e.ns,
-		RequestTimeout: 5 * time.Second, StartTimeout: 30 * time.Second})
+	cfg := Config{REST: e.c.Config, Namespace: e.ns, NodeSelector: "peloton.io/test=" + e.ns,
+		RequestTimeout: 5 * time.Second, StartTimeout: 30 * time.Second}
+	if e.tweak != nil {
+		e.tweak(&cfg)
+	}
+	b, err := New(cfg)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -550,7 +562,11 @@ func TestRBACManifestIsEnough(t *testing.T) {
 	}
 	rc := rest.CopyConfig(c.Config)
 	rc.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:peloton:peloton"}
-	b, err := New(Config{REST: rc, NodeSelector: "peloton.io/test=rbac", RequestTimeout: 5 * time.Second, StartTimeout: 30 * time.Second})
+	if err := c.CreateNamespace(ctx, "rbac-apps"); err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(Config{REST: rc, NodeSelector: "peloton.io/test=rbac", RequestTimeout: 5 * time.Second, StartTimeout: 30 * time.Second,
+		Secondary: true, SecondaryNamespaces: []string{"rbac-apps"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -575,6 +591,31 @@ func TestRBACManifestIsEnough(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.waitFor(spec.TaskID, pelotonv1.TaskState_KILLED, 20*time.Second)
+	// The secondary-scheduler mode: a pod another client made is adopted,
+	// bound and deleted; one with a bad annotation gets an event.
+	l := &foreignLog{seen: map[string][]hostmgr.ForeignTask{}}
+	b.WatchForeign(l.add)
+	apps := &env{t: t, c: c, ctx: ctx, ns: "rbac-apps", nodes: nodes, b: b, rec: rec}
+	apps.foreignPod("bad", map[string]string{}, nil)
+	apps.foreignPod("app", map[string]string{AnnotationPool: "/team"}, nil)
+	ft := apps.waitForeign("rbac-apps/app", "a foreign pod", func(hostmgr.ForeignTask) bool { return true }, l)
+	if err := b.Adopt(ctx, ft.ForeignRef, "rbac-app-0-1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Launch(ctx, hostmgr.LaunchSpec{TaskID: "rbac-app-0-1", JobID: "rbac-app", RunID: 1, Host: nodes[0], Foreign: &ft.ForeignRef}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFor("rbac-app-0-1", pelotonv1.TaskState_RUNNING, 20*time.Second)
+	if err := b.Kill(ctx, "rbac-app-0-1", 0); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFor("rbac-app-0-1", pelotonv1.TaskState_KILLED, 20*time.Second)
+	if err := kubetest.Poll(ctx, 20*time.Second, func(ctx context.Context) (bool, error) {
+		evs, err := c.Client.CoreV1().Events("rbac-apps").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=bad"})
+		return err == nil && len(evs.Items) > 0, err
+	}); err != nil {
+		t.Errorf("no event on the pod with a bad annotation: %v", err)
+	}
 	// Anything else is refused.
 	if _, err := b.client.CoreV1().Secrets("peloton").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
 		t.Fatalf("the service account may list secrets: %v", err)

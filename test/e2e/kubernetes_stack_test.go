@@ -35,11 +35,19 @@ type kubeStack struct {
 // when the kube tools are not built), all stopped when t ends.
 func startKubeStack(t *testing.T) *kubeStack {
 	t.Helper()
+	return startKubeStackWith(t, cluster.KubeConfig{})
+}
+
+// startKubeStackWith is startKubeStack with the backend configured as kube
+// says (its Kubeconfig is filled in).
+func startKubeStackWith(t *testing.T, kube cluster.KubeConfig) *kubeStack {
+	t.Helper()
 	kc := kubetest.Start(t, kubetest.Options{})
 	if err := kc.CreateNamespace(ctxT(t), kubeNamespace); err != nil {
 		t.Fatal(err)
 	}
-	s := startStack(t, t.TempDir(), stackOpts{backend: "kubernetes", kube: cluster.KubeConfig{Kubeconfig: kc.Kubeconfig}})
+	kube.Kubeconfig = kc.Kubeconfig
+	s := startStack(t, t.TempDir(), stackOpts{backend: "kubernetes", kube: kube})
 	return &kubeStack{kc: kc, s: s}
 }
 

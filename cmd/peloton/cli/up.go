@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/peloton-sched/peloton/cluster"
 )
@@ -53,6 +54,8 @@ type kubeFlags struct {
 	image          string
 	qps            float32
 	burst          int
+	secondary      bool
+	secondaryNS    []string
 }
 
 // register adds the flags; embedded (peloton up) adds --etcd-listen for the
@@ -78,6 +81,8 @@ func (f *serverFlags) register(fs *pflag.FlagSet, embedded bool) {
 	fs.StringVar(&f.kube.image, "kube-image", "busybox:stable", "container image of tasks that name none (kubernetes backend)")
 	fs.Float32Var(&f.kube.qps, "kube-qps", 200, "requests per second to the Kubernetes apiserver (kubernetes backend)")
 	fs.IntVar(&f.kube.burst, "kube-burst", 400, "burst of requests to the Kubernetes apiserver (kubernetes backend)")
+	fs.BoolVar(&f.kube.secondary, "kube-secondary", true, "also schedule pods that other clients create with schedulerName peloton and the annotation peloton.io/pool (kubernetes backend)")
+	fs.StringSliceVar(&f.kube.secondaryNS, "kube-secondary-namespaces", nil, "namespaces whose pods --kube-secondary covers, comma-separated (kubernetes backend; empty: all)")
 	fs.IntVar(&f.hosts, "hosts", 1, "number of virtual (local) or simulated (sim) hosts")
 	fs.Float64Var(&f.hostCPU, "host-cpu", 0, "CPUs of each host (0: local sizes to this machine, sim uses 32)")
 	fs.Int64Var(&f.hostMemoryMB, "host-memory-mb", 0, "memory of each host in MiB (0: local sizes to this machine, sim uses 131072)")
@@ -210,6 +215,14 @@ func (k *kubeFlags) config() (cluster.KubeConfig, error) {
 	case strings.TrimSpace(k.namespace) == "":
 		return cluster.KubeConfig{}, usageErrorf("invalid --kube-namespace: must not be empty")
 	}
+	var secondaryNS []string
+	for _, ns := range k.secondaryNS {
+		ns = strings.TrimSpace(ns)
+		if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
+			return cluster.KubeConfig{}, usageErrorf("invalid --kube-secondary-namespaces entry %q: %s", ns, strings.Join(errs, "; "))
+		}
+		secondaryNS = append(secondaryNS, ns)
+	}
 	var pools map[string]string
 	for _, e := range k.poolNamespaces {
 		pool, ns, ok := strings.Cut(strings.TrimSpace(e), "=")
@@ -223,7 +236,8 @@ func (k *kubeFlags) config() (cluster.KubeConfig, error) {
 		pools[pool] = ns
 	}
 	return cluster.KubeConfig{Kubeconfig: k.kubeconfig, Namespace: strings.TrimSpace(k.namespace), PoolNamespaces: pools,
-		NodeSelector: k.nodeSelector, Image: k.image, QPS: k.qps, Burst: k.burst}, nil
+		NodeSelector: k.nodeSelector, Image: k.image, QPS: k.qps, Burst: k.burst,
+		Secondary: k.secondary, SecondaryNamespaces: secondaryNS}, nil
 }
 
 // parseLogLevel accepts exactly the four level names, in any case.

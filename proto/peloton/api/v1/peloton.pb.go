@@ -1361,6 +1361,11 @@ type JobSpec struct {
 	InstanceSpecs map[uint32]*TaskSpec `protobuf:"bytes,7,rep,name=instance_specs,json=instanceSpecs,proto3" json:"instance_specs,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	Labels        map[string]string    `protobuf:"bytes,8,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	Description   string               `protobuf:"bytes,9,opt,name=description,proto3" json:"description,omitempty"`
+	// Set by Peloton, never by a client: the job stands for work another
+	// system created and handed to Peloton to place (Kubernetes pods with
+	// schedulerName peloton). Such a job changes through its owner there,
+	// not through Peloton's API.
+	Foreign       *ForeignOwner `protobuf:"bytes,10,opt,name=foreign,proto3" json:"foreign,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1458,6 +1463,93 @@ func (x *JobSpec) GetDescription() string {
 	return ""
 }
 
+func (x *JobSpec) GetForeign() *ForeignOwner {
+	if x != nil {
+		return x.Foreign
+	}
+	return nil
+}
+
+// ForeignOwner names the outside object a job stands for.
+type ForeignOwner struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The system it lives in: "kubernetes".
+	Source    string `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
+	Namespace string `protobuf:"bytes,2,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// The owner's kind: ReplicaSet, Job, StatefulSet, ... "Pod" for a bare
+	// pod, "Gang" for pods grouped by the peloton.io/gang-name annotation.
+	Kind          string `protobuf:"bytes,3,opt,name=kind,proto3" json:"kind,omitempty"`
+	Name          string `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"`
+	Uid           string `protobuf:"bytes,5,opt,name=uid,proto3" json:"uid,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForeignOwner) Reset() {
+	*x = ForeignOwner{}
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForeignOwner) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForeignOwner) ProtoMessage() {}
+
+func (x *ForeignOwner) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForeignOwner.ProtoReflect.Descriptor instead.
+func (*ForeignOwner) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ForeignOwner) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *ForeignOwner) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *ForeignOwner) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *ForeignOwner) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ForeignOwner) GetUid() string {
+	if x != nil {
+		return x.Uid
+	}
+	return ""
+}
+
 // JobStatus is the observed state of a job.
 type JobStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1481,7 +1573,7 @@ type JobStatus struct {
 
 func (x *JobStatus) Reset() {
 	*x = JobStatus{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[11]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1493,7 +1585,7 @@ func (x *JobStatus) String() string {
 func (*JobStatus) ProtoMessage() {}
 
 func (x *JobStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[11]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1506,7 +1598,7 @@ func (x *JobStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobStatus.ProtoReflect.Descriptor instead.
 func (*JobStatus) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{11}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *JobStatus) GetState() JobState {
@@ -1584,7 +1676,7 @@ type Job struct {
 
 func (x *Job) Reset() {
 	*x = Job{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[12]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1596,7 +1688,7 @@ func (x *Job) String() string {
 func (*Job) ProtoMessage() {}
 
 func (x *Job) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[12]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1609,7 +1701,7 @@ func (x *Job) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Job.ProtoReflect.Descriptor instead.
 func (*Job) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{12}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Job) GetId() string {
@@ -1684,7 +1776,7 @@ type TaskStatus struct {
 
 func (x *TaskStatus) Reset() {
 	*x = TaskStatus{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[13]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1696,7 +1788,7 @@ func (x *TaskStatus) String() string {
 func (*TaskStatus) ProtoMessage() {}
 
 func (x *TaskStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[13]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1709,7 +1801,7 @@ func (x *TaskStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskStatus.ProtoReflect.Descriptor instead.
 func (*TaskStatus) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{13}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *TaskStatus) GetState() TaskState {
@@ -1872,7 +1964,7 @@ type TaskTransition struct {
 
 func (x *TaskTransition) Reset() {
 	*x = TaskTransition{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[14]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1884,7 +1976,7 @@ func (x *TaskTransition) String() string {
 func (*TaskTransition) ProtoMessage() {}
 
 func (x *TaskTransition) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[14]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1897,7 +1989,7 @@ func (x *TaskTransition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskTransition.ProtoReflect.Descriptor instead.
 func (*TaskTransition) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{14}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *TaskTransition) GetState() TaskState {
@@ -1943,7 +2035,7 @@ type Task struct {
 
 func (x *Task) Reset() {
 	*x = Task{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[15]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1955,7 +2047,7 @@ func (x *Task) String() string {
 func (*Task) ProtoMessage() {}
 
 func (x *Task) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[15]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1968,7 +2060,7 @@ func (x *Task) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Task.ProtoReflect.Descriptor instead.
 func (*Task) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{15}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Task) GetJobId() string {
@@ -2015,7 +2107,7 @@ type CreateJobRequest struct {
 
 func (x *CreateJobRequest) Reset() {
 	*x = CreateJobRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[16]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2027,7 +2119,7 @@ func (x *CreateJobRequest) String() string {
 func (*CreateJobRequest) ProtoMessage() {}
 
 func (x *CreateJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[16]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2040,7 +2132,7 @@ func (x *CreateJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJobRequest.ProtoReflect.Descriptor instead.
 func (*CreateJobRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{16}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CreateJobRequest) GetSpec() *JobSpec {
@@ -2059,7 +2151,7 @@ type CreateJobResponse struct {
 
 func (x *CreateJobResponse) Reset() {
 	*x = CreateJobResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[17]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2071,7 +2163,7 @@ func (x *CreateJobResponse) String() string {
 func (*CreateJobResponse) ProtoMessage() {}
 
 func (x *CreateJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[17]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2084,7 +2176,7 @@ func (x *CreateJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJobResponse.ProtoReflect.Descriptor instead.
 func (*CreateJobResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{17}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CreateJobResponse) GetJobId() string {
@@ -2103,7 +2195,7 @@ type GetJobRequest struct {
 
 func (x *GetJobRequest) Reset() {
 	*x = GetJobRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[18]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2115,7 +2207,7 @@ func (x *GetJobRequest) String() string {
 func (*GetJobRequest) ProtoMessage() {}
 
 func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[18]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2128,7 +2220,7 @@ func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobRequest.ProtoReflect.Descriptor instead.
 func (*GetJobRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{18}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetJobRequest) GetJobId() string {
@@ -2147,7 +2239,7 @@ type GetJobResponse struct {
 
 func (x *GetJobResponse) Reset() {
 	*x = GetJobResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[19]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2159,7 +2251,7 @@ func (x *GetJobResponse) String() string {
 func (*GetJobResponse) ProtoMessage() {}
 
 func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[19]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2172,7 +2264,7 @@ func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobResponse.ProtoReflect.Descriptor instead.
 func (*GetJobResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{19}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetJobResponse) GetJob() *Job {
@@ -2196,7 +2288,7 @@ type ListJobsRequest struct {
 
 func (x *ListJobsRequest) Reset() {
 	*x = ListJobsRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[20]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2208,7 +2300,7 @@ func (x *ListJobsRequest) String() string {
 func (*ListJobsRequest) ProtoMessage() {}
 
 func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[20]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2221,7 +2313,7 @@ func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobsRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{20}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListJobsRequest) GetPool() string {
@@ -2254,7 +2346,7 @@ type ListJobsResponse struct {
 
 func (x *ListJobsResponse) Reset() {
 	*x = ListJobsResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[21]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2266,7 +2358,7 @@ func (x *ListJobsResponse) String() string {
 func (*ListJobsResponse) ProtoMessage() {}
 
 func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[21]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2279,7 +2371,7 @@ func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobsResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{21}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListJobsResponse) GetJobs() []*Job {
@@ -2298,7 +2390,7 @@ type CancelJobRequest struct {
 
 func (x *CancelJobRequest) Reset() {
 	*x = CancelJobRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[22]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2310,7 +2402,7 @@ func (x *CancelJobRequest) String() string {
 func (*CancelJobRequest) ProtoMessage() {}
 
 func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[22]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2323,7 +2415,7 @@ func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobRequest.ProtoReflect.Descriptor instead.
 func (*CancelJobRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{22}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CancelJobRequest) GetJobId() string {
@@ -2341,7 +2433,7 @@ type CancelJobResponse struct {
 
 func (x *CancelJobResponse) Reset() {
 	*x = CancelJobResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[23]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2353,7 +2445,7 @@ func (x *CancelJobResponse) String() string {
 func (*CancelJobResponse) ProtoMessage() {}
 
 func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[23]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2366,7 +2458,7 @@ func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobResponse.ProtoReflect.Descriptor instead.
 func (*CancelJobResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{23}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{24}
 }
 
 type DeleteJobRequest struct {
@@ -2378,7 +2470,7 @@ type DeleteJobRequest struct {
 
 func (x *DeleteJobRequest) Reset() {
 	*x = DeleteJobRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[24]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2390,7 +2482,7 @@ func (x *DeleteJobRequest) String() string {
 func (*DeleteJobRequest) ProtoMessage() {}
 
 func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[24]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2403,7 +2495,7 @@ func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobRequest.ProtoReflect.Descriptor instead.
 func (*DeleteJobRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{24}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DeleteJobRequest) GetJobId() string {
@@ -2421,7 +2513,7 @@ type DeleteJobResponse struct {
 
 func (x *DeleteJobResponse) Reset() {
 	*x = DeleteJobResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[25]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2433,7 +2525,7 @@ func (x *DeleteJobResponse) String() string {
 func (*DeleteJobResponse) ProtoMessage() {}
 
 func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[25]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2446,7 +2538,7 @@ func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobResponse.ProtoReflect.Descriptor instead.
 func (*DeleteJobResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{25}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{26}
 }
 
 type RestartJobRequest struct {
@@ -2460,7 +2552,7 @@ type RestartJobRequest struct {
 
 func (x *RestartJobRequest) Reset() {
 	*x = RestartJobRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[26]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2472,7 +2564,7 @@ func (x *RestartJobRequest) String() string {
 func (*RestartJobRequest) ProtoMessage() {}
 
 func (x *RestartJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[26]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2485,7 +2577,7 @@ func (x *RestartJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestartJobRequest.ProtoReflect.Descriptor instead.
 func (*RestartJobRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{26}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RestartJobRequest) GetJobId() string {
@@ -2510,7 +2602,7 @@ type RestartJobResponse struct {
 
 func (x *RestartJobResponse) Reset() {
 	*x = RestartJobResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[27]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2522,7 +2614,7 @@ func (x *RestartJobResponse) String() string {
 func (*RestartJobResponse) ProtoMessage() {}
 
 func (x *RestartJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[27]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2535,7 +2627,7 @@ func (x *RestartJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestartJobResponse.ProtoReflect.Descriptor instead.
 func (*RestartJobResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{27}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{28}
 }
 
 // ScaleJobRequest changes the instance count of a job that has not
@@ -2556,7 +2648,7 @@ type ScaleJobRequest struct {
 
 func (x *ScaleJobRequest) Reset() {
 	*x = ScaleJobRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[28]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2568,7 +2660,7 @@ func (x *ScaleJobRequest) String() string {
 func (*ScaleJobRequest) ProtoMessage() {}
 
 func (x *ScaleJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[28]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2581,7 +2673,7 @@ func (x *ScaleJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScaleJobRequest.ProtoReflect.Descriptor instead.
 func (*ScaleJobRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{28}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ScaleJobRequest) GetJobId() string {
@@ -2615,7 +2707,7 @@ type ScaleJobResponse struct {
 
 func (x *ScaleJobResponse) Reset() {
 	*x = ScaleJobResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[29]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2627,7 +2719,7 @@ func (x *ScaleJobResponse) String() string {
 func (*ScaleJobResponse) ProtoMessage() {}
 
 func (x *ScaleJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[29]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2640,7 +2732,7 @@ func (x *ScaleJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScaleJobResponse.ProtoReflect.Descriptor instead.
 func (*ScaleJobResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{29}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ScaleJobResponse) GetSpecVersion() uint64 {
@@ -2659,7 +2751,7 @@ type ListJobVersionsRequest struct {
 
 func (x *ListJobVersionsRequest) Reset() {
 	*x = ListJobVersionsRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[30]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2671,7 +2763,7 @@ func (x *ListJobVersionsRequest) String() string {
 func (*ListJobVersionsRequest) ProtoMessage() {}
 
 func (x *ListJobVersionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[30]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2684,7 +2776,7 @@ func (x *ListJobVersionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobVersionsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobVersionsRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{30}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListJobVersionsRequest) GetJobId() string {
@@ -2708,7 +2800,7 @@ type JobVersion struct {
 
 func (x *JobVersion) Reset() {
 	*x = JobVersion{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[31]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2720,7 +2812,7 @@ func (x *JobVersion) String() string {
 func (*JobVersion) ProtoMessage() {}
 
 func (x *JobVersion) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[31]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2733,7 +2825,7 @@ func (x *JobVersion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobVersion.ProtoReflect.Descriptor instead.
 func (*JobVersion) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{31}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *JobVersion) GetVersion() uint64 {
@@ -2773,7 +2865,7 @@ type ListJobVersionsResponse struct {
 
 func (x *ListJobVersionsResponse) Reset() {
 	*x = ListJobVersionsResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[32]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2785,7 +2877,7 @@ func (x *ListJobVersionsResponse) String() string {
 func (*ListJobVersionsResponse) ProtoMessage() {}
 
 func (x *ListJobVersionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[32]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2798,7 +2890,7 @@ func (x *ListJobVersionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobVersionsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobVersionsResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{32}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListJobVersionsResponse) GetVersions() []*JobVersion {
@@ -2819,7 +2911,7 @@ type ListTasksRequest struct {
 
 func (x *ListTasksRequest) Reset() {
 	*x = ListTasksRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[33]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2831,7 +2923,7 @@ func (x *ListTasksRequest) String() string {
 func (*ListTasksRequest) ProtoMessage() {}
 
 func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[33]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2844,7 +2936,7 @@ func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksRequest.ProtoReflect.Descriptor instead.
 func (*ListTasksRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{33}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListTasksRequest) GetJobId() string {
@@ -2870,7 +2962,7 @@ type ListTasksResponse struct {
 
 func (x *ListTasksResponse) Reset() {
 	*x = ListTasksResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[34]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2882,7 +2974,7 @@ func (x *ListTasksResponse) String() string {
 func (*ListTasksResponse) ProtoMessage() {}
 
 func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[34]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2895,7 +2987,7 @@ func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksResponse.ProtoReflect.Descriptor instead.
 func (*ListTasksResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{34}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListTasksResponse) GetTasks() []*Task {
@@ -2915,7 +3007,7 @@ type GetTaskRequest struct {
 
 func (x *GetTaskRequest) Reset() {
 	*x = GetTaskRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[35]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2927,7 +3019,7 @@ func (x *GetTaskRequest) String() string {
 func (*GetTaskRequest) ProtoMessage() {}
 
 func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[35]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2940,7 +3032,7 @@ func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskRequest.ProtoReflect.Descriptor instead.
 func (*GetTaskRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{35}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *GetTaskRequest) GetJobId() string {
@@ -2966,7 +3058,7 @@ type GetTaskResponse struct {
 
 func (x *GetTaskResponse) Reset() {
 	*x = GetTaskResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[36]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2978,7 +3070,7 @@ func (x *GetTaskResponse) String() string {
 func (*GetTaskResponse) ProtoMessage() {}
 
 func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[36]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2991,7 +3083,7 @@ func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskResponse.ProtoReflect.Descriptor instead.
 func (*GetTaskResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{36}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GetTaskResponse) GetTask() *Task {
@@ -3011,7 +3103,7 @@ type KillTaskRequest struct {
 
 func (x *KillTaskRequest) Reset() {
 	*x = KillTaskRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[37]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3023,7 +3115,7 @@ func (x *KillTaskRequest) String() string {
 func (*KillTaskRequest) ProtoMessage() {}
 
 func (x *KillTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[37]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3036,7 +3128,7 @@ func (x *KillTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillTaskRequest.ProtoReflect.Descriptor instead.
 func (*KillTaskRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{37}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *KillTaskRequest) GetJobId() string {
@@ -3061,7 +3153,7 @@ type KillTaskResponse struct {
 
 func (x *KillTaskResponse) Reset() {
 	*x = KillTaskResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[38]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3073,7 +3165,7 @@ func (x *KillTaskResponse) String() string {
 func (*KillTaskResponse) ProtoMessage() {}
 
 func (x *KillTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[38]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3086,7 +3178,7 @@ func (x *KillTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillTaskResponse.ProtoReflect.Descriptor instead.
 func (*KillTaskResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{38}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{39}
 }
 
 type GetTaskLogsRequest struct {
@@ -3104,7 +3196,7 @@ type GetTaskLogsRequest struct {
 
 func (x *GetTaskLogsRequest) Reset() {
 	*x = GetTaskLogsRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[39]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3116,7 +3208,7 @@ func (x *GetTaskLogsRequest) String() string {
 func (*GetTaskLogsRequest) ProtoMessage() {}
 
 func (x *GetTaskLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[39]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3129,7 +3221,7 @@ func (x *GetTaskLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskLogsRequest.ProtoReflect.Descriptor instead.
 func (*GetTaskLogsRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{39}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *GetTaskLogsRequest) GetJobId() string {
@@ -3176,7 +3268,7 @@ type LogChunk struct {
 
 func (x *LogChunk) Reset() {
 	*x = LogChunk{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[40]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3188,7 +3280,7 @@ func (x *LogChunk) String() string {
 func (*LogChunk) ProtoMessage() {}
 
 func (x *LogChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[40]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3201,7 +3293,7 @@ func (x *LogChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogChunk.ProtoReflect.Descriptor instead.
 func (*LogChunk) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{40}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *LogChunk) GetData() []byte {
@@ -3226,7 +3318,7 @@ type PoolSpec struct {
 
 func (x *PoolSpec) Reset() {
 	*x = PoolSpec{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[41]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3238,7 +3330,7 @@ func (x *PoolSpec) String() string {
 func (*PoolSpec) ProtoMessage() {}
 
 func (x *PoolSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[41]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3251,7 +3343,7 @@ func (x *PoolSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolSpec.ProtoReflect.Descriptor instead.
 func (*PoolSpec) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{41}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *PoolSpec) GetReservation() *Resources {
@@ -3290,7 +3382,7 @@ type PoolStatus struct {
 
 func (x *PoolStatus) Reset() {
 	*x = PoolStatus{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[42]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3302,7 +3394,7 @@ func (x *PoolStatus) String() string {
 func (*PoolStatus) ProtoMessage() {}
 
 func (x *PoolStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[42]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3315,7 +3407,7 @@ func (x *PoolStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolStatus.ProtoReflect.Descriptor instead.
 func (*PoolStatus) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{42}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *PoolStatus) GetEntitlement() *Resources {
@@ -3368,7 +3460,7 @@ type Pool struct {
 
 func (x *Pool) Reset() {
 	*x = Pool{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[43]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3380,7 +3472,7 @@ func (x *Pool) String() string {
 func (*Pool) ProtoMessage() {}
 
 func (x *Pool) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[43]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3393,7 +3485,7 @@ func (x *Pool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pool.ProtoReflect.Descriptor instead.
 func (*Pool) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{43}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *Pool) GetPath() string {
@@ -3441,7 +3533,7 @@ type CreatePoolRequest struct {
 
 func (x *CreatePoolRequest) Reset() {
 	*x = CreatePoolRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[44]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3453,7 +3545,7 @@ func (x *CreatePoolRequest) String() string {
 func (*CreatePoolRequest) ProtoMessage() {}
 
 func (x *CreatePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[44]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3466,7 +3558,7 @@ func (x *CreatePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePoolRequest.ProtoReflect.Descriptor instead.
 func (*CreatePoolRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{44}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *CreatePoolRequest) GetPath() string {
@@ -3492,7 +3584,7 @@ type CreatePoolResponse struct {
 
 func (x *CreatePoolResponse) Reset() {
 	*x = CreatePoolResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[45]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3504,7 +3596,7 @@ func (x *CreatePoolResponse) String() string {
 func (*CreatePoolResponse) ProtoMessage() {}
 
 func (x *CreatePoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[45]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3517,7 +3609,7 @@ func (x *CreatePoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePoolResponse.ProtoReflect.Descriptor instead.
 func (*CreatePoolResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{45}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *CreatePoolResponse) GetPool() *Pool {
@@ -3536,7 +3628,7 @@ type GetPoolRequest struct {
 
 func (x *GetPoolRequest) Reset() {
 	*x = GetPoolRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[46]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3548,7 +3640,7 @@ func (x *GetPoolRequest) String() string {
 func (*GetPoolRequest) ProtoMessage() {}
 
 func (x *GetPoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[46]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3561,7 +3653,7 @@ func (x *GetPoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPoolRequest.ProtoReflect.Descriptor instead.
 func (*GetPoolRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{46}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *GetPoolRequest) GetPath() string {
@@ -3580,7 +3672,7 @@ type GetPoolResponse struct {
 
 func (x *GetPoolResponse) Reset() {
 	*x = GetPoolResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[47]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3592,7 +3684,7 @@ func (x *GetPoolResponse) String() string {
 func (*GetPoolResponse) ProtoMessage() {}
 
 func (x *GetPoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[47]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3605,7 +3697,7 @@ func (x *GetPoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPoolResponse.ProtoReflect.Descriptor instead.
 func (*GetPoolResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{47}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *GetPoolResponse) GetPool() *Pool {
@@ -3627,7 +3719,7 @@ type UpdatePoolRequest struct {
 
 func (x *UpdatePoolRequest) Reset() {
 	*x = UpdatePoolRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[48]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3639,7 +3731,7 @@ func (x *UpdatePoolRequest) String() string {
 func (*UpdatePoolRequest) ProtoMessage() {}
 
 func (x *UpdatePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[48]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3652,7 +3744,7 @@ func (x *UpdatePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdatePoolRequest.ProtoReflect.Descriptor instead.
 func (*UpdatePoolRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{48}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *UpdatePoolRequest) GetPath() string {
@@ -3685,7 +3777,7 @@ type UpdatePoolResponse struct {
 
 func (x *UpdatePoolResponse) Reset() {
 	*x = UpdatePoolResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[49]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3697,7 +3789,7 @@ func (x *UpdatePoolResponse) String() string {
 func (*UpdatePoolResponse) ProtoMessage() {}
 
 func (x *UpdatePoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[49]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3710,7 +3802,7 @@ func (x *UpdatePoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdatePoolResponse.ProtoReflect.Descriptor instead.
 func (*UpdatePoolResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{49}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *UpdatePoolResponse) GetPool() *Pool {
@@ -3729,7 +3821,7 @@ type DeletePoolRequest struct {
 
 func (x *DeletePoolRequest) Reset() {
 	*x = DeletePoolRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[50]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3741,7 +3833,7 @@ func (x *DeletePoolRequest) String() string {
 func (*DeletePoolRequest) ProtoMessage() {}
 
 func (x *DeletePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[50]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3754,7 +3846,7 @@ func (x *DeletePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoolRequest.ProtoReflect.Descriptor instead.
 func (*DeletePoolRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{50}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *DeletePoolRequest) GetPath() string {
@@ -3772,7 +3864,7 @@ type DeletePoolResponse struct {
 
 func (x *DeletePoolResponse) Reset() {
 	*x = DeletePoolResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[51]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3784,7 +3876,7 @@ func (x *DeletePoolResponse) String() string {
 func (*DeletePoolResponse) ProtoMessage() {}
 
 func (x *DeletePoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[51]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3797,7 +3889,7 @@ func (x *DeletePoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoolResponse.ProtoReflect.Descriptor instead.
 func (*DeletePoolResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{51}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{52}
 }
 
 // MovePoolRequest moves a pool, with its children, under another parent.
@@ -3812,7 +3904,7 @@ type MovePoolRequest struct {
 
 func (x *MovePoolRequest) Reset() {
 	*x = MovePoolRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[52]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3824,7 +3916,7 @@ func (x *MovePoolRequest) String() string {
 func (*MovePoolRequest) ProtoMessage() {}
 
 func (x *MovePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[52]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3837,7 +3929,7 @@ func (x *MovePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MovePoolRequest.ProtoReflect.Descriptor instead.
 func (*MovePoolRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{52}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *MovePoolRequest) GetPath() string {
@@ -3863,7 +3955,7 @@ type MovePoolResponse struct {
 
 func (x *MovePoolResponse) Reset() {
 	*x = MovePoolResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[53]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3875,7 +3967,7 @@ func (x *MovePoolResponse) String() string {
 func (*MovePoolResponse) ProtoMessage() {}
 
 func (x *MovePoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[53]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3888,7 +3980,7 @@ func (x *MovePoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MovePoolResponse.ProtoReflect.Descriptor instead.
 func (*MovePoolResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{53}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *MovePoolResponse) GetPool() *Pool {
@@ -3906,7 +3998,7 @@ type ListPoolsRequest struct {
 
 func (x *ListPoolsRequest) Reset() {
 	*x = ListPoolsRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[54]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3918,7 +4010,7 @@ func (x *ListPoolsRequest) String() string {
 func (*ListPoolsRequest) ProtoMessage() {}
 
 func (x *ListPoolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[54]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3931,7 +4023,7 @@ func (x *ListPoolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoolsRequest.ProtoReflect.Descriptor instead.
 func (*ListPoolsRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{54}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{55}
 }
 
 type ListPoolsResponse struct {
@@ -3943,7 +4035,7 @@ type ListPoolsResponse struct {
 
 func (x *ListPoolsResponse) Reset() {
 	*x = ListPoolsResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[55]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3955,7 +4047,7 @@ func (x *ListPoolsResponse) String() string {
 func (*ListPoolsResponse) ProtoMessage() {}
 
 func (x *ListPoolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[55]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3968,7 +4060,7 @@ func (x *ListPoolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoolsResponse.ProtoReflect.Descriptor instead.
 func (*ListPoolsResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{55}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ListPoolsResponse) GetPools() []*Pool {
@@ -3999,7 +4091,7 @@ type Host struct {
 
 func (x *Host) Reset() {
 	*x = Host{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[56]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4011,7 +4103,7 @@ func (x *Host) String() string {
 func (*Host) ProtoMessage() {}
 
 func (x *Host) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[56]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4024,7 +4116,7 @@ func (x *Host) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Host.ProtoReflect.Descriptor instead.
 func (*Host) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{56}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *Host) GetName() string {
@@ -4091,7 +4183,7 @@ type ListHostsRequest struct {
 
 func (x *ListHostsRequest) Reset() {
 	*x = ListHostsRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[57]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4103,7 +4195,7 @@ func (x *ListHostsRequest) String() string {
 func (*ListHostsRequest) ProtoMessage() {}
 
 func (x *ListHostsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[57]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4116,7 +4208,7 @@ func (x *ListHostsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHostsRequest.ProtoReflect.Descriptor instead.
 func (*ListHostsRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{57}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{58}
 }
 
 type ListHostsResponse struct {
@@ -4128,7 +4220,7 @@ type ListHostsResponse struct {
 
 func (x *ListHostsResponse) Reset() {
 	*x = ListHostsResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[58]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4140,7 +4232,7 @@ func (x *ListHostsResponse) String() string {
 func (*ListHostsResponse) ProtoMessage() {}
 
 func (x *ListHostsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[58]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4153,7 +4245,7 @@ func (x *ListHostsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHostsResponse.ProtoReflect.Descriptor instead.
 func (*ListHostsResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{58}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ListHostsResponse) GetHosts() []*Host {
@@ -4176,7 +4268,7 @@ type StartMaintenanceRequest struct {
 
 func (x *StartMaintenanceRequest) Reset() {
 	*x = StartMaintenanceRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[59]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4188,7 +4280,7 @@ func (x *StartMaintenanceRequest) String() string {
 func (*StartMaintenanceRequest) ProtoMessage() {}
 
 func (x *StartMaintenanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[59]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4201,7 +4293,7 @@ func (x *StartMaintenanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartMaintenanceRequest.ProtoReflect.Descriptor instead.
 func (*StartMaintenanceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{59}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *StartMaintenanceRequest) GetHosts() []string {
@@ -4221,7 +4313,7 @@ type StartMaintenanceResponse struct {
 
 func (x *StartMaintenanceResponse) Reset() {
 	*x = StartMaintenanceResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[60]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4233,7 +4325,7 @@ func (x *StartMaintenanceResponse) String() string {
 func (*StartMaintenanceResponse) ProtoMessage() {}
 
 func (x *StartMaintenanceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[60]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4246,7 +4338,7 @@ func (x *StartMaintenanceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartMaintenanceResponse.ProtoReflect.Descriptor instead.
 func (*StartMaintenanceResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{60}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *StartMaintenanceResponse) GetHosts() []*Host {
@@ -4268,7 +4360,7 @@ type CompleteMaintenanceRequest struct {
 
 func (x *CompleteMaintenanceRequest) Reset() {
 	*x = CompleteMaintenanceRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[61]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4280,7 +4372,7 @@ func (x *CompleteMaintenanceRequest) String() string {
 func (*CompleteMaintenanceRequest) ProtoMessage() {}
 
 func (x *CompleteMaintenanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[61]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4293,7 +4385,7 @@ func (x *CompleteMaintenanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteMaintenanceRequest.ProtoReflect.Descriptor instead.
 func (*CompleteMaintenanceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{61}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *CompleteMaintenanceRequest) GetHosts() []string {
@@ -4313,7 +4405,7 @@ type CompleteMaintenanceResponse struct {
 
 func (x *CompleteMaintenanceResponse) Reset() {
 	*x = CompleteMaintenanceResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[62]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4325,7 +4417,7 @@ func (x *CompleteMaintenanceResponse) String() string {
 func (*CompleteMaintenanceResponse) ProtoMessage() {}
 
 func (x *CompleteMaintenanceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[62]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4338,7 +4430,7 @@ func (x *CompleteMaintenanceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteMaintenanceResponse.ProtoReflect.Descriptor instead.
 func (*CompleteMaintenanceResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{62}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *CompleteMaintenanceResponse) GetHosts() []*Host {
@@ -4378,7 +4470,7 @@ type UpdateSpec struct {
 
 func (x *UpdateSpec) Reset() {
 	*x = UpdateSpec{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[63]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4390,7 +4482,7 @@ func (x *UpdateSpec) String() string {
 func (*UpdateSpec) ProtoMessage() {}
 
 func (x *UpdateSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[63]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4403,7 +4495,7 @@ func (x *UpdateSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateSpec.ProtoReflect.Descriptor instead.
 func (*UpdateSpec) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{63}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *UpdateSpec) GetBatchSize() uint32 {
@@ -4489,7 +4581,7 @@ type UpdateStatus struct {
 
 func (x *UpdateStatus) Reset() {
 	*x = UpdateStatus{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[64]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4501,7 +4593,7 @@ func (x *UpdateStatus) String() string {
 func (*UpdateStatus) ProtoMessage() {}
 
 func (x *UpdateStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[64]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4514,7 +4606,7 @@ func (x *UpdateStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateStatus.ProtoReflect.Descriptor instead.
 func (*UpdateStatus) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{64}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *UpdateStatus) GetState() UpdateState {
@@ -4620,7 +4712,7 @@ type Update struct {
 
 func (x *Update) Reset() {
 	*x = Update{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[65]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4632,7 +4724,7 @@ func (x *Update) String() string {
 func (*Update) ProtoMessage() {}
 
 func (x *Update) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[65]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4645,7 +4737,7 @@ func (x *Update) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Update.ProtoReflect.Descriptor instead.
 func (*Update) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{65}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *Update) GetId() string {
@@ -4733,7 +4825,7 @@ type CreateUpdateRequest struct {
 
 func (x *CreateUpdateRequest) Reset() {
 	*x = CreateUpdateRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[66]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4745,7 +4837,7 @@ func (x *CreateUpdateRequest) String() string {
 func (*CreateUpdateRequest) ProtoMessage() {}
 
 func (x *CreateUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[66]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4758,7 +4850,7 @@ func (x *CreateUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateUpdateRequest.ProtoReflect.Descriptor instead.
 func (*CreateUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{66}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *CreateUpdateRequest) GetJobId() string {
@@ -4798,7 +4890,7 @@ type CreateUpdateResponse struct {
 
 func (x *CreateUpdateResponse) Reset() {
 	*x = CreateUpdateResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[67]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4810,7 +4902,7 @@ func (x *CreateUpdateResponse) String() string {
 func (*CreateUpdateResponse) ProtoMessage() {}
 
 func (x *CreateUpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[67]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4823,7 +4915,7 @@ func (x *CreateUpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateUpdateResponse.ProtoReflect.Descriptor instead.
 func (*CreateUpdateResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{67}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *CreateUpdateResponse) GetUpdate() *Update {
@@ -4842,7 +4934,7 @@ type GetUpdateRequest struct {
 
 func (x *GetUpdateRequest) Reset() {
 	*x = GetUpdateRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[68]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4854,7 +4946,7 @@ func (x *GetUpdateRequest) String() string {
 func (*GetUpdateRequest) ProtoMessage() {}
 
 func (x *GetUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[68]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4867,7 +4959,7 @@ func (x *GetUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUpdateRequest.ProtoReflect.Descriptor instead.
 func (*GetUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{68}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *GetUpdateRequest) GetUpdateId() string {
@@ -4886,7 +4978,7 @@ type GetUpdateResponse struct {
 
 func (x *GetUpdateResponse) Reset() {
 	*x = GetUpdateResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[69]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4898,7 +4990,7 @@ func (x *GetUpdateResponse) String() string {
 func (*GetUpdateResponse) ProtoMessage() {}
 
 func (x *GetUpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[69]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4911,7 +5003,7 @@ func (x *GetUpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUpdateResponse.ProtoReflect.Descriptor instead.
 func (*GetUpdateResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{69}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *GetUpdateResponse) GetUpdate() *Update {
@@ -4931,7 +5023,7 @@ type ListUpdatesRequest struct {
 
 func (x *ListUpdatesRequest) Reset() {
 	*x = ListUpdatesRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[70]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4943,7 +5035,7 @@ func (x *ListUpdatesRequest) String() string {
 func (*ListUpdatesRequest) ProtoMessage() {}
 
 func (x *ListUpdatesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[70]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4956,7 +5048,7 @@ func (x *ListUpdatesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListUpdatesRequest.ProtoReflect.Descriptor instead.
 func (*ListUpdatesRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{70}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *ListUpdatesRequest) GetJobId() string {
@@ -4975,7 +5067,7 @@ type ListUpdatesResponse struct {
 
 func (x *ListUpdatesResponse) Reset() {
 	*x = ListUpdatesResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[71]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4987,7 +5079,7 @@ func (x *ListUpdatesResponse) String() string {
 func (*ListUpdatesResponse) ProtoMessage() {}
 
 func (x *ListUpdatesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[71]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5000,7 +5092,7 @@ func (x *ListUpdatesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListUpdatesResponse.ProtoReflect.Descriptor instead.
 func (*ListUpdatesResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{71}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *ListUpdatesResponse) GetUpdates() []*Update {
@@ -5019,7 +5111,7 @@ type PauseUpdateRequest struct {
 
 func (x *PauseUpdateRequest) Reset() {
 	*x = PauseUpdateRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[72]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5031,7 +5123,7 @@ func (x *PauseUpdateRequest) String() string {
 func (*PauseUpdateRequest) ProtoMessage() {}
 
 func (x *PauseUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[72]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5044,7 +5136,7 @@ func (x *PauseUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseUpdateRequest.ProtoReflect.Descriptor instead.
 func (*PauseUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{72}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *PauseUpdateRequest) GetUpdateId() string {
@@ -5063,7 +5155,7 @@ type PauseUpdateResponse struct {
 
 func (x *PauseUpdateResponse) Reset() {
 	*x = PauseUpdateResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[73]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5075,7 +5167,7 @@ func (x *PauseUpdateResponse) String() string {
 func (*PauseUpdateResponse) ProtoMessage() {}
 
 func (x *PauseUpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[73]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5088,7 +5180,7 @@ func (x *PauseUpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseUpdateResponse.ProtoReflect.Descriptor instead.
 func (*PauseUpdateResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{73}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *PauseUpdateResponse) GetUpdate() *Update {
@@ -5107,7 +5199,7 @@ type ResumeUpdateRequest struct {
 
 func (x *ResumeUpdateRequest) Reset() {
 	*x = ResumeUpdateRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[74]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5119,7 +5211,7 @@ func (x *ResumeUpdateRequest) String() string {
 func (*ResumeUpdateRequest) ProtoMessage() {}
 
 func (x *ResumeUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[74]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5132,7 +5224,7 @@ func (x *ResumeUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeUpdateRequest.ProtoReflect.Descriptor instead.
 func (*ResumeUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{74}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *ResumeUpdateRequest) GetUpdateId() string {
@@ -5151,7 +5243,7 @@ type ResumeUpdateResponse struct {
 
 func (x *ResumeUpdateResponse) Reset() {
 	*x = ResumeUpdateResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[75]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5163,7 +5255,7 @@ func (x *ResumeUpdateResponse) String() string {
 func (*ResumeUpdateResponse) ProtoMessage() {}
 
 func (x *ResumeUpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[75]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5176,7 +5268,7 @@ func (x *ResumeUpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeUpdateResponse.ProtoReflect.Descriptor instead.
 func (*ResumeUpdateResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{75}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *ResumeUpdateResponse) GetUpdate() *Update {
@@ -5195,7 +5287,7 @@ type AbortUpdateRequest struct {
 
 func (x *AbortUpdateRequest) Reset() {
 	*x = AbortUpdateRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[76]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5207,7 +5299,7 @@ func (x *AbortUpdateRequest) String() string {
 func (*AbortUpdateRequest) ProtoMessage() {}
 
 func (x *AbortUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[76]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5220,7 +5312,7 @@ func (x *AbortUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortUpdateRequest.ProtoReflect.Descriptor instead.
 func (*AbortUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{76}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *AbortUpdateRequest) GetUpdateId() string {
@@ -5239,7 +5331,7 @@ type AbortUpdateResponse struct {
 
 func (x *AbortUpdateResponse) Reset() {
 	*x = AbortUpdateResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[77]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5251,7 +5343,7 @@ func (x *AbortUpdateResponse) String() string {
 func (*AbortUpdateResponse) ProtoMessage() {}
 
 func (x *AbortUpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[77]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5264,7 +5356,7 @@ func (x *AbortUpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortUpdateResponse.ProtoReflect.Descriptor instead.
 func (*AbortUpdateResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{77}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *AbortUpdateResponse) GetUpdate() *Update {
@@ -5287,7 +5379,7 @@ type RollbackUpdateRequest struct {
 
 func (x *RollbackUpdateRequest) Reset() {
 	*x = RollbackUpdateRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[78]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5299,7 +5391,7 @@ func (x *RollbackUpdateRequest) String() string {
 func (*RollbackUpdateRequest) ProtoMessage() {}
 
 func (x *RollbackUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[78]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5312,7 +5404,7 @@ func (x *RollbackUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackUpdateRequest.ProtoReflect.Descriptor instead.
 func (*RollbackUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{78}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *RollbackUpdateRequest) GetUpdateId() string {
@@ -5331,7 +5423,7 @@ type RollbackUpdateResponse struct {
 
 func (x *RollbackUpdateResponse) Reset() {
 	*x = RollbackUpdateResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[79]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5343,7 +5435,7 @@ func (x *RollbackUpdateResponse) String() string {
 func (*RollbackUpdateResponse) ProtoMessage() {}
 
 func (x *RollbackUpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[79]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5356,7 +5448,7 @@ func (x *RollbackUpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackUpdateResponse.ProtoReflect.Descriptor instead.
 func (*RollbackUpdateResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{79}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *RollbackUpdateResponse) GetUpdate() *Update {
@@ -5430,7 +5522,7 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\bstrategy\x18\x01 \x01(\x0e2!.peloton.api.v1.PlacementStrategyR\bstrategy\x12<\n" +
 	"\vconstraints\x18\x02 \x03(\v2\x1a.peloton.api.v1.ConstraintR\vconstraints\x123\n" +
 	"\x16max_instances_per_host\x18\x03 \x01(\rR\x13maxInstancesPerHost\x12\x1c\n" +
-	"\tpartition\x18\x04 \x01(\tR\tpartition\"\xb6\x04\n" +
+	"\tpartition\x18\x04 \x01(\tR\tpartition\"\xee\x04\n" +
 	"\aJobSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12+\n" +
 	"\x04type\x18\x02 \x01(\x0e2\x17.peloton.api.v1.JobTypeR\x04type\x12\x12\n" +
@@ -5440,13 +5532,21 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\fdefault_spec\x18\x06 \x01(\v2\x18.peloton.api.v1.TaskSpecR\vdefaultSpec\x12Q\n" +
 	"\x0einstance_specs\x18\a \x03(\v2*.peloton.api.v1.JobSpec.InstanceSpecsEntryR\rinstanceSpecs\x12;\n" +
 	"\x06labels\x18\b \x03(\v2#.peloton.api.v1.JobSpec.LabelsEntryR\x06labels\x12 \n" +
-	"\vdescription\x18\t \x01(\tR\vdescription\x1aZ\n" +
+	"\vdescription\x18\t \x01(\tR\vdescription\x126\n" +
+	"\aforeign\x18\n" +
+	" \x01(\v2\x1c.peloton.api.v1.ForeignOwnerR\aforeign\x1aZ\n" +
 	"\x12InstanceSpecsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\rR\x03key\x12.\n" +
 	"\x05value\x18\x02 \x01(\v2\x18.peloton.api.v1.TaskSpecR\x05value:\x028\x01\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x93\x04\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"~\n" +
+	"\fForeignOwner\x12\x16\n" +
+	"\x06source\x18\x01 \x01(\tR\x06source\x12\x1c\n" +
+	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x12\n" +
+	"\x04kind\x18\x03 \x01(\tR\x04kind\x12\x12\n" +
+	"\x04name\x18\x04 \x01(\tR\x04name\x12\x10\n" +
+	"\x03uid\x18\x05 \x01(\tR\x03uid\"\x93\x04\n" +
 	"\tJobStatus\x12.\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x18.peloton.api.v1.JobStateR\x05state\x127\n" +
 	"\n" +
@@ -5856,7 +5956,7 @@ func file_peloton_api_v1_peloton_proto_rawDescGZIP() []byte {
 }
 
 var file_peloton_api_v1_peloton_proto_enumTypes = make([]protoimpl.EnumInfo, 9)
-var file_peloton_api_v1_peloton_proto_msgTypes = make([]protoimpl.MessageInfo, 87)
+var file_peloton_api_v1_peloton_proto_msgTypes = make([]protoimpl.MessageInfo, 88)
 var file_peloton_api_v1_peloton_proto_goTypes = []any{
 	(JobType)(0),                        // 0: peloton.api.v1.JobType
 	(TaskState)(0),                      // 1: peloton.api.v1.TaskState
@@ -5878,87 +5978,88 @@ var file_peloton_api_v1_peloton_proto_goTypes = []any{
 	(*Constraint)(nil),                  // 17: peloton.api.v1.Constraint
 	(*PlacementSpec)(nil),               // 18: peloton.api.v1.PlacementSpec
 	(*JobSpec)(nil),                     // 19: peloton.api.v1.JobSpec
-	(*JobStatus)(nil),                   // 20: peloton.api.v1.JobStatus
-	(*Job)(nil),                         // 21: peloton.api.v1.Job
-	(*TaskStatus)(nil),                  // 22: peloton.api.v1.TaskStatus
-	(*TaskTransition)(nil),              // 23: peloton.api.v1.TaskTransition
-	(*Task)(nil),                        // 24: peloton.api.v1.Task
-	(*CreateJobRequest)(nil),            // 25: peloton.api.v1.CreateJobRequest
-	(*CreateJobResponse)(nil),           // 26: peloton.api.v1.CreateJobResponse
-	(*GetJobRequest)(nil),               // 27: peloton.api.v1.GetJobRequest
-	(*GetJobResponse)(nil),              // 28: peloton.api.v1.GetJobResponse
-	(*ListJobsRequest)(nil),             // 29: peloton.api.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),            // 30: peloton.api.v1.ListJobsResponse
-	(*CancelJobRequest)(nil),            // 31: peloton.api.v1.CancelJobRequest
-	(*CancelJobResponse)(nil),           // 32: peloton.api.v1.CancelJobResponse
-	(*DeleteJobRequest)(nil),            // 33: peloton.api.v1.DeleteJobRequest
-	(*DeleteJobResponse)(nil),           // 34: peloton.api.v1.DeleteJobResponse
-	(*RestartJobRequest)(nil),           // 35: peloton.api.v1.RestartJobRequest
-	(*RestartJobResponse)(nil),          // 36: peloton.api.v1.RestartJobResponse
-	(*ScaleJobRequest)(nil),             // 37: peloton.api.v1.ScaleJobRequest
-	(*ScaleJobResponse)(nil),            // 38: peloton.api.v1.ScaleJobResponse
-	(*ListJobVersionsRequest)(nil),      // 39: peloton.api.v1.ListJobVersionsRequest
-	(*JobVersion)(nil),                  // 40: peloton.api.v1.JobVersion
-	(*ListJobVersionsResponse)(nil),     // 41: peloton.api.v1.ListJobVersionsResponse
-	(*ListTasksRequest)(nil),            // 42: peloton.api.v1.ListTasksRequest
-	(*ListTasksResponse)(nil),           // 43: peloton.api.v1.ListTasksResponse
-	(*GetTaskRequest)(nil),              // 44: peloton.api.v1.GetTaskRequest
-	(*GetTaskResponse)(nil),             // 45: peloton.api.v1.GetTaskResponse
-	(*KillTaskRequest)(nil),             // 46: peloton.api.v1.KillTaskRequest
-	(*KillTaskResponse)(nil),            // 47: peloton.api.v1.KillTaskResponse
-	(*GetTaskLogsRequest)(nil),          // 48: peloton.api.v1.GetTaskLogsRequest
-	(*LogChunk)(nil),                    // 49: peloton.api.v1.LogChunk
-	(*PoolSpec)(nil),                    // 50: peloton.api.v1.PoolSpec
-	(*PoolStatus)(nil),                  // 51: peloton.api.v1.PoolStatus
-	(*Pool)(nil),                        // 52: peloton.api.v1.Pool
-	(*CreatePoolRequest)(nil),           // 53: peloton.api.v1.CreatePoolRequest
-	(*CreatePoolResponse)(nil),          // 54: peloton.api.v1.CreatePoolResponse
-	(*GetPoolRequest)(nil),              // 55: peloton.api.v1.GetPoolRequest
-	(*GetPoolResponse)(nil),             // 56: peloton.api.v1.GetPoolResponse
-	(*UpdatePoolRequest)(nil),           // 57: peloton.api.v1.UpdatePoolRequest
-	(*UpdatePoolResponse)(nil),          // 58: peloton.api.v1.UpdatePoolResponse
-	(*DeletePoolRequest)(nil),           // 59: peloton.api.v1.DeletePoolRequest
-	(*DeletePoolResponse)(nil),          // 60: peloton.api.v1.DeletePoolResponse
-	(*MovePoolRequest)(nil),             // 61: peloton.api.v1.MovePoolRequest
-	(*MovePoolResponse)(nil),            // 62: peloton.api.v1.MovePoolResponse
-	(*ListPoolsRequest)(nil),            // 63: peloton.api.v1.ListPoolsRequest
-	(*ListPoolsResponse)(nil),           // 64: peloton.api.v1.ListPoolsResponse
-	(*Host)(nil),                        // 65: peloton.api.v1.Host
-	(*ListHostsRequest)(nil),            // 66: peloton.api.v1.ListHostsRequest
-	(*ListHostsResponse)(nil),           // 67: peloton.api.v1.ListHostsResponse
-	(*StartMaintenanceRequest)(nil),     // 68: peloton.api.v1.StartMaintenanceRequest
-	(*StartMaintenanceResponse)(nil),    // 69: peloton.api.v1.StartMaintenanceResponse
-	(*CompleteMaintenanceRequest)(nil),  // 70: peloton.api.v1.CompleteMaintenanceRequest
-	(*CompleteMaintenanceResponse)(nil), // 71: peloton.api.v1.CompleteMaintenanceResponse
-	(*UpdateSpec)(nil),                  // 72: peloton.api.v1.UpdateSpec
-	(*UpdateStatus)(nil),                // 73: peloton.api.v1.UpdateStatus
-	(*Update)(nil),                      // 74: peloton.api.v1.Update
-	(*CreateUpdateRequest)(nil),         // 75: peloton.api.v1.CreateUpdateRequest
-	(*CreateUpdateResponse)(nil),        // 76: peloton.api.v1.CreateUpdateResponse
-	(*GetUpdateRequest)(nil),            // 77: peloton.api.v1.GetUpdateRequest
-	(*GetUpdateResponse)(nil),           // 78: peloton.api.v1.GetUpdateResponse
-	(*ListUpdatesRequest)(nil),          // 79: peloton.api.v1.ListUpdatesRequest
-	(*ListUpdatesResponse)(nil),         // 80: peloton.api.v1.ListUpdatesResponse
-	(*PauseUpdateRequest)(nil),          // 81: peloton.api.v1.PauseUpdateRequest
-	(*PauseUpdateResponse)(nil),         // 82: peloton.api.v1.PauseUpdateResponse
-	(*ResumeUpdateRequest)(nil),         // 83: peloton.api.v1.ResumeUpdateRequest
-	(*ResumeUpdateResponse)(nil),        // 84: peloton.api.v1.ResumeUpdateResponse
-	(*AbortUpdateRequest)(nil),          // 85: peloton.api.v1.AbortUpdateRequest
-	(*AbortUpdateResponse)(nil),         // 86: peloton.api.v1.AbortUpdateResponse
-	(*RollbackUpdateRequest)(nil),       // 87: peloton.api.v1.RollbackUpdateRequest
-	(*RollbackUpdateResponse)(nil),      // 88: peloton.api.v1.RollbackUpdateResponse
-	nil,                                 // 89: peloton.api.v1.TaskSpec.EnvEntry
-	nil,                                 // 90: peloton.api.v1.JobSpec.InstanceSpecsEntry
-	nil,                                 // 91: peloton.api.v1.JobSpec.LabelsEntry
-	nil,                                 // 92: peloton.api.v1.JobStatus.TaskCountsEntry
-	nil,                                 // 93: peloton.api.v1.TaskStatus.PortsEntry
-	nil,                                 // 94: peloton.api.v1.Host.LabelsEntry
-	nil,                                 // 95: peloton.api.v1.Update.RestartsEntry
-	(*timestamppb.Timestamp)(nil),       // 96: google.protobuf.Timestamp
+	(*ForeignOwner)(nil),                // 20: peloton.api.v1.ForeignOwner
+	(*JobStatus)(nil),                   // 21: peloton.api.v1.JobStatus
+	(*Job)(nil),                         // 22: peloton.api.v1.Job
+	(*TaskStatus)(nil),                  // 23: peloton.api.v1.TaskStatus
+	(*TaskTransition)(nil),              // 24: peloton.api.v1.TaskTransition
+	(*Task)(nil),                        // 25: peloton.api.v1.Task
+	(*CreateJobRequest)(nil),            // 26: peloton.api.v1.CreateJobRequest
+	(*CreateJobResponse)(nil),           // 27: peloton.api.v1.CreateJobResponse
+	(*GetJobRequest)(nil),               // 28: peloton.api.v1.GetJobRequest
+	(*GetJobResponse)(nil),              // 29: peloton.api.v1.GetJobResponse
+	(*ListJobsRequest)(nil),             // 30: peloton.api.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),            // 31: peloton.api.v1.ListJobsResponse
+	(*CancelJobRequest)(nil),            // 32: peloton.api.v1.CancelJobRequest
+	(*CancelJobResponse)(nil),           // 33: peloton.api.v1.CancelJobResponse
+	(*DeleteJobRequest)(nil),            // 34: peloton.api.v1.DeleteJobRequest
+	(*DeleteJobResponse)(nil),           // 35: peloton.api.v1.DeleteJobResponse
+	(*RestartJobRequest)(nil),           // 36: peloton.api.v1.RestartJobRequest
+	(*RestartJobResponse)(nil),          // 37: peloton.api.v1.RestartJobResponse
+	(*ScaleJobRequest)(nil),             // 38: peloton.api.v1.ScaleJobRequest
+	(*ScaleJobResponse)(nil),            // 39: peloton.api.v1.ScaleJobResponse
+	(*ListJobVersionsRequest)(nil),      // 40: peloton.api.v1.ListJobVersionsRequest
+	(*JobVersion)(nil),                  // 41: peloton.api.v1.JobVersion
+	(*ListJobVersionsResponse)(nil),     // 42: peloton.api.v1.ListJobVersionsResponse
+	(*ListTasksRequest)(nil),            // 43: peloton.api.v1.ListTasksRequest
+	(*ListTasksResponse)(nil),           // 44: peloton.api.v1.ListTasksResponse
+	(*GetTaskRequest)(nil),              // 45: peloton.api.v1.GetTaskRequest
+	(*GetTaskResponse)(nil),             // 46: peloton.api.v1.GetTaskResponse
+	(*KillTaskRequest)(nil),             // 47: peloton.api.v1.KillTaskRequest
+	(*KillTaskResponse)(nil),            // 48: peloton.api.v1.KillTaskResponse
+	(*GetTaskLogsRequest)(nil),          // 49: peloton.api.v1.GetTaskLogsRequest
+	(*LogChunk)(nil),                    // 50: peloton.api.v1.LogChunk
+	(*PoolSpec)(nil),                    // 51: peloton.api.v1.PoolSpec
+	(*PoolStatus)(nil),                  // 52: peloton.api.v1.PoolStatus
+	(*Pool)(nil),                        // 53: peloton.api.v1.Pool
+	(*CreatePoolRequest)(nil),           // 54: peloton.api.v1.CreatePoolRequest
+	(*CreatePoolResponse)(nil),          // 55: peloton.api.v1.CreatePoolResponse
+	(*GetPoolRequest)(nil),              // 56: peloton.api.v1.GetPoolRequest
+	(*GetPoolResponse)(nil),             // 57: peloton.api.v1.GetPoolResponse
+	(*UpdatePoolRequest)(nil),           // 58: peloton.api.v1.UpdatePoolRequest
+	(*UpdatePoolResponse)(nil),          // 59: peloton.api.v1.UpdatePoolResponse
+	(*DeletePoolRequest)(nil),           // 60: peloton.api.v1.DeletePoolRequest
+	(*DeletePoolResponse)(nil),          // 61: peloton.api.v1.DeletePoolResponse
+	(*MovePoolRequest)(nil),             // 62: peloton.api.v1.MovePoolRequest
+	(*MovePoolResponse)(nil),            // 63: peloton.api.v1.MovePoolResponse
+	(*ListPoolsRequest)(nil),            // 64: peloton.api.v1.ListPoolsRequest
+	(*ListPoolsResponse)(nil),           // 65: peloton.api.v1.ListPoolsResponse
+	(*Host)(nil),                        // 66: peloton.api.v1.Host
+	(*ListHostsRequest)(nil),            // 67: peloton.api.v1.ListHostsRequest
+	(*ListHostsResponse)(nil),           // 68: peloton.api.v1.ListHostsResponse
+	(*StartMaintenanceRequest)(nil),     // 69: peloton.api.v1.StartMaintenanceRequest
+	(*StartMaintenanceResponse)(nil),    // 70: peloton.api.v1.StartMaintenanceResponse
+	(*CompleteMaintenanceRequest)(nil),  // 71: peloton.api.v1.CompleteMaintenanceRequest
+	(*CompleteMaintenanceResponse)(nil), // 72: peloton.api.v1.CompleteMaintenanceResponse
+	(*UpdateSpec)(nil),                  // 73: peloton.api.v1.UpdateSpec
+	(*UpdateStatus)(nil),                // 74: peloton.api.v1.UpdateStatus
+	(*Update)(nil),                      // 75: peloton.api.v1.Update
+	(*CreateUpdateRequest)(nil),         // 76: peloton.api.v1.CreateUpdateRequest
+	(*CreateUpdateResponse)(nil),        // 77: peloton.api.v1.CreateUpdateResponse
+	(*GetUpdateRequest)(nil),            // 78: peloton.api.v1.GetUpdateRequest
+	(*GetUpdateResponse)(nil),           // 79: peloton.api.v1.GetUpdateResponse
+	(*ListUpdatesRequest)(nil),          // 80: peloton.api.v1.ListUpdatesRequest
+	(*ListUpdatesResponse)(nil),         // 81: peloton.api.v1.ListUpdatesResponse
+	(*PauseUpdateRequest)(nil),          // 82: peloton.api.v1.PauseUpdateRequest
+	(*PauseUpdateResponse)(nil),         // 83: peloton.api.v1.PauseUpdateResponse
+	(*ResumeUpdateRequest)(nil),         // 84: peloton.api.v1.ResumeUpdateRequest
+	(*ResumeUpdateResponse)(nil),        // 85: peloton.api.v1.ResumeUpdateResponse
+	(*AbortUpdateRequest)(nil),          // 86: peloton.api.v1.AbortUpdateRequest
+	(*AbortUpdateResponse)(nil),         // 87: peloton.api.v1.AbortUpdateResponse
+	(*RollbackUpdateRequest)(nil),       // 88: peloton.api.v1.RollbackUpdateRequest
+	(*RollbackUpdateResponse)(nil),      // 89: peloton.api.v1.RollbackUpdateResponse
+	nil,                                 // 90: peloton.api.v1.TaskSpec.EnvEntry
+	nil,                                 // 91: peloton.api.v1.JobSpec.InstanceSpecsEntry
+	nil,                                 // 92: peloton.api.v1.JobSpec.LabelsEntry
+	nil,                                 // 93: peloton.api.v1.JobStatus.TaskCountsEntry
+	nil,                                 // 94: peloton.api.v1.TaskStatus.PortsEntry
+	nil,                                 // 95: peloton.api.v1.Host.LabelsEntry
+	nil,                                 // 96: peloton.api.v1.Update.RestartsEntry
+	(*timestamppb.Timestamp)(nil),       // 97: google.protobuf.Timestamp
 }
 var file_peloton_api_v1_peloton_proto_depIdxs = []int32{
 	14,  // 0: peloton.api.v1.HealthCheck.http:type_name -> peloton.api.v1.HttpProbe
-	89,  // 1: peloton.api.v1.TaskSpec.env:type_name -> peloton.api.v1.TaskSpec.EnvEntry
+	90,  // 1: peloton.api.v1.TaskSpec.env:type_name -> peloton.api.v1.TaskSpec.EnvEntry
 	9,   // 2: peloton.api.v1.TaskSpec.resources:type_name -> peloton.api.v1.Resources
 	11,  // 3: peloton.api.v1.TaskSpec.restart_policy:type_name -> peloton.api.v1.RestartPolicy
 	18,  // 4: peloton.api.v1.TaskSpec.placement:type_name -> peloton.api.v1.PlacementSpec
@@ -5971,140 +6072,141 @@ var file_peloton_api_v1_peloton_proto_depIdxs = []int32{
 	0,   // 11: peloton.api.v1.JobSpec.type:type_name -> peloton.api.v1.JobType
 	10,  // 12: peloton.api.v1.JobSpec.sla:type_name -> peloton.api.v1.SlaSpec
 	16,  // 13: peloton.api.v1.JobSpec.default_spec:type_name -> peloton.api.v1.TaskSpec
-	90,  // 14: peloton.api.v1.JobSpec.instance_specs:type_name -> peloton.api.v1.JobSpec.InstanceSpecsEntry
-	91,  // 15: peloton.api.v1.JobSpec.labels:type_name -> peloton.api.v1.JobSpec.LabelsEntry
-	5,   // 16: peloton.api.v1.JobStatus.state:type_name -> peloton.api.v1.JobState
-	5,   // 17: peloton.api.v1.JobStatus.goal_state:type_name -> peloton.api.v1.JobState
-	92,  // 18: peloton.api.v1.JobStatus.task_counts:type_name -> peloton.api.v1.JobStatus.TaskCountsEntry
-	96,  // 19: peloton.api.v1.JobStatus.create_time:type_name -> google.protobuf.Timestamp
-	96,  // 20: peloton.api.v1.JobStatus.start_time:type_name -> google.protobuf.Timestamp
-	96,  // 21: peloton.api.v1.JobStatus.completion_time:type_name -> google.protobuf.Timestamp
-	19,  // 22: peloton.api.v1.Job.spec:type_name -> peloton.api.v1.JobSpec
-	20,  // 23: peloton.api.v1.Job.status:type_name -> peloton.api.v1.JobStatus
-	1,   // 24: peloton.api.v1.TaskStatus.state:type_name -> peloton.api.v1.TaskState
-	1,   // 25: peloton.api.v1.TaskStatus.goal_state:type_name -> peloton.api.v1.TaskState
-	96,  // 26: peloton.api.v1.TaskStatus.start_time:type_name -> google.protobuf.Timestamp
-	96,  // 27: peloton.api.v1.TaskStatus.completion_time:type_name -> google.protobuf.Timestamp
-	96,  // 28: peloton.api.v1.TaskStatus.update_time:type_name -> google.protobuf.Timestamp
-	23,  // 29: peloton.api.v1.TaskStatus.history:type_name -> peloton.api.v1.TaskTransition
-	2,   // 30: peloton.api.v1.TaskStatus.health:type_name -> peloton.api.v1.HealthState
-	93,  // 31: peloton.api.v1.TaskStatus.ports:type_name -> peloton.api.v1.TaskStatus.PortsEntry
-	1,   // 32: peloton.api.v1.TaskTransition.state:type_name -> peloton.api.v1.TaskState
-	96,  // 33: peloton.api.v1.TaskTransition.time:type_name -> google.protobuf.Timestamp
-	22,  // 34: peloton.api.v1.Task.status:type_name -> peloton.api.v1.TaskStatus
-	16,  // 35: peloton.api.v1.Task.spec:type_name -> peloton.api.v1.TaskSpec
-	19,  // 36: peloton.api.v1.CreateJobRequest.spec:type_name -> peloton.api.v1.JobSpec
-	21,  // 37: peloton.api.v1.GetJobResponse.job:type_name -> peloton.api.v1.Job
-	5,   // 38: peloton.api.v1.ListJobsRequest.states:type_name -> peloton.api.v1.JobState
-	21,  // 39: peloton.api.v1.ListJobsResponse.jobs:type_name -> peloton.api.v1.Job
-	19,  // 40: peloton.api.v1.JobVersion.spec:type_name -> peloton.api.v1.JobSpec
-	96,  // 41: peloton.api.v1.JobVersion.create_time:type_name -> google.protobuf.Timestamp
-	40,  // 42: peloton.api.v1.ListJobVersionsResponse.versions:type_name -> peloton.api.v1.JobVersion
-	1,   // 43: peloton.api.v1.ListTasksRequest.states:type_name -> peloton.api.v1.TaskState
-	24,  // 44: peloton.api.v1.ListTasksResponse.tasks:type_name -> peloton.api.v1.Task
-	24,  // 45: peloton.api.v1.GetTaskResponse.task:type_name -> peloton.api.v1.Task
-	6,   // 46: peloton.api.v1.GetTaskLogsRequest.stream:type_name -> peloton.api.v1.LogStream
-	9,   // 47: peloton.api.v1.PoolSpec.reservation:type_name -> peloton.api.v1.Resources
-	9,   // 48: peloton.api.v1.PoolSpec.limit:type_name -> peloton.api.v1.Resources
-	9,   // 49: peloton.api.v1.PoolSpec.share:type_name -> peloton.api.v1.Resources
-	9,   // 50: peloton.api.v1.PoolStatus.entitlement:type_name -> peloton.api.v1.Resources
-	9,   // 51: peloton.api.v1.PoolStatus.allocation:type_name -> peloton.api.v1.Resources
-	9,   // 52: peloton.api.v1.PoolStatus.demand:type_name -> peloton.api.v1.Resources
-	50,  // 53: peloton.api.v1.Pool.spec:type_name -> peloton.api.v1.PoolSpec
-	51,  // 54: peloton.api.v1.Pool.status:type_name -> peloton.api.v1.PoolStatus
-	50,  // 55: peloton.api.v1.CreatePoolRequest.spec:type_name -> peloton.api.v1.PoolSpec
-	52,  // 56: peloton.api.v1.CreatePoolResponse.pool:type_name -> peloton.api.v1.Pool
-	52,  // 57: peloton.api.v1.GetPoolResponse.pool:type_name -> peloton.api.v1.Pool
-	50,  // 58: peloton.api.v1.UpdatePoolRequest.spec:type_name -> peloton.api.v1.PoolSpec
-	52,  // 59: peloton.api.v1.UpdatePoolResponse.pool:type_name -> peloton.api.v1.Pool
-	52,  // 60: peloton.api.v1.MovePoolResponse.pool:type_name -> peloton.api.v1.Pool
-	52,  // 61: peloton.api.v1.ListPoolsResponse.pools:type_name -> peloton.api.v1.Pool
-	9,   // 62: peloton.api.v1.Host.capacity:type_name -> peloton.api.v1.Resources
-	9,   // 63: peloton.api.v1.Host.allocated:type_name -> peloton.api.v1.Resources
-	94,  // 64: peloton.api.v1.Host.labels:type_name -> peloton.api.v1.Host.LabelsEntry
-	7,   // 65: peloton.api.v1.Host.state:type_name -> peloton.api.v1.HostState
-	65,  // 66: peloton.api.v1.ListHostsResponse.hosts:type_name -> peloton.api.v1.Host
-	65,  // 67: peloton.api.v1.StartMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
-	65,  // 68: peloton.api.v1.CompleteMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
-	8,   // 69: peloton.api.v1.UpdateStatus.state:type_name -> peloton.api.v1.UpdateState
-	96,  // 70: peloton.api.v1.UpdateStatus.create_time:type_name -> google.protobuf.Timestamp
-	96,  // 71: peloton.api.v1.UpdateStatus.update_time:type_name -> google.protobuf.Timestamp
-	96,  // 72: peloton.api.v1.UpdateStatus.completion_time:type_name -> google.protobuf.Timestamp
-	8,   // 73: peloton.api.v1.UpdateStatus.paused_from:type_name -> peloton.api.v1.UpdateState
-	72,  // 74: peloton.api.v1.Update.spec:type_name -> peloton.api.v1.UpdateSpec
-	73,  // 75: peloton.api.v1.Update.status:type_name -> peloton.api.v1.UpdateStatus
-	95,  // 76: peloton.api.v1.Update.restarts:type_name -> peloton.api.v1.Update.RestartsEntry
-	19,  // 77: peloton.api.v1.CreateUpdateRequest.spec:type_name -> peloton.api.v1.JobSpec
-	72,  // 78: peloton.api.v1.CreateUpdateRequest.update_spec:type_name -> peloton.api.v1.UpdateSpec
-	74,  // 79: peloton.api.v1.CreateUpdateResponse.update:type_name -> peloton.api.v1.Update
-	74,  // 80: peloton.api.v1.GetUpdateResponse.update:type_name -> peloton.api.v1.Update
-	74,  // 81: peloton.api.v1.ListUpdatesResponse.updates:type_name -> peloton.api.v1.Update
-	74,  // 82: peloton.api.v1.PauseUpdateResponse.update:type_name -> peloton.api.v1.Update
-	74,  // 83: peloton.api.v1.ResumeUpdateResponse.update:type_name -> peloton.api.v1.Update
-	74,  // 84: peloton.api.v1.AbortUpdateResponse.update:type_name -> peloton.api.v1.Update
-	74,  // 85: peloton.api.v1.RollbackUpdateResponse.update:type_name -> peloton.api.v1.Update
-	16,  // 86: peloton.api.v1.JobSpec.InstanceSpecsEntry.value:type_name -> peloton.api.v1.TaskSpec
-	25,  // 87: peloton.api.v1.JobService.CreateJob:input_type -> peloton.api.v1.CreateJobRequest
-	27,  // 88: peloton.api.v1.JobService.GetJob:input_type -> peloton.api.v1.GetJobRequest
-	29,  // 89: peloton.api.v1.JobService.ListJobs:input_type -> peloton.api.v1.ListJobsRequest
-	31,  // 90: peloton.api.v1.JobService.CancelJob:input_type -> peloton.api.v1.CancelJobRequest
-	33,  // 91: peloton.api.v1.JobService.DeleteJob:input_type -> peloton.api.v1.DeleteJobRequest
-	35,  // 92: peloton.api.v1.JobService.RestartJob:input_type -> peloton.api.v1.RestartJobRequest
-	37,  // 93: peloton.api.v1.JobService.ScaleJob:input_type -> peloton.api.v1.ScaleJobRequest
-	39,  // 94: peloton.api.v1.JobService.ListJobVersions:input_type -> peloton.api.v1.ListJobVersionsRequest
-	42,  // 95: peloton.api.v1.TaskService.ListTasks:input_type -> peloton.api.v1.ListTasksRequest
-	44,  // 96: peloton.api.v1.TaskService.GetTask:input_type -> peloton.api.v1.GetTaskRequest
-	46,  // 97: peloton.api.v1.TaskService.KillTask:input_type -> peloton.api.v1.KillTaskRequest
-	48,  // 98: peloton.api.v1.TaskService.GetTaskLogs:input_type -> peloton.api.v1.GetTaskLogsRequest
-	53,  // 99: peloton.api.v1.PoolService.CreatePool:input_type -> peloton.api.v1.CreatePoolRequest
-	55,  // 100: peloton.api.v1.PoolService.GetPool:input_type -> peloton.api.v1.GetPoolRequest
-	57,  // 101: peloton.api.v1.PoolService.UpdatePool:input_type -> peloton.api.v1.UpdatePoolRequest
-	59,  // 102: peloton.api.v1.PoolService.DeletePool:input_type -> peloton.api.v1.DeletePoolRequest
-	63,  // 103: peloton.api.v1.PoolService.ListPools:input_type -> peloton.api.v1.ListPoolsRequest
-	61,  // 104: peloton.api.v1.PoolService.MovePool:input_type -> peloton.api.v1.MovePoolRequest
-	66,  // 105: peloton.api.v1.HostService.ListHosts:input_type -> peloton.api.v1.ListHostsRequest
-	68,  // 106: peloton.api.v1.HostService.StartMaintenance:input_type -> peloton.api.v1.StartMaintenanceRequest
-	70,  // 107: peloton.api.v1.HostService.CompleteMaintenance:input_type -> peloton.api.v1.CompleteMaintenanceRequest
-	75,  // 108: peloton.api.v1.UpdateService.CreateUpdate:input_type -> peloton.api.v1.CreateUpdateRequest
-	77,  // 109: peloton.api.v1.UpdateService.GetUpdate:input_type -> peloton.api.v1.GetUpdateRequest
-	79,  // 110: peloton.api.v1.UpdateService.ListUpdates:input_type -> peloton.api.v1.ListUpdatesRequest
-	81,  // 111: peloton.api.v1.UpdateService.PauseUpdate:input_type -> peloton.api.v1.PauseUpdateRequest
-	83,  // 112: peloton.api.v1.UpdateService.ResumeUpdate:input_type -> peloton.api.v1.ResumeUpdateRequest
-	85,  // 113: peloton.api.v1.UpdateService.AbortUpdate:input_type -> peloton.api.v1.AbortUpdateRequest
-	87,  // 114: peloton.api.v1.UpdateService.RollbackUpdate:input_type -> peloton.api.v1.RollbackUpdateRequest
-	26,  // 115: peloton.api.v1.JobService.CreateJob:output_type -> peloton.api.v1.CreateJobResponse
-	28,  // 116: peloton.api.v1.JobService.GetJob:output_type -> peloton.api.v1.GetJobResponse
-	30,  // 117: peloton.api.v1.JobService.ListJobs:output_type -> peloton.api.v1.ListJobsResponse
-	32,  // 118: peloton.api.v1.JobService.CancelJob:output_type -> peloton.api.v1.CancelJobResponse
-	34,  // 119: peloton.api.v1.JobService.DeleteJob:output_type -> peloton.api.v1.DeleteJobResponse
-	36,  // 120: peloton.api.v1.JobService.RestartJob:output_type -> peloton.api.v1.RestartJobResponse
-	38,  // 121: peloton.api.v1.JobService.ScaleJob:output_type -> peloton.api.v1.ScaleJobResponse
-	41,  // 122: peloton.api.v1.JobService.ListJobVersions:output_type -> peloton.api.v1.ListJobVersionsResponse
-	43,  // 123: peloton.api.v1.TaskService.ListTasks:output_type -> peloton.api.v1.ListTasksResponse
-	45,  // 124: peloton.api.v1.TaskService.GetTask:output_type -> peloton.api.v1.GetTaskResponse
-	47,  // 125: peloton.api.v1.TaskService.KillTask:output_type -> peloton.api.v1.KillTaskResponse
-	49,  // 126: peloton.api.v1.TaskService.GetTaskLogs:output_type -> peloton.api.v1.LogChunk
-	54,  // 127: peloton.api.v1.PoolService.CreatePool:output_type -> peloton.api.v1.CreatePoolResponse
-	56,  // 128: peloton.api.v1.PoolService.GetPool:output_type -> peloton.api.v1.GetPoolResponse
-	58,  // 129: peloton.api.v1.PoolService.UpdatePool:output_type -> peloton.api.v1.UpdatePoolResponse
-	60,  // 130: peloton.api.v1.PoolService.DeletePool:output_type -> peloton.api.v1.DeletePoolResponse
-	64,  // 131: peloton.api.v1.PoolService.ListPools:output_type -> peloton.api.v1.ListPoolsResponse
-	62,  // 132: peloton.api.v1.PoolService.MovePool:output_type -> peloton.api.v1.MovePoolResponse
-	67,  // 133: peloton.api.v1.HostService.ListHosts:output_type -> peloton.api.v1.ListHostsResponse
-	69,  // 134: peloton.api.v1.HostService.StartMaintenance:output_type -> peloton.api.v1.StartMaintenanceResponse
-	71,  // 135: peloton.api.v1.HostService.CompleteMaintenance:output_type -> peloton.api.v1.CompleteMaintenanceResponse
-	76,  // 136: peloton.api.v1.UpdateService.CreateUpdate:output_type -> peloton.api.v1.CreateUpdateResponse
-	78,  // 137: peloton.api.v1.UpdateService.GetUpdate:output_type -> peloton.api.v1.GetUpdateResponse
-	80,  // 138: peloton.api.v1.UpdateService.ListUpdates:output_type -> peloton.api.v1.ListUpdatesResponse
-	82,  // 139: peloton.api.v1.UpdateService.PauseUpdate:output_type -> peloton.api.v1.PauseUpdateResponse
-	84,  // 140: peloton.api.v1.UpdateService.ResumeUpdate:output_type -> peloton.api.v1.ResumeUpdateResponse
-	86,  // 141: peloton.api.v1.UpdateService.AbortUpdate:output_type -> peloton.api.v1.AbortUpdateResponse
-	88,  // 142: peloton.api.v1.UpdateService.RollbackUpdate:output_type -> peloton.api.v1.RollbackUpdateResponse
-	115, // [115:143] is the sub-list for method output_type
-	87,  // [87:115] is the sub-list for method input_type
-	87,  // [87:87] is the sub-list for extension type_name
-	87,  // [87:87] is the sub-list for extension extendee
-	0,   // [0:87] is the sub-list for field type_name
+	91,  // 14: peloton.api.v1.JobSpec.instance_specs:type_name -> peloton.api.v1.JobSpec.InstanceSpecsEntry
+	92,  // 15: peloton.api.v1.JobSpec.labels:type_name -> peloton.api.v1.JobSpec.LabelsEntry
+	20,  // 16: peloton.api.v1.JobSpec.foreign:type_name -> peloton.api.v1.ForeignOwner
+	5,   // 17: peloton.api.v1.JobStatus.state:type_name -> peloton.api.v1.JobState
+	5,   // 18: peloton.api.v1.JobStatus.goal_state:type_name -> peloton.api.v1.JobState
+	93,  // 19: peloton.api.v1.JobStatus.task_counts:type_name -> peloton.api.v1.JobStatus.TaskCountsEntry
+	97,  // 20: peloton.api.v1.JobStatus.create_time:type_name -> google.protobuf.Timestamp
+	97,  // 21: peloton.api.v1.JobStatus.start_time:type_name -> google.protobuf.Timestamp
+	97,  // 22: peloton.api.v1.JobStatus.completion_time:type_name -> google.protobuf.Timestamp
+	19,  // 23: peloton.api.v1.Job.spec:type_name -> peloton.api.v1.JobSpec
+	21,  // 24: peloton.api.v1.Job.status:type_name -> peloton.api.v1.JobStatus
+	1,   // 25: peloton.api.v1.TaskStatus.state:type_name -> peloton.api.v1.TaskState
+	1,   // 26: peloton.api.v1.TaskStatus.goal_state:type_name -> peloton.api.v1.TaskState
+	97,  // 27: peloton.api.v1.TaskStatus.start_time:type_name -> google.protobuf.Timestamp
+	97,  // 28: peloton.api.v1.TaskStatus.completion_time:type_name -> google.protobuf.Timestamp
+	97,  // 29: peloton.api.v1.TaskStatus.update_time:type_name -> google.protobuf.Timestamp
+	24,  // 30: peloton.api.v1.TaskStatus.history:type_name -> peloton.api.v1.TaskTransition
+	2,   // 31: peloton.api.v1.TaskStatus.health:type_name -> peloton.api.v1.HealthState
+	94,  // 32: peloton.api.v1.TaskStatus.ports:type_name -> peloton.api.v1.TaskStatus.PortsEntry
+	1,   // 33: peloton.api.v1.TaskTransition.state:type_name -> peloton.api.v1.TaskState
+	97,  // 34: peloton.api.v1.TaskTransition.time:type_name -> google.protobuf.Timestamp
+	23,  // 35: peloton.api.v1.Task.status:type_name -> peloton.api.v1.TaskStatus
+	16,  // 36: peloton.api.v1.Task.spec:type_name -> peloton.api.v1.TaskSpec
+	19,  // 37: peloton.api.v1.CreateJobRequest.spec:type_name -> peloton.api.v1.JobSpec
+	22,  // 38: peloton.api.v1.GetJobResponse.job:type_name -> peloton.api.v1.Job
+	5,   // 39: peloton.api.v1.ListJobsRequest.states:type_name -> peloton.api.v1.JobState
+	22,  // 40: peloton.api.v1.ListJobsResponse.jobs:type_name -> peloton.api.v1.Job
+	19,  // 41: peloton.api.v1.JobVersion.spec:type_name -> peloton.api.v1.JobSpec
+	97,  // 42: peloton.api.v1.JobVersion.create_time:type_name -> google.protobuf.Timestamp
+	41,  // 43: peloton.api.v1.ListJobVersionsResponse.versions:type_name -> peloton.api.v1.JobVersion
+	1,   // 44: peloton.api.v1.ListTasksRequest.states:type_name -> peloton.api.v1.TaskState
+	25,  // 45: peloton.api.v1.ListTasksResponse.tasks:type_name -> peloton.api.v1.Task
+	25,  // 46: peloton.api.v1.GetTaskResponse.task:type_name -> peloton.api.v1.Task
+	6,   // 47: peloton.api.v1.GetTaskLogsRequest.stream:type_name -> peloton.api.v1.LogStream
+	9,   // 48: peloton.api.v1.PoolSpec.reservation:type_name -> peloton.api.v1.Resources
+	9,   // 49: peloton.api.v1.PoolSpec.limit:type_name -> peloton.api.v1.Resources
+	9,   // 50: peloton.api.v1.PoolSpec.share:type_name -> peloton.api.v1.Resources
+	9,   // 51: peloton.api.v1.PoolStatus.entitlement:type_name -> peloton.api.v1.Resources
+	9,   // 52: peloton.api.v1.PoolStatus.allocation:type_name -> peloton.api.v1.Resources
+	9,   // 53: peloton.api.v1.PoolStatus.demand:type_name -> peloton.api.v1.Resources
+	51,  // 54: peloton.api.v1.Pool.spec:type_name -> peloton.api.v1.PoolSpec
+	52,  // 55: peloton.api.v1.Pool.status:type_name -> peloton.api.v1.PoolStatus
+	51,  // 56: peloton.api.v1.CreatePoolRequest.spec:type_name -> peloton.api.v1.PoolSpec
+	53,  // 57: peloton.api.v1.CreatePoolResponse.pool:type_name -> peloton.api.v1.Pool
+	53,  // 58: peloton.api.v1.GetPoolResponse.pool:type_name -> peloton.api.v1.Pool
+	51,  // 59: peloton.api.v1.UpdatePoolRequest.spec:type_name -> peloton.api.v1.PoolSpec
+	53,  // 60: peloton.api.v1.UpdatePoolResponse.pool:type_name -> peloton.api.v1.Pool
+	53,  // 61: peloton.api.v1.MovePoolResponse.pool:type_name -> peloton.api.v1.Pool
+	53,  // 62: peloton.api.v1.ListPoolsResponse.pools:type_name -> peloton.api.v1.Pool
+	9,   // 63: peloton.api.v1.Host.capacity:type_name -> peloton.api.v1.Resources
+	9,   // 64: peloton.api.v1.Host.allocated:type_name -> peloton.api.v1.Resources
+	95,  // 65: peloton.api.v1.Host.labels:type_name -> peloton.api.v1.Host.LabelsEntry
+	7,   // 66: peloton.api.v1.Host.state:type_name -> peloton.api.v1.HostState
+	66,  // 67: peloton.api.v1.ListHostsResponse.hosts:type_name -> peloton.api.v1.Host
+	66,  // 68: peloton.api.v1.StartMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
+	66,  // 69: peloton.api.v1.CompleteMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
+	8,   // 70: peloton.api.v1.UpdateStatus.state:type_name -> peloton.api.v1.UpdateState
+	97,  // 71: peloton.api.v1.UpdateStatus.create_time:type_name -> google.protobuf.Timestamp
+	97,  // 72: peloton.api.v1.UpdateStatus.update_time:type_name -> google.protobuf.Timestamp
+	97,  // 73: peloton.api.v1.UpdateStatus.completion_time:type_name -> google.protobuf.Timestamp
+	8,   // 74: peloton.api.v1.UpdateStatus.paused_from:type_name -> peloton.api.v1.UpdateState
+	73,  // 75: peloton.api.v1.Update.spec:type_name -> peloton.api.v1.UpdateSpec
+	74,  // 76: peloton.api.v1.Update.status:type_name -> peloton.api.v1.UpdateStatus
+	96,  // 77: peloton.api.v1.Update.restarts:type_name -> peloton.api.v1.Update.RestartsEntry
+	19,  // 78: peloton.api.v1.CreateUpdateRequest.spec:type_name -> peloton.api.v1.JobSpec
+	73,  // 79: peloton.api.v1.CreateUpdateRequest.update_spec:type_name -> peloton.api.v1.UpdateSpec
+	75,  // 80: peloton.api.v1.CreateUpdateResponse.update:type_name -> peloton.api.v1.Update
+	75,  // 81: peloton.api.v1.GetUpdateResponse.update:type_name -> peloton.api.v1.Update
+	75,  // 82: peloton.api.v1.ListUpdatesResponse.updates:type_name -> peloton.api.v1.Update
+	75,  // 83: peloton.api.v1.PauseUpdateResponse.update:type_name -> peloton.api.v1.Update
+	75,  // 84: peloton.api.v1.ResumeUpdateResponse.update:type_name -> peloton.api.v1.Update
+	75,  // 85: peloton.api.v1.AbortUpdateResponse.update:type_name -> peloton.api.v1.Update
+	75,  // 86: peloton.api.v1.RollbackUpdateResponse.update:type_name -> peloton.api.v1.Update
+	16,  // 87: peloton.api.v1.JobSpec.InstanceSpecsEntry.value:type_name -> peloton.api.v1.TaskSpec
+	26,  // 88: peloton.api.v1.JobService.CreateJob:input_type -> peloton.api.v1.CreateJobRequest
+	28,  // 89: peloton.api.v1.JobService.GetJob:input_type -> peloton.api.v1.GetJobRequest
+	30,  // 90: peloton.api.v1.JobService.ListJobs:input_type -> peloton.api.v1.ListJobsRequest
+	32,  // 91: peloton.api.v1.JobService.CancelJob:input_type -> peloton.api.v1.CancelJobRequest
+	34,  // 92: peloton.api.v1.JobService.DeleteJob:input_type -> peloton.api.v1.DeleteJobRequest
+	36,  // 93: peloton.api.v1.JobService.RestartJob:input_type -> peloton.api.v1.RestartJobRequest
+	38,  // 94: peloton.api.v1.JobService.ScaleJob:input_type -> peloton.api.v1.ScaleJobRequest
+	40,  // 95: peloton.api.v1.JobService.ListJobVersions:input_type -> peloton.api.v1.ListJobVersionsRequest
+	43,  // 96: peloton.api.v1.TaskService.ListTasks:input_type -> peloton.api.v1.ListTasksRequest
+	45,  // 97: peloton.api.v1.TaskService.GetTask:input_type -> peloton.api.v1.GetTaskRequest
+	47,  // 98: peloton.api.v1.TaskService.KillTask:input_type -> peloton.api.v1.KillTaskRequest
+	49,  // 99: peloton.api.v1.TaskService.GetTaskLogs:input_type -> peloton.api.v1.GetTaskLogsRequest
+	54,  // 100: peloton.api.v1.PoolService.CreatePool:input_type -> peloton.api.v1.CreatePoolRequest
+	56,  // 101: peloton.api.v1.PoolService.GetPool:input_type -> peloton.api.v1.GetPoolRequest
+	58,  // 102: peloton.api.v1.PoolService.UpdatePool:input_type -> peloton.api.v1.UpdatePoolRequest
+	60,  // 103: peloton.api.v1.PoolService.DeletePool:input_type -> peloton.api.v1.DeletePoolRequest
+	64,  // 104: peloton.api.v1.PoolService.ListPools:input_type -> peloton.api.v1.ListPoolsRequest
+	62,  // 105: peloton.api.v1.PoolService.MovePool:input_type -> peloton.api.v1.MovePoolRequest
+	67,  // 106: peloton.api.v1.HostService.ListHosts:input_type -> peloton.api.v1.ListHostsRequest
+	69,  // 107: peloton.api.v1.HostService.StartMaintenance:input_type -> peloton.api.v1.StartMaintenanceRequest
+	71,  // 108: peloton.api.v1.HostService.CompleteMaintenance:input_type -> peloton.api.v1.CompleteMaintenanceRequest
+	76,  // 109: peloton.api.v1.UpdateService.CreateUpdate:input_type -> peloton.api.v1.CreateUpdateRequest
+	78,  // 110: peloton.api.v1.UpdateService.GetUpdate:input_type -> peloton.api.v1.GetUpdateRequest
+	80,  // 111: peloton.api.v1.UpdateService.ListUpdates:input_type -> peloton.api.v1.ListUpdatesRequest
+	82,  // 112: peloton.api.v1.UpdateService.PauseUpdate:input_type -> peloton.api.v1.PauseUpdateRequest
+	84,  // 113: peloton.api.v1.UpdateService.ResumeUpdate:input_type -> peloton.api.v1.ResumeUpdateRequest
+	86,  // 114: peloton.api.v1.UpdateService.AbortUpdate:input_type -> peloton.api.v1.AbortUpdateRequest
+	88,  // 115: peloton.api.v1.UpdateService.RollbackUpdate:input_type -> peloton.api.v1.RollbackUpdateRequest
+	27,  // 116: peloton.api.v1.JobService.CreateJob:output_type -> peloton.api.v1.CreateJobResponse
+	29,  // 117: peloton.api.v1.JobService.GetJob:output_type -> peloton.api.v1.GetJobResponse
+	31,  // 118: peloton.api.v1.JobService.ListJobs:output_type -> peloton.api.v1.ListJobsResponse
+	33,  // 119: peloton.api.v1.JobService.CancelJob:output_type -> peloton.api.v1.CancelJobResponse
+	35,  // 120: peloton.api.v1.JobService.DeleteJob:output_type -> peloton.api.v1.DeleteJobResponse
+	37,  // 121: peloton.api.v1.JobService.RestartJob:output_type -> peloton.api.v1.RestartJobResponse
+	39,  // 122: peloton.api.v1.JobService.ScaleJob:output_type -> peloton.api.v1.ScaleJobResponse
+	42,  // 123: peloton.api.v1.JobService.ListJobVersions:output_type -> peloton.api.v1.ListJobVersionsResponse
+	44,  // 124: peloton.api.v1.TaskService.ListTasks:output_type -> peloton.api.v1.ListTasksResponse
+	46,  // 125: peloton.api.v1.TaskService.GetTask:output_type -> peloton.api.v1.GetTaskResponse
+	48,  // 126: peloton.api.v1.TaskService.KillTask:output_type -> peloton.api.v1.KillTaskResponse
+	50,  // 127: peloton.api.v1.TaskService.GetTaskLogs:output_type -> peloton.api.v1.LogChunk
+	55,  // 128: peloton.api.v1.PoolService.CreatePool:output_type -> peloton.api.v1.CreatePoolResponse
+	57,  // 129: peloton.api.v1.PoolService.GetPool:output_type -> peloton.api.v1.GetPoolResponse
+	59,  // 130: peloton.api.v1.PoolService.UpdatePool:output_type -> peloton.api.v1.UpdatePoolResponse
+	61,  // 131: peloton.api.v1.PoolService.DeletePool:output_type -> peloton.api.v1.DeletePoolResponse
+	65,  // 132: peloton.api.v1.PoolService.ListPools:output_type -> peloton.api.v1.ListPoolsResponse
+	63,  // 133: peloton.api.v1.PoolService.MovePool:output_type -> peloton.api.v1.MovePoolResponse
+	68,  // 134: peloton.api.v1.HostService.ListHosts:output_type -> peloton.api.v1.ListHostsResponse
+	70,  // 135: peloton.api.v1.HostService.StartMaintenance:output_type -> peloton.api.v1.StartMaintenanceResponse
+	72,  // 136: peloton.api.v1.HostService.CompleteMaintenance:output_type -> peloton.api.v1.CompleteMaintenanceResponse
+	77,  // 137: peloton.api.v1.UpdateService.CreateUpdate:output_type -> peloton.api.v1.CreateUpdateResponse
+	79,  // 138: peloton.api.v1.UpdateService.GetUpdate:output_type -> peloton.api.v1.GetUpdateResponse
+	81,  // 139: peloton.api.v1.UpdateService.ListUpdates:output_type -> peloton.api.v1.ListUpdatesResponse
+	83,  // 140: peloton.api.v1.UpdateService.PauseUpdate:output_type -> peloton.api.v1.PauseUpdateResponse
+	85,  // 141: peloton.api.v1.UpdateService.ResumeUpdate:output_type -> peloton.api.v1.ResumeUpdateResponse
+	87,  // 142: peloton.api.v1.UpdateService.AbortUpdate:output_type -> peloton.api.v1.AbortUpdateResponse
+	89,  // 143: peloton.api.v1.UpdateService.RollbackUpdate:output_type -> peloton.api.v1.RollbackUpdateResponse
+	116, // [116:144] is the sub-list for method output_type
+	88,  // [88:116] is the sub-list for method input_type
+	88,  // [88:88] is the sub-list for extension type_name
+	88,  // [88:88] is the sub-list for extension extendee
+	0,   // [0:88] is the sub-list for field type_name
 }
 
 func init() { file_peloton_api_v1_peloton_proto_init() }
@@ -6119,7 +6221,7 @@ func file_peloton_api_v1_peloton_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_peloton_api_v1_peloton_proto_rawDesc), len(file_peloton_api_v1_peloton_proto_rawDesc)),
 			NumEnums:      9,
-			NumMessages:   87,
+			NumMessages:   88,
 			NumExtensions: 0,
 			NumServices:   5,
 		},

@@ -1,0 +1,328 @@
+package kubernetes
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/peloton-sched/peloton/hostmgr"
+	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+)
+
+// The secondary-scheduler mode. Pods that any client creates (kubectl, a
+// Deployment, a Spark operator) with schedulerName peloton and the
+// annotation peloton.io/pool are foreign tasks: jobmgr groups them into
+// jobs, resmgr admits them through the pool, placement places them, and
+// the backend binds them through the Binding subresource. From then on a
+// bound foreign pod is a run like Peloton's own, with two differences:
+// Peloton never deletes one that finished (it is its owner's), and its
+// end is final (its owner decides whether another pod follows).
+//
+// The pod itself is the durable record: adoption writes the run's task ID
+// into its peloton.io/task-id annotation, so a restarted Peloton finds the
+// run a pending pod is, and a bound pod's events are matched to their run
+// as for Peloton's own pods.
+
+// Annotations a foreign pod may carry.
+const (
+	// AnnotationGangName and AnnotationGangSize make pods a gang: none of
+	// them is bound until all gang-size of them can be, together.
+	AnnotationGangName = "peloton.io/gang-name"
+	AnnotationGangSize = "peloton.io/gang-size"
+	// AnnotationPriority is the pod's priority inside its pool (default 0).
+	AnnotationPriority = "peloton.io/priority"
+)
+
+// EventReasonFailedScheduling is the reason of the Warning events Peloton
+// puts on foreign pods it cannot take; kube-scheduler uses the same word.
+const EventReasonFailedScheduling = "FailedScheduling"
+
+// foreign reports whether p is a pod another client handed to Peloton.
+func (b *Backend) foreign(p *corev1.Pod) bool {
+	if !b.cfg.Secondary || p.Spec.SchedulerName != SchedulerName || p.Labels[LabelManagedBy] == ManagedByValue || p.Labels[LabelHelper] != "" {
+		return false
+	}
+	return len(b.secondaryNS) == 0 || b.secondaryNS[p.Namespace]
+}
+
+// boundForeign reports whether p is a foreign pod Peloton bound: from
+// then on a run like Peloton's own pods.
+func (b *Backend) boundForeign(p *corev1.Pod) bool {
+	return p.Spec.NodeName != "" && p.Annotations[AnnotationTaskID] != "" && b.foreign(p)
+}
+
+// WatchForeign registers the function told about foreign pods.
+func (b *Backend) WatchForeign(changed func(hostmgr.ForeignTask)) { b.foreignChanged.Store(&changed) }
+
+// ForeignTasks lists the foreign pods that wait for placement.
+func (b *Backend) ForeignTasks() []hostmgr.ForeignTask {
+	if b.pods == nil || !b.cfg.Secondary {
+		return nil
+	}
+	var out []hostmgr.ForeignTask
+	for _, obj := range b.pods.List() {
+		p := obj.(*corev1.Pod)
+		if !b.foreign(p) || p.Spec.NodeName != "" || p.DeletionTimestamp != nil || podTerminal(p) {
+			continue
+		}
+		out = append(out, b.foreignTask(context.Background(), p, false))
+	}
+	return out
+}
+
+// onForeign reports a change of foreign pod p (deleted: it is gone). A
+// bound pod is reported once, when it becomes bound; its run's events
+// tell the rest.
+func (b *Backend) onForeign(old, p *corev1.Pod, deleted bool) {
+	if o := old; o != nil && o.Spec.NodeName != "" && p.Spec.NodeName != "" && !deleted {
+		return
+	}
+	ft := b.foreignTask(context.Background(), p, deleted)
+	b.mu.Lock()
+	if len(b.foreignQueue) == 0 {
+		select {
+		case b.foreignKick <- struct{}{}:
+		default:
+		}
+	}
+	b.foreignQueue = append(b.foreignQueue, ft)
+	b.mu.Unlock()
+}
+
+// deliverForeign hands foreign pod changes to the registered function, in
+// order.
+func (b *Backend) deliverForeign() {
+	defer b.wg.Done()
+	var batch []hostmgr.ForeignTask
+	for {
+		select {
+		case <-b.stop:
+			return
+		case <-b.foreignKick:
+		}
+		b.mu.Lock()
+		batch, b.foreignQueue = b.foreignQueue, batch[:0]
+		b.mu.Unlock()
+		f := b.foreignChanged.Load()
+		for i := range batch {
+			if f != nil {
+				(*f)(batch[i])
+			}
+			batch[i] = hostmgr.ForeignTask{}
+		}
+	}
+}
+
+// foreignTask describes foreign pod p. A pod whose annotations Peloton
+// cannot read is Invalid, and its owner is told why with an event.
+func (b *Backend) foreignTask(ctx context.Context, p *corev1.Pod, deleted bool) hostmgr.ForeignTask {
+	ft := hostmgr.ForeignTask{
+		ForeignRef: hostmgr.ForeignRef{Ref: p.Namespace + "/" + p.Name, UID: string(p.UID)},
+		Pool:       p.Annotations[AnnotationPool],
+		Resources:  b.podRequests(p),
+		TaskID:     p.Annotations[AnnotationTaskID],
+		Host:       p.Spec.NodeName,
+		Gone:       deleted || p.DeletionTimestamp != nil || podTerminal(p),
+	}
+	if len(p.Spec.Containers) > 0 {
+		c := p.Spec.Containers[0]
+		ft.Image = c.Image
+		ft.Command = append(append([]string(nil), c.Command...), c.Args...)
+	}
+	if len(p.Spec.NodeSelector) > 0 {
+		ft.Constraints = p.Spec.NodeSelector
+	}
+	gang := p.Annotations[AnnotationGangName]
+	var problems []string
+	if ft.Pool == "" {
+		problems = append(problems, fmt.Sprintf("annotation %s: required: the leaf pool to run in, e.g. /org/team", AnnotationPool))
+	}
+	if v, ok := p.Annotations[AnnotationPriority]; ok {
+		n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 32)
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("annotation %s: must be an integer from 0 to %d, got %q", AnnotationPriority, uint32(1<<32-1), v))
+		}
+		ft.Priority = uint32(n)
+	}
+	if v, ok := p.Annotations[AnnotationGangSize]; ok || gang != "" {
+		n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 32)
+		switch {
+		case gang == "":
+			problems = append(problems, fmt.Sprintf("annotation %s: needs %s too", AnnotationGangSize, AnnotationGangName))
+		case !ok:
+			problems = append(problems, fmt.Sprintf("annotation %s: required with %s: the number of pods in the gang", AnnotationGangSize, AnnotationGangName))
+		case err != nil || n == 0:
+			problems = append(problems, fmt.Sprintf("annotation %s: must be a positive integer, got %q", AnnotationGangSize, v))
+		default:
+			ft.GangSize = uint32(n)
+		}
+	}
+	owner := metav1.GetControllerOf(p)
+	switch {
+	case gang != "":
+		// A gang may span owners (a driver pod and the executors it
+		// creates): its name, in its namespace, is what holds it together.
+		ft.Group = "kubernetes/gang/" + p.Namespace + "/" + gang
+		ft.Owner = hostmgr.ForeignOwner{Kind: "Gang", Name: gang}
+	case owner != nil:
+		ft.Group = "kubernetes/owner/" + string(owner.UID)
+		ft.Owner = hostmgr.ForeignOwner{Kind: owner.Kind, Name: owner.Name, UID: string(owner.UID)}
+	default:
+		ft.Group = "kubernetes/pod/" + string(p.UID)
+		ft.Owner = hostmgr.ForeignOwner{Kind: "Pod", Name: p.Name, UID: string(p.UID)}
+	}
+	ft.Owner.Source, ft.Owner.Namespace = BackendName, p.Namespace
+	if len(problems) > 0 {
+		ft.Invalid = strings.Join(problems, "; ")
+		if !ft.Gone && p.Spec.NodeName == "" {
+			b.Reject(ctx, ft.ForeignRef, "Peloton cannot schedule this pod: "+ft.Invalid)
+		}
+	}
+	return ft
+}
+
+// Adopt writes the run's task ID into the pod's annotations. The patch
+// carries the pod's UID, which the apiserver refuses to change, so it
+// fails on another pod of the same name.
+func (b *Backend) Adopt(ctx context.Context, ref hostmgr.ForeignRef, taskID string) error {
+	ns, name, ok := strings.Cut(ref.Ref, "/")
+	if !ok {
+		return fmt.Errorf("kubernetes: adopt: ref %q: want namespace/name", ref.Ref)
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
+		"uid": ref.UID, "annotations": map[string]string{AnnotationTaskID: taskID}}})
+	err := b.call(ctx, func(ctx context.Context) error {
+		_, err := b.client.CoreV1().Pods(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("kubernetes: adopt pod %s as %s: %w", ref.Ref, taskID, err)
+	}
+	return nil
+}
+
+// Reject puts a Warning event on the pod, once per pod and message.
+func (b *Backend) Reject(ctx context.Context, ref hostmgr.ForeignRef, message string) {
+	ns, name, ok := strings.Cut(ref.Ref, "/")
+	if !ok {
+		return
+	}
+	b.mu.Lock()
+	if b.rejected[ref.UID] == message {
+		b.mu.Unlock()
+		return
+	}
+	if len(b.rejected) >= maxRejected {
+		clear(b.rejected)
+	}
+	b.rejected[ref.UID] = message
+	b.mu.Unlock()
+	b.log.Info("foreign pod not scheduled", "pod", ref.Ref, "why", message)
+	now := metav1.NewTime(time.Now())
+	ev := &corev1.Event{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: name + ".", Namespace: ns},
+		InvolvedObject: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: ns, Name: name,
+			UID: types.UID(ref.UID)},
+		Reason: EventReasonFailedScheduling, Message: message, Type: corev1.EventTypeWarning,
+		Source: corev1.EventSource{Component: SchedulerName}, FirstTimestamp: now, LastTimestamp: now, Count: 1,
+		ReportingController: "peloton.io/scheduler", ReportingInstance: SchedulerName,
+	}
+	go func() {
+		_ = b.call(context.WithoutCancel(ctx), func(ctx context.Context) error {
+			_, err := b.client.CoreV1().Events(ns).Create(ctx, ev, metav1.CreateOptions{})
+			return err
+		})
+	}()
+}
+
+// maxRejected bounds the memory of messages already told.
+const maxRejected = 10_000
+
+// launchForeign binds a foreign pod to spec.Host. The Binding carries the
+// task ID annotation too, so the bound pod names its run even if the
+// adoption patch was lost.
+func (b *Backend) launchForeign(ctx context.Context, spec hostmgr.LaunchSpec) error {
+	ref := spec.Foreign
+	obj, ok, _ := b.pods.GetByKey(ref.Ref)
+	if !ok {
+		return fmt.Errorf("kubernetes: launch %s: pod %s is gone", spec.TaskID, ref.Ref)
+	}
+	p := obj.(*corev1.Pod)
+	switch {
+	case string(p.UID) != ref.UID:
+		return fmt.Errorf("kubernetes: launch %s: pod %s was replaced by another of the same name", spec.TaskID, ref.Ref)
+	case p.DeletionTimestamp != nil || podTerminal(p):
+		return fmt.Errorf("kubernetes: launch %s: pod %s is being deleted", spec.TaskID, ref.Ref)
+	case p.Spec.NodeName != "" && p.Spec.NodeName != spec.Host:
+		return fmt.Errorf("kubernetes: launch %s: pod %s is already bound to %s", spec.TaskID, ref.Ref, p.Spec.NodeName)
+	}
+	t := &task{id: spec.TaskID, ns: p.Namespace, name: p.Name, host: spec.Host, ports: podPorts(p),
+		withHealth: hasProbe(p), failAfter: failAfter(p), foreign: true}
+	if err := b.register(t); err != nil {
+		return err
+	}
+	binding := &corev1.Binding{
+		ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: p.UID,
+			Annotations: map[string]string{AnnotationTaskID: spec.TaskID}},
+		Target: corev1.ObjectReference{Kind: "Node", Name: spec.Host},
+	}
+	err := b.call(ctx, func(ctx context.Context) error {
+		err := b.client.CoreV1().Pods(p.Namespace).Bind(ctx, binding, metav1.CreateOptions{})
+		if apierrors.IsConflict(err) {
+			// A retried bind whose first try went through.
+			if cur, gerr := b.client.CoreV1().Pods(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{}); gerr == nil &&
+				cur.UID == p.UID && cur.Spec.NodeName == spec.Host {
+				return nil
+			}
+		}
+		return err
+	})
+	if err != nil {
+		b.mu.Lock()
+		delete(b.tasks, spec.TaskID)
+		b.mu.Unlock()
+		return fmt.Errorf("kubernetes: launch %s: bind pod %s to %s: %w", spec.TaskID, ref.Ref, spec.Host, err)
+	}
+	b.launched(t, p.UID)
+	return nil
+}
+
+// register records a run about to be launched.
+func (b *Backend) register(t *task) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case b.closed || !b.started:
+		return fmt.Errorf("kubernetes: launch %s: backend not running", t.id)
+	case b.tasks[t.id] != nil:
+		return fmt.Errorf("kubernetes: launch %s: spec.taskId: task already launched", t.id)
+	}
+	b.tasks[t.id] = t
+	return nil
+}
+
+// launched marks t's pod (of uid) as existing and bound: LAUNCHED now,
+// or what the informer has already seen of it.
+func (b *Backend) launched(t *task, uid types.UID) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	t.created = true
+	if obj, ok, _ := b.pods.GetByKey(t.ns + "/" + t.name); ok {
+		if p := obj.(*corev1.Pod); p.UID == uid {
+			b.advanceLocked(t, observe(p, t.withHealth))
+		}
+	}
+	if t.last.State == 0 && !b.closed {
+		b.setLocked(t, hostmgr.TaskEvent{State: pelotonv1.TaskState_LAUNCHED})
+	}
+}
+
+var _ hostmgr.ForeignSource = (*Backend)(nil)
