@@ -462,8 +462,9 @@ func (m *Manager) admitOnce() int {
 	now := m.now()
 	var waiting []*Pool
 	type blocked struct {
-		p *Pool
-		g *Gang
+		p       *Pool
+		g       *Gang
+		ceiling resources.Resources
 	}
 	var byPriority []blocked
 	// Shapes already refused in this pass: a gang that needs at least as
@@ -499,11 +500,16 @@ func (m *Manager) admitOnce() int {
 				if block == blockCapacity {
 					isWaiting = true
 				}
-				if block == blockEntitlement && !sawEntitlementBlock {
+				if (block == blockEntitlement || block == blockLimit) && !sawEntitlementBlock {
 					// The pool's most important waiting gang that its
-					// entitlement cannot take: it may displace lower priorities.
+					// entitlement, or its own limit, cannot take: it may
+					// displace lower priorities of the pool.
 					sawEntitlementBlock = true
-					byPriority = append(byPriority, blocked{p, g})
+					ceiling := p.Entitlement
+					if block == blockLimit {
+						ceiling = p.Limit
+					}
+					byPriority = append(byPriority, blocked{p, g, ceiling})
 				}
 				for _, t := range g.Tasks {
 					m.tasks[t.Key()].reason = reason
@@ -539,7 +545,7 @@ func (m *Manager) admitOnce() int {
 		if !b.g.Tasks[0].Preemptible {
 			continue // non-preemptible work waits for its reservation, never displaces
 		}
-		m.markVictims(planPriority(b.p, b.g))
+		m.markVictims(planPriority(b.p, b.g, b.ceiling))
 	}
 	return admitted
 }
@@ -644,8 +650,12 @@ type blockKind int
 
 const (
 	blockNone blockKind = iota
-	// blockPool: a pool limit or reservation rule; waits for the pool's own tasks to end.
+	// blockPool: an ancestor's limit or the reservation rule; waits for
+	// tasks to end.
 	blockPool
+	// blockLimit: the leaf pool's own limit; lower priorities of the pool
+	// may be displaced.
+	blockLimit
 	// blockEntitlement: the pool holds its entitled share; lower priorities may be displaced.
 	blockEntitlement
 	// blockCapacity: entitled, but the cluster is full; other pools may be reclaimed.
@@ -662,7 +672,11 @@ const (
 func (m *Manager) admissible(p *Pool, g *Gang) (blockKind, string) {
 	for n := p; n != nil; n = n.parent {
 		if !n.Allocation.Add(g.Resources).FitsIn(n.Limit) {
-			return blockPool, fmt.Sprintf("waiting for admission: pool %s would exceed its limit (%s)", n.Path, n.Limit)
+			kind := blockPool
+			if n == p {
+				kind = blockLimit
+			}
+			return kind, fmt.Sprintf("waiting for admission: pool %s would exceed its limit (%s)", n.Path, n.Limit)
 		}
 	}
 	var np, rev resources.Resources

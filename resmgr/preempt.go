@@ -141,11 +141,12 @@ func greedy(cs []*taskState, need resources.Resources) []*taskState {
 
 // planPriority chooses, inside one leaf pool, the lower-priority preemptible
 // tasks that must make room for the pool's highest-priority waiting gang g
-// that its entitlement cannot take now. Only strictly lower priorities are
+// that the pool cannot take now without going over ceiling (its
+// entitlement, or its own limit). Only strictly lower priorities are
 // displaced, and only if displacing them is enough to admit g.
-func planPriority(p *Pool, g *Gang) []Victim {
+func planPriority(p *Pool, g *Gang, ceiling resources.Resources) []Victim {
 	held := p.Allocation.Sub(p.preempting)
-	need := held.Add(g.Resources).Sub(p.Entitlement)
+	need := held.Add(g.Resources).Sub(ceiling)
 	if need.IsZero() {
 		return nil
 	}

@@ -208,6 +208,59 @@ func TestPriorityPreemptionInsidePool(t *testing.T) {
 	}
 }
 
+// TestPriorityPreemptionAtPoolLimit: in a pool held by its own limit on a
+// cluster with room to spare, a higher-priority task still displaces the
+// pool's lower priorities (as many as it needs, no more); an ancestor's
+// limit, shared with other pools, displaces nobody.
+func TestPriorityPreemptionAtPoolLimit(t *testing.T) {
+	s := newSim(t, resources.Resources{MilliCPU: 10000, MemoryMB: 1 << 30})
+	limit := &pelotonv1.Resources{Cpu: 2, MemoryMb: 1000}
+	if _, err := s.m.CreatePool(context.Background(), "/lim", &pelotonv1.PoolSpec{Limit: limit}); err != nil {
+		t.Fatal(err)
+	}
+	s.submit("/lim", 2, 1000, 0, true)
+	s.step(10 * time.Millisecond)
+	if s.alloc("/lim") != 2000 {
+		t.Fatalf("alloc %d, want the 2 CPU limit", s.alloc("/lim"))
+	}
+	s.submit("/lim", 1, 1000, 5, true)
+	s.step(10 * time.Millisecond)
+	if s.preempted["/lim"] != 1 {
+		t.Fatalf("preempted %d, want the one priority-0 task the newcomer needs", s.preempted["/lim"])
+	}
+	s.step(10 * time.Millisecond)
+	if st, _, _ := s.m.TaskState("/lim", 2); st != pelotonv1.TaskState_RUNNING {
+		t.Fatalf("the priority-5 task should run now, is %s", st)
+	}
+	// Equal priority displaces nobody.
+	s.submit("/lim", 1, 1000, 0, true)
+	for i := 0; i < 5; i++ {
+		s.step(100 * time.Millisecond)
+	}
+	if s.preempted["/lim"] != 1 {
+		t.Fatalf("preemptions %v after an equal-priority newcomer", s.preempted)
+	}
+
+	// Two leaves under a limited parent: the parent's limit is theirs together.
+	if _, err := s.m.CreatePool(context.Background(), "/org", &pelotonv1.PoolSpec{Limit: limit}); err != nil {
+		t.Fatal(err)
+	}
+	for _, leaf := range []string{"/org/x", "/org/y"} {
+		if _, err := s.m.CreatePool(context.Background(), leaf, &pelotonv1.PoolSpec{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.submit("/org/x", 2, 1000, 0, true)
+	s.step(10 * time.Millisecond)
+	s.submit("/org/y", 1, 1000, 5, true)
+	for i := 0; i < 5; i++ {
+		s.step(100 * time.Millisecond)
+	}
+	if s.preempted["/org/x"] != 0 {
+		t.Fatalf("a parent's limit displaced a sibling pool's tasks: %v", s.preempted)
+	}
+}
+
 // TestNonPreemptibleOnlyInsideReservation: non-preemptible work is admitted
 // only within the pool's reservation, however idle the cluster is.
 func TestNonPreemptibleOnlyInsideReservation(t *testing.T) {

@@ -169,9 +169,6 @@ func (k *kubeStack) testPriorityPreemption(t *testing.T) {
 // testPriorityPreemptionAtLimit: the same inside a pool limited to 2 CPU,
 // on a node with room to spare.
 func (k *kubeStack) testPriorityPreemptionAtLimit(t *testing.T) {
-	t.Skip("product gap: resmgr admissible checks a pool's limit before its entitlement, so a gang that would " +
-		"exceed its pool's limit is blockPool and planPriority never runs for it; README (sla.priority) promises " +
-		"that inside a pool a waiting task may displace lower priorities. Remove this Skip with the fix.")
 	k.addNodes(t, "prio-limit", 1, "4", "prio-limit", nil)
 	if _, err := k.s.pools.CreatePool(ctxT(t), &pelotonv1.CreatePoolRequest{Path: "/kube-prio-limit", Spec: &pelotonv1.PoolSpec{
 		Limit: &pelotonv1.Resources{Cpu: 2, MemoryMb: 1024, DiskMb: 1024}}}); err != nil {
