@@ -117,6 +117,11 @@ type ForeignSource interface {
 	// Kubernetes, a Warning event on the pod). It is best effort and says
 	// each message once.
 	Reject(ctx context.Context, ref ForeignRef, message string)
+	// Waiting records on an object that still waits why it does (on
+	// Kubernetes, the pod's PodScheduled condition: False, Unschedulable,
+	// which kubectl shows and cluster autoscalers act on). Best effort;
+	// a message already recorded is not written again.
+	Waiting(ctx context.Context, ref ForeignRef, why string)
 }
 
 // Port is one named port of a run.

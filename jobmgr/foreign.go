@@ -249,6 +249,7 @@ func (c *foreignCtl) delayLocked(uid string) {
 func (c *foreignCtl) run(ctx context.Context) {
 	tick := time.NewTicker(foreignRetry)
 	defer tick.Stop()
+	var told time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -262,6 +263,36 @@ func (c *foreignCtl) run(ctx context.Context) {
 		case <-time.After(50 * time.Millisecond):
 		}
 		c.adoptWaiting(ctx)
+		if time.Since(told) >= foreignTellEvery {
+			told = time.Now()
+			c.tellWaiting(ctx)
+		}
+	}
+}
+
+// foreignTellEvery is how often the reasons adopted foreign tasks wait
+// are written back to them.
+const foreignTellEvery = 5 * time.Second
+
+// tellWaiting writes on each adopted foreign task that still waits why it
+// does: what `peloton task list` says, for kubectl and autoscalers.
+func (c *foreignCtl) tellWaiting(ctx context.Context) {
+	c.mu.Lock()
+	refs := make(map[instKey]hostmgr.ForeignRef, len(c.podOf))
+	for k, r := range c.podOf {
+		refs[k] = r
+	}
+	c.mu.Unlock()
+	for k, r := range refs {
+		j, err := c.m.getJob(k.job)
+		if err != nil || j.task(k.inst) == nil {
+			continue
+		}
+		st := c.m.taskProto(j, k.inst, false).Status
+		if isTerminal(st.State) || isActive(st.State) || st.PendingReason == "" {
+			continue
+		}
+		c.src.Waiting(ctx, r, "Peloton: "+st.PendingReason)
 	}
 }
 
@@ -305,6 +336,10 @@ func (c *foreignCtl) adoptGroup(ctx context.Context, group string, fts []hostmgr
 	j, id := m.foreignJob(group)
 	gang := fts[0].GangSize
 	if j == nil && gang > 1 && uint32(len(fts)) < gang {
+		for _, ft := range fts {
+			c.src.Waiting(ctx, ft.ForeignRef, fmt.Sprintf("Peloton: waiting for the rest of gang %s: %d of its %d pods exist",
+				ft.Owner.Name, len(fts), gang))
+		}
 		return nil // the gang is not all there yet
 	}
 	pool := fts[0].Pool

@@ -82,6 +82,7 @@ var backendCalls = []access{
 	{Resource: "pods", Verb: "patch"},                          // Adopt: the run's task ID on the pod
 	{Resource: "pods", Verb: "delete"},                         // Kill of an adopted pod (preemption)
 	{Resource: "pods", Subresource: "binding", Verb: "create"}, // launchForeign
+	{Resource: "pods", Subresource: "status", Verb: "patch"},   // Waiting: PodScheduled=False, Unschedulable
 	{Resource: "events", Verb: "create"},                       // Reject: why a pod is not scheduled
 }
 

@@ -170,6 +170,7 @@ type Backend struct {
 	foreignQueue   []hostmgr.ForeignTask
 	foreignKick    chan struct{}
 	rejected       map[string]string // pod UID -> message told; guarded by mu
+	waitingTold    map[string]string // pod UID -> PodScheduled message set; guarded by mu
 	secondaryNS    map[string]bool
 	kick           chan struct{} // wakes the delivery goroutine
 	dirty          chan struct{} // hosts changed; capacity 1
@@ -258,7 +259,7 @@ func New(cfg Config) (*Backend, error) {
 	b := &Backend{
 		cfg: cfg, log: cfg.Logger.With("component", "hostmgr/kubernetes"), client: client,
 		tasks: map[string]*task{}, kick: make(chan struct{}, 1), dirty: make(chan struct{}, 1), stop: make(chan struct{}),
-		foreignKick: make(chan struct{}, 1), rejected: map[string]string{},
+		foreignKick: make(chan struct{}, 1), rejected: map[string]string{}, waitingTold: map[string]string{},
 	}
 	for _, ns := range cfg.SecondaryNamespaces {
 		if b.secondaryNS == nil {

@@ -602,6 +602,8 @@ func TestRBACManifestIsEnough(t *testing.T) {
 	if err := b.Adopt(ctx, ft.ForeignRef, "rbac-app-0-1"); err != nil {
 		t.Fatal(err)
 	}
+	b.Waiting(ctx, ft.ForeignRef, "no room")
+	apps.waitScheduledCondition("app", "no room")
 	if err := b.Launch(ctx, hostmgr.LaunchSpec{TaskID: "rbac-app-0-1", JobID: "rbac-app", RunID: 1, Host: nodes[0], Foreign: &ft.ForeignRef}); err != nil {
 		t.Fatal(err)
 	}

@@ -243,6 +243,56 @@ func (b *Backend) Reject(ctx context.Context, ref hostmgr.ForeignRef, message st
 	}()
 }
 
+// Waiting sets the PodScheduled condition of a pod that still waits to
+// False (reason Unschedulable), as kube-scheduler does for the pods it
+// cannot place, so that kubectl shows why and autoscalers see the pod. The
+// patch carries the resourceVersion the informer last saw: a pod bound or
+// changed since is left alone.
+func (b *Backend) Waiting(ctx context.Context, ref hostmgr.ForeignRef, why string) {
+	obj, ok, _ := b.pods.GetByKey(ref.Ref)
+	if !ok {
+		return
+	}
+	p := obj.(*corev1.Pod)
+	if string(p.UID) != ref.UID || p.Spec.NodeName != "" || p.DeletionTimestamp != nil {
+		return
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable && c.Message == why {
+			return
+		}
+	}
+	b.mu.Lock()
+	if b.waitingTold[ref.UID] == why {
+		b.mu.Unlock()
+		return
+	}
+	if len(b.waitingTold) >= maxRejected {
+		clear(b.waitingTold)
+	}
+	b.waitingTold[ref.UID] = why
+	b.mu.Unlock()
+	patch, _ := json.Marshal(map[string]any{
+		"metadata": map[string]any{"resourceVersion": p.ResourceVersion},
+		"status": map[string]any{"conditions": []map[string]any{{
+			"type": corev1.PodScheduled, "status": corev1.ConditionFalse, "reason": corev1.PodReasonUnschedulable,
+			"message": why, "lastTransitionTime": metav1.Now(),
+		}}},
+	})
+	err := b.call(ctx, func(ctx context.Context) error {
+		_, err := b.client.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+		return err
+	})
+	if err != nil {
+		b.mu.Lock()
+		delete(b.waitingTold, ref.UID) // try again next time
+		b.mu.Unlock()
+		if !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+			b.log.Warn("set a waiting pod's PodScheduled condition", "pod", ref.Ref, "err", err)
+		}
+	}
+}
+
 // maxRejected bounds the memory of messages already told.
 const maxRejected = 10_000
 

@@ -112,6 +112,9 @@ func TestForeignPods(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.waitForeign(ref, "the adopted pod", func(ft hostmgr.ForeignTask) bool { return ft.TaskID == "job-0-1" }, l)
+	// Why it waits goes on the pod, as kube-scheduler would put it.
+	e.b.Waiting(e.ctx, ft.ForeignRef, "Peloton: no host has room now")
+	e.waitScheduledCondition("hello", "Peloton: no host has room now")
 
 	// Launch binds it; then it is a run like any other.
 	spec := hostmgr.LaunchSpec{TaskID: "job-0-1", JobID: "job", RunID: 1, Host: e.nodes[1], Foreign: &ft.ForeignRef,
@@ -131,6 +134,13 @@ func TestForeignPods(t *testing.T) {
 		t.Fatalf("pod after launch: node %q, annotations %v", bound.Spec.NodeName, bound.Annotations)
 	}
 	e.waitForeign(ref, "the bound pod", func(ft hostmgr.ForeignTask) bool { return ft.Host == e.nodes[1] }, l)
+	// A bound pod is not marked waiting any more.
+	e.b.Waiting(e.ctx, ft.ForeignRef, "Peloton: too late")
+	if p, err := c.Client.CoreV1().Pods(e.ns).Get(e.ctx, "hello", metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	} else if c := scheduledCondition(p); c == nil || c.Status != corev1.ConditionTrue {
+		t.Errorf("PodScheduled of a bound pod: %+v", c)
+	}
 	if got := e.b.ForeignTasks(); len(got) != 0 {
 		t.Errorf("ForeignTasks() after binding = %+v, want none waiting", got)
 	}
@@ -224,6 +234,34 @@ func TestForeignPods(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.waitForeign(e.ns+"/marker", "the deleted pending pod", func(ft hostmgr.ForeignTask) bool { return ft.Gone }, l)
+}
+
+// scheduledCondition is a pod's PodScheduled condition, or nil.
+func scheduledCondition(p *corev1.Pod) *corev1.PodCondition {
+	for i := range p.Status.Conditions {
+		if p.Status.Conditions[i].Type == corev1.PodScheduled {
+			return &p.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// waitScheduledCondition waits until pod name says it is unschedulable
+// with message.
+func (e *env) waitScheduledCondition(name, message string) {
+	e.t.Helper()
+	var last *corev1.PodCondition
+	err := kubetest.Poll(e.ctx, 20*time.Second, func(ctx context.Context) (bool, error) {
+		p, err := e.c.Client.CoreV1().Pods(e.ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		last = scheduledCondition(p)
+		return last != nil && last.Status == corev1.ConditionFalse && last.Reason == corev1.PodReasonUnschedulable && last.Message == message, nil
+	})
+	if err != nil {
+		e.t.Fatalf("pod %s: PodScheduled %+v, want False/Unschedulable %q: %v", name, last, message, err)
+	}
 }
 
 func equalForeign(a, b hostmgr.ForeignTask) bool {

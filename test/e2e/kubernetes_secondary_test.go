@@ -67,6 +67,20 @@ func (k *kubeStack) appPod(t *testing.T, name, pool, suite string, milliCPU int6
 	return created
 }
 
+// unschedulableSaying reports whether p's PodScheduled condition is
+// False/Unschedulable with a message containing text.
+func unschedulableSaying(p *corev1.Pod, text string) bool {
+	if p == nil {
+		return false
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled {
+			return c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable && strings.Contains(c.Message, text)
+		}
+	}
+	return false
+}
+
 func replicaSet(name string, uid types.UID) *metav1.OwnerReference {
 	yes := true
 	return &metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: name, UID: uid, Controller: &yes}
@@ -289,6 +303,10 @@ func (k *kubeStack) testForeignGang(t *testing.T) {
 	if resp, err := s.jobs.ListJobs(ctxT(t), &pelotonv1.ListJobsRequest{Name: "Gang/train"}); err != nil || len(resp.Jobs) != 0 {
 		t.Fatalf("a job for an incomplete gang: %v, %v", resp, err)
 	}
+	// kubectl (and an autoscaler) see why they wait.
+	k.waitAppPods(t, "the waiting gang members marked unschedulable", 20*time.Second, func(pods map[string]*corev1.Pod) bool {
+		return unschedulableSaying(pods["train-0"], "gang train") && unschedulableSaying(pods["train-1"], "gang train")
+	})
 	k.appPod(t, "train-2", "/apps", "sec-gang", 1000, gang, nil)
 	k.waitAppPods(t, "the whole gang running", 60*time.Second, podsRunning("train-0", "train-1", "train-2"))
 	j := k.foreignJob(t, appsNamespace+"/Gang/train")
@@ -340,6 +358,9 @@ func (k *kubeStack) testForeignRestart(t *testing.T) {
 	pods := k.waitAppPods(t, "the waiting pods adopted", 30*time.Second, func(pods map[string]*corev1.Pod) bool {
 		return pods["big-1"] != nil && pods["big-1"].Annotations[kubernetes.AnnotationTaskID] != "" &&
 			pods["big-2"] != nil && pods["big-2"].Annotations[kubernetes.AnnotationTaskID] != ""
+	})
+	k.waitAppPods(t, "the waiting pods marked unschedulable, with Peloton's reason", 30*time.Second, func(pods map[string]*corev1.Pod) bool {
+		return unschedulableSaying(pods["big-1"], "Peloton: ") && unschedulableSaying(pods["big-2"], "Peloton: ")
 	})
 	adoptedAs := pods["big-1"].Annotations[kubernetes.AnnotationTaskID]
 	goneAs := pods["big-2"].Annotations[kubernetes.AnnotationTaskID]
