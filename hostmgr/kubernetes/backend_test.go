@@ -327,8 +327,13 @@ func TestBatchRunSucceeds(t *testing.T) {
 	env := map[string]string{}
 	for _, v := range c0.Env {
 		env[v.Name] = v.Value
+		if v.ValueFrom != nil && v.ValueFrom.FieldRef != nil {
+			env[v.Name] = "from " + v.ValueFrom.FieldRef.FieldPath
+		}
 	}
-	if env["GREETING"] != "hello" || env["PELOTON_PORT_HTTP"] != fmt.Sprint(portBase) || env["PELOTON_TASK_ID"] != spec.TaskID {
+	if env["GREETING"] != "hello" || env["PELOTON_PORT_HTTP"] != fmt.Sprint(portBase) ||
+		env["PELOTON_TASK_ID"] != "from metadata.annotations['"+AnnotationTaskID+"']" ||
+		env["PELOTON_RUN_ID"] != "from metadata.labels['"+LabelRunID+"']" || env["PELOTON_JOB_ID"] != "job1" {
 		t.Errorf("env %v", env)
 	}
 }
@@ -571,10 +576,16 @@ func TestRBACManifestIsEnough(t *testing.T) {
 	if err := b.Prefetch(ctx, nodes, "busybox:stable"); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Kill(ctx, spec.TaskID, 0); err != nil {
+	next := spec
+	next.TaskID, next.RunID, next.Image = "rbac-0-2", 2, "busybox:1.37"
+	if err := b.Replace(ctx, spec.TaskID, next); err != nil {
 		t.Fatal(err)
 	}
-	e.waitFor(spec.TaskID, pelotonv1.TaskState_KILLED, 20*time.Second)
+	e.waitFor(next.TaskID, pelotonv1.TaskState_RUNNING, 20*time.Second)
+	if err := b.Kill(ctx, next.TaskID, 0); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFor(next.TaskID, pelotonv1.TaskState_KILLED, 20*time.Second)
 	// Anything else is refused.
 	if _, err := b.client.CoreV1().Secrets("peloton").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
 		t.Fatalf("the service account may list secrets: %v", err)
