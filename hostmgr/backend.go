@@ -201,6 +201,37 @@ type HostWatcher interface {
 	WatchHosts(changed func())
 }
 
+// Replacer is implemented by backends that can turn a live run into the
+// next run of the same instance without starting its sandbox anew: the
+// kubernetes backend patches the image of the run's pod, and the kubelet
+// restarts its container. An in-place update asks for it first and stops
+// the run and launches the next only when the backend cannot.
+type Replacer interface {
+	// CheckReplace reports, changing nothing, whether Replace(oldTaskID,
+	// next) would be done: nil, or an error wrapping ErrNotReplaceable
+	// that says why not.
+	CheckReplace(oldTaskID string, next LaunchSpec) error
+	// Replace makes run oldTaskID, which must be running on next.Host,
+	// into run next.TaskID of the same instance. oldTaskID then ends
+	// KILLED with reason ReasonReplaced, and next's events follow as if it
+	// had been launched: LAUNCHED at once, RUNNING once its new sandbox
+	// runs. It returns an error wrapping ErrNotReplaceable, having changed
+	// nothing, when next differs from the old run in more than its image
+	// (and what the backend derives from the run's ID), the old run is not
+	// running, or the host differs. After any other error the outcome is
+	// unknown, and Kill(oldTaskID) must still stop the sandbox, whichever
+	// run it runs by then; the caller kills it and gives next up.
+	Replace(ctx context.Context, oldTaskID string, next LaunchSpec) error
+}
+
+// ReasonReplaced is the reason of the KILLED event of a run that Replace
+// made into the next run.
+const ReasonReplaced = "replaced-in-place"
+
+// ErrNotReplaceable is wrapped by the errors of Replacer when a run cannot
+// be replaced in place and nothing was changed.
+var ErrNotReplaceable = errors.New("hostmgr: run cannot be replaced in place")
+
 // ErrUnknownTask is returned by Kill, Status and Logs for a task the backend
 // has never seen (or no longer knows, e.g. after a restart).
 var ErrUnknownTask = errors.New("hostmgr: unknown task")

@@ -701,6 +701,36 @@ func (m *Manager) Foreign() ForeignSource {
 	return nil
 }
 
+// CheckReplace reports whether the backend could make run old into next in
+// place (Replacer), changing nothing: nil, or an error wrapping
+// ErrNotReplaceable (always, for a backend that is not a Replacer).
+func (m *Manager) CheckReplace(old string, next LaunchSpec) error {
+	r, ok := m.backend.(Replacer)
+	if !ok {
+		return fmt.Errorf("%w: the %s backend replaces no run in place", ErrNotReplaceable, m.backend.Name())
+	}
+	return r.CheckReplace(old, next)
+}
+
+// Replace makes the live run old into run next of the same instance, in
+// place on its host, through the backend (Replacer). The room old holds
+// moves to next first: the backend reports old's end, which frees what old
+// holds, before it returns. On an error next keeps that room; the caller
+// releases it (ReleaseTask) when it gives next up. A run replaced on a host
+// that started draining is handed to Drains, as Launch does.
+func (m *Manager) Replace(ctx context.Context, old string, next LaunchSpec) error {
+	r, ok := m.backend.(Replacer)
+	if !ok {
+		return fmt.Errorf("%w: the %s backend replaces no run in place", ErrNotReplaceable, m.backend.Name())
+	}
+	m.TransferHold(old, next.TaskID)
+	if err := r.Replace(ctx, old, next); err != nil {
+		return err
+	}
+	m.publishIfDraining(next)
+	return nil
+}
+
 // Launch starts a placed run through the backend. A run launched on a host
 // that started draining after the run was placed is handed to Drains at
 // once; only after the backend accepted it, so that the kill finds it.
@@ -708,8 +738,15 @@ func (m *Manager) Launch(ctx context.Context, spec LaunchSpec) error {
 	if err := m.backend.Launch(ctx, spec); err != nil {
 		return err
 	}
+	m.publishIfDraining(spec)
+	return nil
+}
+
+// publishIfDraining hands a run just started on a host that is draining to
+// Drains.
+func (m *Manager) publishIfDraining(spec LaunchSpec) {
 	if m.draining.Load() == 0 {
-		return nil
+		return
 	}
 	m.mu.Lock()
 	h := m.hosts[spec.Host]
@@ -718,7 +755,6 @@ func (m *Manager) Launch(ctx context.Context, spec LaunchSpec) error {
 	if drain {
 		m.publishDrains(DrainRequest{Host: spec.Host, TaskIDs: []string{spec.TaskID}})
 	}
-	return nil
 }
 
 // Kill stops a run through the backend.

@@ -2,9 +2,14 @@ package hostmgr
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/peloton-sched/peloton/internal/resources"
+	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
 // TestTransferHold: the new run holds exactly what the old one held, on the
@@ -104,4 +109,92 @@ func TestTransferHoldOnDrainingHost(t *testing.T) {
 	}
 	m.ReleaseTask("j-0-2")
 	waitStates(t, m, "a=HOST_DRAINED b=HOST_UP c=HOST_UP")
+}
+
+// replacing is fixedHosts that replaces runs in place as a Replacer must:
+// the old run's end (KILLED, replaced-in-place) reaches the sink before
+// Replace returns. err, if set, is returned instead, changing nothing.
+type replacing struct {
+	fixedHosts
+	sink func(TaskEvent)
+	err  error
+}
+
+func (r *replacing) Start(_ context.Context, sink func(TaskEvent)) error { r.sink = sink; return nil }
+func (r *replacing) CheckReplace(string, LaunchSpec) error               { return r.err }
+func (r *replacing) Replace(_ context.Context, old string, next LaunchSpec) error {
+	if r.err != nil {
+		return r.err
+	}
+	r.sink(TaskEvent{TaskID: old, Host: next.Host, State: pelotonv1.TaskState_KILLED, Reason: ReasonReplaced})
+	r.sink(TaskEvent{TaskID: next.TaskID, Host: next.Host, State: pelotonv1.TaskState_LAUNCHED})
+	return nil
+}
+
+var _ Replacer = (*replacing)(nil)
+
+// TestReplaceMovesTheHold: a run replaced in place leaves its room to the
+// new run, though its end frees what it holds; a backend that cannot
+// replace (or is no Replacer) says ErrNotReplaceable; and a replacement
+// on a draining host is handed to Drains, as a launch there would be.
+func TestReplaceMovesTheHold(t *testing.T) {
+	r := resources.Resources{MilliCPU: 600, MemoryMB: 30}
+	b := &replacing{fixedHosts: fixedHosts{[]HostInfo{{Name: "a", Capacity: resources.Resources{MilliCPU: 1000, MemoryMB: 100}}}}}
+	m := NewManager(b, Options{LeaseTTL: time.Minute, EventBuffer: 16})
+	if err := m.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Close() })
+	m.Recover("j-0-1", "a", r)
+	m.Recovered()
+	next := LaunchSpec{TaskID: "j-0-2", JobID: "j", RunID: 2, Host: "a", Resources: r}
+	if err := m.CheckReplace("j-0-1", next); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Replace(context.Background(), "j-0-1", next); err != nil {
+		t.Fatal(err)
+	}
+	if ev := <-m.Events(); ev.TaskID != "j-0-1" || ev.Reason != ReasonReplaced {
+		t.Fatalf("first event %+v, want the old run's end", ev)
+	}
+	<-m.Events()
+	if !m.HoldsExactly("j-0-2", r) || m.HoldsExactly("j-0-1", r) {
+		t.Fatalf("after the replacement: j-0-2 holds %v, j-0-1 %v", m.HoldsExactly("j-0-2", r), m.HoldsExactly("j-0-1", r))
+	}
+	if h := m.ListHosts()[0]; h.Allocated.Cpu != 0.6 || h.TaskCount != 1 {
+		t.Fatalf("host after the replacement: %v, %d runs", h.Allocated, h.TaskCount)
+	}
+
+	if _, err := m.StartMaintenance(context.Background(), []string{"a"}); err != nil {
+		t.Fatal(err)
+	}
+	third := next
+	third.TaskID, third.RunID = "j-0-3", 3
+	if err := m.Replace(context.Background(), "j-0-2", third); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var asked []string
+	for ctx.Err() == nil && !strings.Contains(strings.Join(asked, " "), "j-0-3") {
+		for _, d := range m.Drains(ctx) {
+			asked = append(asked, d.Host+":"+strings.Join(d.TaskIDs, ","))
+		}
+	}
+	// The drain asks for the run on the host when it starts (j-0-2), and
+	// for the one that replaced it there.
+	if got := strings.Join(asked, " "); got != "a:j-0-2 a:j-0-3" {
+		t.Fatalf("drain requests %q, want a:j-0-2 a:j-0-3", got)
+	}
+
+	b.err = fmt.Errorf("%w: test", ErrNotReplaceable)
+	if err := m.CheckReplace("j-0-3", next); !errors.Is(err, ErrNotReplaceable) {
+		t.Fatalf("CheckReplace: %v", err)
+	}
+	if err := NewManager(&fixedHosts{}, Options{}).CheckReplace("x-0-1", next); !errors.Is(err, ErrNotReplaceable) {
+		t.Fatalf("a backend that is no Replacer: %v", err)
+	}
+	if err := NewManager(&fixedHosts{}, Options{}).Replace(context.Background(), "x-0-1", next); !errors.Is(err, ErrNotReplaceable) {
+		t.Fatalf("a backend that is no Replacer: %v", err)
+	}
 }

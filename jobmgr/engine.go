@@ -12,6 +12,7 @@ import (
 
 	"github.com/peloton-sched/peloton/hostmgr"
 	"github.com/peloton-sched/peloton/internal/metrics"
+	"github.com/peloton-sched/peloton/internal/resources"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 	"github.com/peloton-sched/peloton/resmgr"
 	"google.golang.org/protobuf/proto"
@@ -221,7 +222,10 @@ func (m *Manager) recover(ctx context.Context) error {
 					if !isTerminal(ev.State) && (t.rt.State == stKilling || t.rt.State == stPreempting) {
 						stopping = append(stopping, rekill{j, uint32(inst), runID})
 					}
-				} else {
+				} else if resumed, stale := m.resumePatch(ctx, j, uint32(inst), t.rt); !resumed {
+					if stale != "" {
+						stopping = append(stopping, rekill{j, uint32(inst), stale})
+					}
 					lost = append(lost, hostmgr.TaskEvent{TaskID: runID, Host: t.rt.Host, State: stLost, Reason: "unknown-to-backend",
 						Message: "the run was not found after a restart of the control plane", Time: m.now()})
 				}
@@ -946,22 +950,7 @@ func (m *Manager) launch(ctx context.Context, p resmgr.Placement) {
 		return
 	}
 	m.rm.MarkRunning(j.id, inst)
-	v := j.version(ver)
-	spec := v.taskSpec(inst)
-	env := make(map[string]string, len(spec.Env))
-	for k, v := range spec.Env {
-		env[k] = v
-	}
-	ls := hostmgr.LaunchSpec{TaskID: runID, JobID: j.id, InstanceID: inst, RunID: p.Task.RunID, Host: p.Host,
-		Command: spec.Command, Env: env, Image: spec.Image, Resources: p.Task.Resources, Pool: j.pool,
-		HealthCheck: spec.HealthCheck, KillGrace: graceOf(v, inst)}
-	for _, port := range spec.Ports {
-		ls.Ports = append(ls.Ports, hostmgr.Port{Name: port.Name, Value: port.Value})
-	}
-	if vol := spec.Volume; vol != nil && j.typ == pelotonv1.JobType_STATEFUL {
-		ls.Volume = &hostmgr.Volume{ID: volumeID(j.id, inst), SizeMB: int64(vol.SizeMb), MountPath: vol.MountPath}
-	}
-	err = nil
+	ls := launchSpec(j, inst, p.Task.RunID, p.Host, j.version(ver), p.Task.Resources)
 	if m.isForeign(j) {
 		// Bind the pod the instance stands for; never create one.
 		ls.Foreign, err = m.foreignRef(j, inst)
@@ -976,6 +965,26 @@ func (m *Manager) launch(ctx context.Context, p resmgr.Placement) {
 		m.handleEvent(ctx, hostmgr.TaskEvent{TaskID: runID, Host: p.Host, State: stFailed, Reason: "launch-failed", Message: err.Error(), Time: m.now()})
 	}
 	m.queue.Add(j.id)
+}
+
+// launchSpec is what the backend needs to run run `run` of instance inst
+// on host, on version v with resources r.
+func launchSpec(j *job, inst, run uint32, host string, v *jobVersion, r resources.Resources) hostmgr.LaunchSpec {
+	spec := v.taskSpec(inst)
+	env := make(map[string]string, len(spec.Env))
+	for k, v := range spec.Env {
+		env[k] = v
+	}
+	ls := hostmgr.LaunchSpec{TaskID: resmgr.RunTaskID(j.id, inst, run), JobID: j.id, InstanceID: inst, RunID: run, Host: host,
+		Command: spec.Command, Env: env, Image: spec.Image, Resources: r, Pool: j.pool,
+		HealthCheck: spec.HealthCheck, KillGrace: graceOf(v, inst)}
+	for _, port := range spec.Ports {
+		ls.Ports = append(ls.Ports, hostmgr.Port{Name: port.Name, Value: port.Value})
+	}
+	if vol := spec.Volume; vol != nil && j.typ == pelotonv1.JobType_STATEFUL {
+		ls.Volume = &hostmgr.Volume{ID: volumeID(j.id, inst), SizeMB: int64(vol.SizeMb), MountPath: vol.MountPath}
+	}
+	return ls
 }
 
 // volumeID names instance inst's persistent volume; it outlives runs.

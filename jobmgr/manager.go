@@ -660,6 +660,15 @@ func (m *Manager) updateTaskVolatile(j *job, inst uint32, fn func(rt *pelotonv1.
 }
 
 func (m *Manager) applyTask(ctx context.Context, j *job, inst uint32, persist bool, fn func(rt *pelotonv1.TaskStatus) error) error {
+	return m.applyTaskVia(ctx, j, inst, persist, nil, fn)
+}
+
+// applyTaskVia is applyTask for a write that takes the task through the
+// states via on its way to the state fn sets, in one record: each step
+// must be in the table, and each is in the task's history. A run patched
+// in place ends and its successor is launched this way (patch.go), so
+// that no restart can find the one without the other.
+func (m *Manager) applyTaskVia(ctx context.Context, j *job, inst uint32, persist bool, via []ts, fn func(rt *pelotonv1.TaskStatus) error) error {
 	t := j.task(inst)
 	if t == nil {
 		return fmt.Errorf("jobmgr: instance %d of job %s has no task yet", inst, j.id)
@@ -670,15 +679,15 @@ func (m *Manager) applyTask(ctx context.Context, j *job, inst uint32, persist bo
 	if err := fn(rt); err != nil {
 		return err
 	}
-	if err := checkTransition(t.rt.State, rt.State); err != nil {
+	if err := checkPath(t.rt.State, via, rt.State); err != nil {
 		return err
 	}
 	rt.UpdateTime = timestamppb.New(m.now())
-	if rt.State != t.rt.State {
-		rt.History = append(rt.History, &pelotonv1.TaskTransition{State: rt.State, RunId: rt.RunId, Time: rt.UpdateTime, Reason: rt.Reason})
-		if n := len(rt.History); n > maxHistory {
-			rt.History = append(rt.History[:0:0], rt.History[n-maxHistory:]...)
-		}
+	steps(t.rt.State, via, rt.State, func(s ts) {
+		rt.History = append(rt.History, &pelotonv1.TaskTransition{State: s, RunId: rt.RunId, Time: rt.UpdateTime, Reason: rt.Reason})
+	})
+	if n := len(rt.History); n > maxHistory {
+		rt.History = append(rt.History[:0:0], rt.History[n-maxHistory:]...)
 	}
 	rev := t.rev
 	if persist {
@@ -694,8 +703,8 @@ func (m *Manager) applyTask(ctx context.Context, j *job, inst uint32, persist bo
 	if rt.State != t.rt.State {
 		j.counts[t.rt.State].Add(-1)
 		j.counts[rt.State].Add(1)
-		metrics.TaskTransitions.WithLabelValues(rt.State.String()).Inc()
 	}
+	steps(t.rt.State, via, rt.State, func(s ts) { metrics.TaskTransitions.WithLabelValues(s.String()).Inc() })
 	t.rt, t.rev = rt, rev
 	if available(rt, j.version(rt.SpecVersion).hasHealthCheck(inst)) {
 		if t.availableSince.IsZero() {

@@ -68,6 +68,32 @@ func checkTransition(from, to ts) error {
 	return fmt.Errorf("jobmgr: illegal task transition %s -> %s", from, to)
 }
 
+// checkPath is checkTransition for a write that takes a task from from
+// through the states via to to: every step must be in the table.
+func checkPath(from ts, via []ts, to ts) error {
+	for _, s := range via {
+		if err := checkTransition(from, s); err != nil {
+			return err
+		}
+		from = s
+	}
+	return checkTransition(from, to)
+}
+
+// steps calls f with each state a task enters on its way from from through
+// via to to.
+func steps(from ts, via []ts, to ts, f func(ts)) {
+	for _, s := range via {
+		if s != from {
+			f(s)
+			from = s
+		}
+	}
+	if to != from {
+		f(to)
+	}
+}
+
 // isTerminal reports whether a run has ended.
 func isTerminal(s ts) bool {
 	switch s {

@@ -641,10 +641,16 @@ func listU32(xs []uint32, limit int) string {
 
 // restartOnto starts a new run of instance inst on version target: at once
 // if it runs nothing, else by stopping the current run first (in place, on
-// the same host, when asked and the resources do not change). For a
+// the same host, when asked and the resources do not change), unless the
+// backend can patch the running run into the new one (patch.go). For a
 // rolling restart (restarts set) the version stays.
 func (m *Manager) restartOnto(ctx context.Context, j *job, inst uint32, target *jobVersion, inPlace bool, restarts map[uint32]uint32) error {
 	_, restart := restarts[inst]
+	if inPlace {
+		if done, err := m.patchOnto(ctx, j, inst, target, restart); done || err != nil {
+			return err
+		}
+	}
 	var kill, held string
 	var grace time.Duration
 	var requeue bool

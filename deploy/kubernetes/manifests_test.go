@@ -65,7 +65,7 @@ func (a access) String() string {
 }
 
 // backendCalls is every request hostmgr/kubernetes makes, with where in
-// backend.go. When the backend starts calling something new, add it here
+// the package. When the backend starts calling something new, add it here
 // (the test then fails until rbac.yaml grants it); when it stops, remove it
 // (the test then fails until rbac.yaml stops granting it).
 var backendCalls = []access{
@@ -74,7 +74,8 @@ var backendCalls = []access{
 	{Resource: "pods", Verb: "list"},                                          // the Pod informer, every namespace: other pods take room on the nodes
 	{Resource: "pods", Verb: "watch"},                                         // the Pod informer
 	{Resource: "pods", Verb: "create", Namespace: ns},                         // Launch (createAndBind), Prefetch, ReleaseVolume
-	{Resource: "pods", Verb: "get", Namespace: ns},                            // createAndBind, after AlreadyExists or a failed bind
+	{Resource: "pods", Verb: "get", Namespace: ns},                            // createAndBind, after AlreadyExists or a failed bind; Replace, after a failed patch
+	{Resource: "pods", Verb: "patch", Namespace: ns},                          // Replace (inplace.go): a new image for a running pod
 	{Resource: "pods", Verb: "delete", Namespace: ns},                         // Kill, failed launches, orphans, finished runs, helper pods
 	{Resource: "pods", Subresource: "binding", Verb: "create", Namespace: ns}, // createAndBind: Peloton is the scheduler
 	{Resource: "pods", Subresource: "log", Verb: "get", Namespace: ns},        // Logs
@@ -95,10 +96,10 @@ var grantedButNotCalled = []access{
 }
 
 // refused are rights the service account must not have: secrets and
-// config, changing nodes or pods in place, running commands in pods,
-// creating pods outside its namespaces, and what the backend could be
-// expected to do but does not (update pods, hold Leases: leader election
-// is in etcd).
+// config, changing nodes, replacing pods whole (update), running commands
+// in pods, creating pods outside its namespaces, and what the backend
+// could be expected to do but does not (hold Leases: leader election is
+// in etcd).
 var refused = []access{
 	{Resource: "secrets", Verb: "get", Namespace: ns},
 	{Resource: "secrets", Verb: "list"},

@@ -185,6 +185,7 @@ var (
 	_ hostmgr.HostWatcher    = (*Backend)(nil)
 	_ hostmgr.Prefetcher     = (*Backend)(nil)
 	_ hostmgr.VolumeReleaser = (*Backend)(nil)
+	_ hostmgr.Replacer       = (*Backend)(nil)
 )
 
 // maxFinished bounds how many finished runs Status still knows.

@@ -339,8 +339,13 @@ func TestBatchRunSucceeds(t *testing.T) {
 	env := map[string]string{}
 	for _, v := range c0.Env {
 		env[v.Name] = v.Value
+		if v.ValueFrom != nil && v.ValueFrom.FieldRef != nil {
+			env[v.Name] = "from " + v.ValueFrom.FieldRef.FieldPath
+		}
 	}
-	if env["GREETING"] != "hello" || env["PELOTON_PORT_HTTP"] != fmt.Sprint(portBase) || env["PELOTON_TASK_ID"] != spec.TaskID {
+	if env["GREETING"] != "hello" || env["PELOTON_PORT_HTTP"] != fmt.Sprint(portBase) ||
+		env["PELOTON_TASK_ID"] != "from metadata.annotations['"+AnnotationTaskID+"']" ||
+		env["PELOTON_RUN_ID"] != "from metadata.labels['"+LabelRunID+"']" || env["PELOTON_JOB_ID"] != "job1" {
 		t.Errorf("env %v", env)
 	}
 }
@@ -587,10 +592,16 @@ func TestRBACManifestIsEnough(t *testing.T) {
 	if err := b.Prefetch(ctx, nodes, "busybox:stable"); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Kill(ctx, spec.TaskID, 0); err != nil {
+	next := spec
+	next.TaskID, next.RunID, next.Image = "rbac-0-2", 2, "busybox:1.37"
+	if err := b.Replace(ctx, spec.TaskID, next); err != nil {
 		t.Fatal(err)
 	}
-	e.waitFor(spec.TaskID, pelotonv1.TaskState_KILLED, 20*time.Second)
+	e.waitFor(next.TaskID, pelotonv1.TaskState_RUNNING, 20*time.Second)
+	if err := b.Kill(ctx, next.TaskID, 0); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFor(next.TaskID, pelotonv1.TaskState_KILLED, 20*time.Second)
 	// The secondary-scheduler mode: a pod another client made is adopted,
 	// bound and deleted; one with a bad annotation gets an event.
 	l := &foreignLog{seen: map[string][]hostmgr.ForeignTask{}}
@@ -602,8 +613,7 @@ func TestRBACManifestIsEnough(t *testing.T) {
 	if err := b.Adopt(ctx, ft.ForeignRef, "rbac-app-0-1"); err != nil {
 		t.Fatal(err)
 	}
-	b.Waiting(ctx, ft.ForeignRef, "no room")
-	apps.waitScheduledCondition("app", "no room")
+	apps.waitWaiting(ft.ForeignRef, "no room")
 	if err := b.Launch(ctx, hostmgr.LaunchSpec{TaskID: "rbac-app-0-1", JobID: "rbac-app", RunID: 1, Host: nodes[0], Foreign: &ft.ForeignRef}); err != nil {
 		t.Fatal(err)
 	}

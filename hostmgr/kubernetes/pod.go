@@ -143,7 +143,12 @@ func (b *Backend) buildPod(spec hostmgr.LaunchSpec, ns string, ports map[string]
 		env = append(env, corev1.EnvVar{Name: k, Value: v})
 	}
 	env = append(env,
-		corev1.EnvVar{Name: "PELOTON_TASK_ID", Value: spec.TaskID},
+		// The run's IDs come from the pod's metadata through the downward
+		// API, which the kubelet reads when it starts the container: a pod
+		// patched to a new run (Replace) starts its new container with the
+		// new run's IDs, while its spec, which may not change, stays the same.
+		corev1.EnvVar{Name: "PELOTON_TASK_ID", ValueFrom: fieldRef("metadata.annotations['" + AnnotationTaskID + "']")},
+		corev1.EnvVar{Name: "PELOTON_RUN_ID", ValueFrom: fieldRef("metadata.labels['" + LabelRunID + "']")},
 		corev1.EnvVar{Name: "PELOTON_JOB_ID", Value: spec.JobID},
 		corev1.EnvVar{Name: "PELOTON_INSTANCE_ID", Value: strconv.FormatUint(uint64(spec.InstanceID), 10)},
 	)
@@ -196,7 +201,13 @@ func (b *Backend) buildPod(spec hostmgr.LaunchSpec, ns string, ports map[string]
 		pod.Spec.Containers[0].Env = append(pod.Spec.Containers[0].Env, corev1.EnvVar{Name: "PELOTON_VOLUME", Value: mount})
 		pod.Spec.Affinity = pinTo(spec.Host)
 	}
+	pod.Annotations[AnnotationSpecHash] = specHash(pod)
 	return pod
+}
+
+// fieldRef is an environment variable's value taken from the pod's fields.
+func fieldRef(path string) *corev1.EnvVarSource {
+	return &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}
 }
 
 // volumePath is where a volume lives on its node.
@@ -335,12 +346,16 @@ func observe(p *corev1.Pod, withHealth bool) observed {
 	o.state = pelotonv1.TaskState_LAUNCHED
 	var term *corev1.ContainerStateTerminated
 	running := false
+	// A pod patched to a new run (Replace) still runs the previous run's
+	// container until the kubelet restarts it: only the container started
+	// after restart number runRestarts(p) is the current run's.
+	since := runRestarts(p)
 	for i := range p.Status.ContainerStatuses {
 		cs := &p.Status.ContainerStatuses[i]
 		if cs.Name != ContainerName && len(p.Status.ContainerStatuses) > 1 {
 			continue
 		}
-		if cs.State.Running != nil {
+		if cs.State.Running != nil && cs.RestartCount >= since {
 			running = true
 			if !cs.State.Running.StartedAt.IsZero() {
 				o.at = cs.State.Running.StartedAt.Time

@@ -49,6 +49,8 @@ func TestObserve(t *testing.T) {
 		return corev1.ContainerStatus{Name: ContainerName, State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: code}}}
 	}
 	ready := corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionTrue}
+	restarted := running
+	restarted.RestartCount = 1
 	for _, tc := range []struct {
 		name   string
 		node   string
@@ -68,8 +70,16 @@ func TestObserve(t *testing.T) {
 		{"failed", "n", corev1.PodStatus{Phase: corev1.PodFailed, ContainerStatuses: []corev1.ContainerStatus{exited(137)}}, false, pelotonv1.TaskState_FAILED, 137, ReasonExitNonzero, 0},
 		{"evicted", "n", corev1.PodStatus{Phase: corev1.PodFailed, Reason: "Evicted"}, false, pelotonv1.TaskState_LOST, 0, ReasonEvicted, 0},
 		{"rejected", "n", corev1.PodStatus{Phase: corev1.PodFailed, Reason: "OutOfcpu"}, false, pelotonv1.TaskState_LOST, 0, ReasonPodRejected, 0},
+		// Patched to the run that begins with restart 1 (Replace): the
+		// container that still runs is the previous run's.
+		{"replaced, old container", "n", corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{ready}, ContainerStatuses: []corev1.ContainerStatus{running}}, true, pelotonv1.TaskState_LAUNCHED, 0, "", 0},
+		{"replaced, new container", "n", corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{restarted}}, false, pelotonv1.TaskState_RUNNING, 0, "", 0},
+		{"replaced, ended", "n", corev1.PodStatus{Phase: corev1.PodFailed, ContainerStatuses: []corev1.ContainerStatus{exited(2)}}, false, pelotonv1.TaskState_FAILED, 2, ReasonExitNonzero, 0},
 	} {
 		p := &corev1.Pod{Spec: corev1.PodSpec{NodeName: tc.node}, Status: tc.status}
+		if strings.HasPrefix(tc.name, "replaced") {
+			p.Annotations = map[string]string{AnnotationRunRestarts: "1"}
+		}
 		o := observe(p, tc.health)
 		if o.state != tc.state || o.exitCode != tc.code || o.reason != tc.reason || o.health != tc.hs {
 			t.Errorf("%s: %+v, want %s exit %d %q health %s", tc.name, o, tc.state, tc.code, tc.reason, tc.hs)
@@ -101,5 +111,42 @@ func TestBuildPodRequestsEqualLimits(t *testing.T) {
 	}
 	if got := b.podRequests(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{}, Spec: p.Spec}); got != spec.Resources {
 		t.Errorf("podRequests %v, want %v", got, spec.Resources)
+	}
+}
+
+// TestSpecHash: the digest of a run's pod ignores the image and what names
+// the run, and nothing else.
+func TestSpecHash(t *testing.T) {
+	b := &Backend{cfg: Config{Namespace: "ns", DefaultImage: DefaultImage, GPUResource: DefaultGPUResource, VolumeRoot: DefaultVolumeRoot}}
+	base := hostmgr.LaunchSpec{TaskID: "j-0-1", JobID: "j", RunID: 1, Host: "n", Command: []string{"server"}, Image: "img:1",
+		Env: map[string]string{"A": "1"}, Ports: []hostmgr.Port{{Name: "http"}}}
+	base.Resources.MilliCPU, base.Resources.MemoryMB = 500, 64
+	hash := func(s hostmgr.LaunchSpec) string {
+		p := b.buildPod(s, "ns", assignPorts(s.Ports))
+		if p.Annotations[AnnotationSpecHash] != specHash(p) {
+			t.Fatalf("buildPod's digest %q is not the pod's %q", p.Annotations[AnnotationSpecHash], specHash(p))
+		}
+		return specHash(p)
+	}
+	want := hash(base)
+	next := base
+	next.TaskID, next.RunID, next.Image = "j-0-2", 2, "img:2"
+	if got := hash(next); got != want {
+		t.Errorf("the next run with another image: digest %s, want %s", got, want)
+	}
+	for name, change := range map[string]func(*hostmgr.LaunchSpec){
+		"env":       func(s *hostmgr.LaunchSpec) { s.Env = map[string]string{"A": "2"} },
+		"command":   func(s *hostmgr.LaunchSpec) { s.Command = []string{"server", "-v"} },
+		"resources": func(s *hostmgr.LaunchSpec) { s.Resources.MilliCPU = 600 },
+		"ports":     func(s *hostmgr.LaunchSpec) { s.Ports = []hostmgr.Port{{Name: "http", Value: 9000}} },
+		"pool":      func(s *hostmgr.LaunchSpec) { s.Pool = "/other" },
+		"instance":  func(s *hostmgr.LaunchSpec) { s.InstanceID = 1 },
+		"health":    func(s *hostmgr.LaunchSpec) { s.HealthCheck = &pelotonv1.HealthCheck{Command: []string{"true"}} },
+	} {
+		s := next
+		change(&s)
+		if hash(s) == want {
+			t.Errorf("a change of %s leaves the digest as it was", name)
+		}
 	}
 }

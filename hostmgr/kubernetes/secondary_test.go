@@ -113,8 +113,7 @@ func TestForeignPods(t *testing.T) {
 	}
 	e.waitForeign(ref, "the adopted pod", func(ft hostmgr.ForeignTask) bool { return ft.TaskID == "job-0-1" }, l)
 	// Why it waits goes on the pod, as kube-scheduler would put it.
-	e.b.Waiting(e.ctx, ft.ForeignRef, "Peloton: no host has room now")
-	e.waitScheduledCondition("hello", "Peloton: no host has room now")
+	e.waitWaiting(ft.ForeignRef, "Peloton: no host has room now")
 
 	// Launch binds it; then it is a run like any other.
 	spec := hostmgr.LaunchSpec{TaskID: "job-0-1", JobID: "job", RunID: 1, Host: e.nodes[1], Foreign: &ft.ForeignRef,
@@ -246,12 +245,16 @@ func scheduledCondition(p *corev1.Pod) *corev1.PodCondition {
 	return nil
 }
 
-// waitScheduledCondition waits until pod name says it is unschedulable
-// with message.
-func (e *env) waitScheduledCondition(name, message string) {
+// waitWaiting tells the backend that pod ref waits because of message
+// until the pod says so. Waiting leaves a pod alone when the informer has
+// not seen its latest version yet (the patch carries the resourceVersion),
+// so it is told again, as jobmgr does every few seconds.
+func (e *env) waitWaiting(ref hostmgr.ForeignRef, message string) {
 	e.t.Helper()
+	_, name, _ := strings.Cut(ref.Ref, "/")
 	var last *corev1.PodCondition
 	err := kubetest.Poll(e.ctx, 20*time.Second, func(ctx context.Context) (bool, error) {
+		e.b.Waiting(ctx, ref, message)
 		p, err := e.c.Client.CoreV1().Pods(e.ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, err

@@ -11,7 +11,11 @@ package kubetest
 //	exit N    ends at once with exit code N
 //
 // Anything else runs until the pod is deleted, like a service. A running
-// pod is Ready, unless its readiness probe is the command "false".
+// pod is Ready, unless its readiness probe is the command "false". A
+// running pod whose container image is changed (patched in place) has its
+// container restarted with the new image at once, as the kubelet does
+// whatever the pod's restartPolicy: the container's restartCount rises by
+// one and it runs again, from now.
 const (
 	// AnnotationSimDuration is how long the pod runs before it ends
 	// (a Go duration, "2s"); it overrides the command.
@@ -20,7 +24,9 @@ const (
 	// duration is given); it overrides the command.
 	AnnotationSimExitCode = "peloton.io/sim-exit-code"
 	// AnnotationHoldStatus on a node keeps kwok from touching its status, so
-	// that a test can mark it NotReady.
+	// that a test can mark it NotReady; on a pod it keeps kwok from
+	// restarting its container after an image change, so that a test can
+	// play that part of the kubelet itself.
 	AnnotationHoldStatus = "peloton.io/sim-hold-status"
 	// AnnotationKwokNode marks the nodes this harness's kwok manages.
 	AnnotationKwokNode = "kwok.x-k8s.io/node"
@@ -56,9 +62,18 @@ const tmplExitCode = `{{- $a := .metadata.annotations | default dict -}}` +
 	`{{- if and (eq $w "exit") (ge (len $argv) 2) -}}{{- $code = index $argv 1 -}}{{- else -}}{{- $code = "1" -}}{{- end -}}` +
 	`{{- end -}}`
 
+// jqImageChanged is "changed" when a pod's containers' images (by name)
+// are not those its container statuses report. Such a pod is restarted
+// before anything else happens to it: the stages that end a pod want
+// "same", so that kwok, which picks at random among the stages that
+// match, has only the restart to pick.
+const jqImageChanged = `if ([.spec.containers[] | .name + "=" + .image] | sort) != ` +
+	`([(.status.containerStatuses // [])[] | .name + "=" + .image] | sort) then "changed" else "same" end`
+
 // stagesYAML is the kwok configuration: the stages that make a node Ready,
-// run a bound pod, end it as its command or annotations say, and remove a
-// deleted pod at once (there is no kubelet to wait for).
+// run a bound pod, restart a running pod's container whose image changed,
+// end it as its command or annotations say, and remove a deleted pod at
+// once (there is no kubelet to wait for).
 const stagesYAML = `apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Stage
 metadata:
@@ -133,6 +148,54 @@ spec:
 apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Stage
 metadata:
+  name: peloton-pod-restart-changed
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchExpressions:
+    - key: '.metadata.deletionTimestamp'
+      operator: DoesNotExist
+    - key: '.metadata.annotations["` + AnnotationHoldStatus + `"]'
+      operator: DoesNotExist
+    - key: '.status.phase'
+      operator: In
+      values: ["Running"]
+    - key: '.status.containerStatuses'
+      operator: Exists
+    - key: '` + jqImageChanged + `'
+      operator: In
+      values: ["changed"]
+  next:
+    statusTemplate: |
+      {{ $now := Now }}
+      {{ $ready := "True" }}
+      {{ with (index .spec.containers 0).readinessProbe }}{{ with .exec }}{{ if eq (index .command 0) "false" }}{{ $ready = "False" }}{{ end }}{{ end }}{{ end }}
+      {{ $restarts := dict }}
+      {{ range .status.containerStatuses }}{{ $_ := set $restarts .name .restartCount }}{{ end }}
+      conditions:
+      - type: Ready
+        status: {{ $ready | Quote }}
+        lastTransitionTime: {{ $now | Quote }}
+      - type: ContainersReady
+        status: {{ $ready | Quote }}
+        lastTransitionTime: {{ $now | Quote }}
+      containerStatuses:
+      {{ range .spec.containers }}
+      - name: {{ .name | Quote }}
+        image: {{ .image | Quote }}
+        ready: {{ eq $ready "True" }}
+        started: true
+        restartCount: {{ add1 (index $restarts .name | default 0) }}
+        state:
+          running:
+            startedAt: {{ $now | Quote }}
+      {{ end }}
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
   name: peloton-pod-succeed
 spec:
   resourceRef:
@@ -145,6 +208,9 @@ spec:
     - key: '.status.phase'
       operator: In
       values: ["Running"]
+    - key: '` + jqImageChanged + `'
+      operator: In
+      values: ["same"]
     - key: '` + jqExitCode + `'
       operator: In
       values: ["0"]
@@ -195,6 +261,9 @@ spec:
     - key: '.status.phase'
       operator: In
       values: ["Running"]
+    - key: '` + jqImageChanged + `'
+      operator: In
+      values: ["same"]
     - key: '` + jqExitCode + `'
       operator: Exists
     - key: '` + jqExitCode + `'

@@ -80,7 +80,9 @@ var Preemptions = prometheus.NewCounterVec(prometheus.CounterOpts{
 func init() { Registry.MustRegister(Preemptions) }
 
 // Restarts counts new runs of long-running instances by how they started:
-// "in-place" (on the same host, no placement) or "placed".
+// "patched" (the running run's sandbox patched into the new run, e.g. a
+// pod's image), "in-place" (a new sandbox on the same host, no placement)
+// or "placed".
 var Restarts = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Namespace: "peloton", Name: "update_restarts_total", Help: "Instances restarted onto a new spec or run by an update, by how their new run was started.",
 }, []string{"how"})

@@ -11,7 +11,9 @@ import (
 	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/peloton-sched/peloton/hostmgr/kubernetes"
 	"github.com/peloton-sched/peloton/internal/metrics"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
@@ -104,9 +106,13 @@ func (k *kubeStack) testRollingUpdate(t *testing.T) {
 	})
 }
 
-// testInPlaceUpdate: the same update in place. Each instance's new pod lands
-// on its old pod's node, without placement, and the in-place restart counter
-// rises by the instance count.
+// testInPlaceUpdate: the same service updated in place, twice. A new image
+// patches each instance's running pod: the pod keeps its UID and node and
+// runs the new image under the new run's labels, and the patched restart
+// counter rises by the instance count. A change beyond the image (an
+// environment variable) cannot be patched into a pod: each instance gets a
+// new pod on its old pod's node, without placement, and the in-place
+// counter rises instead.
 func (k *kubeStack) testInPlaceUpdate(t *testing.T) {
 	s := k.on(t)
 	k.addNodes(t, "inpl", 3, "4", "inplace", nil)
@@ -114,42 +120,76 @@ func (k *kubeStack) testInPlaceUpdate(t *testing.T) {
 	spec.DefaultSpec.Placement.Strategy = pelotonv1.PlacementStrategy_SPREAD
 	id := s.createJob(spec)
 	first := s.waitTasks(id, "6 running", 60*time.Second, allRunning(6))
-	before := checkRunPods(t, first, k.jobPods(t, id), nil)
+	pods := k.jobPods(t, id)
+	nodes := checkRunPods(t, first, pods, nil)
+	uids := map[uint32]types.UID{}
+	for _, tk := range first {
+		if p := runPod(pods, tk.InstanceId, tk.Status.RunId); p != nil {
+			uids[tk.InstanceId] = p.UID
+		}
+	}
 
 	next := proto.Clone(spec).(*pelotonv1.JobSpec)
-	next.DefaultSpec.Env = map[string]string{"VERSION": "2"}
+	next.DefaultSpec.Image = "busybox:1.37"
+	patchedBefore := promtest.ToFloat64(metrics.Restarts.WithLabelValues("patched"))
+	ts := k.updateInPlace(t, s, id, next, 2, nodes)
+	checkRunPods(t, ts, k.jobPods(t, id), func(tk *pelotonv1.Task, p *corev1.Pod) {
+		if tk.Status.RunId != 2 || p.UID != uids[tk.InstanceId] || p.Spec.NodeName != nodes[tk.InstanceId] ||
+			p.Spec.Containers[0].Image != "busybox:1.37" || p.Annotations[kubernetes.AnnotationTaskID] != fmt.Sprintf("%s-%d-2", id, tk.InstanceId) {
+			t.Errorf("instance %d: run %d, pod %s (%s) on %s, image %q, task %q; want run 2 patched into pod %s on %s",
+				tk.InstanceId, tk.Status.RunId, p.Name, p.UID, p.Spec.NodeName, p.Spec.Containers[0].Image,
+				p.Annotations[kubernetes.AnnotationTaskID], uids[tk.InstanceId], nodes[tk.InstanceId])
+		}
+	})
+	if n := promtest.ToFloat64(metrics.Restarts.WithLabelValues("patched")) - patchedBefore; n != 6 {
+		t.Errorf("peloton_update_restarts_total{how=\"patched\"} rose by %v, want 6", n)
+	}
+
+	third := proto.Clone(next).(*pelotonv1.JobSpec)
+	third.DefaultSpec.Env = map[string]string{"VERSION": "3"}
 	inPlaceBefore := promtest.ToFloat64(metrics.Restarts.WithLabelValues("in-place"))
-	u := s.startUpdate(id, next, &pelotonv1.UpdateSpec{BatchSize: 2, InPlace: true})
-	worst := 0
-	down := maxDown(t, 2, &worst)
-	s.waitUpdate(u.Id, pelotonv1.UpdateState_UPDATE_SUCCEEDED, 90*time.Second, func(ts []*pelotonv1.Task) {
-		down(ts)
-		for _, tk := range ts {
-			if h := tk.Status.Host; h != "" && h != before[tk.InstanceId] {
-				t.Errorf("instance %d moved from %s to %s during an in-place update", tk.InstanceId, before[tk.InstanceId], h)
-			}
-		}
-	})
-	ts := s.waitTasks(id, "6 running the new version", 30*time.Second, func(ts []*pelotonv1.Task) bool {
-		if !allRunning(6)(ts) {
-			return false
-		}
-		for _, tk := range ts {
-			if tk.Status.SpecVersion != 2 {
-				return false
-			}
-		}
-		return true
-	})
-	pods := k.waitPods(t, id, "one pod per instance", 10*time.Second, func(ps []corev1.Pod) bool { return len(ps) == 6 })
-	checkRunPods(t, ts, pods, func(tk *pelotonv1.Task, p *corev1.Pod) {
-		if tk.Status.RunId < 2 || p.Spec.NodeName != before[tk.InstanceId] || podEnv(p, "VERSION") != "2" {
-			t.Errorf("instance %d: run %d, pod %s on %s with VERSION=%q; was on %s", tk.InstanceId, tk.Status.RunId, p.Name, p.Spec.NodeName, podEnv(p, "VERSION"), before[tk.InstanceId])
+	ts = k.updateInPlace(t, s, id, third, 3, nodes)
+	checkRunPods(t, ts, k.jobPods(t, id), func(tk *pelotonv1.Task, p *corev1.Pod) {
+		if tk.Status.RunId != 3 || p.UID == uids[tk.InstanceId] || p.Spec.NodeName != nodes[tk.InstanceId] || podEnv(p, "VERSION") != "3" {
+			t.Errorf("instance %d: run %d, pod %s (%s) on %s with VERSION=%q; want run 3 in a new pod on %s",
+				tk.InstanceId, tk.Status.RunId, p.Name, p.UID, p.Spec.NodeName, podEnv(p, "VERSION"), nodes[tk.InstanceId])
 		}
 	})
 	if n := promtest.ToFloat64(metrics.Restarts.WithLabelValues("in-place")) - inPlaceBefore; n != 6 {
 		t.Errorf("peloton_update_restarts_total{how=\"in-place\"} rose by %v, want 6", n)
 	}
+}
+
+// updateInPlace rolls spec (spec version v) out to the 6 instances of job
+// id in place, 2 at a time, and checks that no more than 2 are down at
+// once and none leaves its node. It returns the tasks once all run v, each
+// in a pod of its own.
+func (k *kubeStack) updateInPlace(t *testing.T, s *stack, id string, spec *pelotonv1.JobSpec, v uint64, nodes map[uint32]string) []*pelotonv1.Task {
+	t.Helper()
+	u := s.startUpdate(id, spec, &pelotonv1.UpdateSpec{BatchSize: 2, InPlace: true})
+	worst := 0
+	down := maxDown(t, 2, &worst)
+	s.waitUpdate(u.Id, pelotonv1.UpdateState_UPDATE_SUCCEEDED, 90*time.Second, func(ts []*pelotonv1.Task) {
+		down(ts)
+		for _, tk := range ts {
+			if h := tk.Status.Host; h != "" && h != nodes[tk.InstanceId] {
+				t.Errorf("instance %d moved from %s to %s during an in-place update", tk.InstanceId, nodes[tk.InstanceId], h)
+			}
+		}
+	})
+	ts := s.waitTasks(id, fmt.Sprintf("6 running version %d", v), 30*time.Second, func(ts []*pelotonv1.Task) bool {
+		if !allRunning(6)(ts) {
+			return false
+		}
+		for _, tk := range ts {
+			if tk.Status.SpecVersion != v {
+				return false
+			}
+		}
+		return true
+	})
+	k.waitPods(t, id, "one pod per instance", 10*time.Second, func(ps []corev1.Pod) bool { return len(ps) == 6 })
+	return ts
 }
 
 // testPriorityPreemption: the cluster is one 2-CPU node, full with four
