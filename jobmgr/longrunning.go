@@ -196,7 +196,8 @@ func equalU32(a, b []uint32) bool {
 
 // disrupt asks the evaluator for a grant to take instance inst of j down,
 // for holder. With no error the grant is held until a newer run of the
-// instance is available. Batch jobs need no grant.
+// instance is available (or, for an instance that has not started its
+// current run yet, that run). Batch jobs need no grant.
 func (m *Manager) disrupt(j *job, inst uint32, holder, reason string) error {
 	if !isLongRunning(j.typ) {
 		return nil
@@ -207,6 +208,12 @@ func (m *Manager) disrupt(j *job, inst uint32, holder, reason string) error {
 	}
 	t.mu.Lock()
 	run := t.rt.RunId
+	if t.rt.State == stInitialized && run > 0 {
+		// Not started yet (a restart backoff): it starts on whatever spec
+		// it has then, with this run, so this run being available is what
+		// ends the disruption.
+		run--
+	}
 	t.mu.Unlock()
 	j.lr.mu.Lock()
 	defer j.lr.mu.Unlock()
