@@ -39,6 +39,10 @@ const (
 	AnnotationGangSize = "peloton.io/gang-size"
 	// AnnotationPriority is the pod's priority inside its pool (default 0).
 	AnnotationPriority = "peloton.io/priority"
+	// AnnotationBoundBy, set to SchedulerName by the Binding, marks a
+	// foreign pod Peloton bound itself (not one bound by someone else
+	// after Peloton adopted it), which hostmgr then accounts for.
+	AnnotationBoundBy = "peloton.io/bound-by"
 )
 
 // EventReasonFailedScheduling is the reason of the Warning events Peloton
@@ -56,7 +60,7 @@ func (b *Backend) foreign(p *corev1.Pod) bool {
 // boundForeign reports whether p is a foreign pod Peloton bound: from
 // then on a run like Peloton's own pods.
 func (b *Backend) boundForeign(p *corev1.Pod) bool {
-	return p.Spec.NodeName != "" && p.Annotations[AnnotationTaskID] != "" && b.foreign(p)
+	return p.Spec.NodeName != "" && p.Annotations[AnnotationBoundBy] == SchedulerName && p.Annotations[AnnotationTaskID] != "" && b.foreign(p)
 }
 
 // WatchForeign registers the function told about foreign pods.
@@ -321,7 +325,7 @@ func (b *Backend) launchForeign(ctx context.Context, spec hostmgr.LaunchSpec) er
 	}
 	binding := &corev1.Binding{
 		ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: p.UID,
-			Annotations: map[string]string{AnnotationTaskID: spec.TaskID}},
+			Annotations: map[string]string{AnnotationTaskID: spec.TaskID, AnnotationBoundBy: SchedulerName}},
 		Target: corev1.ObjectReference{Kind: "Node", Name: spec.Host},
 	}
 	err := b.call(ctx, func(ctx context.Context) error {

@@ -166,6 +166,20 @@ func TestForeignPods(t *testing.T) {
 		t.Error("a failed foreign launch left a run behind")
 	}
 
+	// A pod Peloton adopted but someone else bound is not Peloton's run:
+	// its requests count against its node like any other pod's.
+	sq := e.foreignPod("squatter", map[string]string{AnnotationPool: "/team"}, nil)
+	sqRef := hostmgr.ForeignRef{Ref: e.ns + "/squatter", UID: string(sq.UID)}
+	if err := e.b.Adopt(e.ctx, sqRef, "job-5-1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Client.CoreV1().Pods(e.ns).Bind(e.ctx, &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: "squatter", Namespace: e.ns},
+		Target: corev1.ObjectReference{Kind: "Node", Name: e.nodes[0]}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitForeign(sqRef.Ref, "the pod bound by another", func(ft hostmgr.ForeignTask) bool { return ft.Host == e.nodes[0] }, l)
+	e.waitHosts("the other's pod counted", func(h map[string]hostmgr.HostInfo) bool { return h[e.nodes[0]].Capacity.MilliCPU == 3500 })
+
 	// Pods of one controller share a group; a gang's members share theirs.
 	owned := func(p *corev1.Pod) {
 		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-5d9f", UID: "rs-1", Controller: ptr(true)}}
