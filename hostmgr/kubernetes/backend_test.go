@@ -345,7 +345,8 @@ func TestBatchRunSucceeds(t *testing.T) {
 	}
 	if env["GREETING"] != "hello" || env["PELOTON_PORT_HTTP"] != fmt.Sprint(portBase) ||
 		env["PELOTON_TASK_ID"] != "from metadata.annotations['"+AnnotationTaskID+"']" ||
-		env["PELOTON_RUN_ID"] != "from metadata.labels['"+LabelRunID+"']" || env["PELOTON_JOB_ID"] != "job1" {
+		env["PELOTON_RUN_ID"] != "from metadata.labels['"+LabelRunID+"']" || env["PELOTON_JOB_ID"] != "job1" ||
+		env["PELOTON_HOST"] != "from spec.nodeName" {
 		t.Errorf("env %v", env)
 	}
 }

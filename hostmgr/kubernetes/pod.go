@@ -151,6 +151,8 @@ func (b *Backend) buildPod(spec hostmgr.LaunchSpec, ns string, ports map[string]
 		corev1.EnvVar{Name: "PELOTON_RUN_ID", ValueFrom: fieldRef("metadata.labels['" + LabelRunID + "']")},
 		corev1.EnvVar{Name: "PELOTON_JOB_ID", Value: spec.JobID},
 		corev1.EnvVar{Name: "PELOTON_INSTANCE_ID", Value: strconv.FormatUint(uint64(spec.InstanceID), 10)},
+		// The node the pod is bound to, as the other backends give the host.
+		corev1.EnvVar{Name: "PELOTON_HOST", ValueFrom: fieldRef("spec.nodeName")},
 	)
 	var cports []corev1.ContainerPort
 	for _, p := range spec.Ports {
