@@ -75,6 +75,8 @@ type env struct {
 	b       *Backend
 	rec     *recorder
 	changes atomic.Int64
+	// tweak, if set, edits the backend's Config before New.
+	tweak func(*Config)
 }
 
 var testSeq atomic.Int64
@@ -82,6 +84,12 @@ var testSeq atomic.Int64
 // newEnv makes n nodes of 4 CPUs and 8 GiB labelled for this test, a
 // namespace, and a started backend that sees only those nodes.
 func newEnv(t *testing.T, c *kubetest.Cluster, n int, nodeLabels map[string]string) *env {
+	t.Helper()
+	return newEnvWith(t, c, n, nodeLabels, nil)
+}
+
+// newEnvWith is newEnv with tweak applied to the backend's Config.
+func newEnvWith(t *testing.T, c *kubetest.Cluster, n int, nodeLabels map[string]string, tweak func(*Config)) *env {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
@@ -97,15 +105,19 @@ func newEnv(t *testing.T, c *kubetest.Cluster, n int, nodeLabels map[string]stri
 	if err := c.CreateNamespace(ctx, id); err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, c: c, ctx: ctx, ns: id, nodes: nodes, rec: newRecorder()}
+	e := &env{t: t, c: c, ctx: ctx, ns: id, nodes: nodes, rec: newRecorder(), tweak: tweak}
 	e.b = e.start()
 	return e
 }
 
 func (e *env) start() *Backend {
 	e.t.Helper()
-	b, err := New(Config{REST: e.c.Config, Namespace: e.ns, NodeSelector: "peloton.io/test=" + e.ns,
-		RequestTimeout: 5 * time.Second, StartTimeout: 30 * time.Second})
+	cfg := Config{REST: e.c.Config, Namespace: e.ns, NodeSelector: "peloton.io/test=" + e.ns,
+		RequestTimeout: 5 * time.Second, StartTimeout: 30 * time.Second}
+	if e.tweak != nil {
+		e.tweak(&cfg)
+	}
+	b, err := New(cfg)
 	if err != nil {
 		e.t.Fatal(err)
 	}
