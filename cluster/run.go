@@ -235,7 +235,8 @@ func newBackend(cfg Config) (hostmgr.Backend, error) {
 	case kubernetes.BackendName:
 		k := cfg.Kube
 		return kubernetes.New(kubernetes.Config{Kubeconfig: k.Kubeconfig, Namespace: k.Namespace, PoolNamespaces: k.PoolNamespaces,
-			NodeSelector: k.NodeSelector, DefaultImage: k.Image, QPS: k.QPS, Burst: k.Burst, Logger: cfg.Logger})
+			NodeSelector: k.NodeSelector, DefaultImage: k.Image, QPS: k.QPS, Burst: k.Burst,
+			BindMode: kubernetes.BindMode(k.BindMode), Logger: cfg.Logger})
 	default:
 		return nil, fmt.Errorf("--backend: unknown backend %q (this build has: local, sim, kubernetes)", cfg.Backend)
 	}

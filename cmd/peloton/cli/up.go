@@ -53,6 +53,7 @@ type kubeFlags struct {
 	image          string
 	qps            float32
 	burst          int
+	bindMode       string
 }
 
 // register adds the flags; embedded (peloton up) adds --etcd-listen for the
@@ -78,6 +79,7 @@ func (f *serverFlags) register(fs *pflag.FlagSet, embedded bool) {
 	fs.StringVar(&f.kube.image, "kube-image", "busybox:stable", "container image of tasks that name none (kubernetes backend)")
 	fs.Float32Var(&f.kube.qps, "kube-qps", 200, "requests per second to the Kubernetes apiserver (kubernetes backend)")
 	fs.IntVar(&f.kube.burst, "kube-burst", 400, "burst of requests to the Kubernetes apiserver (kubernetes backend)")
+	fs.StringVar(&f.kube.bindMode, "kube-bind-mode", cluster.KubeBindBinding, `how a pod gets to its node (kubernetes backend): "binding" creates it, then binds it through the Binding subresource (two writes per pod); "node-name" creates it with spec.nodeName set (one write per pod, no Binding; some admission policies refuse it)`)
 	fs.IntVar(&f.hosts, "hosts", 1, "number of virtual (local) or simulated (sim) hosts")
 	fs.Float64Var(&f.hostCPU, "host-cpu", 0, "CPUs of each host (0: local sizes to this machine, sim uses 32)")
 	fs.Int64Var(&f.hostMemoryMB, "host-memory-mb", 0, "memory of each host in MiB (0: local sizes to this machine, sim uses 131072)")
@@ -210,6 +212,9 @@ func (k *kubeFlags) config() (cluster.KubeConfig, error) {
 	case strings.TrimSpace(k.namespace) == "":
 		return cluster.KubeConfig{}, usageErrorf("invalid --kube-namespace: must not be empty")
 	}
+	if k.bindMode != cluster.KubeBindBinding && k.bindMode != cluster.KubeBindNodeName {
+		return cluster.KubeConfig{}, usageErrorf("invalid --kube-bind-mode %q: want %q or %q", k.bindMode, cluster.KubeBindBinding, cluster.KubeBindNodeName)
+	}
 	var pools map[string]string
 	for _, e := range k.poolNamespaces {
 		pool, ns, ok := strings.Cut(strings.TrimSpace(e), "=")
@@ -223,7 +228,7 @@ func (k *kubeFlags) config() (cluster.KubeConfig, error) {
 		pools[pool] = ns
 	}
 	return cluster.KubeConfig{Kubeconfig: k.kubeconfig, Namespace: strings.TrimSpace(k.namespace), PoolNamespaces: pools,
-		NodeSelector: k.nodeSelector, Image: k.image, QPS: k.qps, Burst: k.burst}, nil
+		NodeSelector: k.nodeSelector, Image: k.image, QPS: k.qps, Burst: k.burst, BindMode: k.bindMode}, nil
 }
 
 // parseLogLevel accepts exactly the four level names, in any case.
