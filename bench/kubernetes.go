@@ -384,7 +384,7 @@ func (b *kubeBench) untaintNotReady(ctx context.Context) error {
 // no scheduler at all, only the apiserver and kwok.
 func (b *kubeBench) raw(ctx context.Context) (phaseResult, error) {
 	ns := "bench-raw"
-	return b.phase(ctx, phaseRaw, ns, func(ctx context.Context) error {
+	return b.phase(ctx, phaseRaw, ns, nil, func(ctx context.Context) error {
 		return b.createPods(ctx, ns, func(i int, p *corev1.Pod) { p.Spec.NodeName = b.nodes[i%len(b.nodes)] })
 	})
 }
@@ -402,7 +402,7 @@ func (b *kubeBench) kubeScheduler(ctx context.Context, name, ns string, qps floa
 	if err := b.warmUp(ctx, ks, ns+"-warmup"); err != nil {
 		return phaseResult{}, err
 	}
-	return b.phase(ctx, name, ns, func(ctx context.Context) error {
+	return b.phase(ctx, name, ns, ks.Stop, func(ctx context.Context) error {
 		return b.createPods(ctx, ns, func(_ int, p *corev1.Pod) { p.Spec.SchedulerName = corev1.DefaultSchedulerName })
 	})
 }
@@ -448,7 +448,9 @@ func (b *kubeBench) peloton(ctx context.Context, name, mode string, qps float32)
 	if err != nil {
 		return phaseResult{}, err
 	}
-	defer s.Close()
+	var once sync.Once
+	stop := func() { once.Do(func() { _ = s.Close() }) }
+	defer stop()
 	hctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	err = waitFor(hctx, 200*time.Millisecond, "Peloton seeing every kwok node", func() (bool, string, error) {
@@ -467,7 +469,7 @@ func (b *kubeBench) peloton(ctx context.Context, name, mode string, qps float32)
 		InstanceCount: uint32(b.cfg.Pods),
 		DefaultSpec: &pelotonv1.TaskSpec{Command: []string{"serve"},
 			Resources: &pelotonv1.Resources{Cpu: b.cfg.PodCPU, MemoryMb: float64(b.cfg.PodMemoryMB)}}}
-	return b.phase(ctx, name, ns, func(ctx context.Context) error {
+	return b.phase(ctx, name, ns, stop, func(ctx context.Context) error {
 		cctx, cancel := call(ctx)
 		defer cancel()
 		if _, err := s.jobs.CreateJob(cctx, &pelotonv1.CreateJobRequest{Spec: spec}); err != nil {
@@ -485,9 +487,11 @@ type phaseResult struct {
 }
 
 // phase watches namespace ns, calls start (which creates the pods or the
-// job), waits until Pods pods run, and deletes them all. The time origin is
-// the call of start.
-func (b *kubeBench) phase(ctx context.Context, name, ns string, start func(context.Context) error) (phaseResult, error) {
+// job), waits until Pods pods run, calls stop (if not nil) and deletes them
+// all. The time origin is the call of start. stop ends what placed the pods
+// before they go: Peloton would take its deleted pods for lost runs and
+// launch them again.
+func (b *kubeBench) phase(ctx context.Context, name, ns string, stop func(), start func(context.Context) error) (phaseResult, error) {
 	if err := b.kc.CreateNamespace(ctx, ns); err != nil {
 		return phaseResult{}, fmt.Errorf("bench: namespace %s: %w", ns, err)
 	}
@@ -509,6 +513,9 @@ func (b *kubeBench) phase(ctx context.Context, name, ns string, start func(conte
 	}
 	pr := w.result(t0)
 	b.env.progress("kubernetes: %s: all running after %s", name, pr.allRunning.Round(time.Millisecond))
+	if stop != nil {
+		stop()
+	}
 	if name != b.last { // after the last phase the cluster goes away
 		b.env.progress("kubernetes: %s: deleting the pods", name)
 		if err := b.clean(ctx, ns); err != nil {
