@@ -54,7 +54,9 @@ const (
 )
 
 // Scenario describes one benchmark: its name, a one-line summary and the
-// figures every successful run reports (the smoke test checks them all).
+// figures every successful run at the default sizes reports (the smoke test
+// checks them all; the kubernetes scenario's --qps and --bind-modes name
+// its phases, and so its figures).
 type Scenario struct {
 	Name    string
 	Short   string

@@ -6,6 +6,8 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,30 +26,78 @@ import (
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
-// The four phases of the kubernetes scenario, as figure-name prefixes.
+// Phases of the kubernetes scenario, as figure-name prefixes. The phases
+// at a client QPS and the Peloton phases are named by kubeSchedulerPhase
+// and pelotonPhase.
 const (
-	phaseRaw        = "raw"
-	phaseKSDefault  = "kubeSchedulerDefault"
-	phaseKSEqualQPS = "kubeSchedulerEqualQps"
-	phasePeloton    = "peloton"
+	phaseRaw       = "raw"
+	phaseKSDefault = "kubeSchedulerDefault"
 )
-
-var kubernetesPhases = []string{phaseRaw, phaseKSDefault, phaseKSEqualQPS, phasePeloton}
 
 // Per-phase figure suffixes: created→bound throughput, time until the last
 // pod is Running, and pod startup latency (pod first seen → Running, both as
 // a watch observes them; the Kubernetes SLO's definition).
 var kubePhaseSuffixes = []string{"BoundPerSec", "AllRunningS", "StartupMsP50", "StartupMsP99"}
 
-var kubernetesFigures = func() []string {
+// Figure suffixes of each Peloton phase besides kubePhaseSuffixes: the time
+// to its first pod, and its BoundPerSec over the other phases' of the run.
+var pelotonSuffixes = []string{"FirstPodMs", "VsRaw", "VsKubeSchedulerDefault", "VsKubeSchedulerEqualQps"}
+
+// qpsName spells a client QPS in a figure name or namespace: 200, 1000,
+// 12p5 for 12.5.
+func qpsName(q float32) string {
+	return strings.ReplaceAll(strconv.FormatFloat(float64(q), 'f', -1, 32), ".", "p")
+}
+
+// kubeSchedulerPhase is the phase of kube-scheduler at client QPS q.
+func kubeSchedulerPhase(q float32) string { return "kubeSchedulerQps" + qpsName(q) }
+
+// pelotonPhase is the phase of Peloton in bind mode m at client QPS q:
+// pelotonBindingQps200, pelotonNodeNameQps1000.
+func pelotonPhase(m string, q float32) string {
+	var b strings.Builder
+	b.WriteString("peloton")
+	for _, w := range strings.Split(m, "-") {
+		if w != "" {
+			b.WriteString(strings.ToUpper(w[:1]) + w[1:])
+		}
+	}
+	return b.String() + "Qps" + qpsName(q)
+}
+
+// kubernetesPhases lists the phases of a run of cfg, in the order they run.
+func kubernetesPhases(cfg KubernetesConfig) []string {
+	ps := []string{phaseRaw, phaseKSDefault}
+	for _, q := range cfg.QPS {
+		ps = append(ps, kubeSchedulerPhase(q))
+		for _, m := range cfg.BindModes {
+			ps = append(ps, pelotonPhase(m, q))
+		}
+	}
+	return ps
+}
+
+// kubernetesFiguresOf lists the figures a run of cfg reports.
+func kubernetesFiguresOf(cfg KubernetesConfig) []string {
 	var fs []string
-	for _, p := range kubernetesPhases {
+	for _, p := range kubernetesPhases(cfg) {
 		for _, s := range kubePhaseSuffixes {
 			fs = append(fs, p+s)
 		}
 	}
-	return append(fs, "pelotonFirstPodMs", "pelotonVsRaw", "pelotonVsKubeSchedulerDefault", "pelotonVsKubeSchedulerEqualQps")
-}()
+	for _, q := range cfg.QPS {
+		for _, m := range cfg.BindModes {
+			for _, s := range pelotonSuffixes {
+				fs = append(fs, pelotonPhase(m, q)+s)
+			}
+		}
+	}
+	return fs
+}
+
+// kubernetesFigures are the figures of a run at the default sizes; other
+// --qps and --bind-modes name other phases.
+var kubernetesFigures = kubernetesFiguresOf(DefaultKubernetesConfig())
 
 // kubeSchedulerDefaultQPS and Burst are kube-scheduler's own defaults for
 // clientConnection (KubeSchedulerConfiguration v1), quoted in the output;
@@ -69,14 +119,21 @@ type KubernetesConfig struct {
 	Pods        int
 	PodCPU      float64
 	PodMemoryMB int
-	// QPS and Burst are Peloton's client rate, and kube-scheduler's in its
-	// equal-QPS run (Burst 0: twice QPS).
-	QPS   float32
+	// QPS are the client rates Peloton runs at, each against kube-scheduler
+	// at the same rate (its equal-QPS phase). Burst is the burst of all of
+	// them (0: twice each QPS).
+	QPS   []float32
 	Burst int
+	// BindModes are the backend's bind modes Peloton runs in, one phase
+	// each at every QPS.
+	BindModes []string
 	// CreateQPS and CreateWorkers drive the bench's own client that creates
 	// the pods of the raw and kube-scheduler phases.
 	CreateQPS     float32
 	CreateWorkers int
+	// KwokPodWorkers is how many pods kwok turns Running at once (see
+	// kubetest.Options.KwokPodWorkers; 0: kwok's default, 4).
+	KwokPodWorkers int
 	// PhaseTimeout bounds each phase, from the first create to the last pod
 	// Running.
 	PhaseTimeout time.Duration
@@ -86,15 +143,22 @@ type KubernetesConfig struct {
 }
 
 // DefaultKubernetesConfig is the size: 10,000 pods of 0.1 CPU on
-// 1,000 kwok nodes of 32 CPUs, Peloton at the backend's default QPS.
+// 1,000 kwok nodes of 32 CPUs, Peloton at the backend's default QPS in
+// both bind modes.
 func DefaultKubernetesConfig() KubernetesConfig {
 	return KubernetesConfig{
 		Nodes: 1000, NodeCPU: 32, NodeMemoryGiB: 128,
 		Pods: 10000, PodCPU: 0.1, PodMemoryMB: 64,
-		QPS: pkube.DefaultQPS, CreateQPS: 5000, CreateWorkers: 64,
+		QPS:       []float32{pkube.DefaultQPS},
+		BindModes: []string{string(pkube.BindModeBinding), string(pkube.BindModeNodeName)},
+		CreateQPS: 5000, CreateWorkers: 64, KwokPodWorkers: DefaultKwokPodWorkers,
 		PhaseTimeout: 10 * time.Minute,
 	}
 }
+
+// DefaultKwokPodWorkers stands in for the kubelets of many nodes, each of
+// which starts its own pods (see docs/benchmarks.md for what it changes).
+const DefaultKwokPodWorkers = 64
 
 // Validate checks the config; every error names the flag at fault.
 func (c *KubernetesConfig) Validate() error {
@@ -112,30 +176,49 @@ func (c *KubernetesConfig) Validate() error {
 		float64(c.Pods)*c.PodCPU > float64(c.Nodes*c.NodeCPU)/2,
 		c.Pods*c.PodMemoryMB > c.Nodes*c.NodeMemoryGiB*1024/2:
 		return fmt.Errorf("--pods %d: must fill at most half of the %d nodes (55 pods, half the CPU and memory of each)", c.Pods, c.Nodes)
-	case c.QPS <= 0 || c.Burst < 0:
-		return fmt.Errorf("--qps %g and --burst %d: must be > 0 and >= 0", c.QPS, c.Burst)
+	case len(c.QPS) == 0 || len(c.QPS) > 4 || c.Burst < 0:
+		return fmt.Errorf("--qps %v and --burst %d: want 1 to 4 rates and a burst >= 0", c.QPS, c.Burst)
+	case len(c.BindModes) == 0:
+		return fmt.Errorf("--bind-modes: want at least one of %s, %s", pkube.BindModeBinding, pkube.BindModeNodeName)
 	case c.CreateQPS <= 0 || c.CreateWorkers < 1 || c.CreateWorkers > 1000:
 		return fmt.Errorf("--create-qps %g and --create-workers %d: must be > 0 and 1..1000", c.CreateQPS, c.CreateWorkers)
+	case c.KwokPodWorkers < 0 || c.KwokPodWorkers > 1000:
+		return fmt.Errorf("--kwok-pod-workers %d: must be 0..1000", c.KwokPodWorkers)
 	case c.PhaseTimeout <= 0:
 		return fmt.Errorf("--phase-timeout %s: must be > 0", c.PhaseTimeout)
+	}
+	seen := map[string]bool{}
+	for _, q := range c.QPS {
+		if q <= 0 || q > 100_000 || seen[qpsName(q)] {
+			return fmt.Errorf("--qps %v: each rate must be > 0 and <= 100000, and listed once", c.QPS)
+		}
+		seen[qpsName(q)] = true
+	}
+	for _, m := range c.BindModes {
+		if _, err := pkube.ParseBindMode(m); err != nil || seen[m] {
+			return fmt.Errorf("--bind-modes %v: each must be %s or %s, and listed once", c.BindModes, pkube.BindModeBinding, pkube.BindModeNodeName)
+		}
+		seen[m] = true
 	}
 	return nil
 }
 
-func (c *KubernetesConfig) burst() int {
+// burst is the client burst at QPS q.
+func (c *KubernetesConfig) burst(q float32) int {
 	if c.Burst > 0 {
 		return c.Burst
 	}
-	return int(math.Ceil(float64(c.QPS) * 2))
+	return int(math.Ceil(float64(q) * 2))
 }
 
 // Kubernetes measures, in one run against one kube-apiserver with kwok
 // nodes, how fast the same number of pods get bound and Running when
 // (1) created already bound (the ceiling of this apiserver and kwok),
 // (2) placed by kube-scheduler of the same version at its default client
-// QPS and (3) again at Peloton's QPS, and (4) placed by Peloton as one BATCH
-// job. Each phase has its own namespace, and its pods are deleted before the
-// next one starts. Times are what an informer in this process observes.
+// QPS, and then, for each of cfg.QPS, (3) by kube-scheduler at that QPS and
+// (4) by Peloton at that QPS as one BATCH job, once per bind mode. Each
+// phase has its own namespace, and its pods are deleted before the next one
+// starts. Times are what an informer in this process observes.
 func Kubernetes(ctx context.Context, env Env, cfg KubernetesConfig) (_ *Result, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -153,9 +236,11 @@ func Kubernetes(ctx context.Context, env Env, cfg KubernetesConfig) (_ *Result, 
 	r.param("podCpu", cfg.PodCPU)
 	r.param("podMemoryMb", cfg.PodMemoryMB)
 	r.param("qps", cfg.QPS)
-	r.param("burst", cfg.burst())
+	r.param("burst", cfg.Burst)
+	r.param("bindModes", strings.Join(cfg.BindModes, ","))
 	r.param("createQps", cfg.CreateQPS)
 	r.param("createWorkers", cfg.CreateWorkers)
+	r.param("kwokPodWorkers", cfg.KwokPodWorkers)
 
 	dir, err := os.MkdirTemp("", "peloton-bench-kube-*")
 	if err != nil {
@@ -163,7 +248,7 @@ func Kubernetes(ctx context.Context, env Env, cfg KubernetesConfig) (_ *Result, 
 	}
 	defer os.RemoveAll(dir)
 	env.progress("kubernetes: starting etcd, kube-apiserver and kwok")
-	kc, err := kubetest.New(dir, bin, kubetest.Options{Logger: env.logger()})
+	kc, err := kubetest.New(dir, bin, kubetest.Options{Logger: env.logger(), KwokPodWorkers: cfg.KwokPodWorkers})
 	if err != nil {
 		return nil, err
 	}
@@ -186,50 +271,65 @@ func Kubernetes(ctx context.Context, env Env, cfg KubernetesConfig) (_ *Result, 
 		return nil, err
 	}
 
+	phases := kubernetesPhases(cfg)
+	b.last = phases[len(phases)-1]
 	res := map[string]phaseResult{}
 	var pr phaseResult
 	if pr, err = b.raw(ctx); err != nil {
 		return nil, err
 	}
 	res[phaseRaw] = pr
-	if pr, err = b.kubeScheduler(ctx, phaseKSDefault, 0, 0); err != nil {
+	if pr, err = b.kubeScheduler(ctx, phaseKSDefault, "bench-ks-default", 0, 0); err != nil {
 		return nil, err
 	}
 	res[phaseKSDefault] = pr
-	if pr, err = b.kubeScheduler(ctx, phaseKSEqualQPS, cfg.QPS, cfg.burst()); err != nil {
-		return nil, err
+	for _, q := range cfg.QPS {
+		name := kubeSchedulerPhase(q)
+		if pr, err = b.kubeScheduler(ctx, name, "bench-ks-qps-"+qpsName(q), q, cfg.burst(q)); err != nil {
+			return nil, err
+		}
+		res[name] = pr
+		for _, m := range cfg.BindModes {
+			name := pelotonPhase(m, q)
+			if pr, err = b.peloton(ctx, name, m, q); err != nil {
+				return nil, err
+			}
+			res[name] = pr
+		}
 	}
-	res[phaseKSEqualQPS] = pr
-	if pr, err = b.peloton(ctx); err != nil {
-		return nil, err
-	}
-	res[phasePeloton] = pr
 
-	for _, p := range kubernetesPhases {
+	for _, p := range phases {
 		x := res[p]
 		r.add(p+"BoundPerSec", x.boundPerSec, "pods/s", "")
 		r.add(p+"AllRunningS", x.allRunning.Seconds(), "s", "first create (or CreateJob) to last pod Running")
 		r.add(p+"StartupMsP50", x.startupP50, "ms", "")
 		goal := ""
-		if p == phasePeloton {
+		if strings.HasPrefix(p, "peloton") {
 			goal = "goal <= 5000 (the Kubernetes pod startup SLO)"
 		}
 		r.add(p+"StartupMsP99", x.startupP99, "ms", goal)
 	}
-	r.add("pelotonFirstPodMs", ms(res[phasePeloton].firstPod), "ms", "CreateJob to the first pod created")
 	ratio := func(a, b float64) float64 {
 		if b <= 0 {
 			return math.NaN()
 		}
 		return a / b
 	}
-	pb := res[phasePeloton].boundPerSec
-	r.add("pelotonVsRaw", ratio(pb, res[phaseRaw].boundPerSec), "x", "bound/s; goal >= 0.95")
-	r.add("pelotonVsKubeSchedulerDefault", ratio(pb, res[phaseKSDefault].boundPerSec), "x", "bound/s; goal >= 10")
-	r.add("pelotonVsKubeSchedulerEqualQps", ratio(pb, res[phaseKSEqualQPS].boundPerSec), "x", "bound/s; goal >= 1.5")
-	r.note("kube-scheduler default client QPS/burst is its own (%d/%d); the equal run sets clientConnection.qps/burst to %g/%d, Peloton's",
-		kubeSchedulerDefaultQPS, kubeSchedulerDefaultBurst, cfg.QPS, cfg.burst())
-	r.note("startup is pod first seen by a watch -> Running; Peloton creates a pod only after placing it, so its queueing before that is in AllRunningS and pelotonFirstPodMs, not in its startup")
+	for _, q := range cfg.QPS {
+		for _, m := range cfg.BindModes {
+			p := pelotonPhase(m, q)
+			pb := res[p].boundPerSec
+			r.add(p+"FirstPodMs", ms(res[p].firstPod), "ms", "CreateJob to the first pod seen")
+			r.add(p+"VsRaw", ratio(pb, res[phaseRaw].boundPerSec), "x", "bound/s; goal >= 0.95")
+			r.add(p+"VsKubeSchedulerDefault", ratio(pb, res[phaseKSDefault].boundPerSec), "x", "bound/s; goal >= 10")
+			r.add(p+"VsKubeSchedulerEqualQps", ratio(pb, res[kubeSchedulerPhase(q)].boundPerSec), "x",
+				fmt.Sprintf("bound/s, over %s; goal >= 1.5", kubeSchedulerPhase(q)))
+		}
+	}
+	r.note("kube-scheduler default client QPS/burst is its own (%d/%d); each kubeSchedulerQps<q> phase sets clientConnection.qps/burst to q and Peloton's burst at q (--burst, or 2q)",
+		kubeSchedulerDefaultQPS, kubeSchedulerDefaultBurst)
+	r.note("Peloton's phases are named by --kube-bind-mode: pelotonBinding* creates each pod, then binds it through the Binding subresource (2 writes per pod); pelotonNodeName* creates it with spec.nodeName set (1 write per pod)")
+	r.note("startup is pod first seen by a watch -> Running; Peloton creates a pod only after placing it, so its queueing before that is in AllRunningS and FirstPodMs, not in its startup")
 	return r.finish(), nil
 }
 
@@ -242,6 +342,8 @@ type kubeBench struct {
 	dir     string
 	creator kubernetes.Interface
 	nodes   []string
+	// last is the last phase: its pods are not deleted, the cluster goes.
+	last string
 }
 
 // creatorClient is the client that creates pods for the raw and
@@ -282,7 +384,7 @@ func (b *kubeBench) untaintNotReady(ctx context.Context) error {
 // no scheduler at all, only the apiserver and kwok.
 func (b *kubeBench) raw(ctx context.Context) (phaseResult, error) {
 	ns := "bench-raw"
-	return b.phase(ctx, phaseRaw, ns, func(ctx context.Context) error {
+	return b.phase(ctx, phaseRaw, ns, nil, func(ctx context.Context) error {
 		return b.createPods(ctx, ns, func(i int, p *corev1.Pod) { p.Spec.NodeName = b.nodes[i%len(b.nodes)] })
 	})
 }
@@ -290,18 +392,17 @@ func (b *kubeBench) raw(ctx context.Context) (phaseResult, error) {
 // kubeScheduler runs kube-scheduler at the given client QPS and burst (0:
 // its defaults), waits until it has bound a warm-up pod, and measures it
 // placing unbound pods.
-func (b *kubeBench) kubeScheduler(ctx context.Context, name string, qps float32, burst int) (phaseResult, error) {
+func (b *kubeBench) kubeScheduler(ctx context.Context, name, ns string, qps float32, burst int) (phaseResult, error) {
 	b.env.progress("kubernetes: %s: starting kube-scheduler", name)
 	ks, err := startKubeScheduler(b.dir, b.bin, name, b.kc.Kubeconfig, qps, burst)
 	if err != nil {
 		return phaseResult{}, err
 	}
 	defer ks.Stop()
-	ns := "bench-ks-" + map[string]string{phaseKSDefault: "default", phaseKSEqualQPS: "equal"}[name]
 	if err := b.warmUp(ctx, ks, ns+"-warmup"); err != nil {
 		return phaseResult{}, err
 	}
-	return b.phase(ctx, name, ns, func(ctx context.Context) error {
+	return b.phase(ctx, name, ns, ks.Stop, func(ctx context.Context) error {
 		return b.createPods(ctx, ns, func(_ int, p *corev1.Pod) { p.Spec.SchedulerName = corev1.DefaultSchedulerName })
 	})
 }
@@ -336,16 +437,20 @@ func (b *kubeBench) warmUp(ctx context.Context, ks *kubetest.Proc, ns string) er
 	return b.clean(ctx, ns)
 }
 
-// peloton runs the stack on the kubernetes backend and submits one BATCH
-// job of Pods instances.
-func (b *kubeBench) peloton(ctx context.Context) (phaseResult, error) {
-	b.env.progress("kubernetes: peloton: starting the stack on the kubernetes backend")
+// peloton runs the stack on the kubernetes backend in bind mode mode at
+// client QPS qps, with its pods in a namespace of its own, and submits one
+// BATCH job of Pods instances.
+func (b *kubeBench) peloton(ctx context.Context, name, mode string, qps float32) (phaseResult, error) {
+	b.env.progress("kubernetes: %s: starting the stack on the kubernetes backend", name)
+	ns := "bench-peloton-" + mode + "-qps-" + qpsName(qps)
 	s, err := startStack(ctx, b.env, stackConfig{Kube: &cluster.KubeConfig{
-		Kubeconfig: b.kc.Kubeconfig, QPS: b.cfg.QPS, Burst: b.cfg.burst()}})
+		Kubeconfig: b.kc.Kubeconfig, Namespace: ns, QPS: qps, Burst: b.cfg.burst(qps), BindMode: mode}})
 	if err != nil {
 		return phaseResult{}, err
 	}
-	defer s.Close()
+	var once sync.Once
+	stop := func() { once.Do(func() { _ = s.Close() }) }
+	defer stop()
 	hctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	err = waitFor(hctx, 200*time.Millisecond, "Peloton seeing every kwok node", func() (bool, string, error) {
@@ -360,12 +465,11 @@ func (b *kubeBench) peloton(ctx context.Context) (phaseResult, error) {
 	if err != nil {
 		return phaseResult{}, err
 	}
-	ns := pkube.DefaultNamespace
 	spec := &pelotonv1.JobSpec{Name: "bench-kubernetes", Type: pelotonv1.JobType_BATCH, Pool: "/default",
 		InstanceCount: uint32(b.cfg.Pods),
 		DefaultSpec: &pelotonv1.TaskSpec{Command: []string{"serve"},
 			Resources: &pelotonv1.Resources{Cpu: b.cfg.PodCPU, MemoryMb: float64(b.cfg.PodMemoryMB)}}}
-	return b.phase(ctx, phasePeloton, ns, func(ctx context.Context) error {
+	return b.phase(ctx, name, ns, stop, func(ctx context.Context) error {
 		cctx, cancel := call(ctx)
 		defer cancel()
 		if _, err := s.jobs.CreateJob(cctx, &pelotonv1.CreateJobRequest{Spec: spec}); err != nil {
@@ -383,9 +487,11 @@ type phaseResult struct {
 }
 
 // phase watches namespace ns, calls start (which creates the pods or the
-// job), waits until Pods pods run, and deletes them all. The time origin is
-// the call of start.
-func (b *kubeBench) phase(ctx context.Context, name, ns string, start func(context.Context) error) (phaseResult, error) {
+// job), waits until Pods pods run, calls stop (if not nil) and deletes them
+// all. The time origin is the call of start. stop ends what placed the pods
+// before they go: Peloton would take its deleted pods for lost runs and
+// launch them again.
+func (b *kubeBench) phase(ctx context.Context, name, ns string, stop func(), start func(context.Context) error) (phaseResult, error) {
 	if err := b.kc.CreateNamespace(ctx, ns); err != nil {
 		return phaseResult{}, fmt.Errorf("bench: namespace %s: %w", ns, err)
 	}
@@ -407,7 +513,10 @@ func (b *kubeBench) phase(ctx context.Context, name, ns string, start func(conte
 	}
 	pr := w.result(t0)
 	b.env.progress("kubernetes: %s: all running after %s", name, pr.allRunning.Round(time.Millisecond))
-	if name != phasePeloton { // the last phase: the cluster goes away
+	if stop != nil {
+		stop()
+	}
+	if name != b.last { // after the last phase the cluster goes away
 		b.env.progress("kubernetes: %s: deleting the pods", name)
 		if err := b.clean(ctx, ns); err != nil {
 			return phaseResult{}, err

@@ -4,6 +4,8 @@ import (
 	"log/slog"
 	"net/http"
 	"time"
+
+	"github.com/peloton-sched/peloton/hostmgr/kubernetes"
 )
 
 // Config configures one Peloton process that runs the cluster stack (and,
@@ -94,6 +96,10 @@ type KubeConfig struct {
 	// defaults).
 	QPS   float32
 	Burst int
+	// BindMode is KubeBindBinding (create, then the Binding subresource;
+	// the default when empty) or KubeBindNodeName (create with
+	// spec.nodeName set); see kubernetes.Config.BindMode.
+	BindMode string
 	// Secondary turns on the secondary-scheduler mode: pods that other
 	// clients create with schedulerName peloton and the annotation
 	// peloton.io/pool are admitted, placed and bound by Peloton, as jobs of
@@ -101,3 +107,9 @@ type KubeConfig struct {
 	Secondary           bool
 	SecondaryNamespaces []string
 }
+
+// Values of KubeConfig.BindMode, as the --kube-bind-mode flag spells them.
+const (
+	KubeBindBinding  = string(kubernetes.BindModeBinding)
+	KubeBindNodeName = string(kubernetes.BindModeNodeName)
+)

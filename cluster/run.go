@@ -236,7 +236,8 @@ func newBackend(cfg Config) (hostmgr.Backend, error) {
 		k := cfg.Kube
 		return kubernetes.New(kubernetes.Config{Kubeconfig: k.Kubeconfig, Namespace: k.Namespace, PoolNamespaces: k.PoolNamespaces,
 			NodeSelector: k.NodeSelector, DefaultImage: k.Image, QPS: k.QPS, Burst: k.Burst,
-			Secondary: k.Secondary, SecondaryNamespaces: k.SecondaryNamespaces, Logger: cfg.Logger})
+			BindMode: kubernetes.BindMode(k.BindMode), Secondary: k.Secondary, SecondaryNamespaces: k.SecondaryNamespaces,
+			Logger: cfg.Logger})
 	default:
 		return nil, fmt.Errorf("--backend: unknown backend %q (this build has: local, sim, kubernetes)", cfg.Backend)
 	}

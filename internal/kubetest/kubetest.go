@@ -124,6 +124,12 @@ type Options struct {
 	Logger *slog.Logger
 	// APIServerArgs are extra kube-apiserver flags.
 	APIServerArgs []string
+	// KwokPodWorkers is how many pods kwok moves through their stages at
+	// once (its podPlayStageParallelism; 0: kwok's default, 4). Each is a
+	// status write to the apiserver. kwok's client has no rate limit of its
+	// own, so with many nodes these workers, standing in for one kubelet
+	// per node, are what bounds how fast bound pods turn Running.
+	KwokPodWorkers int
 }
 
 // Cluster is a running test control plane.
@@ -142,6 +148,8 @@ type Cluster struct {
 	etcd *store.Embedded
 	port int
 	args []string
+	// kwokPodWorkers is Options.KwokPodWorkers.
+	kwokPodWorkers int
 
 	mu        sync.Mutex
 	apiserver *Proc
@@ -178,7 +186,7 @@ func New(dir, bin string, opts Options) (_ *Cluster, err error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	c := &Cluster{dir: dir, bin: bin, log: log}
+	c := &Cluster{dir: dir, bin: bin, log: log, kwokPodWorkers: opts.KwokPodWorkers}
 	defer func() {
 		if err != nil {
 			err = fmt.Errorf("%w\n%s", err, c.LogTails(30))
@@ -337,7 +345,11 @@ func (c *Cluster) waitReady(p *Proc) error {
 
 func (c *Cluster) startKwok() error {
 	cfg := filepath.Join(c.dir, "kwok.yaml")
-	if err := os.WriteFile(cfg, []byte(stagesYAML), 0o600); err != nil {
+	conf := stagesYAML
+	if c.kwokPodWorkers > 0 {
+		conf = fmt.Sprintf(kwokConfigYAML, c.kwokPodWorkers) + conf
+	}
+	if err := os.WriteFile(cfg, []byte(conf), 0o600); err != nil {
 		return err
 	}
 	p, err := StartProc(c.dir, "kwok", filepath.Join(c.bin, "kwok"), []string{
@@ -361,6 +373,27 @@ func (c *Cluster) startKwok() error {
 	}
 	return nil
 }
+
+// kwokConfigYAML is a KwokConfiguration with podPlayStageParallelism to
+// fill in. kwok (v0.8) applies its defaults only when it is given no
+// KwokConfiguration at all, so this one spells out the other defaults;
+// without them it would refuse to start (0 node workers) or sync nothing.
+const kwokConfigYAML = `apiVersion: config.kwok.x-k8s.io/v1alpha1
+kind: KwokConfiguration
+options:
+  cidr: 10.0.0.0/24
+  manageAllNodes: false
+  enableDebuggingHandlers: true
+  enableContentionProfiling: false
+  enableProfilingHandler: true
+  podPlayStageParallelism: %d
+  nodePlayStageParallelism: 4
+  nodeLeaseParallelism: 4
+  podsOnNodeSyncParallelism: 1
+  enablePodsOnNodeSyncListPager: true
+  enablePodsOnNodeSyncStreamWatch: false
+---
+`
 
 // NodeSpec describes kwok nodes to create.
 type NodeSpec struct {

@@ -15,7 +15,9 @@ import (
 // (bound pods run, end as their command says, deleted pods go) are checked
 // here, without Peloton.
 func TestPodLifecycles(t *testing.T) {
-	c := Start(t, Options{})
+	// More kwok workers than its default, as the benchmark runs it: the
+	// configuration document must not change what the stages do.
+	c := Start(t, Options{KwokPodWorkers: 16})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	nodes, err := c.AddNodes(ctx, NodeSpec{Prefix: "kt", Count: 1, CPU: "4", Memory: "8Gi", Labels: map[string]string{"zone": "a"}})

@@ -41,6 +41,9 @@ func TestBenchRejectsBadFlags(t *testing.T) {
 		{[]string{"bench", "placement", "--log-level", "loud"}, "--log-level"},
 		{[]string{"bench", "placement", "-o", "xml"}, "--output"},
 		{[]string{"bench", "placement", "extra"}, "extra"},
+		{[]string{"bench", "kubernetes", "--bind-modes", "binding,nodeName"}, "--bind-modes"},
+		{[]string{"bench", "kubernetes", "--qps", "200,200"}, "--qps"},
+		{[]string{"bench", "kubernetes", "--kwok-pod-workers", "-1"}, "--kwok-pod-workers"},
 	} {
 		r := runCLI(t, "", tc.args...)
 		if r.code != exitUsage || !strings.Contains(r.stderr, tc.flag) {

@@ -56,6 +56,7 @@ type kubeFlags struct {
 	burst          int
 	secondary      bool
 	secondaryNS    []string
+	bindMode       string
 }
 
 // register adds the flags; embedded (peloton up) adds --etcd-listen for the
@@ -81,6 +82,7 @@ func (f *serverFlags) register(fs *pflag.FlagSet, embedded bool) {
 	fs.StringVar(&f.kube.image, "kube-image", "busybox:stable", "container image of tasks that name none (kubernetes backend)")
 	fs.Float32Var(&f.kube.qps, "kube-qps", 200, "requests per second to the Kubernetes apiserver (kubernetes backend)")
 	fs.IntVar(&f.kube.burst, "kube-burst", 400, "burst of requests to the Kubernetes apiserver (kubernetes backend)")
+	fs.StringVar(&f.kube.bindMode, "kube-bind-mode", cluster.KubeBindBinding, `how a pod gets to its node (kubernetes backend): "binding" creates it, then binds it through the Binding subresource (two writes per pod); "node-name" creates it with spec.nodeName set (one write per pod, no Binding; some admission policies refuse it)`)
 	fs.BoolVar(&f.kube.secondary, "kube-secondary", true, "also schedule pods that other clients create with schedulerName peloton and the annotation peloton.io/pool (kubernetes backend)")
 	fs.StringSliceVar(&f.kube.secondaryNS, "kube-secondary-namespaces", nil, "namespaces whose pods --kube-secondary covers, comma-separated (kubernetes backend; empty: all)")
 	fs.IntVar(&f.hosts, "hosts", 1, "number of virtual (local) or simulated (sim) hosts")
@@ -215,6 +217,9 @@ func (k *kubeFlags) config() (cluster.KubeConfig, error) {
 	case strings.TrimSpace(k.namespace) == "":
 		return cluster.KubeConfig{}, usageErrorf("invalid --kube-namespace: must not be empty")
 	}
+	if k.bindMode != cluster.KubeBindBinding && k.bindMode != cluster.KubeBindNodeName {
+		return cluster.KubeConfig{}, usageErrorf("invalid --kube-bind-mode %q: want %q or %q", k.bindMode, cluster.KubeBindBinding, cluster.KubeBindNodeName)
+	}
 	var secondaryNS []string
 	for _, ns := range k.secondaryNS {
 		ns = strings.TrimSpace(ns)
@@ -236,7 +241,7 @@ func (k *kubeFlags) config() (cluster.KubeConfig, error) {
 		pools[pool] = ns
 	}
 	return cluster.KubeConfig{Kubeconfig: k.kubeconfig, Namespace: strings.TrimSpace(k.namespace), PoolNamespaces: pools,
-		NodeSelector: k.nodeSelector, Image: k.image, QPS: k.qps, Burst: k.burst,
+		NodeSelector: k.nodeSelector, Image: k.image, QPS: k.qps, Burst: k.burst, BindMode: k.bindMode,
 		Secondary: k.secondary, SecondaryNamespaces: secondaryNS}, nil
 }
 

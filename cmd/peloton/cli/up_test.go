@@ -39,6 +39,8 @@ func TestUpRejectsBadFlags(t *testing.T) {
 		{[]string{"up", "--backend", "kubernetes", "--kube-pool-namespaces", "team=ns"}, "--kube-pool-namespaces"},
 		{[]string{"up", "--backend", "kubernetes", "--kube-namespace", " "}, "--kube-namespace"},
 		{[]string{"up", "--backend", "kubernetes", "--kube-secondary-namespaces", "Team_A"}, "--kube-secondary-namespaces"},
+		{[]string{"up", "--backend", "kubernetes", "--kube-bind-mode", "nodeName"}, "--kube-bind-mode"},
+		{[]string{"serve", "cluster", "--etcd-endpoints", "http://e:2379", "--kube-bind-mode", ""}, "--kube-bind-mode"},
 		{[]string{"up", "--leader-elect"}, "--leader-elect"},
 		{[]string{"serve", "cluster", "--etcd-endpoints", "http://e:2379", "--leader-elect", "--leader-lease", "500ms"}, "--leader-lease"},
 		{[]string{"serve", "cluster", "--etcd-endpoints", "http://e:2379", "--leader-elect", "--leader-lease", "0s"}, "--leader-lease"},
@@ -134,7 +136,7 @@ func TestUpKubernetesBackendConfig(t *testing.T) {
 	}
 	r := runWith(t, run, "", "serve", "cluster", "--etcd-endpoints", "http://e:2379", "--backend", "kubernetes",
 		"--kubeconfig", "/etc/peloton/kubeconfig", "--kube-namespace", "batch", "--kube-qps", "500", "--kube-burst", "1000",
-		"--kube-pool-namespaces", "/org/ml=ml,/org/web=web", "--kube-node-selector", "pool=peloton",
+		"--kube-bind-mode", "node-name", "--kube-pool-namespaces", "/org/ml=ml,/org/web=web", "--kube-node-selector", "pool=peloton",
 		"--kube-secondary-namespaces", "spark,web")
 	if r.code != exitOK {
 		t.Fatalf("serve cluster --backend kubernetes: exit %d, stderr %q", r.code, r.stderr)
@@ -142,7 +144,7 @@ func TestUpKubernetesBackendConfig(t *testing.T) {
 	k := got.Kube
 	if got.Backend != "kubernetes" || k.Kubeconfig != "/etc/peloton/kubeconfig" || k.Namespace != "batch" ||
 		k.QPS != 500 || k.Burst != 1000 || k.PoolNamespaces["/org/ml"] != "ml" || k.PoolNamespaces["/org/web"] != "web" ||
-		k.NodeSelector != "pool=peloton" || !k.Secondary || strings.Join(k.SecondaryNamespaces, ",") != "spark,web" {
+		k.NodeSelector != "pool=peloton" || k.BindMode != "node-name" || !k.Secondary || strings.Join(k.SecondaryNamespaces, ",") != "spark,web" {
 		t.Errorf("config = %+v", got)
 	}
 	r = runWith(t, run, "", "serve", "cluster", "--etcd-endpoints", "http://e:2379", "--backend", "kubernetes", "--kube-secondary=false")
