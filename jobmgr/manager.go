@@ -166,7 +166,9 @@ type Options struct {
 	Logger *slog.Logger
 	// Workers is the number of goal-state engine workers (default 16).
 	Workers int
-	// Launchers is the number of goroutines turning placements into launches (default 64).
+	// Launchers is the number of goroutines turning placements into launches
+	// (default 256). Each records a run, then waits on the backend (a pod
+	// create on Kubernetes), so how many run at once bounds the launch rate.
 	Launchers int
 	// LostBackoff delays re-running an instance whose run was lost (default 1s).
 	LostBackoff time.Duration
@@ -184,7 +186,7 @@ func New(st store.Store, b *store.Batcher, rm *resmgr.Manager, hm *hostmgr.Manag
 		opts.Workers = 16
 	}
 	if opts.Launchers == 0 {
-		opts.Launchers = 64
+		opts.Launchers = 256
 	}
 	if opts.LostBackoff == 0 {
 		opts.LostBackoff = time.Second
