@@ -198,7 +198,6 @@ type Backend struct {
 	started  bool
 	closed   bool
 	tasks    map[string]*task
-	pending  []hostmgr.TaskEvent
 	finished []string // ring of finished task IDs, for bounded memory
 	finHead  int
 
@@ -207,13 +206,12 @@ type Backend struct {
 	// pods, the changes not yet told (guarded by mu), and the namespaces
 	// it covers (nil: all).
 	foreignChanged atomic.Pointer[func(hostmgr.ForeignTask)]
-	foreignQueue   []hostmgr.ForeignTask
-	foreignKick    chan struct{}
+	foreignQueue   *fifo[hostmgr.ForeignTask]
 	rejected       map[string]string // pod UID -> message told; guarded by mu
 	waitingTold    map[string]string // pod UID -> PodScheduled message set; guarded by mu
 	secondaryNS    map[string]bool
-	kick           chan struct{} // wakes the delivery goroutine
-	dirty          chan struct{} // hosts changed; capacity 1
+	events         *fifo[hostmgr.TaskEvent] // to the sink, in order
+	dirty          chan struct{}            // hosts changed; capacity 1
 	stop           chan struct{}
 	wg             sync.WaitGroup
 	closeOnce      sync.Once
@@ -305,8 +303,8 @@ func New(cfg Config) (*Backend, error) {
 	}
 	b := &Backend{
 		cfg: cfg, log: cfg.Logger.With("component", "hostmgr/kubernetes"), client: client,
-		tasks: map[string]*task{}, kick: make(chan struct{}, 1), dirty: make(chan struct{}, 1), stop: make(chan struct{}),
-		foreignKick: make(chan struct{}, 1), rejected: map[string]string{}, waitingTold: map[string]string{},
+		tasks: map[string]*task{}, dirty: make(chan struct{}, 1), stop: make(chan struct{}),
+		events: newFifo[hostmgr.TaskEvent](), foreignQueue: newFifo[hostmgr.ForeignTask](), rejected: map[string]string{}, waitingTold: map[string]string{},
 	}
 	for _, ns := range cfg.SecondaryNamespaces {
 		if b.secondaryNS == nil {
@@ -388,8 +386,15 @@ func (b *Backend) Start(ctx context.Context, sink func(hostmgr.TaskEvent)) error
 		return fmt.Errorf("kubernetes: nodes and pods not listed within %s (is the apiserver reachable, and may we list them?)", b.cfg.StartTimeout)
 	}
 	b.wg.Add(4)
-	go b.deliver(sink)
-	go b.deliverForeign()
+	go func() { defer b.wg.Done(); b.events.run(b.stop, sink) }()
+	go func() {
+		defer b.wg.Done()
+		b.foreignQueue.run(b.stop, func(ft hostmgr.ForeignTask) {
+			if f := b.foreignChanged.Load(); f != nil {
+				(*f)(ft)
+			}
+		})
+	}()
 	go b.notifyHosts()
 	go b.collectFinished()
 	b.log.Info("kubernetes backend ready", "nodes", len(b.Hosts()), "namespace", b.cfg.Namespace)
@@ -704,13 +709,7 @@ func (b *Backend) setLocked(t *task, ev hostmgr.TaskEvent) {
 		ev.Time = time.Now()
 	}
 	t.last = ev
-	if len(b.pending) == 0 {
-		select {
-		case b.kick <- struct{}{}:
-		default:
-		}
-	}
-	b.pending = append(b.pending, ev)
+	b.events.push(ev)
 	if t.terminal() {
 		if t.timer != nil {
 			t.timer.Stop()
@@ -731,31 +730,6 @@ func (b *Backend) forgetOldLocked(id string) {
 	}
 	b.finished[b.finHead] = id
 	b.finHead = (b.finHead + 1) % len(b.finished)
-}
-
-// deliver hands queued events to the sink, in order.
-func (b *Backend) deliver(sink func(hostmgr.TaskEvent)) {
-	defer b.wg.Done()
-	var batch []hostmgr.TaskEvent
-	for {
-		select {
-		case <-b.stop:
-			return
-		case <-b.kick:
-		}
-		b.mu.Lock()
-		batch, b.pending = b.pending, batch[:0]
-		b.mu.Unlock()
-		for i := range batch {
-			select {
-			case <-b.stop:
-				return
-			default:
-			}
-			sink(batch[i])
-			batch[i] = hostmgr.TaskEvent{}
-		}
-	}
 }
 
 // namespaceOf is the namespace of a pool: the entry of the pool or of its
@@ -1207,7 +1181,7 @@ func (b *Backend) Close() error {
 	b.closeOnce.Do(func() {
 		b.mu.Lock()
 		b.closed = true
-		b.pending = nil
+		b.events.drop()
 		b.mu.Unlock()
 		close(b.stop)
 		b.nodeFactory.Shutdown()

@@ -89,40 +89,7 @@ func (b *Backend) onForeign(old, p *corev1.Pod, deleted bool) {
 	if o := old; o != nil && o.Spec.NodeName != "" && p.Spec.NodeName != "" && !deleted {
 		return
 	}
-	ft := b.foreignTask(context.Background(), p, deleted)
-	b.mu.Lock()
-	if len(b.foreignQueue) == 0 {
-		select {
-		case b.foreignKick <- struct{}{}:
-		default:
-		}
-	}
-	b.foreignQueue = append(b.foreignQueue, ft)
-	b.mu.Unlock()
-}
-
-// deliverForeign hands foreign pod changes to the registered function, in
-// order.
-func (b *Backend) deliverForeign() {
-	defer b.wg.Done()
-	var batch []hostmgr.ForeignTask
-	for {
-		select {
-		case <-b.stop:
-			return
-		case <-b.foreignKick:
-		}
-		b.mu.Lock()
-		batch, b.foreignQueue = b.foreignQueue, batch[:0]
-		b.mu.Unlock()
-		f := b.foreignChanged.Load()
-		for i := range batch {
-			if f != nil {
-				(*f)(batch[i])
-			}
-			batch[i] = hostmgr.ForeignTask{}
-		}
-	}
+	b.foreignQueue.push(b.foreignTask(context.Background(), p, deleted))
 }
 
 // foreignTask describes foreign pod p. A pod whose annotations Peloton
