@@ -37,7 +37,15 @@ const (
 // Per-phase figure suffixes: created→bound throughput, time until the last
 // pod is Running, and pod startup latency (pod first seen → Running, both as
 // a watch observes them; the Kubernetes SLO's definition).
-var kubePhaseSuffixes = []string{"BoundPerSec", "AllRunningS", "StartupMsP50", "StartupMsP99"}
+//
+// The Cpu* figures are the CPU time each process used from the start of
+// the phase until its last pod ran, per pod: kube-apiserver, kwok,
+// kube-scheduler (its phases only) and this process, which holds the
+// apiserver's etcd, the bench's own clients and, in Peloton's phases, the
+// whole Peloton stack with its etcd. MachineBusyPct is how busy all the
+// machine's cores were over the same span, other tenants' work included.
+var kubePhaseSuffixes = []string{"BoundPerSec", "AllRunningS", "StartupMsP50", "StartupMsP99",
+	"CpuApiserverMsPerPod", "CpuKwokMsPerPod", "CpuKubeSchedulerMsPerPod", "CpuBenchMsPerPod", "MachineBusyPct"}
 
 // Figure suffixes of each Peloton phase besides kubePhaseSuffixes: the time
 // to its first pod, and its BoundPerSec over the other phases' of the run.
@@ -308,6 +316,12 @@ func Kubernetes(ctx context.Context, env Env, cfg KubernetesConfig) (_ *Result, 
 			goal = "goal <= 5000 (the Kubernetes pod startup SLO)"
 		}
 		r.add(p+"StartupMsP99", x.startupP99, "ms", goal)
+		perPod := func(d time.Duration) float64 { return ms(d) / float64(cfg.Pods) }
+		r.add(p+"CpuApiserverMsPerPod", perPod(x.cpu.apiserver), "ms", "kube-apiserver CPU, start -> last pod Running")
+		r.add(p+"CpuKwokMsPerPod", perPod(x.cpu.kwok), "ms", "")
+		r.add(p+"CpuKubeSchedulerMsPerPod", perPod(x.cpu.scheduler), "ms", "")
+		r.add(p+"CpuBenchMsPerPod", perPod(x.cpu.bench), "ms", "this process: the apiserver's etcd, the bench's clients, Peloton and its etcd")
+		r.add(p+"MachineBusyPct", x.cpu.machineBusyPct, "%", "all cores, every tenant")
 	}
 	ratio := func(a, b float64) float64 {
 		if b <= 0 {
@@ -384,7 +398,7 @@ func (b *kubeBench) untaintNotReady(ctx context.Context) error {
 // no scheduler at all, only the apiserver and kwok.
 func (b *kubeBench) raw(ctx context.Context) (phaseResult, error) {
 	ns := "bench-raw"
-	return b.phase(ctx, phaseRaw, ns, nil, func(ctx context.Context) error {
+	return b.phase(ctx, phaseRaw, ns, nil, nil, func(ctx context.Context) error {
 		return b.createPods(ctx, ns, func(i int, p *corev1.Pod) { p.Spec.NodeName = b.nodes[i%len(b.nodes)] })
 	})
 }
@@ -402,7 +416,7 @@ func (b *kubeBench) kubeScheduler(ctx context.Context, name, ns string, qps floa
 	if err := b.warmUp(ctx, ks, ns+"-warmup"); err != nil {
 		return phaseResult{}, err
 	}
-	return b.phase(ctx, name, ns, ks.Stop, func(ctx context.Context) error {
+	return b.phase(ctx, name, ns, ks, ks.Stop, func(ctx context.Context) error {
 		return b.createPods(ctx, ns, func(_ int, p *corev1.Pod) { p.Spec.SchedulerName = corev1.DefaultSchedulerName })
 	})
 }
@@ -469,7 +483,7 @@ func (b *kubeBench) peloton(ctx context.Context, name, mode string, qps float32)
 		InstanceCount: uint32(b.cfg.Pods),
 		DefaultSpec: &pelotonv1.TaskSpec{Command: []string{"serve"},
 			Resources: &pelotonv1.Resources{Cpu: b.cfg.PodCPU, MemoryMb: float64(b.cfg.PodMemoryMB)}}}
-	return b.phase(ctx, name, ns, stop, func(ctx context.Context) error {
+	return b.phase(ctx, name, ns, nil, stop, func(ctx context.Context) error {
 		cctx, cancel := call(ctx)
 		defer cancel()
 		if _, err := s.jobs.CreateJob(cctx, &pelotonv1.CreateJobRequest{Spec: spec}); err != nil {
@@ -484,14 +498,45 @@ type phaseResult struct {
 	boundPerSec            float64
 	allRunning, firstPod   time.Duration
 	startupP50, startupP99 float64
+	cpu                    cpuUse
+}
+
+// cpuUse is the CPU the processes of a run used over one phase.
+type cpuUse struct {
+	apiserver, kwok, scheduler, bench time.Duration
+	machineBusy, machineTotal         time.Duration
+	machineBusyPct                    float64
+}
+
+// cpuNow samples the CPU used so far; sched is kube-scheduler, if it runs.
+func (b *kubeBench) cpuNow(sched *kubetest.Proc) cpuUse {
+	var u cpuUse
+	u.apiserver, u.kwok = b.kc.CPU()
+	if sched != nil {
+		u.scheduler, _ = sched.CPU()
+	}
+	u.bench = kubetest.SelfCPU()
+	u.machineBusy, u.machineTotal, _ = kubetest.MachineCPU()
+	return u
+}
+
+// since is the CPU used from then until u.
+func (u cpuUse) since(then cpuUse) cpuUse {
+	d := cpuUse{apiserver: u.apiserver - then.apiserver, kwok: u.kwok - then.kwok,
+		scheduler: u.scheduler - then.scheduler, bench: u.bench - then.bench,
+		machineBusy: u.machineBusy - then.machineBusy, machineTotal: u.machineTotal - then.machineTotal}
+	if d.machineTotal > 0 {
+		d.machineBusyPct = 100 * float64(d.machineBusy) / float64(d.machineTotal)
+	}
+	return d
 }
 
 // phase watches namespace ns, calls start (which creates the pods or the
 // job), waits until Pods pods run, calls stop (if not nil) and deletes them
-// all. The time origin is the call of start. stop ends what placed the pods
+// all; sched is kube-scheduler, whose CPU is counted, in its phases. The time origin is the call of start. stop ends what placed the pods
 // before they go: Peloton would take its deleted pods for lost runs and
 // launch them again.
-func (b *kubeBench) phase(ctx context.Context, name, ns string, stop func(), start func(context.Context) error) (phaseResult, error) {
+func (b *kubeBench) phase(ctx context.Context, name, ns string, sched *kubetest.Proc, stop func(), start func(context.Context) error) (phaseResult, error) {
 	if err := b.kc.CreateNamespace(ctx, ns); err != nil {
 		return phaseResult{}, fmt.Errorf("bench: namespace %s: %w", ns, err)
 	}
@@ -503,6 +548,7 @@ func (b *kubeBench) phase(ctx context.Context, name, ns string, stop func(), sta
 	}
 	defer w.stop()
 	b.env.progress("kubernetes: %s: %d pods", name, b.cfg.Pods)
+	cpu0 := b.cpuNow(sched)
 	t0 := time.Now()
 	startErr := make(chan error, 1)
 	go func() { startErr <- start(ctx) }()
@@ -512,6 +558,7 @@ func (b *kubeBench) phase(ctx context.Context, name, ns string, stop func(), sta
 		return phaseResult{}, fmt.Errorf("bench: %s: %w", name, err)
 	}
 	pr := w.result(t0)
+	pr.cpu = b.cpuNow(sched).since(cpu0)
 	b.env.progress("kubernetes: %s: all running after %s", name, pr.allRunning.Round(time.Millisecond))
 	if stop != nil {
 		stop()
