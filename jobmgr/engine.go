@@ -899,10 +899,14 @@ func (m *Manager) launchInPlace(ctx context.Context, j *job, inst uint32, held, 
 	return true
 }
 
-// launchLoop turns placements into launches.
+// launchLoop turns placements into launches, one at a time: the placement
+// engine hands over placements in batches of thousands, and a launcher
+// that took more than one would launch them in turn, each waiting on the
+// backend, while other launchers idle. One each spreads every batch over
+// all of them.
 func (m *Manager) launchLoop(ctx context.Context) {
 	for ctx.Err() == nil {
-		for _, p := range m.rm.GetPlacements(ctx, 64) {
+		for _, p := range m.rm.GetPlacements(ctx, 1) {
 			m.launch(ctx, p)
 		}
 	}

@@ -47,6 +47,10 @@ type sandboxes struct {
 	// for release: the process can be crashed between the record and the
 	// patch.
 	entered, release chan struct{}
+	// hold, if set, keeps every Launch waiting until it is closed, as a
+	// slow apiserver would; inFlight and maxInFlight count those waiting.
+	hold                  chan struct{}
+	inFlight, maxInFlight int
 }
 
 type sandboxRun struct {
@@ -117,9 +121,20 @@ func (v *sandboxView) setLocked(id string, r *sandboxRun, st pelotonv1.TaskState
 	return func() { sink(ev) }
 }
 
-func (v *sandboxView) Launch(_ context.Context, spec hostmgr.LaunchSpec) error {
+func (v *sandboxView) Launch(ctx context.Context, spec hostmgr.LaunchSpec) error {
 	s := v.s
 	s.mu.Lock()
+	if hold := s.hold; hold != nil {
+		s.inFlight++
+		s.maxInFlight = max(s.maxInFlight, s.inFlight)
+		s.mu.Unlock()
+		select {
+		case <-hold:
+		case <-ctx.Done():
+		}
+		s.mu.Lock()
+		s.inFlight--
+	}
 	if s.view != v {
 		s.mu.Unlock()
 		return errDead
@@ -232,6 +247,13 @@ type process struct {
 
 func startProcess(t *testing.T, e *store.Embedded, s *sandboxes) *process {
 	t.Helper()
+	return startProcessWith(t, e, s, Options{LostBackoff: 10 * time.Millisecond})
+}
+
+// startProcessWith is startProcess with the job manager's options (their
+// Logger is the process's).
+func startProcessWith(t *testing.T, e *store.Embedded, s *sandboxes, opts Options) *process {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	st, err := store.NewEtcd(ctx, store.EtcdConfig{Endpoints: e.Endpoints(), MaxTxnOps: e.MaxTxnOps()})
 	if err != nil {
@@ -248,7 +270,8 @@ func startProcess(t *testing.T, e *store.Embedded, s *sandboxes) *process {
 		t.Fatal(err)
 	}
 	rm.SetCapacity(hm.Capacity())
-	jm := New(st, batch, rm, hm, Options{Logger: log, LostBackoff: 10 * time.Millisecond})
+	opts.Logger = log
+	jm := New(st, batch, rm, hm, opts)
 	if err := jm.Start(ctx); err != nil {
 		t.Fatal(err)
 	}

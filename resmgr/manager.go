@@ -923,7 +923,15 @@ func (m *Manager) GetPlacements(ctx context.Context, max int) []Placement {
 	n := min(max, len(m.placed))
 	out := make([]Placement, n)
 	copy(out, m.placed[:n])
-	m.placed = append(m.placed[:0], m.placed[n:]...)
+	// Taking from the front in O(n) for n taken, not for all queued:
+	// launchers take one at a time from queues of thousands. The taken
+	// slots are cleared so they hold no task; append reallocates the
+	// array, dropping them, as the queue refills.
+	clear(m.placed[:n])
+	m.placed = m.placed[n:]
+	if len(m.placed) == 0 {
+		m.placed = nil
+	}
 	for _, p := range out {
 		if ts, ok := m.tasks[p.Task.Key()]; ok {
 			ts.state, ts.reason = pelotonv1.TaskState_LAUNCHING, ""

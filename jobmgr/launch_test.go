@@ -1,0 +1,61 @@
+package jobmgr
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/peloton-sched/peloton/internal/store/storetest"
+	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+	"github.com/peloton-sched/peloton/resmgr"
+)
+
+// TestLaunchersShareOneBatchOfPlacements: the placement engine hands over
+// placements in large batches, and each launch waits on the backend (a pod
+// create). Every launcher must get work from such a batch, so that as many
+// launches as there are launchers wait at once; a launcher that took a
+// batch for itself would launch it one by one while the others idle.
+func TestLaunchersShareOneBatchOfPlacements(t *testing.T) {
+	const launchers, instances = 24, 96
+	e, _ := storetest.StartEtcd(t)
+	s := newSandboxes(4)
+	hold := make(chan struct{})
+	s.hold = hold
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			close(hold)
+		}
+	}
+	defer release()
+	p := startProcessWith(t, e, s, Options{Launchers: launchers})
+	spec := &pelotonv1.JobSpec{Name: "wide", Type: pelotonv1.JobType_BATCH, Pool: resmgr.DefaultPoolPath, InstanceCount: instances,
+		DefaultSpec: &pelotonv1.TaskSpec{Command: []string{"work"}, Resources: &pelotonv1.Resources{Cpu: 0.1, MemoryMb: 8}}}
+	id, err := p.jm.CreateJob(t.Context(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "every launcher waiting on a launch", 20*time.Second, func() (bool, string) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.inFlight == launchers, fmt.Sprintf("%d launches waiting (at most %d so far)", s.inFlight, s.maxInFlight)
+	})
+	release()
+	waitFor(t, "every instance running", 20*time.Second, func() (bool, string) {
+		ts, err := p.jm.ListTasks(id, nil)
+		if err != nil {
+			return false, err.Error()
+		}
+		n := 0
+		for _, tk := range ts {
+			if tk.Status.State == pelotonv1.TaskState_RUNNING {
+				n++
+			}
+		}
+		return n == instances, fmt.Sprintf("%d of %d running", n, instances)
+	})
+	if s.maxInFlight != launchers {
+		t.Errorf("at most %d launches waited at once, want %d (the launchers)", s.maxInFlight, launchers)
+	}
+}
