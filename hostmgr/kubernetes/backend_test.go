@@ -319,6 +319,19 @@ func TestBatchRunSucceeds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The informers keep no managedFields: nothing reads them, and for
+	// thousands of pods they are most of what the cache holds.
+	cached, ok, err := e.b.pods.GetByKey(e.ns + "/" + p.Name)
+	if err != nil || !ok {
+		t.Fatalf("pod %s not in the informer's cache: %v", p.Name, err)
+	}
+	if len(p.ManagedFields) == 0 || len(cached.(*corev1.Pod).ManagedFields) != 0 {
+		t.Errorf("managedFields: %d entries on the apiserver, %d in the cache; want some and none",
+			len(p.ManagedFields), len(cached.(*corev1.Pod).ManagedFields))
+	}
+	if n, err := e.b.nodes.Get(e.nodes[0]); err != nil || len(n.ManagedFields) != 0 {
+		t.Errorf("node %s in the cache: %v, %d managedFields entries", e.nodes[0], err, len(n.ManagedFields))
+	}
 	c0 := p.Spec.Containers[0]
 	switch {
 	case p.Spec.SchedulerName != SchedulerName || p.Spec.NodeName != e.nodes[0]:
