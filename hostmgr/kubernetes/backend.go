@@ -187,6 +187,8 @@ type Backend struct {
 	cfg    Config
 	log    *slog.Logger
 	client kubernetes.Interface
+	// limiter is the client's rate limiter (QPS, Burst), binds first.
+	limiter *clientLimiter
 
 	nodeFactory informers.SharedInformerFactory
 	podFactory  informers.SharedInformerFactory
@@ -294,16 +296,19 @@ func New(cfg Config) (*Backend, error) {
 	}
 	rc = rest.CopyConfig(rc)
 	rc.QPS, rc.Burst = cfg.QPS, cfg.Burst
+	limiter := newClientLimiter(cfg.QPS, cfg.Burst)
+	rc.RateLimiter = limiter
 	rc.UserAgent = "peloton"
 	// Timeout bounds each request, watches excepted (client-go gives those
 	// their own server-side timeout).
 	rc.Timeout = cfg.RequestTimeout
 	client, err := kubernetes.NewForConfig(rc)
 	if err != nil {
+		limiter.Stop()
 		return nil, fmt.Errorf("kubernetes: client: %w", err)
 	}
 	b := &Backend{
-		cfg: cfg, log: cfg.Logger.With("component", "hostmgr/kubernetes"), client: client,
+		cfg: cfg, log: cfg.Logger.With("component", "hostmgr/kubernetes"), client: client, limiter: limiter,
 		tasks: map[string]*task{}, dirty: make(chan struct{}, 1), stop: make(chan struct{}),
 		events: newFifo[hostmgr.TaskEvent](), foreignQueue: newFifo[hostmgr.ForeignTask](), rejected: map[string]string{}, waitingTold: map[string]string{},
 	}
@@ -859,7 +864,8 @@ func (b *Backend) createAndBind(ctx context.Context, pod *corev1.Pod, host strin
 		ObjectMeta: metav1.ObjectMeta{Name: created.Name, Namespace: created.Namespace, UID: created.UID},
 		Target:     corev1.ObjectReference{Kind: "Node", Name: host},
 	}
-	err = b.call(ctx, func(ctx context.Context) error {
+	// Urgent: the pod exists, unbound, and its startup clock runs.
+	err = b.call(urgent(ctx), func(ctx context.Context) error {
 		err := b.client.CoreV1().Pods(created.Namespace).Bind(ctx, binding, metav1.CreateOptions{})
 		if apierrors.IsConflict(err) {
 			// A retried bind whose first try went through.
@@ -1206,6 +1212,7 @@ func (b *Backend) Close() error {
 		case <-time.After(closeWait):
 			b.closeErr = fmt.Errorf("kubernetes: close: event delivery still blocked in the sink after %s", closeWait)
 		}
+		b.limiter.Stop()
 	})
 	return b.closeErr
 }

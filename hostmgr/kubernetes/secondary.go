@@ -295,7 +295,8 @@ func (b *Backend) launchForeign(ctx context.Context, spec hostmgr.LaunchSpec) er
 			Annotations: map[string]string{AnnotationTaskID: spec.TaskID, AnnotationBoundBy: SchedulerName}},
 		Target: corev1.ObjectReference{Kind: "Node", Name: spec.Host},
 	}
-	err := b.call(ctx, func(ctx context.Context) error {
+	// Urgent, as the bind after a create: the pod waits already.
+	err := b.call(urgent(ctx), func(ctx context.Context) error {
 		err := b.client.CoreV1().Pods(p.Namespace).Bind(ctx, binding, metav1.CreateOptions{})
 		if apierrors.IsConflict(err) {
 			// A retried bind whose first try went through.

@@ -1,0 +1,117 @@
+package kubernetes
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+// queued is how many requests wait in the limiter.
+func (l *clientLimiter) queued() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.urgent) + len(l.normal)
+}
+
+func waitQueued(t *testing.T, l *clientLimiter, n int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for l.queued() != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d requests queued, want %d", l.queued(), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestUrgentRequestsGoFirst: a bind queued behind creates is served before
+// them, and the rest keep their order.
+func TestUrgentRequestsGoFirst(t *testing.T) {
+	l := newClientLimiter(10, 1)
+	defer l.Stop()
+	if err := l.Wait(context.Background()); err != nil { // the burst
+		t.Fatal(err)
+	}
+	order := make(chan string, 8)
+	for _, name := range []string{"create-1", "create-2", "create-3", "create-4"} {
+		go func() {
+			if err := l.Wait(context.Background()); err == nil {
+				order <- name
+			}
+		}()
+		waitQueued(t, l, int(name[len(name)-1]-'0'))
+	}
+	go func() {
+		if err := l.Wait(urgent(context.Background())); err == nil {
+			order <- "bind"
+		}
+	}()
+	waitQueued(t, l, 5)
+	var got []string
+	for range 5 {
+		select {
+		case s := <-order:
+			got = append(got, s)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("served %v, then nothing for 10s", got)
+		}
+	}
+	// A token may have been handed to create-1 before the bind arrived;
+	// never to more than that one.
+	want1 := []string{"bind", "create-1", "create-2", "create-3", "create-4"}
+	want2 := []string{"create-1", "bind", "create-2", "create-3", "create-4"}
+	if !equal(got, want1) && !equal(got, want2) {
+		t.Fatalf("served %v, want %v (or the bind second)", got, want1)
+	}
+}
+
+func equal(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// TestLimiterWaitEnds: a waiter whose context ends leaves the queue, and
+// after Stop every wait fails.
+func TestLimiterWaitEnds(t *testing.T) {
+	l := newClientLimiter(0.5, 1) // one token every 2s
+	if !l.TryAccept() {
+		t.Fatal("the first token is not free")
+	}
+	if l.TryAccept() {
+		t.Fatal("a second token is free at 0.5 QPS, burst 1")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := l.Wait(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("wait past the deadline: %v", err)
+	}
+	if n := l.queued(); n != 0 {
+		t.Fatalf("%d waiters left queued", n)
+	}
+	done := make(chan error, 1)
+	go func() { done <- l.Wait(context.Background()) }()
+	waitQueued(t, l, 1)
+	l.Stop()
+	select {
+	case err := <-done:
+		if !errors.Is(err, errLimiterStopped) {
+			t.Fatalf("wait ended by Stop: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Stop did not end a waiter")
+	}
+	if err := l.Wait(context.Background()); !errors.Is(err, errLimiterStopped) {
+		t.Fatalf("wait after Stop: %v", err)
+	}
+	if l.QPS() != 0.5 {
+		t.Fatalf("QPS %v", l.QPS())
+	}
+}
