@@ -25,6 +25,9 @@ type clientLimiter struct {
 	wake   chan struct{} // a waiter was queued
 	stop   chan struct{}
 	once   sync.Once
+	// started starts dispatch with the first request that waits, so a
+	// limiter that is never used (a backend never started) runs nothing.
+	started sync.Once
 
 	mu             sync.Mutex
 	urgent, normal []*waiter
@@ -47,10 +50,8 @@ func isUrgent(ctx context.Context) bool { v, _ := ctx.Value(urgentKey{}).(bool);
 var errLimiterStopped = errors.New("kubernetes: client rate limiter stopped")
 
 func newClientLimiter(qps float32, burst int) *clientLimiter {
-	l := &clientLimiter{bucket: rate.NewLimiter(rate.Limit(qps), max(burst, 1)),
+	return &clientLimiter{bucket: rate.NewLimiter(rate.Limit(qps), max(burst, 1)),
 		wake: make(chan struct{}, 1), stop: make(chan struct{})}
-	go l.dispatch()
-	return l
 }
 
 // Wait returns once the request may be sent, or with an error once ctx
@@ -73,6 +74,7 @@ func (l *clientLimiter) Wait(ctx context.Context) error {
 		l.normal = append(l.normal, w)
 	}
 	l.mu.Unlock()
+	l.started.Do(func() { go l.dispatch() })
 	select {
 	case l.wake <- struct{}{}:
 	default:
