@@ -3,6 +3,7 @@ package kubernetes
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 )
@@ -61,21 +62,9 @@ func TestUrgentRequestsGoFirst(t *testing.T) {
 	// never to more than that one.
 	want1 := []string{"bind", "create-1", "create-2", "create-3", "create-4"}
 	want2 := []string{"create-1", "bind", "create-2", "create-3", "create-4"}
-	if !equal(got, want1) && !equal(got, want2) {
+	if !slices.Equal(got, want1) && !slices.Equal(got, want2) {
 		t.Fatalf("served %v, want %v (or the bind second)", got, want1)
 	}
-}
-
-func equal(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // TestLimiterWaitEnds: a waiter whose context ends leaves the queue, and
