@@ -186,16 +186,9 @@ func (b *Backend) Reject(ctx context.Context, ref hostmgr.ForeignRef, message st
 	if !ok {
 		return
 	}
-	b.mu.Lock()
-	if b.rejected[ref.UID] == message {
-		b.mu.Unlock()
+	if !b.firstTelling(b.rejected, ref.UID, message) {
 		return
 	}
-	if len(b.rejected) >= maxRejected {
-		clear(b.rejected)
-	}
-	b.rejected[ref.UID] = message
-	b.mu.Unlock()
 	b.log.Info("foreign pod not scheduled", "pod", ref.Ref, "why", message)
 	now := metav1.NewTime(time.Now())
 	ev := &corev1.Event{
@@ -233,16 +226,9 @@ func (b *Backend) Waiting(ctx context.Context, ref hostmgr.ForeignRef, why strin
 			return
 		}
 	}
-	b.mu.Lock()
-	if b.waitingTold[ref.UID] == why {
-		b.mu.Unlock()
+	if !b.firstTelling(b.waitingTold, ref.UID, why) {
 		return
 	}
-	if len(b.waitingTold) >= maxRejected {
-		clear(b.waitingTold)
-	}
-	b.waitingTold[ref.UID] = why
-	b.mu.Unlock()
 	patch, _ := json.Marshal(map[string]any{
 		"metadata": map[string]any{"resourceVersion": p.ResourceVersion},
 		"status": map[string]any{"conditions": []map[string]any{{
@@ -348,3 +334,20 @@ func (b *Backend) launched(t *task, uid types.UID) {
 }
 
 var _ hostmgr.ForeignSource = (*Backend)(nil)
+
+// firstTelling records, in told (one of b's maps, under b.mu), that the
+// pod uid was told msg, and reports whether it was not already: each
+// message reaches a pod once. A map that reaches maxRejected entries is
+// emptied, so it stays bounded; at worst a pod is told again.
+func (b *Backend) firstTelling(told map[string]string, uid, msg string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if told[uid] == msg {
+		return false
+	}
+	if len(told) >= maxRejected {
+		clear(told)
+	}
+	told[uid] = msg
+	return true
+}
