@@ -10,11 +10,14 @@ GRPC_GATEWAY_VERSION := v2.32.0
 PROTO_DIR := proto/peloton/api/v1
 
 # The Kubernetes parts the suite runs for real (hostmgr/kubernetes and its
-# end-to-end tests): built from the module proxy, cached under .cache/kube.
+# end-to-end tests): built from the module proxy once per machine, cached
+# outside the clone (keyed by version) so every fresh clone, CI's included,
+# reuses them. PELOTON_CACHE moves the cache.
 # KUBE_VERSION must match the k8s.io/client-go v0.x release in go.mod.
 KUBE_VERSION := v1.36.3
 KWOK_VERSION := v0.8.0
-export PELOTON_KUBE_BIN := $(CURDIR)/.cache/kube/$(KUBE_VERSION)/bin
+PELOTON_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/peloton
+export PELOTON_KUBE_BIN := $(PELOTON_CACHE)/kube/$(KUBE_VERSION)/bin
 
 .PHONY: all build test up proto proto-tools kube-tools clean
 
@@ -62,7 +65,7 @@ proto-tools:
 ## kube-tools builds kube-apiserver, kube-scheduler and kwok once (minutes
 ## the first time, nothing after).
 kube-tools:
-	@KUBE_VERSION=$(KUBE_VERSION) KWOK_VERSION=$(KWOK_VERSION) GO=$(GO) bash hack/kube-tools.sh
+	@KUBE_TOOLS_DIR=$(PELOTON_CACHE)/kube/$(KUBE_VERSION) KUBE_VERSION=$(KUBE_VERSION) KWOK_VERSION=$(KWOK_VERSION) GO=$(GO) bash hack/kube-tools.sh
 
 clean:
 	rm -rf bin

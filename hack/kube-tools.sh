@@ -2,7 +2,8 @@
 # kube-tools.sh builds the Kubernetes parts the test suite runs for real:
 # kube-apiserver and kube-scheduler from the k8s.io/kubernetes module, and
 # kwok from sigs.k8s.io/kwok, all through the Go module proxy, into
-#   .cache/kube/<kubernetes version>/bin/
+#   $KUBE_TOOLS_DIR/bin/  (the Makefile: ~/.cache/peloton/kube/<kubernetes version>)
+# outside the clone, so every fresh clone on the machine reuses one build.
 # A stamp file records what was built; a second run with the same versions
 # and the same script does nothing.
 #
@@ -21,8 +22,7 @@ KUBE_VERSION=${KUBE_VERSION:-v1.36.3}
 KWOK_VERSION=${KWOK_VERSION:-v0.8.0}
 GO=${GO:-go}
 
-root=$(cd "$(dirname "$0")/.." && pwd)
-cache=${KUBE_TOOLS_DIR:-$root/.cache/kube/$KUBE_VERSION}
+cache=${KUBE_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/peloton/kube/$KUBE_VERSION}
 bin=$cache/bin
 stamp=$bin/.stamp
 want="kubernetes=$KUBE_VERSION kwok=$KWOK_VERSION script=$(sha256sum "$0" | cut -c1-16)"
