@@ -152,10 +152,10 @@ func (s *stack) Close() error {
 	return err
 }
 
-// store opens a store on the stack's embedded etcd, for reading what a job
-// costs at rest. The caller closes it.
+// store opens a store on the stack's embedded etcd, under the cluster's
+// prefix, for reading what a job costs at rest. The caller closes it.
 func (s *stack) store(ctx context.Context) (*store.Etcd, error) {
-	return store.NewEtcd(ctx, store.EtcdConfig{Endpoints: s.ready.EtcdEndpoints})
+	return store.NewEtcd(ctx, store.EtcdConfig{Endpoints: s.ready.EtcdEndpoints, Prefix: cluster.ClusterPrefix(s.ready.ClusterName)})
 }
 
 func call(ctx context.Context) (context.Context, context.CancelFunc) {

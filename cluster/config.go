@@ -1,16 +1,59 @@
 package cluster
 
 import (
+	"fmt"
 	"log/slog"
 	"net/http"
+	"regexp"
 	"time"
 
 	"github.com/peloton-sched/peloton/hostmgr/kubernetes"
+	"github.com/peloton-sched/peloton/internal/store"
 )
+
+// DefaultClusterName is the name of a cluster that is given none. Data
+// written before clusters had names belongs to it (see migrate.go).
+const DefaultClusterName = "local"
+
+// ClustersPrefix is the etcd prefix under which every cluster has its own:
+// ClustersPrefix + <name> + "/".
+const ClustersPrefix = store.DefaultPrefix + "clusters/"
+
+// clusterNameRE is a DNS label: it can name a cluster in a URL, a
+// Kubernetes object or a metric label as it is.
+var clusterNameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
+
+// ValidateClusterName says what is wrong with a cluster name, or nil.
+func ValidateClusterName(name string) error {
+	if !clusterNameRE.MatchString(name) {
+		return fmt.Errorf("clusterName %q: must be 1 to 63 lower-case letters, digits or '-', starting and ending with a letter or digit", name)
+	}
+	return nil
+}
+
+// ClusterPrefix is the etcd prefix of every key of the named cluster's
+// stack, e.g. "/peloton/clusters/local/".
+func ClusterPrefix(name string) string {
+	return ClustersPrefix + name + "/"
+}
+
+// Prefix is the etcd prefix of every key of this cluster's stack; it
+// assumes a valid (or empty, meaning DefaultClusterName) ClusterName.
+func (c Config) Prefix() string {
+	if c.ClusterName == "" {
+		return ClusterPrefix(DefaultClusterName)
+	}
+	return ClusterPrefix(c.ClusterName)
+}
 
 // Config configures one Peloton process that runs the cluster stack (and,
 // for `peloton up`, the embedded etcd and the API).
 type Config struct {
+	// ClusterName names this cluster (default DefaultClusterName). Every
+	// key of its stack lives under Prefix(), its own prefix in etcd, so
+	// stacks with different names can share one etcd without seeing each
+	// other; replicas of one cluster (LeaderElect) share the name.
+	ClusterName string
 	// DataDir holds embedded etcd's data and the local backend's task output.
 	DataDir string
 	// Listen is the gRPC address; HTTPListen serves REST, /metrics, /healthz.
@@ -53,7 +96,7 @@ type Config struct {
 	OnReady func(ReadyInfo)
 
 	// LeaderElect lets several processes share one cluster: each campaigns
-	// in etcd (key <store prefix>leader/cluster) and only the leader runs the
+	// in etcd (key Prefix()+LeaderKey) and only the leader runs the
 	// stack; the others forward their listeners to it. Needs EtcdEndpoints.
 	LeaderElect bool
 	// LeaderLease is the TTL of the leader's etcd lease, rounded up to
@@ -73,8 +116,10 @@ type Config struct {
 
 // ReadyInfo says where a started process listens.
 type ReadyInfo struct {
-	GRPCAddr string
-	HTTPAddr string
+	// ClusterName is the name of the cluster it serves.
+	ClusterName string
+	GRPCAddr    string
+	HTTPAddr    string
 	// EtcdEndpoints are the embedded etcd's client URLs, or the external ones.
 	EtcdEndpoints []string
 }

@@ -2,23 +2,15 @@ package cluster
 
 // Leader election of the cluster stack.
 //
-// Every replica campaigns for one key prefix in etcd through an etcd
-// concurrency.Election on its own session (a lease of LeaderLease). The one
-// whose key is oldest leads and runs the stack; every write of that stack is
-// fenced to its key (store.Fence), and the stack's engines stop the moment
-// the session ends. A follower keeps the configured listeners open and
-// forwards them to the leader, whose addresses it reads from the election
-// value: raw TCP for gRPC, a reverse proxy for HTTP except /healthz, which
-// it answers itself. So a Service in front of every replica always reaches
-// the leader, and probes see each replica as alive.
-//
-// Handover: a leader that stops (SIGTERM) revokes its lease once its stack
-// has stopped, so the next candidate leads at once. A leader that dies holds
-// the key until its lease expires. A leader cut off from etcd sees its
-// session end when the etcd client gives up on the lease (its TTL after the
-// last renewal it saw); etcd may have handed the key over a little earlier,
-// which is why the fence, not this notice, is what keeps two leaders from
-// writing.
+// The election itself is internal/election's, on this cluster's key
+// (<cluster prefix>leader/cluster, so clusters sharing one etcd elect
+// independently). This file is what is specific to the stack: the leader
+// runs it with every write fenced to its term (store.Fence) and its engines
+// stopping the moment the term ends; a follower keeps the configured
+// listeners open and forwards them to the leader, whose addresses it reads
+// from the election value: raw TCP for gRPC, a reverse proxy for HTTP except
+// /healthz, which it answers itself. So a Service in front of every replica
+// always reaches the leader, and probes see each replica as alive.
 
 import (
 	"context"
@@ -27,39 +19,29 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"net"
 	"net/http"
 	"net/http/httputil"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/zap"
-	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/peloton-sched/peloton/internal/election"
 	"github.com/peloton-sched/peloton/internal/store"
 )
 
-// LeaderKey is the election's key prefix, under the store's prefix.
+// LeaderKey is the election's key prefix under the cluster's prefix (see
+// Config.Prefix): each cluster elects its own leader.
 const LeaderKey = "leader/cluster"
 
 // DefaultLeaderLease is the TTL of the leader's lease when Config leaves it 0.
-const DefaultLeaderLease = 15 * time.Second
+const DefaultLeaderLease = election.DefaultLease
 
-const (
-	// electionRequestTimeout bounds each etcd call of the election itself
-	// (grant, check, revoke); campaigning waits as long as it must.
-	electionRequestTimeout = 5 * time.Second
-	// forwardDialTimeout bounds a follower's dial to the leader.
-	forwardDialTimeout = 3 * time.Second
-	// observeRetry is the pause before watching the leader again after the
-	// watch broke (etcd unreachable).
-	observeRetry = time.Second
-)
+// forwardDialTimeout bounds a follower's dial to the leader.
+const forwardDialTimeout = 3 * time.Second
 
 // term is one term of leadership, as runStack needs it.
 type term struct {
@@ -100,29 +82,12 @@ func parseLeaderInfo(v []byte) *leaderInfo {
 	return &l
 }
 
-// LeaseSeconds checks a LeaderLease and returns it in whole seconds, the
-// unit of etcd leases (0 means DefaultLeaderLease).
-func LeaseSeconds(d time.Duration) (int, error) {
-	if d == 0 {
-		d = DefaultLeaderLease
-	}
-	if d < time.Second {
-		return 0, fmt.Errorf("leader lease %s: must be at least 1s", d)
-	}
-	if d > time.Hour {
-		return 0, fmt.Errorf("leader lease %s: must be at most 1h", d)
-	}
-	return int(math.Ceil(d.Seconds())), nil
-}
-
-// elector runs the campaign loop of one process. Its fields other than
+// elector is the stack-specific side of one process's candidacy: the
+// follower between terms, the stack during one. Its fields other than
 // leader are used only by the goroutine of runElected.
 type elector struct {
-	cfg    Config
-	log    *slog.Logger
-	cli    *clientv3.Client
-	ttl    int
-	prefix string
+	cfg Config
+	log *slog.Logger
 
 	// leader is who leads as this process last saw it; nil: unknown.
 	leader atomic.Pointer[leaderInfo]
@@ -134,8 +99,7 @@ func runElected(ctx context.Context, cfg Config) error {
 	if len(cfg.EtcdEndpoints) == 0 {
 		return errors.New("leader election needs an external etcd (--etcd-endpoints)")
 	}
-	ttl, err := LeaseSeconds(cfg.LeaderLease)
-	if err != nil {
+	if _, err := election.LeaseSeconds(cfg.LeaderLease); err != nil {
 		return err
 	}
 	if cfg.AdvertiseHost == "" {
@@ -152,164 +116,49 @@ func runElected(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("connect to etcd %v: %w", cfg.EtcdEndpoints, err)
 	}
 	defer cli.Close()
-	e := &elector{cfg: cfg, log: cfg.Logger.With("component", "leader"), cli: cli, ttl: ttl, prefix: store.DefaultPrefix + LeaderKey}
+	e := &elector{cfg: cfg, log: cfg.Logger.With("component", "leader")}
 	defer e.stopFollower()
-	return e.run(ctx)
-}
-
-func (e *elector) run(ctx context.Context) error {
-	backoff := wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Jitter: 0.2, Steps: math.MaxInt32, Cap: 10 * time.Second}
-	retry := false
-	for ctx.Err() == nil {
+	err = election.Run(ctx, election.Config{
+		Client: cli,
+		Key:    cfg.Prefix() + LeaderKey,
+		Lease:  cfg.LeaderLease,
+		Value:  func(id string) string { return leaderInfo{ID: id}.String() },
+		OnLeader: func(v []byte) {
+			l := parseLeaderInfo(v)
+			e.leader.Store(l)
+			e.log.Info("following", "leader", l.ID, "grpc", l.GRPC, "http", l.HTTP)
+		},
 		// The addresses are held again before any pause, so /healthz
 		// answers throughout.
-		if e.fol == nil {
-			fol, err := startFollower(e.cfg, e.log, e.leader.Load)
-			if err != nil {
-				return err
-			}
-			e.fol = fol
-		}
-		if retry {
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-time.After(backoff.Step()):
-			}
-		}
-		retry = true
-		sess, err := e.newSession(ctx)
-		if err != nil {
-			e.log.Warn("cannot open an etcd session to campaign; retrying", "err", err)
-			continue
-		}
-		id := fmt.Sprintf("%s/%x", hostname(), sess.Lease())
-		el, err := e.campaign(ctx, sess, id)
-		if err != nil {
-			e.endSession(sess)
-			if ctx.Err() == nil {
-				e.log.Warn("campaign ended without leading; campaigning again", "err", err)
-			}
-			continue
-		}
-		backoff.Duration = 500 * time.Millisecond
-		err = e.lead(ctx, sess, el, id)
-		lost := sess.Ctx().Err() != nil
-		e.endSession(sess)
-		switch {
-		case ctx.Err() != nil:
-			// Stopped as asked; a stack cut short while starting says
-			// "context canceled", which is no failure.
-			if errors.Is(err, context.Canceled) {
-				return nil
-			}
-			return err
-		case lost:
-			e.log.Warn("the cluster stack stopped after the leader lease was lost; campaigning again", "err", err)
-		case err != nil:
-			return err
-		default:
-			return errors.New("the cluster stack stopped while leading")
-		}
+		BeforeCampaign: e.startFollower,
+		Logger:         e.log,
+	}, e.lead)
+	if errors.Is(err, election.ErrStoppedWhileLeading) {
+		return errors.New("the cluster stack stopped while leading")
 	}
+	return err
+}
+
+// startFollower holds the stack's addresses unless the follower already
+// does.
+func (e *elector) startFollower() error {
+	if e.fol != nil {
+		return nil
+	}
+	fol, err := startFollower(e.cfg, e.log, e.leader.Load)
+	if err != nil {
+		return err
+	}
+	e.fol = fol
 	return nil
 }
 
-// newSession grants a lease and keeps it alive until endSession. The grant
-// is bounded; the keep-alive is not tied to ctx so that endSession can still
-// revoke the lease after ctx ended.
-func (e *elector) newSession(ctx context.Context) (*concurrency.Session, error) {
-	gctx, cancel := context.WithTimeout(ctx, electionRequestTimeout)
-	defer cancel()
-	g, err := e.cli.Grant(gctx, int64(e.ttl))
-	if err != nil {
-		return nil, err
-	}
-	return concurrency.NewSession(e.cli, concurrency.WithLease(g.ID), concurrency.WithTTL(e.ttl),
-		concurrency.WithContext(context.Background()))
-}
-
-// endSession stops the keep-alive and revokes the lease, which deletes this
-// process's election key: the next candidate need not wait for the TTL.
-func (e *elector) endSession(sess *concurrency.Session) {
-	sess.Orphan()
-	ctx, cancel := context.WithTimeout(context.Background(), electionRequestTimeout)
-	defer cancel()
-	if _, err := e.cli.Revoke(ctx, sess.Lease()); err != nil {
-		e.log.Debug("revoke the leader lease", "err", err)
-	}
-}
-
-// campaign waits until this process leads, the session ends or ctx does.
-// While it waits it keeps e.leader up to date for the follower.
-func (e *elector) campaign(ctx context.Context, sess *concurrency.Session, id string) (*concurrency.Election, error) {
-	cctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stop := context.AfterFunc(sess.Ctx(), cancel)
-	defer stop()
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		e.observe(cctx, concurrency.NewElection(sess, e.prefix))
-	}()
-	el := concurrency.NewElection(sess, e.prefix)
-	e.log.Info("campaigning for leadership", "id", id, "key", e.prefix)
-	err := el.Campaign(cctx, leaderInfo{ID: id}.String())
-	cancel()
-	wg.Wait()
-	if err != nil {
-		if sess.Ctx().Err() != nil {
-			return nil, fmt.Errorf("session lost while campaigning: %w", err)
-		}
-		return nil, err
-	}
-	// Campaign returns once every older key is gone, without checking that
-	// ours is still there (its lease may have run out meanwhile).
-	gctx, gcancel := context.WithTimeout(ctx, electionRequestTimeout)
-	defer gcancel()
-	resp, err := e.cli.Get(gctx, el.Key())
-	if err != nil {
-		return nil, err
-	}
-	if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != el.Rev() {
-		return nil, errors.New("our election key was gone when the campaign ended")
-	}
-	return el, nil
-}
-
-// observe records the current leader until ctx ends.
-func (e *elector) observe(ctx context.Context, el *concurrency.Election) {
-	for {
-		for resp := range el.Observe(ctx) {
-			if len(resp.Kvs) == 0 {
-				continue
-			}
-			l := parseLeaderInfo(resp.Kvs[0].Value)
-			if old := e.leader.Swap(l); old == nil || *old != *l {
-				e.log.Info("following", "leader", l.ID, "grpc", l.GRPC, "http", l.HTTP)
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(observeRetry):
-		}
-	}
-}
-
-// lead runs the stack until ctx ends or the session does.
-func (e *elector) lead(ctx context.Context, sess *concurrency.Session, el *concurrency.Election, id string) error {
-	leaderCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stop := context.AfterFunc(sess.Ctx(), func() {
-		e.log.Error("lost the leader lease; stopping the cluster stack now", "id", id)
-		cancel()
-	})
-	defer stop()
+// lead runs the stack for one term.
+func (e *elector) lead(ctx context.Context, t *election.Term) error {
 	// Until the stack serves, the follower answers for this process.
-	e.leader.Store(&leaderInfo{ID: id})
-	e.log.Info("leading; starting the cluster stack", "id", id, "revision", el.Rev())
+	e.leader.Store(&leaderInfo{ID: t.ID})
+	defer e.leader.Store(nil)
+	e.log.Info("leading; starting the cluster stack", "id", t.ID, "revision", t.Revision)
 	if e.cfg.OnLeading != nil {
 		e.cfg.OnLeading(true)
 		defer e.cfg.OnLeading(false)
@@ -317,20 +166,15 @@ func (e *elector) lead(ctx context.Context, sess *concurrency.Session, el *concu
 
 	cfg := e.cfg
 	cfg.OnReady = func(info ReadyInfo) {
-		me := leaderInfo{ID: id, GRPC: e.advertise(info.GRPCAddr), HTTP: e.advertise(info.HTTPAddr)}
-		pctx, pcancel := context.WithTimeout(leaderCtx, electionRequestTimeout)
-		defer pcancel()
-		if err := el.Proclaim(pctx, me.String()); err != nil {
+		me := leaderInfo{ID: t.ID, GRPC: e.advertise(info.GRPCAddr), HTTP: e.advertise(info.HTTPAddr)}
+		if err := t.Proclaim(ctx, me.String()); err != nil {
 			e.log.Warn("cannot publish this leader's addresses; followers cannot forward to it", "err", err)
 		}
 		if e.cfg.OnReady != nil {
 			e.cfg.OnReady(info)
 		}
 	}
-	t := &term{lease: sess.Ctx(), fence: store.Fence{Key: el.Key(), Revision: el.Rev()}, beforeListen: e.stopFollower}
-	err := runStack(leaderCtx, cfg, t)
-	e.leader.Store(nil)
-	return err
+	return runStack(ctx, cfg, &term{lease: t.Lease, fence: store.Fence{Key: t.Key, Revision: t.Revision}, beforeListen: e.stopFollower})
 }
 
 // advertise turns a bound address into one other replicas can dial.
@@ -350,14 +194,6 @@ func (e *elector) stopFollower() {
 		e.fol.close()
 		e.fol = nil
 	}
-}
-
-func hostname() string {
-	h, err := os.Hostname()
-	if err != nil || h == "" {
-		return fmt.Sprintf("pid-%d", os.Getpid())
-	}
-	return h
 }
 
 // follower holds the stack's addresses while this process does not lead:

@@ -20,7 +20,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/peloton-sched/peloton/cluster"
-	"github.com/peloton-sched/peloton/internal/store"
 	"github.com/peloton-sched/peloton/internal/store/storetest"
 	"github.com/peloton-sched/peloton/internal/testutil"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
@@ -49,10 +48,18 @@ type replica struct {
 
 func startReplica(t *testing.T, name string, endpoints []string) *replica {
 	t.Helper()
+	return startReplicaOf(t, "", name, 2, endpoints)
+}
+
+// startReplicaOf starts a replica of the named cluster ("": the default)
+// with hosts simulated hosts.
+func startReplicaOf(t *testing.T, clusterName, name string, hosts int, endpoints []string) *replica {
+	t.Helper()
 	r := &replica{name: name, grpc: freeAddr(t), http: freeAddr(t), done: make(chan error, 1)}
 	cfg := cluster.Config{
-		DataDir: t.TempDir(), Listen: r.grpc, HTTPListen: r.http, EtcdEndpoints: endpoints,
-		Backend: "sim", Hosts: 2, ShutdownGrace: 2 * time.Second,
+		ClusterName: clusterName,
+		DataDir:     t.TempDir(), Listen: r.grpc, HTTPListen: r.http, EtcdEndpoints: endpoints,
+		Backend: "sim", Hosts: hosts, ShutdownGrace: 2 * time.Second,
 		LeaderElect: true, LeaderLease: testLease,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("replica", name),
 		OnLeading: func(leading bool) {
@@ -250,7 +257,7 @@ func TestLeaderThatLosesItsLeaseStopsItsStack(t *testing.T) {
 	// etcd would expire it after a partition.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	resp, err := s.Client().Get(ctx, store.DefaultPrefix+cluster.LeaderKey+"/", clientv3.WithFirstCreate()...)
+	resp, err := s.Client().Get(ctx, cluster.ClusterPrefix(cluster.DefaultClusterName)+cluster.LeaderKey+"/", clientv3.WithFirstCreate()...)
 	if err != nil || len(resp.Kvs) != 1 {
 		t.Fatalf("leader key: %v, %v", resp, err)
 	}
@@ -315,17 +322,14 @@ func TestLeaderElectConfig(t *testing.T) {
 		want string
 	}{
 		{cluster.Config{LeaderElect: true}, "external etcd"},
+		{cluster.Config{ClusterName: "Team_A"}, `clusterName "Team_A": must be 1 to 63 lower-case letters`},
+		{cluster.Config{ClusterName: "-a", LeaderElect: true}, `clusterName "-a"`},
 		{cluster.Config{LeaderElect: true, EtcdEndpoints: []string{"http://127.0.0.1:1"}, LeaderLease: 500 * time.Millisecond}, "at least 1s"},
 		{cluster.Config{LeaderElect: true, EtcdEndpoints: []string{"http://127.0.0.1:1"}, Listen: "0.0.0.0:5391"}, "--advertise-host"},
 		{cluster.Config{LeaderElect: true, EtcdEndpoints: []string{"http://127.0.0.1:1"}, Listen: ":5391"}, "--advertise-host"},
 	} {
 		if err := cluster.Run(ctx, tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Run(%+v) = %v, want an error saying %q", tc.cfg, err, tc.want)
-		}
-	}
-	for d, want := range map[time.Duration]int{0: 15, time.Second: 1, 1500 * time.Millisecond: 2, 15 * time.Second: 15} {
-		if got, err := cluster.LeaseSeconds(d); err != nil || got != want {
-			t.Errorf("LeaseSeconds(%s) = %d, %v; want %d", d, got, err, want)
 		}
 	}
 }

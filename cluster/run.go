@@ -37,6 +37,9 @@ import (
 // while it leads (see leader.go).
 func Run(ctx context.Context, cfg Config) error {
 	cfg = withDefaults(cfg)
+	if err := ValidateClusterName(cfg.ClusterName); err != nil {
+		return err
+	}
 	if cfg.LeaderElect {
 		return runElected(ctx, cfg)
 	}
@@ -60,11 +63,16 @@ func runStack(ctx context.Context, cfg Config, t *term) error {
 		endpoints = e.Endpoints()
 		log.Info("embedded etcd started", "endpoints", endpoints, "dir", filepath.Join(cfg.DataDir, "etcd"))
 	}
-	st, err := store.NewEtcd(ctx, store.EtcdConfig{Endpoints: endpoints, Fence: t.storeFence()})
+	// Every key of this stack lives under its cluster's prefix, so stacks
+	// of other names on the same etcd never see them.
+	st, err := store.NewEtcd(ctx, store.EtcdConfig{Endpoints: endpoints, Prefix: cfg.Prefix(), Fence: t.storeFence()})
 	if err != nil {
 		return fmt.Errorf("connect to etcd %v: %w", endpoints, err)
 	}
 	defer st.Close()
+	if err := migrateLegacy(ctx, st.Client(), cfg, st.MaxTxnOps(), log); err != nil {
+		return err
+	}
 	batcher := store.NewBatcher(st, store.BatcherOptions{})
 	defer batcher.Close()
 
@@ -138,8 +146,8 @@ func runStack(ctx context.Context, cfg Config, t *term) error {
 	go func() { serveErr <- gs.Serve(grpcLis) }()
 	go func() { serveErr <- hs.Serve(httpLis) }()
 
-	ready := ReadyInfo{GRPCAddr: grpcLis.Addr().String(), HTTPAddr: httpLis.Addr().String(), EtcdEndpoints: endpoints}
-	log.Info("peloton is serving", "grpc", ready.GRPCAddr, "http", ready.HTTPAddr, "backend", backend.Name(), "hosts", len(hm.ListHosts()))
+	ready := ReadyInfo{ClusterName: cfg.ClusterName, GRPCAddr: grpcLis.Addr().String(), HTTPAddr: httpLis.Addr().String(), EtcdEndpoints: endpoints}
+	log.Info("peloton is serving", "cluster", cfg.ClusterName, "grpc", ready.GRPCAddr, "http", ready.HTTPAddr, "backend", backend.Name(), "hosts", len(hm.ListHosts()))
 	if cfg.OnReady != nil {
 		cfg.OnReady(ready)
 	}
@@ -175,6 +183,9 @@ func runStack(ctx context.Context, cfg Config, t *term) error {
 func withDefaults(cfg Config) Config {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.ClusterName == "" {
+		cfg.ClusterName = DefaultClusterName
 	}
 	if cfg.DataDir == "" {
 		cfg.DataDir = "./peloton-data"

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/peloton-sched/peloton/cluster"
+	"github.com/peloton-sched/peloton/internal/election"
 )
 
 // serverFlags are the flags of the commands that run the cluster stack.
@@ -194,7 +195,7 @@ func (f *serverFlags) checkLeaderFlags() error {
 	if !f.leaderElect {
 		return nil
 	}
-	if _, err := cluster.LeaseSeconds(f.leaderLease); err != nil || f.leaderLease == 0 {
+	if _, err := election.LeaseSeconds(f.leaderLease); err != nil || f.leaderLease == 0 {
 		return usageErrorf("invalid --leader-lease %s: must be 1s to 1h", f.leaderLease)
 	}
 	if strings.TrimSpace(f.advertiseHost) != "" {
