@@ -23,6 +23,7 @@ import (
 
 // serverFlags are the flags of the commands that run the cluster stack.
 type serverFlags struct {
+	clusterName   string
 	dataDir       string
 	listen        string
 	httpListen    string
@@ -63,6 +64,7 @@ type kubeFlags struct {
 // register adds the flags; embedded (peloton up) adds --etcd-listen for the
 // etcd it runs itself.
 func (f *serverFlags) register(fs *pflag.FlagSet, embedded bool) {
+	fs.StringVar(&f.clusterName, "cluster-name", cluster.DefaultClusterName, "name of this cluster (a DNS label); every key it keeps in etcd, and its leader election, lives under its own prefix, so clusters of different names can share one etcd")
 	fs.StringVar(&f.dataDir, "data-dir", "./peloton-data", "directory for etcd data and task output")
 	fs.StringVar(&f.listen, "listen", "127.0.0.1:5391", "gRPC listen address")
 	fs.StringVar(&f.httpListen, "http-listen", "127.0.0.1:5291", "HTTP listen address (REST, /metrics, /healthz)")
@@ -110,6 +112,9 @@ func (f *serverFlags) config(embedded bool) (cluster.Config, error) {
 	}
 	if !embedded && len(endpoints) == 0 {
 		return cluster.Config{}, usageErrorf(`missing --etcd-endpoints: "serve cluster" runs against an external etcd (use "peloton up" to embed one)`)
+	}
+	if err := cluster.ValidateClusterName(f.clusterName); err != nil {
+		return cluster.Config{}, usageErrorf("invalid --cluster-name %q: must be 1 to 63 lower-case letters, digits or '-', starting and ending with a letter or digit", f.clusterName)
 	}
 	if f.backend != "local" && f.backend != "sim" && f.backend != "kubernetes" {
 		return cluster.Config{}, usageErrorf(`invalid --backend %q: want "local", "sim" or "kubernetes"`, f.backend)
@@ -164,6 +169,7 @@ func (f *serverFlags) config(embedded bool) (cluster.Config, error) {
 		labels = append(labels, l)
 	}
 	cfg := cluster.Config{
+		ClusterName:      f.clusterName,
 		DataDir:          f.dataDir,
 		Listen:           f.listen,
 		HTTPListen:       f.httpListen,
@@ -292,12 +298,13 @@ func (a *app) serveCommand() *cobra.Command {
 		Use:   "cluster --etcd-endpoints URLS",
 		Short: "Run the cluster stack as a daemon against an external etcd",
 		Long: `Run the job, resource and host managers, placement and the gRPC and HTTP
-APIs against an external etcd cluster.
+APIs against an external etcd cluster. Clusters of different --cluster-name
+may share one etcd; each keeps its keys under /peloton/clusters/<name>/.
 
-With --leader-elect several replicas may run: they campaign in etcd and only
-the leader runs the stack. The others answer /healthz themselves and forward
-everything else on their listeners to the leader; the leader's ready line is
-printed when a replica first leads. A leader that loses its etcd lease stops
+With --leader-elect several replicas of one cluster (same --cluster-name)
+may run: they campaign in etcd and only the leader runs the stack. The others
+answer /healthz themselves and forward everything else on their listeners to
+the leader; the leader's ready line is printed when a replica first leads. A leader that loses its etcd lease stops
 its stack at once and campaigns again.`,
 		Args: argsNamed(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -337,14 +344,16 @@ func (a *app) runServer(ctx context.Context, f *serverFlags, embedded bool) erro
 
 // readyLine is the one line `peloton up` prints when it serves, e.g.
 // "peloton is ready: grpc 127.0.0.1:5391, http http://127.0.0.1:5291,
-// etcd http://127.0.0.1:5379, data ./peloton-data".
+// etcd http://127.0.0.1:5379, data ./peloton-data, cluster local". The
+// cluster comes last so that scripts reading the fields before it keep
+// working.
 func readyLine(info cluster.ReadyInfo, dataDir string) string {
 	etcd := make([]string, len(info.EtcdEndpoints))
 	for i, e := range info.EtcdEndpoints {
 		etcd[i] = withScheme(e)
 	}
-	return fmt.Sprintf("peloton is ready: grpc %s, http %s, etcd %s, data %s",
-		info.GRPCAddr, withScheme(info.HTTPAddr), strings.Join(etcd, ","), dataDir)
+	return fmt.Sprintf("peloton is ready: grpc %s, http %s, etcd %s, data %s, cluster %s",
+		info.GRPCAddr, withScheme(info.HTTPAddr), strings.Join(etcd, ","), dataDir, info.ClusterName)
 }
 
 func withScheme(addr string) string {

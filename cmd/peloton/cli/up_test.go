@@ -42,6 +42,9 @@ func TestUpRejectsBadFlags(t *testing.T) {
 		{[]string{"up", "--backend", "kubernetes", "--kube-bind-mode", "nodeName"}, "--kube-bind-mode"},
 		{[]string{"serve", "cluster", "--etcd-endpoints", "http://e:2379", "--kube-bind-mode", ""}, "--kube-bind-mode"},
 		{[]string{"up", "--leader-elect"}, "--leader-elect"},
+		{[]string{"up", "--cluster-name", "East"}, "--cluster-name"},
+		{[]string{"up", "--cluster-name", ""}, "--cluster-name"},
+		{[]string{"serve", "cluster", "--etcd-endpoints", "http://e:2379", "--cluster-name", "a.b"}, "--cluster-name"},
 		{[]string{"serve", "cluster", "--etcd-endpoints", "http://e:2379", "--leader-elect", "--leader-lease", "500ms"}, "--leader-lease"},
 		{[]string{"serve", "cluster", "--etcd-endpoints", "http://e:2379", "--leader-elect", "--leader-lease", "0s"}, "--leader-lease"},
 		{[]string{"serve", "cluster", "--etcd-endpoints", "http://e:2379", "--leader-elect", "--listen", "0.0.0.0:5391"}, "--advertise-host"},
@@ -59,6 +62,7 @@ func TestUpBuildsConfig(t *testing.T) {
 	run := func(ctx context.Context, cfg cluster.Config) error {
 		got = cfg
 		cfg.OnReady(cluster.ReadyInfo{
+			ClusterName:   cfg.ClusterName,
 			GRPCAddr:      "127.0.0.1:5391",
 			HTTPAddr:      "127.0.0.1:5291",
 			EtcdEndpoints: []string{"http://127.0.0.1:5379"},
@@ -72,23 +76,27 @@ func TestUpBuildsConfig(t *testing.T) {
 	if r.code != exitOK {
 		t.Fatalf("up: exit %d, stderr %q", r.code, r.stderr)
 	}
-	if want := "peloton is ready: grpc 127.0.0.1:5391, http http://127.0.0.1:5291, etcd http://127.0.0.1:5379, data ./peloton-data\n"; r.stdout != want {
+	if want := "peloton is ready: grpc 127.0.0.1:5391, http http://127.0.0.1:5291, etcd http://127.0.0.1:5379, data ./peloton-data, cluster local\n"; r.stdout != want {
 		t.Errorf("stdout = %q, want %q", r.stdout, want)
 	}
 	if got.DataDir != "./peloton-data" || got.Listen != "127.0.0.1:5391" || got.HTTPListen != "127.0.0.1:5291" ||
 		got.EtcdListen != "127.0.0.1:5379" || len(got.EtcdEndpoints) != 0 || got.Backend != "local" ||
-		got.Hosts != 3 || got.HostCPU != 2 || got.HostMemoryMB != 1024 {
+		got.Hosts != 3 || got.HostCPU != 2 || got.HostMemoryMB != 1024 || got.ClusterName != "local" {
 		t.Errorf("config = %+v", got)
 	}
 	if strings.Contains(r.stderr, "debug line") || !strings.Contains(r.stderr, "level=WARN msg=\"warn line\"") {
 		t.Errorf("logs at --log-level warn = %q", r.stderr)
 	}
 
-	r = runWith(t, run, "", "serve", "cluster", "--etcd-endpoints", "http://a:2379, http://b:2379", "--listen", ":7000")
+	r = runWith(t, run, "", "serve", "cluster", "--etcd-endpoints", "http://a:2379, http://b:2379", "--listen", ":7000", "--cluster-name", "east-1")
 	if r.code != exitOK {
 		t.Fatalf("serve cluster: exit %d, stderr %q", r.code, r.stderr)
 	}
-	if len(got.EtcdEndpoints) != 2 || got.EtcdEndpoints[1] != "http://b:2379" || got.EtcdListen != "" || got.Listen != ":7000" {
+	if !strings.HasSuffix(r.stdout, ", cluster east-1\n") {
+		t.Errorf("serve cluster --cluster-name east-1: ready line %q", r.stdout)
+	}
+	if len(got.EtcdEndpoints) != 2 || got.EtcdEndpoints[1] != "http://b:2379" || got.EtcdListen != "" || got.Listen != ":7000" ||
+		got.ClusterName != "east-1" {
 		t.Errorf("serve cluster config = %+v", got)
 	}
 }
