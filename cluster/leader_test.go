@@ -26,7 +26,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	testutil.LeakCheckMain(m, func(g string) bool { return strings.Contains(g, "peloton/cluster.") })
+	testutil.LeakCheckMain(m, func(g string) bool {
+		return strings.Contains(g, "peloton/cluster.") || strings.Contains(g, "peloton/internal/election.")
+	})
 }
 
 // testLease is short so that a lost lease shows within a test's patience;

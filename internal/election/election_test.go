@@ -74,11 +74,16 @@ func (l *leadingNow) exit(key string) {
 
 func start(t *testing.T, cli *clientv3.Client, key, name string, ln *leadingNow) *candidate {
 	t.Helper()
+	return startWithLease(t, cli, key, name, testLease, ln)
+}
+
+func startWithLease(t *testing.T, cli *clientv3.Client, key, name string, lease time.Duration, ln *leadingNow) *candidate {
+	t.Helper()
 	c := &candidate{name: name, done: make(chan error, 1)}
 	ctx, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel
 	cfg := election.Config{
-		Client: cli, Key: key, Lease: testLease,
+		Client: cli, Key: key, Lease: lease,
 		Value: func(id string) string { return name + " " + id },
 		OnLeader: func(v []byte) {
 			c.mu.Lock()
@@ -146,13 +151,16 @@ func leaderOf(cs ...*candidate) *candidate {
 
 // TestOneLeaderAndHandover: of two candidates on one key one leads and the
 // other sees its proclaimed value; when the leader stops, the other leads
-// at once (the lease is revoked, not left to expire); never both.
+// without waiting for the lease to expire (it is revoked); never both.
 func TestOneLeaderAndHandover(t *testing.T) {
 	_, s := storetest.StartEtcd(t)
 	ln := &leadingNow{now: map[string]int{}}
 	const key = "/test/leader"
-	a := start(t, s.Client(), key, "a", ln)
-	b := start(t, s.Client(), key, "b", ln)
+	// A lease far longer than the wait below: a handover within it shows
+	// the lease was revoked, not expired.
+	const lease = 2 * time.Minute
+	a := startWithLease(t, s.Client(), key, "a", lease, ln)
+	b := startWithLease(t, s.Client(), key, "b", lease, ln)
 
 	waitFor(t, 30*time.Second, "one of a, b leads", func() bool { return leaderOf(a, b) != nil })
 	leader := leaderOf(a, b)
@@ -174,8 +182,7 @@ func TestOneLeaderAndHandover(t *testing.T) {
 	if err := leader.stop(t); err != nil {
 		t.Fatalf("%s: Run after its context ended = %v, want nil", leader.name, err)
 	}
-	// Well within one lease: the leader revoked its own.
-	waitFor(t, testLease/2, other.name+" leads after "+leader.name+" stopped", other.leading.Load)
+	waitFor(t, lease/2, other.name+" leads after "+leader.name+" stopped", other.leading.Load)
 	if ln.twice != "" {
 		t.Fatalf("two candidates led %s at once", ln.twice)
 	}
