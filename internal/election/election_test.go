@@ -212,8 +212,8 @@ func TestLostLeaseEndsTheTerm(t *testing.T) {
 	if _, err := s.Client().Revoke(ctx, clientv3.LeaseID(resp.Kvs[0].Lease)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 3*testLease, "the first term's context ends", func() bool { return first.Lease.Err() != nil })
-	waitFor(t, 3*testLease, "a leads a second term", func() bool { return a.terms.Load() == 2 && a.leading.Load() })
+	waitFor(t, 30*time.Second, "the first term's context ends", func() bool { return first.Lease.Err() != nil })
+	waitFor(t, 30*time.Second, "a leads a second term", func() bool { return a.terms.Load() == 2 && a.leading.Load() })
 	second := a.lastTerm()
 	if second.Key == first.Key || second.Revision <= first.Revision {
 		t.Fatalf("second term %s@%d after first %s@%d", second.Key, second.Revision, first.Key, first.Revision)

@@ -92,6 +92,9 @@ func TestDeploymentArgs(t *testing.T) {
 		if fmt.Sprint(got.EtcdEndpoints) != fmt.Sprint(splitComma(cm.Data["etcd-endpoints"])) || got.Kube.Namespace != cm.Data["kube-namespace"] {
 			t.Errorf("etcd %v, namespace %q; want the ConfigMap's %q, %q", got.EtcdEndpoints, got.Kube.Namespace, cm.Data["etcd-endpoints"], cm.Data["kube-namespace"])
 		}
+		if got.ClusterName != cm.Data["cluster-name"] {
+			t.Errorf("cluster name %q; want the ConfigMap's %q", got.ClusterName, cm.Data["cluster-name"])
+		}
 		if want := len(splitComma(pools)); len(got.Kube.PoolNamespaces) != want {
 			t.Errorf("kube-pool-namespaces %q gave %v", pools, got.Kube.PoolNamespaces)
 		}
