@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -17,7 +18,8 @@ import (
 // start of a cluster named DefaultClusterName moves it under its prefix, in
 // transactions that move a batch of keys each and so can be cut short and
 // resumed at any point (store.MoveKeys), before any part of the stack reads
-// it. A start with nothing left to move writes nothing.
+// it. A start with nothing left to move writes nothing. While a replica of
+// the old version still campaigns, the start waits.
 
 // legacyDirs are the directories the stack wrote under store.DefaultPrefix
 // before clusters had names. The list is closed: no version writes there
@@ -28,8 +30,12 @@ var legacyDirs = []string{"pools/", "jobs/", "tasks/", "updates/", "hosts/"}
 // of them lives it may write the old keys, so nothing moves then.
 const legacyLeaderKey = store.DefaultPrefix + LeaderKey + "/"
 
+// legacyRetry is how often a start blocked by an old replica looks again.
+const legacyRetry = 2 * time.Second
+
 // migrateLegacy moves the old un-prefixed keys into the default cluster's
-// prefix; for any other cluster it only warns that they exist.
+// prefix, waiting until ctx ends while an old replica campaigns; for any
+// other cluster it only warns that they exist.
 func migrateLegacy(ctx context.Context, cli *clientv3.Client, cfg Config, maxTxnOps int, log *slog.Logger) error {
 	if cfg.ClusterName != DefaultClusterName {
 		for _, dir := range legacyDirs {
@@ -45,16 +51,32 @@ func migrateLegacy(ctx context.Context, cli *clientv3.Client, cfg Config, maxTxn
 		}
 		return nil
 	}
-	n, err := store.MoveKeys(ctx, cli, store.Move{From: store.DefaultPrefix, To: cfg.Prefix(), Dirs: legacyDirs,
-		Unless: legacyLeaderKey, MaxTxnOps: maxTxnOps})
-	if errors.Is(err, store.ErrMoveBlocked) {
-		return fmt.Errorf("a replica of an older Peloton still campaigns for this cluster (a key under %s exists); stop every old replica, then start this version: %w", legacyLeaderKey, err)
+	moved := 0
+	for waited := false; ; waited = true {
+		n, err := store.MoveKeys(ctx, cli, store.Move{From: store.DefaultPrefix, To: cfg.Prefix(), Dirs: legacyDirs,
+			Unless: legacyLeaderKey, MaxTxnOps: maxTxnOps})
+		moved += n
+		if err != nil && !errors.Is(err, store.ErrMoveBlocked) {
+			return fmt.Errorf("move the keys of the unnamed cluster under %s: %w", cfg.Prefix(), err)
+		}
+		if err == nil {
+			break
+		}
+		// In a rolling upgrade the old replicas stop only once the new
+		// ones are ready, which a follower's /healthz says they are while
+		// this waits; so wait, rather than fail and stall the rollout.
+		if !waited {
+			log.Warn("a replica of an older Peloton still campaigns for this cluster; its data moves under this cluster's prefix, and this stack starts, once every old replica has stopped",
+				"oldLeaderKey", legacyLeaderKey)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(legacyRetry):
+		}
 	}
-	if err != nil {
-		return fmt.Errorf("move the keys of the unnamed cluster under %s: %w", cfg.Prefix(), err)
-	}
-	if n > 0 {
-		log.Info("moved the data of the unnamed cluster under this cluster's prefix", "keys", n, "from", store.DefaultPrefix, "to", cfg.Prefix())
+	if moved > 0 {
+		log.Info("moved the data of the unnamed cluster under this cluster's prefix", "keys", moved, "from", store.DefaultPrefix, "to", cfg.Prefix())
 	}
 	return nil
 }

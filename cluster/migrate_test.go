@@ -1,11 +1,13 @@
 package cluster_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +20,24 @@ import (
 	"github.com/peloton-sched/peloton/internal/store/storetest"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
+
+// syncBuffer collects a stack's logs for a test to read while it runs.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
 
 // runStack runs one stack (no election) of the named cluster on the sim
 // backend against endpoints until stop is called; it fails the test if the
@@ -131,7 +151,8 @@ func TestOldLayoutMovesToLocal(t *testing.T) {
 		t.Fatal("cluster other moved the unnamed cluster's keys")
 	}
 
-	// An old replica still campaigning blocks the move, and the start.
+	// An old replica still campaigning blocks the move, and the start
+	// waits for it to go.
 	lease, err := cli.Grant(context.Background(), 60)
 	if err != nil {
 		t.Fatal(err)
@@ -139,25 +160,64 @@ func TestOldLayoutMovesToLocal(t *testing.T) {
 	if _, err := cli.Put(context.Background(), store.DefaultPrefix+cluster.LeaderKey+"/1", "old", clientv3.WithLease(lease.ID)); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	err = cluster.Run(ctx, cluster.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0",
-		EtcdEndpoints: e.Endpoints(), Backend: "sim", Logger: slog.New(slog.DiscardHandler)})
-	if err == nil || !strings.Contains(err.Error(), "older Peloton still campaigns") {
-		t.Fatalf("Run beside an old leader = %v", err)
+	logs := &syncBuffer{}
+	ready := make(chan cluster.ReadyInfo, 1)
+	done := make(chan error, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Error("Run did not stop within 30s")
+		}
+	}()
+	go func() {
+		done <- cluster.Run(ctx, cluster.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0",
+			EtcdEndpoints: e.Endpoints(), Backend: "sim", ShutdownGrace: 2 * time.Second,
+			Logger:  slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
+			OnReady: func(r cluster.ReadyInfo) { ready <- r }})
+	}()
+	eventually(t, 30*time.Second, func() error {
+		if !strings.Contains(logs.String(), "a replica of an older Peloton still campaigns for this cluster") {
+			return errors.New("no warning about the old replica yet")
+		}
+		return nil
+	})
+	select {
+	case <-ready:
+		t.Fatal("the stack served while an old replica campaigned")
+	case err := <-done:
+		t.Fatalf("Run beside an old replica: %v, want it to wait", err)
+	default:
 	}
+	if countKeys(t, cli, store.DefaultPrefix+"jobs/") == 0 {
+		t.Fatal("keys moved while an old replica campaigned")
+	}
+	// The old replica stops; the default cluster's start takes it all.
 	if _, err := cli.Revoke(context.Background(), lease.ID); err != nil {
 		t.Fatal(err)
 	}
-
-	// The default cluster's next start takes it all.
-	c, _ = runStack(t, "", e.Endpoints())
+	select {
+	case r := <-ready:
+		c = dial(t, r.GRPCAddr)
+	case err := <-done:
+		t.Fatalf("Run after the old replica stopped: %v", err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("the stack did not serve within 60s of the old replica stopping")
+	}
 	j, err := c.jobs.GetJob(callCtx(t), &pelotonv1.GetJobRequest{JobId: job.GetJobId()})
 	if err != nil || j.GetJob().GetStatus().GetState() != pelotonv1.JobState_JOB_SUCCEEDED || j.GetJob().GetSpec().GetPool() != "/team" {
 		t.Fatalf("after the move: GetJob = %v, %v", j, err)
 	}
 	if _, err := c.pools.GetPool(callCtx(t), &pelotonv1.GetPoolRequest{Path: "/team"}); err != nil {
 		t.Fatalf("after the move: GetPool /team: %v", err)
+	}
+	if !strings.Contains(logs.String(), "moved the data of the unnamed cluster") {
+		t.Errorf("no log of the move:\n%s", logs.String())
 	}
 	for _, dir := range []string{"pools/", "jobs/", "tasks/"} {
 		if n := countKeys(t, cli, store.DefaultPrefix+dir); n != 0 {
