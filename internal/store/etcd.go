@@ -19,7 +19,8 @@ import (
 // show the effective value in --help.
 const (
 	// DefaultPrefix keeps Peloton's keys apart from anything else sharing the
-	// etcd cluster.
+	// etcd cluster. A cluster stack opens its store further down, on
+	// DefaultPrefix + "clusters/<name>/", so that several share one etcd.
 	DefaultPrefix = "/peloton/"
 	// DefaultDialTimeout bounds how long NewEtcd waits for a first answer.
 	DefaultDialTimeout = 5 * time.Second
