@@ -170,7 +170,8 @@ func (m *Manager) checkReservations(parent *Pool, childPath string, res resource
 	for k := resources.Kind(0); k < resources.NumKinds; k++ {
 		if sum.Get(k) > parent.Reservation.Get(k) {
 			return apierr.Invalid("spec.reservation."+k.String(),
-				"children of %s would reserve %d in all, more than its reservation %d", parent.Path, sum.Get(k), parent.Reservation.Get(k))
+				"children of %s would reserve %s %s in all, more than its reservation of %s %s; raise the reservation of %s first",
+				parent.Path, resources.FormatAmount(k, sum.Get(k)), k, resources.FormatAmount(k, parent.Reservation.Get(k)), k, parent.Path)
 		}
 	}
 	return nil
@@ -264,7 +265,7 @@ func (m *Manager) UpdatePool(ctx context.Context, path string, spec *pelotonv1.P
 	}
 	for k := resources.Kind(0); k < resources.NumKinds; k++ {
 		if len(p.children) > 0 && childRes.Get(k) > res.Get(k) {
-			return nil, apierr.Invalid("spec.reservation."+k.String(), "must be >= %d, what the children of %s reserve", childRes.Get(k), path)
+			return nil, apierr.Invalid("spec.reservation."+k.String(), "must be >= %s, what the children of %s reserve", resources.FormatAmount(k, childRes.Get(k)), path)
 		}
 	}
 	val, _ := proto.Marshal(spec)
@@ -485,8 +486,12 @@ func (m *Manager) admitOnce() int {
 			}
 			delete(m.held, g)
 			block, reason := blockNone, ""
-			if r, ok := findRefusal(refused, fullCluster, g); ok {
+			if r, ok := findRefusal(refused, fullCluster, g); ok && r.shape == g.Resources {
 				block, reason = r.kind, r.reason
+			} else if ok {
+				// Refused for sure, but the reason names amounts, which
+				// differ for a larger gang: ask again for its own words.
+				block, reason = m.admissible(p, g)
 			} else {
 				block, reason = m.admissible(p, g)
 				switch {
@@ -671,12 +676,13 @@ const (
 // runs on whatever is idle, ignoring entitlement, and goes first.
 func (m *Manager) admissible(p *Pool, g *Gang) (blockKind, string) {
 	for n := p; n != nil; n = n.parent {
-		if !n.Allocation.Add(g.Resources).FitsIn(n.Limit) {
+		if k, ok := exceeds(n.Allocation, g.Resources, n.Limit); ok {
 			kind := blockPool
 			if n == p {
 				kind = blockLimit
 			}
-			return kind, fmt.Sprintf("waiting for admission: pool %s would exceed its limit (%s)", n.Path, n.Limit)
+			return kind, fmt.Sprintf("waiting for admission: pool %s would exceed its %s limit of %s (%s in use, this task needs %s)",
+				n.Path, k, amount(k, n.Limit), amount(k, n.Allocation), amount(k, g.Resources))
 		}
 	}
 	var np, rev resources.Resources
@@ -688,17 +694,38 @@ func (m *Manager) admissible(p *Pool, g *Gang) (blockKind, string) {
 			np = np.Add(t.Resources)
 		}
 	}
-	if !np.IsZero() && !p.NonPreemptible.Add(np).FitsIn(p.Reservation) {
-		return blockPool, fmt.Sprintf("waiting for admission: non-preemptible work runs only inside the reservation of pool %s (%s, of which %s in use)", p.Path, p.Reservation, p.NonPreemptible)
+	if k, ok := exceeds(p.NonPreemptible, np, p.Reservation); !np.IsZero() && ok {
+		return blockPool, fmt.Sprintf("waiting for admission: non-preemptible work runs only inside the reservation of pool %s, which lacks %s %s "+
+			"(reserves %s, %s in use by non-preemptible tasks, this task needs %s); raise the pool's reservation or make the job preemptible",
+			p.Path, amount(k, p.NonPreemptible.Add(np).Sub(p.Reservation)), k, amount(k, p.Reservation), amount(k, p.NonPreemptible), amount(k, np))
 	}
 	entitled := g.Resources.Sub(rev)
-	if !entitled.IsZero() && !p.Allocation.Sub(p.Revocable).Sub(p.preempting).Add(entitled).FitsIn(p.Entitlement) {
-		return blockEntitlement, fmt.Sprintf("waiting for admission: pool %s is at its entitlement (%s)", p.Path, p.Entitlement)
+	used := p.Allocation.Sub(p.Revocable).Sub(p.preempting)
+	if k, ok := exceeds(used, entitled, p.Entitlement); !entitled.IsZero() && ok {
+		return blockEntitlement, fmt.Sprintf("waiting for admission: pool %s is at its entitlement and lacks %s %s (entitled to %s, %s in use, this task needs %s)",
+			p.Path, amount(k, used.Add(entitled).Sub(p.Entitlement)), k, amount(k, p.Entitlement), amount(k, used), amount(k, entitled))
 	}
-	if !m.root.Allocation.Add(g.Resources).FitsIn(m.capacity) {
-		return blockCapacity, "waiting for admission: the cluster is full (" + m.capacity.String() + "); reclaiming from pools over their entitlement"
+	if k, ok := exceeds(m.root.Allocation, g.Resources, m.capacity); ok {
+		return blockCapacity, fmt.Sprintf("waiting for admission: the cluster is full and lacks %s %s (capacity %s, %s in use, this task needs %s); reclaiming from pools over their entitlement",
+			amount(k, m.root.Allocation.Add(g.Resources).Sub(m.capacity)), k, amount(k, m.capacity), amount(k, m.root.Allocation), amount(k, g.Resources))
 	}
 	return blockNone, ""
+}
+
+// exceeds reports the first kind in which used+need does not fit in ceiling.
+func exceeds(used, need, ceiling resources.Resources) (resources.Kind, bool) {
+	sum := used.Add(need)
+	for k := resources.Kind(0); k < resources.NumKinds; k++ {
+		if sum.Get(k) > ceiling.Get(k) {
+			return k, true
+		}
+	}
+	return 0, false
+}
+
+// amount renders one kind of r in user units, for pending reasons.
+func amount(k resources.Kind, r resources.Resources) string {
+	return resources.FormatAmount(k, r.Get(k))
 }
 
 // GetPreemptions returns the tasks chosen for preemption, waiting until there
