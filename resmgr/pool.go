@@ -85,6 +85,11 @@ type Pool struct {
 	// preempting is what tasks chosen for preemption still hold until they end.
 	preempting resources.Resources
 
+	// frozen is set while a change of the pool tree that depends on this
+	// pool holding no jobs is being written (see Manager.poolMu): no job
+	// or task may arrive in it meanwhile.
+	frozen bool
+
 	pendingTasks int
 	runningTasks int
 	queue        *priorityQueue // leaves only
