@@ -327,7 +327,33 @@ func (m *Manager) GetJob(id string) (*pelotonv1.Job, error) {
 	if err != nil {
 		return nil, err
 	}
-	return m.jobProto(j), nil
+	out := m.jobProto(j)
+	if out.Status.Message == "" && out.Status.TaskCounts[stPending.String()] > 0 {
+		out.Status.Message = m.pendingReason(j)
+	}
+	return out, nil
+}
+
+// pendingReason says why the job's first waiting instance waits, in the
+// words resmgr gave it (pool, resource kind and amount missing), so that
+// `peloton job get` answers "why does my job not run" without a task list.
+// Only GetJob pays for the scan; it stops at the first waiting instance.
+func (m *Manager) pendingReason(j *job) string {
+	for inst, t := range j.tasks() {
+		if t == nil {
+			continue
+		}
+		t.mu.Lock()
+		pending := t.rt.GetState() == stPending
+		t.mu.Unlock()
+		if !pending {
+			continue
+		}
+		if _, reason, ok := m.rm.TaskState(j.id, uint32(inst)); ok && reason != "" {
+			return fmt.Sprintf("instance %d waits: %s", inst, reason)
+		}
+	}
+	return ""
 }
 
 // ListJobs returns jobs matching every given filter, newest first.

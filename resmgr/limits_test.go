@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/peloton-sched/peloton/internal/resources"
+	"github.com/peloton-sched/peloton/internal/store/storetest"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
@@ -249,5 +250,60 @@ func TestEntitlementPropertiesSpecLimits(t *testing.T) {
 		if !ok {
 			break
 		}
+	}
+}
+
+// TestReserveHostsForDefault: on a cluster's first start /default reserves
+// what the hosts have, so a non-preemptible service runs out of the box;
+// it is written once and never over an operator's change.
+func TestReserveHostsForDefault(t *testing.T) {
+	_, st := storetest.StartEtcd(t)
+	ctx := context.Background()
+	m := reload(t, st)
+	capacity := resources.Resources{MilliCPU: 4000, MemoryMB: 4096, DiskMB: 20000}
+	m.SetCapacity(capacity)
+	svc := mkTask("svc", 0, 0, resources.Resources{MilliCPU: 1000, MemoryMB: 128})
+	svc.Preemptible = false
+	if err := m.Enqueue(NewGang(svc)); err != nil {
+		t.Fatal(err)
+	}
+	m.admitOnce()
+	if st, reason, _ := m.TaskState("svc", 0); st != pelotonv1.TaskState_PENDING ||
+		!strings.Contains(reason, "reservation of pool /default, which lacks 1 cpu (reserves 0,") {
+		t.Fatalf("before: %s %q", st, reason)
+	}
+	if err := m.ReserveHostsForDefault(ctx, capacity); err != nil {
+		t.Fatal(err)
+	}
+	m.admitOnce()
+	if st, reason, _ := m.TaskState("svc", 0); st != pelotonv1.TaskState_READY {
+		t.Fatalf("after /default reserved the hosts: %s %q", st, reason)
+	}
+	p, _ := m.GetPool(DefaultPoolPath)
+	if r := p.Spec.Reservation; r.Cpu != 4 || r.MemoryMb != 4096 || r.DiskMb != 20000 {
+		t.Fatalf("/default reserves %v", r)
+	}
+	// Once: a later capacity, or a restart on the same tree, changes nothing.
+	if err := m.ReserveHostsForDefault(ctx, capacity.Scale(2)); err != nil {
+		t.Fatal(err)
+	}
+	if err := reload(t, st).ReserveHostsForDefault(ctx, capacity.Scale(2)); err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := reload(t, st).GetPool(DefaultPoolPath); p.Spec.Reservation.Cpu != 4 {
+		t.Fatalf("/default rewritten: %v", p.Spec)
+	}
+
+	// An operator who changed /default before the hosts came keeps the change.
+	_, st2 := storetest.StartEtcd(t)
+	m2 := reload(t, st2)
+	if _, err := m2.UpdatePool(ctx, DefaultPoolPath, &pelotonv1.PoolSpec{Reservation: &pelotonv1.Resources{Cpu: 1}}, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := m2.ReserveHostsForDefault(ctx, capacity); err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := m2.GetPool(DefaultPoolPath); p.Spec.Reservation.Cpu != 1 || p.Spec.Reservation.MemoryMb != 0 {
+		t.Fatalf("operator's /default overwritten: %v", p.Spec)
 	}
 }

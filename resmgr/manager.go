@@ -73,6 +73,10 @@ type Manager struct {
 	// reservations and revisions, so what was validated still holds.
 	poolMu  sync.Mutex
 	hasJobs func(pool string) bool // guarded by poolMu
+	// freshDefault is the revision of /default when New created it on an
+	// empty tree, until ReserveHostsForDefault used it; 0 otherwise.
+	// Guarded by poolMu.
+	freshDefault int64
 
 	mu       sync.Mutex
 	root     *Pool
@@ -146,8 +150,12 @@ func New(ctx context.Context, st store.Store, opts Options) (*Manager, error) {
 		}
 	}
 	if len(kvs) == 0 {
-		if _, err := m.CreatePool(ctx, DefaultPoolPath, &pelotonv1.PoolSpec{}); err != nil && apierr.Code(err) != codes.AlreadyExists {
+		p, err := m.CreatePool(ctx, DefaultPoolPath, &pelotonv1.PoolSpec{})
+		if err != nil && apierr.Code(err) != codes.AlreadyExists {
 			return nil, fmt.Errorf("resmgr: create %s: %w", DefaultPoolPath, err)
+		}
+		if err == nil {
+			m.freshDefault = int64(p.Version)
 		}
 	}
 	return m, nil
@@ -524,6 +532,34 @@ func (m *Manager) CheckLeafPool(path, field string) (string, error) {
 		return "", apierr.Unavailable("%s: pool %s is being changed (created under, moved or deleted); retry", field, norm)
 	}
 	return norm, nil
+}
+
+// ReserveHostsForDefault makes /default reserve capacity (what the hosts
+// have), once, when this manager created /default on an empty tree: the
+// first start of a cluster. Without it a newcomer's first non-preemptible
+// service pends for ever, since non-preemptible work runs only inside a
+// reservation and an out-of-the-box /default reserves nothing. It writes at
+// most once and only over the spec it created itself (version-checked), so
+// it never overwrites what an operator set, and later starts, which find
+// the tree, leave /default alone. `peloton up` calls it; a production
+// `serve cluster` leaves reservations to the operator.
+func (m *Manager) ReserveHostsForDefault(ctx context.Context, capacity resources.Resources) error {
+	m.poolMu.Lock()
+	rev := m.freshDefault
+	m.freshDefault = 0
+	m.poolMu.Unlock()
+	if rev == 0 || capacity.IsZero() {
+		return nil
+	}
+	_, err := m.UpdatePool(ctx, DefaultPoolPath, &pelotonv1.PoolSpec{Reservation: capacity.ToProto()}, uint64(rev))
+	switch apierr.Code(err) {
+	case codes.OK:
+		m.log.Info("pool /default reserves what the hosts have (first start)", "reservation", capacity.String())
+		return nil
+	case codes.Aborted, codes.NotFound:
+		return nil // changed or deleted by an operator already: theirs wins
+	}
+	return err
 }
 
 // SetCapacity tells resmgr the cluster's total capacity (from hostmgr).

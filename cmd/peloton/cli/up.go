@@ -185,6 +185,9 @@ func (f *serverFlags) config(embedded bool) (cluster.Config, error) {
 	if embedded && len(endpoints) == 0 {
 		cfg.EtcdListen = f.etcdListen
 	}
+	// A fresh `peloton up` is someone trying Peloton: their first
+	// non-preemptible service must run in /default.
+	cfg.DefaultReservesHosts = embedded
 	return cfg, nil
 }
 
