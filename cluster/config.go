@@ -50,7 +50,7 @@ type Config struct {
 	// runs out of the box (`peloton up`). Written once; see
 	// resmgr.ReserveHostsForDefault.
 	DefaultReservesHosts bool
-	Logger       *slog.Logger
+	Logger               *slog.Logger
 	// UI, if set, serves the web UI on the HTTP listener's other paths.
 	UI http.Handler
 	// OnReady, if set, is called once every listener serves. With
