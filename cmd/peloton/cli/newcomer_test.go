@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -47,5 +48,35 @@ defaultSpec:
 	s.get(&j, "job", "get", bid)
 	if !strings.Contains(j.GetStatus().GetMessage(), "lacks 1 cpu") {
 		t.Errorf("job get -o json message: %q", j.GetStatus().GetMessage())
+	}
+
+	// The README's first pool: without --parents the error says what to do,
+	// and amounts are in the units of the spec (cpu: 2, not 2000).
+	s.fails(exitError, "Error: NotFound: path: parent pool /org does not exist; create /org first (pools are created parent first); "+
+		"or pass --parents to create the missing ancestors", "pool", "create", "/org/team", "-f", "../../../examples/pool.yaml")
+	s.ok("pool", "create", "/org", "-f", writeSpec(t, "empty.yaml", "{}\n"))
+	s.fails(exitError, "Error: InvalidArgument: spec.reservation.cpu: children of /org would reserve 2 cpu in all, "+
+		"more than its reservation of 0 cpu; raise the reservation of /org first", "pool", "create", "/org/team", "-f", "../../../examples/pool.yaml")
+	s.ok("pool", "create", "/ml/research/team", "-f", "../../../examples/pool.yaml", "--parents")
+	var anc pelotonv1.Pool
+	s.get(&anc, "pool", "get", "/ml/research")
+	if anc.GetSpec().GetReservation().GetCpu() != 2 {
+		t.Errorf("--parents ancestor: %v", anc.GetSpec())
+	}
+}
+
+// TestReadmePoolYAMLIsTheExample: the pool spec the README shows is
+// examples/pool.yaml, byte for byte.
+func TestReadmePoolYAMLIsTheExample(t *testing.T) {
+	readme, err := os.ReadFile("../../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	example, err := os.ReadFile("../../../examples/pool.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(readme), "```yaml\n"+string(example)+"```\n") {
+		t.Errorf("README.md does not show examples/pool.yaml as it is:\n%s", example)
 	}
 }
