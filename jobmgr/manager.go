@@ -51,6 +51,9 @@ type task struct {
 	// streak counts the runs of a long-running instance that ended in a row
 	// without staying up for stableRun; it sizes the restart backoff.
 	streak uint32
+	// blocked counts the launches in a row that the backend refused with
+	// hostmgr.ErrLaunchBlocked; it sizes their retry backoff.
+	blocked uint32
 }
 
 // job is one job in memory. Its type and pool never change; its spec
@@ -328,7 +331,7 @@ func (m *Manager) GetJob(id string) (*pelotonv1.Job, error) {
 		return nil, err
 	}
 	out := m.jobProto(j)
-	if out.Status.Message == "" && out.Status.TaskCounts[stPending.String()] > 0 {
+	if out.Status.Message == "" && out.Status.TaskCounts[stPending.String()]+out.Status.TaskCounts[stInitialized.String()] > 0 {
 		out.Status.Message = m.pendingReason(j)
 	}
 	return out, nil
@@ -344,9 +347,12 @@ func (m *Manager) pendingReason(j *job) string {
 			continue
 		}
 		t.mu.Lock()
-		pending := t.rt.GetState() == stPending
+		st, reason, msg := t.rt.GetState(), t.rt.GetReason(), t.rt.GetMessage()
 		t.mu.Unlock()
-		if !pending {
+		if (st == stPending || st == stInitialized) && reason == hostmgr.ReasonLaunchBlocked {
+			return fmt.Sprintf("instance %d waits: %s", inst, msg)
+		}
+		if st != stPending {
 			continue
 		}
 		if _, reason, ok := m.rm.TaskState(j.id, uint32(inst)); ok && reason != "" {

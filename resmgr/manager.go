@@ -1188,6 +1188,17 @@ func (m *Manager) Release(jobID string, instance uint32) {
 	m.releaseLocked(jobID, instance)
 }
 
+// ReleaseRun is Release for one run: it forgets the instance's task only if
+// it is that run, so that a caller freeing an ended run cannot take away
+// the instance's next run, queued meanwhile by another goroutine.
+func (m *Manager) ReleaseRun(jobID string, instance, run uint32) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if ts, ok := m.tasks[InstanceKey(jobID, instance)]; ok && ts.task.RunID == run {
+		m.releaseLocked(jobID, instance)
+	}
+}
+
 func (m *Manager) releaseLocked(jobID string, instance uint32) {
 	key := InstanceKey(jobID, instance)
 	ts, ok := m.tasks[key]
