@@ -38,8 +38,12 @@ test: kube-tools
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	$(GO) test -race -count=1 -timeout 25m ./...
 
+## up runs a cluster on this machine until Ctrl-C. It builds the binary and
+## execs it instead of `go run`, which exits 1 when interrupted even though
+## peloton stopped cleanly and exited 0: make would then print "Error 1".
 up:
-	$(GO) run ./cmd/peloton up
+	$(GO) build -o bin/peloton ./cmd/peloton
+	exec bin/peloton up $(ARGS)
 
 ## proto regenerates the committed Go, gateway and OpenAPI code from proto/.
 proto: proto-tools

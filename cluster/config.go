@@ -88,7 +88,12 @@ type Config struct {
 	PlacementEngines int
 	// ReclaimDelay is the hysteresis of reclaim preemption (0: resmgr's default, 1s).
 	ReclaimDelay time.Duration
-	Logger       *slog.Logger
+	// DefaultReservesHosts makes /default, when this start creates it (a
+	// fresh cluster), reserve what the hosts have, so non-preemptible work
+	// runs out of the box (`peloton up`). Written once; see
+	// resmgr.ReserveHostsForDefault.
+	DefaultReservesHosts bool
+	Logger               *slog.Logger
 	// UI, if set, serves the web UI on the HTTP listener's other paths.
 	UI http.Handler
 	// OnReady, if set, is called once every listener serves. With

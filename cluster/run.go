@@ -105,6 +105,11 @@ func runStack(ctx context.Context, cfg Config, t *term) error {
 	}()
 
 	rm.SetCapacity(hm.Capacity())
+	if cfg.DefaultReservesHosts {
+		if err := rm.ReserveHostsForDefault(ctx, hm.Capacity()); err != nil {
+			log.Warn("could not make /default reserve the hosts; reserve it with peloton pool update", "err", err)
+		}
+	}
 	jm := jobmgr.New(st, batcher, rm, hm, jobmgr.Options{Logger: log})
 	// DAEMON jobs follow hosts that join or leave as soon as the backend
 	// says so (kubernetes); jobmgr also re-checks every few seconds.

@@ -232,6 +232,17 @@ const ReasonReplaced = "replaced-in-place"
 // be replaced in place and nothing was changed.
 var ErrNotReplaceable = errors.New("hostmgr: run cannot be replaced in place")
 
+// ErrLaunchBlocked is wrapped by a backend's Launch error when nothing was
+// started because of something a person must fix outside the task (a
+// Kubernetes namespace missing, a right not granted, a spec the substrate
+// refuses): retrying at once fails the same way, and the run is not at
+// fault. jobmgr does not count it as a failure; the instance waits, says
+// why, and tries again with a backoff.
+var ErrLaunchBlocked = errors.New("launch blocked")
+
+// ReasonLaunchBlocked is the reason of a run ended by ErrLaunchBlocked.
+const ReasonLaunchBlocked = "launch-blocked"
+
 // ErrUnknownTask is returned by Kill, Status and Logs for a task the backend
 // has never seen (or no longer knows, e.g. after a restart).
 var ErrUnknownTask = errors.New("hostmgr: unknown task")

@@ -796,6 +796,16 @@ func (m *Manager) applyEvent(ctx context.Context, ev hostmgr.TaskEvent, supersed
 			if j.typ == pelotonv1.JobType_DAEMON && rt.Reason == "host-removed" {
 				rt.BoundHost = "" // its host left: the slot is free for the next one
 			}
+		case ev.Reason == hostmgr.ReasonLaunchBlocked:
+			// The backend refused the launch for something a person must
+			// fix (a namespace missing, a right not granted): not the
+			// task's failure, so nothing is counted and the job does not
+			// fail. The instance waits, its message says why, and it is
+			// tried again with a growing backoff.
+			t.blocked++
+			backoff = launchBlockedBackoff(m.lostBackoff, t.blocked)
+			newRun(rt, rt.RunId+1, fmt.Sprintf("cannot launch: %s; trying again in %s", msg, backoff))
+			rt.Reason = hostmgr.ReasonLaunchBlocked
 		case longRunning:
 			// Kept running: whatever ended the run, a new one follows after a
 			// backoff that grows while runs keep ending quickly.
@@ -858,7 +868,9 @@ func (m *Manager) applyEvent(ctx context.Context, ev hostmgr.TaskEvent, supersed
 		// hostmgr frees a run's host when the backend reports its end; events
 		// made up here (a run lost across a restart) must free it too.
 		m.hm.ReleaseTask(ev.TaskID)
-		m.rm.Release(jobID, inst)
+		// Only this run: the next may already be queued by another worker
+		// (a launch refused and retried quickly), and must stay queued.
+		m.rm.ReleaseRun(jobID, inst, run)
 	}
 	m.queue.Add(jobID)
 }
@@ -966,9 +978,30 @@ func (m *Manager) launch(ctx context.Context, p resmgr.Placement) {
 		if m.isForeign(j) && m.foreign != nil {
 			m.foreign.launchFailed(instKey{j.id, inst}) // its pod, if still there, gets another instance
 		}
-		m.handleEvent(ctx, hostmgr.TaskEvent{TaskID: runID, Host: p.Host, State: stFailed, Reason: "launch-failed", Message: err.Error(), Time: m.now()})
+		ev := hostmgr.TaskEvent{TaskID: runID, Host: p.Host, State: stFailed, Reason: "launch-failed", Message: err.Error(), Time: m.now()}
+		if errors.Is(err, hostmgr.ErrLaunchBlocked) && !m.isForeign(j) {
+			// Not the run's failure: see the launch-blocked case of handleEvent.
+			ev.State, ev.Reason = stLost, hostmgr.ReasonLaunchBlocked
+		}
+		m.handleEvent(ctx, ev)
+	} else if t := j.task(inst); t != nil {
+		t.mu.Lock()
+		t.blocked = 0
+		t.mu.Unlock()
 	}
 	m.queue.Add(j.id)
+}
+
+// launchBlockedBackoff is the wait before the n-th retry in a row of a
+// launch the backend refused with hostmgr.ErrLaunchBlocked: from base,
+// doubling, at most a minute, so a fixed namespace is noticed soon and an
+// unfixed one costs little.
+func launchBlockedBackoff(base time.Duration, n uint32) time.Duration {
+	d := base
+	for i := uint32(1); i < n && d < time.Minute; i++ {
+		d *= 2
+	}
+	return min(d, time.Minute)
 }
 
 // launchSpec is what the backend needs to run run `run` of instance inst

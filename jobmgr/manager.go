@@ -51,6 +51,9 @@ type task struct {
 	// streak counts the runs of a long-running instance that ended in a row
 	// without staying up for stableRun; it sizes the restart backoff.
 	streak uint32
+	// blocked counts the launches in a row that the backend refused with
+	// hostmgr.ErrLaunchBlocked; it sizes their retry backoff.
+	blocked uint32
 }
 
 // job is one job in memory. Its type and pool never change; its spec
@@ -327,7 +330,36 @@ func (m *Manager) GetJob(id string) (*pelotonv1.Job, error) {
 	if err != nil {
 		return nil, err
 	}
-	return m.jobProto(j), nil
+	out := m.jobProto(j)
+	if out.Status.Message == "" && out.Status.TaskCounts[stPending.String()]+out.Status.TaskCounts[stInitialized.String()] > 0 {
+		out.Status.Message = m.pendingReason(j)
+	}
+	return out, nil
+}
+
+// pendingReason says why the job's first waiting instance waits, in the
+// words resmgr gave it (pool, resource kind and amount missing), so that
+// `peloton job get` answers "why does my job not run" without a task list.
+// Only GetJob pays for the scan; it stops at the first waiting instance.
+func (m *Manager) pendingReason(j *job) string {
+	for inst, t := range j.tasks() {
+		if t == nil {
+			continue
+		}
+		t.mu.Lock()
+		st, reason, msg := t.rt.GetState(), t.rt.GetReason(), t.rt.GetMessage()
+		t.mu.Unlock()
+		if (st == stPending || st == stInitialized) && reason == hostmgr.ReasonLaunchBlocked {
+			return fmt.Sprintf("instance %d waits: %s", inst, msg)
+		}
+		if st != stPending {
+			continue
+		}
+		if _, reason, ok := m.rm.TaskState(j.id, uint32(inst)); ok && reason != "" {
+			return fmt.Sprintf("instance %d waits: %s", inst, reason)
+		}
+	}
+	return ""
 }
 
 // ListJobs returns jobs matching every given filter, newest first.

@@ -1,10 +1,12 @@
 package resmgr
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -58,6 +60,24 @@ type Manager struct {
 	backoffBase, backoffMax time.Duration
 	gate                    reclaimGate
 
+	// poolMu serializes changes of the pool tree (create, update, delete,
+	// move) and is held across their store.Txn and the jobmgr callback
+	// hasJobs. mu, which admission, placement and every task event take, is
+	// never held across either: a slow etcd must not stall scheduling, and
+	// jobmgr calls resmgr under its own lock, so calling back into jobmgr
+	// under mu could deadlock. Lock order: poolMu, then mu.
+	//
+	// A tree change validates under mu, freezes the pools whose shape it
+	// depends on (see Pool.frozen), writes etcd with mu released, then
+	// applies to memory under mu. Only tree changes alter the tree's shape,
+	// reservations and revisions, so what was validated still holds.
+	poolMu  sync.Mutex
+	hasJobs func(pool string) bool // guarded by poolMu
+	// freshDefault is the revision of /default when New created it on an
+	// empty tree, until ReserveHostsForDefault used it; 0 otherwise.
+	// Guarded by poolMu.
+	freshDefault int64
+
 	mu       sync.Mutex
 	root     *Pool
 	pools    map[string]*Pool
@@ -67,7 +87,6 @@ type Manager struct {
 	placed   []Placement
 	victims  []Victim
 
-	hasJobs    func(pool string) bool
 	held       map[*Gang]struct{}
 	admitKick  chan struct{}
 	readyCond  *sync.Cond
@@ -131,8 +150,12 @@ func New(ctx context.Context, st store.Store, opts Options) (*Manager, error) {
 		}
 	}
 	if len(kvs) == 0 {
-		if _, err := m.CreatePool(ctx, DefaultPoolPath, &pelotonv1.PoolSpec{}); err != nil && apierr.Code(err) != codes.AlreadyExists {
+		p, err := m.CreatePool(ctx, DefaultPoolPath, &pelotonv1.PoolSpec{})
+		if err != nil && apierr.Code(err) != codes.AlreadyExists {
 			return nil, fmt.Errorf("resmgr: create %s: %w", DefaultPoolPath, err)
+		}
+		if err == nil {
+			m.freshDefault = int64(p.Version)
 		}
 	}
 	return m, nil
@@ -170,7 +193,8 @@ func (m *Manager) checkReservations(parent *Pool, childPath string, res resource
 	for k := resources.Kind(0); k < resources.NumKinds; k++ {
 		if sum.Get(k) > parent.Reservation.Get(k) {
 			return apierr.Invalid("spec.reservation."+k.String(),
-				"children of %s would reserve %d in all, more than its reservation %d", parent.Path, sum.Get(k), parent.Reservation.Get(k))
+				"children of %s would reserve %s %s in all, more than its reservation of %s %s; raise the reservation of %s first",
+				parent.Path, resources.FormatAmount(k, sum.Get(k)), k, resources.FormatAmount(k, parent.Reservation.Get(k)), k, parent.Path)
 		}
 	}
 	return nil
@@ -194,49 +218,152 @@ func poolRequest(path string, spec *pelotonv1.PoolSpec, rootReason string) (stri
 	return path, spec, r, err
 }
 
-// busy reports whether a pool holds queued or admitted tasks or jobs; such
-// a pool may not get children, be deleted or be moved.
-func (m *Manager) busy(p *Pool) bool {
-	return p.queue.size > 0 || p.runningTasks > 0 || (m.hasJobs != nil && m.hasJobs(p.Path))
+// hasTasks reports whether a pool holds queued or admitted tasks. Caller holds mu.
+func (m *Manager) hasTasks(p *Pool) bool {
+	return p.queue.size > 0 || p.runningTasks > 0
 }
 
-// CreatePool validates and stores a new pool.
+// checkNoJobs asks jobmgr whether any of paths holds jobs; a pool with jobs
+// may not get children, be deleted or be moved. what completes the error.
+// Caller holds poolMu and not mu: jobmgr answers under its own lock.
+func (m *Manager) checkNoJobs(what string, paths ...string) error {
+	if m.hasJobs == nil {
+		return nil
+	}
+	for _, path := range paths {
+		if m.hasJobs(path) {
+			return apierr.FailedPrecondition("pool %s has jobs; %s", path, what)
+		}
+	}
+	return nil
+}
+
+// freeze marks pools as being changed: CheckLeafPool and Enqueue refuse them
+// until thaw, so no job or task arrives in a pool between the checks of a
+// tree change and its commit. Caller holds mu.
+func freeze(ps ...*Pool) {
+	for _, p := range ps {
+		p.frozen = true
+	}
+}
+
+// thaw ends a freeze. It takes mu.
+func (m *Manager) thaw(ps ...*Pool) {
+	m.mu.Lock()
+	for _, p := range ps {
+		p.frozen = false
+	}
+	m.mu.Unlock()
+}
+
+// ambiguousTimeout bounds how long a tree change whose Txn failed without
+// an answer reads etcd back to learn whether it was applied.
+const ambiguousTimeout = 5 * time.Second
+
+// txnOutcome runs ops and, when etcd gives no clear answer (an error that
+// is not a conflict: a timeout, a dropped connection), reads back probe,
+// the key whose value tells whether the Txn was applied (applied compares
+// the record found, nil when absent). It returns the revision when the Txn
+// was applied, ErrConflict when it was not because of a compare, or an
+// error when it was not applied or the outcome cannot be learned. Memory
+// is changed only on success, so memory follows etcd in every outcome but
+// the last, which is logged loudly and reported as Unavailable.
+func (m *Manager) txnOutcome(ctx context.Context, probe string, applied func(*store.KV) (int64, bool), ops ...store.Op) (int64, error) {
+	rev, err := m.store.Txn(ctx, ops...)
+	if err == nil || errors.Is(err, store.ErrConflict) {
+		return rev, err
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ambiguousTimeout)
+	defer cancel()
+	for attempt := 0; ; attempt++ {
+		kv, gerr := m.store.Get(rctx, probe)
+		switch {
+		case gerr == nil:
+			if rev, ok := applied(&kv); ok {
+				return rev, nil
+			}
+			return 0, err
+		case errors.Is(gerr, store.ErrNotFound):
+			if rev, ok := applied(nil); ok {
+				return rev, nil
+			}
+			return 0, err
+		}
+		select {
+		case <-rctx.Done():
+			m.log.Error("pool change: outcome unknown; restart resmgr to reload the pool tree", "key", probe, "err", err, "read", gerr)
+			return 0, fmt.Errorf("%w (and reading it back failed: %v; the change may or may not be stored)", err, gerr)
+		case <-time.After(time.Duration(50<<min(attempt, 5)) * time.Millisecond):
+		}
+	}
+}
+
+// CreatePool validates and stores a new pool. Its parent must exist.
 func (m *Manager) CreatePool(ctx context.Context, path string, spec *pelotonv1.PoolSpec) (*pelotonv1.Pool, error) {
 	path, spec, r, err := poolRequest(path, spec, "the root pool / always exists and cannot be created")
 	if err != nil {
 		return nil, err
 	}
 	res := r[0]
+	m.poolMu.Lock()
+	defer m.poolMu.Unlock()
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	if _, ok := m.pools[path]; ok {
-		return nil, apierr.AlreadyExists("pool %s already exists", path)
+	parent, err := m.checkCreate(path)
+	if err != nil {
+		m.mu.Unlock()
+		return nil, err
 	}
-	parent, ok := m.pools[parentPath(path)]
-	if !ok {
-		return nil, apierr.NotFound("parent pool %s does not exist", parentPath(path))
+	freeze(parent)
+	m.mu.Unlock()
+	defer m.thaw(parent)
+	if parent != m.root {
+		if err := m.checkNoJobs("a pool with jobs cannot get children", parent.Path); err != nil {
+			return nil, err
+		}
 	}
-	if parent != m.root && m.busy(parent) {
-		return nil, apierr.FailedPrecondition("pool %s has jobs; a pool with jobs cannot get children", parent.Path)
-	}
+	// Reservations change only under poolMu, which this holds.
 	if err := m.checkReservations(parent, path, res); err != nil {
 		return nil, err
 	}
 	val, _ := proto.Marshal(spec)
-	rev, err := m.store.Txn(ctx, store.Put(poolKeyPrefix+path, val, store.MustNotExist))
+	key := poolKeyPrefix + path
+	rev, err := m.txnOutcome(ctx, key, func(kv *store.KV) (int64, bool) {
+		if kv == nil || !bytes.Equal(kv.Value, val) {
+			return 0, false
+		}
+		return kv.Revision, true
+	}, store.Put(key, val, store.MustNotExist))
 	if errors.Is(err, store.ErrConflict) {
 		return nil, apierr.AlreadyExists("pool %s already exists", path)
 	}
 	if err != nil {
 		return nil, apierr.Unavailable("store pool %s: %v", path, err)
 	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	p, err := m.attach(path, proto.Clone(spec).(*pelotonv1.PoolSpec), rev)
 	if err != nil {
-		return nil, err
+		return nil, err // cannot happen: poolMu kept the parent
 	}
 	m.kick()
 	m.log.Info("pool created", "path", path)
 	return p.toProto(true), nil
+}
+
+// checkCreate validates the place of a new pool at path in the tree and
+// returns its parent. Caller holds mu.
+func (m *Manager) checkCreate(path string) (*Pool, error) {
+	if _, ok := m.pools[path]; ok {
+		return nil, apierr.AlreadyExists("pool %s already exists", path)
+	}
+	parent, ok := m.pools[parentPath(path)]
+	if !ok {
+		return nil, apierr.NotFound("path: parent pool %s does not exist; create %s first (pools are created parent first)", parentPath(path), parentPath(path))
+	}
+	if parent != m.root && m.hasTasks(parent) {
+		return nil, apierr.FailedPrecondition("pool %s has jobs; a pool with jobs cannot get children", parent.Path)
+	}
+	return parent, nil
 }
 
 // UpdatePool replaces a pool's spec. version, when non-zero, must match.
@@ -246,17 +373,48 @@ func (m *Manager) UpdatePool(ctx context.Context, path string, spec *pelotonv1.P
 		return nil, err
 	}
 	res, limit, share := r[0], r[1], r[2]
+	m.poolMu.Lock()
+	defer m.poolMu.Unlock()
+	m.mu.Lock()
+	p, rev0, err := m.checkUpdate(path, res, version)
+	m.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	val, _ := proto.Marshal(spec)
+	key := poolKeyPrefix + path
+	rev, err := m.txnOutcome(ctx, key, func(kv *store.KV) (int64, bool) {
+		if kv == nil || kv.Revision == rev0 || !bytes.Equal(kv.Value, val) {
+			return 0, false
+		}
+		return kv.Revision, true
+	}, store.Put(key, val, rev0))
+	if errors.Is(err, store.ErrConflict) {
+		return nil, apierr.Aborted("pool %s changed concurrently; retry", path)
+	}
+	if err != nil {
+		return nil, apierr.Unavailable("store pool %s: %v", path, err)
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	p.spec, p.revision = proto.Clone(spec).(*pelotonv1.PoolSpec), rev
+	p.Reservation, p.Limit, p.Share = res, limit, share
+	m.kick()
+	return p.toProto(true), nil
+}
+
+// checkUpdate validates a new reservation of the pool at path against its
+// parent and children and returns the pool and its revision. Caller holds mu.
+func (m *Manager) checkUpdate(path string, res resources.Resources, version uint64) (*Pool, int64, error) {
 	p, ok := m.pools[path]
 	if !ok {
-		return nil, apierr.NotFound("pool %s does not exist", path)
+		return nil, 0, apierr.NotFound("pool %s does not exist", path)
 	}
 	if version != 0 && int64(version) != p.revision {
-		return nil, apierr.Aborted("pool %s is at version %d, not %d", path, p.revision, version)
+		return nil, 0, apierr.Aborted("pool %s is at version %d, not %d", path, p.revision, version)
 	}
 	if err := m.checkReservations(p.parent, path, res); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	var childRes resources.Resources
 	for _, c := range p.children {
@@ -264,21 +422,10 @@ func (m *Manager) UpdatePool(ctx context.Context, path string, spec *pelotonv1.P
 	}
 	for k := resources.Kind(0); k < resources.NumKinds; k++ {
 		if len(p.children) > 0 && childRes.Get(k) > res.Get(k) {
-			return nil, apierr.Invalid("spec.reservation."+k.String(), "must be >= %d, what the children of %s reserve", childRes.Get(k), path)
+			return nil, 0, apierr.Invalid("spec.reservation."+k.String(), "must be >= %s, what the children of %s reserve", resources.FormatAmount(k, childRes.Get(k)), path)
 		}
 	}
-	val, _ := proto.Marshal(spec)
-	rev, err := m.store.Txn(ctx, store.Put(poolKeyPrefix+path, val, p.revision))
-	if errors.Is(err, store.ErrConflict) {
-		return nil, apierr.Aborted("pool %s changed concurrently; retry", path)
-	}
-	if err != nil {
-		return nil, apierr.Unavailable("store pool %s: %v", path, err)
-	}
-	p.spec, p.revision = proto.Clone(spec).(*pelotonv1.PoolSpec), rev
-	p.Reservation, p.Limit, p.Share = res, limit, share
-	m.kick()
-	return p.toProto(true), nil
+	return p, p.revision, nil
 }
 
 // DeletePool removes a leaf pool that holds no jobs and no tasks.
@@ -290,37 +437,52 @@ func (m *Manager) DeletePool(ctx context.Context, path string) error {
 	if path == RootPath {
 		return apierr.Invalid("path", "the root pool / cannot be deleted")
 	}
+	m.poolMu.Lock()
+	defer m.poolMu.Unlock()
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	p, ok := m.pools[path]
-	if !ok {
-		return apierr.NotFound("pool %s does not exist", path)
+	switch {
+	case !ok:
+		err = apierr.NotFound("pool %s does not exist", path)
+	case !p.IsLeaf():
+		err = apierr.FailedPrecondition("pool %s has child pools %s; delete them first", path, strings.Join(p.Children(), ", "))
+	case m.hasTasks(p):
+		err = apierr.FailedPrecondition("pool %s has jobs; delete them first", path)
+	default:
+		freeze(p)
 	}
-	if !p.IsLeaf() {
-		return apierr.FailedPrecondition("pool %s has child pools %s; delete them first", path, strings.Join(p.Children(), ", "))
+	m.mu.Unlock()
+	if err != nil {
+		return err
 	}
-	if m.busy(p) {
-		return apierr.FailedPrecondition("pool %s has jobs; delete them first", path)
+	defer m.thaw(p)
+	if err := m.checkNoJobs("delete them first", path); err != nil {
+		return err
 	}
-	if _, err := m.store.Txn(ctx, store.Delete(poolKeyPrefix+path, p.revision)); err != nil {
+	key := poolKeyPrefix + path
+	if _, err := m.txnOutcome(ctx, key, func(kv *store.KV) (int64, bool) { return 0, kv == nil },
+		store.Delete(key, p.revision)); err != nil {
 		if errors.Is(err, store.ErrConflict) {
 			return apierr.Aborted("pool %s changed concurrently; retry", path)
 		}
 		return apierr.Unavailable("delete pool %s: %v", path, err)
 	}
+	m.mu.Lock()
 	delete(p.parent.children, path)
 	delete(m.pools, path)
 	m.kick()
+	m.mu.Unlock()
 	m.log.Info("pool deleted", "path", path)
 	return nil
 }
 
 // SetJobChecker installs the function that says whether a pool still has
-// jobs (jobmgr owns jobs; resmgr must not import it).
+// jobs (jobmgr owns jobs; resmgr must not import it). resmgr calls it only
+// while changing the pool tree, never under the lock its hot paths take.
 func (m *Manager) SetJobChecker(fn func(pool string) bool) {
-	m.mu.Lock()
+	m.poolMu.Lock()
 	m.hasJobs = fn
-	m.mu.Unlock()
+	m.poolMu.Unlock()
 }
 
 // GetPool returns a pool with its status.
@@ -366,7 +528,38 @@ func (m *Manager) CheckLeafPool(path, field string) (string, error) {
 	if !p.IsLeaf() || p == m.root {
 		return "", apierr.FailedPrecondition("%s: pool %s is not a leaf pool; jobs go to leaf pools", field, norm)
 	}
+	if p.frozen {
+		return "", apierr.Unavailable("%s: pool %s is being changed (created under, moved or deleted); retry", field, norm)
+	}
 	return norm, nil
+}
+
+// ReserveHostsForDefault makes /default reserve capacity (what the hosts
+// have), once, when this manager created /default on an empty tree: the
+// first start of a cluster. Without it a newcomer's first non-preemptible
+// service pends for ever, since non-preemptible work runs only inside a
+// reservation and an out-of-the-box /default reserves nothing. It writes at
+// most once and only over the spec it created itself (version-checked), so
+// it never overwrites what an operator set, and later starts, which find
+// the tree, leave /default alone. `peloton up` calls it; a production
+// `serve cluster` leaves reservations to the operator.
+func (m *Manager) ReserveHostsForDefault(ctx context.Context, capacity resources.Resources) error {
+	m.poolMu.Lock()
+	rev := m.freshDefault
+	m.freshDefault = 0
+	m.poolMu.Unlock()
+	if rev == 0 || capacity.IsZero() {
+		return nil
+	}
+	_, err := m.UpdatePool(ctx, DefaultPoolPath, &pelotonv1.PoolSpec{Reservation: capacity.ToProto()}, uint64(rev))
+	switch apierr.Code(err) {
+	case codes.OK:
+		m.log.Info("pool /default reserves what the hosts have (first start)", "reservation", capacity.String())
+		return nil
+	case codes.Aborted, codes.NotFound:
+		return nil // changed or deleted by an operator already: theirs wins
+	}
+	return err
 }
 
 // SetCapacity tells resmgr the cluster's total capacity (from hostmgr).
@@ -404,6 +597,9 @@ func (m *Manager) Enqueue(gangs ...*Gang) error {
 		p, ok := m.pools[g.Pool]
 		if !ok || !p.IsLeaf() {
 			return fmt.Errorf("resmgr: pool %s is not a leaf pool", g.Pool)
+		}
+		if p.frozen {
+			return fmt.Errorf("resmgr: pool %s is being changed (created under, moved or deleted)", g.Pool)
 		}
 		for _, t := range g.Tasks {
 			if old, dup := m.tasks[t.Key()]; dup && old.task.RunID >= t.RunID {
@@ -485,8 +681,12 @@ func (m *Manager) admitOnce() int {
 			}
 			delete(m.held, g)
 			block, reason := blockNone, ""
-			if r, ok := findRefusal(refused, fullCluster, g); ok {
+			if r, ok := findRefusal(refused, fullCluster, g); ok && r.shape == g.Resources {
 				block, reason = r.kind, r.reason
+			} else if ok {
+				// Refused for sure, but the reason names amounts, which
+				// differ for a larger gang: ask again for its own words.
+				block, reason = m.admissible(p, g)
 			} else {
 				block, reason = m.admissible(p, g)
 				switch {
@@ -671,12 +871,13 @@ const (
 // runs on whatever is idle, ignoring entitlement, and goes first.
 func (m *Manager) admissible(p *Pool, g *Gang) (blockKind, string) {
 	for n := p; n != nil; n = n.parent {
-		if !n.Allocation.Add(g.Resources).FitsIn(n.Limit) {
+		if k, ok := exceeds(n.Allocation, g.Resources, n.Limit); ok {
 			kind := blockPool
 			if n == p {
 				kind = blockLimit
 			}
-			return kind, fmt.Sprintf("waiting for admission: pool %s would exceed its limit (%s)", n.Path, n.Limit)
+			return kind, fmt.Sprintf("waiting for admission: pool %s would exceed its %s limit of %s (%s in use, this task needs %s)",
+				n.Path, k, amount(k, n.Limit), amount(k, n.Allocation), amount(k, g.Resources))
 		}
 	}
 	var np, rev resources.Resources
@@ -688,17 +889,38 @@ func (m *Manager) admissible(p *Pool, g *Gang) (blockKind, string) {
 			np = np.Add(t.Resources)
 		}
 	}
-	if !np.IsZero() && !p.NonPreemptible.Add(np).FitsIn(p.Reservation) {
-		return blockPool, fmt.Sprintf("waiting for admission: non-preemptible work runs only inside the reservation of pool %s (%s, of which %s in use)", p.Path, p.Reservation, p.NonPreemptible)
+	if k, ok := exceeds(p.NonPreemptible, np, p.Reservation); !np.IsZero() && ok {
+		return blockPool, fmt.Sprintf("waiting for admission: non-preemptible work runs only inside the reservation of pool %s, which lacks %s %s "+
+			"(reserves %s, %s in use by non-preemptible tasks, this task needs %s); raise the pool's reservation or make the job preemptible",
+			p.Path, amount(k, p.NonPreemptible.Add(np).Sub(p.Reservation)), k, amount(k, p.Reservation), amount(k, p.NonPreemptible), amount(k, np))
 	}
 	entitled := g.Resources.Sub(rev)
-	if !entitled.IsZero() && !p.Allocation.Sub(p.Revocable).Sub(p.preempting).Add(entitled).FitsIn(p.Entitlement) {
-		return blockEntitlement, fmt.Sprintf("waiting for admission: pool %s is at its entitlement (%s)", p.Path, p.Entitlement)
+	used := p.Allocation.Sub(p.Revocable).Sub(p.preempting)
+	if k, ok := exceeds(used, entitled, p.Entitlement); !entitled.IsZero() && ok {
+		return blockEntitlement, fmt.Sprintf("waiting for admission: pool %s is at its entitlement and lacks %s %s (entitled to %s, %s in use, this task needs %s)",
+			p.Path, amount(k, used.Add(entitled).Sub(p.Entitlement)), k, amount(k, p.Entitlement), amount(k, used), amount(k, entitled))
 	}
-	if !m.root.Allocation.Add(g.Resources).FitsIn(m.capacity) {
-		return blockCapacity, "waiting for admission: the cluster is full (" + m.capacity.String() + "); reclaiming from pools over their entitlement"
+	if k, ok := exceeds(m.root.Allocation, g.Resources, m.capacity); ok {
+		return blockCapacity, fmt.Sprintf("waiting for admission: the cluster is full and lacks %s %s (capacity %s, %s in use, this task needs %s); reclaiming from pools over their entitlement",
+			amount(k, m.root.Allocation.Add(g.Resources).Sub(m.capacity)), k, amount(k, m.capacity), amount(k, m.root.Allocation), amount(k, g.Resources))
 	}
 	return blockNone, ""
+}
+
+// exceeds reports the first kind in which used+need does not fit in ceiling.
+func exceeds(used, need, ceiling resources.Resources) (resources.Kind, bool) {
+	sum := used.Add(need)
+	for k := resources.Kind(0); k < resources.NumKinds; k++ {
+		if sum.Get(k) > ceiling.Get(k) {
+			return k, true
+		}
+	}
+	return 0, false
+}
+
+// amount renders one kind of r in user units, for pending reasons.
+func amount(k resources.Kind, r resources.Resources) string {
+	return resources.FormatAmount(k, r.Get(k))
 }
 
 // GetPreemptions returns the tasks chosen for preemption, waiting until there
@@ -966,6 +1188,17 @@ func (m *Manager) Release(jobID string, instance uint32) {
 	m.releaseLocked(jobID, instance)
 }
 
+// ReleaseRun is Release for one run: it forgets the instance's task only if
+// it is that run, so that a caller freeing an ended run cannot take away
+// the instance's next run, queued meanwhile by another goroutine.
+func (m *Manager) ReleaseRun(jobID string, instance, run uint32) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if ts, ok := m.tasks[InstanceKey(jobID, instance)]; ok && ts.task.RunID == run {
+		m.releaseLocked(jobID, instance)
+	}
+}
+
 func (m *Manager) releaseLocked(jobID string, instance uint32) {
 	key := InstanceKey(jobID, instance)
 	ts, ok := m.tasks[key]
@@ -1042,6 +1275,51 @@ func (m *Manager) MarkRunning(jobID string, instance uint32) {
 // transaction, which etcd limits (--max-txn-ops, 128 by default).
 const maxMovedPools = 64
 
+// checkMove validates moving the pool at path to newPath under newParent
+// against the tree. It returns the pool, the new parent and the subtree to
+// rewrite (the pool first), or only the pool when it is already there.
+// Caller holds mu.
+func (m *Manager) checkMove(path, newParent, newPath string) (*Pool, *Pool, []*Pool, error) {
+	p, ok := m.pools[path]
+	if !ok {
+		return nil, nil, nil, apierr.NotFound("pool %s does not exist", path)
+	}
+	target, ok := m.pools[newParent]
+	if !ok {
+		return nil, nil, nil, apierr.NotFound("newParent: pool %s does not exist", newParent)
+	}
+	if newPath == path {
+		return p, target, nil, nil
+	}
+	if _, exists := m.pools[newPath]; exists {
+		return nil, nil, nil, apierr.AlreadyExists("pool %s already exists", newPath)
+	}
+	var subtree []*Pool
+	var collect func(*Pool)
+	collect = func(n *Pool) {
+		subtree = append(subtree, n)
+		for _, c := range n.children {
+			collect(c)
+		}
+	}
+	collect(p)
+	if len(subtree) > maxMovedPools {
+		return nil, nil, nil, apierr.FailedPrecondition("pool %s has %d pools under it; at most %d move at once", path, len(subtree), maxMovedPools)
+	}
+	for _, n := range subtree {
+		if m.hasTasks(n) {
+			return nil, nil, nil, apierr.FailedPrecondition("pool %s has jobs; pools with jobs cannot be moved", n.Path)
+		}
+		if depth := strings.Count(newPath+strings.TrimPrefix(n.Path, path), "/"); depth > 16 {
+			return nil, nil, nil, apierr.Invalid("newParent", "%s would be %d levels deep; at most 16", newPath+strings.TrimPrefix(n.Path, path), depth)
+		}
+	}
+	if target != m.root && target.IsLeaf() && m.hasTasks(target) {
+		return nil, nil, nil, apierr.FailedPrecondition("newParent: pool %s has jobs; a pool with jobs cannot get children", target.Path)
+	}
+	return p, target, subtree, nil
+}
+
 // MovePool moves a pool and its subtree under newParent. The pools keep
 // their specs; their paths change. Pools that hold jobs cannot be moved (a
 // job names its pool by path), a move may not put a pool inside itself, and
@@ -1064,62 +1342,63 @@ func (m *Manager) MovePool(ctx context.Context, path, newParent string) (*peloto
 	}
 	base := path[strings.LastIndex(path, "/")+1:]
 	newPath := strings.TrimSuffix(newParent, "/") + "/" + base
+	m.poolMu.Lock()
+	defer m.poolMu.Unlock()
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	p, ok := m.pools[path]
-	if !ok {
-		return nil, apierr.NotFound("pool %s does not exist", path)
-	}
-	target, ok := m.pools[newParent]
-	if !ok {
-		return nil, apierr.NotFound("newParent: pool %s does not exist", newParent)
-	}
-	if newPath == path {
+	p, target, subtree, err := m.checkMove(path, newParent, newPath)
+	if err != nil || p.Path == newPath {
+		defer m.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
 		return p.toProto(true), nil
 	}
-	if _, exists := m.pools[newPath]; exists {
-		return nil, apierr.AlreadyExists("pool %s already exists", newPath)
-	}
-	var subtree []*Pool
-	var collect func(*Pool)
-	collect = func(n *Pool) {
-		subtree = append(subtree, n)
-		for _, c := range n.children {
-			collect(c)
-		}
-	}
-	collect(p)
-	if len(subtree) > maxMovedPools {
-		return nil, apierr.FailedPrecondition("pool %s has %d pools under it; at most %d move at once", path, len(subtree), maxMovedPools)
-	}
+	frozen := append(slices.Clone(subtree), target)
+	freeze(frozen...)
+	m.mu.Unlock()
+	defer m.thaw(frozen...)
+	paths := make([]string, 0, len(subtree)+1)
 	for _, n := range subtree {
-		if m.busy(n) {
-			return nil, apierr.FailedPrecondition("pool %s has jobs; pools with jobs cannot be moved", n.Path)
-		}
-		if depth := strings.Count(newPath+strings.TrimPrefix(n.Path, path), "/"); depth > 16 {
-			return nil, apierr.Invalid("newParent", "%s would be %d levels deep; at most 16", newPath+strings.TrimPrefix(n.Path, path), depth)
+		paths = append(paths, n.Path)
+	}
+	if err := m.checkNoJobs("pools with jobs cannot be moved", paths...); err != nil {
+		return nil, err
+	}
+	if target != m.root && target.IsLeaf() {
+		if m.hasJobs != nil && m.hasJobs(target.Path) {
+			return nil, apierr.FailedPrecondition("newParent: pool %s has jobs; a pool with jobs cannot get children", target.Path)
 		}
 	}
-	if target != m.root && target.IsLeaf() && m.busy(target) {
-		return nil, apierr.FailedPrecondition("newParent: pool %s has jobs; a pool with jobs cannot get children", target.Path)
-	}
+	// The tree's shape and reservations change only under poolMu, which
+	// this holds: reading them without mu is safe.
 	if err := m.checkReservations(target, newPath, p.Reservation); err != nil {
 		return nil, err
 	}
 	ops := make([]store.Op, 0, 2*len(subtree))
+	var probeVal []byte
 	for _, n := range subtree {
 		val, _ := proto.Marshal(n.spec)
+		if n == p {
+			probeVal = val
+		}
 		ops = append(ops,
 			store.Delete(poolKeyPrefix+n.Path, n.revision),
 			store.Put(poolKeyPrefix+newPath+strings.TrimPrefix(n.Path, path), val, store.MustNotExist))
 	}
-	rev, err := m.store.Txn(ctx, ops...)
+	rev, err := m.txnOutcome(ctx, poolKeyPrefix+newPath, func(kv *store.KV) (int64, bool) {
+		if kv == nil || !bytes.Equal(kv.Value, probeVal) {
+			return 0, false
+		}
+		return kv.Revision, true
+	}, ops...)
 	if errors.Is(err, store.ErrConflict) {
 		return nil, apierr.Aborted("pools under %s changed concurrently; retry", path)
 	}
 	if err != nil {
 		return nil, apierr.Unavailable("move pool %s: %v", path, err)
 	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	delete(p.parent.children, path)
 	for _, n := range subtree {
 		delete(m.pools, n.Path)

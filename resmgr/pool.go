@@ -62,7 +62,7 @@ type Pool struct {
 	revision int64
 
 	Reservation resources.Resources
-	// Limit is resources.Unlimited in every kind the spec leaves unset.
+	// Limit is math.MaxInt64 (unlimited) in every kind the spec leaves unset.
 	Limit resources.Resources
 	// Share is the weight per kind in thousandths (share 1 = 1000).
 	Share resources.Resources
@@ -84,6 +84,11 @@ type Pool struct {
 	Revocable resources.Resources
 	// preempting is what tasks chosen for preemption still hold until they end.
 	preempting resources.Resources
+
+	// frozen is set while a change of the pool tree that depends on this
+	// pool holding no jobs is being written (see Manager.poolMu): no job
+	// or task may arrive in it meanwhile.
+	frozen bool
 
 	pendingTasks int
 	runningTasks int
@@ -128,15 +133,10 @@ func specToNode(spec *pelotonv1.PoolSpec) (res, limit, share resources.Resources
 	if res, err = resources.FromProto(spec.Reservation, "spec.reservation"); err != nil {
 		return
 	}
-	limit = resources.Unlimited
-	if spec.Limit != nil {
-		var l resources.Resources
-		if l, err = resources.FromProto(spec.Limit, "spec.limit"); err != nil {
-			return
-		}
-		// A zero kind in a given limit object means "no limit" for that kind
-		// only when the whole object is empty; otherwise it is a real zero.
-		limit = l
+	// Limits are per kind: a kind the spec leaves unset is unlimited, while
+	// an unset reservation kind is zero (see resources.LimitFromProto).
+	if limit, err = resources.LimitFromProto(spec.Limit, "spec.limit"); err != nil {
+		return
 	}
 	share = resources.Resources{MilliCPU: 1000, MemoryMB: 1000, DiskMB: 1000, GPU: 1000}
 	if spec.Share != nil {
@@ -156,7 +156,8 @@ func specToNode(spec *pelotonv1.PoolSpec) (res, limit, share resources.Resources
 	}
 	for k := resources.Kind(0); k < resources.NumKinds; k++ {
 		if limit.Get(k) < res.Get(k) {
-			err = apierr.Invalid("spec.limit."+k.String(), "limit %d must be >= reservation %d", limit.Get(k), res.Get(k))
+			err = apierr.Invalid("spec.limit."+k.String(), "limit %s must be >= reservation %s",
+				resources.FormatAmount(k, limit.Get(k)), resources.FormatAmount(k, res.Get(k)))
 			return
 		}
 	}

@@ -29,6 +29,7 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -394,6 +395,9 @@ func (b *Backend) Start(ctx context.Context, sink func(hostmgr.TaskEvent)) error
 		UpdateFunc: func(old, cur any) { b.onPod(old, cur, false) },
 		DeleteFunc: b.onPodDelete,
 	}); err != nil {
+		return err
+	}
+	if err := b.ensureNamespaces(ctx); err != nil {
 		return err
 	}
 	b.nodeFactory.Start(b.stop)
@@ -814,9 +818,83 @@ func (b *Backend) Launch(ctx context.Context, spec hostmgr.LaunchSpec) error {
 		b.mu.Lock()
 		delete(b.tasks, spec.TaskID)
 		b.mu.Unlock()
+		if why := b.blockedBy(ns, err); why != "" {
+			return fmt.Errorf("kubernetes: launch %s on %s: %w: %s (%v)", spec.TaskID, spec.Host, hostmgr.ErrLaunchBlocked, why, err)
+		}
 		return fmt.Errorf("kubernetes: launch %s on %s: %w", spec.TaskID, spec.Host, err)
 	}
 	b.launched(t, created.UID)
+	return nil
+}
+
+// blockedBy says, for a pod create or bind refused for a reason a person
+// must fix (the namespace missing, Peloton not allowed to create pods
+// there, a pod the apiserver finds invalid), what to fix; "" for any other
+// error. Such a launch is not the run's failure (hostmgr.ErrLaunchBlocked).
+func (b *Backend) blockedBy(ns string, err error) string {
+	switch {
+	case apierrors.IsNotFound(err) && strings.Contains(err.Error(), "namespaces"):
+		return fmt.Sprintf("namespace %q does not exist; create it, or change %s", ns, b.namespaceFlag(ns))
+	case apierrors.IsForbidden(err):
+		return fmt.Sprintf("peloton may not create pods in namespace %q; grant it the peloton-tasks Role there (deploy/kubernetes/rbac.yaml), or change %s", ns, b.namespaceFlag(ns))
+	case apierrors.IsInvalid(err):
+		return "the apiserver refuses the pod as invalid; fix the job's spec"
+	}
+	return ""
+}
+
+// namespaceFlag names the flag that sends pods to ns, for messages.
+func (b *Backend) namespaceFlag(ns string) string {
+	for pool, n := range b.cfg.PoolNamespaces {
+		if n == ns && ns != b.cfg.Namespace {
+			return "the entry " + pool + "=" + ns + " of --kube-pool-namespaces"
+		}
+	}
+	return "--kube-namespace"
+}
+
+// ensureNamespaces checks, at start, that every namespace pods go to
+// exists, creating those that do not when Peloton may. It refuses to start,
+// naming the namespace and its flag, when one is missing and may not be
+// created: otherwise every launch would fail. When Peloton may not even
+// read namespaces (the RBAC of deploy/kubernetes grants pods only) it
+// cannot tell, and says so in the log; a launch into a missing namespace
+// then waits with the reason (blockedBy).
+func (b *Backend) ensureNamespaces(ctx context.Context) error {
+	names := make([]string, 0, len(b.namespaces))
+	for ns := range b.namespaces {
+		names = append(names, ns)
+	}
+	sort.Strings(names)
+	for _, ns := range names {
+		err := b.call(ctx, func(ctx context.Context) error {
+			_, err := b.client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+			return err
+		})
+		switch {
+		case err == nil:
+			continue
+		case apierrors.IsForbidden(err):
+			b.log.Warn("cannot check that the namespace exists (may not get namespaces); launches wait if it does not",
+				"namespace", ns, "flag", b.namespaceFlag(ns))
+			continue
+		case !apierrors.IsNotFound(err):
+			return fmt.Errorf("kubernetes: check namespace %q (%s): %w", ns, b.namespaceFlag(ns), err)
+		}
+		err = b.call(ctx, func(ctx context.Context) error {
+			_, err := b.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns,
+				Labels: map[string]string{LabelManagedBy: ManagedByValue}}}, metav1.CreateOptions{})
+			if apierrors.IsAlreadyExists(err) {
+				return nil
+			}
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("kubernetes: namespace %q does not exist and peloton may not create it (%v): create it (kubectl create namespace %s) or change %s",
+				ns, err, ns, b.namespaceFlag(ns))
+		}
+		b.log.Info("created namespace", "namespace", ns)
+	}
 	return nil
 }
 

@@ -647,3 +647,88 @@ func TestRBACManifestIsEnough(t *testing.T) {
 		t.Fatalf("the service account may list secrets: %v", err)
 	}
 }
+
+// TestStartCreatesMissingNamespaces: on a fresh cluster the namespaces the
+// backend sends pods to (the default and the pools') are created at start.
+func TestStartCreatesMissingNamespaces(t *testing.T) {
+	c := cluster(t)
+	id := fmt.Sprintf("fresh%d", testSeq.Add(1))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	nodes, err := c.AddNodes(ctx, kubetest.NodeSpec{Prefix: id, Count: 1, CPU: "4", Memory: "8Gi", Labels: map[string]string{"peloton.io/test": id}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(Config{REST: c.Config, Namespace: id, PoolNamespaces: map[string]string{"/team": id + "-team"},
+		NodeSelector: "peloton.io/test=" + id, RequestTimeout: 5 * time.Second, StartTimeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := newRecorder()
+	if err := b.Start(ctx, rec.sink); err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	for _, ns := range []string{id, id + "-team"} {
+		if _, err := c.Client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); err != nil {
+			t.Errorf("namespace %s after start: %v", ns, err)
+		}
+	}
+	e := &env{t: t, c: c, ctx: ctx, ns: id, nodes: nodes, b: b, rec: rec}
+	spec := e.launch(id, "server")
+	e.waitFor(spec.TaskID, pelotonv1.TaskState_RUNNING, 20*time.Second)
+}
+
+// TestStartRefusesANamespaceItMayNotCreate: when a namespace is missing and
+// Peloton may not create it, Start fails and names the namespace and flag.
+func TestStartRefusesANamespaceItMayNotCreate(t *testing.T) {
+	c := cluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	id := fmt.Sprintf("nocreate%d", testSeq.Add(1))
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: id},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get"}}}}
+	if _, err := c.Client.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: id},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: id},
+		Subjects: []rbacv1.Subject{{Kind: "User", Name: id}}}
+	if _, err := c.Client.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rc := rest.CopyConfig(c.Config)
+	rc.Impersonate = rest.ImpersonationConfig{UserName: id}
+	b, err := New(Config{REST: rc, Namespace: id + "-missing", RequestTimeout: 5 * time.Second, StartTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	err = b.Start(ctx, newRecorder().sink)
+	if err == nil || !strings.Contains(err.Error(), `namespace "`+id+`-missing" does not exist and peloton may not create it`) ||
+		!strings.Contains(err.Error(), "--kube-namespace") {
+		t.Fatalf("start with a namespace it may not create: %v", err)
+	}
+}
+
+// TestLaunchIntoMissingNamespaceIsBlocked: a launch that fails because the
+// namespace is missing is hostmgr.ErrLaunchBlocked, whose message says which
+// namespace and which flag; nothing is left behind.
+func TestLaunchIntoMissingNamespaceIsBlocked(t *testing.T) {
+	c := cluster(t)
+	e := newEnv(t, c, 1, nil)
+	// A pool entry added after start: its namespace was never created.
+	e.b.cfg.PoolNamespaces = map[string]string{"/ghost": e.ns + "-ghost"}
+	spec := hostmgr.LaunchSpec{TaskID: "ghost-0-1", JobID: "ghost", RunID: 1, Host: e.nodes[0], Pool: "/ghost",
+		Command: []string{"server"}, Resources: resources.Resources{MilliCPU: 100, MemoryMB: 64}}
+	err := e.b.Launch(e.ctx, spec)
+	if !errors.Is(err, hostmgr.ErrLaunchBlocked) {
+		t.Fatalf("launch into a missing namespace: %v, want ErrLaunchBlocked", err)
+	}
+	if want := `namespace "` + e.ns + `-ghost" does not exist; create it, or change the entry /ghost=` + e.ns + `-ghost of --kube-pool-namespaces`; !strings.Contains(err.Error(), want) {
+		t.Errorf("message %q, want it to contain %q", err, want)
+	}
+	if _, err := e.b.Status(spec.TaskID); !errors.Is(err, hostmgr.ErrUnknownTask) {
+		t.Errorf("a blocked launch left the task known: %v", err)
+	}
+}

@@ -112,9 +112,26 @@ func (r Resources) FitsIn(o Resources) bool {
 // IsZero reports whether every kind is zero.
 func (r Resources) IsZero() bool { return r == Resources{} }
 
-// String renders r for logs and error messages.
+// String renders r for logs and error messages, in the units users write
+// (cpu in cores, memory and disk in MiB); an unlimited kind reads "unlimited".
 func (r Resources) String() string {
-	return fmt.Sprintf("cpu=%s memoryMb=%d diskMb=%d gpu=%d", FormatCPU(r.MilliCPU), r.MemoryMB, r.DiskMB, r.GPU)
+	return fmt.Sprintf("cpu=%s memoryMb=%s diskMb=%s gpu=%s",
+		FormatAmount(CPU, r.MilliCPU), FormatAmount(Memory, r.MemoryMB), FormatAmount(Disk, r.DiskMB), FormatAmount(GPU, r.GPU))
+}
+
+// FormatAmount renders a quantity of kind k in the units of the API, the
+// units users write in specs: cores for cpu ("0.5", never 500 milli-units),
+// MiB for memory and disk, whole GPUs. math.MaxInt64, the quantity of an
+// unlimited kind, reads "unlimited". Every amount in a user-facing message
+// goes through here.
+func FormatAmount(k Kind, v int64) string {
+	if v == math.MaxInt64 {
+		return "unlimited"
+	}
+	if k == CPU {
+		return FormatCPU(v)
+	}
+	return fmt.Sprintf("%d", v)
 }
 
 // FormatCPU renders milli-CPU as decimal cores ("0.1", "4").
@@ -174,6 +191,24 @@ func FromProto(p *pelotonv1.Resources, field string) (Resources, error) {
 	}
 	if r.GPU, err = conv("gpu", p.Gpu, 1); err != nil {
 		return r, err
+	}
+	return r, nil
+}
+
+// LimitFromProto converts a pool limit. Limits are per kind: a kind the user
+// did not set (zero, as proto3 cannot tell unset from zero) is unlimited, so
+// {cpu: 30} caps cpu only and leaves memory, disk and gpu unlimited. nil
+// means unlimited in every kind. Reservations use FromProto instead, where
+// an unset kind is zero: nothing reserved.
+func LimitFromProto(p *pelotonv1.Resources, field string) (Resources, error) {
+	r, err := FromProto(p, field)
+	if err != nil {
+		return r, err
+	}
+	for k := Kind(0); k < NumKinds; k++ {
+		if r.Get(k) == 0 {
+			r = r.Set(k, math.MaxInt64)
+		}
 	}
 	return r, nil
 }

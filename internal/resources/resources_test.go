@@ -50,3 +50,50 @@ func TestSaturatingArithmetic(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestLimitFromProto states the rule for pool limits: per kind, and a kind
+// left unset is unlimited. nil is unlimited everywhere.
+func TestLimitFromProto(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		p    *pelotonv1.Resources
+		want Resources
+	}{
+		{"nil", nil, Unlimited},
+		{"empty", &pelotonv1.Resources{}, Unlimited},
+		{"cpu only", &pelotonv1.Resources{Cpu: 30}, Resources{30000, math.MaxInt64, math.MaxInt64, math.MaxInt64}},
+		{"memory and gpu", &pelotonv1.Resources{MemoryMb: 512, Gpu: 2}, Resources{math.MaxInt64, 512, math.MaxInt64, 2}},
+		{"all", &pelotonv1.Resources{Cpu: 0.5, MemoryMb: 1, DiskMb: 2, Gpu: 3}, Resources{500, 1, 2, 3}},
+	} {
+		got, err := LimitFromProto(tc.p, "spec.limit")
+		if err != nil || got != tc.want {
+			t.Errorf("%s: got %+v, %v; want %+v", tc.name, got, err, tc.want)
+		}
+	}
+	if _, err := LimitFromProto(&pelotonv1.Resources{Cpu: -1}, "spec.limit"); err == nil || err.Error() != "spec.limit.cpu: must be >= 0, got -1" {
+		t.Errorf("negative limit: %v", err)
+	}
+	// A reservation is the other way round: unset is zero.
+	if r, _ := FromProto(&pelotonv1.Resources{Cpu: 30}, "spec.reservation"); r != (Resources{MilliCPU: 30000}) {
+		t.Errorf("reservation {cpu: 30} = %+v, want only cpu", r)
+	}
+}
+
+// TestFormatAmount: user-facing amounts are in the units users write.
+func TestFormatAmount(t *testing.T) {
+	for _, tc := range []struct {
+		k    Kind
+		v    int64
+		want string
+	}{
+		{CPU, 2000, "2"}, {CPU, 1500, "1.5"}, {CPU, 1, "0.001"}, {Memory, 2048, "2048"},
+		{GPU, 1, "1"}, {Disk, math.MaxInt64, "unlimited"}, {CPU, math.MaxInt64, "unlimited"},
+	} {
+		if got := FormatAmount(tc.k, tc.v); got != tc.want {
+			t.Errorf("FormatAmount(%s, %d) = %q, want %q", tc.k, tc.v, got, tc.want)
+		}
+	}
+	if got := (Resources{MilliCPU: 30000, MemoryMB: math.MaxInt64}).String(); got != "cpu=30 memoryMb=unlimited diskMb=0 gpu=0" {
+		t.Errorf("String() = %q", got)
+	}
+}

@@ -102,7 +102,7 @@ func TestBadInput(t *testing.T) {
 		{"missing parent", func() error {
 			_, err := s.pools.CreatePool(ctx, &pelotonv1.CreatePoolRequest{Path: "/a/b"})
 			return err
-		}, codes.NotFound, "parent pool /a"},
+		}, codes.NotFound, "path: parent pool /a does not exist; create /a first"},
 		{"children reserve more than parent", func() error {
 			_, err := s.pools.CreatePool(ctx, &pelotonv1.CreatePoolRequest{Path: "/org/other", Spec: &pelotonv1.PoolSpec{Reservation: &pelotonv1.Resources{Cpu: 1}}})
 			return err

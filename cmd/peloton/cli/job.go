@@ -84,6 +84,11 @@ func (a *app) jobGetCommand() *cobra.Command {
 				job := resp.GetJob()
 				return p.object(job, func(w io.Writer, wide bool) {
 					writeJobTable(w, []*pelotonv1.Job{job}, wide)
+					// The table's MESSAGE column is -o wide only; why a job
+					// waits or failed is what a user asks job get first.
+					if msg := job.GetStatus().GetMessage(); msg != "" && !wide {
+						fmt.Fprintf(w, "\nmessage: %s\n", msg)
+					}
 				})
 			})
 		},

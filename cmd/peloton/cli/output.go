@@ -284,7 +284,7 @@ func writePoolTable(w io.Writer, pools []*pelotonv1.Pool, _ bool) {
 		row(w,
 			p.GetPath(),
 			cpuMem(spec.GetReservation()),
-			cpuMem(spec.GetLimit()),
+			limitCell(spec.GetLimit()),
 			cpuMem(spec.GetShare()),
 			cpuMem(st.GetEntitlement()),
 			cpuMem(st.GetAllocation()),
@@ -298,6 +298,21 @@ func cpuMem(r *pelotonv1.Resources) string {
 		return ""
 	}
 	return number(r.GetCpu()) + "/" + number(r.GetMemoryMb())
+}
+
+// limitCell renders a pool limit as "cpu/memMb". Limits are per kind and a
+// kind left unset (0) is unlimited, so it reads "unlimited", never 0.
+func limitCell(r *pelotonv1.Resources) string {
+	one := func(v float64) string {
+		if v == 0 {
+			return "unlimited"
+		}
+		return number(v)
+	}
+	if r.GetCpu() == 0 && r.GetMemoryMb() == 0 {
+		return "unlimited"
+	}
+	return one(r.GetCpu()) + "/" + one(r.GetMemoryMb())
 }
 
 func number(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }

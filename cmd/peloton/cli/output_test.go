@@ -165,9 +165,15 @@ func TestPoolAndHostTables(t *testing.T) {
 	}}, false)
 	want := "" +
 		"PATH\tRESERVATION\tLIMIT\tSHARE\tENTITLEMENT\tALLOCATION\tDEMAND\n" +
-		"/org/team\t2/2048\t-\t1/1\t4/4096\t0.5/64\t0/0\n"
+		"/org/team\t2/2048\tunlimited\t1/1\t4/4096\t0.5/64\t0/0\n"
 	if buf.String() != want {
 		t.Errorf("pool rows:\n%q\nwant\n%q", buf.String(), want)
+	}
+	// Limits are per kind: a kind left unset is unlimited, not 0.
+	buf.Reset()
+	writePoolTable(&buf, []*pelotonv1.Pool{{Path: "/bc", Spec: &pelotonv1.PoolSpec{Limit: &pelotonv1.Resources{Cpu: 30}}}}, false)
+	if want := "/bc\t-\t30/unlimited\t-\t-\t-\t-\n"; !strings.HasSuffix(buf.String(), want) {
+		t.Errorf("cpu-only limit row: %q, want %q", buf.String(), want)
 	}
 
 	buf.Reset()

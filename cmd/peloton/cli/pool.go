@@ -1,8 +1,13 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"io"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/spf13/cobra"
 
@@ -35,10 +40,15 @@ func showPool(p *printer, pool *pelotonv1.Pool) error {
 
 func (a *app) poolCreateCommand() *cobra.Command {
 	var file string
+	var parents bool
 	cmd := &cobra.Command{
 		Use:   "create PATH -f FILE",
 		Short: "Create a pool (e.g. /org/team) from a PoolSpec file",
-		Args:  argsNamed("PATH"),
+		Long: `Create a pool (e.g. /org/team) from a PoolSpec file. Its parent must exist,
+unless --parents creates the missing ancestors: each reserves what the new
+pool reserves (a parent must reserve at least what its children do), with no
+limit and share 1; change them later with "peloton pool update".`,
+		Args: argsNamed("PATH"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			p, err := a.printer()
 			if err != nil {
@@ -52,8 +62,16 @@ func (a *app) poolCreateCommand() *cobra.Command {
 				return err
 			}
 			return a.withClient(func(c *client) error {
+				if parents {
+					if err := createAncestors(cmd.Context(), c, args[0], spec); err != nil {
+						return err
+					}
+				}
 				resp, err := call(cmd.Context(), c, c.pools.CreatePool, &pelotonv1.CreatePoolRequest{Path: args[0], Spec: spec})
 				if err != nil {
+					if st, ok := status.FromError(err); ok && st.Code() == codes.NotFound && strings.HasPrefix(st.Message(), "path: parent pool ") {
+						return &rpcError{st: status.New(codes.NotFound, st.Message()+"; or pass --parents to create the missing ancestors")}
+					}
 					return err
 				}
 				return showPool(p, resp.GetPool())
@@ -61,7 +79,30 @@ func (a *app) poolCreateCommand() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVarP(&file, "file", "f", "", `pool spec file, YAML or JSON ("-" for stdin)`)
+	cmd.Flags().BoolVarP(&parents, "parents", "p", false, "create missing ancestors first, each reserving what the new pool reserves")
 	return cmd
+}
+
+// createAncestors creates the missing ancestors of path, top down, each
+// reserving what spec reserves, so that the new pool fits under them.
+func createAncestors(ctx context.Context, c *client, path string, spec *pelotonv1.PoolSpec) error {
+	segs := strings.Split(strings.Trim(path, "/"), "/")
+	for i := 1; i < len(segs); i++ {
+		anc := "/" + strings.Join(segs[:i], "/")
+		_, err := call(ctx, c, c.pools.GetPool, &pelotonv1.GetPoolRequest{Path: anc})
+		if status.Code(err) != codes.NotFound {
+			if err != nil {
+				return err
+			}
+			continue
+		}
+		_, err = call(ctx, c, c.pools.CreatePool, &pelotonv1.CreatePoolRequest{Path: anc,
+			Spec: &pelotonv1.PoolSpec{Reservation: spec.GetReservation()}})
+		if err != nil && status.Code(err) != codes.AlreadyExists {
+			return fmt.Errorf("create ancestor %s: %w", anc, err)
+		}
+	}
+	return nil
 }
 
 func (a *app) poolGetCommand() *cobra.Command {

@@ -27,7 +27,7 @@ type stack struct {
 
 // startStack starts a stack of two virtual hosts and stops it when the test
 // ends. Set PELOTON_TEST_DEBUG to see its logs.
-func startStack(t *testing.T) *stack {
+func startStack(t *testing.T, opts ...func(*cluster.Config)) *stack {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("starts the whole stack")
@@ -43,6 +43,9 @@ func startStack(t *testing.T) *stack {
 		ShutdownGrace: 5 * time.Second,
 		Logger:        slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: level})),
 		OnReady:       func(r cluster.ReadyInfo) { ready <- r },
+	}
+	for _, o := range opts {
+		o(&cfg)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

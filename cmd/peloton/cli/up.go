@@ -192,6 +192,9 @@ func (f *serverFlags) config(embedded bool) (cluster.Config, error) {
 	if embedded && len(endpoints) == 0 {
 		cfg.EtcdListen = f.etcdListen
 	}
+	// A fresh `peloton up` is someone trying Peloton: their first
+	// non-preemptible service must run in /default.
+	cfg.DefaultReservesHosts = embedded
 	return cfg, nil
 }
 
@@ -280,11 +283,39 @@ its command declares, e.g. "sleep 5").
 Prints one "peloton is ready: ..." line once it serves; stops on SIGINT or SIGTERM.`,
 		Args: argsNamed(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := rejectClientFlags(cmd); err != nil {
+				return err
+			}
 			return a.runServer(cmd.Context(), &f, true)
 		},
 	}
 	f.register(cmd.Flags(), true)
+	cmd.SetUsageTemplate(serverUsage)
 	return cmd
+}
+
+// serverUsage is the usage text of the commands that run the stack: their
+// own flags only. The client flags every other command inherits from the
+// root (--server, --output, --timeout) mean nothing to a server.
+const serverUsage = `Usage:
+  {{.UseLine}}
+
+Flags:
+{{.LocalFlags.FlagUsages | trimTrailingWhitespaces}}
+`
+
+// clientFlags are the root's flags that only API clients use.
+var clientFlags = []string{"server", "output", "timeout"}
+
+// rejectClientFlags refuses a client flag given to a server command, which
+// would otherwise be accepted and ignored.
+func rejectClientFlags(cmd *cobra.Command) error {
+	for _, name := range clientFlags {
+		if fl := cmd.Flag(name); fl != nil && fl.Changed {
+			return usageErrorf("--%s is a flag of the client commands; %q takes only the flags in --help", name, cmd.CommandPath())
+		}
+	}
+	return nil
 }
 
 func (a *app) serveCommand() *cobra.Command {
@@ -308,10 +339,14 @@ the leader; the leader's ready line is printed when a replica first leads. A lea
 its stack at once and campaigns again.`,
 		Args: argsNamed(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := rejectClientFlags(cmd); err != nil {
+				return err
+			}
 			return a.runServer(cmd.Context(), &f, false)
 		},
 	}
 	f.register(clusterCmd.Flags(), false)
+	clusterCmd.SetUsageTemplate(serverUsage)
 	cmd.AddCommand(clusterCmd)
 	return cmd
 }

@@ -185,3 +185,33 @@ func TestServeClusterLeaderElectConfig(t *testing.T) {
 		t.Fatalf("serve cluster --leader-elect --listen 10.0.0.5:5391: exit %d, stderr %q, config %+v", r.code, r.stderr, got)
 	}
 }
+
+// TestServerCommandsHaveNoClientFlags: `up --help` and `serve cluster
+// --help` list only server flags, and a client flag given to them is a
+// usage error rather than silently ignored. `up` asks for /default to
+// reserve the hosts of a fresh cluster; `serve cluster` does not.
+func TestServerCommandsHaveNoClientFlags(t *testing.T) {
+	var got cluster.Config
+	run := func(_ context.Context, cfg cluster.Config) error { got = cfg; return nil }
+	for _, args := range [][]string{{"up", "--help"}, {"serve", "cluster", "--help"}} {
+		r := runWith(t, run, "", args...)
+		if r.code != exitOK || !strings.Contains(r.stdout, "--data-dir") {
+			t.Fatalf("%v: exit %d\n%s%s", args, r.code, r.stdout, r.stderr)
+		}
+		for _, f := range []string{"--server", "--output", "--timeout", "Global Flags"} {
+			if strings.Contains(r.stdout, f) {
+				t.Errorf("%v lists %s:\n%s", args, f, r.stdout)
+			}
+		}
+	}
+	r := runWith(t, run, "", "up", "-o", "json")
+	if r.code != exitUsage || !strings.Contains(r.stderr, `--output is a flag of the client commands; "peloton up" takes only the flags in --help`) {
+		t.Errorf("up -o json: exit %d, %q", r.code, r.stderr)
+	}
+	if r := runWith(t, run, "", "up"); r.code != exitOK || !got.DefaultReservesHosts {
+		t.Errorf("up: exit %d, DefaultReservesHosts %v", r.code, got.DefaultReservesHosts)
+	}
+	if r := runWith(t, run, "", "serve", "cluster", "--etcd-endpoints", "http://a:2379"); r.code != exitOK || got.DefaultReservesHosts {
+		t.Errorf("serve cluster: exit %d, DefaultReservesHosts %v", r.code, got.DefaultReservesHosts)
+	}
+}
