@@ -158,7 +158,7 @@ func Gang(ctx context.Context, env Env, cfg GangConfig) (*Result, error) {
 	err = waitFor(ctx, 100*time.Millisecond, "waiting for the killed fillers to free their hosts", func() (bool, string, error) {
 		cctx, cancel := call(ctx)
 		defer cancel()
-		hl, err := s.hosts.ListHosts(cctx, &pelotonv1.ListHostsRequest{})
+		hl, err := s.api.Hosts.ListHosts(cctx, &pelotonv1.ListHostsRequest{})
 		if err != nil {
 			return false, "", fmt.Errorf("ListHosts: %w", err)
 		}
@@ -198,7 +198,7 @@ func Gang(ctx context.Context, env Env, cfg GangConfig) (*Result, error) {
 			defer wg.Done()
 			err := waitFor(watchCtx, cfg.Poll, "waiting for gang job "+g.id+" to launch", func() (bool, string, error) {
 				cctx, cancel := call(watchCtx)
-				resp, err := s.tasks.ListTasks(cctx, &pelotonv1.ListTasksRequest{JobId: g.id})
+				resp, err := s.api.Tasks.ListTasks(cctx, &pelotonv1.ListTasksRequest{JobId: g.id})
 				cancel()
 				if err != nil {
 					return false, "", fmt.Errorf("ListTasks %s: %w", g.id, err)
@@ -320,7 +320,7 @@ func (s *stack) killInstances(ctx context.Context, jobID string, insts []int) er
 			defer wg.Done()
 			for inst := range ch {
 				cctx, cancel := call(ctx)
-				_, err := s.tasks.KillTask(cctx, &pelotonv1.KillTaskRequest{JobId: jobID, InstanceId: uint32(inst)})
+				_, err := s.api.Tasks.KillTask(cctx, &pelotonv1.KillTaskRequest{JobId: jobID, InstanceId: uint32(inst)})
 				cancel()
 				if err != nil {
 					once.Do(func() { firstErr = fmt.Errorf("KillTask %s %d: %w", jobID, inst, err) })

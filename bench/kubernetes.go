@@ -470,7 +470,7 @@ func (b *kubeBench) peloton(ctx context.Context, name, mode string, qps float32)
 	err = waitFor(hctx, 200*time.Millisecond, "Peloton seeing every kwok node", func() (bool, string, error) {
 		cctx, cancel := call(hctx)
 		defer cancel()
-		hl, err := s.hosts.ListHosts(cctx, &pelotonv1.ListHostsRequest{})
+		hl, err := s.api.Hosts.ListHosts(cctx, &pelotonv1.ListHostsRequest{})
 		if err != nil {
 			return false, "", fmt.Errorf("ListHosts: %w", err)
 		}
@@ -486,7 +486,7 @@ func (b *kubeBench) peloton(ctx context.Context, name, mode string, qps float32)
 	return b.phase(ctx, name, ns, nil, stop, func(ctx context.Context) error {
 		cctx, cancel := call(ctx)
 		defer cancel()
-		if _, err := s.jobs.CreateJob(cctx, &pelotonv1.CreateJobRequest{Spec: spec}); err != nil {
+		if _, err := s.api.Jobs.CreateJob(cctx, &pelotonv1.CreateJobRequest{Spec: spec}); err != nil {
 			return fmt.Errorf("CreateJob: %w", err)
 		}
 		return nil

@@ -11,10 +11,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/peloton-sched/peloton/cluster"
+	"github.com/peloton-sched/peloton/cluster/client"
 	"github.com/peloton-sched/peloton/hostmgr/kubernetes"
 	"github.com/peloton-sched/peloton/internal/store"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
@@ -76,12 +75,8 @@ type stack struct {
 	dir    string
 	cancel context.CancelFunc
 	done   chan error
-	conn   *grpc.ClientConn
-
-	jobs  pelotonv1.JobServiceClient
-	tasks pelotonv1.TaskServiceClient
-	pools pelotonv1.PoolServiceClient
-	hosts pelotonv1.HostServiceClient
+	// api is the stack's API, as any client of a cluster sees it.
+	api *client.Client
 }
 
 // startStack runs cluster.Run exactly as `peloton up --backend sim` does,
@@ -116,25 +111,19 @@ func startStack(ctx context.Context, env Env, sc stackConfig) (*stack, error) {
 		s.Close()
 		return nil, fmt.Errorf("bench: the stack did not start: %w", ctx.Err())
 	}
-	conn, err := grpc.NewClient(s.ready.GRPCAddr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMsgBytes), grpc.MaxCallSendMsgSize(maxMsgBytes)))
+	api, err := client.New(s.ready.GRPCAddr, client.Options{Timeout: callTimeout, MaxMsgBytes: maxMsgBytes})
 	if err != nil {
 		s.Close()
 		return nil, fmt.Errorf("bench: connect to %s: %w", s.ready.GRPCAddr, err)
 	}
-	s.conn = conn
-	s.jobs = pelotonv1.NewJobServiceClient(conn)
-	s.tasks = pelotonv1.NewTaskServiceClient(conn)
-	s.pools = pelotonv1.NewPoolServiceClient(conn)
-	s.hosts = pelotonv1.NewHostServiceClient(conn)
+	s.api = api
 	return s, nil
 }
 
 // Close stops the stack, waits for it (bounded) and removes its data.
 func (s *stack) Close() error {
-	if s.conn != nil {
-		s.conn.Close()
+	if s.api != nil {
+		s.api.Close()
 	}
 	s.cancel()
 	var err error
@@ -165,7 +154,7 @@ func call(ctx context.Context) (context.Context, context.CancelFunc) {
 func (s *stack) createJob(ctx context.Context, spec *pelotonv1.JobSpec) (string, error) {
 	cctx, cancel := call(ctx)
 	defer cancel()
-	resp, err := s.jobs.CreateJob(cctx, &pelotonv1.CreateJobRequest{Spec: spec})
+	resp, err := s.api.Jobs.CreateJob(cctx, &pelotonv1.CreateJobRequest{Spec: spec})
 	if err != nil {
 		return "", fmt.Errorf("CreateJob %s: %w", spec.Name, err)
 	}
@@ -175,7 +164,7 @@ func (s *stack) createJob(ctx context.Context, spec *pelotonv1.JobSpec) (string,
 func (s *stack) getJob(ctx context.Context, id string) (*pelotonv1.Job, error) {
 	cctx, cancel := call(ctx)
 	defer cancel()
-	resp, err := s.jobs.GetJob(cctx, &pelotonv1.GetJobRequest{JobId: id})
+	resp, err := s.api.Jobs.GetJob(cctx, &pelotonv1.GetJobRequest{JobId: id})
 	if err != nil {
 		return nil, fmt.Errorf("GetJob %s: %w", id, err)
 	}
@@ -185,7 +174,7 @@ func (s *stack) getJob(ctx context.Context, id string) (*pelotonv1.Job, error) {
 func (s *stack) getPool(ctx context.Context, path string) (*pelotonv1.Pool, error) {
 	cctx, cancel := call(ctx)
 	defer cancel()
-	resp, err := s.pools.GetPool(cctx, &pelotonv1.GetPoolRequest{Path: path})
+	resp, err := s.api.Pools.GetPool(cctx, &pelotonv1.GetPoolRequest{Path: path})
 	if err != nil {
 		return nil, fmt.Errorf("GetPool %s: %w", path, err)
 	}

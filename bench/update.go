@@ -97,13 +97,13 @@ func Update(ctx context.Context, env Env, cfg UpdateConfig) (*Result, error) {
 	writesBefore := counterSum(metrics.StoreWrites)
 	start := time.Now()
 	cctx, cancel := call(ctx)
-	resp, err := pelotonv1.NewUpdateServiceClient(s.conn).CreateUpdate(cctx, &pelotonv1.CreateUpdateRequest{JobId: id, Spec: spec,
+	resp, err := s.api.Updates.CreateUpdate(cctx, &pelotonv1.CreateUpdateRequest{JobId: id, Spec: spec,
 		UpdateSpec: &pelotonv1.UpdateSpec{BatchSize: uint32(cfg.BatchSize), InPlace: cfg.InPlace}})
 	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("CreateUpdate: %w", err)
 	}
-	updates := pelotonv1.NewUpdateServiceClient(s.conn)
+	updates := s.api.Updates
 	env.progress("update: rolling out %s", resp.Update.Id)
 	// The instant each multiple of BatchSize instances was done.
 	var marks []time.Duration

@@ -52,7 +52,7 @@ func (a *app) poolCreateCommand() *cobra.Command {
 				return err
 			}
 			return a.withClient(func(c *client) error {
-				resp, err := call(cmd.Context(), c, c.pools.CreatePool, &pelotonv1.CreatePoolRequest{Path: args[0], Spec: spec})
+				resp, err := call(cmd.Context(), c, c.Pools.CreatePool, &pelotonv1.CreatePoolRequest{Path: args[0], Spec: spec})
 				if err != nil {
 					return err
 				}
@@ -75,7 +75,7 @@ func (a *app) poolGetCommand() *cobra.Command {
 				return err
 			}
 			return a.withClient(func(c *client) error {
-				resp, err := call(cmd.Context(), c, c.pools.GetPool, &pelotonv1.GetPoolRequest{Path: args[0]})
+				resp, err := call(cmd.Context(), c, c.Pools.GetPool, &pelotonv1.GetPoolRequest{Path: args[0]})
 				if err != nil {
 					return err
 				}
@@ -105,7 +105,7 @@ func (a *app) poolUpdateCommand() *cobra.Command {
 				return err
 			}
 			return a.withClient(func(c *client) error {
-				resp, err := call(cmd.Context(), c, c.pools.UpdatePool,
+				resp, err := call(cmd.Context(), c, c.Pools.UpdatePool,
 					&pelotonv1.UpdatePoolRequest{Path: args[0], Spec: spec, Version: version})
 				if err != nil {
 					return err
@@ -126,7 +126,7 @@ func (a *app) poolDeleteCommand() *cobra.Command {
 		Args:  argsNamed("PATH"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.withClient(func(c *client) error {
-				if _, err := call(cmd.Context(), c, c.pools.DeletePool, &pelotonv1.DeletePoolRequest{Path: args[0]}); err != nil {
+				if _, err := call(cmd.Context(), c, c.Pools.DeletePool, &pelotonv1.DeletePoolRequest{Path: args[0]}); err != nil {
 					return err
 				}
 				fmt.Fprintf(a.stdout, "pool %s deleted\n", args[0])
@@ -147,7 +147,7 @@ func (a *app) poolListCommand() *cobra.Command {
 				return err
 			}
 			return a.withClient(func(c *client) error {
-				resp, err := call(cmd.Context(), c, c.pools.ListPools, &pelotonv1.ListPoolsRequest{})
+				resp, err := call(cmd.Context(), c, c.Pools.ListPools, &pelotonv1.ListPoolsRequest{})
 				if err != nil {
 					return err
 				}
@@ -176,7 +176,7 @@ func (a *app) poolMoveCommand() *cobra.Command {
 				return err
 			}
 			return a.withClient(func(c *client) error {
-				resp, err := call(cmd.Context(), c, c.pools.MovePool, &pelotonv1.MovePoolRequest{Path: args[0], NewParent: to})
+				resp, err := call(cmd.Context(), c, c.Pools.MovePool, &pelotonv1.MovePoolRequest{Path: args[0], NewParent: to})
 				if err != nil {
 					return err
 				}
