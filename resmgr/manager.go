@@ -13,6 +13,7 @@ import (
 
 	"github.com/peloton-sched/peloton/internal/apierr"
 	"github.com/peloton-sched/peloton/internal/metrics"
+	"github.com/peloton-sched/peloton/internal/requestid"
 	"github.com/peloton-sched/peloton/internal/resources"
 	"github.com/peloton-sched/peloton/internal/store"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
@@ -202,6 +203,36 @@ func (m *Manager) busy(p *Pool) bool {
 
 // CreatePool validates and stores a new pool.
 func (m *Manager) CreatePool(ctx context.Context, path string, spec *pelotonv1.PoolSpec) (*pelotonv1.Pool, error) {
+	return m.createPool(ctx, path, spec, nil)
+}
+
+// CreatePoolOnce is CreatePool made safe to retry by rq (see package
+// requestid): if rq was carried out before it returns the pool it created,
+// as it is now, and creates nothing; otherwise the pool and rq's record are
+// stored in one transaction.
+func (m *Manager) CreatePoolOnce(ctx context.Context, path string, spec *pelotonv1.PoolSpec, rq requestid.Request) (*pelotonv1.Pool, error) {
+	o, err := requestid.Lookup(ctx, m.store, rq, m.now())
+	if err == nil && !o.Done {
+		var p *pelotonv1.Pool
+		p, err = m.createPool(ctx, path, spec, func(path string) []store.Op { return o.Ops(rq, path, m.now()) })
+		if err == nil {
+			return p, nil
+		}
+		o, err = requestid.Recheck(ctx, m.store, rq, m.now(), err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	p, err := m.GetPool(o.Object)
+	if apierr.Code(err) == codes.NotFound {
+		return nil, apierr.FailedPrecondition("%s: %q created pool %s, which has since been deleted", requestid.Field, rq.ID, o.Object)
+	}
+	return p, err
+}
+
+// createPool validates and stores a new pool; with(path), if set, are more
+// writes for the pool's own transaction.
+func (m *Manager) createPool(ctx context.Context, path string, spec *pelotonv1.PoolSpec, with func(path string) []store.Op) (*pelotonv1.Pool, error) {
 	path, spec, r, err := poolRequest(path, spec, "the root pool / always exists and cannot be created")
 	if err != nil {
 		return nil, err
@@ -223,7 +254,11 @@ func (m *Manager) CreatePool(ctx context.Context, path string, spec *pelotonv1.P
 		return nil, err
 	}
 	val, _ := proto.Marshal(spec)
-	rev, err := m.store.Txn(ctx, store.Put(poolKeyPrefix+path, val, store.MustNotExist))
+	ops := []store.Op{store.Put(poolKeyPrefix+path, val, store.MustNotExist)}
+	if with != nil {
+		ops = append(ops, with(path)...)
+	}
+	rev, err := m.store.Txn(ctx, ops...)
 	if errors.Is(err, store.ErrConflict) {
 		return nil, apierr.AlreadyExists("pool %s already exists", path)
 	}
