@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -72,4 +73,48 @@ func (a *app) withClient(fn func(c *client) error) error {
 	}
 	defer c.Close()
 	return fn(c)
+}
+
+// createAttempts is how many times the CLI sends one create whose answer
+// did not arrive. Every attempt carries the same request id, so the server
+// creates the object at most once and a late retry gets the first answer.
+const createAttempts = 3
+
+// requestIDFlag registers --request-id on a create command.
+func requestIDFlag(cmd *cobra.Command, id *string) {
+	cmd.Flags().StringVar(id, "request-id", "", "id that makes the create safe to retry: the server creates at most one object per id "+
+		"(kept 24h) and answers a repeat with the first result; 1-128 of A-Z a-z 0-9 . _ - (default: a fresh random id)")
+}
+
+// requestID is the id for one invocation's create: the --request-id given,
+// or a fresh one.
+func requestID(flag string) string {
+	if flag != "" {
+		return flag
+	}
+	return pclient.NewRequestID()
+}
+
+// create makes one create call (req carries its request id), sending it
+// again when the server could not be reached or its answer was lost
+// (Unavailable, DeadlineExceeded), a bounded number of times.
+func create[Req, Resp any](ctx context.Context, c *client,
+	fn func(context.Context, Req, ...grpc.CallOption) (Resp, error), req Req) (Resp, error) {
+	for attempt := 1; ; attempt++ {
+		resp, err := fn(ctx, req)
+		if err == nil {
+			return resp, nil
+		}
+		code := status.Code(err)
+		if attempt == createAttempts || (code != codes.Unavailable && code != codes.DeadlineExceeded) {
+			var zero Resp
+			return zero, c.wrap(err)
+		}
+		select {
+		case <-ctx.Done():
+			var zero Resp
+			return zero, c.wrap(err)
+		case <-time.After(time.Duration(attempt) * 200 * time.Millisecond):
+		}
+	}
 }

@@ -37,7 +37,7 @@ func (a *app) jobCommand() *cobra.Command {
 }
 
 func (a *app) jobCreateCommand() *cobra.Command {
-	var file string
+	var file, rid string
 	cmd := &cobra.Command{
 		Use:   "create -f FILE",
 		Short: "Create a job from a spec file and print its ID",
@@ -53,7 +53,7 @@ func (a *app) jobCreateCommand() *cobra.Command {
 				return err
 			}
 			return a.withClient(func(c *client) error {
-				resp, err := call(cmd.Context(), c, c.Jobs.CreateJob, &pelotonv1.CreateJobRequest{Spec: spec})
+				resp, err := create(cmd.Context(), c, c.Jobs.CreateJob, &pelotonv1.CreateJobRequest{Spec: spec, RequestId: requestID(rid)})
 				if err != nil {
 					return err
 				}
@@ -63,6 +63,7 @@ func (a *app) jobCreateCommand() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVarP(&file, "file", "f", "", `job spec file, YAML or JSON ("-" for stdin)`)
+	requestIDFlag(cmd, &rid)
 	return cmd
 }
 

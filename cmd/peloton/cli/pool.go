@@ -34,7 +34,7 @@ func showPool(p *printer, pool *pelotonv1.Pool) error {
 }
 
 func (a *app) poolCreateCommand() *cobra.Command {
-	var file string
+	var file, rid string
 	cmd := &cobra.Command{
 		Use:   "create PATH -f FILE",
 		Short: "Create a pool (e.g. /org/team) from a PoolSpec file",
@@ -52,7 +52,7 @@ func (a *app) poolCreateCommand() *cobra.Command {
 				return err
 			}
 			return a.withClient(func(c *client) error {
-				resp, err := call(cmd.Context(), c, c.Pools.CreatePool, &pelotonv1.CreatePoolRequest{Path: args[0], Spec: spec})
+				resp, err := create(cmd.Context(), c, c.Pools.CreatePool, &pelotonv1.CreatePoolRequest{Path: args[0], Spec: spec, RequestId: requestID(rid)})
 				if err != nil {
 					return err
 				}
@@ -61,6 +61,7 @@ func (a *app) poolCreateCommand() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVarP(&file, "file", "f", "", `pool spec file, YAML or JSON ("-" for stdin)`)
+	requestIDFlag(cmd, &rid)
 	return cmd
 }
 

@@ -107,6 +107,7 @@ func (f *updateFlags) spec(fs *pflag.FlagSet) (*pelotonv1.UpdateSpec, error) {
 
 func (a *app) updateStartCommand() *cobra.Command {
 	var f updateFlags
+	var rid string
 	cmd := &cobra.Command{
 		Use:   "start JOBID -f FILE",
 		Short: "Start a rolling update of a job to a new spec",
@@ -132,8 +133,8 @@ works; -o json or -o yaml prints the whole update instead.`,
 				return err
 			}
 			return a.withClient(func(c *client) error {
-				resp, err := call(cmd.Context(), c, c.Updates.CreateUpdate, &pelotonv1.CreateUpdateRequest{
-					JobId: args[0], Spec: spec, UpdateSpec: us, JobVersion: f.jobVersion,
+				resp, err := create(cmd.Context(), c, c.Updates.CreateUpdate, &pelotonv1.CreateUpdateRequest{
+					JobId: args[0], Spec: spec, UpdateSpec: us, JobVersion: f.jobVersion, RequestId: requestID(rid),
 				})
 				if err != nil {
 					return err
@@ -149,6 +150,7 @@ works; -o json or -o yaml prints the whole update instead.`,
 		},
 	}
 	f.register(cmd.Flags())
+	requestIDFlag(cmd, &rid)
 	return cmd
 }
 
