@@ -106,12 +106,12 @@ func runStack(ctx context.Context, cfg Config, t *term) error {
 		return err
 	}
 	// Request ids of creates are kept for requestid.Retention; expired ones
-	// are deleted hourly, a bounded number per pass, and the sweep ends
+	// are deleted in bounded passes, and the sweep ends
 	// before the store closes.
 	sweepDone := make(chan struct{})
 	go func() {
 		defer close(sweepDone)
-		requestid.SweepEvery(runCtx, st, time.Hour, 10000, func(err error) { log.Warn("sweep expired request ids", "err", err) })
+		requestid.SweepEvery(runCtx, st, requestid.SweepInterval, requestid.SweepLimit, func(err error) { log.Warn("sweep expired request ids", "err", err) })
 	}()
 	defer func() { stopEngines(); <-sweepDone }()
 	// Placement engines run active-active: hostmgr leases keep them off each

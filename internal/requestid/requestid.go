@@ -36,6 +36,14 @@ import (
 // Retention is how long a request id is remembered after its create.
 const Retention = 24 * time.Hour
 
+// SweepInterval and SweepLimit pace the stack's sweep of expired records:
+// one pass an hour, deleting at most SweepLimit records, so a backlog is
+// worked off over several passes instead of in one long burst of writes.
+const (
+	SweepInterval = time.Hour
+	SweepLimit    = 10000
+)
+
 // MaxLen is the longest request id accepted.
 const MaxLen = 128
 
@@ -78,20 +86,33 @@ func New(kind Kind, id string, req proto.Message) (Request, error) {
 	return Request{Kind: kind, ID: id, Digest: Digest(req)}, nil
 }
 
-// Validate reports whether id is a well-formed request id: 1 to MaxLen
-// characters of A-Z, a-z, 0-9, '.', '_' and '-' (it is part of a store
-// key, so nothing that could read as a path).
+// Validate is Check as the API reports it: InvalidArgument naming
+// requestId.
 func Validate(id string) error {
+	if err := Check(id); err != nil {
+		return apierr.Invalid(Field, "%v", err)
+	}
+	return nil
+}
+
+// Check reports whether id is a well-formed request id: 1 to MaxLen
+// characters of A-Z, a-z, 0-9, '.', '_' and '-' (it is part of a store
+// key, so nothing that could read as a path). The error does not name the
+// field, so the CLI can name its flag instead.
+func Check(id string) error {
+	if id == "" {
+		return errors.New("is empty")
+	}
 	if len(id) > MaxLen {
-		return apierr.Invalid(Field, "is %d characters long; at most %d", len(id), MaxLen)
+		return fmt.Errorf("is %d characters long; at most %d", len(id), MaxLen)
 	}
 	if id == "." || id == ".." {
-		return apierr.Invalid(Field, "%q is not an id", id)
+		return fmt.Errorf("%q is not an id", id)
 	}
 	for i := 0; i < len(id); i++ {
 		c := id[i]
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return apierr.Invalid(Field, "character %q at offset %d is not allowed; use A-Z a-z 0-9 . _ -", c, i)
+			return fmt.Errorf("character %q at offset %d is not allowed; use A-Z a-z 0-9 . _ -", c, i)
 		}
 	}
 	return nil

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pclient "github.com/peloton-sched/peloton/cluster/client"
+	"github.com/peloton-sched/peloton/internal/requestid"
 )
 
 // client is the cluster API client (cluster/client) the CLI's commands use,
@@ -86,13 +87,16 @@ func requestIDFlag(cmd *cobra.Command, id *string) {
 		"(kept 24h) and answers a repeat with the first result; 1-128 of A-Z a-z 0-9 . _ - (default: a fresh random id)")
 }
 
-// requestID is the id for one invocation's create: the --request-id given,
-// or a fresh one.
-func requestID(flag string) string {
-	if flag != "" {
-		return flag
+// requestID is the id for one invocation's create: the --request-id given
+// (checked here, so a bad one is a usage error), or a fresh one.
+func requestID(flag string) (string, error) {
+	if flag == "" {
+		return pclient.NewRequestID(), nil
 	}
-	return pclient.NewRequestID()
+	if err := requestid.Check(flag); err != nil {
+		return "", usageErrorf("invalid --request-id %q: %v", flag, err)
+	}
+	return flag, nil
 }
 
 // create makes one create call (req carries its request id), sending it

@@ -52,8 +52,12 @@ func (a *app) jobCreateCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			reqID, err := requestID(rid)
+			if err != nil {
+				return err
+			}
 			return a.withClient(func(c *client) error {
-				resp, err := create(cmd.Context(), c, c.Jobs.CreateJob, &pelotonv1.CreateJobRequest{Spec: spec, RequestId: requestID(rid)})
+				resp, err := create(cmd.Context(), c, c.Jobs.CreateJob, &pelotonv1.CreateJobRequest{Spec: spec, RequestId: reqID})
 				if err != nil {
 					return err
 				}

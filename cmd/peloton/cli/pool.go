@@ -51,8 +51,12 @@ func (a *app) poolCreateCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			reqID, err := requestID(rid)
+			if err != nil {
+				return err
+			}
 			return a.withClient(func(c *client) error {
-				resp, err := create(cmd.Context(), c, c.Pools.CreatePool, &pelotonv1.CreatePoolRequest{Path: args[0], Spec: spec, RequestId: requestID(rid)})
+				resp, err := create(cmd.Context(), c, c.Pools.CreatePool, &pelotonv1.CreatePoolRequest{Path: args[0], Spec: spec, RequestId: reqID})
 				if err != nil {
 					return err
 				}

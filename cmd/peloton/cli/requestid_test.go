@@ -111,7 +111,7 @@ func TestRequestIDAndZeroValuesOnAStack(t *testing.T) {
 		t.Fatalf("request id reused for another spec: exit %d, stderr %q", r.code, r.stderr)
 	}
 	r = runCLI(t, spec, "--server", s.addr, "job", "create", "-f", "-", "--request-id", "a/b")
-	if r.code != exitError || !strings.Contains(r.stderr, "requestId: character '/'") {
+	if r.code != exitUsage || !strings.HasPrefix(r.stderr, `Error: invalid --request-id "a/b": character '/' at offset 1 is not allowed`) {
 		t.Fatalf("bad request id: exit %d, stderr %q", r.code, r.stderr)
 	}
 	for _, args := range [][]string{{"pool", "create", "/once"}, {"pool", "create", "/once"}} {

@@ -132,9 +132,13 @@ works; -o json or -o yaml prints the whole update instead.`,
 			if err != nil {
 				return err
 			}
+			reqID, err := requestID(rid)
+			if err != nil {
+				return err
+			}
 			return a.withClient(func(c *client) error {
 				resp, err := create(cmd.Context(), c, c.Updates.CreateUpdate, &pelotonv1.CreateUpdateRequest{
-					JobId: args[0], Spec: spec, UpdateSpec: us, JobVersion: f.jobVersion, RequestId: requestID(rid),
+					JobId: args[0], Spec: spec, UpdateSpec: us, JobVersion: f.jobVersion, RequestId: reqID,
 				})
 				if err != nil {
 					return err
