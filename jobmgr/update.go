@@ -164,7 +164,7 @@ func (m *Manager) CreateUpdateOnce(ctx context.Context, jobID string, spec *pelo
 	}
 	u, err := m.GetUpdate(o.Object)
 	if apierr.Code(err) == codes.NotFound {
-		return nil, apierr.FailedPrecondition("%s: %q created update %s, which no longer exists (its job was deleted)", requestid.Field, r.ID, o.Object)
+		return nil, apierr.FailedPrecondition("%s: %q created update %s, which no longer exists", requestid.Field, r.ID, o.Object)
 	}
 	return u, err
 }
