@@ -49,7 +49,8 @@ const (
 	maxTasks = 1_000_000
 	// maxInstances is the API's limit on one job's instanceCount.
 	maxInstances = 100_000
-	// callTimeout bounds each API call the harness makes.
+	// callTimeout bounds each API call the harness makes (the client's
+	// per-call deadline).
 	callTimeout = 60 * time.Second
 	// maxMsgBytes lets the harness read big answers (ListTasks of a large
 	// gang, GetJob of a job with many overrides).
@@ -147,14 +148,8 @@ func (s *stack) store(ctx context.Context) (*store.Etcd, error) {
 	return store.NewEtcd(ctx, store.EtcdConfig{Endpoints: s.ready.EtcdEndpoints})
 }
 
-func call(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, callTimeout)
-}
-
 func (s *stack) createJob(ctx context.Context, spec *pelotonv1.JobSpec) (string, error) {
-	cctx, cancel := call(ctx)
-	defer cancel()
-	resp, err := s.api.Jobs.CreateJob(cctx, &pelotonv1.CreateJobRequest{Spec: spec})
+	resp, err := s.api.Jobs.CreateJob(ctx, &pelotonv1.CreateJobRequest{Spec: spec})
 	if err != nil {
 		return "", fmt.Errorf("CreateJob %s: %w", spec.Name, err)
 	}
@@ -162,9 +157,7 @@ func (s *stack) createJob(ctx context.Context, spec *pelotonv1.JobSpec) (string,
 }
 
 func (s *stack) getJob(ctx context.Context, id string) (*pelotonv1.Job, error) {
-	cctx, cancel := call(ctx)
-	defer cancel()
-	resp, err := s.api.Jobs.GetJob(cctx, &pelotonv1.GetJobRequest{JobId: id})
+	resp, err := s.api.Jobs.GetJob(ctx, &pelotonv1.GetJobRequest{JobId: id})
 	if err != nil {
 		return nil, fmt.Errorf("GetJob %s: %w", id, err)
 	}
@@ -172,9 +165,7 @@ func (s *stack) getJob(ctx context.Context, id string) (*pelotonv1.Job, error) {
 }
 
 func (s *stack) getPool(ctx context.Context, path string) (*pelotonv1.Pool, error) {
-	cctx, cancel := call(ctx)
-	defer cancel()
-	resp, err := s.api.Pools.GetPool(cctx, &pelotonv1.GetPoolRequest{Path: path})
+	resp, err := s.api.Pools.GetPool(ctx, &pelotonv1.GetPoolRequest{Path: path})
 	if err != nil {
 		return nil, fmt.Errorf("GetPool %s: %w", path, err)
 	}
