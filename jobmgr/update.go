@@ -244,12 +244,15 @@ func (m *Manager) createUpdate(ctx context.Context, jobID string, spec *pelotonv
 		}
 	}
 	u := m.newUpdateRecord(id, jobID, us, curVer, v, scope, "update")
+	// The answer is the update as stored. Copy it before storing: from then
+	// on the engine owns u and may drive it at once.
+	created := proto.Clone(u.u).(*pelotonv1.Update)
 	if err := m.storeNewVersion(ctx, j, jv, u, with(id)...); err != nil {
 		return nil, err
 	}
 	m.log.Info("update created", "update", id, "job", jobID, "from", curVer, "to", v, "instances", len(scope))
 	m.queue.Add(jobID)
-	return proto.Clone(u.u).(*pelotonv1.Update), nil
+	return created, nil
 }
 
 func (m *Manager) newUpdateRecord(id, jobID string, us *pelotonv1.UpdateSpec, from, to uint64, scope []uint32, cause string) *update {
