@@ -156,9 +156,7 @@ func Gang(ctx context.Context, env Env, cfg GangConfig) (*Result, error) {
 	}
 	wantAlloc := float64(fillers-kills) * cfg.FillCPU
 	err = waitFor(ctx, 100*time.Millisecond, "waiting for the killed fillers to free their hosts", func() (bool, string, error) {
-		cctx, cancel := call(ctx)
-		defer cancel()
-		hl, err := s.hosts.ListHosts(cctx, &pelotonv1.ListHostsRequest{})
+		hl, err := s.api.Hosts.ListHosts(ctx, &pelotonv1.ListHostsRequest{})
 		if err != nil {
 			return false, "", fmt.Errorf("ListHosts: %w", err)
 		}
@@ -197,9 +195,7 @@ func Gang(ctx context.Context, env Env, cfg GangConfig) (*Result, error) {
 		go func() {
 			defer wg.Done()
 			err := waitFor(watchCtx, cfg.Poll, "waiting for gang job "+g.id+" to launch", func() (bool, string, error) {
-				cctx, cancel := call(watchCtx)
-				resp, err := s.tasks.ListTasks(cctx, &pelotonv1.ListTasksRequest{JobId: g.id})
-				cancel()
+				resp, err := s.api.Tasks.ListTasks(watchCtx, &pelotonv1.ListTasksRequest{JobId: g.id})
 				if err != nil {
 					return false, "", fmt.Errorf("ListTasks %s: %w", g.id, err)
 				}
@@ -319,9 +315,7 @@ func (s *stack) killInstances(ctx context.Context, jobID string, insts []int) er
 		go func() {
 			defer wg.Done()
 			for inst := range ch {
-				cctx, cancel := call(ctx)
-				_, err := s.tasks.KillTask(cctx, &pelotonv1.KillTaskRequest{JobId: jobID, InstanceId: uint32(inst)})
-				cancel()
+				_, err := s.api.Tasks.KillTask(ctx, &pelotonv1.KillTaskRequest{JobId: jobID, InstanceId: uint32(inst)})
 				if err != nil {
 					once.Do(func() { firstErr = fmt.Errorf("KillTask %s %d: %w", jobID, inst, err) })
 				}

@@ -468,9 +468,7 @@ func (b *kubeBench) peloton(ctx context.Context, name, mode string, qps float32)
 	hctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	err = waitFor(hctx, 200*time.Millisecond, "Peloton seeing every kwok node", func() (bool, string, error) {
-		cctx, cancel := call(hctx)
-		defer cancel()
-		hl, err := s.hosts.ListHosts(cctx, &pelotonv1.ListHostsRequest{})
+		hl, err := s.api.Hosts.ListHosts(hctx, &pelotonv1.ListHostsRequest{})
 		if err != nil {
 			return false, "", fmt.Errorf("ListHosts: %w", err)
 		}
@@ -484,9 +482,7 @@ func (b *kubeBench) peloton(ctx context.Context, name, mode string, qps float32)
 		DefaultSpec: &pelotonv1.TaskSpec{Command: []string{"serve"},
 			Resources: &pelotonv1.Resources{Cpu: b.cfg.PodCPU, MemoryMb: float64(b.cfg.PodMemoryMB)}}}
 	return b.phase(ctx, name, ns, nil, stop, func(ctx context.Context) error {
-		cctx, cancel := call(ctx)
-		defer cancel()
-		if _, err := s.jobs.CreateJob(cctx, &pelotonv1.CreateJobRequest{Spec: spec}); err != nil {
+		if _, err := s.api.Jobs.CreateJob(ctx, &pelotonv1.CreateJobRequest{Spec: spec}); err != nil {
 			return fmt.Errorf("CreateJob: %w", err)
 		}
 		return nil

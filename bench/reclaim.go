@@ -123,9 +123,7 @@ func Reclaim(ctx context.Context, env Env, cfg ReclaimConfig) (*Result, error) {
 	}
 	pools := []string{"/bench-reclaim-a", "/bench-reclaim-b", "/bench-reclaim-c"}
 	for _, p := range pools {
-		cctx, cancel := call(ctx)
-		_, err := s.pools.CreatePool(cctx, &pelotonv1.CreatePoolRequest{Path: p, Spec: &pelotonv1.PoolSpec{Reservation: resv}})
-		cancel()
+		_, err := s.api.Pools.CreatePool(ctx, &pelotonv1.CreatePoolRequest{Path: p, Spec: &pelotonv1.PoolSpec{Reservation: resv}})
 		if err != nil {
 			return nil, fmt.Errorf("CreatePool %s: %w", p, err)
 		}

@@ -11,10 +11,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/peloton-sched/peloton/cluster"
+	"github.com/peloton-sched/peloton/cluster/client"
 	"github.com/peloton-sched/peloton/hostmgr/kubernetes"
 	"github.com/peloton-sched/peloton/internal/store"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
@@ -50,7 +49,8 @@ const (
 	maxTasks = 1_000_000
 	// maxInstances is the API's limit on one job's instanceCount.
 	maxInstances = 100_000
-	// callTimeout bounds each API call the harness makes.
+	// callTimeout bounds each API call the harness makes (the client's
+	// per-call deadline).
 	callTimeout = 60 * time.Second
 	// maxMsgBytes lets the harness read big answers (ListTasks of a large
 	// gang, GetJob of a job with many overrides).
@@ -76,12 +76,8 @@ type stack struct {
 	dir    string
 	cancel context.CancelFunc
 	done   chan error
-	conn   *grpc.ClientConn
-
-	jobs  pelotonv1.JobServiceClient
-	tasks pelotonv1.TaskServiceClient
-	pools pelotonv1.PoolServiceClient
-	hosts pelotonv1.HostServiceClient
+	// api is the stack's API, as any client of a cluster sees it.
+	api *client.Client
 }
 
 // startStack runs cluster.Run exactly as `peloton up --backend sim` does,
@@ -116,25 +112,19 @@ func startStack(ctx context.Context, env Env, sc stackConfig) (*stack, error) {
 		s.Close()
 		return nil, fmt.Errorf("bench: the stack did not start: %w", ctx.Err())
 	}
-	conn, err := grpc.NewClient(s.ready.GRPCAddr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMsgBytes), grpc.MaxCallSendMsgSize(maxMsgBytes)))
+	api, err := client.New(s.ready.GRPCAddr, client.Options{Timeout: callTimeout, MaxMsgBytes: maxMsgBytes})
 	if err != nil {
 		s.Close()
 		return nil, fmt.Errorf("bench: connect to %s: %w", s.ready.GRPCAddr, err)
 	}
-	s.conn = conn
-	s.jobs = pelotonv1.NewJobServiceClient(conn)
-	s.tasks = pelotonv1.NewTaskServiceClient(conn)
-	s.pools = pelotonv1.NewPoolServiceClient(conn)
-	s.hosts = pelotonv1.NewHostServiceClient(conn)
+	s.api = api
 	return s, nil
 }
 
 // Close stops the stack, waits for it (bounded) and removes its data.
 func (s *stack) Close() error {
-	if s.conn != nil {
-		s.conn.Close()
+	if s.api != nil {
+		s.api.Close()
 	}
 	s.cancel()
 	var err error
@@ -158,14 +148,8 @@ func (s *stack) store(ctx context.Context) (*store.Etcd, error) {
 	return store.NewEtcd(ctx, store.EtcdConfig{Endpoints: s.ready.EtcdEndpoints, Prefix: cluster.ClusterPrefix(s.ready.ClusterName)})
 }
 
-func call(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, callTimeout)
-}
-
 func (s *stack) createJob(ctx context.Context, spec *pelotonv1.JobSpec) (string, error) {
-	cctx, cancel := call(ctx)
-	defer cancel()
-	resp, err := s.jobs.CreateJob(cctx, &pelotonv1.CreateJobRequest{Spec: spec})
+	resp, err := s.api.Jobs.CreateJob(ctx, &pelotonv1.CreateJobRequest{Spec: spec})
 	if err != nil {
 		return "", fmt.Errorf("CreateJob %s: %w", spec.Name, err)
 	}
@@ -173,9 +157,7 @@ func (s *stack) createJob(ctx context.Context, spec *pelotonv1.JobSpec) (string,
 }
 
 func (s *stack) getJob(ctx context.Context, id string) (*pelotonv1.Job, error) {
-	cctx, cancel := call(ctx)
-	defer cancel()
-	resp, err := s.jobs.GetJob(cctx, &pelotonv1.GetJobRequest{JobId: id})
+	resp, err := s.api.Jobs.GetJob(ctx, &pelotonv1.GetJobRequest{JobId: id})
 	if err != nil {
 		return nil, fmt.Errorf("GetJob %s: %w", id, err)
 	}
@@ -183,9 +165,7 @@ func (s *stack) getJob(ctx context.Context, id string) (*pelotonv1.Job, error) {
 }
 
 func (s *stack) getPool(ctx context.Context, path string) (*pelotonv1.Pool, error) {
-	cctx, cancel := call(ctx)
-	defer cancel()
-	resp, err := s.pools.GetPool(cctx, &pelotonv1.GetPoolRequest{Path: path})
+	resp, err := s.api.Pools.GetPool(ctx, &pelotonv1.GetPoolRequest{Path: path})
 	if err != nil {
 		return nil, fmt.Errorf("GetPool %s: %w", path, err)
 	}

@@ -96,22 +96,18 @@ func Update(ctx context.Context, env Env, cfg UpdateConfig) (*Result, error) {
 	spec.DefaultSpec.Command = []string{"sleep", "3601"}
 	writesBefore := counterSum(metrics.StoreWrites)
 	start := time.Now()
-	cctx, cancel := call(ctx)
-	resp, err := pelotonv1.NewUpdateServiceClient(s.conn).CreateUpdate(cctx, &pelotonv1.CreateUpdateRequest{JobId: id, Spec: spec,
+	resp, err := s.api.Updates.CreateUpdate(ctx, &pelotonv1.CreateUpdateRequest{JobId: id, Spec: spec,
 		UpdateSpec: &pelotonv1.UpdateSpec{BatchSize: uint32(cfg.BatchSize), InPlace: cfg.InPlace}})
-	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("CreateUpdate: %w", err)
 	}
-	updates := pelotonv1.NewUpdateServiceClient(s.conn)
+	updates := s.api.Updates
 	env.progress("update: rolling out %s", resp.Update.Id)
 	// The instant each multiple of BatchSize instances was done.
 	var marks []time.Duration
 	maxDown := 0
 	err = waitFor(ctx, cfg.Poll, "waiting for update "+resp.Update.Id, func() (bool, string, error) {
-		cctx, cancel := call(ctx)
-		defer cancel()
-		g, err := updates.GetUpdate(cctx, &pelotonv1.GetUpdateRequest{UpdateId: resp.Update.Id})
+		g, err := updates.GetUpdate(ctx, &pelotonv1.GetUpdateRequest{UpdateId: resp.Update.Id})
 		if err != nil {
 			return false, "", err
 		}

@@ -21,6 +21,7 @@ import (
 	"github.com/peloton-sched/peloton/hostmgr/local"
 	"github.com/peloton-sched/peloton/hostmgr/sim"
 	"github.com/peloton-sched/peloton/internal/api"
+	"github.com/peloton-sched/peloton/internal/requestid"
 	"github.com/peloton-sched/peloton/internal/resources"
 	"github.com/peloton-sched/peloton/internal/store"
 	"github.com/peloton-sched/peloton/jobmgr"
@@ -117,6 +118,15 @@ func runStack(ctx context.Context, cfg Config, t *term) error {
 	if err := jm.Start(runCtx); err != nil {
 		return err
 	}
+	// Request ids of creates are kept for requestid.Retention; expired ones
+	// are deleted in bounded passes, and the sweep ends
+	// before the store closes.
+	sweepDone := make(chan struct{})
+	go func() {
+		defer close(sweepDone)
+		requestid.SweepEvery(runCtx, st, requestid.SweepInterval, requestid.SweepLimit, func(err error) { log.Warn("sweep expired request ids", "err", err) })
+	}()
+	defer func() { stopEngines(); <-sweepDone }()
 	// Placement engines run active-active: hostmgr leases keep them off each
 	// other's hosts and its Commit re-checks every fit.
 	engineDone := make(chan struct{}, 1+cfg.PlacementEngines)

@@ -17,6 +17,7 @@ import (
 	"github.com/peloton-sched/peloton/hostmgr"
 	"github.com/peloton-sched/peloton/internal/apierr"
 	"github.com/peloton-sched/peloton/internal/metrics"
+	"github.com/peloton-sched/peloton/internal/requestid"
 	"github.com/peloton-sched/peloton/internal/resources"
 	"github.com/peloton-sched/peloton/internal/sla"
 	"github.com/peloton-sched/peloton/internal/store"
@@ -240,6 +241,32 @@ func newJobID() string {
 // once; if the process dies before they exist, the engine creates them after
 // restart.
 func (m *Manager) CreateJob(ctx context.Context, spec *pelotonv1.JobSpec) (string, error) {
+	return m.CreateJobOnce(ctx, spec, requestid.Request{})
+}
+
+// CreateJobOnce is CreateJob made safe to retry by r (see package
+// requestid): if r was carried out before it returns the job it created and
+// creates nothing; otherwise the job and r's record are stored in one
+// transaction.
+func (m *Manager) CreateJobOnce(ctx context.Context, spec *pelotonv1.JobSpec, r requestid.Request) (string, error) {
+	o, err := requestid.Lookup(ctx, m.store, r, m.now())
+	if err != nil {
+		return "", err
+	}
+	if o.Done {
+		return o.Object, nil
+	}
+	id, err := m.createJob(ctx, spec, func(id string) []store.Op { return o.Ops(r, id, m.now()) })
+	if err != nil {
+		o, err := requestid.Recheck(ctx, m.store, r, m.now(), err)
+		return o.Object, err
+	}
+	return id, nil
+}
+
+// createJob validates and stores a new job; with(id) are more writes for
+// the job's own transaction.
+func (m *Manager) createJob(ctx context.Context, spec *pelotonv1.JobSpec, with func(id string) []store.Op) (string, error) {
 	if err := validateJobSpec(spec, m.hm.LargestHost()); err != nil {
 		return "", err
 	}
@@ -253,15 +280,15 @@ func (m *Manager) CreateJob(ctx context.Context, spec *pelotonv1.JobSpec) (strin
 	spec = proto.Clone(spec).(*pelotonv1.JobSpec)
 	spec.Pool = pool
 	id := newJobID()
-	if err := m.storeJob(ctx, id, spec); err != nil {
+	if err := m.storeJob(ctx, id, spec, with(id)...); err != nil {
 		return "", err
 	}
 	return id, nil
 }
 
 // storeJob stores a new job, validated and with its pool resolved, and
-// hands it to the engine.
-func (m *Manager) storeJob(ctx context.Context, id string, spec *pelotonv1.JobSpec) error {
+// hands it to the engine. extra are more writes for the same transaction.
+func (m *Manager) storeJob(ctx context.Context, id string, spec *pelotonv1.JobSpec, extra ...store.Op) error {
 	created := m.now()
 	jv, err := newJobVersion(1, spec, created, "created")
 	if err != nil {
@@ -273,9 +300,9 @@ func (m *Manager) storeJob(ctx context.Context, id string, spec *pelotonv1.JobSp
 	}
 	rt := &pelotonv1.JobStatus{State: pelotonv1.JobState_JOB_INITIALIZED, GoalState: goalOf(spec.Type), SpecVersion: 1, CreateTime: timestamppb.New(created)}
 	rtb, _ := proto.Marshal(rt)
-	rev, err := m.store.Txn(ctx,
+	rev, err := m.store.Txn(ctx, append([]store.Op{
 		store.Put(jobSpecKey(id, 1), enc, store.MustNotExist),
-		store.Put(jobRuntimeKey(id), rtb, store.MustNotExist))
+		store.Put(jobRuntimeKey(id), rtb, store.MustNotExist)}, extra...)...)
 	if err != nil {
 		return apierr.Unavailable("store job: %v", err)
 	}

@@ -11,10 +11,12 @@ import (
 
 	"github.com/peloton-sched/peloton/internal/apierr"
 	"github.com/peloton-sched/peloton/internal/metrics"
+	"github.com/peloton-sched/peloton/internal/requestid"
 	"github.com/peloton-sched/peloton/internal/sla"
 	"github.com/peloton-sched/peloton/internal/store"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 	"github.com/peloton-sched/peloton/resmgr"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
@@ -140,6 +142,36 @@ func validateUpdateSpec(s *pelotonv1.UpdateSpec, instances uint32) error {
 
 // CreateUpdate starts rolling spec out to a long-running job.
 func (m *Manager) CreateUpdate(ctx context.Context, jobID string, spec *pelotonv1.JobSpec, us *pelotonv1.UpdateSpec, jobVersion uint64) (*pelotonv1.Update, error) {
+	return m.CreateUpdateOnce(ctx, jobID, spec, us, jobVersion, requestid.Request{})
+}
+
+// CreateUpdateOnce is CreateUpdate made safe to retry by r (see package
+// requestid): if r was carried out before it returns the update it created,
+// as it is now, and creates nothing; otherwise the update and r's record
+// are stored in one transaction.
+func (m *Manager) CreateUpdateOnce(ctx context.Context, jobID string, spec *pelotonv1.JobSpec, us *pelotonv1.UpdateSpec, jobVersion uint64, r requestid.Request) (*pelotonv1.Update, error) {
+	o, err := requestid.Lookup(ctx, m.store, r, m.now())
+	if err == nil && !o.Done {
+		var u *pelotonv1.Update
+		u, err = m.createUpdate(ctx, jobID, spec, us, jobVersion, func(id string) []store.Op { return o.Ops(r, id, m.now()) })
+		if err == nil {
+			return u, nil
+		}
+		o, err = requestid.Recheck(ctx, m.store, r, m.now(), err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	u, err := m.GetUpdate(o.Object)
+	if apierr.Code(err) == codes.NotFound {
+		return nil, apierr.FailedPrecondition("%s: %q created update %s, which no longer exists", requestid.Field, r.ID, o.Object)
+	}
+	return u, err
+}
+
+// createUpdate validates and stores a new update; with(id) are more writes
+// for the update's own transaction.
+func (m *Manager) createUpdate(ctx context.Context, jobID string, spec *pelotonv1.JobSpec, us *pelotonv1.UpdateSpec, jobVersion uint64, with func(id string) []store.Op) (*pelotonv1.Update, error) {
 	j, err := m.getJob(jobID)
 	if err != nil {
 		return nil, err
@@ -212,12 +244,15 @@ func (m *Manager) CreateUpdate(ctx context.Context, jobID string, spec *pelotonv
 		}
 	}
 	u := m.newUpdateRecord(id, jobID, us, curVer, v, scope, "update")
-	if err := m.storeNewVersion(ctx, j, jv, u); err != nil {
+	// The answer is the update as stored. Copy it before storing: from then
+	// on the engine owns u and may drive it at once.
+	created := proto.Clone(u.u).(*pelotonv1.Update)
+	if err := m.storeNewVersion(ctx, j, jv, u, with(id)...); err != nil {
 		return nil, err
 	}
 	m.log.Info("update created", "update", id, "job", jobID, "from", curVer, "to", v, "instances", len(scope))
 	m.queue.Add(jobID)
-	return proto.Clone(u.u).(*pelotonv1.Update), nil
+	return created, nil
 }
 
 func (m *Manager) newUpdateRecord(id, jobID string, us *pelotonv1.UpdateSpec, from, to uint64, scope []uint32, cause string) *update {
@@ -232,8 +267,9 @@ func (m *Manager) newUpdateRecord(id, jobID string, us *pelotonv1.UpdateSpec, fr
 
 // storeNewVersion makes jv the job's version in force, in one transaction
 // with the job's runtime and, if u is set, the new update record. It then
-// applies the version's instance count.
-func (m *Manager) storeNewVersion(ctx context.Context, j *job, jv *jobVersion, u *update) error {
+// applies the version's instance count. extra are more writes for the same
+// transaction.
+func (m *Manager) storeNewVersion(ctx context.Context, j *job, jv *jobVersion, u *update, extra ...store.Op) error {
 	enc, err := encodeVersion(jv.record())
 	if err != nil {
 		return fmt.Errorf("encode spec: %w", err)
@@ -248,6 +284,7 @@ func (m *Manager) storeNewVersion(ctx context.Context, j *job, jv *jobVersion, u
 	rt.SpecVersion = jv.version
 	rtb, _ := proto.Marshal(rt)
 	ops = append(ops, store.Put(jobRuntimeKey(j.id), rtb, j.rev))
+	ops = append(ops, extra...)
 	rev, err := m.store.Txn(ctx, ops...)
 	if err != nil {
 		j.mu.Unlock()

@@ -15,6 +15,7 @@ import (
 
 	"github.com/peloton-sched/peloton/internal/apierr"
 	"github.com/peloton-sched/peloton/internal/metrics"
+	"github.com/peloton-sched/peloton/internal/requestid"
 	"github.com/peloton-sched/peloton/internal/resources"
 	"github.com/peloton-sched/peloton/internal/store"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
@@ -300,6 +301,36 @@ func (m *Manager) txnOutcome(ctx context.Context, probe string, applied func(*st
 
 // CreatePool validates and stores a new pool. Its parent must exist.
 func (m *Manager) CreatePool(ctx context.Context, path string, spec *pelotonv1.PoolSpec) (*pelotonv1.Pool, error) {
+	return m.createPool(ctx, path, spec, nil)
+}
+
+// CreatePoolOnce is CreatePool made safe to retry by rq (see package
+// requestid): if rq was carried out before it returns the pool it created,
+// as it is now, and creates nothing; otherwise the pool and rq's record are
+// stored in one transaction.
+func (m *Manager) CreatePoolOnce(ctx context.Context, path string, spec *pelotonv1.PoolSpec, rq requestid.Request) (*pelotonv1.Pool, error) {
+	o, err := requestid.Lookup(ctx, m.store, rq, m.now())
+	if err == nil && !o.Done {
+		var p *pelotonv1.Pool
+		p, err = m.createPool(ctx, path, spec, func(path string) []store.Op { return o.Ops(rq, path, m.now()) })
+		if err == nil {
+			return p, nil
+		}
+		o, err = requestid.Recheck(ctx, m.store, rq, m.now(), err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	p, err := m.GetPool(o.Object)
+	if apierr.Code(err) == codes.NotFound {
+		return nil, apierr.FailedPrecondition("%s: %q created pool %s, which has since been deleted", requestid.Field, rq.ID, o.Object)
+	}
+	return p, err
+}
+
+// createPool validates and stores a new pool; with(path), if set, are more
+// writes for the pool's own transaction.
+func (m *Manager) createPool(ctx context.Context, path string, spec *pelotonv1.PoolSpec, with func(path string) []store.Op) (*pelotonv1.Pool, error) {
 	path, spec, r, err := poolRequest(path, spec, "the root pool / always exists and cannot be created")
 	if err != nil {
 		return nil, err
@@ -327,12 +358,16 @@ func (m *Manager) CreatePool(ctx context.Context, path string, spec *pelotonv1.P
 	}
 	val, _ := proto.Marshal(spec)
 	key := poolKeyPrefix + path
+	ops := []store.Op{store.Put(key, val, store.MustNotExist)}
+	if with != nil {
+		ops = append(ops, with(path)...)
+	}
 	rev, err := m.txnOutcome(ctx, key, func(kv *store.KV) (int64, bool) {
 		if kv == nil || !bytes.Equal(kv.Value, val) {
 			return 0, false
 		}
 		return kv.Revision, true
-	}, store.Put(key, val, store.MustNotExist))
+	}, ops...)
 	if errors.Is(err, store.ErrConflict) {
 		return nil, apierr.AlreadyExists("pool %s already exists", path)
 	}

@@ -6,12 +6,18 @@ import (
 	"io"
 
 	"github.com/peloton-sched/peloton/internal/apierr"
+	"github.com/peloton-sched/peloton/internal/requestid"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
-// CreateJob stores a new job after validating its spec.
+// CreateJob stores a new job after validating its spec; a request id makes
+// it safe to retry.
 func (s *Server) CreateJob(ctx context.Context, req *pelotonv1.CreateJobRequest) (*pelotonv1.CreateJobResponse, error) {
-	id, err := s.jm.CreateJob(ctx, req.GetSpec())
+	r, err := requestid.New(requestid.Job, req.GetRequestId(), req)
+	if err != nil {
+		return nil, err
+	}
+	id, err := s.jm.CreateJobOnce(ctx, req.GetSpec(), r)
 	if err != nil {
 		return nil, err
 	}
@@ -107,9 +113,13 @@ func (s *Server) GetTaskLogs(req *pelotonv1.GetTaskLogsRequest, stream pelotonv1
 	}
 }
 
-// CreatePool adds a pool to the tree.
+// CreatePool adds a pool to the tree; a request id makes it safe to retry.
 func (s *Server) CreatePool(ctx context.Context, req *pelotonv1.CreatePoolRequest) (*pelotonv1.CreatePoolResponse, error) {
-	p, err := s.rm.CreatePool(ctx, req.GetPath(), req.GetSpec())
+	r, err := requestid.New(requestid.Pool, req.GetRequestId(), req)
+	if err != nil {
+		return nil, err
+	}
+	p, err := s.rm.CreatePoolOnce(ctx, req.GetPath(), req.GetSpec(), r)
 	if err != nil {
 		return nil, err
 	}

@@ -110,8 +110,10 @@ func methodName(full string) string {
 // and /healthz. extra, if set, serves every other path (the web UI).
 func (s *Server) HTTPHandler(ctx context.Context, grpcAddr string, extra http.Handler) (http.Handler, error) {
 	// Unknown fields in a REST body are errors, as they are in spec files.
+	// Answers carry every field, zero values included (instanceId: 0), as
+	// the CLI's -o json does.
 	marshaler := &runtime.JSONPb{
-		MarshalOptions:   protojson.MarshalOptions{EmitUnpopulated: false, UseProtoNames: false},
+		MarshalOptions:   protojson.MarshalOptions{EmitUnpopulated: true, UseProtoNames: false},
 		UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
 	}
 	gw := runtime.NewServeMux(

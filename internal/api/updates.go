@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 
+	"github.com/peloton-sched/peloton/internal/requestid"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
@@ -24,9 +25,13 @@ func (s *Server) ListJobVersions(ctx context.Context, req *pelotonv1.ListJobVers
 	return &pelotonv1.ListJobVersionsResponse{Versions: vs}, nil
 }
 
-// CreateUpdate starts a rolling update.
+// CreateUpdate starts a rolling update; a request id makes it safe to retry.
 func (s *Server) CreateUpdate(ctx context.Context, req *pelotonv1.CreateUpdateRequest) (*pelotonv1.CreateUpdateResponse, error) {
-	u, err := s.jm.CreateUpdate(ctx, req.GetJobId(), req.GetSpec(), req.GetUpdateSpec(), req.GetJobVersion())
+	r, err := requestid.New(requestid.Update, req.GetRequestId(), req)
+	if err != nil {
+		return nil, err
+	}
+	u, err := s.jm.CreateUpdateOnce(ctx, req.GetJobId(), req.GetSpec(), req.GetUpdateSpec(), req.GetJobVersion(), r)
 	if err != nil {
 		return nil, err
 	}

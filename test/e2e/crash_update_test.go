@@ -13,9 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/peloton-sched/peloton/cluster/client"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -23,7 +22,7 @@ import (
 // test can SIGKILL it as a crash would.
 type upProcess struct {
 	cmd     *exec.Cmd
-	conn    *grpc.ClientConn
+	api     *client.Client
 	updates pelotonv1.UpdateServiceClient
 	jobs    pelotonv1.JobServiceClient
 	tasks   pelotonv1.TaskServiceClient
@@ -68,19 +67,19 @@ func startUp(t *testing.T, bin, dir string) *upProcess {
 	case <-time.After(90 * time.Second):
 		t.Fatal("peloton up did not become ready within 90s")
 	}
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	api, err := client.New(addr, client.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.conn = conn
-	p.updates, p.jobs, p.tasks = pelotonv1.NewUpdateServiceClient(conn), pelotonv1.NewJobServiceClient(conn), pelotonv1.NewTaskServiceClient(conn)
+	p.api = api
+	p.updates, p.jobs, p.tasks = api.Updates, api.Jobs, api.Tasks
 	return p
 }
 
 // kill SIGKILLs the process (a crash: no shutdown runs) and reaps it.
 func (p *upProcess) kill() {
-	if p.conn != nil {
-		p.conn.Close()
+	if p.api != nil {
+		p.api.Close()
 	}
 	if p.cmd.ProcessState == nil {
 		_ = p.cmd.Process.Signal(syscall.SIGKILL)

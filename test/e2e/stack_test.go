@@ -19,9 +19,8 @@ import (
 	"time"
 
 	"github.com/peloton-sched/peloton/cluster"
+	"github.com/peloton-sched/peloton/cluster/client"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/encoding/protojson"
 	"sigs.k8s.io/yaml"
 )
@@ -33,7 +32,9 @@ type stack struct {
 	ready   cluster.ReadyInfo
 	cancel  context.CancelFunc
 	done    chan error
-	conn    *grpc.ClientConn
+	// api is the stack's API through cluster/client, as every client of a
+	// cluster builds it; the fields below are shorthands for its services.
+	api *client.Client
 
 	jobs    pelotonv1.JobServiceClient
 	tasks   pelotonv1.TaskServiceClient
@@ -97,23 +98,25 @@ func startStack(t *testing.T, dataDir string, o stackOpts) *stack {
 		cancel()
 		t.Fatal("stack did not become ready within 90s")
 	}
-	conn, err := grpc.NewClient(s.ready.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.conn = conn
-	s.jobs = pelotonv1.NewJobServiceClient(conn)
-	s.tasks = pelotonv1.NewTaskServiceClient(conn)
-	s.pools = pelotonv1.NewPoolServiceClient(conn)
-	s.hosts = pelotonv1.NewHostServiceClient(conn)
-	s.updates = pelotonv1.NewUpdateServiceClient(conn)
+	s.connect(t)
 	var once sync.Once
 	t.Cleanup(func() { once.Do(s.stopNow) })
 	return s
 }
 
+// connect builds the stack's API client.
+func (s *stack) connect(t *testing.T) {
+	t.Helper()
+	api, err := client.New(s.ready.GRPCAddr, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.api = api
+	s.jobs, s.tasks, s.pools, s.hosts, s.updates = api.Jobs, api.Tasks, api.Pools, api.Hosts, api.Updates
+}
+
 func (s *stack) stopNow() {
-	s.conn.Close()
+	s.api.Close()
 	s.cancel()
 	select {
 	case err := <-s.done:

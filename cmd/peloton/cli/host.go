@@ -26,7 +26,7 @@ func (a *app) hostCommand() *cobra.Command {
 				return err
 			}
 			return a.withClient(func(c *client) error {
-				resp, err := call(cmd.Context(), c, c.hosts.ListHosts, &pelotonv1.ListHostsRequest{})
+				resp, err := call(cmd.Context(), c, c.Hosts.ListHosts, &pelotonv1.ListHostsRequest{})
 				if err != nil {
 					return err
 				}
@@ -54,7 +54,7 @@ func (a *app) maintenanceCommand() *cobra.Command {
 		a.maintenanceStartCommand("start HOST...", "Take hosts out of service: drain them of tasks"),
 		a.hostsCommand("complete HOST...", "Return hosts in maintenance to service",
 			func(ctx context.Context, c *client, hosts []string) (hostsResponse, error) {
-				return call(ctx, c, c.hosts.CompleteMaintenance, &pelotonv1.CompleteMaintenanceRequest{Hosts: hosts})
+				return call(ctx, c, c.Hosts.CompleteMaintenance, &pelotonv1.CompleteMaintenanceRequest{Hosts: hosts})
 			}),
 	)
 	return cmd
@@ -62,7 +62,7 @@ func (a *app) maintenanceCommand() *cobra.Command {
 
 func (a *app) maintenanceStartCommand(use, short string) *cobra.Command {
 	return a.hostsCommand(use, short, func(ctx context.Context, c *client, hosts []string) (hostsResponse, error) {
-		return call(ctx, c, c.hosts.StartMaintenance, &pelotonv1.StartMaintenanceRequest{Hosts: hosts})
+		return call(ctx, c, c.Hosts.StartMaintenance, &pelotonv1.StartMaintenanceRequest{Hosts: hosts})
 	})
 }
 

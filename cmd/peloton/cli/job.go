@@ -37,7 +37,7 @@ func (a *app) jobCommand() *cobra.Command {
 }
 
 func (a *app) jobCreateCommand() *cobra.Command {
-	var file string
+	var file, rid string
 	cmd := &cobra.Command{
 		Use:   "create -f FILE",
 		Short: "Create a job from a spec file and print its ID",
@@ -52,8 +52,12 @@ func (a *app) jobCreateCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			reqID, err := requestID(rid)
+			if err != nil {
+				return err
+			}
 			return a.withClient(func(c *client) error {
-				resp, err := call(cmd.Context(), c, c.jobs.CreateJob, &pelotonv1.CreateJobRequest{Spec: spec})
+				resp, err := create(cmd.Context(), c, c.Jobs.CreateJob, &pelotonv1.CreateJobRequest{Spec: spec, RequestId: reqID})
 				if err != nil {
 					return err
 				}
@@ -63,6 +67,7 @@ func (a *app) jobCreateCommand() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVarP(&file, "file", "f", "", `job spec file, YAML or JSON ("-" for stdin)`)
+	requestIDFlag(cmd, &rid)
 	return cmd
 }
 
@@ -77,7 +82,7 @@ func (a *app) jobGetCommand() *cobra.Command {
 				return err
 			}
 			return a.withClient(func(c *client) error {
-				resp, err := call(cmd.Context(), c, c.jobs.GetJob, &pelotonv1.GetJobRequest{JobId: args[0]})
+				resp, err := call(cmd.Context(), c, c.Jobs.GetJob, &pelotonv1.GetJobRequest{JobId: args[0]})
 				if err != nil {
 					return err
 				}
@@ -112,7 +117,7 @@ func (a *app) jobListCommand() *cobra.Command {
 				return err
 			}
 			return a.withClient(func(c *client) error {
-				resp, err := call(cmd.Context(), c, c.jobs.ListJobs, &pelotonv1.ListJobsRequest{Pool: pool, States: st, Name: name})
+				resp, err := call(cmd.Context(), c, c.Jobs.ListJobs, &pelotonv1.ListJobsRequest{Pool: pool, States: st, Name: name})
 				if err != nil {
 					return err
 				}
@@ -136,7 +141,7 @@ func (a *app) jobCancelCommand() *cobra.Command {
 		Args:  argsNamed("JOBID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.withClient(func(c *client) error {
-				if _, err := call(cmd.Context(), c, c.jobs.CancelJob, &pelotonv1.CancelJobRequest{JobId: args[0]}); err != nil {
+				if _, err := call(cmd.Context(), c, c.Jobs.CancelJob, &pelotonv1.CancelJobRequest{JobId: args[0]}); err != nil {
 					return err
 				}
 				fmt.Fprintf(a.stdout, "job %s: cancel requested\n", args[0])
@@ -153,7 +158,7 @@ func (a *app) jobDeleteCommand() *cobra.Command {
 		Args:  argsNamed("JOBID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.withClient(func(c *client) error {
-				if _, err := call(cmd.Context(), c, c.jobs.DeleteJob, &pelotonv1.DeleteJobRequest{JobId: args[0]}); err != nil {
+				if _, err := call(cmd.Context(), c, c.Jobs.DeleteJob, &pelotonv1.DeleteJobRequest{JobId: args[0]}); err != nil {
 					return err
 				}
 				fmt.Fprintf(a.stdout, "job %s deleted\n", args[0])
@@ -179,7 +184,7 @@ func (a *app) jobRestartCommand() *cobra.Command {
 				ids = append(ids, id)
 			}
 			return a.withClient(func(c *client) error {
-				if _, err := call(cmd.Context(), c, c.jobs.RestartJob,
+				if _, err := call(cmd.Context(), c, c.Jobs.RestartJob,
 					&pelotonv1.RestartJobRequest{JobId: args[0], Instances: ids}); err != nil {
 					return err
 				}
@@ -248,7 +253,7 @@ update's spec instead.`,
 				return usageErrorf("invalid --version 0: spec versions start at 1")
 			}
 			return a.withClient(func(c *client) error {
-				resp, err := call(cmd.Context(), c, c.jobs.ScaleJob, &pelotonv1.ScaleJobRequest{
+				resp, err := call(cmd.Context(), c, c.Jobs.ScaleJob, &pelotonv1.ScaleJobRequest{
 					JobId: args[0], InstanceCount: uint32(n), Version: version,
 				})
 				if err != nil {
@@ -280,7 +285,7 @@ last one is the spec in force. -o json or -o yaml shows the specs themselves.`,
 				return err
 			}
 			return a.withClient(func(c *client) error {
-				resp, err := call(cmd.Context(), c, c.jobs.ListJobVersions, &pelotonv1.ListJobVersionsRequest{JobId: args[0]})
+				resp, err := call(cmd.Context(), c, c.Jobs.ListJobVersions, &pelotonv1.ListJobVersionsRequest{JobId: args[0]})
 				if err != nil {
 					return err
 				}
@@ -300,7 +305,7 @@ func (a *app) waitJob(ctx context.Context, c *client, id string, want pelotonv1.
 		return fmt.Errorf("job %s is %s, not %s (timed out after %s)", id, last, want, timeout)
 	}
 	return pollUntil(ctx, c, a.poll, timeout, timedOut, func(ctx context.Context) (bool, error) {
-		resp, err := call(ctx, c, c.jobs.GetJob, &pelotonv1.GetJobRequest{JobId: id})
+		resp, err := call(ctx, c, c.Jobs.GetJob, &pelotonv1.GetJobRequest{JobId: id})
 		if err != nil {
 			return false, err
 		}

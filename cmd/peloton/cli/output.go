@@ -100,11 +100,13 @@ func (p *printer) document(b []byte) error {
 	return err
 }
 
-// marshalJSON is the protobuf JSON mapping of m (camelCase names, unset
-// fields left out), compact. protojson's own multiline output varies its
+// marshalJSON is the protobuf JSON mapping of m (camelCase names), compact.
+// Every field is printed, zero values included (instanceId: 0, exitCode: 0,
+// an unset message as null), so a script can read any field of any object
+// without knowing which values protobuf leaves out. protojson's own multiline output varies its
 // whitespace between builds on purpose; document indents it stably instead.
 func marshalJSON(m proto.Message) ([]byte, error) {
-	return protojson.MarshalOptions{EmitUnpopulated: false, UseProtoNames: false}.Marshal(m)
+	return protojson.MarshalOptions{EmitUnpopulated: true, UseProtoNames: false}.Marshal(m)
 }
 
 func newTabWriter(w io.Writer) *tabwriter.Writer {

@@ -55,8 +55,12 @@ func TestJobJSONAndYAML(t *testing.T) {
 	if !strings.Contains(got, `"instanceCount": 3`) || !strings.Contains(got, `"createTime": "2026-03-04T05:06:07Z"`) {
 		t.Errorf("json lacks camelCase fields:\n%s", got)
 	}
-	if strings.Contains(got, "description") || strings.Contains(got, "goalState") {
-		t.Errorf("json shows unset fields:\n%s", got)
+	// Zero values are printed too: scripts read any field without knowing
+	// which values protobuf would leave out.
+	for _, want := range []string{`"description": ""`, `"goalState": "JOB_STATE_UNSPECIFIED"`, `"message": ""`} {
+		if !strings.Contains(got, want) {
+			t.Errorf("json lacks the zero-valued field %s:\n%s", want, got)
+		}
 	}
 	back := &pelotonv1.Job{}
 	if err := protojson.Unmarshal([]byte(got), back); err != nil || !proto.Equal(back, job) {
@@ -131,6 +135,21 @@ func TestListJSONAndYAML(t *testing.T) {
 	}
 	if doc.Tasks[1]["taskId"] != "7f3c-1-1" {
 		t.Errorf("tasks[1] = %v", doc.Tasks[1])
+	}
+	// Instance 0 has its instanceId, and a task that exited 0 its exitCode.
+	if id, ok := doc.Tasks[0]["instanceId"]; !ok || id != float64(0) {
+		t.Errorf("tasks[0] has no instanceId 0: %v", doc.Tasks[0])
+	}
+	if st, _ := doc.Tasks[0]["status"].(map[string]any); st == nil || st["exitCode"] != float64(0) {
+		t.Errorf("tasks[0].status has no exitCode 0: %v", doc.Tasks[0])
+	}
+	buf.Reset()
+	p = &printer{w: &buf, format: formatYAML}
+	if err := p.list(resp, "tasks", len(resp.Tasks), nil); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(buf.String(), "- instanceId: 0\n") && !strings.Contains(buf.String(), "  instanceId: 0\n") {
+		t.Errorf("yaml lacks instanceId: 0:\n%s", buf.String())
 	}
 
 	// Empty lists are still lists.

@@ -39,7 +39,7 @@ func showPool(p *printer, pool *pelotonv1.Pool) error {
 }
 
 func (a *app) poolCreateCommand() *cobra.Command {
-	var file string
+	var file, rid string
 	var parents bool
 	cmd := &cobra.Command{
 		Use:   "create PATH -f FILE",
@@ -61,13 +61,17 @@ limit and share 1; change them later with "peloton pool update".`,
 			if err != nil {
 				return err
 			}
+			reqID, err := requestID(rid)
+			if err != nil {
+				return err
+			}
 			return a.withClient(func(c *client) error {
 				if parents {
 					if err := createAncestors(cmd.Context(), c, args[0], spec); err != nil {
 						return err
 					}
 				}
-				resp, err := call(cmd.Context(), c, c.pools.CreatePool, &pelotonv1.CreatePoolRequest{Path: args[0], Spec: spec})
+				resp, err := create(cmd.Context(), c, c.Pools.CreatePool, &pelotonv1.CreatePoolRequest{Path: args[0], Spec: spec, RequestId: reqID})
 				if err != nil {
 					if st, ok := status.FromError(err); ok && st.Code() == codes.NotFound && strings.HasPrefix(st.Message(), "path: parent pool ") {
 						return &rpcError{st: status.New(codes.NotFound, st.Message()+"; or pass --parents to create the missing ancestors")}
@@ -80,6 +84,7 @@ limit and share 1; change them later with "peloton pool update".`,
 	}
 	cmd.Flags().StringVarP(&file, "file", "f", "", `pool spec file, YAML or JSON ("-" for stdin)`)
 	cmd.Flags().BoolVarP(&parents, "parents", "p", false, "create missing ancestors first, each reserving what the new pool reserves")
+	requestIDFlag(cmd, &rid)
 	return cmd
 }
 
@@ -89,14 +94,14 @@ func createAncestors(ctx context.Context, c *client, path string, spec *pelotonv
 	segs := strings.Split(strings.Trim(path, "/"), "/")
 	for i := 1; i < len(segs); i++ {
 		anc := "/" + strings.Join(segs[:i], "/")
-		_, err := call(ctx, c, c.pools.GetPool, &pelotonv1.GetPoolRequest{Path: anc})
+		_, err := call(ctx, c, c.Pools.GetPool, &pelotonv1.GetPoolRequest{Path: anc})
 		if status.Code(err) != codes.NotFound {
 			if err != nil {
 				return err
 			}
 			continue
 		}
-		_, err = call(ctx, c, c.pools.CreatePool, &pelotonv1.CreatePoolRequest{Path: anc,
+		_, err = call(ctx, c, c.Pools.CreatePool, &pelotonv1.CreatePoolRequest{Path: anc,
 			Spec: &pelotonv1.PoolSpec{Reservation: spec.GetReservation()}})
 		if err != nil && status.Code(err) != codes.AlreadyExists {
 			return fmt.Errorf("create ancestor %s: %w", anc, err)
@@ -116,7 +121,7 @@ func (a *app) poolGetCommand() *cobra.Command {
 				return err
 			}
 			return a.withClient(func(c *client) error {
-				resp, err := call(cmd.Context(), c, c.pools.GetPool, &pelotonv1.GetPoolRequest{Path: args[0]})
+				resp, err := call(cmd.Context(), c, c.Pools.GetPool, &pelotonv1.GetPoolRequest{Path: args[0]})
 				if err != nil {
 					return err
 				}
@@ -146,7 +151,7 @@ func (a *app) poolUpdateCommand() *cobra.Command {
 				return err
 			}
 			return a.withClient(func(c *client) error {
-				resp, err := call(cmd.Context(), c, c.pools.UpdatePool,
+				resp, err := call(cmd.Context(), c, c.Pools.UpdatePool,
 					&pelotonv1.UpdatePoolRequest{Path: args[0], Spec: spec, Version: version})
 				if err != nil {
 					return err
@@ -167,7 +172,7 @@ func (a *app) poolDeleteCommand() *cobra.Command {
 		Args:  argsNamed("PATH"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.withClient(func(c *client) error {
-				if _, err := call(cmd.Context(), c, c.pools.DeletePool, &pelotonv1.DeletePoolRequest{Path: args[0]}); err != nil {
+				if _, err := call(cmd.Context(), c, c.Pools.DeletePool, &pelotonv1.DeletePoolRequest{Path: args[0]}); err != nil {
 					return err
 				}
 				fmt.Fprintf(a.stdout, "pool %s deleted\n", args[0])
@@ -188,7 +193,7 @@ func (a *app) poolListCommand() *cobra.Command {
 				return err
 			}
 			return a.withClient(func(c *client) error {
-				resp, err := call(cmd.Context(), c, c.pools.ListPools, &pelotonv1.ListPoolsRequest{})
+				resp, err := call(cmd.Context(), c, c.Pools.ListPools, &pelotonv1.ListPoolsRequest{})
 				if err != nil {
 					return err
 				}
@@ -217,7 +222,7 @@ func (a *app) poolMoveCommand() *cobra.Command {
 				return err
 			}
 			return a.withClient(func(c *client) error {
-				resp, err := call(cmd.Context(), c, c.pools.MovePool, &pelotonv1.MovePoolRequest{Path: args[0], NewParent: to})
+				resp, err := call(cmd.Context(), c, c.Pools.MovePool, &pelotonv1.MovePoolRequest{Path: args[0], NewParent: to})
 				if err != nil {
 					return err
 				}

@@ -42,7 +42,7 @@ func (a *app) taskListCommand() *cobra.Command {
 				return err
 			}
 			return a.withClient(func(c *client) error {
-				resp, err := call(cmd.Context(), c, c.tasks.ListTasks, &pelotonv1.ListTasksRequest{JobId: args[0], States: st})
+				resp, err := call(cmd.Context(), c, c.Tasks.ListTasks, &pelotonv1.ListTasksRequest{JobId: args[0], States: st})
 				if err != nil {
 					return err
 				}
@@ -71,7 +71,7 @@ func (a *app) taskGetCommand() *cobra.Command {
 				return asUsage(err)
 			}
 			return a.withClient(func(c *client) error {
-				resp, err := call(cmd.Context(), c, c.tasks.GetTask, &pelotonv1.GetTaskRequest{JobId: args[0], InstanceId: inst})
+				resp, err := call(cmd.Context(), c, c.Tasks.GetTask, &pelotonv1.GetTaskRequest{JobId: args[0], InstanceId: inst})
 				if err != nil {
 					return err
 				}
@@ -95,7 +95,7 @@ func (a *app) taskKillCommand() *cobra.Command {
 				return asUsage(err)
 			}
 			return a.withClient(func(c *client) error {
-				if _, err := call(cmd.Context(), c, c.tasks.KillTask, &pelotonv1.KillTaskRequest{JobId: args[0], InstanceId: inst}); err != nil {
+				if _, err := call(cmd.Context(), c, c.Tasks.KillTask, &pelotonv1.KillTaskRequest{JobId: args[0], InstanceId: inst}); err != nil {
 					return err
 				}
 				fmt.Fprintf(a.stdout, "job %s instance %d: kill requested\n", args[0], inst)
@@ -145,7 +145,7 @@ func (a *app) taskLogsCommand() *cobra.Command {
 
 // streamLogs copies the log chunks to stdout as raw bytes, as they come.
 func (a *app) streamLogs(ctx context.Context, c *client, req *pelotonv1.GetTaskLogsRequest) error {
-	stream, err := c.tasks.GetTaskLogs(ctx, req)
+	stream, err := c.Tasks.GetTaskLogs(ctx, req)
 	if err != nil {
 		return c.wrap(err)
 	}

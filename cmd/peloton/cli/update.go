@@ -31,19 +31,19 @@ inspect and steer it by its ID.`,
 		a.updateWatchCommand(),
 		a.updateActionCommand("pause", "Stop an update from starting more instances (those being replaced finish)",
 			func(ctx context.Context, c *client, id string) (updateResponse, error) {
-				return call(ctx, c, c.updates.PauseUpdate, &pelotonv1.PauseUpdateRequest{UpdateId: id})
+				return call(ctx, c, c.Updates.PauseUpdate, &pelotonv1.PauseUpdateRequest{UpdateId: id})
 			}),
 		a.updateActionCommand("resume", "Continue a paused update",
 			func(ctx context.Context, c *client, id string) (updateResponse, error) {
-				return call(ctx, c, c.updates.ResumeUpdate, &pelotonv1.ResumeUpdateRequest{UpdateId: id})
+				return call(ctx, c, c.Updates.ResumeUpdate, &pelotonv1.ResumeUpdateRequest{UpdateId: id})
 			}),
 		a.updateActionCommand("abort", "Stop an update for good; every instance keeps the spec it runs",
 			func(ctx context.Context, c *client, id string) (updateResponse, error) {
-				return call(ctx, c, c.updates.AbortUpdate, &pelotonv1.AbortUpdateRequest{UpdateId: id})
+				return call(ctx, c, c.Updates.AbortUpdate, &pelotonv1.AbortUpdateRequest{UpdateId: id})
 			}),
 		a.updateActionCommand("rollback", "Return every instance an update changed to the spec before it",
 			func(ctx context.Context, c *client, id string) (updateResponse, error) {
-				return call(ctx, c, c.updates.RollbackUpdate, &pelotonv1.RollbackUpdateRequest{UpdateId: id})
+				return call(ctx, c, c.Updates.RollbackUpdate, &pelotonv1.RollbackUpdateRequest{UpdateId: id})
 			}),
 	)
 	return cmd
@@ -107,6 +107,7 @@ func (f *updateFlags) spec(fs *pflag.FlagSet) (*pelotonv1.UpdateSpec, error) {
 
 func (a *app) updateStartCommand() *cobra.Command {
 	var f updateFlags
+	var rid string
 	cmd := &cobra.Command{
 		Use:   "start JOBID -f FILE",
 		Short: "Start a rolling update of a job to a new spec",
@@ -131,9 +132,13 @@ works; -o json or -o yaml prints the whole update instead.`,
 			if err != nil {
 				return err
 			}
+			reqID, err := requestID(rid)
+			if err != nil {
+				return err
+			}
 			return a.withClient(func(c *client) error {
-				resp, err := call(cmd.Context(), c, c.updates.CreateUpdate, &pelotonv1.CreateUpdateRequest{
-					JobId: args[0], Spec: spec, UpdateSpec: us, JobVersion: f.jobVersion,
+				resp, err := create(cmd.Context(), c, c.Updates.CreateUpdate, &pelotonv1.CreateUpdateRequest{
+					JobId: args[0], Spec: spec, UpdateSpec: us, JobVersion: f.jobVersion, RequestId: reqID,
 				})
 				if err != nil {
 					return err
@@ -149,6 +154,7 @@ works; -o json or -o yaml prints the whole update instead.`,
 		},
 	}
 	f.register(cmd.Flags())
+	requestIDFlag(cmd, &rid)
 	return cmd
 }
 
@@ -171,7 +177,7 @@ func (a *app) updateGetCommand() *cobra.Command {
 				return err
 			}
 			return a.withClient(func(c *client) error {
-				resp, err := call(cmd.Context(), c, c.updates.GetUpdate, &pelotonv1.GetUpdateRequest{UpdateId: args[0]})
+				resp, err := call(cmd.Context(), c, c.Updates.GetUpdate, &pelotonv1.GetUpdateRequest{UpdateId: args[0]})
 				if err != nil {
 					return err
 				}
@@ -193,7 +199,7 @@ func (a *app) updateListCommand() *cobra.Command {
 				return err
 			}
 			return a.withClient(func(c *client) error {
-				resp, err := call(cmd.Context(), c, c.updates.ListUpdates, &pelotonv1.ListUpdatesRequest{JobId: job})
+				resp, err := call(cmd.Context(), c, c.Updates.ListUpdates, &pelotonv1.ListUpdatesRequest{JobId: job})
 				if err != nil {
 					return err
 				}
@@ -284,7 +290,7 @@ func (a *app) watchUpdate(ctx context.Context, c *client, p *printer, id string,
 			id, st.GetState(), st.GetInstancesDone(), st.GetInstancesTotal(), timeout)
 	}
 	return pollUntil(ctx, c, a.updatePoll, timeout, timedOut, func(ctx context.Context) (bool, error) {
-		resp, err := call(ctx, c, c.updates.GetUpdate, &pelotonv1.GetUpdateRequest{UpdateId: id})
+		resp, err := call(ctx, c, c.Updates.GetUpdate, &pelotonv1.GetUpdateRequest{UpdateId: id})
 		if err != nil {
 			return false, err
 		}

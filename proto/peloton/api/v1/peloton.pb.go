@@ -2099,8 +2099,14 @@ func (x *Task) GetSpec() *TaskSpec {
 }
 
 type CreateJobRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Spec          *JobSpec               `protobuf:"bytes,1,opt,name=spec,proto3" json:"spec,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Spec  *JobSpec               `protobuf:"bytes,1,opt,name=spec,proto3" json:"spec,omitempty"`
+	// Makes the create safe to retry: a client-chosen id (1-128 of
+	// A-Z a-z 0-9 . _ -), fresh per intended job. A retry with the same id
+	// and the same request returns the first result and creates nothing; the
+	// same id with a different request is ALREADY_EXISTS. Ids are remembered
+	// for 24 hours, across restarts. Empty: no retry protection.
+	RequestId     string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2140,6 +2146,13 @@ func (x *CreateJobRequest) GetSpec() *JobSpec {
 		return x.Spec
 	}
 	return nil
+}
+
+func (x *CreateJobRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
 }
 
 type CreateJobResponse struct {
@@ -3524,9 +3537,15 @@ func (x *Pool) GetVersion() uint64 {
 }
 
 type CreatePoolRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
-	Spec          *PoolSpec              `protobuf:"bytes,2,opt,name=spec,proto3" json:"spec,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Path  string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Spec  *PoolSpec              `protobuf:"bytes,2,opt,name=spec,proto3" json:"spec,omitempty"`
+	// Makes the create safe to retry: a client-chosen id (1-128 of
+	// A-Z a-z 0-9 . _ -), fresh per intended pool. A retry with the same id
+	// and the same request returns the first result and creates nothing; the
+	// same id with a different request is ALREADY_EXISTS. Ids are remembered
+	// for 24 hours, across restarts. Empty: no retry protection.
+	RequestId     string `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3573,6 +3592,13 @@ func (x *CreatePoolRequest) GetSpec() *PoolSpec {
 		return x.Spec
 	}
 	return nil
+}
+
+func (x *CreatePoolRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
 }
 
 type CreatePoolResponse struct {
@@ -4818,7 +4844,13 @@ type CreateUpdateRequest struct {
 	UpdateSpec *UpdateSpec `protobuf:"bytes,3,opt,name=update_spec,json=updateSpec,proto3" json:"update_spec,omitempty"`
 	// When set, the update is created only if the job is still at this
 	// spec version.
-	JobVersion    uint64 `protobuf:"varint,4,opt,name=job_version,json=jobVersion,proto3" json:"job_version,omitempty"`
+	JobVersion uint64 `protobuf:"varint,4,opt,name=job_version,json=jobVersion,proto3" json:"job_version,omitempty"`
+	// Makes the create safe to retry: a client-chosen id (1-128 of
+	// A-Z a-z 0-9 . _ -), fresh per intended update. A retry with the same id
+	// and the same request returns the first result and creates nothing; the
+	// same id with a different request is ALREADY_EXISTS. Ids are remembered
+	// for 24 hours, across restarts. Empty: no retry protection.
+	RequestId     string `protobuf:"bytes,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4879,6 +4911,13 @@ func (x *CreateUpdateRequest) GetJobVersion() uint64 {
 		return x.JobVersion
 	}
 	return 0
+}
+
+func (x *CreateUpdateRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
 }
 
 type CreateUpdateResponse struct {
@@ -5611,9 +5650,11 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"instanceId\x12\x17\n" +
 	"\atask_id\x18\x03 \x01(\tR\x06taskId\x122\n" +
 	"\x06status\x18\x04 \x01(\v2\x1a.peloton.api.v1.TaskStatusR\x06status\x12,\n" +
-	"\x04spec\x18\x05 \x01(\v2\x18.peloton.api.v1.TaskSpecR\x04spec\"?\n" +
+	"\x04spec\x18\x05 \x01(\v2\x18.peloton.api.v1.TaskSpecR\x04spec\"^\n" +
 	"\x10CreateJobRequest\x12+\n" +
-	"\x04spec\x18\x01 \x01(\v2\x17.peloton.api.v1.JobSpecR\x04spec\"*\n" +
+	"\x04spec\x18\x01 \x01(\v2\x17.peloton.api.v1.JobSpecR\x04spec\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\"*\n" +
 	"\x11CreateJobResponse\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\"&\n" +
 	"\rGetJobRequest\x12\x15\n" +
@@ -5696,10 +5737,12 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\x04spec\x18\x02 \x01(\v2\x18.peloton.api.v1.PoolSpecR\x04spec\x122\n" +
 	"\x06status\x18\x03 \x01(\v2\x1a.peloton.api.v1.PoolStatusR\x06status\x12\x1a\n" +
 	"\bchildren\x18\x04 \x03(\tR\bchildren\x12\x18\n" +
-	"\aversion\x18\x05 \x01(\x04R\aversion\"U\n" +
+	"\aversion\x18\x05 \x01(\x04R\aversion\"t\n" +
 	"\x11CreatePoolRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12,\n" +
-	"\x04spec\x18\x02 \x01(\v2\x18.peloton.api.v1.PoolSpecR\x04spec\">\n" +
+	"\x04spec\x18\x02 \x01(\v2\x18.peloton.api.v1.PoolSpecR\x04spec\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x03 \x01(\tR\trequestId\">\n" +
 	"\x12CreatePoolResponse\x12(\n" +
 	"\x04pool\x18\x01 \x01(\v2\x14.peloton.api.v1.PoolR\x04pool\"$\n" +
 	"\x0eGetPoolRequest\x12\x12\n" +
@@ -5790,14 +5833,16 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	" \x03(\rR\tinstances\x1a;\n" +
 	"\rRestartsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\rR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\"\xb7\x01\n" +
+	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\"\xd6\x01\n" +
 	"\x13CreateUpdateRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12+\n" +
 	"\x04spec\x18\x02 \x01(\v2\x17.peloton.api.v1.JobSpecR\x04spec\x12;\n" +
 	"\vupdate_spec\x18\x03 \x01(\v2\x1a.peloton.api.v1.UpdateSpecR\n" +
 	"updateSpec\x12\x1f\n" +
 	"\vjob_version\x18\x04 \x01(\x04R\n" +
-	"jobVersion\"F\n" +
+	"jobVersion\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x05 \x01(\tR\trequestId\"F\n" +
 	"\x14CreateUpdateResponse\x12.\n" +
 	"\x06update\x18\x01 \x01(\v2\x16.peloton.api.v1.UpdateR\x06update\"/\n" +
 	"\x10GetUpdateRequest\x12\x1b\n" +

@@ -1,0 +1,126 @@
+// Package client is the one way Go code talks to a Peloton cluster's public
+// API: the CLI, the benchmarks, the end-to-end tests and (next) the
+// federation all build their connection here, so dial options, per-call
+// deadlines, message limits and transport security are decided in one place.
+//
+// A Client is one gRPC connection to one cluster with a client for each
+// service over it. It is safe for concurrent use; Close it when done.
+// New does not connect: the first call does, and fails fast (calls are not
+// wait-for-ready) when nothing listens, so a missing server never blocks a
+// caller beyond its deadline.
+//
+// Creates (CreateJob, CreatePool, CreateUpdate) take a request id that makes
+// them safe to retry; NewRequestID makes one. Use the same id for every retry
+// of one intended create, and a fresh one for the next.
+//
+// This package must import no Peloton package but the API protos: it is
+// what a program outside the cluster links.
+package client
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+
+	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+)
+
+// Options configures a Client. The zero value is a plaintext connection
+// whose unary calls have no deadline of their own.
+type Options struct {
+	// Timeout bounds every unary call: a call whose context has no earlier
+	// deadline gets this one. 0 adds none. Streams (task logs) are not
+	// bounded, since following a log lasts as long as the caller wants.
+	Timeout time.Duration
+	// TransportCredentials secures the connection (e.g.
+	// credentials.NewTLS(cfg)). nil: plaintext, which is what a cluster
+	// serves today.
+	TransportCredentials credentials.TransportCredentials
+	// MaxMsgBytes, if > 0, is the largest message sent or received, for
+	// callers that read very large answers (ListTasks of a huge job).
+	// 0 keeps gRPC's defaults.
+	MaxMsgBytes int
+	// DialOptions are added after the ones Options implies.
+	DialOptions []grpc.DialOption
+}
+
+// Client is a connection to one cluster's API with a client per service.
+type Client struct {
+	// Addr is the address the client dials (host:port or a gRPC target).
+	Addr string
+	// Conn is the connection every service client uses.
+	Conn *grpc.ClientConn
+
+	Jobs    pelotonv1.JobServiceClient
+	Tasks   pelotonv1.TaskServiceClient
+	Pools   pelotonv1.PoolServiceClient
+	Hosts   pelotonv1.HostServiceClient
+	Updates pelotonv1.UpdateServiceClient
+}
+
+// New prepares a client of the cluster API at addr. It fails only on a
+// malformed address or options; an unreachable server shows on the first
+// call.
+func New(addr string, o Options) (*Client, error) {
+	if o.Timeout < 0 {
+		return nil, fmt.Errorf("client: timeout %s: must be >= 0", o.Timeout)
+	}
+	creds := o.TransportCredentials
+	if creds == nil {
+		creds = insecure.NewCredentials()
+	}
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+	if o.Timeout > 0 {
+		opts = append(opts, grpc.WithChainUnaryInterceptor(deadline(o.Timeout)))
+	}
+	if o.MaxMsgBytes > 0 {
+		opts = append(opts, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(o.MaxMsgBytes), grpc.MaxCallSendMsgSize(o.MaxMsgBytes)))
+	}
+	opts = append(opts, o.DialOptions...)
+	conn, err := grpc.NewClient(addr, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &Client{
+		Addr:    addr,
+		Conn:    conn,
+		Jobs:    pelotonv1.NewJobServiceClient(conn),
+		Tasks:   pelotonv1.NewTaskServiceClient(conn),
+		Pools:   pelotonv1.NewPoolServiceClient(conn),
+		Hosts:   pelotonv1.NewHostServiceClient(conn),
+		Updates: pelotonv1.NewUpdateServiceClient(conn),
+	}, nil
+}
+
+// deadline bounds each unary call by d. context.WithTimeout keeps an earlier
+// deadline the caller already set.
+func deadline(d time.Duration) grpc.UnaryClientInterceptor {
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		ctx, cancel := context.WithTimeout(ctx, d)
+		defer cancel()
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+}
+
+// Connected reports whether the connection is up now. After a failed call
+// it tells "the server could not be reached" from "the server answered
+// with this error".
+func (c *Client) Connected() bool { return c.Conn.GetState() == connectivity.Ready }
+
+// Close closes the connection; calls in flight fail.
+func (c *Client) Close() error { return c.Conn.Close() }
+
+// NewRequestID returns a fresh random request id for one intended create
+// (128 random bits, hex), valid for every create request's request_id.
+func NewRequestID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go >= 1.24)
+	return hex.EncodeToString(b[:])
+}
