@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/peloton-sched/peloton/hostmgr/kubernetes"
+	"github.com/peloton-sched/peloton/internal/sla"
 )
 
 // Config configures one Peloton process that runs the cluster stack (and,
@@ -43,6 +44,12 @@ type Config struct {
 	ShutdownGrace time.Duration
 	// PlacementEngines is how many placement engines run at once (default 1).
 	PlacementEngines int
+	// SLA is the evaluator every voluntary disruption of a long-running
+	// job asks first (updates, kills, drains, preemptions). Nil means a new
+	// in-process one (sla.Local); the federation passes its own, in another
+	// process. Each call is bounded by SLATimeout (0: jobmgr's default, 5s).
+	SLA        sla.Evaluator
+	SLATimeout time.Duration
 	// ReclaimDelay is the hysteresis of reclaim preemption (0: resmgr's default, 1s).
 	ReclaimDelay time.Duration
 	Logger       *slog.Logger
