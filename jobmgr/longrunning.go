@@ -42,7 +42,7 @@ const (
 // for drains, kills and preemptions, which have no spec of their own): its
 // new run must stay available (running, and healthy if it has a health
 // check) this long before the update counts it as done and its SLA grant
-// is released. Without it, a run that crashes a moment after it started
+// is released. A longer minReadySeconds delays only the former. Without it, a run that crashes a moment after it started
 // looks available for an instant, the update moves on to the next batch,
 // and the crashed instances push the job over its budget. A process that
 // fails at start-up usually does so within a few seconds; one that fails

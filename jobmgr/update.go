@@ -573,7 +573,12 @@ func (m *Manager) driveUpdate(ctx context.Context, j *job) (time.Duration, error
 		if refused {
 			continue // in order: later instances wait behind the refused one
 		}
-		if err := m.disrupt(ctx, j, inst, holder, reason, minReady); err != nil {
+		// The grant goes back once the new run has stayed available for
+		// the update's window, at most the default one: a long
+		// minReadySeconds paces the update (the instance stays in its
+		// batch until then), but must not hold the job's budget against
+		// everyone else, nor outlive the update if it is aborted.
+		if err := m.disrupt(ctx, j, inst, holder, reason, min(minReady, defaultMinReady)); err != nil {
 			waiting = slaWait(err)
 			evaluatorFailed = !isRefusal(err)
 			refused = true
