@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/peloton-sched/peloton/hostmgr/kubernetes"
+	"github.com/peloton-sched/peloton/internal/sla"
 	"github.com/peloton-sched/peloton/internal/store"
 )
 
@@ -86,6 +87,12 @@ type Config struct {
 	ShutdownGrace time.Duration
 	// PlacementEngines is how many placement engines run at once (default 1).
 	PlacementEngines int
+	// SLA is the evaluator every voluntary disruption of a long-running
+	// job asks first (updates, kills, drains, preemptions). Nil means a new
+	// in-process one (sla.Local); the federation passes its own, in another
+	// process. Each call is bounded by SLATimeout (0: jobmgr's default, 5s).
+	SLA        sla.Evaluator
+	SLATimeout time.Duration
 	// ReclaimDelay is the hysteresis of reclaim preemption (0: resmgr's default, 1s).
 	ReclaimDelay time.Duration
 	// DefaultReservesHosts makes /default, when this start creates it (a

@@ -111,7 +111,7 @@ func runStack(ctx context.Context, cfg Config, t *term) error {
 			log.Warn("could not make /default reserve the hosts; reserve it with peloton pool update", "err", err)
 		}
 	}
-	jm := jobmgr.New(st, batcher, rm, hm, jobmgr.Options{Logger: log})
+	jm := jobmgr.New(st, batcher, rm, hm, jobmgr.Options{Logger: log, SLA: cfg.SLA, SLATimeout: cfg.SLATimeout})
 	// DAEMON jobs follow hosts that join or leave as soon as the backend
 	// says so (kubernetes); jobmgr also re-checks every few seconds.
 	hm.OnHostsChanged(jm.HostsChanged)

@@ -83,13 +83,15 @@ func (m *Manager) drainLoop(ctx context.Context) {
 	m.hm.Recovered()
 	for ctx.Err() == nil {
 		for _, req := range m.hm.Drains(ctx) {
-			m.drain(ctx, req)
+			m.drain(ctx, req, 0)
 		}
 	}
 }
 
 // drain preempts the runs one request names that are still on its host.
-func (m *Manager) drain(ctx context.Context, req hostmgr.DrainRequest) {
+// failures is how many passes in a row the SLA evaluator failed to answer
+// (not refused); the next pass backs off by it.
+func (m *Manager) drain(ctx context.Context, req hostmgr.DrainRequest, failures int) {
 	if !m.hm.Draining(req.Host) {
 		return // maintenance was completed since the request was made
 	}
@@ -101,7 +103,7 @@ func (m *Manager) drain(ctx context.Context, req hostmgr.DrainRequest) {
 	}
 	var vs []resmgr.Victim
 	var notes []string
-	retry := false
+	retry, evaluatorDown := false, false
 	for jobID, insts := range byJob {
 		m.mu.RLock()
 		j := m.jobs[jobID]
@@ -119,9 +121,15 @@ func (m *Manager) drain(ctx context.Context, req hostmgr.DrainRequest) {
 			case pelotonv1.JobType_DAEMON:
 				// It serves this host and no other; it runs again when the host is back.
 			case pelotonv1.JobType_SERVICE:
-				// Moved one SLA grant at a time; the rest wait for a later pass.
-				if err := m.disrupt(j, v.inst, "drain/"+req.Host, fmt.Sprintf("host %s is draining", req.Host)); err != nil {
-					notes = append(notes, fmt.Sprintf("instance %d of job %s waits for its SLA (%v)", v.inst, j.id, err))
+				// Moved one SLA grant at a time; the rest wait for a later
+				// pass. An evaluator that does not answer grants nothing.
+				if err := m.disrupt(ctx, j, v.inst, "drain/"+req.Host, fmt.Sprintf("host %s is draining", req.Host), defaultMinReady); err != nil {
+					if isRefusal(err) {
+						notes = append(notes, fmt.Sprintf("instance %d of job %s waits for its SLA (%v)", v.inst, j.id, err))
+					} else {
+						notes = append(notes, fmt.Sprintf("instance %d of job %s waits for the SLA evaluator, which did not answer (%v)", v.inst, j.id, err))
+						evaluatorDown = true
+					}
 					retry = true
 					continue
 				}
@@ -137,10 +145,16 @@ func (m *Manager) drain(ctx context.Context, req hostmgr.DrainRequest) {
 	m.hm.SetDrainNote(req.Host, strings.Join(notes, "; "))
 	if retry {
 		// Ask again later: a service's budget frees up as its moved
-		// instances come back; a stateful instance's owner may act.
-		time.AfterFunc(drainRetry, func() {
+		// instances come back; a stateful instance's owner may act; an
+		// evaluator that failed is given more time on each failure.
+		delay, next := drainRetry, 0
+		if evaluatorDown {
+			next = failures + 1
+			delay = max(delay, slaBackoff(next))
+		}
+		time.AfterFunc(delay, func() {
 			if m.runCtx != nil && m.runCtx.Err() == nil {
-				m.drain(m.runCtx, req)
+				m.drain(m.runCtx, req, next)
 			}
 		})
 	}

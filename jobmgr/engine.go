@@ -184,7 +184,6 @@ func (m *Manager) recover(ctx context.Context) error {
 		if j.rt.State != pelotonv1.JobState_JOB_INITIALIZED {
 			m.fillTasks(j)
 		}
-		m.registerSLA(j)
 	}
 	if err := m.recoverUpdates(ctx); err != nil {
 		return err
@@ -245,11 +244,25 @@ func (m *Manager) recover(ctx context.Context) error {
 		m.killRun(ctx, k.j, k.inst, k.id, m.killGrace(k.j, k.inst))
 	}
 	// Before any drain or preemption can ask (they start after recovery):
-	// the evaluator starts empty, and every instance down now, lost runs
-	// included, must count from the start.
+	// the evaluator may start empty, and every instance down now, lost runs
+	// included, must count from the start. Concurrently, since each job's
+	// calls wait on the evaluator, which may be remote; a job whose report
+	// fails here is reported by its evaluation, and until then the
+	// evaluator grants nothing for it (it does not know the job).
+	jobs := make([]*job, 0, len(m.jobs))
 	for _, j := range m.jobs {
-		m.reportAvailability(j)
+		if isLongRunning(j.typ) {
+			jobs = append(jobs, j)
+		}
 	}
+	idx := make([]uint32, len(jobs))
+	for i := range idx {
+		idx[i] = uint32(i)
+	}
+	_ = parallel(idx, func(i uint32) error {
+		m.reportAvailability(ctx, jobs[i])
+		return nil
+	})
 	return nil
 }
 
@@ -399,13 +412,16 @@ func (m *Manager) evaluateJob(ctx context.Context, id string) error {
 		return err
 	}
 	if isLongRunning(j.typ) {
-		held := m.reportAvailability(j)
+		held, grantsAgain := m.reportAvailability(ctx, j)
 		again, err := m.driveUpdate(ctx, j)
 		if err != nil {
 			return err
 		}
 		if held && (again == 0 || again > grantRenewEvery) {
 			again = grantRenewEvery
+		}
+		if grantsAgain > 0 && (again == 0 || grantsAgain < again) {
+			again = grantsAgain
 		}
 		if again > 0 {
 			m.queue.AddAfter(j.id, again)
@@ -1075,7 +1091,7 @@ func (m *Manager) preemptLoop(ctx context.Context) {
 			idx[i] = uint32(i)
 		}
 		_ = parallel(idx, func(i uint32) error {
-			if m.mayPreempt(vs[i]) {
+			if m.mayPreempt(ctx, vs[i]) {
 				m.preempt(ctx, vs[i])
 			}
 			return nil
@@ -1088,7 +1104,7 @@ func (m *Manager) preemptLoop(ctx context.Context) {
 // still holding its resources, chooses again in a later round. STATEFUL
 // instances are never preempted (resmgr never picks them: they are not
 // preemptible).
-func (m *Manager) mayPreempt(v resmgr.Victim) bool {
+func (m *Manager) mayPreempt(ctx context.Context, v resmgr.Victim) bool {
 	m.mu.RLock()
 	j := m.jobs[v.Task.JobID]
 	m.mu.RUnlock()
@@ -1098,8 +1114,8 @@ func (m *Manager) mayPreempt(v resmgr.Victim) bool {
 	if j.typ == pelotonv1.JobType_STATEFUL {
 		return false
 	}
-	if err := m.disrupt(j, v.Task.Instance, "preempt", "preempted: "+v.Reason); err != nil {
-		m.log.Info("preemption refused by the SLA", "job", j.id, "instance", v.Task.Instance, "err", err)
+	if err := m.disrupt(ctx, j, v.Task.Instance, "preempt", "preempted: "+v.Reason, defaultMinReady); err != nil {
+		m.log.Info("preemption not granted by the SLA evaluator", "job", j.id, "instance", v.Task.Instance, "err", err)
 		return false
 	}
 	return true

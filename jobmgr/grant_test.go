@@ -1,6 +1,10 @@
 package jobmgr
 
 import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -31,30 +35,160 @@ func TestGrantOfAnInstanceNotStartedYet(t *testing.T) {
 				t.Fatal(err)
 			}
 			j := newJob("j", jv, &pelotonv1.JobStatus{State: pelotonv1.JobState_JOB_RUNNING}, 1)
-			m := &Manager{sla: sla.NewLocal(nil), now: time.Now}
+			now := time.Unix(1000, 0)
+			clock := func() time.Time { return now }
+			m := &Manager{sla: sla.NewLocal(clock), now: clock, slaTimeout: time.Minute, log: slog.Default()}
+			ctx := context.Background()
 			m.fillTasks(j)
 			up := j.task(1)
-			up.rt.State, up.rt.RunId, up.availableSince = stRunning, 1, time.Now()
+			up.rt.State, up.rt.RunId, up.availableSince = stRunning, 1, now
 			tk := j.task(0)
 			tk.rt.State, tk.rt.RunId = tc.state, 2
 			if tc.state == stRunning {
-				tk.availableSince = time.Now()
+				tk.availableSince = now
 			}
-			m.registerSLA(j)
-			m.reportAvailability(j)
-			if err := m.disrupt(j, 0, "update/u", "test"); err != nil {
+			m.reportAvailability(ctx, j)
+			if err := m.disrupt(ctx, j, 0, "update/u", "test", defaultMinReady); err != nil {
 				t.Fatal(err)
 			}
-			if !m.reportAvailability(j) {
+			if held, _ := m.reportAvailability(ctx, j); !held {
 				t.Fatal("the grant is gone before the instance ran again")
 			}
 			// The instance runs (again), on the new spec, and is available.
+			now = now.Add(time.Second)
 			tk.mu.Lock()
-			tk.rt.State, tk.rt.RunId, tk.availableSince = stRunning, tc.run, time.Now()
+			tk.rt.State, tk.rt.RunId, tk.availableSince = stRunning, tc.run, now
 			tk.mu.Unlock()
-			if m.reportAvailability(j) {
-				t.Fatalf("run %d is available but the grant is still held", tc.run)
+			// Not for long enough yet: a run that crashes a moment after
+			// it started must not give the budget back.
+			held, again := m.reportAvailability(ctx, j)
+			if !held || again <= 0 || again > defaultMinReady+time.Second {
+				t.Fatalf("run %d available for an instant: held %v, evaluate again in %v", tc.run, held, again)
+			}
+			now = now.Add(defaultMinReady)
+			if held, _ := m.reportAvailability(ctx, j); held {
+				t.Fatalf("run %d has been available for %v but the grant is still held", tc.run, defaultMinReady)
+			}
+			st, err := m.sla.Status(ctx, "j")
+			if err != nil || st.Unavailable != 0 {
+				t.Fatalf("evaluator after the release: %+v, %v", st, err)
 			}
 		})
+	}
+}
+
+// lockProbe is an evaluator that checks, on every call, that the caller
+// holds none of the job's SLA state lock (a remote evaluator may take
+// seconds to answer), and fails every call while down is set.
+type lockProbe struct {
+	sla.Evaluator
+	t    *testing.T
+	j    *job
+	down bool
+}
+
+func (p *lockProbe) probe(op string) error {
+	if !p.j.lr.mu.TryLock() {
+		p.t.Errorf("%s: called with the job's SLA lock held", op)
+	} else {
+		p.j.lr.mu.Unlock()
+	}
+	if p.down {
+		return errors.New("unreachable")
+	}
+	return nil
+}
+
+func (p *lockProbe) Request(ctx context.Context, r sla.Request) (sla.Grant, error) {
+	if err := p.probe("request"); err != nil {
+		return sla.Grant{}, err
+	}
+	return p.Evaluator.Request(ctx, r)
+}
+
+func (p *lockProbe) Release(ctx context.Context, id string) error {
+	if err := p.probe("release"); err != nil {
+		return err
+	}
+	return p.Evaluator.Release(ctx, id)
+}
+
+func (p *lockProbe) Renew(ctx context.Context, id string, ttl time.Duration) error {
+	if err := p.probe("renew"); err != nil {
+		return err
+	}
+	return p.Evaluator.Renew(ctx, id, ttl)
+}
+
+func (p *lockProbe) SetJob(ctx context.Context, s sla.JobSLA) error {
+	if err := p.probe("setjob"); err != nil {
+		return err
+	}
+	return p.Evaluator.SetJob(ctx, s)
+}
+
+func (p *lockProbe) ReportAvailability(ctx context.Context, id string, down []uint32) error {
+	if err := p.probe("report"); err != nil {
+		return err
+	}
+	return p.Evaluator.ReportAvailability(ctx, id, down)
+}
+
+// TestEvaluatorCallsHoldNoLockAndErrorsGrantNothing: jobmgr asks the
+// evaluator with no lock held; an evaluator that fails grants nothing, and
+// what could not be sent is sent on a later evaluation, soon.
+func TestEvaluatorCallsHoldNoLockAndErrorsGrantNothing(t *testing.T) {
+	spec := &pelotonv1.JobSpec{Name: "svc", Type: pelotonv1.JobType_SERVICE, Pool: "/default", InstanceCount: 3,
+		Sla:         &pelotonv1.SlaSpec{MaximumUnavailableInstances: 1},
+		DefaultSpec: &pelotonv1.TaskSpec{Command: []string{"server"}, Resources: &pelotonv1.Resources{Cpu: 1, MemoryMb: 64}}}
+	jv, err := newJobVersion(1, spec, time.Now(), "created")
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := newJob("j", jv, &pelotonv1.JobStatus{State: pelotonv1.JobState_JOB_RUNNING}, 1)
+	now := time.Unix(1000, 0)
+	clock := func() time.Time { return now }
+	local := sla.NewLocal(clock)
+	p := &lockProbe{Evaluator: local, t: t, j: j, down: true}
+	m := &Manager{sla: p, now: clock, slaTimeout: time.Minute, log: slog.Default()}
+	ctx := context.Background()
+	m.fillTasks(j)
+	for i := range uint32(3) {
+		tk := j.task(i)
+		tk.rt.State, tk.rt.RunId = stRunning, 1
+	}
+	// Instance 2 crashed: the evaluator must hear of it before it grants.
+	j.task(0).availableSince, j.task(1).availableSince = now, now
+
+	if _, again := m.reportAvailability(ctx, j); again <= 0 || again > time.Second {
+		t.Errorf("after a failed report, evaluate again in %v; want soon", again)
+	}
+	if err := m.disrupt(ctx, j, 0, "drain/h", "test", defaultMinReady); err == nil || isRefusal(err) {
+		t.Fatalf("disrupt with the evaluator down: %v, want a failure that is not a refusal", err)
+	}
+	if len(j.lr.grants) != 0 {
+		t.Fatalf("an error became a grant: %v", j.lr.grants)
+	}
+	if w := slaWait(errors.New("x")); !strings.Contains(w, "SLA evaluator") {
+		t.Errorf("the wait says %q", w)
+	}
+
+	// Back: the job is registered and its crashed instance reported before
+	// the request, so the budget of 1 is already used.
+	p.down = false
+	err = m.disrupt(ctx, j, 0, "drain/h", "test", defaultMinReady)
+	if !isRefusal(err) {
+		t.Fatalf("disrupt with one instance down and a budget of 1: %v, want a refusal", err)
+	}
+	j.task(2).availableSince = now
+	if held, _ := m.reportAvailability(ctx, j); held {
+		t.Fatal("grants held although none was given")
+	}
+	if err := m.disrupt(ctx, j, 0, "drain/h", "test", defaultMinReady); err != nil {
+		t.Fatal(err)
+	}
+	st, err := local.Status(ctx, "j")
+	if err != nil || st.Unavailable != 1 || st.InstanceCount != 3 || st.MaximumUnavailableInstances != 1 {
+		t.Fatalf("evaluator: %+v, %v", st, err)
 	}
 }

@@ -1,6 +1,7 @@
 package jobmgr
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -28,34 +29,72 @@ func isLongRunning(t pelotonv1.JobType) bool {
 }
 
 // grantTTL is how long a disruption grant lives unless renewed. Every
-// evaluation of the job renews the grants it holds, and a job with grants
-// is evaluated at least every grantRenewEvery, so only a dead process lets
-// them lapse.
+// evaluation of the job renews the grants it holds that are due, and a job
+// with grants is evaluated at least every grantRenewEvery, so only a dead
+// process (or an evaluator unreachable for the whole TTL) lets them lapse.
 const (
 	grantTTL        = 2 * time.Minute
 	grantRenewEvery = 20 * time.Second
 )
+
+// defaultMinReady is the stability window of an instance that comes back
+// from a voluntary disruption when the update sets no minReadySeconds (and
+// for drains, kills and preemptions, which have no spec of their own): its
+// new run must stay available (running, and healthy if it has a health
+// check) this long before the update counts it as done and its SLA grant
+// is released. A longer minReadySeconds delays only the former. Without it, a run that crashes a moment after it started
+// looks available for an instant, the update moves on to the next batch,
+// and the crashed instances push the job over its budget. A process that
+// fails at start-up usually does so within a few seconds; one that fails
+// later is caught by maxInstanceRetries on the next batches.
+const defaultMinReady = 5 * time.Second
+
+// minReadyOf is an update's stability window: its minReadySeconds, or
+// defaultMinReady when unset.
+func minReadyOf(s *pelotonv1.UpdateSpec) time.Duration {
+	if r := s.GetMinReadySeconds(); r > 0 {
+		return time.Duration(r) * time.Second
+	}
+	return defaultMinReady
+}
+
+// defaultSLATimeout bounds each call to the SLA evaluator (Options.SLATimeout
+// overrides it). A remote evaluator that does not answer in time is treated
+// like one that refused: the disruption waits and is asked for again.
+const defaultSLATimeout = 5 * time.Second
 
 // stableRun is how long a run must stay up for the restart backoff to
 // start again from its base.
 const stableRun = time.Minute
 
 // heldGrant is a disruption grant on one instance: it is released once a
-// run newer than run is available again (or the instance is stopped for
-// good).
+// run newer than run has been available for minReady (or the instance is
+// stopped for good).
 type heldGrant struct {
-	id     string
-	run    uint32
-	holder string
+	id       string
+	run      uint32
+	holder   string
+	minReady time.Duration
+	// renewed is when the evaluator last extended the grant.
+	renewed time.Time
 }
 
-// longRunning is the per-job state of long-running jobs.
+// longRunning is the per-job state of long-running jobs: what the SLA
+// evaluator has been told and which grants the job holds. mu guards these
+// fields only; it is never held across a call to the evaluator, which may
+// be remote and slow. Each call is made on a copy taken under mu, and its
+// result is applied under mu afterwards.
 type longRunning struct {
 	mu     sync.Mutex
 	grants map[uint32]heldGrant
-	// reported is the last unavailability reported to the evaluator, to skip
-	// identical reports.
-	reported []uint32
+	// registered is the last JobSLA the evaluator accepted (valid if
+	// isRegistered), to send SetJob only when it changes.
+	registered   sla.JobSLA
+	isRegistered bool
+	// reported is the last unavailability the evaluator accepted (valid if
+	// isReported), to skip identical reports.
+	reported   []uint32
+	isReported bool
 }
 
 // budgetOf is the job's sla.maximumUnavailableInstances, 1 when unset.
@@ -66,12 +105,52 @@ func budgetOf(s *pelotonv1.JobSpec) uint32 {
 	return 1
 }
 
-// registerSLA tells the evaluator about a long-running job's size and budget.
-func (m *Manager) registerSLA(j *job) {
+// slaCtx is the context of one call to the evaluator: parent's, bounded by
+// the per-call timeout.
+func (m *Manager) slaCtx(parent context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(parent, m.slaTimeout)
+}
+
+// syncSLAJob tells the evaluator about a long-running job's size and budget
+// if they changed since it last accepted them. Jobs are registered lazily
+// (here, from the job's evaluation and before a disruption) rather than
+// when created, so creating or scaling a job never waits on the evaluator.
+func (m *Manager) syncSLAJob(ctx context.Context, j *job) error {
 	if !isLongRunning(j.typ) {
-		return
+		return nil
 	}
-	m.sla.SetJob(sla.JobSLA{JobID: j.id, InstanceCount: j.instanceCount(), MaximumUnavailableInstances: budgetOf(j.spec())})
+	want := sla.JobSLA{JobID: j.id, InstanceCount: j.instanceCount(), MaximumUnavailableInstances: budgetOf(j.spec())}
+	j.lr.mu.Lock()
+	same := j.lr.isRegistered && j.lr.registered == want
+	j.lr.mu.Unlock()
+	if same {
+		return nil
+	}
+	cctx, cancel := m.slaCtx(ctx)
+	err := m.sla.SetJob(cctx, want)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("register job with the SLA evaluator: %w", err)
+	}
+	j.lr.mu.Lock()
+	j.lr.registered, j.lr.isRegistered = want, true
+	// A new instance count may drop reported instances; report again.
+	j.lr.isReported = false
+	j.lr.mu.Unlock()
+	return nil
+}
+
+// forgetSLAJob removes a deleted job from the evaluator, in the background:
+// deleting a job does not wait on the evaluator, and a removal that fails
+// only leaves the evaluator a job nobody asks about.
+func (m *Manager) forgetSLAJob(id string) {
+	go func() {
+		ctx, cancel := m.slaCtx(context.Background())
+		defer cancel()
+		if err := m.sla.RemoveJob(ctx, id); err != nil {
+			m.log.Warn("SLA evaluator: remove deleted job", "job", id, "err", err)
+		}
+	}()
 }
 
 // hasHealthCheck reports whether instance inst has a health check under v.
@@ -130,16 +209,20 @@ func restartBackoff(rp *pelotonv1.RestartPolicy, streak uint32) time.Duration {
 
 // reportAvailability sends the evaluator the instances of a long-running
 // job that are not available now, and renews or releases the job's
-// disruption grants. It returns whether the job still holds grants.
-func (m *Manager) reportAvailability(j *job) bool {
+// disruption grants. It returns whether the job still holds grants, and
+// when it should be evaluated again for them (0: at the next renewal): the
+// instant the first grant's new run will have been available for its
+// window, or soon if the evaluator failed and something is left to send.
+func (m *Manager) reportAvailability(ctx context.Context, j *job) (held bool, again time.Duration) {
 	if !isLongRunning(j.typ) {
-		return false
+		return false, 0
 	}
+	now := m.now()
 	var down []uint32
 	type inst struct {
-		run       uint32
-		available bool
-		stopped   bool
+		run     uint32
+		since   time.Time // zero: not available
+		stopped bool
 	}
 	tasks := j.tasks()
 	states := make([]inst, len(tasks))
@@ -149,37 +232,133 @@ func (m *Manager) reportAvailability(j *job) bool {
 			continue
 		}
 		t.mu.Lock()
-		av := !t.availableSince.IsZero()
+		since := t.availableSince
 		free := j.typ == pelotonv1.JobType_DAEMON && freeSlot(t.rt)
-		states[i] = inst{run: t.rt.RunId, available: av, stopped: t.rt.GoalState == stKilled && isTerminal(t.rt.State)}
+		states[i] = inst{run: t.rt.RunId, since: since, stopped: t.rt.GoalState == stKilled && isTerminal(t.rt.State)}
 		t.mu.Unlock()
-		if !av && !free { // a DAEMON's free slot is no instance at all
+		if since.IsZero() && !free { // a DAEMON's free slot is no instance at all
 			down = append(down, uint32(i))
 		}
 	}
-	j.lr.mu.Lock()
-	defer j.lr.mu.Unlock()
-	if !equalU32(down, j.lr.reported) {
-		m.sla.ReportAvailability(j.id, down)
-		j.lr.reported = down
+	failed := false
+	if err := m.syncSLAJob(ctx, j); err != nil {
+		m.log.Warn("SLA evaluator", "job", j.id, "err", err)
+		failed = true
 	}
+
+	// Decide under the lock, call without it.
+	type action struct {
+		inst    uint32
+		g       heldGrant
+		release bool
+	}
+	var acts []action
+	var wake time.Time
+	j.lr.mu.Lock()
+	report := !failed && !(j.lr.isReported && equalU32(down, j.lr.reported))
 	for i, g := range j.lr.grants {
 		if int(i) >= len(states) {
-			_ = m.sla.Release(g.id)
-			delete(j.lr.grants, i)
+			acts = append(acts, action{i, g, true})
 			continue
 		}
 		s := states[i]
-		if (s.run > g.run && s.available) || s.stopped {
-			_ = m.sla.Release(g.id)
-			delete(j.lr.grants, i)
+		if s.stopped {
+			acts = append(acts, action{i, g, true})
 			continue
 		}
-		if err := m.sla.Renew(g.id, grantTTL); err != nil {
-			delete(j.lr.grants, i) // lapsed; the instance still counts while it is down
+		if s.run > g.run && !s.since.IsZero() {
+			at := s.since.Add(g.minReady)
+			if !now.Before(at) {
+				acts = append(acts, action{i, g, true})
+				continue
+			}
+			if wake.IsZero() || at.Before(wake) {
+				wake = at
+			}
+		}
+		if now.Sub(g.renewed) >= grantRenewEvery {
+			acts = append(acts, action{i, g, false})
 		}
 	}
-	return len(j.lr.grants) > 0
+	j.lr.mu.Unlock()
+
+	if report {
+		if err := m.sendReport(ctx, j, down); err != nil {
+			m.log.Warn("SLA evaluator", "job", j.id, "err", err)
+			failed = true
+		}
+	}
+	for _, a := range acts {
+		cctx, cancel := m.slaCtx(ctx)
+		var err error
+		if a.release {
+			err = m.sla.Release(cctx, a.g.id)
+		} else {
+			err = m.sla.Renew(cctx, a.g.id, grantTTL)
+		}
+		cancel()
+		gone := err == nil && a.release || errors.Is(err, sla.ErrUnknownGrant)
+		if err != nil && !errors.Is(err, sla.ErrUnknownGrant) {
+			// Kept: released or renewed on a later evaluation. A grant
+			// the evaluator stops knowing meanwhile only frees budget.
+			m.log.Warn("SLA evaluator: release or renew a grant", "job", j.id, "instance", a.inst, "err", err)
+			failed = true
+		}
+		j.lr.mu.Lock()
+		if cur, ok := j.lr.grants[a.inst]; ok && cur.id == a.g.id {
+			if gone {
+				// Released, or lapsed (the instance still counts while
+				// it is down, through the reports).
+				delete(j.lr.grants, a.inst)
+			} else if err == nil {
+				cur.renewed = now
+				j.lr.grants[a.inst] = cur
+			}
+		}
+		j.lr.mu.Unlock()
+	}
+	j.lr.mu.Lock()
+	held = len(j.lr.grants) > 0
+	j.lr.mu.Unlock()
+	if !wake.IsZero() {
+		again = wake.Sub(now) + 10*time.Millisecond
+	}
+	if failed && (again == 0 || again > time.Second) {
+		again = time.Second
+	}
+	return held, again
+}
+
+// sendReport tells the evaluator which of j's instances are down now.
+func (m *Manager) sendReport(ctx context.Context, j *job, down []uint32) error {
+	cctx, cancel := m.slaCtx(ctx)
+	err := m.sla.ReportAvailability(cctx, j.id, down)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("report availability to the SLA evaluator: %w", err)
+	}
+	j.lr.mu.Lock()
+	j.lr.reported, j.lr.isReported = down, true
+	j.lr.mu.Unlock()
+	return nil
+}
+
+// downInstances is the instances of j that are not available now (a
+// DAEMON's free slot is no instance at all).
+func downInstances(j *job) []uint32 {
+	var down []uint32
+	for i, t := range j.tasks() {
+		if t == nil {
+			down = append(down, uint32(i))
+			continue
+		}
+		t.mu.Lock()
+		if t.availableSince.IsZero() && !(j.typ == pelotonv1.JobType_DAEMON && freeSlot(t.rt)) {
+			down = append(down, uint32(i))
+		}
+		t.mu.Unlock()
+	}
+	return down
 }
 
 func equalU32(a, b []uint32) bool {
@@ -196,9 +375,14 @@ func equalU32(a, b []uint32) bool {
 
 // disrupt asks the evaluator for a grant to take instance inst of j down,
 // for holder. With no error the grant is held until a newer run of the
-// instance is available (or, for an instance that has not started its
-// current run yet, that run). Batch jobs need no grant.
-func (m *Manager) disrupt(j *job, inst uint32, holder, reason string) error {
+// instance has been available for minReady (or, for an instance that has
+// not started its current run yet, that run). Batch jobs need no grant.
+//
+// No lock is held while the evaluator answers: a remote evaluator may take
+// up to the call timeout. Two disruptions of one instance by the same
+// holder may ask at once; the later grant replaces the earlier, which is
+// released.
+func (m *Manager) disrupt(ctx context.Context, j *job, inst uint32, holder, reason string, minReady time.Duration) error {
 	if !isLongRunning(j.typ) {
 		return nil
 	}
@@ -216,22 +400,94 @@ func (m *Manager) disrupt(j *job, inst uint32, holder, reason string) error {
 	}
 	t.mu.Unlock()
 	j.lr.mu.Lock()
-	defer j.lr.mu.Unlock()
-	if g, ok := j.lr.grants[inst]; ok && g.holder == holder {
+	g, ok := j.lr.grants[inst]
+	j.lr.mu.Unlock()
+	if ok && g.holder == holder {
 		return nil
 	}
-	g, err := m.sla.Request(sla.Request{JobID: j.id, Instances: []uint32{inst}, Holder: holder, Reason: reason, TTL: grantTTL})
+	if err := m.syncSLAJob(ctx, j); err != nil {
+		return err
+	}
+	// The evaluator must know what is down before it decides: one that has
+	// just learnt of the job (a restart, a failed report) would otherwise
+	// take every instance for available.
+	j.lr.mu.Lock()
+	reported := j.lr.isReported
+	j.lr.mu.Unlock()
+	if !reported {
+		if err := m.sendReport(ctx, j, downInstances(j)); err != nil {
+			return err
+		}
+	}
+	cctx, cancel := m.slaCtx(ctx)
+	gr, err := m.sla.Request(cctx, sla.Request{JobID: j.id, Instances: []uint32{inst}, Holder: holder, Reason: reason, TTL: grantTTL})
+	cancel()
 	if err != nil {
 		return err
 	}
+	j.lr.mu.Lock()
 	if j.lr.grants == nil {
 		j.lr.grants = map[uint32]heldGrant{}
 	}
-	if old, ok := j.lr.grants[inst]; ok {
-		_ = m.sla.Release(old.id)
+	old, replaced := j.lr.grants[inst]
+	j.lr.grants[inst] = heldGrant{id: gr.ID, run: run, holder: holder, minReady: minReady, renewed: m.now()}
+	j.lr.mu.Unlock()
+	if replaced {
+		m.releaseGrant(ctx, j, old.id)
 	}
-	j.lr.grants[inst] = heldGrant{id: g.ID, run: run, holder: holder}
 	return nil
+}
+
+// releaseGrant gives a grant back that the job no longer keeps track of. A
+// failure only leaves the grant to expire at its TTL.
+func (m *Manager) releaseGrant(ctx context.Context, j *job, id string) {
+	cctx, cancel := m.slaCtx(ctx)
+	defer cancel()
+	if err := m.sla.Release(cctx, id); err != nil && !errors.Is(err, sla.ErrUnknownGrant) {
+		m.log.Warn("SLA evaluator: release a grant; it expires on its own", "job", j.id, "err", err)
+	}
+}
+
+// dropGrant forgets and releases the grant instance inst holds for holder,
+// if any: the disruption it was for will not happen.
+func (m *Manager) dropGrant(ctx context.Context, j *job, inst uint32, holder string) {
+	j.lr.mu.Lock()
+	g, ok := j.lr.grants[inst]
+	if ok && g.holder == holder {
+		delete(j.lr.grants, inst)
+	}
+	j.lr.mu.Unlock()
+	if ok && g.holder == holder {
+		m.releaseGrant(ctx, j, g.id)
+	}
+}
+
+// slaWait says why a disruption the evaluator did not grant waits, for the
+// update or drain status a user reads: the refusal's reason, or that the
+// evaluator could not be asked.
+func slaWait(err error) string {
+	var r *sla.RefusedError
+	if errors.As(err, &r) {
+		return "waiting for the SLA: " + r.Reason
+	}
+	return "waiting for the SLA evaluator, which did not answer (" + err.Error() + "); asking again"
+}
+
+// slaBackoff is the delay before asking the evaluator again after n calls
+// in a row failed (not refused): 1s, doubling, at most 30s.
+func slaBackoff(n int) time.Duration {
+	d := time.Second
+	for i := 1; i < n && d < 30*time.Second; i++ {
+		d *= 2
+	}
+	return min(d, 30*time.Second)
+}
+
+// isRefusal reports whether err is the evaluator's answer "not within the
+// budget" rather than a failure to answer.
+func isRefusal(err error) bool {
+	var r *sla.RefusedError
+	return errors.As(err, &r)
 }
 
 // slaError turns an evaluator refusal into the API's FailedPrecondition.
@@ -241,14 +497,4 @@ func slaError(err error) error {
 		return apierr.FailedPrecondition("SLA: %s", r.Error())
 	}
 	return apierr.Unavailable("SLA evaluator: %v", err)
-}
-
-// unavailableSummary is one line about what holds a job's budget, for
-// messages of updates and drains that wait.
-func (m *Manager) unavailableSummary(j *job) string {
-	st, ok := m.sla.Status(j.id)
-	if !ok {
-		return ""
-	}
-	return fmt.Sprintf("%d of %d instances unavailable, sla.maximumUnavailableInstances %d", st.Unavailable, st.InstanceCount, st.MaximumUnavailableInstances)
 }

@@ -144,8 +144,10 @@ type Manager struct {
 	rm      *resmgr.Manager
 	hm      *hostmgr.Manager
 	sla     sla.Evaluator
-	log     *slog.Logger
-	now     func() time.Time
+	// slaTimeout bounds each call to sla (longrunning.go).
+	slaTimeout time.Duration
+	log        *slog.Logger
+	now        func() time.Time
 
 	mu   sync.RWMutex
 	jobs map[string]*job
@@ -179,6 +181,9 @@ type Options struct {
 	// SLA is the evaluator every voluntary disruption of a long-running
 	// job's instances asks (default: a new in-process one).
 	SLA sla.Evaluator
+	// SLATimeout bounds each call to the evaluator (default 5s). A call that
+	// times out is not a grant: the disruption waits and asks again.
+	SLATimeout time.Duration
 }
 
 // New builds a job manager. Start loads state and starts the engine.
@@ -198,7 +203,10 @@ func New(st store.Store, b *store.Batcher, rm *resmgr.Manager, hm *hostmgr.Manag
 	if opts.SLA == nil {
 		opts.SLA = sla.NewLocal(nil)
 	}
-	m := &Manager{store: st, batcher: b, rm: rm, hm: hm, sla: opts.SLA, updates: map[string]*update{}, log: opts.Logger.With("component", "jobmgr"), now: time.Now,
+	if opts.SLATimeout == 0 {
+		opts.SLATimeout = defaultSLATimeout
+	}
+	m := &Manager{store: st, batcher: b, rm: rm, hm: hm, sla: opts.SLA, slaTimeout: opts.SLATimeout, updates: map[string]*update{}, log: opts.Logger.With("component", "jobmgr"), now: time.Now,
 		jobs: map[string]*job{}, queue: newWorkQueue(), workers: opts.Workers, launchers: opts.Launchers, lostBackoff: opts.LostBackoff}
 	rm.SetJobChecker(m.poolHasJobs)
 	return m
@@ -308,7 +316,6 @@ func (m *Manager) storeJob(ctx context.Context, id string, spec *pelotonv1.JobSp
 	}
 	metrics.StoreWrites.WithLabelValues("job").Add(2)
 	j := newJob(id, jv, rt, rev)
-	m.registerSLA(j)
 	m.mu.Lock()
 	m.jobs[id] = j
 	m.mu.Unlock()
@@ -525,7 +532,7 @@ func (m *Manager) DeleteJob(ctx context.Context, id string) error {
 		}
 	}
 	m.mu.Unlock()
-	m.sla.RemoveJob(id)
+	m.forgetSLAJob(id)
 	for inst, t := range j.tasks() {
 		m.rm.Release(id, uint32(inst))
 		if t == nil || j.typ != pelotonv1.JobType_STATEFUL {
@@ -853,7 +860,7 @@ func (m *Manager) KillTask(ctx context.Context, jobID string, inst uint32) error
 	if j.task(inst) == nil {
 		return apierr.FailedPrecondition("job %s is still creating its tasks; retry in a moment", jobID)
 	}
-	if err := m.disrupt(j, inst, "kill", "killed by user"); err != nil {
+	if err := m.disrupt(ctx, j, inst, "kill", "killed by user", defaultMinReady); err != nil {
 		return slaError(err)
 	}
 	if err := m.killInstance(ctx, j, inst, "killed-by-user"); err != nil {

@@ -104,7 +104,6 @@ func (m *Manager) reconcileCount(ctx context.Context, j *job) error {
 		copy(next, cur)
 		j.taskSlice.Store(&next)
 		m.fillTasks(j)
-		m.registerSLA(j)
 		return nil
 	}
 	if want == have {
@@ -152,7 +151,6 @@ func (m *Manager) reconcileCount(ctx context.Context, j *job) error {
 		next := make([]*task, n)
 		copy(next, j.tasks())
 		j.taskSlice.Store(&next)
-		m.registerSLA(j)
 		m.log.Info("instances removed", "job", j.id, "from", have, "to", n)
 	}
 	return nil

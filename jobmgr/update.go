@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -12,7 +13,6 @@ import (
 	"github.com/peloton-sched/peloton/internal/apierr"
 	"github.com/peloton-sched/peloton/internal/metrics"
 	"github.com/peloton-sched/peloton/internal/requestid"
-	"github.com/peloton-sched/peloton/internal/sla"
 	"github.com/peloton-sched/peloton/internal/store"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 	"github.com/peloton-sched/peloton/resmgr"
@@ -49,7 +49,10 @@ type update struct {
 	started map[uint32]bool
 	// prefetched is the first instance not yet prefetched for.
 	prefetched int
-	memo       sameTaskMemo
+	// slaFailures counts the driver's steps in a row in which the SLA
+	// evaluator did not answer; the next step backs off by it.
+	slaFailures int
+	memo        sameTaskMemo
 }
 
 func (u *update) snapshot() *pelotonv1.Update {
@@ -496,11 +499,22 @@ func (m *Manager) changeUpdate(ctx context.Context, id string, fn func(x *peloto
 
 // driveUpdate runs one step of j's active update, if it has one. It
 // returns when the job should be evaluated again for it (0: no need).
+//
+// The SLA evaluator may be remote, so the step never holds u's lock while
+// it asks: it plans under the lock, lets go, asks for the instances the
+// plan starts, and takes the lock again to apply what was granted, unless
+// the user changed the update meanwhile (then the grants go back). An
+// instance the evaluator does not grant, or does not answer for, is not
+// started: the update waits, says why in its message, and asks again on a
+// later step (after a backoff if the evaluator failed).
 func (m *Manager) driveUpdate(ctx context.Context, j *job) (time.Duration, error) {
 	u := m.activeUpdate(j.id)
 	if u == nil {
 		return 0, nil
 	}
+	// Asked first, before any lock: what the evaluator counts unavailable
+	// includes other holders' grants (a drain moving an instance).
+	unavailable := m.slaUnavailable(ctx, j)
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	state := u.u.Status.State
@@ -508,12 +522,13 @@ func (m *Manager) driveUpdate(ctx context.Context, j *job) (time.Duration, error
 		return 0, nil
 	}
 	target := j.version(u.target())
-	minReady := time.Duration(u.u.Spec.GetMinReadySeconds()) * time.Second
+	minReady := minReadyOf(u.u.Spec)
 	now := m.now()
-	in := planInput{spec: u.u.Spec, failed: map[uint32]bool{}, done: u.done}
+	in := planInput{spec: u.u.Spec, failed: map[uint32]bool{}, done: u.done, unavailable: unavailable}
 	for _, f := range u.u.Status.FailedInstances {
 		in.failed[f] = true
 	}
+	down := map[uint32]bool{}
 	var wake time.Time
 	for _, inst := range u.u.Instances {
 		t := j.task(inst)
@@ -539,6 +554,7 @@ func (m *Manager) driveUpdate(ctx context.Context, j *job) (time.Duration, error
 		since := t.availableSince
 		pi.down = since.IsZero()
 		t.mu.Unlock()
+		down[inst] = pi.down
 		if pi.atTarget || pi.starting {
 			b, ok := u.baseline[inst]
 			if !ok {
@@ -550,6 +566,10 @@ func (m *Manager) driveUpdate(ctx context.Context, j *job) (time.Duration, error
 			}
 		}
 		if pi.atTarget && !since.IsZero() {
+			// An instance the update restarted counts as done only once
+			// its new run has stayed available for the window: a run
+			// that crashes a moment after it started must not let the
+			// next batch go.
 			at := since.Add(minReady)
 			if !u.started[inst] {
 				at = since
@@ -561,40 +581,88 @@ func (m *Manager) driveUpdate(ctx context.Context, j *job) (time.Duration, error
 		}
 		in.instances = append(in.instances, pi)
 	}
-	if st, ok := m.sla.Status(j.id); ok {
-		in.unavailable = st.Unavailable
-	}
 	plan := planUpdate(in)
 	for _, inst := range plan.newlyDone {
 		u.done[inst] = true
 	}
 	holder := "update/" + u.u.Id
-	var started []uint32
+	reason := fmt.Sprintf("update %s to spec version %d", u.u.Id, target.version)
+
+	// Ask without the lock. An instance that is down now takes nothing
+	// more down, so it needs no grant and never waits for the budget (a
+	// job over its budget because the update's instances crash must still
+	// be able to replace them, or its rollback could never finish). It is
+	// restarted only if it is still down then (restartOnto checks).
+	type pick struct {
+		inst    uint32
+		granted bool // holds a grant; false: replaced because it is down
+	}
+	var picks []pick
 	var waiting string
+	evaluatorFailed := false
+	u.mu.Unlock()
+	refused := false
 	for _, inst := range plan.start {
-		if err := m.disrupt(j, inst, holder, fmt.Sprintf("update %s to spec version %d", u.u.Id, target.version)); err != nil {
-			var r *sla.RefusedError
-			if errors.As(err, &r) {
-				waiting = "waiting for the SLA: " + r.Reason
-			} else {
-				waiting = "waiting for the SLA evaluator: " + err.Error()
-			}
-			break
+		if down[inst] {
+			picks = append(picks, pick{inst: inst})
+			continue
 		}
-		t := j.task(inst)
+		if refused {
+			continue // in order: later instances wait behind the refused one
+		}
+		// The grant goes back once the new run has stayed available for
+		// the update's window, at most the default one: a long
+		// minReadySeconds paces the update (the instance stays in its
+		// batch until then), but must not hold the job's budget against
+		// everyone else, nor outlive the update if it is aborted.
+		if err := m.disrupt(ctx, j, inst, holder, reason, min(minReady, defaultMinReady)); err != nil {
+			waiting = slaWait(err)
+			evaluatorFailed = !isRefusal(err)
+			refused = true
+			continue
+		}
+		picks = append(picks, pick{inst: inst, granted: true})
+	}
+	u.mu.Lock()
+	if u.u.Status.State != state || u.target() != target.version {
+		// Paused, aborted or rolled back by the user while the evaluator
+		// answered: start nothing; give the grants back.
+		u.mu.Unlock()
+		for _, p := range picks {
+			if p.granted {
+				m.dropGrant(ctx, j, p.inst, holder)
+			}
+		}
+		u.mu.Lock()
+		return 10 * time.Millisecond, nil
+	}
+	if evaluatorFailed {
+		u.slaFailures++
+	} else {
+		u.slaFailures = 0
+	}
+	var started, onlyIfDown []uint32
+	for _, p := range picks {
+		t := j.task(p.inst)
+		if t == nil {
+			continue
+		}
 		t.mu.Lock()
-		u.baseline[inst] = t.rt.FailureCount
+		u.baseline[p.inst] = t.rt.FailureCount
 		t.mu.Unlock()
 		if u.started == nil {
 			u.started = map[uint32]bool{}
 		}
-		u.started[inst] = true
-		started = append(started, inst)
+		u.started[p.inst] = true
+		started = append(started, p.inst)
+		if !p.granted {
+			onlyIfDown = append(onlyIfDown, p.inst)
+		}
 	}
 	// Concurrently, so the group committer packs a whole batch's writes
 	// into a few transactions instead of one round trip per instance.
 	if err := parallel(started, func(inst uint32) error {
-		return m.restartOnto(ctx, j, inst, target, u.u.Spec.GetInPlace(), u.u.Restarts)
+		return m.restartOnto(ctx, j, inst, target, u.u.Spec.GetInPlace(), u.u.Restarts, slices.Contains(onlyIfDown, inst))
 	}); err != nil {
 		return time.Second, err
 	}
@@ -658,7 +726,25 @@ func (m *Manager) driveUpdate(ctx context.Context, j *job) (time.Duration, error
 	if waiting != "" {
 		next = min(next, time.Second)
 	}
+	if u.slaFailures > 0 {
+		next = slaBackoff(u.slaFailures)
+	}
 	return next, nil
+}
+
+// slaUnavailable is how many of j's instances the evaluator counts
+// unavailable now. If it does not answer, jobmgr's own count of the
+// instances that are down stands in: it leaves out other holders' grants,
+// but an evaluator that does not answer grants nothing either, so only
+// instances that are down anyway can start meanwhile.
+func (m *Manager) slaUnavailable(ctx context.Context, j *job) int {
+	cctx, cancel := m.slaCtx(ctx)
+	st, err := m.sla.Status(cctx, j.id)
+	cancel()
+	if err == nil {
+		return st.Unavailable
+	}
+	return len(downInstances(j))
 }
 
 func listU32(xs []uint32, limit int) string {
@@ -681,9 +767,15 @@ func listU32(xs []uint32, limit int) string {
 // the same host, when asked and the resources do not change), unless the
 // backend can patch the running run into the new one (patch.go). For a
 // rolling restart (restarts set) the version stays.
-func (m *Manager) restartOnto(ctx context.Context, j *job, inst uint32, target *jobVersion, inPlace bool, restarts map[uint32]uint32) error {
+//
+// With onlyIfDown the caller holds no SLA grant for the instance because it
+// was down: if it has become available since, it is left alone (the next
+// step asks for a grant).
+func (m *Manager) restartOnto(ctx context.Context, j *job, inst uint32, target *jobVersion, inPlace bool, restarts map[uint32]uint32, onlyIfDown bool) error {
 	_, restart := restarts[inst]
-	if inPlace {
+	// A patch replaces a running run at once, with no availability check
+	// of its own; an instance taken without a grant is stopped instead.
+	if inPlace && !onlyIfDown {
 		if done, err := m.patchOnto(ctx, j, inst, target, restart); done || err != nil {
 			return err
 		}
@@ -696,6 +788,9 @@ func (m *Manager) restartOnto(ctx context.Context, j *job, inst uint32, target *
 			return errSkip
 		}
 		cur := j.version(rt.SpecVersion)
+		if onlyIfDown && available(rt, cur.hasHealthCheck(inst)) {
+			return errSkip
+		}
 		switch {
 		case isActive(rt.State):
 			rt.DesiredRunId = max(rt.DesiredRunId, rt.RunId+1)

@@ -15,8 +15,8 @@ func BenchmarkRequestRelease(b *testing.B) {
 	ids := make([]string, jobs)
 	for n := range jobs {
 		ids[n] = fmt.Sprintf("job-%05d", n)
-		l.SetJob(JobSLA{JobID: ids[n], InstanceCount: instances, MaximumUnavailableInstances: 10})
-		if _, err := l.Request(Request{JobID: ids[n], Instances: []uint32{0}, Holder: "update/bg", TTL: time.Hour}); err != nil {
+		l.SetJob(ctx, JobSLA{JobID: ids[n], InstanceCount: instances, MaximumUnavailableInstances: 10})
+		if _, err := l.Request(ctx, Request{JobID: ids[n], Instances: []uint32{0}, Holder: "update/bg", TTL: time.Hour}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -26,11 +26,11 @@ func BenchmarkRequestRelease(b *testing.B) {
 	for b.Loop() {
 		req.JobID = ids[n%jobs]
 		req.Instances[0] = uint32(1 + (n/jobs)%(instances-1))
-		g, err := l.Request(req)
+		g, err := l.Request(ctx, req)
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := l.Release(g.ID); err != nil {
+		if err := l.Release(ctx, g.ID); err != nil {
 			b.Fatal(err)
 		}
 		n++

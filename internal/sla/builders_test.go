@@ -1,6 +1,12 @@
 package sla
 
-import "time"
+import (
+	"context"
+	"time"
+)
+
+// ctx is the context of calls to a Local that are not about contexts.
+var ctx = context.Background()
 
 // Fixture builders: MakeJob("j").Instances(10).Budget(2).Obj() and
 // MakeReq("j", "update/a", 1, 2).TTL(time.Second).Partial().Obj().

@@ -1,6 +1,7 @@
 package sla
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"regexp"
@@ -305,11 +306,11 @@ func TestStatus(t *testing.T) {
 
 func TestGrantIDsAreUniqueHex(t *testing.T) {
 	l := NewLocal(nil)
-	l.SetJob(MakeJob("j").Instances(1000).Budget(1000).Obj())
+	l.SetJob(ctx, MakeJob("j").Instances(1000).Budget(1000).Obj())
 	hexID := regexp.MustCompile(`^[0-9a-f]{32}$`)
 	seen := map[string]bool{}
 	for i := range uint32(1000) {
-		g, err := l.Request(MakeReq("j", "update/a", i).Obj())
+		g, err := l.Request(ctx, MakeReq("j", "update/a", i).Obj())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -359,30 +360,60 @@ func TestExpireReturnsEveryExpiredGrantOnce(t *testing.T) {
 func TestLocalUsesItsClock(t *testing.T) {
 	now := t0
 	l := NewLocal(func() time.Time { return now })
-	l.SetJob(MakeJob("j").Budget(1).Obj())
-	g, err := l.Request(MakeReq("j", "update/a", 1).TTL(time.Second).Obj())
+	l.SetJob(ctx, MakeJob("j").Budget(1).Obj())
+	g, err := l.Request(ctx, MakeReq("j", "update/a", 1).TTL(time.Second).Obj())
 	if err != nil || !g.Expires.Equal(t0.Add(time.Second)) {
 		t.Fatalf("grant %+v, %v", g, err)
 	}
-	if err := l.Renew(g.ID, 2*time.Second); err != nil {
+	if err := l.Renew(ctx, g.ID, 2*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	now = t0.Add(2 * time.Second)
-	if st, _ := l.Status("j"); st.Unavailable != 0 {
+	if st, _ := l.Status(ctx, "j"); st.Unavailable != 0 {
 		t.Fatalf("grant still counts at its expiry: %+v", st)
 	}
 	if got := l.Expire(); len(got) != 1 || got[0].ID != g.ID || !got[0].Expires.Equal(now) {
 		t.Fatalf("expired %+v", got)
 	}
-	l.ReportAvailability("j", []uint32{0})
-	if _, err := l.Request(MakeReq("j", "update/a", 1).Obj()); err == nil {
+	l.ReportAvailability(ctx, "j", []uint32{0})
+	if _, err := l.Request(ctx, MakeReq("j", "update/a", 1).Obj()); err == nil {
 		t.Fatal("granted over budget")
 	}
-	if err := l.Release(g.ID); !errors.Is(err, ErrUnknownGrant) {
+	if err := l.Release(ctx, g.ID); !errors.Is(err, ErrUnknownGrant) {
 		t.Fatalf("release of an expired grant: %v", err)
 	}
-	l.RemoveJob("j")
-	if _, ok := l.Status("j"); ok {
-		t.Fatal("removed job still known")
+	l.RemoveJob(ctx, "j")
+	if _, err := l.Status(ctx, "j"); !errors.Is(err, ErrUnknownJob) {
+		t.Fatalf("status of a removed job: %v", err)
+	}
+}
+
+// TestLocalHonoursItsContext: a call whose context is done fails with the
+// context's error and changes nothing, as a remote evaluator's would.
+func TestLocalHonoursItsContext(t *testing.T) {
+	l := NewLocal(func() time.Time { return t0 })
+	if err := l.SetJob(ctx, MakeJob("j").Budget(1).Obj()); err != nil {
+		t.Fatal(err)
+	}
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := l.Request(done, MakeReq("j", "update/a", 1).Obj()); !errors.Is(err, context.Canceled) {
+		t.Fatalf("request: %v", err)
+	}
+	if err := l.ReportAvailability(done, "j", []uint32{0}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("report: %v", err)
+	}
+	if err := l.SetJob(done, MakeJob("j").Budget(5).Obj()); !errors.Is(err, context.Canceled) {
+		t.Fatalf("setjob: %v", err)
+	}
+	if err := l.RemoveJob(done, "j"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("removejob: %v", err)
+	}
+	if _, err := l.Status(done, "j"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("status: %v", err)
+	}
+	st, err := l.Status(ctx, "j")
+	if err != nil || st.Unavailable != 0 || len(st.Grants) != 0 || st.MaximumUnavailableInstances != 1 {
+		t.Fatalf("a cancelled call changed the job: %+v, %v", st, err)
 	}
 }

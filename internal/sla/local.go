@@ -1,12 +1,16 @@
 package sla
 
 import (
+	"context"
+	"fmt"
 	"sync"
 	"time"
 )
 
 // Local is the evaluator of one cluster stack: the pure core behind a mutex,
-// with time from a clock. It is safe for concurrent use.
+// with time from a clock. It is safe for concurrent use. Its calls never
+// block on anything but its own short lock, so they fail only when the
+// context is already done.
 type Local struct {
 	clock func() time.Time
 
@@ -44,7 +48,10 @@ func (l *Local) done(op, jobID string, err error) {
 }
 
 // Request implements Evaluator.
-func (l *Local) Request(req Request) (Grant, error) {
+func (l *Local) Request(ctx context.Context, req Request) (Grant, error) {
+	if err := ctx.Err(); err != nil {
+		return Grant{}, err
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	g, err := l.core.request(l.now(), req)
@@ -53,7 +60,10 @@ func (l *Local) Request(req Request) (Grant, error) {
 }
 
 // Release implements Evaluator.
-func (l *Local) Release(grantID string) error {
+func (l *Local) Release(ctx context.Context, grantID string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	err := l.core.release(l.now(), grantID)
@@ -62,7 +72,10 @@ func (l *Local) Release(grantID string) error {
 }
 
 // Renew implements Evaluator.
-func (l *Local) Renew(grantID string, ttl time.Duration) error {
+func (l *Local) Renew(ctx context.Context, grantID string, ttl time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	err := l.core.renew(l.now(), grantID, ttl)
@@ -71,36 +84,54 @@ func (l *Local) Renew(grantID string, ttl time.Duration) error {
 }
 
 // SetJob implements Evaluator.
-func (l *Local) SetJob(job JobSLA) {
+func (l *Local) SetJob(ctx context.Context, job JobSLA) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.core.setJob(l.now(), job)
 	l.done("setjob", job.JobID, nil)
+	return nil
 }
 
 // RemoveJob implements Evaluator.
-func (l *Local) RemoveJob(jobID string) {
+func (l *Local) RemoveJob(ctx context.Context, jobID string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.core.removeJob(l.now(), jobID)
 	l.done("removejob", jobID, nil)
+	return nil
 }
 
 // ReportAvailability implements Evaluator.
-func (l *Local) ReportAvailability(jobID string, unavailable []uint32) {
+func (l *Local) ReportAvailability(ctx context.Context, jobID string, unavailable []uint32) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.core.report(l.now(), jobID, unavailable)
 	l.done("report", jobID, nil)
+	return nil
 }
 
 // Status implements Evaluator.
-func (l *Local) Status(jobID string) (JobStatus, bool) {
+func (l *Local) Status(ctx context.Context, jobID string) (JobStatus, error) {
+	if err := ctx.Err(); err != nil {
+		return JobStatus{}, err
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	st, ok := l.core.status(l.now(), jobID)
 	l.done("status", jobID, nil)
-	return st, ok
+	if !ok {
+		return JobStatus{}, fmt.Errorf("job %s: %w", jobID, ErrUnknownJob)
+	}
+	return st, nil
 }
 
 // Expire drops the grants that are due and returns every grant that expired

@@ -422,7 +422,7 @@ func TestConcurrent(t *testing.T) {
 	for n := range jobCount {
 		id := fmt.Sprintf("j%d", n)
 		budgets[id] = []int{0, 2, 5, 8}[n]
-		l.SetJob(JobSLA{JobID: id, InstanceCount: count, MaximumUnavailableInstances: uint32(budgets[id])})
+		l.SetJob(ctx, JobSLA{JobID: id, InstanceCount: count, MaximumUnavailableInstances: uint32(budgets[id])})
 	}
 
 	// The exact check. It runs under l.mu, so it may read the core and
@@ -473,8 +473,8 @@ func TestConcurrent(t *testing.T) {
 			default:
 			}
 			for id, budget := range budgets {
-				st, ok := l.Status(id)
-				if !ok {
+				st, err := l.Status(ctx, id)
+				if err != nil {
 					t.Errorf("job %s lost", id)
 					return
 				}
@@ -519,7 +519,7 @@ func TestConcurrent(t *testing.T) {
 					for range 1 + rng.IntN(3) {
 						r.Instances = append(r.Instances, rng.Uint32N(count))
 					}
-					g, err := l.Request(r)
+					g, err := l.Request(ctx, r)
 					var re *RefusedError
 					switch {
 					case err == nil:
@@ -532,12 +532,12 @@ func TestConcurrent(t *testing.T) {
 					}
 				case p < 80 && len(mine) > 0:
 					k := rng.IntN(len(mine))
-					if err := l.Release(mine[k]); err != nil && !errors.Is(err, ErrUnknownGrant) {
+					if err := l.Release(ctx, mine[k]); err != nil && !errors.Is(err, ErrUnknownGrant) {
 						t.Errorf("release: %v", err)
 					}
 					mine = slices.Delete(mine, k, k+1)
 				case p < 85 && len(mine) > 0:
-					if err := l.Renew(mine[rng.IntN(len(mine))], 20*time.Millisecond); err != nil && !errors.Is(err, ErrUnknownGrant) {
+					if err := l.Renew(ctx, mine[rng.IntN(len(mine))], 20*time.Millisecond); err != nil && !errors.Is(err, ErrUnknownGrant) {
 						t.Errorf("renew: %v", err)
 					}
 				default:
@@ -545,7 +545,7 @@ func TestConcurrent(t *testing.T) {
 					for range rng.IntN(4) {
 						down = append(down, rng.Uint32N(count))
 					}
-					l.ReportAvailability(job, down)
+					l.ReportAvailability(ctx, job, down)
 				}
 			}
 		}()

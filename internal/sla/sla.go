@@ -25,38 +25,48 @@
 package sla
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
 )
 
 // Evaluator decides whether a voluntary disruption may go ahead. Local is the
-// in-process implementation; the federation's global evaluator is the other.
+// in-process implementation; the federation's global evaluator, in another
+// process, is the other.
+//
+// Every call takes a context and may fail for reasons other than the budget
+// (a remote evaluator times out, is unreachable, restarts). Callers treat
+// any error as "not now": an error from Request is never a grant, and a
+// failed report, release or renew is sent again later. Callers must not hold
+// a lock of their own across a call: a remote call may take as long as its
+// context allows.
 type Evaluator interface {
 	// Request asks to take req.Instances of req.JobID down. On success the
 	// returned grant holds them until it is released or expires. A refusal
 	// over the budget or a conflicting grant is a *RefusedError.
-	Request(req Request) (Grant, error)
+	Request(ctx context.Context, req Request) (Grant, error)
 	// Release ends a grant early; its instances stop counting at once.
 	// It returns ErrUnknownGrant for a grant that was released, expired or
 	// whose job was removed.
-	Release(grantID string) error
+	Release(ctx context.Context, grantID string) error
 	// Renew extends a live grant to expire ttl from now. An expired grant
 	// cannot be renewed (ErrUnknownGrant): its instances may already have
 	// been granted to someone else.
-	Renew(grantID string, ttl time.Duration) error
+	Renew(ctx context.Context, grantID string, ttl time.Duration) error
 	// SetJob registers a job or updates its instance count and budget.
 	// Lowering the budget refuses new requests but revokes no grant.
-	SetJob(job JobSLA)
-	// RemoveJob forgets a job and drops its grants.
-	RemoveJob(jobID string)
+	SetJob(ctx context.Context, job JobSLA) error
+	// RemoveJob forgets a job and drops its grants. Removing an unknown job
+	// is not an error.
+	RemoveJob(ctx context.Context, jobID string) error
 	// ReportAvailability replaces the set of the job's instances that are
 	// down for involuntary reasons. They consume budget like grants do.
 	// Reports for unknown jobs and instance IDs outside the job are dropped.
-	ReportAvailability(jobID string, unavailable []uint32)
-	// Status returns the job's current accounting, or false if the job is
-	// not known.
-	Status(jobID string) (JobStatus, bool)
+	ReportAvailability(ctx context.Context, jobID string, unavailable []uint32) error
+	// Status returns the job's current accounting, or ErrUnknownJob if the
+	// job is not known.
+	Status(ctx context.Context, jobID string) (JobStatus, error)
 }
 
 // JobSLA is what the evaluator needs to know about a job.

@@ -20,6 +20,7 @@ import (
 
 	"github.com/peloton-sched/peloton/cluster"
 	"github.com/peloton-sched/peloton/cluster/client"
+	"github.com/peloton-sched/peloton/internal/sla"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 	"google.golang.org/protobuf/encoding/protojson"
 	"sigs.k8s.io/yaml"
@@ -55,6 +56,8 @@ type stackOpts struct {
 	labels []string
 	// kube configures the kubernetes backend.
 	kube cluster.KubeConfig
+	// sla is the SLA evaluator (nil: the stack's own in-process one).
+	sla sla.Evaluator
 }
 
 // startStack starts Peloton on loopback ports chosen by the kernel, with its
@@ -88,6 +91,7 @@ func startStack(t *testing.T, dataDir string, o stackOpts) *stack {
 		OnReady:       func(r cluster.ReadyInfo) { readyCh <- r },
 	}
 	cfg.Kube = o.kube
+	cfg.SLA = o.sla
 	go func() { s.done <- cluster.Run(ctx, cfg) }()
 	select {
 	case s.ready = <-readyCh:

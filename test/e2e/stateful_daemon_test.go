@@ -42,6 +42,9 @@ func TestStatefulKeepsVolumeAndHost(t *testing.T) {
 	s.waitTasks(id, "instance 0 on run 2", 60*time.Second, func(ts []*pelotonv1.Task) bool {
 		return ts[0].Status.RunId == 2 && ts[0].Status.State == pelotonv1.TaskState_RUNNING
 	})
+	// The restart is done once the new run has stayed up for the default
+	// stability window; only then may an update start.
+	s.waitNoActiveUpdate(id, 60*time.Second)
 	next := proto.Clone(spec).(*pelotonv1.JobSpec)
 	next.DefaultSpec.Env = map[string]string{"V": "2"}
 	u := s.startUpdate(id, next, &pelotonv1.UpdateSpec{})

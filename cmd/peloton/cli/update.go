@@ -73,7 +73,7 @@ func (f *updateFlags) register(fs *pflag.FlagSet) {
 	fs.Uint32Var(&f.maxInstanceRetries, "max-instance-retries", 0, "times an instance that does not become ready is started again before it counts as failed")
 	fs.Uint32Var(&f.maxTolerableFailures, "max-tolerable-failures", 0, "failed instances tolerated; one more fails the update")
 	fs.BoolVar(&f.startPaused, "start-paused", false, `create the update paused; "update resume" starts it`)
-	fs.Uint32Var(&f.minReadySeconds, "min-ready-seconds", 0, "seconds an instance must run (and pass its health check) to count as updated")
+	fs.Uint32Var(&f.minReadySeconds, "min-ready-seconds", 0, "seconds an instance must run (and pass its health check) to count as updated (0: the default, 5)")
 	fs.Uint64Var(&f.jobVersion, "job-version", 0, "create the update only if the job is still at this spec version")
 }
 
