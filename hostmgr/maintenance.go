@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/peloton-sched/peloton/internal/apierr"
+	"github.com/peloton-sched/peloton/internal/fsm"
 	"github.com/peloton-sched/peloton/internal/metrics"
 	"github.com/peloton-sched/peloton/internal/store"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
@@ -42,42 +43,20 @@ const (
 // maintenanceTransitions is the one table of legal host state changes.
 // HOST_DOWN has no edges: maintenance neither enters nor leaves it (it is
 // reserved for hosts a backend reports gone).
-var maintenanceTransitions = map[hs][]hs{
-	hostUp:       {hostDraining},
-	hostDraining: {hostDrained, hostUp},
-	hostDrained:  {hostUp},
-	hostDown:     {},
-}
+var maintenanceTransitions = fsm.New("host maintenance",
+	fsm.From(hostUp).To(hostDraining),
+	fsm.From(hostDraining).To(hostDrained, hostUp),
+	fsm.From(hostDrained).To(hostUp),
+	fsm.From(hostDown).To(),
+)
 
-// checkMaintenanceTransition returns an error unless from -> to is in the
-// table. Staying in the same state is not a transition and is refused too:
-// draining a draining host or completing an up one is a mistake worth
-// telling the operator about.
-func checkMaintenanceTransition(from, to hs) error {
-	for _, x := range maintenanceTransitions[from] {
-		if x == to {
-			return nil
-		}
-	}
-	return fmt.Errorf("hostmgr: illegal host transition %s -> %s", from, to)
-}
-
-// sourcesOf lists, in enum order, the states from which to may be reached.
-func sourcesOf(to hs) []string {
-	var from []hs
-	for f, tos := range maintenanceTransitions {
-		for _, x := range tos {
-			if x == to {
-				from = append(from, f)
-			}
-		}
-	}
-	sort.Slice(from, func(a, b int) bool { return from[a] < from[b] })
-	out := make([]string, len(from))
-	for i, f := range from {
-		out[i] = f.String()
-	}
-	return out
+// canChangeMaintenance reports whether a maintenance request may take a host
+// from from to to. The table allows staying (fsm's rule), but here a
+// request for the state a host is already in is refused: draining a
+// draining host or completing an up one is a mistake worth telling the
+// operator about.
+func canChangeMaintenance(from, to hs) bool {
+	return from != to && maintenanceTransitions.Allowed(from, to)
 }
 
 func maintenanceKey(host string) string { return "hosts/" + host + "/maintenance" }
@@ -151,10 +130,10 @@ func (m *Manager) changeMaintenance(ctx context.Context, names []string, to hs) 
 			m.mu.Unlock()
 			return nil, apierr.NotFound("%s: host %s does not exist", field, name)
 		}
-		if err := checkMaintenanceTransition(h.state, to); err != nil {
+		if !canChangeMaintenance(h.state, to) {
 			m.mu.Unlock()
 			return nil, apierr.FailedPrecondition("%s: host %s is %s; %s needs %s", field, name, h.state, action,
-				strings.Join(sourcesOf(to), " or "))
+				strings.Join(fsm.Names(maintenanceTransitions.Sources(to)), " or "))
 		}
 		ops = append(ops, m.maintOpLocked(name, to))
 	}
@@ -322,7 +301,7 @@ func (m *Manager) settleDrainedLocked(ctx context.Context) error {
 		for _, name := range names[i:j] {
 			// Nothing can land on a draining host (not offered, Commit
 			// refuses it), so it is still empty.
-			if err := checkMaintenanceTransition(m.hosts[name].state, hostDrained); err == nil {
+			if canChangeMaintenance(m.hosts[name].state, hostDrained) {
 				m.setStateLocked(name, hostDrained, rev)
 			}
 		}
