@@ -78,7 +78,7 @@ func runStack(ctx context.Context, cfg Config, t *term) error {
 	}
 	// Admission divides the capacity of the hosts in service; hostmgr tells
 	// resmgr whenever that changes (a drain, a host returning to service).
-	hm := hostmgr.NewManager(backend, hostmgr.Options{Logger: log, Store: st, OnCapacity: rm.SetCapacity})
+	hm := hostmgr.NewManager(backend, hostmgr.Options{Logger: log, Store: st, OnCapacity: rm.SetPartitionCapacity})
 	// The engines get their own context so they stop only after the API has.
 	runCtx, stopEngines := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopEngines()
@@ -96,7 +96,7 @@ func runStack(ctx context.Context, cfg Config, t *term) error {
 		}
 	}()
 
-	rm.SetCapacity(hm.Capacity())
+	rm.SetPartitionCapacity(hm.CapacityByPartition())
 	jm := jobmgr.New(st, batcher, rm, hm, jobmgr.Options{Logger: log})
 	// DAEMON jobs follow hosts that join or leave as soon as the backend
 	// says so (kubernetes); jobmgr also re-checks every few seconds.

@@ -130,6 +130,10 @@ func (m *Manager) changeMaintenance(ctx context.Context, names []string, to hs) 
 			m.mu.Unlock()
 			return nil, apierr.NotFound("%s: host %s does not exist", field, name)
 		}
+		if to == hostDraining && h.moving() {
+			m.mu.Unlock()
+			return nil, apierr.FailedPrecondition("%s: host %s is moving to partition %s; %s waits for the move to finish", field, name, h.target, action)
+		}
 		if !canChangeMaintenance(h.state, to) {
 			m.mu.Unlock()
 			return nil, apierr.FailedPrecondition("%s: host %s is %s; %s needs %s", field, name, h.state, action,
@@ -260,10 +264,11 @@ func taskIDsLocked(h *host) []string {
 }
 
 // settleDrained marks every draining host that holds no runs HOST_DRAINED.
+// It also carries partition moves of hosts that became empty on.
 func (m *Manager) settleDrained(ctx context.Context) error {
 	m.maintMu.Lock()
 	defer m.maintMu.Unlock()
-	return m.settleDrainedLocked(ctx)
+	return errors.Join(m.settleDrainedLocked(ctx), m.settleMovesLocked(ctx))
 }
 
 // settleDrainedLocked is settleDrained for a caller holding maintMu. It does
@@ -349,7 +354,7 @@ func (m *Manager) Recovered() {
 	m.recovered = true
 	var drains []DrainRequest
 	for _, name := range m.order {
-		if h := m.hosts[name]; h.state == hostDraining && len(h.tasks) > 0 {
+		if h := m.hosts[name]; h.draining() && len(h.tasks) > 0 {
 			drains = append(drains, DrainRequest{Host: name, TaskIDs: taskIDsLocked(h)})
 		}
 	}
@@ -411,6 +416,12 @@ func (m *Manager) loadMaintenance(ctx context.Context) error {
 		if !ok {
 			continue
 		}
+		if name, ok := strings.CutSuffix(rest, "/partition"); ok {
+			if err := m.loadPartitionLocked(name, kv); err != nil {
+				return err
+			}
+			continue
+		}
 		name, ok := strings.CutSuffix(rest, "/maintenance")
 		if !ok {
 			continue // another per-host record
@@ -448,12 +459,16 @@ func (m *Manager) stateOfLocked(name string) hs {
 // peloton_hosts{state} gauges.
 func (m *Manager) recountLocked() {
 	var n [5]int
+	moving := 0
 	for _, h := range m.hosts {
 		if int(h.state) < len(n) {
 			n[h.state]++
 		}
+		if h.moving() {
+			moving++
+		}
 	}
-	m.draining.Store(int32(n[hostDraining]))
+	m.draining.Store(int32(n[hostDraining] + moving))
 	for _, st := range []hs{hostUp, hostDraining, hostDrained, hostDown} {
 		metrics.Hosts.WithLabelValues(st.String()).Set(float64(n[st]))
 	}
@@ -461,7 +476,7 @@ func (m *Manager) recountLocked() {
 	// pools are not promised room that no host will give them. resmgr never
 	// calls into hostmgr, so calling it under m.mu cannot deadlock.
 	if m.onCapacity != nil {
-		m.onCapacity(m.capacityLocked())
+		m.onCapacity(m.capacityByPartitionLocked())
 	}
 }
 
@@ -507,11 +522,12 @@ func (m *Manager) hostProtos(names []string) []*pelotonv1.Host {
 	return out
 }
 
-// Draining reports whether host is HOST_DRAINING: a drain request read
-// after its host returned to service is stale and must move nothing.
+// Draining reports whether host is HOST_DRAINING or moving to another
+// partition with runs still to move: a drain request read after its host
+// returned to service is stale and must move nothing.
 func (m *Manager) Draining(host string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	h := m.hosts[host]
-	return h != nil && h.state == hostDraining
+	return h != nil && h.draining()
 }
