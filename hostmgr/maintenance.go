@@ -74,6 +74,9 @@ type maintRecord struct {
 type DrainRequest struct {
 	Host    string
 	TaskIDs []string
+	// Why says what the drain is for when it is not maintenance: "to move
+	// to partition stateless". Empty for maintenance.
+	Why string
 }
 
 // maintenanceTxnTimeout bounds one store transaction of a maintenance change,
@@ -355,7 +358,7 @@ func (m *Manager) Recovered() {
 	var drains []DrainRequest
 	for _, name := range m.order {
 		if h := m.hosts[name]; h.draining() && len(h.tasks) > 0 {
-			drains = append(drains, DrainRequest{Host: name, TaskIDs: taskIDsLocked(h)})
+			drains = append(drains, DrainRequest{Host: name, TaskIDs: taskIDsLocked(h), Why: drainWhy(h)})
 		}
 	}
 	m.mu.Unlock()

@@ -790,9 +790,13 @@ func (m *Manager) publishIfDraining(spec LaunchSpec) {
 	m.mu.Lock()
 	h := m.hosts[spec.Host]
 	drain := h != nil && !h.inService()
+	var why string
+	if drain {
+		why = drainWhy(h)
+	}
 	m.mu.Unlock()
 	if drain {
-		m.publishDrains(DrainRequest{Host: spec.Host, TaskIDs: []string{spec.TaskID}})
+		m.publishDrains(DrainRequest{Host: spec.Host, TaskIDs: []string{spec.TaskID}, Why: why})
 	}
 }
 

@@ -123,7 +123,15 @@ func (m *Manager) setMoveLocked(name string, r partRecord, rev int64) (DrainRequ
 	if r.state != partMoving || len(h.tasks) == 0 {
 		return DrainRequest{}, false
 	}
-	return DrainRequest{Host: name, TaskIDs: taskIDsLocked(h)}, true
+	return DrainRequest{Host: name, TaskIDs: taskIDsLocked(h), Why: drainWhy(h)}, true
+}
+
+// drainWhy is DrainRequest.Why for a host that drains.
+func drainWhy(h *host) string {
+	if h.move == partMoving {
+		return "to move to partition " + h.target
+	}
+	return ""
 }
 
 // applyPartRecordLocked makes h's partition and move state what hostmgr's

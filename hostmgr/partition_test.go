@@ -245,7 +245,7 @@ func TestMoveDrainsTheHostFirst(t *testing.T) {
 		t.Fatalf("answer: %+v", h)
 	}
 	ds := m.Drains(ctx)
-	if len(ds) != 1 || ds[0].Host != "a" || !slices.Equal(ds[0].TaskIDs, []string{"j-0-1"}) {
+	if len(ds) != 1 || ds[0].Host != "a" || !slices.Equal(ds[0].TaskIDs, []string{"j-0-1"}) || ds[0].Why != "to move to partition stateless" {
 		t.Fatalf("drain requests: %+v", ds)
 	}
 	if !m.Draining("a") || m.HostUp("a") {

@@ -1,0 +1,84 @@
+package e2e
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+)
+
+// TestMoveHostWithinSLAThenAdmitPerPartition moves a host that runs part of
+// a service to another partition: the service's instances leave it one SLA
+// grant at a time. The host then takes work
+// that targets its new partition, and admission counts only that partition's
+// hosts: a job that asks for more than the partition has pends, naming the
+// partition, though the cluster as a whole has room.
+func TestMoveHostWithinSLAThenAdmitPerPartition(t *testing.T) {
+	s := startStack(t, t.TempDir(), stackOpts{hosts: 3, hostCPU: 2})
+	spec := service("moved-web", 6, 1, "sleep", "300")
+	spec.DefaultSpec.Placement = &pelotonv1.PlacementSpec{Strategy: pelotonv1.PlacementStrategy_SPREAD, MaxInstancesPerHost: 3}
+	id := s.createJob(spec)
+	before := s.waitTasks(id, "6 running", 60*time.Second, allRunning(6))
+	onHost := runningOn(before)["local-0"]
+	if onHost < 2 {
+		t.Fatalf("want at least 2 instances on local-0 to move, have %v", runningOn(before))
+	}
+
+	_, err := s.hosts.MoveHost(ctxT(t), &pelotonv1.MoveHostRequest{Host: "local-0", Partition: "Bad Name"})
+	if status.Code(err) != codes.InvalidArgument || !strings.HasPrefix(status.Convert(err).Message(), "partition: ") {
+		t.Fatalf("bad name: %v", err)
+	}
+	_, err = s.hosts.MoveHost(ctxT(t), &pelotonv1.MoveHostRequest{Host: "local-9", Partition: "stateless"})
+	if status.Code(err) != codes.NotFound {
+		t.Fatalf("unknown host: %v", err)
+	}
+	resp, err := s.hosts.MoveHost(ctxT(t), &pelotonv1.MoveHostRequest{Host: "local-0", Partition: "stateless"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Host.PartitionState != pelotonv1.PartitionMoveState_PARTITION_MOVING {
+		t.Fatalf("answer: %v", resp.Host)
+	}
+	_, err = s.hosts.MoveHost(ctxT(t), &pelotonv1.MoveHostRequest{Host: "local-0", Partition: "batch"})
+	if status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("second move of a moving host: %v", err)
+	}
+	s.waitHost("local-0", "settled in stateless", 90*time.Second, func(h *pelotonv1.Host) bool {
+		return h.Partition == "stateless" && h.PartitionState == pelotonv1.PartitionMoveState_PARTITION_SETTLED
+	})
+	after := s.waitTasks(id, "6 running off local-0", 60*time.Second, func(ts []*pelotonv1.Task) bool {
+		return allRunning(6)(ts) && runningOn(ts)["local-0"] == 0
+	})
+	ws := downWindows(after)
+	if len(ws) != onHost {
+		t.Fatalf("%d instances were on local-0, %d moved: %v", onHost, len(ws), ws)
+	}
+	if n := maxOverlap(ws); n > 1 {
+		t.Errorf("%d instances were down at once during the move; sla.maximumUnavailableInstances is 1: %v", n, ws)
+	}
+	// local-0 alone is partition stateless: 2 CPU. Three 1-CPU tasks that
+	// target it: two run there, the third pends naming the partition.
+	job := spreadJob("in-stateless", 3, []string{"sleep", "300"}, 1)
+	job.DefaultSpec.Resources.Cpu = 1
+	job.DefaultSpec.Placement = &pelotonv1.PlacementSpec{Partition: "stateless"}
+	jid := s.createJob(job)
+	ts := s.waitTasks(jid, "2 running on local-0, 1 pending on the partition", 60*time.Second, func(ts []*pelotonv1.Task) bool {
+		running, pending := 0, 0
+		for _, tk := range ts {
+			switch {
+			case tk.Status.State == pelotonv1.TaskState_RUNNING && tk.Status.Host == "local-0":
+				running++
+			case tk.Status.State == pelotonv1.TaskState_PENDING && strings.Contains(tk.Status.PendingReason, "partition stateless is full"):
+				pending++
+			}
+		}
+		return running == 2 && pending == 1
+	})
+	if len(ts) != 3 {
+		t.Fatalf("tasks %v", ts)
+	}
+}
