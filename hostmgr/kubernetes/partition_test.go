@@ -3,6 +3,7 @@ package kubernetes
 import (
 	"context"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -16,10 +17,20 @@ func TestMoveHostLabelsTheNode(t *testing.T) {
 	c := cluster(t)
 	e := newEnv(t, c, 2, map[string]string{"zone": "a"})
 	n1 := e.nodes[1]
-	m := hostmgr.NewManager(e.b, hostmgr.Options{})
+	// hostmgr starts its backend itself: hand it a fresh one in place of
+	// the env's.
+	_ = e.b.Close()
+	b, err := New(Config{REST: e.c.Config, Namespace: e.ns, NodeSelector: "peloton.io/test=" + e.ns,
+		RequestTimeout: 5 * time.Second, StartTimeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.b = b
+	m := hostmgr.NewManager(b, hostmgr.Options{})
 	if err := m.Start(e.ctx); err != nil {
 		t.Fatal(err)
 	}
+	defer m.Close()
 	m.Recovered()
 	h, err := m.MoveHost(e.ctx, n1, "stateless")
 	if err != nil {
