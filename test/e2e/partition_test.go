@@ -82,3 +82,42 @@ func TestMoveHostWithinSLAThenAdmitPerPartition(t *testing.T) {
 		t.Fatalf("tasks %v", ts)
 	}
 }
+
+// TestMoveHostBlockedByStatefulInstance: a STATEFUL instance's volume is on
+// its host, so a move of that host waits for its owner and says so; killing
+// the job lets the move finish.
+func TestMoveHostBlockedByStatefulInstance(t *testing.T) {
+	s := startStack(t, t.TempDir(), stackOpts{hosts: 2})
+	if _, err := s.pools.CreatePool(ctxT(t), &pelotonv1.CreatePoolRequest{Path: "/db", Spec: &pelotonv1.PoolSpec{
+		Reservation: &pelotonv1.Resources{Cpu: 1, MemoryMb: 256, DiskMb: 100}}}); err != nil {
+		t.Fatal(err)
+	}
+	spec := service("db", 1, 1, "sleep", "300")
+	spec.Type, spec.Pool = pelotonv1.JobType_STATEFUL, "/db"
+	spec.DefaultSpec.Volume = &pelotonv1.VolumeSpec{SizeMb: 10}
+	id := s.createJob(spec)
+	ts := s.waitTasks(id, "1 running", 60*time.Second, allRunning(1))
+	h, run := ts[0].Status.Host, ts[0].Status.RunId
+
+	if _, err := s.hosts.MoveHost(ctxT(t), &pelotonv1.MoveHostRequest{Host: h, Partition: "stateless"}); err != nil {
+		t.Fatal(err)
+	}
+	s.waitHost(h, "moving, blocked by the stateful instance", 30*time.Second, func(host *pelotonv1.Host) bool {
+		return host.PartitionState == pelotonv1.PartitionMoveState_PARTITION_MOVING &&
+			strings.Contains(host.PartitionMessage, "STATEFUL instance 0 of job "+id)
+	})
+	// Maintenance waits for the move.
+	_, err := s.hosts.StartMaintenance(ctxT(t), &pelotonv1.StartMaintenanceRequest{Hosts: []string{h}})
+	if status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("maintenance of a moving host: %v", err)
+	}
+	if tk := s.waitTasks(id, "1 running", 5*time.Second, allRunning(1)); tk[0].Status.RunId != run {
+		t.Fatal("a partition move moved a stateful instance")
+	}
+	if _, err := s.jobs.CancelJob(ctxT(t), &pelotonv1.CancelJobRequest{JobId: id}); err != nil {
+		t.Fatal(err)
+	}
+	s.waitHost(h, "settled in stateless once the owner acted", 60*time.Second, func(host *pelotonv1.Host) bool {
+		return host.Partition == "stateless" && host.PartitionState == pelotonv1.PartitionMoveState_PARTITION_SETTLED
+	})
+}
