@@ -121,3 +121,70 @@ func TestMoveHostBlockedByStatefulInstance(t *testing.T) {
 		return host.Partition == "stateless" && host.PartitionState == pelotonv1.PartitionMoveState_PARTITION_SETTLED
 	})
 }
+
+// TestHostMoveSurvivesRestart: a move under way when the control plane
+// stops goes on after it starts again on the same data, and the host keeps
+// its new partition over further restarts, although the local backend, a
+// new process each time, reports its default partition.
+func TestHostMoveSurvivesRestart(t *testing.T) {
+	dir := t.TempDir()
+	opts := stackOpts{hosts: 2, hostCPU: 2, hostMem: 4096}
+	s := startStack(t, dir, opts)
+	ctx := ctxT(t)
+	// The runs ignore SIGTERM and have a long grace period, so the move
+	// stays under way (the run PREEMPTING, the host MOVING) until the stack
+	// stops.
+	stubborn := []string{"/bin/sh", "-c", "trap '' TERM; sleep 300"}
+	created, err := s.jobs.CreateJob(ctx, &pelotonv1.CreateJobRequest{Spec: spreadJob("stubborn", 2, stubborn, 600)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := created.JobId
+	s.waitTasks(id, "one running on each host", 30*time.Second, func(ts []*pelotonv1.Task) bool {
+		n := runningOn(ts)
+		return n["local-0"] == 1 && n["local-1"] == 1
+	})
+	out, errOut, err := s.runCLI("host", "move", "local-0", "--partition", "stateless", "--no-wait")
+	if err != nil || !strings.Contains(out, "default->stateless") {
+		t.Fatalf("host move: %v %s\n%s", err, errOut, out)
+	}
+	s.waitTasks(id, "the run on local-0 preempting for the move", 30*time.Second, func(ts []*pelotonv1.Task) bool {
+		for _, tk := range ts {
+			if st := tk.Status; st.Host == "local-0" && st.State == pelotonv1.TaskState_PREEMPTING &&
+				st.Reason == "preempted-host-drain" && strings.Contains(st.Message, "host local-0 is draining to move to partition stateless") {
+				return true
+			}
+		}
+		return false
+	})
+	if h := s.host("local-0"); h.PartitionState != pelotonv1.PartitionMoveState_PARTITION_MOVING ||
+		h.PartitionMessage != "moving to partition stateless: draining 1 task" {
+		t.Fatalf("mid-move: %v", h)
+	}
+
+	s.stop()
+	s2 := startStack(t, dir, opts)
+	// The run's end may already have been seen; then the move is done.
+	h := s2.host("local-0")
+	moving := h.PartitionState == pelotonv1.PartitionMoveState_PARTITION_MOVING && h.TargetPartition == "stateless"
+	done := h.PartitionState == pelotonv1.PartitionMoveState_PARTITION_SETTLED && h.Partition == "stateless"
+	if !moving && !done {
+		t.Fatalf("after a restart mid-move local-0 is %v", h)
+	}
+	s2.waitTasks(id, "both running on local-1", 30*time.Second, func(ts []*pelotonv1.Task) bool {
+		return runningOn(ts)["local-1"] == 2
+	})
+	s2.waitHost("local-0", "settled in stateless", 30*time.Second, func(h *pelotonv1.Host) bool {
+		return h.Partition == "stateless" && h.PartitionState == pelotonv1.PartitionMoveState_PARTITION_SETTLED && h.TaskCount == 0
+	})
+
+	s2.stop()
+	s3 := startStack(t, dir, opts)
+	if h := s3.host("local-0"); h.Partition != "stateless" || h.State != pelotonv1.HostState_HOST_UP {
+		t.Fatalf("after another restart local-0 is %v, want UP in stateless", h)
+	}
+	out, _, err = s3.runCLI("host", "list")
+	if err != nil || !strings.Contains(out, "stateless") {
+		t.Fatalf("host list: %v\n%s", err, out)
+	}
+}
