@@ -19,8 +19,11 @@ import (
 // partition, though the cluster as a whole has room.
 func TestMoveHostWithinSLAThenAdmitPerPartition(t *testing.T) {
 	s := startStack(t, t.TempDir(), stackOpts{hosts: 3, hostCPU: 2})
+	// The service stays in the local hosts' partition, so the instances
+	// that leave local-0 cannot come back once it is in another.
 	spec := service("moved-web", 6, 1, "sleep", "300")
-	spec.DefaultSpec.Placement = &pelotonv1.PlacementSpec{Strategy: pelotonv1.PlacementStrategy_SPREAD, MaxInstancesPerHost: 3}
+	spec.DefaultSpec.Placement = &pelotonv1.PlacementSpec{Strategy: pelotonv1.PlacementStrategy_SPREAD, MaxInstancesPerHost: 3,
+		Partition: "default"}
 	id := s.createJob(spec)
 	before := s.waitTasks(id, "6 running", 60*time.Second, allRunning(6))
 	onHost := runningOn(before)["local-0"]
@@ -135,7 +138,11 @@ func TestHostMoveSurvivesRestart(t *testing.T) {
 	// stays under way (the run PREEMPTING, the host MOVING) until the stack
 	// stops.
 	stubborn := []string{"/bin/sh", "-c", "trap '' TERM; sleep 300"}
-	created, err := s.jobs.CreateJob(ctx, &pelotonv1.CreateJobRequest{Spec: spreadJob("stubborn", 2, stubborn, 600)})
+	// In the local hosts' partition: the run that leaves local-0 cannot
+	// come back once local-0 is in another.
+	job := spreadJob("stubborn", 2, stubborn, 600)
+	job.DefaultSpec.Placement.Partition = "default"
+	created, err := s.jobs.CreateJob(ctx, &pelotonv1.CreateJobRequest{Spec: job})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +173,7 @@ func TestHostMoveSurvivesRestart(t *testing.T) {
 	s2 := startStack(t, dir, opts)
 	// The run's end may already have been seen; then the move is done.
 	h := s2.host("local-0")
-	moving := h.PartitionState == pelotonv1.PartitionMoveState_PARTITION_MOVING && h.TargetPartition == "stateless"
+	moving := h.PartitionState != pelotonv1.PartitionMoveState_PARTITION_SETTLED && h.TargetPartition == "stateless"
 	done := h.PartitionState == pelotonv1.PartitionMoveState_PARTITION_SETTLED && h.Partition == "stateless"
 	if !moving && !done {
 		t.Fatalf("after a restart mid-move local-0 is %v", h)
