@@ -65,6 +65,9 @@ type HostStatus struct {
 	// Unschedulable: the backend says the host takes no new runs (a
 	// cordoned or not-ready node).
 	Unschedulable bool
+	// MovingTo is the partition the host is moving to; while it moves it
+	// takes no new runs.
+	MovingTo string
 }
 
 // HostClass is a set of hosts that look the same to placement: same
@@ -472,7 +475,8 @@ func (m *Manager) HostStatuses(names []string) map[string]HostStatus {
 	out := make(map[string]HostStatus, len(names))
 	for _, name := range names {
 		if h, ok := m.hosts[name]; ok {
-			out[name] = HostStatus{State: h.state, Capacity: h.info.Capacity, Labels: h.info.Labels, Partition: h.info.Partition, Unschedulable: h.info.Unschedulable}
+			out[name] = HostStatus{State: h.state, Capacity: h.info.Capacity, Labels: h.info.Labels, Partition: h.info.Partition,
+				Unschedulable: h.info.Unschedulable, MovingTo: h.target}
 		}
 	}
 	return out
