@@ -102,8 +102,14 @@ func TestMoveHostBlockedByStatefulInstance(t *testing.T) {
 	ts := s.waitTasks(id, "1 running", 60*time.Second, allRunning(1))
 	h, run := ts[0].Status.Host, ts[0].Status.RunId
 
-	if _, err := s.hosts.MoveHost(ctxT(t), &pelotonv1.MoveHostRequest{Host: h, Partition: "stateless"}); err != nil {
-		t.Fatal(err)
+	// Over REST this time; a bad name first, which names the field.
+	if code, raw := s.rest("POST", "/v1/hosts/"+h+":move", `{"partition":"Not OK"}`, nil); code != 400 ||
+		!strings.Contains(raw, `partition: \"Not OK\" is not a partition name`) {
+		t.Fatalf("bad name over REST: %d %s", code, raw)
+	}
+	if code, raw := s.rest("POST", "/v1/hosts/"+h+":move", `{"partition":"stateless"}`, nil); code != 200 ||
+		!strings.Contains(raw, `"targetPartition":"stateless"`) {
+		t.Fatalf("move over REST: %d %s", code, raw)
 	}
 	s.waitHost(h, "moving, blocked by the stateful instance", 30*time.Second, func(host *pelotonv1.Host) bool {
 		return host.PartitionState == pelotonv1.PartitionMoveState_PARTITION_MOVING &&
