@@ -148,7 +148,11 @@ func (m *Manager) applyPartRecordLocked(h *host) {
 	}
 	h.move, h.target = r.state, r.Target
 	if r.state == partSettled {
+		// What held the move up is history; a later drain says its own.
 		h.moveNote = ""
+		if h.state != hostDraining {
+			h.drainNote = ""
+		}
 	}
 }
 

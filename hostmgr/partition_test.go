@@ -273,6 +273,14 @@ func TestMoveDrainsTheHostFirst(t *testing.T) {
 	if m.Draining("a") || !m.HostUp("a") {
 		t.Fatal("a moved host must be back in service")
 	}
+	// The note of the move does not leak into a later drain.
+	m.Recover("k-0-1", "a", resources.Resources{MilliCPU: 100, MemoryMB: 10})
+	if _, err := m.StartMaintenance(ctx, []string{"a"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.ListHosts()[0].MaintenanceMessage; got != "draining: 1 task left" {
+		t.Fatalf("maintenance message after the move: %q", got)
+	}
 }
 
 // TestMoveResumesAfterRestart: each step of a move is in the store; a new
