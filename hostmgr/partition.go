@@ -9,6 +9,7 @@ import (
 
 	"github.com/peloton-sched/peloton/internal/apierr"
 	"github.com/peloton-sched/peloton/internal/fsm"
+	"github.com/peloton-sched/peloton/internal/metrics"
 	"github.com/peloton-sched/peloton/internal/store"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
@@ -206,6 +207,7 @@ func (m *Manager) MoveHost(ctx context.Context, name, partition string) (*peloto
 	m.recountLocked()
 	m.mu.Unlock()
 	m.log.Info("host partition move started", "host", name, "from", r.Partition, "to", partition)
+	metrics.HostMoves.WithLabelValues("started").Inc()
 	if drain {
 		m.publishDrains(d)
 	}
@@ -267,6 +269,8 @@ func (m *Manager) finishMoveLocked(ctx context.Context, name string) error {
 		m.setMoveLocked(name, next, rev)
 		m.recountLocked()
 		r = m.parts[name]
+		m.log.Info("host drained for its partition move", "host", name, "to", r.Target)
+		metrics.HostMoves.WithLabelValues("drained").Inc()
 	}
 	m.mu.Unlock()
 	if !ok || r.state != partDrained {
@@ -279,6 +283,7 @@ func (m *Manager) finishMoveLocked(ctx context.Context, name string) error {
 				h.moveNote = fmt.Sprintf("the %s backend did not take the partition: %v; retrying", m.backend.Name(), err)
 			}
 			m.mu.Unlock()
+			metrics.HostMoves.WithLabelValues("apply-failed").Inc()
 			return fmt.Errorf("hostmgr: apply partition %s to %s: %w", r.Target, name, err)
 		}
 	}
@@ -301,6 +306,7 @@ func (m *Manager) finishMoveLocked(ctx context.Context, name string) error {
 	m.recountLocked()
 	m.mu.Unlock()
 	m.log.Info("host partition move done", "host", name, "from", r.Partition, "to", r.Target)
+	metrics.HostMoves.WithLabelValues("moved").Inc()
 	return nil
 }
 

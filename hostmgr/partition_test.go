@@ -12,9 +12,11 @@ import (
 	"time"
 
 	peltest "github.com/peloton-sched/peloton/internal/testutil"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/peloton-sched/peloton/internal/metrics"
 	"github.com/peloton-sched/peloton/internal/resources"
 	"github.com/peloton-sched/peloton/internal/store"
 	"github.com/peloton-sched/peloton/internal/store/storetest"
@@ -341,6 +343,8 @@ func TestMoveResumesFromDrained(t *testing.T) {
 	defer cancel()
 	b := newPartHosts()
 	b.setFail(errors.New("apiserver unreachable"))
+	failed := testutil.ToFloat64(metrics.HostMoves.WithLabelValues("apply-failed"))
+	moved := testutil.ToFloat64(metrics.HostMoves.WithLabelValues("moved"))
 	m1 := partManager(t, b, st)
 	h, err := m1.MoveHost(ctx, "b", "stateless")
 	if err != nil {
@@ -353,11 +357,17 @@ func TestMoveResumesFromDrained(t *testing.T) {
 	if m1.HostUp("b") {
 		t.Fatal("b is in service before its move is done")
 	}
+	if got := testutil.ToFloat64(metrics.HostMoves.WithLabelValues("apply-failed")) - failed; got < 1 {
+		t.Fatalf("peloton_host_partition_moves_total{step=apply-failed} grew by %v", got)
+	}
 	_ = m1.Close()
 
 	b.setFail(nil)
 	m2 := partManager(t, b, st)
 	waitPartitions(t, m2, "a=batch b=stateless c=batch")
+	if got := testutil.ToFloat64(metrics.HostMoves.WithLabelValues("moved")) - moved; got != 1 {
+		t.Fatalf("peloton_host_partition_moves_total{step=moved} grew by %v, want 1", got)
+	}
 	if got := b.appliedList(); !slices.Equal(got, []string{"b=stateless"}) {
 		t.Fatalf("backend told %v", got)
 	}
