@@ -87,7 +87,7 @@ func runStack(ctx context.Context, cfg Config, t *term) error {
 	}
 	// Admission divides the capacity of the hosts in service; hostmgr tells
 	// resmgr whenever that changes (a drain, a host returning to service).
-	hm := hostmgr.NewManager(backend, hostmgr.Options{Logger: log, Store: st, OnCapacity: rm.SetCapacity})
+	hm := hostmgr.NewManager(backend, hostmgr.Options{Logger: log, Store: st, OnCapacity: rm.SetPartitionCapacity})
 	// The engines get their own context so they stop only after the API has.
 	runCtx, stopEngines := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopEngines()
@@ -105,7 +105,7 @@ func runStack(ctx context.Context, cfg Config, t *term) error {
 		}
 	}()
 
-	rm.SetCapacity(hm.Capacity())
+	rm.SetPartitionCapacity(hm.CapacityByPartition())
 	if cfg.DefaultReservesHosts {
 		if err := rm.ReserveHostsForDefault(ctx, hm.Capacity()); err != nil {
 			log.Warn("could not make /default reserve the hosts; reserve it with peloton pool update", "err", err)

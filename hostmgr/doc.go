@@ -12,6 +12,11 @@
 // jobmgr consumes to move runs off a draining host. Only HOST_UP hosts are
 // offered or committed to.
 //
+// And it owns each host's partition (partition.go): a move between
+// partitions drains the host through the same requests, persists every
+// step, and tells backends that keep partitions their own way
+// (PartitionApplier). The capacity it reports to resmgr is per partition.
+//
 // Backends live in sub-packages (local, ...); this package must not import
 // jobmgr, resmgr or placement.
 package hostmgr

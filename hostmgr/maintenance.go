@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/peloton-sched/peloton/internal/apierr"
+	"github.com/peloton-sched/peloton/internal/fsm"
 	"github.com/peloton-sched/peloton/internal/metrics"
 	"github.com/peloton-sched/peloton/internal/store"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
@@ -42,42 +43,20 @@ const (
 // maintenanceTransitions is the one table of legal host state changes.
 // HOST_DOWN has no edges: maintenance neither enters nor leaves it (it is
 // reserved for hosts a backend reports gone).
-var maintenanceTransitions = map[hs][]hs{
-	hostUp:       {hostDraining},
-	hostDraining: {hostDrained, hostUp},
-	hostDrained:  {hostUp},
-	hostDown:     {},
-}
+var maintenanceTransitions = fsm.New("host maintenance",
+	fsm.From(hostUp).To(hostDraining),
+	fsm.From(hostDraining).To(hostDrained, hostUp),
+	fsm.From(hostDrained).To(hostUp),
+	fsm.From(hostDown).To(),
+)
 
-// checkMaintenanceTransition returns an error unless from -> to is in the
-// table. Staying in the same state is not a transition and is refused too:
-// draining a draining host or completing an up one is a mistake worth
-// telling the operator about.
-func checkMaintenanceTransition(from, to hs) error {
-	for _, x := range maintenanceTransitions[from] {
-		if x == to {
-			return nil
-		}
-	}
-	return fmt.Errorf("hostmgr: illegal host transition %s -> %s", from, to)
-}
-
-// sourcesOf lists, in enum order, the states from which to may be reached.
-func sourcesOf(to hs) []string {
-	var from []hs
-	for f, tos := range maintenanceTransitions {
-		for _, x := range tos {
-			if x == to {
-				from = append(from, f)
-			}
-		}
-	}
-	sort.Slice(from, func(a, b int) bool { return from[a] < from[b] })
-	out := make([]string, len(from))
-	for i, f := range from {
-		out[i] = f.String()
-	}
-	return out
+// canChangeMaintenance reports whether a maintenance request may take a host
+// from from to to. The table allows staying (fsm's rule), but here a
+// request for the state a host is already in is refused: draining a
+// draining host or completing an up one is a mistake worth telling the
+// operator about.
+func canChangeMaintenance(from, to hs) bool {
+	return from != to && maintenanceTransitions.Allowed(from, to)
 }
 
 func maintenanceKey(host string) string { return "hosts/" + host + "/maintenance" }
@@ -95,6 +74,9 @@ type maintRecord struct {
 type DrainRequest struct {
 	Host    string
 	TaskIDs []string
+	// Why says what the drain is for when it is not maintenance: "to move
+	// to partition stateless". Empty for maintenance.
+	Why string
 }
 
 // maintenanceTxnTimeout bounds one store transaction of a maintenance change,
@@ -151,10 +133,14 @@ func (m *Manager) changeMaintenance(ctx context.Context, names []string, to hs) 
 			m.mu.Unlock()
 			return nil, apierr.NotFound("%s: host %s does not exist", field, name)
 		}
-		if err := checkMaintenanceTransition(h.state, to); err != nil {
+		if to == hostDraining && h.moving() {
+			m.mu.Unlock()
+			return nil, apierr.FailedPrecondition("%s: host %s is moving to partition %s; %s waits for the move to finish", field, name, h.target, action)
+		}
+		if !canChangeMaintenance(h.state, to) {
 			m.mu.Unlock()
 			return nil, apierr.FailedPrecondition("%s: host %s is %s; %s needs %s", field, name, h.state, action,
-				strings.Join(sourcesOf(to), " or "))
+				strings.Join(fsm.Names(maintenanceTransitions.Sources(to)), " or "))
 		}
 		ops = append(ops, m.maintOpLocked(name, to))
 	}
@@ -281,10 +267,11 @@ func taskIDsLocked(h *host) []string {
 }
 
 // settleDrained marks every draining host that holds no runs HOST_DRAINED.
+// It also carries partition moves of hosts that became empty on.
 func (m *Manager) settleDrained(ctx context.Context) error {
 	m.maintMu.Lock()
 	defer m.maintMu.Unlock()
-	return m.settleDrainedLocked(ctx)
+	return errors.Join(m.settleDrainedLocked(ctx), m.settleMovesLocked(ctx))
 }
 
 // settleDrainedLocked is settleDrained for a caller holding maintMu. It does
@@ -322,7 +309,7 @@ func (m *Manager) settleDrainedLocked(ctx context.Context) error {
 		for _, name := range names[i:j] {
 			// Nothing can land on a draining host (not offered, Commit
 			// refuses it), so it is still empty.
-			if err := checkMaintenanceTransition(m.hosts[name].state, hostDrained); err == nil {
+			if canChangeMaintenance(m.hosts[name].state, hostDrained) {
 				m.setStateLocked(name, hostDrained, rev)
 			}
 		}
@@ -370,8 +357,8 @@ func (m *Manager) Recovered() {
 	m.recovered = true
 	var drains []DrainRequest
 	for _, name := range m.order {
-		if h := m.hosts[name]; h.state == hostDraining && len(h.tasks) > 0 {
-			drains = append(drains, DrainRequest{Host: name, TaskIDs: taskIDsLocked(h)})
+		if h := m.hosts[name]; h.draining() && len(h.tasks) > 0 {
+			drains = append(drains, DrainRequest{Host: name, TaskIDs: taskIDsLocked(h), Why: drainWhy(h)})
 		}
 	}
 	m.mu.Unlock()
@@ -432,6 +419,12 @@ func (m *Manager) loadMaintenance(ctx context.Context) error {
 		if !ok {
 			continue
 		}
+		if name, ok := strings.CutSuffix(rest, "/partition"); ok {
+			if err := m.loadPartitionLocked(name, kv); err != nil {
+				return err
+			}
+			continue
+		}
 		name, ok := strings.CutSuffix(rest, "/maintenance")
 		if !ok {
 			continue // another per-host record
@@ -469,12 +462,16 @@ func (m *Manager) stateOfLocked(name string) hs {
 // peloton_hosts{state} gauges.
 func (m *Manager) recountLocked() {
 	var n [5]int
+	moving := 0
 	for _, h := range m.hosts {
 		if int(h.state) < len(n) {
 			n[h.state]++
 		}
+		if h.moving() {
+			moving++
+		}
 	}
-	m.draining.Store(int32(n[hostDraining]))
+	m.draining.Store(int32(n[hostDraining] + moving))
 	for _, st := range []hs{hostUp, hostDraining, hostDrained, hostDown} {
 		metrics.Hosts.WithLabelValues(st.String()).Set(float64(n[st]))
 	}
@@ -482,7 +479,7 @@ func (m *Manager) recountLocked() {
 	// pools are not promised room that no host will give them. resmgr never
 	// calls into hostmgr, so calling it under m.mu cannot deadlock.
 	if m.onCapacity != nil {
-		m.onCapacity(m.capacityLocked())
+		m.onCapacity(m.capacityByPartitionLocked())
 	}
 }
 
@@ -528,11 +525,12 @@ func (m *Manager) hostProtos(names []string) []*pelotonv1.Host {
 	return out
 }
 
-// Draining reports whether host is HOST_DRAINING: a drain request read
-// after its host returned to service is stale and must move nothing.
+// Draining reports whether host is HOST_DRAINING or moving to another
+// partition with runs still to move: a drain request read after its host
+// returned to service is stale and must move nothing.
 func (m *Manager) Draining(host string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	h := m.hosts[host]
-	return h != nil && h.state == hostDraining
+	return h != nil && h.draining()
 }

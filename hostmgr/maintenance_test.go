@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"flag"
-	"fmt"
 	peltest "github.com/peloton-sched/peloton/internal/testutil"
 	"slices"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -25,35 +23,12 @@ import (
 
 var update = flag.Bool("update", false, "rewrite golden files")
 
-// renderMaintenanceTable prints the host maintenance table one state per
-// line, so a change shows up as a reviewed diff of the golden file.
-func renderMaintenanceTable() string {
-	var b strings.Builder
-	b.WriteString("# host maintenance transitions\n")
-	var froms []int
-	for f := range maintenanceTransitions {
-		froms = append(froms, int(f))
-	}
-	sort.Ints(froms)
-	for _, f := range froms {
-		var tos []string
-		for _, t := range maintenanceTransitions[hs(f)] {
-			tos = append(tos, t.String())
-		}
-		if len(tos) == 0 {
-			tos = []string{"(none)"}
-		}
-		fmt.Fprintf(&b, "%s -> %s\n", hs(f), strings.Join(tos, " "))
-	}
-	return b.String()
-}
-
 func TestMaintenanceTableGolden(t *testing.T) {
-	got := renderMaintenanceTable()
+	got := maintenanceTransitions.Render()
 	peltest.Golden(t, "testdata/maintenance.golden", got, *update, "maintenance table")
 	for v := range pelotonv1.HostState_name {
 		if s := hs(v); s != pelotonv1.HostState_HOST_STATE_UNSPECIFIED {
-			if _, ok := maintenanceTransitions[s]; !ok {
+			if !maintenanceTransitions.Has(s) {
 				t.Errorf("host state %s has no row in the maintenance table", s)
 			}
 		}

@@ -65,6 +65,9 @@ type HostStatus struct {
 	// Unschedulable: the backend says the host takes no new runs (a
 	// cordoned or not-ready node).
 	Unschedulable bool
+	// MovingTo is the partition the host is moving to; while it moves it
+	// takes no new runs.
+	MovingTo string
 }
 
 // HostClass is a set of hosts that look the same to placement: same
@@ -124,6 +127,12 @@ type host struct {
 	// gone is set when the backend no longer reports the host but it still
 	// holds runs.
 	gone bool
+	// move is where a move between partitions is (partition.go), target
+	// the partition it moves to, and moveNote what holds the move up on
+	// hostmgr's side (the backend refused the new partition).
+	move     pelotonv1.PartitionMoveState
+	target   string
+	moveNote string
 }
 
 // hold is what one run holds on its host.
@@ -169,8 +178,14 @@ type Manager struct {
 	// maint holds the persisted record of every host not HOST_UP, by name,
 	// including hosts the backend does not report (yet): a host that comes
 	// back is still in maintenance. Guarded by mu.
-	onCapacity func(resources.Resources)
+	onCapacity func(resources.ByPartition)
 	maint      map[string]maintRecord
+	// parts holds the persisted partition record of every host hostmgr
+	// has one for (partition.go), like maint. Guarded by mu.
+	parts map[string]partRecord
+	// classesStale is set when a host's partition changed since classes
+	// were computed. Guarded by mu.
+	classesStale bool
 	// recovered is set by Recovered. Guarded by mu.
 	recovered bool
 	// draining counts HOST_DRAINING hosts, so Launch skips its check while
@@ -178,6 +193,9 @@ type Manager struct {
 	draining  atomic.Int32
 	maintWake chan struct{}
 	stop      context.CancelFunc
+	// loops is the maintenance loop, which Close waits for: a store write
+	// of a closed Manager must not land after its successor started.
+	loops     sync.WaitGroup
 	drainMu   sync.Mutex
 	drainQ    []DrainRequest
 	drainWake chan struct{}
@@ -193,11 +211,11 @@ type Options struct {
 	// Store persists host maintenance under hosts/<name>/maintenance; nil
 	// keeps it in memory only (tests).
 	Store store.Store
-	// OnCapacity, if set, is told the capacity of the hosts in service
-	// whenever it may have changed (hosts appear, or enter or leave
-	// maintenance). It is called with hostmgr's lock held and must not call
-	// back into hostmgr.
-	OnCapacity func(resources.Resources)
+	// OnCapacity, if set, is told the capacity of the hosts in service, by
+	// partition, whenever it may have changed (hosts appear, enter or leave
+	// maintenance, or move between partitions). It is called with
+	// hostmgr's lock held and must not call back into hostmgr.
+	OnCapacity func(resources.ByPartition)
 }
 
 // NewManager wraps a backend. Call Start before use.
@@ -215,7 +233,7 @@ func NewManager(b Backend, opts Options) *Manager {
 		backend: b, log: opts.Logger.With("component", "hostmgr"), now: time.Now, leaseTTL: opts.LeaseTTL,
 		hosts: map[string]*host{}, leases: map[string]*lease{}, taskHost: map[string]string{},
 		events: make(chan TaskEvent, opts.EventBuffer),
-		store:  opts.Store, maint: map[string]maintRecord{}, onCapacity: opts.OnCapacity,
+		store:  opts.Store, maint: map[string]maintRecord{}, parts: map[string]partRecord{}, onCapacity: opts.OnCapacity,
 		maintWake: make(chan struct{}, 1), drainWake: make(chan struct{}, 1), stop: func() {},
 	}
 }
@@ -240,7 +258,11 @@ func (m *Manager) Start(ctx context.Context) error {
 	}
 	m.refreshHosts()
 	ctx, m.stop = context.WithCancel(ctx)
-	go m.maintLoop(ctx)
+	m.loops.Add(1)
+	go func() {
+		defer m.loops.Done()
+		m.maintLoop(ctx)
+	}()
 	return nil
 }
 
@@ -253,9 +275,12 @@ func (m *Manager) refreshHosts() {
 		seen[hi.Name] = true
 		if h, ok := m.hosts[hi.Name]; ok {
 			h.info = hi
+			m.applyPartRecordLocked(h)
 			continue
 		}
-		m.hosts[hi.Name] = &host{info: hi, tasks: map[string]hold{}, jobs: map[string]int{}, state: m.stateOfLocked(hi.Name)}
+		h := &host{info: hi, tasks: map[string]hold{}, jobs: map[string]int{}, state: m.stateOfLocked(hi.Name)}
+		m.applyPartRecordLocked(h)
+		m.hosts[hi.Name] = h
 	}
 	for name, h := range m.hosts {
 		if !seen[name] {
@@ -282,6 +307,7 @@ func (m *Manager) reorderLocked() {
 	}
 	sort.Strings(m.order)
 	m.classes = hostClasses(m.order, m.hosts)
+	m.classesStale = false
 	m.recountLocked()
 }
 
@@ -347,10 +373,23 @@ func (m *Manager) Capacity() resources.Resources {
 }
 
 func (m *Manager) capacityLocked() resources.Resources {
-	var c resources.Resources
+	return m.capacityByPartitionLocked().Total()
+}
+
+// CapacityByPartition is the capacity of the hosts in service, by
+// partition: admission of work that targets a partition counts only its
+// hosts.
+func (m *Manager) CapacityByPartition() resources.ByPartition {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.capacityByPartitionLocked()
+}
+
+func (m *Manager) capacityByPartitionLocked() resources.ByPartition {
+	c := resources.ByPartition{}
 	for _, h := range m.hosts {
-		if h.state == hostUp && !h.info.Unschedulable {
-			c = c.Add(h.info.Capacity)
+		if h.inService() && !h.info.Unschedulable {
+			c[h.info.Partition] = c[h.info.Partition].Add(h.info.Capacity)
 		}
 	}
 	return c
@@ -400,7 +439,7 @@ func (m *Manager) AcquireHosts(f HostFilter) (string, []HostOffer) {
 	// Hosts asked for by name first: a host leased here is skipped by the
 	// scan below, so it is never offered twice.
 	for _, name := range f.Hosts {
-		if h, ok := m.hosts[name]; ok && h.lease == "" && h.state == hostUp && !h.info.Unschedulable {
+		if h, ok := m.hosts[name]; ok && h.lease == "" && h.inService() && !h.info.Unschedulable {
 			take(name, h, h.info.Capacity.Sub(h.allocated))
 		}
 	}
@@ -410,7 +449,7 @@ func (m *Manager) AcquireHosts(f HostFilter) (string, []HostOffer) {
 	for ; i < n && len(offers)-named < f.Max; i++ {
 		name := m.order[(start+i)%n]
 		h := m.hosts[name]
-		if h.lease != "" || h.state != hostUp || h.info.Unschedulable || !inPartitions(h.info.Partition, f.Partitions) {
+		if h.lease != "" || !h.inService() || h.info.Unschedulable || !inPartitions(h.info.Partition, f.Partitions) {
 			continue
 		}
 		free := h.info.Capacity.Sub(h.allocated)
@@ -436,7 +475,8 @@ func (m *Manager) HostStatuses(names []string) map[string]HostStatus {
 	out := make(map[string]HostStatus, len(names))
 	for _, name := range names {
 		if h, ok := m.hosts[name]; ok {
-			out[name] = HostStatus{State: h.state, Capacity: h.info.Capacity, Labels: h.info.Labels, Partition: h.info.Partition, Unschedulable: h.info.Unschedulable}
+			out[name] = HostStatus{State: h.state, Capacity: h.info.Capacity, Labels: h.info.Labels, Partition: h.info.Partition,
+				Unschedulable: h.info.Unschedulable, MovingTo: h.target}
 		}
 	}
 	return out
@@ -536,6 +576,9 @@ func (m *Manager) Commit(leaseID string, as []Assignment) error {
 		if h.state != hostUp {
 			return fmt.Errorf("%w: %s is %s", ErrHostNotUp, a.Host, h.state)
 		}
+		if h.moving() {
+			return fmt.Errorf("%w: %s is moving to partition %s", ErrHostNotUp, a.Host, h.target)
+		}
 		if h.info.Unschedulable {
 			return fmt.Errorf("%w: %s takes no new tasks (unschedulable in the backend)", ErrHostNotUp, a.Host)
 		}
@@ -619,7 +662,7 @@ func (m *Manager) ReleaseTask(taskID string) {
 				delete(h.jobs, t.job)
 			}
 		}
-		if h.state == hostDraining && len(h.tasks) == 0 {
+		if h.draining() && len(h.tasks) == 0 {
 			m.wakeMaint()
 		}
 		if h.gone && len(h.tasks) == 0 {
@@ -660,7 +703,7 @@ func (m *Manager) HostUp(name string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	h, ok := m.hosts[name]
-	return ok && h.state == hostUp && !h.info.Unschedulable
+	return ok && h.inService() && !h.info.Unschedulable
 }
 
 // HoldsExactly reports whether run taskID holds exactly r on its host.
@@ -750,10 +793,14 @@ func (m *Manager) publishIfDraining(spec LaunchSpec) {
 	}
 	m.mu.Lock()
 	h := m.hosts[spec.Host]
-	drain := h != nil && h.state != hostUp
+	drain := h != nil && !h.inService()
+	var why string
+	if drain {
+		why = drainWhy(h)
+	}
 	m.mu.Unlock()
 	if drain {
-		m.publishDrains(DrainRequest{Host: spec.Host, TaskIDs: []string{spec.TaskID}})
+		m.publishDrains(DrainRequest{Host: spec.Host, TaskIDs: []string{spec.TaskID}, Why: why})
 	}
 }
 
@@ -786,6 +833,7 @@ func hostProto(h *host) *pelotonv1.Host {
 		Name: h.info.Name, Capacity: h.info.Capacity.ToProto(), Allocated: h.allocated.ToProto(),
 		Labels: h.info.Labels, Partition: h.info.Partition, State: h.state,
 		TaskCount: uint32(len(h.tasks)), MaintenanceMessage: hostMessage(h),
+		PartitionState: h.move, TargetPartition: h.target, PartitionMessage: moveMessage(h),
 	}
 }
 
@@ -806,5 +854,6 @@ func hostMessage(h *host) string {
 // Close stops marking hosts drained and stops the backend.
 func (m *Manager) Close() error {
 	m.stop()
+	m.loops.Wait()
 	return m.backend.Close()
 }

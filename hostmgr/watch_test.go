@@ -40,7 +40,7 @@ func TestHostsFollowTheBackend(t *testing.T) {
 	capa := resources.Resources{MilliCPU: 1000, MemoryMB: 100}
 	b := &changingHosts{fixedHosts: fixedHosts{hosts: []HostInfo{{Name: "a", Capacity: capa}}}}
 	var seen []resources.Resources
-	m := NewManager(b, Options{LeaseTTL: time.Minute, OnCapacity: func(r resources.Resources) { seen = append(seen, r) }})
+	m := NewManager(b, Options{LeaseTTL: time.Minute, OnCapacity: func(r resources.ByPartition) { seen = append(seen, r.Total()) }})
 	if err := m.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -134,6 +134,10 @@ func (m *Manager) drain(ctx context.Context, req hostmgr.DrainRequest, failures 
 					continue
 				}
 			}
+			if req.Why != "" {
+				// A partition move drains as maintenance does; say which.
+				v.detail = strings.Replace(v.detail, "for maintenance", req.Why, 1)
+			}
 			vs = append(vs, resmgr.Victim{Task: &resmgr.Task{JobID: j.id, Instance: v.inst, RunID: v.run},
 				Reason: drainReason, Detail: v.detail})
 		}

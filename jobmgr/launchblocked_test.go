@@ -75,11 +75,11 @@ func TestLaunchBlockedIsNotAFailure(t *testing.T) {
 	}
 	s := newSandboxes(2)
 	bv := &blockingView{sandboxView: &sandboxView{s: s}, blocked: true}
-	hm := hostmgr.NewManager(bv, hostmgr.Options{Logger: log, Store: st, OnCapacity: rm.SetCapacity})
+	hm := hostmgr.NewManager(bv, hostmgr.Options{Logger: log, Store: st, OnCapacity: rm.SetPartitionCapacity})
 	if err := hm.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	rm.SetCapacity(hm.Capacity())
+	rm.SetPartitionCapacity(hm.CapacityByPartition())
 	jm := New(st, batch, rm, hm, Options{Logger: log, LostBackoff: 5 * time.Millisecond})
 	if err := jm.Start(ctx); err != nil {
 		t.Fatal(err)

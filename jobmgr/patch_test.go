@@ -265,11 +265,11 @@ func startProcessWith(t *testing.T, e *store.Embedded, s *sandboxes, opts Option
 	if err != nil {
 		t.Fatal(err)
 	}
-	hm := hostmgr.NewManager(&sandboxView{s: s}, hostmgr.Options{Logger: log, Store: st, OnCapacity: rm.SetCapacity})
+	hm := hostmgr.NewManager(&sandboxView{s: s}, hostmgr.Options{Logger: log, Store: st, OnCapacity: rm.SetPartitionCapacity})
 	if err := hm.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	rm.SetCapacity(hm.Capacity())
+	rm.SetPartitionCapacity(hm.CapacityByPartition())
 	opts.Logger = log
 	jm := New(st, batch, rm, hm, opts)
 	if err := jm.Start(ctx); err != nil {

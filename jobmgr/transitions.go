@@ -3,6 +3,7 @@ package jobmgr
 import (
 	"fmt"
 
+	"github.com/peloton-sched/peloton/internal/fsm"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
@@ -31,38 +32,29 @@ const (
 // a new run (retry, restart), which bumps the run ID. READY, PLACING and
 // PLACED are held in resmgr's memory, not in the store, but are listed so the
 // table describes the whole lifecycle.
-var taskTransitions = map[ts][]ts{
-	stInitialized: {stPending, stKilled},
-	stPending:     {stReady, stPlacing, stPlaced, stLaunching, stLaunched, stKilled, stInitialized},
-	stReady:       {stPlacing, stPending, stKilled},
-	stPlacing:     {stPlaced, stReady, stKilled},
-	stPlaced:      {stLaunching, stLaunched, stReady, stKilled},
-	stLaunching:   {stLaunched, stFailed, stKilled, stLost, stInitialized},
-	stLaunched:    {stStarting, stRunning, stSucceeded, stFailed, stLost, stKilling, stKilled, stPreempting, stInitialized},
-	stStarting:    {stRunning, stSucceeded, stFailed, stLost, stKilling, stKilled, stPreempting, stInitialized},
-	stRunning:     {stSucceeded, stFailed, stLost, stKilling, stKilled, stPreempting, stInitialized},
-	stKilling:     {stKilled, stSucceeded, stFailed, stLost, stInitialized},
-	stPreempting:  {stPending, stKilled, stInitialized, stSucceeded, stFailed, stLost},
-	stSucceeded:   {stInitialized},
-	stFailed:      {stInitialized},
-	stLost:        {stInitialized, stKilled},
-	stKilled:      {stInitialized},
-}
+var taskTransitions = fsm.New("task",
+	fsm.From(stInitialized).To(stPending, stKilled),
+	fsm.From(stPending).To(stReady, stPlacing, stPlaced, stLaunching, stLaunched, stKilled, stInitialized),
+	fsm.From(stReady).To(stPlacing, stPending, stKilled),
+	fsm.From(stPlacing).To(stPlaced, stReady, stKilled),
+	fsm.From(stPlaced).To(stLaunching, stLaunched, stReady, stKilled),
+	fsm.From(stLaunching).To(stLaunched, stFailed, stKilled, stLost, stInitialized),
+	fsm.From(stLaunched).To(stStarting, stRunning, stSucceeded, stFailed, stLost, stKilling, stKilled, stPreempting, stInitialized),
+	fsm.From(stStarting).To(stRunning, stSucceeded, stFailed, stLost, stKilling, stKilled, stPreempting, stInitialized),
+	fsm.From(stRunning).To(stSucceeded, stFailed, stLost, stKilling, stKilled, stPreempting, stInitialized),
+	fsm.From(stKilling).To(stKilled, stSucceeded, stFailed, stLost, stInitialized),
+	fsm.From(stPreempting).To(stPending, stKilled, stInitialized, stSucceeded, stFailed, stLost),
+	fsm.From(stSucceeded).To(stInitialized),
+	fsm.From(stFailed).To(stInitialized),
+	fsm.From(stLost).To(stInitialized, stKilled),
+	fsm.From(stKilled).To(stInitialized),
+)
 
-var legal = func() map[[2]ts]bool {
-	m := map[[2]ts]bool{}
-	for from, tos := range taskTransitions {
-		for _, to := range tos {
-			m[[2]ts{from, to}] = true
-		}
-	}
-	return m
-}()
-
-// checkTransition returns an error if from -> to is not in the table. Staying
-// in the same state is always allowed (an update of other fields).
+// checkTransition returns an error if from -> to is not in the table.
+// Staying in the same state is allowed (fsm's rule: an update of other
+// fields).
 func checkTransition(from, to ts) error {
-	if from == to || legal[[2]ts{from, to}] {
+	if taskTransitions.Allowed(from, to) {
 		return nil
 	}
 	return fmt.Errorf("jobmgr: illegal task transition %s -> %s", from, to)
@@ -116,24 +108,29 @@ type js = pelotonv1.JobState
 
 // jobTransitions is the table of legal job state changes. Restart takes a
 // finished job back to PENDING.
-var jobTransitions = map[js][]js{
-	pelotonv1.JobState_JOB_INITIALIZED: {pelotonv1.JobState_JOB_PENDING, pelotonv1.JobState_JOB_KILLING, pelotonv1.JobState_JOB_KILLED},
-	pelotonv1.JobState_JOB_PENDING:     {pelotonv1.JobState_JOB_RUNNING, pelotonv1.JobState_JOB_SUCCEEDED, pelotonv1.JobState_JOB_FAILED, pelotonv1.JobState_JOB_KILLING, pelotonv1.JobState_JOB_KILLED},
-	pelotonv1.JobState_JOB_RUNNING:     {pelotonv1.JobState_JOB_PENDING, pelotonv1.JobState_JOB_SUCCEEDED, pelotonv1.JobState_JOB_FAILED, pelotonv1.JobState_JOB_KILLING, pelotonv1.JobState_JOB_KILLED},
-	pelotonv1.JobState_JOB_KILLING:     {pelotonv1.JobState_JOB_KILLED, pelotonv1.JobState_JOB_SUCCEEDED, pelotonv1.JobState_JOB_FAILED, pelotonv1.JobState_JOB_PENDING, pelotonv1.JobState_JOB_RUNNING},
-	pelotonv1.JobState_JOB_SUCCEEDED:   {pelotonv1.JobState_JOB_PENDING, pelotonv1.JobState_JOB_RUNNING},
-	pelotonv1.JobState_JOB_FAILED:      {pelotonv1.JobState_JOB_PENDING, pelotonv1.JobState_JOB_RUNNING},
-	pelotonv1.JobState_JOB_KILLED:      {pelotonv1.JobState_JOB_PENDING, pelotonv1.JobState_JOB_RUNNING},
-}
+var jobTransitions = fsm.New("job",
+	fsm.From(jobInitialized).To(jobPending, jobKilling, jobKilled),
+	fsm.From(jobPending).To(jobRunning, jobSucceeded, jobFailed, jobKilling, jobKilled),
+	fsm.From(jobRunning).To(jobPending, jobSucceeded, jobFailed, jobKilling, jobKilled),
+	fsm.From(jobKilling).To(jobKilled, jobSucceeded, jobFailed, jobPending, jobRunning),
+	fsm.From(jobSucceeded).To(jobPending, jobRunning),
+	fsm.From(jobFailed).To(jobPending, jobRunning),
+	fsm.From(jobKilled).To(jobPending, jobRunning),
+)
+
+const (
+	jobInitialized = pelotonv1.JobState_JOB_INITIALIZED
+	jobPending     = pelotonv1.JobState_JOB_PENDING
+	jobRunning     = pelotonv1.JobState_JOB_RUNNING
+	jobSucceeded   = pelotonv1.JobState_JOB_SUCCEEDED
+	jobFailed      = pelotonv1.JobState_JOB_FAILED
+	jobKilling     = pelotonv1.JobState_JOB_KILLING
+	jobKilled      = pelotonv1.JobState_JOB_KILLED
+)
 
 func checkJobTransition(from, to js) error {
-	if from == to {
+	if jobTransitions.Allowed(from, to) {
 		return nil
-	}
-	for _, x := range jobTransitions[from] {
-		if x == to {
-			return nil
-		}
 	}
 	return fmt.Errorf("jobmgr: illegal job transition %s -> %s", from, to)
 }

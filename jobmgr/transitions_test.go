@@ -2,49 +2,19 @@ package jobmgr
 
 import (
 	"flag"
-	"fmt"
-	"github.com/peloton-sched/peloton/internal/testutil"
-	"sort"
-	"strings"
 	"testing"
 
+	"github.com/peloton-sched/peloton/internal/testutil"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
 var updateGolden = flag.Bool("update", false, "rewrite golden files")
 
-// state is any of the enums whose transitions are tabled here.
-type state interface {
-	~int32
-	String() string
-}
-
-// renderRows prints one transition table, one state per line in enum order.
-func renderRows[S state](b *strings.Builder, title string, table map[S][]S) {
-	fmt.Fprintf(b, "# %s transitions\n", title)
-	froms := make([]S, 0, len(table))
-	for f := range table {
-		froms = append(froms, f)
-	}
-	sort.Slice(froms, func(i, j int) bool { return froms[i] < froms[j] })
-	for _, f := range froms {
-		tos := make([]string, 0, len(table[f]))
-		for _, t := range table[f] {
-			tos = append(tos, t.String())
-		}
-		fmt.Fprintf(b, "%s -> %s\n", f, strings.Join(tos, " "))
-	}
-}
-
 // renderTable prints the task, job and update transition tables one edge
 // list per line, so a change to any shows up as a reviewed diff of the
 // golden file.
 func renderTable() string {
-	var b strings.Builder
-	renderRows(&b, "task", taskTransitions)
-	renderRows(&b, "job", jobTransitions)
-	renderRows(&b, "update", updateTransitions)
-	return b.String()
+	return taskTransitions.Render() + jobTransitions.Render() + updateTransitions.Render()
 }
 
 func TestTransitionTablesGolden(t *testing.T) {
@@ -58,13 +28,13 @@ func TestEveryTaskStateHasARow(t *testing.T) {
 		if s == pelotonv1.TaskState_TASK_STATE_UNSPECIFIED {
 			continue
 		}
-		if _, ok := taskTransitions[s]; !ok {
+		if !taskTransitions.Has(s) {
 			t.Errorf("task state %s has no row in the transition table", s)
 		}
 	}
 	for v := range pelotonv1.UpdateState_name {
 		if s := us(v); s != pelotonv1.UpdateState_UPDATE_STATE_UNSPECIFIED {
-			if _, ok := updateTransitions[s]; !ok {
+			if !updateTransitions.Has(s) {
 				t.Errorf("update state %s has no row in the transition table", s)
 			}
 		}
@@ -74,7 +44,7 @@ func TestEveryTaskStateHasARow(t *testing.T) {
 		if s == pelotonv1.JobState_JOB_STATE_UNSPECIFIED {
 			continue
 		}
-		if _, ok := jobTransitions[s]; !ok {
+		if !jobTransitions.Has(s) {
 			t.Errorf("job state %s has no row in the transition table", s)
 		}
 	}

@@ -3,6 +3,7 @@ package jobmgr
 import (
 	"fmt"
 
+	"github.com/peloton-sched/peloton/internal/fsm"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
@@ -164,24 +165,19 @@ func planUpdate(in planInput) updatePlan {
 }
 
 // updateTransitions is the one table of legal update state changes.
-var updateTransitions = map[us][]us{
-	upForward:    {upPaused, upSucceeded, upBack, upFailed, upAborted},
-	upPaused:     {upForward, upBack, upAborted},
-	upBack:       {upPaused, upRolledBack, upFailed, upAborted},
-	upSucceeded:  {upBack},
-	upFailed:     {upBack},
-	upAborted:    {upBack},
-	upRolledBack: {},
-}
+var updateTransitions = fsm.New("update",
+	fsm.From(upForward).To(upPaused, upSucceeded, upBack, upFailed, upAborted),
+	fsm.From(upPaused).To(upForward, upBack, upAborted),
+	fsm.From(upBack).To(upPaused, upRolledBack, upFailed, upAborted),
+	fsm.From(upSucceeded).To(upBack),
+	fsm.From(upFailed).To(upBack),
+	fsm.From(upAborted).To(upBack),
+	fsm.From(upRolledBack).To(),
+)
 
 func checkUpdateTransition(from, to us) error {
-	if from == to {
+	if updateTransitions.Allowed(from, to) {
 		return nil
-	}
-	for _, x := range updateTransitions[from] {
-		if x == to {
-			return nil
-		}
 	}
 	return fmt.Errorf("update is %s; it cannot become %s", from, to)
 }

@@ -41,9 +41,14 @@ func TestEngineBoundPlacement(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// h15 is full, h18 draining, h19 leased by another engine.
+	// h15 is full, h18 draining, h19 leased by another engine, h12
+	// moving to another partition (without Recovered, neither the drain
+	// nor the move finishes).
 	hm.Recover("other-0-1", "h15", resources.Resources{MilliCPU: 4000, MemoryMB: 1024})
 	if _, err := hm.StartMaintenance(ctx, []string{"h18"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := hm.MoveHost(ctx, "h12", "stateless"); err != nil {
 		t.Fatal(err)
 	}
 	foreign, _ := hm.AcquireHosts(hostmgr.HostFilter{Hosts: []string{"h19"}})
@@ -56,6 +61,7 @@ func TestEngineBoundPlacement(t *testing.T) {
 		MakeTask("s", 2).Bound("gone").Obj(),
 		MakeTask("s", 3).Bound("h19").Obj(),
 		MakeTask("s", 4).Bound("h15").Obj(),
+		MakeTask("s", 5).Bound("h12").Obj(),
 		MakeTask("d", 0).Where("zone", opEq, "b").Bound("h16").Obj(),
 		MakeTask("d", 1).Where("zone", opEq, "b").Bound("h13").Obj(),
 	}
@@ -129,6 +135,7 @@ func TestEngineBoundPlacement(t *testing.T) {
 		"s-2: PENDING cannot be placed: bound host is gone: gone; tried again when hosts change",
 		"s-3: READY waiting for room on bound host: h19 (another placement engine holds it)",
 		"s-4: READY waiting for room on bound host: h15 (needs cpu=1 memoryMb=128; has cpu=0 memoryMb=3072 free)",
+		"s-5: READY bound host in maintenance: h12 (moving to partition stateless)",
 		"d-0: PENDING cannot be placed: bound host does not match the task's placement: h16 fails zone EQUALS [b]; tried again when hosts change",
 		"d-1: on h13",
 	))

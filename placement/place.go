@@ -87,7 +87,8 @@ const (
 	// memoryMb=8192)".
 	ReasonBoundTooSmall = "bound host is too small"
 	// ReasonBoundMaintenance (unschedulable): the host is draining or
-	// drained. Shown as "bound host in maintenance: h7 (HOST_DRAINING)".
+	// drained, or moving to another partition. Shown as "bound host in
+	// maintenance: h7 (HOST_DRAINING)" or "... h7 (moving to partition b)".
 	ReasonBoundMaintenance = "bound host in maintenance"
 	// ReasonBoundNoRoom (unschedulable): the host is up but cannot take the
 	// task now: too little free, the job's maximum per host reached, or

@@ -461,6 +461,8 @@ func (r *Round) chooseBound(q *request) (int32, string) {
 			return -1, fmt.Sprintf("%s: %s (it takes no new tasks: cordoned or not ready)", ReasonBoundNoRoom, name)
 		case st == pelotonv1.HostState_HOST_DRAINING || st == pelotonv1.HostState_HOST_DRAINED:
 			return -1, fmt.Sprintf("%s: %s (%s)", ReasonBoundMaintenance, name, st)
+		case r.cfg.Bound[name].MovingTo != "":
+			return -1, fmt.Sprintf("%s: %s (moving to partition %s)", ReasonBoundMaintenance, name, r.cfg.Bound[name].MovingTo)
 		case st == pelotonv1.HostState_HOST_UP:
 			return -1, fmt.Sprintf("%s: %s (another placement engine holds it)", ReasonBoundNoRoom, name)
 		default:

@@ -88,6 +88,13 @@ type Manager struct {
 	placed   []Placement
 	victims  []Victim
 
+	// partCap is the capacity of each host partition (SetPartitionCapacity;
+	// nil when only the total is known), and partAlloc what admitted tasks
+	// that target a partition hold in it: work that targets a partition
+	// is admitted against that partition's hosts only. Guarded by mu.
+	partCap   resources.ByPartition
+	partAlloc map[string]resources.Resources
+
 	held       map[*Gang]struct{}
 	admitKick  chan struct{}
 	readyCond  *sync.Cond
@@ -597,11 +604,30 @@ func (m *Manager) ReserveHostsForDefault(ctx context.Context, capacity resources
 	return err
 }
 
-// SetCapacity tells resmgr the cluster's total capacity (from hostmgr).
+// SetCapacity tells resmgr the cluster's total capacity, not split by
+// partition: work that targets a partition is then admitted against the
+// total only.
 func (m *Manager) SetCapacity(c resources.Resources) {
 	m.mu.Lock()
-	changed := m.capacity != c
-	m.capacity = c
+	changed := m.capacity != c || m.partCap != nil
+	m.capacity, m.partCap = c, nil
+	m.mu.Unlock()
+	if changed {
+		m.HostsChanged()
+	}
+}
+
+// SetPartitionCapacity tells resmgr the capacity of the hosts in service,
+// by partition (hostmgr's Options.OnCapacity). The cluster's capacity is
+// their total.
+func (m *Manager) SetPartitionCapacity(c resources.ByPartition) {
+	m.mu.Lock()
+	changed := m.partCap == nil || !m.partCap.Equal(c)
+	m.partCap = make(resources.ByPartition, len(c))
+	for k, r := range c {
+		m.partCap[k] = r
+	}
+	m.capacity = c.Total()
 	m.mu.Unlock()
 	if changed {
 		m.HostsChanged()
@@ -726,9 +752,9 @@ func (m *Manager) admitOnce() int {
 				block, reason = m.admissible(p, g)
 				switch {
 				case block == blockCapacity && len(fullCluster) < maxRefusals:
-					fullCluster = append(fullCluster, refusal{g.Resources, g.Tasks[0].Preemptible, block, reason})
+					fullCluster = append(fullCluster, refusal{g.Resources, g.Tasks[0].Preemptible, block, reason, ""})
 				case block != blockNone && len(refused) < maxRefusals:
-					refused = append(refused, refusal{g.Resources, g.Tasks[0].Preemptible, block, reason})
+					refused = append(refused, refusal{g.Resources, g.Tasks[0].Preemptible, block, reason, refusalPartition(block, g)})
 				}
 			}
 			if block != blockNone {
@@ -791,6 +817,17 @@ type refusal struct {
 	preemptible bool
 	kind        blockKind
 	reason      string
+	// partition is set for a blockPartition refusal, which holds only for
+	// gangs that target the same partition.
+	partition string
+}
+
+// refusalPartition is the partition a refusal of kind block for g holds in.
+func refusalPartition(block blockKind, g *Gang) string {
+	if block == blockPartition {
+		return g.Tasks[0].Placement.GetPartition()
+	}
+	return ""
 }
 
 // maxRefusals bounds the shapes remembered per pool and pass.
@@ -806,7 +843,8 @@ func findRefusal(pool, cluster []refusal, g *Gang) (refusal, bool) {
 	pre := g.Tasks[0].Preemptible
 	for _, list := range [][]refusal{pool, cluster} {
 		for _, r := range list {
-			if r.preemptible == pre && r.shape.FitsIn(g.Resources) {
+			if r.preemptible == pre && r.shape.FitsIn(g.Resources) &&
+				(r.partition == "" || r.partition == g.Tasks[0].Placement.GetPartition()) {
 				return r, true
 			}
 		}
@@ -850,6 +888,16 @@ func (m *Manager) markVictims(vs []Victim) {
 func (m *Manager) hold(p *Pool, ts *taskState, add bool) {
 	r := ts.task.Resources
 	np := !ts.task.Preemptible && !ts.task.Revocable
+	if part := ts.task.Placement.GetPartition(); part != "" {
+		if m.partAlloc == nil {
+			m.partAlloc = map[string]resources.Resources{}
+		}
+		if add {
+			m.partAlloc[part] = m.partAlloc[part].Add(r)
+		} else {
+			m.partAlloc[part] = m.partAlloc[part].Sub(r)
+		}
+	}
 	if add {
 		p.admitted[ts.task.Key()] = ts
 	} else {
@@ -895,6 +943,10 @@ const (
 	blockEntitlement
 	// blockCapacity: entitled, but the cluster is full; other pools may be reclaimed.
 	blockCapacity
+	// blockPartition: the cluster has room, but not the hosts of the
+	// partition the gang targets; waits for work there to end or hosts to
+	// join it.
+	blockPartition
 )
 
 // admissible says whether gang g may be admitted into leaf p now, and if not
@@ -938,6 +990,13 @@ func (m *Manager) admissible(p *Pool, g *Gang) (blockKind, string) {
 	if k, ok := exceeds(m.root.Allocation, g.Resources, m.capacity); ok {
 		return blockCapacity, fmt.Sprintf("waiting for admission: the cluster is full and lacks %s %s (capacity %s, %s in use, this task needs %s); reclaiming from pools over their entitlement",
 			amount(k, m.root.Allocation.Add(g.Resources).Sub(m.capacity)), k, amount(k, m.capacity), amount(k, m.root.Allocation), amount(k, g.Resources))
+	}
+	// A partition with no host in service at all is left to placement,
+	// which tells the user that no host is in it.
+	if part := g.Tasks[0].Placement.GetPartition(); part != "" && m.partCap != nil {
+		if c, ok := m.partCap[part]; ok && !m.partAlloc[part].Add(g.Resources).FitsIn(c) {
+			return blockPartition, fmt.Sprintf("waiting for admission: partition %s is full (%s in use of its %s)", part, m.partAlloc[part], c)
+		}
 	}
 	return blockNone, ""
 }

@@ -71,6 +71,7 @@ func (a access) String() string {
 var backendCalls = []access{
 	{Resource: "nodes", Verb: "list"},                                         // the Node informer (Start)
 	{Resource: "nodes", Verb: "watch"},                                        // the Node informer
+	{Resource: "nodes", Verb: "patch"},                                        // ApplyPartition: the peloton.io/partition label of a moved host
 	{Resource: "pods", Verb: "list"},                                          // the Pod informer, every namespace: other pods take room on the nodes
 	{Resource: "pods", Verb: "watch"},                                         // the Pod informer
 	{Resource: "pods", Verb: "create", Namespace: ns},                         // Launch (createAndBind), Prefetch, ReleaseVolume
@@ -96,16 +97,16 @@ var grantedButNotCalled = []access{
 }
 
 // refused are rights the service account must not have: secrets and
-// config, changing nodes, replacing pods whole (update), running commands
-// in pods, creating pods outside its namespaces, and what the backend
-// could be expected to do but does not (hold Leases: leader election is
+// config, changing nodes other than patching a partition label (update,
+// delete), replacing pods whole (update), running commands in pods,
+// creating pods outside its namespaces, and what the backend could be
+// expected to do but does not (hold Leases: leader election is
 // in etcd).
 var refused = []access{
 	{Resource: "secrets", Verb: "get", Namespace: ns},
 	{Resource: "secrets", Verb: "list"},
 	{Resource: "configmaps", Verb: "list", Namespace: ns},
 	{Resource: "serviceaccounts", Subresource: "token", Verb: "create", Namespace: ns},
-	{Resource: "nodes", Verb: "patch"},
 	{Resource: "nodes", Verb: "update"},
 	{Resource: "nodes", Verb: "delete"},
 	{Resource: "pods", Verb: "update", Namespace: ns},

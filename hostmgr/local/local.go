@@ -114,6 +114,11 @@ type Backend struct {
 	log   *slog.Logger
 	hosts []hostmgr.HostInfo
 
+	// parts holds the partitions hostmgr gave hosts (ApplyPartition): a
+	// local host's partition is a virtual attribute, Partition until then.
+	partMu sync.Mutex
+	parts  map[string]string
+
 	// health is the client of every HTTP health check.
 	health *http.Client
 
@@ -135,7 +140,10 @@ type Backend struct {
 	closeErr  error
 }
 
-var _ hostmgr.Backend = (*Backend)(nil)
+var (
+	_ hostmgr.Backend          = (*Backend)(nil)
+	_ hostmgr.PartitionApplier = (*Backend)(nil)
+)
 
 // New validates cfg, creates cfg.Dir and returns a Backend. Call Start
 // before Launch.
@@ -223,12 +231,35 @@ func (b *Backend) Start(ctx context.Context, sink func(hostmgr.TaskEvent)) error
 
 // Hosts returns the configured virtual hosts. The result is a copy.
 func (b *Backend) Hosts() []hostmgr.HostInfo {
+	b.partMu.Lock()
+	defer b.partMu.Unlock()
 	out := make([]hostmgr.HostInfo, len(b.hosts))
 	for i, h := range b.hosts {
 		h.Labels = copyMap(h.Labels)
+		if p, ok := b.parts[h.Name]; ok {
+			h.Partition = p
+		}
 		out[i] = h
 	}
 	return out
+}
+
+// ApplyPartition records host's partition, which Hosts reports from then
+// on. It is kept in memory only: hostmgr's record is what survives a
+// restart.
+func (b *Backend) ApplyPartition(_ context.Context, host, partition string) error {
+	b.partMu.Lock()
+	defer b.partMu.Unlock()
+	for _, h := range b.hosts {
+		if h.Name == host {
+			if b.parts == nil {
+				b.parts = map[string]string{}
+			}
+			b.parts[host] = partition
+			return nil
+		}
+	}
+	return fmt.Errorf("local: no host %s", host)
 }
 
 // Launch creates the sandbox <Dir>/<TaskID>/ and starts spec.Command in it.

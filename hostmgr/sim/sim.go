@@ -158,10 +158,14 @@ func (t *task) event() hostmgr.TaskEvent {
 // per task. Status answers the decided state, which may be ahead of what the
 // sink has seen by the length of the queue.
 type Backend struct {
-	log         *slog.Logger
-	clock       clockwork.Clock
-	hosts       []hostmgr.HostInfo
-	hostSet     map[string]struct{}
+	log     *slog.Logger
+	clock   clockwork.Clock
+	hosts   []hostmgr.HostInfo
+	hostSet map[string]struct{}
+	// parts holds the partitions hostmgr gave hosts (ApplyPartition),
+	// which override the configured ones.
+	partMu      sync.Mutex
+	parts       map[string]string
 	maxFinished int
 	closeWait   time.Duration
 
@@ -192,7 +196,10 @@ type Backend struct {
 	closeErr  error
 }
 
-var _ hostmgr.Backend = (*Backend)(nil)
+var (
+	_ hostmgr.Backend          = (*Backend)(nil)
+	_ hostmgr.PartitionApplier = (*Backend)(nil)
+)
 
 // New validates cfg and builds the hosts. Call Start before Launch.
 func New(cfg Config) (*Backend, error) {
@@ -317,16 +324,37 @@ func (b *Backend) Start(ctx context.Context, sink func(hostmgr.TaskEvent)) error
 
 // Hosts returns the simulated hosts. The result is a copy.
 func (b *Backend) Hosts() []hostmgr.HostInfo {
+	b.partMu.Lock()
+	defer b.partMu.Unlock()
 	out := make([]hostmgr.HostInfo, len(b.hosts))
 	for i, h := range b.hosts {
 		labels := make(map[string]string, len(h.Labels))
 		for k, v := range h.Labels {
 			labels[k] = v
 		}
+		if p, ok := b.parts[h.Name]; ok {
+			h.Partition = p
+			labels[LabelPartition] = p
+		}
 		h.Labels = labels
 		out[i] = h
 	}
 	return out
+}
+
+// ApplyPartition sets host's partition attribute (and its LabelPartition
+// label), which Hosts reports from then on.
+func (b *Backend) ApplyPartition(_ context.Context, host, partition string) error {
+	if _, ok := b.hostSet[host]; !ok {
+		return fmt.Errorf("sim: no host %s", host)
+	}
+	b.partMu.Lock()
+	defer b.partMu.Unlock()
+	if b.parts == nil {
+		b.parts = map[string]string{}
+	}
+	b.parts[host] = partition
+	return nil
 }
 
 // Launch accepts a run and returns at once: LAUNCHED and RUNNING are queued

@@ -177,6 +177,16 @@ func (s *Server) CompleteMaintenance(ctx context.Context, req *pelotonv1.Complet
 	return &pelotonv1.CompleteMaintenanceResponse{Hosts: hs}, nil
 }
 
+// MoveHost moves a host to another partition: it drains (SLA-checked, as
+// maintenance drains) and then joins the new partition.
+func (s *Server) MoveHost(ctx context.Context, req *pelotonv1.MoveHostRequest) (*pelotonv1.MoveHostResponse, error) {
+	h, err := s.hm.MoveHost(ctx, req.GetHost(), req.GetPartition())
+	if err != nil {
+		return nil, err
+	}
+	return &pelotonv1.MoveHostResponse{Host: h}, nil
+}
+
 // MovePool moves a pool and its children under another parent.
 func (s *Server) MovePool(ctx context.Context, req *pelotonv1.MovePoolRequest) (*pelotonv1.MovePoolResponse, error) {
 	p, err := s.rm.MovePool(ctx, req.GetPath(), req.GetNewParent())

@@ -88,3 +88,13 @@ var Restarts = prometheus.NewCounterVec(prometheus.CounterOpts{
 }, []string{"how"})
 
 func init() { Registry.MustRegister(Restarts) }
+
+// HostMoves counts the steps hosts take when moved between partitions:
+// "started", "drained" (empty, the backend about to be told), "moved"
+// (settled in the new partition) and "apply-failed" (the backend refused
+// the new partition; the step is retried).
+var HostMoves = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Namespace: "peloton", Name: "host_partition_moves_total", Help: "Steps of host moves between partitions.",
+}, []string{"step"})
+
+func init() { Registry.MustRegister(HostMoves) }

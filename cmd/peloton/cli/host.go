@@ -2,7 +2,9 @@ package cli
 
 import (
 	"context"
+	"fmt"
 	"io"
+	"time"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/proto"
@@ -36,8 +38,98 @@ func (a *app) hostCommand() *cobra.Command {
 	})
 	drain := a.maintenanceStartCommand("drain HOST...",
 		"Take hosts out of service (same as \"host maintenance start\")")
-	cmd.AddCommand(drain, a.maintenanceCommand())
+	cmd.AddCommand(drain, a.maintenanceCommand(), a.hostMoveCommand())
 	return cmd
+}
+
+// hostMoveCommand is `peloton host move HOST --partition NAME`.
+func (a *app) hostMoveCommand() *cobra.Command {
+	var partition string
+	var noWait bool
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "move HOST --partition NAME",
+		Short: "Move a host to another partition, draining it first",
+		Long: "The host takes no new tasks while it moves. Its tasks are preempted and run again on\n" +
+			"other hosts, as maintenance drains them: services one SLA grant at a time; a STATEFUL\n" +
+			"instance holds the move until its owner acts. Once empty the host joins the new partition\n" +
+			"and takes work again. The command shows the move's progress until it is done, unless\n" +
+			"--no-wait.",
+		Args: argsNamed("HOST"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := a.printer()
+			if err != nil {
+				return err
+			}
+			return a.withClient(func(c *client) error {
+				resp, err := call(cmd.Context(), c, c.Hosts.MoveHost, &pelotonv1.MoveHostRequest{Host: args[0], Partition: partition})
+				if err != nil {
+					return err
+				}
+				h := resp.GetHost()
+				if noWait || h.GetPartitionState() == pelotonv1.PartitionMoveState_PARTITION_SETTLED {
+					return showHosts(p, resp, []*pelotonv1.Host{h})
+				}
+				return a.watchMove(cmd.Context(), c, p, h, timeout)
+			})
+		},
+	}
+	cmd.Flags().StringVar(&partition, "partition", "", "the partition to move the host to (required)")
+	cmd.Flags().BoolVar(&noWait, "no-wait", false, "return once the move has started")
+	// Shadows the global per-call --timeout: here it bounds the whole wait.
+	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Minute, "how long to wait for the move in all")
+	return cmd
+}
+
+// watchMove polls host h until it settled in its new partition, printing
+// each change of its move as a line (or the host, for -o json and yaml).
+func (a *app) watchMove(ctx context.Context, c *client, p *printer, h *pelotonv1.Host, timeout time.Duration) error {
+	name, target := h.GetName(), h.GetTargetPartition()
+	last := h
+	var shown string
+	show := func(h *pelotonv1.Host) error {
+		line := moveLine(h)
+		if line == shown {
+			return nil
+		}
+		shown = line
+		if p.structured() {
+			return showHosts(p, &pelotonv1.ListHostsResponse{Hosts: []*pelotonv1.Host{h}}, []*pelotonv1.Host{h})
+		}
+		_, err := fmt.Fprintln(p.w, line)
+		return err
+	}
+	timedOut := func() error {
+		return fmt.Errorf("host %s: %s (timed out after %s; the move goes on)", name, moveLine(last), timeout)
+	}
+	return pollUntil(ctx, c, a.updatePoll, timeout, timedOut, func(ctx context.Context) (bool, error) {
+		resp, err := call(ctx, c, c.Hosts.ListHosts, &pelotonv1.ListHostsRequest{})
+		if err != nil {
+			return false, err
+		}
+		var cur *pelotonv1.Host
+		for _, x := range resp.GetHosts() {
+			if x.GetName() == name {
+				cur = x
+			}
+		}
+		if cur == nil {
+			return false, fmt.Errorf("host %s: gone from the cluster while moving to partition %s", name, target)
+		}
+		last = cur
+		if err := show(cur); err != nil {
+			return false, err
+		}
+		return cur.GetPartitionState() == pelotonv1.PartitionMoveState_PARTITION_SETTLED, nil
+	})
+}
+
+// moveLine is one line of a move's progress.
+func moveLine(h *pelotonv1.Host) string {
+	if h.GetPartitionState() == pelotonv1.PartitionMoveState_PARTITION_SETTLED {
+		return fmt.Sprintf("host %s is in partition %s", h.GetName(), h.GetPartition())
+	}
+	return fmt.Sprintf("host %s %s", h.GetName(), h.GetPartitionMessage())
 }
 
 func (a *app) maintenanceCommand() *cobra.Command {

@@ -328,14 +328,33 @@ func writeHostTable(w io.Writer, hosts []*pelotonv1.Host, _ bool) {
 		row(w,
 			h.GetName(),
 			h.GetState().String(),
-			h.GetPartition(),
+			hostPartition(h),
 			number(used.GetCpu())+"/"+number(total.GetCpu()),
 			number(used.GetMemoryMb())+"/"+number(total.GetMemoryMb()),
 			strconv.FormatUint(uint64(h.GetTaskCount()), 10),
 			labels(h.GetLabels()),
-			h.GetMaintenanceMessage(),
+			hostMessage(h),
 		)
 	}
+}
+
+// hostPartition is a host's partition, "from->to" while it moves.
+func hostPartition(h *pelotonv1.Host) string {
+	if t := h.GetTargetPartition(); t != "" {
+		return h.GetPartition() + "->" + t
+	}
+	return h.GetPartition()
+}
+
+// hostMessage is what maintenance and a partition move say about a host.
+func hostMessage(h *pelotonv1.Host) string {
+	var parts []string
+	for _, m := range []string{h.GetMaintenanceMessage(), h.GetPartitionMessage()} {
+		if m != "" {
+			parts = append(parts, m)
+		}
+	}
+	return strings.Join(parts, "; ")
 }
 
 func labels(m map[string]string) string {

@@ -522,6 +522,66 @@ func (HostState) EnumDescriptor() ([]byte, []int) {
 	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{7}
 }
 
+// PartitionMoveState is where a host's move between partitions is. A move
+// goes PARTITION_SETTLED -> PARTITION_MOVING (no new work lands on the host;
+// its runs are drained as maintenance drains them) -> PARTITION_MOVE_DRAINED
+// (empty; the backend is told the new partition) -> PARTITION_SETTLED in the
+// new partition. Each step is persisted, so a move resumes after a restart.
+type PartitionMoveState int32
+
+const (
+	PartitionMoveState_PARTITION_MOVE_STATE_UNSPECIFIED PartitionMoveState = 0
+	// In its partition; no move under way.
+	PartitionMoveState_PARTITION_SETTLED PartitionMoveState = 1
+	// Moving: takes no new work; its runs are being moved elsewhere.
+	PartitionMoveState_PARTITION_MOVING PartitionMoveState = 2
+	// Moving and holds no runs: the new partition is being applied.
+	PartitionMoveState_PARTITION_MOVE_DRAINED PartitionMoveState = 3
+)
+
+// Enum value maps for PartitionMoveState.
+var (
+	PartitionMoveState_name = map[int32]string{
+		0: "PARTITION_MOVE_STATE_UNSPECIFIED",
+		1: "PARTITION_SETTLED",
+		2: "PARTITION_MOVING",
+		3: "PARTITION_MOVE_DRAINED",
+	}
+	PartitionMoveState_value = map[string]int32{
+		"PARTITION_MOVE_STATE_UNSPECIFIED": 0,
+		"PARTITION_SETTLED":                1,
+		"PARTITION_MOVING":                 2,
+		"PARTITION_MOVE_DRAINED":           3,
+	}
+)
+
+func (x PartitionMoveState) Enum() *PartitionMoveState {
+	p := new(PartitionMoveState)
+	*p = x
+	return p
+}
+
+func (x PartitionMoveState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (PartitionMoveState) Descriptor() protoreflect.EnumDescriptor {
+	return file_peloton_api_v1_peloton_proto_enumTypes[8].Descriptor()
+}
+
+func (PartitionMoveState) Type() protoreflect.EnumType {
+	return &file_peloton_api_v1_peloton_proto_enumTypes[8]
+}
+
+func (x PartitionMoveState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use PartitionMoveState.Descriptor instead.
+func (PartitionMoveState) EnumDescriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{8}
+}
+
 // UpdateState is the lifecycle of an update; the transition table is
 // updateTransitions in jobmgr/update_plan.go.
 type UpdateState int32
@@ -579,11 +639,11 @@ func (x UpdateState) String() string {
 }
 
 func (UpdateState) Descriptor() protoreflect.EnumDescriptor {
-	return file_peloton_api_v1_peloton_proto_enumTypes[8].Descriptor()
+	return file_peloton_api_v1_peloton_proto_enumTypes[9].Descriptor()
 }
 
 func (UpdateState) Type() protoreflect.EnumType {
-	return &file_peloton_api_v1_peloton_proto_enumTypes[8]
+	return &file_peloton_api_v1_peloton_proto_enumTypes[9]
 }
 
 func (x UpdateState) Number() protoreflect.EnumNumber {
@@ -592,7 +652,7 @@ func (x UpdateState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use UpdateState.Descriptor instead.
 func (UpdateState) EnumDescriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{8}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{9}
 }
 
 // Resources is an amount of each resource kind. cpu is in cores and may be
@@ -4111,8 +4171,16 @@ type Host struct {
 	// What maintenance is doing, e.g. "draining: 3 tasks left"; empty when
 	// the host is HOST_UP.
 	MaintenanceMessage string `protobuf:"bytes,8,opt,name=maintenance_message,json=maintenanceMessage,proto3" json:"maintenance_message,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// Where a move to another partition is (hostmgr/partition.go);
+	// PARTITION_SETTLED when none is under way.
+	PartitionState PartitionMoveState `protobuf:"varint,9,opt,name=partition_state,json=partitionState,proto3,enum=peloton.api.v1.PartitionMoveState" json:"partition_state,omitempty"`
+	// The partition the host is moving to; empty when settled.
+	TargetPartition string `protobuf:"bytes,10,opt,name=target_partition,json=targetPartition,proto3" json:"target_partition,omitempty"`
+	// What the move is doing, e.g. "moving to stateless: draining 2 tasks";
+	// empty when settled.
+	PartitionMessage string `protobuf:"bytes,11,opt,name=partition_message,json=partitionMessage,proto3" json:"partition_message,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Host) Reset() {
@@ -4197,6 +4265,27 @@ func (x *Host) GetTaskCount() uint32 {
 func (x *Host) GetMaintenanceMessage() string {
 	if x != nil {
 		return x.MaintenanceMessage
+	}
+	return ""
+}
+
+func (x *Host) GetPartitionState() PartitionMoveState {
+	if x != nil {
+		return x.PartitionState
+	}
+	return PartitionMoveState_PARTITION_MOVE_STATE_UNSPECIFIED
+}
+
+func (x *Host) GetTargetPartition() string {
+	if x != nil {
+		return x.TargetPartition
+	}
+	return ""
+}
+
+func (x *Host) GetPartitionMessage() string {
+	if x != nil {
+		return x.PartitionMessage
 	}
 	return ""
 }
@@ -4466,6 +4555,108 @@ func (x *CompleteMaintenanceResponse) GetHosts() []*Host {
 	return nil
 }
 
+// MoveHostRequest moves a host to another partition. The host must be
+// HOST_UP and not moving already; its runs are drained (services one SLA
+// grant at a time) before it joins the new partition.
+type MoveHostRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Host  string                 `protobuf:"bytes,1,opt,name=host,proto3" json:"host,omitempty"`
+	// The partition to move to: lower-case letters, digits, '-', '_' and '.',
+	// starting and ending with a letter or digit, at most 63 characters.
+	Partition     string `protobuf:"bytes,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MoveHostRequest) Reset() {
+	*x = MoveHostRequest{}
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[64]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MoveHostRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MoveHostRequest) ProtoMessage() {}
+
+func (x *MoveHostRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[64]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MoveHostRequest.ProtoReflect.Descriptor instead.
+func (*MoveHostRequest) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{64}
+}
+
+func (x *MoveHostRequest) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
+}
+
+func (x *MoveHostRequest) GetPartition() string {
+	if x != nil {
+		return x.Partition
+	}
+	return ""
+}
+
+type MoveHostResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The host after the move started (or finished, if it held no runs).
+	Host          *Host `protobuf:"bytes,1,opt,name=host,proto3" json:"host,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MoveHostResponse) Reset() {
+	*x = MoveHostResponse{}
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[65]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MoveHostResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MoveHostResponse) ProtoMessage() {}
+
+func (x *MoveHostResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[65]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MoveHostResponse.ProtoReflect.Descriptor instead.
+func (*MoveHostResponse) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{65}
+}
+
+func (x *MoveHostResponse) GetHost() *Host {
+	if x != nil {
+		return x.Host
+	}
+	return nil
+}
+
 // UpdateSpec says how a rolling update replaces a job's instances.
 type UpdateSpec struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -4496,7 +4687,7 @@ type UpdateSpec struct {
 
 func (x *UpdateSpec) Reset() {
 	*x = UpdateSpec{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[64]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4508,7 +4699,7 @@ func (x *UpdateSpec) String() string {
 func (*UpdateSpec) ProtoMessage() {}
 
 func (x *UpdateSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[64]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4521,7 +4712,7 @@ func (x *UpdateSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateSpec.ProtoReflect.Descriptor instead.
 func (*UpdateSpec) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{64}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *UpdateSpec) GetBatchSize() uint32 {
@@ -4607,7 +4798,7 @@ type UpdateStatus struct {
 
 func (x *UpdateStatus) Reset() {
 	*x = UpdateStatus{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[65]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4619,7 +4810,7 @@ func (x *UpdateStatus) String() string {
 func (*UpdateStatus) ProtoMessage() {}
 
 func (x *UpdateStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[65]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4632,7 +4823,7 @@ func (x *UpdateStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateStatus.ProtoReflect.Descriptor instead.
 func (*UpdateStatus) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{65}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *UpdateStatus) GetState() UpdateState {
@@ -4738,7 +4929,7 @@ type Update struct {
 
 func (x *Update) Reset() {
 	*x = Update{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[66]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4750,7 +4941,7 @@ func (x *Update) String() string {
 func (*Update) ProtoMessage() {}
 
 func (x *Update) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[66]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4763,7 +4954,7 @@ func (x *Update) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Update.ProtoReflect.Descriptor instead.
 func (*Update) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{66}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *Update) GetId() string {
@@ -4857,7 +5048,7 @@ type CreateUpdateRequest struct {
 
 func (x *CreateUpdateRequest) Reset() {
 	*x = CreateUpdateRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[67]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4869,7 +5060,7 @@ func (x *CreateUpdateRequest) String() string {
 func (*CreateUpdateRequest) ProtoMessage() {}
 
 func (x *CreateUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[67]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4882,7 +5073,7 @@ func (x *CreateUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateUpdateRequest.ProtoReflect.Descriptor instead.
 func (*CreateUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{67}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *CreateUpdateRequest) GetJobId() string {
@@ -4929,7 +5120,7 @@ type CreateUpdateResponse struct {
 
 func (x *CreateUpdateResponse) Reset() {
 	*x = CreateUpdateResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[68]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4941,7 +5132,7 @@ func (x *CreateUpdateResponse) String() string {
 func (*CreateUpdateResponse) ProtoMessage() {}
 
 func (x *CreateUpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[68]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4954,7 +5145,7 @@ func (x *CreateUpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateUpdateResponse.ProtoReflect.Descriptor instead.
 func (*CreateUpdateResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{68}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *CreateUpdateResponse) GetUpdate() *Update {
@@ -4973,7 +5164,7 @@ type GetUpdateRequest struct {
 
 func (x *GetUpdateRequest) Reset() {
 	*x = GetUpdateRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[69]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4985,7 +5176,7 @@ func (x *GetUpdateRequest) String() string {
 func (*GetUpdateRequest) ProtoMessage() {}
 
 func (x *GetUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[69]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4998,7 +5189,7 @@ func (x *GetUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUpdateRequest.ProtoReflect.Descriptor instead.
 func (*GetUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{69}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *GetUpdateRequest) GetUpdateId() string {
@@ -5017,7 +5208,7 @@ type GetUpdateResponse struct {
 
 func (x *GetUpdateResponse) Reset() {
 	*x = GetUpdateResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[70]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5029,7 +5220,7 @@ func (x *GetUpdateResponse) String() string {
 func (*GetUpdateResponse) ProtoMessage() {}
 
 func (x *GetUpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[70]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5042,7 +5233,7 @@ func (x *GetUpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUpdateResponse.ProtoReflect.Descriptor instead.
 func (*GetUpdateResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{70}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *GetUpdateResponse) GetUpdate() *Update {
@@ -5062,7 +5253,7 @@ type ListUpdatesRequest struct {
 
 func (x *ListUpdatesRequest) Reset() {
 	*x = ListUpdatesRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[71]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5074,7 +5265,7 @@ func (x *ListUpdatesRequest) String() string {
 func (*ListUpdatesRequest) ProtoMessage() {}
 
 func (x *ListUpdatesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[71]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5087,7 +5278,7 @@ func (x *ListUpdatesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListUpdatesRequest.ProtoReflect.Descriptor instead.
 func (*ListUpdatesRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{71}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *ListUpdatesRequest) GetJobId() string {
@@ -5106,7 +5297,7 @@ type ListUpdatesResponse struct {
 
 func (x *ListUpdatesResponse) Reset() {
 	*x = ListUpdatesResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[72]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5118,7 +5309,7 @@ func (x *ListUpdatesResponse) String() string {
 func (*ListUpdatesResponse) ProtoMessage() {}
 
 func (x *ListUpdatesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[72]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5131,7 +5322,7 @@ func (x *ListUpdatesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListUpdatesResponse.ProtoReflect.Descriptor instead.
 func (*ListUpdatesResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{72}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *ListUpdatesResponse) GetUpdates() []*Update {
@@ -5150,7 +5341,7 @@ type PauseUpdateRequest struct {
 
 func (x *PauseUpdateRequest) Reset() {
 	*x = PauseUpdateRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[73]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5162,7 +5353,7 @@ func (x *PauseUpdateRequest) String() string {
 func (*PauseUpdateRequest) ProtoMessage() {}
 
 func (x *PauseUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[73]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5175,7 +5366,7 @@ func (x *PauseUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseUpdateRequest.ProtoReflect.Descriptor instead.
 func (*PauseUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{73}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *PauseUpdateRequest) GetUpdateId() string {
@@ -5194,7 +5385,7 @@ type PauseUpdateResponse struct {
 
 func (x *PauseUpdateResponse) Reset() {
 	*x = PauseUpdateResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[74]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5206,7 +5397,7 @@ func (x *PauseUpdateResponse) String() string {
 func (*PauseUpdateResponse) ProtoMessage() {}
 
 func (x *PauseUpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[74]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5219,7 +5410,7 @@ func (x *PauseUpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseUpdateResponse.ProtoReflect.Descriptor instead.
 func (*PauseUpdateResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{74}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *PauseUpdateResponse) GetUpdate() *Update {
@@ -5238,7 +5429,7 @@ type ResumeUpdateRequest struct {
 
 func (x *ResumeUpdateRequest) Reset() {
 	*x = ResumeUpdateRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[75]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5250,7 +5441,7 @@ func (x *ResumeUpdateRequest) String() string {
 func (*ResumeUpdateRequest) ProtoMessage() {}
 
 func (x *ResumeUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[75]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5263,7 +5454,7 @@ func (x *ResumeUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeUpdateRequest.ProtoReflect.Descriptor instead.
 func (*ResumeUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{75}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *ResumeUpdateRequest) GetUpdateId() string {
@@ -5282,7 +5473,7 @@ type ResumeUpdateResponse struct {
 
 func (x *ResumeUpdateResponse) Reset() {
 	*x = ResumeUpdateResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[76]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5294,7 +5485,7 @@ func (x *ResumeUpdateResponse) String() string {
 func (*ResumeUpdateResponse) ProtoMessage() {}
 
 func (x *ResumeUpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[76]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5307,7 +5498,7 @@ func (x *ResumeUpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeUpdateResponse.ProtoReflect.Descriptor instead.
 func (*ResumeUpdateResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{76}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *ResumeUpdateResponse) GetUpdate() *Update {
@@ -5326,7 +5517,7 @@ type AbortUpdateRequest struct {
 
 func (x *AbortUpdateRequest) Reset() {
 	*x = AbortUpdateRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[77]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5338,7 +5529,7 @@ func (x *AbortUpdateRequest) String() string {
 func (*AbortUpdateRequest) ProtoMessage() {}
 
 func (x *AbortUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[77]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5351,7 +5542,7 @@ func (x *AbortUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortUpdateRequest.ProtoReflect.Descriptor instead.
 func (*AbortUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{77}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *AbortUpdateRequest) GetUpdateId() string {
@@ -5370,7 +5561,7 @@ type AbortUpdateResponse struct {
 
 func (x *AbortUpdateResponse) Reset() {
 	*x = AbortUpdateResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[78]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5382,7 +5573,7 @@ func (x *AbortUpdateResponse) String() string {
 func (*AbortUpdateResponse) ProtoMessage() {}
 
 func (x *AbortUpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[78]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5395,7 +5586,7 @@ func (x *AbortUpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortUpdateResponse.ProtoReflect.Descriptor instead.
 func (*AbortUpdateResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{78}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *AbortUpdateResponse) GetUpdate() *Update {
@@ -5418,7 +5609,7 @@ type RollbackUpdateRequest struct {
 
 func (x *RollbackUpdateRequest) Reset() {
 	*x = RollbackUpdateRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[79]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5430,7 +5621,7 @@ func (x *RollbackUpdateRequest) String() string {
 func (*RollbackUpdateRequest) ProtoMessage() {}
 
 func (x *RollbackUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[79]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5443,7 +5634,7 @@ func (x *RollbackUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackUpdateRequest.ProtoReflect.Descriptor instead.
 func (*RollbackUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{79}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *RollbackUpdateRequest) GetUpdateId() string {
@@ -5462,7 +5653,7 @@ type RollbackUpdateResponse struct {
 
 func (x *RollbackUpdateResponse) Reset() {
 	*x = RollbackUpdateResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[80]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5474,7 +5665,7 @@ func (x *RollbackUpdateResponse) String() string {
 func (*RollbackUpdateResponse) ProtoMessage() {}
 
 func (x *RollbackUpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[80]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5487,7 +5678,7 @@ func (x *RollbackUpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackUpdateResponse.ProtoReflect.Descriptor instead.
 func (*RollbackUpdateResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{80}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *RollbackUpdateResponse) GetUpdate() *Update {
@@ -5766,7 +5957,7 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\x04pool\x18\x01 \x01(\v2\x14.peloton.api.v1.PoolR\x04pool\"\x12\n" +
 	"\x10ListPoolsRequest\"?\n" +
 	"\x11ListPoolsResponse\x12*\n" +
-	"\x05pools\x18\x01 \x03(\v2\x14.peloton.api.v1.PoolR\x05pools\"\x9e\x03\n" +
+	"\x05pools\x18\x01 \x03(\v2\x14.peloton.api.v1.PoolR\x05pools\"\xc3\x04\n" +
 	"\x04Host\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x125\n" +
 	"\bcapacity\x18\x02 \x01(\v2\x19.peloton.api.v1.ResourcesR\bcapacity\x127\n" +
@@ -5776,7 +5967,11 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\x05state\x18\x06 \x01(\x0e2\x19.peloton.api.v1.HostStateR\x05state\x12\x1d\n" +
 	"\n" +
 	"task_count\x18\a \x01(\rR\ttaskCount\x12/\n" +
-	"\x13maintenance_message\x18\b \x01(\tR\x12maintenanceMessage\x1a9\n" +
+	"\x13maintenance_message\x18\b \x01(\tR\x12maintenanceMessage\x12K\n" +
+	"\x0fpartition_state\x18\t \x01(\x0e2\".peloton.api.v1.PartitionMoveStateR\x0epartitionState\x12)\n" +
+	"\x10target_partition\x18\n" +
+	" \x01(\tR\x0ftargetPartition\x12+\n" +
+	"\x11partition_message\x18\v \x01(\tR\x10partitionMessage\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x12\n" +
@@ -5790,7 +5985,12 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\x1aCompleteMaintenanceRequest\x12\x14\n" +
 	"\x05hosts\x18\x01 \x03(\tR\x05hosts\"I\n" +
 	"\x1bCompleteMaintenanceResponse\x12*\n" +
-	"\x05hosts\x18\x01 \x03(\v2\x14.peloton.api.v1.HostR\x05hosts\"\xd6\x02\n" +
+	"\x05hosts\x18\x01 \x03(\v2\x14.peloton.api.v1.HostR\x05hosts\"C\n" +
+	"\x0fMoveHostRequest\x12\x12\n" +
+	"\x04host\x18\x01 \x01(\tR\x04host\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\tR\tpartition\"<\n" +
+	"\x10MoveHostResponse\x12(\n" +
+	"\x04host\x18\x01 \x01(\v2\x14.peloton.api.v1.HostR\x04host\"\xd6\x02\n" +
 	"\n" +
 	"UpdateSpec\x12\x1d\n" +
 	"\n" +
@@ -5939,7 +6139,12 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\aHOST_UP\x10\x01\x12\x11\n" +
 	"\rHOST_DRAINING\x10\x02\x12\x10\n" +
 	"\fHOST_DRAINED\x10\x03\x12\r\n" +
-	"\tHOST_DOWN\x10\x04*\xc8\x01\n" +
+	"\tHOST_DOWN\x10\x04*\x83\x01\n" +
+	"\x12PartitionMoveState\x12$\n" +
+	" PARTITION_MOVE_STATE_UNSPECIFIED\x10\x00\x12\x15\n" +
+	"\x11PARTITION_SETTLED\x10\x01\x12\x14\n" +
+	"\x10PARTITION_MOVING\x10\x02\x12\x1a\n" +
+	"\x16PARTITION_MOVE_DRAINED\x10\x03*\xc8\x01\n" +
 	"\vUpdateState\x12\x1c\n" +
 	"\x18UPDATE_STATE_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16UPDATE_ROLLING_FORWARD\x10\x01\x12\x11\n" +
@@ -5974,11 +6179,12 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\n" +
 	"DeletePool\x12!.peloton.api.v1.DeletePoolRequest\x1a\".peloton.api.v1.DeletePoolResponse\x12P\n" +
 	"\tListPools\x12 .peloton.api.v1.ListPoolsRequest\x1a!.peloton.api.v1.ListPoolsResponse\x12M\n" +
-	"\bMovePool\x12\x1f.peloton.api.v1.MovePoolRequest\x1a .peloton.api.v1.MovePoolResponse2\xb6\x02\n" +
+	"\bMovePool\x12\x1f.peloton.api.v1.MovePoolRequest\x1a .peloton.api.v1.MovePoolResponse2\x85\x03\n" +
 	"\vHostService\x12P\n" +
 	"\tListHosts\x12 .peloton.api.v1.ListHostsRequest\x1a!.peloton.api.v1.ListHostsResponse\x12e\n" +
 	"\x10StartMaintenance\x12'.peloton.api.v1.StartMaintenanceRequest\x1a(.peloton.api.v1.StartMaintenanceResponse\x12n\n" +
-	"\x13CompleteMaintenance\x12*.peloton.api.v1.CompleteMaintenanceRequest\x1a+.peloton.api.v1.CompleteMaintenanceResponse2\x80\x05\n" +
+	"\x13CompleteMaintenance\x12*.peloton.api.v1.CompleteMaintenanceRequest\x1a+.peloton.api.v1.CompleteMaintenanceResponse\x12M\n" +
+	"\bMoveHost\x12\x1f.peloton.api.v1.MoveHostRequest\x1a .peloton.api.v1.MoveHostResponse2\x80\x05\n" +
 	"\rUpdateService\x12Y\n" +
 	"\fCreateUpdate\x12#.peloton.api.v1.CreateUpdateRequest\x1a$.peloton.api.v1.CreateUpdateResponse\x12P\n" +
 	"\tGetUpdate\x12 .peloton.api.v1.GetUpdateRequest\x1a!.peloton.api.v1.GetUpdateResponse\x12V\n" +
@@ -6000,8 +6206,8 @@ func file_peloton_api_v1_peloton_proto_rawDescGZIP() []byte {
 	return file_peloton_api_v1_peloton_proto_rawDescData
 }
 
-var file_peloton_api_v1_peloton_proto_enumTypes = make([]protoimpl.EnumInfo, 9)
-var file_peloton_api_v1_peloton_proto_msgTypes = make([]protoimpl.MessageInfo, 88)
+var file_peloton_api_v1_peloton_proto_enumTypes = make([]protoimpl.EnumInfo, 10)
+var file_peloton_api_v1_peloton_proto_msgTypes = make([]protoimpl.MessageInfo, 90)
 var file_peloton_api_v1_peloton_proto_goTypes = []any{
 	(JobType)(0),                        // 0: peloton.api.v1.JobType
 	(TaskState)(0),                      // 1: peloton.api.v1.TaskState
@@ -6011,247 +6217,254 @@ var file_peloton_api_v1_peloton_proto_goTypes = []any{
 	(JobState)(0),                       // 5: peloton.api.v1.JobState
 	(LogStream)(0),                      // 6: peloton.api.v1.LogStream
 	(HostState)(0),                      // 7: peloton.api.v1.HostState
-	(UpdateState)(0),                    // 8: peloton.api.v1.UpdateState
-	(*Resources)(nil),                   // 9: peloton.api.v1.Resources
-	(*SlaSpec)(nil),                     // 10: peloton.api.v1.SlaSpec
-	(*RestartPolicy)(nil),               // 11: peloton.api.v1.RestartPolicy
-	(*PortSpec)(nil),                    // 12: peloton.api.v1.PortSpec
-	(*HealthCheck)(nil),                 // 13: peloton.api.v1.HealthCheck
-	(*HttpProbe)(nil),                   // 14: peloton.api.v1.HttpProbe
-	(*VolumeSpec)(nil),                  // 15: peloton.api.v1.VolumeSpec
-	(*TaskSpec)(nil),                    // 16: peloton.api.v1.TaskSpec
-	(*Constraint)(nil),                  // 17: peloton.api.v1.Constraint
-	(*PlacementSpec)(nil),               // 18: peloton.api.v1.PlacementSpec
-	(*JobSpec)(nil),                     // 19: peloton.api.v1.JobSpec
-	(*ForeignOwner)(nil),                // 20: peloton.api.v1.ForeignOwner
-	(*JobStatus)(nil),                   // 21: peloton.api.v1.JobStatus
-	(*Job)(nil),                         // 22: peloton.api.v1.Job
-	(*TaskStatus)(nil),                  // 23: peloton.api.v1.TaskStatus
-	(*TaskTransition)(nil),              // 24: peloton.api.v1.TaskTransition
-	(*Task)(nil),                        // 25: peloton.api.v1.Task
-	(*CreateJobRequest)(nil),            // 26: peloton.api.v1.CreateJobRequest
-	(*CreateJobResponse)(nil),           // 27: peloton.api.v1.CreateJobResponse
-	(*GetJobRequest)(nil),               // 28: peloton.api.v1.GetJobRequest
-	(*GetJobResponse)(nil),              // 29: peloton.api.v1.GetJobResponse
-	(*ListJobsRequest)(nil),             // 30: peloton.api.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),            // 31: peloton.api.v1.ListJobsResponse
-	(*CancelJobRequest)(nil),            // 32: peloton.api.v1.CancelJobRequest
-	(*CancelJobResponse)(nil),           // 33: peloton.api.v1.CancelJobResponse
-	(*DeleteJobRequest)(nil),            // 34: peloton.api.v1.DeleteJobRequest
-	(*DeleteJobResponse)(nil),           // 35: peloton.api.v1.DeleteJobResponse
-	(*RestartJobRequest)(nil),           // 36: peloton.api.v1.RestartJobRequest
-	(*RestartJobResponse)(nil),          // 37: peloton.api.v1.RestartJobResponse
-	(*ScaleJobRequest)(nil),             // 38: peloton.api.v1.ScaleJobRequest
-	(*ScaleJobResponse)(nil),            // 39: peloton.api.v1.ScaleJobResponse
-	(*ListJobVersionsRequest)(nil),      // 40: peloton.api.v1.ListJobVersionsRequest
-	(*JobVersion)(nil),                  // 41: peloton.api.v1.JobVersion
-	(*ListJobVersionsResponse)(nil),     // 42: peloton.api.v1.ListJobVersionsResponse
-	(*ListTasksRequest)(nil),            // 43: peloton.api.v1.ListTasksRequest
-	(*ListTasksResponse)(nil),           // 44: peloton.api.v1.ListTasksResponse
-	(*GetTaskRequest)(nil),              // 45: peloton.api.v1.GetTaskRequest
-	(*GetTaskResponse)(nil),             // 46: peloton.api.v1.GetTaskResponse
-	(*KillTaskRequest)(nil),             // 47: peloton.api.v1.KillTaskRequest
-	(*KillTaskResponse)(nil),            // 48: peloton.api.v1.KillTaskResponse
-	(*GetTaskLogsRequest)(nil),          // 49: peloton.api.v1.GetTaskLogsRequest
-	(*LogChunk)(nil),                    // 50: peloton.api.v1.LogChunk
-	(*PoolSpec)(nil),                    // 51: peloton.api.v1.PoolSpec
-	(*PoolStatus)(nil),                  // 52: peloton.api.v1.PoolStatus
-	(*Pool)(nil),                        // 53: peloton.api.v1.Pool
-	(*CreatePoolRequest)(nil),           // 54: peloton.api.v1.CreatePoolRequest
-	(*CreatePoolResponse)(nil),          // 55: peloton.api.v1.CreatePoolResponse
-	(*GetPoolRequest)(nil),              // 56: peloton.api.v1.GetPoolRequest
-	(*GetPoolResponse)(nil),             // 57: peloton.api.v1.GetPoolResponse
-	(*UpdatePoolRequest)(nil),           // 58: peloton.api.v1.UpdatePoolRequest
-	(*UpdatePoolResponse)(nil),          // 59: peloton.api.v1.UpdatePoolResponse
-	(*DeletePoolRequest)(nil),           // 60: peloton.api.v1.DeletePoolRequest
-	(*DeletePoolResponse)(nil),          // 61: peloton.api.v1.DeletePoolResponse
-	(*MovePoolRequest)(nil),             // 62: peloton.api.v1.MovePoolRequest
-	(*MovePoolResponse)(nil),            // 63: peloton.api.v1.MovePoolResponse
-	(*ListPoolsRequest)(nil),            // 64: peloton.api.v1.ListPoolsRequest
-	(*ListPoolsResponse)(nil),           // 65: peloton.api.v1.ListPoolsResponse
-	(*Host)(nil),                        // 66: peloton.api.v1.Host
-	(*ListHostsRequest)(nil),            // 67: peloton.api.v1.ListHostsRequest
-	(*ListHostsResponse)(nil),           // 68: peloton.api.v1.ListHostsResponse
-	(*StartMaintenanceRequest)(nil),     // 69: peloton.api.v1.StartMaintenanceRequest
-	(*StartMaintenanceResponse)(nil),    // 70: peloton.api.v1.StartMaintenanceResponse
-	(*CompleteMaintenanceRequest)(nil),  // 71: peloton.api.v1.CompleteMaintenanceRequest
-	(*CompleteMaintenanceResponse)(nil), // 72: peloton.api.v1.CompleteMaintenanceResponse
-	(*UpdateSpec)(nil),                  // 73: peloton.api.v1.UpdateSpec
-	(*UpdateStatus)(nil),                // 74: peloton.api.v1.UpdateStatus
-	(*Update)(nil),                      // 75: peloton.api.v1.Update
-	(*CreateUpdateRequest)(nil),         // 76: peloton.api.v1.CreateUpdateRequest
-	(*CreateUpdateResponse)(nil),        // 77: peloton.api.v1.CreateUpdateResponse
-	(*GetUpdateRequest)(nil),            // 78: peloton.api.v1.GetUpdateRequest
-	(*GetUpdateResponse)(nil),           // 79: peloton.api.v1.GetUpdateResponse
-	(*ListUpdatesRequest)(nil),          // 80: peloton.api.v1.ListUpdatesRequest
-	(*ListUpdatesResponse)(nil),         // 81: peloton.api.v1.ListUpdatesResponse
-	(*PauseUpdateRequest)(nil),          // 82: peloton.api.v1.PauseUpdateRequest
-	(*PauseUpdateResponse)(nil),         // 83: peloton.api.v1.PauseUpdateResponse
-	(*ResumeUpdateRequest)(nil),         // 84: peloton.api.v1.ResumeUpdateRequest
-	(*ResumeUpdateResponse)(nil),        // 85: peloton.api.v1.ResumeUpdateResponse
-	(*AbortUpdateRequest)(nil),          // 86: peloton.api.v1.AbortUpdateRequest
-	(*AbortUpdateResponse)(nil),         // 87: peloton.api.v1.AbortUpdateResponse
-	(*RollbackUpdateRequest)(nil),       // 88: peloton.api.v1.RollbackUpdateRequest
-	(*RollbackUpdateResponse)(nil),      // 89: peloton.api.v1.RollbackUpdateResponse
-	nil,                                 // 90: peloton.api.v1.TaskSpec.EnvEntry
-	nil,                                 // 91: peloton.api.v1.JobSpec.InstanceSpecsEntry
-	nil,                                 // 92: peloton.api.v1.JobSpec.LabelsEntry
-	nil,                                 // 93: peloton.api.v1.JobStatus.TaskCountsEntry
-	nil,                                 // 94: peloton.api.v1.TaskStatus.PortsEntry
-	nil,                                 // 95: peloton.api.v1.Host.LabelsEntry
-	nil,                                 // 96: peloton.api.v1.Update.RestartsEntry
-	(*timestamppb.Timestamp)(nil),       // 97: google.protobuf.Timestamp
+	(PartitionMoveState)(0),             // 8: peloton.api.v1.PartitionMoveState
+	(UpdateState)(0),                    // 9: peloton.api.v1.UpdateState
+	(*Resources)(nil),                   // 10: peloton.api.v1.Resources
+	(*SlaSpec)(nil),                     // 11: peloton.api.v1.SlaSpec
+	(*RestartPolicy)(nil),               // 12: peloton.api.v1.RestartPolicy
+	(*PortSpec)(nil),                    // 13: peloton.api.v1.PortSpec
+	(*HealthCheck)(nil),                 // 14: peloton.api.v1.HealthCheck
+	(*HttpProbe)(nil),                   // 15: peloton.api.v1.HttpProbe
+	(*VolumeSpec)(nil),                  // 16: peloton.api.v1.VolumeSpec
+	(*TaskSpec)(nil),                    // 17: peloton.api.v1.TaskSpec
+	(*Constraint)(nil),                  // 18: peloton.api.v1.Constraint
+	(*PlacementSpec)(nil),               // 19: peloton.api.v1.PlacementSpec
+	(*JobSpec)(nil),                     // 20: peloton.api.v1.JobSpec
+	(*ForeignOwner)(nil),                // 21: peloton.api.v1.ForeignOwner
+	(*JobStatus)(nil),                   // 22: peloton.api.v1.JobStatus
+	(*Job)(nil),                         // 23: peloton.api.v1.Job
+	(*TaskStatus)(nil),                  // 24: peloton.api.v1.TaskStatus
+	(*TaskTransition)(nil),              // 25: peloton.api.v1.TaskTransition
+	(*Task)(nil),                        // 26: peloton.api.v1.Task
+	(*CreateJobRequest)(nil),            // 27: peloton.api.v1.CreateJobRequest
+	(*CreateJobResponse)(nil),           // 28: peloton.api.v1.CreateJobResponse
+	(*GetJobRequest)(nil),               // 29: peloton.api.v1.GetJobRequest
+	(*GetJobResponse)(nil),              // 30: peloton.api.v1.GetJobResponse
+	(*ListJobsRequest)(nil),             // 31: peloton.api.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),            // 32: peloton.api.v1.ListJobsResponse
+	(*CancelJobRequest)(nil),            // 33: peloton.api.v1.CancelJobRequest
+	(*CancelJobResponse)(nil),           // 34: peloton.api.v1.CancelJobResponse
+	(*DeleteJobRequest)(nil),            // 35: peloton.api.v1.DeleteJobRequest
+	(*DeleteJobResponse)(nil),           // 36: peloton.api.v1.DeleteJobResponse
+	(*RestartJobRequest)(nil),           // 37: peloton.api.v1.RestartJobRequest
+	(*RestartJobResponse)(nil),          // 38: peloton.api.v1.RestartJobResponse
+	(*ScaleJobRequest)(nil),             // 39: peloton.api.v1.ScaleJobRequest
+	(*ScaleJobResponse)(nil),            // 40: peloton.api.v1.ScaleJobResponse
+	(*ListJobVersionsRequest)(nil),      // 41: peloton.api.v1.ListJobVersionsRequest
+	(*JobVersion)(nil),                  // 42: peloton.api.v1.JobVersion
+	(*ListJobVersionsResponse)(nil),     // 43: peloton.api.v1.ListJobVersionsResponse
+	(*ListTasksRequest)(nil),            // 44: peloton.api.v1.ListTasksRequest
+	(*ListTasksResponse)(nil),           // 45: peloton.api.v1.ListTasksResponse
+	(*GetTaskRequest)(nil),              // 46: peloton.api.v1.GetTaskRequest
+	(*GetTaskResponse)(nil),             // 47: peloton.api.v1.GetTaskResponse
+	(*KillTaskRequest)(nil),             // 48: peloton.api.v1.KillTaskRequest
+	(*KillTaskResponse)(nil),            // 49: peloton.api.v1.KillTaskResponse
+	(*GetTaskLogsRequest)(nil),          // 50: peloton.api.v1.GetTaskLogsRequest
+	(*LogChunk)(nil),                    // 51: peloton.api.v1.LogChunk
+	(*PoolSpec)(nil),                    // 52: peloton.api.v1.PoolSpec
+	(*PoolStatus)(nil),                  // 53: peloton.api.v1.PoolStatus
+	(*Pool)(nil),                        // 54: peloton.api.v1.Pool
+	(*CreatePoolRequest)(nil),           // 55: peloton.api.v1.CreatePoolRequest
+	(*CreatePoolResponse)(nil),          // 56: peloton.api.v1.CreatePoolResponse
+	(*GetPoolRequest)(nil),              // 57: peloton.api.v1.GetPoolRequest
+	(*GetPoolResponse)(nil),             // 58: peloton.api.v1.GetPoolResponse
+	(*UpdatePoolRequest)(nil),           // 59: peloton.api.v1.UpdatePoolRequest
+	(*UpdatePoolResponse)(nil),          // 60: peloton.api.v1.UpdatePoolResponse
+	(*DeletePoolRequest)(nil),           // 61: peloton.api.v1.DeletePoolRequest
+	(*DeletePoolResponse)(nil),          // 62: peloton.api.v1.DeletePoolResponse
+	(*MovePoolRequest)(nil),             // 63: peloton.api.v1.MovePoolRequest
+	(*MovePoolResponse)(nil),            // 64: peloton.api.v1.MovePoolResponse
+	(*ListPoolsRequest)(nil),            // 65: peloton.api.v1.ListPoolsRequest
+	(*ListPoolsResponse)(nil),           // 66: peloton.api.v1.ListPoolsResponse
+	(*Host)(nil),                        // 67: peloton.api.v1.Host
+	(*ListHostsRequest)(nil),            // 68: peloton.api.v1.ListHostsRequest
+	(*ListHostsResponse)(nil),           // 69: peloton.api.v1.ListHostsResponse
+	(*StartMaintenanceRequest)(nil),     // 70: peloton.api.v1.StartMaintenanceRequest
+	(*StartMaintenanceResponse)(nil),    // 71: peloton.api.v1.StartMaintenanceResponse
+	(*CompleteMaintenanceRequest)(nil),  // 72: peloton.api.v1.CompleteMaintenanceRequest
+	(*CompleteMaintenanceResponse)(nil), // 73: peloton.api.v1.CompleteMaintenanceResponse
+	(*MoveHostRequest)(nil),             // 74: peloton.api.v1.MoveHostRequest
+	(*MoveHostResponse)(nil),            // 75: peloton.api.v1.MoveHostResponse
+	(*UpdateSpec)(nil),                  // 76: peloton.api.v1.UpdateSpec
+	(*UpdateStatus)(nil),                // 77: peloton.api.v1.UpdateStatus
+	(*Update)(nil),                      // 78: peloton.api.v1.Update
+	(*CreateUpdateRequest)(nil),         // 79: peloton.api.v1.CreateUpdateRequest
+	(*CreateUpdateResponse)(nil),        // 80: peloton.api.v1.CreateUpdateResponse
+	(*GetUpdateRequest)(nil),            // 81: peloton.api.v1.GetUpdateRequest
+	(*GetUpdateResponse)(nil),           // 82: peloton.api.v1.GetUpdateResponse
+	(*ListUpdatesRequest)(nil),          // 83: peloton.api.v1.ListUpdatesRequest
+	(*ListUpdatesResponse)(nil),         // 84: peloton.api.v1.ListUpdatesResponse
+	(*PauseUpdateRequest)(nil),          // 85: peloton.api.v1.PauseUpdateRequest
+	(*PauseUpdateResponse)(nil),         // 86: peloton.api.v1.PauseUpdateResponse
+	(*ResumeUpdateRequest)(nil),         // 87: peloton.api.v1.ResumeUpdateRequest
+	(*ResumeUpdateResponse)(nil),        // 88: peloton.api.v1.ResumeUpdateResponse
+	(*AbortUpdateRequest)(nil),          // 89: peloton.api.v1.AbortUpdateRequest
+	(*AbortUpdateResponse)(nil),         // 90: peloton.api.v1.AbortUpdateResponse
+	(*RollbackUpdateRequest)(nil),       // 91: peloton.api.v1.RollbackUpdateRequest
+	(*RollbackUpdateResponse)(nil),      // 92: peloton.api.v1.RollbackUpdateResponse
+	nil,                                 // 93: peloton.api.v1.TaskSpec.EnvEntry
+	nil,                                 // 94: peloton.api.v1.JobSpec.InstanceSpecsEntry
+	nil,                                 // 95: peloton.api.v1.JobSpec.LabelsEntry
+	nil,                                 // 96: peloton.api.v1.JobStatus.TaskCountsEntry
+	nil,                                 // 97: peloton.api.v1.TaskStatus.PortsEntry
+	nil,                                 // 98: peloton.api.v1.Host.LabelsEntry
+	nil,                                 // 99: peloton.api.v1.Update.RestartsEntry
+	(*timestamppb.Timestamp)(nil),       // 100: google.protobuf.Timestamp
 }
 var file_peloton_api_v1_peloton_proto_depIdxs = []int32{
-	14,  // 0: peloton.api.v1.HealthCheck.http:type_name -> peloton.api.v1.HttpProbe
-	90,  // 1: peloton.api.v1.TaskSpec.env:type_name -> peloton.api.v1.TaskSpec.EnvEntry
-	9,   // 2: peloton.api.v1.TaskSpec.resources:type_name -> peloton.api.v1.Resources
-	11,  // 3: peloton.api.v1.TaskSpec.restart_policy:type_name -> peloton.api.v1.RestartPolicy
-	18,  // 4: peloton.api.v1.TaskSpec.placement:type_name -> peloton.api.v1.PlacementSpec
-	12,  // 5: peloton.api.v1.TaskSpec.ports:type_name -> peloton.api.v1.PortSpec
-	13,  // 6: peloton.api.v1.TaskSpec.health_check:type_name -> peloton.api.v1.HealthCheck
-	15,  // 7: peloton.api.v1.TaskSpec.volume:type_name -> peloton.api.v1.VolumeSpec
+	15,  // 0: peloton.api.v1.HealthCheck.http:type_name -> peloton.api.v1.HttpProbe
+	93,  // 1: peloton.api.v1.TaskSpec.env:type_name -> peloton.api.v1.TaskSpec.EnvEntry
+	10,  // 2: peloton.api.v1.TaskSpec.resources:type_name -> peloton.api.v1.Resources
+	12,  // 3: peloton.api.v1.TaskSpec.restart_policy:type_name -> peloton.api.v1.RestartPolicy
+	19,  // 4: peloton.api.v1.TaskSpec.placement:type_name -> peloton.api.v1.PlacementSpec
+	13,  // 5: peloton.api.v1.TaskSpec.ports:type_name -> peloton.api.v1.PortSpec
+	14,  // 6: peloton.api.v1.TaskSpec.health_check:type_name -> peloton.api.v1.HealthCheck
+	16,  // 7: peloton.api.v1.TaskSpec.volume:type_name -> peloton.api.v1.VolumeSpec
 	4,   // 8: peloton.api.v1.Constraint.op:type_name -> peloton.api.v1.ConstraintOp
 	3,   // 9: peloton.api.v1.PlacementSpec.strategy:type_name -> peloton.api.v1.PlacementStrategy
-	17,  // 10: peloton.api.v1.PlacementSpec.constraints:type_name -> peloton.api.v1.Constraint
+	18,  // 10: peloton.api.v1.PlacementSpec.constraints:type_name -> peloton.api.v1.Constraint
 	0,   // 11: peloton.api.v1.JobSpec.type:type_name -> peloton.api.v1.JobType
-	10,  // 12: peloton.api.v1.JobSpec.sla:type_name -> peloton.api.v1.SlaSpec
-	16,  // 13: peloton.api.v1.JobSpec.default_spec:type_name -> peloton.api.v1.TaskSpec
-	91,  // 14: peloton.api.v1.JobSpec.instance_specs:type_name -> peloton.api.v1.JobSpec.InstanceSpecsEntry
-	92,  // 15: peloton.api.v1.JobSpec.labels:type_name -> peloton.api.v1.JobSpec.LabelsEntry
-	20,  // 16: peloton.api.v1.JobSpec.foreign:type_name -> peloton.api.v1.ForeignOwner
+	11,  // 12: peloton.api.v1.JobSpec.sla:type_name -> peloton.api.v1.SlaSpec
+	17,  // 13: peloton.api.v1.JobSpec.default_spec:type_name -> peloton.api.v1.TaskSpec
+	94,  // 14: peloton.api.v1.JobSpec.instance_specs:type_name -> peloton.api.v1.JobSpec.InstanceSpecsEntry
+	95,  // 15: peloton.api.v1.JobSpec.labels:type_name -> peloton.api.v1.JobSpec.LabelsEntry
+	21,  // 16: peloton.api.v1.JobSpec.foreign:type_name -> peloton.api.v1.ForeignOwner
 	5,   // 17: peloton.api.v1.JobStatus.state:type_name -> peloton.api.v1.JobState
 	5,   // 18: peloton.api.v1.JobStatus.goal_state:type_name -> peloton.api.v1.JobState
-	93,  // 19: peloton.api.v1.JobStatus.task_counts:type_name -> peloton.api.v1.JobStatus.TaskCountsEntry
-	97,  // 20: peloton.api.v1.JobStatus.create_time:type_name -> google.protobuf.Timestamp
-	97,  // 21: peloton.api.v1.JobStatus.start_time:type_name -> google.protobuf.Timestamp
-	97,  // 22: peloton.api.v1.JobStatus.completion_time:type_name -> google.protobuf.Timestamp
-	19,  // 23: peloton.api.v1.Job.spec:type_name -> peloton.api.v1.JobSpec
-	21,  // 24: peloton.api.v1.Job.status:type_name -> peloton.api.v1.JobStatus
+	96,  // 19: peloton.api.v1.JobStatus.task_counts:type_name -> peloton.api.v1.JobStatus.TaskCountsEntry
+	100, // 20: peloton.api.v1.JobStatus.create_time:type_name -> google.protobuf.Timestamp
+	100, // 21: peloton.api.v1.JobStatus.start_time:type_name -> google.protobuf.Timestamp
+	100, // 22: peloton.api.v1.JobStatus.completion_time:type_name -> google.protobuf.Timestamp
+	20,  // 23: peloton.api.v1.Job.spec:type_name -> peloton.api.v1.JobSpec
+	22,  // 24: peloton.api.v1.Job.status:type_name -> peloton.api.v1.JobStatus
 	1,   // 25: peloton.api.v1.TaskStatus.state:type_name -> peloton.api.v1.TaskState
 	1,   // 26: peloton.api.v1.TaskStatus.goal_state:type_name -> peloton.api.v1.TaskState
-	97,  // 27: peloton.api.v1.TaskStatus.start_time:type_name -> google.protobuf.Timestamp
-	97,  // 28: peloton.api.v1.TaskStatus.completion_time:type_name -> google.protobuf.Timestamp
-	97,  // 29: peloton.api.v1.TaskStatus.update_time:type_name -> google.protobuf.Timestamp
-	24,  // 30: peloton.api.v1.TaskStatus.history:type_name -> peloton.api.v1.TaskTransition
+	100, // 27: peloton.api.v1.TaskStatus.start_time:type_name -> google.protobuf.Timestamp
+	100, // 28: peloton.api.v1.TaskStatus.completion_time:type_name -> google.protobuf.Timestamp
+	100, // 29: peloton.api.v1.TaskStatus.update_time:type_name -> google.protobuf.Timestamp
+	25,  // 30: peloton.api.v1.TaskStatus.history:type_name -> peloton.api.v1.TaskTransition
 	2,   // 31: peloton.api.v1.TaskStatus.health:type_name -> peloton.api.v1.HealthState
-	94,  // 32: peloton.api.v1.TaskStatus.ports:type_name -> peloton.api.v1.TaskStatus.PortsEntry
+	97,  // 32: peloton.api.v1.TaskStatus.ports:type_name -> peloton.api.v1.TaskStatus.PortsEntry
 	1,   // 33: peloton.api.v1.TaskTransition.state:type_name -> peloton.api.v1.TaskState
-	97,  // 34: peloton.api.v1.TaskTransition.time:type_name -> google.protobuf.Timestamp
-	23,  // 35: peloton.api.v1.Task.status:type_name -> peloton.api.v1.TaskStatus
-	16,  // 36: peloton.api.v1.Task.spec:type_name -> peloton.api.v1.TaskSpec
-	19,  // 37: peloton.api.v1.CreateJobRequest.spec:type_name -> peloton.api.v1.JobSpec
-	22,  // 38: peloton.api.v1.GetJobResponse.job:type_name -> peloton.api.v1.Job
+	100, // 34: peloton.api.v1.TaskTransition.time:type_name -> google.protobuf.Timestamp
+	24,  // 35: peloton.api.v1.Task.status:type_name -> peloton.api.v1.TaskStatus
+	17,  // 36: peloton.api.v1.Task.spec:type_name -> peloton.api.v1.TaskSpec
+	20,  // 37: peloton.api.v1.CreateJobRequest.spec:type_name -> peloton.api.v1.JobSpec
+	23,  // 38: peloton.api.v1.GetJobResponse.job:type_name -> peloton.api.v1.Job
 	5,   // 39: peloton.api.v1.ListJobsRequest.states:type_name -> peloton.api.v1.JobState
-	22,  // 40: peloton.api.v1.ListJobsResponse.jobs:type_name -> peloton.api.v1.Job
-	19,  // 41: peloton.api.v1.JobVersion.spec:type_name -> peloton.api.v1.JobSpec
-	97,  // 42: peloton.api.v1.JobVersion.create_time:type_name -> google.protobuf.Timestamp
-	41,  // 43: peloton.api.v1.ListJobVersionsResponse.versions:type_name -> peloton.api.v1.JobVersion
+	23,  // 40: peloton.api.v1.ListJobsResponse.jobs:type_name -> peloton.api.v1.Job
+	20,  // 41: peloton.api.v1.JobVersion.spec:type_name -> peloton.api.v1.JobSpec
+	100, // 42: peloton.api.v1.JobVersion.create_time:type_name -> google.protobuf.Timestamp
+	42,  // 43: peloton.api.v1.ListJobVersionsResponse.versions:type_name -> peloton.api.v1.JobVersion
 	1,   // 44: peloton.api.v1.ListTasksRequest.states:type_name -> peloton.api.v1.TaskState
-	25,  // 45: peloton.api.v1.ListTasksResponse.tasks:type_name -> peloton.api.v1.Task
-	25,  // 46: peloton.api.v1.GetTaskResponse.task:type_name -> peloton.api.v1.Task
+	26,  // 45: peloton.api.v1.ListTasksResponse.tasks:type_name -> peloton.api.v1.Task
+	26,  // 46: peloton.api.v1.GetTaskResponse.task:type_name -> peloton.api.v1.Task
 	6,   // 47: peloton.api.v1.GetTaskLogsRequest.stream:type_name -> peloton.api.v1.LogStream
-	9,   // 48: peloton.api.v1.PoolSpec.reservation:type_name -> peloton.api.v1.Resources
-	9,   // 49: peloton.api.v1.PoolSpec.limit:type_name -> peloton.api.v1.Resources
-	9,   // 50: peloton.api.v1.PoolSpec.share:type_name -> peloton.api.v1.Resources
-	9,   // 51: peloton.api.v1.PoolStatus.entitlement:type_name -> peloton.api.v1.Resources
-	9,   // 52: peloton.api.v1.PoolStatus.allocation:type_name -> peloton.api.v1.Resources
-	9,   // 53: peloton.api.v1.PoolStatus.demand:type_name -> peloton.api.v1.Resources
-	51,  // 54: peloton.api.v1.Pool.spec:type_name -> peloton.api.v1.PoolSpec
-	52,  // 55: peloton.api.v1.Pool.status:type_name -> peloton.api.v1.PoolStatus
-	51,  // 56: peloton.api.v1.CreatePoolRequest.spec:type_name -> peloton.api.v1.PoolSpec
-	53,  // 57: peloton.api.v1.CreatePoolResponse.pool:type_name -> peloton.api.v1.Pool
-	53,  // 58: peloton.api.v1.GetPoolResponse.pool:type_name -> peloton.api.v1.Pool
-	51,  // 59: peloton.api.v1.UpdatePoolRequest.spec:type_name -> peloton.api.v1.PoolSpec
-	53,  // 60: peloton.api.v1.UpdatePoolResponse.pool:type_name -> peloton.api.v1.Pool
-	53,  // 61: peloton.api.v1.MovePoolResponse.pool:type_name -> peloton.api.v1.Pool
-	53,  // 62: peloton.api.v1.ListPoolsResponse.pools:type_name -> peloton.api.v1.Pool
-	9,   // 63: peloton.api.v1.Host.capacity:type_name -> peloton.api.v1.Resources
-	9,   // 64: peloton.api.v1.Host.allocated:type_name -> peloton.api.v1.Resources
-	95,  // 65: peloton.api.v1.Host.labels:type_name -> peloton.api.v1.Host.LabelsEntry
+	10,  // 48: peloton.api.v1.PoolSpec.reservation:type_name -> peloton.api.v1.Resources
+	10,  // 49: peloton.api.v1.PoolSpec.limit:type_name -> peloton.api.v1.Resources
+	10,  // 50: peloton.api.v1.PoolSpec.share:type_name -> peloton.api.v1.Resources
+	10,  // 51: peloton.api.v1.PoolStatus.entitlement:type_name -> peloton.api.v1.Resources
+	10,  // 52: peloton.api.v1.PoolStatus.allocation:type_name -> peloton.api.v1.Resources
+	10,  // 53: peloton.api.v1.PoolStatus.demand:type_name -> peloton.api.v1.Resources
+	52,  // 54: peloton.api.v1.Pool.spec:type_name -> peloton.api.v1.PoolSpec
+	53,  // 55: peloton.api.v1.Pool.status:type_name -> peloton.api.v1.PoolStatus
+	52,  // 56: peloton.api.v1.CreatePoolRequest.spec:type_name -> peloton.api.v1.PoolSpec
+	54,  // 57: peloton.api.v1.CreatePoolResponse.pool:type_name -> peloton.api.v1.Pool
+	54,  // 58: peloton.api.v1.GetPoolResponse.pool:type_name -> peloton.api.v1.Pool
+	52,  // 59: peloton.api.v1.UpdatePoolRequest.spec:type_name -> peloton.api.v1.PoolSpec
+	54,  // 60: peloton.api.v1.UpdatePoolResponse.pool:type_name -> peloton.api.v1.Pool
+	54,  // 61: peloton.api.v1.MovePoolResponse.pool:type_name -> peloton.api.v1.Pool
+	54,  // 62: peloton.api.v1.ListPoolsResponse.pools:type_name -> peloton.api.v1.Pool
+	10,  // 63: peloton.api.v1.Host.capacity:type_name -> peloton.api.v1.Resources
+	10,  // 64: peloton.api.v1.Host.allocated:type_name -> peloton.api.v1.Resources
+	98,  // 65: peloton.api.v1.Host.labels:type_name -> peloton.api.v1.Host.LabelsEntry
 	7,   // 66: peloton.api.v1.Host.state:type_name -> peloton.api.v1.HostState
-	66,  // 67: peloton.api.v1.ListHostsResponse.hosts:type_name -> peloton.api.v1.Host
-	66,  // 68: peloton.api.v1.StartMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
-	66,  // 69: peloton.api.v1.CompleteMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
-	8,   // 70: peloton.api.v1.UpdateStatus.state:type_name -> peloton.api.v1.UpdateState
-	97,  // 71: peloton.api.v1.UpdateStatus.create_time:type_name -> google.protobuf.Timestamp
-	97,  // 72: peloton.api.v1.UpdateStatus.update_time:type_name -> google.protobuf.Timestamp
-	97,  // 73: peloton.api.v1.UpdateStatus.completion_time:type_name -> google.protobuf.Timestamp
-	8,   // 74: peloton.api.v1.UpdateStatus.paused_from:type_name -> peloton.api.v1.UpdateState
-	73,  // 75: peloton.api.v1.Update.spec:type_name -> peloton.api.v1.UpdateSpec
-	74,  // 76: peloton.api.v1.Update.status:type_name -> peloton.api.v1.UpdateStatus
-	96,  // 77: peloton.api.v1.Update.restarts:type_name -> peloton.api.v1.Update.RestartsEntry
-	19,  // 78: peloton.api.v1.CreateUpdateRequest.spec:type_name -> peloton.api.v1.JobSpec
-	73,  // 79: peloton.api.v1.CreateUpdateRequest.update_spec:type_name -> peloton.api.v1.UpdateSpec
-	75,  // 80: peloton.api.v1.CreateUpdateResponse.update:type_name -> peloton.api.v1.Update
-	75,  // 81: peloton.api.v1.GetUpdateResponse.update:type_name -> peloton.api.v1.Update
-	75,  // 82: peloton.api.v1.ListUpdatesResponse.updates:type_name -> peloton.api.v1.Update
-	75,  // 83: peloton.api.v1.PauseUpdateResponse.update:type_name -> peloton.api.v1.Update
-	75,  // 84: peloton.api.v1.ResumeUpdateResponse.update:type_name -> peloton.api.v1.Update
-	75,  // 85: peloton.api.v1.AbortUpdateResponse.update:type_name -> peloton.api.v1.Update
-	75,  // 86: peloton.api.v1.RollbackUpdateResponse.update:type_name -> peloton.api.v1.Update
-	16,  // 87: peloton.api.v1.JobSpec.InstanceSpecsEntry.value:type_name -> peloton.api.v1.TaskSpec
-	26,  // 88: peloton.api.v1.JobService.CreateJob:input_type -> peloton.api.v1.CreateJobRequest
-	28,  // 89: peloton.api.v1.JobService.GetJob:input_type -> peloton.api.v1.GetJobRequest
-	30,  // 90: peloton.api.v1.JobService.ListJobs:input_type -> peloton.api.v1.ListJobsRequest
-	32,  // 91: peloton.api.v1.JobService.CancelJob:input_type -> peloton.api.v1.CancelJobRequest
-	34,  // 92: peloton.api.v1.JobService.DeleteJob:input_type -> peloton.api.v1.DeleteJobRequest
-	36,  // 93: peloton.api.v1.JobService.RestartJob:input_type -> peloton.api.v1.RestartJobRequest
-	38,  // 94: peloton.api.v1.JobService.ScaleJob:input_type -> peloton.api.v1.ScaleJobRequest
-	40,  // 95: peloton.api.v1.JobService.ListJobVersions:input_type -> peloton.api.v1.ListJobVersionsRequest
-	43,  // 96: peloton.api.v1.TaskService.ListTasks:input_type -> peloton.api.v1.ListTasksRequest
-	45,  // 97: peloton.api.v1.TaskService.GetTask:input_type -> peloton.api.v1.GetTaskRequest
-	47,  // 98: peloton.api.v1.TaskService.KillTask:input_type -> peloton.api.v1.KillTaskRequest
-	49,  // 99: peloton.api.v1.TaskService.GetTaskLogs:input_type -> peloton.api.v1.GetTaskLogsRequest
-	54,  // 100: peloton.api.v1.PoolService.CreatePool:input_type -> peloton.api.v1.CreatePoolRequest
-	56,  // 101: peloton.api.v1.PoolService.GetPool:input_type -> peloton.api.v1.GetPoolRequest
-	58,  // 102: peloton.api.v1.PoolService.UpdatePool:input_type -> peloton.api.v1.UpdatePoolRequest
-	60,  // 103: peloton.api.v1.PoolService.DeletePool:input_type -> peloton.api.v1.DeletePoolRequest
-	64,  // 104: peloton.api.v1.PoolService.ListPools:input_type -> peloton.api.v1.ListPoolsRequest
-	62,  // 105: peloton.api.v1.PoolService.MovePool:input_type -> peloton.api.v1.MovePoolRequest
-	67,  // 106: peloton.api.v1.HostService.ListHosts:input_type -> peloton.api.v1.ListHostsRequest
-	69,  // 107: peloton.api.v1.HostService.StartMaintenance:input_type -> peloton.api.v1.StartMaintenanceRequest
-	71,  // 108: peloton.api.v1.HostService.CompleteMaintenance:input_type -> peloton.api.v1.CompleteMaintenanceRequest
-	76,  // 109: peloton.api.v1.UpdateService.CreateUpdate:input_type -> peloton.api.v1.CreateUpdateRequest
-	78,  // 110: peloton.api.v1.UpdateService.GetUpdate:input_type -> peloton.api.v1.GetUpdateRequest
-	80,  // 111: peloton.api.v1.UpdateService.ListUpdates:input_type -> peloton.api.v1.ListUpdatesRequest
-	82,  // 112: peloton.api.v1.UpdateService.PauseUpdate:input_type -> peloton.api.v1.PauseUpdateRequest
-	84,  // 113: peloton.api.v1.UpdateService.ResumeUpdate:input_type -> peloton.api.v1.ResumeUpdateRequest
-	86,  // 114: peloton.api.v1.UpdateService.AbortUpdate:input_type -> peloton.api.v1.AbortUpdateRequest
-	88,  // 115: peloton.api.v1.UpdateService.RollbackUpdate:input_type -> peloton.api.v1.RollbackUpdateRequest
-	27,  // 116: peloton.api.v1.JobService.CreateJob:output_type -> peloton.api.v1.CreateJobResponse
-	29,  // 117: peloton.api.v1.JobService.GetJob:output_type -> peloton.api.v1.GetJobResponse
-	31,  // 118: peloton.api.v1.JobService.ListJobs:output_type -> peloton.api.v1.ListJobsResponse
-	33,  // 119: peloton.api.v1.JobService.CancelJob:output_type -> peloton.api.v1.CancelJobResponse
-	35,  // 120: peloton.api.v1.JobService.DeleteJob:output_type -> peloton.api.v1.DeleteJobResponse
-	37,  // 121: peloton.api.v1.JobService.RestartJob:output_type -> peloton.api.v1.RestartJobResponse
-	39,  // 122: peloton.api.v1.JobService.ScaleJob:output_type -> peloton.api.v1.ScaleJobResponse
-	42,  // 123: peloton.api.v1.JobService.ListJobVersions:output_type -> peloton.api.v1.ListJobVersionsResponse
-	44,  // 124: peloton.api.v1.TaskService.ListTasks:output_type -> peloton.api.v1.ListTasksResponse
-	46,  // 125: peloton.api.v1.TaskService.GetTask:output_type -> peloton.api.v1.GetTaskResponse
-	48,  // 126: peloton.api.v1.TaskService.KillTask:output_type -> peloton.api.v1.KillTaskResponse
-	50,  // 127: peloton.api.v1.TaskService.GetTaskLogs:output_type -> peloton.api.v1.LogChunk
-	55,  // 128: peloton.api.v1.PoolService.CreatePool:output_type -> peloton.api.v1.CreatePoolResponse
-	57,  // 129: peloton.api.v1.PoolService.GetPool:output_type -> peloton.api.v1.GetPoolResponse
-	59,  // 130: peloton.api.v1.PoolService.UpdatePool:output_type -> peloton.api.v1.UpdatePoolResponse
-	61,  // 131: peloton.api.v1.PoolService.DeletePool:output_type -> peloton.api.v1.DeletePoolResponse
-	65,  // 132: peloton.api.v1.PoolService.ListPools:output_type -> peloton.api.v1.ListPoolsResponse
-	63,  // 133: peloton.api.v1.PoolService.MovePool:output_type -> peloton.api.v1.MovePoolResponse
-	68,  // 134: peloton.api.v1.HostService.ListHosts:output_type -> peloton.api.v1.ListHostsResponse
-	70,  // 135: peloton.api.v1.HostService.StartMaintenance:output_type -> peloton.api.v1.StartMaintenanceResponse
-	72,  // 136: peloton.api.v1.HostService.CompleteMaintenance:output_type -> peloton.api.v1.CompleteMaintenanceResponse
-	77,  // 137: peloton.api.v1.UpdateService.CreateUpdate:output_type -> peloton.api.v1.CreateUpdateResponse
-	79,  // 138: peloton.api.v1.UpdateService.GetUpdate:output_type -> peloton.api.v1.GetUpdateResponse
-	81,  // 139: peloton.api.v1.UpdateService.ListUpdates:output_type -> peloton.api.v1.ListUpdatesResponse
-	83,  // 140: peloton.api.v1.UpdateService.PauseUpdate:output_type -> peloton.api.v1.PauseUpdateResponse
-	85,  // 141: peloton.api.v1.UpdateService.ResumeUpdate:output_type -> peloton.api.v1.ResumeUpdateResponse
-	87,  // 142: peloton.api.v1.UpdateService.AbortUpdate:output_type -> peloton.api.v1.AbortUpdateResponse
-	89,  // 143: peloton.api.v1.UpdateService.RollbackUpdate:output_type -> peloton.api.v1.RollbackUpdateResponse
-	116, // [116:144] is the sub-list for method output_type
-	88,  // [88:116] is the sub-list for method input_type
-	88,  // [88:88] is the sub-list for extension type_name
-	88,  // [88:88] is the sub-list for extension extendee
-	0,   // [0:88] is the sub-list for field type_name
+	8,   // 67: peloton.api.v1.Host.partition_state:type_name -> peloton.api.v1.PartitionMoveState
+	67,  // 68: peloton.api.v1.ListHostsResponse.hosts:type_name -> peloton.api.v1.Host
+	67,  // 69: peloton.api.v1.StartMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
+	67,  // 70: peloton.api.v1.CompleteMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
+	67,  // 71: peloton.api.v1.MoveHostResponse.host:type_name -> peloton.api.v1.Host
+	9,   // 72: peloton.api.v1.UpdateStatus.state:type_name -> peloton.api.v1.UpdateState
+	100, // 73: peloton.api.v1.UpdateStatus.create_time:type_name -> google.protobuf.Timestamp
+	100, // 74: peloton.api.v1.UpdateStatus.update_time:type_name -> google.protobuf.Timestamp
+	100, // 75: peloton.api.v1.UpdateStatus.completion_time:type_name -> google.protobuf.Timestamp
+	9,   // 76: peloton.api.v1.UpdateStatus.paused_from:type_name -> peloton.api.v1.UpdateState
+	76,  // 77: peloton.api.v1.Update.spec:type_name -> peloton.api.v1.UpdateSpec
+	77,  // 78: peloton.api.v1.Update.status:type_name -> peloton.api.v1.UpdateStatus
+	99,  // 79: peloton.api.v1.Update.restarts:type_name -> peloton.api.v1.Update.RestartsEntry
+	20,  // 80: peloton.api.v1.CreateUpdateRequest.spec:type_name -> peloton.api.v1.JobSpec
+	76,  // 81: peloton.api.v1.CreateUpdateRequest.update_spec:type_name -> peloton.api.v1.UpdateSpec
+	78,  // 82: peloton.api.v1.CreateUpdateResponse.update:type_name -> peloton.api.v1.Update
+	78,  // 83: peloton.api.v1.GetUpdateResponse.update:type_name -> peloton.api.v1.Update
+	78,  // 84: peloton.api.v1.ListUpdatesResponse.updates:type_name -> peloton.api.v1.Update
+	78,  // 85: peloton.api.v1.PauseUpdateResponse.update:type_name -> peloton.api.v1.Update
+	78,  // 86: peloton.api.v1.ResumeUpdateResponse.update:type_name -> peloton.api.v1.Update
+	78,  // 87: peloton.api.v1.AbortUpdateResponse.update:type_name -> peloton.api.v1.Update
+	78,  // 88: peloton.api.v1.RollbackUpdateResponse.update:type_name -> peloton.api.v1.Update
+	17,  // 89: peloton.api.v1.JobSpec.InstanceSpecsEntry.value:type_name -> peloton.api.v1.TaskSpec
+	27,  // 90: peloton.api.v1.JobService.CreateJob:input_type -> peloton.api.v1.CreateJobRequest
+	29,  // 91: peloton.api.v1.JobService.GetJob:input_type -> peloton.api.v1.GetJobRequest
+	31,  // 92: peloton.api.v1.JobService.ListJobs:input_type -> peloton.api.v1.ListJobsRequest
+	33,  // 93: peloton.api.v1.JobService.CancelJob:input_type -> peloton.api.v1.CancelJobRequest
+	35,  // 94: peloton.api.v1.JobService.DeleteJob:input_type -> peloton.api.v1.DeleteJobRequest
+	37,  // 95: peloton.api.v1.JobService.RestartJob:input_type -> peloton.api.v1.RestartJobRequest
+	39,  // 96: peloton.api.v1.JobService.ScaleJob:input_type -> peloton.api.v1.ScaleJobRequest
+	41,  // 97: peloton.api.v1.JobService.ListJobVersions:input_type -> peloton.api.v1.ListJobVersionsRequest
+	44,  // 98: peloton.api.v1.TaskService.ListTasks:input_type -> peloton.api.v1.ListTasksRequest
+	46,  // 99: peloton.api.v1.TaskService.GetTask:input_type -> peloton.api.v1.GetTaskRequest
+	48,  // 100: peloton.api.v1.TaskService.KillTask:input_type -> peloton.api.v1.KillTaskRequest
+	50,  // 101: peloton.api.v1.TaskService.GetTaskLogs:input_type -> peloton.api.v1.GetTaskLogsRequest
+	55,  // 102: peloton.api.v1.PoolService.CreatePool:input_type -> peloton.api.v1.CreatePoolRequest
+	57,  // 103: peloton.api.v1.PoolService.GetPool:input_type -> peloton.api.v1.GetPoolRequest
+	59,  // 104: peloton.api.v1.PoolService.UpdatePool:input_type -> peloton.api.v1.UpdatePoolRequest
+	61,  // 105: peloton.api.v1.PoolService.DeletePool:input_type -> peloton.api.v1.DeletePoolRequest
+	65,  // 106: peloton.api.v1.PoolService.ListPools:input_type -> peloton.api.v1.ListPoolsRequest
+	63,  // 107: peloton.api.v1.PoolService.MovePool:input_type -> peloton.api.v1.MovePoolRequest
+	68,  // 108: peloton.api.v1.HostService.ListHosts:input_type -> peloton.api.v1.ListHostsRequest
+	70,  // 109: peloton.api.v1.HostService.StartMaintenance:input_type -> peloton.api.v1.StartMaintenanceRequest
+	72,  // 110: peloton.api.v1.HostService.CompleteMaintenance:input_type -> peloton.api.v1.CompleteMaintenanceRequest
+	74,  // 111: peloton.api.v1.HostService.MoveHost:input_type -> peloton.api.v1.MoveHostRequest
+	79,  // 112: peloton.api.v1.UpdateService.CreateUpdate:input_type -> peloton.api.v1.CreateUpdateRequest
+	81,  // 113: peloton.api.v1.UpdateService.GetUpdate:input_type -> peloton.api.v1.GetUpdateRequest
+	83,  // 114: peloton.api.v1.UpdateService.ListUpdates:input_type -> peloton.api.v1.ListUpdatesRequest
+	85,  // 115: peloton.api.v1.UpdateService.PauseUpdate:input_type -> peloton.api.v1.PauseUpdateRequest
+	87,  // 116: peloton.api.v1.UpdateService.ResumeUpdate:input_type -> peloton.api.v1.ResumeUpdateRequest
+	89,  // 117: peloton.api.v1.UpdateService.AbortUpdate:input_type -> peloton.api.v1.AbortUpdateRequest
+	91,  // 118: peloton.api.v1.UpdateService.RollbackUpdate:input_type -> peloton.api.v1.RollbackUpdateRequest
+	28,  // 119: peloton.api.v1.JobService.CreateJob:output_type -> peloton.api.v1.CreateJobResponse
+	30,  // 120: peloton.api.v1.JobService.GetJob:output_type -> peloton.api.v1.GetJobResponse
+	32,  // 121: peloton.api.v1.JobService.ListJobs:output_type -> peloton.api.v1.ListJobsResponse
+	34,  // 122: peloton.api.v1.JobService.CancelJob:output_type -> peloton.api.v1.CancelJobResponse
+	36,  // 123: peloton.api.v1.JobService.DeleteJob:output_type -> peloton.api.v1.DeleteJobResponse
+	38,  // 124: peloton.api.v1.JobService.RestartJob:output_type -> peloton.api.v1.RestartJobResponse
+	40,  // 125: peloton.api.v1.JobService.ScaleJob:output_type -> peloton.api.v1.ScaleJobResponse
+	43,  // 126: peloton.api.v1.JobService.ListJobVersions:output_type -> peloton.api.v1.ListJobVersionsResponse
+	45,  // 127: peloton.api.v1.TaskService.ListTasks:output_type -> peloton.api.v1.ListTasksResponse
+	47,  // 128: peloton.api.v1.TaskService.GetTask:output_type -> peloton.api.v1.GetTaskResponse
+	49,  // 129: peloton.api.v1.TaskService.KillTask:output_type -> peloton.api.v1.KillTaskResponse
+	51,  // 130: peloton.api.v1.TaskService.GetTaskLogs:output_type -> peloton.api.v1.LogChunk
+	56,  // 131: peloton.api.v1.PoolService.CreatePool:output_type -> peloton.api.v1.CreatePoolResponse
+	58,  // 132: peloton.api.v1.PoolService.GetPool:output_type -> peloton.api.v1.GetPoolResponse
+	60,  // 133: peloton.api.v1.PoolService.UpdatePool:output_type -> peloton.api.v1.UpdatePoolResponse
+	62,  // 134: peloton.api.v1.PoolService.DeletePool:output_type -> peloton.api.v1.DeletePoolResponse
+	66,  // 135: peloton.api.v1.PoolService.ListPools:output_type -> peloton.api.v1.ListPoolsResponse
+	64,  // 136: peloton.api.v1.PoolService.MovePool:output_type -> peloton.api.v1.MovePoolResponse
+	69,  // 137: peloton.api.v1.HostService.ListHosts:output_type -> peloton.api.v1.ListHostsResponse
+	71,  // 138: peloton.api.v1.HostService.StartMaintenance:output_type -> peloton.api.v1.StartMaintenanceResponse
+	73,  // 139: peloton.api.v1.HostService.CompleteMaintenance:output_type -> peloton.api.v1.CompleteMaintenanceResponse
+	75,  // 140: peloton.api.v1.HostService.MoveHost:output_type -> peloton.api.v1.MoveHostResponse
+	80,  // 141: peloton.api.v1.UpdateService.CreateUpdate:output_type -> peloton.api.v1.CreateUpdateResponse
+	82,  // 142: peloton.api.v1.UpdateService.GetUpdate:output_type -> peloton.api.v1.GetUpdateResponse
+	84,  // 143: peloton.api.v1.UpdateService.ListUpdates:output_type -> peloton.api.v1.ListUpdatesResponse
+	86,  // 144: peloton.api.v1.UpdateService.PauseUpdate:output_type -> peloton.api.v1.PauseUpdateResponse
+	88,  // 145: peloton.api.v1.UpdateService.ResumeUpdate:output_type -> peloton.api.v1.ResumeUpdateResponse
+	90,  // 146: peloton.api.v1.UpdateService.AbortUpdate:output_type -> peloton.api.v1.AbortUpdateResponse
+	92,  // 147: peloton.api.v1.UpdateService.RollbackUpdate:output_type -> peloton.api.v1.RollbackUpdateResponse
+	119, // [119:148] is the sub-list for method output_type
+	90,  // [90:119] is the sub-list for method input_type
+	90,  // [90:90] is the sub-list for extension type_name
+	90,  // [90:90] is the sub-list for extension extendee
+	0,   // [0:90] is the sub-list for field type_name
 }
 
 func init() { file_peloton_api_v1_peloton_proto_init() }
@@ -6265,8 +6478,8 @@ func file_peloton_api_v1_peloton_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_peloton_api_v1_peloton_proto_rawDesc), len(file_peloton_api_v1_peloton_proto_rawDesc)),
-			NumEnums:      9,
-			NumMessages:   88,
+			NumEnums:      10,
+			NumMessages:   90,
 			NumExtensions: 0,
 			NumServices:   5,
 		},

@@ -920,18 +920,20 @@ const (
 	HostService_ListHosts_FullMethodName           = "/peloton.api.v1.HostService/ListHosts"
 	HostService_StartMaintenance_FullMethodName    = "/peloton.api.v1.HostService/StartMaintenance"
 	HostService_CompleteMaintenance_FullMethodName = "/peloton.api.v1.HostService/CompleteMaintenance"
+	HostService_MoveHost_FullMethodName            = "/peloton.api.v1.HostService/MoveHost"
 )
 
 // HostServiceClient is the client API for HostService service.
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
-// HostService shows the hosts of the cluster and takes them in and out of
-// maintenance.
+// HostService shows the hosts of the cluster, takes them in and out of
+// maintenance and moves them between partitions.
 type HostServiceClient interface {
 	ListHosts(ctx context.Context, in *ListHostsRequest, opts ...grpc.CallOption) (*ListHostsResponse, error)
 	StartMaintenance(ctx context.Context, in *StartMaintenanceRequest, opts ...grpc.CallOption) (*StartMaintenanceResponse, error)
 	CompleteMaintenance(ctx context.Context, in *CompleteMaintenanceRequest, opts ...grpc.CallOption) (*CompleteMaintenanceResponse, error)
+	MoveHost(ctx context.Context, in *MoveHostRequest, opts ...grpc.CallOption) (*MoveHostResponse, error)
 }
 
 type hostServiceClient struct {
@@ -972,16 +974,27 @@ func (c *hostServiceClient) CompleteMaintenance(ctx context.Context, in *Complet
 	return out, nil
 }
 
+func (c *hostServiceClient) MoveHost(ctx context.Context, in *MoveHostRequest, opts ...grpc.CallOption) (*MoveHostResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MoveHostResponse)
+	err := c.cc.Invoke(ctx, HostService_MoveHost_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // HostServiceServer is the server API for HostService service.
 // All implementations must embed UnimplementedHostServiceServer
 // for forward compatibility.
 //
-// HostService shows the hosts of the cluster and takes them in and out of
-// maintenance.
+// HostService shows the hosts of the cluster, takes them in and out of
+// maintenance and moves them between partitions.
 type HostServiceServer interface {
 	ListHosts(context.Context, *ListHostsRequest) (*ListHostsResponse, error)
 	StartMaintenance(context.Context, *StartMaintenanceRequest) (*StartMaintenanceResponse, error)
 	CompleteMaintenance(context.Context, *CompleteMaintenanceRequest) (*CompleteMaintenanceResponse, error)
+	MoveHost(context.Context, *MoveHostRequest) (*MoveHostResponse, error)
 	mustEmbedUnimplementedHostServiceServer()
 }
 
@@ -1000,6 +1013,9 @@ func (UnimplementedHostServiceServer) StartMaintenance(context.Context, *StartMa
 }
 func (UnimplementedHostServiceServer) CompleteMaintenance(context.Context, *CompleteMaintenanceRequest) (*CompleteMaintenanceResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CompleteMaintenance not implemented")
+}
+func (UnimplementedHostServiceServer) MoveHost(context.Context, *MoveHostRequest) (*MoveHostResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method MoveHost not implemented")
 }
 func (UnimplementedHostServiceServer) mustEmbedUnimplementedHostServiceServer() {}
 func (UnimplementedHostServiceServer) testEmbeddedByValue()                     {}
@@ -1076,6 +1092,24 @@ func _HostService_CompleteMaintenance_Handler(srv interface{}, ctx context.Conte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _HostService_MoveHost_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MoveHostRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(HostServiceServer).MoveHost(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: HostService_MoveHost_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(HostServiceServer).MoveHost(ctx, req.(*MoveHostRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // HostService_ServiceDesc is the grpc.ServiceDesc for HostService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1094,6 +1128,10 @@ var HostService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CompleteMaintenance",
 			Handler:    _HostService_CompleteMaintenance_Handler,
+		},
+		{
+			MethodName: "MoveHost",
+			Handler:    _HostService_MoveHost_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -1,0 +1,397 @@
+package hostmgr
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+
+	"github.com/peloton-sched/peloton/internal/apierr"
+	"github.com/peloton-sched/peloton/internal/fsm"
+	"github.com/peloton-sched/peloton/internal/metrics"
+	"github.com/peloton-sched/peloton/internal/store"
+	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+)
+
+// Partitions are hostmgr state. A host's partition (batch, stateless, or any
+// name an operator chooses) is what hostmgr's record says; a host hostmgr has
+// no record of is in the partition its backend reports. An operator moves a
+// host (MoveHost): the host goes PARTITION_MOVING, is offered to no
+// placement engine, and its runs are drained through the same requests as
+// maintenance (Drains), so jobmgr moves services one SLA grant at a time and
+// leaves stateful instances where they are, saying so. Once the host is
+// empty it goes PARTITION_MOVE_DRAINED, the backend is told its new partition
+// (PartitionApplier), and it settles in the new partition, back in service.
+//
+// Store layout, relative to the store's prefix:
+//
+//	hosts/<name>/partition  JSON {"partition", "state", "target"}: the host's
+//	                        partition and, while it moves, where to
+//
+// Every step is written (compare-and-swap on the record's revision) before
+// memory changes, and the records are reloaded at Start, so a move cut short
+// by a restart goes on from where it was.
+
+type ps = pelotonv1.PartitionMoveState
+
+const (
+	partSettled = pelotonv1.PartitionMoveState_PARTITION_SETTLED
+	partMoving  = pelotonv1.PartitionMoveState_PARTITION_MOVING
+	partDrained = pelotonv1.PartitionMoveState_PARTITION_MOVE_DRAINED
+)
+
+// partitionTransitions is the one table of a move's steps.
+var partitionTransitions = fsm.New("partition move",
+	fsm.From(partSettled).To(partMoving),
+	fsm.From(partMoving).To(partDrained),
+	fsm.From(partDrained).To(partSettled),
+)
+
+// PartitionApplier is implemented by backends that keep a host's partition
+// in their own terms (a Kubernetes node label, an attribute of a simulated
+// or local host), so that what they report after a move agrees with
+// hostmgr. ApplyPartition must be idempotent: a move resumed after a
+// restart may apply the same partition again.
+type PartitionApplier interface {
+	ApplyPartition(ctx context.Context, host, partition string) error
+}
+
+// partitionName is what a partition may be called: a Kubernetes label value
+// in lower case, so every backend can carry it unchanged.
+var partitionName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9_.]{0,61}[a-z0-9])?$`)
+
+// ValidatePartition says why name cannot be a partition's name, or nil.
+func ValidatePartition(name string) error {
+	switch {
+	case name == "":
+		return errors.New("required")
+	case !partitionName.MatchString(name):
+		return fmt.Errorf("%q is not a partition name: use at most 63 lower-case letters, digits, '-', '_' and '.', starting and ending with a letter or digit", name)
+	}
+	return nil
+}
+
+func partitionKey(host string) string { return "hosts/" + host + "/partition" }
+
+// partRecord is a host's persisted partition and its store revision.
+type partRecord struct {
+	Partition string `json:"partition"`
+	State     string `json:"state"`
+	Target    string `json:"target,omitempty"`
+	state     ps
+	rev       int64
+}
+
+func parsePartition(kv store.KV) (partRecord, error) {
+	var r partRecord
+	if err := json.Unmarshal(kv.Value, &r); err != nil {
+		return r, fmt.Errorf("hostmgr: %s: %w", kv.Key, err)
+	}
+	v, ok := pelotonv1.PartitionMoveState_value[r.State]
+	r.state, r.rev = ps(v), kv.Revision
+	switch {
+	case !ok || !partitionTransitions.Has(r.state):
+		return r, fmt.Errorf("hostmgr: %s: unknown partition move state %q", kv.Key, r.State)
+	case ValidatePartition(r.Partition) != nil:
+		return r, fmt.Errorf("hostmgr: %s: bad partition %q", kv.Key, r.Partition)
+	case (r.state == partSettled) != (r.Target == ""):
+		return r, fmt.Errorf("hostmgr: %s: state %s with target %q", kv.Key, r.State, r.Target)
+	}
+	return r, nil
+}
+
+// partOpLocked is the store write that records r for host name, compared
+// against the revision memory holds.
+func (m *Manager) partOpLocked(name string, r partRecord) store.Op {
+	r.State = r.state.String()
+	b, _ := json.Marshal(r) // a struct of strings always marshals
+	return store.Put(partitionKey(name), b, m.parts[name].rev)
+}
+
+// setMoveLocked records r (persisted at rev) for host name and applies it to
+// the host, if hostmgr sees it. When the host starts moving with runs on it,
+// it returns the drain request to publish once m.mu is released. Call
+// recountLocked after the last change.
+func (m *Manager) setMoveLocked(name string, r partRecord, rev int64) (DrainRequest, bool) {
+	r.rev = rev
+	m.parts[name] = r
+	h := m.hosts[name]
+	if h == nil {
+		return DrainRequest{}, false
+	}
+	m.applyPartRecordLocked(h)
+	if r.state != partMoving || len(h.tasks) == 0 {
+		return DrainRequest{}, false
+	}
+	return DrainRequest{Host: name, TaskIDs: taskIDsLocked(h), Why: drainWhy(h)}, true
+}
+
+// drainWhy is DrainRequest.Why for a host that drains.
+func drainWhy(h *host) string {
+	if h.move == partMoving {
+		return "to move to partition " + h.target
+	}
+	return ""
+}
+
+// applyPartRecordLocked makes h's partition and move state what hostmgr's
+// record says; without a record the backend's report stands.
+func (m *Manager) applyPartRecordLocked(h *host) {
+	r, ok := m.parts[h.info.Name]
+	if !ok {
+		h.move, h.target = partSettled, ""
+		return
+	}
+	if h.info.Partition != r.Partition {
+		h.info.Partition = r.Partition
+		m.classesStale = true
+	}
+	h.move, h.target = r.state, r.Target
+	if r.state == partSettled {
+		// What held the move up is history; a later drain says its own.
+		h.moveNote = ""
+		if h.state != hostDraining {
+			h.drainNote = ""
+		}
+	}
+}
+
+// MoveHost starts moving host name to partition: it goes PARTITION_MOVING
+// (and on to the new partition at once if it holds no runs). The host must
+// be in service and not moving already. It returns the host after the
+// change.
+func (m *Manager) MoveHost(ctx context.Context, name, partition string) (*pelotonv1.Host, error) {
+	if name == "" {
+		return nil, apierr.Invalid("host", "required")
+	}
+	if err := ValidatePartition(partition); err != nil {
+		return nil, apierr.Invalid("partition", "%v", err)
+	}
+	m.maintMu.Lock()
+	defer m.maintMu.Unlock()
+	m.mu.Lock()
+	h, ok := m.hosts[name]
+	switch {
+	case !ok:
+		m.mu.Unlock()
+		return nil, apierr.NotFound("host: host %s does not exist", name)
+	case h.state != hostUp:
+		m.mu.Unlock()
+		return nil, apierr.FailedPrecondition("host: host %s is %s; complete its maintenance before moving it", name, h.state)
+	case h.move != partSettled:
+		m.mu.Unlock()
+		return nil, apierr.FailedPrecondition("host: host %s is already moving to partition %s", name, h.target)
+	case h.info.Partition == partition:
+		m.mu.Unlock()
+		return nil, apierr.FailedPrecondition("partition: host %s is already in partition %s", name, partition)
+	}
+	if err := partitionTransitions.Check(h.move, partMoving); err != nil {
+		m.mu.Unlock()
+		return nil, apierr.FailedPrecondition("host: %v", err)
+	}
+	r := partRecord{Partition: h.info.Partition, Target: partition, state: partMoving}
+	op := m.partOpLocked(name, r)
+	m.mu.Unlock()
+
+	rev, err := m.persist(ctx, []store.Op{op})
+	if err != nil {
+		m.resyncPartition(name)
+		if errors.Is(err, store.ErrConflict) {
+			return nil, apierr.Aborted("host: partition of %s changed concurrently; retry", name)
+		}
+		return nil, apierr.Unavailable("store host partition: %v", err)
+	}
+	m.mu.Lock()
+	d, drain := m.setMoveLocked(name, r, rev)
+	m.recountLocked()
+	m.mu.Unlock()
+	m.log.Info("host partition move started", "host", name, "from", r.Partition, "to", partition)
+	metrics.HostMoves.WithLabelValues("started").Inc()
+	if drain {
+		m.publishDrains(d)
+	}
+	// A host that holds nothing moves at once; say so in the answer.
+	if err := m.settleMovesLocked(ctx); err != nil {
+		m.log.Warn("finish partition moves; will retry", "err", err)
+		m.retrySettle()
+	}
+	if hs := m.hostProtos([]string{name}); len(hs) == 1 {
+		return hs[0], nil
+	}
+	return nil, apierr.NotFound("host: host %s does not exist", name)
+}
+
+// settleMovesLocked takes every moving host that holds no runs through the
+// rest of its move: PARTITION_MOVE_DRAINED, the backend told, then settled
+// in its new partition. A backend that fails leaves the host drained (not
+// in service) with a note, and the move is retried. Caller holds maintMu.
+// Like marking hosts drained, it waits for Recovered.
+func (m *Manager) settleMovesLocked(ctx context.Context) error {
+	m.mu.Lock()
+	if !m.recovered {
+		m.mu.Unlock()
+		return nil
+	}
+	var names []string
+	for _, name := range m.order {
+		if h := m.hosts[name]; (h.move == partMoving && len(h.tasks) == 0) || h.move == partDrained {
+			names = append(names, name)
+		}
+	}
+	m.mu.Unlock()
+	var errs []error
+	for _, name := range names {
+		if err := m.finishMoveLocked(ctx, name); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// finishMoveLocked takes one host from PARTITION_MOVING (empty) or
+// PARTITION_MOVE_DRAINED to settled in its new partition.
+func (m *Manager) finishMoveLocked(ctx context.Context, name string) error {
+	m.mu.Lock()
+	r, ok := m.parts[name]
+	if ok && r.state == partMoving {
+		// Nothing can land on a moving host (not offered, Commit refuses
+		// it), so once empty it stays empty.
+		next := partRecord{Partition: r.Partition, Target: r.Target, state: partDrained}
+		op := m.partOpLocked(name, next)
+		m.mu.Unlock()
+		rev, err := m.persist(ctx, []store.Op{op})
+		if err != nil {
+			m.resyncPartition(name)
+			return fmt.Errorf("hostmgr: mark %s drained for its move: %w", name, err)
+		}
+		m.mu.Lock()
+		m.setMoveLocked(name, next, rev)
+		m.recountLocked()
+		r = m.parts[name]
+		m.log.Info("host drained for its partition move", "host", name, "to", r.Target)
+		metrics.HostMoves.WithLabelValues("drained").Inc()
+	}
+	m.mu.Unlock()
+	if !ok || r.state != partDrained {
+		return nil
+	}
+	if a, ok := m.backend.(PartitionApplier); ok {
+		if err := a.ApplyPartition(ctx, name, r.Target); err != nil {
+			m.mu.Lock()
+			if h := m.hosts[name]; h != nil {
+				h.moveNote = fmt.Sprintf("the %s backend did not take the partition: %v; retrying", m.backend.Name(), err)
+			}
+			m.mu.Unlock()
+			metrics.HostMoves.WithLabelValues("apply-failed").Inc()
+			return fmt.Errorf("hostmgr: apply partition %s to %s: %w", r.Target, name, err)
+		}
+	}
+	m.mu.Lock()
+	if err := partitionTransitions.Check(r.state, partSettled); err != nil {
+		m.mu.Unlock()
+		return err
+	}
+	done := partRecord{Partition: r.Target, state: partSettled}
+	op := m.partOpLocked(name, done)
+	m.mu.Unlock()
+	rev, err := m.persist(ctx, []store.Op{op})
+	if err != nil {
+		m.resyncPartition(name)
+		return fmt.Errorf("hostmgr: settle %s in partition %s: %w", name, r.Target, err)
+	}
+	m.mu.Lock()
+	m.setMoveLocked(name, done, rev)
+	m.rebuildClassesLocked()
+	m.recountLocked()
+	m.mu.Unlock()
+	m.log.Info("host partition move done", "host", name, "from", r.Partition, "to", r.Target)
+	metrics.HostMoves.WithLabelValues("moved").Inc()
+	return nil
+}
+
+// rebuildClassesLocked recomputes the host classes after a host changed
+// partition.
+func (m *Manager) rebuildClassesLocked() {
+	if m.classesStale {
+		m.classes = hostClasses(m.order, m.hosts)
+		m.classesStale = false
+	}
+}
+
+// resyncPartition re-reads the record of host name after a failed
+// transaction, whose outcome may be unknown, so memory follows the store.
+// Caller holds maintMu.
+func (m *Manager) resyncPartition(name string) {
+	if m.store == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), maintenanceTxnTimeout)
+	defer cancel()
+	kv, err := m.store.Get(ctx, partitionKey(name))
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		delete(m.parts, name)
+		if h := m.hosts[name]; h != nil {
+			m.applyPartRecordLocked(h)
+		}
+	case err != nil:
+		m.log.Warn("re-read host partition", "host", name, "err", err)
+		return
+	default:
+		r, err := parsePartition(kv)
+		if err != nil {
+			m.log.Warn("re-read host partition", "host", name, "err", err)
+			return
+		}
+		m.setMoveLocked(name, r, kv.Revision)
+	}
+	m.rebuildClassesLocked()
+	m.recountLocked()
+}
+
+// moveMessage says what a move is doing on a host.
+func moveMessage(h *host) string {
+	var msg string
+	switch h.move {
+	case partMoving:
+		msg = fmt.Sprintf("moving to partition %s: draining 1 task", h.target)
+		if n := len(h.tasks); n != 1 {
+			msg = fmt.Sprintf("moving to partition %s: draining %d tasks", h.target, n)
+		}
+		if h.drainNote != "" {
+			msg += "; " + h.drainNote
+		}
+	case partDrained:
+		msg = fmt.Sprintf("moving to partition %s: drained; applying the partition", h.target)
+	default:
+		return ""
+	}
+	if h.moveNote != "" {
+		msg += "; " + h.moveNote
+	}
+	return msg
+}
+
+// moving reports whether a host is between partitions.
+func (h *host) moving() bool { return h.move == partMoving || h.move == partDrained }
+
+// inService reports whether a host may be offered new work as far as
+// hostmgr's own state goes: up, and not moving between partitions.
+func (h *host) inService() bool { return h.state == hostUp && !h.moving() }
+
+// draining reports whether a host's runs are to be moved off it: by
+// maintenance or by a partition move.
+func (h *host) draining() bool { return h.state == hostDraining || h.move == partMoving }
+
+// loadPartitionLocked takes in one persisted partition record at Start.
+func (m *Manager) loadPartitionLocked(name string, kv store.KV) error {
+	r, err := parsePartition(kv)
+	if err != nil {
+		return err
+	}
+	m.parts[name] = r
+	return nil
+}
