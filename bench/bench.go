@@ -9,9 +9,12 @@
 // The placement scenario is the exception: it measures the pure placement
 // core alone (placement.Place over a synthetic snapshot), without etcd or
 // the API. The kubernetes scenario is the other: it starts a real
-// kube-apiserver with kwok nodes (internal/kubetest, binaries from `make
-// kube-tools`), runs kube-scheduler as a child process, and runs the stack
-// on the kubernetes backend against that cluster.
+// kube-apiserver with kwok nodes (binaries from `make kube-tools`), runs
+// kube-scheduler as a child process, and runs the stack on the kubernetes
+// backend against that cluster. The control plane is the test harness
+// internal/kubetest, which bench does not import: it reaches it through
+// KubeHarness, registered by bench/kubeharness in a peloton built with
+// -tags kubebench, so that the release binary links no test code.
 //
 // What a scenario may read besides the API, and why: the in-process metrics
 // registry (internal/metrics) for counters the API does not expose, such as

@@ -22,7 +22,6 @@ import (
 
 	"github.com/peloton-sched/peloton/cluster"
 	pkube "github.com/peloton-sched/peloton/hostmgr/kubernetes"
-	"github.com/peloton-sched/peloton/internal/kubetest"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
@@ -140,13 +139,13 @@ type KubernetesConfig struct {
 	CreateQPS     float32
 	CreateWorkers int
 	// KwokPodWorkers is how many pods kwok turns Running at once (see
-	// kubetest.Options.KwokPodWorkers; 0: kwok's default, 4).
+	// the harness's KubeHarness.Start; 0: kwok's default, 4).
 	KwokPodWorkers int
 	// PhaseTimeout bounds each phase, from the first create to the last pod
 	// Running.
 	PhaseTimeout time.Duration
 	// Bin is the folder with kube-apiserver, kube-scheduler and kwok
-	// (empty: what `make kube-tools` built, see kubetest.Tools).
+	// (empty: what `make kube-tools` built, see KubeHarness.Tools).
 	Bin string
 }
 
@@ -231,9 +230,13 @@ func Kubernetes(ctx context.Context, env Env, cfg KubernetesConfig) (_ *Result, 
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	harness, err := registeredKubeHarness()
+	if err != nil {
+		return nil, err
+	}
 	bin := cfg.Bin
 	if bin == "" {
-		if bin, err = kubetest.Tools(); err != nil {
+		if bin, err = harness.Tools(); err != nil {
 			return nil, err
 		}
 	}
@@ -256,25 +259,24 @@ func Kubernetes(ctx context.Context, env Env, cfg KubernetesConfig) (_ *Result, 
 	}
 	defer os.RemoveAll(dir)
 	env.progress("kubernetes: starting etcd, kube-apiserver and kwok")
-	kc, err := kubetest.New(dir, bin, kubetest.Options{Logger: env.logger(), KwokPodWorkers: cfg.KwokPodWorkers})
+	kc, err := harness.Start(dir, bin, env.logger(), cfg.KwokPodWorkers)
 	if err != nil {
 		return nil, err
 	}
 	defer kc.Close()
-	if v, err := kc.Client.Discovery().ServerVersion(); err == nil {
+	if v, err := kc.Client().Discovery().ServerVersion(); err == nil {
 		r.param("kubernetes", v.GitVersion)
 	}
 	env.progress("kubernetes: creating %d kwok nodes", cfg.Nodes)
-	nodes, err := kc.AddNodes(ctx, kubetest.NodeSpec{Prefix: "bench", Count: cfg.Nodes,
-		CPU: fmt.Sprint(cfg.NodeCPU), Memory: fmt.Sprintf("%dGi", cfg.NodeMemoryGiB), Pods: "110"})
+	nodes, err := kc.AddNodes(ctx, "bench", cfg.Nodes, fmt.Sprint(cfg.NodeCPU), fmt.Sprintf("%dGi", cfg.NodeMemoryGiB), "110")
 	if err != nil {
 		return nil, err
 	}
-	creator, err := creatorClient(kc.Config, cfg)
+	creator, err := creatorClient(kc.RESTConfig(), cfg)
 	if err != nil {
 		return nil, err
 	}
-	b := &kubeBench{env: env, cfg: cfg, kc: kc, bin: bin, dir: dir, creator: creator, nodes: nodes}
+	b := &kubeBench{env: env, cfg: cfg, harness: harness, kc: kc, bin: bin, dir: dir, creator: creator, nodes: nodes}
 	if err := b.untaintNotReady(ctx); err != nil {
 		return nil, err
 	}
@@ -351,7 +353,8 @@ func Kubernetes(ctx context.Context, env Env, cfg KubernetesConfig) (_ *Result, 
 type kubeBench struct {
 	env     Env
 	cfg     KubernetesConfig
-	kc      *kubetest.Cluster
+	harness KubeHarness
+	kc      KubeCluster
 	bin     string
 	dir     string
 	creator kubernetes.Interface
@@ -408,7 +411,7 @@ func (b *kubeBench) raw(ctx context.Context) (phaseResult, error) {
 // placing unbound pods.
 func (b *kubeBench) kubeScheduler(ctx context.Context, name, ns string, qps float32, burst int) (phaseResult, error) {
 	b.env.progress("kubernetes: %s: starting kube-scheduler", name)
-	ks, err := startKubeScheduler(b.dir, b.bin, name, b.kc.Kubeconfig, qps, burst)
+	ks, err := b.startKubeScheduler(name, qps, burst)
 	if err != nil {
 		return phaseResult{}, err
 	}
@@ -423,13 +426,13 @@ func (b *kubeBench) kubeScheduler(ctx context.Context, name, ns string, qps floa
 
 // warmUp waits (bounded) until kube-scheduler binds one pod, so that its
 // start-up is not measured, and deletes that pod.
-func (b *kubeBench) warmUp(ctx context.Context, ks *kubetest.Proc, ns string) error {
+func (b *kubeBench) warmUp(ctx context.Context, ks KubeProc, ns string) error {
 	if err := b.kc.CreateNamespace(ctx, ns); err != nil {
 		return err
 	}
 	p := benchPod(ns, "warmup", b.cfg)
 	p.Spec.SchedulerName = corev1.DefaultSchedulerName
-	pods := b.kc.Client.CoreV1().Pods(ns)
+	pods := b.kc.Client().CoreV1().Pods(ns)
 	if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("bench: warm-up pod: %w", err)
 	}
@@ -458,7 +461,7 @@ func (b *kubeBench) peloton(ctx context.Context, name, mode string, qps float32)
 	b.env.progress("kubernetes: %s: starting the stack on the kubernetes backend", name)
 	ns := "bench-peloton-" + mode + "-qps-" + qpsName(qps)
 	s, err := startStack(ctx, b.env, stackConfig{Kube: &cluster.KubeConfig{
-		Kubeconfig: b.kc.Kubeconfig, Namespace: ns, QPS: qps, Burst: b.cfg.burst(qps), BindMode: mode}})
+		Kubeconfig: b.kc.Kubeconfig(), Namespace: ns, QPS: qps, Burst: b.cfg.burst(qps), BindMode: mode}})
 	if err != nil {
 		return phaseResult{}, err
 	}
@@ -505,14 +508,14 @@ type cpuUse struct {
 }
 
 // cpuNow samples the CPU used so far; sched is kube-scheduler, if it runs.
-func (b *kubeBench) cpuNow(sched *kubetest.Proc) cpuUse {
+func (b *kubeBench) cpuNow(sched KubeProc) cpuUse {
 	var u cpuUse
 	u.apiserver, u.kwok = b.kc.CPU()
 	if sched != nil {
 		u.scheduler, _ = sched.CPU()
 	}
-	u.bench = kubetest.SelfCPU()
-	u.machineBusy, u.machineTotal, _ = kubetest.MachineCPU()
+	u.bench = b.harness.SelfCPU()
+	u.machineBusy, u.machineTotal, _ = b.harness.MachineCPU()
 	return u
 }
 
@@ -532,13 +535,13 @@ func (u cpuUse) since(then cpuUse) cpuUse {
 // all; sched is kube-scheduler, whose CPU is counted, in its phases. The time origin is the call of start. stop ends what placed the pods
 // before they go: Peloton would take its deleted pods for lost runs and
 // launch them again.
-func (b *kubeBench) phase(ctx context.Context, name, ns string, sched *kubetest.Proc, stop func(), start func(context.Context) error) (phaseResult, error) {
+func (b *kubeBench) phase(ctx context.Context, name, ns string, sched KubeProc, stop func(), start func(context.Context) error) (phaseResult, error) {
 	if err := b.kc.CreateNamespace(ctx, ns); err != nil {
 		return phaseResult{}, fmt.Errorf("bench: namespace %s: %w", ns, err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.PhaseTimeout)
 	defer cancel()
-	w, err := watchPods(ctx, b.kc.Config, ns, b.cfg.Pods)
+	w, err := watchPods(ctx, b.kc.RESTConfig(), ns, b.cfg.Pods)
 	if err != nil {
 		return phaseResult{}, err
 	}
@@ -682,17 +685,17 @@ func benchPod(ns, name string, cfg KubernetesConfig) *corev1.Pod {
 // startKubeScheduler runs kube-scheduler against the cluster with leader
 // election off and no serving port; qps 0 leaves its client rate at the
 // binary's defaults.
-func startKubeScheduler(dir, bin, name, kubeconfig string, qps float32, burst int) (*kubetest.Proc, error) {
-	conn := fmt.Sprintf("  kubeconfig: %q\n", kubeconfig)
+func (b *kubeBench) startKubeScheduler(name string, qps float32, burst int) (KubeProc, error) {
+	conn := fmt.Sprintf("  kubeconfig: %q\n", b.kc.Kubeconfig())
 	if qps > 0 {
 		conn += fmt.Sprintf("  qps: %g\n  burst: %d\n", qps, burst)
 	}
-	cfgPath := filepath.Join(dir, "kube-scheduler-"+name+".yaml")
+	cfgPath := filepath.Join(b.dir, "kube-scheduler-"+name+".yaml")
 	yaml := "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n" +
 		"clientConnection:\n" + conn + "leaderElection:\n  leaderElect: false\n"
 	if err := os.WriteFile(cfgPath, []byte(yaml), 0o600); err != nil {
 		return nil, err
 	}
-	return kubetest.StartProc(dir, "kube-scheduler-"+name, filepath.Join(bin, "kube-scheduler"),
+	return b.harness.StartProc(b.dir, "kube-scheduler-"+name, filepath.Join(b.bin, "kube-scheduler"),
 		[]string{"--config=" + cfgPath, "--secure-port=0"})
 }

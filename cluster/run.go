@@ -77,7 +77,7 @@ func runStack(ctx context.Context, cfg Config, t *term) error {
 	batcher := store.NewBatcher(st, store.BatcherOptions{})
 	defer batcher.Close()
 
-	backend, err := newBackend(cfg)
+	backend, err := newBackend(cfg, st)
 	if err != nil {
 		return err
 	}
@@ -229,8 +229,11 @@ func withDefaults(cfg Config) Config {
 	return cfg
 }
 
-// newBackend builds the configured hostmgr backend.
-func newBackend(cfg Config) (hostmgr.Backend, error) {
+// newBackend builds the configured hostmgr backend. st is the stack's
+// (fenced) store: a backend that must remember something of its own across
+// restarts of the control plane keeps it there, as the Mesos backend will
+// its framework ID. The backends of this build keep nothing in it.
+func newBackend(cfg Config, st store.Store) (hostmgr.Backend, error) {
 	switch cfg.Backend {
 	case "local":
 		total := local.DefaultHostCapacity()

@@ -263,7 +263,10 @@ type Backend interface {
 	Launch(ctx context.Context, spec LaunchSpec) error
 	// Kill stops a run: a graceful signal, then a forced one after grace. The
 	// terminal KILLED event arrives through the sink. Killing a finished run is a
-	// no-op; an unknown run returns ErrUnknownTask.
+	// no-op; an unknown run (never launched, or launched by a backend instance
+	// whose runs did not survive a restart) returns ErrUnknownTask and sends no
+	// event. jobmgr records such a run LOST, so a backend must not say it of a
+	// run that may still be running. hostmgr/backendtest checks all of this.
 	Kill(ctx context.Context, taskID string, grace time.Duration) error
 	// Status returns the last event of a run, or ErrUnknownTask. Used to
 	// reconcile after a restart of the control plane.

@@ -337,8 +337,14 @@ func (m *Manager) gangActive(j *job, stopping bool) bool {
 
 func (m *Manager) worker(ctx context.Context) {
 	for {
-		id, ok := m.queue.Get()
-		if !ok {
+		id, shutdown := m.queue.Get()
+		if shutdown {
+			return
+		}
+		if ctx.Err() != nil {
+			// The queue hands out what is left after ShutDown; the engine
+			// is stopping, and the next leader evaluates every job anyway.
+			m.queue.Done(id)
 			return
 		}
 		if err := m.evaluateJob(ctx, id); err != nil && ctx.Err() == nil {

@@ -25,6 +25,7 @@ import (
 	"github.com/peloton-sched/peloton/resmgr"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
+	"k8s.io/client-go/util/workqueue"
 )
 
 // Store layout, relative to the store's prefix:
@@ -154,7 +155,7 @@ type Manager struct {
 	// updates holds every update record by ID (update.go); guarded by mu.
 	updates map[string]*update
 
-	queue       *workQueue
+	queue       workqueue.TypedDelayingInterface[string]
 	workers     int
 	launchers   int
 	lostBackoff time.Duration

@@ -364,16 +364,6 @@ func TestBatchRunSucceeds(t *testing.T) {
 	}
 }
 
-func TestFailedRunReportsExitCode(t *testing.T) {
-	e := newEnv(t, cluster(t), 1, nil)
-	spec := e.launch("fails", "sh", "-c", "exit 3")
-	evs := e.waitFor(spec.TaskID, pelotonv1.TaskState_FAILED, 30*time.Second)
-	last := evs[len(evs)-1]
-	if last.ExitCode != 3 || last.Reason != ReasonExitNonzero {
-		t.Fatalf("end %+v (events %s)", last, states(evs))
-	}
-}
-
 func TestKillDeletesThePod(t *testing.T) {
 	e := newEnv(t, cluster(t), 1, nil)
 	spec := e.launch("svc", "server", "--port", "8080")
@@ -387,12 +377,6 @@ func TestKillDeletesThePod(t *testing.T) {
 	}
 	if _, err := e.c.Client.CoreV1().Pods(e.ns).Get(e.ctx, podName(spec.TaskID), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("pod of a killed run: %v", err)
-	}
-	if err := e.b.Kill(e.ctx, spec.TaskID, time.Second); err != nil {
-		t.Fatalf("killing a finished run: %v", err)
-	}
-	if err := e.b.Kill(e.ctx, "nope-0-1", time.Second); !errors.Is(err, hostmgr.ErrUnknownTask) {
-		t.Fatalf("killing an unknown run: %v", err)
 	}
 
 	// A pod that someone else deletes is a lost run, not a killed one.
@@ -454,25 +438,6 @@ func TestLogsFailFastOnKwok(t *testing.T) {
 	if _, err := e.b.Logs(e.ctx, "nope-0-1", pelotonv1.LogStream_STDOUT, false); !errors.Is(err, hostmgr.ErrUnknownTask) {
 		t.Fatalf("logs of an unknown run: %v", err)
 	}
-}
-
-func TestRunsOutliveARestartOfPeloton(t *testing.T) {
-	e := newEnv(t, cluster(t), 1, nil)
-	spec := e.launch("adopt", "server")
-	e.waitFor(spec.TaskID, pelotonv1.TaskState_RUNNING, 20*time.Second)
-	if err := e.b.Close(); err != nil {
-		t.Fatal(err)
-	}
-	e.rec = newRecorder()
-	b2 := e.start()
-	if st, err := b2.Status(spec.TaskID); err != nil || st.State != pelotonv1.TaskState_RUNNING || st.Host != e.nodes[0] {
-		t.Fatalf("status of an adopted run: %+v %v", st, err)
-	}
-	e.b = b2
-	if err := b2.Kill(e.ctx, spec.TaskID, 0); err != nil {
-		t.Fatal(err)
-	}
-	e.waitFor(spec.TaskID, pelotonv1.TaskState_KILLED, 20*time.Second)
 }
 
 // TestAPIServerRestart stops the apiserver while runs are in flight: the

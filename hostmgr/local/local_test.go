@@ -475,10 +475,9 @@ func TestLogsAfterRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// Status after a restart is the conformance suite's (EventsAfterRestart);
+	// the logs stay on disk, which is this backend's own promise.
 	b2 := mustNew(t, Config{Dir: dir})
-	if _, err := b2.Status("old"); !errors.Is(err, hostmgr.ErrUnknownTask) {
-		t.Errorf("Status after restart = %v, want ErrUnknownTask", err)
-	}
 	if got := readLogs(t, b2, "old", pelotonv1.LogStream_STDOUT, true); got != "hello\n" {
 		t.Errorf("stdout after restart = %q", got)
 	}
@@ -568,12 +567,6 @@ func TestLaunchErrors(t *testing.T) {
 	launch(t, b, s)
 	if err := b.Launch(context.Background(), s); err == nil {
 		t.Error("second Launch of the same task ID succeeded")
-	}
-	if err := b.Kill(context.Background(), "nope", 0); !errors.Is(err, hostmgr.ErrUnknownTask) {
-		t.Errorf("Kill(unknown) = %v, want ErrUnknownTask", err)
-	}
-	if _, err := b.Status("nope"); !errors.Is(err, hostmgr.ErrUnknownTask) {
-		t.Errorf("Status(unknown) = %v, want ErrUnknownTask", err)
 	}
 	if err := b.Kill(context.Background(), "dup", 0); err != nil {
 		t.Fatal(err)

@@ -429,13 +429,9 @@ func TestStatusAndUnknownTasks(t *testing.T) {
 	}
 	t.Cleanup(func() { b.Close() })
 
+	// Status and Kill of a task never launched are the conformance suite's
+	// (KillUnknownTask); runs forgotten after maxFinished are this backend's.
 	ctx := context.Background()
-	if _, err := b.Status("nope"); !errors.Is(err, hostmgr.ErrUnknownTask) {
-		t.Errorf("Status(unknown) = %v", err)
-	}
-	if err := b.Kill(ctx, "nope", 0); !errors.Is(err, hostmgr.ErrUnknownTask) {
-		t.Errorf("Kill(unknown) = %v", err)
-	}
 	if _, err := b.Logs(ctx, "nope", pelotonv1.LogStream_STDOUT, false); !errors.Is(err, hostmgr.ErrUnknownTask) {
 		t.Errorf("Logs(unknown) = %v", err)
 	}

@@ -15,8 +15,10 @@
 // Everything listens on loopback. The apiserver advertises an address from
 // TEST-NET-1 (RFC 5737) that it must not be loopback but that nothing
 // dials. Every wait is bounded. It is a normal package so that tests of
-// several packages can use it, and `peloton bench kubernetes` (bench/)
-// starts its cluster with New; no component of Peloton may import it.
+// several packages can use it, and `peloton bench kubernetes` starts its
+// cluster with New through bench/kubeharness, linked only into a peloton
+// built with -tags kubebench. No component of Peloton may import it, and
+// the release binary does not link it (cmd/peloton/deps_test.go).
 package kubetest
 
 import (

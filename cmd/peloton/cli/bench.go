@@ -47,7 +47,10 @@ in a temp dir and loopback listeners on free ports, all removed afterwards -
 and drives it through the gRPC API. Nothing else needs to run, and no server
 flag applies. The kubernetes scenario runs the stack on the kubernetes backend
 against a throw-away kube-apiserver with kwok nodes, next to kube-scheduler;
-it needs the binaries of "make kube-tools". Progress goes to stderr (-q silences it).
+it needs the binaries of "make kube-tools" and a peloton built with the kube test
+harness, which the release binary does not link:
+  go build -tags kubebench -o bin/peloton-kubebench ./cmd/peloton
+Progress goes to stderr (-q silences it).
 
 docs/benchmarks.md has the figures measured so far and the commands that
 produced them.`,

@@ -97,3 +97,13 @@ func TestBenchPlacementJSON(t *testing.T) {
 		t.Errorf("table with -q: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 	}
 }
+
+// The CLI's own build links no kube test harness (see
+// cmd/peloton/deps_test.go): the kubernetes scenario then says how to get a
+// binary that has it, before starting anything.
+func TestBenchKubernetesWithoutHarness(t *testing.T) {
+	r := runCLI(t, "", "bench", "kubernetes", "-q")
+	if r.code != exitError || !strings.Contains(r.stderr, "go build -tags kubebench") {
+		t.Errorf("bench kubernetes without the harness: exit %d, stderr %q; want exit 1 saying how to build one with it", r.code, r.stderr)
+	}
+}
