@@ -4,7 +4,8 @@
 // scheduler: whatever binds pods (Peloton) is under test.
 //
 // The binaries come from `make kube-tools` (hack/kube-tools.sh), which
-// builds them once into .cache/kube/<version>/bin. When they are missing,
+// builds them once per machine into ~/.cache/peloton/kube/<version>/bin
+// (outside any clone, so every clone reuses them). When they are missing,
 // Start skips the test with a message that says so; `make test` always
 // builds them first, so CI never skips.
 //
@@ -52,8 +53,10 @@ import (
 )
 
 // EnvBin names the folder holding kube-apiserver, kube-scheduler and kwok;
-// the Makefile sets it. Without it, Tools looks under .cache/kube of the
-// module the test runs in.
+// the Makefile sets it. Without it, Tools looks in the per-machine cache
+// (PELOTON_CACHE, else the user's cache dir /peloton) and, for trees set up
+// before the cache moved there, under .cache/kube of the module the test
+// runs in.
 const EnvBin = "PELOTON_KUBE_BIN"
 
 // advertiseAddress is what the apiserver advertises for the kubernetes
@@ -89,19 +92,36 @@ func Tools() (string, error) {
 		}
 		return "", fmt.Errorf("kubetest: %s=%s does not hold %s; run `make kube-tools`", EnvBin, dir, strings.Join(names, ", "))
 	}
+	// newest returns the newest complete build under a kube cache folder.
+	newest := func(kube string) string {
+		stamps, _ := filepath.Glob(filepath.Join(kube, "*", "bin", ".stamp"))
+		sort.Slice(stamps, func(i, j int) bool { return modTime(stamps[i]).After(modTime(stamps[j])) })
+		for _, s := range stamps {
+			if bin := filepath.Dir(s); has(bin) {
+				return bin
+			}
+		}
+		return ""
+	}
+	cache := os.Getenv("PELOTON_CACHE")
+	if cache == "" {
+		if dir, err := os.UserCacheDir(); err == nil {
+			cache = filepath.Join(dir, "peloton")
+		}
+	}
+	if cache != "" {
+		if bin := newest(filepath.Join(cache, "kube")); bin != "" {
+			return bin, nil
+		}
+	}
 	wd, err := os.Getwd()
 	if err != nil {
 		return "", err
 	}
 	for dir := wd; ; dir = filepath.Dir(dir) {
 		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			stamps, _ := filepath.Glob(filepath.Join(dir, ".cache", "kube", "*", "bin", ".stamp"))
-			// The newest build wins when several versions are cached.
-			sort.Slice(stamps, func(i, j int) bool { return modTime(stamps[i]).After(modTime(stamps[j])) })
-			for _, s := range stamps {
-				if bin := filepath.Dir(s); has(bin) {
-					return bin, nil
-				}
+			if bin := newest(filepath.Join(dir, ".cache", "kube")); bin != "" {
+				return bin, nil
 			}
 			break
 		}

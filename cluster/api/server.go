@@ -1,7 +1,9 @@
 // Package api serves Peloton's public API: the gRPC services, the same
 // services over REST through grpc-gateway, the OpenAPI document, and the
 // operational endpoints (/metrics, /healthz). It is glue: it checks request
-// shape and hands the work to jobmgr, resmgr and hostmgr.
+// shape and hands the work to jobmgr, resmgr and hostmgr. It lives under
+// cluster/, not internal/, because it knows the domain packages: internal/
+// holds only plumbing that knows none of them.
 package api
 
 import (
