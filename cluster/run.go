@@ -16,11 +16,11 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/peloton-sched/peloton/cluster/api"
 	"github.com/peloton-sched/peloton/hostmgr"
 	"github.com/peloton-sched/peloton/hostmgr/kubernetes"
 	"github.com/peloton-sched/peloton/hostmgr/local"
 	"github.com/peloton-sched/peloton/hostmgr/sim"
-	"github.com/peloton-sched/peloton/cluster/api"
 	"github.com/peloton-sched/peloton/internal/requestid"
 	"github.com/peloton-sched/peloton/internal/resources"
 	"github.com/peloton-sched/peloton/internal/store"
