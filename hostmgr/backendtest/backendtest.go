@@ -30,6 +30,10 @@
 //     running is RUNNING on its host and can be killed, a run that ended
 //     before or during the restart has its terminal state. A backend whose
 //     runs do not outlive it answers ErrUnknownTask for them.
+//   - ApplyPartition puts a host in a partition: Hosts reports it there
+//     (and, where hosts carry the peloton.io/partition label, with that
+//     label), the other hosts stay where they were, runs on the host go on,
+//     applying it again is a no-op, and an unknown host is an error.
 //   - Named ports come back in the run's events and Status: a fixed value as
 //     asked, the others chosen (non-zero), all different within the run.
 //
@@ -70,6 +74,9 @@ type Capabilities struct {
 	// a new backend over the same state takes them over (kubernetes).
 	// Without it, a new backend knows nothing of the old one's runs.
 	RunsOutliveBackend bool
+	// Partitions: the backend implements hostmgr.PartitionApplier, and a
+	// host it was told to put in a partition is reported in it by Hosts.
+	Partitions bool
 }
 
 // Harness is what a backend's conformance test gives the suite.
@@ -106,9 +113,7 @@ func Run(t *testing.T, h Harness) {
 		{"Ports", testPorts},
 		{"HealthChecks", testHealthChecks},
 		{"Volumes", testVolumes},
-		// Partition changes (issue 13, section 4) join here: a host moved
-		// to another partition is reported with it by Hosts, and its runs
-		// go on. The case comes with the partition work.
+		{"PartitionChanges", testPartitionChanges},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -586,4 +591,69 @@ func testVolumes(t *testing.T, h Harness) {
 			t.Errorf("ReleaseVolume (%d) = %v", i+1, err)
 		}
 	}
+}
+
+// partitionLabel is the label in which backends that report labels (sim,
+// kubernetes) carry a host's partition.
+const partitionLabel = "peloton.io/partition"
+
+func testPartitionChanges(t *testing.T, h Harness) {
+	if !h.Caps.Partitions {
+		t.Skip("the backend keeps no partitions of its own (Capabilities.Partitions)")
+	}
+	in := start(t, h, h.Setup(t))
+	pa, ok := in.b.(hostmgr.PartitionApplier)
+	if !ok {
+		t.Fatal("Capabilities.Partitions is set, but the backend is no hostmgr.PartitionApplier")
+	}
+	hs := in.b.Hosts()
+	if len(hs) < 2 {
+		t.Fatalf("%d hosts; the case needs two", len(hs))
+	}
+	moved, kept := hs[len(hs)-1], hs[0]
+	target := "conformance-" + moved.Partition
+	s := spec("stays", moved.Name, "sleep", "3600")
+	in.launch(s)
+	in.waitState(s.TaskID, pelotonv1.TaskState_RUNNING)
+
+	ctx, cancel := context.WithTimeout(context.Background(), h.Timeout)
+	defer cancel()
+	for i := 0; i < 2; i++ { // the second time must be a no-op
+		if err := pa.ApplyPartition(ctx, moved.Name, target); err != nil {
+			t.Fatalf("ApplyPartition(%s, %s) #%d: %v", moved.Name, target, i+1, err)
+		}
+	}
+	// Backends that watch their hosts (kubernetes) report the change once
+	// it comes back to them; wait for it, bounded.
+	byName := func() map[string]hostmgr.HostInfo {
+		out := map[string]hostmgr.HostInfo{}
+		for _, hi := range in.b.Hosts() {
+			out[hi.Name] = hi
+		}
+		return out
+	}
+	deadline := time.Now().Add(h.Timeout)
+	for byName()[moved.Name].Partition != target {
+		if time.Now().After(deadline) {
+			t.Fatalf("host %s: reported in partition %q %s after ApplyPartition(%q)", moved.Name, byName()[moved.Name].Partition, h.Timeout, target)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	now := byName()
+	if l, has := now[moved.Name].Labels[partitionLabel]; has && l != target {
+		t.Errorf("host %s: label %s=%q, want %q", moved.Name, partitionLabel, l, target)
+	}
+	if now[kept.Name].Partition != kept.Partition {
+		t.Errorf("host %s: partition %q, want it left at %q", kept.Name, now[kept.Name].Partition, kept.Partition)
+	}
+	if evs := in.of(s.TaskID); terminal(evs[len(evs)-1].State) {
+		t.Errorf("run on the moved host ended: %s", states(evs))
+	}
+	if err := pa.ApplyPartition(ctx, "no-such-host", target); err == nil {
+		t.Error("ApplyPartition of an unknown host succeeded")
+	}
+	if err := in.kill(s.TaskID); err != nil {
+		t.Fatalf("Kill: %v", err)
+	}
+	in.waitEnd(s)
 }

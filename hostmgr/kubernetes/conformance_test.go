@@ -23,7 +23,7 @@ import (
 func TestConformance(t *testing.T) {
 	c := cluster(t)
 	backendtest.Run(t, backendtest.Harness{
-		Caps: backendtest.Capabilities{HealthChecks: true, RunsOutliveBackend: true},
+		Caps: backendtest.Capabilities{HealthChecks: true, RunsOutliveBackend: true, Partitions: true},
 		Setup: func(t *testing.T) func() hostmgr.Backend {
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()

@@ -15,7 +15,7 @@ import (
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	backendtest.Run(t, backendtest.Harness{
-		Caps: backendtest.Capabilities{HealthChecks: true, Volumes: true},
+		Caps: backendtest.Capabilities{HealthChecks: true, Volumes: true, Partitions: true},
 		Setup: func(t *testing.T) func() hostmgr.Backend {
 			dir := t.TempDir()
 			return func() hostmgr.Backend {

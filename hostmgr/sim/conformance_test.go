@@ -13,7 +13,7 @@ import (
 // a new instance knows nothing of the old one's runs.
 func TestConformance(t *testing.T) {
 	backendtest.Run(t, backendtest.Harness{
-		Caps: backendtest.Capabilities{HealthChecks: true, Volumes: true},
+		Caps: backendtest.Capabilities{HealthChecks: true, Volumes: true, Partitions: true},
 		Setup: func(t *testing.T) func() hostmgr.Backend {
 			return func() hostmgr.Backend {
 				b, err := New(Config{Hosts: 2, Logger: slog.New(slog.DiscardHandler)})
