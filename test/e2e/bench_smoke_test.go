@@ -8,6 +8,9 @@ import (
 	"time"
 
 	"github.com/peloton-sched/peloton/bench"
+	// The kubernetes scenario needs the kube test harness, which only a
+	// binary built with -tags kubebench links; a test may link it.
+	_ "github.com/peloton-sched/peloton/bench/kubeharness"
 	"github.com/peloton-sched/peloton/cmd/peloton/cli"
 	"github.com/peloton-sched/peloton/internal/kubetest"
 )
