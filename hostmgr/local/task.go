@@ -128,10 +128,12 @@ func (t *task) exec(env []string, stdout, stderr *os.File) error {
 func (t *task) reap(log *slog.Logger) hostmgr.TaskEvent {
 	// Wait until the leader has exited but leave it a zombie, so that its
 	// pid cannot be reused while we SIGKILL the rest of its group: the run
-	// is over, and leftovers would run unaccounted and unkillable.
-	peeked := waitExited(t.pgid) == nil
+	// is over, and leftovers would run unaccounted and unkillable. The wait
+	// parks this goroutine on a channel of the shared pidfd reaper
+	// (wait_linux.go), not a thread in a syscall; Wait then returns at once.
 	var werr error
-	if peeked {
+	if exited := exitNotify(t.pgid); exited != nil {
+		<-exited
 		t.mu.Lock()
 		t.signal(syscall.SIGKILL, log)
 		werr = t.cmd.Wait()
