@@ -39,6 +39,16 @@ func procStatus(t testing.TB, field string) int {
 	return 0
 }
 
+// openFDs counts the process's open file descriptors.
+func openFDs(t testing.TB) int {
+	t.Helper()
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(fds)
+}
+
 // runningCounter counts the runs that have reported RUNNING and those that
 // have ended.
 type runningCounter struct {
@@ -97,6 +107,11 @@ func TestManyRunsFewThreads(t *testing.T) {
 	if got := procStatus(t, "Threads"); got > maxThreads {
 		t.Fatalf("%d runs: %d threads, want <= %d", n, got, maxThreads)
 	}
+	// One descriptor per run (its pidfd), not two: 10,000 runs must fit in
+	// a file limit of 20,000 with room to spare.
+	if got := openFDs(t); got > n+maxThreads {
+		t.Fatalf("%d runs: %d open descriptors, want <= %d", n, got, n+maxThreads)
+	}
 	// Every run is still reaped and reported: kill them all and count.
 	for i := range n {
 		if err := b.Kill(context.Background(), fmt.Sprintf("sleep-%d", i), 0); err != nil {
@@ -117,18 +132,20 @@ func TestManyRunsFewThreads(t *testing.T) {
 }
 
 // BenchmarkManyRuns starts -benchtime runs of `sleep` (e.g. -benchtime
-// 10000x) at once on one virtual host and reports the process's threads and
-// resident memory while they all run.
+// 10000x) at once on one virtual host and reports the process's threads,
+// open descriptors and resident memory while they all run; ns/op is the
+// time from the first Launch to the last RUNNING, per run.
 func BenchmarkManyRuns(b *testing.B) {
 	n := b.N
 	threads0, rss0 := procStatus(b, "Threads"), procStatus(b, "VmRSS")
 	be, c := startSleeps(b, n)
 	b.StopTimer()
 	time.Sleep(time.Second)
-	threads, rss := procStatus(b, "Threads"), procStatus(b, "VmRSS")
+	threads, rss, fds := procStatus(b, "Threads"), procStatus(b, "VmRSS"), openFDs(b)
 	b.ReportMetric(float64(n), "runs")
 	b.ReportMetric(float64(threads), "threads")
 	b.ReportMetric(float64(threads-threads0), "threads-added")
+	b.ReportMetric(float64(fds), "fds")
 	b.ReportMetric(float64(rss)/1024, "rss-MiB")
 	b.ReportMetric(float64(rss-rss0)*1024/float64(n), "rss-B/run")
 	if err := be.Close(); err != nil {
