@@ -155,3 +155,48 @@ func BenchmarkManyRuns(b *testing.B) {
 		<-c.ended
 	}
 }
+
+// TestExitNotifyLeavesZombie checks both ways of waiting (the pidfd reaper
+// and its blocking fallback): the channel closes once the child has exited,
+// the child is left for its owner to reap with its exit status, and the
+// reaper's loop stops when it watches nothing.
+func TestExitNotifyLeavesZombie(t *testing.T) {
+	for name, notify := range map[string]func(int) <-chan struct{}{
+		"pidfd":    exitNotify,
+		"blocking": func(pid int) <-chan struct{} { return blockingNotify(pid) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			p, err := os.StartProcess("/bin/sh", []string{"sh", "-c", "sleep 0.2; exit 3"}, &os.ProcAttr{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			pid := p.Pid
+			p.Release()
+			select {
+			case <-notify(pid):
+			case <-time.After(waitTimeout):
+				t.Fatal("no exit notification")
+			}
+			ws, err := wait4(pid)
+			if err != nil {
+				t.Fatalf("wait4 after the notification: %v (the child was reaped by someone else)", err)
+			}
+			if ws.ExitStatus() != 3 {
+				t.Fatalf("exit status %d, want 3", ws.ExitStatus())
+			}
+			deadline := time.Now().Add(waitTimeout)
+			for {
+				theReaper.mu.Lock()
+				idle := theReaper.epfd < 0 && len(theReaper.waiting) == 0
+				theReaper.mu.Unlock()
+				if idle {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the reaper's loop still runs with nothing to watch")
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		})
+	}
+}
