@@ -270,42 +270,38 @@ func probeCommand(ctx context.Context, argv, env []string, dir string, timeout t
 	}
 	pid := cmd.Process.Pid
 
-	// Wait for the exit without reaping it (see waitExited), so that the
+	// Wait for the exit without reaping it (see exitNotify), so that the
 	// group id stays ours while we signal the group. Where that is not
-	// possible the goroutine reaps at once, and the timeout still applies.
-	type exit struct {
-		peeked bool
-		werr   error
+	// possible a goroutine reaps at once, and the timeout still applies.
+	// One of the two channels is nil, and a nil channel never receives.
+	notify := exitNotify(pid)
+	var waited chan error
+	if notify == nil {
+		waited = make(chan error, 1)
+		go func() { waited <- cmd.Wait() }()
 	}
-	exited := make(chan exit, 1)
-	go func() {
-		if waitExited(pid) == nil {
-			exited <- exit{peeked: true}
-			return
-		}
-		exited <- exit{werr: cmd.Wait()}
-	}()
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	timedOut := false
-	var e exit
+	var werr error
 	select {
-	case e = <-exited:
+	case <-notify:
+	case werr = <-waited:
 	case <-timer.C:
 		timedOut = true
 	case <-ctx.Done():
 		timedOut = true
 	}
 	if timedOut {
-		if canPeek {
+		if notify != nil {
 			syscall.Kill(-pid, syscall.SIGKILL)
+			<-notify
 		} else {
 			cmd.Process.Kill()
+			werr = <-waited
 		}
-		e = <-exited
 	}
-	werr := e.werr
-	if e.peeked {
+	if notify != nil {
 		syscall.Kill(-pid, syscall.SIGKILL)
 		werr = cmd.Wait()
 	}

@@ -24,9 +24,16 @@
 // to pid 1, which must reap them; in a container run `peloton up` under an
 // init that does (docker --init, tini).
 //
+// Waiting for runs costs no thread per run: on Linux one goroutine waits in
+// epoll on a pidfd per child (wait_linux.go) and each run's goroutine parks
+// on a channel until its process has exited; 10,000 runs cost a handful of
+// threads and one file descriptor each. SIGCHLD with wait4(-1) is not used
+// because it would reap children that os/exec and others in the process
+// wait for.
+//
 // The package is Linux-first: on other Unix systems it builds and runs, but
-// without the cleanup of leftover group members described at Backend, and
-// DefaultHostCapacity reports no memory. It must not import jobmgr, resmgr or
+// with one blocked thread per run, without the cleanup of leftover group
+// members described at Backend, and DefaultHostCapacity reports no memory. It must not import jobmgr, resmgr or
 // placement: it imports only hostmgr, internal/resources and the API types.
 package local
 

@@ -45,8 +45,8 @@ type task struct {
 	last hostmgr.TaskEvent
 	// removed marks a task whose Launch failed before it was accepted.
 	removed bool
-	cmd     *exec.Cmd // nil when the process could not be started
-	pgid    int
+	started bool // the process was started
+	pgid    int  // its pid, which is also its process group id
 	// reaped is set, under mu, in the same critical section that reaps the
 	// process. Signals are only sent to pgid while it is false: until then
 	// the group leader is at least a zombie, so its pid (the group id) cannot
@@ -105,21 +105,29 @@ func (t *task) exec(env []string, stdout, stderr *os.File) error {
 	}
 	// The child gets its own descriptors for the files (they are dup'ed at
 	// fork), so the caller may close ours; without pipes there is no copying
-	// goroutine, and Wait cannot hang on a grandchild holding the output open.
-	cmd := &exec.Cmd{
-		Path:        path,
-		Args:        t.spec.Command,
-		Dir:         t.sandbox,
-		Env:         env,
-		Stdout:      stdout,
-		Stderr:      stderr,
-		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
-	}
-	if err := cmd.Start(); err != nil {
+	// goroutine, and no wait can hang on a grandchild holding the output
+	// open. Stdin is /dev/null, as os/exec would give.
+	stdin, err := os.Open(os.DevNull)
+	if err != nil {
 		return err
 	}
-	t.cmd = cmd
-	t.pgid = cmd.Process.Pid
+	defer stdin.Close()
+	p, err := os.StartProcess(path, t.spec.Command, &os.ProcAttr{
+		Dir:   t.sandbox,
+		Env:   env,
+		Files: []*os.File{stdin, stdout, stderr},
+		Sys:   &syscall.SysProcAttr{Setpgid: true},
+	})
+	if err != nil {
+		return err
+	}
+	// The os.Process is released at once: it holds a pidfd of its own, and
+	// with the reaper's that would be two descriptors per run (10,000 runs
+	// would hit a common 20,000 file limit). The child stays ours to reap,
+	// by pid, in reap.
+	t.started = true
+	t.pgid = p.Pid
+	p.Release()
 	return nil
 }
 
@@ -128,35 +136,48 @@ func (t *task) exec(env []string, stdout, stderr *os.File) error {
 func (t *task) reap(log *slog.Logger) hostmgr.TaskEvent {
 	// Wait until the leader has exited but leave it a zombie, so that its
 	// pid cannot be reused while we SIGKILL the rest of its group: the run
-	// is over, and leftovers would run unaccounted and unkillable.
-	peeked := waitExited(t.pgid) == nil
+	// is over, and leftovers would run unaccounted and unkillable. The wait
+	// parks this goroutine on a channel of the shared pidfd reaper
+	// (wait_linux.go), not a thread in a syscall; wait4 then returns at once.
+	var ws syscall.WaitStatus
 	var werr error
-	if peeked {
+	if exited := exitNotify(t.pgid); exited != nil {
+		<-exited
 		t.mu.Lock()
 		t.signal(syscall.SIGKILL, log)
-		werr = t.cmd.Wait()
+		ws, werr = wait4(t.pgid)
 	} else {
-		werr = t.cmd.Wait()
+		ws, werr = wait4(t.pgid)
 		t.mu.Lock()
 	}
 	t.reaped = true
 	if t.killTimer != nil {
 		t.killTimer.Stop()
 	}
-	ev := t.outcome(werr)
+	ev := t.outcome(ws, werr)
 	t.mu.Unlock()
 	close(t.exited)
 	return ev
 }
 
-// outcome turns the result of Wait into the terminal event. The caller
-// holds t.mu.
-func (t *task) outcome(werr error) hostmgr.TaskEvent {
-	ps := t.cmd.ProcessState
-	if ps == nil {
-		return t.event(pelotonv1.TaskState_FAILED, -1, "wait-failed", fmt.Sprint(werr))
+// wait4 reaps the child pid, blocking until it exits.
+func wait4(pid int) (syscall.WaitStatus, error) {
+	var ws syscall.WaitStatus
+	for {
+		_, err := syscall.Wait4(pid, &ws, 0, nil)
+		if err == syscall.EINTR {
+			continue
+		}
+		return ws, err
 	}
-	ws, _ := ps.Sys().(syscall.WaitStatus)
+}
+
+// outcome turns the result of wait4 into the terminal event. The caller
+// holds t.mu.
+func (t *task) outcome(ws syscall.WaitStatus, werr error) hostmgr.TaskEvent {
+	if werr != nil {
+		return t.event(pelotonv1.TaskState_FAILED, -1, "wait-failed", werr.Error())
+	}
 	code := int32(ws.ExitStatus())
 	msg := fmt.Sprintf("exited with code %d", code)
 	if ws.Signaled() {
@@ -182,7 +203,7 @@ func (t *task) outcome(werr error) hostmgr.TaskEvent {
 // outlive it. The caller holds t.mu.
 func (t *task) kill(grace time.Duration, log *slog.Logger) {
 	t.stopHealth()
-	if t.removed || t.cmd == nil || t.reaped {
+	if t.removed || !t.started || t.reaped {
 		return
 	}
 	grace = max(grace, 0)

@@ -2,12 +2,8 @@
 
 package local
 
-import "errors"
-
-// waitExited is unsupported off Linux; the caller then reaps without first
-// killing what the process left in its group, because after reaping the
-// group id may already name someone else's processes.
-func waitExited(pid int) error { return errors.ErrUnsupported }
-
-// canPeek says that waitExited does not work here.
-const canPeek = false
+// exitNotify returns nil off Linux: there is no pidfd to wait on without
+// reaping, so the caller reaps at once (a blocked thread per child) and
+// does not kill what the process left in its group, because after reaping
+// the group id may already name someone else's processes.
+func exitNotify(pid int) <-chan struct{} { return nil }
