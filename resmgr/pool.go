@@ -140,6 +140,12 @@ func specToNode(spec *pelotonv1.PoolSpec) (res, limit, share resources.Resources
 	}
 	share = resources.Resources{MilliCPU: 1000, MemoryMB: 1000, DiskMB: 1000, GPU: 1000}
 	if spec.Share != nil {
+		// proto3 cannot tell an unset kind from 0, so a 0 kind means "unset"
+		// (1); a share that is 0 in every kind can only be a mistake.
+		if sh := spec.Share; sh.Cpu == 0 && sh.MemoryMb == 0 && sh.DiskMb == 0 && sh.Gpu == 0 {
+			err = apierr.Invalid("spec.share", "must be > 0 in at least one kind; leave share out for 1 in every kind")
+			return
+		}
 		for _, kv := range []struct {
 			k resources.Kind
 			v float64

@@ -7,8 +7,11 @@
 package api
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -118,9 +121,21 @@ func (s *Server) HTTPHandler(ctx context.Context, grpcAddr string, extra http.Ha
 		MarshalOptions:   protojson.MarshalOptions{EmitUnpopulated: true, UseProtoNames: false},
 		UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
 	}
-	gw := runtime.NewServeMux(
+	var gw *runtime.ServeMux
+	gw = runtime.NewServeMux(
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, marshaler),
 		runtime.WithErrorHandler(restErrorHandler),
+		runtime.WithMiddlewares(probeMiddleware),
+		runtime.WithRoutingErrorHandler(func(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, code int) {
+			if r.Context().Value(probeKey{}) != nil {
+				return // a probe whose method has no route either
+			}
+			if code == http.StatusMethodNotAllowed {
+				methodNotAllowed(gw, w, r)
+				return
+			}
+			runtime.DefaultRoutingErrorHandler(ctx, mux, m, w, r, code)
+		}),
 	)
 	dialOpts := []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -138,7 +153,7 @@ func (s *Server) HTTPHandler(ctx context.Context, grpcAddr string, extra http.Ha
 		}
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/v1/", http.MaxBytesHandler(gw, MaxRequestBytes))
+	mux.Handle("/v1/", limitBody(gw))
 	mux.HandleFunc("/openapi.json", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(pelotonv1.OpenAPI)
@@ -153,6 +168,88 @@ func (s *Server) HTTPHandler(ctx context.Context, grpcAddr string, extra http.Ha
 	}
 	return mux, nil
 }
+
+// limitBody reads the whole body before the gateway sees it, so a body over
+// MaxRequestBytes is answered 413 here: the gateway would turn the read error
+// into a 400 like any other decode failure.
+func limitBody(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength > MaxRequestBytes {
+			tooLarge(w)
+			return
+		}
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxRequestBytes))
+		if err != nil {
+			var mbe *http.MaxBytesError
+			if errors.As(err, &mbe) {
+				tooLarge(w)
+				return
+			}
+			writeRESTError(w, http.StatusBadRequest, codes.InvalidArgument, "reading the request body: "+err.Error())
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		next.ServeHTTP(w, r)
+	})
+}
+
+func tooLarge(w http.ResponseWriter) {
+	writeRESTError(w, http.StatusRequestEntityTooLarge, codes.ResourceExhausted,
+		fmt.Sprintf("request body is larger than the limit of %d bytes", MaxRequestBytes))
+}
+
+// writeRESTError writes the same {"code","message","details"} shape the
+// gateway's error handler does.
+func writeRESTError(w http.ResponseWriter, httpCode int, code codes.Code, msg string) {
+	b, _ := json.Marshal(map[string]any{"code": int(code), "message": msg, "details": []any{}})
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(httpCode)
+	_, _ = w.Write(b)
+}
+
+type probeKey struct{}
+
+// probeMiddleware answers a probe request (see methodNotAllowed) without
+// running the handler: reaching it means the probed method has a route.
+func probeMiddleware(next runtime.HandlerFunc) runtime.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request, params map[string]string) {
+		if hit, ok := r.Context().Value(probeKey{}).(*bool); ok {
+			*hit = true
+			return
+		}
+		next(w, r, params)
+	}
+}
+
+// methodNotAllowed answers 405 with an Allow header listing the methods that
+// have a route for the path. The gateway keeps its routes private, so each
+// candidate method is probed through the gateway itself; the probe stops in
+// probeMiddleware and never reaches a handler.
+func methodNotAllowed(gw *runtime.ServeMux, w http.ResponseWriter, r *http.Request) {
+	var allow []string
+	for _, m := range []string{http.MethodDelete, http.MethodGet, http.MethodPatch, http.MethodPost, http.MethodPut} {
+		hit := false
+		pr := r.Clone(context.WithValue(r.Context(), probeKey{}, &hit))
+		pr.Method = m
+		pr.Body = http.NoBody
+		pr.ContentLength = 0
+		pr.Header.Del("X-HTTP-Method-Override")
+		pr.Header.Set("Content-Type", "application/json")
+		gw.ServeHTTP(discardWriter{}, pr)
+		if hit {
+			allow = append(allow, m)
+		}
+	}
+	w.Header().Set("Allow", strings.Join(allow, ", "))
+	writeRESTError(w, http.StatusMethodNotAllowed, codes.Unimplemented,
+		fmt.Sprintf("method %s is not allowed on %s; allowed: %s", r.Method, r.URL.Path, strings.Join(allow, ", ")))
+}
+
+type discardWriter struct{}
+
+func (discardWriter) Header() http.Header         { return http.Header{} }
+func (discardWriter) Write(b []byte) (int, error) { return len(b), nil }
+func (discardWriter) WriteHeader(int)             {}
 
 // restErrorHandler reports errors as {"code": <grpc code>, "message": ...}
 // with the matching HTTP status; a body over the size limit is 413.

@@ -11,6 +11,8 @@ import (
 	"math"
 
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // Resources is an amount of each resource kind. All fields are >= 0 in any
@@ -153,6 +155,12 @@ type FieldError struct {
 
 func (e *FieldError) Error() string { return e.Field + ": " + e.Reason }
 
+// GRPCStatus makes a FieldError InvalidArgument wherever it is returned, so
+// no caller can let bad user numbers surface as Internal.
+func (e *FieldError) GRPCStatus() *status.Status {
+	return status.New(codes.InvalidArgument, e.Error())
+}
+
 // FromProto converts API resources to integers, validating each field.
 // field is the path of the Resources object in the request, used in errors
 // (e.g. "spec.defaultSpec.resources"). cpu rounds up to whole milli-cores and
@@ -163,11 +171,8 @@ func FromProto(p *pelotonv1.Resources, field string) (Resources, error) {
 		return Resources{}, nil
 	}
 	conv := func(name string, v float64, scale float64) (int64, error) {
-		if math.IsNaN(v) || math.IsInf(v, 0) {
-			return 0, &FieldError{field + "." + name, "must be a finite number"}
-		}
-		if v < 0 {
-			return 0, &FieldError{field + "." + name, fmt.Sprintf("must be >= 0, got %g", v)}
+		if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+			return 0, &FieldError{field + "." + name, fmt.Sprintf("must be a finite number >= 0, got %g", v)}
 		}
 		x := math.Ceil(v*scale - 1e-9)
 		if x > 1<<53 {

@@ -6,7 +6,29 @@ import (
 	"testing/quick"
 
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
+
+// TestFromProtoBadNumbers: every number a user cannot mean is refused as
+// InvalidArgument naming the field, in reservations, limits and job resources.
+func TestFromProtoBadNumbers(t *testing.T) {
+	for _, v := range []float64{-1, math.NaN(), math.Inf(1), math.Inf(-1), 1e308} {
+		for _, conv := range []func(*pelotonv1.Resources, string) (Resources, error){FromProto, LimitFromProto} {
+			_, err := conv(&pelotonv1.Resources{MemoryMb: v}, "spec.reservation")
+			if status.Code(err) != codes.InvalidArgument {
+				t.Fatalf("memoryMb %g: got %v, want InvalidArgument", v, err)
+			}
+			want := "spec.reservation.memoryMb: must be a finite number >= 0"
+			if v == 1e308 {
+				want = "spec.reservation.memoryMb: too large"
+			}
+			if msg := status.Convert(err).Message(); len(msg) < len(want) || msg[:len(want)] != want {
+				t.Errorf("memoryMb %g: message %q, want prefix %q", v, msg, want)
+			}
+		}
+	}
+}
 
 func TestFromProto(t *testing.T) {
 	r, err := FromProto(&pelotonv1.Resources{Cpu: 0.1, MemoryMb: 32.5, DiskMb: 10, Gpu: 1}, "x")
@@ -70,7 +92,7 @@ func TestLimitFromProto(t *testing.T) {
 			t.Errorf("%s: got %+v, %v; want %+v", tc.name, got, err, tc.want)
 		}
 	}
-	if _, err := LimitFromProto(&pelotonv1.Resources{Cpu: -1}, "spec.limit"); err == nil || err.Error() != "spec.limit.cpu: must be >= 0, got -1" {
+	if _, err := LimitFromProto(&pelotonv1.Resources{Cpu: -1}, "spec.limit"); err == nil || err.Error() != "spec.limit.cpu: must be a finite number >= 0, got -1" {
 		t.Errorf("negative limit: %v", err)
 	}
 	// A reservation is the other way round: unset is zero.
