@@ -247,6 +247,30 @@ const ReasonLaunchBlocked = "launch-blocked"
 // has never seen (or no longer knows, e.g. after a restart).
 var ErrUnknownTask = errors.New("hostmgr: unknown task")
 
+// RunInfo is one run a backend holds now, whoever launched it.
+type RunInfo struct {
+	TaskID    string
+	Host      string
+	Resources resources.Resources
+	// Last is the run's last event; a listed run has not ended.
+	Last TaskEvent
+}
+
+// RunLister is implemented by backends that can list the runs they hold,
+// runs started before a restart of the control plane (adopted) included.
+// jobmgr's reconciler compares the list with what it believes runs: a run
+// it does not know is killed, and counts on its host until it ends. Runs
+// must be cheap enough to call every few seconds with 100k runs.
+type RunLister interface {
+	Runs() []RunInfo
+}
+
+// ReasonUnobservedEnd is the reason of the LOST event of a run that ended
+// while no backend watched it (it was adopted after a restart of the
+// control plane, or ended before the restart finished): it ended, but how
+// is not known, so it is neither a success nor a failure.
+const ReasonUnobservedEnd = "ended-unobserved"
+
 // Backend is a substrate that runs tasks: local processes, Kubernetes, Mesos,
 // or simulated hosts. Implementations must be safe for concurrent use.
 type Backend interface {
