@@ -246,6 +246,15 @@ func startFollower(cfg Config, log *slog.Logger, leader func() *leaderInfo) (*fo
 		}
 		_, _ = fmt.Fprintf(w, "ok (following %s)\n", l.ID)
 	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		if l := leader(); l != nil {
+			_, _ = fmt.Fprintf(w, "ok (following %s)\n", l.ID)
+			return
+		}
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = io.WriteString(w, "not ready: following, and no leader is known\n")
+	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		l := leader()
 		if l == nil || l.HTTP == "" {

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -54,6 +55,9 @@ func TestFollowerForwards(t *testing.T) {
 	if code, _ := get("/v1/jobs"); code != http.StatusServiceUnavailable {
 		t.Fatalf("/v1/jobs without a leader: %d", code)
 	}
+	if code, body := get("/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "no leader is known") {
+		t.Fatalf("/readyz without a leader: %d %q", code, body)
+	}
 	if !closedAtOnce() {
 		t.Fatal("gRPC connection without a leader was not closed")
 	}
@@ -85,6 +89,9 @@ func TestFollowerForwards(t *testing.T) {
 
 	if code, body := get("/healthz"); code != 200 || body != "ok (following other/1)\n" {
 		t.Fatalf("/healthz with a leader: %d %q", code, body)
+	}
+	if code, body := get("/readyz"); code != 200 || body != "ok (following other/1)\n" {
+		t.Fatalf("/readyz with a leader: %d %q", code, body)
 	}
 	if code, body := get("/v1/jobs?x=1"); code != 200 || body != "leader saw /v1/jobs?x=1" {
 		t.Fatalf("/v1/jobs through the follower: %d %q", code, body)

@@ -139,6 +139,15 @@ func runStack(ctx context.Context, cfg Config, t *term) error {
 	}
 
 	srv := api.NewServer(jm, rm, hm, log)
+	srv.SetReadiness(func(ctx context.Context) error {
+		if _, err := st.Get(ctx, readyProbeKey); err != nil && !errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("the store (etcd) does not answer: %w", err)
+		}
+		if n := jm.UnwrittenEvents(); n > 0 {
+			return fmt.Errorf("%d task events wait to be written to the store", n)
+		}
+		return nil
+	})
 	if t != nil {
 		t.beforeListen()
 	}
@@ -271,3 +280,7 @@ func newBackend(cfg Config, st store.Store) (hostmgr.Backend, error) {
 		return nil, fmt.Errorf("--backend: unknown backend %q (this build has: local, sim, kubernetes)", cfg.Backend)
 	}
 }
+
+// readyProbeKey is the key /readyz reads to learn whether the store answers;
+// it need not exist.
+const readyProbeKey = "readyz"

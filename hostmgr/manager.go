@@ -812,6 +812,15 @@ func (m *Manager) Kill(ctx context.Context, taskID string, grace time.Duration) 
 // Status asks the backend for a run's last known state.
 func (m *Manager) Status(taskID string) (TaskEvent, error) { return m.backend.Status(taskID) }
 
+// Runs lists the runs the backend holds now, or nil when it cannot list
+// them (it does not implement RunLister).
+func (m *Manager) Runs() []RunInfo {
+	if rl, ok := m.backend.(RunLister); ok {
+		return rl.Runs()
+	}
+	return nil
+}
+
 // Logs opens a run's output.
 func (m *Manager) Logs(ctx context.Context, taskID string, stream pelotonv1.LogStream, follow bool) (io.ReadCloser, error) {
 	return m.backend.Logs(ctx, taskID, stream, follow)

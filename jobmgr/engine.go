@@ -57,10 +57,18 @@ func (m *Manager) Start(ctx context.Context) error {
 		defer m.wg.Done()
 		m.gaugeLoop(ctx)
 	}()
-	m.wg.Add(1)
+	m.wg.Add(3)
 	go func() {
 		defer m.wg.Done()
 		m.drainLoop(ctx)
+	}()
+	go func() {
+		defer m.wg.Done()
+		m.retryLoop(ctx)
+	}()
+	go func() {
+		defer m.wg.Done()
+		m.reconcileLoop(ctx)
 	}()
 	context.AfterFunc(ctx, m.queue.ShutDown)
 	m.mu.RLock()
@@ -673,7 +681,7 @@ func (m *Manager) eventLoop(ctx context.Context) {
 							break
 						}
 					}
-					m.applyEvent(ctx, e, superseded)
+					m.deliver(ctx, e, superseded)
 				}
 			}
 		}(shards[i])
@@ -708,27 +716,31 @@ func shardOf(id string) int {
 	return int(h % eventShards)
 }
 
-// handleEvent applies one run's state change to its instance.
+// handleEvent applies one run's state change to its instance (or queues
+// it behind earlier ones of its run still to be written, see deliver).
 func (m *Manager) handleEvent(ctx context.Context, ev hostmgr.TaskEvent) {
-	m.applyEvent(ctx, ev, false)
+	m.deliver(ctx, ev, false)
 }
 
 // applyEvent applies one event. superseded says a later event of the same
 // run is already queued: a RUNNING event is then applied in memory only, and
 // the later event's write carries it (a restart would learn nothing from
 // the RUNNING record that the next one does not tell). For short tasks this
-// saves one of the three writes a batch task costs.
-func (m *Manager) applyEvent(ctx context.Context, ev hostmgr.TaskEvent, superseded bool) {
+// saves one of the three writes a batch task costs. retried says an earlier
+// attempt failed to write it, and may have been applied by the store after
+// all. It returns the error of a write that failed (a *storeError): the
+// caller queues the event to be applied again.
+func (m *Manager) applyEvent(ctx context.Context, ev hostmgr.TaskEvent, superseded, retried bool) error {
 	jobID, inst, run, ok := parseTaskID(ev.TaskID)
 	if !ok {
 		m.log.Warn("event for a task ID that is not ours", "task", ev.TaskID)
-		return
+		return nil
 	}
 	m.mu.RLock()
 	j := m.jobs[jobID]
 	m.mu.RUnlock()
 	if j == nil || j.task(inst) == nil {
-		return // the job was deleted
+		return nil // the job was deleted
 	}
 	var (
 		release   bool
@@ -742,7 +754,13 @@ func (m *Manager) applyEvent(ctx context.Context, ev hostmgr.TaskEvent, supersed
 	foreign := m.isForeign(j)
 	t := j.task(inst)
 	persist := !(superseded && ev.State == stRunning)
-	err := m.applyTask(ctx, j, inst, persist, func(rt *pelotonv1.TaskStatus) error {
+	// A lost run is LOST in the instance's history (and transitions)
+	// before the run that replaces it, though both are one write.
+	var via []ts
+	if ev.State == stLost && ev.Reason != hostmgr.ReasonLaunchBlocked && !foreign {
+		via = []ts{stLost}
+	}
+	err := m.applyTaskVia(ctx, j, inst, persist, via, func(rt *pelotonv1.TaskStatus) error {
 		if rt.RunId != run {
 			return errSkip // an old run's late event
 		}
@@ -860,11 +878,22 @@ func (m *Manager) applyEvent(ctx context.Context, ev hostmgr.TaskEvent, supersed
 		return nil
 	})
 	if errors.Is(err, errSkip) {
-		return
+		if retried && isTerminal(ev.State) {
+			// The failed attempt may have been applied after all (the read
+			// back found it): what follows a run's end must still happen.
+			// Both releases are no-ops for a run that holds nothing.
+			m.hm.ReleaseTask(ev.TaskID)
+			m.rm.ReleaseRun(jobID, inst, run)
+			m.queue.Add(jobID)
+		}
+		return nil
 	}
 	if err != nil {
+		if isStoreError(err) {
+			return err
+		}
 		m.log.Error("apply task event", "task", ev.TaskID, "state", ev.State, "err", err)
-		return
+		return nil
 	}
 	if unhealthy != "" {
 		m.log.Info("restarting an unhealthy instance", "job", j.id, "instance", inst)
@@ -879,7 +908,7 @@ func (m *Manager) applyEvent(ctx context.Context, ev hostmgr.TaskEvent, supersed
 	if release {
 		if inPlace != "" && heldFor != "" && m.launchInPlace(ctx, j, inst, heldFor, inPlace) {
 			m.queue.Add(jobID)
-			return
+			return nil
 		}
 		if heldFor != "" {
 			m.hm.ReleaseTask(heldFor) // the room kept for an in-place run that will not come
@@ -895,6 +924,7 @@ func (m *Manager) applyEvent(ctx context.Context, ev hostmgr.TaskEvent, supersed
 		m.rm.ReleaseRun(jobID, inst, run)
 	}
 	m.queue.Add(jobID)
+	return nil
 }
 
 // launchInPlace starts the new run of an instance restarted in place on
@@ -979,12 +1009,24 @@ func (m *Manager) launch(ctx context.Context, p resmgr.Placement) {
 		return nil
 	})
 	if err != nil {
-		if !errors.Is(err, errSkip) {
-			m.log.Error("record launch", "task", runID, "err", err)
-		}
 		m.hm.ReleaseTask(runID)
 		m.rm.Release(j.id, inst)
-		m.queue.Add(j.id)
+		if errors.Is(err, errSkip) {
+			m.queue.Add(j.id)
+			return
+		}
+		// Not recorded, so not launched: the instance goes back to
+		// INITIALIZED, which the next evaluation queues again (it left
+		// resmgr with the placement; PENDING would strand it there).
+		m.log.Warn("could not record a launch; the instance queues again", "task", runID, "err", err)
+		_ = m.updateTaskVolatile(j, inst, func(rt *pelotonv1.TaskStatus) error {
+			if rt.State != stPending || rt.RunId != p.Task.RunID {
+				return errSkip
+			}
+			rt.State = stInitialized
+			return nil
+		})
+		m.queue.AddAfter(j.id, storeRetryBackoff)
 		return
 	}
 	m.rm.MarkRunning(j.id, inst)
@@ -994,7 +1036,9 @@ func (m *Manager) launch(ctx context.Context, p resmgr.Placement) {
 		ls.Foreign, err = m.foreignRef(j, inst)
 	}
 	if err == nil {
+		done := m.recon.begin(runID)
 		err = m.hm.Launch(ctx, ls)
+		done()
 	}
 	if err != nil {
 		if m.isForeign(j) && m.foreign != nil {

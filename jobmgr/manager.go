@@ -56,6 +56,10 @@ type task struct {
 	// blocked counts the launches in a row that the backend refused with
 	// hostmgr.ErrLaunchBlocked; it sizes their retry backoff.
 	blocked uint32
+	// unsure says the last write of this record failed in a way that does
+	// not tell whether it was applied (a timeout, the store going away, a
+	// conflict): the next write reads the record back first (resolve.go).
+	unsure bool
 }
 
 // job is one job in memory. Its type and pool never change; its spec
@@ -79,6 +83,8 @@ type job struct {
 	mu  sync.Mutex
 	rt  *pelotonv1.JobStatus
 	rev int64
+	// unsure is task.unsure for the job's runtime record.
+	unsure bool
 	// counts of instances per task state, maintained on every task write.
 	counts [16]atomic.Int32
 	// goalKilled mirrors rt.GoalState == KILLED for lock-free reads by task code.
@@ -162,6 +168,11 @@ type Manager struct {
 	// foreign adopts work other clients hand to Peloton (foreign.go); nil
 	// when the backend has none.
 	foreign *foreignCtl
+	// retry holds the task events whose write failed (retry.go).
+	retryMu sync.Mutex
+	retry   unwritten
+	// reconciler state (reconcile.go).
+	recon reconciler
 	// runCtx is the engine's context, set by Start; retries scheduled for
 	// later use it so they stop with the engine.
 	runCtx context.Context
@@ -185,6 +196,9 @@ type Options struct {
 	// SLATimeout bounds each call to the evaluator (default 5s). A call that
 	// times out is not a grant: the disruption waits and asks again.
 	SLATimeout time.Duration
+	// ReconcileEvery is how often every run jobmgr believes active is
+	// compared with what the backend reports (default 10s; reconcile.go).
+	ReconcileEvery time.Duration
 }
 
 // New builds a job manager. Start loads state and starts the engine.
@@ -208,7 +222,8 @@ func New(st store.Store, b *store.Batcher, rm *resmgr.Manager, hm *hostmgr.Manag
 		opts.SLATimeout = defaultSLATimeout
 	}
 	m := &Manager{store: st, batcher: b, rm: rm, hm: hm, sla: opts.SLA, slaTimeout: opts.SLATimeout, updates: map[string]*update{}, log: opts.Logger.With("component", "jobmgr"), now: time.Now,
-		jobs: map[string]*job{}, queue: newWorkQueue(), workers: opts.Workers, launchers: opts.Launchers, lostBackoff: opts.LostBackoff}
+		jobs: map[string]*job{}, queue: newWorkQueue(), workers: opts.Workers, launchers: opts.Launchers, lostBackoff: opts.LostBackoff,
+		retry: unwritten{byRun: map[string][]hostmgr.TaskEvent{}, wake: make(chan struct{}, 1)}, recon: newReconciler(opts.ReconcileEvery)}
 	rm.SetJobChecker(m.poolHasJobs)
 	return m
 }
@@ -444,6 +459,11 @@ func (m *Manager) ListJobs(pool string, states []pelotonv1.JobState, name string
 func (m *Manager) updateJobRuntime(ctx context.Context, j *job, fn func(rt *pelotonv1.JobStatus) error) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	if j.unsure {
+		if err := m.resolveJob(ctx, j); err != nil {
+			return err
+		}
+	}
 	rt := proto.Clone(j.rt).(*pelotonv1.JobStatus)
 	if err := fn(rt); err != nil {
 		return err
@@ -457,7 +477,8 @@ func (m *Manager) updateJobRuntime(ctx context.Context, j *job, fn func(rt *pelo
 	b, _ := proto.Marshal(rt)
 	rev, err := m.store.Txn(ctx, store.Put(jobRuntimeKey(j.id), b, j.rev))
 	if err != nil {
-		return fmt.Errorf("store job %s runtime: %w", j.id, err)
+		j.unsure = true
+		return &storeError{what: fmt.Sprintf("job %s runtime", j.id), err: err}
 	}
 	metrics.StoreWrites.WithLabelValues("job").Inc()
 	j.rt, j.rev = rt, rev
@@ -744,6 +765,11 @@ func (m *Manager) applyTaskVia(ctx context.Context, j *job, inst uint32, persist
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if persist && t.unsure {
+		if err := m.resolveTask(ctx, j, inst, t); err != nil {
+			return err
+		}
+	}
 	rt := proto.Clone(t.rt).(*pelotonv1.TaskStatus)
 	if err := fn(rt); err != nil {
 		return err
@@ -753,7 +779,11 @@ func (m *Manager) applyTaskVia(ctx context.Context, j *job, inst uint32, persist
 	}
 	rt.UpdateTime = timestamppb.New(m.now())
 	steps(t.rt.State, via, rt.State, func(s ts) {
-		rt.History = append(rt.History, &pelotonv1.TaskTransition{State: s, RunId: rt.RunId, Time: rt.UpdateTime, Reason: rt.Reason})
+		run := rt.RunId
+		if isTerminal(s) && s != rt.State {
+			run = t.rt.RunId // the end of the run a new one replaces
+		}
+		rt.History = append(rt.History, &pelotonv1.TaskTransition{State: s, RunId: run, Time: rt.UpdateTime, Reason: rt.Reason})
 	})
 	if n := len(rt.History); n > maxHistory {
 		rt.History = append(rt.History[:0:0], rt.History[n-maxHistory:]...)
@@ -765,7 +795,8 @@ func (m *Manager) applyTaskVia(ctx context.Context, j *job, inst uint32, persist
 		var err error
 		rev, err = m.batcher.Write(ctx, store.Put(taskKey(j.id, inst), b, t.rev))
 		if err != nil {
-			return fmt.Errorf("store task %s/%d: %w", j.id, inst, err)
+			t.unsure = true
+			return &storeError{what: fmt.Sprintf("task %s/%d", j.id, inst), err: err}
 		}
 		metrics.StoreWrites.WithLabelValues("task").Inc()
 	}

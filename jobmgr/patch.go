@@ -78,7 +78,10 @@ func (m *Manager) patchOnto(ctx context.Context, j *job, inst uint32, target *jo
 	rmt := m.rmTask(j, inst, run+1)
 	m.rm.Release(j.id, inst)
 	m.rm.Recover(rmt)
-	if err := m.hm.Replace(ctx, old, spec); err != nil {
+	done := m.recon.begin(old, spec.TaskID)
+	err = m.hm.Replace(ctx, old, spec)
+	done()
+	if err != nil {
 		m.abandonPatch(ctx, j, inst, old, spec, err)
 		return true, nil
 	}
@@ -116,7 +119,10 @@ func (m *Manager) resumePatch(ctx context.Context, j *job, inst uint32, rt *pelo
 	}
 	v := j.version(rt.SpecVersion)
 	spec := launchSpec(j, inst, rt.RunId, rt.Host, v, v.resourcesOf(inst))
-	if err := m.hm.Replace(ctx, prev, spec); err != nil {
+	done := m.recon.begin(prev, spec.TaskID)
+	err = m.hm.Replace(ctx, prev, spec)
+	done()
+	if err != nil {
 		m.log.Warn("in-place patch cut short by a restart cannot be finished; stopping the old run",
 			"job", j.id, "instance", inst, "old", prev, "new", spec.TaskID, "err", err)
 		return false, prev

@@ -48,7 +48,14 @@ type Server struct {
 	rm  *resmgr.Manager
 	hm  *hostmgr.Manager
 	log *slog.Logger
+	// ready, if set, says whether the stack can do its work now (the store
+	// answers); /readyz reports it.
+	ready func(context.Context) error
 }
+
+// SetReadiness sets the check behind /readyz: nil when the stack can serve,
+// else why not. It must answer within a second or two.
+func (s *Server) SetReadiness(f func(context.Context) error) { s.ready = f }
 
 // NewServer builds the API over the cluster stack's managers.
 func NewServer(jm *jobmgr.Manager, rm *resmgr.Manager, hm *hostmgr.Manager, log *slog.Logger) *Server {
@@ -163,11 +170,29 @@ func (s *Server) HTTPHandler(ctx context.Context, grpcAddr string, extra http.Ha
 		w.Header().Set("Content-Type", "text/plain")
 		_, _ = io.WriteString(w, "ok\n")
 	})
+	// /healthz says the process lives (restarting it would not help while
+	// etcd is away); /readyz says whether it can do its work now.
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		if s.ready != nil {
+			ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
+			defer cancel()
+			if err := s.ready(ctx); err != nil {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				_, _ = fmt.Fprintf(w, "not ready: %v\n", err)
+				return
+			}
+		}
+		_, _ = io.WriteString(w, "ok\n")
+	})
 	if extra != nil {
 		mux.Handle("/", extra)
 	}
 	return mux, nil
 }
+
+// readyTimeout bounds the readiness check of one /readyz request.
+const readyTimeout = 2 * time.Second
 
 // limitBody reads the whole body before the gateway sees it, so a body over
 // MaxRequestBytes is answered 413 here: the gateway would turn the read error

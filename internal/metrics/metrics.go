@@ -98,3 +98,24 @@ var HostMoves = prometheus.NewCounterVec(prometheus.CounterOpts{
 }, []string{"step"})
 
 func init() { Registry.MustRegister(HostMoves) }
+
+// UnwrittenEvents is how many task events wait to be written again after
+// their write to the store failed (jobmgr retries them in order per run).
+var UnwrittenEvents = prometheus.NewGauge(prometheus.GaugeOpts{
+	Namespace: "peloton", Name: "jobmgr_unwritten_events", Help: "Task events whose store write failed and that wait to be written again.",
+})
+
+// Reconciled counts what jobmgr's reconciliation with the backend found
+// and repaired, by kind: "missed-event" (a run's state the backend has
+// and jobmgr had not applied), "lost" (a run the backend does not know),
+// "stray" (a run the backend has that jobmgr does not: killed).
+var Reconciled = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Namespace: "peloton", Name: "reconciled_total", Help: "Differences between jobmgr and the backend found and repaired by reconciliation, by kind.",
+}, []string{"kind"})
+
+// ReconcileSeconds is how long one reconciliation pass over every run took.
+var ReconcileSeconds = prometheus.NewGauge(prometheus.GaugeOpts{
+	Namespace: "peloton", Name: "reconcile_pass_seconds", Help: "Duration of the last reconciliation pass of jobmgr with the backend.",
+})
+
+func init() { Registry.MustRegister(UnwrittenEvents, Reconciled, ReconcileSeconds) }

@@ -108,6 +108,9 @@ func TestHelloEndToEnd(t *testing.T) {
 	if code, _ := s.rest("GET", "/healthz", nil, nil); code != 200 {
 		t.Fatalf("healthz: %d", code)
 	}
+	if code, body := s.rest("GET", "/readyz", nil, nil); code != 200 || body != "ok\n" {
+		t.Fatalf("readyz: %d %q", code, body)
+	}
 
 	// Restart on the same data dir: jobs, tasks and logs are still there.
 	before, err := s.jobs.GetJob(ctxT(t), &pelotonv1.GetJobRequest{JobId: grpcJob})

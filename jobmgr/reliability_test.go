@@ -1,0 +1,366 @@
+package jobmgr
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/peloton-sched/peloton/hostmgr"
+	"github.com/peloton-sched/peloton/internal/resources"
+	"github.com/peloton-sched/peloton/internal/store"
+	"github.com/peloton-sched/peloton/internal/store/storetest"
+	"github.com/peloton-sched/peloton/placement"
+	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+	"github.com/peloton-sched/peloton/resmgr"
+	"google.golang.org/protobuf/proto"
+)
+
+// faultStore is a real store whose writes can be made to fail the ways a
+// store outage makes them fail: down (nothing is applied, the call fails),
+// or lossy (the write is applied, but the answer is lost, as when etcd
+// commits and the connection drops before the reply). taskTxns, when
+// positive, fails that many writes of task records (down) and no others.
+type faultStore struct {
+	store.Store
+	mode     atomic.Int32
+	taskTxns atomic.Int32
+	failed   atomic.Int32
+}
+
+const (
+	storeUp int32 = iota
+	storeDown
+	storeLossy
+)
+
+var errOutage = errors.New("test outage: context deadline exceeded")
+
+func (f *faultStore) Get(ctx context.Context, key string) (store.KV, error) {
+	if f.mode.Load() == storeDown {
+		return store.KV{}, errOutage
+	}
+	return f.Store.Get(ctx, key)
+}
+
+func (f *faultStore) Txn(ctx context.Context, ops ...store.Op) (int64, error) {
+	switch f.mode.Load() {
+	case storeDown:
+		f.failed.Add(1)
+		return 0, errOutage
+	case storeLossy:
+		f.failed.Add(1)
+		_, err := f.Store.Txn(ctx, ops...)
+		if err != nil {
+			return 0, err
+		}
+		return 0, errOutage
+	}
+	for _, op := range ops {
+		if strings.HasPrefix(op.Key, "tasks/") && f.taskTxns.Load() > 0 {
+			f.taskTxns.Add(-1)
+			f.failed.Add(1)
+			return 0, errOutage
+		}
+	}
+	return f.Store.Txn(ctx, ops...)
+}
+
+// finish ends a run on its own (as a process exits). With quiet, the
+// backend knows but does not report it: the event is lost on the way.
+func (s *sandboxes) finish(id string, st pelotonv1.TaskState, quiet bool) {
+	s.mu.Lock()
+	r := s.runs[id]
+	if r == nil || isTerminal(r.last.State) {
+		s.mu.Unlock()
+		return
+	}
+	report := s.view.setLocked(id, r, st, "exit")
+	s.mu.Unlock()
+	if !quiet {
+		report()
+	}
+}
+
+// forget makes the backend lose a run without a word (a node that went
+// away with its pods, a backend that lost its state).
+func (s *sandboxes) forget(id string) {
+	s.mu.Lock()
+	delete(s.runs, id)
+	s.mu.Unlock()
+}
+
+// stray adds a live run nobody launched through this control plane.
+func (s *sandboxes) stray(id, host string) {
+	s.mu.Lock()
+	s.runs[id] = &sandboxRun{host: host, last: hostmgr.TaskEvent{TaskID: id, Host: host, State: pelotonv1.TaskState_RUNNING, Time: time.Now()}}
+	s.mu.Unlock()
+}
+
+// Runs makes the sandboxes a hostmgr.RunLister.
+func (v *sandboxView) Runs() []hostmgr.RunInfo {
+	v.s.mu.Lock()
+	defer v.s.mu.Unlock()
+	var out []hostmgr.RunInfo
+	for id, r := range v.s.runs {
+		if !isTerminal(r.last.State) {
+			out = append(out, hostmgr.RunInfo{TaskID: id, Host: r.host, Last: r.last,
+				Resources: resources.Resources{MilliCPU: 500, MemoryMB: 64}})
+		}
+	}
+	return out
+}
+
+var _ hostmgr.RunLister = (*sandboxView)(nil)
+
+// faultProcess is a control plane over a faultStore and sandboxes.
+type faultProcess struct {
+	jm *Manager
+	hm *hostmgr.Manager
+	fs *faultStore
+	st store.Store
+}
+
+func startFaultProcess(t *testing.T, s *sandboxes, opts Options) *faultProcess {
+	t.Helper()
+	e, _ := storetest.StartEtcd(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	st, err := store.NewEtcd(ctx, store.EtcdConfig{Endpoints: e.Endpoints(), MaxTxnOps: e.MaxTxnOps(), RequestTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs := &faultStore{Store: st}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	batch := store.NewBatcher(fs, store.BatcherOptions{})
+	rm, err := resmgr.New(ctx, st, resmgr.Options{Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hm := hostmgr.NewManager(&sandboxView{s: s}, hostmgr.Options{Logger: log, Store: st, OnCapacity: rm.SetPartitionCapacity})
+	if err := hm.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rm.SetPartitionCapacity(hm.CapacityByPartition())
+	opts.Logger = log
+	if opts.LostBackoff == 0 {
+		opts.LostBackoff = 10 * time.Millisecond
+	}
+	jm := New(fs, batch, rm, hm, opts)
+	if err := jm.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	go rm.Run(ctx)
+	go placement.NewEngine(rm, hm, placement.EngineOptions{Logger: log}).Run(ctx)
+	t.Cleanup(func() {
+		fs.mode.Store(storeUp)
+		cancel()
+		jm.Wait()
+		_ = batch.Close()
+		_ = st.Close()
+	})
+	return &faultProcess{jm: jm, hm: hm, fs: fs, st: st}
+}
+
+func sleepers(name string, n uint32) *pelotonv1.JobSpec {
+	return &pelotonv1.JobSpec{Name: name, Type: pelotonv1.JobType_BATCH, Pool: resmgr.DefaultPoolPath, InstanceCount: n,
+		DefaultSpec: &pelotonv1.TaskSpec{Command: []string{"sleep"}, Resources: &pelotonv1.Resources{Cpu: 0.5, MemoryMb: 64}}}
+}
+
+// waitStates waits until every instance of job id is in state want.
+func (p *faultProcess) waitStates(t *testing.T, id string, want pelotonv1.TaskState, within time.Duration) {
+	t.Helper()
+	waitFor(t, "every instance "+want.String(), within, func() (bool, string) {
+		ts, err := p.jm.ListTasks(id, nil)
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, tk := range ts {
+			if tk.Status.State != want {
+				return false, tasksOf(t, p.jm, id)
+			}
+		}
+		return len(ts) > 0, tasksOf(t, p.jm, id)
+	})
+}
+
+// stored reads every task record of a job from the store itself.
+func (p *faultProcess) stored(t *testing.T, id string) map[uint32]*pelotonv1.TaskStatus {
+	t.Helper()
+	kvs, err := p.st.List(context.Background(), taskPrefix(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[uint32]*pelotonv1.TaskStatus{}
+	for _, kv := range kvs {
+		var inst uint32
+		if _, err := fmt.Sscanf(strings.TrimPrefix(kv.Key, taskPrefix(id)), "%d", &inst); err != nil {
+			t.Fatal(err)
+		}
+		rt := &pelotonv1.TaskStatus{}
+		if err := proto.Unmarshal(kv.Value, rt); err != nil {
+			t.Fatal(err)
+		}
+		out[inst] = rt
+	}
+	return out
+}
+
+// TestEventsDuringAStoreOutageAreWrittenAfterIt: runs that end while the
+// store refuses writes (down) or applies them without answering (lossy)
+// are recorded once it answers again, in memory and in the store, without
+// a restart, and nothing runs twice.
+func TestEventsDuringAStoreOutageAreWrittenAfterIt(t *testing.T) {
+	for _, mode := range []int32{storeDown, storeLossy} {
+		t.Run(map[int32]string{storeDown: "down", storeLossy: "lossy"}[mode], func(t *testing.T) {
+			s := newSandboxes(2)
+			p := startFaultProcess(t, s, Options{ReconcileEvery: time.Hour})
+			const n = 6
+			id, err := p.jm.CreateJob(context.Background(), sleepers("outage", n))
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.waitStates(t, id, pelotonv1.TaskState_RUNNING, 30*time.Second)
+			p.fs.mode.Store(mode)
+			for inst := uint32(0); inst < n; inst++ {
+				s.finish(resmgr.RunTaskID(id, inst, 1), pelotonv1.TaskState_SUCCEEDED, false)
+			}
+			waitFor(t, "the writes of the ended runs to fail", 10*time.Second, func() (bool, string) {
+				return p.fs.failed.Load() >= 1, fmt.Sprintf("%d failed writes", p.fs.failed.Load())
+			})
+			time.Sleep(500 * time.Millisecond) // several retries fail too
+			p.fs.mode.Store(storeUp)
+			p.waitStates(t, id, pelotonv1.TaskState_SUCCEEDED, 30*time.Second)
+			waitFor(t, "the job to succeed", 30*time.Second, func() (bool, string) {
+				j, err := p.jm.GetJob(id)
+				if err != nil {
+					return false, err.Error()
+				}
+				return j.Status.State == pelotonv1.JobState_JOB_SUCCEEDED, j.Status.State.String()
+			})
+			recs := p.stored(t, id)
+			for inst := uint32(0); inst < n; inst++ {
+				if rt := recs[inst]; rt.GetState() != pelotonv1.TaskState_SUCCEEDED || rt.GetRunId() != 1 {
+					t.Errorf("instance %d stored as %v run %d, want SUCCEEDED run 1", inst, rt.GetState(), rt.GetRunId())
+				}
+			}
+			if launches, _ := s.counts(); launches != n {
+				t.Errorf("%d launches for %d instances: something ran twice", launches, n)
+			}
+		})
+	}
+}
+
+// TestLaunchNotRecordedQueuesAgain: when the write that records a launch
+// fails, the instance is not launched and goes back to the queue; it runs
+// once the store takes writes (before, it stayed PENDING with nothing
+// queued).
+func TestLaunchNotRecordedQueuesAgain(t *testing.T) {
+	s := newSandboxes(2)
+	p := startFaultProcess(t, s, Options{ReconcileEvery: time.Hour})
+	p.fs.taskTxns.Store(3)
+	id, err := p.jm.CreateJob(context.Background(), sleepers("relaunch", 4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.waitStates(t, id, pelotonv1.TaskState_RUNNING, 30*time.Second)
+	if p.fs.failed.Load() == 0 {
+		t.Fatal("no launch record failed: the test tested nothing")
+	}
+	if launches, _ := s.counts(); launches != 4 {
+		t.Errorf("%d launches for 4 instances", launches)
+	}
+}
+
+// TestReconcileRepairsWhatTheBackendSaysOtherwise: a run's end the backend
+// knows but never reported is applied; a run the backend lost is LOST
+// after two passes and runs again; a run jobmgr does not know counts on
+// its host and is killed on the second pass.
+func TestReconcileRepairsWhatTheBackendSaysOtherwise(t *testing.T) {
+	s := newSandboxes(1)
+	p := startFaultProcess(t, s, Options{ReconcileEvery: time.Hour})
+	ctx := context.Background()
+	id, err := p.jm.CreateJob(ctx, sleepers("recon", 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.waitStates(t, id, pelotonv1.TaskState_RUNNING, 30*time.Second)
+	run := func(inst uint32) string { return resmgr.RunTaskID(id, inst, 1) }
+	s.finish(run(0), pelotonv1.TaskState_SUCCEEDED, true)
+	s.forget(run(1))
+	stray := resmgr.RunTaskID(id, 2, 7)
+	s.stray(stray, "h0")
+	allocated := func() float64 { return p.hm.ListHosts()[0].GetAllocated().GetCpu() }
+	before := allocated()
+
+	missed, lost, strays := p.jm.reconcileOnce(ctx)
+	if missed != 1 || lost != 0 || strays != 0 {
+		t.Fatalf("first pass repaired missed=%d lost=%d strays=%d, want 1 0 0", missed, lost, strays)
+	}
+	if got := allocated(); got != before-0.5+0.5 {
+		// instance 0's end freed 0.5; the stray took 0.5.
+		t.Fatalf("allocated cpu %v after the first pass, want %v", got, before)
+	}
+	if st, _ := p.jm.GetTask(id, 0); st.Status.State != pelotonv1.TaskState_SUCCEEDED {
+		t.Fatalf("instance 0 is %v, want SUCCEEDED (its end was missed)", st.Status.State)
+	}
+	if st, _ := p.jm.GetTask(id, 1); st.Status.State != pelotonv1.TaskState_RUNNING || st.Status.RunId != 1 {
+		t.Fatalf("instance 1 is %v run %d after one pass; one sighting must not be enough", st.Status.State, st.Status.RunId)
+	}
+	if ev, _ := s.view.Status(stray); ev.State != pelotonv1.TaskState_RUNNING {
+		t.Fatalf("the stray was stopped on its first sighting: %v", ev.State)
+	}
+
+	_, lost, strays = p.jm.reconcileOnce(ctx)
+	if lost != 1 || strays != 1 {
+		t.Fatalf("second pass repaired lost=%d strays=%d, want 1 1", lost, strays)
+	}
+	if ev, _ := s.view.Status(stray); ev.State != pelotonv1.TaskState_KILLED {
+		t.Fatalf("the stray is %v after the second pass, want KILLED", ev.State)
+	}
+	waitFor(t, "instance 1 running again as run 2", 30*time.Second, func() (bool, string) {
+		st, _ := p.jm.GetTask(id, 1)
+		return st.Status.State == pelotonv1.TaskState_RUNNING && st.Status.RunId == 2, tasksOf(t, p.jm, id)
+	})
+	st, _ := p.jm.GetTask(id, 1)
+	var sawLost bool
+	for _, h := range st.Status.History {
+		sawLost = sawLost || (h.State == pelotonv1.TaskState_LOST && h.RunId == 1)
+	}
+	if !sawLost {
+		t.Errorf("instance 1's history has no LOST for run 1: %v", st.Status.History)
+	}
+	if got := allocated(); got != 1.0 {
+		t.Errorf("allocated cpu %v at the end, want 1 (instances 1 and 2; the stray freed)", got)
+	}
+}
+
+// TestReconcileLeavesRunsInFlightAlone: a launch the backend has not
+// finished (recorded, backend call under way) is not declared lost.
+func TestReconcileLeavesRunsInFlightAlone(t *testing.T) {
+	s := newSandboxes(1)
+	hold := make(chan struct{})
+	s.hold = hold
+	p := startFaultProcess(t, s, Options{ReconcileEvery: time.Hour})
+	ctx := context.Background()
+	id, err := p.jm.CreateJob(ctx, sleepers("inflight", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the launch to be under way", 30*time.Second, func() (bool, string) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.inFlight == 1, tasksOf(t, p.jm, id)
+	})
+	for range 2 {
+		if _, lost, _ := p.jm.reconcileOnce(ctx); lost != 0 {
+			t.Fatalf("a launch under way was declared lost")
+		}
+	}
+	close(hold)
+	p.waitStates(t, id, pelotonv1.TaskState_RUNNING, 30*time.Second)
+}

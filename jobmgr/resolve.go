@@ -1,0 +1,106 @@
+package jobmgr
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/peloton-sched/peloton/internal/store"
+	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+	"google.golang.org/protobuf/proto"
+)
+
+// storeError is a write of a task or job record that failed. Whether the
+// store applied it is not known: a timeout or a lost connection may come
+// after etcd committed the write, and a write sent to a paused etcd may be
+// applied when it resumes. The record is marked unsure, and its next write
+// reads it back first (resolveTask, resolveJob), so that an applied write
+// is taken as the truth instead of making every later compare-and-swap of
+// the record fail.
+type storeError struct {
+	what string
+	err  error
+}
+
+func (e *storeError) Error() string { return "store " + e.what + ": " + e.err.Error() }
+func (e *storeError) Unwrap() error { return e.err }
+
+// isStoreError reports whether err is a failed write of a record (as
+// opposed to a refused change: errSkip, an illegal transition, a check).
+func isStoreError(err error) bool {
+	var se *storeError
+	return errors.As(err, &se)
+}
+
+// resolveTimeout bounds one read-back of an unsure record.
+const resolveTimeout = 5 * time.Second
+
+// resolveTask reads back the record of an unsure task and makes it the
+// task's state when it is not the one in memory. Caller holds t.mu.
+func (m *Manager) resolveTask(ctx context.Context, j *job, inst uint32, t *task) error {
+	rctx, cancel := context.WithTimeout(ctx, resolveTimeout)
+	defer cancel()
+	kv, err := m.store.Get(rctx, taskKey(j.id, inst))
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		kv = store.KV{}
+	case err != nil:
+		return &storeError{what: fmt.Sprintf("task %s/%d (reading back an unsure write)", j.id, inst), err: err}
+	}
+	t.unsure = false
+	if kv.Revision == t.rev {
+		return nil // the failed write was not applied
+	}
+	if kv.Revision == 0 {
+		// Only a deletion removes a record, and only a scale-down or a
+		// job deletion deletes; neither fails ambiguously here. Treat it
+		// as not yet written.
+		t.rev = 0
+		return nil
+	}
+	rt := &pelotonv1.TaskStatus{}
+	if err := proto.Unmarshal(kv.Value, rt); err != nil {
+		return fmt.Errorf("jobmgr: decode %s: %w", kv.Key, err)
+	}
+	if rt.SpecVersion == 0 {
+		rt.SpecVersion = 1
+	}
+	m.log.Info("a task write that seemed to fail was applied; taking it", "job", j.id, "instance", inst,
+		"state", rt.State, "run", rt.RunId, "was", t.rt.State)
+	if rt.State != t.rt.State {
+		j.counts[t.rt.State].Add(-1)
+		j.counts[rt.State].Add(1)
+	}
+	t.rt, t.rev = rt, kv.Revision
+	if available(rt, j.version(rt.SpecVersion).hasHealthCheck(inst)) {
+		if t.availableSince.IsZero() {
+			t.availableSince = m.now()
+		}
+	} else {
+		t.availableSince = time.Time{}
+	}
+	return nil
+}
+
+// resolveJob is resolveTask for the job's runtime record. Caller holds j.mu.
+func (m *Manager) resolveJob(ctx context.Context, j *job) error {
+	rctx, cancel := context.WithTimeout(ctx, resolveTimeout)
+	defer cancel()
+	kv, err := m.store.Get(rctx, jobRuntimeKey(j.id))
+	if err != nil {
+		return &storeError{what: fmt.Sprintf("job %s runtime (reading back an unsure write)", j.id), err: err}
+	}
+	j.unsure = false
+	if kv.Revision == j.rev {
+		return nil
+	}
+	rt := &pelotonv1.JobStatus{}
+	if err := proto.Unmarshal(kv.Value, rt); err != nil {
+		return fmt.Errorf("jobmgr: decode %s: %w", kv.Key, err)
+	}
+	m.log.Info("a job write that seemed to fail was applied; taking it", "job", j.id, "state", rt.State)
+	j.rt, j.rev = rt, kv.Revision
+	j.goalKilled.Store(rt.GoalState == pelotonv1.JobState_JOB_KILLED)
+	return nil
+}
