@@ -252,7 +252,7 @@ func startProcess(t *testing.T, e *store.Embedded, s *sandboxes) *process {
 
 // startProcessWith is startProcess with the job manager's options (their
 // Logger is the process's).
-func startProcessWith(t *testing.T, e *store.Embedded, s *sandboxes, opts Options) *process {
+func startProcessWith(t testing.TB, e *store.Embedded, s *sandboxes, opts Options) *process {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	st, err := store.NewEtcd(ctx, store.EtcdConfig{Endpoints: e.Endpoints(), MaxTxnOps: e.MaxTxnOps()})

@@ -1,0 +1,126 @@
+package jobmgr
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/peloton-sched/peloton/hostmgr"
+	"github.com/peloton-sched/peloton/internal/resources"
+	"github.com/peloton-sched/peloton/internal/store"
+	"github.com/peloton-sched/peloton/internal/store/storetest"
+	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+	"github.com/peloton-sched/peloton/resmgr"
+)
+
+// BenchmarkRecovery measures what a control plane killed with -9 costs to
+// come back with many tasks in etcd: a first process runs one batch job of
+// PELOTON_BENCH_TASKS instances (default 100,000) on sandboxes that outlive
+// it (as pods and adopted local runs do); it is crashed, 1% of the runs end
+// while no process watches, and a second process starts on the same store
+// and sandboxes. Figures: readyMs (Start: load every job and task,
+// reconcile each active run with the backend, re-queue; the API serves
+// after it), reconcilePassMs (one periodic pass over every run), and
+// missedEnds (the ends found, all of which must be).
+//
+//	go test -run XXX -bench Recovery -benchtime 1x -count 3 ./jobmgr/
+func BenchmarkRecovery(b *testing.B) {
+	n := 100000
+	if v := os.Getenv("PELOTON_BENCH_TASKS"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n < 100 || n > MaxInstances {
+			b.Fatalf("PELOTON_BENCH_TASKS %q: must be 100..%d", v, MaxInstances)
+		}
+	}
+	for range b.N {
+		b.StopTimer()
+		e, _ := storetest.StartEtcd(b)
+		s := newSandboxes(0)
+		for i := range 100 {
+			s.hosts = append(s.hosts, hostmgr.HostInfo{Name: fmt.Sprintf("h%d", i), Partition: "default",
+				Capacity: resources.Resources{MilliCPU: int64(n) * 20, MemoryMB: int64(n) * 20, DiskMB: 1 << 20}})
+		}
+		first := startProcessWith(b, e, s, Options{LostBackoff: 10 * time.Millisecond, ReconcileEvery: time.Hour})
+		spec := sleepers("recovery", uint32(n))
+		spec.DefaultSpec.Resources = &pelotonv1.Resources{Cpu: 0.01, MemoryMb: 1}
+		id, err := first.jm.CreateJob(context.Background(), spec)
+		if err != nil {
+			b.Fatal(err)
+		}
+		deadline := time.Now().Add(10 * time.Minute)
+		for {
+			j, err := first.jm.GetJob(id)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if j.Status.TaskCounts["RUNNING"] == uint32(n) {
+				break
+			}
+			if time.Now().After(deadline) {
+				b.Fatalf("only %d of %d running after 10 minutes", j.Status.TaskCounts["RUNNING"], n)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		first.crash()
+		ended := 0
+		for inst := 0; inst < n; inst += 100 {
+			s.finish(resmgr.RunTaskID(id, uint32(inst), 1), pelotonv1.TaskState_SUCCEEDED, true)
+			ended++
+		}
+		runtime.GC()
+
+		b.StartTimer()
+		start := time.Now()
+		second := startQuiet(b, e, s)
+		ready := time.Since(start)
+		passStart := time.Now()
+		_, _, _ = second.reconcileOnce(context.Background())
+		pass := time.Since(passStart)
+		b.StopTimer()
+
+		tk, err := second.GetTask(id, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if tk.Status.State != pelotonv1.TaskState_SUCCEEDED {
+			b.Fatalf("instance 0 ended while no process watched, and is %v after recovery", tk.Status.State)
+		}
+		b.ReportMetric(float64(ready.Milliseconds()), "readyMs")
+		b.ReportMetric(float64(pass.Milliseconds()), "reconcilePassMs")
+		b.ReportMetric(float64(ended), "missedEnds")
+	}
+}
+
+// startQuiet starts a second process over the sandboxes, without placement
+// (the benchmark measures recovery, not the launches that follow).
+func startQuiet(b *testing.B, e *store.Embedded, s *sandboxes) *Manager {
+	ctx, cancel := context.WithCancel(context.Background())
+	b.Cleanup(cancel)
+	st, err := store.NewEtcd(ctx, store.EtcdConfig{Endpoints: e.Endpoints(), MaxTxnOps: e.MaxTxnOps()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = st.Close() })
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	batch := store.NewBatcher(st, store.BatcherOptions{})
+	b.Cleanup(func() { _ = batch.Close() })
+	rm, err := resmgr.New(ctx, st, resmgr.Options{Logger: log})
+	if err != nil {
+		b.Fatal(err)
+	}
+	hm := hostmgr.NewManager(&sandboxView{s: s}, hostmgr.Options{Logger: log, Store: st, OnCapacity: rm.SetPartitionCapacity})
+	if err := hm.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	rm.SetPartitionCapacity(hm.CapacityByPartition())
+	jm := New(st, batch, rm, hm, Options{Logger: log, ReconcileEvery: time.Hour})
+	if err := jm.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	return jm
+}
