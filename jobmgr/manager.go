@@ -281,6 +281,11 @@ func (m *Manager) CreateJobOnce(ctx context.Context, spec *pelotonv1.JobSpec, r 
 		return o.Object, nil
 	}
 	id, err := m.createJob(ctx, spec, func(id string) []store.Op { return o.Ops(r, id, m.now()) })
+	if errors.As(err, new(unsureCreate)) {
+		// Not a race with a retry of r (that is a conflict): a record of r
+		// found now would be this very create's, which is being undone.
+		return "", err
+	}
 	if err != nil {
 		o, err := requestid.Recheck(ctx, m.store, r, m.now(), err)
 		return o.Object, err
@@ -324,11 +329,18 @@ func (m *Manager) storeJob(ctx context.Context, id string, spec *pelotonv1.JobSp
 	}
 	rt := &pelotonv1.JobStatus{State: pelotonv1.JobState_JOB_INITIALIZED, GoalState: goalOf(spec.Type), SpecVersion: 1, CreateTime: timestamppb.New(created)}
 	rtb, _ := proto.Marshal(rt)
-	rev, err := m.store.Txn(ctx, append([]store.Op{
+	ops := append([]store.Op{
 		store.Put(jobSpecKey(id, 1), enc, store.MustNotExist),
-		store.Put(jobRuntimeKey(id), rtb, store.MustNotExist)}, extra...)...)
+		store.Put(jobRuntimeKey(id), rtb, store.MustNotExist)}, extra...)
+	rev, err := m.store.Txn(ctx, ops...)
 	if err != nil {
-		return apierr.Unavailable("store job: %v", err)
+		if errors.Is(err, store.ErrConflict) {
+			return apierr.Unavailable("store job: %v", err)
+		}
+		// The client is told the job was not created; should the write
+		// land after all, it is removed (settleCreate).
+		m.settleCreate(id, ops)
+		return unsureCreate{apierr.Unavailable("the store (etcd) did not take the job; nothing was created, try again: %v", err)}
 	}
 	metrics.StoreWrites.WithLabelValues("job").Add(2)
 	j := newJob(id, jv, rt, rev)

@@ -18,6 +18,7 @@ import (
 	"github.com/peloton-sched/peloton/placement"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 	"github.com/peloton-sched/peloton/resmgr"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -364,3 +365,34 @@ func TestReconcileLeavesRunsInFlightAlone(t *testing.T) {
 	close(hold)
 	p.waitStates(t, id, pelotonv1.TaskState_RUNNING, 30*time.Second)
 }
+
+// TestCreateDuringAnOutageLeavesNothing: a create that fails because the
+// store does not answer is Unavailable, and leaves no job, even when the
+// store applied the write but its answer was lost (the job appears in etcd,
+// and would be found by the next restart, unless it is removed).
+func TestCreateDuringAnOutageLeavesNothing(t *testing.T) {
+	for _, mode := range []int32{storeDown, storeLossy} {
+		t.Run(map[int32]string{storeDown: "down", storeLossy: "lossy"}[mode], func(t *testing.T) {
+			s := newSandboxes(1)
+			p := startFaultProcess(t, s, Options{ReconcileEvery: time.Hour})
+			p.fs.mode.Store(mode)
+			_, err := p.jm.CreateJob(context.Background(), sleepers("ghost", 2))
+			if code := apierrCode(err); code != "Unavailable" {
+				t.Fatalf("create during an outage: %v (code %s), want Unavailable", err, code)
+			}
+			p.fs.mode.Store(storeUp)
+			waitFor(t, "no job left in the store", 30*time.Second, func() (bool, string) {
+				kvs, err := p.st.List(context.Background(), "jobs/")
+				if err != nil {
+					return false, err.Error()
+				}
+				return len(kvs) == 0, fmt.Sprintf("%d job keys", len(kvs))
+			})
+			if js, _ := p.jm.ListJobs("", nil, ""); len(js) != 0 {
+				t.Fatalf("%d jobs listed after a failed create", len(js))
+			}
+		})
+	}
+}
+
+func apierrCode(err error) string { return status.Code(err).String() }

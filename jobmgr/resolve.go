@@ -104,3 +104,76 @@ func (m *Manager) resolveJob(ctx context.Context, j *job) error {
 	j.goalKilled.Store(rt.GoalState == pelotonv1.JobState_JOB_KILLED)
 	return nil
 }
+
+// unsureCreate is the error of a create whose transaction failed without
+// saying whether etcd applied it; settleCreate undoes it if it did.
+type unsureCreate struct{ error }
+
+func (u unsureCreate) Unwrap() error { return u.error }
+
+// settleWithin bounds how long settleCreate keeps trying; settleLate is how
+// long after etcd first answers it looks again, for a write that a paused
+// etcd applies when it resumes.
+const (
+	settleWithin = 10 * time.Minute
+	settleLate   = 10 * time.Second
+)
+
+// settleCreate makes a create that failed ambiguously leave nothing: once
+// the store answers, it deletes whatever of ops was applied, and looks again
+// settleLate later. The job was never in memory, so nothing else refers to
+// it.
+func (m *Manager) settleCreate(id string, ops []store.Op) {
+	ctx := m.runCtx
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	go func() {
+		deadline := time.Now().Add(settleWithin)
+		wait := storeRetryBackoff
+		checks := 0
+		for checks < 2 && time.Now().Before(deadline) {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(wait):
+			}
+			if err := m.undoCreate(ctx, ops); err != nil {
+				wait = min(wait*2, storeRetryMax)
+				continue
+			}
+			checks++
+			wait = settleLate
+		}
+		if checks < 2 {
+			m.log.Error("could not confirm that a failed job create left nothing; a restart may find the job", "job", id)
+		}
+	}()
+}
+
+// undoCreate deletes the keys of ops that exist.
+func (m *Manager) undoCreate(ctx context.Context, ops []store.Op) error {
+	var dels []store.Op
+	for _, op := range ops {
+		rctx, cancel := context.WithTimeout(ctx, resolveTimeout)
+		kv, err := m.store.Get(rctx, op.Key)
+		cancel()
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			continue
+		case err != nil:
+			return err
+		}
+		dels = append(dels, store.Delete(kv.Key, kv.Revision))
+	}
+	if len(dels) == 0 {
+		return nil
+	}
+	rctx, cancel := context.WithTimeout(ctx, resolveTimeout)
+	defer cancel()
+	if _, err := m.store.Txn(rctx, dels...); err != nil {
+		return err
+	}
+	m.log.Warn("a job create that failed was applied by the store later; removed it", "keys", len(dels))
+	return nil
+}
