@@ -124,3 +124,75 @@ func startQuiet(b *testing.B, e *store.Embedded, s *sandboxes) *Manager {
 	}
 	return jm
 }
+
+// BenchmarkOutageCatchUp measures how long the job manager takes, once etcd
+// answers again, to write the task events that came while it did not: 10,000
+// runs (PELOTON_BENCH_TASKS) end during an outage, and the figure catchUpMs
+// is from the store's return to the last of their ends written (the queue
+// of unwritten events empty and every instance SUCCEEDED in memory).
+//
+//	go test -run XXX -bench OutageCatchUp -benchtime 1x -count 3 ./jobmgr/
+func BenchmarkOutageCatchUp(b *testing.B) {
+	n := 10000
+	if v := os.Getenv("PELOTON_BENCH_TASKS"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n < 100 || n > MaxInstances {
+			b.Fatalf("PELOTON_BENCH_TASKS %q: must be 100..%d", v, MaxInstances)
+		}
+	}
+	for range b.N {
+		b.StopTimer()
+		s := newSandboxes(0)
+		for i := range 20 {
+			s.hosts = append(s.hosts, hostmgr.HostInfo{Name: fmt.Sprintf("h%d", i), Partition: "default",
+				Capacity: resources.Resources{MilliCPU: int64(n) * 20, MemoryMB: int64(n) * 20, DiskMB: 1 << 20}})
+		}
+		p := startFaultProcess(b, s, Options{ReconcileEvery: time.Hour})
+		spec := sleepers("catch-up", uint32(n))
+		spec.DefaultSpec.Resources = &pelotonv1.Resources{Cpu: 0.01, MemoryMb: 1}
+		id, err := p.jm.CreateJob(context.Background(), spec)
+		if err != nil {
+			b.Fatal(err)
+		}
+		waitCount(b, p.jm, id, "RUNNING", n)
+		p.fs.mode.Store(storeDown)
+		for inst := 0; inst < n; inst++ {
+			s.finish(resmgr.RunTaskID(id, uint32(inst), 1), pelotonv1.TaskState_SUCCEEDED, false)
+		}
+		deadline := time.Now().Add(2 * time.Minute)
+		for p.jm.UnwrittenEvents() < n {
+			if time.Now().After(deadline) {
+				b.Fatalf("only %d of %d events queued during the outage", p.jm.UnwrittenEvents(), n)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		b.StartTimer()
+		start := time.Now()
+		p.fs.mode.Store(storeUp)
+		waitCount(b, p.jm, id, "SUCCEEDED", n)
+		for p.jm.UnwrittenEvents() > 0 {
+			time.Sleep(time.Millisecond)
+		}
+		b.StopTimer()
+		b.ReportMetric(float64(time.Since(start).Milliseconds()), "catchUpMs")
+		b.ReportMetric(float64(n), "pendingChanges")
+	}
+}
+
+// waitCount waits (up to ten minutes) until n instances of job id are in state.
+func waitCount(b *testing.B, jm *Manager, id, state string, n int) {
+	deadline := time.Now().Add(10 * time.Minute)
+	for {
+		j, err := jm.GetJob(id)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if j.Status.TaskCounts[state] == uint32(n) {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("only %d of %d %s after 10 minutes", j.Status.TaskCounts[state], n, state)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -127,7 +127,7 @@ type faultProcess struct {
 	st store.Store
 }
 
-func startFaultProcess(t *testing.T, s *sandboxes, opts Options) *faultProcess {
+func startFaultProcess(t testing.TB, s *sandboxes, opts Options) *faultProcess {
 	t.Helper()
 	e, _ := storetest.StartEtcd(t)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -2,6 +2,7 @@ package jobmgr
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/peloton-sched/peloton/hostmgr"
@@ -12,7 +13,7 @@ import (
 // again; it doubles while writes keep failing, up to storeRetryMax.
 const (
 	storeRetryBackoff = 200 * time.Millisecond
-	storeRetryMax     = 5 * time.Second
+	storeRetryMax     = time.Second
 )
 
 // unwritten holds the events whose write failed, per run, in the order they
@@ -89,7 +90,9 @@ func (m *Manager) retryLoop(ctx context.Context) {
 	}
 }
 
-// retryPass tries every queued run once; it reports whether a write failed.
+// retryPass tries every queued run once, many runs at a time (so the group
+// committer packs their writes), each run's events in order. It reports
+// whether a write failed; after one failure no more runs are started.
 func (m *Manager) retryPass(ctx context.Context) bool {
 	m.retryMu.Lock()
 	runs := make([]string, 0, len(m.retry.byRun))
@@ -97,19 +100,26 @@ func (m *Manager) retryPass(ctx context.Context) bool {
 		runs = append(runs, id)
 	}
 	m.retryMu.Unlock()
-	for _, id := range runs {
-		for ctx.Err() == nil {
+	var failed atomic.Bool
+	idx := make([]uint32, len(runs))
+	for i := range idx {
+		idx[i] = uint32(i)
+	}
+	_ = parallel(idx, func(i uint32) error {
+		id := runs[i]
+		for ctx.Err() == nil && !failed.Load() {
 			m.retryMu.Lock()
 			q := m.retry.byRun[id]
 			if len(q) == 0 {
 				delete(m.retry.byRun, id)
 				m.retryMu.Unlock()
-				break
+				return nil
 			}
 			ev := q[0]
 			m.retryMu.Unlock()
 			if err := m.applyEvent(ctx, ev, false, true); err != nil {
-				return true
+				failed.Store(true)
+				return nil
 			}
 			m.retryMu.Lock()
 			m.retry.byRun[id] = m.retry.byRun[id][1:]
@@ -117,8 +127,9 @@ func (m *Manager) retryPass(ctx context.Context) bool {
 			metrics.UnwrittenEvents.Set(float64(m.retry.n))
 			m.retryMu.Unlock()
 		}
-	}
-	return false
+		return nil
+	})
+	return failed.Load()
 }
 
 // UnwrittenEvents is how many task events wait to be written to the store.
