@@ -241,6 +241,8 @@ func (v *sandboxView) Replace(_ context.Context, old string, next hostmgr.Launch
 // process is one control plane over the shared store and sandboxes.
 type process struct {
 	jm     *Manager
+	hm     *hostmgr.Manager
+	st     store.Store // the store itself, under any wrapper the process writes through
 	cancel context.CancelFunc
 	batch  *store.Batcher
 }
@@ -254,13 +256,32 @@ func startProcess(t *testing.T, e *store.Embedded, s *sandboxes) *process {
 // Logger is the process's).
 func startProcessWith(t testing.TB, e *store.Embedded, s *sandboxes, opts Options) *process {
 	t.Helper()
+	return startProcessOn(t, e, s, opts, procConfig{level: slog.LevelWarn})
+}
+
+// procConfig varies how startProcessOn builds a process.
+type procConfig struct {
+	// wrap, if set, wraps the store the job manager writes through.
+	wrap func(store.Store) store.Store
+	// noEngines leaves resmgr and placement stopped: nothing is placed.
+	noEngines      bool
+	level          slog.Level
+	requestTimeout time.Duration
+}
+
+func startProcessOn(t testing.TB, e *store.Embedded, s *sandboxes, opts Options, pc procConfig) *process {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	st, err := store.NewEtcd(ctx, store.EtcdConfig{Endpoints: e.Endpoints(), MaxTxnOps: e.MaxTxnOps()})
+	st, err := store.NewEtcd(ctx, store.EtcdConfig{Endpoints: e.Endpoints(), MaxTxnOps: e.MaxTxnOps(), RequestTimeout: pc.requestTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	batch := store.NewBatcher(st, store.BatcherOptions{})
+	jst := store.Store(st)
+	if pc.wrap != nil {
+		jst = pc.wrap(st)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: pc.level}))
+	batch := store.NewBatcher(jst, store.BatcherOptions{})
 	rm, err := resmgr.New(ctx, st, resmgr.Options{Logger: log})
 	if err != nil {
 		t.Fatal(err)
@@ -271,13 +292,15 @@ func startProcessWith(t testing.TB, e *store.Embedded, s *sandboxes, opts Option
 	}
 	rm.SetPartitionCapacity(hm.CapacityByPartition())
 	opts.Logger = log
-	jm := New(st, batch, rm, hm, opts)
+	jm := New(jst, batch, rm, hm, opts)
 	if err := jm.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	go rm.Run(ctx)
-	go placement.NewEngine(rm, hm, placement.EngineOptions{Logger: log}).Run(ctx)
-	p := &process{jm: jm, cancel: cancel, batch: batch}
+	if !pc.noEngines {
+		go rm.Run(ctx)
+		go placement.NewEngine(rm, hm, placement.EngineOptions{Logger: log}).Run(ctx)
+	}
+	p := &process{jm: jm, hm: hm, st: st, cancel: cancel, batch: batch}
 	t.Cleanup(func() {
 		cancel()
 		_ = batch.Close()

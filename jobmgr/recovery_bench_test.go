@@ -12,7 +12,6 @@ import (
 
 	"github.com/peloton-sched/peloton/hostmgr"
 	"github.com/peloton-sched/peloton/internal/resources"
-	"github.com/peloton-sched/peloton/internal/store"
 	"github.com/peloton-sched/peloton/internal/store/storetest"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 	"github.com/peloton-sched/peloton/resmgr"
@@ -30,13 +29,7 @@ import (
 //
 //	go test -run XXX -bench Recovery -benchtime 1x -count 3 ./jobmgr/
 func BenchmarkRecovery(b *testing.B) {
-	n := 100000
-	if v := os.Getenv("PELOTON_BENCH_TASKS"); v != "" {
-		var err error
-		if n, err = strconv.Atoi(v); err != nil || n < 100 || n > MaxInstances {
-			b.Fatalf("PELOTON_BENCH_TASKS %q: must be 100..%d", v, MaxInstances)
-		}
-	}
+	n := benchTasks(b, 100000)
 	for range b.N {
 		b.StopTimer()
 		e, _ := storetest.StartEtcd(b)
@@ -76,7 +69,7 @@ func BenchmarkRecovery(b *testing.B) {
 
 		b.StartTimer()
 		start := time.Now()
-		second := startQuiet(b, e, s)
+		second := startProcessOn(b, e, s, Options{ReconcileEvery: time.Hour}, procConfig{level: slog.LevelError, noEngines: true}).jm
 		ready := time.Since(start)
 		passStart := time.Now()
 		_, _, _ = second.reconcileOnce(context.Background())
@@ -96,35 +89,6 @@ func BenchmarkRecovery(b *testing.B) {
 	}
 }
 
-// startQuiet starts a second process over the sandboxes, without placement
-// (the benchmark measures recovery, not the launches that follow).
-func startQuiet(b *testing.B, e *store.Embedded, s *sandboxes) *Manager {
-	ctx, cancel := context.WithCancel(context.Background())
-	b.Cleanup(cancel)
-	st, err := store.NewEtcd(ctx, store.EtcdConfig{Endpoints: e.Endpoints(), MaxTxnOps: e.MaxTxnOps()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = st.Close() })
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	batch := store.NewBatcher(st, store.BatcherOptions{})
-	b.Cleanup(func() { _ = batch.Close() })
-	rm, err := resmgr.New(ctx, st, resmgr.Options{Logger: log})
-	if err != nil {
-		b.Fatal(err)
-	}
-	hm := hostmgr.NewManager(&sandboxView{s: s}, hostmgr.Options{Logger: log, Store: st, OnCapacity: rm.SetPartitionCapacity})
-	if err := hm.Start(ctx); err != nil {
-		b.Fatal(err)
-	}
-	rm.SetPartitionCapacity(hm.CapacityByPartition())
-	jm := New(st, batch, rm, hm, Options{Logger: log, ReconcileEvery: time.Hour})
-	if err := jm.Start(ctx); err != nil {
-		b.Fatal(err)
-	}
-	return jm
-}
-
 // BenchmarkOutageCatchUp measures how long the job manager takes, once etcd
 // answers again, to write the task events that came while it did not: 10,000
 // runs (PELOTON_BENCH_TASKS) end during an outage, and the figure catchUpMs
@@ -133,13 +97,7 @@ func startQuiet(b *testing.B, e *store.Embedded, s *sandboxes) *Manager {
 //
 //	go test -run XXX -bench OutageCatchUp -benchtime 1x -count 3 ./jobmgr/
 func BenchmarkOutageCatchUp(b *testing.B) {
-	n := 10000
-	if v := os.Getenv("PELOTON_BENCH_TASKS"); v != "" {
-		var err error
-		if n, err = strconv.Atoi(v); err != nil || n < 100 || n > MaxInstances {
-			b.Fatalf("PELOTON_BENCH_TASKS %q: must be 100..%d", v, MaxInstances)
-		}
-	}
+	n := benchTasks(b, 10000)
 	for range b.N {
 		b.StopTimer()
 		s := newSandboxes(0)
@@ -195,4 +153,17 @@ func waitCount(b *testing.B, jm *Manager, id, state string, n int) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// benchTasks is PELOTON_BENCH_TASKS, or def.
+func benchTasks(b *testing.B, def int) int {
+	v := os.Getenv("PELOTON_BENCH_TASKS")
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 100 || n > MaxInstances {
+		b.Fatalf("PELOTON_BENCH_TASKS %q: must be 100..%d", v, MaxInstances)
+	}
+	return n
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -15,7 +14,6 @@ import (
 	"github.com/peloton-sched/peloton/internal/resources"
 	"github.com/peloton-sched/peloton/internal/store"
 	"github.com/peloton-sched/peloton/internal/store/storetest"
-	"github.com/peloton-sched/peloton/placement"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 	"github.com/peloton-sched/peloton/resmgr"
 	"google.golang.org/grpc/status"
@@ -119,52 +117,23 @@ func (v *sandboxView) Runs() []hostmgr.RunInfo {
 
 var _ hostmgr.RunLister = (*sandboxView)(nil)
 
-// faultProcess is a control plane over a faultStore and sandboxes.
+// faultProcess is a control plane writing through a faultStore.
 type faultProcess struct {
-	jm *Manager
-	hm *hostmgr.Manager
+	*process
 	fs *faultStore
-	st store.Store
 }
 
 func startFaultProcess(t testing.TB, s *sandboxes, opts Options) *faultProcess {
 	t.Helper()
 	e, _ := storetest.StartEtcd(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	st, err := store.NewEtcd(ctx, store.EtcdConfig{Endpoints: e.Endpoints(), MaxTxnOps: e.MaxTxnOps(), RequestTimeout: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	fs := &faultStore{Store: st}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	batch := store.NewBatcher(fs, store.BatcherOptions{})
-	rm, err := resmgr.New(ctx, st, resmgr.Options{Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hm := hostmgr.NewManager(&sandboxView{s: s}, hostmgr.Options{Logger: log, Store: st, OnCapacity: rm.SetPartitionCapacity})
-	if err := hm.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	rm.SetPartitionCapacity(hm.CapacityByPartition())
-	opts.Logger = log
 	if opts.LostBackoff == 0 {
 		opts.LostBackoff = 10 * time.Millisecond
 	}
-	jm := New(fs, batch, rm, hm, opts)
-	if err := jm.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	go rm.Run(ctx)
-	go placement.NewEngine(rm, hm, placement.EngineOptions{Logger: log}).Run(ctx)
-	t.Cleanup(func() {
-		fs.mode.Store(storeUp)
-		cancel()
-		jm.Wait()
-		_ = batch.Close()
-		_ = st.Close()
-	})
-	return &faultProcess{jm: jm, hm: hm, fs: fs, st: st}
+	fs := &faultStore{}
+	p := startProcessOn(t, e, s, opts, procConfig{level: slog.LevelError, requestTimeout: 2 * time.Second,
+		wrap: func(st store.Store) store.Store { fs.Store = st; return fs }})
+	t.Cleanup(func() { fs.mode.Store(storeUp) }) // runs first: the process stops on a working store
+	return &faultProcess{process: p, fs: fs}
 }
 
 func sleepers(name string, n uint32) *pelotonv1.JobSpec {
