@@ -77,6 +77,13 @@ type Capabilities struct {
 	// Partitions: the backend implements hostmgr.PartitionApplier, and a
 	// host it was told to put in a partition is reported in it by Hosts.
 	Partitions bool
+	// AdoptsAfterCrash: runs outlive a crash of the control plane (not a
+	// Close), and a new backend over the same state adopts them
+	// (Harness.Crash simulates the crash). It reports a run still alive as
+	// RUNNING, lists it, can kill it, and reports its end; ends it cannot
+	// observe (the exit status of a process that is not its child) are
+	// LOST with reason hostmgr.ReasonUnobservedEnd.
+	AdoptsAfterCrash bool
 }
 
 // Harness is what a backend's conformance test gives the suite.
@@ -89,6 +96,10 @@ type Harness struct {
 	// the backend after a restart of the control plane. Setup and the
 	// function it returns fail the test on error.
 	Setup func(t *testing.T) (newBackend func() hostmgr.Backend)
+	// Crash, with AdoptsAfterCrash, drops a started backend the way a
+	// kill -9 of the control plane would: its runs go on, and it reports,
+	// records and signals nothing more.
+	Crash func(hostmgr.Backend)
 	// Timeout bounds each wait for an event (default 30s). It is generous:
 	// passing tests never reach it, and no case asserts a duration.
 	Timeout time.Duration
@@ -114,6 +125,8 @@ func Run(t *testing.T, h Harness) {
 		{"HealthChecks", testHealthChecks},
 		{"Volumes", testVolumes},
 		{"PartitionChanges", testPartitionChanges},
+		{"RunsListed", testRunsListed},
+		{"AdoptAfterCrash", testAdoptAfterCrash},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -428,13 +441,19 @@ func testRestart(t *testing.T, h Harness) {
 
 	in := start(t, h, newBackend)
 	if !h.Caps.RunsOutliveBackend {
+		// Close ended every run: the new backend knows nothing of them, or
+		// knows how they ended (local remembers ends on disk); never that
+		// they run.
 		for _, id := range []string{done.TaskID, ending.TaskID, live.TaskID} {
-			if st, err := in.b.Status(id); !errors.Is(err, hostmgr.ErrUnknownTask) {
-				t.Errorf("Status(%s) after a restart = %+v, %v; want ErrUnknownTask (its runs do not outlive a backend)", id, st, err)
+			if st, err := in.b.Status(id); !errors.Is(err, hostmgr.ErrUnknownTask) && (err != nil || !terminal(st.State)) {
+				t.Errorf("Status(%s) after a restart = %+v, %v; want ErrUnknownTask or its end (its runs do not outlive Close)", id, st, err)
 			}
 		}
-		if err := in.kill(live.TaskID); !errors.Is(err, hostmgr.ErrUnknownTask) {
-			t.Errorf("Kill of the old backend's run = %v, want ErrUnknownTask", err)
+		if err := in.kill(live.TaskID); err != nil && !errors.Is(err, hostmgr.ErrUnknownTask) {
+			t.Errorf("Kill of the old backend's run = %v, want ErrUnknownTask or a no-op", err)
+		}
+		if evs := in.of(live.TaskID); len(evs) != 0 {
+			t.Errorf("the old backend's run got events from the new one: %s", states(evs))
 		}
 		return
 	}
@@ -656,4 +675,106 @@ func testPartitionChanges(t *testing.T, h Harness) {
 		t.Fatalf("Kill: %v", err)
 	}
 	in.waitEnd(s)
+}
+
+// testRunsListed: every backend lists the runs it holds (hostmgr.RunLister),
+// with host and resources, and not once they ended. jobmgr's
+// reconciliation kills the runs it does not know from this list.
+func testRunsListed(t *testing.T, h Harness) {
+	in := start(t, h, h.Setup(t))
+	rl, ok := in.b.(hostmgr.RunLister)
+	if !ok {
+		t.Fatalf("%T does not implement hostmgr.RunLister", in.b)
+	}
+	s := spec("listed", in.host(), "sleep", "3600")
+	in.launch(s)
+	in.waitState(s.TaskID, pelotonv1.TaskState_RUNNING)
+	found := false
+	for _, r := range rl.Runs() {
+		if r.TaskID != s.TaskID {
+			continue
+		}
+		found = true
+		if r.Host != s.Host || r.Resources != s.Resources || r.Last.State != pelotonv1.TaskState_RUNNING {
+			t.Errorf("Runs lists %+v; want host %s, resources %v, RUNNING", r, s.Host, s.Resources)
+		}
+	}
+	if !found {
+		t.Fatalf("Runs does not list the running run %s", s.TaskID)
+	}
+	if err := in.kill(s.TaskID); err != nil {
+		t.Fatal(err)
+	}
+	in.waitEnd(s)
+	for _, r := range rl.Runs() {
+		if r.TaskID == s.TaskID {
+			t.Errorf("Runs still lists %s after it ended: %+v", s.TaskID, r)
+		}
+	}
+}
+
+// testAdoptAfterCrash: after a crash of the control plane, a new backend
+// knows the old one's runs: one that ended before the crash keeps its end,
+// one that ended while no backend ran and one that ends after the new
+// backend started are reported LOST (ended-unobserved), and one still
+// running is RUNNING, listed, and can be killed.
+func testAdoptAfterCrash(t *testing.T, h Harness) {
+	if !h.Caps.AdoptsAfterCrash {
+		t.Skip("the backend's runs do not outlive a crash of the control plane, or it has no way to simulate one (see its conformance test)")
+	}
+	newBackend := h.Setup(t)
+	old := start(t, h, newBackend)
+	host := old.host()
+	done := spec("crash-done", host, "true")
+	gap := spec("crash-gap", host, "sleep", "1")
+	ending := spec("crash-ending", host, "sleep", "4")
+	live := spec("crash-live", host, "sleep", "3600")
+	old.launch(done)
+	old.waitEnd(done)
+	for _, s := range []hostmgr.LaunchSpec{gap, ending, live} {
+		old.launch(s)
+		old.waitState(s.TaskID, pelotonv1.TaskState_RUNNING)
+	}
+	old.closeMu.Lock()
+	old.closed = true // crashed: nothing is left to close
+	old.closeMu.Unlock()
+	h.Crash(old.b)
+	time.Sleep(2 * time.Second) // gap ends while no backend runs
+
+	in := start(t, h, newBackend)
+	if st, err := in.b.Status(done.TaskID); err != nil || st.State != pelotonv1.TaskState_SUCCEEDED {
+		t.Errorf("Status of a run that ended before the crash = %+v, %v; want SUCCEEDED", st, err)
+	}
+	if st, err := in.b.Status(gap.TaskID); err != nil || st.State != pelotonv1.TaskState_LOST || st.Reason != hostmgr.ReasonUnobservedEnd {
+		t.Errorf("Status of a run that ended while no backend ran = %+v, %v; want LOST %s", st, err, hostmgr.ReasonUnobservedEnd)
+	}
+	if st, err := in.b.Status(live.TaskID); err != nil || st.State != pelotonv1.TaskState_RUNNING || st.Host != host {
+		t.Fatalf("Status of a live run after the crash = %+v, %v; want RUNNING on %s", st, err, host)
+	}
+	listed := map[string]hostmgr.RunInfo{}
+	for _, r := range in.b.(hostmgr.RunLister).Runs() {
+		listed[r.TaskID] = r
+	}
+	if r, ok := listed[live.TaskID]; !ok || r.Host != host || r.Resources != live.Resources {
+		t.Errorf("Runs after the crash lists %+v for %s; want it on %s with %v", r, live.TaskID, host, live.Resources)
+	}
+	if _, ok := listed[gap.TaskID]; ok {
+		t.Errorf("Runs lists %s, which ended", gap.TaskID)
+	}
+	if err := in.b.Launch(context.Background(), live); err == nil {
+		t.Errorf("a second Launch of the adopted run %s was accepted: two live runs of one task", live.TaskID)
+	}
+	end := in.waitFor(ending.TaskID, "the end of a run adopted while it ran", func(evs []hostmgr.TaskEvent) bool {
+		return len(evs) > 0 && terminal(evs[len(evs)-1].State)
+	})
+	if last := end[len(end)-1]; last.State != pelotonv1.TaskState_LOST || last.Reason != hostmgr.ReasonUnobservedEnd || last.Host != host {
+		t.Errorf("end of an adopted run = %+v; want LOST %s on %s", last, hostmgr.ReasonUnobservedEnd, host)
+	}
+	if err := in.kill(live.TaskID); err != nil {
+		t.Fatalf("Kill of an adopted run: %v", err)
+	}
+	evs := in.waitState(live.TaskID, pelotonv1.TaskState_KILLED)
+	if last := evs[len(evs)-1]; last.Host != host {
+		t.Errorf("KILLED event of the adopted run on %q, want %s", last.Host, host)
+	}
 }

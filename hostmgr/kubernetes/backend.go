@@ -49,6 +49,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/peloton-sched/peloton/hostmgr"
+	"github.com/peloton-sched/peloton/internal/resources"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
@@ -1322,4 +1323,46 @@ func equalMaps(a, b map[string]string) bool {
 		}
 	}
 	return true
+}
+
+var _ hostmgr.RunLister = (*Backend)(nil)
+
+// Runs lists the runs of the pods Peloton manages that are bound and have
+// not ended, from the informer's cache, pods created before a restart of the
+// control plane included. Resources are the pod's container requests.
+func (b *Backend) Runs() []hostmgr.RunInfo {
+	if b.pods == nil {
+		return nil
+	}
+	var out []hostmgr.RunInfo
+	for _, obj := range b.pods.List() {
+		p, ok := obj.(*corev1.Pod)
+		if !ok || !b.managed(p) || p.Spec.NodeName == "" {
+			continue
+		}
+		id := p.Annotations[AnnotationTaskID]
+		if id == "" {
+			continue // a foreign pod not adopted yet
+		}
+		o := observe(p, hasProbe(p))
+		if o.state == 0 || isEnded(o.state) {
+			continue
+		}
+		var r resources.Resources
+		for _, c := range p.Spec.Containers {
+			r = r.Add(b.fromList(c.Resources.Requests))
+		}
+		out = append(out, hostmgr.RunInfo{TaskID: id, Host: p.Spec.NodeName, Resources: r,
+			Last: hostmgr.TaskEvent{TaskID: id, Host: p.Spec.NodeName, State: o.state, Reason: o.reason, Message: o.message,
+				Health: o.health, Time: o.at, Ports: podPorts(p)}})
+	}
+	return out
+}
+
+func isEnded(s pelotonv1.TaskState) bool {
+	switch s {
+	case pelotonv1.TaskState_SUCCEEDED, pelotonv1.TaskState_FAILED, pelotonv1.TaskState_KILLED, pelotonv1.TaskState_LOST:
+		return true
+	}
+	return false
 }

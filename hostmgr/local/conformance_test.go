@@ -11,11 +11,13 @@ import (
 
 // TestConformance runs the backend suite on real processes. Every backend
 // of a case shares its sandbox folder, as a restarted `peloton up` does.
-// Runs do not outlive the backend: Close kills the processes it started.
+// Runs do not outlive Close, which kills the processes it started, but do
+// outlive a crash of the control plane, and a new backend adopts them.
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	backendtest.Run(t, backendtest.Harness{
-		Caps: backendtest.Capabilities{HealthChecks: true, Volumes: true, Partitions: true},
+		Caps:  backendtest.Capabilities{HealthChecks: true, Volumes: true, Partitions: true, AdoptsAfterCrash: true},
+		Crash: func(b hostmgr.Backend) { b.(*Backend).detach() },
 		Setup: func(t *testing.T) func() hostmgr.Backend {
 			dir := t.TempDir()
 			return func() hostmgr.Backend {

@@ -18,11 +18,12 @@
 // <Dir>/volumes/<host>/<volume ID> that outlive runs and restarts until
 // ReleaseVolume (volume.go). Volume sizes are not enforced either.
 //
-// Tasks outlive a crash of the control plane: only Close kills them, and a
-// new Backend neither knows nor touches the processes of an old one (their
-// output stays readable through Logs). Orphaned grandchildren are reparented
-// to pid 1, which must reap them; in a container run `peloton up` under an
-// init that does (docker --init, tini).
+// Tasks outlive a crash of the control plane: only Close kills them. Each
+// run is recorded under <Dir>/runs/ (adopt.go), and a new Backend over the
+// same Dir adopts the runs of a crashed one that still live, and reports
+// LOST (hostmgr.ReasonUnobservedEnd) those that ended unseen. Orphaned
+// grandchildren are reparented to pid 1, which must reap them; in a
+// container run `peloton up` under an init that does (docker --init, tini).
 //
 // Waiting for runs costs no thread per run: on Linux one goroutine waits in
 // epoll on a pidfd per child (wait_linux.go) and each run's goroutine parks
@@ -143,6 +144,9 @@ type Backend struct {
 	volUse    map[string]string
 	releasing map[string]bool
 
+	// detached: the backend let go of its runs (detach, tests only).
+	detached bool
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -162,7 +166,7 @@ func New(cfg Config) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("local: config.dir: %w", err)
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(dir, runsDir), 0o755); err != nil {
 		return nil, fmt.Errorf("local: config.dir: %w", err)
 	}
 	n := cfg.Hosts
@@ -233,7 +237,10 @@ func (b *Backend) Start(ctx context.Context, sink func(hostmgr.TaskEvent)) error
 	}
 	b.sink = sink
 	b.started = true
-	return nil
+	b.mu.Unlock()
+	err := b.loadRecords()
+	b.mu.Lock()
+	return err
 }
 
 // Hosts returns the configured virtual hosts. The result is a copy.
@@ -355,6 +362,9 @@ func (b *Backend) Launch(ctx context.Context, spec hostmgr.LaunchSpec) error {
 	t.last = t.event(pelotonv1.TaskState_LAUNCHED, 0, "", "")
 	t.env = b.taskEnv(spec, t.sandbox, t.ports, t.volume)
 	startErr := t.start(t.env)
+	if startErr == nil {
+		b.writeRecord(t)
+	}
 	if startErr != nil {
 		b.log.Warn("launch failed", "task", spec.TaskID, "host", spec.Host, "err", startErr)
 	} else {
@@ -441,7 +451,7 @@ func (b *Backend) hasHost(name string) bool {
 // Dir. It guards Launch and Logs against path traversal, and keeps the name
 // of the volumes directory for it.
 func validTaskID(id string) bool {
-	return id != "" && id != "." && id != ".." && id != volumesDir && len(id) <= 255 && !strings.ContainsAny(id, "/\\\x00")
+	return id != "" && id != "." && id != ".." && id != volumesDir && id != runsDir && len(id) <= 255 && !strings.ContainsAny(id, "/\\\x00")
 }
 
 // taskEnv is the environment of a task, and of its health check: a few
@@ -510,8 +520,12 @@ func (b *Backend) run(t *task, startErr error) {
 		t.stopHealth()
 		<-watched
 	}
+	if b.isDetached() {
+		return // let go as a crash would: nothing more is recorded or reported
+	}
 	b.releaseRun(t)
 	b.log.Debug("task ended", "task", t.spec.TaskID, "state", last.State.String(), "exitCode", last.ExitCode, "reason", last.Reason)
+	b.endRecord(t, last)
 	b.emit(t, last)
 	b.forgetOld(t.spec.TaskID)
 }
@@ -535,9 +549,16 @@ func (b *Backend) forgetOld(id string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.finished = append(b.finished, id)
+	b.pruneFinishedLocked()
+}
+
+// pruneFinishedLocked forgets the oldest finished runs beyond maxFinished,
+// and deletes their records. The caller holds b.mu.
+func (b *Backend) pruneFinishedLocked() {
 	if over := len(b.finished) - maxFinished; over > 0 {
 		for _, old := range b.finished[:over] {
 			delete(b.tasks, old)
+			_ = os.Remove(b.recordPath(old))
 		}
 		b.finished = append(b.finished[:0:0], b.finished[over:]...)
 	}

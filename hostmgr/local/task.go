@@ -55,6 +55,23 @@ type task struct {
 	killing      bool
 	killDeadline time.Time
 	killTimer    *time.Timer
+
+	// record is the run's record under <Dir>/runs (adopt.go); nil until
+	// its process has started.
+	record *runRecord
+	// adoptedTicks is the start time of the process of a run adopted from
+	// an earlier backend (0 for our own runs): it is not our child, so
+	// nothing keeps its pid from being reused once it exits, and signals
+	// are sent only while the pid still has that start time.
+	adoptedTicks uint64
+}
+
+// portsCopy is a copy of the run's ports, or nil.
+func (t *task) portsCopy() map[string]uint32 {
+	if t.ports == nil {
+		return nil
+	}
+	return maps.Clone(t.ports)
 }
 
 // event builds an event of the run. Each carries its own copy of the ports,
@@ -69,9 +86,7 @@ func (t *task) event(state pelotonv1.TaskState, code int32, reason, msg string) 
 		Message:  msg,
 		Time:     time.Now(),
 	}
-	if t.ports != nil {
-		ev.Ports = maps.Clone(t.ports)
-	}
+	ev.Ports = t.portsCopy()
 	return ev
 }
 
@@ -239,6 +254,9 @@ func (t *task) kill(grace time.Duration, log *slog.Logger) {
 // signal sends sig to the whole process group. The caller holds t.mu and
 // has checked that the process is not yet reaped.
 func (t *task) signal(sig syscall.Signal, log *slog.Logger) {
+	if !t.stillOurs() {
+		return
+	}
 	if err := syscall.Kill(-t.pgid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
 		log.Warn("signal task", "task", t.spec.TaskID, "signal", sig.String(), "err", err)
 	}

@@ -1,6 +1,11 @@
 package local
 
 import (
+	"bytes"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"unsafe"
@@ -175,4 +180,47 @@ func waitExited(pid int) error {
 			return errno
 		}
 	}
+}
+
+// procStartTicks is the start time of process pid, in clock ticks since
+// boot (field 22 of /proc/<pid>/stat): with the pid, it names a process
+// uniquely, since a reused pid starts later.
+func procStartTicks(pid int) (uint64, error) {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) is in parentheses and may hold anything;
+	// the fields after its last ')' start with field 3.
+	i := bytes.LastIndexByte(data, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("local: /proc/%d/stat: no command name", pid)
+	}
+	f := strings.Fields(string(data[i+1:]))
+	if len(f) < 20 {
+		return 0, fmt.Errorf("local: /proc/%d/stat: %d fields after the command name", pid, len(f))
+	}
+	if f[0] == "Z" || f[0] == "X" {
+		return 0, fmt.Errorf("local: process %d has exited", pid)
+	}
+	return strconv.ParseUint(f[19], 10, 64)
+}
+
+// watchAdopted returns a channel closed once process pid, which need not be
+// our child, has exited, and whether pid (still) names the process that
+// started at ticks.
+func watchAdopted(pid int, ticks uint64) (<-chan struct{}, bool) {
+	if t, err := procStartTicks(pid); err != nil || t != ticks {
+		return nil, false
+	}
+	done, err := theReaper.watch(pid)
+	if err != nil {
+		return pollAdopted(pid, ticks), true
+	}
+	// The pidfd names the process that had pid when it was opened: if the
+	// start time still matches now, that was ours.
+	if t, err := procStartTicks(pid); err != nil || t != ticks {
+		return nil, false
+	}
+	return done, true
 }

@@ -124,6 +124,8 @@ type task struct {
 	ended chan struct{}
 	// lr holds ports, health and volume; nil for a batch task.
 	lr *longRun
+	// res is what the run was launched with (for Runs).
+	res resources.Resources
 }
 
 func (t *task) terminal() bool {
@@ -389,7 +391,7 @@ func (b *Backend) Launch(ctx context.Context, spec hostmgr.LaunchSpec) error {
 		}
 	}
 	out := interpret(spec.Command)
-	t := &task{id: spec.TaskID, host: spec.Host, cmd: showCommand(spec.Command), index: -1}
+	t := &task{id: spec.TaskID, host: spec.Host, cmd: showCommand(spec.Command), index: -1, res: spec.Resources}
 
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -603,6 +605,22 @@ func (b *Backend) Status(taskID string) (hostmgr.TaskEvent, error) {
 		return hostmgr.TaskEvent{}, fmt.Errorf("sim: status %s: %w", taskID, hostmgr.ErrUnknownTask)
 	}
 	return t.event(), nil
+}
+
+var _ hostmgr.RunLister = (*Backend)(nil)
+
+// Runs lists the runs that have not ended. A sim backend's runs live in its
+// memory only, so after a restart it lists (and knows) none of the old ones.
+func (b *Backend) Runs() []hostmgr.RunInfo {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []hostmgr.RunInfo
+	for _, t := range b.tasks {
+		if !t.terminal() {
+			out = append(out, hostmgr.RunInfo{TaskID: t.id, Host: t.host, Resources: t.res, Last: t.event()})
+		}
+	}
+	return out
 }
 
 // Close stops the scheduler and delivery goroutines and waits for them, for

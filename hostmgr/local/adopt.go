@@ -1,0 +1,371 @@
+package local
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/peloton-sched/peloton/hostmgr"
+	"github.com/peloton-sched/peloton/internal/resources"
+	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+	"google.golang.org/protobuf/encoding/protojson"
+)
+
+// Runs outlive a crash of the control plane (kill -9, a panic, a lost
+// machine power aside): their processes go on, reparented to init. So that
+// a restarted backend neither loses them nor starts a second run of the
+// instance beside them, every run is recorded under <Dir>/runs/<TaskID>.json
+// once its process has started: its pid, the pid's start time (to tell a
+// reused pid apart), its host, resources, ports, volume and health check.
+// When the backend sees the run end, the record is rewritten with the end.
+//
+// A new Backend over the same Dir reads the records at Start:
+//   - a run whose process still lives (same pid, same start time) is
+//     adopted: Status says RUNNING, Runs lists it, Kill signals its process
+//     group, its ports and volume stay taken, its health check resumes, and
+//     its end is reported. The exit status of a process that is not our
+//     child cannot be read, so an adopted run that ends on its own ends LOST
+//     with reason hostmgr.ReasonUnobservedEnd (KILLED if we killed it);
+//   - a run that ended while no backend watched it is LOST with that reason
+//     too;
+//   - a run whose end was recorded keeps its end (Status answers it, as
+//     for a run that ended in this process).
+//
+// Ended records beyond maxFinished are deleted, oldest first, at Start.
+// Adoption needs /proc (Linux); elsewhere a record of a live run is
+// reported LOST, and its process is left alone.
+
+// runsDir is the directory under Config.Dir that holds the run records.
+const runsDir = "runs"
+
+// runRecord is what a restarted backend needs to know of a run.
+type runRecord struct {
+	TaskID      string              `json:"taskId"`
+	JobID       string              `json:"jobId"`
+	Instance    uint32              `json:"instance"`
+	Run         uint32              `json:"run"`
+	Host        string              `json:"host"`
+	Pid         int                 `json:"pid"`
+	StartTicks  uint64              `json:"startTicks"`
+	Command     []string            `json:"command"`
+	Env         map[string]string   `json:"env,omitempty"`
+	Resources   resources.Resources `json:"resources"`
+	PortSpecs   []hostmgr.Port      `json:"portSpecs,omitempty"`
+	Ports       map[string]uint32   `json:"ports,omitempty"`
+	VolumeID    string              `json:"volumeId,omitempty"`
+	HealthCheck json.RawMessage     `json:"healthCheck,omitempty"`
+	KillGraceNs int64               `json:"killGraceNs,omitempty"`
+	Started     time.Time           `json:"started"`
+	End         *recordEnd          `json:"end,omitempty"`
+}
+
+type recordEnd struct {
+	State    pelotonv1.TaskState `json:"state"`
+	ExitCode int32               `json:"exitCode"`
+	Reason   string              `json:"reason,omitempty"`
+	Message  string              `json:"message,omitempty"`
+	Time     time.Time           `json:"time"`
+}
+
+func (b *Backend) recordPath(taskID string) string {
+	return filepath.Join(b.dir, runsDir, taskID+".json")
+}
+
+// writeRecord records a run whose process has just started. The caller
+// holds t.mu. A failure is logged: the run goes on, but a restart would not
+// find it.
+func (b *Backend) writeRecord(t *task) {
+	ticks, err := procStartTicks(t.pgid)
+	if err != nil {
+		// Off Linux, or the process already gone: a zero start time
+		// makes a restart report the run LOST rather than adopt a stranger.
+		ticks = 0
+	}
+	rec := runRecord{TaskID: t.spec.TaskID, JobID: t.spec.JobID, Instance: t.spec.InstanceID, Run: t.spec.RunID,
+		Host: t.spec.Host, Pid: t.pgid, StartTicks: ticks, Command: t.spec.Command, Env: t.spec.Env,
+		Resources: t.spec.Resources, PortSpecs: t.spec.Ports, Ports: t.ports, KillGraceNs: int64(t.spec.KillGrace), Started: time.Now()}
+	if v := t.spec.Volume; v != nil {
+		rec.VolumeID = v.ID
+	}
+	if hc := t.spec.HealthCheck; hc != nil {
+		rec.HealthCheck, _ = protojson.Marshal(hc)
+	}
+	t.record = &rec
+	if err := b.storeRecord(&rec); err != nil {
+		b.log.Warn("could not record a run; a restart of the control plane will not find it", "task", t.spec.TaskID, "err", err)
+	}
+}
+
+// endRecord rewrites a run's record with its end.
+func (b *Backend) endRecord(t *task, ev hostmgr.TaskEvent) {
+	if t.record == nil {
+		return
+	}
+	rec := *t.record
+	rec.End = &recordEnd{State: ev.State, ExitCode: ev.ExitCode, Reason: ev.Reason, Message: ev.Message, Time: ev.Time}
+	if err := b.storeRecord(&rec); err != nil {
+		b.log.Warn("could not record a run's end", "task", t.spec.TaskID, "err", err)
+	}
+}
+
+// storeRecord writes rec atomically: to a temporary file, then renamed.
+func (b *Backend) storeRecord(rec *runRecord) error {
+	data, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	path := b.recordPath(rec.TaskID)
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// loadRecords reads the records of earlier backends over Dir: it adopts the
+// runs still alive and remembers the ends of the others. Called by Start.
+func (b *Backend) loadRecords() error {
+	dir := filepath.Join(b.dir, runsDir)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("local: start: read %s: %w", dir, err)
+	}
+	var ended []*task
+	adopted := 0
+	for _, e := range entries {
+		name := e.Name()
+		if strings.HasSuffix(name, ".tmp") {
+			_ = os.Remove(filepath.Join(dir, name)) // a write cut short
+			continue
+		}
+		id, ok := strings.CutSuffix(name, ".json")
+		if !ok || !validTaskID(id) {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			b.log.Warn("unreadable run record", "file", name, "err", err)
+			continue
+		}
+		var rec runRecord
+		if err := json.Unmarshal(data, &rec); err != nil || rec.TaskID != id {
+			b.log.Warn("invalid run record; ignoring it", "file", name, "err", err)
+			continue
+		}
+		t := b.recordedTask(&rec)
+		switch {
+		case rec.End != nil:
+			t.last = hostmgr.TaskEvent{TaskID: id, Host: rec.Host, State: rec.End.State, ExitCode: rec.End.ExitCode,
+				Reason: rec.End.Reason, Message: rec.End.Message, Time: rec.End.Time, Ports: t.portsCopy()}
+			ended = append(ended, t)
+		case b.adopt(t):
+			adopted++
+		default:
+			t.last = t.event(pelotonv1.TaskState_LOST, 0, hostmgr.ReasonUnobservedEnd,
+				"the run ended while no control plane watched it; how it ended is not known")
+			b.endRecord(t, t.last)
+			ended = append(ended, t)
+		}
+	}
+	// The ended runs are remembered like runs that end here, oldest first,
+	// and the oldest beyond maxFinished forgotten (records deleted).
+	sort.Slice(ended, func(i, j int) bool { return ended[i].last.Time.Before(ended[j].last.Time) })
+	b.mu.Lock()
+	for _, t := range ended {
+		close(t.exited)
+		close(t.gone)
+		b.tasks[t.spec.TaskID] = t
+		b.finished = append(b.finished, t.spec.TaskID)
+	}
+	b.pruneFinishedLocked()
+	b.mu.Unlock()
+	if adopted+len(ended) > 0 {
+		b.log.Info("found the runs of an earlier control plane", "adopted", adopted, "ended", len(ended))
+	}
+	return nil
+}
+
+// recordedTask rebuilds a run's task from its record.
+func (b *Backend) recordedTask(rec *runRecord) *task {
+	spec := hostmgr.LaunchSpec{TaskID: rec.TaskID, JobID: rec.JobID, InstanceID: rec.Instance, RunID: rec.Run, Host: rec.Host,
+		Command: rec.Command, Env: rec.Env, Resources: rec.Resources, Ports: rec.PortSpecs, KillGrace: time.Duration(rec.KillGraceNs)}
+	if rec.VolumeID != "" {
+		spec.Volume = &hostmgr.Volume{ID: rec.VolumeID}
+	}
+	if len(rec.HealthCheck) > 0 {
+		hc := &pelotonv1.HealthCheck{}
+		if err := protojson.Unmarshal(rec.HealthCheck, hc); err == nil {
+			spec.HealthCheck = hc
+		}
+	}
+	t := &task{spec: spec, sandbox: filepath.Join(b.dir, rec.TaskID), ports: rec.Ports, record: rec,
+		exited: make(chan struct{}), gone: make(chan struct{})}
+	t.healthCtx, t.stopHealth = context.WithCancel(context.Background())
+	return t
+}
+
+// adopt takes over t's process if it still lives, and reports whether it
+// did. The run then counts as this backend's: its ports and volume are
+// taken, its health check runs, and its end will be reported.
+func (b *Backend) adopt(t *task) bool {
+	rec := t.record
+	if rec.StartTicks == 0 || rec.Pid <= 0 || !b.hasHost(rec.Host) {
+		return false
+	}
+	exited, ok := watchAdopted(rec.Pid, rec.StartTicks)
+	if !ok {
+		return false
+	}
+	t.started, t.pgid, t.adoptedTicks = true, rec.Pid, rec.StartTicks
+	if t.spec.Volume != nil {
+		t.volume = b.volumePath(rec.Host, t.spec.Volume.ID)
+		t.volKey = volumeKey(rec.Host, t.spec.Volume.ID)
+	}
+	t.env = b.taskEnv(t.spec, t.sandbox, t.ports, t.volume)
+	t.last = t.event(pelotonv1.TaskState_RUNNING, 0, "", "")
+	b.mu.Lock()
+	b.tasks[t.spec.TaskID] = t
+	for _, p := range t.ports {
+		b.portUse[p]++
+		t.heldPorts = append(t.heldPorts, p)
+	}
+	if t.volKey != "" {
+		b.volUse[t.volKey] = t.spec.TaskID
+	}
+	b.mu.Unlock()
+	b.log.Info("adopted a run of an earlier control plane", "task", t.spec.TaskID, "host", rec.Host, "pid", rec.Pid)
+	go b.runAdopted(t, exited)
+	return true
+}
+
+// runAdopted is run for an adopted run: it resumes the health check and
+// reports the run's end.
+func (b *Backend) runAdopted(t *task, exited <-chan struct{}) {
+	defer close(t.gone)
+	watched := make(chan struct{})
+	if hc := t.spec.HealthCheck; hc != nil {
+		go func() {
+			defer close(watched)
+			b.watchHealth(t, newHealthConfig(hc, t.spec.Ports, t.ports))
+		}()
+	} else {
+		close(watched)
+	}
+	<-exited
+	t.mu.Lock()
+	t.reaped = true
+	if t.killTimer != nil {
+		t.killTimer.Stop()
+	}
+	var last hostmgr.TaskEvent
+	if t.killing {
+		last = t.event(pelotonv1.TaskState_KILLED, 0, "killed",
+			"killed; its exit status is not known (it was started by an earlier control-plane process)")
+	} else {
+		last = t.event(pelotonv1.TaskState_LOST, 0, hostmgr.ReasonUnobservedEnd,
+			"the run ended; its exit status is not known (it was started by an earlier control-plane process)")
+	}
+	t.mu.Unlock()
+	close(t.exited)
+	t.stopHealth()
+	<-watched
+	if b.isDetached() {
+		return
+	}
+	b.releaseRun(t)
+	b.endRecord(t, last)
+	b.emit(t, last)
+	b.forgetOld(t.spec.TaskID)
+}
+
+// stillOurs reports whether an adopted run's pid still names the process
+// that was adopted; signals are sent only then.
+func (t *task) stillOurs() bool {
+	if t.adoptedTicks == 0 {
+		return true
+	}
+	ticks, err := procStartTicks(t.pgid)
+	return err == nil && ticks == t.adoptedTicks
+}
+
+// pollAdopted closes the returned channel once process pid, with start time
+// ticks, is gone: the fallback when no pidfd can watch it.
+func pollAdopted(pid int, ticks uint64) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			if t, err := procStartTicks(pid); err != nil || t != ticks {
+				return
+			}
+			time.Sleep(time.Second)
+		}
+	}()
+	return done
+}
+
+// errNoProc is returned by procStartTicks where /proc does not tell.
+var errNoProc = errors.New("local: process start times are not available here")
+
+// isDetached reports whether detach was called.
+func (b *Backend) isDetached() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.detached
+}
+
+// detach makes the backend let go of its runs as a crash of the control
+// plane would: they go on, and nothing more is reported, recorded or
+// signalled by this backend. For tests of adoption.
+func (b *Backend) detach() {
+	b.mu.Lock()
+	b.detached = true
+	b.closed = true
+	all := make([]*task, 0, len(b.tasks))
+	for _, t := range b.tasks {
+		all = append(all, t)
+	}
+	b.mu.Unlock()
+	for _, t := range all {
+		t.mu.Lock()
+		if t.killTimer != nil {
+			t.killTimer.Stop()
+		}
+		t.reaped = true // no more signals from here
+		t.mu.Unlock()
+		t.stopHealth()
+	}
+}
+
+var _ hostmgr.RunLister = (*Backend)(nil)
+
+// Runs lists the runs that have not ended, adopted ones included.
+func (b *Backend) Runs() []hostmgr.RunInfo {
+	b.mu.Lock()
+	all := make([]*task, 0, len(b.tasks))
+	for _, t := range b.tasks {
+		all = append(all, t)
+	}
+	b.mu.Unlock()
+	var out []hostmgr.RunInfo
+	for _, t := range all {
+		t.mu.Lock()
+		last, removed := t.last, t.removed
+		t.mu.Unlock()
+		switch last.State {
+		case pelotonv1.TaskState_SUCCEEDED, pelotonv1.TaskState_FAILED, pelotonv1.TaskState_KILLED, pelotonv1.TaskState_LOST:
+			continue
+		}
+		if removed {
+			continue
+		}
+		out = append(out, hostmgr.RunInfo{TaskID: t.spec.TaskID, Host: t.spec.Host, Resources: t.spec.Resources, Last: last})
+	}
+	return out
+}
