@@ -236,6 +236,9 @@ func validateTaskSpec(t *pelotonv1.TaskSpec, field string, largest resources.Res
 			return resources.Resources{}, apierr.Invalid(field+".env", "variable names must not be empty")
 		}
 	}
+	if err := checkTaskSizes(t, field); err != nil {
+		return resources.Resources{}, err
+	}
 	r, err := resources.FromProto(t.Resources, field+".resources")
 	if err != nil {
 		return r, apierr.Invalid(err.(*resources.FieldError).Field, "%s", err.(*resources.FieldError).Reason)
@@ -276,6 +279,9 @@ func validateJobSpec(s *pelotonv1.JobSpec, largest resources.Resources) error {
 	}
 	if len(s.Name) > MaxNameLength {
 		return apierr.Invalid("spec.name", "at most %d characters, got %d", MaxNameLength, len(s.Name))
+	}
+	if err := checkJobSizes(s); err != nil {
+		return err
 	}
 	switch s.Type {
 	case pelotonv1.JobType_BATCH, pelotonv1.JobType_SERVICE, pelotonv1.JobType_STATEFUL, pelotonv1.JobType_DAEMON:

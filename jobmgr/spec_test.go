@@ -137,6 +137,23 @@ func TestValidateJobSpec(t *testing.T) {
 		{"placement: EXISTS with a value", MakeJob("x").Constraint("zone", pelotonv1.ConstraintOp_EXISTS, "a").Obj(), "spec.defaultSpec.placement.constraints[0].values"},
 		{"placement: second constraint", MakeJob("x").Constraint("zone", pelotonv1.ConstraintOp_EXISTS).Constraint("rack", pelotonv1.ConstraintOp_IN).Obj(),
 			"spec.defaultSpec.placement.constraints[1].values"},
+		{"control character in name", MakeJob("a\x1b[31mb").Obj(), "spec.name"},
+		{"newline in name", MakeJob("a\nb").Obj(), "spec.name"},
+		{"invalid UTF-8 in name", MakeJob("a\xffb").Obj(), "spec.name"},
+		{"name with spaces and accents", MakeJob("nightly étl run").Obj(), ""},
+		{"description at the limit", MakeJob("x").With(func(s *pelotonv1.JobSpec) { s.Description = strings.Repeat("d", MaxDescriptionBytes) }).Obj(), ""},
+		{"description over the limit", MakeJob("x").With(func(s *pelotonv1.JobSpec) { s.Description = strings.Repeat("d", MaxDescriptionBytes+1) }).Obj(), "spec.description"},
+		{"label key with a tab", MakeJob("x").With(func(s *pelotonv1.JobSpec) { s.Labels = map[string]string{"a\tb": "v"} }).Obj(), `spec.labels["a\tb"]`},
+		{"label value too long", MakeJob("x").With(func(s *pelotonv1.JobSpec) { s.Labels = map[string]string{"k": strings.Repeat("v", MaxLabelValueBytes+1)} }).Obj(), `spec.labels["k"]`},
+		{"command too long", MakeJob("x").Command("sh", "-c", strings.Repeat("x", MaxCommandBytes)).Obj(), "spec.defaultSpec.command"},
+		{"env too large", MakeJob("x").With(func(s *pelotonv1.JobSpec) { s.DefaultSpec.Env = map[string]string{"BIG": strings.Repeat("x", MaxEnvBytes)} }).Obj(), "spec.defaultSpec.env"},
+		{"image too long", MakeJob("x").With(func(s *pelotonv1.JobSpec) { s.DefaultSpec.Image = strings.Repeat("i", MaxImageBytes+1) }).Obj(), "spec.defaultSpec.image"},
+		{"spec too large", MakeJob("x").Instances(3000).With(func(s *pelotonv1.JobSpec) {
+			s.InstanceSpecs = map[uint32]*pelotonv1.TaskSpec{}
+			for i := uint32(0); i < 3000; i++ {
+				s.InstanceSpecs[i] = &pelotonv1.TaskSpec{Env: map[string]string{"E": strings.Repeat("e", 1000)}}
+			}
+		}).Obj(), "spec"},
 		{"placement: in an override", MakeJob("x").Instances(2).Override(1, &pelotonv1.TaskSpec{Placement: &pelotonv1.PlacementSpec{
 			Constraints: []*pelotonv1.Constraint{{Label: "zone"}}}}).Obj(), "spec.instanceSpecs.1.placement.constraints[0].op"},
 	} {

@@ -103,13 +103,7 @@ func Tools() (string, error) {
 		}
 		return ""
 	}
-	cache := os.Getenv("PELOTON_CACHE")
-	if cache == "" {
-		if dir, err := os.UserCacheDir(); err == nil {
-			cache = filepath.Join(dir, "peloton")
-		}
-	}
-	if cache != "" {
+	if cache := CacheDir(); cache != "" {
 		if bin := newest(filepath.Join(cache, "kube")); bin != "" {
 			return bin, nil
 		}
@@ -646,4 +640,17 @@ func (p *Proc) Tail(n int) string {
 		}
 	}
 	return strings.Join(lines, "\n")
+}
+
+// CacheDir is the per-machine cache of tools the tests build once
+// (PELOTON_CACHE, else the user's cache dir /peloton, as the Makefile has
+// it), or "" when there is none.
+func CacheDir() string {
+	if cache := os.Getenv("PELOTON_CACHE"); cache != "" {
+		return cache
+	}
+	if dir, err := os.UserCacheDir(); err == nil {
+		return filepath.Join(dir, "peloton")
+	}
+	return ""
 }

@@ -58,6 +58,8 @@ type stackOpts struct {
 	kube cluster.KubeConfig
 	// sla is the SLA evaluator (nil: the stack's own in-process one).
 	sla sla.Evaluator
+	// etcd, if set, are the endpoints of an external etcd (none embedded).
+	etcd []string
 }
 
 // startStack starts Peloton on loopback ports chosen by the kernel, with its
@@ -92,6 +94,7 @@ func startStack(t *testing.T, dataDir string, o stackOpts) *stack {
 	}
 	cfg.Kube = o.kube
 	cfg.SLA = o.sla
+	cfg.EtcdEndpoints = o.etcd
 	go func() { s.done <- cluster.Run(ctx, cfg) }()
 	select {
 	case s.ready = <-readyCh:

@@ -59,6 +59,9 @@ func loadSpec(path string, stdin io.Reader, m proto.Message) error {
 // names the offending field; unknown fields are errors, because a misspelt
 // field silently ignored would run something other than what was written.
 func decodeSpec(name string, data []byte, m proto.Message) error {
+	if err := checkYAML(data); err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
 	js, err := yaml.YAMLToJSON(data)
 	if err != nil {
 		return fmt.Errorf("%s: %s", name, strings.TrimPrefix(err.Error(), "error converting YAML to JSON: "))

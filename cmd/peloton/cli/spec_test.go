@@ -69,6 +69,30 @@ func TestDecodeSpecErrors(t *testing.T) {
 		name, file, content, want string
 	}{
 		{
+			name:    "a key given twice",
+			file:    "job.yaml",
+			content: "name: a\ndefaultSpec:\n  command: [x]\n  command: [y]\n",
+			want:    `job.yaml: line 4: defaultSpec.command: given twice (first at line 3)`,
+		},
+		{
+			name:    "a second document",
+			file:    "job.yaml",
+			content: "name: a\n---\nname: b\n",
+			want:    `job.yaml: line 2: a second YAML document; a spec file holds one spec`,
+		},
+		{
+			name:    "NaN names its field",
+			file:    "pool.yaml",
+			content: "reservation:\n  cpu: .NaN\n",
+			want:    `pool.yaml: line 2: reservation.cpu: .NaN is not a number a spec can hold`,
+		},
+		{
+			name:    "infinity names its field",
+			file:    "job.yaml",
+			content: "instanceSpecs:\n  \"1\": {resources: {cpu: -.inf}}\n",
+			want:    `job.yaml: line 2: instanceSpecs.1.resources.cpu: -.inf is not a number a spec can hold`,
+		},
+		{
 			name:    "unknown top-level field",
 			file:    "hello.yaml",
 			content: "name: hello\ninstancecount: 3\n",

@@ -1,0 +1,313 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/peloton-sched/peloton/internal/etcdtest"
+	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// The fault tests: what the stack must survive without losing work or
+// running it twice, with real processes (etcd servers, `peloton up`) and
+// real faults (SIGSTOP, SIGKILL).
+
+// runLog is a file every run of a fault test's jobs appends to: a "start"
+// line when it starts and an "end" line when it ends, with its instance,
+// run and the time, so the test sees what really ran, whatever Peloton says.
+type runLog struct {
+	path   string
+	marker string // in every run's command line, to find leftovers
+}
+
+func newRunLog(t *testing.T) *runLog {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	l := &runLog{path: filepath.Join(t.TempDir(), "runs.log"), marker: "peloton-fault-" + hex.EncodeToString(b[:])}
+	t.Cleanup(func() { _ = exec.Command("pkill", "-9", "-f", l.marker).Run() })
+	return l
+}
+
+// command is a run that logs its start, works for secs, and logs its end.
+func (l *runLog) command(secs float64) []string {
+	return []string{"sh", "-c", fmt.Sprintf(
+		`echo "start $PELOTON_INSTANCE_ID $PELOTON_RUN_ID $(date +%%s%%N)" >> %s; sleep %g; echo "end $PELOTON_INSTANCE_ID $PELOTON_RUN_ID $(date +%%s%%N)" >> %s # %s`,
+		l.path, secs, l.path, l.marker)}
+}
+
+type span struct {
+	run        int
+	start, end int64 // end 0: no end line
+}
+
+// spans reads the log: every instance's runs.
+func (l *runLog) spans(t *testing.T) map[int][]span {
+	t.Helper()
+	f, err := os.Open(l.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	type key struct{ inst, run int }
+	byRun := map[key]*span{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fs := strings.Fields(sc.Text())
+		if len(fs) != 4 {
+			continue // a line cut by a kill
+		}
+		inst, _ := strconv.Atoi(fs[1])
+		run, _ := strconv.Atoi(fs[2])
+		at, _ := strconv.ParseInt(fs[3], 10, 64)
+		k := key{inst, run}
+		if byRun[k] == nil {
+			byRun[k] = &span{run: run}
+		}
+		if fs[0] == "start" {
+			byRun[k].start = at
+		} else {
+			byRun[k].end = at
+		}
+	}
+	out := map[int][]span{}
+	for k, s := range byRun {
+		out[k.inst] = append(out[k.inst], *s)
+	}
+	return out
+}
+
+// checkNoOverlap fails if any instance had two runs alive at once.
+func (l *runLog) checkNoOverlap(t *testing.T, instances int) {
+	t.Helper()
+	spans := l.spans(t)
+	for inst := 0; inst < instances; inst++ {
+		ss := spans[inst]
+		if len(ss) == 0 {
+			t.Errorf("instance %d never ran", inst)
+			continue
+		}
+		sort.Slice(ss, func(i, j int) bool { return ss[i].start < ss[j].start })
+		for i := 1; i < len(ss); i++ {
+			prev, cur := ss[i-1], ss[i]
+			if prev.end == 0 || prev.end > cur.start {
+				t.Errorf("instance %d: run %d (started %s, ended %s) and run %d (started %s) overlap",
+					inst, prev.run, stamp(prev.start), stamp(prev.end), cur.run, stamp(cur.start))
+			}
+		}
+	}
+}
+
+func stamp(ns int64) string {
+	if ns == 0 {
+		return "never"
+	}
+	return time.Unix(0, ns).Format("15:04:05.000")
+}
+
+// leftovers lists the processes of the test's runs still alive.
+func (l *runLog) leftovers() string {
+	out, _ := exec.Command("pgrep", "-a", "-f", l.marker).Output()
+	var lines []string
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if line != "" && !strings.Contains(line, "pgrep") {
+			lines = append(lines, line)
+		}
+	}
+	return strings.Join(lines, "\n")
+}
+
+// TestKill9ThreeTimesRunsEachInstanceOnce kills `peloton up` with SIGKILL
+// three times while a 300-instance batch job runs, restarting it on the
+// same data each time: the local backend adopts the runs the killed servers
+// left, no instance ever has two runs alive at once, every instance
+// succeeds, and no process of the job is left.
+func TestKill9ThreeTimesRunsEachInstanceOnce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("kills and restarts peloton up three times")
+	}
+	bin := buildPeloton(t)
+	dir := t.TempDir()
+	logf := newRunLog(t)
+	const n = 300
+	p := startUp(t, bin, dir)
+	spec := batch("kill9", n, logf.command(2)...)
+	spec.DefaultSpec.Resources.Cpu = 0.05
+	cr, err := p.jobs.CreateJob(ctxT(t), &pelotonv1.CreateJobRequest{Spec: spec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for kill := 1; kill <= 3; kill++ {
+		time.Sleep(time.Duration(1500+500*kill) * time.Millisecond)
+		p.kill()
+		p = startUp(t, bin, dir)
+	}
+	deadline := time.Now().Add(4 * time.Minute)
+	var job *pelotonv1.Job
+	for {
+		resp, err := p.jobs.GetJob(ctxT(t), &pelotonv1.GetJobRequest{JobId: cr.JobId})
+		if err != nil {
+			t.Fatal(err)
+		}
+		job = resp.Job
+		if job.Status.State == pelotonv1.JobState_JOB_SUCCEEDED || job.Status.State == pelotonv1.JobState_JOB_FAILED {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job not done 4 minutes after the third restart: %v", job.Status)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if job.Status.State != pelotonv1.JobState_JOB_SUCCEEDED || job.Status.TaskCounts["SUCCEEDED"] != n {
+		t.Fatalf("job ended %v with counts %v; want every instance SUCCEEDED", job.Status.State, job.Status.TaskCounts)
+	}
+	logf.checkNoOverlap(t, n)
+	if left := logf.leftovers(); left != "" {
+		t.Errorf("processes of the killed servers still run:\n%s", left)
+	}
+}
+
+// TestStoreOutageLosesNothing pauses the external etcd (SIGSTOP) while a
+// batch job's runs end, then stops it while another's do: once etcd is
+// back, every run's end is recorded without a restart of Peloton, nothing
+// ran twice, creates during the outage failed with Unavailable and left
+// nothing, and /readyz said so meanwhile.
+func TestStoreOutageLosesNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("two 30 s store outages")
+	}
+	outage := 30 * time.Second
+	if v := os.Getenv("PELOTON_TEST_OUTAGE"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("PELOTON_TEST_OUTAGE: %v", err)
+		}
+		outage = d
+	}
+	etcd := etcdtest.Start(t, 1)
+	s := startStack(t, t.TempDir(), stackOpts{etcd: etcd.Endpoints()})
+	logf := newRunLog(t)
+	const n = 100
+
+	// runJob creates a job of n runs that each work secs, and waits until
+	// they all run.
+	runJob := func(name string, secs float64) string {
+		spec := batch(name, n, logf.command(secs)...)
+		spec.DefaultSpec.Resources.Cpu = 0.05
+		cr, err := s.jobs.CreateJob(ctxT(t), &pelotonv1.CreateJobRequest{Spec: spec})
+		if err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(90 * time.Second)
+		for {
+			resp, err := s.jobs.GetJob(ctxT(t), &pelotonv1.GetJobRequest{JobId: cr.JobId})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.Job.Status.TaskCounts["RUNNING"] == n {
+				return cr.JobId
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("job %s not all running: %v", name, resp.Job.Status.TaskCounts)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	createFails := func(when string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, err := s.jobs.CreateJob(ctx, &pelotonv1.CreateJobRequest{Spec: batch("during-"+when, 1, "true")})
+		if status.Code(err) != codes.Unavailable {
+			t.Errorf("create while etcd is %s: %v; want Unavailable", when, err)
+		}
+		if code, body := s.rest("GET", "/readyz", nil, nil); code != 503 || !strings.Contains(body, "not ready") {
+			t.Errorf("/readyz while etcd is %s: %d %q; want 503", when, code, body)
+		}
+	}
+	// waitDone waits, without restarting anything, until the job succeeded.
+	waitDone := func(id, after string) {
+		s.waitJob(id, pelotonv1.JobState_JOB_SUCCEEDED, 2*time.Minute)
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			code, body := s.rest("GET", "/readyz", nil, nil)
+			if code == 200 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("/readyz after %s: %d %q", after, code, body)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+
+	paused := runJob("paused", 3)
+	etcd.Members[0].Pause()
+	createFails("paused")
+	time.Sleep(outage)
+	etcd.Members[0].Resume()
+	waitDone(paused, "a pause")
+
+	stopped := runJob("stopped", 3)
+	etcd.Members[0].Stop()
+	createFails("stopped")
+	time.Sleep(outage)
+	if err := etcd.Members[0].Restart(); err != nil {
+		t.Fatal(err)
+	}
+	waitDone(stopped, "a stop")
+
+	logf.checkNoOverlap(t, n)
+	for inst, ss := range logf.spans(t) {
+		if len(ss) != 2 { // one run in each job
+			t.Errorf("instance %d ran %d times over the two jobs, want 2 (once each)", inst, len(ss))
+		}
+	}
+	resp, err := s.jobs.ListJobs(ctxT(t), &pelotonv1.ListJobsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Jobs) != 2 {
+		var names []string
+		for _, j := range resp.Jobs {
+			names = append(names, j.Spec.GetName())
+		}
+		t.Errorf("jobs after the outages: %v; the creates during them must leave nothing", names)
+	}
+}
+
+// TestEtcdLeaderKilled runs the stack on a 3-member etcd cluster and kills
+// the etcd leader while a job runs: the stack goes on and the job finishes.
+func TestEtcdLeaderKilled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 3-member etcd cluster")
+	}
+	etcd := etcdtest.Start(t, 3)
+	s := startStack(t, t.TempDir(), stackOpts{etcd: etcd.Endpoints()})
+	logf := newRunLog(t)
+	spec := batch("leader", 40, logf.command(1)...)
+	spec.DefaultSpec.Resources.Cpu = 0.5 // 16 at a time: the job takes several waves
+	cr, err := s.jobs.CreateJob(ctxT(t), &pelotonv1.CreateJobRequest{Spec: spec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	l := etcd.Leader()
+	if l < 0 {
+		t.Fatal("no etcd leader")
+	}
+	etcd.Members[l].Kill()
+	s.waitJob(cr.JobId, pelotonv1.JobState_JOB_SUCCEEDED, 2*time.Minute)
+	logf.checkNoOverlap(t, 40)
+}
