@@ -144,9 +144,13 @@ func TestValidateJobSpec(t *testing.T) {
 		{"description at the limit", MakeJob("x").With(func(s *pelotonv1.JobSpec) { s.Description = strings.Repeat("d", MaxDescriptionBytes) }).Obj(), ""},
 		{"description over the limit", MakeJob("x").With(func(s *pelotonv1.JobSpec) { s.Description = strings.Repeat("d", MaxDescriptionBytes+1) }).Obj(), "spec.description"},
 		{"label key with a tab", MakeJob("x").With(func(s *pelotonv1.JobSpec) { s.Labels = map[string]string{"a\tb": "v"} }).Obj(), `spec.labels["a\tb"]`},
-		{"label value too long", MakeJob("x").With(func(s *pelotonv1.JobSpec) { s.Labels = map[string]string{"k": strings.Repeat("v", MaxLabelValueBytes+1)} }).Obj(), `spec.labels["k"]`},
+		{"label value too long", MakeJob("x").With(func(s *pelotonv1.JobSpec) {
+			s.Labels = map[string]string{"k": strings.Repeat("v", MaxLabelValueBytes+1)}
+		}).Obj(), `spec.labels["k"]`},
 		{"command too long", MakeJob("x").Command("sh", "-c", strings.Repeat("x", MaxCommandBytes)).Obj(), "spec.defaultSpec.command"},
-		{"env too large", MakeJob("x").With(func(s *pelotonv1.JobSpec) { s.DefaultSpec.Env = map[string]string{"BIG": strings.Repeat("x", MaxEnvBytes)} }).Obj(), "spec.defaultSpec.env"},
+		{"env too large", MakeJob("x").With(func(s *pelotonv1.JobSpec) {
+			s.DefaultSpec.Env = map[string]string{"BIG": strings.Repeat("x", MaxEnvBytes)}
+		}).Obj(), "spec.defaultSpec.env"},
 		{"image too long", MakeJob("x").With(func(s *pelotonv1.JobSpec) { s.DefaultSpec.Image = strings.Repeat("i", MaxImageBytes+1) }).Obj(), "spec.defaultSpec.image"},
 		{"spec too large", MakeJob("x").Instances(3000).With(func(s *pelotonv1.JobSpec) {
 			s.InstanceSpecs = map[uint32]*pelotonv1.TaskSpec{}
