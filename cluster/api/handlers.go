@@ -7,6 +7,7 @@ import (
 
 	"github.com/peloton-sched/peloton/internal/apierr"
 	"github.com/peloton-sched/peloton/internal/requestid"
+	"github.com/peloton-sched/peloton/jobmgr"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
@@ -35,11 +36,12 @@ func (s *Server) GetJob(ctx context.Context, req *pelotonv1.GetJobRequest) (*pel
 
 // ListJobs returns jobs matching the filters.
 func (s *Server) ListJobs(ctx context.Context, req *pelotonv1.ListJobsRequest) (*pelotonv1.ListJobsResponse, error) {
-	js, err := s.jm.ListJobs(req.GetPool(), req.GetStates(), req.GetName())
+	js, next, err := s.jm.ListJobsPage(jobmgr.JobFilter{Pool: req.GetPool(), States: req.GetStates(), Name: req.GetName()},
+		req.GetPageSize(), req.GetPageToken())
 	if err != nil {
 		return nil, err
 	}
-	return &pelotonv1.ListJobsResponse{Jobs: js}, nil
+	return &pelotonv1.ListJobsResponse{Jobs: js, NextPageToken: next}, nil
 }
 
 // CancelJob kills every instance of a job.
@@ -59,11 +61,11 @@ func (s *Server) RestartJob(ctx context.Context, req *pelotonv1.RestartJobReques
 
 // ListTasks returns a job's instances.
 func (s *Server) ListTasks(ctx context.Context, req *pelotonv1.ListTasksRequest) (*pelotonv1.ListTasksResponse, error) {
-	ts, err := s.jm.ListTasks(req.GetJobId(), req.GetStates())
+	ts, next, err := s.jm.ListTasksPage(req.GetJobId(), req.GetStates(), req.GetPageSize(), req.GetPageToken())
 	if err != nil {
 		return nil, err
 	}
-	return &pelotonv1.ListTasksResponse{Tasks: ts}, nil
+	return &pelotonv1.ListTasksResponse{Tasks: ts, NextPageToken: next}, nil
 }
 
 // GetTask returns one instance.

@@ -103,9 +103,10 @@ func (a *app) jobGetCommand() *cobra.Command {
 func (a *app) jobListCommand() *cobra.Command {
 	var pool, name string
 	var states []string
+	var limit int
 	cmd := &cobra.Command{
 		Use:   "list",
-		Short: "List jobs",
+		Short: "List jobs, newest first (every page; --limit to stop early)",
 		Args:  argsNamed(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			p, err := a.printer()
@@ -117,9 +118,20 @@ func (a *app) jobListCommand() *cobra.Command {
 				return err
 			}
 			return a.withClient(func(c *client) error {
-				resp, err := call(cmd.Context(), c, c.Jobs.ListJobs, &pelotonv1.ListJobsRequest{Pool: pool, States: st, Name: name})
-				if err != nil {
-					return err
+				resp := &pelotonv1.ListJobsResponse{}
+				req := &pelotonv1.ListJobsRequest{Pool: pool, States: st, Name: name}
+				for {
+					req.PageSize = pageSizeFor(limit, len(resp.Jobs))
+					page, err := call(cmd.Context(), c, c.Jobs.ListJobs, req)
+					if err != nil {
+						return err
+					}
+					resp.Jobs = append(resp.Jobs, page.Jobs...)
+					resp.NextPageToken = page.NextPageToken
+					if page.NextPageToken == "" || (limit > 0 && len(resp.Jobs) >= limit) {
+						break
+					}
+					req.PageToken = page.NextPageToken
 				}
 				return p.list(resp, "jobs", len(resp.GetJobs()), func(w io.Writer, wide bool) {
 					writeJobTable(w, resp.GetJobs(), wide)
@@ -131,6 +143,7 @@ func (a *app) jobListCommand() *cobra.Command {
 	f.StringVar(&pool, "pool", "", "only jobs in this pool")
 	f.StringSliceVar(&states, "state", nil, "only jobs in these states (repeatable or comma-separated; e.g. RUNNING or JOB_RUNNING)")
 	f.StringVar(&name, "name", "", "only jobs whose name contains this")
+	f.IntVar(&limit, "limit", 0, "at most this many jobs (0: all)")
 	return cmd
 }
 

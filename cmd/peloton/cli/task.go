@@ -28,9 +28,10 @@ func (a *app) taskCommand() *cobra.Command {
 
 func (a *app) taskListCommand() *cobra.Command {
 	var states []string
+	var limit int
 	cmd := &cobra.Command{
 		Use:   "list JOBID",
-		Short: "List the tasks of a job (-o wide for more columns)",
+		Short: "List the tasks of a job, every page (-o wide for more columns; --limit to stop early)",
 		Args:  argsNamed("JOBID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			p, err := a.printer()
@@ -42,9 +43,20 @@ func (a *app) taskListCommand() *cobra.Command {
 				return err
 			}
 			return a.withClient(func(c *client) error {
-				resp, err := call(cmd.Context(), c, c.Tasks.ListTasks, &pelotonv1.ListTasksRequest{JobId: args[0], States: st})
-				if err != nil {
-					return err
+				resp := &pelotonv1.ListTasksResponse{}
+				req := &pelotonv1.ListTasksRequest{JobId: args[0], States: st}
+				for {
+					req.PageSize = pageSizeFor(limit, len(resp.Tasks))
+					page, err := call(cmd.Context(), c, c.Tasks.ListTasks, req)
+					if err != nil {
+						return err
+					}
+					resp.Tasks = append(resp.Tasks, page.Tasks...)
+					resp.NextPageToken = page.NextPageToken
+					if page.NextPageToken == "" || (limit > 0 && len(resp.Tasks) >= limit) {
+						break
+					}
+					req.PageToken = page.NextPageToken
 				}
 				return p.list(resp, "tasks", len(resp.GetTasks()), func(w io.Writer, wide bool) {
 					writeTaskTable(w, resp.GetTasks(), wide)
@@ -53,6 +65,7 @@ func (a *app) taskListCommand() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringSliceVar(&states, "state", nil, "only tasks in these states (repeatable or comma-separated; e.g. RUNNING)")
+	cmd.Flags().IntVar(&limit, "limit", 0, "at most this many tasks (0: all)")
 	return cmd
 }
 
@@ -161,4 +174,16 @@ func (a *app) streamLogs(ctx context.Context, c *client, req *pelotonv1.GetTaskL
 			return err
 		}
 	}
+}
+
+// listPageSize is the page size the CLI asks for: the server's largest.
+const listPageSize = 5000
+
+// pageSizeFor is the page size to ask for with limit (0: none) and have
+// rows fetched so far.
+func pageSizeFor(limit, have int) uint32 {
+	if limit > 0 && limit-have < listPageSize {
+		return uint32(limit - have)
+	}
+	return listPageSize
 }

@@ -2354,7 +2354,12 @@ type ListJobsRequest struct {
 	// Only jobs in one of these states.
 	States []JobState `protobuf:"varint,2,rep,packed,name=states,proto3,enum=peloton.api.v1.JobState" json:"states,omitempty"`
 	// Only jobs whose name contains this string.
-	Name          string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	Name string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	// The most jobs to return (default 500, at most 5000). A page also ends
+	// before it would pass 2 MiB.
+	PageSize uint32 `protobuf:"varint,4,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// next_page_token of the previous page; empty for the first page.
+	PageToken     string `protobuf:"bytes,5,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2410,9 +2415,27 @@ func (x *ListJobsRequest) GetName() string {
 	return ""
 }
 
+func (x *ListJobsRequest) GetPageSize() uint32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListJobsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 type ListJobsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Jobs          []*Job                 `protobuf:"bytes,1,rep,name=jobs,proto3" json:"jobs,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Newest first. Each spec is a summary: name, type, pool, instance_count,
+	// sla and labels; GetJob returns the whole spec.
+	Jobs []*Job `protobuf:"bytes,1,rep,name=jobs,proto3" json:"jobs,omitempty"`
+	// Set when more jobs follow: pass it as page_token to get them.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2452,6 +2475,13 @@ func (x *ListJobsResponse) GetJobs() []*Job {
 		return x.Jobs
 	}
 	return nil
+}
+
+func (x *ListJobsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 type CancelJobRequest struct {
@@ -2977,7 +3007,12 @@ type ListTasksRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	JobId string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
 	// Only tasks in one of these states.
-	States        []TaskState `protobuf:"varint,2,rep,packed,name=states,proto3,enum=peloton.api.v1.TaskState" json:"states,omitempty"`
+	States []TaskState `protobuf:"varint,2,rep,packed,name=states,proto3,enum=peloton.api.v1.TaskState" json:"states,omitempty"`
+	// The most tasks to return (default 500, at most 5000). A page also ends
+	// before it would pass 2 MiB.
+	PageSize uint32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// next_page_token of the previous page; empty for the first page.
+	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3026,9 +3061,26 @@ func (x *ListTasksRequest) GetStates() []TaskState {
 	return nil
 }
 
+func (x *ListTasksRequest) GetPageSize() uint32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListTasksRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 type ListTasksResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Tasks         []*Task                `protobuf:"bytes,1,rep,name=tasks,proto3" json:"tasks,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// In instance order.
+	Tasks []*Task `protobuf:"bytes,1,rep,name=tasks,proto3" json:"tasks,omitempty"`
+	// Set when more instances follow: pass it as page_token to get them.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3068,6 +3120,13 @@ func (x *ListTasksResponse) GetTasks() []*Task {
 		return x.Tasks
 	}
 	return nil
+}
+
+func (x *ListTasksResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 type GetTaskRequest struct {
@@ -5851,13 +5910,17 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\rGetJobRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\"7\n" +
 	"\x0eGetJobResponse\x12%\n" +
-	"\x03job\x18\x01 \x01(\v2\x13.peloton.api.v1.JobR\x03job\"k\n" +
+	"\x03job\x18\x01 \x01(\v2\x13.peloton.api.v1.JobR\x03job\"\xa7\x01\n" +
 	"\x0fListJobsRequest\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x120\n" +
 	"\x06states\x18\x02 \x03(\x0e2\x18.peloton.api.v1.JobStateR\x06states\x12\x12\n" +
-	"\x04name\x18\x03 \x01(\tR\x04name\";\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x12\x1b\n" +
+	"\tpage_size\x18\x04 \x01(\rR\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x05 \x01(\tR\tpageToken\"c\n" +
 	"\x10ListJobsResponse\x12'\n" +
-	"\x04jobs\x18\x01 \x03(\v2\x13.peloton.api.v1.JobR\x04jobs\")\n" +
+	"\x04jobs\x18\x01 \x03(\v2\x13.peloton.api.v1.JobR\x04jobs\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\")\n" +
 	"\x10CancelJobRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\"\x13\n" +
 	"\x11CancelJobResponse\")\n" +
@@ -5884,12 +5947,16 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"createTime\x12\x14\n" +
 	"\x05cause\x18\x04 \x01(\tR\x05cause\"Q\n" +
 	"\x17ListJobVersionsResponse\x126\n" +
-	"\bversions\x18\x01 \x03(\v2\x1a.peloton.api.v1.JobVersionR\bversions\"\\\n" +
+	"\bversions\x18\x01 \x03(\v2\x1a.peloton.api.v1.JobVersionR\bversions\"\x98\x01\n" +
 	"\x10ListTasksRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x121\n" +
-	"\x06states\x18\x02 \x03(\x0e2\x19.peloton.api.v1.TaskStateR\x06states\"?\n" +
+	"\x06states\x18\x02 \x03(\x0e2\x19.peloton.api.v1.TaskStateR\x06states\x12\x1b\n" +
+	"\tpage_size\x18\x03 \x01(\rR\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x04 \x01(\tR\tpageToken\"g\n" +
 	"\x11ListTasksResponse\x12*\n" +
-	"\x05tasks\x18\x01 \x03(\v2\x14.peloton.api.v1.TaskR\x05tasks\"H\n" +
+	"\x05tasks\x18\x01 \x03(\v2\x14.peloton.api.v1.TaskR\x05tasks\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"H\n" +
 	"\x0eGetTaskRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1f\n" +
 	"\vinstance_id\x18\x02 \x01(\rR\n" +
