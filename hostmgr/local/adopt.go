@@ -278,6 +278,7 @@ func (b *Backend) runAdopted(t *task, exited <-chan struct{}) {
 	if b.isDetached() {
 		return
 	}
+	last = t.shutdownEnd(last)
 	b.releaseRun(t)
 	b.endRecord(t, last)
 	b.emit(t, last)

@@ -523,6 +523,7 @@ func (b *Backend) run(t *task, startErr error) {
 	if b.isDetached() {
 		return // let go as a crash would: nothing more is recorded or reported
 	}
+	last = t.shutdownEnd(last)
 	b.releaseRun(t)
 	b.log.Debug("task ended", "task", t.spec.TaskID, "state", last.State.String(), "exitCode", last.ExitCode, "reason", last.Reason)
 	b.endRecord(t, last)
@@ -642,7 +643,9 @@ func (b *Backend) Logs(ctx context.Context, taskID string, stream pelotonv1.LogS
 	return newFollower(ctx, f, t.exited), nil
 }
 
-// Close kills every running task (SIGTERM, then SIGKILL after 2s) and its
+// Close kills every running task (SIGTERM, then SIGKILL after 2s; each ends
+// LOST with ReasonShutdown: not the run's failure, and a restarted control
+// plane runs the instance again) and its
 // health check (at once), and waits, for a bounded time, until they are
 // reaped and their last events are delivered. It returns an error naming
 // the runs still not done by then. Launch fails after Close; Close is
@@ -659,6 +662,7 @@ func (b *Backend) Close() error {
 
 		for _, t := range all {
 			t.mu.Lock()
+			t.closed = true
 			t.kill(closeGrace, b.log)
 			t.mu.Unlock()
 		}

@@ -402,8 +402,8 @@ func TestKillAndCloseStopHealthChecks(t *testing.T) {
 	}
 	// Close returns once the run's last event is delivered, which is after
 	// its health check has been stopped.
-	if evs := rec.get("closed"); len(evs) == 0 || evs[len(evs)-1].State != pelotonv1.TaskState_KILLED {
-		t.Errorf("closed: events %v, want ending in KILLED", states(evs))
+	if evs := rec.get("closed"); len(evs) == 0 || evs[len(evs)-1].State != pelotonv1.TaskState_LOST {
+		t.Errorf("closed: events %v, want ending in LOST (a shutdown)", states(evs))
 	}
 	waitGone(t, closedCheck)
 }

@@ -56,6 +56,8 @@ type task struct {
 	killDeadline time.Time
 	killTimer    *time.Timer
 
+	// closed: Close stopped the run (the control plane shut down).
+	closed bool
 	// record is the run's record under <Dir>/runs (adopt.go); nil until
 	// its process has started.
 	record *runRecord
@@ -290,4 +292,23 @@ func envValue(env []string, key string) string {
 		}
 	}
 	return ""
+}
+
+// ReasonShutdown is the reason of the LOST end of a run that Close stopped:
+// the control plane shut down, which is not the run's failure, and a
+// restarted one runs the instance again.
+const ReasonShutdown = "control-plane-shutdown"
+
+// shutdownEnd turns the end of a run that Close stopped, and that did not
+// finish on its own meanwhile, into LOST (ReasonShutdown).
+func (t *task) shutdownEnd(ev hostmgr.TaskEvent) hostmgr.TaskEvent {
+	t.mu.Lock()
+	closed := t.closed
+	t.mu.Unlock()
+	if !closed || ev.State == pelotonv1.TaskState_SUCCEEDED {
+		return ev
+	}
+	ev.State, ev.Reason = pelotonv1.TaskState_LOST, ReasonShutdown
+	ev.Message = "the control plane shut down and stopped the run (" + ev.Message + ")"
+	return ev
 }
