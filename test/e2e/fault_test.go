@@ -19,6 +19,7 @@ import (
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 )
 
 // The fault tests: what the stack must survive without losing work or
@@ -319,4 +320,129 @@ func TestEtcdLeaderKilled(t *testing.T) {
 	etcd.Members[l].Kill()
 	s.waitJob(cr.JobId, pelotonv1.JobState_JOB_SUCCEEDED, 2*time.Minute)
 	logf.checkNoOverlap(t, 40)
+}
+
+// TestDrainAndUpdateResumeAfterKill9 kills `peloton up` with SIGKILL in the
+// middle of a host drain and then of a rolling update of a service: each
+// resumes after the restart and finishes, and at no sample were more of the
+// service's instances down than its maximumUnavailableInstances.
+func TestDrainAndUpdateResumeAfterKill9(t *testing.T) {
+	if testing.Short() {
+		t.Skip("kills and restarts peloton up twice")
+	}
+	bin := buildPeloton(t)
+	dir := t.TempDir()
+	logf := newRunLog(t)
+	const n, budget = 4, 1
+	p := startUp(t, bin, dir)
+	spec := service("drained", n, budget, "sh", "-c", "exec sleep 600 # "+logf.marker)
+	cr, err := p.jobs.CreateJob(ctxT(t), &pelotonv1.CreateJobRequest{Spec: spec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	worst := 0
+	check := maxDown(t, budget, &worst)
+	armed := false // the budget holds once the service first ran whole
+	sample := func(ts []*pelotonv1.Task) {
+		if armed {
+			check(ts)
+		}
+	}
+	// waitFor polls the tasks (checking the budget at every sample) until
+	// cond holds.
+	waitFor := func(what string, within time.Duration, cond func([]*pelotonv1.Task) bool) {
+		t.Helper()
+		deadline := time.Now().Add(within)
+		for {
+			resp, err := p.tasks.ListTasks(ctxT(t), &pelotonv1.ListTasksRequest{JobId: cr.JobId})
+			if err == nil {
+				sample(resp.Tasks)
+				if cond(resp.Tasks) {
+					return
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within %s (last error %v)", what, within, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	waitFor("all running", 60*time.Second, allRunning(n))
+	armed = true
+
+	var onHost0 int
+	resp, _ := p.tasks.ListTasks(ctxT(t), &pelotonv1.ListTasksRequest{JobId: cr.JobId})
+	for _, tk := range resp.Tasks {
+		if tk.Status.Host == "local-0" {
+			onHost0++
+		}
+	}
+	if _, err := p.api.Hosts.StartMaintenance(ctxT(t), &pelotonv1.StartMaintenanceRequest{Hosts: []string{"local-0"}}); err != nil {
+		t.Fatal(err)
+	}
+	if onHost0 > 1 {
+		// Kill while the drain is under way: some left, some not yet.
+		waitFor("the drain under way", 60*time.Second, func(ts []*pelotonv1.Task) bool {
+			left := 0
+			for _, tk := range ts {
+				if tk.Status.Host == "local-0" && tk.Status.State == pelotonv1.TaskState_RUNNING {
+					left++
+				}
+			}
+			return left < onHost0
+		})
+	}
+	p.kill()
+	p = startUp(t, bin, dir)
+	waitFor("every instance running off the drained host", 120*time.Second, func(ts []*pelotonv1.Task) bool {
+		for _, tk := range ts {
+			if tk.Status.Host == "local-0" {
+				return false
+			}
+		}
+		return allRunning(n)(ts)
+	})
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		hs, err := p.api.Hosts.ListHosts(ctxT(t), &pelotonv1.ListHostsRequest{})
+		if err == nil && len(hs.Hosts) > 0 && hs.Hosts[0].Name == "local-0" && hs.Hosts[0].State == pelotonv1.HostState_HOST_DRAINED {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("local-0 not drained after the restart: %v %v", hs, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if _, err := p.api.Hosts.CompleteMaintenance(ctxT(t), &pelotonv1.CompleteMaintenanceRequest{Hosts: []string{"local-0"}}); err != nil {
+		t.Fatal(err)
+	}
+
+	next := proto.Clone(spec).(*pelotonv1.JobSpec)
+	next.DefaultSpec.Command = []string{"sh", "-c", "exec sleep 601 # " + logf.marker}
+	cu, err := p.updates.CreateUpdate(ctxT(t), &pelotonv1.CreateUpdateRequest{JobId: cr.JobId, Spec: next,
+		UpdateSpec: &pelotonv1.UpdateSpec{BatchSize: 1, MinReadySeconds: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor("the update under way", 60*time.Second, func([]*pelotonv1.Task) bool {
+		return p.update(t, cu.Update.Id).Status.InstancesDone >= 1
+	})
+	p.kill()
+	p = startUp(t, bin, dir)
+	waitFor("the update done", 120*time.Second, func(ts []*pelotonv1.Task) bool {
+		u := p.update(t, cu.Update.Id)
+		if u.Status.State != pelotonv1.UpdateState_UPDATE_SUCCEEDED {
+			if u.Status.State != pelotonv1.UpdateState_UPDATE_ROLLING_FORWARD {
+				t.Fatalf("after the kill the update is %v", u.Status)
+			}
+			return false
+		}
+		for _, tk := range ts {
+			if tk.Status.SpecVersion != 2 {
+				return false
+			}
+		}
+		return allRunning(n)(ts)
+	})
+	t.Logf("at most %d of %d instances were down at once (budget %d)", worst, n, budget)
 }
