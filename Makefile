@@ -19,7 +19,7 @@ KWOK_VERSION := v0.8.0
 PELOTON_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/peloton
 export PELOTON_KUBE_BIN := $(PELOTON_CACHE)/kube/$(KUBE_VERSION)/bin
 
-.PHONY: all build test up proto proto-tools kube-tools clean
+.PHONY: all build test soak up proto proto-tools kube-tools clean
 
 all: build
 
@@ -37,6 +37,12 @@ test: kube-tools
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.') 2>/dev/null); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	$(GO) test -race -count=1 -timeout 25m ./...
+
+## soak runs the soak test (not part of test): random creates, kills,
+## updates, scales, drains and kill -9 restarts of a `peloton up` for
+## PELOTON_SOAK_DURATION (default 10m), checking the invariants throughout.
+soak:
+	$(GO) test -tags soak -count=1 -run TestSoak -timeout 60m -v ./test/e2e/
 
 ## up runs a cluster on this machine until Ctrl-C. It builds the binary and
 ## execs it instead of `go run`, which exits 1 when interrupted even though

@@ -42,11 +42,13 @@ func newRunLog(t *testing.T) *runLog {
 	return l
 }
 
-// command is a run that logs its start, works for secs, and logs its end.
+// command is a run that logs its start, works for secs, and logs its end,
+// also when it is stopped with SIGTERM (a kill, a preemption, a drain).
 func (l *runLog) command(secs float64) []string {
+	line := `"%s $PELOTON_JOB_ID/$PELOTON_INSTANCE_ID $PELOTON_RUN_ID $(date +%%s%%N)" >> ` + l.path
 	return []string{"sh", "-c", fmt.Sprintf(
-		`echo "start $PELOTON_JOB_ID/$PELOTON_INSTANCE_ID $PELOTON_RUN_ID $(date +%%s%%N)" >> %s; sleep %g; echo "end $PELOTON_JOB_ID/$PELOTON_INSTANCE_ID $PELOTON_RUN_ID $(date +%%s%%N)" >> %s # %s`,
-		l.path, secs, l.path, l.marker)}
+		`trap 'echo `+line+`; exit 143' TERM; echo `+line+`; sleep %g & wait $!; echo `+line+` # %s`,
+		"end", "start", secs, "end", l.marker)}
 }
 
 type span struct {
