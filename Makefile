@@ -51,18 +51,29 @@ up:
 	$(GO) build -o bin/peloton ./cmd/peloton
 	exec bin/peloton up $(ARGS)
 
-## proto regenerates the committed Go, gateway and OpenAPI code from proto/.
+## proto regenerates the committed Go, gateway and OpenAPI code from proto/:
+## the cluster API (peloton.proto) and the federation API (federation.proto),
+## each with its own REST rules and OpenAPI document.
 proto: proto-tools
 	protoc -I proto -I /usr/include \
 	  --go_out=. --go_opt=module=github.com/peloton-sched/peloton \
 	  --go-grpc_out=. --go-grpc_opt=module=github.com/peloton-sched/peloton \
+	  $(PROTO_DIR)/peloton.proto $(PROTO_DIR)/federation.proto
+	$(call gateway,peloton,peloton_http.yaml,openapi.json)
+	$(call gateway,federation,federation_http.yaml,federation_openapi.json)
+
+# gateway generates the REST gateway and the OpenAPI document of one proto
+# file: $(1) its name, $(2) its HTTP rules, $(3) the document's name.
+define gateway
+	protoc -I proto -I /usr/include \
 	  --grpc-gateway_out=. --grpc-gateway_opt=module=github.com/peloton-sched/peloton \
-	  --grpc-gateway_opt=grpc_api_configuration=$(PROTO_DIR)/peloton_http.yaml \
+	  --grpc-gateway_opt=grpc_api_configuration=$(PROTO_DIR)/$(2) \
 	  --openapiv2_out=$(PROTO_DIR) \
-	  --openapiv2_opt=grpc_api_configuration=$(PROTO_DIR)/peloton_http.yaml \
-	  --openapiv2_opt=allow_merge=true,merge_file_name=peloton,json_names_for_fields=true \
-	  $(PROTO_DIR)/peloton.proto
-	mv $(PROTO_DIR)/peloton.swagger.json $(PROTO_DIR)/openapi.json
+	  --openapiv2_opt=grpc_api_configuration=$(PROTO_DIR)/$(2) \
+	  --openapiv2_opt=allow_merge=true,merge_file_name=$(1),json_names_for_fields=true \
+	  $(PROTO_DIR)/$(1).proto
+	mv $(PROTO_DIR)/$(1).swagger.json $(PROTO_DIR)/$(3)
+endef
 
 proto-tools:
 	@command -v protoc >/dev/null || { echo "installing protobuf-compiler"; apt-get install -y -qq protobuf-compiler >/dev/null || { apt-get update -qq && apt-get install -y -qq protobuf-compiler; }; }

@@ -7,3 +7,9 @@ import _ "embed"
 //
 //go:embed openapi.json
 var OpenAPI []byte
+
+// FederationOpenAPI is the OpenAPI document of the federation's REST API
+// (`peloton serve federation`), generated the same way from federation.proto.
+//
+//go:embed federation_openapi.json
+var FederationOpenAPI []byte
