@@ -125,6 +125,15 @@ func (p *Pool) Children() []string {
 	return out
 }
 
+// ValidatePoolSpec checks a pool spec as a create or update of a pool
+// does, with errors that name the field (spec.reservation.cpu, ...), and
+// returns its reservation, limit (unset kinds unlimited) and share as
+// integers. The federation checks global pools with it, so that a global
+// pool is refused in the same words as a cluster pool.
+func ValidatePoolSpec(spec *pelotonv1.PoolSpec) (res, limit, share resources.Resources, err error) {
+	return specToNode(spec)
+}
+
 // specToNode validates a spec and converts it to integers.
 func specToNode(spec *pelotonv1.PoolSpec) (res, limit, share resources.Resources, err error) {
 	if spec == nil {

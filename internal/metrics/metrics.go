@@ -119,3 +119,42 @@ var ReconcileSeconds = prometheus.NewGauge(prometheus.GaugeOpts{
 })
 
 func init() { Registry.MustRegister(UnwrittenEvents, Reconciled, ReconcileSeconds) }
+
+// The federation's metrics (peloton serve federation, peloton up).
+var (
+	// FederationClusterState is 1 for each cluster's current state and 0
+	// for its other states.
+	FederationClusterState = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "peloton", Subsystem: "federation", Name: "cluster_state",
+		Help: "1 for the state each registered cluster is in (READY, DEGRADED, UNREACHABLE, CORDONED), 0 for the others.",
+	}, []string{"cluster", "state"})
+	// FederationClusterTransitions counts health changes of clusters.
+	FederationClusterTransitions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "peloton", Subsystem: "federation", Name: "cluster_transitions_total",
+		Help: "Health changes of registered clusters, by the state entered.",
+	}, []string{"cluster", "state"})
+	// FederationPoolRepairs counts cluster pools set back to their desired
+	// state after someone changed them in the cluster.
+	FederationPoolRepairs = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "peloton", Subsystem: "federation", Name: "pool_repairs_total",
+		Help: "Cluster pools set back to their desired state after a change made in the cluster.",
+	}, []string{"cluster"})
+	// FederationPoolPropagation is the time from a change of a global pool
+	// to a cluster's pool holding its part.
+	FederationPoolPropagation = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: "peloton", Subsystem: "federation", Name: "pool_propagation_seconds",
+		Help:    "Time from a change of a global pool until a cluster's pool holds its part.",
+		Buckets: prometheus.ExponentialBuckets(0.005, 2, 12),
+	})
+	// FederationJobs counts federated jobs by step: created, dispatched
+	// (a cluster chosen), sent (the cluster has it), done.
+	FederationJobs = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "peloton", Subsystem: "federation", Name: "jobs_total",
+		Help: "Federated jobs by step: created, dispatched, sent, done.",
+	}, []string{"step"})
+)
+
+func init() {
+	Registry.MustRegister(FederationClusterState, FederationClusterTransitions, FederationPoolRepairs,
+		FederationPoolPropagation, FederationJobs)
+}

@@ -1,0 +1,191 @@
+// Package federation is Peloton's global control plane over many cluster
+// stacks: the registry of clusters and their health, the global pool tree
+// split into each cluster's pools (kept there as desired state and repaired
+// when it drifts), and the dispatch of BATCH jobs to one cluster each.
+//
+// It talks to cluster stacks only through their public API, with the one
+// shared client (cluster/client); it imports no component of a stack
+// (jobmgr, hostmgr, placement) and uses resmgr only for the pure rules of a
+// pool path and spec, so that a global pool is refused in the same words as
+// a cluster pool. Everything it must not forget is in etcd under its own
+// prefix (/peloton/federation/), and it is rebuilt from there at start.
+//
+// Each cluster has one worker goroutine, and every remote call a worker
+// makes has its own deadline: a cluster that hangs stalls its own worker and
+// nothing else. The decisions - a cluster's health from its checks, the
+// split of the pool tree, which cluster takes a job - are pure functions
+// (health.go, split.go, dispatch.go) over a snapshot; the workers read
+// state, call them and apply the result.
+package federation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/peloton-sched/peloton/cluster/client"
+	"github.com/peloton-sched/peloton/internal/store"
+)
+
+// Prefix is the etcd prefix of every key of the federation, beside the
+// clusters' own (/peloton/clusters/<name>/).
+const Prefix = store.DefaultPrefix + "federation/"
+
+// Options tunes a Federation. Zero values take the defaults.
+type Options struct {
+	Logger *slog.Logger
+	// CheckEvery is how often each cluster is health-checked (default 1s).
+	CheckEvery time.Duration
+	// CallTimeout bounds every call to a cluster (default 2s).
+	CallTimeout time.Duration
+	// SlowAfter: a check answered slower than this makes the cluster
+	// DEGRADED (default 1s).
+	SlowAfter time.Duration
+	// UnreachableAfter: a cluster that has answered no check for this long
+	// is UNREACHABLE (default 5s).
+	UnreachableAfter time.Duration
+	// Dial opens a client of a cluster's API (default client.New with
+	// CallTimeout).
+	Dial func(endpoint string) (*client.Client, error)
+	// Now is the clock (default time.Now); tests move it.
+	Now func() time.Time
+}
+
+func (o Options) withDefaults() Options {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.CheckEvery <= 0 {
+		o.CheckEvery = time.Second
+	}
+	if o.CallTimeout <= 0 {
+		o.CallTimeout = 2 * time.Second
+	}
+	if o.SlowAfter <= 0 {
+		o.SlowAfter = time.Second
+	}
+	if o.UnreachableAfter <= 0 {
+		o.UnreachableAfter = 5 * time.Second
+	}
+	if o.Dial == nil {
+		timeout := o.CallTimeout
+		o.Dial = func(endpoint string) (*client.Client, error) {
+			return client.New(endpoint, client.Options{Timeout: timeout, MaxMsgBytes: 64 << 20})
+		}
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return o
+}
+
+// Federation is the global control plane's state and its workers. Create
+// it with New, then Start it; every method is safe for concurrent use.
+type Federation struct {
+	st   store.Store
+	opts Options
+	log  *slog.Logger
+
+	mu       sync.Mutex
+	clusters map[string]*member
+	pools    map[string]*globalPool
+	jobs     map[string]*fedJob
+	// split is the last split of the pool tree (recomputed on every change
+	// of the tree or of the clusters' membership in it).
+	split SplitResult
+	// splitOf is the set of clusters (with capacities) split was made for.
+	splitOf map[string]int64
+
+	ctx       context.Context // the workers' context, set by Start
+	startedAt time.Time
+	stop      context.CancelFunc
+	wg        sync.WaitGroup
+	kick      chan struct{} // wakes the dispatcher
+	started   bool
+}
+
+// New makes a federation over st, a store opened on Prefix.
+func New(st store.Store, opts Options) *Federation {
+	opts = opts.withDefaults()
+	return &Federation{
+		st:       st,
+		opts:     opts,
+		log:      opts.Logger.With("component", "federation"),
+		clusters: map[string]*member{},
+		pools:    map[string]*globalPool{},
+		jobs:     map[string]*fedJob{},
+		kick:     make(chan struct{}, 1),
+	}
+}
+
+// Start loads the registry, the global pools and the federated jobs from
+// the store and starts a worker per cluster and the dispatcher. It returns
+// once everything is loaded.
+func (f *Federation) Start(ctx context.Context) error {
+	f.mu.Lock()
+	if f.started {
+		f.mu.Unlock()
+		return errors.New("federation: started twice")
+	}
+	f.started = true
+	f.startedAt = f.opts.Now()
+	f.ctx, f.stop = context.WithCancel(context.WithoutCancel(ctx))
+	f.mu.Unlock()
+	if err := f.loadClusters(ctx); err != nil {
+		return fmt.Errorf("load clusters: %w", err)
+	}
+	if err := f.loadPools(ctx); err != nil {
+		return fmt.Errorf("load pools: %w", err)
+	}
+	if err := f.loadJobs(ctx); err != nil {
+		return fmt.Errorf("load jobs: %w", err)
+	}
+	f.mu.Lock()
+	f.resplitLocked()
+	for _, m := range f.clusters {
+		f.startWorkerLocked(m)
+	}
+	f.mu.Unlock()
+	f.wg.Add(1)
+	go func() { defer f.wg.Done(); f.dispatchLoop(f.ctx) }()
+	f.kickDispatch()
+	return nil
+}
+
+// Close stops every worker and waits for them. Nothing is lost: whatever
+// a worker was doing is redone from the store by the next Start.
+func (f *Federation) Close() {
+	f.mu.Lock()
+	stop := f.stop
+	f.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+	f.wg.Wait()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, m := range f.clusters {
+		if m.cli != nil {
+			_ = m.cli.Close()
+		}
+	}
+}
+
+// nudgeAll wakes every cluster's worker, e.g. after the pool tree changed,
+// so the change reaches the clusters now rather than at the next check.
+// Caller holds mu.
+func (f *Federation) nudgeAllLocked() {
+	for _, m := range f.clusters {
+		m.nudge()
+	}
+}
+
+func (f *Federation) kickDispatch() {
+	select {
+	case f.kick <- struct{}{}:
+	default:
+	}
+}

@@ -1,0 +1,678 @@
+package federation
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/peloton-sched/peloton/internal/apierr"
+	"github.com/peloton-sched/peloton/internal/fsm"
+	"github.com/peloton-sched/peloton/internal/metrics"
+	"github.com/peloton-sched/peloton/internal/requestid"
+	"github.com/peloton-sched/peloton/internal/resources"
+	"github.com/peloton-sched/peloton/internal/store"
+	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+	"github.com/peloton-sched/peloton/resmgr"
+)
+
+const jobRequestKind requestid.Kind = "federated-job"
+
+func jobKey(id string) string { return "jobs/" + id }
+
+// DispatchTable is the one list of legal dispatch state changes.
+//
+//	PENDING -> DISPATCHED     a cluster was chosen (the create is sent by its worker)
+//	PENDING -> DONE           killed before it reached a cluster
+//	DISPATCHED -> MOVING      its cluster went unreachable before any task started
+//	DISPATCHED -> PENDING     its cluster was deregistered before any task started
+//	DISPATCHED -> DONE        it ended in its cluster (or the cluster refused it)
+//	MOVING -> PENDING         the copy in the old cluster is confirmed gone
+//	MOVING -> DISPATCHED      the old cluster answered and tasks had started: it stays
+//	MOVING -> DONE            killed while moving, and confirmed gone
+var DispatchTable = fsm.New("dispatch",
+	fsm.From(pelotonv1.DispatchState_DISPATCH_PENDING).To(pelotonv1.DispatchState_DISPATCHED, pelotonv1.DispatchState_DISPATCH_DONE),
+	fsm.From(pelotonv1.DispatchState_DISPATCHED).To(pelotonv1.DispatchState_DISPATCH_MOVING, pelotonv1.DispatchState_DISPATCH_PENDING, pelotonv1.DispatchState_DISPATCH_DONE),
+	fsm.From(pelotonv1.DispatchState_DISPATCH_MOVING).To(pelotonv1.DispatchState_DISPATCH_PENDING, pelotonv1.DispatchState_DISPATCHED, pelotonv1.DispatchState_DISPATCH_DONE),
+	fsm.From(pelotonv1.DispatchState_DISPATCH_DONE).To(),
+)
+
+// fedJob is a federated job: its record as in etcd and its revision.
+type fedJob struct {
+	rec *pelotonv1.FederatedJob
+	rev int64
+	req resources.Resources
+	// busy: a worker or the dispatcher is writing it; others skip it.
+	busy bool
+}
+
+func newJobID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	h := hex.EncodeToString(b[:])
+	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+}
+
+func (f *Federation) loadJobs(ctx context.Context) error {
+	kvs, err := f.st.List(ctx, "jobs/")
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, kv := range kvs {
+		rec := &pelotonv1.FederatedJob{}
+		if err := proto.Unmarshal(kv.Value, rec); err != nil {
+			return fmt.Errorf("decode %s: %w", kv.Key, err)
+		}
+		req, _ := jobRequest(rec.Spec.GetJob())
+		f.jobs[rec.Id] = &fedJob{rec: rec, rev: kv.Revision, req: req}
+	}
+	return nil
+}
+
+// CreateJob accepts a BATCH job for dispatch. It answers once the job is
+// recorded; the dispatcher sends it to a cluster right after.
+func (f *Federation) CreateJob(ctx context.Context, spec *pelotonv1.FederatedJobSpec, rqID string) (string, error) {
+	if err := validateJobSpec(spec); err != nil {
+		return "", err
+	}
+	rq, err := requestid.New(jobRequestKind, rqID, &pelotonv1.CreateFederatedJobRequest{Spec: spec})
+	if err != nil {
+		return "", err
+	}
+	now := f.opts.Now()
+	o, err := requestid.Lookup(ctx, f.st, rq, now)
+	if err != nil {
+		return "", err
+	}
+	if o.Done {
+		return o.Object, nil
+	}
+	id := newJobID()
+	req, _ := jobRequest(spec.Job)
+	rec := &pelotonv1.FederatedJob{Id: id, Spec: spec, DispatchState: pelotonv1.DispatchState_DISPATCH_PENDING,
+		CreateTime: timestamppb.New(now), Message: "waiting for dispatch"}
+	b, err := proto.Marshal(rec)
+	if err != nil {
+		return "", err
+	}
+	ops := append([]store.Op{store.Put(jobKey(id), b, store.MustNotExist)}, o.Ops(rq, id, now)...)
+	rev, err := f.st.Txn(ctx, ops...)
+	if err != nil {
+		if o2, rerr := requestid.Recheck(ctx, f.st, rq, now, err); rerr == nil && o2.Done {
+			return o2.Object, nil
+		}
+		return "", apierr.Unavailable("record federated job: %v", err)
+	}
+	f.mu.Lock()
+	f.jobs[id] = &fedJob{rec: rec, rev: rev, req: req}
+	f.mu.Unlock()
+	metrics.FederationJobs.WithLabelValues("created").Inc()
+	f.kickDispatch()
+	return id, nil
+}
+
+func validateJobSpec(spec *pelotonv1.FederatedJobSpec) error {
+	job := spec.GetJob()
+	if job == nil {
+		return apierr.Invalid("spec.job", "required: the job to dispatch")
+	}
+	if job.Type != pelotonv1.JobType_BATCH && job.Type != pelotonv1.JobType_JOB_TYPE_UNSPECIFIED {
+		return apierr.Invalid("spec.job.type", "the federation dispatches BATCH jobs; %s jobs go to a cluster (peloton --cluster NAME job create) until federated services exist", job.Type)
+	}
+	if job.Name == "" {
+		return apierr.Invalid("spec.job.name", "required")
+	}
+	if job.InstanceCount == 0 {
+		return apierr.Invalid("spec.job.instanceCount", "must be > 0")
+	}
+	if _, err := resmgr.NormalizePath(job.Pool, "spec.job.pool"); err != nil {
+		return err
+	}
+	if job.Foreign != nil {
+		return apierr.Invalid("spec.job.foreign", "set by Peloton only")
+	}
+	if _, err := jobRequest(job); err != nil {
+		return err
+	}
+	return ValidateLabels(spec.GetPlacement().GetClusterSelector(), "spec.placement.clusterSelector")
+}
+
+// GetJob returns a federated job with its status as last observed.
+func (f *Federation) GetJob(id string) (*pelotonv1.FederatedJob, error) {
+	if id == "" {
+		return nil, apierr.Invalid("jobId", "required")
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	j := f.jobs[id]
+	if j == nil {
+		return nil, apierr.NotFound("federated job %s does not exist", id)
+	}
+	return jobView(j), nil
+}
+
+func jobView(j *fedJob) *pelotonv1.FederatedJob {
+	out := proto.Clone(j.rec).(*pelotonv1.FederatedJob)
+	out.Version = uint64(j.rev)
+	return out
+}
+
+// ListJobs returns federated jobs, newest first, a page at a time.
+func (f *Federation) ListJobs(cluster string, pageSize uint32, token string) ([]*pelotonv1.FederatedJob, string, error) {
+	if pageSize == 0 {
+		pageSize = 500
+	}
+	if pageSize > 5000 {
+		return nil, "", apierr.Invalid("pageSize", "at most 5000, got %d", pageSize)
+	}
+	f.mu.Lock()
+	all := make([]*fedJob, 0, len(f.jobs))
+	for _, j := range f.jobs {
+		if cluster == "" || j.rec.Cluster == cluster {
+			all = append(all, j)
+		}
+	}
+	sort.Slice(all, func(a, b int) bool {
+		ta, tb := all[a].rec.CreateTime.AsTime(), all[b].rec.CreateTime.AsTime()
+		if !ta.Equal(tb) {
+			return ta.After(tb)
+		}
+		return all[a].rec.Id < all[b].rec.Id
+	})
+	start := 0
+	if token != "" {
+		start = -1
+		for i, j := range all {
+			if j.rec.Id == token {
+				start = i + 1
+				break
+			}
+		}
+		if start < 0 {
+			f.mu.Unlock()
+			return nil, "", apierr.Invalid("pageToken", "unknown or expired token %q; list again from the first page", token)
+		}
+	}
+	var out []*pelotonv1.FederatedJob
+	next := ""
+	for i := start; i < len(all); i++ {
+		if uint32(len(out)) == pageSize {
+			next = all[i-1].rec.Id
+			break
+		}
+		v := jobView(all[i])
+		// A summary, as ListJobs of a cluster answers.
+		v.Spec = &pelotonv1.FederatedJobSpec{Placement: v.Spec.GetPlacement(), Job: &pelotonv1.JobSpec{
+			Name: v.Spec.GetJob().GetName(), Type: v.Spec.GetJob().GetType(), Pool: v.Spec.GetJob().GetPool(),
+			InstanceCount: v.Spec.GetJob().GetInstanceCount(), Sla: v.Spec.GetJob().GetSla(), Labels: v.Spec.GetJob().GetLabels()}}
+		out = append(out, v)
+	}
+	f.mu.Unlock()
+	return out, next, nil
+}
+
+// KillJob kills a federated job wherever it is: before dispatch it is done
+// at once; in a cluster, that cluster's worker cancels it there.
+func (f *Federation) KillJob(ctx context.Context, id string) error {
+	j, err := f.GetJob(id)
+	if err != nil {
+		return err
+	}
+	if j.Killed || j.DispatchState == pelotonv1.DispatchState_DISPATCH_DONE {
+		return nil
+	}
+	err = f.updateJob(ctx, id, func(rec *pelotonv1.FederatedJob) error {
+		rec.Killed = true
+		if rec.DispatchState == pelotonv1.DispatchState_DISPATCH_PENDING {
+			rec.DispatchState = pelotonv1.DispatchState_DISPATCH_DONE
+			rec.Message = "killed before dispatch"
+		} else {
+			rec.Message = "killing in cluster " + rec.Cluster
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	if m := f.clusters[j.Cluster]; m != nil {
+		m.nudge()
+	}
+	f.mu.Unlock()
+	return nil
+}
+
+// updateJob changes a job's record with compare-and-swap, retrying a few
+// times on a conflict with another writer (change is applied to the
+// latest record each time). The dispatch state change, if any, must be in
+// DispatchTable.
+func (f *Federation) updateJob(ctx context.Context, id string, change func(*pelotonv1.FederatedJob) error) error {
+	for attempt := 0; ; attempt++ {
+		f.mu.Lock()
+		j := f.jobs[id]
+		if j == nil {
+			f.mu.Unlock()
+			return apierr.NotFound("federated job %s does not exist", id)
+		}
+		rec := proto.Clone(j.rec).(*pelotonv1.FederatedJob)
+		rev := j.rev
+		f.mu.Unlock()
+		from := rec.DispatchState
+		if err := change(rec); err != nil {
+			return err
+		}
+		if err := DispatchTable.Check(from, rec.DispatchState); err != nil {
+			return fmt.Errorf("federated job %s: %w", id, err)
+		}
+		newRev, err := f.put(ctx, jobKey(id), rec, rev)
+		if errors.Is(err, store.ErrConflict) && attempt < 5 {
+			// Someone else wrote it: read it back and apply again.
+			if kv, gerr := f.st.Get(ctx, jobKey(id)); gerr == nil {
+				cur := &pelotonv1.FederatedJob{}
+				if proto.Unmarshal(kv.Value, cur) == nil {
+					f.mu.Lock()
+					if j := f.jobs[id]; j != nil {
+						j.rec, j.rev = cur, kv.Revision
+					}
+					f.mu.Unlock()
+				}
+			}
+			continue
+		}
+		if err != nil {
+			return apierr.Unavailable("write federated job %s: %v", id, err)
+		}
+		f.mu.Lock()
+		if j := f.jobs[id]; j != nil {
+			j.rec, j.rev = rec, newRev
+		}
+		f.mu.Unlock()
+		if from != rec.DispatchState {
+			f.log.Info("federated job", "job", id, "from", from, "to", rec.DispatchState, "cluster", rec.Cluster, "why", rec.Message)
+		}
+		return nil
+	}
+}
+
+// dispatchLoop sends pending jobs to clusters, when kicked and every
+// CheckEvery (a pending job waits for a cluster to have room or return).
+func (f *Federation) dispatchLoop(ctx context.Context) {
+	t := time.NewTicker(f.opts.CheckEvery)
+	defer t.Stop()
+	for {
+		f.dispatchPending(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-f.kick:
+		}
+	}
+}
+
+// dispatchConcurrency bounds the dispatcher's record writes in flight.
+const dispatchConcurrency = 32
+
+func (f *Federation) dispatchPending(ctx context.Context) {
+	type choice struct{ id, cluster, why string }
+	f.mu.Lock()
+	var pending []*fedJob
+	for _, j := range f.jobs {
+		if j.rec.DispatchState == pelotonv1.DispatchState_DISPATCH_PENDING && !j.rec.Killed && !j.busy {
+			pending = append(pending, j)
+		}
+	}
+	sort.Slice(pending, func(a, b int) bool {
+		return pending[a].rec.CreateTime.AsTime().Before(pending[b].rec.CreateTime.AsTime())
+	})
+	var choices []choice
+	for _, j := range pending {
+		cands := f.candidatesLocked(j.rec.Spec.GetJob().GetPool())
+		name, why := chooseCluster(j.req, j.rec.Spec.GetPlacement().GetClusterSelector(), cands)
+		if name != "" {
+			// Assume the job is there until the next check shows it.
+			m := f.clusters[name]
+			if m.assumed == nil {
+				m.assumed = map[string]resources.Resources{}
+			}
+			pool := j.rec.Spec.GetJob().GetPool()
+			m.assumed[pool] = m.assumed[pool].Add(j.req)
+			j.busy = true
+		}
+		choices = append(choices, choice{j.rec.Id, name, why})
+	}
+	f.mu.Unlock()
+
+	sem := make(chan struct{}, dispatchConcurrency)
+	var wg sync.WaitGroup
+	for _, c := range choices {
+		if c.cluster == "" {
+			f.mu.Lock()
+			if j := f.jobs[c.id]; j != nil && j.rec.Message != c.why {
+				j.rec.Message = c.why // said in memory only: it changes as clusters do
+			}
+			f.mu.Unlock()
+			continue
+		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			err := f.updateJob(ctx, c.id, func(rec *pelotonv1.FederatedJob) error {
+				if rec.DispatchState != pelotonv1.DispatchState_DISPATCH_PENDING || rec.Killed {
+					return errSkip
+				}
+				rec.DispatchState = pelotonv1.DispatchState_DISPATCHED
+				rec.Cluster, rec.ClusterJobId = c.cluster, ""
+				rec.Message = "sending to cluster " + c.cluster
+				rec.Attempts = append(rec.Attempts, &pelotonv1.FederatedJobAttempt{Cluster: c.cluster, DispatchTime: timestamppb.New(f.opts.Now())})
+				return nil
+			})
+			f.mu.Lock()
+			if j := f.jobs[c.id]; j != nil {
+				j.busy = false
+			}
+			if m := f.clusters[c.cluster]; m != nil && err == nil {
+				m.nudge()
+			}
+			f.mu.Unlock()
+			if err == nil {
+				metrics.FederationJobs.WithLabelValues("dispatched").Inc()
+			} else if !errors.Is(err, errSkip) {
+				f.log.Warn("cannot record a dispatch; retried", "job", c.id, "err", err)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+var errSkip = errors.New("skip")
+
+// candidatesLocked is every cluster as the dispatcher sees it for a job
+// of pool. Caller holds mu.
+func (f *Federation) candidatesLocked(pool string) []candidate {
+	out := make([]candidate, 0, len(f.clusters))
+	for _, name := range sortedKeys(f.clusters) {
+		m := f.clusters[name]
+		c := candidate{name: name, labels: m.rec.Labels, state: effectiveState(m.rec.Health, m.cordoned())}
+		if !m.checked {
+			c.state = pelotonv1.ClusterState_CLUSTER_DEGRADED // not looked at yet since start
+		}
+		if p := m.pools[pool]; p != nil && len(p.Children) == 0 && pool != "/" {
+			c.hasPool = true
+			ent, _ := resources.FromProto(p.GetStatus().GetEntitlement(), "")
+			alloc, _ := resources.FromProto(p.GetStatus().GetAllocation(), "")
+			c.headroom = ent.Sub(alloc).Sub(m.assumed[pool])
+		}
+		if m.capacity.MilliCPU > 0 {
+			c.used = float64(m.alloc.MilliCPU) / float64(m.capacity.MilliCPU)
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// started reports whether a job's status shows any task that got as far
+// as a host: such a job is never dispatched again.
+func started(st *pelotonv1.JobStatus) bool {
+	if st == nil {
+		return false
+	}
+	switch st.State {
+	case pelotonv1.JobState_JOB_RUNNING, pelotonv1.JobState_JOB_SUCCEEDED, pelotonv1.JobState_JOB_FAILED:
+		return true
+	}
+	for state, n := range st.TaskCounts {
+		if n == 0 {
+			continue
+		}
+		switch state {
+		case "INITIALIZED", "PENDING", "READY", "PLACING", "PLACED":
+		default:
+			return true
+		}
+	}
+	return false
+}
+
+func terminal(s pelotonv1.JobState) bool {
+	return s == pelotonv1.JobState_JOB_SUCCEEDED || s == pelotonv1.JobState_JOB_FAILED || s == pelotonv1.JobState_JOB_KILLED
+}
+
+// clusterUnreachable marks the jobs in a cluster that went unreachable
+// and had not started as moving: they are dispatched again once their
+// copy there is confirmed gone.
+func (f *Federation) clusterUnreachable(ctx context.Context, name string) {
+	for _, id := range f.jobsIn(name, pelotonv1.DispatchState_DISPATCHED) {
+		err := f.updateJob(ctx, id, func(rec *pelotonv1.FederatedJob) error {
+			if rec.Cluster != name || rec.DispatchState != pelotonv1.DispatchState_DISPATCHED || started(rec.Status) || rec.Killed {
+				return errSkip
+			}
+			rec.DispatchState = pelotonv1.DispatchState_DISPATCH_MOVING
+			rec.Message = "cluster " + name + " is unreachable and no task had started: to be dispatched elsewhere once its copy there is confirmed gone"
+			return nil
+		})
+		if err != nil && !errors.Is(err, errSkip) {
+			f.log.Warn("cannot mark a job moving", "job", id, "err", err)
+		}
+	}
+}
+
+// clusterGone handles the jobs of a deregistered cluster: the operator
+// says it is gone, so a job that had not started is dispatched again, and
+// one that had is given up with a message.
+func (f *Federation) clusterGone(ctx context.Context, name string) {
+	ids := append(f.jobsIn(name, pelotonv1.DispatchState_DISPATCHED), f.jobsIn(name, pelotonv1.DispatchState_DISPATCH_MOVING)...)
+	for _, id := range ids {
+		err := f.updateJob(ctx, id, func(rec *pelotonv1.FederatedJob) error {
+			if rec.Cluster != name || rec.DispatchState == pelotonv1.DispatchState_DISPATCH_DONE || rec.DispatchState == pelotonv1.DispatchState_DISPATCH_PENDING {
+				return errSkip
+			}
+			endAttempt(rec, "cluster "+name+" was deregistered")
+			if started(rec.Status) || rec.Killed {
+				rec.DispatchState = pelotonv1.DispatchState_DISPATCH_DONE
+				rec.Message = "cluster " + name + " was deregistered while the job was in it; its end there is unknown"
+				return nil
+			}
+			rec.DispatchState = pelotonv1.DispatchState_DISPATCH_PENDING
+			rec.Cluster, rec.ClusterJobId, rec.Status = "", "", nil
+			rec.Message = "cluster " + name + " was deregistered before any task started: waiting for dispatch"
+			return nil
+		})
+		if err != nil && !errors.Is(err, errSkip) {
+			f.log.Warn("cannot move a job off a deregistered cluster", "job", id, "err", err)
+		}
+	}
+	f.kickDispatch()
+}
+
+func endAttempt(rec *pelotonv1.FederatedJob, why string) {
+	if n := len(rec.Attempts); n > 0 && rec.Attempts[n-1].EndReason == "" {
+		rec.Attempts[n-1].EndReason = why
+	}
+}
+
+// jobsIn lists the jobs in a cluster in a dispatch state.
+func (f *Federation) jobsIn(cluster string, st pelotonv1.DispatchState) []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var ids []string
+	for id, j := range f.jobs {
+		if j.rec.Cluster == cluster && j.rec.DispatchState == st {
+			ids = append(ids, id)
+		}
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+// jobSyncBatch bounds how many jobs one worker pass looks at, and
+// jobSyncConcurrency how many calls to the cluster it has in flight.
+const (
+	jobSyncBatch       = 512
+	jobSyncConcurrency = 8
+)
+
+// syncJobs does the federated jobs' business with one cluster that just
+// answered its check: send the creates of jobs dispatched to it, cancel
+// the killed and the moving ones, and refresh the status of the others.
+func (f *Federation) syncJobs(ctx context.Context, name string, m *member) {
+	f.mu.Lock()
+	var ids []string
+	for id, j := range f.jobs {
+		st := j.rec.DispatchState
+		if j.rec.Cluster == name && (st == pelotonv1.DispatchState_DISPATCHED || st == pelotonv1.DispatchState_DISPATCH_MOVING) {
+			ids = append(ids, id)
+		}
+	}
+	cli := m.cli
+	f.mu.Unlock()
+	// Unsent creates first, then the rest, oldest job ids first; a pass
+	// takes a bounded batch and the next pass the next.
+	sort.Strings(ids)
+	if len(ids) > jobSyncBatch {
+		off := int(m.jobCursor.Add(jobSyncBatch)) % len(ids)
+		ids = append(ids[off:], ids[:off]...)[:jobSyncBatch]
+	}
+	sem := make(chan struct{}, jobSyncConcurrency)
+	var wg sync.WaitGroup
+	for _, id := range ids {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if err := f.syncJob(ctx, name, cli, id); err != nil && !errors.Is(err, errSkip) && ctx.Err() == nil {
+				f.log.Warn("federated job: call to its cluster failed; retried next pass", "job", id, "cluster", name, "err", err)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// syncJob moves one job along with its cluster.
+func (f *Federation) syncJob(ctx context.Context, name string, cli clusterClient, id string) error {
+	j, err := f.GetJob(id)
+	if err != nil || j.Cluster != name {
+		return errSkip
+	}
+	call := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, f.opts.CallTimeout) }
+	clusterID := j.ClusterJobId
+	if clusterID == "" {
+		// Send the create, under a request id of this attempt: a create
+		// whose answer was lost is answered again, not repeated.
+		cctx, cancel := call()
+		resp, err := cli.Jobs.CreateJob(cctx, &pelotonv1.CreateJobRequest{Spec: j.Spec.Job, RequestId: attemptRequestID(j)})
+		cancel()
+		if err != nil {
+			code := status.Code(err)
+			if code == codes.InvalidArgument || code == codes.NotFound || code == codes.FailedPrecondition || code == codes.AlreadyExists {
+				// The cluster refused it: dispatch it elsewhere? The same
+				// spec would be refused for the same reason; say so.
+				return f.updateJob(ctx, id, func(rec *pelotonv1.FederatedJob) error {
+					if rec.ClusterJobId != "" || rec.Cluster != name {
+						return errSkip
+					}
+					endAttempt(rec, "refused: "+status.Convert(err).Message())
+					rec.DispatchState = pelotonv1.DispatchState_DISPATCH_DONE
+					rec.Message = fmt.Sprintf("cluster %s refused the job: %s", name, status.Convert(err).Message())
+					return nil
+				})
+			}
+			return err
+		}
+		clusterID = resp.JobId
+		if err := f.updateJob(ctx, id, func(rec *pelotonv1.FederatedJob) error {
+			if rec.Cluster != name {
+				return errSkip
+			}
+			rec.ClusterJobId = clusterID
+			if n := len(rec.Attempts); n > 0 {
+				rec.Attempts[n-1].ClusterJobId = clusterID
+			}
+			if rec.DispatchState == pelotonv1.DispatchState_DISPATCHED && !rec.Killed {
+				rec.Message = ""
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		metrics.FederationJobs.WithLabelValues("sent").Inc()
+	}
+	cctx, cancel := call()
+	resp, err := cli.Jobs.GetJob(cctx, &pelotonv1.GetJobRequest{JobId: clusterID})
+	cancel()
+	if status.Code(err) == codes.NotFound {
+		return f.updateJob(ctx, id, func(rec *pelotonv1.FederatedJob) error {
+			if rec.Cluster != name || rec.ClusterJobId != clusterID {
+				return errSkip
+			}
+			return f.confirmGone(rec, name, "deleted from cluster "+name)
+		})
+	}
+	if err != nil {
+		return err
+	}
+	st := resp.Job.Status
+	moving := j.DispatchState == pelotonv1.DispatchState_DISPATCH_MOVING
+	if (j.Killed || (moving && !started(st))) && !terminal(st.State) && st.State != pelotonv1.JobState_JOB_KILLING {
+		cctx, cancel := call()
+		_, err := cli.Jobs.CancelJob(cctx, &pelotonv1.CancelJobRequest{JobId: clusterID})
+		cancel()
+		if err != nil && status.Code(err) != codes.NotFound {
+			return err
+		}
+	}
+	return f.updateJob(ctx, id, func(rec *pelotonv1.FederatedJob) error {
+		if rec.Cluster != name || rec.ClusterJobId != clusterID {
+			return errSkip
+		}
+		changed := !proto.Equal(rec.Status, st)
+		rec.Status = st
+		switch {
+		case terminal(st.State):
+			return f.confirmGone(rec, name, "ended "+st.State.String()+" in cluster "+name)
+		case rec.DispatchState == pelotonv1.DispatchState_DISPATCH_MOVING && started(st):
+			rec.DispatchState = pelotonv1.DispatchState_DISPATCHED
+			rec.Message = "cluster " + name + " answered again and tasks had started there: the job stays"
+			return nil
+		case !changed:
+			return errSkip // nothing to write
+		}
+		return nil
+	})
+}
+
+// confirmGone is what a job becomes once its copy in cluster name has
+// ended: done, or (moving, never started) pending for another dispatch.
+func (f *Federation) confirmGone(rec *pelotonv1.FederatedJob, name, why string) error {
+	if rec.DispatchState == pelotonv1.DispatchState_DISPATCH_MOVING && !rec.Killed && !started(rec.Status) {
+		endAttempt(rec, "moved: cluster "+name+" was unreachable; its copy is confirmed gone ("+why+")")
+		rec.DispatchState = pelotonv1.DispatchState_DISPATCH_PENDING
+		rec.Cluster, rec.ClusterJobId, rec.Status = "", "", nil
+		rec.Message = "waiting for dispatch after leaving cluster " + name
+		defer f.kickDispatch()
+		return nil
+	}
+	endAttempt(rec, why)
+	rec.DispatchState = pelotonv1.DispatchState_DISPATCH_DONE
+	rec.Message = why
+	metrics.FederationJobs.WithLabelValues("done").Inc()
+	return nil
+}
+
+// attemptRequestID names the create of one dispatch attempt in its cluster.
+func attemptRequestID(j *pelotonv1.FederatedJob) string {
+	return "fed-" + j.Id + "-" + strconv.Itoa(len(j.Attempts))
+}

@@ -1,0 +1,744 @@
+package federation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/peloton-sched/peloton/internal/apierr"
+	"github.com/peloton-sched/peloton/internal/metrics"
+	"github.com/peloton-sched/peloton/internal/requestid"
+	"github.com/peloton-sched/peloton/internal/resources"
+	"github.com/peloton-sched/peloton/internal/store"
+	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+	"github.com/peloton-sched/peloton/resmgr"
+)
+
+// RequestKind scopes the request ids of global pool creates.
+const poolRequestKind requestid.Kind = "federated-pool"
+
+func poolKey(path string) string { return "pools" + path }
+
+// globalPool is one node of the global pool tree as kept in etcd: path,
+// spec and whether it is being deleted.
+type globalPool struct {
+	rec *pelotonv1.FederatedPool
+	rev int64
+	// res, limit, share are the spec as integers.
+	res, limit, share resources.Resources
+	// changed is when the spec last changed in this process, to measure
+	// how long it takes to reach every cluster.
+	changed time.Time
+	// reached is the clusters in sync since changed.
+	reached map[string]bool
+}
+
+func (f *Federation) loadPools(ctx context.Context) error {
+	kvs, err := f.st.List(ctx, "pools/")
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, kv := range kvs {
+		rec := &pelotonv1.FederatedPool{}
+		if err := proto.Unmarshal(kv.Value, rec); err != nil {
+			return fmt.Errorf("decode %s: %w", kv.Key, err)
+		}
+		gp, err := newGlobalPool(rec, kv.Revision)
+		if err != nil {
+			return fmt.Errorf("%s: %w", kv.Key, err)
+		}
+		f.pools[rec.Path] = gp
+	}
+	return nil
+}
+
+func newGlobalPool(rec *pelotonv1.FederatedPool, rev int64) (*globalPool, error) {
+	res, limit, share, err := resmgr.ValidatePoolSpec(clusterSpec(rec.Spec))
+	if err != nil {
+		return nil, err
+	}
+	return &globalPool{rec: rec, rev: rev, res: res, limit: limit, share: share}, nil
+}
+
+// clusterSpec is the cluster pool spec a global spec reads as, before it
+// is split: the same reservation, limit and share.
+func clusterSpec(s *pelotonv1.FederatedPoolSpec) *pelotonv1.PoolSpec {
+	if s == nil {
+		return &pelotonv1.PoolSpec{}
+	}
+	return &pelotonv1.PoolSpec{Reservation: s.Reservation, Limit: s.Limit, Share: s.Share}
+}
+
+func parentOf(path string) string {
+	i := strings.LastIndex(path, "/")
+	if i <= 0 {
+		return "/"
+	}
+	return path[:i]
+}
+
+func depth(path string) int { return strings.Count(path, "/") }
+
+// checkPoolLocked validates a create or update of a global pool at path:
+// the spec, the placement weights (registered clusters, finite, not all
+// zero, within the parent's clusters) and the reservation against the
+// parent's and the siblings'. Caller holds mu.
+func (f *Federation) checkPoolLocked(path string, spec *pelotonv1.FederatedPoolSpec) (resources.Resources, error) {
+	res, _, _, err := resmgr.ValidatePoolSpec(clusterSpec(spec))
+	if err != nil {
+		return res, err
+	}
+	weights := spec.GetPlacement().GetWeights()
+	if len(weights) > 0 {
+		sum := 0.0
+		for _, name := range sortedKeys(weights) {
+			w := weights[name]
+			field := "spec.placement.weights." + name
+			if math.IsNaN(w) || math.IsInf(w, 0) || w < 0 || w > 1e6 {
+				return res, apierr.Invalid(field, "must be a number from 0 to 1000000, got %g", w)
+			}
+			if f.clusters[name] == nil {
+				return res, apierr.Invalid(field, "cluster %s is not registered", name)
+			}
+			if w > 0 {
+				if set := f.clusterSetLocked(parentOf(path)); set != nil && !set[name] {
+					return res, apierr.Invalid(field, "cluster %s gets no part of the parent pool %s, so it can get none of this one", name, parentOf(path))
+				}
+			}
+			sum += w
+		}
+		if sum == 0 {
+			return res, apierr.Invalid("spec.placement.weights", "the weights add up to 0: no cluster would get the pool; leave weights out to split by capacity")
+		}
+	}
+	parent := parentOf(path)
+	if parent != "/" {
+		p := f.pools[parent]
+		if p == nil || p.rec.Deleting {
+			return res, apierr.NotFound("path: parent pool %s does not exist; create it first", parent)
+		}
+		sum := res
+		for other, gp := range f.pools {
+			if other != path && parentOf(other) == parent && !gp.rec.Deleting {
+				sum = sum.Add(gp.res)
+			}
+		}
+		for k := resources.Kind(0); k < resources.NumKinds; k++ {
+			if sum.Get(k) > p.res.Get(k) {
+				return res, apierr.Invalid("spec.reservation."+k.String(),
+					"children of %s would reserve %s %s in all, more than its reservation of %s %s; raise the reservation of %s first",
+					parent, resources.FormatAmount(k, sum.Get(k)), k, resources.FormatAmount(k, p.res.Get(k)), k, parent)
+			}
+		}
+	}
+	return res, nil
+}
+
+// clusterSetLocked is the set of clusters a global pool is split across
+// by its own or its ancestors' weights; nil: every cluster.
+func (f *Federation) clusterSetLocked(path string) map[string]bool {
+	for p := path; p != "/"; p = parentOf(p) {
+		gp := f.pools[p]
+		if gp == nil {
+			return nil
+		}
+		if w := gp.rec.GetSpec().GetPlacement().GetWeights(); len(w) > 0 {
+			set := map[string]bool{}
+			for name, v := range w {
+				if v > 0 {
+					set[name] = true
+				}
+			}
+			return set
+		}
+	}
+	return nil
+}
+
+// CreatePool creates a global pool; its parts reach the clusters within a
+// check. Idempotent by request id.
+func (f *Federation) CreatePool(ctx context.Context, path string, spec *pelotonv1.FederatedPoolSpec, rqID string) (*pelotonv1.FederatedPool, error) {
+	path, err := resmgr.NormalizePath(path, "path")
+	if err != nil {
+		return nil, err
+	}
+	if path == "/" {
+		return nil, apierr.Invalid("path", "the root pool is every cluster's own; create pools below it")
+	}
+	if spec == nil {
+		spec = &pelotonv1.FederatedPoolSpec{}
+	}
+	rq, err := requestid.New(poolRequestKind, rqID, &pelotonv1.CreateFederatedPoolRequest{Path: path, Spec: spec})
+	if err != nil {
+		return nil, err
+	}
+	o, err := requestid.Lookup(ctx, f.st, rq, f.opts.Now())
+	if err != nil {
+		return nil, err
+	}
+	if o.Done {
+		return f.GetPool(o.Object)
+	}
+	f.mu.Lock()
+	if gp := f.pools[path]; gp != nil {
+		f.mu.Unlock()
+		if gp.rec.Deleting {
+			return nil, apierr.FailedPrecondition("path: global pool %s is being deleted from its clusters; create it again once it is gone", path)
+		}
+		return nil, apierr.AlreadyExists("path: global pool %s already exists", path)
+	}
+	if _, err := f.checkPoolLocked(path, spec); err != nil {
+		f.mu.Unlock()
+		return nil, err
+	}
+	f.mu.Unlock()
+	rec := &pelotonv1.FederatedPool{Path: path, Spec: spec}
+	b, err := proto.Marshal(rec)
+	if err != nil {
+		return nil, err
+	}
+	ops := append([]store.Op{store.Put(poolKey(path), b, store.MustNotExist)}, o.Ops(rq, path, f.opts.Now())...)
+	rev, err := f.st.Txn(ctx, ops...)
+	if err != nil {
+		if o2, rerr := requestid.Recheck(ctx, f.st, rq, f.opts.Now(), err); rerr == nil && o2.Done {
+			return f.GetPool(o2.Object)
+		}
+		if errors.Is(err, store.ErrConflict) {
+			return nil, apierr.AlreadyExists("path: global pool %s was created meanwhile", path)
+		}
+		return nil, apierr.Unavailable("create global pool %s: %v", path, err)
+	}
+	gp, err := newGlobalPool(rec, rev)
+	if err != nil {
+		return nil, err
+	}
+	gp.changed = time.Now()
+	f.mu.Lock()
+	f.pools[path] = gp
+	f.resplitLocked()
+	f.nudgeAllLocked()
+	out := f.poolViewLocked(gp)
+	f.mu.Unlock()
+	f.log.Info("global pool created", "path", path)
+	return out, nil
+}
+
+// UpdatePool replaces a global pool's spec (compare-and-swap on version
+// when given).
+func (f *Federation) UpdatePool(ctx context.Context, path string, spec *pelotonv1.FederatedPoolSpec, version uint64) (*pelotonv1.FederatedPool, error) {
+	path, err := resmgr.NormalizePath(path, "path")
+	if err != nil {
+		return nil, err
+	}
+	if spec == nil {
+		spec = &pelotonv1.FederatedPoolSpec{}
+	}
+	f.mu.Lock()
+	gp := f.pools[path]
+	if gp == nil || gp.rec.Deleting {
+		f.mu.Unlock()
+		return nil, apierr.NotFound("global pool %s does not exist", path)
+	}
+	if version != 0 && uint64(gp.rev) != version {
+		f.mu.Unlock()
+		return nil, apierr.FailedPrecondition("version: global pool %s is at version %d, not %d", path, gp.rev, version)
+	}
+	if _, err := f.checkPoolLocked(path, spec); err != nil {
+		f.mu.Unlock()
+		return nil, err
+	}
+	// Children must still fit the new reservation.
+	res, _, _, _ := resmgr.ValidatePoolSpec(clusterSpec(spec))
+	var sum resources.Resources
+	for other, c := range f.pools {
+		if parentOf(other) == path && !c.rec.Deleting {
+			sum = sum.Add(c.res)
+		}
+	}
+	for k := resources.Kind(0); k < resources.NumKinds; k++ {
+		if sum.Get(k) > res.Get(k) {
+			f.mu.Unlock()
+			return nil, apierr.Invalid("spec.reservation."+k.String(), "children of %s reserve %s %s in all, more than %s %s; lower theirs first",
+				path, resources.FormatAmount(k, sum.Get(k)), k, resources.FormatAmount(k, res.Get(k)), k)
+		}
+	}
+	rec := proto.Clone(gp.rec).(*pelotonv1.FederatedPool)
+	rev := gp.rev
+	f.mu.Unlock()
+	rec.Spec = spec
+	newRev, err := f.put(ctx, poolKey(path), rec, rev)
+	if errors.Is(err, store.ErrConflict) {
+		return nil, apierr.Aborted("global pool %s changed meanwhile; try again", path)
+	}
+	if err != nil {
+		return nil, apierr.Unavailable("update global pool %s: %v", path, err)
+	}
+	ngp, err := newGlobalPool(rec, newRev)
+	if err != nil {
+		return nil, err
+	}
+	ngp.changed = time.Now()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.pools[path] = ngp
+	f.resplitLocked()
+	f.nudgeAllLocked()
+	f.log.Info("global pool updated", "path", path)
+	return f.poolViewLocked(ngp), nil
+}
+
+// DeletePool marks a global pool without children for deletion; the
+// workers remove it from every cluster, and the last one forgets it.
+func (f *Federation) DeletePool(ctx context.Context, path string) error {
+	path, err := resmgr.NormalizePath(path, "path")
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	gp := f.pools[path]
+	if gp == nil {
+		f.mu.Unlock()
+		return apierr.NotFound("global pool %s does not exist", path)
+	}
+	if gp.rec.Deleting {
+		f.mu.Unlock()
+		return nil
+	}
+	for other := range f.pools {
+		if parentOf(other) == path {
+			f.mu.Unlock()
+			return apierr.FailedPrecondition("global pool %s has children (%s); delete them first", path, other)
+		}
+	}
+	rec := proto.Clone(gp.rec).(*pelotonv1.FederatedPool)
+	rev := gp.rev
+	f.mu.Unlock()
+	rec.Deleting = true
+	newRev, err := f.put(ctx, poolKey(path), rec, rev)
+	if errors.Is(err, store.ErrConflict) {
+		return apierr.Aborted("global pool %s changed meanwhile; try again", path)
+	}
+	if err != nil {
+		return apierr.Unavailable("delete global pool %s: %v", path, err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if cur := f.pools[path]; cur != nil {
+		cur.rec, cur.rev = rec, newRev
+	}
+	f.resplitLocked()
+	f.nudgeAllLocked()
+	f.log.Info("global pool deleting", "path", path)
+	return nil
+}
+
+// GetPool returns a global pool with each cluster's part as last observed.
+func (f *Federation) GetPool(path string) (*pelotonv1.FederatedPool, error) {
+	path, err := resmgr.NormalizePath(path, "path")
+	if err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	gp := f.pools[path]
+	if gp == nil {
+		return nil, apierr.NotFound("global pool %s does not exist", path)
+	}
+	return f.poolViewLocked(gp), nil
+}
+
+// ListPools returns every global pool, by path.
+func (f *Federation) ListPools() []*pelotonv1.FederatedPool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]*pelotonv1.FederatedPool, 0, len(f.pools))
+	for _, path := range sortedKeys(f.pools) {
+		out = append(out, f.poolViewLocked(f.pools[path]))
+	}
+	return out
+}
+
+// poolViewLocked is a global pool as the API shows it. Caller holds mu.
+func (f *Federation) poolViewLocked(gp *globalPool) *pelotonv1.FederatedPool {
+	out := proto.Clone(gp.rec).(*pelotonv1.FederatedPool)
+	out.Version = uint64(gp.rev)
+	for other := range f.pools {
+		if parentOf(other) == gp.rec.Path {
+			out.Children = append(out.Children, other)
+		}
+	}
+	sort.Strings(out.Children)
+	var ent, alloc, demand resources.Resources
+	var pending, running uint32
+	notes := f.split.Notes[gp.rec.Path]
+	for _, name := range sortedKeys(f.clusters) {
+		m := f.clusters[name]
+		want, wanted := f.desiredLocked(name, gp.rec.Path)
+		have := m.pools[gp.rec.Path]
+		if !wanted && have == nil {
+			continue
+		}
+		pc := &pelotonv1.FederatedPoolCluster{Cluster: name}
+		if wanted {
+			pc.Desired = want
+		}
+		if have != nil {
+			pc.Actual = have.Spec
+			pc.Status = have.Status
+			if st := have.Status; st != nil {
+				e, _ := resources.FromProto(st.Entitlement, "")
+				a, _ := resources.FromProto(st.Allocation, "")
+				d, _ := resources.FromProto(st.Demand, "")
+				ent, alloc, demand = ent.Add(e), alloc.Add(a), demand.Add(d)
+				pending += st.PendingTasks
+				running += st.RunningTasks
+			}
+		}
+		pc.InSync = wanted == (have != nil) && (!wanted || sameSpec(want, have.Spec))
+		switch {
+		case !m.checked:
+			pc.Message = "not checked yet since the federation started"
+		case m.rec.Health == pelotonv1.ClusterState_CLUSTER_UNREACHABLE:
+			pc.Message = "cluster unreachable: its part waits for it"
+		case !wanted:
+			pc.Message = "the cluster gets no part of this pool: to be removed"
+		}
+		if msg := m.poolMsgs[gp.rec.Path]; msg != "" {
+			pc.Message = strings.TrimPrefix(pc.Message+"; "+msg, "; ")
+		}
+		for _, n := range notes {
+			if strings.HasPrefix(n, "cluster "+name+":") {
+				pc.Message = strings.TrimPrefix(pc.Message+"; "+n, "; ")
+			}
+		}
+		out.Clusters = append(out.Clusters, pc)
+	}
+	out.Total = &pelotonv1.PoolStatus{Entitlement: ent.ToProto(), Allocation: alloc.ToProto(), Demand: demand.ToProto(),
+		PendingTasks: pending, RunningTasks: running}
+	return out
+}
+
+// resplitLocked splits the global pool tree again over the clusters that
+// are not UNREACHABLE and have been checked (their capacity is known).
+// Caller holds mu.
+func (f *Federation) resplitLocked() {
+	var clusters []SplitCluster
+	of := map[string]int64{}
+	for _, name := range sortedKeys(f.clusters) {
+		m := f.clusters[name]
+		if m.rec.Health == pelotonv1.ClusterState_CLUSTER_UNREACHABLE || !m.checked {
+			continue
+		}
+		clusters = append(clusters, SplitCluster{Name: name, Capacity: m.capacity})
+		of[name] = m.capacity.MilliCPU ^ m.capacity.MemoryMB<<20 ^ m.capacity.GPU<<40 ^ m.capacity.DiskMB<<8
+	}
+	pools := make([]GlobalPool, 0, len(f.pools))
+	for _, path := range sortedKeys(f.pools) {
+		gp := f.pools[path]
+		if gp.rec.Deleting {
+			continue
+		}
+		pools = append(pools, GlobalPool{Path: path, Reservation: gp.res, Limit: gp.limit, Share: gp.share,
+			Weights: gp.rec.GetSpec().GetPlacement().GetWeights()})
+	}
+	f.split = Split(pools, clusters)
+	f.splitOf = of
+}
+
+// splitStaleLocked reports whether the split was made for other clusters
+// or capacities than the ones observed now. Caller holds mu.
+func (f *Federation) splitStaleLocked() bool {
+	n := 0
+	for name, m := range f.clusters {
+		if m.rec.Health == pelotonv1.ClusterState_CLUSTER_UNREACHABLE || !m.checked {
+			continue
+		}
+		n++
+		v, ok := f.splitOf[name]
+		if !ok || v != m.capacity.MilliCPU^m.capacity.MemoryMB<<20^m.capacity.GPU<<40^m.capacity.DiskMB<<8 {
+			return true
+		}
+	}
+	return n != len(f.splitOf)
+}
+
+// splitSettledLocked reports whether every cluster that is not known to be
+// unreachable has been checked since start, or enough time passed that
+// the ones not checked yet count as unreachable. Until then the split
+// would give one cluster what belongs to another that merely has not been
+// looked at yet, so no pool is changed. Caller holds mu.
+func (f *Federation) splitSettledLocked(now time.Time) bool {
+	if now.Sub(f.startedAt) >= f.opts.UnreachableAfter {
+		return true
+	}
+	for _, m := range f.clusters {
+		if !m.checked && m.rec.Health != pelotonv1.ClusterState_CLUSTER_UNREACHABLE {
+			return false
+		}
+	}
+	return true
+}
+
+// desiredLocked is the pool spec cluster should hold at path, and whether
+// it should hold one. Caller holds mu.
+func (f *Federation) desiredLocked(cluster, path string) (*pelotonv1.PoolSpec, bool) {
+	gp := f.pools[path]
+	if gp == nil || gp.rec.Deleting {
+		return nil, false
+	}
+	cp, ok := f.split.Pools[cluster][path]
+	if !ok {
+		return nil, false
+	}
+	limit := cp.Limit
+	for k := resources.Kind(0); k < resources.NumKinds; k++ {
+		if limit.Get(k) == math.MaxInt64 {
+			limit = limit.Set(k, 0) // unset: unlimited
+		}
+	}
+	spec := &pelotonv1.PoolSpec{Reservation: cp.Reservation.ToProto(), Limit: limit.ToProto()}
+	if s := gp.rec.GetSpec().GetShare(); s != nil {
+		spec.Share = proto.Clone(s).(*pelotonv1.Resources)
+	}
+	return spec, true
+}
+
+// sameSpec compares pool specs as the cluster reads them.
+func sameSpec(a, b *pelotonv1.PoolSpec) bool {
+	ar, al, as, aerr := resmgr.ValidatePoolSpec(a)
+	br, bl, bs, berr := resmgr.ValidatePoolSpec(b)
+	return aerr == nil && berr == nil && ar == br && al == bl && as == bs
+}
+
+// poolAction is one change the reconciler makes in a cluster's pool tree.
+type poolAction struct {
+	kind string // "create", "update", "delete"
+	path string
+	spec *pelotonv1.PoolSpec
+	// drift: the pool was in sync before and someone changed it there.
+	drift bool
+}
+
+// planPools is the pure part of pool reconciliation: the changes that take
+// a cluster's pools (have) to what it should hold (want), over the paths
+// the federation owns (owned: every global pool path, deleting ones
+// included; a cluster pool outside them is the cluster's own business).
+// The order respects the cluster's rule that children reserve no more than
+// their parent: first every reservation that shrinks, children first; then
+// deletes, children first; then creates and growth, parents first.
+func planPools(want map[string]*pelotonv1.PoolSpec, have map[string]*pelotonv1.Pool, owned []string, left map[string]*pelotonv1.PoolSpec) []poolAction {
+	sort.Slice(owned, func(i, j int) bool {
+		if di, dj := depth(owned[i]), depth(owned[j]); di != dj {
+			return di > dj
+		}
+		return owned[i] < owned[j]
+	})
+	var shrink, del, grow []poolAction
+	for _, path := range owned {
+		w, h := want[path], have[path]
+		switch {
+		case w == nil && h != nil:
+			del = append(del, poolAction{kind: "delete", path: path})
+		case w != nil && h == nil:
+			// Gone although the federation left it there: deleted in the cluster.
+			grow = append(grow, poolAction{kind: "create", path: path, spec: w, drift: left[path] != nil})
+		case w != nil && !sameSpec(w, h.Spec):
+			// Drift is a pool that no longer is what the federation left,
+			// not one whose desired state moved on.
+			drift := left[path] != nil && !sameSpec(left[path], h.Spec)
+			if lower := lowerReservation(h.Spec, w); lower != nil {
+				shrink = append(shrink, poolAction{kind: "update", path: path, spec: lower, drift: drift})
+				drift = false
+			}
+			grow = append(grow, poolAction{kind: "update", path: path, spec: w, drift: drift})
+		}
+	}
+	// grow parents first: reverse of the children-first order.
+	for i, j := 0, len(grow)-1; i < j; i, j = i+1, j-1 {
+		grow[i], grow[j] = grow[j], grow[i]
+	}
+	return append(append(shrink, del...), grow...)
+}
+
+// lowerReservation returns the spec want with, in each kind, the smaller
+// of have's and want's reservation, when that differs from have's: the
+// first half of a change that lowers some kinds and raises others. nil
+// when no kind shrinks.
+func lowerReservation(have, want *pelotonv1.PoolSpec) *pelotonv1.PoolSpec {
+	hr, _, _, err := resmgr.ValidatePoolSpec(have)
+	if err != nil {
+		return nil
+	}
+	wr, _, _, _ := resmgr.ValidatePoolSpec(want)
+	lo := hr.Min(wr)
+	if lo == hr {
+		return nil
+	}
+	out := proto.Clone(want).(*pelotonv1.PoolSpec)
+	out.Reservation = lo.ToProto()
+	return out
+}
+
+// syncPools brings one cluster's pools to their desired state.
+func (f *Federation) syncPools(ctx context.Context, name string, m *member) {
+	now := f.opts.Now()
+	f.mu.Lock()
+	if f.splitStaleLocked() {
+		f.resplitLocked()
+	}
+	if !f.splitSettledLocked(now) || f.clusters[name] != m || m.rec.Health == pelotonv1.ClusterState_CLUSTER_UNREACHABLE {
+		f.mu.Unlock()
+		return
+	}
+	owned := make([]string, 0, len(f.pools))
+	want := map[string]*pelotonv1.PoolSpec{}
+	for path := range f.pools {
+		owned = append(owned, path)
+		if spec, ok := f.desiredLocked(name, path); ok {
+			want[path] = spec
+		}
+	}
+	have := m.pools
+	if m.synced == nil {
+		m.synced = map[string]*pelotonv1.PoolSpec{}
+	}
+	synced := m.synced
+	cli := m.cli
+	f.mu.Unlock()
+
+	actions := planPools(want, have, owned, synced)
+	msgs := map[string]string{}
+	failed := map[string]bool{}
+	for _, a := range actions {
+		if failed[a.path] {
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, f.opts.CallTimeout)
+		var err error
+		switch a.kind {
+		case "create":
+			_, err = cli.Pools.CreatePool(cctx, &pelotonv1.CreatePoolRequest{Path: a.path, Spec: a.spec})
+			if status.Code(err) == codes.AlreadyExists {
+				err = nil // created by an earlier pass whose answer was lost; the next check compares it
+			}
+		case "update":
+			_, err = cli.Pools.UpdatePool(cctx, &pelotonv1.UpdatePoolRequest{Path: a.path, Spec: a.spec})
+		case "delete":
+			_, err = cli.Pools.DeletePool(cctx, &pelotonv1.DeletePoolRequest{Path: a.path})
+			if status.Code(err) == codes.NotFound {
+				err = nil
+			}
+		}
+		cancel()
+		if err != nil {
+			failed[a.path] = true
+			msgs[a.path] = fmt.Sprintf("%s in the cluster failed: %s", a.kind, status.Convert(err).Message())
+			f.log.Warn("cannot bring a cluster's pool to its desired state", "cluster", name, "pool", a.path, "action", a.kind, "err", status.Convert(err).Message())
+			if ctx.Err() != nil {
+				return
+			}
+			continue
+		}
+		if a.drift {
+			f.log.Warn("repaired a pool changed in its cluster", "cluster", name, "pool", a.path)
+			metrics.FederationPoolRepairs.WithLabelValues(name).Inc()
+			msgs[a.path] = "repaired at " + f.opts.Now().UTC().Format(time.RFC3339) + ": the pool had been changed in the cluster"
+		}
+		f.log.Debug("pool brought to its desired state", "cluster", name, "pool", a.path, "action", a.kind)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if m.poolMsgs == nil {
+		m.poolMsgs = map[string]string{}
+	}
+	for path := range m.poolMsgs {
+		if _, still := msgs[path]; !still && !strings.HasPrefix(m.poolMsgs[path], "repaired") {
+			delete(m.poolMsgs, path)
+		}
+	}
+	for path, msg := range msgs {
+		m.poolMsgs[path] = msg
+	}
+	// What was not acted on, or acted on without error, is as desired now.
+	for path := range synced {
+		delete(synced, path)
+	}
+	for path, spec := range want {
+		if !failed[path] {
+			synced[path] = spec
+		}
+	}
+	f.notePropagatedLocked(name, want, failed)
+	f.forgetDeletedLocked(ctx, have, failed, name)
+}
+
+// notePropagatedLocked observes, for every global pool changed since it
+// last reached this cluster, how long the change took to get there.
+func (f *Federation) notePropagatedLocked(name string, want map[string]*pelotonv1.PoolSpec, failed map[string]bool) {
+	for path := range want {
+		gp := f.pools[path]
+		if gp == nil || gp.changed.IsZero() || failed[path] || gp.reached[name] {
+			continue
+		}
+		if gp.reached == nil {
+			gp.reached = map[string]bool{}
+		}
+		gp.reached[name] = true
+		metrics.FederationPoolPropagation.Observe(time.Since(gp.changed).Seconds())
+	}
+}
+
+// forgetDeletedLocked drops a deleting global pool once no reachable
+// cluster holds it any more. Caller holds mu; the delete is written
+// asynchronously.
+func (f *Federation) forgetDeletedLocked(ctx context.Context, have map[string]*pelotonv1.Pool, failed map[string]bool, name string) {
+	for path, gp := range f.pools {
+		if !gp.rec.Deleting || failed[path] {
+			continue
+		}
+		gone := true
+		// Every registered cluster must have been seen without it, an
+		// unreachable one included: a pool forgotten while a cluster was
+		// away would stay in that cluster for good, no longer owned.
+		for _, m := range f.clusters {
+			if !m.checked {
+				gone = false
+				break
+			}
+			if _, holds := m.pools[path]; holds && (m.rec.Name != name || failed[path]) {
+				gone = false
+				break
+			}
+		}
+		if !gone {
+			continue
+		}
+		rev := gp.rev
+		key := poolKey(path)
+		go func() {
+			if _, err := f.st.Txn(ctx, store.Delete(key, rev)); err != nil {
+				if errors.Is(err, store.ErrConflict) {
+					return // another worker forgot it first
+				}
+				f.log.Warn("cannot forget a deleted global pool; retried at the next check", "pool", path, "err", err)
+				return
+			}
+			f.mu.Lock()
+			if cur := f.pools[path]; cur != nil && cur.rev == rev {
+				delete(f.pools, path)
+			}
+			f.mu.Unlock()
+			f.log.Info("global pool deleted from every cluster", "pool", path)
+		}()
+	}
+}

@@ -1,0 +1,450 @@
+package federation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net"
+	"regexp"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/peloton-sched/peloton/cluster/client"
+	"github.com/peloton-sched/peloton/internal/apierr"
+	"github.com/peloton-sched/peloton/internal/metrics"
+	"github.com/peloton-sched/peloton/internal/resources"
+	"github.com/peloton-sched/peloton/internal/store"
+	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+)
+
+// clusterKey is where a cluster's registration is kept.
+func clusterKey(name string) string { return "clusters/" + name }
+
+// member is one registered cluster: its record (as in etcd) and what its
+// worker last observed. mu of the Federation guards every field.
+type member struct {
+	rec *pelotonv1.Cluster // the registration and the persisted health
+	rev int64              // store revision of rec
+
+	cli    *client.Client
+	cancel context.CancelFunc // stops the worker
+	wake   chan struct{}
+
+	// What the last answered check saw.
+	pools    map[string]*pelotonv1.Pool // the cluster's pool tree, by path
+	lastSeen time.Time
+	latency  time.Duration
+	message  string
+	capacity resources.Resources
+	alloc    resources.Resources
+	// checked is set once a check since the start of this process has
+	// answered: until then pools is empty and says nothing.
+	checked bool
+	// assumed is what jobs dispatched here since the last check ask, by
+	// pool: the check's statuses do not show them yet.
+	assumed map[string]resources.Resources
+	// synced is what the last pool pass left each global pool path as in
+	// the cluster: a pool found otherwise later was changed there (drift),
+	// is repaired and said so. poolMsgs is what the last pass has to say
+	// per path.
+	synced   map[string]*pelotonv1.PoolSpec
+	poolMsgs map[string]string
+	// jobCursor rotates the window of jobs a pass looks at.
+	jobCursor atomic.Int64
+}
+
+// clusterClient is how the federation calls a cluster: the one shared
+// client of its public API.
+type clusterClient = *client.Client
+
+func (m *member) nudge() {
+	select {
+	case m.wake <- struct{}{}:
+	default:
+	}
+}
+
+// view is the record as the API shows it: persisted fields plus what was
+// last observed. Caller holds mu.
+func (m *member) view() *pelotonv1.Cluster {
+	c := proto.Clone(m.rec).(*pelotonv1.Cluster)
+	c.Version = uint64(m.rev)
+	c.State = effectiveState(c.Health, c.State == pelotonv1.ClusterState_CLUSTER_CORDONED)
+	if !m.lastSeen.IsZero() {
+		c.LastSeenTime = timestamppb.New(m.lastSeen)
+	}
+	c.LatencyMs = float64(m.latency.Microseconds()) / 1000
+	if m.message != "" {
+		c.Message = m.message
+	}
+	c.Capacity = m.capacity.ToProto()
+	c.Allocation = m.alloc.ToProto()
+	return c
+}
+
+// cordoned reports whether an operator cordoned the cluster.
+func (m *member) cordoned() bool { return m.rec.State == pelotonv1.ClusterState_CLUSTER_CORDONED }
+
+// effectiveState is what a cluster is said to be: CORDONED wins over health.
+func effectiveState(health pelotonv1.ClusterState, cordoned bool) pelotonv1.ClusterState {
+	if cordoned {
+		return pelotonv1.ClusterState_CLUSTER_CORDONED
+	}
+	return health
+}
+
+var (
+	clusterNameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
+	labelKeyRE    = regexp.MustCompile(`^[A-Za-z0-9]([-A-Za-z0-9_./]{0,61}[A-Za-z0-9])?$`)
+	labelValueRE  = regexp.MustCompile(`^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$`)
+)
+
+// validateName checks a cluster name as the cluster stack checks its own
+// --cluster-name: a DNS label.
+func validateName(name, field string) error {
+	if name == "" {
+		return apierr.Invalid(field, "required")
+	}
+	if !clusterNameRE.MatchString(name) {
+		return apierr.Invalid(field, "%q must be 1 to 63 lower-case letters, digits or '-', starting and ending with a letter or digit", name)
+	}
+	return nil
+}
+
+// ValidateLabels checks cluster labels (and selectors): Kubernetes-style
+// keys and values, at most 64 pairs. field names the map in errors.
+func ValidateLabels(labels map[string]string, field string) error {
+	if len(labels) > 64 {
+		return apierr.Invalid(field, "at most 64 labels, got %d", len(labels))
+	}
+	for _, k := range sortedKeys(labels) {
+		if !labelKeyRE.MatchString(k) {
+			return apierr.Invalid(field, "key %q must be 1 to 63 letters, digits, '-', '_', '.' or '/', starting and ending with a letter or digit", k)
+		}
+		if v := labels[k]; !labelValueRE.MatchString(v) {
+			return apierr.Invalid(field+"."+k, "value %q must be at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit", v)
+		}
+	}
+	return nil
+}
+
+func validateEndpoint(ep, field string, required bool) error {
+	if ep == "" {
+		if required {
+			return apierr.Invalid(field, "required: the cluster's gRPC address, host:port")
+		}
+		return nil
+	}
+	host, port, err := net.SplitHostPort(ep)
+	if err != nil || host == "" || port == "" || strings.ContainsAny(ep, " /") {
+		return apierr.Invalid(field, "%q must be host:port", ep)
+	}
+	return nil
+}
+
+// Register adds a cluster to the registry, or (with replace) changes an
+// existing registration's endpoint and labels. A registration that would
+// change nothing is accepted as is, so a stack can keep registering itself.
+// The cluster is checked once before the answer: the registration says
+// whether it answered.
+func (f *Federation) Register(ctx context.Context, req *pelotonv1.RegisterClusterRequest) (*pelotonv1.Cluster, error) {
+	if err := validateName(req.GetName(), "name"); err != nil {
+		return nil, err
+	}
+	if err := validateEndpoint(req.GetEndpoint(), "endpoint", true); err != nil {
+		return nil, err
+	}
+	if err := validateEndpoint(req.GetHttpEndpoint(), "httpEndpoint", false); err != nil {
+		return nil, err
+	}
+	if err := ValidateLabels(req.GetLabels(), "labels"); err != nil {
+		return nil, err
+	}
+	now := f.opts.Now()
+	f.mu.Lock()
+	old := f.clusters[req.Name]
+	var prev *pelotonv1.Cluster
+	var rev int64 = store.MustNotExist
+	if old != nil {
+		prev, rev = proto.Clone(old.rec).(*pelotonv1.Cluster), old.rev
+	}
+	f.mu.Unlock()
+
+	if prev != nil {
+		same := prev.Endpoint == req.Endpoint && prev.HttpEndpoint == req.HttpEndpoint && maps.Equal(prev.Labels, req.Labels)
+		if same {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			if m := f.clusters[req.Name]; m != nil {
+				return m.view(), nil
+			}
+			return nil, apierr.Unavailable("cluster %s was deregistered meanwhile; register again", req.Name)
+		}
+		if !req.Replace {
+			return nil, apierr.AlreadyExists("name: cluster %s is already registered with endpoint %s; deregister it first, or set replace", req.Name, prev.Endpoint)
+		}
+	}
+	rec := &pelotonv1.Cluster{
+		Name:           req.Name,
+		Labels:         req.Labels,
+		Endpoint:       req.Endpoint,
+		HttpEndpoint:   req.HttpEndpoint,
+		RegisteredTime: timestamppb.New(now),
+		Health:         pelotonv1.ClusterState_CLUSTER_READY,
+		State:          pelotonv1.ClusterState_CLUSTER_READY,
+		StateTime:      timestamppb.New(now),
+	}
+	if prev != nil {
+		rec.RegisteredTime = prev.RegisteredTime
+		rec.State = prev.State // a cordon survives a new endpoint
+	}
+	// One probe before answering, so the caller learns at once whether the
+	// endpoint answers; the worker goes on from there.
+	cli, err := f.opts.Dial(req.Endpoint)
+	if err != nil {
+		return nil, apierr.Invalid("endpoint", "%v", err)
+	}
+	obs := f.probe(ctx, cli)
+	if !obs.answered {
+		rec.Health = pelotonv1.ClusterState_CLUSTER_UNREACHABLE
+		rec.Message = "did not answer at registration: " + obs.err
+	} else if obs.err != "" {
+		rec.Health = pelotonv1.ClusterState_CLUSTER_DEGRADED
+		rec.Message = obs.err
+	}
+	if rec.State != pelotonv1.ClusterState_CLUSTER_CORDONED {
+		rec.State = rec.Health
+	}
+	newRev, err := f.put(ctx, clusterKey(req.Name), rec, rev)
+	if err != nil {
+		_ = cli.Close()
+		if errors.Is(err, store.ErrConflict) {
+			return nil, apierr.Aborted("cluster %s changed meanwhile; try again", req.Name)
+		}
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if old := f.clusters[req.Name]; old != nil {
+		f.stopWorkerLocked(old)
+	}
+	m := &member{rec: rec, rev: newRev, cli: cli, wake: make(chan struct{}, 1)}
+	if obs.answered {
+		m.observe(obs, now)
+	}
+	f.clusters[req.Name] = m
+	f.setStateMetric(rec.Name, rec.State)
+	f.log.Info("cluster registered", "cluster", req.Name, "endpoint", req.Endpoint, "health", rec.Health, "message", rec.Message)
+	f.resplitLocked()
+	if f.started {
+		f.startWorkerLocked(m)
+	}
+	return m.view(), nil
+}
+
+// Deregister forgets a cluster. Its pools are left as they are; federated
+// jobs dispatched to it that had not started are dispatched elsewhere, and
+// those that had are given up, said so in their message.
+func (f *Federation) Deregister(ctx context.Context, name string) error {
+	if err := validateName(name, "name"); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	m := f.clusters[name]
+	f.mu.Unlock()
+	if m == nil {
+		return apierr.NotFound("cluster %s is not registered", name)
+	}
+	if _, err := f.st.Txn(ctx, store.Delete(clusterKey(name), store.AnyRevision)); err != nil {
+		return apierr.Unavailable("deregister %s: %v", name, err)
+	}
+	f.mu.Lock()
+	if f.clusters[name] == m {
+		delete(f.clusters, name)
+		f.stopWorkerLocked(m)
+		_ = m.cli.Close()
+	}
+	for _, s := range allClusterStates {
+		metrics.FederationClusterState.DeleteLabelValues(name, s.String())
+	}
+	f.resplitLocked()
+	f.nudgeAllLocked()
+	f.mu.Unlock()
+	f.log.Info("cluster deregistered", "cluster", name)
+	f.clusterGone(ctx, name)
+	return nil
+}
+
+// Get returns one cluster as last observed.
+func (f *Federation) Get(name string) (*pelotonv1.Cluster, error) {
+	if err := validateName(name, "name"); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	m := f.clusters[name]
+	if m == nil {
+		return nil, apierr.NotFound("cluster %s is not registered", name)
+	}
+	return m.view(), nil
+}
+
+// List returns every cluster, by name.
+func (f *Federation) List() []*pelotonv1.Cluster {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]*pelotonv1.Cluster, 0, len(f.clusters))
+	for _, name := range sortedKeys(f.clusters) {
+		out = append(out, f.clusters[name].view())
+	}
+	return out
+}
+
+// Cordon stops new work from going to a cluster (cordon true) or lets it
+// take work again (false). Its pools and work stay.
+func (f *Federation) Cordon(ctx context.Context, name string, cordon bool) (*pelotonv1.Cluster, error) {
+	if err := validateName(name, "name"); err != nil {
+		return nil, err
+	}
+	for attempt := 0; ; attempt++ {
+		f.mu.Lock()
+		m := f.clusters[name]
+		if m == nil {
+			f.mu.Unlock()
+			return nil, apierr.NotFound("cluster %s is not registered", name)
+		}
+		if m.cordoned() == cordon {
+			v := m.view()
+			f.mu.Unlock()
+			return v, nil
+		}
+		rec := proto.Clone(m.rec).(*pelotonv1.Cluster)
+		rev := m.rev
+		f.mu.Unlock()
+		rec.State = effectiveState(rec.Health, cordon)
+		newRev, err := f.put(ctx, clusterKey(name), rec, rev)
+		if errors.Is(err, store.ErrConflict) && attempt < 5 {
+			continue // a health change was written meanwhile
+		}
+		if err != nil {
+			return nil, apierr.Unavailable("cordon %s: %v", name, err)
+		}
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if m := f.clusters[name]; m != nil && m.rev == rev {
+			m.rec, m.rev = rec, newRev
+		}
+		f.setStateMetric(name, rec.State)
+		f.log.Info("cluster cordon changed", "cluster", name, "cordoned", cordon)
+		if !cordon {
+			f.kickDispatch()
+		}
+		return f.clusters[name].view(), nil
+	}
+}
+
+// setHealth persists a change of a cluster's health (rare: state changes,
+// not checks). Caller holds mu; the write happens without it.
+func (f *Federation) setHealth(ctx context.Context, name string, health pelotonv1.ClusterState, why string) {
+	f.mu.Lock()
+	m := f.clusters[name]
+	if m == nil || m.rec.Health == health {
+		f.mu.Unlock()
+		return
+	}
+	rec := proto.Clone(m.rec).(*pelotonv1.Cluster)
+	rev := m.rev
+	f.mu.Unlock()
+	from := rec.Health
+	rec.Health = health
+	rec.State = effectiveState(health, rec.State == pelotonv1.ClusterState_CLUSTER_CORDONED)
+	rec.Message = why
+	rec.StateTime = timestamppb.New(f.opts.Now())
+	newRev, err := f.put(ctx, clusterKey(name), rec, rev)
+	if err != nil {
+		// Health is observed again at the next check; the change is
+		// written then.
+		f.log.Warn("cannot record a cluster's health", "cluster", name, "health", health, "err", err)
+		return
+	}
+	f.mu.Lock()
+	if m := f.clusters[name]; m != nil && m.rev == rev {
+		m.rec, m.rev = rec, newRev
+		f.setStateMetric(name, rec.State)
+		// Membership of the pool split follows health.
+		f.resplitLocked()
+		f.nudgeAllLocked()
+	}
+	f.mu.Unlock()
+	f.log.Info("cluster health changed", "cluster", name, "from", from, "to", health, "why", why)
+	metrics.FederationClusterTransitions.WithLabelValues(name, health.String()).Inc()
+	switch health {
+	case pelotonv1.ClusterState_CLUSTER_UNREACHABLE:
+		f.clusterUnreachable(ctx, name)
+	case pelotonv1.ClusterState_CLUSTER_READY:
+		f.kickDispatch()
+	}
+}
+
+var allClusterStates = []pelotonv1.ClusterState{
+	pelotonv1.ClusterState_CLUSTER_READY, pelotonv1.ClusterState_CLUSTER_DEGRADED,
+	pelotonv1.ClusterState_CLUSTER_UNREACHABLE, pelotonv1.ClusterState_CLUSTER_CORDONED,
+}
+
+// setStateMetric sets peloton_federation_cluster_state: 1 for the
+// cluster's state, 0 for the others.
+func (f *Federation) setStateMetric(name string, st pelotonv1.ClusterState) {
+	for _, s := range allClusterStates {
+		v := 0.0
+		if s == st {
+			v = 1
+		}
+		metrics.FederationClusterState.WithLabelValues(name, s.String()).Set(v)
+	}
+}
+
+func (f *Federation) loadClusters(ctx context.Context) error {
+	kvs, err := f.st.List(ctx, "clusters/")
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, kv := range kvs {
+		rec := &pelotonv1.Cluster{}
+		if err := proto.Unmarshal(kv.Value, rec); err != nil {
+			return fmt.Errorf("decode %s: %w", kv.Key, err)
+		}
+		cli, err := f.opts.Dial(rec.Endpoint)
+		if err != nil {
+			return fmt.Errorf("cluster %s: %w", rec.Name, err)
+		}
+		f.clusters[rec.Name] = &member{rec: rec, rev: kv.Revision, cli: cli, wake: make(chan struct{}, 1)}
+		f.setStateMetric(rec.Name, rec.State)
+	}
+	return nil
+}
+
+// put writes a protobuf record with compare-and-swap.
+func (f *Federation) put(ctx context.Context, key string, m proto.Message, expect int64) (int64, error) {
+	b, err := proto.Marshal(m)
+	if err != nil {
+		return 0, err
+	}
+	return f.st.Txn(ctx, store.Put(key, b, expect))
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

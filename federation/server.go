@@ -1,0 +1,210 @@
+package federation
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/peloton-sched/peloton/internal/metrics"
+	"github.com/peloton-sched/peloton/internal/restgw"
+	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+)
+
+// MaxRequestBytes bounds every request to the federation, as the cluster
+// API bounds its own.
+const MaxRequestBytes = 16 << 20
+
+// Server is the federation's gRPC API over a Federation.
+type Server struct {
+	pelotonv1.UnimplementedClusterServiceServer
+	pelotonv1.UnimplementedFederatedPoolServiceServer
+	pelotonv1.UnimplementedFederatedJobServiceServer
+
+	f   *Federation
+	log *slog.Logger
+	// ready, if set, is the check behind /readyz.
+	ready func(context.Context) error
+}
+
+// NewServer serves f.
+func NewServer(f *Federation, log *slog.Logger) *Server {
+	return &Server{f: f, log: log.With("component", "federation-api")}
+}
+
+// SetReadiness sets the check behind /readyz.
+func (s *Server) SetReadiness(ready func(context.Context) error) { s.ready = ready }
+
+// GRPCServer returns a grpc.Server with the federation's services.
+func (s *Server) GRPCServer(opts ...grpc.ServerOption) *grpc.Server {
+	opts = append(opts, grpc.MaxRecvMsgSize(MaxRequestBytes), grpc.ChainUnaryInterceptor(s.unary))
+	g := grpc.NewServer(opts...)
+	pelotonv1.RegisterClusterServiceServer(g, s)
+	pelotonv1.RegisterFederatedPoolServiceServer(g, s)
+	pelotonv1.RegisterFederatedJobServiceServer(g, s)
+	return g
+}
+
+// HTTPHandler serves the federation's REST API, /openapi.json, /metrics,
+// /healthz and /readyz.
+func (s *Server) HTTPHandler(ctx context.Context, grpcAddr string) (http.Handler, error) {
+	return restgw.Handler(ctx, restgw.Options{
+		GRPCAddr: grpcAddr,
+		Register: []restgw.RegisterFunc{
+			pelotonv1.RegisterClusterServiceHandlerFromEndpoint,
+			pelotonv1.RegisterFederatedPoolServiceHandlerFromEndpoint,
+			pelotonv1.RegisterFederatedJobServiceHandlerFromEndpoint,
+		},
+		OpenAPI:         pelotonv1.FederationOpenAPI,
+		MaxRequestBytes: MaxRequestBytes,
+		Ready:           s.ready,
+	})
+}
+
+func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	start := time.Now()
+	resp, err := h(ctx, req)
+	if err != nil {
+		if _, ok := status.FromError(err); !ok {
+			if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+				err = status.FromContextError(err).Err()
+			} else {
+				s.log.Error("internal error", "method", info.FullMethod, "err", err)
+				err = status.Error(codes.Internal, "internal error; see the federation's log")
+			}
+		}
+	}
+	name := info.FullMethod[strings.LastIndexByte(info.FullMethod, '/')+1:]
+	metrics.APILatency.WithLabelValues(name, status.Code(err).String()).Observe(time.Since(start).Seconds())
+	return resp, err
+}
+
+// RegisterCluster implements ClusterService.
+func (s *Server) RegisterCluster(ctx context.Context, req *pelotonv1.RegisterClusterRequest) (*pelotonv1.RegisterClusterResponse, error) {
+	c, err := s.f.Register(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return &pelotonv1.RegisterClusterResponse{Cluster: c}, nil
+}
+
+// DeregisterCluster implements ClusterService.
+func (s *Server) DeregisterCluster(ctx context.Context, req *pelotonv1.DeregisterClusterRequest) (*pelotonv1.DeregisterClusterResponse, error) {
+	if err := s.f.Deregister(ctx, req.Name); err != nil {
+		return nil, err
+	}
+	return &pelotonv1.DeregisterClusterResponse{}, nil
+}
+
+// GetCluster implements ClusterService.
+func (s *Server) GetCluster(ctx context.Context, req *pelotonv1.GetClusterRequest) (*pelotonv1.GetClusterResponse, error) {
+	c, err := s.f.Get(req.Name)
+	if err != nil {
+		return nil, err
+	}
+	return &pelotonv1.GetClusterResponse{Cluster: c}, nil
+}
+
+// ListClusters implements ClusterService.
+func (s *Server) ListClusters(ctx context.Context, req *pelotonv1.ListClustersRequest) (*pelotonv1.ListClustersResponse, error) {
+	return &pelotonv1.ListClustersResponse{Clusters: s.f.List()}, nil
+}
+
+// CordonCluster implements ClusterService.
+func (s *Server) CordonCluster(ctx context.Context, req *pelotonv1.CordonClusterRequest) (*pelotonv1.CordonClusterResponse, error) {
+	c, err := s.f.Cordon(ctx, req.Name, true)
+	if err != nil {
+		return nil, err
+	}
+	return &pelotonv1.CordonClusterResponse{Cluster: c}, nil
+}
+
+// UncordonCluster implements ClusterService.
+func (s *Server) UncordonCluster(ctx context.Context, req *pelotonv1.UncordonClusterRequest) (*pelotonv1.UncordonClusterResponse, error) {
+	c, err := s.f.Cordon(ctx, req.Name, false)
+	if err != nil {
+		return nil, err
+	}
+	return &pelotonv1.UncordonClusterResponse{Cluster: c}, nil
+}
+
+// CreateFederatedPool implements FederatedPoolService.
+func (s *Server) CreateFederatedPool(ctx context.Context, req *pelotonv1.CreateFederatedPoolRequest) (*pelotonv1.CreateFederatedPoolResponse, error) {
+	p, err := s.f.CreatePool(ctx, req.Path, req.Spec, req.RequestId)
+	if err != nil {
+		return nil, err
+	}
+	return &pelotonv1.CreateFederatedPoolResponse{Pool: p}, nil
+}
+
+// GetFederatedPool implements FederatedPoolService.
+func (s *Server) GetFederatedPool(ctx context.Context, req *pelotonv1.GetFederatedPoolRequest) (*pelotonv1.GetFederatedPoolResponse, error) {
+	p, err := s.f.GetPool(req.Path)
+	if err != nil {
+		return nil, err
+	}
+	return &pelotonv1.GetFederatedPoolResponse{Pool: p}, nil
+}
+
+// UpdateFederatedPool implements FederatedPoolService.
+func (s *Server) UpdateFederatedPool(ctx context.Context, req *pelotonv1.UpdateFederatedPoolRequest) (*pelotonv1.UpdateFederatedPoolResponse, error) {
+	p, err := s.f.UpdatePool(ctx, req.Path, req.Spec, req.Version)
+	if err != nil {
+		return nil, err
+	}
+	return &pelotonv1.UpdateFederatedPoolResponse{Pool: p}, nil
+}
+
+// DeleteFederatedPool implements FederatedPoolService.
+func (s *Server) DeleteFederatedPool(ctx context.Context, req *pelotonv1.DeleteFederatedPoolRequest) (*pelotonv1.DeleteFederatedPoolResponse, error) {
+	if err := s.f.DeletePool(ctx, req.Path); err != nil {
+		return nil, err
+	}
+	return &pelotonv1.DeleteFederatedPoolResponse{}, nil
+}
+
+// ListFederatedPools implements FederatedPoolService.
+func (s *Server) ListFederatedPools(ctx context.Context, req *pelotonv1.ListFederatedPoolsRequest) (*pelotonv1.ListFederatedPoolsResponse, error) {
+	return &pelotonv1.ListFederatedPoolsResponse{Pools: s.f.ListPools()}, nil
+}
+
+// CreateFederatedJob implements FederatedJobService.
+func (s *Server) CreateFederatedJob(ctx context.Context, req *pelotonv1.CreateFederatedJobRequest) (*pelotonv1.CreateFederatedJobResponse, error) {
+	id, err := s.f.CreateJob(ctx, req.Spec, req.RequestId)
+	if err != nil {
+		return nil, err
+	}
+	return &pelotonv1.CreateFederatedJobResponse{JobId: id}, nil
+}
+
+// GetFederatedJob implements FederatedJobService.
+func (s *Server) GetFederatedJob(ctx context.Context, req *pelotonv1.GetFederatedJobRequest) (*pelotonv1.GetFederatedJobResponse, error) {
+	j, err := s.f.GetJob(req.JobId)
+	if err != nil {
+		return nil, err
+	}
+	return &pelotonv1.GetFederatedJobResponse{Job: j}, nil
+}
+
+// ListFederatedJobs implements FederatedJobService.
+func (s *Server) ListFederatedJobs(ctx context.Context, req *pelotonv1.ListFederatedJobsRequest) (*pelotonv1.ListFederatedJobsResponse, error) {
+	jobs, next, err := s.f.ListJobs(req.Cluster, req.PageSize, req.PageToken)
+	if err != nil {
+		return nil, err
+	}
+	return &pelotonv1.ListFederatedJobsResponse{Jobs: jobs, NextPageToken: next}, nil
+}
+
+// KillFederatedJob implements FederatedJobService.
+func (s *Server) KillFederatedJob(ctx context.Context, req *pelotonv1.KillFederatedJobRequest) (*pelotonv1.KillFederatedJobResponse, error) {
+	if err := s.f.KillJob(ctx, req.JobId); err != nil {
+		return nil, err
+	}
+	return &pelotonv1.KillFederatedJobResponse{}, nil
+}

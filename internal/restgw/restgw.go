@@ -1,0 +1,216 @@
+// Package restgw serves a gRPC API over REST the way every Peloton daemon
+// does: grpc-gateway through a loopback gRPC connection (so REST and gRPC
+// share every interceptor and limit), JSON with every field and no unknown
+// ones, 413 for a body over the limit, 405 with Allow for a wrong method,
+// the OpenAPI document, /metrics, /healthz and /readyz. The cluster API and
+// the federation API both use it.
+//
+// It knows grpc-gateway and the metrics registry, no Peloton domain package.
+package restgw
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/peloton-sched/peloton/internal/metrics"
+)
+
+// RegisterFunc is a generated Register<Service>HandlerFromEndpoint.
+type RegisterFunc func(ctx context.Context, mux *runtime.ServeMux, endpoint string, opts []grpc.DialOption) error
+
+// Options says what one daemon's HTTP listener serves.
+type Options struct {
+	// GRPCAddr is the daemon's own gRPC address, which REST calls go through.
+	GRPCAddr string
+	// Register are the services served over REST.
+	Register []RegisterFunc
+	// OpenAPI is served at /openapi.json.
+	OpenAPI []byte
+	// MaxRequestBytes bounds a request body (413 above it).
+	MaxRequestBytes int
+	// Ready, if set, is the check behind /readyz: nil when the daemon can
+	// do its work now, else why not.
+	Ready func(context.Context) error
+	// Extra, if set, serves every other path (the web UI).
+	Extra http.Handler
+}
+
+// Handler serves REST for o.Register under /v1/, /openapi.json, /metrics,
+// /healthz and /readyz.
+func Handler(ctx context.Context, o Options) (http.Handler, error) {
+	maxBytes := o.MaxRequestBytes
+	// Unknown fields in a REST body are errors, as they are in spec files.
+	// Answers carry every field, zero values included (instanceId: 0), as
+	// the CLI's -o json does.
+	marshaler := &runtime.JSONPb{
+		MarshalOptions:   protojson.MarshalOptions{EmitUnpopulated: true, UseProtoNames: false},
+		UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
+	}
+	var gw *runtime.ServeMux
+	gw = runtime.NewServeMux(
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, marshaler),
+		runtime.WithErrorHandler(errorHandler(maxBytes)),
+		runtime.WithMiddlewares(probeMiddleware),
+		runtime.WithRoutingErrorHandler(func(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, code int) {
+			if r.Context().Value(probeKey{}) != nil {
+				return // a probe whose method has no route either
+			}
+			if code == http.StatusMethodNotAllowed {
+				methodNotAllowed(gw, w, r)
+				return
+			}
+			runtime.DefaultRoutingErrorHandler(ctx, mux, m, w, r, code)
+		}),
+	)
+	dialOpts := []grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(maxBytes), grpc.MaxCallRecvMsgSize(64<<20)),
+	}
+	for _, reg := range o.Register {
+		if err := reg(ctx, gw, o.GRPCAddr, dialOpts); err != nil {
+			return nil, err
+		}
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/v1/", limitBody(gw, maxBytes))
+	mux.HandleFunc("/openapi.json", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(o.OpenAPI)
+	})
+	mux.Handle("/metrics", promhttp.HandlerFor(metrics.Registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	// /healthz says the process lives (restarting it would not help while
+	// etcd is away); /readyz says whether it can do its work now.
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		if o.Ready != nil {
+			ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
+			defer cancel()
+			if err := o.Ready(ctx); err != nil {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				_, _ = fmt.Fprintf(w, "not ready: %v\n", err)
+				return
+			}
+		}
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	if o.Extra != nil {
+		mux.Handle("/", o.Extra)
+	}
+	return mux, nil
+}
+
+// readyTimeout bounds the readiness check of one /readyz request.
+const readyTimeout = 2 * time.Second
+
+// limitBody reads the whole body before the gateway sees it, so a body over
+// MaxRequestBytes is answered 413 here: the gateway would turn the read error
+// into a 400 like any other decode failure.
+func limitBody(next http.Handler, maxBytes int) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength > int64(maxBytes) {
+			tooLarge(w, maxBytes)
+			return
+		}
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(maxBytes)))
+		if err != nil {
+			var mbe *http.MaxBytesError
+			if errors.As(err, &mbe) {
+				tooLarge(w, maxBytes)
+				return
+			}
+			writeRESTError(w, http.StatusBadRequest, codes.InvalidArgument, "reading the request body: "+err.Error())
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		next.ServeHTTP(w, r)
+	})
+}
+
+func tooLarge(w http.ResponseWriter, maxBytes int) {
+	writeRESTError(w, http.StatusRequestEntityTooLarge, codes.ResourceExhausted,
+		fmt.Sprintf("request body is larger than the limit of %d bytes", maxBytes))
+}
+
+// writeRESTError writes the same {"code","message","details"} shape the
+// gateway's error handler does.
+func writeRESTError(w http.ResponseWriter, httpCode int, code codes.Code, msg string) {
+	b, _ := json.Marshal(map[string]any{"code": int(code), "message": msg, "details": []any{}})
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(httpCode)
+	_, _ = w.Write(b)
+}
+
+type probeKey struct{}
+
+// probeMiddleware answers a probe request (see methodNotAllowed) without
+// running the handler: reaching it means the probed method has a route.
+func probeMiddleware(next runtime.HandlerFunc) runtime.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request, params map[string]string) {
+		if hit, ok := r.Context().Value(probeKey{}).(*bool); ok {
+			*hit = true
+			return
+		}
+		next(w, r, params)
+	}
+}
+
+// methodNotAllowed answers 405 with an Allow header listing the methods that
+// have a route for the path. The gateway keeps its routes private, so each
+// candidate method is probed through the gateway itself; the probe stops in
+// probeMiddleware and never reaches a handler.
+func methodNotAllowed(gw *runtime.ServeMux, w http.ResponseWriter, r *http.Request) {
+	var allow []string
+	for _, m := range []string{http.MethodDelete, http.MethodGet, http.MethodPatch, http.MethodPost, http.MethodPut} {
+		hit := false
+		pr := r.Clone(context.WithValue(r.Context(), probeKey{}, &hit))
+		pr.Method = m
+		pr.Body = http.NoBody
+		pr.ContentLength = 0
+		pr.Header.Del("X-HTTP-Method-Override")
+		pr.Header.Set("Content-Type", "application/json")
+		gw.ServeHTTP(discardWriter{}, pr)
+		if hit {
+			allow = append(allow, m)
+		}
+	}
+	w.Header().Set("Allow", strings.Join(allow, ", "))
+	writeRESTError(w, http.StatusMethodNotAllowed, codes.Unimplemented,
+		fmt.Sprintf("method %s is not allowed on %s; allowed: %s", r.Method, r.URL.Path, strings.Join(allow, ", ")))
+}
+
+type discardWriter struct{}
+
+func (discardWriter) Header() http.Header         { return http.Header{} }
+func (discardWriter) Write(b []byte) (int, error) { return len(b), nil }
+func (discardWriter) WriteHeader(int)             {}
+
+// errorHandler reports errors as {"code": <grpc code>, "message": ...}
+// with the matching HTTP status; a body over the size limit is 413.
+func errorHandler(maxBytes int) runtime.ErrorHandlerFunc {
+	return func(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			err = status.Errorf(codes.ResourceExhausted, "request body is larger than the limit of %d bytes", maxBytes)
+		}
+		runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, err)
+	}
+}
