@@ -99,6 +99,12 @@ func (f *Federation) CreateJob(ctx context.Context, spec *pelotonv1.FederatedJob
 	if o.Done {
 		return o.Object, nil
 	}
+	if spec.Job.Type == pelotonv1.JobType_JOB_TYPE_UNSPECIFIED {
+		// The federation dispatches batch jobs: a spec that names no type
+		// is one.
+		spec = proto.Clone(spec).(*pelotonv1.FederatedJobSpec)
+		spec.Job.Type = pelotonv1.JobType_BATCH
+	}
 	id := newJobID()
 	req, _ := jobRequest(spec.Job)
 	rec := &pelotonv1.FederatedJob{Id: id, Spec: spec, DispatchState: pelotonv1.DispatchState_DISPATCH_PENDING,

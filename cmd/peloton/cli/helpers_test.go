@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/peloton-sched/peloton/cluster"
+	"github.com/peloton-sched/peloton/federation"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
@@ -36,6 +37,9 @@ func runWith(t *testing.T, run func(context.Context, cluster.Config) error, stdi
 	a := newApp(&out, &errb)
 	a.getenv = func(string) string { return "" }
 	a.runCluster = run
+	// The federation `up` starts beside its cluster: here it only waits,
+	// as a federation with nothing to do would.
+	a.runFederation = func(ctx context.Context, _ federation.Config) error { <-ctx.Done(); return nil }
 	a.poll = 10 * time.Millisecond
 	a.updatePoll = 20 * time.Millisecond
 	code := execute(a, args, strings.NewReader(stdin))

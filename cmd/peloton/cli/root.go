@@ -9,8 +9,10 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/peloton-sched/peloton/cluster"
+	"github.com/peloton-sched/peloton/federation"
 )
 
 // Version is the peloton release this binary was built from. Release builds
@@ -24,6 +26,10 @@ const (
 	// of --server.
 	serverEnv     = "PELOTON_SERVER"
 	defaultServer = "127.0.0.1:5391"
+	// federationEnv names the environment variable that overrides the
+	// default of --federation, the address `peloton up` serves it on.
+	federationEnv     = "PELOTON_FEDERATION"
+	defaultFederation = federation.DefaultListen
 	// defaultPoll is how often `job wait` asks for the job's state.
 	defaultPoll = 300 * time.Millisecond
 	// defaultUpdatePoll is how often `update watch` asks for the update:
@@ -42,21 +48,32 @@ type app struct {
 	server  string
 	output  string
 	timeout time.Duration
+	// fedAddr is --federation; clusterName is --cluster, the cluster that
+	// cluster commands go to (its endpoint asked of the federation once per
+	// invocation, see dial).
+	fedAddr     string
+	clusterName string
+	// globals are the root's persistent flags, to tell a flag given from
+	// its default.
+	globals *pflag.FlagSet
 
 	getenv     func(string) string
 	runCluster func(context.Context, cluster.Config) error
-	poll       time.Duration
-	updatePoll time.Duration
+	// runFederation runs the federation (serve federation, up).
+	runFederation func(context.Context, federation.Config) error
+	poll          time.Duration
+	updatePoll    time.Duration
 }
 
 func newApp(stdout, stderr io.Writer) *app {
 	return &app{
-		stdout:     stdout,
-		stderr:     stderr,
-		getenv:     os.Getenv,
-		runCluster: cluster.Run,
-		poll:       defaultPoll,
-		updatePoll: defaultUpdatePoll,
+		stdout:        stdout,
+		stderr:        stderr,
+		getenv:        os.Getenv,
+		runCluster:    cluster.Run,
+		runFederation: federation.Run,
+		poll:          defaultPoll,
+		updatePoll:    defaultUpdatePoll,
 	}
 }
 
@@ -119,6 +136,13 @@ Start a single-machine cluster with "peloton up", then submit work to it:
 	pf.StringVar(&a.server, "server", server, "gRPC address of the peloton server; $"+serverEnv+" sets the default")
 	pf.StringVarP(&a.output, "output", "o", formatTable, "output format: table, wide, json or yaml")
 	pf.DurationVar(&a.timeout, "timeout", 30*time.Second, "timeout of each API call")
+	fed := a.getenv(federationEnv)
+	if fed == "" {
+		fed = defaultFederation
+	}
+	pf.StringVar(&a.fedAddr, "federation", fed, "gRPC address of the federation (cluster and fed commands, --cluster); $"+federationEnv+" sets the default")
+	pf.StringVar(&a.clusterName, "cluster", "", "send job, task, pool, host and update commands to this cluster of the federation (its endpoint, asked of --federation) instead of --server")
+	a.globals = pf
 
 	a.group(root)
 	root.AddCommand(
@@ -129,6 +153,8 @@ Start a single-machine cluster with "peloton up", then submit work to it:
 		a.poolCommand(),
 		a.hostCommand(),
 		a.updateCommand(),
+		a.clusterCommand(),
+		a.fedCommand(),
 		a.versionCommand(),
 		a.benchCommand(),
 	)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/peloton-sched/peloton/cluster"
 	"github.com/peloton-sched/peloton/internal/election"
+	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
 // serverFlags are the flags of the commands that run the cluster stack.
@@ -41,6 +42,12 @@ type serverFlags struct {
 	reclaimDelay  time.Duration
 	engines       int
 	kube          kubeFlags
+	// Federation: serve cluster registers with --federation; up runs one
+	// (fed) over --clusters.
+	federation    string
+	clusterLabels []string
+	clusters      string
+	fed           fedFlags
 	// Leader election (serve cluster only).
 	leaderElect   bool
 	leaderLease   time.Duration
@@ -68,10 +75,14 @@ func (f *serverFlags) register(fs *pflag.FlagSet, embedded bool) {
 	fs.StringVar(&f.dataDir, "data-dir", "./peloton-data", "directory for etcd data and task output")
 	fs.StringVar(&f.listen, "listen", "127.0.0.1:5391", "gRPC listen address")
 	fs.StringVar(&f.httpListen, "http-listen", "127.0.0.1:5291", "HTTP listen address (REST, /metrics, /healthz)")
+	fs.StringSliceVar(&f.clusterLabels, "cluster-labels", nil, "labels of this cluster in the federation, comma-separated key=value (e.g. region=west,zone=b); backend=<--backend> is added unless given")
 	if embedded {
 		fs.StringVar(&f.etcdListen, "etcd-listen", "127.0.0.1:5379", "client address of the embedded etcd")
 		fs.StringSliceVar(&f.etcdEndpoints, "etcd-endpoints", nil, "use this external etcd (comma-separated URLs) instead of embedding one")
+		fs.StringVar(&f.clusters, "clusters", "", "run several clusters in this process, each with its own name, etcd prefix, ports (--listen and --http-listen moved by 10 per cluster) and hosts: a count (3: c1,c2,c3) or names (a,b,c); default one cluster named by --cluster-name")
+		f.fed.register(fs, "federation-")
 	} else {
+		fs.StringVar(&f.federation, "federation", "", "gRPC address of the federation to register this cluster with (and keep registered); empty: none")
 		fs.StringSliceVar(&f.etcdEndpoints, "etcd-endpoints", nil, "external etcd to use (comma-separated URLs; required)")
 		fs.BoolVar(&f.leaderElect, "leader-elect", false, "campaign for leadership in etcd and run the stack only while leading, so several replicas can run; followers forward their listeners to the leader")
 		fs.DurationVar(&f.leaderLease, "leader-lease", cluster.DefaultLeaderLease, "TTL of the leader's etcd lease (whole seconds, at least 1s): how long a leader that died holds the cluster up (with --leader-elect)")
@@ -286,7 +297,7 @@ Prints one "peloton is ready: ..." line once it serves; stops on SIGINT or SIGTE
 			if err := rejectClientFlags(cmd); err != nil {
 				return err
 			}
-			return a.runServer(cmd.Context(), &f, true)
+			return a.runServer(cmd.Context(), cmd, &f, true)
 		},
 	}
 	f.register(cmd.Flags(), true)
@@ -342,18 +353,18 @@ its stack at once and campaigns again.`,
 			if err := rejectClientFlags(cmd); err != nil {
 				return err
 			}
-			return a.runServer(cmd.Context(), &f, false)
+			return a.runServer(cmd.Context(), cmd, &f, false)
 		},
 	}
 	f.register(clusterCmd.Flags(), false)
 	clusterCmd.SetUsageTemplate(serverUsage)
-	cmd.AddCommand(clusterCmd)
+	cmd.AddCommand(clusterCmd, a.serveFederationCommand())
 	return cmd
 }
 
 // runServer validates the flags, then runs the stack until SIGINT or
 // SIGTERM. A shutdown asked for by a signal is a success.
-func (a *app) runServer(ctx context.Context, f *serverFlags, embedded bool) error {
+func (a *app) runServer(ctx context.Context, cmd *cobra.Command, f *serverFlags, embedded bool) error {
 	cfg, err := f.config(embedded)
 	if err != nil {
 		return err
@@ -362,14 +373,64 @@ func (a *app) runServer(ctx context.Context, f *serverFlags, embedded bool) erro
 	if err != nil {
 		return err
 	}
-	cfg.Logger = slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: level}))
-	var once sync.Once
-	cfg.OnReady = func(info cluster.ReadyInfo) {
-		once.Do(func() { fmt.Fprintln(a.stdout, readyLine(info, cfg.DataDir)) })
+	labels, err := parseLabels("cluster-labels", f.clusterLabels)
+	if err != nil {
+		return err
 	}
-
+	if _, ok := labels["backend"]; !ok {
+		labels["backend"] = f.backend
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: level}))
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if embedded {
+		names := []string{cfg.ClusterName}
+		if f.clusters != "" {
+			if cmd.Flags().Changed("cluster-name") {
+				return usageErrorf("--clusters names the clusters; leave out --cluster-name")
+			}
+			if names, err = parseClusters(f.clusters); err != nil {
+				return err
+			}
+			cfg.ClusterName = names[0]
+		}
+		f.fed.listen = freeIfZero(f.fed.listen, f.listen, cmd.Flags().Changed("federation-listen"))
+		f.fed.httpListen = freeIfZero(f.fed.httpListen, f.httpListen, cmd.Flags().Changed("federation-http-listen"))
+		fcfg, err := f.fed.config("federation-")
+		if err != nil {
+			return err
+		}
+		err = a.runUp(ctx, cfg, names, fcfg, labels)
+		if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
+			return nil
+		}
+		return err
+	}
+
+	fedAddr := make(chan string, 1)
+	if f.federation != "" {
+		if _, _, err := net.SplitHostPort(f.federation); err != nil {
+			return usageErrorf("invalid --federation %q: want host:port", f.federation)
+		}
+		if _, err := advertised(cfg.Listen, cfg.AdvertiseHost); err != nil {
+			return usageErrorf("--federation: %v", err)
+		}
+		fedAddr <- f.federation
+	}
+	reg := registrar{log: cfg.Logger, fedAddr: fedAddr, keepAlive: 10 * time.Second}
+	var once sync.Once
+	cfg.OnReady = func(info cluster.ReadyInfo) {
+		once.Do(func() {
+			fmt.Fprintln(a.stdout, readyLine(info, cfg.DataDir))
+			if f.federation == "" {
+				return
+			}
+			endpoint, _ := advertised(info.GRPCAddr, cfg.AdvertiseHost)
+			httpEndpoint, _ := advertised(info.HTTPAddr, cfg.AdvertiseHost)
+			go reg.keep(ctx, &pelotonv1.RegisterClusterRequest{Name: info.ClusterName, Endpoint: endpoint,
+				HttpEndpoint: httpEndpoint, Labels: labels, Replace: true})
+		})
+	}
 	err = a.runCluster(ctx, cfg)
 	if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
 		return nil

@@ -1,0 +1,388 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/peloton-sched/peloton/cluster"
+	"github.com/peloton-sched/peloton/federation"
+	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+)
+
+// fedFlags are the flags of the federation's own listeners and workers.
+type fedFlags struct {
+	listen, httpListen string
+	checkEvery         time.Duration
+	callTimeout        time.Duration
+	slowAfter          time.Duration
+	unreachableAfter   time.Duration
+}
+
+// register adds the flags; prefix is "" for `serve federation` and
+// "federation-" for `peloton up`, whose --listen is the cluster's.
+func (f *fedFlags) register(fs *pflag.FlagSet, prefix string) {
+	fs.StringVar(&f.listen, prefix+"listen", federation.DefaultListen, "gRPC listen address of the federation")
+	fs.StringVar(&f.httpListen, prefix+"http-listen", federation.DefaultHTTPListen, "HTTP listen address of the federation (REST, /metrics, /healthz, /readyz)")
+	fs.DurationVar(&f.checkEvery, prefix+"check-every", time.Second, "how often the federation checks each cluster")
+	fs.DurationVar(&f.callTimeout, prefix+"call-timeout", 2*time.Second, "deadline of every call the federation makes to a cluster")
+	fs.DurationVar(&f.slowAfter, prefix+"slow-after", time.Second, "a cluster answering a check slower than this is DEGRADED")
+	fs.DurationVar(&f.unreachableAfter, prefix+"unreachable-after", 5*time.Second, "a cluster that answered no check for this long is UNREACHABLE")
+}
+
+func (f *fedFlags) config(prefix string) (federation.Config, error) {
+	for _, a := range []struct{ flag, addr string }{{prefix + "listen", f.listen}, {prefix + "http-listen", f.httpListen}} {
+		if _, _, err := net.SplitHostPort(a.addr); err != nil {
+			return federation.Config{}, usageErrorf("invalid --%s %q: want host:port", a.flag, a.addr)
+		}
+	}
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{{"check-every", f.checkEvery}, {"call-timeout", f.callTimeout}, {"slow-after", f.slowAfter}, {"unreachable-after", f.unreachableAfter}} {
+		if d.v <= 0 {
+			return federation.Config{}, usageErrorf("invalid --%s%s %s: must be > 0", prefix, d.flag, d.v)
+		}
+	}
+	return federation.Config{Listen: f.listen, HTTPListen: f.httpListen, Options: federation.Options{
+		CheckEvery: f.checkEvery, CallTimeout: f.callTimeout, SlowAfter: f.slowAfter, UnreachableAfter: f.unreachableAfter}}, nil
+}
+
+// serveFederationCommand is `peloton serve federation`.
+func (a *app) serveFederationCommand() *cobra.Command {
+	var f fedFlags
+	var endpoints []string
+	var logLevel string
+	var grace time.Duration
+	cmd := &cobra.Command{
+		Use:   "federation --etcd-endpoints URLS",
+		Short: "Run the federation (global control plane) as a daemon against an external etcd",
+		Long: `Run the federation: the registry of cluster stacks and their health, the
+global pool tree split into each cluster's pools, and the dispatch of batch
+jobs to clusters. Its state lives in etcd under /peloton/federation/; the
+clusters it federates may share that etcd under their own prefixes.
+Cluster stacks join it with "peloton serve cluster --federation ADDR", or an
+operator registers them with "peloton cluster register".`,
+		Args: argsNamed(),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := rejectClientFlags(cmd); err != nil {
+				return err
+			}
+			cfg, err := f.config("")
+			if err != nil {
+				return err
+			}
+			cfg.EtcdEndpoints = trimAll(endpoints)
+			if len(cfg.EtcdEndpoints) == 0 {
+				return usageErrorf("missing --etcd-endpoints: the federation keeps its state in an external etcd")
+			}
+			if grace < 0 {
+				return usageErrorf("invalid --shutdown-grace %s: must be >= 0", grace)
+			}
+			cfg.ShutdownGrace = grace
+			level, err := parseLogLevel(logLevel)
+			if err != nil {
+				return err
+			}
+			cfg.Options.Logger = slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: level}))
+			cfg.OnReady = func(grpcAddr, httpAddr string) {
+				fmt.Fprintln(a.stdout, fedReadyLine(grpcAddr, httpAddr))
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			err = a.runFederation(ctx, cfg)
+			if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
+				return nil
+			}
+			return err
+		},
+	}
+	f.register(cmd.Flags(), "")
+	cmd.Flags().StringSliceVar(&endpoints, "etcd-endpoints", nil, "external etcd to use (comma-separated URLs; required)")
+	cmd.Flags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	cmd.Flags().DurationVar(&grace, "shutdown-grace", 10*time.Second, "how long a graceful shutdown may take")
+	cmd.SetUsageTemplate(serverUsage)
+	return cmd
+}
+
+func fedReadyLine(grpcAddr, httpAddr string) string {
+	return fmt.Sprintf("peloton federation is ready: grpc %s, http %s", grpcAddr, withScheme(httpAddr))
+}
+
+func trimAll(in []string) []string {
+	var out []string
+	for _, s := range in {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// parseLabels reads k=v,... flag entries into a map, naming the flag.
+func parseLabels(flag string, entries []string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, e := range entries {
+		k, v, ok := strings.Cut(strings.TrimSpace(e), "=")
+		if !ok || strings.TrimSpace(k) == "" {
+			return nil, usageErrorf("invalid --%s entry %q: want key=value", flag, e)
+		}
+		out[strings.TrimSpace(k)] = strings.TrimSpace(v)
+	}
+	if err := federation.ValidateLabels(out, "--"+flag); err != nil {
+		return nil, usageErrorf("invalid %s", status.Convert(err).Message())
+	}
+	return out, nil
+}
+
+// parseClusters reads `peloton up --clusters`: a count (3: c1, c2, c3) or
+// names (a,b,c).
+func parseClusters(v string) ([]string, error) {
+	v = strings.TrimSpace(v)
+	if n, err := strconv.Atoi(v); err == nil {
+		if n < 1 || n > 16 {
+			return nil, usageErrorf("invalid --clusters %d: want 1 to 16 clusters, or their names", n)
+		}
+		names := make([]string, n)
+		for i := range names {
+			names[i] = "c" + strconv.Itoa(i+1)
+		}
+		return names, nil
+	}
+	var names []string
+	seen := map[string]bool{}
+	for _, name := range strings.Split(v, ",") {
+		name = strings.TrimSpace(name)
+		if err := cluster.ValidateClusterName(name); err != nil {
+			return nil, usageErrorf("invalid --clusters entry %q: must be 1 to 63 lower-case letters, digits or '-', starting and ending with a letter or digit", name)
+		}
+		if seen[name] {
+			return nil, usageErrorf("invalid --clusters: %q is named twice", name)
+		}
+		seen[name] = true
+		names = append(names, name)
+	}
+	if len(names) > 16 {
+		return nil, usageErrorf("invalid --clusters: at most 16 clusters, got %d", len(names))
+	}
+	return names, nil
+}
+
+// shiftPort moves the port of addr by delta; port 0 (a free port) stays 0.
+func shiftPort(addr string, delta int) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p == 0 {
+		return addr
+	}
+	return net.JoinHostPort(host, strconv.Itoa(p+delta))
+}
+
+// freeIfZero returns addr with port 0 when like asks for a free port: a
+// `peloton up --listen 127.0.0.1:0` (tests, scripts running several) must
+// not collide on the federation's fixed default port either.
+func freeIfZero(addr, like string, changed bool) string {
+	if changed {
+		return addr
+	}
+	if _, port, err := net.SplitHostPort(like); err == nil && port == "0" {
+		host, _, _ := net.SplitHostPort(addr)
+		return net.JoinHostPort(host, "0")
+	}
+	return addr
+}
+
+// registrar keeps one cluster registered with a federation: it registers
+// once the federation's address is known and again every keepAlive, so a
+// federation that lost or never had the registration gets it back.
+type registrar struct {
+	log       *slog.Logger
+	fedAddr   <-chan string // receives the federation's address once
+	keepAlive time.Duration
+}
+
+// keep registers req until ctx ends.
+func (r registrar) keep(ctx context.Context, req *pelotonv1.RegisterClusterRequest) {
+	var addr string
+	select {
+	case addr = <-r.fedAddr:
+	case <-ctx.Done():
+		return
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		r.log.Error("cannot reach the federation to register", "federation", addr, "err", err)
+		return
+	}
+	defer conn.Close()
+	clusters := pelotonv1.NewClusterServiceClient(conn)
+	registered := false
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		c, err := clusters.RegisterCluster(cctx, req)
+		cancel()
+		switch {
+		case err != nil && ctx.Err() == nil:
+			r.log.Warn("cannot register with the federation; trying again", "federation", addr, "cluster", req.Name, "err", status.Convert(err).Message())
+		case err == nil && !registered:
+			registered = true
+			r.log.Info("registered with the federation", "federation", addr, "cluster", req.Name, "endpoint", req.Endpoint, "state", c.Cluster.GetState())
+		}
+		wait := r.keepAlive
+		if err != nil {
+			wait = time.Second
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
+}
+
+// advertised turns a bound address into one the federation can dial: the
+// advertise host if set, else the bound host, which must not be a wildcard.
+func advertised(addr, advertiseHost string) (string, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", err
+	}
+	if advertiseHost != "" {
+		host = advertiseHost
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		return "", fmt.Errorf("%s binds every address, so the federation cannot tell where to reach this cluster; set --advertise-host", addr)
+	}
+	return net.JoinHostPort(host, port), nil
+}
+
+// runUp runs `peloton up`: the first cluster (which embeds etcd, unless
+// --etcd-endpoints names one), then the federation and the other clusters
+// on its etcd, each cluster registered with the federation. On SIGINT or
+// SIGTERM everything stops, the first cluster last: its embedded etcd must
+// outlive the writes the others make while they stop.
+func (a *app) runUp(ctx context.Context, first cluster.Config, names []string, fcfg federation.Config, labels map[string]string) error {
+	log := first.Logger
+	fedAddr := make(chan string, len(names))
+	others, stopOthers := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopOthers()
+	var wg sync.WaitGroup
+	errs := make(chan error, len(names)+1)
+	reg := registrar{log: log, fedAddr: fedAddr, keepAlive: 10 * time.Second}
+	var readyMu sync.Mutex
+	ready := func(info cluster.ReadyInfo, dataDir string) {
+		readyMu.Lock()
+		defer readyMu.Unlock()
+		fmt.Fprintln(a.stdout, readyLine(info, dataDir))
+	}
+	register := func(info cluster.ReadyInfo) {
+		endpoint, _ := advertised(info.GRPCAddr, "")
+		httpEndpoint, _ := advertised(info.HTTPAddr, "")
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			reg.keep(others, &pelotonv1.RegisterClusterRequest{Name: info.ClusterName, Endpoint: endpoint,
+				HttpEndpoint: httpEndpoint, Labels: labels, Replace: true})
+		}()
+	}
+	var firstOnce sync.Once
+	first.OnReady = func(info cluster.ReadyInfo) {
+		firstOnce.Do(func() {
+			ready(info, first.DataDir)
+			a.startRest(others, &wg, errs, info.EtcdEndpoints, first, names[1:], fcfg, fedAddr, ready, register)
+			register(info)
+		})
+	}
+	firstCtx, stopFirst := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopFirst()
+	firstDone := make(chan error, 1)
+	go func() { firstDone <- a.runCluster(firstCtx, first) }()
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-firstDone:
+		firstDone <- runErr
+	case runErr = <-errs:
+	}
+	// Stop the federation and the other clusters, then the first.
+	stopOthers()
+	wg.Wait()
+	stopFirst()
+	if err := <-firstDone; runErr == nil {
+		runErr = err
+	}
+	close(errs)
+	for err := range errs {
+		if runErr == nil && err != nil && !errors.Is(err, context.Canceled) {
+			runErr = err
+		}
+	}
+	if errors.Is(runErr, context.Canceled) {
+		runErr = nil
+	}
+	return runErr
+}
+
+// startRest starts the federation and the clusters after the first, on
+// the first's etcd.
+func (a *app) startRest(ctx context.Context, wg *sync.WaitGroup, errs chan<- error, endpoints []string, first cluster.Config,
+	names []string, fcfg federation.Config, fedAddr chan<- string, ready func(cluster.ReadyInfo, string), register func(cluster.ReadyInfo)) {
+	fcfg.EtcdEndpoints = endpoints
+	if fcfg.Options.Logger == nil {
+		fcfg.Options.Logger = first.Logger.With("component", "federation")
+	}
+	fcfg.ShutdownGrace = first.ShutdownGrace
+	fcfg.OnReady = func(grpcAddr, httpAddr string) {
+		fmt.Fprintln(a.stdout, fedReadyLine(grpcAddr, httpAddr))
+		for range len(names) + 1 {
+			fedAddr <- grpcAddr
+		}
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := a.runFederation(ctx, fcfg); err != nil && ctx.Err() == nil {
+			errs <- fmt.Errorf("federation: %w", err)
+		}
+	}()
+	for i, name := range names {
+		cfg := first
+		cfg.ClusterName = name
+		cfg.EtcdEndpoints, cfg.EtcdListen = endpoints, ""
+		cfg.DataDir = filepath.Join(first.DataDir, "clusters", name)
+		cfg.Listen = shiftPort(first.Listen, 10*(i+1))
+		cfg.HTTPListen = shiftPort(first.HTTPListen, 10*(i+1))
+		cfg.Logger = first.Logger.With("cluster", name)
+		var once sync.Once
+		cfg.OnReady = func(info cluster.ReadyInfo) {
+			once.Do(func() { ready(info, cfg.DataDir); register(info) })
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := a.runCluster(ctx, cfg); err != nil && ctx.Err() == nil {
+				errs <- fmt.Errorf("cluster %s: %w", name, err)
+			}
+		}()
+	}
+}
