@@ -172,7 +172,7 @@ func TestJobGetAndList(t *testing.T) {
 	if r.code != exitOK || r.stdout != "jobs: []\n" {
 		t.Errorf("job list: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 	}
-	want := &pelotonv1.ListJobsRequest{Pool: "/p", Name: "he", States: []pelotonv1.JobState{
+	want := &pelotonv1.ListJobsRequest{Pool: "/p", Name: "he", PageSize: listPageSize, States: []pelotonv1.JobState{
 		pelotonv1.JobState_JOB_RUNNING, pelotonv1.JobState_JOB_FAILED, pelotonv1.JobState_JOB_SUCCEEDED}}
 	if !proto.Equal(f.listReq, want) {
 		t.Errorf("ListJobs request = %v, want %v", f.listReq, want)
