@@ -7,8 +7,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
+	"github.com/peloton-sched/peloton/internal/replica"
 	"github.com/peloton-sched/peloton/internal/store"
 )
 
@@ -17,6 +19,15 @@ const (
 	DefaultListen     = "127.0.0.1:5392"
 	DefaultHTTPListen = "127.0.0.1:5292"
 )
+
+// LeaderKey is the federation's election key under Prefix, as
+// cluster.LeaderKey is a cluster's under its own: each candidate's key is
+// Prefix + LeaderKey + "/<lease id>", beside the federation's clusters/,
+// pools/ and jobs/.
+const LeaderKey = "leader"
+
+// DefaultLeaderLease is the TTL of the leader's lease when Config leaves it 0.
+const DefaultLeaderLease = replica.DefaultLease
 
 // Config configures one federation process.
 type Config struct {
@@ -31,16 +42,37 @@ type Config struct {
 	// ShutdownGrace bounds graceful shutdown (default 10s).
 	ShutdownGrace time.Duration
 	// OnReady, if set, is called with the bound addresses once both
-	// listeners serve.
+	// listeners serve. With LeaderElect, that is each time this process
+	// starts to lead.
 	OnReady func(grpcAddr, httpAddr string)
+
+	// LeaderElect lets several processes serve one federation: each
+	// campaigns in etcd (key Prefix+LeaderKey) and only the leader runs
+	// the federation - its workers and its API - with every write fenced
+	// to its term; the others hold Listen and HTTPListen and forward them
+	// to the leader, answering /healthz themselves. A new leader starts
+	// from etcd, as after a restart.
+	LeaderElect bool
+	// LeaderLease is the TTL of the leader's etcd lease, rounded up to
+	// whole seconds (default 15s): how long a leader that died without
+	// resigning holds the federation up, and the longest a partitioned
+	// leader can take to notice.
+	LeaderLease time.Duration
+	// AdvertiseHost is the address (IP or DNS name) other replicas reach
+	// this process at, on the ports of Listen and HTTPListen. Empty means
+	// the host of Listen, which then must not be a wildcard (0.0.0.0, ::).
+	AdvertiseHost string
+	// OnLeading, if set, is called with true when this process has won the
+	// election, before the federation starts, and with false once it has
+	// stopped (LeaderElect only).
+	OnLeading func(leading bool)
 }
 
-// Run serves the federation until ctx ends.
+// Run serves the federation until ctx ends. With cfg.LeaderElect it
+// campaigns in etcd first and serves only while it leads.
 func Run(ctx context.Context, cfg Config) error {
-	log := cfg.Options.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-		cfg.Options.Logger = log
+	if cfg.Options.Logger == nil {
+		cfg.Options.Logger = slog.New(slog.DiscardHandler)
 	}
 	if len(cfg.EtcdEndpoints) == 0 {
 		return errors.New("federation: etcd endpoints (--etcd-endpoints) must not be empty")
@@ -54,7 +86,53 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.ShutdownGrace <= 0 {
 		cfg.ShutdownGrace = 10 * time.Second
 	}
-	st, err := store.NewEtcd(ctx, store.EtcdConfig{Endpoints: cfg.EtcdEndpoints, Prefix: Prefix})
+	if cfg.LeaderElect {
+		return runElected(ctx, cfg)
+	}
+	return serve(ctx, cfg, nil, nil)
+}
+
+// runElected campaigns until ctx ends, serving the federation while it
+// leads.
+func runElected(ctx context.Context, cfg Config) error {
+	log := cfg.Options.Logger.With("component", "federation-leader")
+	rc := replica.Config{
+		EtcdEndpoints: cfg.EtcdEndpoints,
+		Key:           Prefix + LeaderKey,
+		Lease:         cfg.LeaderLease,
+		Listen:        cfg.Listen,
+		HTTPListen:    cfg.HTTPListen,
+		AdvertiseHost: cfg.AdvertiseHost,
+		// Flags: replica's defaults (--listen, --http-listen,
+		// --advertise-host), the names `peloton serve federation` uses;
+		// replicas of the federation run there, not in `peloton up`.
+		Logger: log,
+	}
+	err := replica.Run(ctx, rc, func(ctx context.Context, t *replica.Term, handOver func()) error {
+		log.Info("leading; starting the federation", "id", t.ID, "revision", t.Fence.Revision)
+		if cfg.OnLeading != nil {
+			cfg.OnLeading(true)
+			defer cfg.OnLeading(false)
+		}
+		return serve(ctx, cfg, t, handOver)
+	})
+	if errors.Is(err, replica.ErrStoppedWhileLeading) {
+		return errors.New("the federation stopped while leading")
+	}
+	return err
+}
+
+// serve is Run without leader election. t, if not nil, is the term it
+// serves in: its writes are fenced to the leader key, its workers stop the
+// moment the lease is lost, and handOver frees the follower's addresses
+// just before its own listeners bind them.
+func serve(ctx context.Context, cfg Config, t *replica.Term, handOver func()) error {
+	log := cfg.Options.Logger
+	var fence *store.Fence
+	if t != nil {
+		fence = &t.Fence
+	}
+	st, err := store.NewEtcd(ctx, store.EtcdConfig{Endpoints: cfg.EtcdEndpoints, Prefix: Prefix, Fence: fence})
 	if err != nil {
 		return fmt.Errorf("connect to etcd %v: %w", cfg.EtcdEndpoints, err)
 	}
@@ -63,7 +141,16 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := f.Start(ctx); err != nil {
 		return err
 	}
-	defer f.Close()
+	// Close once, from whichever comes first: the end of the lease or the
+	// end of serve.
+	closeFed := sync.OnceFunc(f.Close)
+	defer closeFed()
+	if t != nil {
+		// A deposed leader's workers must not go on repairing clusters
+		// while its API drains (their writes would fail on the fence, but
+		// their calls to the clusters would not).
+		defer context.AfterFunc(t.Lease, closeFed)()
+	}
 
 	srv := NewServer(f, log)
 	srv.SetReadiness(func(ctx context.Context) error {
@@ -72,6 +159,9 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		return nil
 	})
+	if handOver != nil {
+		handOver()
+	}
 	grpcLis, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen %s (--federation-listen): %w", cfg.Listen, err)
@@ -93,6 +183,9 @@ func Run(ctx context.Context, cfg Config) error {
 	go func() { serveErr <- gs.Serve(grpcLis) }()
 	go func() { serveErr <- hs.Serve(httpLis) }()
 	log.Info("federation is serving", "grpc", grpcLis.Addr().String(), "http", httpLis.Addr().String(), "clusters", len(f.List()))
+	if t != nil {
+		t.Serving(grpcLis.Addr().String(), httpLis.Addr().String())
+	}
 	if cfg.OnReady != nil {
 		cfg.OnReady(grpcLis.Addr().String(), httpLis.Addr().String())
 	}
