@@ -29,6 +29,10 @@ import (
 // fedFlags are the flags of the federation's own listeners and workers.
 type fedFlags struct {
 	listen, httpListen string
+	// Leader election (serve federation only).
+	leaderElect   bool
+	leaderLease   time.Duration
+	advertiseHost string
 	checkEvery         time.Duration
 	callTimeout        time.Duration
 	slowAfter          time.Duration
@@ -96,13 +100,21 @@ operator registers them with "peloton cluster register".`,
 				return usageErrorf("invalid --shutdown-grace %s: must be >= 0", grace)
 			}
 			cfg.ShutdownGrace = grace
+			if f.leaderElect {
+				lf := serverFlags{leaderElect: true, leaderLease: f.leaderLease, advertiseHost: f.advertiseHost, listen: f.listen}
+				if err := lf.checkLeaderFlags(); err != nil {
+					return err
+				}
+				cfg.LeaderElect, cfg.LeaderLease, cfg.AdvertiseHost = true, f.leaderLease, strings.TrimSpace(f.advertiseHost)
+			}
 			level, err := parseLogLevel(logLevel)
 			if err != nil {
 				return err
 			}
 			cfg.Options.Logger = slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: level}))
+			var once sync.Once
 			cfg.OnReady = func(grpcAddr, httpAddr string) {
-				fmt.Fprintln(a.stdout, fedReadyLine(grpcAddr, httpAddr))
+				once.Do(func() { fmt.Fprintln(a.stdout, fedReadyLine(grpcAddr, httpAddr)) })
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -114,6 +126,9 @@ operator registers them with "peloton cluster register".`,
 		},
 	}
 	f.register(cmd.Flags(), "")
+	cmd.Flags().BoolVar(&f.leaderElect, "leader-elect", false, "campaign for leadership in etcd and run the federation only while leading, so several replicas can run; followers forward their listeners to the leader")
+	cmd.Flags().DurationVar(&f.leaderLease, "leader-lease", federation.DefaultLeaderLease, "TTL of the leader's etcd lease (whole seconds, at least 1s; with --leader-elect)")
+	cmd.Flags().StringVar(&f.advertiseHost, "advertise-host", "", "address the other replicas reach this one at, on the --listen and --http-listen ports (with --leader-elect; default: the host of --listen, which must then not be a wildcard)")
 	cmd.Flags().StringSliceVar(&endpoints, "etcd-endpoints", nil, "external etcd to use (comma-separated URLs; required)")
 	cmd.Flags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	cmd.Flags().DurationVar(&grace, "shutdown-grace", 10*time.Second, "how long a graceful shutdown may take")
