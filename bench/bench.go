@@ -76,6 +76,7 @@ func Scenarios() []Scenario {
 		{ScenarioGang, "gang placement on a fragmented cluster, and whether any gang ran partially", gangFigures},
 		{ScenarioUpdate, "a rolling update of a large service: scheduler overhead per batch", updateFigures},
 		{ScenarioKubernetes, "pods bound and running on a real kube-apiserver with kwok nodes: raw ceiling, kube-scheduler and Peloton side by side", kubernetesFigures},
+		{ScenarioFederation, "the federation over many in-process clusters: registry CPU and memory, pool propagation, job dispatch rate", federationFigures},
 	}
 }
 

@@ -161,6 +161,18 @@ func (a *app) benchScenario(sc bench.Scenario) *cobra.Command {
 		fs.StringVar(&c.Bin, "kube-bin", c.Bin, "folder with kube-apiserver, kube-scheduler and kwok (default: $PELOTON_KUBE_BIN, or what make kube-tools built)")
 		validate = c.Validate
 		run = func(ctx context.Context, env bench.Env) (*bench.Result, error) { return bench.Kubernetes(ctx, env, c) }
+	case bench.ScenarioFederation:
+		c := bench.DefaultFederationConfig()
+		fs.IntVar(&c.RegistryClusters, "registry-clusters", c.RegistryClusters, "clusters registered for the registry phase (0: skip it)")
+		fs.DurationVar(&c.RegistryWindow, "registry-window", c.RegistryWindow, "each of the registry phase's two CPU windows")
+		fs.IntVar(&c.Clusters, "clusters", c.Clusters, "clusters of the propagation and dispatch phases")
+		fs.IntVar(&c.PoolChanges, "pool-changes", c.PoolChanges, "global pool changes timed (0: skip)")
+		fs.IntVar(&c.Jobs, "jobs", c.Jobs, "federated batch jobs dispatched (0: skip)")
+		fs.IntVar(&c.Concurrency, "concurrency", c.Concurrency, "callers creating jobs at once")
+		fs.IntVar(&c.HostsPerCluster, "hosts-per-cluster", c.HostsPerCluster, "simulated hosts of each cluster (32 CPUs each)")
+		fs.DurationVar(&c.CheckEvery, "check-every", c.CheckEvery, "the federation's health-check period per cluster")
+		validate = c.Validate
+		run = func(ctx context.Context, env bench.Env) (*bench.Result, error) { return bench.Federation(ctx, env, c) }
 	default:
 		panic("bench: no command for scenario " + sc.Name)
 	}

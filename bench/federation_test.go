@@ -1,0 +1,105 @@
+package bench
+
+import (
+	"context"
+	"math"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestFederationValidateNamesTheFlag(t *testing.T) {
+	for _, tc := range []struct {
+		change func(*FederationConfig)
+		flag   string
+	}{
+		{func(c *FederationConfig) { c.RegistryClusters = -1 }, "--registry-clusters"},
+		{func(c *FederationConfig) { c.RegistryWindow = 0 }, "--registry-window"},
+		{func(c *FederationConfig) { c.Clusters = 0 }, "--clusters"},
+		{func(c *FederationConfig) { c.PoolChanges = -1 }, "--pool-changes"},
+		{func(c *FederationConfig) { c.Jobs = maxFedJobs + 1 }, "--jobs"},
+		{func(c *FederationConfig) { c.Concurrency = 0 }, "--concurrency"},
+		{func(c *FederationConfig) { c.HostsPerCluster = 0 }, "--hosts-per-cluster"},
+		{func(c *FederationConfig) { c.CheckEvery = 0 }, "--check-every"},
+	} {
+		c := DefaultFederationConfig()
+		tc.change(&c)
+		if err := c.Validate(); err == nil || !strings.HasPrefix(err.Error(), tc.flag) {
+			t.Errorf("err %v, want one starting with %s", err, tc.flag)
+		}
+	}
+	c := DefaultFederationConfig()
+	if err := c.Validate(); err != nil {
+		t.Errorf("the default config is invalid: %v", err)
+	}
+	// Every phase can be skipped, and a skipped registry phase needs no window.
+	c = FederationConfig{Clusters: 1, Jobs: 1, Concurrency: 1, HostsPerCluster: 1, CheckEvery: time.Second}
+	if err := c.Validate(); err != nil {
+		t.Errorf("dispatch alone: %v", err)
+	}
+}
+
+// The whole scenario at tiny sizes: every figure is there and sane. How
+// fast anything was is not checked here (timing claims live in the docs).
+func TestFederationScenario(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts six cluster stacks")
+	}
+	cfg := FederationConfig{
+		RegistryClusters: 3, RegistryWindow: 500 * time.Millisecond,
+		Clusters: 3, PoolChanges: 5, Jobs: 20, Concurrency: 8,
+		HostsPerCluster: 1, CheckEvery: time.Second,
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var lines []string
+	r, err := Federation(ctx, Env{Progress: func(s string) { lines = append(lines, s) }}, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var table strings.Builder
+	if err := r.WriteTable(&table); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("progress:\n%s\n\n%s", strings.Join(lines, "\n"), table.String())
+	fig := func(name string) float64 {
+		t.Helper()
+		v, ok := r.Figure(name)
+		if !ok {
+			t.Fatalf("figure %s missing", name)
+		}
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			t.Fatalf("figure %s = %g", name, v)
+		}
+		return v
+	}
+	for _, f := range federationFigures {
+		fig(f)
+	}
+	if v := fig("registryClusters"); v != 3 {
+		t.Errorf("registryClusters %g, want 3", v)
+	}
+	// The federation's CPU share is a difference of two noisy windows and
+	// its RSS a difference of two readings: either may come out below 0.
+	for _, f := range []string{"registryStartSec", "registryReadyMs", "registryBaselineCpuPctOfCore", "peakRssMb"} {
+		if v := fig(f); v <= 0 {
+			t.Errorf("%s = %g, want > 0", f, v)
+		}
+	}
+	p50, p99, pmax := fig("propagationP50Ms"), fig("propagationP99Ms"), fig("propagationMaxMs")
+	if p50 <= 0 || p50 > p99 || p99 > pmax {
+		t.Errorf("propagation p50 %g, p99 %g, max %g: want 0 < p50 <= p99 <= max", p50, p99, pmax)
+	}
+	if c, d := fig("createJobsPerSec"), fig("dispatchJobsPerSec"); c <= 0 || d <= 0 {
+		t.Errorf("createJobsPerSec %g, dispatchJobsPerSec %g: want both > 0", c, d)
+	}
+	if r50, r99 := fig("createToRunningP50Ms"), fig("createToRunningP99Ms"); r50 <= 0 || r50 > r99 {
+		t.Errorf("createToRunning p50 %g, p99 %g: want 0 < p50 <= p99", r50, r99)
+	}
+	if len(lines) == 0 {
+		t.Error("no progress reported")
+	}
+	if len(r.Notes) == 0 {
+		t.Error("no notes: the figures' methods are not said")
+	}
+}
