@@ -52,12 +52,18 @@ func logger() *slog.Logger {
 // CPUs on the shared etcd.
 func startStack(t *testing.T, endpoints []string, name string, hosts int) *stack {
 	t.Helper()
+	return startStackWith(t, endpoints, name, hosts, nil)
+}
+
+// startStackWith is startStack with hosts labelled (sim host labels).
+func startStackWith(t *testing.T, endpoints []string, name string, hosts int, hostLabels []string) *stack {
+	t.Helper()
 	s := &stack{name: name, done: make(chan error, 1)}
 	ready := make(chan string, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	cfg := cluster.Config{ClusterName: name, DataDir: t.TempDir(), Listen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0",
-		EtcdEndpoints: endpoints, Backend: "sim", Hosts: hosts, ShutdownGrace: 2 * time.Second, Logger: logger().With("cluster", name),
+		EtcdEndpoints: endpoints, Backend: "sim", Hosts: hosts, HostLabels: hostLabels, ShutdownGrace: 2 * time.Second, Logger: logger().With("cluster", name),
 		OnReady: func(info cluster.ReadyInfo) { ready <- info.GRPCAddr }}
 	go func() { s.done <- cluster.Run(ctx, cfg) }()
 	select {
@@ -335,6 +341,74 @@ func TestDispatchBatchJobs(t *testing.T) {
 	svc.Job.Type = pelotonv1.JobType_SERVICE
 	if _, err := f.CreateJob(ctxT(t), svc, ""); status.Code(err) != codes.InvalidArgument || !contains(err, "spec.job.type") {
 		t.Errorf("service job: %v", err)
+	}
+}
+
+// TestJobMovesOffAnUnreachableCluster: a job whose tasks could not start in
+// its cluster, which then became unreachable, is dispatched elsewhere only
+// after its copy there is confirmed gone (the cluster answered again and
+// the job was cancelled there); it then runs once, in the other cluster.
+func TestJobMovesOffAnUnreachableCluster(t *testing.T) {
+	e, _ := storetest.StartEtcd(t)
+	small := startStackWith(t, e.Endpoints(), "small", 1, []string{"kind=small"})
+	f := startFederation(t, e)
+	register(t, f, small, nil)
+	if _, err := f.CreatePool(ctxT(t), "/batch", &pelotonv1.FederatedPoolSpec{}, ""); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, func() error { _, err := reservedCPU(small, "/batch"); return err })
+	eventually(t, 10*time.Second, func() error {
+		if got, _ := reservedCPU(small, "/batch"); got < 0 {
+			return fmt.Errorf("/batch not in small yet")
+		}
+		return nil
+	})
+	// Only a host labelled kind=big will do, and small has none: its task
+	// never starts there.
+	id, err := f.CreateJob(ctxT(t), &pelotonv1.FederatedJobSpec{Job: &pelotonv1.JobSpec{Name: "big", Pool: "/batch", InstanceCount: 1,
+		DefaultSpec: &pelotonv1.TaskSpec{Command: []string{"sleep", "1"}, Resources: &pelotonv1.Resources{Cpu: 1, MemoryMb: 64},
+			Placement: &pelotonv1.PlacementSpec{Constraints: []*pelotonv1.Constraint{{Label: "kind", Op: pelotonv1.ConstraintOp_EQUALS, Values: []string{"big"}}}}}}}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobIs := func(st pelotonv1.DispatchState, cluster string) func() error {
+		return func() error {
+			j, err := f.GetJob(id)
+			if err != nil {
+				return err
+			}
+			if j.DispatchState != st || j.Cluster != cluster || (st == pelotonv1.DispatchState_DISPATCHED && j.ClusterJobId == "") {
+				return fmt.Errorf("job is %s in %q (%s), want %s in %q", j.DispatchState, j.Cluster, j.Message, st, cluster)
+			}
+			return nil
+		}
+	}
+	eventually(t, 10*time.Second, jobIs(pelotonv1.DispatchState_DISPATCHED, "small"))
+	first, _ := f.GetJob(id)
+
+	big := startStackWith(t, e.Endpoints(), "big", 1, []string{"kind=big"})
+	register(t, f, big, nil)
+	small.stop(t)
+	eventually(t, 10*time.Second, jobIs(pelotonv1.DispatchState_DISPATCH_MOVING, "small"))
+	// Unreachable is not gone: while small does not answer, the job waits.
+	time.Sleep(time.Second)
+	if err := jobIs(pelotonv1.DispatchState_DISPATCH_MOVING, "small")(); err != nil {
+		t.Fatal(err)
+	}
+	// small answers again (on another port): its copy is cancelled there,
+	// then the job goes to big and runs.
+	small = startStackWith(t, e.Endpoints(), "small", 1, []string{"kind=small"})
+	if _, err := f.Register(ctxT(t), &pelotonv1.RegisterClusterRequest{Name: "small", Endpoint: small.addr, Replace: true}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, jobIs(pelotonv1.DispatchState_DISPATCH_DONE, "big"))
+	j, _ := f.GetJob(id)
+	if j.Status.GetState() != pelotonv1.JobState_JOB_SUCCEEDED || len(j.Attempts) != 2 || j.Attempts[0].EndReason == "" {
+		t.Fatalf("job ended %v with attempts %v", j.Status.GetState(), j.Attempts)
+	}
+	resp, err := small.cli.Jobs.GetJob(ctxT(t), &pelotonv1.GetJobRequest{JobId: first.ClusterJobId})
+	if err != nil || resp.Job.Status.State != pelotonv1.JobState_JOB_KILLED {
+		t.Fatalf("the first copy in small: %v %v, want JOB_KILLED", resp.GetJob().GetStatus(), err)
 	}
 }
 

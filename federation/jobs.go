@@ -624,7 +624,7 @@ func (f *Federation) syncJob(ctx context.Context, name string, cli clusterClient
 			if rec.Cluster != name || rec.ClusterJobId != clusterID {
 				return errSkip
 			}
-			return f.confirmGone(rec, name, "deleted from cluster "+name)
+			return f.confirmGone(rec, rec.Status, name, "deleted from cluster "+name)
 		})
 	}
 	if err != nil {
@@ -640,30 +640,42 @@ func (f *Federation) syncJob(ctx context.Context, name string, cli clusterClient
 			return err
 		}
 	}
+	if !terminal(st.State) && !(moving && started(st)) {
+		// Only the status moved on: kept in memory (the API shows it, and
+		// it is written with the record's next change). Writing every
+		// task count change of every job would cost the store a write per
+		// job per check; a restart reads it again from the cluster.
+		f.mu.Lock()
+		if j := f.jobs[id]; j != nil && j.rec.Cluster == name && j.rec.ClusterJobId == clusterID {
+			j.rec.Status = st
+		}
+		f.mu.Unlock()
+		return nil
+	}
 	return f.updateJob(ctx, id, func(rec *pelotonv1.FederatedJob) error {
 		if rec.Cluster != name || rec.ClusterJobId != clusterID {
 			return errSkip
 		}
-		changed := !proto.Equal(rec.Status, st)
+		// Whether tasks had started is judged on what was seen before the
+		// cancel: the cancel itself ends never-started tasks KILLED.
+		before := rec.Status
 		rec.Status = st
 		switch {
 		case terminal(st.State):
-			return f.confirmGone(rec, name, "ended "+st.State.String()+" in cluster "+name)
+			return f.confirmGone(rec, before, name, "ended "+st.State.String()+" in cluster "+name)
 		case rec.DispatchState == pelotonv1.DispatchState_DISPATCH_MOVING && started(st):
 			rec.DispatchState = pelotonv1.DispatchState_DISPATCHED
 			rec.Message = "cluster " + name + " answered again and tasks had started there: the job stays"
-			return nil
-		case !changed:
-			return errSkip // nothing to write
 		}
 		return nil
 	})
 }
 
 // confirmGone is what a job becomes once its copy in cluster name has
-// ended: done, or (moving, never started) pending for another dispatch.
-func (f *Federation) confirmGone(rec *pelotonv1.FederatedJob, name, why string) error {
-	if rec.DispatchState == pelotonv1.DispatchState_DISPATCH_MOVING && !rec.Killed && !started(rec.Status) {
+// ended: done, or (moving, and no task had started as of before, the last
+// status seen before the copy ended) pending for another dispatch.
+func (f *Federation) confirmGone(rec *pelotonv1.FederatedJob, before *pelotonv1.JobStatus, name, why string) error {
+	if rec.DispatchState == pelotonv1.DispatchState_DISPATCH_MOVING && !rec.Killed && !started(before) {
 		endAttempt(rec, "moved: cluster "+name+" was unreachable; its copy is confirmed gone ("+why+")")
 		rec.DispatchState = pelotonv1.DispatchState_DISPATCH_PENDING
 		rec.Cluster, rec.ClusterJobId, rec.Status = "", "", nil

@@ -1,17 +1,21 @@
-// Package client is the one way Go code talks to a Peloton cluster's public
-// API: the CLI, the benchmarks, the end-to-end tests and (next) the
-// federation all build their connection here, so dial options, per-call
-// deadlines, message limits and transport security are decided in one place.
+// Package client is the one way Go code talks to Peloton's public APIs:
+// a cluster's (Client) and the federation's (Federation). The CLI, the
+// benchmarks, the end-to-end tests and the federation's own reconcilers all
+// build their connections here, so dial options, per-call deadlines,
+// message limits and transport security are decided in one place for both.
 //
 // A Client is one gRPC connection to one cluster with a client for each
-// service over it. It is safe for concurrent use; Close it when done.
-// New does not connect: the first call does, and fails fast (calls are not
-// wait-for-ready) when nothing listens, so a missing server never blocks a
-// caller beyond its deadline.
+// service over it; a Federation is one connection to the federation with a
+// client for each of its services (clusters, global pools, federated jobs).
+// Both are safe for concurrent use; Close them when done. New and
+// NewFederation do not connect: the first call does, and fails fast (calls
+// are not wait-for-ready) when nothing listens, so a missing server never
+// blocks a caller beyond its deadline.
 //
-// Creates (CreateJob, CreatePool, CreateUpdate) take a request id that makes
-// them safe to retry; NewRequestID makes one. Use the same id for every retry
-// of one intended create, and a fresh one for the next.
+// Creates (CreateJob, CreatePool, CreateUpdate, and the federation's
+// CreateFederatedPool and CreateFederatedJob) take a request id that makes
+// them safe to retry; NewRequestID makes one. Use the same id for every
+// retry of one intended create, and a fresh one for the next.
 //
 // This package must import no Peloton package but the API protos: it is
 // what a program outside the cluster links.
@@ -32,8 +36,8 @@ import (
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
-// Options configures a Client. The zero value is a plaintext connection
-// whose unary calls have no deadline of their own.
+// Options configures a Client or a Federation. The zero value is a
+// plaintext connection whose unary calls have no deadline of their own.
 type Options struct {
 	// Timeout bounds every unary call: a call whose context has no earlier
 	// deadline gets this one. 0 adds none. Streams (task logs) are not
@@ -69,6 +73,25 @@ type Client struct {
 // malformed address or options; an unreachable server shows on the first
 // call.
 func New(addr string, o Options) (*Client, error) {
+	conn, err := dial(addr, o)
+	if err != nil {
+		return nil, err
+	}
+	return &Client{
+		Addr:    addr,
+		Conn:    conn,
+		Jobs:    pelotonv1.NewJobServiceClient(conn),
+		Tasks:   pelotonv1.NewTaskServiceClient(conn),
+		Pools:   pelotonv1.NewPoolServiceClient(conn),
+		Hosts:   pelotonv1.NewHostServiceClient(conn),
+		Updates: pelotonv1.NewUpdateServiceClient(conn),
+	}, nil
+}
+
+// dial opens the connection behind a Client or a Federation, with the
+// dial options o implies (then o.DialOptions). It fails only on a malformed
+// address or options; it does not connect.
+func dial(addr string, o Options) (*grpc.ClientConn, error) {
 	if o.Timeout < 0 {
 		return nil, fmt.Errorf("client: timeout %s: must be >= 0", o.Timeout)
 	}
@@ -84,19 +107,7 @@ func New(addr string, o Options) (*Client, error) {
 		opts = append(opts, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(o.MaxMsgBytes), grpc.MaxCallSendMsgSize(o.MaxMsgBytes)))
 	}
 	opts = append(opts, o.DialOptions...)
-	conn, err := grpc.NewClient(addr, opts...)
-	if err != nil {
-		return nil, err
-	}
-	return &Client{
-		Addr:    addr,
-		Conn:    conn,
-		Jobs:    pelotonv1.NewJobServiceClient(conn),
-		Tasks:   pelotonv1.NewTaskServiceClient(conn),
-		Pools:   pelotonv1.NewPoolServiceClient(conn),
-		Hosts:   pelotonv1.NewHostServiceClient(conn),
-		Updates: pelotonv1.NewUpdateServiceClient(conn),
-	}, nil
+	return grpc.NewClient(addr, opts...)
 }
 
 // deadline bounds each unary call by d. context.WithTimeout keeps an earlier

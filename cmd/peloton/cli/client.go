@@ -2,6 +2,8 @@ package cli
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -9,8 +11,10 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/peloton-sched/peloton/cluster"
 	pclient "github.com/peloton-sched/peloton/cluster/client"
 	"github.com/peloton-sched/peloton/internal/requestid"
+	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
 // client is the cluster API client (cluster/client) the CLI's commands use,
@@ -18,27 +22,84 @@ import (
 type client struct {
 	*pclient.Client
 	timeout time.Duration
+	// cluster is the federation's record of the cluster --cluster named,
+	// nil when the client dials --server.
+	cluster *pelotonv1.Cluster
 }
 
-// dial prepares a connection to --server; every unary call is bounded by
-// --timeout. It does not connect: the first call does, and fails fast when
-// nothing listens, so a missing server never blocks the CLI.
+// caller is a client whose failed calls call and create report: the
+// cluster's (client) or the federation's (fedClient).
+type caller interface {
+	wrap(error) error
+}
+
+// dial prepares a connection to --server, or, with --cluster, to that
+// cluster's endpoint as the federation knows it; every unary call is
+// bounded by --timeout. It does not connect to the cluster: the first call
+// does, and fails fast when nothing listens, so a missing server never
+// blocks the CLI.
 func (a *app) dial() (*client, error) {
 	if a.timeout <= 0 {
 		return nil, usageErrorf("invalid --timeout %s: must be > 0", a.timeout)
 	}
-	// Plaintext for now: the server does not serve TLS yet.
-	c, err := pclient.New(a.server, pclient.Options{Timeout: a.timeout})
-	if err != nil {
-		return nil, usageErrorf("invalid --server %q: %v", a.server, err)
+	addr, flag := a.server, "--server"
+	var rec *pelotonv1.Cluster
+	if a.clusterName != "" {
+		if a.globals != nil && a.globals.Changed("server") {
+			return nil, usageErrorf("--cluster and --server both name where to send the command; give one")
+		}
+		var err error
+		if rec, err = a.resolveCluster(); err != nil {
+			return nil, err
+		}
+		addr, flag = rec.GetEndpoint(), "endpoint of cluster "+rec.GetName()
 	}
-	return &client{Client: c, timeout: a.timeout}, nil
+	// Plaintext for now: the server does not serve TLS yet.
+	c, err := pclient.New(addr, pclient.Options{Timeout: a.timeout})
+	if err != nil {
+		return nil, usageErrorf("invalid %s %q: %v", flag, addr, err)
+	}
+	return &client{Client: c, timeout: a.timeout, cluster: rec}, nil
+}
+
+// resolveCluster asks the federation (--federation) for the cluster named
+// by --cluster. Every command dials once (withClient), so an invocation
+// asks once.
+func (a *app) resolveCluster() (*pelotonv1.Cluster, error) {
+	if err := cluster.ValidateClusterName(a.clusterName); err != nil {
+		return nil, usageErrorf("invalid --cluster %q: must be 1 to 63 lower-case letters, digits or '-', starting and ending with a letter or digit", a.clusterName)
+	}
+	f, err := a.dialFederation(false)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	resp, err := f.Clusters.GetCluster(context.Background(), &pelotonv1.GetClusterRequest{Name: a.clusterName})
+	if err != nil {
+		st := status.Convert(err)
+		switch {
+		case st.Code() == codes.NotFound:
+			// The federation's own words: "cluster b is not registered".
+			return nil, errors.New(st.Message())
+		case f.unreachable(st):
+			return nil, &unreachableError{what: "the federation", addr: f.Addr, purpose: " to look up --cluster " + a.clusterName,
+				st: st, hint: fedHint}
+		}
+		return nil, fmt.Errorf("look up --cluster %s in the federation at %s: %s: %s", a.clusterName, f.Addr, st.Code(), st.Message())
+	}
+	rec := resp.GetCluster()
+	if rec.GetEndpoint() == "" {
+		return nil, fmt.Errorf("cluster %s has no endpoint in the federation at %s", a.clusterName, f.Addr)
+	}
+	return rec, nil
 }
 
 // wrap turns a failed call into an rpcError. Unavailable or
 // DeadlineExceeded while the connection is not up means the server could
 // not be reached, which deserves a message of its own; once connected, the
-// same codes come from the server and are shown as they are.
+// same codes come from the server and are shown as they are. A cluster
+// reached through --cluster is named with what the federation last saw of
+// it, since --server has nothing to do with it.
 func (c *client) wrap(err error) error {
 	if err == nil {
 		return nil
@@ -52,11 +113,18 @@ func (c *client) wrap(err error) error {
 	case codes.Unavailable, codes.DeadlineExceeded:
 		e.unreachable = !c.Connected()
 	}
+	if e.unreachable && c.cluster != nil {
+		hint := "the federation sees it " + c.cluster.GetState().String()
+		if m := c.cluster.GetMessage(); m != "" {
+			hint += " (" + m + ")"
+		}
+		return &unreachableError{what: "cluster " + c.cluster.GetName(), addr: c.Addr, st: st, hint: hint}
+	}
 	return e
 }
 
 // call makes one unary call (bounded by --timeout, see dial).
-func call[Req, Resp any](ctx context.Context, c *client,
+func call[Req, Resp any](ctx context.Context, c caller,
 	fn func(context.Context, Req, ...grpc.CallOption) (Resp, error), req Req) (Resp, error) {
 	resp, err := fn(ctx, req)
 	if err != nil {
@@ -66,7 +134,8 @@ func call[Req, Resp any](ctx context.Context, c *client,
 	return resp, nil
 }
 
-// withClient dials --server, runs fn with the client, and closes it.
+// withClient dials --server (or the endpoint of --cluster), runs fn with
+// the client, and closes it.
 func (a *app) withClient(fn func(c *client) error) error {
 	c, err := a.dial()
 	if err != nil {
@@ -102,7 +171,7 @@ func requestID(flag string) (string, error) {
 // create makes one create call (req carries its request id), sending it
 // again when the server could not be reached or its answer was lost
 // (Unavailable, DeadlineExceeded), a bounded number of times.
-func create[Req, Resp any](ctx context.Context, c *client,
+func create[Req, Resp any](ctx context.Context, c caller,
 	fn func(context.Context, Req, ...grpc.CallOption) (Resp, error), req Req) (Resp, error) {
 	for attempt := 1; ; attempt++ {
 		resp, err := fn(ctx, req)

@@ -17,11 +17,10 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/peloton-sched/peloton/cluster"
+	pclient "github.com/peloton-sched/peloton/cluster/client"
 	"github.com/peloton-sched/peloton/federation"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
@@ -30,13 +29,13 @@ import (
 type fedFlags struct {
 	listen, httpListen string
 	// Leader election (serve federation only).
-	leaderElect   bool
-	leaderLease   time.Duration
-	advertiseHost string
-	checkEvery         time.Duration
-	callTimeout        time.Duration
-	slowAfter          time.Duration
-	unreachableAfter   time.Duration
+	leaderElect      bool
+	leaderLease      time.Duration
+	advertiseHost    string
+	checkEvery       time.Duration
+	callTimeout      time.Duration
+	slowAfter        time.Duration
+	unreachableAfter time.Duration
 }
 
 // register adds the flags; prefix is "" for `serve federation` and
@@ -243,13 +242,13 @@ func (r registrar) keep(ctx context.Context, req *pelotonv1.RegisterClusterReque
 	case <-ctx.Done():
 		return
 	}
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	fed, err := pclient.NewFederation(addr, pclient.Options{})
 	if err != nil {
 		r.log.Error("cannot reach the federation to register", "federation", addr, "err", err)
 		return
 	}
-	defer conn.Close()
-	clusters := pelotonv1.NewClusterServiceClient(conn)
+	defer fed.Close()
+	clusters := fed.Clusters
 	registered := false
 	for {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)

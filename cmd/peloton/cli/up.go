@@ -316,12 +316,15 @@ Flags:
 `
 
 // clientFlags are the root's flags that only API clients use.
-var clientFlags = []string{"server", "output", "timeout"}
+var clientFlags = []string{"server", "output", "timeout", "cluster", "federation"}
 
 // rejectClientFlags refuses a client flag given to a server command, which
 // would otherwise be accepted and ignored.
 func rejectClientFlags(cmd *cobra.Command) error {
 	for _, name := range clientFlags {
+		if cmd.LocalNonPersistentFlags().Lookup(name) != nil {
+			continue // a flag of the command's own (serve cluster --federation)
+		}
 		if fl := cmd.Flag(name); fl != nil && fl.Changed {
 			return usageErrorf("--%s is a flag of the client commands; %q takes only the flags in --help", name, cmd.CommandPath())
 		}

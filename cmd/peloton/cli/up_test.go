@@ -208,6 +208,15 @@ func TestServerCommandsHaveNoClientFlags(t *testing.T) {
 	if r.code != exitUsage || !strings.Contains(r.stderr, `--output is a flag of the client commands; "peloton up" takes only the flags in --help`) {
 		t.Errorf("up -o json: exit %d, %q", r.code, r.stderr)
 	}
+	r = runWith(t, run, "", "up", "--cluster", "a")
+	if r.code != exitUsage || !strings.Contains(r.stderr, `--cluster is a flag of the client commands`) {
+		t.Errorf("up --cluster a: exit %d, %q", r.code, r.stderr)
+	}
+	// serve cluster's own --federation (where to register) is not the
+	// client's: it is accepted.
+	if r := runWith(t, run, "", "serve", "cluster", "--etcd-endpoints", "http://a:2379", "--federation", "127.0.0.1:5392"); r.code != exitOK {
+		t.Errorf("serve cluster --federation: exit %d, %q", r.code, r.stderr)
+	}
 	if r := runWith(t, run, "", "up"); r.code != exitOK || !got.DefaultReservesHosts {
 		t.Errorf("up: exit %d, DefaultReservesHosts %v", r.code, got.DefaultReservesHosts)
 	}
