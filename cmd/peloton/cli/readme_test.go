@@ -12,6 +12,9 @@ import (
 	"time"
 
 	"github.com/peloton-sched/peloton/cluster"
+	pclient "github.com/peloton-sched/peloton/cluster/client"
+	"github.com/peloton-sched/peloton/federation"
+	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
 // readmeNotRun lists the README's sh examples that this test does not run,
@@ -22,6 +25,7 @@ var readmeNotRun = map[string]string{
 	"kubectl create":      "needs a Kubernetes cluster and an external etcd",
 	"docker build":        "needs docker, a registry and a Kubernetes cluster",
 	"peloton serve clust": "needs an external three-member etcd cluster",
+	"peloton serve feder": "needs an external etcd cluster and machines for three clusters",
 	"go build -o bin/pel": "benchmarks that run for minutes; their figures are in docs/benchmarks.md",
 }
 
@@ -83,6 +87,9 @@ func TestReadmeExamples(t *testing.T) {
 			c.HTTPListen = "127.0.0.1:5291"
 		}
 	})
+	// The federation examples talk to a federation beside the stack, on
+	// its etcd, with the stack registered as local: what `peloton up` runs.
+	fed := startReadmeFederation(t, s)
 	bin := t.TempDir()
 	build := exec.Command("go", "build", "-o", filepath.Join(bin, "peloton"), ".")
 	build.Dir = ".." // cmd/peloton
@@ -110,7 +117,7 @@ func TestReadmeExamples(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 		cmd := exec.CommandContext(ctx, "/bin/sh", "-e", "-x", "-c", b.text)
 		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"), serverEnv+"="+s.addr)
+		cmd.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"), serverEnv+"="+s.addr, federationEnv+"="+fed)
 		out, err := cmd.CombinedOutput()
 		cancel()
 		if err != nil {
@@ -120,6 +127,38 @@ func TestReadmeExamples(t *testing.T) {
 	if ran < 4 {
 		t.Fatalf("ran %d README examples; expected the hello world, service, pool and host examples at least", ran)
 	}
+}
+
+// startReadmeFederation runs a federation on the stack's etcd, registers
+// the stack with it as local and returns its gRPC address.
+func startReadmeFederation(t *testing.T, s *stack) string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- federation.Run(ctx, federation.Config{EtcdEndpoints: s.etcd, Listen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0",
+			OnReady: func(grpcAddr, _ string) { ready <- grpcAddr }})
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	var addr string
+	select {
+	case addr = <-ready:
+	case err := <-done:
+		t.Fatalf("federation: %v", err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("federation not serving within 60s")
+	}
+	fc, err := pclient.NewFederation(addr, pclient.Options{Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fc.Close()
+	if _, err := fc.Clusters.RegisterCluster(context.Background(), &pelotonv1.RegisterClusterRequest{Name: "local", Endpoint: s.addr,
+		Labels: map[string]string{"backend": "local"}}); err != nil {
+		t.Fatal(err)
+	}
+	return addr
 }
 
 func notRun(block string) (string, bool) {

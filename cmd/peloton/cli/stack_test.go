@@ -23,6 +23,8 @@ import (
 type stack struct {
 	t    *testing.T
 	addr string
+	// etcd is the endpoints of the etcd the stack embeds.
+	etcd []string
 }
 
 // startStack starts a stack of two virtual hosts and stops it when the test
@@ -71,7 +73,7 @@ func startStack(t *testing.T, opts ...func(*cluster.Config)) *stack {
 			t.Error("stack did not stop within 60s")
 		}
 	})
-	return &stack{t: t, addr: info.GRPCAddr}
+	return &stack{t: t, addr: info.GRPCAddr, etcd: info.EtcdEndpoints}
 }
 
 // run runs one CLI command against the stack.
