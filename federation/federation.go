@@ -85,7 +85,10 @@ func (o Options) withDefaults() Options {
 // Federation is the global control plane's state and its workers. Create
 // it with New, then Start it; every method is safe for concurrent use.
 type Federation struct {
-	st   store.Store
+	st store.Store
+	// batch packs the many small writes of job records (dispatch steps
+	// of concurrent jobs) into few etcd transactions (group commit).
+	batch *store.Batcher
 	opts Options
 	log  *slog.Logger
 
@@ -112,6 +115,7 @@ func New(st store.Store, opts Options) *Federation {
 	opts = opts.withDefaults()
 	return &Federation{
 		st:       st,
+		batch:    store.NewBatcher(st, store.BatcherOptions{}),
 		opts:     opts,
 		log:      opts.Logger.With("component", "federation"),
 		clusters: map[string]*member{},
@@ -165,6 +169,7 @@ func (f *Federation) Close() {
 		stop()
 	}
 	f.wg.Wait()
+	_ = f.batch.Close()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, m := range f.clusters {

@@ -113,8 +113,13 @@ func (f *Federation) CreateJob(ctx context.Context, spec *pelotonv1.FederatedJob
 	if err != nil {
 		return "", err
 	}
-	ops := append([]store.Op{store.Put(jobKey(id), b, store.MustNotExist)}, o.Ops(rq, id, now)...)
-	rev, err := f.st.Txn(ctx, ops...)
+	var rev int64
+	if rq.ID == "" {
+		rev, err = f.batch.Write(ctx, store.Put(jobKey(id), b, store.MustNotExist))
+	} else {
+		// The request record and the job commit together, or neither.
+		rev, err = f.st.Txn(ctx, append([]store.Op{store.Put(jobKey(id), b, store.MustNotExist)}, o.Ops(rq, id, now)...)...)
+	}
 	if err != nil {
 		if o2, rerr := requestid.Recheck(ctx, f.st, rq, now, err); rerr == nil && o2.Done {
 			return o2.Object, nil
@@ -282,7 +287,11 @@ func (f *Federation) updateJob(ctx context.Context, id string, change func(*pelo
 		if err := DispatchTable.Check(from, rec.DispatchState); err != nil {
 			return fmt.Errorf("federated job %s: %w", id, err)
 		}
-		newRev, err := f.put(ctx, jobKey(id), rec, rev)
+		b, err := proto.Marshal(rec)
+		if err != nil {
+			return err
+		}
+		newRev, err := f.batch.Write(ctx, store.Put(jobKey(id), b, rev))
 		if errors.Is(err, store.ErrConflict) && attempt < 5 {
 			// Someone else wrote it: read it back and apply again.
 			if kv, gerr := f.st.Get(ctx, jobKey(id)); gerr == nil {
