@@ -536,8 +536,8 @@ func (f *Federation) jobsIn(cluster string, st pelotonv1.DispatchState) []string
 // jobSyncBatch bounds how many jobs one worker pass looks at, and
 // jobSyncConcurrency how many calls to the cluster it has in flight.
 const (
-	jobSyncBatch       = 512
-	jobSyncConcurrency = 8
+	jobSyncBatch       = 1024
+	jobSyncConcurrency = 32
 )
 
 // syncJobs does the federated jobs' business with one cluster that just
@@ -624,6 +624,9 @@ func (f *Federation) syncJob(ctx context.Context, name string, cli clusterClient
 			return err
 		}
 		metrics.FederationJobs.WithLabelValues("sent").Inc()
+		if !j.Killed && j.DispatchState == pelotonv1.DispatchState_DISPATCHED {
+			return nil // just created: its state is read at the next pass
+		}
 	}
 	cctx, cancel := call()
 	resp, err := cli.Jobs.GetJob(cctx, &pelotonv1.GetJobRequest{JobId: clusterID})
