@@ -302,10 +302,10 @@ func TestDispatchBatchJobs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A selector that matches nothing waits and says why.
-	none, err := f.CreateJob(ctxT(t), job("none", map[string]string{"region": "mars"}), "")
-	if err != nil {
-		t.Fatal(err)
+	// A selector no registered cluster matches is refused, naming it.
+	if _, err := f.CreateJob(ctxT(t), job("none", map[string]string{"region": "mars"}), ""); status.Code(err) != codes.InvalidArgument ||
+		!contains(err, "spec.placement.clusterSelector: {region=mars} matches no registered cluster") {
+		t.Errorf("selector matching no cluster: %v", err)
 	}
 	for jid, want := range map[string]string{id: "b", east: "a"} {
 		eventually(t, 30*time.Second, func() error {
@@ -322,10 +322,22 @@ func TestDispatchBatchJobs(t *testing.T) {
 			return nil
 		})
 	}
-	j, _ := f.GetJob(none)
-	if j.DispatchState != pelotonv1.DispatchState_DISPATCH_PENDING || !contains(errors.New(j.Message), "clusterSelector") {
-		t.Errorf("unmatched job: %s %q", j.DispatchState, j.Message)
+	// A cordoned cluster takes no new job: one only it matches waits and
+	// says why.
+	if _, err := f.Cordon(ctxT(t), "a", true); err != nil {
+		t.Fatal(err)
 	}
+	none, err := f.CreateJob(ctxT(t), job("none", map[string]string{"region": "east"}), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, func() error {
+		j, _ := f.GetJob(none)
+		if j.DispatchState != pelotonv1.DispatchState_DISPATCH_PENDING || !contains(errors.New(j.Message), "a CORDONED") {
+			return fmt.Errorf("job for a cordoned cluster: %s %q", j.DispatchState, j.Message)
+		}
+		return nil
+	})
 	if err := f.KillJob(ctxT(t), none); err != nil {
 		t.Fatal(err)
 	}

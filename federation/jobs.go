@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -87,6 +88,9 @@ func (f *Federation) CreateJob(ctx context.Context, spec *pelotonv1.FederatedJob
 	if err := validateJobSpec(spec); err != nil {
 		return "", err
 	}
+	if err := f.checkSelector(spec.GetPlacement().GetClusterSelector()); err != nil {
+		return "", err
+	}
 	rq, err := requestid.New(jobRequestKind, rqID, &pelotonv1.CreateFederatedJobRequest{Spec: spec})
 	if err != nil {
 		return "", err
@@ -132,6 +136,30 @@ func (f *Federation) CreateJob(ctx context.Context, spec *pelotonv1.FederatedJob
 	metrics.FederationJobs.WithLabelValues("created").Inc()
 	f.kickDispatch()
 	return id, nil
+}
+
+// checkSelector refuses a cluster selector that no registered cluster
+// matches: such a job could only wait for a cluster nobody announced, and
+// is far more often a typo. A selector that matches clusters that are
+// down or cordoned is fine: the job waits for them.
+func (f *Federation) checkSelector(selector map[string]string) error {
+	if len(selector) == 0 {
+		return nil
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var known []string
+	for _, name := range sortedKeys(f.clusters) {
+		labels := f.clusters[name].rec.Labels
+		if matches(labels, selector) {
+			return nil
+		}
+		known = append(known, name+" "+formatLabels(labels))
+	}
+	if len(known) == 0 {
+		return apierr.FailedPrecondition("spec.placement.clusterSelector: no cluster is registered")
+	}
+	return apierr.Invalid("spec.placement.clusterSelector", "%s matches no registered cluster (%s)", formatLabels(selector), strings.Join(known, ", "))
 }
 
 func validateJobSpec(spec *pelotonv1.FederatedJobSpec) error {

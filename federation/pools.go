@@ -617,6 +617,10 @@ func (f *Federation) syncPools(ctx context.Context, name string, m *member) {
 	f.mu.Unlock()
 
 	actions := planPools(want, have, owned, synced)
+	versions := make(map[string]uint64, len(have))
+	for path, p := range have {
+		versions[path] = p.GetVersion()
+	}
 	msgs := map[string]string{}
 	failed := map[string]bool{}
 	for _, a := range actions {
@@ -632,7 +636,14 @@ func (f *Federation) syncPools(ctx context.Context, name string, m *member) {
 				err = nil // created by an earlier pass whose answer was lost; the next check compares it
 			}
 		case "update":
-			_, err = cli.Pools.UpdatePool(cctx, &pelotonv1.UpdatePoolRequest{Path: a.path, Spec: a.spec})
+			// Compare-and-swap on the version this pass read: a change made
+			// in the cluster meanwhile fails the update, and the next pass
+			// looks again rather than overwriting what it did not see.
+			var resp *pelotonv1.UpdatePoolResponse
+			resp, err = cli.Pools.UpdatePool(cctx, &pelotonv1.UpdatePoolRequest{Path: a.path, Spec: a.spec, Version: versions[a.path]})
+			if err == nil {
+				versions[a.path] = resp.GetPool().GetVersion()
+			}
 		case "delete":
 			_, err = cli.Pools.DeletePool(cctx, &pelotonv1.DeletePoolRequest{Path: a.path})
 			if status.Code(err) == codes.NotFound {

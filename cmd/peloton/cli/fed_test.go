@@ -640,7 +640,11 @@ func TestFederationCLI(t *testing.T) {
 		t.Errorf("fed job create again with its request id: %q, want %q", again, west)
 	}
 	east := strings.TrimSpace(env.ok("fed", "job", "create", "-f", fedJobFile))
-	nowhere := strings.TrimSpace(env.ok("fed", "job", "create", "-f", jobFile, "--cluster-selector", "region=mars"))
+	env.fails(exitError, "Error: InvalidArgument: spec.placement.clusterSelector: {region=mars} matches no registered cluster ...",
+		"fed", "job", "create", "-f", jobFile, "--cluster-selector", "region=mars")
+	// A job for a cordoned cluster waits.
+	env.ok("cluster", "cordon", "a")
+	nowhere := strings.TrimSpace(env.ok("fed", "job", "create", "-f", jobFile, "--cluster-selector", "region=east"))
 	jobs := map[string]*pelotonv1.FederatedJob{}
 	for id, want := range map[string]string{west: "b", east: "a"} {
 		env.waitFor(60*time.Second, "federated job "+id+" to succeed in "+want, func() (bool, string) {
@@ -679,8 +683,8 @@ func TestFederationCLI(t *testing.T) {
 
 	var j pelotonv1.FederatedJob
 	env.get(&j, "fed", "job", "get", nowhere)
-	if j.GetDispatchState() != pelotonv1.DispatchState_DISPATCH_PENDING || !strings.Contains(j.GetMessage(), "clusterSelector") {
-		t.Errorf("federated job no cluster matches: %s %q", j.GetDispatchState(), j.GetMessage())
+	if j.GetDispatchState() != pelotonv1.DispatchState_DISPATCH_PENDING || !strings.Contains(j.GetMessage(), "a CORDONED") {
+		t.Errorf("federated job for a cordoned cluster: %s %q", j.GetDispatchState(), j.GetMessage())
 	}
 	if out := env.ok("fed", "job", "kill", nowhere); out != "federated job "+nowhere+": kill requested\n" {
 		t.Errorf("fed job kill: %q", out)
@@ -689,6 +693,7 @@ func TestFederationCLI(t *testing.T) {
 	if j.GetDispatchState() != pelotonv1.DispatchState_DISPATCH_DONE || !j.GetKilled() {
 		t.Errorf("killed pending job: %s killed=%v", j.GetDispatchState(), j.GetKilled())
 	}
+	env.ok("cluster", "uncordon", "a")
 	svc := writeSpec(t, "svc.yaml", "name: svc\ntype: SERVICE\npool: /w\ninstanceCount: 1\ndefaultSpec: {command: [sleep, \"10\"]}\n")
 	env.fails(exitError, "Error: InvalidArgument: spec.job.type: the federation dispatches BATCH jobs; ...", "fed", "job", "create", "-f", svc)
 
