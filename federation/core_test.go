@@ -56,16 +56,19 @@ func TestPlanPoolsOrder(t *testing.T) {
 		"/b":     cpuSpec(2, 0),  // new
 		"/b/z":   cpuSpec(1, 0),  // new child: after its parent
 		"/a/new": cpuSpec(1, 10), // new child of a
+		// cpu shrinks, memory grows: a shrink first, the rest later.
+		"/c": {Reservation: &pelotonv1.Resources{Cpu: 1, MemoryMb: 20}},
 	}
-	owned := []string{"/a", "/a/x", "/a/new", "/b", "/b/z", "/old", "/old/y"}
+	have["/c"] = &pelotonv1.Pool{Path: "/c", Spec: &pelotonv1.PoolSpec{Reservation: &pelotonv1.Resources{Cpu: 2, MemoryMb: 10}}}
+	owned := []string{"/a", "/a/x", "/a/new", "/b", "/b/z", "/c", "/old", "/old/y"}
 	var got []string
 	for _, a := range planPools(want, have, owned, nil) {
 		got = append(got, a.kind+" "+a.path)
 	}
-	// Shrinks children first, deletes children first, then creates and
-	// the second half of the shrinks parents first (every depth-1 pool
-	// before any depth-2 one).
-	wantOrder := "update /a/x,update /a,delete /old/y,delete /old,create /b,update /a,create /b/z,update /a/x,create /a/new"
+	// Shrinks children first, deletes children first, then creates
+	// parents first (every depth-1 pool before any depth-2 one). /a and
+	// /a/x only shrink, so they have no second update; /c has two.
+	wantOrder := "update /a/x,update /a,update /c,delete /old/y,delete /old,update /c,create /b,create /b/z,create /a/new"
 	if strings.Join(got, ",") != wantOrder {
 		t.Errorf("plan:\n got %s\nwant %s", strings.Join(got, ","), wantOrder)
 	}
@@ -94,7 +97,9 @@ func TestPlanPoolsDrift(t *testing.T) {
 
 func TestChooseCluster(t *testing.T) {
 	req := resources.Resources{MilliCPU: 2000, MemoryMB: 100}
-	room := func(cpu int64) resources.Resources { return resources.Resources{MilliCPU: cpu * 1000, MemoryMB: 1 << 20} }
+	room := func(cpu int64) resources.Resources {
+		return resources.Resources{MilliCPU: cpu * 1000, MemoryMB: 1 << 20}
+	}
 	ready, cordoned := pelotonv1.ClusterState_CLUSTER_READY, pelotonv1.ClusterState_CLUSTER_CORDONED
 	east := map[string]string{"region": "east"}
 	for _, tc := range []struct {

@@ -89,8 +89,8 @@ type Federation struct {
 	// batch packs the many small writes of job records (dispatch steps
 	// of concurrent jobs) into few etcd transactions (group commit).
 	batch *store.Batcher
-	opts Options
-	log  *slog.Logger
+	opts  Options
+	log   *slog.Logger
 
 	mu       sync.Mutex
 	clusters map[string]*member

@@ -558,6 +558,9 @@ func planPools(want map[string]*pelotonv1.PoolSpec, have map[string]*pelotonv1.P
 			drift := left[path] != nil && !sameSpec(left[path], h.Spec)
 			if lower := lowerReservation(h.Spec, w); lower != nil {
 				shrink = append(shrink, poolAction{kind: "update", path: path, spec: lower, drift: drift})
+				if sameSpec(lower, w) {
+					continue // nothing grows: the shrink is the whole change
+				}
 				drift = false
 			}
 			grow = append(grow, poolAction{kind: "update", path: path, spec: w, drift: drift})
