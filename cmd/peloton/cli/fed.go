@@ -440,21 +440,14 @@ func (a *app) fedJobListCommand() *cobra.Command {
 				return usageErrorf("invalid --limit %d: must be >= 0", limit)
 			}
 			return a.withFederation(func(f *fedClient) error {
-				resp := &pelotonv1.ListFederatedJobsResponse{}
-				req := &pelotonv1.ListFederatedJobsRequest{Cluster: inCluster}
-				for {
-					req.PageSize = pageSizeFor(limit, len(resp.Jobs))
-					page, err := call(cmd.Context(), f, f.Jobs.ListFederatedJobs, req)
-					if err != nil {
-						return err
-					}
-					resp.Jobs = append(resp.Jobs, page.Jobs...)
-					resp.NextPageToken = page.NextPageToken
-					if page.NextPageToken == "" || (limit > 0 && len(resp.Jobs) >= limit) {
-						break
-					}
-					req.PageToken = page.NextPageToken
+				jobs, err := allPages(limit, func(size uint32, token string) ([]*pelotonv1.FederatedJob, string, error) {
+					page, err := call(cmd.Context(), f, f.Jobs.ListFederatedJobs, &pelotonv1.ListFederatedJobsRequest{Cluster: inCluster, PageSize: size, PageToken: token})
+					return page.GetJobs(), page.GetNextPageToken(), err
+				})
+				if err != nil {
+					return err
 				}
+				resp := &pelotonv1.ListFederatedJobsResponse{Jobs: jobs}
 				return p.list(resp, "jobs", len(resp.GetJobs()), func(w io.Writer, wide bool) {
 					writeFedJobTable(w, resp.GetJobs(), wide)
 				})

@@ -118,21 +118,14 @@ func (a *app) jobListCommand() *cobra.Command {
 				return err
 			}
 			return a.withClient(func(c *client) error {
-				resp := &pelotonv1.ListJobsResponse{}
-				req := &pelotonv1.ListJobsRequest{Pool: pool, States: st, Name: name}
-				for {
-					req.PageSize = pageSizeFor(limit, len(resp.Jobs))
-					page, err := call(cmd.Context(), c, c.Jobs.ListJobs, req)
-					if err != nil {
-						return err
-					}
-					resp.Jobs = append(resp.Jobs, page.Jobs...)
-					resp.NextPageToken = page.NextPageToken
-					if page.NextPageToken == "" || (limit > 0 && len(resp.Jobs) >= limit) {
-						break
-					}
-					req.PageToken = page.NextPageToken
+				jobs, err := allPages(limit, func(size uint32, token string) ([]*pelotonv1.Job, string, error) {
+					page, err := call(cmd.Context(), c, c.Jobs.ListJobs, &pelotonv1.ListJobsRequest{Pool: pool, States: st, Name: name, PageSize: size, PageToken: token})
+					return page.GetJobs(), page.GetNextPageToken(), err
+				})
+				if err != nil {
+					return err
 				}
+				resp := &pelotonv1.ListJobsResponse{Jobs: jobs}
 				return p.list(resp, "jobs", len(resp.GetJobs()), func(w io.Writer, wide bool) {
 					writeJobTable(w, resp.GetJobs(), wide)
 				})

@@ -43,21 +43,14 @@ func (a *app) taskListCommand() *cobra.Command {
 				return err
 			}
 			return a.withClient(func(c *client) error {
-				resp := &pelotonv1.ListTasksResponse{}
-				req := &pelotonv1.ListTasksRequest{JobId: args[0], States: st}
-				for {
-					req.PageSize = pageSizeFor(limit, len(resp.Tasks))
-					page, err := call(cmd.Context(), c, c.Tasks.ListTasks, req)
-					if err != nil {
-						return err
-					}
-					resp.Tasks = append(resp.Tasks, page.Tasks...)
-					resp.NextPageToken = page.NextPageToken
-					if page.NextPageToken == "" || (limit > 0 && len(resp.Tasks) >= limit) {
-						break
-					}
-					req.PageToken = page.NextPageToken
+				tasks, err := allPages(limit, func(size uint32, token string) ([]*pelotonv1.Task, string, error) {
+					page, err := call(cmd.Context(), c, c.Tasks.ListTasks, &pelotonv1.ListTasksRequest{JobId: args[0], States: st, PageSize: size, PageToken: token})
+					return page.GetTasks(), page.GetNextPageToken(), err
+				})
+				if err != nil {
+					return err
 				}
+				resp := &pelotonv1.ListTasksResponse{Tasks: tasks}
 				return p.list(resp, "tasks", len(resp.GetTasks()), func(w io.Writer, wide bool) {
 					writeTaskTable(w, resp.GetTasks(), wide)
 				})
@@ -186,4 +179,23 @@ func pageSizeFor(limit, have int) uint32 {
 		return uint32(limit - have)
 	}
 	return listPageSize
+}
+
+// allPages fetches pages until the last one, or until limit (0: none)
+// rows are in: fetch gets the page size and token to ask for and returns
+// the page's rows and its next token.
+func allPages[T any](limit int, fetch func(size uint32, token string) ([]T, string, error)) ([]T, error) {
+	var rows []T
+	token := ""
+	for {
+		page, next, err := fetch(pageSizeFor(limit, len(rows)), token)
+		if err != nil {
+			return nil, err
+		}
+		rows = append(rows, page...)
+		if next == "" || (limit > 0 && len(rows) >= limit) {
+			return rows, nil
+		}
+		token = next
+	}
 }
