@@ -100,7 +100,7 @@ func summarize(s *pelotonv1.JobSpec) *pelotonv1.JobSpec {
 	if s == nil {
 		return nil
 	}
-	return &pelotonv1.JobSpec{Name: s.Name, Type: s.Type, Pool: s.Pool, InstanceCount: s.InstanceCount, Sla: s.Sla, Labels: s.Labels}
+	return &pelotonv1.JobSpec{Name: s.Name, Type: s.Type, Pool: s.Pool, InstanceCount: s.InstanceCount, Sla: s.Sla, Labels: s.Labels, Foreign: s.Foreign}
 }
 
 // ListTasksPage is one page of ListTasks (in instance order) and the token

@@ -2432,7 +2432,7 @@ func (x *ListJobsRequest) GetPageToken() string {
 type ListJobsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Newest first. Each spec is a summary: name, type, pool, instance_count,
-	// sla and labels; GetJob returns the whole spec.
+	// sla, labels and foreign; GetJob returns the whole spec.
 	Jobs []*Job `protobuf:"bytes,1,rep,name=jobs,proto3" json:"jobs,omitempty"`
 	// Set when more jobs follow: pass it as page_token to get them.
 	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
