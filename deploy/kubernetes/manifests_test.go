@@ -3,8 +3,9 @@
 // kube-apiserver (internal/kubetest) with a strict server-side dry run, and
 // the RBAC rules are checked, through the apiserver's own authorizer,
 // against the calls the kubernetes backend makes: it gets every right it
-// needs and nothing else. The command line of the Deployment is checked by
-// cmd/peloton/cli's TestDeploymentArgs.
+// needs and nothing else; the federation's service account may do nothing
+// at all. The command lines of the Deployments are checked by
+// cmd/peloton/cli's TestDeploymentArgs and TestFederationDeploymentArgs.
 package manifests
 
 import (
@@ -30,6 +31,8 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 	"sigs.k8s.io/yaml"
 
@@ -41,6 +44,16 @@ const serviceAccount = "system:serviceaccount:peloton:peloton"
 
 // ns is the namespace the pods go to (config.yaml's kube-namespace).
 const ns = "peloton"
+
+// federationAccount is the service account of the federation
+// (federation.yaml) in ns. The federation talks to etcd and to the
+// clusters' APIs only: it must have no Kubernetes rights at all.
+const federationAccount = "peloton-federation"
+
+// serviceAccountGroups are the groups the apiserver puts a service account
+// of ns in when it authenticates with its token. Rights bound to a group
+// are rights too, so the federation's checks ask with them.
+var serviceAccountGroups = []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"}
 
 // access is one kind of request to the apiserver, in a namespace or, with
 // Namespace empty, cluster-wide.
@@ -299,9 +312,31 @@ func TestManifestsOnARealAPIServer(t *testing.T) {
 				t.Errorf("no %s among the manifests", k)
 			}
 		}
+		// The apiserver here runs without the ServiceAccount admission
+		// plugin (nothing would create the namespaces' default accounts),
+		// so a pod naming an account that does not exist passes the dry
+		// run; a real cluster would refuse it.
+		accounts := map[string]bool{}
+		for _, o := range objs {
+			if o.u.GetKind() == "ServiceAccount" {
+				accounts[o.u.GetNamespace()+"/"+o.u.GetName()] = true
+			}
+		}
+		for _, o := range objs {
+			if o.u.GetKind() != "Deployment" {
+				continue
+			}
+			sa, _, _ := unstructured.NestedString(o.u.Object, "spec", "template", "spec", "serviceAccountName")
+			if sa == "" || !accounts[o.u.GetNamespace()+"/"+sa] {
+				t.Errorf("%s: runs as service account %q, which is not among the manifests", o, sa)
+			}
+		}
 	})
 
-	t.Run("rbac", func(t *testing.T) {
+	// applyRBAC creates the identities and their rights for real (server-
+	// side apply is idempotent, so each subtest may do it).
+	applyRBAC := func(t *testing.T) []object {
+		t.Helper()
 		var rbacObjs []object
 		for _, o := range objs {
 			switch o.u.GetKind() {
@@ -314,6 +349,11 @@ func TestManifestsOnARealAPIServer(t *testing.T) {
 				t.Fatalf("%s: %v", o, err)
 			}
 		}
+		return rbacObjs
+	}
+
+	t.Run("rbac", func(t *testing.T) {
+		rbacObjs := applyRBAC(t)
 		checkRulesAreNarrow(t, rbacObjs)
 
 		// The apiserver's authorizer decides, as it will for the pods.
@@ -344,6 +384,121 @@ func TestManifestsOnARealAPIServer(t *testing.T) {
 			}
 		}
 	})
+
+	t.Run("federation-rbac", func(t *testing.T) {
+		rbacObjs := applyRBAC(t)
+		checkFederationAccount(ctx, t, c.Config, c.Client, objs, rbacObjs)
+	})
+}
+
+// checkFederationAccount: the federation's service account exists, mounts
+// no token, is the subject of no binding, and the apiserver's authorizer
+// gives it nothing: not one of the rights the cluster's account has or is
+// refused, and, rule for rule, no more than an account no binding names
+// (what every authenticated client may do: discovery and asking about its
+// own rights).
+func checkFederationAccount(ctx context.Context, t *testing.T, admin *rest.Config, client kubernetes.Interface, objs, rbacObjs []object) {
+	user := "system:serviceaccount:" + ns + ":" + federationAccount
+	found := false
+	for _, o := range objs {
+		switch {
+		case o.u.GetKind() == "ServiceAccount" && o.u.GetNamespace() == ns && o.u.GetName() == federationAccount:
+			found = true
+			if mount, ok, _ := unstructured.NestedBool(o.u.Object, "automountServiceAccountToken"); !ok || mount {
+				t.Errorf("%s: automountServiceAccountToken is not false; the federation needs no Kubernetes token", o)
+			}
+		case o.u.GetKind() == "Deployment":
+			sa, _, _ := unstructured.NestedString(o.u.Object, "spec", "template", "spec", "serviceAccountName")
+			if sa != federationAccount {
+				continue
+			}
+			if mount, ok, _ := unstructured.NestedBool(o.u.Object, "spec", "template", "spec", "automountServiceAccountToken"); ok && mount {
+				t.Errorf("%s: mounts the token of %s", o, federationAccount)
+			}
+		}
+	}
+	if !found {
+		t.Fatalf("no ServiceAccount %s/%s among the manifests", ns, federationAccount)
+	}
+	for _, o := range rbacObjs {
+		var subjects []rbacv1.Subject
+		switch o.u.GetKind() {
+		case "ClusterRoleBinding":
+			var b rbacv1.ClusterRoleBinding
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.u.Object, &b); err != nil {
+				t.Fatal(err)
+			}
+			subjects = b.Subjects
+		case "RoleBinding":
+			var b rbacv1.RoleBinding
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.u.Object, &b); err != nil {
+				t.Fatal(err)
+			}
+			subjects = b.Subjects
+		default:
+			continue
+		}
+		for _, s := range subjects {
+			if (s.Kind == "ServiceAccount" && s.Name == federationAccount) || (s.Kind != "ServiceAccount" && s.Name == user) || (s.Kind == "Group" && slices.Contains(serviceAccountGroups, s.Name)) {
+				t.Errorf("%s: binds %s %s; the federation must have no Kubernetes rights", o, s.Kind, s.Name)
+			}
+		}
+	}
+
+	for _, a := range slices.Concat(backendCalls, grantedButNotCalled, refused, []access{
+		{Resource: "configmaps", Verb: "get", Namespace: ns},
+		{Resource: "services", Verb: "list"},
+		{Resource: "endpoints", Verb: "list", Namespace: ns},
+		{Group: "discovery.k8s.io", Resource: "endpointslices", Verb: "list", Namespace: ns},
+		{Group: "coordination.k8s.io", Resource: "leases", Verb: "get", Namespace: ns},
+		{Resource: "namespaces", Verb: "get"},
+	}) {
+		ra := &authorizationv1.ResourceAttributes{Verb: a.Verb, Group: a.Group, Resource: a.Resource, Subresource: a.Subresource, Namespace: a.Namespace}
+		sar, err := client.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
+			Spec: authorizationv1.SubjectAccessReviewSpec{User: user, Groups: serviceAccountGroups, ResourceAttributes: ra},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sar.Status.Allowed {
+			t.Errorf("the federation's service account may %s; it must have no rights", a)
+		}
+	}
+
+	// What each may do, as the apiserver lists it to the account itself.
+	rules := func(user, namespace string) string {
+		t.Helper()
+		cfg := rest.CopyConfig(admin)
+		cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: serviceAccountGroups}
+		cs, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := cs.AuthorizationV1().SelfSubjectRulesReviews().Create(ctx, &authorizationv1.SelfSubjectRulesReview{
+			Spec: authorizationv1.SelfSubjectRulesReviewSpec{Namespace: namespace},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Status.Incomplete {
+			t.Fatalf("rules of %s in %s: incomplete (%s)", user, namespace, r.Status.EvaluationError)
+		}
+		var lines []string
+		for _, rr := range r.Status.ResourceRules {
+			lines = append(lines, fmt.Sprintf("%v %v %v %v", rr.Verbs, rr.APIGroups, rr.Resources, rr.ResourceNames))
+		}
+		for _, nr := range r.Status.NonResourceRules {
+			lines = append(lines, fmt.Sprintf("%v %v", nr.Verbs, nr.NonResourceURLs))
+		}
+		sort.Strings(lines)
+		return strings.Join(lines, "\n")
+	}
+	nobody := "system:serviceaccount:" + ns + ":no-binding-names-this"
+	for _, namespace := range []string{ns, "default"} {
+		if got, base := rules(user, namespace), rules(nobody, namespace); got != base {
+			t.Errorf("in namespace %s the federation's service account may\n%s\nbut an account no binding names only\n%s", namespace, got, base)
+		}
+	}
 }
 
 // checkRulesAreNarrow: no wildcard anywhere, and every (resource, verb) a

@@ -250,20 +250,27 @@ func (r registrar) keep(ctx context.Context, req *pelotonv1.RegisterClusterReque
 	defer fed.Close()
 	clusters := fed.Clusters
 	registered := false
+	failures := 0
 	for {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		c, err := clusters.RegisterCluster(cctx, req)
 		cancel()
 		switch {
-		case err != nil && ctx.Err() == nil:
-			r.log.Warn("cannot register with the federation; trying again", "federation", addr, "cluster", req.Name, "err", status.Convert(err).Message())
+		case err != nil && ctx.Err() == nil && (failures < 3 || failures%30 == 0):
+			r.log.Warn("cannot register with the federation; trying again", "federation", addr, "cluster", req.Name, "failures", failures+1, "err", status.Convert(err).Message())
 		case err == nil && !registered:
 			registered = true
 			r.log.Info("registered with the federation", "federation", addr, "cluster", req.Name, "endpoint", req.Endpoint, "state", c.Cluster.GetState())
 		}
+		// A federation that does not answer is asked again soon at first,
+		// then less often (at most every keepAlive), so a cluster without
+		// its federation does not fill its log.
 		wait := r.keepAlive
 		if err != nil {
-			wait = time.Second
+			failures++
+			wait = min(time.Duration(1<<min(failures-1, 5))*time.Second, r.keepAlive)
+		} else {
+			failures = 0
 		}
 		select {
 		case <-ctx.Done():

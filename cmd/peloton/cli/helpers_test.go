@@ -33,13 +33,20 @@ func runCLI(t *testing.T, stdin string, args ...string) result {
 
 func runWith(t *testing.T, run func(context.Context, cluster.Config) error, stdin string, args ...string) result {
 	t.Helper()
+	// The federation `up` starts beside its cluster: here it only waits,
+	// as a federation with nothing to do would.
+	return runFedWith(t, run, func(ctx context.Context, _ federation.Config) error { <-ctx.Done(); return nil }, stdin, args...)
+}
+
+// runFedWith is runWith with the federation's runner given too, for tests
+// that look at what `serve federation` or `up` would run it with.
+func runFedWith(t *testing.T, run func(context.Context, cluster.Config) error, runFed func(context.Context, federation.Config) error, stdin string, args ...string) result {
+	t.Helper()
 	var out, errb bytes.Buffer
 	a := newApp(&out, &errb)
 	a.getenv = func(string) string { return "" }
 	a.runCluster = run
-	// The federation `up` starts beside its cluster: here it only waits,
-	// as a federation with nothing to do would.
-	a.runFederation = func(ctx context.Context, _ federation.Config) error { <-ctx.Done(); return nil }
+	a.runFederation = runFed
 	a.poll = 10 * time.Millisecond
 	a.updatePoll = 20 * time.Millisecond
 	code := execute(a, args, strings.NewReader(stdin))

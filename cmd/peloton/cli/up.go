@@ -410,7 +410,6 @@ func (a *app) runServer(ctx context.Context, cmd *cobra.Command, f *serverFlags,
 		return err
 	}
 
-	fedAddr := make(chan string, 1)
 	if f.federation != "" {
 		if _, _, err := net.SplitHostPort(f.federation); err != nil {
 			return usageErrorf("invalid --federation %q: want host:port", f.federation)
@@ -418,21 +417,37 @@ func (a *app) runServer(ctx context.Context, cmd *cobra.Command, f *serverFlags,
 		if _, err := advertised(cfg.Listen, cfg.AdvertiseHost); err != nil {
 			return usageErrorf("--federation: %v", err)
 		}
-		fedAddr <- f.federation
 	}
-	reg := registrar{log: cfg.Logger, fedAddr: fedAddr, keepAlive: 10 * time.Second}
+	// The registration is kept by the replica that leads, and only while
+	// it does: a standby that kept registering its own address would
+	// swap the registered endpoint back and forth with the leader.
+	var regMu sync.Mutex
+	stopReg := func() {}
+	cfg.OnLeading = func(leading bool) {
+		if !leading {
+			regMu.Lock()
+			stopReg()
+			regMu.Unlock()
+		}
+	}
 	var once sync.Once
 	cfg.OnReady = func(info cluster.ReadyInfo) {
-		once.Do(func() {
-			fmt.Fprintln(a.stdout, readyLine(info, cfg.DataDir))
-			if f.federation == "" {
-				return
-			}
-			endpoint, _ := advertised(info.GRPCAddr, cfg.AdvertiseHost)
-			httpEndpoint, _ := advertised(info.HTTPAddr, cfg.AdvertiseHost)
-			go reg.keep(ctx, &pelotonv1.RegisterClusterRequest{Name: info.ClusterName, Endpoint: endpoint,
-				HttpEndpoint: httpEndpoint, Labels: labels, Replace: true})
-		})
+		once.Do(func() { fmt.Fprintln(a.stdout, readyLine(info, cfg.DataDir)) })
+		if f.federation == "" {
+			return
+		}
+		endpoint, _ := advertised(info.GRPCAddr, cfg.AdvertiseHost)
+		httpEndpoint, _ := advertised(info.HTTPAddr, cfg.AdvertiseHost)
+		addr := make(chan string, 1)
+		addr <- f.federation
+		reg := registrar{log: cfg.Logger, fedAddr: addr, keepAlive: 10 * time.Second}
+		regMu.Lock()
+		stopReg()
+		regCtx, cancel := context.WithCancel(ctx)
+		stopReg = cancel
+		regMu.Unlock()
+		go reg.keep(regCtx, &pelotonv1.RegisterClusterRequest{Name: info.ClusterName, Endpoint: endpoint,
+			HttpEndpoint: httpEndpoint, Labels: labels, Replace: true})
 	}
 	err = a.runCluster(ctx, cfg)
 	if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
