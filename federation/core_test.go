@@ -1,9 +1,17 @@
 package federation
 
 import (
+	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/peloton-sched/peloton/internal/store"
+	"github.com/peloton-sched/peloton/internal/store/storetest"
 
 	"github.com/peloton-sched/peloton/internal/resources"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
@@ -158,5 +166,43 @@ func TestDispatchTableEveryState(t *testing.T) {
 	}
 	if DispatchTable.Allowed(pelotonv1.DispatchState_DISPATCH_DONE, pelotonv1.DispatchState_DISPATCH_PENDING) {
 		t.Error("a done job may be dispatched again")
+	}
+}
+
+func TestSweepDoneJobs(t *testing.T) {
+	_, st := storetest.StartEtcd(t)
+	now := time.Unix(1_000_000, 0)
+	f := New(st, Options{Now: func() time.Time { return now }, JobRetention: time.Hour})
+	defer f.Close()
+	ctx := context.Background()
+	spec := func(name string) *pelotonv1.FederatedJobSpec {
+		return &pelotonv1.FederatedJobSpec{Job: &pelotonv1.JobSpec{Name: name, Pool: "/p", InstanceCount: 1}}
+	}
+	done, err := f.CreateJob(ctx, spec("done"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pending, err := f.CreateJob(ctx, spec("pending"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.KillJob(ctx, done); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := f.sweepDone(ctx, 100); err != nil || n != 0 {
+		t.Fatalf("sweep within retention deleted %d (%v)", n, err)
+	}
+	now = now.Add(2 * time.Hour)
+	if n, err := f.sweepDone(ctx, 100); err != nil || n != 1 {
+		t.Fatalf("sweep past retention deleted %d (%v), want the one done job", n, err)
+	}
+	if _, err := f.GetJob(done); status.Code(err) != codes.NotFound {
+		t.Errorf("swept job: %v", err)
+	}
+	if _, err := f.GetJob(pending); err != nil {
+		t.Errorf("a pending job was swept: %v", err)
+	}
+	if _, err := st.Get(ctx, jobKey(done)); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("swept job still in etcd: %v", err)
 	}
 }

@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/peloton-sched/peloton/cluster/client"
+	"github.com/peloton-sched/peloton/internal/resources"
 	"github.com/peloton-sched/peloton/internal/store"
 )
 
@@ -52,6 +53,9 @@ type Options struct {
 	Dial func(endpoint string) (*client.Client, error)
 	// Now is the clock (default time.Now); tests move it.
 	Now func() time.Time
+	// JobRetention is how long a federated job is kept after it is done
+	// (default 7 days); older ones are deleted by an hourly sweep.
+	JobRetention time.Duration
 }
 
 func (o Options) withDefaults() Options {
@@ -79,6 +83,9 @@ func (o Options) withDefaults() Options {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	if o.JobRetention <= 0 {
+		o.JobRetention = 7 * 24 * time.Hour
+	}
 	return o
 }
 
@@ -100,7 +107,7 @@ type Federation struct {
 	// of the tree or of the clusters' membership in it).
 	split SplitResult
 	// splitOf is the set of clusters (with capacities) split was made for.
-	splitOf map[string]int64
+	splitOf map[string]resources.Resources
 
 	ctx       context.Context // the workers' context, set by Start
 	startedAt time.Time

@@ -354,6 +354,8 @@ func (f *Federation) updateJob(ctx context.Context, id string, change func(*pelo
 func (f *Federation) dispatchLoop(ctx context.Context) {
 	t := time.NewTicker(f.opts.CheckEvery)
 	defer t.Stop()
+	sweep := time.NewTicker(sweepEvery)
+	defer sweep.Stop()
 	for {
 		f.dispatchPending(ctx)
 		select {
@@ -361,8 +363,67 @@ func (f *Federation) dispatchLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		case <-f.kick:
+		case <-sweep.C:
+			if n, err := f.sweepDone(ctx, sweepLimit); err != nil {
+				f.log.Warn("sweep of done federated jobs", "deleted", n, "err", err)
+			}
 		}
 	}
+}
+
+// sweepEvery and sweepLimit pace the deletion of done jobs past
+// JobRetention: a bounded pass an hour, so a backlog is worked off over
+// several passes instead of in one burst of writes.
+const (
+	sweepEvery = time.Hour
+	sweepLimit = 10000
+)
+
+// sweepDone deletes up to limit federated jobs done for longer than
+// JobRetention (by the end their cluster reported, or their creation when
+// none is known), oldest first, and returns how many it deleted.
+func (f *Federation) sweepDone(ctx context.Context, limit int) (int, error) {
+	cutoff := f.opts.Now().Add(-f.opts.JobRetention)
+	type victim struct {
+		id  string
+		rev int64
+		at  time.Time
+	}
+	var victims []victim
+	f.mu.Lock()
+	for id, j := range f.jobs {
+		if j.rec.DispatchState != pelotonv1.DispatchState_DISPATCH_DONE || j.busy {
+			continue
+		}
+		at := j.rec.CreateTime.AsTime()
+		if ct := j.rec.Status.GetCompletionTime(); ct != nil {
+			at = ct.AsTime()
+		}
+		if at.Before(cutoff) {
+			victims = append(victims, victim{id, j.rev, at})
+		}
+	}
+	f.mu.Unlock()
+	sort.Slice(victims, func(a, b int) bool { return victims[a].at.Before(victims[b].at) })
+	if len(victims) > limit {
+		victims = victims[:limit]
+	}
+	deleted := 0
+	for _, v := range victims {
+		if _, err := f.batch.Write(ctx, store.Delete(jobKey(v.id), v.rev)); err != nil {
+			if errors.Is(err, store.ErrConflict) {
+				continue // written meanwhile: the next sweep looks again
+			}
+			return deleted, err
+		}
+		f.mu.Lock()
+		if j := f.jobs[v.id]; j != nil && j.rev == v.rev {
+			delete(f.jobs, v.id)
+		}
+		f.mu.Unlock()
+		deleted++
+	}
+	return deleted, nil
 }
 
 // dispatchConcurrency bounds the dispatcher's record writes in flight.

@@ -433,14 +433,14 @@ func (f *Federation) poolViewLocked(gp *globalPool) *pelotonv1.FederatedPool {
 // Caller holds mu.
 func (f *Federation) resplitLocked() {
 	var clusters []SplitCluster
-	of := map[string]int64{}
+	of := map[string]resources.Resources{}
 	for _, name := range sortedKeys(f.clusters) {
 		m := f.clusters[name]
 		if m.rec.Health == pelotonv1.ClusterState_CLUSTER_UNREACHABLE || !m.checked {
 			continue
 		}
 		clusters = append(clusters, SplitCluster{Name: name, Capacity: m.capacity})
-		of[name] = m.capacity.MilliCPU ^ m.capacity.MemoryMB<<20 ^ m.capacity.GPU<<40 ^ m.capacity.DiskMB<<8
+		of[name] = m.capacity
 	}
 	pools := make([]GlobalPool, 0, len(f.pools))
 	for _, path := range sortedKeys(f.pools) {
@@ -464,8 +464,7 @@ func (f *Federation) splitStaleLocked() bool {
 			continue
 		}
 		n++
-		v, ok := f.splitOf[name]
-		if !ok || v != m.capacity.MilliCPU^m.capacity.MemoryMB<<20^m.capacity.GPU<<40^m.capacity.DiskMB<<8 {
+		if c, ok := f.splitOf[name]; !ok || c != m.capacity {
 			return true
 		}
 	}
