@@ -28,14 +28,15 @@ import (
 // fedFlags are the flags of the federation's own listeners and workers.
 type fedFlags struct {
 	listen, httpListen string
+	checkEvery         time.Duration
+	callTimeout        time.Duration
+	slowAfter          time.Duration
+	unreachableAfter   time.Duration
+	jobRetention       time.Duration
 	// Leader election (serve federation only).
-	leaderElect      bool
-	leaderLease      time.Duration
-	advertiseHost    string
-	checkEvery       time.Duration
-	callTimeout      time.Duration
-	slowAfter        time.Duration
-	unreachableAfter time.Duration
+	leaderElect   bool
+	leaderLease   time.Duration
+	advertiseHost string
 }
 
 // register adds the flags; prefix is "" for `serve federation` and
@@ -47,6 +48,7 @@ func (f *fedFlags) register(fs *pflag.FlagSet, prefix string) {
 	fs.DurationVar(&f.callTimeout, prefix+"call-timeout", 2*time.Second, "deadline of every call the federation makes to a cluster")
 	fs.DurationVar(&f.slowAfter, prefix+"slow-after", time.Second, "a cluster answering a check slower than this is DEGRADED")
 	fs.DurationVar(&f.unreachableAfter, prefix+"unreachable-after", 5*time.Second, "a cluster that answered no check for this long is UNREACHABLE")
+	fs.DurationVar(&f.jobRetention, prefix+"job-retention", 7*24*time.Hour, "how long a federated job is kept after it is done")
 }
 
 func (f *fedFlags) config(prefix string) (federation.Config, error) {
@@ -58,13 +60,14 @@ func (f *fedFlags) config(prefix string) (federation.Config, error) {
 	for _, d := range []struct {
 		flag string
 		v    time.Duration
-	}{{"check-every", f.checkEvery}, {"call-timeout", f.callTimeout}, {"slow-after", f.slowAfter}, {"unreachable-after", f.unreachableAfter}} {
+	}{{"check-every", f.checkEvery}, {"call-timeout", f.callTimeout}, {"slow-after", f.slowAfter}, {"unreachable-after", f.unreachableAfter}, {"job-retention", f.jobRetention}} {
 		if d.v <= 0 {
 			return federation.Config{}, usageErrorf("invalid --%s%s %s: must be > 0", prefix, d.flag, d.v)
 		}
 	}
 	return federation.Config{Listen: f.listen, HTTPListen: f.httpListen, Options: federation.Options{
-		CheckEvery: f.checkEvery, CallTimeout: f.callTimeout, SlowAfter: f.slowAfter, UnreachableAfter: f.unreachableAfter}}, nil
+		CheckEvery: f.checkEvery, CallTimeout: f.callTimeout, SlowAfter: f.slowAfter, UnreachableAfter: f.unreachableAfter,
+		JobRetention: f.jobRetention}}, nil
 }
 
 // serveFederationCommand is `peloton serve federation`.
