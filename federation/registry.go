@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -166,6 +167,18 @@ func (f *Federation) Register(ctx context.Context, req *pelotonv1.RegisterCluste
 	if err := ValidateLabels(req.GetLabels(), "labels"); err != nil {
 		return nil, err
 	}
+	// A health change written meanwhile by the cluster's worker is no
+	// reason to fail a registration: try again on the newer record.
+	for attempt := 0; ; attempt++ {
+		c, err := f.register(ctx, req)
+		if apierr.Code(err) == codes.Aborted && attempt < 5 {
+			continue
+		}
+		return c, err
+	}
+}
+
+func (f *Federation) register(ctx context.Context, req *pelotonv1.RegisterClusterRequest) (*pelotonv1.Cluster, error) {
 	now := f.opts.Now()
 	f.mu.Lock()
 	old := f.clusters[req.Name]
@@ -231,10 +244,16 @@ func (f *Federation) Register(ctx context.Context, req *pelotonv1.RegisterCluste
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	m := &member{rec: rec, rev: newRev, cli: cli, wake: make(chan struct{}, 1)}
 	if old := f.clusters[req.Name]; old != nil {
 		f.stopWorkerLocked(old)
+		_ = old.cli.Close()
+		// The same cluster at a new address (a restart, a new leader):
+		// what was observed of it still holds until the next check, so
+		// the split does not hand its part to the others meanwhile.
+		m.pools, m.capacity, m.alloc, m.checked, m.lastSeen = old.pools, old.capacity, old.alloc, old.checked, old.lastSeen
+		m.synced, m.poolMsgs = old.synced, old.poolMsgs
 	}
-	m := &member{rec: rec, rev: newRev, cli: cli, wake: make(chan struct{}, 1)}
 	if obs.answered {
 		m.observe(obs, now)
 	}
@@ -350,11 +369,13 @@ func (f *Federation) Cordon(ctx context.Context, name string, cordon bool) (*pel
 }
 
 // setHealth persists a change of a cluster's health (rare: state changes,
-// not checks). Caller holds mu; the write happens without it.
-func (f *Federation) setHealth(ctx context.Context, name string, health pelotonv1.ClusterState, why string) {
+// not checks). It takes mu; the write happens without it.
+func (f *Federation) setHealth(ctx context.Context, name string, of *member, health pelotonv1.ClusterState, why string) {
 	f.mu.Lock()
 	m := f.clusters[name]
-	if m == nil || m.rec.Health == health {
+	// of is the member the observation was made of: a worker replaced
+	// by a new registration (a new endpoint) must not speak for the new one.
+	if m == nil || m != of || m.rec.Health == health {
 		f.mu.Unlock()
 		return
 	}

@@ -70,7 +70,7 @@ func (f *Federation) workOnce(ctx context.Context, name string, m *member, since
 	}
 	f.mu.Unlock()
 	if health != current {
-		f.setHealth(ctx, name, health, why)
+		f.setHealth(ctx, name, m, health, why)
 	}
 	if !obs.answered || obs.err != "" {
 		return

@@ -26,6 +26,8 @@ var benchSmokeArgs = map[string][]string{
 	bench.ScenarioGang:       {"--hosts", "20", "--min-gang", "8", "--max-gang", "16", "--gangs-per-size", "1"},
 	bench.ScenarioUpdate:     {"--instances", "100", "--batch-size", "20", "--hosts", "10"},
 	bench.ScenarioKubernetes: {"--nodes", "20", "--pods", "100"},
+	bench.ScenarioFederation: {"--registry-clusters", "3", "--registry-window", "1s", "--clusters", "3", "--pool-changes", "5",
+		"--jobs", "20", "--concurrency", "8"},
 }
 
 // TestBenchScenariosSmoke runs every `peloton bench` scenario at a tiny size

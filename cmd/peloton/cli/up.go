@@ -422,6 +422,7 @@ func (a *app) runServer(ctx context.Context, cmd *cobra.Command, f *serverFlags,
 	// it does: a standby that kept registering its own address would
 	// swap the registered endpoint back and forth with the leader.
 	var regMu sync.Mutex
+	var regWG sync.WaitGroup
 	stopReg := func() {}
 	cfg.OnLeading = func(leading bool) {
 		if !leading {
@@ -446,10 +447,19 @@ func (a *app) runServer(ctx context.Context, cmd *cobra.Command, f *serverFlags,
 		regCtx, cancel := context.WithCancel(ctx)
 		stopReg = cancel
 		regMu.Unlock()
-		go reg.keep(regCtx, &pelotonv1.RegisterClusterRequest{Name: info.ClusterName, Endpoint: endpoint,
-			HttpEndpoint: httpEndpoint, Labels: labels, Replace: true})
+		regWG.Add(1)
+		go func() {
+			defer regWG.Done()
+			reg.keep(regCtx, &pelotonv1.RegisterClusterRequest{Name: info.ClusterName, Endpoint: endpoint,
+				HttpEndpoint: httpEndpoint, Labels: labels, Replace: true})
+		}()
 	}
 	err = a.runCluster(ctx, cfg)
+	// The registration ends with the stack, before anything is reported.
+	regMu.Lock()
+	stopReg()
+	regMu.Unlock()
+	regWG.Wait()
 	if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
 		return nil
 	}
