@@ -147,7 +147,17 @@ func TestDaemonFollowsMatchingHosts(t *testing.T) {
 	next := proto.Clone(spec).(*pelotonv1.JobSpec)
 	next.DefaultSpec.Placement.Constraints[0].Values = []string{"b"}
 	s.startUpdate(id, next, &pelotonv1.UpdateSpec{BatchSize: 3})
-	ts := s.waitTasks(id, "one instance on each zone-b host", 60*time.Second, onHosts(zoneHosts("b")))
+	// Wait until the zone-a instances have finished stopping too: the
+	// zone-b ones can be running while a zone-a kill is still on its way.
+	bHosts := onHosts(zoneHosts("b"))
+	ts := s.waitTasks(id, "one instance on each zone-b host, the rest stopped", 60*time.Second, func(ts []*pelotonv1.Task) bool {
+		for _, tk := range ts {
+			if st := tk.Status.State; st != pelotonv1.TaskState_RUNNING && st != pelotonv1.TaskState_KILLED {
+				return false
+			}
+		}
+		return bHosts(ts)
+	})
 	// The zone-a instances were stopped and their slots freed; new ones
 	// may be taken by later hosts.
 	free := 0
