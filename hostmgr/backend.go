@@ -243,6 +243,17 @@ var ErrLaunchBlocked = errors.New("launch blocked")
 // ReasonLaunchBlocked is the reason of a run ended by ErrLaunchBlocked.
 const ReasonLaunchBlocked = "launch-blocked"
 
+// ErrAlreadyLaunched is wrapped by a backend's Launch error when it holds a
+// run of that task ID already, live or ended (backends remember ended runs
+// by ID): nothing was started. jobmgr takes a live one on the same host as
+// the run it launched, and skips an ID an ended one has used up.
+var ErrAlreadyLaunched = errors.New("task already launched")
+
+// ReasonRunIDTaken is the reason of a run whose ID the backend had already
+// used for a run that ended: it never ran, and the instance runs again
+// under the next ID with no failure counted.
+const ReasonRunIDTaken = "run-id-taken"
+
 // ErrUnknownTask is returned by Kill, Status and Logs for a task the backend
 // has never seen (or no longer knows, e.g. after a restart).
 var ErrUnknownTask = errors.New("hostmgr: unknown task")

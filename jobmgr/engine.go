@@ -475,9 +475,14 @@ func (m *Manager) fillTasks(j *job) {
 	copy(next, cur)
 	added := int32(0)
 	ver := j.current().version
+	// Above every run an instance removed by a scale-down had: the
+	// backends remember ended runs by id.
+	j.mu.Lock()
+	first := j.rt.RemovedRunId + 1
+	j.mu.Unlock()
 	for inst, t := range next {
 		if t == nil {
-			next[inst] = &task{rt: &pelotonv1.TaskStatus{State: stInitialized, GoalState: m.taskGoal(j), RunId: 1, SpecVersion: ver, UpdateTime: now}}
+			next[inst] = &task{rt: &pelotonv1.TaskStatus{State: stInitialized, GoalState: m.taskGoal(j), RunId: first, SpecVersion: ver, UpdateTime: now}}
 			added++
 		}
 	}
@@ -836,6 +841,9 @@ func (m *Manager) applyEvent(ctx context.Context, ev hostmgr.TaskEvent, supersed
 			if j.typ == pelotonv1.JobType_DAEMON && rt.Reason == "host-removed" {
 				rt.BoundHost = "" // its host left: the slot is free for the next one
 			}
+		case ev.Reason == hostmgr.ReasonRunIDTaken:
+			// It never ran: the next ID, at once, and no failure.
+			newRun(rt, rt.RunId+1, fmt.Sprintf("run id %d was used already; running as run %d", run, run+1))
 		case ev.Reason == hostmgr.ReasonLaunchBlocked:
 			// The backend refused the launch for something a person must
 			// fix (a namespace missing, a right not granted): not the
@@ -1040,6 +1048,11 @@ func (m *Manager) launch(ctx context.Context, p resmgr.Placement) {
 		err = m.hm.Launch(ctx, ls)
 		done()
 	}
+	if err != nil && errors.Is(err, hostmgr.ErrAlreadyLaunched) && !m.isForeign(j) {
+		m.launchTaken(ctx, j, runID, p.Host, err)
+		m.queue.Add(j.id)
+		return
+	}
 	if err != nil {
 		if m.isForeign(j) && m.foreign != nil {
 			m.foreign.launchFailed(instKey{j.id, inst}) // its pod, if still there, gets another instance
@@ -1056,6 +1069,26 @@ func (m *Manager) launch(ctx context.Context, p resmgr.Placement) {
 		t.mu.Unlock()
 	}
 	m.queue.Add(j.id)
+}
+
+// launchTaken handles a launch the backend refused because it holds a run
+// of that ID already. Neither case is the run's failure. A live run on the
+// host it was placed on is this very run, launched already (the backend's
+// state is applied to it). Otherwise the ID is used up, by a run that
+// ended (an instance a scale-down removed had it) or that lives elsewhere
+// (reconciliation stops that one as a stray): the run is LOST with
+// ReasonRunIDTaken and the instance runs again under the next ID at once.
+func (m *Manager) launchTaken(ctx context.Context, j *job, runID, host string, err error) {
+	ev, serr := m.hm.Status(runID)
+	if serr == nil && !isTerminal(ev.State) && ev.Host == host {
+		m.log.Warn("the backend runs this run already; it goes on", "task", runID, "host", host)
+		m.handleEvent(ctx, ev)
+		return
+	}
+	m.log.Warn("the backend used this run's id for another run; the instance runs under the next id", "task", runID,
+		"placed", host, "held", ev.State, "on", ev.Host, "since", ev.Time, "err", err)
+	m.handleEvent(ctx, hostmgr.TaskEvent{TaskID: runID, Host: host, State: stLost, Reason: hostmgr.ReasonRunIDTaken,
+		Message: "the backend already had a run with this id: " + err.Error(), Time: m.now()})
 }
 
 // launchBlockedBackoff is the wait before the n-th retry in a row of a

@@ -51,6 +51,9 @@ type sandboxes struct {
 	// slow apiserver would; inFlight and maxInFlight count those waiting.
 	hold                  chan struct{}
 	inFlight, maxInFlight int
+	// taken makes the backend hold a run of that task ID, in that state,
+	// when its Launch comes (as a backend remembers runs by ID).
+	taken map[string]pelotonv1.TaskState
 }
 
 type sandboxRun struct {
@@ -139,9 +142,12 @@ func (v *sandboxView) Launch(ctx context.Context, spec hostmgr.LaunchSpec) error
 		s.mu.Unlock()
 		return errDead
 	}
+	if st, ok := s.taken[spec.TaskID]; ok {
+		s.runs[spec.TaskID] = &sandboxRun{host: spec.Host, last: hostmgr.TaskEvent{TaskID: spec.TaskID, Host: spec.Host, State: st, Time: time.Now()}}
+	}
 	if s.runs[spec.TaskID] != nil {
 		s.mu.Unlock()
-		return fmt.Errorf("sandboxes: %s launched twice", spec.TaskID)
+		return fmt.Errorf("sandboxes: %s: %w", spec.TaskID, hostmgr.ErrAlreadyLaunched)
 	}
 	r := &sandboxRun{host: spec.Host, image: spec.Image}
 	s.runs[spec.TaskID] = r

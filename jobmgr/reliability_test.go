@@ -246,6 +246,51 @@ func TestLaunchNotRecordedQueuesAgain(t *testing.T) {
 	}
 }
 
+// TestLaunchOfARunIDTheBackendHolds: a launch the backend refuses because
+// it holds a run of that ID already fails nothing. A run that ended there
+// (the past of an instance a scale-down removed) has used the ID up: the
+// instance runs at once under the next ID, no failure counted. A live run
+// on the same host is this run launched already: it goes on as it is.
+func TestLaunchOfARunIDTheBackendHolds(t *testing.T) {
+	s := newSandboxes(2)
+	hold := make(chan struct{})
+	s.hold = hold
+	p := startFaultProcess(t, s, Options{ReconcileEvery: time.Hour})
+	spec := sleepers("taken", 2)
+	spec.DefaultSpec.RestartPolicy = &pelotonv1.RestartPolicy{MaxFailures: 0}
+	id, err := p.jm.CreateJob(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "both launches waiting", 10*time.Second, func() (bool, string) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.inFlight == 2, fmt.Sprintf("%d waiting", s.inFlight)
+	})
+	s.mu.Lock()
+	s.taken = map[string]pelotonv1.TaskState{
+		resmgr.RunTaskID(id, 0, 1): pelotonv1.TaskState_SUCCEEDED,
+		resmgr.RunTaskID(id, 1, 1): pelotonv1.TaskState_RUNNING,
+	}
+	s.hold = nil
+	s.mu.Unlock()
+	close(hold)
+	p.waitStates(t, id, pelotonv1.TaskState_RUNNING, 20*time.Second)
+	ts, err := p.jm.ListTasks(id, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for inst, want := range []uint32{2, 1} {
+		st := ts[inst].Status
+		if st.RunId != want || st.FailureCount != 0 {
+			t.Errorf("instance %d: run %d with %d failures, want run %d with none: %v", inst, st.RunId, st.FailureCount, want, st)
+		}
+	}
+	if launches, _ := s.counts(); launches != 1 {
+		t.Errorf("%d launches accepted, want 1 (instance 0's second run)", launches)
+	}
+}
+
 // TestReconcileRepairsWhatTheBackendSaysOtherwise: a run's end the backend
 // knows but never reported is applied; a run the backend lost is LOST
 // after two passes and runs again; a run jobmgr does not know counts on

@@ -126,15 +126,23 @@ func (m *Manager) reconcileCount(ctx context.Context, j *job) error {
 		return err
 	}
 	// Remove the stopped ones from the top down; one still running keeps
-	// those below it (instance IDs stay dense).
+	// those below it (instance IDs stay dense). First the job remembers the
+	// highest run id they had, so that an instance added again later does
+	// not reuse one (see fillTasks). Only the runs it counted are removed:
+	// an instance that stopped (or started a run) since waits for the next
+	// evaluation.
+	floor, highest, err := m.rememberRemovedRuns(ctx, j, want, have)
+	if err != nil {
+		return err
+	}
 	n := have
-	for n > want {
+	for n > floor {
 		t := j.task(n - 1)
 		if t != nil {
 			t.mu.Lock()
-			st, rev := t.rt.State, t.rev
+			st, rev, run := t.rt.State, t.rev, max(t.rt.RunId, t.rt.DesiredRunId)
 			t.mu.Unlock()
-			if !isTerminal(st) {
+			if !isTerminal(st) || run > highest {
 				break
 			}
 			if rev != 0 {
@@ -154,4 +162,35 @@ func (m *Manager) reconcileCount(ctx context.Context, j *job) error {
 		m.log.Info("instances removed", "job", j.id, "from", have, "to", n)
 	}
 	return nil
+}
+
+// rememberRemovedRuns raises the job's RemovedRunId to the highest run id
+// (or run id asked for) of the stopped instances from the top (have) down
+// to want that the scale-down can remove now. It returns the lowest
+// instance ID it counted (have if none) and the highest run: only those
+// instances, at no later run, may be removed.
+func (m *Manager) rememberRemovedRuns(ctx context.Context, j *job, want, have uint32) (uint32, uint32, error) {
+	var highest uint32
+	low := have
+	for ; low > want; low-- {
+		t := j.task(low - 1)
+		if t == nil {
+			continue
+		}
+		t.mu.Lock()
+		st, run := t.rt.State, max(t.rt.RunId, t.rt.DesiredRunId)
+		t.mu.Unlock()
+		if !isTerminal(st) {
+			break // it and those below it stay for now
+		}
+		highest = max(highest, run)
+	}
+	err := m.updateJobRuntime(ctx, j, func(rt *pelotonv1.JobStatus) error {
+		rt.RemovedRunId = max(rt.RemovedRunId, highest)
+		return nil
+	})
+	if err != nil {
+		return have, 0, fmt.Errorf("remove instances of job %s: %w", j.id, err)
+	}
+	return low, highest, nil
 }

@@ -311,7 +311,7 @@ func (b *Backend) register(t *task) error {
 	case b.closed || !b.started:
 		return fmt.Errorf("kubernetes: launch %s: backend not running", t.id)
 	case b.tasks[t.id] != nil:
-		return fmt.Errorf("kubernetes: launch %s: spec.taskId: task already launched", t.id)
+		return fmt.Errorf("kubernetes: launch %s: spec.taskId: %w", t.id, hostmgr.ErrAlreadyLaunched)
 	}
 	b.tasks[t.id] = t
 	return nil

@@ -321,7 +321,7 @@ func (b *Backend) Launch(ctx context.Context, spec hostmgr.LaunchSpec) error {
 	}
 	if _, ok := b.tasks[spec.TaskID]; ok {
 		b.mu.Unlock()
-		return fmt.Errorf("local: launch %s: spec.taskId: task already launched", spec.TaskID)
+		return fmt.Errorf("local: launch %s: spec.taskId: %w", spec.TaskID, hostmgr.ErrAlreadyLaunched)
 	}
 	if v := spec.Volume; v != nil {
 		key := volumeKey(spec.Host, v.ID)

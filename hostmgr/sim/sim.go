@@ -402,7 +402,7 @@ func (b *Backend) Launch(ctx context.Context, spec hostmgr.LaunchSpec) error {
 		return fmt.Errorf("sim: launch %s: backend not started", spec.TaskID)
 	}
 	if _, ok := b.tasks[spec.TaskID]; ok {
-		return fmt.Errorf("sim: launch %s: spec.taskId: task already launched", spec.TaskID)
+		return fmt.Errorf("sim: launch %s: spec.taskId: %w", spec.TaskID, hostmgr.ErrAlreadyLaunched)
 	}
 	if long {
 		if err := b.startLongRunLocked(t, &spec); err != nil {

@@ -261,6 +261,24 @@ func TestServiceScaleAndRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.waitTasks(id, "3 running", 60*time.Second, allRunning(3))
+	// Instances removed by a scale-down come back as new runs: the backend
+	// still remembers the runs they had, so their run ids must not repeat,
+	// and nothing may count as a failure.
+	if _, err := s.jobs.ScaleJob(ctxT(t), &pelotonv1.ScaleJobRequest{JobId: id, InstanceCount: 5}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tk := range s.waitTasks(id, "5 running again", 60*time.Second, allRunning(5)) {
+		if tk.InstanceId >= 3 && tk.Status.RunId < 2 {
+			t.Errorf("instance %d came back with run %d, an id its removed run had", tk.InstanceId, tk.Status.RunId)
+		}
+		if tk.Status.FailureCount != 0 {
+			t.Errorf("instance %d: %d failures: %v", tk.InstanceId, tk.Status.FailureCount, tk.Status)
+		}
+	}
+	if _, err := s.jobs.ScaleJob(ctxT(t), &pelotonv1.ScaleJobRequest{JobId: id, InstanceCount: 3}); err != nil {
+		t.Fatal(err)
+	}
+	s.waitTasks(id, "3 running", 60*time.Second, allRunning(3))
 
 	// A kill beyond the budget is refused with the SLA's reason.
 	if _, err := s.tasks.KillTask(ctxT(t), &pelotonv1.KillTaskRequest{JobId: id, InstanceId: 0}); err != nil {

@@ -70,8 +70,14 @@ func TestSoak(t *testing.T) {
 			var seen []string
 			for _, tk := range resp.Tasks {
 				// An instance a scale-down removes is not down; one that
-				// never ran yet (new, or scaled up) is not either.
-				ran := tk.Status.RunId > 1 || tk.Status.StartTime != nil
+				// never ran yet (new, or scaled up) is not either. A new
+				// instance may start above run 1 (its ids continue those of
+				// an instance of the same number removed earlier), so what
+				// tells is whether it was ever RUNNING.
+				ran := tk.Status.StartTime != nil
+				for _, h := range tk.Status.History {
+					ran = ran || h.State == pelotonv1.TaskState_RUNNING
+				}
 				if ran && tk.InstanceId < s.spec.InstanceCount && tk.Status.State != pelotonv1.TaskState_RUNNING {
 					down++
 				}

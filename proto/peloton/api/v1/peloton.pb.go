@@ -1626,7 +1626,11 @@ type JobStatus struct {
 	// Human-readable detail about the state, e.g. which instance failed.
 	Message string `protobuf:"bytes,8,opt,name=message,proto3" json:"message,omitempty"`
 	// Record version, increases on every change.
-	Version       uint64 `protobuf:"varint,9,opt,name=version,proto3" json:"version,omitempty"`
+	Version uint64 `protobuf:"varint,9,opt,name=version,proto3" json:"version,omitempty"`
+	// The highest run id any instance removed by a scale-down had. An
+	// instance added later starts above it: backends remember ended runs by
+	// id, so a run id is never used twice within a job.
+	RemovedRunId  uint32 `protobuf:"varint,10,opt,name=removed_run_id,json=removedRunId,proto3" json:"removed_run_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1720,6 +1724,13 @@ func (x *JobStatus) GetMessage() string {
 func (x *JobStatus) GetVersion() uint64 {
 	if x != nil {
 		return x.Version
+	}
+	return 0
+}
+
+func (x *JobStatus) GetRemovedRunId() uint32 {
+	if x != nil {
+		return x.RemovedRunId
 	}
 	return 0
 }
@@ -5835,7 +5846,7 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04kind\x18\x03 \x01(\tR\x04kind\x12\x12\n" +
 	"\x04name\x18\x04 \x01(\tR\x04name\x12\x10\n" +
-	"\x03uid\x18\x05 \x01(\tR\x03uid\"\x93\x04\n" +
+	"\x03uid\x18\x05 \x01(\tR\x03uid\"\xb9\x04\n" +
 	"\tJobStatus\x12.\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x18.peloton.api.v1.JobStateR\x05state\x127\n" +
 	"\n" +
@@ -5849,7 +5860,9 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"start_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x12C\n" +
 	"\x0fcompletion_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x0ecompletionTime\x12\x18\n" +
 	"\amessage\x18\b \x01(\tR\amessage\x12\x18\n" +
-	"\aversion\x18\t \x01(\x04R\aversion\x1a=\n" +
+	"\aversion\x18\t \x01(\x04R\aversion\x12$\n" +
+	"\x0eremoved_run_id\x18\n" +
+	" \x01(\rR\fremovedRunId\x1a=\n" +
 	"\x0fTaskCountsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\"u\n" +
