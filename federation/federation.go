@@ -1,7 +1,9 @@
 // Package federation is Peloton's global control plane over many cluster
 // stacks: the registry of clusters and their health, the global pool tree
 // split into each cluster's pools (kept there as desired state and repaired
-// when it drifts), and the dispatch of BATCH jobs to one cluster each.
+// when it drifts), the dispatch of BATCH jobs to one cluster each, and
+// federated services: one SERVICE job spec run in several clusters, each
+// cluster's part kept as desired state (services.go).
 //
 // It talks to cluster stacks only through their public API, with the one
 // shared client (cluster/client); it imports no component of a stack
@@ -103,6 +105,7 @@ type Federation struct {
 	clusters map[string]*member
 	pools    map[string]*globalPool
 	jobs     map[string]*fedJob
+	services map[string]*fedService
 	// split is the last split of the pool tree (recomputed on every change
 	// of the tree or of the clusters' membership in it).
 	split SplitResult
@@ -128,6 +131,7 @@ func New(st store.Store, opts Options) *Federation {
 		clusters: map[string]*member{},
 		pools:    map[string]*globalPool{},
 		jobs:     map[string]*fedJob{},
+		services: map[string]*fedService{},
 		kick:     make(chan struct{}, 1),
 	}
 }
@@ -153,6 +157,9 @@ func (f *Federation) Start(ctx context.Context) error {
 	}
 	if err := f.loadJobs(ctx); err != nil {
 		return fmt.Errorf("load jobs: %w", err)
+	}
+	if err := f.loadServices(ctx); err != nil {
+		return fmt.Errorf("load services: %w", err)
 	}
 	f.mu.Lock()
 	f.resplitLocked()

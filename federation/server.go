@@ -26,6 +26,7 @@ type Server struct {
 	pelotonv1.UnimplementedClusterServiceServer
 	pelotonv1.UnimplementedFederatedPoolServiceServer
 	pelotonv1.UnimplementedFederatedJobServiceServer
+	pelotonv1.UnimplementedFederatedServiceServiceServer
 
 	f   *Federation
 	log *slog.Logger
@@ -48,6 +49,7 @@ func (s *Server) GRPCServer(opts ...grpc.ServerOption) *grpc.Server {
 	pelotonv1.RegisterClusterServiceServer(g, s)
 	pelotonv1.RegisterFederatedPoolServiceServer(g, s)
 	pelotonv1.RegisterFederatedJobServiceServer(g, s)
+	pelotonv1.RegisterFederatedServiceServiceServer(g, s)
 	return g
 }
 
@@ -60,6 +62,7 @@ func (s *Server) HTTPHandler(ctx context.Context, grpcAddr string) (http.Handler
 			pelotonv1.RegisterClusterServiceHandlerFromEndpoint,
 			pelotonv1.RegisterFederatedPoolServiceHandlerFromEndpoint,
 			pelotonv1.RegisterFederatedJobServiceHandlerFromEndpoint,
+			pelotonv1.RegisterFederatedServiceServiceHandlerFromEndpoint,
 		},
 		OpenAPI:         pelotonv1.FederationOpenAPI,
 		MaxRequestBytes: MaxRequestBytes,
@@ -207,4 +210,43 @@ func (s *Server) KillFederatedJob(ctx context.Context, req *pelotonv1.KillFedera
 		return nil, err
 	}
 	return &pelotonv1.KillFederatedJobResponse{}, nil
+}
+
+// CreateFederatedService implements FederatedServiceService.
+func (s *Server) CreateFederatedService(ctx context.Context, req *pelotonv1.CreateFederatedServiceRequest) (*pelotonv1.CreateFederatedServiceResponse, error) {
+	svc, err := s.f.CreateService(ctx, req.Spec, req.RequestId)
+	if err != nil {
+		return nil, err
+	}
+	split := map[string]uint32{}
+	for _, p := range svc.Clusters {
+		split[p.Cluster] = p.Desired
+	}
+	return &pelotonv1.CreateFederatedServiceResponse{ServiceId: svc.Id, Split: split}, nil
+}
+
+// GetFederatedService implements FederatedServiceService.
+func (s *Server) GetFederatedService(ctx context.Context, req *pelotonv1.GetFederatedServiceRequest) (*pelotonv1.GetFederatedServiceResponse, error) {
+	svc, err := s.f.GetService(req.ServiceId)
+	if err != nil {
+		return nil, err
+	}
+	return &pelotonv1.GetFederatedServiceResponse{Service: svc}, nil
+}
+
+// ListFederatedServices implements FederatedServiceService.
+func (s *Server) ListFederatedServices(ctx context.Context, req *pelotonv1.ListFederatedServicesRequest) (*pelotonv1.ListFederatedServicesResponse, error) {
+	svcs, next, err := s.f.ListServices(req.Cluster, req.PageSize, req.PageToken)
+	if err != nil {
+		return nil, err
+	}
+	return &pelotonv1.ListFederatedServicesResponse{Services: svcs, NextPageToken: next}, nil
+}
+
+// DeleteFederatedService implements FederatedServiceService.
+func (s *Server) DeleteFederatedService(ctx context.Context, req *pelotonv1.DeleteFederatedServiceRequest) (*pelotonv1.DeleteFederatedServiceResponse, error) {
+	if err := s.f.DeleteService(ctx, req.ServiceId); err != nil {
+		return nil, err
+	}
+	return &pelotonv1.DeleteFederatedServiceResponse{}, nil
 }

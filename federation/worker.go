@@ -77,4 +77,5 @@ func (f *Federation) workOnce(ctx context.Context, name string, m *member, since
 	}
 	f.syncPools(ctx, name, m)
 	f.syncJobs(ctx, name, m)
+	f.syncServices(ctx, name, m)
 }

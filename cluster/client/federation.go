@@ -23,6 +23,8 @@ type Federation struct {
 	Pools pelotonv1.FederatedPoolServiceClient
 	// Jobs dispatches BATCH jobs to clusters.
 	Jobs pelotonv1.FederatedJobServiceClient
+	// Services runs SERVICE jobs across clusters.
+	Services pelotonv1.FederatedServiceServiceClient
 }
 
 // NewFederation prepares a client of the federation's API at addr. Like
@@ -39,6 +41,7 @@ func NewFederation(addr string, o Options) (*Federation, error) {
 		Clusters: pelotonv1.NewClusterServiceClient(conn),
 		Pools:    pelotonv1.NewFederatedPoolServiceClient(conn),
 		Jobs:     pelotonv1.NewFederatedJobServiceClient(conn),
+		Services: pelotonv1.NewFederatedServiceServiceClient(conn),
 	}, nil
 }
 

@@ -152,9 +152,16 @@ var (
 		Namespace: "peloton", Subsystem: "federation", Name: "jobs_total",
 		Help: "Federated jobs by step: created, dispatched, sent, done.",
 	}, []string{"step"})
+	// FederationServices counts federated service events: created,
+	// deleted, part-created (a cluster's job made), part-repaired (a
+	// cluster's job made again or set back after a change there).
+	FederationServices = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "peloton", Subsystem: "federation", Name: "services_total",
+		Help: "Federated service events: created, deleted, part-created, part-repaired.",
+	}, []string{"event"})
 )
 
 func init() {
 	Registry.MustRegister(FederationClusterState, FederationClusterTransitions, FederationPoolRepairs,
-		FederationPoolPropagation, FederationJobs)
+		FederationPoolPropagation, FederationJobs, FederationServices)
 }

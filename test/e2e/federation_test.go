@@ -3,8 +3,11 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"strings"
@@ -13,7 +16,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/peloton-sched/peloton/cluster/client"
 	"github.com/peloton-sched/peloton/internal/etcdtest"
@@ -25,6 +30,7 @@ type daemon struct {
 	name string
 	cmd  *exec.Cmd
 	addr string // its gRPC address, from its ready line
+	http string // its HTTP base URL, if the ready line gives one
 }
 
 // startDaemon runs bin with args and waits for the line starting with
@@ -42,17 +48,21 @@ func startDaemon(t *testing.T, name, bin, ready string, args ...string) *daemon 
 	}
 	d := &daemon{name: name, cmd: cmd}
 	t.Cleanup(d.kill)
-	addrs := make(chan string, 1)
+	addrs := make(chan []string, 1)
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
 			if line := sc.Text(); strings.HasPrefix(line, ready) {
-				addrs <- strings.TrimSuffix(strings.Fields(strings.TrimPrefix(line, ready))[0], ",")
+				addrs <- strings.Fields(strings.TrimPrefix(line, ready)) // grpc ADDR, http URL
 			}
 		}
 	}()
 	select {
-	case d.addr = <-addrs:
+	case f := <-addrs:
+		d.addr = strings.TrimSuffix(f[0], ",")
+		if len(f) >= 3 && f[1] == "http" {
+			d.http = f[2]
+		}
 	case <-time.After(90 * time.Second):
 		t.Fatalf("%s did not become ready within 90s", name)
 	}
@@ -80,6 +90,7 @@ type fedAPI struct {
 	clusters pelotonv1.ClusterServiceClient
 	pools    pelotonv1.FederatedPoolServiceClient
 	jobs     pelotonv1.FederatedJobServiceClient
+	services pelotonv1.FederatedServiceServiceClient
 }
 
 func dialFederation(t *testing.T, addr string) fedAPI {
@@ -89,7 +100,8 @@ func dialFederation(t *testing.T, addr string) fedAPI {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return fedAPI{pelotonv1.NewClusterServiceClient(conn), pelotonv1.NewFederatedPoolServiceClient(conn), pelotonv1.NewFederatedJobServiceClient(conn)}
+	return fedAPI{pelotonv1.NewClusterServiceClient(conn), pelotonv1.NewFederatedPoolServiceClient(conn), pelotonv1.NewFederatedJobServiceClient(conn),
+		pelotonv1.NewFederatedServiceServiceClient(conn)}
 }
 
 // freePort returns a loopback address nothing listens on now, for a
@@ -279,5 +291,65 @@ func TestFederationOfProcesses(t *testing.T) {
 	p, err := api.pools.GetFederatedPool(ctx(), &pelotonv1.GetFederatedPoolRequest{Path: "/team"})
 	if err != nil || p.Pool.Spec.GetReservation().GetCpu() != 60 {
 		t.Fatalf("global pool after the federation's restart: %v %v", p, err)
+	}
+
+	// A federated service over REST: created split 2/2/2 over the three
+	// clusters, running there, then deleted from all of them.
+	body := `{"job": {"name": "fed-web", "type": "SERVICE", "pool": "/team", "instanceCount": 6,
+		"sla": {"maximumUnavailableInstances": 3},
+		"defaultSpec": {"command": ["sleep", "3600"], "resources": {"cpu": 0.5, "memoryMb": 64}}},
+		"placement": {"clusters": [{"selector": {"region": "east"}, "weight": 1}, {"name": "c", "weight": 1}]}}`
+	var created struct {
+		ServiceID string            `json:"serviceId"`
+		Split     map[string]uint32 `json:"split"`
+	}
+	restJSON(t, http.MethodPost, fed.http+"/v1/federation/services", body, http.StatusOK, &created)
+	if created.ServiceID == "" || created.Split["a"] != 2 || created.Split["b"] != 2 || created.Split["c"] != 2 {
+		t.Fatalf("create over REST answered %+v, want a 2/2/2 split", created)
+	}
+	restJSON(t, http.MethodPost, fed.http+"/v1/federation/services", `{"job": {"name": "x", "type": "BATCH", "instanceCount": 1}}`,
+		http.StatusBadRequest, nil)
+	within(t, 60*time.Second, "the service's 6 instances running in three clusters", func() error {
+		g, err := api.services.GetFederatedService(ctx(), &pelotonv1.GetFederatedServiceRequest{ServiceId: created.ServiceID})
+		if err != nil {
+			return err
+		}
+		if g.Service.Running != 6 {
+			return fmt.Errorf("%d of 6 running: %v", g.Service.Running, g.Service.Clusters)
+		}
+		return nil
+	})
+	restJSON(t, http.MethodDelete, fed.http+"/v1/federation/services/"+created.ServiceID, "", http.StatusOK, nil)
+	within(t, 60*time.Second, "the service gone", func() error {
+		_, err := api.services.GetFederatedService(ctx(), &pelotonv1.GetFederatedServiceRequest{ServiceId: created.ServiceID})
+		if status.Code(err) != codes.NotFound {
+			return fmt.Errorf("still there: %v", err)
+		}
+		return nil
+	})
+}
+
+// restJSON sends body (JSON, or nothing) to url and checks the status code;
+// out, if set, receives the decoded answer.
+func restJSON(t *testing.T, method, url, body string, want int, out any) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if resp.StatusCode != want {
+		t.Fatalf("%s %s: %d %s, want %d", method, url, resp.StatusCode, data, want)
+	}
+	if out != nil {
+		if err := json.Unmarshal(data, out); err != nil {
+			t.Fatalf("%s %s: %v in %s", method, url, err, data)
+		}
 	}
 }

@@ -108,14 +108,17 @@ func (e *unreachableError) Error() string {
 func (a *app) fedCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "fed",
-		Short: "Global pools and federated batch jobs, across the clusters of the federation",
-		Long: `Global pools and federated batch jobs, through the federation (--federation).
+		Short: "Global pools, federated batch jobs and federated services, across the clusters of the federation",
+		Long: `Global pools, federated batch jobs and federated services, through the
+federation (--federation).
 
 A global pool is declared once and split across the clusters: each gets a pool
 at the same path whose reservation and limit are its part (by placement
 weights, or by capacity), kept there by the federation. A federated job is a
 BATCH job the federation sends to one cluster that matches its selector and
-has room. "peloton --cluster NAME ..." shows what a cluster holds.`,
+has room. A federated service is a SERVICE job split over several clusters, each
+part kept there by the federation. "peloton --cluster NAME ..." shows what a
+cluster holds.`,
 	}
 	a.group(cmd)
 	pool := &cobra.Command{Use: "pool", Short: "Manage the global pool tree"}
@@ -135,7 +138,7 @@ has room. "peloton --cluster NAME ..." shows what a cluster holds.`,
 		a.fedJobListCommand(),
 		a.fedJobKillCommand(),
 	)
-	cmd.AddCommand(pool, job)
+	cmd.AddCommand(pool, job, a.fedServiceCommand())
 	return cmd
 }
 

@@ -2312,6 +2312,808 @@ func (*KillFederatedJobResponse) Descriptor() ([]byte, []int) {
 	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{38}
 }
 
+// ClusterShare names clusters of a federated service and how many of its
+// instances they get: a fixed count (a named cluster only), or a weight
+// by which the instances left after the fixed counts are split.
+type ClusterShare struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One cluster by name, or every registered cluster whose labels match
+	// selector (exactly one of the two).
+	Name          string            `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Selector      map[string]string `protobuf:"bytes,2,rep,name=selector,proto3" json:"selector,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Weight        uint32            `protobuf:"varint,3,opt,name=weight,proto3" json:"weight,omitempty"`
+	Count         uint32            `protobuf:"varint,4,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterShare) Reset() {
+	*x = ClusterShare{}
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterShare) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterShare) ProtoMessage() {}
+
+func (x *ClusterShare) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterShare.ProtoReflect.Descriptor instead.
+func (*ClusterShare) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *ClusterShare) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ClusterShare) GetSelector() map[string]string {
+	if x != nil {
+		return x.Selector
+	}
+	return nil
+}
+
+func (x *ClusterShare) GetWeight() uint32 {
+	if x != nil {
+		return x.Weight
+	}
+	return 0
+}
+
+func (x *ClusterShare) GetCount() uint32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+type ServicePlacement struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Empty: every registered cluster that is not cordoned, weight 1 each.
+	Clusters []*ClusterShare `protobuf:"bytes,1,rep,name=clusters,proto3" json:"clusters,omitempty"`
+	// The fewest clusters that must get instances; the create is refused
+	// when the placement gives instances to fewer.
+	MinClusters   uint32 `protobuf:"varint,2,opt,name=min_clusters,json=minClusters,proto3" json:"min_clusters,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ServicePlacement) Reset() {
+	*x = ServicePlacement{}
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ServicePlacement) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ServicePlacement) ProtoMessage() {}
+
+func (x *ServicePlacement) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ServicePlacement.ProtoReflect.Descriptor instead.
+func (*ServicePlacement) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *ServicePlacement) GetClusters() []*ClusterShare {
+	if x != nil {
+		return x.Clusters
+	}
+	return nil
+}
+
+func (x *ServicePlacement) GetMinClusters() uint32 {
+	if x != nil {
+		return x.MinClusters
+	}
+	return 0
+}
+
+// FederatedServiceSpec is one SERVICE job run in several clusters.
+type FederatedServiceSpec struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The service: its instance_count is the total over all clusters, and
+	// its sla.maximum_unavailable_instances the budget of the whole.
+	Job           *JobSpec          `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	Placement     *ServicePlacement `protobuf:"bytes,2,opt,name=placement,proto3" json:"placement,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FederatedServiceSpec) Reset() {
+	*x = FederatedServiceSpec{}
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FederatedServiceSpec) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FederatedServiceSpec) ProtoMessage() {}
+
+func (x *FederatedServiceSpec) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FederatedServiceSpec.ProtoReflect.Descriptor instead.
+func (*FederatedServiceSpec) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *FederatedServiceSpec) GetJob() *JobSpec {
+	if x != nil {
+		return x.Job
+	}
+	return nil
+}
+
+func (x *FederatedServiceSpec) GetPlacement() *ServicePlacement {
+	if x != nil {
+		return x.Placement
+	}
+	return nil
+}
+
+// ServiceCluster is one cluster's part of a federated service.
+type ServiceCluster struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Cluster string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	// Instances this cluster is to run.
+	Desired uint32 `protobuf:"varint,2,opt,name=desired,proto3" json:"desired,omitempty"`
+	// The SERVICE job the federation made there for this service.
+	ClusterJobId string `protobuf:"bytes,3,opt,name=cluster_job_id,json=clusterJobId,proto3" json:"cluster_job_id,omitempty"`
+	// Observed at the last look at the cluster:
+	Running uint32   `protobuf:"varint,4,opt,name=running,proto3" json:"running,omitempty"`
+	State   JobState `protobuf:"varint,5,opt,name=state,proto3,enum=peloton.api.v1.JobState" json:"state,omitempty"`
+	// The spec version the federation last left its job at: a newer one
+	// there was made by someone else, and is undone.
+	ClusterSpecVersion uint64 `protobuf:"varint,6,opt,name=cluster_spec_version,json=clusterSpecVersion,proto3" json:"cluster_spec_version,omitempty"`
+	// What the federation is doing there, or why it cannot.
+	Message string `protobuf:"bytes,7,opt,name=message,proto3" json:"message,omitempty"`
+	// The budget of unavailable instances this cluster's job was given.
+	MaxUnavailable uint32 `protobuf:"varint,8,opt,name=max_unavailable,json=maxUnavailable,proto3" json:"max_unavailable,omitempty"`
+	// Counts the jobs made for this service in this cluster: a job removed
+	// behind the federation's back is made again under a new request id.
+	Generation    uint32 `protobuf:"varint,9,opt,name=generation,proto3" json:"generation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ServiceCluster) Reset() {
+	*x = ServiceCluster{}
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ServiceCluster) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ServiceCluster) ProtoMessage() {}
+
+func (x *ServiceCluster) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ServiceCluster.ProtoReflect.Descriptor instead.
+func (*ServiceCluster) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *ServiceCluster) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *ServiceCluster) GetDesired() uint32 {
+	if x != nil {
+		return x.Desired
+	}
+	return 0
+}
+
+func (x *ServiceCluster) GetClusterJobId() string {
+	if x != nil {
+		return x.ClusterJobId
+	}
+	return ""
+}
+
+func (x *ServiceCluster) GetRunning() uint32 {
+	if x != nil {
+		return x.Running
+	}
+	return 0
+}
+
+func (x *ServiceCluster) GetState() JobState {
+	if x != nil {
+		return x.State
+	}
+	return JobState_JOB_STATE_UNSPECIFIED
+}
+
+func (x *ServiceCluster) GetClusterSpecVersion() uint64 {
+	if x != nil {
+		return x.ClusterSpecVersion
+	}
+	return 0
+}
+
+func (x *ServiceCluster) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *ServiceCluster) GetMaxUnavailable() uint32 {
+	if x != nil {
+		return x.MaxUnavailable
+	}
+	return 0
+}
+
+func (x *ServiceCluster) GetGeneration() uint32 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+type FederatedService struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Id         string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Spec       *FederatedServiceSpec  `protobuf:"bytes,2,opt,name=spec,proto3" json:"spec,omitempty"`
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// The clusters that run it, in name order.
+	Clusters []*ServiceCluster `protobuf:"bytes,4,rep,name=clusters,proto3" json:"clusters,omitempty"`
+	// Over all clusters, as of the last looks.
+	Desired uint32 `protobuf:"varint,5,opt,name=desired,proto3" json:"desired,omitempty"`
+	Running uint32 `protobuf:"varint,6,opt,name=running,proto3" json:"running,omitempty"`
+	// Set by a delete: its jobs are being removed from their clusters; the
+	// service is gone once they all are.
+	Deleting      bool   `protobuf:"varint,7,opt,name=deleting,proto3" json:"deleting,omitempty"`
+	Message       string `protobuf:"bytes,8,opt,name=message,proto3" json:"message,omitempty"`
+	Version       uint64 `protobuf:"varint,9,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FederatedService) Reset() {
+	*x = FederatedService{}
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FederatedService) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FederatedService) ProtoMessage() {}
+
+func (x *FederatedService) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FederatedService.ProtoReflect.Descriptor instead.
+func (*FederatedService) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *FederatedService) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *FederatedService) GetSpec() *FederatedServiceSpec {
+	if x != nil {
+		return x.Spec
+	}
+	return nil
+}
+
+func (x *FederatedService) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+func (x *FederatedService) GetClusters() []*ServiceCluster {
+	if x != nil {
+		return x.Clusters
+	}
+	return nil
+}
+
+func (x *FederatedService) GetDesired() uint32 {
+	if x != nil {
+		return x.Desired
+	}
+	return 0
+}
+
+func (x *FederatedService) GetRunning() uint32 {
+	if x != nil {
+		return x.Running
+	}
+	return 0
+}
+
+func (x *FederatedService) GetDeleting() bool {
+	if x != nil {
+		return x.Deleting
+	}
+	return false
+}
+
+func (x *FederatedService) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *FederatedService) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+type CreateFederatedServiceRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Spec  *FederatedServiceSpec  `protobuf:"bytes,1,opt,name=spec,proto3" json:"spec,omitempty"`
+	// Makes the create safe to retry: one service per request id.
+	RequestId     string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateFederatedServiceRequest) Reset() {
+	*x = CreateFederatedServiceRequest{}
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateFederatedServiceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateFederatedServiceRequest) ProtoMessage() {}
+
+func (x *CreateFederatedServiceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateFederatedServiceRequest.ProtoReflect.Descriptor instead.
+func (*CreateFederatedServiceRequest) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *CreateFederatedServiceRequest) GetSpec() *FederatedServiceSpec {
+	if x != nil {
+		return x.Spec
+	}
+	return nil
+}
+
+func (x *CreateFederatedServiceRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+type CreateFederatedServiceResponse struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	ServiceId string                 `protobuf:"bytes,1,opt,name=service_id,json=serviceId,proto3" json:"service_id,omitempty"`
+	// Instances per cluster, as split.
+	Split         map[string]uint32 `protobuf:"bytes,2,rep,name=split,proto3" json:"split,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateFederatedServiceResponse) Reset() {
+	*x = CreateFederatedServiceResponse{}
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateFederatedServiceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateFederatedServiceResponse) ProtoMessage() {}
+
+func (x *CreateFederatedServiceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateFederatedServiceResponse.ProtoReflect.Descriptor instead.
+func (*CreateFederatedServiceResponse) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *CreateFederatedServiceResponse) GetServiceId() string {
+	if x != nil {
+		return x.ServiceId
+	}
+	return ""
+}
+
+func (x *CreateFederatedServiceResponse) GetSplit() map[string]uint32 {
+	if x != nil {
+		return x.Split
+	}
+	return nil
+}
+
+type GetFederatedServiceRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ServiceId     string                 `protobuf:"bytes,1,opt,name=service_id,json=serviceId,proto3" json:"service_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetFederatedServiceRequest) Reset() {
+	*x = GetFederatedServiceRequest{}
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetFederatedServiceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetFederatedServiceRequest) ProtoMessage() {}
+
+func (x *GetFederatedServiceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetFederatedServiceRequest.ProtoReflect.Descriptor instead.
+func (*GetFederatedServiceRequest) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *GetFederatedServiceRequest) GetServiceId() string {
+	if x != nil {
+		return x.ServiceId
+	}
+	return ""
+}
+
+type GetFederatedServiceResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Service       *FederatedService      `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetFederatedServiceResponse) Reset() {
+	*x = GetFederatedServiceResponse{}
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetFederatedServiceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetFederatedServiceResponse) ProtoMessage() {}
+
+func (x *GetFederatedServiceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetFederatedServiceResponse.ProtoReflect.Descriptor instead.
+func (*GetFederatedServiceResponse) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *GetFederatedServiceResponse) GetService() *FederatedService {
+	if x != nil {
+		return x.Service
+	}
+	return nil
+}
+
+type ListFederatedServicesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only services with a part in this cluster.
+	Cluster string `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	// The most services to return (default 500, at most 5000).
+	PageSize      uint32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListFederatedServicesRequest) Reset() {
+	*x = ListFederatedServicesRequest{}
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListFederatedServicesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListFederatedServicesRequest) ProtoMessage() {}
+
+func (x *ListFederatedServicesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListFederatedServicesRequest.ProtoReflect.Descriptor instead.
+func (*ListFederatedServicesRequest) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *ListFederatedServicesRequest) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *ListFederatedServicesRequest) GetPageSize() uint32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListFederatedServicesRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+type ListFederatedServicesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Newest first.
+	Services      []*FederatedService `protobuf:"bytes,1,rep,name=services,proto3" json:"services,omitempty"`
+	NextPageToken string              `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListFederatedServicesResponse) Reset() {
+	*x = ListFederatedServicesResponse{}
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListFederatedServicesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListFederatedServicesResponse) ProtoMessage() {}
+
+func (x *ListFederatedServicesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListFederatedServicesResponse.ProtoReflect.Descriptor instead.
+func (*ListFederatedServicesResponse) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *ListFederatedServicesResponse) GetServices() []*FederatedService {
+	if x != nil {
+		return x.Services
+	}
+	return nil
+}
+
+func (x *ListFederatedServicesResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+type DeleteFederatedServiceRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ServiceId     string                 `protobuf:"bytes,1,opt,name=service_id,json=serviceId,proto3" json:"service_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteFederatedServiceRequest) Reset() {
+	*x = DeleteFederatedServiceRequest{}
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteFederatedServiceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteFederatedServiceRequest) ProtoMessage() {}
+
+func (x *DeleteFederatedServiceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteFederatedServiceRequest.ProtoReflect.Descriptor instead.
+func (*DeleteFederatedServiceRequest) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *DeleteFederatedServiceRequest) GetServiceId() string {
+	if x != nil {
+		return x.ServiceId
+	}
+	return ""
+}
+
+type DeleteFederatedServiceResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteFederatedServiceResponse) Reset() {
+	*x = DeleteFederatedServiceResponse{}
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteFederatedServiceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteFederatedServiceResponse) ProtoMessage() {}
+
+func (x *DeleteFederatedServiceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteFederatedServiceResponse.ProtoReflect.Descriptor instead.
+func (*DeleteFederatedServiceResponse) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{51}
+}
+
 var File_peloton_api_v1_federation_proto protoreflect.FileDescriptor
 
 const file_peloton_api_v1_federation_proto_rawDesc = "" +
@@ -2465,7 +3267,73 @@ const file_peloton_api_v1_federation_proto_rawDesc = "" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"0\n" +
 	"\x17KillFederatedJobRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\"\x1a\n" +
-	"\x18KillFederatedJobResponse*\x85\x01\n" +
+	"\x18KillFederatedJobResponse\"\xd5\x01\n" +
+	"\fClusterShare\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12F\n" +
+	"\bselector\x18\x02 \x03(\v2*.peloton.api.v1.ClusterShare.SelectorEntryR\bselector\x12\x16\n" +
+	"\x06weight\x18\x03 \x01(\rR\x06weight\x12\x14\n" +
+	"\x05count\x18\x04 \x01(\rR\x05count\x1a;\n" +
+	"\rSelectorEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"o\n" +
+	"\x10ServicePlacement\x128\n" +
+	"\bclusters\x18\x01 \x03(\v2\x1c.peloton.api.v1.ClusterShareR\bclusters\x12!\n" +
+	"\fmin_clusters\x18\x02 \x01(\rR\vminClusters\"\x81\x01\n" +
+	"\x14FederatedServiceSpec\x12)\n" +
+	"\x03job\x18\x01 \x01(\v2\x17.peloton.api.v1.JobSpecR\x03job\x12>\n" +
+	"\tplacement\x18\x02 \x01(\v2 .peloton.api.v1.ServicePlacementR\tplacement\"\xc9\x02\n" +
+	"\x0eServiceCluster\x12\x18\n" +
+	"\acluster\x18\x01 \x01(\tR\acluster\x12\x18\n" +
+	"\adesired\x18\x02 \x01(\rR\adesired\x12$\n" +
+	"\x0ecluster_job_id\x18\x03 \x01(\tR\fclusterJobId\x12\x18\n" +
+	"\arunning\x18\x04 \x01(\rR\arunning\x12.\n" +
+	"\x05state\x18\x05 \x01(\x0e2\x18.peloton.api.v1.JobStateR\x05state\x120\n" +
+	"\x14cluster_spec_version\x18\x06 \x01(\x04R\x12clusterSpecVersion\x12\x18\n" +
+	"\amessage\x18\a \x01(\tR\amessage\x12'\n" +
+	"\x0fmax_unavailable\x18\b \x01(\rR\x0emaxUnavailable\x12\x1e\n" +
+	"\n" +
+	"generation\x18\t \x01(\rR\n" +
+	"generation\"\xd9\x02\n" +
+	"\x10FederatedService\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x128\n" +
+	"\x04spec\x18\x02 \x01(\v2$.peloton.api.v1.FederatedServiceSpecR\x04spec\x12;\n" +
+	"\vcreate_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\x12:\n" +
+	"\bclusters\x18\x04 \x03(\v2\x1e.peloton.api.v1.ServiceClusterR\bclusters\x12\x18\n" +
+	"\adesired\x18\x05 \x01(\rR\adesired\x12\x18\n" +
+	"\arunning\x18\x06 \x01(\rR\arunning\x12\x1a\n" +
+	"\bdeleting\x18\a \x01(\bR\bdeleting\x12\x18\n" +
+	"\amessage\x18\b \x01(\tR\amessage\x12\x18\n" +
+	"\aversion\x18\t \x01(\x04R\aversion\"x\n" +
+	"\x1dCreateFederatedServiceRequest\x128\n" +
+	"\x04spec\x18\x01 \x01(\v2$.peloton.api.v1.FederatedServiceSpecR\x04spec\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\"\xca\x01\n" +
+	"\x1eCreateFederatedServiceResponse\x12\x1d\n" +
+	"\n" +
+	"service_id\x18\x01 \x01(\tR\tserviceId\x12O\n" +
+	"\x05split\x18\x02 \x03(\v29.peloton.api.v1.CreateFederatedServiceResponse.SplitEntryR\x05split\x1a8\n" +
+	"\n" +
+	"SplitEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\";\n" +
+	"\x1aGetFederatedServiceRequest\x12\x1d\n" +
+	"\n" +
+	"service_id\x18\x01 \x01(\tR\tserviceId\"Y\n" +
+	"\x1bGetFederatedServiceResponse\x12:\n" +
+	"\aservice\x18\x01 \x01(\v2 .peloton.api.v1.FederatedServiceR\aservice\"t\n" +
+	"\x1cListFederatedServicesRequest\x12\x18\n" +
+	"\acluster\x18\x01 \x01(\tR\acluster\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\rR\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"\x85\x01\n" +
+	"\x1dListFederatedServicesResponse\x12<\n" +
+	"\bservices\x18\x01 \x03(\v2 .peloton.api.v1.FederatedServiceR\bservices\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\">\n" +
+	"\x1dDeleteFederatedServiceRequest\x12\x1d\n" +
+	"\n" +
+	"service_id\x18\x01 \x01(\tR\tserviceId\" \n" +
+	"\x1eDeleteFederatedServiceResponse*\x85\x01\n" +
 	"\fClusterState\x12\x1d\n" +
 	"\x19CLUSTER_STATE_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rCLUSTER_READY\x10\x01\x12\x14\n" +
@@ -2497,7 +3365,12 @@ const file_peloton_api_v1_federation_proto_rawDesc = "" +
 	"\x12CreateFederatedJob\x12).peloton.api.v1.CreateFederatedJobRequest\x1a*.peloton.api.v1.CreateFederatedJobResponse\x12b\n" +
 	"\x0fGetFederatedJob\x12&.peloton.api.v1.GetFederatedJobRequest\x1a'.peloton.api.v1.GetFederatedJobResponse\x12h\n" +
 	"\x11ListFederatedJobs\x12(.peloton.api.v1.ListFederatedJobsRequest\x1a).peloton.api.v1.ListFederatedJobsResponse\x12e\n" +
-	"\x10KillFederatedJob\x12'.peloton.api.v1.KillFederatedJobRequest\x1a(.peloton.api.v1.KillFederatedJobResponseBAZ?github.com/peloton-sched/peloton/proto/peloton/api/v1;pelotonv1b\x06proto3"
+	"\x10KillFederatedJob\x12'.peloton.api.v1.KillFederatedJobRequest\x1a(.peloton.api.v1.KillFederatedJobResponse2\xf1\x03\n" +
+	"\x17FederatedServiceService\x12w\n" +
+	"\x16CreateFederatedService\x12-.peloton.api.v1.CreateFederatedServiceRequest\x1a..peloton.api.v1.CreateFederatedServiceResponse\x12n\n" +
+	"\x13GetFederatedService\x12*.peloton.api.v1.GetFederatedServiceRequest\x1a+.peloton.api.v1.GetFederatedServiceResponse\x12t\n" +
+	"\x15ListFederatedServices\x12,.peloton.api.v1.ListFederatedServicesRequest\x1a-.peloton.api.v1.ListFederatedServicesResponse\x12w\n" +
+	"\x16DeleteFederatedService\x12-.peloton.api.v1.DeleteFederatedServiceRequest\x1a..peloton.api.v1.DeleteFederatedServiceResponseBAZ?github.com/peloton-sched/peloton/proto/peloton/api/v1;pelotonv1b\x06proto3"
 
 var (
 	file_peloton_api_v1_federation_proto_rawDescOnce sync.Once
@@ -2512,139 +3385,175 @@ func file_peloton_api_v1_federation_proto_rawDescGZIP() []byte {
 }
 
 var file_peloton_api_v1_federation_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_peloton_api_v1_federation_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
+var file_peloton_api_v1_federation_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
 var file_peloton_api_v1_federation_proto_goTypes = []any{
-	(ClusterState)(0),                   // 0: peloton.api.v1.ClusterState
-	(DispatchState)(0),                  // 1: peloton.api.v1.DispatchState
-	(*Cluster)(nil),                     // 2: peloton.api.v1.Cluster
-	(*RegisterClusterRequest)(nil),      // 3: peloton.api.v1.RegisterClusterRequest
-	(*RegisterClusterResponse)(nil),     // 4: peloton.api.v1.RegisterClusterResponse
-	(*DeregisterClusterRequest)(nil),    // 5: peloton.api.v1.DeregisterClusterRequest
-	(*DeregisterClusterResponse)(nil),   // 6: peloton.api.v1.DeregisterClusterResponse
-	(*GetClusterRequest)(nil),           // 7: peloton.api.v1.GetClusterRequest
-	(*GetClusterResponse)(nil),          // 8: peloton.api.v1.GetClusterResponse
-	(*ListClustersRequest)(nil),         // 9: peloton.api.v1.ListClustersRequest
-	(*ListClustersResponse)(nil),        // 10: peloton.api.v1.ListClustersResponse
-	(*CordonClusterRequest)(nil),        // 11: peloton.api.v1.CordonClusterRequest
-	(*CordonClusterResponse)(nil),       // 12: peloton.api.v1.CordonClusterResponse
-	(*UncordonClusterRequest)(nil),      // 13: peloton.api.v1.UncordonClusterRequest
-	(*UncordonClusterResponse)(nil),     // 14: peloton.api.v1.UncordonClusterResponse
-	(*FederatedPoolPlacement)(nil),      // 15: peloton.api.v1.FederatedPoolPlacement
-	(*FederatedPoolSpec)(nil),           // 16: peloton.api.v1.FederatedPoolSpec
-	(*FederatedPoolCluster)(nil),        // 17: peloton.api.v1.FederatedPoolCluster
-	(*FederatedPool)(nil),               // 18: peloton.api.v1.FederatedPool
-	(*CreateFederatedPoolRequest)(nil),  // 19: peloton.api.v1.CreateFederatedPoolRequest
-	(*CreateFederatedPoolResponse)(nil), // 20: peloton.api.v1.CreateFederatedPoolResponse
-	(*GetFederatedPoolRequest)(nil),     // 21: peloton.api.v1.GetFederatedPoolRequest
-	(*GetFederatedPoolResponse)(nil),    // 22: peloton.api.v1.GetFederatedPoolResponse
-	(*UpdateFederatedPoolRequest)(nil),  // 23: peloton.api.v1.UpdateFederatedPoolRequest
-	(*UpdateFederatedPoolResponse)(nil), // 24: peloton.api.v1.UpdateFederatedPoolResponse
-	(*DeleteFederatedPoolRequest)(nil),  // 25: peloton.api.v1.DeleteFederatedPoolRequest
-	(*DeleteFederatedPoolResponse)(nil), // 26: peloton.api.v1.DeleteFederatedPoolResponse
-	(*ListFederatedPoolsRequest)(nil),   // 27: peloton.api.v1.ListFederatedPoolsRequest
-	(*ListFederatedPoolsResponse)(nil),  // 28: peloton.api.v1.ListFederatedPoolsResponse
-	(*FederatedJobPlacement)(nil),       // 29: peloton.api.v1.FederatedJobPlacement
-	(*FederatedJobSpec)(nil),            // 30: peloton.api.v1.FederatedJobSpec
-	(*FederatedJobAttempt)(nil),         // 31: peloton.api.v1.FederatedJobAttempt
-	(*FederatedJob)(nil),                // 32: peloton.api.v1.FederatedJob
-	(*CreateFederatedJobRequest)(nil),   // 33: peloton.api.v1.CreateFederatedJobRequest
-	(*CreateFederatedJobResponse)(nil),  // 34: peloton.api.v1.CreateFederatedJobResponse
-	(*GetFederatedJobRequest)(nil),      // 35: peloton.api.v1.GetFederatedJobRequest
-	(*GetFederatedJobResponse)(nil),     // 36: peloton.api.v1.GetFederatedJobResponse
-	(*ListFederatedJobsRequest)(nil),    // 37: peloton.api.v1.ListFederatedJobsRequest
-	(*ListFederatedJobsResponse)(nil),   // 38: peloton.api.v1.ListFederatedJobsResponse
-	(*KillFederatedJobRequest)(nil),     // 39: peloton.api.v1.KillFederatedJobRequest
-	(*KillFederatedJobResponse)(nil),    // 40: peloton.api.v1.KillFederatedJobResponse
-	nil,                                 // 41: peloton.api.v1.Cluster.LabelsEntry
-	nil,                                 // 42: peloton.api.v1.RegisterClusterRequest.LabelsEntry
-	nil,                                 // 43: peloton.api.v1.FederatedPoolPlacement.WeightsEntry
-	nil,                                 // 44: peloton.api.v1.FederatedJobPlacement.ClusterSelectorEntry
-	(*timestamppb.Timestamp)(nil),       // 45: google.protobuf.Timestamp
-	(*Resources)(nil),                   // 46: peloton.api.v1.Resources
-	(*PoolSpec)(nil),                    // 47: peloton.api.v1.PoolSpec
-	(*PoolStatus)(nil),                  // 48: peloton.api.v1.PoolStatus
-	(*JobSpec)(nil),                     // 49: peloton.api.v1.JobSpec
-	(*JobStatus)(nil),                   // 50: peloton.api.v1.JobStatus
+	(ClusterState)(0),                      // 0: peloton.api.v1.ClusterState
+	(DispatchState)(0),                     // 1: peloton.api.v1.DispatchState
+	(*Cluster)(nil),                        // 2: peloton.api.v1.Cluster
+	(*RegisterClusterRequest)(nil),         // 3: peloton.api.v1.RegisterClusterRequest
+	(*RegisterClusterResponse)(nil),        // 4: peloton.api.v1.RegisterClusterResponse
+	(*DeregisterClusterRequest)(nil),       // 5: peloton.api.v1.DeregisterClusterRequest
+	(*DeregisterClusterResponse)(nil),      // 6: peloton.api.v1.DeregisterClusterResponse
+	(*GetClusterRequest)(nil),              // 7: peloton.api.v1.GetClusterRequest
+	(*GetClusterResponse)(nil),             // 8: peloton.api.v1.GetClusterResponse
+	(*ListClustersRequest)(nil),            // 9: peloton.api.v1.ListClustersRequest
+	(*ListClustersResponse)(nil),           // 10: peloton.api.v1.ListClustersResponse
+	(*CordonClusterRequest)(nil),           // 11: peloton.api.v1.CordonClusterRequest
+	(*CordonClusterResponse)(nil),          // 12: peloton.api.v1.CordonClusterResponse
+	(*UncordonClusterRequest)(nil),         // 13: peloton.api.v1.UncordonClusterRequest
+	(*UncordonClusterResponse)(nil),        // 14: peloton.api.v1.UncordonClusterResponse
+	(*FederatedPoolPlacement)(nil),         // 15: peloton.api.v1.FederatedPoolPlacement
+	(*FederatedPoolSpec)(nil),              // 16: peloton.api.v1.FederatedPoolSpec
+	(*FederatedPoolCluster)(nil),           // 17: peloton.api.v1.FederatedPoolCluster
+	(*FederatedPool)(nil),                  // 18: peloton.api.v1.FederatedPool
+	(*CreateFederatedPoolRequest)(nil),     // 19: peloton.api.v1.CreateFederatedPoolRequest
+	(*CreateFederatedPoolResponse)(nil),    // 20: peloton.api.v1.CreateFederatedPoolResponse
+	(*GetFederatedPoolRequest)(nil),        // 21: peloton.api.v1.GetFederatedPoolRequest
+	(*GetFederatedPoolResponse)(nil),       // 22: peloton.api.v1.GetFederatedPoolResponse
+	(*UpdateFederatedPoolRequest)(nil),     // 23: peloton.api.v1.UpdateFederatedPoolRequest
+	(*UpdateFederatedPoolResponse)(nil),    // 24: peloton.api.v1.UpdateFederatedPoolResponse
+	(*DeleteFederatedPoolRequest)(nil),     // 25: peloton.api.v1.DeleteFederatedPoolRequest
+	(*DeleteFederatedPoolResponse)(nil),    // 26: peloton.api.v1.DeleteFederatedPoolResponse
+	(*ListFederatedPoolsRequest)(nil),      // 27: peloton.api.v1.ListFederatedPoolsRequest
+	(*ListFederatedPoolsResponse)(nil),     // 28: peloton.api.v1.ListFederatedPoolsResponse
+	(*FederatedJobPlacement)(nil),          // 29: peloton.api.v1.FederatedJobPlacement
+	(*FederatedJobSpec)(nil),               // 30: peloton.api.v1.FederatedJobSpec
+	(*FederatedJobAttempt)(nil),            // 31: peloton.api.v1.FederatedJobAttempt
+	(*FederatedJob)(nil),                   // 32: peloton.api.v1.FederatedJob
+	(*CreateFederatedJobRequest)(nil),      // 33: peloton.api.v1.CreateFederatedJobRequest
+	(*CreateFederatedJobResponse)(nil),     // 34: peloton.api.v1.CreateFederatedJobResponse
+	(*GetFederatedJobRequest)(nil),         // 35: peloton.api.v1.GetFederatedJobRequest
+	(*GetFederatedJobResponse)(nil),        // 36: peloton.api.v1.GetFederatedJobResponse
+	(*ListFederatedJobsRequest)(nil),       // 37: peloton.api.v1.ListFederatedJobsRequest
+	(*ListFederatedJobsResponse)(nil),      // 38: peloton.api.v1.ListFederatedJobsResponse
+	(*KillFederatedJobRequest)(nil),        // 39: peloton.api.v1.KillFederatedJobRequest
+	(*KillFederatedJobResponse)(nil),       // 40: peloton.api.v1.KillFederatedJobResponse
+	(*ClusterShare)(nil),                   // 41: peloton.api.v1.ClusterShare
+	(*ServicePlacement)(nil),               // 42: peloton.api.v1.ServicePlacement
+	(*FederatedServiceSpec)(nil),           // 43: peloton.api.v1.FederatedServiceSpec
+	(*ServiceCluster)(nil),                 // 44: peloton.api.v1.ServiceCluster
+	(*FederatedService)(nil),               // 45: peloton.api.v1.FederatedService
+	(*CreateFederatedServiceRequest)(nil),  // 46: peloton.api.v1.CreateFederatedServiceRequest
+	(*CreateFederatedServiceResponse)(nil), // 47: peloton.api.v1.CreateFederatedServiceResponse
+	(*GetFederatedServiceRequest)(nil),     // 48: peloton.api.v1.GetFederatedServiceRequest
+	(*GetFederatedServiceResponse)(nil),    // 49: peloton.api.v1.GetFederatedServiceResponse
+	(*ListFederatedServicesRequest)(nil),   // 50: peloton.api.v1.ListFederatedServicesRequest
+	(*ListFederatedServicesResponse)(nil),  // 51: peloton.api.v1.ListFederatedServicesResponse
+	(*DeleteFederatedServiceRequest)(nil),  // 52: peloton.api.v1.DeleteFederatedServiceRequest
+	(*DeleteFederatedServiceResponse)(nil), // 53: peloton.api.v1.DeleteFederatedServiceResponse
+	nil,                                    // 54: peloton.api.v1.Cluster.LabelsEntry
+	nil,                                    // 55: peloton.api.v1.RegisterClusterRequest.LabelsEntry
+	nil,                                    // 56: peloton.api.v1.FederatedPoolPlacement.WeightsEntry
+	nil,                                    // 57: peloton.api.v1.FederatedJobPlacement.ClusterSelectorEntry
+	nil,                                    // 58: peloton.api.v1.ClusterShare.SelectorEntry
+	nil,                                    // 59: peloton.api.v1.CreateFederatedServiceResponse.SplitEntry
+	(*timestamppb.Timestamp)(nil),          // 60: google.protobuf.Timestamp
+	(*Resources)(nil),                      // 61: peloton.api.v1.Resources
+	(*PoolSpec)(nil),                       // 62: peloton.api.v1.PoolSpec
+	(*PoolStatus)(nil),                     // 63: peloton.api.v1.PoolStatus
+	(*JobSpec)(nil),                        // 64: peloton.api.v1.JobSpec
+	(*JobStatus)(nil),                      // 65: peloton.api.v1.JobStatus
+	(JobState)(0),                          // 66: peloton.api.v1.JobState
 }
 var file_peloton_api_v1_federation_proto_depIdxs = []int32{
-	41, // 0: peloton.api.v1.Cluster.labels:type_name -> peloton.api.v1.Cluster.LabelsEntry
+	54, // 0: peloton.api.v1.Cluster.labels:type_name -> peloton.api.v1.Cluster.LabelsEntry
 	0,  // 1: peloton.api.v1.Cluster.state:type_name -> peloton.api.v1.ClusterState
 	0,  // 2: peloton.api.v1.Cluster.health:type_name -> peloton.api.v1.ClusterState
-	45, // 3: peloton.api.v1.Cluster.registered_time:type_name -> google.protobuf.Timestamp
-	45, // 4: peloton.api.v1.Cluster.last_seen_time:type_name -> google.protobuf.Timestamp
-	45, // 5: peloton.api.v1.Cluster.state_time:type_name -> google.protobuf.Timestamp
-	46, // 6: peloton.api.v1.Cluster.capacity:type_name -> peloton.api.v1.Resources
-	46, // 7: peloton.api.v1.Cluster.allocation:type_name -> peloton.api.v1.Resources
-	42, // 8: peloton.api.v1.RegisterClusterRequest.labels:type_name -> peloton.api.v1.RegisterClusterRequest.LabelsEntry
+	60, // 3: peloton.api.v1.Cluster.registered_time:type_name -> google.protobuf.Timestamp
+	60, // 4: peloton.api.v1.Cluster.last_seen_time:type_name -> google.protobuf.Timestamp
+	60, // 5: peloton.api.v1.Cluster.state_time:type_name -> google.protobuf.Timestamp
+	61, // 6: peloton.api.v1.Cluster.capacity:type_name -> peloton.api.v1.Resources
+	61, // 7: peloton.api.v1.Cluster.allocation:type_name -> peloton.api.v1.Resources
+	55, // 8: peloton.api.v1.RegisterClusterRequest.labels:type_name -> peloton.api.v1.RegisterClusterRequest.LabelsEntry
 	2,  // 9: peloton.api.v1.RegisterClusterResponse.cluster:type_name -> peloton.api.v1.Cluster
 	2,  // 10: peloton.api.v1.GetClusterResponse.cluster:type_name -> peloton.api.v1.Cluster
 	2,  // 11: peloton.api.v1.ListClustersResponse.clusters:type_name -> peloton.api.v1.Cluster
 	2,  // 12: peloton.api.v1.CordonClusterResponse.cluster:type_name -> peloton.api.v1.Cluster
 	2,  // 13: peloton.api.v1.UncordonClusterResponse.cluster:type_name -> peloton.api.v1.Cluster
-	43, // 14: peloton.api.v1.FederatedPoolPlacement.weights:type_name -> peloton.api.v1.FederatedPoolPlacement.WeightsEntry
-	46, // 15: peloton.api.v1.FederatedPoolSpec.reservation:type_name -> peloton.api.v1.Resources
-	46, // 16: peloton.api.v1.FederatedPoolSpec.limit:type_name -> peloton.api.v1.Resources
-	46, // 17: peloton.api.v1.FederatedPoolSpec.share:type_name -> peloton.api.v1.Resources
+	56, // 14: peloton.api.v1.FederatedPoolPlacement.weights:type_name -> peloton.api.v1.FederatedPoolPlacement.WeightsEntry
+	61, // 15: peloton.api.v1.FederatedPoolSpec.reservation:type_name -> peloton.api.v1.Resources
+	61, // 16: peloton.api.v1.FederatedPoolSpec.limit:type_name -> peloton.api.v1.Resources
+	61, // 17: peloton.api.v1.FederatedPoolSpec.share:type_name -> peloton.api.v1.Resources
 	15, // 18: peloton.api.v1.FederatedPoolSpec.placement:type_name -> peloton.api.v1.FederatedPoolPlacement
-	47, // 19: peloton.api.v1.FederatedPoolCluster.desired:type_name -> peloton.api.v1.PoolSpec
-	47, // 20: peloton.api.v1.FederatedPoolCluster.actual:type_name -> peloton.api.v1.PoolSpec
-	48, // 21: peloton.api.v1.FederatedPoolCluster.status:type_name -> peloton.api.v1.PoolStatus
+	62, // 19: peloton.api.v1.FederatedPoolCluster.desired:type_name -> peloton.api.v1.PoolSpec
+	62, // 20: peloton.api.v1.FederatedPoolCluster.actual:type_name -> peloton.api.v1.PoolSpec
+	63, // 21: peloton.api.v1.FederatedPoolCluster.status:type_name -> peloton.api.v1.PoolStatus
 	16, // 22: peloton.api.v1.FederatedPool.spec:type_name -> peloton.api.v1.FederatedPoolSpec
 	17, // 23: peloton.api.v1.FederatedPool.clusters:type_name -> peloton.api.v1.FederatedPoolCluster
-	48, // 24: peloton.api.v1.FederatedPool.total:type_name -> peloton.api.v1.PoolStatus
+	63, // 24: peloton.api.v1.FederatedPool.total:type_name -> peloton.api.v1.PoolStatus
 	16, // 25: peloton.api.v1.CreateFederatedPoolRequest.spec:type_name -> peloton.api.v1.FederatedPoolSpec
 	18, // 26: peloton.api.v1.CreateFederatedPoolResponse.pool:type_name -> peloton.api.v1.FederatedPool
 	18, // 27: peloton.api.v1.GetFederatedPoolResponse.pool:type_name -> peloton.api.v1.FederatedPool
 	16, // 28: peloton.api.v1.UpdateFederatedPoolRequest.spec:type_name -> peloton.api.v1.FederatedPoolSpec
 	18, // 29: peloton.api.v1.UpdateFederatedPoolResponse.pool:type_name -> peloton.api.v1.FederatedPool
 	18, // 30: peloton.api.v1.ListFederatedPoolsResponse.pools:type_name -> peloton.api.v1.FederatedPool
-	44, // 31: peloton.api.v1.FederatedJobPlacement.cluster_selector:type_name -> peloton.api.v1.FederatedJobPlacement.ClusterSelectorEntry
-	49, // 32: peloton.api.v1.FederatedJobSpec.job:type_name -> peloton.api.v1.JobSpec
+	57, // 31: peloton.api.v1.FederatedJobPlacement.cluster_selector:type_name -> peloton.api.v1.FederatedJobPlacement.ClusterSelectorEntry
+	64, // 32: peloton.api.v1.FederatedJobSpec.job:type_name -> peloton.api.v1.JobSpec
 	29, // 33: peloton.api.v1.FederatedJobSpec.placement:type_name -> peloton.api.v1.FederatedJobPlacement
-	45, // 34: peloton.api.v1.FederatedJobAttempt.dispatch_time:type_name -> google.protobuf.Timestamp
+	60, // 34: peloton.api.v1.FederatedJobAttempt.dispatch_time:type_name -> google.protobuf.Timestamp
 	30, // 35: peloton.api.v1.FederatedJob.spec:type_name -> peloton.api.v1.FederatedJobSpec
 	1,  // 36: peloton.api.v1.FederatedJob.dispatch_state:type_name -> peloton.api.v1.DispatchState
-	50, // 37: peloton.api.v1.FederatedJob.status:type_name -> peloton.api.v1.JobStatus
+	65, // 37: peloton.api.v1.FederatedJob.status:type_name -> peloton.api.v1.JobStatus
 	31, // 38: peloton.api.v1.FederatedJob.attempts:type_name -> peloton.api.v1.FederatedJobAttempt
-	45, // 39: peloton.api.v1.FederatedJob.create_time:type_name -> google.protobuf.Timestamp
+	60, // 39: peloton.api.v1.FederatedJob.create_time:type_name -> google.protobuf.Timestamp
 	30, // 40: peloton.api.v1.CreateFederatedJobRequest.spec:type_name -> peloton.api.v1.FederatedJobSpec
 	32, // 41: peloton.api.v1.GetFederatedJobResponse.job:type_name -> peloton.api.v1.FederatedJob
 	32, // 42: peloton.api.v1.ListFederatedJobsResponse.jobs:type_name -> peloton.api.v1.FederatedJob
-	3,  // 43: peloton.api.v1.ClusterService.RegisterCluster:input_type -> peloton.api.v1.RegisterClusterRequest
-	5,  // 44: peloton.api.v1.ClusterService.DeregisterCluster:input_type -> peloton.api.v1.DeregisterClusterRequest
-	7,  // 45: peloton.api.v1.ClusterService.GetCluster:input_type -> peloton.api.v1.GetClusterRequest
-	9,  // 46: peloton.api.v1.ClusterService.ListClusters:input_type -> peloton.api.v1.ListClustersRequest
-	11, // 47: peloton.api.v1.ClusterService.CordonCluster:input_type -> peloton.api.v1.CordonClusterRequest
-	13, // 48: peloton.api.v1.ClusterService.UncordonCluster:input_type -> peloton.api.v1.UncordonClusterRequest
-	19, // 49: peloton.api.v1.FederatedPoolService.CreateFederatedPool:input_type -> peloton.api.v1.CreateFederatedPoolRequest
-	21, // 50: peloton.api.v1.FederatedPoolService.GetFederatedPool:input_type -> peloton.api.v1.GetFederatedPoolRequest
-	23, // 51: peloton.api.v1.FederatedPoolService.UpdateFederatedPool:input_type -> peloton.api.v1.UpdateFederatedPoolRequest
-	25, // 52: peloton.api.v1.FederatedPoolService.DeleteFederatedPool:input_type -> peloton.api.v1.DeleteFederatedPoolRequest
-	27, // 53: peloton.api.v1.FederatedPoolService.ListFederatedPools:input_type -> peloton.api.v1.ListFederatedPoolsRequest
-	33, // 54: peloton.api.v1.FederatedJobService.CreateFederatedJob:input_type -> peloton.api.v1.CreateFederatedJobRequest
-	35, // 55: peloton.api.v1.FederatedJobService.GetFederatedJob:input_type -> peloton.api.v1.GetFederatedJobRequest
-	37, // 56: peloton.api.v1.FederatedJobService.ListFederatedJobs:input_type -> peloton.api.v1.ListFederatedJobsRequest
-	39, // 57: peloton.api.v1.FederatedJobService.KillFederatedJob:input_type -> peloton.api.v1.KillFederatedJobRequest
-	4,  // 58: peloton.api.v1.ClusterService.RegisterCluster:output_type -> peloton.api.v1.RegisterClusterResponse
-	6,  // 59: peloton.api.v1.ClusterService.DeregisterCluster:output_type -> peloton.api.v1.DeregisterClusterResponse
-	8,  // 60: peloton.api.v1.ClusterService.GetCluster:output_type -> peloton.api.v1.GetClusterResponse
-	10, // 61: peloton.api.v1.ClusterService.ListClusters:output_type -> peloton.api.v1.ListClustersResponse
-	12, // 62: peloton.api.v1.ClusterService.CordonCluster:output_type -> peloton.api.v1.CordonClusterResponse
-	14, // 63: peloton.api.v1.ClusterService.UncordonCluster:output_type -> peloton.api.v1.UncordonClusterResponse
-	20, // 64: peloton.api.v1.FederatedPoolService.CreateFederatedPool:output_type -> peloton.api.v1.CreateFederatedPoolResponse
-	22, // 65: peloton.api.v1.FederatedPoolService.GetFederatedPool:output_type -> peloton.api.v1.GetFederatedPoolResponse
-	24, // 66: peloton.api.v1.FederatedPoolService.UpdateFederatedPool:output_type -> peloton.api.v1.UpdateFederatedPoolResponse
-	26, // 67: peloton.api.v1.FederatedPoolService.DeleteFederatedPool:output_type -> peloton.api.v1.DeleteFederatedPoolResponse
-	28, // 68: peloton.api.v1.FederatedPoolService.ListFederatedPools:output_type -> peloton.api.v1.ListFederatedPoolsResponse
-	34, // 69: peloton.api.v1.FederatedJobService.CreateFederatedJob:output_type -> peloton.api.v1.CreateFederatedJobResponse
-	36, // 70: peloton.api.v1.FederatedJobService.GetFederatedJob:output_type -> peloton.api.v1.GetFederatedJobResponse
-	38, // 71: peloton.api.v1.FederatedJobService.ListFederatedJobs:output_type -> peloton.api.v1.ListFederatedJobsResponse
-	40, // 72: peloton.api.v1.FederatedJobService.KillFederatedJob:output_type -> peloton.api.v1.KillFederatedJobResponse
-	58, // [58:73] is the sub-list for method output_type
-	43, // [43:58] is the sub-list for method input_type
-	43, // [43:43] is the sub-list for extension type_name
-	43, // [43:43] is the sub-list for extension extendee
-	0,  // [0:43] is the sub-list for field type_name
+	58, // 43: peloton.api.v1.ClusterShare.selector:type_name -> peloton.api.v1.ClusterShare.SelectorEntry
+	41, // 44: peloton.api.v1.ServicePlacement.clusters:type_name -> peloton.api.v1.ClusterShare
+	64, // 45: peloton.api.v1.FederatedServiceSpec.job:type_name -> peloton.api.v1.JobSpec
+	42, // 46: peloton.api.v1.FederatedServiceSpec.placement:type_name -> peloton.api.v1.ServicePlacement
+	66, // 47: peloton.api.v1.ServiceCluster.state:type_name -> peloton.api.v1.JobState
+	43, // 48: peloton.api.v1.FederatedService.spec:type_name -> peloton.api.v1.FederatedServiceSpec
+	60, // 49: peloton.api.v1.FederatedService.create_time:type_name -> google.protobuf.Timestamp
+	44, // 50: peloton.api.v1.FederatedService.clusters:type_name -> peloton.api.v1.ServiceCluster
+	43, // 51: peloton.api.v1.CreateFederatedServiceRequest.spec:type_name -> peloton.api.v1.FederatedServiceSpec
+	59, // 52: peloton.api.v1.CreateFederatedServiceResponse.split:type_name -> peloton.api.v1.CreateFederatedServiceResponse.SplitEntry
+	45, // 53: peloton.api.v1.GetFederatedServiceResponse.service:type_name -> peloton.api.v1.FederatedService
+	45, // 54: peloton.api.v1.ListFederatedServicesResponse.services:type_name -> peloton.api.v1.FederatedService
+	3,  // 55: peloton.api.v1.ClusterService.RegisterCluster:input_type -> peloton.api.v1.RegisterClusterRequest
+	5,  // 56: peloton.api.v1.ClusterService.DeregisterCluster:input_type -> peloton.api.v1.DeregisterClusterRequest
+	7,  // 57: peloton.api.v1.ClusterService.GetCluster:input_type -> peloton.api.v1.GetClusterRequest
+	9,  // 58: peloton.api.v1.ClusterService.ListClusters:input_type -> peloton.api.v1.ListClustersRequest
+	11, // 59: peloton.api.v1.ClusterService.CordonCluster:input_type -> peloton.api.v1.CordonClusterRequest
+	13, // 60: peloton.api.v1.ClusterService.UncordonCluster:input_type -> peloton.api.v1.UncordonClusterRequest
+	19, // 61: peloton.api.v1.FederatedPoolService.CreateFederatedPool:input_type -> peloton.api.v1.CreateFederatedPoolRequest
+	21, // 62: peloton.api.v1.FederatedPoolService.GetFederatedPool:input_type -> peloton.api.v1.GetFederatedPoolRequest
+	23, // 63: peloton.api.v1.FederatedPoolService.UpdateFederatedPool:input_type -> peloton.api.v1.UpdateFederatedPoolRequest
+	25, // 64: peloton.api.v1.FederatedPoolService.DeleteFederatedPool:input_type -> peloton.api.v1.DeleteFederatedPoolRequest
+	27, // 65: peloton.api.v1.FederatedPoolService.ListFederatedPools:input_type -> peloton.api.v1.ListFederatedPoolsRequest
+	33, // 66: peloton.api.v1.FederatedJobService.CreateFederatedJob:input_type -> peloton.api.v1.CreateFederatedJobRequest
+	35, // 67: peloton.api.v1.FederatedJobService.GetFederatedJob:input_type -> peloton.api.v1.GetFederatedJobRequest
+	37, // 68: peloton.api.v1.FederatedJobService.ListFederatedJobs:input_type -> peloton.api.v1.ListFederatedJobsRequest
+	39, // 69: peloton.api.v1.FederatedJobService.KillFederatedJob:input_type -> peloton.api.v1.KillFederatedJobRequest
+	46, // 70: peloton.api.v1.FederatedServiceService.CreateFederatedService:input_type -> peloton.api.v1.CreateFederatedServiceRequest
+	48, // 71: peloton.api.v1.FederatedServiceService.GetFederatedService:input_type -> peloton.api.v1.GetFederatedServiceRequest
+	50, // 72: peloton.api.v1.FederatedServiceService.ListFederatedServices:input_type -> peloton.api.v1.ListFederatedServicesRequest
+	52, // 73: peloton.api.v1.FederatedServiceService.DeleteFederatedService:input_type -> peloton.api.v1.DeleteFederatedServiceRequest
+	4,  // 74: peloton.api.v1.ClusterService.RegisterCluster:output_type -> peloton.api.v1.RegisterClusterResponse
+	6,  // 75: peloton.api.v1.ClusterService.DeregisterCluster:output_type -> peloton.api.v1.DeregisterClusterResponse
+	8,  // 76: peloton.api.v1.ClusterService.GetCluster:output_type -> peloton.api.v1.GetClusterResponse
+	10, // 77: peloton.api.v1.ClusterService.ListClusters:output_type -> peloton.api.v1.ListClustersResponse
+	12, // 78: peloton.api.v1.ClusterService.CordonCluster:output_type -> peloton.api.v1.CordonClusterResponse
+	14, // 79: peloton.api.v1.ClusterService.UncordonCluster:output_type -> peloton.api.v1.UncordonClusterResponse
+	20, // 80: peloton.api.v1.FederatedPoolService.CreateFederatedPool:output_type -> peloton.api.v1.CreateFederatedPoolResponse
+	22, // 81: peloton.api.v1.FederatedPoolService.GetFederatedPool:output_type -> peloton.api.v1.GetFederatedPoolResponse
+	24, // 82: peloton.api.v1.FederatedPoolService.UpdateFederatedPool:output_type -> peloton.api.v1.UpdateFederatedPoolResponse
+	26, // 83: peloton.api.v1.FederatedPoolService.DeleteFederatedPool:output_type -> peloton.api.v1.DeleteFederatedPoolResponse
+	28, // 84: peloton.api.v1.FederatedPoolService.ListFederatedPools:output_type -> peloton.api.v1.ListFederatedPoolsResponse
+	34, // 85: peloton.api.v1.FederatedJobService.CreateFederatedJob:output_type -> peloton.api.v1.CreateFederatedJobResponse
+	36, // 86: peloton.api.v1.FederatedJobService.GetFederatedJob:output_type -> peloton.api.v1.GetFederatedJobResponse
+	38, // 87: peloton.api.v1.FederatedJobService.ListFederatedJobs:output_type -> peloton.api.v1.ListFederatedJobsResponse
+	40, // 88: peloton.api.v1.FederatedJobService.KillFederatedJob:output_type -> peloton.api.v1.KillFederatedJobResponse
+	47, // 89: peloton.api.v1.FederatedServiceService.CreateFederatedService:output_type -> peloton.api.v1.CreateFederatedServiceResponse
+	49, // 90: peloton.api.v1.FederatedServiceService.GetFederatedService:output_type -> peloton.api.v1.GetFederatedServiceResponse
+	51, // 91: peloton.api.v1.FederatedServiceService.ListFederatedServices:output_type -> peloton.api.v1.ListFederatedServicesResponse
+	53, // 92: peloton.api.v1.FederatedServiceService.DeleteFederatedService:output_type -> peloton.api.v1.DeleteFederatedServiceResponse
+	74, // [74:93] is the sub-list for method output_type
+	55, // [55:74] is the sub-list for method input_type
+	55, // [55:55] is the sub-list for extension type_name
+	55, // [55:55] is the sub-list for extension extendee
+	0,  // [0:55] is the sub-list for field type_name
 }
 
 func init() { file_peloton_api_v1_federation_proto_init() }
@@ -2659,9 +3568,9 @@ func file_peloton_api_v1_federation_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_peloton_api_v1_federation_proto_rawDesc), len(file_peloton_api_v1_federation_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   43,
+			NumMessages:   58,
 			NumExtensions: 0,
-			NumServices:   3,
+			NumServices:   4,
 		},
 		GoTypes:           file_peloton_api_v1_federation_proto_goTypes,
 		DependencyIndexes: file_peloton_api_v1_federation_proto_depIdxs,

@@ -796,3 +796,226 @@ var FederatedJobService_ServiceDesc = grpc.ServiceDesc{
 	Streams:  []grpc.StreamDesc{},
 	Metadata: "peloton/api/v1/federation.proto",
 }
+
+const (
+	FederatedServiceService_CreateFederatedService_FullMethodName = "/peloton.api.v1.FederatedServiceService/CreateFederatedService"
+	FederatedServiceService_GetFederatedService_FullMethodName    = "/peloton.api.v1.FederatedServiceService/GetFederatedService"
+	FederatedServiceService_ListFederatedServices_FullMethodName  = "/peloton.api.v1.FederatedServiceService/ListFederatedServices"
+	FederatedServiceService_DeleteFederatedService_FullMethodName = "/peloton.api.v1.FederatedServiceService/DeleteFederatedService"
+)
+
+// FederatedServiceServiceClient is the client API for FederatedServiceService service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// FederatedServiceService runs SERVICE jobs across clusters: the
+// federation makes one job per cluster it chose and keeps it at its part.
+type FederatedServiceServiceClient interface {
+	CreateFederatedService(ctx context.Context, in *CreateFederatedServiceRequest, opts ...grpc.CallOption) (*CreateFederatedServiceResponse, error)
+	GetFederatedService(ctx context.Context, in *GetFederatedServiceRequest, opts ...grpc.CallOption) (*GetFederatedServiceResponse, error)
+	ListFederatedServices(ctx context.Context, in *ListFederatedServicesRequest, opts ...grpc.CallOption) (*ListFederatedServicesResponse, error)
+	DeleteFederatedService(ctx context.Context, in *DeleteFederatedServiceRequest, opts ...grpc.CallOption) (*DeleteFederatedServiceResponse, error)
+}
+
+type federatedServiceServiceClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewFederatedServiceServiceClient(cc grpc.ClientConnInterface) FederatedServiceServiceClient {
+	return &federatedServiceServiceClient{cc}
+}
+
+func (c *federatedServiceServiceClient) CreateFederatedService(ctx context.Context, in *CreateFederatedServiceRequest, opts ...grpc.CallOption) (*CreateFederatedServiceResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CreateFederatedServiceResponse)
+	err := c.cc.Invoke(ctx, FederatedServiceService_CreateFederatedService_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *federatedServiceServiceClient) GetFederatedService(ctx context.Context, in *GetFederatedServiceRequest, opts ...grpc.CallOption) (*GetFederatedServiceResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetFederatedServiceResponse)
+	err := c.cc.Invoke(ctx, FederatedServiceService_GetFederatedService_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *federatedServiceServiceClient) ListFederatedServices(ctx context.Context, in *ListFederatedServicesRequest, opts ...grpc.CallOption) (*ListFederatedServicesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListFederatedServicesResponse)
+	err := c.cc.Invoke(ctx, FederatedServiceService_ListFederatedServices_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *federatedServiceServiceClient) DeleteFederatedService(ctx context.Context, in *DeleteFederatedServiceRequest, opts ...grpc.CallOption) (*DeleteFederatedServiceResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteFederatedServiceResponse)
+	err := c.cc.Invoke(ctx, FederatedServiceService_DeleteFederatedService_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// FederatedServiceServiceServer is the server API for FederatedServiceService service.
+// All implementations must embed UnimplementedFederatedServiceServiceServer
+// for forward compatibility.
+//
+// FederatedServiceService runs SERVICE jobs across clusters: the
+// federation makes one job per cluster it chose and keeps it at its part.
+type FederatedServiceServiceServer interface {
+	CreateFederatedService(context.Context, *CreateFederatedServiceRequest) (*CreateFederatedServiceResponse, error)
+	GetFederatedService(context.Context, *GetFederatedServiceRequest) (*GetFederatedServiceResponse, error)
+	ListFederatedServices(context.Context, *ListFederatedServicesRequest) (*ListFederatedServicesResponse, error)
+	DeleteFederatedService(context.Context, *DeleteFederatedServiceRequest) (*DeleteFederatedServiceResponse, error)
+	mustEmbedUnimplementedFederatedServiceServiceServer()
+}
+
+// UnimplementedFederatedServiceServiceServer must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedFederatedServiceServiceServer struct{}
+
+func (UnimplementedFederatedServiceServiceServer) CreateFederatedService(context.Context, *CreateFederatedServiceRequest) (*CreateFederatedServiceResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateFederatedService not implemented")
+}
+func (UnimplementedFederatedServiceServiceServer) GetFederatedService(context.Context, *GetFederatedServiceRequest) (*GetFederatedServiceResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetFederatedService not implemented")
+}
+func (UnimplementedFederatedServiceServiceServer) ListFederatedServices(context.Context, *ListFederatedServicesRequest) (*ListFederatedServicesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListFederatedServices not implemented")
+}
+func (UnimplementedFederatedServiceServiceServer) DeleteFederatedService(context.Context, *DeleteFederatedServiceRequest) (*DeleteFederatedServiceResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteFederatedService not implemented")
+}
+func (UnimplementedFederatedServiceServiceServer) mustEmbedUnimplementedFederatedServiceServiceServer() {
+}
+func (UnimplementedFederatedServiceServiceServer) testEmbeddedByValue() {}
+
+// UnsafeFederatedServiceServiceServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to FederatedServiceServiceServer will
+// result in compilation errors.
+type UnsafeFederatedServiceServiceServer interface {
+	mustEmbedUnimplementedFederatedServiceServiceServer()
+}
+
+func RegisterFederatedServiceServiceServer(s grpc.ServiceRegistrar, srv FederatedServiceServiceServer) {
+	// If the following call panics, it indicates UnimplementedFederatedServiceServiceServer was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&FederatedServiceService_ServiceDesc, srv)
+}
+
+func _FederatedServiceService_CreateFederatedService_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateFederatedServiceRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(FederatedServiceServiceServer).CreateFederatedService(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: FederatedServiceService_CreateFederatedService_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(FederatedServiceServiceServer).CreateFederatedService(ctx, req.(*CreateFederatedServiceRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _FederatedServiceService_GetFederatedService_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetFederatedServiceRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(FederatedServiceServiceServer).GetFederatedService(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: FederatedServiceService_GetFederatedService_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(FederatedServiceServiceServer).GetFederatedService(ctx, req.(*GetFederatedServiceRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _FederatedServiceService_ListFederatedServices_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListFederatedServicesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(FederatedServiceServiceServer).ListFederatedServices(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: FederatedServiceService_ListFederatedServices_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(FederatedServiceServiceServer).ListFederatedServices(ctx, req.(*ListFederatedServicesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _FederatedServiceService_DeleteFederatedService_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteFederatedServiceRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(FederatedServiceServiceServer).DeleteFederatedService(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: FederatedServiceService_DeleteFederatedService_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(FederatedServiceServiceServer).DeleteFederatedService(ctx, req.(*DeleteFederatedServiceRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+// FederatedServiceService_ServiceDesc is the grpc.ServiceDesc for FederatedServiceService service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var FederatedServiceService_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "peloton.api.v1.FederatedServiceService",
+	HandlerType: (*FederatedServiceServiceServer)(nil),
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "CreateFederatedService",
+			Handler:    _FederatedServiceService_CreateFederatedService_Handler,
+		},
+		{
+			MethodName: "GetFederatedService",
+			Handler:    _FederatedServiceService_GetFederatedService_Handler,
+		},
+		{
+			MethodName: "ListFederatedServices",
+			Handler:    _FederatedServiceService_ListFederatedServices_Handler,
+		},
+		{
+			MethodName: "DeleteFederatedService",
+			Handler:    _FederatedServiceService_DeleteFederatedService_Handler,
+		},
+	},
+	Streams:  []grpc.StreamDesc{},
+	Metadata: "peloton/api/v1/federation.proto",
+}

@@ -1,0 +1,606 @@
+package federation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"sync"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/peloton-sched/peloton/internal/apierr"
+	"github.com/peloton-sched/peloton/internal/metrics"
+	"github.com/peloton-sched/peloton/internal/requestid"
+	"github.com/peloton-sched/peloton/internal/store"
+	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+	"github.com/peloton-sched/peloton/resmgr"
+)
+
+// Federated services. A federated service is one SERVICE job spec run in
+// several clusters: at create the federation splits its instances over
+// the clusters its placement names (splitService) and records the split
+// with the service, in one write. From then on each cluster's worker keeps
+// that cluster's part as desired state, as it keeps the cluster's pools:
+// it makes the part's job there (under a request id, so a create whose
+// answer was lost is not repeated), and on every pass repairs what it
+// finds otherwise - a job deleted or ended there is made again, a count or
+// spec changed there is set back. A delete cancels and deletes every part
+// and forgets the service once all are gone.
+//
+// What a part's job is given: the service's job spec with the part's
+// instance count, the service's budget of unavailable instances split in
+// proportion (splitBudget), and the label LabelFederatedService naming the
+// service, so that an operator of the cluster can tell whose it is.
+
+const serviceRequestKind requestid.Kind = "federated-service"
+
+// LabelFederatedService is the label the federation puts on the job it
+// makes in a cluster for a federated service; its value is the service id.
+const LabelFederatedService = "peloton.io/federated-service"
+
+func serviceKey(id string) string { return "services/" + id }
+
+// fedService is a federated service: its record as in etcd (with what the
+// last looks at its clusters saw, kept in memory) and its revision.
+type fedService struct {
+	rec *pelotonv1.FederatedService
+	rev int64
+}
+
+func (f *Federation) loadServices(ctx context.Context) error {
+	kvs, err := f.st.List(ctx, "services/")
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, kv := range kvs {
+		rec := &pelotonv1.FederatedService{}
+		if err := proto.Unmarshal(kv.Value, rec); err != nil {
+			return fmt.Errorf("decode %s: %w", kv.Key, err)
+		}
+		f.services[rec.Id] = &fedService{rec: rec, rev: kv.Revision}
+	}
+	return nil
+}
+
+// CreateService records a federated service and its split over clusters.
+// It answers once the service is recorded; each cluster's worker makes the
+// cluster's part right after.
+func (f *Federation) CreateService(ctx context.Context, spec *pelotonv1.FederatedServiceSpec, rqID string) (*pelotonv1.FederatedService, error) {
+	if spec.GetJob() != nil && spec.Job.Type == pelotonv1.JobType_JOB_TYPE_UNSPECIFIED {
+		spec = proto.Clone(spec).(*pelotonv1.FederatedServiceSpec)
+		spec.Job.Type = pelotonv1.JobType_SERVICE
+	}
+	if err := validateServiceSpec(spec); err != nil {
+		return nil, err
+	}
+	rq, err := requestid.New(serviceRequestKind, rqID, &pelotonv1.CreateFederatedServiceRequest{Spec: spec})
+	if err != nil {
+		return nil, err
+	}
+	now := f.opts.Now()
+	o, err := requestid.Lookup(ctx, f.st, rq, now)
+	if err != nil {
+		return nil, err
+	}
+	if o.Done {
+		return f.GetService(o.Object)
+	}
+	f.mu.Lock()
+	var clusters []shareCluster
+	for _, name := range sortedKeys(f.clusters) {
+		m := f.clusters[name]
+		clusters = append(clusters, shareCluster{name: name, labels: m.rec.Labels, cordoned: m.cordoned()})
+	}
+	f.mu.Unlock()
+	split, err := splitService(spec.Job.InstanceCount, spec.Placement, clusters)
+	if err != nil {
+		return nil, err
+	}
+	budgets := splitBudget(max(spec.Job.GetSla().GetMaximumUnavailableInstances(), 1), split)
+	id := newJobID()
+	rec := &pelotonv1.FederatedService{Id: id, Spec: spec, CreateTime: timestamppb.New(now)}
+	for _, name := range sortedKeys(split) {
+		rec.Clusters = append(rec.Clusters, &pelotonv1.ServiceCluster{Cluster: name, Desired: split[name],
+			MaxUnavailable: budgets[name], Generation: 1, Message: "making its job there"})
+	}
+	b, err := proto.Marshal(rec)
+	if err != nil {
+		return nil, err
+	}
+	ops := []store.Op{store.Put(serviceKey(id), b, store.MustNotExist)}
+	if rq.ID != "" {
+		ops = append(ops, o.Ops(rq, id, now)...) // the request record and the service commit together
+	}
+	rev, err := f.st.Txn(ctx, ops...)
+	if err != nil {
+		if o2, rerr := requestid.Recheck(ctx, f.st, rq, now, err); rerr == nil && o2.Done {
+			return f.GetService(o2.Object)
+		}
+		return nil, apierr.Unavailable("record federated service: %v", err)
+	}
+	f.mu.Lock()
+	f.services[id] = &fedService{rec: rec, rev: rev}
+	for name := range split {
+		if m := f.clusters[name]; m != nil {
+			m.nudge()
+		}
+	}
+	f.mu.Unlock()
+	f.log.Info("federated service created", "service", id, "name", spec.Job.Name, "split", split)
+	metrics.FederationServices.WithLabelValues("created").Inc()
+	return f.GetService(id)
+}
+
+func validateServiceSpec(spec *pelotonv1.FederatedServiceSpec) error {
+	job := spec.GetJob()
+	switch {
+	case job == nil:
+		return apierr.Invalid("spec.job", "required: the service to run")
+	case job.Type != pelotonv1.JobType_SERVICE:
+		return apierr.Invalid("spec.job.type", "a federated service is a SERVICE job, not %s (BATCH jobs go through fed job create)", job.Type)
+	case job.Name == "":
+		return apierr.Invalid("spec.job.name", "required")
+	case job.InstanceCount == 0:
+		return apierr.Invalid("spec.job.instanceCount", "must be > 0")
+	case len(job.InstanceSpecs) > 0:
+		return apierr.Invalid("spec.job.instanceSpecs", "per-instance overrides cannot follow instances across clusters (each cluster numbers its part from 0); give every instance the default spec")
+	case job.Foreign != nil:
+		return apierr.Invalid("spec.job.foreign", "set by Peloton only")
+	}
+	if _, ok := job.Labels[LabelFederatedService]; ok {
+		return apierr.Invalid("spec.job.labels", "%s is set by the federation", LabelFederatedService)
+	}
+	if _, err := resmgr.NormalizePath(job.Pool, "spec.job.pool"); err != nil {
+		return err
+	}
+	if _, err := jobRequest(job); err != nil {
+		return err
+	}
+	return nil
+}
+
+// GetService returns a federated service with what its clusters last
+// showed.
+func (f *Federation) GetService(id string) (*pelotonv1.FederatedService, error) {
+	if id == "" {
+		return nil, apierr.Invalid("serviceId", "required")
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s := f.services[id]
+	if s == nil {
+		return nil, apierr.NotFound("federated service %s does not exist", id)
+	}
+	return f.serviceViewLocked(s), nil
+}
+
+// serviceViewLocked is a service as the API shows it: the totals, and each
+// part's message says so when its cluster cannot be reached or is gone.
+// Caller holds mu.
+func (f *Federation) serviceViewLocked(s *fedService) *pelotonv1.FederatedService {
+	out := proto.Clone(s.rec).(*pelotonv1.FederatedService)
+	out.Version = uint64(s.rev)
+	out.Desired, out.Running = 0, 0
+	for _, p := range out.Clusters {
+		out.Desired += p.Desired
+		out.Running += p.Running
+		switch m := f.clusters[p.Cluster]; {
+		case m == nil:
+			p.Message = "cluster " + p.Cluster + " is not registered; its part does not run"
+			p.Running, p.State = 0, pelotonv1.JobState_JOB_STATE_UNSPECIFIED
+		case m.rec.Health == pelotonv1.ClusterState_CLUSTER_UNREACHABLE:
+			p.Message = "cluster " + p.Cluster + " is unreachable; as of the last look: " + p.Message
+		}
+	}
+	if out.Deleting {
+		out.Message = "deleting: removing its jobs from their clusters"
+	}
+	return out
+}
+
+// ListServices returns federated services, newest first, a page at a time.
+func (f *Federation) ListServices(cluster string, pageSize uint32, token string) ([]*pelotonv1.FederatedService, string, error) {
+	if pageSize == 0 {
+		pageSize = 500
+	}
+	if pageSize > 5000 {
+		return nil, "", apierr.Invalid("pageSize", "at most 5000, got %d", pageSize)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	all := make([]*fedService, 0, len(f.services))
+	for _, s := range f.services {
+		if cluster == "" || partOf(s.rec, cluster) != nil {
+			all = append(all, s)
+		}
+	}
+	sort.Slice(all, func(a, b int) bool {
+		ta, tb := all[a].rec.CreateTime.AsTime(), all[b].rec.CreateTime.AsTime()
+		if !ta.Equal(tb) {
+			return ta.After(tb)
+		}
+		return all[a].rec.Id < all[b].rec.Id
+	})
+	start := 0
+	if token != "" {
+		start = -1
+		for i, s := range all {
+			if s.rec.Id == token {
+				start = i + 1
+				break
+			}
+		}
+		if start < 0 {
+			return nil, "", apierr.Invalid("pageToken", "unknown or expired token %q; list again from the first page", token)
+		}
+	}
+	var out []*pelotonv1.FederatedService
+	next := ""
+	for i := start; i < len(all); i++ {
+		if uint32(len(out)) == pageSize {
+			next = all[i-1].rec.Id
+			break
+		}
+		out = append(out, f.serviceViewLocked(all[i]))
+	}
+	return out, next, nil
+}
+
+// DeleteService removes a federated service: its jobs are cancelled and
+// deleted in every cluster, and the service is forgotten once they all
+// are. Parts in clusters no longer registered are dropped at once.
+func (f *Federation) DeleteService(ctx context.Context, id string) error {
+	if _, err := f.GetService(id); err != nil {
+		return err
+	}
+	err := f.updateService(ctx, id, func(rec *pelotonv1.FederatedService) error {
+		rec.Deleting = true
+		f.mu.Lock()
+		kept := rec.Clusters[:0]
+		for _, p := range rec.Clusters {
+			if f.clusters[p.Cluster] != nil {
+				kept = append(kept, p)
+			}
+		}
+		f.mu.Unlock()
+		rec.Clusters = kept
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	if s := f.services[id]; s != nil {
+		for _, p := range s.rec.Clusters {
+			if m := f.clusters[p.Cluster]; m != nil {
+				m.nudge()
+			}
+		}
+	}
+	f.mu.Unlock()
+	f.log.Info("federated service deleting", "service", id)
+	return f.forgetIfGone(ctx, id)
+}
+
+// forgetIfGone deletes the record of a deleting service that has no part
+// left.
+func (f *Federation) forgetIfGone(ctx context.Context, id string) error {
+	f.mu.Lock()
+	s := f.services[id]
+	if s == nil || !s.rec.Deleting || len(s.rec.Clusters) > 0 {
+		f.mu.Unlock()
+		return nil
+	}
+	rev := s.rev
+	f.mu.Unlock()
+	if _, err := f.st.Txn(ctx, store.Delete(serviceKey(id), rev)); err != nil {
+		if errors.Is(err, store.ErrConflict) {
+			return nil // written meanwhile: the next pass looks again
+		}
+		return apierr.Unavailable("delete federated service %s: %v", id, err)
+	}
+	f.mu.Lock()
+	if s := f.services[id]; s != nil && s.rev == rev {
+		delete(f.services, id)
+	}
+	f.mu.Unlock()
+	f.log.Info("federated service deleted", "service", id)
+	metrics.FederationServices.WithLabelValues("deleted").Inc()
+	return nil
+}
+
+func partOf(rec *pelotonv1.FederatedService, cluster string) *pelotonv1.ServiceCluster {
+	for _, p := range rec.Clusters {
+		if p.Cluster == cluster {
+			return p
+		}
+	}
+	return nil
+}
+
+// updateService changes a service's record with compare-and-swap,
+// retrying a few times on a conflict with another writer (another
+// cluster's worker): change is applied to the latest record each time.
+func (f *Federation) updateService(ctx context.Context, id string, change func(*pelotonv1.FederatedService) error) error {
+	for attempt := 0; ; attempt++ {
+		f.mu.Lock()
+		s := f.services[id]
+		if s == nil {
+			f.mu.Unlock()
+			return apierr.NotFound("federated service %s does not exist", id)
+		}
+		rec := proto.Clone(s.rec).(*pelotonv1.FederatedService)
+		rev := s.rev
+		f.mu.Unlock()
+		if err := change(rec); err != nil {
+			return err
+		}
+		b, err := proto.Marshal(rec)
+		if err != nil {
+			return err
+		}
+		newRev, err := f.batch.Write(ctx, store.Put(serviceKey(id), b, rev))
+		if errors.Is(err, store.ErrConflict) && attempt < 5 {
+			if kv, gerr := f.st.Get(ctx, serviceKey(id)); gerr == nil {
+				cur := &pelotonv1.FederatedService{}
+				if proto.Unmarshal(kv.Value, cur) == nil {
+					f.mu.Lock()
+					if s := f.services[id]; s != nil {
+						s.rec, s.rev = cur, kv.Revision
+					}
+					f.mu.Unlock()
+				}
+			}
+			continue
+		}
+		if err != nil {
+			return apierr.Unavailable("write federated service %s: %v", id, err)
+		}
+		f.mu.Lock()
+		if s := f.services[id]; s != nil {
+			s.rec, s.rev = rec, newRev
+		}
+		f.mu.Unlock()
+		return nil
+	}
+}
+
+// observePart keeps what a look at a part's cluster saw, in memory only:
+// it changes with every look, and a restart looks again.
+func (f *Federation) observePart(id, cluster string, see func(p *pelotonv1.ServiceCluster)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if s := f.services[id]; s != nil {
+		if p := partOf(s.rec, cluster); p != nil {
+			see(p)
+		}
+	}
+}
+
+// syncServices looks after the parts of federated services in cluster
+// name, which just answered its check.
+func (f *Federation) syncServices(ctx context.Context, name string, m *member) {
+	f.mu.Lock()
+	var ids []string
+	for id, s := range f.services {
+		if partOf(s.rec, name) != nil {
+			ids = append(ids, id)
+		}
+	}
+	cli := m.cli
+	f.mu.Unlock()
+	sort.Strings(ids)
+	sem := make(chan struct{}, jobSyncConcurrency)
+	var wg sync.WaitGroup
+	for _, id := range ids {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if err := f.syncPart(ctx, name, cli, id); err != nil && !errors.Is(err, errSkip) && ctx.Err() == nil {
+				f.log.Warn("federated service: call to a cluster failed; retried next pass", "service", id, "cluster", name, "err", err)
+				f.observePart(id, name, func(p *pelotonv1.ServiceCluster) { p.Message = "last call failed: " + err.Error() })
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// partSpec is the job spec of a service's part in one cluster.
+func partSpec(rec *pelotonv1.FederatedService, p *pelotonv1.ServiceCluster) *pelotonv1.JobSpec {
+	spec := proto.Clone(rec.Spec.Job).(*pelotonv1.JobSpec)
+	spec.InstanceCount = p.Desired
+	if spec.Sla == nil {
+		spec.Sla = &pelotonv1.SlaSpec{}
+	}
+	spec.Sla.MaximumUnavailableInstances = p.MaxUnavailable
+	if spec.Labels == nil {
+		spec.Labels = map[string]string{}
+	}
+	spec.Labels[LabelFederatedService] = rec.Id
+	return spec
+}
+
+// partRequestID names the create of generation gen of a service's job in a
+// cluster.
+func partRequestID(id, cluster string, gen uint32) string {
+	return "fsvc-" + id + "-" + cluster + "-" + strconv.FormatUint(uint64(gen), 10)
+}
+
+// refused reports whether a cluster's answer is a refusal that a retry of
+// the same call would get again.
+func refused(err error) bool {
+	switch status.Code(err) {
+	case codes.InvalidArgument, codes.NotFound, codes.FailedPrecondition, codes.AlreadyExists:
+		return true
+	}
+	return false
+}
+
+// syncPart brings one service's part in cluster name to its desired state.
+func (f *Federation) syncPart(ctx context.Context, name string, cli clusterClient, id string) error {
+	f.mu.Lock()
+	s := f.services[id]
+	if s == nil || partOf(s.rec, name) == nil {
+		f.mu.Unlock()
+		return errSkip
+	}
+	rec := proto.Clone(s.rec).(*pelotonv1.FederatedService)
+	f.mu.Unlock()
+	p := partOf(rec, name)
+	call := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, f.opts.CallTimeout) }
+	setPart := func(change func(p *pelotonv1.ServiceCluster)) error {
+		return f.updateService(ctx, id, func(cur *pelotonv1.FederatedService) error {
+			q := partOf(cur, name)
+			if q == nil || q.Generation != p.Generation || q.ClusterJobId != p.ClusterJobId {
+				return errSkip // changed since it was read; the next pass looks again
+			}
+			change(q)
+			return nil
+		})
+	}
+	say := func(msg string) { f.observePart(id, name, func(q *pelotonv1.ServiceCluster) { q.Message = msg }) }
+
+	jobID := p.ClusterJobId
+	if jobID == "" {
+		// Make the part's job; during a delete too, since a create whose
+		// answer was lost may have made it (the request id answers with
+		// it then, and it is removed below).
+		cctx, cancel := call()
+		resp, err := cli.Jobs.CreateJob(cctx, &pelotonv1.CreateJobRequest{Spec: partSpec(rec, p), RequestId: partRequestID(id, name, p.Generation)})
+		cancel()
+		if err != nil {
+			if refused(err) {
+				if rec.Deleting {
+					return f.dropPart(ctx, id, name, p) // nothing there to remove
+				}
+				say(fmt.Sprintf("cluster %s refuses the job: %s; tried again every check", name, status.Convert(err).Message()))
+				return nil
+			}
+			return err
+		}
+		jobID = resp.JobId
+		if err := setPart(func(q *pelotonv1.ServiceCluster) {
+			q.ClusterJobId, q.ClusterSpecVersion, q.Message = jobID, 1, ""
+		}); err != nil {
+			return err
+		}
+		p.ClusterJobId, p.ClusterSpecVersion = jobID, 1
+		metrics.FederationServices.WithLabelValues("part-created").Inc()
+		if !rec.Deleting {
+			return nil // its state is read at the next pass
+		}
+	}
+
+	cctx, cancel := call()
+	resp, err := cli.Jobs.GetJob(cctx, &pelotonv1.GetJobRequest{JobId: jobID})
+	cancel()
+	gone := status.Code(err) == codes.NotFound
+	if err != nil && !gone {
+		return err
+	}
+	if rec.Deleting {
+		if gone {
+			return f.dropPart(ctx, id, name, p)
+		}
+		st := resp.Job.Status
+		if !terminal(st.State) {
+			if st.State != pelotonv1.JobState_JOB_KILLING {
+				cctx, cancel := call()
+				_, err := cli.Jobs.CancelJob(cctx, &pelotonv1.CancelJobRequest{JobId: jobID})
+				cancel()
+				if err != nil && status.Code(err) != codes.NotFound {
+					return err
+				}
+			}
+			say("stopping its job there")
+			return nil
+		}
+		cctx, cancel := call()
+		_, err := cli.Jobs.DeleteJob(cctx, &pelotonv1.DeleteJobRequest{JobId: jobID})
+		cancel()
+		if err != nil && status.Code(err) != codes.NotFound {
+			return err
+		}
+		return f.dropPart(ctx, id, name, p)
+	}
+	if gone || terminal(resp.Job.Status.State) {
+		// Removed or stopped behind the federation's back: a stopped job
+		// is deleted, and either way the part is made again, under the
+		// next generation's request id.
+		why := "its job " + jobID + " was deleted there"
+		if !gone {
+			why = "its job " + jobID + " ended " + resp.Job.Status.State.String() + " there"
+			cctx, cancel := call()
+			_, err := cli.Jobs.DeleteJob(cctx, &pelotonv1.DeleteJobRequest{JobId: jobID})
+			cancel()
+			if err != nil && status.Code(err) != codes.NotFound {
+				return err
+			}
+		}
+		f.log.Warn("federated service: part gone from its cluster; making it again", "service", id, "cluster", name, "why", why)
+		metrics.FederationServices.WithLabelValues("part-repaired").Inc()
+		return setPart(func(q *pelotonv1.ServiceCluster) {
+			q.ClusterJobId, q.ClusterSpecVersion = "", 0
+			q.Generation++
+			q.Message = why + "; making it again"
+		})
+	}
+
+	job := resp.Job
+	st := job.Status
+	f.observePart(id, name, func(q *pelotonv1.ServiceCluster) {
+		q.Running, q.State = st.TaskCounts["RUNNING"], st.State
+		q.Message = ""
+	})
+	if st.SpecVersion == p.ClusterSpecVersion || st.SpecVersion < p.ClusterSpecVersion {
+		return nil // as the federation left it (or a change of its own not yet seen)
+	}
+	// Someone changed the part's job there: set it back to the part's spec
+	// with an update of its own, which the cluster rolls out under the
+	// part's budget.
+	cctx, cancel = call()
+	up, err := cli.Updates.CreateUpdate(cctx, &pelotonv1.CreateUpdateRequest{JobId: jobID, Spec: partSpec(rec, p), JobVersion: st.SpecVersion})
+	cancel()
+	if err != nil {
+		if refused(err) {
+			say(fmt.Sprintf("its job there was changed (spec version %d); setting it back waits: %s", st.SpecVersion, status.Convert(err).Message()))
+			return nil
+		}
+		return err
+	}
+	version := up.GetUpdate().GetToVersion()
+	f.log.Warn("federated service: part changed in its cluster; set back", "service", id, "cluster", name,
+		"found", st.SpecVersion, "update", up.GetUpdate().GetId())
+	metrics.FederationServices.WithLabelValues("part-repaired").Inc()
+	return setPart(func(q *pelotonv1.ServiceCluster) {
+		q.ClusterSpecVersion = version
+		q.Message = fmt.Sprintf("its job there was changed (spec version %d); set back by update %s", st.SpecVersion, up.GetUpdate().GetId())
+	})
+}
+
+// dropPart removes a deleting service's part whose job is gone, and the
+// service once no part is left.
+func (f *Federation) dropPart(ctx context.Context, id, name string, p *pelotonv1.ServiceCluster) error {
+	err := f.updateService(ctx, id, func(cur *pelotonv1.FederatedService) error {
+		kept := cur.Clusters[:0]
+		for _, q := range cur.Clusters {
+			if q.Cluster != name || q.Generation != p.Generation {
+				kept = append(kept, q)
+			}
+		}
+		cur.Clusters = kept
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return f.forgetIfGone(ctx, id)
+}

@@ -1,0 +1,197 @@
+package federation
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/peloton-sched/peloton/internal/apierr"
+	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+)
+
+// shareCluster is one registered cluster as the service split sees it.
+type shareCluster struct {
+	name     string
+	labels   map[string]string
+	cordoned bool
+}
+
+// splitService divides total instances over the clusters placement names,
+// in clusters (the registered ones). It is pure. Fixed counts are given
+// first; what is left is split by weight, largest remainder first (ties
+// by name), so the parts always add up to total. Only clusters that get
+// instances are in the result. A placement that cannot be met is an
+// InvalidArgument naming the field.
+//
+// A selector share covers every matching cluster that is not cordoned, each
+// with the share's weight; a named cluster is taken even when cordoned (the
+// user asked for it by name). An empty placement is every cluster that is
+// not cordoned, weight 1 each.
+func splitService(total uint32, pl *pelotonv1.ServicePlacement, clusters []shareCluster) (map[string]uint32, error) {
+	byName := map[string]shareCluster{}
+	var names []string
+	for _, c := range clusters {
+		byName[c.name] = c
+		names = append(names, c.name)
+	}
+	sort.Strings(names)
+	type claim struct {
+		weight, count uint32
+		by            int
+	}
+	claims := map[string]*claim{}
+	add := func(name string, i int, weight, count uint32) error {
+		if prev, ok := claims[name]; ok {
+			return apierr.Invalid(fmt.Sprintf("spec.placement.clusters[%d]", i), "cluster %s is also given by clusters[%d]; name each cluster once", name, prev.by)
+		}
+		claims[name] = &claim{weight: weight, count: count, by: i}
+		return nil
+	}
+	shares := pl.GetClusters()
+	if len(shares) == 0 {
+		for _, n := range names {
+			if !byName[n].cordoned {
+				claims[n] = &claim{weight: 1, by: -1}
+			}
+		}
+		if len(claims) == 0 {
+			return nil, apierr.FailedPrecondition("spec.placement.clusters: none given, and no registered cluster takes work (%s)", registeredList(names))
+		}
+	}
+	for i, s := range shares {
+		field := fmt.Sprintf("spec.placement.clusters[%d]", i)
+		switch {
+		case s.Name != "" && len(s.Selector) > 0:
+			return nil, apierr.Invalid(field, "give a name or a selector, not both")
+		case s.Name == "" && len(s.Selector) == 0:
+			return nil, apierr.Invalid(field, "give a name or a selector")
+		case s.Count > 0 && s.Weight > 0:
+			return nil, apierr.Invalid(field, "give a weight or a count, not both")
+		case s.Count > 0 && s.Name == "":
+			return nil, apierr.Invalid(field+".count", "a fixed count is for one named cluster; a selector takes a weight")
+		}
+		if s.Name != "" {
+			if _, ok := byName[s.Name]; !ok {
+				return nil, apierr.Invalid(field+".name", "cluster %s is not registered (%s)", s.Name, registeredList(names))
+			}
+			if err := add(s.Name, i, s.Weight, s.Count); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if err := ValidateLabels(s.Selector, field+".selector"); err != nil {
+			return nil, err
+		}
+		matched := 0
+		for _, n := range names {
+			c := byName[n]
+			if c.cordoned || !matches(c.labels, s.Selector) {
+				continue
+			}
+			matched++
+			if err := add(n, i, s.Weight, 0); err != nil {
+				return nil, err
+			}
+		}
+		if matched == 0 {
+			return nil, apierr.Invalid(field+".selector", "%s matches no registered cluster that takes work (%s)", formatLabels(s.Selector), registeredList(names))
+		}
+	}
+
+	out := map[string]uint32{}
+	var fixed, weights uint64
+	var weighted []string
+	for _, n := range sortedKeys(claims) {
+		c := claims[n]
+		fixed += uint64(c.count)
+		if c.count > 0 {
+			out[n] = c.count
+		}
+		if c.weight > 0 {
+			weights += uint64(c.weight)
+			weighted = append(weighted, n)
+		}
+	}
+	if fixed > uint64(total) {
+		return nil, apierr.Invalid("spec.placement.clusters", "fixed counts add up to %d, above spec.job.instanceCount %d", fixed, total)
+	}
+	left := uint64(total) - fixed
+	if left > 0 && weights == 0 {
+		return nil, apierr.Invalid("spec.placement.clusters", "%d instances are left after the fixed counts and the weights sum to 0", left)
+	}
+	if left > 0 {
+		type rem struct {
+			name string
+			frac uint64 // numerator over weights
+		}
+		var rems []rem
+		given := uint64(0)
+		for _, n := range weighted {
+			w := uint64(claims[n].weight)
+			part := left * w / weights
+			given += part
+			if part > 0 {
+				out[n] += uint32(part)
+			}
+			rems = append(rems, rem{n, left * w % weights})
+		}
+		sort.SliceStable(rems, func(a, b int) bool {
+			if rems[a].frac != rems[b].frac {
+				return rems[a].frac > rems[b].frac
+			}
+			return rems[a].name < rems[b].name
+		})
+		for i := uint64(0); i < left-given; i++ {
+			out[rems[i].name]++
+		}
+	}
+	if min := pl.GetMinClusters(); uint32(len(out)) < min {
+		return nil, apierr.Invalid("spec.placement.minClusters", "%d, but the placement gives instances to %d cluster(s) (%s)", min, len(out), strings.Join(sortedKeys(out), ", "))
+	}
+	return out, nil
+}
+
+// splitBudget divides a service's budget of unavailable instances over its
+// clusters in proportion to their parts (largest remainder, ties by name),
+// so that the parts add up to the budget. A cluster whose part of the
+// budget rounds to 0 gets 1: a cluster job needs a budget of at least one
+// to be updated or drained at all.
+func splitBudget(budget uint32, parts map[string]uint32) map[string]uint32 {
+	var total uint64
+	for _, n := range parts {
+		total += uint64(n)
+	}
+	out := map[string]uint32{}
+	if total == 0 {
+		return out
+	}
+	type rem struct {
+		name string
+		frac uint64
+	}
+	var rems []rem
+	given := uint64(0)
+	for _, name := range sortedKeys(parts) {
+		share := uint64(budget) * uint64(parts[name])
+		out[name] = uint32(share / total)
+		given += share / total
+		rems = append(rems, rem{name, share % total})
+	}
+	sort.SliceStable(rems, func(a, b int) bool { return rems[a].frac > rems[b].frac })
+	for i := uint64(0); i < uint64(budget)-given && int(i) < len(rems); i++ {
+		out[rems[i].name]++
+	}
+	for name, b := range out {
+		if b == 0 {
+			out[name] = 1
+		}
+	}
+	return out
+}
+
+func registeredList(names []string) string {
+	if len(names) == 0 {
+		return "no cluster is registered"
+	}
+	return "registered: " + strings.Join(names, ", ")
+}
