@@ -117,7 +117,9 @@ type Federation struct {
 	stop      context.CancelFunc
 	wg        sync.WaitGroup
 	kick      chan struct{} // wakes the dispatcher
-	started   bool
+	// rolloutKick wakes the rollout loop.
+	rolloutKick chan struct{}
+	started     bool
 }
 
 // New makes a federation over st, a store opened on Prefix.
@@ -133,6 +135,8 @@ func New(st store.Store, opts Options) *Federation {
 		jobs:     map[string]*fedJob{},
 		services: map[string]*fedService{},
 		kick:     make(chan struct{}, 1),
+
+		rolloutKick: make(chan struct{}, 1),
 	}
 }
 
@@ -169,6 +173,8 @@ func (f *Federation) Start(ctx context.Context) error {
 	f.mu.Unlock()
 	f.wg.Add(1)
 	go func() { defer f.wg.Done(); f.dispatchLoop(f.ctx) }()
+	f.wg.Add(1)
+	go func() { defer f.wg.Done(); f.rolloutLoop(f.ctx) }()
 	f.kickDispatch()
 	return nil
 }

@@ -250,3 +250,40 @@ func (s *Server) DeleteFederatedService(ctx context.Context, req *pelotonv1.Dele
 	}
 	return &pelotonv1.DeleteFederatedServiceResponse{}, nil
 }
+
+// UpdateFederatedService implements FederatedServiceService.
+func (s *Server) UpdateFederatedService(ctx context.Context, req *pelotonv1.UpdateFederatedServiceRequest) (*pelotonv1.UpdateFederatedServiceResponse, error) {
+	svc, err := s.f.UpdateService(ctx, req.ServiceId, req.Job, req.Rollout, req.SpecVersion)
+	if err != nil {
+		return nil, err
+	}
+	return &pelotonv1.UpdateFederatedServiceResponse{Service: svc}, nil
+}
+
+func (s *Server) control(ctx context.Context, id string, c RolloutControl) (*pelotonv1.FederatedServiceRolloutResponse, error) {
+	svc, err := s.f.ControlRollout(ctx, id, c)
+	if err != nil {
+		return nil, err
+	}
+	return &pelotonv1.FederatedServiceRolloutResponse{Service: svc}, nil
+}
+
+// PauseFederatedService implements FederatedServiceService.
+func (s *Server) PauseFederatedService(ctx context.Context, req *pelotonv1.PauseFederatedServiceRequest) (*pelotonv1.FederatedServiceRolloutResponse, error) {
+	return s.control(ctx, req.ServiceId, RolloutPause)
+}
+
+// ResumeFederatedService implements FederatedServiceService.
+func (s *Server) ResumeFederatedService(ctx context.Context, req *pelotonv1.ResumeFederatedServiceRequest) (*pelotonv1.FederatedServiceRolloutResponse, error) {
+	return s.control(ctx, req.ServiceId, RolloutResume)
+}
+
+// AbortFederatedService implements FederatedServiceService.
+func (s *Server) AbortFederatedService(ctx context.Context, req *pelotonv1.AbortFederatedServiceRequest) (*pelotonv1.FederatedServiceRolloutResponse, error) {
+	return s.control(ctx, req.ServiceId, RolloutAbort)
+}
+
+// RollbackFederatedService implements FederatedServiceService.
+func (s *Server) RollbackFederatedService(ctx context.Context, req *pelotonv1.RollbackFederatedServiceRequest) (*pelotonv1.FederatedServiceRolloutResponse, error) {
+	return s.control(ctx, req.ServiceId, RolloutRollback)
+}

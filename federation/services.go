@@ -105,10 +105,11 @@ func (f *Federation) CreateService(ctx context.Context, spec *pelotonv1.Federate
 	}
 	budgets := splitBudget(max(spec.Job.GetSla().GetMaximumUnavailableInstances(), 1), split)
 	id := newJobID()
-	rec := &pelotonv1.FederatedService{Id: id, Spec: spec, CreateTime: timestamppb.New(now)}
+	rec := &pelotonv1.FederatedService{Id: id, Spec: spec, CreateTime: timestamppb.New(now), SpecVersion: 1,
+		Versions: []*pelotonv1.ServiceVersion{{Version: 1, Job: spec.Job, CreateTime: timestamppb.New(now)}}}
 	for _, name := range sortedKeys(split) {
 		rec.Clusters = append(rec.Clusters, &pelotonv1.ServiceCluster{Cluster: name, Desired: split[name],
-			MaxUnavailable: budgets[name], Generation: 1, Message: "making its job there"})
+			MaxUnavailable: budgets[name], Generation: 1, SpecVersion: 1, Message: "making its job there"})
 	}
 	b, err := proto.Marshal(rec)
 	if err != nil {
@@ -139,25 +140,30 @@ func (f *Federation) CreateService(ctx context.Context, spec *pelotonv1.Federate
 }
 
 func validateServiceSpec(spec *pelotonv1.FederatedServiceSpec) error {
-	job := spec.GetJob()
+	return validateServiceJob(spec.GetJob(), "spec.job")
+}
+
+// validateServiceJob checks the job spec of a federated service; field
+// names start with at (spec.job in a create, job in an update).
+func validateServiceJob(job *pelotonv1.JobSpec, at string) error {
 	switch {
 	case job == nil:
-		return apierr.Invalid("spec.job", "required: the service to run")
+		return apierr.Invalid(at, "required: the service to run")
 	case job.Type != pelotonv1.JobType_SERVICE:
-		return apierr.Invalid("spec.job.type", "a federated service is a SERVICE job, not %s (BATCH jobs go through fed job create)", job.Type)
+		return apierr.Invalid(at+".type", "a federated service is a SERVICE job, not %s (BATCH jobs go through fed job create)", job.Type)
 	case job.Name == "":
-		return apierr.Invalid("spec.job.name", "required")
+		return apierr.Invalid(at+".name", "required")
 	case job.InstanceCount == 0:
-		return apierr.Invalid("spec.job.instanceCount", "must be > 0")
+		return apierr.Invalid(at+".instanceCount", "must be > 0")
 	case len(job.InstanceSpecs) > 0:
-		return apierr.Invalid("spec.job.instanceSpecs", "per-instance overrides cannot follow instances across clusters (each cluster numbers its part from 0); give every instance the default spec")
+		return apierr.Invalid(at+".instanceSpecs", "per-instance overrides cannot follow instances across clusters (each cluster numbers its part from 0); give every instance the default spec")
 	case job.Foreign != nil:
-		return apierr.Invalid("spec.job.foreign", "set by Peloton only")
+		return apierr.Invalid(at+".foreign", "set by Peloton only")
 	}
 	if _, ok := job.Labels[LabelFederatedService]; ok {
-		return apierr.Invalid("spec.job.labels", "%s is set by the federation", LabelFederatedService)
+		return apierr.Invalid(at+".labels", "%s is set by the federation", LabelFederatedService)
 	}
-	if _, err := resmgr.NormalizePath(job.Pool, "spec.job.pool"); err != nil {
+	if _, err := resmgr.NormalizePath(job.Pool, at+".pool"); err != nil {
 		return err
 	}
 	if _, err := jobRequest(job); err != nil {
@@ -262,6 +268,10 @@ func (f *Federation) DeleteService(ctx context.Context, id string) error {
 	}
 	err := f.updateService(ctx, id, func(rec *pelotonv1.FederatedService) error {
 		rec.Deleting = true
+		if r := rec.Rollout; rolloutActive(r) {
+			r.State, r.EndTime = pelotonv1.RolloutState_ROLLOUT_ABORTED, timestamppb.New(f.opts.Now())
+			r.Message = "aborted: the service is being deleted"
+		}
 		f.mu.Lock()
 		kept := rec.Clusters[:0]
 		for _, p := range rec.Clusters {
@@ -413,19 +423,37 @@ func (f *Federation) syncServices(ctx context.Context, name string, m *member) {
 	wg.Wait()
 }
 
-// partSpec is the job spec of a service's part in one cluster.
+// partSpec is the job spec of a service's part in one cluster, as the part
+// is now.
 func partSpec(rec *pelotonv1.FederatedService, p *pelotonv1.ServiceCluster) *pelotonv1.JobSpec {
-	spec := proto.Clone(rec.Spec.Job).(*pelotonv1.JobSpec)
-	spec.InstanceCount = p.Desired
+	return partSpecAt(rec, p.SpecVersion, p.Desired, p.MaxUnavailable)
+}
+
+// partSpecAt is the job spec of a service's part at spec version v with n
+// instances and a budget of budget.
+func partSpecAt(rec *pelotonv1.FederatedService, v uint64, n, budget uint32) *pelotonv1.JobSpec {
+	spec := proto.Clone(versionSpec(rec, v)).(*pelotonv1.JobSpec)
+	spec.InstanceCount = n
 	if spec.Sla == nil {
 		spec.Sla = &pelotonv1.SlaSpec{}
 	}
-	spec.Sla.MaximumUnavailableInstances = p.MaxUnavailable
+	spec.Sla.MaximumUnavailableInstances = budget
 	if spec.Labels == nil {
 		spec.Labels = map[string]string{}
 	}
 	spec.Labels[LabelFederatedService] = rec.Id
 	return spec
+}
+
+// versionSpec is the job spec of a service's version v (the current one
+// if v is not kept).
+func versionSpec(rec *pelotonv1.FederatedService, v uint64) *pelotonv1.JobSpec {
+	for _, sv := range rec.Versions {
+		if sv.Version == v {
+			return sv.Job
+		}
+	}
+	return rec.Spec.Job
 }
 
 // partRequestID names the create of generation gen of a service's job in a
@@ -560,6 +588,9 @@ func (f *Federation) syncPart(ctx context.Context, name string, cli clusterClien
 		q.Running, q.State = st.TaskCounts["RUNNING"], st.State
 		q.Message = ""
 	})
+	if busy, err := f.syncStep(ctx, name, cli, rec, p, jobID); busy || err != nil {
+		return err // a rollout's step changes the job: no drift to look for
+	}
 	if st.SpecVersion == p.ClusterSpecVersion || st.SpecVersion < p.ClusterSpecVersion {
 		return nil // as the federation left it (or a change of its own not yet seen)
 	}

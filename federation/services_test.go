@@ -206,3 +206,200 @@ func TestFederatedService(t *testing.T) {
 		t.Errorf("delete unknown: %v", err)
 	}
 }
+
+// waitRollout waits until the service's current rollout is in state want.
+func waitRollout(t *testing.T, f *federation.Federation, id string, want pelotonv1.RolloutState) *pelotonv1.FederatedService {
+	t.Helper()
+	var got *pelotonv1.FederatedService
+	eventually(t, 90*time.Second, func() error {
+		s, err := f.GetService(id)
+		if err != nil {
+			return err
+		}
+		got = s
+		if r := s.Rollout; r == nil || r.State != want {
+			return fmt.Errorf("rollout %v, want %s", r, want)
+		}
+		return nil
+	})
+	return got
+}
+
+// TestFederatedServiceRollout: an update rolls out cluster by cluster,
+// the canary first; a paused rollout waits and resumes; a new count is
+// split in proportion; a cluster that refuses its part fails the rollout
+// and, with rollback on failure, the clusters already updated go back to
+// the previous spec; the controls refuse what the state does not allow.
+func TestFederatedServiceRollout(t *testing.T) {
+	e, _ := storetest.StartEtcd(t)
+	stacks := []*stack{startStack(t, e.Endpoints(), "a", 2), startStack(t, e.Endpoints(), "b", 2), startStack(t, e.Endpoints(), "c", 2)}
+	f := startFederation(t, e)
+	for _, s := range stacks {
+		register(t, f, s, nil)
+	}
+	spec := serviceSpec("web", 5, 3, &pelotonv1.ClusterShare{Name: "a", Weight: 2}, &pelotonv1.ClusterShare{Name: "b", Weight: 2},
+		&pelotonv1.ClusterShare{Name: "c", Weight: 1})
+	svc, err := f.CreateService(ctxT(t), spec, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := svc.Id
+	eventually(t, 30*time.Second, func() error {
+		s, _ := f.GetService(id)
+		if s.Running != 5 {
+			return fmt.Errorf("%d running", s.Running)
+		}
+		return nil
+	})
+	if _, err := f.ControlRollout(ctxT(t), id, federation.RolloutRollback); status.Code(err) != codes.FailedPrecondition || !contains(err, "has no rollout") {
+		t.Errorf("rollback with no rollout: %v", err)
+	}
+	rollout := &pelotonv1.RolloutSpec{ParallelClusters: 2, Update: &pelotonv1.UpdateSpec{BatchSize: 2, MinReadySeconds: 1}}
+	commandOf := func(s *stack, cur *pelotonv1.FederatedService) string {
+		j, err := partJob(t, s, cur)
+		if err != nil {
+			return err.Error()
+		}
+		return j.Spec.DefaultSpec.Command[1]
+	}
+
+	// v2: a new command; c (the smallest part) is the canary.
+	v2 := proto.Clone(spec.Job).(*pelotonv1.JobSpec)
+	v2.DefaultSpec.Command = []string{"sleep", "3601"}
+	up, err := f.UpdateService(ctxT(t), id, v2, rollout, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := up.Rollout; r.Steps[0].Cluster != "c" || r.FromVersion != 1 || r.ToVersion != 2 || up.SpecVersion != 2 {
+		t.Fatalf("rollout %v", r)
+	}
+	if _, err := f.UpdateService(ctxT(t), id, v2, rollout, 0); status.Code(err) != codes.FailedPrecondition || !contains(err, "has rollout 1") {
+		t.Errorf("second update while rolling: %v", err)
+	}
+	done := waitRollout(t, f, id, pelotonv1.RolloutState_ROLLOUT_SUCCEEDED)
+	var canaryEnd, othersStart time.Time
+	for _, st := range done.Rollout.Steps {
+		if st.Cluster == "c" {
+			canaryEnd = st.EndTime.AsTime()
+		} else if s := st.StartTime.AsTime(); othersStart.IsZero() || s.Before(othersStart) {
+			othersStart = s
+		}
+	}
+	if othersStart.Before(canaryEnd) {
+		t.Errorf("a cluster started at %s, before the canary ended at %s", othersStart, canaryEnd)
+	}
+	for _, s := range stacks {
+		if got := commandOf(s, done); got != "3601" {
+			t.Errorf("cluster %s runs %s after the rollout", s.name, got)
+		}
+	}
+	for _, p := range done.Clusters {
+		if p.SpecVersion != 2 {
+			t.Errorf("cluster %s part at version %d", p.Cluster, p.SpecVersion)
+		}
+	}
+
+	// v3: ten instances, created paused; the parts grow 2:2:1.
+	v3 := proto.Clone(v2).(*pelotonv1.JobSpec)
+	v3.InstanceCount = 10
+	paused := proto.Clone(rollout).(*pelotonv1.RolloutSpec)
+	paused.StartPaused = true
+	if _, err := f.UpdateService(ctxT(t), id, v3, paused, 1); status.Code(err) != codes.Aborted {
+		t.Errorf("update at a stale version: %v", err)
+	}
+	if _, err := f.UpdateService(ctxT(t), id, v3, paused, 2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.ControlRollout(ctxT(t), id, federation.RolloutPause); status.Code(err) != codes.FailedPrecondition || !contains(err, "is ROLLOUT_PAUSED") {
+		t.Errorf("pause of a paused rollout: %v", err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if s, _ := f.GetService(id); s.Rollout.Steps[0].State != pelotonv1.RolloutStepState_STEP_PENDING {
+		t.Fatalf("a paused rollout started a step: %v", s.Rollout)
+	}
+	if _, err := f.ControlRollout(ctxT(t), id, federation.RolloutResume); err != nil {
+		t.Fatal(err)
+	}
+	done = waitRollout(t, f, id, pelotonv1.RolloutState_ROLLOUT_SUCCEEDED)
+	for _, p := range done.Clusters {
+		if want := map[string]uint32{"a": 4, "b": 4, "c": 2}[p.Cluster]; p.Desired != want {
+			t.Errorf("cluster %s: %d instances, want %d", p.Cluster, p.Desired, want)
+		}
+	}
+	eventually(t, 30*time.Second, func() error {
+		s, _ := f.GetService(id)
+		if s.Running != 10 {
+			return fmt.Errorf("%d of 10 running", s.Running)
+		}
+		return nil
+	})
+
+	// v4 with rollback on failure, a then b: b's job has an update of its
+	// own under way, so b refuses; a, updated already, goes back to v3.
+	bJob, _ := partJob(t, stacks[1], done)
+	held := proto.Clone(bJob.Spec).(*pelotonv1.JobSpec)
+	held.DefaultSpec.Command = []string{"sleep", "7"}
+	own, err := stacks[1].cli.Updates.CreateUpdate(ctxT(t), &pelotonv1.CreateUpdateRequest{JobId: bJob.Id, Spec: held,
+		UpdateSpec: &pelotonv1.UpdateSpec{StartPaused: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v4 := proto.Clone(v3).(*pelotonv1.JobSpec)
+	v4.DefaultSpec.Command = []string{"sleep", "3602"}
+	failing := proto.Clone(rollout).(*pelotonv1.RolloutSpec)
+	failing.Order, failing.RollbackOnFailure, failing.ParallelClusters = []string{"a", "b", "c"}, true, 1
+	if _, err := f.UpdateService(ctxT(t), id, v4, failing, 0); err != nil {
+		t.Fatal(err)
+	}
+	back := waitRollout(t, f, id, pelotonv1.RolloutState_ROLLOUT_ROLLED_BACK)
+	steps := map[string]*pelotonv1.RolloutStep{}
+	for _, st := range back.Rollout.Steps {
+		steps[st.Cluster] = st
+	}
+	if steps["a"].State != pelotonv1.RolloutStepState_STEP_ROLLED_BACK || steps["a"].RollbackUpdateId == "" ||
+		steps["b"].State != pelotonv1.RolloutStepState_STEP_ROLLED_BACK || steps["c"].State != pelotonv1.RolloutStepState_STEP_PENDING {
+		t.Errorf("steps after the rollback: %v", back.Rollout.Steps)
+	}
+	if back.SpecVersion != 3 || commandOf(stacks[0], back) != "3601" || commandOf(stacks[2], back) != "3601" {
+		t.Errorf("after the rollback: version %d, a runs %s, c runs %s", back.SpecVersion, commandOf(stacks[0], back), commandOf(stacks[2], back))
+	}
+	if len(back.History) != 2 || back.History[0].Id != 2 {
+		t.Errorf("history %v", back.History)
+	}
+	// The update made in b behind the federation's back is undone once
+	// it is out of the way.
+	if _, err := stacks[1].cli.Updates.AbortUpdate(ctxT(t), &pelotonv1.AbortUpdateRequest{UpdateId: own.Update.Id}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 60*time.Second, func() error {
+		s, _ := f.GetService(id)
+		if got := commandOf(stacks[1], s); got != "3601" {
+			return fmt.Errorf("b's job runs %s", got)
+		}
+		return nil
+	})
+
+	// Abort: a paused rollout stops for good; a new update may follow.
+	if _, err := f.UpdateService(ctxT(t), id, v4, paused, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.ControlRollout(ctxT(t), id, federation.RolloutAbort); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.ControlRollout(ctxT(t), id, federation.RolloutResume); status.Code(err) != codes.FailedPrecondition || !contains(err, "is ROLLOUT_ABORTED") {
+		t.Errorf("resume of an aborted rollout: %v", err)
+	}
+	bad := proto.Clone(v4).(*pelotonv1.JobSpec)
+	bad.Pool = "/other"
+	if _, err := f.UpdateService(ctxT(t), id, bad, nil, 0); status.Code(err) != codes.InvalidArgument || !contains(err, "job.pool: cannot change") {
+		t.Errorf("pool change: %v", err)
+	}
+	bad = proto.Clone(v4).(*pelotonv1.JobSpec)
+	bad.InstanceCount = 2
+	if _, err := f.UpdateService(ctxT(t), id, bad, nil, 0); status.Code(err) != codes.InvalidArgument || !contains(err, "job.instanceCount: 2 is fewer than the service's 3 clusters") {
+		t.Errorf("too few instances: %v", err)
+	}
+	if _, err := f.UpdateService(ctxT(t), id, v4, &pelotonv1.RolloutSpec{Order: []string{"zz"}}, 0); status.Code(err) != codes.InvalidArgument || !contains(err, "rollout.order[0]") {
+		t.Errorf("unknown cluster in the order: %v", err)
+	}
+}

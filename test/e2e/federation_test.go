@@ -319,6 +319,23 @@ func TestFederationOfProcesses(t *testing.T) {
 		}
 		return nil
 	})
+	// A new command rolled out over REST, cluster by cluster.
+	update := `{"job": {"name": "fed-web", "type": "SERVICE", "pool": "/team", "instanceCount": 6,
+		"sla": {"maximumUnavailableInstances": 3},
+		"defaultSpec": {"command": ["sleep", "3601"], "resources": {"cpu": 0.5, "memoryMb": 64}}},
+		"rollout": {"parallelClusters": 2, "update": {"batchSize": 2, "minReadySeconds": 1}}}`
+	restJSON(t, http.MethodPut, fed.http+"/v1/federation/services/"+created.ServiceID, update, http.StatusOK, nil)
+	within(t, 90*time.Second, "the rollout succeeded in every cluster", func() error {
+		g, err := api.services.GetFederatedService(ctx(), &pelotonv1.GetFederatedServiceRequest{ServiceId: created.ServiceID})
+		if err != nil {
+			return err
+		}
+		if r := g.Service.Rollout; r.GetState() != pelotonv1.RolloutState_ROLLOUT_SUCCEEDED {
+			return fmt.Errorf("rollout %v", r)
+		}
+		return nil
+	})
+	restJSON(t, http.MethodPost, fed.http+"/v1/federation/services/"+created.ServiceID+":pause", "{}", http.StatusBadRequest, nil)
 	restJSON(t, http.MethodDelete, fed.http+"/v1/federation/services/"+created.ServiceID, "", http.StatusOK, nil)
 	within(t, 60*time.Second, "the service gone", func() error {
 		_, err := api.services.GetFederatedService(ctx(), &pelotonv1.GetFederatedServiceRequest{ServiceId: created.ServiceID})

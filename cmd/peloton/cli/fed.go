@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"sigs.k8s.io/yaml"
 
 	pclient "github.com/peloton-sched/peloton/cluster/client"
@@ -361,29 +361,30 @@ global ID is printed; "fed job get" shows where it went.`,
 // which is a JobSpec field, so the two cannot be confused; either is
 // decoded with the same strict rules as every spec file.
 func loadFederatedJobSpec(path string, stdin io.Reader) (*pelotonv1.FederatedJobSpec, error) {
-	name, data := path, []byte(nil)
-	var err error
-	if path == "-" {
-		name = stdinName
-		data, err = io.ReadAll(stdin)
-	} else {
-		data, err = os.ReadFile(path)
+	spec := &pelotonv1.FederatedJobSpec{}
+	job, err := loadJobOrWrapper(path, stdin, spec)
+	if job != nil {
+		spec.Job = job
 	}
+	return spec, err
+}
+
+// loadJobOrWrapper reads path into wrapper (a spec with "job" and
+// "placement", e.g. a FederatedJobSpec) when the file is one, and returns
+// nil; otherwise it reads a JobSpec and returns it for the caller to wrap.
+func loadJobOrWrapper(path string, stdin io.Reader, wrapper proto.Message) (*pelotonv1.JobSpec, error) {
+	name, data, err := readSpecFile(path, stdin)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
+		return nil, err
 	}
 	if federatedJobFile(data) {
-		spec := &pelotonv1.FederatedJobSpec{}
-		if err := decodeSpec(name, data, spec); err != nil {
-			return nil, err
-		}
-		return spec, nil
+		return nil, decodeSpec(name, data, wrapper)
 	}
 	job := &pelotonv1.JobSpec{}
 	if err := decodeSpec(name, data, job); err != nil {
 		return nil, err
 	}
-	return &pelotonv1.FederatedJobSpec{Job: job}, nil
+	return job, nil
 }
 
 // federatedJobFile reports whether data is a mapping with a "job" or

@@ -713,3 +713,30 @@ func TestFederationCLI(t *testing.T) {
 	env.ok("cluster", "deregister", "b")
 	env.fails(exitError, "Error: cluster b is not registered", "--cluster", "b", "job", "list")
 }
+
+// TestFedServiceFlags: bad flags and files of fed service fail before any
+// call, naming the flag or the line and field.
+func TestFedServiceFlags(t *testing.T) {
+	fed := closedAddr(t) // nothing listens: a call would fail otherwise
+	for _, tc := range []struct {
+		stdin string
+		args  []string
+		code  int
+		want  string
+	}{
+		{"", []string{"fed", "service", "create"}, exitUsage, "Error: missing --file (-f): the federated service spec"},
+		{"job: {name: w}\njob: {}\n", []string{"fed", "service", "create", "-f", "-"}, exitError, "Error: stdin: line 2: job: given twice (first at line 1)"},
+		{"placement: {clusters: [{nam: a}]}\n", []string{"fed", "service", "create", "-f", "-"}, exitError,
+			`Error: stdin: placement.clusters[0]: unknown field "nam" (did you mean "name"?)`},
+		{"", []string{"fed", "service", "update", "s-1"}, exitUsage, "Error: missing --file (-f): the new job spec"},
+		{"name: w\n", []string{"fed", "service", "update", "s-1", "-f", "-", "--parallel-clusters", "0"}, exitUsage,
+			"Error: invalid --parallel-clusters 0: must be >= 1 (leave it out for the default, 1)"},
+		{"name: w\n", []string{"fed", "service", "update", "s-1", "-f", "-", "--batch-size", "0"}, exitUsage,
+			"Error: invalid --batch-size 0: must be >= 1 (leave it out for the default, 1)"},
+		{"nme: w\n", []string{"fed", "service", "update", "s-1", "-f", "-"}, exitError, `Error: stdin: unknown field "nme" (did you mean "name"?)`},
+		{"", []string{"fed", "service", "pause"}, exitUsage, "Error: missing SERVICEID..."},
+	} {
+		args := append([]string{"--federation", fed}, tc.args...)
+		wantError(t, runCLI(t, tc.stdin, args...), tc.code, tc.want, args...)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/proto"
 
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
@@ -23,8 +24,131 @@ func (a *app) fedServiceCommand() *cobra.Command {
 		a.fedServiceGetCommand(),
 		a.fedServiceListCommand(),
 		a.fedServiceDeleteCommand(),
+		a.fedServiceUpdateCommand(),
+		a.fedServiceControlCommand("pause", "Pause a service's rollout; the update in each cluster pauses too", rolloutPause),
+		a.fedServiceControlCommand("resume", "Resume a paused rollout", rolloutResume),
+		a.fedServiceControlCommand("abort", "Stop a rollout for good; each cluster keeps the spec it runs", rolloutAbort),
+		a.fedServiceControlCommand("rollback", "Return every cluster the rollout updated (or is updating) to the spec before it, newest first", rolloutRollback),
 	)
 	return cmd
+}
+
+// The rollout controls, as the CLI sends them.
+const (
+	rolloutPause = iota
+	rolloutResume
+	rolloutAbort
+	rolloutRollback
+)
+
+func (a *app) fedServiceUpdateCommand() *cobra.Command {
+	var uf updateFlags
+	var order []string
+	var parallel uint32
+	cmd := &cobra.Command{
+		Use:   "update SERVICEID -f FILE",
+		Short: "Roll a new spec out to a federated service's clusters, one cluster after another",
+		Long: `Give a federated service a new job spec (a JobSpec file, or a FederatedServiceSpec
+file with the same placement) and roll it out cluster by cluster: first the
+cluster with the smallest part (the canary) alone, then --parallel-clusters at a
+time, each cluster's part an update there with the --batch-size, --in-place,
+--min-ready-seconds ... given. The next cluster starts only when the one before
+succeeded. A cluster that fails stops the rollout, or with --rollback-on-failure
+returns every cluster already updated to the previous spec, newest first.
+"fed service pause|resume|abort|rollback" act on the rollout; "fed service get"
+shows each cluster's step.`,
+		Args: argsNamed("SERVICEID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := a.printer()
+			if err != nil {
+				return err
+			}
+			us, err := uf.spec(cmd.Flags())
+			if err != nil {
+				return err
+			}
+			if cmd.Flags().Changed("parallel-clusters") && parallel == 0 {
+				return usageErrorf("invalid --parallel-clusters 0: must be >= 1 (leave it out for the default, 1)")
+			}
+			rs := &pelotonv1.RolloutSpec{Order: order, ParallelClusters: parallel, RollbackOnFailure: us.RollbackOnFailure, StartPaused: us.StartPaused}
+			us.RollbackOnFailure, us.StartPaused = false, false
+			rs.Update = us
+			spec, err := loadFederatedServiceFile(uf.file, cmd.InOrStdin())
+			if err != nil {
+				return err
+			}
+			return a.withFederation(func(f *fedClient) error {
+				if spec.Placement != nil {
+					cur, err := call(cmd.Context(), f, f.Services.GetFederatedService, &pelotonv1.GetFederatedServiceRequest{ServiceId: args[0]})
+					if err != nil {
+						return err
+					}
+					if !proto.Equal(cur.GetService().GetSpec().GetPlacement(), spec.Placement) {
+						return fmt.Errorf("%s: placement: an update cannot change where the service runs; leave placement out, or create a new service", uf.file)
+					}
+				}
+				resp, err := call(cmd.Context(), f, f.Services.UpdateFederatedService, &pelotonv1.UpdateFederatedServiceRequest{
+					ServiceId: args[0], Job: spec.Job, Rollout: rs, SpecVersion: uf.jobVersion})
+				if err != nil {
+					return err
+				}
+				svc := resp.GetService()
+				return p.object(svc, func(w io.Writer, _ bool) { writeFedService(w, svc) })
+			})
+		},
+	}
+	uf.register(cmd.Flags())
+	fs := cmd.Flags()
+	fs.Lookup("rollback-on-failure").Usage = "when a cluster fails, return every cluster already updated (and the one updating) to the previous spec, newest first"
+	fs.Lookup("start-paused").Usage = `create the rollout paused; "fed service resume" starts it`
+	fs.Lookup("job-version").Usage = "update only if the service is still at this spec version"
+	fs.StringSliceVar(&order, "order", nil, "clusters in rollout order, comma-separated; those left out follow, smallest part first")
+	fs.Uint32Var(&parallel, "parallel-clusters", 0, "after the first cluster, how many are updated at once (default 1)")
+	return cmd
+}
+
+// loadFederatedServiceFile reads a FederatedServiceSpec, or a JobSpec
+// which it wraps as the spec's job (see loadFederatedJobSpec).
+func loadFederatedServiceFile(path string, stdin io.Reader) (*pelotonv1.FederatedServiceSpec, error) {
+	spec := &pelotonv1.FederatedServiceSpec{}
+	job, err := loadJobOrWrapper(path, stdin, spec)
+	if job != nil {
+		spec.Job = job
+	}
+	return spec, err
+}
+
+func (a *app) fedServiceControlCommand(verb, short string, c int) *cobra.Command {
+	return &cobra.Command{
+		Use:   verb + " SERVICEID",
+		Short: short,
+		Args:  argsNamed("SERVICEID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := a.printer()
+			if err != nil {
+				return err
+			}
+			return a.withFederation(func(f *fedClient) error {
+				var resp *pelotonv1.FederatedServiceRolloutResponse
+				var err error
+				switch c {
+				case rolloutPause:
+					resp, err = call(cmd.Context(), f, f.Services.PauseFederatedService, &pelotonv1.PauseFederatedServiceRequest{ServiceId: args[0]})
+				case rolloutResume:
+					resp, err = call(cmd.Context(), f, f.Services.ResumeFederatedService, &pelotonv1.ResumeFederatedServiceRequest{ServiceId: args[0]})
+				case rolloutAbort:
+					resp, err = call(cmd.Context(), f, f.Services.AbortFederatedService, &pelotonv1.AbortFederatedServiceRequest{ServiceId: args[0]})
+				default:
+					resp, err = call(cmd.Context(), f, f.Services.RollbackFederatedService, &pelotonv1.RollbackFederatedServiceRequest{ServiceId: args[0]})
+				}
+				if err != nil {
+					return err
+				}
+				svc := resp.GetService()
+				return p.object(svc, func(w io.Writer, _ bool) { writeFedService(w, svc) })
+			})
+		},
+	}
 }
 
 const fedServiceSpecHelp = `The file (YAML or JSON, "-" for stdin) is a FederatedServiceSpec: a SERVICE job
@@ -185,20 +309,37 @@ func writeFedService(w io.Writer, s *pelotonv1.FederatedService) {
 	field("pool", job.GetPool())
 	field("instances", fmt.Sprintf("%d running of %d", s.GetRunning(), s.GetDesired()))
 	field("budget", strconv.FormatUint(uint64(max(job.GetSla().GetMaximumUnavailableInstances(), 1)), 10)+" unavailable at most")
+	field("spec version", strconv.FormatUint(s.GetSpecVersion(), 10))
 	field("created", timestamp(s.GetCreateTime()))
 	if s.GetDeleting() {
 		field("deleting", "yes")
 	}
 	field("message", s.GetMessage())
+	if r := s.GetRollout(); r != nil {
+		field("rollout", fmt.Sprintf("%d: %s, spec version %d -> %d", r.GetId(), r.GetState(), r.GetFromVersion(), r.GetToVersion()))
+		field("rollout message", r.GetMessage())
+	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "CLUSTER\tDESIRED\tRUNNING\tBUDGET\tSTATE\tCLUSTER JOB ID\tMESSAGE")
+	fmt.Fprintln(w, "CLUSTER\tDESIRED\tRUNNING\tBUDGET\tVERSION\tSTATE\tCLUSTER JOB ID\tMESSAGE")
 	for _, p := range s.GetClusters() {
 		state := ""
 		if p.GetState() != pelotonv1.JobState_JOB_STATE_UNSPECIFIED {
 			state = p.GetState().String()
 		}
 		row(w, p.GetCluster(), strconv.FormatUint(uint64(p.GetDesired()), 10), strconv.FormatUint(uint64(p.GetRunning()), 10),
-			strconv.FormatUint(uint64(p.GetMaxUnavailable()), 10), state, p.GetClusterJobId(), p.GetMessage())
+			strconv.FormatUint(uint64(p.GetMaxUnavailable()), 10), strconv.FormatUint(p.GetSpecVersion(), 10), state, p.GetClusterJobId(), p.GetMessage())
+	}
+	if r := s.GetRollout(); r != nil {
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "STEP\tCLUSTER\tSTATE\tINSTANCES\tUPDATE\tMESSAGE")
+		for i, st := range r.GetSteps() {
+			upd := st.GetUpdateId()
+			if st.GetRollbackUpdateId() != "" {
+				upd += " (back: " + st.GetRollbackUpdateId() + ")"
+			}
+			row(w, strconv.Itoa(i+1), st.GetCluster(), strings.TrimPrefix(st.GetState().String(), "STEP_"),
+				fmt.Sprintf("%d -> %d", st.GetFromDesired(), st.GetDesired()), upd, st.GetMessage())
+		}
 	}
 }
 

@@ -40,6 +40,16 @@ func loadPoolSpec(path string, stdin io.Reader) (*pelotonv1.PoolSpec, error) {
 }
 
 func loadSpec(path string, stdin io.Reader, m proto.Message) error {
+	name, data, err := readSpecFile(path, stdin)
+	if err != nil {
+		return err
+	}
+	return decodeSpec(name, data, m)
+}
+
+// readSpecFile reads a spec file ("-" reads stdin) and returns the name its
+// errors go by with its bytes.
+func readSpecFile(path string, stdin io.Reader) (string, []byte, error) {
 	name, data := path, []byte(nil)
 	var err error
 	if path == "-" {
@@ -49,9 +59,9 @@ func loadSpec(path string, stdin io.Reader, m proto.Message) error {
 		data, err = os.ReadFile(path)
 	}
 	if err != nil {
-		return fmt.Errorf("%s: %w", name, err)
+		return name, nil, fmt.Errorf("%s: %w", name, err)
 	}
-	return decodeSpec(name, data, m)
+	return name, data, nil
 }
 
 // decodeSpec fills m from data, YAML or JSON that is the protobuf JSON

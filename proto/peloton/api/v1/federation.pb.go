@@ -151,6 +151,144 @@ func (DispatchState) EnumDescriptor() ([]byte, []int) {
 	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{1}
 }
 
+type RolloutState int32
+
+const (
+	RolloutState_ROLLOUT_STATE_UNSPECIFIED RolloutState = 0
+	// Updating clusters in order.
+	RolloutState_ROLLOUT_ROLLING RolloutState = 1
+	// Paused by the user: no cluster's update goes on.
+	RolloutState_ROLLOUT_PAUSED RolloutState = 2
+	// Every cluster runs the new spec.
+	RolloutState_ROLLOUT_SUCCEEDED RolloutState = 3
+	// A cluster's part failed; without rollback the rollout stops there.
+	RolloutState_ROLLOUT_FAILED RolloutState = 4
+	// Stopped by the user: clusters keep the spec they run.
+	RolloutState_ROLLOUT_ABORTED RolloutState = 5
+	// Returning the clusters already updated to the previous spec.
+	RolloutState_ROLLOUT_ROLLING_BACK RolloutState = 6
+	// Every cluster runs the previous spec again.
+	RolloutState_ROLLOUT_ROLLED_BACK RolloutState = 7
+)
+
+// Enum value maps for RolloutState.
+var (
+	RolloutState_name = map[int32]string{
+		0: "ROLLOUT_STATE_UNSPECIFIED",
+		1: "ROLLOUT_ROLLING",
+		2: "ROLLOUT_PAUSED",
+		3: "ROLLOUT_SUCCEEDED",
+		4: "ROLLOUT_FAILED",
+		5: "ROLLOUT_ABORTED",
+		6: "ROLLOUT_ROLLING_BACK",
+		7: "ROLLOUT_ROLLED_BACK",
+	}
+	RolloutState_value = map[string]int32{
+		"ROLLOUT_STATE_UNSPECIFIED": 0,
+		"ROLLOUT_ROLLING":           1,
+		"ROLLOUT_PAUSED":            2,
+		"ROLLOUT_SUCCEEDED":         3,
+		"ROLLOUT_FAILED":            4,
+		"ROLLOUT_ABORTED":           5,
+		"ROLLOUT_ROLLING_BACK":      6,
+		"ROLLOUT_ROLLED_BACK":       7,
+	}
+)
+
+func (x RolloutState) Enum() *RolloutState {
+	p := new(RolloutState)
+	*p = x
+	return p
+}
+
+func (x RolloutState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (RolloutState) Descriptor() protoreflect.EnumDescriptor {
+	return file_peloton_api_v1_federation_proto_enumTypes[2].Descriptor()
+}
+
+func (RolloutState) Type() protoreflect.EnumType {
+	return &file_peloton_api_v1_federation_proto_enumTypes[2]
+}
+
+func (x RolloutState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use RolloutState.Descriptor instead.
+func (RolloutState) EnumDescriptor() ([]byte, []int) {
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{2}
+}
+
+type RolloutStepState int32
+
+const (
+	RolloutStepState_ROLLOUT_STEP_STATE_UNSPECIFIED RolloutStepState = 0
+	RolloutStepState_STEP_PENDING                   RolloutStepState = 1
+	// Its cluster's update is under way.
+	RolloutStepState_STEP_UPDATING RolloutStepState = 2
+	RolloutStepState_STEP_DONE     RolloutStepState = 3
+	RolloutStepState_STEP_FAILED   RolloutStepState = 4
+	// Being returned to the previous spec, and returned.
+	RolloutStepState_STEP_ROLLING_BACK RolloutStepState = 5
+	RolloutStepState_STEP_ROLLED_BACK  RolloutStepState = 6
+	// Its cluster's update was stopped by an abort of the rollout.
+	RolloutStepState_STEP_ABORTED RolloutStepState = 7
+)
+
+// Enum value maps for RolloutStepState.
+var (
+	RolloutStepState_name = map[int32]string{
+		0: "ROLLOUT_STEP_STATE_UNSPECIFIED",
+		1: "STEP_PENDING",
+		2: "STEP_UPDATING",
+		3: "STEP_DONE",
+		4: "STEP_FAILED",
+		5: "STEP_ROLLING_BACK",
+		6: "STEP_ROLLED_BACK",
+		7: "STEP_ABORTED",
+	}
+	RolloutStepState_value = map[string]int32{
+		"ROLLOUT_STEP_STATE_UNSPECIFIED": 0,
+		"STEP_PENDING":                   1,
+		"STEP_UPDATING":                  2,
+		"STEP_DONE":                      3,
+		"STEP_FAILED":                    4,
+		"STEP_ROLLING_BACK":              5,
+		"STEP_ROLLED_BACK":               6,
+		"STEP_ABORTED":                   7,
+	}
+)
+
+func (x RolloutStepState) Enum() *RolloutStepState {
+	p := new(RolloutStepState)
+	*p = x
+	return p
+}
+
+func (x RolloutStepState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (RolloutStepState) Descriptor() protoreflect.EnumDescriptor {
+	return file_peloton_api_v1_federation_proto_enumTypes[3].Descriptor()
+}
+
+func (RolloutStepState) Type() protoreflect.EnumType {
+	return &file_peloton_api_v1_federation_proto_enumTypes[3]
+}
+
+func (x RolloutStepState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use RolloutStepState.Descriptor instead.
+func (RolloutStepState) EnumDescriptor() ([]byte, []int) {
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{3}
+}
+
 // Cluster is one cluster stack the federation knows.
 type Cluster struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2515,7 +2653,10 @@ type ServiceCluster struct {
 	MaxUnavailable uint32 `protobuf:"varint,8,opt,name=max_unavailable,json=maxUnavailable,proto3" json:"max_unavailable,omitempty"`
 	// Counts the jobs made for this service in this cluster: a job removed
 	// behind the federation's back is made again under a new request id.
-	Generation    uint32 `protobuf:"varint,9,opt,name=generation,proto3" json:"generation,omitempty"`
+	Generation uint32 `protobuf:"varint,9,opt,name=generation,proto3" json:"generation,omitempty"`
+	// The service spec version this part runs (its job there was made or
+	// last updated to it).
+	SpecVersion   uint64 `protobuf:"varint,10,opt,name=spec_version,json=specVersion,proto3" json:"spec_version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2613,6 +2754,401 @@ func (x *ServiceCluster) GetGeneration() uint32 {
 	return 0
 }
 
+func (x *ServiceCluster) GetSpecVersion() uint64 {
+	if x != nil {
+		return x.SpecVersion
+	}
+	return 0
+}
+
+// RolloutSpec says how a new spec of a federated service reaches its
+// clusters: one cluster's part at a time, each an update in that cluster.
+type RolloutSpec struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The clusters in the order they are updated; clusters left out follow
+	// in the default order. Default: the part with the fewest instances
+	// first (the canary), then the rest by name.
+	Order []string `protobuf:"bytes,1,rep,name=order,proto3" json:"order,omitempty"`
+	// After the first cluster (alone, as a canary), how many clusters are
+	// updated at once (default 1).
+	ParallelClusters uint32 `protobuf:"varint,2,opt,name=parallel_clusters,json=parallelClusters,proto3" json:"parallel_clusters,omitempty"`
+	// Each cluster's update: batch size, in place, minReadySeconds, retries
+	// and failures tolerated. Its startPaused is not taken (pause the
+	// rollout instead).
+	Update *UpdateSpec `protobuf:"bytes,3,opt,name=update,proto3" json:"update,omitempty"`
+	// When a cluster's part fails, roll back every cluster already updated
+	// (and the one updating), newest first.
+	RollbackOnFailure bool `protobuf:"varint,4,opt,name=rollback_on_failure,json=rollbackOnFailure,proto3" json:"rollback_on_failure,omitempty"`
+	// Create the rollout paused; `fed service resume` starts it.
+	StartPaused   bool `protobuf:"varint,5,opt,name=start_paused,json=startPaused,proto3" json:"start_paused,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RolloutSpec) Reset() {
+	*x = RolloutSpec{}
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RolloutSpec) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RolloutSpec) ProtoMessage() {}
+
+func (x *RolloutSpec) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RolloutSpec.ProtoReflect.Descriptor instead.
+func (*RolloutSpec) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *RolloutSpec) GetOrder() []string {
+	if x != nil {
+		return x.Order
+	}
+	return nil
+}
+
+func (x *RolloutSpec) GetParallelClusters() uint32 {
+	if x != nil {
+		return x.ParallelClusters
+	}
+	return 0
+}
+
+func (x *RolloutSpec) GetUpdate() *UpdateSpec {
+	if x != nil {
+		return x.Update
+	}
+	return nil
+}
+
+func (x *RolloutSpec) GetRollbackOnFailure() bool {
+	if x != nil {
+		return x.RollbackOnFailure
+	}
+	return false
+}
+
+func (x *RolloutSpec) GetStartPaused() bool {
+	if x != nil {
+		return x.StartPaused
+	}
+	return false
+}
+
+// RolloutStep is one cluster's part of a rollout.
+type RolloutStep struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Cluster string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	State   RolloutStepState       `protobuf:"varint,2,opt,name=state,proto3,enum=peloton.api.v1.RolloutStepState" json:"state,omitempty"`
+	// The update in the cluster that carries the step forward, and the one
+	// that takes it back.
+	UpdateId         string                 `protobuf:"bytes,3,opt,name=update_id,json=updateId,proto3" json:"update_id,omitempty"`
+	Message          string                 `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	StartTime        *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	EndTime          *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
+	RollbackUpdateId string                 `protobuf:"bytes,7,opt,name=rollback_update_id,json=rollbackUpdateId,proto3" json:"rollback_update_id,omitempty"`
+	// The part's instances and budget at the rollout's spec, and before it.
+	Desired            uint32 `protobuf:"varint,8,opt,name=desired,proto3" json:"desired,omitempty"`
+	MaxUnavailable     uint32 `protobuf:"varint,9,opt,name=max_unavailable,json=maxUnavailable,proto3" json:"max_unavailable,omitempty"`
+	FromDesired        uint32 `protobuf:"varint,10,opt,name=from_desired,json=fromDesired,proto3" json:"from_desired,omitempty"`
+	FromMaxUnavailable uint32 `protobuf:"varint,11,opt,name=from_max_unavailable,json=fromMaxUnavailable,proto3" json:"from_max_unavailable,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *RolloutStep) Reset() {
+	*x = RolloutStep{}
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RolloutStep) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RolloutStep) ProtoMessage() {}
+
+func (x *RolloutStep) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RolloutStep.ProtoReflect.Descriptor instead.
+func (*RolloutStep) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *RolloutStep) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *RolloutStep) GetState() RolloutStepState {
+	if x != nil {
+		return x.State
+	}
+	return RolloutStepState_ROLLOUT_STEP_STATE_UNSPECIFIED
+}
+
+func (x *RolloutStep) GetUpdateId() string {
+	if x != nil {
+		return x.UpdateId
+	}
+	return ""
+}
+
+func (x *RolloutStep) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *RolloutStep) GetStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartTime
+	}
+	return nil
+}
+
+func (x *RolloutStep) GetEndTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.EndTime
+	}
+	return nil
+}
+
+func (x *RolloutStep) GetRollbackUpdateId() string {
+	if x != nil {
+		return x.RollbackUpdateId
+	}
+	return ""
+}
+
+func (x *RolloutStep) GetDesired() uint32 {
+	if x != nil {
+		return x.Desired
+	}
+	return 0
+}
+
+func (x *RolloutStep) GetMaxUnavailable() uint32 {
+	if x != nil {
+		return x.MaxUnavailable
+	}
+	return 0
+}
+
+func (x *RolloutStep) GetFromDesired() uint32 {
+	if x != nil {
+		return x.FromDesired
+	}
+	return 0
+}
+
+func (x *RolloutStep) GetFromMaxUnavailable() uint32 {
+	if x != nil {
+		return x.FromMaxUnavailable
+	}
+	return 0
+}
+
+type ServiceRollout struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Unique within the service: 1, 2, ...
+	Id          uint32       `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	FromVersion uint64       `protobuf:"varint,2,opt,name=from_version,json=fromVersion,proto3" json:"from_version,omitempty"`
+	ToVersion   uint64       `protobuf:"varint,3,opt,name=to_version,json=toVersion,proto3" json:"to_version,omitempty"`
+	Spec        *RolloutSpec `protobuf:"bytes,4,opt,name=spec,proto3" json:"spec,omitempty"`
+	State       RolloutState `protobuf:"varint,5,opt,name=state,proto3,enum=peloton.api.v1.RolloutState" json:"state,omitempty"`
+	// One per cluster, in rollout order.
+	Steps         []*RolloutStep         `protobuf:"bytes,6,rep,name=steps,proto3" json:"steps,omitempty"`
+	Message       string                 `protobuf:"bytes,7,opt,name=message,proto3" json:"message,omitempty"`
+	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	EndTime       *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ServiceRollout) Reset() {
+	*x = ServiceRollout{}
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ServiceRollout) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ServiceRollout) ProtoMessage() {}
+
+func (x *ServiceRollout) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ServiceRollout.ProtoReflect.Descriptor instead.
+func (*ServiceRollout) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *ServiceRollout) GetId() uint32 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *ServiceRollout) GetFromVersion() uint64 {
+	if x != nil {
+		return x.FromVersion
+	}
+	return 0
+}
+
+func (x *ServiceRollout) GetToVersion() uint64 {
+	if x != nil {
+		return x.ToVersion
+	}
+	return 0
+}
+
+func (x *ServiceRollout) GetSpec() *RolloutSpec {
+	if x != nil {
+		return x.Spec
+	}
+	return nil
+}
+
+func (x *ServiceRollout) GetState() RolloutState {
+	if x != nil {
+		return x.State
+	}
+	return RolloutState_ROLLOUT_STATE_UNSPECIFIED
+}
+
+func (x *ServiceRollout) GetSteps() []*RolloutStep {
+	if x != nil {
+		return x.Steps
+	}
+	return nil
+}
+
+func (x *ServiceRollout) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *ServiceRollout) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+func (x *ServiceRollout) GetEndTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.EndTime
+	}
+	return nil
+}
+
+// ServiceVersion is one version of a federated service's job spec.
+type ServiceVersion struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Version       uint64                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Job           *JobSpec               `protobuf:"bytes,2,opt,name=job,proto3" json:"job,omitempty"`
+	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ServiceVersion) Reset() {
+	*x = ServiceVersion{}
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ServiceVersion) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ServiceVersion) ProtoMessage() {}
+
+func (x *ServiceVersion) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ServiceVersion.ProtoReflect.Descriptor instead.
+func (*ServiceVersion) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *ServiceVersion) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *ServiceVersion) GetJob() *JobSpec {
+	if x != nil {
+		return x.Job
+	}
+	return nil
+}
+
+func (x *ServiceVersion) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
 type FederatedService struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	Id         string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -2625,16 +3161,25 @@ type FederatedService struct {
 	Running uint32 `protobuf:"varint,6,opt,name=running,proto3" json:"running,omitempty"`
 	// Set by a delete: its jobs are being removed from their clusters; the
 	// service is gone once they all are.
-	Deleting      bool   `protobuf:"varint,7,opt,name=deleting,proto3" json:"deleting,omitempty"`
-	Message       string `protobuf:"bytes,8,opt,name=message,proto3" json:"message,omitempty"`
-	Version       uint64 `protobuf:"varint,9,opt,name=version,proto3" json:"version,omitempty"`
+	Deleting bool   `protobuf:"varint,7,opt,name=deleting,proto3" json:"deleting,omitempty"`
+	Message  string `protobuf:"bytes,8,opt,name=message,proto3" json:"message,omitempty"`
+	Version  uint64 `protobuf:"varint,9,opt,name=version,proto3" json:"version,omitempty"`
+	// The version of spec.job (1 at create; each update adds one).
+	SpecVersion uint64 `protobuf:"varint,10,opt,name=spec_version,json=specVersion,proto3" json:"spec_version,omitempty"`
+	// The specs some part may still run or return to: the current one, the
+	// one before, and any a part is still at.
+	Versions []*ServiceVersion `protobuf:"bytes,11,rep,name=versions,proto3" json:"versions,omitempty"`
+	// The latest rollout, if any, and the earlier ones, newest first (at
+	// most 10).
+	Rollout       *ServiceRollout   `protobuf:"bytes,12,opt,name=rollout,proto3" json:"rollout,omitempty"`
+	History       []*ServiceRollout `protobuf:"bytes,13,rep,name=history,proto3" json:"history,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *FederatedService) Reset() {
 	*x = FederatedService{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[43]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2646,7 +3191,7 @@ func (x *FederatedService) String() string {
 func (*FederatedService) ProtoMessage() {}
 
 func (x *FederatedService) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[43]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2659,7 +3204,7 @@ func (x *FederatedService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FederatedService.ProtoReflect.Descriptor instead.
 func (*FederatedService) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{43}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *FederatedService) GetId() string {
@@ -2725,6 +3270,34 @@ func (x *FederatedService) GetVersion() uint64 {
 	return 0
 }
 
+func (x *FederatedService) GetSpecVersion() uint64 {
+	if x != nil {
+		return x.SpecVersion
+	}
+	return 0
+}
+
+func (x *FederatedService) GetVersions() []*ServiceVersion {
+	if x != nil {
+		return x.Versions
+	}
+	return nil
+}
+
+func (x *FederatedService) GetRollout() *ServiceRollout {
+	if x != nil {
+		return x.Rollout
+	}
+	return nil
+}
+
+func (x *FederatedService) GetHistory() []*ServiceRollout {
+	if x != nil {
+		return x.History
+	}
+	return nil
+}
+
 type CreateFederatedServiceRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Spec  *FederatedServiceSpec  `protobuf:"bytes,1,opt,name=spec,proto3" json:"spec,omitempty"`
@@ -2736,7 +3309,7 @@ type CreateFederatedServiceRequest struct {
 
 func (x *CreateFederatedServiceRequest) Reset() {
 	*x = CreateFederatedServiceRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[44]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2748,7 +3321,7 @@ func (x *CreateFederatedServiceRequest) String() string {
 func (*CreateFederatedServiceRequest) ProtoMessage() {}
 
 func (x *CreateFederatedServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[44]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2761,7 +3334,7 @@ func (x *CreateFederatedServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateFederatedServiceRequest.ProtoReflect.Descriptor instead.
 func (*CreateFederatedServiceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{44}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *CreateFederatedServiceRequest) GetSpec() *FederatedServiceSpec {
@@ -2789,7 +3362,7 @@ type CreateFederatedServiceResponse struct {
 
 func (x *CreateFederatedServiceResponse) Reset() {
 	*x = CreateFederatedServiceResponse{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[45]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2801,7 +3374,7 @@ func (x *CreateFederatedServiceResponse) String() string {
 func (*CreateFederatedServiceResponse) ProtoMessage() {}
 
 func (x *CreateFederatedServiceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[45]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2814,7 +3387,7 @@ func (x *CreateFederatedServiceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateFederatedServiceResponse.ProtoReflect.Descriptor instead.
 func (*CreateFederatedServiceResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{45}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *CreateFederatedServiceResponse) GetServiceId() string {
@@ -2840,7 +3413,7 @@ type GetFederatedServiceRequest struct {
 
 func (x *GetFederatedServiceRequest) Reset() {
 	*x = GetFederatedServiceRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[46]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2852,7 +3425,7 @@ func (x *GetFederatedServiceRequest) String() string {
 func (*GetFederatedServiceRequest) ProtoMessage() {}
 
 func (x *GetFederatedServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[46]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2865,7 +3438,7 @@ func (x *GetFederatedServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFederatedServiceRequest.ProtoReflect.Descriptor instead.
 func (*GetFederatedServiceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{46}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *GetFederatedServiceRequest) GetServiceId() string {
@@ -2884,7 +3457,7 @@ type GetFederatedServiceResponse struct {
 
 func (x *GetFederatedServiceResponse) Reset() {
 	*x = GetFederatedServiceResponse{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[47]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2896,7 +3469,7 @@ func (x *GetFederatedServiceResponse) String() string {
 func (*GetFederatedServiceResponse) ProtoMessage() {}
 
 func (x *GetFederatedServiceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[47]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2909,7 +3482,7 @@ func (x *GetFederatedServiceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFederatedServiceResponse.ProtoReflect.Descriptor instead.
 func (*GetFederatedServiceResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{47}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *GetFederatedServiceResponse) GetService() *FederatedService {
@@ -2932,7 +3505,7 @@ type ListFederatedServicesRequest struct {
 
 func (x *ListFederatedServicesRequest) Reset() {
 	*x = ListFederatedServicesRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[48]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2944,7 +3517,7 @@ func (x *ListFederatedServicesRequest) String() string {
 func (*ListFederatedServicesRequest) ProtoMessage() {}
 
 func (x *ListFederatedServicesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[48]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2957,7 +3530,7 @@ func (x *ListFederatedServicesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFederatedServicesRequest.ProtoReflect.Descriptor instead.
 func (*ListFederatedServicesRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{48}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ListFederatedServicesRequest) GetCluster() string {
@@ -2992,7 +3565,7 @@ type ListFederatedServicesResponse struct {
 
 func (x *ListFederatedServicesResponse) Reset() {
 	*x = ListFederatedServicesResponse{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[49]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3004,7 +3577,7 @@ func (x *ListFederatedServicesResponse) String() string {
 func (*ListFederatedServicesResponse) ProtoMessage() {}
 
 func (x *ListFederatedServicesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[49]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3017,7 +3590,7 @@ func (x *ListFederatedServicesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFederatedServicesResponse.ProtoReflect.Descriptor instead.
 func (*ListFederatedServicesResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{49}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ListFederatedServicesResponse) GetServices() []*FederatedService {
@@ -3034,6 +3607,343 @@ func (x *ListFederatedServicesResponse) GetNextPageToken() string {
 	return ""
 }
 
+type UpdateFederatedServiceRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	ServiceId string                 `protobuf:"bytes,1,opt,name=service_id,json=serviceId,proto3" json:"service_id,omitempty"`
+	// The new job spec. Its name, type and pool may not change, nor may the
+	// placement; a new instance count is split over the service's clusters
+	// in proportion to their parts.
+	Job     *JobSpec     `protobuf:"bytes,2,opt,name=job,proto3" json:"job,omitempty"`
+	Rollout *RolloutSpec `protobuf:"bytes,3,opt,name=rollout,proto3" json:"rollout,omitempty"`
+	// When set, only if the service is still at this spec version.
+	SpecVersion   uint64 `protobuf:"varint,4,opt,name=spec_version,json=specVersion,proto3" json:"spec_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateFederatedServiceRequest) Reset() {
+	*x = UpdateFederatedServiceRequest{}
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateFederatedServiceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateFederatedServiceRequest) ProtoMessage() {}
+
+func (x *UpdateFederatedServiceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateFederatedServiceRequest.ProtoReflect.Descriptor instead.
+func (*UpdateFederatedServiceRequest) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *UpdateFederatedServiceRequest) GetServiceId() string {
+	if x != nil {
+		return x.ServiceId
+	}
+	return ""
+}
+
+func (x *UpdateFederatedServiceRequest) GetJob() *JobSpec {
+	if x != nil {
+		return x.Job
+	}
+	return nil
+}
+
+func (x *UpdateFederatedServiceRequest) GetRollout() *RolloutSpec {
+	if x != nil {
+		return x.Rollout
+	}
+	return nil
+}
+
+func (x *UpdateFederatedServiceRequest) GetSpecVersion() uint64 {
+	if x != nil {
+		return x.SpecVersion
+	}
+	return 0
+}
+
+type UpdateFederatedServiceResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Service       *FederatedService      `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateFederatedServiceResponse) Reset() {
+	*x = UpdateFederatedServiceResponse{}
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateFederatedServiceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateFederatedServiceResponse) ProtoMessage() {}
+
+func (x *UpdateFederatedServiceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateFederatedServiceResponse.ProtoReflect.Descriptor instead.
+func (*UpdateFederatedServiceResponse) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *UpdateFederatedServiceResponse) GetService() *FederatedService {
+	if x != nil {
+		return x.Service
+	}
+	return nil
+}
+
+// The rollout controls act on the service's current rollout.
+type PauseFederatedServiceRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ServiceId     string                 `protobuf:"bytes,1,opt,name=service_id,json=serviceId,proto3" json:"service_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PauseFederatedServiceRequest) Reset() {
+	*x = PauseFederatedServiceRequest{}
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PauseFederatedServiceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PauseFederatedServiceRequest) ProtoMessage() {}
+
+func (x *PauseFederatedServiceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PauseFederatedServiceRequest.ProtoReflect.Descriptor instead.
+func (*PauseFederatedServiceRequest) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *PauseFederatedServiceRequest) GetServiceId() string {
+	if x != nil {
+		return x.ServiceId
+	}
+	return ""
+}
+
+type ResumeFederatedServiceRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ServiceId     string                 `protobuf:"bytes,1,opt,name=service_id,json=serviceId,proto3" json:"service_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeFederatedServiceRequest) Reset() {
+	*x = ResumeFederatedServiceRequest{}
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeFederatedServiceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeFederatedServiceRequest) ProtoMessage() {}
+
+func (x *ResumeFederatedServiceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeFederatedServiceRequest.ProtoReflect.Descriptor instead.
+func (*ResumeFederatedServiceRequest) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *ResumeFederatedServiceRequest) GetServiceId() string {
+	if x != nil {
+		return x.ServiceId
+	}
+	return ""
+}
+
+type AbortFederatedServiceRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ServiceId     string                 `protobuf:"bytes,1,opt,name=service_id,json=serviceId,proto3" json:"service_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AbortFederatedServiceRequest) Reset() {
+	*x = AbortFederatedServiceRequest{}
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AbortFederatedServiceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AbortFederatedServiceRequest) ProtoMessage() {}
+
+func (x *AbortFederatedServiceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AbortFederatedServiceRequest.ProtoReflect.Descriptor instead.
+func (*AbortFederatedServiceRequest) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{58}
+}
+
+func (x *AbortFederatedServiceRequest) GetServiceId() string {
+	if x != nil {
+		return x.ServiceId
+	}
+	return ""
+}
+
+type RollbackFederatedServiceRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ServiceId     string                 `protobuf:"bytes,1,opt,name=service_id,json=serviceId,proto3" json:"service_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RollbackFederatedServiceRequest) Reset() {
+	*x = RollbackFederatedServiceRequest{}
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RollbackFederatedServiceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RollbackFederatedServiceRequest) ProtoMessage() {}
+
+func (x *RollbackFederatedServiceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RollbackFederatedServiceRequest.ProtoReflect.Descriptor instead.
+func (*RollbackFederatedServiceRequest) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *RollbackFederatedServiceRequest) GetServiceId() string {
+	if x != nil {
+		return x.ServiceId
+	}
+	return ""
+}
+
+type FederatedServiceRolloutResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Service       *FederatedService      `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FederatedServiceRolloutResponse) Reset() {
+	*x = FederatedServiceRolloutResponse{}
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[60]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FederatedServiceRolloutResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FederatedServiceRolloutResponse) ProtoMessage() {}
+
+func (x *FederatedServiceRolloutResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[60]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FederatedServiceRolloutResponse.ProtoReflect.Descriptor instead.
+func (*FederatedServiceRolloutResponse) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{60}
+}
+
+func (x *FederatedServiceRolloutResponse) GetService() *FederatedService {
+	if x != nil {
+		return x.Service
+	}
+	return nil
+}
+
 type DeleteFederatedServiceRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ServiceId     string                 `protobuf:"bytes,1,opt,name=service_id,json=serviceId,proto3" json:"service_id,omitempty"`
@@ -3043,7 +3953,7 @@ type DeleteFederatedServiceRequest struct {
 
 func (x *DeleteFederatedServiceRequest) Reset() {
 	*x = DeleteFederatedServiceRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[50]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3055,7 +3965,7 @@ func (x *DeleteFederatedServiceRequest) String() string {
 func (*DeleteFederatedServiceRequest) ProtoMessage() {}
 
 func (x *DeleteFederatedServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[50]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3068,7 +3978,7 @@ func (x *DeleteFederatedServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteFederatedServiceRequest.ProtoReflect.Descriptor instead.
 func (*DeleteFederatedServiceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{50}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *DeleteFederatedServiceRequest) GetServiceId() string {
@@ -3086,7 +3996,7 @@ type DeleteFederatedServiceResponse struct {
 
 func (x *DeleteFederatedServiceResponse) Reset() {
 	*x = DeleteFederatedServiceResponse{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[51]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3098,7 +4008,7 @@ func (x *DeleteFederatedServiceResponse) String() string {
 func (*DeleteFederatedServiceResponse) ProtoMessage() {}
 
 func (x *DeleteFederatedServiceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[51]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3111,7 +4021,7 @@ func (x *DeleteFederatedServiceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteFederatedServiceResponse.ProtoReflect.Descriptor instead.
 func (*DeleteFederatedServiceResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{51}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{62}
 }
 
 var File_peloton_api_v1_federation_proto protoreflect.FileDescriptor
@@ -3281,7 +4191,7 @@ const file_peloton_api_v1_federation_proto_rawDesc = "" +
 	"\fmin_clusters\x18\x02 \x01(\rR\vminClusters\"\x81\x01\n" +
 	"\x14FederatedServiceSpec\x12)\n" +
 	"\x03job\x18\x01 \x01(\v2\x17.peloton.api.v1.JobSpecR\x03job\x12>\n" +
-	"\tplacement\x18\x02 \x01(\v2 .peloton.api.v1.ServicePlacementR\tplacement\"\xc9\x02\n" +
+	"\tplacement\x18\x02 \x01(\v2 .peloton.api.v1.ServicePlacementR\tplacement\"\xec\x02\n" +
 	"\x0eServiceCluster\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x18\n" +
 	"\adesired\x18\x02 \x01(\rR\adesired\x12$\n" +
@@ -3293,7 +4203,46 @@ const file_peloton_api_v1_federation_proto_rawDesc = "" +
 	"\x0fmax_unavailable\x18\b \x01(\rR\x0emaxUnavailable\x12\x1e\n" +
 	"\n" +
 	"generation\x18\t \x01(\rR\n" +
-	"generation\"\xd9\x02\n" +
+	"generation\x12!\n" +
+	"\fspec_version\x18\n" +
+	" \x01(\x04R\vspecVersion\"\xd7\x01\n" +
+	"\vRolloutSpec\x12\x14\n" +
+	"\x05order\x18\x01 \x03(\tR\x05order\x12+\n" +
+	"\x11parallel_clusters\x18\x02 \x01(\rR\x10parallelClusters\x122\n" +
+	"\x06update\x18\x03 \x01(\v2\x1a.peloton.api.v1.UpdateSpecR\x06update\x12.\n" +
+	"\x13rollback_on_failure\x18\x04 \x01(\bR\x11rollbackOnFailure\x12!\n" +
+	"\fstart_paused\x18\x05 \x01(\bR\vstartPaused\"\xce\x03\n" +
+	"\vRolloutStep\x12\x18\n" +
+	"\acluster\x18\x01 \x01(\tR\acluster\x126\n" +
+	"\x05state\x18\x02 \x01(\x0e2 .peloton.api.v1.RolloutStepStateR\x05state\x12\x1b\n" +
+	"\tupdate_id\x18\x03 \x01(\tR\bupdateId\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\x129\n" +
+	"\n" +
+	"start_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x125\n" +
+	"\bend_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12,\n" +
+	"\x12rollback_update_id\x18\a \x01(\tR\x10rollbackUpdateId\x12\x18\n" +
+	"\adesired\x18\b \x01(\rR\adesired\x12'\n" +
+	"\x0fmax_unavailable\x18\t \x01(\rR\x0emaxUnavailable\x12!\n" +
+	"\ffrom_desired\x18\n" +
+	" \x01(\rR\vfromDesired\x120\n" +
+	"\x14from_max_unavailable\x18\v \x01(\rR\x12fromMaxUnavailable\"\x88\x03\n" +
+	"\x0eServiceRollout\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\rR\x02id\x12!\n" +
+	"\ffrom_version\x18\x02 \x01(\x04R\vfromVersion\x12\x1d\n" +
+	"\n" +
+	"to_version\x18\x03 \x01(\x04R\ttoVersion\x12/\n" +
+	"\x04spec\x18\x04 \x01(\v2\x1b.peloton.api.v1.RolloutSpecR\x04spec\x122\n" +
+	"\x05state\x18\x05 \x01(\x0e2\x1c.peloton.api.v1.RolloutStateR\x05state\x121\n" +
+	"\x05steps\x18\x06 \x03(\v2\x1b.peloton.api.v1.RolloutStepR\x05steps\x12\x18\n" +
+	"\amessage\x18\a \x01(\tR\amessage\x12;\n" +
+	"\vcreate_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\x125\n" +
+	"\bend_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\"\x92\x01\n" +
+	"\x0eServiceVersion\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\x04R\aversion\x12)\n" +
+	"\x03job\x18\x02 \x01(\v2\x17.peloton.api.v1.JobSpecR\x03job\x12;\n" +
+	"\vcreate_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\"\xac\x04\n" +
 	"\x10FederatedService\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x128\n" +
 	"\x04spec\x18\x02 \x01(\v2$.peloton.api.v1.FederatedServiceSpecR\x04spec\x12;\n" +
@@ -3304,7 +4253,12 @@ const file_peloton_api_v1_federation_proto_rawDesc = "" +
 	"\arunning\x18\x06 \x01(\rR\arunning\x12\x1a\n" +
 	"\bdeleting\x18\a \x01(\bR\bdeleting\x12\x18\n" +
 	"\amessage\x18\b \x01(\tR\amessage\x12\x18\n" +
-	"\aversion\x18\t \x01(\x04R\aversion\"x\n" +
+	"\aversion\x18\t \x01(\x04R\aversion\x12!\n" +
+	"\fspec_version\x18\n" +
+	" \x01(\x04R\vspecVersion\x12:\n" +
+	"\bversions\x18\v \x03(\v2\x1e.peloton.api.v1.ServiceVersionR\bversions\x128\n" +
+	"\arollout\x18\f \x01(\v2\x1e.peloton.api.v1.ServiceRolloutR\arollout\x128\n" +
+	"\ahistory\x18\r \x03(\v2\x1e.peloton.api.v1.ServiceRolloutR\ahistory\"x\n" +
 	"\x1dCreateFederatedServiceRequest\x128\n" +
 	"\x04spec\x18\x01 \x01(\v2$.peloton.api.v1.FederatedServiceSpecR\x04spec\x12\x1d\n" +
 	"\n" +
@@ -3329,7 +4283,29 @@ const file_peloton_api_v1_federation_proto_rawDesc = "" +
 	"page_token\x18\x03 \x01(\tR\tpageToken\"\x85\x01\n" +
 	"\x1dListFederatedServicesResponse\x12<\n" +
 	"\bservices\x18\x01 \x03(\v2 .peloton.api.v1.FederatedServiceR\bservices\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\">\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xc3\x01\n" +
+	"\x1dUpdateFederatedServiceRequest\x12\x1d\n" +
+	"\n" +
+	"service_id\x18\x01 \x01(\tR\tserviceId\x12)\n" +
+	"\x03job\x18\x02 \x01(\v2\x17.peloton.api.v1.JobSpecR\x03job\x125\n" +
+	"\arollout\x18\x03 \x01(\v2\x1b.peloton.api.v1.RolloutSpecR\arollout\x12!\n" +
+	"\fspec_version\x18\x04 \x01(\x04R\vspecVersion\"\\\n" +
+	"\x1eUpdateFederatedServiceResponse\x12:\n" +
+	"\aservice\x18\x01 \x01(\v2 .peloton.api.v1.FederatedServiceR\aservice\"=\n" +
+	"\x1cPauseFederatedServiceRequest\x12\x1d\n" +
+	"\n" +
+	"service_id\x18\x01 \x01(\tR\tserviceId\">\n" +
+	"\x1dResumeFederatedServiceRequest\x12\x1d\n" +
+	"\n" +
+	"service_id\x18\x01 \x01(\tR\tserviceId\"=\n" +
+	"\x1cAbortFederatedServiceRequest\x12\x1d\n" +
+	"\n" +
+	"service_id\x18\x01 \x01(\tR\tserviceId\"@\n" +
+	"\x1fRollbackFederatedServiceRequest\x12\x1d\n" +
+	"\n" +
+	"service_id\x18\x01 \x01(\tR\tserviceId\"]\n" +
+	"\x1fFederatedServiceRolloutResponse\x12:\n" +
+	"\aservice\x18\x01 \x01(\v2 .peloton.api.v1.FederatedServiceR\aservice\">\n" +
 	"\x1dDeleteFederatedServiceRequest\x12\x1d\n" +
 	"\n" +
 	"service_id\x18\x01 \x01(\tR\tserviceId\" \n" +
@@ -3346,7 +4322,25 @@ const file_peloton_api_v1_federation_proto_rawDesc = "" +
 	"\n" +
 	"DISPATCHED\x10\x02\x12\x13\n" +
 	"\x0fDISPATCH_MOVING\x10\x03\x12\x11\n" +
-	"\rDISPATCH_DONE\x10\x042\xd0\x04\n" +
+	"\rDISPATCH_DONE\x10\x04*\xc9\x01\n" +
+	"\fRolloutState\x12\x1d\n" +
+	"\x19ROLLOUT_STATE_UNSPECIFIED\x10\x00\x12\x13\n" +
+	"\x0fROLLOUT_ROLLING\x10\x01\x12\x12\n" +
+	"\x0eROLLOUT_PAUSED\x10\x02\x12\x15\n" +
+	"\x11ROLLOUT_SUCCEEDED\x10\x03\x12\x12\n" +
+	"\x0eROLLOUT_FAILED\x10\x04\x12\x13\n" +
+	"\x0fROLLOUT_ABORTED\x10\x05\x12\x18\n" +
+	"\x14ROLLOUT_ROLLING_BACK\x10\x06\x12\x17\n" +
+	"\x13ROLLOUT_ROLLED_BACK\x10\a*\xba\x01\n" +
+	"\x10RolloutStepState\x12\"\n" +
+	"\x1eROLLOUT_STEP_STATE_UNSPECIFIED\x10\x00\x12\x10\n" +
+	"\fSTEP_PENDING\x10\x01\x12\x11\n" +
+	"\rSTEP_UPDATING\x10\x02\x12\r\n" +
+	"\tSTEP_DONE\x10\x03\x12\x0f\n" +
+	"\vSTEP_FAILED\x10\x04\x12\x15\n" +
+	"\x11STEP_ROLLING_BACK\x10\x05\x12\x14\n" +
+	"\x10STEP_ROLLED_BACK\x10\x06\x12\x10\n" +
+	"\fSTEP_ABORTED\x10\a2\xd0\x04\n" +
 	"\x0eClusterService\x12b\n" +
 	"\x0fRegisterCluster\x12&.peloton.api.v1.RegisterClusterRequest\x1a'.peloton.api.v1.RegisterClusterResponse\x12h\n" +
 	"\x11DeregisterCluster\x12(.peloton.api.v1.DeregisterClusterRequest\x1a).peloton.api.v1.DeregisterClusterResponse\x12S\n" +
@@ -3365,12 +4359,17 @@ const file_peloton_api_v1_federation_proto_rawDesc = "" +
 	"\x12CreateFederatedJob\x12).peloton.api.v1.CreateFederatedJobRequest\x1a*.peloton.api.v1.CreateFederatedJobResponse\x12b\n" +
 	"\x0fGetFederatedJob\x12&.peloton.api.v1.GetFederatedJobRequest\x1a'.peloton.api.v1.GetFederatedJobResponse\x12h\n" +
 	"\x11ListFederatedJobs\x12(.peloton.api.v1.ListFederatedJobsRequest\x1a).peloton.api.v1.ListFederatedJobsResponse\x12e\n" +
-	"\x10KillFederatedJob\x12'.peloton.api.v1.KillFederatedJobRequest\x1a(.peloton.api.v1.KillFederatedJobResponse2\xf1\x03\n" +
+	"\x10KillFederatedJob\x12'.peloton.api.v1.KillFederatedJobRequest\x1a(.peloton.api.v1.KillFederatedJobResponse2\xd2\b\n" +
 	"\x17FederatedServiceService\x12w\n" +
 	"\x16CreateFederatedService\x12-.peloton.api.v1.CreateFederatedServiceRequest\x1a..peloton.api.v1.CreateFederatedServiceResponse\x12n\n" +
 	"\x13GetFederatedService\x12*.peloton.api.v1.GetFederatedServiceRequest\x1a+.peloton.api.v1.GetFederatedServiceResponse\x12t\n" +
 	"\x15ListFederatedServices\x12,.peloton.api.v1.ListFederatedServicesRequest\x1a-.peloton.api.v1.ListFederatedServicesResponse\x12w\n" +
-	"\x16DeleteFederatedService\x12-.peloton.api.v1.DeleteFederatedServiceRequest\x1a..peloton.api.v1.DeleteFederatedServiceResponseBAZ?github.com/peloton-sched/peloton/proto/peloton/api/v1;pelotonv1b\x06proto3"
+	"\x16DeleteFederatedService\x12-.peloton.api.v1.DeleteFederatedServiceRequest\x1a..peloton.api.v1.DeleteFederatedServiceResponse\x12w\n" +
+	"\x16UpdateFederatedService\x12-.peloton.api.v1.UpdateFederatedServiceRequest\x1a..peloton.api.v1.UpdateFederatedServiceResponse\x12v\n" +
+	"\x15PauseFederatedService\x12,.peloton.api.v1.PauseFederatedServiceRequest\x1a/.peloton.api.v1.FederatedServiceRolloutResponse\x12x\n" +
+	"\x16ResumeFederatedService\x12-.peloton.api.v1.ResumeFederatedServiceRequest\x1a/.peloton.api.v1.FederatedServiceRolloutResponse\x12v\n" +
+	"\x15AbortFederatedService\x12,.peloton.api.v1.AbortFederatedServiceRequest\x1a/.peloton.api.v1.FederatedServiceRolloutResponse\x12|\n" +
+	"\x18RollbackFederatedService\x12/.peloton.api.v1.RollbackFederatedServiceRequest\x1a/.peloton.api.v1.FederatedServiceRolloutResponseBAZ?github.com/peloton-sched/peloton/proto/peloton/api/v1;pelotonv1b\x06proto3"
 
 var (
 	file_peloton_api_v1_federation_proto_rawDescOnce sync.Once
@@ -3384,176 +4383,218 @@ func file_peloton_api_v1_federation_proto_rawDescGZIP() []byte {
 	return file_peloton_api_v1_federation_proto_rawDescData
 }
 
-var file_peloton_api_v1_federation_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_peloton_api_v1_federation_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
+var file_peloton_api_v1_federation_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_peloton_api_v1_federation_proto_msgTypes = make([]protoimpl.MessageInfo, 69)
 var file_peloton_api_v1_federation_proto_goTypes = []any{
-	(ClusterState)(0),                      // 0: peloton.api.v1.ClusterState
-	(DispatchState)(0),                     // 1: peloton.api.v1.DispatchState
-	(*Cluster)(nil),                        // 2: peloton.api.v1.Cluster
-	(*RegisterClusterRequest)(nil),         // 3: peloton.api.v1.RegisterClusterRequest
-	(*RegisterClusterResponse)(nil),        // 4: peloton.api.v1.RegisterClusterResponse
-	(*DeregisterClusterRequest)(nil),       // 5: peloton.api.v1.DeregisterClusterRequest
-	(*DeregisterClusterResponse)(nil),      // 6: peloton.api.v1.DeregisterClusterResponse
-	(*GetClusterRequest)(nil),              // 7: peloton.api.v1.GetClusterRequest
-	(*GetClusterResponse)(nil),             // 8: peloton.api.v1.GetClusterResponse
-	(*ListClustersRequest)(nil),            // 9: peloton.api.v1.ListClustersRequest
-	(*ListClustersResponse)(nil),           // 10: peloton.api.v1.ListClustersResponse
-	(*CordonClusterRequest)(nil),           // 11: peloton.api.v1.CordonClusterRequest
-	(*CordonClusterResponse)(nil),          // 12: peloton.api.v1.CordonClusterResponse
-	(*UncordonClusterRequest)(nil),         // 13: peloton.api.v1.UncordonClusterRequest
-	(*UncordonClusterResponse)(nil),        // 14: peloton.api.v1.UncordonClusterResponse
-	(*FederatedPoolPlacement)(nil),         // 15: peloton.api.v1.FederatedPoolPlacement
-	(*FederatedPoolSpec)(nil),              // 16: peloton.api.v1.FederatedPoolSpec
-	(*FederatedPoolCluster)(nil),           // 17: peloton.api.v1.FederatedPoolCluster
-	(*FederatedPool)(nil),                  // 18: peloton.api.v1.FederatedPool
-	(*CreateFederatedPoolRequest)(nil),     // 19: peloton.api.v1.CreateFederatedPoolRequest
-	(*CreateFederatedPoolResponse)(nil),    // 20: peloton.api.v1.CreateFederatedPoolResponse
-	(*GetFederatedPoolRequest)(nil),        // 21: peloton.api.v1.GetFederatedPoolRequest
-	(*GetFederatedPoolResponse)(nil),       // 22: peloton.api.v1.GetFederatedPoolResponse
-	(*UpdateFederatedPoolRequest)(nil),     // 23: peloton.api.v1.UpdateFederatedPoolRequest
-	(*UpdateFederatedPoolResponse)(nil),    // 24: peloton.api.v1.UpdateFederatedPoolResponse
-	(*DeleteFederatedPoolRequest)(nil),     // 25: peloton.api.v1.DeleteFederatedPoolRequest
-	(*DeleteFederatedPoolResponse)(nil),    // 26: peloton.api.v1.DeleteFederatedPoolResponse
-	(*ListFederatedPoolsRequest)(nil),      // 27: peloton.api.v1.ListFederatedPoolsRequest
-	(*ListFederatedPoolsResponse)(nil),     // 28: peloton.api.v1.ListFederatedPoolsResponse
-	(*FederatedJobPlacement)(nil),          // 29: peloton.api.v1.FederatedJobPlacement
-	(*FederatedJobSpec)(nil),               // 30: peloton.api.v1.FederatedJobSpec
-	(*FederatedJobAttempt)(nil),            // 31: peloton.api.v1.FederatedJobAttempt
-	(*FederatedJob)(nil),                   // 32: peloton.api.v1.FederatedJob
-	(*CreateFederatedJobRequest)(nil),      // 33: peloton.api.v1.CreateFederatedJobRequest
-	(*CreateFederatedJobResponse)(nil),     // 34: peloton.api.v1.CreateFederatedJobResponse
-	(*GetFederatedJobRequest)(nil),         // 35: peloton.api.v1.GetFederatedJobRequest
-	(*GetFederatedJobResponse)(nil),        // 36: peloton.api.v1.GetFederatedJobResponse
-	(*ListFederatedJobsRequest)(nil),       // 37: peloton.api.v1.ListFederatedJobsRequest
-	(*ListFederatedJobsResponse)(nil),      // 38: peloton.api.v1.ListFederatedJobsResponse
-	(*KillFederatedJobRequest)(nil),        // 39: peloton.api.v1.KillFederatedJobRequest
-	(*KillFederatedJobResponse)(nil),       // 40: peloton.api.v1.KillFederatedJobResponse
-	(*ClusterShare)(nil),                   // 41: peloton.api.v1.ClusterShare
-	(*ServicePlacement)(nil),               // 42: peloton.api.v1.ServicePlacement
-	(*FederatedServiceSpec)(nil),           // 43: peloton.api.v1.FederatedServiceSpec
-	(*ServiceCluster)(nil),                 // 44: peloton.api.v1.ServiceCluster
-	(*FederatedService)(nil),               // 45: peloton.api.v1.FederatedService
-	(*CreateFederatedServiceRequest)(nil),  // 46: peloton.api.v1.CreateFederatedServiceRequest
-	(*CreateFederatedServiceResponse)(nil), // 47: peloton.api.v1.CreateFederatedServiceResponse
-	(*GetFederatedServiceRequest)(nil),     // 48: peloton.api.v1.GetFederatedServiceRequest
-	(*GetFederatedServiceResponse)(nil),    // 49: peloton.api.v1.GetFederatedServiceResponse
-	(*ListFederatedServicesRequest)(nil),   // 50: peloton.api.v1.ListFederatedServicesRequest
-	(*ListFederatedServicesResponse)(nil),  // 51: peloton.api.v1.ListFederatedServicesResponse
-	(*DeleteFederatedServiceRequest)(nil),  // 52: peloton.api.v1.DeleteFederatedServiceRequest
-	(*DeleteFederatedServiceResponse)(nil), // 53: peloton.api.v1.DeleteFederatedServiceResponse
-	nil,                                    // 54: peloton.api.v1.Cluster.LabelsEntry
-	nil,                                    // 55: peloton.api.v1.RegisterClusterRequest.LabelsEntry
-	nil,                                    // 56: peloton.api.v1.FederatedPoolPlacement.WeightsEntry
-	nil,                                    // 57: peloton.api.v1.FederatedJobPlacement.ClusterSelectorEntry
-	nil,                                    // 58: peloton.api.v1.ClusterShare.SelectorEntry
-	nil,                                    // 59: peloton.api.v1.CreateFederatedServiceResponse.SplitEntry
-	(*timestamppb.Timestamp)(nil),          // 60: google.protobuf.Timestamp
-	(*Resources)(nil),                      // 61: peloton.api.v1.Resources
-	(*PoolSpec)(nil),                       // 62: peloton.api.v1.PoolSpec
-	(*PoolStatus)(nil),                     // 63: peloton.api.v1.PoolStatus
-	(*JobSpec)(nil),                        // 64: peloton.api.v1.JobSpec
-	(*JobStatus)(nil),                      // 65: peloton.api.v1.JobStatus
-	(JobState)(0),                          // 66: peloton.api.v1.JobState
+	(ClusterState)(0),                       // 0: peloton.api.v1.ClusterState
+	(DispatchState)(0),                      // 1: peloton.api.v1.DispatchState
+	(RolloutState)(0),                       // 2: peloton.api.v1.RolloutState
+	(RolloutStepState)(0),                   // 3: peloton.api.v1.RolloutStepState
+	(*Cluster)(nil),                         // 4: peloton.api.v1.Cluster
+	(*RegisterClusterRequest)(nil),          // 5: peloton.api.v1.RegisterClusterRequest
+	(*RegisterClusterResponse)(nil),         // 6: peloton.api.v1.RegisterClusterResponse
+	(*DeregisterClusterRequest)(nil),        // 7: peloton.api.v1.DeregisterClusterRequest
+	(*DeregisterClusterResponse)(nil),       // 8: peloton.api.v1.DeregisterClusterResponse
+	(*GetClusterRequest)(nil),               // 9: peloton.api.v1.GetClusterRequest
+	(*GetClusterResponse)(nil),              // 10: peloton.api.v1.GetClusterResponse
+	(*ListClustersRequest)(nil),             // 11: peloton.api.v1.ListClustersRequest
+	(*ListClustersResponse)(nil),            // 12: peloton.api.v1.ListClustersResponse
+	(*CordonClusterRequest)(nil),            // 13: peloton.api.v1.CordonClusterRequest
+	(*CordonClusterResponse)(nil),           // 14: peloton.api.v1.CordonClusterResponse
+	(*UncordonClusterRequest)(nil),          // 15: peloton.api.v1.UncordonClusterRequest
+	(*UncordonClusterResponse)(nil),         // 16: peloton.api.v1.UncordonClusterResponse
+	(*FederatedPoolPlacement)(nil),          // 17: peloton.api.v1.FederatedPoolPlacement
+	(*FederatedPoolSpec)(nil),               // 18: peloton.api.v1.FederatedPoolSpec
+	(*FederatedPoolCluster)(nil),            // 19: peloton.api.v1.FederatedPoolCluster
+	(*FederatedPool)(nil),                   // 20: peloton.api.v1.FederatedPool
+	(*CreateFederatedPoolRequest)(nil),      // 21: peloton.api.v1.CreateFederatedPoolRequest
+	(*CreateFederatedPoolResponse)(nil),     // 22: peloton.api.v1.CreateFederatedPoolResponse
+	(*GetFederatedPoolRequest)(nil),         // 23: peloton.api.v1.GetFederatedPoolRequest
+	(*GetFederatedPoolResponse)(nil),        // 24: peloton.api.v1.GetFederatedPoolResponse
+	(*UpdateFederatedPoolRequest)(nil),      // 25: peloton.api.v1.UpdateFederatedPoolRequest
+	(*UpdateFederatedPoolResponse)(nil),     // 26: peloton.api.v1.UpdateFederatedPoolResponse
+	(*DeleteFederatedPoolRequest)(nil),      // 27: peloton.api.v1.DeleteFederatedPoolRequest
+	(*DeleteFederatedPoolResponse)(nil),     // 28: peloton.api.v1.DeleteFederatedPoolResponse
+	(*ListFederatedPoolsRequest)(nil),       // 29: peloton.api.v1.ListFederatedPoolsRequest
+	(*ListFederatedPoolsResponse)(nil),      // 30: peloton.api.v1.ListFederatedPoolsResponse
+	(*FederatedJobPlacement)(nil),           // 31: peloton.api.v1.FederatedJobPlacement
+	(*FederatedJobSpec)(nil),                // 32: peloton.api.v1.FederatedJobSpec
+	(*FederatedJobAttempt)(nil),             // 33: peloton.api.v1.FederatedJobAttempt
+	(*FederatedJob)(nil),                    // 34: peloton.api.v1.FederatedJob
+	(*CreateFederatedJobRequest)(nil),       // 35: peloton.api.v1.CreateFederatedJobRequest
+	(*CreateFederatedJobResponse)(nil),      // 36: peloton.api.v1.CreateFederatedJobResponse
+	(*GetFederatedJobRequest)(nil),          // 37: peloton.api.v1.GetFederatedJobRequest
+	(*GetFederatedJobResponse)(nil),         // 38: peloton.api.v1.GetFederatedJobResponse
+	(*ListFederatedJobsRequest)(nil),        // 39: peloton.api.v1.ListFederatedJobsRequest
+	(*ListFederatedJobsResponse)(nil),       // 40: peloton.api.v1.ListFederatedJobsResponse
+	(*KillFederatedJobRequest)(nil),         // 41: peloton.api.v1.KillFederatedJobRequest
+	(*KillFederatedJobResponse)(nil),        // 42: peloton.api.v1.KillFederatedJobResponse
+	(*ClusterShare)(nil),                    // 43: peloton.api.v1.ClusterShare
+	(*ServicePlacement)(nil),                // 44: peloton.api.v1.ServicePlacement
+	(*FederatedServiceSpec)(nil),            // 45: peloton.api.v1.FederatedServiceSpec
+	(*ServiceCluster)(nil),                  // 46: peloton.api.v1.ServiceCluster
+	(*RolloutSpec)(nil),                     // 47: peloton.api.v1.RolloutSpec
+	(*RolloutStep)(nil),                     // 48: peloton.api.v1.RolloutStep
+	(*ServiceRollout)(nil),                  // 49: peloton.api.v1.ServiceRollout
+	(*ServiceVersion)(nil),                  // 50: peloton.api.v1.ServiceVersion
+	(*FederatedService)(nil),                // 51: peloton.api.v1.FederatedService
+	(*CreateFederatedServiceRequest)(nil),   // 52: peloton.api.v1.CreateFederatedServiceRequest
+	(*CreateFederatedServiceResponse)(nil),  // 53: peloton.api.v1.CreateFederatedServiceResponse
+	(*GetFederatedServiceRequest)(nil),      // 54: peloton.api.v1.GetFederatedServiceRequest
+	(*GetFederatedServiceResponse)(nil),     // 55: peloton.api.v1.GetFederatedServiceResponse
+	(*ListFederatedServicesRequest)(nil),    // 56: peloton.api.v1.ListFederatedServicesRequest
+	(*ListFederatedServicesResponse)(nil),   // 57: peloton.api.v1.ListFederatedServicesResponse
+	(*UpdateFederatedServiceRequest)(nil),   // 58: peloton.api.v1.UpdateFederatedServiceRequest
+	(*UpdateFederatedServiceResponse)(nil),  // 59: peloton.api.v1.UpdateFederatedServiceResponse
+	(*PauseFederatedServiceRequest)(nil),    // 60: peloton.api.v1.PauseFederatedServiceRequest
+	(*ResumeFederatedServiceRequest)(nil),   // 61: peloton.api.v1.ResumeFederatedServiceRequest
+	(*AbortFederatedServiceRequest)(nil),    // 62: peloton.api.v1.AbortFederatedServiceRequest
+	(*RollbackFederatedServiceRequest)(nil), // 63: peloton.api.v1.RollbackFederatedServiceRequest
+	(*FederatedServiceRolloutResponse)(nil), // 64: peloton.api.v1.FederatedServiceRolloutResponse
+	(*DeleteFederatedServiceRequest)(nil),   // 65: peloton.api.v1.DeleteFederatedServiceRequest
+	(*DeleteFederatedServiceResponse)(nil),  // 66: peloton.api.v1.DeleteFederatedServiceResponse
+	nil,                                     // 67: peloton.api.v1.Cluster.LabelsEntry
+	nil,                                     // 68: peloton.api.v1.RegisterClusterRequest.LabelsEntry
+	nil,                                     // 69: peloton.api.v1.FederatedPoolPlacement.WeightsEntry
+	nil,                                     // 70: peloton.api.v1.FederatedJobPlacement.ClusterSelectorEntry
+	nil,                                     // 71: peloton.api.v1.ClusterShare.SelectorEntry
+	nil,                                     // 72: peloton.api.v1.CreateFederatedServiceResponse.SplitEntry
+	(*timestamppb.Timestamp)(nil),           // 73: google.protobuf.Timestamp
+	(*Resources)(nil),                       // 74: peloton.api.v1.Resources
+	(*PoolSpec)(nil),                        // 75: peloton.api.v1.PoolSpec
+	(*PoolStatus)(nil),                      // 76: peloton.api.v1.PoolStatus
+	(*JobSpec)(nil),                         // 77: peloton.api.v1.JobSpec
+	(*JobStatus)(nil),                       // 78: peloton.api.v1.JobStatus
+	(JobState)(0),                           // 79: peloton.api.v1.JobState
+	(*UpdateSpec)(nil),                      // 80: peloton.api.v1.UpdateSpec
 }
 var file_peloton_api_v1_federation_proto_depIdxs = []int32{
-	54, // 0: peloton.api.v1.Cluster.labels:type_name -> peloton.api.v1.Cluster.LabelsEntry
+	67, // 0: peloton.api.v1.Cluster.labels:type_name -> peloton.api.v1.Cluster.LabelsEntry
 	0,  // 1: peloton.api.v1.Cluster.state:type_name -> peloton.api.v1.ClusterState
 	0,  // 2: peloton.api.v1.Cluster.health:type_name -> peloton.api.v1.ClusterState
-	60, // 3: peloton.api.v1.Cluster.registered_time:type_name -> google.protobuf.Timestamp
-	60, // 4: peloton.api.v1.Cluster.last_seen_time:type_name -> google.protobuf.Timestamp
-	60, // 5: peloton.api.v1.Cluster.state_time:type_name -> google.protobuf.Timestamp
-	61, // 6: peloton.api.v1.Cluster.capacity:type_name -> peloton.api.v1.Resources
-	61, // 7: peloton.api.v1.Cluster.allocation:type_name -> peloton.api.v1.Resources
-	55, // 8: peloton.api.v1.RegisterClusterRequest.labels:type_name -> peloton.api.v1.RegisterClusterRequest.LabelsEntry
-	2,  // 9: peloton.api.v1.RegisterClusterResponse.cluster:type_name -> peloton.api.v1.Cluster
-	2,  // 10: peloton.api.v1.GetClusterResponse.cluster:type_name -> peloton.api.v1.Cluster
-	2,  // 11: peloton.api.v1.ListClustersResponse.clusters:type_name -> peloton.api.v1.Cluster
-	2,  // 12: peloton.api.v1.CordonClusterResponse.cluster:type_name -> peloton.api.v1.Cluster
-	2,  // 13: peloton.api.v1.UncordonClusterResponse.cluster:type_name -> peloton.api.v1.Cluster
-	56, // 14: peloton.api.v1.FederatedPoolPlacement.weights:type_name -> peloton.api.v1.FederatedPoolPlacement.WeightsEntry
-	61, // 15: peloton.api.v1.FederatedPoolSpec.reservation:type_name -> peloton.api.v1.Resources
-	61, // 16: peloton.api.v1.FederatedPoolSpec.limit:type_name -> peloton.api.v1.Resources
-	61, // 17: peloton.api.v1.FederatedPoolSpec.share:type_name -> peloton.api.v1.Resources
-	15, // 18: peloton.api.v1.FederatedPoolSpec.placement:type_name -> peloton.api.v1.FederatedPoolPlacement
-	62, // 19: peloton.api.v1.FederatedPoolCluster.desired:type_name -> peloton.api.v1.PoolSpec
-	62, // 20: peloton.api.v1.FederatedPoolCluster.actual:type_name -> peloton.api.v1.PoolSpec
-	63, // 21: peloton.api.v1.FederatedPoolCluster.status:type_name -> peloton.api.v1.PoolStatus
-	16, // 22: peloton.api.v1.FederatedPool.spec:type_name -> peloton.api.v1.FederatedPoolSpec
-	17, // 23: peloton.api.v1.FederatedPool.clusters:type_name -> peloton.api.v1.FederatedPoolCluster
-	63, // 24: peloton.api.v1.FederatedPool.total:type_name -> peloton.api.v1.PoolStatus
-	16, // 25: peloton.api.v1.CreateFederatedPoolRequest.spec:type_name -> peloton.api.v1.FederatedPoolSpec
-	18, // 26: peloton.api.v1.CreateFederatedPoolResponse.pool:type_name -> peloton.api.v1.FederatedPool
-	18, // 27: peloton.api.v1.GetFederatedPoolResponse.pool:type_name -> peloton.api.v1.FederatedPool
-	16, // 28: peloton.api.v1.UpdateFederatedPoolRequest.spec:type_name -> peloton.api.v1.FederatedPoolSpec
-	18, // 29: peloton.api.v1.UpdateFederatedPoolResponse.pool:type_name -> peloton.api.v1.FederatedPool
-	18, // 30: peloton.api.v1.ListFederatedPoolsResponse.pools:type_name -> peloton.api.v1.FederatedPool
-	57, // 31: peloton.api.v1.FederatedJobPlacement.cluster_selector:type_name -> peloton.api.v1.FederatedJobPlacement.ClusterSelectorEntry
-	64, // 32: peloton.api.v1.FederatedJobSpec.job:type_name -> peloton.api.v1.JobSpec
-	29, // 33: peloton.api.v1.FederatedJobSpec.placement:type_name -> peloton.api.v1.FederatedJobPlacement
-	60, // 34: peloton.api.v1.FederatedJobAttempt.dispatch_time:type_name -> google.protobuf.Timestamp
-	30, // 35: peloton.api.v1.FederatedJob.spec:type_name -> peloton.api.v1.FederatedJobSpec
+	73, // 3: peloton.api.v1.Cluster.registered_time:type_name -> google.protobuf.Timestamp
+	73, // 4: peloton.api.v1.Cluster.last_seen_time:type_name -> google.protobuf.Timestamp
+	73, // 5: peloton.api.v1.Cluster.state_time:type_name -> google.protobuf.Timestamp
+	74, // 6: peloton.api.v1.Cluster.capacity:type_name -> peloton.api.v1.Resources
+	74, // 7: peloton.api.v1.Cluster.allocation:type_name -> peloton.api.v1.Resources
+	68, // 8: peloton.api.v1.RegisterClusterRequest.labels:type_name -> peloton.api.v1.RegisterClusterRequest.LabelsEntry
+	4,  // 9: peloton.api.v1.RegisterClusterResponse.cluster:type_name -> peloton.api.v1.Cluster
+	4,  // 10: peloton.api.v1.GetClusterResponse.cluster:type_name -> peloton.api.v1.Cluster
+	4,  // 11: peloton.api.v1.ListClustersResponse.clusters:type_name -> peloton.api.v1.Cluster
+	4,  // 12: peloton.api.v1.CordonClusterResponse.cluster:type_name -> peloton.api.v1.Cluster
+	4,  // 13: peloton.api.v1.UncordonClusterResponse.cluster:type_name -> peloton.api.v1.Cluster
+	69, // 14: peloton.api.v1.FederatedPoolPlacement.weights:type_name -> peloton.api.v1.FederatedPoolPlacement.WeightsEntry
+	74, // 15: peloton.api.v1.FederatedPoolSpec.reservation:type_name -> peloton.api.v1.Resources
+	74, // 16: peloton.api.v1.FederatedPoolSpec.limit:type_name -> peloton.api.v1.Resources
+	74, // 17: peloton.api.v1.FederatedPoolSpec.share:type_name -> peloton.api.v1.Resources
+	17, // 18: peloton.api.v1.FederatedPoolSpec.placement:type_name -> peloton.api.v1.FederatedPoolPlacement
+	75, // 19: peloton.api.v1.FederatedPoolCluster.desired:type_name -> peloton.api.v1.PoolSpec
+	75, // 20: peloton.api.v1.FederatedPoolCluster.actual:type_name -> peloton.api.v1.PoolSpec
+	76, // 21: peloton.api.v1.FederatedPoolCluster.status:type_name -> peloton.api.v1.PoolStatus
+	18, // 22: peloton.api.v1.FederatedPool.spec:type_name -> peloton.api.v1.FederatedPoolSpec
+	19, // 23: peloton.api.v1.FederatedPool.clusters:type_name -> peloton.api.v1.FederatedPoolCluster
+	76, // 24: peloton.api.v1.FederatedPool.total:type_name -> peloton.api.v1.PoolStatus
+	18, // 25: peloton.api.v1.CreateFederatedPoolRequest.spec:type_name -> peloton.api.v1.FederatedPoolSpec
+	20, // 26: peloton.api.v1.CreateFederatedPoolResponse.pool:type_name -> peloton.api.v1.FederatedPool
+	20, // 27: peloton.api.v1.GetFederatedPoolResponse.pool:type_name -> peloton.api.v1.FederatedPool
+	18, // 28: peloton.api.v1.UpdateFederatedPoolRequest.spec:type_name -> peloton.api.v1.FederatedPoolSpec
+	20, // 29: peloton.api.v1.UpdateFederatedPoolResponse.pool:type_name -> peloton.api.v1.FederatedPool
+	20, // 30: peloton.api.v1.ListFederatedPoolsResponse.pools:type_name -> peloton.api.v1.FederatedPool
+	70, // 31: peloton.api.v1.FederatedJobPlacement.cluster_selector:type_name -> peloton.api.v1.FederatedJobPlacement.ClusterSelectorEntry
+	77, // 32: peloton.api.v1.FederatedJobSpec.job:type_name -> peloton.api.v1.JobSpec
+	31, // 33: peloton.api.v1.FederatedJobSpec.placement:type_name -> peloton.api.v1.FederatedJobPlacement
+	73, // 34: peloton.api.v1.FederatedJobAttempt.dispatch_time:type_name -> google.protobuf.Timestamp
+	32, // 35: peloton.api.v1.FederatedJob.spec:type_name -> peloton.api.v1.FederatedJobSpec
 	1,  // 36: peloton.api.v1.FederatedJob.dispatch_state:type_name -> peloton.api.v1.DispatchState
-	65, // 37: peloton.api.v1.FederatedJob.status:type_name -> peloton.api.v1.JobStatus
-	31, // 38: peloton.api.v1.FederatedJob.attempts:type_name -> peloton.api.v1.FederatedJobAttempt
-	60, // 39: peloton.api.v1.FederatedJob.create_time:type_name -> google.protobuf.Timestamp
-	30, // 40: peloton.api.v1.CreateFederatedJobRequest.spec:type_name -> peloton.api.v1.FederatedJobSpec
-	32, // 41: peloton.api.v1.GetFederatedJobResponse.job:type_name -> peloton.api.v1.FederatedJob
-	32, // 42: peloton.api.v1.ListFederatedJobsResponse.jobs:type_name -> peloton.api.v1.FederatedJob
-	58, // 43: peloton.api.v1.ClusterShare.selector:type_name -> peloton.api.v1.ClusterShare.SelectorEntry
-	41, // 44: peloton.api.v1.ServicePlacement.clusters:type_name -> peloton.api.v1.ClusterShare
-	64, // 45: peloton.api.v1.FederatedServiceSpec.job:type_name -> peloton.api.v1.JobSpec
-	42, // 46: peloton.api.v1.FederatedServiceSpec.placement:type_name -> peloton.api.v1.ServicePlacement
-	66, // 47: peloton.api.v1.ServiceCluster.state:type_name -> peloton.api.v1.JobState
-	43, // 48: peloton.api.v1.FederatedService.spec:type_name -> peloton.api.v1.FederatedServiceSpec
-	60, // 49: peloton.api.v1.FederatedService.create_time:type_name -> google.protobuf.Timestamp
-	44, // 50: peloton.api.v1.FederatedService.clusters:type_name -> peloton.api.v1.ServiceCluster
-	43, // 51: peloton.api.v1.CreateFederatedServiceRequest.spec:type_name -> peloton.api.v1.FederatedServiceSpec
-	59, // 52: peloton.api.v1.CreateFederatedServiceResponse.split:type_name -> peloton.api.v1.CreateFederatedServiceResponse.SplitEntry
-	45, // 53: peloton.api.v1.GetFederatedServiceResponse.service:type_name -> peloton.api.v1.FederatedService
-	45, // 54: peloton.api.v1.ListFederatedServicesResponse.services:type_name -> peloton.api.v1.FederatedService
-	3,  // 55: peloton.api.v1.ClusterService.RegisterCluster:input_type -> peloton.api.v1.RegisterClusterRequest
-	5,  // 56: peloton.api.v1.ClusterService.DeregisterCluster:input_type -> peloton.api.v1.DeregisterClusterRequest
-	7,  // 57: peloton.api.v1.ClusterService.GetCluster:input_type -> peloton.api.v1.GetClusterRequest
-	9,  // 58: peloton.api.v1.ClusterService.ListClusters:input_type -> peloton.api.v1.ListClustersRequest
-	11, // 59: peloton.api.v1.ClusterService.CordonCluster:input_type -> peloton.api.v1.CordonClusterRequest
-	13, // 60: peloton.api.v1.ClusterService.UncordonCluster:input_type -> peloton.api.v1.UncordonClusterRequest
-	19, // 61: peloton.api.v1.FederatedPoolService.CreateFederatedPool:input_type -> peloton.api.v1.CreateFederatedPoolRequest
-	21, // 62: peloton.api.v1.FederatedPoolService.GetFederatedPool:input_type -> peloton.api.v1.GetFederatedPoolRequest
-	23, // 63: peloton.api.v1.FederatedPoolService.UpdateFederatedPool:input_type -> peloton.api.v1.UpdateFederatedPoolRequest
-	25, // 64: peloton.api.v1.FederatedPoolService.DeleteFederatedPool:input_type -> peloton.api.v1.DeleteFederatedPoolRequest
-	27, // 65: peloton.api.v1.FederatedPoolService.ListFederatedPools:input_type -> peloton.api.v1.ListFederatedPoolsRequest
-	33, // 66: peloton.api.v1.FederatedJobService.CreateFederatedJob:input_type -> peloton.api.v1.CreateFederatedJobRequest
-	35, // 67: peloton.api.v1.FederatedJobService.GetFederatedJob:input_type -> peloton.api.v1.GetFederatedJobRequest
-	37, // 68: peloton.api.v1.FederatedJobService.ListFederatedJobs:input_type -> peloton.api.v1.ListFederatedJobsRequest
-	39, // 69: peloton.api.v1.FederatedJobService.KillFederatedJob:input_type -> peloton.api.v1.KillFederatedJobRequest
-	46, // 70: peloton.api.v1.FederatedServiceService.CreateFederatedService:input_type -> peloton.api.v1.CreateFederatedServiceRequest
-	48, // 71: peloton.api.v1.FederatedServiceService.GetFederatedService:input_type -> peloton.api.v1.GetFederatedServiceRequest
-	50, // 72: peloton.api.v1.FederatedServiceService.ListFederatedServices:input_type -> peloton.api.v1.ListFederatedServicesRequest
-	52, // 73: peloton.api.v1.FederatedServiceService.DeleteFederatedService:input_type -> peloton.api.v1.DeleteFederatedServiceRequest
-	4,  // 74: peloton.api.v1.ClusterService.RegisterCluster:output_type -> peloton.api.v1.RegisterClusterResponse
-	6,  // 75: peloton.api.v1.ClusterService.DeregisterCluster:output_type -> peloton.api.v1.DeregisterClusterResponse
-	8,  // 76: peloton.api.v1.ClusterService.GetCluster:output_type -> peloton.api.v1.GetClusterResponse
-	10, // 77: peloton.api.v1.ClusterService.ListClusters:output_type -> peloton.api.v1.ListClustersResponse
-	12, // 78: peloton.api.v1.ClusterService.CordonCluster:output_type -> peloton.api.v1.CordonClusterResponse
-	14, // 79: peloton.api.v1.ClusterService.UncordonCluster:output_type -> peloton.api.v1.UncordonClusterResponse
-	20, // 80: peloton.api.v1.FederatedPoolService.CreateFederatedPool:output_type -> peloton.api.v1.CreateFederatedPoolResponse
-	22, // 81: peloton.api.v1.FederatedPoolService.GetFederatedPool:output_type -> peloton.api.v1.GetFederatedPoolResponse
-	24, // 82: peloton.api.v1.FederatedPoolService.UpdateFederatedPool:output_type -> peloton.api.v1.UpdateFederatedPoolResponse
-	26, // 83: peloton.api.v1.FederatedPoolService.DeleteFederatedPool:output_type -> peloton.api.v1.DeleteFederatedPoolResponse
-	28, // 84: peloton.api.v1.FederatedPoolService.ListFederatedPools:output_type -> peloton.api.v1.ListFederatedPoolsResponse
-	34, // 85: peloton.api.v1.FederatedJobService.CreateFederatedJob:output_type -> peloton.api.v1.CreateFederatedJobResponse
-	36, // 86: peloton.api.v1.FederatedJobService.GetFederatedJob:output_type -> peloton.api.v1.GetFederatedJobResponse
-	38, // 87: peloton.api.v1.FederatedJobService.ListFederatedJobs:output_type -> peloton.api.v1.ListFederatedJobsResponse
-	40, // 88: peloton.api.v1.FederatedJobService.KillFederatedJob:output_type -> peloton.api.v1.KillFederatedJobResponse
-	47, // 89: peloton.api.v1.FederatedServiceService.CreateFederatedService:output_type -> peloton.api.v1.CreateFederatedServiceResponse
-	49, // 90: peloton.api.v1.FederatedServiceService.GetFederatedService:output_type -> peloton.api.v1.GetFederatedServiceResponse
-	51, // 91: peloton.api.v1.FederatedServiceService.ListFederatedServices:output_type -> peloton.api.v1.ListFederatedServicesResponse
-	53, // 92: peloton.api.v1.FederatedServiceService.DeleteFederatedService:output_type -> peloton.api.v1.DeleteFederatedServiceResponse
-	74, // [74:93] is the sub-list for method output_type
-	55, // [55:74] is the sub-list for method input_type
-	55, // [55:55] is the sub-list for extension type_name
-	55, // [55:55] is the sub-list for extension extendee
-	0,  // [0:55] is the sub-list for field type_name
+	78, // 37: peloton.api.v1.FederatedJob.status:type_name -> peloton.api.v1.JobStatus
+	33, // 38: peloton.api.v1.FederatedJob.attempts:type_name -> peloton.api.v1.FederatedJobAttempt
+	73, // 39: peloton.api.v1.FederatedJob.create_time:type_name -> google.protobuf.Timestamp
+	32, // 40: peloton.api.v1.CreateFederatedJobRequest.spec:type_name -> peloton.api.v1.FederatedJobSpec
+	34, // 41: peloton.api.v1.GetFederatedJobResponse.job:type_name -> peloton.api.v1.FederatedJob
+	34, // 42: peloton.api.v1.ListFederatedJobsResponse.jobs:type_name -> peloton.api.v1.FederatedJob
+	71, // 43: peloton.api.v1.ClusterShare.selector:type_name -> peloton.api.v1.ClusterShare.SelectorEntry
+	43, // 44: peloton.api.v1.ServicePlacement.clusters:type_name -> peloton.api.v1.ClusterShare
+	77, // 45: peloton.api.v1.FederatedServiceSpec.job:type_name -> peloton.api.v1.JobSpec
+	44, // 46: peloton.api.v1.FederatedServiceSpec.placement:type_name -> peloton.api.v1.ServicePlacement
+	79, // 47: peloton.api.v1.ServiceCluster.state:type_name -> peloton.api.v1.JobState
+	80, // 48: peloton.api.v1.RolloutSpec.update:type_name -> peloton.api.v1.UpdateSpec
+	3,  // 49: peloton.api.v1.RolloutStep.state:type_name -> peloton.api.v1.RolloutStepState
+	73, // 50: peloton.api.v1.RolloutStep.start_time:type_name -> google.protobuf.Timestamp
+	73, // 51: peloton.api.v1.RolloutStep.end_time:type_name -> google.protobuf.Timestamp
+	47, // 52: peloton.api.v1.ServiceRollout.spec:type_name -> peloton.api.v1.RolloutSpec
+	2,  // 53: peloton.api.v1.ServiceRollout.state:type_name -> peloton.api.v1.RolloutState
+	48, // 54: peloton.api.v1.ServiceRollout.steps:type_name -> peloton.api.v1.RolloutStep
+	73, // 55: peloton.api.v1.ServiceRollout.create_time:type_name -> google.protobuf.Timestamp
+	73, // 56: peloton.api.v1.ServiceRollout.end_time:type_name -> google.protobuf.Timestamp
+	77, // 57: peloton.api.v1.ServiceVersion.job:type_name -> peloton.api.v1.JobSpec
+	73, // 58: peloton.api.v1.ServiceVersion.create_time:type_name -> google.protobuf.Timestamp
+	45, // 59: peloton.api.v1.FederatedService.spec:type_name -> peloton.api.v1.FederatedServiceSpec
+	73, // 60: peloton.api.v1.FederatedService.create_time:type_name -> google.protobuf.Timestamp
+	46, // 61: peloton.api.v1.FederatedService.clusters:type_name -> peloton.api.v1.ServiceCluster
+	50, // 62: peloton.api.v1.FederatedService.versions:type_name -> peloton.api.v1.ServiceVersion
+	49, // 63: peloton.api.v1.FederatedService.rollout:type_name -> peloton.api.v1.ServiceRollout
+	49, // 64: peloton.api.v1.FederatedService.history:type_name -> peloton.api.v1.ServiceRollout
+	45, // 65: peloton.api.v1.CreateFederatedServiceRequest.spec:type_name -> peloton.api.v1.FederatedServiceSpec
+	72, // 66: peloton.api.v1.CreateFederatedServiceResponse.split:type_name -> peloton.api.v1.CreateFederatedServiceResponse.SplitEntry
+	51, // 67: peloton.api.v1.GetFederatedServiceResponse.service:type_name -> peloton.api.v1.FederatedService
+	51, // 68: peloton.api.v1.ListFederatedServicesResponse.services:type_name -> peloton.api.v1.FederatedService
+	77, // 69: peloton.api.v1.UpdateFederatedServiceRequest.job:type_name -> peloton.api.v1.JobSpec
+	47, // 70: peloton.api.v1.UpdateFederatedServiceRequest.rollout:type_name -> peloton.api.v1.RolloutSpec
+	51, // 71: peloton.api.v1.UpdateFederatedServiceResponse.service:type_name -> peloton.api.v1.FederatedService
+	51, // 72: peloton.api.v1.FederatedServiceRolloutResponse.service:type_name -> peloton.api.v1.FederatedService
+	5,  // 73: peloton.api.v1.ClusterService.RegisterCluster:input_type -> peloton.api.v1.RegisterClusterRequest
+	7,  // 74: peloton.api.v1.ClusterService.DeregisterCluster:input_type -> peloton.api.v1.DeregisterClusterRequest
+	9,  // 75: peloton.api.v1.ClusterService.GetCluster:input_type -> peloton.api.v1.GetClusterRequest
+	11, // 76: peloton.api.v1.ClusterService.ListClusters:input_type -> peloton.api.v1.ListClustersRequest
+	13, // 77: peloton.api.v1.ClusterService.CordonCluster:input_type -> peloton.api.v1.CordonClusterRequest
+	15, // 78: peloton.api.v1.ClusterService.UncordonCluster:input_type -> peloton.api.v1.UncordonClusterRequest
+	21, // 79: peloton.api.v1.FederatedPoolService.CreateFederatedPool:input_type -> peloton.api.v1.CreateFederatedPoolRequest
+	23, // 80: peloton.api.v1.FederatedPoolService.GetFederatedPool:input_type -> peloton.api.v1.GetFederatedPoolRequest
+	25, // 81: peloton.api.v1.FederatedPoolService.UpdateFederatedPool:input_type -> peloton.api.v1.UpdateFederatedPoolRequest
+	27, // 82: peloton.api.v1.FederatedPoolService.DeleteFederatedPool:input_type -> peloton.api.v1.DeleteFederatedPoolRequest
+	29, // 83: peloton.api.v1.FederatedPoolService.ListFederatedPools:input_type -> peloton.api.v1.ListFederatedPoolsRequest
+	35, // 84: peloton.api.v1.FederatedJobService.CreateFederatedJob:input_type -> peloton.api.v1.CreateFederatedJobRequest
+	37, // 85: peloton.api.v1.FederatedJobService.GetFederatedJob:input_type -> peloton.api.v1.GetFederatedJobRequest
+	39, // 86: peloton.api.v1.FederatedJobService.ListFederatedJobs:input_type -> peloton.api.v1.ListFederatedJobsRequest
+	41, // 87: peloton.api.v1.FederatedJobService.KillFederatedJob:input_type -> peloton.api.v1.KillFederatedJobRequest
+	52, // 88: peloton.api.v1.FederatedServiceService.CreateFederatedService:input_type -> peloton.api.v1.CreateFederatedServiceRequest
+	54, // 89: peloton.api.v1.FederatedServiceService.GetFederatedService:input_type -> peloton.api.v1.GetFederatedServiceRequest
+	56, // 90: peloton.api.v1.FederatedServiceService.ListFederatedServices:input_type -> peloton.api.v1.ListFederatedServicesRequest
+	65, // 91: peloton.api.v1.FederatedServiceService.DeleteFederatedService:input_type -> peloton.api.v1.DeleteFederatedServiceRequest
+	58, // 92: peloton.api.v1.FederatedServiceService.UpdateFederatedService:input_type -> peloton.api.v1.UpdateFederatedServiceRequest
+	60, // 93: peloton.api.v1.FederatedServiceService.PauseFederatedService:input_type -> peloton.api.v1.PauseFederatedServiceRequest
+	61, // 94: peloton.api.v1.FederatedServiceService.ResumeFederatedService:input_type -> peloton.api.v1.ResumeFederatedServiceRequest
+	62, // 95: peloton.api.v1.FederatedServiceService.AbortFederatedService:input_type -> peloton.api.v1.AbortFederatedServiceRequest
+	63, // 96: peloton.api.v1.FederatedServiceService.RollbackFederatedService:input_type -> peloton.api.v1.RollbackFederatedServiceRequest
+	6,  // 97: peloton.api.v1.ClusterService.RegisterCluster:output_type -> peloton.api.v1.RegisterClusterResponse
+	8,  // 98: peloton.api.v1.ClusterService.DeregisterCluster:output_type -> peloton.api.v1.DeregisterClusterResponse
+	10, // 99: peloton.api.v1.ClusterService.GetCluster:output_type -> peloton.api.v1.GetClusterResponse
+	12, // 100: peloton.api.v1.ClusterService.ListClusters:output_type -> peloton.api.v1.ListClustersResponse
+	14, // 101: peloton.api.v1.ClusterService.CordonCluster:output_type -> peloton.api.v1.CordonClusterResponse
+	16, // 102: peloton.api.v1.ClusterService.UncordonCluster:output_type -> peloton.api.v1.UncordonClusterResponse
+	22, // 103: peloton.api.v1.FederatedPoolService.CreateFederatedPool:output_type -> peloton.api.v1.CreateFederatedPoolResponse
+	24, // 104: peloton.api.v1.FederatedPoolService.GetFederatedPool:output_type -> peloton.api.v1.GetFederatedPoolResponse
+	26, // 105: peloton.api.v1.FederatedPoolService.UpdateFederatedPool:output_type -> peloton.api.v1.UpdateFederatedPoolResponse
+	28, // 106: peloton.api.v1.FederatedPoolService.DeleteFederatedPool:output_type -> peloton.api.v1.DeleteFederatedPoolResponse
+	30, // 107: peloton.api.v1.FederatedPoolService.ListFederatedPools:output_type -> peloton.api.v1.ListFederatedPoolsResponse
+	36, // 108: peloton.api.v1.FederatedJobService.CreateFederatedJob:output_type -> peloton.api.v1.CreateFederatedJobResponse
+	38, // 109: peloton.api.v1.FederatedJobService.GetFederatedJob:output_type -> peloton.api.v1.GetFederatedJobResponse
+	40, // 110: peloton.api.v1.FederatedJobService.ListFederatedJobs:output_type -> peloton.api.v1.ListFederatedJobsResponse
+	42, // 111: peloton.api.v1.FederatedJobService.KillFederatedJob:output_type -> peloton.api.v1.KillFederatedJobResponse
+	53, // 112: peloton.api.v1.FederatedServiceService.CreateFederatedService:output_type -> peloton.api.v1.CreateFederatedServiceResponse
+	55, // 113: peloton.api.v1.FederatedServiceService.GetFederatedService:output_type -> peloton.api.v1.GetFederatedServiceResponse
+	57, // 114: peloton.api.v1.FederatedServiceService.ListFederatedServices:output_type -> peloton.api.v1.ListFederatedServicesResponse
+	66, // 115: peloton.api.v1.FederatedServiceService.DeleteFederatedService:output_type -> peloton.api.v1.DeleteFederatedServiceResponse
+	59, // 116: peloton.api.v1.FederatedServiceService.UpdateFederatedService:output_type -> peloton.api.v1.UpdateFederatedServiceResponse
+	64, // 117: peloton.api.v1.FederatedServiceService.PauseFederatedService:output_type -> peloton.api.v1.FederatedServiceRolloutResponse
+	64, // 118: peloton.api.v1.FederatedServiceService.ResumeFederatedService:output_type -> peloton.api.v1.FederatedServiceRolloutResponse
+	64, // 119: peloton.api.v1.FederatedServiceService.AbortFederatedService:output_type -> peloton.api.v1.FederatedServiceRolloutResponse
+	64, // 120: peloton.api.v1.FederatedServiceService.RollbackFederatedService:output_type -> peloton.api.v1.FederatedServiceRolloutResponse
+	97, // [97:121] is the sub-list for method output_type
+	73, // [73:97] is the sub-list for method input_type
+	73, // [73:73] is the sub-list for extension type_name
+	73, // [73:73] is the sub-list for extension extendee
+	0,  // [0:73] is the sub-list for field type_name
 }
 
 func init() { file_peloton_api_v1_federation_proto_init() }
@@ -3567,8 +4608,8 @@ func file_peloton_api_v1_federation_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_peloton_api_v1_federation_proto_rawDesc), len(file_peloton_api_v1_federation_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   58,
+			NumEnums:      4,
+			NumMessages:   69,
 			NumExtensions: 0,
 			NumServices:   4,
 		},

@@ -798,10 +798,15 @@ var FederatedJobService_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	FederatedServiceService_CreateFederatedService_FullMethodName = "/peloton.api.v1.FederatedServiceService/CreateFederatedService"
-	FederatedServiceService_GetFederatedService_FullMethodName    = "/peloton.api.v1.FederatedServiceService/GetFederatedService"
-	FederatedServiceService_ListFederatedServices_FullMethodName  = "/peloton.api.v1.FederatedServiceService/ListFederatedServices"
-	FederatedServiceService_DeleteFederatedService_FullMethodName = "/peloton.api.v1.FederatedServiceService/DeleteFederatedService"
+	FederatedServiceService_CreateFederatedService_FullMethodName   = "/peloton.api.v1.FederatedServiceService/CreateFederatedService"
+	FederatedServiceService_GetFederatedService_FullMethodName      = "/peloton.api.v1.FederatedServiceService/GetFederatedService"
+	FederatedServiceService_ListFederatedServices_FullMethodName    = "/peloton.api.v1.FederatedServiceService/ListFederatedServices"
+	FederatedServiceService_DeleteFederatedService_FullMethodName   = "/peloton.api.v1.FederatedServiceService/DeleteFederatedService"
+	FederatedServiceService_UpdateFederatedService_FullMethodName   = "/peloton.api.v1.FederatedServiceService/UpdateFederatedService"
+	FederatedServiceService_PauseFederatedService_FullMethodName    = "/peloton.api.v1.FederatedServiceService/PauseFederatedService"
+	FederatedServiceService_ResumeFederatedService_FullMethodName   = "/peloton.api.v1.FederatedServiceService/ResumeFederatedService"
+	FederatedServiceService_AbortFederatedService_FullMethodName    = "/peloton.api.v1.FederatedServiceService/AbortFederatedService"
+	FederatedServiceService_RollbackFederatedService_FullMethodName = "/peloton.api.v1.FederatedServiceService/RollbackFederatedService"
 )
 
 // FederatedServiceServiceClient is the client API for FederatedServiceService service.
@@ -815,6 +820,14 @@ type FederatedServiceServiceClient interface {
 	GetFederatedService(ctx context.Context, in *GetFederatedServiceRequest, opts ...grpc.CallOption) (*GetFederatedServiceResponse, error)
 	ListFederatedServices(ctx context.Context, in *ListFederatedServicesRequest, opts ...grpc.CallOption) (*ListFederatedServicesResponse, error)
 	DeleteFederatedService(ctx context.Context, in *DeleteFederatedServiceRequest, opts ...grpc.CallOption) (*DeleteFederatedServiceResponse, error)
+	// A new spec, rolled out cluster by cluster.
+	UpdateFederatedService(ctx context.Context, in *UpdateFederatedServiceRequest, opts ...grpc.CallOption) (*UpdateFederatedServiceResponse, error)
+	PauseFederatedService(ctx context.Context, in *PauseFederatedServiceRequest, opts ...grpc.CallOption) (*FederatedServiceRolloutResponse, error)
+	ResumeFederatedService(ctx context.Context, in *ResumeFederatedServiceRequest, opts ...grpc.CallOption) (*FederatedServiceRolloutResponse, error)
+	AbortFederatedService(ctx context.Context, in *AbortFederatedServiceRequest, opts ...grpc.CallOption) (*FederatedServiceRolloutResponse, error)
+	// Return every cluster the current rollout updated (or is updating) to
+	// the spec before it, newest first.
+	RollbackFederatedService(ctx context.Context, in *RollbackFederatedServiceRequest, opts ...grpc.CallOption) (*FederatedServiceRolloutResponse, error)
 }
 
 type federatedServiceServiceClient struct {
@@ -865,6 +878,56 @@ func (c *federatedServiceServiceClient) DeleteFederatedService(ctx context.Conte
 	return out, nil
 }
 
+func (c *federatedServiceServiceClient) UpdateFederatedService(ctx context.Context, in *UpdateFederatedServiceRequest, opts ...grpc.CallOption) (*UpdateFederatedServiceResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UpdateFederatedServiceResponse)
+	err := c.cc.Invoke(ctx, FederatedServiceService_UpdateFederatedService_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *federatedServiceServiceClient) PauseFederatedService(ctx context.Context, in *PauseFederatedServiceRequest, opts ...grpc.CallOption) (*FederatedServiceRolloutResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(FederatedServiceRolloutResponse)
+	err := c.cc.Invoke(ctx, FederatedServiceService_PauseFederatedService_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *federatedServiceServiceClient) ResumeFederatedService(ctx context.Context, in *ResumeFederatedServiceRequest, opts ...grpc.CallOption) (*FederatedServiceRolloutResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(FederatedServiceRolloutResponse)
+	err := c.cc.Invoke(ctx, FederatedServiceService_ResumeFederatedService_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *federatedServiceServiceClient) AbortFederatedService(ctx context.Context, in *AbortFederatedServiceRequest, opts ...grpc.CallOption) (*FederatedServiceRolloutResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(FederatedServiceRolloutResponse)
+	err := c.cc.Invoke(ctx, FederatedServiceService_AbortFederatedService_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *federatedServiceServiceClient) RollbackFederatedService(ctx context.Context, in *RollbackFederatedServiceRequest, opts ...grpc.CallOption) (*FederatedServiceRolloutResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(FederatedServiceRolloutResponse)
+	err := c.cc.Invoke(ctx, FederatedServiceService_RollbackFederatedService_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // FederatedServiceServiceServer is the server API for FederatedServiceService service.
 // All implementations must embed UnimplementedFederatedServiceServiceServer
 // for forward compatibility.
@@ -876,6 +939,14 @@ type FederatedServiceServiceServer interface {
 	GetFederatedService(context.Context, *GetFederatedServiceRequest) (*GetFederatedServiceResponse, error)
 	ListFederatedServices(context.Context, *ListFederatedServicesRequest) (*ListFederatedServicesResponse, error)
 	DeleteFederatedService(context.Context, *DeleteFederatedServiceRequest) (*DeleteFederatedServiceResponse, error)
+	// A new spec, rolled out cluster by cluster.
+	UpdateFederatedService(context.Context, *UpdateFederatedServiceRequest) (*UpdateFederatedServiceResponse, error)
+	PauseFederatedService(context.Context, *PauseFederatedServiceRequest) (*FederatedServiceRolloutResponse, error)
+	ResumeFederatedService(context.Context, *ResumeFederatedServiceRequest) (*FederatedServiceRolloutResponse, error)
+	AbortFederatedService(context.Context, *AbortFederatedServiceRequest) (*FederatedServiceRolloutResponse, error)
+	// Return every cluster the current rollout updated (or is updating) to
+	// the spec before it, newest first.
+	RollbackFederatedService(context.Context, *RollbackFederatedServiceRequest) (*FederatedServiceRolloutResponse, error)
 	mustEmbedUnimplementedFederatedServiceServiceServer()
 }
 
@@ -897,6 +968,21 @@ func (UnimplementedFederatedServiceServiceServer) ListFederatedServices(context.
 }
 func (UnimplementedFederatedServiceServiceServer) DeleteFederatedService(context.Context, *DeleteFederatedServiceRequest) (*DeleteFederatedServiceResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeleteFederatedService not implemented")
+}
+func (UnimplementedFederatedServiceServiceServer) UpdateFederatedService(context.Context, *UpdateFederatedServiceRequest) (*UpdateFederatedServiceResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method UpdateFederatedService not implemented")
+}
+func (UnimplementedFederatedServiceServiceServer) PauseFederatedService(context.Context, *PauseFederatedServiceRequest) (*FederatedServiceRolloutResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PauseFederatedService not implemented")
+}
+func (UnimplementedFederatedServiceServiceServer) ResumeFederatedService(context.Context, *ResumeFederatedServiceRequest) (*FederatedServiceRolloutResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ResumeFederatedService not implemented")
+}
+func (UnimplementedFederatedServiceServiceServer) AbortFederatedService(context.Context, *AbortFederatedServiceRequest) (*FederatedServiceRolloutResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AbortFederatedService not implemented")
+}
+func (UnimplementedFederatedServiceServiceServer) RollbackFederatedService(context.Context, *RollbackFederatedServiceRequest) (*FederatedServiceRolloutResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RollbackFederatedService not implemented")
 }
 func (UnimplementedFederatedServiceServiceServer) mustEmbedUnimplementedFederatedServiceServiceServer() {
 }
@@ -992,6 +1078,96 @@ func _FederatedServiceService_DeleteFederatedService_Handler(srv interface{}, ct
 	return interceptor(ctx, in, info, handler)
 }
 
+func _FederatedServiceService_UpdateFederatedService_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UpdateFederatedServiceRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(FederatedServiceServiceServer).UpdateFederatedService(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: FederatedServiceService_UpdateFederatedService_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(FederatedServiceServiceServer).UpdateFederatedService(ctx, req.(*UpdateFederatedServiceRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _FederatedServiceService_PauseFederatedService_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PauseFederatedServiceRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(FederatedServiceServiceServer).PauseFederatedService(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: FederatedServiceService_PauseFederatedService_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(FederatedServiceServiceServer).PauseFederatedService(ctx, req.(*PauseFederatedServiceRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _FederatedServiceService_ResumeFederatedService_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResumeFederatedServiceRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(FederatedServiceServiceServer).ResumeFederatedService(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: FederatedServiceService_ResumeFederatedService_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(FederatedServiceServiceServer).ResumeFederatedService(ctx, req.(*ResumeFederatedServiceRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _FederatedServiceService_AbortFederatedService_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AbortFederatedServiceRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(FederatedServiceServiceServer).AbortFederatedService(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: FederatedServiceService_AbortFederatedService_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(FederatedServiceServiceServer).AbortFederatedService(ctx, req.(*AbortFederatedServiceRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _FederatedServiceService_RollbackFederatedService_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RollbackFederatedServiceRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(FederatedServiceServiceServer).RollbackFederatedService(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: FederatedServiceService_RollbackFederatedService_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(FederatedServiceServiceServer).RollbackFederatedService(ctx, req.(*RollbackFederatedServiceRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // FederatedServiceService_ServiceDesc is the grpc.ServiceDesc for FederatedServiceService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1014,6 +1190,26 @@ var FederatedServiceService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DeleteFederatedService",
 			Handler:    _FederatedServiceService_DeleteFederatedService_Handler,
+		},
+		{
+			MethodName: "UpdateFederatedService",
+			Handler:    _FederatedServiceService_UpdateFederatedService_Handler,
+		},
+		{
+			MethodName: "PauseFederatedService",
+			Handler:    _FederatedServiceService_PauseFederatedService_Handler,
+		},
+		{
+			MethodName: "ResumeFederatedService",
+			Handler:    _FederatedServiceService_ResumeFederatedService_Handler,
+		},
+		{
+			MethodName: "AbortFederatedService",
+			Handler:    _FederatedServiceService_AbortFederatedService_Handler,
+		},
+		{
+			MethodName: "RollbackFederatedService",
+			Handler:    _FederatedServiceService_RollbackFederatedService_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

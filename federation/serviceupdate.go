@@ -1,0 +1,512 @@
+package federation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/peloton-sched/peloton/internal/apierr"
+	"github.com/peloton-sched/peloton/internal/metrics"
+	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+)
+
+// maxRolloutHistory bounds the earlier rollouts a service keeps.
+const maxRolloutHistory = 10
+
+// UpdateService gives a federated service a new job spec and starts its
+// rollout (see rollout.go). The name, type, pool and placement stay; a new
+// instance count is split over the service's clusters in proportion to
+// their parts.
+func (f *Federation) UpdateService(ctx context.Context, id string, job *pelotonv1.JobSpec, rs *pelotonv1.RolloutSpec, expect uint64) (*pelotonv1.FederatedService, error) {
+	cur, err := f.GetService(id)
+	if err != nil {
+		return nil, err
+	}
+	if job != nil && job.Type == pelotonv1.JobType_JOB_TYPE_UNSPECIFIED {
+		job = proto.Clone(job).(*pelotonv1.JobSpec)
+		job.Type = pelotonv1.JobType_SERVICE
+	}
+	if err := validateServiceJob(job, "job"); err != nil {
+		return nil, err
+	}
+	old := cur.Spec.Job
+	switch {
+	case job.Name != old.Name:
+		return nil, apierr.Invalid("job.name", "cannot change (%s)", old.Name)
+	case job.Pool != old.Pool:
+		return nil, apierr.Invalid("job.pool", "cannot change (%s); a service moves to another pool by a new service", old.Pool)
+	case int(job.InstanceCount) < len(cur.Clusters):
+		return nil, apierr.Invalid("job.instanceCount", "%d is fewer than the service's %d clusters (%s)", job.InstanceCount, len(cur.Clusters), partList(cur.Clusters))
+	}
+	order, err := rolloutOrder(cur.Clusters, rs.GetOrder())
+	if err != nil {
+		return nil, err
+	}
+	var out *pelotonv1.FederatedService
+	err = f.updateService(ctx, id, func(rec *pelotonv1.FederatedService) error {
+		switch {
+		case rec.Deleting:
+			return apierr.FailedPrecondition("federated service %s is being deleted", id)
+		case rolloutActive(rec.Rollout):
+			return apierr.FailedPrecondition("federated service %s has rollout %d %s; pause, abort or roll it back, or wait for it",
+				id, rec.Rollout.Id, rec.Rollout.State)
+		case expect != 0 && rec.SpecVersion != expect:
+			return apierr.Aborted("federated service %s is at spec version %d, not %d", id, rec.SpecVersion, expect)
+		}
+		// The new count over the same clusters, in proportion to their parts.
+		shares := &pelotonv1.ServicePlacement{}
+		var clusters []shareCluster
+		for _, p := range rec.Clusters {
+			shares.Clusters = append(shares.Clusters, &pelotonv1.ClusterShare{Name: p.Cluster, Weight: p.Desired})
+			clusters = append(clusters, shareCluster{name: p.Cluster})
+		}
+		split, err := splitService(job.InstanceCount, shares, clusters)
+		if err != nil {
+			return err
+		}
+		for _, p := range rec.Clusters {
+			if split[p.Cluster] == 0 {
+				return apierr.Invalid("job.instanceCount", "%d leaves cluster %s no instance; every cluster of the service keeps one at least", job.InstanceCount, p.Cluster)
+			}
+		}
+		budgets := splitBudget(max(job.GetSla().GetMaximumUnavailableInstances(), 1), split)
+		now := timestamppb.New(f.opts.Now())
+		from := rec.SpecVersion
+		rec.SpecVersion++
+		rec.Spec.Job = job
+		rec.Versions = append(rec.Versions, &pelotonv1.ServiceVersion{Version: rec.SpecVersion, Job: job, CreateTime: now})
+		r := &pelotonv1.ServiceRollout{FromVersion: from, ToVersion: rec.SpecVersion, Spec: rs, State: pelotonv1.RolloutState_ROLLOUT_ROLLING, CreateTime: now}
+		if r.Spec == nil {
+			r.Spec = &pelotonv1.RolloutSpec{}
+		}
+		if r.Spec.StartPaused {
+			r.State = pelotonv1.RolloutState_ROLLOUT_PAUSED
+			r.Message = "created paused; fed service resume starts it"
+		}
+		if prev := rec.Rollout; prev != nil {
+			r.Id = prev.Id + 1
+			rec.History = append([]*pelotonv1.ServiceRollout{prev}, rec.History...)
+			if len(rec.History) > maxRolloutHistory {
+				rec.History = rec.History[:maxRolloutHistory]
+			}
+		} else {
+			r.Id = 1
+		}
+		for _, name := range order {
+			p := partOf(rec, name)
+			r.Steps = append(r.Steps, &pelotonv1.RolloutStep{Cluster: name, State: pelotonv1.RolloutStepState_STEP_PENDING,
+				Desired: split[name], MaxUnavailable: budgets[name], FromDesired: p.Desired, FromMaxUnavailable: p.MaxUnavailable})
+		}
+		rec.Rollout = r
+		pruneVersions(rec)
+		out = rec
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	f.log.Info("federated service update", "service", id, "version", out.SpecVersion, "rollout", out.Rollout.Id, "order", order)
+	metrics.FederationServices.WithLabelValues("rollout-started").Inc()
+	f.kickRollouts()
+	return f.GetService(id)
+}
+
+// pruneVersions keeps the specs some part runs or may return to: the
+// current one, those of the rollout, and each part's.
+func pruneVersions(rec *pelotonv1.FederatedService) {
+	keep := map[uint64]bool{rec.SpecVersion: true}
+	if r := rec.Rollout; r != nil {
+		keep[r.FromVersion], keep[r.ToVersion] = true, true
+	}
+	for _, p := range rec.Clusters {
+		keep[p.SpecVersion] = true
+	}
+	kept := rec.Versions[:0]
+	for _, v := range rec.Versions {
+		if keep[v.Version] {
+			kept = append(kept, v)
+		}
+	}
+	rec.Versions = kept
+}
+
+// RolloutControl is a user's command to a service's current rollout.
+type RolloutControl int
+
+const (
+	RolloutPause RolloutControl = iota
+	RolloutResume
+	RolloutAbort
+	RolloutRollback
+)
+
+// ControlRollout pauses, resumes, aborts or rolls back a service's current
+// rollout. A command the rollout's state does not allow is
+// FailedPrecondition, naming the state.
+func (f *Federation) ControlRollout(ctx context.Context, id string, c RolloutControl) (*pelotonv1.FederatedService, error) {
+	if _, err := f.GetService(id); err != nil {
+		return nil, err
+	}
+	err := f.updateService(ctx, id, func(rec *pelotonv1.FederatedService) error {
+		r := rec.Rollout
+		if r == nil {
+			return apierr.FailedPrecondition("federated service %s has no rollout (it was never updated)", id)
+		}
+		refuse := func(what string) error {
+			return apierr.FailedPrecondition("rollout %d of federated service %s is %s; %s", r.Id, id, r.State, what)
+		}
+		now := timestamppb.New(f.opts.Now())
+		switch c {
+		case RolloutPause:
+			if r.State != pelotonv1.RolloutState_ROLLOUT_ROLLING {
+				return refuse("only a rolling rollout can be paused")
+			}
+			r.State, r.Message = pelotonv1.RolloutState_ROLLOUT_PAUSED, "paused by the user"
+		case RolloutResume:
+			if r.State != pelotonv1.RolloutState_ROLLOUT_PAUSED {
+				return refuse("only a paused rollout can be resumed")
+			}
+			r.State, r.Message = pelotonv1.RolloutState_ROLLOUT_ROLLING, "resumed by the user"
+		case RolloutAbort:
+			if !rolloutActive(r) {
+				return refuse("only a rollout in progress can be aborted")
+			}
+			r.State, r.Message, r.EndTime = pelotonv1.RolloutState_ROLLOUT_ABORTED, "aborted by the user; clusters keep the spec they run", now
+		case RolloutRollback:
+			switch r.State {
+			case pelotonv1.RolloutState_ROLLOUT_ROLLING_BACK, pelotonv1.RolloutState_ROLLOUT_ROLLED_BACK:
+				return refuse("it is rolled back already")
+			}
+			r.State, r.Message, r.EndTime = pelotonv1.RolloutState_ROLLOUT_ROLLING_BACK, "rolling back at the user's request", nil
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	f.nudgeServiceClusters(id)
+	f.kickRollouts()
+	return f.GetService(id)
+}
+
+func (f *Federation) nudgeServiceClusters(id string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if s := f.services[id]; s != nil {
+		for _, p := range s.rec.Clusters {
+			if m := f.clusters[p.Cluster]; m != nil {
+				m.nudge()
+			}
+		}
+	}
+}
+
+func (f *Federation) kickRollouts() {
+	select {
+	case f.rolloutKick <- struct{}{}:
+	default:
+	}
+}
+
+// rolloutLoop moves every service's rollout along (planRollout), when
+// kicked and every CheckEvery; the steps themselves are carried out by
+// their clusters' workers.
+func (f *Federation) rolloutLoop(ctx context.Context) {
+	t := time.NewTicker(f.opts.CheckEvery)
+	defer t.Stop()
+	for {
+		f.mu.Lock()
+		var ids []string
+		for id, s := range f.services {
+			if st := s.rec.Rollout.GetState(); st == pelotonv1.RolloutState_ROLLOUT_ROLLING || st == pelotonv1.RolloutState_ROLLOUT_ROLLING_BACK {
+				ids = append(ids, id)
+			}
+		}
+		f.mu.Unlock()
+		sort.Strings(ids)
+		for _, id := range ids {
+			if err := f.advanceRollout(ctx, id); err != nil && !errors.Is(err, errSkip) && ctx.Err() == nil {
+				f.log.Warn("cannot move a rollout along; retried", "service", id, "err", err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-f.rolloutKick:
+		}
+	}
+}
+
+// advanceRollout applies planRollout to a service's rollout.
+func (f *Federation) advanceRollout(ctx context.Context, id string) error {
+	changed := false
+	err := f.updateService(ctx, id, func(rec *pelotonv1.FederatedService) error {
+		r := rec.Rollout
+		if r == nil {
+			return errSkip
+		}
+		plan := planRollout(r)
+		if len(plan.start) == 0 && len(plan.rollback) == 0 && plan.state == r.State {
+			return errSkip
+		}
+		now := timestamppb.New(f.opts.Now())
+		for _, i := range plan.start {
+			r.Steps[i].State, r.Steps[i].StartTime, r.Steps[i].Message = pelotonv1.RolloutStepState_STEP_UPDATING, now, "updating"
+		}
+		for _, i := range plan.rollback {
+			r.Steps[i].State, r.Steps[i].Message = pelotonv1.RolloutStepState_STEP_ROLLING_BACK, "rolling back"
+		}
+		if plan.state != r.State {
+			f.log.Info("federated service rollout", "service", id, "rollout", r.Id, "from", r.State, "to", plan.state, "why", plan.message)
+			r.State, r.Message = plan.state, plan.message
+			switch plan.state {
+			case pelotonv1.RolloutState_ROLLOUT_SUCCEEDED, pelotonv1.RolloutState_ROLLOUT_FAILED, pelotonv1.RolloutState_ROLLOUT_ROLLED_BACK:
+				r.EndTime = now
+				metrics.FederationServices.WithLabelValues("rollout-" + map[pelotonv1.RolloutState]string{
+					pelotonv1.RolloutState_ROLLOUT_SUCCEEDED: "succeeded", pelotonv1.RolloutState_ROLLOUT_FAILED: "failed",
+					pelotonv1.RolloutState_ROLLOUT_ROLLED_BACK: "rolled-back"}[plan.state]).Inc()
+			}
+			if plan.state == pelotonv1.RolloutState_ROLLOUT_ROLLED_BACK {
+				// The service's spec is the one before the rollout again.
+				rec.SpecVersion = r.FromVersion
+				rec.Spec.Job = versionSpec(rec, r.FromVersion)
+			}
+			pruneVersions(rec)
+		}
+		changed = true
+		return nil
+	})
+	if err == nil && changed {
+		f.nudgeServiceClusters(id)
+	}
+	return err
+}
+
+// stepFor is the step of cluster name in a service's current rollout.
+func stepFor(rec *pelotonv1.FederatedService, name string) *pelotonv1.RolloutStep {
+	if rec.Rollout == nil {
+		return nil
+	}
+	for _, s := range rec.Rollout.Steps {
+		if s.Cluster == name {
+			return s
+		}
+	}
+	return nil
+}
+
+// stepUpdateSpec is the update a step asks of its cluster, whose part has
+// n instances at the spec it goes to: the rollout's, never created paused
+// (the rollout pauses it if need be), its batch and unavailability bounded
+// by the part (a part smaller than the batch is done in one).
+func stepUpdateSpec(r *pelotonv1.ServiceRollout, back bool, n uint32) *pelotonv1.UpdateSpec {
+	us := &pelotonv1.UpdateSpec{}
+	if u := r.Spec.GetUpdate(); u != nil {
+		us = proto.Clone(u).(*pelotonv1.UpdateSpec)
+	}
+	us.StartPaused = false
+	us.BatchSize = min(us.BatchSize, n)
+	us.MaxUnavailable = min(us.MaxUnavailable, n)
+	if back {
+		us.RollbackOnFailure = false // a rollback that fails is said so, not rolled forward again
+	}
+	return us
+}
+
+// inProgress reports whether a cluster's update still moves or waits.
+func inProgress(st pelotonv1.UpdateState) bool {
+	switch st {
+	case pelotonv1.UpdateState_UPDATE_ROLLING_FORWARD, pelotonv1.UpdateState_UPDATE_PAUSED, pelotonv1.UpdateState_UPDATE_ROLLING_BACK:
+		return true
+	}
+	return false
+}
+
+// syncStep carries out cluster name's step of a service's current rollout,
+// whose part there has job jobID. It reports whether a step was under way
+// (the part's drift is then not looked at: the step changes its job).
+func (f *Federation) syncStep(ctx context.Context, name string, cli clusterClient, rec *pelotonv1.FederatedService, p *pelotonv1.ServiceCluster, jobID string) (bool, error) {
+	r := rec.Rollout
+	s := stepFor(rec, name)
+	if r == nil || s == nil {
+		return false, nil
+	}
+	forward := s.State == pelotonv1.RolloutStepState_STEP_UPDATING
+	back := s.State == pelotonv1.RolloutStepState_STEP_ROLLING_BACK
+	if !forward && !back {
+		return false, nil
+	}
+	call := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, f.opts.CallTimeout) }
+	setStep := func(change func(s *pelotonv1.RolloutStep, p *pelotonv1.ServiceCluster)) (bool, error) {
+		err := f.updateService(ctx, rec.Id, func(cur *pelotonv1.FederatedService) error {
+			cs, cp := stepFor(cur, name), partOf(cur, name)
+			if cur.Rollout.GetId() != r.Id || cs == nil || cp == nil || cs.State != s.State || cp.ClusterJobId != jobID {
+				return errSkip // changed since it was read; the next pass looks again
+			}
+			change(cs, cp)
+			return nil
+		})
+		if err == nil {
+			f.kickRollouts()
+		}
+		return true, err
+	}
+	getUpdate := func(uid string) (*pelotonv1.Update, error) {
+		cctx, cancel := call()
+		defer cancel()
+		resp, err := cli.Updates.GetUpdate(cctx, &pelotonv1.GetUpdateRequest{UpdateId: uid})
+		return resp.GetUpdate(), err
+	}
+	control := func(uid string, st pelotonv1.UpdateState) error {
+		cctx, cancel := call()
+		defer cancel()
+		var err error
+		switch {
+		case r.State == pelotonv1.RolloutState_ROLLOUT_PAUSED && st == pelotonv1.UpdateState_UPDATE_ROLLING_FORWARD:
+			_, err = cli.Updates.PauseUpdate(cctx, &pelotonv1.PauseUpdateRequest{UpdateId: uid})
+		case r.State != pelotonv1.RolloutState_ROLLOUT_PAUSED && st == pelotonv1.UpdateState_UPDATE_PAUSED:
+			_, err = cli.Updates.ResumeUpdate(cctx, &pelotonv1.ResumeUpdateRequest{UpdateId: uid})
+		}
+		if refused(err) {
+			return nil // it moved on meanwhile
+		}
+		return err
+	}
+	abort := func(uid string) error {
+		if uid == "" {
+			return nil
+		}
+		cctx, cancel := call()
+		defer cancel()
+		_, err := cli.Updates.AbortUpdate(cctx, &pelotonv1.AbortUpdateRequest{UpdateId: uid})
+		if refused(err) {
+			return nil // it had ended
+		}
+		return err
+	}
+	now := func() *timestamppb.Timestamp { return timestamppb.New(f.opts.Now()) }
+	// follow looks at the step's update uid (what names it): once it
+	// succeeded the step is ok, once it ended otherwise the step failed;
+	// either way the part is at version v with the counts part gives. Under
+	// way, it is paused or resumed as the rollout is.
+	follow := func(uid, what string, ok pelotonv1.RolloutStepState, v uint64, part func(*pelotonv1.RolloutStep) (uint32, uint32)) (bool, error) {
+		u, err := getUpdate(uid)
+		if err != nil {
+			return true, err
+		}
+		st := u.GetStatus().GetState()
+		if st == pelotonv1.UpdateState_UPDATE_SUCCEEDED || !inProgress(st) {
+			return setStep(func(cs *pelotonv1.RolloutStep, cp *pelotonv1.ServiceCluster) {
+				cs.State, cs.EndTime, cs.Message = ok, now(), what+" "+u.Id+" succeeded"
+				if st != pelotonv1.UpdateState_UPDATE_SUCCEEDED {
+					cs.State = pelotonv1.RolloutStepState_STEP_FAILED
+					cs.Message = fmt.Sprintf("%s %s ended %s: %s", what, u.Id, st, u.GetStatus().GetMessage())
+				}
+				cp.SpecVersion = v
+				cp.Desired, cp.MaxUnavailable = part(cs)
+			})
+		}
+		f.observePart(rec.Id, name, func(q *pelotonv1.ServiceCluster) {
+			q.Message = fmt.Sprintf("%s %s %s: %s", what, u.Id, st, u.GetStatus().GetMessage())
+		})
+		return true, control(u.Id, st)
+	}
+
+	if r.State == pelotonv1.RolloutState_ROLLOUT_ABORTED {
+		uid := s.UpdateId
+		if back {
+			uid = s.RollbackUpdateId
+		}
+		if err := abort(uid); err != nil {
+			return true, err
+		}
+		return setStep(func(cs *pelotonv1.RolloutStep, cp *pelotonv1.ServiceCluster) {
+			cs.State, cs.EndTime, cs.Message = pelotonv1.RolloutStepState_STEP_ABORTED, now(), "its update there was stopped by the abort"
+			if uid != "" {
+				// The job's spec there moved; its instances are as the abort left them.
+				if forward {
+					cp.SpecVersion, cp.Desired, cp.MaxUnavailable = r.ToVersion, cs.Desired, cs.MaxUnavailable
+				} else {
+					cp.SpecVersion, cp.Desired, cp.MaxUnavailable = r.FromVersion, cs.FromDesired, cs.FromMaxUnavailable
+				}
+			}
+		})
+	}
+
+	if forward {
+		if s.UpdateId == "" {
+			if p.SpecVersion == r.ToVersion {
+				return setStep(func(cs *pelotonv1.RolloutStep, _ *pelotonv1.ServiceCluster) {
+					cs.State, cs.EndTime, cs.Message = pelotonv1.RolloutStepState_STEP_DONE, now(), "made at the new spec already"
+				})
+			}
+			cctx, cancel := call()
+			up, err := cli.Updates.CreateUpdate(cctx, &pelotonv1.CreateUpdateRequest{JobId: jobID,
+				Spec: partSpecAt(rec, r.ToVersion, s.Desired, s.MaxUnavailable), UpdateSpec: stepUpdateSpec(r, false, s.Desired),
+				RequestId: fmt.Sprintf("fsvcu-%s-%d-%s", rec.Id, r.Id, name)})
+			cancel()
+			if err != nil {
+				if refused(err) {
+					return setStep(func(cs *pelotonv1.RolloutStep, _ *pelotonv1.ServiceCluster) {
+						cs.State, cs.EndTime = pelotonv1.RolloutStepState_STEP_FAILED, now()
+						cs.Message = "cluster " + name + " refused the update: " + status.Convert(err).Message()
+					})
+				}
+				return true, err
+			}
+			return setStep(func(cs *pelotonv1.RolloutStep, cp *pelotonv1.ServiceCluster) {
+				cs.UpdateId, cs.Message = up.Update.Id, "update "+up.Update.Id+" under way"
+				cp.ClusterSpecVersion = up.Update.ToVersion
+			})
+		}
+		return follow(s.UpdateId, "update", pelotonv1.RolloutStepState_STEP_DONE, r.ToVersion,
+			func(cs *pelotonv1.RolloutStep) (uint32, uint32) { return cs.Desired, cs.MaxUnavailable })
+	}
+
+	// Rolling back.
+	if s.RollbackUpdateId == "" {
+		if s.UpdateId == "" {
+			return setStep(func(cs *pelotonv1.RolloutStep, _ *pelotonv1.ServiceCluster) {
+				cs.State, cs.EndTime, cs.Message = pelotonv1.RolloutStepState_STEP_ROLLED_BACK, now(), "nothing had changed there"
+			})
+		}
+		// The forward update first stops, if it still goes on.
+		u, err := getUpdate(s.UpdateId)
+		if err != nil && status.Code(err) != codes.NotFound {
+			return true, err
+		}
+		if u != nil && inProgress(u.GetStatus().GetState()) {
+			if err := abort(u.Id); err != nil {
+				return true, err
+			}
+		}
+		cctx, cancel := call()
+		up, err := cli.Updates.CreateUpdate(cctx, &pelotonv1.CreateUpdateRequest{JobId: jobID,
+			Spec: partSpecAt(rec, r.FromVersion, s.FromDesired, s.FromMaxUnavailable), UpdateSpec: stepUpdateSpec(r, true, s.FromDesired),
+			RequestId: fmt.Sprintf("fsvcr-%s-%d-%s", rec.Id, r.Id, name)})
+		cancel()
+		if err != nil {
+			if status.Code(err) == codes.FailedPrecondition {
+				f.observePart(rec.Id, name, func(q *pelotonv1.ServiceCluster) {
+					q.Message = "rolling back waits: " + status.Convert(err).Message()
+				})
+				return true, nil // the aborted update is still winding down
+			}
+			return true, err
+		}
+		return setStep(func(cs *pelotonv1.RolloutStep, cp *pelotonv1.ServiceCluster) {
+			cs.RollbackUpdateId, cs.Message = up.Update.Id, "rollback update "+up.Update.Id+" under way"
+			cp.ClusterSpecVersion = up.Update.ToVersion
+		})
+	}
+	return follow(s.RollbackUpdateId, "rollback update", pelotonv1.RolloutStepState_STEP_ROLLED_BACK, r.FromVersion,
+		func(cs *pelotonv1.RolloutStep) (uint32, uint32) { return cs.FromDesired, cs.FromMaxUnavailable })
+}
