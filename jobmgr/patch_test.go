@@ -54,6 +54,22 @@ type sandboxes struct {
 	// taken makes the backend hold a run of that task ID, in that state,
 	// when its Launch comes (as a backend remembers runs by ID).
 	taken map[string]pelotonv1.TaskState
+	// holdKills makes Kill take the kill and end nothing until
+	// releaseKills, as a run with a long grace period does.
+	holdKills bool
+	heldKills []string
+}
+
+// releaseKills ends the runs whose kills were held.
+func (s *sandboxes) releaseKills() {
+	s.mu.Lock()
+	s.holdKills = false
+	ids := s.heldKills
+	s.heldKills = nil
+	s.mu.Unlock()
+	for _, id := range ids {
+		s.finish(id, pelotonv1.TaskState_KILLED, false)
+	}
 }
 
 type sandboxRun struct {
@@ -173,6 +189,11 @@ func (v *sandboxView) Kill(_ context.Context, id string, _ time.Duration) error 
 		return hostmgr.ErrUnknownTask
 	}
 	if isTerminal(r.last.State) {
+		s.mu.Unlock()
+		return nil
+	}
+	if s.holdKills {
+		s.heldKills = append(s.heldKills, id)
 		s.mu.Unlock()
 		return nil
 	}

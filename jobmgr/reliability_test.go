@@ -291,6 +291,51 @@ func TestLaunchOfARunIDTheBackendHolds(t *testing.T) {
 	}
 }
 
+// TestScaleBackUpWhileStopping: a service scaled down and up again before
+// the instances the scale-down stops have ended gets them back, each on a
+// new run, instead of leaving them stopped for good within its count.
+func TestScaleBackUpWhileStopping(t *testing.T) {
+	s := newSandboxes(2)
+	p := startFaultProcess(t, s, Options{ReconcileEvery: time.Hour})
+	spec := sleepers("svc", 3)
+	spec.Type = pelotonv1.JobType_SERVICE
+	id, err := p.jm.CreateJob(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.waitStates(t, id, pelotonv1.TaskState_RUNNING, 20*time.Second)
+	s.mu.Lock()
+	s.holdKills = true
+	s.mu.Unlock()
+	if _, err := p.jm.ScaleJob(context.Background(), id, 1, 0); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "instances 1 and 2 stopping", 10*time.Second, func() (bool, string) {
+		ts, _ := p.jm.ListTasks(id, nil)
+		n := 0
+		for _, tk := range ts {
+			if tk.Status.State == pelotonv1.TaskState_KILLING {
+				n++
+			}
+		}
+		return n == 2, tasksOf(t, p.jm, id)
+	})
+	if _, err := p.jm.ScaleJob(context.Background(), id, 3, 0); err != nil {
+		t.Fatal(err)
+	}
+	s.releaseKills()
+	waitFor(t, "three instances running again", 20*time.Second, func() (bool, string) {
+		ts, _ := p.jm.ListTasks(id, nil)
+		n := 0
+		for _, tk := range ts {
+			if tk.Status.State == pelotonv1.TaskState_RUNNING && (tk.InstanceId == 0 || tk.Status.RunId > 1) {
+				n++
+			}
+		}
+		return len(ts) == 3 && n == 3, tasksOf(t, p.jm, id)
+	})
+}
+
 // TestReconcileRepairsWhatTheBackendSaysOtherwise: a run's end the backend
 // knows but never reported is applied; a run the backend lost is LOST
 // after two passes and runs again; a run jobmgr does not know counts on

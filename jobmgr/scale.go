@@ -11,6 +11,9 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
+// reasonScaledDown is the reason of an instance a scale-down stops.
+const reasonScaledDown = "scaled-down"
+
 // Instance counts. A job's instance count is its spec's (a DAEMON job's
 // follows its hosts, daemon.go). Changing it stores a new spec version;
 // the job's evaluation then grows the task slice (new instances start on
@@ -98,6 +101,9 @@ func (m *Manager) wantInstances(j *job) uint32 {
 func (m *Manager) reconcileCount(ctx context.Context, j *job) error {
 	want := m.wantInstances(j)
 	have := j.instanceCount()
+	if err := m.unscale(ctx, j, min(want, have)); err != nil {
+		return err
+	}
 	if want > have {
 		cur := j.tasks()
 		next := make([]*task, want)
@@ -122,7 +128,7 @@ func (m *Manager) reconcileCount(ctx context.Context, j *job) error {
 		}
 		extra = append(extra, inst)
 	}
-	if err := parallel(extra, func(inst uint32) error { return m.killInstance(ctx, j, inst, "scaled-down") }); err != nil {
+	if err := parallel(extra, func(inst uint32) error { return m.killInstance(ctx, j, inst, reasonScaledDown) }); err != nil {
 		return err
 	}
 	// Remove the stopped ones from the top down; one still running keeps
@@ -193,4 +199,45 @@ func (m *Manager) rememberRemovedRuns(ctx context.Context, j *job, want, have ui
 		return have, 0, fmt.Errorf("remove instances of job %s: %w", j.id, err)
 	}
 	return low, highest, nil
+}
+
+// unscale takes back the instances below upto that a scale-down was
+// stopping when the count grew again before they were removed: each is
+// kept running (a new run once its stopped one ends). They are the
+// highest instances below upto, so the walk stops at the first that is
+// not one.
+func (m *Manager) unscale(ctx context.Context, j *job, upto uint32) error {
+	if j.goalKilled.Load() || j.typ == pelotonv1.JobType_DAEMON {
+		return nil
+	}
+	goal := m.taskGoal(j)
+	for inst := upto; inst > 0; inst-- {
+		t := j.task(inst - 1)
+		if t == nil {
+			break
+		}
+		t.mu.Lock()
+		scaled := t.rt.GoalState == stKilled && t.rt.Reason == reasonScaledDown
+		t.mu.Unlock()
+		if !scaled {
+			break
+		}
+		err := m.updateTask(ctx, j, inst-1, func(rt *pelotonv1.TaskStatus) error {
+			if rt.GoalState != stKilled || rt.Reason != reasonScaledDown {
+				return errSkip
+			}
+			rt.GoalState = goal
+			if isTerminal(rt.State) {
+				newRun(rt, max(rt.RunId, rt.DesiredRunId)+1, "scaled up again before its removal")
+			} else {
+				rt.DesiredRunId = rt.RunId + 1 // started again once its stop ends
+			}
+			return nil
+		})
+		if err != nil && !errors.Is(err, errSkip) {
+			return err
+		}
+		m.log.Info("instance scaled up again while it was stopping", "job", j.id, "instance", inst-1)
+	}
+	return nil
 }
