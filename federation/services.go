@@ -506,7 +506,7 @@ func (f *Federation) syncPart(ctx context.Context, name string, cli clusterClien
 		cancel()
 		if err != nil {
 			if refused(err) {
-				if rec.Deleting {
+				if rec.Deleting || p.Retiring {
 					return f.dropPart(ctx, id, name, p) // nothing there to remove
 				}
 				say(fmt.Sprintf("cluster %s refuses the job: %s; tried again every check", name, status.Convert(err).Message()))
@@ -522,7 +522,7 @@ func (f *Federation) syncPart(ctx context.Context, name string, cli clusterClien
 		}
 		p.ClusterJobId, p.ClusterSpecVersion = jobID, 1
 		metrics.FederationServices.WithLabelValues("part-created").Inc()
-		if !rec.Deleting {
+		if !rec.Deleting && !p.Retiring {
 			return nil // its state is read at the next pass
 		}
 	}
@@ -534,7 +534,7 @@ func (f *Federation) syncPart(ctx context.Context, name string, cli clusterClien
 	if err != nil && !gone {
 		return err
 	}
-	if rec.Deleting {
+	if rec.Deleting || p.Retiring {
 		if gone {
 			return f.dropPart(ctx, id, name, p)
 		}
@@ -591,8 +591,23 @@ func (f *Federation) syncPart(ctx context.Context, name string, cli clusterClien
 	if busy, err := f.syncStep(ctx, name, cli, rec, p, jobID); busy || err != nil {
 		return err // a rollout's step changes the job: no drift to look for
 	}
-	if st.SpecVersion == p.ClusterSpecVersion || st.SpecVersion < p.ClusterSpecVersion {
-		return nil // as the federation left it (or a change of its own not yet seen)
+	if st.SpecVersion <= p.ClusterSpecVersion {
+		// As the federation left it (or a change of its own not yet seen).
+		// Its count follows the part's, which failover changes.
+		if job.Spec.GetInstanceCount() == p.Desired || st.SpecVersion < p.ClusterSpecVersion {
+			return nil
+		}
+		cctx, cancel := call()
+		sc, err := cli.Jobs.ScaleJob(cctx, &pelotonv1.ScaleJobRequest{JobId: jobID, InstanceCount: p.Desired, Version: st.SpecVersion})
+		cancel()
+		if err != nil {
+			if refused(err) {
+				say(fmt.Sprintf("scaling its job there to %d waits: %s", p.Desired, status.Convert(err).Message()))
+				return nil
+			}
+			return err
+		}
+		return setPart(func(q *pelotonv1.ServiceCluster) { q.ClusterSpecVersion = sc.SpecVersion })
 	}
 	// Someone changed the part's job there: set it back to the part's spec
 	// with an update of its own, which the cluster rolls out under the

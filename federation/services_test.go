@@ -403,3 +403,81 @@ func TestFederatedServiceRollout(t *testing.T) {
 		t.Errorf("unknown cluster in the order: %v", err)
 	}
 }
+
+// TestFederatedServiceFailover: a cluster stopped past the toleration has
+// its parts run by the other clusters; when it comes back, a service with
+// moveBack runs there again and the extra instances go, and one without
+// keeps them where they went and its job there is removed.
+func TestFederatedServiceFailover(t *testing.T) {
+	e, _ := storetest.StartEtcd(t)
+	stacks := []*stack{startStack(t, e.Endpoints(), "a", 2), startStack(t, e.Endpoints(), "b", 2), startStack(t, e.Endpoints(), "c", 2)}
+	f := startFederation(t, e)
+	for _, s := range stacks {
+		register(t, f, s, nil)
+	}
+	create := func(name string, moveBack bool) string {
+		spec := serviceSpec(name, 6, 2)
+		spec.Placement.Failover = &pelotonv1.FailoverPolicy{TolerationSeconds: 1, MoveBack: moveBack}
+		svc, err := f.CreateService(ctxT(t), spec, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return svc.Id
+	}
+	back, stay := create("back", true), create("stay", false)
+	parts := func(id string, want map[string]uint32, running uint32) func() error {
+		return func() error {
+			s, err := f.GetService(id)
+			if err != nil {
+				return err
+			}
+			got := map[string]uint32{}
+			for _, p := range s.Clusters {
+				if !p.FailedOver {
+					got[p.Cluster] = p.Desired
+				}
+			}
+			if fmt.Sprint(got) != fmt.Sprint(want) || s.Running < running {
+				return fmt.Errorf("service %s: parts %v running %d, want %v running %d: %v", s.Spec.Job.Name, got, s.Running, want, running, s.Clusters)
+			}
+			return nil
+		}
+	}
+	even := map[string]uint32{"a": 2, "b": 2, "c": 2}
+	eventually(t, 30*time.Second, parts(back, even, 6))
+	eventually(t, 30*time.Second, parts(stay, even, 6))
+
+	stacks[2].stop(t)
+	moved := map[string]uint32{"a": 3, "b": 3}
+	eventually(t, 30*time.Second, parts(back, moved, 6))
+	eventually(t, 30*time.Second, parts(stay, moved, 6))
+	for _, id := range []string{back, stay} {
+		s, _ := f.GetService(id)
+		for _, p := range s.Clusters {
+			if p.Cluster != "c" && p.Covering["c"] != 1 {
+				t.Errorf("service %s: part %s covers %v, want 1 of c", s.Spec.Job.Name, p.Cluster, p.Covering)
+			}
+		}
+		j, err := partJob(t, stacks[0], s)
+		if err != nil || j.Spec.InstanceCount != 3 {
+			t.Errorf("a's job of %s: %v %v", s.Spec.Job.Name, j.GetSpec().GetInstanceCount(), err)
+		}
+	}
+
+	// c comes back (a new process, registered anew on the same etcd).
+	c := startStack(t, e.Endpoints(), "c", 2)
+	if _, err := f.Register(ctxT(t), &pelotonv1.RegisterClusterRequest{Name: "c", Endpoint: c.addr, Replace: true}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 60*time.Second, parts(back, even, 6))
+	eventually(t, 60*time.Second, func() error {
+		s, err := f.GetService(stay)
+		if err != nil {
+			return err
+		}
+		if len(s.Clusters) != 2 || s.Desired != 6 {
+			return fmt.Errorf("stay: %v", s.Clusters)
+		}
+		return parts(stay, moved, 6)()
+	})
+}

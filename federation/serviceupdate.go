@@ -215,9 +215,10 @@ func (f *Federation) kickRollouts() {
 	}
 }
 
-// rolloutLoop moves every service's rollout along (planRollout), when
-// kicked and every CheckEvery; the steps themselves are carried out by
-// their clusters' workers.
+// rolloutLoop moves every service's rollout along (planRollout), and its
+// parts across clusters when one is lost (planFailover), when kicked and
+// every CheckEvery; the steps themselves are carried out by their
+// clusters' workers.
 func (f *Federation) rolloutLoop(ctx context.Context) {
 	t := time.NewTicker(f.opts.CheckEvery)
 	defer t.Stop()
@@ -236,6 +237,7 @@ func (f *Federation) rolloutLoop(ctx context.Context) {
 				f.log.Warn("cannot move a rollout along; retried", "service", id, "err", err)
 			}
 		}
+		f.failoverPass(ctx)
 		select {
 		case <-ctx.Done():
 			return

@@ -168,13 +168,16 @@ sla.maximumUnavailableInstances is the budget of the whole, and where to run it:
     - {selector: {region: west}, weight: 2}
     - {name: a, weight: 1}
     minClusters: 2
+    failover: {tolerationSeconds: 60, moveBack: true}   # optional
 
 The instances left after the fixed counts are split by weight. Without
 clusters, every registered cluster that is not cordoned gets an equal part.
 The budget is split over the clusters in proportion to their parts (at least
 one each). The federation makes one SERVICE job per cluster, labelled
 peloton.io/federated-service=<id>, and keeps it at its part: a job removed,
-stopped, scaled or updated there is made again or set back.`
+stopped, scaled or updated there is made again or set back. With failover, the
+part of a cluster unreachable past tolerationSeconds is run by the others (within
+their pools' room) and, with moveBack, returns once the cluster does.`
 
 func (a *app) fedServiceCreateCommand() *cobra.Command {
 	var file, rid string

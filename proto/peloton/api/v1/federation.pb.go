@@ -2529,7 +2529,10 @@ type ServicePlacement struct {
 	Clusters []*ClusterShare `protobuf:"bytes,1,rep,name=clusters,proto3" json:"clusters,omitempty"`
 	// The fewest clusters that must get instances; the create is refused
 	// when the placement gives instances to fewer.
-	MinClusters   uint32 `protobuf:"varint,2,opt,name=min_clusters,json=minClusters,proto3" json:"min_clusters,omitempty"`
+	MinClusters uint32 `protobuf:"varint,2,opt,name=min_clusters,json=minClusters,proto3" json:"min_clusters,omitempty"`
+	// What happens to a cluster's part when the cluster cannot be reached.
+	// Unset: nothing moves; the part waits for its cluster.
+	Failover      *FailoverPolicy `protobuf:"bytes,3,opt,name=failover,proto3" json:"failover,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2578,6 +2581,72 @@ func (x *ServicePlacement) GetMinClusters() uint32 {
 	return 0
 }
 
+func (x *ServicePlacement) GetFailover() *FailoverPolicy {
+	if x != nil {
+		return x.Failover
+	}
+	return nil
+}
+
+// FailoverPolicy moves the part of a cluster that stays unreachable to the
+// service's other clusters, and back.
+type FailoverPolicy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How long a cluster may stay unreachable before its part is run by
+	// the other clusters (default 60).
+	TolerationSeconds uint32 `protobuf:"varint,1,opt,name=toleration_seconds,json=tolerationSeconds,proto3" json:"toleration_seconds,omitempty"`
+	// When the cluster answers again: true, its part runs there again and
+	// the instances the others ran for it are removed once it does; false,
+	// the others keep them and the returning cluster's job is removed.
+	MoveBack      bool `protobuf:"varint,2,opt,name=move_back,json=moveBack,proto3" json:"move_back,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FailoverPolicy) Reset() {
+	*x = FailoverPolicy{}
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FailoverPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FailoverPolicy) ProtoMessage() {}
+
+func (x *FailoverPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FailoverPolicy.ProtoReflect.Descriptor instead.
+func (*FailoverPolicy) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *FailoverPolicy) GetTolerationSeconds() uint32 {
+	if x != nil {
+		return x.TolerationSeconds
+	}
+	return 0
+}
+
+func (x *FailoverPolicy) GetMoveBack() bool {
+	if x != nil {
+		return x.MoveBack
+	}
+	return false
+}
+
 // FederatedServiceSpec is one SERVICE job run in several clusters.
 type FederatedServiceSpec struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2591,7 +2660,7 @@ type FederatedServiceSpec struct {
 
 func (x *FederatedServiceSpec) Reset() {
 	*x = FederatedServiceSpec{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[41]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2603,7 +2672,7 @@ func (x *FederatedServiceSpec) String() string {
 func (*FederatedServiceSpec) ProtoMessage() {}
 
 func (x *FederatedServiceSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[41]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2616,7 +2685,7 @@ func (x *FederatedServiceSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FederatedServiceSpec.ProtoReflect.Descriptor instead.
 func (*FederatedServiceSpec) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{41}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *FederatedServiceSpec) GetJob() *JobSpec {
@@ -2656,14 +2725,23 @@ type ServiceCluster struct {
 	Generation uint32 `protobuf:"varint,9,opt,name=generation,proto3" json:"generation,omitempty"`
 	// The service spec version this part runs (its job there was made or
 	// last updated to it).
-	SpecVersion   uint64 `protobuf:"varint,10,opt,name=spec_version,json=specVersion,proto3" json:"spec_version,omitempty"`
+	SpecVersion uint64 `protobuf:"varint,10,opt,name=spec_version,json=specVersion,proto3" json:"spec_version,omitempty"`
+	// Its cluster stayed unreachable past the toleration: other parts run
+	// its instances meanwhile (see covering).
+	FailedOver bool `protobuf:"varint,11,opt,name=failed_over,json=failedOver,proto3" json:"failed_over,omitempty"`
+	// Instances this part runs, within desired, for parts failed over, by
+	// their cluster.
+	Covering map[string]uint32 `protobuf:"bytes,12,rep,name=covering,proto3" json:"covering,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// Its cluster came back and the policy keeps its instances where they
+	// went: its job there is being removed, then the part is.
+	Retiring      bool `protobuf:"varint,13,opt,name=retiring,proto3" json:"retiring,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ServiceCluster) Reset() {
 	*x = ServiceCluster{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[42]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2675,7 +2753,7 @@ func (x *ServiceCluster) String() string {
 func (*ServiceCluster) ProtoMessage() {}
 
 func (x *ServiceCluster) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[42]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2688,7 +2766,7 @@ func (x *ServiceCluster) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceCluster.ProtoReflect.Descriptor instead.
 func (*ServiceCluster) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{42}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ServiceCluster) GetCluster() string {
@@ -2761,6 +2839,27 @@ func (x *ServiceCluster) GetSpecVersion() uint64 {
 	return 0
 }
 
+func (x *ServiceCluster) GetFailedOver() bool {
+	if x != nil {
+		return x.FailedOver
+	}
+	return false
+}
+
+func (x *ServiceCluster) GetCovering() map[string]uint32 {
+	if x != nil {
+		return x.Covering
+	}
+	return nil
+}
+
+func (x *ServiceCluster) GetRetiring() bool {
+	if x != nil {
+		return x.Retiring
+	}
+	return false
+}
+
 // RolloutSpec says how a new spec of a federated service reaches its
 // clusters: one cluster's part at a time, each an update in that cluster.
 type RolloutSpec struct {
@@ -2787,7 +2886,7 @@ type RolloutSpec struct {
 
 func (x *RolloutSpec) Reset() {
 	*x = RolloutSpec{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[43]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2799,7 +2898,7 @@ func (x *RolloutSpec) String() string {
 func (*RolloutSpec) ProtoMessage() {}
 
 func (x *RolloutSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[43]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2812,7 +2911,7 @@ func (x *RolloutSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RolloutSpec.ProtoReflect.Descriptor instead.
 func (*RolloutSpec) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{43}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *RolloutSpec) GetOrder() []string {
@@ -2873,7 +2972,7 @@ type RolloutStep struct {
 
 func (x *RolloutStep) Reset() {
 	*x = RolloutStep{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[44]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2885,7 +2984,7 @@ func (x *RolloutStep) String() string {
 func (*RolloutStep) ProtoMessage() {}
 
 func (x *RolloutStep) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[44]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2898,7 +2997,7 @@ func (x *RolloutStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RolloutStep.ProtoReflect.Descriptor instead.
 func (*RolloutStep) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{44}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *RolloutStep) GetCluster() string {
@@ -2997,7 +3096,7 @@ type ServiceRollout struct {
 
 func (x *ServiceRollout) Reset() {
 	*x = ServiceRollout{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[45]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3009,7 +3108,7 @@ func (x *ServiceRollout) String() string {
 func (*ServiceRollout) ProtoMessage() {}
 
 func (x *ServiceRollout) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[45]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3022,7 +3121,7 @@ func (x *ServiceRollout) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceRollout.ProtoReflect.Descriptor instead.
 func (*ServiceRollout) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{45}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ServiceRollout) GetId() uint32 {
@@ -3100,7 +3199,7 @@ type ServiceVersion struct {
 
 func (x *ServiceVersion) Reset() {
 	*x = ServiceVersion{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[46]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3112,7 +3211,7 @@ func (x *ServiceVersion) String() string {
 func (*ServiceVersion) ProtoMessage() {}
 
 func (x *ServiceVersion) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[46]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3125,7 +3224,7 @@ func (x *ServiceVersion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceVersion.ProtoReflect.Descriptor instead.
 func (*ServiceVersion) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{46}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ServiceVersion) GetVersion() uint64 {
@@ -3179,7 +3278,7 @@ type FederatedService struct {
 
 func (x *FederatedService) Reset() {
 	*x = FederatedService{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[47]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3191,7 +3290,7 @@ func (x *FederatedService) String() string {
 func (*FederatedService) ProtoMessage() {}
 
 func (x *FederatedService) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[47]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3204,7 +3303,7 @@ func (x *FederatedService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FederatedService.ProtoReflect.Descriptor instead.
 func (*FederatedService) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{47}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *FederatedService) GetId() string {
@@ -3309,7 +3408,7 @@ type CreateFederatedServiceRequest struct {
 
 func (x *CreateFederatedServiceRequest) Reset() {
 	*x = CreateFederatedServiceRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[48]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3321,7 +3420,7 @@ func (x *CreateFederatedServiceRequest) String() string {
 func (*CreateFederatedServiceRequest) ProtoMessage() {}
 
 func (x *CreateFederatedServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[48]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3334,7 +3433,7 @@ func (x *CreateFederatedServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateFederatedServiceRequest.ProtoReflect.Descriptor instead.
 func (*CreateFederatedServiceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{48}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *CreateFederatedServiceRequest) GetSpec() *FederatedServiceSpec {
@@ -3362,7 +3461,7 @@ type CreateFederatedServiceResponse struct {
 
 func (x *CreateFederatedServiceResponse) Reset() {
 	*x = CreateFederatedServiceResponse{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[49]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3374,7 +3473,7 @@ func (x *CreateFederatedServiceResponse) String() string {
 func (*CreateFederatedServiceResponse) ProtoMessage() {}
 
 func (x *CreateFederatedServiceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[49]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3387,7 +3486,7 @@ func (x *CreateFederatedServiceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateFederatedServiceResponse.ProtoReflect.Descriptor instead.
 func (*CreateFederatedServiceResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{49}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *CreateFederatedServiceResponse) GetServiceId() string {
@@ -3413,7 +3512,7 @@ type GetFederatedServiceRequest struct {
 
 func (x *GetFederatedServiceRequest) Reset() {
 	*x = GetFederatedServiceRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[50]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3425,7 +3524,7 @@ func (x *GetFederatedServiceRequest) String() string {
 func (*GetFederatedServiceRequest) ProtoMessage() {}
 
 func (x *GetFederatedServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[50]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3438,7 +3537,7 @@ func (x *GetFederatedServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFederatedServiceRequest.ProtoReflect.Descriptor instead.
 func (*GetFederatedServiceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{50}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *GetFederatedServiceRequest) GetServiceId() string {
@@ -3457,7 +3556,7 @@ type GetFederatedServiceResponse struct {
 
 func (x *GetFederatedServiceResponse) Reset() {
 	*x = GetFederatedServiceResponse{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[51]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3469,7 +3568,7 @@ func (x *GetFederatedServiceResponse) String() string {
 func (*GetFederatedServiceResponse) ProtoMessage() {}
 
 func (x *GetFederatedServiceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[51]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3482,7 +3581,7 @@ func (x *GetFederatedServiceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFederatedServiceResponse.ProtoReflect.Descriptor instead.
 func (*GetFederatedServiceResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{51}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *GetFederatedServiceResponse) GetService() *FederatedService {
@@ -3505,7 +3604,7 @@ type ListFederatedServicesRequest struct {
 
 func (x *ListFederatedServicesRequest) Reset() {
 	*x = ListFederatedServicesRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[52]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3517,7 +3616,7 @@ func (x *ListFederatedServicesRequest) String() string {
 func (*ListFederatedServicesRequest) ProtoMessage() {}
 
 func (x *ListFederatedServicesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[52]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3530,7 +3629,7 @@ func (x *ListFederatedServicesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFederatedServicesRequest.ProtoReflect.Descriptor instead.
 func (*ListFederatedServicesRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{52}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ListFederatedServicesRequest) GetCluster() string {
@@ -3565,7 +3664,7 @@ type ListFederatedServicesResponse struct {
 
 func (x *ListFederatedServicesResponse) Reset() {
 	*x = ListFederatedServicesResponse{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[53]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3577,7 +3676,7 @@ func (x *ListFederatedServicesResponse) String() string {
 func (*ListFederatedServicesResponse) ProtoMessage() {}
 
 func (x *ListFederatedServicesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[53]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3590,7 +3689,7 @@ func (x *ListFederatedServicesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFederatedServicesResponse.ProtoReflect.Descriptor instead.
 func (*ListFederatedServicesResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{53}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ListFederatedServicesResponse) GetServices() []*FederatedService {
@@ -3623,7 +3722,7 @@ type UpdateFederatedServiceRequest struct {
 
 func (x *UpdateFederatedServiceRequest) Reset() {
 	*x = UpdateFederatedServiceRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[54]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3635,7 +3734,7 @@ func (x *UpdateFederatedServiceRequest) String() string {
 func (*UpdateFederatedServiceRequest) ProtoMessage() {}
 
 func (x *UpdateFederatedServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[54]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3648,7 +3747,7 @@ func (x *UpdateFederatedServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateFederatedServiceRequest.ProtoReflect.Descriptor instead.
 func (*UpdateFederatedServiceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{54}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *UpdateFederatedServiceRequest) GetServiceId() string {
@@ -3688,7 +3787,7 @@ type UpdateFederatedServiceResponse struct {
 
 func (x *UpdateFederatedServiceResponse) Reset() {
 	*x = UpdateFederatedServiceResponse{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[55]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3700,7 +3799,7 @@ func (x *UpdateFederatedServiceResponse) String() string {
 func (*UpdateFederatedServiceResponse) ProtoMessage() {}
 
 func (x *UpdateFederatedServiceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[55]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3713,7 +3812,7 @@ func (x *UpdateFederatedServiceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateFederatedServiceResponse.ProtoReflect.Descriptor instead.
 func (*UpdateFederatedServiceResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{55}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *UpdateFederatedServiceResponse) GetService() *FederatedService {
@@ -3733,7 +3832,7 @@ type PauseFederatedServiceRequest struct {
 
 func (x *PauseFederatedServiceRequest) Reset() {
 	*x = PauseFederatedServiceRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[56]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3745,7 +3844,7 @@ func (x *PauseFederatedServiceRequest) String() string {
 func (*PauseFederatedServiceRequest) ProtoMessage() {}
 
 func (x *PauseFederatedServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[56]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3758,7 +3857,7 @@ func (x *PauseFederatedServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseFederatedServiceRequest.ProtoReflect.Descriptor instead.
 func (*PauseFederatedServiceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{56}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *PauseFederatedServiceRequest) GetServiceId() string {
@@ -3777,7 +3876,7 @@ type ResumeFederatedServiceRequest struct {
 
 func (x *ResumeFederatedServiceRequest) Reset() {
 	*x = ResumeFederatedServiceRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[57]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3789,7 +3888,7 @@ func (x *ResumeFederatedServiceRequest) String() string {
 func (*ResumeFederatedServiceRequest) ProtoMessage() {}
 
 func (x *ResumeFederatedServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[57]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3802,7 +3901,7 @@ func (x *ResumeFederatedServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeFederatedServiceRequest.ProtoReflect.Descriptor instead.
 func (*ResumeFederatedServiceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{57}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ResumeFederatedServiceRequest) GetServiceId() string {
@@ -3821,7 +3920,7 @@ type AbortFederatedServiceRequest struct {
 
 func (x *AbortFederatedServiceRequest) Reset() {
 	*x = AbortFederatedServiceRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[58]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3833,7 +3932,7 @@ func (x *AbortFederatedServiceRequest) String() string {
 func (*AbortFederatedServiceRequest) ProtoMessage() {}
 
 func (x *AbortFederatedServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[58]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3846,7 +3945,7 @@ func (x *AbortFederatedServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortFederatedServiceRequest.ProtoReflect.Descriptor instead.
 func (*AbortFederatedServiceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{58}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *AbortFederatedServiceRequest) GetServiceId() string {
@@ -3865,7 +3964,7 @@ type RollbackFederatedServiceRequest struct {
 
 func (x *RollbackFederatedServiceRequest) Reset() {
 	*x = RollbackFederatedServiceRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[59]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3877,7 +3976,7 @@ func (x *RollbackFederatedServiceRequest) String() string {
 func (*RollbackFederatedServiceRequest) ProtoMessage() {}
 
 func (x *RollbackFederatedServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[59]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3890,7 +3989,7 @@ func (x *RollbackFederatedServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackFederatedServiceRequest.ProtoReflect.Descriptor instead.
 func (*RollbackFederatedServiceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{59}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *RollbackFederatedServiceRequest) GetServiceId() string {
@@ -3909,7 +4008,7 @@ type FederatedServiceRolloutResponse struct {
 
 func (x *FederatedServiceRolloutResponse) Reset() {
 	*x = FederatedServiceRolloutResponse{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[60]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3921,7 +4020,7 @@ func (x *FederatedServiceRolloutResponse) String() string {
 func (*FederatedServiceRolloutResponse) ProtoMessage() {}
 
 func (x *FederatedServiceRolloutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[60]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3934,7 +4033,7 @@ func (x *FederatedServiceRolloutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FederatedServiceRolloutResponse.ProtoReflect.Descriptor instead.
 func (*FederatedServiceRolloutResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{60}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *FederatedServiceRolloutResponse) GetService() *FederatedService {
@@ -3953,7 +4052,7 @@ type DeleteFederatedServiceRequest struct {
 
 func (x *DeleteFederatedServiceRequest) Reset() {
 	*x = DeleteFederatedServiceRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[61]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3965,7 +4064,7 @@ func (x *DeleteFederatedServiceRequest) String() string {
 func (*DeleteFederatedServiceRequest) ProtoMessage() {}
 
 func (x *DeleteFederatedServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[61]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3978,7 +4077,7 @@ func (x *DeleteFederatedServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteFederatedServiceRequest.ProtoReflect.Descriptor instead.
 func (*DeleteFederatedServiceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{61}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *DeleteFederatedServiceRequest) GetServiceId() string {
@@ -3996,7 +4095,7 @@ type DeleteFederatedServiceResponse struct {
 
 func (x *DeleteFederatedServiceResponse) Reset() {
 	*x = DeleteFederatedServiceResponse{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[62]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4008,7 +4107,7 @@ func (x *DeleteFederatedServiceResponse) String() string {
 func (*DeleteFederatedServiceResponse) ProtoMessage() {}
 
 func (x *DeleteFederatedServiceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[62]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4021,7 +4120,7 @@ func (x *DeleteFederatedServiceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteFederatedServiceResponse.ProtoReflect.Descriptor instead.
 func (*DeleteFederatedServiceResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{62}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{63}
 }
 
 var File_peloton_api_v1_federation_proto protoreflect.FileDescriptor
@@ -4185,13 +4284,17 @@ const file_peloton_api_v1_federation_proto_rawDesc = "" +
 	"\x05count\x18\x04 \x01(\rR\x05count\x1a;\n" +
 	"\rSelectorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"o\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xab\x01\n" +
 	"\x10ServicePlacement\x128\n" +
 	"\bclusters\x18\x01 \x03(\v2\x1c.peloton.api.v1.ClusterShareR\bclusters\x12!\n" +
-	"\fmin_clusters\x18\x02 \x01(\rR\vminClusters\"\x81\x01\n" +
+	"\fmin_clusters\x18\x02 \x01(\rR\vminClusters\x12:\n" +
+	"\bfailover\x18\x03 \x01(\v2\x1e.peloton.api.v1.FailoverPolicyR\bfailover\"\\\n" +
+	"\x0eFailoverPolicy\x12-\n" +
+	"\x12toleration_seconds\x18\x01 \x01(\rR\x11tolerationSeconds\x12\x1b\n" +
+	"\tmove_back\x18\x02 \x01(\bR\bmoveBack\"\x81\x01\n" +
 	"\x14FederatedServiceSpec\x12)\n" +
 	"\x03job\x18\x01 \x01(\v2\x17.peloton.api.v1.JobSpecR\x03job\x12>\n" +
-	"\tplacement\x18\x02 \x01(\v2 .peloton.api.v1.ServicePlacementR\tplacement\"\xec\x02\n" +
+	"\tplacement\x18\x02 \x01(\v2 .peloton.api.v1.ServicePlacementR\tplacement\"\xb0\x04\n" +
 	"\x0eServiceCluster\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x18\n" +
 	"\adesired\x18\x02 \x01(\rR\adesired\x12$\n" +
@@ -4205,7 +4308,14 @@ const file_peloton_api_v1_federation_proto_rawDesc = "" +
 	"generation\x18\t \x01(\rR\n" +
 	"generation\x12!\n" +
 	"\fspec_version\x18\n" +
-	" \x01(\x04R\vspecVersion\"\xd7\x01\n" +
+	" \x01(\x04R\vspecVersion\x12\x1f\n" +
+	"\vfailed_over\x18\v \x01(\bR\n" +
+	"failedOver\x12H\n" +
+	"\bcovering\x18\f \x03(\v2,.peloton.api.v1.ServiceCluster.CoveringEntryR\bcovering\x12\x1a\n" +
+	"\bretiring\x18\r \x01(\bR\bretiring\x1a;\n" +
+	"\rCoveringEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\"\xd7\x01\n" +
 	"\vRolloutSpec\x12\x14\n" +
 	"\x05order\x18\x01 \x03(\tR\x05order\x12+\n" +
 	"\x11parallel_clusters\x18\x02 \x01(\rR\x10parallelClusters\x122\n" +
@@ -4384,7 +4494,7 @@ func file_peloton_api_v1_federation_proto_rawDescGZIP() []byte {
 }
 
 var file_peloton_api_v1_federation_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_peloton_api_v1_federation_proto_msgTypes = make([]protoimpl.MessageInfo, 69)
+var file_peloton_api_v1_federation_proto_msgTypes = make([]protoimpl.MessageInfo, 71)
 var file_peloton_api_v1_federation_proto_goTypes = []any{
 	(ClusterState)(0),                       // 0: peloton.api.v1.ClusterState
 	(DispatchState)(0),                      // 1: peloton.api.v1.DispatchState
@@ -4431,170 +4541,174 @@ var file_peloton_api_v1_federation_proto_goTypes = []any{
 	(*KillFederatedJobResponse)(nil),        // 42: peloton.api.v1.KillFederatedJobResponse
 	(*ClusterShare)(nil),                    // 43: peloton.api.v1.ClusterShare
 	(*ServicePlacement)(nil),                // 44: peloton.api.v1.ServicePlacement
-	(*FederatedServiceSpec)(nil),            // 45: peloton.api.v1.FederatedServiceSpec
-	(*ServiceCluster)(nil),                  // 46: peloton.api.v1.ServiceCluster
-	(*RolloutSpec)(nil),                     // 47: peloton.api.v1.RolloutSpec
-	(*RolloutStep)(nil),                     // 48: peloton.api.v1.RolloutStep
-	(*ServiceRollout)(nil),                  // 49: peloton.api.v1.ServiceRollout
-	(*ServiceVersion)(nil),                  // 50: peloton.api.v1.ServiceVersion
-	(*FederatedService)(nil),                // 51: peloton.api.v1.FederatedService
-	(*CreateFederatedServiceRequest)(nil),   // 52: peloton.api.v1.CreateFederatedServiceRequest
-	(*CreateFederatedServiceResponse)(nil),  // 53: peloton.api.v1.CreateFederatedServiceResponse
-	(*GetFederatedServiceRequest)(nil),      // 54: peloton.api.v1.GetFederatedServiceRequest
-	(*GetFederatedServiceResponse)(nil),     // 55: peloton.api.v1.GetFederatedServiceResponse
-	(*ListFederatedServicesRequest)(nil),    // 56: peloton.api.v1.ListFederatedServicesRequest
-	(*ListFederatedServicesResponse)(nil),   // 57: peloton.api.v1.ListFederatedServicesResponse
-	(*UpdateFederatedServiceRequest)(nil),   // 58: peloton.api.v1.UpdateFederatedServiceRequest
-	(*UpdateFederatedServiceResponse)(nil),  // 59: peloton.api.v1.UpdateFederatedServiceResponse
-	(*PauseFederatedServiceRequest)(nil),    // 60: peloton.api.v1.PauseFederatedServiceRequest
-	(*ResumeFederatedServiceRequest)(nil),   // 61: peloton.api.v1.ResumeFederatedServiceRequest
-	(*AbortFederatedServiceRequest)(nil),    // 62: peloton.api.v1.AbortFederatedServiceRequest
-	(*RollbackFederatedServiceRequest)(nil), // 63: peloton.api.v1.RollbackFederatedServiceRequest
-	(*FederatedServiceRolloutResponse)(nil), // 64: peloton.api.v1.FederatedServiceRolloutResponse
-	(*DeleteFederatedServiceRequest)(nil),   // 65: peloton.api.v1.DeleteFederatedServiceRequest
-	(*DeleteFederatedServiceResponse)(nil),  // 66: peloton.api.v1.DeleteFederatedServiceResponse
-	nil,                                     // 67: peloton.api.v1.Cluster.LabelsEntry
-	nil,                                     // 68: peloton.api.v1.RegisterClusterRequest.LabelsEntry
-	nil,                                     // 69: peloton.api.v1.FederatedPoolPlacement.WeightsEntry
-	nil,                                     // 70: peloton.api.v1.FederatedJobPlacement.ClusterSelectorEntry
-	nil,                                     // 71: peloton.api.v1.ClusterShare.SelectorEntry
-	nil,                                     // 72: peloton.api.v1.CreateFederatedServiceResponse.SplitEntry
-	(*timestamppb.Timestamp)(nil),           // 73: google.protobuf.Timestamp
-	(*Resources)(nil),                       // 74: peloton.api.v1.Resources
-	(*PoolSpec)(nil),                        // 75: peloton.api.v1.PoolSpec
-	(*PoolStatus)(nil),                      // 76: peloton.api.v1.PoolStatus
-	(*JobSpec)(nil),                         // 77: peloton.api.v1.JobSpec
-	(*JobStatus)(nil),                       // 78: peloton.api.v1.JobStatus
-	(JobState)(0),                           // 79: peloton.api.v1.JobState
-	(*UpdateSpec)(nil),                      // 80: peloton.api.v1.UpdateSpec
+	(*FailoverPolicy)(nil),                  // 45: peloton.api.v1.FailoverPolicy
+	(*FederatedServiceSpec)(nil),            // 46: peloton.api.v1.FederatedServiceSpec
+	(*ServiceCluster)(nil),                  // 47: peloton.api.v1.ServiceCluster
+	(*RolloutSpec)(nil),                     // 48: peloton.api.v1.RolloutSpec
+	(*RolloutStep)(nil),                     // 49: peloton.api.v1.RolloutStep
+	(*ServiceRollout)(nil),                  // 50: peloton.api.v1.ServiceRollout
+	(*ServiceVersion)(nil),                  // 51: peloton.api.v1.ServiceVersion
+	(*FederatedService)(nil),                // 52: peloton.api.v1.FederatedService
+	(*CreateFederatedServiceRequest)(nil),   // 53: peloton.api.v1.CreateFederatedServiceRequest
+	(*CreateFederatedServiceResponse)(nil),  // 54: peloton.api.v1.CreateFederatedServiceResponse
+	(*GetFederatedServiceRequest)(nil),      // 55: peloton.api.v1.GetFederatedServiceRequest
+	(*GetFederatedServiceResponse)(nil),     // 56: peloton.api.v1.GetFederatedServiceResponse
+	(*ListFederatedServicesRequest)(nil),    // 57: peloton.api.v1.ListFederatedServicesRequest
+	(*ListFederatedServicesResponse)(nil),   // 58: peloton.api.v1.ListFederatedServicesResponse
+	(*UpdateFederatedServiceRequest)(nil),   // 59: peloton.api.v1.UpdateFederatedServiceRequest
+	(*UpdateFederatedServiceResponse)(nil),  // 60: peloton.api.v1.UpdateFederatedServiceResponse
+	(*PauseFederatedServiceRequest)(nil),    // 61: peloton.api.v1.PauseFederatedServiceRequest
+	(*ResumeFederatedServiceRequest)(nil),   // 62: peloton.api.v1.ResumeFederatedServiceRequest
+	(*AbortFederatedServiceRequest)(nil),    // 63: peloton.api.v1.AbortFederatedServiceRequest
+	(*RollbackFederatedServiceRequest)(nil), // 64: peloton.api.v1.RollbackFederatedServiceRequest
+	(*FederatedServiceRolloutResponse)(nil), // 65: peloton.api.v1.FederatedServiceRolloutResponse
+	(*DeleteFederatedServiceRequest)(nil),   // 66: peloton.api.v1.DeleteFederatedServiceRequest
+	(*DeleteFederatedServiceResponse)(nil),  // 67: peloton.api.v1.DeleteFederatedServiceResponse
+	nil,                                     // 68: peloton.api.v1.Cluster.LabelsEntry
+	nil,                                     // 69: peloton.api.v1.RegisterClusterRequest.LabelsEntry
+	nil,                                     // 70: peloton.api.v1.FederatedPoolPlacement.WeightsEntry
+	nil,                                     // 71: peloton.api.v1.FederatedJobPlacement.ClusterSelectorEntry
+	nil,                                     // 72: peloton.api.v1.ClusterShare.SelectorEntry
+	nil,                                     // 73: peloton.api.v1.ServiceCluster.CoveringEntry
+	nil,                                     // 74: peloton.api.v1.CreateFederatedServiceResponse.SplitEntry
+	(*timestamppb.Timestamp)(nil),           // 75: google.protobuf.Timestamp
+	(*Resources)(nil),                       // 76: peloton.api.v1.Resources
+	(*PoolSpec)(nil),                        // 77: peloton.api.v1.PoolSpec
+	(*PoolStatus)(nil),                      // 78: peloton.api.v1.PoolStatus
+	(*JobSpec)(nil),                         // 79: peloton.api.v1.JobSpec
+	(*JobStatus)(nil),                       // 80: peloton.api.v1.JobStatus
+	(JobState)(0),                           // 81: peloton.api.v1.JobState
+	(*UpdateSpec)(nil),                      // 82: peloton.api.v1.UpdateSpec
 }
 var file_peloton_api_v1_federation_proto_depIdxs = []int32{
-	67, // 0: peloton.api.v1.Cluster.labels:type_name -> peloton.api.v1.Cluster.LabelsEntry
+	68, // 0: peloton.api.v1.Cluster.labels:type_name -> peloton.api.v1.Cluster.LabelsEntry
 	0,  // 1: peloton.api.v1.Cluster.state:type_name -> peloton.api.v1.ClusterState
 	0,  // 2: peloton.api.v1.Cluster.health:type_name -> peloton.api.v1.ClusterState
-	73, // 3: peloton.api.v1.Cluster.registered_time:type_name -> google.protobuf.Timestamp
-	73, // 4: peloton.api.v1.Cluster.last_seen_time:type_name -> google.protobuf.Timestamp
-	73, // 5: peloton.api.v1.Cluster.state_time:type_name -> google.protobuf.Timestamp
-	74, // 6: peloton.api.v1.Cluster.capacity:type_name -> peloton.api.v1.Resources
-	74, // 7: peloton.api.v1.Cluster.allocation:type_name -> peloton.api.v1.Resources
-	68, // 8: peloton.api.v1.RegisterClusterRequest.labels:type_name -> peloton.api.v1.RegisterClusterRequest.LabelsEntry
+	75, // 3: peloton.api.v1.Cluster.registered_time:type_name -> google.protobuf.Timestamp
+	75, // 4: peloton.api.v1.Cluster.last_seen_time:type_name -> google.protobuf.Timestamp
+	75, // 5: peloton.api.v1.Cluster.state_time:type_name -> google.protobuf.Timestamp
+	76, // 6: peloton.api.v1.Cluster.capacity:type_name -> peloton.api.v1.Resources
+	76, // 7: peloton.api.v1.Cluster.allocation:type_name -> peloton.api.v1.Resources
+	69, // 8: peloton.api.v1.RegisterClusterRequest.labels:type_name -> peloton.api.v1.RegisterClusterRequest.LabelsEntry
 	4,  // 9: peloton.api.v1.RegisterClusterResponse.cluster:type_name -> peloton.api.v1.Cluster
 	4,  // 10: peloton.api.v1.GetClusterResponse.cluster:type_name -> peloton.api.v1.Cluster
 	4,  // 11: peloton.api.v1.ListClustersResponse.clusters:type_name -> peloton.api.v1.Cluster
 	4,  // 12: peloton.api.v1.CordonClusterResponse.cluster:type_name -> peloton.api.v1.Cluster
 	4,  // 13: peloton.api.v1.UncordonClusterResponse.cluster:type_name -> peloton.api.v1.Cluster
-	69, // 14: peloton.api.v1.FederatedPoolPlacement.weights:type_name -> peloton.api.v1.FederatedPoolPlacement.WeightsEntry
-	74, // 15: peloton.api.v1.FederatedPoolSpec.reservation:type_name -> peloton.api.v1.Resources
-	74, // 16: peloton.api.v1.FederatedPoolSpec.limit:type_name -> peloton.api.v1.Resources
-	74, // 17: peloton.api.v1.FederatedPoolSpec.share:type_name -> peloton.api.v1.Resources
+	70, // 14: peloton.api.v1.FederatedPoolPlacement.weights:type_name -> peloton.api.v1.FederatedPoolPlacement.WeightsEntry
+	76, // 15: peloton.api.v1.FederatedPoolSpec.reservation:type_name -> peloton.api.v1.Resources
+	76, // 16: peloton.api.v1.FederatedPoolSpec.limit:type_name -> peloton.api.v1.Resources
+	76, // 17: peloton.api.v1.FederatedPoolSpec.share:type_name -> peloton.api.v1.Resources
 	17, // 18: peloton.api.v1.FederatedPoolSpec.placement:type_name -> peloton.api.v1.FederatedPoolPlacement
-	75, // 19: peloton.api.v1.FederatedPoolCluster.desired:type_name -> peloton.api.v1.PoolSpec
-	75, // 20: peloton.api.v1.FederatedPoolCluster.actual:type_name -> peloton.api.v1.PoolSpec
-	76, // 21: peloton.api.v1.FederatedPoolCluster.status:type_name -> peloton.api.v1.PoolStatus
+	77, // 19: peloton.api.v1.FederatedPoolCluster.desired:type_name -> peloton.api.v1.PoolSpec
+	77, // 20: peloton.api.v1.FederatedPoolCluster.actual:type_name -> peloton.api.v1.PoolSpec
+	78, // 21: peloton.api.v1.FederatedPoolCluster.status:type_name -> peloton.api.v1.PoolStatus
 	18, // 22: peloton.api.v1.FederatedPool.spec:type_name -> peloton.api.v1.FederatedPoolSpec
 	19, // 23: peloton.api.v1.FederatedPool.clusters:type_name -> peloton.api.v1.FederatedPoolCluster
-	76, // 24: peloton.api.v1.FederatedPool.total:type_name -> peloton.api.v1.PoolStatus
+	78, // 24: peloton.api.v1.FederatedPool.total:type_name -> peloton.api.v1.PoolStatus
 	18, // 25: peloton.api.v1.CreateFederatedPoolRequest.spec:type_name -> peloton.api.v1.FederatedPoolSpec
 	20, // 26: peloton.api.v1.CreateFederatedPoolResponse.pool:type_name -> peloton.api.v1.FederatedPool
 	20, // 27: peloton.api.v1.GetFederatedPoolResponse.pool:type_name -> peloton.api.v1.FederatedPool
 	18, // 28: peloton.api.v1.UpdateFederatedPoolRequest.spec:type_name -> peloton.api.v1.FederatedPoolSpec
 	20, // 29: peloton.api.v1.UpdateFederatedPoolResponse.pool:type_name -> peloton.api.v1.FederatedPool
 	20, // 30: peloton.api.v1.ListFederatedPoolsResponse.pools:type_name -> peloton.api.v1.FederatedPool
-	70, // 31: peloton.api.v1.FederatedJobPlacement.cluster_selector:type_name -> peloton.api.v1.FederatedJobPlacement.ClusterSelectorEntry
-	77, // 32: peloton.api.v1.FederatedJobSpec.job:type_name -> peloton.api.v1.JobSpec
+	71, // 31: peloton.api.v1.FederatedJobPlacement.cluster_selector:type_name -> peloton.api.v1.FederatedJobPlacement.ClusterSelectorEntry
+	79, // 32: peloton.api.v1.FederatedJobSpec.job:type_name -> peloton.api.v1.JobSpec
 	31, // 33: peloton.api.v1.FederatedJobSpec.placement:type_name -> peloton.api.v1.FederatedJobPlacement
-	73, // 34: peloton.api.v1.FederatedJobAttempt.dispatch_time:type_name -> google.protobuf.Timestamp
+	75, // 34: peloton.api.v1.FederatedJobAttempt.dispatch_time:type_name -> google.protobuf.Timestamp
 	32, // 35: peloton.api.v1.FederatedJob.spec:type_name -> peloton.api.v1.FederatedJobSpec
 	1,  // 36: peloton.api.v1.FederatedJob.dispatch_state:type_name -> peloton.api.v1.DispatchState
-	78, // 37: peloton.api.v1.FederatedJob.status:type_name -> peloton.api.v1.JobStatus
+	80, // 37: peloton.api.v1.FederatedJob.status:type_name -> peloton.api.v1.JobStatus
 	33, // 38: peloton.api.v1.FederatedJob.attempts:type_name -> peloton.api.v1.FederatedJobAttempt
-	73, // 39: peloton.api.v1.FederatedJob.create_time:type_name -> google.protobuf.Timestamp
+	75, // 39: peloton.api.v1.FederatedJob.create_time:type_name -> google.protobuf.Timestamp
 	32, // 40: peloton.api.v1.CreateFederatedJobRequest.spec:type_name -> peloton.api.v1.FederatedJobSpec
 	34, // 41: peloton.api.v1.GetFederatedJobResponse.job:type_name -> peloton.api.v1.FederatedJob
 	34, // 42: peloton.api.v1.ListFederatedJobsResponse.jobs:type_name -> peloton.api.v1.FederatedJob
-	71, // 43: peloton.api.v1.ClusterShare.selector:type_name -> peloton.api.v1.ClusterShare.SelectorEntry
+	72, // 43: peloton.api.v1.ClusterShare.selector:type_name -> peloton.api.v1.ClusterShare.SelectorEntry
 	43, // 44: peloton.api.v1.ServicePlacement.clusters:type_name -> peloton.api.v1.ClusterShare
-	77, // 45: peloton.api.v1.FederatedServiceSpec.job:type_name -> peloton.api.v1.JobSpec
-	44, // 46: peloton.api.v1.FederatedServiceSpec.placement:type_name -> peloton.api.v1.ServicePlacement
-	79, // 47: peloton.api.v1.ServiceCluster.state:type_name -> peloton.api.v1.JobState
-	80, // 48: peloton.api.v1.RolloutSpec.update:type_name -> peloton.api.v1.UpdateSpec
-	3,  // 49: peloton.api.v1.RolloutStep.state:type_name -> peloton.api.v1.RolloutStepState
-	73, // 50: peloton.api.v1.RolloutStep.start_time:type_name -> google.protobuf.Timestamp
-	73, // 51: peloton.api.v1.RolloutStep.end_time:type_name -> google.protobuf.Timestamp
-	47, // 52: peloton.api.v1.ServiceRollout.spec:type_name -> peloton.api.v1.RolloutSpec
-	2,  // 53: peloton.api.v1.ServiceRollout.state:type_name -> peloton.api.v1.RolloutState
-	48, // 54: peloton.api.v1.ServiceRollout.steps:type_name -> peloton.api.v1.RolloutStep
-	73, // 55: peloton.api.v1.ServiceRollout.create_time:type_name -> google.protobuf.Timestamp
-	73, // 56: peloton.api.v1.ServiceRollout.end_time:type_name -> google.protobuf.Timestamp
-	77, // 57: peloton.api.v1.ServiceVersion.job:type_name -> peloton.api.v1.JobSpec
-	73, // 58: peloton.api.v1.ServiceVersion.create_time:type_name -> google.protobuf.Timestamp
-	45, // 59: peloton.api.v1.FederatedService.spec:type_name -> peloton.api.v1.FederatedServiceSpec
-	73, // 60: peloton.api.v1.FederatedService.create_time:type_name -> google.protobuf.Timestamp
-	46, // 61: peloton.api.v1.FederatedService.clusters:type_name -> peloton.api.v1.ServiceCluster
-	50, // 62: peloton.api.v1.FederatedService.versions:type_name -> peloton.api.v1.ServiceVersion
-	49, // 63: peloton.api.v1.FederatedService.rollout:type_name -> peloton.api.v1.ServiceRollout
-	49, // 64: peloton.api.v1.FederatedService.history:type_name -> peloton.api.v1.ServiceRollout
-	45, // 65: peloton.api.v1.CreateFederatedServiceRequest.spec:type_name -> peloton.api.v1.FederatedServiceSpec
-	72, // 66: peloton.api.v1.CreateFederatedServiceResponse.split:type_name -> peloton.api.v1.CreateFederatedServiceResponse.SplitEntry
-	51, // 67: peloton.api.v1.GetFederatedServiceResponse.service:type_name -> peloton.api.v1.FederatedService
-	51, // 68: peloton.api.v1.ListFederatedServicesResponse.services:type_name -> peloton.api.v1.FederatedService
-	77, // 69: peloton.api.v1.UpdateFederatedServiceRequest.job:type_name -> peloton.api.v1.JobSpec
-	47, // 70: peloton.api.v1.UpdateFederatedServiceRequest.rollout:type_name -> peloton.api.v1.RolloutSpec
-	51, // 71: peloton.api.v1.UpdateFederatedServiceResponse.service:type_name -> peloton.api.v1.FederatedService
-	51, // 72: peloton.api.v1.FederatedServiceRolloutResponse.service:type_name -> peloton.api.v1.FederatedService
-	5,  // 73: peloton.api.v1.ClusterService.RegisterCluster:input_type -> peloton.api.v1.RegisterClusterRequest
-	7,  // 74: peloton.api.v1.ClusterService.DeregisterCluster:input_type -> peloton.api.v1.DeregisterClusterRequest
-	9,  // 75: peloton.api.v1.ClusterService.GetCluster:input_type -> peloton.api.v1.GetClusterRequest
-	11, // 76: peloton.api.v1.ClusterService.ListClusters:input_type -> peloton.api.v1.ListClustersRequest
-	13, // 77: peloton.api.v1.ClusterService.CordonCluster:input_type -> peloton.api.v1.CordonClusterRequest
-	15, // 78: peloton.api.v1.ClusterService.UncordonCluster:input_type -> peloton.api.v1.UncordonClusterRequest
-	21, // 79: peloton.api.v1.FederatedPoolService.CreateFederatedPool:input_type -> peloton.api.v1.CreateFederatedPoolRequest
-	23, // 80: peloton.api.v1.FederatedPoolService.GetFederatedPool:input_type -> peloton.api.v1.GetFederatedPoolRequest
-	25, // 81: peloton.api.v1.FederatedPoolService.UpdateFederatedPool:input_type -> peloton.api.v1.UpdateFederatedPoolRequest
-	27, // 82: peloton.api.v1.FederatedPoolService.DeleteFederatedPool:input_type -> peloton.api.v1.DeleteFederatedPoolRequest
-	29, // 83: peloton.api.v1.FederatedPoolService.ListFederatedPools:input_type -> peloton.api.v1.ListFederatedPoolsRequest
-	35, // 84: peloton.api.v1.FederatedJobService.CreateFederatedJob:input_type -> peloton.api.v1.CreateFederatedJobRequest
-	37, // 85: peloton.api.v1.FederatedJobService.GetFederatedJob:input_type -> peloton.api.v1.GetFederatedJobRequest
-	39, // 86: peloton.api.v1.FederatedJobService.ListFederatedJobs:input_type -> peloton.api.v1.ListFederatedJobsRequest
-	41, // 87: peloton.api.v1.FederatedJobService.KillFederatedJob:input_type -> peloton.api.v1.KillFederatedJobRequest
-	52, // 88: peloton.api.v1.FederatedServiceService.CreateFederatedService:input_type -> peloton.api.v1.CreateFederatedServiceRequest
-	54, // 89: peloton.api.v1.FederatedServiceService.GetFederatedService:input_type -> peloton.api.v1.GetFederatedServiceRequest
-	56, // 90: peloton.api.v1.FederatedServiceService.ListFederatedServices:input_type -> peloton.api.v1.ListFederatedServicesRequest
-	65, // 91: peloton.api.v1.FederatedServiceService.DeleteFederatedService:input_type -> peloton.api.v1.DeleteFederatedServiceRequest
-	58, // 92: peloton.api.v1.FederatedServiceService.UpdateFederatedService:input_type -> peloton.api.v1.UpdateFederatedServiceRequest
-	60, // 93: peloton.api.v1.FederatedServiceService.PauseFederatedService:input_type -> peloton.api.v1.PauseFederatedServiceRequest
-	61, // 94: peloton.api.v1.FederatedServiceService.ResumeFederatedService:input_type -> peloton.api.v1.ResumeFederatedServiceRequest
-	62, // 95: peloton.api.v1.FederatedServiceService.AbortFederatedService:input_type -> peloton.api.v1.AbortFederatedServiceRequest
-	63, // 96: peloton.api.v1.FederatedServiceService.RollbackFederatedService:input_type -> peloton.api.v1.RollbackFederatedServiceRequest
-	6,  // 97: peloton.api.v1.ClusterService.RegisterCluster:output_type -> peloton.api.v1.RegisterClusterResponse
-	8,  // 98: peloton.api.v1.ClusterService.DeregisterCluster:output_type -> peloton.api.v1.DeregisterClusterResponse
-	10, // 99: peloton.api.v1.ClusterService.GetCluster:output_type -> peloton.api.v1.GetClusterResponse
-	12, // 100: peloton.api.v1.ClusterService.ListClusters:output_type -> peloton.api.v1.ListClustersResponse
-	14, // 101: peloton.api.v1.ClusterService.CordonCluster:output_type -> peloton.api.v1.CordonClusterResponse
-	16, // 102: peloton.api.v1.ClusterService.UncordonCluster:output_type -> peloton.api.v1.UncordonClusterResponse
-	22, // 103: peloton.api.v1.FederatedPoolService.CreateFederatedPool:output_type -> peloton.api.v1.CreateFederatedPoolResponse
-	24, // 104: peloton.api.v1.FederatedPoolService.GetFederatedPool:output_type -> peloton.api.v1.GetFederatedPoolResponse
-	26, // 105: peloton.api.v1.FederatedPoolService.UpdateFederatedPool:output_type -> peloton.api.v1.UpdateFederatedPoolResponse
-	28, // 106: peloton.api.v1.FederatedPoolService.DeleteFederatedPool:output_type -> peloton.api.v1.DeleteFederatedPoolResponse
-	30, // 107: peloton.api.v1.FederatedPoolService.ListFederatedPools:output_type -> peloton.api.v1.ListFederatedPoolsResponse
-	36, // 108: peloton.api.v1.FederatedJobService.CreateFederatedJob:output_type -> peloton.api.v1.CreateFederatedJobResponse
-	38, // 109: peloton.api.v1.FederatedJobService.GetFederatedJob:output_type -> peloton.api.v1.GetFederatedJobResponse
-	40, // 110: peloton.api.v1.FederatedJobService.ListFederatedJobs:output_type -> peloton.api.v1.ListFederatedJobsResponse
-	42, // 111: peloton.api.v1.FederatedJobService.KillFederatedJob:output_type -> peloton.api.v1.KillFederatedJobResponse
-	53, // 112: peloton.api.v1.FederatedServiceService.CreateFederatedService:output_type -> peloton.api.v1.CreateFederatedServiceResponse
-	55, // 113: peloton.api.v1.FederatedServiceService.GetFederatedService:output_type -> peloton.api.v1.GetFederatedServiceResponse
-	57, // 114: peloton.api.v1.FederatedServiceService.ListFederatedServices:output_type -> peloton.api.v1.ListFederatedServicesResponse
-	66, // 115: peloton.api.v1.FederatedServiceService.DeleteFederatedService:output_type -> peloton.api.v1.DeleteFederatedServiceResponse
-	59, // 116: peloton.api.v1.FederatedServiceService.UpdateFederatedService:output_type -> peloton.api.v1.UpdateFederatedServiceResponse
-	64, // 117: peloton.api.v1.FederatedServiceService.PauseFederatedService:output_type -> peloton.api.v1.FederatedServiceRolloutResponse
-	64, // 118: peloton.api.v1.FederatedServiceService.ResumeFederatedService:output_type -> peloton.api.v1.FederatedServiceRolloutResponse
-	64, // 119: peloton.api.v1.FederatedServiceService.AbortFederatedService:output_type -> peloton.api.v1.FederatedServiceRolloutResponse
-	64, // 120: peloton.api.v1.FederatedServiceService.RollbackFederatedService:output_type -> peloton.api.v1.FederatedServiceRolloutResponse
-	97, // [97:121] is the sub-list for method output_type
-	73, // [73:97] is the sub-list for method input_type
-	73, // [73:73] is the sub-list for extension type_name
-	73, // [73:73] is the sub-list for extension extendee
-	0,  // [0:73] is the sub-list for field type_name
+	45, // 45: peloton.api.v1.ServicePlacement.failover:type_name -> peloton.api.v1.FailoverPolicy
+	79, // 46: peloton.api.v1.FederatedServiceSpec.job:type_name -> peloton.api.v1.JobSpec
+	44, // 47: peloton.api.v1.FederatedServiceSpec.placement:type_name -> peloton.api.v1.ServicePlacement
+	81, // 48: peloton.api.v1.ServiceCluster.state:type_name -> peloton.api.v1.JobState
+	73, // 49: peloton.api.v1.ServiceCluster.covering:type_name -> peloton.api.v1.ServiceCluster.CoveringEntry
+	82, // 50: peloton.api.v1.RolloutSpec.update:type_name -> peloton.api.v1.UpdateSpec
+	3,  // 51: peloton.api.v1.RolloutStep.state:type_name -> peloton.api.v1.RolloutStepState
+	75, // 52: peloton.api.v1.RolloutStep.start_time:type_name -> google.protobuf.Timestamp
+	75, // 53: peloton.api.v1.RolloutStep.end_time:type_name -> google.protobuf.Timestamp
+	48, // 54: peloton.api.v1.ServiceRollout.spec:type_name -> peloton.api.v1.RolloutSpec
+	2,  // 55: peloton.api.v1.ServiceRollout.state:type_name -> peloton.api.v1.RolloutState
+	49, // 56: peloton.api.v1.ServiceRollout.steps:type_name -> peloton.api.v1.RolloutStep
+	75, // 57: peloton.api.v1.ServiceRollout.create_time:type_name -> google.protobuf.Timestamp
+	75, // 58: peloton.api.v1.ServiceRollout.end_time:type_name -> google.protobuf.Timestamp
+	79, // 59: peloton.api.v1.ServiceVersion.job:type_name -> peloton.api.v1.JobSpec
+	75, // 60: peloton.api.v1.ServiceVersion.create_time:type_name -> google.protobuf.Timestamp
+	46, // 61: peloton.api.v1.FederatedService.spec:type_name -> peloton.api.v1.FederatedServiceSpec
+	75, // 62: peloton.api.v1.FederatedService.create_time:type_name -> google.protobuf.Timestamp
+	47, // 63: peloton.api.v1.FederatedService.clusters:type_name -> peloton.api.v1.ServiceCluster
+	51, // 64: peloton.api.v1.FederatedService.versions:type_name -> peloton.api.v1.ServiceVersion
+	50, // 65: peloton.api.v1.FederatedService.rollout:type_name -> peloton.api.v1.ServiceRollout
+	50, // 66: peloton.api.v1.FederatedService.history:type_name -> peloton.api.v1.ServiceRollout
+	46, // 67: peloton.api.v1.CreateFederatedServiceRequest.spec:type_name -> peloton.api.v1.FederatedServiceSpec
+	74, // 68: peloton.api.v1.CreateFederatedServiceResponse.split:type_name -> peloton.api.v1.CreateFederatedServiceResponse.SplitEntry
+	52, // 69: peloton.api.v1.GetFederatedServiceResponse.service:type_name -> peloton.api.v1.FederatedService
+	52, // 70: peloton.api.v1.ListFederatedServicesResponse.services:type_name -> peloton.api.v1.FederatedService
+	79, // 71: peloton.api.v1.UpdateFederatedServiceRequest.job:type_name -> peloton.api.v1.JobSpec
+	48, // 72: peloton.api.v1.UpdateFederatedServiceRequest.rollout:type_name -> peloton.api.v1.RolloutSpec
+	52, // 73: peloton.api.v1.UpdateFederatedServiceResponse.service:type_name -> peloton.api.v1.FederatedService
+	52, // 74: peloton.api.v1.FederatedServiceRolloutResponse.service:type_name -> peloton.api.v1.FederatedService
+	5,  // 75: peloton.api.v1.ClusterService.RegisterCluster:input_type -> peloton.api.v1.RegisterClusterRequest
+	7,  // 76: peloton.api.v1.ClusterService.DeregisterCluster:input_type -> peloton.api.v1.DeregisterClusterRequest
+	9,  // 77: peloton.api.v1.ClusterService.GetCluster:input_type -> peloton.api.v1.GetClusterRequest
+	11, // 78: peloton.api.v1.ClusterService.ListClusters:input_type -> peloton.api.v1.ListClustersRequest
+	13, // 79: peloton.api.v1.ClusterService.CordonCluster:input_type -> peloton.api.v1.CordonClusterRequest
+	15, // 80: peloton.api.v1.ClusterService.UncordonCluster:input_type -> peloton.api.v1.UncordonClusterRequest
+	21, // 81: peloton.api.v1.FederatedPoolService.CreateFederatedPool:input_type -> peloton.api.v1.CreateFederatedPoolRequest
+	23, // 82: peloton.api.v1.FederatedPoolService.GetFederatedPool:input_type -> peloton.api.v1.GetFederatedPoolRequest
+	25, // 83: peloton.api.v1.FederatedPoolService.UpdateFederatedPool:input_type -> peloton.api.v1.UpdateFederatedPoolRequest
+	27, // 84: peloton.api.v1.FederatedPoolService.DeleteFederatedPool:input_type -> peloton.api.v1.DeleteFederatedPoolRequest
+	29, // 85: peloton.api.v1.FederatedPoolService.ListFederatedPools:input_type -> peloton.api.v1.ListFederatedPoolsRequest
+	35, // 86: peloton.api.v1.FederatedJobService.CreateFederatedJob:input_type -> peloton.api.v1.CreateFederatedJobRequest
+	37, // 87: peloton.api.v1.FederatedJobService.GetFederatedJob:input_type -> peloton.api.v1.GetFederatedJobRequest
+	39, // 88: peloton.api.v1.FederatedJobService.ListFederatedJobs:input_type -> peloton.api.v1.ListFederatedJobsRequest
+	41, // 89: peloton.api.v1.FederatedJobService.KillFederatedJob:input_type -> peloton.api.v1.KillFederatedJobRequest
+	53, // 90: peloton.api.v1.FederatedServiceService.CreateFederatedService:input_type -> peloton.api.v1.CreateFederatedServiceRequest
+	55, // 91: peloton.api.v1.FederatedServiceService.GetFederatedService:input_type -> peloton.api.v1.GetFederatedServiceRequest
+	57, // 92: peloton.api.v1.FederatedServiceService.ListFederatedServices:input_type -> peloton.api.v1.ListFederatedServicesRequest
+	66, // 93: peloton.api.v1.FederatedServiceService.DeleteFederatedService:input_type -> peloton.api.v1.DeleteFederatedServiceRequest
+	59, // 94: peloton.api.v1.FederatedServiceService.UpdateFederatedService:input_type -> peloton.api.v1.UpdateFederatedServiceRequest
+	61, // 95: peloton.api.v1.FederatedServiceService.PauseFederatedService:input_type -> peloton.api.v1.PauseFederatedServiceRequest
+	62, // 96: peloton.api.v1.FederatedServiceService.ResumeFederatedService:input_type -> peloton.api.v1.ResumeFederatedServiceRequest
+	63, // 97: peloton.api.v1.FederatedServiceService.AbortFederatedService:input_type -> peloton.api.v1.AbortFederatedServiceRequest
+	64, // 98: peloton.api.v1.FederatedServiceService.RollbackFederatedService:input_type -> peloton.api.v1.RollbackFederatedServiceRequest
+	6,  // 99: peloton.api.v1.ClusterService.RegisterCluster:output_type -> peloton.api.v1.RegisterClusterResponse
+	8,  // 100: peloton.api.v1.ClusterService.DeregisterCluster:output_type -> peloton.api.v1.DeregisterClusterResponse
+	10, // 101: peloton.api.v1.ClusterService.GetCluster:output_type -> peloton.api.v1.GetClusterResponse
+	12, // 102: peloton.api.v1.ClusterService.ListClusters:output_type -> peloton.api.v1.ListClustersResponse
+	14, // 103: peloton.api.v1.ClusterService.CordonCluster:output_type -> peloton.api.v1.CordonClusterResponse
+	16, // 104: peloton.api.v1.ClusterService.UncordonCluster:output_type -> peloton.api.v1.UncordonClusterResponse
+	22, // 105: peloton.api.v1.FederatedPoolService.CreateFederatedPool:output_type -> peloton.api.v1.CreateFederatedPoolResponse
+	24, // 106: peloton.api.v1.FederatedPoolService.GetFederatedPool:output_type -> peloton.api.v1.GetFederatedPoolResponse
+	26, // 107: peloton.api.v1.FederatedPoolService.UpdateFederatedPool:output_type -> peloton.api.v1.UpdateFederatedPoolResponse
+	28, // 108: peloton.api.v1.FederatedPoolService.DeleteFederatedPool:output_type -> peloton.api.v1.DeleteFederatedPoolResponse
+	30, // 109: peloton.api.v1.FederatedPoolService.ListFederatedPools:output_type -> peloton.api.v1.ListFederatedPoolsResponse
+	36, // 110: peloton.api.v1.FederatedJobService.CreateFederatedJob:output_type -> peloton.api.v1.CreateFederatedJobResponse
+	38, // 111: peloton.api.v1.FederatedJobService.GetFederatedJob:output_type -> peloton.api.v1.GetFederatedJobResponse
+	40, // 112: peloton.api.v1.FederatedJobService.ListFederatedJobs:output_type -> peloton.api.v1.ListFederatedJobsResponse
+	42, // 113: peloton.api.v1.FederatedJobService.KillFederatedJob:output_type -> peloton.api.v1.KillFederatedJobResponse
+	54, // 114: peloton.api.v1.FederatedServiceService.CreateFederatedService:output_type -> peloton.api.v1.CreateFederatedServiceResponse
+	56, // 115: peloton.api.v1.FederatedServiceService.GetFederatedService:output_type -> peloton.api.v1.GetFederatedServiceResponse
+	58, // 116: peloton.api.v1.FederatedServiceService.ListFederatedServices:output_type -> peloton.api.v1.ListFederatedServicesResponse
+	67, // 117: peloton.api.v1.FederatedServiceService.DeleteFederatedService:output_type -> peloton.api.v1.DeleteFederatedServiceResponse
+	60, // 118: peloton.api.v1.FederatedServiceService.UpdateFederatedService:output_type -> peloton.api.v1.UpdateFederatedServiceResponse
+	65, // 119: peloton.api.v1.FederatedServiceService.PauseFederatedService:output_type -> peloton.api.v1.FederatedServiceRolloutResponse
+	65, // 120: peloton.api.v1.FederatedServiceService.ResumeFederatedService:output_type -> peloton.api.v1.FederatedServiceRolloutResponse
+	65, // 121: peloton.api.v1.FederatedServiceService.AbortFederatedService:output_type -> peloton.api.v1.FederatedServiceRolloutResponse
+	65, // 122: peloton.api.v1.FederatedServiceService.RollbackFederatedService:output_type -> peloton.api.v1.FederatedServiceRolloutResponse
+	99, // [99:123] is the sub-list for method output_type
+	75, // [75:99] is the sub-list for method input_type
+	75, // [75:75] is the sub-list for extension type_name
+	75, // [75:75] is the sub-list for extension extendee
+	0,  // [0:75] is the sub-list for field type_name
 }
 
 func init() { file_peloton_api_v1_federation_proto_init() }
@@ -4609,7 +4723,7 @@ func file_peloton_api_v1_federation_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_peloton_api_v1_federation_proto_rawDesc), len(file_peloton_api_v1_federation_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   69,
+			NumMessages:   71,
 			NumExtensions: 0,
 			NumServices:   4,
 		},
