@@ -29,10 +29,15 @@ package bench
 //     until every job is in a cluster (its cluster job id set), and for a
 //     sample of 50 the time from create to the first task RUNNING (the
 //     cluster's GetJob task counts). Goal: >= 500 jobs/s.
+//  4. Services (--services, --service-budget, --service-toleration): a
+//     federated service created, rolled out and failed over (see
+//     fedservices.go). Goals: no budget violation; failover < 10 s at
+//     10,000 instances.
 //
 // Reproduce with:
 //
 //	peloton bench federation --registry-clusters 100 --registry-window 30s --clusters 10 --pool-changes 100 --jobs 2000
+//	peloton bench federation --registry-clusters 0 --pool-changes 0 --jobs 0 --clusters 3 --services 10000
 //
 // The numbers depend on the machine and on everything sharing this
 // process: every stack, etcd and the federation compete for the same cores.
@@ -72,6 +77,7 @@ var federationFigures = []string{
 	"registryClusters", "registryStartSec", "registryReadyMs", "registryBaselineCpuPctOfCore", "registryCpuPctOfCore", "registryRssMiB",
 	"propagationP50Ms", "propagationP99Ms", "propagationMaxMs",
 	"createJobsPerSec", "dispatchJobsPerSec", "createToRunningP50Ms", "createToRunningP99Ms",
+	"serviceCreateToRunningSec", "serviceRolloutSec", "serviceBudgetViolations", "serviceMaxUnavailable", "serviceFailoverSec",
 	"peakRssMb",
 }
 
@@ -80,7 +86,9 @@ var federationFigures = []string{
 const (
 	maxFedClusters = 1000
 	maxFedJobs     = 100_000
-	maxPoolChanges = 100_000
+	// maxFedServiceInstances bounds --services.
+	maxFedServiceInstances = 100_000
+	maxPoolChanges         = 100_000
 )
 
 // Fixed parts of the scenario, said in its notes.
@@ -130,6 +138,13 @@ type FederationConfig struct {
 	HostsPerCluster int
 	// CheckEvery is the federation's health-check period per cluster.
 	CheckEvery time.Duration
+	// Services is the instances of the services phase's one federated
+	// service (0: skip), ServiceBudget its budget of unavailable
+	// instances, ServiceToleration its failover toleration (see
+	// fedservices.go).
+	Services          int
+	ServiceBudget     int
+	ServiceToleration time.Duration
 }
 
 // DefaultFederationConfig is the size.
@@ -138,6 +153,7 @@ func DefaultFederationConfig() FederationConfig {
 		RegistryClusters: 100, RegistryWindow: 30 * time.Second,
 		Clusters: 10, PoolChanges: 100, Jobs: 2000, Concurrency: 64,
 		HostsPerCluster: 2, CheckEvery: time.Second,
+		ServiceBudget: 500, ServiceToleration: 10 * time.Second,
 	}
 }
 
@@ -154,16 +170,24 @@ func (c *FederationConfig) Validate() error {
 		return fmt.Errorf("--pool-changes %d: must be 0..%d", c.PoolChanges, maxPoolChanges)
 	case c.Jobs < 0 || c.Jobs > maxFedJobs:
 		return fmt.Errorf("--jobs %d: must be 0..%d", c.Jobs, maxFedJobs)
-	case c.Clusters == 0 && (c.PoolChanges > 0 || c.Jobs > 0):
-		return fmt.Errorf("--clusters 0: the propagation and dispatch phases need a cluster (or set --pool-changes 0 --jobs 0)")
+	case c.Clusters == 0 && (c.PoolChanges > 0 || c.Jobs > 0 || c.Services > 0):
+		return fmt.Errorf("--clusters 0: the propagation, dispatch and services phases need a cluster (or set --pool-changes 0 --jobs 0 --services 0)")
 	case c.Concurrency < 1 || c.Concurrency > 1024:
 		return fmt.Errorf("--concurrency %d: must be 1..1024", c.Concurrency)
 	case c.HostsPerCluster < 1 || c.HostsPerCluster > 100:
 		return fmt.Errorf("--hosts-per-cluster %d: must be 1..100", c.HostsPerCluster)
 	case c.CheckEvery <= 0 || c.CheckEvery > time.Minute:
 		return fmt.Errorf("--check-every %s: must be > 0 and at most 1m", c.CheckEvery)
-	case c.RegistryClusters == 0 && c.PoolChanges == 0 && c.Jobs == 0:
-		return fmt.Errorf("--registry-clusters, --pool-changes and --jobs are all 0: nothing to measure")
+	case c.Services < 0 || c.Services > maxFedServiceInstances:
+		return fmt.Errorf("--services %d: must be 0..%d", c.Services, maxFedServiceInstances)
+	case c.Services > 0 && c.Services < c.Clusters:
+		return fmt.Errorf("--services %d: at least one instance per cluster (--clusters %d)", c.Services, c.Clusters)
+	case c.Services > 0 && (c.ServiceBudget < 1 || c.ServiceBudget > c.Services):
+		return fmt.Errorf("--service-budget %d: must be 1..--services (%d)", c.ServiceBudget, c.Services)
+	case c.Services > 0 && (c.ServiceToleration < time.Second || c.ServiceToleration > 10*time.Minute):
+		return fmt.Errorf("--service-toleration %s: must be 1s..10m (whole seconds)", c.ServiceToleration)
+	case c.RegistryClusters == 0 && c.PoolChanges == 0 && c.Jobs == 0 && c.Services == 0:
+		return fmt.Errorf("--registry-clusters, --pool-changes, --jobs and --services are all 0: nothing to measure")
 	}
 	return nil
 }
@@ -183,6 +207,9 @@ func Federation(ctx context.Context, env Env, cfg FederationConfig) (*Result, er
 	r.param("concurrency", cfg.Concurrency)
 	r.param("hostsPerCluster", cfg.HostsPerCluster)
 	r.param("checkEveryMs", cfg.CheckEvery.Milliseconds())
+	r.param("services", cfg.Services)
+	r.param("serviceBudget", cfg.ServiceBudget)
+	r.param("serviceTolerationSec", cfg.ServiceToleration.Seconds())
 	rssReset := resetPeakRSS()
 
 	h, err := newFedHarness(ctx, env, cfg)
@@ -195,7 +222,7 @@ func Federation(ctx context.Context, env Env, cfg FederationConfig) (*Result, er
 			return nil, err
 		}
 	}
-	if cfg.PoolChanges > 0 || cfg.Jobs > 0 {
+	if cfg.PoolChanges > 0 || cfg.Jobs > 0 || cfg.Services > 0 {
 		if err := h.useClusters(ctx, cfg.Clusters); err != nil {
 			return nil, err
 		}
@@ -207,6 +234,11 @@ func Federation(ctx context.Context, env Env, cfg FederationConfig) (*Result, er
 	}
 	if cfg.Jobs > 0 {
 		if err := h.dispatchPhase(ctx, r); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Services > 0 {
+		if err := h.servicesPhase(ctx, r); err != nil {
 			return nil, err
 		}
 	}
@@ -671,7 +703,7 @@ type fedSample struct {
 // times them into their clusters.
 func (h *fedHarness) dispatchPhase(ctx context.Context, r *Result) error {
 	n := h.cfg.Jobs
-	if err := h.createBatchPool(ctx); err != nil {
+	if err := h.createHalfPool(ctx, fedBatchPool); err != nil {
 		return err
 	}
 	sent, ended := metrics.FederationJobs.WithLabelValues("sent"), metrics.FederationJobs.WithLabelValues("done")
@@ -832,11 +864,11 @@ feed:
 	return nil
 }
 
-// createBatchPool creates the dispatch phase's leaf global pool, reserving
-// half of what the clusters have, and waits until every cluster holds it
+// createHalfPool creates a leaf global pool (the dispatch phase's, the
+// services phase's), reserving half of what the clusters have, and waits until every cluster holds it
 // and the federation has seen it there (it dispatches only to clusters
 // where it saw the pool).
-func (h *fedHarness) createBatchPool(ctx context.Context) error {
+func (h *fedHarness) createHalfPool(ctx context.Context, path string) error {
 	resp, err := h.clusters.ListClusters(ctx, &pelotonv1.ListClustersRequest{})
 	if err != nil {
 		return fmt.Errorf("bench: ListClusters: %w", err)
@@ -847,15 +879,15 @@ func (h *fedHarness) createBatchPool(ctx context.Context) error {
 		mem += c.GetCapacity().GetMemoryMb()
 	}
 	spec := &pelotonv1.FederatedPoolSpec{Reservation: &pelotonv1.Resources{Cpu: math.Floor(cpu / 2), MemoryMb: math.Floor(mem / 2)}}
-	if _, err := h.pools.CreateFederatedPool(ctx, &pelotonv1.CreateFederatedPoolRequest{Path: fedBatchPool, Spec: spec, RequestId: client.NewRequestID()}); err != nil {
-		return fmt.Errorf("bench: CreateFederatedPool %s: %w", fedBatchPool, err)
+	if _, err := h.pools.CreateFederatedPool(ctx, &pelotonv1.CreateFederatedPoolRequest{Path: path, Spec: spec, RequestId: client.NewRequestID()}); err != nil {
+		return fmt.Errorf("bench: CreateFederatedPool %s: %w", path, err)
 	}
 	wctx, cancel := context.WithTimeout(ctx, fedReadyTimeout)
 	defer cancel()
-	return waitFor(wctx, 50*time.Millisecond, "waiting for "+fedBatchPool+" in every cluster", func() (bool, string, error) {
-		resp, err := h.pools.GetFederatedPool(wctx, &pelotonv1.GetFederatedPoolRequest{Path: fedBatchPool})
+	return waitFor(wctx, 50*time.Millisecond, "waiting for "+path+" in every cluster", func() (bool, string, error) {
+		resp, err := h.pools.GetFederatedPool(wctx, &pelotonv1.GetFederatedPoolRequest{Path: path})
 		if err != nil {
-			return false, "", fmt.Errorf("bench: GetFederatedPool %s: %w", fedBatchPool, err)
+			return false, "", fmt.Errorf("bench: GetFederatedPool %s: %w", path, err)
 		}
 		synced := 0
 		for _, pc := range resp.Pool.Clusters {

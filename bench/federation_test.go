@@ -21,6 +21,9 @@ func TestFederationValidateNamesTheFlag(t *testing.T) {
 		{func(c *FederationConfig) { c.Concurrency = 0 }, "--concurrency"},
 		{func(c *FederationConfig) { c.HostsPerCluster = 0 }, "--hosts-per-cluster"},
 		{func(c *FederationConfig) { c.CheckEvery = 0 }, "--check-every"},
+		{func(c *FederationConfig) { c.Services = 1 }, "--services"},
+		{func(c *FederationConfig) { c.Services = 20; c.ServiceBudget = 0 }, "--service-budget"},
+		{func(c *FederationConfig) { c.Services = 20; c.ServiceBudget = 5; c.ServiceToleration = 0 }, "--service-toleration"},
 	} {
 		c := DefaultFederationConfig()
 		tc.change(&c)
@@ -49,6 +52,7 @@ func TestFederationScenario(t *testing.T) {
 		RegistryClusters: 3, RegistryWindow: 500 * time.Millisecond,
 		Clusters: 3, PoolChanges: 5, Jobs: 20, Concurrency: 8,
 		HostsPerCluster: 1, CheckEvery: time.Second,
+		Services: 9, ServiceBudget: 3, ServiceToleration: time.Second,
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -95,6 +99,14 @@ func TestFederationScenario(t *testing.T) {
 	}
 	if r50, r99 := fig("createToRunningP50Ms"), fig("createToRunningP99Ms"); r50 <= 0 || r50 > r99 {
 		t.Errorf("createToRunning p50 %g, p99 %g: want 0 < p50 <= p99", r50, r99)
+	}
+	if v := fig("serviceBudgetViolations"); v != 0 {
+		t.Errorf("serviceBudgetViolations %g: the rollout took down more than the budget", v)
+	}
+	for _, f := range []string{"serviceCreateToRunningSec", "serviceRolloutSec"} {
+		if v := fig(f); v <= 0 {
+			t.Errorf("%s = %g, want > 0", f, v)
+		}
 	}
 	if len(lines) == 0 {
 		t.Error("no progress reported")

@@ -171,6 +171,9 @@ func (a *app) benchScenario(sc bench.Scenario) *cobra.Command {
 		fs.IntVar(&c.Concurrency, "concurrency", c.Concurrency, "callers creating jobs at once")
 		fs.IntVar(&c.HostsPerCluster, "hosts-per-cluster", c.HostsPerCluster, "simulated hosts of each cluster (32 CPUs each)")
 		fs.DurationVar(&c.CheckEvery, "check-every", c.CheckEvery, "the federation's health-check period per cluster")
+		fs.IntVar(&c.Services, "services", c.Services, "instances of one federated service created, rolled out and failed over (0: skip)")
+		fs.IntVar(&c.ServiceBudget, "service-budget", c.ServiceBudget, "the service's budget of unavailable instances")
+		fs.DurationVar(&c.ServiceToleration, "service-toleration", c.ServiceToleration, "the service's failover toleration")
 		validate = c.Validate
 		run = func(ctx context.Context, env bench.Env) (*bench.Result, error) { return bench.Federation(ctx, env, c) }
 	default:
