@@ -245,6 +245,38 @@ func TestFederationOfProcesses(t *testing.T) {
 	within(t, 20*time.Second, "c back", states(map[string]pelotonv1.ClusterState{"c": ready}))
 	within(t, 20*time.Second, "c's part back", cpu(map[string]float64{"a": 10, "b": 10, "c": 10}))
 
+	// A federated service with failover, 30 instances over the three
+	// clusters: while b (killed below) is away past the toleration, its 10
+	// run in a and c; once b is back, the split returns to 10/10/10.
+	failoverSvc, err := api.services.CreateFederatedService(ctx(), &pelotonv1.CreateFederatedServiceRequest{Spec: &pelotonv1.FederatedServiceSpec{
+		Job: &pelotonv1.JobSpec{Name: "fail-over", Type: pelotonv1.JobType_SERVICE, Pool: "/team", InstanceCount: 30,
+			Sla:         &pelotonv1.SlaSpec{MaximumUnavailableInstances: 3},
+			DefaultSpec: &pelotonv1.TaskSpec{Command: []string{"sleep", "3600"}, Resources: &pelotonv1.Resources{Cpu: 0.1, MemoryMb: 16}}},
+		Placement: &pelotonv1.ServicePlacement{Failover: &pelotonv1.FailoverPolicy{TolerationSeconds: 2, MoveBack: true}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	split := func(want map[string]uint32) func() error {
+		return func() error {
+			g, err := api.services.GetFederatedService(ctx(), &pelotonv1.GetFederatedServiceRequest{ServiceId: failoverSvc.ServiceId})
+			if err != nil {
+				return err
+			}
+			got, running := map[string]uint32{}, uint32(0)
+			for _, p := range g.Service.Clusters {
+				if !p.FailedOver {
+					got[p.Cluster] = p.Desired
+					running += p.Running
+				}
+			}
+			if fmt.Sprint(got) != fmt.Sprint(want) || running != 30 {
+				return fmt.Errorf("parts %v with %d running, want %v with 30: %v", got, running, want, g.Service.Clusters)
+			}
+			return nil
+		}
+	}
+	within(t, 60*time.Second, "the service running 10/10/10", split(map[string]uint32{"a": 10, "b": 10, "c": 10}))
+
 	// A killed cluster is UNREACHABLE; the global pool changes meanwhile;
 	// restarted on another port it registers its new endpoint and gets its
 	// part of the changed pool.
@@ -255,9 +287,11 @@ func TestFederationOfProcesses(t *testing.T) {
 		t.Fatal(err)
 	}
 	within(t, 20*time.Second, "a and c share the pool", cpu(map[string]float64{"a": 30, "c": 30}))
+	within(t, 60*time.Second, "b's part of the service running in a and c", split(map[string]uint32{"a": 15, "c": 15}))
 	clusters["b"] = startCluster("b", "east")
 	within(t, 30*time.Second, "b back", states(map[string]pelotonv1.ClusterState{"b": ready}))
 	within(t, 20*time.Second, "b repaired", cpu(map[string]float64{"a": 20, "b": 20, "c": 20}))
+	within(t, 90*time.Second, "the service back at 10/10/10", split(map[string]uint32{"a": 10, "b": 10, "c": 10}))
 	got, err := api.clusters.GetCluster(ctx(), &pelotonv1.GetClusterRequest{Name: "b"})
 	if err != nil || got.Cluster.Endpoint != clusters["b"].addr {
 		t.Fatalf("b's registration after its restart: %v %v, want endpoint %s", got, err, clusters["b"].addr)
