@@ -410,14 +410,20 @@ func (f *Federation) syncStep(ctx context.Context, name string, cli clusterClien
 				cs.State, cs.EndTime, cs.Message = ok, now(), what+" "+u.Id+" succeeded"
 				if st != pelotonv1.UpdateState_UPDATE_SUCCEEDED {
 					cs.State = pelotonv1.RolloutStepState_STEP_FAILED
-					cs.Message = fmt.Sprintf("%s %s ended %s: %s", what, u.Id, st, u.GetStatus().GetMessage())
+					cs.Message = fmt.Sprintf("%s %s ended %s", what, u.Id, st)
+					if m := u.GetStatus().GetMessage(); m != "" {
+						cs.Message += ": " + m
+					}
 				}
 				cp.SpecVersion = v
 				cp.Desired, cp.MaxUnavailable = part(cs)
 			})
 		}
 		f.observePart(rec.Id, name, func(q *pelotonv1.ServiceCluster) {
-			q.Message = fmt.Sprintf("%s %s %s: %s", what, u.Id, st, u.GetStatus().GetMessage())
+			q.Message = fmt.Sprintf("%s %s %s", what, u.Id, st)
+			if m := u.GetStatus().GetMessage(); m != "" {
+				q.Message += ": " + m
+			}
 		})
 		return true, control(u.Id, st)
 	}

@@ -740,3 +740,56 @@ func TestFedServiceFlags(t *testing.T) {
 		wantError(t, runCLI(t, tc.stdin, args...), tc.code, tc.want, args...)
 	}
 }
+
+// TestFedServiceTables renders a federated service with a rollout, and a
+// list of services, as fed service get and list show them.
+func TestFedServiceTables(t *testing.T) {
+	svc := &pelotonv1.FederatedService{Id: "s-1", SpecVersion: 2, Desired: 5, Running: 4,
+		Spec: &pelotonv1.FederatedServiceSpec{Job: &pelotonv1.JobSpec{Name: "web", Pool: "/p", Sla: &pelotonv1.SlaSpec{MaximumUnavailableInstances: 2}}},
+		Clusters: []*pelotonv1.ServiceCluster{
+			{Cluster: "a", Desired: 3, Running: 3, MaxUnavailable: 1, SpecVersion: 2, State: pelotonv1.JobState_JOB_RUNNING, ClusterJobId: "j-a"},
+			{Cluster: "b", Desired: 2, Running: 1, MaxUnavailable: 1, SpecVersion: 1, State: pelotonv1.JobState_JOB_RUNNING, ClusterJobId: "j-b", Message: "update u-2 UPDATE_ROLLING_FORWARD"},
+		},
+		Rollout: &pelotonv1.ServiceRollout{Id: 1, FromVersion: 1, ToVersion: 2, State: pelotonv1.RolloutState_ROLLOUT_ROLLING,
+			Steps: []*pelotonv1.RolloutStep{
+				{Cluster: "a", State: pelotonv1.RolloutStepState_STEP_DONE, UpdateId: "u-1", Desired: 3, FromDesired: 3, Message: "update u-1 succeeded"},
+				{Cluster: "b", State: pelotonv1.RolloutStepState_STEP_UPDATING, UpdateId: "u-2", Desired: 2, FromDesired: 2},
+			}},
+	}
+	var b bytes.Buffer
+	tw := newTabWriter(&b)
+	writeFedService(tw, svc)
+	tw.Flush()
+	want := `id:                s-1
+name:              web
+pool:              /p
+instances:         4 running of 5
+budget:            2 unavailable at most
+spec version:      2
+created:           -
+message:           -
+rollout:           1: ROLLOUT_ROLLING, spec version 1 -> 2
+rollout message:   -
+
+CLUSTER   DESIRED   RUNNING   BUDGET   VERSION   STATE         CLUSTER JOB ID   MESSAGE
+a         3         3         1        2         JOB_RUNNING   j-a              -
+b         2         1         1        1         JOB_RUNNING   j-b              update u-2 UPDATE_ROLLING_FORWARD
+
+STEP   CLUSTER   STATE      INSTANCES   UPDATE   MESSAGE
+1      a         DONE       3 -> 3      u-1      update u-1 succeeded
+2      b         UPDATING   2 -> 2      u-2      -
+`
+	if b.String() != want {
+		t.Errorf("fed service get:\n%s\nwant:\n%s", b.String(), want)
+	}
+	b.Reset()
+	tw = newTabWriter(&b)
+	writeFedServiceTable(tw, []*pelotonv1.FederatedService{svc}, true)
+	tw.Flush()
+	want = `ID    NAME   RUNNING   DESIRED   SPLIT     CREATED   POOL   MESSAGE
+s-1   web    4         5         a=3 b=2   -         /p     -
+`
+	if b.String() != want {
+		t.Errorf("fed service list -o wide:\n%s\nwant:\n%s", b.String(), want)
+	}
+}
