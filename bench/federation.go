@@ -78,6 +78,7 @@ var federationFigures = []string{
 	"propagationP50Ms", "propagationP99Ms", "propagationMaxMs",
 	"createJobsPerSec", "dispatchJobsPerSec", "createToRunningP50Ms", "createToRunningP99Ms",
 	"serviceCreateToRunningSec", "serviceRolloutSec", "serviceBudgetViolations", "serviceMaxUnavailable", "serviceFailoverSec",
+	"slaDecisionP50Ms", "slaDecisionP99Ms", "slaRequestsPerSec",
 	"peakRssMb",
 }
 

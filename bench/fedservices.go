@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
@@ -25,7 +28,10 @@ import (
 //     over all clusters exceed the service's budget is a violation
 //     (serviceBudgetViolations, which must be 0; serviceMaxUnavailable is
 //     the most seen).
-//  3. Failover: the last cluster's stack is stopped; once it is
+//  3. Global SLA: 5,000 disruption requests at 1,000/s to the federation's
+//     global evaluator over loopback gRPC, each grant released at once:
+//     the decision latency (slaDecisionP50Ms, slaDecisionP99Ms).
+//  4. Failover: the last cluster's stack is stopped; once it is
 //     unreachable past the toleration (--service-toleration; it cannot
 //     fail over before the federation calls it UNREACHABLE, 5 s), its part
 //     runs on the others. serviceFailoverSec is from the toleration's end
@@ -127,6 +133,11 @@ func (h *fedHarness) servicesPhase(ctx context.Context, r *Result) error {
 	r.add("serviceBudgetViolations", float64(watch.violations), "", fmt.Sprintf("polls (every %s, %d in all) where more than the budget (%d) of instances were not RUNNING over all clusters", fedServicePoll, watch.polls, budget))
 	r.add("serviceMaxUnavailable", float64(watch.most), "", "the most instances not RUNNING in one poll during the rollout")
 
+	// The global SLA evaluator under load.
+	if err := h.slaLoad(ctx, r, cur); err != nil {
+		return err
+	}
+
 	// Failover: the last cluster stops.
 	if len(h.members) < 2 {
 		r.note("failover not measured: it needs two clusters")
@@ -213,4 +224,58 @@ func (w *unavailWatch) run(ctx context.Context, svc *pelotonv1.FederatedService)
 		case <-t.C:
 		}
 	}
+}
+
+// slaLoadRate and slaLoadFor size the SLA load step: disruption requests
+// (each released at once) at this rate for this long, at most
+// slaLoadInFlight at a time.
+const (
+	slaLoadRate     = 1000
+	slaLoadFor      = 5 * time.Second
+	slaLoadInFlight = 64
+)
+
+// slaLoad sends RequestDisruption for one instance of the service's first
+// part at slaLoadRate, releasing each grant at once, and reports the
+// decision latency (request to answer, granted or refused) over loopback
+// gRPC.
+func (h *fedHarness) slaLoad(ctx context.Context, r *Result, svc *pelotonv1.FederatedService) error {
+	p := svc.Clusters[0]
+	n := int(slaLoadRate * slaLoadFor / time.Second)
+	h.env.progress("federation: %d disruption requests to the global SLA evaluator at %d/s", n, slaLoadRate)
+	lat := make([]float64, n)
+	var refused, failed atomic.Int64
+	sem := make(chan struct{}, slaLoadInFlight)
+	var wg sync.WaitGroup
+	tick := time.NewTicker(time.Second / slaLoadRate)
+	defer tick.Stop()
+	start := time.Now()
+	for i := 0; i < n && ctx.Err() == nil; i++ {
+		<-tick.C
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			t0 := time.Now()
+			resp, err := h.fc.SLA.RequestDisruption(ctx, &pelotonv1.RequestDisruptionRequest{Cluster: p.Cluster, JobId: p.ClusterJobId,
+				Instances: []uint32{uint32(i) % p.Desired}, Holder: "bench", TtlSeconds: 60})
+			lat[i] = float64(time.Since(t0).Microseconds()) / 1000
+			switch {
+			case status.Code(err) == codes.FailedPrecondition:
+				refused.Add(1)
+			case err != nil:
+				failed.Add(1)
+			default:
+				_, _ = h.fc.SLA.ReleaseDisruption(ctx, &pelotonv1.ReleaseDisruptionRequest{GrantId: resp.GrantId})
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if f := failed.Load(); f > 0 {
+		return fmt.Errorf("bench: %d of %d disruption requests failed", f, n)
+	}
+	r.add("slaDecisionP50Ms", percentile(lat, 50), "ms", fmt.Sprintf("RequestDisruption over loopback gRPC, %d requests offered at %d/s, each grant released at once (a grant is recorded in etcd before the answer)", n, slaLoadRate))
+	r.add("slaDecisionP99Ms", percentile(lat, 99), "ms", "")
+	r.add("slaRequestsPerSec", float64(n)/elapsed.Seconds(), "/s", fmt.Sprintf("achieved; %d refused over the budget", refused.Load()))
+	return nil
 }

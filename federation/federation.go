@@ -106,6 +106,7 @@ type Federation struct {
 	pools    map[string]*globalPool
 	jobs     map[string]*fedJob
 	services map[string]*fedService
+	sla      globalSLA
 	// split is the last split of the pool tree (recomputed on every change
 	// of the tree or of the clusters' membership in it).
 	split SplitResult
@@ -164,6 +165,9 @@ func (f *Federation) Start(ctx context.Context) error {
 	}
 	if err := f.loadServices(ctx); err != nil {
 		return fmt.Errorf("load services: %w", err)
+	}
+	if err := f.loadGrants(ctx); err != nil {
+		return fmt.Errorf("load SLA grants: %w", err)
 	}
 	f.mu.Lock()
 	f.resplitLocked()

@@ -56,7 +56,7 @@ func startStack(t *testing.T, endpoints []string, name string, hosts int) *stack
 }
 
 // startStackWith is startStack with hosts labelled (sim host labels).
-func startStackWith(t *testing.T, endpoints []string, name string, hosts int, hostLabels []string) *stack {
+func startStackWith(t *testing.T, endpoints []string, name string, hosts int, hostLabels []string, opts ...func(*cluster.Config)) *stack {
 	t.Helper()
 	s := &stack{name: name, done: make(chan error, 1)}
 	ready := make(chan string, 1)
@@ -65,6 +65,9 @@ func startStackWith(t *testing.T, endpoints []string, name string, hosts int, ho
 	cfg := cluster.Config{ClusterName: name, DataDir: t.TempDir(), Listen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0",
 		EtcdEndpoints: endpoints, Backend: "sim", Hosts: hosts, HostLabels: hostLabels, ShutdownGrace: 2 * time.Second, Logger: logger().With("cluster", name),
 		OnReady: func(info cluster.ReadyInfo) { ready <- info.GRPCAddr }}
+	for _, o := range opts {
+		o(&cfg)
+	}
 	go func() { s.done <- cluster.Run(ctx, cfg) }()
 	select {
 	case s.addr = <-ready:

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/peloton-sched/peloton/internal/apierr"
 	"github.com/peloton-sched/peloton/internal/metrics"
 	"github.com/peloton-sched/peloton/internal/restgw"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
@@ -27,6 +28,7 @@ type Server struct {
 	pelotonv1.UnimplementedFederatedPoolServiceServer
 	pelotonv1.UnimplementedFederatedJobServiceServer
 	pelotonv1.UnimplementedFederatedServiceServiceServer
+	pelotonv1.UnimplementedGlobalSlaServiceServer
 
 	f   *Federation
 	log *slog.Logger
@@ -50,6 +52,7 @@ func (s *Server) GRPCServer(opts ...grpc.ServerOption) *grpc.Server {
 	pelotonv1.RegisterFederatedPoolServiceServer(g, s)
 	pelotonv1.RegisterFederatedJobServiceServer(g, s)
 	pelotonv1.RegisterFederatedServiceServiceServer(g, s)
+	pelotonv1.RegisterGlobalSlaServiceServer(g, s)
 	return g
 }
 
@@ -286,4 +289,34 @@ func (s *Server) AbortFederatedService(ctx context.Context, req *pelotonv1.Abort
 // RollbackFederatedService implements FederatedServiceService.
 func (s *Server) RollbackFederatedService(ctx context.Context, req *pelotonv1.RollbackFederatedServiceRequest) (*pelotonv1.FederatedServiceRolloutResponse, error) {
 	return s.control(ctx, req.ServiceId, RolloutRollback)
+}
+
+// RequestDisruption implements GlobalSlaService.
+func (s *Server) RequestDisruption(ctx context.Context, req *pelotonv1.RequestDisruptionRequest) (*pelotonv1.RequestDisruptionResponse, error) {
+	return s.f.RequestDisruption(ctx, req)
+}
+
+// ReleaseDisruption implements GlobalSlaService.
+func (s *Server) ReleaseDisruption(ctx context.Context, req *pelotonv1.ReleaseDisruptionRequest) (*pelotonv1.ReleaseDisruptionResponse, error) {
+	if err := s.f.ReleaseDisruption(ctx, req.GrantId); err != nil {
+		return nil, err
+	}
+	return &pelotonv1.ReleaseDisruptionResponse{}, nil
+}
+
+// RenewDisruption implements GlobalSlaService.
+func (s *Server) RenewDisruption(ctx context.Context, req *pelotonv1.RenewDisruptionRequest) (*pelotonv1.RenewDisruptionResponse, error) {
+	if err := s.f.RenewDisruption(ctx, req.GrantId, time.Duration(req.TtlSeconds)*time.Second); err != nil {
+		return nil, err
+	}
+	return &pelotonv1.RenewDisruptionResponse{}, nil
+}
+
+// ReportUnavailable implements GlobalSlaService.
+func (s *Server) ReportUnavailable(ctx context.Context, req *pelotonv1.ReportUnavailableRequest) (*pelotonv1.ReportUnavailableResponse, error) {
+	if req.Cluster == "" || req.JobId == "" {
+		return nil, apierr.Invalid("cluster", "cluster and jobId are required")
+	}
+	s.f.ReportUnavailable(req.Cluster, req.JobId, req.Instances)
+	return &pelotonv1.ReportUnavailableResponse{}, nil
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/peloton-sched/peloton/internal/apierr"
 	"github.com/peloton-sched/peloton/internal/metrics"
 	"github.com/peloton-sched/peloton/internal/requestid"
+	"github.com/peloton-sched/peloton/internal/sla"
 	"github.com/peloton-sched/peloton/internal/store"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 	"github.com/peloton-sched/peloton/resmgr"
@@ -41,7 +42,7 @@ const serviceRequestKind requestid.Kind = "federated-service"
 
 // LabelFederatedService is the label the federation puts on the job it
 // makes in a cluster for a federated service; its value is the service id.
-const LabelFederatedService = "peloton.io/federated-service"
+const LabelFederatedService = sla.GroupLabel
 
 func serviceKey(id string) string { return "services/" + id }
 

@@ -3,6 +3,7 @@ package federation_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"testing"
 	"time"
 
@@ -10,7 +11,11 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/peloton-sched/peloton/cluster"
+	"github.com/peloton-sched/peloton/cluster/client"
 	"github.com/peloton-sched/peloton/federation"
+	"github.com/peloton-sched/peloton/internal/fedsla"
+	"github.com/peloton-sched/peloton/internal/sla"
 	"github.com/peloton-sched/peloton/internal/store/storetest"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
@@ -458,10 +463,13 @@ func TestFederatedServiceFailover(t *testing.T) {
 				t.Errorf("service %s: part %s covers %v, want 1 of c", s.Spec.Job.Name, p.Cluster, p.Covering)
 			}
 		}
-		j, err := partJob(t, stacks[0], s)
-		if err != nil || j.Spec.InstanceCount != 3 {
-			t.Errorf("a's job of %s: %v %v", s.Spec.Job.Name, j.GetSpec().GetInstanceCount(), err)
-		}
+		eventually(t, 20*time.Second, func() error {
+			j, err := partJob(t, stacks[0], s)
+			if err != nil || j.Spec.InstanceCount != 3 {
+				return fmt.Errorf("a's job of %s: %v instances %v (%v)", s.Spec.Job.Name, j.GetSpec().GetInstanceCount(), err, j.GetStatus())
+			}
+			return nil
+		})
 	}
 
 	// c comes back (a new process, registered anew on the same etcd).
@@ -480,4 +488,65 @@ func TestFederatedServiceFailover(t *testing.T) {
 		}
 		return parts(stay, moved, 6)()
 	})
+}
+
+// TestGlobalSLA: clusters that ask the federation's global evaluator
+// keep a federated service's budget across clusters: with a budget of 1
+// over two clusters, a kill in one refuses a kill in the other (each
+// cluster's own share would allow both). When the federation cannot be
+// reached, a cluster decides on its share.
+func TestGlobalSLA(t *testing.T) {
+	e, _ := storetest.StartEtcd(t)
+	f := startFederation(t, e)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := federation.NewServer(f, logger()).GRPCServer()
+	go func() { _ = gs.Serve(lis) }()
+	t.Cleanup(gs.Stop)
+	fc, err := client.NewFederation(lis.Addr().String(), client.Options{Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fc.Close() })
+	withGlobalSLA := func(name string) func(*cluster.Config) {
+		return func(c *cluster.Config) {
+			c.SLA = fedsla.New(sla.NewLocal(nil), fc.SLA, name, logger())
+			c.SLATimeout = 2 * time.Second
+		}
+	}
+	a := startStackWith(t, e.Endpoints(), "a", 1, nil, withGlobalSLA("a"))
+	b := startStackWith(t, e.Endpoints(), "b", 1, nil, withGlobalSLA("b"))
+	register(t, f, a, nil)
+	register(t, f, b, nil)
+	svc, err := f.CreateService(ctxT(t), serviceSpec("web", 2, 1), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, func() error {
+		s, _ := f.GetService(svc.Id)
+		if s.Running != 2 {
+			return fmt.Errorf("%d running", s.Running)
+		}
+		return nil
+	})
+	cur, _ := f.GetService(svc.Id)
+	aJob, _ := partJob(t, a, cur)
+	bJob, _ := partJob(t, b, cur)
+	if _, err := a.cli.Tasks.KillTask(ctxT(t), &pelotonv1.KillTaskRequest{JobId: aJob.Id, InstanceId: 0}); err != nil {
+		t.Fatalf("the first kill: %v", err)
+	}
+	if n, per, _ := f.SLAView(svc.Id); n != 1 || per["a"] != 1 {
+		t.Errorf("the federation counts %d unavailable (%v), want 1 in a", n, per)
+	}
+	_, err = b.cli.Tasks.KillTask(ctxT(t), &pelotonv1.KillTaskRequest{JobId: bJob.Id, InstanceId: 0})
+	if status.Code(err) != codes.FailedPrecondition || !contains(err, "1 of its budget of 1 instances are unavailable across its clusters (a: 1)") {
+		t.Fatalf("a kill in b over the global budget: %v", err)
+	}
+	// The federation away: b decides on its share (1) and allows it.
+	gs.Stop()
+	if _, err := b.cli.Tasks.KillTask(ctxT(t), &pelotonv1.KillTaskRequest{JobId: bJob.Id, InstanceId: 0}); err != nil {
+		t.Fatalf("a kill in b with the federation away: %v", err)
+	}
 }

@@ -119,7 +119,8 @@ func (m *Manager) syncSLAJob(ctx context.Context, j *job) error {
 	if !isLongRunning(j.typ) {
 		return nil
 	}
-	want := sla.JobSLA{JobID: j.id, InstanceCount: j.instanceCount(), MaximumUnavailableInstances: budgetOf(j.spec())}
+	want := sla.JobSLA{JobID: j.id, InstanceCount: j.instanceCount(), MaximumUnavailableInstances: budgetOf(j.spec()),
+		Group: j.spec().GetLabels()[sla.GroupLabel]}
 	j.lr.mu.Lock()
 	same := j.lr.isRegistered && j.lr.registered == want
 	j.lr.mu.Unlock()

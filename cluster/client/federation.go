@@ -25,6 +25,8 @@ type Federation struct {
 	Jobs pelotonv1.FederatedJobServiceClient
 	// Services runs SERVICE jobs across clusters.
 	Services pelotonv1.FederatedServiceServiceClient
+	// SLA is the global SLA evaluator cluster stacks ask.
+	SLA pelotonv1.GlobalSlaServiceClient
 }
 
 // NewFederation prepares a client of the federation's API at addr. Like
@@ -42,6 +44,7 @@ func NewFederation(addr string, o Options) (*Federation, error) {
 		Pools:    pelotonv1.NewFederatedPoolServiceClient(conn),
 		Jobs:     pelotonv1.NewFederatedJobServiceClient(conn),
 		Services: pelotonv1.NewFederatedServiceServiceClient(conn),
+		SLA:      pelotonv1.NewGlobalSlaServiceClient(conn),
 	}, nil
 }
 

@@ -159,9 +159,29 @@ var (
 		Namespace: "peloton", Subsystem: "federation", Name: "services_total",
 		Help: "Federated service events: created, deleted, part-created, part-repaired.",
 	}, []string{"event"})
+	// FederationSLA counts the global SLA evaluator's answers: granted,
+	// refused.
+	FederationSLA = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "peloton", Subsystem: "federation", Name: "sla_requests_total",
+		Help: "Disruption requests to the global SLA evaluator, by answer: granted, refused.",
+	}, []string{"answer"})
+	// FederationSLALatency is the time the global evaluator takes to
+	// decide and record a grant.
+	FederationSLALatency = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: "peloton", Subsystem: "federation", Name: "sla_grant_seconds",
+		Help:    "Time from a disruption request to its grant being recorded, in the federation.",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+	})
+	// SLAFallback is 1 while a cluster decides federated services'
+	// disruptions alone, on its share of their budgets, because the
+	// federation cannot be reached; 0 otherwise.
+	SLAFallback = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: "peloton", Subsystem: "sla", Name: "federation_fallback",
+		Help: "1 while federated services' disruptions are decided on this cluster's share of their budget (the federation unreachable).",
+	})
 )
 
 func init() {
 	Registry.MustRegister(FederationClusterState, FederationClusterTransitions, FederationPoolRepairs,
-		FederationPoolPropagation, FederationJobs, FederationServices)
+		FederationPoolPropagation, FederationJobs, FederationServices, FederationSLA, FederationSLALatency, SLAFallback)
 }

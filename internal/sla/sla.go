@@ -77,7 +77,16 @@ type JobSLA struct {
 	// job's instances may be unavailable at once because of voluntary
 	// disruptions. 0 means no voluntary disruption at all.
 	MaximumUnavailableInstances uint32
+	// Group names the whole the job is a part of, when there is one: the
+	// federated service whose part it is in this cluster (its label
+	// GroupLabel). An evaluator that budgets the whole asks about it;
+	// the in-process one ignores it.
+	Group string
 }
+
+// GroupLabel is the job label that names a job's Group: the federation
+// puts it on the job it makes in a cluster for a federated service.
+const GroupLabel = "peloton.io/federated-service"
 
 // Request asks for permission to take instances of a job down.
 type Request struct {

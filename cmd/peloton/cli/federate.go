@@ -22,6 +22,8 @@ import (
 	"github.com/peloton-sched/peloton/cluster"
 	pclient "github.com/peloton-sched/peloton/cluster/client"
 	"github.com/peloton-sched/peloton/federation"
+	"github.com/peloton-sched/peloton/internal/fedsla"
+	"github.com/peloton-sched/peloton/internal/sla"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
@@ -306,6 +308,12 @@ func advertised(addr, advertiseHost string) (string, error) {
 // outlive the writes the others make while they stop.
 func (a *app) runUp(ctx context.Context, first cluster.Config, names []string, fcfg federation.Config, labels map[string]string) error {
 	log := first.Logger
+	// Every cluster's federated services ask the federation's global SLA
+	// evaluator, once it serves (until then, and whenever it is away, each
+	// cluster decides on its share).
+	slaRouters := &upRouters{}
+	defer slaRouters.close()
+	first.SLA = slaRouters.add(first)
 	fedAddr := make(chan string, len(names))
 	others, stopOthers := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopOthers()
@@ -332,7 +340,7 @@ func (a *app) runUp(ctx context.Context, first cluster.Config, names []string, f
 	first.OnReady = func(info cluster.ReadyInfo) {
 		firstOnce.Do(func() {
 			ready(info, first.DataDir)
-			a.startRest(others, &wg, errs, info.EtcdEndpoints, first, names[1:], fcfg, fedAddr, ready, register)
+			a.startRest(others, &wg, errs, info.EtcdEndpoints, first, names[1:], fcfg, fedAddr, ready, register, slaRouters)
 			register(info)
 		})
 	}
@@ -370,7 +378,8 @@ func (a *app) runUp(ctx context.Context, first cluster.Config, names []string, f
 // startRest starts the federation and the clusters after the first, on
 // the first's etcd.
 func (a *app) startRest(ctx context.Context, wg *sync.WaitGroup, errs chan<- error, endpoints []string, first cluster.Config,
-	names []string, fcfg federation.Config, fedAddr chan<- string, ready func(cluster.ReadyInfo, string), register func(cluster.ReadyInfo)) {
+	names []string, fcfg federation.Config, fedAddr chan<- string, ready func(cluster.ReadyInfo, string), register func(cluster.ReadyInfo),
+	routers *upRouters) {
 	fcfg.EtcdEndpoints = endpoints
 	if fcfg.Options.Logger == nil {
 		fcfg.Options.Logger = first.Logger.With("component", "federation")
@@ -378,6 +387,7 @@ func (a *app) startRest(ctx context.Context, wg *sync.WaitGroup, errs chan<- err
 	fcfg.ShutdownGrace = first.ShutdownGrace
 	fcfg.OnReady = func(grpcAddr, httpAddr string) {
 		fmt.Fprintln(a.stdout, fedReadyLine(grpcAddr, httpAddr))
+		routers.connect(ctx, grpcAddr, first.Logger)
 		for range len(names) + 1 {
 			fedAddr <- grpcAddr
 		}
@@ -397,6 +407,7 @@ func (a *app) startRest(ctx context.Context, wg *sync.WaitGroup, errs chan<- err
 		cfg.Listen = shiftPort(first.Listen, 10*(i+1))
 		cfg.HTTPListen = shiftPort(first.HTTPListen, 10*(i+1))
 		cfg.Logger = first.Logger.With("cluster", name)
+		cfg.SLA = routers.add(cfg)
 		var once sync.Once
 		cfg.OnReady = func(info cluster.ReadyInfo) {
 			once.Do(func() { ready(info, cfg.DataDir); register(info) })
@@ -408,5 +419,51 @@ func (a *app) startRest(ctx context.Context, wg *sync.WaitGroup, errs chan<- err
 				errs <- fmt.Errorf("cluster %s: %w", name, err)
 			}
 		}()
+	}
+}
+
+// upRouters are the SLA routers of `peloton up`'s clusters: each decides
+// alone until the federation serves, then asks it about federated
+// services.
+type upRouters struct {
+	mu      sync.Mutex
+	routers []*fedsla.Router
+	fc      *pclient.Federation
+	stop    context.CancelFunc
+}
+
+func (u *upRouters) add(cfg cluster.Config) *fedsla.Router {
+	r := fedsla.New(sla.NewLocal(nil), nil, cfg.ClusterName, cfg.Logger)
+	u.mu.Lock()
+	u.routers = append(u.routers, r)
+	u.mu.Unlock()
+	return r
+}
+
+// connect points every router at the federation at addr.
+func (u *upRouters) connect(ctx context.Context, addr string, log *slog.Logger) {
+	fc, err := pclient.NewFederation(addr, pclient.Options{Timeout: 5 * time.Second})
+	if err != nil {
+		log.Warn("cannot reach the federation's SLA evaluator; clusters decide federated services' disruptions alone", "err", err)
+		return
+	}
+	rctx, stop := context.WithCancel(ctx)
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.fc, u.stop = fc, stop
+	for _, r := range u.routers {
+		r.SetRemote(fc.SLA)
+		go r.Run(rctx)
+	}
+}
+
+func (u *upRouters) close() {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.stop != nil {
+		u.stop()
+	}
+	if u.fc != nil {
+		_ = u.fc.Close()
 	}
 }

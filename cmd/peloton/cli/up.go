@@ -18,7 +18,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/peloton-sched/peloton/cluster"
+	pclient "github.com/peloton-sched/peloton/cluster/client"
 	"github.com/peloton-sched/peloton/internal/election"
+	"github.com/peloton-sched/peloton/internal/fedsla"
+	"github.com/peloton-sched/peloton/internal/sla"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
@@ -453,6 +456,20 @@ func (a *app) runServer(ctx context.Context, cmd *cobra.Command, f *serverFlags,
 			reg.keep(regCtx, &pelotonv1.RegisterClusterRequest{Name: info.ClusterName, Endpoint: endpoint,
 				HttpEndpoint: httpEndpoint, Labels: labels, Replace: true})
 		}()
+	}
+	if f.federation != "" {
+		// Federated services' disruptions ask the federation's global
+		// SLA evaluator (fail-safe: this cluster's share when it is away).
+		fc, err := pclient.NewFederation(f.federation, pclient.Options{Timeout: 5 * time.Second})
+		if err != nil {
+			return usageErrorf("--federation: %v", err)
+		}
+		defer fc.Close()
+		router := fedsla.New(sla.NewLocal(nil), fc.SLA, cfg.ClusterName, cfg.Logger)
+		cfg.SLA = router
+		rctx, stopRouter := context.WithCancel(ctx)
+		defer stopRouter()
+		go router.Run(rctx)
 	}
 	err = a.runCluster(ctx, cfg)
 	// The registration ends with the stack, before anything is reported.

@@ -4123,6 +4123,523 @@ func (*DeleteFederatedServiceResponse) Descriptor() ([]byte, []int) {
 	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{63}
 }
 
+// The global SLA evaluator. A cluster stack started with --federation asks
+// it for every voluntary disruption of an instance of a federated
+// service's job, so that the service's budget holds across all its
+// clusters; the cluster names itself and its job, the federation finds the
+// service.
+type RequestDisruptionRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Cluster   string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	JobId     string                 `protobuf:"bytes,2,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Instances []uint32               `protobuf:"varint,3,rep,packed,name=instances,proto3" json:"instances,omitempty"`
+	// Who disrupts ("update/<id>", "drain/<host>", "kill", "preempt").
+	Holder     string `protobuf:"bytes,4,opt,name=holder,proto3" json:"holder,omitempty"`
+	Reason     string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	TtlSeconds uint32 `protobuf:"varint,6,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
+	// Grant the longest prefix of instances that fits, not all or nothing.
+	Partial       bool `protobuf:"varint,7,opt,name=partial,proto3" json:"partial,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RequestDisruptionRequest) Reset() {
+	*x = RequestDisruptionRequest{}
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[64]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RequestDisruptionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RequestDisruptionRequest) ProtoMessage() {}
+
+func (x *RequestDisruptionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[64]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RequestDisruptionRequest.ProtoReflect.Descriptor instead.
+func (*RequestDisruptionRequest) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{64}
+}
+
+func (x *RequestDisruptionRequest) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *RequestDisruptionRequest) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *RequestDisruptionRequest) GetInstances() []uint32 {
+	if x != nil {
+		return x.Instances
+	}
+	return nil
+}
+
+func (x *RequestDisruptionRequest) GetHolder() string {
+	if x != nil {
+		return x.Holder
+	}
+	return ""
+}
+
+func (x *RequestDisruptionRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *RequestDisruptionRequest) GetTtlSeconds() uint32 {
+	if x != nil {
+		return x.TtlSeconds
+	}
+	return 0
+}
+
+func (x *RequestDisruptionRequest) GetPartial() bool {
+	if x != nil {
+		return x.Partial
+	}
+	return false
+}
+
+type RequestDisruptionResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	GrantId       string                 `protobuf:"bytes,1,opt,name=grant_id,json=grantId,proto3" json:"grant_id,omitempty"`
+	Instances     []uint32               `protobuf:"varint,2,rep,packed,name=instances,proto3" json:"instances,omitempty"`
+	Expires       *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=expires,proto3" json:"expires,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RequestDisruptionResponse) Reset() {
+	*x = RequestDisruptionResponse{}
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[65]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RequestDisruptionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RequestDisruptionResponse) ProtoMessage() {}
+
+func (x *RequestDisruptionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[65]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RequestDisruptionResponse.ProtoReflect.Descriptor instead.
+func (*RequestDisruptionResponse) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{65}
+}
+
+func (x *RequestDisruptionResponse) GetGrantId() string {
+	if x != nil {
+		return x.GrantId
+	}
+	return ""
+}
+
+func (x *RequestDisruptionResponse) GetInstances() []uint32 {
+	if x != nil {
+		return x.Instances
+	}
+	return nil
+}
+
+func (x *RequestDisruptionResponse) GetExpires() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Expires
+	}
+	return nil
+}
+
+type ReleaseDisruptionRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	GrantId       string                 `protobuf:"bytes,1,opt,name=grant_id,json=grantId,proto3" json:"grant_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseDisruptionRequest) Reset() {
+	*x = ReleaseDisruptionRequest{}
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[66]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseDisruptionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseDisruptionRequest) ProtoMessage() {}
+
+func (x *ReleaseDisruptionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[66]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseDisruptionRequest.ProtoReflect.Descriptor instead.
+func (*ReleaseDisruptionRequest) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{66}
+}
+
+func (x *ReleaseDisruptionRequest) GetGrantId() string {
+	if x != nil {
+		return x.GrantId
+	}
+	return ""
+}
+
+type ReleaseDisruptionResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseDisruptionResponse) Reset() {
+	*x = ReleaseDisruptionResponse{}
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[67]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseDisruptionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseDisruptionResponse) ProtoMessage() {}
+
+func (x *ReleaseDisruptionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[67]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseDisruptionResponse.ProtoReflect.Descriptor instead.
+func (*ReleaseDisruptionResponse) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{67}
+}
+
+type RenewDisruptionRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	GrantId       string                 `protobuf:"bytes,1,opt,name=grant_id,json=grantId,proto3" json:"grant_id,omitempty"`
+	TtlSeconds    uint32                 `protobuf:"varint,2,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenewDisruptionRequest) Reset() {
+	*x = RenewDisruptionRequest{}
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[68]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewDisruptionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewDisruptionRequest) ProtoMessage() {}
+
+func (x *RenewDisruptionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[68]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewDisruptionRequest.ProtoReflect.Descriptor instead.
+func (*RenewDisruptionRequest) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{68}
+}
+
+func (x *RenewDisruptionRequest) GetGrantId() string {
+	if x != nil {
+		return x.GrantId
+	}
+	return ""
+}
+
+func (x *RenewDisruptionRequest) GetTtlSeconds() uint32 {
+	if x != nil {
+		return x.TtlSeconds
+	}
+	return 0
+}
+
+type RenewDisruptionResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenewDisruptionResponse) Reset() {
+	*x = RenewDisruptionResponse{}
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[69]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewDisruptionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewDisruptionResponse) ProtoMessage() {}
+
+func (x *RenewDisruptionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[69]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewDisruptionResponse.ProtoReflect.Descriptor instead.
+func (*RenewDisruptionResponse) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{69}
+}
+
+type ReportUnavailableRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Cluster string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	JobId   string                 `protobuf:"bytes,2,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	// The job's instances down for involuntary reasons, all of them.
+	Instances     []uint32 `protobuf:"varint,3,rep,packed,name=instances,proto3" json:"instances,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportUnavailableRequest) Reset() {
+	*x = ReportUnavailableRequest{}
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[70]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportUnavailableRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportUnavailableRequest) ProtoMessage() {}
+
+func (x *ReportUnavailableRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[70]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportUnavailableRequest.ProtoReflect.Descriptor instead.
+func (*ReportUnavailableRequest) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{70}
+}
+
+func (x *ReportUnavailableRequest) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *ReportUnavailableRequest) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *ReportUnavailableRequest) GetInstances() []uint32 {
+	if x != nil {
+		return x.Instances
+	}
+	return nil
+}
+
+type ReportUnavailableResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportUnavailableResponse) Reset() {
+	*x = ReportUnavailableResponse{}
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[71]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportUnavailableResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportUnavailableResponse) ProtoMessage() {}
+
+func (x *ReportUnavailableResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[71]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportUnavailableResponse.ProtoReflect.Descriptor instead.
+func (*ReportUnavailableResponse) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{71}
+}
+
+// SlaGrant is a grant of the global evaluator as kept in etcd.
+type SlaGrant struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	ServiceId     string                 `protobuf:"bytes,2,opt,name=service_id,json=serviceId,proto3" json:"service_id,omitempty"`
+	Cluster       string                 `protobuf:"bytes,3,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	JobId         string                 `protobuf:"bytes,4,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Instances     []uint32               `protobuf:"varint,5,rep,packed,name=instances,proto3" json:"instances,omitempty"`
+	Holder        string                 `protobuf:"bytes,6,opt,name=holder,proto3" json:"holder,omitempty"`
+	Expires       *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=expires,proto3" json:"expires,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SlaGrant) Reset() {
+	*x = SlaGrant{}
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[72]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SlaGrant) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SlaGrant) ProtoMessage() {}
+
+func (x *SlaGrant) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[72]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SlaGrant.ProtoReflect.Descriptor instead.
+func (*SlaGrant) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{72}
+}
+
+func (x *SlaGrant) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *SlaGrant) GetServiceId() string {
+	if x != nil {
+		return x.ServiceId
+	}
+	return ""
+}
+
+func (x *SlaGrant) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *SlaGrant) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *SlaGrant) GetInstances() []uint32 {
+	if x != nil {
+		return x.Instances
+	}
+	return nil
+}
+
+func (x *SlaGrant) GetHolder() string {
+	if x != nil {
+		return x.Holder
+	}
+	return ""
+}
+
+func (x *SlaGrant) GetExpires() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Expires
+	}
+	return nil
+}
+
 var File_peloton_api_v1_federation_proto protoreflect.FileDescriptor
 
 const file_peloton_api_v1_federation_proto_rawDesc = "" +
@@ -4419,7 +4936,42 @@ const file_peloton_api_v1_federation_proto_rawDesc = "" +
 	"\x1dDeleteFederatedServiceRequest\x12\x1d\n" +
 	"\n" +
 	"service_id\x18\x01 \x01(\tR\tserviceId\" \n" +
-	"\x1eDeleteFederatedServiceResponse*\x85\x01\n" +
+	"\x1eDeleteFederatedServiceResponse\"\xd4\x01\n" +
+	"\x18RequestDisruptionRequest\x12\x18\n" +
+	"\acluster\x18\x01 \x01(\tR\acluster\x12\x15\n" +
+	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x1c\n" +
+	"\tinstances\x18\x03 \x03(\rR\tinstances\x12\x16\n" +
+	"\x06holder\x18\x04 \x01(\tR\x06holder\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\x12\x1f\n" +
+	"\vttl_seconds\x18\x06 \x01(\rR\n" +
+	"ttlSeconds\x12\x18\n" +
+	"\apartial\x18\a \x01(\bR\apartial\"\x8a\x01\n" +
+	"\x19RequestDisruptionResponse\x12\x19\n" +
+	"\bgrant_id\x18\x01 \x01(\tR\agrantId\x12\x1c\n" +
+	"\tinstances\x18\x02 \x03(\rR\tinstances\x124\n" +
+	"\aexpires\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\aexpires\"5\n" +
+	"\x18ReleaseDisruptionRequest\x12\x19\n" +
+	"\bgrant_id\x18\x01 \x01(\tR\agrantId\"\x1b\n" +
+	"\x19ReleaseDisruptionResponse\"T\n" +
+	"\x16RenewDisruptionRequest\x12\x19\n" +
+	"\bgrant_id\x18\x01 \x01(\tR\agrantId\x12\x1f\n" +
+	"\vttl_seconds\x18\x02 \x01(\rR\n" +
+	"ttlSeconds\"\x19\n" +
+	"\x17RenewDisruptionResponse\"i\n" +
+	"\x18ReportUnavailableRequest\x12\x18\n" +
+	"\acluster\x18\x01 \x01(\tR\acluster\x12\x15\n" +
+	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x1c\n" +
+	"\tinstances\x18\x03 \x03(\rR\tinstances\"\x1b\n" +
+	"\x19ReportUnavailableResponse\"\xd6\x01\n" +
+	"\bSlaGrant\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
+	"\n" +
+	"service_id\x18\x02 \x01(\tR\tserviceId\x12\x18\n" +
+	"\acluster\x18\x03 \x01(\tR\acluster\x12\x15\n" +
+	"\x06job_id\x18\x04 \x01(\tR\x05jobId\x12\x1c\n" +
+	"\tinstances\x18\x05 \x03(\rR\tinstances\x12\x16\n" +
+	"\x06holder\x18\x06 \x01(\tR\x06holder\x124\n" +
+	"\aexpires\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\aexpires*\x85\x01\n" +
 	"\fClusterState\x12\x1d\n" +
 	"\x19CLUSTER_STATE_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rCLUSTER_READY\x10\x01\x12\x14\n" +
@@ -4479,7 +5031,12 @@ const file_peloton_api_v1_federation_proto_rawDesc = "" +
 	"\x15PauseFederatedService\x12,.peloton.api.v1.PauseFederatedServiceRequest\x1a/.peloton.api.v1.FederatedServiceRolloutResponse\x12x\n" +
 	"\x16ResumeFederatedService\x12-.peloton.api.v1.ResumeFederatedServiceRequest\x1a/.peloton.api.v1.FederatedServiceRolloutResponse\x12v\n" +
 	"\x15AbortFederatedService\x12,.peloton.api.v1.AbortFederatedServiceRequest\x1a/.peloton.api.v1.FederatedServiceRolloutResponse\x12|\n" +
-	"\x18RollbackFederatedService\x12/.peloton.api.v1.RollbackFederatedServiceRequest\x1a/.peloton.api.v1.FederatedServiceRolloutResponseBAZ?github.com/peloton-sched/peloton/proto/peloton/api/v1;pelotonv1b\x06proto3"
+	"\x18RollbackFederatedService\x12/.peloton.api.v1.RollbackFederatedServiceRequest\x1a/.peloton.api.v1.FederatedServiceRolloutResponse2\xb4\x03\n" +
+	"\x10GlobalSlaService\x12h\n" +
+	"\x11RequestDisruption\x12(.peloton.api.v1.RequestDisruptionRequest\x1a).peloton.api.v1.RequestDisruptionResponse\x12h\n" +
+	"\x11ReleaseDisruption\x12(.peloton.api.v1.ReleaseDisruptionRequest\x1a).peloton.api.v1.ReleaseDisruptionResponse\x12b\n" +
+	"\x0fRenewDisruption\x12&.peloton.api.v1.RenewDisruptionRequest\x1a'.peloton.api.v1.RenewDisruptionResponse\x12h\n" +
+	"\x11ReportUnavailable\x12(.peloton.api.v1.ReportUnavailableRequest\x1a).peloton.api.v1.ReportUnavailableResponseBAZ?github.com/peloton-sched/peloton/proto/peloton/api/v1;pelotonv1b\x06proto3"
 
 var (
 	file_peloton_api_v1_federation_proto_rawDescOnce sync.Once
@@ -4494,7 +5051,7 @@ func file_peloton_api_v1_federation_proto_rawDescGZIP() []byte {
 }
 
 var file_peloton_api_v1_federation_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_peloton_api_v1_federation_proto_msgTypes = make([]protoimpl.MessageInfo, 71)
+var file_peloton_api_v1_federation_proto_msgTypes = make([]protoimpl.MessageInfo, 80)
 var file_peloton_api_v1_federation_proto_goTypes = []any{
 	(ClusterState)(0),                       // 0: peloton.api.v1.ClusterState
 	(DispatchState)(0),                      // 1: peloton.api.v1.DispatchState
@@ -4564,151 +5121,170 @@ var file_peloton_api_v1_federation_proto_goTypes = []any{
 	(*FederatedServiceRolloutResponse)(nil), // 65: peloton.api.v1.FederatedServiceRolloutResponse
 	(*DeleteFederatedServiceRequest)(nil),   // 66: peloton.api.v1.DeleteFederatedServiceRequest
 	(*DeleteFederatedServiceResponse)(nil),  // 67: peloton.api.v1.DeleteFederatedServiceResponse
-	nil,                                     // 68: peloton.api.v1.Cluster.LabelsEntry
-	nil,                                     // 69: peloton.api.v1.RegisterClusterRequest.LabelsEntry
-	nil,                                     // 70: peloton.api.v1.FederatedPoolPlacement.WeightsEntry
-	nil,                                     // 71: peloton.api.v1.FederatedJobPlacement.ClusterSelectorEntry
-	nil,                                     // 72: peloton.api.v1.ClusterShare.SelectorEntry
-	nil,                                     // 73: peloton.api.v1.ServiceCluster.CoveringEntry
-	nil,                                     // 74: peloton.api.v1.CreateFederatedServiceResponse.SplitEntry
-	(*timestamppb.Timestamp)(nil),           // 75: google.protobuf.Timestamp
-	(*Resources)(nil),                       // 76: peloton.api.v1.Resources
-	(*PoolSpec)(nil),                        // 77: peloton.api.v1.PoolSpec
-	(*PoolStatus)(nil),                      // 78: peloton.api.v1.PoolStatus
-	(*JobSpec)(nil),                         // 79: peloton.api.v1.JobSpec
-	(*JobStatus)(nil),                       // 80: peloton.api.v1.JobStatus
-	(JobState)(0),                           // 81: peloton.api.v1.JobState
-	(*UpdateSpec)(nil),                      // 82: peloton.api.v1.UpdateSpec
+	(*RequestDisruptionRequest)(nil),        // 68: peloton.api.v1.RequestDisruptionRequest
+	(*RequestDisruptionResponse)(nil),       // 69: peloton.api.v1.RequestDisruptionResponse
+	(*ReleaseDisruptionRequest)(nil),        // 70: peloton.api.v1.ReleaseDisruptionRequest
+	(*ReleaseDisruptionResponse)(nil),       // 71: peloton.api.v1.ReleaseDisruptionResponse
+	(*RenewDisruptionRequest)(nil),          // 72: peloton.api.v1.RenewDisruptionRequest
+	(*RenewDisruptionResponse)(nil),         // 73: peloton.api.v1.RenewDisruptionResponse
+	(*ReportUnavailableRequest)(nil),        // 74: peloton.api.v1.ReportUnavailableRequest
+	(*ReportUnavailableResponse)(nil),       // 75: peloton.api.v1.ReportUnavailableResponse
+	(*SlaGrant)(nil),                        // 76: peloton.api.v1.SlaGrant
+	nil,                                     // 77: peloton.api.v1.Cluster.LabelsEntry
+	nil,                                     // 78: peloton.api.v1.RegisterClusterRequest.LabelsEntry
+	nil,                                     // 79: peloton.api.v1.FederatedPoolPlacement.WeightsEntry
+	nil,                                     // 80: peloton.api.v1.FederatedJobPlacement.ClusterSelectorEntry
+	nil,                                     // 81: peloton.api.v1.ClusterShare.SelectorEntry
+	nil,                                     // 82: peloton.api.v1.ServiceCluster.CoveringEntry
+	nil,                                     // 83: peloton.api.v1.CreateFederatedServiceResponse.SplitEntry
+	(*timestamppb.Timestamp)(nil),           // 84: google.protobuf.Timestamp
+	(*Resources)(nil),                       // 85: peloton.api.v1.Resources
+	(*PoolSpec)(nil),                        // 86: peloton.api.v1.PoolSpec
+	(*PoolStatus)(nil),                      // 87: peloton.api.v1.PoolStatus
+	(*JobSpec)(nil),                         // 88: peloton.api.v1.JobSpec
+	(*JobStatus)(nil),                       // 89: peloton.api.v1.JobStatus
+	(JobState)(0),                           // 90: peloton.api.v1.JobState
+	(*UpdateSpec)(nil),                      // 91: peloton.api.v1.UpdateSpec
 }
 var file_peloton_api_v1_federation_proto_depIdxs = []int32{
-	68, // 0: peloton.api.v1.Cluster.labels:type_name -> peloton.api.v1.Cluster.LabelsEntry
-	0,  // 1: peloton.api.v1.Cluster.state:type_name -> peloton.api.v1.ClusterState
-	0,  // 2: peloton.api.v1.Cluster.health:type_name -> peloton.api.v1.ClusterState
-	75, // 3: peloton.api.v1.Cluster.registered_time:type_name -> google.protobuf.Timestamp
-	75, // 4: peloton.api.v1.Cluster.last_seen_time:type_name -> google.protobuf.Timestamp
-	75, // 5: peloton.api.v1.Cluster.state_time:type_name -> google.protobuf.Timestamp
-	76, // 6: peloton.api.v1.Cluster.capacity:type_name -> peloton.api.v1.Resources
-	76, // 7: peloton.api.v1.Cluster.allocation:type_name -> peloton.api.v1.Resources
-	69, // 8: peloton.api.v1.RegisterClusterRequest.labels:type_name -> peloton.api.v1.RegisterClusterRequest.LabelsEntry
-	4,  // 9: peloton.api.v1.RegisterClusterResponse.cluster:type_name -> peloton.api.v1.Cluster
-	4,  // 10: peloton.api.v1.GetClusterResponse.cluster:type_name -> peloton.api.v1.Cluster
-	4,  // 11: peloton.api.v1.ListClustersResponse.clusters:type_name -> peloton.api.v1.Cluster
-	4,  // 12: peloton.api.v1.CordonClusterResponse.cluster:type_name -> peloton.api.v1.Cluster
-	4,  // 13: peloton.api.v1.UncordonClusterResponse.cluster:type_name -> peloton.api.v1.Cluster
-	70, // 14: peloton.api.v1.FederatedPoolPlacement.weights:type_name -> peloton.api.v1.FederatedPoolPlacement.WeightsEntry
-	76, // 15: peloton.api.v1.FederatedPoolSpec.reservation:type_name -> peloton.api.v1.Resources
-	76, // 16: peloton.api.v1.FederatedPoolSpec.limit:type_name -> peloton.api.v1.Resources
-	76, // 17: peloton.api.v1.FederatedPoolSpec.share:type_name -> peloton.api.v1.Resources
-	17, // 18: peloton.api.v1.FederatedPoolSpec.placement:type_name -> peloton.api.v1.FederatedPoolPlacement
-	77, // 19: peloton.api.v1.FederatedPoolCluster.desired:type_name -> peloton.api.v1.PoolSpec
-	77, // 20: peloton.api.v1.FederatedPoolCluster.actual:type_name -> peloton.api.v1.PoolSpec
-	78, // 21: peloton.api.v1.FederatedPoolCluster.status:type_name -> peloton.api.v1.PoolStatus
-	18, // 22: peloton.api.v1.FederatedPool.spec:type_name -> peloton.api.v1.FederatedPoolSpec
-	19, // 23: peloton.api.v1.FederatedPool.clusters:type_name -> peloton.api.v1.FederatedPoolCluster
-	78, // 24: peloton.api.v1.FederatedPool.total:type_name -> peloton.api.v1.PoolStatus
-	18, // 25: peloton.api.v1.CreateFederatedPoolRequest.spec:type_name -> peloton.api.v1.FederatedPoolSpec
-	20, // 26: peloton.api.v1.CreateFederatedPoolResponse.pool:type_name -> peloton.api.v1.FederatedPool
-	20, // 27: peloton.api.v1.GetFederatedPoolResponse.pool:type_name -> peloton.api.v1.FederatedPool
-	18, // 28: peloton.api.v1.UpdateFederatedPoolRequest.spec:type_name -> peloton.api.v1.FederatedPoolSpec
-	20, // 29: peloton.api.v1.UpdateFederatedPoolResponse.pool:type_name -> peloton.api.v1.FederatedPool
-	20, // 30: peloton.api.v1.ListFederatedPoolsResponse.pools:type_name -> peloton.api.v1.FederatedPool
-	71, // 31: peloton.api.v1.FederatedJobPlacement.cluster_selector:type_name -> peloton.api.v1.FederatedJobPlacement.ClusterSelectorEntry
-	79, // 32: peloton.api.v1.FederatedJobSpec.job:type_name -> peloton.api.v1.JobSpec
-	31, // 33: peloton.api.v1.FederatedJobSpec.placement:type_name -> peloton.api.v1.FederatedJobPlacement
-	75, // 34: peloton.api.v1.FederatedJobAttempt.dispatch_time:type_name -> google.protobuf.Timestamp
-	32, // 35: peloton.api.v1.FederatedJob.spec:type_name -> peloton.api.v1.FederatedJobSpec
-	1,  // 36: peloton.api.v1.FederatedJob.dispatch_state:type_name -> peloton.api.v1.DispatchState
-	80, // 37: peloton.api.v1.FederatedJob.status:type_name -> peloton.api.v1.JobStatus
-	33, // 38: peloton.api.v1.FederatedJob.attempts:type_name -> peloton.api.v1.FederatedJobAttempt
-	75, // 39: peloton.api.v1.FederatedJob.create_time:type_name -> google.protobuf.Timestamp
-	32, // 40: peloton.api.v1.CreateFederatedJobRequest.spec:type_name -> peloton.api.v1.FederatedJobSpec
-	34, // 41: peloton.api.v1.GetFederatedJobResponse.job:type_name -> peloton.api.v1.FederatedJob
-	34, // 42: peloton.api.v1.ListFederatedJobsResponse.jobs:type_name -> peloton.api.v1.FederatedJob
-	72, // 43: peloton.api.v1.ClusterShare.selector:type_name -> peloton.api.v1.ClusterShare.SelectorEntry
-	43, // 44: peloton.api.v1.ServicePlacement.clusters:type_name -> peloton.api.v1.ClusterShare
-	45, // 45: peloton.api.v1.ServicePlacement.failover:type_name -> peloton.api.v1.FailoverPolicy
-	79, // 46: peloton.api.v1.FederatedServiceSpec.job:type_name -> peloton.api.v1.JobSpec
-	44, // 47: peloton.api.v1.FederatedServiceSpec.placement:type_name -> peloton.api.v1.ServicePlacement
-	81, // 48: peloton.api.v1.ServiceCluster.state:type_name -> peloton.api.v1.JobState
-	73, // 49: peloton.api.v1.ServiceCluster.covering:type_name -> peloton.api.v1.ServiceCluster.CoveringEntry
-	82, // 50: peloton.api.v1.RolloutSpec.update:type_name -> peloton.api.v1.UpdateSpec
-	3,  // 51: peloton.api.v1.RolloutStep.state:type_name -> peloton.api.v1.RolloutStepState
-	75, // 52: peloton.api.v1.RolloutStep.start_time:type_name -> google.protobuf.Timestamp
-	75, // 53: peloton.api.v1.RolloutStep.end_time:type_name -> google.protobuf.Timestamp
-	48, // 54: peloton.api.v1.ServiceRollout.spec:type_name -> peloton.api.v1.RolloutSpec
-	2,  // 55: peloton.api.v1.ServiceRollout.state:type_name -> peloton.api.v1.RolloutState
-	49, // 56: peloton.api.v1.ServiceRollout.steps:type_name -> peloton.api.v1.RolloutStep
-	75, // 57: peloton.api.v1.ServiceRollout.create_time:type_name -> google.protobuf.Timestamp
-	75, // 58: peloton.api.v1.ServiceRollout.end_time:type_name -> google.protobuf.Timestamp
-	79, // 59: peloton.api.v1.ServiceVersion.job:type_name -> peloton.api.v1.JobSpec
-	75, // 60: peloton.api.v1.ServiceVersion.create_time:type_name -> google.protobuf.Timestamp
-	46, // 61: peloton.api.v1.FederatedService.spec:type_name -> peloton.api.v1.FederatedServiceSpec
-	75, // 62: peloton.api.v1.FederatedService.create_time:type_name -> google.protobuf.Timestamp
-	47, // 63: peloton.api.v1.FederatedService.clusters:type_name -> peloton.api.v1.ServiceCluster
-	51, // 64: peloton.api.v1.FederatedService.versions:type_name -> peloton.api.v1.ServiceVersion
-	50, // 65: peloton.api.v1.FederatedService.rollout:type_name -> peloton.api.v1.ServiceRollout
-	50, // 66: peloton.api.v1.FederatedService.history:type_name -> peloton.api.v1.ServiceRollout
-	46, // 67: peloton.api.v1.CreateFederatedServiceRequest.spec:type_name -> peloton.api.v1.FederatedServiceSpec
-	74, // 68: peloton.api.v1.CreateFederatedServiceResponse.split:type_name -> peloton.api.v1.CreateFederatedServiceResponse.SplitEntry
-	52, // 69: peloton.api.v1.GetFederatedServiceResponse.service:type_name -> peloton.api.v1.FederatedService
-	52, // 70: peloton.api.v1.ListFederatedServicesResponse.services:type_name -> peloton.api.v1.FederatedService
-	79, // 71: peloton.api.v1.UpdateFederatedServiceRequest.job:type_name -> peloton.api.v1.JobSpec
-	48, // 72: peloton.api.v1.UpdateFederatedServiceRequest.rollout:type_name -> peloton.api.v1.RolloutSpec
-	52, // 73: peloton.api.v1.UpdateFederatedServiceResponse.service:type_name -> peloton.api.v1.FederatedService
-	52, // 74: peloton.api.v1.FederatedServiceRolloutResponse.service:type_name -> peloton.api.v1.FederatedService
-	5,  // 75: peloton.api.v1.ClusterService.RegisterCluster:input_type -> peloton.api.v1.RegisterClusterRequest
-	7,  // 76: peloton.api.v1.ClusterService.DeregisterCluster:input_type -> peloton.api.v1.DeregisterClusterRequest
-	9,  // 77: peloton.api.v1.ClusterService.GetCluster:input_type -> peloton.api.v1.GetClusterRequest
-	11, // 78: peloton.api.v1.ClusterService.ListClusters:input_type -> peloton.api.v1.ListClustersRequest
-	13, // 79: peloton.api.v1.ClusterService.CordonCluster:input_type -> peloton.api.v1.CordonClusterRequest
-	15, // 80: peloton.api.v1.ClusterService.UncordonCluster:input_type -> peloton.api.v1.UncordonClusterRequest
-	21, // 81: peloton.api.v1.FederatedPoolService.CreateFederatedPool:input_type -> peloton.api.v1.CreateFederatedPoolRequest
-	23, // 82: peloton.api.v1.FederatedPoolService.GetFederatedPool:input_type -> peloton.api.v1.GetFederatedPoolRequest
-	25, // 83: peloton.api.v1.FederatedPoolService.UpdateFederatedPool:input_type -> peloton.api.v1.UpdateFederatedPoolRequest
-	27, // 84: peloton.api.v1.FederatedPoolService.DeleteFederatedPool:input_type -> peloton.api.v1.DeleteFederatedPoolRequest
-	29, // 85: peloton.api.v1.FederatedPoolService.ListFederatedPools:input_type -> peloton.api.v1.ListFederatedPoolsRequest
-	35, // 86: peloton.api.v1.FederatedJobService.CreateFederatedJob:input_type -> peloton.api.v1.CreateFederatedJobRequest
-	37, // 87: peloton.api.v1.FederatedJobService.GetFederatedJob:input_type -> peloton.api.v1.GetFederatedJobRequest
-	39, // 88: peloton.api.v1.FederatedJobService.ListFederatedJobs:input_type -> peloton.api.v1.ListFederatedJobsRequest
-	41, // 89: peloton.api.v1.FederatedJobService.KillFederatedJob:input_type -> peloton.api.v1.KillFederatedJobRequest
-	53, // 90: peloton.api.v1.FederatedServiceService.CreateFederatedService:input_type -> peloton.api.v1.CreateFederatedServiceRequest
-	55, // 91: peloton.api.v1.FederatedServiceService.GetFederatedService:input_type -> peloton.api.v1.GetFederatedServiceRequest
-	57, // 92: peloton.api.v1.FederatedServiceService.ListFederatedServices:input_type -> peloton.api.v1.ListFederatedServicesRequest
-	66, // 93: peloton.api.v1.FederatedServiceService.DeleteFederatedService:input_type -> peloton.api.v1.DeleteFederatedServiceRequest
-	59, // 94: peloton.api.v1.FederatedServiceService.UpdateFederatedService:input_type -> peloton.api.v1.UpdateFederatedServiceRequest
-	61, // 95: peloton.api.v1.FederatedServiceService.PauseFederatedService:input_type -> peloton.api.v1.PauseFederatedServiceRequest
-	62, // 96: peloton.api.v1.FederatedServiceService.ResumeFederatedService:input_type -> peloton.api.v1.ResumeFederatedServiceRequest
-	63, // 97: peloton.api.v1.FederatedServiceService.AbortFederatedService:input_type -> peloton.api.v1.AbortFederatedServiceRequest
-	64, // 98: peloton.api.v1.FederatedServiceService.RollbackFederatedService:input_type -> peloton.api.v1.RollbackFederatedServiceRequest
-	6,  // 99: peloton.api.v1.ClusterService.RegisterCluster:output_type -> peloton.api.v1.RegisterClusterResponse
-	8,  // 100: peloton.api.v1.ClusterService.DeregisterCluster:output_type -> peloton.api.v1.DeregisterClusterResponse
-	10, // 101: peloton.api.v1.ClusterService.GetCluster:output_type -> peloton.api.v1.GetClusterResponse
-	12, // 102: peloton.api.v1.ClusterService.ListClusters:output_type -> peloton.api.v1.ListClustersResponse
-	14, // 103: peloton.api.v1.ClusterService.CordonCluster:output_type -> peloton.api.v1.CordonClusterResponse
-	16, // 104: peloton.api.v1.ClusterService.UncordonCluster:output_type -> peloton.api.v1.UncordonClusterResponse
-	22, // 105: peloton.api.v1.FederatedPoolService.CreateFederatedPool:output_type -> peloton.api.v1.CreateFederatedPoolResponse
-	24, // 106: peloton.api.v1.FederatedPoolService.GetFederatedPool:output_type -> peloton.api.v1.GetFederatedPoolResponse
-	26, // 107: peloton.api.v1.FederatedPoolService.UpdateFederatedPool:output_type -> peloton.api.v1.UpdateFederatedPoolResponse
-	28, // 108: peloton.api.v1.FederatedPoolService.DeleteFederatedPool:output_type -> peloton.api.v1.DeleteFederatedPoolResponse
-	30, // 109: peloton.api.v1.FederatedPoolService.ListFederatedPools:output_type -> peloton.api.v1.ListFederatedPoolsResponse
-	36, // 110: peloton.api.v1.FederatedJobService.CreateFederatedJob:output_type -> peloton.api.v1.CreateFederatedJobResponse
-	38, // 111: peloton.api.v1.FederatedJobService.GetFederatedJob:output_type -> peloton.api.v1.GetFederatedJobResponse
-	40, // 112: peloton.api.v1.FederatedJobService.ListFederatedJobs:output_type -> peloton.api.v1.ListFederatedJobsResponse
-	42, // 113: peloton.api.v1.FederatedJobService.KillFederatedJob:output_type -> peloton.api.v1.KillFederatedJobResponse
-	54, // 114: peloton.api.v1.FederatedServiceService.CreateFederatedService:output_type -> peloton.api.v1.CreateFederatedServiceResponse
-	56, // 115: peloton.api.v1.FederatedServiceService.GetFederatedService:output_type -> peloton.api.v1.GetFederatedServiceResponse
-	58, // 116: peloton.api.v1.FederatedServiceService.ListFederatedServices:output_type -> peloton.api.v1.ListFederatedServicesResponse
-	67, // 117: peloton.api.v1.FederatedServiceService.DeleteFederatedService:output_type -> peloton.api.v1.DeleteFederatedServiceResponse
-	60, // 118: peloton.api.v1.FederatedServiceService.UpdateFederatedService:output_type -> peloton.api.v1.UpdateFederatedServiceResponse
-	65, // 119: peloton.api.v1.FederatedServiceService.PauseFederatedService:output_type -> peloton.api.v1.FederatedServiceRolloutResponse
-	65, // 120: peloton.api.v1.FederatedServiceService.ResumeFederatedService:output_type -> peloton.api.v1.FederatedServiceRolloutResponse
-	65, // 121: peloton.api.v1.FederatedServiceService.AbortFederatedService:output_type -> peloton.api.v1.FederatedServiceRolloutResponse
-	65, // 122: peloton.api.v1.FederatedServiceService.RollbackFederatedService:output_type -> peloton.api.v1.FederatedServiceRolloutResponse
-	99, // [99:123] is the sub-list for method output_type
-	75, // [75:99] is the sub-list for method input_type
-	75, // [75:75] is the sub-list for extension type_name
-	75, // [75:75] is the sub-list for extension extendee
-	0,  // [0:75] is the sub-list for field type_name
+	77,  // 0: peloton.api.v1.Cluster.labels:type_name -> peloton.api.v1.Cluster.LabelsEntry
+	0,   // 1: peloton.api.v1.Cluster.state:type_name -> peloton.api.v1.ClusterState
+	0,   // 2: peloton.api.v1.Cluster.health:type_name -> peloton.api.v1.ClusterState
+	84,  // 3: peloton.api.v1.Cluster.registered_time:type_name -> google.protobuf.Timestamp
+	84,  // 4: peloton.api.v1.Cluster.last_seen_time:type_name -> google.protobuf.Timestamp
+	84,  // 5: peloton.api.v1.Cluster.state_time:type_name -> google.protobuf.Timestamp
+	85,  // 6: peloton.api.v1.Cluster.capacity:type_name -> peloton.api.v1.Resources
+	85,  // 7: peloton.api.v1.Cluster.allocation:type_name -> peloton.api.v1.Resources
+	78,  // 8: peloton.api.v1.RegisterClusterRequest.labels:type_name -> peloton.api.v1.RegisterClusterRequest.LabelsEntry
+	4,   // 9: peloton.api.v1.RegisterClusterResponse.cluster:type_name -> peloton.api.v1.Cluster
+	4,   // 10: peloton.api.v1.GetClusterResponse.cluster:type_name -> peloton.api.v1.Cluster
+	4,   // 11: peloton.api.v1.ListClustersResponse.clusters:type_name -> peloton.api.v1.Cluster
+	4,   // 12: peloton.api.v1.CordonClusterResponse.cluster:type_name -> peloton.api.v1.Cluster
+	4,   // 13: peloton.api.v1.UncordonClusterResponse.cluster:type_name -> peloton.api.v1.Cluster
+	79,  // 14: peloton.api.v1.FederatedPoolPlacement.weights:type_name -> peloton.api.v1.FederatedPoolPlacement.WeightsEntry
+	85,  // 15: peloton.api.v1.FederatedPoolSpec.reservation:type_name -> peloton.api.v1.Resources
+	85,  // 16: peloton.api.v1.FederatedPoolSpec.limit:type_name -> peloton.api.v1.Resources
+	85,  // 17: peloton.api.v1.FederatedPoolSpec.share:type_name -> peloton.api.v1.Resources
+	17,  // 18: peloton.api.v1.FederatedPoolSpec.placement:type_name -> peloton.api.v1.FederatedPoolPlacement
+	86,  // 19: peloton.api.v1.FederatedPoolCluster.desired:type_name -> peloton.api.v1.PoolSpec
+	86,  // 20: peloton.api.v1.FederatedPoolCluster.actual:type_name -> peloton.api.v1.PoolSpec
+	87,  // 21: peloton.api.v1.FederatedPoolCluster.status:type_name -> peloton.api.v1.PoolStatus
+	18,  // 22: peloton.api.v1.FederatedPool.spec:type_name -> peloton.api.v1.FederatedPoolSpec
+	19,  // 23: peloton.api.v1.FederatedPool.clusters:type_name -> peloton.api.v1.FederatedPoolCluster
+	87,  // 24: peloton.api.v1.FederatedPool.total:type_name -> peloton.api.v1.PoolStatus
+	18,  // 25: peloton.api.v1.CreateFederatedPoolRequest.spec:type_name -> peloton.api.v1.FederatedPoolSpec
+	20,  // 26: peloton.api.v1.CreateFederatedPoolResponse.pool:type_name -> peloton.api.v1.FederatedPool
+	20,  // 27: peloton.api.v1.GetFederatedPoolResponse.pool:type_name -> peloton.api.v1.FederatedPool
+	18,  // 28: peloton.api.v1.UpdateFederatedPoolRequest.spec:type_name -> peloton.api.v1.FederatedPoolSpec
+	20,  // 29: peloton.api.v1.UpdateFederatedPoolResponse.pool:type_name -> peloton.api.v1.FederatedPool
+	20,  // 30: peloton.api.v1.ListFederatedPoolsResponse.pools:type_name -> peloton.api.v1.FederatedPool
+	80,  // 31: peloton.api.v1.FederatedJobPlacement.cluster_selector:type_name -> peloton.api.v1.FederatedJobPlacement.ClusterSelectorEntry
+	88,  // 32: peloton.api.v1.FederatedJobSpec.job:type_name -> peloton.api.v1.JobSpec
+	31,  // 33: peloton.api.v1.FederatedJobSpec.placement:type_name -> peloton.api.v1.FederatedJobPlacement
+	84,  // 34: peloton.api.v1.FederatedJobAttempt.dispatch_time:type_name -> google.protobuf.Timestamp
+	32,  // 35: peloton.api.v1.FederatedJob.spec:type_name -> peloton.api.v1.FederatedJobSpec
+	1,   // 36: peloton.api.v1.FederatedJob.dispatch_state:type_name -> peloton.api.v1.DispatchState
+	89,  // 37: peloton.api.v1.FederatedJob.status:type_name -> peloton.api.v1.JobStatus
+	33,  // 38: peloton.api.v1.FederatedJob.attempts:type_name -> peloton.api.v1.FederatedJobAttempt
+	84,  // 39: peloton.api.v1.FederatedJob.create_time:type_name -> google.protobuf.Timestamp
+	32,  // 40: peloton.api.v1.CreateFederatedJobRequest.spec:type_name -> peloton.api.v1.FederatedJobSpec
+	34,  // 41: peloton.api.v1.GetFederatedJobResponse.job:type_name -> peloton.api.v1.FederatedJob
+	34,  // 42: peloton.api.v1.ListFederatedJobsResponse.jobs:type_name -> peloton.api.v1.FederatedJob
+	81,  // 43: peloton.api.v1.ClusterShare.selector:type_name -> peloton.api.v1.ClusterShare.SelectorEntry
+	43,  // 44: peloton.api.v1.ServicePlacement.clusters:type_name -> peloton.api.v1.ClusterShare
+	45,  // 45: peloton.api.v1.ServicePlacement.failover:type_name -> peloton.api.v1.FailoverPolicy
+	88,  // 46: peloton.api.v1.FederatedServiceSpec.job:type_name -> peloton.api.v1.JobSpec
+	44,  // 47: peloton.api.v1.FederatedServiceSpec.placement:type_name -> peloton.api.v1.ServicePlacement
+	90,  // 48: peloton.api.v1.ServiceCluster.state:type_name -> peloton.api.v1.JobState
+	82,  // 49: peloton.api.v1.ServiceCluster.covering:type_name -> peloton.api.v1.ServiceCluster.CoveringEntry
+	91,  // 50: peloton.api.v1.RolloutSpec.update:type_name -> peloton.api.v1.UpdateSpec
+	3,   // 51: peloton.api.v1.RolloutStep.state:type_name -> peloton.api.v1.RolloutStepState
+	84,  // 52: peloton.api.v1.RolloutStep.start_time:type_name -> google.protobuf.Timestamp
+	84,  // 53: peloton.api.v1.RolloutStep.end_time:type_name -> google.protobuf.Timestamp
+	48,  // 54: peloton.api.v1.ServiceRollout.spec:type_name -> peloton.api.v1.RolloutSpec
+	2,   // 55: peloton.api.v1.ServiceRollout.state:type_name -> peloton.api.v1.RolloutState
+	49,  // 56: peloton.api.v1.ServiceRollout.steps:type_name -> peloton.api.v1.RolloutStep
+	84,  // 57: peloton.api.v1.ServiceRollout.create_time:type_name -> google.protobuf.Timestamp
+	84,  // 58: peloton.api.v1.ServiceRollout.end_time:type_name -> google.protobuf.Timestamp
+	88,  // 59: peloton.api.v1.ServiceVersion.job:type_name -> peloton.api.v1.JobSpec
+	84,  // 60: peloton.api.v1.ServiceVersion.create_time:type_name -> google.protobuf.Timestamp
+	46,  // 61: peloton.api.v1.FederatedService.spec:type_name -> peloton.api.v1.FederatedServiceSpec
+	84,  // 62: peloton.api.v1.FederatedService.create_time:type_name -> google.protobuf.Timestamp
+	47,  // 63: peloton.api.v1.FederatedService.clusters:type_name -> peloton.api.v1.ServiceCluster
+	51,  // 64: peloton.api.v1.FederatedService.versions:type_name -> peloton.api.v1.ServiceVersion
+	50,  // 65: peloton.api.v1.FederatedService.rollout:type_name -> peloton.api.v1.ServiceRollout
+	50,  // 66: peloton.api.v1.FederatedService.history:type_name -> peloton.api.v1.ServiceRollout
+	46,  // 67: peloton.api.v1.CreateFederatedServiceRequest.spec:type_name -> peloton.api.v1.FederatedServiceSpec
+	83,  // 68: peloton.api.v1.CreateFederatedServiceResponse.split:type_name -> peloton.api.v1.CreateFederatedServiceResponse.SplitEntry
+	52,  // 69: peloton.api.v1.GetFederatedServiceResponse.service:type_name -> peloton.api.v1.FederatedService
+	52,  // 70: peloton.api.v1.ListFederatedServicesResponse.services:type_name -> peloton.api.v1.FederatedService
+	88,  // 71: peloton.api.v1.UpdateFederatedServiceRequest.job:type_name -> peloton.api.v1.JobSpec
+	48,  // 72: peloton.api.v1.UpdateFederatedServiceRequest.rollout:type_name -> peloton.api.v1.RolloutSpec
+	52,  // 73: peloton.api.v1.UpdateFederatedServiceResponse.service:type_name -> peloton.api.v1.FederatedService
+	52,  // 74: peloton.api.v1.FederatedServiceRolloutResponse.service:type_name -> peloton.api.v1.FederatedService
+	84,  // 75: peloton.api.v1.RequestDisruptionResponse.expires:type_name -> google.protobuf.Timestamp
+	84,  // 76: peloton.api.v1.SlaGrant.expires:type_name -> google.protobuf.Timestamp
+	5,   // 77: peloton.api.v1.ClusterService.RegisterCluster:input_type -> peloton.api.v1.RegisterClusterRequest
+	7,   // 78: peloton.api.v1.ClusterService.DeregisterCluster:input_type -> peloton.api.v1.DeregisterClusterRequest
+	9,   // 79: peloton.api.v1.ClusterService.GetCluster:input_type -> peloton.api.v1.GetClusterRequest
+	11,  // 80: peloton.api.v1.ClusterService.ListClusters:input_type -> peloton.api.v1.ListClustersRequest
+	13,  // 81: peloton.api.v1.ClusterService.CordonCluster:input_type -> peloton.api.v1.CordonClusterRequest
+	15,  // 82: peloton.api.v1.ClusterService.UncordonCluster:input_type -> peloton.api.v1.UncordonClusterRequest
+	21,  // 83: peloton.api.v1.FederatedPoolService.CreateFederatedPool:input_type -> peloton.api.v1.CreateFederatedPoolRequest
+	23,  // 84: peloton.api.v1.FederatedPoolService.GetFederatedPool:input_type -> peloton.api.v1.GetFederatedPoolRequest
+	25,  // 85: peloton.api.v1.FederatedPoolService.UpdateFederatedPool:input_type -> peloton.api.v1.UpdateFederatedPoolRequest
+	27,  // 86: peloton.api.v1.FederatedPoolService.DeleteFederatedPool:input_type -> peloton.api.v1.DeleteFederatedPoolRequest
+	29,  // 87: peloton.api.v1.FederatedPoolService.ListFederatedPools:input_type -> peloton.api.v1.ListFederatedPoolsRequest
+	35,  // 88: peloton.api.v1.FederatedJobService.CreateFederatedJob:input_type -> peloton.api.v1.CreateFederatedJobRequest
+	37,  // 89: peloton.api.v1.FederatedJobService.GetFederatedJob:input_type -> peloton.api.v1.GetFederatedJobRequest
+	39,  // 90: peloton.api.v1.FederatedJobService.ListFederatedJobs:input_type -> peloton.api.v1.ListFederatedJobsRequest
+	41,  // 91: peloton.api.v1.FederatedJobService.KillFederatedJob:input_type -> peloton.api.v1.KillFederatedJobRequest
+	53,  // 92: peloton.api.v1.FederatedServiceService.CreateFederatedService:input_type -> peloton.api.v1.CreateFederatedServiceRequest
+	55,  // 93: peloton.api.v1.FederatedServiceService.GetFederatedService:input_type -> peloton.api.v1.GetFederatedServiceRequest
+	57,  // 94: peloton.api.v1.FederatedServiceService.ListFederatedServices:input_type -> peloton.api.v1.ListFederatedServicesRequest
+	66,  // 95: peloton.api.v1.FederatedServiceService.DeleteFederatedService:input_type -> peloton.api.v1.DeleteFederatedServiceRequest
+	59,  // 96: peloton.api.v1.FederatedServiceService.UpdateFederatedService:input_type -> peloton.api.v1.UpdateFederatedServiceRequest
+	61,  // 97: peloton.api.v1.FederatedServiceService.PauseFederatedService:input_type -> peloton.api.v1.PauseFederatedServiceRequest
+	62,  // 98: peloton.api.v1.FederatedServiceService.ResumeFederatedService:input_type -> peloton.api.v1.ResumeFederatedServiceRequest
+	63,  // 99: peloton.api.v1.FederatedServiceService.AbortFederatedService:input_type -> peloton.api.v1.AbortFederatedServiceRequest
+	64,  // 100: peloton.api.v1.FederatedServiceService.RollbackFederatedService:input_type -> peloton.api.v1.RollbackFederatedServiceRequest
+	68,  // 101: peloton.api.v1.GlobalSlaService.RequestDisruption:input_type -> peloton.api.v1.RequestDisruptionRequest
+	70,  // 102: peloton.api.v1.GlobalSlaService.ReleaseDisruption:input_type -> peloton.api.v1.ReleaseDisruptionRequest
+	72,  // 103: peloton.api.v1.GlobalSlaService.RenewDisruption:input_type -> peloton.api.v1.RenewDisruptionRequest
+	74,  // 104: peloton.api.v1.GlobalSlaService.ReportUnavailable:input_type -> peloton.api.v1.ReportUnavailableRequest
+	6,   // 105: peloton.api.v1.ClusterService.RegisterCluster:output_type -> peloton.api.v1.RegisterClusterResponse
+	8,   // 106: peloton.api.v1.ClusterService.DeregisterCluster:output_type -> peloton.api.v1.DeregisterClusterResponse
+	10,  // 107: peloton.api.v1.ClusterService.GetCluster:output_type -> peloton.api.v1.GetClusterResponse
+	12,  // 108: peloton.api.v1.ClusterService.ListClusters:output_type -> peloton.api.v1.ListClustersResponse
+	14,  // 109: peloton.api.v1.ClusterService.CordonCluster:output_type -> peloton.api.v1.CordonClusterResponse
+	16,  // 110: peloton.api.v1.ClusterService.UncordonCluster:output_type -> peloton.api.v1.UncordonClusterResponse
+	22,  // 111: peloton.api.v1.FederatedPoolService.CreateFederatedPool:output_type -> peloton.api.v1.CreateFederatedPoolResponse
+	24,  // 112: peloton.api.v1.FederatedPoolService.GetFederatedPool:output_type -> peloton.api.v1.GetFederatedPoolResponse
+	26,  // 113: peloton.api.v1.FederatedPoolService.UpdateFederatedPool:output_type -> peloton.api.v1.UpdateFederatedPoolResponse
+	28,  // 114: peloton.api.v1.FederatedPoolService.DeleteFederatedPool:output_type -> peloton.api.v1.DeleteFederatedPoolResponse
+	30,  // 115: peloton.api.v1.FederatedPoolService.ListFederatedPools:output_type -> peloton.api.v1.ListFederatedPoolsResponse
+	36,  // 116: peloton.api.v1.FederatedJobService.CreateFederatedJob:output_type -> peloton.api.v1.CreateFederatedJobResponse
+	38,  // 117: peloton.api.v1.FederatedJobService.GetFederatedJob:output_type -> peloton.api.v1.GetFederatedJobResponse
+	40,  // 118: peloton.api.v1.FederatedJobService.ListFederatedJobs:output_type -> peloton.api.v1.ListFederatedJobsResponse
+	42,  // 119: peloton.api.v1.FederatedJobService.KillFederatedJob:output_type -> peloton.api.v1.KillFederatedJobResponse
+	54,  // 120: peloton.api.v1.FederatedServiceService.CreateFederatedService:output_type -> peloton.api.v1.CreateFederatedServiceResponse
+	56,  // 121: peloton.api.v1.FederatedServiceService.GetFederatedService:output_type -> peloton.api.v1.GetFederatedServiceResponse
+	58,  // 122: peloton.api.v1.FederatedServiceService.ListFederatedServices:output_type -> peloton.api.v1.ListFederatedServicesResponse
+	67,  // 123: peloton.api.v1.FederatedServiceService.DeleteFederatedService:output_type -> peloton.api.v1.DeleteFederatedServiceResponse
+	60,  // 124: peloton.api.v1.FederatedServiceService.UpdateFederatedService:output_type -> peloton.api.v1.UpdateFederatedServiceResponse
+	65,  // 125: peloton.api.v1.FederatedServiceService.PauseFederatedService:output_type -> peloton.api.v1.FederatedServiceRolloutResponse
+	65,  // 126: peloton.api.v1.FederatedServiceService.ResumeFederatedService:output_type -> peloton.api.v1.FederatedServiceRolloutResponse
+	65,  // 127: peloton.api.v1.FederatedServiceService.AbortFederatedService:output_type -> peloton.api.v1.FederatedServiceRolloutResponse
+	65,  // 128: peloton.api.v1.FederatedServiceService.RollbackFederatedService:output_type -> peloton.api.v1.FederatedServiceRolloutResponse
+	69,  // 129: peloton.api.v1.GlobalSlaService.RequestDisruption:output_type -> peloton.api.v1.RequestDisruptionResponse
+	71,  // 130: peloton.api.v1.GlobalSlaService.ReleaseDisruption:output_type -> peloton.api.v1.ReleaseDisruptionResponse
+	73,  // 131: peloton.api.v1.GlobalSlaService.RenewDisruption:output_type -> peloton.api.v1.RenewDisruptionResponse
+	75,  // 132: peloton.api.v1.GlobalSlaService.ReportUnavailable:output_type -> peloton.api.v1.ReportUnavailableResponse
+	105, // [105:133] is the sub-list for method output_type
+	77,  // [77:105] is the sub-list for method input_type
+	77,  // [77:77] is the sub-list for extension type_name
+	77,  // [77:77] is the sub-list for extension extendee
+	0,   // [0:77] is the sub-list for field type_name
 }
 
 func init() { file_peloton_api_v1_federation_proto_init() }
@@ -4723,9 +5299,9 @@ func file_peloton_api_v1_federation_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_peloton_api_v1_federation_proto_rawDesc), len(file_peloton_api_v1_federation_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   71,
+			NumMessages:   80,
 			NumExtensions: 0,
-			NumServices:   4,
+			NumServices:   5,
 		},
 		GoTypes:           file_peloton_api_v1_federation_proto_goTypes,
 		DependencyIndexes: file_peloton_api_v1_federation_proto_depIdxs,

@@ -1215,3 +1215,225 @@ var FederatedServiceService_ServiceDesc = grpc.ServiceDesc{
 	Streams:  []grpc.StreamDesc{},
 	Metadata: "peloton/api/v1/federation.proto",
 }
+
+const (
+	GlobalSlaService_RequestDisruption_FullMethodName = "/peloton.api.v1.GlobalSlaService/RequestDisruption"
+	GlobalSlaService_ReleaseDisruption_FullMethodName = "/peloton.api.v1.GlobalSlaService/ReleaseDisruption"
+	GlobalSlaService_RenewDisruption_FullMethodName   = "/peloton.api.v1.GlobalSlaService/RenewDisruption"
+	GlobalSlaService_ReportUnavailable_FullMethodName = "/peloton.api.v1.GlobalSlaService/ReportUnavailable"
+)
+
+// GlobalSlaServiceClient is the client API for GlobalSlaService service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+type GlobalSlaServiceClient interface {
+	// Refused over the budget or for an instance another holder has:
+	// FAILED_PRECONDITION saying why. A job that is no part of a federated
+	// service: NOT_FOUND (the cluster decides alone).
+	RequestDisruption(ctx context.Context, in *RequestDisruptionRequest, opts ...grpc.CallOption) (*RequestDisruptionResponse, error)
+	ReleaseDisruption(ctx context.Context, in *ReleaseDisruptionRequest, opts ...grpc.CallOption) (*ReleaseDisruptionResponse, error)
+	RenewDisruption(ctx context.Context, in *RenewDisruptionRequest, opts ...grpc.CallOption) (*RenewDisruptionResponse, error)
+	ReportUnavailable(ctx context.Context, in *ReportUnavailableRequest, opts ...grpc.CallOption) (*ReportUnavailableResponse, error)
+}
+
+type globalSlaServiceClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewGlobalSlaServiceClient(cc grpc.ClientConnInterface) GlobalSlaServiceClient {
+	return &globalSlaServiceClient{cc}
+}
+
+func (c *globalSlaServiceClient) RequestDisruption(ctx context.Context, in *RequestDisruptionRequest, opts ...grpc.CallOption) (*RequestDisruptionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RequestDisruptionResponse)
+	err := c.cc.Invoke(ctx, GlobalSlaService_RequestDisruption_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *globalSlaServiceClient) ReleaseDisruption(ctx context.Context, in *ReleaseDisruptionRequest, opts ...grpc.CallOption) (*ReleaseDisruptionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReleaseDisruptionResponse)
+	err := c.cc.Invoke(ctx, GlobalSlaService_ReleaseDisruption_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *globalSlaServiceClient) RenewDisruption(ctx context.Context, in *RenewDisruptionRequest, opts ...grpc.CallOption) (*RenewDisruptionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RenewDisruptionResponse)
+	err := c.cc.Invoke(ctx, GlobalSlaService_RenewDisruption_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *globalSlaServiceClient) ReportUnavailable(ctx context.Context, in *ReportUnavailableRequest, opts ...grpc.CallOption) (*ReportUnavailableResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReportUnavailableResponse)
+	err := c.cc.Invoke(ctx, GlobalSlaService_ReportUnavailable_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// GlobalSlaServiceServer is the server API for GlobalSlaService service.
+// All implementations must embed UnimplementedGlobalSlaServiceServer
+// for forward compatibility.
+type GlobalSlaServiceServer interface {
+	// Refused over the budget or for an instance another holder has:
+	// FAILED_PRECONDITION saying why. A job that is no part of a federated
+	// service: NOT_FOUND (the cluster decides alone).
+	RequestDisruption(context.Context, *RequestDisruptionRequest) (*RequestDisruptionResponse, error)
+	ReleaseDisruption(context.Context, *ReleaseDisruptionRequest) (*ReleaseDisruptionResponse, error)
+	RenewDisruption(context.Context, *RenewDisruptionRequest) (*RenewDisruptionResponse, error)
+	ReportUnavailable(context.Context, *ReportUnavailableRequest) (*ReportUnavailableResponse, error)
+	mustEmbedUnimplementedGlobalSlaServiceServer()
+}
+
+// UnimplementedGlobalSlaServiceServer must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedGlobalSlaServiceServer struct{}
+
+func (UnimplementedGlobalSlaServiceServer) RequestDisruption(context.Context, *RequestDisruptionRequest) (*RequestDisruptionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RequestDisruption not implemented")
+}
+func (UnimplementedGlobalSlaServiceServer) ReleaseDisruption(context.Context, *ReleaseDisruptionRequest) (*ReleaseDisruptionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReleaseDisruption not implemented")
+}
+func (UnimplementedGlobalSlaServiceServer) RenewDisruption(context.Context, *RenewDisruptionRequest) (*RenewDisruptionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RenewDisruption not implemented")
+}
+func (UnimplementedGlobalSlaServiceServer) ReportUnavailable(context.Context, *ReportUnavailableRequest) (*ReportUnavailableResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReportUnavailable not implemented")
+}
+func (UnimplementedGlobalSlaServiceServer) mustEmbedUnimplementedGlobalSlaServiceServer() {}
+func (UnimplementedGlobalSlaServiceServer) testEmbeddedByValue()                          {}
+
+// UnsafeGlobalSlaServiceServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to GlobalSlaServiceServer will
+// result in compilation errors.
+type UnsafeGlobalSlaServiceServer interface {
+	mustEmbedUnimplementedGlobalSlaServiceServer()
+}
+
+func RegisterGlobalSlaServiceServer(s grpc.ServiceRegistrar, srv GlobalSlaServiceServer) {
+	// If the following call panics, it indicates UnimplementedGlobalSlaServiceServer was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&GlobalSlaService_ServiceDesc, srv)
+}
+
+func _GlobalSlaService_RequestDisruption_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RequestDisruptionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GlobalSlaServiceServer).RequestDisruption(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GlobalSlaService_RequestDisruption_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GlobalSlaServiceServer).RequestDisruption(ctx, req.(*RequestDisruptionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _GlobalSlaService_ReleaseDisruption_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReleaseDisruptionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GlobalSlaServiceServer).ReleaseDisruption(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GlobalSlaService_ReleaseDisruption_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GlobalSlaServiceServer).ReleaseDisruption(ctx, req.(*ReleaseDisruptionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _GlobalSlaService_RenewDisruption_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RenewDisruptionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GlobalSlaServiceServer).RenewDisruption(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GlobalSlaService_RenewDisruption_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GlobalSlaServiceServer).RenewDisruption(ctx, req.(*RenewDisruptionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _GlobalSlaService_ReportUnavailable_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReportUnavailableRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GlobalSlaServiceServer).ReportUnavailable(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GlobalSlaService_ReportUnavailable_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GlobalSlaServiceServer).ReportUnavailable(ctx, req.(*ReportUnavailableRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+// GlobalSlaService_ServiceDesc is the grpc.ServiceDesc for GlobalSlaService service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var GlobalSlaService_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "peloton.api.v1.GlobalSlaService",
+	HandlerType: (*GlobalSlaServiceServer)(nil),
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "RequestDisruption",
+			Handler:    _GlobalSlaService_RequestDisruption_Handler,
+		},
+		{
+			MethodName: "ReleaseDisruption",
+			Handler:    _GlobalSlaService_ReleaseDisruption_Handler,
+		},
+		{
+			MethodName: "RenewDisruption",
+			Handler:    _GlobalSlaService_RenewDisruption_Handler,
+		},
+		{
+			MethodName: "ReportUnavailable",
+			Handler:    _GlobalSlaService_ReportUnavailable_Handler,
+		},
+	},
+	Streams:  []grpc.StreamDesc{},
+	Metadata: "peloton/api/v1/federation.proto",
+}

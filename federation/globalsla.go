@@ -1,0 +1,282 @@
+package federation
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/peloton-sched/peloton/internal/apierr"
+	"github.com/peloton-sched/peloton/internal/metrics"
+	"github.com/peloton-sched/peloton/internal/store"
+	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+)
+
+// The global SLA evaluator. Cluster stacks started with --federation ask
+// it (through internal/fedsla) for every voluntary disruption of an
+// instance of a federated service's job: the service's budget
+// (job.sla.maximumUnavailableInstances) then bounds the instances down
+// over all its clusters, counted as the union of what each cluster
+// reports down for involuntary reasons and what live grants hold.
+//
+// Grants are leases kept in etcd (slagrants/<id>), written before they are
+// answered, so a restart or a new leader knows them; reports are kept in
+// memory and sent again by the clusters (a cluster re-reports after any
+// failed call). An instance is (cluster, instance id in its job there).
+
+const slaGrantPrefix = "slagrants/"
+
+type instKey struct {
+	cluster string
+	inst    uint32
+}
+
+// globalSLA is the evaluator's state. Guarded by Federation.mu.
+type globalSLA struct {
+	loaded bool
+	grants map[string]*pelotonv1.SlaGrant
+	// down is what each (cluster, job) reported down.
+	down map[string]map[uint32]bool // key: cluster + "/" + job
+}
+
+func downKey(cluster, job string) string { return cluster + "/" + job }
+
+func (f *Federation) loadGrants(ctx context.Context) error {
+	kvs, err := f.st.List(ctx, slaGrantPrefix)
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.sla.grants = map[string]*pelotonv1.SlaGrant{}
+	f.sla.down = map[string]map[uint32]bool{}
+	for _, kv := range kvs {
+		g := &pelotonv1.SlaGrant{}
+		if err := proto.Unmarshal(kv.Value, g); err != nil {
+			return fmt.Errorf("decode %s: %w", kv.Key, err)
+		}
+		f.sla.grants[g.Id] = g
+	}
+	f.sla.loaded = true
+	return nil
+}
+
+// serviceOfJobLocked finds the federated service whose part in cluster is
+// job. Caller holds mu.
+func (f *Federation) serviceOfJobLocked(cluster, job string) *fedService {
+	for _, s := range f.services {
+		if p := partOf(s.rec, cluster); p != nil && p.ClusterJobId == job && !s.rec.Deleting {
+			return s
+		}
+	}
+	return nil
+}
+
+// expireGrantsLocked forgets grants past their expiry (their records are
+// deleted in the background). Caller holds mu.
+func (f *Federation) expireGrantsLocked(now time.Time) {
+	for id, g := range f.sla.grants {
+		if !now.Before(g.Expires.AsTime()) {
+			delete(f.sla.grants, id)
+			go func() {
+				_, _ = f.st.Txn(context.WithoutCancel(f.ctx), store.Delete(slaGrantPrefix+id, store.AnyRevision))
+			}()
+		}
+	}
+}
+
+// unavailableLocked is the set of a service's instances down or held, with
+// who holds each held one. Caller holds mu.
+func (f *Federation) unavailableLocked(s *fedService) (map[instKey]string, map[string]int) {
+	out := map[instKey]string{}
+	perCluster := map[string]int{}
+	for _, p := range s.rec.Clusters {
+		for i := range f.sla.down[downKey(p.Cluster, p.ClusterJobId)] {
+			if i < p.Desired {
+				out[instKey{p.Cluster, i}] = ""
+			}
+		}
+	}
+	for _, g := range f.sla.grants {
+		if g.ServiceId != s.rec.Id {
+			continue
+		}
+		for _, i := range g.Instances {
+			k := instKey{g.Cluster, i}
+			if h, ok := out[k]; !ok || h == "" {
+				out[k] = g.Holder
+			}
+		}
+	}
+	for k := range out {
+		perCluster[k.cluster]++
+	}
+	return out, perCluster
+}
+
+func breakdown(perCluster map[string]int) string {
+	var parts []string
+	for _, c := range sortedKeys(perCluster) {
+		parts = append(parts, fmt.Sprintf("%s: %d", c, perCluster[c]))
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// RequestDisruption grants req's instances if the service's budget allows
+// over all its clusters (see above).
+func (f *Federation) RequestDisruption(ctx context.Context, req *pelotonv1.RequestDisruptionRequest) (*pelotonv1.RequestDisruptionResponse, error) {
+	switch {
+	case req.Cluster == "":
+		return nil, apierr.Invalid("cluster", "required")
+	case req.JobId == "":
+		return nil, apierr.Invalid("jobId", "required")
+	case len(req.Instances) == 0:
+		return nil, apierr.Invalid("instances", "at least one")
+	case req.Holder == "":
+		return nil, apierr.Invalid("holder", "required")
+	case req.TtlSeconds == 0:
+		return nil, apierr.Invalid("ttlSeconds", "must be > 0")
+	}
+	start := time.Now()
+	now := f.opts.Now()
+	f.mu.Lock()
+	if !f.sla.loaded {
+		f.mu.Unlock()
+		return nil, apierr.Unavailable("the global SLA evaluator is starting")
+	}
+	f.expireGrantsLocked(now)
+	s := f.serviceOfJobLocked(req.Cluster, req.JobId)
+	if s == nil {
+		f.mu.Unlock()
+		return nil, apierr.NotFound("job %s of cluster %s is no part of a federated service", req.JobId, req.Cluster)
+	}
+	budget := int(max(s.rec.Spec.Job.GetSla().GetMaximumUnavailableInstances(), 1))
+	unavail, perCluster := f.unavailableLocked(s)
+	var granted []uint32
+	var refusal string
+	seen := map[uint32]bool{}
+	for _, i := range req.Instances {
+		if seen[i] {
+			continue
+		}
+		k := instKey{req.Cluster, i}
+		h, down := unavail[k]
+		switch {
+		case down && h != "" && h != req.Holder:
+			refusal = fmt.Sprintf("instance %d in cluster %s is held by %s", i, req.Cluster, h)
+		case !down && len(unavail)+1 > budget:
+			refusal = fmt.Sprintf("%d of its budget of %d instances are unavailable across its clusters (%s)", len(unavail), budget, breakdown(perCluster))
+		}
+		if refusal != "" {
+			break
+		}
+		seen[i] = true
+		granted = append(granted, i)
+		if !down {
+			unavail[k] = req.Holder
+			perCluster[req.Cluster]++
+		}
+	}
+	if refusal != "" && (!req.Partial || len(granted) == 0) {
+		f.mu.Unlock()
+		metrics.FederationSLA.WithLabelValues("refused").Inc()
+		return nil, apierr.FailedPrecondition("SLA: federated service %s: %s", s.rec.Id, refusal)
+	}
+	g := &pelotonv1.SlaGrant{Id: grantID(), ServiceId: s.rec.Id, Cluster: req.Cluster, JobId: req.JobId, Instances: granted,
+		Holder: req.Holder, Expires: timestamppb.New(now.Add(time.Duration(req.TtlSeconds) * time.Second))}
+	// Held in memory at once, so a concurrent request counts it; written
+	// before it is answered, so a restart knows it.
+	f.sla.grants[g.Id] = g
+	f.mu.Unlock()
+	b, _ := proto.Marshal(g)
+	if _, err := f.st.Txn(ctx, store.Put(slaGrantPrefix+g.Id, b, store.MustNotExist)); err != nil {
+		f.mu.Lock()
+		delete(f.sla.grants, g.Id)
+		f.mu.Unlock()
+		return nil, apierr.Unavailable("record the grant: %v", err)
+	}
+	metrics.FederationSLA.WithLabelValues("granted").Inc()
+	metrics.FederationSLALatency.Observe(time.Since(start).Seconds())
+	return &pelotonv1.RequestDisruptionResponse{GrantId: g.Id, Instances: granted, Expires: g.Expires}, nil
+}
+
+func grantID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// ReleaseDisruption ends a grant.
+func (f *Federation) ReleaseDisruption(ctx context.Context, id string) error {
+	f.mu.Lock()
+	f.expireGrantsLocked(f.opts.Now())
+	_, ok := f.sla.grants[id]
+	delete(f.sla.grants, id)
+	f.mu.Unlock()
+	if !ok {
+		return apierr.NotFound("grant %s is unknown or expired", id)
+	}
+	if _, err := f.st.Txn(ctx, store.Delete(slaGrantPrefix+id, store.AnyRevision)); err != nil {
+		return apierr.Unavailable("delete the grant: %v", err)
+	}
+	return nil
+}
+
+// RenewDisruption extends a live grant.
+func (f *Federation) RenewDisruption(ctx context.Context, id string, ttl time.Duration) error {
+	if ttl <= 0 {
+		return apierr.Invalid("ttlSeconds", "must be > 0")
+	}
+	f.mu.Lock()
+	f.expireGrantsLocked(f.opts.Now())
+	g := f.sla.grants[id]
+	if g == nil {
+		f.mu.Unlock()
+		return apierr.NotFound("grant %s is unknown or expired", id)
+	}
+	g = proto.Clone(g).(*pelotonv1.SlaGrant)
+	g.Expires = timestamppb.New(f.opts.Now().Add(ttl))
+	f.sla.grants[id] = g
+	f.mu.Unlock()
+	b, _ := proto.Marshal(g)
+	if _, err := f.st.Txn(ctx, store.Put(slaGrantPrefix+id, b, store.AnyRevision)); err != nil {
+		return apierr.Unavailable("renew the grant: %v", err)
+	}
+	return nil
+}
+
+// ReportUnavailable replaces what a cluster's job has down.
+func (f *Federation) ReportUnavailable(cluster, job string, instances []uint32) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(instances) == 0 {
+		delete(f.sla.down, downKey(cluster, job))
+		return
+	}
+	set := map[uint32]bool{}
+	for _, i := range instances {
+		set[i] = true
+	}
+	f.sla.down[downKey(cluster, job)] = set
+}
+
+// SLAView is a federated service's budget use across its clusters now.
+func (f *Federation) SLAView(id string) (unavailable int, perCluster map[string]int, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s := f.services[id]
+	if s == nil {
+		return 0, nil, apierr.NotFound("federated service %s does not exist", id)
+	}
+	f.expireGrantsLocked(f.opts.Now())
+	u, per := f.unavailableLocked(s)
+	return len(u), per, nil
+}
