@@ -353,13 +353,17 @@ func TestFederationOfProcesses(t *testing.T) {
 		}
 		return nil
 	})
-	// A new command rolled out over REST, cluster by cluster.
+	// A new command rolled out over REST, the three clusters at once
+	// after the canary, with a budget of 1 for the whole service: each
+	// cluster's own share is 1 too, so it is the federation's global SLA
+	// evaluator that each cluster's update asks for every instance it
+	// replaces (TestGlobalSLA shows it refusing across clusters).
 	update := `{"job": {"name": "fed-web", "type": "SERVICE", "pool": "/team", "instanceCount": 6,
-		"sla": {"maximumUnavailableInstances": 3},
+		"sla": {"maximumUnavailableInstances": 1},
 		"defaultSpec": {"command": ["sleep", "3601"], "resources": {"cpu": 0.5, "memoryMb": 64}}},
-		"rollout": {"parallelClusters": 2, "update": {"batchSize": 2, "minReadySeconds": 1}}}`
+		"rollout": {"parallelClusters": 3, "update": {"batchSize": 1, "minReadySeconds": 1}}}`
 	restJSON(t, http.MethodPut, fed.http+"/v1/federation/services/"+created.ServiceID, update, http.StatusOK, nil)
-	within(t, 90*time.Second, "the rollout succeeded in every cluster", func() error {
+	within(t, 120*time.Second, "the rollout succeeded in every cluster", func() error {
 		g, err := api.services.GetFederatedService(ctx(), &pelotonv1.GetFederatedServiceRequest{ServiceId: created.ServiceID})
 		if err != nil {
 			return err
@@ -369,6 +373,13 @@ func TestFederationOfProcesses(t *testing.T) {
 		}
 		return nil
 	})
+	// Every instance the clusters replaced was granted by the federation:
+	// six grants at least, and refusals, since the clusters asked at once.
+	granted, refusedN := fedMetric(t, fed.http, `peloton_federation_sla_requests_total{answer="granted"}`),
+		fedMetric(t, fed.http, `peloton_federation_sla_requests_total{answer="refused"}`)
+	if granted < 6 {
+		t.Errorf("the federation granted %g disruptions for a rollout of 6 instances (%g refused): the clusters did not ask it", granted, refusedN)
+	}
 	restJSON(t, http.MethodPost, fed.http+"/v1/federation/services/"+created.ServiceID+":pause", "{}", http.StatusBadRequest, nil)
 	restJSON(t, http.MethodDelete, fed.http+"/v1/federation/services/"+created.ServiceID, "", http.StatusOK, nil)
 	within(t, 60*time.Second, "the service gone", func() error {
@@ -403,4 +414,24 @@ func restJSON(t *testing.T, method, url, body string, want int, out any) {
 			t.Fatalf("%s %s: %v in %s", method, url, err, data)
 		}
 	}
+}
+
+// fedMetric reads one sample of the federation's /metrics (0 if absent).
+func fedMetric(t *testing.T, base, sample string) float64 {
+	t.Helper()
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
+	for _, line := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, sample+" "); ok {
+			var v float64
+			if _, err := fmt.Sscanf(rest, "%g", &v); err == nil {
+				return v
+			}
+		}
+	}
+	return 0
 }
