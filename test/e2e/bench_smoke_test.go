@@ -27,7 +27,8 @@ var benchSmokeArgs = map[string][]string{
 	bench.ScenarioUpdate:     {"--instances", "100", "--batch-size", "20", "--hosts", "10"},
 	bench.ScenarioKubernetes: {"--nodes", "20", "--pods", "100"},
 	bench.ScenarioFederation: {"--registry-clusters", "3", "--registry-window", "1s", "--clusters", "3", "--pool-changes", "5",
-		"--jobs", "20", "--concurrency", "8"},
+		"--jobs", "20", "--concurrency", "8", "--services", "9", "--service-budget", "3", "--service-toleration", "1s",
+		"--timeout", "3m"}, // the services phase waits out a rollout and a failover
 }
 
 // TestBenchScenariosSmoke runs every `peloton bench` scenario at a tiny size
