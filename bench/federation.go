@@ -64,7 +64,9 @@ import (
 	"github.com/peloton-sched/peloton/cluster"
 	"github.com/peloton-sched/peloton/cluster/client"
 	"github.com/peloton-sched/peloton/federation"
+	"github.com/peloton-sched/peloton/internal/fedsla"
 	"github.com/peloton-sched/peloton/internal/metrics"
+	"github.com/peloton-sched/peloton/internal/sla"
 	"github.com/peloton-sched/peloton/internal/store"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
@@ -268,6 +270,22 @@ type fedHarness struct {
 	clusters pelotonv1.ClusterServiceClient
 	pools    pelotonv1.FederatedPoolServiceClient
 	jobs     pelotonv1.FederatedJobServiceClient
+
+	routersMu sync.Mutex
+	routers   []*fedsla.Router
+}
+
+// slaRouter is the SLA evaluator of stack name: its own, until the
+// federation starts and its global evaluator takes federated services.
+func (h *fedHarness) slaRouter(name string) sla.Evaluator {
+	r := fedsla.New(sla.NewLocal(nil), nil, name, h.env.logger())
+	h.routersMu.Lock()
+	defer h.routersMu.Unlock()
+	if h.fc != nil {
+		r.SetRemote(h.fc.SLA)
+	}
+	h.routers = append(h.routers, r)
+	return r
 }
 
 // fedMember is one cluster stack and its name.
@@ -320,7 +338,7 @@ func (h *fedHarness) startStacks(ctx context.Context, n int) (time.Duration, err
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			s, err := startMember(ctx, h.env, h.etcd.Endpoints(), fedClusterName(i), h.cfg.HostsPerCluster)
+			s, err := startMember(ctx, h.env, h.etcd.Endpoints(), fedClusterName(i), h.cfg.HostsPerCluster, h.slaRouter(fedClusterName(i)))
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -353,7 +371,7 @@ func (h *fedHarness) startStacks(ctx context.Context, n int) (time.Duration, err
 // startMember runs cluster.Run as `peloton serve cluster --backend sim`
 // does against a shared etcd, under its own cluster name, on port-0
 // loopback listeners, and connects a client to it.
-func startMember(ctx context.Context, env Env, endpoints []string, name string, hosts int) (*stack, error) {
+func startMember(ctx context.Context, env Env, endpoints []string, name string, hosts int, evaluator sla.Evaluator) (*stack, error) {
 	dir, err := os.MkdirTemp("", "peloton-bench-fed-*")
 	if err != nil {
 		return nil, fmt.Errorf("bench: temp dir: %w", err)
@@ -364,7 +382,7 @@ func startMember(ctx context.Context, env Env, endpoints []string, name string, 
 	cfg := cluster.Config{
 		ClusterName: name, DataDir: dir, Listen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0", EtcdEndpoints: endpoints,
 		Backend: "sim", Hosts: hosts, ShutdownGrace: 2 * time.Second, Logger: env.logger().With("cluster", name),
-		OnReady: func(r cluster.ReadyInfo) { readyCh <- r },
+		OnReady: func(r cluster.ReadyInfo) { readyCh <- r }, SLA: evaluator,
 	}
 	go func() { s.done <- cluster.Run(runCtx, cfg) }()
 	select {
@@ -439,6 +457,13 @@ func (h *fedHarness) startFederation(ctx context.Context) error {
 	}
 	h.fst, h.fed, h.gs, h.fc = st, f, gs, fc
 	h.clusters, h.pools, h.jobs = fc.Clusters, fc.Pools, fc.Jobs
+	// Each stack's federated services ask this federation's global SLA
+	// evaluator from now on, as with serve cluster --federation.
+	h.routersMu.Lock()
+	for _, r := range h.routers {
+		r.SetRemote(fc.SLA)
+	}
+	h.routersMu.Unlock()
 	return nil
 }
 
