@@ -298,16 +298,7 @@ func (f *Federation) KillJob(ctx context.Context, id string) error {
 // latest record each time). The dispatch state change, if any, must be in
 // DispatchTable.
 func (f *Federation) updateJob(ctx context.Context, id string, change func(*pelotonv1.FederatedJob) error) error {
-	for attempt := 0; ; attempt++ {
-		f.mu.Lock()
-		j := f.jobs[id]
-		if j == nil {
-			f.mu.Unlock()
-			return apierr.NotFound("federated job %s does not exist", id)
-		}
-		rec := proto.Clone(j.rec).(*pelotonv1.FederatedJob)
-		rev := j.rev
-		f.mu.Unlock()
+	before, rec, err := updateRecord(ctx, f, f.jobRecord(id), func(rec *pelotonv1.FederatedJob) error {
 		from := rec.DispatchState
 		if err := change(rec); err != nil {
 			return err
@@ -315,37 +306,38 @@ func (f *Federation) updateJob(ctx context.Context, id string, change func(*pelo
 		if err := DispatchTable.Check(from, rec.DispatchState); err != nil {
 			return fmt.Errorf("federated job %s: %w", id, err)
 		}
-		b, err := proto.Marshal(rec)
-		if err != nil {
-			return err
-		}
-		newRev, err := f.batch.Write(ctx, store.Put(jobKey(id), b, rev))
-		if errors.Is(err, store.ErrConflict) && attempt < 5 {
-			// Someone else wrote it: read it back and apply again.
-			if kv, gerr := f.st.Get(ctx, jobKey(id)); gerr == nil {
-				cur := &pelotonv1.FederatedJob{}
-				if proto.Unmarshal(kv.Value, cur) == nil {
-					f.mu.Lock()
-					if j := f.jobs[id]; j != nil {
-						j.rec, j.rev = cur, kv.Revision
-					}
-					f.mu.Unlock()
-				}
-			}
-			continue
-		}
-		if err != nil {
-			return apierr.Unavailable("write federated job %s: %v", id, err)
-		}
-		f.mu.Lock()
-		if j := f.jobs[id]; j != nil {
-			j.rec, j.rev = rec, newRev
-		}
-		f.mu.Unlock()
-		if from != rec.DispatchState {
-			f.log.Info("federated job", "job", id, "from", from, "to", rec.DispatchState, "cluster", rec.Cluster, "why", rec.Message)
-		}
 		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if before.DispatchState != rec.DispatchState {
+		f.log.Info("federated job", "job", id, "from", before.DispatchState, "to", rec.DispatchState, "cluster", rec.Cluster, "why", rec.Message)
+	}
+	return nil
+}
+
+// jobRecord is how updateRecord reaches federated job id.
+func (f *Federation) jobRecord(id string) casRecord[*pelotonv1.FederatedJob] {
+	return casRecord[*pelotonv1.FederatedJob]{
+		key: jobKey(id), what: "federated job " + id,
+		read: func() (*pelotonv1.FederatedJob, int64, bool) {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			j := f.jobs[id]
+			if j == nil {
+				return nil, 0, false
+			}
+			return proto.Clone(j.rec).(*pelotonv1.FederatedJob), j.rev, true
+		},
+		keep: func(rec *pelotonv1.FederatedJob, rev int64) {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			if j := f.jobs[id]; j != nil {
+				j.rec, j.rev = rec, rev
+			}
+		},
+		fresh: func() *pelotonv1.FederatedJob { return &pelotonv1.FederatedJob{} },
 	}
 }
 

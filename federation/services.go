@@ -340,47 +340,27 @@ func partOf(rec *pelotonv1.FederatedService, cluster string) *pelotonv1.ServiceC
 // retrying a few times on a conflict with another writer (another
 // cluster's worker): change is applied to the latest record each time.
 func (f *Federation) updateService(ctx context.Context, id string, change func(*pelotonv1.FederatedService) error) error {
-	for attempt := 0; ; attempt++ {
-		f.mu.Lock()
-		s := f.services[id]
-		if s == nil {
-			f.mu.Unlock()
-			return apierr.NotFound("federated service %s does not exist", id)
-		}
-		rec := proto.Clone(s.rec).(*pelotonv1.FederatedService)
-		rev := s.rev
-		f.mu.Unlock()
-		if err := change(rec); err != nil {
-			return err
-		}
-		b, err := proto.Marshal(rec)
-		if err != nil {
-			return err
-		}
-		newRev, err := f.batch.Write(ctx, store.Put(serviceKey(id), b, rev))
-		if errors.Is(err, store.ErrConflict) && attempt < 5 {
-			if kv, gerr := f.st.Get(ctx, serviceKey(id)); gerr == nil {
-				cur := &pelotonv1.FederatedService{}
-				if proto.Unmarshal(kv.Value, cur) == nil {
-					f.mu.Lock()
-					if s := f.services[id]; s != nil {
-						s.rec, s.rev = cur, kv.Revision
-					}
-					f.mu.Unlock()
-				}
+	_, _, err := updateRecord(ctx, f, casRecord[*pelotonv1.FederatedService]{
+		key: serviceKey(id), what: "federated service " + id,
+		read: func() (*pelotonv1.FederatedService, int64, bool) {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			s := f.services[id]
+			if s == nil {
+				return nil, 0, false
 			}
-			continue
-		}
-		if err != nil {
-			return apierr.Unavailable("write federated service %s: %v", id, err)
-		}
-		f.mu.Lock()
-		if s := f.services[id]; s != nil {
-			s.rec, s.rev = rec, newRev
-		}
-		f.mu.Unlock()
-		return nil
-	}
+			return proto.Clone(s.rec).(*pelotonv1.FederatedService), s.rev, true
+		},
+		keep: func(rec *pelotonv1.FederatedService, rev int64) {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			if s := f.services[id]; s != nil {
+				s.rec, s.rev = rec, rev
+			}
+		},
+		fresh: func() *pelotonv1.FederatedService { return &pelotonv1.FederatedService{} },
+	}, change)
+	return err
 }
 
 // observePart keeps what a look at a part's cluster saw, in memory only:
