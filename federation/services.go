@@ -194,16 +194,20 @@ func (f *Federation) GetService(id string) (*pelotonv1.FederatedService, error) 
 func (f *Federation) serviceViewLocked(s *fedService) *pelotonv1.FederatedService {
 	out := proto.Clone(s.rec).(*pelotonv1.FederatedService)
 	out.Version = uint64(s.rev)
-	out.Desired, out.Running = 0, 0
+	out.Desired, out.Running, out.Healthy, out.Updated = 0, 0, 0, 0
 	for _, p := range out.Clusters {
-		out.Desired += p.Desired
-		out.Running += p.Running
 		switch m := f.clusters[p.Cluster]; {
 		case m == nil:
 			p.Message = "cluster " + p.Cluster + " is not registered; its part does not run"
-			p.Running, p.State = 0, pelotonv1.JobState_JOB_STATE_UNSPECIFIED
+			p.Running, p.Healthy, p.Updated, p.State = 0, 0, 0, pelotonv1.JobState_JOB_STATE_UNSPECIFIED
 		case m.rec.Health == pelotonv1.ClusterState_CLUSTER_UNREACHABLE:
 			p.Message = "cluster " + p.Cluster + " is unreachable; as of the last look: " + p.Message
+		}
+		out.Desired += p.Desired
+		out.Running += p.Running
+		out.Healthy += p.Healthy
+		if partTarget(out, p) == out.SpecVersion {
+			out.Updated += p.Updated
 		}
 	}
 	if out.Deleting {
@@ -567,9 +571,10 @@ func (f *Federation) syncPart(ctx context.Context, name string, cli clusterClien
 	st := job.Status
 	f.observePart(id, name, func(q *pelotonv1.ServiceCluster) {
 		q.Running, q.State = st.TaskCounts["RUNNING"], st.State
+		q.Healthy, q.Updated, q.SlaFallback = st.Healthy, st.Updated, st.SlaFallback
 		q.Message = ""
 	})
-	if busy, err := f.syncStep(ctx, name, cli, rec, p, jobID); busy || err != nil {
+	if busy, err := f.syncStep(ctx, name, cli, rec, p, jobID, st); busy || err != nil {
 		return err // a rollout's step changes the job: no drift to look for
 	}
 	if st.SpecVersion <= p.ClusterSpecVersion {
@@ -611,6 +616,18 @@ func (f *Federation) syncPart(ctx context.Context, name string, cli clusterClien
 		q.ClusterSpecVersion = version
 		q.Message = fmt.Sprintf("its job there was changed (spec version %d); set back by update %s", st.SpecVersion, up.GetUpdate().GetId())
 	})
+}
+
+// partTarget is the service spec version part p's job is driven to: the
+// rollout's while its step there goes forward or back, else the part's.
+func partTarget(rec *pelotonv1.FederatedService, p *pelotonv1.ServiceCluster) uint64 {
+	switch s := stepFor(rec, p.Cluster); s.GetState() {
+	case pelotonv1.RolloutStepState_STEP_UPDATING:
+		return rec.Rollout.ToVersion
+	case pelotonv1.RolloutStepState_STEP_ROLLING_BACK:
+		return rec.Rollout.FromVersion
+	}
+	return p.SpecVersion
 }
 
 // dropPart removes a deleting service's part whose job is gone, and the

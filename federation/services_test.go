@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -303,6 +304,19 @@ func TestFederatedServiceRollout(t *testing.T) {
 			t.Errorf("cluster %s part at version %d", p.Cluster, p.SpecVersion)
 		}
 	}
+	// Each part, and the whole, counts its instances healthy and updated.
+	eventually(t, 10*time.Second, func() error {
+		s, _ := f.GetService(id)
+		for _, p := range s.Clusters {
+			if p.Healthy != p.Desired || p.Updated != p.Desired {
+				return fmt.Errorf("cluster %s: %d healthy, %d updated of %d", p.Cluster, p.Healthy, p.Updated, p.Desired)
+			}
+		}
+		if s.Healthy != 5 || s.Updated != 5 {
+			return fmt.Errorf("service: %d healthy, %d updated of 5", s.Healthy, s.Updated)
+		}
+		return nil
+	})
 
 	// v3: ten instances, created paused; the parts grow 2:2:1.
 	v3 := proto.Clone(v2).(*pelotonv1.JobSpec)
@@ -544,9 +558,48 @@ func TestGlobalSLA(t *testing.T) {
 	if status.Code(err) != codes.FailedPrecondition || !contains(err, "1 of its budget of 1 instances are unavailable across its clusters (a: 1)") {
 		t.Fatalf("a kill in b over the global budget: %v", err)
 	}
-	// The federation away: b decides on its share (1) and allows it.
+	// The federation's evaluator away: each cluster decides on its share
+	// of the budget, rounded down so that the shares add up to no more
+	// than the budget: a's is 1, b's 0, so b refuses, and both say that
+	// they fall back, in their job's status and so in the service's.
 	gs.Stop()
-	if _, err := b.cli.Tasks.KillTask(ctxT(t), &pelotonv1.KillTaskRequest{JobId: bJob.Id, InstanceId: 0}); err != nil {
-		t.Fatalf("a kill in b with the federation away: %v", err)
+	_, err = b.cli.Tasks.KillTask(ctxT(t), &pelotonv1.KillTaskRequest{JobId: bJob.Id, InstanceId: 0})
+	if status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("a kill in b on its share of 0 with the federation away: %v", err)
 	}
+	got, err := b.cli.Jobs.GetJob(ctxT(t), &pelotonv1.GetJobRequest{JobId: bJob.Id})
+	if err != nil || !got.Job.Status.SlaFallback || !strings.Contains(got.Job.Status.Message, "share of the service's budget (0)") {
+		t.Fatalf("b's job while the federation is away: %v %v", got.GetJob().GetStatus(), err)
+	}
+	eventually(t, 30*time.Second, func() error {
+		s, _ := f.GetService(svc.Id)
+		for _, p := range s.Clusters {
+			if p.Cluster == "b" && p.SlaFallback && p.MaxUnavailable == 0 {
+				return nil
+			}
+		}
+		return fmt.Errorf("the service does not show b falling back on a share of 0: %v", s.Clusters)
+	})
+
+	// Back on the same address: b's next call reaches it, and b says so.
+	lis2, err := net.Listen("tcp", lis.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs2 := federation.NewServer(f, logger()).GRPCServer()
+	go func() { _ = gs2.Serve(lis2) }()
+	t.Cleanup(gs2.Stop)
+	eventually(t, 30*time.Second, func() error {
+		_, err := b.cli.Tasks.KillTask(ctxT(t), &pelotonv1.KillTaskRequest{JobId: bJob.Id, InstanceId: 0})
+		// The federation answers: granted (a's instance is back) or
+		// refused over the global budget, never on b's share of 0.
+		if err != nil && !contains(err, "across its clusters") {
+			return fmt.Errorf("a kill in b with the federation back: %v", err)
+		}
+		got, err := b.cli.Jobs.GetJob(ctxT(t), &pelotonv1.GetJobRequest{JobId: bJob.Id})
+		if err != nil || got.Job.Status.SlaFallback {
+			return fmt.Errorf("b's job with the federation back: %v %v", got.GetJob().GetStatus(), err)
+		}
+		return nil
+	})
 }

@@ -153,9 +153,11 @@ func splitService(total uint32, pl *pelotonv1.ServicePlacement, clusters []share
 
 // splitBudget divides a service's budget of unavailable instances over its
 // clusters in proportion to their parts (largest remainder, ties by name),
-// so that the parts add up to the budget. A cluster whose part of the
-// budget rounds to 0 gets 1: a cluster job needs a budget of at least one
-// to be updated or drained at all.
+// so that the shares add up to the budget and never to more. A share is
+// what a cluster decides on alone, while it cannot reach the federation's
+// global evaluator (which lets any cluster use the whole budget): a
+// cluster whose share is 0 then takes none of its instances down, which
+// is the fail-safe answer.
 func splitBudget(budget uint32, parts map[string]uint32) map[string]uint32 {
 	var total uint64
 	for _, n := range parts {
@@ -180,11 +182,6 @@ func splitBudget(budget uint32, parts map[string]uint32) map[string]uint32 {
 	sort.SliceStable(rems, func(a, b int) bool { return rems[a].frac > rems[b].frac })
 	for i := uint64(0); i < uint64(budget)-given && int(i) < len(rems); i++ {
 		out[rems[i].name]++
-	}
-	for name, b := range out {
-		if b == 0 {
-			out[name] = 1
-		}
 	}
 	return out
 }

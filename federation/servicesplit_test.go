@@ -127,13 +127,31 @@ func TestSplitBudget(t *testing.T) {
 		{3, map[string]uint32{"a": 10, "b": 10, "c": 10}, map[string]uint32{"a": 1, "b": 1, "c": 1}},
 		{10, map[string]uint32{"a": 20, "b": 10}, map[string]uint32{"a": 7, "b": 3}},
 		{4, map[string]uint32{"a": 10, "b": 10, "c": 10}, map[string]uint32{"a": 2, "b": 1, "c": 1}},
-		// Rounded to 0, a part still gets 1 (see splitBudget).
-		{1, map[string]uint32{"a": 10, "b": 10}, map[string]uint32{"a": 1, "b": 1}},
+		// Rounded down: the shares never add up to more than the budget,
+		// even when a cluster's share is then 0.
+		{1, map[string]uint32{"a": 10, "b": 10}, map[string]uint32{"a": 1, "b": 0}},
+		{2, map[string]uint32{"a": 1, "b": 1, "c": 98}, map[string]uint32{"a": 0, "b": 0, "c": 2}},
 		{5, map[string]uint32{}, map[string]uint32{}},
 	}
 	for _, tc := range cases {
 		if got := splitBudget(tc.budget, tc.parts); !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("splitBudget(%d, %v) = %v, want %v", tc.budget, tc.parts, got, tc.want)
+		}
+	}
+	// Over many shapes: the shares add up to the budget exactly.
+	for budget := uint32(0); budget <= 12; budget++ {
+		for n := 1; n <= 5; n++ {
+			parts := map[string]uint32{}
+			for i := range n {
+				parts[string(rune('a'+i))] = uint32(1 + (i*7+int(budget))%11)
+			}
+			sum := uint32(0)
+			for _, b := range splitBudget(budget, parts) {
+				sum += b
+			}
+			if sum != budget {
+				t.Errorf("splitBudget(%d, %v): shares add up to %d", budget, parts, sum)
+			}
 		}
 	}
 }

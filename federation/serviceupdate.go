@@ -333,9 +333,10 @@ func inProgress(st pelotonv1.UpdateState) bool {
 }
 
 // syncStep carries out cluster name's step of a service's current rollout,
-// whose part there has job jobID. It reports whether a step was under way
-// (the part's drift is then not looked at: the step changes its job).
-func (f *Federation) syncStep(ctx context.Context, name string, cli clusterClient, rec *pelotonv1.FederatedService, p *pelotonv1.ServiceCluster, jobID string) (bool, error) {
+// whose part there has job jobID, whose status js was just read. It
+// reports whether a step was under way (the part's drift is then not
+// looked at: the step changes its job).
+func (f *Federation) syncStep(ctx context.Context, name string, cli clusterClient, rec *pelotonv1.FederatedService, p *pelotonv1.ServiceCluster, jobID string, js *pelotonv1.JobStatus) (bool, error) {
 	r := rec.Rollout
 	s := stepFor(rec, name)
 	if r == nil || s == nil {
@@ -405,6 +406,14 @@ func (f *Federation) syncStep(ctx context.Context, name string, cli clusterClien
 			return true, err
 		}
 		st := u.GetStatus().GetState()
+		if st == pelotonv1.UpdateState_UPDATE_SUCCEEDED && forward && js.GetHealthy() < s.Desired {
+			// The next cluster starts only once this part's instances
+			// all serve, those the update did not touch included.
+			f.observePart(rec.Id, name, func(q *pelotonv1.ServiceCluster) {
+				q.Message = fmt.Sprintf("%s %s succeeded; waiting for its instances to be healthy (%d of %d)", what, u.Id, js.GetHealthy(), s.Desired)
+			})
+			return true, nil
+		}
 		if st == pelotonv1.UpdateState_UPDATE_SUCCEEDED || !inProgress(st) {
 			return setStep(func(cs *pelotonv1.RolloutStep, cp *pelotonv1.ServiceCluster) {
 				cs.State, cs.EndTime, cs.Message = ok, now(), what+" "+u.Id+" succeeded"

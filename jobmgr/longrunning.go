@@ -97,12 +97,17 @@ type longRunning struct {
 	isReported bool
 }
 
-// budgetOf is the job's sla.maximumUnavailableInstances, 1 when unset.
+// budgetOf is the job's sla.maximumUnavailableInstances, 1 when unset. A
+// federated service's part is the exception: the federation always sets
+// its budget, to the part's share of the service's rounded down, and a
+// share of 0 means this cluster on its own (while the federation's
+// evaluator cannot be reached) may take none of its instances down.
 func budgetOf(s *pelotonv1.JobSpec) uint32 {
-	if b := s.GetSla().GetMaximumUnavailableInstances(); b > 0 {
-		return b
+	b := s.GetSla().GetMaximumUnavailableInstances()
+	if b == 0 && s.GetLabels()[sla.GroupLabel] == "" {
+		return 1
 	}
-	return 1
+	return b
 }
 
 // slaCtx is the context of one call to the evaluator: parent's, bounded by

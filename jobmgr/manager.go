@@ -396,7 +396,47 @@ func (m *Manager) GetJob(id string) (*pelotonv1.Job, error) {
 	if out.Status.Message == "" && out.Status.TaskCounts[stPending.String()]+out.Status.TaskCounts[stInitialized.String()] > 0 {
 		out.Status.Message = m.pendingReason(j)
 	}
+	if isLongRunning(j.typ) {
+		out.Status.Healthy, out.Status.Updated = j.serving(out.Status.SpecVersion)
+		if fr, ok := m.sla.(sla.FallbackReporter); ok {
+			out.Status.SlaFallback = fr.InFallback(j.id)
+		}
+		if out.Status.SlaFallback && out.Status.Message == "" {
+			out.Status.Message = fmt.Sprintf("the federation's SLA evaluator cannot be reached: disruptions are decided here, on this cluster's share of the service's budget (%d)",
+				budgetOf(out.Spec))
+		}
+	}
 	return out, nil
+}
+
+// serving counts the job's instances that serve now (available: running,
+// and healthy if checked) and, of those, the ones whose run runs what
+// spec version v asks of them: at v, or at a version that asks the same
+// of that instance (an update replaces only the instances whose spec
+// changes, and a rollback is a new version equal to an old one). Only
+// GetJob pays for the scan: a deploy system watching a rollout asks for
+// one job, not for lists.
+func (j *job) serving(v uint64) (healthy, updated uint32) {
+	want := j.version(v)
+	memo := sameTaskMemo{}
+	for inst, t := range j.tasks() {
+		if t == nil {
+			continue
+		}
+		t.mu.Lock()
+		up, at := !t.availableSince.IsZero(), t.rt.GetSpecVersion()
+		t.mu.Unlock()
+		if !up {
+			continue
+		}
+		healthy++
+		if at == v {
+			updated++
+		} else if have := j.version(at); want != nil && have != nil && memo.same(have, want, uint32(inst)) {
+			updated++
+		}
+	}
+	return healthy, updated
 }
 
 // pendingReason says why the job's first waiting instance waits, in the

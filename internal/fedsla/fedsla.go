@@ -7,9 +7,12 @@
 // Fail-safe: when the federation cannot be reached (or does not know the
 // job yet), a federated job is decided locally, on its own budget there,
 // which is its cluster's share of the service's budget (the federation
-// splits it so). While that lasts the stack logs it once and sets
-// peloton_sla_federation_fallback to 1. Grants of the federation carry the
-// prefix "fed:" so their release and renewal go back to it.
+// splits it, rounded down, so the shares never add up to more than the
+// budget). While that lasts the stack logs it once, sets
+// peloton_sla_federation_fallback to 1 and says so in the job's status
+// (sla.FallbackReporter), and only one call per ProbeEvery goes to the
+// federation to find out whether it is back. Grants of the federation
+// carry the prefix "fed:" so their release and renewal go back to it.
 package fedsla
 
 import (
@@ -39,11 +42,19 @@ type Router struct {
 	cluster string
 	log     *slog.Logger
 
+	// remoteTimeout bounds each call to the federation; probeEvery is how
+	// often, while falling back, a call is let through to see whether it
+	// answers again (see ask).
+	remoteTimeout time.Duration
+	probeEvery    time.Duration
+
 	mu sync.Mutex
 	// groups: the federated jobs, by job id, as SetJob told.
 	groups map[string]string
 	// fallback: the federation was unreachable at the last call.
 	fallback bool
+	// probed: when a call last went to the federation while falling back.
+	probed time.Time
 	// reports: each federated job's last report, sent again by Run.
 	reports map[string][]uint32
 }
@@ -56,7 +67,36 @@ func New(local sla.Evaluator, remote pelotonv1.GlobalSlaServiceClient, cluster s
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Router{local: local, remote: remote, cluster: cluster, log: log.With("component", "fedsla"),
+		remoteTimeout: RemoteTimeout, probeEvery: ProbeEvery,
 		groups: map[string]string{}, reports: map[string][]uint32{}}
+}
+
+const (
+	// RemoteTimeout bounds one call to the federation's evaluator. Its
+	// decisions take milliseconds (a grant's etcd write); one that takes
+	// seconds is as good as gone, and the disruption waiting on it is
+	// better decided on the cluster's share.
+	RemoteTimeout = 2 * time.Second
+	// ProbeEvery is how often, while the federation cannot be reached, a
+	// decision or report is sent to it anyway to find out whether it is
+	// back; the others are decided locally at once instead of each
+	// waiting out RemoteTimeout against a federation that is gone.
+	ProbeEvery = 5 * time.Second
+)
+
+// ask reports whether a call for a federated job goes to the federation:
+// always while it answers; while falling back, once per probeEvery.
+func (r *Router) ask() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.fallback {
+		return true
+	}
+	if now := time.Now(); now.Sub(r.probed) >= r.probeEvery {
+		r.probed = now
+		return true
+	}
+	return false
 }
 
 // SetRemote sets the federation's evaluator (once its address is known).
@@ -110,14 +150,37 @@ func (r *Router) Run(ctx context.Context) {
 			continue
 		}
 		for id, down := range again {
-			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			cctx, cancel := context.WithTimeout(ctx, r.remoteTimeout)
 			_, err := remote.ReportUnavailable(cctx, &pelotonv1.ReportUnavailableRequest{Cluster: r.cluster, JobId: id, Instances: down})
 			cancel()
+			// A report is also the probe that ends (or starts) a
+			// fallback while no disruption is asked for, so that the
+			// jobs' status says the truth within reportEvery.
+			r.observe(err)
 			if err != nil {
 				break // the next round tries again
 			}
 		}
 	}
+}
+
+// observe records what a call to the federation said of its reachability:
+// answered (any answer), or unreachable. Other failures say nothing.
+func (r *Router) observe(err error) {
+	switch {
+	case err == nil:
+		r.setFallback(false, nil)
+	case unreachable(err):
+		r.setFallback(true, err)
+	}
+}
+
+// InFallback implements sla.FallbackReporter: a federated job is decided
+// on its cluster's share while the federation's evaluator is unreachable.
+func (r *Router) InFallback(jobID string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.fallback && r.groups[jobID] != ""
 }
 
 // unreachable reports whether err says the federation could not answer
@@ -149,12 +212,14 @@ func (r *Router) setFallback(on bool, why error) {
 // Request implements sla.Evaluator.
 func (r *Router) Request(ctx context.Context, req sla.Request) (sla.Grant, error) {
 	remote := r.target(req.JobID)
-	if remote == nil {
+	if remote == nil || !r.ask() {
 		return r.local.Request(ctx, req)
 	}
 	ttl := uint32(max(1, (req.TTL+time.Second-1)/time.Second))
-	resp, err := remote.RequestDisruption(ctx, &pelotonv1.RequestDisruptionRequest{Cluster: r.cluster, JobId: req.JobID,
+	cctx, cancel := context.WithTimeout(ctx, r.remoteTimeout)
+	resp, err := remote.RequestDisruption(cctx, &pelotonv1.RequestDisruptionRequest{Cluster: r.cluster, JobId: req.JobID,
 		Instances: req.Instances, Holder: req.Holder, Reason: req.Reason, TtlSeconds: ttl, Partial: req.Partial})
+	cancel()
 	switch {
 	case err == nil:
 		r.setFallback(false, nil)
@@ -167,7 +232,7 @@ func (r *Router) Request(ctx context.Context, req sla.Request) (sla.Grant, error
 	case status.Code(err) == codes.NotFound:
 		// Not a part the federation knows (yet): this cluster decides.
 		return r.local.Request(ctx, req)
-	case unreachable(err):
+	case unreachable(err) && ctx.Err() == nil:
 		r.setFallback(true, err)
 		return r.local.Request(ctx, req)
 	}
@@ -184,7 +249,9 @@ func (r *Router) Release(ctx context.Context, grantID string) error {
 	if remote == nil {
 		return fmt.Errorf("grant %s: %w", grantID, sla.ErrUnknownGrant)
 	}
-	_, err := remote.ReleaseDisruption(ctx, &pelotonv1.ReleaseDisruptionRequest{GrantId: id})
+	cctx, cancel := context.WithTimeout(ctx, r.remoteTimeout)
+	defer cancel()
+	_, err := remote.ReleaseDisruption(cctx, &pelotonv1.ReleaseDisruptionRequest{GrantId: id})
 	if status.Code(err) == codes.NotFound {
 		return fmt.Errorf("grant %s: %w", grantID, sla.ErrUnknownGrant)
 	}
@@ -201,7 +268,9 @@ func (r *Router) Renew(ctx context.Context, grantID string, ttl time.Duration) e
 	if remote == nil {
 		return fmt.Errorf("grant %s: %w", grantID, sla.ErrUnknownGrant)
 	}
-	_, err := remote.RenewDisruption(ctx, &pelotonv1.RenewDisruptionRequest{GrantId: id, TtlSeconds: uint32(max(1, (ttl+time.Second-1)/time.Second))})
+	cctx, cancel := context.WithTimeout(ctx, r.remoteTimeout)
+	defer cancel()
+	_, err := remote.RenewDisruption(cctx, &pelotonv1.RenewDisruptionRequest{GrantId: id, TtlSeconds: uint32(max(1, (ttl+time.Second-1)/time.Second))})
 	if status.Code(err) == codes.NotFound {
 		return fmt.Errorf("grant %s: %w", grantID, sla.ErrUnknownGrant)
 	}
@@ -246,7 +315,14 @@ func (r *Router) ReportAvailability(ctx context.Context, jobID string, unavailab
 	if remote == nil {
 		return nil
 	}
-	_, err := remote.ReportUnavailable(ctx, &pelotonv1.ReportUnavailableRequest{Cluster: r.cluster, JobId: jobID, Instances: unavailable})
+	if !r.ask() {
+		// Kept in reports: Run sends it once the federation answers.
+		return nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, r.remoteTimeout)
+	_, err := remote.ReportUnavailable(cctx, &pelotonv1.ReportUnavailableRequest{Cluster: r.cluster, JobId: jobID, Instances: unavailable})
+	cancel()
+	r.observe(err)
 	if err != nil {
 		return fmt.Errorf("report to the federation's SLA evaluator: %w", err)
 	}
@@ -258,4 +334,7 @@ func (r *Router) Status(ctx context.Context, jobID string) (sla.JobStatus, error
 	return r.local.Status(ctx, jobID)
 }
 
-var _ sla.Evaluator = (*Router)(nil)
+var (
+	_ sla.Evaluator        = (*Router)(nil)
+	_ sla.FallbackReporter = (*Router)(nil)
+)

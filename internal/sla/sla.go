@@ -69,6 +69,16 @@ type Evaluator interface {
 	Status(ctx context.Context, jobID string) (JobStatus, error)
 }
 
+// FallbackReporter is implemented by an evaluator that asks another one
+// for some jobs and, when it cannot reach it, decides them itself on a
+// fallback budget (internal/fedsla's Router for federated services). The
+// job manager shows it in the job's status.
+type FallbackReporter interface {
+	// InFallback reports whether jobID's disruptions are decided on its
+	// fallback budget now.
+	InFallback(jobID string) bool
+}
+
 // JobSLA is what the evaluator needs to know about a job.
 type JobSLA struct {
 	JobID         string

@@ -417,9 +417,26 @@ func TestUpdateWaitsForHealth(t *testing.T) {
 		return len(ts) == 6
 	}
 	s.waitTasks(id, "6 healthy", 60*time.Second, healthy)
+	// The job's status counts what serves, and what serves the spec in
+	// force: every instance before the update, every one after it, and
+	// never fewer than the budget leaves during it.
+	counts := func() (healthyN, updatedN uint32, version uint64) {
+		resp, err := s.jobs.GetJob(ctxT(t), &pelotonv1.GetJobRequest{JobId: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := resp.Job.Status
+		return st.Healthy, st.Updated, st.SpecVersion
+	}
+	if h, up, _ := counts(); h != 6 || up != 6 {
+		t.Errorf("before the update: %d healthy, %d updated; want 6 and 6", h, up)
+	}
 	u := s.startUpdate(id, healthyService("healthy", 6, 2, "v2"), &pelotonv1.UpdateSpec{BatchSize: 2})
 	sawUnknown := false
 	s.waitUpdate(u.Id, pelotonv1.UpdateState_UPDATE_SUCCEEDED, 120*time.Second, func(ts []*pelotonv1.Task) {
+		if h, up, _ := counts(); h < 4 || up > h {
+			t.Errorf("during the update: %d healthy (budget 2 of 6), %d updated", h, up)
+		}
 		down := 0
 		for _, tk := range ts {
 			if tk.Status.State != pelotonv1.TaskState_RUNNING || tk.Status.Health != pelotonv1.HealthState_HEALTHY {
@@ -435,6 +452,9 @@ func TestUpdateWaitsForHealth(t *testing.T) {
 		t.Log("never polled an instance between RUNNING and HEALTHY (fast machine)")
 	}
 	s.waitTasks(id, "6 healthy", 30*time.Second, healthy)
+	if h, up, v := counts(); h != 6 || up != 6 || v != 2 {
+		t.Errorf("after the update: %d healthy, %d updated at spec version %d; want 6 and 6 at 2", h, up, v)
+	}
 }
 
 func TestUnhealthyInstanceIsRestarted(t *testing.T) {

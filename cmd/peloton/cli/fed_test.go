@@ -744,11 +744,11 @@ func TestFedServiceFlags(t *testing.T) {
 // TestFedServiceTables renders a federated service with a rollout, and a
 // list of services, as fed service get and list show them.
 func TestFedServiceTables(t *testing.T) {
-	svc := &pelotonv1.FederatedService{Id: "s-1", SpecVersion: 2, Desired: 5, Running: 4,
+	svc := &pelotonv1.FederatedService{Id: "s-1", SpecVersion: 2, Desired: 5, Running: 4, Healthy: 4, Updated: 3,
 		Spec: &pelotonv1.FederatedServiceSpec{Job: &pelotonv1.JobSpec{Name: "web", Pool: "/p", Sla: &pelotonv1.SlaSpec{MaximumUnavailableInstances: 2}}},
 		Clusters: []*pelotonv1.ServiceCluster{
-			{Cluster: "a", Desired: 3, Running: 3, MaxUnavailable: 1, SpecVersion: 2, State: pelotonv1.JobState_JOB_RUNNING, ClusterJobId: "j-a"},
-			{Cluster: "b", Desired: 2, Running: 1, MaxUnavailable: 1, SpecVersion: 1, State: pelotonv1.JobState_JOB_RUNNING, ClusterJobId: "j-b", Message: "update u-2 UPDATE_ROLLING_FORWARD"},
+			{Cluster: "a", Desired: 3, Running: 3, Healthy: 3, Updated: 3, MaxUnavailable: 1, SpecVersion: 2, State: pelotonv1.JobState_JOB_RUNNING, ClusterJobId: "j-a"},
+			{Cluster: "b", Desired: 2, Running: 1, Healthy: 1, MaxUnavailable: 1, SlaFallback: true, SpecVersion: 1, State: pelotonv1.JobState_JOB_RUNNING, ClusterJobId: "j-b", Message: "update u-2 UPDATE_ROLLING_FORWARD"},
 		},
 		Rollout: &pelotonv1.ServiceRollout{Id: 1, FromVersion: 1, ToVersion: 2, State: pelotonv1.RolloutState_ROLLOUT_ROLLING,
 			Steps: []*pelotonv1.RolloutStep{
@@ -763,7 +763,7 @@ func TestFedServiceTables(t *testing.T) {
 	want := `id:                s-1
 name:              web
 pool:              /p
-instances:         4 running of 5
+instances:         4 running of 5, 4 healthy, 3 at spec version 2
 budget:            2 unavailable at most
 spec version:      2
 created:           -
@@ -771,9 +771,9 @@ message:           -
 rollout:           1: ROLLOUT_ROLLING, spec version 1 -> 2
 rollout message:   -
 
-CLUSTER   DESIRED   RUNNING   BUDGET   VERSION   STATE         CLUSTER JOB ID   MESSAGE
-a         3         3         1        2         JOB_RUNNING   j-a              -
-b         2         1         1        1         JOB_RUNNING   j-b              update u-2 UPDATE_ROLLING_FORWARD
+CLUSTER   DESIRED   RUNNING   HEALTHY   UPDATED   BUDGET         VERSION   STATE         CLUSTER JOB ID   MESSAGE
+a         3         3         3         3         1              2         JOB_RUNNING   j-a              -
+b         2         1         1         0         1 (fallback)   1         JOB_RUNNING   j-b              update u-2 UPDATE_ROLLING_FORWARD
 
 STEP   CLUSTER   STATE      INSTANCES   UPDATE   MESSAGE
 1      a         DONE       3 -> 3      u-1      update u-1 succeeded

@@ -310,7 +310,8 @@ func writeFedService(w io.Writer, s *pelotonv1.FederatedService) {
 	field("id", s.GetId())
 	field("name", job.GetName())
 	field("pool", job.GetPool())
-	field("instances", fmt.Sprintf("%d running of %d", s.GetRunning(), s.GetDesired()))
+	field("instances", fmt.Sprintf("%d running of %d, %d healthy, %d at spec version %d", s.GetRunning(), s.GetDesired(),
+		s.GetHealthy(), s.GetUpdated(), s.GetSpecVersion()))
 	field("budget", strconv.FormatUint(uint64(max(job.GetSla().GetMaximumUnavailableInstances(), 1)), 10)+" unavailable at most")
 	field("spec version", strconv.FormatUint(s.GetSpecVersion(), 10))
 	field("created", timestamp(s.GetCreateTime()))
@@ -323,14 +324,19 @@ func writeFedService(w io.Writer, s *pelotonv1.FederatedService) {
 		field("rollout message", r.GetMessage())
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "CLUSTER\tDESIRED\tRUNNING\tBUDGET\tVERSION\tSTATE\tCLUSTER JOB ID\tMESSAGE")
+	fmt.Fprintln(w, "CLUSTER\tDESIRED\tRUNNING\tHEALTHY\tUPDATED\tBUDGET\tVERSION\tSTATE\tCLUSTER JOB ID\tMESSAGE")
+	n := func(v uint32) string { return strconv.FormatUint(uint64(v), 10) }
 	for _, p := range s.GetClusters() {
 		state := ""
 		if p.GetState() != pelotonv1.JobState_JOB_STATE_UNSPECIFIED {
 			state = p.GetState().String()
 		}
-		row(w, p.GetCluster(), strconv.FormatUint(uint64(p.GetDesired()), 10), strconv.FormatUint(uint64(p.GetRunning()), 10),
-			strconv.FormatUint(uint64(p.GetMaxUnavailable()), 10), strconv.FormatUint(p.GetSpecVersion(), 10), state, p.GetClusterJobId(), p.GetMessage())
+		budget := n(p.GetMaxUnavailable())
+		if p.GetSlaFallback() {
+			budget += " (fallback)"
+		}
+		row(w, p.GetCluster(), n(p.GetDesired()), n(p.GetRunning()), n(p.GetHealthy()), n(p.GetUpdated()),
+			budget, strconv.FormatUint(p.GetSpecVersion(), 10), state, p.GetClusterJobId(), p.GetMessage())
 	}
 	if r := s.GetRollout(); r != nil {
 		fmt.Fprintln(w)

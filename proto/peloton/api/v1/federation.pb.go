@@ -2734,7 +2734,16 @@ type ServiceCluster struct {
 	Covering map[string]uint32 `protobuf:"bytes,12,rep,name=covering,proto3" json:"covering,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	// Its cluster came back and the policy keeps its instances where they
 	// went: its job there is being removed, then the part is.
-	Retiring      bool `protobuf:"varint,13,opt,name=retiring,proto3" json:"retiring,omitempty"`
+	Retiring bool `protobuf:"varint,13,opt,name=retiring,proto3" json:"retiring,omitempty"`
+	// Observed at the last look, as its job there reports them: instances
+	// that serve (running, passing their health checks), and of those the
+	// ones at the spec its job there is driven to.
+	Healthy uint32 `protobuf:"varint,14,opt,name=healthy,proto3" json:"healthy,omitempty"`
+	Updated uint32 `protobuf:"varint,15,opt,name=updated,proto3" json:"updated,omitempty"`
+	// The cluster said at the last look that it cannot reach the
+	// federation's SLA evaluator and decides this part's disruptions on its
+	// share of the budget (max_unavailable).
+	SlaFallback   bool `protobuf:"varint,16,opt,name=sla_fallback,json=slaFallback,proto3" json:"sla_fallback,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2856,6 +2865,27 @@ func (x *ServiceCluster) GetCovering() map[string]uint32 {
 func (x *ServiceCluster) GetRetiring() bool {
 	if x != nil {
 		return x.Retiring
+	}
+	return false
+}
+
+func (x *ServiceCluster) GetHealthy() uint32 {
+	if x != nil {
+		return x.Healthy
+	}
+	return 0
+}
+
+func (x *ServiceCluster) GetUpdated() uint32 {
+	if x != nil {
+		return x.Updated
+	}
+	return 0
+}
+
+func (x *ServiceCluster) GetSlaFallback() bool {
+	if x != nil {
+		return x.SlaFallback
 	}
 	return false
 }
@@ -3270,8 +3300,12 @@ type FederatedService struct {
 	Versions []*ServiceVersion `protobuf:"bytes,11,rep,name=versions,proto3" json:"versions,omitempty"`
 	// The latest rollout, if any, and the earlier ones, newest first (at
 	// most 10).
-	Rollout       *ServiceRollout   `protobuf:"bytes,12,opt,name=rollout,proto3" json:"rollout,omitempty"`
-	History       []*ServiceRollout `protobuf:"bytes,13,rep,name=history,proto3" json:"history,omitempty"`
+	Rollout *ServiceRollout   `protobuf:"bytes,12,opt,name=rollout,proto3" json:"rollout,omitempty"`
+	History []*ServiceRollout `protobuf:"bytes,13,rep,name=history,proto3" json:"history,omitempty"`
+	// Over all clusters: instances that serve, and of those the ones at
+	// the service's current spec version.
+	Healthy       uint32 `protobuf:"varint,14,opt,name=healthy,proto3" json:"healthy,omitempty"`
+	Updated       uint32 `protobuf:"varint,15,opt,name=updated,proto3" json:"updated,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3395,6 +3429,20 @@ func (x *FederatedService) GetHistory() []*ServiceRollout {
 		return x.History
 	}
 	return nil
+}
+
+func (x *FederatedService) GetHealthy() uint32 {
+	if x != nil {
+		return x.Healthy
+	}
+	return 0
+}
+
+func (x *FederatedService) GetUpdated() uint32 {
+	if x != nil {
+		return x.Updated
+	}
+	return 0
 }
 
 type CreateFederatedServiceRequest struct {
@@ -4811,7 +4859,7 @@ const file_peloton_api_v1_federation_proto_rawDesc = "" +
 	"\tmove_back\x18\x02 \x01(\bR\bmoveBack\"\x81\x01\n" +
 	"\x14FederatedServiceSpec\x12)\n" +
 	"\x03job\x18\x01 \x01(\v2\x17.peloton.api.v1.JobSpecR\x03job\x12>\n" +
-	"\tplacement\x18\x02 \x01(\v2 .peloton.api.v1.ServicePlacementR\tplacement\"\xb0\x04\n" +
+	"\tplacement\x18\x02 \x01(\v2 .peloton.api.v1.ServicePlacementR\tplacement\"\x87\x05\n" +
 	"\x0eServiceCluster\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x18\n" +
 	"\adesired\x18\x02 \x01(\rR\adesired\x12$\n" +
@@ -4829,7 +4877,10 @@ const file_peloton_api_v1_federation_proto_rawDesc = "" +
 	"\vfailed_over\x18\v \x01(\bR\n" +
 	"failedOver\x12H\n" +
 	"\bcovering\x18\f \x03(\v2,.peloton.api.v1.ServiceCluster.CoveringEntryR\bcovering\x12\x1a\n" +
-	"\bretiring\x18\r \x01(\bR\bretiring\x1a;\n" +
+	"\bretiring\x18\r \x01(\bR\bretiring\x12\x18\n" +
+	"\ahealthy\x18\x0e \x01(\rR\ahealthy\x12\x18\n" +
+	"\aupdated\x18\x0f \x01(\rR\aupdated\x12!\n" +
+	"\fsla_fallback\x18\x10 \x01(\bR\vslaFallback\x1a;\n" +
 	"\rCoveringEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\"\xd7\x01\n" +
@@ -4869,7 +4920,7 @@ const file_peloton_api_v1_federation_proto_rawDesc = "" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12)\n" +
 	"\x03job\x18\x02 \x01(\v2\x17.peloton.api.v1.JobSpecR\x03job\x12;\n" +
 	"\vcreate_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"createTime\"\xac\x04\n" +
+	"createTime\"\xe0\x04\n" +
 	"\x10FederatedService\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x128\n" +
 	"\x04spec\x18\x02 \x01(\v2$.peloton.api.v1.FederatedServiceSpecR\x04spec\x12;\n" +
@@ -4885,7 +4936,9 @@ const file_peloton_api_v1_federation_proto_rawDesc = "" +
 	" \x01(\x04R\vspecVersion\x12:\n" +
 	"\bversions\x18\v \x03(\v2\x1e.peloton.api.v1.ServiceVersionR\bversions\x128\n" +
 	"\arollout\x18\f \x01(\v2\x1e.peloton.api.v1.ServiceRolloutR\arollout\x128\n" +
-	"\ahistory\x18\r \x03(\v2\x1e.peloton.api.v1.ServiceRolloutR\ahistory\"x\n" +
+	"\ahistory\x18\r \x03(\v2\x1e.peloton.api.v1.ServiceRolloutR\ahistory\x12\x18\n" +
+	"\ahealthy\x18\x0e \x01(\rR\ahealthy\x12\x18\n" +
+	"\aupdated\x18\x0f \x01(\rR\aupdated\"x\n" +
 	"\x1dCreateFederatedServiceRequest\x128\n" +
 	"\x04spec\x18\x01 \x01(\v2$.peloton.api.v1.FederatedServiceSpecR\x04spec\x12\x1d\n" +
 	"\n" +

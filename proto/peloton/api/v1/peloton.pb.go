@@ -1630,7 +1630,19 @@ type JobStatus struct {
 	// The highest run id any instance removed by a scale-down had. An
 	// instance added later starts above it: backends remember ended runs by
 	// id, so a run id is never used twice within a job.
-	RemovedRunId  uint32 `protobuf:"varint,10,opt,name=removed_run_id,json=removedRunId,proto3" json:"removed_run_id,omitempty"`
+	RemovedRunId uint32 `protobuf:"varint,10,opt,name=removed_run_id,json=removedRunId,proto3" json:"removed_run_id,omitempty"`
+	// Instances that serve now: running, and passing their health checks if
+	// they have any. Filled for long-running jobs by GetJob.
+	Healthy uint32 `protobuf:"varint,11,opt,name=healthy,proto3" json:"healthy,omitempty"`
+	// Of the healthy instances, those whose run runs what the spec version
+	// in force (spec_version) asks of them: at that version, or at one that
+	// asks the same of the instance. Filled with healthy.
+	Updated uint32 `protobuf:"varint,12,opt,name=updated,proto3" json:"updated,omitempty"`
+	// Set on a federated service's part while this cluster cannot reach the
+	// federation's SLA evaluator: the part's disruptions are then decided
+	// here, on this cluster's share of the service's budget
+	// (spec.sla.maximumUnavailableInstances), fail-safe.
+	SlaFallback   bool `protobuf:"varint,13,opt,name=sla_fallback,json=slaFallback,proto3" json:"sla_fallback,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1733,6 +1745,27 @@ func (x *JobStatus) GetRemovedRunId() uint32 {
 		return x.RemovedRunId
 	}
 	return 0
+}
+
+func (x *JobStatus) GetHealthy() uint32 {
+	if x != nil {
+		return x.Healthy
+	}
+	return 0
+}
+
+func (x *JobStatus) GetUpdated() uint32 {
+	if x != nil {
+		return x.Updated
+	}
+	return 0
+}
+
+func (x *JobStatus) GetSlaFallback() bool {
+	if x != nil {
+		return x.SlaFallback
+	}
+	return false
 }
 
 type Job struct {
@@ -5846,7 +5879,7 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04kind\x18\x03 \x01(\tR\x04kind\x12\x12\n" +
 	"\x04name\x18\x04 \x01(\tR\x04name\x12\x10\n" +
-	"\x03uid\x18\x05 \x01(\tR\x03uid\"\xb9\x04\n" +
+	"\x03uid\x18\x05 \x01(\tR\x03uid\"\x90\x05\n" +
 	"\tJobStatus\x12.\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x18.peloton.api.v1.JobStateR\x05state\x127\n" +
 	"\n" +
@@ -5862,7 +5895,10 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\amessage\x18\b \x01(\tR\amessage\x12\x18\n" +
 	"\aversion\x18\t \x01(\x04R\aversion\x12$\n" +
 	"\x0eremoved_run_id\x18\n" +
-	" \x01(\rR\fremovedRunId\x1a=\n" +
+	" \x01(\rR\fremovedRunId\x12\x18\n" +
+	"\ahealthy\x18\v \x01(\rR\ahealthy\x12\x18\n" +
+	"\aupdated\x18\f \x01(\rR\aupdated\x12!\n" +
+	"\fsla_fallback\x18\r \x01(\bR\vslaFallback\x1a=\n" +
 	"\x0fTaskCountsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\"u\n" +
