@@ -328,6 +328,10 @@ func (m *Manager) CreatePoolOnce(ctx context.Context, path string, spec *peloton
 	if err != nil {
 		return nil, err
 	}
+	// A create of the same request may have committed and still be
+	// putting the pool in memory: it holds poolMu until it has.
+	m.poolMu.Lock()
+	m.poolMu.Unlock()
 	p, err := m.GetPool(o.Object)
 	if apierr.Code(err) == codes.NotFound {
 		return nil, apierr.FailedPrecondition("%s: %q created pool %s, which has since been deleted", requestid.Field, rq.ID, o.Object)
