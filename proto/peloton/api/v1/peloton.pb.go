@@ -1874,8 +1874,11 @@ type TaskStatus struct {
 	// The next run starts on the current run's host, with its resources held
 	// for it (an in-place update).
 	RestartInPlace bool `protobuf:"varint,21,opt,name=restart_in_place,json=restartInPlace,proto3" json:"restart_in_place,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// What the host agent last reported of the current run (unset until a
+	// report names it).
+	Usage         *TaskUsage `protobuf:"bytes,22,opt,name=usage,proto3" json:"usage,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TaskStatus) Reset() {
@@ -2053,6 +2056,13 @@ func (x *TaskStatus) GetRestartInPlace() bool {
 		return x.RestartInPlace
 	}
 	return false
+}
+
+func (x *TaskStatus) GetUsage() *TaskUsage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
 }
 
 // TaskTransition is one entry of a task's history.
@@ -3487,9 +3497,12 @@ type PoolSpec struct {
 	// The most the pool may use; unset means no limit below the parent's.
 	Limit *Resources `protobuf:"bytes,2,opt,name=limit,proto3" json:"limit,omitempty"`
 	// Weight when dividing capacity beyond reservations; unset means 1 for every kind.
-	Share         *Resources `protobuf:"bytes,3,opt,name=share,proto3" json:"share,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Share *Resources `protobuf:"bytes,3,opt,name=share,proto3" json:"share,omitempty"`
+	// The most the pool's revocable tasks (sla.revocable) may hold in all,
+	// out of the cluster's slack; unset kinds are not capped.
+	RevocableLimit *Resources `protobuf:"bytes,4,opt,name=revocable_limit,json=revocableLimit,proto3" json:"revocable_limit,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *PoolSpec) Reset() {
@@ -3539,6 +3552,13 @@ func (x *PoolSpec) GetLimit() *Resources {
 func (x *PoolSpec) GetShare() *Resources {
 	if x != nil {
 		return x.Share
+	}
+	return nil
+}
+
+func (x *PoolSpec) GetRevocableLimit() *Resources {
+	if x != nil {
+		return x.RevocableLimit
 	}
 	return nil
 }
@@ -4282,8 +4302,18 @@ type Host struct {
 	// What the move is doing, e.g. "moving to stateless: draining 2 tasks";
 	// empty when settled.
 	PartitionMessage string `protobuf:"bytes,11,opt,name=partition_message,json=partitionMessage,proto3" json:"partition_message,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// What the host's agent last reported (unset until one reports).
+	Usage *HostUsage `protobuf:"bytes,12,opt,name=usage,proto3" json:"usage,omitempty"`
+	// What revocable work may still take here: the resources non-revocable
+	// work holds but does not use, as the agent measured them, less a
+	// safety margin and less what revocable runs hold already (zero
+	// without a fresh report). See docs/operations.md, "Slack".
+	Slack *Resources `protobuf:"bytes,13,opt,name=slack,proto3" json:"slack,omitempty"`
+	// What revocable runs hold here, out of the host's slack (not counted
+	// in allocated).
+	Revocable     *Resources `protobuf:"bytes,14,opt,name=revocable,proto3" json:"revocable,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Host) Reset() {
@@ -4393,6 +4423,344 @@ func (x *Host) GetPartitionMessage() string {
 	return ""
 }
 
+func (x *Host) GetUsage() *HostUsage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+func (x *Host) GetSlack() *Resources {
+	if x != nil {
+		return x.Slack
+	}
+	return nil
+}
+
+func (x *Host) GetRevocable() *Resources {
+	if x != nil {
+		return x.Revocable
+	}
+	return nil
+}
+
+// HostUsage is what a host agent read of its host.
+type HostUsage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// CPU in use, in cores, averaged over the interval since the agent's
+	// previous reading.
+	Cpu float64 `protobuf:"fixed64,1,opt,name=cpu,proto3" json:"cpu,omitempty"`
+	// Memory in use, and still available to new work, in MiB.
+	MemoryUsedMb      int64 `protobuf:"varint,2,opt,name=memory_used_mb,json=memoryUsedMb,proto3" json:"memory_used_mb,omitempty"`
+	MemoryAvailableMb int64 `protobuf:"varint,3,opt,name=memory_available_mb,json=memoryAvailableMb,proto3" json:"memory_available_mb,omitempty"`
+	// Where the agent read it: "cgroup2", "cgroup1" or "proc" (the
+	// machine's own counters), "runs" (the sum of the host's runs: a
+	// virtual host of the local backend, which shares its machine with
+	// others) or "sim" (a simulated host's usage model).
+	Source string `protobuf:"bytes,4,opt,name=source,proto3" json:"source,omitempty"`
+	// When the agent read it, by the agent's clock.
+	SampleTime *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=sample_time,json=sampleTime,proto3" json:"sample_time,omitempty"`
+	// When the stack took the report, by the stack's clock: the report's
+	// age is measured from it.
+	ReceiveTime *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=receive_time,json=receiveTime,proto3" json:"receive_time,omitempty"`
+	// The reporting agent (random per agent process) and its report's
+	// sequence number.
+	AgentId       string `protobuf:"bytes,7,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
+	Sequence      uint64 `protobuf:"varint,8,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HostUsage) Reset() {
+	*x = HostUsage{}
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HostUsage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HostUsage) ProtoMessage() {}
+
+func (x *HostUsage) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HostUsage.ProtoReflect.Descriptor instead.
+func (*HostUsage) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{58}
+}
+
+func (x *HostUsage) GetCpu() float64 {
+	if x != nil {
+		return x.Cpu
+	}
+	return 0
+}
+
+func (x *HostUsage) GetMemoryUsedMb() int64 {
+	if x != nil {
+		return x.MemoryUsedMb
+	}
+	return 0
+}
+
+func (x *HostUsage) GetMemoryAvailableMb() int64 {
+	if x != nil {
+		return x.MemoryAvailableMb
+	}
+	return 0
+}
+
+func (x *HostUsage) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *HostUsage) GetSampleTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.SampleTime
+	}
+	return nil
+}
+
+func (x *HostUsage) GetReceiveTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ReceiveTime
+	}
+	return nil
+}
+
+func (x *HostUsage) GetAgentId() string {
+	if x != nil {
+		return x.AgentId
+	}
+	return ""
+}
+
+func (x *HostUsage) GetSequence() uint64 {
+	if x != nil {
+		return x.Sequence
+	}
+	return 0
+}
+
+// TaskUsage is what a host agent read of one task run: the processes that
+// carry its PELOTON_TASK_ID, summed.
+type TaskUsage struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Cpu           float64                `protobuf:"fixed64,1,opt,name=cpu,proto3" json:"cpu,omitempty"`
+	MemoryUsedMb  int64                  `protobuf:"varint,2,opt,name=memory_used_mb,json=memoryUsedMb,proto3" json:"memory_used_mb,omitempty"`
+	SampleTime    *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=sample_time,json=sampleTime,proto3" json:"sample_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskUsage) Reset() {
+	*x = TaskUsage{}
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskUsage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskUsage) ProtoMessage() {}
+
+func (x *TaskUsage) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskUsage.ProtoReflect.Descriptor instead.
+func (*TaskUsage) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *TaskUsage) GetCpu() float64 {
+	if x != nil {
+		return x.Cpu
+	}
+	return 0
+}
+
+func (x *TaskUsage) GetMemoryUsedMb() int64 {
+	if x != nil {
+		return x.MemoryUsedMb
+	}
+	return 0
+}
+
+func (x *TaskUsage) GetSampleTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.SampleTime
+	}
+	return nil
+}
+
+// UsageReport is one report of a host agent.
+type UsageReport struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Host  string                 `protobuf:"bytes,1,opt,name=host,proto3" json:"host,omitempty"`
+	// Random per agent process: a new id starts a new sequence.
+	AgentId string `protobuf:"bytes,2,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
+	// 1, 2, ... within agent_id. A report at or below the last one taken
+	// from the same agent is acknowledged and dropped: resending is safe.
+	Sequence uint64 `protobuf:"varint,3,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	// The host's usage (receive_time, agent_id and sequence are the
+	// stack's to fill).
+	Usage *HostUsage `protobuf:"bytes,4,opt,name=usage,proto3" json:"usage,omitempty"`
+	// The host's runs the agent found, by task run id
+	// (<job>-<instance>-<run>).
+	Runs map[string]*TaskUsage `protobuf:"bytes,5,rep,name=runs,proto3" json:"runs,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Revocable runs the agent's QoS controller is killing because the host
+	// runs hot: sent before the kill, so that the stack ends them KILLED
+	// with reason qos-revoked and runs them again elsewhere, as preempted
+	// work, rather than counting a failure. Runs that are not revocable
+	// are never killed so, and such names are ignored.
+	Revoked       []string `protobuf:"bytes,6,rep,name=revoked,proto3" json:"revoked,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UsageReport) Reset() {
+	*x = UsageReport{}
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[60]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UsageReport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UsageReport) ProtoMessage() {}
+
+func (x *UsageReport) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[60]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UsageReport.ProtoReflect.Descriptor instead.
+func (*UsageReport) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{60}
+}
+
+func (x *UsageReport) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
+}
+
+func (x *UsageReport) GetAgentId() string {
+	if x != nil {
+		return x.AgentId
+	}
+	return ""
+}
+
+func (x *UsageReport) GetSequence() uint64 {
+	if x != nil {
+		return x.Sequence
+	}
+	return 0
+}
+
+func (x *UsageReport) GetUsage() *HostUsage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+func (x *UsageReport) GetRuns() map[string]*TaskUsage {
+	if x != nil {
+		return x.Runs
+	}
+	return nil
+}
+
+func (x *UsageReport) GetRevoked() []string {
+	if x != nil {
+		return x.Revoked
+	}
+	return nil
+}
+
+// UsageAck acknowledges a report taken (or dropped as taken before).
+type UsageAck struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Sequence      uint64                 `protobuf:"varint,1,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UsageAck) Reset() {
+	*x = UsageAck{}
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[61]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UsageAck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UsageAck) ProtoMessage() {}
+
+func (x *UsageAck) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[61]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UsageAck.ProtoReflect.Descriptor instead.
+func (*UsageAck) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{61}
+}
+
+func (x *UsageAck) GetSequence() uint64 {
+	if x != nil {
+		return x.Sequence
+	}
+	return 0
+}
+
 type ListHostsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -4401,7 +4769,7 @@ type ListHostsRequest struct {
 
 func (x *ListHostsRequest) Reset() {
 	*x = ListHostsRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[58]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4413,7 +4781,7 @@ func (x *ListHostsRequest) String() string {
 func (*ListHostsRequest) ProtoMessage() {}
 
 func (x *ListHostsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[58]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4426,7 +4794,7 @@ func (x *ListHostsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHostsRequest.ProtoReflect.Descriptor instead.
 func (*ListHostsRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{58}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{62}
 }
 
 type ListHostsResponse struct {
@@ -4438,7 +4806,7 @@ type ListHostsResponse struct {
 
 func (x *ListHostsResponse) Reset() {
 	*x = ListHostsResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[59]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4450,7 +4818,7 @@ func (x *ListHostsResponse) String() string {
 func (*ListHostsResponse) ProtoMessage() {}
 
 func (x *ListHostsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[59]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4463,7 +4831,7 @@ func (x *ListHostsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHostsResponse.ProtoReflect.Descriptor instead.
 func (*ListHostsResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{59}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ListHostsResponse) GetHosts() []*Host {
@@ -4486,7 +4854,7 @@ type StartMaintenanceRequest struct {
 
 func (x *StartMaintenanceRequest) Reset() {
 	*x = StartMaintenanceRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[60]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4498,7 +4866,7 @@ func (x *StartMaintenanceRequest) String() string {
 func (*StartMaintenanceRequest) ProtoMessage() {}
 
 func (x *StartMaintenanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[60]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4511,7 +4879,7 @@ func (x *StartMaintenanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartMaintenanceRequest.ProtoReflect.Descriptor instead.
 func (*StartMaintenanceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{60}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *StartMaintenanceRequest) GetHosts() []string {
@@ -4531,7 +4899,7 @@ type StartMaintenanceResponse struct {
 
 func (x *StartMaintenanceResponse) Reset() {
 	*x = StartMaintenanceResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[61]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4543,7 +4911,7 @@ func (x *StartMaintenanceResponse) String() string {
 func (*StartMaintenanceResponse) ProtoMessage() {}
 
 func (x *StartMaintenanceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[61]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4556,7 +4924,7 @@ func (x *StartMaintenanceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartMaintenanceResponse.ProtoReflect.Descriptor instead.
 func (*StartMaintenanceResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{61}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *StartMaintenanceResponse) GetHosts() []*Host {
@@ -4578,7 +4946,7 @@ type CompleteMaintenanceRequest struct {
 
 func (x *CompleteMaintenanceRequest) Reset() {
 	*x = CompleteMaintenanceRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[62]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4590,7 +4958,7 @@ func (x *CompleteMaintenanceRequest) String() string {
 func (*CompleteMaintenanceRequest) ProtoMessage() {}
 
 func (x *CompleteMaintenanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[62]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4603,7 +4971,7 @@ func (x *CompleteMaintenanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteMaintenanceRequest.ProtoReflect.Descriptor instead.
 func (*CompleteMaintenanceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{62}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *CompleteMaintenanceRequest) GetHosts() []string {
@@ -4623,7 +4991,7 @@ type CompleteMaintenanceResponse struct {
 
 func (x *CompleteMaintenanceResponse) Reset() {
 	*x = CompleteMaintenanceResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[63]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4635,7 +5003,7 @@ func (x *CompleteMaintenanceResponse) String() string {
 func (*CompleteMaintenanceResponse) ProtoMessage() {}
 
 func (x *CompleteMaintenanceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[63]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4648,7 +5016,7 @@ func (x *CompleteMaintenanceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteMaintenanceResponse.ProtoReflect.Descriptor instead.
 func (*CompleteMaintenanceResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{63}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *CompleteMaintenanceResponse) GetHosts() []*Host {
@@ -4673,7 +5041,7 @@ type MoveHostRequest struct {
 
 func (x *MoveHostRequest) Reset() {
 	*x = MoveHostRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[64]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4685,7 +5053,7 @@ func (x *MoveHostRequest) String() string {
 func (*MoveHostRequest) ProtoMessage() {}
 
 func (x *MoveHostRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[64]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4698,7 +5066,7 @@ func (x *MoveHostRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveHostRequest.ProtoReflect.Descriptor instead.
 func (*MoveHostRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{64}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *MoveHostRequest) GetHost() string {
@@ -4725,7 +5093,7 @@ type MoveHostResponse struct {
 
 func (x *MoveHostResponse) Reset() {
 	*x = MoveHostResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[65]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4737,7 +5105,7 @@ func (x *MoveHostResponse) String() string {
 func (*MoveHostResponse) ProtoMessage() {}
 
 func (x *MoveHostResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[65]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4750,7 +5118,7 @@ func (x *MoveHostResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveHostResponse.ProtoReflect.Descriptor instead.
 func (*MoveHostResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{65}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *MoveHostResponse) GetHost() *Host {
@@ -4790,7 +5158,7 @@ type UpdateSpec struct {
 
 func (x *UpdateSpec) Reset() {
 	*x = UpdateSpec{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[66]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4802,7 +5170,7 @@ func (x *UpdateSpec) String() string {
 func (*UpdateSpec) ProtoMessage() {}
 
 func (x *UpdateSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[66]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4815,7 +5183,7 @@ func (x *UpdateSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateSpec.ProtoReflect.Descriptor instead.
 func (*UpdateSpec) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{66}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *UpdateSpec) GetBatchSize() uint32 {
@@ -4901,7 +5269,7 @@ type UpdateStatus struct {
 
 func (x *UpdateStatus) Reset() {
 	*x = UpdateStatus{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[67]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4913,7 +5281,7 @@ func (x *UpdateStatus) String() string {
 func (*UpdateStatus) ProtoMessage() {}
 
 func (x *UpdateStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[67]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4926,7 +5294,7 @@ func (x *UpdateStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateStatus.ProtoReflect.Descriptor instead.
 func (*UpdateStatus) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{67}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *UpdateStatus) GetState() UpdateState {
@@ -5032,7 +5400,7 @@ type Update struct {
 
 func (x *Update) Reset() {
 	*x = Update{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[68]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5044,7 +5412,7 @@ func (x *Update) String() string {
 func (*Update) ProtoMessage() {}
 
 func (x *Update) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[68]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5057,7 +5425,7 @@ func (x *Update) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Update.ProtoReflect.Descriptor instead.
 func (*Update) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{68}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *Update) GetId() string {
@@ -5151,7 +5519,7 @@ type CreateUpdateRequest struct {
 
 func (x *CreateUpdateRequest) Reset() {
 	*x = CreateUpdateRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[69]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5163,7 +5531,7 @@ func (x *CreateUpdateRequest) String() string {
 func (*CreateUpdateRequest) ProtoMessage() {}
 
 func (x *CreateUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[69]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5176,7 +5544,7 @@ func (x *CreateUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateUpdateRequest.ProtoReflect.Descriptor instead.
 func (*CreateUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{69}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *CreateUpdateRequest) GetJobId() string {
@@ -5223,7 +5591,7 @@ type CreateUpdateResponse struct {
 
 func (x *CreateUpdateResponse) Reset() {
 	*x = CreateUpdateResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[70]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5235,7 +5603,7 @@ func (x *CreateUpdateResponse) String() string {
 func (*CreateUpdateResponse) ProtoMessage() {}
 
 func (x *CreateUpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[70]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5248,7 +5616,7 @@ func (x *CreateUpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateUpdateResponse.ProtoReflect.Descriptor instead.
 func (*CreateUpdateResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{70}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *CreateUpdateResponse) GetUpdate() *Update {
@@ -5267,7 +5635,7 @@ type GetUpdateRequest struct {
 
 func (x *GetUpdateRequest) Reset() {
 	*x = GetUpdateRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[71]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5279,7 +5647,7 @@ func (x *GetUpdateRequest) String() string {
 func (*GetUpdateRequest) ProtoMessage() {}
 
 func (x *GetUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[71]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5292,7 +5660,7 @@ func (x *GetUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUpdateRequest.ProtoReflect.Descriptor instead.
 func (*GetUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{71}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *GetUpdateRequest) GetUpdateId() string {
@@ -5311,7 +5679,7 @@ type GetUpdateResponse struct {
 
 func (x *GetUpdateResponse) Reset() {
 	*x = GetUpdateResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[72]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5323,7 +5691,7 @@ func (x *GetUpdateResponse) String() string {
 func (*GetUpdateResponse) ProtoMessage() {}
 
 func (x *GetUpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[72]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5336,7 +5704,7 @@ func (x *GetUpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUpdateResponse.ProtoReflect.Descriptor instead.
 func (*GetUpdateResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{72}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *GetUpdateResponse) GetUpdate() *Update {
@@ -5356,7 +5724,7 @@ type ListUpdatesRequest struct {
 
 func (x *ListUpdatesRequest) Reset() {
 	*x = ListUpdatesRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[73]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5368,7 +5736,7 @@ func (x *ListUpdatesRequest) String() string {
 func (*ListUpdatesRequest) ProtoMessage() {}
 
 func (x *ListUpdatesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[73]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5381,7 +5749,7 @@ func (x *ListUpdatesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListUpdatesRequest.ProtoReflect.Descriptor instead.
 func (*ListUpdatesRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{73}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *ListUpdatesRequest) GetJobId() string {
@@ -5400,7 +5768,7 @@ type ListUpdatesResponse struct {
 
 func (x *ListUpdatesResponse) Reset() {
 	*x = ListUpdatesResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[74]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5412,7 +5780,7 @@ func (x *ListUpdatesResponse) String() string {
 func (*ListUpdatesResponse) ProtoMessage() {}
 
 func (x *ListUpdatesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[74]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5425,7 +5793,7 @@ func (x *ListUpdatesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListUpdatesResponse.ProtoReflect.Descriptor instead.
 func (*ListUpdatesResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{74}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *ListUpdatesResponse) GetUpdates() []*Update {
@@ -5444,7 +5812,7 @@ type PauseUpdateRequest struct {
 
 func (x *PauseUpdateRequest) Reset() {
 	*x = PauseUpdateRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[75]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5456,7 +5824,7 @@ func (x *PauseUpdateRequest) String() string {
 func (*PauseUpdateRequest) ProtoMessage() {}
 
 func (x *PauseUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[75]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5469,7 +5837,7 @@ func (x *PauseUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseUpdateRequest.ProtoReflect.Descriptor instead.
 func (*PauseUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{75}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *PauseUpdateRequest) GetUpdateId() string {
@@ -5488,7 +5856,7 @@ type PauseUpdateResponse struct {
 
 func (x *PauseUpdateResponse) Reset() {
 	*x = PauseUpdateResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[76]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5500,7 +5868,7 @@ func (x *PauseUpdateResponse) String() string {
 func (*PauseUpdateResponse) ProtoMessage() {}
 
 func (x *PauseUpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[76]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5513,7 +5881,7 @@ func (x *PauseUpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseUpdateResponse.ProtoReflect.Descriptor instead.
 func (*PauseUpdateResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{76}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *PauseUpdateResponse) GetUpdate() *Update {
@@ -5532,7 +5900,7 @@ type ResumeUpdateRequest struct {
 
 func (x *ResumeUpdateRequest) Reset() {
 	*x = ResumeUpdateRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[77]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5544,7 +5912,7 @@ func (x *ResumeUpdateRequest) String() string {
 func (*ResumeUpdateRequest) ProtoMessage() {}
 
 func (x *ResumeUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[77]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5557,7 +5925,7 @@ func (x *ResumeUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeUpdateRequest.ProtoReflect.Descriptor instead.
 func (*ResumeUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{77}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *ResumeUpdateRequest) GetUpdateId() string {
@@ -5576,7 +5944,7 @@ type ResumeUpdateResponse struct {
 
 func (x *ResumeUpdateResponse) Reset() {
 	*x = ResumeUpdateResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[78]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5588,7 +5956,7 @@ func (x *ResumeUpdateResponse) String() string {
 func (*ResumeUpdateResponse) ProtoMessage() {}
 
 func (x *ResumeUpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[78]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5601,7 +5969,7 @@ func (x *ResumeUpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeUpdateResponse.ProtoReflect.Descriptor instead.
 func (*ResumeUpdateResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{78}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *ResumeUpdateResponse) GetUpdate() *Update {
@@ -5620,7 +5988,7 @@ type AbortUpdateRequest struct {
 
 func (x *AbortUpdateRequest) Reset() {
 	*x = AbortUpdateRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[79]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5632,7 +6000,7 @@ func (x *AbortUpdateRequest) String() string {
 func (*AbortUpdateRequest) ProtoMessage() {}
 
 func (x *AbortUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[79]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5645,7 +6013,7 @@ func (x *AbortUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortUpdateRequest.ProtoReflect.Descriptor instead.
 func (*AbortUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{79}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *AbortUpdateRequest) GetUpdateId() string {
@@ -5664,7 +6032,7 @@ type AbortUpdateResponse struct {
 
 func (x *AbortUpdateResponse) Reset() {
 	*x = AbortUpdateResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[80]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5676,7 +6044,7 @@ func (x *AbortUpdateResponse) String() string {
 func (*AbortUpdateResponse) ProtoMessage() {}
 
 func (x *AbortUpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[80]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5689,7 +6057,7 @@ func (x *AbortUpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortUpdateResponse.ProtoReflect.Descriptor instead.
 func (*AbortUpdateResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{80}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *AbortUpdateResponse) GetUpdate() *Update {
@@ -5712,7 +6080,7 @@ type RollbackUpdateRequest struct {
 
 func (x *RollbackUpdateRequest) Reset() {
 	*x = RollbackUpdateRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[81]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5724,7 +6092,7 @@ func (x *RollbackUpdateRequest) String() string {
 func (*RollbackUpdateRequest) ProtoMessage() {}
 
 func (x *RollbackUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[81]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5737,7 +6105,7 @@ func (x *RollbackUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackUpdateRequest.ProtoReflect.Descriptor instead.
 func (*RollbackUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{81}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *RollbackUpdateRequest) GetUpdateId() string {
@@ -5756,7 +6124,7 @@ type RollbackUpdateResponse struct {
 
 func (x *RollbackUpdateResponse) Reset() {
 	*x = RollbackUpdateResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[82]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5768,7 +6136,7 @@ func (x *RollbackUpdateResponse) String() string {
 func (*RollbackUpdateResponse) ProtoMessage() {}
 
 func (x *RollbackUpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[82]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5781,7 +6149,7 @@ func (x *RollbackUpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackUpdateResponse.ProtoReflect.Descriptor instead.
 func (*RollbackUpdateResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{82}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *RollbackUpdateResponse) GetUpdate() *Update {
@@ -5905,7 +6273,7 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\x03Job\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12+\n" +
 	"\x04spec\x18\x02 \x01(\v2\x17.peloton.api.v1.JobSpecR\x04spec\x121\n" +
-	"\x06status\x18\x03 \x01(\v2\x19.peloton.api.v1.JobStatusR\x06status\"\xc9\a\n" +
+	"\x06status\x18\x03 \x01(\v2\x19.peloton.api.v1.JobStatusR\x06status\"\xfa\a\n" +
 	"\n" +
 	"TaskStatus\x12/\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x19.peloton.api.v1.TaskStateR\x05state\x128\n" +
@@ -5933,7 +6301,8 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"bound_host\x18\x12 \x01(\tR\tboundHost\x12;\n" +
 	"\x05ports\x18\x13 \x03(\v2%.peloton.api.v1.TaskStatus.PortsEntryR\x05ports\x120\n" +
 	"\x14desired_spec_version\x18\x14 \x01(\x04R\x12desiredSpecVersion\x12(\n" +
-	"\x10restart_in_place\x18\x15 \x01(\bR\x0erestartInPlace\x1a8\n" +
+	"\x10restart_in_place\x18\x15 \x01(\bR\x0erestartInPlace\x12/\n" +
+	"\x05usage\x18\x16 \x01(\v2\x19.peloton.api.v1.TaskUsageR\x05usage\x1a8\n" +
 	"\n" +
 	"PortsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
@@ -6025,11 +6394,12 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\x06stream\x18\x04 \x01(\x0e2\x19.peloton.api.v1.LogStreamR\x06stream\x12\x16\n" +
 	"\x06follow\x18\x05 \x01(\bR\x06follow\"\x1e\n" +
 	"\bLogChunk\x12\x12\n" +
-	"\x04data\x18\x01 \x01(\fR\x04data\"\xa9\x01\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\"\xed\x01\n" +
 	"\bPoolSpec\x12;\n" +
 	"\vreservation\x18\x01 \x01(\v2\x19.peloton.api.v1.ResourcesR\vreservation\x12/\n" +
 	"\x05limit\x18\x02 \x01(\v2\x19.peloton.api.v1.ResourcesR\x05limit\x12/\n" +
-	"\x05share\x18\x03 \x01(\v2\x19.peloton.api.v1.ResourcesR\x05share\"\x81\x02\n" +
+	"\x05share\x18\x03 \x01(\v2\x19.peloton.api.v1.ResourcesR\x05share\x12B\n" +
+	"\x0frevocable_limit\x18\x04 \x01(\v2\x19.peloton.api.v1.ResourcesR\x0erevocableLimit\"\x81\x02\n" +
 	"\n" +
 	"PoolStatus\x12;\n" +
 	"\ventitlement\x18\x01 \x01(\v2\x19.peloton.api.v1.ResourcesR\ventitlement\x129\n" +
@@ -6073,7 +6443,7 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\x04pool\x18\x01 \x01(\v2\x14.peloton.api.v1.PoolR\x04pool\"\x12\n" +
 	"\x10ListPoolsRequest\"?\n" +
 	"\x11ListPoolsResponse\x12*\n" +
-	"\x05pools\x18\x01 \x03(\v2\x14.peloton.api.v1.PoolR\x05pools\"\xc3\x04\n" +
+	"\x05pools\x18\x01 \x03(\v2\x14.peloton.api.v1.PoolR\x05pools\"\xde\x05\n" +
 	"\x04Host\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x125\n" +
 	"\bcapacity\x18\x02 \x01(\v2\x19.peloton.api.v1.ResourcesR\bcapacity\x127\n" +
@@ -6087,10 +6457,40 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\x0fpartition_state\x18\t \x01(\x0e2\".peloton.api.v1.PartitionMoveStateR\x0epartitionState\x12)\n" +
 	"\x10target_partition\x18\n" +
 	" \x01(\tR\x0ftargetPartition\x12+\n" +
-	"\x11partition_message\x18\v \x01(\tR\x10partitionMessage\x1a9\n" +
+	"\x11partition_message\x18\v \x01(\tR\x10partitionMessage\x12/\n" +
+	"\x05usage\x18\f \x01(\v2\x19.peloton.api.v1.HostUsageR\x05usage\x12/\n" +
+	"\x05slack\x18\r \x01(\v2\x19.peloton.api.v1.ResourcesR\x05slack\x127\n" +
+	"\trevocable\x18\x0e \x01(\v2\x19.peloton.api.v1.ResourcesR\trevocable\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x12\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xbe\x02\n" +
+	"\tHostUsage\x12\x10\n" +
+	"\x03cpu\x18\x01 \x01(\x01R\x03cpu\x12$\n" +
+	"\x0ememory_used_mb\x18\x02 \x01(\x03R\fmemoryUsedMb\x12.\n" +
+	"\x13memory_available_mb\x18\x03 \x01(\x03R\x11memoryAvailableMb\x12\x16\n" +
+	"\x06source\x18\x04 \x01(\tR\x06source\x12;\n" +
+	"\vsample_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"sampleTime\x12=\n" +
+	"\freceive_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\vreceiveTime\x12\x19\n" +
+	"\bagent_id\x18\a \x01(\tR\aagentId\x12\x1a\n" +
+	"\bsequence\x18\b \x01(\x04R\bsequence\"\x80\x01\n" +
+	"\tTaskUsage\x12\x10\n" +
+	"\x03cpu\x18\x01 \x01(\x01R\x03cpu\x12$\n" +
+	"\x0ememory_used_mb\x18\x02 \x01(\x03R\fmemoryUsedMb\x12;\n" +
+	"\vsample_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"sampleTime\"\xb2\x02\n" +
+	"\vUsageReport\x12\x12\n" +
+	"\x04host\x18\x01 \x01(\tR\x04host\x12\x19\n" +
+	"\bagent_id\x18\x02 \x01(\tR\aagentId\x12\x1a\n" +
+	"\bsequence\x18\x03 \x01(\x04R\bsequence\x12/\n" +
+	"\x05usage\x18\x04 \x01(\v2\x19.peloton.api.v1.HostUsageR\x05usage\x129\n" +
+	"\x04runs\x18\x05 \x03(\v2%.peloton.api.v1.UsageReport.RunsEntryR\x04runs\x12\x18\n" +
+	"\arevoked\x18\x06 \x03(\tR\arevoked\x1aR\n" +
+	"\tRunsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12/\n" +
+	"\x05value\x18\x02 \x01(\v2\x19.peloton.api.v1.TaskUsageR\x05value:\x028\x01\"&\n" +
+	"\bUsageAck\x12\x1a\n" +
+	"\bsequence\x18\x01 \x01(\x04R\bsequence\"\x12\n" +
 	"\x10ListHostsRequest\"?\n" +
 	"\x11ListHostsResponse\x12*\n" +
 	"\x05hosts\x18\x01 \x03(\v2\x14.peloton.api.v1.HostR\x05hosts\"/\n" +
@@ -6300,7 +6700,9 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\tListHosts\x12 .peloton.api.v1.ListHostsRequest\x1a!.peloton.api.v1.ListHostsResponse\x12e\n" +
 	"\x10StartMaintenance\x12'.peloton.api.v1.StartMaintenanceRequest\x1a(.peloton.api.v1.StartMaintenanceResponse\x12n\n" +
 	"\x13CompleteMaintenance\x12*.peloton.api.v1.CompleteMaintenanceRequest\x1a+.peloton.api.v1.CompleteMaintenanceResponse\x12M\n" +
-	"\bMoveHost\x12\x1f.peloton.api.v1.MoveHostRequest\x1a .peloton.api.v1.MoveHostResponse2\x80\x05\n" +
+	"\bMoveHost\x12\x1f.peloton.api.v1.MoveHostRequest\x1a .peloton.api.v1.MoveHostResponse2\\\n" +
+	"\x10HostAgentService\x12H\n" +
+	"\vReportUsage\x12\x1b.peloton.api.v1.UsageReport\x1a\x18.peloton.api.v1.UsageAck(\x010\x012\x80\x05\n" +
 	"\rUpdateService\x12Y\n" +
 	"\fCreateUpdate\x12#.peloton.api.v1.CreateUpdateRequest\x1a$.peloton.api.v1.CreateUpdateResponse\x12P\n" +
 	"\tGetUpdate\x12 .peloton.api.v1.GetUpdateRequest\x1a!.peloton.api.v1.GetUpdateResponse\x12V\n" +
@@ -6323,7 +6725,7 @@ func file_peloton_api_v1_peloton_proto_rawDescGZIP() []byte {
 }
 
 var file_peloton_api_v1_peloton_proto_enumTypes = make([]protoimpl.EnumInfo, 10)
-var file_peloton_api_v1_peloton_proto_msgTypes = make([]protoimpl.MessageInfo, 90)
+var file_peloton_api_v1_peloton_proto_msgTypes = make([]protoimpl.MessageInfo, 95)
 var file_peloton_api_v1_peloton_proto_goTypes = []any{
 	(JobType)(0),                        // 0: peloton.api.v1.JobType
 	(TaskState)(0),                      // 1: peloton.api.v1.TaskState
@@ -6393,43 +6795,48 @@ var file_peloton_api_v1_peloton_proto_goTypes = []any{
 	(*ListPoolsRequest)(nil),            // 65: peloton.api.v1.ListPoolsRequest
 	(*ListPoolsResponse)(nil),           // 66: peloton.api.v1.ListPoolsResponse
 	(*Host)(nil),                        // 67: peloton.api.v1.Host
-	(*ListHostsRequest)(nil),            // 68: peloton.api.v1.ListHostsRequest
-	(*ListHostsResponse)(nil),           // 69: peloton.api.v1.ListHostsResponse
-	(*StartMaintenanceRequest)(nil),     // 70: peloton.api.v1.StartMaintenanceRequest
-	(*StartMaintenanceResponse)(nil),    // 71: peloton.api.v1.StartMaintenanceResponse
-	(*CompleteMaintenanceRequest)(nil),  // 72: peloton.api.v1.CompleteMaintenanceRequest
-	(*CompleteMaintenanceResponse)(nil), // 73: peloton.api.v1.CompleteMaintenanceResponse
-	(*MoveHostRequest)(nil),             // 74: peloton.api.v1.MoveHostRequest
-	(*MoveHostResponse)(nil),            // 75: peloton.api.v1.MoveHostResponse
-	(*UpdateSpec)(nil),                  // 76: peloton.api.v1.UpdateSpec
-	(*UpdateStatus)(nil),                // 77: peloton.api.v1.UpdateStatus
-	(*Update)(nil),                      // 78: peloton.api.v1.Update
-	(*CreateUpdateRequest)(nil),         // 79: peloton.api.v1.CreateUpdateRequest
-	(*CreateUpdateResponse)(nil),        // 80: peloton.api.v1.CreateUpdateResponse
-	(*GetUpdateRequest)(nil),            // 81: peloton.api.v1.GetUpdateRequest
-	(*GetUpdateResponse)(nil),           // 82: peloton.api.v1.GetUpdateResponse
-	(*ListUpdatesRequest)(nil),          // 83: peloton.api.v1.ListUpdatesRequest
-	(*ListUpdatesResponse)(nil),         // 84: peloton.api.v1.ListUpdatesResponse
-	(*PauseUpdateRequest)(nil),          // 85: peloton.api.v1.PauseUpdateRequest
-	(*PauseUpdateResponse)(nil),         // 86: peloton.api.v1.PauseUpdateResponse
-	(*ResumeUpdateRequest)(nil),         // 87: peloton.api.v1.ResumeUpdateRequest
-	(*ResumeUpdateResponse)(nil),        // 88: peloton.api.v1.ResumeUpdateResponse
-	(*AbortUpdateRequest)(nil),          // 89: peloton.api.v1.AbortUpdateRequest
-	(*AbortUpdateResponse)(nil),         // 90: peloton.api.v1.AbortUpdateResponse
-	(*RollbackUpdateRequest)(nil),       // 91: peloton.api.v1.RollbackUpdateRequest
-	(*RollbackUpdateResponse)(nil),      // 92: peloton.api.v1.RollbackUpdateResponse
-	nil,                                 // 93: peloton.api.v1.TaskSpec.EnvEntry
-	nil,                                 // 94: peloton.api.v1.JobSpec.InstanceSpecsEntry
-	nil,                                 // 95: peloton.api.v1.JobSpec.LabelsEntry
-	nil,                                 // 96: peloton.api.v1.JobStatus.TaskCountsEntry
-	nil,                                 // 97: peloton.api.v1.TaskStatus.PortsEntry
-	nil,                                 // 98: peloton.api.v1.Host.LabelsEntry
-	nil,                                 // 99: peloton.api.v1.Update.RestartsEntry
-	(*timestamppb.Timestamp)(nil),       // 100: google.protobuf.Timestamp
+	(*HostUsage)(nil),                   // 68: peloton.api.v1.HostUsage
+	(*TaskUsage)(nil),                   // 69: peloton.api.v1.TaskUsage
+	(*UsageReport)(nil),                 // 70: peloton.api.v1.UsageReport
+	(*UsageAck)(nil),                    // 71: peloton.api.v1.UsageAck
+	(*ListHostsRequest)(nil),            // 72: peloton.api.v1.ListHostsRequest
+	(*ListHostsResponse)(nil),           // 73: peloton.api.v1.ListHostsResponse
+	(*StartMaintenanceRequest)(nil),     // 74: peloton.api.v1.StartMaintenanceRequest
+	(*StartMaintenanceResponse)(nil),    // 75: peloton.api.v1.StartMaintenanceResponse
+	(*CompleteMaintenanceRequest)(nil),  // 76: peloton.api.v1.CompleteMaintenanceRequest
+	(*CompleteMaintenanceResponse)(nil), // 77: peloton.api.v1.CompleteMaintenanceResponse
+	(*MoveHostRequest)(nil),             // 78: peloton.api.v1.MoveHostRequest
+	(*MoveHostResponse)(nil),            // 79: peloton.api.v1.MoveHostResponse
+	(*UpdateSpec)(nil),                  // 80: peloton.api.v1.UpdateSpec
+	(*UpdateStatus)(nil),                // 81: peloton.api.v1.UpdateStatus
+	(*Update)(nil),                      // 82: peloton.api.v1.Update
+	(*CreateUpdateRequest)(nil),         // 83: peloton.api.v1.CreateUpdateRequest
+	(*CreateUpdateResponse)(nil),        // 84: peloton.api.v1.CreateUpdateResponse
+	(*GetUpdateRequest)(nil),            // 85: peloton.api.v1.GetUpdateRequest
+	(*GetUpdateResponse)(nil),           // 86: peloton.api.v1.GetUpdateResponse
+	(*ListUpdatesRequest)(nil),          // 87: peloton.api.v1.ListUpdatesRequest
+	(*ListUpdatesResponse)(nil),         // 88: peloton.api.v1.ListUpdatesResponse
+	(*PauseUpdateRequest)(nil),          // 89: peloton.api.v1.PauseUpdateRequest
+	(*PauseUpdateResponse)(nil),         // 90: peloton.api.v1.PauseUpdateResponse
+	(*ResumeUpdateRequest)(nil),         // 91: peloton.api.v1.ResumeUpdateRequest
+	(*ResumeUpdateResponse)(nil),        // 92: peloton.api.v1.ResumeUpdateResponse
+	(*AbortUpdateRequest)(nil),          // 93: peloton.api.v1.AbortUpdateRequest
+	(*AbortUpdateResponse)(nil),         // 94: peloton.api.v1.AbortUpdateResponse
+	(*RollbackUpdateRequest)(nil),       // 95: peloton.api.v1.RollbackUpdateRequest
+	(*RollbackUpdateResponse)(nil),      // 96: peloton.api.v1.RollbackUpdateResponse
+	nil,                                 // 97: peloton.api.v1.TaskSpec.EnvEntry
+	nil,                                 // 98: peloton.api.v1.JobSpec.InstanceSpecsEntry
+	nil,                                 // 99: peloton.api.v1.JobSpec.LabelsEntry
+	nil,                                 // 100: peloton.api.v1.JobStatus.TaskCountsEntry
+	nil,                                 // 101: peloton.api.v1.TaskStatus.PortsEntry
+	nil,                                 // 102: peloton.api.v1.Host.LabelsEntry
+	nil,                                 // 103: peloton.api.v1.UsageReport.RunsEntry
+	nil,                                 // 104: peloton.api.v1.Update.RestartsEntry
+	(*timestamppb.Timestamp)(nil),       // 105: google.protobuf.Timestamp
 }
 var file_peloton_api_v1_peloton_proto_depIdxs = []int32{
 	15,  // 0: peloton.api.v1.HealthCheck.http:type_name -> peloton.api.v1.HttpProbe
-	93,  // 1: peloton.api.v1.TaskSpec.env:type_name -> peloton.api.v1.TaskSpec.EnvEntry
+	97,  // 1: peloton.api.v1.TaskSpec.env:type_name -> peloton.api.v1.TaskSpec.EnvEntry
 	10,  // 2: peloton.api.v1.TaskSpec.resources:type_name -> peloton.api.v1.Resources
 	12,  // 3: peloton.api.v1.TaskSpec.restart_policy:type_name -> peloton.api.v1.RestartPolicy
 	19,  // 4: peloton.api.v1.TaskSpec.placement:type_name -> peloton.api.v1.PlacementSpec
@@ -6442,145 +6849,158 @@ var file_peloton_api_v1_peloton_proto_depIdxs = []int32{
 	0,   // 11: peloton.api.v1.JobSpec.type:type_name -> peloton.api.v1.JobType
 	11,  // 12: peloton.api.v1.JobSpec.sla:type_name -> peloton.api.v1.SlaSpec
 	17,  // 13: peloton.api.v1.JobSpec.default_spec:type_name -> peloton.api.v1.TaskSpec
-	94,  // 14: peloton.api.v1.JobSpec.instance_specs:type_name -> peloton.api.v1.JobSpec.InstanceSpecsEntry
-	95,  // 15: peloton.api.v1.JobSpec.labels:type_name -> peloton.api.v1.JobSpec.LabelsEntry
+	98,  // 14: peloton.api.v1.JobSpec.instance_specs:type_name -> peloton.api.v1.JobSpec.InstanceSpecsEntry
+	99,  // 15: peloton.api.v1.JobSpec.labels:type_name -> peloton.api.v1.JobSpec.LabelsEntry
 	21,  // 16: peloton.api.v1.JobSpec.foreign:type_name -> peloton.api.v1.ForeignOwner
 	5,   // 17: peloton.api.v1.JobStatus.state:type_name -> peloton.api.v1.JobState
 	5,   // 18: peloton.api.v1.JobStatus.goal_state:type_name -> peloton.api.v1.JobState
-	96,  // 19: peloton.api.v1.JobStatus.task_counts:type_name -> peloton.api.v1.JobStatus.TaskCountsEntry
-	100, // 20: peloton.api.v1.JobStatus.create_time:type_name -> google.protobuf.Timestamp
-	100, // 21: peloton.api.v1.JobStatus.start_time:type_name -> google.protobuf.Timestamp
-	100, // 22: peloton.api.v1.JobStatus.completion_time:type_name -> google.protobuf.Timestamp
+	100, // 19: peloton.api.v1.JobStatus.task_counts:type_name -> peloton.api.v1.JobStatus.TaskCountsEntry
+	105, // 20: peloton.api.v1.JobStatus.create_time:type_name -> google.protobuf.Timestamp
+	105, // 21: peloton.api.v1.JobStatus.start_time:type_name -> google.protobuf.Timestamp
+	105, // 22: peloton.api.v1.JobStatus.completion_time:type_name -> google.protobuf.Timestamp
 	20,  // 23: peloton.api.v1.Job.spec:type_name -> peloton.api.v1.JobSpec
 	22,  // 24: peloton.api.v1.Job.status:type_name -> peloton.api.v1.JobStatus
 	1,   // 25: peloton.api.v1.TaskStatus.state:type_name -> peloton.api.v1.TaskState
 	1,   // 26: peloton.api.v1.TaskStatus.goal_state:type_name -> peloton.api.v1.TaskState
-	100, // 27: peloton.api.v1.TaskStatus.start_time:type_name -> google.protobuf.Timestamp
-	100, // 28: peloton.api.v1.TaskStatus.completion_time:type_name -> google.protobuf.Timestamp
-	100, // 29: peloton.api.v1.TaskStatus.update_time:type_name -> google.protobuf.Timestamp
+	105, // 27: peloton.api.v1.TaskStatus.start_time:type_name -> google.protobuf.Timestamp
+	105, // 28: peloton.api.v1.TaskStatus.completion_time:type_name -> google.protobuf.Timestamp
+	105, // 29: peloton.api.v1.TaskStatus.update_time:type_name -> google.protobuf.Timestamp
 	25,  // 30: peloton.api.v1.TaskStatus.history:type_name -> peloton.api.v1.TaskTransition
 	2,   // 31: peloton.api.v1.TaskStatus.health:type_name -> peloton.api.v1.HealthState
-	97,  // 32: peloton.api.v1.TaskStatus.ports:type_name -> peloton.api.v1.TaskStatus.PortsEntry
-	1,   // 33: peloton.api.v1.TaskTransition.state:type_name -> peloton.api.v1.TaskState
-	100, // 34: peloton.api.v1.TaskTransition.time:type_name -> google.protobuf.Timestamp
-	24,  // 35: peloton.api.v1.Task.status:type_name -> peloton.api.v1.TaskStatus
-	17,  // 36: peloton.api.v1.Task.spec:type_name -> peloton.api.v1.TaskSpec
-	20,  // 37: peloton.api.v1.CreateJobRequest.spec:type_name -> peloton.api.v1.JobSpec
-	23,  // 38: peloton.api.v1.GetJobResponse.job:type_name -> peloton.api.v1.Job
-	5,   // 39: peloton.api.v1.ListJobsRequest.states:type_name -> peloton.api.v1.JobState
-	23,  // 40: peloton.api.v1.ListJobsResponse.jobs:type_name -> peloton.api.v1.Job
-	20,  // 41: peloton.api.v1.JobVersion.spec:type_name -> peloton.api.v1.JobSpec
-	100, // 42: peloton.api.v1.JobVersion.create_time:type_name -> google.protobuf.Timestamp
-	42,  // 43: peloton.api.v1.ListJobVersionsResponse.versions:type_name -> peloton.api.v1.JobVersion
-	1,   // 44: peloton.api.v1.ListTasksRequest.states:type_name -> peloton.api.v1.TaskState
-	26,  // 45: peloton.api.v1.ListTasksResponse.tasks:type_name -> peloton.api.v1.Task
-	26,  // 46: peloton.api.v1.GetTaskResponse.task:type_name -> peloton.api.v1.Task
-	6,   // 47: peloton.api.v1.GetTaskLogsRequest.stream:type_name -> peloton.api.v1.LogStream
-	10,  // 48: peloton.api.v1.PoolSpec.reservation:type_name -> peloton.api.v1.Resources
-	10,  // 49: peloton.api.v1.PoolSpec.limit:type_name -> peloton.api.v1.Resources
-	10,  // 50: peloton.api.v1.PoolSpec.share:type_name -> peloton.api.v1.Resources
-	10,  // 51: peloton.api.v1.PoolStatus.entitlement:type_name -> peloton.api.v1.Resources
-	10,  // 52: peloton.api.v1.PoolStatus.allocation:type_name -> peloton.api.v1.Resources
-	10,  // 53: peloton.api.v1.PoolStatus.demand:type_name -> peloton.api.v1.Resources
-	52,  // 54: peloton.api.v1.Pool.spec:type_name -> peloton.api.v1.PoolSpec
-	53,  // 55: peloton.api.v1.Pool.status:type_name -> peloton.api.v1.PoolStatus
-	52,  // 56: peloton.api.v1.CreatePoolRequest.spec:type_name -> peloton.api.v1.PoolSpec
-	54,  // 57: peloton.api.v1.CreatePoolResponse.pool:type_name -> peloton.api.v1.Pool
-	54,  // 58: peloton.api.v1.GetPoolResponse.pool:type_name -> peloton.api.v1.Pool
-	52,  // 59: peloton.api.v1.UpdatePoolRequest.spec:type_name -> peloton.api.v1.PoolSpec
-	54,  // 60: peloton.api.v1.UpdatePoolResponse.pool:type_name -> peloton.api.v1.Pool
-	54,  // 61: peloton.api.v1.MovePoolResponse.pool:type_name -> peloton.api.v1.Pool
-	54,  // 62: peloton.api.v1.ListPoolsResponse.pools:type_name -> peloton.api.v1.Pool
-	10,  // 63: peloton.api.v1.Host.capacity:type_name -> peloton.api.v1.Resources
-	10,  // 64: peloton.api.v1.Host.allocated:type_name -> peloton.api.v1.Resources
-	98,  // 65: peloton.api.v1.Host.labels:type_name -> peloton.api.v1.Host.LabelsEntry
-	7,   // 66: peloton.api.v1.Host.state:type_name -> peloton.api.v1.HostState
-	8,   // 67: peloton.api.v1.Host.partition_state:type_name -> peloton.api.v1.PartitionMoveState
-	67,  // 68: peloton.api.v1.ListHostsResponse.hosts:type_name -> peloton.api.v1.Host
-	67,  // 69: peloton.api.v1.StartMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
-	67,  // 70: peloton.api.v1.CompleteMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
-	67,  // 71: peloton.api.v1.MoveHostResponse.host:type_name -> peloton.api.v1.Host
-	9,   // 72: peloton.api.v1.UpdateStatus.state:type_name -> peloton.api.v1.UpdateState
-	100, // 73: peloton.api.v1.UpdateStatus.create_time:type_name -> google.protobuf.Timestamp
-	100, // 74: peloton.api.v1.UpdateStatus.update_time:type_name -> google.protobuf.Timestamp
-	100, // 75: peloton.api.v1.UpdateStatus.completion_time:type_name -> google.protobuf.Timestamp
-	9,   // 76: peloton.api.v1.UpdateStatus.paused_from:type_name -> peloton.api.v1.UpdateState
-	76,  // 77: peloton.api.v1.Update.spec:type_name -> peloton.api.v1.UpdateSpec
-	77,  // 78: peloton.api.v1.Update.status:type_name -> peloton.api.v1.UpdateStatus
-	99,  // 79: peloton.api.v1.Update.restarts:type_name -> peloton.api.v1.Update.RestartsEntry
-	20,  // 80: peloton.api.v1.CreateUpdateRequest.spec:type_name -> peloton.api.v1.JobSpec
-	76,  // 81: peloton.api.v1.CreateUpdateRequest.update_spec:type_name -> peloton.api.v1.UpdateSpec
-	78,  // 82: peloton.api.v1.CreateUpdateResponse.update:type_name -> peloton.api.v1.Update
-	78,  // 83: peloton.api.v1.GetUpdateResponse.update:type_name -> peloton.api.v1.Update
-	78,  // 84: peloton.api.v1.ListUpdatesResponse.updates:type_name -> peloton.api.v1.Update
-	78,  // 85: peloton.api.v1.PauseUpdateResponse.update:type_name -> peloton.api.v1.Update
-	78,  // 86: peloton.api.v1.ResumeUpdateResponse.update:type_name -> peloton.api.v1.Update
-	78,  // 87: peloton.api.v1.AbortUpdateResponse.update:type_name -> peloton.api.v1.Update
-	78,  // 88: peloton.api.v1.RollbackUpdateResponse.update:type_name -> peloton.api.v1.Update
-	17,  // 89: peloton.api.v1.JobSpec.InstanceSpecsEntry.value:type_name -> peloton.api.v1.TaskSpec
-	27,  // 90: peloton.api.v1.JobService.CreateJob:input_type -> peloton.api.v1.CreateJobRequest
-	29,  // 91: peloton.api.v1.JobService.GetJob:input_type -> peloton.api.v1.GetJobRequest
-	31,  // 92: peloton.api.v1.JobService.ListJobs:input_type -> peloton.api.v1.ListJobsRequest
-	33,  // 93: peloton.api.v1.JobService.CancelJob:input_type -> peloton.api.v1.CancelJobRequest
-	35,  // 94: peloton.api.v1.JobService.DeleteJob:input_type -> peloton.api.v1.DeleteJobRequest
-	37,  // 95: peloton.api.v1.JobService.RestartJob:input_type -> peloton.api.v1.RestartJobRequest
-	39,  // 96: peloton.api.v1.JobService.ScaleJob:input_type -> peloton.api.v1.ScaleJobRequest
-	41,  // 97: peloton.api.v1.JobService.ListJobVersions:input_type -> peloton.api.v1.ListJobVersionsRequest
-	44,  // 98: peloton.api.v1.TaskService.ListTasks:input_type -> peloton.api.v1.ListTasksRequest
-	46,  // 99: peloton.api.v1.TaskService.GetTask:input_type -> peloton.api.v1.GetTaskRequest
-	48,  // 100: peloton.api.v1.TaskService.KillTask:input_type -> peloton.api.v1.KillTaskRequest
-	50,  // 101: peloton.api.v1.TaskService.GetTaskLogs:input_type -> peloton.api.v1.GetTaskLogsRequest
-	55,  // 102: peloton.api.v1.PoolService.CreatePool:input_type -> peloton.api.v1.CreatePoolRequest
-	57,  // 103: peloton.api.v1.PoolService.GetPool:input_type -> peloton.api.v1.GetPoolRequest
-	59,  // 104: peloton.api.v1.PoolService.UpdatePool:input_type -> peloton.api.v1.UpdatePoolRequest
-	61,  // 105: peloton.api.v1.PoolService.DeletePool:input_type -> peloton.api.v1.DeletePoolRequest
-	65,  // 106: peloton.api.v1.PoolService.ListPools:input_type -> peloton.api.v1.ListPoolsRequest
-	63,  // 107: peloton.api.v1.PoolService.MovePool:input_type -> peloton.api.v1.MovePoolRequest
-	68,  // 108: peloton.api.v1.HostService.ListHosts:input_type -> peloton.api.v1.ListHostsRequest
-	70,  // 109: peloton.api.v1.HostService.StartMaintenance:input_type -> peloton.api.v1.StartMaintenanceRequest
-	72,  // 110: peloton.api.v1.HostService.CompleteMaintenance:input_type -> peloton.api.v1.CompleteMaintenanceRequest
-	74,  // 111: peloton.api.v1.HostService.MoveHost:input_type -> peloton.api.v1.MoveHostRequest
-	79,  // 112: peloton.api.v1.UpdateService.CreateUpdate:input_type -> peloton.api.v1.CreateUpdateRequest
-	81,  // 113: peloton.api.v1.UpdateService.GetUpdate:input_type -> peloton.api.v1.GetUpdateRequest
-	83,  // 114: peloton.api.v1.UpdateService.ListUpdates:input_type -> peloton.api.v1.ListUpdatesRequest
-	85,  // 115: peloton.api.v1.UpdateService.PauseUpdate:input_type -> peloton.api.v1.PauseUpdateRequest
-	87,  // 116: peloton.api.v1.UpdateService.ResumeUpdate:input_type -> peloton.api.v1.ResumeUpdateRequest
-	89,  // 117: peloton.api.v1.UpdateService.AbortUpdate:input_type -> peloton.api.v1.AbortUpdateRequest
-	91,  // 118: peloton.api.v1.UpdateService.RollbackUpdate:input_type -> peloton.api.v1.RollbackUpdateRequest
-	28,  // 119: peloton.api.v1.JobService.CreateJob:output_type -> peloton.api.v1.CreateJobResponse
-	30,  // 120: peloton.api.v1.JobService.GetJob:output_type -> peloton.api.v1.GetJobResponse
-	32,  // 121: peloton.api.v1.JobService.ListJobs:output_type -> peloton.api.v1.ListJobsResponse
-	34,  // 122: peloton.api.v1.JobService.CancelJob:output_type -> peloton.api.v1.CancelJobResponse
-	36,  // 123: peloton.api.v1.JobService.DeleteJob:output_type -> peloton.api.v1.DeleteJobResponse
-	38,  // 124: peloton.api.v1.JobService.RestartJob:output_type -> peloton.api.v1.RestartJobResponse
-	40,  // 125: peloton.api.v1.JobService.ScaleJob:output_type -> peloton.api.v1.ScaleJobResponse
-	43,  // 126: peloton.api.v1.JobService.ListJobVersions:output_type -> peloton.api.v1.ListJobVersionsResponse
-	45,  // 127: peloton.api.v1.TaskService.ListTasks:output_type -> peloton.api.v1.ListTasksResponse
-	47,  // 128: peloton.api.v1.TaskService.GetTask:output_type -> peloton.api.v1.GetTaskResponse
-	49,  // 129: peloton.api.v1.TaskService.KillTask:output_type -> peloton.api.v1.KillTaskResponse
-	51,  // 130: peloton.api.v1.TaskService.GetTaskLogs:output_type -> peloton.api.v1.LogChunk
-	56,  // 131: peloton.api.v1.PoolService.CreatePool:output_type -> peloton.api.v1.CreatePoolResponse
-	58,  // 132: peloton.api.v1.PoolService.GetPool:output_type -> peloton.api.v1.GetPoolResponse
-	60,  // 133: peloton.api.v1.PoolService.UpdatePool:output_type -> peloton.api.v1.UpdatePoolResponse
-	62,  // 134: peloton.api.v1.PoolService.DeletePool:output_type -> peloton.api.v1.DeletePoolResponse
-	66,  // 135: peloton.api.v1.PoolService.ListPools:output_type -> peloton.api.v1.ListPoolsResponse
-	64,  // 136: peloton.api.v1.PoolService.MovePool:output_type -> peloton.api.v1.MovePoolResponse
-	69,  // 137: peloton.api.v1.HostService.ListHosts:output_type -> peloton.api.v1.ListHostsResponse
-	71,  // 138: peloton.api.v1.HostService.StartMaintenance:output_type -> peloton.api.v1.StartMaintenanceResponse
-	73,  // 139: peloton.api.v1.HostService.CompleteMaintenance:output_type -> peloton.api.v1.CompleteMaintenanceResponse
-	75,  // 140: peloton.api.v1.HostService.MoveHost:output_type -> peloton.api.v1.MoveHostResponse
-	80,  // 141: peloton.api.v1.UpdateService.CreateUpdate:output_type -> peloton.api.v1.CreateUpdateResponse
-	82,  // 142: peloton.api.v1.UpdateService.GetUpdate:output_type -> peloton.api.v1.GetUpdateResponse
-	84,  // 143: peloton.api.v1.UpdateService.ListUpdates:output_type -> peloton.api.v1.ListUpdatesResponse
-	86,  // 144: peloton.api.v1.UpdateService.PauseUpdate:output_type -> peloton.api.v1.PauseUpdateResponse
-	88,  // 145: peloton.api.v1.UpdateService.ResumeUpdate:output_type -> peloton.api.v1.ResumeUpdateResponse
-	90,  // 146: peloton.api.v1.UpdateService.AbortUpdate:output_type -> peloton.api.v1.AbortUpdateResponse
-	92,  // 147: peloton.api.v1.UpdateService.RollbackUpdate:output_type -> peloton.api.v1.RollbackUpdateResponse
-	119, // [119:148] is the sub-list for method output_type
-	90,  // [90:119] is the sub-list for method input_type
-	90,  // [90:90] is the sub-list for extension type_name
-	90,  // [90:90] is the sub-list for extension extendee
-	0,   // [0:90] is the sub-list for field type_name
+	101, // 32: peloton.api.v1.TaskStatus.ports:type_name -> peloton.api.v1.TaskStatus.PortsEntry
+	69,  // 33: peloton.api.v1.TaskStatus.usage:type_name -> peloton.api.v1.TaskUsage
+	1,   // 34: peloton.api.v1.TaskTransition.state:type_name -> peloton.api.v1.TaskState
+	105, // 35: peloton.api.v1.TaskTransition.time:type_name -> google.protobuf.Timestamp
+	24,  // 36: peloton.api.v1.Task.status:type_name -> peloton.api.v1.TaskStatus
+	17,  // 37: peloton.api.v1.Task.spec:type_name -> peloton.api.v1.TaskSpec
+	20,  // 38: peloton.api.v1.CreateJobRequest.spec:type_name -> peloton.api.v1.JobSpec
+	23,  // 39: peloton.api.v1.GetJobResponse.job:type_name -> peloton.api.v1.Job
+	5,   // 40: peloton.api.v1.ListJobsRequest.states:type_name -> peloton.api.v1.JobState
+	23,  // 41: peloton.api.v1.ListJobsResponse.jobs:type_name -> peloton.api.v1.Job
+	20,  // 42: peloton.api.v1.JobVersion.spec:type_name -> peloton.api.v1.JobSpec
+	105, // 43: peloton.api.v1.JobVersion.create_time:type_name -> google.protobuf.Timestamp
+	42,  // 44: peloton.api.v1.ListJobVersionsResponse.versions:type_name -> peloton.api.v1.JobVersion
+	1,   // 45: peloton.api.v1.ListTasksRequest.states:type_name -> peloton.api.v1.TaskState
+	26,  // 46: peloton.api.v1.ListTasksResponse.tasks:type_name -> peloton.api.v1.Task
+	26,  // 47: peloton.api.v1.GetTaskResponse.task:type_name -> peloton.api.v1.Task
+	6,   // 48: peloton.api.v1.GetTaskLogsRequest.stream:type_name -> peloton.api.v1.LogStream
+	10,  // 49: peloton.api.v1.PoolSpec.reservation:type_name -> peloton.api.v1.Resources
+	10,  // 50: peloton.api.v1.PoolSpec.limit:type_name -> peloton.api.v1.Resources
+	10,  // 51: peloton.api.v1.PoolSpec.share:type_name -> peloton.api.v1.Resources
+	10,  // 52: peloton.api.v1.PoolSpec.revocable_limit:type_name -> peloton.api.v1.Resources
+	10,  // 53: peloton.api.v1.PoolStatus.entitlement:type_name -> peloton.api.v1.Resources
+	10,  // 54: peloton.api.v1.PoolStatus.allocation:type_name -> peloton.api.v1.Resources
+	10,  // 55: peloton.api.v1.PoolStatus.demand:type_name -> peloton.api.v1.Resources
+	52,  // 56: peloton.api.v1.Pool.spec:type_name -> peloton.api.v1.PoolSpec
+	53,  // 57: peloton.api.v1.Pool.status:type_name -> peloton.api.v1.PoolStatus
+	52,  // 58: peloton.api.v1.CreatePoolRequest.spec:type_name -> peloton.api.v1.PoolSpec
+	54,  // 59: peloton.api.v1.CreatePoolResponse.pool:type_name -> peloton.api.v1.Pool
+	54,  // 60: peloton.api.v1.GetPoolResponse.pool:type_name -> peloton.api.v1.Pool
+	52,  // 61: peloton.api.v1.UpdatePoolRequest.spec:type_name -> peloton.api.v1.PoolSpec
+	54,  // 62: peloton.api.v1.UpdatePoolResponse.pool:type_name -> peloton.api.v1.Pool
+	54,  // 63: peloton.api.v1.MovePoolResponse.pool:type_name -> peloton.api.v1.Pool
+	54,  // 64: peloton.api.v1.ListPoolsResponse.pools:type_name -> peloton.api.v1.Pool
+	10,  // 65: peloton.api.v1.Host.capacity:type_name -> peloton.api.v1.Resources
+	10,  // 66: peloton.api.v1.Host.allocated:type_name -> peloton.api.v1.Resources
+	102, // 67: peloton.api.v1.Host.labels:type_name -> peloton.api.v1.Host.LabelsEntry
+	7,   // 68: peloton.api.v1.Host.state:type_name -> peloton.api.v1.HostState
+	8,   // 69: peloton.api.v1.Host.partition_state:type_name -> peloton.api.v1.PartitionMoveState
+	68,  // 70: peloton.api.v1.Host.usage:type_name -> peloton.api.v1.HostUsage
+	10,  // 71: peloton.api.v1.Host.slack:type_name -> peloton.api.v1.Resources
+	10,  // 72: peloton.api.v1.Host.revocable:type_name -> peloton.api.v1.Resources
+	105, // 73: peloton.api.v1.HostUsage.sample_time:type_name -> google.protobuf.Timestamp
+	105, // 74: peloton.api.v1.HostUsage.receive_time:type_name -> google.protobuf.Timestamp
+	105, // 75: peloton.api.v1.TaskUsage.sample_time:type_name -> google.protobuf.Timestamp
+	68,  // 76: peloton.api.v1.UsageReport.usage:type_name -> peloton.api.v1.HostUsage
+	103, // 77: peloton.api.v1.UsageReport.runs:type_name -> peloton.api.v1.UsageReport.RunsEntry
+	67,  // 78: peloton.api.v1.ListHostsResponse.hosts:type_name -> peloton.api.v1.Host
+	67,  // 79: peloton.api.v1.StartMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
+	67,  // 80: peloton.api.v1.CompleteMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
+	67,  // 81: peloton.api.v1.MoveHostResponse.host:type_name -> peloton.api.v1.Host
+	9,   // 82: peloton.api.v1.UpdateStatus.state:type_name -> peloton.api.v1.UpdateState
+	105, // 83: peloton.api.v1.UpdateStatus.create_time:type_name -> google.protobuf.Timestamp
+	105, // 84: peloton.api.v1.UpdateStatus.update_time:type_name -> google.protobuf.Timestamp
+	105, // 85: peloton.api.v1.UpdateStatus.completion_time:type_name -> google.protobuf.Timestamp
+	9,   // 86: peloton.api.v1.UpdateStatus.paused_from:type_name -> peloton.api.v1.UpdateState
+	80,  // 87: peloton.api.v1.Update.spec:type_name -> peloton.api.v1.UpdateSpec
+	81,  // 88: peloton.api.v1.Update.status:type_name -> peloton.api.v1.UpdateStatus
+	104, // 89: peloton.api.v1.Update.restarts:type_name -> peloton.api.v1.Update.RestartsEntry
+	20,  // 90: peloton.api.v1.CreateUpdateRequest.spec:type_name -> peloton.api.v1.JobSpec
+	80,  // 91: peloton.api.v1.CreateUpdateRequest.update_spec:type_name -> peloton.api.v1.UpdateSpec
+	82,  // 92: peloton.api.v1.CreateUpdateResponse.update:type_name -> peloton.api.v1.Update
+	82,  // 93: peloton.api.v1.GetUpdateResponse.update:type_name -> peloton.api.v1.Update
+	82,  // 94: peloton.api.v1.ListUpdatesResponse.updates:type_name -> peloton.api.v1.Update
+	82,  // 95: peloton.api.v1.PauseUpdateResponse.update:type_name -> peloton.api.v1.Update
+	82,  // 96: peloton.api.v1.ResumeUpdateResponse.update:type_name -> peloton.api.v1.Update
+	82,  // 97: peloton.api.v1.AbortUpdateResponse.update:type_name -> peloton.api.v1.Update
+	82,  // 98: peloton.api.v1.RollbackUpdateResponse.update:type_name -> peloton.api.v1.Update
+	17,  // 99: peloton.api.v1.JobSpec.InstanceSpecsEntry.value:type_name -> peloton.api.v1.TaskSpec
+	69,  // 100: peloton.api.v1.UsageReport.RunsEntry.value:type_name -> peloton.api.v1.TaskUsage
+	27,  // 101: peloton.api.v1.JobService.CreateJob:input_type -> peloton.api.v1.CreateJobRequest
+	29,  // 102: peloton.api.v1.JobService.GetJob:input_type -> peloton.api.v1.GetJobRequest
+	31,  // 103: peloton.api.v1.JobService.ListJobs:input_type -> peloton.api.v1.ListJobsRequest
+	33,  // 104: peloton.api.v1.JobService.CancelJob:input_type -> peloton.api.v1.CancelJobRequest
+	35,  // 105: peloton.api.v1.JobService.DeleteJob:input_type -> peloton.api.v1.DeleteJobRequest
+	37,  // 106: peloton.api.v1.JobService.RestartJob:input_type -> peloton.api.v1.RestartJobRequest
+	39,  // 107: peloton.api.v1.JobService.ScaleJob:input_type -> peloton.api.v1.ScaleJobRequest
+	41,  // 108: peloton.api.v1.JobService.ListJobVersions:input_type -> peloton.api.v1.ListJobVersionsRequest
+	44,  // 109: peloton.api.v1.TaskService.ListTasks:input_type -> peloton.api.v1.ListTasksRequest
+	46,  // 110: peloton.api.v1.TaskService.GetTask:input_type -> peloton.api.v1.GetTaskRequest
+	48,  // 111: peloton.api.v1.TaskService.KillTask:input_type -> peloton.api.v1.KillTaskRequest
+	50,  // 112: peloton.api.v1.TaskService.GetTaskLogs:input_type -> peloton.api.v1.GetTaskLogsRequest
+	55,  // 113: peloton.api.v1.PoolService.CreatePool:input_type -> peloton.api.v1.CreatePoolRequest
+	57,  // 114: peloton.api.v1.PoolService.GetPool:input_type -> peloton.api.v1.GetPoolRequest
+	59,  // 115: peloton.api.v1.PoolService.UpdatePool:input_type -> peloton.api.v1.UpdatePoolRequest
+	61,  // 116: peloton.api.v1.PoolService.DeletePool:input_type -> peloton.api.v1.DeletePoolRequest
+	65,  // 117: peloton.api.v1.PoolService.ListPools:input_type -> peloton.api.v1.ListPoolsRequest
+	63,  // 118: peloton.api.v1.PoolService.MovePool:input_type -> peloton.api.v1.MovePoolRequest
+	72,  // 119: peloton.api.v1.HostService.ListHosts:input_type -> peloton.api.v1.ListHostsRequest
+	74,  // 120: peloton.api.v1.HostService.StartMaintenance:input_type -> peloton.api.v1.StartMaintenanceRequest
+	76,  // 121: peloton.api.v1.HostService.CompleteMaintenance:input_type -> peloton.api.v1.CompleteMaintenanceRequest
+	78,  // 122: peloton.api.v1.HostService.MoveHost:input_type -> peloton.api.v1.MoveHostRequest
+	70,  // 123: peloton.api.v1.HostAgentService.ReportUsage:input_type -> peloton.api.v1.UsageReport
+	83,  // 124: peloton.api.v1.UpdateService.CreateUpdate:input_type -> peloton.api.v1.CreateUpdateRequest
+	85,  // 125: peloton.api.v1.UpdateService.GetUpdate:input_type -> peloton.api.v1.GetUpdateRequest
+	87,  // 126: peloton.api.v1.UpdateService.ListUpdates:input_type -> peloton.api.v1.ListUpdatesRequest
+	89,  // 127: peloton.api.v1.UpdateService.PauseUpdate:input_type -> peloton.api.v1.PauseUpdateRequest
+	91,  // 128: peloton.api.v1.UpdateService.ResumeUpdate:input_type -> peloton.api.v1.ResumeUpdateRequest
+	93,  // 129: peloton.api.v1.UpdateService.AbortUpdate:input_type -> peloton.api.v1.AbortUpdateRequest
+	95,  // 130: peloton.api.v1.UpdateService.RollbackUpdate:input_type -> peloton.api.v1.RollbackUpdateRequest
+	28,  // 131: peloton.api.v1.JobService.CreateJob:output_type -> peloton.api.v1.CreateJobResponse
+	30,  // 132: peloton.api.v1.JobService.GetJob:output_type -> peloton.api.v1.GetJobResponse
+	32,  // 133: peloton.api.v1.JobService.ListJobs:output_type -> peloton.api.v1.ListJobsResponse
+	34,  // 134: peloton.api.v1.JobService.CancelJob:output_type -> peloton.api.v1.CancelJobResponse
+	36,  // 135: peloton.api.v1.JobService.DeleteJob:output_type -> peloton.api.v1.DeleteJobResponse
+	38,  // 136: peloton.api.v1.JobService.RestartJob:output_type -> peloton.api.v1.RestartJobResponse
+	40,  // 137: peloton.api.v1.JobService.ScaleJob:output_type -> peloton.api.v1.ScaleJobResponse
+	43,  // 138: peloton.api.v1.JobService.ListJobVersions:output_type -> peloton.api.v1.ListJobVersionsResponse
+	45,  // 139: peloton.api.v1.TaskService.ListTasks:output_type -> peloton.api.v1.ListTasksResponse
+	47,  // 140: peloton.api.v1.TaskService.GetTask:output_type -> peloton.api.v1.GetTaskResponse
+	49,  // 141: peloton.api.v1.TaskService.KillTask:output_type -> peloton.api.v1.KillTaskResponse
+	51,  // 142: peloton.api.v1.TaskService.GetTaskLogs:output_type -> peloton.api.v1.LogChunk
+	56,  // 143: peloton.api.v1.PoolService.CreatePool:output_type -> peloton.api.v1.CreatePoolResponse
+	58,  // 144: peloton.api.v1.PoolService.GetPool:output_type -> peloton.api.v1.GetPoolResponse
+	60,  // 145: peloton.api.v1.PoolService.UpdatePool:output_type -> peloton.api.v1.UpdatePoolResponse
+	62,  // 146: peloton.api.v1.PoolService.DeletePool:output_type -> peloton.api.v1.DeletePoolResponse
+	66,  // 147: peloton.api.v1.PoolService.ListPools:output_type -> peloton.api.v1.ListPoolsResponse
+	64,  // 148: peloton.api.v1.PoolService.MovePool:output_type -> peloton.api.v1.MovePoolResponse
+	73,  // 149: peloton.api.v1.HostService.ListHosts:output_type -> peloton.api.v1.ListHostsResponse
+	75,  // 150: peloton.api.v1.HostService.StartMaintenance:output_type -> peloton.api.v1.StartMaintenanceResponse
+	77,  // 151: peloton.api.v1.HostService.CompleteMaintenance:output_type -> peloton.api.v1.CompleteMaintenanceResponse
+	79,  // 152: peloton.api.v1.HostService.MoveHost:output_type -> peloton.api.v1.MoveHostResponse
+	71,  // 153: peloton.api.v1.HostAgentService.ReportUsage:output_type -> peloton.api.v1.UsageAck
+	84,  // 154: peloton.api.v1.UpdateService.CreateUpdate:output_type -> peloton.api.v1.CreateUpdateResponse
+	86,  // 155: peloton.api.v1.UpdateService.GetUpdate:output_type -> peloton.api.v1.GetUpdateResponse
+	88,  // 156: peloton.api.v1.UpdateService.ListUpdates:output_type -> peloton.api.v1.ListUpdatesResponse
+	90,  // 157: peloton.api.v1.UpdateService.PauseUpdate:output_type -> peloton.api.v1.PauseUpdateResponse
+	92,  // 158: peloton.api.v1.UpdateService.ResumeUpdate:output_type -> peloton.api.v1.ResumeUpdateResponse
+	94,  // 159: peloton.api.v1.UpdateService.AbortUpdate:output_type -> peloton.api.v1.AbortUpdateResponse
+	96,  // 160: peloton.api.v1.UpdateService.RollbackUpdate:output_type -> peloton.api.v1.RollbackUpdateResponse
+	131, // [131:161] is the sub-list for method output_type
+	101, // [101:131] is the sub-list for method input_type
+	101, // [101:101] is the sub-list for extension type_name
+	101, // [101:101] is the sub-list for extension extendee
+	0,   // [0:101] is the sub-list for field type_name
 }
 
 func init() { file_peloton_api_v1_peloton_proto_init() }
@@ -6595,9 +7015,9 @@ func file_peloton_api_v1_peloton_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_peloton_api_v1_peloton_proto_rawDesc), len(file_peloton_api_v1_peloton_proto_rawDesc)),
 			NumEnums:      10,
-			NumMessages:   90,
+			NumMessages:   95,
 			NumExtensions: 0,
-			NumServices:   5,
+			NumServices:   6,
 		},
 		GoTypes:           file_peloton_api_v1_peloton_proto_goTypes,
 		DependencyIndexes: file_peloton_api_v1_peloton_proto_depIdxs,

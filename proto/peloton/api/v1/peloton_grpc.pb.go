@@ -1139,6 +1139,116 @@ var HostService_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
+	HostAgentService_ReportUsage_FullMethodName = "/peloton.api.v1.HostAgentService/ReportUsage"
+)
+
+// HostAgentServiceClient is the client API for HostAgentService service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// HostAgentService takes the host agents' reports (peloton serve
+// hostagent, one per host).
+type HostAgentServiceClient interface {
+	// One agent's reports of its host, each acknowledged. A host the
+	// cluster does not have ends the stream NOT_FOUND; a report without a
+	// host, agent id or sequence, or of another host than the stream's
+	// first, INVALID_ARGUMENT.
+	ReportUsage(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[UsageReport, UsageAck], error)
+}
+
+type hostAgentServiceClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewHostAgentServiceClient(cc grpc.ClientConnInterface) HostAgentServiceClient {
+	return &hostAgentServiceClient{cc}
+}
+
+func (c *hostAgentServiceClient) ReportUsage(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[UsageReport, UsageAck], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &HostAgentService_ServiceDesc.Streams[0], HostAgentService_ReportUsage_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[UsageReport, UsageAck]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type HostAgentService_ReportUsageClient = grpc.BidiStreamingClient[UsageReport, UsageAck]
+
+// HostAgentServiceServer is the server API for HostAgentService service.
+// All implementations must embed UnimplementedHostAgentServiceServer
+// for forward compatibility.
+//
+// HostAgentService takes the host agents' reports (peloton serve
+// hostagent, one per host).
+type HostAgentServiceServer interface {
+	// One agent's reports of its host, each acknowledged. A host the
+	// cluster does not have ends the stream NOT_FOUND; a report without a
+	// host, agent id or sequence, or of another host than the stream's
+	// first, INVALID_ARGUMENT.
+	ReportUsage(grpc.BidiStreamingServer[UsageReport, UsageAck]) error
+	mustEmbedUnimplementedHostAgentServiceServer()
+}
+
+// UnimplementedHostAgentServiceServer must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedHostAgentServiceServer struct{}
+
+func (UnimplementedHostAgentServiceServer) ReportUsage(grpc.BidiStreamingServer[UsageReport, UsageAck]) error {
+	return status.Error(codes.Unimplemented, "method ReportUsage not implemented")
+}
+func (UnimplementedHostAgentServiceServer) mustEmbedUnimplementedHostAgentServiceServer() {}
+func (UnimplementedHostAgentServiceServer) testEmbeddedByValue()                          {}
+
+// UnsafeHostAgentServiceServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to HostAgentServiceServer will
+// result in compilation errors.
+type UnsafeHostAgentServiceServer interface {
+	mustEmbedUnimplementedHostAgentServiceServer()
+}
+
+func RegisterHostAgentServiceServer(s grpc.ServiceRegistrar, srv HostAgentServiceServer) {
+	// If the following call panics, it indicates UnimplementedHostAgentServiceServer was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&HostAgentService_ServiceDesc, srv)
+}
+
+func _HostAgentService_ReportUsage_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(HostAgentServiceServer).ReportUsage(&grpc.GenericServerStream[UsageReport, UsageAck]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type HostAgentService_ReportUsageServer = grpc.BidiStreamingServer[UsageReport, UsageAck]
+
+// HostAgentService_ServiceDesc is the grpc.ServiceDesc for HostAgentService service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var HostAgentService_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "peloton.api.v1.HostAgentService",
+	HandlerType: (*HostAgentServiceServer)(nil),
+	Methods:     []grpc.MethodDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "ReportUsage",
+			Handler:       _HostAgentService_ReportUsage_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+	},
+	Metadata: "peloton/api/v1/peloton.proto",
+}
+
+const (
 	UpdateService_CreateUpdate_FullMethodName   = "/peloton.api.v1.UpdateService/CreateUpdate"
 	UpdateService_GetUpdate_FullMethodName      = "/peloton.api.v1.UpdateService/GetUpdate"
 	UpdateService_ListUpdates_FullMethodName    = "/peloton.api.v1.UpdateService/ListUpdates"
