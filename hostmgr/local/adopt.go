@@ -22,7 +22,8 @@ import (
 // a restarted backend neither loses them nor starts a second run of the
 // instance beside them, every run is recorded under <Dir>/runs/<TaskID>.json
 // once its process has started: its pid, the pid's start time (to tell a
-// reused pid apart), its host, resources, ports, volume and health check.
+// reused pid apart), its host, resources, ports, volume, health check and
+// cgroup.
 // When the backend sees the run end, the record is rewritten with the end.
 //
 // A new Backend over the same Dir reads the records at Start:
@@ -36,6 +37,10 @@ import (
 //     too;
 //   - a run whose end was recorded keeps its end (Status answers it, as
 //     for a run that ended in this process).
+//
+// An adopted run's cgroup is removed when it ends, as for a run of this
+// backend; the cgroup of a run that ended unseen is removed at Start if no
+// process is left in it (a live one is left alone, like the process).
 //
 // Ended records beyond maxFinished are deleted, oldest first, at Start.
 // Adoption needs /proc (Linux); elsewhere a record of a live run is
@@ -61,6 +66,7 @@ type runRecord struct {
 	VolumeID    string              `json:"volumeId,omitempty"`
 	HealthCheck json.RawMessage     `json:"healthCheck,omitempty"`
 	KillGraceNs int64               `json:"killGraceNs,omitempty"`
+	Cgroup      *recordCgroup       `json:"cgroup,omitempty"`
 	Started     time.Time           `json:"started"`
 	End         *recordEnd          `json:"end,omitempty"`
 }
@@ -89,7 +95,8 @@ func (b *Backend) writeRecord(t *task) {
 	}
 	rec := runRecord{TaskID: t.spec.TaskID, JobID: t.spec.JobID, Instance: t.spec.InstanceID, Run: t.spec.RunID,
 		Host: t.spec.Host, Pid: t.pgid, StartTicks: ticks, Command: t.spec.Command, Env: t.spec.Env,
-		Resources: t.spec.Resources, PortSpecs: t.spec.Ports, Ports: t.ports, KillGraceNs: int64(t.spec.KillGrace), Started: time.Now()}
+		Resources: t.spec.Resources, PortSpecs: t.spec.Ports, Ports: t.ports, KillGraceNs: int64(t.spec.KillGrace),
+		Cgroup: t.cg.toRecord(), Started: time.Now()}
 	if v := t.spec.Volume; v != nil {
 		rec.VolumeID = v.ID
 	}
@@ -138,6 +145,11 @@ func (b *Backend) loadRecords() error {
 	}
 	var ended []*task
 	adopted := 0
+	adoptedIDs := map[string]bool{}
+	defer func() { b.killStrays(adoptedIDs) }()
+	// The live processes of runs, found by their environment: a record
+	// written just before its process started names no process yet.
+	procs := b.runProcs()
 	for _, e := range entries {
 		name := e.Name()
 		if strings.HasSuffix(name, ".tmp") {
@@ -158,14 +170,34 @@ func (b *Backend) loadRecords() error {
 			b.log.Warn("invalid run record; ignoring it", "file", name, "err", err)
 			continue
 		}
+		if rec.End == nil && (rec.Pid <= 0 || rec.StartTicks == 0) {
+			// Recorded as starting: its process, if it got that far,
+			// is found by its environment.
+			if pid, ticks, ok := runLeader(procs[id]); ok {
+				rec.Pid, rec.StartTicks = pid, ticks
+				if err := b.storeRecord(&rec); err != nil {
+					b.log.Warn("could not record the process of a run found starting", "task", id, "err", err)
+				}
+			}
+		}
 		t := b.recordedTask(&rec)
+		switch {
+		case rec.End == nil && b.adopt(t):
+			adopted++
+			adoptedIDs[id] = true
+			continue
+		case t.cg != nil:
+			// Ended: its cgroup should be gone. One left behind is
+			// removed if empty; processes in it are left alone, as the
+			// run's process is when it is not adopted.
+			_ = rmdirAll(t.cg.dirs())
+			t.cg = nil
+		}
 		switch {
 		case rec.End != nil:
 			t.last = hostmgr.TaskEvent{TaskID: id, Host: rec.Host, State: rec.End.State, ExitCode: rec.End.ExitCode,
 				Reason: rec.End.Reason, Message: rec.End.Message, Time: rec.End.Time, Ports: t.portsCopy()}
 			ended = append(ended, t)
-		case b.adopt(t):
-			adopted++
 		default:
 			t.last = t.event(pelotonv1.TaskState_LOST, 0, hostmgr.ReasonUnobservedEnd,
 				"the run ended while no control plane watched it; how it ended is not known")
@@ -205,7 +237,7 @@ func (b *Backend) recordedTask(rec *runRecord) *task {
 		}
 	}
 	t := &task{spec: spec, sandbox: filepath.Join(b.dir, rec.TaskID), ports: rec.Ports, record: rec,
-		exited: make(chan struct{}), gone: make(chan struct{})}
+		exited: make(chan struct{}), gone: make(chan struct{}), cg: recordedCgroup(rec)}
 	t.healthCtx, t.stopHealth = context.WithCancel(context.Background())
 	return t
 }
@@ -268,8 +300,15 @@ func (b *Backend) runAdopted(t *task, exited <-chan struct{}) {
 		last = t.event(pelotonv1.TaskState_KILLED, 0, "killed",
 			"killed; its exit status is not known (it was started by an earlier control-plane process)")
 	} else {
-		last = t.event(pelotonv1.TaskState_LOST, 0, hostmgr.ReasonUnobservedEnd,
-			"the run ended; its exit status is not known (it was started by an earlier control-plane process)")
+		msg := "the run ended; its exit status is not known (it was started by an earlier control-plane process)"
+		if t.cg != nil && t.cg.readMemEnd().oomKills > 0 {
+			// Not FAILED: the OOM killer may have ended a child only.
+			msg += "; the kernel's OOM killer killed a process of the run"
+			if t.cg.memoryMB > 0 {
+				msg += fmt.Sprintf(" (memory limit %d MiB)", t.cg.memoryMB)
+			}
+		}
+		last = t.event(pelotonv1.TaskState_LOST, 0, hostmgr.ReasonUnobservedEnd, msg)
 	}
 	t.mu.Unlock()
 	close(t.exited)
@@ -278,6 +317,7 @@ func (b *Backend) runAdopted(t *task, exited <-chan struct{}) {
 	if b.isDetached() {
 		return
 	}
+	b.dropCgroup(t.cg, t.spec.TaskID)
 	last = t.shutdownEnd(last)
 	b.releaseRun(t)
 	b.endRecord(t, last)

@@ -3,6 +3,7 @@ package local
 import (
 	"context"
 	"os/exec"
+	"syscall"
 	"testing"
 	"time"
 
@@ -63,5 +64,64 @@ func TestReusedPidIsNotAdopted(t *testing.T) {
 	}
 	if st, err := second.Status(id); err != nil || st.State != pelotonv1.TaskState_LOST {
 		t.Fatalf("Status after a second restart = %+v, %v; want LOST", st, err)
+	}
+}
+
+// TestRunRecordedAsStartingIsAdopted: a control plane that died between
+// recording a run and recording its process leaves a record naming no
+// process; the next one finds the process by its environment and adopts
+// it, and stops a process no record names (it could not be told from a
+// run that is over), so that the run the job manager starts next never
+// overlaps it. Processes of another directory are left alone.
+func TestRunRecordedAsStartingIsAdopted(t *testing.T) {
+	dir := t.TempDir()
+	start := func(id, sandboxDir string) *exec.Cmd {
+		c := exec.Command("sleep", "3600")
+		c.Env = []string{"PELOTON_TASK_ID=" + id, "PELOTON_SANDBOX=" + sandboxDir + "/" + id}
+		c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // runs lead their group
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Process.Kill() })
+		return c
+	}
+	starting := start("starting-0-1", dir)
+	unrecorded := start("unrec-0-1", dir)
+	other := start("starting-0-1", t.TempDir())
+	unrecordedDied := make(chan error, 1)
+	go func() { unrecordedDied <- unrecorded.Wait() }()
+
+	b := mustNew(t, Config{Dir: dir, HostCapacity: resources.Resources{MilliCPU: 4000, MemoryMB: 4096}})
+	if err := b.storeRecord(&runRecord{TaskID: "starting-0-1", JobID: "starting", Run: 1, Host: "local-0",
+		Command: []string{"sleep", "3600"}, Started: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	rec := newRecorder()
+	if err := b.Start(context.Background(), rec.sink); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := b.Status("starting-0-1"); err != nil || st.State != pelotonv1.TaskState_RUNNING {
+		t.Fatalf("the run recorded as starting: %+v, %v; want it adopted RUNNING", st, err)
+	}
+	select {
+	case <-unrecordedDied:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the process no record names still runs after Start")
+	}
+	if _, err := procStartTicks(other.Process.Pid); err != nil {
+		t.Fatalf("a process of another backend's directory was stopped: %v", err)
+	}
+	// Its end is reported, as for any adopted run.
+	_ = starting.Process.Kill()
+	_ = starting.Wait()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if st, _ := b.Status("starting-0-1"); st.State == pelotonv1.TaskState_LOST {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the adopted run's end was not reported")
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -8,9 +8,14 @@
 // stderr). Sandboxes are never deleted by this package, so `peloton task logs`
 // keeps working for finished runs and across restarts of the control plane.
 //
-// Declared capacity is bookkeeping for placement only: nothing here enforces
-// it (no cgroups, no rlimits), and one virtual host is as isolated from
-// another as two processes of the same user are.
+// Declared capacity is bookkeeping for placement only, but each run's own
+// resources are enforced where the machine allows: every run gets a cgroup
+// (v2, or v1 where the controllers are there) with a memory limit of its
+// memoryMb and a CPU quota of its cpu, and a run the kernel's OOM killer
+// ends is FAILED with ReasonOOMKilled (cgroup.go). Where cgroups cannot be
+// created, Start logs why once and runs go unlimited. Disk, GPUs and the
+// virtual hosts' capacities are not enforced; one virtual host is as
+// isolated from another as two processes of the same user are.
 //
 // For long-running jobs it also gives runs their ports (chosen free on
 // 127.0.0.1 and passed as PELOTON_PORT_<NAME>), runs their health checks
@@ -39,6 +44,7 @@
 package local
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -104,6 +110,10 @@ type Config struct {
 	HostCapacity resources.Resources
 	// Logger receives operational logs (default slog.Default()).
 	Logger *slog.Logger
+
+	// cgroupRoot prefixes the paths cgroup detection reads ("/" when
+	// empty); tests point it at fixture trees.
+	cgroupRoot string
 }
 
 // Backend runs tasks as local processes. It is safe for concurrent use.
@@ -113,7 +123,9 @@ type Config struct {
 // task's main process exits on its own, any processes it left behind in its
 // group are SIGKILLed: the run is over, and leftovers would escape both
 // accounting and Kill. Processes that leave the group (setsid, setpgid)
-// escape this package entirely; only cgroups could follow them.
+// escape Kill, but not the run's cgroup: they are SIGKILLed when the run's
+// main process has exited, and the cgroup removed. Without cgroups they
+// escape this package entirely.
 //
 // Lock order: a task's mu may be held while taking Backend.mu, never the
 // reverse. The sink is never called with either held.
@@ -121,6 +133,11 @@ type Backend struct {
 	dir   string
 	log   *slog.Logger
 	hosts []hostmgr.HostInfo
+
+	cgroupRoot string
+	// cg is where runs get their cgroups; nil when they get none. Set by
+	// Start before any run exists, read-only afterwards.
+	cg *cgroups
 
 	// parts holds the partitions hostmgr gave hosts (ApplyPartition): a
 	// local host's partition is a virtual attribute, Partition until then.
@@ -194,13 +211,14 @@ func New(cfg Config) (*Backend, error) {
 		log = slog.Default()
 	}
 	b := &Backend{
-		dir:       dir,
-		log:       log.With("component", "hostmgr/local"),
-		health:    newHealthClient(),
-		tasks:     map[string]*task{},
-		portUse:   map[uint32]int{},
-		volUse:    map[string]string{},
-		releasing: map[string]bool{},
+		dir:        dir,
+		cgroupRoot: cmp.Or(cfg.cgroupRoot, "/"),
+		log:        log.With("component", "hostmgr/local"),
+		health:     newHealthClient(),
+		tasks:      map[string]*task{},
+		portUse:    map[uint32]int{},
+		volUse:     map[string]string{},
+		releasing:  map[string]bool{},
 	}
 	for i := range n {
 		name := fmt.Sprintf("local-%d", i)
@@ -222,7 +240,8 @@ func (b *Backend) Name() string { return BackendName }
 // tasks and in order for each, never with a lock held, so it may call Kill,
 // Status or Logs. The hosts are fixed at New, so Start does not wait for
 // anything; ctx is not retained (Close, not ctx, ends the backend). Start
-// may be called once.
+// may be called once. It creates the backend's parent cgroup, or logs one
+// warning saying why runs will not be limited.
 func (b *Backend) Start(ctx context.Context, sink func(hostmgr.TaskEvent)) error {
 	if sink == nil {
 		return errors.New("local: start: nil sink")
@@ -237,6 +256,14 @@ func (b *Backend) Start(ctx context.Context, sink func(hostmgr.TaskEvent)) error
 	}
 	b.sink = sink
 	b.started = true
+	// Under b.mu, so no Launch sees the backend started without its
+	// cgroups; detection is a few small reads and mkdirs.
+	if cg, err := detectCgroups(b.cgroupRoot, cgroupParentName(b.dir)); err != nil {
+		b.log.Warn("run limits are not enforced: runs get no memory limit and no CPU quota", "reason", err.Error())
+	} else {
+		b.cg = cg
+		b.log.Info("enforcing run limits with cgroups", "version", cg.version, "parent", cg.memory)
+	}
 	b.mu.Unlock()
 	err := b.loadRecords()
 	b.mu.Lock()
@@ -287,9 +314,12 @@ func (b *Backend) ApplyPartition(_ context.Context, host, partition string) erro
 // events: LAUNCHED, then RUNNING and a terminal state, or FAILED with reason
 // "launch-failed" when the command cannot be started. Every event carries
 // the run's ports; with a health check, a RUNNING event with the new Health
-// follows each change of health. spec.Image and spec.Resources are ignored:
-// processes run on the host's file system without limits; so is
-// spec.KillGrace, since this backend never kills a run on its own.
+// follows each change of health. spec.Resources.MemoryMB and MilliCPU
+// become the limits of the run's cgroup (where cgroups are usable; see
+// cgroup.go; a failure to create it is a launch-failed run); the rest of
+// spec.Resources and spec.Image are ignored: processes run on the host's
+// file system. So is spec.KillGrace, since this backend never kills a run on
+// its own.
 func (b *Backend) Launch(ctx context.Context, spec hostmgr.LaunchSpec) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("local: launch %s: %w", spec.TaskID, err)
@@ -361,7 +391,12 @@ func (b *Backend) Launch(ctx context.Context, spec hostmgr.LaunchSpec) error {
 	}
 	t.last = t.event(pelotonv1.TaskState_LAUNCHED, 0, "", "")
 	t.env = b.taskEnv(spec, t.sandbox, t.ports, t.volume)
-	startErr := t.start(t.env)
+	// Recorded before it starts too: a control plane that dies between
+	// the start and the record below leaves a record naming no process,
+	// whose process the next one finds by its environment and adopts
+	// (loadRecords), rather than a process no record names.
+	b.writeRecord(t)
+	startErr := t.start(t.env, b.cg)
 	if startErr == nil {
 		b.writeRecord(t)
 	}
@@ -523,6 +558,7 @@ func (b *Backend) run(t *task, startErr error) {
 	if b.isDetached() {
 		return // let go as a crash would: nothing more is recorded or reported
 	}
+	b.dropCgroup(t.cg, t.spec.TaskID)
 	last = t.shutdownEnd(last)
 	b.releaseRun(t)
 	b.log.Debug("task ended", "task", t.spec.TaskID, "state", last.State.String(), "exitCode", last.ExitCode, "reason", last.Reason)
@@ -647,7 +683,8 @@ func (b *Backend) Logs(ctx context.Context, taskID string, stream pelotonv1.LogS
 // LOST with ReasonShutdown: not the run's failure, and a restarted control
 // plane runs the instance again) and its
 // health check (at once), and waits, for a bounded time, until they are
-// reaped and their last events are delivered. It returns an error naming
+// reaped, their cgroups removed and their last events delivered; then it
+// removes the backend's parent cgroup if empty. It returns an error naming
 // the runs still not done by then. Launch fails after Close; Close is
 // idempotent and returns the same result every time.
 func (b *Backend) Close() error {
@@ -687,6 +724,12 @@ func (b *Backend) Close() error {
 			}
 		}
 		b.health.CloseIdleConnections()
+		b.mu.Lock()
+		cg := b.cg
+		b.mu.Unlock()
+		if cg != nil {
+			cg.removeParents() // stays if stuck or detached runs hold it
+		}
 		if len(stuck) > 0 {
 			sort.Strings(stuck)
 			b.closeErr = fmt.Errorf("local: close: %d tasks not reaped within %s: %s",

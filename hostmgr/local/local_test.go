@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -156,6 +157,21 @@ func mustNew(t *testing.T, cfg Config) *Backend {
 	t.Cleanup(func() {
 		if err := b.Close(); err != nil {
 			t.Errorf("Close: %v", err)
+		}
+		// Close removes the backend's parent cgroup, unless another
+		// backend over the same Dir still has runs in it.
+		b.mu.Lock()
+		cg := b.cg
+		b.mu.Unlock()
+		if cg == nil {
+			return
+		}
+		for _, p := range cg.parents() {
+			if _, err := os.Stat(p); !os.IsNotExist(err) {
+				if left, _ := os.ReadDir(p); !slices.ContainsFunc(left, func(e os.DirEntry) bool { return e.IsDir() }) {
+					t.Errorf("Close left the cgroup %s behind (%v)", p, err)
+				}
+			}
 		}
 	})
 	return b

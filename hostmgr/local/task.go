@@ -66,6 +66,9 @@ type task struct {
 	// nothing keeps its pid from being reused once it exits, and signals
 	// are sent only while the pid still has that start time.
 	adoptedTicks uint64
+	// cg is the run's cgroup (cgroup.go), nil when it has none. Set before
+	// the process starts, under mu; read-only afterwards.
+	cg *runCgroup
 }
 
 // portsCopy is a copy of the run's ports, or nil.
@@ -92,11 +95,13 @@ func (t *task) event(state pelotonv1.TaskState, code int32, reason, msg string) 
 	return ev
 }
 
-// start creates the output files and starts the process in its own process
-// group. The caller holds t.mu. A failure is reported to the user twice: as
-// the launch-failed event and as a line in the sandbox's stderr, so
-// `peloton task logs --stderr` explains it too.
-func (t *task) start(env []string) error {
+// start creates the output files and the run's cgroup (when cgs is not
+// nil) and starts the process in its own process group, inside the cgroup.
+// The caller holds t.mu. A failure is reported to the user twice: as the
+// launch-failed event and as a line in the sandbox's stderr, so `peloton
+// task logs --stderr` explains it too. A cgroup made before a failure is
+// left in t.cg for the run's end to remove.
+func (t *task) start(env []string, cgs *cgroups) error {
 	stdout, err := os.OpenFile(filepath.Join(t.sandbox, "stdout"), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		return err
@@ -108,7 +113,12 @@ func (t *task) start(env []string) error {
 	}
 	defer stderr.Close()
 
-	err = t.exec(env, stdout, stderr)
+	if cgs != nil {
+		t.cg, err = cgs.newRun(t.spec.TaskID, t.spec.Resources)
+	}
+	if err == nil {
+		err = t.exec(env, stdout, stderr)
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "peloton: launch failed: %v\n", err)
 	}
@@ -129,7 +139,7 @@ func (t *task) exec(env []string, stdout, stderr *os.File) error {
 		return err
 	}
 	defer stdin.Close()
-	p, err := os.StartProcess(path, t.spec.Command, &os.ProcAttr{
+	p, err := t.cg.startProcess(path, t.spec.Command, &os.ProcAttr{
 		Dir:   t.sandbox,
 		Env:   env,
 		Files: []*os.File{stdin, stdout, stderr},
@@ -172,6 +182,12 @@ func (t *task) reap(log *slog.Logger) hostmgr.TaskEvent {
 		t.killTimer.Stop()
 	}
 	ev := t.outcome(ws, werr)
+	if t.cg != nil && werr == nil {
+		// Read before the cgroup is removed, and after the process is
+		// reaped: the kernel counts an OOM kill before its victim dies.
+		sigkilled := ws.Signaled() && ws.Signal() == syscall.SIGKILL || ws.Exited() && ws.ExitStatus() == 128+int(syscall.SIGKILL)
+		ev = oomEnd(ev, sigkilled, t.cg.memoryMB, t.cg.readMemEnd())
+	}
 	t.mu.Unlock()
 	close(t.exited)
 	return ev
@@ -293,6 +309,11 @@ func envValue(env []string, key string) string {
 	}
 	return ""
 }
+
+// ReasonOOMKilled is the reason of the FAILED end of a run that the
+// kernel's OOM killer ended, almost always for exceeding its memory limit
+// (spec.Resources.MemoryMB, enforced with a cgroup).
+const ReasonOOMKilled = "oom-killed"
 
 // ReasonShutdown is the reason of the LOST end of a run that Close stopped:
 // the control plane shut down, which is not the run's failure, and a
