@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/peloton-sched/peloton/hostagent"
 	"github.com/peloton-sched/peloton/hostmgr/kubernetes"
 	"github.com/peloton-sched/peloton/internal/sla"
 	"github.com/peloton-sched/peloton/internal/store"
@@ -95,6 +96,23 @@ type Config struct {
 	SLATimeout time.Duration
 	// ReclaimDelay is the hysteresis of reclaim preemption (0: resmgr's default, 1s).
 	ReclaimDelay time.Duration
+	// SlackMargin is the fraction of each host's CPU and memory kept out of
+	// the slack revocable work runs on (0: hostmgr's default, 0.1; < 0:
+	// none); UsageStaleAfter how old a host agent's report may be and
+	// still give slack (0: hostmgr's default, 15s).
+	SlackMargin     float64
+	UsageStaleAfter time.Duration
+	// NoHostAgents leaves the local backend's virtual hosts without the
+	// host agent each otherwise gets in-process (agents.go); then only
+	// `peloton serve hostagent` processes report their usage.
+	NoHostAgents bool
+	// HostAgentInterval is those agents' report interval (0: the agent's
+	// default, 5s).
+	HostAgentInterval time.Duration
+	// HostAgentQoS is their QoS controller's policy (nil: off): when a
+	// virtual host's runs use more than its declared capacity allows,
+	// revocable runs are killed (hostagent/qos.go).
+	HostAgentQoS *hostagent.QoSPolicy
 	// DefaultReservesHosts makes /default, when this start creates it (a
 	// fresh cluster), reserve what the hosts have, so non-preemptible work
 	// runs out of the box (`peloton up`). Written once; see

@@ -87,7 +87,9 @@ func runStack(ctx context.Context, cfg Config, t *term) error {
 	}
 	// Admission divides the capacity of the hosts in service; hostmgr tells
 	// resmgr whenever that changes (a drain, a host returning to service).
-	hm := hostmgr.NewManager(backend, hostmgr.Options{Logger: log, Store: st, OnCapacity: rm.SetPartitionCapacity})
+	// Revocable work is admitted against the slack the host agents measure.
+	hm := hostmgr.NewManager(backend, hostmgr.Options{Logger: log, Store: st, OnCapacity: rm.SetPartitionCapacity,
+		OnSlack: rm.SetSlack, SlackMargin: cfg.SlackMargin, UsageStaleAfter: cfg.UsageStaleAfter})
 	// The engines get their own context so they stop only after the API has.
 	runCtx, stopEngines := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopEngines()
@@ -172,6 +174,12 @@ func runStack(ctx context.Context, cfg Config, t *term) error {
 
 	ready := ReadyInfo{ClusterName: cfg.ClusterName, GRPCAddr: grpcLis.Addr().String(), HTTPAddr: httpLis.Addr().String(), EtcdEndpoints: endpoints}
 	log.Info("peloton is serving", "cluster", cfg.ClusterName, "grpc", ready.GRPCAddr, "http", ready.HTTPAddr, "backend", backend.Name(), "hosts", len(hm.ListHosts()))
+	var agents *localAgents
+	if cfg.Backend == "local" && !cfg.NoHostAgents {
+		if agents, err = startLocalAgents(runCtx, ready.GRPCAddr, hm, cfg, log); err != nil {
+			log.Warn("cannot start the local hosts' agents; their usage is not reported", "err", err)
+		}
+	}
 	if cfg.OnReady != nil {
 		cfg.OnReady(ready)
 	}
@@ -185,6 +193,13 @@ func runStack(ctx context.Context, cfg Config, t *term) error {
 		}
 	}
 	log.Info("shutting down")
+	if agents != nil {
+		agents.stop()
+	}
+	// Agents elsewhere keep their report streams open: end them, so that
+	// the graceful stop does not wait for them (they report to whoever
+	// serves next).
+	srv.EndStreams()
 	shutCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownGrace)
 	defer cancel()
 	_ = hs.Shutdown(shutCtx)

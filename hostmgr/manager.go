@@ -45,6 +45,9 @@ type HostFilter struct {
 	// Jobs are the jobs whose per-host run counts the caller needs in
 	// HostOffer.JobCounts (to spread them or cap them per host).
 	Jobs map[string]bool
+	// Revocable leases hosts for revocable runs: a host's free is then its
+	// slack left (slack.go), and hosts without slack are skipped.
+	Revocable bool
 	// Hosts are hosts the caller asks for by name: those its tasks are
 	// bound to. Each one that is up and not leased is offered whatever Max,
 	// Partitions and MinFree say (even when full, so that the caller sees
@@ -91,6 +94,9 @@ type Assignment struct {
 	// MaxPerHost is the most runs of JobID the host may hold, this one
 	// included (0 = no limit).
 	MaxPerHost uint32
+	// Revocable: the run holds the host's slack, not its capacity
+	// (slack.go), and must fit in what slack is left.
+	Revocable bool
 }
 
 // Fits is the one fit test of a task on a host: placement decides with it and
@@ -113,8 +119,11 @@ var ErrDoesNotFit = errors.New("hostmgr: task does not fit the host")
 var ErrHostNotUp = errors.New("hostmgr: host is not up")
 
 type host struct {
-	info      HostInfo
+	info HostInfo
+	// allocated is what non-revocable runs hold; revocable what revocable
+	// runs hold, out of the host's slack (slack.go).
 	allocated resources.Resources
+	revocable resources.Resources
 	tasks     map[string]hold
 	// jobs counts the runs of each job the host holds.
 	jobs     map[string]int
@@ -137,8 +146,9 @@ type host struct {
 
 // hold is what one run holds on its host.
 type hold struct {
-	res resources.Resources
-	job string
+	res       resources.Resources
+	job       string
+	revocable bool
 }
 
 type lease struct {
@@ -164,6 +174,15 @@ type Manager struct {
 	leases  map[string]*lease
 	// taskHost maps a run's task ID to the host holding its resources.
 	taskHost map[string]string
+	// usage is what the host agents last reported (usage.go); its own
+	// lock, taken after mu when both are.
+	usage usageBook
+	// The slack policy (slack.go) and who is told the cluster's slack.
+	slackMargin float64
+	staleAfter  time.Duration
+	onSlack     func(resources.Resources)
+	// slackGauged: the hosts with slack gauges. Guarded by mu.
+	slackGauged map[string]bool
 
 	events chan TaskEvent
 	// hostsChanged is told when the backend's hosts changed (OnHostsChanged).
@@ -216,6 +235,17 @@ type Options struct {
 	// maintenance, or move between partitions). It is called with
 	// hostmgr's lock held and must not call back into hostmgr.
 	OnCapacity func(resources.ByPartition)
+	// SlackMargin is the fraction of each host's CPU and memory kept out
+	// of its slack (slack.go; default DefaultSlackMargin, 0.1). A
+	// negative value means none.
+	SlackMargin float64
+	// UsageStaleAfter is how old a host's last usage report may be and
+	// still count (default DefaultUsageStaleAfter, 15s): past it the host
+	// has no slack.
+	UsageStaleAfter time.Duration
+	// OnSlack, if set, is told the cluster's slack (ClusterSlack) when it
+	// changes, checked every second. It is called without hostmgr's lock.
+	OnSlack func(resources.Resources)
 }
 
 // NewManager wraps a backend. Call Start before use.
@@ -229,7 +259,17 @@ func NewManager(b Backend, opts Options) *Manager {
 	if opts.EventBuffer == 0 {
 		opts.EventBuffer = 1 << 16
 	}
+	switch {
+	case opts.SlackMargin == 0:
+		opts.SlackMargin = DefaultSlackMargin
+	case opts.SlackMargin < 0:
+		opts.SlackMargin = 0
+	}
+	if opts.UsageStaleAfter <= 0 {
+		opts.UsageStaleAfter = DefaultUsageStaleAfter
+	}
 	return &Manager{
+		slackMargin: opts.SlackMargin, staleAfter: opts.UsageStaleAfter, onSlack: opts.OnSlack,
 		backend: b, log: opts.Logger.With("component", "hostmgr"), now: time.Now, leaseTTL: opts.LeaseTTL,
 		hosts: map[string]*host{}, leases: map[string]*lease{}, taskHost: map[string]string{},
 		events: make(chan TaskEvent, opts.EventBuffer),
@@ -263,6 +303,13 @@ func (m *Manager) Start(ctx context.Context) error {
 		defer m.loops.Done()
 		m.maintLoop(ctx)
 	}()
+	if m.onSlack != nil {
+		m.loops.Add(1)
+		go func() {
+			defer m.loops.Done()
+			m.slackLoop(ctx)
+		}()
+	}
 	return nil
 }
 
@@ -297,6 +344,7 @@ func (m *Manager) refreshHosts() {
 		}
 	}
 	m.reorderLocked()
+	m.forgetUsageLocked()
 }
 
 // reorderLocked rebuilds what derives from the set of hosts.
@@ -436,11 +484,19 @@ func (m *Manager) AcquireHosts(f HostFilter) (string, []HostOffer) {
 		offers = append(offers, HostOffer{Name: name, Free: free, Capacity: h.info.Capacity, Labels: h.info.Labels,
 			Partition: h.info.Partition, JobCounts: jobCounts(h.jobs, f.Jobs)})
 	}
+	// What a host has free for the caller's runs: its capacity less what
+	// is held, or for revocable runs its slack left.
+	freeOf := func(h *host) resources.Resources {
+		if f.Revocable {
+			return m.slackLocked(h, now)
+		}
+		return h.info.Capacity.Sub(h.allocated)
+	}
 	// Hosts asked for by name first: a host leased here is skipped by the
 	// scan below, so it is never offered twice.
 	for _, name := range f.Hosts {
 		if h, ok := m.hosts[name]; ok && h.lease == "" && h.inService() && !h.info.Unschedulable {
-			take(name, h, h.info.Capacity.Sub(h.allocated))
+			take(name, h, freeOf(h))
 		}
 	}
 	named := len(offers)
@@ -452,7 +508,7 @@ func (m *Manager) AcquireHosts(f HostFilter) (string, []HostOffer) {
 		if h.lease != "" || !h.inService() || h.info.Unschedulable || !inPartitions(h.info.Partition, f.Partitions) {
 			continue
 		}
-		free := h.info.Capacity.Sub(h.allocated)
+		free := freeOf(h)
 		if free.MilliCPU == 0 || free.MemoryMB == 0 || !f.MinFree.FitsIn(free) {
 			continue
 		}
@@ -586,7 +642,12 @@ func (m *Manager) Commit(leaseID string, as []Assignment) error {
 			return fmt.Errorf("hostmgr: task %s already holds resources", a.TaskID)
 		}
 		seen[a.TaskID] = true
-		free := h.info.Capacity.Sub(h.allocated.Add(pending[a.Host]))
+		pk := a.Host
+		free := h.info.Capacity.Sub(h.allocated.Add(pending[pk]))
+		if a.Revocable {
+			pk = "revocable/" + a.Host
+			free = m.slackLocked(h, m.now()).Sub(pending[pk])
+		}
 		hj := hostJob{a.Host, a.JobID}
 		n := h.jobs[a.JobID] + pendingJob[hj]
 		if !Fits(a.Resources, a.MaxPerHost, free, n) {
@@ -595,18 +656,22 @@ func (m *Manager) Commit(leaseID string, as []Assignment) error {
 			}
 			return fmt.Errorf("%w: %s already holds %d runs of job %s, the most per host", ErrDoesNotFit, a.Host, n, a.JobID)
 		}
-		pending[a.Host] = pending[a.Host].Add(a.Resources)
+		pending[pk] = pending[pk].Add(a.Resources)
 		pendingJob[hj]++
 	}
 	for _, a := range as {
-		m.holdLocked(m.hosts[a.Host], a.TaskID, a.JobID, a.Resources)
+		m.holdLocked(m.hosts[a.Host], a.TaskID, a.JobID, a.Resources, a.Revocable)
 	}
 	return nil
 }
 
-func (m *Manager) holdLocked(h *host, taskID, jobID string, r resources.Resources) {
-	h.allocated = h.allocated.Add(r)
-	h.tasks[taskID] = hold{res: r, job: jobID}
+func (m *Manager) holdLocked(h *host, taskID, jobID string, r resources.Resources, revocable bool) {
+	if revocable {
+		h.revocable = h.revocable.Add(r)
+	} else {
+		h.allocated = h.allocated.Add(r)
+	}
+	h.tasks[taskID] = hold{res: r, job: jobID, revocable: revocable}
 	if jobID != "" {
 		h.jobs[jobID]++
 	}
@@ -630,6 +695,16 @@ func jobOfTaskID(taskID string) string {
 // Recover re-reserves resources for a run that was already placed before a
 // restart of the control plane.
 func (m *Manager) Recover(taskID, hostName string, r resources.Resources) {
+	m.recoverHold(taskID, hostName, r, false)
+}
+
+// RecoverRevocable is Recover for a revocable run: it holds the host's
+// slack, not its capacity.
+func (m *Manager) RecoverRevocable(taskID, hostName string, r resources.Resources) {
+	m.recoverHold(taskID, hostName, r, true)
+}
+
+func (m *Manager) recoverHold(taskID, hostName string, r resources.Resources, revocable bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	h, ok := m.hosts[hostName]
@@ -639,7 +714,7 @@ func (m *Manager) Recover(taskID, hostName string, r resources.Resources) {
 	if _, dup := m.taskHost[taskID]; dup {
 		return
 	}
-	m.holdLocked(h, taskID, jobOfTaskID(taskID), r)
+	m.holdLocked(h, taskID, jobOfTaskID(taskID), r, revocable)
 }
 
 // ReleaseTask frees a run's resources. Unknown runs are ignored. A draining
@@ -655,7 +730,11 @@ func (m *Manager) ReleaseTask(taskID string) {
 	delete(m.taskHost, taskID)
 	if h, ok := m.hosts[name]; ok {
 		t := h.tasks[taskID]
-		h.allocated = h.allocated.Sub(t.res)
+		if t.revocable {
+			h.revocable = h.revocable.Sub(t.res)
+		} else {
+			h.allocated = h.allocated.Sub(t.res)
+		}
 		delete(h.tasks, taskID)
 		if t.job != "" {
 			if h.jobs[t.job]--; h.jobs[t.job] <= 0 {
@@ -668,6 +747,7 @@ func (m *Manager) ReleaseTask(taskID string) {
 		if h.gone && len(h.tasks) == 0 {
 			delete(m.hosts, name)
 			m.reorderLocked()
+			m.forgetUsageLocked()
 		}
 	}
 }
@@ -831,15 +911,19 @@ func (m *Manager) ListHosts() []*pelotonv1.Host {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	out := make([]*pelotonv1.Host, 0, len(m.order))
+	now := m.now()
 	for _, name := range m.order {
-		out = append(out, hostProto(m.hosts[name]))
+		h := hostProto(m.hosts[name])
+		h.Usage = m.hostUsage(name)
+		h.Slack = m.slackLocked(m.hosts[name], now).ToProto()
+		out = append(out, h)
 	}
 	return out
 }
 
 func hostProto(h *host) *pelotonv1.Host {
 	return &pelotonv1.Host{
-		Name: h.info.Name, Capacity: h.info.Capacity.ToProto(), Allocated: h.allocated.ToProto(),
+		Name: h.info.Name, Capacity: h.info.Capacity.ToProto(), Allocated: h.allocated.ToProto(), Revocable: h.revocable.ToProto(),
 		Labels: h.info.Labels, Partition: h.info.Partition, State: h.state,
 		TaskCount: uint32(len(h.tasks)), MaintenanceMessage: hostMessage(h),
 		PartitionState: h.move, TargetPartition: h.target, PartitionMessage: moveMessage(h),

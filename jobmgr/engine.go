@@ -217,11 +217,15 @@ func (m *Manager) recover(ctx context.Context) error {
 			case isActive(t.rt.State):
 				runID := resmgr.RunTaskID(j.id, uint32(inst), t.rt.RunId)
 				r := j.resourcesOf(uint32(inst))
+				recoverHold := m.hm.Recover
+				if j.spec().GetSla().GetRevocable() {
+					recoverHold = m.hm.RecoverRevocable // it holds slack, not capacity
+				}
 				if t.rt.RestartInPlace && t.rt.DesiredRunId > t.rt.RunId {
 					// Its room was already moved to the run that follows.
-					m.hm.Recover(resmgr.RunTaskID(j.id, uint32(inst), t.rt.DesiredRunId), t.rt.Host, r)
+					recoverHold(resmgr.RunTaskID(j.id, uint32(inst), t.rt.DesiredRunId), t.rt.Host, r)
 				} else {
-					m.hm.Recover(runID, t.rt.Host, r)
+					recoverHold(runID, t.rt.Host, r)
 				}
 				m.rm.Recover(m.rmTask(j, uint32(inst), t.rt.RunId))
 				if ev, err := m.hm.Status(runID); err == nil {
@@ -765,6 +769,12 @@ func (m *Manager) applyEvent(ctx context.Context, ev hostmgr.TaskEvent, supersed
 	if ev.State == stLost && ev.Reason != hostmgr.ReasonLaunchBlocked && !foreign {
 		via = []ts{stLost}
 	}
+	// A revocable run its host's QoS controller killed ends KILLED, and
+	// runs again as preempted work does.
+	revoked := isTerminal(ev.State) && ev.State != stSucceeded && !foreign && j.spec().GetSla().GetRevocable() && m.hm.Revoked(ev.TaskID)
+	if revoked {
+		via = []ts{stKilled}
+	}
 	err := m.applyTaskVia(ctx, j, inst, persist, via, func(rt *pelotonv1.TaskStatus) error {
 		if rt.RunId != run {
 			return errSkip // an old run's late event
@@ -819,6 +829,9 @@ func (m *Manager) applyEvent(ctx context.Context, ev hostmgr.TaskEvent, supersed
 		switch {
 		case foreign:
 			foreignEnd(rt, ev, killedByUs)
+		case revoked && rt.GoalState != stKilled:
+			newRun(rt, rt.RunId+1, fmt.Sprintf("run %d was revoked: its host ran hot and its agent killed it (QoS); pending again", run))
+			rt.Reason = hostmgr.ReasonQoSRevoked
 		case rt.State == stPreempting && ev.State != stSucceeded && rt.GoalState != stKilled:
 			// Preempted: the instance waits for capacity again, with no failure counted.
 			newRun(rt, rt.RunId+1, fmt.Sprintf("run %d was preempted (%s); pending again", run, rt.Reason))
@@ -1103,6 +1116,12 @@ func launchBlockedBackoff(base time.Duration, n uint32) time.Duration {
 	return min(d, time.Minute)
 }
 
+// The environment a revocable run gets, besides the backend's own.
+const (
+	EnvRevocable = "PELOTON_REVOCABLE"
+	EnvPriority  = "PELOTON_PRIORITY"
+)
+
 // launchSpec is what the backend needs to run run `run` of instance inst
 // on host, on version v with resources r.
 func launchSpec(j *job, inst, run uint32, host string, v *jobVersion, r resources.Resources) hostmgr.LaunchSpec {
@@ -1110,6 +1129,12 @@ func launchSpec(j *job, inst, run uint32, host string, v *jobVersion, r resource
 	env := make(map[string]string, len(spec.Env))
 	for k, v := range spec.Env {
 		env[k] = v
+	}
+	// The host agent's QoS controller finds revocable runs, and which to
+	// kill first, by these (hostagent/qos.go).
+	delete(env, EnvRevocable)
+	if sla := v.spec.GetSla(); sla.GetRevocable() {
+		env[EnvRevocable], env[EnvPriority] = "true", strconv.FormatUint(uint64(sla.GetPriority()), 10)
 	}
 	ls := hostmgr.LaunchSpec{TaskID: resmgr.RunTaskID(j.id, inst, run), JobID: j.id, InstanceID: inst, RunID: run, Host: host,
 		Command: spec.Command, Env: env, Image: spec.Image, Resources: r, Pool: j.pool,

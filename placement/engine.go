@@ -63,10 +63,30 @@ func (e *Engine) Run(ctx context.Context) {
 
 // round places one batch of gangs. Every gang ends either placed (committed
 // in hostmgr and handed to resmgr) or returned to resmgr with a reason.
+// Revocable gangs are placed on their own, on hosts' slack rather than
+// their free capacity (hostmgr/slack.go).
 func (e *Engine) round(gangs []*resmgr.Gang) {
+	var regular, revocable []*resmgr.Gang
+	for _, g := range gangs {
+		if g.Tasks[0].Revocable {
+			revocable = append(revocable, g)
+		} else {
+			regular = append(regular, g)
+		}
+	}
+	if len(regular) > 0 {
+		e.placeRound(regular, false)
+	}
+	if len(revocable) > 0 {
+		e.placeRound(revocable, true)
+	}
+}
+
+func (e *Engine) placeRound(gangs []*resmgr.Gang, revocable bool) {
 	start := time.Now()
 	defer func() { metrics.PlacementLatency.Observe(time.Since(start).Seconds()) }()
 	f := hostFilter(gangs, e.maxHosts)
+	f.Revocable = revocable
 	leaseID, offers := e.hm.AcquireHosts(f)
 	// Place runs even without offers: it still tells the gangs that could
 	// never run (judged against every host's class) from those that wait.
@@ -79,7 +99,7 @@ func (e *Engine) round(gangs []*resmgr.Gang) {
 		as := make([]hostmgr.Assignment, len(d.Placed))
 		for i, p := range d.Placed {
 			as[i] = hostmgr.Assignment{TaskID: p.Task.RunTaskID(), JobID: p.Task.JobID, Host: p.Host,
-				Resources: p.Task.Resources, MaxPerHost: p.Task.Placement.GetMaxInstancesPerHost()}
+				Resources: p.Task.Resources, MaxPerHost: p.Task.Placement.GetMaxInstancesPerHost(), Revocable: revocable}
 		}
 		if err := e.hm.Commit(leaseID, as); err != nil {
 			e.log.Warn("placement commit refused; retrying the round's gangs", "err", err)

@@ -94,6 +94,9 @@ type Manager struct {
 	// is admitted against that partition's hosts only. Guarded by mu.
 	partCap   resources.ByPartition
 	partAlloc map[string]resources.Resources
+	// slack is the cluster's slack (SetSlack): what revocable work may
+	// hold in all. Guarded by mu.
+	slack resources.Resources
 
 	held       map[*Gang]struct{}
 	admitKick  chan struct{}
@@ -638,6 +641,19 @@ func (m *Manager) SetPartitionCapacity(c resources.ByPartition) {
 	}
 }
 
+// SetSlack tells resmgr the cluster's slack, what revocable work may hold
+// in all (hostmgr's Options.OnSlack): the resources other work holds but
+// does not use, as the host agents measure them.
+func (m *Manager) SetSlack(s resources.Resources) {
+	m.mu.Lock()
+	grew := !s.FitsIn(m.slack)
+	m.slack = s
+	m.mu.Unlock()
+	if grew {
+		m.kick()
+	}
+}
+
 func (m *Manager) kick() {
 	select {
 	case m.admitKick <- struct{}{}:
@@ -892,7 +908,8 @@ func (m *Manager) markVictims(vs []Victim) {
 func (m *Manager) hold(p *Pool, ts *taskState, add bool) {
 	r := ts.task.Resources
 	np := !ts.task.Preemptible && !ts.task.Revocable
-	if part := ts.task.Placement.GetPartition(); part != "" {
+	// Revocable work holds slack, not a partition's capacity.
+	if part := ts.task.Placement.GetPartition(); part != "" && !ts.task.Revocable {
 		if m.partAlloc == nil {
 			m.partAlloc = map[string]resources.Resources{}
 		}
@@ -951,7 +968,24 @@ const (
 	// partition the gang targets; waits for work there to end or hosts to
 	// join it.
 	blockPartition
+	// blockSlack: revocable work waits for slack (hostmgr/slack.go); it
+	// displaces nobody.
+	blockSlack
 )
+
+// revocableLimit is what pool p lets its revocable tasks hold in all
+// (spec.revocableLimit), zero when it sets no cap. The spec was checked
+// when the pool was written.
+func revocableLimit(p *Pool) resources.Resources {
+	if p.spec.GetRevocableLimit() == nil {
+		return resources.Resources{}
+	}
+	lim, err := resources.LimitFromProto(p.spec.GetRevocableLimit(), "spec.revocableLimit")
+	if err != nil {
+		return resources.Resources{}
+	}
+	return lim
+}
 
 // admissible says whether gang g may be admitted into leaf p now, and if not
 // what blocks it and why (in words for the user).
@@ -959,18 +993,9 @@ const (
 // Non-preemptible work runs only inside the pool's reservation, so it never
 // needs anyone preempted. Preemptible work may use the pool's entitlement,
 // which includes elastic capacity others do not need now. Revocable work
-// runs on whatever is idle, ignoring entitlement, and goes first.
+// runs on slack (hostmgr/slack.go): what other work holds but does not use,
+// apart from capacity, entitlement and limits; revocableLimit caps it.
 func (m *Manager) admissible(p *Pool, g *Gang) (blockKind, string) {
-	for n := p; n != nil; n = n.parent {
-		if k, ok := exceeds(n.Allocation, g.Resources, n.Limit); ok {
-			kind := blockPool
-			if n == p {
-				kind = blockLimit
-			}
-			return kind, fmt.Sprintf("waiting for admission: pool %s would exceed its %s limit of %s (%s in use, this task needs %s)",
-				n.Path, k, amount(k, n.Limit), amount(k, n.Allocation), amount(k, g.Resources))
-		}
-	}
 	var np, rev resources.Resources
 	for _, t := range g.Tasks {
 		switch {
@@ -978,6 +1003,21 @@ func (m *Manager) admissible(p *Pool, g *Gang) (blockKind, string) {
 			rev = rev.Add(t.Resources)
 		case !t.Preemptible:
 			np = np.Add(t.Resources)
+		}
+	}
+	// A pool's limit bounds what it holds of the cluster's capacity;
+	// revocable tasks hold slack, under revocableLimit (below).
+	if need := g.Resources.Sub(rev); !need.IsZero() {
+		for n := p; n != nil; n = n.parent {
+			held := n.Allocation.Sub(n.Revocable)
+			if k, ok := exceeds(held, need, n.Limit); ok {
+				kind := blockPool
+				if n == p {
+					kind = blockLimit
+				}
+				return kind, fmt.Sprintf("waiting for admission: pool %s would exceed its %s limit of %s (%s in use, this task needs %s)",
+					n.Path, k, amount(k, n.Limit), amount(k, held), amount(k, need))
+			}
 		}
 	}
 	if k, ok := exceeds(p.NonPreemptible, np, p.Reservation); !np.IsZero() && ok {
@@ -991,9 +1031,29 @@ func (m *Manager) admissible(p *Pool, g *Gang) (blockKind, string) {
 		return blockEntitlement, fmt.Sprintf("waiting for admission: pool %s is at its entitlement and lacks %s %s (entitled to %s, %s in use, this task needs %s)",
 			p.Path, amount(k, used.Add(entitled).Sub(p.Entitlement)), k, amount(k, p.Entitlement), amount(k, used), amount(k, entitled))
 	}
-	if k, ok := exceeds(m.root.Allocation, g.Resources, m.capacity); ok {
+	// Revocable work holds slack, apart from capacity (hostmgr/slack.go).
+	held := m.root.Allocation.Sub(m.root.Revocable)
+	if k, ok := exceeds(held, entitled, m.capacity); !entitled.IsZero() && ok {
 		return blockCapacity, fmt.Sprintf("waiting for admission: the cluster is full and lacks %s %s (capacity %s, %s in use, this task needs %s); reclaiming from pools over their entitlement",
-			amount(k, m.root.Allocation.Add(g.Resources).Sub(m.capacity)), k, amount(k, m.capacity), amount(k, m.root.Allocation), amount(k, g.Resources))
+			amount(k, held.Add(entitled).Sub(m.capacity)), k, amount(k, m.capacity), amount(k, held), amount(k, entitled))
+	}
+	if !rev.IsZero() {
+		for n := p; n != nil; n = n.parent {
+			if lim := revocableLimit(n); !lim.IsZero() {
+				if k, ok := exceeds(n.Revocable, rev, lim); ok {
+					return blockPool, fmt.Sprintf("waiting for admission: pool %s caps its revocable tasks at %s %s (spec.revocableLimit; %s in use, this task needs %s)",
+						n.Path, amount(k, lim), k, amount(k, n.Revocable), amount(k, rev))
+				}
+			}
+		}
+		if k, ok := exceeds(m.root.Revocable, rev, m.slack); ok {
+			return blockSlack, fmt.Sprintf("waiting for slack: revocable tasks run on what other work holds but does not use, as the host agents measure it; "+
+				"the cluster has %s %s of slack, revocable tasks hold %s, this task needs %s",
+				amount(k, m.slack), k, amount(k, m.root.Revocable), amount(k, rev))
+		}
+		if entitled.IsZero() {
+			return blockNone, ""
+		}
 	}
 	// A partition with no host in service at all is left to placement,
 	// which tells the user that no host is in it.

@@ -147,6 +147,11 @@ func specToNode(spec *pelotonv1.PoolSpec) (res, limit, share resources.Resources
 	if limit, err = resources.LimitFromProto(spec.Limit, "spec.limit"); err != nil {
 		return
 	}
+	if spec.RevocableLimit != nil {
+		if _, err = resources.LimitFromProto(spec.RevocableLimit, "spec.revocableLimit"); err != nil {
+			return
+		}
+	}
 	share = resources.Resources{MilliCPU: 1000, MemoryMB: 1000, DiskMB: 1000, GPU: 1000}
 	if spec.Share != nil {
 		// proto3 cannot tell an unset kind from 0, so a 0 kind means "unset"

@@ -30,8 +30,10 @@ type candidate struct {
 	ts *taskState
 }
 
-// victimOrder sorts candidates in the order they should go: revocable first,
-// then lowest priority, then most recently admitted (the least work lost).
+// victimOrder sorts candidates in the order they should go: lowest
+// priority, then most recently admitted (the least work lost); revocable
+// first, should any be among them (the planners leave them out: they hold
+// slack, not capacity).
 func victimOrder(cs []*taskState) {
 	sort.Slice(cs, func(i, j int) bool {
 		a, b := cs[i], cs[j]
@@ -96,21 +98,24 @@ func pickVictims(cs []*taskState, need resources.Resources, filter func(*taskSta
 // planReclaim chooses the tasks that over-entitled leaf pools must give back
 // because some other pool waits for capacity it is entitled to. A pool over
 // its entitlement while nobody waits keeps its elastic capacity. Each victim
-// pool loses just enough of its preemptible work (revocable first, lowest
-// priority, newest) to come back to its entitlement. Tasks already being
-// preempted count as freed. Pure: it reads the tree and returns a decision.
+// pool loses just enough of its preemptible work (lowest priority, newest)
+// to come back to its entitlement. Tasks already being preempted count as
+// freed. Revocable tasks hold slack, not capacity (hostmgr/slack.go):
+// taking them back frees nothing another pool could use, so they are
+// neither counted nor chosen. Pure: it reads the tree and returns a
+// decision.
 func planReclaim(leaves []*Pool, waiting []*Pool) []Victim {
 	if len(waiting) == 0 {
 		return nil
 	}
 	var out []Victim
 	for _, p := range leaves {
-		held := p.Allocation.Sub(p.preempting)
+		held := p.Allocation.Sub(p.Revocable).Sub(p.preempting)
 		excess := held.Sub(p.Entitlement)
 		if excess.IsZero() {
 			continue
 		}
-		cs := p.runningCandidates(func(ts *taskState) bool { return ts.task.Preemptible || ts.task.Revocable })
+		cs := p.runningCandidates(func(ts *taskState) bool { return ts.task.Preemptible && !ts.task.Revocable })
 		victimOrder(cs)
 		picked := pickVictims(cs, excess, func(*taskState) bool { return true })
 		if picked == nil {
@@ -130,7 +135,7 @@ func greedy(cs []*taskState, need resources.Resources) []*taskState {
 	var out []*taskState
 	var freed resources.Resources
 	for _, c := range cs {
-		if !(c.task.Preemptible || c.task.Revocable) || !helps(c.task.Resources, need.Sub(freed)) {
+		if !c.task.Preemptible || c.task.Revocable || !helps(c.task.Resources, need.Sub(freed)) {
 			continue
 		}
 		out = append(out, c)
@@ -145,7 +150,7 @@ func greedy(cs []*taskState, need resources.Resources) []*taskState {
 // entitlement, or its own limit). Only strictly lower priorities are
 // displaced, and only if displacing them is enough to admit g.
 func planPriority(p *Pool, g *Gang, ceiling resources.Resources) []Victim {
-	held := p.Allocation.Sub(p.preempting)
+	held := p.Allocation.Sub(p.Revocable).Sub(p.preempting)
 	need := held.Add(g.Resources).Sub(ceiling)
 	if need.IsZero() {
 		return nil
@@ -154,7 +159,7 @@ func planPriority(p *Pool, g *Gang, ceiling resources.Resources) []Victim {
 	// whose best waiting gang its entitlement refuses, under the manager's
 	// lock, and usually no running task has a lower priority at all.
 	cs := p.runningCandidates(func(ts *taskState) bool {
-		return (ts.task.Preemptible || ts.task.Revocable) && ts.task.Priority < g.Priority
+		return ts.task.Preemptible && !ts.task.Revocable && ts.task.Priority < g.Priority
 	})
 	if len(cs) == 0 {
 		return nil

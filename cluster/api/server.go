@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/peloton-sched/peloton/hostmgr"
@@ -36,6 +37,7 @@ type Server struct {
 	pelotonv1.UnimplementedPoolServiceServer
 	pelotonv1.UnimplementedHostServiceServer
 	pelotonv1.UnimplementedUpdateServiceServer
+	pelotonv1.UnimplementedHostAgentServiceServer
 
 	jm  *jobmgr.Manager
 	rm  *resmgr.Manager
@@ -44,7 +46,16 @@ type Server struct {
 	// ready, if set, says whether the stack can do its work now (the store
 	// answers); /readyz reports it.
 	ready func(context.Context) error
+	// ending is closed by EndStreams: long-lived streams (host agents'
+	// reports) end at once.
+	ending  chan struct{}
+	endOnce sync.Once
 }
+
+// EndStreams ends the host agents' report streams (their agents report
+// again to whoever serves next): a graceful stop of the gRPC server would
+// otherwise wait for them until its deadline.
+func (s *Server) EndStreams() { s.endOnce.Do(func() { close(s.ending) }) }
 
 // SetReadiness sets the check behind /readyz: nil when the stack can serve,
 // else why not. It must answer within a second or two.
@@ -52,7 +63,7 @@ func (s *Server) SetReadiness(f func(context.Context) error) { s.ready = f }
 
 // NewServer builds the API over the cluster stack's managers.
 func NewServer(jm *jobmgr.Manager, rm *resmgr.Manager, hm *hostmgr.Manager, log *slog.Logger) *Server {
-	return &Server{jm: jm, rm: rm, hm: hm, log: log.With("component", "api")}
+	return &Server{jm: jm, rm: rm, hm: hm, log: log.With("component", "api"), ending: make(chan struct{})}
 }
 
 // GRPCServer returns a grpc.Server with every service registered, request
@@ -69,6 +80,7 @@ func (s *Server) GRPCServer(opts ...grpc.ServerOption) *grpc.Server {
 	pelotonv1.RegisterPoolServiceServer(g, s)
 	pelotonv1.RegisterHostServiceServer(g, s)
 	pelotonv1.RegisterUpdateServiceServer(g, s)
+	pelotonv1.RegisterHostAgentServiceServer(g, s)
 	return g
 }
 

@@ -50,6 +50,11 @@ const ns = "peloton"
 // clusters' APIs only: it must have no Kubernetes rights at all.
 const federationAccount = "peloton-federation"
 
+// hostagentAccount is the service account of the host agents' DaemonSet
+// (hostagent-daemonset.yaml): they read their node's /proc and cgroups
+// and talk to the cluster's API only, so it has no rights either.
+const hostagentAccount = "peloton-hostagent"
+
 // serviceAccountGroups are the groups the apiserver puts a service account
 // of ns in when it authenticates with its token. Rights bound to a group
 // are rights too, so the federation's checks ask with them.
@@ -385,40 +390,42 @@ func TestManifestsOnARealAPIServer(t *testing.T) {
 		}
 	})
 
-	t.Run("federation-rbac", func(t *testing.T) {
+	t.Run("no-rights-accounts", func(t *testing.T) {
 		rbacObjs := applyRBAC(t)
-		checkFederationAccount(ctx, t, c.Config, c.Client, objs, rbacObjs)
+		checkNoRightsAccount(ctx, t, c.Config, c.Client, objs, rbacObjs, federationAccount, "the federation")
+		checkNoRightsAccount(ctx, t, c.Config, c.Client, objs, rbacObjs, hostagentAccount, "the host agent")
 	})
 }
 
-// checkFederationAccount: the federation's service account exists, mounts
+// checkNoRightsAccount: the service account of who (the federation, the
+// host agent) exists, mounts
 // no token, is the subject of no binding, and the apiserver's authorizer
 // gives it nothing: not one of the rights the cluster's account has or is
 // refused, and, rule for rule, no more than an account no binding names
 // (what every authenticated client may do: discovery and asking about its
 // own rights).
-func checkFederationAccount(ctx context.Context, t *testing.T, admin *rest.Config, client kubernetes.Interface, objs, rbacObjs []object) {
-	user := "system:serviceaccount:" + ns + ":" + federationAccount
+func checkNoRightsAccount(ctx context.Context, t *testing.T, admin *rest.Config, client kubernetes.Interface, objs, rbacObjs []object, account, who string) {
+	user := "system:serviceaccount:" + ns + ":" + account
 	found := false
 	for _, o := range objs {
 		switch {
-		case o.u.GetKind() == "ServiceAccount" && o.u.GetNamespace() == ns && o.u.GetName() == federationAccount:
+		case o.u.GetKind() == "ServiceAccount" && o.u.GetNamespace() == ns && o.u.GetName() == account:
 			found = true
 			if mount, ok, _ := unstructured.NestedBool(o.u.Object, "automountServiceAccountToken"); !ok || mount {
-				t.Errorf("%s: automountServiceAccountToken is not false; the federation needs no Kubernetes token", o)
+				t.Errorf("%s: automountServiceAccountToken is not false; %s needs no Kubernetes token", o, who)
 			}
-		case o.u.GetKind() == "Deployment":
+		case o.u.GetKind() == "Deployment" || o.u.GetKind() == "DaemonSet":
 			sa, _, _ := unstructured.NestedString(o.u.Object, "spec", "template", "spec", "serviceAccountName")
-			if sa != federationAccount {
+			if sa != account {
 				continue
 			}
 			if mount, ok, _ := unstructured.NestedBool(o.u.Object, "spec", "template", "spec", "automountServiceAccountToken"); ok && mount {
-				t.Errorf("%s: mounts the token of %s", o, federationAccount)
+				t.Errorf("%s: mounts the token of %s", o, account)
 			}
 		}
 	}
 	if !found {
-		t.Fatalf("no ServiceAccount %s/%s among the manifests", ns, federationAccount)
+		t.Fatalf("no ServiceAccount %s/%s among the manifests", ns, account)
 	}
 	for _, o := range rbacObjs {
 		var subjects []rbacv1.Subject
@@ -439,8 +446,8 @@ func checkFederationAccount(ctx context.Context, t *testing.T, admin *rest.Confi
 			continue
 		}
 		for _, s := range subjects {
-			if (s.Kind == "ServiceAccount" && s.Name == federationAccount) || (s.Kind != "ServiceAccount" && s.Name == user) || (s.Kind == "Group" && slices.Contains(serviceAccountGroups, s.Name)) {
-				t.Errorf("%s: binds %s %s; the federation must have no Kubernetes rights", o, s.Kind, s.Name)
+			if (s.Kind == "ServiceAccount" && s.Name == account) || (s.Kind != "ServiceAccount" && s.Name == user) || (s.Kind == "Group" && slices.Contains(serviceAccountGroups, s.Name)) {
+				t.Errorf("%s: binds %s %s; %s must have no Kubernetes rights", o, s.Kind, s.Name, who)
 			}
 		}
 	}
@@ -461,7 +468,7 @@ func checkFederationAccount(ctx context.Context, t *testing.T, admin *rest.Confi
 			t.Fatal(err)
 		}
 		if sar.Status.Allowed {
-			t.Errorf("the federation's service account may %s; it must have no rights", a)
+			t.Errorf("the service account of %s may %s; it must have no rights", who, a)
 		}
 	}
 
@@ -496,7 +503,7 @@ func checkFederationAccount(ctx context.Context, t *testing.T, admin *rest.Confi
 	nobody := "system:serviceaccount:" + ns + ":no-binding-names-this"
 	for _, namespace := range []string{ns, "default"} {
 		if got, base := rules(user, namespace), rules(nobody, namespace); got != base {
-			t.Errorf("in namespace %s the federation's service account may\n%s\nbut an account no binding names only\n%s", namespace, got, base)
+			t.Errorf("in namespace %s the service account of %s may\n%s\nbut an account no binding names only\n%s", namespace, who, got, base)
 		}
 	}
 }

@@ -185,3 +185,52 @@ func init() {
 	Registry.MustRegister(FederationClusterState, FederationClusterTransitions, FederationPoolRepairs,
 		FederationPoolPropagation, FederationJobs, FederationServices, FederationSLA, FederationSLALatency, SLAFallback)
 }
+
+// What host agents report (hostmgr/usage.go). A host's report age is
+// time() - peloton_host_usage_report_timestamp_seconds.
+var (
+	// HostCPUUsed is each host's CPU in use, in cores, as last reported.
+	HostCPUUsed = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "peloton", Subsystem: "host", Name: "cpu_used_cores",
+		Help: "CPU in use on each host, in cores, as its agent last reported.",
+	}, []string{"host"})
+	// HostMemoryUsed is each host's memory in use, in bytes.
+	HostMemoryUsed = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "peloton", Subsystem: "host", Name: "memory_used_bytes",
+		Help: "Memory in use on each host, in bytes, as its agent last reported.",
+	}, []string{"host"})
+	// HostReportTime is when the stack took each host's last report.
+	HostReportTime = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "peloton", Subsystem: "host", Name: "usage_report_timestamp_seconds",
+		Help: "Unix time at which the stack took each host's last usage report; its age is time() minus this.",
+	}, []string{"host"})
+	// HostReports counts host agents' reports by what became of them:
+	// "taken", "duplicate" (resent, at or below the last sequence taken),
+	// "refused" (unknown host or malformed).
+	HostReports = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "peloton", Subsystem: "host", Name: "usage_reports_total",
+		Help: "Host agents' usage reports, by what became of them: taken, duplicate, refused.",
+	}, []string{"result"})
+)
+
+// HostQoSKills counts the revocable runs each host's QoS controller
+// killed because the host ran hot; HostSlackCPU and HostSlackMemory are
+// what revocable work may still take there (hostmgr/slack.go).
+var (
+	HostQoSKills = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "peloton", Subsystem: "host", Name: "qos_kills_total",
+		Help: "Revocable runs a host agent's QoS controller killed because the host ran hot.",
+	}, []string{"host"})
+	HostSlackCPU = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "peloton", Subsystem: "host", Name: "slack_cpu_cores",
+		Help: "CPU revocable work may still take on each host (held but unused by other work, less the margin and what revocable runs hold).",
+	}, []string{"host"})
+	HostSlackMemory = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "peloton", Subsystem: "host", Name: "slack_memory_bytes",
+		Help: "Memory revocable work may still take on each host, in bytes.",
+	}, []string{"host"})
+)
+
+func init() {
+	Registry.MustRegister(HostCPUUsed, HostMemoryUsed, HostReportTime, HostReports, HostQoSKills, HostSlackCPU, HostSlackMemory)
+}

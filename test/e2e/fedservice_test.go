@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -135,9 +136,14 @@ func TestFederatedServiceOfProcesses(t *testing.T) {
 	api := dialFederation(t, fed.addr)
 	clis := map[string]*client.Client{}
 	for _, name := range []string{"a", "b", "c"} {
+		// Runs outlive a killed stack (it adopts them when it restarts):
+		// once the stack is killed (the cleanup registered after this one
+		// runs first), its runs are.
+		dataDir := t.TempDir()
+		t.Cleanup(func() { killRunsUnder(t, dataDir) })
 		d := startDaemon(t, name, bin, "peloton is ready: grpc ", "serve", "cluster", "--cluster-name", name,
 			"--etcd-endpoints", endpoints, "--federation", fed.addr, "--backend", "local", "--hosts", "1",
-			"--host-cpu", "8", "--host-memory-mb", "8192", "--data-dir", t.TempDir(),
+			"--host-cpu", "8", "--host-memory-mb", "8192", "--data-dir", dataDir,
 			"--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--log-level", "warn")
 		cli, err := client.New(d.addr, client.Options{Timeout: 5 * time.Second})
 		if err != nil {
@@ -419,4 +425,26 @@ func TestFederatedServiceOfProcesses(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// killRunsUnder SIGKILLs the processes of the local backend's runs whose
+// sandbox is under dir (their PELOTON_SANDBOX says so).
+func killRunsUnder(t *testing.T, dir string) {
+	t.Helper()
+	pids, err := filepath.Glob("/proc/[0-9]*/environ")
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	want := []byte("PELOTON_SANDBOX=" + dir + "/")
+	for _, p := range pids {
+		env, err := os.ReadFile(p)
+		if err != nil || !bytes.Contains(env, want) {
+			continue
+		}
+		var pid int
+		if _, err := fmt.Sscanf(p, "/proc/%d/environ", &pid); err == nil {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
 }

@@ -60,6 +60,11 @@ type stackOpts struct {
 	sla sla.Evaluator
 	// etcd, if set, are the endpoints of an external etcd (none embedded).
 	etcd []string
+	// agentInterval is the in-process host agents' report interval (local
+	// backend; 0: their default).
+	agentInterval time.Duration
+	// configure, if set, changes the stack's config last.
+	configure func(*cluster.Config)
 }
 
 // startStack starts Peloton on loopback ports chosen by the kernel, with its
@@ -95,6 +100,10 @@ func startStack(t *testing.T, dataDir string, o stackOpts) *stack {
 	cfg.Kube = o.kube
 	cfg.SLA = o.sla
 	cfg.EtcdEndpoints = o.etcd
+	cfg.HostAgentInterval = o.agentInterval
+	if o.configure != nil {
+		o.configure(&cfg)
+	}
 	go func() { s.done <- cluster.Run(ctx, cfg) }()
 	select {
 	case s.ready = <-readyCh:

@@ -135,6 +135,8 @@ func podEnv(t *testing.T, c corev1.Container, cm corev1.ConfigMap, namespace str
 				env[e.Name] = podIP
 			case "metadata.namespace":
 				env[e.Name] = namespace
+			case "spec.nodeName":
+				env[e.Name] = nodeName
 			default:
 				t.Fatalf("env %s: the test does not know field %s", e.Name, p)
 			}
@@ -808,4 +810,68 @@ func (uf *unitFile) command(t *testing.T) []string {
 		out = append(out, w)
 	}
 	return out
+}
+
+// nodeName is the node a DaemonSet's pod runs on, as the test fills it in.
+const nodeName = "node-7"
+
+// TestHostagentDaemonSetArgs runs the DaemonSet's command line through the
+// CLI: an agent per node, named as its node, reporting to the cluster's
+// Service, reading the node's /proc and cgroups where the pod mounts them.
+func TestHostagentDaemonSetArgs(t *testing.T) {
+	var sa corev1.ServiceAccount
+	var ds appsv1.DaemonSet
+	var svc corev1.Service
+	var cm corev1.ConfigMap
+	readManifests(t, "hostagent-daemonset.yaml", &sa, &ds)
+	readManifest(t, "service.yaml", &svc)
+	readManifest(t, "config.yaml", &cm)
+	pod := ds.Spec.Template.Spec
+	if len(pod.Containers) != 1 {
+		t.Fatalf("DaemonSet %s: %d containers", ds.Name, len(pod.Containers))
+	}
+	c := pod.Containers[0]
+	args := expandArgs(t, c.Args, podEnv(t, c, cm, ds.Namespace, nil))
+
+	var out, errb bytes.Buffer
+	a := newApp(&out, &errb)
+	a.getenv = func(string) string { return "" }
+	var got agentRun
+	a.runAgent = func(_ context.Context, run agentRun, _ io.Writer) error { got = run; return nil }
+	if code := execute(a, args, strings.NewReader("")); code != exitOK {
+		t.Fatalf("peloton %q: exit %d, stderr %q", args, code, errb.String())
+	}
+	if got.Config.Host != nodeName || got.Config.Virtual || got.Config.Interval != 5*time.Second {
+		t.Errorf("agent %+v; want host %s, not virtual, every 5s", got.Config, nodeName)
+	}
+	// The cluster's Service, on its gRPC port.
+	host, port, err := net.SplitHostPort(got.Server)
+	if err != nil || host != svc.Name+"."+ds.Namespace+".svc" {
+		t.Errorf("--server %q; want the Service %s.%s.svc", got.Server, svc.Name, ds.Namespace)
+	}
+	grpcPort := ""
+	for _, p := range svc.Spec.Ports {
+		if p.Name == "grpc" {
+			grpcPort = fmt.Sprint(p.Port)
+		}
+	}
+	if port != grpcPort {
+		t.Errorf("--server port %s; the Service serves gRPC on %s", port, grpcPort)
+	}
+	// The node's /proc and cgroups, read-only, where --root says.
+	mounts := map[string]bool{}
+	for _, m := range c.VolumeMounts {
+		if !m.ReadOnly {
+			t.Errorf("mount %s is writable; the agent only reads the node", m.MountPath)
+		}
+		mounts[m.MountPath] = true
+	}
+	for _, dir := range []string{"proc", "sys/fs/cgroup"} {
+		if !mounts[filepath.Join(got.Root, dir)] {
+			t.Errorf("--root %s: nothing mounted at %s", got.Root, filepath.Join(got.Root, dir))
+		}
+	}
+	if !pod.HostPID || pod.ServiceAccountName != sa.Name || sa.AutomountServiceAccountToken == nil || *sa.AutomountServiceAccountToken {
+		t.Errorf("pod: hostPID %v, service account %s (token mounted: %v); want the node's processes and no token", pod.HostPID, pod.ServiceAccountName, sa.AutomountServiceAccountToken)
+	}
 }

@@ -195,6 +195,6 @@ func (a *app) hostsCommand(use, short string, do func(context.Context, *client, 
 // showHosts prints a response listing hosts in the -o format.
 func showHosts(p *printer, resp proto.Message, hosts []*pelotonv1.Host) error {
 	return p.list(resp, "hosts", len(hosts), func(w io.Writer, wide bool) {
-		writeHostTable(w, hosts, wide)
+		writeHostTable(w, hosts, wide, time.Now())
 	})
 }

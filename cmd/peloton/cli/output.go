@@ -191,15 +191,16 @@ func writeTaskTable(w io.Writer, tasks []*pelotonv1.Task, wide bool) {
 }
 
 // writeTaskColumns is writeTaskTable with the long-running columns (spec
-// version, health, bound host, ports) asked for separately: `task get`
-// always shows them.
+// version, health, bound host, ports, and the run's usage as its host
+// agent last reported it) asked for separately: `task get` always shows
+// them.
 func writeTaskColumns(w io.Writer, tasks []*pelotonv1.Task, wide, long bool) {
 	head := []string{"INSTANCE", "TASK ID", "STATE", "HOST", "EXIT", "REASON"}
 	if wide {
 		head = append(head, "GOAL", "RUN", "FAILURES")
 	}
 	if long {
-		head = append(head, "SPEC VERSION", "HEALTH", "BOUND HOST", "PORTS")
+		head = append(head, "SPEC VERSION", "HEALTH", "BOUND HOST", "PORTS", "CPU USED", "MEM USED")
 	}
 	if wide {
 		head = append(head, "MESSAGE")
@@ -228,7 +229,11 @@ func writeTaskColumns(w io.Writer, tasks []*pelotonv1.Task, wide, long bool) {
 			)
 		}
 		if long {
-			cells = append(cells, specVersionCell(st), healthCell(st.GetHealth()), st.GetBoundHost(), ports(st.GetPorts()))
+			cpuUsed, memUsed := "", ""
+			if u := st.GetUsage(); u != nil {
+				cpuUsed, memUsed = strconv.FormatFloat(u.GetCpu(), 'f', 2, 64), strconv.FormatInt(u.GetMemoryUsedMb(), 10)
+			}
+			cells = append(cells, specVersionCell(st), healthCell(st.GetHealth()), st.GetBoundHost(), ports(st.GetPorts()), cpuUsed, memUsed)
 		}
 		if wide {
 			cells = append(cells, st.GetMessage())
@@ -321,10 +326,16 @@ func number(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
 
 // writeHostTable writes hosts as a table with used/total cpu and memory and
 // what maintenance is doing.
-func writeHostTable(w io.Writer, hosts []*pelotonv1.Host, _ bool) {
-	fmt.Fprintln(w, "NAME\tSTATE\tPARTITION\tCPU\tMEM\tTASKS\tLABELS\tMESSAGE")
+func writeHostTable(w io.Writer, hosts []*pelotonv1.Host, _ bool, now time.Time) {
+	fmt.Fprintln(w, "NAME\tSTATE\tPARTITION\tCPU\tMEM\tTASKS\tCPU USED\tMEM USED\tREPORTED\tLABELS\tMESSAGE")
 	for _, h := range hosts {
 		used, total := h.GetAllocated(), h.GetCapacity()
+		cpuUsed, memUsed, reported := "", "", ""
+		if u := h.GetUsage(); u != nil {
+			cpuUsed = strconv.FormatFloat(u.GetCpu(), 'f', 2, 64)
+			memUsed = strconv.FormatInt(u.GetMemoryUsedMb(), 10)
+			reported = ago(u.GetReceiveTime(), now)
+		}
 		row(w,
 			h.GetName(),
 			h.GetState().String(),
@@ -332,6 +343,7 @@ func writeHostTable(w io.Writer, hosts []*pelotonv1.Host, _ bool) {
 			number(used.GetCpu())+"/"+number(total.GetCpu()),
 			number(used.GetMemoryMb())+"/"+number(total.GetMemoryMb()),
 			strconv.FormatUint(uint64(h.GetTaskCount()), 10),
+			cpuUsed, memUsed, reported,
 			labels(h.GetLabels()),
 			hostMessage(h),
 		)

@@ -203,6 +203,8 @@ func TestPoolAndHostTables(t *testing.T) {
 		Allocated: &pelotonv1.Resources{Cpu: 1.5, MemoryMb: 512},
 		Labels:    map[string]string{"zone": "a", "rack": "r1"},
 		TaskCount: 3,
+		Usage: &pelotonv1.HostUsage{Cpu: 0.934, MemoryUsedMb: 120,
+			ReceiveTime: timestamppb.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))},
 	}, {
 		Name:               "host-1",
 		State:              pelotonv1.HostState_HOST_DRAINING,
@@ -210,11 +212,11 @@ func TestPoolAndHostTables(t *testing.T) {
 		Allocated:          &pelotonv1.Resources{Cpu: 1, MemoryMb: 64},
 		TaskCount:          2,
 		MaintenanceMessage: "draining: 2 tasks left",
-	}}, false)
+	}}, false, time.Date(2026, 1, 1, 0, 0, 3, 0, time.UTC))
 	want = "" +
-		"NAME\tSTATE\tPARTITION\tCPU\tMEM\tTASKS\tLABELS\tMESSAGE\n" +
-		"host-0\tHOST_UP\t-\t1.5/8\t512/16384\t3\track=r1,zone=a\t-\n" +
-		"host-1\tHOST_DRAINING\t-\t1/8\t64/16384\t2\t-\tdraining: 2 tasks left\n"
+		"NAME\tSTATE\tPARTITION\tCPU\tMEM\tTASKS\tCPU USED\tMEM USED\tREPORTED\tLABELS\tMESSAGE\n" +
+		"host-0\tHOST_UP\t-\t1.5/8\t512/16384\t3\t0.93\t120\t3s ago\track=r1,zone=a\t-\n" +
+		"host-1\tHOST_DRAINING\t-\t1/8\t64/16384\t2\t-\t-\t-\t-\tdraining: 2 tasks left\n"
 	if buf.String() != want {
 		t.Errorf("host rows:\n%q\nwant\n%q", buf.String(), want)
 	}
@@ -292,14 +294,15 @@ func TestTaskLongRunningColumns(t *testing.T) {
 	svc.Status.SpecVersion, svc.Status.DesiredSpecVersion = 2, 3
 	svc.Status.Health = pelotonv1.HealthState_HEALTHY
 	svc.Status.Ports = map[string]uint32{"http": 31000, "admin": 8081}
+	svc.Status.Usage = &pelotonv1.TaskUsage{Cpu: 1.004, MemoryUsedMb: 64}
 	batch := makeTask("7f3c", 1, pelotonv1.TaskState_RUNNING)
 	batch.Status.SpecVersion = 1
 	var buf bytes.Buffer
 	writeTaskColumns(&buf, []*pelotonv1.Task{svc, batch}, false, true)
 	want := "" +
-		"INSTANCE\tTASK ID\tSTATE\tHOST\tEXIT\tREASON\tSPEC VERSION\tHEALTH\tBOUND HOST\tPORTS\n" +
-		"0\t7f3c-0-1\tRUNNING\thost-1\t-\t-\t2->3\tHEALTHY\thost-1\tadmin=8081,http=31000\n" +
-		"1\t7f3c-1-1\tRUNNING\t-\t-\t-\t1\t-\t-\t-\n"
+		"INSTANCE\tTASK ID\tSTATE\tHOST\tEXIT\tREASON\tSPEC VERSION\tHEALTH\tBOUND HOST\tPORTS\tCPU USED\tMEM USED\n" +
+		"0\t7f3c-0-1\tRUNNING\thost-1\t-\t-\t2->3\tHEALTHY\thost-1\tadmin=8081,http=31000\t1.00\t64\n" +
+		"1\t7f3c-1-1\tRUNNING\t-\t-\t-\t1\t-\t-\t-\t-\t-\n"
 	if buf.String() != want {
 		t.Errorf("task rows:\n%q\nwant\n%q", buf.String(), want)
 	}

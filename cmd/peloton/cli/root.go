@@ -61,8 +61,10 @@ type app struct {
 	runCluster func(context.Context, cluster.Config) error
 	// runFederation runs the federation (serve federation, up).
 	runFederation func(context.Context, federation.Config) error
-	poll          time.Duration
-	updatePoll    time.Duration
+	// runAgent runs a host agent (serve hostagent).
+	runAgent   func(context.Context, agentRun, io.Writer) error
+	poll       time.Duration
+	updatePoll time.Duration
 }
 
 func newApp(stdout, stderr io.Writer) *app {
@@ -72,6 +74,7 @@ func newApp(stdout, stderr io.Writer) *app {
 		getenv:        os.Getenv,
 		runCluster:    cluster.Run,
 		runFederation: federation.Run,
+		runAgent:      runHostAgent,
 		poll:          defaultPoll,
 		updatePoll:    defaultUpdatePoll,
 	}

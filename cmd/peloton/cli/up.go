@@ -43,8 +43,14 @@ type serverFlags struct {
 	logLevel      string
 	shutdownGrace time.Duration
 	reclaimDelay  time.Duration
-	engines       int
-	kube          kubeFlags
+	// Host agents and slack (hostagent/, hostmgr/slack.go).
+	hostAgents      bool
+	agentInterval   time.Duration
+	slackMargin     float64
+	usageStaleAfter time.Duration
+	qos             qosFlags
+	engines         int
+	kube            kubeFlags
 	// Federation: serve cluster registers with --federation; up runs one
 	// (fed) over --clusters.
 	federation    string
@@ -112,6 +118,11 @@ func (f *serverFlags) register(fs *pflag.FlagSet, embedded bool) {
 	fs.DurationVar(&f.shutdownGrace, "shutdown-grace", 10*time.Second, "how long a graceful shutdown may take")
 	fs.IntVar(&f.engines, "placement-engines", 1, "placement engines running at once (active-active; leases keep them apart)")
 	fs.DurationVar(&f.reclaimDelay, "reclaim-delay", time.Second, "how long a pool must wait for its entitled share before pools over their entitlement are preempted for it")
+	fs.BoolVar(&f.hostAgents, "host-agents", true, "run a host agent in this process for each local virtual host, reporting its runs' usage (local backend; other hosts run \"peloton serve hostagent\")")
+	fs.DurationVar(&f.agentInterval, "host-agent-interval", 5*time.Second, "how often the in-process host agents report")
+	fs.Float64Var(&f.slackMargin, "slack-margin", 0.1, "fraction of each host's CPU and memory kept out of the slack that revocable work runs on (0 to 0.9)")
+	fs.DurationVar(&f.usageStaleAfter, "usage-stale-after", 15*time.Second, "how old a host's last usage report may be and still give slack; past it the host has none")
+	f.qos.register(fs)
 }
 
 // config validates the flags and builds the cluster configuration; every
@@ -170,8 +181,18 @@ func (f *serverFlags) config(embedded bool) (cluster.Config, error) {
 		return cluster.Config{}, usageErrorf("invalid --placement-engines %d: must be 1 to 64", f.engines)
 	case f.reclaimDelay < 0:
 		return cluster.Config{}, usageErrorf("invalid --reclaim-delay %s: must be >= 0", f.reclaimDelay)
+	case f.agentInterval < 100*time.Millisecond:
+		return cluster.Config{}, usageErrorf("invalid --host-agent-interval %s: must be at least 100ms", f.agentInterval)
+	case !(f.slackMargin >= 0 && f.slackMargin <= 0.9):
+		return cluster.Config{}, usageErrorf("invalid --slack-margin %g: must be between 0 and 0.9", f.slackMargin)
+	case f.usageStaleAfter <= 0:
+		return cluster.Config{}, usageErrorf("invalid --usage-stale-after %s: must be > 0", f.usageStaleAfter)
 	}
 	if err := f.checkLeaderFlags(); err != nil {
+		return cluster.Config{}, err
+	}
+	qos, err := f.qos.policy()
+	if err != nil {
 		return cluster.Config{}, err
 	}
 	var labels []string
@@ -183,25 +204,30 @@ func (f *serverFlags) config(embedded bool) (cluster.Config, error) {
 		labels = append(labels, l)
 	}
 	cfg := cluster.Config{
-		ClusterName:      f.clusterName,
-		DataDir:          f.dataDir,
-		Listen:           f.listen,
-		HTTPListen:       f.httpListen,
-		EtcdEndpoints:    endpoints,
-		Backend:          f.backend,
-		Hosts:            f.hosts,
-		HostCPU:          f.hostCPU,
-		HostMemoryMB:     f.hostMemoryMB,
-		HostDiskMB:       f.hostDiskMB,
-		HostGPU:          f.hostGPU,
-		HostLabels:       labels,
-		ShutdownGrace:    f.shutdownGrace,
-		ReclaimDelay:     f.reclaimDelay,
-		PlacementEngines: f.engines,
-		Kube:             kube,
-		LeaderElect:      f.leaderElect,
-		LeaderLease:      f.leaderLease,
-		AdvertiseHost:    strings.TrimSpace(f.advertiseHost),
+		ClusterName:       f.clusterName,
+		DataDir:           f.dataDir,
+		Listen:            f.listen,
+		HTTPListen:        f.httpListen,
+		EtcdEndpoints:     endpoints,
+		Backend:           f.backend,
+		Hosts:             f.hosts,
+		HostCPU:           f.hostCPU,
+		HostMemoryMB:      f.hostMemoryMB,
+		HostDiskMB:        f.hostDiskMB,
+		HostGPU:           f.hostGPU,
+		HostLabels:        labels,
+		ShutdownGrace:     f.shutdownGrace,
+		ReclaimDelay:      f.reclaimDelay,
+		NoHostAgents:      !f.hostAgents,
+		HostAgentInterval: f.agentInterval,
+		SlackMargin:       slackMarginOf(f.slackMargin),
+		UsageStaleAfter:   f.usageStaleAfter,
+		HostAgentQoS:      qos,
+		PlacementEngines:  f.engines,
+		Kube:              kube,
+		LeaderElect:       f.leaderElect,
+		LeaderLease:       f.leaderLease,
+		AdvertiseHost:     strings.TrimSpace(f.advertiseHost),
 	}
 	if embedded && len(endpoints) == 0 {
 		cfg.EtcdListen = f.etcdListen
@@ -364,7 +390,7 @@ its stack at once and campaigns again.`,
 	}
 	f.register(clusterCmd.Flags(), false)
 	clusterCmd.SetUsageTemplate(serverUsage)
-	cmd.AddCommand(clusterCmd, a.serveFederationCommand())
+	cmd.AddCommand(clusterCmd, a.serveFederationCommand(), a.serveHostagentCommand())
 	return cmd
 }
 
@@ -481,6 +507,15 @@ func (a *app) runServer(ctx context.Context, cmd *cobra.Command, f *serverFlags,
 		return nil
 	}
 	return err
+}
+
+// slackMarginOf is the margin as hostmgr takes it: 0 there means its
+// default, so a margin of none is negative.
+func slackMarginOf(m float64) float64 {
+	if m == 0 {
+		return -1
+	}
+	return m
 }
 
 // readyLine is the one line `peloton up` prints when it serves, e.g.

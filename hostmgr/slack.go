@@ -1,0 +1,139 @@
+package hostmgr
+
+import (
+	"context"
+	"time"
+
+	"github.com/peloton-sched/peloton/internal/metrics"
+	"github.com/peloton-sched/peloton/internal/resources"
+)
+
+// Slack: revocable work (sla.revocable) runs on what the other work holds
+// but does not use, as the host agents measure it, not on capacity. Per
+// host and kind, for CPU and memory:
+//
+//	own    = used - what the host's revocable runs use   (the rest of the host's use)
+//	slack  = min((1 - margin) × allocated, (1 - margin) × capacity) - own
+//
+// floored at zero, where allocated is what non-revocable runs hold. The
+// margin keeps part of every allocation for its own spikes: room for the
+// other work's use to grow before the next report (and the agent's QoS
+// controller to act); the second term keeps slack inside what the machine
+// has free, after the same margin, even where allocations are off.
+// Disk and GPUs are not oversubscribed: their slack is what nobody holds.
+// A host with no report, or whose last report is older than StaleAfter,
+// has no slack at all: revocable work is placed only on measured hosts.
+// What revocable runs already hold on the host is taken from its slack
+// before new ones are placed there.
+//
+// Revocable runs hold their resources apart from the others (host.revocable):
+// they never make a host look full to non-revocable work, which displaces
+// them when the host runs hot (the agent's QoS controller kills them).
+
+// Default slack policy.
+const (
+	DefaultSlackMargin     = 0.1
+	DefaultUsageStaleAfter = 15 * time.Second
+)
+
+// hostSlack is a host's slack as defined above, before what revocable runs
+// already hold is taken from it. It is pure.
+func hostSlack(capacity, allocated, used, revocableUsed resources.Resources, margin float64) resources.Resources {
+	own := used.Sub(revocableUsed)
+	keep := func(r resources.Resources) resources.Resources {
+		return resources.Resources{MilliCPU: int64((1 - margin) * float64(r.MilliCPU)), MemoryMB: int64((1 - margin) * float64(r.MemoryMB))}
+	}
+	s := keep(allocated).Min(keep(capacity)).Sub(own)
+	s.DiskMB = capacity.Sub(allocated).DiskMB
+	s.GPU = capacity.Sub(allocated).GPU
+	return s
+}
+
+// usageResources is a report's usage in resource units.
+func usageResources(cpu float64, memMB int64) resources.Resources {
+	return resources.Resources{MilliCPU: int64(cpu*1000 + 0.5), MemoryMB: memMB}
+}
+
+// slackLocked is what revocable work may still take on h at now: its
+// slack less what its revocable runs hold. Caller holds m.mu.
+func (m *Manager) slackLocked(h *host, now time.Time) resources.Resources {
+	return m.totalSlackLocked(h, now).Sub(h.revocable)
+}
+
+// totalSlackLocked is h's slack at now, before what its revocable runs
+// hold is taken from it. Caller holds m.mu (usage's lock is taken after).
+func (m *Manager) totalSlackLocked(h *host, now time.Time) resources.Resources {
+	if !h.inService() || h.info.Unschedulable || h.gone {
+		return resources.Resources{}
+	}
+	b := &m.usage
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	rep := b.hosts[h.info.Name]
+	if rep == nil || now.Sub(rep.usage.ReceiveTime.AsTime()) > m.staleAfter {
+		return resources.Resources{}
+	}
+	var revUsed resources.Resources
+	for id, t := range h.tasks {
+		if t.revocable {
+			if u := b.runs[id]; u != nil {
+				revUsed = revUsed.Add(usageResources(u.Cpu, u.MemoryUsedMb))
+			}
+		}
+	}
+	used := usageResources(rep.usage.Cpu, rep.usage.MemoryUsedMb)
+	return hostSlack(h.info.Capacity, h.allocated, used, revUsed, m.slackMargin)
+}
+
+// ClusterSlack is the slack of every host in service, before what
+// revocable runs hold is taken from it: what revocable work may hold in
+// all (resmgr admits revocable work against it).
+func (m *Manager) ClusterSlack() resources.Resources {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.now()
+	var total resources.Resources
+	for name, h := range m.hosts {
+		s := m.totalSlackLocked(h, now)
+		total = total.Add(s)
+		left := s.Sub(h.revocable)
+		metrics.HostSlackCPU.WithLabelValues(name).Set(float64(left.MilliCPU) / 1000)
+		metrics.HostSlackMemory.WithLabelValues(name).Set(float64(left.MemoryMB) * (1 << 20))
+	}
+	// The gauges of hosts that left go with them.
+	for name := range m.slackGauged {
+		if m.hosts[name] == nil {
+			metrics.HostSlackCPU.DeleteLabelValues(name)
+			metrics.HostSlackMemory.DeleteLabelValues(name)
+			delete(m.slackGauged, name)
+		}
+	}
+	if m.slackGauged == nil {
+		m.slackGauged = map[string]bool{}
+	}
+	for name := range m.hosts {
+		m.slackGauged[name] = true
+	}
+	return total
+}
+
+// slackLoop tells OnSlack the cluster's slack every second, when it
+// changed: reports arrive, allocations change, and readings go stale
+// without any event.
+func (m *Manager) slackLoop(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	var last resources.Resources
+	first := true
+	for {
+		if s := m.ClusterSlack(); first || s != last {
+			m.onSlack(s)
+			last, first = s, false
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,233 @@
+package hostmgr
+
+import (
+	"math"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/peloton-sched/peloton/internal/apierr"
+	"github.com/peloton-sched/peloton/internal/metrics"
+	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+)
+
+// Usage: what the host agents (package hostagent, one per host) read of
+// their hosts and of the runs on them, as they last reported it. It is a
+// live reading, kept in memory only: after a restart of the stack the
+// agents' next reports (every few seconds) bring it back, and its age says
+// how fresh it is. Reports are state, not events: each replaces the last,
+// and a report resent after a lost acknowledgement (same agent, sequence
+// not above the last taken) is dropped, so resending is always safe.
+
+// usageBook holds the last report of every host.
+type usageBook struct {
+	mu    sync.Mutex
+	hosts map[string]*hostReport
+	// runs: each reported run's usage, by task run id.
+	runs map[string]*pelotonv1.TaskUsage
+	// revoked: revocable runs a host's QoS controller said it kills, and
+	// when (kept revokedFor, for the run's end event to find).
+	revoked map[string]time.Time
+}
+
+// ReasonQoSRevoked ends a revocable run its host agent's QoS controller
+// killed because the host ran hot; the instance runs again, as preempted
+// work does, with no failure counted.
+const ReasonQoSRevoked = "qos-revoked"
+
+// revokedFor is how long a revocation is remembered: far longer than a
+// kill takes to be seen.
+const revokedFor = 10 * time.Minute
+
+// hostReport is a host's last report taken.
+type hostReport struct {
+	usage *pelotonv1.HostUsage
+	// runs names the runs that report held, so that the next one drops
+	// those it no longer has.
+	runs []string
+}
+
+// UsageResult says what became of a report.
+type UsageResult int
+
+const (
+	// UsageTaken: the report is now the host's usage.
+	UsageTaken UsageResult = iota
+	// UsageDuplicate: the agent sent it before (or a later one); dropped.
+	UsageDuplicate
+)
+
+// maxRunsPerReport bounds the runs of one report: far above what a host
+// runs, low enough that a broken agent cannot fill the stack's memory.
+const maxRunsPerReport = 100_000
+
+// validUsageReport checks a report's fields, naming the one at fault.
+func validUsageReport(r *pelotonv1.UsageReport) error {
+	u := r.GetUsage()
+	bad := func(v float64) bool { return math.IsNaN(v) || math.IsInf(v, 0) || v < 0 }
+	switch {
+	case r.GetHost() == "":
+		return apierr.Invalid("host", "required")
+	case r.GetAgentId() == "":
+		return apierr.Invalid("agentId", "required")
+	case r.GetSequence() == 0:
+		return apierr.Invalid("sequence", "must be > 0")
+	case u == nil:
+		return apierr.Invalid("usage", "required")
+	case bad(u.Cpu):
+		return apierr.Invalid("usage.cpu", "must be a number >= 0, not %v", u.Cpu)
+	case u.MemoryUsedMb < 0:
+		return apierr.Invalid("usage.memoryUsedMb", "must be >= 0, not %d", u.MemoryUsedMb)
+	case u.MemoryAvailableMb < 0:
+		return apierr.Invalid("usage.memoryAvailableMb", "must be >= 0, not %d", u.MemoryAvailableMb)
+	case len(r.GetRuns()) > maxRunsPerReport:
+		return apierr.Invalid("runs", "%d runs; at most %d", len(r.GetRuns()), maxRunsPerReport)
+	}
+	for id, ru := range r.GetRuns() {
+		switch {
+		case id == "":
+			return apierr.Invalid("runs", "a run without a task id")
+		case ru == nil:
+			return apierr.Invalid("runs["+id+"]", "no usage")
+		case bad(ru.Cpu):
+			return apierr.Invalid("runs["+id+"].cpu", "must be a number >= 0, not %v", ru.Cpu)
+		case ru.MemoryUsedMb < 0:
+			return apierr.Invalid("runs["+id+"].memoryUsedMb", "must be >= 0, not %d", ru.MemoryUsedMb)
+		}
+	}
+	return nil
+}
+
+// TakeUsage takes a host agent's report. A report of a host this cluster
+// does not have (never had, or whose host left) is NotFound; a malformed
+// one InvalidArgument naming the field. A report from the host's agent at
+// or below the sequence last taken is a duplicate, dropped.
+func (m *Manager) TakeUsage(r *pelotonv1.UsageReport) (UsageResult, error) {
+	if err := validUsageReport(r); err != nil {
+		metrics.HostReports.WithLabelValues("refused").Inc()
+		return 0, err
+	}
+	m.mu.Lock()
+	h := m.hosts[r.Host]
+	known := h != nil && !h.gone
+	// Only the host's own revocable runs can be revoked; other names are
+	// ignored (a non-revocable run the agent killed ends as it ends).
+	var revoked []string
+	for _, id := range r.Revoked {
+		if t, ok := h.tasks[id]; known && ok && t.revocable {
+			revoked = append(revoked, id)
+		} else if known {
+			m.log.Warn("a host agent revoked a run that is not a revocable run of its host; ignored", "host", r.Host, "task", id)
+		}
+	}
+	m.mu.Unlock()
+	if !known {
+		metrics.HostReports.WithLabelValues("refused").Inc()
+		return 0, apierr.NotFound("host %s is not a host of this cluster (or has left it)", r.Host)
+	}
+	now := m.now()
+	b := &m.usage
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.hosts == nil {
+		b.hosts, b.runs, b.revoked = map[string]*hostReport{}, map[string]*pelotonv1.TaskUsage{}, map[string]time.Time{}
+	}
+	for id, at := range b.revoked {
+		if now.Sub(at) > revokedFor {
+			delete(b.revoked, id)
+		}
+	}
+	for _, id := range revoked {
+		if _, dup := b.revoked[id]; !dup {
+			b.revoked[id] = now
+			metrics.HostQoSKills.WithLabelValues(r.Host).Inc()
+			m.log.Warn("host agent revokes a revocable run: its host runs hot", "host", r.Host, "task", id)
+		}
+	}
+	last := b.hosts[r.Host]
+	if last != nil && last.usage.AgentId == r.AgentId && r.Sequence <= last.usage.Sequence {
+		metrics.HostReports.WithLabelValues("duplicate").Inc()
+		return UsageDuplicate, nil
+	}
+	u := proto.Clone(r.Usage).(*pelotonv1.HostUsage)
+	u.ReceiveTime, u.AgentId, u.Sequence = timestamppb.New(now), r.AgentId, r.Sequence
+	rep := &hostReport{usage: u, runs: make([]string, 0, len(r.Runs))}
+	if last != nil {
+		for _, id := range last.runs {
+			delete(b.runs, id)
+		}
+	}
+	for id, ru := range r.Runs {
+		b.runs[id] = proto.Clone(ru).(*pelotonv1.TaskUsage)
+		rep.runs = append(rep.runs, id)
+	}
+	b.hosts[r.Host] = rep
+	metrics.HostReports.WithLabelValues("taken").Inc()
+	metrics.HostCPUUsed.WithLabelValues(r.Host).Set(u.Cpu)
+	metrics.HostMemoryUsed.WithLabelValues(r.Host).Set(float64(u.MemoryUsedMb) * (1 << 20))
+	metrics.HostReportTime.WithLabelValues(r.Host).Set(float64(now.UnixNano()) / 1e9)
+	return UsageTaken, nil
+}
+
+// Revoked reports whether run taskID is a revocable run its host agent's
+// QoS controller killed (ReasonQoSRevoked).
+func (m *Manager) Revoked(taskID string) bool {
+	b := &m.usage
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	_, ok := b.revoked[taskID]
+	return ok
+}
+
+// hostUsage is host name's last report, or nil.
+func (m *Manager) hostUsage(name string) *pelotonv1.HostUsage {
+	b := &m.usage
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if rep := b.hosts[name]; rep != nil {
+		return proto.Clone(rep.usage).(*pelotonv1.HostUsage)
+	}
+	return nil
+}
+
+// RunUsage is what the last report of its host said of run taskID, or nil.
+func (m *Manager) RunUsage(taskID string) *pelotonv1.TaskUsage {
+	b := &m.usage
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if u := b.runs[taskID]; u != nil {
+		return proto.Clone(u).(*pelotonv1.TaskUsage)
+	}
+	return nil
+}
+
+// forgetUsage drops what hosts that left reported. Caller holds m.mu;
+// usage's own lock is taken inside it (the order is always m.mu, then
+// usage.mu).
+func (m *Manager) forgetUsageLocked() {
+	b := &m.usage
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for name, rep := range b.hosts {
+		if h := m.hosts[name]; h != nil && !h.gone {
+			continue
+		}
+		for _, id := range rep.runs {
+			delete(b.runs, id)
+		}
+		delete(b.hosts, name)
+		metrics.HostCPUUsed.DeleteLabelValues(name)
+		metrics.HostMemoryUsed.DeleteLabelValues(name)
+		metrics.HostReportTime.DeleteLabelValues(name)
+	}
+}
+
+// HoldsOn reports whether run taskID holds resources on host name: the
+// runs this stack placed there.
+func (m *Manager) HoldsOn(name, taskID string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.taskHost[taskID] == name
+}
