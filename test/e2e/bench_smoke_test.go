@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -26,6 +27,7 @@ var benchSmokeArgs = map[string][]string{
 	bench.ScenarioGang:       {"--hosts", "20", "--min-gang", "8", "--max-gang", "16", "--gangs-per-size", "1"},
 	bench.ScenarioUpdate:     {"--instances", "100", "--batch-size", "20", "--hosts", "10"},
 	bench.ScenarioKubernetes: {"--nodes", "20", "--pods", "100"},
+	bench.ScenarioHostAgent:  {"--runs", "20", "--interval", "200ms", "--warmup", "300ms", "--window", "1s"},
 	bench.ScenarioFederation: {"--registry-clusters", "3", "--registry-window", "1s", "--clusters", "3", "--pool-changes", "5",
 		"--jobs", "20", "--concurrency", "8", "--services", "9", "--service-budget", "3", "--service-toleration", "1s",
 		"--timeout", "3m"}, // the services phase waits out a rollout and a failover
@@ -41,6 +43,10 @@ func TestBenchScenariosSmoke(t *testing.T) {
 			args, ok := benchSmokeArgs[sc.Name]
 			if !ok {
 				t.Fatalf("no smoke-test size for scenario %s; add one to benchSmokeArgs", sc.Name)
+			}
+			if sc.Name == bench.ScenarioHostAgent {
+				// The agent runs as the daemon it is, from the peloton binary.
+				args = append(slices.Clone(args), "--agent-bin", buildPeloton(t))
 			}
 			if sc.Name == bench.ScenarioKubernetes {
 				// Like every kubetest user: skipped only where the binaries

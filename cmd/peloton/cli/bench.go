@@ -176,6 +176,15 @@ func (a *app) benchScenario(sc bench.Scenario) *cobra.Command {
 		fs.DurationVar(&c.ServiceToleration, "service-toleration", c.ServiceToleration, "the service's failover toleration")
 		validate = c.Validate
 		run = func(ctx context.Context, env bench.Env) (*bench.Result, error) { return bench.Federation(ctx, env, c) }
+	case bench.ScenarioHostAgent:
+		c := bench.DefaultHostAgentConfig()
+		fs.IntVar(&c.Runs, "runs", c.Runs, "processes carrying task run ids of the agent's host")
+		fs.DurationVar(&c.Interval, "interval", c.Interval, "the agent's report interval")
+		fs.DurationVar(&c.Warmup, "warmup", c.Warmup, "time before the window")
+		fs.DurationVar(&c.Window, "window", c.Window, "the window measured")
+		fs.StringVar(&c.AgentBin, "agent-bin", c.AgentBin, "the peloton binary the agent runs from (default: this one)")
+		validate = c.Validate
+		run = func(ctx context.Context, env bench.Env) (*bench.Result, error) { return bench.HostAgent(ctx, env, c) }
 	default:
 		panic("bench: no command for scenario " + sc.Name)
 	}
