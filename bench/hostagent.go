@@ -19,7 +19,8 @@ import (
 // ScenarioHostAgent measures what a host agent costs its host.
 const ScenarioHostAgent = "hostagent"
 
-var hostAgentFigures = []string{"agentCpuPctOfCore", "agentRssMib", "agentPeakRssMib", "reportsTaken", "reportDelayP99Ms"}
+var hostAgentFigures = []string{"agentCpuPctOfCore", "agentRssMib", "agentPeakRssMib", "reportsTaken", "reportDelayP99Ms",
+	"qosReactionSec", "qosReactionIntervals"}
 
 // HostAgentConfig sizes the hostagent scenario: one `peloton serve
 // hostagent` process (the real daemon, in a process of its own so that its
@@ -172,7 +173,68 @@ func HostAgent(ctx context.Context, env Env, cfg HostAgentConfig) (*Result, erro
 	r.add("agentPeakRssMib", float64(peak)/(1<<20), "MiB", "its peak resident memory")
 	r.add("reportsTaken", float64(taken), "", "reports the stack took during the window")
 	r.add("reportDelayP99Ms", delays[min(len(delays)-1, len(delays)*99/100)], "ms", "from the agent's reading to the stack taking it, p99")
+	_ = agent.Process.Signal(syscall.SIGTERM)
+	_ = agent.Wait()
+
+	reaction, err := qosReaction(ctx, env, cfg, s.ready.GRPCAddr, host)
+	if err != nil {
+		return nil, err
+	}
+	r.add("qosReactionSec", reaction.Seconds(), "s", "a virtual host of 1 core made hot (0.5 of it) by a second run: from that run's start to the revocable run's death")
+	r.add("qosReactionIntervals", reaction.Seconds()/cfg.Interval.Seconds(), "", "the same in report intervals: the new run is measured from its second reading, and two hot readings are needed")
 	return r.finish(), nil
+}
+
+// qosReaction runs an agent with its QoS controller on a virtual host of
+// one core (hot at half of it) that runs a revocable busy loop held to a
+// fifth of a core by nothing but its own sleeps, starts a busy loop that
+// is not revocable, and times the revocable run's death.
+func qosReaction(ctx context.Context, env Env, cfg HostAgentConfig, server, host string) (time.Duration, error) {
+	env.progress("hostagent: QoS reaction")
+	agent := exec.CommandContext(ctx, cfg.AgentBin, "serve", "hostagent", "--server", server, "--host", host, "--virtual",
+		"--capacity-cpu", "1", "--capacity-memory-mb", "1000000", "--qos-cpu-high", "0.5", "--qos-cpu-low", "0.2",
+		"--interval", cfg.Interval.String(), "--log-level", "error")
+	if err := agent.Start(); err != nil {
+		return 0, fmt.Errorf("bench: start the QoS agent: %w", err)
+	}
+	defer func() {
+		_ = agent.Process.Signal(syscall.SIGTERM)
+		_ = agent.Wait()
+	}()
+	burn := func(id string, revocable bool, script string) (*exec.Cmd, error) {
+		c := exec.Command("sh", "-c", script)
+		c.Env = []string{"PELOTON_TASK_ID=" + id, "PELOTON_HOST=" + host}
+		if revocable {
+			c.Env = append(c.Env, "PELOTON_REVOCABLE=true", "PELOTON_PRIORITY=0")
+		}
+		return c, c.Start()
+	}
+	// About a fifth of a core: busy 20 ms, asleep 80 ms. Bounded by time.
+	rev, err := burn("qos-rev-0-1", true, `end=$(($(date +%s)+120)); while [ $(date +%s) -lt $end ]; do i=0; while [ $i -lt 2000 ]; do i=$((i+1)); done; sleep 0.08; done`)
+	if err != nil {
+		return 0, err
+	}
+	died := make(chan struct{})
+	go func() { _ = rev.Wait(); close(died) }()
+	defer func() { _ = rev.Process.Kill(); <-died }()
+	// Let the agent measure the revocable run (two readings) before the host runs hot.
+	if err := sleepCtx(ctx, 3*cfg.Interval); err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	hot, err := burn("qos-hot-0-1", false, "exec timeout 120 sh -c 'while :; do :; done'")
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = hot.Process.Kill(); _ = hot.Wait() }()
+	select {
+	case <-died:
+		return time.Since(start), nil
+	case <-time.After(20 * cfg.Interval):
+		return 0, errors.New("bench: the QoS controller did not kill the revocable run within 20 intervals")
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
 }
 
 // clockTicks is USER_HZ, the unit of /proc/<pid>/stat's CPU times: 100 on
