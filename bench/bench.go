@@ -77,6 +77,7 @@ func Scenarios() []Scenario {
 		{ScenarioUpdate, "a rolling update of a large service: scheduler overhead per batch", updateFigures},
 		{ScenarioKubernetes, "pods bound and running on a real kube-apiserver with kwok nodes: raw ceiling, kube-scheduler and Peloton side by side", kubernetesFigures},
 		{ScenarioFederation, "the federation over many in-process clusters: registry CPU and memory, pool propagation, job dispatch rate", federationFigures},
+		{ScenarioAgentReports, "the stack taking the reports of many host agents (simulated hosts): CPU per report and the reports' delay", agentReportsFigures},
 		{ScenarioHostAgent, "what a host agent costs its host: CPU and memory of `peloton serve hostagent` with many runs, and its reports' delay", hostAgentFigures},
 	}
 }

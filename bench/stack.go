@@ -67,6 +67,9 @@ type stackConfig struct {
 	// Kube, if set, runs the stack on the kubernetes backend against that
 	// cluster instead of sim (Hosts and the host sizes are then unused).
 	Kube *cluster.KubeConfig
+	// AgentInterval, if set, gives every simulated host an in-process
+	// agent reporting at that interval (cluster.Config.SimHostAgents).
+	AgentInterval time.Duration
 }
 
 // stack is one Peloton process (cluster.Run) running in this process on the
@@ -100,6 +103,9 @@ func startStack(ctx context.Context, env Env, sc stackConfig) (*stack, error) {
 	}
 	if sc.Kube != nil {
 		cfg.Backend, cfg.Kube = kubernetes.BackendName, *sc.Kube
+	}
+	if sc.AgentInterval > 0 {
+		cfg.SimHostAgents, cfg.HostAgentInterval = true, sc.AgentInterval
 	}
 	go func() { s.done <- cluster.Run(runCtx, cfg) }()
 	select {

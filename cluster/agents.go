@@ -11,6 +11,7 @@ import (
 
 	"github.com/peloton-sched/peloton/hostagent"
 	"github.com/peloton-sched/peloton/hostmgr"
+	"github.com/peloton-sched/peloton/hostmgr/sim"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
@@ -27,8 +28,10 @@ type localAgents struct {
 	conn   *grpc.ClientConn
 }
 
-// startLocalAgents starts them; stop ends them.
-func startLocalAgents(ctx context.Context, grpcAddr string, hm *hostmgr.Manager, cfg Config, log *slog.Logger) (*localAgents, error) {
+// startLocalAgents starts them; stop ends them. With the sim backend
+// (simb set) each simulated host gets an agent too, whose runs' use
+// follows the sim backend's usage curves (hostmgr/sim/usage.go).
+func startLocalAgents(ctx context.Context, grpcAddr string, hm *hostmgr.Manager, simb *sim.Backend, cfg Config, log *slog.Logger) (*localAgents, error) {
 	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return nil, err
@@ -37,7 +40,10 @@ func startLocalAgents(ctx context.Context, grpcAddr string, hm *hostmgr.Manager,
 	la := &localAgents{cancel: cancel, conn: conn}
 	client := pelotonv1.NewHostAgentServiceClient(conn)
 	for _, h := range hm.ListHosts() {
-		runs := ownRuns{env: &hostagent.EnvRuns{ProcRoot: "/proc", Host: h.Name}, hm: hm, host: h.Name}
+		var runs hostagent.QoSRuns = ownRuns{env: &hostagent.EnvRuns{ProcRoot: "/proc", Host: h.Name}, hm: hm, host: h.Name}
+		if simb != nil {
+			runs = &simRuns{b: simb, host: h.Name, cum: map[string]float64{}}
+		}
 		// A virtual host runs hot against its own declared capacity.
 		capacity := hostagent.Resources{CPU: h.GetCapacity().GetCpu(), MemoryMB: int64(h.GetCapacity().GetMemoryMb())}
 		a, err := hostagent.New(hostagent.Config{Host: h.Name, Virtual: true, Runs: runs, Capacity: capacity, QoS: cfg.HostAgentQoS,
@@ -89,3 +95,54 @@ func (o ownRuns) RunInfo(now time.Time) (map[string]hostagent.RunInfo, error) {
 func (o ownRuns) Kill(id string, run hostagent.RunInfo) error { return o.env.Kill(id, run) }
 
 var _ hostagent.QoSRuns = ownRuns{}
+
+// simRuns are a simulated host's runs, as its sim agent reads them: each
+// run's use from its curve, CPU integrated into the counter a real host
+// keeps.
+type simRuns struct {
+	b    *sim.Backend
+	host string
+
+	mu   sync.Mutex
+	cum  map[string]float64 // CPU seconds so far, by run
+	last time.Time
+}
+
+func (s *simRuns) RunInfo(now time.Time) (map[string]hostagent.RunInfo, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	dt := 0.0
+	if !s.last.IsZero() {
+		dt = now.Sub(s.last).Seconds()
+	}
+	s.last = now
+	out := map[string]hostagent.RunInfo{}
+	for _, u := range s.b.HostUsage(s.host, now) {
+		s.cum[u.TaskID] += u.CPU * dt
+		out[u.TaskID] = hostagent.RunInfo{Sample: hostagent.Sample{CPUSeconds: s.cum[u.TaskID], MemUsed: uint64(u.MemoryMB) << 20, Time: now},
+			Revocable: u.Revocable, Priority: u.Priority, Started: time.Duration(u.Started.UnixNano())}
+	}
+	for id := range s.cum {
+		if _, ok := out[id]; !ok {
+			delete(s.cum, id)
+		}
+	}
+	return out, nil
+}
+
+func (s *simRuns) Runs(now time.Time) (map[string]hostagent.Sample, error) {
+	info, err := s.RunInfo(now)
+	out := make(map[string]hostagent.Sample, len(info))
+	for id, r := range info {
+		out[id] = r.Sample
+	}
+	return out, err
+}
+
+// Kill ends a simulated run as the QoS controller's kill of its processes
+// would: at once.
+func (s *simRuns) Kill(id string, _ hostagent.RunInfo) error {
+	return s.b.Kill(context.Background(), id, 0)
+}
+
+var _ hostagent.QoSRuns = (*simRuns)(nil)

@@ -106,6 +106,10 @@ type Config struct {
 	// host agent each otherwise gets in-process (agents.go); then only
 	// `peloton serve hostagent` processes report their usage.
 	NoHostAgents bool
+	// SimHostAgents gives the sim backend's hosts a simulated agent each,
+	// in-process, reporting its runs' use by the sim backend's usage curves
+	// (off by default: the sim backend's benchmarks measure the scheduler).
+	SimHostAgents bool
 	// HostAgentInterval is those agents' report interval (0: the agent's
 	// default, 5s).
 	HostAgentInterval time.Duration

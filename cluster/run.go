@@ -175,10 +175,16 @@ func runStack(ctx context.Context, cfg Config, t *term) error {
 	ready := ReadyInfo{ClusterName: cfg.ClusterName, GRPCAddr: grpcLis.Addr().String(), HTTPAddr: httpLis.Addr().String(), EtcdEndpoints: endpoints}
 	log.Info("peloton is serving", "cluster", cfg.ClusterName, "grpc", ready.GRPCAddr, "http", ready.HTTPAddr, "backend", backend.Name(), "hosts", len(hm.ListHosts()))
 	var agents *localAgents
-	if cfg.Backend == "local" && !cfg.NoHostAgents {
-		if agents, err = startLocalAgents(runCtx, ready.GRPCAddr, hm, cfg, log); err != nil {
-			log.Warn("cannot start the local hosts' agents; their usage is not reported", "err", err)
-		}
+	var agentErr error
+	simb, isSim := backend.(*sim.Backend)
+	switch {
+	case cfg.Backend == "local" && !cfg.NoHostAgents:
+		agents, agentErr = startLocalAgents(runCtx, ready.GRPCAddr, hm, nil, cfg, log)
+	case isSim && cfg.SimHostAgents:
+		agents, agentErr = startLocalAgents(runCtx, ready.GRPCAddr, hm, simb, cfg, log)
+	}
+	if agentErr != nil {
+		log.Warn("cannot start the hosts' agents; their usage is not reported", "err", agentErr)
 	}
 	if cfg.OnReady != nil {
 		cfg.OnReady(ready)

@@ -165,6 +165,9 @@ func (m *Manager) TakeUsage(r *pelotonv1.UsageReport) (UsageResult, error) {
 	}
 	b.hosts[r.Host] = rep
 	metrics.HostReports.WithLabelValues("taken").Inc()
+	if st := u.GetSampleTime(); st != nil {
+		metrics.HostReportDelay.Observe(max(now.Sub(st.AsTime()).Seconds(), 0))
+	}
 	metrics.HostCPUUsed.WithLabelValues(r.Host).Set(u.Cpu)
 	metrics.HostMemoryUsed.WithLabelValues(r.Host).Set(float64(u.MemoryUsedMb) * (1 << 20))
 	metrics.HostReportTime.WithLabelValues(r.Host).Set(float64(now.UnixNano()) / 1e9)

@@ -126,6 +126,8 @@ type task struct {
 	lr *longRun
 	// res is what the run was launched with (for Runs).
 	res resources.Resources
+	// use is the curve its use of the host follows (usage.go).
+	use usageModel
 }
 
 func (t *task) terminal() bool {
@@ -175,6 +177,8 @@ type Backend struct {
 	started bool
 	closed  bool
 	tasks   map[string]*task
+	// byHost indexes the live runs by host (usage.go reads a host's).
+	byHost  map[string]map[string]struct{}
 	running deadlineHeap
 	health  healthHeap // runs whose health report is still due
 	// hostPorts counts, per host and port number, the live runs holding
@@ -242,6 +246,7 @@ func New(cfg Config) (*Backend, error) {
 		maxFinished: defaultMaxFinished,
 		closeWait:   defaultCloseWait,
 		tasks:       map[string]*task{},
+		byHost:      map[string]map[string]struct{}{},
 		hostPorts:   map[string]map[uint32]int32{},
 		volumes:     map[string]string{},
 		kick:        make(chan struct{}, 1),
@@ -391,7 +396,8 @@ func (b *Backend) Launch(ctx context.Context, spec hostmgr.LaunchSpec) error {
 		}
 	}
 	out := interpret(spec.Command)
-	t := &task{id: spec.TaskID, host: spec.Host, cmd: showCommand(spec.Command), index: -1, res: spec.Resources}
+	t := &task{id: spec.TaskID, host: spec.Host, cmd: showCommand(spec.Command), index: -1, res: spec.Resources,
+		use: newUsageModel(spec.TaskID, spec.Env, b.clock.Now())}
 
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -410,6 +416,10 @@ func (b *Backend) Launch(ctx context.Context, spec hostmgr.LaunchSpec) error {
 		}
 	}
 	b.tasks[spec.TaskID] = t
+	if b.byHost[spec.Host] == nil {
+		b.byHost[spec.Host] = map[string]struct{}{}
+	}
+	b.byHost[spec.Host][spec.TaskID] = struct{}{}
 	now := b.clock.Now()
 	b.setLocked(t, pelotonv1.TaskState_LAUNCHED, 0, "", now)
 	b.setLocked(t, pelotonv1.TaskState_RUNNING, 0, "", now)
@@ -466,6 +476,7 @@ func (b *Backend) endLocked(t *task, state pelotonv1.TaskState, exitCode int32, 
 	if t.ended != nil {
 		close(t.ended)
 	}
+	delete(b.byHost[t.host], t.id)
 	b.forgetOldLocked(t.id)
 }
 

@@ -231,6 +231,14 @@ var (
 	}, []string{"host"})
 )
 
+// HostReportDelay is how long after an agent's reading the stack took it
+// (by two clocks where the agent runs on another machine).
+var HostReportDelay = prometheus.NewHistogram(prometheus.HistogramOpts{
+	Namespace: "peloton", Subsystem: "host", Name: "usage_report_delay_seconds",
+	Help:    "From a host agent's reading to the stack taking its report (two clocks when the agent runs elsewhere).",
+	Buckets: []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .2, .5, 1, 2, 5, 10},
+})
+
 func init() {
-	Registry.MustRegister(HostCPUUsed, HostMemoryUsed, HostReportTime, HostReports, HostQoSKills, HostSlackCPU, HostSlackMemory)
+	Registry.MustRegister(HostCPUUsed, HostMemoryUsed, HostReportTime, HostReports, HostQoSKills, HostSlackCPU, HostSlackMemory, HostReportDelay)
 }

@@ -20,14 +20,15 @@ import (
 // every step (fill, kill, preempt, launch, watch), small enough that all of
 // them together take a few seconds.
 var benchSmokeArgs = map[string][]string{
-	bench.ScenarioReclaim:    {"--hosts", "4", "--host-cpu", "8", "--reclaim-delay", "200ms"},
-	bench.ScenarioBatch:      {"--hosts", "20", "--tasks", "200", "--job-size", "50", "--poll", "20ms"},
-	bench.ScenarioLargeJob:   {"--tasks", "200", "--override-every", "10", "--hosts", "2", "--settle", "200ms"},
-	bench.ScenarioPlacement:  {"--hosts", "20", "--tasks", "200", "--round", "50"},
-	bench.ScenarioGang:       {"--hosts", "20", "--min-gang", "8", "--max-gang", "16", "--gangs-per-size", "1"},
-	bench.ScenarioUpdate:     {"--instances", "100", "--batch-size", "20", "--hosts", "10"},
-	bench.ScenarioKubernetes: {"--nodes", "20", "--pods", "100"},
-	bench.ScenarioHostAgent:  {"--runs", "20", "--interval", "200ms", "--warmup", "300ms", "--window", "1s"},
+	bench.ScenarioReclaim:      {"--hosts", "4", "--host-cpu", "8", "--reclaim-delay", "200ms"},
+	bench.ScenarioBatch:        {"--hosts", "20", "--tasks", "200", "--job-size", "50", "--poll", "20ms"},
+	bench.ScenarioLargeJob:     {"--tasks", "200", "--override-every", "10", "--hosts", "2", "--settle", "200ms"},
+	bench.ScenarioPlacement:    {"--hosts", "20", "--tasks", "200", "--round", "50"},
+	bench.ScenarioGang:         {"--hosts", "20", "--min-gang", "8", "--max-gang", "16", "--gangs-per-size", "1"},
+	bench.ScenarioUpdate:       {"--instances", "100", "--batch-size", "20", "--hosts", "10"},
+	bench.ScenarioKubernetes:   {"--nodes", "20", "--pods", "100"},
+	bench.ScenarioAgentReports: {"--hosts", "20", "--runs-per-host", "2", "--interval", "200ms", "--warmup", "300ms", "--window", "1s"},
+	bench.ScenarioHostAgent:    {"--runs", "20", "--interval", "200ms", "--warmup", "300ms", "--window", "1s"},
 	bench.ScenarioFederation: {"--registry-clusters", "3", "--registry-window", "1s", "--clusters", "3", "--pool-changes", "5",
 		"--jobs", "20", "--concurrency", "8", "--services", "9", "--service-budget", "3", "--service-toleration", "1s",
 		"--timeout", "3m"}, // the services phase waits out a rollout and a failover

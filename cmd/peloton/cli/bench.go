@@ -176,6 +176,17 @@ func (a *app) benchScenario(sc bench.Scenario) *cobra.Command {
 		fs.DurationVar(&c.ServiceToleration, "service-toleration", c.ServiceToleration, "the service's failover toleration")
 		validate = c.Validate
 		run = func(ctx context.Context, env bench.Env) (*bench.Result, error) { return bench.Federation(ctx, env, c) }
+	case bench.ScenarioAgentReports:
+		c := bench.DefaultAgentReportsConfig()
+		fs.IntVar(&c.Hosts, "hosts", c.Hosts, "simulated hosts, each with its agent")
+		fs.IntVar(&c.RunsPerHost, "runs-per-host", c.RunsPerHost, "runs on each host (their use is in every report)")
+		fs.DurationVar(&c.Interval, "interval", c.Interval, "the agents' report interval")
+		fs.DurationVar(&c.Warmup, "warmup", c.Warmup, "time before the window")
+		fs.DurationVar(&c.Window, "window", c.Window, "the window measured")
+		validate = c.Validate
+		run = func(ctx context.Context, env bench.Env) (*bench.Result, error) {
+			return bench.AgentReports(ctx, env, c)
+		}
 	case bench.ScenarioHostAgent:
 		c := bench.DefaultHostAgentConfig()
 		fs.IntVar(&c.Runs, "runs", c.Runs, "processes carrying task run ids of the agent's host")

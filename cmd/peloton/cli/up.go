@@ -45,6 +45,7 @@ type serverFlags struct {
 	reclaimDelay  time.Duration
 	// Host agents and slack (hostagent/, hostmgr/slack.go).
 	hostAgents      bool
+	simAgents       bool
 	agentInterval   time.Duration
 	slackMargin     float64
 	usageStaleAfter time.Duration
@@ -119,6 +120,7 @@ func (f *serverFlags) register(fs *pflag.FlagSet, embedded bool) {
 	fs.IntVar(&f.engines, "placement-engines", 1, "placement engines running at once (active-active; leases keep them apart)")
 	fs.DurationVar(&f.reclaimDelay, "reclaim-delay", time.Second, "how long a pool must wait for its entitled share before pools over their entitlement are preempted for it")
 	fs.BoolVar(&f.hostAgents, "host-agents", true, "run a host agent in this process for each local virtual host, reporting its runs' usage (local backend; other hosts run \"peloton serve hostagent\")")
+	fs.BoolVar(&f.simAgents, "sim-host-agents", false, "give each simulated host an agent reporting its runs' simulated use (sim backend)")
 	fs.DurationVar(&f.agentInterval, "host-agent-interval", 5*time.Second, "how often the in-process host agents report")
 	fs.Float64Var(&f.slackMargin, "slack-margin", 0.1, "fraction of each host's CPU and memory kept out of the slack that revocable work runs on (0 to 0.9)")
 	fs.DurationVar(&f.usageStaleAfter, "usage-stale-after", 15*time.Second, "how old a host's last usage report may be and still give slack; past it the host has none")
@@ -181,6 +183,8 @@ func (f *serverFlags) config(embedded bool) (cluster.Config, error) {
 		return cluster.Config{}, usageErrorf("invalid --placement-engines %d: must be 1 to 64", f.engines)
 	case f.reclaimDelay < 0:
 		return cluster.Config{}, usageErrorf("invalid --reclaim-delay %s: must be >= 0", f.reclaimDelay)
+	case f.backend != "sim" && f.simAgents:
+		return cluster.Config{}, usageErrorf("invalid --sim-host-agents: only the sim backend has simulated hosts (use --backend sim)")
 	case f.agentInterval < 100*time.Millisecond:
 		return cluster.Config{}, usageErrorf("invalid --host-agent-interval %s: must be at least 100ms", f.agentInterval)
 	case !(f.slackMargin >= 0 && f.slackMargin <= 0.9):
@@ -219,6 +223,7 @@ func (f *serverFlags) config(embedded bool) (cluster.Config, error) {
 		ShutdownGrace:     f.shutdownGrace,
 		ReclaimDelay:      f.reclaimDelay,
 		NoHostAgents:      !f.hostAgents,
+		SimHostAgents:     f.simAgents,
 		HostAgentInterval: f.agentInterval,
 		SlackMargin:       slackMarginOf(f.slackMargin),
 		UsageStaleAfter:   f.usageStaleAfter,
