@@ -121,12 +121,20 @@ func (b *Backend) endRecord(t *task, ev hostmgr.TaskEvent) {
 	}
 }
 
+// recordWrites bounds the record writes under way at once. A burst of
+// runs ending together (a job killed, a host drained) writes as many
+// records; each write is a few blocking system calls, and the Go runtime
+// keeps a thread for every one blocked at once, for good.
+var recordWrites = make(chan struct{}, 4)
+
 // storeRecord writes rec atomically: to a temporary file, then renamed.
 func (b *Backend) storeRecord(rec *runRecord) error {
 	data, err := json.Marshal(rec)
 	if err != nil {
 		return err
 	}
+	recordWrites <- struct{}{}
+	defer func() { <-recordWrites }()
 	path := b.recordPath(rec.TaskID)
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, data, 0o644); err != nil {

@@ -462,11 +462,12 @@ func writeCgroupFile(path, value string) error {
 	return os.WriteFile(path, []byte(value), 0o644)
 }
 
-// cgroupRemovals bounds the removals under way at once: each is a few
+// cgroupOps bounds the cgroup work of ended runs under way at once
+// (reading how a run's memory ended, removing its cgroup): each is a few
 // blocking system calls, and the Go runtime keeps a thread for every one
 // blocked at the same time, for good; a kill of 500 runs at once must not
-// leave 500 threads behind.
-var cgroupRemovals = make(chan struct{}, 4)
+// leave hundreds of threads behind.
+var cgroupOps = make(chan struct{}, 4)
 
 // remove kills whatever still runs in the run's cgroup and removes it,
 // retrying while the kernel finishes the kills.
@@ -474,12 +475,12 @@ func (rc *runCgroup) remove() error {
 	deadline := time.Now().Add(cgroupRemoveWait)
 	delay := 2 * time.Millisecond
 	for {
-		cgroupRemovals <- struct{}{}
+		cgroupOps <- struct{}{}
 		for _, d := range rc.dirs() {
 			killCgroupProcs(d)
 		}
 		err := rmdirAll(rc.dirs())
-		<-cgroupRemovals
+		<-cgroupOps
 		if err == nil || !errors.Is(err, syscall.EBUSY) || time.Now().After(deadline) {
 			return err
 		}
@@ -512,6 +513,8 @@ type memEnd struct {
 
 // readMemEnd reads memEnd from the run's memory cgroup.
 func (rc *runCgroup) readMemEnd() memEnd {
+	cgroupOps <- struct{}{}
+	defer func() { <-cgroupOps }()
 	if rc.version == 2 {
 		return memEnd{oomKills: max(readKeyed(filepath.Join(rc.memory, "memory.events"), "oom_kill"), 0)}
 	}
@@ -662,6 +665,8 @@ func (b *Backend) dropCgroup(rc *runCgroup, taskID string) {
 	if b.cg != nil {
 		ours = b.cg.parents()
 	}
+	cgroupOps <- struct{}{}
+	defer func() { <-cgroupOps }()
 	for _, d := range rc.dirs() {
 		if p := filepath.Dir(d); !slices.Contains(ours, p) {
 			_ = os.Remove(p)
