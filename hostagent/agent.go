@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,6 +46,17 @@ type RunSource interface {
 	Runs(now time.Time) (map[string]Sample, error)
 }
 
+// RunInfoSource is a RunSource that says more of each run than its
+// counters: which are revocable, where each serves its metrics (RunInfo).
+// An agent whose Runs is one reads its runs through RunInfo, one scan for
+// everything, and reports its runs' latency; EnvRuns is one. With a plain
+// RunSource it reports usage only.
+type RunInfoSource interface {
+	RunSource
+	// RunInfo is Runs, with what else the scan found of each run.
+	RunInfo(now time.Time) (map[string]RunInfo, error)
+}
+
 // Defaults of Config.
 const (
 	DefaultInterval   = 5 * time.Second
@@ -76,7 +88,9 @@ type Config struct {
 	// has available is unknown (memory_available_mb 0). Source must then be
 	// nil.
 	Virtual bool
-	// Runs finds the host's runs. Required.
+	// Runs finds the host's runs. Required. When it is a RunInfoSource
+	// (EnvRuns is), the agent also reads the latency of each run that
+	// declares metrics (see Agent).
 	Runs RunSource
 	// Client is the stack's HostAgentService. Required. The agent opens
 	// its streams on it; the connection is the caller's to close.
@@ -154,6 +168,13 @@ type Agent struct {
 	prev     reading
 	failures int // readings failed in a row
 
+	// infoRuns is Runs when it is a RunInfoSource, else nil.
+	infoRuns RunInfoSource
+	// The latency reader's (scrape.go), owned by the reading loop.
+	scraper *http.Client
+	scrapes map[string]*scrapeState // by run id
+	round   uint64                  // readings that scraped so far
+
 	// The QoS controller's, owned by the reading loop; qosRuns is nil when
 	// it is off.
 	qos      QoSPolicy
@@ -226,7 +247,10 @@ func New(cfg Config) (*Agent, error) {
 		killed:   map[string]bool{},
 		revoking: map[string]uint64{},
 		ackCh:    make(chan struct{}),
+		scraper:  newScrapeClient(cfg.Interval),
+		scrapes:  map[string]*scrapeState{},
 	}
+	a.infoRuns, _ = cfg.Runs.(RunInfoSource)
 	if cfg.QoS != nil {
 		if err := a.qosConfig(); err != nil {
 			return nil, err
@@ -295,6 +319,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		return errors.New("hostagent: agent already running")
 	}
 	defer a.running.Store(false)
+	// Every scrape ends before its reading does; the connections kept
+	// between readings end with the agent.
+	defer a.scraper.CloseIdleConnections()
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -324,7 +351,7 @@ type reading struct {
 	time  time.Time
 	host  Sample // zero for a virtual host
 	runs  map[string]Sample
-	info  map[string]RunInfo // with QoS on, what runs was made of
+	info  map[string]RunInfo // with a RunInfoSource, what runs was made of
 }
 
 // read takes a reading and, when it gives a usage, makes the report of it
@@ -332,7 +359,7 @@ type reading struct {
 // carries out the decision before it returns.
 func (a *Agent) read(ctx context.Context, now time.Time) {
 	since := a.prev.time
-	rep, err := a.measure(now)
+	rep, err := a.measure(ctx, now)
 	if err != nil || rep == nil {
 		// No usage, no decision; and a gap in the readings breaks a run
 		// of hot ones.
@@ -381,7 +408,12 @@ func (a *Agent) read(ctx context.Context, now time.Time) {
 
 // measure reads the sources and returns the report of the interval since the
 // previous reading; nil, nil for the first reading.
-func (a *Agent) measure(now time.Time) (*pelotonv1.UsageReport, error) {
+//
+// It scrapes the runs that declare metrics after reading the counters (they
+// are stamped now, and a slow endpoint must not stretch the interval they
+// measure), so the report, and a QoS decision on it, waits for the scrapes:
+// at most scrapeTimeout, half an interval or less.
+func (a *Agent) measure(ctx context.Context, now time.Time) (*pelotonv1.UsageReport, error) {
 	cur := reading{taken: true, time: now}
 	var err error
 	if !a.cfg.Virtual {
@@ -389,8 +421,8 @@ func (a *Agent) measure(now time.Time) (*pelotonv1.UsageReport, error) {
 			return nil, fmt.Errorf("read host: %w", err)
 		}
 	}
-	if a.qosRuns != nil {
-		if cur.info, err = a.qosRuns.RunInfo(now); err != nil {
+	if a.infoRuns != nil {
+		if cur.info, err = a.infoRuns.RunInfo(now); err != nil {
 			return nil, fmt.Errorf("read runs: %w", err)
 		}
 		cur.runs = make(map[string]Sample, len(cur.info))
@@ -403,6 +435,9 @@ func (a *Agent) measure(now time.Time) (*pelotonv1.UsageReport, error) {
 	// A failed reading (above) keeps the previous one, and the next report
 	// covers the longer interval since it; a reading that gives no usage
 	// (below) becomes the next one's baseline all the same.
+	// Scraped at every reading the runs were read at, the first one too,
+	// so that the first report already has a P99 for every run running.
+	latency := a.scrapeRuns(ctx, cur.info, now)
 	prev := a.prev
 	a.prev = cur
 	if !prev.taken {
@@ -415,6 +450,14 @@ func (a *Agent) measure(now time.Time) (*pelotonv1.UsageReport, error) {
 	rep, err := usageReport(prev, cur, a.cfg.Virtual, source)
 	if err != nil {
 		return nil, err
+	}
+	// A run without usage this interval (first seen, counter reset) gets
+	// no latency either: a TaskUsage with only a latency in it would read
+	// as a run using nothing.
+	for id, u := range rep.Runs {
+		if l, ok := latency[id]; ok {
+			u.LatencyP99Seconds, u.LatencyError = l.p99, l.err
+		}
 	}
 	a.seq++
 	rep.Host, rep.AgentId, rep.Sequence = a.cfg.Host, a.cfg.AgentID, a.seq

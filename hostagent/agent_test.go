@@ -698,7 +698,7 @@ func BenchmarkAgentCycle(b *testing.B) {
 	now := t0
 	for range 2 { // the baseline, then a report with every run
 		now = now.Add(time.Second)
-		if _, err := a.measure(now); err != nil {
+		if _, err := a.measure(context.Background(), now); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -707,7 +707,7 @@ func BenchmarkAgentCycle(b *testing.B) {
 		// The fixture's counters stand still: a usage of zero, computed
 		// all the same.
 		now = now.Add(time.Second)
-		rep, err := a.measure(now)
+		rep, err := a.measure(context.Background(), now)
 		if err != nil || len(rep.GetRuns()) != 100 {
 			b.Fatalf("measure = %d runs, %v; want 100", len(rep.GetRuns()), err)
 		}

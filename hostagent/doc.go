@@ -15,7 +15,8 @@
 //     PELOTON_TASK_ID every backend starts a run's processes with, so the
 //     agent asks no one which runs are where, and sums each run's Sample;
 //     from the same scan it says which runs are revocable (PELOTON_REVOCABLE,
-//     PELOTON_PRIORITY) and kills one (kill_linux.go);
+//     PELOTON_PRIORITY), where each serves its metrics (PELOTON_METRICS_*),
+//     and kills one (kill_linux.go);
 //   - instance latency (latency.go): Scrape fetches one histogram from a
 //     Prometheus text endpoint, and P99 computes the 0.99 quantile over the
 //     window between two scrapes.
@@ -37,6 +38,13 @@
 // state, not events: a newer one replaces an older one not yet sent, and a
 // resend is dropped by the stack. A reading that fails sends nothing; the
 // stack tells stale numbers by the age of the last report.
+//
+// Each reading also scrapes the runs that declare metrics (scrape.go),
+// concurrently but at most maxConcurrentScrapes at once, all within half an
+// interval (at most two seconds), each answer read to at most 4 MiB, and
+// puts in each run's usage the P99 of its latency histogram since the
+// previous scrape, or why there is none. An endpoint is the tenant's code:
+// whatever it does costs the report that bounded wait, and nothing else.
 //
 // The QoS controller (qos.go), off unless configured, is the one thing the
 // agent does besides measuring, and it does it alone: revocable runs live

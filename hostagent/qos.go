@@ -179,10 +179,9 @@ func (p QoSPolicy) Decide(st QoSState, in QoSInput) (QoSState, []string) {
 // backend whose runs are not this machine's processes (the sim backend)
 // would bring its own.
 type QoSRuns interface {
-	RunSource
-	// RunInfo is Runs, with what the controller needs of each run, from
-	// the same reading: an agent with QoS on calls it instead of Runs.
-	RunInfo(now time.Time) (map[string]RunInfo, error)
+	// RunInfo says what the controller needs of each run, from the same
+	// reading as the counters.
+	RunInfoSource
 	// Kill kills run id as RunInfo found it; a run gone already is no
 	// error.
 	Kill(id string, run RunInfo) error

@@ -3,12 +3,16 @@ package hostagent
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io/fs"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // The environment variables every backend starts a run's processes with:
@@ -27,6 +31,24 @@ var (
 	envRevocable = []byte("PELOTON_REVOCABLE=")
 	envPriority  = []byte("PELOTON_PRIORITY=")
 )
+
+// The environment variables the stack adds to the run of a task whose spec
+// has metrics (jobmgr's EnvMetricsPort, EnvMetricsPath and
+// EnvMetricsHistogram), and the one a backend adds where the run does not
+// listen on the host's loopback (EnvMetricsHost: the kubernetes backend
+// sets the pod's IP). The stack deletes any the user set.
+var (
+	envMetricsPort      = []byte("PELOTON_METRICS_PORT=")
+	envMetricsPath      = []byte("PELOTON_METRICS_PATH=")
+	envMetricsHistogram = []byte("PELOTON_METRICS_HISTOGRAM=")
+	envMetricsHost      = []byte("PELOTON_METRICS_HOST=")
+)
+
+// metricsValueMax bounds each metrics variable's value, as the stack bounds
+// the spec's path and histogram name: a longer one comes from a process
+// that changed its environment, and is not copied into the agent's memory
+// for every process of the run.
+const metricsValueMax = 1024
 
 // environMax bounds what is read of one process's environment. Both
 // backends put the PELOTON_* variables after the task's own, and the
@@ -58,8 +80,9 @@ const runIDMax = 256
 // CAP_SYS_PTRACE): an agent in a pod needs hostPID and that capability.
 // Processes it may not inspect are skipped.
 //
-// Besides the Samples it says, per run, what the QoS controller needs
-// (RunInfo), and kills a run (Kill), so it is the agent's QoSRuns too.
+// Besides the Samples it says, per run, what the QoS controller needs and
+// where the run serves its metrics (RunInfo), and kills a run (Kill), so it
+// is the agent's RunInfoSource and QoSRuns too.
 //
 // An EnvRuns is for one goroutine (the agent's reading loop). Its zero value
 // with Host set is ready to use.
@@ -78,8 +101,9 @@ type EnvRuns struct {
 }
 
 var (
-	_ RunSource = (*EnvRuns)(nil)
-	_ QoSRuns   = (*EnvRuns)(nil)
+	_ RunSource     = (*EnvRuns)(nil)
+	_ RunInfoSource = (*EnvRuns)(nil)
+	_ QoSRuns       = (*EnvRuns)(nil)
 )
 
 // envEntry is what a process's environment said, and which process it was.
@@ -149,7 +173,8 @@ func (e *EnvRuns) Runs(now time.Time) (map[string]Sample, error) {
 }
 
 // RunInfo is what EnvRuns found of one run in one scan: its counters, what
-// the QoS controller chooses victims by, and the processes it kills.
+// the QoS controller chooses victims by, the processes it kills, and where
+// the agent reads the run's latency.
 type RunInfo struct {
 	// Sample is the run's, as Runs returns it.
 	Sample Sample
@@ -168,6 +193,26 @@ type RunInfo struct {
 	Started time.Duration
 	// Procs are the run's processes, by ascending pid.
 	Procs []RunProc
+	// Metrics is where the run serves the histogram whose P99 is its
+	// latency, as the environment of its earliest process says; nil when
+	// the run declares no metrics (no PELOTON_METRICS_PORT).
+	Metrics *MetricsTarget
+}
+
+// MetricsTarget is where a run serves its latency histogram.
+type MetricsTarget struct {
+	// URL is http://<host>:<port><path>: host is PELOTON_METRICS_HOST, an
+	// IP address, or 127.0.0.1 without it (the local backend's runs listen
+	// on the host's loopback); port is the number in the variable of the
+	// port PELOTON_METRICS_PORT names (PELOTON_PORT_<NAME>); path is
+	// PELOTON_METRICS_PATH, "/metrics" without it.
+	URL string
+	// Histogram is the histogram's name (PELOTON_METRICS_HISTOGRAM).
+	Histogram string
+	// Err, when not "", says why the environment names no endpoint,
+	// although the run declares metrics; URL and Histogram are "" then.
+	// The agent reports it as the run's latency error.
+	Err string
 }
 
 // RunProc is one process of a run, as the scan saw it.
@@ -182,9 +227,9 @@ type RunProc struct {
 	GroupLeader bool
 }
 
-// RunInfo is Runs with, per run, what the QoS controller needs: one scan
-// of ProcRoot serves both, so an agent with QoS on calls this instead of
-// Runs.
+// RunInfo is Runs with, per run, what the QoS controller and the latency
+// reader need: one scan of ProcRoot serves all three, so the agent calls
+// this instead of Runs.
 func (e *EnvRuns) RunInfo(now time.Time) (map[string]RunInfo, error) {
 	snap, err := ReadProcs(e.procRoot(), now)
 	if err != nil {
@@ -214,6 +259,9 @@ func (e *EnvRuns) info(snap *ProcSnapshot, pids []int) RunInfo {
 	}
 	in.Started = ticks(snap.procs[first].start)
 	in.Priority = e.cache[first].env.priority
+	if m := e.cache[first].env.metrics; m != (MetricsTarget{}) {
+		in.Metrics = &m
+	}
 	return in
 }
 
@@ -288,9 +336,10 @@ func (e *EnvRuns) procRoot() string {
 
 // envRun is what one process's environment says of the run it belongs to.
 type envRun struct {
-	id        string // PELOTON_TASK_ID; "" for no run of Host
-	revocable bool   // PELOTON_REVOCABLE=true
-	priority  uint32 // PELOTON_PRIORITY; 0 when absent or not a number
+	id        string        // PELOTON_TASK_ID; "" for no run of Host
+	revocable bool          // PELOTON_REVOCABLE=true
+	priority  uint32        // PELOTON_PRIORITY; 0 when absent or not a number
+	metrics   MetricsTarget // zero when no PELOTON_METRICS_PORT
 }
 
 // runOf returns the run env says it belongs to, NUL-terminated KEY=value
@@ -307,9 +356,23 @@ type envRun struct {
 // priority that is absent or not a uint32 is 0, the lowest: the stack
 // always writes one for a revocable run, so only a process that changed
 // its own environment lacks it, and it goes first.
+//
+// The metrics variables make its metrics target (see metricsOf).
 func runOf(env []byte, host string) envRun {
-	var id, h, rev, prio []byte
-	var haveID, haveHost, haveRev, havePrio bool
+	vars := [...][]byte{envTaskID, envHost, envRevocable, envPriority, envMetricsPort, envMetricsPath, envMetricsHistogram, envMetricsHost}
+	const (
+		id = iota
+		h
+		rev
+		prio
+		mPort
+		mPath
+		mHist
+		mHost
+	)
+	var val [len(vars)][]byte
+	var have [len(vars)]bool
+	all := env
 	for {
 		end := bytes.IndexByte(env, 0)
 		if end < 0 {
@@ -317,23 +380,116 @@ func runOf(env []byte, host string) envRun {
 		}
 		kv := env[:end]
 		env = env[end+1:]
-		switch {
-		case !haveID && bytes.HasPrefix(kv, envTaskID):
-			id, haveID = kv[len(envTaskID):], true
-		case !haveHost && bytes.HasPrefix(kv, envHost):
-			h, haveHost = kv[len(envHost):], true
-		case !haveRev && bytes.HasPrefix(kv, envRevocable):
-			rev, haveRev = kv[len(envRevocable):], true
-		case !havePrio && bytes.HasPrefix(kv, envPriority):
-			prio, havePrio = kv[len(envPriority):], true
+		if len(kv) < len("PELOTON_") || string(kv[:len("PELOTON_")]) != "PELOTON_" {
+			continue // most of an environment: one comparison, not eight
+		}
+		for i, name := range vars {
+			if !have[i] && bytes.HasPrefix(kv, name) {
+				val[i], have[i] = kv[len(name):], true
+				break
+			}
 		}
 	}
-	if len(id) == 0 || len(id) > runIDMax || (host != "" && string(h) != host) {
+	if len(val[id]) == 0 || len(val[id]) > runIDMax || (host != "" && string(val[h]) != host) {
 		return envRun{}
 	}
-	r := envRun{id: string(id), revocable: string(rev) == "true"}
-	if p, err := strconv.ParseUint(string(prio), 10, 32); err == nil {
+	r := envRun{id: string(val[id]), revocable: string(val[rev]) == "true"}
+	if p, err := strconv.ParseUint(string(val[prio]), 10, 32); err == nil {
 		r.priority = uint32(p)
 	}
+	if have[mPort] {
+		r.metrics = metricsOf(all, val[mPort], val[mPath], val[mHist], val[mHost], have[mHost])
+	}
 	return r
+}
+
+// metricsOf is the metrics target of a run whose environment env names
+// metrics port port, with the other metrics variables as given. The port's
+// number is in the variable the port's name makes (PELOTON_PORT_<NAME>),
+// looked up in env once the name is known.
+//
+// What the environment says is checked as the stack checks the spec, so a
+// process that changed its own environment makes an error the run's
+// latency reports, not a request: the host must be an IP address (the
+// agent resolves no names a process gives it), the port a number, the path
+// visible ASCII starting with "/", the histogram a metric name.
+func metricsOf(env, port, path, hist, host []byte, haveHost bool) MetricsTarget {
+	bad := func(format string, args ...any) MetricsTarget {
+		return MetricsTarget{Err: fmt.Sprintf(format, args...)}
+	}
+	if len(port) == 0 || len(port) > metricsValueMax {
+		return bad("PELOTON_METRICS_PORT: %d bytes, not a port's name", len(port))
+	}
+	portVar := portEnvName(port)
+	var num []byte
+	found := false
+	key := append([]byte(portVar), '=')
+	for !found {
+		end := bytes.IndexByte(env, 0)
+		if end < 0 {
+			break
+		}
+		if kv := env[:end]; bytes.HasPrefix(kv, key) {
+			num, found = kv[len(key):], true
+		}
+		env = env[end+1:]
+	}
+	if !found {
+		return bad("%s, the number of metrics port %q, is not set", portVar, port)
+	}
+	n, err := strconv.ParseUint(string(num), 10, 16)
+	if err != nil || n == 0 {
+		return bad("%s=%.20q is not a port number", portVar, num)
+	}
+	addr := netip.AddrFrom4([4]byte{127, 0, 0, 1})
+	if haveHost {
+		if addr, err = netip.ParseAddr(string(host)); err != nil || addr.Zone() != "" {
+			return bad("PELOTON_METRICS_HOST=%.64q is not an IP address", host)
+		}
+	}
+	if len(path) == 0 {
+		path = []byte("/metrics")
+	}
+	if len(path) > metricsValueMax || path[0] != '/' || bytes.ContainsFunc(path, func(r rune) bool { return r <= ' ' || r >= 0x7f }) {
+		return bad("PELOTON_METRICS_PATH=%.64q is not a path (visible ASCII, starting with /)", path)
+	}
+	if len(hist) == 0 {
+		return bad("PELOTON_METRICS_HISTOGRAM is not set")
+	}
+	if len(hist) > metricsValueMax || !validMetricName(hist) {
+		return bad("PELOTON_METRICS_HISTOGRAM=%.64q is not a metric name", hist)
+	}
+	return MetricsTarget{
+		URL:       "http://" + netip.AddrPortFrom(addr, uint16(n)).String() + string(path),
+		Histogram: string(hist),
+	}
+}
+
+// portEnvName is the variable that holds a port's number, as the backends
+// name it (hostmgr.PortEnvName, which this package may not import; the
+// names are part of every run's environment, the contract the agent reads
+// and that does not change): PELOTON_PORT_ and the name upper-cased, each
+// character other than an ASCII letter or digit an underscore.
+func portEnvName(name []byte) string {
+	b := make([]byte, 0, len("PELOTON_PORT_")+len(name))
+	b = append(b, "PELOTON_PORT_"...)
+	for _, c := range strings.ToUpper(string(name)) {
+		if c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
+			b = utf8.AppendRune(b, c)
+		} else {
+			b = append(b, '_')
+		}
+	}
+	return string(b)
+}
+
+// validMetricName reports whether name is a classic Prometheus metric name,
+// [a-zA-Z_:][a-zA-Z0-9_:]*, as the stack requires of the spec's.
+func validMetricName(name []byte) bool {
+	for i, c := range name {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '_' || c == ':' || i > 0 && c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return len(name) > 0
 }

@@ -194,12 +194,112 @@ func TestRunOf(t *testing.T) {
 		{"priority above uint32", runEnv("j-0-1", "h", "PELOTON_REVOCABLE=true", "PELOTON_PRIORITY=4294967296"), "h",
 			envRun{id: "j-0-1", revocable: true}},
 		{"revocable, no run", environ("PELOTON_HOST=h", "PELOTON_REVOCABLE=true"), "h", envRun{}},
+		{"metrics", runEnv("j-0-1", "h", "PELOTON_METRICS_PORT=http", "PELOTON_METRICS_PATH=/m", "PELOTON_METRICS_HISTOGRAM=lat_seconds", "PELOTON_PORT_HTTP=8080"), "h",
+			envRun{id: "j-0-1", metrics: MetricsTarget{URL: "http://127.0.0.1:8080/m", Histogram: "lat_seconds"}}},
+		{"metrics, the port's number before its name", environ("PELOTON_PORT_ADMIN_PORT=9", "PELOTON_METRICS_HISTOGRAM=l", "PELOTON_METRICS_PORT=admin-port", "PELOTON_TASK_ID=j-0-1"), "",
+			envRun{id: "j-0-1", metrics: MetricsTarget{URL: "http://127.0.0.1:9/metrics", Histogram: "l"}}},
+		{"metrics of another host's run", runEnv("j-0-1", "g", "PELOTON_METRICS_PORT=http", "PELOTON_METRICS_HISTOGRAM=l", "PELOTON_PORT_HTTP=1"), "h", envRun{}},
+		{"metrics without the port's number", runEnv("j-0-1", "h", "PELOTON_METRICS_PORT=http", "PELOTON_METRICS_HISTOGRAM=l"), "h",
+			envRun{id: "j-0-1", metrics: MetricsTarget{Err: `PELOTON_PORT_HTTP, the number of metrics port "http", is not set`}}},
+		{"metrics variables set twice: the first", runEnv("j-0-1", "h", "PELOTON_METRICS_PORT=a", "PELOTON_METRICS_HISTOGRAM=l", "PELOTON_PORT_A=1",
+			"PELOTON_METRICS_PORT=b", "PELOTON_PORT_B=2", "PELOTON_PORT_A=3", "PELOTON_METRICS_HISTOGRAM=m"), "h",
+			envRun{id: "j-0-1", metrics: MetricsTarget{URL: "http://127.0.0.1:1/metrics", Histogram: "l"}}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			if got := runOf([]byte(tt.env), tt.host); got != tt.want {
 				t.Errorf("runOf(%q, %q) = %+v, want %+v", tt.env, tt.host, got, tt.want)
 			}
 		})
+	}
+}
+
+// TestMetricsOf: what a run's environment says of its metrics endpoint,
+// and every way it can say it wrong.
+func TestMetricsOf(t *testing.T) {
+	const hist = "PELOTON_METRICS_HISTOGRAM=lat_seconds"
+	for _, tt := range []struct {
+		name    string
+		env     []string
+		want    MetricsTarget
+		wantErr string
+	}{
+		{"defaults", []string{"PELOTON_METRICS_PORT=http", "PELOTON_PORT_HTTP=31000", hist},
+			MetricsTarget{URL: "http://127.0.0.1:31000/metrics", Histogram: "lat_seconds"}, ""},
+		{"pod IP and a path with a query", []string{"PELOTON_METRICS_PORT=http", "PELOTON_PORT_HTTP=8080", hist,
+			"PELOTON_METRICS_HOST=10.1.2.3", "PELOTON_METRICS_PATH=/stats?format=prometheus"},
+			MetricsTarget{URL: "http://10.1.2.3:8080/stats?format=prometheus", Histogram: "lat_seconds"}, ""},
+		{"IPv6 pod IP", []string{"PELOTON_METRICS_PORT=http", "PELOTON_PORT_HTTP=8080", hist, "PELOTON_METRICS_HOST=fd00::1"},
+			MetricsTarget{URL: "http://[fd00::1]:8080/metrics", Histogram: "lat_seconds"}, ""},
+		{"empty port name", []string{"PELOTON_METRICS_PORT=", hist}, MetricsTarget{}, "PELOTON_METRICS_PORT"},
+		{"port name too long", []string{"PELOTON_METRICS_PORT=" + strings.Repeat("p", metricsValueMax+1), hist}, MetricsTarget{}, "PELOTON_METRICS_PORT"},
+		{"port not a number", []string{"PELOTON_METRICS_PORT=http", "PELOTON_PORT_HTTP=eighty", hist}, MetricsTarget{}, "is not a port number"},
+		{"port 0", []string{"PELOTON_METRICS_PORT=http", "PELOTON_PORT_HTTP=0", hist}, MetricsTarget{}, "is not a port number"},
+		{"port above 65535", []string{"PELOTON_METRICS_PORT=http", "PELOTON_PORT_HTTP=65536", hist}, MetricsTarget{}, "is not a port number"},
+		{"host a name", []string{"PELOTON_METRICS_PORT=http", "PELOTON_PORT_HTTP=1", hist, "PELOTON_METRICS_HOST=metadata.example"}, MetricsTarget{}, "is not an IP address"},
+		{"host empty", []string{"PELOTON_METRICS_PORT=http", "PELOTON_PORT_HTTP=1", hist, "PELOTON_METRICS_HOST="}, MetricsTarget{}, "is not an IP address"},
+		{"host with a zone", []string{"PELOTON_METRICS_PORT=http", "PELOTON_PORT_HTTP=1", hist, "PELOTON_METRICS_HOST=fe80::1%eth0"}, MetricsTarget{}, "is not an IP address"},
+		{"host with a port", []string{"PELOTON_METRICS_PORT=http", "PELOTON_PORT_HTTP=1", hist, "PELOTON_METRICS_HOST=10.0.0.1:80"}, MetricsTarget{}, "is not an IP address"},
+		{"relative path", []string{"PELOTON_METRICS_PORT=http", "PELOTON_PORT_HTTP=1", hist, "PELOTON_METRICS_PATH=metrics"}, MetricsTarget{}, "PELOTON_METRICS_PATH"},
+		{"path with a space", []string{"PELOTON_METRICS_PORT=http", "PELOTON_PORT_HTTP=1", hist, "PELOTON_METRICS_PATH=/a b"}, MetricsTarget{}, "PELOTON_METRICS_PATH"},
+		{"path with a host", []string{"PELOTON_METRICS_PORT=http", "PELOTON_PORT_HTTP=1", hist, "PELOTON_METRICS_PATH=@evil/"}, MetricsTarget{}, "PELOTON_METRICS_PATH"},
+		{"path not UTF-8", []string{"PELOTON_METRICS_PORT=http", "PELOTON_PORT_HTTP=1", hist, "PELOTON_METRICS_PATH=/\xff"}, MetricsTarget{}, "PELOTON_METRICS_PATH"},
+		{"no histogram", []string{"PELOTON_METRICS_PORT=http", "PELOTON_PORT_HTTP=1"}, MetricsTarget{}, "PELOTON_METRICS_HISTOGRAM is not set"},
+		{"histogram not a name", []string{"PELOTON_METRICS_PORT=http", "PELOTON_PORT_HTTP=1", "PELOTON_METRICS_HISTOGRAM=lat{le=\"1\"}"}, MetricsTarget{}, "is not a metric name"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got := runOf([]byte(runEnv("j-0-1", "h", tt.env...)), "h").metrics
+			if tt.wantErr != "" {
+				if got.URL != "" || got.Histogram != "" || !strings.Contains(got.Err, tt.wantErr) {
+					t.Errorf("metrics = %+v, want only an error saying %q", got, tt.wantErr)
+				}
+				if len(got.Err) > 200 {
+					t.Errorf("error of %d bytes: the environment's values must be quoted short", len(got.Err))
+				}
+				return
+			}
+			if got != tt.want {
+				t.Errorf("metrics = %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestPortEnvName: the agent names a port's variable as the backends do
+// (hostmgr.PortEnvName, which it may not import).
+func TestPortEnvName(t *testing.T) {
+	for name, want := range map[string]string{
+		"http":       "PELOTON_PORT_HTTP",
+		"admin-port": "PELOTON_PORT_ADMIN_PORT",
+		"Grpc_2":     "PELOTON_PORT_GRPC_2",
+		"é":          "PELOTON_PORT__",
+		"a.b c":      "PELOTON_PORT_A_B_C",
+	} {
+		if got := portEnvName([]byte(name)); got != want {
+			t.Errorf("portEnvName(%q) = %q, want %q", name, got, want)
+		}
+	}
+}
+
+// TestEnvRunsRunInfoMetrics: a run's metrics are what its earliest process
+// was started with; a child that changed its environment changes nothing.
+func TestEnvRunsRunInfoMetrics(t *testing.T) {
+	metrics := func(port string) []string {
+		return []string{"PELOTON_METRICS_PORT=http", "PELOTON_METRICS_HISTOGRAM=lat_seconds", "PELOTON_PORT_HTTP=" + port}
+	}
+	root := newTree(t).
+		proc(procStatFields{pid: 200, comm: "child", ppid: 100, start: 20}, runEnv("j-0-1", "h", metrics("6666")...)).
+		proc(procStatFields{pid: 100, comm: "server", ppid: 1, start: 10}, runEnv("j-0-1", "h", metrics("8080")...)).
+		proc(procStatFields{pid: 300, comm: "plain", ppid: 1, start: 30}, runEnv("j-1-1", "h")).
+		path("proc")
+	infos, err := (&EnvRuns{ProcRoot: root, Host: "h"}).RunInfo(t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := infos["j-0-1"].Metrics; m == nil || *m != (MetricsTarget{URL: "http://127.0.0.1:8080/metrics", Histogram: "lat_seconds"}) {
+		t.Errorf("j-0-1 metrics = %+v, want its first process's, port 8080", m)
+	}
+	if m := infos["j-1-1"].Metrics; m != nil {
+		t.Errorf("j-1-1 declares no metrics, got %+v", m)
 	}
 }
 

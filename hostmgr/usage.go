@@ -63,6 +63,9 @@ const (
 // runs, low enough that a broken agent cannot fill the stack's memory.
 const maxRunsPerReport = 100_000
 
+// maxLatencyError bounds a run's latencyError: a sentence, not a page.
+const maxLatencyError = 1024
+
 // validUsageReport checks a report's fields, naming the one at fault.
 func validUsageReport(r *pelotonv1.UsageReport) error {
 	u := r.GetUsage()
@@ -95,6 +98,10 @@ func validUsageReport(r *pelotonv1.UsageReport) error {
 			return apierr.Invalid("runs["+id+"].cpu", "must be a number >= 0, not %v", ru.Cpu)
 		case ru.MemoryUsedMb < 0:
 			return apierr.Invalid("runs["+id+"].memoryUsedMb", "must be >= 0, not %d", ru.MemoryUsedMb)
+		case bad(ru.LatencyP99Seconds):
+			return apierr.Invalid("runs["+id+"].latencyP99Seconds", "must be a number >= 0, not %v", ru.LatencyP99Seconds)
+		case len(ru.LatencyError) > maxLatencyError:
+			return apierr.Invalid("runs["+id+"].latencyError", "%d bytes; at most %d", len(ru.LatencyError), maxLatencyError)
 		}
 	}
 	return nil

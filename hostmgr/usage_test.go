@@ -89,6 +89,8 @@ func TestUsageReports(t *testing.T) {
 		{report("a", "x", 5, math.NaN(), nil), codes.InvalidArgument, "usage.cpu: must be a number >= 0"},
 		{report("a", "x", 5, -1, nil), codes.InvalidArgument, "usage.cpu"},
 		{report("a", "x", 5, 1, map[string]float64{"j-0-1": math.Inf(1)}), codes.InvalidArgument, "runs[j-0-1].cpu"},
+		{&pelotonv1.UsageReport{Host: "a", AgentId: "x", Sequence: 5, Usage: &pelotonv1.HostUsage{},
+			Runs: map[string]*pelotonv1.TaskUsage{"j-0-1": {LatencyP99Seconds: math.NaN()}}}, codes.InvalidArgument, "runs[j-0-1].latencyP99Seconds"},
 	} {
 		_, err := m.TakeUsage(tc.r)
 		if status.Code(err) != tc.code || !strings.Contains(err.Error(), tc.want) {

@@ -1122,6 +1122,19 @@ const (
 	EnvPriority  = "PELOTON_PRIORITY"
 )
 
+// The environment a run whose spec has metrics gets: where the host agent
+// reads its latency (hostagent/runs.go). The port is named, not numbered:
+// the backend picks the number, and sets it in the port's own variable
+// (hostmgr.PortEnvName). EnvMetricsHost, the address the run listens on,
+// is the backend's to set (the kubernetes backend sets the pod's IP); the
+// agent takes 127.0.0.1 without it.
+const (
+	EnvMetricsPort      = "PELOTON_METRICS_PORT"
+	EnvMetricsPath      = "PELOTON_METRICS_PATH"
+	EnvMetricsHistogram = "PELOTON_METRICS_HISTOGRAM"
+	EnvMetricsHost      = "PELOTON_METRICS_HOST"
+)
+
 // launchSpec is what the backend needs to run run `run` of instance inst
 // on host, on version v with resources r.
 func launchSpec(j *job, inst, run uint32, host string, v *jobVersion, r resources.Resources) hostmgr.LaunchSpec {
@@ -1135,6 +1148,19 @@ func launchSpec(j *job, inst, run uint32, host string, v *jobVersion, r resource
 	delete(env, EnvRevocable)
 	if sla := v.spec.GetSla(); sla.GetRevocable() {
 		env[EnvRevocable], env[EnvPriority] = "true", strconv.FormatUint(uint64(sla.GetPriority()), 10)
+	}
+	// The agent scrapes what these say, so they are the stack's alone: a
+	// user's own would point the agent at a port or host of their choice,
+	// and a run without metrics must not look as if it had some.
+	for _, k := range []string{EnvMetricsPort, EnvMetricsPath, EnvMetricsHistogram, EnvMetricsHost} {
+		delete(env, k)
+	}
+	if m := spec.GetMetrics(); m != nil {
+		path := m.GetPath()
+		if path == "" {
+			path = DefaultMetricsPath
+		}
+		env[EnvMetricsPort], env[EnvMetricsPath], env[EnvMetricsHistogram] = m.GetPort(), path, m.GetLatencyHistogram()
 	}
 	ls := hostmgr.LaunchSpec{TaskID: resmgr.RunTaskID(j.id, inst, run), JobID: j.id, InstanceID: inst, RunID: run, Host: host,
 		Command: spec.Command, Env: env, Image: spec.Image, Resources: r, Pool: j.pool,

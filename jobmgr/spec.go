@@ -93,6 +93,9 @@ func mergeTaskSpec(def, o *pelotonv1.TaskSpec) *pelotonv1.TaskSpec {
 	if o.Volume != nil {
 		out.Volume = proto.Clone(o.Volume).(*pelotonv1.VolumeSpec)
 	}
+	if o.Metrics != nil {
+		out.Metrics = proto.Clone(o.Metrics).(*pelotonv1.MetricsSpec)
+	}
 	return out
 }
 
@@ -169,7 +172,8 @@ func instanceSpec(s *pelotonv1.JobSpec, inst uint32) *pelotonv1.TaskSpec {
 }
 
 // validateLongRunning checks the parts of a task spec that depend on the
-// job type: ports, health checks and volumes. field is the task's path.
+// job type, and those that refer to its ports: ports, health checks,
+// metrics and volumes. field is the task's path.
 func validateLongRunning(t *pelotonv1.TaskSpec, typ pelotonv1.JobType, field string) error {
 	names := map[string]bool{}
 	values := map[uint32]bool{}
@@ -215,6 +219,9 @@ func validateLongRunning(t *pelotonv1.TaskSpec, typ pelotonv1.JobType, field str
 			return apierr.Invalid(hf, "only SERVICE, STATEFUL and DAEMON jobs have health checks; a %s job runs to completion", typ)
 		}
 	}
+	if err := validateMetrics(t.Metrics, names, field+".metrics"); err != nil {
+		return err
+	}
 	switch {
 	case typ == pelotonv1.JobType_STATEFUL && t.Volume == nil:
 		return apierr.Invalid(field+".volume", "required for STATEFUL jobs: each instance's persistent volume, e.g. {sizeMb: 1024}")
@@ -224,6 +231,62 @@ func validateLongRunning(t *pelotonv1.TaskSpec, typ pelotonv1.JobType, field str
 		return apierr.Invalid(field+".volume", "only STATEFUL jobs have persistent volumes")
 	}
 	return nil
+}
+
+// DefaultMetricsPath is MetricsSpec.path's default, where Prometheus
+// clients serve.
+const DefaultMetricsPath = "/metrics"
+
+// maxMetricsFieldBytes bounds a metrics spec's path and histogram name.
+// Both go into the run's environment, where the host agent reads a bounded
+// head of it (hostagent/runs.go), and no real path or metric name comes
+// near it.
+const maxMetricsFieldBytes = 1024
+
+// validateMetrics checks a task's metrics spec. ports are the task's port
+// variables (hostmgr.PortEnvName of each name), field the spec's path.
+func validateMetrics(m *pelotonv1.MetricsSpec, ports map[string]bool, field string) error {
+	if m == nil {
+		return nil
+	}
+	switch {
+	case m.Port == "":
+		return apierr.Invalid(field+".port", "required: the name of the task's port that serves Prometheus text, e.g. http")
+	case !ports[hostmgr.PortEnvName(m.Port)]:
+		return apierr.Invalid(field+".port", "%q is not one of the task's ports", m.Port)
+	case m.Path != "" && !strings.HasPrefix(m.Path, "/"):
+		return apierr.Invalid(field+".path", "must start with /, got %q", m.Path)
+	case len(m.Path) > maxMetricsFieldBytes:
+		return apierr.Invalid(field+".path", "at most %d bytes, got %d", maxMetricsFieldBytes, len(m.Path))
+	case m.LatencyHistogram == "":
+		return apierr.Invalid(field+".latencyHistogram", "required: the histogram, in seconds, whose P99 is the instance's latency, e.g. http_request_duration_seconds")
+	case len(m.LatencyHistogram) > maxMetricsFieldBytes:
+		return apierr.Invalid(field+".latencyHistogram", "at most %d bytes, got %d", maxMetricsFieldBytes, len(m.LatencyHistogram))
+	case !validMetricName(m.LatencyHistogram):
+		return apierr.Invalid(field+".latencyHistogram", "%q is not a Prometheus metric name ([a-zA-Z_:][a-zA-Z0-9_:]*)", m.LatencyHistogram)
+	}
+	// The path becomes part of a URL the agent requests: visible ASCII
+	// only, so that what is requested is what the spec shows (a space or
+	// a control character would be escaped, or cut the request line).
+	for i := 0; i < len(m.Path); i++ {
+		if c := m.Path[i]; c <= ' ' || c >= 0x7f {
+			return apierr.Invalid(field+".path", "%q: only visible ASCII (percent-encode the rest), found byte %#x at %d", m.Path, c, i)
+		}
+	}
+	return nil
+}
+
+// validMetricName reports whether name is a classic Prometheus metric name,
+// [a-zA-Z_:][a-zA-Z0-9_:]*. UTF-8 names are refused: the histogram's
+// series are named name_bucket and so on, and only a classic name is the
+// same in every exposition format and client.
+func validMetricName(name string) bool {
+	for i, c := range name {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '_' || c == ':' || i > 0 && c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return name != ""
 }
 
 // validateTaskSpec checks one effective task spec. field is its path.

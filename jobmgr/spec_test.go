@@ -51,6 +51,10 @@ func (b *jobBuilder) Ports(ps ...*pelotonv1.PortSpec) *jobBuilder {
 	b.s.DefaultSpec.Ports = ps
 	return b
 }
+func (b *jobBuilder) Metrics(m *pelotonv1.MetricsSpec) *jobBuilder {
+	b.s.DefaultSpec.Metrics = m
+	return b
+}
 func (b *jobBuilder) Placement(p *pelotonv1.PlacementSpec) *jobBuilder {
 	b.s.DefaultSpec.Placement = p
 	return b
@@ -158,6 +162,45 @@ func TestValidateJobSpec(t *testing.T) {
 				s.InstanceSpecs[i] = &pelotonv1.TaskSpec{Env: map[string]string{"E": strings.Repeat("e", 1000)}}
 			}
 		}).Obj(), "spec"},
+		{"metrics: valid", MakeJob("x").Type(pelotonv1.JobType_SERVICE).Ports(&pelotonv1.PortSpec{Name: "http"}).
+			Metrics(&pelotonv1.MetricsSpec{Port: "http", LatencyHistogram: "http_request_duration_seconds"}).Obj(), ""},
+		{"metrics: valid with a path and a colon", MakeJob("x").Type(pelotonv1.JobType_SERVICE).Ports(&pelotonv1.PortSpec{Name: "admin-port"}).
+			Metrics(&pelotonv1.MetricsSpec{Port: "admin-port", Path: "/stats/prometheus", LatencyHistogram: "job:request_seconds"}).Obj(), ""},
+		{"metrics: port by its variable's spelling", MakeJob("x").Type(pelotonv1.JobType_SERVICE).Ports(&pelotonv1.PortSpec{Name: "admin-port"}).
+			Metrics(&pelotonv1.MetricsSpec{Port: "ADMIN_PORT", LatencyHistogram: "l"}).Obj(), ""},
+		{"metrics: no port", MakeJob("x").Type(pelotonv1.JobType_SERVICE).Ports(&pelotonv1.PortSpec{Name: "http"}).
+			Metrics(&pelotonv1.MetricsSpec{LatencyHistogram: "l"}).Obj(), "spec.defaultSpec.metrics.port"},
+		{"metrics: unknown port", MakeJob("x").Type(pelotonv1.JobType_SERVICE).Ports(&pelotonv1.PortSpec{Name: "http"}).
+			Metrics(&pelotonv1.MetricsSpec{Port: "admin", LatencyHistogram: "l"}).Obj(), "spec.defaultSpec.metrics.port"},
+		{"metrics: no ports at all", MakeJob("x").Type(pelotonv1.JobType_SERVICE).
+			Metrics(&pelotonv1.MetricsSpec{Port: "http", LatencyHistogram: "l"}).Obj(), "spec.defaultSpec.metrics.port"},
+		{"metrics: relative path", MakeJob("x").Type(pelotonv1.JobType_SERVICE).Ports(&pelotonv1.PortSpec{Name: "http"}).
+			Metrics(&pelotonv1.MetricsSpec{Port: "http", Path: "metrics", LatencyHistogram: "l"}).Obj(), "spec.defaultSpec.metrics.path"},
+		{"metrics: space in path", MakeJob("x").Type(pelotonv1.JobType_SERVICE).Ports(&pelotonv1.PortSpec{Name: "http"}).
+			Metrics(&pelotonv1.MetricsSpec{Port: "http", Path: "/a b", LatencyHistogram: "l"}).Obj(), "spec.defaultSpec.metrics.path"},
+		{"metrics: newline in path", MakeJob("x").Type(pelotonv1.JobType_SERVICE).Ports(&pelotonv1.PortSpec{Name: "http"}).
+			Metrics(&pelotonv1.MetricsSpec{Port: "http", Path: "/a\nb", LatencyHistogram: "l"}).Obj(), "spec.defaultSpec.metrics.path"},
+		{"metrics: path too long", MakeJob("x").Type(pelotonv1.JobType_SERVICE).Ports(&pelotonv1.PortSpec{Name: "http"}).
+			Metrics(&pelotonv1.MetricsSpec{Port: "http", Path: "/" + strings.Repeat("p", maxMetricsFieldBytes), LatencyHistogram: "l"}).Obj(), "spec.defaultSpec.metrics.path"},
+		{"metrics: no histogram", MakeJob("x").Type(pelotonv1.JobType_SERVICE).Ports(&pelotonv1.PortSpec{Name: "http"}).
+			Metrics(&pelotonv1.MetricsSpec{Port: "http"}).Obj(), "spec.defaultSpec.metrics.latencyHistogram"},
+		{"metrics: histogram starts with a digit", MakeJob("x").Type(pelotonv1.JobType_SERVICE).Ports(&pelotonv1.PortSpec{Name: "http"}).
+			Metrics(&pelotonv1.MetricsSpec{Port: "http", LatencyHistogram: "9lives"}).Obj(), "spec.defaultSpec.metrics.latencyHistogram"},
+		{"metrics: histogram with a dash", MakeJob("x").Type(pelotonv1.JobType_SERVICE).Ports(&pelotonv1.PortSpec{Name: "http"}).
+			Metrics(&pelotonv1.MetricsSpec{Port: "http", LatencyHistogram: "request-seconds"}).Obj(), "spec.defaultSpec.metrics.latencyHistogram"},
+		{"metrics: histogram with a selector", MakeJob("x").Type(pelotonv1.JobType_SERVICE).Ports(&pelotonv1.PortSpec{Name: "http"}).
+			Metrics(&pelotonv1.MetricsSpec{Port: "http", LatencyHistogram: `l{code="200"}`}).Obj(), "spec.defaultSpec.metrics.latencyHistogram"},
+		{"metrics: UTF-8 histogram", MakeJob("x").Type(pelotonv1.JobType_SERVICE).Ports(&pelotonv1.PortSpec{Name: "http"}).
+			Metrics(&pelotonv1.MetricsSpec{Port: "http", LatencyHistogram: "latenz_ä"}).Obj(), "spec.defaultSpec.metrics.latencyHistogram"},
+		{"metrics: histogram too long", MakeJob("x").Type(pelotonv1.JobType_SERVICE).Ports(&pelotonv1.PortSpec{Name: "http"}).
+			Metrics(&pelotonv1.MetricsSpec{Port: "http", LatencyHistogram: strings.Repeat("l", maxMetricsFieldBytes+1)}).Obj(), "spec.defaultSpec.metrics.latencyHistogram"},
+		{"metrics: an override's port unknown", MakeJob("x").Type(pelotonv1.JobType_SERVICE).Instances(3).Ports(&pelotonv1.PortSpec{Name: "http"}).
+			Override(2, &pelotonv1.TaskSpec{Metrics: &pelotonv1.MetricsSpec{Port: "admin", LatencyHistogram: "l"}}).Obj(), "spec.instanceSpecs.2.metrics.port"},
+		{"metrics: an override's ports drop the default's metrics port", MakeJob("x").Type(pelotonv1.JobType_SERVICE).Instances(2).
+			Ports(&pelotonv1.PortSpec{Name: "http"}).Metrics(&pelotonv1.MetricsSpec{Port: "http", LatencyHistogram: "l"}).
+			Override(1, &pelotonv1.TaskSpec{Ports: []*pelotonv1.PortSpec{{Name: "grpc"}}}).Obj(), "spec.instanceSpecs.1.metrics.port"},
+		{"metrics: an override with its own", MakeJob("x").Type(pelotonv1.JobType_SERVICE).Instances(2).Ports(&pelotonv1.PortSpec{Name: "http"}, &pelotonv1.PortSpec{Name: "admin"}).
+			Override(1, &pelotonv1.TaskSpec{Metrics: &pelotonv1.MetricsSpec{Port: "admin", LatencyHistogram: "l"}}).Obj(), ""},
 		{"placement: in an override", MakeJob("x").Instances(2).Override(1, &pelotonv1.TaskSpec{Placement: &pelotonv1.PlacementSpec{
 			Constraints: []*pelotonv1.Constraint{{Label: "zone"}}}}).Obj(), "spec.instanceSpecs.1.placement.constraints[0].op"},
 	} {
@@ -190,6 +233,23 @@ func TestMergeTaskSpec(t *testing.T) {
 	}
 	if def.Env["B"] != "2" || def.Command[0] != "a" {
 		t.Fatal("merge modified the default spec")
+	}
+}
+
+// TestMergeReplacesMetricsWhole: an override's metrics spec is the
+// instance's, not a field-by-field blend with the default's.
+func TestMergeReplacesMetricsWhole(t *testing.T) {
+	def := &pelotonv1.TaskSpec{Metrics: &pelotonv1.MetricsSpec{Port: "http", Path: "/m", LatencyHistogram: "a"}}
+	got := mergeTaskSpec(def, &pelotonv1.TaskSpec{Metrics: &pelotonv1.MetricsSpec{Port: "admin", LatencyHistogram: "b"}})
+	if want := (&pelotonv1.MetricsSpec{Port: "admin", LatencyHistogram: "b"}); !proto.Equal(got.Metrics, want) {
+		t.Fatalf("merged metrics %v, want %v", got.Metrics, want)
+	}
+	if got := mergeTaskSpec(def, &pelotonv1.TaskSpec{Command: []string{"x"}}); !proto.Equal(got.Metrics, def.Metrics) {
+		t.Fatalf("an override without metrics: %v, want the default's %v", got.Metrics, def.Metrics)
+	}
+	got.Metrics.Port = "changed"
+	if def.Metrics.Port != "http" {
+		t.Fatal("merge shares the default's metrics spec")
 	}
 }
 

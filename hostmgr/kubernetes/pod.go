@@ -120,6 +120,14 @@ func assignPorts(ports []hostmgr.Port) map[string]uint32 {
 	return out
 }
 
+// The metrics variables of a run (jobmgr's EnvMetricsPort and
+// EnvMetricsHost): jobmgr sets the port of a run whose spec has metrics,
+// and the backend where the run listens.
+const (
+	envMetricsPort = "PELOTON_METRICS_PORT"
+	envMetricsHost = "PELOTON_METRICS_HOST"
+)
+
 // buildPod is the pod that runs one run, not yet bound.
 func (b *Backend) buildPod(spec hostmgr.LaunchSpec, ns string, ports map[string]uint32) *corev1.Pod {
 	labels := map[string]string{
@@ -154,6 +162,13 @@ func (b *Backend) buildPod(spec hostmgr.LaunchSpec, ns string, ports map[string]
 		// The node the pod is bound to, as the other backends give the host.
 		corev1.EnvVar{Name: "PELOTON_HOST", ValueFrom: fieldRef("spec.nodeName")},
 	)
+	if _, ok := spec.Env[envMetricsPort]; ok {
+		// The host agent scrapes a run's metrics where the run listens:
+		// the pod's own address, which only the kubelet knows when it
+		// starts the container. Only runs with metrics get it, so other
+		// pods (and their spec hash) stay as they were.
+		env = append(env, corev1.EnvVar{Name: envMetricsHost, ValueFrom: fieldRef("status.podIP")})
+	}
 	var cports []corev1.ContainerPort
 	for _, p := range spec.Ports {
 		v := ports[p.Name]

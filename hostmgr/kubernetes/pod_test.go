@@ -150,3 +150,30 @@ func TestSpecHash(t *testing.T) {
 		}
 	}
 }
+
+// TestBuildPodMetricsHost: a run with metrics learns where it listens, the
+// pod's IP, for the host agent to scrape it there; a run without metrics
+// gets no such variable.
+func TestBuildPodMetricsHost(t *testing.T) {
+	b := &Backend{cfg: Config{Namespace: "ns", DefaultImage: DefaultImage, GPUResource: DefaultGPUResource, VolumeRoot: DefaultVolumeRoot}}
+	envOf := func(s hostmgr.LaunchSpec) map[string]string {
+		env := map[string]string{}
+		for _, v := range b.buildPod(s, "ns", assignPorts(s.Ports)).Spec.Containers[0].Env {
+			env[v.Name] = v.Value
+			if v.ValueFrom != nil && v.ValueFrom.FieldRef != nil {
+				env[v.Name] = "from " + v.ValueFrom.FieldRef.FieldPath
+			}
+		}
+		return env
+	}
+	spec := hostmgr.LaunchSpec{TaskID: "j-0-1", JobID: "j", RunID: 1, Host: "n", Command: []string{"server"},
+		Ports: []hostmgr.Port{{Name: "http"}}, Env: map[string]string{"A": "1"}}
+	if env := envOf(spec); env[envMetricsHost] != "" {
+		t.Errorf("a run without metrics: %s=%q", envMetricsHost, env[envMetricsHost])
+	}
+	spec.Env = map[string]string{envMetricsPort: "http", "PELOTON_METRICS_HISTOGRAM": "request_seconds"}
+	env := envOf(spec)
+	if env[envMetricsHost] != "from status.podIP" || env[envMetricsPort] != "http" || env["PELOTON_PORT_HTTP"] == "" {
+		t.Errorf("a run with metrics: env %v", env)
+	}
+}

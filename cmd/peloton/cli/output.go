@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -200,7 +201,7 @@ func writeTaskColumns(w io.Writer, tasks []*pelotonv1.Task, wide, long bool) {
 		head = append(head, "GOAL", "RUN", "FAILURES")
 	}
 	if long {
-		head = append(head, "SPEC VERSION", "HEALTH", "BOUND HOST", "PORTS", "CPU USED", "MEM USED")
+		head = append(head, "SPEC VERSION", "HEALTH", "BOUND HOST", "PORTS", "CPU USED", "MEM USED", "P99")
 	}
 	if wide {
 		head = append(head, "MESSAGE")
@@ -233,13 +234,38 @@ func writeTaskColumns(w io.Writer, tasks []*pelotonv1.Task, wide, long bool) {
 			if u := st.GetUsage(); u != nil {
 				cpuUsed, memUsed = strconv.FormatFloat(u.GetCpu(), 'f', 2, 64), strconv.FormatInt(u.GetMemoryUsedMb(), 10)
 			}
-			cells = append(cells, specVersionCell(st), healthCell(st.GetHealth()), st.GetBoundHost(), ports(st.GetPorts()), cpuUsed, memUsed)
+			cells = append(cells, specVersionCell(st), healthCell(st.GetHealth()), st.GetBoundHost(), ports(st.GetPorts()), cpuUsed, memUsed,
+				latencyCell(st.GetUsage().GetLatencyP99Seconds()))
 		}
 		if wide {
 			cells = append(cells, st.GetMessage())
 		}
 		row(w, cells...)
 	}
+}
+
+// latencyCell shows a latency in seconds as a duration of three significant
+// digits ("12.5ms", "1.2s"): the buckets it is interpolated between are
+// rarely finer. 0 is no reading, an empty cell (shown "-"); why there is
+// none is in the usage's latencyError (-o json).
+func latencyCell(seconds float64) string {
+	switch {
+	case !(seconds > 0):
+		return ""
+	case seconds > float64(math.MaxInt64/time.Second):
+		// Beyond a Duration; no histogram has such buckets, but a
+		// number is still a number.
+		return strconv.FormatFloat(seconds, 'g', 3, 64) + "s"
+	}
+	d := time.Duration(math.Round(seconds * float64(time.Second)))
+	unit := time.Duration(1)
+	for unit*1000 <= d {
+		unit *= 10
+	}
+	if d = d.Round(unit); d == 0 {
+		d = 1 // below a nanosecond: the least a duration shows
+	}
+	return d.String()
 }
 
 // specVersionCell is the spec version a run runs, "1->2" while a restart

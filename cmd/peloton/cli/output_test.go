@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -294,17 +295,44 @@ func TestTaskLongRunningColumns(t *testing.T) {
 	svc.Status.SpecVersion, svc.Status.DesiredSpecVersion = 2, 3
 	svc.Status.Health = pelotonv1.HealthState_HEALTHY
 	svc.Status.Ports = map[string]uint32{"http": 31000, "admin": 8081}
-	svc.Status.Usage = &pelotonv1.TaskUsage{Cpu: 1.004, MemoryUsedMb: 64}
+	svc.Status.Usage = &pelotonv1.TaskUsage{Cpu: 1.004, MemoryUsedMb: 64, LatencyP99Seconds: 0.0125}
 	batch := makeTask("7f3c", 1, pelotonv1.TaskState_RUNNING)
 	batch.Status.SpecVersion = 1
+	noReading := makeTask("7f3c", 2, pelotonv1.TaskState_RUNNING)
+	noReading.Status.Usage = &pelotonv1.TaskUsage{Cpu: 0.5, MemoryUsedMb: 32, LatencyError: "no requests in the window"}
 	var buf bytes.Buffer
-	writeTaskColumns(&buf, []*pelotonv1.Task{svc, batch}, false, true)
+	writeTaskColumns(&buf, []*pelotonv1.Task{svc, batch, noReading}, false, true)
 	want := "" +
-		"INSTANCE\tTASK ID\tSTATE\tHOST\tEXIT\tREASON\tSPEC VERSION\tHEALTH\tBOUND HOST\tPORTS\tCPU USED\tMEM USED\n" +
-		"0\t7f3c-0-1\tRUNNING\thost-1\t-\t-\t2->3\tHEALTHY\thost-1\tadmin=8081,http=31000\t1.00\t64\n" +
-		"1\t7f3c-1-1\tRUNNING\t-\t-\t-\t1\t-\t-\t-\t-\t-\n"
+		"INSTANCE\tTASK ID\tSTATE\tHOST\tEXIT\tREASON\tSPEC VERSION\tHEALTH\tBOUND HOST\tPORTS\tCPU USED\tMEM USED\tP99\n" +
+		"0\t7f3c-0-1\tRUNNING\thost-1\t-\t-\t2->3\tHEALTHY\thost-1\tadmin=8081,http=31000\t1.00\t64\t12.5ms\n" +
+		"1\t7f3c-1-1\tRUNNING\t-\t-\t-\t1\t-\t-\t-\t-\t-\t-\n" +
+		"2\t7f3c-2-1\tRUNNING\t-\t-\t-\t-\t-\t-\t-\t0.50\t32\t-\n"
 	if buf.String() != want {
 		t.Errorf("task rows:\n%q\nwant\n%q", buf.String(), want)
+	}
+}
+
+// TestLatencyCell: three significant digits in the unit that reads best,
+// nothing for no reading.
+func TestLatencyCell(t *testing.T) {
+	for in, want := range map[float64]string{
+		0:           "",
+		-1:          "",
+		math.NaN():  "",
+		0.0125:      "12.5ms",
+		0.01:        "10ms",
+		0.012345:    "12.3ms",
+		0.4:         "400ms",
+		0.0009996:   "1ms",
+		0.000123456: "123µs",
+		1.5:         "1.5s",
+		125.4:       "2m5s",
+		1e-12:       "1ns",
+		1e12:        "1e+12s",
+	} {
+		if got := latencyCell(in); got != want {
+			t.Errorf("latencyCell(%v) = %q, want %q", in, got, want)
+		}
 	}
 }
 

@@ -238,14 +238,14 @@ func TestUpdateCommandsOnAService(t *testing.T) {
 	// Each instance shows the version it runs.
 	ts := s.waitRunning(job, 3)
 	rs = rows(s.ok("task", "get", job, "0"))
-	if got, want := strings.Join(rs[0], " "), "INSTANCE TASK ID STATE HOST EXIT REASON SPEC VERSION HEALTH BOUND HOST PORTS CPU USED MEM USED"; got != want {
+	if got, want := strings.Join(rs[0], " "), "INSTANCE TASK ID STATE HOST EXIT REASON SPEC VERSION HEALTH BOUND HOST PORTS CPU USED MEM USED P99"; got != want {
 		t.Errorf("task get header = %q, want %q", got, want)
 	}
-	if len(rs) != 2 || len(rs[1]) != 12 || rs[1][1] != ts[0].GetTaskId() || rs[1][6] != "4" || rs[1][7] != "-" || rs[1][9] != "-" {
+	if len(rs) != 2 || len(rs[1]) != 13 || rs[1][1] != ts[0].GetTaskId() || rs[1][6] != "4" || rs[1][7] != "-" || rs[1][9] != "-" {
 		t.Errorf("task get: %v", rs)
 	}
 	rs = rows(s.ok("task", "list", job, "-o", "wide"))
-	if got := strings.Join(rs[0], " "); got != "INSTANCE TASK ID STATE HOST EXIT REASON GOAL RUN FAILURES SPEC VERSION HEALTH BOUND HOST PORTS CPU USED MEM USED MESSAGE" {
+	if got := strings.Join(rs[0], " "); got != "INSTANCE TASK ID STATE HOST EXIT REASON GOAL RUN FAILURES SPEC VERSION HEALTH BOUND HOST PORTS CPU USED MEM USED P99 MESSAGE" {
 		t.Errorf("task list -o wide header = %q", got)
 	}
 	for _, r := range rs[1:] {
