@@ -11,6 +11,7 @@ import (
 
 	"github.com/peloton-sched/peloton/hostagent"
 	"github.com/peloton-sched/peloton/hostmgr"
+	"github.com/peloton-sched/peloton/hostmgr/local"
 	"github.com/peloton-sched/peloton/hostmgr/sim"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
@@ -31,7 +32,7 @@ type localAgents struct {
 // startLocalAgents starts them; stop ends them. With the sim backend
 // (simb set) each simulated host gets an agent too, whose runs' use
 // follows the sim backend's usage curves (hostmgr/sim/usage.go).
-func startLocalAgents(ctx context.Context, grpcAddr string, hm *hostmgr.Manager, simb *sim.Backend, cfg Config, log *slog.Logger) (*localAgents, error) {
+func startLocalAgents(ctx context.Context, grpcAddr string, hm *hostmgr.Manager, lb *local.Backend, simb *sim.Backend, cfg Config, log *slog.Logger) (*localAgents, error) {
 	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return nil, err
@@ -40,7 +41,7 @@ func startLocalAgents(ctx context.Context, grpcAddr string, hm *hostmgr.Manager,
 	la := &localAgents{cancel: cancel, conn: conn}
 	client := pelotonv1.NewHostAgentServiceClient(conn)
 	for _, h := range hm.ListHosts() {
-		var runs hostagent.QoSRuns = ownRuns{env: &hostagent.EnvRuns{ProcRoot: "/proc", Host: h.Name}, hm: hm, host: h.Name}
+		var runs hostagent.QoSRuns = ownRuns{env: &hostagent.EnvRuns{ProcRoot: "/proc", Host: h.Name}, hm: hm, lb: lb, host: h.Name}
 		if simb != nil {
 			runs = &simRuns{b: simb, host: h.Name, cum: map[string]float64{}}
 		}
@@ -69,27 +70,56 @@ func (la *localAgents) stop() {
 type ownRuns struct {
 	env  *hostagent.EnvRuns
 	hm   *hostmgr.Manager
+	lb   *local.Backend // nil: no run has a cgroup
 	host string
 }
 
 func (o ownRuns) Runs(now time.Time) (map[string]hostagent.Sample, error) {
-	runs, err := o.env.Runs(now)
-	for id := range runs {
-		if !o.hm.HoldsOn(o.host, id) {
-			delete(runs, id)
-		}
+	info, err := o.RunInfo(now)
+	runs := make(map[string]hostagent.Sample, len(info))
+	for id, r := range info {
+		runs[id] = r.Sample
 	}
 	return runs, err
 }
 
 func (o ownRuns) RunInfo(now time.Time) (map[string]hostagent.RunInfo, error) {
 	runs, err := o.env.RunInfo(now)
-	for id := range runs {
+	for id, r := range runs {
 		if !o.hm.HoldsOn(o.host, id) {
 			delete(runs, id)
+			continue
+		}
+		// A run in a cgroup of its own is read there: exact where a
+		// sum of its processes' resident sets counts shared pages twice.
+		if s, ok := o.cgroupSample(id, now); ok {
+			r.Sample = s
+			runs[id] = r
 		}
 	}
 	return runs, err
+}
+
+// cgroupSample reads run id's usage from its cgroup, if it has one.
+func (o ownRuns) cgroupSample(id string, now time.Time) (hostagent.Sample, bool) {
+	if o.lb == nil {
+		return hostagent.Sample{}, false
+	}
+	dirs, ok := o.lb.RunCgroup(id)
+	if !ok {
+		return hostagent.Sample{}, false
+	}
+	var s hostagent.Sample
+	var err error
+	switch {
+	case dirs.Version == 2:
+		s, err = hostagent.ReadCgroup2(dirs.Memory, now)
+	case dirs.CPU != "":
+		s, err = hostagent.ReadCgroup1(dirs.CPU, dirs.Memory, now)
+	default:
+		return hostagent.Sample{}, false
+	}
+	return s, err == nil
 }
 
 func (o ownRuns) Kill(id string, run hostagent.RunInfo) error { return o.env.Kill(id, run) }

@@ -177,11 +177,12 @@ func runStack(ctx context.Context, cfg Config, t *term) error {
 	var agents *localAgents
 	var agentErr error
 	simb, isSim := backend.(*sim.Backend)
+	lb, isLocal := backend.(*local.Backend)
 	switch {
-	case cfg.Backend == "local" && !cfg.NoHostAgents:
-		agents, agentErr = startLocalAgents(runCtx, ready.GRPCAddr, hm, nil, cfg, log)
+	case isLocal && !cfg.NoHostAgents:
+		agents, agentErr = startLocalAgents(runCtx, ready.GRPCAddr, hm, lb, nil, cfg, log)
 	case isSim && cfg.SimHostAgents:
-		agents, agentErr = startLocalAgents(runCtx, ready.GRPCAddr, hm, simb, cfg, log)
+		agents, agentErr = startLocalAgents(runCtx, ready.GRPCAddr, hm, nil, simb, cfg, log)
 	}
 	if agentErr != nil {
 		log.Warn("cannot start the hosts' agents; their usage is not reported", "err", agentErr)

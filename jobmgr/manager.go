@@ -893,6 +893,7 @@ func (m *Manager) taskProto(j *job, inst uint32, withSpec bool) *pelotonv1.Task 
 		out.Status.PendingReason = fmt.Sprintf("waiting: at most %d instances of this job run at once (sla.maximumRunningInstances)", limit)
 	}
 	out.TaskId = resmgr.RunTaskID(j.id, inst, out.Status.RunId)
+	out.Status.Revocable = j.spec().GetSla().GetRevocable()
 	if out.Status.RunId > 0 {
 		out.Status.Usage = m.hm.RunUsage(out.TaskId)
 	}

@@ -96,7 +96,10 @@ func TestQoSRevokesOnlyRevocableWork(t *testing.T) {
 		Sla: &pelotonv1.SlaSpec{Revocable: true},
 		DefaultSpec: &pelotonv1.TaskSpec{Command: []string{"timeout", "120", "sh", "-c", "while :; do :; done"},
 			Resources: &pelotonv1.Resources{Cpu: 0.2, MemoryMb: 32}}})
-	s.waitTasks(rev, "the revocable run on the service's slack", 30*time.Second, allRunning(1))
+	ts := s.waitTasks(rev, "the revocable run on the service's slack", 30*time.Second, allRunning(1))
+	if !ts[0].Status.Revocable {
+		t.Errorf("the revocable job's task does not say it is revocable: %v", ts[0].Status)
+	}
 	h, err := s.hostNamed("local-0")
 	if err != nil || h.Revocable.GetCpu() != 0.2 || h.Allocated.GetCpu() != 0.8 {
 		t.Fatalf("host %v, %v: want 0.8 cpu allocated and 0.2 held by revocable work", h, err)

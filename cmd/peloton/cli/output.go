@@ -197,6 +197,12 @@ func writeTaskTable(w io.Writer, tasks []*pelotonv1.Task, wide bool) {
 // them.
 func writeTaskColumns(w io.Writer, tasks []*pelotonv1.Task, wide, long bool) {
 	head := []string{"INSTANCE", "TASK ID", "STATE", "HOST", "EXIT", "REASON"}
+	// A revocable job's tasks say so (they run on slack, and their host's
+	// QoS controller may kill them); other lists keep their columns.
+	revocable := slices.ContainsFunc(tasks, func(t *pelotonv1.Task) bool { return t.GetStatus().GetRevocable() })
+	if revocable {
+		head = append(head, "REVOCABLE")
+	}
 	if wide {
 		head = append(head, "GOAL", "RUN", "FAILURES")
 	}
@@ -221,6 +227,9 @@ func writeTaskColumns(w io.Writer, tasks []*pelotonv1.Task, wide, long bool) {
 			st.GetHost(),
 			exitCodeCell(st),
 			reason,
+		}
+		if revocable {
+			cells = append(cells, map[bool]string{true: "yes", false: "no"}[st.GetRevocable()])
 		}
 		if wide {
 			cells = append(cells,
@@ -353,14 +362,16 @@ func number(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
 // writeHostTable writes hosts as a table with used/total cpu and memory and
 // what maintenance is doing.
 func writeHostTable(w io.Writer, hosts []*pelotonv1.Host, _ bool, now time.Time) {
-	fmt.Fprintln(w, "NAME\tSTATE\tPARTITION\tCPU\tMEM\tTASKS\tCPU USED\tMEM USED\tREPORTED\tLABELS\tMESSAGE")
+	fmt.Fprintln(w, "NAME\tSTATE\tPARTITION\tCPU\tMEM\tTASKS\tCPU USED\tMEM USED\tREPORTED\tSLACK\tLABELS\tMESSAGE")
 	for _, h := range hosts {
 		used, total := h.GetAllocated(), h.GetCapacity()
-		cpuUsed, memUsed, reported := "", "", ""
+		cpuUsed, memUsed, reported, slack := "", "", "", ""
 		if u := h.GetUsage(); u != nil {
 			cpuUsed = strconv.FormatFloat(u.GetCpu(), 'f', 2, 64)
 			memUsed = strconv.FormatInt(u.GetMemoryUsedMb(), 10)
 			reported = ago(u.GetReceiveTime(), now)
+			// What revocable work may still take: cpu/memory.
+			slack = number(h.GetSlack().GetCpu()) + "/" + number(h.GetSlack().GetMemoryMb())
 		}
 		row(w,
 			h.GetName(),
@@ -369,7 +380,7 @@ func writeHostTable(w io.Writer, hosts []*pelotonv1.Host, _ bool, now time.Time)
 			number(used.GetCpu())+"/"+number(total.GetCpu()),
 			number(used.GetMemoryMb())+"/"+number(total.GetMemoryMb()),
 			strconv.FormatUint(uint64(h.GetTaskCount()), 10),
-			cpuUsed, memUsed, reported,
+			cpuUsed, memUsed, reported, slack,
 			labels(h.GetLabels()),
 			hostMessage(h),
 		)

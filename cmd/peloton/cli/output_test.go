@@ -206,6 +206,7 @@ func TestPoolAndHostTables(t *testing.T) {
 		TaskCount: 3,
 		Usage: &pelotonv1.HostUsage{Cpu: 0.934, MemoryUsedMb: 120,
 			ReceiveTime: timestamppb.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))},
+		Slack: &pelotonv1.Resources{Cpu: 0.4, MemoryMb: 200},
 	}, {
 		Name:               "host-1",
 		State:              pelotonv1.HostState_HOST_DRAINING,
@@ -215,9 +216,9 @@ func TestPoolAndHostTables(t *testing.T) {
 		MaintenanceMessage: "draining: 2 tasks left",
 	}}, false, time.Date(2026, 1, 1, 0, 0, 3, 0, time.UTC))
 	want = "" +
-		"NAME\tSTATE\tPARTITION\tCPU\tMEM\tTASKS\tCPU USED\tMEM USED\tREPORTED\tLABELS\tMESSAGE\n" +
-		"host-0\tHOST_UP\t-\t1.5/8\t512/16384\t3\t0.93\t120\t3s ago\track=r1,zone=a\t-\n" +
-		"host-1\tHOST_DRAINING\t-\t1/8\t64/16384\t2\t-\t-\t-\t-\tdraining: 2 tasks left\n"
+		"NAME\tSTATE\tPARTITION\tCPU\tMEM\tTASKS\tCPU USED\tMEM USED\tREPORTED\tSLACK\tLABELS\tMESSAGE\n" +
+		"host-0\tHOST_UP\t-\t1.5/8\t512/16384\t3\t0.93\t120\t3s ago\t0.4/200\track=r1,zone=a\t-\n" +
+		"host-1\tHOST_DRAINING\t-\t1/8\t64/16384\t2\t-\t-\t-\t-\t-\tdraining: 2 tasks left\n"
 	if buf.String() != want {
 		t.Errorf("host rows:\n%q\nwant\n%q", buf.String(), want)
 	}
@@ -350,5 +351,20 @@ func TestVersionTable(t *testing.T) {
 		"2\t2026-03-04T05:06:07Z\t5\tscaled from 3 to 5 instances\t-\t-\n"
 	if buf.String() != want {
 		t.Errorf("version rows:\n%q\nwant\n%q", buf.String(), want)
+	}
+}
+
+// TestTaskListRevocable: a revocable job's tasks say so in a column of
+// their own; other lists keep theirs.
+func TestTaskListRevocable(t *testing.T) {
+	tk := makeTask("r1", 0, pelotonv1.TaskState_RUNNING)
+	tk.Status.Host, tk.Status.Revocable = "host-1", true
+	var buf bytes.Buffer
+	writeTaskTable(&buf, []*pelotonv1.Task{tk}, false)
+	want := "" +
+		"INSTANCE\tTASK ID\tSTATE\tHOST\tEXIT\tREASON\tREVOCABLE\n" +
+		"0\tr1-0-1\tRUNNING\thost-1\t-\t-\tyes\n"
+	if buf.String() != want {
+		t.Errorf("revocable tasks:\n%q\nwant\n%q", buf.String(), want)
 	}
 }

@@ -1960,7 +1960,10 @@ type TaskStatus struct {
 	RestartInPlace bool `protobuf:"varint,21,opt,name=restart_in_place,json=restartInPlace,proto3" json:"restart_in_place,omitempty"`
 	// What the host agent last reported of the current run (unset until a
 	// report names it).
-	Usage         *TaskUsage `protobuf:"bytes,22,opt,name=usage,proto3" json:"usage,omitempty"`
+	Usage *TaskUsage `protobuf:"bytes,22,opt,name=usage,proto3" json:"usage,omitempty"`
+	// The job is revocable (sla.revocable): the run holds its host's slack,
+	// and the host's QoS controller may kill it when the host runs hot.
+	Revocable     bool `protobuf:"varint,23,opt,name=revocable,proto3" json:"revocable,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2147,6 +2150,13 @@ func (x *TaskStatus) GetUsage() *TaskUsage {
 		return x.Usage
 	}
 	return nil
+}
+
+func (x *TaskStatus) GetRevocable() bool {
+	if x != nil {
+		return x.Revocable
+	}
+	return false
 }
 
 // TaskTransition is one entry of a task's history.
@@ -6389,7 +6399,7 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\x03Job\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12+\n" +
 	"\x04spec\x18\x02 \x01(\v2\x17.peloton.api.v1.JobSpecR\x04spec\x121\n" +
-	"\x06status\x18\x03 \x01(\v2\x19.peloton.api.v1.JobStatusR\x06status\"\xfa\a\n" +
+	"\x06status\x18\x03 \x01(\v2\x19.peloton.api.v1.JobStatusR\x06status\"\x98\b\n" +
 	"\n" +
 	"TaskStatus\x12/\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x19.peloton.api.v1.TaskStateR\x05state\x128\n" +
@@ -6418,7 +6428,8 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\x05ports\x18\x13 \x03(\v2%.peloton.api.v1.TaskStatus.PortsEntryR\x05ports\x120\n" +
 	"\x14desired_spec_version\x18\x14 \x01(\x04R\x12desiredSpecVersion\x12(\n" +
 	"\x10restart_in_place\x18\x15 \x01(\bR\x0erestartInPlace\x12/\n" +
-	"\x05usage\x18\x16 \x01(\v2\x19.peloton.api.v1.TaskUsageR\x05usage\x1a8\n" +
+	"\x05usage\x18\x16 \x01(\v2\x19.peloton.api.v1.TaskUsageR\x05usage\x12\x1c\n" +
+	"\trevocable\x18\x17 \x01(\bR\trevocable\x1a8\n" +
 	"\n" +
 	"PortsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
