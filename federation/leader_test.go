@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"runtime"
 	"strings"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/peloton-sched/peloton/federation"
 	"github.com/peloton-sched/peloton/internal/store/storetest"
+	"github.com/peloton-sched/peloton/internal/testutil"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
@@ -79,15 +79,7 @@ func (r *fedReplica) stop() error {
 	return r.err
 }
 
-func freeTCPAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
+func freeTCPAddr(t *testing.T) string { return testutil.FreeAddr(t) }
 
 func httpGet(addr, path string) (int, string) {
 	c := http.Client{Timeout: 2 * time.Second}

@@ -249,11 +249,23 @@ func (r *Router) Release(ctx context.Context, grantID string) error {
 	if remote == nil {
 		return fmt.Errorf("grant %s: %w", grantID, sla.ErrUnknownGrant)
 	}
+	// With the federation away, its grant is over as far as this cluster
+	// is concerned: the federation lets the lease run out by itself, and
+	// counts the instance down until then (the safe side). A holder that
+	// waited for the release instead would hold up its update or drain
+	// for as long as the federation is away.
+	if !r.ask() {
+		return nil
+	}
 	cctx, cancel := context.WithTimeout(ctx, r.remoteTimeout)
 	defer cancel()
 	_, err := remote.ReleaseDisruption(cctx, &pelotonv1.ReleaseDisruptionRequest{GrantId: id})
-	if status.Code(err) == codes.NotFound {
+	r.observe(err)
+	switch {
+	case status.Code(err) == codes.NotFound:
 		return fmt.Errorf("grant %s: %w", grantID, sla.ErrUnknownGrant)
+	case err != nil && unreachable(err) && ctx.Err() == nil:
+		return nil
 	}
 	return err
 }
@@ -268,11 +280,21 @@ func (r *Router) Renew(ctx context.Context, grantID string, ttl time.Duration) e
 	if remote == nil {
 		return fmt.Errorf("grant %s: %w", grantID, sla.ErrUnknownGrant)
 	}
+	// With the federation away its lease cannot be extended: the holder
+	// is told it lost it, and asks again, which this cluster then decides
+	// on its share.
+	if !r.ask() {
+		return fmt.Errorf("grant %s: the federation cannot be reached: %w", grantID, sla.ErrUnknownGrant)
+	}
 	cctx, cancel := context.WithTimeout(ctx, r.remoteTimeout)
 	defer cancel()
 	_, err := remote.RenewDisruption(cctx, &pelotonv1.RenewDisruptionRequest{GrantId: id, TtlSeconds: uint32(max(1, (ttl+time.Second-1)/time.Second))})
-	if status.Code(err) == codes.NotFound {
+	r.observe(err)
+	switch {
+	case status.Code(err) == codes.NotFound:
 		return fmt.Errorf("grant %s: %w", grantID, sla.ErrUnknownGrant)
+	case err != nil && unreachable(err) && ctx.Err() == nil:
+		return fmt.Errorf("grant %s: the federation cannot be reached: %w", grantID, sla.ErrUnknownGrant)
 	}
 	return err
 }

@@ -150,6 +150,16 @@ func TestFallbackOnTheShare(t *testing.T) {
 	if !r.InFallback("part1") {
 		t.Error("not falling back after a report that did not get through")
 	}
+	// A grant of the federation, with the federation away: released as
+	// far as the cluster goes (the federation lets it run out), and not
+	// renewable (its holder asks again, here).
+	r.probeEvery = time.Hour
+	if err := r.Release(ctx, "fed:g1"); err != nil {
+		t.Errorf("releasing a federation's grant with the federation away: %v", err)
+	}
+	if err := r.Renew(ctx, "fed:g1", time.Minute); !errors.Is(err, sla.ErrUnknownGrant) {
+		t.Errorf("renewing a federation's grant with the federation away: %v; want it lost", err)
+	}
 	// A removed job is no part of anything any more.
 	must(r.RemoveJob(ctx, "part1"))
 	if r.InFallback("part1") {

@@ -127,15 +127,7 @@ func (d *daemon) stop() error {
 	return d.err
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
+func freeAddr(t *testing.T) string { return testutil.FreeAddr(t) }
 
 func get(addr, path string) (int, string) {
 	c := http.Client{Timeout: 2 * time.Second}

@@ -1,10 +1,13 @@
 // Package testutil holds helpers shared by Peloton's tests: golden-file
-// comparison and a goroutine-leak check for TestMain. It is imported only
+// comparison, a goroutine-leak check for TestMain, and a free loopback
+// address for a server a test starts. It is imported only
 // from _test.go files and imports nothing of Peloton.
 package testutil
 
 import (
 	"fmt"
+	"math/rand/v2"
+	"net"
 	"os"
 	"runtime"
 	"strings"
@@ -71,4 +74,28 @@ func waitNoLeaks(timeout time.Duration, leaked func(string) bool) string {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// FreeAddr is a loopback address (127.0.0.1:port) nothing listens on now,
+// for a server a test starts (or restarts) on an address of its choosing.
+// The port is chosen at random outside the kernel's ephemeral range
+// (32768 and up by default): a port the kernel handed out to a listen on
+// :0 is handed out again, to any process's outgoing connection or
+// listener, as soon as it is closed, and the test's own server would then
+// find it taken; one chosen here is not, until someone asks for it.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	for range 100 {
+		addr := fmt.Sprintf("127.0.0.1:%d", 20000+rand.IntN(12000))
+		if l, err := net.Listen("tcp", addr); err == nil {
+			l.Close()
+			return addr
+		}
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
 }

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/peloton-sched/peloton/cluster/client"
 	"github.com/peloton-sched/peloton/internal/etcdtest"
+	"github.com/peloton-sched/peloton/internal/testutil"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
@@ -106,15 +106,7 @@ func dialFederation(t *testing.T, addr string) fedAPI {
 
 // freePort returns a loopback address nothing listens on now, for a
 // process that must come back on the same address after a kill.
-func freePort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
+func freePort(t *testing.T) string { return testutil.FreeAddr(t) }
 
 // within polls cond until it returns nil, failing the test after d.
 func within(t *testing.T, d time.Duration, what string, cond func() error) {
