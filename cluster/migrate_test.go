@@ -1,13 +1,11 @@
 package cluster_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,26 +16,9 @@ import (
 	"github.com/peloton-sched/peloton/cluster"
 	"github.com/peloton-sched/peloton/internal/store"
 	"github.com/peloton-sched/peloton/internal/store/storetest"
+	"github.com/peloton-sched/peloton/internal/testutil"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
-
-// syncBuffer collects a stack's logs for a test to read while it runs.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // runStack runs one stack (no election) of the named cluster on the sim
 // backend against endpoints until stop is called; it fails the test if the
@@ -160,7 +141,7 @@ func TestOldLayoutMovesToLocal(t *testing.T) {
 	if _, err := cli.Put(context.Background(), store.DefaultPrefix+cluster.LeaderKey+"/1", "old", clientv3.WithLease(lease.ID)); err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	logs := &testutil.SyncBuffer{}
 	ready := make(chan cluster.ReadyInfo, 1)
 	done := make(chan error, 1)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -1,7 +1,6 @@
 package hostagent
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -23,6 +22,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/peloton-sched/peloton/internal/testutil"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
@@ -476,24 +476,6 @@ func TestAgentReconnects(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log sink the agent's goroutines and the test share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestAgentNotFound: a host the cluster does not have is logged as an
 // error in the stack's words and retried (at the longest wait), and
 // reported once the cluster has it.
@@ -501,7 +483,7 @@ func TestAgentNotFound(t *testing.T) {
 	rec := newRecorder()
 	rec.notFound = true
 	_, addr := serveAgents(t, rec, "127.0.0.1:0")
-	var logs syncBuffer
+	var logs testutil.SyncBuffer
 	cfg := testConfig(dial(t, addr), &fakeMachine{host: steadyHost(math.MaxInt), runs: noRuns})
 	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	a, _ := start(t, cfg)

@@ -1,38 +1,19 @@
 package store
 
 import (
-	"bytes"
 	"errors"
+	"github.com/peloton-sched/peloton/internal/testutil"
 	"log/slog"
 	"net/url"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 )
 
-// syncBuffer is a log sink etcd's goroutines may write to concurrently.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func TestEmbeddedRestartKeepsData(t *testing.T) {
 	dir := t.TempDir()
-	var logs syncBuffer
+	var logs testutil.SyncBuffer
 	e, err := StartEmbedded(EmbeddedConfig{
 		DataDir:    dir,
 		ClientAddr: "127.0.0.1:0",

@@ -1,16 +1,18 @@
 // Package testutil holds helpers shared by Peloton's tests: golden-file
-// comparison, a goroutine-leak check for TestMain, and a free loopback
-// address for a server a test starts. It is imported only
+// comparison, a goroutine-leak check for TestMain, a free loopback
+// address for a server a test starts, and a log sink safe to share. It is imported only
 // from _test.go files and imports nothing of Peloton.
 package testutil
 
 import (
+	"bytes"
 	"fmt"
 	"math/rand/v2"
 	"net"
 	"os"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -98,4 +100,23 @@ func FreeAddr(t testing.TB) string {
 	}
 	defer l.Close()
 	return l.Addr().String()
+}
+
+// SyncBuffer is a log sink that goroutines of the code under test and the
+// test itself may write and read at once.
+type SyncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *SyncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *SyncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
