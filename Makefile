@@ -25,6 +25,7 @@ all: build
 
 build:
 	$(GO) build -o bin/peloton ./cmd/peloton
+	$(GO) build -o bin/peloton-hostagent ./cmd/peloton-hostagent
 
 # Every package, the end-to-end suite included (whole stack, embedded etcd,
 # real processes), runs under the race detector: data races across the stack

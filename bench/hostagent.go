@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -19,21 +21,26 @@ import (
 // ScenarioHostAgent measures what a host agent costs its host.
 const ScenarioHostAgent = "hostagent"
 
-var hostAgentFigures = []string{"agentCpuPctOfCore", "agentRssMib", "agentPeakRssMib", "reportsTaken", "reportDelayP99Ms",
-	"qosReactionSec", "qosReactionIntervals"}
+var hostAgentFigures = []string{"agentCpuPctOfCore", "agentRssMib", "agentPeakRssMib", "fullBinaryAgentRssMib",
+	"reportsTaken", "reportDelayP99Ms", "qosReactionSec", "qosReactionIntervals", "qosReactionMaxIntervals"}
 
-// HostAgentConfig sizes the hostagent scenario: one `peloton serve
-// hostagent` process (the real daemon, in a process of its own so that its
-// CPU and memory are its own) on this machine, with Runs processes that
-// carry task run ids of its host, reporting to an in-process stack.
+// HostAgentConfig sizes the hostagent scenario: one peloton-hostagent
+// process (the real daemon, in a process of its own so that its CPU and
+// memory are its own) on this machine, with Runs processes that carry task
+// run ids of its host, reporting to an in-process stack; then the same
+// agent run from the full peloton binary (`serve hostagent`), for its
+// memory alone.
 type HostAgentConfig struct {
 	Runs     int
 	Interval time.Duration
 	// Warmup runs before the window; Window is what is measured.
 	Warmup, Window time.Duration
-	// AgentBin is the peloton binary the agent runs from (default: this
-	// executable).
+	// AgentBin is the slim peloton-hostagent binary (default: the one
+	// beside this executable).
 	AgentBin string
+	// FullBin is the peloton binary whose `serve hostagent` is measured
+	// too (default: this executable).
+	FullBin string
 }
 
 // DefaultHostAgentConfig is the size docs/benchmarks.md quotes: 100 runs,
@@ -65,12 +72,20 @@ func HostAgent(ctx context.Context, env Env, cfg HostAgentConfig) (*Result, erro
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if cfg.AgentBin == "" {
+	if cfg.AgentBin == "" || cfg.FullBin == "" {
 		exe, err := os.Executable()
 		if err != nil {
 			return nil, fmt.Errorf("bench: the agent's binary: %w", err)
 		}
-		cfg.AgentBin = exe
+		if cfg.FullBin == "" {
+			cfg.FullBin = exe
+		}
+		if cfg.AgentBin == "" {
+			cfg.AgentBin = filepath.Join(filepath.Dir(exe), "peloton-hostagent")
+		}
+	}
+	if _, err := os.Stat(cfg.AgentBin); err != nil {
+		return nil, fmt.Errorf("invalid --agent-bin: %w (make build puts peloton-hostagent beside peloton)", err)
 	}
 	r := newResult(ScenarioHostAgent)
 	r.param("runs", cfg.Runs)
@@ -107,25 +122,13 @@ func HostAgent(ctx context.Context, env Env, cfg HostAgentConfig) (*Result, erro
 	}
 
 	env.progress("hostagent: %d runs; starting the agent", cfg.Runs)
-	agent := exec.CommandContext(ctx, cfg.AgentBin, "serve", "hostagent", "--server", s.ready.GRPCAddr, "--host", host,
-		"--interval", cfg.Interval.String(), "--log-level", "warn")
-	out, err := agent.StdoutPipe()
+	agentArgs := []string{"--server", s.ready.GRPCAddr, "--host", host, "--interval", cfg.Interval.String(), "--log-level", "warn"}
+	agent, line, err := startAgent(ctx, cfg.AgentBin, agentArgs)
 	if err != nil {
 		return nil, err
 	}
-	agent.Stderr = os.Stderr
-	if err := agent.Start(); err != nil {
-		return nil, fmt.Errorf("bench: start the agent: %w", err)
-	}
-	defer func() {
-		_ = agent.Process.Signal(syscall.SIGTERM)
-		_ = agent.Wait()
-	}()
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil || !strings.HasPrefix(line, "peloton hostagent is reporting") {
-		return nil, fmt.Errorf("bench: the agent did not start (%v): %q", err, line)
-	}
-	r.note("%s", strings.TrimSpace(line))
+	defer stopAgent(agent)
+	r.note("%s", line)
 	pid := agent.Process.Pid
 
 	if err := sleepCtx(ctx, cfg.Warmup); err != nil {
@@ -169,64 +172,127 @@ func HostAgent(ctx context.Context, env Env, cfg HostAgentConfig) (*Result, erro
 	}
 	sort.Float64s(delays)
 	r.add("agentCpuPctOfCore", 100*float64(c1-c0)/clockTicks/t1.Sub(t0).Seconds(), "%", "the agent's user+system CPU over the window, of one core (goal < 1 at 5s)")
-	r.add("agentRssMib", float64(rss)/(1<<20), "MiB", "the agent's resident memory at the end (goal < 30)")
+	r.add("agentRssMib", float64(rss)/(1<<20), "MiB", "peloton-hostagent's resident memory at the end (goal < 30)")
 	r.add("agentPeakRssMib", float64(peak)/(1<<20), "MiB", "its peak resident memory")
 	r.add("reportsTaken", float64(taken), "", "reports the stack took during the window")
 	r.add("reportDelayP99Ms", delays[min(len(delays)-1, len(delays)*99/100)], "ms", "from the agent's reading to the stack taking it, p99")
-	_ = agent.Process.Signal(syscall.SIGTERM)
-	_ = agent.Wait()
+	stopAgent(agent)
 
-	reaction, err := qosReaction(ctx, env, cfg, s.ready.GRPCAddr, host)
+	// The same agent from the full binary, which links the control plane:
+	// its memory after the same warmup and as many readings.
+	env.progress("hostagent: the full binary's serve hostagent")
+	full, _, err := startAgent(ctx, cfg.FullBin, append([]string{"serve", "hostagent"}, agentArgs...))
 	if err != nil {
 		return nil, err
 	}
-	r.add("qosReactionSec", reaction.Seconds(), "s", "a virtual host of 1 core made hot (0.5 of it) by a second run: from that run's start to the revocable run's death")
-	r.add("qosReactionIntervals", reaction.Seconds()/cfg.Interval.Seconds(), "", "the same in report intervals: the new run is measured from its second reading, and two hot readings are needed")
+	if err := sleepCtx(ctx, cfg.Warmup+3*cfg.Interval); err != nil {
+		stopAgent(full)
+		return nil, err
+	}
+	fullRSS, _, err := procRSS(full.Process.Pid)
+	stopAgent(full)
+	if err != nil {
+		return nil, err
+	}
+	r.add("fullBinaryAgentRssMib", float64(fullRSS)/(1<<20), "MiB", "the same agent run as `peloton serve hostagent` from the full binary, after the warmup and three readings")
+
+	reactions, err := qosReaction(ctx, env, cfg, s.ready.GRPCAddr, host)
+	if err != nil {
+		return nil, err
+	}
+	secs := make([]float64, len(reactions))
+	for i, d := range reactions {
+		secs[i] = d.Seconds()
+	}
+	med := percentile(secs, 0.5)
+	r.add("qosReactionSec", med, "s", "a virtual host of 1 core made hot (0.5 of it) by a busy run: from that run's start to the nearly idle revocable run's death; median of trials started at three phases of the agent's interval")
+	r.add("qosReactionIntervals", med/cfg.Interval.Seconds(), "", "the same in report intervals (goal < 2): the busy run is measured from its first reading, and two hot readings are needed")
+	r.add("qosReactionMaxIntervals", slices.Max(secs)/cfg.Interval.Seconds(), "", "the slowest trial, in intervals")
 	return r.finish(), nil
 }
 
 // qosReaction runs an agent with its QoS controller on a virtual host of
-// one core (hot at half of it) that runs a revocable busy loop held to a
-// fifth of a core by nothing but its own sleeps, starts a busy loop that
-// is not revocable, and times the revocable run's death.
-func qosReaction(ctx context.Context, env Env, cfg HostAgentConfig, server, host string) (time.Duration, error) {
+// one core (hot at half of it) and, in each of qosTrials trials, a nearly
+// idle revocable run; once the agent has seen it, it starts a busy loop
+// that is not revocable and times the revocable run's death from the busy
+// loop's start. The trials start the busy loop at different phases of the
+// agent's reading interval (a quarter, a half, three quarters past a
+// reading), which is what the reaction time hangs on. The revocable run
+// must still live when the busy loop starts, or the trial would time
+// nothing.
+func qosReaction(ctx context.Context, env Env, cfg HostAgentConfig, server, host string) ([]time.Duration, error) {
 	env.progress("hostagent: QoS reaction")
-	agent := exec.CommandContext(ctx, cfg.AgentBin, "serve", "hostagent", "--server", server, "--host", host, "--virtual",
+	agent, _, err := startAgent(ctx, cfg.AgentBin, []string{"--server", server, "--host", host, "--virtual",
 		"--capacity-cpu", "1", "--capacity-memory-mb", "1000000", "--qos-cpu-high", "0.5", "--qos-cpu-low", "0.2",
-		"--interval", cfg.Interval.String(), "--log-level", "error")
-	if err := agent.Start(); err != nil {
-		return 0, fmt.Errorf("bench: start the QoS agent: %w", err)
+		"--interval", cfg.Interval.String(), "--log-level", "error"})
+	if err != nil {
+		return nil, err
 	}
-	defer func() {
-		_ = agent.Process.Signal(syscall.SIGTERM)
-		_ = agent.Wait()
-	}()
-	burn := func(id string, revocable bool, script string) (*exec.Cmd, error) {
-		c := exec.Command("sh", "-c", script)
+	defer stopAgent(agent)
+	// The agent reads at once and then every interval from about now.
+	phase0 := time.Now()
+	var out []time.Duration
+	for trial := range qosTrials {
+		d, err := qosTrial(ctx, cfg, host, trial, func() time.Duration {
+			// Until the next reading, then a quarter, a half or three
+			// quarters of an interval on.
+			since := time.Since(phase0) % cfg.Interval
+			offset := time.Duration(float64(cfg.Interval) * float64(trial+1) / float64(qosTrials+1))
+			return (cfg.Interval - since + offset) % cfg.Interval
+		})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+// qosTrials is how many QoS reaction trials the scenario runs.
+const qosTrials = 3
+
+// qosTrial is one trial of qosReaction: wait tells how long to wait,
+// after the agent has seen the revocable run, before the busy loop starts.
+func qosTrial(ctx context.Context, cfg HostAgentConfig, host string, trial int, wait func() time.Duration) (time.Duration, error) {
+	run := func(id string, revocable bool, name string, args ...string) (*exec.Cmd, error) {
+		c := exec.Command(name, args...)
+		// Its own process group, killed whole: the shell under timeout
+		// must not outlive the bench.
+		c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		c.Env = []string{"PELOTON_TASK_ID=" + id, "PELOTON_HOST=" + host}
 		if revocable {
 			c.Env = append(c.Env, "PELOTON_REVOCABLE=true", "PELOTON_PRIORITY=0")
 		}
 		return c, c.Start()
 	}
-	// About a fifth of a core: busy 20 ms, asleep 80 ms. Bounded by time.
-	rev, err := burn("qos-rev-0-1", true, `end=$(($(date +%s)+120)); while [ $(date +%s) -lt $end ]; do i=0; while [ $i -lt 2000 ]; do i=$((i+1)); done; sleep 0.08; done`)
+	// A few percent of a core (a sleep started every 20 ms): the
+	// controller kills only runs whose use, once gone, cools the host.
+	rev, err := run(fmt.Sprintf("qos-rev-%d-1", trial), true, "timeout", "300", "sh", "-c", "while :; do sleep 0.02; done")
 	if err != nil {
 		return 0, err
 	}
 	died := make(chan struct{})
 	go func() { _ = rev.Wait(); close(died) }()
-	defer func() { _ = rev.Process.Kill(); <-died }()
-	// Let the agent measure the revocable run (two readings) before the host runs hot.
+	defer func() { _ = syscall.Kill(-rev.Process.Pid, syscall.SIGKILL); <-died }()
+	// Let the agent see the revocable run (two readings), and the host
+	// cool from the trial before, then wait for the trial's phase.
 	if err := sleepCtx(ctx, 3*cfg.Interval); err != nil {
 		return 0, err
 	}
+	if err := sleepCtx(ctx, wait()); err != nil {
+		return 0, err
+	}
+	select {
+	case <-died:
+		return 0, errors.New("bench: the revocable run died before the host ran hot")
+	default:
+	}
 	start := time.Now()
-	hot, err := burn("qos-hot-0-1", false, "exec timeout 120 sh -c 'while :; do :; done'")
+	hot, err := run(fmt.Sprintf("qos-hot-%d-1", trial), false, "timeout", "120", "sh", "-c", "while :; do :; done")
 	if err != nil {
 		return 0, err
 	}
-	defer func() { _ = hot.Process.Kill(); _ = hot.Wait() }()
+	defer func() { _ = syscall.Kill(-hot.Process.Pid, syscall.SIGKILL); _ = hot.Wait() }()
 	select {
 	case <-died:
 		return time.Since(start), nil
@@ -235,6 +301,35 @@ func qosReaction(ctx context.Context, env Env, cfg HostAgentConfig, server, host
 	case <-ctx.Done():
 		return 0, ctx.Err()
 	}
+}
+
+// startAgent starts an agent process with args and waits for its first
+// line, which it returns.
+func startAgent(ctx context.Context, bin string, args []string) (*exec.Cmd, string, error) {
+	agent := exec.CommandContext(ctx, bin, args...)
+	out, err := agent.StdoutPipe()
+	if err != nil {
+		return nil, "", err
+	}
+	agent.Stderr = os.Stderr
+	if err := agent.Start(); err != nil {
+		return nil, "", fmt.Errorf("bench: start the agent %s: %w", bin, err)
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "peloton hostagent is reporting") {
+		stopAgent(agent)
+		return nil, "", fmt.Errorf("bench: the agent %s did not start (%v): %q", bin, err, line)
+	}
+	return agent, strings.TrimSpace(line), nil
+}
+
+// stopAgent stops an agent and waits for it; a second call does nothing.
+func stopAgent(agent *exec.Cmd) {
+	if agent.ProcessState != nil {
+		return
+	}
+	_ = agent.Process.Signal(syscall.SIGTERM)
+	_ = agent.Wait()
 }
 
 // clockTicks is USER_HZ, the unit of /proc/<pid>/stat's CPU times: 100 on

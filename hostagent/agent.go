@@ -2,13 +2,14 @@ package hostagent
 
 import (
 	"context"
-	"crypto/rand"
+	crand "crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"math"
+	"math/rand/v2"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -18,7 +19,6 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
@@ -213,7 +213,7 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if cfg.AgentID == "" {
 		var b [16]byte
-		if _, err := rand.Read(b[:]); err != nil {
+		if _, err := crand.Read(b[:]); err != nil {
 			return nil, fmt.Errorf("hostagent: agent id: %w", err)
 		}
 		cfg.AgentID = hex.EncodeToString(b[:])
@@ -465,19 +465,29 @@ func (a *Agent) measure(ctx context.Context, now time.Time) (*pelotonv1.UsageRep
 }
 
 // usageReport computes the usage between two readings; the caller fills in
-// who reports it. A run not in prev (first seen) or whose counter went down
-// is left out: it has no usage over this interval, and is measured from
-// the next one on. A virtual host's usage is the sum of the runs reported;
+// who reports it. A run not in prev (first seen) is measured from its start
+// if it began since prev and has run a fifth of the interval (at most a
+// second); otherwise it, like a run whose counter went down, is left out:
+// it has no usage over this interval, and is measured from the next one on. A virtual host's usage is the sum of the runs reported;
 // any other host's comes from its own counters, and when those give no
 // usage, neither does the report.
 func usageReport(prev, cur reading, virtual bool, source string) (*pelotonv1.UsageReport, error) {
 	rep := &pelotonv1.UsageReport{Runs: make(map[string]*pelotonv1.TaskUsage, len(cur.runs))}
 	var cpu float64
 	var mem uint64
+	// A run first seen now that began after the previous reading is
+	// measured from its start, its counter's beginning, if it has run long
+	// enough for the clock ticks its CPU is counted in to say something:
+	// a busy run is then seen an interval sooner, which is what the QoS
+	// controller's reaction time hangs on.
+	minAge := min(cur.time.Sub(prev.time)/5, time.Second)
 	for id, s := range cur.runs {
 		p, ok := prev.runs[id]
 		if !ok {
-			continue
+			if s.Began.IsZero() || !s.Began.After(prev.time) || s.Time.Sub(s.Began) < minAge {
+				continue
+			}
+			p = Sample{Time: s.Began}
 		}
 		u, err := HostUsage(p, s)
 		if err != nil {
@@ -565,8 +575,19 @@ func (a *Agent) sendLoop(ctx context.Context) {
 }
 
 // backoff returns the reconnect backoff starting at d.
-func (a *Agent) backoff(d time.Duration) *wait.Backoff {
-	return &wait.Backoff{Duration: d, Factor: 2, Jitter: retryJitter, Steps: math.MaxInt32, Cap: a.cfg.RetryMax}
+func (a *Agent) backoff(d time.Duration) *retryBackoff {
+	return &retryBackoff{next: d, max: a.cfg.RetryMax}
+}
+
+// retryBackoff is a doubling delay, capped, each step up to retryJitter longer
+// at random so that agents cut off together do not come back together.
+type retryBackoff struct{ next, max time.Duration }
+
+// Step returns the next delay.
+func (b *retryBackoff) Step() time.Duration {
+	d := b.next
+	b.next = min(2*b.next, b.max)
+	return d + time.Duration(rand.Float64()*retryJitter*float64(d))
 }
 
 // stream opens one stream and sends on it until it ends or ctx does. It

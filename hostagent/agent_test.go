@@ -636,6 +636,29 @@ func TestUsageReport(t *testing.T) {
 			},
 		},
 		{
+			// b began half a second after the previous reading: measured
+			// from its start (0.75 s of CPU in 0.5 s). e began before the
+			// previous reading (a run the agent could not see then) and
+			// f a tenth of a second before this one (too young for its
+			// ticks to say much): both wait for the next reading.
+			name:    "virtual: a run first seen is measured from its start",
+			virtual: true,
+			prev:    reading{time: at(1), runs: map[string]Sample{"a": run(1, 1)}},
+			cur: reading{time: at(2), runs: map[string]Sample{
+				"a": run(2, 1.5),
+				"b": {CPUSeconds: 0.75, MemUsed: 7 * miB, Time: at(2), Began: at(1).Add(500 * time.Millisecond)},
+				"e": {CPUSeconds: 3, MemUsed: 7 * miB, Time: at(2), Began: at(1).Add(-time.Second)},
+				"f": {CPUSeconds: 0.1, MemUsed: 7 * miB, Time: at(2), Began: at(2).Add(-100 * time.Millisecond)},
+			}},
+			want: &pelotonv1.UsageReport{
+				Usage: &pelotonv1.HostUsage{Cpu: 2, MemoryUsedMb: 14, Source: SourceRuns, SampleTime: timestamppb.New(at(2))},
+				Runs: map[string]*pelotonv1.TaskUsage{
+					"a": {Cpu: 0.5, MemoryUsedMb: 7, SampleTime: timestamppb.New(at(2))},
+					"b": {Cpu: 1.5, MemoryUsedMb: 7, SampleTime: timestamppb.New(at(2))},
+				},
+			},
+		},
+		{
 			name:    "virtual without runs: zero, not unknown",
 			virtual: true,
 			prev:    reading{time: at(1), runs: map[string]Sample{}},

@@ -59,6 +59,10 @@ type Sample struct {
 	MemAvailable uint64
 	// Time is when the sample was read, as passed in by the caller.
 	Time time.Time
+	// Began is when the CPU counter began, where the source knows it (a
+	// process tree: its earliest process's start), else zero. It lets a
+	// run first seen in this reading be measured at once, from its start.
+	Began time.Time
 }
 
 // Usage is what was used over the interval between two Samples.

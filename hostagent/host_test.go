@@ -381,7 +381,7 @@ func TestHostUsage(t *testing.T) {
 // sampleEqual compares Samples, CPU seconds within float rounding.
 func sampleEqual(a, b Sample) bool {
 	return math.Abs(a.CPUSeconds-b.CPUSeconds) < 1e-9 &&
-		a.MemUsed == b.MemUsed && a.MemAvailable == b.MemAvailable && a.Time.Equal(b.Time)
+		a.MemUsed == b.MemUsed && a.MemAvailable == b.MemAvailable && a.Time.Equal(b.Time) && a.Began.Equal(b.Began)
 }
 
 func rm(t *testing.T, path string) {

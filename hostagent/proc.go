@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -130,6 +132,10 @@ type ProcSnapshot struct {
 	procs    map[int]procStat
 	children map[int][]int
 	time     time.Time
+	// boot is when the host booted, by the wall clock (now less the
+	// uptime the proc root says), zero where it does not say: processes'
+	// start times are kept in time since boot.
+	boot time.Time
 }
 
 // ReadProcs reads /proc/<pid>/stat for every process under procRoot (usually
@@ -149,6 +155,7 @@ func ReadProcs(procRoot string, now time.Time) (*ProcSnapshot, error) {
 		procs:    make(map[int]procStat, len(entries)),
 		children: make(map[int][]int, len(entries)),
 		time:     now,
+		boot:     bootTime(procRoot, now),
 	}
 	// One buffer for every stat file, rather than one allocation per
 	// process per cycle: a stat line is a few hundred bytes.
@@ -231,20 +238,45 @@ func (s *ProcSnapshot) Sample(pid int) (Sample, error) {
 // sum is the Sample of the processes pids, those not in the snapshot
 // skipped. See Sample for what is counted.
 func (s *ProcSnapshot) sum(pids []int) Sample {
-	var ticks, pages uint64
+	var cpuTicks, pages uint64
+	first := uint64(math.MaxUint64)
 	for _, p := range pids {
 		st, ok := s.procs[p]
 		if !ok {
 			continue
 		}
-		ticks += st.ticks()
+		cpuTicks += st.ticks()
 		pages += st.rss
+		first = min(first, st.start)
 	}
-	return Sample{
-		CPUSeconds: float64(ticks) / userHZ,
+	sample := Sample{
+		CPUSeconds: float64(cpuTicks) / userHZ,
 		MemUsed:    satMul(pages, uint64(os.Getpagesize())),
 		Time:       s.time,
 	}
+	if !s.boot.IsZero() && first != math.MaxUint64 {
+		sample.Began = s.boot.Add(ticks(first))
+	}
+	return sample
+}
+
+// bootTime is when the host booted by the wall clock, from the proc root's
+// uptime file read at now; zero when there is no such file or it says
+// nothing readable.
+func bootTime(procRoot string, now time.Time) time.Time {
+	b, err := os.ReadFile(filepath.Join(procRoot, "uptime"))
+	if err != nil {
+		return time.Time{}
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return time.Time{}
+	}
+	up, err := strconv.ParseFloat(f[0], 64)
+	if err != nil || up <= 0 {
+		return time.Time{}
+	}
+	return now.Add(-time.Duration(up * float64(time.Second)))
 }
 
 // ticks is the CPU time of the process and of the children it waited for.

@@ -120,6 +120,7 @@ func procFixture(t *testing.T) *fsTree {
 		file("proc/200/stat", statLine(200, "unrelated", 1, 5000, 5000, 0, 0, 9000)).
 		symlink("proc/self", "100").
 		file("proc/meminfo", meminfoText(giB, giB)).
+		file("proc/uptime", "1000.50 1900.25\n").
 		dir("proc/999").
 		dir("proc/sys/kernel")
 }
@@ -144,7 +145,9 @@ func TestProcSnapshotTreeAndSample(t *testing.T) {
 		t.Fatal(err)
 	}
 	// (100+50+20+10) + (30+20) + (7+3) + 10 = 250 ticks; 1000+2000+300+100 pages.
-	want := Sample{CPUSeconds: 2.5, MemUsed: 3400 * uint64(os.Getpagesize()), Time: t0}
+	// Every process started 838.94 s after a boot 1000.5 s before t0.
+	began := t0.Add(-161560 * time.Millisecond)
+	want := Sample{CPUSeconds: 2.5, MemUsed: 3400 * uint64(os.Getpagesize()), Time: t0, Began: began}
 	if !sampleEqual(got, want) {
 		t.Errorf("Sample(100) = %+v, want %+v", got, want)
 	}
@@ -157,7 +160,7 @@ func TestProcSnapshotTreeAndSample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (Sample{CPUSeconds: 0.6, MemUsed: 2300 * uint64(os.Getpagesize()), Time: t0}); !sampleEqual(one, want) {
+	if want := (Sample{CPUSeconds: 0.6, MemUsed: 2300 * uint64(os.Getpagesize()), Time: t0, Began: began}); !sampleEqual(one, want) {
 		t.Errorf("ReadProcessTree(101) = %+v, want %+v", one, want)
 	}
 }

@@ -92,12 +92,17 @@ type EnvRuns struct {
 	// Host is the host whose runs to find; "" takes every process that
 	// has a PELOTON_TASK_ID, whatever its host.
 	Host string
+	// CgroupRoot, if set, is where the host's cgroup hierarchies are
+	// mounted (/sys/fs/cgroup): a run in a cgroup of its own is then read
+	// from it rather than summed over its processes (see runCgroups).
+	CgroupRoot string
 
 	// cache holds each process's answer, so that environ is read once per
 	// process rather than once per process per cycle.
 	cache map[int]envEntry
-	scans uint64 // scans so far; envEntry.seen is the last that saw the pid
-	buf   []byte // environ read buffer, reused
+	scans   uint64 // scans so far; envEntry.seen is the last that saw the pid
+	buf     []byte // environ read buffer, reused
+	cgroups runCgroups
 }
 
 var (
@@ -166,10 +171,34 @@ func (e *EnvRuns) Runs(now time.Time) (map[string]Sample, error) {
 	}
 	groups := e.find(snap)
 	runs := make(map[string]Sample, len(groups))
+	e.cgroups.next()
 	for id, pids := range groups {
-		runs[id] = snap.sum(pids)
+		runs[id] = e.sample(snap, pids)
 	}
+	e.cgroups.forget()
 	return runs, nil
+}
+
+// sample is the run's Sample: from its own cgroup if it has one and
+// CgroupRoot is set, else summed over its processes pids (ascending).
+// Either way it began when the run's earliest process started.
+func (e *EnvRuns) sample(snap *ProcSnapshot, pids []int) Sample {
+	s := snap.sum(pids)
+	if e.CgroupRoot == "" {
+		return s
+	}
+	first := pids[0]
+	for _, pid := range pids {
+		if snap.procs[pid].start < snap.procs[first].start {
+			first = pid
+		}
+	}
+	e.cgroups.root = e.CgroupRoot
+	if cs, ok := e.cgroups.sample(e.procRoot(), procKey{pid: first, start: snap.procs[first].start}, pids, snap.time); ok {
+		cs.Began = s.Began
+		return cs
+	}
+	return s
 }
 
 // RunInfo is what EnvRuns found of one run in one scan: its counters, what
@@ -237,16 +266,18 @@ func (e *EnvRuns) RunInfo(now time.Time) (map[string]RunInfo, error) {
 	}
 	groups := e.find(snap)
 	infos := make(map[string]RunInfo, len(groups))
+	e.cgroups.next()
 	for id, pids := range groups {
 		infos[id] = e.info(snap, pids)
 	}
+	e.cgroups.forget()
 	return infos, nil
 }
 
 // info is the RunInfo of the run whose processes, all in snap and in the
 // cache (find just put them there), are pids, ascending.
 func (e *EnvRuns) info(snap *ProcSnapshot, pids []int) RunInfo {
-	in := RunInfo{Sample: snap.sum(pids), Revocable: true, Procs: make([]RunProc, 0, len(pids))}
+	in := RunInfo{Sample: e.sample(snap, pids), Revocable: true, Procs: make([]RunProc, 0, len(pids))}
 	first := -1 // the earliest process; the lowest pid of those started in the same tick
 	for _, pid := range pids {
 		st := snap.procs[pid]

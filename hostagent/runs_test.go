@@ -427,3 +427,75 @@ func BenchmarkEnvRunsProc(b *testing.B) {
 		}
 	}
 }
+
+// TestEnvRunsOwnCgroup: with CgroupRoot set, a run alone in its cgroup is
+// read from it (v2 and v1); a run sharing its cgroup with a process of
+// another run, one in the root cgroup, one whose path a cgroup namespace
+// hides, and one whose cgroup lacks counters are summed over their
+// processes. The cgroup of a run is its earliest process's.
+func TestEnvRunsOwnCgroup(t *testing.T) {
+	cg2 := func(f *fsTree, dir string, usec int, procs string) *fsTree {
+		return f.file(dir+"/cpu.stat", fmt.Sprintf("usage_usec %d\n", usec)).
+			file(dir+"/memory.current", "104857600\n").
+			file(dir+"/memory.stat", "inactive_file 0\n").
+			file(dir+"/memory.max", "max\n").
+			file(dir+"/cgroup.procs", procs)
+	}
+	st := func(pid, ppid int, start uint64) procStatFields {
+		return procStatFields{pid: pid, comm: "p", ppid: ppid, utime: 10, start: start, rss: 1}
+	}
+	f := newTree(t).
+		// a: two processes alone in their v2 cgroup.
+		proc(st(10, 1, 100), runEnv("a-0-1", "h")).file("proc/10/cgroup", "0::/pods/a\n").
+		proc(st(11, 10, 200), runEnv("a-0-1", "h")).file("proc/11/cgroup", "0::/pods/a\n").
+		// b: shares its cgroup with process 21, of another host's run.
+		proc(st(20, 1, 100), runEnv("b-0-1", "h")).file("proc/20/cgroup", "0::/pods/b\n").
+		proc(st(21, 1, 100), runEnv("x-0-1", "g")).file("proc/21/cgroup", "0::/pods/b\n").
+		// c: in the root cgroup; d: outside the agent's namespace.
+		proc(st(30, 1, 100), runEnv("c-0-1", "h")).file("proc/30/cgroup", "0::/\n").
+		proc(st(40, 1, 100), runEnv("d-0-1", "h")).file("proc/40/cgroup", "0::/../../pods/d\n").
+		// e: v1, cpuacct mounted with cpu.
+		proc(st(50, 1, 100), runEnv("e-0-1", "h")).
+		file("proc/50/cgroup", "7:memory:/pods/e\n4:cpu,cpuacct:/pods/e\n1:name=systemd:/pods/e\n").
+		file("cgroup/cpu,cpuacct/pods/e/cpuacct.usage", "3000000000\n").
+		file("cgroup/cpu,cpuacct/pods/e/cgroup.procs", "50\n").
+		file("cgroup/memory/pods/e/memory.usage_in_bytes", "52428800\n").
+		file("cgroup/memory/pods/e/memory.stat", "total_inactive_file 0\n").
+		file("cgroup/memory/pods/e/memory.limit_in_bytes", "9223372036854771712\n").
+		// g: a cgroup without counters.
+		proc(st(60, 1, 100), runEnv("g-0-1", "h")).file("proc/60/cgroup", "0::/pods/g\n").
+		file("cgroup/pods/g/cgroup.procs", "60\n")
+	cg2(f, "cgroup/pods/a", 2_500_000, "11\n10\n")
+	cg2(f, "cgroup/pods/b", 9_000_000, "20\n21\n")
+
+	e := &EnvRuns{ProcRoot: f.path("proc"), Host: "h", CgroupRoot: f.path("cgroup")}
+	for pass := range 2 { // the second from the cache of cgroup paths
+		runs, err := e.Runs(t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		page := uint64(os.Getpagesize())
+		want := map[string]Sample{
+			"a-0-1": {CPUSeconds: 2.5, MemUsed: 100 * miB, Time: t0},
+			"b-0-1": {CPUSeconds: 0.1, MemUsed: page, Time: t0},
+			"c-0-1": {CPUSeconds: 0.1, MemUsed: page, Time: t0},
+			"d-0-1": {CPUSeconds: 0.1, MemUsed: page, Time: t0},
+			"e-0-1": {CPUSeconds: 3, MemUsed: 50 * miB, Time: t0},
+			"g-0-1": {CPUSeconds: 0.1, MemUsed: page, Time: t0},
+		}
+		for id, w := range want {
+			if got := runs[id]; !sampleEqual(got, w) {
+				t.Errorf("pass %d: %s = %+v, want %+v", pass, id, got, w)
+			}
+		}
+	}
+	// A process of another run joins a's cgroup: a is its own no more.
+	f.file("cgroup/pods/a/cgroup.procs", "10\n11\n21\n")
+	runs, err := e.Runs(t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := runs["a-0-1"], (Sample{CPUSeconds: 0.2, MemUsed: 2 * uint64(os.Getpagesize()), Time: t0}); !sampleEqual(got, want) {
+		t.Errorf("a-0-1 sharing its cgroup = %+v, want %+v (its processes)", got, want)
+	}
+}

@@ -46,8 +46,9 @@ func TestBenchScenariosSmoke(t *testing.T) {
 				t.Fatalf("no smoke-test size for scenario %s; add one to benchSmokeArgs", sc.Name)
 			}
 			if sc.Name == bench.ScenarioHostAgent {
-				// The agent runs as the daemon it is, from the peloton binary.
-				args = append(slices.Clone(args), "--agent-bin", buildPeloton(t))
+				// The agent runs as the daemon it is, from its own binary,
+				// and from the peloton binary's serve hostagent.
+				args = append(slices.Clone(args), "--agent-bin", buildHostAgent(t), "--full-bin", buildPeloton(t))
 			}
 			if sc.Name == bench.ScenarioKubernetes {
 				// Like every kubetest user: skipped only where the binaries

@@ -38,6 +38,17 @@ func buildPeloton(t *testing.T) string {
 	return bin
 }
 
+// buildHostAgent builds the slim peloton-hostagent binary.
+func buildHostAgent(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "peloton-hostagent")
+	out, err := exec.Command("go", "build", "-o", bin, repoPath("cmd/peloton-hostagent")).CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
 func startUp(t *testing.T, bin, dir string) *upProcess {
 	t.Helper()
 	cmd := exec.Command(bin, "up", "--data-dir", dir, "--hosts", "2", "--host-cpu", "4", "--host-memory-mb", "4096",

@@ -22,9 +22,12 @@ func TestHostAgentAndStackRestarts(t *testing.T) {
 	dataDir, listen := t.TempDir(), freePort(t)
 	opts := stackOpts{hosts: 1, configure: func(c *cluster.Config) { c.Listen, c.NoHostAgents = listen, true }}
 	s := startStack(t, dataDir, opts)
-	agent := func() *daemon {
-		return startDaemon(t, "hostagent", bin, "peloton hostagent is reporting: ", "serve", "hostagent", "--server", listen,
-			"--host", "local-0", "--virtual", "--qos=false", "--interval", "200ms", "--log-level", "warn")
+	// The first agent is the peloton binary's serve hostagent, its
+	// successor the slim peloton-hostagent: the same command.
+	slim := buildHostAgent(t)
+	agent := func(bin string, cmd ...string) *daemon {
+		args := append(cmd, "--server", listen, "--host", "local-0", "--virtual", "--qos=false", "--interval", "200ms", "--log-level", "warn")
+		return startDaemon(t, "hostagent", bin, "peloton hostagent is reporting: ", args...)
 	}
 	// usage waits for a report of local-0 from an agent other than not
 	// (and, if after is set, past its sequence).
@@ -44,12 +47,12 @@ func TestHostAgentAndStackRestarts(t *testing.T) {
 		})
 		return u
 	}
-	a := agent()
+	a := agent(bin, "serve", "hostagent")
 	first := usage(s, "the agent's reports", "", 0)
 
 	// The agent killed and started again: a new agent, reporting anew.
 	a.kill()
-	agent() // stopped by the test's cleanup
+	agent(slim) // stopped by the test's cleanup
 	second := usage(s, "the new agent's reports", first.AgentId, 0)
 
 	// The stack stopped and started again on the same address and data:

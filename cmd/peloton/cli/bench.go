@@ -193,7 +193,8 @@ func (a *app) benchScenario(sc bench.Scenario) *cobra.Command {
 		fs.DurationVar(&c.Interval, "interval", c.Interval, "the agent's report interval")
 		fs.DurationVar(&c.Warmup, "warmup", c.Warmup, "time before the window")
 		fs.DurationVar(&c.Window, "window", c.Window, "the window measured")
-		fs.StringVar(&c.AgentBin, "agent-bin", c.AgentBin, "the peloton binary the agent runs from (default: this one)")
+		fs.StringVar(&c.AgentBin, "agent-bin", c.AgentBin, "the peloton-hostagent binary measured (default: the one beside this binary)")
+		fs.StringVar(&c.FullBin, "full-bin", c.FullBin, "the peloton binary whose serve hostagent is measured too (default: this one)")
 		validate = c.Validate
 		run = func(ctx context.Context, env bench.Env) (*bench.Result, error) { return bench.HostAgent(ctx, env, c) }
 	default:

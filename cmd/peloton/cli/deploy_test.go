@@ -29,6 +29,8 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
+	"github.com/peloton-sched/peloton/cmd/peloton/hostagentcmd"
+
 	"github.com/peloton-sched/peloton/cluster"
 	"github.com/peloton-sched/peloton/federation"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
@@ -832,14 +834,26 @@ func TestHostagentDaemonSetArgs(t *testing.T) {
 	}
 	c := pod.Containers[0]
 	args := expandArgs(t, c.Args, podEnv(t, c, cm, ds.Namespace, nil))
+	// The slim agent binary, which the image holds beside peloton.
+	if len(c.Command) != 1 || c.Command[0] != "/usr/local/bin/peloton-hostagent" {
+		t.Fatalf("DaemonSet %s runs %q; want the slim /usr/local/bin/peloton-hostagent", ds.Name, c.Command)
+	}
+	dockerfile, err := os.ReadFile(filepath.Join("..", "..", "..", "Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(dockerfile), "-o /out/peloton-hostagent ./cmd/peloton-hostagent") ||
+		!regexp.MustCompile(`COPY --from=build [^\n]*/out/peloton-hostagent [^\n]*/usr/local/bin/`).Match(dockerfile) {
+		t.Errorf("the Dockerfile does not build ./cmd/peloton-hostagent into /usr/local/bin")
+	}
 
 	var out, errb bytes.Buffer
-	a := newApp(&out, &errb)
-	a.getenv = func(string) string { return "" }
 	var got agentRun
-	a.runAgent = func(_ context.Context, run agentRun, _ io.Writer) error { got = run; return nil }
-	if code := execute(a, args, strings.NewReader("")); code != exitOK {
-		t.Fatalf("peloton %q: exit %d, stderr %q", args, code, errb.String())
+	cmd := hostagentcmd.Command(hostagentcmd.Options{Use: "peloton-hostagent", Stdout: &out, Stderr: &errb,
+		RunAgent: func(_ context.Context, run agentRun, _ io.Writer) error { got = run; return nil }})
+	cmd.SetArgs(args)
+	if err := cmd.Execute(); err != nil {
+		t.Fatalf("peloton-hostagent %q: %v, stderr %q", args, err, errb.String())
 	}
 	if got.Config.Host != nodeName || got.Config.Virtual || got.Config.Interval != 5*time.Second {
 		t.Errorf("agent %+v; want host %s, not virtual, every 5s", got.Config, nodeName)

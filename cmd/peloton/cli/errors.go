@@ -6,37 +6,32 @@ import (
 	"regexp"
 
 	"google.golang.org/grpc/status"
+
+	"github.com/peloton-sched/peloton/cmd/peloton/internal/cmdutil"
 )
 
 // Exit codes of the CLI.
 const (
-	exitOK    = 0
-	exitError = 1
-	exitUsage = 2
+	exitOK    = cmdutil.ExitOK
+	exitError = cmdutil.ExitError
+	exitUsage = cmdutil.ExitUsage
 )
 
 // usageError is a mistake in how the CLI was invoked: a bad flag value, a
 // missing argument, an unknown command. It exits with code 2.
-type usageError struct{ msg string }
+type usageError = cmdutil.UsageError
 
-func (e *usageError) Error() string { return e.msg }
-
-func usageErrorf(format string, args ...any) error {
-	return &usageError{msg: fmt.Sprintf(format, args...)}
-}
+var usageErrorf = cmdutil.Usagef
 
 // asUsage marks err as a usage error unless it already is one.
 func asUsage(err error) error {
 	if err == nil || isUsage(err) {
 		return err
 	}
-	return &usageError{msg: err.Error()}
+	return cmdutil.Usagef("%s", err.Error())
 }
 
-func isUsage(err error) bool {
-	var u *usageError
-	return errors.As(err, &u)
-}
+var isUsage = cmdutil.IsUsage
 
 // reportedError wraps an error that has already been printed to stderr, so
 // that the layers above do not print it again.
@@ -95,13 +90,4 @@ func formatError(err error) string {
 }
 
 // exitCode maps the outcome of a command to the process exit code.
-func exitCode(err error) int {
-	switch {
-	case err == nil:
-		return exitOK
-	case isUsage(err):
-		return exitUsage
-	default:
-		return exitError
-	}
-}
+func exitCode(err error) int { return cmdutil.ExitCode(err) }

@@ -1,186 +1,20 @@
 package cli
 
 import (
-	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"errors"
-	"fmt"
-	"io"
-	"log/slog"
-	"net"
-	"os"
-	"os/signal"
-	"path/filepath"
-	"syscall"
-	"time"
-
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/keepalive"
 
-	"github.com/peloton-sched/peloton/hostagent"
-	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+	"github.com/peloton-sched/peloton/cmd/peloton/hostagentcmd"
 )
 
-// agentRun is what `serve hostagent` runs: the agent's config, less what
-// runHostAgent makes from Server and Root (the connection, the readers).
-type agentRun struct {
-	Config hostagent.Config
-	// Server is the cluster stack's gRPC address; Root where the host's
-	// /proc and /sys are mounted.
-	Server, Root string
-}
+// agentRun is what `serve hostagent` runs.
+type agentRun = hostagentcmd.Run
 
-// serveHostagentCommand is `peloton serve hostagent`.
+// qosFlags are the QoS controller's flags.
+type qosFlags = hostagentcmd.QoSFlags
+
+// serveHostagentCommand is `peloton serve hostagent`: the command of the
+// slim peloton-hostagent binary, in this one.
 func (a *app) serveHostagentCommand() *cobra.Command {
-	var (
-		server, host, root, logLevel string
-		interval                     time.Duration
-		virtual                      bool
-		qos                          qosFlags
-		capCPU                       float64
-		capMemMB                     int64
-	)
-	cmd := &cobra.Command{
-		Use:   "hostagent --server ADDR [--host NAME]",
-		Short: "Run the host agent: report this host's usage and its runs' to the cluster stack",
-		Long: `Run the host agent of one host: every --interval it reads the host's CPU and
-memory use (from cgroup v2, cgroup v1 or /proc, whichever the host has) and
-each task run's (the processes that carry its PELOTON_TASK_ID, run by any
-backend on this host), and streams them to the cluster stack at --server,
-which shows them in "peloton host list" and "task get" and measures the
-host's slack for revocable work from them. A lost stream is opened again
-with backoff; reports carry a sequence number and are safe to resend.
-
---host must be the name the cluster knows the host by (a Kubernetes node's
-name, a local virtual host's name). With --virtual the host is one of the
-local backend's virtual hosts, which share this machine: its usage is the
-sum of its runs'. "peloton up" and "serve cluster --backend local" run such
-agents themselves (--host-agents).`,
-		Args: argsNamed(),
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			switch {
-			case server == "":
-				return usageErrorf("missing --server: the gRPC address of the cluster stack to report to")
-			case interval < 100*time.Millisecond:
-				return usageErrorf("invalid --interval %s: must be at least 100ms", interval)
-			}
-			if _, _, err := net.SplitHostPort(server); err != nil {
-				return usageErrorf("invalid --server %q: want host:port", server)
-			}
-			if host == "" {
-				h, err := os.Hostname()
-				if err != nil {
-					return usageErrorf("missing --host, and the host name cannot be read: %v", err)
-				}
-				host = h
-			}
-			level, err := parseLogLevel(logLevel)
-			if err != nil {
-				return err
-			}
-			policy, err := qos.policy()
-			if err != nil {
-				return err
-			}
-			switch {
-			case capCPU < 0 || capMemMB < 0:
-				return usageErrorf("invalid --capacity-cpu %g / --capacity-memory-mb %d: must be >= 0", capCPU, capMemMB)
-			case virtual && policy != nil && (capCPU == 0 || capMemMB == 0):
-				return usageErrorf("missing --capacity-cpu and --capacity-memory-mb: a virtual host runs hot against its declared capacity (or --qos=false)")
-			}
-			var id [16]byte
-			_, _ = rand.Read(id[:])
-			run := agentRun{Server: server, Root: root, Config: hostagent.Config{Host: host, AgentID: hex.EncodeToString(id[:]),
-				Interval: interval, Virtual: virtual, QoS: policy, Capacity: hostagent.Resources{CPU: capCPU, MemoryMB: capMemMB},
-				Logger: slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: level})).With("component", "hostagent", "host", host)}}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			if err := a.runAgent(ctx, run, a.stdout); err != nil && !errors.Is(err, context.Canceled) {
-				return err
-			}
-			return nil
-		},
-	}
-	fs := cmd.Flags()
-	fs.StringVar(&server, "server", "", "gRPC address of the cluster stack (host:port; required)")
-	fs.StringVar(&host, "host", "", "this host's name in the cluster (default: the machine's host name)")
-	fs.DurationVar(&interval, "interval", hostagent.DefaultInterval, "time between reports")
-	fs.StringVar(&root, "root", "/", "where the host's /proc and /sys are mounted (a container mounts the host's at e.g. /host)")
-	fs.BoolVar(&virtual, "virtual", false, "the host is a local backend's virtual host: its usage is the sum of its runs'")
-	fs.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	fs.Float64Var(&capCPU, "capacity-cpu", 0, "the host's CPUs for the QoS controller (0: this machine's, within its cgroup; required with --virtual)")
-	fs.Int64Var(&capMemMB, "capacity-memory-mb", 0, "the host's memory in MiB for the QoS controller (0: this machine's; required with --virtual)")
-	qos.register(fs)
-	cmd.SetUsageTemplate(serverUsage)
-	return cmd
-}
-
-// runHostAgent connects to the stack, reads the host under run.Root and
-// runs the agent until ctx ends; its first line on out says what it does.
-func runHostAgent(ctx context.Context, run agentRun, out io.Writer) error {
-	cfg := run.Config
-	src := hostagent.SourceRuns
-	if !cfg.Virtual {
-		r, err := hostagent.NewHostReader(run.Root)
-		if err != nil {
-			return fmt.Errorf("cannot read this host's usage under %s: %w", run.Root, err)
-		}
-		cfg.Source, src = r, r.Source()
-	}
-	conn, err := grpc.NewClient(run.Server, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		// A stack gone without closing the connection is noticed within a
-		// minute, not the kernel's many.
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}))
-	if err != nil {
-		return usageErrorf("invalid --server %q: %v", run.Server, err)
-	}
-	defer conn.Close()
-	cfg.Client = pelotonv1.NewHostAgentServiceClient(conn)
-	cfg.Runs = &hostagent.EnvRuns{ProcRoot: filepath.Join(run.Root, "proc"), Host: cfg.Host}
-	agent, err := hostagent.New(cfg)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "peloton hostagent is reporting: host %s, to %s, every %s, usage from %s, agent %s\n",
-		cfg.Host, run.Server, cfg.Interval, src, cfg.AgentID)
-	return agent.Run(ctx)
-}
-
-// qosFlags are the QoS controller's flags, of serve hostagent and of the
-// in-process agents of up and serve cluster.
-type qosFlags struct {
-	on              bool
-	cpuHigh, cpuLow float64
-	memHigh, memLow float64
-}
-
-func (q *qosFlags) register(fs *pflag.FlagSet) {
-	fs.BoolVar(&q.on, "qos", true, "the host agents' QoS controller: kill revocable runs at once when a host runs hot")
-	fs.Float64Var(&q.cpuHigh, "qos-cpu-high", 0.9, "a host is hot at or above this fraction of its CPU (for two readings in a row)")
-	fs.Float64Var(&q.cpuLow, "qos-cpu-low", 0.75, "revocable runs are killed until the projected CPU use is below this fraction")
-	fs.Float64Var(&q.memHigh, "qos-memory-high", 0.9, "a host is hot at or above this fraction of its memory")
-	fs.Float64Var(&q.memLow, "qos-memory-low", 0.8, "revocable runs are killed until the projected memory use is below this fraction")
-}
-
-// policy is the QoS policy the flags give, nil when off; a bad pair of
-// thresholds is a usage error naming the flags.
-func (q *qosFlags) policy() (*hostagent.QoSPolicy, error) {
-	if !q.on {
-		return nil, nil
-	}
-	p := &hostagent.QoSPolicy{CPUHigh: q.cpuHigh, CPULow: q.cpuLow, MemHigh: q.memHigh, MemLow: q.memLow, Samples: hostagent.DefaultQoSSamples}
-	switch {
-	case !(q.cpuHigh > 0 && q.cpuHigh <= 1 && q.cpuLow >= 0 && q.cpuLow < q.cpuHigh):
-		return nil, usageErrorf("invalid --qos-cpu-high %g / --qos-cpu-low %g: want 0 <= low < high <= 1", q.cpuHigh, q.cpuLow)
-	case !(q.memHigh > 0 && q.memHigh <= 1 && q.memLow >= 0 && q.memLow < q.memHigh):
-		return nil, usageErrorf("invalid --qos-memory-high %g / --qos-memory-low %g: want 0 <= low < high <= 1", q.memHigh, q.memLow)
-	}
-	if err := p.Validate(); err != nil {
-		return nil, usageErrorf("invalid --qos-*: %v", err)
-	}
-	return p, nil
+	return hostagentcmd.Command(hostagentcmd.Options{Use: "hostagent --server ADDR [--host NAME]",
+		Stdout: a.stdout, Stderr: a.stderr, RunAgent: a.runAgent})
 }

@@ -5,13 +5,14 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/peloton-sched/peloton/cluster"
+	"github.com/peloton-sched/peloton/cmd/peloton/hostagentcmd"
+	"github.com/peloton-sched/peloton/cmd/peloton/internal/cmdutil"
 	"github.com/peloton-sched/peloton/federation"
 )
 
@@ -74,7 +75,7 @@ func newApp(stdout, stderr io.Writer) *app {
 		getenv:        os.Getenv,
 		runCluster:    cluster.Run,
 		runFederation: federation.Run,
-		runAgent:      runHostAgent,
+		runAgent:      hostagentcmd.RunAgent,
 		poll:          defaultPoll,
 		updatePoll:    defaultUpdatePoll,
 	}
@@ -163,7 +164,7 @@ Start a single-machine cluster with "peloton up", then submit work to it:
 	)
 	// Inherited by every subcommand: bad flags are usage errors.
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
-		return a.report(cmd, &usageError{msg: err.Error()})
+		return a.report(cmd, usageErrorf("%s", err.Error()))
 	})
 	a.reportErrors(root)
 	return root
@@ -182,7 +183,7 @@ func (a *app) group(cmd *cobra.Command) {
 		if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
 			msg += fmt.Sprintf(" (did you mean %q?)", s[0])
 		}
-		return &usageError{msg: msg}
+		return usageErrorf("%s", msg)
 	}
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		return cmd.Help()
@@ -223,16 +224,4 @@ func (a *app) report(cmd *cobra.Command, err error) error {
 	return &reportedError{err: err}
 }
 
-// argsNamed accepts exactly the named positional arguments and says which
-// one is missing or extra.
-func argsNamed(names ...string) cobra.PositionalArgs {
-	return func(cmd *cobra.Command, args []string) error {
-		if len(args) < len(names) {
-			return usageErrorf("missing %s", strings.Join(names[len(args):], " "))
-		}
-		if len(args) > len(names) {
-			return usageErrorf("unexpected argument %q", args[len(names)])
-		}
-		return nil
-	}
-}
+var argsNamed = cmdutil.ArgsNamed

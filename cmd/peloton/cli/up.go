@@ -19,6 +19,7 @@ import (
 
 	"github.com/peloton-sched/peloton/cluster"
 	pclient "github.com/peloton-sched/peloton/cluster/client"
+	"github.com/peloton-sched/peloton/cmd/peloton/internal/cmdutil"
 	"github.com/peloton-sched/peloton/internal/election"
 	"github.com/peloton-sched/peloton/internal/fedsla"
 	"github.com/peloton-sched/peloton/internal/sla"
@@ -124,7 +125,7 @@ func (f *serverFlags) register(fs *pflag.FlagSet, embedded bool) {
 	fs.DurationVar(&f.agentInterval, "host-agent-interval", 5*time.Second, "how often the in-process host agents report")
 	fs.Float64Var(&f.slackMargin, "slack-margin", 0.1, "fraction of each host's CPU and memory kept out of the slack that revocable work runs on (0 to 0.9)")
 	fs.DurationVar(&f.usageStaleAfter, "usage-stale-after", 15*time.Second, "how old a host's last usage report may be and still give slack; past it the host has none")
-	f.qos.register(fs)
+	f.qos.Register(fs)
 }
 
 // config validates the flags and builds the cluster configuration; every
@@ -195,7 +196,7 @@ func (f *serverFlags) config(embedded bool) (cluster.Config, error) {
 	if err := f.checkLeaderFlags(); err != nil {
 		return cluster.Config{}, err
 	}
-	qos, err := f.qos.policy()
+	qos, err := f.qos.Policy()
 	if err != nil {
 		return cluster.Config{}, err
 	}
@@ -300,20 +301,7 @@ func (k *kubeFlags) config() (cluster.KubeConfig, error) {
 		Secondary: k.secondary, SecondaryNamespaces: secondaryNS}, nil
 }
 
-// parseLogLevel accepts exactly the four level names, in any case.
-func parseLogLevel(s string) (slog.Level, error) {
-	switch strings.ToLower(s) {
-	case "debug":
-		return slog.LevelDebug, nil
-	case "info":
-		return slog.LevelInfo, nil
-	case "warn":
-		return slog.LevelWarn, nil
-	case "error":
-		return slog.LevelError, nil
-	}
-	return 0, usageErrorf("invalid --log-level %q: want debug, info, warn or error", s)
-}
+var parseLogLevel = cmdutil.ParseLogLevel
 
 func (a *app) upCommand() *cobra.Command {
 	var f serverFlags
@@ -339,15 +327,7 @@ Prints one "peloton is ready: ..." line once it serves; stops on SIGINT or SIGTE
 	return cmd
 }
 
-// serverUsage is the usage text of the commands that run the stack: their
-// own flags only. The client flags every other command inherits from the
-// root (--server, --output, --timeout) mean nothing to a server.
-const serverUsage = `Usage:
-  {{.UseLine}}
-
-Flags:
-{{.LocalFlags.FlagUsages | trimTrailingWhitespaces}}
-`
+const serverUsage = cmdutil.ServerUsage
 
 // clientFlags are the root's flags that only API clients use.
 var clientFlags = []string{"server", "output", "timeout", "cluster", "federation"}
