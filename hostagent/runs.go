@@ -99,7 +99,7 @@ type EnvRuns struct {
 
 	// cache holds each process's answer, so that environ is read once per
 	// process rather than once per process per cycle.
-	cache map[int]envEntry
+	cache   map[int]envEntry
 	scans   uint64 // scans so far; envEntry.seen is the last that saw the pid
 	buf     []byte // environ read buffer, reused
 	cgroups runCgroups
