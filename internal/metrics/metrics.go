@@ -242,3 +242,85 @@ var HostReportDelay = prometheus.NewHistogram(prometheus.HistogramOpts{
 func init() {
 	Registry.MustRegister(HostCPUUsed, HostMemoryUsed, HostReportTime, HostReports, HostQoSKills, HostSlackCPU, HostSlackMemory, HostReportDelay)
 }
+
+// The host advisor's view of the partitions (advisor/): zones, pressure,
+// oversubscription, services' latency against their SLO, and the moves it
+// decides. The advisor sets them each interval; hostmgr sets the revocable
+// capacity gauges with the slack.
+var (
+	// PartitionHosts is the hosts of each partition by zone (green,
+	// orange, red; unknown for a host without a fresh report).
+	PartitionHosts = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "peloton", Subsystem: "partition", Name: "hosts",
+		Help: "Hosts of each partition by zone (green, orange, red, unknown), as the advisor last classified them.",
+	}, []string{"partition", "zone"})
+	// PartitionPressure is each partition's pressure, 0 to 1: the larger
+	// of the share of its hosts orange or red and the share of its
+	// services whose P99 is over their SLO.
+	PartitionPressure = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "peloton", Subsystem: "partition", Name: "pressure",
+		Help: "Each partition's pressure (0-1): the larger of the share of its hosts orange or red and the share of its latency-sensitive services over their SLO.",
+	}, []string{"partition"})
+	// PartitionOversubscription is the mean oversubscription factor of
+	// each partition's hosts (1: none).
+	PartitionOversubscription = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "peloton", Subsystem: "partition", Name: "oversubscription_factor",
+		Help: "Mean oversubscription factor of each partition's hosts (1: none): revocable work may hold up to capacity x factor.",
+	}, []string{"partition"})
+	// HostZone is 1 for each host's current zone.
+	HostZone = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "peloton", Subsystem: "host", Name: "zone",
+		Help: "1 for each host's current zone (green, orange, red, unknown), as the advisor last classified it.",
+	}, []string{"host", "zone"})
+	// HostOversubscription is each host's oversubscription factor.
+	HostOversubscription = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "peloton", Subsystem: "host", Name: "oversubscription_factor",
+		Help: "Each host's oversubscription factor (1: none), from the p95 of its measured use.",
+	}, []string{"host"})
+	// AdvisorMoves counts the moves the advisor decided, by partitions and
+	// mode (act: asked of hostmgr; observe: only logged and shown).
+	AdvisorMoves = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "peloton", Subsystem: "advisor", Name: "moves_total",
+		Help: "Host moves between partitions the advisor decided, by from, to and mode (act, observe).",
+	}, []string{"from", "to", "mode"})
+	// AdvisorRounds counts the advisor's rounds by outcome (ok, error).
+	AdvisorRounds = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "peloton", Subsystem: "advisor", Name: "rounds_total",
+		Help: "The advisor's rounds, by outcome (ok, error).",
+	}, []string{"outcome"})
+	// ServiceLatencyP99 and ServiceLatencySLO are each latency-sensitive
+	// service's P99 (the worst of its instances' last readings) and its
+	// SLO, in seconds.
+	ServiceLatencyP99 = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "peloton", Subsystem: "service", Name: "latency_p99_seconds",
+		Help: "Each latency-sensitive service's P99 latency, the worst of its instances' last readings, in seconds.",
+	}, []string{"job", "partition"})
+	ServiceLatencySLO = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "peloton", Subsystem: "service", Name: "latency_slo_seconds",
+		Help: "Each latency-sensitive service's latency SLO (latencySloMs), in seconds.",
+	}, []string{"job", "partition"})
+	// RevocableCapacity and RevocableAllocated are, per resource kind (cpu
+	// in cores, memory in bytes), what revocable work may hold in the
+	// cluster (the hosts' slack, oversubscription included) and what it
+	// holds.
+	RevocableCapacity = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "peloton", Subsystem: "revocable", Name: "capacity",
+		Help: "What revocable work may hold in the cluster, by kind (cpu in cores, memory in bytes): the hosts' slack, oversubscription included.",
+	}, []string{"kind"})
+	RevocableAllocated = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "peloton", Subsystem: "revocable", Name: "allocated",
+		Help: "What revocable runs hold in the cluster, by kind (cpu in cores, memory in bytes).",
+	}, []string{"kind"})
+)
+
+func init() {
+	Registry.MustRegister(PartitionHosts, PartitionPressure, PartitionOversubscription, HostZone, HostOversubscription,
+		AdvisorMoves, AdvisorRounds, ServiceLatencyP99, ServiceLatencySLO, RevocableCapacity, RevocableAllocated)
+	for _, k := range []string{"cpu", "memory"} {
+		RevocableCapacity.WithLabelValues(k)
+		RevocableAllocated.WithLabelValues(k)
+	}
+	for _, o := range []string{"ok", "error"} {
+		AdvisorRounds.WithLabelValues(o)
+	}
+}
