@@ -522,6 +522,60 @@ func (HostState) EnumDescriptor() ([]byte, []int) {
 	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{7}
 }
 
+// HostZone is how hot a host runs, as the host advisor classifies it from
+// its use and its latency-sensitive instances' P99 against their SLO.
+type HostZone int32
+
+const (
+	HostZone_HOST_ZONE_UNKNOWN HostZone = 0
+	HostZone_HOST_ZONE_GREEN   HostZone = 1
+	HostZone_HOST_ZONE_ORANGE  HostZone = 2
+	HostZone_HOST_ZONE_RED     HostZone = 3
+)
+
+// Enum value maps for HostZone.
+var (
+	HostZone_name = map[int32]string{
+		0: "HOST_ZONE_UNKNOWN",
+		1: "HOST_ZONE_GREEN",
+		2: "HOST_ZONE_ORANGE",
+		3: "HOST_ZONE_RED",
+	}
+	HostZone_value = map[string]int32{
+		"HOST_ZONE_UNKNOWN": 0,
+		"HOST_ZONE_GREEN":   1,
+		"HOST_ZONE_ORANGE":  2,
+		"HOST_ZONE_RED":     3,
+	}
+)
+
+func (x HostZone) Enum() *HostZone {
+	p := new(HostZone)
+	*p = x
+	return p
+}
+
+func (x HostZone) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (HostZone) Descriptor() protoreflect.EnumDescriptor {
+	return file_peloton_api_v1_peloton_proto_enumTypes[8].Descriptor()
+}
+
+func (HostZone) Type() protoreflect.EnumType {
+	return &file_peloton_api_v1_peloton_proto_enumTypes[8]
+}
+
+func (x HostZone) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use HostZone.Descriptor instead.
+func (HostZone) EnumDescriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{8}
+}
+
 // PartitionMoveState is where a host's move between partitions is. A move
 // goes PARTITION_SETTLED -> PARTITION_MOVING (no new work lands on the host;
 // its runs are drained as maintenance drains them) -> PARTITION_MOVE_DRAINED
@@ -566,11 +620,11 @@ func (x PartitionMoveState) String() string {
 }
 
 func (PartitionMoveState) Descriptor() protoreflect.EnumDescriptor {
-	return file_peloton_api_v1_peloton_proto_enumTypes[8].Descriptor()
+	return file_peloton_api_v1_peloton_proto_enumTypes[9].Descriptor()
 }
 
 func (PartitionMoveState) Type() protoreflect.EnumType {
-	return &file_peloton_api_v1_peloton_proto_enumTypes[8]
+	return &file_peloton_api_v1_peloton_proto_enumTypes[9]
 }
 
 func (x PartitionMoveState) Number() protoreflect.EnumNumber {
@@ -579,7 +633,7 @@ func (x PartitionMoveState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use PartitionMoveState.Descriptor instead.
 func (PartitionMoveState) EnumDescriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{8}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{9}
 }
 
 // UpdateState is the lifecycle of an update; the transition table is
@@ -639,11 +693,11 @@ func (x UpdateState) String() string {
 }
 
 func (UpdateState) Descriptor() protoreflect.EnumDescriptor {
-	return file_peloton_api_v1_peloton_proto_enumTypes[9].Descriptor()
+	return file_peloton_api_v1_peloton_proto_enumTypes[10].Descriptor()
 }
 
 func (UpdateState) Type() protoreflect.EnumType {
-	return &file_peloton_api_v1_peloton_proto_enumTypes[9]
+	return &file_peloton_api_v1_peloton_proto_enumTypes[10]
 }
 
 func (x UpdateState) Number() protoreflect.EnumNumber {
@@ -652,7 +706,7 @@ func (x UpdateState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use UpdateState.Descriptor instead.
 func (UpdateState) EnumDescriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{9}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{10}
 }
 
 // Resources is an amount of each resource kind. cpu is in cores and may be
@@ -741,7 +795,12 @@ type SlaSpec struct {
 	// Instances 0..k-1 form a gang: scheduled together or not at all.
 	MinimumRunningInstances uint32 `protobuf:"varint,5,opt,name=minimum_running_instances,json=minimumRunningInstances,proto3" json:"minimum_running_instances,omitempty"`
 	// May run on slack (allocated but idle) capacity; first to go.
-	Revocable     bool `protobuf:"varint,6,opt,name=revocable,proto3" json:"revocable,omitempty"`
+	Revocable bool `protobuf:"varint,6,opt,name=revocable,proto3" json:"revocable,omitempty"`
+	// For a SERVICE whose tasks declare metrics: the P99 latency, in
+	// milliseconds, its instances must keep. The host advisor counts a
+	// service over it as pressure on its partition, and a host whose
+	// instances near it as orange or red (0: not latency-sensitive).
+	LatencySloMs  uint32 `protobuf:"varint,7,opt,name=latency_slo_ms,json=latencySloMs,proto3" json:"latency_slo_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -816,6 +875,13 @@ func (x *SlaSpec) GetRevocable() bool {
 		return x.Revocable
 	}
 	return false
+}
+
+func (x *SlaSpec) GetLatencySloMs() uint32 {
+	if x != nil {
+		return x.LatencySloMs
+	}
+	return 0
 }
 
 // RestartPolicy says how often a failed instance is retried.
@@ -4405,9 +4471,17 @@ type Host struct {
 	Slack *Resources `protobuf:"bytes,13,opt,name=slack,proto3" json:"slack,omitempty"`
 	// What revocable runs hold here, out of the host's slack (not counted
 	// in allocated).
-	Revocable     *Resources `protobuf:"bytes,14,opt,name=revocable,proto3" json:"revocable,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Revocable *Resources `protobuf:"bytes,14,opt,name=revocable,proto3" json:"revocable,omitempty"`
+	// The runs the host holds, and what its agent last read of each (only
+	// with ListHostsRequest.include_runs).
+	Runs []*HostRun `protobuf:"bytes,15,rep,name=runs,proto3" json:"runs,omitempty"`
+	// The host advisor's last word on the host: its zone, and the factor
+	// its CPU is oversubscribed by for revocable work (1 or unset: none).
+	// HOST_ZONE_UNKNOWN when no advisor has said, or its advice is stale.
+	Zone                   HostZone `protobuf:"varint,16,opt,name=zone,proto3,enum=peloton.api.v1.HostZone" json:"zone,omitempty"`
+	OversubscriptionFactor float64  `protobuf:"fixed64,17,opt,name=oversubscription_factor,json=oversubscriptionFactor,proto3" json:"oversubscription_factor,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
 }
 
 func (x *Host) Reset() {
@@ -4538,6 +4612,97 @@ func (x *Host) GetRevocable() *Resources {
 	return nil
 }
 
+func (x *Host) GetRuns() []*HostRun {
+	if x != nil {
+		return x.Runs
+	}
+	return nil
+}
+
+func (x *Host) GetZone() HostZone {
+	if x != nil {
+		return x.Zone
+	}
+	return HostZone_HOST_ZONE_UNKNOWN
+}
+
+func (x *Host) GetOversubscriptionFactor() float64 {
+	if x != nil {
+		return x.OversubscriptionFactor
+	}
+	return 0
+}
+
+// HostRun is one run a host holds.
+type HostRun struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	TaskId    string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	JobId     string                 `protobuf:"bytes,2,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Revocable bool                   `protobuf:"varint,3,opt,name=revocable,proto3" json:"revocable,omitempty"`
+	// Unset until the host's agent has read it.
+	Usage         *TaskUsage `protobuf:"bytes,4,opt,name=usage,proto3" json:"usage,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HostRun) Reset() {
+	*x = HostRun{}
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HostRun) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HostRun) ProtoMessage() {}
+
+func (x *HostRun) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HostRun.ProtoReflect.Descriptor instead.
+func (*HostRun) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *HostRun) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *HostRun) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *HostRun) GetRevocable() bool {
+	if x != nil {
+		return x.Revocable
+	}
+	return false
+}
+
+func (x *HostRun) GetUsage() *TaskUsage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
 // HostUsage is what a host agent read of its host.
 type HostUsage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -4567,7 +4732,7 @@ type HostUsage struct {
 
 func (x *HostUsage) Reset() {
 	*x = HostUsage{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[59]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4579,7 +4744,7 @@ func (x *HostUsage) String() string {
 func (*HostUsage) ProtoMessage() {}
 
 func (x *HostUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[59]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4592,7 +4757,7 @@ func (x *HostUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostUsage.ProtoReflect.Descriptor instead.
 func (*HostUsage) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{59}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *HostUsage) GetCpu() float64 {
@@ -4677,7 +4842,7 @@ type TaskUsage struct {
 
 func (x *TaskUsage) Reset() {
 	*x = TaskUsage{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[60]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4689,7 +4854,7 @@ func (x *TaskUsage) String() string {
 func (*TaskUsage) ProtoMessage() {}
 
 func (x *TaskUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[60]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4702,7 +4867,7 @@ func (x *TaskUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskUsage.ProtoReflect.Descriptor instead.
 func (*TaskUsage) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{60}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *TaskUsage) GetCpu() float64 {
@@ -4767,7 +4932,7 @@ type UsageReport struct {
 
 func (x *UsageReport) Reset() {
 	*x = UsageReport{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[61]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4779,7 +4944,7 @@ func (x *UsageReport) String() string {
 func (*UsageReport) ProtoMessage() {}
 
 func (x *UsageReport) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[61]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4792,7 +4957,7 @@ func (x *UsageReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageReport.ProtoReflect.Descriptor instead.
 func (*UsageReport) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{61}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *UsageReport) GetHost() string {
@@ -4847,7 +5012,7 @@ type UsageAck struct {
 
 func (x *UsageAck) Reset() {
 	*x = UsageAck{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[62]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4859,7 +5024,7 @@ func (x *UsageAck) String() string {
 func (*UsageAck) ProtoMessage() {}
 
 func (x *UsageAck) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[62]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4872,7 +5037,7 @@ func (x *UsageAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageAck.ProtoReflect.Descriptor instead.
 func (*UsageAck) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{62}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *UsageAck) GetSequence() uint64 {
@@ -4883,14 +5048,16 @@ func (x *UsageAck) GetSequence() uint64 {
 }
 
 type ListHostsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// With each host, the runs it holds (Host.runs).
+	IncludeRuns   bool `protobuf:"varint,1,opt,name=include_runs,json=includeRuns,proto3" json:"include_runs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListHostsRequest) Reset() {
 	*x = ListHostsRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[63]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4902,7 +5069,7 @@ func (x *ListHostsRequest) String() string {
 func (*ListHostsRequest) ProtoMessage() {}
 
 func (x *ListHostsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[63]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4915,7 +5082,14 @@ func (x *ListHostsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHostsRequest.ProtoReflect.Descriptor instead.
 func (*ListHostsRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{63}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{64}
+}
+
+func (x *ListHostsRequest) GetIncludeRuns() bool {
+	if x != nil {
+		return x.IncludeRuns
+	}
+	return false
 }
 
 type ListHostsResponse struct {
@@ -4927,7 +5101,7 @@ type ListHostsResponse struct {
 
 func (x *ListHostsResponse) Reset() {
 	*x = ListHostsResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[64]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4939,7 +5113,7 @@ func (x *ListHostsResponse) String() string {
 func (*ListHostsResponse) ProtoMessage() {}
 
 func (x *ListHostsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[64]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4952,7 +5126,7 @@ func (x *ListHostsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHostsResponse.ProtoReflect.Descriptor instead.
 func (*ListHostsResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{64}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ListHostsResponse) GetHosts() []*Host {
@@ -4975,7 +5149,7 @@ type StartMaintenanceRequest struct {
 
 func (x *StartMaintenanceRequest) Reset() {
 	*x = StartMaintenanceRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[65]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4987,7 +5161,7 @@ func (x *StartMaintenanceRequest) String() string {
 func (*StartMaintenanceRequest) ProtoMessage() {}
 
 func (x *StartMaintenanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[65]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5000,7 +5174,7 @@ func (x *StartMaintenanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartMaintenanceRequest.ProtoReflect.Descriptor instead.
 func (*StartMaintenanceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{65}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *StartMaintenanceRequest) GetHosts() []string {
@@ -5020,7 +5194,7 @@ type StartMaintenanceResponse struct {
 
 func (x *StartMaintenanceResponse) Reset() {
 	*x = StartMaintenanceResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[66]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5032,7 +5206,7 @@ func (x *StartMaintenanceResponse) String() string {
 func (*StartMaintenanceResponse) ProtoMessage() {}
 
 func (x *StartMaintenanceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[66]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5045,7 +5219,7 @@ func (x *StartMaintenanceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartMaintenanceResponse.ProtoReflect.Descriptor instead.
 func (*StartMaintenanceResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{66}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *StartMaintenanceResponse) GetHosts() []*Host {
@@ -5067,7 +5241,7 @@ type CompleteMaintenanceRequest struct {
 
 func (x *CompleteMaintenanceRequest) Reset() {
 	*x = CompleteMaintenanceRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[67]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5079,7 +5253,7 @@ func (x *CompleteMaintenanceRequest) String() string {
 func (*CompleteMaintenanceRequest) ProtoMessage() {}
 
 func (x *CompleteMaintenanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[67]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5092,7 +5266,7 @@ func (x *CompleteMaintenanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteMaintenanceRequest.ProtoReflect.Descriptor instead.
 func (*CompleteMaintenanceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{67}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *CompleteMaintenanceRequest) GetHosts() []string {
@@ -5112,7 +5286,7 @@ type CompleteMaintenanceResponse struct {
 
 func (x *CompleteMaintenanceResponse) Reset() {
 	*x = CompleteMaintenanceResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[68]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5124,7 +5298,7 @@ func (x *CompleteMaintenanceResponse) String() string {
 func (*CompleteMaintenanceResponse) ProtoMessage() {}
 
 func (x *CompleteMaintenanceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[68]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5137,7 +5311,7 @@ func (x *CompleteMaintenanceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteMaintenanceResponse.ProtoReflect.Descriptor instead.
 func (*CompleteMaintenanceResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{68}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *CompleteMaintenanceResponse) GetHosts() []*Host {
@@ -5155,14 +5329,17 @@ type MoveHostRequest struct {
 	Host  string                 `protobuf:"bytes,1,opt,name=host,proto3" json:"host,omitempty"`
 	// The partition to move to: lower-case letters, digits, '-', '_' and '.',
 	// starting and ending with a letter or digit, at most 63 characters.
-	Partition     string `protobuf:"bytes,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	Partition string `protobuf:"bytes,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	// Why, kept in the partitions' move history (the advisor gives the
+	// numbers that caused it); at most 512 bytes.
+	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *MoveHostRequest) Reset() {
 	*x = MoveHostRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[69]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5174,7 +5351,7 @@ func (x *MoveHostRequest) String() string {
 func (*MoveHostRequest) ProtoMessage() {}
 
 func (x *MoveHostRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[69]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5187,7 +5364,7 @@ func (x *MoveHostRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveHostRequest.ProtoReflect.Descriptor instead.
 func (*MoveHostRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{69}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *MoveHostRequest) GetHost() string {
@@ -5204,6 +5381,13 @@ func (x *MoveHostRequest) GetPartition() string {
 	return ""
 }
 
+func (x *MoveHostRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 type MoveHostResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The host after the move started (or finished, if it held no runs).
@@ -5214,7 +5398,7 @@ type MoveHostResponse struct {
 
 func (x *MoveHostResponse) Reset() {
 	*x = MoveHostResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[70]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5226,7 +5410,7 @@ func (x *MoveHostResponse) String() string {
 func (*MoveHostResponse) ProtoMessage() {}
 
 func (x *MoveHostResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[70]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5239,7 +5423,7 @@ func (x *MoveHostResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveHostResponse.ProtoReflect.Descriptor instead.
 func (*MoveHostResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{70}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *MoveHostResponse) GetHost() *Host {
@@ -5247,6 +5431,763 @@ func (x *MoveHostResponse) GetHost() *Host {
 		return x.Host
 	}
 	return nil
+}
+
+type Partition struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Hosts in the partition (those moving out included), and moving in or out.
+	Hosts     uint32     `protobuf:"varint,2,opt,name=hosts,proto3" json:"hosts,omitempty"`
+	MovingIn  uint32     `protobuf:"varint,3,opt,name=moving_in,json=movingIn,proto3" json:"moving_in,omitempty"`
+	MovingOut uint32     `protobuf:"varint,4,opt,name=moving_out,json=movingOut,proto3" json:"moving_out,omitempty"`
+	Capacity  *Resources `protobuf:"bytes,5,opt,name=capacity,proto3" json:"capacity,omitempty"`
+	// What non-revocable and revocable runs hold.
+	Allocated *Resources `protobuf:"bytes,6,opt,name=allocated,proto3" json:"allocated,omitempty"`
+	Revocable *Resources `protobuf:"bytes,7,opt,name=revocable,proto3" json:"revocable,omitempty"`
+	// What revocable work may still take: the hosts' slack.
+	Slack *Resources `protobuf:"bytes,8,opt,name=slack,proto3" json:"slack,omitempty"`
+	// The hosts' use as their agents last reported (cores, MiB).
+	CpuUsed      float64 `protobuf:"fixed64,9,opt,name=cpu_used,json=cpuUsed,proto3" json:"cpu_used,omitempty"`
+	MemoryUsedMb int64   `protobuf:"varint,10,opt,name=memory_used_mb,json=memoryUsedMb,proto3" json:"memory_used_mb,omitempty"`
+	// Hosts by zone ("green", "orange", "red", "unknown").
+	Zones map[string]uint32 `protobuf:"bytes,11,rep,name=zones,proto3" json:"zones,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// The advisor's pressure (0 to 1) and the mean oversubscription factor.
+	Pressure               float64 `protobuf:"fixed64,12,opt,name=pressure,proto3" json:"pressure,omitempty"`
+	OversubscriptionFactor float64 `protobuf:"fixed64,13,opt,name=oversubscription_factor,json=oversubscriptionFactor,proto3" json:"oversubscription_factor,omitempty"`
+	// Latency-sensitive services in the partition, and those over their SLO.
+	Services        uint32 `protobuf:"varint,14,opt,name=services,proto3" json:"services,omitempty"`
+	ServicesOverSlo uint32 `protobuf:"varint,15,opt,name=services_over_slo,json=servicesOverSlo,proto3" json:"services_over_slo,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *Partition) Reset() {
+	*x = Partition{}
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[72]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Partition) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Partition) ProtoMessage() {}
+
+func (x *Partition) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[72]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Partition.ProtoReflect.Descriptor instead.
+func (*Partition) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{72}
+}
+
+func (x *Partition) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Partition) GetHosts() uint32 {
+	if x != nil {
+		return x.Hosts
+	}
+	return 0
+}
+
+func (x *Partition) GetMovingIn() uint32 {
+	if x != nil {
+		return x.MovingIn
+	}
+	return 0
+}
+
+func (x *Partition) GetMovingOut() uint32 {
+	if x != nil {
+		return x.MovingOut
+	}
+	return 0
+}
+
+func (x *Partition) GetCapacity() *Resources {
+	if x != nil {
+		return x.Capacity
+	}
+	return nil
+}
+
+func (x *Partition) GetAllocated() *Resources {
+	if x != nil {
+		return x.Allocated
+	}
+	return nil
+}
+
+func (x *Partition) GetRevocable() *Resources {
+	if x != nil {
+		return x.Revocable
+	}
+	return nil
+}
+
+func (x *Partition) GetSlack() *Resources {
+	if x != nil {
+		return x.Slack
+	}
+	return nil
+}
+
+func (x *Partition) GetCpuUsed() float64 {
+	if x != nil {
+		return x.CpuUsed
+	}
+	return 0
+}
+
+func (x *Partition) GetMemoryUsedMb() int64 {
+	if x != nil {
+		return x.MemoryUsedMb
+	}
+	return 0
+}
+
+func (x *Partition) GetZones() map[string]uint32 {
+	if x != nil {
+		return x.Zones
+	}
+	return nil
+}
+
+func (x *Partition) GetPressure() float64 {
+	if x != nil {
+		return x.Pressure
+	}
+	return 0
+}
+
+func (x *Partition) GetOversubscriptionFactor() float64 {
+	if x != nil {
+		return x.OversubscriptionFactor
+	}
+	return 0
+}
+
+func (x *Partition) GetServices() uint32 {
+	if x != nil {
+		return x.Services
+	}
+	return 0
+}
+
+func (x *Partition) GetServicesOverSlo() uint32 {
+	if x != nil {
+		return x.ServicesOverSlo
+	}
+	return 0
+}
+
+type ListPartitionsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPartitionsRequest) Reset() {
+	*x = ListPartitionsRequest{}
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[73]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPartitionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPartitionsRequest) ProtoMessage() {}
+
+func (x *ListPartitionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[73]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPartitionsRequest.ProtoReflect.Descriptor instead.
+func (*ListPartitionsRequest) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{73}
+}
+
+type ListPartitionsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Partitions    []*Partition           `protobuf:"bytes,1,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	Advisor       *AdvisorStatus         `protobuf:"bytes,2,opt,name=advisor,proto3" json:"advisor,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPartitionsResponse) Reset() {
+	*x = ListPartitionsResponse{}
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[74]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPartitionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPartitionsResponse) ProtoMessage() {}
+
+func (x *ListPartitionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[74]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPartitionsResponse.ProtoReflect.Descriptor instead.
+func (*ListPartitionsResponse) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{74}
+}
+
+func (x *ListPartitionsResponse) GetPartitions() []*Partition {
+	if x != nil {
+		return x.Partitions
+	}
+	return nil
+}
+
+func (x *ListPartitionsResponse) GetAdvisor() *AdvisorStatus {
+	if x != nil {
+		return x.Advisor
+	}
+	return nil
+}
+
+// AdvisorStatus says who advises the stack and how fresh its advice is.
+type AdvisorStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "act" (moves hosts), "observe" (only says what it would do), or
+	// empty: no advice, or advice that lapsed.
+	Mode          string                 `protobuf:"bytes,1,opt,name=mode,proto3" json:"mode,omitempty"`
+	AdvisorId     string                 `protobuf:"bytes,2,opt,name=advisor_id,json=advisorId,proto3" json:"advisor_id,omitempty"`
+	Published     *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=published,proto3" json:"published,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AdvisorStatus) Reset() {
+	*x = AdvisorStatus{}
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[75]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AdvisorStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AdvisorStatus) ProtoMessage() {}
+
+func (x *AdvisorStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[75]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AdvisorStatus.ProtoReflect.Descriptor instead.
+func (*AdvisorStatus) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{75}
+}
+
+func (x *AdvisorStatus) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+func (x *AdvisorStatus) GetAdvisorId() string {
+	if x != nil {
+		return x.AdvisorId
+	}
+	return ""
+}
+
+func (x *AdvisorStatus) GetPublished() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Published
+	}
+	return nil
+}
+
+// PartitionMove is one move of a host between partitions.
+type PartitionMove struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Host  string                 `protobuf:"bytes,1,opt,name=host,proto3" json:"host,omitempty"`
+	From  string                 `protobuf:"bytes,2,opt,name=from,proto3" json:"from,omitempty"`
+	To    string                 `protobuf:"bytes,3,opt,name=to,proto3" json:"to,omitempty"`
+	// Why, as the caller of MoveHost said (the advisor: the numbers).
+	Reason string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	// OBSERVED: an advisor in observe mode would have made it; MOVING:
+	// under way; DONE: the host settled in `to`; SUPERSEDED: the host moved
+	// again, or back, before this one finished.
+	State         string                 `protobuf:"bytes,5,opt,name=state,proto3" json:"state,omitempty"`
+	Time          *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=time,proto3" json:"time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PartitionMove) Reset() {
+	*x = PartitionMove{}
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[76]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PartitionMove) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PartitionMove) ProtoMessage() {}
+
+func (x *PartitionMove) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[76]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PartitionMove.ProtoReflect.Descriptor instead.
+func (*PartitionMove) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{76}
+}
+
+func (x *PartitionMove) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
+}
+
+func (x *PartitionMove) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+func (x *PartitionMove) GetTo() string {
+	if x != nil {
+		return x.To
+	}
+	return ""
+}
+
+func (x *PartitionMove) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *PartitionMove) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *PartitionMove) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+type ListPartitionMovesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only moves of this host.
+	Host string `protobuf:"bytes,1,opt,name=host,proto3" json:"host,omitempty"`
+	// The most to return (default 100, at most 1000).
+	Limit         uint32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPartitionMovesRequest) Reset() {
+	*x = ListPartitionMovesRequest{}
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[77]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPartitionMovesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPartitionMovesRequest) ProtoMessage() {}
+
+func (x *ListPartitionMovesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[77]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPartitionMovesRequest.ProtoReflect.Descriptor instead.
+func (*ListPartitionMovesRequest) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{77}
+}
+
+func (x *ListPartitionMovesRequest) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
+}
+
+func (x *ListPartitionMovesRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type ListPartitionMovesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Moves         []*PartitionMove       `protobuf:"bytes,1,rep,name=moves,proto3" json:"moves,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPartitionMovesResponse) Reset() {
+	*x = ListPartitionMovesResponse{}
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[78]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPartitionMovesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPartitionMovesResponse) ProtoMessage() {}
+
+func (x *ListPartitionMovesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[78]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPartitionMovesResponse.ProtoReflect.Descriptor instead.
+func (*ListPartitionMovesResponse) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{78}
+}
+
+func (x *ListPartitionMovesResponse) GetMoves() []*PartitionMove {
+	if x != nil {
+		return x.Moves
+	}
+	return nil
+}
+
+// HostAdvice is the advisor's word on one host.
+type HostAdvice struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Host  string                 `protobuf:"bytes,1,opt,name=host,proto3" json:"host,omitempty"`
+	Zone  HostZone               `protobuf:"varint,2,opt,name=zone,proto3,enum=peloton.api.v1.HostZone" json:"zone,omitempty"`
+	// 1 or more: revocable work may hold up to capacity x factor of CPU.
+	OversubscriptionFactor float64 `protobuf:"fixed64,3,opt,name=oversubscription_factor,json=oversubscriptionFactor,proto3" json:"oversubscription_factor,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
+}
+
+func (x *HostAdvice) Reset() {
+	*x = HostAdvice{}
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[79]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HostAdvice) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HostAdvice) ProtoMessage() {}
+
+func (x *HostAdvice) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[79]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HostAdvice.ProtoReflect.Descriptor instead.
+func (*HostAdvice) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{79}
+}
+
+func (x *HostAdvice) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
+}
+
+func (x *HostAdvice) GetZone() HostZone {
+	if x != nil {
+		return x.Zone
+	}
+	return HostZone_HOST_ZONE_UNKNOWN
+}
+
+func (x *HostAdvice) GetOversubscriptionFactor() float64 {
+	if x != nil {
+		return x.OversubscriptionFactor
+	}
+	return 0
+}
+
+// PartitionAdvice is the advisor's word on one partition.
+type PartitionAdvice struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Partition       string                 `protobuf:"bytes,1,opt,name=partition,proto3" json:"partition,omitempty"`
+	Pressure        float64                `protobuf:"fixed64,2,opt,name=pressure,proto3" json:"pressure,omitempty"`
+	Services        uint32                 `protobuf:"varint,3,opt,name=services,proto3" json:"services,omitempty"`
+	ServicesOverSlo uint32                 `protobuf:"varint,4,opt,name=services_over_slo,json=servicesOverSlo,proto3" json:"services_over_slo,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *PartitionAdvice) Reset() {
+	*x = PartitionAdvice{}
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[80]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PartitionAdvice) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PartitionAdvice) ProtoMessage() {}
+
+func (x *PartitionAdvice) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[80]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PartitionAdvice.ProtoReflect.Descriptor instead.
+func (*PartitionAdvice) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{80}
+}
+
+func (x *PartitionAdvice) GetPartition() string {
+	if x != nil {
+		return x.Partition
+	}
+	return ""
+}
+
+func (x *PartitionAdvice) GetPressure() float64 {
+	if x != nil {
+		return x.Pressure
+	}
+	return 0
+}
+
+func (x *PartitionAdvice) GetServices() uint32 {
+	if x != nil {
+		return x.Services
+	}
+	return 0
+}
+
+func (x *PartitionAdvice) GetServicesOverSlo() uint32 {
+	if x != nil {
+		return x.ServicesOverSlo
+	}
+	return 0
+}
+
+type PublishAdviceRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	AdvisorId string                 `protobuf:"bytes,1,opt,name=advisor_id,json=advisorId,proto3" json:"advisor_id,omitempty"`
+	// "act" or "observe".
+	Mode       string             `protobuf:"bytes,2,opt,name=mode,proto3" json:"mode,omitempty"`
+	Hosts      []*HostAdvice      `protobuf:"bytes,3,rep,name=hosts,proto3" json:"hosts,omitempty"`
+	Partitions []*PartitionAdvice `protobuf:"bytes,4,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	// In observe mode, the moves the advisor would make (host, from, to,
+	// reason); recorded in the move history as OBSERVED.
+	ObservedMoves []*PartitionMove `protobuf:"bytes,5,rep,name=observed_moves,json=observedMoves,proto3" json:"observed_moves,omitempty"`
+	// How long the advice holds without being renewed (at least 1 s, at
+	// most 10 minutes).
+	TtlSeconds    uint32 `protobuf:"varint,6,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PublishAdviceRequest) Reset() {
+	*x = PublishAdviceRequest{}
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[81]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PublishAdviceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PublishAdviceRequest) ProtoMessage() {}
+
+func (x *PublishAdviceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[81]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PublishAdviceRequest.ProtoReflect.Descriptor instead.
+func (*PublishAdviceRequest) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{81}
+}
+
+func (x *PublishAdviceRequest) GetAdvisorId() string {
+	if x != nil {
+		return x.AdvisorId
+	}
+	return ""
+}
+
+func (x *PublishAdviceRequest) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+func (x *PublishAdviceRequest) GetHosts() []*HostAdvice {
+	if x != nil {
+		return x.Hosts
+	}
+	return nil
+}
+
+func (x *PublishAdviceRequest) GetPartitions() []*PartitionAdvice {
+	if x != nil {
+		return x.Partitions
+	}
+	return nil
+}
+
+func (x *PublishAdviceRequest) GetObservedMoves() []*PartitionMove {
+	if x != nil {
+		return x.ObservedMoves
+	}
+	return nil
+}
+
+func (x *PublishAdviceRequest) GetTtlSeconds() uint32 {
+	if x != nil {
+		return x.TtlSeconds
+	}
+	return 0
+}
+
+type PublishAdviceResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PublishAdviceResponse) Reset() {
+	*x = PublishAdviceResponse{}
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[82]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PublishAdviceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PublishAdviceResponse) ProtoMessage() {}
+
+func (x *PublishAdviceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[82]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PublishAdviceResponse.ProtoReflect.Descriptor instead.
+func (*PublishAdviceResponse) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{82}
 }
 
 // UpdateSpec says how a rolling update replaces a job's instances.
@@ -5279,7 +6220,7 @@ type UpdateSpec struct {
 
 func (x *UpdateSpec) Reset() {
 	*x = UpdateSpec{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[71]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5291,7 +6232,7 @@ func (x *UpdateSpec) String() string {
 func (*UpdateSpec) ProtoMessage() {}
 
 func (x *UpdateSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[71]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5304,7 +6245,7 @@ func (x *UpdateSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateSpec.ProtoReflect.Descriptor instead.
 func (*UpdateSpec) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{71}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *UpdateSpec) GetBatchSize() uint32 {
@@ -5390,7 +6331,7 @@ type UpdateStatus struct {
 
 func (x *UpdateStatus) Reset() {
 	*x = UpdateStatus{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[72]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5402,7 +6343,7 @@ func (x *UpdateStatus) String() string {
 func (*UpdateStatus) ProtoMessage() {}
 
 func (x *UpdateStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[72]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5415,7 +6356,7 @@ func (x *UpdateStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateStatus.ProtoReflect.Descriptor instead.
 func (*UpdateStatus) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{72}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *UpdateStatus) GetState() UpdateState {
@@ -5521,7 +6462,7 @@ type Update struct {
 
 func (x *Update) Reset() {
 	*x = Update{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[73]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5533,7 +6474,7 @@ func (x *Update) String() string {
 func (*Update) ProtoMessage() {}
 
 func (x *Update) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[73]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5546,7 +6487,7 @@ func (x *Update) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Update.ProtoReflect.Descriptor instead.
 func (*Update) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{73}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *Update) GetId() string {
@@ -5640,7 +6581,7 @@ type CreateUpdateRequest struct {
 
 func (x *CreateUpdateRequest) Reset() {
 	*x = CreateUpdateRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[74]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5652,7 +6593,7 @@ func (x *CreateUpdateRequest) String() string {
 func (*CreateUpdateRequest) ProtoMessage() {}
 
 func (x *CreateUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[74]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5665,7 +6606,7 @@ func (x *CreateUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateUpdateRequest.ProtoReflect.Descriptor instead.
 func (*CreateUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{74}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *CreateUpdateRequest) GetJobId() string {
@@ -5712,7 +6653,7 @@ type CreateUpdateResponse struct {
 
 func (x *CreateUpdateResponse) Reset() {
 	*x = CreateUpdateResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[75]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5724,7 +6665,7 @@ func (x *CreateUpdateResponse) String() string {
 func (*CreateUpdateResponse) ProtoMessage() {}
 
 func (x *CreateUpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[75]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5737,7 +6678,7 @@ func (x *CreateUpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateUpdateResponse.ProtoReflect.Descriptor instead.
 func (*CreateUpdateResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{75}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *CreateUpdateResponse) GetUpdate() *Update {
@@ -5756,7 +6697,7 @@ type GetUpdateRequest struct {
 
 func (x *GetUpdateRequest) Reset() {
 	*x = GetUpdateRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[76]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5768,7 +6709,7 @@ func (x *GetUpdateRequest) String() string {
 func (*GetUpdateRequest) ProtoMessage() {}
 
 func (x *GetUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[76]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5781,7 +6722,7 @@ func (x *GetUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUpdateRequest.ProtoReflect.Descriptor instead.
 func (*GetUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{76}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *GetUpdateRequest) GetUpdateId() string {
@@ -5800,7 +6741,7 @@ type GetUpdateResponse struct {
 
 func (x *GetUpdateResponse) Reset() {
 	*x = GetUpdateResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[77]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5812,7 +6753,7 @@ func (x *GetUpdateResponse) String() string {
 func (*GetUpdateResponse) ProtoMessage() {}
 
 func (x *GetUpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[77]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5825,7 +6766,7 @@ func (x *GetUpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUpdateResponse.ProtoReflect.Descriptor instead.
 func (*GetUpdateResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{77}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *GetUpdateResponse) GetUpdate() *Update {
@@ -5845,7 +6786,7 @@ type ListUpdatesRequest struct {
 
 func (x *ListUpdatesRequest) Reset() {
 	*x = ListUpdatesRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[78]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5857,7 +6798,7 @@ func (x *ListUpdatesRequest) String() string {
 func (*ListUpdatesRequest) ProtoMessage() {}
 
 func (x *ListUpdatesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[78]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5870,7 +6811,7 @@ func (x *ListUpdatesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListUpdatesRequest.ProtoReflect.Descriptor instead.
 func (*ListUpdatesRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{78}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *ListUpdatesRequest) GetJobId() string {
@@ -5889,7 +6830,7 @@ type ListUpdatesResponse struct {
 
 func (x *ListUpdatesResponse) Reset() {
 	*x = ListUpdatesResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[79]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5901,7 +6842,7 @@ func (x *ListUpdatesResponse) String() string {
 func (*ListUpdatesResponse) ProtoMessage() {}
 
 func (x *ListUpdatesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[79]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5914,7 +6855,7 @@ func (x *ListUpdatesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListUpdatesResponse.ProtoReflect.Descriptor instead.
 func (*ListUpdatesResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{79}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *ListUpdatesResponse) GetUpdates() []*Update {
@@ -5933,7 +6874,7 @@ type PauseUpdateRequest struct {
 
 func (x *PauseUpdateRequest) Reset() {
 	*x = PauseUpdateRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[80]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5945,7 +6886,7 @@ func (x *PauseUpdateRequest) String() string {
 func (*PauseUpdateRequest) ProtoMessage() {}
 
 func (x *PauseUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[80]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5958,7 +6899,7 @@ func (x *PauseUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseUpdateRequest.ProtoReflect.Descriptor instead.
 func (*PauseUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{80}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *PauseUpdateRequest) GetUpdateId() string {
@@ -5977,7 +6918,7 @@ type PauseUpdateResponse struct {
 
 func (x *PauseUpdateResponse) Reset() {
 	*x = PauseUpdateResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[81]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5989,7 +6930,7 @@ func (x *PauseUpdateResponse) String() string {
 func (*PauseUpdateResponse) ProtoMessage() {}
 
 func (x *PauseUpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[81]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6002,7 +6943,7 @@ func (x *PauseUpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseUpdateResponse.ProtoReflect.Descriptor instead.
 func (*PauseUpdateResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{81}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *PauseUpdateResponse) GetUpdate() *Update {
@@ -6021,7 +6962,7 @@ type ResumeUpdateRequest struct {
 
 func (x *ResumeUpdateRequest) Reset() {
 	*x = ResumeUpdateRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[82]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6033,7 +6974,7 @@ func (x *ResumeUpdateRequest) String() string {
 func (*ResumeUpdateRequest) ProtoMessage() {}
 
 func (x *ResumeUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[82]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6046,7 +6987,7 @@ func (x *ResumeUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeUpdateRequest.ProtoReflect.Descriptor instead.
 func (*ResumeUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{82}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *ResumeUpdateRequest) GetUpdateId() string {
@@ -6065,7 +7006,7 @@ type ResumeUpdateResponse struct {
 
 func (x *ResumeUpdateResponse) Reset() {
 	*x = ResumeUpdateResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[83]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6077,7 +7018,7 @@ func (x *ResumeUpdateResponse) String() string {
 func (*ResumeUpdateResponse) ProtoMessage() {}
 
 func (x *ResumeUpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[83]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6090,7 +7031,7 @@ func (x *ResumeUpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeUpdateResponse.ProtoReflect.Descriptor instead.
 func (*ResumeUpdateResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{83}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *ResumeUpdateResponse) GetUpdate() *Update {
@@ -6109,7 +7050,7 @@ type AbortUpdateRequest struct {
 
 func (x *AbortUpdateRequest) Reset() {
 	*x = AbortUpdateRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[84]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6121,7 +7062,7 @@ func (x *AbortUpdateRequest) String() string {
 func (*AbortUpdateRequest) ProtoMessage() {}
 
 func (x *AbortUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[84]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6134,7 +7075,7 @@ func (x *AbortUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortUpdateRequest.ProtoReflect.Descriptor instead.
 func (*AbortUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{84}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *AbortUpdateRequest) GetUpdateId() string {
@@ -6153,7 +7094,7 @@ type AbortUpdateResponse struct {
 
 func (x *AbortUpdateResponse) Reset() {
 	*x = AbortUpdateResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[85]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6165,7 +7106,7 @@ func (x *AbortUpdateResponse) String() string {
 func (*AbortUpdateResponse) ProtoMessage() {}
 
 func (x *AbortUpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[85]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6178,7 +7119,7 @@ func (x *AbortUpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortUpdateResponse.ProtoReflect.Descriptor instead.
 func (*AbortUpdateResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{85}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *AbortUpdateResponse) GetUpdate() *Update {
@@ -6201,7 +7142,7 @@ type RollbackUpdateRequest struct {
 
 func (x *RollbackUpdateRequest) Reset() {
 	*x = RollbackUpdateRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[86]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6213,7 +7154,7 @@ func (x *RollbackUpdateRequest) String() string {
 func (*RollbackUpdateRequest) ProtoMessage() {}
 
 func (x *RollbackUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[86]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6226,7 +7167,7 @@ func (x *RollbackUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackUpdateRequest.ProtoReflect.Descriptor instead.
 func (*RollbackUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{86}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *RollbackUpdateRequest) GetUpdateId() string {
@@ -6245,7 +7186,7 @@ type RollbackUpdateResponse struct {
 
 func (x *RollbackUpdateResponse) Reset() {
 	*x = RollbackUpdateResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[87]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6257,7 +7198,7 @@ func (x *RollbackUpdateResponse) String() string {
 func (*RollbackUpdateResponse) ProtoMessage() {}
 
 func (x *RollbackUpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[87]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6270,7 +7211,7 @@ func (x *RollbackUpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackUpdateResponse.ProtoReflect.Descriptor instead.
 func (*RollbackUpdateResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{87}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *RollbackUpdateResponse) GetUpdate() *Update {
@@ -6289,14 +7230,15 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\x03cpu\x18\x01 \x01(\x01R\x03cpu\x12\x1b\n" +
 	"\tmemory_mb\x18\x02 \x01(\x01R\bmemoryMb\x12\x17\n" +
 	"\adisk_mb\x18\x03 \x01(\x01R\x06diskMb\x12\x10\n" +
-	"\x03gpu\x18\x04 \x01(\x01R\x03gpu\"\xb6\x02\n" +
+	"\x03gpu\x18\x04 \x01(\x01R\x03gpu\"\xdc\x02\n" +
 	"\aSlaSpec\x12\x1a\n" +
 	"\bpriority\x18\x01 \x01(\rR\bpriority\x12%\n" +
 	"\vpreemptible\x18\x02 \x01(\bH\x00R\vpreemptible\x88\x01\x01\x12:\n" +
 	"\x19maximum_running_instances\x18\x03 \x01(\rR\x17maximumRunningInstances\x12B\n" +
 	"\x1dmaximum_unavailable_instances\x18\x04 \x01(\rR\x1bmaximumUnavailableInstances\x12:\n" +
 	"\x19minimum_running_instances\x18\x05 \x01(\rR\x17minimumRunningInstances\x12\x1c\n" +
-	"\trevocable\x18\x06 \x01(\bR\trevocableB\x0e\n" +
+	"\trevocable\x18\x06 \x01(\bR\trevocable\x12$\n" +
+	"\x0elatency_slo_ms\x18\a \x01(\rR\flatencySloMsB\x0e\n" +
 	"\f_preemptible\"\x8b\x01\n" +
 	"\rRestartPolicy\x12!\n" +
 	"\fmax_failures\x18\x01 \x01(\rR\vmaxFailures\x12'\n" +
@@ -6570,7 +7512,7 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\x04pool\x18\x01 \x01(\v2\x14.peloton.api.v1.PoolR\x04pool\"\x12\n" +
 	"\x10ListPoolsRequest\"?\n" +
 	"\x11ListPoolsResponse\x12*\n" +
-	"\x05pools\x18\x01 \x03(\v2\x14.peloton.api.v1.PoolR\x05pools\"\xde\x05\n" +
+	"\x05pools\x18\x01 \x03(\v2\x14.peloton.api.v1.PoolR\x05pools\"\xf2\x06\n" +
 	"\x04Host\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x125\n" +
 	"\bcapacity\x18\x02 \x01(\v2\x19.peloton.api.v1.ResourcesR\bcapacity\x127\n" +
@@ -6587,10 +7529,18 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\x11partition_message\x18\v \x01(\tR\x10partitionMessage\x12/\n" +
 	"\x05usage\x18\f \x01(\v2\x19.peloton.api.v1.HostUsageR\x05usage\x12/\n" +
 	"\x05slack\x18\r \x01(\v2\x19.peloton.api.v1.ResourcesR\x05slack\x127\n" +
-	"\trevocable\x18\x0e \x01(\v2\x19.peloton.api.v1.ResourcesR\trevocable\x1a9\n" +
+	"\trevocable\x18\x0e \x01(\v2\x19.peloton.api.v1.ResourcesR\trevocable\x12+\n" +
+	"\x04runs\x18\x0f \x03(\v2\x17.peloton.api.v1.HostRunR\x04runs\x12,\n" +
+	"\x04zone\x18\x10 \x01(\x0e2\x18.peloton.api.v1.HostZoneR\x04zone\x127\n" +
+	"\x17oversubscription_factor\x18\x11 \x01(\x01R\x16oversubscriptionFactor\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xbe\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x88\x01\n" +
+	"\aHostRun\x12\x17\n" +
+	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x15\n" +
+	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x1c\n" +
+	"\trevocable\x18\x03 \x01(\bR\trevocable\x12/\n" +
+	"\x05usage\x18\x04 \x01(\v2\x19.peloton.api.v1.TaskUsageR\x05usage\"\xbe\x02\n" +
 	"\tHostUsage\x12\x10\n" +
 	"\x03cpu\x18\x01 \x01(\x01R\x03cpu\x12$\n" +
 	"\x0ememory_used_mb\x18\x02 \x01(\x03R\fmemoryUsedMb\x12.\n" +
@@ -6619,8 +7569,9 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12/\n" +
 	"\x05value\x18\x02 \x01(\v2\x19.peloton.api.v1.TaskUsageR\x05value:\x028\x01\"&\n" +
 	"\bUsageAck\x12\x1a\n" +
-	"\bsequence\x18\x01 \x01(\x04R\bsequence\"\x12\n" +
-	"\x10ListHostsRequest\"?\n" +
+	"\bsequence\x18\x01 \x01(\x04R\bsequence\"5\n" +
+	"\x10ListHostsRequest\x12!\n" +
+	"\finclude_runs\x18\x01 \x01(\bR\vincludeRuns\"?\n" +
 	"\x11ListHostsResponse\x12*\n" +
 	"\x05hosts\x18\x01 \x03(\v2\x14.peloton.api.v1.HostR\x05hosts\"/\n" +
 	"\x17StartMaintenanceRequest\x12\x14\n" +
@@ -6630,12 +7581,80 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\x1aCompleteMaintenanceRequest\x12\x14\n" +
 	"\x05hosts\x18\x01 \x03(\tR\x05hosts\"I\n" +
 	"\x1bCompleteMaintenanceResponse\x12*\n" +
-	"\x05hosts\x18\x01 \x03(\v2\x14.peloton.api.v1.HostR\x05hosts\"C\n" +
+	"\x05hosts\x18\x01 \x03(\v2\x14.peloton.api.v1.HostR\x05hosts\"[\n" +
 	"\x0fMoveHostRequest\x12\x12\n" +
 	"\x04host\x18\x01 \x01(\tR\x04host\x12\x1c\n" +
-	"\tpartition\x18\x02 \x01(\tR\tpartition\"<\n" +
+	"\tpartition\x18\x02 \x01(\tR\tpartition\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"<\n" +
 	"\x10MoveHostResponse\x12(\n" +
-	"\x04host\x18\x01 \x01(\v2\x14.peloton.api.v1.HostR\x04host\"\xd6\x02\n" +
+	"\x04host\x18\x01 \x01(\v2\x14.peloton.api.v1.HostR\x04host\"\x9f\x05\n" +
+	"\tPartition\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05hosts\x18\x02 \x01(\rR\x05hosts\x12\x1b\n" +
+	"\tmoving_in\x18\x03 \x01(\rR\bmovingIn\x12\x1d\n" +
+	"\n" +
+	"moving_out\x18\x04 \x01(\rR\tmovingOut\x125\n" +
+	"\bcapacity\x18\x05 \x01(\v2\x19.peloton.api.v1.ResourcesR\bcapacity\x127\n" +
+	"\tallocated\x18\x06 \x01(\v2\x19.peloton.api.v1.ResourcesR\tallocated\x127\n" +
+	"\trevocable\x18\a \x01(\v2\x19.peloton.api.v1.ResourcesR\trevocable\x12/\n" +
+	"\x05slack\x18\b \x01(\v2\x19.peloton.api.v1.ResourcesR\x05slack\x12\x19\n" +
+	"\bcpu_used\x18\t \x01(\x01R\acpuUsed\x12$\n" +
+	"\x0ememory_used_mb\x18\n" +
+	" \x01(\x03R\fmemoryUsedMb\x12:\n" +
+	"\x05zones\x18\v \x03(\v2$.peloton.api.v1.Partition.ZonesEntryR\x05zones\x12\x1a\n" +
+	"\bpressure\x18\f \x01(\x01R\bpressure\x127\n" +
+	"\x17oversubscription_factor\x18\r \x01(\x01R\x16oversubscriptionFactor\x12\x1a\n" +
+	"\bservices\x18\x0e \x01(\rR\bservices\x12*\n" +
+	"\x11services_over_slo\x18\x0f \x01(\rR\x0fservicesOverSlo\x1a8\n" +
+	"\n" +
+	"ZonesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\"\x17\n" +
+	"\x15ListPartitionsRequest\"\x8c\x01\n" +
+	"\x16ListPartitionsResponse\x129\n" +
+	"\n" +
+	"partitions\x18\x01 \x03(\v2\x19.peloton.api.v1.PartitionR\n" +
+	"partitions\x127\n" +
+	"\aadvisor\x18\x02 \x01(\v2\x1d.peloton.api.v1.AdvisorStatusR\aadvisor\"|\n" +
+	"\rAdvisorStatus\x12\x12\n" +
+	"\x04mode\x18\x01 \x01(\tR\x04mode\x12\x1d\n" +
+	"\n" +
+	"advisor_id\x18\x02 \x01(\tR\tadvisorId\x128\n" +
+	"\tpublished\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tpublished\"\xa5\x01\n" +
+	"\rPartitionMove\x12\x12\n" +
+	"\x04host\x18\x01 \x01(\tR\x04host\x12\x12\n" +
+	"\x04from\x18\x02 \x01(\tR\x04from\x12\x0e\n" +
+	"\x02to\x18\x03 \x01(\tR\x02to\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x14\n" +
+	"\x05state\x18\x05 \x01(\tR\x05state\x12.\n" +
+	"\x04time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"E\n" +
+	"\x19ListPartitionMovesRequest\x12\x12\n" +
+	"\x04host\x18\x01 \x01(\tR\x04host\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\rR\x05limit\"Q\n" +
+	"\x1aListPartitionMovesResponse\x123\n" +
+	"\x05moves\x18\x01 \x03(\v2\x1d.peloton.api.v1.PartitionMoveR\x05moves\"\x87\x01\n" +
+	"\n" +
+	"HostAdvice\x12\x12\n" +
+	"\x04host\x18\x01 \x01(\tR\x04host\x12,\n" +
+	"\x04zone\x18\x02 \x01(\x0e2\x18.peloton.api.v1.HostZoneR\x04zone\x127\n" +
+	"\x17oversubscription_factor\x18\x03 \x01(\x01R\x16oversubscriptionFactor\"\x93\x01\n" +
+	"\x0fPartitionAdvice\x12\x1c\n" +
+	"\tpartition\x18\x01 \x01(\tR\tpartition\x12\x1a\n" +
+	"\bpressure\x18\x02 \x01(\x01R\bpressure\x12\x1a\n" +
+	"\bservices\x18\x03 \x01(\rR\bservices\x12*\n" +
+	"\x11services_over_slo\x18\x04 \x01(\rR\x0fservicesOverSlo\"\xa3\x02\n" +
+	"\x14PublishAdviceRequest\x12\x1d\n" +
+	"\n" +
+	"advisor_id\x18\x01 \x01(\tR\tadvisorId\x12\x12\n" +
+	"\x04mode\x18\x02 \x01(\tR\x04mode\x120\n" +
+	"\x05hosts\x18\x03 \x03(\v2\x1a.peloton.api.v1.HostAdviceR\x05hosts\x12?\n" +
+	"\n" +
+	"partitions\x18\x04 \x03(\v2\x1f.peloton.api.v1.PartitionAdviceR\n" +
+	"partitions\x12D\n" +
+	"\x0eobserved_moves\x18\x05 \x03(\v2\x1d.peloton.api.v1.PartitionMoveR\robservedMoves\x12\x1f\n" +
+	"\vttl_seconds\x18\x06 \x01(\rR\n" +
+	"ttlSeconds\"\x17\n" +
+	"\x15PublishAdviceResponse\"\xd6\x02\n" +
 	"\n" +
 	"UpdateSpec\x12\x1d\n" +
 	"\n" +
@@ -6784,7 +7803,12 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\aHOST_UP\x10\x01\x12\x11\n" +
 	"\rHOST_DRAINING\x10\x02\x12\x10\n" +
 	"\fHOST_DRAINED\x10\x03\x12\r\n" +
-	"\tHOST_DOWN\x10\x04*\x83\x01\n" +
+	"\tHOST_DOWN\x10\x04*_\n" +
+	"\bHostZone\x12\x15\n" +
+	"\x11HOST_ZONE_UNKNOWN\x10\x00\x12\x13\n" +
+	"\x0fHOST_ZONE_GREEN\x10\x01\x12\x14\n" +
+	"\x10HOST_ZONE_ORANGE\x10\x02\x12\x11\n" +
+	"\rHOST_ZONE_RED\x10\x03*\x83\x01\n" +
 	"\x12PartitionMoveState\x12$\n" +
 	" PARTITION_MOVE_STATE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11PARTITION_SETTLED\x10\x01\x12\x14\n" +
@@ -6829,7 +7853,11 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\tListHosts\x12 .peloton.api.v1.ListHostsRequest\x1a!.peloton.api.v1.ListHostsResponse\x12e\n" +
 	"\x10StartMaintenance\x12'.peloton.api.v1.StartMaintenanceRequest\x1a(.peloton.api.v1.StartMaintenanceResponse\x12n\n" +
 	"\x13CompleteMaintenance\x12*.peloton.api.v1.CompleteMaintenanceRequest\x1a+.peloton.api.v1.CompleteMaintenanceResponse\x12M\n" +
-	"\bMoveHost\x12\x1f.peloton.api.v1.MoveHostRequest\x1a .peloton.api.v1.MoveHostResponse2\\\n" +
+	"\bMoveHost\x12\x1f.peloton.api.v1.MoveHostRequest\x1a .peloton.api.v1.MoveHostResponse2\xbe\x02\n" +
+	"\x10PartitionService\x12_\n" +
+	"\x0eListPartitions\x12%.peloton.api.v1.ListPartitionsRequest\x1a&.peloton.api.v1.ListPartitionsResponse\x12k\n" +
+	"\x12ListPartitionMoves\x12).peloton.api.v1.ListPartitionMovesRequest\x1a*.peloton.api.v1.ListPartitionMovesResponse\x12\\\n" +
+	"\rPublishAdvice\x12$.peloton.api.v1.PublishAdviceRequest\x1a%.peloton.api.v1.PublishAdviceResponse2\\\n" +
 	"\x10HostAgentService\x12H\n" +
 	"\vReportUsage\x12\x1b.peloton.api.v1.UsageReport\x1a\x18.peloton.api.v1.UsageAck(\x010\x012\x80\x05\n" +
 	"\rUpdateService\x12Y\n" +
@@ -6853,8 +7881,8 @@ func file_peloton_api_v1_peloton_proto_rawDescGZIP() []byte {
 	return file_peloton_api_v1_peloton_proto_rawDescData
 }
 
-var file_peloton_api_v1_peloton_proto_enumTypes = make([]protoimpl.EnumInfo, 10)
-var file_peloton_api_v1_peloton_proto_msgTypes = make([]protoimpl.MessageInfo, 96)
+var file_peloton_api_v1_peloton_proto_enumTypes = make([]protoimpl.EnumInfo, 11)
+var file_peloton_api_v1_peloton_proto_msgTypes = make([]protoimpl.MessageInfo, 109)
 var file_peloton_api_v1_peloton_proto_goTypes = []any{
 	(JobType)(0),                        // 0: peloton.api.v1.JobType
 	(TaskState)(0),                      // 1: peloton.api.v1.TaskState
@@ -6864,274 +7892,311 @@ var file_peloton_api_v1_peloton_proto_goTypes = []any{
 	(JobState)(0),                       // 5: peloton.api.v1.JobState
 	(LogStream)(0),                      // 6: peloton.api.v1.LogStream
 	(HostState)(0),                      // 7: peloton.api.v1.HostState
-	(PartitionMoveState)(0),             // 8: peloton.api.v1.PartitionMoveState
-	(UpdateState)(0),                    // 9: peloton.api.v1.UpdateState
-	(*Resources)(nil),                   // 10: peloton.api.v1.Resources
-	(*SlaSpec)(nil),                     // 11: peloton.api.v1.SlaSpec
-	(*RestartPolicy)(nil),               // 12: peloton.api.v1.RestartPolicy
-	(*PortSpec)(nil),                    // 13: peloton.api.v1.PortSpec
-	(*HealthCheck)(nil),                 // 14: peloton.api.v1.HealthCheck
-	(*HttpProbe)(nil),                   // 15: peloton.api.v1.HttpProbe
-	(*VolumeSpec)(nil),                  // 16: peloton.api.v1.VolumeSpec
-	(*TaskSpec)(nil),                    // 17: peloton.api.v1.TaskSpec
-	(*MetricsSpec)(nil),                 // 18: peloton.api.v1.MetricsSpec
-	(*Constraint)(nil),                  // 19: peloton.api.v1.Constraint
-	(*PlacementSpec)(nil),               // 20: peloton.api.v1.PlacementSpec
-	(*JobSpec)(nil),                     // 21: peloton.api.v1.JobSpec
-	(*ForeignOwner)(nil),                // 22: peloton.api.v1.ForeignOwner
-	(*JobStatus)(nil),                   // 23: peloton.api.v1.JobStatus
-	(*Job)(nil),                         // 24: peloton.api.v1.Job
-	(*TaskStatus)(nil),                  // 25: peloton.api.v1.TaskStatus
-	(*TaskTransition)(nil),              // 26: peloton.api.v1.TaskTransition
-	(*Task)(nil),                        // 27: peloton.api.v1.Task
-	(*CreateJobRequest)(nil),            // 28: peloton.api.v1.CreateJobRequest
-	(*CreateJobResponse)(nil),           // 29: peloton.api.v1.CreateJobResponse
-	(*GetJobRequest)(nil),               // 30: peloton.api.v1.GetJobRequest
-	(*GetJobResponse)(nil),              // 31: peloton.api.v1.GetJobResponse
-	(*ListJobsRequest)(nil),             // 32: peloton.api.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),            // 33: peloton.api.v1.ListJobsResponse
-	(*CancelJobRequest)(nil),            // 34: peloton.api.v1.CancelJobRequest
-	(*CancelJobResponse)(nil),           // 35: peloton.api.v1.CancelJobResponse
-	(*DeleteJobRequest)(nil),            // 36: peloton.api.v1.DeleteJobRequest
-	(*DeleteJobResponse)(nil),           // 37: peloton.api.v1.DeleteJobResponse
-	(*RestartJobRequest)(nil),           // 38: peloton.api.v1.RestartJobRequest
-	(*RestartJobResponse)(nil),          // 39: peloton.api.v1.RestartJobResponse
-	(*ScaleJobRequest)(nil),             // 40: peloton.api.v1.ScaleJobRequest
-	(*ScaleJobResponse)(nil),            // 41: peloton.api.v1.ScaleJobResponse
-	(*ListJobVersionsRequest)(nil),      // 42: peloton.api.v1.ListJobVersionsRequest
-	(*JobVersion)(nil),                  // 43: peloton.api.v1.JobVersion
-	(*ListJobVersionsResponse)(nil),     // 44: peloton.api.v1.ListJobVersionsResponse
-	(*ListTasksRequest)(nil),            // 45: peloton.api.v1.ListTasksRequest
-	(*ListTasksResponse)(nil),           // 46: peloton.api.v1.ListTasksResponse
-	(*GetTaskRequest)(nil),              // 47: peloton.api.v1.GetTaskRequest
-	(*GetTaskResponse)(nil),             // 48: peloton.api.v1.GetTaskResponse
-	(*KillTaskRequest)(nil),             // 49: peloton.api.v1.KillTaskRequest
-	(*KillTaskResponse)(nil),            // 50: peloton.api.v1.KillTaskResponse
-	(*GetTaskLogsRequest)(nil),          // 51: peloton.api.v1.GetTaskLogsRequest
-	(*LogChunk)(nil),                    // 52: peloton.api.v1.LogChunk
-	(*PoolSpec)(nil),                    // 53: peloton.api.v1.PoolSpec
-	(*PoolStatus)(nil),                  // 54: peloton.api.v1.PoolStatus
-	(*Pool)(nil),                        // 55: peloton.api.v1.Pool
-	(*CreatePoolRequest)(nil),           // 56: peloton.api.v1.CreatePoolRequest
-	(*CreatePoolResponse)(nil),          // 57: peloton.api.v1.CreatePoolResponse
-	(*GetPoolRequest)(nil),              // 58: peloton.api.v1.GetPoolRequest
-	(*GetPoolResponse)(nil),             // 59: peloton.api.v1.GetPoolResponse
-	(*UpdatePoolRequest)(nil),           // 60: peloton.api.v1.UpdatePoolRequest
-	(*UpdatePoolResponse)(nil),          // 61: peloton.api.v1.UpdatePoolResponse
-	(*DeletePoolRequest)(nil),           // 62: peloton.api.v1.DeletePoolRequest
-	(*DeletePoolResponse)(nil),          // 63: peloton.api.v1.DeletePoolResponse
-	(*MovePoolRequest)(nil),             // 64: peloton.api.v1.MovePoolRequest
-	(*MovePoolResponse)(nil),            // 65: peloton.api.v1.MovePoolResponse
-	(*ListPoolsRequest)(nil),            // 66: peloton.api.v1.ListPoolsRequest
-	(*ListPoolsResponse)(nil),           // 67: peloton.api.v1.ListPoolsResponse
-	(*Host)(nil),                        // 68: peloton.api.v1.Host
-	(*HostUsage)(nil),                   // 69: peloton.api.v1.HostUsage
-	(*TaskUsage)(nil),                   // 70: peloton.api.v1.TaskUsage
-	(*UsageReport)(nil),                 // 71: peloton.api.v1.UsageReport
-	(*UsageAck)(nil),                    // 72: peloton.api.v1.UsageAck
-	(*ListHostsRequest)(nil),            // 73: peloton.api.v1.ListHostsRequest
-	(*ListHostsResponse)(nil),           // 74: peloton.api.v1.ListHostsResponse
-	(*StartMaintenanceRequest)(nil),     // 75: peloton.api.v1.StartMaintenanceRequest
-	(*StartMaintenanceResponse)(nil),    // 76: peloton.api.v1.StartMaintenanceResponse
-	(*CompleteMaintenanceRequest)(nil),  // 77: peloton.api.v1.CompleteMaintenanceRequest
-	(*CompleteMaintenanceResponse)(nil), // 78: peloton.api.v1.CompleteMaintenanceResponse
-	(*MoveHostRequest)(nil),             // 79: peloton.api.v1.MoveHostRequest
-	(*MoveHostResponse)(nil),            // 80: peloton.api.v1.MoveHostResponse
-	(*UpdateSpec)(nil),                  // 81: peloton.api.v1.UpdateSpec
-	(*UpdateStatus)(nil),                // 82: peloton.api.v1.UpdateStatus
-	(*Update)(nil),                      // 83: peloton.api.v1.Update
-	(*CreateUpdateRequest)(nil),         // 84: peloton.api.v1.CreateUpdateRequest
-	(*CreateUpdateResponse)(nil),        // 85: peloton.api.v1.CreateUpdateResponse
-	(*GetUpdateRequest)(nil),            // 86: peloton.api.v1.GetUpdateRequest
-	(*GetUpdateResponse)(nil),           // 87: peloton.api.v1.GetUpdateResponse
-	(*ListUpdatesRequest)(nil),          // 88: peloton.api.v1.ListUpdatesRequest
-	(*ListUpdatesResponse)(nil),         // 89: peloton.api.v1.ListUpdatesResponse
-	(*PauseUpdateRequest)(nil),          // 90: peloton.api.v1.PauseUpdateRequest
-	(*PauseUpdateResponse)(nil),         // 91: peloton.api.v1.PauseUpdateResponse
-	(*ResumeUpdateRequest)(nil),         // 92: peloton.api.v1.ResumeUpdateRequest
-	(*ResumeUpdateResponse)(nil),        // 93: peloton.api.v1.ResumeUpdateResponse
-	(*AbortUpdateRequest)(nil),          // 94: peloton.api.v1.AbortUpdateRequest
-	(*AbortUpdateResponse)(nil),         // 95: peloton.api.v1.AbortUpdateResponse
-	(*RollbackUpdateRequest)(nil),       // 96: peloton.api.v1.RollbackUpdateRequest
-	(*RollbackUpdateResponse)(nil),      // 97: peloton.api.v1.RollbackUpdateResponse
-	nil,                                 // 98: peloton.api.v1.TaskSpec.EnvEntry
-	nil,                                 // 99: peloton.api.v1.JobSpec.InstanceSpecsEntry
-	nil,                                 // 100: peloton.api.v1.JobSpec.LabelsEntry
-	nil,                                 // 101: peloton.api.v1.JobStatus.TaskCountsEntry
-	nil,                                 // 102: peloton.api.v1.TaskStatus.PortsEntry
-	nil,                                 // 103: peloton.api.v1.Host.LabelsEntry
-	nil,                                 // 104: peloton.api.v1.UsageReport.RunsEntry
-	nil,                                 // 105: peloton.api.v1.Update.RestartsEntry
-	(*timestamppb.Timestamp)(nil),       // 106: google.protobuf.Timestamp
+	(HostZone)(0),                       // 8: peloton.api.v1.HostZone
+	(PartitionMoveState)(0),             // 9: peloton.api.v1.PartitionMoveState
+	(UpdateState)(0),                    // 10: peloton.api.v1.UpdateState
+	(*Resources)(nil),                   // 11: peloton.api.v1.Resources
+	(*SlaSpec)(nil),                     // 12: peloton.api.v1.SlaSpec
+	(*RestartPolicy)(nil),               // 13: peloton.api.v1.RestartPolicy
+	(*PortSpec)(nil),                    // 14: peloton.api.v1.PortSpec
+	(*HealthCheck)(nil),                 // 15: peloton.api.v1.HealthCheck
+	(*HttpProbe)(nil),                   // 16: peloton.api.v1.HttpProbe
+	(*VolumeSpec)(nil),                  // 17: peloton.api.v1.VolumeSpec
+	(*TaskSpec)(nil),                    // 18: peloton.api.v1.TaskSpec
+	(*MetricsSpec)(nil),                 // 19: peloton.api.v1.MetricsSpec
+	(*Constraint)(nil),                  // 20: peloton.api.v1.Constraint
+	(*PlacementSpec)(nil),               // 21: peloton.api.v1.PlacementSpec
+	(*JobSpec)(nil),                     // 22: peloton.api.v1.JobSpec
+	(*ForeignOwner)(nil),                // 23: peloton.api.v1.ForeignOwner
+	(*JobStatus)(nil),                   // 24: peloton.api.v1.JobStatus
+	(*Job)(nil),                         // 25: peloton.api.v1.Job
+	(*TaskStatus)(nil),                  // 26: peloton.api.v1.TaskStatus
+	(*TaskTransition)(nil),              // 27: peloton.api.v1.TaskTransition
+	(*Task)(nil),                        // 28: peloton.api.v1.Task
+	(*CreateJobRequest)(nil),            // 29: peloton.api.v1.CreateJobRequest
+	(*CreateJobResponse)(nil),           // 30: peloton.api.v1.CreateJobResponse
+	(*GetJobRequest)(nil),               // 31: peloton.api.v1.GetJobRequest
+	(*GetJobResponse)(nil),              // 32: peloton.api.v1.GetJobResponse
+	(*ListJobsRequest)(nil),             // 33: peloton.api.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),            // 34: peloton.api.v1.ListJobsResponse
+	(*CancelJobRequest)(nil),            // 35: peloton.api.v1.CancelJobRequest
+	(*CancelJobResponse)(nil),           // 36: peloton.api.v1.CancelJobResponse
+	(*DeleteJobRequest)(nil),            // 37: peloton.api.v1.DeleteJobRequest
+	(*DeleteJobResponse)(nil),           // 38: peloton.api.v1.DeleteJobResponse
+	(*RestartJobRequest)(nil),           // 39: peloton.api.v1.RestartJobRequest
+	(*RestartJobResponse)(nil),          // 40: peloton.api.v1.RestartJobResponse
+	(*ScaleJobRequest)(nil),             // 41: peloton.api.v1.ScaleJobRequest
+	(*ScaleJobResponse)(nil),            // 42: peloton.api.v1.ScaleJobResponse
+	(*ListJobVersionsRequest)(nil),      // 43: peloton.api.v1.ListJobVersionsRequest
+	(*JobVersion)(nil),                  // 44: peloton.api.v1.JobVersion
+	(*ListJobVersionsResponse)(nil),     // 45: peloton.api.v1.ListJobVersionsResponse
+	(*ListTasksRequest)(nil),            // 46: peloton.api.v1.ListTasksRequest
+	(*ListTasksResponse)(nil),           // 47: peloton.api.v1.ListTasksResponse
+	(*GetTaskRequest)(nil),              // 48: peloton.api.v1.GetTaskRequest
+	(*GetTaskResponse)(nil),             // 49: peloton.api.v1.GetTaskResponse
+	(*KillTaskRequest)(nil),             // 50: peloton.api.v1.KillTaskRequest
+	(*KillTaskResponse)(nil),            // 51: peloton.api.v1.KillTaskResponse
+	(*GetTaskLogsRequest)(nil),          // 52: peloton.api.v1.GetTaskLogsRequest
+	(*LogChunk)(nil),                    // 53: peloton.api.v1.LogChunk
+	(*PoolSpec)(nil),                    // 54: peloton.api.v1.PoolSpec
+	(*PoolStatus)(nil),                  // 55: peloton.api.v1.PoolStatus
+	(*Pool)(nil),                        // 56: peloton.api.v1.Pool
+	(*CreatePoolRequest)(nil),           // 57: peloton.api.v1.CreatePoolRequest
+	(*CreatePoolResponse)(nil),          // 58: peloton.api.v1.CreatePoolResponse
+	(*GetPoolRequest)(nil),              // 59: peloton.api.v1.GetPoolRequest
+	(*GetPoolResponse)(nil),             // 60: peloton.api.v1.GetPoolResponse
+	(*UpdatePoolRequest)(nil),           // 61: peloton.api.v1.UpdatePoolRequest
+	(*UpdatePoolResponse)(nil),          // 62: peloton.api.v1.UpdatePoolResponse
+	(*DeletePoolRequest)(nil),           // 63: peloton.api.v1.DeletePoolRequest
+	(*DeletePoolResponse)(nil),          // 64: peloton.api.v1.DeletePoolResponse
+	(*MovePoolRequest)(nil),             // 65: peloton.api.v1.MovePoolRequest
+	(*MovePoolResponse)(nil),            // 66: peloton.api.v1.MovePoolResponse
+	(*ListPoolsRequest)(nil),            // 67: peloton.api.v1.ListPoolsRequest
+	(*ListPoolsResponse)(nil),           // 68: peloton.api.v1.ListPoolsResponse
+	(*Host)(nil),                        // 69: peloton.api.v1.Host
+	(*HostRun)(nil),                     // 70: peloton.api.v1.HostRun
+	(*HostUsage)(nil),                   // 71: peloton.api.v1.HostUsage
+	(*TaskUsage)(nil),                   // 72: peloton.api.v1.TaskUsage
+	(*UsageReport)(nil),                 // 73: peloton.api.v1.UsageReport
+	(*UsageAck)(nil),                    // 74: peloton.api.v1.UsageAck
+	(*ListHostsRequest)(nil),            // 75: peloton.api.v1.ListHostsRequest
+	(*ListHostsResponse)(nil),           // 76: peloton.api.v1.ListHostsResponse
+	(*StartMaintenanceRequest)(nil),     // 77: peloton.api.v1.StartMaintenanceRequest
+	(*StartMaintenanceResponse)(nil),    // 78: peloton.api.v1.StartMaintenanceResponse
+	(*CompleteMaintenanceRequest)(nil),  // 79: peloton.api.v1.CompleteMaintenanceRequest
+	(*CompleteMaintenanceResponse)(nil), // 80: peloton.api.v1.CompleteMaintenanceResponse
+	(*MoveHostRequest)(nil),             // 81: peloton.api.v1.MoveHostRequest
+	(*MoveHostResponse)(nil),            // 82: peloton.api.v1.MoveHostResponse
+	(*Partition)(nil),                   // 83: peloton.api.v1.Partition
+	(*ListPartitionsRequest)(nil),       // 84: peloton.api.v1.ListPartitionsRequest
+	(*ListPartitionsResponse)(nil),      // 85: peloton.api.v1.ListPartitionsResponse
+	(*AdvisorStatus)(nil),               // 86: peloton.api.v1.AdvisorStatus
+	(*PartitionMove)(nil),               // 87: peloton.api.v1.PartitionMove
+	(*ListPartitionMovesRequest)(nil),   // 88: peloton.api.v1.ListPartitionMovesRequest
+	(*ListPartitionMovesResponse)(nil),  // 89: peloton.api.v1.ListPartitionMovesResponse
+	(*HostAdvice)(nil),                  // 90: peloton.api.v1.HostAdvice
+	(*PartitionAdvice)(nil),             // 91: peloton.api.v1.PartitionAdvice
+	(*PublishAdviceRequest)(nil),        // 92: peloton.api.v1.PublishAdviceRequest
+	(*PublishAdviceResponse)(nil),       // 93: peloton.api.v1.PublishAdviceResponse
+	(*UpdateSpec)(nil),                  // 94: peloton.api.v1.UpdateSpec
+	(*UpdateStatus)(nil),                // 95: peloton.api.v1.UpdateStatus
+	(*Update)(nil),                      // 96: peloton.api.v1.Update
+	(*CreateUpdateRequest)(nil),         // 97: peloton.api.v1.CreateUpdateRequest
+	(*CreateUpdateResponse)(nil),        // 98: peloton.api.v1.CreateUpdateResponse
+	(*GetUpdateRequest)(nil),            // 99: peloton.api.v1.GetUpdateRequest
+	(*GetUpdateResponse)(nil),           // 100: peloton.api.v1.GetUpdateResponse
+	(*ListUpdatesRequest)(nil),          // 101: peloton.api.v1.ListUpdatesRequest
+	(*ListUpdatesResponse)(nil),         // 102: peloton.api.v1.ListUpdatesResponse
+	(*PauseUpdateRequest)(nil),          // 103: peloton.api.v1.PauseUpdateRequest
+	(*PauseUpdateResponse)(nil),         // 104: peloton.api.v1.PauseUpdateResponse
+	(*ResumeUpdateRequest)(nil),         // 105: peloton.api.v1.ResumeUpdateRequest
+	(*ResumeUpdateResponse)(nil),        // 106: peloton.api.v1.ResumeUpdateResponse
+	(*AbortUpdateRequest)(nil),          // 107: peloton.api.v1.AbortUpdateRequest
+	(*AbortUpdateResponse)(nil),         // 108: peloton.api.v1.AbortUpdateResponse
+	(*RollbackUpdateRequest)(nil),       // 109: peloton.api.v1.RollbackUpdateRequest
+	(*RollbackUpdateResponse)(nil),      // 110: peloton.api.v1.RollbackUpdateResponse
+	nil,                                 // 111: peloton.api.v1.TaskSpec.EnvEntry
+	nil,                                 // 112: peloton.api.v1.JobSpec.InstanceSpecsEntry
+	nil,                                 // 113: peloton.api.v1.JobSpec.LabelsEntry
+	nil,                                 // 114: peloton.api.v1.JobStatus.TaskCountsEntry
+	nil,                                 // 115: peloton.api.v1.TaskStatus.PortsEntry
+	nil,                                 // 116: peloton.api.v1.Host.LabelsEntry
+	nil,                                 // 117: peloton.api.v1.UsageReport.RunsEntry
+	nil,                                 // 118: peloton.api.v1.Partition.ZonesEntry
+	nil,                                 // 119: peloton.api.v1.Update.RestartsEntry
+	(*timestamppb.Timestamp)(nil),       // 120: google.protobuf.Timestamp
 }
 var file_peloton_api_v1_peloton_proto_depIdxs = []int32{
-	15,  // 0: peloton.api.v1.HealthCheck.http:type_name -> peloton.api.v1.HttpProbe
-	98,  // 1: peloton.api.v1.TaskSpec.env:type_name -> peloton.api.v1.TaskSpec.EnvEntry
-	10,  // 2: peloton.api.v1.TaskSpec.resources:type_name -> peloton.api.v1.Resources
-	12,  // 3: peloton.api.v1.TaskSpec.restart_policy:type_name -> peloton.api.v1.RestartPolicy
-	20,  // 4: peloton.api.v1.TaskSpec.placement:type_name -> peloton.api.v1.PlacementSpec
-	13,  // 5: peloton.api.v1.TaskSpec.ports:type_name -> peloton.api.v1.PortSpec
-	14,  // 6: peloton.api.v1.TaskSpec.health_check:type_name -> peloton.api.v1.HealthCheck
-	16,  // 7: peloton.api.v1.TaskSpec.volume:type_name -> peloton.api.v1.VolumeSpec
-	18,  // 8: peloton.api.v1.TaskSpec.metrics:type_name -> peloton.api.v1.MetricsSpec
+	16,  // 0: peloton.api.v1.HealthCheck.http:type_name -> peloton.api.v1.HttpProbe
+	111, // 1: peloton.api.v1.TaskSpec.env:type_name -> peloton.api.v1.TaskSpec.EnvEntry
+	11,  // 2: peloton.api.v1.TaskSpec.resources:type_name -> peloton.api.v1.Resources
+	13,  // 3: peloton.api.v1.TaskSpec.restart_policy:type_name -> peloton.api.v1.RestartPolicy
+	21,  // 4: peloton.api.v1.TaskSpec.placement:type_name -> peloton.api.v1.PlacementSpec
+	14,  // 5: peloton.api.v1.TaskSpec.ports:type_name -> peloton.api.v1.PortSpec
+	15,  // 6: peloton.api.v1.TaskSpec.health_check:type_name -> peloton.api.v1.HealthCheck
+	17,  // 7: peloton.api.v1.TaskSpec.volume:type_name -> peloton.api.v1.VolumeSpec
+	19,  // 8: peloton.api.v1.TaskSpec.metrics:type_name -> peloton.api.v1.MetricsSpec
 	4,   // 9: peloton.api.v1.Constraint.op:type_name -> peloton.api.v1.ConstraintOp
 	3,   // 10: peloton.api.v1.PlacementSpec.strategy:type_name -> peloton.api.v1.PlacementStrategy
-	19,  // 11: peloton.api.v1.PlacementSpec.constraints:type_name -> peloton.api.v1.Constraint
+	20,  // 11: peloton.api.v1.PlacementSpec.constraints:type_name -> peloton.api.v1.Constraint
 	0,   // 12: peloton.api.v1.JobSpec.type:type_name -> peloton.api.v1.JobType
-	11,  // 13: peloton.api.v1.JobSpec.sla:type_name -> peloton.api.v1.SlaSpec
-	17,  // 14: peloton.api.v1.JobSpec.default_spec:type_name -> peloton.api.v1.TaskSpec
-	99,  // 15: peloton.api.v1.JobSpec.instance_specs:type_name -> peloton.api.v1.JobSpec.InstanceSpecsEntry
-	100, // 16: peloton.api.v1.JobSpec.labels:type_name -> peloton.api.v1.JobSpec.LabelsEntry
-	22,  // 17: peloton.api.v1.JobSpec.foreign:type_name -> peloton.api.v1.ForeignOwner
+	12,  // 13: peloton.api.v1.JobSpec.sla:type_name -> peloton.api.v1.SlaSpec
+	18,  // 14: peloton.api.v1.JobSpec.default_spec:type_name -> peloton.api.v1.TaskSpec
+	112, // 15: peloton.api.v1.JobSpec.instance_specs:type_name -> peloton.api.v1.JobSpec.InstanceSpecsEntry
+	113, // 16: peloton.api.v1.JobSpec.labels:type_name -> peloton.api.v1.JobSpec.LabelsEntry
+	23,  // 17: peloton.api.v1.JobSpec.foreign:type_name -> peloton.api.v1.ForeignOwner
 	5,   // 18: peloton.api.v1.JobStatus.state:type_name -> peloton.api.v1.JobState
 	5,   // 19: peloton.api.v1.JobStatus.goal_state:type_name -> peloton.api.v1.JobState
-	101, // 20: peloton.api.v1.JobStatus.task_counts:type_name -> peloton.api.v1.JobStatus.TaskCountsEntry
-	106, // 21: peloton.api.v1.JobStatus.create_time:type_name -> google.protobuf.Timestamp
-	106, // 22: peloton.api.v1.JobStatus.start_time:type_name -> google.protobuf.Timestamp
-	106, // 23: peloton.api.v1.JobStatus.completion_time:type_name -> google.protobuf.Timestamp
-	21,  // 24: peloton.api.v1.Job.spec:type_name -> peloton.api.v1.JobSpec
-	23,  // 25: peloton.api.v1.Job.status:type_name -> peloton.api.v1.JobStatus
+	114, // 20: peloton.api.v1.JobStatus.task_counts:type_name -> peloton.api.v1.JobStatus.TaskCountsEntry
+	120, // 21: peloton.api.v1.JobStatus.create_time:type_name -> google.protobuf.Timestamp
+	120, // 22: peloton.api.v1.JobStatus.start_time:type_name -> google.protobuf.Timestamp
+	120, // 23: peloton.api.v1.JobStatus.completion_time:type_name -> google.protobuf.Timestamp
+	22,  // 24: peloton.api.v1.Job.spec:type_name -> peloton.api.v1.JobSpec
+	24,  // 25: peloton.api.v1.Job.status:type_name -> peloton.api.v1.JobStatus
 	1,   // 26: peloton.api.v1.TaskStatus.state:type_name -> peloton.api.v1.TaskState
 	1,   // 27: peloton.api.v1.TaskStatus.goal_state:type_name -> peloton.api.v1.TaskState
-	106, // 28: peloton.api.v1.TaskStatus.start_time:type_name -> google.protobuf.Timestamp
-	106, // 29: peloton.api.v1.TaskStatus.completion_time:type_name -> google.protobuf.Timestamp
-	106, // 30: peloton.api.v1.TaskStatus.update_time:type_name -> google.protobuf.Timestamp
-	26,  // 31: peloton.api.v1.TaskStatus.history:type_name -> peloton.api.v1.TaskTransition
+	120, // 28: peloton.api.v1.TaskStatus.start_time:type_name -> google.protobuf.Timestamp
+	120, // 29: peloton.api.v1.TaskStatus.completion_time:type_name -> google.protobuf.Timestamp
+	120, // 30: peloton.api.v1.TaskStatus.update_time:type_name -> google.protobuf.Timestamp
+	27,  // 31: peloton.api.v1.TaskStatus.history:type_name -> peloton.api.v1.TaskTransition
 	2,   // 32: peloton.api.v1.TaskStatus.health:type_name -> peloton.api.v1.HealthState
-	102, // 33: peloton.api.v1.TaskStatus.ports:type_name -> peloton.api.v1.TaskStatus.PortsEntry
-	70,  // 34: peloton.api.v1.TaskStatus.usage:type_name -> peloton.api.v1.TaskUsage
+	115, // 33: peloton.api.v1.TaskStatus.ports:type_name -> peloton.api.v1.TaskStatus.PortsEntry
+	72,  // 34: peloton.api.v1.TaskStatus.usage:type_name -> peloton.api.v1.TaskUsage
 	1,   // 35: peloton.api.v1.TaskTransition.state:type_name -> peloton.api.v1.TaskState
-	106, // 36: peloton.api.v1.TaskTransition.time:type_name -> google.protobuf.Timestamp
-	25,  // 37: peloton.api.v1.Task.status:type_name -> peloton.api.v1.TaskStatus
-	17,  // 38: peloton.api.v1.Task.spec:type_name -> peloton.api.v1.TaskSpec
-	21,  // 39: peloton.api.v1.CreateJobRequest.spec:type_name -> peloton.api.v1.JobSpec
-	24,  // 40: peloton.api.v1.GetJobResponse.job:type_name -> peloton.api.v1.Job
+	120, // 36: peloton.api.v1.TaskTransition.time:type_name -> google.protobuf.Timestamp
+	26,  // 37: peloton.api.v1.Task.status:type_name -> peloton.api.v1.TaskStatus
+	18,  // 38: peloton.api.v1.Task.spec:type_name -> peloton.api.v1.TaskSpec
+	22,  // 39: peloton.api.v1.CreateJobRequest.spec:type_name -> peloton.api.v1.JobSpec
+	25,  // 40: peloton.api.v1.GetJobResponse.job:type_name -> peloton.api.v1.Job
 	5,   // 41: peloton.api.v1.ListJobsRequest.states:type_name -> peloton.api.v1.JobState
-	24,  // 42: peloton.api.v1.ListJobsResponse.jobs:type_name -> peloton.api.v1.Job
-	21,  // 43: peloton.api.v1.JobVersion.spec:type_name -> peloton.api.v1.JobSpec
-	106, // 44: peloton.api.v1.JobVersion.create_time:type_name -> google.protobuf.Timestamp
-	43,  // 45: peloton.api.v1.ListJobVersionsResponse.versions:type_name -> peloton.api.v1.JobVersion
+	25,  // 42: peloton.api.v1.ListJobsResponse.jobs:type_name -> peloton.api.v1.Job
+	22,  // 43: peloton.api.v1.JobVersion.spec:type_name -> peloton.api.v1.JobSpec
+	120, // 44: peloton.api.v1.JobVersion.create_time:type_name -> google.protobuf.Timestamp
+	44,  // 45: peloton.api.v1.ListJobVersionsResponse.versions:type_name -> peloton.api.v1.JobVersion
 	1,   // 46: peloton.api.v1.ListTasksRequest.states:type_name -> peloton.api.v1.TaskState
-	27,  // 47: peloton.api.v1.ListTasksResponse.tasks:type_name -> peloton.api.v1.Task
-	27,  // 48: peloton.api.v1.GetTaskResponse.task:type_name -> peloton.api.v1.Task
+	28,  // 47: peloton.api.v1.ListTasksResponse.tasks:type_name -> peloton.api.v1.Task
+	28,  // 48: peloton.api.v1.GetTaskResponse.task:type_name -> peloton.api.v1.Task
 	6,   // 49: peloton.api.v1.GetTaskLogsRequest.stream:type_name -> peloton.api.v1.LogStream
-	10,  // 50: peloton.api.v1.PoolSpec.reservation:type_name -> peloton.api.v1.Resources
-	10,  // 51: peloton.api.v1.PoolSpec.limit:type_name -> peloton.api.v1.Resources
-	10,  // 52: peloton.api.v1.PoolSpec.share:type_name -> peloton.api.v1.Resources
-	10,  // 53: peloton.api.v1.PoolSpec.revocable_limit:type_name -> peloton.api.v1.Resources
-	10,  // 54: peloton.api.v1.PoolStatus.entitlement:type_name -> peloton.api.v1.Resources
-	10,  // 55: peloton.api.v1.PoolStatus.allocation:type_name -> peloton.api.v1.Resources
-	10,  // 56: peloton.api.v1.PoolStatus.demand:type_name -> peloton.api.v1.Resources
-	53,  // 57: peloton.api.v1.Pool.spec:type_name -> peloton.api.v1.PoolSpec
-	54,  // 58: peloton.api.v1.Pool.status:type_name -> peloton.api.v1.PoolStatus
-	53,  // 59: peloton.api.v1.CreatePoolRequest.spec:type_name -> peloton.api.v1.PoolSpec
-	55,  // 60: peloton.api.v1.CreatePoolResponse.pool:type_name -> peloton.api.v1.Pool
-	55,  // 61: peloton.api.v1.GetPoolResponse.pool:type_name -> peloton.api.v1.Pool
-	53,  // 62: peloton.api.v1.UpdatePoolRequest.spec:type_name -> peloton.api.v1.PoolSpec
-	55,  // 63: peloton.api.v1.UpdatePoolResponse.pool:type_name -> peloton.api.v1.Pool
-	55,  // 64: peloton.api.v1.MovePoolResponse.pool:type_name -> peloton.api.v1.Pool
-	55,  // 65: peloton.api.v1.ListPoolsResponse.pools:type_name -> peloton.api.v1.Pool
-	10,  // 66: peloton.api.v1.Host.capacity:type_name -> peloton.api.v1.Resources
-	10,  // 67: peloton.api.v1.Host.allocated:type_name -> peloton.api.v1.Resources
-	103, // 68: peloton.api.v1.Host.labels:type_name -> peloton.api.v1.Host.LabelsEntry
+	11,  // 50: peloton.api.v1.PoolSpec.reservation:type_name -> peloton.api.v1.Resources
+	11,  // 51: peloton.api.v1.PoolSpec.limit:type_name -> peloton.api.v1.Resources
+	11,  // 52: peloton.api.v1.PoolSpec.share:type_name -> peloton.api.v1.Resources
+	11,  // 53: peloton.api.v1.PoolSpec.revocable_limit:type_name -> peloton.api.v1.Resources
+	11,  // 54: peloton.api.v1.PoolStatus.entitlement:type_name -> peloton.api.v1.Resources
+	11,  // 55: peloton.api.v1.PoolStatus.allocation:type_name -> peloton.api.v1.Resources
+	11,  // 56: peloton.api.v1.PoolStatus.demand:type_name -> peloton.api.v1.Resources
+	54,  // 57: peloton.api.v1.Pool.spec:type_name -> peloton.api.v1.PoolSpec
+	55,  // 58: peloton.api.v1.Pool.status:type_name -> peloton.api.v1.PoolStatus
+	54,  // 59: peloton.api.v1.CreatePoolRequest.spec:type_name -> peloton.api.v1.PoolSpec
+	56,  // 60: peloton.api.v1.CreatePoolResponse.pool:type_name -> peloton.api.v1.Pool
+	56,  // 61: peloton.api.v1.GetPoolResponse.pool:type_name -> peloton.api.v1.Pool
+	54,  // 62: peloton.api.v1.UpdatePoolRequest.spec:type_name -> peloton.api.v1.PoolSpec
+	56,  // 63: peloton.api.v1.UpdatePoolResponse.pool:type_name -> peloton.api.v1.Pool
+	56,  // 64: peloton.api.v1.MovePoolResponse.pool:type_name -> peloton.api.v1.Pool
+	56,  // 65: peloton.api.v1.ListPoolsResponse.pools:type_name -> peloton.api.v1.Pool
+	11,  // 66: peloton.api.v1.Host.capacity:type_name -> peloton.api.v1.Resources
+	11,  // 67: peloton.api.v1.Host.allocated:type_name -> peloton.api.v1.Resources
+	116, // 68: peloton.api.v1.Host.labels:type_name -> peloton.api.v1.Host.LabelsEntry
 	7,   // 69: peloton.api.v1.Host.state:type_name -> peloton.api.v1.HostState
-	8,   // 70: peloton.api.v1.Host.partition_state:type_name -> peloton.api.v1.PartitionMoveState
-	69,  // 71: peloton.api.v1.Host.usage:type_name -> peloton.api.v1.HostUsage
-	10,  // 72: peloton.api.v1.Host.slack:type_name -> peloton.api.v1.Resources
-	10,  // 73: peloton.api.v1.Host.revocable:type_name -> peloton.api.v1.Resources
-	106, // 74: peloton.api.v1.HostUsage.sample_time:type_name -> google.protobuf.Timestamp
-	106, // 75: peloton.api.v1.HostUsage.receive_time:type_name -> google.protobuf.Timestamp
-	106, // 76: peloton.api.v1.TaskUsage.sample_time:type_name -> google.protobuf.Timestamp
-	69,  // 77: peloton.api.v1.UsageReport.usage:type_name -> peloton.api.v1.HostUsage
-	104, // 78: peloton.api.v1.UsageReport.runs:type_name -> peloton.api.v1.UsageReport.RunsEntry
-	68,  // 79: peloton.api.v1.ListHostsResponse.hosts:type_name -> peloton.api.v1.Host
-	68,  // 80: peloton.api.v1.StartMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
-	68,  // 81: peloton.api.v1.CompleteMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
-	68,  // 82: peloton.api.v1.MoveHostResponse.host:type_name -> peloton.api.v1.Host
-	9,   // 83: peloton.api.v1.UpdateStatus.state:type_name -> peloton.api.v1.UpdateState
-	106, // 84: peloton.api.v1.UpdateStatus.create_time:type_name -> google.protobuf.Timestamp
-	106, // 85: peloton.api.v1.UpdateStatus.update_time:type_name -> google.protobuf.Timestamp
-	106, // 86: peloton.api.v1.UpdateStatus.completion_time:type_name -> google.protobuf.Timestamp
-	9,   // 87: peloton.api.v1.UpdateStatus.paused_from:type_name -> peloton.api.v1.UpdateState
-	81,  // 88: peloton.api.v1.Update.spec:type_name -> peloton.api.v1.UpdateSpec
-	82,  // 89: peloton.api.v1.Update.status:type_name -> peloton.api.v1.UpdateStatus
-	105, // 90: peloton.api.v1.Update.restarts:type_name -> peloton.api.v1.Update.RestartsEntry
-	21,  // 91: peloton.api.v1.CreateUpdateRequest.spec:type_name -> peloton.api.v1.JobSpec
-	81,  // 92: peloton.api.v1.CreateUpdateRequest.update_spec:type_name -> peloton.api.v1.UpdateSpec
-	83,  // 93: peloton.api.v1.CreateUpdateResponse.update:type_name -> peloton.api.v1.Update
-	83,  // 94: peloton.api.v1.GetUpdateResponse.update:type_name -> peloton.api.v1.Update
-	83,  // 95: peloton.api.v1.ListUpdatesResponse.updates:type_name -> peloton.api.v1.Update
-	83,  // 96: peloton.api.v1.PauseUpdateResponse.update:type_name -> peloton.api.v1.Update
-	83,  // 97: peloton.api.v1.ResumeUpdateResponse.update:type_name -> peloton.api.v1.Update
-	83,  // 98: peloton.api.v1.AbortUpdateResponse.update:type_name -> peloton.api.v1.Update
-	83,  // 99: peloton.api.v1.RollbackUpdateResponse.update:type_name -> peloton.api.v1.Update
-	17,  // 100: peloton.api.v1.JobSpec.InstanceSpecsEntry.value:type_name -> peloton.api.v1.TaskSpec
-	70,  // 101: peloton.api.v1.UsageReport.RunsEntry.value:type_name -> peloton.api.v1.TaskUsage
-	28,  // 102: peloton.api.v1.JobService.CreateJob:input_type -> peloton.api.v1.CreateJobRequest
-	30,  // 103: peloton.api.v1.JobService.GetJob:input_type -> peloton.api.v1.GetJobRequest
-	32,  // 104: peloton.api.v1.JobService.ListJobs:input_type -> peloton.api.v1.ListJobsRequest
-	34,  // 105: peloton.api.v1.JobService.CancelJob:input_type -> peloton.api.v1.CancelJobRequest
-	36,  // 106: peloton.api.v1.JobService.DeleteJob:input_type -> peloton.api.v1.DeleteJobRequest
-	38,  // 107: peloton.api.v1.JobService.RestartJob:input_type -> peloton.api.v1.RestartJobRequest
-	40,  // 108: peloton.api.v1.JobService.ScaleJob:input_type -> peloton.api.v1.ScaleJobRequest
-	42,  // 109: peloton.api.v1.JobService.ListJobVersions:input_type -> peloton.api.v1.ListJobVersionsRequest
-	45,  // 110: peloton.api.v1.TaskService.ListTasks:input_type -> peloton.api.v1.ListTasksRequest
-	47,  // 111: peloton.api.v1.TaskService.GetTask:input_type -> peloton.api.v1.GetTaskRequest
-	49,  // 112: peloton.api.v1.TaskService.KillTask:input_type -> peloton.api.v1.KillTaskRequest
-	51,  // 113: peloton.api.v1.TaskService.GetTaskLogs:input_type -> peloton.api.v1.GetTaskLogsRequest
-	56,  // 114: peloton.api.v1.PoolService.CreatePool:input_type -> peloton.api.v1.CreatePoolRequest
-	58,  // 115: peloton.api.v1.PoolService.GetPool:input_type -> peloton.api.v1.GetPoolRequest
-	60,  // 116: peloton.api.v1.PoolService.UpdatePool:input_type -> peloton.api.v1.UpdatePoolRequest
-	62,  // 117: peloton.api.v1.PoolService.DeletePool:input_type -> peloton.api.v1.DeletePoolRequest
-	66,  // 118: peloton.api.v1.PoolService.ListPools:input_type -> peloton.api.v1.ListPoolsRequest
-	64,  // 119: peloton.api.v1.PoolService.MovePool:input_type -> peloton.api.v1.MovePoolRequest
-	73,  // 120: peloton.api.v1.HostService.ListHosts:input_type -> peloton.api.v1.ListHostsRequest
-	75,  // 121: peloton.api.v1.HostService.StartMaintenance:input_type -> peloton.api.v1.StartMaintenanceRequest
-	77,  // 122: peloton.api.v1.HostService.CompleteMaintenance:input_type -> peloton.api.v1.CompleteMaintenanceRequest
-	79,  // 123: peloton.api.v1.HostService.MoveHost:input_type -> peloton.api.v1.MoveHostRequest
-	71,  // 124: peloton.api.v1.HostAgentService.ReportUsage:input_type -> peloton.api.v1.UsageReport
-	84,  // 125: peloton.api.v1.UpdateService.CreateUpdate:input_type -> peloton.api.v1.CreateUpdateRequest
-	86,  // 126: peloton.api.v1.UpdateService.GetUpdate:input_type -> peloton.api.v1.GetUpdateRequest
-	88,  // 127: peloton.api.v1.UpdateService.ListUpdates:input_type -> peloton.api.v1.ListUpdatesRequest
-	90,  // 128: peloton.api.v1.UpdateService.PauseUpdate:input_type -> peloton.api.v1.PauseUpdateRequest
-	92,  // 129: peloton.api.v1.UpdateService.ResumeUpdate:input_type -> peloton.api.v1.ResumeUpdateRequest
-	94,  // 130: peloton.api.v1.UpdateService.AbortUpdate:input_type -> peloton.api.v1.AbortUpdateRequest
-	96,  // 131: peloton.api.v1.UpdateService.RollbackUpdate:input_type -> peloton.api.v1.RollbackUpdateRequest
-	29,  // 132: peloton.api.v1.JobService.CreateJob:output_type -> peloton.api.v1.CreateJobResponse
-	31,  // 133: peloton.api.v1.JobService.GetJob:output_type -> peloton.api.v1.GetJobResponse
-	33,  // 134: peloton.api.v1.JobService.ListJobs:output_type -> peloton.api.v1.ListJobsResponse
-	35,  // 135: peloton.api.v1.JobService.CancelJob:output_type -> peloton.api.v1.CancelJobResponse
-	37,  // 136: peloton.api.v1.JobService.DeleteJob:output_type -> peloton.api.v1.DeleteJobResponse
-	39,  // 137: peloton.api.v1.JobService.RestartJob:output_type -> peloton.api.v1.RestartJobResponse
-	41,  // 138: peloton.api.v1.JobService.ScaleJob:output_type -> peloton.api.v1.ScaleJobResponse
-	44,  // 139: peloton.api.v1.JobService.ListJobVersions:output_type -> peloton.api.v1.ListJobVersionsResponse
-	46,  // 140: peloton.api.v1.TaskService.ListTasks:output_type -> peloton.api.v1.ListTasksResponse
-	48,  // 141: peloton.api.v1.TaskService.GetTask:output_type -> peloton.api.v1.GetTaskResponse
-	50,  // 142: peloton.api.v1.TaskService.KillTask:output_type -> peloton.api.v1.KillTaskResponse
-	52,  // 143: peloton.api.v1.TaskService.GetTaskLogs:output_type -> peloton.api.v1.LogChunk
-	57,  // 144: peloton.api.v1.PoolService.CreatePool:output_type -> peloton.api.v1.CreatePoolResponse
-	59,  // 145: peloton.api.v1.PoolService.GetPool:output_type -> peloton.api.v1.GetPoolResponse
-	61,  // 146: peloton.api.v1.PoolService.UpdatePool:output_type -> peloton.api.v1.UpdatePoolResponse
-	63,  // 147: peloton.api.v1.PoolService.DeletePool:output_type -> peloton.api.v1.DeletePoolResponse
-	67,  // 148: peloton.api.v1.PoolService.ListPools:output_type -> peloton.api.v1.ListPoolsResponse
-	65,  // 149: peloton.api.v1.PoolService.MovePool:output_type -> peloton.api.v1.MovePoolResponse
-	74,  // 150: peloton.api.v1.HostService.ListHosts:output_type -> peloton.api.v1.ListHostsResponse
-	76,  // 151: peloton.api.v1.HostService.StartMaintenance:output_type -> peloton.api.v1.StartMaintenanceResponse
-	78,  // 152: peloton.api.v1.HostService.CompleteMaintenance:output_type -> peloton.api.v1.CompleteMaintenanceResponse
-	80,  // 153: peloton.api.v1.HostService.MoveHost:output_type -> peloton.api.v1.MoveHostResponse
-	72,  // 154: peloton.api.v1.HostAgentService.ReportUsage:output_type -> peloton.api.v1.UsageAck
-	85,  // 155: peloton.api.v1.UpdateService.CreateUpdate:output_type -> peloton.api.v1.CreateUpdateResponse
-	87,  // 156: peloton.api.v1.UpdateService.GetUpdate:output_type -> peloton.api.v1.GetUpdateResponse
-	89,  // 157: peloton.api.v1.UpdateService.ListUpdates:output_type -> peloton.api.v1.ListUpdatesResponse
-	91,  // 158: peloton.api.v1.UpdateService.PauseUpdate:output_type -> peloton.api.v1.PauseUpdateResponse
-	93,  // 159: peloton.api.v1.UpdateService.ResumeUpdate:output_type -> peloton.api.v1.ResumeUpdateResponse
-	95,  // 160: peloton.api.v1.UpdateService.AbortUpdate:output_type -> peloton.api.v1.AbortUpdateResponse
-	97,  // 161: peloton.api.v1.UpdateService.RollbackUpdate:output_type -> peloton.api.v1.RollbackUpdateResponse
-	132, // [132:162] is the sub-list for method output_type
-	102, // [102:132] is the sub-list for method input_type
-	102, // [102:102] is the sub-list for extension type_name
-	102, // [102:102] is the sub-list for extension extendee
-	0,   // [0:102] is the sub-list for field type_name
+	9,   // 70: peloton.api.v1.Host.partition_state:type_name -> peloton.api.v1.PartitionMoveState
+	71,  // 71: peloton.api.v1.Host.usage:type_name -> peloton.api.v1.HostUsage
+	11,  // 72: peloton.api.v1.Host.slack:type_name -> peloton.api.v1.Resources
+	11,  // 73: peloton.api.v1.Host.revocable:type_name -> peloton.api.v1.Resources
+	70,  // 74: peloton.api.v1.Host.runs:type_name -> peloton.api.v1.HostRun
+	8,   // 75: peloton.api.v1.Host.zone:type_name -> peloton.api.v1.HostZone
+	72,  // 76: peloton.api.v1.HostRun.usage:type_name -> peloton.api.v1.TaskUsage
+	120, // 77: peloton.api.v1.HostUsage.sample_time:type_name -> google.protobuf.Timestamp
+	120, // 78: peloton.api.v1.HostUsage.receive_time:type_name -> google.protobuf.Timestamp
+	120, // 79: peloton.api.v1.TaskUsage.sample_time:type_name -> google.protobuf.Timestamp
+	71,  // 80: peloton.api.v1.UsageReport.usage:type_name -> peloton.api.v1.HostUsage
+	117, // 81: peloton.api.v1.UsageReport.runs:type_name -> peloton.api.v1.UsageReport.RunsEntry
+	69,  // 82: peloton.api.v1.ListHostsResponse.hosts:type_name -> peloton.api.v1.Host
+	69,  // 83: peloton.api.v1.StartMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
+	69,  // 84: peloton.api.v1.CompleteMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
+	69,  // 85: peloton.api.v1.MoveHostResponse.host:type_name -> peloton.api.v1.Host
+	11,  // 86: peloton.api.v1.Partition.capacity:type_name -> peloton.api.v1.Resources
+	11,  // 87: peloton.api.v1.Partition.allocated:type_name -> peloton.api.v1.Resources
+	11,  // 88: peloton.api.v1.Partition.revocable:type_name -> peloton.api.v1.Resources
+	11,  // 89: peloton.api.v1.Partition.slack:type_name -> peloton.api.v1.Resources
+	118, // 90: peloton.api.v1.Partition.zones:type_name -> peloton.api.v1.Partition.ZonesEntry
+	83,  // 91: peloton.api.v1.ListPartitionsResponse.partitions:type_name -> peloton.api.v1.Partition
+	86,  // 92: peloton.api.v1.ListPartitionsResponse.advisor:type_name -> peloton.api.v1.AdvisorStatus
+	120, // 93: peloton.api.v1.AdvisorStatus.published:type_name -> google.protobuf.Timestamp
+	120, // 94: peloton.api.v1.PartitionMove.time:type_name -> google.protobuf.Timestamp
+	87,  // 95: peloton.api.v1.ListPartitionMovesResponse.moves:type_name -> peloton.api.v1.PartitionMove
+	8,   // 96: peloton.api.v1.HostAdvice.zone:type_name -> peloton.api.v1.HostZone
+	90,  // 97: peloton.api.v1.PublishAdviceRequest.hosts:type_name -> peloton.api.v1.HostAdvice
+	91,  // 98: peloton.api.v1.PublishAdviceRequest.partitions:type_name -> peloton.api.v1.PartitionAdvice
+	87,  // 99: peloton.api.v1.PublishAdviceRequest.observed_moves:type_name -> peloton.api.v1.PartitionMove
+	10,  // 100: peloton.api.v1.UpdateStatus.state:type_name -> peloton.api.v1.UpdateState
+	120, // 101: peloton.api.v1.UpdateStatus.create_time:type_name -> google.protobuf.Timestamp
+	120, // 102: peloton.api.v1.UpdateStatus.update_time:type_name -> google.protobuf.Timestamp
+	120, // 103: peloton.api.v1.UpdateStatus.completion_time:type_name -> google.protobuf.Timestamp
+	10,  // 104: peloton.api.v1.UpdateStatus.paused_from:type_name -> peloton.api.v1.UpdateState
+	94,  // 105: peloton.api.v1.Update.spec:type_name -> peloton.api.v1.UpdateSpec
+	95,  // 106: peloton.api.v1.Update.status:type_name -> peloton.api.v1.UpdateStatus
+	119, // 107: peloton.api.v1.Update.restarts:type_name -> peloton.api.v1.Update.RestartsEntry
+	22,  // 108: peloton.api.v1.CreateUpdateRequest.spec:type_name -> peloton.api.v1.JobSpec
+	94,  // 109: peloton.api.v1.CreateUpdateRequest.update_spec:type_name -> peloton.api.v1.UpdateSpec
+	96,  // 110: peloton.api.v1.CreateUpdateResponse.update:type_name -> peloton.api.v1.Update
+	96,  // 111: peloton.api.v1.GetUpdateResponse.update:type_name -> peloton.api.v1.Update
+	96,  // 112: peloton.api.v1.ListUpdatesResponse.updates:type_name -> peloton.api.v1.Update
+	96,  // 113: peloton.api.v1.PauseUpdateResponse.update:type_name -> peloton.api.v1.Update
+	96,  // 114: peloton.api.v1.ResumeUpdateResponse.update:type_name -> peloton.api.v1.Update
+	96,  // 115: peloton.api.v1.AbortUpdateResponse.update:type_name -> peloton.api.v1.Update
+	96,  // 116: peloton.api.v1.RollbackUpdateResponse.update:type_name -> peloton.api.v1.Update
+	18,  // 117: peloton.api.v1.JobSpec.InstanceSpecsEntry.value:type_name -> peloton.api.v1.TaskSpec
+	72,  // 118: peloton.api.v1.UsageReport.RunsEntry.value:type_name -> peloton.api.v1.TaskUsage
+	29,  // 119: peloton.api.v1.JobService.CreateJob:input_type -> peloton.api.v1.CreateJobRequest
+	31,  // 120: peloton.api.v1.JobService.GetJob:input_type -> peloton.api.v1.GetJobRequest
+	33,  // 121: peloton.api.v1.JobService.ListJobs:input_type -> peloton.api.v1.ListJobsRequest
+	35,  // 122: peloton.api.v1.JobService.CancelJob:input_type -> peloton.api.v1.CancelJobRequest
+	37,  // 123: peloton.api.v1.JobService.DeleteJob:input_type -> peloton.api.v1.DeleteJobRequest
+	39,  // 124: peloton.api.v1.JobService.RestartJob:input_type -> peloton.api.v1.RestartJobRequest
+	41,  // 125: peloton.api.v1.JobService.ScaleJob:input_type -> peloton.api.v1.ScaleJobRequest
+	43,  // 126: peloton.api.v1.JobService.ListJobVersions:input_type -> peloton.api.v1.ListJobVersionsRequest
+	46,  // 127: peloton.api.v1.TaskService.ListTasks:input_type -> peloton.api.v1.ListTasksRequest
+	48,  // 128: peloton.api.v1.TaskService.GetTask:input_type -> peloton.api.v1.GetTaskRequest
+	50,  // 129: peloton.api.v1.TaskService.KillTask:input_type -> peloton.api.v1.KillTaskRequest
+	52,  // 130: peloton.api.v1.TaskService.GetTaskLogs:input_type -> peloton.api.v1.GetTaskLogsRequest
+	57,  // 131: peloton.api.v1.PoolService.CreatePool:input_type -> peloton.api.v1.CreatePoolRequest
+	59,  // 132: peloton.api.v1.PoolService.GetPool:input_type -> peloton.api.v1.GetPoolRequest
+	61,  // 133: peloton.api.v1.PoolService.UpdatePool:input_type -> peloton.api.v1.UpdatePoolRequest
+	63,  // 134: peloton.api.v1.PoolService.DeletePool:input_type -> peloton.api.v1.DeletePoolRequest
+	67,  // 135: peloton.api.v1.PoolService.ListPools:input_type -> peloton.api.v1.ListPoolsRequest
+	65,  // 136: peloton.api.v1.PoolService.MovePool:input_type -> peloton.api.v1.MovePoolRequest
+	75,  // 137: peloton.api.v1.HostService.ListHosts:input_type -> peloton.api.v1.ListHostsRequest
+	77,  // 138: peloton.api.v1.HostService.StartMaintenance:input_type -> peloton.api.v1.StartMaintenanceRequest
+	79,  // 139: peloton.api.v1.HostService.CompleteMaintenance:input_type -> peloton.api.v1.CompleteMaintenanceRequest
+	81,  // 140: peloton.api.v1.HostService.MoveHost:input_type -> peloton.api.v1.MoveHostRequest
+	84,  // 141: peloton.api.v1.PartitionService.ListPartitions:input_type -> peloton.api.v1.ListPartitionsRequest
+	88,  // 142: peloton.api.v1.PartitionService.ListPartitionMoves:input_type -> peloton.api.v1.ListPartitionMovesRequest
+	92,  // 143: peloton.api.v1.PartitionService.PublishAdvice:input_type -> peloton.api.v1.PublishAdviceRequest
+	73,  // 144: peloton.api.v1.HostAgentService.ReportUsage:input_type -> peloton.api.v1.UsageReport
+	97,  // 145: peloton.api.v1.UpdateService.CreateUpdate:input_type -> peloton.api.v1.CreateUpdateRequest
+	99,  // 146: peloton.api.v1.UpdateService.GetUpdate:input_type -> peloton.api.v1.GetUpdateRequest
+	101, // 147: peloton.api.v1.UpdateService.ListUpdates:input_type -> peloton.api.v1.ListUpdatesRequest
+	103, // 148: peloton.api.v1.UpdateService.PauseUpdate:input_type -> peloton.api.v1.PauseUpdateRequest
+	105, // 149: peloton.api.v1.UpdateService.ResumeUpdate:input_type -> peloton.api.v1.ResumeUpdateRequest
+	107, // 150: peloton.api.v1.UpdateService.AbortUpdate:input_type -> peloton.api.v1.AbortUpdateRequest
+	109, // 151: peloton.api.v1.UpdateService.RollbackUpdate:input_type -> peloton.api.v1.RollbackUpdateRequest
+	30,  // 152: peloton.api.v1.JobService.CreateJob:output_type -> peloton.api.v1.CreateJobResponse
+	32,  // 153: peloton.api.v1.JobService.GetJob:output_type -> peloton.api.v1.GetJobResponse
+	34,  // 154: peloton.api.v1.JobService.ListJobs:output_type -> peloton.api.v1.ListJobsResponse
+	36,  // 155: peloton.api.v1.JobService.CancelJob:output_type -> peloton.api.v1.CancelJobResponse
+	38,  // 156: peloton.api.v1.JobService.DeleteJob:output_type -> peloton.api.v1.DeleteJobResponse
+	40,  // 157: peloton.api.v1.JobService.RestartJob:output_type -> peloton.api.v1.RestartJobResponse
+	42,  // 158: peloton.api.v1.JobService.ScaleJob:output_type -> peloton.api.v1.ScaleJobResponse
+	45,  // 159: peloton.api.v1.JobService.ListJobVersions:output_type -> peloton.api.v1.ListJobVersionsResponse
+	47,  // 160: peloton.api.v1.TaskService.ListTasks:output_type -> peloton.api.v1.ListTasksResponse
+	49,  // 161: peloton.api.v1.TaskService.GetTask:output_type -> peloton.api.v1.GetTaskResponse
+	51,  // 162: peloton.api.v1.TaskService.KillTask:output_type -> peloton.api.v1.KillTaskResponse
+	53,  // 163: peloton.api.v1.TaskService.GetTaskLogs:output_type -> peloton.api.v1.LogChunk
+	58,  // 164: peloton.api.v1.PoolService.CreatePool:output_type -> peloton.api.v1.CreatePoolResponse
+	60,  // 165: peloton.api.v1.PoolService.GetPool:output_type -> peloton.api.v1.GetPoolResponse
+	62,  // 166: peloton.api.v1.PoolService.UpdatePool:output_type -> peloton.api.v1.UpdatePoolResponse
+	64,  // 167: peloton.api.v1.PoolService.DeletePool:output_type -> peloton.api.v1.DeletePoolResponse
+	68,  // 168: peloton.api.v1.PoolService.ListPools:output_type -> peloton.api.v1.ListPoolsResponse
+	66,  // 169: peloton.api.v1.PoolService.MovePool:output_type -> peloton.api.v1.MovePoolResponse
+	76,  // 170: peloton.api.v1.HostService.ListHosts:output_type -> peloton.api.v1.ListHostsResponse
+	78,  // 171: peloton.api.v1.HostService.StartMaintenance:output_type -> peloton.api.v1.StartMaintenanceResponse
+	80,  // 172: peloton.api.v1.HostService.CompleteMaintenance:output_type -> peloton.api.v1.CompleteMaintenanceResponse
+	82,  // 173: peloton.api.v1.HostService.MoveHost:output_type -> peloton.api.v1.MoveHostResponse
+	85,  // 174: peloton.api.v1.PartitionService.ListPartitions:output_type -> peloton.api.v1.ListPartitionsResponse
+	89,  // 175: peloton.api.v1.PartitionService.ListPartitionMoves:output_type -> peloton.api.v1.ListPartitionMovesResponse
+	93,  // 176: peloton.api.v1.PartitionService.PublishAdvice:output_type -> peloton.api.v1.PublishAdviceResponse
+	74,  // 177: peloton.api.v1.HostAgentService.ReportUsage:output_type -> peloton.api.v1.UsageAck
+	98,  // 178: peloton.api.v1.UpdateService.CreateUpdate:output_type -> peloton.api.v1.CreateUpdateResponse
+	100, // 179: peloton.api.v1.UpdateService.GetUpdate:output_type -> peloton.api.v1.GetUpdateResponse
+	102, // 180: peloton.api.v1.UpdateService.ListUpdates:output_type -> peloton.api.v1.ListUpdatesResponse
+	104, // 181: peloton.api.v1.UpdateService.PauseUpdate:output_type -> peloton.api.v1.PauseUpdateResponse
+	106, // 182: peloton.api.v1.UpdateService.ResumeUpdate:output_type -> peloton.api.v1.ResumeUpdateResponse
+	108, // 183: peloton.api.v1.UpdateService.AbortUpdate:output_type -> peloton.api.v1.AbortUpdateResponse
+	110, // 184: peloton.api.v1.UpdateService.RollbackUpdate:output_type -> peloton.api.v1.RollbackUpdateResponse
+	152, // [152:185] is the sub-list for method output_type
+	119, // [119:152] is the sub-list for method input_type
+	119, // [119:119] is the sub-list for extension type_name
+	119, // [119:119] is the sub-list for extension extendee
+	0,   // [0:119] is the sub-list for field type_name
 }
 
 func init() { file_peloton_api_v1_peloton_proto_init() }
@@ -7145,10 +8210,10 @@ func file_peloton_api_v1_peloton_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_peloton_api_v1_peloton_proto_rawDesc), len(file_peloton_api_v1_peloton_proto_rawDesc)),
-			NumEnums:      10,
-			NumMessages:   96,
+			NumEnums:      11,
+			NumMessages:   109,
 			NumExtensions: 0,
-			NumServices:   6,
+			NumServices:   7,
 		},
 		GoTypes:           file_peloton_api_v1_peloton_proto_goTypes,
 		DependencyIndexes: file_peloton_api_v1_peloton_proto_depIdxs,

@@ -1139,6 +1139,204 @@ var HostService_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
+	PartitionService_ListPartitions_FullMethodName     = "/peloton.api.v1.PartitionService/ListPartitions"
+	PartitionService_ListPartitionMoves_FullMethodName = "/peloton.api.v1.PartitionService/ListPartitionMoves"
+	PartitionService_PublishAdvice_FullMethodName      = "/peloton.api.v1.PartitionService/PublishAdvice"
+)
+
+// PartitionServiceClient is the client API for PartitionService service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// PartitionService shows the partitions (batch, stateless, ...) and the
+// moves of hosts between them, and takes the host advisor's advice.
+type PartitionServiceClient interface {
+	// Every partition with its hosts, capacity, use, zones, pressure and
+	// oversubscription, and the advisor's status.
+	ListPartitions(ctx context.Context, in *ListPartitionsRequest, opts ...grpc.CallOption) (*ListPartitionsResponse, error)
+	// The history of moves, newest first: those made (by anyone) and those
+	// an advisor in observe mode would have made.
+	ListPartitionMoves(ctx context.Context, in *ListPartitionMovesRequest, opts ...grpc.CallOption) (*ListPartitionMovesResponse, error)
+	// The advisor's advice of one round: hosts' zones and oversubscription
+	// factors, partitions' pressure, and the moves it would make (observe
+	// mode). Advice not renewed within its ttl lapses.
+	PublishAdvice(ctx context.Context, in *PublishAdviceRequest, opts ...grpc.CallOption) (*PublishAdviceResponse, error)
+}
+
+type partitionServiceClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewPartitionServiceClient(cc grpc.ClientConnInterface) PartitionServiceClient {
+	return &partitionServiceClient{cc}
+}
+
+func (c *partitionServiceClient) ListPartitions(ctx context.Context, in *ListPartitionsRequest, opts ...grpc.CallOption) (*ListPartitionsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListPartitionsResponse)
+	err := c.cc.Invoke(ctx, PartitionService_ListPartitions_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *partitionServiceClient) ListPartitionMoves(ctx context.Context, in *ListPartitionMovesRequest, opts ...grpc.CallOption) (*ListPartitionMovesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListPartitionMovesResponse)
+	err := c.cc.Invoke(ctx, PartitionService_ListPartitionMoves_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *partitionServiceClient) PublishAdvice(ctx context.Context, in *PublishAdviceRequest, opts ...grpc.CallOption) (*PublishAdviceResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PublishAdviceResponse)
+	err := c.cc.Invoke(ctx, PartitionService_PublishAdvice_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// PartitionServiceServer is the server API for PartitionService service.
+// All implementations must embed UnimplementedPartitionServiceServer
+// for forward compatibility.
+//
+// PartitionService shows the partitions (batch, stateless, ...) and the
+// moves of hosts between them, and takes the host advisor's advice.
+type PartitionServiceServer interface {
+	// Every partition with its hosts, capacity, use, zones, pressure and
+	// oversubscription, and the advisor's status.
+	ListPartitions(context.Context, *ListPartitionsRequest) (*ListPartitionsResponse, error)
+	// The history of moves, newest first: those made (by anyone) and those
+	// an advisor in observe mode would have made.
+	ListPartitionMoves(context.Context, *ListPartitionMovesRequest) (*ListPartitionMovesResponse, error)
+	// The advisor's advice of one round: hosts' zones and oversubscription
+	// factors, partitions' pressure, and the moves it would make (observe
+	// mode). Advice not renewed within its ttl lapses.
+	PublishAdvice(context.Context, *PublishAdviceRequest) (*PublishAdviceResponse, error)
+	mustEmbedUnimplementedPartitionServiceServer()
+}
+
+// UnimplementedPartitionServiceServer must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedPartitionServiceServer struct{}
+
+func (UnimplementedPartitionServiceServer) ListPartitions(context.Context, *ListPartitionsRequest) (*ListPartitionsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListPartitions not implemented")
+}
+func (UnimplementedPartitionServiceServer) ListPartitionMoves(context.Context, *ListPartitionMovesRequest) (*ListPartitionMovesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListPartitionMoves not implemented")
+}
+func (UnimplementedPartitionServiceServer) PublishAdvice(context.Context, *PublishAdviceRequest) (*PublishAdviceResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PublishAdvice not implemented")
+}
+func (UnimplementedPartitionServiceServer) mustEmbedUnimplementedPartitionServiceServer() {}
+func (UnimplementedPartitionServiceServer) testEmbeddedByValue()                          {}
+
+// UnsafePartitionServiceServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to PartitionServiceServer will
+// result in compilation errors.
+type UnsafePartitionServiceServer interface {
+	mustEmbedUnimplementedPartitionServiceServer()
+}
+
+func RegisterPartitionServiceServer(s grpc.ServiceRegistrar, srv PartitionServiceServer) {
+	// If the following call panics, it indicates UnimplementedPartitionServiceServer was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&PartitionService_ServiceDesc, srv)
+}
+
+func _PartitionService_ListPartitions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListPartitionsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PartitionServiceServer).ListPartitions(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PartitionService_ListPartitions_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PartitionServiceServer).ListPartitions(ctx, req.(*ListPartitionsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _PartitionService_ListPartitionMoves_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListPartitionMovesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PartitionServiceServer).ListPartitionMoves(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PartitionService_ListPartitionMoves_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PartitionServiceServer).ListPartitionMoves(ctx, req.(*ListPartitionMovesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _PartitionService_PublishAdvice_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PublishAdviceRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PartitionServiceServer).PublishAdvice(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PartitionService_PublishAdvice_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PartitionServiceServer).PublishAdvice(ctx, req.(*PublishAdviceRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+// PartitionService_ServiceDesc is the grpc.ServiceDesc for PartitionService service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var PartitionService_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "peloton.api.v1.PartitionService",
+	HandlerType: (*PartitionServiceServer)(nil),
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "ListPartitions",
+			Handler:    _PartitionService_ListPartitions_Handler,
+		},
+		{
+			MethodName: "ListPartitionMoves",
+			Handler:    _PartitionService_ListPartitionMoves_Handler,
+		},
+		{
+			MethodName: "PublishAdvice",
+			Handler:    _PartitionService_PublishAdvice_Handler,
+		},
+	},
+	Streams:  []grpc.StreamDesc{},
+	Metadata: "peloton/api/v1/peloton.proto",
+}
+
+const (
 	HostAgentService_ReportUsage_FullMethodName = "/peloton.api.v1.HostAgentService/ReportUsage"
 )
 

@@ -1,0 +1,188 @@
+package advisor
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func host(name, partition string, cpu float64, tasks int) Host {
+	return Host{Name: name, Partition: partition, InService: true, Reading: Reading{Fresh: true, CPU: cpu}, Tasks: tasks}
+}
+
+func testConfig() Config {
+	c := DefaultConfig()
+	c.Cooling, c.HoldDown = time.Minute, 5*time.Minute
+	c.Thresholds = map[string]Thresholds{"stateless": func() Thresholds { t := DefaultThresholds(); t.MinDwell = 0; return t }()}
+	return c
+}
+
+// A hot stateless partition takes the cheapest batch host: fewest runs,
+// no gang; pressure counts hosts and services.
+func TestMoveToStatelessWhenHot(t *testing.T) {
+	c := NewCore(testConfig())
+	b1 := host("b1", "batch", 0.5, 3)
+	b2 := host("b2", "batch", 0.5, 1)
+	b3 := host("b3", "batch", 0.1, 0)
+	b3.GangTasks = 1 // cheapest, but a gang would break
+	d := c.Round(Input{Now: at(0), Hosts: []Host{host("s1", "stateless", 0.95, 2), host("s2", "stateless", 0.3, 2), b1, b2, b3},
+		Services: []Service{{Job: "web", Partition: "stateless", P99: 0.05, SLO: 0.1}}})
+	p := d.Pressures["stateless"]
+	if p.Hot != 1 || p.Known != 2 || p.Value != 0.5 || p.Services != 1 || p.Over != 0 {
+		t.Fatalf("stateless pressure %+v; want 1 of 2 hot, value 0.5, 1 service none over", p)
+	}
+	if len(d.Moves) != 1 || d.Moves[0].Host != "b2" || d.Moves[0].To != "stateless" {
+		t.Fatalf("moves %+v; want b2 (fewest runs, no gang) to stateless", d.Moves)
+	}
+	if r := d.Moves[0].Reason; !strings.Contains(r, "stateless pressure 0.50 >= 0.30 (1 of 2 hosts orange or red, 0 of 1 services over SLO)") ||
+		!strings.Contains(r, "1 runs to move") {
+		t.Errorf("reason %q does not give the numbers", r)
+	}
+}
+
+// Services over their SLO are pressure even on cool hosts.
+func TestSLOPressure(t *testing.T) {
+	c := NewCore(testConfig())
+	d := c.Round(Input{Now: at(0), Hosts: []Host{host("s1", "stateless", 0.2, 1), host("b1", "batch", 0.2, 0), host("b2", "batch", 0.2, 0)},
+		Services: []Service{{Job: "a", Partition: "stateless", P99: 0.3, SLO: 0.2}, {Job: "b", Partition: "stateless", P99: 0.1, SLO: 0.2},
+			{Job: "c", Partition: "stateless"}}})
+	if v := d.Pressures["stateless"].Value; v < 0.33 || v > 0.34 {
+		t.Errorf("pressure %g; want 1/3 (one of three services over)", v)
+	}
+	if len(d.Moves) != 1 {
+		t.Errorf("moves %+v; want one", d.Moves)
+	}
+}
+
+func TestMoveLimits(t *testing.T) {
+	hotStateless := []Host{host("s1", "stateless", 0.95, 1)}
+	tests := []struct {
+		name   string
+		cfg    func(*Config)
+		hosts  []Host
+		want   int
+		reason string
+	}{
+		{"min size of batch", nil, append(hotStateless, host("b1", "batch", 0.1, 0)), 0, "batch has 1 hosts (min 1)"},
+		{"max size of stateless", func(c *Config) { c.MaxSize = map[string]int{"stateless": 1} }, append(hotStateless, host("b1", "batch", 0, 0), host("b2", "batch", 0, 0)), 0, "stateless 1 (max 1)"},
+		{"max moves per round", func(c *Config) { c.MaxMoves = 2 }, append(hotStateless, host("b1", "batch", 0, 0), host("b2", "batch", 0, 0), host("b3", "batch", 0, 0)), 2, ""},
+		{"a move under way", nil, append(hotStateless, host("b1", "batch", 0, 0), host("b2", "batch", 0, 0), Host{Name: "b3", Partition: "batch", Target: "stateless"}), 0, "host b3 is moving to stateless"},
+		{"not in service", nil, append(hotStateless, Host{Name: "b1", Partition: "batch", Reading: Reading{Fresh: true}}, Host{Name: "b2", Partition: "batch", Reading: Reading{Fresh: true}}), 0, "no batch host may move"},
+	}
+	for _, tt := range tests {
+		cfg := testConfig()
+		if tt.cfg != nil {
+			tt.cfg(&cfg)
+		}
+		d := NewCore(cfg).Round(Input{Now: at(0), Hosts: tt.hosts})
+		if len(d.Moves) != tt.want || !strings.Contains(d.Waiting, tt.reason) {
+			t.Errorf("%s: moves %+v, waiting %q; want %d moves, waiting %q", tt.name, d.Moves, d.Waiting, tt.want, tt.reason)
+		}
+	}
+}
+
+// The stateless partition cools: after the cooling period the host the
+// advisor moved in goes back (if green), one per cooling period, and not
+// within its hold-down.
+func TestMoveBackAfterCooling(t *testing.T) {
+	cfg := testConfig()
+	cfg.HoldDown = 90 * time.Second
+	c := NewCore(cfg)
+	hosts := func(s1cpu float64, b2part string) []Host {
+		return []Host{host("s1", "stateless", s1cpu, 1), host("b1", "batch", 0.2, 0), host("b2", b2part, 0.1, 0), host("b3", "batch", 0.2, 0)}
+	}
+	d := c.Round(Input{Now: at(0), Hosts: hosts(0.95, "batch")})
+	if len(d.Moves) != 1 || d.Moves[0].Host != "b1" {
+		t.Fatalf("hot: moves %+v; want b1", d.Moves)
+	}
+	// b1 is now stateless; the load ends.
+	after := func(sec int, s1cpu float64) Decision {
+		return c.Round(Input{Now: at(sec), Hosts: []Host{host("s1", "stateless", s1cpu, 1), host("b1", "stateless", 0.0, 0),
+			host("b2", "batch", 0.1, 0), host("b3", "batch", 0.2, 0)}})
+	}
+	if d := after(10, 0.0); len(d.Moves) != 0 {
+		t.Fatalf("cool for 0s: moves %+v", d.Moves)
+	}
+	if d := after(60, 0.0); len(d.Moves) != 0 {
+		t.Fatalf("cool for 50s (cooling 60s): moves %+v", d.Moves)
+	}
+	// Cool long enough, but b1 is held down until 90s.
+	if d := after(75, 0.0); len(d.Moves) != 0 {
+		t.Fatalf("within the hold-down: moves %+v", d.Moves)
+	}
+	d = after(95, 0.0)
+	if len(d.Moves) != 1 || d.Moves[0].Host != "b1" || d.Moves[0].To != "batch" || !strings.Contains(d.Moves[0].Reason, "stateless pressure 0.00 < 0.10 for") {
+		t.Fatalf("cool and past the hold-down: moves %+v; want b1 back to batch", d.Moves)
+	}
+	// s1 was never moved in by the advisor: it stays.
+	if d := c.Round(Input{Now: at(400), Hosts: []Host{host("s1", "stateless", 0, 1), host("b1", "batch", 0, 0)}}); len(d.Moves) != 0 {
+		t.Errorf("moves %+v; want none: s1 was stateless to begin with", d.Moves)
+	}
+}
+
+// Pressure between the levels neither moves nor counts as cooling.
+func TestBetweenLevelsNoMove(t *testing.T) {
+	c := NewCore(testConfig())
+	in := func(sec int) Input {
+		return Input{Now: at(sec), Hosts: []Host{host("s1", "stateless", 0.95, 1), host("s2", "stateless", 0.1, 1),
+			host("s3", "stateless", 0.1, 1), host("s4", "stateless", 0.1, 1), host("s5", "stateless", 0.1, 1), host("b1", "batch", 0, 0), host("b2", "batch", 0, 0)}}
+	}
+	for sec := 0; sec < 600; sec += 60 {
+		if d := c.Round(in(sec)); len(d.Moves) != 0 || d.Pressures["stateless"].Value != 0.2 {
+			t.Fatalf("at %ds: pressure %g, moves %+v; want 0.2 and none", sec, d.Pressures["stateless"].Value, d.Moves)
+		}
+	}
+}
+
+func TestFactor(t *testing.T) {
+	o := DefaultOversubConfig()
+	tests := []struct {
+		use  []float64
+		want float64
+	}{
+		{[]float64{0.3, 0.3, 0.3, 0.3, 0.3, 0.3}, 1.5},            // 0.9/0.3 = 3, capped
+		{[]float64{0.6, 0.6, 0.6, 0.6, 0.6, 0.6}, 1.5},            // 0.9/0.6 = 1.5
+		{[]float64{0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.75}, 1.2}, // p95 is the spike: 0.9/0.75
+		{[]float64{0.95, 0.95, 0.95}, 1},                          // busy: none
+	}
+	for _, tt := range tests {
+		if got := Factor(tt.use, o); got < tt.want-1e-9 || got > tt.want+1e-9 {
+			t.Errorf("Factor(%v) = %g, want %g", tt.use, got, tt.want)
+		}
+	}
+	// Only batch hosts with enough readings are oversubscribed.
+	c := NewCore(testConfig())
+	for i := range 6 {
+		d := c.Round(Input{Now: at(i * 10), Hosts: []Host{host("b1", "batch", 0.3, 0), host("s1", "stateless", 0.3, 0)}})
+		want := 1.0
+		if i == 5 {
+			want = 1.5
+		}
+		if d.Factors["b1"] != want || d.Factors["s1"] != 1 {
+			t.Errorf("round %d: factors %v; want b1 %g, s1 1", i, d.Factors, want)
+		}
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	if err := DefaultConfig().Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for name, f := range map[string]func(*Config){
+		"same partitions": func(c *Config) { c.Stateless = "batch" },
+		"low above high":  func(c *Config) { c.PressureLow = 0.5 },
+		"no moves":        func(c *Config) { c.MaxMoves = 0 },
+		"min above max": func(c *Config) {
+			c.MaxSize = map[string]int{"batch": 0, "stateless": 0}
+			c.MinSize = map[string]int{"batch": 3}
+			c.MaxSize["batch"] = 2
+		},
+		"factor below 1": func(c *Config) { c.Oversub.MaxFactor = 0.5 },
+	} {
+		c := DefaultConfig()
+		f(&c)
+		if err := c.Validate(); err == nil {
+			t.Errorf("%s: no error", name)
+		}
+	}
+}

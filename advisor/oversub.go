@@ -1,0 +1,92 @@
+package advisor
+
+import (
+	"fmt"
+	"slices"
+	"time"
+)
+
+// OversubConfig derives batch hosts' oversubscription factors: revocable
+// work may hold up to capacity x factor of a host's CPU, where factor is
+// (1 - Margin) over the Percentile of the host's CPU use (a fraction of
+// capacity) in the last Window, between 1 and MaxFactor. A host with
+// fewer than MinSamples fresh readings in the window gets 1. Memory is
+// never oversubscribed: an overcommitted page is an OOM kill, not a slow
+// request.
+type OversubConfig struct {
+	MaxFactor  float64
+	Margin     float64
+	Percentile float64
+	Window     time.Duration
+	MinSamples int
+}
+
+// DefaultOversubConfig is the default: at most 1.5, 10% margin, p95 over
+// 30 minutes.
+func DefaultOversubConfig() OversubConfig {
+	return OversubConfig{MaxFactor: 1.5, Margin: 0.1, Percentile: 0.95, Window: 30 * time.Minute, MinSamples: 6}
+}
+
+// Validate names the first bad setting.
+func (o OversubConfig) Validate() error {
+	switch {
+	case o.MaxFactor < 1:
+		return fmt.Errorf("oversubscription max factor %g: want >= 1 (1: off)", o.MaxFactor)
+	case o.Margin < 0 || o.Margin >= 1:
+		return fmt.Errorf("oversubscription margin %g: want 0 <= margin < 1", o.Margin)
+	case o.Percentile <= 0 || o.Percentile > 1:
+		return fmt.Errorf("oversubscription percentile %g: want 0 < p <= 1", o.Percentile)
+	case o.Window <= 0 || o.MinSamples < 1:
+		return fmt.Errorf("oversubscription window %s / min samples %d: want > 0", o.Window, o.MinSamples)
+	}
+	return nil
+}
+
+// window is a host's recent CPU use, oldest first.
+type window struct {
+	at  []time.Time
+	use []float64
+}
+
+// windowMax bounds a window's samples, whatever the interval.
+const windowMax = 4096
+
+func (w *window) add(now time.Time, use float64, span time.Duration) {
+	w.at, w.use = append(w.at, now), append(w.use, use)
+	drop := 0
+	for drop < len(w.at) && (now.Sub(w.at[drop]) > span || len(w.at)-drop > windowMax) {
+		drop++
+	}
+	w.at, w.use = w.at[drop:], w.use[drop:]
+}
+
+// factor records h's reading and returns its factor: 1 but for batch
+// hosts with enough fresh readings.
+func (c *Core) factor(h Host, now time.Time) float64 {
+	o := c.cfg.Oversub
+	w := c.windows[h.Name]
+	if w == nil {
+		w = &window{}
+		c.windows[h.Name] = w
+	}
+	if h.Reading.Fresh {
+		w.add(now, h.Reading.CPU, o.Window)
+	}
+	if h.Partition != c.cfg.Batch || h.Target != "" || o.MaxFactor <= 1 || len(w.use) < o.MinSamples {
+		return 1
+	}
+	return Factor(w.use, o)
+}
+
+// Factor is the oversubscription factor of a host whose CPU use samples
+// (fractions of its capacity) are use.
+func Factor(use []float64, o OversubConfig) float64 {
+	s := slices.Clone(use)
+	slices.Sort(s)
+	i := int(o.Percentile*float64(len(s))+0.5) - 1
+	p := s[max(0, min(i, len(s)-1))]
+	if p <= 0 {
+		return o.MaxFactor
+	}
+	return max(1, min(o.MaxFactor, (1-o.Margin)/p))
+}
