@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -199,6 +201,11 @@ type Manager struct {
 	// back is still in maintenance. Guarded by mu.
 	onCapacity func(resources.ByPartition)
 	maint      map[string]maintRecord
+	// advice is the host advisor's last word (advice.go).
+	advice advice
+	// history is the partition move history, oldest first (advice.go).
+	histMu  sync.Mutex
+	history []moveRecord
 	// parts holds the persisted partition record of every host hostmgr
 	// has one for (partition.go), like maint. Guarded by mu.
 	parts map[string]partRecord
@@ -283,6 +290,9 @@ func NewManager(b Backend, opts Options) *Manager {
 // Recovered.
 func (m *Manager) Start(ctx context.Context) error {
 	if err := m.loadMaintenance(ctx); err != nil {
+		return err
+	}
+	if err := m.loadHistory(ctx); err != nil {
 		return err
 	}
 	if w, ok := m.backend.(HostWatcher); ok {
@@ -907,15 +917,29 @@ func (m *Manager) Logs(ctx context.Context, taskID string, stream pelotonv1.LogS
 }
 
 // ListHosts returns the hosts for the API, with their maintenance state.
-func (m *Manager) ListHosts() []*pelotonv1.Host {
+func (m *Manager) ListHosts() []*pelotonv1.Host { return m.listHosts(false) }
+
+// ListHostsWithRuns is ListHosts with each host's runs and their usage.
+func (m *Manager) ListHostsWithRuns() []*pelotonv1.Host { return m.listHosts(true) }
+
+func (m *Manager) listHosts(withRuns bool) []*pelotonv1.Host {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	out := make([]*pelotonv1.Host, 0, len(m.order))
 	now := m.now()
 	for _, name := range m.order {
-		h := hostProto(m.hosts[name])
+		hh := m.hosts[name]
+		h := hostProto(hh)
 		h.Usage = m.hostUsage(name)
-		h.Slack = m.slackLocked(m.hosts[name], now).ToProto()
+		h.Slack = m.slackLocked(hh, now).ToProto()
+		h.Zone, h.OversubscriptionFactor = m.hostAdvice(name, now)
+		if withRuns {
+			h.Runs = make([]*pelotonv1.HostRun, 0, len(hh.tasks))
+			for _, id := range slices.Sorted(maps.Keys(hh.tasks)) {
+				t := hh.tasks[id]
+				h.Runs = append(h.Runs, &pelotonv1.HostRun{TaskId: id, JobId: t.job, Revocable: t.revocable, Usage: m.RunUsage(id)})
+			}
+		}
 		out = append(out, h)
 	}
 	return out

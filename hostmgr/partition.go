@@ -161,12 +161,15 @@ func (m *Manager) applyPartRecordLocked(h *host) {
 // (and on to the new partition at once if it holds no runs). The host must
 // be in service and not moving already. It returns the host after the
 // change.
-func (m *Manager) MoveHost(ctx context.Context, name, partition string) (*pelotonv1.Host, error) {
+func (m *Manager) MoveHost(ctx context.Context, name, partition, reason string) (*pelotonv1.Host, error) {
 	if name == "" {
 		return nil, apierr.Invalid("host", "required")
 	}
 	if err := ValidatePartition(partition); err != nil {
 		return nil, apierr.Invalid("partition", "%v", err)
+	}
+	if len(reason) > moveReasonMax {
+		return nil, apierr.Invalid("reason", "longer than %d bytes", moveReasonMax)
 	}
 	m.maintMu.Lock()
 	defer m.maintMu.Unlock()
@@ -192,9 +195,14 @@ func (m *Manager) MoveHost(ctx context.Context, name, partition string) (*peloto
 	}
 	r := partRecord{Partition: h.info.Partition, Target: partition, state: partMoving}
 	op := m.partOpLocked(name, r)
+	now := m.now()
 	m.mu.Unlock()
 
-	rev, err := m.persist(ctx, []store.Op{op})
+	hist, commit := m.historyOps(moveRecord{Host: name, From: r.Partition, To: partition, Reason: reason, State: recordStarted, Time: now})
+	rev, err := m.persist(ctx, append([]store.Op{op}, hist...))
+	if err == nil {
+		commit()
+	}
 	if err != nil {
 		m.resyncPartition(name)
 		if errors.Is(err, store.ErrConflict) {

@@ -156,7 +156,7 @@ func TestMoveHostRefusals(t *testing.T) {
 	if _, err := m.StartMaintenance(ctx, []string{"c"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.MoveHost(ctx, "a", "stateless"); err != nil {
+	if _, err := m.MoveHost(ctx, "a", "stateless", ""); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
@@ -172,7 +172,7 @@ func TestMoveHostRefusals(t *testing.T) {
 		{"a", "gpu", codes.FailedPrecondition, "host: host a is already moving to partition stateless"},
 		{"b", "batch", codes.FailedPrecondition, "partition: host b is already in partition batch"},
 	} {
-		_, err := m.MoveHost(ctx, tc.host, tc.part)
+		_, err := m.MoveHost(ctx, tc.host, tc.part, "")
 		if status.Code(err) != tc.code || !strings.HasPrefix(status.Convert(err).Message(), tc.msg) {
 			t.Errorf("move %q to %q: %v, want %s %q", tc.host, tc.part, err, tc.code, tc.msg)
 		}
@@ -202,7 +202,7 @@ func TestMoveEmptyHostMovesAtOnce(t *testing.T) {
 	}
 	defer m.Close()
 	m.Recovered()
-	h, err := m.MoveHost(ctx, "b", "stateless")
+	h, err := m.MoveHost(ctx, "b", "stateless", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,7 +239,7 @@ func TestMoveDrainsTheHostFirst(t *testing.T) {
 	defer cancel()
 	b := newPartHosts()
 	m := partManager(t, b, nil)
-	h, err := m.MoveHost(ctx, "a", "stateless")
+	h, err := m.MoveHost(ctx, "a", "stateless", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,7 +295,7 @@ func TestMoveResumesAfterRestart(t *testing.T) {
 	defer cancel()
 	b := newPartHosts()
 	m1 := partManager(t, b, st)
-	if _, err := m1.MoveHost(ctx, "a", "stateless"); err != nil {
+	if _, err := m1.MoveHost(ctx, "a", "stateless", ""); err != nil {
 		t.Fatal(err)
 	}
 	kv, err := st.Get(ctx, "hosts/a/partition")
@@ -346,7 +346,7 @@ func TestMoveResumesFromDrained(t *testing.T) {
 	failed := testutil.ToFloat64(metrics.HostMoves.WithLabelValues("apply-failed"))
 	moved := testutil.ToFloat64(metrics.HostMoves.WithLabelValues("moved"))
 	m1 := partManager(t, b, st)
-	h, err := m1.MoveHost(ctx, "b", "stateless")
+	h, err := m1.MoveHost(ctx, "b", "stateless", "")
 	if err != nil {
 		t.Fatal(err)
 	}

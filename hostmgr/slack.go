@@ -38,12 +38,18 @@ const (
 
 // hostSlack is a host's slack as defined above, before what revocable runs
 // already hold is taken from it. It is pure.
-func hostSlack(capacity, allocated, used, revocableUsed resources.Resources, margin float64) resources.Resources {
+func hostSlack(capacity, allocated, used, revocableUsed resources.Resources, margin, factor float64) resources.Resources {
 	own := used.Sub(revocableUsed)
 	keep := func(r resources.Resources) resources.Resources {
 		return resources.Resources{MilliCPU: int64((1 - margin) * float64(r.MilliCPU)), MemoryMB: int64((1 - margin) * float64(r.MemoryMB))}
 	}
-	s := keep(allocated).Min(keep(capacity)).Sub(own)
+	// Oversubscription (the advisor's factor, batch hosts' CPU only): what
+	// nobody holds, up to (factor - 1) x capacity, counts as held but idle.
+	held := allocated
+	if factor > 1 {
+		held.MilliCPU += int64((factor - 1) * float64(capacity.MilliCPU))
+	}
+	s := keep(held).Min(keep(capacity)).Sub(own)
 	s.DiskMB = capacity.Sub(allocated).DiskMB
 	s.GPU = capacity.Sub(allocated).GPU
 	return s
@@ -82,7 +88,8 @@ func (m *Manager) totalSlackLocked(h *host, now time.Time) resources.Resources {
 		}
 	}
 	used := usageResources(rep.usage.Cpu, rep.usage.MemoryUsedMb)
-	return hostSlack(h.info.Capacity, h.allocated, used, revUsed, m.slackMargin)
+	_, factor := m.hostAdvice(h.info.Name, now)
+	return hostSlack(h.info.Capacity, h.allocated, used, revUsed, m.slackMargin, factor)
 }
 
 // ClusterSlack is the slack of every host in service, before what

@@ -35,7 +35,7 @@ func TestHostSlack(t *testing.T) {
 		{"held disk is not slack", resources.Resources{MilliCPU: 1000, MemoryMB: 1000, DiskMB: 600, GPU: 2}, resources.Resources{}, resources.Resources{}, 0,
 			resources.Resources{MilliCPU: 1000, MemoryMB: 1000, DiskMB: 400}},
 	} {
-		if got := hostSlack(capacity, tc.allocated, tc.used, tc.revUse, tc.margin); got != tc.want {
+		if got := hostSlack(capacity, tc.allocated, tc.used, tc.revUse, tc.margin, 1); got != tc.want {
 			t.Errorf("%s: slack %v, want %v", tc.name, got, tc.want)
 		}
 	}
@@ -132,5 +132,22 @@ func TestRevocableOnSlack(t *testing.T) {
 			t.Fatalf("OnSlack was last told %v, not the stale host's 0", last)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Oversubscription: the advisor's factor lets revocable work hold CPU
+// nobody holds, up to (factor - 1) x capacity, within what the machine
+// has free; memory never.
+func TestHostSlackOversubscribed(t *testing.T) {
+	capacity := resources.Resources{MilliCPU: 8000, MemoryMB: 16000}
+	// 4 cores held, 2 used; factor 1.5 counts 4 more as held: 8 x 0.9 - 2.
+	got := hostSlack(capacity, cpuMem(4000, 8000), cpuMem(2000, 4000), resources.Resources{}, 0.1, 1.5)
+	if want := (resources.Resources{MilliCPU: 7200 - 2000, MemoryMB: 7200 - 4000}); got != want {
+		t.Errorf("factor 1.5: slack %v, want %v", got, want)
+	}
+	// Factor 1.25 adds 2 cores: (4 + 2) x 0.9 - 2.
+	got = hostSlack(capacity, cpuMem(4000, 8000), cpuMem(2000, 4000), resources.Resources{}, 0.1, 1.25)
+	if want := (resources.Resources{MilliCPU: 5400 - 2000, MemoryMB: 7200 - 4000}); got != want {
+		t.Errorf("factor 1.25: slack %v, want %v", got, want)
 	}
 }

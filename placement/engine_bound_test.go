@@ -48,7 +48,7 @@ func TestEngineBoundPlacement(t *testing.T) {
 	if _, err := hm.StartMaintenance(ctx, []string{"h18"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := hm.MoveHost(ctx, "h12", "stateless"); err != nil {
+	if _, err := hm.MoveHost(ctx, "h12", "stateless", ""); err != nil {
 		t.Fatal(err)
 	}
 	foreign, _ := hm.AcquireHosts(hostmgr.HostFilter{Hosts: []string{"h19"}})

@@ -158,7 +158,33 @@ func (s *Server) ListPools(ctx context.Context, req *pelotonv1.ListPoolsRequest)
 
 // ListHosts returns the cluster's hosts.
 func (s *Server) ListHosts(ctx context.Context, req *pelotonv1.ListHostsRequest) (*pelotonv1.ListHostsResponse, error) {
+	if req.GetIncludeRuns() {
+		return &pelotonv1.ListHostsResponse{Hosts: s.hm.ListHostsWithRuns()}, nil
+	}
 	return &pelotonv1.ListHostsResponse{Hosts: s.hm.ListHosts()}, nil
+}
+
+// ListPartitions summarizes the partitions and the advisor's status.
+func (s *Server) ListPartitions(ctx context.Context, _ *pelotonv1.ListPartitionsRequest) (*pelotonv1.ListPartitionsResponse, error) {
+	ps, st := s.hm.ListPartitions()
+	return &pelotonv1.ListPartitionsResponse{Partitions: ps, Advisor: st}, nil
+}
+
+// ListPartitionMoves returns the move history, newest first.
+func (s *Server) ListPartitionMoves(ctx context.Context, req *pelotonv1.ListPartitionMovesRequest) (*pelotonv1.ListPartitionMovesResponse, error) {
+	ms, err := s.hm.ListPartitionMoves(req.GetHost(), req.GetLimit())
+	if err != nil {
+		return nil, err
+	}
+	return &pelotonv1.ListPartitionMovesResponse{Moves: ms}, nil
+}
+
+// PublishAdvice takes the host advisor's advice of one round.
+func (s *Server) PublishAdvice(ctx context.Context, req *pelotonv1.PublishAdviceRequest) (*pelotonv1.PublishAdviceResponse, error) {
+	if err := s.hm.PublishAdvice(ctx, req); err != nil {
+		return nil, err
+	}
+	return &pelotonv1.PublishAdviceResponse{}, nil
 }
 
 // StartMaintenance takes hosts out of service; they drain, then are drained.
@@ -182,7 +208,7 @@ func (s *Server) CompleteMaintenance(ctx context.Context, req *pelotonv1.Complet
 // MoveHost moves a host to another partition: it drains (SLA-checked, as
 // maintenance drains) and then joins the new partition.
 func (s *Server) MoveHost(ctx context.Context, req *pelotonv1.MoveHostRequest) (*pelotonv1.MoveHostResponse, error) {
-	h, err := s.hm.MoveHost(ctx, req.GetHost(), req.GetPartition())
+	h, err := s.hm.MoveHost(ctx, req.GetHost(), req.GetPartition(), req.GetReason())
 	if err != nil {
 		return nil, err
 	}

@@ -38,6 +38,7 @@ type Server struct {
 	pelotonv1.UnimplementedHostServiceServer
 	pelotonv1.UnimplementedUpdateServiceServer
 	pelotonv1.UnimplementedHostAgentServiceServer
+	pelotonv1.UnimplementedPartitionServiceServer
 
 	jm  *jobmgr.Manager
 	rm  *resmgr.Manager
@@ -81,6 +82,7 @@ func (s *Server) GRPCServer(opts ...grpc.ServerOption) *grpc.Server {
 	pelotonv1.RegisterHostServiceServer(g, s)
 	pelotonv1.RegisterUpdateServiceServer(g, s)
 	pelotonv1.RegisterHostAgentServiceServer(g, s)
+	pelotonv1.RegisterPartitionServiceServer(g, s)
 	return g
 }
 
@@ -134,6 +136,7 @@ func (s *Server) HTTPHandler(ctx context.Context, grpcAddr string, extra http.Ha
 			pelotonv1.RegisterPoolServiceHandlerFromEndpoint,
 			pelotonv1.RegisterHostServiceHandlerFromEndpoint,
 			pelotonv1.RegisterUpdateServiceHandlerFromEndpoint,
+			pelotonv1.RegisterPartitionServiceHandlerFromEndpoint,
 		},
 		OpenAPI:         pelotonv1.OpenAPI,
 		MaxRequestBytes: MaxRequestBytes,

@@ -67,6 +67,8 @@ type Client struct {
 	Pools   pelotonv1.PoolServiceClient
 	Hosts   pelotonv1.HostServiceClient
 	Updates pelotonv1.UpdateServiceClient
+	// Partitions shows partitions and moves, and takes the advisor's advice.
+	Partitions pelotonv1.PartitionServiceClient
 }
 
 // New prepares a client of the cluster API at addr. It fails only on a
@@ -78,13 +80,14 @@ func New(addr string, o Options) (*Client, error) {
 		return nil, err
 	}
 	return &Client{
-		Addr:    addr,
-		Conn:    conn,
-		Jobs:    pelotonv1.NewJobServiceClient(conn),
-		Tasks:   pelotonv1.NewTaskServiceClient(conn),
-		Pools:   pelotonv1.NewPoolServiceClient(conn),
-		Hosts:   pelotonv1.NewHostServiceClient(conn),
-		Updates: pelotonv1.NewUpdateServiceClient(conn),
+		Addr:       addr,
+		Conn:       conn,
+		Jobs:       pelotonv1.NewJobServiceClient(conn),
+		Tasks:      pelotonv1.NewTaskServiceClient(conn),
+		Pools:      pelotonv1.NewPoolServiceClient(conn),
+		Hosts:      pelotonv1.NewHostServiceClient(conn),
+		Updates:    pelotonv1.NewUpdateServiceClient(conn),
+		Partitions: pelotonv1.NewPartitionServiceClient(conn),
 	}, nil
 }
 
