@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/peloton-sched/peloton/advisor"
 	"github.com/peloton-sched/peloton/hostagent"
 	"github.com/peloton-sched/peloton/hostmgr/kubernetes"
 	"github.com/peloton-sched/peloton/internal/sla"
@@ -117,6 +118,14 @@ type Config struct {
 	// virtual host's runs use more than its declared capacity allows,
 	// revocable runs are killed (hostagent/qos.go).
 	HostAgentQoS *hostagent.QoSPolicy
+	// AdvisorMode runs the host advisor in this process, against this
+	// stack's API: "act" moves hosts between the batch and stateless
+	// partitions, "observe" only says what it would do; "" or "off": no
+	// advisor (one may run as `peloton serve advisor`).
+	AdvisorMode string
+	// Advisor is its policy and AdvisorInterval its pace (0: 10s).
+	Advisor         advisor.Config
+	AdvisorInterval time.Duration
 	// DefaultReservesHosts makes /default, when this start creates it (a
 	// fresh cluster), reserve what the hosts have, so non-preemptible work
 	// runs out of the box (`peloton up`). Written once; see

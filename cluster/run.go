@@ -187,6 +187,11 @@ func runStack(ctx context.Context, cfg Config, t *term) error {
 	if agentErr != nil {
 		log.Warn("cannot start the hosts' agents; their usage is not reported", "err", agentErr)
 	}
+	stopAdvisor, advErr := startAdvisor(runCtx, ready.GRPCAddr, cfg, log)
+	if advErr != nil {
+		return fmt.Errorf("start the host advisor: %w", advErr)
+	}
+	defer stopAdvisor()
 	if cfg.OnReady != nil {
 		cfg.OnReady(ready)
 	}
@@ -200,6 +205,7 @@ func runStack(ctx context.Context, cfg Config, t *term) error {
 		}
 	}
 	log.Info("shutting down")
+	stopAdvisor()
 	if agents != nil {
 		agents.stop()
 	}

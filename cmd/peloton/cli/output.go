@@ -362,7 +362,7 @@ func number(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
 // writeHostTable writes hosts as a table with used/total cpu and memory and
 // what maintenance is doing.
 func writeHostTable(w io.Writer, hosts []*pelotonv1.Host, _ bool, now time.Time) {
-	fmt.Fprintln(w, "NAME\tSTATE\tPARTITION\tCPU\tMEM\tTASKS\tCPU USED\tMEM USED\tREPORTED\tSLACK\tLABELS\tMESSAGE")
+	fmt.Fprintln(w, "NAME\tSTATE\tPARTITION\tZONE\tCPU\tMEM\tTASKS\tCPU USED\tMEM USED\tREPORTED\tSLACK\tLABELS\tMESSAGE")
 	for _, h := range hosts {
 		used, total := h.GetAllocated(), h.GetCapacity()
 		cpuUsed, memUsed, reported, slack := "", "", "", ""
@@ -377,6 +377,7 @@ func writeHostTable(w io.Writer, hosts []*pelotonv1.Host, _ bool, now time.Time)
 			h.GetName(),
 			h.GetState().String(),
 			hostPartition(h),
+			zoneCell(h.GetZone()),
 			number(used.GetCpu())+"/"+number(total.GetCpu()),
 			number(used.GetMemoryMb())+"/"+number(total.GetMemoryMb()),
 			strconv.FormatUint(uint64(h.GetTaskCount()), 10),
@@ -385,6 +386,20 @@ func writeHostTable(w io.Writer, hosts []*pelotonv1.Host, _ bool, now time.Time)
 			hostMessage(h),
 		)
 	}
+}
+
+// zoneCell is a host's zone as the advisor last said it: green, orange,
+// red, or empty while no advisor speaks.
+func zoneCell(z pelotonv1.HostZone) string {
+	switch z {
+	case pelotonv1.HostZone_HOST_ZONE_GREEN:
+		return "green"
+	case pelotonv1.HostZone_HOST_ZONE_ORANGE:
+		return "orange"
+	case pelotonv1.HostZone_HOST_ZONE_RED:
+		return "red"
+	}
+	return ""
 }
 
 // hostPartition is a host's partition, "from->to" while it moves.

@@ -207,6 +207,7 @@ func TestPoolAndHostTables(t *testing.T) {
 		Usage: &pelotonv1.HostUsage{Cpu: 0.934, MemoryUsedMb: 120,
 			ReceiveTime: timestamppb.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))},
 		Slack: &pelotonv1.Resources{Cpu: 0.4, MemoryMb: 200},
+		Zone:  pelotonv1.HostZone_HOST_ZONE_ORANGE,
 	}, {
 		Name:               "host-1",
 		State:              pelotonv1.HostState_HOST_DRAINING,
@@ -216,9 +217,9 @@ func TestPoolAndHostTables(t *testing.T) {
 		MaintenanceMessage: "draining: 2 tasks left",
 	}}, false, time.Date(2026, 1, 1, 0, 0, 3, 0, time.UTC))
 	want = "" +
-		"NAME\tSTATE\tPARTITION\tCPU\tMEM\tTASKS\tCPU USED\tMEM USED\tREPORTED\tSLACK\tLABELS\tMESSAGE\n" +
-		"host-0\tHOST_UP\t-\t1.5/8\t512/16384\t3\t0.93\t120\t3s ago\t0.4/200\track=r1,zone=a\t-\n" +
-		"host-1\tHOST_DRAINING\t-\t1/8\t64/16384\t2\t-\t-\t-\t-\t-\tdraining: 2 tasks left\n"
+		"NAME\tSTATE\tPARTITION\tZONE\tCPU\tMEM\tTASKS\tCPU USED\tMEM USED\tREPORTED\tSLACK\tLABELS\tMESSAGE\n" +
+		"host-0\tHOST_UP\t-\torange\t1.5/8\t512/16384\t3\t0.93\t120\t3s ago\t0.4/200\track=r1,zone=a\t-\n" +
+		"host-1\tHOST_DRAINING\t-\t-\t1/8\t64/16384\t2\t-\t-\t-\t-\t-\tdraining: 2 tasks left\n"
 	if buf.String() != want {
 		t.Errorf("host rows:\n%q\nwant\n%q", buf.String(), want)
 	}

@@ -156,6 +156,7 @@ Start a single-machine cluster with "peloton up", then submit work to it:
 		a.taskCommand(),
 		a.poolCommand(),
 		a.hostCommand(),
+		a.partitionCommand(),
 		a.updateCommand(),
 		a.clusterCommand(),
 		a.fedCommand(),

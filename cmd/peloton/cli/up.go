@@ -51,6 +51,7 @@ type serverFlags struct {
 	slackMargin     float64
 	usageStaleAfter time.Duration
 	qos             qosFlags
+	advisor         advisorFlags
 	engines         int
 	kube            kubeFlags
 	// Federation: serve cluster registers with --federation; up runs one
@@ -126,6 +127,7 @@ func (f *serverFlags) register(fs *pflag.FlagSet, embedded bool) {
 	fs.Float64Var(&f.slackMargin, "slack-margin", 0.1, "fraction of each host's CPU and memory kept out of the slack that revocable work runs on (0 to 0.9)")
 	fs.DurationVar(&f.usageStaleAfter, "usage-stale-after", 15*time.Second, "how old a host's last usage report may be and still give slack; past it the host has none")
 	f.qos.Register(fs)
+	f.advisor.register(fs, true)
 }
 
 // config validates the flags and builds the cluster configuration; every
@@ -200,6 +202,10 @@ func (f *serverFlags) config(embedded bool) (cluster.Config, error) {
 	if err != nil {
 		return cluster.Config{}, err
 	}
+	advMode, advCfg, err := f.advisor.config(true)
+	if err != nil {
+		return cluster.Config{}, err
+	}
 	var labels []string
 	for _, l := range f.hostLabels {
 		l = strings.TrimSpace(l)
@@ -229,6 +235,9 @@ func (f *serverFlags) config(embedded bool) (cluster.Config, error) {
 		SlackMargin:       slackMarginOf(f.slackMargin),
 		UsageStaleAfter:   f.usageStaleAfter,
 		HostAgentQoS:      qos,
+		AdvisorMode:       advMode,
+		Advisor:           advCfg,
+		AdvisorInterval:   f.advisor.interval,
 		PlacementEngines:  f.engines,
 		Kube:              kube,
 		LeaderElect:       f.leaderElect,
@@ -375,7 +384,7 @@ its stack at once and campaigns again.`,
 	}
 	f.register(clusterCmd.Flags(), false)
 	clusterCmd.SetUsageTemplate(serverUsage)
-	cmd.AddCommand(clusterCmd, a.serveFederationCommand(), a.serveHostagentCommand())
+	cmd.AddCommand(clusterCmd, a.serveFederationCommand(), a.serveHostagentCommand(), a.serveAdvisorCommand())
 	return cmd
 }
 
