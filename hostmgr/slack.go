@@ -99,10 +99,11 @@ func (m *Manager) ClusterSlack() resources.Resources {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.now()
-	var total resources.Resources
+	var total, held resources.Resources
 	for name, h := range m.hosts {
 		s := m.totalSlackLocked(h, now)
 		total = total.Add(s)
+		held = held.Add(h.revocable)
 		left := s.Sub(h.revocable)
 		metrics.HostSlackCPU.WithLabelValues(name).Set(float64(left.MilliCPU) / 1000)
 		metrics.HostSlackMemory.WithLabelValues(name).Set(float64(left.MemoryMB) * (1 << 20))
@@ -121,6 +122,10 @@ func (m *Manager) ClusterSlack() resources.Resources {
 	for name := range m.hosts {
 		m.slackGauged[name] = true
 	}
+	metrics.RevocableCapacity.WithLabelValues("cpu").Set(float64(total.MilliCPU) / 1000)
+	metrics.RevocableCapacity.WithLabelValues("memory").Set(float64(total.MemoryMB) * (1 << 20))
+	metrics.RevocableAllocated.WithLabelValues("cpu").Set(float64(held.MilliCPU) / 1000)
+	metrics.RevocableAllocated.WithLabelValues("memory").Set(float64(held.MemoryMB) * (1 << 20))
 	return total
 }
 

@@ -384,6 +384,16 @@ func validateJobSpec(s *pelotonv1.JobSpec, largest resources.Resources) error {
 	if s.Sla != nil && s.Sla.MinimumRunningInstances > s.InstanceCount {
 		return apierr.Invalid("spec.sla.minimumRunningInstances", "must be <= instanceCount %d, got %d", s.InstanceCount, s.Sla.MinimumRunningInstances)
 	}
+	if slo := s.GetSla().GetLatencySloMs(); slo > 0 {
+		switch {
+		case s.Type != pelotonv1.JobType_SERVICE:
+			return apierr.Invalid("spec.sla.latencySloMs", "latency SLOs are for SERVICE jobs, not %s", s.Type)
+		case s.GetDefaultSpec().GetMetrics() == nil:
+			return apierr.Invalid("spec.sla.latencySloMs", "needs defaultSpec.metrics: the host agents measure the P99 from the histogram it names")
+		case slo > 3_600_000:
+			return apierr.Invalid("spec.sla.latencySloMs", "at most 3600000 (an hour), got %d", slo)
+		}
+	}
 	if s.DefaultSpec == nil {
 		s.DefaultSpec = &pelotonv1.TaskSpec{}
 	}

@@ -80,6 +80,15 @@ func TestValidateJobSpec(t *testing.T) {
 		field string // "" = valid
 	}{
 		{"valid", MakeJob("ok").Instances(3).Obj(), ""},
+		{"latency SLO of a batch job", MakeJob("x").With(func(s *pelotonv1.JobSpec) { s.Sla = &pelotonv1.SlaSpec{LatencySloMs: 100} }).Obj(), "spec.sla.latencySloMs"},
+		{"latency SLO without metrics", MakeJob("x").Type(pelotonv1.JobType_SERVICE).With(func(s *pelotonv1.JobSpec) {
+			s.Sla = &pelotonv1.SlaSpec{LatencySloMs: 100}
+		}).Obj(), "spec.sla.latencySloMs"},
+		{"latency SLO with metrics", MakeJob("x").Type(pelotonv1.JobType_SERVICE).With(func(s *pelotonv1.JobSpec) {
+			s.Sla = &pelotonv1.SlaSpec{LatencySloMs: 100}
+			s.DefaultSpec.Ports = []*pelotonv1.PortSpec{{Name: "http"}}
+			s.DefaultSpec.Metrics = &pelotonv1.MetricsSpec{Port: "http", Path: "/metrics", LatencyHistogram: "request_seconds"}
+		}).Obj(), ""},
 		{"nil", nil, "spec"},
 		{"no name", MakeJob("").Obj(), "spec.name"},
 		{"no type", MakeJob("x").With(func(s *pelotonv1.JobSpec) { s.Type = 0 }).Obj(), "spec.type"},
