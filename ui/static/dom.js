@@ -110,7 +110,9 @@ export function amount(kind, v) {
 // bar is one meter: used of total, with optional ticks {at, label}.
 export function bar(used, total, opts = {}) {
   const pct = total > 0 ? Math.min(100, (100 * used) / total) : 0;
-  const cls = pct >= 90 ? "hot" : pct >= 70 ? "warm" : "";
+  // A bar of capacity turns warm, then hot, as it fills; a bar of
+  // progress (opts.progress) is good when full.
+  const cls = opts.progress ? "progress" : pct >= 90 ? "hot" : pct >= 70 ? "warm" : "";
   const el = h("div.bar" + (cls ? "." + cls : ""), {
     role: "meter", "aria-valuemin": 0, "aria-valuemax": total, "aria-valuenow": used,
     title: opts.title || `${num(used)} of ${num(total)}`,

@@ -204,7 +204,7 @@ async function servicePage(ctx, id) {
         { title: "Cluster", cell: (c) => c.cluster },
         { title: "Job", cell: (c) => clusterUI(byName[c.cluster], "/ui/jobs/" + enc(c.clusterJobId || ""), c.clusterJobId || "") },
         { title: "State", cell: (c) => badge(c.state) },
-        { title: "Running", cell: (c) => h("div.meter", bar(c.running, c.desired), h("span.muted", `${c.running}/${c.desired}`)) },
+        { title: "Running", cell: (c) => h("div.meter", bar(c.running, c.desired, { progress: true }), h("span.muted", `${c.running}/${c.desired}`)) },
         { title: "Max unavailable", cls: "num", cell: (c) => String(c.maxUnavailable) },
         { title: "Version", cell: (c) => c.specVersion },
         { title: "Message", cell: (c) => [c.failedOver ? "failed over · " : "", c.message || ""] },
