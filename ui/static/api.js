@@ -68,12 +68,16 @@ export function query(params) {
 
 // listAll fetches every page of a paged list (ListJobs, ListTasks, ...),
 // at most maxPages pages.
-export async function listAll(path, params, key, signal, maxPages = 50) {
+// onPage, if set, sees the items so far after each page, so a long list
+// can be shown as it arrives; firstPageSize makes that first page small.
+export async function listAll(path, params, key, signal, maxPages = 50, onPage, firstPageSize) {
   let out = [];
   let token = "";
   for (let i = 0; i < maxPages; i++) {
-    const r = await get(path + query({ ...params, pageToken: token }), signal);
+    const size = i === 0 && firstPageSize ? { pageSize: firstPageSize } : {};
+    const r = await get(path + query({ ...params, ...size, pageToken: token }), signal);
     out = out.concat(r[key] || []);
+    if (onPage) onPage(out);
     token = r.nextPageToken || "";
     if (!token) break;
   }

@@ -95,6 +95,7 @@ async function open(path) {
   const h1 = root.querySelector("h1");
   if (h1) document.title = h1.textContent + " · Peloton";
   document.body.dataset.ready = path; // tests wait for this
+  if (!performance.getEntriesByName("peloton:ready").length) performance.mark("peloton:ready");
   schedule(page);
 }
 

@@ -319,11 +319,23 @@ async function jobPage(ctx, id) {
     return jobHeader(job);
   });
   if (!job) return;
+  // The grid only needs states, but ListTasks answers whole tasks (about
+  // 1 KiB each): the first, small page is drawn as soon as it arrives (it
+  // fills the screen), the rest as they come. A large job is read again
+  // less often than the poll: at most every five times as long as the
+  // last read took.
+  let lastRead = 0, readTook = 0, lastLegend = null;
   await ctx.live(legendSlot, async () => {
-    // The grid only needs states; each page of ListTasks holds up to 5000.
-    const tasks = await listAll(`/v1/jobs/${enc(id)}/tasks`, { pageSize: 5000 }, "tasks", ctx.signal, 30);
+    if (lastLegend && Date.now() - lastRead < 5 * readTook) return lastLegend;
+    const start = Date.now();
+    const total = job.spec.instanceCount || 0;
+    const tasks = await listAll(`/v1/jobs/${enc(id)}/tasks`, { pageSize: 5000 }, "tasks", ctx.signal, 30,
+      (sofar) => grid.set(sofar, total), 1000);
     grid.set(tasks);
-    return legend(tasks);
+    lastRead = Date.now();
+    readTook = lastRead - start;
+    lastLegend = legend(tasks);
+    return lastLegend;
   });
   let shown = -1;
   async function showInstance(i) {
