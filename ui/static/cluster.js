@@ -69,7 +69,7 @@ async function overviewPage(ctx) {
         Object.keys(counts).length ? h("p", Object.entries(counts).sort().map(([s, n]) => h("span.chip", badge(s), " ", num(n))))
           : h("p.muted", "no tasks"),
         h("p.muted", `${jobs.length} jobs · ${(pools.pools || []).length} pools`)),
-      section("Running updates", updateList(running, true)),
+      section("Running updates", updateList(running, true, jobNames(jobs))),
       section("Alerts", alerts(hs, jobs)),
     ];
   });
@@ -549,14 +549,19 @@ async function updatesPage(ctx) {
   const list = h("div");
   ctx.root.append(h("h1", "Updates"), job ? h("p", "Updates of job ", link("/ui/jobs/" + enc(job), job), " · ", link("/ui/updates", "all")) : "", list);
   await ctx.live(list, async () => {
-    const r = await get("/v1/updates" + query({ jobId: job }), ctx.signal);
-    return updateList(r.updates || [], false);
+    const [r, jobs] = await Promise.all([get("/v1/updates" + query({ jobId: job }), ctx.signal),
+      listAll("/v1/jobs", { pageSize: 500 }, "jobs", ctx.signal, 4)]);
+    return updateList(r.updates || [], false, jobNames(jobs));
   });
 }
 
-function updateList(updates, compact) {
+function updateList(updates, compact, names) {
   if (!updates.length) return h("p.muted", "No updates.");
-  return h("div.updates", updates.map((u) => updateCard(u, compact)));
+  return h("div.updates", updates.map((u) => updateCard(u, compact, names)));
+}
+
+function jobNames(jobs) {
+  return Object.fromEntries(jobs.map((j) => [j.id, j.spec.name]));
 }
 
 // batches draws an update's progress one segment per batch.
@@ -590,11 +595,11 @@ function updateActions(u) {
       disabled: !!u.rollbackVersion && u.rollbackVersion !== "0" || s === "UPDATE_ROLLED_BACK" }));
 }
 
-function updateCard(u, compact) {
+function updateCard(u, compact, names = {}) {
   const st = u.status;
   return h("div.card.update", { dataset: { update: u.id, state: st.state } },
-    h("h3", link("/ui/updates/" + enc(u.id), u.id), " ", badge(st.state), " ",
-      h("span.muted", "job "), link("/ui/jobs/" + enc(u.jobId), u.jobId)),
+    h("h3", link("/ui/jobs/" + enc(u.jobId), names[u.jobId] || u.jobId), " ", badge(st.state), " ",
+      h("span.muted", "update "), link("/ui/updates/" + enc(u.id), u.id)),
     h("p.muted", `v${u.fromVersion} → v${u.toVersion} · ${u.cause || "update"} · `, ago(st.createTime),
       st.message ? [" · ", h("span.reason", st.message)] : ""),
     batches(u),
@@ -607,8 +612,9 @@ async function updatePage(ctx, id) {
   await ctx.live(body, async () => {
     const u = (await get("/v1/updates/" + enc(id), ctx.signal)).update;
     const st = u.status, sp = u.spec || {};
+    const job = await get("/v1/jobs/" + enc(u.jobId), ctx.signal).catch(() => null);
     return [
-      updateCard(u, false),
+      updateCard(u, false, job ? { [u.jobId]: job.job.spec.name } : {}),
       section("Details", kv([
         ["Job", link("/ui/jobs/" + enc(u.jobId), u.jobId)], ["From → to", `v${u.fromVersion} → v${u.toVersion}`],
         ["Batch size", String(sp.batchSize || 1)], ["Max unavailable", String(sp.maxUnavailable || sp.batchSize || 1)],
