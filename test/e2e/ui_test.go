@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/chromedp"
 )
 
@@ -171,6 +173,8 @@ func TestUI(t *testing.T) {
 		return nil
 	})
 	restJSON(t, "PUT", f+"/v1/federation/services/"+fsvc.ServiceID, `{"job":`+fedJob(3601)+`,"rollout":{"startPaused":true}}`, 200, nil)
+	restJSON(t, "POST", f+"/v1/federation/jobs?requestId=ui-fjob", `{"job":{"name":"report-builder","pool":"/default","instanceCount":1,
+		"defaultSpec":{"command":["true"],"resources":{"cpu":0.1,"memoryMb":16}}}}`, 200, nil)
 
 	b := newBrowser(t, chromium, 1280, 800)
 	if err := b.do(10*time.Second, chromedp.EmulateViewport(1280, 800)); err != nil {
@@ -283,7 +287,19 @@ func TestUI(t *testing.T) {
 	visit("fed-services", f+"/ui/services", "the federated service", text("global-api")+` && `+text("2/2"))
 	visit("fed-rollouts", f+"/ui/updates", "the rollout per cluster", `document.querySelector('[data-service="`+fsvc.ServiceID+`"] .step')`)
 	visit("fed-service", f+"/ui/services/"+fsvc.ServiceID, "per cluster and the rollout", text("Per cluster")+` && `+text("PAUSED"))
-	visit("fed-jobs", f+"/ui/jobs", "the (empty) federated job list", text("No federated jobs")+` || document.querySelector("main table")`)
+	visit("fed-jobs", f+"/ui/jobs", "the federated job", text("report-builder"))
+
+	// Dark theme, following the system's preference.
+	dark := func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
+		_, err := cdp.Call(ctx, tg, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
+			Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: "dark"}}})
+		return chromedp.Void{}, err
+	}
+	if err := b.do(10*time.Second, dark); err != nil {
+		t.Fatal(err)
+	}
+	visit("job-dark", c+"/ui/jobs/"+batchID, "the job page in the dark theme",
+		`document.querySelector(".grid canvas") && getComputedStyle(document.body).backgroundColor !== "rgb(246, 247, 249)"`)
 
 	// A narrow window: the jobs page still fits (tables scroll inside).
 	if err := b.do(10*time.Second, chromedp.EmulateViewport(420, 800)); err != nil {
