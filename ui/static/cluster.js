@@ -127,7 +127,10 @@ function partitions(hosts) {
 
 // ------------------------------------------------------------------- pools
 
-const poolKinds = ["reservation", "limit", "share"];
+// poolKinds are the PoolSpec's groups, all in the form: an edit replaces
+// the whole spec, so a group left out would be dropped.
+const poolKinds = ["reservation", "limit", "share", "revocableLimit"];
+const groupTitle = { reservation: "Reservation", limit: "Limit", share: "Share", revocableLimit: "Revocable limit" };
 
 async function poolsPage(ctx, selected) {
   const formSlot = h("div");
@@ -140,7 +143,7 @@ async function poolsPage(ctx, selected) {
   let pools = [];
   function openForm(pool) {
     replace(formSlot, poolForm(pool, () => { replace(formSlot); hooks.refresh(); }));
-    formSlot.querySelector("input").focus();
+    formSlot.querySelector("input:not([readonly])").focus();
   }
   await ctx.live(tree, async () => {
     pools = (await get("/v1/pools", ctx.signal)).pools || [];
@@ -193,7 +196,7 @@ function poolForm(pool, done) {
   const spec = (pool && pool.spec) || {};
   const field = (name, label, value, attrs = {}) => h("label.field", h("span", label),
     h("input", { name, id: "f-" + name.replace(/\W/g, "-"), dataset: { field: name }, value: value ?? "", ...attrs }));
-  const groups = poolKinds.map((g) => h("fieldset", h("legend", g),
+  const groups = poolKinds.map((g) => h("fieldset", h("legend", groupTitle[g]),
     kinds.map((k) => field(`spec.${g}.${k.key}`, `${k.label}${k.unit ? " (" + k.unit + ")" : ""}`,
       spec[g] && spec[g][k.key] ? spec[g][k.key] : "", { inputmode: "decimal", placeholder: g === "share" ? "1" : "0" }))));
   const form = h("form.card.poolform", { novalidate: true },
