@@ -186,12 +186,16 @@ func TestUI(t *testing.T) {
 	}
 	// visit opens a page by its deep link, waits until the app rendered it
 	// and cond holds, checks for JavaScript errors, and takes a screenshot.
-	visit := func(name, url, what, cond string) {
+	load := func(name, url, what, cond string) {
 		t.Helper()
 		if err := b.do(20*time.Second, chromedp.Navigate(url)); err != nil {
 			t.Fatalf("%s: open %s: %v", name, url, err)
 		}
 		b.waitJS(t, name+": "+what, `document.body.dataset.ready && (`+cond+`)`, 20*time.Second)
+	}
+	visit := func(name, url, what, cond string) {
+		t.Helper()
+		load(name, url, what, cond)
 		shot(t, b, filepath.Join(shots, name+".png"))
 		b.checkNoJSErrors(t, name)
 	}
@@ -257,8 +261,51 @@ func TestUI(t *testing.T) {
 	b.checkNoJSErrors(t, "updates after pause/resume")
 	visit("update", c+"/ui/updates/"+updateID, "the update's batches", `document.querySelector(".batches") && `+text("Batch size"))
 
+	// Scale the batch job from its page: 24 to 26 instances.
+	load("job-scale", c+"/ui/jobs/"+batchID, "the job's actions", `document.querySelector('[data-action="scale-job"]')`)
+	if err := b.do(10*time.Second, chromedp.SetValue(chromedp.CSS(`input[aria-label="Instance count"]`), "26"),
+		chromedp.Click(chromedp.CSS(`[data-action="scale-job"]`))); err != nil {
+		t.Fatal(err)
+	}
+	within(t, 20*time.Second, "job scaled to 26 through the UI", func() error {
+		if n := dig(getJSON(t, c+"/v1/jobs/"+batchID), "job", "spec", "instanceCount"); n != float64(26) {
+			return fmt.Errorf("instanceCount %v", n)
+		}
+		return nil
+	})
+	b.checkNoJSErrors(t, "job after scale")
+
 	visit("hosts", c+"/ui/hosts", "the drained host and the partitions",
 		`document.querySelector('[data-host="local-2"]') && /HOST_DRAIN/.test(document.querySelector('[data-host="local-2"]').dataset.state) && `+text("Partitions")+` && `+text("default"))
+
+	// Complete the drained host's maintenance from the hosts page.
+	if err := b.do(10*time.Second, chromedp.Click(chromedp.CSS(`[data-action="complete-local-2"]`))); err != nil {
+		t.Fatal(err)
+	}
+	within(t, 20*time.Second, "local-2 back up through the UI", func() error {
+		for _, h := range dig(getJSON(t, c+"/v1/hosts"), "hosts").([]any) {
+			if dig(h, "name") == "local-2" && dig(h, "state") != "HOST_UP" {
+				return fmt.Errorf("local-2 is %v", dig(h, "state"))
+			}
+		}
+		return nil
+	})
+	b.waitJS(t, "the hosts page shows local-2 up", `document.querySelector('[data-host="local-2"][data-state="HOST_UP"]')`, 10*time.Second)
+	b.checkNoJSErrors(t, "hosts after maintenance")
+
+	// Edit a pool: /org/web gets a CPU limit.
+	visit("pool-edit", c+"/ui/pools/org/web", "the edit form of /org/web", `document.querySelector("form.poolform input[name=path]").value === "/org/web"`)
+	if err := b.do(10*time.Second, chromedp.SendKeys(chromedp.CSS(`input[name="spec.limit.cpu"]`), "6"),
+		chromedp.Click(chromedp.CSS(`[data-action="save-pool"]`))); err != nil {
+		t.Fatal(err)
+	}
+	within(t, 20*time.Second, "/org/web's limit set through the UI", func() error {
+		if v := dig(getJSON(t, c+"/v1/pools/org/web"), "pool", "spec", "limit", "cpu"); v != float64(6) {
+			return fmt.Errorf("limit.cpu %v", v)
+		}
+		return nil
+	})
+	b.checkNoJSErrors(t, "pool edit")
 
 	// A refused pool: the API's message appears next to its field.
 	visit("pool-form", c+"/ui/pools", "the tree", `document.querySelector('[data-path="/org"]')`)
