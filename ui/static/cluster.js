@@ -1,6 +1,6 @@
 // cluster.js: the pages of one cluster stack's UI, over its REST API
 // (/v1/jobs, /v1/pools, /v1/hosts, /v1/updates).
-import { get, post, put, call, query, listAll, enc, requestId, ApiError } from "./api.js";
+import { get, post, put, query, listAll, enc, requestId, ApiError } from "./api.js";
 import {
   h, replace, link, errorBox, table, badge, kinds, num, amount, bar, ago, actionButton,
   showFieldError, kv, section, hooks,
@@ -27,6 +27,7 @@ export const clusterRoutes = [
   [/^\/ui\/updates\/?$/, updatesPage],
   [/^\/ui\/updates\/([^/]+)\/?$/, updatePage],
   [/^\/ui\/hosts\/?$/, hostsPage],
+  [/^\/ui\/hosts\/([^/]+)\/?$/, hostsPage],
   [/^\/ui\/clusters\/?$/, clustersInfoPage],
 ];
 
@@ -399,7 +400,7 @@ function instancePanel(jobId, t, withLink) {
     h("h3", `Instance ${t.instanceId} `, badge(st.state),
       withLink ? [" ", link(`/ui/jobs/${enc(jobId)}/tasks/${t.instanceId}`, "open · logs")] : ""),
     kv([
-      ["Run", `${st.runId}`], ["Host", st.host || ""], ["Exit code", String(st.exitCode)],
+      ["Run", `${st.runId}`], ["Host", st.host ? link("/ui/hosts/" + enc(st.host), st.host) : ""], ["Exit code", String(st.exitCode)],
       ["Reason", st.reason || ""], ["Message", st.message || ""],
       st.pendingReason ? ["Waits", h("span.reason", st.pendingReason)] : null,
       ["Failures", String(st.failureCount || 0)], ["Started", ago(st.startTime)],
@@ -633,13 +634,20 @@ async function updatePage(ctx, id) {
 
 // ------------------------------------------------------------------- hosts
 
-async function hostsPage(ctx) {
+async function hostsPage(ctx, only) {
   const summary = h("div");
   const list = h("div");
   const history = []; // partition sizes seen while this page is open
-  ctx.root.append(h("h1", "Hosts and partitions"), summary, list);
+  ctx.root.append(h("h1", only ? "Host " + only : "Hosts and partitions"),
+    only ? h("p.crumbs", link("/ui/hosts", "All hosts")) : "", summary, list);
   await ctx.live(list, async () => {
-    const hosts = (await get("/v1/hosts", ctx.signal)).hosts || [];
+    let hosts = (await get("/v1/hosts", ctx.signal)).hosts || [];
+    if (only) {
+      hosts = hosts.filter((x) => x.name === only);
+      if (!hosts.length) return errorBox(new ApiError(404, 5, `host ${only} does not exist`));
+      replace(summary, hostDetail(hosts[0]));
+      return hostTable(hosts);
+    }
     const parts = partitions(hosts);
     history.push({ t: Date.now(), sizes: Object.fromEntries(parts.map((p) => [p.name, p.hosts])) });
     if (history.length > 300) history.shift();
@@ -677,13 +685,28 @@ function sparkline(values) {
   return svg;
 }
 
+// hostDetail shows what the table leaves out: labels, every resource kind,
+// the host agent's last report and the partition move.
+function hostDetail(x) {
+  return section("Details", kv([
+    ["State", badge(x.state)], ["Partition", x.partition || ""],
+    x.partitionState && x.partitionState !== "PARTITION_SETTLED" ? ["Partition move", [badge(x.partitionState), " → ", x.targetPartition || "", " ", x.partitionMessage || ""]] : null,
+    x.zone ? ["Zone", badge(x.zone)] : null,
+    ["Labels", h("span.chips", Object.entries(x.labels || {}).map(([k, v]) => h("span.chip.small", `${k}=${v}`)))],
+    ...kinds.map((k) => [k.label, `${amount(k.key, res(x.allocated, k.key))} of ${amount(k.key, res(x.capacity, k.key))} allocated` +
+      (x.slack ? `, slack ${amount(k.key, res(x.slack, k.key))}` : "") + (x.revocable ? `, revocable ${amount(k.key, res(x.revocable, k.key))}` : "")]),
+    ["Agent", x.usage ? h("span", `${x.usage.agentId} (${x.usage.source}), report ${x.usage.sequence}, `, ago(x.usage.receiveTime)) : h("span.muted", "no report")],
+    ["Maintenance", x.maintenanceMessage || ""],
+  ]));
+}
+
 function hostTable(hosts) {
   // The API may tell a host's zone (the host advisor's); show the column
   // only when it does.
   const hasZone = hosts.some((x) => x.zone !== undefined && x.zone !== "");
   const maint = (verb, name) => () => post(`/v1/hosts:${verb}`, { hosts: [name] });
   const cols = [
-    { title: "Host", cell: (x) => h("strong", x.name) },
+    { title: "Host", cell: (x) => h("strong", link("/ui/hosts/" + enc(x.name), x.name)) },
     { title: "Partition", cell: (x) => [x.partition || "", x.partitionState === "PARTITION_MOVING" || x.partitionState === "PARTITION_MOVE_DRAINED" ? [" → ", x.targetPartition] : ""] },
     hasZone ? { title: "Zone", cell: (x) => badge(x.zone) } : null,
     { title: "State", cell: (x) => badge(x.state) },
@@ -708,6 +731,3 @@ async function clustersInfoPage(ctx) {
     h("p", "The federation's UI lists every cluster, the global pools and the federated services: it is served on the federation's HTTP port (", h("code", "peloton serve federation"),
       ", or the federation port that ", h("code", "peloton up"), " prints in its ready line)."));
 }
-
-// exported for tests of the pure parts in the browser
-export const _internal = { partitions, batches, call };

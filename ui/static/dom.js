@@ -181,7 +181,7 @@ export function actionButton(label, act, opts = {}) {
   return h("span.action", btn, msg);
 }
 
-// fieldErrors puts a validation message next to the input whose
+// showFieldError puts a validation message next to the input whose
 // data-field matches the field it names (or a prefix of it), else in
 // the form's general error slot.
 export function showFieldError(form, err) {
