@@ -278,6 +278,9 @@ func TestUI(t *testing.T) {
 	visit("hosts", c+"/ui/hosts", "the drained host and the partitions",
 		`document.querySelector('[data-host="local-2"]') && /HOST_DRAIN/.test(document.querySelector('[data-host="local-2"]').dataset.state) && `+text("Partitions")+` && `+text("default"))
 
+	visit("host", c+"/ui/hosts/local-0", "one host's details", text("Host local-0")+` && `+text("Labels")+` && `+text("peloton.io/backend=local"))
+	load("hosts-again", c+"/ui/hosts", "the host table", `document.querySelector('[data-host="local-2"]')`)
+
 	// Complete the drained host's maintenance from the hosts page.
 	if err := b.do(10*time.Second, chromedp.Click(chromedp.CSS(`[data-action="complete-local-2"]`))); err != nil {
 		t.Fatal(err)
