@@ -113,11 +113,14 @@ func dig(v any, path ...any) any {
 }
 
 // TestUI drives the web UI in headless Chromium against a real `peloton
-// up` with pools, a batch job, a service under a paused update and a
-// drained host: every page shows the real objects, pause/resume and a
-// task kill change them (checked through the API), a refused pool shows
-// the API's message next to its field, no page raises a JavaScript error,
-// and each page's screenshot is written to docs/ui/.
+// up` with pools, a batch job, a service under a paused update, a drained
+// host, a global pool, a federated service with a paused rollout and a
+// federated job: every page shows the real objects; resume/pause of the
+// update and of the rollout, a task kill, a scale, completing maintenance
+// and a pool edit change them (each checked through the API); a refused
+// pool shows the API's message next to its field; keyboard shortcuts
+// work; no page raises a JavaScript error; and each page's screenshot is
+// written to docs/ui/.
 func TestUI(t *testing.T) {
 	chromium := chromiumPath(t)
 	bin := buildPeloton(t)
@@ -172,7 +175,7 @@ func TestUI(t *testing.T) {
 		}
 		return nil
 	})
-	restJSON(t, "PUT", f+"/v1/federation/services/"+fsvc.ServiceID, `{"job":`+fedJob(3601)+`,"rollout":{"startPaused":true}}`, 200, nil)
+	restJSON(t, "PUT", f+"/v1/federation/services/"+fsvc.ServiceID, `{"job":`+fedJob(3601)+`,"rollout":{"startPaused":true,"update":{"minReadySeconds":300}}}`, 200, nil)
 	restJSON(t, "POST", f+"/v1/federation/jobs?requestId=ui-fjob", `{"job":{"name":"report-builder","pool":"/default","instanceCount":1,
 		"defaultSpec":{"command":["true"],"resources":{"cpu":0.1,"memoryMb":16}}}}`, 200, nil)
 
@@ -337,7 +340,41 @@ func TestUI(t *testing.T) {
 	visit("fed-services", f+"/ui/services", "the federated service", text("global-api")+` && `+text("2/2"))
 	visit("fed-rollouts", f+"/ui/updates", "the rollout per cluster", `document.querySelector('[data-service="`+fsvc.ServiceID+`"] .step')`)
 	visit("fed-service", f+"/ui/services/"+fsvc.ServiceID, "per cluster and the rollout", text("Per cluster")+` && `+text("PAUSED"))
+	// The rollout's resume and pause, checked through the federation's API.
+	rollout := func() any { return dig(getJSON(t, f+"/v1/federation/services/"+fsvc.ServiceID), "service", "rollout", "state") }
+	if err := b.do(10*time.Second, chromedp.Click(chromedp.CSS(`[data-action="fresume-`+fsvc.ServiceID+`"]`))); err != nil {
+		t.Fatal(err)
+	}
+	within(t, 20*time.Second, "rollout resumed through the UI", func() error {
+		if s := rollout(); s != "ROLLOUT_ROLLING" {
+			return fmt.Errorf("rollout is %v", s)
+		}
+		return nil
+	})
+	b.waitJS(t, "the page offers pause", `document.querySelector('[data-action="fpause-`+fsvc.ServiceID+`"]:not([disabled])')`, 10*time.Second)
+	if err := b.do(10*time.Second, chromedp.Click(chromedp.CSS(`[data-action="fpause-`+fsvc.ServiceID+`"]`))); err != nil {
+		t.Fatal(err)
+	}
+	within(t, 20*time.Second, "rollout paused through the UI", func() error {
+		if s := rollout(); s != "ROLLOUT_PAUSED" {
+			return fmt.Errorf("rollout is %v", s)
+		}
+		return nil
+	})
+	b.checkNoJSErrors(t, "federated service after pause/resume")
 	visit("fed-jobs", f+"/ui/jobs", "the federated job", text("report-builder"))
+
+	// The keyboard: "g" then "c" opens the clusters page, "/" focuses the
+	// job search.
+	if err := b.do(10*time.Second, chromedp.KeyEvent("g"), chromedp.KeyEvent("c")); err != nil {
+		t.Fatal(err)
+	}
+	b.waitJS(t, "g c opened the clusters page", `location.pathname === "/ui/clusters" && document.body.dataset.ready === "/ui/clusters"`, 10*time.Second)
+	load("fed-jobs-keys", f+"/ui/jobs", "the federated jobs", text("report-builder"))
+	if err := b.do(10*time.Second, chromedp.KeyEvent("/")); err != nil {
+		t.Fatal(err)
+	}
+	b.waitJS(t, "/ focused the search box", `document.activeElement && document.activeElement.type === "search"`, 5*time.Second)
 
 	// Dark theme, following the system's preference.
 	dark := func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
