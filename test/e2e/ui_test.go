@@ -341,7 +341,9 @@ func TestUI(t *testing.T) {
 	visit("fed-rollouts", f+"/ui/updates", "the rollout per cluster", `document.querySelector('[data-service="`+fsvc.ServiceID+`"] .step')`)
 	visit("fed-service", f+"/ui/services/"+fsvc.ServiceID, "per cluster and the rollout", text("Per cluster")+` && `+text("PAUSED"))
 	// The rollout's resume and pause, checked through the federation's API.
-	rollout := func() any { return dig(getJSON(t, f+"/v1/federation/services/"+fsvc.ServiceID), "service", "rollout", "state") }
+	rollout := func() any {
+		return dig(getJSON(t, f+"/v1/federation/services/"+fsvc.ServiceID), "service", "rollout", "state")
+	}
 	if err := b.do(10*time.Second, chromedp.Click(chromedp.CSS(`[data-action="fresume-`+fsvc.ServiceID+`"]`))); err != nil {
 		t.Fatal(err)
 	}
