@@ -194,7 +194,8 @@ func TestUI(t *testing.T) {
 		if err := b.do(20*time.Second, chromedp.Navigate(url)); err != nil {
 			t.Fatalf("%s: open %s: %v", name, url, err)
 		}
-		b.waitJS(t, name+": "+what, `document.body.dataset.ready && (`+cond+`)`, 20*time.Second)
+		// Generous: the whole suite shares two cores with this browser.
+		b.waitJS(t, name+": "+what, `document.body.dataset.ready && (`+cond+`)`, 45*time.Second)
 	}
 	visit := func(name, url, what, cond string) {
 		t.Helper()
