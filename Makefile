@@ -19,7 +19,7 @@ KWOK_VERSION := v0.8.0
 PELOTON_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/peloton
 export PELOTON_KUBE_BIN := $(PELOTON_CACHE)/kube/$(KUBE_VERSION)/bin
 
-.PHONY: all build test soak up proto proto-tools kube-tools clean
+.PHONY: all build test soak up proto proto-tools kube-tools browser-tools ui clean
 
 all: build
 
@@ -32,7 +32,7 @@ build:
 # are exactly what a scheduler's tests must catch.
 
 ## test sets up everything the suite needs and runs it all.
-test: kube-tools
+test: kube-tools browser-tools
 	$(GO) mod download
 	$(GO) vet ./...
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.') 2>/dev/null); \
@@ -88,6 +88,17 @@ proto-tools:
 ## the first time, nothing after).
 kube-tools:
 	@KUBE_TOOLS_DIR=$(PELOTON_CACHE)/kube/$(KUBE_VERSION) KUBE_VERSION=$(KUBE_VERSION) KWOK_VERSION=$(KWOK_VERSION) GO=$(GO) bash hack/kube-tools.sh
+
+## browser-tools installs Debian's Chromium for the web UI's browser tests
+## when it is missing (nothing when it is there; PELOTON_SKIP_BROWSER=1 skips).
+browser-tools:
+	@bash hack/chromium.sh
+
+## ui has nothing to build: the web UI (ui/static) is plain ES modules and
+## CSS, embedded as they are by go:embed. The target exists so that nobody
+## looks for a bundler.
+ui:
+	@echo "ui/static is served as written: nothing to build"
 
 clean:
 	rm -rf bin

@@ -37,6 +37,8 @@ type Config struct {
 	// Listen is the gRPC address; HTTPListen serves REST, /metrics,
 	// /healthz and /readyz.
 	Listen, HTTPListen string
+	// UI, if set, serves the web UI on the HTTP listener's other paths.
+	UI http.Handler
 	// Options tune the workers.
 	Options Options
 	// ShutdownGrace bounds graceful shutdown (default 10s).
@@ -172,7 +174,7 @@ func serve(ctx context.Context, cfg Config, t *replica.Term, handOver func()) er
 		return fmt.Errorf("listen %s (--federation-http-listen): %w", cfg.HTTPListen, err)
 	}
 	gs := srv.GRPCServer()
-	handler, err := srv.HTTPHandler(ctx, grpcLis.Addr().String())
+	handler, err := srv.HTTPHandler(ctx, grpcLis.Addr().String(), cfg.UI)
 	if err != nil {
 		grpcLis.Close()
 		httpLis.Close()

@@ -57,8 +57,8 @@ func (s *Server) GRPCServer(opts ...grpc.ServerOption) *grpc.Server {
 }
 
 // HTTPHandler serves the federation's REST API, /openapi.json, /metrics,
-// /healthz and /readyz.
-func (s *Server) HTTPHandler(ctx context.Context, grpcAddr string) (http.Handler, error) {
+// /healthz and /readyz. extra, if set, serves every other path (the web UI).
+func (s *Server) HTTPHandler(ctx context.Context, grpcAddr string, extra http.Handler) (http.Handler, error) {
 	return restgw.Handler(ctx, restgw.Options{
 		GRPCAddr: grpcAddr,
 		Register: []restgw.RegisterFunc{
@@ -70,6 +70,7 @@ func (s *Server) HTTPHandler(ctx context.Context, grpcAddr string) (http.Handler
 		OpenAPI:         pelotonv1.FederationOpenAPI,
 		MaxRequestBytes: MaxRequestBytes,
 		Ready:           s.ready,
+		Extra:           extra,
 	})
 }
 

@@ -25,6 +25,7 @@ import (
 	"github.com/peloton-sched/peloton/internal/fedsla"
 	"github.com/peloton-sched/peloton/internal/sla"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+	"github.com/peloton-sched/peloton/ui"
 )
 
 // fedFlags are the flags of the federation's own listeners and workers.
@@ -67,7 +68,7 @@ func (f *fedFlags) config(prefix string) (federation.Config, error) {
 			return federation.Config{}, usageErrorf("invalid --%s%s %s: must be > 0", prefix, d.flag, d.v)
 		}
 	}
-	return federation.Config{Listen: f.listen, HTTPListen: f.httpListen, Options: federation.Options{
+	return federation.Config{Listen: f.listen, HTTPListen: f.httpListen, UI: ui.Handler(ui.Federation), Options: federation.Options{
 		CheckEvery: f.checkEvery, CallTimeout: f.callTimeout, SlowAfter: f.slowAfter, UnreachableAfter: f.unreachableAfter,
 		JobRetention: f.jobRetention}}, nil
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/peloton-sched/peloton/internal/fedsla"
 	"github.com/peloton-sched/peloton/internal/sla"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+	"github.com/peloton-sched/peloton/ui"
 )
 
 // serverFlags are the flags of the commands that run the cluster stack.
@@ -243,6 +244,7 @@ func (f *serverFlags) config(embedded bool) (cluster.Config, error) {
 		LeaderElect:       f.leaderElect,
 		LeaderLease:       f.leaderLease,
 		AdvertiseHost:     strings.TrimSpace(f.advertiseHost),
+		UI:                ui.Handler(ui.Cluster),
 	}
 	if embedded && len(endpoints) == 0 {
 		cfg.EtcdListen = f.etcdListen

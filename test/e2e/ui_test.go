@@ -1,0 +1,429 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/chromedp"
+)
+
+// uiStack is a `peloton up` process (the real binary): one cluster and
+// the federation, each serving the web UI on its HTTP port.
+type uiStack struct {
+	cmd          *exec.Cmd
+	cluster, fed string // HTTP base URLs
+}
+
+func startUIStack(t *testing.T, bin string) *uiStack {
+	t.Helper()
+	cmd := exec.Command(bin, "up", "--data-dir", t.TempDir(), "--hosts", "3", "--host-cpu", "4", "--host-memory-mb", "4096",
+		"--listen", freePort(t), "--http-listen", freePort(t), "--etcd-listen", freePort(t),
+		"--federation-listen", freePort(t), "--federation-http-listen", freePort(t), "--log-level", "warn")
+	cmd.Stderr = os.Stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	s := &uiStack{cmd: cmd}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	})
+	lines := make(chan string, 4)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			select {
+			case lines <- sc.Text():
+			default:
+			}
+		}
+	}()
+	httpOf := func(line string) string {
+		f := strings.Fields(line)
+		for i := range f {
+			if f[i] == "http" && i+1 < len(f) {
+				return strings.TrimSuffix(f[i+1], ",")
+			}
+		}
+		return ""
+	}
+	deadline := time.After(90 * time.Second)
+	for s.cluster == "" || s.fed == "" {
+		select {
+		case l := <-lines:
+			switch {
+			case strings.HasPrefix(l, "peloton is ready: "):
+				s.cluster = httpOf(l)
+			case strings.HasPrefix(l, "peloton federation is ready: "):
+				s.fed = httpOf(l)
+			}
+		case <-deadline:
+			t.Fatal("peloton up did not print both ready lines within 90s")
+		}
+	}
+	return s
+}
+
+// getJSON reads one REST answer into a generic map.
+func getJSON(t *testing.T, url string) map[string]any {
+	t.Helper()
+	var out map[string]any
+	restJSON(t, http.MethodGet, url, "", http.StatusOK, &out)
+	return out
+}
+
+// dig walks a decoded JSON value by keys and indexes.
+func dig(v any, path ...any) any {
+	for _, p := range path {
+		switch k := p.(type) {
+		case string:
+			m, _ := v.(map[string]any)
+			v = m[k]
+		case int:
+			a, _ := v.([]any)
+			if k >= len(a) {
+				return nil
+			}
+			v = a[k]
+		}
+	}
+	return v
+}
+
+// TestUI drives the web UI in headless Chromium against a real `peloton
+// up` with pools, a batch job, a service under a paused update, a drained
+// host, a global pool, a federated service with a paused rollout and a
+// federated job: every page shows the real objects; resume/pause of the
+// update and of the rollout, a task kill, a scale, completing maintenance
+// and a pool edit change them (each checked through the API); a refused
+// pool shows the API's message next to its field; keyboard shortcuts
+// work; no page raises a JavaScript error; and each page's screenshot is
+// written to docs/ui/.
+func TestUI(t *testing.T) {
+	chromium := chromiumPath(t)
+	bin := buildPeloton(t)
+	st := startUIStack(t, bin)
+	c, f := st.cluster, st.fed
+
+	// The objects the pages must show.
+	restJSON(t, "POST", c+"/v1/pools/org?requestId=ui-org", `{"reservation":{"cpu":4,"memoryMb":4096},"limit":{"cpu":8,"memoryMb":8192}}`, 200, nil)
+	restJSON(t, "POST", c+"/v1/pools/org/batch?requestId=ui-batch", `{"reservation":{"cpu":2,"memoryMb":2048},"limit":{"cpu":6}}`, 200, nil)
+	restJSON(t, "POST", c+"/v1/pools/org/web?requestId=ui-web", `{"reservation":{"cpu":2,"memoryMb":2048}}`, 200, nil)
+	var created struct{ JobID string }
+	restJSON(t, "POST", c+"/v1/jobs?requestId=ui-etl", `{"name":"nightly-etl","type":"BATCH","pool":"/org/batch","instanceCount":24,
+		"labels":{"owner":"data-team"},"defaultSpec":{"command":["sh","-c","echo hello from instance $PELOTON_INSTANCE_ID; echo warn >&2; exec sleep 600"],
+		"resources":{"cpu":0.1,"memoryMb":32}}}`, 200, &created)
+	batchID := created.JobID
+	svcSpec := func(sleep int) string {
+		return fmt.Sprintf(`{"name":"web-frontend","type":"SERVICE","pool":"/org/web","instanceCount":3,"labels":{"owner":"web-team"},
+			"defaultSpec":{"command":["sleep","%d"],"resources":{"cpu":0.1,"memoryMb":32}}}`, sleep)
+	}
+	restJSON(t, "POST", c+"/v1/jobs?requestId=ui-web", svcSpec(3600), 200, &created)
+	svcID := created.JobID
+	within(t, 60*time.Second, "both jobs running", func() error {
+		for _, id := range []string{batchID, svcID} {
+			if s := dig(getJSON(t, c+"/v1/jobs/"+id), "job", "status", "state"); s != "JOB_RUNNING" {
+				return fmt.Errorf("job %s is %v", id, s)
+			}
+		}
+		return nil
+	})
+	var upd struct{ Update struct{ ID string } }
+	restJSON(t, "POST", c+"/v1/jobs/"+svcID+"/updates", `{"spec":`+svcSpec(3601)+`,"updateSpec":{"batchSize":1,"minReadySeconds":300,"startPaused":true}}`, 200, &upd)
+	updateID := upd.Update.ID
+	restJSON(t, "POST", c+"/v1/hosts:startMaintenance", `{"hosts":["local-2"]}`, 200, nil)
+	// The federation's objects: a global pool and a federated service with
+	// a paused rollout.
+	within(t, 30*time.Second, "cluster registered READY", func() error {
+		if s := dig(getJSON(t, f+"/v1/federation/clusters"), "clusters", 0, "state"); s != "CLUSTER_READY" {
+			return fmt.Errorf("cluster is %v", s)
+		}
+		return nil
+	})
+	restJSON(t, "POST", f+"/v1/federation/pools/shared?requestId=ui-shared", `{"reservation":{"cpu":1}}`, 200, nil)
+	var fsvc struct{ ServiceID string }
+	fedJob := func(sleep int) string {
+		return fmt.Sprintf(`{"name":"global-api","type":"SERVICE","pool":"/default","instanceCount":2,"defaultSpec":{"command":["sleep","%d"],"resources":{"cpu":0.1,"memoryMb":16}}}`, sleep)
+	}
+	restJSON(t, "POST", f+"/v1/federation/services?requestId=ui-fsvc", `{"job":`+fedJob(3600)+`}`, 200, &fsvc)
+	within(t, 60*time.Second, "federated service running", func() error {
+		s := getJSON(t, f+"/v1/federation/services/"+fsvc.ServiceID)
+		if r := dig(s, "service", "running"); r != float64(2) {
+			return fmt.Errorf("running %v", r)
+		}
+		return nil
+	})
+	restJSON(t, "PUT", f+"/v1/federation/services/"+fsvc.ServiceID, `{"job":`+fedJob(3601)+`,"rollout":{"startPaused":true,"update":{"minReadySeconds":300}}}`, 200, nil)
+	restJSON(t, "POST", f+"/v1/federation/jobs?requestId=ui-fjob", `{"job":{"name":"report-builder","pool":"/default","instanceCount":1,
+		"defaultSpec":{"command":["true"],"resources":{"cpu":0.1,"memoryMb":16}}}}`, 200, nil)
+
+	b := newBrowser(t, chromium, 1280, 800)
+	if err := b.do(10*time.Second, chromedp.EmulateViewport(1280, 800)); err != nil {
+		t.Fatal(err)
+	}
+	shots := repoPath("docs/ui")
+	if err := os.MkdirAll(shots, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// visit opens a page by its deep link, waits until the app rendered it
+	// and cond holds, checks for JavaScript errors, and takes a screenshot.
+	load := func(name, url, what, cond string) {
+		t.Helper()
+		if err := b.do(20*time.Second, chromedp.Navigate(url)); err != nil {
+			t.Fatalf("%s: open %s: %v", name, url, err)
+		}
+		// Generous: the whole suite shares two cores with this browser.
+		b.waitJS(t, name+": "+what, `document.body.dataset.ready && (`+cond+`)`, 45*time.Second)
+	}
+	visit := func(name, url, what, cond string) {
+		t.Helper()
+		load(name, url, what, cond)
+		shot(t, b, filepath.Join(shots, name+".png"))
+		b.checkNoJSErrors(t, name)
+	}
+	text := func(s string) string { return fmt.Sprintf(`document.querySelector("main").innerText.includes(%q)`, s) }
+
+	// Cluster pages.
+	visit("overview", c+"/", "hosts, capacity, tasks, the running update",
+		text("3 hosts")+` && (`+text("DRAINING")+` || `+text("DRAINED")+`) && `+text(updateID)+` && `+text("RUNNING"))
+	visit("pools", c+"/ui/pools", "the pool tree with bars",
+		`document.querySelector('[data-path="/org/batch"] .bar') && document.querySelector('[data-path="/org/web"]')`)
+	visit("jobs", c+"/ui/jobs", "both jobs", text("nightly-etl")+` && `+text("web-frontend")+` && `+text("data-team"))
+	// The filter narrows the list.
+	if err := b.do(10*time.Second, chromedp.SendKeys(chromedp.CSS(`input[name=name]`), "nightly")); err != nil {
+		t.Fatal(err)
+	}
+	b.waitJS(t, "jobs filtered by name", text("nightly-etl")+` && !`+text("web-frontend"), 10*time.Second)
+	visit("job", c+"/ui/jobs/"+batchID, "the instance grid and versions",
+		`document.querySelector(".grid canvas") && `+text("RUNNING 24")+` && `+text("Spec versions")+` && `+text("created"))
+	if err := b.do(10*time.Second, chromedp.SetValue(chromedp.CSS(`input[aria-label="Go to instance"]`), "3"),
+		chromedp.Evaluate[chromedp.Void](`document.querySelector('input[aria-label="Go to instance"]').dispatchEvent(new Event("change"))`)); err != nil {
+		t.Fatal(err)
+	}
+	b.waitJS(t, "instance 3's runs", text("Instance 3")+` && document.querySelector(".instance table")`, 10*time.Second)
+	shot(t, b, filepath.Join(shots, "job-instance.png"))
+
+	// The task page tails the log, and its kill button kills the task.
+	visit("task", c+"/ui/jobs/"+batchID+"/tasks/0", "the run and its live log", `document.querySelector("pre.log").textContent.includes("hello from instance 0")`)
+	if err := b.do(10*time.Second, chromedp.Click(chromedp.CSS(`[data-action="kill-task-0"]`))); err != nil {
+		t.Fatal(err)
+	}
+	within(t, 30*time.Second, "instance 0 killed through the UI", func() error {
+		if s := dig(getJSON(t, c+"/v1/jobs/"+batchID+"/tasks/0"), "task", "status", "state"); s != "KILLED" {
+			return fmt.Errorf("instance 0 is %v", s)
+		}
+		return nil
+	})
+	b.waitJS(t, "the task page shows KILLED", `document.querySelector(".instance, main").innerText.includes("KILLED")`, 10*time.Second)
+	b.checkNoJSErrors(t, "task after kill")
+
+	// Updates: resume, then pause, each checked through the API.
+	visit("updates", c+"/ui/updates", "the paused update", `document.querySelector('[data-update="`+updateID+`"][data-state="UPDATE_PAUSED"]')`)
+	updateState := func() any { return dig(getJSON(t, c+"/v1/updates/"+updateID), "update", "status", "state") }
+	if err := b.do(10*time.Second, chromedp.Click(chromedp.CSS(`[data-action="resume-`+updateID+`"]`))); err != nil {
+		t.Fatal(err)
+	}
+	within(t, 20*time.Second, "update resumed through the UI", func() error {
+		if s := updateState(); s != "UPDATE_ROLLING_FORWARD" {
+			return fmt.Errorf("update is %v", s)
+		}
+		return nil
+	})
+	b.waitJS(t, "the page shows the update rolling", `document.querySelector('[data-update="`+updateID+`"][data-state="UPDATE_ROLLING_FORWARD"] [data-action="pause-`+updateID+`"]:not([disabled])')`, 10*time.Second)
+	if err := b.do(10*time.Second, chromedp.Click(chromedp.CSS(`[data-action="pause-`+updateID+`"]`))); err != nil {
+		t.Fatal(err)
+	}
+	within(t, 20*time.Second, "update paused through the UI", func() error {
+		if s := updateState(); s != "UPDATE_PAUSED" {
+			return fmt.Errorf("update is %v", s)
+		}
+		return nil
+	})
+	b.waitJS(t, "the page shows the update paused", `document.querySelector('[data-update="`+updateID+`"][data-state="UPDATE_PAUSED"]')`, 10*time.Second)
+	b.checkNoJSErrors(t, "updates after pause/resume")
+	visit("update", c+"/ui/updates/"+updateID, "the update's batches", `document.querySelector(".batches") && `+text("Batch size"))
+
+	// Scale the batch job from its page: 24 to 26 instances.
+	load("job-scale", c+"/ui/jobs/"+batchID, "the job's actions", `document.querySelector('[data-action="scale-job"]')`)
+	if err := b.do(10*time.Second, chromedp.SetValue(chromedp.CSS(`input[aria-label="Instance count"]`), "26"),
+		chromedp.Click(chromedp.CSS(`[data-action="scale-job"]`))); err != nil {
+		t.Fatal(err)
+	}
+	within(t, 20*time.Second, "job scaled to 26 through the UI", func() error {
+		if n := dig(getJSON(t, c+"/v1/jobs/"+batchID), "job", "spec", "instanceCount"); n != float64(26) {
+			return fmt.Errorf("instanceCount %v", n)
+		}
+		return nil
+	})
+	b.checkNoJSErrors(t, "job after scale")
+
+	visit("hosts", c+"/ui/hosts", "the drained host and the partitions",
+		`document.querySelector('[data-host="local-2"]') && /HOST_DRAIN/.test(document.querySelector('[data-host="local-2"]').dataset.state) && `+text("Partitions")+` && `+text("default"))
+
+	visit("host", c+"/ui/hosts/local-0", "one host's details", text("Host local-0")+` && `+text("Labels")+` && `+text("peloton.io/backend=local"))
+	load("hosts-again", c+"/ui/hosts", "the host table", `document.querySelector('[data-host="local-2"]')`)
+
+	// Complete the drained host's maintenance from the hosts page.
+	if err := b.do(10*time.Second, chromedp.Click(chromedp.CSS(`[data-action="complete-local-2"]`))); err != nil {
+		t.Fatal(err)
+	}
+	within(t, 20*time.Second, "local-2 back up through the UI", func() error {
+		for _, h := range dig(getJSON(t, c+"/v1/hosts"), "hosts").([]any) {
+			if dig(h, "name") == "local-2" && dig(h, "state") != "HOST_UP" {
+				return fmt.Errorf("local-2 is %v", dig(h, "state"))
+			}
+		}
+		return nil
+	})
+	b.waitJS(t, "the hosts page shows local-2 up", `document.querySelector('[data-host="local-2"][data-state="HOST_UP"]')`, 10*time.Second)
+	b.checkNoJSErrors(t, "hosts after maintenance")
+
+	// Edit a pool: /org/web gets a CPU limit.
+	visit("pool-edit", c+"/ui/pools/org/web", "the edit form of /org/web", `document.querySelector("form.poolform input[name=path]").value === "/org/web"`)
+	if err := b.do(10*time.Second, chromedp.SendKeys(chromedp.CSS(`input[name="spec.limit.cpu"]`), "6"),
+		chromedp.Click(chromedp.CSS(`[data-action="save-pool"]`))); err != nil {
+		t.Fatal(err)
+	}
+	within(t, 20*time.Second, "/org/web's limit set through the UI", func() error {
+		if v := dig(getJSON(t, c+"/v1/pools/org/web"), "pool", "spec", "limit", "cpu"); v != float64(6) {
+			return fmt.Errorf("limit.cpu %v", v)
+		}
+		return nil
+	})
+	b.checkNoJSErrors(t, "pool edit")
+
+	// A refused pool: the API's message appears next to its field.
+	visit("pool-form", c+"/ui/pools", "the tree", `document.querySelector('[data-path="/org"]')`)
+	if err := b.do(10*time.Second,
+		chromedp.Click(chromedp.CSS(`[data-action="new-pool"]`)),
+		chromedp.SendKeys(chromedp.CSS(`input[name=path]`), "org/bad"),
+		chromedp.SendKeys(chromedp.CSS(`input[name="spec.reservation.cpu"]`), "3"),
+		chromedp.SendKeys(chromedp.CSS(`input[name="spec.limit.cpu"]`), "1"),
+		chromedp.Click(chromedp.CSS(`[data-action="save-pool"]`))); err != nil {
+		t.Fatal(err)
+	}
+	b.waitJS(t, "the validation error next to spec.limit.cpu",
+		`(() => { const i = document.querySelector('input[name="spec.limit.cpu"]'); const n = i.closest("label").nextElementSibling;
+		  return i.getAttribute("aria-invalid") === "true" && n && n.classList.contains("fielderror") && n.textContent.startsWith("spec.limit.cpu: "); })()`, 10*time.Second)
+	shot(t, b, filepath.Join(shots, "pool-validation.png"))
+	b.checkNoJSErrors(t, "pool form")
+	// A job that does not exist: the page says so.
+	visit("not-found", c+"/ui/jobs/00000000-0000-0000-0000-000000000000", "the API's not-found message",
+		`document.querySelector("main .error") && document.querySelector("main .error").innerText.includes("not found")`)
+	visit("clusters-on-cluster", c+"/ui/clusters", "where the federation's UI is", text("federation"))
+
+	// Federation pages.
+	visit("fed-overview", f+"/", "the cluster and the rollout", text("local")+` && `+text("global-api"))
+	visit("fed-clusters", f+"/ui/clusters", "the cluster's state", `document.querySelector('[data-cluster="local"]') && `+text("READY"))
+	visit("fed-pools", f+"/ui/pools", "the global pool's split", text("/shared")+` && `+text("local"))
+	visit("fed-services", f+"/ui/services", "the federated service", text("global-api")+` && `+text("2/2"))
+	visit("fed-rollouts", f+"/ui/updates", "the rollout per cluster", `document.querySelector('[data-service="`+fsvc.ServiceID+`"] .step')`)
+	visit("fed-service", f+"/ui/services/"+fsvc.ServiceID, "per cluster and the rollout", text("Per cluster")+` && `+text("PAUSED"))
+	// The rollout's resume and pause, checked through the federation's API.
+	rollout := func() any {
+		return dig(getJSON(t, f+"/v1/federation/services/"+fsvc.ServiceID), "service", "rollout", "state")
+	}
+	if err := b.do(10*time.Second, chromedp.Click(chromedp.CSS(`[data-action="fresume-`+fsvc.ServiceID+`"]`))); err != nil {
+		t.Fatal(err)
+	}
+	within(t, 20*time.Second, "rollout resumed through the UI", func() error {
+		if s := rollout(); s != "ROLLOUT_ROLLING" {
+			return fmt.Errorf("rollout is %v", s)
+		}
+		return nil
+	})
+	b.waitJS(t, "the page offers pause", `document.querySelector('[data-action="fpause-`+fsvc.ServiceID+`"]:not([disabled])')`, 10*time.Second)
+	if err := b.do(10*time.Second, chromedp.Click(chromedp.CSS(`[data-action="fpause-`+fsvc.ServiceID+`"]`))); err != nil {
+		t.Fatal(err)
+	}
+	within(t, 20*time.Second, "rollout paused through the UI", func() error {
+		if s := rollout(); s != "ROLLOUT_PAUSED" {
+			return fmt.Errorf("rollout is %v", s)
+		}
+		return nil
+	})
+	b.checkNoJSErrors(t, "federated service after pause/resume")
+	visit("fed-jobs", f+"/ui/jobs", "the federated job", text("report-builder"))
+
+	// The keyboard: "g" then "c" opens the clusters page, "/" focuses the
+	// job search.
+	if err := b.do(10*time.Second, chromedp.KeyEvent("g"), chromedp.KeyEvent("c")); err != nil {
+		t.Fatal(err)
+	}
+	b.waitJS(t, "g c opened the clusters page", `location.pathname === "/ui/clusters" && document.body.dataset.ready === "/ui/clusters"`, 10*time.Second)
+	load("fed-jobs-keys", f+"/ui/jobs", "the federated jobs", text("report-builder"))
+	if err := b.do(10*time.Second, chromedp.KeyEvent("/")); err != nil {
+		t.Fatal(err)
+	}
+	b.waitJS(t, "/ focused the search box", `document.activeElement && document.activeElement.type === "search"`, 5*time.Second)
+
+	// Dark theme, following the system's preference.
+	dark := func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
+		_, err := cdp.Call(ctx, tg, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
+			Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: "dark"}}})
+		return chromedp.Void{}, err
+	}
+	if err := b.do(10*time.Second, dark); err != nil {
+		t.Fatal(err)
+	}
+	visit("job-dark", c+"/ui/jobs/"+batchID, "the job page in the dark theme",
+		`document.querySelector(".grid canvas") && getComputedStyle(document.body).backgroundColor !== "rgb(246, 247, 249)"`)
+
+	// A narrow window: the jobs page still fits (tables scroll inside).
+	if err := b.do(10*time.Second, chromedp.EmulateViewport(420, 800)); err != nil {
+		t.Fatal(err)
+	}
+	visit("jobs-narrow", c+"/ui/jobs", "the job list at 420 px", text("nightly-etl")+` && document.documentElement.scrollWidth <= window.innerWidth + 1`)
+	visit("job-narrow", c+"/ui/jobs/"+batchID, "the job at 420 px", `document.querySelector(".grid canvas") && document.documentElement.scrollWidth <= window.innerWidth + 1`)
+
+	// The collector itself: an error thrown by a page is seen.
+	if _, err := evalJS[bool](b, 5*time.Second, `setTimeout(() => { throw new Error("ui-test-canary") }, 0), true`); err != nil {
+		t.Fatal(err)
+	}
+	seen := false
+	for i := 0; i < 40 && !seen; i++ {
+		_, _ = evalJS[bool](b, 2*time.Second, `new Promise((r) => setTimeout(() => r(true), 50))`)
+		b.mu.Lock()
+		seen = strings.Contains(strings.Join(b.errs, "\n"), "ui-test-canary")
+		b.mu.Unlock()
+	}
+	if !seen {
+		t.Error("the console collector did not see a thrown error: the JavaScript-error checks above prove nothing")
+	}
+}
+
+// shot writes a screenshot of the viewport.
+func shot(t *testing.T, b *browser, path string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 20*time.Second)
+	defer cancel()
+	png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+	if err != nil {
+		t.Fatalf("screenshot %s: %v", path, err)
+	}
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
