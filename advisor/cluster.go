@@ -116,8 +116,12 @@ func BuildInput(now time.Time, hosts []*pelotonv1.Host, jobs map[string]jobInfo,
 				x.Reading.Mem = float64(u.GetMemoryUsedMb()) / m
 			}
 		}
+		revCPU := 0.0
 		for _, r := range h.GetRuns() {
 			j := jobs[r.GetJobId()]
+			if r.GetRevocable() {
+				revCPU += r.GetUsage().GetCpu()
+			}
 			if !r.GetRevocable() {
 				x.Tasks++
 				if j.gang {
@@ -141,6 +145,9 @@ func BuildInput(now time.Time, hosts []*pelotonv1.Host, jobs map[string]jobInfo,
 				s.P99 = max(s.P99, p)
 				x.Reading.Latency = max(x.Reading.Latency, p/j.slo)
 			}
+		}
+		if c := h.GetCapacity().GetCpu(); c > 0 && x.Reading.Fresh {
+			x.Reading.OwnCPU = max(0, x.Reading.CPU-revCPU/c)
 		}
 		in.Hosts = append(in.Hosts, x)
 	}

@@ -28,6 +28,10 @@ type Config struct {
 	MaxMoves int
 	// HoldDown is how long a host the advisor moved stays where it went.
 	HoldDown time.Duration
+	// Settle is how long after a move the next waits, so that the zones
+	// show what the last one changed (default: the stateless partition's
+	// MinDwell).
+	Settle time.Duration
 	// Oversubscription of batch hosts for revocable work (oversub.go).
 	Oversub OversubConfig
 }
@@ -46,8 +50,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("partitions: want two different names, got batch %q and stateless %q", c.Batch, c.Stateless)
 	case !(c.PressureLow >= 0 && c.PressureLow < c.PressureHigh && c.PressureHigh <= 1):
 		return fmt.Errorf("pressure: want 0 <= low (%g) < high (%g) <= 1", c.PressureLow, c.PressureHigh)
-	case c.Cooling < 0 || c.HoldDown < 0:
-		return fmt.Errorf("cooling %s, hold-down %s: want >= 0", c.Cooling, c.HoldDown)
+	case c.Cooling < 0 || c.HoldDown < 0 || c.Settle < 0:
+		return fmt.Errorf("cooling %s, hold-down %s, settle %s: want >= 0", c.Cooling, c.HoldDown, c.Settle)
 	case c.MaxMoves < 1:
 		return fmt.Errorf("max moves %d: want at least 1", c.MaxMoves)
 	}
@@ -108,7 +112,8 @@ type Input struct {
 // Pressure is one partition's heat.
 type Pressure struct {
 	// Hosts in the partition; Known those with a fresh reading; Hot
-	// those orange or red.
+	// those orange or red by their own work (revocable work using at most
+	// the hysteresis of their CPU).
 	Hosts, Known, Hot int
 	// Services latency-sensitive in the partition; Over those over SLO.
 	Services, Over int
@@ -146,6 +151,7 @@ type Core struct {
 	moved     map[string]time.Time // when the advisor last moved each host
 	movedIn   map[string]bool      // hosts it moved from batch to stateless
 	coolSince time.Time
+	lastMove  time.Time
 	windows   map[string]*window
 }
 
@@ -172,7 +178,9 @@ func (c *Core) Round(in Input) Decision {
 		p.Zones[st.Zone]++
 		if st.Zone != Unknown {
 			p.Known++
-			if st.Zone >= Orange {
+			// A host hot with revocable work on it is the QoS controller's
+			// to cool (it kills that work), not a reason to move hosts.
+			if st.Zone >= Orange && h.Reading.CPU-h.Reading.OwnCPU <= c.cfg.thresholds(h.Partition).Hysteresis {
 				p.Hot++
 			}
 		}
@@ -251,6 +259,27 @@ func (c *Core) decideMoves(in Input, d *Decision) {
 		c.coolSince = time.Time{}
 	}
 	backDue := cool && in.Now.Sub(c.coolSince) >= cfg.Cooling && len(c.movedIn) > 0
+	if backDue {
+		// A host goes back only if the rest would stay cool taking over
+		// its share: the stateless hosts' own (non-revocable) CPU, spread
+		// over one host fewer, below the orange level less the hysteresis.
+		th := cfg.thresholds(cfg.Stateless)
+		var own float64
+		n := 0
+		for _, h := range in.Hosts {
+			if h.Partition == cfg.Stateless && h.Target == "" && h.Reading.Fresh {
+				own += h.Reading.OwnCPU
+				n++
+			}
+		}
+		if n <= 1 || own/float64(n-1) >= th.CPUOrange-th.Hysteresis {
+			if n > 1 {
+				d.Waiting = fmt.Sprintf("%s is cool, but its %d hosts' own CPU (%.2f of a host on average) would be %.2f on one host fewer",
+					cfg.Stateless, n, own/float64(n), own/float64(n-1))
+			}
+			backDue = false
+		}
+	}
 	if !hot && !backDue {
 		return
 	}
@@ -260,12 +289,23 @@ func (c *Core) decideMoves(in Input, d *Decision) {
 			return
 		}
 	}
+	settle := cfg.Settle
+	if settle <= 0 {
+		settle = cfg.thresholds(cfg.Stateless).MinDwell
+	}
+	if !c.lastMove.IsZero() && in.Now.Sub(c.lastMove) < settle {
+		d.Waiting = fmt.Sprintf("settling: the last move was %s ago (settle %s)", in.Now.Sub(c.lastMove).Round(time.Second), settle)
+		return
+	}
 	from, to := cfg.Batch, cfg.Stateless
 	if !hot {
 		from, to = cfg.Stateless, cfg.Batch
 	}
 	nFrom, nTo := size(in.Hosts, from), size(in.Hosts, to)
 	room := cfg.MaxMoves
+	if !hot {
+		room = 1 // back one at a time: each judged on the rest taking over its share
+	}
 	if min := cfg.MinSize[from]; nFrom-room < min {
 		room = nFrom - min
 	}
@@ -312,6 +352,7 @@ func (c *Core) decideMoves(in Input, d *Decision) {
 		}
 		d.Moves = append(d.Moves, Move{Host: h.Name, From: from, To: to, Reason: why + "; cheapest " + from + " host: " + cost})
 		c.moved[h.Name] = in.Now
+		c.lastMove = in.Now
 		if hot {
 			c.movedIn[h.Name] = true
 		} else {

@@ -7,7 +7,7 @@ import (
 )
 
 func host(name, partition string, cpu float64, tasks int) Host {
-	return Host{Name: name, Partition: partition, InService: true, Reading: Reading{Fresh: true, CPU: cpu}, Tasks: tasks}
+	return Host{Name: name, Partition: partition, InService: true, Reading: Reading{Fresh: true, CPU: cpu, OwnCPU: cpu}, Tasks: tasks}
 }
 
 func testConfig() Config {
@@ -37,6 +37,18 @@ func TestMoveToStatelessWhenHot(t *testing.T) {
 	if r := d.Moves[0].Reason; !strings.Contains(r, "stateless pressure 0.50 >= 0.30 (1 of 2 hosts orange or red, 0 of 1 services over SLO)") ||
 		!strings.Contains(r, "1 runs to move") {
 		t.Errorf("reason %q does not give the numbers", r)
+	}
+}
+
+// A host hot because of the revocable work on it is not pressure: the
+// QoS controller kills that work.
+func TestRevocableHeatIsNotPressure(t *testing.T) {
+	c := NewCore(testConfig())
+	s1 := host("s1", "stateless", 0.95, 1)
+	s1.Reading.OwnCPU = 0.5
+	d := c.Round(Input{Now: at(0), Hosts: []Host{s1, host("b1", "batch", 0.2, 0), host("b2", "batch", 0.2, 0)}})
+	if p := d.Pressures["stateless"]; p.Hot != 0 || p.Value != 0 || d.Zones["s1"].Zone != Red || len(d.Moves) != 0 {
+		t.Fatalf("pressure %+v, zone %v, moves %+v; want a red host that is no pressure", p, d.Zones["s1"], d.Moves)
 	}
 }
 
@@ -117,6 +129,33 @@ func TestMoveBackAfterCooling(t *testing.T) {
 	// s1 was never moved in by the advisor: it stays.
 	if d := c.Round(Input{Now: at(400), Hosts: []Host{host("s1", "stateless", 0, 1), host("b1", "batch", 0, 0)}}); len(d.Moves) != 0 {
 		t.Errorf("moves %+v; want none: s1 was stateless to begin with", d.Moves)
+	}
+}
+
+// A host goes back only if the rest would stay cool without it: their
+// own CPU, revocable work left out, over one host fewer.
+func TestMoveBackOnlyIfTheRestStaysCool(t *testing.T) {
+	cfg := testConfig()
+	c := NewCore(cfg)
+	c.Round(Input{Now: at(0), Hosts: []Host{host("s1", "stateless", 0.95, 1), host("b1", "batch", 0.2, 0), host("b2", "batch", 0.2, 0)}})
+	// b1 moved over; stateless cools to 0.55 own CPU per host: on one
+	// host fewer that is 1.1, hot again. Revocable work (CPU above own)
+	// does not count.
+	warm := func(sec int, own float64) Decision {
+		s1 := host("s1", "stateless", 0.58, 1)
+		s1.Reading.OwnCPU = own
+		b1 := host("b1", "stateless", 0.58, 0)
+		b1.Reading.OwnCPU = own
+		return c.Round(Input{Now: at(sec), Hosts: []Host{s1, b1, host("b2", "batch", 0.2, 0)}})
+	}
+	warm(400, 0.4) // cool from now on
+	for sec := 500; sec < 1000; sec += 100 {
+		if d := warm(sec, 0.4); len(d.Moves) != 0 || !strings.Contains(d.Waiting, "would be 0.80 on one host fewer") {
+			t.Fatalf("at %ds: moves %+v, waiting %q; want none: the rest would run hot", sec, d.Moves, d.Waiting)
+		}
+	}
+	if d := warm(1100, 0.2); len(d.Moves) != 1 || d.Moves[0].Host != "b1" {
+		t.Fatalf("own CPU 0.2 a host (0.4 on one): moves %+v, waiting %q; want b1 back", d.Moves, d.Waiting)
 	}
 }
 

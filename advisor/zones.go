@@ -87,6 +87,9 @@ type Reading struct {
 	// Latency the worst P99/SLO of its latency-sensitive instances (0
 	// without any).
 	CPU, Mem, Latency float64
+	// OwnCPU is the CPU fraction used by its non-revocable work: what
+	// stays when revocable work is moved or killed.
+	OwnCPU float64
 }
 
 // ZoneState is a host's zone and since when it is in it.

@@ -197,6 +197,17 @@ func (a *app) benchScenario(sc bench.Scenario) *cobra.Command {
 		fs.StringVar(&c.FullBin, "full-bin", c.FullBin, "the peloton binary whose serve hostagent is measured too (default: this one)")
 		validate = c.Validate
 		run = func(ctx context.Context, env bench.Env) (*bench.Result, error) { return bench.HostAgent(ctx, env, c) }
+	case bench.ScenarioColocation:
+		c := bench.DefaultColocationConfig()
+		fs.IntVar(&c.HostCores, "host-cores", c.HostCores, "CPUs of every host")
+		fs.Float64Var(&c.ServicePeakCores, "service-peak-cores", c.ServicePeakCores, "the services' CPU use at the day's peak")
+		fs.Float64Var(&c.TroughFraction, "trough", c.TroughFraction, "the services' use at the trough, as a fraction of the peak")
+		fs.Float64Var(&c.BatchCoreHours, "batch-core-hours", c.BatchCoreHours, "the batch backlog to finish in the day")
+		fs.Float64Var(&c.BatchUse, "batch-use", c.BatchUse, "the share of its core a batch task uses")
+		fs.Uint64Var(&c.Seed, "seed", c.Seed, "seed of the backlog")
+		fs.StringVar(&c.Plot, "plot", c.Plot, "write an SVG of the co-located day here")
+		validate = c.Validate
+		run = func(ctx context.Context, env bench.Env) (*bench.Result, error) { return bench.Colocation(ctx, env, c) }
 	default:
 		panic("bench: no command for scenario " + sc.Name)
 	}

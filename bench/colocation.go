@@ -1,0 +1,453 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/peloton-sched/peloton/advisor"
+	"github.com/peloton-sched/peloton/hostagent"
+)
+
+// ScenarioColocation is `peloton bench colocation`.
+const ScenarioColocation = "colocation"
+
+var colocationFigures = []string{"segregatedMachines", "segregatedStateless", "segregatedBatch", "colocatedMachines",
+	"machinesSavedPct", "sloViolationMinutesPct", "segregatedSloViolationMinutesPct", "batchCoreHours",
+	"revocableCoreHoursPct", "lostCoreHours", "moves", "qosKills"}
+
+// ColocationConfig sizes the co-location scenario: a simulated day in
+// minute steps. See docs/benchmarks.md ("colocation") for the model.
+type ColocationConfig struct {
+	// HostCores is every host's CPU.
+	HostCores int
+	// ServicePeakCores is the services' CPU use at the day's peak; the
+	// trough is TroughFraction of it, at 04:00, the peak at 16:00.
+	ServicePeakCores float64
+	TroughFraction   float64
+	// BatchCoreHours is the batch backlog, in core-hours of tasks of one
+	// core each, lasting 10 to 240 minutes; BatchUse is the share of its
+	// core a batch task really uses.
+	BatchCoreHours float64
+	BatchUse       float64
+	// Seed makes the backlog.
+	Seed uint64
+	// Plot, if set, is where an SVG of the co-located day is written.
+	Plot string
+}
+
+// DefaultColocationConfig is the size docs/benchmarks.md quotes.
+func DefaultColocationConfig() ColocationConfig {
+	return ColocationConfig{HostCores: 32, ServicePeakCores: 1200, TroughFraction: 0.3, BatchCoreHours: 20000, BatchUse: 0.7, Seed: 1}
+}
+
+// Validate names the first bad flag.
+func (c *ColocationConfig) Validate() error {
+	switch {
+	case c.HostCores < 2 || c.HostCores > 1024:
+		return fmt.Errorf("invalid --host-cores %d: must be 2 to 1024", c.HostCores)
+	case !(c.ServicePeakCores > 0 && c.ServicePeakCores <= 1e6):
+		return fmt.Errorf("invalid --service-peak-cores %g: must be > 0 and at most 1000000", c.ServicePeakCores)
+	case !(c.TroughFraction > 0 && c.TroughFraction <= 1):
+		return fmt.Errorf("invalid --trough %g: must be in (0, 1]", c.TroughFraction)
+	case !(c.BatchCoreHours >= 0 && c.BatchCoreHours <= 1e7):
+		return fmt.Errorf("invalid --batch-core-hours %g: must be 0 to 10000000", c.BatchCoreHours)
+	case !(c.BatchUse > 0 && c.BatchUse <= 1):
+		return fmt.Errorf("invalid --batch-use %g: must be in (0, 1]", c.BatchUse)
+	}
+	return nil
+}
+
+// The model's constants (docs/benchmarks.md argues them).
+const (
+	dayMinutes = 24 * 60
+	// A service instance's P99 is latencyBase/(1-ρ), ρ its host's CPU
+	// use; the SLO is sloFactor × latencyBase, so a host over ρ = 0.75
+	// breaks it.
+	sloFactor = 4.0
+	// A service's instances hold serviceAlloc of each stateless host.
+	serviceAlloc = 0.75
+	// slackMargin is hostmgr's default; advisorEvery the advisor's
+	// interval in simulated minutes.
+	slackMargin  = 0.1
+	advisorEvery = 5
+)
+
+// ServiceLoad is the services' CPU use at minute t of the day.
+func (c ColocationConfig) ServiceLoad(t int) float64 {
+	phase := 2 * math.Pi * float64(t-4*60) / dayMinutes
+	return c.ServicePeakCores * (c.TroughFraction + (1-c.TroughFraction)*(0.5-0.5*math.Cos(phase)))
+}
+
+// p99OverSLO is a host's services' P99 over their SLO at CPU use rho.
+func p99OverSLO(rho float64) float64 {
+	if rho >= 0.99 {
+		return 100 / sloFactor
+	}
+	return 1 / (1 - rho) / sloFactor
+}
+
+// simTask is one batch task.
+type simTask struct {
+	dur, done int // minutes
+}
+
+// simHost is one host of the simulated fleet.
+type simHost struct {
+	name      string
+	stateless bool
+	// target: moving to the other partition (drained the next minute).
+	moving bool
+	batch  []*simTask // non-revocable
+	rev    []*simTask // revocable
+	qos    hostagent.QoSState
+	use    float64 // cores, last minute
+}
+
+// colocRun is one simulated day's outcome.
+type colocRun struct {
+	done                bool // the backlog finished within the day
+	coreHours, revHours float64
+	lostHours           float64
+	sloBad, sloAll      int // stateless host-minutes over SLO, and all
+	moves, kills        int
+	// per minute, for the plot
+	stateless []int
+	worst     []float64
+}
+
+// colocate simulates the day on hosts hosts, stateless of them in the
+// stateless partition at the start; with advise the advisor moves hosts
+// and revocable batch runs on slack, otherwise the partitions are fixed
+// and batch runs only on batch hosts.
+func (c ColocationConfig) colocate(hosts, stateless int, advise bool, backlog []int) colocRun {
+	fleet := make([]*simHost, hosts)
+	for i := range fleet {
+		fleet[i] = &simHost{name: fmt.Sprintf("h%04d", i), stateless: i < stateless}
+	}
+	queue := make([]*simTask, len(backlog))
+	for i, d := range backlog {
+		queue[i] = &simTask{dur: d}
+	}
+	cfg := advisor.DefaultConfig()
+	th := advisor.DefaultThresholds()
+	th.MinDwell = 10 * time.Minute
+	// Stateless hosts are filled with revocable work up to ρ 0.675 (the
+	// slack's bound; P99 at 0.77 of the SLO): orange from 0.9 of the SLO,
+	// so that a host can cool below the hysteresis band with it.
+	// The services' SLO is the stateless hosts' signal: their CPU levels
+	// sit above the latency's (ρ 0.72 is 0.9 of the SLO).
+	st := th
+	st.LatencyOrange, st.LatencyRed = 0.9, 1.0
+	st.CPUOrange, st.CPURed = 0.8, 0.95
+	cfg.Thresholds = map[string]advisor.Thresholds{"batch": th, "stateless": st}
+	cfg.Cooling, cfg.HoldDown, cfg.MaxMoves = 20*time.Minute, 30*time.Minute, 2
+	cfg.MinSize = map[string]int{"batch": 1, "stateless": 1}
+	cfg.Oversub.Window, cfg.Oversub.MinSamples = 3*time.Hour, 6
+	core := advisor.NewCore(cfg)
+	// The agents' QoS: batch hosts kill revocable work at 0.9 of their
+	// CPU; stateless hosts, whose services' P99 reaches the SLO at 0.75,
+	// at 0.7 (the agents of a partition run with its own --qos-cpu-*).
+	qosBatch := hostagent.QoSPolicy{CPUHigh: 0.9, CPULow: 0.8, Samples: 2}
+	qosStateless := hostagent.QoSPolicy{CPUHigh: 0.7, CPULow: 0.6, Samples: 2}
+	factor := map[string]float64{}
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	cores := float64(c.HostCores)
+	var r colocRun
+	running := func() int {
+		n := 0
+		for _, h := range fleet {
+			n += len(h.batch) + len(h.rev)
+		}
+		return n
+	}
+	for t := range dayMinutes {
+		// Moves decided last round take effect: drained hosts change sides.
+		for _, h := range fleet {
+			if h.moving {
+				for _, tk := range append(h.batch, h.rev...) {
+					r.lostHours += float64(tk.done) / 60
+					tk.done = 0
+					queue = append(queue, tk)
+				}
+				h.batch, h.rev, h.moving = nil, nil, false
+				h.stateless = !h.stateless
+			}
+		}
+		nStateless := 0
+		for _, h := range fleet {
+			if h.stateless {
+				nStateless++
+			}
+		}
+		svc := c.ServiceLoad(t) / float64(max(1, nStateless))
+		// Batch work is placed: non-revocable on batch hosts' free
+		// capacity first, then revocable on every host's slack.
+		for _, h := range fleet {
+			for !h.stateless && len(queue) > 0 && len(h.batch) < c.HostCores {
+				h.batch, queue = append(h.batch, queue[0]), queue[1:]
+			}
+		}
+		if advise {
+			for _, h := range fleet {
+				alloc, own := float64(len(h.batch)), float64(len(h.batch))*c.BatchUse
+				f := 1.0
+				if h.stateless {
+					alloc, own = serviceAlloc*cores, svc
+				} else if v := factor[h.name]; v > 1 {
+					f = v
+				}
+				held := alloc + (f-1)*cores
+				slack := math.Min((1-slackMargin)*held, (1-slackMargin)*cores) - own - float64(len(h.rev))
+				for slack >= 1 && len(queue) > 0 {
+					h.rev, queue = append(h.rev, queue[0]), queue[1:]
+					slack--
+				}
+			}
+		}
+		// The minute runs: use, latency, QoS, progress.
+		worst := 0.0
+		for _, h := range fleet {
+			h.use = float64(len(h.batch)+len(h.rev)) * c.BatchUse
+			if h.stateless {
+				h.use += svc
+			}
+			rho := math.Min(1, h.use/cores)
+			if h.stateless {
+				over := p99OverSLO(rho)
+				worst = math.Max(worst, over)
+				r.sloAll++
+				if over > 1 {
+					r.sloBad++
+				}
+			}
+			qos := qosBatch
+			if h.stateless {
+				qos = qosStateless
+			}
+			if advise && len(h.rev) > 0 && (h.use >= qos.CPUHigh*cores || h.qos.Hot > 0) {
+				in := hostagent.QoSInput{Capacity: hostagent.Resources{CPU: cores}, Use: hostagent.Resources{CPU: h.use}, Fresh: true}
+				for i := range h.rev {
+					in.Runs = append(in.Runs, hostagent.QoSRun{ID: fmt.Sprint(i), Revocable: true, Started: time.Duration(i), Use: hostagent.Resources{CPU: c.BatchUse}})
+				}
+				var victims []string
+				h.qos, victims = qos.Decide(h.qos, in)
+				idx := make([]int, 0, len(victims))
+				for _, v := range victims {
+					var i int
+					_, _ = fmt.Sscan(v, &i)
+					idx = append(idx, i)
+				}
+				slices.Sort(idx)
+				for _, i := range slices.Backward(idx) {
+					tk := h.rev[i]
+					r.lostHours += float64(tk.done) / 60
+					tk.done = 0
+					queue = append(queue, tk)
+					h.rev = slices.Delete(h.rev, i, i+1)
+					r.kills++
+				}
+			}
+			keep := func(ts []*simTask, revocable bool) []*simTask {
+				out := ts[:0]
+				for _, tk := range ts {
+					tk.done++
+					r.coreHours += 1.0 / 60
+					if revocable {
+						r.revHours += 1.0 / 60
+					}
+					if tk.done < tk.dur {
+						out = append(out, tk)
+					}
+				}
+				return out
+			}
+			h.batch, h.rev = keep(h.batch, false), keep(h.rev, true)
+		}
+		r.stateless = append(r.stateless, nStateless)
+		r.worst = append(r.worst, worst)
+		if advise && t%advisorEvery == 0 {
+			in := advisor.Input{Now: t0.Add(time.Duration(t) * time.Minute)}
+			var worstSvc float64
+			for _, h := range fleet {
+				part := "batch"
+				reading := advisor.Reading{Fresh: true, CPU: math.Min(1, h.use/cores),
+					OwnCPU: math.Min(1, (h.use-float64(len(h.rev))*c.BatchUse)/cores)}
+				if h.stateless {
+					part = "stateless"
+					reading.Latency = p99OverSLO(reading.CPU)
+					worstSvc = math.Max(worstSvc, reading.Latency)
+				}
+				target := ""
+				if h.moving {
+					target = map[bool]string{true: "batch", false: "stateless"}[h.stateless]
+				}
+				in.Hosts = append(in.Hosts, advisor.Host{Name: h.name, Partition: part, InService: !h.moving, Target: target,
+					Reading: reading, Tasks: len(h.batch), AllocatedCPU: float64(len(h.batch))})
+			}
+			in.Services = []advisor.Service{{Job: "services", Partition: "stateless", P99: worstSvc, SLO: 1}}
+			d := core.Round(in)
+			factor = d.Factors
+			byName := map[string]*simHost{}
+			for _, h := range fleet {
+				byName[h.name] = h
+			}
+			for _, mv := range d.Moves {
+				byName[mv.Host].moving = true
+				r.moves++
+			}
+		}
+	}
+	r.done = len(queue) == 0 && running() == 0
+	return r
+}
+
+// backlog is the batch backlog: task durations in minutes.
+func (c ColocationConfig) backlog() []int {
+	rng := rand.New(rand.NewPCG(c.Seed, c.Seed^0x9e3779b97f4a7c15))
+	var out []int
+	left := c.BatchCoreHours * 60
+	for left > 0 {
+		d := 10 + rng.IntN(231)
+		out = append(out, d)
+		left -= float64(d)
+	}
+	return out
+}
+
+// smallest is the least n in [lo, hi] for which ok holds, ok being
+// monotone; hi+1 if none.
+func smallest(lo, hi int, ok func(int) bool) int {
+	for lo <= hi {
+		mid := (lo + hi) / 2
+		if ok(mid) {
+			hi = mid - 1
+		} else {
+			lo = mid + 1
+		}
+	}
+	return lo
+}
+
+// Colocation runs the scenario: the segregated fleet (a stateless
+// partition sized for the services' peak, a batch partition sized to
+// finish the backlog in the day) against the smallest co-located fleet
+// that finishes the same backlog with under 1% of service-minutes over
+// SLO, the advisor, oversubscription and QoS on.
+func Colocation(ctx context.Context, env Env, cfg ColocationConfig) (*Result, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	r := newResult(ScenarioColocation)
+	r.param("hostCores", cfg.HostCores)
+	r.param("servicePeakCores", cfg.ServicePeakCores)
+	r.param("troughFraction", cfg.TroughFraction)
+	r.param("batchCoreHours", cfg.BatchCoreHours)
+	r.param("batchUse", cfg.BatchUse)
+	backlog := cfg.backlog()
+	cores := float64(cfg.HostCores)
+	// Segregated: no stateless host over ρ 0.75 at the peak.
+	nS := int(math.Ceil(cfg.ServicePeakCores / (serviceAlloc * cores)))
+	limit := nS + int(math.Ceil(cfg.BatchCoreHours/24/cores))*4 + 4
+	env.progress("colocation: sizing the segregated batch partition")
+	nB := smallest(0, limit, func(n int) bool {
+		return ctx.Err() != nil || cfg.BatchCoreHours == 0 || n > 0 && cfg.colocate(nS+n, nS, false, backlog).done
+	})
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if nB > limit {
+		return nil, fmt.Errorf("bench: no batch partition of at most %d hosts finishes the backlog in a day", limit)
+	}
+	seg := cfg.colocate(nS+nB, nS, false, backlog)
+	env.progress("colocation: segregated %d+%d hosts; sizing the co-located fleet", nS, nB)
+	// Co-located: the stateless partition starts sized for the trough.
+	start := func(n int) int { return min(n-1, max(1, int(math.Ceil(cfg.ServiceLoad(0)/(0.6*cores))))) }
+	var best colocRun
+	nC := smallest(2, nS+nB, func(n int) bool {
+		if ctx.Err() != nil {
+			return true
+		}
+		run := cfg.colocate(n, start(n), true, backlog)
+		ok := run.done && float64(run.sloBad) < 0.01*float64(run.sloAll)
+		if ok {
+			best = run
+		}
+		return ok
+	})
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if nC > nS+nB {
+		return nil, fmt.Errorf("bench: no co-located fleet up to the segregated %d hosts finishes the backlog within the SLO", nS+nB)
+	}
+	best = cfg.colocate(nC, start(nC), true, backlog)
+	pct := func(a, b int) float64 { return 100 * float64(a) / float64(max(1, b)) }
+	r.add("segregatedMachines", float64(nS+nB), "hosts", "stateless sized for the peak + batch sized to finish the backlog in the day")
+	r.add("segregatedStateless", float64(nS), "hosts", "no host over ρ 0.75 (P99 = SLO) at the peak")
+	r.add("segregatedBatch", float64(nB), "hosts", "the fewest that finish the backlog by midnight")
+	r.add("colocatedMachines", float64(nC), "hosts", "the fewest that finish the same backlog with < 1% of service-minutes over SLO")
+	r.add("machinesSavedPct", 100*float64(nS+nB-nC)/float64(nS+nB), "%", "goal >= 25 (Borg: segregation needs 20-30% more machines)")
+	r.add("sloViolationMinutesPct", pct(best.sloBad, best.sloAll), "%", "co-located: stateless host-minutes with P99 over SLO (goal < 1)")
+	r.add("segregatedSloViolationMinutesPct", pct(seg.sloBad, seg.sloAll), "%", "the same, segregated")
+	r.add("batchCoreHours", best.coreHours, "core-h", "batch work run co-located (the backlog, plus work lost to kills and moves run again)")
+	r.add("revocableCoreHoursPct", 100*best.revHours/math.Max(best.coreHours, 1e-9), "%", "of it, run as revocable work on slack")
+	r.add("lostCoreHours", best.lostHours, "core-h", "work lost to QoS kills and moves, run again")
+	r.add("moves", float64(best.moves), "", "hosts the advisor moved between the partitions")
+	r.add("qosKills", float64(best.kills), "", "revocable tasks the QoS controller killed")
+	r.note("model: %d-minute days in 1-minute steps; services' CPU %.0f..%.0f cores (trough 04:00, peak 16:00) spread evenly over the stateless hosts; P99 = base/(1-ρ), SLO = %.0f x base; batch: %d tasks of one core (%.0f%% used), 10-240 min", dayMinutes, cfg.ServiceLoad(4*60), cfg.ServicePeakCores, sloFactor, len(backlog), 100*cfg.BatchUse)
+	if cfg.Plot != "" {
+		if err := os.WriteFile(cfg.Plot, []byte(colocationSVG(cfg, best, nC)), 0o644); err != nil {
+			return nil, fmt.Errorf("invalid --plot %q: %w", cfg.Plot, err)
+		}
+		r.note("plot written to %s", cfg.Plot)
+	}
+	return r.finish(), nil
+}
+
+// colocationSVG plots the co-located day: the stateless partition's size,
+// the services' load (in hosts' worth at ρ 0.75) and the worst P99/SLO.
+func colocationSVG(cfg ColocationConfig, run colocRun, hosts int) string {
+	const w, h, pad = 900, 360, 50
+	x := func(t int) float64 { return pad + float64(t)*(w-2*pad)/dayMinutes }
+	y := func(v, top float64) float64 { return h - pad - v*(h-2*pad)/top }
+	top := float64(hosts)
+	line := func(vals func(int) float64, scale float64, color string) string {
+		var b strings.Builder
+		for t := 0; t < dayMinutes; t += 5 {
+			fmt.Fprintf(&b, "%.1f,%.1f ", x(t), y(vals(t), scale))
+		}
+		return fmt.Sprintf(`<polyline fill="none" stroke="%s" stroke-width="2" points="%s"/>`, color, b.String())
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="12">`, w, h)
+	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`, w, h)
+	fmt.Fprintf(&b, `<text x="%d" y="20" font-size="14">peloton bench colocation: a simulated day on %d co-located hosts</text>`, pad, hosts)
+	fmt.Fprintf(&b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="black"/>`, pad, h-pad, w-pad, h-pad)
+	fmt.Fprintf(&b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="black"/>`, pad, pad, pad, h-pad)
+	for hr := 0; hr <= 24; hr += 4 {
+		fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle">%02d:00</text>`, x(hr*60), h-pad+16, hr)
+	}
+	fmt.Fprintf(&b, `<text x="%d" y="%.1f" text-anchor="end">%d</text>`, pad-4, y(top, top), hosts)
+	fmt.Fprintf(&b, `<text x="%d" y="%.1f" text-anchor="end">0</text>`, pad-4, y(0, top))
+	cores := float64(cfg.HostCores)
+	b.WriteString(line(func(t int) float64 { return float64(run.stateless[t]) }, top, "#1f77b4"))
+	b.WriteString(line(func(t int) float64 { return float64(hosts - run.stateless[t]) }, top, "#2ca02c"))
+	b.WriteString(line(func(t int) float64 { return cfg.ServiceLoad(t) / (serviceAlloc * cores) }, top, "#ff7f0e"))
+	b.WriteString(line(func(t int) float64 { return run.worst[t] }, 2, "#d62728"))
+	fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#d62728" stroke-dasharray="4 4"/>`, pad, y(1, 2), w-pad, y(1, 2))
+	legend := []struct{ color, text string }{
+		{"#1f77b4", "stateless hosts"}, {"#2ca02c", "batch hosts"},
+		{"#ff7f0e", "service load (hosts at ρ 0.75)"}, {"#d62728", "worst P99 / SLO (0..2; dashed: the SLO)"},
+	}
+	for i, l := range legend {
+		fmt.Fprintf(&b, `<rect x="%d" y="%d" width="12" height="12" fill="%s"/><text x="%d" y="%d">%s</text>`, w-pad-260, pad+i*18, l.color, w-pad-242, pad+i*18+10, l.text)
+	}
+	b.WriteString(`</svg>` + "\n")
+	return b.String()
+}
