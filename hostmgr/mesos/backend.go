@@ -88,8 +88,11 @@ type agent struct {
 	offers   map[string]*heldOffer
 	// inverse holds outstanding inverse offers: the agent is to go into
 	// maintenance, so it takes no new runs.
-	inverse     map[string]bool
-	unavailable bool // an offer said its maintenance window began
+	inverse map[string]bool
+	// unavailable: the agent has a maintenance window scheduled (an
+	// inverse offer came, or its offers carry an unavailability), so it
+	// takes no new runs until an offer comes without one.
+	unavailable bool
 }
 
 type heldOffer struct {
@@ -107,6 +110,10 @@ type run struct {
 	ended             bool
 	accepted          bool // in an ACCEPT: counts on its agent
 	pending           *launchReq
+	// spec is kept until the run is known to have started, so that a
+	// launch whose offers were void (rescinded as the ACCEPT went out) is
+	// tried again on the next offers.
+	spec *hostmgr.LaunchSpec
 }
 
 type launchReq struct {
@@ -333,7 +340,7 @@ func (b *Backend) Launch(ctx context.Context, spec hostmgr.LaunchSpec) error {
 		b.mu.Unlock()
 		return fmt.Errorf("mesos: launch %s: unknown host %q", spec.TaskID, spec.Host)
 	}
-	r := &run{id: spec.TaskID, host: spec.Host, agentID: a.id, res: spec.Resources}
+	r := &run{id: spec.TaskID, host: spec.Host, agentID: a.id, res: spec.Resources, spec: &spec}
 	req := &launchReq{spec: spec, run: r, done: make(chan error, 1)}
 	r.pending = req
 	b.runs[spec.TaskID] = r

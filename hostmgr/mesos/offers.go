@@ -98,7 +98,7 @@ func (b *Backend) offers(offers []mesosv1.Offer) {
 		if p := labels[b.cfg.PartitionAttribute]; p != "" {
 			a.partition = p
 		}
-		a.unavailable = o.Unavailability != nil && o.Unavailability.Start.Nanoseconds <= now.UnixNano()
+		a.unavailable = o.Unavailability != nil
 		a.offers[o.ID.GetValue()] = &heldOffer{offer: o, at: now}
 		touched[a] = true
 	}
@@ -136,6 +136,7 @@ func (b *Backend) inverseOffers(ios []mesosv1.InverseOffer) {
 		}
 		if a := b.agents[io.AgentID.GetValue()]; a != nil {
 			a.inverse[io.OfferID.GetValue()] = true
+			a.unavailable = true
 		}
 	}
 	signal(b.hostK)

@@ -282,6 +282,19 @@ func (b *Backend) update(st *mesosv1.TaskStatus) {
 			b.runs[id] = r
 		}
 	}
+	if r != nil && !r.ended && r.spec != nil && st.GetReason() == mesosv1.REASON_INVALID_OFFERS &&
+		(!r.has || r.last.State == pelotonv1.TaskState_LAUNCHED) && st.GetState() != mesosv1.TASK_RUNNING {
+		// The offers of its ACCEPT were gone (rescinded as the call went
+		// out): the task never reached an agent, so it waits for others.
+		r.accepted, r.ports = false, nil
+		r.pending = &launchReq{spec: *r.spec, run: r, done: make(chan error, 1)}
+		b.queue = append(b.queue, r.pending)
+		m.Skip = true
+		signal(b.kick)
+	}
+	if m.State == pelotonv1.TaskState_RUNNING && r != nil {
+		r.spec = nil
+	}
 	if r != nil && !r.ended && !m.Skip {
 		ev := hostmgr.TaskEvent{State: m.State, ExitCode: m.ExitCode, Reason: m.Reason, Message: st.GetMessage()}
 		if st.Timestamp != nil {

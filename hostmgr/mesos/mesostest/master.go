@@ -1174,3 +1174,18 @@ func (m *Master) Tasks() map[string]mesosv1.TaskState {
 	return out
 }
 
+// VoidOffers drops every outstanding offer without telling the framework,
+// as when a RESCIND is still on its way while the framework ACCEPTs: the
+// next ACCEPT names offers the master no longer has.
+func (m *Master) VoidOffers() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := len(m.offers)
+	for oid, o := range m.offers {
+		m.unoffer(oid, o)
+		if m.fw != nil {
+			m.fw.filters[o.agent] = time.Now().Add(300 * time.Millisecond)
+		}
+	}
+	return n
+}
