@@ -119,25 +119,34 @@ func Codec(contentType string) (encoding.Codec, error) {
 	return encoding.Codec{}, fmt.Errorf("--mesos-content-type %q: want %q or %q", contentType, ContentTypeProtobuf, ContentTypeJSON)
 }
 
-// withDefaults checks c and fills its zero values.
-func (c Config) withDefaults() (Config, error) {
+// Check checks the values that come from flags, naming the flag of each
+// error; a zero Role is the default.
+func (c Config) Check() error {
 	if _, err := ParseMaster(c.Master); err != nil {
-		return c, err
+		return err
 	}
 	if _, err := Codec(c.ContentType); err != nil {
+		return err
+	}
+	if c.FailoverTimeout < 0 {
+		return fmt.Errorf("--mesos-failover-timeout %s: must not be negative", c.FailoverTimeout)
+	}
+	if r := c.Role; r != "" && (strings.ContainsAny(r, "/ \t\n") || r == "." || r == ".." || strings.HasPrefix(r, "-")) {
+		return fmt.Errorf("--mesos-role %q: not a valid Mesos role name", r)
+	}
+	return nil
+}
+
+// withDefaults checks c and fills its zero values.
+func (c Config) withDefaults() (Config, error) {
+	if err := c.Check(); err != nil {
 		return c, err
 	}
 	if c.Store == nil {
 		return c, fmt.Errorf("mesos: Config.Store is required (it keeps the framework ID)")
 	}
-	if c.FailoverTimeout < 0 {
-		return c, fmt.Errorf("--mesos-failover-timeout %s: must not be negative", c.FailoverTimeout)
-	}
 	if c.Role == "" {
 		c.Role = DefaultRole
-	}
-	if strings.ContainsAny(c.Role, "/ \t\n") || c.Role == "." || c.Role == ".." || strings.HasPrefix(c.Role, "-") {
-		return c, fmt.Errorf("--mesos-role %q: not a valid Mesos role name", c.Role)
 	}
 	def := func(d *time.Duration, v time.Duration) {
 		if *d <= 0 {
