@@ -79,6 +79,7 @@ func Scenarios() []Scenario {
 		{ScenarioFederation, "the federation over many in-process clusters: registry CPU and memory, pool propagation, job dispatch rate", federationFigures},
 		{ScenarioAgentReports, "the stack taking the reports of many host agents (simulated hosts): CPU per report and the reports' delay", agentReportsFigures},
 		{ScenarioHostAgent, "what a host agent costs its host: CPU and memory of `peloton serve hostagent` with many runs, and its reports' delay", hostAgentFigures},
+		{ScenarioMesos, "runs launched per second through Mesos offers on the protocol-level test master, next to the sim backend", mesosFigures},
 	}
 }
 

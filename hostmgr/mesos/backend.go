@@ -57,6 +57,8 @@ type Backend struct {
 	agents      map[string]*agent // by agent ID
 	byHost      map[string]*agent
 	runs        map[string]*run
+	held        map[string]*usage // by agent ID: what our live runs hold
+	acking      map[string]bool   // uuids whose acknowledgement is queued or in flight
 	queue       []*launchReq
 	parts       map[string]string // partitions hostmgr gave hosts
 	connected   bool
@@ -109,6 +111,7 @@ type run struct {
 	has               bool // an event was reported
 	ended             bool
 	accepted          bool // in an ACCEPT: counts on its agent
+	counted           bool // its resources are in held[agentID]
 	pending           *launchReq
 	// spec is kept until the run is known to have started, so that a
 	// launch whose offers were void (rescinded as the ACCEPT went out) is
@@ -138,6 +141,7 @@ func New(cfg Config) (*Backend, error) {
 	codec, _ := Codec(cfg.ContentType)
 	return &Backend{cfg: cfg, url: url, codec: codec, log: cfg.Logger,
 		agents: map[string]*agent{}, byHost: map[string]*agent{}, runs: map[string]*run{}, parts: map[string]string{},
+		held: map[string]*usage{}, acking: map[string]bool{},
 		acks: make(chan ack, 4096), kick: make(chan struct{}, 1), hostK: make(chan struct{}, 1), evK: make(chan struct{}, 1),
 		ready: make(chan struct{})}, nil
 }
@@ -193,7 +197,7 @@ func (b *Backend) Start(ctx context.Context, sink func(hostmgr.TaskEvent)) error
 	go b.launcher()
 	go b.deliver()
 	go b.notifyHosts()
-	for range 32 {
+	for range ackers {
 		b.wg.Add(1)
 		go b.acker()
 	}
@@ -490,6 +494,9 @@ func (b *Backend) report(r *run, ev hostmgr.TaskEvent) {
 	r.has = true
 	r.last = ev
 	r.ended = terminal(ev.State)
+	if r.ended {
+		b.uncount(r)
+	}
 	b.events = append(b.events, ev)
 	signal(b.evK)
 }
@@ -561,6 +568,9 @@ func (b *Backend) acker() {
 				if b.ctx.Err() == nil {
 					b.log.Warn("mesos: recording a run's end; not acknowledging it, so the master sends it again", "task", a.taskID, "err", err)
 				}
+				b.mu.Lock()
+				delete(b.acking, string(a.uuid))
+				b.mu.Unlock()
 				continue
 			}
 		}
@@ -570,6 +580,9 @@ func (b *Backend) acker() {
 		if err := b.call(b.ctx, calls.Acknowledge(a.agentID, a.taskID, a.uuid)); err != nil && b.ctx.Err() == nil {
 			b.log.Debug("mesos: acknowledge failed; the master will send the update again", "task", a.taskID, "err", err)
 		}
+		b.mu.Lock()
+		delete(b.acking, string(a.uuid))
+		b.mu.Unlock()
 	}
 }
 
@@ -590,3 +603,39 @@ func (b *Backend) call(ctx context.Context, c *scheduler.Call) error {
 }
 
 var errNotSubscribed = errors.New("mesos: not subscribed to the master (reconnecting)")
+
+// usage is what the live runs of one agent hold.
+type usage struct {
+	res resources.Resources
+	n   int
+}
+
+// count adds a run taken by an ACCEPT to its agent's held resources;
+// uncount takes it out (it ended, or waits for offers again). b.mu is held.
+func (b *Backend) count(r *run) {
+	if r.counted || r.ended {
+		return
+	}
+	u := b.held[r.agentID]
+	if u == nil {
+		u = &usage{}
+		b.held[r.agentID] = u
+	}
+	u.res, u.n, r.counted = u.res.Add(r.res), u.n+1, true
+}
+
+func (b *Backend) uncount(r *run) {
+	if !r.counted {
+		return
+	}
+	u := b.held[r.agentID]
+	u.res, u.n, r.counted = u.res.Sub(r.res), u.n-1, false
+	if u.n == 0 {
+		delete(b.held, r.agentID)
+	}
+}
+
+// ackers is how many acknowledgements (and stored ends) are in flight at
+// once: each is an HTTP call, and the master sends a task's next update
+// only after the last one's acknowledgement.
+const ackers = 64

@@ -59,7 +59,7 @@ func newStore(t testing.TB) store.Store {
 func newMaster(t testing.TB, cfg mesostest.Config) *mesostest.Master {
 	t.Helper()
 	if cfg.Redeliver == 0 {
-		cfg.Redeliver = 200 * time.Millisecond
+		cfg.Redeliver = 500 * time.Millisecond
 	}
 	if cfg.Heartbeat == 0 {
 		cfg.Heartbeat = 200 * time.Millisecond

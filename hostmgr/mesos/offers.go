@@ -107,10 +107,8 @@ func (b *Backend) offers(offers []mesosv1.Offer) {
 		for _, h := range a.offers {
 			capacity = capacity.Add(sumOffers(h.offer.Resources))
 		}
-		for _, r := range b.runs {
-			if r.agentID == a.id && r.accepted && !r.ended {
-				capacity = capacity.Add(r.res)
-			}
+		if u := b.held[a.id]; u != nil {
+			capacity = capacity.Add(u.res)
 		}
 		a.capacity = capacity
 	}
@@ -392,13 +390,15 @@ func (b *Backend) launcher() {
 	var inflight sync.WaitGroup
 	defer inflight.Wait()
 	for {
+		full := false
 		select {
 		case <-b.kick:
 		case <-tick.C:
+			full = true
 		case <-b.ctx.Done():
 			return
 		}
-		batches, decline, inverse, revive, suppress := b.plan(time.Now())
+		batches, decline, inverse, revive, suppress := b.plan(time.Now(), full)
 		for _, bt := range batches {
 			select {
 			case sem <- struct{}{}:
@@ -443,7 +443,9 @@ func (b *Backend) launcher() {
 }
 
 // plan decides, under the lock, what the launcher does now.
-func (b *Backend) plan(now time.Time) (batches []*batch, decline, inverse []mesosv1.OfferID, revive, suppress bool) {
+// Offers to decline, inverse offers to accept and suppression are looked
+// at on the ticks (full) only, not on every launch.
+func (b *Backend) plan(now time.Time, full bool) (batches []*batch, decline, inverse []mesosv1.OfferID, revive, suppress bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if !b.connected {
@@ -477,6 +479,7 @@ func (b *Backend) plan(now time.Time) (batches []*batch, decline, inverse []meso
 		}
 		r.ports = ports
 		r.accepted = true
+		b.count(r)
 		bt.tasks = append(bt.tasks, taskInfo(&req.spec, a.id, res, ports))
 		bt.reqs = append(bt.reqs, req)
 	}
@@ -488,6 +491,15 @@ func (b *Backend) plan(now time.Time) (batches []*batch, decline, inverse []meso
 		}
 	}
 	b.queue = waiting
+	if len(waiting) > 0 {
+		b.lastDemand = now
+		if b.suppressed || now.Sub(b.lastRevive) >= time.Second {
+			revive, b.suppressed, b.lastRevive = true, false, now
+		}
+	}
+	if !full {
+		return
+	}
 	needs := map[string]bool{}
 	for _, req := range waiting {
 		needs[req.run.agentID] = true
@@ -506,12 +518,7 @@ func (b *Backend) plan(now time.Time) (batches []*batch, decline, inverse []meso
 			}
 		}
 	}
-	if len(waiting) > 0 {
-		b.lastDemand = now
-		if b.suppressed || now.Sub(b.lastRevive) >= time.Second {
-			revive, b.suppressed, b.lastRevive = true, false, now
-		}
-	} else if !b.suppressed && now.Sub(b.lastDemand) >= b.cfg.IdleSuppress {
+	if len(waiting) == 0 && !b.suppressed && now.Sub(b.lastDemand) >= b.cfg.IdleSuppress {
 		held := 0
 		for _, a := range b.agents {
 			held += len(a.offers)
@@ -525,12 +532,7 @@ func (b *Backend) plan(now time.Time) (batches []*batch, decline, inverse []meso
 
 // busy: the agent holds live runs of ours. b.mu is held.
 func (b *Backend) busy(agentID string) bool {
-	for _, r := range b.runs {
-		if r.agentID == agentID && r.accepted && !r.ended {
-			return true
-		}
-	}
-	return false
+	return b.held[agentID] != nil
 }
 
 // accept sends one ACCEPT with a LAUNCH of the batch's runs.
@@ -582,15 +584,19 @@ func (b *Backend) requeue(reqs []*launchReq) {
 		if err == nil {
 			err = errors.New("mesos: backend closed")
 		}
-		b.mu.Unlock()
 		for _, req := range reqs {
 			req.run.accepted = false
+			b.uncount(req.run)
+		}
+		b.mu.Unlock()
+		for _, req := range reqs {
 			req.done <- err
 		}
 		return
 	}
 	for _, req := range reqs {
 		req.run.accepted = false
+		b.uncount(req.run)
 		req.run.ports = nil
 		if req.run.pending != nil && !req.run.ended {
 			b.queue = append(b.queue, req)

@@ -108,6 +108,9 @@ func (b *Backend) load(ctx context.Context) error {
 			continue
 		}
 		b.runs[id] = r
+		if r.accepted {
+			b.count(r)
+		}
 	}
 	for len(stale) > 0 {
 		n := min(len(stale), b.cfg.Store.MaxTxnOps())

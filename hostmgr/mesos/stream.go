@@ -280,6 +280,7 @@ func (b *Backend) update(st *mesosv1.TaskStatus) {
 		if a := b.agents[st.AgentID.GetValue()]; a != nil {
 			r = &run{id: id, host: a.host, agentID: a.id, accepted: true}
 			b.runs[id] = r
+			b.count(r)
 		}
 	}
 	if r != nil && !r.ended && r.spec != nil && st.GetReason() == mesosv1.REASON_INVALID_OFFERS &&
@@ -287,6 +288,7 @@ func (b *Backend) update(st *mesosv1.TaskStatus) {
 		// The offers of its ACCEPT were gone (rescinded as the call went
 		// out): the task never reached an agent, so it waits for others.
 		r.accepted, r.ports = false, nil
+		b.uncount(r)
 		r.pending = &launchReq{spec: *r.spec, run: r, done: make(chan error, 1)}
 		b.queue = append(b.queue, r.pending)
 		m.Skip = true
@@ -320,11 +322,20 @@ func (b *Backend) update(st *mesosv1.TaskStatus) {
 			}
 		}
 	}
+	// A redelivered update whose acknowledgement is already on its way
+	// is not acknowledged twice.
+	ackDue := st.UUID != nil && !b.acking[string(st.UUID)]
+	if ackDue {
+		b.acking[string(st.UUID)] = true
+	}
 	b.mu.Unlock()
 	if wasReconciling {
 		b.maybeReady()
 	}
-	if persist != nil || st.UUID != nil {
+	if persist != nil || ackDue {
+		if !ackDue {
+			st.UUID = nil
+		}
 		a := ack{agentID: st.GetAgentID().GetValue(), taskID: id, uuid: st.UUID, persist: persist}
 		select {
 		case b.acks <- a:

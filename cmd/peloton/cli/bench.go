@@ -196,6 +196,8 @@ func (a *app) benchScenario(sc bench.Scenario) *cobra.Command {
 		fs.StringVar(&c.AgentBin, "agent-bin", c.AgentBin, "the peloton binary the agent runs from (default: this one)")
 		validate = c.Validate
 		run = func(ctx context.Context, env bench.Env) (*bench.Result, error) { return bench.HostAgent(ctx, env, c) }
+	case bench.ScenarioMesos:
+		validate, run = mesosBenchFlags(fs)
 	default:
 		panic("bench: no command for scenario " + sc.Name)
 	}

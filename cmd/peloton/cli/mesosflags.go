@@ -1,10 +1,12 @@
 package cli
 
 import (
+	"context"
 	"time"
 
 	"github.com/spf13/pflag"
 
+	"github.com/peloton-sched/peloton/bench"
 	"github.com/peloton-sched/peloton/cluster"
 	"github.com/peloton-sched/peloton/hostmgr/mesos"
 )
@@ -49,4 +51,16 @@ func (m *mesosFlags) config(backend string) (cluster.MesosConfig, error) {
 		return cluster.MesosConfig{}, usageErrorf("invalid %v", err)
 	}
 	return cfg, nil
+}
+
+// mesosBenchFlags registers the flags of `peloton bench mesos`.
+func mesosBenchFlags(fs *pflag.FlagSet) (func() error, func(context.Context, bench.Env) (*bench.Result, error)) {
+	c := bench.DefaultMesosConfig()
+	fs.IntVar(&c.Agents, "agents", c.Agents, "agents of the test master")
+	fs.Float64Var(&c.AgentCPU, "agent-cpu", c.AgentCPU, "CPUs of each agent")
+	fs.Float64Var(&c.AgentMemMB, "agent-memory-mb", c.AgentMemMB, "memory of each agent in MiB")
+	fs.IntVar(&c.Tasks, "tasks", c.Tasks, "runs launched in each phase (0.1 CPU, 32 MiB each)")
+	fs.IntVar(&c.Concurrency, "concurrency", c.Concurrency, "launches in flight at once")
+	fs.StringVar(&c.ContentType, "mesos-content-type", c.ContentType, `encoding of the v1 scheduler API: "protobuf" or "json"`)
+	return c.Validate, func(ctx context.Context, env bench.Env) (*bench.Result, error) { return bench.Mesos(ctx, env, c) }
 }

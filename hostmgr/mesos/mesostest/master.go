@@ -93,6 +93,7 @@ type Master struct {
 	agents  map[string]*agent
 	order   []string
 	tasks   map[string]*task
+	unacked map[string]*task // tasks with updates to (re)send
 	offers  map[string]*offer
 	seq     int64
 	stall   bool
@@ -173,7 +174,7 @@ func New(cfg Config) (*Master, error) {
 	if cfg.Listen == "" {
 		cfg.Listen = "127.0.0.1:0"
 	}
-	m := &Master{cfg: cfg, agents: map[string]*agent{}, tasks: map[string]*task{}, offers: map[string]*offer{},
+	m := &Master{cfg: cfg, agents: map[string]*agent{}, tasks: map[string]*task{}, unacked: map[string]*task{}, offers: map[string]*offer{},
 		counts: map[scheduler.Call_Type]int{}, sent: map[string]int{}, kick: make(chan struct{}, 1), stopped: make(chan struct{})}
 	for i, a := range cfg.Agents {
 		if a.ID == "" {
@@ -265,8 +266,8 @@ func (m *Master) loop() {
 		m.mu.Lock()
 		if fw := m.fw; fw != nil && fw.st != nil && !m.stall {
 			m.allocate(now)
-			for _, t := range m.tasks {
-				if len(t.pending) > 0 && now.Sub(t.lastTx) >= m.cfg.Redeliver {
+			for _, t := range m.unacked {
+				if now.Sub(t.lastTx) >= m.cfg.Redeliver {
 					m.transmit(t, now)
 				}
 			}
@@ -717,8 +718,11 @@ func (m *Master) apply(call *scheduler.Call) (int, string) {
 		t.pending = t.pending[1:]
 		if len(t.pending) > 0 {
 			m.transmit(t, now)
-		} else if isTerminal(t.state) {
-			delete(m.tasks, t.info.TaskID.Value)
+		} else {
+			delete(m.unacked, t.info.TaskID.Value)
+			if isTerminal(t.state) {
+				delete(m.tasks, t.info.TaskID.Value)
+			}
 		}
 	case scheduler.Call_RECONCILE:
 		r := call.GetReconcile()
@@ -878,6 +882,7 @@ func (m *Master) accept(acc *scheduler.Call_Accept, now time.Time) {
 	}
 	a.free = a.free.add(pool)
 	m.fw.filters[agentID] = now.Add(refuse(acc.Filters))
+	m.signal() // what is left is offered again at once, unless filtered
 }
 
 // start runs a launched task: RUNNING at once, its end after its command's
@@ -948,6 +953,7 @@ func (m *Master) status(t *task, s mesosv1.TaskState, msg string, reason *mesosv
 		st.Message = &msg
 	}
 	t.pending = append(t.pending, st)
+	m.unacked[t.info.TaskID.Value] = t
 	if len(t.pending) == 1 {
 		m.transmit(t, now)
 	}
