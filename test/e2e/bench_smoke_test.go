@@ -31,7 +31,7 @@ var benchSmokeArgs = map[string][]string{
 	bench.ScenarioKubernetes:   {"--nodes", "20", "--pods", "100"},
 	bench.ScenarioAgentReports: {"--hosts", "20", "--runs-per-host", "2", "--interval", "200ms", "--warmup", "300ms", "--window", "1s"},
 	bench.ScenarioHostAgent:    {"--runs", "20", "--interval", "200ms", "--warmup", "300ms", "--window", "1s"},
-	bench.ScenarioMesos:        {"--agents", "20", "--tasks", "200", "--concurrency", "32"},
+	bench.ScenarioMesos:        {"--agents", "20", "--tasks", "200", "--concurrency", "32", "--stack-tasks", "100", "--stack-job-size", "50"},
 	bench.ScenarioFederation: {"--registry-clusters", "3", "--registry-window", "1s", "--clusters", "3", "--pool-changes", "5",
 		"--jobs", "20", "--concurrency", "8", "--services", "9", "--service-budget", "3", "--service-toleration", "1s",
 		"--timeout", "3m"}, // the services phase waits out a rollout and a failover

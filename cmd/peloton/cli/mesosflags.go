@@ -61,6 +61,8 @@ func mesosBenchFlags(fs *pflag.FlagSet) (func() error, func(context.Context, ben
 	fs.Float64Var(&c.AgentMemMB, "agent-memory-mb", c.AgentMemMB, "memory of each agent in MiB")
 	fs.IntVar(&c.Tasks, "tasks", c.Tasks, "runs launched in each phase (0.1 CPU, 32 MiB each)")
 	fs.IntVar(&c.Concurrency, "concurrency", c.Concurrency, "launches in flight at once")
+	fs.IntVar(&c.StackTasks, "stack-tasks", c.StackTasks, "runs submitted through the whole stack in each stack phase")
+	fs.IntVar(&c.StackJobSize, "stack-job-size", c.StackJobSize, "runs per job in the stack phases")
 	fs.StringVar(&c.ContentType, "mesos-content-type", c.ContentType, `encoding of the v1 scheduler API: "protobuf" or "json"`)
 	return c.Validate, func(ctx context.Context, env bench.Env) (*bench.Result, error) { return bench.Mesos(ctx, env, c) }
 }
