@@ -29,6 +29,7 @@ var (
 	_ hostmgr.RunLister        = (*Backend)(nil)
 	_ hostmgr.HostWatcher      = (*Backend)(nil)
 	_ hostmgr.PartitionApplier = (*Backend)(nil)
+	_ hostmgr.VolumeReleaser   = (*Backend)(nil)
 )
 
 // ErrNoLogs is returned by Logs: the scheduler API carries no task output.
@@ -59,6 +60,8 @@ type Backend struct {
 	runs        map[string]*run
 	held        map[string]*usage // by agent ID: what our live runs hold
 	acking      map[string]bool   // uuids whose acknowledgement is queued or in flight
+	volUse      map[string]string // host + "\x00" + volume ID → the live run using it
+	releases    []*releaseReq
 	queue       []*launchReq
 	parts       map[string]string // partitions hostmgr gave hosts
 	connected   bool
@@ -95,6 +98,8 @@ type agent struct {
 	// inverse offer came, or its offers carry an unavailability), so it
 	// takes no new runs until an offer comes without one.
 	unavailable bool
+	// vols are the persistent volumes its offers showed.
+	vols map[string]bool
 }
 
 type heldOffer struct {
@@ -117,6 +122,8 @@ type run struct {
 	// launch whose offers were void (rescinded as the ACCEPT went out) is
 	// tried again on the next offers.
 	spec *hostmgr.LaunchSpec
+	// volKey is its volume's key in volUse, if it has one.
+	volKey string
 }
 
 type launchReq struct {
@@ -141,7 +148,7 @@ func New(cfg Config) (*Backend, error) {
 	codec, _ := Codec(cfg.ContentType)
 	return &Backend{cfg: cfg, url: url, codec: codec, log: cfg.Logger,
 		agents: map[string]*agent{}, byHost: map[string]*agent{}, runs: map[string]*run{}, parts: map[string]string{},
-		held: map[string]*usage{}, acking: map[string]bool{},
+		held: map[string]*usage{}, acking: map[string]bool{}, volUse: map[string]string{},
 		acks: make(chan ack, 4096), kick: make(chan struct{}, 1), hostK: make(chan struct{}, 1), evK: make(chan struct{}, 1),
 		ready: make(chan struct{})}, nil
 }
@@ -319,8 +326,8 @@ func (b *Backend) ApplyPartition(_ context.Context, host, partition string) erro
 // on that agent's offers (with the other runs waiting for it). It returns
 // once the master accepted the call.
 func (b *Backend) Launch(ctx context.Context, spec hostmgr.LaunchSpec) error {
-	if spec.Volume != nil {
-		return fmt.Errorf("mesos: launch %s: %w: persistent volumes (STATEFUL jobs) are not supported by the mesos backend in this build", spec.TaskID, hostmgr.ErrLaunchBlocked)
+	if spec.Volume != nil && b.cfg.Role == DefaultRole {
+		return fmt.Errorf("mesos: launch %s: %w: a persistent volume is reserved disk, and Mesos reserves only for a role: set --mesos-role", spec.TaskID, hostmgr.ErrLaunchBlocked)
 	}
 	if spec.Foreign != nil {
 		return fmt.Errorf("mesos: launch %s: %w: the mesos backend has no foreign tasks", spec.TaskID, hostmgr.ErrLaunchBlocked)
@@ -345,6 +352,14 @@ func (b *Backend) Launch(ctx context.Context, spec hostmgr.LaunchSpec) error {
 		return fmt.Errorf("mesos: launch %s: unknown host %q", spec.TaskID, spec.Host)
 	}
 	r := &run{id: spec.TaskID, host: spec.Host, agentID: a.id, res: spec.Resources, spec: &spec}
+	if spec.Volume != nil {
+		key := spec.Host + "\x00" + spec.Volume.ID
+		if user, busy := b.volUse[key]; busy {
+			b.mu.Unlock()
+			return fmt.Errorf("mesos: launch %s: volume %s on %s is in use by run %s", spec.TaskID, spec.Volume.ID, spec.Host, user)
+		}
+		b.volUse[key], r.volKey = spec.TaskID, key
+	}
 	req := &launchReq{spec: spec, run: r, done: make(chan error, 1)}
 	r.pending = req
 	b.runs[spec.TaskID] = r
@@ -353,6 +368,7 @@ func (b *Backend) Launch(ctx context.Context, spec hostmgr.LaunchSpec) error {
 	if err := b.writeRecord(ctx, r, store.MustNotExist); err != nil {
 		b.mu.Lock()
 		delete(b.runs, spec.TaskID)
+		b.freeVolume(r)
 		b.mu.Unlock()
 		if errors.Is(err, store.ErrConflict) {
 			return fmt.Errorf("mesos: launch %s: %w (recorded in the store)", spec.TaskID, hostmgr.ErrAlreadyLaunched)
@@ -389,6 +405,7 @@ func (b *Backend) Launch(ctx context.Context, spec hostmgr.LaunchSpec) error {
 	if withdrawn {
 		r.pending = nil
 		delete(b.runs, spec.TaskID)
+		b.freeVolume(r)
 	}
 	b.mu.Unlock()
 	if withdrawn {
@@ -496,6 +513,7 @@ func (b *Backend) report(r *run, ev hostmgr.TaskEvent) {
 	r.ended = terminal(ev.State)
 	if r.ended {
 		b.uncount(r)
+		b.freeVolume(r)
 	}
 	b.events = append(b.events, ev)
 	signal(b.evK)
@@ -639,3 +657,54 @@ func (b *Backend) uncount(r *run) {
 // once: each is an HTTP call, and the master sends a task's next update
 // only after the last one's acknowledgement.
 const ackers = 64
+
+// freeVolume: r no longer uses its volume. b.mu is held.
+func (b *Backend) freeVolume(r *run) {
+	if r.volKey != "" && b.volUse[r.volKey] == r.id {
+		delete(b.volUse, r.volKey)
+	}
+}
+
+// releaseReq is a ReleaseVolume waiting for an offer of its agent.
+type releaseReq struct {
+	agentID, id string
+	done        chan error // cap 1
+}
+
+// ReleaseVolume implements hostmgr.VolumeReleaser: on the next offer of
+// the host's agent that holds the volume, DESTROY it and UNRESERVE its
+// disk. A volume the agent no longer offers is gone already (nil); one
+// that a live run uses is not released.
+func (b *Backend) ReleaseVolume(ctx context.Context, host, volumeID string) error {
+	b.mu.Lock()
+	if user, busy := b.volUse[host+"\x00"+volumeID]; busy {
+		b.mu.Unlock()
+		return fmt.Errorf("mesos: release volume %s on %s: in use by run %s", volumeID, host, user)
+	}
+	a := b.byHost[host]
+	if a == nil {
+		b.mu.Unlock()
+		return fmt.Errorf("mesos: release volume %s: unknown host %q", volumeID, host)
+	}
+	req := &releaseReq{agentID: a.id, id: volumeID, done: make(chan error, 1)}
+	b.releases = append(b.releases, req)
+	b.mu.Unlock()
+	signal(b.kick)
+	select {
+	case err := <-req.done:
+		if err != nil {
+			return fmt.Errorf("mesos: release volume %s on %s: %w", volumeID, host, err)
+		}
+		return nil
+	case <-ctx.Done():
+		b.mu.Lock()
+		for i, q := range b.releases {
+			if q == req {
+				b.releases = append(b.releases[:i], b.releases[i+1:]...)
+				break
+			}
+		}
+		b.mu.Unlock()
+		return fmt.Errorf("mesos: release volume %s on %s: no offer of its agent: %w", volumeID, host, ctx.Err())
+	}
+}

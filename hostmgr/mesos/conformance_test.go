@@ -20,12 +20,13 @@ import (
 // them. AdoptsAfterCrash is not declared: it pins what a backend that
 // cannot observe ends reports (LOST ended-unobserved), while Mesos keeps
 // every end and redelivers it, so a run that ended while no stack ran is
-// reported as it ended; framework_test.go checks that crash. Volumes are
-// not built (Launch refuses them as blocked).
+// reported as it ended; TestFrameworkFailover checks that crash. Volumes
+// are reserved and created on the agent by the backend (the master runs
+// RESERVE, CREATE, DESTROY and UNRESERVE), so the framework has a role.
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	backendtest.Run(t, backendtest.Harness{
-		Caps: backendtest.Capabilities{HealthChecks: true, RunsOutliveBackend: true, Partitions: true},
+		Caps: backendtest.Capabilities{HealthChecks: true, Volumes: true, RunsOutliveBackend: true, Partitions: true},
 		Setup: func(t *testing.T) func() hostmgr.Backend {
 			m := newMaster(t, mesostest.Config{Agents: []mesostest.AgentSpec{
 				{Ports: []mesosv1.Value_Range{{Begin: 1025, End: 65535}}},

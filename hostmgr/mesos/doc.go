@@ -32,8 +32,10 @@
 // offer makes its agent unschedulable, and is accepted once no run of ours
 // is left there.
 //
-// Not built: persistent volumes (Launch refuses a run with a volume as
-// blocked), LAUNCH_GROUP, and task output (Logs says where it is). The
+// A run's persistent volume is reserved disk of the framework's role:
+// RESERVE and CREATE in the ACCEPT of its first run, the volume itself in
+// the next runs' ACCEPTs, DESTROY and UNRESERVE when it is released. Not
+// built: LAUNCH_GROUP, and task output (Logs says where it is). The
 // package is tested against mesostest, a test master that speaks the v1
 // scheduler protocol on the wire with mesos-go's types; no real Mesos
 // master has run these tests.

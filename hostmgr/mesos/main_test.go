@@ -74,6 +74,6 @@ func newMaster(t testing.TB, cfg mesostest.Config) *mesostest.Master {
 
 // testConfig is a backend's config for tests: short waits, quiet logs.
 func testConfig(m *mesostest.Master, st store.Store) Config {
-	return Config{Master: m.URL(), Store: st, StartTimeout: 20 * time.Second, MinBackoff: 20 * time.Millisecond,
+	return Config{Master: m.URL(), Store: st, Role: "peloton", StartTimeout: 20 * time.Second, MinBackoff: 20 * time.Millisecond,
 		MaxBackoff: 200 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)}
 }

@@ -85,7 +85,7 @@ func (b *Backend) offers(offers []mesosv1.Offer) {
 				// The agent on this host restarted with a new ID.
 				delete(b.agents, old.id)
 			}
-			a = &agent{id: aid, host: o.Hostname, offers: map[string]*heldOffer{}, inverse: map[string]bool{}}
+			a = &agent{id: aid, host: o.Hostname, offers: map[string]*heldOffer{}, inverse: map[string]bool{}, vols: map[string]bool{}}
 			b.agents[aid] = a
 			b.byHost[o.Hostname] = a
 		}
@@ -100,6 +100,11 @@ func (b *Backend) offers(offers []mesosv1.Offer) {
 		}
 		a.unavailable = o.Unavailability != nil
 		a.offers[o.ID.GetValue()] = &heldOffer{offer: o, at: now}
+		for _, r := range o.Resources {
+			if r.Disk != nil && r.Disk.Persistence != nil {
+				a.vols[r.Disk.Persistence.ID] = true
+			}
+		}
 		touched[a] = true
 	}
 	for a := range touched {
@@ -155,6 +160,9 @@ func (b *Backend) rescindInverse(id string) {
 // pool is the offered resources of one agent, carved into runs.
 type pool struct {
 	res []mesosv1.Resource
+	// known are the volumes the agent has (seen in its offers): one of
+	// them not offered now is in use or offered later, never made again.
+	known map[string]bool
 }
 
 func newPool(offers map[string]*heldOffer) *pool {
@@ -166,7 +174,7 @@ func newPool(offers map[string]*heldOffer) *pool {
 	sort.Strings(ids)
 	for _, id := range ids {
 		for _, r := range offers[id].offer.Resources {
-			if !usable(&r) {
+			if r.Revocable != nil {
 				continue
 			}
 			c := r
@@ -183,7 +191,7 @@ func newPool(offers map[string]*heldOffer) *pool {
 }
 
 func (p *pool) clone() *pool {
-	c := &pool{res: make([]mesosv1.Resource, len(p.res))}
+	c := &pool{res: make([]mesosv1.Resource, len(p.res)), known: p.known}
 	for i, r := range p.res {
 		c.res[i] = r
 		if r.Scalar != nil {
@@ -205,7 +213,7 @@ func (p *pool) scalar(name string, amount float64, out *[]mesosv1.Resource) bool
 			break
 		}
 		r := &p.res[i]
-		if r.Name != name || r.Scalar == nil || r.Scalar.Value < eps {
+		if r.Name != name || r.Scalar == nil || r.Scalar.Value < eps || !usable(r) {
 			continue
 		}
 		take := math.Min(r.Scalar.Value, amount)
@@ -255,9 +263,64 @@ func (p *pool) port(want uint32, out *[]mesosv1.Resource) (uint32, bool) {
 	return 0, false
 }
 
+// volume takes the run's persistent volume out of the pool: the volume
+// itself if the agent offers it, else unreserved disk that the returned
+// operations reserve for role and make into the volume (RESERVE, CREATE).
+func (p *pool) volume(v *hostmgr.Volume, role, principal string, out *[]mesosv1.Resource) ([]mesosv1.Offer_Operation, bool) {
+	if r, ok := p.takeVolume(v.ID); ok {
+		*out = append(*out, r)
+		return nil, true
+	}
+	if p.known[v.ID] {
+		return nil, false
+	}
+	size := float64(max(v.SizeMB, 1))
+	for i := range p.res {
+		r := &p.res[i]
+		if r.Name != "disk" || r.Scalar == nil || r.Disk != nil || r.Reservation != nil || len(r.Reservations) > 0 ||
+			(r.GetRole() != "" && r.GetRole() != "*") || r.Scalar.Value < size {
+			continue
+		}
+		r.Scalar.Value = math.Round((r.Scalar.Value-size)*1000) / 1000
+		rsv := mesosv1.Resource{Name: "disk", Type: mesosv1.SCALAR.Enum(), Scalar: &mesosv1.Value_Scalar{Value: size},
+			Role: &role, Reservation: &mesosv1.Resource_ReservationInfo{}}
+		if principal != "" {
+			rsv.Reservation.Principal = &principal
+		}
+		vol := rsv
+		vol.Scalar = &mesosv1.Value_Scalar{Value: size}
+		path := strings.TrimPrefix(v.MountPath, "/")
+		if path == "" {
+			path = "volume"
+		}
+		mode := mesosv1.RW
+		vol.Disk = &mesosv1.Resource_DiskInfo{Persistence: &mesosv1.Resource_DiskInfo_Persistence{ID: v.ID},
+			Volume: &mesosv1.Volume{Mode: &mode, ContainerPath: path}}
+		if principal != "" {
+			vol.Disk.Persistence.Principal = &principal
+		}
+		*out = append(*out, vol)
+		return []mesosv1.Offer_Operation{calls.OpReserve(rsv), calls.OpCreate(vol)}, true
+	}
+	return nil, false
+}
+
+// takeVolume takes the offered persistent volume of that ID out of the pool.
+func (p *pool) takeVolume(id string) (mesosv1.Resource, bool) {
+	for i := range p.res {
+		r := p.res[i]
+		if r.Name == "disk" && r.Disk != nil && r.Disk.Persistence != nil && r.Disk.Persistence.ID == id {
+			p.res = append(p.res[:i], p.res[i+1:]...)
+			return r, true
+		}
+	}
+	return mesosv1.Resource{}, false
+}
+
 // carve takes a run's resources and ports out of the pool, or nothing if
-// they do not fit.
-func (p *pool) carve(spec *hostmgr.LaunchSpec) ([]mesosv1.Resource, map[string]uint32, bool) {
+// they do not fit. With a volume it also returns the operations that make
+// it, to go before the LAUNCH.
+func (p *pool) carve(spec *hostmgr.LaunchSpec, role, principal string) ([]mesosv1.Resource, map[string]uint32, []mesosv1.Offer_Operation, bool) {
 	saved := p.clone()
 	var out []mesosv1.Resource
 	rs := spec.Resources
@@ -280,11 +343,15 @@ func (p *pool) carve(spec *hostmgr.LaunchSpec) ([]mesosv1.Resource, map[string]u
 			ports[pt.Name] = v
 		}
 	}
+	var ops []mesosv1.Offer_Operation
+	if ok && spec.Volume != nil {
+		ops, ok = p.volume(spec.Volume, role, principal, &out)
+	}
 	if !ok {
 		*p = *saved
-		return nil, nil, false
+		return nil, nil, nil, false
 	}
-	return out, ports, true
+	return out, ports, ops, true
 }
 
 // taskInfo is the TaskInfo of a run: the command executor runs its argv
@@ -376,8 +443,10 @@ func command(argv []string) *mesosv1.CommandInfo {
 type batch struct {
 	agentID string
 	offers  []mesosv1.OfferID
+	pre     []mesosv1.Offer_Operation // volumes made or released, before the LAUNCH
 	tasks   []mesosv1.TaskInfo
 	reqs    []*launchReq
+	rels    []*releaseReq
 }
 
 // launcher matches waiting launches with offers, ACCEPTs them in one call
@@ -464,9 +533,10 @@ func (b *Backend) plan(now time.Time, full bool) (batches []*batch, decline, inv
 		p := pools[a.id]
 		if p == nil {
 			p = newPool(a.offers)
+			p.known = a.vols
 			pools[a.id] = p
 		}
-		res, ports, ok := p.carve(&req.spec)
+		res, ports, ops, ok := p.carve(&req.spec, b.cfg.Role, b.cfg.Principal)
 		if !ok {
 			waiting = append(waiting, req)
 			continue
@@ -477,12 +547,52 @@ func (b *Backend) plan(now time.Time, full bool) (batches []*batch, decline, inv
 			byAgent[a.id] = bt
 			batches = append(batches, bt)
 		}
+		bt.pre = append(bt.pre, ops...)
 		r.ports = ports
 		r.accepted = true
 		b.count(r)
 		bt.tasks = append(bt.tasks, taskInfo(&req.spec, a.id, res, ports))
 		bt.reqs = append(bt.reqs, req)
 	}
+	var relWaiting []*releaseReq
+	for _, rel := range b.releases {
+		a := b.agents[rel.agentID]
+		switch {
+		case a == nil:
+			rel.done <- fmt.Errorf("mesos: release volume %s: its agent is gone", rel.id)
+			continue
+		case len(a.offers) == 0:
+			relWaiting = append(relWaiting, rel)
+			continue
+		}
+		p := pools[a.id]
+		if p == nil {
+			p = newPool(a.offers)
+			p.known = a.vols
+			pools[a.id] = p
+		}
+		vol, ok := p.takeVolume(rel.id)
+		if !ok && a.vols[rel.id] {
+			relWaiting = append(relWaiting, rel) // offered later (it was just released by a run)
+			continue
+		}
+		if !ok {
+			rel.done <- nil // the agent offers everything it has free, and not this volume: it is gone
+			continue
+		}
+		rsv := vol
+		rsv.Disk = nil
+		bt := byAgent[a.id]
+		if bt == nil {
+			bt = &batch{agentID: a.id}
+			byAgent[a.id] = bt
+			batches = append(batches, bt)
+		}
+		bt.pre = append(bt.pre, calls.OpDestroy(vol), calls.OpUnreserve(rsv))
+		delete(a.vols, rel.id)
+		bt.rels = append(bt.rels, rel)
+	}
+	b.releases = relWaiting
 	for _, bt := range batches {
 		a := b.agents[bt.agentID]
 		for id, h := range a.offers {
@@ -491,7 +601,7 @@ func (b *Backend) plan(now time.Time, full bool) (batches []*batch, decline, inv
 		}
 	}
 	b.queue = waiting
-	if len(waiting) > 0 {
+	if len(waiting) > 0 || len(relWaiting) > 0 {
 		b.lastDemand = now
 		if b.suppressed || now.Sub(b.lastRevive) >= time.Second {
 			revive, b.suppressed, b.lastRevive = true, false, now
@@ -538,12 +648,19 @@ func (b *Backend) busy(agentID string) bool {
 // accept sends one ACCEPT with a LAUNCH of the batch's runs.
 func (b *Backend) accept(bt *batch) {
 	zero := 0.0
+	ops := bt.pre
+	if len(bt.tasks) > 0 {
+		ops = append(ops, calls.OpLaunch(bt.tasks...))
+	}
 	c := &scheduler.Call{Type: scheduler.Call_ACCEPT, Accept: &scheduler.Call_Accept{
 		OfferIDs:   bt.offers,
-		Operations: []mesosv1.Offer_Operation{calls.OpLaunch(bt.tasks...)},
+		Operations: ops,
 		Filters:    &mesosv1.Filters{RefuseSeconds: &zero},
 	}}
 	err := b.call(b.ctx, c)
+	for _, rel := range bt.rels {
+		rel.done <- err
+	}
 	var apiErr *apierrors.Error
 	switch {
 	case err == nil:

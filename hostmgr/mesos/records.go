@@ -30,6 +30,7 @@ type record struct {
 	Host     string            `json:"h"`
 	Res      [4]int64          `json:"r"`
 	Ports    map[string]uint32 `json:"p,omitempty"`
+	Volume   string            `json:"v,omitempty"`
 	State    int32             `json:"s"`
 	ExitCode int32             `json:"x,omitempty"`
 	Reason   string            `json:"why,omitempty"`
@@ -40,8 +41,16 @@ type record struct {
 func recordOf(r *run) record {
 	return record{Agent: r.agentID, Host: r.host,
 		Res:   [4]int64{r.res.MilliCPU, r.res.MemoryMB, r.res.DiskMB, r.res.GPU},
-		Ports: r.ports, State: int32(r.last.State), ExitCode: r.last.ExitCode,
+		Ports: r.ports, Volume: volumeOf(r), State: int32(r.last.State), ExitCode: r.last.ExitCode,
 		Reason: r.last.Reason, Message: truncate(r.last.Message, 256), Time: r.last.Time.UnixNano()}
+}
+
+// volumeOf is the ID of the run's volume ("" for none).
+func volumeOf(r *run) string {
+	if _, id, ok := strings.Cut(r.volKey, "\x00"); ok {
+		return id
+	}
+	return ""
 }
 
 func truncate(s string, n int) string {
@@ -59,6 +68,9 @@ func runOf(id string, rec record) *run {
 	r.last = hostmgr.TaskEvent{TaskID: id, Host: rec.Host, State: pelotonv1.TaskState(rec.State), ExitCode: rec.ExitCode,
 		Reason: rec.Reason, Message: rec.Message, Time: time.Unix(0, rec.Time), Ports: rec.Ports}
 	r.ended = terminal(r.last.State)
+	if rec.Volume != "" {
+		r.volKey = rec.Host + "\x00" + rec.Volume
+	}
 	return r
 }
 
@@ -110,6 +122,9 @@ func (b *Backend) load(ctx context.Context) error {
 		b.runs[id] = r
 		if r.accepted {
 			b.count(r)
+		}
+		if r.volKey != "" && !r.ended {
+			b.volUse[r.volKey] = id
 		}
 	}
 	for len(stale) > 0 {

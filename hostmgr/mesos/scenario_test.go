@@ -468,3 +468,41 @@ func TestBadConfig(t *testing.T) {
 
 // newStoreless is a store that is never used: TestBadConfig fails before.
 type newStoreless struct{ store.Store }
+
+// TestVolumes: a STATEFUL run's volume is reserved and created on its
+// agent, found again by the next run of the instance, and destroyed (its
+// disk unreserved) by ReleaseVolume. Without a role there is no volume.
+func TestVolumes(t *testing.T) {
+	t.Parallel()
+	m := newMaster(t, mesostest.Config{Agents: agents(1)})
+	r := startBackend(t, testConfig(m, newStore(t)))
+	vol := &hostmgr.Volume{ID: "db-0", SizeMB: 100, MountPath: "/data"}
+	for run := 1; run <= 2; run++ {
+		s := runSpec(fmt.Sprintf("db-0-%d", run), "host-0", "exit", "0")
+		s.Volume = vol
+		if err := r.b.Launch(context.Background(), s); err != nil {
+			t.Fatal(err)
+		}
+		r.waitState(s.TaskID, pelotonv1.TaskState_SUCCEEDED)
+		eventually(t, "the volume is free on the agent again", func() bool {
+			v := m.Volumes("agent-0")
+			return len(v) == 1 && v[0] == "db-0"
+		})
+	}
+	if err := r.b.ReleaseVolume(context.Background(), "host-0", "db-0"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the volume destroyed", func() bool { return len(m.Volumes("agent-0")) == 0 })
+
+	cfg := testConfig(m, newStore(t))
+	cfg.Role = ""
+	b, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := runSpec("norole-0-1", "host-0", "true")
+	s.Volume = vol
+	if err := b.Launch(context.Background(), s); !errors.Is(err, hostmgr.ErrLaunchBlocked) || !strings.Contains(err.Error(), "--mesos-role") {
+		t.Errorf("Launch with a volume and no role = %v, want ErrLaunchBlocked naming --mesos-role", err)
+	}
+}

@@ -11,10 +11,15 @@
 //     FAILURE, HEARTBEAT and ERROR events.
 //   - Every other call must carry the current Mesos-Stream-Id (else 400)
 //     from a subscribed framework (else 403) and is answered 202 Accepted.
-//   - Agents have declared resources (cpus, mem, disk, gpus, ports); all
-//     that is free is offered, one offer per agent at a time, unless the
-//     framework suppressed offers or a decline filter holds.
-//   - ACCEPT with LAUNCH checks the offers (all valid, one agent) and that
+//   - Agents have declared resources (cpus, mem, disk, gpus, ports); what
+//     is free on an agent is offered, resources that come free later in
+//     an offer of their own (so an agent may have several outstanding),
+//     unless the framework suppressed offers or a refuse filter holds.
+//   - ACCEPT applies its operations in order: RESERVE and UNRESERVE of
+//     disk for the framework's role, CREATE and DESTROY of persistent
+//     volumes on reserved disk, and LAUNCH (an operation that does not
+//     fit is dropped, as Mesos drops it).
+//   - LAUNCH checks the offers (all valid, one agent) and that
 //     each task's resources are contained in them; a task then "runs" its
 //     command for the declared duration (see behave) and ends as a command
 //     executor would (TASK_FINISHED, or TASK_FAILED "Command exited with
@@ -137,7 +142,6 @@ type agent struct {
 	spec        AgentSpec
 	free        res
 	gone        bool
-	offered     bool
 	maintenance *mesosv1.Unavailability
 }
 
@@ -145,6 +149,16 @@ type agent struct {
 type res struct {
 	cpus, mem, disk, gpus float64
 	ports                 []mesosv1.Value_Range
+	// rdisk is disk reserved for a role (RESERVE), by role; vols are
+	// persistent volumes made of reserved disk (CREATE), by ID.
+	rdisk map[string]float64
+	vols  map[string]vol
+}
+
+// vol is a persistent volume.
+type vol struct {
+	size                  float64
+	role, principal, path string
 }
 
 type offer struct {
@@ -290,13 +304,12 @@ func (m *Master) allocate(now time.Time) {
 	var offers []mesosv1.Offer
 	for _, id := range m.order {
 		a := m.agents[id]
-		if a.gone || a.offered || now.Before(fw.filters[id]) || (a.free.cpus < 0.001 && a.free.mem < 1) {
+		if a.gone || now.Before(fw.filters[id]) || a.free.empty() {
 			continue
 		}
 		m.seq++
 		o := &offer{id: fmt.Sprintf("%s-O%d", fw.id, m.seq), agent: id, r: a.free}
 		a.free = res{}
-		a.offered = true
 		m.offers[o.id] = o
 		offers = append(offers, mesosv1.Offer{ID: mesosv1.OfferID{Value: o.id}, FrameworkID: mesosv1.FrameworkID{Value: fw.id},
 			AgentID: mesosv1.AgentID{Value: id}, Hostname: a.spec.Hostname, Resources: o.r.resources(),
@@ -340,14 +353,69 @@ func (r res) resources() []mesosv1.Resource {
 		out = append(out, mesosv1.Resource{Name: "ports", Type: mesosv1.RANGES.Enum(),
 			Ranges: &mesosv1.Value_Ranges{Range: append([]mesosv1.Value_Range(nil), r.ports...)}, Role: &role})
 	}
+	for _, role := range sortedKeys(r.rdisk) {
+		if r.rdisk[role] > 0 {
+			out = append(out, reserved(scalar("disk", r.rdisk[role]), role, ""))
+		}
+	}
+	for _, id := range sortedKeys(r.vols) {
+		v := r.vols[id]
+		d := reserved(scalar("disk", v.size), v.role, v.principal)
+		mode := mesosv1.RW
+		d.Disk = &mesosv1.Resource_DiskInfo{Persistence: &mesosv1.Resource_DiskInfo_Persistence{ID: id, Principal: str(v.principal)},
+			Volume: &mesosv1.Volume{Mode: &mode, ContainerPath: v.path}}
+		out = append(out, d)
+	}
 	return out
+}
+
+// reserved is r reserved for role (the pre-refinement form: role and
+// reservation on the resource).
+func reserved(r mesosv1.Resource, role, principal string) mesosv1.Resource {
+	r.Role = &role
+	r.Reservation = &mesosv1.Resource_ReservationInfo{}
+	if principal != "" {
+		r.Reservation.Principal = &principal
+	}
+	return r
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// empty: nothing worth offering.
+func (r res) empty() bool {
+	return r.cpus < 0.001 && r.mem < 1 && r.disk < 1 && r.gpus < 0.001 && len(r.vols) == 0 && len(r.rdisk) == 0
 }
 
 func round3(f float64) float64 { return float64(int64(f*1000+0.5)) / 1000 }
 
 func (r res) add(o res) res {
-	return res{cpus: round3(r.cpus + o.cpus), mem: round3(r.mem + o.mem), disk: round3(r.disk + o.disk), gpus: round3(r.gpus + o.gpus),
+	out := res{cpus: round3(r.cpus + o.cpus), mem: round3(r.mem + o.mem), disk: round3(r.disk + o.disk), gpus: round3(r.gpus + o.gpus),
 		ports: mergeRanges(append(append([]mesosv1.Value_Range(nil), r.ports...), o.ports...))}
+	for _, m := range []map[string]float64{r.rdisk, o.rdisk} {
+		for role, v := range m {
+			if out.rdisk == nil {
+				out.rdisk = map[string]float64{}
+			}
+			out.rdisk[role] = round3(out.rdisk[role] + v)
+		}
+	}
+	for _, m := range []map[string]vol{r.vols, o.vols} {
+		for id, v := range m {
+			if out.vols == nil {
+				out.vols = map[string]vol{}
+			}
+			out.vols[id] = v
+		}
+	}
+	return out
 }
 
 // take subtracts o from r, or reports that r does not contain it.
@@ -381,6 +449,29 @@ func (r res) take(o res) (res, bool) {
 		}
 	}
 	out.ports = ports
+	for role, v := range r.rdisk {
+		if out.rdisk == nil {
+			out.rdisk = map[string]float64{}
+		}
+		out.rdisk[role] = v
+	}
+	for role, v := range o.rdisk {
+		if out.rdisk[role] = round3(out.rdisk[role] - v); out.rdisk[role] < 0 {
+			return r, false
+		}
+	}
+	for id, v := range r.vols {
+		if out.vols == nil {
+			out.vols = map[string]vol{}
+		}
+		out.vols[id] = v
+	}
+	for id := range o.vols {
+		if _, ok := out.vols[id]; !ok {
+			return r, false
+		}
+		delete(out.vols, id)
+	}
 	return out, true
 }
 
@@ -403,10 +494,27 @@ func mergeRanges(rs []mesosv1.Value_Range) []mesosv1.Value_Range {
 func resOf(rs []mesosv1.Resource) res {
 	var out res
 	for _, r := range rs {
+		role := r.GetRole()
+		isReserved := r.Reservation != nil || len(r.Reservations) > 0 || (role != "" && role != "*")
 		switch {
 		case r.Name == "ports" && r.Ranges != nil:
 			out.ports = append(out.ports, r.Ranges.Range...)
-		case r.Scalar != nil:
+		case r.Scalar == nil:
+		case r.Name == "disk" && r.Disk != nil && r.Disk.Persistence != nil:
+			if out.vols == nil {
+				out.vols = map[string]vol{}
+			}
+			v := vol{size: r.Scalar.Value, role: role, principal: r.Disk.Persistence.GetPrincipal()}
+			if r.Disk.Volume != nil {
+				v.path = r.Disk.Volume.ContainerPath
+			}
+			out.vols[r.Disk.Persistence.ID] = v
+		case r.Name == "disk" && isReserved:
+			if out.rdisk == nil {
+				out.rdisk = map[string]float64{}
+			}
+			out.rdisk[role] += r.Scalar.Value
+		default:
 			switch r.Name {
 			case "cpus":
 				out.cpus += r.Scalar.Value
@@ -666,7 +774,6 @@ func (m *Master) sendTo(st *stream, ev *scheduler.Event) {
 func (m *Master) unoffer(id string, o *offer) {
 	delete(m.offers, id)
 	if a := m.agents[o.agent]; a != nil {
-		a.offered = false
 		if !a.gone {
 			a.free = a.free.add(o.r)
 		}
@@ -827,9 +934,9 @@ func (m *Master) accept(acc *scheduler.Call_Accept, now time.Time) {
 	}
 	var launches []mesosv1.TaskInfo
 	for _, op := range acc.Operations {
-		if op.Type == mesosv1.Offer_Operation_LAUNCH && op.Launch != nil {
+		if op.Launch != nil {
 			launches = append(launches, op.Launch.TaskInfos...)
-		} else if op.Type == mesosv1.Offer_Operation_LAUNCH_GROUP && op.LaunchGroup != nil {
+		} else if op.LaunchGroup != nil {
 			launches = append(launches, op.LaunchGroup.TaskGroup.Tasks...)
 		}
 	}
@@ -854,35 +961,127 @@ func (m *Master) accept(acc *scheduler.Call_Accept, now time.Time) {
 		delete(m.offers, oid.Value)
 	}
 	a := m.agents[agentID]
-	a.offered = false
-	for _, ti := range launches {
-		need := resOf(ti.Resources)
-		rest, ok := pool.take(need)
-		why := ""
-		switch {
-		case m.tasks[ti.TaskID.Value] != nil:
-			why = "Task has duplicate ID: " + ti.TaskID.Value
-		case ti.AgentID.Value != agentID:
-			why = "Task uses agent " + ti.AgentID.Value + " but the offers are of " + agentID
-		case !ok:
-			why = "Task uses more resources than available in the offers"
-		case need.cpus <= 0 || need.mem <= 0:
-			why = "Task uses no cpus or no mem"
+	// Operations apply in order, each to what the ones before left; one
+	// that does not fit is dropped, as Mesos drops an invalid operation.
+	for _, op := range acc.Operations {
+		switch op.Type {
+		case mesosv1.Offer_Operation_RESERVE:
+			r := resOf(op.Reserve.GetResources())
+			var need res
+			for _, v := range r.rdisk {
+				need.disk += v
+			}
+			if rest, ok := pool.take(need); ok && len(r.vols) == 0 {
+				pool = rest.add(res{rdisk: r.rdisk})
+			}
+		case mesosv1.Offer_Operation_UNRESERVE:
+			r := resOf(op.Unreserve.GetResources())
+			if rest, ok := pool.take(res{rdisk: r.rdisk}); ok {
+				for _, v := range r.rdisk {
+					rest.disk = round3(rest.disk + v)
+				}
+				pool = rest
+			}
+		case mesosv1.Offer_Operation_CREATE:
+			r := resOf(op.Create.GetVolumes())
+			need := res{rdisk: map[string]float64{}}
+			dup := false
+			for id, v := range r.vols {
+				need.rdisk[v.role] += v.size
+				dup = dup || m.volumeExists(agentID, id, pool)
+			}
+			if rest, ok := pool.take(need); ok && !dup {
+				pool = rest.add(res{vols: r.vols})
+			}
+		case mesosv1.Offer_Operation_DESTROY:
+			r := resOf(op.Destroy.GetVolumes())
+			if rest, ok := pool.take(res{vols: r.vols}); ok {
+				back := res{rdisk: map[string]float64{}}
+				for _, v := range r.vols {
+					back.rdisk[v.role] += v.size
+				}
+				pool = rest.add(back)
+			}
+		case mesosv1.Offer_Operation_LAUNCH, mesosv1.Offer_Operation_LAUNCH_GROUP:
+			var tasks []mesosv1.TaskInfo
+			if op.Launch != nil {
+				tasks = op.Launch.TaskInfos
+			} else if op.LaunchGroup != nil {
+				tasks = op.LaunchGroup.TaskGroup.Tasks
+			}
+			for _, ti := range tasks {
+				pool = m.launch(ti, agentID, pool, now)
+			}
 		}
-		if why != "" {
-			aid := ti.AgentID
-			m.send(update(mesosv1.TaskStatus{TaskID: ti.TaskID, State: mesosv1.TASK_ERROR.Enum(), AgentID: &aid,
-				Reason: mesosv1.REASON_TASK_INVALID.Enum(), Source: mesosv1.SOURCE_MASTER.Enum(), Message: str(why), Timestamp: stamp(now)}))
-			continue
-		}
-		pool = rest
-		t := &task{info: ti, agent: agentID, r: need, state: mesosv1.TASK_STAGING}
-		m.tasks[ti.TaskID.Value] = t
-		m.start(t, now)
 	}
 	a.free = a.free.add(pool)
 	m.fw.filters[agentID] = now.Add(refuse(acc.Filters))
 	m.signal() // what is left is offered again at once, unless filtered
+}
+
+// launch checks one task of a LAUNCH against what the offers have left
+// and starts it; it returns what is left then. m.mu is held.
+func (m *Master) launch(ti mesosv1.TaskInfo, agentID string, pool res, now time.Time) res {
+	need := resOf(ti.Resources)
+	rest, ok := pool.take(need)
+	why := ""
+	switch {
+	case m.tasks[ti.TaskID.Value] != nil:
+		why = "Task has duplicate ID: " + ti.TaskID.Value
+	case ti.AgentID.Value != agentID:
+		why = "Task uses agent " + ti.AgentID.Value + " but the offers are of " + agentID
+	case !ok:
+		why = "Task uses more resources than available in the offers"
+	case need.cpus <= 0 || need.mem <= 0:
+		why = "Task uses no cpus or no mem"
+	}
+	if why != "" {
+		aid := ti.AgentID
+		m.send(update(mesosv1.TaskStatus{TaskID: ti.TaskID, State: mesosv1.TASK_ERROR.Enum(), AgentID: &aid,
+			Reason: mesosv1.REASON_TASK_INVALID.Enum(), Source: mesosv1.SOURCE_MASTER.Enum(), Message: str(why), Timestamp: stamp(now)}))
+		return pool
+	}
+	t := &task{info: ti, agent: agentID, r: need, state: mesosv1.TASK_STAGING}
+	m.tasks[ti.TaskID.Value] = t
+	m.start(t, now)
+	return rest
+}
+
+// volumeExists: the agent has a volume of that ID (free, offered, in pool,
+// or used by a task). m.mu is held.
+func (m *Master) volumeExists(agentID, id string, pool res) bool {
+	if _, ok := pool.vols[id]; ok {
+		return true
+	}
+	if a := m.agents[agentID]; a != nil {
+		if _, ok := a.free.vols[id]; ok {
+			return true
+		}
+	}
+	for _, t := range m.tasks {
+		if _, ok := t.r.vols[id]; ok && t.agent == agentID && !isTerminal(t.state) {
+			return true
+		}
+	}
+	return false
+}
+
+// Volumes lists the persistent volumes of an agent that no task uses.
+func (m *Master) Volumes(agentID string) []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	a := m.agents[agentID]
+	if a == nil {
+		return nil
+	}
+	out := sortedKeys(a.free.vols)
+	for _, o := range m.offers {
+		if o.agent == agentID {
+			out = append(out, sortedKeys(o.r.vols)...)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // start runs a launched task: RUNNING at once, its end after its command's
