@@ -22,7 +22,8 @@ import (
 // job runs to the end and a service keeps running; then the stack is
 // SIGKILLed and started again on the same etcd. It subscribes with the
 // framework ID it kept there, reconciles, and finds the service's runs
-// where they were: none lost, none launched twice.
+// and a stateful instance (on its persistent volume) where they were: none
+// lost, none launched twice.
 func TestMesosStack(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a peloton process twice")
@@ -107,9 +108,17 @@ func TestMesosStack(t *testing.T) {
 		DefaultSpec: &pelotonv1.TaskSpec{Command: []string{"sleep", "0.3"}, Resources: res}})
 	service := create(&pelotonv1.JobSpec{Name: "mesos-service", Type: pelotonv1.JobType_SERVICE, Pool: "/default", InstanceCount: 3,
 		DefaultSpec: &pelotonv1.TaskSpec{Command: []string{"sleep", "3600"}, Resources: res}})
+	// A stateful instance: its volume is reserved and created on its agent.
+	if _, err := api.Pools.CreatePool(ctx(), &pelotonv1.CreatePoolRequest{Path: "/db", Spec: &pelotonv1.PoolSpec{
+		Reservation: &pelotonv1.Resources{Cpu: 1, MemoryMb: 256, DiskMb: 100}}}); err != nil {
+		t.Fatal(err)
+	}
+	stateful := create(&pelotonv1.JobSpec{Name: "mesos-db", Type: pelotonv1.JobType_STATEFUL, Pool: "/db", InstanceCount: 1,
+		DefaultSpec: &pelotonv1.TaskSpec{Command: []string{"sleep", "3600"}, Resources: res, Volume: &pelotonv1.VolumeSpec{SizeMb: 10}}})
 	within(t, 60*time.Second, "the batch job succeeds", jobState(batch, pelotonv1.JobState_JOB_SUCCEEDED))
-	var before []string
+	var before, dbBefore []string
 	within(t, 60*time.Second, "the service runs", func() (err error) { before, err = running(service, 3); return err })
+	within(t, 60*time.Second, "the stateful instance runs", func() (err error) { dbBefore, err = running(stateful, 1); return err })
 	for _, id := range before {
 		if s, _, ok := master.TaskState(id); !ok || s != mesosv1.TASK_RUNNING {
 			t.Fatalf("the master has %s as %v (known: %v), want TASK_RUNNING", id, s, ok)
@@ -133,8 +142,11 @@ func TestMesosStack(t *testing.T) {
 	if strings.Join(after, ",") != strings.Join(before, ",") {
 		t.Errorf("service runs %v after the restart, want the same runs %v", after, before)
 	}
-	within(t, 30*time.Second, "the master holds the service's 3 runs and nothing else running", func() error {
-		if n := master.Running(); n != 3 {
+	if dbAfter, err := running(stateful, 1); err != nil || dbAfter[0] != dbBefore[0] {
+		t.Errorf("stateful run %v (%v) after the restart, want %v", dbAfter, err, dbBefore)
+	}
+	within(t, 30*time.Second, "the master holds the service's 3 runs, the stateful one, and nothing else running", func() error {
+		if n := master.Running(); n != 4 {
 			return fmt.Errorf("%d tasks running in the master (%v)", n, master.Tasks())
 		}
 		return nil
@@ -146,8 +158,10 @@ func TestMesosStack(t *testing.T) {
 	again := create(&pelotonv1.JobSpec{Name: "mesos-batch-2", Type: pelotonv1.JobType_BATCH, Pool: "/default", InstanceCount: 5,
 		DefaultSpec: &pelotonv1.TaskSpec{Command: []string{"true"}, Resources: res}})
 	within(t, 60*time.Second, "a batch job after the restart succeeds", jobState(again, pelotonv1.JobState_JOB_SUCCEEDED))
-	if _, err := api.Jobs.CancelJob(ctx(), &pelotonv1.CancelJobRequest{JobId: service}); err != nil {
-		t.Fatal(err)
+	for _, id := range []string{service, stateful} {
+		if _, err := api.Jobs.CancelJob(ctx(), &pelotonv1.CancelJobRequest{JobId: id}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	within(t, 60*time.Second, "the service's tasks are killed in Mesos", func() error {
 		if n := master.Running(); n != 0 {
