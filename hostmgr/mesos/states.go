@@ -6,6 +6,7 @@ import (
 
 	mesosv1 "github.com/mesos/mesos-go/api/v1/lib"
 
+	"github.com/peloton-sched/peloton/hostmgr"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
@@ -90,25 +91,8 @@ func mapStatus(st *mesosv1.TaskStatus) mapped {
 	}
 }
 
-func terminal(s pelotonv1.TaskState) bool {
-	switch s {
-	case pelotonv1.TaskState_SUCCEEDED, pelotonv1.TaskState_FAILED, pelotonv1.TaskState_KILLED, pelotonv1.TaskState_LOST:
-		return true
-	}
-	return false
-}
+func terminal(s pelotonv1.TaskState) bool { return hostmgr.RunRank(s) == 3 }
 
 // rank orders a run's states, so that a late or redelivered update never
 // takes a run back.
-func rank(s pelotonv1.TaskState) int {
-	switch s {
-	case pelotonv1.TaskState_LAUNCHED:
-		return 1
-	case pelotonv1.TaskState_RUNNING:
-		return 2
-	}
-	if terminal(s) {
-		return 3
-	}
-	return 0
-}
+func rank(s pelotonv1.TaskState) int { return hostmgr.RunRank(s) }
