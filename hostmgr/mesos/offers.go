@@ -677,7 +677,8 @@ func (b *Backend) accept(bt *batch) {
 		for _, req := range bt.reqs {
 			tasks[req.run.id] = bt.agentID
 		}
-		go b.reconcile(tasks)
+		b.wg.Add(1) // from a goroutine of b.wg, so never after Close's Wait began
+		go func() { defer b.wg.Done(); b.reconcile(tasks) }()
 	}
 	b.mu.Lock()
 	for _, req := range bt.reqs {

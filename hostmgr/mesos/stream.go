@@ -212,7 +212,8 @@ func (b *Backend) subscribed(s *scheduler.Event_Subscribed) error {
 	}
 	b.mu.Unlock()
 	b.log.Info("mesos: subscribed", "framework", id, "master", b.cfg.Master, "reconciling", len(tasks))
-	go b.reconcile(tasks)
+	b.wg.Add(1) // from a goroutine of b.wg, so never after Close's Wait began
+	go func() { defer b.wg.Done(); b.reconcile(tasks) }()
 	b.maybeReady()
 	signal(b.kick)
 	return nil
