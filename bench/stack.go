@@ -67,6 +67,9 @@ type stackConfig struct {
 	// Kube, if set, runs the stack on the kubernetes backend against that
 	// cluster instead of sim (Hosts and the host sizes are then unused).
 	Kube *cluster.KubeConfig
+	// Mesos, if set, runs the stack on the mesos backend against that
+	// master instead of sim.
+	Mesos *cluster.MesosConfig
 	// AgentInterval, if set, gives every simulated host an in-process
 	// agent reporting at that interval (cluster.Config.SimHostAgents).
 	AgentInterval time.Duration
@@ -103,6 +106,9 @@ func startStack(ctx context.Context, env Env, sc stackConfig) (*stack, error) {
 	}
 	if sc.Kube != nil {
 		cfg.Backend, cfg.Kube = kubernetes.BackendName, *sc.Kube
+	}
+	if sc.Mesos != nil {
+		cfg.Backend, cfg.Mesos = "mesos", *sc.Mesos
 	}
 	if sc.AgentInterval > 0 {
 		cfg.SimHostAgents, cfg.HostAgentInterval = true, sc.AgentInterval

@@ -66,10 +66,12 @@ type Config struct {
 	EtcdListen string
 	// EtcdEndpoints, when set, points at an external etcd and no etcd is embedded.
 	EtcdEndpoints []string
-	// Backend is the hostmgr backend: "local", "sim" or "kubernetes".
+	// Backend is the hostmgr backend: "local", "sim", "kubernetes" or "mesos".
 	Backend string
 	// Kube configures the kubernetes backend.
 	Kube KubeConfig
+	// Mesos configures the mesos backend.
+	Mesos MesosConfig
 	// Hosts, HostCPU and HostMemoryMB size the local backend's virtual hosts;
 	// zero values mean one host sized to this machine. For the sim backend
 	// they size every simulated host, and zero CPU or memory means 32 CPUs

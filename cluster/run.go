@@ -20,6 +20,7 @@ import (
 	"github.com/peloton-sched/peloton/hostmgr"
 	"github.com/peloton-sched/peloton/hostmgr/kubernetes"
 	"github.com/peloton-sched/peloton/hostmgr/local"
+	"github.com/peloton-sched/peloton/hostmgr/mesos"
 	"github.com/peloton-sched/peloton/hostmgr/sim"
 	"github.com/peloton-sched/peloton/internal/requestid"
 	"github.com/peloton-sched/peloton/internal/resources"
@@ -268,8 +269,8 @@ func withDefaults(cfg Config) Config {
 
 // newBackend builds the configured hostmgr backend. st is the stack's
 // (fenced) store: a backend that must remember something of its own across
-// restarts of the control plane keeps it there, as the Mesos backend will
-// its framework ID. The backends of this build keep nothing in it.
+// restarts of the control plane keeps it there, as the Mesos backend does
+// its framework ID and the records of its runs.
 func newBackend(cfg Config, st store.Store) (hostmgr.Backend, error) {
 	switch cfg.Backend {
 	case "local":
@@ -304,8 +305,10 @@ func newBackend(cfg Config, st store.Store) (hostmgr.Backend, error) {
 			NodeSelector: k.NodeSelector, DefaultImage: k.Image, QPS: k.QPS, Burst: k.Burst,
 			BindMode: kubernetes.BindMode(k.BindMode), Secondary: k.Secondary, SecondaryNamespaces: k.SecondaryNamespaces,
 			Logger: cfg.Logger})
+	case mesos.BackendName:
+		return newMesosBackend(cfg, st)
 	default:
-		return nil, fmt.Errorf("--backend: unknown backend %q (this build has: local, sim, kubernetes)", cfg.Backend)
+		return nil, fmt.Errorf("--backend: unknown backend %q (this build has: local, sim, kubernetes, mesos)", cfg.Backend)
 	}
 }
 

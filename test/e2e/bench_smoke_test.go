@@ -12,6 +12,8 @@ import (
 	// The kubernetes scenario needs the kube test harness, which only a
 	// binary built with -tags kubebench links; a test may link it.
 	_ "github.com/peloton-sched/peloton/bench/kubeharness"
+	// So does the mesos scenario's test master (-tags mesosbench).
+	_ "github.com/peloton-sched/peloton/bench/mesosharness"
 	"github.com/peloton-sched/peloton/cmd/peloton/cli"
 	"github.com/peloton-sched/peloton/internal/kubetest"
 )
@@ -30,6 +32,7 @@ var benchSmokeArgs = map[string][]string{
 	bench.ScenarioAgentReports: {"--hosts", "20", "--runs-per-host", "2", "--interval", "200ms", "--warmup", "300ms", "--window", "1s"},
 	bench.ScenarioHostAgent:    {"--runs", "20", "--interval", "200ms", "--warmup", "300ms", "--window", "1s"},
 	bench.ScenarioColocation:   {"--service-peak-cores", "200", "--batch-core-hours", "1500"},
+	bench.ScenarioMesos:        {"--agents", "20", "--tasks", "200", "--concurrency", "32", "--stack-tasks", "100", "--stack-job-size", "50"},
 	bench.ScenarioFederation: {"--registry-clusters", "3", "--registry-window", "1s", "--clusters", "3", "--pool-changes", "5",
 		"--jobs", "20", "--concurrency", "8", "--services", "9", "--service-budget", "3", "--service-toleration", "1s",
 		"--timeout", "3m"}, // the services phase waits out a rollout and a failover

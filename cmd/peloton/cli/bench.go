@@ -208,6 +208,8 @@ func (a *app) benchScenario(sc bench.Scenario) *cobra.Command {
 		fs.StringVar(&c.Plot, "plot", c.Plot, "write an SVG of the co-located day here")
 		validate = c.Validate
 		run = func(ctx context.Context, env bench.Env) (*bench.Result, error) { return bench.Colocation(ctx, env, c) }
+	case bench.ScenarioMesos:
+		validate, run = mesosBenchFlags(fs)
 	default:
 		panic("bench: no command for scenario " + sc.Name)
 	}

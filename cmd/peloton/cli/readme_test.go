@@ -26,6 +26,7 @@ var readmeNotRun = map[string]string{
 	"docker build":        "needs docker, a registry and a Kubernetes cluster",
 	"peloton serve clust": "needs an external three-member etcd cluster",
 	"peloton serve feder": "needs an external etcd cluster and machines for three clusters",
+	"# a Mesos master at": "needs a Mesos master and an external etcd cluster",
 	"go build -o bin/pel": "benchmarks that run for minutes; their figures are in docs/benchmarks.md",
 }
 

@@ -55,6 +55,7 @@ type serverFlags struct {
 	advisor         advisorFlags
 	engines         int
 	kube            kubeFlags
+	mesos           mesosFlags
 	// Federation: serve cluster registers with --federation; up runs one
 	// (fed) over --clusters.
 	federation    string
@@ -101,7 +102,7 @@ func (f *serverFlags) register(fs *pflag.FlagSet, embedded bool) {
 		fs.DurationVar(&f.leaderLease, "leader-lease", cluster.DefaultLeaderLease, "TTL of the leader's etcd lease (whole seconds, at least 1s): how long a leader that died holds the cluster up (with --leader-elect)")
 		fs.StringVar(&f.advertiseHost, "advertise-host", "", "address the other replicas reach this one at, on the --listen and --http-listen ports (with --leader-elect; default: the host of --listen, which must then not be a wildcard)")
 	}
-	fs.StringVar(&f.backend, "backend", "local", `host backend: "local" runs tasks as processes on this machine, "sim" simulates hosts whose tasks only take time, "kubernetes" runs them as pods on the nodes of a Kubernetes cluster`)
+	fs.StringVar(&f.backend, "backend", "local", `host backend: "local" runs tasks as processes on this machine, "sim" simulates hosts whose tasks only take time, "kubernetes" runs them as pods on the nodes of a Kubernetes cluster, "mesos" runs them as the tasks of a Mesos framework (--mesos-master)`)
 	fs.StringVar(&f.kube.kubeconfig, "kubeconfig", "", "kubeconfig file of the Kubernetes cluster (kubernetes backend; empty: in-cluster)")
 	fs.StringVar(&f.kube.namespace, "kube-namespace", "peloton", "namespace of the pods of pools without an entry in --kube-pool-namespaces (kubernetes backend)")
 	fs.StringSliceVar(&f.kube.poolNamespaces, "kube-pool-namespaces", nil, "pool=namespace entries, comma-separated; a pool uses its nearest ancestor's entry (kubernetes backend)")
@@ -112,6 +113,7 @@ func (f *serverFlags) register(fs *pflag.FlagSet, embedded bool) {
 	fs.StringVar(&f.kube.bindMode, "kube-bind-mode", cluster.KubeBindBinding, `how a pod gets to its node (kubernetes backend): "binding" creates it, then binds it through the Binding subresource (two writes per pod); "node-name" creates it with spec.nodeName set (one write per pod, no Binding; some admission policies refuse it)`)
 	fs.BoolVar(&f.kube.secondary, "kube-secondary", true, "also schedule pods that other clients create with schedulerName peloton and the annotation peloton.io/pool (kubernetes backend)")
 	fs.StringSliceVar(&f.kube.secondaryNS, "kube-secondary-namespaces", nil, "namespaces whose pods --kube-secondary covers, comma-separated (kubernetes backend; empty: all)")
+	f.mesos.register(fs)
 	fs.IntVar(&f.hosts, "hosts", 1, "number of virtual (local) or simulated (sim) hosts")
 	fs.Float64Var(&f.hostCPU, "host-cpu", 0, "CPUs of each host (0: local sizes to this machine, sim uses 32)")
 	fs.Int64Var(&f.hostMemoryMB, "host-memory-mb", 0, "memory of each host in MiB (0: local sizes to this machine, sim uses 131072)")
@@ -147,10 +149,14 @@ func (f *serverFlags) config(embedded bool) (cluster.Config, error) {
 	if err := cluster.ValidateClusterName(f.clusterName); err != nil {
 		return cluster.Config{}, usageErrorf("invalid --cluster-name %q: must be 1 to 63 lower-case letters, digits or '-', starting and ending with a letter or digit", f.clusterName)
 	}
-	if f.backend != "local" && f.backend != "sim" && f.backend != "kubernetes" {
-		return cluster.Config{}, usageErrorf(`invalid --backend %q: want "local", "sim" or "kubernetes"`, f.backend)
+	if f.backend != "local" && f.backend != "sim" && f.backend != "kubernetes" && f.backend != "mesos" {
+		return cluster.Config{}, usageErrorf(`invalid --backend %q: want "local", "sim", "kubernetes" or "mesos"`, f.backend)
 	}
 	kube, err := f.kube.config()
+	if err != nil {
+		return cluster.Config{}, err
+	}
+	mesosCfg, err := f.mesos.config(f.backend)
 	if err != nil {
 		return cluster.Config{}, err
 	}
@@ -241,6 +247,7 @@ func (f *serverFlags) config(embedded bool) (cluster.Config, error) {
 		AdvisorInterval:   f.advisor.interval,
 		PlacementEngines:  f.engines,
 		Kube:              kube,
+		Mesos:             mesosCfg,
 		LeaderElect:       f.leaderElect,
 		LeaderLease:       f.leaderLease,
 		AdvertiseHost:     strings.TrimSpace(f.advertiseHost),

@@ -1,0 +1,42 @@
+// Package mesos is the Mesos hostmgr backend: a cluster stack runs as a
+// Mesos framework through the v1 scheduler HTTP API, with mesos-go's
+// httpcli/httpsched callers, scheduler calls and events, and its RecordIO
+// framing, in protobuf (the default) or JSON.
+//
+// The backend subscribes with a FrameworkInfo (name, role, principal,
+// capabilities, failover timeout) and keeps the framework ID the master
+// gives in the stack's store, so that a restarted stack or a standby that
+// takes over subscribes as the same framework and keeps its tasks; the
+// httpsched caller sends the Mesos-Stream-Id of the current subscription
+// with every call.
+//
+// Offers become hosts: an agent's capacity is what it offered plus what
+// our runs hold on it, its attributes are labels, and the text attribute
+// PartitionAttribute names its partition. Launch records the run in the
+// store, queues it for an offer of its agent, and the launcher ACCEPTs all
+// runs waiting for an agent in one call, LAUNCH on that agent's offers,
+// with resources and ports carved from what was offered. Offers nothing
+// needs are declined with a filter after OfferHold; when nothing waits for
+// IdleSuppress, offers are suppressed, and a launch that finds no offer
+// revives them. A rescinded offer is dropped at once.
+//
+// Status updates map to Peloton states (mapStatus) and are acknowledged
+// when they carry a uuid; an end is stored before it is acknowledged, so
+// that an update the stack did not keep comes again. After every
+// subscription the runs the store records as live are reconciled
+// explicitly, then everything implicitly; runs Mesos does not know end
+// LOST, and jobmgr runs them again. A stream that ends, or stays silent for
+// HeartbeatMisses heartbeat intervals, is subscribed again with backoff;
+// an ERROR event stops the backend (launches fail with the master's
+// message). A FAILURE event for an agent ends its runs LOST; an inverse
+// offer makes its agent unschedulable, and is accepted once no run of ours
+// is left there.
+//
+// A run's persistent volume is reserved disk of the framework's role:
+// RESERVE and CREATE in the ACCEPT of its first run, the volume itself in
+// the next runs' ACCEPTs, DESTROY and UNRESERVE when it is released. Not
+// built: LAUNCH_GROUP, and task output (Logs says where it is). The
+// package is tested against mesostest, a test master that speaks the v1
+// scheduler protocol on the wire with mesos-go's types; no real Mesos
+// master has run these tests.
+package mesos
