@@ -11,13 +11,21 @@ import (
 
 // TestHostsMovingGauge: peloton_hosts_moving counts a host from the start
 // of its move until it settles in the new partition, which is what the
-// PelotonPartitionMovesStuck alert watches.
+// PelotonPartitionMovesStuck alert watches; peloton_host_partition has the
+// host in its old partition until then and in the new one after, never in
+// both.
 func TestHostsMovingGauge(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	m := partManager(t, newPartHosts(), nil)
 	if got := testutil.ToFloat64(metrics.HostsMoving); got != 0 {
 		t.Fatalf("hosts moving before any move: %v", got)
+	}
+	partOf := func(host, part string) float64 {
+		return testutil.ToFloat64(metrics.HostPartition.WithLabelValues(host, part))
+	}
+	if partOf("a", "batch") != 1 || partOf("b", "batch") != 1 {
+		t.Fatal("hosts not in peloton_host_partition at start")
 	}
 	if _, err := m.MoveHost(ctx, "a", "stateless"); err != nil {
 		t.Fatal(err)
@@ -29,5 +37,11 @@ func TestHostsMovingGauge(t *testing.T) {
 	waitPartitions(t, m, "a=stateless b=batch c=batch")
 	if got := testutil.ToFloat64(metrics.HostsMoving); got != 0 {
 		t.Fatalf("hosts moving after a settled: %v, want 0", got)
+	}
+	if partOf("a", "stateless") != 1 {
+		t.Fatal("a is not in stateless in peloton_host_partition")
+	}
+	if metrics.HostPartition.DeleteLabelValues("a", "batch") {
+		t.Fatal("a's series in batch outlived its move")
 	}
 }

@@ -38,7 +38,7 @@ var vectors = map[string]*prometheus.MetricVec{
 	"HostOversubscription": HostOversubscription.MetricVec, "AdvisorMoves": AdvisorMoves.MetricVec,
 	"AdvisorRounds": AdvisorRounds.MetricVec, "ServiceLatencyP99": ServiceLatencyP99.MetricVec,
 	"ServiceLatencySLO": ServiceLatencySLO.MetricVec, "RevocableCapacity": RevocableCapacity.MetricVec,
-	"RevocableAllocated": RevocableAllocated.MetricVec,
+	"RevocableAllocated": RevocableAllocated.MetricVec, "HostPartition": HostPartition.MetricVec,
 }
 
 // indirect are the call sites whose label value is not a constant
