@@ -3,6 +3,7 @@ module github.com/peloton-sched/peloton
 go 1.26.0
 
 require (
+	github.com/grafana/grafana-foundation-sdk/go v0.0.22
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.32.0
 	github.com/jonboulle/clockwork v0.5.0
 	github.com/klauspost/compress v1.20.3
