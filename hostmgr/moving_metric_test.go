@@ -2,6 +2,7 @@ package hostmgr
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -43,5 +44,21 @@ func TestHostsMovingGauge(t *testing.T) {
 	}
 	if metrics.HostPartition.DeleteLabelValues("a", "batch") {
 		t.Fatal("a's series in batch outlived its move")
+	}
+}
+
+// TestHostStatesAreFixedLabels: the states recountLocked gauges are the
+// values peloton_hosts{state} starts with.
+func TestHostStatesAreFixedLabels(t *testing.T) {
+	var fixed []string
+	for _, f := range metrics.Fixed {
+		if f.Vec == metrics.Hosts.MetricVec {
+			fixed = f.Values
+		}
+	}
+	for _, st := range []hs{hostUp, hostDraining, hostDrained, hostDown} {
+		if !slices.Contains(fixed, st.String()) {
+			t.Errorf("host state %s is not among peloton_hosts' fixed values %v", st, fixed)
+		}
 	}
 }

@@ -69,6 +69,9 @@ var Fixed = []FixedLabel{
 	{StoreWrites.MetricVec, "kind", []string{WriteJob, WriteTask, WriteUpdate}},
 	{Reconciled.MetricVec, "kind", []string{ReconciledMissedEvent, ReconciledLost, ReconciledStray}},
 	{HostReports.MetricVec, "result", []string{ReportTaken, ReportDuplicate, ReportRefused}},
+	// hostmgr's host states, by their API names (a test in hostmgr checks
+	// them against the enum).
+	{Hosts.MetricVec, "state", []string{"HOST_UP", "HOST_DRAINING", "HOST_DRAINED", "HOST_DOWN"}},
 	{FederationJobs.MetricVec, "step", []string{"created", "dispatched", "sent", "done"}},
 	{FederationServices.MetricVec, "event", []string{"created", "deleted", "part-created", "part-repaired",
 		"rollout-started", "rollout-succeeded", "rollout-failed", "rollout-rolled-back", "failover", "move-back"}},

@@ -47,6 +47,8 @@ var vectors = map[string]*prometheus.MetricVec{
 // the tree like any other constant).
 var indirect = map[string][]string{
 	"resmgr/manager.go Preemptions v.Reason": {"resmgr.ReasonReclaim", "resmgr.ReasonPriority"},
+	// Checked against the enum by hostmgr's TestHostStatesAreFixedLabels.
+	"hostmgr/maintenance.go Hosts st.String": {`"HOST_UP"`, `"HOST_DRAINING"`, `"HOST_DRAINED"`, `"HOST_DOWN"`},
 }
 
 func fixedOf(v *prometheus.MetricVec) *FixedLabel {
@@ -315,6 +317,8 @@ func exprString(e ast.Expr) string {
 		return exprString(e.X) + "." + e.Sel.Name
 	case *ast.BasicLit:
 		return e.Value
+	case *ast.CallExpr:
+		return exprString(e.Fun)
 	}
 	return "<expr>"
 }
