@@ -48,7 +48,7 @@ func stacked(title, desc, unit string, w uint32, qs ...q) *timeseries.PanelBuild
 
 // single is a stat panel showing one number now.
 func single(title, desc, unit string, w uint32, x q) *stat.PanelBuilder {
-	return stat.NewPanelBuilder().Title(title).Description(desc).Datasource(ds).Unit(unit).Span(w).Height(4).
+	return stat.NewPanelBuilder().Title(title).Description(desc).Datasource(ds).Unit(unit).Span(w).Height(8).
 		WithTarget(target(x)).GraphMode(common.BigValueGraphModeArea)
 }
 
@@ -163,7 +163,7 @@ func Scheduling() *dashboard.DashboardBuilder {
 		WithRow(dashboard.NewRowBuilder("Federation")).
 		WithPanel(series("Cluster state", "The state each cluster is in (1).", "short", 8,
 			q{`peloton_federation_cluster_state{` + cl + `} == 1`, "{{cluster}} {{state}}"})).
-		WithPanel(series("SLA requests", "Disruption requests to the global SLA evaluator, by answer, and grant latency.", "reqps", 8,
+		WithPanel(series("SLA requests", "Disruption requests to the global SLA evaluator, by answer.", "reqps", 8,
 			q{`sum by (answer) (rate(peloton_federation_sla_requests_total[$__rate_interval]))`, "{{answer}}"})).
 		WithPanel(series("SLA grant latency (p99)", "From a disruption request to its grant recorded.", "s", 8,
 			q{p99("peloton_federation_sla_grant_seconds", ""), "p99"})).
