@@ -62,3 +62,22 @@ func TestHostStatesAreFixedLabels(t *testing.T) {
 		}
 	}
 }
+
+// TestHostUpGauge: peloton_host_up is 1 for a host in service and 0 once
+// its maintenance starts, which is how PelotonHostAgentStale leaves hosts
+// in maintenance alone.
+func TestHostUpGauge(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	m := partManager(t, newPartHosts(), nil)
+	up := func(h string) float64 { return testutil.ToFloat64(metrics.HostUp.WithLabelValues(h)) }
+	if up("b") != 1 || up("c") != 1 {
+		t.Fatalf("hosts in service: b %v, c %v, want 1", up("b"), up("c"))
+	}
+	if _, err := m.StartMaintenance(ctx, []string{"b"}); err != nil {
+		t.Fatal(err)
+	}
+	if up("b") != 0 || up("c") != 1 {
+		t.Fatalf("b in maintenance: b %v, c %v, want 0 and 1", up("b"), up("c"))
+	}
+}

@@ -89,8 +89,8 @@ func PartitionHealth() *dashboard.DashboardBuilder {
 			q{`sum by (state) (peloton_hosts)`, "{{state}}"})).
 		WithPanel(single("Hosts moving", "Hosts between partitions now (draining, or drained and waiting for the backend).", "short", 3,
 			q{`sum(peloton_hosts_moving)`, ""})).
-		WithPanel(single("Stale host agents", "Hosts whose agent has not reported for over 60 s: they give no slack and no latency readings.", "short", 3,
-			q{`count((time() - (peloton_host_usage_report_timestamp_seconds ` + hostPart + `)) > 60) or vector(0)`, ""})).
+		WithPanel(single("Stale host agents", "Hosts in service whose agent has not reported for over 60 s: they give no slack and no latency readings.", "short", 3,
+			q{`count((time() - (peloton_host_usage_report_timestamp_seconds ` + hostPart + `)) > 60 and on (instance, host) peloton_host_up == 1) or vector(0)`, ""})).
 		WithRow(dashboard.NewRowBuilder("Usage and latency")).
 		WithPanel(series("CPU used per partition", "CPU in use on the partition's hosts, as their agents last reported.", "short", 8,
 			q{`sum by (partition) (peloton_host_cpu_used_cores ` + hostPart + `)`, "{{partition}} cores"}).AxisLabel("cores")).

@@ -40,6 +40,7 @@ var vectors = map[string]*prometheus.MetricVec{
 	"AdvisorRounds": AdvisorRounds.MetricVec, "ServiceLatencyP99": ServiceLatencyP99.MetricVec,
 	"ServiceLatencySLO": ServiceLatencySLO.MetricVec, "RevocableCapacity": RevocableCapacity.MetricVec,
 	"RevocableAllocated": RevocableAllocated.MetricVec, "HostPartition": HostPartition.MetricVec,
+	"HostUp": HostUp.MetricVec,
 }
 
 // indirect are the call sites whose label value is not a constant

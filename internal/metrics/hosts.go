@@ -11,4 +11,12 @@ var HostPartition = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 	Help: "1 for the partition each host is in (hostmgr's record; a moving host counts in its old partition until it settles).",
 }, []string{"host", "partition"})
 
-func init() { Registry.MustRegister(HostPartition) }
+// HostUp is 1 for each host that is HOST_UP in hostmgr (not draining,
+// drained or down, and still reported by the backend), 0 otherwise: the
+// filter for alerts that concern hosts in service.
+var HostUp = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	Namespace: "peloton", Subsystem: "host", Name: "up",
+	Help: "1 for each host that is HOST_UP in hostmgr (not draining, drained or down), 0 otherwise.",
+}, []string{"host"})
+
+func init() { Registry.MustRegister(HostPartition, HostUp) }
