@@ -19,7 +19,7 @@ KWOK_VERSION := v0.8.0
 PELOTON_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/peloton
 export PELOTON_KUBE_BIN := $(PELOTON_CACHE)/kube/$(KUBE_VERSION)/bin
 
-.PHONY: all build test soak up proto proto-tools kube-tools browser-tools ui clean
+.PHONY: all build test soak up proto proto-tools kube-tools browser-tools ui clean dashboards
 
 all: build
 
@@ -44,6 +44,11 @@ test: kube-tools browser-tools
 ## PELOTON_SOAK_DURATION (default 10m), checking the invariants throughout.
 soak:
 	$(GO) test -tags soak -count=1 -run TestSoak -timeout 60m -v ./test/e2e/
+
+## dashboards writes deploy/grafana/*.json again from deploy/grafana/dashboards.go
+## (a test fails while they differ).
+dashboards:
+	$(GO) generate ./deploy/grafana
 
 ## up runs a cluster on this machine until Ctrl-C. It builds the binary and
 ## execs it instead of `go run`, which exits 1 when interrupted even though

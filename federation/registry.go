@@ -419,7 +419,8 @@ var allClusterStates = []pelotonv1.ClusterState{
 }
 
 // setStateMetric sets peloton_federation_cluster_state: 1 for the
-// cluster's state, 0 for the others.
+// cluster's state, 0 for the others. The cluster's counters start at 0
+// here, so they are in /metrics before its first change or repair.
 func (f *Federation) setStateMetric(name string, st pelotonv1.ClusterState) {
 	for _, s := range allClusterStates {
 		v := 0.0
@@ -427,7 +428,9 @@ func (f *Federation) setStateMetric(name string, st pelotonv1.ClusterState) {
 			v = 1
 		}
 		metrics.FederationClusterState.WithLabelValues(name, s.String()).Set(v)
+		metrics.FederationClusterTransitions.WithLabelValues(name, s.String()).Add(0)
 	}
+	metrics.FederationPoolRepairs.WithLabelValues(name).Add(0)
 }
 
 func (f *Federation) loadClusters(ctx context.Context) error {

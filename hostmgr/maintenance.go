@@ -459,7 +459,7 @@ func (m *Manager) stateOfLocked(name string) hs {
 
 // recountLocked counts hosts by state after a change: the draining count
 // that lets Launch skip its check while nothing drains, and the
-// peloton_hosts{state} gauges.
+// peloton_hosts{state}, peloton_hosts_moving and the per-host gauges.
 func (m *Manager) recountLocked() {
 	var n [5]int
 	moving := 0
@@ -472,6 +472,8 @@ func (m *Manager) recountLocked() {
 		}
 	}
 	m.draining.Store(int32(n[hostDraining] + moving))
+	metrics.HostsMoving.Set(float64(moving))
+	m.gaugeHostsLocked()
 	for _, st := range []hs{hostUp, hostDraining, hostDrained, hostDown} {
 		metrics.Hosts.WithLabelValues(st.String()).Set(float64(n[st]))
 	}

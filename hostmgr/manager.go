@@ -185,6 +185,8 @@ type Manager struct {
 	onSlack     func(resources.Resources)
 	// slackGauged: the hosts with slack gauges. Guarded by mu.
 	slackGauged map[string]bool
+	// hostGauged: what each host's gauges say (host_metrics.go). Guarded by mu.
+	hostGauged map[string]hostGauged
 
 	events chan TaskEvent
 	// hostsChanged is told when the backend's hosts changed (OnHostsChanged).

@@ -178,6 +178,7 @@ func (m *Manager) TakeUsage(r *pelotonv1.UsageReport) (UsageResult, error) {
 	metrics.HostCPUUsed.WithLabelValues(r.Host).Set(u.Cpu)
 	metrics.HostMemoryUsed.WithLabelValues(r.Host).Set(float64(u.MemoryUsedMb) * (1 << 20))
 	metrics.HostReportTime.WithLabelValues(r.Host).Set(float64(now.UnixNano()) / 1e9)
+	metrics.HostQoSKills.WithLabelValues(r.Host).Add(0) // the host's series starts at 0, not at its first kill
 	return UsageTaken, nil
 }
 
