@@ -67,6 +67,12 @@ func New(o Options) (*Advisor, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	// The move counters start at 0, both ways, in both modes: a
+	// dashboard shows 0, not nothing, before the first move.
+	for _, m := range []string{ModeAct, ModeObserve} {
+		metrics.AdvisorMoves.WithLabelValues(o.Config.Batch, o.Config.Stateless, m)
+		metrics.AdvisorMoves.WithLabelValues(o.Config.Stateless, o.Config.Batch, m)
+	}
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	return &Advisor{o: o, id: hex.EncodeToString(b[:]), core: NewCore(o.Config), observed: map[string]string{}, gauged: map[[2]string]bool{}}, nil

@@ -99,8 +99,8 @@ func PartitionHealth() *dashboard.DashboardBuilder {
 		WithPanel(series("Partition pressure", "The larger of the share of the partition's hosts orange or red and the share of its services over their SLO; the advisor moves hosts when it stays high.", "percentunit", 8,
 			q{`peloton_partition_pressure{` + sel + `}`, "{{partition}}"}).Min(0).Max(1)).
 		WithPanel(series("Service P99 vs SLO", "Each latency-sensitive service's P99 (the worst of its instances) and its SLO.", "s", 24,
-			q{`peloton_service_latency_p99_seconds{` + sel + `}`, "{{job}} P99"},
-			q{`peloton_service_latency_slo_seconds{` + sel + `}`, "{{job}} SLO"})).
+			q{`peloton_service_latency_p99_seconds{` + sel + `}`, "{{service}} P99"},
+			q{`peloton_service_latency_slo_seconds{` + sel + `}`, "{{service}} SLO"})).
 		WithRow(dashboard.NewRowBuilder("Moves and oversubscription")).
 		WithPanel(series("Host move steps", "Steps of host moves between partitions (apply-failed: the backend refused the new partition; retried).", "short", 8,
 			q{`sum by (step) (increase(peloton_host_partition_moves_total[$__rate_interval]))`, "{{step}}"})).

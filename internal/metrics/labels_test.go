@@ -12,7 +12,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/peloton-sched/peloton/internal/promcheck"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )
@@ -322,29 +321,4 @@ func exprString(e ast.Expr) string {
 		return exprString(e.Fun)
 	}
 	return "<expr>"
-}
-
-// TestSetByAdvisorRegistered: the metrics the e2e test exempts from being
-// in a live /metrics until the advisor runs are registered all the same,
-// under the names the docs, dashboards and alerts use.
-func TestSetByAdvisorRegistered(t *testing.T) {
-	ch := make(chan *prometheus.Desc, 256)
-	go func() { Registry.Describe(ch); close(ch) }()
-	names := map[string]bool{}
-	for d := range ch {
-		// Desc has no name getter; its String() starts with the name.
-		s := d.String()
-		if i := strings.Index(s, `fqName: "`); i >= 0 {
-			n, _, _ := strings.Cut(s[i+len(`fqName: "`):], `"`)
-			names[n] = true
-		}
-	}
-	if !names["peloton_queue_depth"] {
-		t.Fatalf("names not read from the registry's descriptions: %v", names)
-	}
-	for _, n := range promcheck.SetByAdvisor {
-		if !names[n] {
-			t.Errorf("%s is not registered", n)
-		}
-	}
 }

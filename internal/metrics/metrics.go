@@ -294,11 +294,11 @@ var (
 	ServiceLatencyP99 = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: "peloton", Subsystem: "service", Name: "latency_p99_seconds",
 		Help: "Each latency-sensitive service's P99 latency, the worst of its instances' last readings, in seconds.",
-	}, []string{"job", "partition"})
+	}, []string{"service", "partition"})
 	ServiceLatencySLO = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: "peloton", Subsystem: "service", Name: "latency_slo_seconds",
 		Help: "Each latency-sensitive service's latency SLO (latencySloMs), in seconds.",
-	}, []string{"job", "partition"})
+	}, []string{"service", "partition"})
 	// RevocableCapacity and RevocableAllocated are, per resource kind (cpu
 	// in cores, memory in bytes), what revocable work may hold in the
 	// cluster (the hosts' slack, oversubscription included) and what it

@@ -23,27 +23,6 @@ import (
 	"github.com/prometheus/prometheus/promql/parser"
 )
 
-// SetByAdvisor are the metrics only the host advisor sets. They are
-// registered and documented, and dashboards and alerts use them, but no
-// series exists until the advisor runs, which it does not yet in this
-// tree; so a live /metrics is not required to have them.
-//
-// When the advisor lands (advisor/, run by `peloton up`), the lead removes
-// this exemption: delete the names here (or the whole list and its uses in
-// test/e2e/metrics_test.go), make the metrics test's stack run the advisor
-// for a round, and the tests then require every one of them in /metrics
-// with its documented labels.
-var SetByAdvisor = []string{
-	"peloton_partition_hosts",
-	"peloton_partition_pressure",
-	"peloton_partition_oversubscription_factor",
-	"peloton_host_zone",
-	"peloton_host_oversubscription_factor",
-	"peloton_service_latency_p99_seconds",
-	"peloton_service_latency_slo_seconds",
-	"peloton_advisor_moves_total",
-}
-
 // DocMetric is one metric of a metrics table: a row names one or more
 // metrics in backticks, their type, and their labels, each in backticks and
 // optionally followed by "= v1, v2" (the values it takes, all of them).
