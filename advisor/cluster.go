@@ -122,6 +122,9 @@ func BuildInput(now time.Time, hosts []*pelotonv1.Host, jobs map[string]jobInfo,
 			if r.GetRevocable() {
 				revCPU += r.GetUsage().GetCpu()
 			}
+			if !r.GetRevocable() && !j.service && r.GetSince() != nil {
+				x.WorkAtRisk += max(0, now.Sub(r.GetSince().AsTime()).Seconds()) * r.GetCpu()
+			}
 			if !r.GetRevocable() {
 				x.Tasks++
 				if j.gang {

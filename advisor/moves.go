@@ -90,6 +90,10 @@ type Host struct {
 	Tasks, GangTasks, ServiceTasks int
 	// AllocatedCPU is what non-revocable runs hold, in cores.
 	AllocatedCPU float64
+	// WorkAtRisk is the work, in core-seconds, a drain of the host would
+	// throw away: what its non-revocable batch runs have done so far (a
+	// service instance moves without losing work).
+	WorkAtRisk float64
 }
 
 // Service is one latency-sensitive service's P99 against its SLO in one
@@ -258,7 +262,7 @@ func (c *Core) decideMoves(in Input, d *Decision) {
 	default:
 		c.coolSince = time.Time{}
 	}
-	backDue := cool && in.Now.Sub(c.coolSince) >= cfg.Cooling && len(c.movedIn) > 0
+	backDue := cool && in.Now.Sub(c.coolSince) >= cfg.Cooling
 	if backDue {
 		// A host goes back only if the rest would stay cool taking over
 		// its share: the stateless hosts' own (non-revocable) CPU, spread
@@ -322,7 +326,7 @@ func (c *Core) decideMoves(in Input, d *Decision) {
 		case h.Partition != from || !h.InService || h.Target != "":
 		case in.Now.Sub(c.moved[h.Name]) < cfg.HoldDown && !c.moved[h.Name].IsZero():
 		case hot && h.GangTasks > 0: // a gang would be broken
-		case !hot && (!c.movedIn[h.Name] || d.Zones[h.Name].Zone != Green):
+		case !hot && d.Zones[h.Name].Zone != Green:
 		default:
 			cands = append(cands, h)
 		}
@@ -331,13 +335,21 @@ func (c *Core) decideMoves(in Input, d *Decision) {
 		d.Waiting = fmt.Sprintf("no %s host may move to %s now (held down, holding gangs, or not green)", from, to)
 		return
 	}
-	// Cheapest first: fewest runs to move elsewhere, then least CPU held.
+	// Cheapest first: least batch work thrown away, then fewest runs to
+	// move elsewhere, then least CPU held.
 	slices.SortFunc(cands, func(a, b Host) int {
-		ra, rb := a.Tasks, b.Tasks
 		if !hot {
-			ra, rb = a.ServiceTasks, b.ServiceTasks
+			// Back to batch: hosts the advisor brought over first, then
+			// those with the fewest service instances to move.
+			in := func(h Host) int {
+				if c.movedIn[h.Name] {
+					return 0
+				}
+				return 1
+			}
+			return cmp.Or(cmp.Compare(in(a), in(b)), cmp.Compare(a.ServiceTasks, b.ServiceTasks), cmp.Compare(a.AllocatedCPU, b.AllocatedCPU), strings.Compare(a.Name, b.Name))
 		}
-		return cmp.Or(cmp.Compare(ra, rb), cmp.Compare(a.AllocatedCPU, b.AllocatedCPU), strings.Compare(a.Name, b.Name))
+		return cmp.Or(cmp.Compare(a.WorkAtRisk, b.WorkAtRisk), cmp.Compare(a.Tasks, b.Tasks), cmp.Compare(a.AllocatedCPU, b.AllocatedCPU), strings.Compare(a.Name, b.Name))
 	})
 	why := fmt.Sprintf("%s pressure %.2f >= %.2f (%d of %d hosts orange or red, %d of %d services over SLO)",
 		to, st.Value, cfg.PressureHigh, st.Hot, st.Known, st.Over, st.Services)
@@ -346,7 +358,7 @@ func (c *Core) decideMoves(in Input, d *Decision) {
 			from, st.Value, cfg.PressureLow, in.Now.Sub(c.coolSince).Round(time.Second), st.Hot, st.Known, st.Over, st.Services)
 	}
 	for _, h := range cands[:min(room, len(cands))] {
-		cost := fmt.Sprintf("%d runs to move, %.1f cores held", h.Tasks, h.AllocatedCPU)
+		cost := fmt.Sprintf("%d runs to move, %.1f cores held, %.1f core-hours of batch work at risk", h.Tasks, h.AllocatedCPU, h.WorkAtRisk/3600)
 		if !hot {
 			cost = fmt.Sprintf("%d service instances to move, green", h.ServiceTasks)
 		}

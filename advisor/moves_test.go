@@ -52,6 +52,18 @@ func TestRevocableHeatIsNotPressure(t *testing.T) {
 	}
 }
 
+// Of full batch hosts, the one whose runs have done the least work goes:
+// a drain throws that work away.
+func TestMoveTheHostWithLeastWorkAtRisk(t *testing.T) {
+	c := NewCore(testConfig())
+	b1, b2, b3 := host("b1", "batch", 0.9, 32), host("b2", "batch", 0.9, 32), host("b3", "batch", 0.9, 30)
+	b1.WorkAtRisk, b2.WorkAtRisk, b3.WorkAtRisk = 32*3600, 32*600, 30*7200
+	d := c.Round(Input{Now: at(0), Hosts: []Host{host("s1", "stateless", 0.95, 1), b1, b2, b3}})
+	if len(d.Moves) != 1 || d.Moves[0].Host != "b2" || !strings.Contains(d.Moves[0].Reason, "5.3 core-hours of batch work at risk") {
+		t.Fatalf("moves %+v; want b2, whose runs have done the least", d.Moves)
+	}
+}
+
 // Services over their SLO are pressure even on cool hosts.
 func TestSLOPressure(t *testing.T) {
 	c := NewCore(testConfig())
@@ -93,9 +105,9 @@ func TestMoveLimits(t *testing.T) {
 	}
 }
 
-// The stateless partition cools: after the cooling period the host the
-// advisor moved in goes back (if green), one per cooling period, and not
-// within its hold-down.
+// The stateless partition cools: after the cooling period a green host
+// goes back (those the advisor moved in first), one per cooling period,
+// and not within its hold-down.
 func TestMoveBackAfterCooling(t *testing.T) {
 	cfg := testConfig()
 	cfg.HoldDown = 90 * time.Second
@@ -107,9 +119,12 @@ func TestMoveBackAfterCooling(t *testing.T) {
 	if len(d.Moves) != 1 || d.Moves[0].Host != "b1" {
 		t.Fatalf("hot: moves %+v; want b1", d.Moves)
 	}
-	// b1 is now stateless; the load ends.
+	// b1 is now stateless; the load ends. s1 is in maintenance, so that
+	// b1 is the one host that may go back.
 	after := func(sec int, s1cpu float64) Decision {
-		return c.Round(Input{Now: at(sec), Hosts: []Host{host("s1", "stateless", s1cpu, 1), host("b1", "stateless", 0.0, 0),
+		s1 := host("s1", "stateless", s1cpu, 1)
+		s1.InService = false
+		return c.Round(Input{Now: at(sec), Hosts: []Host{s1, host("b1", "stateless", 0.0, 0),
 			host("b2", "batch", 0.1, 0), host("b3", "batch", 0.2, 0)}})
 	}
 	if d := after(10, 0.0); len(d.Moves) != 0 {
@@ -126,9 +141,25 @@ func TestMoveBackAfterCooling(t *testing.T) {
 	if len(d.Moves) != 1 || d.Moves[0].Host != "b1" || d.Moves[0].To != "batch" || !strings.Contains(d.Moves[0].Reason, "stateless pressure 0.00 < 0.10 for") {
 		t.Fatalf("cool and past the hold-down: moves %+v; want b1 back to batch", d.Moves)
 	}
-	// s1 was never moved in by the advisor: it stays.
+	// s1 is the last stateless host: it stays (the minimum size).
 	if d := c.Round(Input{Now: at(400), Hosts: []Host{host("s1", "stateless", 0, 1), host("b1", "batch", 0, 0)}}); len(d.Moves) != 0 {
-		t.Errorf("moves %+v; want none: s1 was stateless to begin with", d.Moves)
+		t.Errorf("moves %+v; want none: s1 is stateless's last host", d.Moves)
+	}
+}
+
+// Of green stateless hosts, one the advisor brought over goes back first.
+func TestMoveBackPrefersHostsMovedIn(t *testing.T) {
+	c := NewCore(testConfig())
+	c.Round(Input{Now: at(0), Hosts: []Host{host("s1", "stateless", 0.95, 0), host("s2", "stateless", 0.95, 0), host("b1", "batch", 0.2, 3), host("b2", "batch", 0.2, 0)}})
+	var d Decision
+	for sec := 400; sec <= 600; sec += 100 {
+		d = c.Round(Input{Now: at(sec), Hosts: []Host{host("s1", "stateless", 0.1, 0), host("s2", "stateless", 0.1, 0), host("b2", "stateless", 0.1, 0), host("b1", "batch", 0.2, 3)}})
+		if len(d.Moves) > 0 {
+			break
+		}
+	}
+	if len(d.Moves) != 1 || d.Moves[0].Host != "b2" {
+		t.Fatalf("moves %+v; want b2, which the advisor moved over", d.Moves)
 	}
 }
 

@@ -287,8 +287,12 @@ func (c ColocationConfig) colocate(hosts, stateless int, advise bool, backlog []
 				if h.moving {
 					target = map[bool]string{true: "batch", false: "stateless"}[h.stateless]
 				}
+				risk := 0.0
+				for _, tk := range h.batch {
+					risk += float64(tk.done) * 60
+				}
 				in.Hosts = append(in.Hosts, advisor.Host{Name: h.name, Partition: part, InService: !h.moving, Target: target,
-					Reading: reading, Tasks: len(h.batch), AllocatedCPU: float64(len(h.batch))})
+					Reading: reading, Tasks: len(h.batch), AllocatedCPU: float64(len(h.batch)), WorkAtRisk: risk})
 			}
 			in.Services = []advisor.Service{{Job: "services", Partition: "stateless", P99: worstSvc, SLO: 1}}
 			d := core.Round(in)
@@ -413,8 +417,8 @@ func Colocation(ctx context.Context, env Env, cfg ColocationConfig) (*Result, er
 // colocationSVG plots the co-located day: the stateless partition's size,
 // the services' load (in hosts' worth at ρ 0.75) and the worst P99/SLO.
 func colocationSVG(cfg ColocationConfig, run colocRun, hosts int) string {
-	const w, h, pad = 900, 360, 50
-	x := func(t int) float64 { return pad + float64(t)*(w-2*pad)/dayMinutes }
+	const w, h, pad, legendW = 1140, 360, 50, 260
+	x := func(t int) float64 { return pad + float64(t)*(w-legendW-2*pad)/dayMinutes }
 	y := func(v, top float64) float64 { return h - pad - v*(h-2*pad)/top }
 	top := float64(hosts)
 	line := func(vals func(int) float64, scale float64, color string) string {
@@ -428,7 +432,7 @@ func colocationSVG(cfg ColocationConfig, run colocRun, hosts int) string {
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="12">`, w, h)
 	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`, w, h)
 	fmt.Fprintf(&b, `<text x="%d" y="20" font-size="14">peloton bench colocation: a simulated day on %d co-located hosts</text>`, pad, hosts)
-	fmt.Fprintf(&b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="black"/>`, pad, h-pad, w-pad, h-pad)
+	fmt.Fprintf(&b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="black"/>`, pad, h-pad, w-legendW-pad, h-pad)
 	fmt.Fprintf(&b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="black"/>`, pad, pad, pad, h-pad)
 	for hr := 0; hr <= 24; hr += 4 {
 		fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle">%02d:00</text>`, x(hr*60), h-pad+16, hr)
@@ -440,13 +444,13 @@ func colocationSVG(cfg ColocationConfig, run colocRun, hosts int) string {
 	b.WriteString(line(func(t int) float64 { return float64(hosts - run.stateless[t]) }, top, "#2ca02c"))
 	b.WriteString(line(func(t int) float64 { return cfg.ServiceLoad(t) / (serviceAlloc * cores) }, top, "#ff7f0e"))
 	b.WriteString(line(func(t int) float64 { return run.worst[t] }, 2, "#d62728"))
-	fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#d62728" stroke-dasharray="4 4"/>`, pad, y(1, 2), w-pad, y(1, 2))
+	fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#d62728" stroke-dasharray="4 4"/>`, pad, y(1, 2), w-legendW-pad, y(1, 2))
 	legend := []struct{ color, text string }{
 		{"#1f77b4", "stateless hosts"}, {"#2ca02c", "batch hosts"},
 		{"#ff7f0e", "service load (hosts at ρ 0.75)"}, {"#d62728", "worst P99 / SLO (0..2; dashed: the SLO)"},
 	}
 	for i, l := range legend {
-		fmt.Fprintf(&b, `<rect x="%d" y="%d" width="12" height="12" fill="%s"/><text x="%d" y="%d">%s</text>`, w-pad-260, pad+i*18, l.color, w-pad-242, pad+i*18+10, l.text)
+		fmt.Fprintf(&b, `<rect x="%d" y="%d" width="12" height="12" fill="%s"/><text x="%d" y="%d">%s</text>`, w-legendW, pad+i*18, l.color, w-legendW+18, pad+i*18+10, l.text)
 	}
 	b.WriteString(`</svg>` + "\n")
 	return b.String()

@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	"github.com/peloton-sched/peloton/internal/resources"
 	"github.com/peloton-sched/peloton/internal/store"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
@@ -151,6 +153,8 @@ type hold struct {
 	res       resources.Resources
 	job       string
 	revocable bool
+	// since is when the hold began (the stack's start for a recovered run).
+	since time.Time
 }
 
 type lease struct {
@@ -683,7 +687,7 @@ func (m *Manager) holdLocked(h *host, taskID, jobID string, r resources.Resource
 	} else {
 		h.allocated = h.allocated.Add(r)
 	}
-	h.tasks[taskID] = hold{res: r, job: jobID, revocable: revocable}
+	h.tasks[taskID] = hold{res: r, job: jobID, revocable: revocable, since: m.now()}
 	if jobID != "" {
 		h.jobs[jobID]++
 	}
@@ -939,7 +943,8 @@ func (m *Manager) listHosts(withRuns bool) []*pelotonv1.Host {
 			h.Runs = make([]*pelotonv1.HostRun, 0, len(hh.tasks))
 			for _, id := range slices.Sorted(maps.Keys(hh.tasks)) {
 				t := hh.tasks[id]
-				h.Runs = append(h.Runs, &pelotonv1.HostRun{TaskId: id, JobId: t.job, Revocable: t.revocable, Usage: m.RunUsage(id)})
+				h.Runs = append(h.Runs, &pelotonv1.HostRun{TaskId: id, JobId: t.job, Revocable: t.revocable, Usage: m.RunUsage(id),
+					Since: timestamppb.New(t.since), Cpu: float64(t.res.MilliCPU) / 1000})
 			}
 		}
 		out = append(out, h)

@@ -4640,7 +4640,12 @@ type HostRun struct {
 	JobId     string                 `protobuf:"bytes,2,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
 	Revocable bool                   `protobuf:"varint,3,opt,name=revocable,proto3" json:"revocable,omitempty"`
 	// Unset until the host's agent has read it.
-	Usage         *TaskUsage `protobuf:"bytes,4,opt,name=usage,proto3" json:"usage,omitempty"`
+	Usage *TaskUsage `protobuf:"bytes,4,opt,name=usage,proto3" json:"usage,omitempty"`
+	// Since when the run holds its resources here (since the stack's start,
+	// for a run it found running then), and the CPU it holds: a move that
+	// preempts it loses about (now - since) x cpu of its work.
+	Since         *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=since,proto3" json:"since,omitempty"`
+	Cpu           float64                `protobuf:"fixed64,6,opt,name=cpu,proto3" json:"cpu,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4701,6 +4706,20 @@ func (x *HostRun) GetUsage() *TaskUsage {
 		return x.Usage
 	}
 	return nil
+}
+
+func (x *HostRun) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *HostRun) GetCpu() float64 {
+	if x != nil {
+		return x.Cpu
+	}
+	return 0
 }
 
 // HostUsage is what a host agent read of its host.
@@ -7535,12 +7554,14 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\x17oversubscription_factor\x18\x11 \x01(\x01R\x16oversubscriptionFactor\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x88\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xcc\x01\n" +
 	"\aHostRun\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x1c\n" +
 	"\trevocable\x18\x03 \x01(\bR\trevocable\x12/\n" +
-	"\x05usage\x18\x04 \x01(\v2\x19.peloton.api.v1.TaskUsageR\x05usage\"\xbe\x02\n" +
+	"\x05usage\x18\x04 \x01(\v2\x19.peloton.api.v1.TaskUsageR\x05usage\x120\n" +
+	"\x05since\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x10\n" +
+	"\x03cpu\x18\x06 \x01(\x01R\x03cpu\"\xbe\x02\n" +
 	"\tHostUsage\x12\x10\n" +
 	"\x03cpu\x18\x01 \x01(\x01R\x03cpu\x12$\n" +
 	"\x0ememory_used_mb\x18\x02 \x01(\x03R\fmemoryUsedMb\x12.\n" +
@@ -8084,119 +8105,120 @@ var file_peloton_api_v1_peloton_proto_depIdxs = []int32{
 	70,  // 74: peloton.api.v1.Host.runs:type_name -> peloton.api.v1.HostRun
 	8,   // 75: peloton.api.v1.Host.zone:type_name -> peloton.api.v1.HostZone
 	72,  // 76: peloton.api.v1.HostRun.usage:type_name -> peloton.api.v1.TaskUsage
-	120, // 77: peloton.api.v1.HostUsage.sample_time:type_name -> google.protobuf.Timestamp
-	120, // 78: peloton.api.v1.HostUsage.receive_time:type_name -> google.protobuf.Timestamp
-	120, // 79: peloton.api.v1.TaskUsage.sample_time:type_name -> google.protobuf.Timestamp
-	71,  // 80: peloton.api.v1.UsageReport.usage:type_name -> peloton.api.v1.HostUsage
-	117, // 81: peloton.api.v1.UsageReport.runs:type_name -> peloton.api.v1.UsageReport.RunsEntry
-	69,  // 82: peloton.api.v1.ListHostsResponse.hosts:type_name -> peloton.api.v1.Host
-	69,  // 83: peloton.api.v1.StartMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
-	69,  // 84: peloton.api.v1.CompleteMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
-	69,  // 85: peloton.api.v1.MoveHostResponse.host:type_name -> peloton.api.v1.Host
-	11,  // 86: peloton.api.v1.Partition.capacity:type_name -> peloton.api.v1.Resources
-	11,  // 87: peloton.api.v1.Partition.allocated:type_name -> peloton.api.v1.Resources
-	11,  // 88: peloton.api.v1.Partition.revocable:type_name -> peloton.api.v1.Resources
-	11,  // 89: peloton.api.v1.Partition.slack:type_name -> peloton.api.v1.Resources
-	118, // 90: peloton.api.v1.Partition.zones:type_name -> peloton.api.v1.Partition.ZonesEntry
-	83,  // 91: peloton.api.v1.ListPartitionsResponse.partitions:type_name -> peloton.api.v1.Partition
-	86,  // 92: peloton.api.v1.ListPartitionsResponse.advisor:type_name -> peloton.api.v1.AdvisorStatus
-	120, // 93: peloton.api.v1.AdvisorStatus.published:type_name -> google.protobuf.Timestamp
-	120, // 94: peloton.api.v1.PartitionMove.time:type_name -> google.protobuf.Timestamp
-	87,  // 95: peloton.api.v1.ListPartitionMovesResponse.moves:type_name -> peloton.api.v1.PartitionMove
-	8,   // 96: peloton.api.v1.HostAdvice.zone:type_name -> peloton.api.v1.HostZone
-	90,  // 97: peloton.api.v1.PublishAdviceRequest.hosts:type_name -> peloton.api.v1.HostAdvice
-	91,  // 98: peloton.api.v1.PublishAdviceRequest.partitions:type_name -> peloton.api.v1.PartitionAdvice
-	87,  // 99: peloton.api.v1.PublishAdviceRequest.observed_moves:type_name -> peloton.api.v1.PartitionMove
-	10,  // 100: peloton.api.v1.UpdateStatus.state:type_name -> peloton.api.v1.UpdateState
-	120, // 101: peloton.api.v1.UpdateStatus.create_time:type_name -> google.protobuf.Timestamp
-	120, // 102: peloton.api.v1.UpdateStatus.update_time:type_name -> google.protobuf.Timestamp
-	120, // 103: peloton.api.v1.UpdateStatus.completion_time:type_name -> google.protobuf.Timestamp
-	10,  // 104: peloton.api.v1.UpdateStatus.paused_from:type_name -> peloton.api.v1.UpdateState
-	94,  // 105: peloton.api.v1.Update.spec:type_name -> peloton.api.v1.UpdateSpec
-	95,  // 106: peloton.api.v1.Update.status:type_name -> peloton.api.v1.UpdateStatus
-	119, // 107: peloton.api.v1.Update.restarts:type_name -> peloton.api.v1.Update.RestartsEntry
-	22,  // 108: peloton.api.v1.CreateUpdateRequest.spec:type_name -> peloton.api.v1.JobSpec
-	94,  // 109: peloton.api.v1.CreateUpdateRequest.update_spec:type_name -> peloton.api.v1.UpdateSpec
-	96,  // 110: peloton.api.v1.CreateUpdateResponse.update:type_name -> peloton.api.v1.Update
-	96,  // 111: peloton.api.v1.GetUpdateResponse.update:type_name -> peloton.api.v1.Update
-	96,  // 112: peloton.api.v1.ListUpdatesResponse.updates:type_name -> peloton.api.v1.Update
-	96,  // 113: peloton.api.v1.PauseUpdateResponse.update:type_name -> peloton.api.v1.Update
-	96,  // 114: peloton.api.v1.ResumeUpdateResponse.update:type_name -> peloton.api.v1.Update
-	96,  // 115: peloton.api.v1.AbortUpdateResponse.update:type_name -> peloton.api.v1.Update
-	96,  // 116: peloton.api.v1.RollbackUpdateResponse.update:type_name -> peloton.api.v1.Update
-	18,  // 117: peloton.api.v1.JobSpec.InstanceSpecsEntry.value:type_name -> peloton.api.v1.TaskSpec
-	72,  // 118: peloton.api.v1.UsageReport.RunsEntry.value:type_name -> peloton.api.v1.TaskUsage
-	29,  // 119: peloton.api.v1.JobService.CreateJob:input_type -> peloton.api.v1.CreateJobRequest
-	31,  // 120: peloton.api.v1.JobService.GetJob:input_type -> peloton.api.v1.GetJobRequest
-	33,  // 121: peloton.api.v1.JobService.ListJobs:input_type -> peloton.api.v1.ListJobsRequest
-	35,  // 122: peloton.api.v1.JobService.CancelJob:input_type -> peloton.api.v1.CancelJobRequest
-	37,  // 123: peloton.api.v1.JobService.DeleteJob:input_type -> peloton.api.v1.DeleteJobRequest
-	39,  // 124: peloton.api.v1.JobService.RestartJob:input_type -> peloton.api.v1.RestartJobRequest
-	41,  // 125: peloton.api.v1.JobService.ScaleJob:input_type -> peloton.api.v1.ScaleJobRequest
-	43,  // 126: peloton.api.v1.JobService.ListJobVersions:input_type -> peloton.api.v1.ListJobVersionsRequest
-	46,  // 127: peloton.api.v1.TaskService.ListTasks:input_type -> peloton.api.v1.ListTasksRequest
-	48,  // 128: peloton.api.v1.TaskService.GetTask:input_type -> peloton.api.v1.GetTaskRequest
-	50,  // 129: peloton.api.v1.TaskService.KillTask:input_type -> peloton.api.v1.KillTaskRequest
-	52,  // 130: peloton.api.v1.TaskService.GetTaskLogs:input_type -> peloton.api.v1.GetTaskLogsRequest
-	57,  // 131: peloton.api.v1.PoolService.CreatePool:input_type -> peloton.api.v1.CreatePoolRequest
-	59,  // 132: peloton.api.v1.PoolService.GetPool:input_type -> peloton.api.v1.GetPoolRequest
-	61,  // 133: peloton.api.v1.PoolService.UpdatePool:input_type -> peloton.api.v1.UpdatePoolRequest
-	63,  // 134: peloton.api.v1.PoolService.DeletePool:input_type -> peloton.api.v1.DeletePoolRequest
-	67,  // 135: peloton.api.v1.PoolService.ListPools:input_type -> peloton.api.v1.ListPoolsRequest
-	65,  // 136: peloton.api.v1.PoolService.MovePool:input_type -> peloton.api.v1.MovePoolRequest
-	75,  // 137: peloton.api.v1.HostService.ListHosts:input_type -> peloton.api.v1.ListHostsRequest
-	77,  // 138: peloton.api.v1.HostService.StartMaintenance:input_type -> peloton.api.v1.StartMaintenanceRequest
-	79,  // 139: peloton.api.v1.HostService.CompleteMaintenance:input_type -> peloton.api.v1.CompleteMaintenanceRequest
-	81,  // 140: peloton.api.v1.HostService.MoveHost:input_type -> peloton.api.v1.MoveHostRequest
-	84,  // 141: peloton.api.v1.PartitionService.ListPartitions:input_type -> peloton.api.v1.ListPartitionsRequest
-	88,  // 142: peloton.api.v1.PartitionService.ListPartitionMoves:input_type -> peloton.api.v1.ListPartitionMovesRequest
-	92,  // 143: peloton.api.v1.PartitionService.PublishAdvice:input_type -> peloton.api.v1.PublishAdviceRequest
-	73,  // 144: peloton.api.v1.HostAgentService.ReportUsage:input_type -> peloton.api.v1.UsageReport
-	97,  // 145: peloton.api.v1.UpdateService.CreateUpdate:input_type -> peloton.api.v1.CreateUpdateRequest
-	99,  // 146: peloton.api.v1.UpdateService.GetUpdate:input_type -> peloton.api.v1.GetUpdateRequest
-	101, // 147: peloton.api.v1.UpdateService.ListUpdates:input_type -> peloton.api.v1.ListUpdatesRequest
-	103, // 148: peloton.api.v1.UpdateService.PauseUpdate:input_type -> peloton.api.v1.PauseUpdateRequest
-	105, // 149: peloton.api.v1.UpdateService.ResumeUpdate:input_type -> peloton.api.v1.ResumeUpdateRequest
-	107, // 150: peloton.api.v1.UpdateService.AbortUpdate:input_type -> peloton.api.v1.AbortUpdateRequest
-	109, // 151: peloton.api.v1.UpdateService.RollbackUpdate:input_type -> peloton.api.v1.RollbackUpdateRequest
-	30,  // 152: peloton.api.v1.JobService.CreateJob:output_type -> peloton.api.v1.CreateJobResponse
-	32,  // 153: peloton.api.v1.JobService.GetJob:output_type -> peloton.api.v1.GetJobResponse
-	34,  // 154: peloton.api.v1.JobService.ListJobs:output_type -> peloton.api.v1.ListJobsResponse
-	36,  // 155: peloton.api.v1.JobService.CancelJob:output_type -> peloton.api.v1.CancelJobResponse
-	38,  // 156: peloton.api.v1.JobService.DeleteJob:output_type -> peloton.api.v1.DeleteJobResponse
-	40,  // 157: peloton.api.v1.JobService.RestartJob:output_type -> peloton.api.v1.RestartJobResponse
-	42,  // 158: peloton.api.v1.JobService.ScaleJob:output_type -> peloton.api.v1.ScaleJobResponse
-	45,  // 159: peloton.api.v1.JobService.ListJobVersions:output_type -> peloton.api.v1.ListJobVersionsResponse
-	47,  // 160: peloton.api.v1.TaskService.ListTasks:output_type -> peloton.api.v1.ListTasksResponse
-	49,  // 161: peloton.api.v1.TaskService.GetTask:output_type -> peloton.api.v1.GetTaskResponse
-	51,  // 162: peloton.api.v1.TaskService.KillTask:output_type -> peloton.api.v1.KillTaskResponse
-	53,  // 163: peloton.api.v1.TaskService.GetTaskLogs:output_type -> peloton.api.v1.LogChunk
-	58,  // 164: peloton.api.v1.PoolService.CreatePool:output_type -> peloton.api.v1.CreatePoolResponse
-	60,  // 165: peloton.api.v1.PoolService.GetPool:output_type -> peloton.api.v1.GetPoolResponse
-	62,  // 166: peloton.api.v1.PoolService.UpdatePool:output_type -> peloton.api.v1.UpdatePoolResponse
-	64,  // 167: peloton.api.v1.PoolService.DeletePool:output_type -> peloton.api.v1.DeletePoolResponse
-	68,  // 168: peloton.api.v1.PoolService.ListPools:output_type -> peloton.api.v1.ListPoolsResponse
-	66,  // 169: peloton.api.v1.PoolService.MovePool:output_type -> peloton.api.v1.MovePoolResponse
-	76,  // 170: peloton.api.v1.HostService.ListHosts:output_type -> peloton.api.v1.ListHostsResponse
-	78,  // 171: peloton.api.v1.HostService.StartMaintenance:output_type -> peloton.api.v1.StartMaintenanceResponse
-	80,  // 172: peloton.api.v1.HostService.CompleteMaintenance:output_type -> peloton.api.v1.CompleteMaintenanceResponse
-	82,  // 173: peloton.api.v1.HostService.MoveHost:output_type -> peloton.api.v1.MoveHostResponse
-	85,  // 174: peloton.api.v1.PartitionService.ListPartitions:output_type -> peloton.api.v1.ListPartitionsResponse
-	89,  // 175: peloton.api.v1.PartitionService.ListPartitionMoves:output_type -> peloton.api.v1.ListPartitionMovesResponse
-	93,  // 176: peloton.api.v1.PartitionService.PublishAdvice:output_type -> peloton.api.v1.PublishAdviceResponse
-	74,  // 177: peloton.api.v1.HostAgentService.ReportUsage:output_type -> peloton.api.v1.UsageAck
-	98,  // 178: peloton.api.v1.UpdateService.CreateUpdate:output_type -> peloton.api.v1.CreateUpdateResponse
-	100, // 179: peloton.api.v1.UpdateService.GetUpdate:output_type -> peloton.api.v1.GetUpdateResponse
-	102, // 180: peloton.api.v1.UpdateService.ListUpdates:output_type -> peloton.api.v1.ListUpdatesResponse
-	104, // 181: peloton.api.v1.UpdateService.PauseUpdate:output_type -> peloton.api.v1.PauseUpdateResponse
-	106, // 182: peloton.api.v1.UpdateService.ResumeUpdate:output_type -> peloton.api.v1.ResumeUpdateResponse
-	108, // 183: peloton.api.v1.UpdateService.AbortUpdate:output_type -> peloton.api.v1.AbortUpdateResponse
-	110, // 184: peloton.api.v1.UpdateService.RollbackUpdate:output_type -> peloton.api.v1.RollbackUpdateResponse
-	152, // [152:185] is the sub-list for method output_type
-	119, // [119:152] is the sub-list for method input_type
-	119, // [119:119] is the sub-list for extension type_name
-	119, // [119:119] is the sub-list for extension extendee
-	0,   // [0:119] is the sub-list for field type_name
+	120, // 77: peloton.api.v1.HostRun.since:type_name -> google.protobuf.Timestamp
+	120, // 78: peloton.api.v1.HostUsage.sample_time:type_name -> google.protobuf.Timestamp
+	120, // 79: peloton.api.v1.HostUsage.receive_time:type_name -> google.protobuf.Timestamp
+	120, // 80: peloton.api.v1.TaskUsage.sample_time:type_name -> google.protobuf.Timestamp
+	71,  // 81: peloton.api.v1.UsageReport.usage:type_name -> peloton.api.v1.HostUsage
+	117, // 82: peloton.api.v1.UsageReport.runs:type_name -> peloton.api.v1.UsageReport.RunsEntry
+	69,  // 83: peloton.api.v1.ListHostsResponse.hosts:type_name -> peloton.api.v1.Host
+	69,  // 84: peloton.api.v1.StartMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
+	69,  // 85: peloton.api.v1.CompleteMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
+	69,  // 86: peloton.api.v1.MoveHostResponse.host:type_name -> peloton.api.v1.Host
+	11,  // 87: peloton.api.v1.Partition.capacity:type_name -> peloton.api.v1.Resources
+	11,  // 88: peloton.api.v1.Partition.allocated:type_name -> peloton.api.v1.Resources
+	11,  // 89: peloton.api.v1.Partition.revocable:type_name -> peloton.api.v1.Resources
+	11,  // 90: peloton.api.v1.Partition.slack:type_name -> peloton.api.v1.Resources
+	118, // 91: peloton.api.v1.Partition.zones:type_name -> peloton.api.v1.Partition.ZonesEntry
+	83,  // 92: peloton.api.v1.ListPartitionsResponse.partitions:type_name -> peloton.api.v1.Partition
+	86,  // 93: peloton.api.v1.ListPartitionsResponse.advisor:type_name -> peloton.api.v1.AdvisorStatus
+	120, // 94: peloton.api.v1.AdvisorStatus.published:type_name -> google.protobuf.Timestamp
+	120, // 95: peloton.api.v1.PartitionMove.time:type_name -> google.protobuf.Timestamp
+	87,  // 96: peloton.api.v1.ListPartitionMovesResponse.moves:type_name -> peloton.api.v1.PartitionMove
+	8,   // 97: peloton.api.v1.HostAdvice.zone:type_name -> peloton.api.v1.HostZone
+	90,  // 98: peloton.api.v1.PublishAdviceRequest.hosts:type_name -> peloton.api.v1.HostAdvice
+	91,  // 99: peloton.api.v1.PublishAdviceRequest.partitions:type_name -> peloton.api.v1.PartitionAdvice
+	87,  // 100: peloton.api.v1.PublishAdviceRequest.observed_moves:type_name -> peloton.api.v1.PartitionMove
+	10,  // 101: peloton.api.v1.UpdateStatus.state:type_name -> peloton.api.v1.UpdateState
+	120, // 102: peloton.api.v1.UpdateStatus.create_time:type_name -> google.protobuf.Timestamp
+	120, // 103: peloton.api.v1.UpdateStatus.update_time:type_name -> google.protobuf.Timestamp
+	120, // 104: peloton.api.v1.UpdateStatus.completion_time:type_name -> google.protobuf.Timestamp
+	10,  // 105: peloton.api.v1.UpdateStatus.paused_from:type_name -> peloton.api.v1.UpdateState
+	94,  // 106: peloton.api.v1.Update.spec:type_name -> peloton.api.v1.UpdateSpec
+	95,  // 107: peloton.api.v1.Update.status:type_name -> peloton.api.v1.UpdateStatus
+	119, // 108: peloton.api.v1.Update.restarts:type_name -> peloton.api.v1.Update.RestartsEntry
+	22,  // 109: peloton.api.v1.CreateUpdateRequest.spec:type_name -> peloton.api.v1.JobSpec
+	94,  // 110: peloton.api.v1.CreateUpdateRequest.update_spec:type_name -> peloton.api.v1.UpdateSpec
+	96,  // 111: peloton.api.v1.CreateUpdateResponse.update:type_name -> peloton.api.v1.Update
+	96,  // 112: peloton.api.v1.GetUpdateResponse.update:type_name -> peloton.api.v1.Update
+	96,  // 113: peloton.api.v1.ListUpdatesResponse.updates:type_name -> peloton.api.v1.Update
+	96,  // 114: peloton.api.v1.PauseUpdateResponse.update:type_name -> peloton.api.v1.Update
+	96,  // 115: peloton.api.v1.ResumeUpdateResponse.update:type_name -> peloton.api.v1.Update
+	96,  // 116: peloton.api.v1.AbortUpdateResponse.update:type_name -> peloton.api.v1.Update
+	96,  // 117: peloton.api.v1.RollbackUpdateResponse.update:type_name -> peloton.api.v1.Update
+	18,  // 118: peloton.api.v1.JobSpec.InstanceSpecsEntry.value:type_name -> peloton.api.v1.TaskSpec
+	72,  // 119: peloton.api.v1.UsageReport.RunsEntry.value:type_name -> peloton.api.v1.TaskUsage
+	29,  // 120: peloton.api.v1.JobService.CreateJob:input_type -> peloton.api.v1.CreateJobRequest
+	31,  // 121: peloton.api.v1.JobService.GetJob:input_type -> peloton.api.v1.GetJobRequest
+	33,  // 122: peloton.api.v1.JobService.ListJobs:input_type -> peloton.api.v1.ListJobsRequest
+	35,  // 123: peloton.api.v1.JobService.CancelJob:input_type -> peloton.api.v1.CancelJobRequest
+	37,  // 124: peloton.api.v1.JobService.DeleteJob:input_type -> peloton.api.v1.DeleteJobRequest
+	39,  // 125: peloton.api.v1.JobService.RestartJob:input_type -> peloton.api.v1.RestartJobRequest
+	41,  // 126: peloton.api.v1.JobService.ScaleJob:input_type -> peloton.api.v1.ScaleJobRequest
+	43,  // 127: peloton.api.v1.JobService.ListJobVersions:input_type -> peloton.api.v1.ListJobVersionsRequest
+	46,  // 128: peloton.api.v1.TaskService.ListTasks:input_type -> peloton.api.v1.ListTasksRequest
+	48,  // 129: peloton.api.v1.TaskService.GetTask:input_type -> peloton.api.v1.GetTaskRequest
+	50,  // 130: peloton.api.v1.TaskService.KillTask:input_type -> peloton.api.v1.KillTaskRequest
+	52,  // 131: peloton.api.v1.TaskService.GetTaskLogs:input_type -> peloton.api.v1.GetTaskLogsRequest
+	57,  // 132: peloton.api.v1.PoolService.CreatePool:input_type -> peloton.api.v1.CreatePoolRequest
+	59,  // 133: peloton.api.v1.PoolService.GetPool:input_type -> peloton.api.v1.GetPoolRequest
+	61,  // 134: peloton.api.v1.PoolService.UpdatePool:input_type -> peloton.api.v1.UpdatePoolRequest
+	63,  // 135: peloton.api.v1.PoolService.DeletePool:input_type -> peloton.api.v1.DeletePoolRequest
+	67,  // 136: peloton.api.v1.PoolService.ListPools:input_type -> peloton.api.v1.ListPoolsRequest
+	65,  // 137: peloton.api.v1.PoolService.MovePool:input_type -> peloton.api.v1.MovePoolRequest
+	75,  // 138: peloton.api.v1.HostService.ListHosts:input_type -> peloton.api.v1.ListHostsRequest
+	77,  // 139: peloton.api.v1.HostService.StartMaintenance:input_type -> peloton.api.v1.StartMaintenanceRequest
+	79,  // 140: peloton.api.v1.HostService.CompleteMaintenance:input_type -> peloton.api.v1.CompleteMaintenanceRequest
+	81,  // 141: peloton.api.v1.HostService.MoveHost:input_type -> peloton.api.v1.MoveHostRequest
+	84,  // 142: peloton.api.v1.PartitionService.ListPartitions:input_type -> peloton.api.v1.ListPartitionsRequest
+	88,  // 143: peloton.api.v1.PartitionService.ListPartitionMoves:input_type -> peloton.api.v1.ListPartitionMovesRequest
+	92,  // 144: peloton.api.v1.PartitionService.PublishAdvice:input_type -> peloton.api.v1.PublishAdviceRequest
+	73,  // 145: peloton.api.v1.HostAgentService.ReportUsage:input_type -> peloton.api.v1.UsageReport
+	97,  // 146: peloton.api.v1.UpdateService.CreateUpdate:input_type -> peloton.api.v1.CreateUpdateRequest
+	99,  // 147: peloton.api.v1.UpdateService.GetUpdate:input_type -> peloton.api.v1.GetUpdateRequest
+	101, // 148: peloton.api.v1.UpdateService.ListUpdates:input_type -> peloton.api.v1.ListUpdatesRequest
+	103, // 149: peloton.api.v1.UpdateService.PauseUpdate:input_type -> peloton.api.v1.PauseUpdateRequest
+	105, // 150: peloton.api.v1.UpdateService.ResumeUpdate:input_type -> peloton.api.v1.ResumeUpdateRequest
+	107, // 151: peloton.api.v1.UpdateService.AbortUpdate:input_type -> peloton.api.v1.AbortUpdateRequest
+	109, // 152: peloton.api.v1.UpdateService.RollbackUpdate:input_type -> peloton.api.v1.RollbackUpdateRequest
+	30,  // 153: peloton.api.v1.JobService.CreateJob:output_type -> peloton.api.v1.CreateJobResponse
+	32,  // 154: peloton.api.v1.JobService.GetJob:output_type -> peloton.api.v1.GetJobResponse
+	34,  // 155: peloton.api.v1.JobService.ListJobs:output_type -> peloton.api.v1.ListJobsResponse
+	36,  // 156: peloton.api.v1.JobService.CancelJob:output_type -> peloton.api.v1.CancelJobResponse
+	38,  // 157: peloton.api.v1.JobService.DeleteJob:output_type -> peloton.api.v1.DeleteJobResponse
+	40,  // 158: peloton.api.v1.JobService.RestartJob:output_type -> peloton.api.v1.RestartJobResponse
+	42,  // 159: peloton.api.v1.JobService.ScaleJob:output_type -> peloton.api.v1.ScaleJobResponse
+	45,  // 160: peloton.api.v1.JobService.ListJobVersions:output_type -> peloton.api.v1.ListJobVersionsResponse
+	47,  // 161: peloton.api.v1.TaskService.ListTasks:output_type -> peloton.api.v1.ListTasksResponse
+	49,  // 162: peloton.api.v1.TaskService.GetTask:output_type -> peloton.api.v1.GetTaskResponse
+	51,  // 163: peloton.api.v1.TaskService.KillTask:output_type -> peloton.api.v1.KillTaskResponse
+	53,  // 164: peloton.api.v1.TaskService.GetTaskLogs:output_type -> peloton.api.v1.LogChunk
+	58,  // 165: peloton.api.v1.PoolService.CreatePool:output_type -> peloton.api.v1.CreatePoolResponse
+	60,  // 166: peloton.api.v1.PoolService.GetPool:output_type -> peloton.api.v1.GetPoolResponse
+	62,  // 167: peloton.api.v1.PoolService.UpdatePool:output_type -> peloton.api.v1.UpdatePoolResponse
+	64,  // 168: peloton.api.v1.PoolService.DeletePool:output_type -> peloton.api.v1.DeletePoolResponse
+	68,  // 169: peloton.api.v1.PoolService.ListPools:output_type -> peloton.api.v1.ListPoolsResponse
+	66,  // 170: peloton.api.v1.PoolService.MovePool:output_type -> peloton.api.v1.MovePoolResponse
+	76,  // 171: peloton.api.v1.HostService.ListHosts:output_type -> peloton.api.v1.ListHostsResponse
+	78,  // 172: peloton.api.v1.HostService.StartMaintenance:output_type -> peloton.api.v1.StartMaintenanceResponse
+	80,  // 173: peloton.api.v1.HostService.CompleteMaintenance:output_type -> peloton.api.v1.CompleteMaintenanceResponse
+	82,  // 174: peloton.api.v1.HostService.MoveHost:output_type -> peloton.api.v1.MoveHostResponse
+	85,  // 175: peloton.api.v1.PartitionService.ListPartitions:output_type -> peloton.api.v1.ListPartitionsResponse
+	89,  // 176: peloton.api.v1.PartitionService.ListPartitionMoves:output_type -> peloton.api.v1.ListPartitionMovesResponse
+	93,  // 177: peloton.api.v1.PartitionService.PublishAdvice:output_type -> peloton.api.v1.PublishAdviceResponse
+	74,  // 178: peloton.api.v1.HostAgentService.ReportUsage:output_type -> peloton.api.v1.UsageAck
+	98,  // 179: peloton.api.v1.UpdateService.CreateUpdate:output_type -> peloton.api.v1.CreateUpdateResponse
+	100, // 180: peloton.api.v1.UpdateService.GetUpdate:output_type -> peloton.api.v1.GetUpdateResponse
+	102, // 181: peloton.api.v1.UpdateService.ListUpdates:output_type -> peloton.api.v1.ListUpdatesResponse
+	104, // 182: peloton.api.v1.UpdateService.PauseUpdate:output_type -> peloton.api.v1.PauseUpdateResponse
+	106, // 183: peloton.api.v1.UpdateService.ResumeUpdate:output_type -> peloton.api.v1.ResumeUpdateResponse
+	108, // 184: peloton.api.v1.UpdateService.AbortUpdate:output_type -> peloton.api.v1.AbortUpdateResponse
+	110, // 185: peloton.api.v1.UpdateService.RollbackUpdate:output_type -> peloton.api.v1.RollbackUpdateResponse
+	153, // [153:186] is the sub-list for method output_type
+	120, // [120:153] is the sub-list for method input_type
+	120, // [120:120] is the sub-list for extension type_name
+	120, // [120:120] is the sub-list for extension extendee
+	0,   // [0:120] is the sub-list for field type_name
 }
 
 func init() { file_peloton_api_v1_peloton_proto_init() }
