@@ -205,3 +205,57 @@ func TestAdvisorObserveMovesNothing(t *testing.T) {
 		t.Fatalf("no host orange or red: %v", hs.Hosts)
 	}
 }
+
+// TestAdvisorOnSimHosts: the same advisor on the sim backend, whose hosts
+// get their partitions from a label and their usage from simulated agents
+// following each run's declared use: services using all they hold heat
+// the stateless hosts, a batch host moves over (the backend told its new
+// partition), and back once the services are gone.
+func TestAdvisorOnSimHosts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a whole stack")
+	}
+	cfg := advisor.DefaultConfig()
+	th := advisor.DefaultThresholds()
+	th.MinDwell = 0
+	hot := th
+	hot.CPUOrange, hot.CPURed = 0.4, 0.6
+	cfg.Thresholds = map[string]advisor.Thresholds{"batch": th, "stateless": hot}
+	cfg.PressureHigh, cfg.PressureLow = 0.5, 0.1
+	cfg.Cooling, cfg.HoldDown = 2*time.Second, time.Second
+	s := startStack(t, t.TempDir(), stackOpts{backend: "sim", hosts: 4, hostCPU: 4, hostMem: 4096,
+		labels: []string{"peloton.io/partition=batch", "peloton.io/partition=stateless"},
+		configure: func(c *cluster.Config) {
+			c.SimHostAgents, c.HostAgentInterval = true, 200*time.Millisecond
+			c.AdvisorMode, c.Advisor, c.AdvisorInterval = advisor.ModeAct, cfg, 300*time.Millisecond
+		}})
+	before := s.partitionsNow()
+	if before != "sim-00000=batch sim-00001=stateless sim-00002=batch sim-00003=stateless" {
+		t.Fatalf("partitions from the labels: %s", before)
+	}
+	spec := service("sim-web", 2, 1, "sleep", "600")
+	spec.DefaultSpec.Placement = &pelotonv1.PlacementSpec{Partition: "stateless", Strategy: pelotonv1.PlacementStrategy_SPREAD}
+	spec.DefaultSpec.Resources = &pelotonv1.Resources{Cpu: 3, MemoryMb: 64}
+	spec.DefaultSpec.Env = map[string]string{"PELOTON_SIM_CPU": "1"}
+	web := s.createJob(spec)
+	s.waitTasks(web, "2 instances running", 60*time.Second, allRunning(2))
+	var moved string
+	within(t, 60*time.Second, "a batch host moved to stateless", func() error {
+		for _, h := range []string{"sim-00000", "sim-00002"} {
+			if strings.Contains(s.partitionsNow(), h+"=stateless") {
+				moved = h
+				return nil
+			}
+		}
+		return fmt.Errorf("partitions %s", s.partitionsNow())
+	})
+	if _, err := s.jobs.CancelJob(ctxT(t), &pelotonv1.CancelJobRequest{JobId: web}); err != nil {
+		t.Fatal(err)
+	}
+	within(t, 60*time.Second, moved+" back in batch", func() error {
+		if got := s.partitionsNow(); !strings.Contains(got, moved+"=batch") {
+			return fmt.Errorf("partitions %s", got)
+		}
+		return nil
+	})
+}
