@@ -1,10 +1,12 @@
 // cluster.js: the pages of one cluster stack's UI, over its REST API
-// (/v1/jobs, /v1/pools, /v1/hosts, /v1/updates).
+// (/v1/jobs, /v1/pools, /v1/hosts, /v1/updates; /v1/partitions in
+// partitions.js).
 import { get, post, put, query, listAll, enc, requestId, ApiError } from "./api.js";
 import {
   h, replace, link, errorBox, table, badge, kinds, num, amount, bar, ago, actionButton,
   showFieldError, kv, section, hooks,
 } from "./dom.js";
+import { partitionsPage } from "./partitions.js";
 import { InstanceGrid, legend } from "./grid.js";
 import { diffLines } from "./diff.js";
 
@@ -14,6 +16,7 @@ export const clusterNav = [
   ["/ui/jobs", "Jobs", "j"],
   ["/ui/updates", "Updates", "u"],
   ["/ui/hosts", "Hosts", "h"],
+  ["/ui/partitions", "Partitions", "t"],
   ["/ui/clusters", "Clusters", "c"],
 ];
 
@@ -28,6 +31,7 @@ export const clusterRoutes = [
   [/^\/ui\/updates\/([^/]+)\/?$/, updatePage],
   [/^\/ui\/hosts\/?$/, hostsPage],
   [/^\/ui\/hosts\/([^/]+)\/?$/, hostsPage],
+  [/^\/ui\/partitions\/?$/, partitionsPage],
   [/^\/ui\/clusters\/?$/, clustersInfoPage],
 ];
 
