@@ -32,7 +32,7 @@ func TestHandler(t *testing.T) {
 			}
 		}
 		for _, p := range []string{"/ui/", "/ui/jobs", "/ui/jobs/0d6e2b7c-1f3a-4c59-9a3e-2a1f0e5b7c11", "/ui/jobs/x/tasks/3",
-			"/ui/pools", "/ui/pools/org/team", "/ui/hosts", "/ui/updates", "/ui/updates/u1", "/ui/clusters", "/ui/services/s", "/ui/no/such/page"} {
+			"/ui/pools", "/ui/pools/org/team", "/ui/hosts", "/ui/hosts/local-0", "/ui/partitions", "/ui/partitions?host=local-0", "/ui/updates", "/ui/updates/u1", "/ui/clusters", "/ui/services/s", "/ui/no/such/page"} {
 			resp, body := get(p)
 			if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/html; charset=utf-8" {
 				t.Errorf("%s %s: %d %q, want 200 text/html", kind, p, resp.StatusCode, resp.Header.Get("Content-Type"))
@@ -48,8 +48,9 @@ func TestHandler(t *testing.T) {
 			"app.js": "text/javascript; charset=utf-8", "api.js": "text/javascript; charset=utf-8",
 			"dom.js": "text/javascript; charset=utf-8", "grid.js": "text/javascript; charset=utf-8",
 			"diff.js": "text/javascript; charset=utf-8", "cluster.js": "text/javascript; charset=utf-8",
-			"federation.js": "text/javascript; charset=utf-8", "style.css": "text/css; charset=utf-8",
-			"icon.svg": "image/svg+xml",
+			"federation.js": "text/javascript; charset=utf-8", "partitions.js": "text/javascript; charset=utf-8",
+			"style.css": "text/css; charset=utf-8",
+			"icon.svg":  "image/svg+xml",
 		}
 		for name, ct := range assets {
 			resp, body := get("/ui/assets/" + name)

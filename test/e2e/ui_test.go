@@ -25,11 +25,12 @@ type uiStack struct {
 	cluster, fed string // HTTP base URLs
 }
 
-func startUIStack(t *testing.T, bin string) *uiStack {
+func startUIStack(t *testing.T, bin string, extra ...string) *uiStack {
 	t.Helper()
-	cmd := exec.Command(bin, "up", "--data-dir", t.TempDir(), "--hosts", "3", "--host-cpu", "4", "--host-memory-mb", "4096",
+	args := append([]string{"up", "--data-dir", t.TempDir(), "--hosts", "3", "--host-cpu", "4", "--host-memory-mb", "4096",
 		"--listen", freePort(t), "--http-listen", freePort(t), "--etcd-listen", freePort(t),
-		"--federation-listen", freePort(t), "--federation-http-listen", freePort(t), "--log-level", "warn")
+		"--federation-listen", freePort(t), "--federation-http-listen", freePort(t), "--log-level", "warn"}, extra...)
+	cmd := exec.Command(bin, args...)
 	cmd.Stderr = os.Stderr
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -114,8 +115,11 @@ func dig(v any, path ...any) any {
 
 // TestUI drives the web UI in headless Chromium against a real `peloton
 // up` with pools, a batch job, a service under a paused update, a drained
-// host, a global pool, a federated service with a paused rollout and a
-// federated job: every page shows the real objects; resume/pause of the
+// host, a host moved to another partition with a reason, the host advisor
+// in observe mode (so hosts have zones), a global pool, a federated
+// service with a paused rollout and a federated job: every page shows the
+// real objects (the partitions page the advisor's status, the move with
+// its reason and the partitions' sizes over time); resume/pause of the
 // update and of the rollout, a task kill, a scale, completing maintenance
 // and a pool edit change them (each checked through the API); a refused
 // pool shows the API's message next to its field; keyboard shortcuts
@@ -124,8 +128,21 @@ func dig(v any, path ...any) any {
 func TestUI(t *testing.T) {
 	chromium := chromiumPath(t)
 	bin := buildPeloton(t)
-	st := startUIStack(t, bin)
+	// The advisor's rounds and the host agents' reports come quickly, so
+	// the hosts have zones by the time their pages are opened.
+	st := startUIStack(t, bin, "--advisor-mode", "observe", "--advisor-interval", "200ms", "--host-agent-interval", "500ms")
 	c, f := st.cluster, st.fed
+
+	// A host moved to its own partition before any work lands on it, so
+	// the move is DONE at once and the history has one step.
+	const moveReason = "ui test: local-1 serves the web tier"
+	restJSON(t, "POST", c+"/v1/hosts/local-1:move", `{"partition":"stateless","reason":"`+moveReason+`"}`, 200, nil)
+	within(t, 20*time.Second, "local-1's move DONE", func() error {
+		if s := dig(getJSON(t, c+"/v1/partitions/moves?host=local-1"), "moves", 0, "state"); s != "DONE" {
+			return fmt.Errorf("the move is %v", s)
+		}
+		return nil
+	})
 
 	// The objects the pages must show.
 	restJSON(t, "POST", c+"/v1/pools/org?requestId=ui-org", `{"reservation":{"cpu":4,"memoryMb":4096},"limit":{"cpu":8,"memoryMb":8192}}`, 200, nil)
@@ -279,10 +296,43 @@ func TestUI(t *testing.T) {
 	})
 	b.checkNoJSErrors(t, "job after scale")
 
-	visit("hosts", c+"/ui/hosts", "the drained host and the partitions",
-		`document.querySelector('[data-host="local-2"]') && /HOST_DRAIN/.test(document.querySelector('[data-host="local-2"]').dataset.state) && `+text("Partitions")+` && `+text("default"))
+	visit("hosts", c+"/ui/hosts", "the drained host, the partitions and the advisor's zones",
+		`document.querySelector('[data-host="local-2"]') && /HOST_DRAIN/.test(document.querySelector('[data-host="local-2"]').dataset.state) && `+text("Partitions")+` && `+text("default")+
+			` && document.querySelector('[data-host="local-0"] .zone:not(.z-unknown)') && document.querySelector('a[href="/ui/partitions"]')`)
 
-	visit("host", c+"/ui/hosts/local-0", "one host's details", text("Host local-0")+` && `+text("Labels")+` && `+text("peloton.io/backend=local"))
+	visit("host", c+"/ui/hosts/local-1", "one host's details, zone and moves", text("Host local-1")+` && `+text("Labels")+` && `+text("peloton.io/backend=local")+
+		` && document.querySelector(".kv .zone:not(.z-unknown)") && `+text("Oversubscription")+` && document.querySelector('[data-move="local-1"][data-state="DONE"]') && `+text(moveReason))
+
+	// The partitions: the advisor observes, the move with its reason, the
+	// sizes over time with the move as a step.
+	visit("partitions", c+"/ui/partitions", "the partitions, the advisor and the move",
+		`document.querySelector('tr[data-partition="stateless"]') && document.querySelector('tr[data-partition="default"] .zone:not(.z-unknown)') && `+
+			`document.querySelector('.advisor[data-mode="observe"]') && document.querySelector('[data-move="local-1"][data-state="DONE"]') && `+text(moveReason)+
+			` && document.querySelector('svg.steps[data-moves="1"] path[data-partition="stateless"]')`)
+	if _, err := evalJS[bool](b, 5*time.Second, `document.querySelector("table.moves").scrollIntoView({block: "center"}), true`); err != nil {
+		t.Fatal(err)
+	}
+	shot(t, b, filepath.Join(shots, "partitions-moves.png"))
+	if err := b.do(10*time.Second, chromedp.SendKeys(chromedp.CSS(`input[name=host]`), "local-0")); err != nil {
+		t.Fatal(err)
+	}
+	b.waitJS(t, "the moves filtered by host", `location.search === "?host=local-0" && `+text("0 moves of local-0")+` && !document.querySelector("[data-move]")`, 10*time.Second)
+	b.checkNoJSErrors(t, "partitions filtered")
+	// The sizes over time, from a history with every kind of move: only
+	// DONE moves shift a host; steps are oldest first and end now.
+	steps, err := evalJS[string](b, 5*time.Second, `import("/ui/assets/partitions.js").then((m) => JSON.stringify(m.sizesOverTime({a: 2, b: 1}, [
+		{host: "h2", from: "a", to: "b", state: "OBSERVED", time: "2026-01-01T00:00:04Z"},
+		{host: "h1", from: "b", to: "a", state: "DONE", time: "2026-01-01T00:00:03Z"},
+		{host: "h4", from: "a", to: "b", state: "MOVING", time: "2026-01-01T00:00:02.500Z"},
+		{host: "h1", from: "a", to: "b", state: "SUPERSEDED", time: "2026-01-01T00:00:02Z"},
+		{host: "h3", from: "a", to: "b", state: "DONE", time: "2026-01-01T00:00:01Z"}], Date.parse("2026-01-01T00:00:10Z")).map((s) => [s.t, s.sizes])))`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms := func(sec int) int64 { return time.Date(2026, 1, 1, 0, 0, sec, 0, time.UTC).UnixMilli() }
+	if want := fmt.Sprintf(`[[%d,{"a":2,"b":1}],[%d,{"a":1,"b":2}],[%d,{"a":2,"b":1}],[%d,{"a":2,"b":1}]]`, ms(1), ms(1), ms(3), ms(10)); steps != want {
+		t.Errorf("sizesOverTime:\n got %s\nwant %s", steps, want)
+	}
 	load("hosts-again", c+"/ui/hosts", "the host table", `document.querySelector('[data-host="local-2"]')`)
 
 	// Complete the drained host's maintenance from the hosts page.
@@ -397,6 +447,8 @@ func TestUI(t *testing.T) {
 	}
 	visit("jobs-narrow", c+"/ui/jobs", "the job list at 420 px", text("nightly-etl")+` && document.documentElement.scrollWidth <= window.innerWidth + 1`)
 	visit("job-narrow", c+"/ui/jobs/"+batchID, "the job at 420 px", `document.querySelector(".grid canvas") && document.documentElement.scrollWidth <= window.innerWidth + 1`)
+	visit("partitions-narrow", c+"/ui/partitions", "the partitions at 420 px",
+		`document.querySelector("svg.steps path") && document.querySelector("[data-move]") && document.documentElement.scrollWidth <= window.innerWidth + 1`)
 
 	// The collector itself: an error thrown by a page is seen.
 	if _, err := evalJS[bool](b, 5*time.Second, `setTimeout(() => { throw new Error("ui-test-canary") }, 0), true`); err != nil {

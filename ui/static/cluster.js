@@ -1,10 +1,12 @@
 // cluster.js: the pages of one cluster stack's UI, over its REST API
-// (/v1/jobs, /v1/pools, /v1/hosts, /v1/updates).
+// (/v1/jobs, /v1/pools, /v1/hosts, /v1/updates; /v1/partitions in
+// partitions.js).
 import { get, post, put, query, listAll, enc, requestId, ApiError } from "./api.js";
 import {
   h, replace, link, errorBox, table, badge, kinds, num, amount, bar, ago, actionButton,
-  showFieldError, kv, section, hooks,
+  showFieldError, kv, section, hooks, zoneBadge,
 } from "./dom.js";
+import { partitionsPage, moveTable } from "./partitions.js";
 import { InstanceGrid, legend } from "./grid.js";
 import { diffLines } from "./diff.js";
 
@@ -14,6 +16,7 @@ export const clusterNav = [
   ["/ui/jobs", "Jobs", "j"],
   ["/ui/updates", "Updates", "u"],
   ["/ui/hosts", "Hosts", "h"],
+  ["/ui/partitions", "Partitions", "t"],
   ["/ui/clusters", "Clusters", "c"],
 ];
 
@@ -28,6 +31,7 @@ export const clusterRoutes = [
   [/^\/ui\/updates\/([^/]+)\/?$/, updatePage],
   [/^\/ui\/hosts\/?$/, hostsPage],
   [/^\/ui\/hosts\/([^/]+)\/?$/, hostsPage],
+  [/^\/ui\/partitions\/?$/, partitionsPage],
   [/^\/ui\/clusters\/?$/, clustersInfoPage],
 ];
 
@@ -110,13 +114,18 @@ function alerts(hosts, jobs) {
   return items.length ? h("ul.alerts", items.slice(0, 50)) : h("p.muted", "Nothing needs attention.");
 }
 
+// zoneName is a Host.zone as a Partition.zones key ("green", ... "unknown").
+const zoneName = (z) => String(z || "HOST_ZONE_UNKNOWN").replace(/^HOST_ZONE_/, "").toLowerCase();
+
 function partitions(hosts) {
   const m = new Map();
   for (const x of hosts) {
     const name = x.partition || "";
-    if (!m.has(name)) m.set(name, { name, hosts: 0, moving: 0, capacity: {}, allocated: {} });
+    if (!m.has(name)) m.set(name, { name, hosts: 0, moving: 0, capacity: {}, allocated: {}, zones: {} });
     const p = m.get(name);
     p.hosts++;
+    const z = zoneName(x.zone);
+    p.zones[z] = (p.zones[z] || 0) + 1;
     if (x.partitionState === "PARTITION_MOVING" || x.partitionState === "PARTITION_MOVE_DRAINED") p.moving++;
     for (const k of kinds) {
       p.capacity[k.key] = (p.capacity[k.key] || 0) + res(x.capacity, k.key);
@@ -637,26 +646,26 @@ async function updatePage(ctx, id) {
 async function hostsPage(ctx, only) {
   const summary = h("div");
   const list = h("div");
-  const history = []; // partition sizes seen while this page is open
   ctx.root.append(h("h1", only ? "Host " + only : "Hosts and partitions"),
-    only ? h("p.crumbs", link("/ui/hosts", "All hosts")) : "", summary, list);
+    only ? h("p.crumbs", link("/ui/hosts", "All hosts"), " · ", link("/ui/partitions", "Partitions")) : "", summary, list);
   await ctx.live(list, async () => {
     let hosts = (await get("/v1/hosts", ctx.signal)).hosts || [];
     if (only) {
       hosts = hosts.filter((x) => x.name === only);
       if (!hosts.length) return errorBox(new ApiError(404, 5, `host ${only} does not exist`));
-      replace(summary, hostDetail(hosts[0]));
+      // The host's own moves: a failed read shows in their card only.
+      const moves = await get("/v1/partitions/moves" + query({ host: only, limit: 50 }), ctx.signal)
+        .then((r) => moveTable(r.moves || []), (e) => { if (e.name === "AbortError") throw e; return errorBox(e); });
+      replace(summary, hostDetail(hosts[0]), section("Moves", moves,
+        h("p", link("/ui/partitions" + query({ host: only }), "On the partitions page →"))));
       return hostTable(hosts);
     }
-    const parts = partitions(hosts);
-    history.push({ t: Date.now(), sizes: Object.fromEntries(parts.map((p) => [p.name, p.hosts])) });
-    if (history.length > 300) history.shift();
-    replace(summary, partitionCard(parts, history, hosts));
+    replace(summary, partitionCard(partitions(hosts), hosts));
     return hostTable(hosts);
   });
 }
 
-function partitionCard(parts, history, hosts) {
+function partitionCard(parts, hosts) {
   const moving = hosts.filter((x) => x.partitionState && x.partitionState !== "PARTITION_SETTLED" && x.partitionState !== "PARTITION_MOVE_STATE_UNSPECIFIED");
   return section("Partitions",
     table([
@@ -665,24 +674,10 @@ function partitionCard(parts, history, hosts) {
       { title: "Moving", cls: "num", cell: (p) => String(p.moving) },
       ...kinds.slice(0, 2).map((k) => ({ title: k.label, cell: (p) => h("div.meter",
         bar(p.allocated[k.key], p.capacity[k.key]), h("span.muted", `${amount(k.key, p.allocated[k.key])} / ${amount(k.key, p.capacity[k.key])}`)) })),
-      { title: "Size while this page is open", cell: (p) => sparkline(history.map((x) => x.sizes[p.name] || 0)) },
+      { title: "Zones", cell: (p) => h("span.chips", Object.entries(p.zones).sort().map(([z, n]) => h("span.chip.small", zoneBadge(z), " ", String(n)))) },
     ], parts),
-    moving.length ? h("ul.events", moving.map((x) => h("li", h("strong", x.name), ` → ${x.targetPartition}: `, badge(x.partitionState), " ", x.partitionMessage || ""))) : "");
-}
-
-function sparkline(values) {
-  const max = Math.max(1, ...values);
-  const w = 120, hgt = 20;
-  const pts = values.map((v, i) => `${values.length > 1 ? (i * w) / (values.length - 1) : w},${hgt - (v / max) * (hgt - 2) - 1}`).join(" ");
-  const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
-  svg.setAttribute("viewBox", `0 0 ${w} ${hgt}`);
-  svg.setAttribute("class", "spark");
-  svg.setAttribute("role", "img");
-  svg.setAttribute("aria-label", `sizes ${values.slice(-5).join(", ")}`);
-  const pl = document.createElementNS("http://www.w3.org/2000/svg", "polyline");
-  pl.setAttribute("points", pts);
-  svg.append(pl);
-  return svg;
+    moving.length ? h("ul.events", moving.map((x) => h("li", h("strong", x.name), ` → ${x.targetPartition}: `, badge(x.partitionState), " ", x.partitionMessage || ""))) : "",
+    h("p", link("/ui/partitions", "Pressure, oversubscription, sizes over time and every move →")));
 }
 
 // hostDetail shows what the table leaves out: labels, every resource kind,
@@ -691,7 +686,8 @@ function hostDetail(x) {
   return section("Details", kv([
     ["State", badge(x.state)], ["Partition", x.partition || ""],
     x.partitionState && x.partitionState !== "PARTITION_SETTLED" ? ["Partition move", [badge(x.partitionState), " → ", x.targetPartition || "", " ", x.partitionMessage || ""]] : null,
-    x.zone ? ["Zone", badge(x.zone)] : null,
+    ["Zone", zoneBadge(x.zone)],
+    ["Oversubscription", x.oversubscriptionFactor > 1 ? `×${Number(x.oversubscriptionFactor).toFixed(2)} of its CPU for revocable work` : "×1.00 (none)"],
     ["Labels", h("span.chips", Object.entries(x.labels || {}).map(([k, v]) => h("span.chip.small", `${k}=${v}`)))],
     ...kinds.map((k) => [k.label, `${amount(k.key, res(x.allocated, k.key))} of ${amount(k.key, res(x.capacity, k.key))} allocated` +
       (x.slack ? `, slack ${amount(k.key, res(x.slack, k.key))}` : "") + (x.revocable ? `, revocable ${amount(k.key, res(x.revocable, k.key))}` : "")]),
@@ -701,14 +697,11 @@ function hostDetail(x) {
 }
 
 function hostTable(hosts) {
-  // The API may tell a host's zone (the host advisor's); show the column
-  // only when it does.
-  const hasZone = hosts.some((x) => x.zone !== undefined && x.zone !== "");
   const maint = (verb, name) => () => post(`/v1/hosts:${verb}`, { hosts: [name] });
   const cols = [
     { title: "Host", cell: (x) => h("strong", link("/ui/hosts/" + enc(x.name), x.name)) },
     { title: "Partition", cell: (x) => [x.partition || "", x.partitionState === "PARTITION_MOVING" || x.partitionState === "PARTITION_MOVE_DRAINED" ? [" → ", x.targetPartition] : ""] },
-    hasZone ? { title: "Zone", cell: (x) => badge(x.zone) } : null,
+    { title: "Zone", cell: (x) => zoneBadge(x.zone) },
     { title: "State", cell: (x) => badge(x.state) },
     { title: "Tasks", cls: "num", cell: (x) => String(x.taskCount || 0) },
     { title: "CPU alloc", cell: (x) => h("div.meter", bar(res(x.allocated, "cpu"), res(x.capacity, "cpu")), h("span.muted", `${num(res(x.allocated, "cpu"), 2)} / ${num(res(x.capacity, "cpu"), 2)}`)) },

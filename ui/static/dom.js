@@ -74,11 +74,21 @@ export function badge(state) {
 // stateClass sorts every state of every lifecycle into a few colours.
 export function stateClass(s) {
   s = String(s || "");
-  if (/RUNNING|SUCCEEDED|_UP$|READY$|SETTLED|STEP_DONE|DISPATCHED$|HEALTHY/.test(s) && !/UNHEALTHY/.test(s)) return "ok";
+  if (/RUNNING|SUCCEEDED|_UP$|READY$|SETTLED|STEP_DONE|^DONE$|DISPATCHED$|HEALTHY/.test(s) && !/UNHEALTHY/.test(s)) return "ok";
   if (/FAILED|LOST|UNREACHABLE|UNHEALTHY|DOWN/.test(s)) return "bad";
   if (/KILL|ABORT|PREEMPT|ROLLED_BACK|ROLLING_BACK|CORDON|DRAIN|MOVING|DEGRADED|PAUSED/.test(s)) return "warn";
-  if (/PENDING|INITIALIZED|PLACING|PLACED|LAUNCH|STARTING|ROLLING|UPDATING/.test(s)) return "wait";
+  if (/PENDING|INITIALIZED|OBSERVED|PLACING|PLACED|LAUNCH|STARTING|ROLLING|UPDATING/.test(s)) return "wait";
   return "none";
+}
+
+// zoneBadge shows a host's zone (HOST_ZONE_GREEN, or a Partition.zones key
+// such as "green") in its colour; no zone is "unknown": no advisor, or its
+// advice lapsed, or the host's agent went quiet.
+export function zoneBadge(zone) {
+  const z = String(zone || "unknown").replace(/^HOST_ZONE_/, "").toLowerCase();
+  return h("span.badge.zone.z-" + (["green", "orange", "red"].includes(z) ? z : "unknown"), {
+    title: z === "unknown" ? "zone unknown: no live advice for this host" : `zone ${z}, as the host advisor last said`,
+  }, z);
 }
 
 // kinds are the resource kinds of the API's Resources message.
