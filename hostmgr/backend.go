@@ -54,6 +54,15 @@ type LaunchSpec struct {
 	// another client created, see ForeignSource): Launch binds it to Host
 	// instead of creating anything, and the run is that object's life.
 	Foreign *ForeignRef
+	// Gang, if set, names the gang the run was placed with (the job's
+	// minimumRunningInstances, admitted and placed all together): every
+	// member launched for one placement of the gang carries the same value,
+	// and jobmgr launches them at about the same time. A backend that can
+	// start co-located members as one unit may use it (the mesos backend
+	// sends the members on one agent in one LAUNCH_GROUP); the others
+	// ignore it. Empty for a run placed alone, a restarted member of a
+	// running gang included.
+	Gang string
 }
 
 // ForeignRef identifies one object of a ForeignSource.
