@@ -63,7 +63,8 @@ type Backend struct {
 	volUse      map[string]string // host + "\x00" + volume ID → the live run using it
 	releases    []*releaseReq
 	queue       []*launchReq
-	parts       map[string]string // partitions hostmgr gave hosts
+	gangSince   map[string]time.Time // by gangKey: when its first member was queued
+	parts       map[string]string    // partitions hostmgr gave hosts
 	connected   bool
 	streamNo    int // counts subscriptions; a stale stream's events are ignored
 	heartbeat   time.Duration
@@ -148,7 +149,7 @@ func New(cfg Config) (*Backend, error) {
 	codec, _ := Codec(cfg.ContentType)
 	return &Backend{cfg: cfg, url: url, codec: codec, log: cfg.Logger,
 		agents: map[string]*agent{}, byHost: map[string]*agent{}, runs: map[string]*run{}, parts: map[string]string{},
-		held: map[string]*usage{}, acking: map[string]bool{}, volUse: map[string]string{},
+		held: map[string]*usage{}, gangSince: map[string]time.Time{}, acking: map[string]bool{}, volUse: map[string]string{},
 		acks: make(chan ack, 4096), kick: make(chan struct{}, 1), hostK: make(chan struct{}, 1), evK: make(chan struct{}, 1),
 		ready: make(chan struct{})}, nil
 }
@@ -381,7 +382,7 @@ func (b *Backend) Launch(ctx context.Context, spec hostmgr.LaunchSpec) error {
 		return errors.New("mesos: backend closed")
 	}
 	if r.pending != nil { // Kill may have come first
-		b.queue = append(b.queue, req)
+		b.enqueue(req)
 		b.lastDemand = time.Now()
 	}
 	b.mu.Unlock()

@@ -15,7 +15,11 @@
 // PartitionAttribute names its partition. Launch records the run in the
 // store, queues it for an offer of its agent, and the launcher ACCEPTs all
 // runs waiting for an agent in one call, LAUNCH on that agent's offers,
-// with resources and ports carved from what was offered. Offers nothing
+// with resources and ports carved from what was offered. The members of
+// a gang (LaunchSpec.Gang) launched on one agent wait GangWindow for each
+// other and go in one LAUNCH_GROUP instead: a task group run by the
+// DEFAULT executor, whose resources are carved with theirs, all of them or
+// none. Offers nothing
 // needs are declined with a filter after OfferHold; when nothing waits for
 // IdleSuppress, offers are suppressed, and a launch that finds no offer
 // revives them. A rescinded offer is dropped at once.
@@ -35,7 +39,7 @@
 // A run's persistent volume is reserved disk of the framework's role:
 // RESERVE and CREATE in the ACCEPT of its first run, the volume itself in
 // the next runs' ACCEPTs, DESTROY and UNRESERVE when it is released. Not
-// built: LAUNCH_GROUP, and task output (Logs says where it is). The
+// built: task output (Logs says where it is). The
 // package is tested against mesostest, a test master that speaks the v1
 // scheduler protocol on the wire with mesos-go's types; no real Mesos
 // master has run these tests.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -505,4 +507,80 @@ func TestVolumes(t *testing.T) {
 	if err := b.Launch(context.Background(), s); !errors.Is(err, hostmgr.ErrLaunchBlocked) || !strings.Contains(err.Error(), "--mesos-role") {
 		t.Errorf("Launch with a volume and no role = %v, want ErrLaunchBlocked naming --mesos-role", err)
 	}
+}
+
+// TestGangLaunchGroup: the members of a gang launched on one agent, as
+// jobmgr launches them (together, each from a goroutine of its own), go
+// out in one LAUNCH_GROUP with a default executor, and every member runs
+// and ends; members on other agents go in a LAUNCH_GROUP of their agent,
+// and a run of no gang in a plain LAUNCH.
+func TestGangLaunchGroup(t *testing.T) {
+	t.Parallel()
+	m := newMaster(t, mesostest.Config{Agents: agents(3)})
+	cfg := testConfig(m, newStore(t))
+	// A window far longer than the members' launches take to arrive, even
+	// on a loaded machine under -race: the test checks the grouping, not
+	// how short a window suffices.
+	cfg.GangWindow = 2 * time.Second
+	r := startBackend(t, cfg)
+	type launch struct{ id, host, gang string }
+	var ls []launch
+	for i := range 4 {
+		ls = append(ls, launch{fmt.Sprintf("one-%d-1", i), "host-0", "one/gang-0"})
+	}
+	for i := range 4 {
+		ls = append(ls, launch{fmt.Sprintf("split-%d-1", i), fmt.Sprintf("host-%d", 1+i%2), "split/gang-0"})
+	}
+	ls = append(ls, launch{"alone-0-1", "host-0", ""})
+	var wg sync.WaitGroup
+	errs := make(chan error, len(ls))
+	for _, l := range ls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := runSpec(l.id, l.host, "sleep", "0.2")
+			s.Gang = l.gang
+			ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+			defer cancel()
+			if err := r.b.Launch(ctx, s); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for _, l := range ls {
+		r.waitState(l.id, pelotonv1.TaskState_SUCCEEDED)
+		var states []string
+		for _, ev := range r.of(l.id) {
+			states = append(states, ev.State.String())
+		}
+		if got := strings.Join(states, " "); got != "LAUNCHED RUNNING SUCCEEDED" {
+			t.Errorf("run %s: events %s, want LAUNCHED RUNNING SUCCEEDED", l.id, got)
+		}
+	}
+	byAgent := map[string][]string{}
+	for _, g := range m.Groups() {
+		if byAgent[g.Agent] != nil {
+			t.Errorf("agent %s got more than one LAUNCH_GROUP: %+v", g.Agent, m.Groups())
+		}
+		tasks := append([]string(nil), g.Tasks...)
+		sort.Strings(tasks)
+		byAgent[g.Agent] = tasks
+	}
+	want := map[string][]string{
+		"agent-0": {"one-0-1", "one-1-1", "one-2-1", "one-3-1"},
+		"agent-1": {"split-0-1", "split-2-1"},
+		"agent-2": {"split-1-1", "split-3-1"},
+	}
+	if !reflect.DeepEqual(byAgent, want) {
+		t.Errorf("LAUNCH_GROUPs by agent %v, want %v", byAgent, want)
+	}
+	if n := m.Launched(); n != 1 {
+		t.Errorf("%d tasks went through LAUNCH, want only the run of no gang", n)
+	}
+	eventually(t, "every update acknowledged", func() bool { return m.Unacknowledged() == 0 })
 }
