@@ -210,6 +210,22 @@ type HostWatcher interface {
 	WatchHosts(changed func())
 }
 
+// MaintenanceSource is implemented by backends whose substrate schedules
+// host maintenance itself (Mesos' maintenance windows and inverse offers).
+// hostmgr registers changed before it starts the backend, and acts on what
+// the backend says: a host going down starts hostmgr maintenance
+// (StartMaintenance: no new runs, and its runs are drained, SLA-checked,
+// as `peloton host drain` does); a host whose window is over, or was
+// cancelled, gets CompleteMaintenance, unless an operator started its
+// maintenance (then it is left to them). The backend calls changed from
+// one goroutine, without holding a lock that Hosts takes, when a host's
+// maintenance changes, and once for each host it learns of (so that a
+// restarted stack hears of windows that opened or ended while it was
+// down); saying the same again changes nothing.
+type MaintenanceSource interface {
+	WatchMaintenance(changed func(host string, down bool))
+}
+
 // Replacer is implemented by backends that can turn a live run into the
 // next run of the same instance without starting its sandbox anew: the
 // kubernetes backend patches the image of the run's pod, and the kubelet
