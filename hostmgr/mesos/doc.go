@@ -32,9 +32,17 @@
 // LOST, and jobmgr runs them again. A stream that ends, or stays silent for
 // HeartbeatMisses heartbeat intervals, is subscribed again with backoff;
 // an ERROR event stops the backend (launches fail with the master's
-// message). A FAILURE event for an agent ends its runs LOST; an inverse
-// offer makes its agent unschedulable, and is accepted once no run of ours
-// is left there.
+// message). A FAILURE event for an agent ends its runs LOST.
+//
+// An agent with a maintenance window (an inverse offer, or offers that
+// carry an unavailability) is unschedulable, and the backend, a
+// hostmgr.MaintenanceSource, says it is down: hostmgr starts maintenance
+// of its host, and jobmgr drains our runs off it as for `peloton host
+// drain`. The inverse offer is accepted once no run of ours is left there.
+// Offers that come without an unavailability again (the window ended or
+// was cancelled) say it is up, and hostmgr completes the maintenance it
+// started. Offers are not suppressed while an agent is in a window, since
+// they are what shows its end.
 //
 // A run's persistent volume is reserved disk of the framework's role:
 // RESERVE and CREATE in the ACCEPT of its first run, the volume itself in

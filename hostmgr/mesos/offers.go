@@ -116,6 +116,7 @@ func (b *Backend) offers(offers []mesosv1.Offer) {
 			capacity = capacity.Add(u.res)
 		}
 		a.capacity = capacity
+		b.noteMaintenance(a)
 	}
 	b.offersSeen = true
 	signal(b.hostK)
@@ -140,6 +141,7 @@ func (b *Backend) inverseOffers(ios []mesosv1.InverseOffer) {
 		if a := b.agents[io.AgentID.GetValue()]; a != nil {
 			a.inverse[io.OfferID.GetValue()] = true
 			a.unavailable = true
+			b.noteMaintenance(a)
 		}
 	}
 	signal(b.hostK)
@@ -152,6 +154,7 @@ func (b *Backend) rescindInverse(id string) {
 	for _, a := range b.agents {
 		if a.inverse[id] {
 			delete(a.inverse, id)
+			b.noteMaintenance(a)
 			signal(b.hostK)
 		}
 	}
@@ -680,6 +683,10 @@ func (b *Backend) plan(now time.Time, full bool) (batches []*batch, decline, inv
 	if !full {
 		return
 	}
+	if b.suppressed && b.anyInMaintenance() {
+		// An inverse offer came while offers were suppressed.
+		revive, b.suppressed, b.lastRevive = true, false, now
+	}
 	needs := map[string]bool{}
 	for _, req := range waiting {
 		needs[req.run.agentID] = true
@@ -698,7 +705,10 @@ func (b *Backend) plan(now time.Time, full bool) (batches []*batch, decline, inv
 			}
 		}
 	}
-	if len(waiting) == 0 && !b.suppressed && now.Sub(b.lastDemand) >= b.cfg.IdleSuppress {
+	// Offers are how the end of a maintenance window shows (they come
+	// without an unavailability again), so they are not suppressed while
+	// an agent is in one.
+	if len(waiting) == 0 && !b.suppressed && now.Sub(b.lastDemand) >= b.cfg.IdleSuppress && !b.anyInMaintenance() {
 		held := 0
 		for _, a := range b.agents {
 			held += len(a.offers)
@@ -759,6 +769,16 @@ func (b *Backend) enqueue(req *launchReq) {
 		b.gangSince[k] = time.Now()
 		time.AfterFunc(b.cfg.GangWindow, func() { signal(b.kick) })
 	}
+}
+
+// anyInMaintenance: some agent has a maintenance window. b.mu is held.
+func (b *Backend) anyInMaintenance() bool {
+	for _, a := range b.agents {
+		if a.inMaintenance() {
+			return true
+		}
+	}
+	return false
 }
 
 // busy: the agent holds live runs of ours. b.mu is held.

@@ -584,3 +584,83 @@ func TestGangLaunchGroup(t *testing.T) {
 	}
 	eventually(t, "every update acknowledged", func() bool { return m.Unacknowledged() == 0 })
 }
+
+// TestMaintenanceDrainsHost: a maintenance window the master schedules
+// for an agent becomes hostmgr maintenance of its host: HOST_DRAINING, a
+// drain request for our runs there (the stand-in for jobmgr kills each
+// and runs it again on the other host, as jobmgr's drain does), then
+// HOST_DRAINED, and only then is the inverse offer accepted. When the
+// window ends, the host is back in service (HOST_UP), with no operator.
+func TestMaintenanceDrainsHost(t *testing.T) {
+	t.Parallel()
+	m := newMaster(t, mesostest.Config{Agents: agents(2)})
+	st := newStore(t)
+	b, err := New(testConfig(m, st))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hm := hostmgr.NewManager(b, hostmgr.Options{Store: st, Logger: b.log})
+	if err := hm.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = hm.Close() })
+	go func() { // the events jobmgr would read
+		for range hm.Events() {
+		}
+	}()
+	res := resources.Resources{MilliCPU: 100, MemoryMB: 32}
+	launch := func(id, host string) {
+		t.Helper()
+		hm.Recover(id, host, res) // as placement's Commit holds it
+		s := runSpec(id, host, "sleep", "3600")
+		if err := hm.Launch(context.Background(), s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 2 {
+		launch(fmt.Sprintf("mt-%d-1", i), "host-0")
+	}
+	hm.Recovered()
+	eventually(t, "both runs running", func() bool { return m.Running() == 2 })
+	stateOf := func(host string) pelotonv1.HostState {
+		for _, h := range hm.ListHosts() {
+			if h.Name == host {
+				return h.State
+			}
+		}
+		return pelotonv1.HostState_HOST_STATE_UNSPECIFIED
+	}
+
+	if err := m.ScheduleMaintenance("agent-0", time.Now().Add(time.Hour), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "host-0 draining", func() bool { return stateOf("host-0") == pelotonv1.HostState_HOST_DRAINING })
+	if n := len(m.AcceptedInverseOffers()); n != 0 {
+		t.Fatalf("%d inverse offers accepted while our runs are on the agent", n)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	ds := hm.Drains(ctx)
+	if len(ds) != 1 || ds[0].Host != "host-0" || len(ds[0].TaskIDs) != 2 {
+		t.Fatalf("drain requests %+v, want one for host-0's two runs", ds)
+	}
+	for _, id := range ds[0].TaskIDs {
+		if err := hm.Kill(ctx, id, time.Second); err != nil {
+			t.Fatal(err)
+		}
+		launch(strings.TrimSuffix(id, "-1")+"-2", "host-1")
+	}
+	eventually(t, "host-0 drained", func() bool { return stateOf("host-0") == pelotonv1.HostState_HOST_DRAINED })
+	eventually(t, "the inverse offer accepted", func() bool { return len(m.AcceptedInverseOffers()) == 1 })
+	eventually(t, "the runs again on host-1", func() bool { return m.Running() == 2 })
+	for i := range 2 {
+		if s, agent, ok := m.TaskState(fmt.Sprintf("mt-%d-2", i)); !ok || s != mesosv1.TASK_RUNNING || agent != "agent-1" {
+			t.Errorf("run mt-%d-2: %v on %s (%v), want TASK_RUNNING on agent-1", i, s, agent, ok)
+		}
+	}
+
+	if err := m.EndMaintenance("agent-0"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "host-0 back in service", func() bool { return stateOf("host-0") == pelotonv1.HostState_HOST_UP })
+}

@@ -43,7 +43,7 @@
 //
 // Tests drive the failures: DropStream (master failover: the stream ends,
 // a new subscription gets a new stream ID), LoseAgent, Rescind,
-// SendError, StallHeartbeats, ScheduleMaintenance.
+// SendError, StallHeartbeats, ScheduleMaintenance, EndMaintenance.
 package mesostest
 
 import (
@@ -113,6 +113,7 @@ type Master struct {
 	kills    []Kill
 	accInv   []string
 	execs    map[string]*executor // live default executors, by ID
+	inverse  map[string]string    // outstanding inverse offers: ID → agent
 	launched int
 	groups   []Group
 	subs     int
@@ -199,7 +200,7 @@ func New(cfg Config) (*Master, error) {
 		cfg.Listen = "127.0.0.1:0"
 	}
 	m := &Master{cfg: cfg, agents: map[string]*agent{}, tasks: map[string]*task{}, unacked: map[string]*task{}, offers: map[string]*offer{},
-		execs: map[string]*executor{}, counts: map[scheduler.Call_Type]int{}, sent: map[string]int{}, kick: make(chan struct{}, 1), stopped: make(chan struct{})}
+		execs: map[string]*executor{}, inverse: map[string]string{}, counts: map[scheduler.Call_Type]int{}, sent: map[string]int{}, kick: make(chan struct{}, 1), stopped: make(chan struct{})}
 	for i, a := range cfg.Agents {
 		if a.ID == "" {
 			a.ID = fmt.Sprintf("agent-%d", i)
@@ -860,7 +861,10 @@ func (m *Master) apply(call *scheduler.Call) (int, string) {
 		}
 	case scheduler.Call_ACCEPT_INVERSE_OFFERS:
 		for _, id := range call.GetAcceptInverseOffers().InverseOfferIDs {
-			m.accInv = append(m.accInv, id.Value)
+			if _, ok := m.inverse[id.Value]; ok {
+				m.accInv = append(m.accInv, id.Value)
+				delete(m.inverse, id.Value)
+			}
 		}
 	case scheduler.Call_DECLINE_INVERSE_OFFERS, scheduler.Call_MESSAGE, scheduler.Call_REQUEST:
 	case scheduler.Call_TEARDOWN:
@@ -1389,9 +1393,42 @@ func (m *Master) ScheduleMaintenance(agentID string, start time.Time, d time.Dur
 		Duration: &mesosv1.DurationInfo{Nanoseconds: d.Nanoseconds()}}
 	m.seq++
 	aid := mesosv1.AgentID{Value: agentID}
+	id := fmt.Sprintf("%s-I%d", m.fw.id, m.seq)
+	m.inverse[id] = agentID
 	m.send(&scheduler.Event{Type: scheduler.Event_INVERSE_OFFERS, InverseOffers: &scheduler.Event_InverseOffers{
-		InverseOffers: []mesosv1.InverseOffer{{OfferID: mesosv1.OfferID{Value: fmt.Sprintf("%s-I%d", m.fw.id, m.seq)},
+		InverseOffers: []mesosv1.InverseOffer{{OfferID: mesosv1.OfferID{Value: id},
 			FrameworkID: mesosv1.FrameworkID{Value: m.fw.id}, AgentID: &aid, Unavailability: *a.maintenance}}}})
+	return nil
+}
+
+// EndMaintenance takes an agent out of its maintenance window (the
+// window is over, or the operator cancelled it), as the master does when
+// its schedule changes: outstanding inverse offers for the agent are
+// rescinded, and so are its offers, which carried the unavailability; its
+// resources are offered again at once, without one.
+func (m *Master) EndMaintenance(agentID string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	a := m.agents[agentID]
+	if a == nil || m.fw == nil || a.maintenance == nil {
+		return fmt.Errorf("mesostest: agent %q has no maintenance window", agentID)
+	}
+	a.maintenance = nil
+	for _, id := range sortedKeys(m.inverse) {
+		if m.inverse[id] == agentID {
+			delete(m.inverse, id)
+			m.send(&scheduler.Event{Type: scheduler.Event_RESCIND_INVERSE_OFFER,
+				RescindInverseOffer: &scheduler.Event_RescindInverseOffer{InverseOfferID: mesosv1.OfferID{Value: id}}})
+		}
+	}
+	for oid, o := range m.offers {
+		if o.agent == agentID {
+			m.unoffer(oid, o)
+			m.send(&scheduler.Event{Type: scheduler.Event_RESCIND, Rescind: &scheduler.Event_Rescind{OfferID: mesosv1.OfferID{Value: oid}}})
+		}
+	}
+	delete(m.fw.filters, agentID)
+	m.signal()
 	return nil
 }
 
