@@ -65,8 +65,8 @@ func (m *Manager) wakeIfSourcePending() {
 	}
 }
 
-// applySourceMaintenance acts on the backend's words. It reports whether
-// every word was acted on; if not, the caller tries again later.
+// applySourceMaintenance acts on the backend's words. It reports false
+// when a word must be tried again later, on a timer.
 func (m *Manager) applySourceMaintenance(ctx context.Context) bool {
 	m.srcMu.Lock()
 	hosts := make([]string, 0, len(m.srcWant))
@@ -90,7 +90,12 @@ func (m *Manager) applySourceMaintenance(ctx context.Context) bool {
 		var err error
 		switch step {
 		case sourceWait:
-			all = false
+			// A host not known yet is looked at again when the backend's
+			// hosts change (Start wakes the loop then); without a
+			// HostWatcher, and for a move to end, on a timer.
+			if _, watched := m.backend.(HostWatcher); moving || !watched {
+				all = false
+			}
 			continue
 		case sourceStart:
 			_, err = m.changeMaintenance(ctx, []string{name}, hostDraining, by)

@@ -579,6 +579,7 @@ func (b *Backend) plan(now time.Time, full bool) (batches []*batch, decline, inv
 	}
 	seen := map[string]bool{}
 	var waiting []*launchReq
+	inWindow := 0
 	for _, req := range b.queue {
 		r := req.run
 		a := b.agents[r.agentID]
@@ -601,6 +602,7 @@ func (b *Backend) plan(now time.Time, full bool) (batches []*batch, decline, inv
 			members := gangs[k]
 			if now.Before(b.gangSince[k].Add(b.cfg.GangWindow)) {
 				waiting = append(waiting, members...)
+				inWindow += len(members) // they have offers: no reason to revive
 				continue
 			}
 			op, ops, ok := b.carveGroup(p, a.id, members)
@@ -676,7 +678,7 @@ func (b *Backend) plan(now time.Time, full bool) (batches []*batch, decline, inv
 	b.queue = waiting
 	if len(waiting) > 0 || len(relWaiting) > 0 {
 		b.lastDemand = now
-		if b.suppressed || now.Sub(b.lastRevive) >= time.Second {
+		if (len(waiting) > inWindow || len(relWaiting) > 0) && (b.suppressed || now.Sub(b.lastRevive) >= time.Second) {
 			revive, b.suppressed, b.lastRevive = true, false, now
 		}
 	}
