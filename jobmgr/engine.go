@@ -331,7 +331,7 @@ func (m *Manager) gangsFor(j *job, insts []uint32) []*resmgr.Gang {
 	return out
 }
 
-// gangID names gang index of job jobID in LaunchSpec.Gang. A job has one
+// gangID is the LaunchSpec.Gang of gang index of job jobID. A job has one
 // gang today (index 0, its first minimumRunningInstances instances); two
 // placements of it never overlap, as it is queued again only once no member
 // holds a host.
