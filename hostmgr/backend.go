@@ -54,6 +54,15 @@ type LaunchSpec struct {
 	// another client created, see ForeignSource): Launch binds it to Host
 	// instead of creating anything, and the run is that object's life.
 	Foreign *ForeignRef
+	// Gang, if set, names the gang the run was placed with (the job's
+	// minimumRunningInstances, admitted and placed all together): every
+	// member launched for one placement of the gang carries the same value,
+	// and jobmgr launches them at about the same time. A backend that can
+	// start co-located members as one unit may use it (the mesos backend
+	// sends the members on one agent in one LAUNCH_GROUP); the others
+	// ignore it. Empty for a run placed alone, a restarted member of a
+	// running gang included.
+	Gang string
 }
 
 // ForeignRef identifies one object of a ForeignSource.
@@ -199,6 +208,22 @@ type VolumeReleaser interface {
 // of changes should be coalesced into one call.
 type HostWatcher interface {
 	WatchHosts(changed func())
+}
+
+// MaintenanceSource is implemented by backends whose substrate schedules
+// host maintenance itself (Mesos' maintenance windows and inverse offers).
+// hostmgr registers changed before it starts the backend, and acts on what
+// the backend says: a host going down starts hostmgr maintenance
+// (StartMaintenance: no new runs, and its runs are drained, SLA-checked,
+// as `peloton host drain` does); a host whose window is over, or was
+// cancelled, gets CompleteMaintenance, unless an operator started its
+// maintenance (then it is left to them). The backend calls changed from
+// one goroutine, without holding a lock that Hosts takes, when a host's
+// maintenance changes, and once for each host it learns of (so that a
+// restarted stack hears of windows that opened or ended while it was
+// down); saying the same again changes nothing.
+type MaintenanceSource interface {
+	WatchMaintenance(changed func(host string, down bool))
 }
 
 // Replacer is implemented by backends that can turn a live run into the

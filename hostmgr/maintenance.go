@@ -1,6 +1,7 @@
 package hostmgr
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -23,9 +24,14 @@ import (
 // maintenance returns it to HOST_UP, from HOST_DRAINED or, to stop a drain
 // early, from HOST_DRAINING.
 //
+// A backend that schedules maintenance itself (a MaintenanceSource: Mesos'
+// maintenance windows) starts and completes it too (maintsource.go); the
+// record then says so, and the backend completes only what it started.
+//
 // Store layout, relative to the store's prefix:
 //
-//	hosts/<name>/maintenance  the state's name ("HOST_DRAINING", "HOST_DRAINED");
+//	hosts/<name>/maintenance  the state's name ("HOST_DRAINING", "HOST_DRAINED"),
+//	                          then " by=<backend>" if a backend started it;
 //	                          absent means HOST_UP
 //
 // The record is reloaded at Start, so a drain survives a restart of the
@@ -65,6 +71,9 @@ func maintenanceKey(host string) string { return "hosts/" + host + "/maintenance
 type maintRecord struct {
 	state hs
 	rev   int64
+	// by names the backend that started the maintenance ("" for an
+	// operator).
+	by string
 }
 
 // DrainRequest asks jobmgr to move runs off a host in maintenance. TaskIDs
@@ -88,17 +97,19 @@ const maintenanceTxnTimeout = 10 * time.Second
 // before anything changes, and the change is one store transaction: every
 // host changes or none does. It returns the hosts after the change.
 func (m *Manager) StartMaintenance(ctx context.Context, names []string) ([]*pelotonv1.Host, error) {
-	return m.changeMaintenance(ctx, names, hostDraining)
+	return m.changeMaintenance(ctx, names, hostDraining, "")
 }
 
 // CompleteMaintenance returns hosts to service (HOST_UP) from HOST_DRAINED,
 // or from HOST_DRAINING to end a drain early; runs already preempted stay
 // where they went. Every host changes or none does.
 func (m *Manager) CompleteMaintenance(ctx context.Context, names []string) ([]*pelotonv1.Host, error) {
-	return m.changeMaintenance(ctx, names, hostUp)
+	return m.changeMaintenance(ctx, names, hostUp, "")
 }
 
-func (m *Manager) changeMaintenance(ctx context.Context, names []string, to hs) ([]*pelotonv1.Host, error) {
+// changeMaintenance moves hosts to state to; by names the backend that
+// starts or completes it ("" for an operator, see maintRecord).
+func (m *Manager) changeMaintenance(ctx context.Context, names []string, to hs, by string) ([]*pelotonv1.Host, error) {
 	if len(names) == 0 {
 		return nil, apierr.Invalid("hosts", "name at least one host")
 	}
@@ -142,7 +153,7 @@ func (m *Manager) changeMaintenance(ctx context.Context, names []string, to hs) 
 			return nil, apierr.FailedPrecondition("%s: host %s is %s; %s needs %s", field, name, h.state, action,
 				strings.Join(fsm.Names(maintenanceTransitions.Sources(to)), " or "))
 		}
-		ops = append(ops, m.maintOpLocked(name, to))
+		ops = append(ops, m.maintOpLocked(name, to, by))
 	}
 	m.mu.Unlock()
 
@@ -157,13 +168,13 @@ func (m *Manager) changeMaintenance(ctx context.Context, names []string, to hs) 
 	m.mu.Lock()
 	var drains []DrainRequest
 	for _, name := range names {
-		if d, ok := m.setStateLocked(name, to, rev); ok {
+		if d, ok := m.setStateLocked(name, to, rev, by); ok {
 			drains = append(drains, d)
 		}
 	}
 	m.recountLocked()
 	m.mu.Unlock()
-	m.log.Info(action, "hosts", names)
+	m.log.Info(action, "hosts", names, "by", cmp.Or(by, "operator"))
 	m.publishDrains(drains...)
 	if to == hostDraining {
 		// Hosts that hold nothing are drained already; say so in the answer.
@@ -176,13 +187,17 @@ func (m *Manager) changeMaintenance(ctx context.Context, names []string, to hs) 
 }
 
 // maintOpLocked is the store write that records host name in state to,
-// compared against the revision memory holds for it.
-func (m *Manager) maintOpLocked(name string, to hs) store.Op {
+// started by by, compared against the revision memory holds for it.
+func (m *Manager) maintOpLocked(name string, to hs, by string) store.Op {
 	rev := m.maint[name].rev // 0 (MustNotExist) when there is no record
 	if to == hostUp {
 		return store.Delete(maintenanceKey(name), rev)
 	}
-	return store.Put(maintenanceKey(name), []byte(to.String()), rev)
+	v := to.String()
+	if by != "" {
+		v += " by=" + by
+	}
+	return store.Put(maintenanceKey(name), []byte(v), rev)
 }
 
 // persist writes ops in one transaction with a bounded timeout that a
@@ -209,14 +224,14 @@ func (m *Manager) resync(names []string) {
 	var drains []DrainRequest
 	for _, name := range names {
 		kv, err := m.store.Get(ctx, maintenanceKey(name))
-		st, rev := hostUp, int64(0)
+		st, rev, by := hostUp, int64(0), ""
 		switch {
 		case errors.Is(err, store.ErrNotFound):
 		case err != nil:
 			m.log.Warn("re-read host maintenance state", "host", name, "err", err)
 			continue
 		default:
-			if st, err = parseMaintenance(kv); err != nil {
+			if st, by, err = parseMaintenance(kv); err != nil {
 				m.log.Warn("re-read host maintenance state", "host", name, "err", err)
 				continue
 			}
@@ -224,7 +239,7 @@ func (m *Manager) resync(names []string) {
 		}
 		m.mu.Lock()
 		changed := m.stateOfLocked(name) != st
-		d, ok := m.setStateLocked(name, st, rev)
+		d, ok := m.setStateLocked(name, st, rev, by)
 		m.recountLocked()
 		m.mu.Unlock()
 		if ok && changed {
@@ -234,20 +249,22 @@ func (m *Manager) resync(names []string) {
 	m.publishDrains(drains...)
 }
 
-// setStateLocked moves host name to st (already persisted at rev) in memory
-// and, when it starts draining with runs on it, returns the drain request to
-// publish once m.mu is released. Call recountLocked after the last change.
-func (m *Manager) setStateLocked(name string, st hs, rev int64) (DrainRequest, bool) {
+// setStateLocked moves host name to st (already persisted at rev, started
+// by by) in memory and, when it starts draining with runs on it, returns
+// the drain request to publish once m.mu is released. Call recountLocked
+// after the last change.
+func (m *Manager) setStateLocked(name string, st hs, rev int64, by string) (DrainRequest, bool) {
 	if st == hostUp {
 		delete(m.maint, name)
+		by = ""
 	} else {
-		m.maint[name] = maintRecord{state: st, rev: rev}
+		m.maint[name] = maintRecord{state: st, rev: rev, by: by}
 	}
 	h := m.hosts[name]
 	if h == nil {
 		return DrainRequest{}, false
 	}
-	h.state = st
+	h.state, h.maintBy = st, by
 	if st != hostDraining {
 		h.drainNote = ""
 	}
@@ -288,7 +305,7 @@ func (m *Manager) settleDrainedLocked(ctx context.Context) error {
 	for _, name := range m.order {
 		if h := m.hosts[name]; h.state == hostDraining && len(h.tasks) == 0 {
 			names = append(names, name)
-			ops = append(ops, m.maintOpLocked(name, hostDrained))
+			ops = append(ops, m.maintOpLocked(name, hostDrained, m.maint[name].by))
 		}
 	}
 	m.mu.Unlock()
@@ -310,7 +327,7 @@ func (m *Manager) settleDrainedLocked(ctx context.Context) error {
 			// Nothing can land on a draining host (not offered, Commit
 			// refuses it), so it is still empty.
 			if canChangeMaintenance(m.hosts[name].state, hostDrained) {
-				m.setStateLocked(name, hostDrained, rev)
+				m.setStateLocked(name, hostDrained, rev, m.maint[name].by)
 			}
 		}
 		m.recountLocked()
@@ -331,6 +348,9 @@ func (m *Manager) maintLoop(ctx context.Context) {
 		}
 		if err := m.settleDrained(ctx); err != nil && ctx.Err() == nil {
 			m.log.Warn("mark drained hosts; will retry", "err", err)
+			m.retrySettle()
+		}
+		if !m.applySourceMaintenance(ctx) && ctx.Err() == nil {
 			m.retrySettle()
 		}
 	}
@@ -429,11 +449,11 @@ func (m *Manager) loadMaintenance(ctx context.Context) error {
 		if !ok {
 			continue // another per-host record
 		}
-		st, err := parseMaintenance(kv)
+		st, by, err := parseMaintenance(kv)
 		if err != nil {
 			return err
 		}
-		m.maint[name] = maintRecord{state: st, rev: kv.Revision}
+		m.maint[name] = maintRecord{state: st, rev: kv.Revision, by: by}
 	}
 	if len(m.maint) > 0 {
 		m.log.Info("hosts in maintenance", "count", len(m.maint))
@@ -441,12 +461,16 @@ func (m *Manager) loadMaintenance(ctx context.Context) error {
 	return nil
 }
 
-func parseMaintenance(kv store.KV) (hs, error) {
-	v, ok := pelotonv1.HostState_value[string(kv.Value)]
-	if st := hs(v); ok && (st == hostDraining || st == hostDrained) {
-		return st, nil
+// parseMaintenance reads a maintenance record: the state, and the backend
+// that started it ("" for an operator).
+func parseMaintenance(kv store.KV) (hs, string, error) {
+	name, rest, _ := strings.Cut(string(kv.Value), " ")
+	by, hasBy := strings.CutPrefix(rest, "by=")
+	v, ok := pelotonv1.HostState_value[name]
+	if st := hs(v); ok && (st == hostDraining || st == hostDrained) && (rest == "" || hasBy && by != "") {
+		return st, by, nil
 	}
-	return 0, fmt.Errorf("hostmgr: %s: unknown maintenance state %q", kv.Key, kv.Value)
+	return 0, "", fmt.Errorf("hostmgr: %s: unknown maintenance state %q", kv.Key, kv.Value)
 }
 
 // stateOfLocked is a host's maintenance state by name.
@@ -496,8 +520,14 @@ func maintenanceMessage(h *host) string {
 		if h.drainNote != "" {
 			msg += "; " + h.drainNote
 		}
+		if h.maintBy != "" {
+			msg += "; started by the " + h.maintBy + " backend's maintenance schedule"
+		}
 		return msg
 	case hostDrained:
+		if h.maintBy != "" {
+			return "drained: holds no tasks; the " + h.maintBy + " backend returns it to service when its maintenance window ends"
+		}
 		return "drained: holds no tasks; complete maintenance to return it to service"
 	}
 	return ""

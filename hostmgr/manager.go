@@ -137,6 +137,9 @@ type host struct {
 	state pelotonv1.HostState
 	// drainNote says what holds up a drain (set by jobmgr, see SetDrainNote).
 	drainNote string
+	// maintBy names the backend that started the host's maintenance ("" if
+	// an operator did, or none is under way).
+	maintBy string
 	// gone is set when the backend no longer reports the host but it still
 	// holds runs.
 	gone bool
@@ -231,6 +234,10 @@ type Manager struct {
 	drainMu   sync.Mutex
 	drainQ    []DrainRequest
 	drainWake chan struct{}
+	// srcWant is what a MaintenanceSource said last of each host, until
+	// hostmgr acted on it (maintsource.go). Guarded by srcMu.
+	srcMu   sync.Mutex
+	srcWant map[string]bool
 }
 
 // Options tunes a Manager.
@@ -287,7 +294,7 @@ func NewManager(b Backend, opts Options) *Manager {
 		hosts: map[string]*host{}, leases: map[string]*lease{}, taskHost: map[string]string{},
 		events: make(chan TaskEvent, opts.EventBuffer),
 		store:  opts.Store, maint: map[string]maintRecord{}, parts: map[string]partRecord{}, onCapacity: opts.OnCapacity,
-		maintWake: make(chan struct{}, 1), drainWake: make(chan struct{}, 1), stop: func() {},
+		maintWake: make(chan struct{}, 1), drainWake: make(chan struct{}, 1), stop: func() {}, srcWant: map[string]bool{},
 	}
 }
 
@@ -304,10 +311,14 @@ func (m *Manager) Start(ctx context.Context) error {
 	if w, ok := m.backend.(HostWatcher); ok {
 		w.WatchHosts(func() {
 			m.refreshHosts()
+			m.wakeIfSourcePending() // a host the source named may have appeared
 			if f := m.hostsChanged.Load(); f != nil {
 				(*f)()
 			}
 		})
+	}
+	if ms, ok := m.backend.(MaintenanceSource); ok {
+		ms.WatchMaintenance(m.onSourceMaintenance)
 	}
 	if err := m.backend.Start(ctx, m.onEvent); err != nil {
 		return fmt.Errorf("hostmgr: start %s backend: %w", m.backend.Name(), err)
@@ -341,7 +352,7 @@ func (m *Manager) refreshHosts() {
 			m.applyPartRecordLocked(h)
 			continue
 		}
-		h := &host{info: hi, tasks: map[string]hold{}, jobs: map[string]int{}, state: m.stateOfLocked(hi.Name)}
+		h := &host{info: hi, tasks: map[string]hold{}, jobs: map[string]int{}, state: m.stateOfLocked(hi.Name), maintBy: m.maint[hi.Name].by}
 		m.applyPartRecordLocked(h)
 		m.hosts[hi.Name] = h
 	}

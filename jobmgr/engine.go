@@ -320,11 +320,22 @@ func (m *Manager) gangsFor(j *job, insts []uint32) []*resmgr.Gang {
 		}
 		out = append(out, resmgr.NewGang(t))
 	}
+	if len(gang) > 1 {
+		for _, t := range gang {
+			t.Gang = gangID(j.id, 0)
+		}
+	}
 	if len(gang) > 0 {
 		out = append(out, resmgr.NewGang(gang...))
 	}
 	return out
 }
+
+// gangID is the LaunchSpec.Gang of gang index of job jobID. A job has one
+// gang today (index 0, its first minimumRunningInstances instances); two
+// placements of it never overlap, as it is queued again only once no member
+// holds a host.
+func gangID(jobID string, index int) string { return fmt.Sprintf("%s/gang-%d", jobID, index) }
 
 // gangActive reports whether any gang member holds a host; with stopping,
 // only members that are being stopped (preempted, killed for a restart) count.
@@ -1052,6 +1063,7 @@ func (m *Manager) launch(ctx context.Context, p resmgr.Placement) {
 	}
 	m.rm.MarkRunning(j.id, inst)
 	ls := launchSpec(j, inst, p.Task.RunID, p.Host, j.version(ver), p.Task.Resources)
+	ls.Gang = p.Task.Gang
 	if m.isForeign(j) {
 		// Bind the pod the instance stands for; never create one.
 		ls.Foreign, err = m.foreignRef(j, inst)

@@ -59,3 +59,38 @@ func TestLaunchersShareOneBatchOfPlacements(t *testing.T) {
 		t.Errorf("at most %d launches waited at once, want %d (the launchers)", s.maxInFlight, launchers)
 	}
 }
+
+// TestLaunchSpecNamesGang: the runs of a job's gang (its first
+// minimumRunningInstances instances, placed together) reach the backend
+// with the gang's name in LaunchSpec.Gang, so that a backend can start
+// co-located members as one unit; the job's other instances, placed alone,
+// carry none.
+func TestLaunchSpecNamesGang(t *testing.T) {
+	e, _ := storetest.StartEtcd(t)
+	s := newSandboxes(2)
+	p := startProcess(t, e, s)
+	spec := &pelotonv1.JobSpec{Name: "gang", Type: pelotonv1.JobType_BATCH, Pool: resmgr.DefaultPoolPath, InstanceCount: 5,
+		Sla:         &pelotonv1.SlaSpec{MinimumRunningInstances: 3},
+		DefaultSpec: &pelotonv1.TaskSpec{Command: []string{"work"}, Resources: &pelotonv1.Resources{Cpu: 0.1, MemoryMb: 8}}}
+	id, err := p.jm.CreateJob(t.Context(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "every instance launched", 20*time.Second, func() (bool, string) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return len(s.runs) == 5, fmt.Sprintf("%d of 5 launched", len(s.runs))
+	})
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for inst := range uint32(5) {
+		want := ""
+		if inst < 3 {
+			want = id + "/gang-0"
+		}
+		r := s.runs[resmgr.RunTaskID(id, inst, 1)]
+		if r == nil || r.gang != want {
+			t.Errorf("instance %d launched as %+v, want Gang %q", inst, r, want)
+		}
+	}
+}

@@ -74,6 +74,7 @@ func (s *sandboxes) releaseKills() {
 
 type sandboxRun struct {
 	host, image string
+	gang        string // the LaunchSpec's Gang
 	last        hostmgr.TaskEvent
 }
 
@@ -165,7 +166,7 @@ func (v *sandboxView) Launch(ctx context.Context, spec hostmgr.LaunchSpec) error
 		s.mu.Unlock()
 		return fmt.Errorf("sandboxes: %s: %w", spec.TaskID, hostmgr.ErrAlreadyLaunched)
 	}
-	r := &sandboxRun{host: spec.Host, image: spec.Image}
+	r := &sandboxRun{host: spec.Host, image: spec.Image, gang: spec.Gang}
 	s.runs[spec.TaskID] = r
 	s.launches++
 	launched := v.setLocked(spec.TaskID, r, pelotonv1.TaskState_LAUNCHED, "")

@@ -36,6 +36,10 @@ type Task struct {
 	// BoundHost is the host this instance must run on: where a STATEFUL
 	// instance's volume is, or the host a DAEMON instance serves; empty = anywhere.
 	BoundHost string
+	// Gang names the gang the task was queued in when it is one of several
+	// ("" for a gang of one). resmgr does not use it; it comes back in the
+	// Placement, and jobmgr passes it on to the backend (LaunchSpec.Gang).
+	Gang string
 }
 
 // RunID names the run: <jobID>-<instance>-<run>, the backend's task ID.

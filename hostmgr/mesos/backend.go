@@ -25,11 +25,12 @@ import (
 )
 
 var (
-	_ hostmgr.Backend          = (*Backend)(nil)
-	_ hostmgr.RunLister        = (*Backend)(nil)
-	_ hostmgr.HostWatcher      = (*Backend)(nil)
-	_ hostmgr.PartitionApplier = (*Backend)(nil)
-	_ hostmgr.VolumeReleaser   = (*Backend)(nil)
+	_ hostmgr.Backend           = (*Backend)(nil)
+	_ hostmgr.RunLister         = (*Backend)(nil)
+	_ hostmgr.HostWatcher       = (*Backend)(nil)
+	_ hostmgr.PartitionApplier  = (*Backend)(nil)
+	_ hostmgr.VolumeReleaser    = (*Backend)(nil)
+	_ hostmgr.MaintenanceSource = (*Backend)(nil)
 )
 
 // ErrNoLogs is returned by Logs: the scheduler API carries no task output.
@@ -63,7 +64,8 @@ type Backend struct {
 	volUse      map[string]string // host + "\x00" + volume ID → the live run using it
 	releases    []*releaseReq
 	queue       []*launchReq
-	parts       map[string]string // partitions hostmgr gave hosts
+	gangSince   map[string]time.Time // by gangKey: when its first member was queued
+	parts       map[string]string    // partitions hostmgr gave hosts
 	connected   bool
 	streamNo    int // counts subscriptions; a stale stream's events are ignored
 	heartbeat   time.Duration
@@ -76,6 +78,8 @@ type Backend struct {
 	ready       chan struct{}   // closed once subscribed and reconciled
 	stream      mesosv1.Response
 	watch       func()
+	maintWatch  func(host string, down bool)
+	maintQ      map[string]bool // maintenance changes for maintWatch, by host
 	sink        func(hostmgr.TaskEvent)
 	events      []hostmgr.TaskEvent
 	closed      bool
@@ -100,7 +104,12 @@ type agent struct {
 	unavailable bool
 	// vols are the persistent volumes its offers showed.
 	vols map[string]bool
+	// told is whether hostmgr was told of its maintenance, toldDown what.
+	told, toldDown bool
 }
+
+// inMaintenance: the agent has a maintenance window scheduled.
+func (a *agent) inMaintenance() bool { return a.unavailable || len(a.inverse) > 0 }
 
 type heldOffer struct {
 	offer mesosv1.Offer
@@ -148,7 +157,7 @@ func New(cfg Config) (*Backend, error) {
 	codec, _ := Codec(cfg.ContentType)
 	return &Backend{cfg: cfg, url: url, codec: codec, log: cfg.Logger,
 		agents: map[string]*agent{}, byHost: map[string]*agent{}, runs: map[string]*run{}, parts: map[string]string{},
-		held: map[string]*usage{}, acking: map[string]bool{}, volUse: map[string]string{},
+		held: map[string]*usage{}, maintQ: map[string]bool{}, gangSince: map[string]time.Time{}, acking: map[string]bool{}, volUse: map[string]string{},
 		acks: make(chan ack, 4096), kick: make(chan struct{}, 1), hostK: make(chan struct{}, 1), evK: make(chan struct{}, 1),
 		ready: make(chan struct{})}, nil
 }
@@ -161,6 +170,29 @@ func (b *Backend) FrameworkID() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.frameworkID
+}
+
+// WatchMaintenance implements hostmgr.MaintenanceSource: an agent with a
+// maintenance window scheduled (an inverse offer, or offers that carry an
+// unavailability) is down, and up again once its offers come without one
+// (the window ended or was cancelled). Each agent is reported when first
+// seen, and then on every change.
+func (b *Backend) WatchMaintenance(changed func(host string, down bool)) {
+	b.mu.Lock()
+	b.maintWatch = changed
+	b.mu.Unlock()
+}
+
+// noteMaintenance queues a's maintenance for the watcher if hostmgr was not
+// told of it yet. b.mu is held.
+func (b *Backend) noteMaintenance(a *agent) {
+	down := a.inMaintenance()
+	if a.told && a.toldDown == down {
+		return
+	}
+	a.told, a.toldDown = true, down
+	b.maintQ[a.host] = down
+	signal(b.hostK)
 }
 
 // WatchHosts implements hostmgr.HostWatcher.
@@ -381,7 +413,7 @@ func (b *Backend) Launch(ctx context.Context, spec hostmgr.LaunchSpec) error {
 		return errors.New("mesos: backend closed")
 	}
 	if r.pending != nil { // Kill may have come first
-		b.queue = append(b.queue, req)
+		b.enqueue(req)
 		b.lastDemand = time.Now()
 	}
 	b.mu.Unlock()
@@ -543,7 +575,8 @@ func (b *Backend) deliver() {
 	}
 }
 
-// notifyHosts calls the host watcher after host changes, coalesced.
+// notifyHosts calls the host watcher after host changes, coalesced, then
+// the maintenance watcher with the agents' maintenance changes.
 func (b *Backend) notifyHosts() {
 	defer b.wg.Done()
 	for {
@@ -553,10 +586,22 @@ func (b *Backend) notifyHosts() {
 			return
 		}
 		b.mu.Lock()
-		w := b.watch
+		w, mw, mq := b.watch, b.maintWatch, b.maintQ
+		b.maintQ = map[string]bool{}
 		b.mu.Unlock()
 		if w != nil {
 			w()
+		}
+		// After the hosts, so that hostmgr knows a host it is told of.
+		if mw != nil {
+			hosts := make([]string, 0, len(mq))
+			for h := range mq {
+				hosts = append(hosts, h)
+			}
+			sort.Strings(hosts)
+			for _, h := range hosts {
+				mw(h, mq[h])
+			}
 		}
 	}
 }

@@ -36,6 +36,7 @@ const (
 	DefaultIdleSuppress       = 30 * time.Second
 	DefaultHeartbeatMisses    = 3
 	DefaultRecordRetention    = 24 * time.Hour
+	DefaultGangWindow         = 200 * time.Millisecond
 )
 
 // Config configures the Mesos backend.
@@ -83,7 +84,11 @@ type Config struct {
 	// RecordRetention is how long the record of an ended run is kept
 	// (default 24h); Status answers for ended runs within it.
 	RecordRetention time.Duration
-	Logger          *slog.Logger
+	// GangWindow is how long the first member of a gang launched on an
+	// agent waits for the others, to go with them in one LAUNCH_GROUP
+	// (default 200ms; see enqueue).
+	GangWindow time.Duration
+	Logger     *slog.Logger
 }
 
 // ParseMaster checks a --mesos-master value: an http or https URL with a
@@ -169,6 +174,7 @@ func (c Config) withDefaults() (Config, error) {
 	def(&c.MinBackoff, 100*time.Millisecond)
 	def(&c.MaxBackoff, 10*time.Second)
 	def(&c.RecordRetention, DefaultRecordRetention)
+	def(&c.GangWindow, DefaultGangWindow)
 	if c.HeartbeatMisses <= 0 {
 		c.HeartbeatMisses = DefaultHeartbeatMisses
 	}

@@ -15,7 +15,11 @@
 // PartitionAttribute names its partition. Launch records the run in the
 // store, queues it for an offer of its agent, and the launcher ACCEPTs all
 // runs waiting for an agent in one call, LAUNCH on that agent's offers,
-// with resources and ports carved from what was offered. Offers nothing
+// with resources and ports carved from what was offered. The members of
+// a gang (LaunchSpec.Gang) launched on one agent wait GangWindow for each
+// other and go in one LAUNCH_GROUP instead: a task group run by the
+// DEFAULT executor, whose resources are carved with theirs, all of them or
+// none. Offers nothing
 // needs are declined with a filter after OfferHold; when nothing waits for
 // IdleSuppress, offers are suppressed, and a launch that finds no offer
 // revives them. A rescinded offer is dropped at once.
@@ -28,14 +32,22 @@
 // LOST, and jobmgr runs them again. A stream that ends, or stays silent for
 // HeartbeatMisses heartbeat intervals, is subscribed again with backoff;
 // an ERROR event stops the backend (launches fail with the master's
-// message). A FAILURE event for an agent ends its runs LOST; an inverse
-// offer makes its agent unschedulable, and is accepted once no run of ours
-// is left there.
+// message). A FAILURE event for an agent ends its runs LOST.
+//
+// An agent with a maintenance window (an inverse offer, or offers that
+// carry an unavailability) is unschedulable, and the backend, a
+// hostmgr.MaintenanceSource, says it is down: hostmgr starts maintenance
+// of its host, and jobmgr drains our runs off it as for `peloton host
+// drain`. The inverse offer is accepted once no run of ours is left there.
+// Offers that come without an unavailability again (the window ended or
+// was cancelled) say it is up, and hostmgr completes the maintenance it
+// started. Offers are not suppressed while an agent is in a window, since
+// they are what shows its end.
 //
 // A run's persistent volume is reserved disk of the framework's role:
 // RESERVE and CREATE in the ACCEPT of its first run, the volume itself in
 // the next runs' ACCEPTs, DESTROY and UNRESERVE when it is released. Not
-// built: LAUNCH_GROUP, and task output (Logs says where it is). The
+// built: task output (Logs says where it is). The
 // package is tested against mesostest, a test master that speaks the v1
 // scheduler protocol on the wire with mesos-go's types; no real Mesos
 // master has run these tests.

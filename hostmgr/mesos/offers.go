@@ -116,6 +116,7 @@ func (b *Backend) offers(offers []mesosv1.Offer) {
 			capacity = capacity.Add(u.res)
 		}
 		a.capacity = capacity
+		b.noteMaintenance(a)
 	}
 	b.offersSeen = true
 	signal(b.hostK)
@@ -140,6 +141,7 @@ func (b *Backend) inverseOffers(ios []mesosv1.InverseOffer) {
 		if a := b.agents[io.AgentID.GetValue()]; a != nil {
 			a.inverse[io.OfferID.GetValue()] = true
 			a.unavailable = true
+			b.noteMaintenance(a)
 		}
 	}
 	signal(b.hostK)
@@ -152,6 +154,7 @@ func (b *Backend) rescindInverse(id string) {
 	for _, a := range b.agents {
 		if a.inverse[id] {
 			delete(a.inverse, id)
+			b.noteMaintenance(a)
 			signal(b.hostK)
 		}
 	}
@@ -444,9 +447,39 @@ type batch struct {
 	agentID string
 	offers  []mesosv1.OfferID
 	pre     []mesosv1.Offer_Operation // volumes made or released, before the LAUNCH
-	tasks   []mesosv1.TaskInfo
+	tasks   []mesosv1.TaskInfo        // one LAUNCH
+	groups  []mesosv1.Offer_Operation // a LAUNCH_GROUP per gang
 	reqs    []*launchReq
 	rels    []*releaseReq
+}
+
+// Resources of the default executor that runs one task group: Mesos
+// accounts them to the executor, on top of its tasks', for as long as one
+// of the group's tasks lives. They are not counted as held by our runs, so
+// an agent's capacity (offered plus held) leaves them out, as it leaves
+// out what other frameworks use.
+const (
+	executorCPUs  = 0.1
+	executorMemMB = 32
+)
+
+// gangKey keys the members of one gang waiting for one agent.
+func gangKey(req *launchReq) string { return req.run.agentID + "\x00" + req.spec.Gang }
+
+// executorInfo is the DEFAULT executor of a task group, with resources
+// carved from the pool (false, taking nothing, if they do not fit). Its ID
+// is the group's first task ID: task IDs are never reused, so it is
+// unique in the framework, as Mesos requires.
+func (p *pool) executorInfo(frameworkID, firstTask string) (mesosv1.ExecutorInfo, bool) {
+	saved := p.clone()
+	var res []mesosv1.Resource
+	if !p.scalar("cpus", executorCPUs, &res) || !p.scalar("mem", executorMemMB, &res) {
+		*p = *saved
+		return mesosv1.ExecutorInfo{}, false
+	}
+	name := "peloton gang executor"
+	return mesosv1.ExecutorInfo{Type: mesosv1.ExecutorInfo_DEFAULT, ExecutorID: mesosv1.ExecutorID{Value: "gang-" + firstTask},
+		FrameworkID: &mesosv1.FrameworkID{Value: frameworkID}, Resources: res, Name: &name}, true
 }
 
 // launcher matches waiting launches with offers, ACCEPTs them in one call
@@ -522,7 +555,31 @@ func (b *Backend) plan(now time.Time, full bool) (batches []*batch, decline, inv
 	}
 	byAgent := map[string]*batch{}
 	pools := map[string]*pool{}
+	batchOf := func(a *agent) *batch {
+		bt := byAgent[a.id]
+		if bt == nil {
+			bt = &batch{agentID: a.id}
+			byAgent[a.id] = bt
+			batches = append(batches, bt)
+		}
+		return bt
+	}
+	// Members of one gang waiting for one agent go together, in one
+	// LAUNCH_GROUP, once their window has passed (see enqueue).
+	gangs := map[string][]*launchReq{}
+	for _, req := range b.queue {
+		if req.spec.Gang != "" {
+			gangs[gangKey(req)] = append(gangs[gangKey(req)], req)
+		}
+	}
+	for k := range b.gangSince {
+		if gangs[k] == nil {
+			delete(b.gangSince, k) // its members were withdrawn or killed
+		}
+	}
+	seen := map[string]bool{}
 	var waiting []*launchReq
+	inWindow := 0
 	for _, req := range b.queue {
 		r := req.run
 		a := b.agents[r.agentID]
@@ -536,17 +593,40 @@ func (b *Backend) plan(now time.Time, full bool) (batches []*batch, decline, inv
 			p.known = a.vols
 			pools[a.id] = p
 		}
+		if req.spec.Gang != "" {
+			k := gangKey(req)
+			if seen[k] {
+				continue // taken, or left waiting, with its gang's first member
+			}
+			seen[k] = true
+			members := gangs[k]
+			if now.Before(b.gangSince[k].Add(b.cfg.GangWindow)) {
+				waiting = append(waiting, members...)
+				inWindow += len(members) // they have offers: no reason to revive
+				continue
+			}
+			op, ops, ok := b.carveGroup(p, a.id, members)
+			if !ok {
+				waiting = append(waiting, members...)
+				continue
+			}
+			delete(b.gangSince, k)
+			bt := batchOf(a)
+			bt.pre = append(bt.pre, ops...)
+			bt.groups = append(bt.groups, op)
+			for _, m := range members {
+				m.run.accepted = true
+				b.count(m.run)
+				bt.reqs = append(bt.reqs, m)
+			}
+			continue
+		}
 		res, ports, ops, ok := p.carve(&req.spec, b.cfg.Role, b.cfg.Principal)
 		if !ok {
 			waiting = append(waiting, req)
 			continue
 		}
-		bt := byAgent[a.id]
-		if bt == nil {
-			bt = &batch{agentID: a.id}
-			byAgent[a.id] = bt
-			batches = append(batches, bt)
-		}
+		bt := batchOf(a)
 		bt.pre = append(bt.pre, ops...)
 		r.ports = ports
 		r.accepted = true
@@ -582,12 +662,7 @@ func (b *Backend) plan(now time.Time, full bool) (batches []*batch, decline, inv
 		}
 		rsv := vol
 		rsv.Disk = nil
-		bt := byAgent[a.id]
-		if bt == nil {
-			bt = &batch{agentID: a.id}
-			byAgent[a.id] = bt
-			batches = append(batches, bt)
-		}
+		bt := batchOf(a)
 		bt.pre = append(bt.pre, calls.OpDestroy(vol), calls.OpUnreserve(rsv))
 		delete(a.vols, rel.id)
 		bt.rels = append(bt.rels, rel)
@@ -603,12 +678,16 @@ func (b *Backend) plan(now time.Time, full bool) (batches []*batch, decline, inv
 	b.queue = waiting
 	if len(waiting) > 0 || len(relWaiting) > 0 {
 		b.lastDemand = now
-		if b.suppressed || now.Sub(b.lastRevive) >= time.Second {
+		if (len(waiting) > inWindow || len(relWaiting) > 0) && (b.suppressed || now.Sub(b.lastRevive) >= time.Second) {
 			revive, b.suppressed, b.lastRevive = true, false, now
 		}
 	}
 	if !full {
 		return
+	}
+	if b.suppressed && b.anyInMaintenance() {
+		// An inverse offer came while offers were suppressed.
+		revive, b.suppressed, b.lastRevive = true, false, now
 	}
 	needs := map[string]bool{}
 	for _, req := range waiting {
@@ -628,7 +707,10 @@ func (b *Backend) plan(now time.Time, full bool) (batches []*batch, decline, inv
 			}
 		}
 	}
-	if len(waiting) == 0 && !b.suppressed && now.Sub(b.lastDemand) >= b.cfg.IdleSuppress {
+	// Offers are how the end of a maintenance window shows (they come
+	// without an unavailability again), so they are not suppressed while
+	// an agent is in one.
+	if len(waiting) == 0 && !b.suppressed && now.Sub(b.lastDemand) >= b.cfg.IdleSuppress && !b.anyInMaintenance() {
 		held := 0
 		for _, a := range b.agents {
 			held += len(a.offers)
@@ -638,6 +720,67 @@ func (b *Backend) plan(now time.Time, full bool) (batches []*batch, decline, inv
 		}
 	}
 	return
+}
+
+// carveGroup carves a gang's members on one agent, and the default
+// executor that runs them, out of the pool: all of them, or, leaving the
+// pool as it was, none. It returns their LAUNCH_GROUP and the operations
+// that make their volumes, to go before it. b.mu is held.
+func (b *Backend) carveGroup(p *pool, agentID string, members []*launchReq) (mesosv1.Offer_Operation, []mesosv1.Offer_Operation, bool) {
+	saved := p.clone()
+	exec, ok := p.executorInfo(b.frameworkID, members[0].spec.TaskID)
+	if !ok {
+		return mesosv1.Offer_Operation{}, nil, false
+	}
+	var pre []mesosv1.Offer_Operation
+	tasks := make([]mesosv1.TaskInfo, 0, len(members))
+	ports := make([]map[string]uint32, 0, len(members))
+	for _, m := range members {
+		res, pts, ops, ok := p.carve(&m.spec, b.cfg.Role, b.cfg.Principal)
+		if !ok {
+			*p = *saved
+			return mesosv1.Offer_Operation{}, nil, false
+		}
+		pre = append(pre, ops...)
+		ports = append(ports, pts)
+		tasks = append(tasks, taskInfo(&m.spec, agentID, res, pts))
+	}
+	for i, m := range members {
+		m.run.ports = ports[i]
+	}
+	return calls.OpLaunchGroup(exec, tasks...), pre, true
+}
+
+// enqueue queues a launch for the launcher. A gang's member waits until
+// GangWindow has passed since the first of its gang arrived for the same
+// agent, so that the members jobmgr launches together (each on a launcher
+// of its own, each after its own store write: a few milliseconds apart,
+// never at one instant) go out in one LAUNCH_GROUP. A window, not a count:
+// the backend cannot tell how many members were placed on an agent (a
+// LaunchSpec names its gang, not where the others went), and a count that
+// never completes (a member killed or its launch abandoned) would hold the
+// rest. A member arriving after its window closed goes in a group of its
+// own; it still runs, though not started atomically with the others.
+// b.mu is held.
+func (b *Backend) enqueue(req *launchReq) {
+	b.queue = append(b.queue, req)
+	if req.spec.Gang == "" {
+		return
+	}
+	if k := gangKey(req); b.gangSince[k].IsZero() {
+		b.gangSince[k] = time.Now()
+		time.AfterFunc(b.cfg.GangWindow, func() { signal(b.kick) })
+	}
+}
+
+// anyInMaintenance: some agent has a maintenance window. b.mu is held.
+func (b *Backend) anyInMaintenance() bool {
+	for _, a := range b.agents {
+		if a.inMaintenance() {
+			return true
+		}
+	}
+	return false
 }
 
 // busy: the agent holds live runs of ours. b.mu is held.
@@ -652,6 +795,7 @@ func (b *Backend) accept(bt *batch) {
 	if len(bt.tasks) > 0 {
 		ops = append(ops, calls.OpLaunch(bt.tasks...))
 	}
+	ops = append(ops, bt.groups...)
 	c := &scheduler.Call{Type: scheduler.Call_ACCEPT, Accept: &scheduler.Call_Accept{
 		OfferIDs:   bt.offers,
 		Operations: ops,
@@ -717,7 +861,7 @@ func (b *Backend) requeue(reqs []*launchReq) {
 		b.uncount(req.run)
 		req.run.ports = nil
 		if req.run.pending != nil && !req.run.ended {
-			b.queue = append(b.queue, req)
+			b.enqueue(req)
 		}
 	}
 	b.mu.Unlock()

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -505,4 +507,160 @@ func TestVolumes(t *testing.T) {
 	if err := b.Launch(context.Background(), s); !errors.Is(err, hostmgr.ErrLaunchBlocked) || !strings.Contains(err.Error(), "--mesos-role") {
 		t.Errorf("Launch with a volume and no role = %v, want ErrLaunchBlocked naming --mesos-role", err)
 	}
+}
+
+// TestGangLaunchGroup: the members of a gang launched on one agent, as
+// jobmgr launches them (together, each from a goroutine of its own), go
+// out in one LAUNCH_GROUP with a default executor, and every member runs
+// and ends; members on other agents go in a LAUNCH_GROUP of their agent,
+// and a run of no gang in a plain LAUNCH.
+func TestGangLaunchGroup(t *testing.T) {
+	t.Parallel()
+	m := newMaster(t, mesostest.Config{Agents: agents(3)})
+	cfg := testConfig(m, newStore(t))
+	// A window far longer than the members' launches take to arrive, even
+	// on a loaded machine under -race: the test checks the grouping, not
+	// how short a window suffices.
+	cfg.GangWindow = 2 * time.Second
+	r := startBackend(t, cfg)
+	type launch struct{ id, host, gang string }
+	var ls []launch
+	for i := range 4 {
+		ls = append(ls, launch{fmt.Sprintf("one-%d-1", i), "host-0", "one/gang-0"})
+	}
+	for i := range 4 {
+		ls = append(ls, launch{fmt.Sprintf("split-%d-1", i), fmt.Sprintf("host-%d", 1+i%2), "split/gang-0"})
+	}
+	ls = append(ls, launch{"alone-0-1", "host-0", ""})
+	var wg sync.WaitGroup
+	errs := make(chan error, len(ls))
+	for _, l := range ls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := runSpec(l.id, l.host, "sleep", "0.2")
+			s.Gang = l.gang
+			ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+			defer cancel()
+			if err := r.b.Launch(ctx, s); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for _, l := range ls {
+		r.waitState(l.id, pelotonv1.TaskState_SUCCEEDED)
+		var states []string
+		for _, ev := range r.of(l.id) {
+			states = append(states, ev.State.String())
+		}
+		if got := strings.Join(states, " "); got != "LAUNCHED RUNNING SUCCEEDED" {
+			t.Errorf("run %s: events %s, want LAUNCHED RUNNING SUCCEEDED", l.id, got)
+		}
+	}
+	byAgent := map[string][]string{}
+	for _, g := range m.Groups() {
+		if byAgent[g.Agent] != nil {
+			t.Errorf("agent %s got more than one LAUNCH_GROUP: %+v", g.Agent, m.Groups())
+		}
+		tasks := append([]string(nil), g.Tasks...)
+		sort.Strings(tasks)
+		byAgent[g.Agent] = tasks
+	}
+	want := map[string][]string{
+		"agent-0": {"one-0-1", "one-1-1", "one-2-1", "one-3-1"},
+		"agent-1": {"split-0-1", "split-2-1"},
+		"agent-2": {"split-1-1", "split-3-1"},
+	}
+	if !reflect.DeepEqual(byAgent, want) {
+		t.Errorf("LAUNCH_GROUPs by agent %v, want %v", byAgent, want)
+	}
+	if n := m.Launched(); n != 1 {
+		t.Errorf("%d tasks went through LAUNCH, want only the run of no gang", n)
+	}
+	eventually(t, "every update acknowledged", func() bool { return m.Unacknowledged() == 0 })
+}
+
+// TestMaintenanceDrainsHost: a maintenance window the master schedules
+// for an agent becomes hostmgr maintenance of its host: HOST_DRAINING, a
+// drain request for our runs there (the stand-in for jobmgr kills each
+// and runs it again on the other host, as jobmgr's drain does), then
+// HOST_DRAINED, and only then is the inverse offer accepted. When the
+// window ends, the host is back in service (HOST_UP), with no operator.
+func TestMaintenanceDrainsHost(t *testing.T) {
+	t.Parallel()
+	m := newMaster(t, mesostest.Config{Agents: agents(2)})
+	st := newStore(t)
+	b, err := New(testConfig(m, st))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hm := hostmgr.NewManager(b, hostmgr.Options{Store: st, Logger: b.log})
+	if err := hm.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = hm.Close() })
+	go func() { // the events jobmgr would read
+		for range hm.Events() {
+		}
+	}()
+	res := resources.Resources{MilliCPU: 100, MemoryMB: 32}
+	launch := func(id, host string) {
+		t.Helper()
+		hm.Recover(id, host, res) // as placement's Commit holds it
+		s := runSpec(id, host, "sleep", "3600")
+		if err := hm.Launch(context.Background(), s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 2 {
+		launch(fmt.Sprintf("mt-%d-1", i), "host-0")
+	}
+	hm.Recovered()
+	eventually(t, "both runs running", func() bool { return m.Running() == 2 })
+	stateOf := func(host string) pelotonv1.HostState {
+		for _, h := range hm.ListHosts() {
+			if h.Name == host {
+				return h.State
+			}
+		}
+		return pelotonv1.HostState_HOST_STATE_UNSPECIFIED
+	}
+
+	if err := m.ScheduleMaintenance("agent-0", time.Now().Add(time.Hour), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "host-0 draining", func() bool { return stateOf("host-0") == pelotonv1.HostState_HOST_DRAINING })
+	if n := len(m.AcceptedInverseOffers()); n != 0 {
+		t.Fatalf("%d inverse offers accepted while our runs are on the agent", n)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	ds := hm.Drains(ctx)
+	if len(ds) != 1 || ds[0].Host != "host-0" || len(ds[0].TaskIDs) != 2 {
+		t.Fatalf("drain requests %+v, want one for host-0's two runs", ds)
+	}
+	for _, id := range ds[0].TaskIDs {
+		if err := hm.Kill(ctx, id, time.Second); err != nil {
+			t.Fatal(err)
+		}
+		launch(strings.TrimSuffix(id, "-1")+"-2", "host-1")
+	}
+	eventually(t, "host-0 drained", func() bool { return stateOf("host-0") == pelotonv1.HostState_HOST_DRAINED })
+	eventually(t, "the inverse offer accepted", func() bool { return len(m.AcceptedInverseOffers()) == 1 })
+	eventually(t, "the runs again on host-1", func() bool { return m.Running() == 2 })
+	for i := range 2 {
+		if s, agent, ok := m.TaskState(fmt.Sprintf("mt-%d-2", i)); !ok || s != mesosv1.TASK_RUNNING || agent != "agent-1" {
+			t.Errorf("run mt-%d-2: %v on %s (%v), want TASK_RUNNING on agent-1", i, s, agent, ok)
+		}
+	}
+
+	if err := m.EndMaintenance("agent-0"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "host-0 back in service", func() bool { return stateOf("host-0") == pelotonv1.HostState_HOST_UP })
 }

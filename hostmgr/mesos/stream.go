@@ -291,7 +291,7 @@ func (b *Backend) update(st *mesosv1.TaskStatus) {
 		r.accepted, r.ports = false, nil
 		b.uncount(r)
 		r.pending = &launchReq{spec: *r.spec, run: r, done: make(chan error, 1)}
-		b.queue = append(b.queue, r.pending)
+		b.enqueue(r.pending)
 		m.Skip = true
 		signal(b.kick)
 	}

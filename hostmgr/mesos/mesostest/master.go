@@ -20,7 +20,13 @@
 //     volumes on reserved disk, and LAUNCH (an operation that does not
 //     fit is dropped, as Mesos drops it).
 //   - LAUNCH checks the offers (all valid, one agent) and that
-//     each task's resources are contained in them; a task then "runs" its
+//     each task's resources are contained in them. LAUNCH_GROUP checks
+//     its executor as Mesos does (given, type DEFAULT, a framework-unique
+//     ID, no command, resources of its own) and that every task is on the
+//     offers' agent, has no executor of its own, and fits with the
+//     executor in the offers; one bad task fails the whole group
+//     (TASK_ERROR), and the executor's resources stay taken until its
+//     last task ends. A task then "runs" its
 //     command for the declared duration (see behave) and ends as a command
 //     executor would (TASK_FINISHED, or TASK_FAILED "Command exited with
 //     status N"). A task with a command health check gets a TASK_RUNNING
@@ -37,7 +43,7 @@
 //
 // Tests drive the failures: DropStream (master failover: the stream ends,
 // a new subscription gets a new stream ID), LoseAgent, Rescind,
-// SendError, StallHeartbeats, ScheduleMaintenance.
+// SendError, StallHeartbeats, ScheduleMaintenance, EndMaintenance.
 package mesostest
 
 import (
@@ -93,24 +99,28 @@ type Master struct {
 	ln  net.Listener
 	srv *http.Server
 
-	mu      sync.Mutex
-	fw      *framework
-	agents  map[string]*agent
-	order   []string
-	tasks   map[string]*task
-	unacked map[string]*task // tasks with updates to (re)send
-	offers  map[string]*offer
-	seq     int64
-	stall   bool
-	closed  bool
-	counts  map[scheduler.Call_Type]int
-	kills   []Kill
-	accInv  []string
-	subs    int
-	sent    map[string]int // sends per update uuid
-	kick    chan struct{}
-	stopped chan struct{}
-	wg      sync.WaitGroup
+	mu       sync.Mutex
+	fw       *framework
+	agents   map[string]*agent
+	order    []string
+	tasks    map[string]*task
+	unacked  map[string]*task // tasks with updates to (re)send
+	offers   map[string]*offer
+	seq      int64
+	stall    bool
+	closed   bool
+	counts   map[scheduler.Call_Type]int
+	kills    []Kill
+	accInv   []string
+	execs    map[string]*executor // live default executors, by ID
+	inverse  map[string]string    // outstanding inverse offers: ID → agent
+	launched int
+	groups   []Group
+	subs     int
+	sent     map[string]int // sends per update uuid
+	kick     chan struct{}
+	stopped  chan struct{}
+	wg       sync.WaitGroup
 }
 
 // Kill is a KILL call the master received.
@@ -172,6 +182,7 @@ type task struct {
 	r       res
 	state   mesosv1.TaskState
 	healthy *bool
+	exec    *executor            // the default executor of its task group; nil for LAUNCH
 	pending []mesosv1.TaskStatus // unacknowledged updates, oldest first
 	lastTx  time.Time
 	timer   *time.Timer
@@ -189,7 +200,7 @@ func New(cfg Config) (*Master, error) {
 		cfg.Listen = "127.0.0.1:0"
 	}
 	m := &Master{cfg: cfg, agents: map[string]*agent{}, tasks: map[string]*task{}, unacked: map[string]*task{}, offers: map[string]*offer{},
-		counts: map[scheduler.Call_Type]int{}, sent: map[string]int{}, kick: make(chan struct{}, 1), stopped: make(chan struct{})}
+		execs: map[string]*executor{}, inverse: map[string]string{}, counts: map[scheduler.Call_Type]int{}, sent: map[string]int{}, kick: make(chan struct{}, 1), stopped: make(chan struct{})}
 	for i, a := range cfg.Agents {
 		if a.ID == "" {
 			a.ID = fmt.Sprintf("agent-%d", i)
@@ -850,7 +861,10 @@ func (m *Master) apply(call *scheduler.Call) (int, string) {
 		}
 	case scheduler.Call_ACCEPT_INVERSE_OFFERS:
 		for _, id := range call.GetAcceptInverseOffers().InverseOfferIDs {
-			m.accInv = append(m.accInv, id.Value)
+			if _, ok := m.inverse[id.Value]; ok {
+				m.accInv = append(m.accInv, id.Value)
+				delete(m.inverse, id.Value)
+			}
 		}
 	case scheduler.Call_DECLINE_INVERSE_OFFERS, scheduler.Call_MESSAGE, scheduler.Call_REQUEST:
 	case scheduler.Call_TEARDOWN:
@@ -1002,15 +1016,15 @@ func (m *Master) accept(acc *scheduler.Call_Accept, now time.Time) {
 				}
 				pool = rest.add(back)
 			}
-		case mesosv1.Offer_Operation_LAUNCH, mesosv1.Offer_Operation_LAUNCH_GROUP:
-			var tasks []mesosv1.TaskInfo
+		case mesosv1.Offer_Operation_LAUNCH:
 			if op.Launch != nil {
-				tasks = op.Launch.TaskInfos
-			} else if op.LaunchGroup != nil {
-				tasks = op.LaunchGroup.TaskGroup.Tasks
+				for _, ti := range op.Launch.TaskInfos {
+					pool = m.launch(ti, agentID, pool, nil, now)
+				}
 			}
-			for _, ti := range tasks {
-				pool = m.launch(ti, agentID, pool, now)
+		case mesosv1.Offer_Operation_LAUNCH_GROUP:
+			if op.LaunchGroup != nil {
+				pool = m.launchGroup(op.LaunchGroup, agentID, pool, now)
 			}
 		}
 	}
@@ -1020,31 +1034,127 @@ func (m *Master) accept(acc *scheduler.Call_Accept, now time.Time) {
 }
 
 // launch checks one task of a LAUNCH against what the offers have left
-// and starts it; it returns what is left then. m.mu is held.
-func (m *Master) launch(ti mesosv1.TaskInfo, agentID string, pool res, now time.Time) res {
-	need := resOf(ti.Resources)
-	rest, ok := pool.take(need)
-	why := ""
-	switch {
-	case m.tasks[ti.TaskID.Value] != nil:
-		why = "Task has duplicate ID: " + ti.TaskID.Value
-	case ti.AgentID.Value != agentID:
-		why = "Task uses agent " + ti.AgentID.Value + " but the offers are of " + agentID
-	case !ok:
-		why = "Task uses more resources than available in the offers"
-	case need.cpus <= 0 || need.mem <= 0:
-		why = "Task uses no cpus or no mem"
-	}
+// and starts it (in executor ex, for a task group); it returns what is
+// left then. m.mu is held.
+func (m *Master) launch(ti mesosv1.TaskInfo, agentID string, pool res, ex *executor, now time.Time) res {
+	rest, why := m.checkTask(ti, agentID, pool)
 	if why != "" {
-		aid := ti.AgentID
-		m.send(update(mesosv1.TaskStatus{TaskID: ti.TaskID, State: mesosv1.TASK_ERROR.Enum(), AgentID: &aid,
-			Reason: mesosv1.REASON_TASK_INVALID.Enum(), Source: mesosv1.SOURCE_MASTER.Enum(), Message: str(why), Timestamp: stamp(now)}))
+		m.taskError(ti, why, mesosv1.REASON_TASK_INVALID, now)
 		return pool
 	}
-	t := &task{info: ti, agent: agentID, r: need, state: mesosv1.TASK_STAGING}
+	t := &task{info: ti, agent: agentID, r: resOf(ti.Resources), state: mesosv1.TASK_STAGING, exec: ex}
+	if ex != nil {
+		ex.live++
+	} else {
+		m.launched++
+	}
 	m.tasks[ti.TaskID.Value] = t
 	m.start(t, now)
 	return rest
+}
+
+// checkTask says why a task cannot be launched on agentID from pool ("" if
+// it can), and what the pool has left after it. m.mu is held.
+func (m *Master) checkTask(ti mesosv1.TaskInfo, agentID string, pool res) (res, string) {
+	need := resOf(ti.Resources)
+	rest, ok := pool.take(need)
+	switch {
+	case m.tasks[ti.TaskID.Value] != nil:
+		return pool, "Task has duplicate ID: " + ti.TaskID.Value
+	case ti.AgentID.Value != agentID:
+		return pool, "Task uses agent " + ti.AgentID.Value + " but the offers are of " + agentID
+	case !ok:
+		return pool, "Task uses more resources than available in the offers"
+	case need.cpus <= 0 || need.mem <= 0:
+		return pool, "Task uses no cpus or no mem"
+	}
+	return rest, ""
+}
+
+// taskError fails a task the master refused to launch.
+func (m *Master) taskError(ti mesosv1.TaskInfo, why string, reason mesosv1.TaskStatus_Reason, now time.Time) {
+	aid := ti.AgentID
+	m.send(update(mesosv1.TaskStatus{TaskID: ti.TaskID, State: mesosv1.TASK_ERROR.Enum(), AgentID: &aid,
+		Reason: reason.Enum(), Source: mesosv1.SOURCE_MASTER.Enum(), Message: str(why), Timestamp: stamp(now)}))
+}
+
+// launchGroup checks a LAUNCH_GROUP as Mesos does and starts its tasks in
+// one default executor: the executor is required, of type DEFAULT, with
+// an ID no other live executor has, this framework's, no command, and
+// resources (cpus and mem); the group has tasks, none with an executor of
+// its own, every one on the offers' agent; and the executor's resources
+// and every task's fit in what the offers have left. The group is
+// all-or-nothing: one invalid task fails every task of it (TASK_ERROR). It
+// returns what the pool has left. m.mu is held.
+func (m *Master) launchGroup(lg *mesosv1.Offer_Operation_LaunchGroup, agentID string, pool res, now time.Time) res {
+	ei := lg.Executor
+	exRes := resOf(ei.Resources)
+	rest, fits := pool.take(exRes)
+	why := ""
+	switch {
+	case len(lg.TaskGroup.Tasks) == 0:
+		why = "Task group is empty"
+	case ei.Type != mesosv1.ExecutorInfo_DEFAULT:
+		why = "'ExecutorInfo.type' must be 'DEFAULT' for a task group, not " + ei.Type.String()
+	case ei.ExecutorID.Value == "":
+		why = "'ExecutorInfo.executor_id' is required"
+	case m.execs[ei.ExecutorID.Value] != nil:
+		why = "Executor " + ei.ExecutorID.Value + " is already in use"
+	case ei.FrameworkID != nil && ei.FrameworkID.Value != m.fw.id:
+		why = "ExecutorInfo has an invalid FrameworkID"
+	case ei.Command != nil:
+		why = "'ExecutorInfo.command' must not be set for 'DEFAULT' executor"
+	case exRes.cpus <= 0 || exRes.mem <= 0:
+		why = "Executor has no cpus or no mem"
+	case !fits:
+		why = "Executor uses more resources than available in the offers"
+	}
+	ids := map[string]bool{}
+	for _, ti := range lg.TaskGroup.Tasks {
+		if why != "" {
+			break
+		}
+		switch {
+		case ti.Executor != nil:
+			why = "Task " + ti.TaskID.Value + " in a task group must not have an executor of its own"
+		case ids[ti.TaskID.Value]:
+			why = "Task group has duplicate task ID " + ti.TaskID.Value
+		default:
+			ids[ti.TaskID.Value] = true
+			rest, why = m.checkTask(ti, agentID, rest)
+		}
+	}
+	if why != "" {
+		for _, ti := range lg.TaskGroup.Tasks {
+			m.taskError(ti, why, mesosv1.REASON_TASK_GROUP_INVALID, now)
+		}
+		return pool
+	}
+	ex := &executor{id: ei.ExecutorID.Value, agent: agentID, r: exRes}
+	m.execs[ex.id] = ex
+	var tasks []string
+	after := pool
+	after, _ = after.take(exRes)
+	for _, ti := range lg.TaskGroup.Tasks {
+		after = m.launch(ti, agentID, after, ex, now)
+		tasks = append(tasks, ti.TaskID.Value)
+	}
+	m.groups = append(m.groups, Group{Agent: agentID, Executor: ex.id, Tasks: tasks})
+	return after
+}
+
+// Group is a LAUNCH_GROUP the master ran.
+type Group struct {
+	Agent, Executor string
+	Tasks           []string
+}
+
+// executor is a default executor running a task group; its resources are
+// the agent's until the last of its tasks ends.
+type executor struct {
+	id, agent string
+	r         res
+	live      int
 }
 
 // volumeExists: the agent has a volume of that ID (free, offered, in pool,
@@ -1134,8 +1244,15 @@ func (m *Master) end(t *task, s mesosv1.TaskState, msg string, reason interface 
 		r = reason.Enum()
 	}
 	m.status(t, s, msg, r, now)
+	free := t.r
+	if ex := t.exec; ex != nil {
+		if ex.live--; ex.live == 0 {
+			free = free.add(ex.r)
+			delete(m.execs, ex.id)
+		}
+	}
 	if a := m.agents[t.agent]; a != nil && !a.gone {
-		a.free = a.free.add(t.r)
+		a.free = a.free.add(free)
 		m.signal()
 	}
 }
@@ -1276,9 +1393,42 @@ func (m *Master) ScheduleMaintenance(agentID string, start time.Time, d time.Dur
 		Duration: &mesosv1.DurationInfo{Nanoseconds: d.Nanoseconds()}}
 	m.seq++
 	aid := mesosv1.AgentID{Value: agentID}
+	id := fmt.Sprintf("%s-I%d", m.fw.id, m.seq)
+	m.inverse[id] = agentID
 	m.send(&scheduler.Event{Type: scheduler.Event_INVERSE_OFFERS, InverseOffers: &scheduler.Event_InverseOffers{
-		InverseOffers: []mesosv1.InverseOffer{{OfferID: mesosv1.OfferID{Value: fmt.Sprintf("%s-I%d", m.fw.id, m.seq)},
+		InverseOffers: []mesosv1.InverseOffer{{OfferID: mesosv1.OfferID{Value: id},
 			FrameworkID: mesosv1.FrameworkID{Value: m.fw.id}, AgentID: &aid, Unavailability: *a.maintenance}}}})
+	return nil
+}
+
+// EndMaintenance takes an agent out of its maintenance window (the
+// window is over, or the operator cancelled it), as the master does when
+// its schedule changes: outstanding inverse offers for the agent are
+// rescinded, and so are its offers, which carried the unavailability; its
+// resources are offered again at once, without one.
+func (m *Master) EndMaintenance(agentID string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	a := m.agents[agentID]
+	if a == nil || m.fw == nil || a.maintenance == nil {
+		return fmt.Errorf("mesostest: agent %q has no maintenance window", agentID)
+	}
+	a.maintenance = nil
+	for _, id := range sortedKeys(m.inverse) {
+		if m.inverse[id] == agentID {
+			delete(m.inverse, id)
+			m.send(&scheduler.Event{Type: scheduler.Event_RESCIND_INVERSE_OFFER,
+				RescindInverseOffer: &scheduler.Event_RescindInverseOffer{InverseOfferID: mesosv1.OfferID{Value: id}}})
+		}
+	}
+	for oid, o := range m.offers {
+		if o.agent == agentID {
+			m.unoffer(oid, o)
+			m.send(&scheduler.Event{Type: scheduler.Event_RESCIND, Rescind: &scheduler.Event_Rescind{OfferID: mesosv1.OfferID{Value: oid}}})
+		}
+	}
+	delete(m.fw.filters, agentID)
+	m.signal()
 	return nil
 }
 
@@ -1323,6 +1473,21 @@ func (m *Master) Calls(t scheduler.Call_Type) int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.counts[t]
+}
+
+// Groups lists the LAUNCH_GROUP operations the master ran, in order.
+func (m *Master) Groups() []Group {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]Group(nil), m.groups...)
+}
+
+// Launched counts the tasks the master started through LAUNCH (not
+// LAUNCH_GROUP).
+func (m *Master) Launched() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.launched
 }
 
 // Kills lists the KILL calls received.

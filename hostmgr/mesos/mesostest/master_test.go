@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"net/http"
+	"strconv"
 	"testing"
 	"time"
 
@@ -176,5 +177,80 @@ func TestCallsChecked(t *testing.T) {
 	m.DropStream()
 	if err := c.call(calls.Revive()); err == nil {
 		t.Error("a call after the stream ended succeeded")
+	}
+}
+
+// TestLaunchGroupChecked: a LAUNCH_GROUP is checked as Mesos checks it,
+// and all of it fails (every task TASK_ERROR) or all of it runs in one
+// default executor, whose resources come on top of its tasks'.
+func TestLaunchGroupChecked(t *testing.T) {
+	m, err := New(Config{Agents: []AgentSpec{{CPUs: 2, MemMB: 1024}}, Heartbeat: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	c := subscribe(t, m, "protobuf")
+	shell := false
+	seq := 0
+	taskOn := func(agent mesosv1.AgentID, cpus float64) mesosv1.TaskInfo {
+		seq++
+		return mesosv1.TaskInfo{Name: "t", TaskID: mesosv1.TaskID{Value: "g" + strconv.Itoa(seq)}, AgentID: agent,
+			Resources: []mesosv1.Resource{scalar("cpus", cpus), scalar("mem", 64)},
+			Command:   &mesosv1.CommandInfo{Shell: &shell, Value: str("sleep"), Arguments: []string{"sleep", "3600"}}}
+	}
+	execOf := func(id string) mesosv1.ExecutorInfo {
+		return mesosv1.ExecutorInfo{Type: mesosv1.ExecutorInfo_DEFAULT, ExecutorID: mesosv1.ExecutorID{Value: id},
+			FrameworkID: &mesosv1.FrameworkID{Value: c.fw}, Resources: []mesosv1.Resource{scalar("cpus", 0.1), scalar("mem", 32)}}
+	}
+	for _, tc := range []struct {
+		name string
+		op   func(o mesosv1.Offer) mesosv1.Offer_Operation
+		ok   bool
+	}{
+		{"no executor type", func(o mesosv1.Offer) mesosv1.Offer_Operation {
+			e := execOf("e1")
+			e.Type = mesosv1.ExecutorInfo_UNKNOWN
+			return calls.OpLaunchGroup(e, taskOn(o.AgentID, 0.5))
+		}, false},
+		{"executor without resources", func(o mesosv1.Offer) mesosv1.Offer_Operation {
+			e := execOf("e2")
+			e.Resources = nil
+			return calls.OpLaunchGroup(e, taskOn(o.AgentID, 0.5))
+		}, false},
+		{"task on another agent", func(o mesosv1.Offer) mesosv1.Offer_Operation {
+			return calls.OpLaunchGroup(execOf("e3"), taskOn(o.AgentID, 0.5), taskOn(mesosv1.AgentID{Value: "elsewhere"}, 0.5))
+		}, false},
+		{"tasks and executor beyond the offer", func(o mesosv1.Offer) mesosv1.Offer_Operation {
+			return calls.OpLaunchGroup(execOf("e4"), taskOn(o.AgentID, 1), taskOn(o.AgentID, 1)) // 2 cpus + 0.1
+		}, false},
+		{"valid", func(o mesosv1.Offer) mesosv1.Offer_Operation {
+			return calls.OpLaunchGroup(execOf("e5"), taskOn(o.AgentID, 0.9), taskOn(o.AgentID, 0.9))
+		}, true},
+	} {
+		ev := c.next(scheduler.Event_OFFERS)
+		o := ev.GetOffers().GetOffers()[0]
+		op := tc.op(o)
+		acc := calls.Accept(calls.OfferOperations{op}.WithOffers(o.ID))
+		acc.Accept.Filters = &mesosv1.Filters{RefuseSeconds: new(float64)} // offer again at once
+		if err := c.call(acc); err != nil {
+			t.Fatal(err)
+		}
+		want := mesosv1.TASK_ERROR
+		if tc.ok {
+			want = mesosv1.TASK_RUNNING
+		}
+		for range op.LaunchGroup.TaskGroup.Tasks {
+			u := c.update()
+			if u.GetState() != want {
+				t.Errorf("%s: task %s %v (%s), want %v", tc.name, u.TaskID.Value, u.GetState(), u.GetMessage(), want)
+			}
+			if u.UUID != nil {
+				_ = c.call(calls.Acknowledge(o.AgentID.Value, u.TaskID.Value, u.UUID))
+			}
+		}
+	}
+	g := m.Groups()
+	if len(g) != 1 || g[0].Executor != "e5" || len(g[0].Tasks) != 2 {
+		t.Errorf("groups run %+v, want the valid one only", g)
 	}
 }
