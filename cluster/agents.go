@@ -48,7 +48,7 @@ func startLocalAgents(ctx context.Context, grpcAddr string, hm *hostmgr.Manager,
 		// A virtual host runs hot against its own declared capacity.
 		capacity := hostagent.Resources{CPU: h.GetCapacity().GetCpu(), MemoryMB: int64(h.GetCapacity().GetMemoryMb())}
 		a, err := hostagent.New(hostagent.Config{Host: h.Name, Virtual: true, Runs: runs, Capacity: capacity, QoS: cfg.HostAgentQoS,
-			Client: client, Interval: cfg.HostAgentInterval, Logger: log.With("component", "hostagent", "host", h.Name)})
+			Client: client, Interval: cfg.HostAgentInterval, Logger: log.With("component", "hostagent")}) // the agent adds its host
 		if err != nil {
 			la.stop()
 			return nil, err
