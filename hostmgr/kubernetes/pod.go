@@ -422,14 +422,4 @@ func observe(p *corev1.Pod, withHealth bool) observed {
 }
 
 // rank orders task states along a run's life, so events only move forward.
-func rank(s pelotonv1.TaskState) int {
-	switch s {
-	case pelotonv1.TaskState_LAUNCHED:
-		return 1
-	case pelotonv1.TaskState_RUNNING:
-		return 2
-	case pelotonv1.TaskState_SUCCEEDED, pelotonv1.TaskState_FAILED, pelotonv1.TaskState_KILLED, pelotonv1.TaskState_LOST:
-		return 3
-	}
-	return 0
-}
+var rank = hostmgr.RunRank
