@@ -123,8 +123,9 @@ func dig(v any, path ...any) any {
 // update and of the rollout, a task kill, a scale, completing maintenance
 // and a pool edit change them (each checked through the API); a refused
 // pool shows the API's message next to its field; keyboard shortcuts
-// work; no page raises a JavaScript error; and each page's screenshot is
-// written to docs/ui/.
+// work; pages are live (the server's event stream, not polling, shows a
+// new pool); no page raises a JavaScript error; and each page's screenshot
+// is written to docs/ui/.
 func TestUI(t *testing.T) {
 	chromium := chromiumPath(t)
 	bin := buildPeloton(t)
@@ -384,6 +385,15 @@ func TestUI(t *testing.T) {
 		`document.querySelector("main .error") && document.querySelector("main .error").innerText.includes("not found")`)
 	visit("clusters-on-cluster", c+"/ui/clusters", "where the federation's UI is", text("federation"))
 
+	// Live: with polling off (?nopoll), a pool created through the API
+	// appears on the pools page only because the server's event stream
+	// said something changed.
+	isLive := `document.getElementById("live").dataset.mode === "live" && document.getElementById("live").textContent.startsWith("live")`
+	load("pools-live", c+"/ui/pools?nopoll", "the tree, live", `document.querySelector('[data-path="/org/web"]') && `+isLive)
+	restJSON(t, "POST", c+"/v1/pools/live?requestId=ui-live", `{"limit":{"cpu":1}}`, 200, nil)
+	b.waitJS(t, "the new pool, shown through the event stream", `document.querySelector('[data-path="/live"]') && `+isLive, 20*time.Second)
+	b.checkNoJSErrors(t, "pools live")
+
 	// Federation pages.
 	visit("fed-overview", f+"/", "the cluster and the rollout", text("local")+` && `+text("global-api"))
 	visit("fed-clusters", f+"/ui/clusters", "the cluster's state", `document.querySelector('[data-cluster="local"]') && `+text("READY"))
@@ -416,6 +426,7 @@ func TestUI(t *testing.T) {
 	})
 	b.checkNoJSErrors(t, "federated service after pause/resume")
 	visit("fed-jobs", f+"/ui/jobs", "the federated job", text("report-builder"))
+	b.waitJS(t, "the federation's pages are live", isLive, 20*time.Second)
 
 	// The keyboard: "g" then "c" opens the clusters page, "/" focuses the
 	// job search.
