@@ -60,8 +60,8 @@ func openEvents(t *testing.T, ctx context.Context, base string) *sseStream {
 }
 
 // TestEventsEndpoint: a real stack on an embedded etcd serves /v1/events;
-// a pool created through the API is a change event at a revision above
-// the one before; the 257th stream is refused with 503; and shutting the
+// a pool created through the API is a change event at or above the
+// revision it was written at; the 257th stream is refused with 503; and shutting the
 // stack down ends the open streams at once.
 func TestEventsEndpoint(t *testing.T) {
 	ctx, stop := context.WithCancel(context.Background())
@@ -109,6 +109,23 @@ func TestEventsEndpoint(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("create pool: %d", resp.StatusCode)
 	}
+	// The revision the pool was written at: the event must be at or after
+	// it (other writes of the stack may come first).
+	getCtx, cancel = context.WithTimeout(ctx, 10*time.Second)
+	kvs, err := cli.Get(getCtx, "/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var poolRev int64
+	for _, kv := range kvs.Kvs {
+		if strings.Contains(string(kv.Key), "events-test") {
+			poolRev = max(poolRev, kv.ModRevision)
+		}
+	}
+	if poolRev <= before.Header.Revision {
+		t.Fatalf("no key of the new pool above revision %d in etcd", before.Header.Revision)
+	}
 	deadline := time.After(10 * time.Second)
 	for got := false; !got; {
 		select {
@@ -121,10 +138,10 @@ func TestEventsEndpoint(t *testing.T) {
 				if err := json.Unmarshal([]byte(data), &c); err != nil {
 					t.Fatalf("change event %q: %v", ev, err)
 				}
-				got = c.Revision > before.Header.Revision
+				got = c.Revision >= poolRev
 			}
 		case <-deadline:
-			t.Fatalf("no change event above revision %d within 10s of creating a pool", before.Header.Revision)
+			t.Fatalf("no change event at or above the pool's revision %d within 10s of creating it", poolRev)
 		}
 	}
 
