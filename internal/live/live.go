@@ -37,6 +37,8 @@ const (
 	DefaultHeartbeat  = 15 * time.Second
 	// RetryMillis is the reconnection delay the stream asks browsers for.
 	RetryMillis = 2000
+	// writeTimeout bounds one write of a stream.
+	writeTimeout = 10 * time.Second
 )
 
 // Options says what a Server watches and how often it may tell.
@@ -223,6 +225,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
 	w.WriteHeader(http.StatusOK)
 	write := func(format string, a ...any) bool {
+		// A client that stops reading must not hold the stream (and the
+		// shutdown) for longer than writeTimeout.
+		_ = rc.SetWriteDeadline(time.Now().Add(writeTimeout))
 		if _, err := fmt.Fprintf(w, format, a...); err != nil {
 			return false
 		}
