@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -393,6 +394,54 @@ func TestUI(t *testing.T) {
 	restJSON(t, "POST", c+"/v1/pools/live?requestId=ui-live", `{"limit":{"cpu":1}}`, 200, nil)
 	b.waitJS(t, "the new pool, shown through the event stream", `document.querySelector('[data-path="/live"]') && `+isLive, 20*time.Second)
 	b.checkNoJSErrors(t, "pools live")
+
+	// Fallback: with every stream the server allows taken, a page polls
+	// (and says so); once streams are free it is live again by itself.
+	// First the browser leaves, and the server sees its stream end (the
+	// gauge counts the streams of both servers of this process).
+	if err := b.do(10*time.Second, chromedp.Navigate("about:blank")); err != nil {
+		t.Fatal(err)
+	}
+	within(t, 20*time.Second, "no event stream open", func() error {
+		resp, err := http.Get(c + "/metrics")
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(string(body), "\npeloton_ui_event_streams 0\n") {
+			return fmt.Errorf("peloton_ui_event_streams is not 0")
+		}
+		return nil
+	})
+	streamsCtx, freeStreams := context.WithCancel(context.Background())
+	defer freeStreams()
+	for i, refused := 0, false; !refused; i++ {
+		if i > 300 {
+			t.Fatal("no stream refused after 300")
+		}
+		req, _ := http.NewRequestWithContext(streamsCtx, http.MethodGet, c+"/v1/events", nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if refused = resp.StatusCode == http.StatusServiceUnavailable; refused {
+			resp.Body.Close()
+		}
+	}
+	load("jobs-polling", c+"/ui/jobs", "the jobs, polling", text("nightly-etl")+
+		` && document.getElementById("live").dataset.mode === "polling" && Number(document.body.dataset.refreshes) >= 1`)
+	freeStreams()
+	b.waitJS(t, "the page live again once streams are free", isLive, 20*time.Second)
+	// The refused stream may be logged by the browser; nothing else may.
+	for _, e := range b.jsErrors() {
+		if !strings.Contains(e, "EventSource") && !strings.Contains(e, "/v1/events") {
+			t.Errorf("JavaScript error on the polling page: %s", e)
+		}
+	}
 
 	// Federation pages.
 	visit("fed-overview", f+"/", "the cluster and the rollout", text("local")+` && `+text("global-api"))

@@ -190,8 +190,9 @@ let failed = false; // the stream failed since it was last connected
 let es = null, retryTimer = 0;
 function connect() {
   clearTimeout(retryTimer);
-  es = new EventSource("/v1/events");
-  es.onopen = () => {
+  const src = new EventSource("/v1/events");
+  es = src;
+  src.onopen = () => {
     retryMs = RETRY_MIN_MS;
     mode = "live";
     showMode();
@@ -201,10 +202,11 @@ function connect() {
     else if (current && !current.busy) schedule(current);
     failed = false;
   };
-  es.addEventListener("change", () => soon(DEBOUNCE_MS));
-  es.addEventListener("usage", () => { if (current && USAGE_PAGES.test(current.path)) soon(DEBOUNCE_MS); });
-  es.onerror = () => {
-    es.close();
+  src.addEventListener("change", () => soon(DEBOUNCE_MS));
+  src.addEventListener("usage", () => { if (current && USAGE_PAGES.test(current.path)) soon(DEBOUNCE_MS); });
+  src.onerror = () => {
+    src.close();
+    if (es !== src) return; // closed on pagehide, or replaced
     es = null;
     failed = true;
     const was = mode;
