@@ -151,6 +151,8 @@ func runStack(ctx context.Context, cfg Config, t *term) error {
 		}
 		return nil
 	})
+	// The UI's live updates (/v1/events) watch every key of the stack.
+	srv.SetWatch(func(ctx context.Context) <-chan int64 { return st.Watch(ctx, "") })
 	if t != nil {
 		t.beforeListen()
 	}

@@ -161,6 +161,8 @@ func serve(ctx context.Context, cfg Config, t *replica.Term, handOver func()) er
 		}
 		return nil
 	})
+	// The UI's live updates (/v1/events) watch every key of the federation.
+	srv.SetWatch(func(ctx context.Context) <-chan int64 { return st.Watch(ctx, "") })
 	if handOver != nil {
 		handOver()
 	}
@@ -199,6 +201,7 @@ func serve(ctx context.Context, cfg Config, t *replica.Term, handOver func()) er
 			runErr = fmt.Errorf("federation server stopped: %w", err)
 		}
 	}
+	srv.EndStreams() // the UI's event streams would hold up the graceful stop
 	shutCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownGrace)
 	defer cancel()
 	_ = hs.Shutdown(shutCtx)

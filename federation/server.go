@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/peloton-sched/peloton/internal/apierr"
+	"github.com/peloton-sched/peloton/internal/live"
 	"github.com/peloton-sched/peloton/internal/metrics"
 	"github.com/peloton-sched/peloton/internal/restgw"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
@@ -34,6 +35,23 @@ type Server struct {
 	log *slog.Logger
 	// ready, if set, is the check behind /readyz.
 	ready func(context.Context) error
+	// watch, if set, reports changes of the federation's etcd keys, which
+	// HTTPHandler serves at /v1/events through events.
+	watch  func(context.Context) <-chan int64
+	events *live.Server
+}
+
+// SetWatch sets what /v1/events watches (store.Etcd.Watch on the
+// federation's keys). Call it before HTTPHandler; without it there is no
+// /v1/events and the UI polls.
+func (s *Server) SetWatch(w func(context.Context) <-chan int64) { s.watch = w }
+
+// EndStreams ends the UI's event streams (/v1/events), so that a graceful
+// stop of the HTTP server does not wait for them.
+func (s *Server) EndStreams() {
+	if s.events != nil {
+		s.events.End()
+	}
 }
 
 // NewServer serves f.
@@ -59,6 +77,11 @@ func (s *Server) GRPCServer(opts ...grpc.ServerOption) *grpc.Server {
 // HTTPHandler serves the federation's REST API, /openapi.json, /metrics,
 // /healthz and /readyz. extra, if set, serves every other path (the web UI).
 func (s *Server) HTTPHandler(ctx context.Context, grpcAddr string, extra http.Handler) (http.Handler, error) {
+	var events http.Handler
+	if s.watch != nil {
+		s.events = live.New(live.Options{Watch: s.watch})
+		events = s.events
+	}
 	return restgw.Handler(ctx, restgw.Options{
 		GRPCAddr: grpcAddr,
 		Register: []restgw.RegisterFunc{
@@ -71,6 +94,7 @@ func (s *Server) HTTPHandler(ctx context.Context, grpcAddr string, extra http.Ha
 		MaxRequestBytes: MaxRequestBytes,
 		Ready:           s.ready,
 		Extra:           extra,
+		Events:          events,
 	})
 }
 

@@ -30,6 +30,8 @@ type usageBook struct {
 	// revoked: revocable runs a host's QoS controller said it kills, and
 	// when (kept revokedFor, for the run's end event to find).
 	revoked map[string]time.Time
+	// taken counts the reports taken (UsageReports).
+	taken uint64
 }
 
 // ReasonQoSRevoked ends a revocable run its host agent's QoS controller
@@ -171,6 +173,7 @@ func (m *Manager) TakeUsage(r *pelotonv1.UsageReport) (UsageResult, error) {
 		rep.runs = append(rep.runs, id)
 	}
 	b.hosts[r.Host] = rep
+	b.taken++
 	metrics.HostReports.WithLabelValues("taken").Inc()
 	if st := u.GetSampleTime(); st != nil {
 		metrics.HostReportDelay.Observe(max(now.Sub(st.AsTime()).Seconds(), 0))
@@ -180,6 +183,14 @@ func (m *Manager) TakeUsage(r *pelotonv1.UsageReport) (UsageResult, error) {
 	metrics.HostReportTime.WithLabelValues(r.Host).Set(float64(now.UnixNano()) / 1e9)
 	metrics.HostQoSKills.WithLabelValues(r.Host).Add(0) // the host's series starts at 0, not at its first kill
 	return UsageTaken, nil
+}
+
+// UsageReports counts the usage reports taken so far: it grows whenever
+// what the pages show of usage may have changed (the UI's usage events).
+func (m *Manager) UsageReports() uint64 {
+	m.usage.mu.Lock()
+	defer m.usage.mu.Unlock()
+	return m.usage.taken
 }
 
 // Revoked reports whether run taskID is a revocable run its host agent's

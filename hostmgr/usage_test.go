@@ -66,6 +66,10 @@ func TestUsageReports(t *testing.T) {
 	if usageOf("a").GetCpu() != 1.5 {
 		t.Fatal("a duplicate changed the usage")
 	}
+	// Only reports taken count (the UI's usage events follow the count).
+	if n := m.UsageReports(); n != 1 {
+		t.Fatalf("UsageReports = %d after one report taken and two dropped, want 1", n)
+	}
 	// The next one replaces the runs: j-1-1 ended.
 	take(report("a", "x", 2, 1, map[string]float64{"j-0-1": 1}))
 	if m.RunUsage("j-1-1") != nil || m.RunUsage("j-0-1") == nil {

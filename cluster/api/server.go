@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/peloton-sched/peloton/hostmgr"
+	"github.com/peloton-sched/peloton/internal/live"
 	"github.com/peloton-sched/peloton/internal/metrics"
 	"github.com/peloton-sched/peloton/internal/restgw"
 	"github.com/peloton-sched/peloton/jobmgr"
@@ -51,12 +52,29 @@ type Server struct {
 	// reports) end at once.
 	ending  chan struct{}
 	endOnce sync.Once
+	// watch, if set, reports changes of the stack's etcd keys; HTTPHandler
+	// serves them at /v1/events through events.
+	watch  func(context.Context) <-chan int64
+	events *live.Server
 }
 
 // EndStreams ends the host agents' report streams (their agents report
 // again to whoever serves next): a graceful stop of the gRPC server would
 // otherwise wait for them until its deadline.
-func (s *Server) EndStreams() { s.endOnce.Do(func() { close(s.ending) }) }
+// The UI's event streams (/v1/events) end too.
+func (s *Server) EndStreams() {
+	s.endOnce.Do(func() {
+		close(s.ending)
+		if s.events != nil {
+			s.events.End()
+		}
+	})
+}
+
+// SetWatch sets what /v1/events watches: the revisions of changes to the
+// stack's keys (store.Etcd.Watch). Call it before HTTPHandler; without it
+// there is no /v1/events and the UI polls.
+func (s *Server) SetWatch(w func(context.Context) <-chan int64) { s.watch = w }
 
 // SetReadiness sets the check behind /readyz: nil when the stack can serve,
 // else why not. It must answer within a second or two.
@@ -128,6 +146,11 @@ func methodName(full string) string {
 // REST and gRPC share every interceptor and limit), /openapi.json, /metrics,
 // /healthz and /readyz. extra, if set, serves every other path (the web UI).
 func (s *Server) HTTPHandler(ctx context.Context, grpcAddr string, extra http.Handler) (http.Handler, error) {
+	var events http.Handler
+	if s.watch != nil {
+		s.events = live.New(live.Options{Watch: s.watch, Usage: s.hm.UsageReports})
+		events = s.events
+	}
 	return restgw.Handler(ctx, restgw.Options{
 		GRPCAddr: grpcAddr,
 		Register: []restgw.RegisterFunc{
@@ -142,5 +165,6 @@ func (s *Server) HTTPHandler(ctx context.Context, grpcAddr string, extra http.Ha
 		MaxRequestBytes: MaxRequestBytes,
 		Ready:           s.ready,
 		Extra:           extra,
+		Events:          events,
 	})
 }

@@ -48,10 +48,13 @@ type Options struct {
 	Ready func(context.Context) error
 	// Extra, if set, serves every other path (the web UI).
 	Extra http.Handler
+	// Events, if set, serves GET /v1/events (the UI's live updates),
+	// beside the gateway's routes.
+	Events http.Handler
 }
 
-// Handler serves REST for o.Register under /v1/, /openapi.json, /metrics,
-// /healthz and /readyz.
+// Handler serves REST for o.Register under /v1/, /v1/events (if
+// o.Events), /openapi.json, /metrics, /healthz and /readyz.
 func Handler(ctx context.Context, o Options) (http.Handler, error) {
 	maxBytes := o.MaxRequestBytes
 	// Unknown fields in a REST body are errors, as they are in spec files.
@@ -88,6 +91,9 @@ func Handler(ctx context.Context, o Options) (http.Handler, error) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/v1/", limitBody(gw, maxBytes))
+	if o.Events != nil {
+		mux.Handle("/v1/events", o.Events)
+	}
 	mux.HandleFunc("/openapi.json", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(o.OpenAPI)

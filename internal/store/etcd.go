@@ -343,3 +343,81 @@ func (s *Etcd) validateTxn(ops []Op) error {
 	}
 	return nil
 }
+
+// watchRetryMin and watchRetryMax bound the wait before Watch watches
+// again after its watch failed (etcd away, the client closing).
+const (
+	watchRetryMin = 100 * time.Millisecond
+	watchRetryMax = 5 * time.Second
+)
+
+// Watch reports every change under prefix (relative to the store's
+// prefix; "" is the whole store) from now on, as the etcd revision it
+// happened at. It is a hint to read again, not a log: when the reader is
+// slow only the latest revision waits for it (the channel holds one), and
+// revisions etcd compacted away before they were seen are reported as the
+// compaction's revision. A failed watch is watched again from the first
+// revision not yet seen (after a capped backoff), so nothing is missed
+// while etcd keeps its history. The channel closes when ctx ends.
+func (s *Etcd) Watch(ctx context.Context, prefix string) <-chan int64 {
+	return s.watchFrom(ctx, prefix, 0)
+}
+
+// watchFrom is Watch from revision next (0: from now).
+func (s *Etcd) watchFrom(ctx context.Context, prefix string, next int64) <-chan int64 {
+	out := make(chan int64, 1)
+	send := func(rev int64) {
+		// The only sender: after draining, the send cannot block.
+		select {
+		case out <- rev:
+		default:
+			select {
+			case <-out:
+			default:
+			}
+			out <- rev
+		}
+	}
+	go func() {
+		defer close(out)
+		wait := watchRetryMin
+		for ctx.Err() == nil {
+			wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+			opts := []clientv3.OpOption{clientv3.WithPrefix()}
+			if next > 0 {
+				opts = append(opts, clientv3.WithRev(next))
+			}
+			for resp := range s.cli.Watch(wctx, s.prefix+prefix, opts...) {
+				if resp.CompactRevision > 0 {
+					// What happened before it is gone: say something
+					// changed and go on from the oldest revision kept.
+					next = resp.CompactRevision
+					send(resp.CompactRevision)
+					break
+				}
+				if resp.Err() != nil || resp.Canceled {
+					break
+				}
+				wait = watchRetryMin
+				if len(resp.Events) > 0 {
+					rev := resp.Events[len(resp.Events)-1].Kv.ModRevision
+					next = rev + 1
+					send(rev)
+				}
+			}
+			cancel()
+			if ctx.Err() != nil {
+				return
+			}
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			wait = min(2*wait, watchRetryMax)
+		}
+	}()
+	return out
+}

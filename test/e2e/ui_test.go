@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -123,8 +124,9 @@ func dig(v any, path ...any) any {
 // update and of the rollout, a task kill, a scale, completing maintenance
 // and a pool edit change them (each checked through the API); a refused
 // pool shows the API's message next to its field; keyboard shortcuts
-// work; no page raises a JavaScript error; and each page's screenshot is
-// written to docs/ui/.
+// work; pages are live (the server's event stream, not polling, shows a
+// new pool); no page raises a JavaScript error; and each page's screenshot
+// is written to docs/ui/.
 func TestUI(t *testing.T) {
 	chromium := chromiumPath(t)
 	bin := buildPeloton(t)
@@ -384,6 +386,63 @@ func TestUI(t *testing.T) {
 		`document.querySelector("main .error") && document.querySelector("main .error").innerText.includes("not found")`)
 	visit("clusters-on-cluster", c+"/ui/clusters", "where the federation's UI is", text("federation"))
 
+	// Live: with polling off (?nopoll), a pool created through the API
+	// appears on the pools page only because the server's event stream
+	// said something changed.
+	isLive := `document.getElementById("live").dataset.mode === "live" && document.getElementById("live").textContent.startsWith("live")`
+	load("pools-live", c+"/ui/pools?nopoll", "the tree, live", `document.querySelector('[data-path="/org/web"]') && `+isLive)
+	restJSON(t, "POST", c+"/v1/pools/live?requestId=ui-live", `{"limit":{"cpu":1}}`, 200, nil)
+	b.waitJS(t, "the new pool, shown through the event stream", `document.querySelector('[data-path="/live"]') && `+isLive, 20*time.Second)
+	b.checkNoJSErrors(t, "pools live")
+
+	// Fallback: with every stream the server allows taken, a page polls
+	// (and says so); once streams are free it is live again by itself.
+	// First the browser leaves, and the server sees its stream end (the
+	// gauge counts the streams of both servers of this process).
+	if err := b.do(10*time.Second, chromedp.Navigate("about:blank")); err != nil {
+		t.Fatal(err)
+	}
+	within(t, 20*time.Second, "no event stream open", func() error {
+		resp, err := http.Get(c + "/metrics")
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(string(body), "\npeloton_ui_event_streams 0\n") {
+			return fmt.Errorf("peloton_ui_event_streams is not 0")
+		}
+		return nil
+	})
+	streamsCtx, freeStreams := context.WithCancel(context.Background())
+	defer freeStreams()
+	for i, refused := 0, false; !refused; i++ {
+		if i > 300 {
+			t.Fatal("no stream refused after 300")
+		}
+		req, _ := http.NewRequestWithContext(streamsCtx, http.MethodGet, c+"/v1/events", nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if refused = resp.StatusCode == http.StatusServiceUnavailable; refused {
+			resp.Body.Close()
+		}
+	}
+	load("jobs-polling", c+"/ui/jobs", "the jobs, polling", text("nightly-etl")+
+		` && document.getElementById("live").dataset.mode === "polling" && Number(document.body.dataset.refreshes) >= 1`)
+	freeStreams()
+	b.waitJS(t, "the page live again once streams are free", isLive, 20*time.Second)
+	// The refused stream may be logged by the browser; nothing else may.
+	for _, e := range b.jsErrors() {
+		if !strings.Contains(e, "EventSource") && !strings.Contains(e, "/v1/events") {
+			t.Errorf("JavaScript error on the polling page: %s", e)
+		}
+	}
+
 	// Federation pages.
 	visit("fed-overview", f+"/", "the cluster and the rollout", text("local")+` && `+text("global-api"))
 	visit("fed-clusters", f+"/ui/clusters", "the cluster's state", `document.querySelector('[data-cluster="local"]') && `+text("READY"))
@@ -416,6 +475,7 @@ func TestUI(t *testing.T) {
 	})
 	b.checkNoJSErrors(t, "federated service after pause/resume")
 	visit("fed-jobs", f+"/ui/jobs", "the federated job", text("report-builder"))
+	b.waitJS(t, "the federation's pages are live", isLive, 20*time.Second)
 
 	// The keyboard: "g" then "c" opens the clusters page, "/" focuses the
 	// job search.

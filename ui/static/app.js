@@ -1,8 +1,15 @@
 // app.js: the shell. It routes /ui/... paths to pages (deep links work
 // because the server answers every /ui/ path with this app), keeps the
-// open page live by polling the API every couple of seconds while the tab
-// is visible (the REST API has no watch to subscribe to), and shows what
-// the API refused.
+// open page live, and shows what the API refused.
+//
+// Live: the server's event stream (GET /v1/events, server-sent events)
+// says when what the pages show may have changed, and the open page reads
+// the API again then (debounced). While the stream is connected the page
+// is read only every SAFETY_MS otherwise; while it is not (an older
+// server, a proxy that drops it, the server's stream limit) the page polls
+// every POLL_MS and the stream is tried again with a backoff. The header
+// says which ("live" or "polling"). ?nopoll in the first URL turns polling
+// off altogether (tests use it to prove the stream alone updates a page).
 import { h, replace, errorBox, hooks } from "./dom.js";
 import { clusterRoutes, clusterNav } from "./cluster.js";
 import { federationRoutes, federationNav } from "./federation.js";
@@ -11,8 +18,21 @@ const kind = document.querySelector('meta[name="peloton-api"]').content;
 const routes = kind === "federation" ? federationRoutes : clusterRoutes;
 const nav = kind === "federation" ? federationNav : clusterNav;
 
-// POLL_MS is how often a page re-reads what it shows.
+// POLL_MS is how often a page re-reads what it shows without the event
+// stream; SAFETY_MS how often with it.
 const POLL_MS = 2000;
+const SAFETY_MS = 30000;
+// An event refreshes the page after DEBOUNCE_MS, and no sooner than
+// MIN_GAP_MS after the last refresh began.
+const DEBOUNCE_MS = 100;
+const MIN_GAP_MS = 1000;
+// The stream is tried again after RETRY_MIN_MS, doubling up to RETRY_MAX_MS.
+const RETRY_MIN_MS = 2000;
+const RETRY_MAX_MS = 60000;
+// Pages that show the hosts' usage, refreshed on usage events too.
+const USAGE_PAGES = /^\/ui\/(|hosts(\/.*)?|partitions|jobs\/[^/]+\/tasks\/.*)$/;
+const noPoll = new URLSearchParams(location.search).has("nopoll");
+let mode = "polling"; // or "live": the event stream is connected
 
 let current = null; // the open page: {abort, refreshers, timer}
 
@@ -43,7 +63,7 @@ async function open(path) {
   const root = h("div.page");
   replace(main, flash, root);
   const abort = new AbortController();
-  const page = { abort, refreshers: [], timer: 0, flash };
+  const page = { abort, refreshers: [], timer: 0, flash, path, busy: true, again: false, last: Date.now() };
   current = page;
   const [fn, params] = match(path);
   const ctx = {
@@ -96,33 +116,110 @@ async function open(path) {
   if (h1) document.title = h1.textContent + " · Peloton";
   document.body.dataset.ready = path; // tests wait for this
   if (!performance.getEntriesByName("peloton:ready").length) performance.mark("peloton:ready");
-  schedule(page);
+  // Events that came while the page loaded are read now.
+  page.busy = false;
+  if (page.again) {
+    page.again = false;
+    soon(DEBOUNCE_MS);
+  } else {
+    schedule(page);
+  }
 }
 
-function schedule(page) {
+// schedule reads the page again after ms, or after the poll interval of
+// the current mode.
+function schedule(page, ms) {
   clearTimeout(page.timer);
-  page.timer = setTimeout(() => tick(page), POLL_MS);
+  if (ms === undefined) {
+    if (noPoll) return;
+    ms = mode === "live" ? SAFETY_MS : POLL_MS;
+  }
+  page.timer = setTimeout(() => tick(page), ms);
+}
+
+// soon reads the open page again shortly (for an event, no sooner than
+// MIN_GAP_MS after the last read began); a read already running is
+// followed by one more.
+function soon(delay, gap = true) {
+  const page = current;
+  if (!page || page.abort.signal.aborted) return;
+  if (page.busy) { page.again = true; return; }
+  schedule(page, gap ? Math.max(delay, page.last + MIN_GAP_MS - Date.now()) : delay);
 }
 
 async function tick(page) {
   if (page !== current || page.abort.signal.aborted) return;
+  if (page.busy) { page.again = true; return; }
   if (!document.hidden) {
-    for (const r of page.refreshers) {
-      try { await r(); } catch { /* each refresher shows its own error */ }
+    page.busy = true;
+    page.last = Date.now();
+    try {
+      for (const r of page.refreshers) {
+        try { await r(); } catch { /* each refresher shows its own error */ }
+      }
+    } finally {
+      page.busy = false;
     }
-    const live = document.getElementById("live");
-    replace(live, "live · " + new Date().toLocaleTimeString());
+    showMode(new Date().toLocaleTimeString());
+    const n = Number(document.body.dataset.refreshes || 0) + 1;
+    document.body.dataset.refreshes = String(n); // tests read it
   }
-  schedule(page);
+  if (page.again) {
+    page.again = false;
+    soon(DEBOUNCE_MS);
+  } else {
+    schedule(page);
+  }
+}
+
+// showMode says in the header whether the page is live or polls.
+function showMode(time) {
+  const el = document.getElementById("live");
+  el.dataset.mode = mode;
+  el.title = mode === "live" ? "The server tells this page when to update (server-sent events)"
+    : noPoll ? "Not updating: polling is off (?nopoll) and the event stream is not connected"
+      : `Updating every ${POLL_MS / 1000} s; the event stream is not connected`;
+  if (time) el.dataset.time = time;
+  replace(el, el.dataset.time ? `${mode} · ${el.dataset.time}` : mode);
+}
+
+// connect opens the event stream; on an error it falls back to polling
+// and tries again later, each time waiting longer.
+let retryMs = RETRY_MIN_MS;
+let failed = false; // the stream failed since it was last connected
+let es = null, retryTimer = 0;
+function connect() {
+  clearTimeout(retryTimer);
+  const src = new EventSource("/v1/events");
+  es = src;
+  src.onopen = () => {
+    retryMs = RETRY_MIN_MS;
+    mode = "live";
+    showMode();
+    // Whatever changed while the stream was down is read now; the poll
+    // gives way to the slow safety read.
+    if (failed) soon(DEBOUNCE_MS);
+    else if (current && !current.busy) schedule(current);
+    failed = false;
+  };
+  src.addEventListener("change", () => soon(DEBOUNCE_MS));
+  src.addEventListener("usage", () => { if (current && USAGE_PAGES.test(current.path)) soon(DEBOUNCE_MS); });
+  src.onerror = () => {
+    src.close();
+    if (es !== src) return; // closed on pagehide, or replaced
+    es = null;
+    failed = true;
+    const was = mode;
+    mode = "polling";
+    showMode();
+    if (was === "live") soon(DEBOUNCE_MS); // and polls from then on
+    retryTimer = setTimeout(connect, retryMs);
+    retryMs = Math.min(retryMs * 2, RETRY_MAX_MS);
+  };
 }
 
 hooks.go = (href) => go(href);
-hooks.refresh = () => {
-  if (current) {
-    clearTimeout(current.timer);
-    current.timer = setTimeout(() => tick(current), 50);
-  }
-};
+hooks.refresh = () => soon(50, false);
 hooks.flash = (err, what) => {
   if (!current) return;
   if (!err) { replace(current.flash); return; }
@@ -167,4 +264,14 @@ document.addEventListener("keydown", (ev) => {
 });
 document.addEventListener("visibilitychange", () => { if (!document.hidden) hooks.refresh(); });
 
+// A page left for another (kept in the back/forward cache) closes its
+// stream: the browser's few connections per server are for the open page.
+window.addEventListener("pagehide", () => {
+  clearTimeout(retryTimer);
+  if (es) { es.close(); es = null; }
+});
+window.addEventListener("pageshow", (ev) => { if (ev.persisted && !es && typeof EventSource === "function") connect(); });
+
+showMode();
+if (typeof EventSource === "function") connect();
 open(location.pathname);
