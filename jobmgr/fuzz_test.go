@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"math"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -212,36 +213,43 @@ func FuzzValidateUpdateSpec(f *testing.F) {
 	})
 }
 
-// renderedEdges reads a Table.Render back: from-state name to its targets.
-func renderedEdges(t testing.TB, rendering string) map[string][]string {
+// goldenEdges reads the rendering of table name from a golden file: each
+// from-state's name to its targets.
+func goldenEdges(t testing.TB, file, name string) map[string][]string {
 	t.Helper()
-	out := map[string][]string{}
-	sc := bufio.NewScanner(strings.NewReader(rendering))
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, in := map[string][]string{}, false
+	sc := bufio.NewScanner(strings.NewReader(string(b)))
 	for sc.Scan() {
 		line := sc.Text()
-		if strings.HasPrefix(line, "#") {
+		if strings.HasPrefix(line, "# ") {
+			in = line == "# "+name+" transitions"
 			continue
 		}
-		from, tos, ok := strings.Cut(line, " -> ")
-		if !ok {
-			t.Fatalf("rendering line %q", line)
+		if from, tos, ok := strings.Cut(line, " -> "); in && ok {
+			out[from] = nil
+			if tos != "(none)" {
+				out[from] = strings.Fields(tos)
+			}
 		}
-		out[from] = nil
-		if tos != "(none)" {
-			out[from] = strings.Fields(tos)
-		}
+	}
+	if len(out) == 0 {
+		t.Fatalf("%s has no %s table", file, name)
 	}
 	return out
 }
 
-// checkTable asserts that tb's Check agrees with its rendering for from
+// checkTable asserts that tb's Check agrees with its golden rendering for from
 // and to, which may be any value, states outside the enum included.
 func checkTable[S fsm.State](t *testing.T, tb *fsm.Table[S], edges map[string][]string, from, to S) {
 	t.Helper()
 	want := from == to || slices.Contains(edges[from.String()], to.String())
 	err := tb.Check(from, to)
 	if (err == nil) != want {
-		t.Fatalf("%s: Check(%s, %s) = %v, but the rendering says allowed=%v", tb.Name(), from, to, err, want)
+		t.Fatalf("%s: Check(%s, %s) = %v, but the golden file says allowed=%v", tb.Name(), from, to, err, want)
 	}
 	if err != nil && !errors.Is(err, fsm.ErrIllegal) {
 		t.Fatalf("%s: Check(%s, %s) = %v, not ErrIllegal", tb.Name(), from, to, err)
@@ -256,9 +264,10 @@ func checkTable[S fsm.State](t *testing.T, tb *fsm.Table[S], edges map[string][]
 
 // FuzzTransitionTables: for any pair of values, states outside the enums
 // included, the task, job and update tables' Check never panics and agrees
-// with their rendering, which transitions.golden holds.
+// with their reviewed rendering in testdata/transitions.golden.
 func FuzzTransitionTables(f *testing.F) {
-	task, job, upd := renderedEdges(f, taskTransitions.Render()), renderedEdges(f, jobTransitions.Render()), renderedEdges(f, updateTransitions.Render())
+	const golden = "testdata/transitions.golden"
+	task, job, upd := goldenEdges(f, golden, taskTransitions.Name()), goldenEdges(f, golden, jobTransitions.Name()), goldenEdges(f, golden, updateTransitions.Name())
 	for from := int32(-1); from < 12; from++ {
 		for to := int32(-1); to < 12; to++ {
 			f.Add(from, to)
