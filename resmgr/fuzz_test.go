@@ -206,16 +206,20 @@ func sameTree(t *testing.T, got, want *Manager) {
 }
 
 // FuzzPoolTreeOps decodes a sequence of creates, updates, moves and
-// deletes of pools from the input and applies them to a pool tree on an
-// in-memory store. No operation panics or fails with anything but a
-// user's error, the tree keeps its invariants after every one, and the
-// tree stored loads again into the same tree.
+// deletes of pools, and of jobs submitted to and ended in them, from the
+// input and applies them to a pool tree on an in-memory store. No
+// operation panics or fails with anything but a user's error, the tree
+// keeps its invariants after every one, a pool with jobs stays where it
+// is and a leaf, and the tree stored loads again into the same tree.
 func FuzzPoolTreeOps(f *testing.F) {
 	f.Add([]byte{})
 	// create /a with reservation, create /a/b, update /a below it, move /a/b to /, delete /a.
 	f.Add([]byte{0, 1, 0, 1, 1, 2, 3, 4, 5, 0, 0, 2, 0, 0, 1, 2, 0, 1, 1, 1, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 3, 2, 0, 1, 0, 2, 1, 0})
 	f.Add([]byte{0, 3, 0, 0, 0, 1, 8, 8, 8, 8, 1, 9, 9, 9, 9, 0, 0, 0, 0, 0, 0})
 	f.Add([]byte("move everything around and delete it again"))
+	// create /a, submit j0 to it, then try to give it a child, move it
+	// under /default and delete it; end j0 and delete it.
+	f.Add([]byte{0, 1, 0, 0, 5, 0, 1, 0, 0, 2, 0, 1, 0, 2, 1, 0, 1, 3, 3, 1, 0, 6, 0, 3, 1, 0})
 	f.Fuzz(runPoolOps)
 }
 
@@ -230,11 +234,22 @@ func runPoolOps(t *testing.T, b []byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// jobs is where the fuzzed jobs are, by job: what jobmgr would
+	// answer resmgr's "does this pool have jobs?".
+	jobs := map[string]string{}
+	m.SetJobChecker(func(pool string) bool {
+		for _, p := range jobs {
+			if p == pool {
+				return true
+			}
+		}
+		return false
+	})
 	r := &fuzzReader{b: b}
 	for len(r.b) > 0 {
 		var err error
 		var op string
-		switch r.byte() % 5 {
+		switch r.byte() % 7 {
 		case 0:
 			path, spec := r.path(), r.spec()
 			op = fmt.Sprintf("create %s %v", path, spec)
@@ -255,6 +270,27 @@ func runPoolOps(t *testing.T, b []byte) {
 			path := r.path()
 			op = "check leaf " + path
 			_, err = m.CheckLeafPool(path, "spec.pool")
+		case 5:
+			// A job of one task submitted as jobmgr does: the pool
+			// checked, then the task queued.
+			job, path := fmt.Sprintf("j%d", r.byte()%4), r.path()
+			op = "submit " + job + " to " + path
+			if _, ok := jobs[job]; ok {
+				continue
+			}
+			var norm string
+			if norm, err = m.CheckLeafPool(path, "spec.pool"); err == nil {
+				task := &Task{JobID: job, RunID: 1, Pool: norm, Resources: resources.Resources{MilliCPU: 100, MemoryMB: 1}}
+				if err = m.Enqueue(NewGang(task)); err != nil {
+					t.Fatalf("%s: a pool CheckLeafPool accepted refused the task: %v", op, err)
+				}
+				jobs[job] = norm
+			}
+		case 6:
+			job := fmt.Sprintf("j%d", r.byte()%4)
+			op = "end " + job
+			m.Release(job, 0)
+			delete(jobs, job)
 		}
 		switch apierr.Code(err) {
 		case codes.OK, codes.InvalidArgument, codes.NotFound, codes.AlreadyExists, codes.FailedPrecondition, codes.Aborted:
@@ -262,6 +298,14 @@ func runPoolOps(t *testing.T, b []byte) {
 			t.Fatalf("%s: %v (%s), not a user's error", op, err, apierr.Code(err))
 		}
 		checkPoolTree(t, m)
+		for job, pool := range jobs {
+			if p := m.pools[pool]; p == nil || !p.IsLeaf() {
+				t.Fatalf("after %s: job %s's pool %s is gone or has children", op, job, pool)
+			}
+			if _, _, ok := m.TaskState(job, 0); !ok {
+				t.Fatalf("after %s: job %s's task is gone", op, job)
+			}
+		}
 	}
 	again, err := New(ctx, st, Options{Logger: quiet})
 	if err != nil {
