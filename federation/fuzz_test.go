@@ -14,6 +14,7 @@ import (
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 	"github.com/peloton-sched/peloton/resmgr"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -62,9 +63,14 @@ func FuzzValidateServiceSpec(f *testing.F) {
 		if proto.Unmarshal(b, spec) != nil {
 			return
 		}
+		// An update checks the same job as "job": every error names the
+		// field where the request has it.
+		if err := validateServiceJob(spec.Job, "job"); err != nil && !strings.HasPrefix(status.Convert(err).Message(), "job") {
+			t.Fatalf("an update's error %q does not name a job field", status.Convert(err).Message())
+		}
 		if err := validateServiceSpec(spec); err != nil {
-			if apierr.Code(err) != codes.InvalidArgument {
-				t.Fatalf("refused with %v, not InvalidArgument", err)
+			if apierr.Code(err) != codes.InvalidArgument || !strings.HasPrefix(status.Convert(err).Message(), "spec.job") {
+				t.Fatalf("refused with %v, not InvalidArgument naming a spec.job field", err)
 			}
 			return
 		}
