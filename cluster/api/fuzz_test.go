@@ -17,9 +17,9 @@ import (
 )
 
 // startSimStack runs a whole cluster stack in this process - embedded etcd
-// in a temp dir, the sim backend, gRPC and REST on free loopback ports -
-// and returns the base URL of its REST API. It stops when the test ends.
-func startSimStack(t testing.TB) string {
+// in dir, the sim backend, gRPC and REST on free loopback ports - and
+// returns the base URL of its REST API and the function that stops it.
+func startSimStack(t testing.TB, dir string) (string, func()) {
 	t.Helper()
 	logOut, level := io.Discard, slog.LevelError
 	if os.Getenv("PELOTON_TEST_DEBUG") != "" {
@@ -27,8 +27,8 @@ func startSimStack(t testing.TB) string {
 	}
 	ready := make(chan cluster.ReadyInfo, 1)
 	cfg := cluster.Config{
-		DataDir: t.TempDir(), Listen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0", EtcdListen: "127.0.0.1:0",
-		Backend: "sim", Hosts: 4, ShutdownGrace: 2 * time.Second,
+		DataDir: dir, Listen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0", EtcdListen: "127.0.0.1:0",
+		Backend: "sim", Hosts: 4, ShutdownGrace: 200 * time.Millisecond,
 		Logger:  slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: level})),
 		OnReady: func(r cluster.ReadyInfo) { ready <- r },
 	}
@@ -45,7 +45,7 @@ func startSimStack(t testing.TB) string {
 		cancel()
 		t.Fatal("stack did not become ready within 60s")
 	}
-	t.Cleanup(func() {
+	stop := func() {
 		cancel()
 		select {
 		case err := <-done:
@@ -55,8 +55,8 @@ func startSimStack(t testing.TB) string {
 		case <-time.After(30 * time.Second):
 			t.Error("stack did not stop within 30s")
 		}
-	})
-	return "http://" + info.HTTPAddr
+	}
+	return "http://" + info.HTTPAddr, stop
 }
 
 // fuzzMethods are the methods a fuzzed request may use.
@@ -65,14 +65,35 @@ var fuzzMethods = []string{http.MethodGet, http.MethodPost, http.MethodPut, http
 // FuzzRESTGateway sends any method, path, query and body to the REST API
 // of a real stack (cluster/api's HTTPHandler through internal/restgw on
 // the sim backend). The server answers every request and stays up, never
-// with a 5xx (malformed input is the client's fault), and every error
-// from /v1/ is the gateway's JSON status: a code and a message.
+// with a 5xx (malformed input is the client's fault), every error from
+// /v1/ is the gateway's JSON status: a code and a message, and what the
+// requests stored loads again when the stack restarts.
 func FuzzRESTGateway(f *testing.F) {
 	if testing.Short() {
 		f.Skip("starts a whole stack")
 	}
-	base := startSimStack(f)
+	dir := f.TempDir()
+	base, stop := startSimStack(f, dir)
 	hc := &http.Client{Timeout: 20 * time.Second}
+	// Nothing the requests stored is invalid: a stack started again on
+	// the same etcd loads it all (pools, jobs, updates are checked as they
+	// load) and lists it.
+	f.Cleanup(func() {
+		stop()
+		base, stop := startSimStack(f, dir)
+		defer stop()
+		for _, p := range []string{"/v1/pools", "/v1/jobs", "/v1/updates", "/v1/hosts"} {
+			resp, err := hc.Get(base + p)
+			if err != nil {
+				f.Fatalf("after a restart: GET %s: %v", p, err)
+			}
+			out, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				f.Errorf("after a restart: GET %s: %d %.300s", p, resp.StatusCode, out)
+			}
+		}
+	})
 	job := `{"name":"fz","type":"BATCH","pool":"/default","instanceCount":1,"defaultSpec":{"command":["sleep","1"],"resources":{"cpu":0.1,"memoryMb":8}}}`
 	for _, s := range []struct {
 		method      uint8
