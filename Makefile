@@ -40,19 +40,13 @@ test: kube-tools browser-tools
 	$(GO) test -race -count=1 -timeout 25m ./...
 
 ## fuzz runs every fuzz target (each func Fuzz* in a _test.go file) with
-## -fuzz for FUZZTIME (default 30s), one after another: go test -fuzz takes
-## one target per run. `make test` runs each target's seed corpus only.
-## A failing input is written to the package's testdata/fuzz/<Target>/ and
-## stays there as a seed once the defect is fixed.
+## -fuzz for FUZZTIME (default 30s), one after another (hack/fuzz.sh): go
+## test -fuzz takes one target per run. `make test` runs each target's seed
+## corpus only. A failing input is written to the package's
+## testdata/fuzz/<Target>/ and stays there as a seed once the defect is fixed.
 FUZZTIME ?= 30s
 fuzz:
-	@set -e; for f in $$(git grep -l '^func Fuzz' -- '*_test.go'); do \
-	  dir=./$$(dirname $$f); \
-	  for t in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$f); do \
-	    echo "== $$dir $$t ($(FUZZTIME))"; \
-	    $(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 10s $$dir; \
-	  done; \
-	done
+	@FUZZTIME=$(FUZZTIME) GO=$(GO) bash hack/fuzz.sh
 
 ## soak runs the soak test (not part of test): random creates, kills,
 ## updates, scales, drains and kill -9 restarts of a `peloton up` for
