@@ -213,7 +213,8 @@ func sameTree(t *testing.T, got, want *Manager) {
 // is and a leaf, and the tree stored loads again into the same tree.
 func FuzzPoolTreeOps(f *testing.F) {
 	f.Add([]byte{})
-	// create /a with reservation, create /a/b, update /a below it, move /a/b to /, delete /a.
+	// Hand-made mixes of creates, updates, moves and deletes with specs
+	// both valid and not.
 	f.Add([]byte{0, 1, 0, 1, 1, 2, 3, 4, 5, 0, 0, 2, 0, 0, 1, 2, 0, 1, 1, 1, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 3, 2, 0, 1, 0, 2, 1, 0})
 	f.Add([]byte{0, 3, 0, 0, 0, 1, 8, 8, 8, 8, 1, 9, 9, 9, 9, 0, 0, 0, 0, 0, 0})
 	f.Add([]byte("move everything around and delete it again"))
