@@ -19,7 +19,7 @@ KWOK_VERSION := v0.8.0
 PELOTON_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/peloton
 export PELOTON_KUBE_BIN := $(PELOTON_CACHE)/kube/$(KUBE_VERSION)/bin
 
-.PHONY: all build test soak up proto proto-tools kube-tools browser-tools ui clean dashboards
+.PHONY: all build test fuzz soak up proto proto-tools kube-tools browser-tools ui clean dashboards
 
 all: build
 
@@ -38,6 +38,15 @@ test: kube-tools browser-tools
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.') 2>/dev/null); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	$(GO) test -race -count=1 -timeout 25m ./...
+
+## fuzz runs every fuzz target (each func Fuzz* in a _test.go file) with
+## -fuzz for FUZZTIME (default 30s), one after another (hack/fuzz.sh): go
+## test -fuzz takes one target per run. `make test` runs each target's seed
+## corpus only. A failing input is written to the package's
+## testdata/fuzz/<Target>/ and stays there as a seed once the defect is fixed.
+FUZZTIME ?= 30s
+fuzz:
+	@FUZZTIME=$(FUZZTIME) GO=$(GO) bash hack/fuzz.sh
 
 ## soak runs the soak test (not part of test): random creates, kills,
 ## updates, scales, drains and kill -9 restarts of a `peloton up` for

@@ -3,6 +3,7 @@ package federation
 import (
 	"context"
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/peloton-sched/peloton/internal/apierr"
 	"github.com/peloton-sched/peloton/internal/store"
 	"github.com/peloton-sched/peloton/internal/store/storetest"
 
@@ -152,9 +154,24 @@ func TestJobRequest(t *testing.T) {
 			1: {Resources: &pelotonv1.Resources{Cpu: 4, MemoryMb: 40}},
 			7: {Resources: &pelotonv1.Resources{Cpu: 100}}, // beyond the instance count: ignored
 		}}
-	got, err := jobRequest(spec)
+	got, err := jobRequest(spec, "spec.job")
 	if err != nil || got != (resources.Resources{MilliCPU: 6000, MemoryMB: 60}) {
 		t.Errorf("jobRequest = %v %v, want 6 cpu 60 MiB", got, err)
+	}
+}
+
+// TestServiceJobErrorsNameTheRequestField: a bad number in a service
+// update's job is refused naming job.defaultSpec..., where the update
+// request has it; it used to say spec.job..., the create's path.
+func TestServiceJobErrorsNameTheRequestField(t *testing.T) {
+	job := &pelotonv1.JobSpec{Name: "web", Type: pelotonv1.JobType_SERVICE, Pool: "/default", InstanceCount: 1,
+		DefaultSpec: &pelotonv1.TaskSpec{Resources: &pelotonv1.Resources{Cpu: math.Inf(1)}}}
+	for _, at := range []string{"spec.job", "job"} {
+		err := validateServiceJob(job, at)
+		want := at + ".defaultSpec.resources.cpu: "
+		if apierr.Code(err) != codes.InvalidArgument || !strings.HasPrefix(status.Convert(err).Message(), want) {
+			t.Errorf("validateServiceJob(%s) = %v, want InvalidArgument %q...", at, err, want)
+		}
 	}
 }
 

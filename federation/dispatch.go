@@ -104,9 +104,10 @@ func formatLabels(m map[string]string) string {
 }
 
 // jobRequest is what a job asks in all: every instance's resources, the
-// per-instance overrides included.
-func jobRequest(spec *pelotonv1.JobSpec) (resources.Resources, error) {
-	def, err := resources.FromProto(spec.GetDefaultSpec().GetResources(), "spec.job.defaultSpec.resources")
+// per-instance overrides included. at is the job's path in the request
+// (spec.job in a create, job in a service update), for errors.
+func jobRequest(spec *pelotonv1.JobSpec, at string) (resources.Resources, error) {
+	def, err := resources.FromProto(spec.GetDefaultSpec().GetResources(), at+".defaultSpec.resources")
 	if err != nil {
 		return def, err
 	}
@@ -116,7 +117,7 @@ func jobRequest(spec *pelotonv1.JobSpec) (resources.Resources, error) {
 		if int64(id) >= n || o.GetResources() == nil {
 			continue
 		}
-		r, err := resources.FromProto(o.GetResources(), fmt.Sprintf("spec.job.instanceSpecs.%d.resources", id))
+		r, err := resources.FromProto(o.GetResources(), fmt.Sprintf("%s.instanceSpecs.%d.resources", at, id))
 		if err != nil {
 			return total, err
 		}

@@ -76,7 +76,7 @@ func (f *Federation) loadJobs(ctx context.Context) error {
 		if err := proto.Unmarshal(kv.Value, rec); err != nil {
 			return fmt.Errorf("decode %s: %w", kv.Key, err)
 		}
-		req, _ := jobRequest(rec.Spec.GetJob())
+		req, _ := jobRequest(rec.Spec.GetJob(), "spec.job")
 		f.jobs[rec.Id] = &fedJob{rec: rec, rev: kv.Revision, req: req}
 	}
 	return nil
@@ -110,7 +110,7 @@ func (f *Federation) CreateJob(ctx context.Context, spec *pelotonv1.FederatedJob
 		spec.Job.Type = pelotonv1.JobType_BATCH
 	}
 	id := newJobID()
-	req, _ := jobRequest(spec.Job)
+	req, _ := jobRequest(spec.Job, "spec.job")
 	rec := &pelotonv1.FederatedJob{Id: id, Spec: spec, DispatchState: pelotonv1.DispatchState_DISPATCH_PENDING,
 		CreateTime: timestamppb.New(now), Message: "waiting for dispatch"}
 	b, err := proto.Marshal(rec)
@@ -182,7 +182,7 @@ func validateJobSpec(spec *pelotonv1.FederatedJobSpec) error {
 	if job.Foreign != nil {
 		return apierr.Invalid("spec.job.foreign", "set by Peloton only")
 	}
-	if _, err := jobRequest(job); err != nil {
+	if _, err := jobRequest(job, "spec.job"); err != nil {
 		return err
 	}
 	return ValidateLabels(spec.GetPlacement().GetClusterSelector(), "spec.placement.clusterSelector")

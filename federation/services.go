@@ -167,7 +167,7 @@ func validateServiceJob(job *pelotonv1.JobSpec, at string) error {
 	if _, err := resmgr.NormalizePath(job.Pool, at+".pool"); err != nil {
 		return err
 	}
-	if _, err := jobRequest(job); err != nil {
+	if _, err := jobRequest(job, at); err != nil {
 		return err
 	}
 	return nil

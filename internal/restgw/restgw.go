@@ -16,8 +16,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -90,7 +92,7 @@ func Handler(ctx context.Context, o Options) (http.Handler, error) {
 		}
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/v1/", limitBody(gw, maxBytes))
+	mux.Handle("/v1/", validUTF8(limitBody(gw, maxBytes)))
 	if o.Events != nil {
 		mux.Handle("/v1/events", o.Events)
 	}
@@ -147,6 +149,35 @@ func limitBody(next http.Handler, maxBytes int) http.Handler {
 			return
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
+		next.ServeHTTP(w, r)
+	})
+}
+
+// validUTF8 answers 400 to a request whose path or query, decoded, is not
+// UTF-8. The gateway would put those bytes in a string field of the gRPC
+// request, which protobuf refuses to marshal: the call would fail inside
+// the gateway as a 500 Internal, blaming the server for a client's mistake.
+func validUTF8(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !utf8.ValidString(r.URL.Path) {
+			writeRESTError(w, http.StatusBadRequest, codes.InvalidArgument, "the path must be UTF-8 once percent-decoded")
+			return
+		}
+		// A malformed query is the gateway's to refuse, as before (only
+		// for calls that read the query); what parses must be UTF-8.
+		q, _ := url.ParseQuery(r.URL.RawQuery)
+		for k, vs := range q {
+			if !utf8.ValidString(k) {
+				writeRESTError(w, http.StatusBadRequest, codes.InvalidArgument, "the query string must be UTF-8 once percent-decoded")
+				return
+			}
+			for _, v := range vs {
+				if !utf8.ValidString(v) {
+					writeRESTError(w, http.StatusBadRequest, codes.InvalidArgument, fmt.Sprintf("query parameter %q must be UTF-8 once percent-decoded", k))
+					return
+				}
+			}
+		}
 		next.ServeHTTP(w, r)
 	})
 }
