@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
@@ -28,10 +31,15 @@ type APIClients struct {
 
 // APICluster is a Cluster over the stack's public gRPC API: the same
 // whether the advisor runs in the stack's process or as its own daemon.
+// Use a pointer: it caches what it learnt of jobs between rounds.
 type APICluster struct {
 	API APIClients
 	// StaleAfter is the age past which a host's report is no reading.
 	StaleAfter time.Duration
+
+	// jobs caches the jobs runs belong to; fetched is when each was read.
+	jobs    map[string]jobInfo
+	fetched map[string]time.Time
 }
 
 // jobInfo is what the advisor needs of a job.
@@ -41,53 +49,111 @@ type jobInfo struct {
 	slo     float64 // latency SLO in seconds, 0 if none
 }
 
-// Input implements Cluster: ListHosts with runs, and ListJobs for the
-// jobs' types, gangs and SLOs.
-func (c APICluster) Input(ctx context.Context, now time.Time) (Input, error) {
+// jobTTL is how long what the advisor read of a job holds: a job's type
+// and gang never change, its SLO may with an update.
+const jobTTL = 5 * time.Minute
+
+// listJobsAbove is how many jobs to read in a round past which one
+// ListJobs of every live job is cheaper than a GetJob each.
+const listJobsAbove = 100
+
+// Input implements Cluster: ListHosts with runs, and the jobs of those
+// runs (their types, gangs and SLOs) from a cache, reading those it lacks
+// or read more than jobTTL ago.
+func (c *APICluster) Input(ctx context.Context, now time.Time) (Input, error) {
 	hs, err := c.API.Hosts.ListHosts(ctx, &pelotonv1.ListHostsRequest{IncludeRuns: true})
 	if err != nil {
 		return Input{}, fmt.Errorf("advisor: list hosts: %w", err)
 	}
-	jobs, err := c.jobs(ctx)
-	if err != nil {
+	if err := c.refreshJobs(ctx, hs.GetHosts(), now); err != nil {
 		return Input{}, err
 	}
-	return BuildInput(now, hs.GetHosts(), jobs, c.StaleAfter), nil
+	return BuildInput(now, hs.GetHosts(), c.jobs, c.StaleAfter), nil
 }
 
-func (c APICluster) jobs(ctx context.Context) (map[string]jobInfo, error) {
-	jobs := map[string]jobInfo{}
+// refreshJobs makes the cache hold every job with a run on hosts, fresh,
+// and nothing else.
+func (c *APICluster) refreshJobs(ctx context.Context, hosts []*pelotonv1.Host, now time.Time) error {
+	if c.jobs == nil {
+		c.jobs, c.fetched = map[string]jobInfo{}, map[string]time.Time{}
+	}
+	wanted := map[string]bool{}
+	var missing []string
+	for _, h := range hosts {
+		for _, r := range h.GetRuns() {
+			id := r.GetJobId()
+			if id == "" || wanted[id] {
+				continue
+			}
+			wanted[id] = true
+			if t, ok := c.fetched[id]; !ok || now.Sub(t) > jobTTL {
+				missing = append(missing, id)
+			}
+		}
+	}
+	for id := range c.jobs {
+		if !wanted[id] {
+			delete(c.jobs, id)
+			delete(c.fetched, id)
+		}
+	}
+	if len(missing) > listJobsAbove {
+		return c.listJobs(ctx, wanted, now)
+	}
+	for _, id := range missing {
+		resp, err := c.API.Jobs.GetJob(ctx, &pelotonv1.GetJobRequest{JobId: id})
+		if status.Code(err) == codes.NotFound {
+			delete(c.jobs, id) // gone: its runs are ending
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("advisor: get job %s: %w", id, err)
+		}
+		c.keep(resp.GetJob(), now)
+	}
+	return nil
+}
+
+// listJobs reads every live job, keeping those wanted.
+func (c *APICluster) listJobs(ctx context.Context, wanted map[string]bool, now time.Time) error {
 	token := ""
 	for range 1000 { // at most 5,000,000 jobs
 		resp, err := c.API.Jobs.ListJobs(ctx, &pelotonv1.ListJobsRequest{PageSize: 5000, PageToken: token,
 			States: []pelotonv1.JobState{pelotonv1.JobState_JOB_PENDING, pelotonv1.JobState_JOB_RUNNING, pelotonv1.JobState_JOB_INITIALIZED, pelotonv1.JobState_JOB_KILLING}})
 		if err != nil {
-			return nil, fmt.Errorf("advisor: list jobs: %w", err)
+			return fmt.Errorf("advisor: list jobs: %w", err)
 		}
 		for _, j := range resp.GetJobs() {
-			s := j.GetSpec()
-			t := s.GetType()
-			jobs[j.GetId()] = jobInfo{
-				service: t == pelotonv1.JobType_SERVICE || t == pelotonv1.JobType_STATEFUL || t == pelotonv1.JobType_DAEMON,
-				gang:    s.GetSla().GetMinimumRunningInstances() > 1,
-				slo:     float64(s.GetSla().GetLatencySloMs()) / 1000,
+			if wanted[j.GetId()] {
+				c.keep(j, now)
 			}
 		}
 		if token = resp.GetNextPageToken(); token == "" {
 			break
 		}
 	}
-	return jobs, nil
+	return nil
+}
+
+func (c *APICluster) keep(j *pelotonv1.Job, now time.Time) {
+	s := j.GetSpec()
+	t := s.GetType()
+	c.jobs[j.GetId()] = jobInfo{
+		service: t == pelotonv1.JobType_SERVICE || t == pelotonv1.JobType_STATEFUL || t == pelotonv1.JobType_DAEMON,
+		gang:    s.GetSla().GetMinimumRunningInstances() > 1,
+		slo:     float64(s.GetSla().GetLatencySloMs()) / 1000,
+	}
+	c.fetched[j.GetId()] = now
 }
 
 // MoveHost implements Cluster.
-func (c APICluster) MoveHost(ctx context.Context, host, partition, reason string) error {
+func (c *APICluster) MoveHost(ctx context.Context, host, partition, reason string) error {
 	_, err := c.API.Hosts.MoveHost(ctx, &pelotonv1.MoveHostRequest{Host: host, Partition: partition, Reason: reason})
 	return err
 }
 
 // Publish implements Cluster.
-func (c APICluster) Publish(ctx context.Context, req *pelotonv1.PublishAdviceRequest) error {
+func (c *APICluster) Publish(ctx context.Context, req *pelotonv1.PublishAdviceRequest) error {
 	_, err := c.API.Partitions.PublishAdvice(ctx, req)
 	return err
 }

@@ -31,7 +31,7 @@ func startAdvisor(ctx context.Context, grpcAddr string, cfg Config, log *slog.Lo
 	}
 	a, err := advisor.New(advisor.Options{Mode: cfg.AdvisorMode, Config: cfg.Advisor, Interval: cfg.AdvisorInterval,
 		Logger: log.With("component", "advisor"),
-		Cluster: advisor.APICluster{StaleAfter: stale, API: advisor.APIClients{Hosts: pelotonv1.NewHostServiceClient(conn),
+		Cluster: &advisor.APICluster{StaleAfter: stale, API: advisor.APIClients{Hosts: pelotonv1.NewHostServiceClient(conn),
 			Jobs: pelotonv1.NewJobServiceClient(conn), Partitions: pelotonv1.NewPartitionServiceClient(conn)}}})
 	if err != nil {
 		_ = conn.Close()

@@ -200,7 +200,7 @@ says what it would do ("peloton partition moves" shows those as OBSERVED).
 			defer c.Close()
 			log := slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: level})).With("component", "advisor")
 			adv, err := advisor.New(advisor.Options{Mode: mode, Config: cfg, Interval: f.interval, Logger: log,
-				Cluster: advisor.APICluster{StaleAfter: staleAfter, API: advisor.APIClients{Hosts: c.Hosts, Jobs: c.Jobs, Partitions: c.Partitions}}})
+				Cluster: &advisor.APICluster{StaleAfter: staleAfter, API: advisor.APIClients{Hosts: c.Hosts, Jobs: c.Jobs, Partitions: c.Partitions}}})
 			if err != nil {
 				return usageErrorf("%v", err)
 			}
