@@ -1,45 +1,14 @@
 package hostmgr
 
 import (
-	"bufio"
 	"errors"
-	"os"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/peloton-sched/peloton/internal/fsm"
+	"github.com/peloton-sched/peloton/internal/fsm/fsmtest"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
-
-// goldenEdges reads the rendering of table name from a golden file: each
-// from-state's name to its targets.
-func goldenEdges(t testing.TB, file, name string) map[string][]string {
-	t.Helper()
-	b, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, in := map[string][]string{}, false
-	sc := bufio.NewScanner(strings.NewReader(string(b)))
-	for sc.Scan() {
-		line := sc.Text()
-		if strings.HasPrefix(line, "# ") {
-			in = line == "# "+name+" transitions"
-			continue
-		}
-		if from, tos, ok := strings.Cut(line, " -> "); in && ok {
-			out[from] = nil
-			if tos != "(none)" {
-				out[from] = strings.Fields(tos)
-			}
-		}
-	}
-	if len(out) == 0 {
-		t.Fatalf("%s has no %s table", file, name)
-	}
-	return out
-}
 
 // checkGolden asserts that tb's Check agrees with the golden rendering for
 // from and to, states outside the enum included.
@@ -56,8 +25,8 @@ func checkGolden[S fsm.State](t *testing.T, tb *fsm.Table[S], edges map[string][
 // partition move tables' Check never panics and agrees with their golden
 // files; canChangeMaintenance is Check without staying put.
 func FuzzTransitionTables(f *testing.F) {
-	maint := goldenEdges(f, "testdata/maintenance.golden", maintenanceTransitions.Name())
-	part := goldenEdges(f, "testdata/partition_move.golden", partitionTransitions.Name())
+	maint := fsmtest.GoldenEdges(f, "testdata/maintenance.golden", maintenanceTransitions.Name())
+	part := fsmtest.GoldenEdges(f, "testdata/partition_move.golden", partitionTransitions.Name())
 	for from := int32(-1); from < 6; from++ {
 		for to := int32(-1); to < 6; to++ {
 			f.Add(from, to)

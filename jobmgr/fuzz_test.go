@@ -1,16 +1,15 @@
 package jobmgr
 
 import (
-	"bufio"
 	"errors"
 	"math"
-	"os"
 	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
 
 	"github.com/peloton-sched/peloton/internal/fsm"
+	"github.com/peloton-sched/peloton/internal/fsm/fsmtest"
 	"github.com/peloton-sched/peloton/internal/resources"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 	"google.golang.org/protobuf/proto"
@@ -213,35 +212,6 @@ func FuzzValidateUpdateSpec(f *testing.F) {
 	})
 }
 
-// goldenEdges reads the rendering of table name from a golden file: each
-// from-state's name to its targets.
-func goldenEdges(t testing.TB, file, name string) map[string][]string {
-	t.Helper()
-	b, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, in := map[string][]string{}, false
-	sc := bufio.NewScanner(strings.NewReader(string(b)))
-	for sc.Scan() {
-		line := sc.Text()
-		if strings.HasPrefix(line, "# ") {
-			in = line == "# "+name+" transitions"
-			continue
-		}
-		if from, tos, ok := strings.Cut(line, " -> "); in && ok {
-			out[from] = nil
-			if tos != "(none)" {
-				out[from] = strings.Fields(tos)
-			}
-		}
-	}
-	if len(out) == 0 {
-		t.Fatalf("%s has no %s table", file, name)
-	}
-	return out
-}
-
 // checkTable asserts that tb's Check agrees with its golden rendering for from
 // and to, which may be any value, states outside the enum included.
 func checkTable[S fsm.State](t *testing.T, tb *fsm.Table[S], edges map[string][]string, from, to S) {
@@ -267,7 +237,7 @@ func checkTable[S fsm.State](t *testing.T, tb *fsm.Table[S], edges map[string][]
 // with their reviewed rendering in testdata/transitions.golden.
 func FuzzTransitionTables(f *testing.F) {
 	const golden = "testdata/transitions.golden"
-	task, job, upd := goldenEdges(f, golden, taskTransitions.Name()), goldenEdges(f, golden, jobTransitions.Name()), goldenEdges(f, golden, updateTransitions.Name())
+	task, job, upd := fsmtest.GoldenEdges(f, golden, taskTransitions.Name()), fsmtest.GoldenEdges(f, golden, jobTransitions.Name()), fsmtest.GoldenEdges(f, golden, updateTransitions.Name())
 	for from := int32(-1); from < 12; from++ {
 		for to := int32(-1); to < 12; to++ {
 			f.Add(from, to)
