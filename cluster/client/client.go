@@ -17,8 +17,9 @@
 // them safe to retry; NewRequestID makes one. Use the same id for every
 // retry of one intended create, and a fresh one for the next.
 //
-// This package must import no Peloton package but the API protos: it is
-// what a program outside the cluster links.
+// This package must import no Peloton package but the API protos and
+// internal/tlsfiles (TLS from files, reloaded): it is what a program
+// outside the cluster links.
 package client
 
 import (
@@ -26,6 +27,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"net"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -33,6 +36,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/peloton-sched/peloton/internal/tlsfiles"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
@@ -51,8 +55,26 @@ type Options struct {
 	// callers that read very large answers (ListTasks of a huge job).
 	// 0 keeps gRPC's defaults.
 	MaxMsgBytes int
+	// TLS, if set (and TransportCredentials is not), secures the
+	// connection with these files, read again when they change.
+	TLS *TLSFiles
+	// Token, if set, is sent as a bearer token with every call. It is sent
+	// only over TLS or to a loopback address: New refuses otherwise.
+	Token string
 	// DialOptions are added after the ones Options implies.
 	DialOptions []grpc.DialOption
+}
+
+// TLSFiles are the PEM files of a TLS connection to Peloton.
+type TLSFiles struct {
+	// CAFile verifies the server's certificate; empty: the system's roots.
+	CAFile string
+	// CertFile and KeyFile are this client's certificate and key, for a
+	// server that requires client certificates (mutual TLS).
+	CertFile, KeyFile string
+	// ServerName, if set, is the name the server's certificate must carry
+	// instead of the host of the address dialled.
+	ServerName string
 }
 
 // Client is a connection to one cluster's API with a client per service.
@@ -99,10 +121,24 @@ func dial(addr string, o Options) (*grpc.ClientConn, error) {
 		return nil, fmt.Errorf("client: timeout %s: must be >= 0", o.Timeout)
 	}
 	creds := o.TransportCredentials
+	if creds == nil && o.TLS != nil {
+		cfg, err := tlsfiles.ClientConfig(tlsfiles.Client(*o.TLS), nil)
+		if err != nil {
+			return nil, fmt.Errorf("client: TLS: %w", err)
+		}
+		creds = credentials.NewTLS(cfg)
+	}
+	secure := creds != nil
 	if creds == nil {
 		creds = insecure.NewCredentials()
 	}
 	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+	if o.Token != "" {
+		if !secure && !loopback(addr) {
+			return nil, fmt.Errorf("client: a token is sent only over TLS or to a loopback address, and %s is neither (give a CA file)", addr)
+		}
+		opts = append(opts, grpc.WithPerRPCCredentials(bearer{token: o.Token, secure: secure}))
+	}
 	if o.Timeout > 0 {
 		opts = append(opts, grpc.WithChainUnaryInterceptor(deadline(o.Timeout)))
 	}
@@ -121,6 +157,34 @@ func deadline(d time.Duration) grpc.UnaryClientInterceptor {
 		defer cancel()
 		return invoker(ctx, method, req, reply, cc, opts...)
 	}
+}
+
+// bearer sends a token with every call.
+type bearer struct {
+	token  string
+	secure bool
+}
+
+func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + b.token}, nil
+}
+
+// RequireTransportSecurity is false only for the loopback case dial allowed.
+func (b bearer) RequireTransportSecurity() bool { return b.secure }
+
+// loopback says whether a gRPC target names a loopback address.
+func loopback(target string) bool {
+	target = strings.TrimPrefix(target, "passthrough:///")
+	target = strings.TrimPrefix(target, "dns:///")
+	host, _, err := net.SplitHostPort(target)
+	if err != nil {
+		host = target
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // Connected reports whether the connection is up now. After a failed call
