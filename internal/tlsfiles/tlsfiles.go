@@ -3,7 +3,7 @@
 // cert-manager, or a cron job running openssl) replaces while the daemon
 // runs: a certificate, its key, and the CA bundles that verify the other
 // side. A file is read again when its size or modification time changes
-// (checked at most once per CheckInterval, on the handshake that needs it),
+// (looked for at most once per reload.Interval, on the handshake that needs it),
 // so a rotated certificate is served by the next connection without a
 // restart. A replacement that does not load (a half-written file, a key that
 // does not match) is logged and the previous one kept.
@@ -20,12 +20,9 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"sync"
-	"time"
-)
 
-// CheckInterval is how often, at most, the files are looked at again.
-var CheckInterval = time.Second
+	"github.com/peloton-sched/peloton/internal/reload"
+)
 
 // MinVersion is the oldest protocol version any configuration accepts.
 const MinVersion = tls.VersionTLS12
@@ -93,9 +90,9 @@ func ServerConfig(s Server, nextProtos []string, log *slog.Logger) (*tls.Config,
 		MinVersion: MinVersion,
 		NextProtos: protos,
 		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
-			c := &tls.Config{MinVersion: MinVersion, NextProtos: protos, Certificates: []tls.Certificate{*kp.get()}}
+			c := &tls.Config{MinVersion: MinVersion, NextProtos: protos, Certificates: []tls.Certificate{*kp.Get()}}
 			if cas != nil {
-				c.ClientCAs = cas.get()
+				c.ClientCAs = cas.Get()
 				c.ClientAuth = tls.RequireAndVerifyClientCert
 			}
 			return c, nil
@@ -150,7 +147,7 @@ func ClientConfig(c Client, log *slog.Logger) (*tls.Config, error) {
 		if err != nil {
 			return nil, err
 		}
-		cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return kp.get(), nil }
+		cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return kp.Get(), nil }
 	}
 	if c.CAFile == "" {
 		return cfg, nil // the system's roots, verified by crypto/tls
@@ -172,7 +169,7 @@ func ClientConfig(c Client, log *slog.Logger) (*tls.Config, error) {
 			inter.AddCert(ic)
 		}
 		_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{
-			Roots: cas.get(), Intermediates: inter, DNSName: cs.ServerName,
+			Roots: cas.Get(), Intermediates: inter, DNSName: cs.ServerName,
 			KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		})
 		if err != nil {
@@ -183,93 +180,13 @@ func ClientConfig(c Client, log *slog.Logger) (*tls.Config, error) {
 	return cfg, nil
 }
 
-// stamp tells whether a file changed.
-type stamp struct {
-	size int64
-	mod  time.Time
-}
-
-func stampOf(paths ...string) ([]stamp, error) {
-	out := make([]stamp, len(paths))
-	for i, p := range paths {
-		fi, err := os.Stat(p)
-		if err != nil {
-			return nil, err
-		}
-		out[i] = stamp{fi.Size(), fi.ModTime()}
-	}
-	return out, nil
-}
-
-func sameStamps(a, b []stamp) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i].size != b[i].size || !a[i].mod.Equal(b[i].mod) {
-			return false
-		}
-	}
-	return true
-}
-
-// reloading holds the value loaded from some files, loaded again when
-// they change.
-type reloading[T any] struct {
-	paths   []string
-	load    func() (T, error)
-	log     *slog.Logger
-	mu      sync.Mutex
-	val     T
-	stamps  []stamp
-	checked time.Time
-}
-
-func newReloading[T any](paths []string, load func() (T, error), log *slog.Logger) (*reloading[T], error) {
-	st, err := stampOf(paths...)
-	if err != nil {
-		return nil, err
-	}
-	v, err := load()
-	if err != nil {
-		return nil, err
-	}
-	return &reloading[T]{paths: paths, load: load, log: log, val: v, stamps: st, checked: time.Now()}, nil
-}
-
-func (r *reloading[T]) get() T {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	now := time.Now()
-	if now.Sub(r.checked) < CheckInterval {
-		return r.val
-	}
-	r.checked = now
-	st, err := stampOf(r.paths...)
-	if err != nil || sameStamps(st, r.stamps) {
-		if err != nil {
-			r.log.Warn("cannot look at a TLS file; keeping the loaded one", "files", r.paths, "err", err)
-		}
-		return r.val
-	}
-	v, err := r.load()
-	if err != nil {
-		// Perhaps half-written: look again next time.
-		r.log.Warn("a TLS file changed but does not load; keeping the loaded one", "files", r.paths, "err", err)
-		return r.val
-	}
-	r.val, r.stamps = v, st
-	r.log.Info("TLS files reloaded", "files", r.paths)
-	return r.val
-}
-
-type keyPair = reloading[*tls.Certificate]
+type keyPair = reload.File[*tls.Certificate]
 
 func newKeyPair(certFile, keyFile string, log *slog.Logger) (*keyPair, error) {
 	if certFile == "" || keyFile == "" {
 		return nil, errors.New("tlsfiles: a certificate needs both its file and its key's")
 	}
-	return newReloading([]string{certFile, keyFile}, func() (*tls.Certificate, error) {
+	return reload.New([]string{certFile, keyFile}, func() (*tls.Certificate, error) {
 		c, err := tls.LoadX509KeyPair(certFile, keyFile)
 		if err != nil {
 			return nil, err
@@ -278,10 +195,10 @@ func newKeyPair(certFile, keyFile string, log *slog.Logger) (*keyPair, error) {
 	}, log)
 }
 
-type poolFile = reloading[*x509.CertPool]
+type poolFile = reload.File[*x509.CertPool]
 
 func newPoolFile(path string, log *slog.Logger) (*poolFile, error) {
-	return newReloading([]string{path}, func() (*x509.CertPool, error) { return loadPool(path) }, log)
+	return reload.New([]string{path}, func() (*x509.CertPool, error) { return loadPool(path) }, log)
 }
 
 func loadPool(path string) (*x509.CertPool, error) {
