@@ -17,17 +17,20 @@
 // them safe to retry; NewRequestID makes one. Use the same id for every
 // retry of one intended create, and a fresh one for the next.
 //
-// This package must import no Peloton package but the API protos and
-// internal/tlsfiles (TLS from files, reloaded): it is what a program
-// outside the cluster links.
+// This package must import no Peloton package but the API protos,
+// internal/tlsfiles (TLS from files, reloaded) and internal/reload (the
+// token file, reloaded): it is what a program outside the cluster links,
+// the slim host agent included.
 package client
 
 import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
+	"os"
 	"strings"
 	"time"
 
@@ -36,6 +39,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/peloton-sched/peloton/internal/reload"
 	"github.com/peloton-sched/peloton/internal/tlsfiles"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
@@ -59,8 +63,14 @@ type Options struct {
 	// connection with these files, read again when they change.
 	TLS *TLSFiles
 	// Token, if set, is sent as a bearer token with every call. It is sent
-	// only over TLS or to a loopback address: New refuses otherwise.
+	// only over TLS or to a loopback address: New refuses otherwise (an
+	// error that wraps ErrPlaintextToken).
 	Token string
+	// TokenFile, if set (and Token is not), holds the token (see
+	// ReadTokenFile). It is read now, and again by the first call after it
+	// changes, so a daemon picks up a rotated token without a restart. The
+	// same transport rule as Token's holds.
+	TokenFile string
 	// DialOptions are added after the ones Options implies.
 	DialOptions []grpc.DialOption
 }
@@ -133,11 +143,19 @@ func dial(addr string, o Options) (*grpc.ClientConn, error) {
 		creds = insecure.NewCredentials()
 	}
 	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
-	if o.Token != "" {
+	if o.Token != "" || o.TokenFile != "" {
 		if !secure && !loopback(addr) {
-			return nil, fmt.Errorf("client: a token is sent only over TLS or to a loopback address, and %s is neither (give a CA file)", addr)
+			return nil, fmt.Errorf("client: %w, and %s is neither (give a CA file)", ErrPlaintextToken, addr)
 		}
-		opts = append(opts, grpc.WithPerRPCCredentials(bearer{token: o.Token, secure: secure}))
+		b := bearer{token: o.Token, secure: secure}
+		if o.Token == "" {
+			f, err := reload.New([]string{o.TokenFile}, func() (string, error) { return ReadTokenFile(o.TokenFile) }, nil)
+			if err != nil {
+				return nil, fmt.Errorf("client: token file: %w", err)
+			}
+			b.file = f
+		}
+		opts = append(opts, grpc.WithPerRPCCredentials(b))
 	}
 	if o.Timeout > 0 {
 		opts = append(opts, grpc.WithChainUnaryInterceptor(deadline(o.Timeout)))
@@ -159,14 +177,41 @@ func deadline(d time.Duration) grpc.UnaryClientInterceptor {
 	}
 }
 
-// bearer sends a token with every call.
+// ErrPlaintextToken is why New refuses a token to an address that is
+// neither reached over TLS nor a loopback one: anyone on the path would
+// read it.
+var ErrPlaintextToken = errors.New("a token is sent only over TLS or to a loopback address")
+
+// ReadTokenFile reads a token from a file: its content less surrounding
+// white space (the newline an editor or echo adds). An empty file is an
+// error, not a call without a token.
+func ReadTokenFile(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return "", fmt.Errorf("%s is empty", path)
+	}
+	return tok, nil
+}
+
+// bearer sends a token with every call: token, or what file holds now.
 type bearer struct {
 	token  string
+	file   *reload.File[string]
 	secure bool
 }
 
 func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
-	return map[string]string{"authorization": "Bearer " + b.token}, nil
+	tok := b.token
+	if b.file != nil {
+		// A token file that stops loading keeps the last good token: the
+		// server says Unauthenticated if that one expired.
+		tok = b.file.Get()
+	}
+	return map[string]string{"authorization": "Bearer " + tok}, nil
 }
 
 // RequireTransportSecurity is false only for the loopback case dial allowed.
