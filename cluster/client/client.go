@@ -87,6 +87,12 @@ type TLSFiles struct {
 	ServerName string
 }
 
+// Check says what is wrong with the files: a certificate without its key
+// or the other way round, a file that does not load. Each is named by
+// flags: [0] the CA file's name, [1] the certificate's, [2] the key's (the
+// flag or config field a user set it with). nil if New would load them.
+func (f TLSFiles) Check(flags [3]string) error { return tlsfiles.Client(f).Check(flags) }
+
 // Client is a connection to one cluster's API with a client per service.
 type Client struct {
 	// Addr is the address the client dials (host:port or a gRPC target).

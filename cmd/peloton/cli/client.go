@@ -25,6 +25,8 @@ type client struct {
 	// cluster is the federation's record of the cluster --cluster named,
 	// nil when the client dials --server.
 	cluster *pelotonv1.Cluster
+	// sec explains failures caused by the connection's security.
+	sec *connSettings
 }
 
 // caller is a client whose failed calls call and create report: the
@@ -34,62 +36,73 @@ type caller interface {
 }
 
 // dial prepares a connection to --server, or, with --cluster, to that
-// cluster's endpoint as the federation knows it; every unary call is
-// bounded by --timeout. It does not connect to the cluster: the first call
-// does, and fails fast when nothing listens, so a missing server never
-// blocks the CLI.
+// cluster's endpoint as the federation knows it, each possibly set by the
+// config file's context (see conn); every unary call is bounded by
+// --timeout. It does not connect to the cluster: the first call does, and
+// fails fast when nothing listens, so a missing server never blocks the
+// CLI.
 func (a *app) dial() (*client, error) {
 	if a.timeout <= 0 {
 		return nil, usageErrorf("invalid --timeout %s: must be > 0", a.timeout)
 	}
-	addr, flag := a.server, "--server"
+	s, err := a.conn()
+	if err != nil {
+		return nil, err
+	}
+	addr, flag := s.server.val, s.server.name("--server")
 	var rec *pelotonv1.Cluster
-	if a.clusterName != "" {
-		if a.globals != nil && a.globals.Changed("server") {
+	if s.cluster.val != "" {
+		if s.cluster.from == "--cluster" && s.server.from == "--server" {
 			return nil, usageErrorf("--cluster and --server both name where to send the command; give one")
 		}
-		var err error
-		if rec, err = a.resolveCluster(); err != nil {
+		if rec, err = a.resolveCluster(s); err != nil {
 			return nil, err
 		}
 		addr, flag = rec.GetEndpoint(), "endpoint of cluster "+rec.GetName()
 	}
-	// Plaintext for now: the server does not serve TLS yet.
-	c, err := pclient.New(addr, pclient.Options{Timeout: a.timeout})
+	opts, err := s.options(a.timeout)
 	if err != nil {
-		return nil, usageErrorf("invalid %s %q: %v", flag, addr, err)
+		return nil, err
 	}
-	return &client{Client: c, timeout: a.timeout, cluster: rec}, nil
+	c, err := pclient.New(addr, opts)
+	if err != nil {
+		return nil, s.dialError(flag, addr, err)
+	}
+	return &client{Client: c, timeout: a.timeout, cluster: rec, sec: s}, nil
 }
 
 // resolveCluster asks the federation (--federation) for the cluster named
-// by --cluster. Every command dials once (withClient), so an invocation
-// asks once.
-func (a *app) resolveCluster() (*pelotonv1.Cluster, error) {
-	if err := cluster.ValidateClusterName(a.clusterName); err != nil {
-		return nil, usageErrorf("invalid --cluster %q: must be 1 to 63 lower-case letters, digits or '-', starting and ending with a letter or digit", a.clusterName)
+// by --cluster (or the context's cluster). Every command dials once
+// (withClient), so an invocation asks once.
+func (a *app) resolveCluster(s *connSettings) (*pelotonv1.Cluster, error) {
+	name, flag := s.cluster.val, s.cluster.name("--cluster")
+	if err := cluster.ValidateClusterName(name); err != nil {
+		return nil, usageErrorf("invalid %s %q: must be 1 to 63 lower-case letters, digits or '-', starting and ending with a letter or digit", flag, name)
 	}
 	f, err := a.dialFederation(false)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	resp, err := f.Clusters.GetCluster(context.Background(), &pelotonv1.GetClusterRequest{Name: a.clusterName})
+	resp, err := f.Clusters.GetCluster(context.Background(), &pelotonv1.GetClusterRequest{Name: name})
 	if err != nil {
 		st := status.Convert(err)
+		if e := s.explain(st, f.Connected(), "the federation at "+f.Addr); e != nil {
+			return nil, e
+		}
 		switch {
 		case st.Code() == codes.NotFound:
 			// The federation's own words: "cluster b is not registered".
 			return nil, errors.New(st.Message())
 		case f.unreachable(st):
-			return nil, &unreachableError{what: "the federation", addr: f.Addr, purpose: " to look up --cluster " + a.clusterName,
+			return nil, &unreachableError{what: "the federation", addr: f.Addr, purpose: " to look up " + flag + " " + name,
 				st: st, hint: fedHint}
 		}
-		return nil, fmt.Errorf("look up --cluster %s in the federation at %s: %s: %s", a.clusterName, f.Addr, st.Code(), st.Message())
+		return nil, fmt.Errorf("look up %s %s in the federation at %s: %s: %s", flag, name, f.Addr, st.Code(), st.Message())
 	}
 	rec := resp.GetCluster()
 	if rec.GetEndpoint() == "" {
-		return nil, fmt.Errorf("cluster %s has no endpoint in the federation at %s", a.clusterName, f.Addr)
+		return nil, fmt.Errorf("cluster %s has no endpoint in the federation at %s", name, f.Addr)
 	}
 	return rec, nil
 }
@@ -108,7 +121,17 @@ func (c *client) wrap(err error) error {
 	if !ok {
 		return err
 	}
+	what := "the peloton server at " + c.Addr
+	if c.cluster != nil {
+		what = "cluster " + c.cluster.GetName() + " at " + c.Addr
+	}
+	if e := c.sec.explain(st, c.Connected(), what); e != nil {
+		return e
+	}
 	e := &rpcError{st: st, addr: c.Addr}
+	if c.sec != nil && c.cluster == nil {
+		e.from = c.sec.server.from
+	}
 	switch st.Code() {
 	case codes.Unavailable, codes.DeadlineExceeded:
 		e.unreachable = !c.Connected()

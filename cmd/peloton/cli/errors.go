@@ -49,16 +49,23 @@ func isReported(err error) bool {
 // when the server could not be reached at all, a message that names the
 // address and says how to start one.
 type rpcError struct {
-	st          *status.Status
-	addr        string
+	st   *status.Status
+	addr string
+	// from says where addr came from when the user did not type it
+	// ("$PELOTON_SERVER", "server of context prod"), or "".
+	from        string
 	unreachable bool
 }
 
 func (e *rpcError) Error() string {
 	if e.unreachable {
+		addr := e.addr
+		if e.from != "" && e.from != "--server" {
+			addr += " (" + e.from + ")"
+		}
 		return fmt.Sprintf("cannot reach the peloton server at %s (%s: %s); is it running? "+
 			"Start one with \"peloton up\", or point --server or $%s at it",
-			e.addr, e.st.Code(), dialNoise.ReplaceAllString(e.st.Message(), "$1"), serverEnv)
+			addr, e.st.Code(), dialNoise.ReplaceAllString(e.st.Message(), "$1"), serverEnv)
 	}
 	return fmt.Sprintf("%s: %s", e.st.Code(), e.st.Message())
 }
@@ -77,6 +84,10 @@ func formatError(err error) string {
 	var re *rpcError
 	if errors.As(err, &re) {
 		return re.Error()
+	}
+	var se *securityError
+	if errors.As(err, &se) {
+		return se.Error()
 	}
 	// Not status.FromError: for a wrapped status it replaces the message
 	// with the wrapper's text, which repeats "rpc error: code = ...".

@@ -26,30 +26,42 @@ import (
 type fedClient struct {
 	*pclient.Federation
 	timeout time.Duration
+	// sec explains failures caused by the connection's security.
+	sec *connSettings
 }
 
 // fedHint says what to do when the federation does not answer.
 const fedHint = `is it running? "peloton up" runs one beside its cluster; or point --federation or $` + federationEnv + ` at it`
 
-// dialFederation prepares a connection to --federation; every unary call is
-// bounded by --timeout. command says the caller is a cluster or fed
-// command, which talks to the federation itself: --cluster means nothing
-// to it, and is refused rather than ignored.
+// dialFederation prepares a connection to --federation (or the context's
+// federation, see conn), with the same TLS files and token as the
+// cluster's; every unary call is bounded by --timeout. command says the
+// caller is a cluster or fed command, which talks to the federation
+// itself: --cluster means nothing to it, and is refused rather than
+// ignored (a context's cluster is only a default, and left alone).
 func (a *app) dialFederation(command bool) (*fedClient, error) {
 	if a.timeout <= 0 {
 		return nil, usageErrorf("invalid --timeout %s: must be > 0", a.timeout)
 	}
-	if command && a.clusterName != "" {
+	if command && a.clusterName != "" && a.globals != nil && a.globals.Changed("cluster") {
 		return nil, usageErrorf("--cluster sends job, task, pool, host and update commands to one cluster; " +
 			"the cluster and fed commands talk to the federation (--federation); " +
 			"to list the federated jobs in a cluster, use fed job list --in-cluster NAME")
 	}
-	// Plaintext, as the cluster API: the federation does not serve TLS yet.
-	f, err := pclient.NewFederation(a.fedAddr, pclient.Options{Timeout: a.timeout})
+	s, err := a.conn()
 	if err != nil {
-		return nil, usageErrorf("invalid --federation %q: %v", a.fedAddr, err)
+		return nil, err
 	}
-	return &fedClient{Federation: f, timeout: a.timeout}, nil
+	opts, err := s.options(a.timeout)
+	if err != nil {
+		return nil, err
+	}
+	addr := s.federation.val
+	f, err := pclient.NewFederation(addr, opts)
+	if err != nil {
+		return nil, s.dialError(s.federation.name("--federation"), addr, err)
+	}
+	return &fedClient{Federation: f, timeout: a.timeout, sec: s}, nil
 }
 
 // withFederation dials --federation, runs fn with the client, and closes it.
@@ -81,6 +93,9 @@ func (f *fedClient) wrap(err error) error {
 	st, ok := status.FromError(err)
 	if !ok {
 		return err
+	}
+	if e := f.sec.explain(st, f.Connected(), "the federation at "+f.Addr); e != nil {
+		return e
 	}
 	if f.unreachable(st) {
 		return &unreachableError{what: "the federation", addr: f.Addr, st: st, hint: fedHint}

@@ -42,9 +42,24 @@ func runWith(t *testing.T, run func(context.Context, cluster.Config) error, stdi
 // that look at what `serve federation` or `up` would run it with.
 func runFedWith(t *testing.T, run func(context.Context, cluster.Config) error, runFed func(context.Context, federation.Config) error, stdin string, args ...string) result {
 	t.Helper()
+	return runEnvWith(t, nil, run, runFed, stdin, args...)
+}
+
+// runEnv is runCLI with exactly the environment env: no $HOME, no
+// $PELOTON_* and no config file unless env says so.
+func runEnv(t *testing.T, env map[string]string, args ...string) result {
+	t.Helper()
+	return runEnvWith(t, env, func(context.Context, cluster.Config) error {
+		t.Errorf("cluster.Run called for %q", args)
+		return nil
+	}, func(ctx context.Context, _ federation.Config) error { <-ctx.Done(); return nil }, "", args...)
+}
+
+func runEnvWith(t *testing.T, env map[string]string, run func(context.Context, cluster.Config) error, runFed func(context.Context, federation.Config) error, stdin string, args ...string) result {
+	t.Helper()
 	var out, errb bytes.Buffer
 	a := newApp(&out, &errb)
-	a.getenv = func(string) string { return "" }
+	a.getenv = func(k string) string { return env[k] }
 	a.runCluster = run
 	a.runFederation = runFed
 	a.poll = 10 * time.Millisecond

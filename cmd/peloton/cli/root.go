@@ -54,6 +54,14 @@ type app struct {
 	// invocation, see dial).
 	fedAddr     string
 	clusterName string
+	// The TLS files and token (--ca-file, --cert-file, --key-file,
+	// --tls-server-name, --token), and --context and --config: see conn
+	// for how they combine with the environment and the config file.
+	caFile, certFile, keyFile, tlsServerName string
+	token                                    string
+	contextName, configFlag                  string
+	// settings are the connection settings once conn resolved them.
+	settings *connSettings
 	// globals are the root's persistent flags, to tell a flag given from
 	// its default.
 	globals *pflag.FlagSet
@@ -146,6 +154,13 @@ Start a single-machine cluster with "peloton up", then submit work to it:
 	}
 	pf.StringVar(&a.fedAddr, "federation", fed, "gRPC address of the federation (cluster and fed commands, --cluster); $"+federationEnv+" sets the default")
 	pf.StringVar(&a.clusterName, "cluster", "", "send job, task, pool, host and update commands to this cluster of the federation (its endpoint, asked of --federation) instead of --server")
+	pf.StringVar(&a.caFile, "ca-file", "", "PEM file of the CA that signed the server's certificate; connects over TLS (as do --cert-file and --tls-server-name)")
+	pf.StringVar(&a.certFile, "cert-file", "", "PEM certificate to present to a server that requires client certificates (mutual TLS), with --key-file")
+	pf.StringVar(&a.keyFile, "key-file", "", "PEM private key of --cert-file")
+	pf.StringVar(&a.tlsServerName, "tls-server-name", "", "name the server's certificate must carry, if not the host of the address dialled")
+	pf.StringVar(&a.token, "token", "", "bearer token sent with every call, only over TLS or to a loopback address (default: $"+tokenEnv+")")
+	pf.StringVar(&a.contextName, "context", "", `context of the config file to use (default: its currentContext; "" for none)`)
+	pf.StringVar(&a.configFlag, "config", "", "config file (default: $"+configEnv+", else $XDG_CONFIG_HOME/peloton/config.yaml or ~/.config/peloton/config.yaml)")
 	a.globals = pf
 
 	a.group(root)
@@ -160,6 +175,7 @@ Start a single-machine cluster with "peloton up", then submit work to it:
 		a.updateCommand(),
 		a.clusterCommand(),
 		a.fedCommand(),
+		a.configCommand(),
 		a.versionCommand(),
 		a.benchCommand(),
 	)

@@ -348,7 +348,7 @@ Prints one "peloton is ready: ..." line once it serves; stops on SIGINT or SIGTE
 const serverUsage = cmdutil.ServerUsage
 
 // clientFlags are the root's flags that only API clients use.
-var clientFlags = []string{"server", "output", "timeout", "cluster", "federation"}
+var clientFlags = []string{"server", "output", "timeout", "cluster", "federation", "ca-file", "cert-file", "key-file", "token", "tls-server-name", "context", "config"}
 
 // rejectClientFlags refuses a client flag given to a server command, which
 // would otherwise be accepted and ignored.
