@@ -20,6 +20,7 @@ import (
 
 	"github.com/peloton-sched/peloton/advisor"
 	pclient "github.com/peloton-sched/peloton/cluster/client"
+	"github.com/peloton-sched/peloton/cmd/peloton/hostagentcmd"
 	"github.com/peloton-sched/peloton/internal/metrics"
 )
 
@@ -151,6 +152,7 @@ func (a *app) serveAdvisorCommand() *cobra.Command {
 	var f advisorFlags
 	var server, metricsListen, logLevel string
 	var staleAfter time.Duration
+	var conn hostagentcmd.ConnFlags
 	cmd := &cobra.Command{
 		Use:   "advisor --server ADDR",
 		Short: "Run the host advisor: move hosts between the batch and stateless partitions as load shifts",
@@ -164,9 +166,16 @@ cool for --advisor-cooling, hosts go back. It publishes its advice (zones,
 pressure, batch hosts' oversubscription factors) to the stack, which shows
 it in "peloton partition list" and "host list". With --mode observe it only
 says what it would do ("peloton partition moves" shows those as OBSERVED).
-"peloton up" and "serve cluster" run one in-process (--advisor-mode).`,
+"peloton up" and "serve cluster" run one in-process (--advisor-mode).
+
+A stack that serves TLS is reached with --ca-file (and --cert-file and
+--key-file if it wants client certificates); one that wants a token gets
+the one in --token-file, read again when the file changes.`,
 		Args: argsNamed(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := rejectClientFlags(cmd); err != nil {
+				return err
+			}
 			if server == "" {
 				return usageErrorf("missing --server: the gRPC address of the cluster stack to advise")
 			}
@@ -177,6 +186,10 @@ says what it would do ("peloton partition moves" shows those as OBSERVED).
 				return usageErrorf("invalid --usage-stale-after %s: must be > 0", staleAfter)
 			}
 			mode, cfg, err := f.config(false)
+			if err != nil {
+				return err
+			}
+			opts, err := conn.Options()
 			if err != nil {
 				return err
 			}
@@ -193,9 +206,10 @@ says what it would do ("peloton partition moves" shows those as OBSERVED).
 			}
 			// Every call of a round is bounded: a stack that stops answering
 			// costs a round, not the advisor.
-			c, err := pclient.New(server, pclient.Options{Timeout: 10 * time.Second})
+			opts.Timeout = 10 * time.Second
+			c, err := pclient.New(server, opts)
 			if err != nil {
-				return usageErrorf("invalid --server %q: %v", server, err)
+				return hostagentcmd.DialError(server, err)
 			}
 			defer c.Close()
 			log := slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: level})).With("component", "advisor")
@@ -228,6 +242,7 @@ says what it would do ("peloton partition moves" shows those as OBSERVED).
 	fs.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.DurationVar(&staleAfter, "usage-stale-after", 15*time.Second, "how old a host's last usage report may be and still count as a reading")
 	f.register(fs, false)
+	conn.Register(fs)
 	cmd.SetUsageTemplate(serverUsage)
 	return cmd
 }

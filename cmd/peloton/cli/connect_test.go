@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"net"
 	"os"
@@ -8,11 +9,13 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/peloton-sched/peloton/internal/tlsfiles"
@@ -408,8 +411,115 @@ func TestServerCommandsRefuseClientAuthFlags(t *testing.T) {
 		{"up", "--ca-file", "ca.pem"},
 		{"up", "--context", "prod"},
 		{"serve", "cluster", "--etcd-endpoints", "http://a:2379", "--config", "c.yaml"},
+		{"serve", "advisor", "--server", "127.0.0.1:1", "--token", "t"},
+		{"serve", "hostagent", "--server", "127.0.0.1:1", "--token", "t"},
 	} {
 		r := runCLI(t, "", args...)
 		wantStderr(t, r, exitUsage, "is a flag of the client commands")
 	}
+}
+
+// advisedHosts is the host service `serve advisor` reads, recording the
+// token and client certificate of each call.
+type advisedHosts struct {
+	pelotonv1.UnimplementedHostServiceServer
+	calls chan string
+}
+
+func (h *advisedHosts) ListHosts(ctx context.Context, _ *pelotonv1.ListHostsRequest) (*pelotonv1.ListHostsResponse, error) {
+	got := "token " + strings.Join(metadata.ValueFromIncomingContext(ctx, "authorization"), ",")
+	if p, ok := peer.FromContext(ctx); ok {
+		if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok && len(ti.State.PeerCertificates) > 0 {
+			got += ", client " + ti.State.PeerCertificates[0].Subject.CommonName
+		}
+	}
+	select {
+	case h.calls <- got:
+	default:
+	}
+	return &pelotonv1.ListHostsResponse{}, nil
+}
+
+// TestAdvisorConnectsWithTLSAndToken: `serve advisor` reaches a stack that
+// requires client certificates with --ca-file, --cert-file and --key-file,
+// and sends the token of --token-file.
+func TestAdvisorConnectsWithTLSAndToken(t *testing.T) {
+	p := newPKI(t)
+	files := tlsfiles.Server{CertFile: p.serverCert, KeyFile: p.serverKey, ClientCAFile: p.ca.File}
+	cfg, err := tlsfiles.ServerConfig(files, []string{"h2"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hosts := &advisedHosts{calls: make(chan string, 1)}
+	g := grpc.NewServer(grpc.Creds(credentials.NewTLS(cfg)))
+	pelotonv1.RegisterHostServiceServer(g, hosts)
+	go func() { _ = g.Serve(lis) }()
+	t.Cleanup(g.Stop)
+	tokenFile := filepath.Join(p.dir, "advisor-token")
+	if err := os.WriteFile(tokenFile, []byte("adv-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	var out, errb syncBuffer
+	a := newApp(&out, &errb)
+	a.getenv = func(string) string { return "" }
+	root := a.rootCommand()
+	root.SetArgs([]string{"serve", "advisor", "--server", lis.Addr().String(), "--mode", "observe", "--advisor-interval", "100ms",
+		"--ca-file", p.ca.File, "--cert-file", p.clientCert, "--key-file", p.clientKey, "--token-file", tokenFile, "--log-level", "error"})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- root.ExecuteContext(ctx) }()
+	select {
+	case got := <-hosts.calls:
+		if got != "token Bearer adv-token, client alice" {
+			t.Errorf("the stack saw %q; want the token of --token-file and the certificate of --cert-file", got)
+		}
+	case err := <-done:
+		t.Fatalf("serve advisor ended: %v\n%s", err, errb.String())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("serve advisor made no call within 30s\n%s", errb.String())
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("serve advisor: %v\n%s", err, errb.String())
+	}
+	if !strings.Contains(out.String(), "peloton advisor is advising: "+lis.Addr().String()) {
+		t.Errorf("stdout %q", out.String())
+	}
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--ca-file", p.ca.File, "--cert-file", p.clientCert}, "Error: --cert-file is set but --key-file is not: a client certificate needs both"},
+		{[]string{"--token-file", filepath.Join(p.dir, "nope")}, "Error: invalid --token-file: open " + filepath.Join(p.dir, "nope")},
+	} {
+		r := runCLI(t, "", append([]string{"serve", "advisor", "--server", lis.Addr().String()}, tc.args...)...)
+		wantStderr(t, r, exitUsage, tc.want)
+	}
+	r := runCLI(t, "", "serve", "advisor", "--server", "10.0.0.1:5391", "--token-file", tokenFile)
+	wantStderr(t, r, exitUsage, "Error: --token-file: the token is sent only over TLS or to a loopback address, and --server 10.0.0.1:5391 is neither: give --ca-file")
+}
+
+// syncBuffer is a bytes.Buffer that a running command may write while the
+// test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -13,8 +13,18 @@ type agentRun = hostagentcmd.Run
 type qosFlags = hostagentcmd.QoSFlags
 
 // serveHostagentCommand is `peloton serve hostagent`: the command of the
-// slim peloton-hostagent binary, in this one.
+// slim peloton-hostagent binary, in this one. Here it also inherits the
+// root's client flags, which it refuses (the slim binary has none): --token
+// given to it would otherwise be ignored without a word.
 func (a *app) serveHostagentCommand() *cobra.Command {
-	return hostagentcmd.Command(hostagentcmd.Options{Use: "hostagent --server ADDR [--host NAME]",
+	cmd := hostagentcmd.Command(hostagentcmd.Options{Use: "hostagent --server ADDR [--host NAME]",
 		Stdout: a.stdout, Stderr: a.stderr, RunAgent: a.runAgent})
+	run := cmd.RunE
+	cmd.RunE = func(c *cobra.Command, args []string) error {
+		if err := rejectClientFlags(c); err != nil {
+			return err
+		}
+		return run(c, args)
+	}
+	return cmd
 }

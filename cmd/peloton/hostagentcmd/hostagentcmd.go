@@ -1,9 +1,11 @@
 // Package hostagentcmd is the host agent's command: `peloton serve
 // hostagent` in the full binary, and the whole of the slim
 // peloton-hostagent binary that runs on every machine of a fleet (the
-// DaemonSet's). It links the agent, gRPC and cobra, and nothing of the
-// control plane: the full binary's Kubernetes client, embedded etcd and
-// package initialisation cost an agent some 50 MiB of resident memory.
+// DaemonSet's). It links the agent, gRPC, cobra and the API client
+// (cluster/client, for TLS and the token), and nothing of the control
+// plane: the full binary's Kubernetes client, embedded etcd and package
+// initialisation cost an agent some 50 MiB of resident memory. ConnFlags,
+// the flags of a daemon's connection to the stack, are the advisor's too.
 package hostagentcmd
 
 import (
@@ -24,21 +26,23 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 
+	pclient "github.com/peloton-sched/peloton/cluster/client"
 	"github.com/peloton-sched/peloton/cmd/peloton/internal/cmdutil"
 	"github.com/peloton-sched/peloton/hostagent"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
 // Run is what the command runs: the agent's config, less what RunAgent
-// makes from Server and Root (the connection, the readers).
+// makes from Server, Conn and Root (the connection, the readers).
 type Run struct {
 	Config hostagent.Config
 	// Server is the cluster stack's gRPC address; Root where the host's
 	// /proc and /sys are mounted.
 	Server, Root string
+	// Conn secures the connection to Server: TLS files, a token file.
+	Conn pclient.Options
 }
 
 // Options shape the command for the binary that holds it.
@@ -79,6 +83,7 @@ func Command(o Options) *cobra.Command {
 		qos                          QoSFlags
 		capCPU                       float64
 		capMemMB                     int64
+		conn                         ConnFlags
 	)
 	runAgent := o.RunAgent
 	if runAgent == nil {
@@ -98,6 +103,10 @@ func Command(o Options) *cobra.Command {
 			}
 			if _, _, err := net.SplitHostPort(server); err != nil {
 				return cmdutil.Usagef("invalid --server %q: want host:port", server)
+			}
+			opts, err := conn.Options()
+			if err != nil {
+				return err
 			}
 			if host == "" {
 				h, err := os.Hostname()
@@ -122,7 +131,7 @@ func Command(o Options) *cobra.Command {
 			}
 			var id [16]byte
 			_, _ = rand.Read(id[:])
-			run := Run{Server: server, Root: root, Config: hostagent.Config{Host: host, AgentID: hex.EncodeToString(id[:]),
+			run := Run{Server: server, Root: root, Conn: opts, Config: hostagent.Config{Host: host, AgentID: hex.EncodeToString(id[:]),
 				Interval: interval, Virtual: virtual, QoS: policy, Capacity: hostagent.Resources{CPU: capCPU, MemoryMB: capMemMB},
 				Logger: slog.New(slog.NewTextHandler(o.Stderr, &slog.HandlerOptions{Level: level})).With("component", "hostagent")}}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
@@ -143,6 +152,7 @@ func Command(o Options) *cobra.Command {
 	fs.Float64Var(&capCPU, "capacity-cpu", 0, "the host's CPUs for the QoS controller (0: this machine's, within its cgroup; required with --virtual)")
 	fs.Int64Var(&capMemMB, "capacity-memory-mb", 0, "the host's memory in MiB for the QoS controller (0: this machine's; required with --virtual)")
 	qos.Register(fs)
+	conn.Register(fs)
 	cmd.SetUsageTemplate(cmdutil.ServerUsage)
 	return cmd
 }
@@ -159,15 +169,19 @@ func RunAgent(ctx context.Context, run Run, out io.Writer) error {
 		}
 		cfg.Source, src = r, r.Source()
 	}
-	conn, err := grpc.NewClient(run.Server, grpc.WithTransportCredentials(insecure.NewCredentials()),
+	// The stream lasts as long as the agent: no per-call timeout.
+	opts := run.Conn
+	opts.Timeout = 0
+	opts.DialOptions = append(append([]grpc.DialOption(nil), opts.DialOptions...),
 		// A stack gone without closing the connection is noticed within a
 		// minute, not the kernel's many.
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}))
+	c, err := pclient.New(run.Server, opts)
 	if err != nil {
-		return cmdutil.Usagef("invalid --server %q: %v", run.Server, err)
+		return DialError(run.Server, err)
 	}
-	defer conn.Close()
-	cfg.Client = pelotonv1.NewHostAgentServiceClient(conn)
+	defer c.Close()
+	cfg.Client = pelotonv1.NewHostAgentServiceClient(c.Conn)
 	cfg.Runs = &hostagent.EnvRuns{ProcRoot: filepath.Join(run.Root, "proc"), Host: cfg.Host,
 		CgroupRoot: filepath.Join(run.Root, "sys", "fs", "cgroup")}
 	agent, err := hostagent.New(cfg)
