@@ -62,6 +62,8 @@ type serverFlags struct {
 	clusterLabels []string
 	clusters      string
 	fed           fedFlags
+	// sec secures the listeners and the connections to other daemons.
+	sec securityFlags
 	// Leader election (serve cluster only).
 	leaderElect   bool
 	leaderLease   time.Duration
@@ -131,6 +133,7 @@ func (f *serverFlags) register(fs *pflag.FlagSet, embedded bool) {
 	fs.DurationVar(&f.usageStaleAfter, "usage-stale-after", 15*time.Second, "how old a host's last usage report may be and still give slack; past it the host has none")
 	f.qos.Register(fs)
 	f.advisor.register(fs, true)
+	f.sec.register(fs)
 }
 
 // config validates the flags and builds the cluster configuration; every
@@ -255,6 +258,13 @@ func (f *serverFlags) config(embedded bool) (cluster.Config, error) {
 	}
 	if embedded && len(endpoints) == 0 {
 		cfg.EtcdListen = f.etcdListen
+	}
+	exposed := map[string]string{"--listen": f.listen, "--http-listen": f.httpListen}
+	if embedded {
+		exposed["--federation-listen"], exposed["--federation-http-listen"] = f.fed.listen, f.fed.httpListen
+	}
+	if cfg.Security, err = f.sec.config(exposed); err != nil {
+		return cluster.Config{}, err
 	}
 	// A fresh `peloton up` is someone trying Peloton: their first
 	// non-preemptible service must run in /default.
@@ -416,6 +426,10 @@ func (a *app) runServer(ctx context.Context, cmd *cobra.Command, f *serverFlags,
 		labels["backend"] = f.backend
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: level}))
+	peer, err := f.sec.peer()
+	if err != nil {
+		return err
+	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if embedded {
@@ -435,7 +449,9 @@ func (a *app) runServer(ctx context.Context, cmd *cobra.Command, f *serverFlags,
 		if err != nil {
 			return err
 		}
-		err = a.runUp(ctx, cfg, names, fcfg, labels)
+		fcfg.Security = cfg.Security
+		fcfg.Options.ClusterCredentials = peer
+		err = a.runUp(ctx, cfg, names, fcfg, labels, peer)
 		if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
 			return nil
 		}
@@ -473,7 +489,7 @@ func (a *app) runServer(ctx context.Context, cmd *cobra.Command, f *serverFlags,
 		httpEndpoint, _ := advertised(info.HTTPAddr, cfg.AdvertiseHost)
 		addr := make(chan string, 1)
 		addr <- f.federation
-		reg := registrar{log: cfg.Logger, fedAddr: addr, keepAlive: 10 * time.Second}
+		reg := registrar{log: cfg.Logger, fedAddr: addr, keepAlive: 10 * time.Second, creds: peer}
 		regMu.Lock()
 		stopReg()
 		regCtx, cancel := context.WithCancel(ctx)
@@ -489,7 +505,9 @@ func (a *app) runServer(ctx context.Context, cmd *cobra.Command, f *serverFlags,
 	if f.federation != "" {
 		// Federated services' disruptions ask the federation's global
 		// SLA evaluator (fail-safe: this cluster's share when it is away).
-		fc, err := pclient.NewFederation(f.federation, pclient.Options{Timeout: 5 * time.Second})
+		fo := peer
+		fo.Timeout = 5 * time.Second
+		fc, err := pclient.NewFederation(f.federation, fo)
 		if err != nil {
 			return usageErrorf("--federation: %v", err)
 		}
