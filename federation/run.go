@@ -108,6 +108,8 @@ func runElected(ctx context.Context, cfg Config) error {
 		Lease:         cfg.LeaderLease,
 		Listen:        cfg.Listen,
 		HTTPListen:    cfg.HTTPListen,
+		TLS:           cfg.Security.TLS.Enabled(),
+		AdminListen:   cfg.Security.AdminListen,
 		AdvertiseHost: cfg.AdvertiseHost,
 		// Flags: replica's defaults (--listen, --http-listen,
 		// --advertise-host), the names `peloton serve federation` uses;
