@@ -84,7 +84,7 @@ func CheckExposure(s Security, addrs map[string]string) error {
 		}
 		what := missing[0]
 		if len(missing) == 2 {
-			what = missing[0] + " and " + missing[1]
+			what = missing[0] + " and no " + missing[1]
 		}
 		return fmt.Errorf("%s %s is reachable from other machines but has no %s: anyone who reaches it could run, kill and rewrite everything; secure it, bind it to 127.0.0.1, or pass --insecure to accept that", flag, addr, what)
 	}
