@@ -133,4 +133,3 @@ func first(vs ...string) string {
 	}
 	return ""
 }
-
