@@ -67,6 +67,9 @@ type Config struct {
 	// the audit log, request limits (internal/serving). The zero value is
 	// the development mode: plaintext, everyone may do everything.
 	Security serving.Security
+	// MaxInstances, if > 0, bounds every job's instances below
+	// jobmgr.MaxInstances (--max-instances).
+	MaxInstances uint32
 	// EtcdListen is the client URL address of the embedded etcd (host:port).
 	EtcdListen string
 	// EtcdEndpoints, when set, points at an external etcd and no etcd is embedded.

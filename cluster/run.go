@@ -142,6 +142,7 @@ func runStack(ctx context.Context, cfg Config, t *term) error {
 	}
 
 	srv := api.NewServer(jm, rm, hm, log)
+	srv.SetMaxInstances(cfg.MaxInstances)
 	srv.SetReadiness(func(ctx context.Context) error {
 		if _, err := st.Get(ctx, readyProbeKey); err != nil && !errors.Is(err, store.ErrNotFound) {
 			return fmt.Errorf("the store (etcd) does not answer: %w", err)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/peloton-sched/peloton/hostmgr"
+	"github.com/peloton-sched/peloton/internal/apierr"
 	"github.com/peloton-sched/peloton/internal/live"
 	"github.com/peloton-sched/peloton/internal/metrics"
 	"github.com/peloton-sched/peloton/internal/restgw"
@@ -56,6 +57,21 @@ type Server struct {
 	// serves them at /v1/events through events.
 	watch  func(context.Context) <-chan int64
 	events *live.Server
+	// maxInstances, if > 0, is this cluster's own bound on a job's
+	// instances, below jobmgr.MaxInstances (--max-instances).
+	maxInstances uint32
+}
+
+// SetMaxInstances bounds the instances of every job this API creates,
+// scales or updates to n (0: jobmgr.MaxInstances alone).
+func (s *Server) SetMaxInstances(n uint32) { s.maxInstances = n }
+
+// checkInstances refuses an instance count over the cluster's bound.
+func (s *Server) checkInstances(field string, n uint32) error {
+	if s.maxInstances > 0 && n > s.maxInstances {
+		return apierr.Invalid(field, "at most %d instances on this cluster (--max-instances), got %d", s.maxInstances, n)
+	}
+	return nil
 }
 
 // EndStreams ends the host agents' report streams (their agents report

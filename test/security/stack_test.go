@@ -101,7 +101,7 @@ type stack struct {
 	stop context.CancelFunc
 }
 
-func startStack(t *testing.T, name string, endpoints []string, sec serving.Security) *stack {
+func startStack(t *testing.T, name string, endpoints []string, sec serving.Security, opts ...func(*cluster.Config)) *stack {
 	t.Helper()
 	s := &stack{done: make(chan error, 1)}
 	ready := make(chan cluster.ReadyInfo, 1)
@@ -110,6 +110,9 @@ func startStack(t *testing.T, name string, endpoints []string, sec serving.Secur
 		EtcdEndpoints: endpoints, Backend: "sim", Hosts: 2, ShutdownGrace: 2 * time.Second, Security: sec,
 		Logger:  slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("cluster", name),
 		OnReady: func(info cluster.ReadyInfo) { ready <- info },
+	}
+	for _, o := range opts {
+		o(&cfg)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stop = cancel

@@ -23,6 +23,7 @@ import (
 	"github.com/peloton-sched/peloton/internal/election"
 	"github.com/peloton-sched/peloton/internal/fedsla"
 	"github.com/peloton-sched/peloton/internal/sla"
+	"github.com/peloton-sched/peloton/jobmgr"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 	"github.com/peloton-sched/peloton/ui"
 )
@@ -63,7 +64,8 @@ type serverFlags struct {
 	clusters      string
 	fed           fedFlags
 	// sec secures the listeners and the connections to other daemons.
-	sec securityFlags
+	sec          securityFlags
+	maxInstances int
 	// Leader election (serve cluster only).
 	leaderElect   bool
 	leaderLease   time.Duration
@@ -134,6 +136,7 @@ func (f *serverFlags) register(fs *pflag.FlagSet, embedded bool) {
 	f.qos.Register(fs)
 	f.advisor.register(fs, true)
 	f.sec.register(fs)
+	fs.IntVar(&f.maxInstances, "max-instances", jobmgr.MaxInstances, fmt.Sprintf("most instances one job may have on this cluster (at most %d)", jobmgr.MaxInstances))
 }
 
 // config validates the flags and builds the cluster configuration; every
@@ -202,6 +205,8 @@ func (f *serverFlags) config(embedded bool) (cluster.Config, error) {
 		return cluster.Config{}, usageErrorf("invalid --host-agent-interval %s: must be at least 100ms", f.agentInterval)
 	case !(f.slackMargin >= 0 && f.slackMargin <= 0.9):
 		return cluster.Config{}, usageErrorf("invalid --slack-margin %g: must be between 0 and 0.9", f.slackMargin)
+	case f.maxInstances < 1 || f.maxInstances > jobmgr.MaxInstances:
+		return cluster.Config{}, usageErrorf("invalid --max-instances %d: must be 1 to %d", f.maxInstances, jobmgr.MaxInstances)
 	case f.usageStaleAfter <= 0:
 		return cluster.Config{}, usageErrorf("invalid --usage-stale-after %s: must be > 0", f.usageStaleAfter)
 	}
@@ -251,6 +256,7 @@ func (f *serverFlags) config(embedded bool) (cluster.Config, error) {
 		PlacementEngines:  f.engines,
 		Kube:              kube,
 		Mesos:             mesosCfg,
+		MaxInstances:      uint32(f.maxInstances),
 		LeaderElect:       f.leaderElect,
 		LeaderLease:       f.leaderLease,
 		AdvertiseHost:     strings.TrimSpace(f.advertiseHost),
