@@ -82,6 +82,20 @@ func TestUnsecuredListenerBeyondLoopbackRefused(t *testing.T) {
 		sec.Auth.AuditFile != "-" || sec.Auth.RatePerSecond != 50 || sec.MaxRequestBytes != 1<<20 || sec.AdminListen != "127.0.0.1:0" {
 		t.Errorf("security config = %+v", sec)
 	}
+	// `peloton up` runs a federation that calls its clusters: it must be
+	// able to verify them and be someone to them.
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--tls-cert-file", cert, "--tls-key-file", key, "--auth-token-file", tokens}, "--peer-ca-file"},
+		{[]string{"--tls-cert-file", cert, "--tls-key-file", key, "--auth-token-file", tokens, "--peer-ca-file", ca.File}, "--peer-token-file"},
+	} {
+		r := runCLI(t, "", append([]string{"up"}, c.args...)...)
+		if r.code != exitUsage || !strings.Contains(r.stderr, c.want) {
+			t.Errorf("up %v: exit %d, stderr %q; want a usage error naming %s", c.args, r.code, r.stderr, c.want)
+		}
+	}
 	// `peloton up` checks its federation's listeners too.
 	r = runCLI(t, "", "up", "--federation-listen", "0.0.0.0:5392")
 	if r.code != exitUsage || !strings.Contains(r.stderr, "--federation-listen 0.0.0.0:5392") {

@@ -125,6 +125,20 @@ func (s *securityFlags) peer() (pclient.Options, error) {
 	return o, nil
 }
 
+// checkPeerForUp checks that the federation `peloton up` runs can call its
+// clusters (and they it) under the listeners' security: it must verify
+// their certificate and be someone to their guard.
+func (s *securityFlags) checkPeerForUp() error {
+	if s.certFile != "" && first(s.peerCA, s.clientCA) == "" {
+		return usageErrorf("missing --peer-ca-file: peloton up runs a federation that calls its clusters over TLS, and without --client-ca-file nothing says which CA signed --tls-cert-file")
+	}
+	mtls := s.clientCA != "" && first(s.peerCert, s.certFile) != ""
+	if s.tokenFile != "" && !mtls && s.peerTokenFile == "" {
+		return usageErrorf("missing --peer-token-file: peloton up runs a federation that calls its clusters, which want a token (--auth-token-file) from it; give it one of the file's tokens, or use client certificates (--client-ca-file)")
+	}
+	return nil
+}
+
 func first(vs ...string) string {
 	for _, v := range vs {
 		if v != "" {

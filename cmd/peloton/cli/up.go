@@ -272,6 +272,11 @@ func (f *serverFlags) config(embedded bool) (cluster.Config, error) {
 	if cfg.Security, err = f.sec.config(exposed); err != nil {
 		return cluster.Config{}, err
 	}
+	if embedded {
+		if err := f.sec.checkPeerForUp(); err != nil {
+			return cluster.Config{}, err
+		}
+	}
 	// A fresh `peloton up` is someone trying Peloton: their first
 	// non-preemptible service must run in /default.
 	cfg.DefaultReservesHosts = embedded
@@ -555,8 +560,12 @@ func readyLine(info cluster.ReadyInfo, dataDir string) string {
 	for i, e := range info.EtcdEndpoints {
 		etcd[i] = withScheme(e)
 	}
+	http := withScheme(info.HTTPAddr)
+	if info.TLS {
+		http = "https://" + info.HTTPAddr
+	}
 	return fmt.Sprintf("peloton is ready: grpc %s, http %s, etcd %s, data %s, cluster %s",
-		info.GRPCAddr, withScheme(info.HTTPAddr), strings.Join(etcd, ","), dataDir, info.ClusterName)
+		info.GRPCAddr, http, strings.Join(etcd, ","), dataDir, info.ClusterName)
 }
 
 func withScheme(addr string) string {
