@@ -126,7 +126,7 @@ operator registers them with "peloton cluster register".`,
 			cfg.Options.Logger = slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: level}))
 			var once sync.Once
 			cfg.OnReady = func(grpcAddr, httpAddr string) {
-				once.Do(func() { fmt.Fprintln(a.stdout, fedReadyLine(grpcAddr, httpAddr)) })
+				once.Do(func() { fmt.Fprintln(a.stdout, fedReadyLine(grpcAddr, httpAddr, cfg.Security.TLS.Enabled())) })
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -149,8 +149,12 @@ operator registers them with "peloton cluster register".`,
 	return cmd
 }
 
-func fedReadyLine(grpcAddr, httpAddr string) string {
-	return fmt.Sprintf("peloton federation is ready: grpc %s, http %s", grpcAddr, withScheme(httpAddr))
+func fedReadyLine(grpcAddr, httpAddr string, tls bool) string {
+	http := withScheme(httpAddr)
+	if tls {
+		http = "https://" + httpAddr
+	}
+	return fmt.Sprintf("peloton federation is ready: grpc %s, http %s", grpcAddr, http)
 }
 
 func trimAll(in []string) []string {
@@ -397,7 +401,7 @@ func (a *app) startRest(ctx context.Context, wg *sync.WaitGroup, errs chan<- err
 	}
 	fcfg.ShutdownGrace = first.ShutdownGrace
 	fcfg.OnReady = func(grpcAddr, httpAddr string) {
-		fmt.Fprintln(a.stdout, fedReadyLine(grpcAddr, httpAddr))
+		fmt.Fprintln(a.stdout, fedReadyLine(grpcAddr, httpAddr, fcfg.Security.TLS.Enabled()))
 		routers.connect(ctx, grpcAddr, first.Logger)
 		for range len(names) + 1 {
 			fedAddr <- grpcAddr
