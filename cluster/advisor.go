@@ -6,22 +6,23 @@ import (
 	"sync"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/peloton-sched/peloton/advisor"
 	"github.com/peloton-sched/peloton/hostmgr"
+	"github.com/peloton-sched/peloton/internal/auth"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
 // startAdvisor runs the host advisor in this process when cfg asks for
-// it, against the stack's own gRPC listener: the path `peloton serve
-// advisor` takes from another process. stop ends it; it may be called
+// it, against the stack's API over its in-memory listener (as the
+// principal system:advisor): the API `peloton serve advisor` calls from
+// another process. stop ends it; it may be called
 // more than once.
-func startAdvisor(ctx context.Context, grpcAddr string, cfg Config, log *slog.Logger) (stop func(), err error) {
+func startAdvisor(ctx context.Context, dial func(principal string) (*grpc.ClientConn, error), cfg Config, log *slog.Logger) (stop func(), err error) {
 	if cfg.AdvisorMode == "" || cfg.AdvisorMode == "off" {
 		return func() {}, nil
 	}
-	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := dial(auth.PrincipalAdvisor)
 	if err != nil {
 		return nil, err
 	}

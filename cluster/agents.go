@@ -7,12 +7,12 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/peloton-sched/peloton/hostagent"
 	"github.com/peloton-sched/peloton/hostmgr"
 	"github.com/peloton-sched/peloton/hostmgr/local"
 	"github.com/peloton-sched/peloton/hostmgr/sim"
+	"github.com/peloton-sched/peloton/internal/auth"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
@@ -20,7 +20,8 @@ import (
 // the local backend: the runs of those hosts are this machine's processes,
 // found by their PELOTON_HOST, and a virtual host's usage is the sum of
 // its runs' (the machine is shared by all of them). The agents report to
-// the stack over its own gRPC listener, the path every agent takes, so
+// the stack over its in-memory listener, through the same API and guard
+// as every agent (as the principal system:host-agent), so
 // `peloton up` shows usage and slack exactly as a cluster of real hosts
 // with `peloton serve hostagent` on each would.
 type localAgents struct {
@@ -32,8 +33,8 @@ type localAgents struct {
 // startLocalAgents starts them; stop ends them. With the sim backend
 // (simb set) each simulated host gets an agent too, whose runs' use
 // follows the sim backend's usage curves (hostmgr/sim/usage.go).
-func startLocalAgents(ctx context.Context, grpcAddr string, hm *hostmgr.Manager, lb *local.Backend, simb *sim.Backend, cfg Config, log *slog.Logger) (*localAgents, error) {
-	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+func startLocalAgents(ctx context.Context, dial func(principal string) (*grpc.ClientConn, error), hm *hostmgr.Manager, lb *local.Backend, simb *sim.Backend, cfg Config, log *slog.Logger) (*localAgents, error) {
+	conn, err := dial(auth.PrincipalHostAgent)
 	if err != nil {
 		return nil, err
 	}

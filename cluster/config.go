@@ -10,6 +10,7 @@ import (
 	"github.com/peloton-sched/peloton/advisor"
 	"github.com/peloton-sched/peloton/hostagent"
 	"github.com/peloton-sched/peloton/hostmgr/kubernetes"
+	"github.com/peloton-sched/peloton/internal/serving"
 	"github.com/peloton-sched/peloton/internal/sla"
 	"github.com/peloton-sched/peloton/internal/store"
 )
@@ -62,6 +63,13 @@ type Config struct {
 	// Listen is the gRPC address; HTTPListen serves REST, /metrics, /healthz.
 	Listen     string
 	HTTPListen string
+	// Security secures both listeners: TLS, authentication, authorization,
+	// the audit log, request limits (internal/serving). The zero value is
+	// the development mode: plaintext, everyone may do everything.
+	Security serving.Security
+	// MaxInstances, if > 0, bounds every job's instances below
+	// jobmgr.MaxInstances (--max-instances).
+	MaxInstances uint32
 	// EtcdListen is the client URL address of the embedded etcd (host:port).
 	EtcdListen string
 	// EtcdEndpoints, when set, points at an external etcd and no etcd is embedded.
@@ -165,6 +173,10 @@ type ReadyInfo struct {
 	ClusterName string
 	GRPCAddr    string
 	HTTPAddr    string
+	// AdminAddr is the admin listener's address (--admin-listen), if any.
+	AdminAddr string
+	// TLS says whether the gRPC and HTTP listeners serve TLS.
+	TLS bool
 	// EtcdEndpoints are the embedded etcd's client URLs, or the external ones.
 	EtcdEndpoints []string
 }

@@ -53,6 +53,8 @@ func replicaConfig(cfg Config) replica.Config {
 		Lease:         cfg.LeaderLease,
 		Listen:        cfg.Listen,
 		HTTPListen:    cfg.HTTPListen,
+		TLS:           cfg.Security.TLS.Enabled(),
+		AdminListen:   cfg.Security.AdminListen,
 		AdvertiseHost: cfg.AdvertiseHost,
 		Flags:         replica.Flags{EtcdEndpoints: "--etcd-endpoints", Listen: "--listen", HTTPListen: "--http-listen", AdvertiseHost: "--advertise-host"},
 		Logger:        cfg.Logger.With("component", "leader"),

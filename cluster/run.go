@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"math"
 	"net"
-	"net/http"
 	"path/filepath"
 	"time"
 
@@ -24,6 +23,7 @@ import (
 	"github.com/peloton-sched/peloton/hostmgr/sim"
 	"github.com/peloton-sched/peloton/internal/requestid"
 	"github.com/peloton-sched/peloton/internal/resources"
+	"github.com/peloton-sched/peloton/internal/serving"
 	"github.com/peloton-sched/peloton/internal/store"
 	"github.com/peloton-sched/peloton/jobmgr"
 	"github.com/peloton-sched/peloton/placement"
@@ -142,6 +142,7 @@ func runStack(ctx context.Context, cfg Config, t *term) error {
 	}
 
 	srv := api.NewServer(jm, rm, hm, log)
+	srv.SetMaxInstances(cfg.MaxInstances)
 	srv.SetReadiness(func(ctx context.Context) error {
 		if _, err := st.Get(ctx, readyProbeKey); err != nil && !errors.Is(err, store.ErrNotFound) {
 			return fmt.Errorf("the store (etcd) does not answer: %w", err)
@@ -165,17 +166,13 @@ func runStack(ctx context.Context, cfg Config, t *term) error {
 		grpcLis.Close()
 		return fmt.Errorf("listen %s (--http-listen): %w", cfg.HTTPListen, err)
 	}
-	gs := srv.GRPCServer()
-	handler, err := srv.HTTPHandler(runCtx, grpcLis.Addr().String(), cfg.UI)
+	served, err := serving.Start(runCtx, serving.API{GRPCServer: srv.GRPCServer, HTTPHandler: srv.HTTPHandler, Rules: srv.Rules(),
+		Extra: cfg.UI, Ready: srv.Ready}, cfg.Security, grpcLis, httpLis, log)
 	if err != nil {
 		return err
 	}
-	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
-	serveErr := make(chan error, 2)
-	go func() { serveErr <- gs.Serve(grpcLis) }()
-	go func() { serveErr <- hs.Serve(httpLis) }()
-
-	ready := ReadyInfo{ClusterName: cfg.ClusterName, GRPCAddr: grpcLis.Addr().String(), HTTPAddr: httpLis.Addr().String(), EtcdEndpoints: endpoints}
+	ready := ReadyInfo{ClusterName: cfg.ClusterName, GRPCAddr: grpcLis.Addr().String(), HTTPAddr: httpLis.Addr().String(),
+		AdminAddr: served.AdminAddr, TLS: served.TLS(), EtcdEndpoints: endpoints}
 	log.Info("peloton is serving", "cluster", cfg.ClusterName, "grpc", ready.GRPCAddr, "http", ready.HTTPAddr, "backend", backend.Name(), "hosts", len(hm.ListHosts()))
 	var agents *localAgents
 	var agentErr error
@@ -183,14 +180,14 @@ func runStack(ctx context.Context, cfg Config, t *term) error {
 	lb, isLocal := backend.(*local.Backend)
 	switch {
 	case isLocal && !cfg.NoHostAgents:
-		agents, agentErr = startLocalAgents(runCtx, ready.GRPCAddr, hm, lb, nil, cfg, log)
+		agents, agentErr = startLocalAgents(runCtx, served.InProcess, hm, lb, nil, cfg, log)
 	case isSim && cfg.SimHostAgents:
-		agents, agentErr = startLocalAgents(runCtx, ready.GRPCAddr, hm, nil, simb, cfg, log)
+		agents, agentErr = startLocalAgents(runCtx, served.InProcess, hm, nil, simb, cfg, log)
 	}
 	if agentErr != nil {
 		log.Warn("cannot start the hosts' agents; their usage is not reported", "err", agentErr)
 	}
-	stopAdvisor, advErr := startAdvisor(runCtx, ready.GRPCAddr, cfg, log)
+	stopAdvisor, advErr := startAdvisor(runCtx, served.InProcess, cfg, log)
 	if advErr != nil {
 		return fmt.Errorf("start the host advisor: %w", advErr)
 	}
@@ -202,10 +199,8 @@ func runStack(ctx context.Context, cfg Config, t *term) error {
 	var runErr error
 	select {
 	case <-ctx.Done():
-	case err := <-serveErr:
-		if !errors.Is(err, http.ErrServerClosed) {
-			runErr = fmt.Errorf("server stopped: %w", err)
-		}
+	case err := <-served.Err():
+		runErr = fmt.Errorf("server stopped: %w", err)
 	}
 	log.Info("shutting down")
 	stopAdvisor()
@@ -218,14 +213,7 @@ func runStack(ctx context.Context, cfg Config, t *term) error {
 	srv.EndStreams()
 	shutCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownGrace)
 	defer cancel()
-	_ = hs.Shutdown(shutCtx)
-	stopped := make(chan struct{})
-	go func() { gs.GracefulStop(); close(stopped) }()
-	select {
-	case <-stopped:
-	case <-shutCtx.Done():
-		gs.Stop()
-	}
+	served.Shutdown(shutCtx)
 	stopEngines()
 	jm.Wait()
 	for i := 0; i < 1+cfg.PlacementEngines; i++ {

@@ -53,6 +53,9 @@ type Options struct {
 	// Dial opens a client of a cluster's API (default client.New with
 	// CallTimeout).
 	Dial func(endpoint string) (*client.Client, error)
+	// ClusterCredentials are the TLS files and token of the default Dial:
+	// how the federation proves itself to the clusters (mutual TLS).
+	ClusterCredentials client.Options
 	// Now is the clock (default time.Now); tests move it.
 	Now func() time.Time
 	// JobRetention is how long a federated job is kept after it is done
@@ -79,7 +82,9 @@ func (o Options) withDefaults() Options {
 	if o.Dial == nil {
 		timeout := o.CallTimeout
 		o.Dial = func(endpoint string) (*client.Client, error) {
-			return client.New(endpoint, client.Options{Timeout: timeout, MaxMsgBytes: 64 << 20})
+			opts := o.ClusterCredentials
+			opts.Timeout, opts.MaxMsgBytes = timeout, 64<<20
+			return client.New(endpoint, opts)
 		}
 	}
 	if o.Now == nil {

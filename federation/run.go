@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/peloton-sched/peloton/internal/replica"
+	"github.com/peloton-sched/peloton/internal/serving"
 	"github.com/peloton-sched/peloton/internal/store"
 )
 
@@ -41,6 +42,9 @@ type Config struct {
 	UI http.Handler
 	// Options tune the workers.
 	Options Options
+	// Security secures both listeners (internal/serving); the zero value
+	// is plaintext with everyone allowed everything.
+	Security serving.Security
 	// ShutdownGrace bounds graceful shutdown (default 10s).
 	ShutdownGrace time.Duration
 	// OnReady, if set, is called with the bound addresses once both
@@ -104,6 +108,8 @@ func runElected(ctx context.Context, cfg Config) error {
 		Lease:         cfg.LeaderLease,
 		Listen:        cfg.Listen,
 		HTTPListen:    cfg.HTTPListen,
+		TLS:           cfg.Security.TLS.Enabled(),
+		AdminListen:   cfg.Security.AdminListen,
 		AdvertiseHost: cfg.AdvertiseHost,
 		// Flags: replica's defaults (--listen, --http-listen,
 		// --advertise-host), the names `peloton serve federation` uses;
@@ -175,17 +181,11 @@ func serve(ctx context.Context, cfg Config, t *replica.Term, handOver func()) er
 		grpcLis.Close()
 		return fmt.Errorf("listen %s (--federation-http-listen): %w", cfg.HTTPListen, err)
 	}
-	gs := srv.GRPCServer()
-	handler, err := srv.HTTPHandler(ctx, grpcLis.Addr().String(), cfg.UI)
+	served, err := serving.Start(ctx, serving.API{GRPCServer: srv.GRPCServer, HTTPHandler: srv.HTTPHandler, Rules: srv.Rules(),
+		Extra: cfg.UI, Ready: srv.Ready}, cfg.Security, grpcLis, httpLis, log)
 	if err != nil {
-		grpcLis.Close()
-		httpLis.Close()
 		return err
 	}
-	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
-	serveErr := make(chan error, 2)
-	go func() { serveErr <- gs.Serve(grpcLis) }()
-	go func() { serveErr <- hs.Serve(httpLis) }()
 	log.Info("federation is serving", "grpc", grpcLis.Addr().String(), "http", httpLis.Addr().String(), "clusters", len(f.List()))
 	if t != nil {
 		t.Serving(grpcLis.Addr().String(), httpLis.Addr().String())
@@ -196,21 +196,12 @@ func serve(ctx context.Context, cfg Config, t *replica.Term, handOver func()) er
 	var runErr error
 	select {
 	case <-ctx.Done():
-	case err := <-serveErr:
-		if !errors.Is(err, http.ErrServerClosed) {
-			runErr = fmt.Errorf("federation server stopped: %w", err)
-		}
+	case err := <-served.Err():
+		runErr = fmt.Errorf("federation server stopped: %w", err)
 	}
 	srv.EndStreams() // the UI's event streams would hold up the graceful stop
 	shutCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownGrace)
 	defer cancel()
-	_ = hs.Shutdown(shutCtx)
-	stopped := make(chan struct{})
-	go func() { gs.GracefulStop(); close(stopped) }()
-	select {
-	case <-stopped:
-	case <-shutCtx.Done():
-		gs.Stop()
-	}
+	served.Shutdown(shutCtx)
 	return runErr
 }

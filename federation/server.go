@@ -59,12 +59,22 @@ func NewServer(f *Federation, log *slog.Logger) *Server {
 	return &Server{f: f, log: log.With("component", "federation-api")}
 }
 
+// Ready is the check behind /readyz: nil when the federation can serve.
+func (s *Server) Ready(ctx context.Context) error {
+	if s.ready == nil {
+		return nil
+	}
+	return s.ready(ctx)
+}
+
 // SetReadiness sets the check behind /readyz.
 func (s *Server) SetReadiness(ready func(context.Context) error) { s.ready = ready }
 
 // GRPCServer returns a grpc.Server with the federation's services.
+// opts come after the federation's own (a later size limit wins;
+// interceptors run inside the metrics').
 func (s *Server) GRPCServer(opts ...grpc.ServerOption) *grpc.Server {
-	opts = append(opts, grpc.MaxRecvMsgSize(MaxRequestBytes), grpc.ChainUnaryInterceptor(s.unary))
+	opts = append([]grpc.ServerOption{grpc.MaxRecvMsgSize(MaxRequestBytes), grpc.ChainUnaryInterceptor(s.unary)}, opts...)
 	g := grpc.NewServer(opts...)
 	pelotonv1.RegisterClusterServiceServer(g, s)
 	pelotonv1.RegisterFederatedPoolServiceServer(g, s)
@@ -76,13 +86,13 @@ func (s *Server) GRPCServer(opts ...grpc.ServerOption) *grpc.Server {
 
 // HTTPHandler serves the federation's REST API, /openapi.json, /metrics,
 // /healthz and /readyz. extra, if set, serves every other path (the web UI).
-func (s *Server) HTTPHandler(ctx context.Context, grpcAddr string, extra http.Handler) (http.Handler, error) {
+func (s *Server) HTTPHandler(ctx context.Context, grpcAddr string, extra http.Handler, opts ...restgw.Option) (http.Handler, error) {
 	var events http.Handler
 	if s.watch != nil {
 		s.events = live.New(live.Options{Watch: s.watch})
 		events = s.events
 	}
-	return restgw.Handler(ctx, restgw.Options{
+	o := restgw.Options{
 		GRPCAddr: grpcAddr,
 		Register: []restgw.RegisterFunc{
 			pelotonv1.RegisterClusterServiceHandlerFromEndpoint,
@@ -95,7 +105,11 @@ func (s *Server) HTTPHandler(ctx context.Context, grpcAddr string, extra http.Ha
 		Ready:           s.ready,
 		Extra:           extra,
 		Events:          events,
-	})
+	}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return restgw.Handler(ctx, o)
 }
 
 func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {

@@ -1081,3 +1081,24 @@ func parseTaskID(id string) (jobID string, inst, run uint32, ok bool) {
 	}
 	return id[:k], uint32(n), uint32(r), true
 }
+
+// JobPool returns the pool job id runs in (its current version's), for
+// deciding who may see and touch it.
+func (m *Manager) JobPool(id string) (string, error) {
+	j, err := m.getJob(id)
+	if err != nil {
+		return "", err
+	}
+	return j.spec().GetPool(), nil
+}
+
+// UpdateJob returns the job an update changes.
+func (m *Manager) UpdateJob(id string) (string, error) {
+	u, err := m.getUpdate(id)
+	if err != nil {
+		return "", err
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.u.GetJobId(), nil
+}

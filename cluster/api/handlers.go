@@ -14,6 +14,9 @@ import (
 // CreateJob stores a new job after validating its spec; a request id makes
 // it safe to retry.
 func (s *Server) CreateJob(ctx context.Context, req *pelotonv1.CreateJobRequest) (*pelotonv1.CreateJobResponse, error) {
+	if err := s.checkInstances("spec.instanceCount", req.GetSpec().GetInstanceCount()); err != nil {
+		return nil, err
+	}
 	r, err := requestid.New(requestid.Job, req.GetRequestId(), req)
 	if err != nil {
 		return nil, err

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/peloton-sched/peloton/hostmgr"
+	"github.com/peloton-sched/peloton/internal/apierr"
 	"github.com/peloton-sched/peloton/internal/live"
 	"github.com/peloton-sched/peloton/internal/metrics"
 	"github.com/peloton-sched/peloton/internal/restgw"
@@ -56,6 +57,21 @@ type Server struct {
 	// serves them at /v1/events through events.
 	watch  func(context.Context) <-chan int64
 	events *live.Server
+	// maxInstances, if > 0, is this cluster's own bound on a job's
+	// instances, below jobmgr.MaxInstances (--max-instances).
+	maxInstances uint32
+}
+
+// SetMaxInstances bounds the instances of every job this API creates,
+// scales or updates to n (0: jobmgr.MaxInstances alone).
+func (s *Server) SetMaxInstances(n uint32) { s.maxInstances = n }
+
+// checkInstances refuses an instance count over the cluster's bound.
+func (s *Server) checkInstances(field string, n uint32) error {
+	if s.maxInstances > 0 && n > s.maxInstances {
+		return apierr.Invalid(field, "at most %d instances on this cluster (--max-instances), got %d", s.maxInstances, n)
+	}
+	return nil
 }
 
 // EndStreams ends the host agents' report streams (their agents report
@@ -80,19 +96,28 @@ func (s *Server) SetWatch(w func(context.Context) <-chan int64) { s.watch = w }
 // else why not. It must answer within a second or two.
 func (s *Server) SetReadiness(f func(context.Context) error) { s.ready = f }
 
+// Ready is the check behind /readyz: nil when the stack can serve.
+func (s *Server) Ready(ctx context.Context) error {
+	if s.ready == nil {
+		return nil
+	}
+	return s.ready(ctx)
+}
+
 // NewServer builds the API over the cluster stack's managers.
 func NewServer(jm *jobmgr.Manager, rm *resmgr.Manager, hm *hostmgr.Manager, log *slog.Logger) *Server {
 	return &Server{jm: jm, rm: rm, hm: hm, log: log.With("component", "api"), ending: make(chan struct{})}
 }
 
 // GRPCServer returns a grpc.Server with every service registered, request
-// size limits, and latency metrics.
+// size limits, and latency metrics; opts come after those (a later size
+// limit wins; interceptors run inside the metrics').
 func (s *Server) GRPCServer(opts ...grpc.ServerOption) *grpc.Server {
-	opts = append(opts,
+	opts = append([]grpc.ServerOption{
 		grpc.MaxRecvMsgSize(MaxRequestBytes),
 		grpc.ChainUnaryInterceptor(s.unaryInterceptor),
 		grpc.ChainStreamInterceptor(s.streamInterceptor),
-	)
+	}, opts...)
 	g := grpc.NewServer(opts...)
 	pelotonv1.RegisterJobServiceServer(g, s)
 	pelotonv1.RegisterTaskServiceServer(g, s)
@@ -145,13 +170,13 @@ func methodName(full string) string {
 // HTTPHandler serves REST (through a loopback gRPC connection to grpcAddr, so
 // REST and gRPC share every interceptor and limit), /openapi.json, /metrics,
 // /healthz and /readyz. extra, if set, serves every other path (the web UI).
-func (s *Server) HTTPHandler(ctx context.Context, grpcAddr string, extra http.Handler) (http.Handler, error) {
+func (s *Server) HTTPHandler(ctx context.Context, grpcAddr string, extra http.Handler, opts ...restgw.Option) (http.Handler, error) {
 	var events http.Handler
 	if s.watch != nil {
 		s.events = live.New(live.Options{Watch: s.watch, Usage: s.hm.UsageReports})
 		events = s.events
 	}
-	return restgw.Handler(ctx, restgw.Options{
+	o := restgw.Options{
 		GRPCAddr: grpcAddr,
 		Register: []restgw.RegisterFunc{
 			pelotonv1.RegisterJobServiceHandlerFromEndpoint,
@@ -166,5 +191,9 @@ func (s *Server) HTTPHandler(ctx context.Context, grpcAddr string, extra http.Ha
 		Ready:           s.ready,
 		Extra:           extra,
 		Events:          events,
-	})
+	}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return restgw.Handler(ctx, o)
 }

@@ -9,6 +9,9 @@ import (
 
 // ScaleJob changes a job's instance count.
 func (s *Server) ScaleJob(ctx context.Context, req *pelotonv1.ScaleJobRequest) (*pelotonv1.ScaleJobResponse, error) {
+	if err := s.checkInstances("instanceCount", req.GetInstanceCount()); err != nil {
+		return nil, err
+	}
 	v, err := s.jm.ScaleJob(ctx, req.GetJobId(), req.GetInstanceCount(), req.GetVersion())
 	if err != nil {
 		return nil, err
@@ -27,6 +30,9 @@ func (s *Server) ListJobVersions(ctx context.Context, req *pelotonv1.ListJobVers
 
 // CreateUpdate starts a rolling update; a request id makes it safe to retry.
 func (s *Server) CreateUpdate(ctx context.Context, req *pelotonv1.CreateUpdateRequest) (*pelotonv1.CreateUpdateResponse, error) {
+	if err := s.checkInstances("spec.instanceCount", req.GetSpec().GetInstanceCount()); err != nil {
+		return nil, err
+	}
 	r, err := requestid.New(requestid.Update, req.GetRequestId(), req)
 	if err != nil {
 		return nil, err

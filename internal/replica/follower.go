@@ -44,6 +44,10 @@ type follower struct {
 	grpc   net.Listener
 	http   net.Listener
 	hs     *http.Server
+	// admin, if the daemon has an admin listener, answers the probes
+	// (then its only paths); adminSrv serves it.
+	admin    net.Listener
+	adminSrv *http.Server
 
 	mu     sync.Mutex
 	closed bool
@@ -67,6 +71,15 @@ func startFollower(cfg Config, log *slog.Logger, leader func() *leaderInfo) (*fo
 		return nil, fmt.Errorf("listen %s (%s): %w", cfg.HTTPListen, flags.HTTPListen, err)
 	}
 	f := &follower{log: log, leader: leader, grpc: gl, http: hl, conns: map[net.Conn]struct{}{}}
+	if cfg.AdminListen != "" {
+		al, err := net.Listen("tcp", cfg.AdminListen)
+		if err != nil {
+			gl.Close()
+			hl.Close()
+			return nil, fmt.Errorf("listen %s (%s): %w", cfg.AdminListen, flags.AdminListen, err)
+		}
+		f.admin = al
+	}
 	proxy := &httputil.ReverseProxy{
 		Rewrite: func(r *httputil.ProxyRequest) {
 			r.Out.URL.Scheme = "http"
@@ -80,7 +93,11 @@ func startFollower(cfg Config, log *slog.Logger, leader func() *leaderInfo) (*fo
 		},
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+	probes := mux
+	if f.admin != nil {
+		probes = http.NewServeMux()
+	}
+	probes.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain")
 		l := leader()
 		if l == nil {
@@ -89,7 +106,7 @@ func startFollower(cfg Config, log *slog.Logger, leader func() *leaderInfo) (*fo
 		}
 		_, _ = fmt.Fprintf(w, "ok (following %s)\n", l.ID)
 	})
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+	probes.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain")
 		if l := leader(); l != nil {
 			_, _ = fmt.Fprintf(w, "ok (following %s)\n", l.ID)
@@ -110,18 +127,29 @@ func startFollower(cfg Config, log *slog.Logger, leader func() *leaderInfo) (*fo
 	f.wg.Add(2)
 	go func() {
 		defer f.wg.Done()
+		if cfg.TLS {
+			// TLS ends at the leader, which alone holds the clients'
+			// identity: HTTP is forwarded as raw TCP, like gRPC.
+			f.serveTCP(hl, func(l *leaderInfo) string { return l.HTTP })
+			return
+		}
 		_ = f.hs.Serve(hl)
 	}()
 	go func() {
 		defer f.wg.Done()
-		f.serveTCP(gl)
+		f.serveTCP(gl, func(l *leaderInfo) string { return l.GRPC })
 	}()
+	if f.admin != nil {
+		f.adminSrv = &http.Server{Handler: probes, ReadHeaderTimeout: 10 * time.Second}
+		f.wg.Go(func() { _ = f.adminSrv.Serve(f.admin) })
+	}
 	log.Info("follower listening", "grpc", gl.Addr().String(), "http", hl.Addr().String())
 	return f, nil
 }
 
-// serveTCP forwards every connection to the leader's gRPC address.
-func (f *follower) serveTCP(l net.Listener) {
+// serveTCP forwards every connection to the leader's address that target
+// picks.
+func (f *follower) serveTCP(l net.Listener, target func(*leaderInfo) string) {
 	for {
 		c, err := l.Accept()
 		if err != nil {
@@ -134,20 +162,20 @@ func (f *follower) serveTCP(l net.Listener) {
 		f.wg.Add(1)
 		go func() {
 			defer f.wg.Done()
-			f.forward(c)
+			f.forward(c, target)
 		}()
 	}
 }
 
 // forward pipes c to the leader until either side closes. Without a leader
 // it closes c: gRPC clients see an unavailable server and retry.
-func (f *follower) forward(c net.Conn) {
+func (f *follower) forward(c net.Conn, target func(*leaderInfo) string) {
 	defer f.untrack(c)
 	l := f.leader()
-	if l == nil || l.GRPC == "" {
+	if l == nil || target(l) == "" {
 		return
 	}
-	up, err := net.DialTimeout("tcp", l.GRPC, forwardDialTimeout)
+	up, err := net.DialTimeout("tcp", target(l), forwardDialTimeout)
 	if err != nil {
 		f.log.Debug("forward to the leader", "leader", l.ID, "err", err)
 		return
@@ -198,6 +226,12 @@ func (f *follower) close() {
 	}
 	f.mu.Unlock()
 	f.grpc.Close()
+	f.http.Close()
 	_ = f.hs.Close()
+	if f.adminSrv != nil {
+		_ = f.adminSrv.Close()
+	} else if f.admin != nil {
+		f.admin.Close()
+	}
 	f.wg.Wait()
 }

@@ -54,7 +54,7 @@ const forwardDialTimeout = 3 * time.Second
 // stack's names (--etcd-endpoints, --listen, --http-listen,
 // --advertise-host).
 type Flags struct {
-	EtcdEndpoints, Listen, HTTPListen, AdvertiseHost string
+	EtcdEndpoints, Listen, HTTPListen, AdvertiseHost, AdminListen string
 }
 
 func (f Flags) withDefaults() Flags {
@@ -69,6 +69,9 @@ func (f Flags) withDefaults() Flags {
 	}
 	if f.AdvertiseHost == "" {
 		f.AdvertiseHost = "--advertise-host"
+	}
+	if f.AdminListen == "" {
+		f.AdminListen = "--admin-listen"
 	}
 	return f
 }
@@ -89,6 +92,14 @@ type Config struct {
 	// follower holds them between terms, the daemon binds them while it
 	// leads.
 	Listen, HTTPListen string
+	// TLS says the daemon's listeners serve TLS: the follower then forwards
+	// HTTP as raw TCP too, so TLS (and the client's certificate) reaches
+	// the leader, and answers the probes only on AdminListen.
+	TLS bool
+	// AdminListen, if set, is the daemon's admin listener (/metrics and
+	// the probes, plaintext); the follower holds it and answers the probes
+	// there.
+	AdminListen string
 	// AdvertiseHost is the host (IP or DNS name) other replicas reach this
 	// one at, on the ports the daemon binds. Empty means the host of
 	// Listen, which then must not be a wildcard (0.0.0.0, ::).

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -29,6 +30,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/peloton-sched/peloton/internal/auth"
 	"github.com/peloton-sched/peloton/internal/metrics"
 )
 
@@ -39,6 +41,14 @@ type RegisterFunc func(ctx context.Context, mux *runtime.ServeMux, endpoint stri
 type Options struct {
 	// GRPCAddr is the daemon's own gRPC address, which REST calls go through.
 	GRPCAddr string
+	// Dial, if set, is how the gateway reaches GRPCAddr: the daemon's
+	// in-memory listener, whose server takes the identity Guard
+	// established for each request.
+	Dial func(ctx context.Context, addr string) (net.Conn, error)
+	// Guard, if set, authenticates REST requests (and forwards who made
+	// them over Dial) and keeps /metrics and /v1/events to viewers of the
+	// cluster; /healthz, /readyz, /openapi.json and Extra stay open.
+	Guard *auth.Guard
 	// Register are the services served over REST.
 	Register []RegisterFunc
 	// OpenAPI is served at /openapi.json.
@@ -55,6 +65,10 @@ type Options struct {
 	Events http.Handler
 }
 
+// Option changes Options; a daemon's HTTPHandler takes them from the code
+// that serves it (internal/serving), which decides how REST reaches gRPC.
+type Option func(*Options)
+
 // Handler serves REST for o.Register under /v1/, /v1/events (if
 // o.Events), /openapi.json, /metrics, /healthz and /readyz.
 func Handler(ctx context.Context, o Options) (http.Handler, error) {
@@ -67,7 +81,7 @@ func Handler(ctx context.Context, o Options) (http.Handler, error) {
 		UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
 	}
 	var gw *runtime.ServeMux
-	gw = runtime.NewServeMux(
+	muxOpts := []runtime.ServeMuxOption{
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, marshaler),
 		runtime.WithErrorHandler(errorHandler(maxBytes)),
 		runtime.WithMiddlewares(probeMiddleware),
@@ -81,26 +95,64 @@ func Handler(ctx context.Context, o Options) (http.Handler, error) {
 			}
 			runtime.DefaultRoutingErrorHandler(ctx, mux, m, w, r, code)
 		}),
-	)
+	}
+	if o.Guard != nil {
+		muxOpts = append(muxOpts, auth.GatewayOptions()...)
+	}
+	gw = runtime.NewServeMux(muxOpts...)
 	dialOpts := []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(maxBytes), grpc.MaxCallRecvMsgSize(64<<20)),
 	}
+	target := o.GRPCAddr
+	if o.Dial != nil {
+		dialOpts = append(dialOpts, grpc.WithContextDialer(o.Dial))
+		target = "passthrough:///" + o.GRPCAddr
+	}
 	for _, reg := range o.Register {
-		if err := reg(ctx, gw, o.GRPCAddr, dialOpts); err != nil {
+		if err := reg(ctx, gw, target, dialOpts); err != nil {
 			return nil, err
 		}
 	}
+	var api http.Handler = validUTF8(limitBody(gw, maxBytes))
+	metricsH := promhttp.HandlerFor(metrics.Registry, promhttp.HandlerOpts{})
+	events := o.Events
+	if o.Guard != nil {
+		api = o.Guard.GatewayHandler(api)
+		metricsH = o.Guard.RequireHTTP(auth.Viewer, metricsH)
+		if events != nil {
+			events = o.Guard.RequireHTTP(auth.Viewer, events)
+		}
+	}
 	mux := http.NewServeMux()
-	mux.Handle("/v1/", validUTF8(limitBody(gw, maxBytes)))
-	if o.Events != nil {
-		mux.Handle("/v1/events", o.Events)
+	mux.Handle("/v1/", api)
+	if events != nil {
+		mux.Handle("/v1/events", events)
 	}
 	mux.HandleFunc("/openapi.json", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(o.OpenAPI)
 	})
+	mux.Handle("/metrics", metricsH)
+	handleProbes(mux, o.Ready)
+	if o.Extra != nil {
+		mux.Handle("/", o.Extra)
+	}
+	return mux, nil
+}
+
+// AdminHandler serves /metrics, /healthz and /readyz with no
+// authentication, for a separate admin listener the operator keeps off
+// the network that clients reach (--admin-listen).
+func AdminHandler(ready func(context.Context) error) http.Handler {
+	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(metrics.Registry, promhttp.HandlerOpts{}))
+	handleProbes(mux, ready)
+	return mux
+}
+
+// handleProbes serves /healthz and /readyz.
+func handleProbes(mux *http.ServeMux, ready func(context.Context) error) {
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain")
 		_, _ = io.WriteString(w, "ok\n")
@@ -109,10 +161,10 @@ func Handler(ctx context.Context, o Options) (http.Handler, error) {
 	// etcd is away); /readyz says whether it can do its work now.
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain")
-		if o.Ready != nil {
+		if ready != nil {
 			ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
 			defer cancel()
-			if err := o.Ready(ctx); err != nil {
+			if err := ready(ctx); err != nil {
 				w.WriteHeader(http.StatusServiceUnavailable)
 				_, _ = fmt.Fprintf(w, "not ready: %v\n", err)
 				return
@@ -120,10 +172,6 @@ func Handler(ctx context.Context, o Options) (http.Handler, error) {
 		}
 		_, _ = io.WriteString(w, "ok\n")
 	})
-	if o.Extra != nil {
-		mux.Handle("/", o.Extra)
-	}
-	return mux, nil
 }
 
 // readyTimeout bounds the readiness check of one /readyz request.

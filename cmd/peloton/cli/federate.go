@@ -76,6 +76,7 @@ func (f *fedFlags) config(prefix string) (federation.Config, error) {
 // serveFederationCommand is `peloton serve federation`.
 func (a *app) serveFederationCommand() *cobra.Command {
 	var f fedFlags
+	var sec securityFlags
 	var endpoints []string
 	var logLevel string
 	var grace time.Duration
@@ -95,6 +96,12 @@ operator registers them with "peloton cluster register".`,
 			}
 			cfg, err := f.config("")
 			if err != nil {
+				return err
+			}
+			if cfg.Security, err = sec.config(map[string]string{"--listen": f.listen, "--http-listen": f.httpListen}); err != nil {
+				return err
+			}
+			if cfg.Options.ClusterCredentials, err = sec.peer(); err != nil {
 				return err
 			}
 			cfg.EtcdEndpoints = trimAll(endpoints)
@@ -119,7 +126,7 @@ operator registers them with "peloton cluster register".`,
 			cfg.Options.Logger = slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: level}))
 			var once sync.Once
 			cfg.OnReady = func(grpcAddr, httpAddr string) {
-				once.Do(func() { fmt.Fprintln(a.stdout, fedReadyLine(grpcAddr, httpAddr)) })
+				once.Do(func() { fmt.Fprintln(a.stdout, fedReadyLine(grpcAddr, httpAddr, cfg.Security.TLS.Enabled())) })
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -137,12 +144,17 @@ operator registers them with "peloton cluster register".`,
 	cmd.Flags().StringSliceVar(&endpoints, "etcd-endpoints", nil, "external etcd to use (comma-separated URLs; required)")
 	cmd.Flags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	cmd.Flags().DurationVar(&grace, "shutdown-grace", 10*time.Second, "how long a graceful shutdown may take")
+	sec.register(cmd.Flags())
 	cmd.SetUsageTemplate(serverUsage)
 	return cmd
 }
 
-func fedReadyLine(grpcAddr, httpAddr string) string {
-	return fmt.Sprintf("peloton federation is ready: grpc %s, http %s", grpcAddr, withScheme(httpAddr))
+func fedReadyLine(grpcAddr, httpAddr string, tls bool) string {
+	http := withScheme(httpAddr)
+	if tls {
+		http = "https://" + httpAddr
+	}
+	return fmt.Sprintf("peloton federation is ready: grpc %s, http %s", grpcAddr, http)
 }
 
 func trimAll(in []string) []string {
@@ -238,6 +250,8 @@ type registrar struct {
 	log       *slog.Logger
 	fedAddr   <-chan string // receives the federation's address once
 	keepAlive time.Duration
+	// creds are the TLS files and token the cluster proves itself with.
+	creds pclient.Options
 }
 
 // keep registers req until ctx ends.
@@ -248,7 +262,7 @@ func (r registrar) keep(ctx context.Context, req *pelotonv1.RegisterClusterReque
 	case <-ctx.Done():
 		return
 	}
-	fed, err := pclient.NewFederation(addr, pclient.Options{})
+	fed, err := pclient.NewFederation(addr, r.creds)
 	if err != nil {
 		r.log.Error("cannot reach the federation to register", "federation", addr, "err", err)
 		return
@@ -307,12 +321,12 @@ func advertised(addr, advertiseHost string) (string, error) {
 // on its etcd, each cluster registered with the federation. On SIGINT or
 // SIGTERM everything stops, the first cluster last: its embedded etcd must
 // outlive the writes the others make while they stop.
-func (a *app) runUp(ctx context.Context, first cluster.Config, names []string, fcfg federation.Config, labels map[string]string) error {
+func (a *app) runUp(ctx context.Context, first cluster.Config, names []string, fcfg federation.Config, labels map[string]string, peer pclient.Options) error {
 	log := first.Logger
 	// Every cluster's federated services ask the federation's global SLA
 	// evaluator, once it serves (until then, and whenever it is away, each
 	// cluster decides on its share).
-	slaRouters := &upRouters{}
+	slaRouters := &upRouters{creds: peer}
 	defer slaRouters.close()
 	first.SLA = slaRouters.add(first)
 	fedAddr := make(chan string, len(names))
@@ -320,7 +334,7 @@ func (a *app) runUp(ctx context.Context, first cluster.Config, names []string, f
 	defer stopOthers()
 	var wg sync.WaitGroup
 	errs := make(chan error, len(names)+1)
-	reg := registrar{log: log, fedAddr: fedAddr, keepAlive: 10 * time.Second}
+	reg := registrar{log: log, fedAddr: fedAddr, keepAlive: 10 * time.Second, creds: peer}
 	var readyMu sync.Mutex
 	ready := func(info cluster.ReadyInfo, dataDir string) {
 		readyMu.Lock()
@@ -387,7 +401,7 @@ func (a *app) startRest(ctx context.Context, wg *sync.WaitGroup, errs chan<- err
 	}
 	fcfg.ShutdownGrace = first.ShutdownGrace
 	fcfg.OnReady = func(grpcAddr, httpAddr string) {
-		fmt.Fprintln(a.stdout, fedReadyLine(grpcAddr, httpAddr))
+		fmt.Fprintln(a.stdout, fedReadyLine(grpcAddr, httpAddr, fcfg.Security.TLS.Enabled()))
 		routers.connect(ctx, grpcAddr, first.Logger)
 		for range len(names) + 1 {
 			fedAddr <- grpcAddr
@@ -431,6 +445,8 @@ type upRouters struct {
 	routers []*fedsla.Router
 	fc      *pclient.Federation
 	stop    context.CancelFunc
+	// creds are how the clusters prove themselves to the federation.
+	creds pclient.Options
 }
 
 func (u *upRouters) add(cfg cluster.Config) *fedsla.Router {
@@ -443,7 +459,9 @@ func (u *upRouters) add(cfg cluster.Config) *fedsla.Router {
 
 // connect points every router at the federation at addr.
 func (u *upRouters) connect(ctx context.Context, addr string, log *slog.Logger) {
-	fc, err := pclient.NewFederation(addr, pclient.Options{Timeout: 5 * time.Second})
+	o := u.creds
+	o.Timeout = 5 * time.Second
+	fc, err := pclient.NewFederation(addr, o)
 	if err != nil {
 		log.Warn("cannot reach the federation's SLA evaluator; clusters decide federated services' disruptions alone", "err", err)
 		return

@@ -23,6 +23,7 @@ import (
 	"github.com/peloton-sched/peloton/internal/election"
 	"github.com/peloton-sched/peloton/internal/fedsla"
 	"github.com/peloton-sched/peloton/internal/sla"
+	"github.com/peloton-sched/peloton/jobmgr"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 	"github.com/peloton-sched/peloton/ui"
 )
@@ -62,6 +63,9 @@ type serverFlags struct {
 	clusterLabels []string
 	clusters      string
 	fed           fedFlags
+	// sec secures the listeners and the connections to other daemons.
+	sec          securityFlags
+	maxInstances int
 	// Leader election (serve cluster only).
 	leaderElect   bool
 	leaderLease   time.Duration
@@ -131,6 +135,8 @@ func (f *serverFlags) register(fs *pflag.FlagSet, embedded bool) {
 	fs.DurationVar(&f.usageStaleAfter, "usage-stale-after", 15*time.Second, "how old a host's last usage report may be and still give slack; past it the host has none")
 	f.qos.Register(fs)
 	f.advisor.register(fs, true)
+	f.sec.register(fs)
+	fs.IntVar(&f.maxInstances, "max-instances", jobmgr.MaxInstances, fmt.Sprintf("most instances one job may have on this cluster (at most %d)", jobmgr.MaxInstances))
 }
 
 // config validates the flags and builds the cluster configuration; every
@@ -199,6 +205,8 @@ func (f *serverFlags) config(embedded bool) (cluster.Config, error) {
 		return cluster.Config{}, usageErrorf("invalid --host-agent-interval %s: must be at least 100ms", f.agentInterval)
 	case !(f.slackMargin >= 0 && f.slackMargin <= 0.9):
 		return cluster.Config{}, usageErrorf("invalid --slack-margin %g: must be between 0 and 0.9", f.slackMargin)
+	case f.maxInstances < 1 || f.maxInstances > jobmgr.MaxInstances:
+		return cluster.Config{}, usageErrorf("invalid --max-instances %d: must be 1 to %d", f.maxInstances, jobmgr.MaxInstances)
 	case f.usageStaleAfter <= 0:
 		return cluster.Config{}, usageErrorf("invalid --usage-stale-after %s: must be > 0", f.usageStaleAfter)
 	}
@@ -248,6 +256,7 @@ func (f *serverFlags) config(embedded bool) (cluster.Config, error) {
 		PlacementEngines:  f.engines,
 		Kube:              kube,
 		Mesos:             mesosCfg,
+		MaxInstances:      uint32(f.maxInstances),
 		LeaderElect:       f.leaderElect,
 		LeaderLease:       f.leaderLease,
 		AdvertiseHost:     strings.TrimSpace(f.advertiseHost),
@@ -255,6 +264,18 @@ func (f *serverFlags) config(embedded bool) (cluster.Config, error) {
 	}
 	if embedded && len(endpoints) == 0 {
 		cfg.EtcdListen = f.etcdListen
+	}
+	exposed := map[string]string{"--listen": f.listen, "--http-listen": f.httpListen}
+	if embedded {
+		exposed["--federation-listen"], exposed["--federation-http-listen"] = f.fed.listen, f.fed.httpListen
+	}
+	if cfg.Security, err = f.sec.config(exposed); err != nil {
+		return cluster.Config{}, err
+	}
+	if embedded {
+		if err := f.sec.checkPeerForUp(); err != nil {
+			return cluster.Config{}, err
+		}
 	}
 	// A fresh `peloton up` is someone trying Peloton: their first
 	// non-preemptible service must run in /default.
@@ -416,6 +437,10 @@ func (a *app) runServer(ctx context.Context, cmd *cobra.Command, f *serverFlags,
 		labels["backend"] = f.backend
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: level}))
+	peer, err := f.sec.peer()
+	if err != nil {
+		return err
+	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if embedded {
@@ -435,7 +460,9 @@ func (a *app) runServer(ctx context.Context, cmd *cobra.Command, f *serverFlags,
 		if err != nil {
 			return err
 		}
-		err = a.runUp(ctx, cfg, names, fcfg, labels)
+		fcfg.Security = cfg.Security
+		fcfg.Options.ClusterCredentials = peer
+		err = a.runUp(ctx, cfg, names, fcfg, labels, peer)
 		if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
 			return nil
 		}
@@ -473,7 +500,7 @@ func (a *app) runServer(ctx context.Context, cmd *cobra.Command, f *serverFlags,
 		httpEndpoint, _ := advertised(info.HTTPAddr, cfg.AdvertiseHost)
 		addr := make(chan string, 1)
 		addr <- f.federation
-		reg := registrar{log: cfg.Logger, fedAddr: addr, keepAlive: 10 * time.Second}
+		reg := registrar{log: cfg.Logger, fedAddr: addr, keepAlive: 10 * time.Second, creds: peer}
 		regMu.Lock()
 		stopReg()
 		regCtx, cancel := context.WithCancel(ctx)
@@ -489,7 +516,9 @@ func (a *app) runServer(ctx context.Context, cmd *cobra.Command, f *serverFlags,
 	if f.federation != "" {
 		// Federated services' disruptions ask the federation's global
 		// SLA evaluator (fail-safe: this cluster's share when it is away).
-		fc, err := pclient.NewFederation(f.federation, pclient.Options{Timeout: 5 * time.Second})
+		fo := peer
+		fo.Timeout = 5 * time.Second
+		fc, err := pclient.NewFederation(f.federation, fo)
 		if err != nil {
 			return usageErrorf("--federation: %v", err)
 		}
@@ -531,8 +560,12 @@ func readyLine(info cluster.ReadyInfo, dataDir string) string {
 	for i, e := range info.EtcdEndpoints {
 		etcd[i] = withScheme(e)
 	}
+	http := withScheme(info.HTTPAddr)
+	if info.TLS {
+		http = "https://" + info.HTTPAddr
+	}
 	return fmt.Sprintf("peloton is ready: grpc %s, http %s, etcd %s, data %s, cluster %s",
-		info.GRPCAddr, withScheme(info.HTTPAddr), strings.Join(etcd, ","), dataDir, info.ClusterName)
+		info.GRPCAddr, http, strings.Join(etcd, ","), dataDir, info.ClusterName)
 }
 
 func withScheme(addr string) string {

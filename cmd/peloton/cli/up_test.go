@@ -88,7 +88,7 @@ func TestUpBuildsConfig(t *testing.T) {
 		t.Errorf("logs at --log-level warn = %q", r.stderr)
 	}
 
-	r = runWith(t, run, "", "serve", "cluster", "--etcd-endpoints", "http://a:2379, http://b:2379", "--listen", ":7000", "--cluster-name", "east-1")
+	r = runWith(t, run, "", "serve", "cluster", "--etcd-endpoints", "http://a:2379, http://b:2379", "--listen", ":7000", "--cluster-name", "east-1", "--insecure")
 	if r.code != exitOK {
 		t.Fatalf("serve cluster: exit %d, stderr %q", r.code, r.stderr)
 	}
@@ -172,7 +172,7 @@ func TestServeClusterLeaderElectConfig(t *testing.T) {
 		t.Fatalf("serve cluster: exit %d, stderr %q, config %+v", r.code, r.stderr, got)
 	}
 	r = runWith(t, run, "", "serve", "cluster", "--etcd-endpoints", "http://e:2379", "--leader-elect",
-		"--leader-lease", "20s", "--listen", "0.0.0.0:5391", "--advertise-host", "10.1.2.3")
+		"--leader-lease", "20s", "--listen", "0.0.0.0:5391", "--advertise-host", "10.1.2.3", "--insecure")
 	if r.code != exitOK {
 		t.Fatalf("serve cluster --leader-elect: exit %d, stderr %q", r.code, r.stderr)
 	}
@@ -180,7 +180,7 @@ func TestServeClusterLeaderElectConfig(t *testing.T) {
 		t.Errorf("config = %+v", got)
 	}
 	// A specific --listen host is what the others dial.
-	r = runWith(t, run, "", "serve", "cluster", "--etcd-endpoints", "http://e:2379", "--leader-elect", "--listen", "10.0.0.5:5391")
+	r = runWith(t, run, "", "serve", "cluster", "--etcd-endpoints", "http://e:2379", "--leader-elect", "--listen", "10.0.0.5:5391", "--insecure")
 	if r.code != exitOK || !got.LeaderElect || got.AdvertiseHost != "" {
 		t.Fatalf("serve cluster --leader-elect --listen 10.0.0.5:5391: exit %d, stderr %q, config %+v", r.code, r.stderr, got)
 	}

@@ -1,0 +1,168 @@
+package auth
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+)
+
+func escape(s string) string            { return url.QueryEscape(s) }
+func unescape(s string) (string, error) { return url.QueryUnescape(s) }
+func httpPeer(r *http.Request) string   { return r.RemoteAddr }
+func hasForwardPrefix(key string) bool  { return strings.HasPrefix(strings.ToLower(key), "x-peloton-") }
+func stripPrefix(key, prefix string) string {
+	if len(key) >= len(prefix) && strings.EqualFold(key[:len(prefix)], prefix) {
+		return key[len(prefix):]
+	}
+	return ""
+}
+
+type httpIdentityKey struct{}
+
+// HTTPIdentity authenticates an HTTP request as the gRPC side does a call:
+// its bearer token, else its verified TLS client certificate, else
+// anonymous when authentication is off. The error is the gRPC status to
+// answer with.
+func (g *Guard) HTTPIdentity(r *http.Request) (Identity, error) {
+	peer := httpPeer(r)
+	if g.tokens != nil {
+		if v := r.Header.Values("Authorization"); len(v) > 0 {
+			tok, ok := bearerToken(v)
+			if !ok {
+				return Identity{}, statusErr(codes.Unauthenticated, "the Authorization header must be exactly one \"Bearer <token>\"")
+			}
+			id, ok := g.tokens.Get().Lookup(tok)
+			if !ok {
+				return Identity{}, statusErr(codes.Unauthenticated, "the bearer token is not valid")
+			}
+			id.Peer = peer
+			return id, nil
+		}
+	}
+	if g.certs && r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && len(r.TLS.VerifiedChains[0]) > 0 {
+		if id, ok := certIdentity(r.TLS.VerifiedChains[0][0]); ok {
+			id.Peer = peer
+			return id, nil
+		}
+	}
+	if !g.Authenticating() {
+		return Identity{Principal: Anonymous, Method: MethodNone, Peer: peer}, nil
+	}
+	return Identity{}, statusErr(codes.Unauthenticated, errNoCredentials)
+}
+
+// GatewayHandler authenticates each request for the REST gateway in next
+// and passes its identity on (see GatewayOptions). Headers that would
+// forge a forwarded identity are dropped; a request whose credentials do
+// not hold is answered 401 here.
+func (g *Guard) GatewayHandler(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for k := range r.Header {
+			if hasForwardPrefix(stripPrefix(k, "Grpc-Metadata-")) || hasForwardPrefix(k) {
+				r.Header.Del(k)
+			}
+		}
+		id, err := g.HTTPIdentity(r)
+		if err != nil {
+			writeHTTPError(w, err)
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), httpIdentityKey{}, id)))
+	})
+}
+
+// RequireHTTP lets through to next only the requests of callers holding
+// role cluster-wide (for /metrics and the UI's event stream when
+// authorization is on); when authentication is off, everyone.
+func (g *Guard) RequireHTTP(role Role, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id, err := g.HTTPIdentity(r)
+		if err != nil {
+			writeHTTPError(w, err)
+			return
+		}
+		if g.policy != nil && id.Method != MethodNone && !g.policy.Get().Allows(id, role, "") {
+			writeHTTPError(w, statusErr(codes.PermissionDenied, r.URL.Path+" needs the "+role.String()+" role cluster-wide, which "+id.Principal+" does not hold"))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// GatewayOptions make the REST gateway forward the identity that
+// GatewayHandler established, and the caller's request id, and never
+// forward a caller's own x-peloton-* headers.
+func GatewayOptions() []runtime.ServeMuxOption {
+	return []runtime.ServeMuxOption{
+		runtime.WithMetadata(func(ctx context.Context, r *http.Request) metadata.MD {
+			md := metadata.MD{}
+			if id, ok := r.Context().Value(httpIdentityKey{}).(Identity); ok {
+				md.Set(fwdMethod, escape(id.Method))
+				md.Set(fwdPrincipal, escape(id.Principal))
+				md.Set(fwdGroups, escape(strings.Join(id.Groups, ",")))
+				md.Set(fwdPeer, escape(id.Peer))
+			}
+			if v := r.Header.Get("X-Request-Id"); v != "" {
+				md.Set(RequestIDHeader, v)
+			}
+			return md
+		}),
+		runtime.WithIncomingHeaderMatcher(func(key string) (string, bool) {
+			if hasForwardPrefix(stripPrefix(key, "Grpc-Metadata-")) || hasForwardPrefix(key) {
+				return "", false
+			}
+			return runtime.DefaultHeaderMatcher(key)
+		}),
+		runtime.WithOutgoingHeaderMatcher(func(key string) (string, bool) {
+			if key == RequestIDHeader {
+				return "X-Request-Id", true
+			}
+			return "Grpc-Metadata-" + key, true
+		}),
+	}
+}
+
+// InProcess returns the per-call credentials of a component of the daemon
+// (principal is one of the Principal* constants) calling the daemon's API
+// over its in-memory listener.
+func InProcess(principal string) grpc.DialOption {
+	return grpc.WithPerRPCCredentials(inProcess(principal))
+}
+
+type inProcess string
+
+func (p inProcess) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{fwdMethod: escape(MethodInProcess), fwdPrincipal: escape(string(p)), fwdGroups: "", fwdPeer: "in-process"}, nil
+}
+
+func (p inProcess) RequireTransportSecurity() bool { return false }
+
+type statusError struct {
+	code codes.Code
+	msg  string
+}
+
+func (e statusError) Error() string { return e.msg }
+
+func statusErr(c codes.Code, msg string) error { return statusError{c, msg} }
+
+// writeHTTPError answers with the {"code","message","details"} shape of
+// the REST gateway's errors.
+func writeHTTPError(w http.ResponseWriter, err error) {
+	se, _ := err.(statusError)
+	httpCode := runtime.HTTPStatusFromCode(se.code)
+	if se.code == codes.Unauthenticated {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="peloton"`)
+	}
+	b, _ := json.Marshal(map[string]any{"code": int(se.code), "message": se.msg, "details": []any{}})
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(httpCode)
+	_, _ = w.Write(b)
+}
