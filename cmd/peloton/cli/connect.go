@@ -237,9 +237,14 @@ func (s *connSettings) explain(st *status.Status, connected bool, what string) e
 func (s *connSettings) explainMessage(st *status.Status, connected bool, what string) string {
 	switch st.Code() {
 	case codes.Unauthenticated:
-		if s.token.val == "" {
-			return fmt.Sprintf("Unauthenticated: %s; no token was sent: give one with --token or $%s, or use a context with a token or tokenFile (peloton config set-context --help)",
+		switch {
+		case s.token.val == "" && s.cert.val == "":
+			return fmt.Sprintf("Unauthenticated: %s; no token and no client certificate were sent: give a token with --token or $%s, "+
+				"or a client certificate with --cert-file and --key-file, or use a context that has them (peloton config set-context --help)",
 				st.Message(), tokenEnv)
+		case s.token.val == "":
+			return fmt.Sprintf("Unauthenticated: %s; %s did not accept the client certificate %s (from %s) and no token was sent: give one with --token or $%s, or use a context with a token or tokenFile",
+				st.Message(), what, s.cert.val, s.cert.from, tokenEnv)
 		}
 		return fmt.Sprintf("Unauthenticated: %s; %s refused the token from %s: give another with --token or $%s, or fix the context's token or tokenFile",
 			st.Message(), what, s.token.from, tokenEnv)

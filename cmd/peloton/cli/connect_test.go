@@ -294,7 +294,8 @@ func TestAuthErrors(t *testing.T) {
 	addr := startSecure(t, p, false, &secureJobs{want: "good"})
 	base := []string{"--server", addr, "--ca-file", p.ca.File}
 	r := runCLI(t, "", append(base, "job", "list")...)
-	wantStderr(t, r, exitError, "Error: Unauthenticated: missing or unknown bearer token; no token was sent: give one with --token or $PELOTON_TOKEN, or use a context with a token or tokenFile")
+	wantStderr(t, r, exitError, "Error: Unauthenticated: missing or unknown bearer token; no token and no client certificate were sent: "+
+		"give a token with --token or $PELOTON_TOKEN, or a client certificate with --cert-file and --key-file, or use a context that has them")
 	r = runCLI(t, "", append(base, "--token", "bad", "job", "list")...)
 	wantStderr(t, r, exitError, "Error: Unauthenticated: missing or unknown bearer token; the peloton server at "+addr+" refused the token from --token")
 	config := writeConfig(t, "currentContext: c\ncontexts:\n  - name: c\n    token: stale\n")
@@ -307,6 +308,11 @@ func TestAuthErrors(t *testing.T) {
 	if r := runCLI(t, "", append(base, "--token", "good", "job", "get", "j")...); r.code != exitOK {
 		t.Errorf("with the right token: exit %d, stderr %q", r.code, r.stderr)
 	}
+	// A certificate the server does not take for a principal, and no token.
+	mutual := startSecure(t, p, true, &secureJobs{want: "good"})
+	r = runCLI(t, "", "--server", mutual, "--ca-file", p.ca.File, "--cert-file", p.clientCert, "--key-file", p.clientKey, "job", "list")
+	wantStderr(t, r, exitError, "Error: Unauthenticated: missing or unknown bearer token; the peloton server at "+mutual+
+		" did not accept the client certificate "+p.clientCert+" (from --cert-file) and no token was sent")
 }
 
 // TestContextSettings: a context gives the defaults of --server and the
