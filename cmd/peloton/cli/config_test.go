@@ -207,3 +207,40 @@ func TestMalformedConfig(t *testing.T) {
 	r = runCLI(t, "", "--config", missing, "--context", "c", "job", "list")
 	wantStderr(t, r, exitUsage, `Error: unknown --context "c": there is no config file at `+missing)
 }
+
+// TestDocumentedConfigFilesParse: every config file README.md and
+// docs/cli-config.md show (a yaml block with contexts) is one the CLI
+// reads, with the contexts the text says.
+func TestDocumentedConfigFilesParse(t *testing.T) {
+	found := 0
+	for _, doc := range []string{"../../../README.md", "../../../docs/cli-config.md"} {
+		data, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rest := string(data)
+		for {
+			_, after, ok := strings.Cut(rest, "```yaml\n")
+			if !ok {
+				break
+			}
+			block, tail, _ := strings.Cut(after, "```")
+			rest = tail
+			if !strings.Contains(block, "\ncontexts:\n") {
+				continue
+			}
+			found++
+			cfg, err := parseConfig([]byte(block))
+			if err != nil {
+				t.Errorf("%s: a config file that does not parse: %v\n%s", doc, err, block)
+				continue
+			}
+			if cfg.CurrentContext != "prod" || cfg.find("prod") == nil || cfg.find("prod").Server != "peloton.example:5391" {
+				t.Errorf("%s: config %+v; the text describes context prod at peloton.example:5391, current", doc, cfg)
+			}
+		}
+	}
+	if found != 2 {
+		t.Errorf("found %d config files in the docs, want README's and cli-config.md's", found)
+	}
+}

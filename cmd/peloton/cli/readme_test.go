@@ -118,7 +118,10 @@ func TestReadmeExamples(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 		cmd := exec.CommandContext(ctx, "/bin/sh", "-e", "-x", "-c", b.text)
 		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"), serverEnv+"="+s.addr, federationEnv+"="+fed)
+		// A config file of the reader's own (a current context with TLS
+		// files) must not change what the examples do.
+		cmd.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"), serverEnv+"="+s.addr, federationEnv+"="+fed,
+			configEnv+"="+filepath.Join(dir, "peloton-config.yaml"), tokenEnv+"=")
 		out, err := cmd.CombinedOutput()
 		cancel()
 		if err != nil {
