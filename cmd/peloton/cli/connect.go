@@ -100,11 +100,15 @@ func (a *app) conn() (*connSettings, error) {
 		{"cert-file", "certFile", a.certFile, cc.CertFile, &s.cert},
 		{"key-file", "keyFile", a.keyFile, cc.KeyFile, &s.key},
 	} {
-		p, err := path(f.field, f.ctxVal)
-		if err != nil {
-			return nil, err
+		*f.dst = pick(f.flag, f.flagVal, "", f.field, f.ctxVal, "")
+		if f.dst.val != "" && !strings.HasPrefix(f.dst.from, "--") {
+			// From the context: a path as written in the file.
+			p, err := path(f.field, f.dst.val)
+			if err != nil {
+				return nil, err
+			}
+			f.dst.val = p
 		}
-		*f.dst = pick(f.flag, f.flagVal, "", f.field, p, "")
 	}
 	if s.token.from == "" && cc.TokenFile != "" {
 		p, err := path("tokenFile", cc.TokenFile)

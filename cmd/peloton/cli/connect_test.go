@@ -372,6 +372,10 @@ contexts:
 	// No home: ~/ cannot be resolved, and the error names the field.
 	r = runEnv(t, map[string]string{configEnv: config}, "job", "list")
 	wantStderr(t, r, exitError, "config file "+config+": keyFile of context prod: ~/alice-key.pem starts with ~ but there is no home directory")
+	// ... unless a flag replaces that field.
+	if r := runEnv(t, map[string]string{configEnv: config}, "--key-file", filepath.Join(home, "alice-key.pem"), "job", "list"); r.code != exitOK {
+		t.Errorf("--key-file over a context's ~/ path with no home: exit %d, stderr %q", r.code, r.stderr)
+	}
 	// A file of the context that does not load names the field.
 	if err := os.Remove(filepath.Join(p.dir, "alice.pem")); err != nil {
 		t.Fatal(err)

@@ -145,15 +145,15 @@ Start a single-machine cluster with "peloton up", then submit work to it:
 		server = defaultServer
 	}
 	pf := root.PersistentFlags()
-	pf.StringVar(&a.server, "server", server, "gRPC address of the peloton server; $"+serverEnv+" sets the default")
+	pf.StringVar(&a.server, "server", server, "gRPC address of the peloton server; $"+serverEnv+", else the context's server, sets the default")
 	pf.StringVarP(&a.output, "output", "o", formatTable, "output format: table, wide, json or yaml")
 	pf.DurationVar(&a.timeout, "timeout", 30*time.Second, "timeout of each API call")
 	fed := a.getenv(federationEnv)
 	if fed == "" {
 		fed = defaultFederation
 	}
-	pf.StringVar(&a.fedAddr, "federation", fed, "gRPC address of the federation (cluster and fed commands, --cluster); $"+federationEnv+" sets the default")
-	pf.StringVar(&a.clusterName, "cluster", "", "send job, task, pool, host and update commands to this cluster of the federation (its endpoint, asked of --federation) instead of --server")
+	pf.StringVar(&a.fedAddr, "federation", fed, "gRPC address of the federation (cluster and fed commands, --cluster); $"+federationEnv+", else the context's federation, sets the default")
+	pf.StringVar(&a.clusterName, "cluster", "", "send job, task, pool, host and update commands to this cluster of the federation (its endpoint, asked of --federation) instead of --server (default: the context's cluster)")
 	pf.StringVar(&a.caFile, "ca-file", "", "PEM file of the CA that signed the server's certificate; connects over TLS (as do --cert-file and --tls-server-name)")
 	pf.StringVar(&a.certFile, "cert-file", "", "PEM certificate to present to a server that requires client certificates (mutual TLS), with --key-file")
 	pf.StringVar(&a.keyFile, "key-file", "", "PEM private key of --cert-file")
