@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -83,12 +85,23 @@ func (t *Tokens) Lookup(token string) (Identity, bool) {
 	return id, ok
 }
 
-// redactYAMLError drops the quoted values YAML errors carry, which could
-// be tokens.
+// redactYAMLError says where a token file does not parse, and what kind
+// of mistake it is, but none of the file's text: a token typed where a key
+// belongs would otherwise be echoed into the log.
 func redactYAMLError(err error) error {
 	msg := err.Error()
-	if i := strings.Index(msg, "`"); i >= 0 {
-		msg = msg[:i] + "(value withheld)"
+	what := "not valid YAML for a list of {token|sha256, principal, groups} entries"
+	switch {
+	case strings.Contains(msg, "not found in type"):
+		what = "an unknown field (its name withheld: it could be a token)"
+	case strings.Contains(msg, "cannot unmarshal"):
+		what = "a value of the wrong type"
 	}
-	return fmt.Errorf("%s", msg)
+	lines := lineRE.FindAllString(msg, -1)
+	if len(lines) == 0 {
+		return errors.New(what)
+	}
+	return fmt.Errorf("%s: %s", strings.Join(lines, ", "), what)
 }
+
+var lineRE = regexp.MustCompile(`line \d+`)
