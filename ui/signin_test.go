@@ -8,10 +8,8 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +17,7 @@ import (
 
 	"github.com/peloton-sched/peloton/cluster"
 	"github.com/peloton-sched/peloton/internal/auth"
+	"github.com/peloton-sched/peloton/internal/browsertest"
 	"github.com/peloton-sched/peloton/internal/serving"
 	"github.com/peloton-sched/peloton/ui"
 )
@@ -42,7 +41,7 @@ const (
 // the form; a stored token the server no longer takes is forgotten and the
 // form says why. No page raises a JavaScript error.
 func TestSignIn(t *testing.T) {
-	chromium := chromiumPath(t)
+	chromium := browsertest.ChromiumPath(t)
 	base := startSecuredStack(t)
 
 	// The API itself wants the token: without it, 401 and the challenge.
@@ -234,72 +233,16 @@ func rest(t *testing.T, method, url, token, body string, out any) {
 	}
 }
 
-// chromiumPath finds the browser as test/e2e does: PELOTON_CHROMIUM, else
-// chromium on the PATH (hack/chromium.sh installs it); PELOTON_SKIP_BROWSER=1
-// skips, and a machine without it fails with the reason.
-func chromiumPath(t *testing.T) string {
-	t.Helper()
-	if os.Getenv("PELOTON_SKIP_BROWSER") == "1" {
-		t.Skip("PELOTON_SKIP_BROWSER=1: browser tests skipped")
-	}
-	if p := os.Getenv("PELOTON_CHROMIUM"); p != "" {
-		return p
-	}
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	t.Fatal("no Chromium found: install it (`bash hack/chromium.sh`), set PELOTON_CHROMIUM to its path, " +
-		"or set PELOTON_SKIP_BROWSER=1 to skip the browser tests")
-	return ""
-}
+// tab is one headless Chromium with one tab (internal/browsertest), with
+// this test's fixed waits.
+type tab struct{ *browsertest.Browser }
 
-// tab is one headless Chromium with one tab, collecting the page's
-// JavaScript errors other than the network's (a refused request logs one,
-// and showing that refusal is the page's job).
-type tab struct {
-	ctx  context.Context
-	mu   sync.Mutex
-	errs []string
-}
-
-func newTab(t *testing.T, path string) *tab {
-	t.Helper()
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
-		chromedp.ExecPath(path), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
-		chromedp.NoDefaultBrowserCheck, chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
-		chromedp.Flag("disable-dev-shm-usage", true), chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 800))
-	ctx, cancel := chromedp.NewContext(actx)
-	t.Cleanup(func() { cancel(); cancelAlloc() })
-	// The first Do starts the browser; it must not carry a timeout.
-	if err := chromedp.Do(ctx); err != nil {
-		t.Fatalf("starting Chromium (%s): %v", path, err)
-	}
-	b := &tab{ctx: ctx}
-	msgs := chromedp.Console(ctx)
-	go func() {
-		for m, err := range msgs {
-			if err != nil {
-				return
-			}
-			if m.IsException() || (m.Type == chromedp.ConsoleError && m.Source != "network") {
-				b.mu.Lock()
-				b.errs = append(b.errs, fmt.Sprintf("%s (%s:%d)", m.Text, m.URL, m.Line+1))
-				b.mu.Unlock()
-			}
-		}
-	}()
-	return b
-}
+func newTab(t *testing.T, path string) *tab { return &tab{browsertest.New(t, path, 1280, 800)} }
 
 // do runs steps, each batch within 15s.
 func (b *tab) do(t *testing.T, steps ...chromedp.Action[chromedp.Void]) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(b.ctx, 15*time.Second)
-	defer cancel()
-	if err := chromedp.Do(ctx, steps...); err != nil {
+	if err := b.Do(15*time.Second, steps...); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -307,30 +250,16 @@ func (b *tab) do(t *testing.T, steps ...chromedp.Action[chromedp.Void]) {
 // wait polls a JavaScript predicate until it holds, for up to 15s.
 func (b *tab) wait(t *testing.T, what, expr string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(b.ctx, 16*time.Second)
-	defer cancel()
-	if _, err := chromedp.Run(ctx, chromedp.Poll[chromedp.Void](expr,
-		chromedp.WithPollingTimeout(15*time.Second), chromedp.WithPollingInterval(50*time.Millisecond))); err != nil {
-		text, _ := evalJS[string](b, `document.querySelector("main") ? document.querySelector("main").innerText.slice(0, 1500) : ""`)
-		t.Fatalf("%s: not within 15s (%v); the page shows:\n%s", what, err, text)
-	}
+	b.WaitJS(t, what, expr, 15*time.Second)
 }
 
 // evalJS evaluates an expression (awaiting a promise) into T.
 func evalJS[T any](b *tab, expr string) (T, error) {
-	ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
-	defer cancel()
-	return chromedp.Run(ctx, chromedp.Evaluate[T](expr, chromedp.EvalAwaitPromise))
+	return browsertest.Eval[T](b.Browser, 5*time.Second, expr)
 }
 
 // checkNoJSErrors fails the test if a page raised a JavaScript error.
 func (b *tab) checkNoJSErrors(t *testing.T) {
 	t.Helper()
-	// Console events arrive asynchronously; give the last ones a moment.
-	_, _ = evalJS[bool](b, `new Promise((r) => setTimeout(() => r(true), 100))`)
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if len(b.errs) > 0 {
-		t.Errorf("JavaScript errors:\n  %s", strings.Join(b.errs, "\n  "))
-	}
+	b.CheckNoJSErrors(t, "the sign-in pages")
 }
