@@ -108,7 +108,10 @@ type Client struct {
 	// (mutual TLS).
 	CertFile, KeyFile string
 	// ServerName, if set, is the name the server's certificate must carry
-	// instead of the host of the address dialled.
+	// instead of the host of the address dialled. Dialling an IP address
+	// needs it (the IP itself will do): TLS sends no IP address in its
+	// server name indication, so nothing else tells the verifier which
+	// address was meant, and a connection without it fails.
 	ServerName string
 }
 
@@ -164,12 +167,24 @@ func ClientConfig(c Client, log *slog.Logger) (*tls.Config, error) {
 		if len(cs.PeerCertificates) == 0 {
 			return errors.New("tls: the server presented no certificate")
 		}
+		// The name to verify: the configured one, else the one sent as
+		// SNI - the host dialled, which the caller (gRPC) put in its own
+		// copy of this configuration. SNI is empty when an IP address was
+		// dialled; verifying without a name would take any certificate
+		// the CA signed (a client's, say) for the server's.
+		name := c.ServerName
+		if name == "" {
+			name = cs.ServerName
+		}
+		if name == "" {
+			return errors.New("tls: no server name to verify the server's certificate against: an IP address dialled needs the server name set (the address itself will do)")
+		}
 		inter := x509.NewCertPool()
 		for _, ic := range cs.PeerCertificates[1:] {
 			inter.AddCert(ic)
 		}
 		_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{
-			Roots: cas.Get(), Intermediates: inter, DNSName: cs.ServerName,
+			Roots: cas.Get(), Intermediates: inter, DNSName: name,
 			KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		})
 		if err != nil {
