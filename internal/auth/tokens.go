@@ -1,13 +1,12 @@
 package auth
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"regexp"
 	"strings"
-
-	"go.yaml.in/yaml/v3"
 )
 
 // tokenEntry is one entry of a token file.
@@ -37,15 +36,16 @@ const minTokenLen = 16
 // appears in an error.
 func ParseTokens(b []byte) (*Tokens, error) {
 	var entries []tokenEntry
-	dec := yaml.NewDecoder(bytes.NewReader(b))
-	dec.KnownFields(true)
-	if err := dec.Decode(&entries); err != nil && err.Error() != "EOF" {
+	if err := decodeOne(b, &entries); err != nil {
 		return nil, fmt.Errorf("tokens: %w", redactYAMLError(err))
 	}
 	t := &Tokens{byDigest: make(map[[sha256.Size]byte]Identity, len(entries))}
 	for i, e := range entries {
 		where := fmt.Sprintf("token entry %d", i+1)
 		var d [sha256.Size]byte
+		// Presented tokens are read without surrounding blanks (see
+		// bearerToken); so are these, or such an entry would never match.
+		e.Token = strings.TrimSpace(e.Token)
 		switch {
 		case e.Token != "" && e.SHA256 != "":
 			return nil, fmt.Errorf("%s: give token or sha256, not both", where)
@@ -83,12 +83,25 @@ func (t *Tokens) Lookup(token string) (Identity, bool) {
 	return id, ok
 }
 
-// redactYAMLError drops the quoted values YAML errors carry, which could
-// be tokens.
+// redactYAMLError drops from a YAML error what could be a token: the
+// values it quotes (`...`), and the keys it names (an unknown field, a
+// key given twice) unless shorter than any token can be - a token
+// written as a key ("- s3cr3t...: alice") would otherwise be printed.
 func redactYAMLError(err error) error {
-	msg := err.Error()
-	if i := strings.Index(msg, "`"); i >= 0 {
-		msg = msg[:i] + "(value withheld)"
-	}
-	return fmt.Errorf("%s", msg)
+	msg := yamlValue.ReplaceAllString(err.Error(), "(value withheld)")
+	msg = yamlKey.ReplaceAllStringFunc(msg, func(m string) string {
+		sub := yamlKey.FindStringSubmatch(m)
+		key := sub[2] + sub[3]
+		if len(key) < minTokenLen {
+			return m
+		}
+		return strings.Replace(m, sub[1], "(key withheld)", 1)
+	})
+	return errors.New(msg)
 }
+
+var (
+	yamlValue = regexp.MustCompile("`[^`]*`")
+	// "field X not found in type T", "mapping key "X" already defined".
+	yamlKey = regexp.MustCompile(`(?:field |mapping key )("((?:[^"\\]|\\.)*)"|(\S+?))(?: not found| already defined)`)
+)
