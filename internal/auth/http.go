@@ -15,6 +15,28 @@ import (
 
 func escape(s string) string            { return url.QueryEscape(s) }
 func unescape(s string) (string, error) { return url.QueryUnescape(s) }
+
+// escapeList forwards a list as its escaped items joined by commas: an
+// item's own commas are escaped, so a group "a,b" stays one group.
+func escapeList(items []string) string {
+	out := make([]string, len(items))
+	for i, s := range items {
+		out[i] = escape(s)
+	}
+	return strings.Join(out, ",")
+}
+
+func unescapeList(s string) ([]string, bool) {
+	items := strings.Split(s, ",")
+	for i, it := range items {
+		v, err := unescape(it)
+		if err != nil {
+			return nil, false
+		}
+		items[i] = v
+	}
+	return items, true
+}
 func httpPeer(r *http.Request) string   { return r.RemoteAddr }
 func hasForwardPrefix(key string) bool  { return strings.HasPrefix(strings.ToLower(key), "x-peloton-") }
 func stripPrefix(key, prefix string) string {
@@ -66,7 +88,7 @@ func (g *Guard) GatewayHandler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		for k := range r.Header {
 			if hasForwardPrefix(stripPrefix(k, "Grpc-Metadata-")) || hasForwardPrefix(k) {
-				r.Header.Del(k)
+				delete(r.Header, k) // Del would canonicalize k and miss a key that is not
 			}
 		}
 		id, err := g.HTTPIdentity(r)
@@ -106,7 +128,7 @@ func GatewayOptions() []runtime.ServeMuxOption {
 			if id, ok := r.Context().Value(httpIdentityKey{}).(Identity); ok {
 				md.Set(fwdMethod, escape(id.Method))
 				md.Set(fwdPrincipal, escape(id.Principal))
-				md.Set(fwdGroups, escape(strings.Join(id.Groups, ",")))
+				md.Set(fwdGroups, escapeList(id.Groups))
 				md.Set(fwdPeer, escape(id.Peer))
 			}
 			if v := r.Header.Get("X-Request-Id"); v != "" {
