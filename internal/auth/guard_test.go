@@ -117,7 +117,9 @@ func as(t *testing.T, token string, kv ...string) context.Context {
 	return metadata.AppendToOutgoingContext(ctx, kv...)
 }
 
-func (f *fixture) jobsClient() pelotonv1.JobServiceClient { return pelotonv1.NewJobServiceClient(f.conn) }
+func (f *fixture) jobsClient() pelotonv1.JobServiceClient {
+	return pelotonv1.NewJobServiceClient(f.conn)
+}
 
 // wantCode checks err's code and that its message holds each of words.
 func wantCode(t *testing.T, what string, err error, code codes.Code, words ...string) {

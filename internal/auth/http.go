@@ -37,8 +37,8 @@ func unescapeList(s string) ([]string, bool) {
 	}
 	return items, true
 }
-func httpPeer(r *http.Request) string   { return r.RemoteAddr }
-func hasForwardPrefix(key string) bool  { return strings.HasPrefix(strings.ToLower(key), "x-peloton-") }
+func httpPeer(r *http.Request) string  { return r.RemoteAddr }
+func hasForwardPrefix(key string) bool { return strings.HasPrefix(strings.ToLower(key), "x-peloton-") }
 func stripPrefix(key, prefix string) string {
 	if len(key) >= len(prefix) && strings.EqualFold(key[:len(prefix)], prefix) {
 		return key[len(prefix):]
