@@ -499,3 +499,72 @@ func checkErr(t *testing.T, what string, err error, want []string) {
 		}
 	}
 }
+
+// A client that resumes a TLS session is held to the client CA of the
+// moment, as a new one is: once the CA file no longer trusts its
+// certificate's issuer, resuming the session it had does not let it in.
+func TestResumedSessionFollowsClientCARotation(t *testing.T) {
+	checkEveryTime(t)
+	dir, newDir := t.TempDir(), t.TempDir()
+	ca := tlstest.NewCA(t, dir, "ca")
+	cert, key := ca.Issue(t, "server", "server", tlstest.Opts{})
+	trusted := filepath.Join(t.TempDir(), "client-ca.pem")
+	replace(t, trusted, ca.File)
+	cfg, err := tlsfiles.ServerConfig(tlsfiles.Server{CertFile: cert, KeyFile: key, ClientCAFile: trusted}, nil, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lis.Close() })
+	go func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				tc := tls.Server(c, cfg)
+				_ = tc.SetDeadline(time.Now().Add(10 * time.Second))
+				if tc.Handshake() == nil {
+					_, _ = tc.Write([]byte("hi"))
+					_, _ = tc.Read(make([]byte, 1)) // until the client closes
+				}
+			}()
+		}
+	}()
+	alice, aliceKey := ca.Issue(t, "alice", "alice", tlstest.Opts{})
+	ccfg, err := tlsfiles.ClientConfig(tlsfiles.Client{CAFile: ca.File, ServerName: "127.0.0.1", CertFile: alice, KeyFile: aliceKey}, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ccfg.ClientSessionCache = tls.NewLRUClientSessionCache(4)
+	connect := func() (resumed bool, err error) {
+		c, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", lis.Addr().String(), ccfg)
+		if err != nil {
+			return false, err
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		// Reading takes in the session ticket, and the server's alert if
+		// it refuses the client.
+		if _, err := io.ReadFull(c, make([]byte, 2)); err != nil {
+			return false, err
+		}
+		return c.ConnectionState().DidResume, nil
+	}
+	if _, err := connect(); err != nil {
+		t.Fatalf("first connection: %v", err)
+	}
+	if resumed, err := connect(); err != nil || !resumed {
+		t.Fatalf("second connection: resumed %v, %v; want a resumed session (else this test shows nothing)", resumed, err)
+	}
+	newCA := tlstest.NewCA(t, newDir, "new")
+	replace(t, trusted, newCA.File)
+	if resumed, err := connect(); err == nil {
+		t.Errorf("after the client CA rotated, a client of the old CA got in (resumed: %v)", resumed)
+	}
+}
