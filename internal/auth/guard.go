@@ -81,6 +81,11 @@ func New(cfg Config, rules Rules) (*Guard, error) {
 		}
 	}
 	if cfg.PolicyFile != "" {
+		// Without authentication every caller is anonymous and a policy
+		// would be silently ignored: everything allowed.
+		if !g.Authenticating() {
+			return nil, fmt.Errorf("--authz-policy-file %s: a policy needs callers to authenticate (a token file or client certificates)", cfg.PolicyFile)
+		}
 		g.policy, err = reload.New([]string{cfg.PolicyFile}, func() (*Policy, error) { return loadFile(cfg.PolicyFile, ParsePolicy) }, g.log)
 		if err != nil {
 			return nil, fmt.Errorf("--authz-policy-file %s: %w", cfg.PolicyFile, err)

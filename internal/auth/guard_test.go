@@ -626,6 +626,9 @@ func TestNewFailsOnBadFiles(t *testing.T) {
 		{auth.Config{TokenFile: authtest.WriteFile(t, dir, "t.yaml", "- {token: short, principal: a}")}, "--auth-token-file"},
 		{auth.Config{PolicyFile: authtest.WriteFile(t, dir, "p.yaml", "- {principal: a, role: boss}")}, "--authz-policy-file"},
 		{auth.Config{AuditFile: filepath.Join(dir, "no", "such", "dir", "audit.log")}, "--audit-log"},
+		// A policy nobody is held to (all callers anonymous) would allow
+		// everything.
+		{auth.Config{PolicyFile: authtest.WriteFile(t, dir, "good.yaml", policyYAML)}, "needs callers to authenticate"},
 	} {
 		tc.cfg.Log = quiet
 		if _, err := auth.New(tc.cfg, rules); err == nil || !strings.Contains(err.Error(), tc.want) {
