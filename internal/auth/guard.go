@@ -296,10 +296,18 @@ const (
 )
 
 func requestIDOf(ctx context.Context) string {
+	var v []string
 	if md, ok := metadata.FromIncomingContext(ctx); ok {
-		if v := md.Get(RequestIDHeader); len(v) == 1 && len(v[0]) <= 128 && v[0] != "" {
-			return v[0]
-		}
+		v = md.Get(RequestIDHeader)
+	}
+	return requestID(v)
+}
+
+// requestID is the caller's request id if it sent one that will do, else
+// a new one.
+func requestID(v []string) string {
+	if len(v) == 1 && len(v[0]) <= 128 && v[0] != "" {
+		return v[0]
 	}
 	var b [12]byte
 	_, _ = rand.Read(b[:])

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc"
@@ -93,7 +94,7 @@ func (g *Guard) GatewayHandler(next http.Handler) http.Handler {
 		}
 		id, err := g.HTTPIdentity(r)
 		if err != nil {
-			writeHTTPError(w, err)
+			g.refuseHTTP(w, r, id, err)
 			return
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), httpIdentityKey{}, id)))
@@ -107,11 +108,11 @@ func (g *Guard) RequireHTTP(role Role, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id, err := g.HTTPIdentity(r)
 		if err != nil {
-			writeHTTPError(w, err)
+			g.refuseHTTP(w, r, id, err)
 			return
 		}
 		if g.policy != nil && id.Method != MethodNone && !g.policy.Get().Allows(id, role, "") {
-			writeHTTPError(w, statusErr(codes.PermissionDenied, r.URL.Path+" needs the "+role.String()+" role cluster-wide, which "+id.Principal+" does not hold"))
+			g.refuseHTTP(w, r, id, statusErr(codes.PermissionDenied, r.URL.Path+" needs the "+role.String()+" role cluster-wide, which "+id.Principal+" does not hold"))
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -174,6 +175,24 @@ type statusError struct {
 func (e statusError) Error() string { return e.msg }
 
 func statusErr(c codes.Code, msg string) error { return statusError{c, msg} }
+
+// refuseHTTP answers a request refused before it reached a gRPC method
+// and writes its audit line, as the gRPC side does for a refused call:
+// the method is the HTTP method and path.
+func (g *Guard) refuseHTTP(w http.ResponseWriter, r *http.Request, id Identity, err error) {
+	rid := requestID(r.Header.Values("X-Request-Id"))
+	w.Header().Set("X-Request-Id", rid)
+	writeHTTPError(w, err)
+	if g.audit == nil {
+		return
+	}
+	se, _ := err.(statusError)
+	e := AuditEntry{Time: time.Now().UTC(), RequestID: rid, Principal: id.Principal, Groups: id.Groups, AuthBy: id.Method,
+		Peer: httpPeer(r), Method: r.Method + " " + r.URL.Path, Outcome: se.code.String(), Message: se.msg}
+	if werr := g.audit.Write(e); werr != nil {
+		g.log.Error("cannot write the audit log", "err", werr)
+	}
+}
 
 // writeHTTPError answers with the {"code","message","details"} shape of
 // the REST gateway's errors.

@@ -223,9 +223,12 @@ func TestREST(t *testing.T) {
 		t.Errorf("the handler saw %+v, want vic by token from 127.0.0.1 (the HTTP client)", id)
 	}
 
-	a = do(t, c, http.MethodGet, base+"/v1/jobs/a1", "", "")
+	a = do(t, c, http.MethodGet, base+"/v1/jobs/a1", "", "", "X-Request-Id", "rest-anon")
 	if a.code != http.StatusUnauthorized || grpcCode(t, a) != 16 {
 		t.Errorf("GET without a token: %d %s, want 401 {code: 16}", a.code, a.body)
+	}
+	if got := a.header.Get("X-Request-Id"); got != "rest-anon" {
+		t.Errorf("401's X-Request-Id %q, want the caller's", got)
 	}
 	a = do(t, c, http.MethodGet, base+"/v1/jobs/a1", "wrong-token-0123456789", "")
 	if a.code != http.StatusUnauthorized || grpcCode(t, a) != 16 {
@@ -247,14 +250,19 @@ func TestREST(t *testing.T) {
 	if !slices.Equal(d.jobs.Cancelled(), []string{"a1"}) {
 		t.Errorf("cancelled %v, want [a1]", d.jobs.Cancelled())
 	}
-	found := false
+	// Audited: allowed changes, and refusals, those refused before the
+	// gateway (401) too.
+	cancelled, anon := false, false
 	for _, e := range readAudit(t, d.audit) {
-		if e.RequestID == "rest-req-1" {
-			found = e.Principal == "sam" && e.Method == authtest.CancelJob && e.Outcome == "OK" && e.Object == "job a1"
+		switch e.RequestID {
+		case "rest-req-1":
+			cancelled = e.Principal == "sam" && e.Method == authtest.CancelJob && e.Outcome == "OK" && e.Object == "job a1"
+		case "rest-anon":
+			anon = e.Principal == "" && e.Method == "GET /v1/jobs/a1" && e.Outcome == "Unauthenticated" && strings.HasPrefix(e.Peer, "127.0.0.1:")
 		}
 	}
-	if !found {
-		t.Errorf("no audit entry of sam's REST cancel with request id rest-req-1 in %+v", readAudit(t, d.audit))
+	if !cancelled || !anon {
+		t.Errorf("want audit entries of sam's REST cancel (rest-req-1) and of the request without a token (rest-anon) in %+v", readAudit(t, d.audit))
 	}
 
 	// Lists are filtered over REST too.
@@ -327,6 +335,15 @@ func TestMetricsNeedAClusterViewer(t *testing.T) {
 		if a := do(t, c, http.MethodGet, url, tc.token, ""); a.code != tc.code {
 			t.Errorf("/metrics with %q: %d %s, want %d", tc.token, a.code, a.body, tc.code)
 		}
+	}
+	refused := 0
+	for _, e := range readAudit(t, d.audit) {
+		if e.Method == "GET /metrics" && (e.Outcome == "Unauthenticated" || e.Outcome == "PermissionDenied" && e.Principal == "vic") {
+			refused++
+		}
+	}
+	if refused != 2 {
+		t.Errorf("%d audit entries of refused /metrics requests, want 2: %+v", refused, readAudit(t, d.audit))
 	}
 	// The admin listener serves them plainly, for scrapers on a network
 	// kept apart.
