@@ -2,8 +2,9 @@
 // of its connections to other daemons from PEM files that an operator (or
 // cert-manager, or a cron job running openssl) replaces while the daemon
 // runs: a certificate, its key, and the CA bundles that verify the other
-// side. A file is read again when its size or modification time changes
-// (looked for at most once per reload.Interval, on the handshake that needs it),
+// side. A file is read again when its size or modification time changes or
+// another file is renamed into its place (looked for at most once per
+// reload.Interval, on the handshake that needs it),
 // so a rotated certificate is served by the next connection without a
 // restart. A replacement that does not load (a half-written file, a key that
 // does not match) is logged and the previous one kept.
