@@ -88,6 +88,9 @@ func (t *Tokens) Lookup(token string) (Identity, bool) {
 // token can be (a misspelt field's name): a token written as a key
 // ("- s3cr3t...: alice") or quoted as a value would otherwise be printed.
 func redactYAMLError(err error) error {
+	if !strings.HasPrefix(err.Error(), "yaml:") {
+		return err // decodeOne's own, which quotes nothing of the file
+	}
 	var out []string
 	for _, line := range strings.Split(err.Error(), "\n") {
 		where := lineRE.FindString(line)
@@ -102,7 +105,7 @@ func redactYAMLError(err error) error {
 		case strings.Contains(line, "already defined"):
 			what = "a key given twice (withheld: it could be a token)"
 		case strings.Contains(line, "cannot unmarshal"):
-			what = "a value of the wrong type"
+			what = "cannot unmarshal a value of the wrong type (value withheld)"
 		case where != "":
 			what = "not valid YAML"
 		default:

@@ -74,7 +74,7 @@ func TestParseTokensErrors(t *testing.T) {
 			[]string{"token entry 2:", "same token as an earlier entry"}},
 		{fmt.Sprintf("- {token: %q, principal: a}\n- {sha256: %q, principal: b}", secret, sha(secret)),
 			[]string{"token entry 2:", "same token as an earlier entry"}},
-		{fmt.Sprintf("- {token: %q, principal: a, group: x}", secret), []string{"tokens:", "line 1", "field group not found"}},
+		{fmt.Sprintf("- {token: %q, principal: a, group: x}", secret), []string{"tokens:", "line 1", `unknown field "group"`}},
 		{fmt.Sprintf("- {token: %q, principal: a}\n---\n- {token: %q, principal: b}", secret, secret+"x"), []string{"tokens:", "one YAML document"}},
 		{"token: x\nprincipal: a\n", []string{"tokens:", "cannot unmarshal"}},
 		// Mistakes that put a token where YAML quotes it back.
