@@ -39,7 +39,7 @@ func (s *Server) Rules() auth.Rules {
 	}
 	onPool := func(role auth.Role, mutating bool) auth.Rule {
 		return auth.Rule{Role: role, Mutating: mutating, Pools: func(_ context.Context, req any) ([]string, error) {
-			return nonEmpty(req.(hasPath).GetPath()), nil
+			return auth.Paths(req.(hasPath).GetPath()), nil
 		}, Object: func(req any) string { return "global pool " + req.(hasPath).GetPath() }}
 	}
 	onJob := func(role auth.Role, mutating bool) auth.Rule {
@@ -66,7 +66,7 @@ func (s *Server) Rules() auth.Rules {
 		if err != nil {
 			return nil, err
 		}
-		return append(pools, nonEmpty(req.(*pelotonv1.UpdateFederatedServiceRequest).GetJob().GetPool())...), nil
+		return append(pools, auth.Paths(req.(*pelotonv1.UpdateFederatedServiceRequest).GetJob().GetPool())...), nil
 	}
 	return auth.Rules{
 		cl + "RegisterCluster":   onCluster(auth.Operator, true),
@@ -93,7 +93,7 @@ func (s *Server) Rules() auth.Rules {
 
 		job + "CreateFederatedJob": {Role: auth.Submitter, Mutating: true,
 			Pools: func(_ context.Context, req any) ([]string, error) {
-				return nonEmpty(req.(*pelotonv1.CreateFederatedJobRequest).GetSpec().GetJob().GetPool()), nil
+				return auth.Paths(req.(*pelotonv1.CreateFederatedJobRequest).GetSpec().GetJob().GetPool()), nil
 			},
 			Object: func(req any) string {
 				j := req.(*pelotonv1.CreateFederatedJobRequest).GetSpec().GetJob()
@@ -114,7 +114,7 @@ func (s *Server) Rules() auth.Rules {
 
 		svc + "CreateFederatedService": {Role: auth.Submitter, Mutating: true,
 			Pools: func(_ context.Context, req any) ([]string, error) {
-				return nonEmpty(req.(*pelotonv1.CreateFederatedServiceRequest).GetSpec().GetJob().GetPool()), nil
+				return auth.Paths(req.(*pelotonv1.CreateFederatedServiceRequest).GetSpec().GetJob().GetPool()), nil
 			},
 			Object: func(req any) string {
 				j := req.(*pelotonv1.CreateFederatedServiceRequest).GetSpec().GetJob()
@@ -145,22 +145,13 @@ func (s *Server) Rules() auth.Rules {
 	}
 }
 
-func nonEmpty(pools ...string) []string {
-	var out []string
-	for _, p := range pools {
-		if p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
-}
 
 func (s *Server) jobPools(_ context.Context, req any) ([]string, error) {
 	j, err := s.f.GetJob(req.(hasJobID).GetJobId())
 	if err != nil {
 		return nil, err
 	}
-	return nonEmpty(j.GetSpec().GetJob().GetPool()), nil
+	return auth.Paths(j.GetSpec().GetJob().GetPool()), nil
 }
 
 func (s *Server) servicePools(_ context.Context, req any) ([]string, error) {
@@ -168,5 +159,5 @@ func (s *Server) servicePools(_ context.Context, req any) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	return nonEmpty(v.GetSpec().GetJob().GetPool()), nil
+	return auth.Paths(v.GetSpec().GetJob().GetPool()), nil
 }

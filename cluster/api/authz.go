@@ -63,7 +63,7 @@ func (s *Server) Rules() auth.Rules {
 	return auth.Rules{
 		job + "CreateJob": {Role: auth.Submitter, Mutating: true,
 			Pools: func(_ context.Context, req any) ([]string, error) {
-				return nonEmpty(req.(*pelotonv1.CreateJobRequest).GetSpec().GetPool()), nil
+				return auth.Paths(req.(*pelotonv1.CreateJobRequest).GetSpec().GetPool()), nil
 			},
 			Object: func(req any) string {
 				r := req.(*pelotonv1.CreateJobRequest)
@@ -90,7 +90,7 @@ func (s *Server) Rules() auth.Rules {
 		pool + "MovePool": {Role: auth.Operator, Mutating: true,
 			Pools: func(_ context.Context, req any) ([]string, error) {
 				r := req.(*pelotonv1.MovePoolRequest)
-				return nonEmpty(r.GetPath(), r.GetNewParent()), nil
+				return auth.Paths(r.GetPath(), r.GetNewParent()), nil
 			},
 			Object: func(req any) string {
 				r := req.(*pelotonv1.MovePoolRequest)
@@ -114,7 +114,7 @@ func (s *Server) Rules() auth.Rules {
 				if err != nil {
 					return nil, err
 				}
-				return append(pools, nonEmpty(req.(*pelotonv1.CreateUpdateRequest).GetSpec().GetPool())...), nil
+				return append(pools, auth.Paths(req.(*pelotonv1.CreateUpdateRequest).GetSpec().GetPool())...), nil
 			}},
 		update + "GetUpdate":      onUpdate(auth.Viewer, false),
 		update + "ListUpdates":    {Role: auth.Viewer, Pools: s.listUpdatesPools, Filter: s.filterUpdates},
@@ -125,15 +125,6 @@ func (s *Server) Rules() auth.Rules {
 	}
 }
 
-func nonEmpty(pools ...string) []string {
-	var out []string
-	for _, p := range pools {
-		if p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
-}
 
 func jobObject(req any) string { return "job " + req.(hasJobID).GetJobId() }
 
@@ -156,13 +147,13 @@ func (s *Server) updatePools(ctx context.Context, req any) ([]string, error) {
 }
 
 func pathPools(_ context.Context, req any) ([]string, error) {
-	return nonEmpty(req.(hasPath).GetPath()), nil
+	return auth.Paths(req.(hasPath).GetPath()), nil
 }
 
 // listJobsPools: a list narrowed to one pool needs the role there; the
 // others are filtered.
 func listJobsPools(_ context.Context, req any) ([]string, error) {
-	return nonEmpty(req.(*pelotonv1.ListJobsRequest).GetPool()), nil
+	return auth.Paths(req.(*pelotonv1.ListJobsRequest).GetPool()), nil
 }
 
 func filterJobs(resp any, canView func(string) bool) {

@@ -138,7 +138,13 @@ func dial(addr string, o Options) (*grpc.ClientConn, error) {
 	}
 	creds := o.TransportCredentials
 	if creds == nil && o.TLS != nil {
-		cfg, err := tlsfiles.ClientConfig(tlsfiles.Client(*o.TLS), nil)
+		files := tlsfiles.Client(*o.TLS)
+		if h := targetHost(addr); files.ServerName == "" && net.ParseIP(h) != nil {
+			// The certificate must name the address dialled, which
+			// tlsfiles cannot learn from the handshake (a name it can).
+			files.ServerName = h
+		}
+		cfg, err := tlsfiles.ClientConfig(files, nil)
 		if err != nil {
 			return nil, fmt.Errorf("client: TLS: %w", err)
 		}
@@ -223,14 +229,20 @@ func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]strin
 // RequireTransportSecurity is false only for the loopback case dial allowed.
 func (b bearer) RequireTransportSecurity() bool { return b.secure }
 
-// loopback says whether a gRPC target names a loopback address.
-func loopback(target string) bool {
+// targetHost is the host a gRPC target names.
+func targetHost(target string) string {
 	target = strings.TrimPrefix(target, "passthrough:///")
 	target = strings.TrimPrefix(target, "dns:///")
 	host, _, err := net.SplitHostPort(target)
 	if err != nil {
 		host = target
 	}
+	return host
+}
+
+// loopback says whether a gRPC target names a loopback address.
+func loopback(target string) bool {
+	host := targetHost(target)
 	if host == "localhost" {
 		return true
 	}

@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -80,6 +81,11 @@ func New(cfg Config, rules Rules) (*Guard, error) {
 		}
 	}
 	if cfg.PolicyFile != "" {
+		// Without authentication every caller is anonymous and a policy
+		// would be silently ignored: everything allowed.
+		if !g.Authenticating() {
+			return nil, fmt.Errorf("--authz-policy-file %s: a policy needs callers to authenticate (a token file or client certificates)", cfg.PolicyFile)
+		}
 		g.policy, err = reload.New([]string{cfg.PolicyFile}, func() (*Policy, error) { return loadFile(cfg.PolicyFile, ParsePolicy) }, g.log)
 		if err != nil {
 			return nil, fmt.Errorf("--authz-policy-file %s: %w", cfg.PolicyFile, err)
@@ -209,32 +215,71 @@ func (g *Guard) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInf
 		}
 	}
 	err = h(srv, gs)
+	first, denied := gs.state()
+	if denied != nil {
+		// Recorded when refused; and the refusal is the call's answer
+		// even if the handler made light of the error it got.
+		return denied
+	}
 	if c.rule.Mutating {
-		g.record(c, gs.first, err)
+		g.record(c, first, err)
 	}
 	return err
 }
 
+// guardedStream authorizes a stream on its first message: until that
+// message is allowed nothing is sent, and once refused the stream only
+// answers with the refusal.
 type guardedStream struct {
 	grpc.ServerStream
 	ctx   context.Context
 	check func(any) error
-	first any
+
+	// A handler may receive in one goroutine and send in another.
+	mu      sync.Mutex
+	checked bool
+	first   any
+	denied  error
 }
 
 func (s *guardedStream) Context() context.Context { return s.ctx }
 
+func (s *guardedStream) state() (first any, denied error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.first, s.denied
+}
+
 func (s *guardedStream) RecvMsg(m any) error {
+	if _, denied := s.state(); denied != nil {
+		return denied
+	}
 	if err := s.ServerStream.RecvMsg(m); err != nil {
 		return err
 	}
-	if s.first == nil {
-		s.first = m
-		if s.check != nil {
-			return s.check(m)
-		}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.checked {
+		return nil
 	}
-	return nil
+	s.checked, s.first = true, m
+	if s.check != nil {
+		s.denied = s.check(m)
+	}
+	return s.denied
+}
+
+func (s *guardedStream) SendMsg(m any) error {
+	s.mu.Lock()
+	denied, early := s.denied, s.check != nil && !s.checked
+	s.mu.Unlock()
+	if denied != nil {
+		return denied
+	}
+	if early {
+		return status.Error(codes.PermissionDenied, "a stream answers only once its request is authorized: receive it first")
+	}
+	return s.ServerStream.SendMsg(m)
 }
 
 // Metadata keys the guard reads or sets.
@@ -251,10 +296,18 @@ const (
 )
 
 func requestIDOf(ctx context.Context) string {
+	var v []string
 	if md, ok := metadata.FromIncomingContext(ctx); ok {
-		if v := md.Get(RequestIDHeader); len(v) == 1 && len(v[0]) <= 128 && v[0] != "" {
-			return v[0]
-		}
+		v = md.Get(RequestIDHeader)
+	}
+	return requestID(v)
+}
+
+// requestID is the caller's request id if it sent one that will do, else
+// a new one.
+func requestID(v []string) string {
+	if len(v) == 1 && len(v[0]) <= 128 && v[0] != "" {
+		return v[0]
 	}
 	var b [12]byte
 	_, _ = rand.Read(b[:])
@@ -310,18 +363,26 @@ func bearerToken(v []string) (string, bool) {
 // forwardedIdentity reads the identity forwarded over the in-memory
 // listener; exactly one of each key, or none at all.
 func (g *Guard) forwardedIdentity(md metadata.MD) (Identity, error) {
-	one := func(k string) (string, bool) {
+	raw := func(k string) (string, bool) {
 		v := md.Get(k)
 		if len(v) != 1 {
 			return "", len(v) == 0
 		}
-		s, err := unescape(v[0])
-		return s, err == nil
+		return v[0], true
+	}
+	one := func(k string) (string, bool) {
+		v, ok := raw(k)
+		s, err := unescape(v)
+		return s, ok && err == nil
 	}
 	method, ok1 := one(fwdMethod)
 	principal, ok2 := one(fwdPrincipal)
-	groups, ok3 := one(fwdGroups)
+	groups, ok3 := raw(fwdGroups)
 	peer, ok4 := one(fwdPeer)
+	var groupList []string
+	if ok3 && groups != "" {
+		groupList, ok3 = unescapeList(groups)
+	}
 	if !(ok1 && ok2 && ok3 && ok4) {
 		return Identity{}, status.Error(codes.Unauthenticated, "a forwarded identity must carry each of its keys once")
 	}
@@ -331,10 +392,7 @@ func (g *Guard) forwardedIdentity(md metadata.MD) (Identity, error) {
 		}
 		return Identity{Principal: Anonymous, Method: MethodNone, Peer: peer}, nil
 	}
-	id := Identity{Principal: principal, Method: method, Peer: peer}
-	if groups != "" {
-		id.Groups = strings.Split(groups, ",")
-	}
+	id := Identity{Principal: principal, Groups: groupList, Method: method, Peer: peer}
 	if method == MethodNone && g.Authenticating() {
 		return Identity{Peer: peer}, status.Error(codes.Unauthenticated, errNoCredentials)
 	}
@@ -394,6 +452,15 @@ func (g *Guard) authorize(ctx context.Context, c *call, req any) error {
 	pools, err := c.rule.Pools(ctx, req)
 	if err != nil {
 		return err
+	}
+	if len(pools) == 0 && c.rule.Filter == nil {
+		// A request that names no pool (an empty field) cannot be held
+		// to a pool grant: allowing it outright would let anyone with a
+		// token call it. It needs the role cluster-wide.
+		if allows("") {
+			return nil
+		}
+		return status.Errorf(codes.PermissionDenied, "%s names no pool, so it needs the %s role cluster-wide, which %s does not hold", short, c.rule.Role, c.id.Principal)
 	}
 	for _, p := range pools {
 		if !allows(p) {

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc"
@@ -15,8 +16,30 @@ import (
 
 func escape(s string) string            { return url.QueryEscape(s) }
 func unescape(s string) (string, error) { return url.QueryUnescape(s) }
-func httpPeer(r *http.Request) string   { return r.RemoteAddr }
-func hasForwardPrefix(key string) bool  { return strings.HasPrefix(strings.ToLower(key), "x-peloton-") }
+
+// escapeList forwards a list as its escaped items joined by commas: an
+// item's own commas are escaped, so a group "a,b" stays one group.
+func escapeList(items []string) string {
+	out := make([]string, len(items))
+	for i, s := range items {
+		out[i] = escape(s)
+	}
+	return strings.Join(out, ",")
+}
+
+func unescapeList(s string) ([]string, bool) {
+	items := strings.Split(s, ",")
+	for i, it := range items {
+		v, err := unescape(it)
+		if err != nil {
+			return nil, false
+		}
+		items[i] = v
+	}
+	return items, true
+}
+func httpPeer(r *http.Request) string  { return r.RemoteAddr }
+func hasForwardPrefix(key string) bool { return strings.HasPrefix(strings.ToLower(key), "x-peloton-") }
 func stripPrefix(key, prefix string) string {
 	if len(key) >= len(prefix) && strings.EqualFold(key[:len(prefix)], prefix) {
 		return key[len(prefix):]
@@ -66,12 +89,12 @@ func (g *Guard) GatewayHandler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		for k := range r.Header {
 			if hasForwardPrefix(stripPrefix(k, "Grpc-Metadata-")) || hasForwardPrefix(k) {
-				r.Header.Del(k)
+				delete(r.Header, k) // Del would canonicalize k and miss a key that is not
 			}
 		}
 		id, err := g.HTTPIdentity(r)
 		if err != nil {
-			writeHTTPError(w, err)
+			g.refuseHTTP(w, r, id, err)
 			return
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), httpIdentityKey{}, id)))
@@ -85,11 +108,11 @@ func (g *Guard) RequireHTTP(role Role, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id, err := g.HTTPIdentity(r)
 		if err != nil {
-			writeHTTPError(w, err)
+			g.refuseHTTP(w, r, id, err)
 			return
 		}
 		if g.policy != nil && id.Method != MethodNone && !g.policy.Get().Allows(id, role, "") {
-			writeHTTPError(w, statusErr(codes.PermissionDenied, r.URL.Path+" needs the "+role.String()+" role cluster-wide, which "+id.Principal+" does not hold"))
+			g.refuseHTTP(w, r, id, statusErr(codes.PermissionDenied, r.URL.Path+" needs the "+role.String()+" role cluster-wide, which "+id.Principal+" does not hold"))
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -106,7 +129,7 @@ func GatewayOptions() []runtime.ServeMuxOption {
 			if id, ok := r.Context().Value(httpIdentityKey{}).(Identity); ok {
 				md.Set(fwdMethod, escape(id.Method))
 				md.Set(fwdPrincipal, escape(id.Principal))
-				md.Set(fwdGroups, escape(strings.Join(id.Groups, ",")))
+				md.Set(fwdGroups, escapeList(id.Groups))
 				md.Set(fwdPeer, escape(id.Peer))
 			}
 			if v := r.Header.Get("X-Request-Id"); v != "" {
@@ -152,6 +175,24 @@ type statusError struct {
 func (e statusError) Error() string { return e.msg }
 
 func statusErr(c codes.Code, msg string) error { return statusError{c, msg} }
+
+// refuseHTTP answers a request refused before it reached a gRPC method
+// and writes its audit line, as the gRPC side does for a refused call:
+// the method is the HTTP method and path.
+func (g *Guard) refuseHTTP(w http.ResponseWriter, r *http.Request, id Identity, err error) {
+	rid := requestID(r.Header.Values("X-Request-Id"))
+	w.Header().Set("X-Request-Id", rid)
+	writeHTTPError(w, err)
+	if g.audit == nil {
+		return
+	}
+	se, _ := err.(statusError)
+	e := AuditEntry{Time: time.Now().UTC(), RequestID: rid, Principal: id.Principal, Groups: id.Groups, AuthBy: id.Method,
+		Peer: httpPeer(r), Method: r.Method + " " + r.URL.Path, Outcome: se.code.String(), Message: se.msg}
+	if werr := g.audit.Write(e); werr != nil {
+		g.log.Error("cannot write the audit log", "err", werr)
+	}
+}
 
 // writeHTTPError answers with the {"code","message","details"} shape of
 // the REST gateway's errors.

@@ -17,7 +17,9 @@ package auth
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 
@@ -103,9 +105,13 @@ type Policy struct {
 // Every mistake is an error naming the entry and the field.
 func ParsePolicy(b []byte) (*Policy, error) {
 	var grants []Grant
-	dec := yaml.NewDecoder(bytes.NewReader(b))
-	dec.KnownFields(true)
-	if err := dec.Decode(&grants); err != nil && err.Error() != "EOF" {
+	if err := decodeOne(b, &grants); err != nil {
+		return nil, fmt.Errorf("policy: %w", err)
+	}
+	// "pools:" with nothing after it decodes as no pools at all, which is
+	// a cluster-wide grant: a forgotten list must not widen a grant.
+	nullPools, err := nullKeys(b, "pools")
+	if err != nil {
 		return nil, fmt.Errorf("policy: %w", err)
 	}
 	for i := range grants {
@@ -127,7 +133,7 @@ func ParsePolicy(b []byte) (*Policy, error) {
 				return nil, fmt.Errorf("%s: pools: %w", where, err)
 			}
 		}
-		if g.Pools != nil && len(g.Pools) == 0 {
+		if (i < len(nullPools) && nullPools[i]) || (g.Pools != nil && len(g.Pools) == 0) {
 			return nil, fmt.Errorf("%s: pools: an empty list grants nothing; leave pools out for a cluster-wide grant", where)
 		}
 		if len(g.Pools) > 0 && (r == Admin || r == Agent) {
@@ -148,11 +154,17 @@ func checkPattern(p string) error {
 	if strings.Contains(body, "*") {
 		return fmt.Errorf("%q: * may only end a pattern, as /* or /**", p)
 	}
+	if strings.Contains(p, "//") {
+		return fmt.Errorf("%q: an empty segment (//) matches no pool", p)
+	}
 	return nil
 }
 
-// matchPool says whether pattern covers the pool path.
+// matchPool says whether pattern covers the pool path. The path is read
+// as the servers read it: without its leading and trailing slashes,
+// "team-a/x/" is /team-a/x.
 func matchPool(pattern, pool string) bool {
+	pool = "/" + strings.Trim(pool, "/")
 	switch {
 	case pattern == "/**":
 		return true
@@ -164,7 +176,7 @@ func matchPool(pattern, pool string) bool {
 		rest, ok := strings.CutPrefix(pool, base+"/")
 		return ok && rest != "" && !strings.Contains(rest, "/")
 	default:
-		return strings.TrimSuffix(pattern, "/") == strings.TrimSuffix(pool, "/") || (pattern == "/" && pool == "/")
+		return "/"+strings.Trim(pattern, "/") == pool
 	}
 }
 
@@ -198,4 +210,47 @@ func (g Grant) appliesTo(id Identity) bool {
 		return g.Principal == id.Principal
 	}
 	return slices.Contains(id.Groups, g.Group)
+}
+
+// decodeOne decodes the one YAML document of b into v, refusing unknown
+// fields and a second document (which would otherwise be ignored). An
+// empty b leaves v as it is.
+func decodeOne(b []byte, v any) error {
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(v); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		return err
+	}
+	var more yaml.Node
+	if err := dec.Decode(&more); !errors.Is(err, io.EOF) {
+		return errors.New("the file must hold one YAML document, a list")
+	}
+	return nil
+}
+
+// nullKeys says, for each entry of the YAML list in b, whether it gives
+// key with no value.
+func nullKeys(b []byte, key string) ([]bool, error) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		return nil, err
+	}
+	if len(doc.Content) == 0 || doc.Content[0].Kind != yaml.SequenceNode {
+		return nil, nil
+	}
+	out := make([]bool, len(doc.Content[0].Content))
+	for i, e := range doc.Content[0].Content {
+		if e.Kind != yaml.MappingNode {
+			continue
+		}
+		for j := 0; j+1 < len(e.Content); j += 2 {
+			if e.Content[j].Value == key && e.Content[j+1].Tag == "!!null" {
+				out[i] = true
+			}
+		}
+	}
+	return out, nil
 }

@@ -49,14 +49,15 @@ func (r Rules) Check(methods []string) error {
 	return nil
 }
 
-// PoolOf is a Pools function for a request naming one pool; an empty
-// field is the default pool def.
-func PoolOf[T any](field func(T) string, def string) func(context.Context, any) ([]string, error) {
-	return func(_ context.Context, req any) ([]string, error) {
-		p := field(req.(T))
-		if p == "" {
-			p = def
+// Paths are the pools a call names, without the empty ones: an empty
+// pool field is a mistake the handler refuses (InvalidArgument naming the
+// field), not a call on the cluster as a whole.
+func Paths(pools ...string) []string {
+	var out []string
+	for _, p := range pools {
+		if p != "" {
+			out = append(out, p)
 		}
-		return []string{p}, nil
 	}
+	return out
 }

@@ -1,13 +1,12 @@
 package auth
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"regexp"
 	"strings"
-
-	"go.yaml.in/yaml/v3"
 )
 
 // tokenEntry is one entry of a token file.
@@ -37,15 +36,16 @@ const minTokenLen = 16
 // appears in an error.
 func ParseTokens(b []byte) (*Tokens, error) {
 	var entries []tokenEntry
-	dec := yaml.NewDecoder(bytes.NewReader(b))
-	dec.KnownFields(true)
-	if err := dec.Decode(&entries); err != nil && err.Error() != "EOF" {
+	if err := decodeOne(b, &entries); err != nil {
 		return nil, fmt.Errorf("tokens: %w", redactYAMLError(err))
 	}
 	t := &Tokens{byDigest: make(map[[sha256.Size]byte]Identity, len(entries))}
 	for i, e := range entries {
 		where := fmt.Sprintf("token entry %d", i+1)
 		var d [sha256.Size]byte
+		// Presented tokens are read without surrounding blanks (see
+		// bearerToken); so are these, or such an entry would never match.
+		e.Token = strings.TrimSpace(e.Token)
 		switch {
 		case e.Token != "" && e.SHA256 != "":
 			return nil, fmt.Errorf("%s: give token or sha256, not both", where)
@@ -83,12 +83,46 @@ func (t *Tokens) Lookup(token string) (Identity, bool) {
 	return id, ok
 }
 
-// redactYAMLError drops the quoted values YAML errors carry, which could
-// be tokens.
+// redactYAMLError says where a token file does not parse and what kind of
+// mistake it is, with none of the file's text but a key shorter than any
+// token can be (a misspelt field's name): a token written as a key
+// ("- s3cr3t...: alice") or quoted as a value would otherwise be printed.
 func redactYAMLError(err error) error {
-	msg := err.Error()
-	if i := strings.Index(msg, "`"); i >= 0 {
-		msg = msg[:i] + "(value withheld)"
+	if !strings.HasPrefix(err.Error(), "yaml:") {
+		return err // decodeOne's own, which quotes nothing of the file
 	}
-	return fmt.Errorf("%s", msg)
+	var out []string
+	for _, line := range strings.Split(err.Error(), "\n") {
+		where := lineRE.FindString(line)
+		var what string
+		switch {
+		case unknownRE.MatchString(line):
+			key := unknownRE.FindStringSubmatch(line)[1]
+			what = "unknown field (name withheld: it could be a token)"
+			if len(key) < minTokenLen && !strings.ContainsAny(key, " \t") {
+				what = fmt.Sprintf("unknown field %q", key)
+			}
+		case strings.Contains(line, "already defined"):
+			what = "a key given twice (withheld: it could be a token)"
+		case strings.Contains(line, "cannot unmarshal"):
+			what = "cannot unmarshal a value of the wrong type (value withheld)"
+		case where != "":
+			what = "not valid YAML"
+		default:
+			continue
+		}
+		if where != "" {
+			what = where + ": " + what
+		}
+		out = append(out, what)
+	}
+	if len(out) == 0 {
+		return errors.New("not valid YAML for a list of {token|sha256, principal, groups} entries")
+	}
+	return errors.New(strings.Join(out, "; "))
 }
+
+var (
+	lineRE    = regexp.MustCompile(`line \d+`)
+	unknownRE = regexp.MustCompile(`field (.*) not found in type`)
+)

@@ -27,7 +27,11 @@ type File[T any] struct {
 	val     T
 	stamps  []stamp
 	checked time.Time
-	// err is the last failed reload's error, nil after a good one.
+	// stampsErr is why the files as stamps describe them did not load,
+	// nil if they did.
+	stampsErr error
+	// err is what is wrong now: the files cannot be looked at, or
+	// stampsErr.
 	err error
 }
 
@@ -66,16 +70,19 @@ func (f *File[T]) Get() T {
 		return f.val
 	}
 	if sameStamps(st, f.stamps) {
+		// A file that could not be looked at for a while (moved away and
+		// back) is fine again if it is the one last looked at.
+		f.err = f.stampsErr
 		return f.val
 	}
 	v, err := f.load()
 	if err != nil {
 		// Perhaps half-written: it is loaded again when it changes next.
 		f.log.Warn("a file changed but does not load; keeping what was loaded before", "files", f.paths, "err", err)
-		f.stamps, f.err = st, err
+		f.stamps, f.stampsErr, f.err = st, err, err
 		return f.val
 	}
-	f.val, f.stamps, f.err = v, st, nil
+	f.val, f.stamps, f.stampsErr, f.err = v, st, nil, nil
 	f.log.Info("reloaded", "files", f.paths)
 	return f.val
 }
@@ -87,10 +94,13 @@ func (f *File[T]) Err() error {
 	return f.err
 }
 
-// stamp tells whether a file changed.
+// stamp tells whether a file changed: its size, its modification time,
+// and which file it is - a replacement renamed into place with the old
+// one's size and time (cp -p, tar, rsync -t) is still a change.
 type stamp struct {
 	size int64
 	mod  time.Time
+	fi   os.FileInfo
 }
 
 func stampOf(paths []string) ([]stamp, error) {
@@ -100,7 +110,7 @@ func stampOf(paths []string) ([]stamp, error) {
 		if err != nil {
 			return nil, err
 		}
-		out[i] = stamp{fi.Size(), fi.ModTime()}
+		out[i] = stamp{fi.Size(), fi.ModTime(), fi}
 	}
 	return out, nil
 }
@@ -110,7 +120,7 @@ func sameStamps(a, b []stamp) bool {
 		return false
 	}
 	for i := range a {
-		if a[i].size != b[i].size || !a[i].mod.Equal(b[i].mod) {
+		if a[i].size != b[i].size || !a[i].mod.Equal(b[i].mod) || !os.SameFile(a[i].fi, b[i].fi) {
 			return false
 		}
 	}

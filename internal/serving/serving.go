@@ -203,7 +203,11 @@ func Start(ctx context.Context, api API, sec Security, grpcLis, httpLis net.List
 		guard.Close()
 		return nil, err
 	}
-	s.HTTP = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, TLSConfig: httpTLS,
+	// A request's body must arrive within ReadTimeout and an idle
+	// keep-alive connection goes after IdleTimeout, so slow or idle
+	// clients cannot hold connections; answers are not bounded (logs
+	// followed and the UI's event streams last as long as the client).
+	s.HTTP = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute, TLSConfig: httpTLS,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
 	if sec.AdminListen != "" {
 		al, err := net.Listen("tcp", sec.AdminListen)

@@ -2,8 +2,9 @@
 // of its connections to other daemons from PEM files that an operator (or
 // cert-manager, or a cron job running openssl) replaces while the daemon
 // runs: a certificate, its key, and the CA bundles that verify the other
-// side. A file is read again when its size or modification time changes
-// (looked for at most once per reload.Interval, on the handshake that needs it),
+// side. A file is read again when its size or modification time changes or
+// another file is renamed into its place (looked for at most once per
+// reload.Interval, on the handshake that needs it),
 // so a rotated certificate is served by the next connection without a
 // restart. A replacement that does not load (a half-written file, a key that
 // does not match) is logged and the previous one kept.
@@ -108,7 +109,10 @@ type Client struct {
 	// (mutual TLS).
 	CertFile, KeyFile string
 	// ServerName, if set, is the name the server's certificate must carry
-	// instead of the host of the address dialled.
+	// instead of the host of the address dialled. Dialling an IP address
+	// needs it (the IP itself will do): TLS sends no IP address in its
+	// server name indication, so nothing else tells the verifier which
+	// address was meant, and a connection without it fails.
 	ServerName string
 }
 
@@ -164,12 +168,24 @@ func ClientConfig(c Client, log *slog.Logger) (*tls.Config, error) {
 		if len(cs.PeerCertificates) == 0 {
 			return errors.New("tls: the server presented no certificate")
 		}
+		// The name to verify: the configured one, else the one sent as
+		// SNI - the host dialled, which the caller (gRPC) put in its own
+		// copy of this configuration. SNI is empty when an IP address was
+		// dialled; verifying without a name would take any certificate
+		// the CA signed (a client's, say) for the server's.
+		name := c.ServerName
+		if name == "" {
+			name = cs.ServerName
+		}
+		if name == "" {
+			return errors.New("tls: no server name to verify the server's certificate against: an IP address dialled needs the server name set (the address itself will do)")
+		}
 		inter := x509.NewCertPool()
 		for _, ic := range cs.PeerCertificates[1:] {
 			inter.AddCert(ic)
 		}
 		_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{
-			Roots: cas.Get(), Intermediates: inter, DNSName: cs.ServerName,
+			Roots: cas.Get(), Intermediates: inter, DNSName: name,
 			KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		})
 		if err != nil {

@@ -90,17 +90,17 @@ func BenchmarkUILargeJob(b *testing.B) {
 			Source: `window.__longtasks = []; new PerformanceObserver((l) => window.__longtasks.push(...l.getEntries())).observe({ type: "longtask" });`})
 		return chromedp.Void{}, err
 	}
-	if err := br.do(10*time.Second, chromedp.EmulateViewport(1280, 800), watchLongTasks); err != nil {
+	if err := br.Do(10*time.Second, chromedp.EmulateViewport(1280, 800), watchLongTasks); err != nil {
 		b.Fatal(err)
 	}
 	jobPage := base + "/ui/jobs/" + created.JobID
 	var sum uiLoadFigures
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if err := br.do(30*time.Second, chromedp.Navigate("about:blank"), chromedp.Navigate(jobPage)); err != nil {
+		if err := br.Do(30*time.Second, chromedp.Navigate("about:blank"), chromedp.Navigate(jobPage)); err != nil {
 			b.Fatal(err)
 		}
-		br.waitJS(b, "the job page", `performance.getEntriesByName("peloton:grid").length && document.body.dataset.ready`, 60*time.Second)
+		br.WaitJS(b, "the job page", `performance.getEntriesByName("peloton:grid").length && document.body.dataset.ready`, 60*time.Second)
 		f, err := evalJS[uiLoadFigures](br, 60*time.Second, measureJobPage)
 		if err != nil {
 			b.Fatal(err)
@@ -131,7 +131,7 @@ func BenchmarkUILargeJob(b *testing.B) {
 	if err != nil || busy < 100 {
 		b.Fatalf("the Long Tasks API did not report a 120 ms busy loop (got %.0f ms, %v)", busy, err)
 	}
-	br.checkNoJSErrors(b, "the large job's page")
+	br.CheckNoJSErrors(b, "the large job's page")
 	b.ReportMetric(sum.FirstRender/float64(b.N), "ms-first-render")
 	b.ReportMetric(sum.AllDrawn/float64(b.N), "ms-all-drawn")
 	b.ReportMetric(sum.LoadLongest, "ms-longest-task-load")

@@ -199,7 +199,7 @@ func TestUI(t *testing.T) {
 		"defaultSpec":{"command":["true"],"resources":{"cpu":0.1,"memoryMb":16}}}}`, 200, nil)
 
 	b := newBrowser(t, chromium, 1280, 800)
-	if err := b.do(10*time.Second, chromedp.EmulateViewport(1280, 800)); err != nil {
+	if err := b.Do(10*time.Second, chromedp.EmulateViewport(1280, 800)); err != nil {
 		t.Fatal(err)
 	}
 	shots := repoPath("docs/ui")
@@ -210,17 +210,17 @@ func TestUI(t *testing.T) {
 	// and cond holds, checks for JavaScript errors, and takes a screenshot.
 	load := func(name, url, what, cond string) {
 		t.Helper()
-		if err := b.do(20*time.Second, chromedp.Navigate(url)); err != nil {
+		if err := b.Do(20*time.Second, chromedp.Navigate(url)); err != nil {
 			t.Fatalf("%s: open %s: %v", name, url, err)
 		}
 		// Generous: the whole suite shares two cores with this browser.
-		b.waitJS(t, name+": "+what, `document.body.dataset.ready && (`+cond+`)`, 45*time.Second)
+		b.WaitJS(t, name+": "+what, `document.body.dataset.ready && (`+cond+`)`, 45*time.Second)
 	}
 	visit := func(name, url, what, cond string) {
 		t.Helper()
 		load(name, url, what, cond)
 		shot(t, b, filepath.Join(shots, name+".png"))
-		b.checkNoJSErrors(t, name)
+		b.CheckNoJSErrors(t, name)
 	}
 	text := func(s string) string { return fmt.Sprintf(`document.querySelector("main").innerText.includes(%q)`, s) }
 
@@ -231,22 +231,22 @@ func TestUI(t *testing.T) {
 		`document.querySelector('[data-path="/org/batch"] .bar') && document.querySelector('[data-path="/org/web"]')`)
 	visit("jobs", c+"/ui/jobs", "both jobs", text("nightly-etl")+` && `+text("web-frontend")+` && `+text("data-team"))
 	// The filter narrows the list.
-	if err := b.do(10*time.Second, chromedp.SendKeys(chromedp.CSS(`input[name=name]`), "nightly")); err != nil {
+	if err := b.Do(10*time.Second, chromedp.SendKeys(chromedp.CSS(`input[name=name]`), "nightly")); err != nil {
 		t.Fatal(err)
 	}
-	b.waitJS(t, "jobs filtered by name", text("nightly-etl")+` && !`+text("web-frontend"), 10*time.Second)
+	b.WaitJS(t, "jobs filtered by name", text("nightly-etl")+` && !`+text("web-frontend"), 10*time.Second)
 	visit("job", c+"/ui/jobs/"+batchID, "the instance grid and versions",
 		`document.querySelector(".grid canvas") && `+text("RUNNING 24")+` && `+text("Spec versions")+` && `+text("created"))
-	if err := b.do(10*time.Second, chromedp.SetValue(chromedp.CSS(`input[aria-label="Go to instance"]`), "3"),
+	if err := b.Do(10*time.Second, chromedp.SetValue(chromedp.CSS(`input[aria-label="Go to instance"]`), "3"),
 		chromedp.Evaluate[chromedp.Void](`document.querySelector('input[aria-label="Go to instance"]').dispatchEvent(new Event("change"))`)); err != nil {
 		t.Fatal(err)
 	}
-	b.waitJS(t, "instance 3's runs", text("Instance 3")+` && document.querySelector(".instance table")`, 10*time.Second)
+	b.WaitJS(t, "instance 3's runs", text("Instance 3")+` && document.querySelector(".instance table")`, 10*time.Second)
 	shot(t, b, filepath.Join(shots, "job-instance.png"))
 
 	// The task page tails the log, and its kill button kills the task.
 	visit("task", c+"/ui/jobs/"+batchID+"/tasks/0", "the run and its live log", `document.querySelector("pre.log").textContent.includes("hello from instance 0")`)
-	if err := b.do(10*time.Second, chromedp.Click(chromedp.CSS(`[data-action="kill-task-0"]`))); err != nil {
+	if err := b.Do(10*time.Second, chromedp.Click(chromedp.CSS(`[data-action="kill-task-0"]`))); err != nil {
 		t.Fatal(err)
 	}
 	within(t, 30*time.Second, "instance 0 killed through the UI", func() error {
@@ -255,13 +255,13 @@ func TestUI(t *testing.T) {
 		}
 		return nil
 	})
-	b.waitJS(t, "the task page shows KILLED", `document.querySelector(".instance, main").innerText.includes("KILLED")`, 10*time.Second)
-	b.checkNoJSErrors(t, "task after kill")
+	b.WaitJS(t, "the task page shows KILLED", `document.querySelector(".instance, main").innerText.includes("KILLED")`, 10*time.Second)
+	b.CheckNoJSErrors(t, "task after kill")
 
 	// Updates: resume, then pause, each checked through the API.
 	visit("updates", c+"/ui/updates", "the paused update", `document.querySelector('[data-update="`+updateID+`"][data-state="UPDATE_PAUSED"]')`)
 	updateState := func() any { return dig(getJSON(t, c+"/v1/updates/"+updateID), "update", "status", "state") }
-	if err := b.do(10*time.Second, chromedp.Click(chromedp.CSS(`[data-action="resume-`+updateID+`"]`))); err != nil {
+	if err := b.Do(10*time.Second, chromedp.Click(chromedp.CSS(`[data-action="resume-`+updateID+`"]`))); err != nil {
 		t.Fatal(err)
 	}
 	within(t, 20*time.Second, "update resumed through the UI", func() error {
@@ -270,8 +270,8 @@ func TestUI(t *testing.T) {
 		}
 		return nil
 	})
-	b.waitJS(t, "the page shows the update rolling", `document.querySelector('[data-update="`+updateID+`"][data-state="UPDATE_ROLLING_FORWARD"] [data-action="pause-`+updateID+`"]:not([disabled])')`, 10*time.Second)
-	if err := b.do(10*time.Second, chromedp.Click(chromedp.CSS(`[data-action="pause-`+updateID+`"]`))); err != nil {
+	b.WaitJS(t, "the page shows the update rolling", `document.querySelector('[data-update="`+updateID+`"][data-state="UPDATE_ROLLING_FORWARD"] [data-action="pause-`+updateID+`"]:not([disabled])')`, 10*time.Second)
+	if err := b.Do(10*time.Second, chromedp.Click(chromedp.CSS(`[data-action="pause-`+updateID+`"]`))); err != nil {
 		t.Fatal(err)
 	}
 	within(t, 20*time.Second, "update paused through the UI", func() error {
@@ -280,13 +280,13 @@ func TestUI(t *testing.T) {
 		}
 		return nil
 	})
-	b.waitJS(t, "the page shows the update paused", `document.querySelector('[data-update="`+updateID+`"][data-state="UPDATE_PAUSED"]')`, 10*time.Second)
-	b.checkNoJSErrors(t, "updates after pause/resume")
+	b.WaitJS(t, "the page shows the update paused", `document.querySelector('[data-update="`+updateID+`"][data-state="UPDATE_PAUSED"]')`, 10*time.Second)
+	b.CheckNoJSErrors(t, "updates after pause/resume")
 	visit("update", c+"/ui/updates/"+updateID, "the update's batches", `document.querySelector(".batches") && `+text("Batch size"))
 
 	// Scale the batch job from its page: 24 to 26 instances.
 	load("job-scale", c+"/ui/jobs/"+batchID, "the job's actions", `document.querySelector('[data-action="scale-job"]')`)
-	if err := b.do(10*time.Second, chromedp.SetValue(chromedp.CSS(`input[aria-label="Instance count"]`), "26"),
+	if err := b.Do(10*time.Second, chromedp.SetValue(chromedp.CSS(`input[aria-label="Instance count"]`), "26"),
 		chromedp.Click(chromedp.CSS(`[data-action="scale-job"]`))); err != nil {
 		t.Fatal(err)
 	}
@@ -296,7 +296,7 @@ func TestUI(t *testing.T) {
 		}
 		return nil
 	})
-	b.checkNoJSErrors(t, "job after scale")
+	b.CheckNoJSErrors(t, "job after scale")
 
 	visit("hosts", c+"/ui/hosts", "the drained host, the partitions and the advisor's zones",
 		`document.querySelector('[data-host="local-2"]') && /HOST_DRAIN/.test(document.querySelector('[data-host="local-2"]').dataset.state) && `+text("Partitions")+` && `+text("default")+
@@ -315,11 +315,11 @@ func TestUI(t *testing.T) {
 		t.Fatal(err)
 	}
 	shot(t, b, filepath.Join(shots, "partitions-moves.png"))
-	if err := b.do(10*time.Second, chromedp.SendKeys(chromedp.CSS(`input[name=host]`), "local-0")); err != nil {
+	if err := b.Do(10*time.Second, chromedp.SendKeys(chromedp.CSS(`input[name=host]`), "local-0")); err != nil {
 		t.Fatal(err)
 	}
-	b.waitJS(t, "the moves filtered by host", `location.search === "?host=local-0" && `+text("0 moves of local-0")+` && !document.querySelector("[data-move]")`, 10*time.Second)
-	b.checkNoJSErrors(t, "partitions filtered")
+	b.WaitJS(t, "the moves filtered by host", `location.search === "?host=local-0" && `+text("0 moves of local-0")+` && !document.querySelector("[data-move]")`, 10*time.Second)
+	b.CheckNoJSErrors(t, "partitions filtered")
 	// The sizes over time, from a history with every kind of move: only
 	// DONE moves shift a host; steps are oldest first and end now.
 	steps, err := evalJS[string](b, 5*time.Second, `import("/ui/assets/partitions.js").then((m) => JSON.stringify(m.sizesOverTime({a: 2, b: 1}, [
@@ -338,7 +338,7 @@ func TestUI(t *testing.T) {
 	load("hosts-again", c+"/ui/hosts", "the host table", `document.querySelector('[data-host="local-2"]')`)
 
 	// Complete the drained host's maintenance from the hosts page.
-	if err := b.do(10*time.Second, chromedp.Click(chromedp.CSS(`[data-action="complete-local-2"]`))); err != nil {
+	if err := b.Do(10*time.Second, chromedp.Click(chromedp.CSS(`[data-action="complete-local-2"]`))); err != nil {
 		t.Fatal(err)
 	}
 	within(t, 20*time.Second, "local-2 back up through the UI", func() error {
@@ -349,12 +349,12 @@ func TestUI(t *testing.T) {
 		}
 		return nil
 	})
-	b.waitJS(t, "the hosts page shows local-2 up", `document.querySelector('[data-host="local-2"][data-state="HOST_UP"]')`, 10*time.Second)
-	b.checkNoJSErrors(t, "hosts after maintenance")
+	b.WaitJS(t, "the hosts page shows local-2 up", `document.querySelector('[data-host="local-2"][data-state="HOST_UP"]')`, 10*time.Second)
+	b.CheckNoJSErrors(t, "hosts after maintenance")
 
 	// Edit a pool: /org/web gets a CPU limit.
 	visit("pool-edit", c+"/ui/pools/org/web", "the edit form of /org/web", `document.querySelector("form.poolform input[name=path]").value === "/org/web"`)
-	if err := b.do(10*time.Second, chromedp.SendKeys(chromedp.CSS(`input[name="spec.limit.cpu"]`), "6"),
+	if err := b.Do(10*time.Second, chromedp.SendKeys(chromedp.CSS(`input[name="spec.limit.cpu"]`), "6"),
 		chromedp.Click(chromedp.CSS(`[data-action="save-pool"]`))); err != nil {
 		t.Fatal(err)
 	}
@@ -364,11 +364,11 @@ func TestUI(t *testing.T) {
 		}
 		return nil
 	})
-	b.checkNoJSErrors(t, "pool edit")
+	b.CheckNoJSErrors(t, "pool edit")
 
 	// A refused pool: the API's message appears next to its field.
 	visit("pool-form", c+"/ui/pools", "the tree", `document.querySelector('[data-path="/org"]')`)
-	if err := b.do(10*time.Second,
+	if err := b.Do(10*time.Second,
 		chromedp.Click(chromedp.CSS(`[data-action="new-pool"]`)),
 		chromedp.SendKeys(chromedp.CSS(`input[name=path]`), "org/bad"),
 		chromedp.SendKeys(chromedp.CSS(`input[name="spec.reservation.cpu"]`), "3"),
@@ -376,11 +376,11 @@ func TestUI(t *testing.T) {
 		chromedp.Click(chromedp.CSS(`[data-action="save-pool"]`))); err != nil {
 		t.Fatal(err)
 	}
-	b.waitJS(t, "the validation error next to spec.limit.cpu",
+	b.WaitJS(t, "the validation error next to spec.limit.cpu",
 		`(() => { const i = document.querySelector('input[name="spec.limit.cpu"]'); const n = i.closest("label").nextElementSibling;
 		  return i.getAttribute("aria-invalid") === "true" && n && n.classList.contains("fielderror") && n.textContent.startsWith("spec.limit.cpu: "); })()`, 10*time.Second)
 	shot(t, b, filepath.Join(shots, "pool-validation.png"))
-	b.checkNoJSErrors(t, "pool form")
+	b.CheckNoJSErrors(t, "pool form")
 	// A job that does not exist: the page says so.
 	visit("not-found", c+"/ui/jobs/00000000-0000-0000-0000-000000000000", "the API's not-found message",
 		`document.querySelector("main .error") && document.querySelector("main .error").innerText.includes("not found")`)
@@ -392,14 +392,14 @@ func TestUI(t *testing.T) {
 	isLive := `document.getElementById("live").dataset.mode === "live" && document.getElementById("live").textContent.startsWith("live")`
 	load("pools-live", c+"/ui/pools?nopoll", "the tree, live", `document.querySelector('[data-path="/org/web"]') && `+isLive)
 	restJSON(t, "POST", c+"/v1/pools/live?requestId=ui-live", `{"limit":{"cpu":1}}`, 200, nil)
-	b.waitJS(t, "the new pool, shown through the event stream", `document.querySelector('[data-path="/live"]') && `+isLive, 20*time.Second)
-	b.checkNoJSErrors(t, "pools live")
+	b.WaitJS(t, "the new pool, shown through the event stream", `document.querySelector('[data-path="/live"]') && `+isLive, 20*time.Second)
+	b.CheckNoJSErrors(t, "pools live")
 
 	// Fallback: with every stream the server allows taken, a page polls
 	// (and says so); once streams are free it is live again by itself.
 	// First the browser leaves, and the server sees its stream end (the
 	// gauge counts the streams of both servers of this process).
-	if err := b.do(10*time.Second, chromedp.Navigate("about:blank")); err != nil {
+	if err := b.Do(10*time.Second, chromedp.Navigate("about:blank")); err != nil {
 		t.Fatal(err)
 	}
 	within(t, 20*time.Second, "no event stream open", func() error {
@@ -435,9 +435,9 @@ func TestUI(t *testing.T) {
 	load("jobs-polling", c+"/ui/jobs", "the jobs, polling", text("nightly-etl")+
 		` && document.getElementById("live").dataset.mode === "polling" && Number(document.body.dataset.refreshes) >= 1`)
 	freeStreams()
-	b.waitJS(t, "the page live again once streams are free", isLive, 20*time.Second)
+	b.WaitJS(t, "the page live again once streams are free", isLive, 20*time.Second)
 	// The refused stream may be logged by the browser; nothing else may.
-	for _, e := range b.jsErrors() {
+	for _, e := range b.JSErrors() {
 		if !strings.Contains(e, "EventSource") && !strings.Contains(e, "/v1/events") {
 			t.Errorf("JavaScript error on the polling page: %s", e)
 		}
@@ -454,7 +454,7 @@ func TestUI(t *testing.T) {
 	rollout := func() any {
 		return dig(getJSON(t, f+"/v1/federation/services/"+fsvc.ServiceID), "service", "rollout", "state")
 	}
-	if err := b.do(10*time.Second, chromedp.Click(chromedp.CSS(`[data-action="fresume-`+fsvc.ServiceID+`"]`))); err != nil {
+	if err := b.Do(10*time.Second, chromedp.Click(chromedp.CSS(`[data-action="fresume-`+fsvc.ServiceID+`"]`))); err != nil {
 		t.Fatal(err)
 	}
 	within(t, 20*time.Second, "rollout resumed through the UI", func() error {
@@ -463,8 +463,8 @@ func TestUI(t *testing.T) {
 		}
 		return nil
 	})
-	b.waitJS(t, "the page offers pause", `document.querySelector('[data-action="fpause-`+fsvc.ServiceID+`"]:not([disabled])')`, 10*time.Second)
-	if err := b.do(10*time.Second, chromedp.Click(chromedp.CSS(`[data-action="fpause-`+fsvc.ServiceID+`"]`))); err != nil {
+	b.WaitJS(t, "the page offers pause", `document.querySelector('[data-action="fpause-`+fsvc.ServiceID+`"]:not([disabled])')`, 10*time.Second)
+	if err := b.Do(10*time.Second, chromedp.Click(chromedp.CSS(`[data-action="fpause-`+fsvc.ServiceID+`"]`))); err != nil {
 		t.Fatal(err)
 	}
 	within(t, 20*time.Second, "rollout paused through the UI", func() error {
@@ -473,21 +473,21 @@ func TestUI(t *testing.T) {
 		}
 		return nil
 	})
-	b.checkNoJSErrors(t, "federated service after pause/resume")
+	b.CheckNoJSErrors(t, "federated service after pause/resume")
 	visit("fed-jobs", f+"/ui/jobs", "the federated job", text("report-builder"))
-	b.waitJS(t, "the federation's pages are live", isLive, 20*time.Second)
+	b.WaitJS(t, "the federation's pages are live", isLive, 20*time.Second)
 
 	// The keyboard: "g" then "c" opens the clusters page, "/" focuses the
 	// job search.
-	if err := b.do(10*time.Second, chromedp.KeyEvent("g"), chromedp.KeyEvent("c")); err != nil {
+	if err := b.Do(10*time.Second, chromedp.KeyEvent("g"), chromedp.KeyEvent("c")); err != nil {
 		t.Fatal(err)
 	}
-	b.waitJS(t, "g c opened the clusters page", `location.pathname === "/ui/clusters" && document.body.dataset.ready === "/ui/clusters"`, 10*time.Second)
+	b.WaitJS(t, "g c opened the clusters page", `location.pathname === "/ui/clusters" && document.body.dataset.ready === "/ui/clusters"`, 10*time.Second)
 	load("fed-jobs-keys", f+"/ui/jobs", "the federated jobs", text("report-builder"))
-	if err := b.do(10*time.Second, chromedp.KeyEvent("/")); err != nil {
+	if err := b.Do(10*time.Second, chromedp.KeyEvent("/")); err != nil {
 		t.Fatal(err)
 	}
-	b.waitJS(t, "/ focused the search box", `document.activeElement && document.activeElement.type === "search"`, 5*time.Second)
+	b.WaitJS(t, "/ focused the search box", `document.activeElement && document.activeElement.type === "search"`, 5*time.Second)
 
 	// Dark theme, following the system's preference.
 	dark := func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
@@ -495,14 +495,14 @@ func TestUI(t *testing.T) {
 			Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: "dark"}}})
 		return chromedp.Void{}, err
 	}
-	if err := b.do(10*time.Second, dark); err != nil {
+	if err := b.Do(10*time.Second, dark); err != nil {
 		t.Fatal(err)
 	}
 	visit("job-dark", c+"/ui/jobs/"+batchID, "the job page in the dark theme",
 		`document.querySelector(".grid canvas") && getComputedStyle(document.body).backgroundColor !== "rgb(246, 247, 249)"`)
 
 	// A narrow window: the jobs page still fits (tables scroll inside).
-	if err := b.do(10*time.Second, chromedp.EmulateViewport(420, 800)); err != nil {
+	if err := b.Do(10*time.Second, chromedp.EmulateViewport(420, 800)); err != nil {
 		t.Fatal(err)
 	}
 	visit("jobs-narrow", c+"/ui/jobs", "the job list at 420 px", text("nightly-etl")+` && document.documentElement.scrollWidth <= window.innerWidth + 1`)
@@ -517,9 +517,7 @@ func TestUI(t *testing.T) {
 	seen := false
 	for i := 0; i < 40 && !seen; i++ {
 		_, _ = evalJS[bool](b, 2*time.Second, `new Promise((r) => setTimeout(() => r(true), 50))`)
-		b.mu.Lock()
-		seen = strings.Contains(strings.Join(b.errs, "\n"), "ui-test-canary")
-		b.mu.Unlock()
+		seen = strings.Contains(strings.Join(b.PeekErrors(), "\n"), "ui-test-canary")
 	}
 	if !seen {
 		t.Error("the console collector did not see a thrown error: the JavaScript-error checks above prove nothing")
@@ -529,7 +527,7 @@ func TestUI(t *testing.T) {
 // shot writes a screenshot of the viewport.
 func shot(t *testing.T, b *browser, path string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(b.ctx, 20*time.Second)
+	ctx, cancel := context.WithTimeout(b.Ctx, 20*time.Second)
 	defer cancel()
 	png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
 	if err != nil {

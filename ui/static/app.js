@@ -10,6 +10,16 @@
 // every POLL_MS and the stream is tried again with a backoff. The header
 // says which ("live" or "polling"). ?nopoll in the first URL turns polling
 // off altogether (tests use it to prove the stream alone updates a page).
+//
+// Sign-in: a server started with --auth-token-file answers 401 to a call
+// without a valid token; the page then gives way to a sign-in form, whose
+// token api.js keeps in sessionStorage and sends with every request. While
+// a token is stored the stream is read with fetch() (api.js EventStream),
+// since EventSource cannot send the Authorization header; without one it
+// is an EventSource, as before (a server without tokens, or mutual TLS,
+// where the browser presents its certificate on every connection). A 403
+// is not a sign-in matter: it shows where the page shows errors.
+import { ApiError, EventStream, authHooks, checkToken, clearToken, setToken, token } from "./api.js";
 import { h, replace, errorBox, hooks } from "./dom.js";
 import { clusterRoutes, clusterNav } from "./cluster.js";
 import { federationRoutes, federationNav } from "./federation.js";
@@ -33,6 +43,12 @@ const RETRY_MAX_MS = 60000;
 const USAGE_PAGES = /^\/ui\/(|hosts(\/.*)?|partitions|jobs\/[^/]+\/tasks\/.*)$/;
 const noPoll = new URLSearchParams(location.search).has("nopoll");
 let mode = "polling"; // or "live": the event stream is connected
+// signingIn: the sign-in form shows instead of a page (the server wants a
+// token); nothing is read and no stream is open until it is filled in.
+let signingIn = false;
+// PROBE is a read that any authenticated caller may make: the sign-in form
+// checks a token against it before keeping it.
+const PROBE = kind === "federation" ? "/v1/federation/pools" : "/v1/pools";
 
 let current = null; // the open page: {abort, refreshers, timer}
 
@@ -58,6 +74,9 @@ async function open(path) {
     clearTimeout(current.timer);
   }
   renderNav(path);
+  // A link followed from the sign-in form only moves the address: the page
+  // opens once a token is given.
+  if (signingIn) return;
   const main = document.getElementById("main");
   const flash = h("div.flash", { "aria-live": "assertive" });
   const root = h("div.page");
@@ -112,6 +131,9 @@ async function open(path) {
       if (e.name !== "AbortError") root.append(errorBox(e, "This page could not load"));
     }
   }
+  // A page left while it loaded (for another, or for the sign-in form)
+  // names nothing and schedules nothing.
+  if (page !== current) return;
   const h1 = root.querySelector("h1");
   if (h1) document.title = h1.textContent + " · Peloton";
   document.body.dataset.ready = path; // tests wait for this
@@ -183,14 +205,19 @@ function showMode(time) {
   replace(el, el.dataset.time ? `${mode} · ${el.dataset.time}` : mode);
 }
 
-// connect opens the event stream; on an error it falls back to polling
-// and tries again later, each time waiting longer.
+// connect opens the event stream - with the stored token, if there is
+// one - and on an error falls back to polling and tries again later, each
+// time waiting longer.
 let retryMs = RETRY_MIN_MS;
 let failed = false; // the stream failed since it was last connected
 let es = null, retryTimer = 0;
 function connect() {
   clearTimeout(retryTimer);
-  const src = new EventSource("/v1/events");
+  if (signingIn) return;
+  let src;
+  if (token()) src = new EventStream("/v1/events");
+  else if (typeof EventSource === "function") src = new EventSource("/v1/events");
+  else return;
   es = src;
   src.onopen = () => {
     retryMs = RETRY_MIN_MS;
@@ -213,10 +240,120 @@ function connect() {
     mode = "polling";
     showMode();
     if (was === "live") soon(DEBOUNCE_MS); // and polls from then on
+    // A 403: this principal may not watch the whole cluster (the stream
+    // needs the viewer role cluster-wide); the page polls what it may see,
+    // and the stream is asked for again only rarely, in case that changes.
+    if (src.status === 403) retryMs = RETRY_MAX_MS;
     retryTimer = setTimeout(connect, retryMs);
     retryMs = Math.min(retryMs * 2, RETRY_MAX_MS);
   };
 }
+
+// disconnect closes the event stream and stops trying it.
+function disconnect() {
+  clearTimeout(retryTimer);
+  retryMs = RETRY_MIN_MS;
+  if (es) {
+    const src = es;
+    es = null;
+    src.close();
+  }
+  mode = "polling";
+  showMode();
+}
+
+// ---------------------------------------------------------------- sign-in
+
+// showSignIn puts the sign-in form where the page was, and stops reading:
+// the server answered 401. message (a node) says why - the server's
+// refusal of the token that was stored, or that the user signed out; a
+// first visit without a token has none. A form already showing keeps what
+// it says unless there is a message to replace it.
+function showSignIn(message) {
+  if (current) {
+    current.abort.abort();
+    clearTimeout(current.timer);
+    current = null;
+  }
+  disconnect();
+  signingIn = true;
+  showAuth();
+  const main = document.getElementById("main");
+  let form = main.querySelector("form.signin");
+  if (!form) {
+    form = signInForm();
+    replace(main, form);
+    document.title = "Sign in · Peloton";
+    form.querySelector("input").focus();
+  }
+  if (message) replace(form.querySelector(".formerror"), message);
+}
+
+// signInForm asks for the API token and keeps it only if the server takes
+// it; a token it refuses stays in the field with the server's words.
+function signInForm() {
+  const input = h("input#signin-token", {
+    type: "password", name: "token", autocomplete: "off", spellcheck: "false", required: true, "aria-describedby": "signin-msg",
+  });
+  const button = h("button", { type: "submit", dataset: { action: "sign-in" } }, "Sign in");
+  const msg = h("div.formerror#signin-msg");
+  const form = h("form.card.signin", { novalidate: true, "aria-labelledby": "signin-title" },
+    h("h1#signin-title", "Sign in"),
+    h("p.muted", "This Peloton server wants to know who you are. Paste the API token its operator gave you; ",
+      "this tab keeps it until you sign out or close the tab."),
+    h("label.field", h("span", "API token"), input),
+    msg,
+    h("div.buttons", button));
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const t = input.value.trim();
+    // A header value cannot hold anything else; the server's tokens never do.
+    const bad = !t ? "token: paste the API token" : !/^[\x21-\x7e]+$/.test(t) ? "token: a token is printable ASCII without spaces" : "";
+    if (bad) {
+      replace(msg, errorBox(new ApiError(400, 3, bad)));
+      input.focus();
+      return;
+    }
+    button.disabled = true;
+    try {
+      await checkToken(PROBE, t);
+      setToken(t);
+    } catch (e) {
+      replace(msg, errorBox(e, "Not signed in"));
+      input.select();
+      return;
+    } finally {
+      button.disabled = false;
+    }
+    signingIn = false;
+    showAuth();
+    connect();
+    await open(location.pathname);
+    document.getElementById("main").focus({ preventScroll: true });
+  });
+  return form;
+}
+
+// signOut forgets the token; the server is not told (a bearer token is
+// not a session it keeps).
+function signOut() {
+  clearToken();
+  showSignIn(h("p.notice", { role: "status" }, "Signed out. Paste a token to sign in again."));
+}
+
+// showAuth shows "Sign out" while a token is stored, and the live
+// indicator while a page (not the form) shows. body[data-auth] says which
+// of "signin", "token" or "none" (no token: the server wants none, or
+// takes the browser's certificate); tests read it.
+function showAuth() {
+  const stored = token() !== "";
+  document.getElementById("signout").hidden = !stored || signingIn;
+  document.getElementById("live").hidden = signingIn;
+  document.body.dataset.auth = signingIn ? "signin" : stored ? "token" : "none";
+}
+
+authHooks.unauthenticated = (err, hadToken) => showSignIn(hadToken ? errorBox(err, "Signed out") : null);
+document.getElementById("signout").addEventListener("click", signOut);
 
 hooks.go = (href) => go(href);
 hooks.refresh = () => soon(50, false);
@@ -270,8 +407,9 @@ window.addEventListener("pagehide", () => {
   clearTimeout(retryTimer);
   if (es) { es.close(); es = null; }
 });
-window.addEventListener("pageshow", (ev) => { if (ev.persisted && !es && typeof EventSource === "function") connect(); });
+window.addEventListener("pageshow", (ev) => { if (ev.persisted && !es) connect(); });
 
+showAuth();
 showMode();
-if (typeof EventSource === "function") connect();
+connect();
 open(location.pathname);

@@ -1,7 +1,7 @@
 // cluster.js: the pages of one cluster stack's UI, over its REST API
 // (/v1/jobs, /v1/pools, /v1/hosts, /v1/updates; /v1/partitions in
 // partitions.js).
-import { get, post, put, query, listAll, enc, requestId, ApiError } from "./api.js";
+import { get, post, put, query, listAll, enc, requestId, ApiError, send, errorOf } from "./api.js";
 import {
   h, replace, link, errorBox, table, badge, kinds, num, amount, bar, ago, actionButton,
   showFieldError, kv, section, hooks, zoneBadge,
@@ -515,11 +515,9 @@ function logsCard(ctx, jobId, inst, runId) {
     let text = "";
     const url = `/v1/jobs/${enc(jobId)}/tasks/${inst}/logs` + query({ runId, stream: streamSel.value, follow: follow.checked ? "true" : "" });
     try {
-      const resp = await fetch(url, { signal: mine.signal });
-      if (!resp.ok) {
-        const body = await resp.json().catch(() => ({}));
-        throw new ApiError(resp.status, body.code, body.message || resp.statusText);
-      }
+      // Through send(), so the stored token goes with it (a 401 signs out).
+      const resp = await send(url, { signal: mine.signal });
+      if (!resp.ok) throw await errorOf(resp);
       replace(state, follow.checked ? "following" : "reading");
       const reader = resp.body.getReader();
       const dec = new TextDecoder();
