@@ -207,7 +207,7 @@ func (s *connSettings) options(timeout time.Duration) (pclient.Options, error) {
 func (s *connSettings) dialError(flag, addr string, err error) error {
 	if errors.Is(err, pclient.ErrPlaintextToken) {
 		return usageErrorf("the token (from %s) is sent only over TLS or to a loopback address, and %s %s is neither: "+
-			"give the CA of its certificate with --ca-file (or use a context with caFile)", s.token.from, flag, addr)
+			"give the CA of its certificate with --ca-file (or use a context with caFile), or send no token with --token \"\"", s.token.from, flag, addr)
 	}
 	return usageErrorf("invalid %s %q: %v", flag, addr, err)
 }
