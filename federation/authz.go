@@ -145,7 +145,6 @@ func (s *Server) Rules() auth.Rules {
 	}
 }
 
-
 func (s *Server) jobPools(_ context.Context, req any) ([]string, error) {
 	j, err := s.f.GetJob(req.(hasJobID).GetJobId())
 	if err != nil {

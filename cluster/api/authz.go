@@ -125,7 +125,6 @@ func (s *Server) Rules() auth.Rules {
 	}
 }
 
-
 func jobObject(req any) string { return "job " + req.(hasJobID).GetJobId() }
 
 // jobPools is the pool of the request's job. A job that does not exist is
