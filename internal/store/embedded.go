@@ -368,6 +368,10 @@ func (m *Embedded) Endpoints() []string {
 	return []string{m.endpoint, m.tcp}
 }
 
+// TCPEndpoint is the URL of the TCP listener that ClientAddr asked for,
+// or "": for clients that cannot use a unix socket (another program).
+func (m *Embedded) TCPEndpoint() string { return m.tcp }
+
 // SocketPath is the path of the clients' socket.
 func (m *Embedded) SocketPath() string { return strings.TrimPrefix(m.endpoint, "unix://") }
 
