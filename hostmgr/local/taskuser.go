@@ -35,6 +35,15 @@ import (
 // (a sticky directory it does not own, such as /tmp, is fine). New checks
 // both, by the permission bits: ACLs are not looked at.
 //
+// The rest of the backend needs nothing of its own for it. A run's cgroup
+// is made, and the child placed in it, by the control plane before the
+// child changes user (cgroup_linux.go), so the cgroup's files stay root's:
+// a task can neither raise its limits nor leave its cgroup. Kills, the
+// cleanup of leftover group members and of strays (strays_linux.go) are
+// signals from root. A run's record names its user, so a run adopted after
+// a restart keeps it, and so does its health check, whatever the task user
+// of the new control plane.
+//
 // The tasks all run as the one user, so they can read each other's
 // sandboxes and volumes: the user separates tasks from Peloton and from the
 // machine, not from each other.

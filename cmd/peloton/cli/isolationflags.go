@@ -8,7 +8,6 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/peloton-sched/peloton/cluster"
 	"github.com/peloton-sched/peloton/hostmgr/local"
 	"github.com/peloton-sched/peloton/internal/etcdtls"
 	"github.com/peloton-sched/peloton/internal/tlsfiles"
@@ -27,23 +26,23 @@ func (f *isolationFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.taskUser, "task-user", "", "run every task of the local backend, and its health check, as this user (a name or a numeric uid), in a sandbox only it may enter; needs peloton to run as root. Without it tasks run as peloton's own user: as root, they can read every file of the machine")
 }
 
-// apply checks --task-user and sets it in cfg, whose Backend is set.
-func (f *isolationFlags) apply(cfg *cluster.Config) error {
+// config checks --task-user for the backend and returns the user
+// (cluster.Config.TaskUser; "": none).
+func (f *isolationFlags) config(backend string) (string, error) {
 	name := strings.TrimSpace(f.taskUser)
 	if name == "" {
-		return nil
+		return "", nil
 	}
-	if cfg.Backend != local.BackendName {
-		return usageErrorf("invalid --task-user: only the local backend runs tasks as processes of this machine (--backend %s)", cfg.Backend)
+	if backend != local.BackendName {
+		return "", usageErrorf("invalid --task-user: only the local backend runs tasks as processes of this machine (--backend %s)", backend)
 	}
 	if _, err := local.LookupTaskUser(name); err != nil {
-		return usageErrorf("invalid --task-user %s: %v", name, err)
+		return "", usageErrorf("invalid --task-user %s: %v", name, err)
 	}
 	if euid := geteuid(); euid != 0 {
-		return usageErrorf("invalid --task-user %s: peloton runs as uid %d, not root, and cannot switch tasks to another user (its tasks run as uid %d)", name, euid, euid)
+		return "", usageErrorf("invalid --task-user %s: peloton runs as uid %d, not root, and cannot switch tasks to another user (its tasks run as uid %d)", name, euid, euid)
 	}
-	cfg.TaskUser = name
-	return nil
+	return name, nil
 }
 
 // checkEtcdListen checks --etcd-listen, the embedded etcd's opt-in TCP

@@ -262,7 +262,7 @@ func (f *serverFlags) config(embedded bool) (cluster.Config, error) {
 	if embedded && len(endpoints) == 0 {
 		cfg.EtcdListen = f.etcdListen
 	}
-	if err := f.iso.apply(&cfg); err != nil {
+	if cfg.TaskUser, err = f.iso.config(f.backend); err != nil {
 		return cluster.Config{}, err
 	}
 	if cfg.EtcdTLS, err = f.etcdTLS.config(endpoints); err != nil {
