@@ -191,7 +191,60 @@ func prepareDir(dir string, u *TaskUser) error {
 	if err := os.Chmod(vols, 0o711); err != nil {
 		return err
 	}
+	if err := closeOldRuns(dir); err != nil {
+		return err
+	}
 	return checkTaskUserPath(dir, u)
+}
+
+// closeOldRuns closes what runs made before there was a task user left
+// open to others: sandboxes were 0755, and so were the volumes and their
+// hosts' directories. Without it the task user could read them, knowing
+// their names. The owners keep their rights; a volume is handed to the task
+// user when a run uses it (makeVolume).
+func closeOldRuns(dir string) error {
+	closeDir := func(path string, mode os.FileMode) error {
+		fi, err := os.Lstat(path)
+		if err != nil || !fi.IsDir() || fi.Mode().Perm()&0o077 == mode&0o077 {
+			return err
+		}
+		return os.Chmod(path, fi.Mode().Perm()&0o700|mode&0o077)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if e.Name() == runsDir || e.Name() == volumesDir || !e.IsDir() {
+			continue
+		}
+		if err := closeDir(filepath.Join(dir, e.Name()), 0o700); err != nil {
+			return err
+		}
+	}
+	hosts, err := os.ReadDir(filepath.Join(dir, volumesDir))
+	if err != nil {
+		return err
+	}
+	for _, h := range hosts {
+		hostDir := filepath.Join(dir, volumesDir, h.Name())
+		if err := closeDir(hostDir, 0o711); err != nil {
+			return err
+		}
+		vols, err := os.ReadDir(hostDir)
+		if err != nil {
+			if errors.Is(err, syscall.ENOTDIR) {
+				continue
+			}
+			return err
+		}
+		for _, v := range vols {
+			if err := closeDir(filepath.Join(hostDir, v.Name()), 0o700); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // makeVolume creates a run's volume, or takes an existing one, and gives

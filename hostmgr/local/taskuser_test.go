@@ -301,3 +301,43 @@ func TestTaskUserConfigErrors(t *testing.T) {
 		t.Errorf("LookupTaskUser(%d) = %+v, %v; want %+v", u.UID, got, err, u)
 	}
 }
+
+// TestTaskUserClosesOldRuns: sandboxes and volumes of an earlier version,
+// open to all (0755), are closed to the task user when a backend with one
+// starts over the same directory, their owners' rights kept.
+func TestTaskUserClosesOldRuns(t *testing.T) {
+	requireRoot(t)
+	t.Parallel()
+	l := newUserLayout(t)
+	old := filepath.Join(l.tasks, "old-0-1")
+	hostDir := filepath.Join(l.tasks, volumesDir, "local-0")
+	vol := filepath.Join(hostDir, "old-vol")
+	for _, d := range []string{old, vol} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(old, "stdout"), []byte("old output\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b, rec := userBackend(t, l)
+	for path, want := range map[string]os.FileMode{old: 0o700, hostDir: 0o711, vol: 0o700, l.tasks: 0o711} {
+		if mode, uid := modeOf(t, path); mode != want || uid != 0 {
+			t.Errorf("%s: mode %04o owner %d, want %04o root", path, mode, uid, want)
+		}
+	}
+	// A task of nobody's cannot read it, though it knows its name.
+	s := spec("snoop-0-1", "sh", "-c", "cat "+filepath.Join(old, "stdout")+" "+filepath.Join(vol, "x")+" 2>&1; true")
+	launch(t, b, s)
+	rec.waitTerminal(t, s.TaskID)
+	if got := readLogs(t, b, s.TaskID, pelotonv1.LogStream_STDOUT, false); strings.Contains(got, "old output") || strings.Count(got, "Permission denied") != 2 {
+		t.Errorf("nobody reading an old sandbox and volume: %q", got)
+	}
+	// Their logs are still served.
+	if got := readLogs(t, b, "old-0-1", pelotonv1.LogStream_STDOUT, false); got != "old output\n" {
+		t.Errorf("the old run's stdout: %q", got)
+	}
+}
