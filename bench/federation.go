@@ -301,7 +301,7 @@ func newFedHarness(ctx context.Context, env Env, cfg FederationConfig) (*fedHarn
 	if err != nil {
 		return nil, fmt.Errorf("bench: temp dir: %w", err)
 	}
-	e, err := store.StartEmbedded(store.EmbeddedConfig{DataDir: dir, ClientAddr: "127.0.0.1:0", Logger: env.logger()})
+	e, err := store.StartEmbedded(store.EmbeddedConfig{DataDir: dir, Logger: env.logger()})
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("bench: start etcd: %w", err)

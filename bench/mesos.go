@@ -112,7 +112,7 @@ func Mesos(ctx context.Context, env Env, cfg MesosConfig) (*Result, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	etcd, err := store.StartEmbedded(store.EmbeddedConfig{DataDir: dir, ClientAddr: "127.0.0.1:0", Logger: env.logger()})
+	etcd, err := store.StartEmbedded(store.EmbeddedConfig{DataDir: dir, Logger: env.logger()})
 	if err != nil {
 		return nil, err
 	}

@@ -98,7 +98,7 @@ func startStack(ctx context.Context, env Env, sc stackConfig) (*stack, error) {
 	s := &stack{dir: dir, cancel: cancel, done: make(chan error, 1)}
 	readyCh := make(chan cluster.ReadyInfo, 1)
 	cfg := cluster.Config{
-		DataDir: dir, Listen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0", EtcdListen: "127.0.0.1:0",
+		DataDir: dir, Listen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0",
 		Backend: "sim", Hosts: sc.Hosts, HostCPU: sc.HostCPU, HostMemoryMB: sc.HostMemoryMB,
 		ReclaimDelay: sc.ReclaimDelay, ShutdownGrace: 10 * time.Second,
 		Logger:  env.logger(),

@@ -13,6 +13,7 @@ import (
 	"github.com/peloton-sched/peloton/internal/serving"
 	"github.com/peloton-sched/peloton/internal/sla"
 	"github.com/peloton-sched/peloton/internal/store"
+	"github.com/peloton-sched/peloton/internal/tlsfiles"
 )
 
 // DefaultClusterName is the name of a cluster that is given none. Data
@@ -70,10 +71,23 @@ type Config struct {
 	// MaxInstances, if > 0, bounds every job's instances below
 	// jobmgr.MaxInstances (--max-instances).
 	MaxInstances uint32
-	// EtcdListen is the client URL address of the embedded etcd (host:port).
+	// EtcdListen, if set, is a loopback host:port where the embedded etcd
+	// also answers clients over TCP, besides its unix socket
+	// (<DataDir>/etcd/client.sock, which only this process's user can
+	// open). Every process of the machine can reach a TCP port, tasks
+	// included, and etcd asks no credentials: it is an opt-in for etcdctl.
 	EtcdListen string
 	// EtcdEndpoints, when set, points at an external etcd and no etcd is embedded.
 	EtcdEndpoints []string
+	// EtcdTLS names the files of the TLS of every etcd client of this
+	// process (its store, its leader election) with an external etcd; empty:
+	// as the endpoints' schemes say. Files replaced while it runs are read
+	// again (internal/etcdtls).
+	EtcdTLS tlsfiles.Client
+	// TaskUser, if set, is the user (a name or a numeric uid) the local
+	// backend runs every task as; it needs this process to run as root.
+	// Empty: tasks run as this process's user (see hostmgr/local).
+	TaskUser string
 	// Backend is the hostmgr backend: "local", "sim", "kubernetes" or "mesos".
 	Backend string
 	// Kube configures the kubernetes backend.
@@ -177,7 +191,9 @@ type ReadyInfo struct {
 	AdminAddr string
 	// TLS says whether the gRPC and HTTP listeners serve TLS.
 	TLS bool
-	// EtcdEndpoints are the embedded etcd's client URLs, or the external ones.
+	// EtcdEndpoints are the URLs this process's etcd clients use: the
+	// embedded etcd's socket (unix:///<data dir>/etcd/client.sock), or the
+	// external etcd's endpoints.
 	EtcdEndpoints []string
 }
 

@@ -70,7 +70,7 @@ func TestEventsEndpoint(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- cluster.Run(ctx, cluster.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0",
-			EtcdListen: "127.0.0.1:0", Backend: "sim", ShutdownGrace: 30 * time.Second,
+			Backend: "sim", ShutdownGrace: 30 * time.Second,
 			Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
 			OnReady: func(r cluster.ReadyInfo) { ready <- r }})
 	}()

@@ -13,6 +13,7 @@ package cluster
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 
 	"github.com/peloton-sched/peloton/internal/replica"
@@ -46,9 +47,10 @@ func (t *term) storeFence() *store.Fence {
 
 // replicaConfig is this stack's candidacy: its key, its addresses and the
 // flags of `peloton serve cluster` that set them.
-func replicaConfig(cfg Config) replica.Config {
+func replicaConfig(cfg Config, etcdTLS *tls.Config) replica.Config {
 	return replica.Config{
 		EtcdEndpoints: cfg.EtcdEndpoints,
+		EtcdTLS:       etcdTLS,
 		Key:           cfg.Prefix() + LeaderKey,
 		Lease:         cfg.LeaderLease,
 		Listen:        cfg.Listen,
@@ -62,8 +64,8 @@ func replicaConfig(cfg Config) replica.Config {
 }
 
 // runElected campaigns until ctx ends, running the stack while it leads.
-func runElected(ctx context.Context, cfg Config) error {
-	rc := replicaConfig(cfg)
+func runElected(ctx context.Context, cfg Config, etcdTLS *tls.Config) error {
+	rc := replicaConfig(cfg, etcdTLS)
 	log := rc.Logger
 	err := replica.Run(ctx, rc, func(ctx context.Context, t *replica.Term, handOver func()) error {
 		log.Info("leading; starting the cluster stack", "id", t.ID, "revision", t.Fence.Revision)
@@ -78,7 +80,7 @@ func runElected(ctx context.Context, cfg Config) error {
 				cfg.OnReady(info)
 			}
 		}
-		return runStack(ctx, scfg, &term{lease: t.Lease, fence: t.Fence, beforeListen: handOver})
+		return runStack(ctx, scfg, etcdTLS, &term{lease: t.Lease, fence: t.Fence, beforeListen: handOver})
 	})
 	if errors.Is(err, replica.ErrStoppedWhileLeading) {
 		return errors.New("the cluster stack stopped while leading")

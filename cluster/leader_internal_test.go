@@ -15,7 +15,7 @@ import (
 func TestReplicaConfig(t *testing.T) {
 	cfg := withDefaults(Config{ClusterName: "east", EtcdEndpoints: []string{"http://etcd:2379"}, LeaderElect: true,
 		Listen: "10.0.0.1:5391", HTTPListen: "10.0.0.1:5291", AdvertiseHost: "peloton-0.peloton", Logger: slog.New(slog.DiscardHandler)})
-	rc := replicaConfig(cfg)
+	rc := replicaConfig(cfg, nil)
 	if want := "/peloton/clusters/east/leader/cluster"; rc.Key != want {
 		t.Errorf("election key %q, want %q", rc.Key, want)
 	}
@@ -23,7 +23,7 @@ func TestReplicaConfig(t *testing.T) {
 		t.Errorf("replica config %+v does not carry the stack's addresses and lease", rc)
 	}
 	cfg.AdvertiseHost, cfg.Listen = "", "0.0.0.0:5391"
-	if err := replica.Check(replicaConfig(cfg)); err == nil || !strings.Contains(err.Error(), "--listen 0.0.0.0:5391") || !strings.Contains(err.Error(), "--advertise-host") {
+	if err := replica.Check(replicaConfig(cfg, nil)); err == nil || !strings.Contains(err.Error(), "--listen 0.0.0.0:5391") || !strings.Contains(err.Error(), "--advertise-host") {
 		t.Errorf("wildcard listen without an advertised host: %v", err)
 	}
 }

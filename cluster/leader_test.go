@@ -25,6 +25,8 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	// The isolation tests run this binary as another user, to dial.
+	testutil.DialHelperMain()
 	testutil.LeakCheckMain(m, func(g string) bool {
 		return strings.Contains(g, "peloton/cluster.") || strings.Contains(g, "peloton/internal/election.")
 	})

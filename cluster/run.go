@@ -7,11 +7,13 @@ package cluster
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math"
 	"net"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -21,6 +23,7 @@ import (
 	"github.com/peloton-sched/peloton/hostmgr/local"
 	"github.com/peloton-sched/peloton/hostmgr/mesos"
 	"github.com/peloton-sched/peloton/hostmgr/sim"
+	"github.com/peloton-sched/peloton/internal/etcdtls"
 	"github.com/peloton-sched/peloton/internal/requestid"
 	"github.com/peloton-sched/peloton/internal/resources"
 	"github.com/peloton-sched/peloton/internal/serving"
@@ -42,32 +45,57 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := ValidateClusterName(cfg.ClusterName); err != nil {
 		return err
 	}
-	if cfg.LeaderElect {
-		return runElected(ctx, cfg)
+	switch {
+	case cfg.TaskUser != "" && cfg.Backend != local.BackendName:
+		return fmt.Errorf("--task-user: only the local backend runs tasks as processes of this machine (--backend %s)", cfg.Backend)
+	case etcdtls.Enabled(cfg.EtcdTLS) && len(cfg.EtcdEndpoints) == 0:
+		return errors.New("etcd TLS files are for an external etcd (--etcd-endpoints); the embedded one answers on its unix socket")
 	}
-	return runStack(ctx, cfg, nil)
+	etcdTLS, err := etcdtls.Config(cfg.EtcdTLS, cfg.EtcdEndpoints, cfg.Logger)
+	if err != nil {
+		return err
+	}
+	if cfg.LeaderElect {
+		return runElected(ctx, cfg, etcdTLS)
+	}
+	return runStack(ctx, cfg, etcdTLS, nil)
 }
 
-// runStack is Run without leader election. t, if not nil, is the term of
+// runStack is Run without leader election. etcdTLS is the TLS of its etcd
+// client (nil: none). t, if not nil, is the term of
 // leadership it runs in: its writes are fenced to the leader key, its
 // engines stop the moment the lease is lost, and the follower's listeners
 // are handed over just before the stack's own bind the same addresses.
-func runStack(ctx context.Context, cfg Config, t *term) error {
+func runStack(ctx context.Context, cfg Config, etcdTLS *tls.Config, t *term) error {
 	log := cfg.Logger
 
 	endpoints := cfg.EtcdEndpoints
 	if len(endpoints) == 0 {
-		e, err := store.StartEmbedded(store.EmbeddedConfig{DataDir: filepath.Join(cfg.DataDir, "etcd"), ClientAddr: cfg.EtcdListen, Logger: log})
+		if cfg.TaskUser != "" {
+			// The task user must be able to pass through the data dir to
+			// its sandboxes; etcd would make it 0700.
+			if err := os.MkdirAll(cfg.DataDir, 0o711); err != nil {
+				return fmt.Errorf("--data-dir: %w", err)
+			}
+		}
+		dir := filepath.Join(cfg.DataDir, "etcd")
+		e, err := store.StartEmbedded(store.EmbeddedConfig{DataDir: dir, ClientAddr: cfg.EtcdListen, Logger: log})
 		if err != nil {
 			return fmt.Errorf("start embedded etcd: %w", err)
 		}
 		defer e.Close()
-		endpoints = e.Endpoints()
-		log.Info("embedded etcd started", "endpoints", endpoints, "dir", filepath.Join(cfg.DataDir, "etcd"))
+		// This process's clients use the socket even when etcd also
+		// listens on TCP.
+		endpoints = []string{"unix://" + e.SocketPath()}
+		log.Info("embedded etcd started", "endpoint", endpoints[0], "dir", dir)
+		if cfg.EtcdListen != "" {
+			log.Warn("the embedded etcd also answers on TCP (--etcd-listen): every process of this machine, tasks included, can connect to it, "+
+				"and read or change all of Peloton's state; leave --etcd-listen out to keep it on its socket alone", "endpoints", e.Endpoints())
+		}
 	}
 	// Every key of this stack lives under its cluster's prefix, so stacks
 	// of other names on the same etcd never see them.
-	st, err := store.NewEtcd(ctx, store.EtcdConfig{Endpoints: endpoints, Prefix: cfg.Prefix(), Fence: t.storeFence()})
+	st, err := store.NewEtcd(ctx, store.EtcdConfig{Endpoints: endpoints, Prefix: cfg.Prefix(), Fence: t.storeFence(), TLS: etcdTLS})
 	if err != nil {
 		return fmt.Errorf("connect to etcd %v: %w", endpoints, err)
 	}
@@ -239,9 +267,6 @@ func withDefaults(cfg Config) Config {
 	if cfg.HTTPListen == "" {
 		cfg.HTTPListen = "127.0.0.1:5291"
 	}
-	if cfg.EtcdListen == "" {
-		cfg.EtcdListen = "127.0.0.1:5379"
-	}
 	if cfg.Backend == "" {
 		cfg.Backend = "local"
 	}
@@ -264,6 +289,10 @@ func withDefaults(cfg Config) Config {
 func newBackend(cfg Config, st store.Store) (hostmgr.Backend, error) {
 	switch cfg.Backend {
 	case "local":
+		if cfg.TaskUser == "" && os.Geteuid() == 0 {
+			cfg.Logger.Warn("tasks run as root: they can read and change every file of this machine, Peloton's data dir and its etcd included; "+
+				"run them as an unprivileged user with --task-user", "dataDir", cfg.DataDir)
+		}
 		total := local.DefaultHostCapacity()
 		per := resources.Resources{
 			MilliCPU: total.MilliCPU / int64(cfg.Hosts),
@@ -279,7 +308,12 @@ func newBackend(cfg Config, st store.Store) (hostmgr.Backend, error) {
 		if cfg.HostDiskMB > 0 {
 			per.DiskMB = cfg.HostDiskMB
 		}
-		return local.New(local.Config{Dir: filepath.Join(cfg.DataDir, "tasks"), Hosts: cfg.Hosts, HostCapacity: per, Logger: cfg.Logger})
+		b, err := local.New(local.Config{Dir: filepath.Join(cfg.DataDir, "tasks"), Hosts: cfg.Hosts, HostCapacity: per, Logger: cfg.Logger,
+			TaskUser: cfg.TaskUser})
+		if err != nil && cfg.TaskUser != "" {
+			return nil, fmt.Errorf("--task-user %s: %w", cfg.TaskUser, err)
+		}
+		return b, err
 	case "sim":
 		per := resources.Resources{
 			MilliCPU: int64(math.Round(cfg.HostCPU * 1000)),

@@ -2,6 +2,7 @@ package federation
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,9 +11,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/peloton-sched/peloton/internal/etcdtls"
 	"github.com/peloton-sched/peloton/internal/replica"
 	"github.com/peloton-sched/peloton/internal/serving"
 	"github.com/peloton-sched/peloton/internal/store"
+	"github.com/peloton-sched/peloton/internal/tlsfiles"
 )
 
 // Default addresses of the federation's API.
@@ -35,6 +38,10 @@ type Config struct {
 	// EtcdEndpoints is the etcd cluster the federation keeps its state in
 	// (under Prefix); clusters may share it under their own prefixes.
 	EtcdEndpoints []string
+	// EtcdTLS names the files of the etcd clients' TLS (the server's CA,
+	// a client certificate); empty: as the endpoints' schemes say. Files
+	// replaced while the federation runs are read again (etcdtls).
+	EtcdTLS tlsfiles.Client
 	// Listen is the gRPC address; HTTPListen serves REST, /metrics,
 	// /healthz and /readyz.
 	Listen, HTTPListen string
@@ -92,18 +99,23 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.ShutdownGrace <= 0 {
 		cfg.ShutdownGrace = 10 * time.Second
 	}
-	if cfg.LeaderElect {
-		return runElected(ctx, cfg)
+	tlsCfg, err := etcdtls.Config(cfg.EtcdTLS, cfg.EtcdEndpoints, cfg.Options.Logger)
+	if err != nil {
+		return err
 	}
-	return serve(ctx, cfg, nil, nil)
+	if cfg.LeaderElect {
+		return runElected(ctx, cfg, tlsCfg)
+	}
+	return serve(ctx, cfg, tlsCfg, nil, nil)
 }
 
 // runElected campaigns until ctx ends, serving the federation while it
 // leads.
-func runElected(ctx context.Context, cfg Config) error {
+func runElected(ctx context.Context, cfg Config, tlsCfg *tls.Config) error {
 	log := cfg.Options.Logger.With("component", "federation-leader")
 	rc := replica.Config{
 		EtcdEndpoints: cfg.EtcdEndpoints,
+		EtcdTLS:       tlsCfg,
 		Key:           Prefix + LeaderKey,
 		Lease:         cfg.LeaderLease,
 		Listen:        cfg.Listen,
@@ -122,7 +134,7 @@ func runElected(ctx context.Context, cfg Config) error {
 			cfg.OnLeading(true)
 			defer cfg.OnLeading(false)
 		}
-		return serve(ctx, cfg, t, handOver)
+		return serve(ctx, cfg, tlsCfg, t, handOver)
 	})
 	if errors.Is(err, replica.ErrStoppedWhileLeading) {
 		return errors.New("the federation stopped while leading")
@@ -130,17 +142,18 @@ func runElected(ctx context.Context, cfg Config) error {
 	return err
 }
 
-// serve is Run without leader election. t, if not nil, is the term it
+// serve is Run without leader election. tlsCfg is the etcd client's TLS
+// (nil: none). t, if not nil, is the term it
 // serves in: its writes are fenced to the leader key, its workers stop the
 // moment the lease is lost, and handOver frees the follower's addresses
 // just before its own listeners bind them.
-func serve(ctx context.Context, cfg Config, t *replica.Term, handOver func()) error {
+func serve(ctx context.Context, cfg Config, tlsCfg *tls.Config, t *replica.Term, handOver func()) error {
 	log := cfg.Options.Logger
 	var fence *store.Fence
 	if t != nil {
 		fence = &t.Fence
 	}
-	st, err := store.NewEtcd(ctx, store.EtcdConfig{Endpoints: cfg.EtcdEndpoints, Prefix: Prefix, Fence: fence})
+	st, err := store.NewEtcd(ctx, store.EtcdConfig{Endpoints: cfg.EtcdEndpoints, Prefix: Prefix, Fence: fence, TLS: tlsCfg})
 	if err != nil {
 		return fmt.Errorf("connect to etcd %v: %w", cfg.EtcdEndpoints, err)
 	}

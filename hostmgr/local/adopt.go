@@ -22,8 +22,9 @@ import (
 // a restarted backend neither loses them nor starts a second run of the
 // instance beside them, every run is recorded under <Dir>/runs/<TaskID>.json
 // once its process has started: its pid, the pid's start time (to tell a
-// reused pid apart), its host, resources, ports, volume, health check and
-// cgroup.
+// reused pid apart), its host, resources, ports, volume, health check,
+// cgroup and the user it runs as. The records hold the runs' environments,
+// so they are the control plane's user's alone (0600 in a 0700 directory).
 // When the backend sees the run end, the record is rewritten with the end.
 //
 // A new Backend over the same Dir reads the records at Start:
@@ -67,8 +68,33 @@ type runRecord struct {
 	HealthCheck json.RawMessage     `json:"healthCheck,omitempty"`
 	KillGraceNs int64               `json:"killGraceNs,omitempty"`
 	Cgroup      *recordCgroup       `json:"cgroup,omitempty"`
+	User        *recordUser         `json:"user,omitempty"`
 	Started     time.Time           `json:"started"`
 	End         *recordEnd          `json:"end,omitempty"`
+}
+
+// recordUser is the user a run runs as (Config.TaskUser); none: the
+// control plane's. An adopted run's health check runs as it.
+type recordUser struct {
+	Name   string   `json:"name"`
+	UID    uint32   `json:"uid"`
+	GID    uint32   `json:"gid"`
+	Groups []uint32 `json:"groups,omitempty"`
+	Home   string   `json:"home,omitempty"`
+}
+
+func (u *TaskUser) toRecord() *recordUser {
+	if u == nil {
+		return nil
+	}
+	return &recordUser{Name: u.Name, UID: u.UID, GID: u.GID, Groups: u.Groups, Home: u.Home}
+}
+
+func (r *recordUser) taskUser() *TaskUser {
+	if r == nil {
+		return nil
+	}
+	return &TaskUser{Name: r.Name, UID: r.UID, GID: r.GID, Groups: r.Groups, Home: r.Home}
 }
 
 type recordEnd struct {
@@ -96,7 +122,7 @@ func (b *Backend) writeRecord(t *task) {
 	rec := runRecord{TaskID: t.spec.TaskID, JobID: t.spec.JobID, Instance: t.spec.InstanceID, Run: t.spec.RunID,
 		Host: t.spec.Host, Pid: t.pgid, StartTicks: ticks, Command: t.spec.Command, Env: t.spec.Env,
 		Resources: t.spec.Resources, PortSpecs: t.spec.Ports, Ports: t.ports, KillGraceNs: int64(t.spec.KillGrace),
-		Cgroup: t.cg.toRecord(), Started: time.Now()}
+		Cgroup: t.cg.toRecord(), User: t.user.toRecord(), Started: time.Now()}
 	if v := t.spec.Volume; v != nil {
 		rec.VolumeID = v.ID
 	}
@@ -137,7 +163,7 @@ func (b *Backend) storeRecord(rec *runRecord) error {
 	defer func() { <-recordWrites }()
 	path := b.recordPath(rec.TaskID)
 	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
 		return err
 	}
 	return os.Rename(tmp, path)
@@ -245,7 +271,7 @@ func (b *Backend) recordedTask(rec *runRecord) *task {
 		}
 	}
 	t := &task{spec: spec, sandbox: filepath.Join(b.dir, rec.TaskID), ports: rec.Ports, record: rec,
-		exited: make(chan struct{}), gone: make(chan struct{}), cg: recordedCgroup(rec)}
+		exited: make(chan struct{}), gone: make(chan struct{}), cg: recordedCgroup(rec), user: rec.User.taskUser()}
 	t.healthCtx, t.stopHealth = context.WithCancel(context.Background())
 	return t
 }
@@ -280,6 +306,13 @@ func (b *Backend) adopt(t *task) bool {
 	}
 	b.mu.Unlock()
 	b.log.Info("adopted a run of an earlier control plane", "task", t.spec.TaskID, "host", rec.Host, "pid", rec.Pid)
+	if b.user != nil && (t.user == nil || t.user.UID != b.user.UID) {
+		was := "the control plane's user"
+		if t.user != nil {
+			was = "user " + t.user.Name
+		}
+		b.log.Warn("an adopted run runs as another user than the task user, until it ends", "task", t.spec.TaskID, "runsAs", was, "taskUser", b.user.Name)
+	}
 	go b.runAdopted(t, exited)
 	return true
 }

@@ -218,7 +218,7 @@ func (b *Backend) probe(ctx context.Context, t *task, cfg healthConfig) (bool, s
 	if cfg.url != "" {
 		return probeHTTP(ctx, b.health, cfg.url, cfg.timeout)
 	}
-	return probeCommand(ctx, cfg.command, t.env, t.sandbox, cfg.timeout)
+	return probeCommand(ctx, cfg.command, t.env, t.sandbox, cfg.timeout, t.user.credential())
 }
 
 // probeHTTP GETs url; a 2xx or 3xx answer within timeout passes.
@@ -245,11 +245,14 @@ func probeHTTP(ctx context.Context, client *http.Client, url string, timeout tim
 	return true, ""
 }
 
-// probeCommand runs argv in dir with env, in a process group of its own,
-// and passes iff it exits 0 within timeout. On timeout, or when ctx is done,
-// the whole group is SIGKILLed; when the command exits, whatever it left in
-// its group is SIGKILLed too, as for a task, so checks cannot pile up.
-func probeCommand(ctx context.Context, argv, env []string, dir string, timeout time.Duration) (bool, string) {
+// probeCommand runs argv in dir with env, as the user cred names (nil: the
+// control plane's), in a process group of its own, and passes iff it exits
+// 0 within timeout. A check runs as its run does: it executes what the
+// job's owner wrote, so it gets no more rights than the run. On timeout, or
+// when ctx is done, the whole group is SIGKILLed; when the command exits,
+// whatever it left in its group is SIGKILLed too, as for a task, so checks
+// cannot pile up.
+func probeCommand(ctx context.Context, argv, env []string, dir string, timeout time.Duration, cred *syscall.Credential) (bool, string) {
 	path, err := lookPath(argv[0], envValue(env, "PATH"))
 	if err != nil {
 		return false, err.Error()
@@ -262,7 +265,7 @@ func probeCommand(ctx context.Context, argv, env []string, dir string, timeout t
 		Env:         env,
 		Stdout:      out,
 		Stderr:      out,
-		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
+		SysProcAttr: &syscall.SysProcAttr{Setpgid: true, Credential: cred},
 		WaitDelay:   checkWaitDelay,
 	}
 	if err := cmd.Start(); err != nil {

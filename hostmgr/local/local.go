@@ -17,6 +17,12 @@
 // virtual hosts' capacities are not enforced; one virtual host is as
 // isolated from another as two processes of the same user are.
 //
+// Tasks run as the control plane's user, or, with Config.TaskUser and the
+// control plane running as root, as that user, in sandboxes of their own
+// that only it may enter, below directories it may not write to
+// (taskuser.go). Output is served by Logs only if it is the run's own: a
+// link that a run puts in its sandbox is never followed (openOutput).
+//
 // For long-running jobs it also gives runs their ports (chosen free on
 // 127.0.0.1 and passed as PELOTON_PORT_<NAME>), runs their health checks
 // (health.go) and keeps their persistent volumes, plain directories under
@@ -110,6 +116,13 @@ type Config struct {
 	HostCapacity resources.Resources
 	// Logger receives operational logs (default slog.Default()).
 	Logger *slog.Logger
+	// TaskUser, if set, is the user every task and every command health
+	// check runs as: a name or a numeric uid (see taskuser.go). Switching
+	// users needs root: New fails when the control plane does not run as
+	// root, when the user is unknown or root, and when the user could not
+	// reach its sandboxes under Dir or could write above them. Empty: tasks
+	// run as the control plane's user.
+	TaskUser string
 
 	// cgroupRoot prefixes the paths cgroup detection reads ("/" when
 	// empty); tests point it at fixture trees.
@@ -133,6 +146,8 @@ type Backend struct {
 	dir   string
 	log   *slog.Logger
 	hosts []hostmgr.HostInfo
+	// user is who tasks run as; nil: the control plane's own user.
+	user *TaskUser
 
 	cgroupRoot string
 	// cg is where runs get their cgroups; nil when they get none. Set by
@@ -186,6 +201,20 @@ func New(cfg Config) (*Backend, error) {
 	if err := os.MkdirAll(filepath.Join(dir, runsDir), 0o755); err != nil {
 		return nil, fmt.Errorf("local: config.dir: %w", err)
 	}
+	var tu *TaskUser
+	if cfg.TaskUser != "" {
+		if euid := os.Geteuid(); euid != 0 {
+			return nil, fmt.Errorf("local: config.taskUser: running tasks as %s needs root, and this process runs as uid %d", cfg.TaskUser, euid)
+		}
+		u, err := LookupTaskUser(cfg.TaskUser)
+		if err != nil {
+			return nil, fmt.Errorf("local: config.taskUser: %w", err)
+		}
+		tu = &u
+	}
+	if err := prepareDir(dir, tu); err != nil {
+		return nil, fmt.Errorf("local: config.dir: %w", err)
+	}
 	n := cfg.Hosts
 	switch {
 	case n == 0:
@@ -212,6 +241,7 @@ func New(cfg Config) (*Backend, error) {
 	}
 	b := &Backend{
 		dir:        dir,
+		user:       tu,
 		cgroupRoot: cmp.Or(cfg.cgroupRoot, "/"),
 		log:        log.With("component", "hostmgr/local"),
 		health:     newHealthClient(),
@@ -375,19 +405,29 @@ func (b *Backend) Launch(ctx context.Context, spec hostmgr.LaunchSpec) error {
 		return fmt.Errorf("local: launch %s: %w", spec.TaskID, err)
 	}
 	t.ports, t.heldPorts = ports, held
+	t.user = b.user
 	if v := spec.Volume; v != nil {
 		t.volume = b.volumePath(spec.Host, v.ID)
-		if err := os.MkdirAll(t.volume, 0o755); err != nil {
+		if err := makeVolume(t.volume, t.user); err != nil {
 			b.abandon(t)
 			return fmt.Errorf("local: launch %s: spec.volume: %w", spec.TaskID, err)
 		}
 	}
-	if err := os.Mkdir(t.sandbox, 0o755); err != nil {
+	if err := os.Mkdir(t.sandbox, 0o700); err != nil {
 		b.abandon(t)
 		if errors.Is(err, os.ErrExist) {
 			return fmt.Errorf("local: launch %s: spec.taskId: sandbox %s already exists", spec.TaskID, t.sandbox)
 		}
 		return fmt.Errorf("local: launch %s: create sandbox: %w", spec.TaskID, err)
+	}
+	if u := t.user; u != nil {
+		// Dir is not the user's to write, so the sandbox just made cannot
+		// have been swapped for a link meanwhile.
+		if err := os.Chown(t.sandbox, int(u.UID), int(u.GID)); err != nil {
+			b.abandon(t)
+			_ = os.Remove(t.sandbox)
+			return fmt.Errorf("local: launch %s: give the sandbox to user %s: %w", spec.TaskID, u.Name, err)
+		}
 	}
 	t.last = t.event(pelotonv1.TaskState_LAUNCHED, 0, "", "")
 	t.env = b.taskEnv(spec, t.sandbox, t.ports, t.volume)
@@ -490,13 +530,18 @@ func validTaskID(id string) bool {
 }
 
 // taskEnv is the environment of a task, and of its health check: a few
-// inherited variables, then spec.Env, then the PELOTON_* variables, with
+// inherited variables (HOME is the task user's home when tasks run as
+// one), then spec.Env, then the PELOTON_* variables, with
 // PELOTON_PORT_<NAME> for each port and PELOTON_VOLUME when it has one.
 // os/exec keeps the last value of a duplicated key, so spec.Env may
 // override PATH but not PELOTON_*.
 func (b *Backend) taskEnv(spec hostmgr.LaunchSpec, sandbox string, ports map[string]uint32, volume string) []string {
 	env := make([]string, 0, len(inheritedEnv)+len(spec.Env)+len(spec.Ports)+7)
 	for _, k := range inheritedEnv {
+		if k == "HOME" && b.user != nil {
+			env = append(env, "HOME="+b.user.Home)
+			continue
+		}
 		if v, ok := os.LookupEnv(k); ok {
 			env = append(env, k+"="+v)
 		}
@@ -645,7 +690,9 @@ func (b *Backend) Status(taskID string) (hostmgr.TaskEvent, error) {
 
 // Logs opens <Dir>/<TaskID>/stdout or stderr. It works for any run whose
 // file is on disk, including runs of a previous process lifetime, and
-// returns ErrUnknownTask when the file does not exist. With follow, reads
+// returns ErrUnknownTask when the file does not exist. It serves only the
+// run's own output: never what a symbolic link in the sandbox points to, nor
+// a hard link to a file elsewhere (see openOutput). With follow, reads
 // wait for new output until the run ends and everything is read, or ctx is
 // done, and then return io.EOF; a run this Backend is not running (finished,
 // or unknown to it) is read to its current end without waiting.
@@ -662,7 +709,7 @@ func (b *Backend) Logs(ctx context.Context, taskID string, stream pelotonv1.LogS
 	if !validTaskID(taskID) {
 		return nil, fmt.Errorf("local: logs %s: %w", taskID, hostmgr.ErrUnknownTask)
 	}
-	f, err := os.Open(filepath.Join(b.dir, taskID, name))
+	f, err := openOutput(filepath.Join(b.dir, taskID), name)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return nil, fmt.Errorf("local: logs %s: %w", taskID, hostmgr.ErrUnknownTask)

@@ -36,6 +36,10 @@ type task struct {
 	heldPorts []uint32          // what to give back to Backend.portUse
 	volume    string            // absolute path of the volume, or ""
 	volKey    string            // its key in Backend.volUse, or ""
+	// user is who the run's processes, and its command health check, run
+	// as; nil: the control plane's user. An adopted run keeps the user it
+	// was started as (its record says), whatever the backend's is now.
+	user *TaskUser
 	// healthCtx ends the health watcher and any check it runs; stopHealth
 	// (idempotent) is called when the process exits, on Kill and on Close.
 	healthCtx  context.Context
@@ -102,12 +106,12 @@ func (t *task) event(state pelotonv1.TaskState, code int32, reason, msg string) 
 // task logs --stderr` explains it too. A cgroup made before a failure is
 // left in t.cg for the run's end to remove.
 func (t *task) start(env []string, cgs *cgroups) error {
-	stdout, err := os.OpenFile(filepath.Join(t.sandbox, "stdout"), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	stdout, err := t.createOutput("stdout")
 	if err != nil {
 		return err
 	}
 	defer stdout.Close()
-	stderr, err := os.OpenFile(filepath.Join(t.sandbox, "stderr"), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	stderr, err := t.createOutput("stderr")
 	if err != nil {
 		return err
 	}
@@ -123,6 +127,22 @@ func (t *task) start(env []string, cgs *cgroups) error {
 		fmt.Fprintf(stderr, "peloton: launch failed: %v\n", err)
 	}
 	return err
+}
+
+// createOutput creates one of the run's output files in its fresh sandbox,
+// owned by the run's user, who may then rotate or truncate it.
+func (t *task) createOutput(name string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(t.sandbox, name), os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if u := t.user; u != nil {
+		if err := f.Chown(int(u.UID), int(u.GID)); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("give %s to user %s: %w", name, u.Name, err)
+		}
+	}
+	return f, nil
 }
 
 func (t *task) exec(env []string, stdout, stderr *os.File) error {
@@ -143,7 +163,7 @@ func (t *task) exec(env []string, stdout, stderr *os.File) error {
 		Dir:   t.sandbox,
 		Env:   env,
 		Files: []*os.File{stdin, stdout, stderr},
-		Sys:   &syscall.SysProcAttr{Setpgid: true},
+		Sys:   &syscall.SysProcAttr{Setpgid: true, Credential: t.user.credential()},
 	})
 	if err != nil {
 		return err

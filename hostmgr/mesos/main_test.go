@@ -30,7 +30,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	e, err := store.StartEmbedded(store.EmbeddedConfig{DataDir: dir, ClientAddr: "127.0.0.1:0", Logger: slog.New(slog.DiscardHandler)})
+	e, err := store.StartEmbedded(store.EmbeddedConfig{DataDir: dir, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)

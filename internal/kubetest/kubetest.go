@@ -222,7 +222,8 @@ func New(dir, bin string, opts Options) (_ *Cluster, err error) {
 		return nil, err
 	}
 	c.args = append([]string{
-		"--etcd-servers=" + strings.Join(c.etcd.Endpoints(), ","),
+		// The apiserver is another program: it gets the TCP listener.
+		"--etcd-servers=" + c.etcd.TCPEndpoint(),
 		"--bind-address=127.0.0.1",
 		"--secure-port=" + strconv.Itoa(c.port),
 		"--advertise-address=" + advertiseAddress.String(),

@@ -23,6 +23,7 @@ package replica
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -81,6 +82,9 @@ type Config struct {
 	// EtcdEndpoints is the external etcd the replicas campaign in; it must
 	// not be empty (an embedded etcd is one process's alone).
 	EtcdEndpoints []string
+	// EtcdTLS, if set, is the etcd client's TLS configuration, the same as
+	// the daemon's store's.
+	EtcdTLS *tls.Config
 	// Key is the election's key prefix, absolute and without a trailing
 	// slash: each candidate's key is Key + "/<lease id>". Replicas of one
 	// daemon share it.
@@ -202,7 +206,7 @@ func Run(ctx context.Context, cfg Config, lead LeadFunc) error {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: cfg.EtcdEndpoints, DialTimeout: store.DefaultDialTimeout, Logger: zap.NewNop()})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: cfg.EtcdEndpoints, DialTimeout: store.DefaultDialTimeout, Logger: zap.NewNop(), TLS: cfg.EtcdTLS})
 	if err != nil {
 		return fmt.Errorf("connect to etcd %v: %w", cfg.EtcdEndpoints, err)
 	}

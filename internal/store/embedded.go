@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -22,11 +23,21 @@ import (
 	"go.uber.org/zap/zapcore"
 )
 
+// The embedded server answers its clients on a unix socket in its data
+// directory, and on TCP only when asked (EmbeddedConfig.ClientAddr). It has
+// no authentication: whoever can connect can read and rewrite all of
+// Peloton's state. A TCP port on loopback is open to every process of the
+// machine, the tasks of the local backend included; the socket is open only
+// to those that may enter the data directory, which StartEmbedded makes
+// this process's user's alone (0700; the socket itself is 0600). It has no
+// peer listener at all: a single member dials no peer, and a raft port
+// would let anyone on the machine send it raft messages.
+
 // Defaults for EmbeddedConfig.
 const (
-	// DefaultEmbeddedClientAddr is etcd's usual client port, on loopback only:
-	// an embedded server serves its own process and local tools.
-	DefaultEmbeddedClientAddr = "127.0.0.1:2379"
+	// EmbeddedSocket is the name of the unix socket, in the data
+	// directory, that clients of an embedded server connect to.
+	EmbeddedSocket = "client.sock"
 	// DefaultEmbeddedMaxTxnOps is far above etcd's 128 because Peloton writes
 	// whole jobs (one key per instance) and group-commit batches atomically.
 	DefaultEmbeddedMaxTxnOps = 10000
@@ -60,18 +71,29 @@ const dataDirLockName = "peloton-embedded.lock"
 // was taken by someone else between picking and binding.
 const pickAttempts = 5
 
+// maxSocketPath is the longest path a unix socket may have on Linux: 108
+// bytes of sun_path, one of them the terminating NUL.
+const maxSocketPath = 107
+
+// embeddedPeerURL is the peer URL the member advertises. Nothing listens
+// on it and nothing dials it: a single-member cluster has no peer to
+// reach, but etcd names every member by its peer URLs.
+const embeddedPeerURL = "unix://peloton-embedded-no-peer-listener"
+
 // EmbeddedConfig configures an etcd server run inside the Peloton process, for
 // single-node installs, development and tests, where running a separate etcd
 // cluster is not worth it.
 type EmbeddedConfig struct {
-	// DataDir holds the WAL and database; required. Reusing it keeps the data.
+	// DataDir holds the WAL and database, and the clients' socket
+	// (EmbeddedSocket); required. Reusing it keeps the data. It is made
+	// private to this process's user (0700), and refused if another user
+	// owns it.
 	DataDir string
-	// ClientAddr is host:port for clients (default DefaultEmbeddedClientAddr).
-	// Port 0 picks a free port; Endpoints reports the real one.
+	// ClientAddr, if set, is a loopback host:port where the server also
+	// answers clients over TCP, for tools that cannot use the socket; every
+	// process of the machine can reach it. Port 0 picks a free port;
+	// Endpoints reports the real one.
 	ClientAddr string
-	// PeerAddr is host:port for raft peers. The server is a single-member
-	// cluster, so nobody dials it; default is a free loopback port.
-	PeerAddr string
 	// MaxTxnOps is etcd's --max-txn-ops (default DefaultEmbeddedMaxTxnOps).
 	MaxTxnOps uint
 	// QuotaBackendBytes is etcd's --quota-backend-bytes (default 8 GiB).
@@ -86,7 +108,8 @@ type EmbeddedConfig struct {
 // Embedded is a running single-member etcd server.
 type Embedded struct {
 	etcd      *embed.Etcd
-	endpoint  string
+	endpoint  string // the socket's URL
+	tcp       string // the TCP URL, or ""
 	maxTxnOps int
 	log       *slog.Logger
 	errDone   chan struct{} // closed when the e.Err() drain goroutine exits
@@ -103,11 +126,14 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 	if cfg.DataDir == "" {
 		return nil, errors.New("store: embedded etcd: dataDir: must not be empty")
 	}
-	if cfg.ClientAddr == "" {
-		cfg.ClientAddr = DefaultEmbeddedClientAddr
+	dir, err := filepath.Abs(cfg.DataDir)
+	if err != nil {
+		return nil, fmt.Errorf("store: embedded etcd: dataDir: %w", err)
 	}
-	if cfg.PeerAddr == "" {
-		cfg.PeerAddr = "127.0.0.1:0"
+	cfg.DataDir = dir
+	if sock := filepath.Join(dir, EmbeddedSocket); len(sock) > maxSocketPath {
+		return nil, fmt.Errorf("store: embedded etcd: dataDir: the clients' socket %s would be %d bytes long, and a unix socket's path may have at most %d: use a shorter data directory",
+			sock, len(sock), maxSocketPath)
 	}
 	if cfg.MaxTxnOps == 0 {
 		cfg.MaxTxnOps = DefaultEmbeddedMaxTxnOps
@@ -118,19 +144,18 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if err := checkAddr("clientAddr", cfg.ClientAddr); err != nil {
-		return nil, err
+	if cfg.ClientAddr != "" {
+		if err := checkAddr("clientAddr", cfg.ClientAddr); err != nil {
+			return nil, err
+		}
 	}
-	if err := checkAddr("peerAddr", cfg.PeerAddr); err != nil {
-		return nil, err
+	if err := privateDir(cfg.DataDir); err != nil {
+		return nil, fmt.Errorf("store: embedded etcd: dataDir: %w", err)
 	}
 
 	// etcd opens its database with an unbounded wait for bbolt's file lock,
 	// so a second server on a data dir in use would hang in StartEtcd (before
 	// any timeout of ours could apply). Fail fast on our own lock instead.
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return nil, fmt.Errorf("store: embedded etcd: dataDir: %w", err)
-	}
 	lockPath := filepath.Join(cfg.DataDir, dataDirLockName)
 	lock, err := fileutil.TryLockFile(lockPath, os.O_WRONLY|os.O_CREATE, 0o600)
 	if errors.Is(err, fileutil.ErrLocked) {
@@ -145,25 +170,21 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 	// A port we pick can be taken before etcd binds it; only then retry.
 	var lastErr error
 	for range pickAttempts {
-		clientAddr, clientPicked, err := pickPort("clientAddr", cfg.ClientAddr)
-		if err != nil {
-			_ = lock.Close()
-			return nil, err
+		clientAddr, clientPicked := "", false
+		if cfg.ClientAddr != "" {
+			if clientAddr, clientPicked, err = pickPort("clientAddr", cfg.ClientAddr); err != nil {
+				_ = lock.Close()
+				return nil, err
+			}
 		}
-		peerAddr, peerPicked, err := pickPort("peerAddr", cfg.PeerAddr)
-		if err != nil {
-			_ = lock.Close()
-			return nil, err
-		}
-		e, err := startEmbedded(cfg, clientAddr, peerAddr)
+		e, err := startEmbedded(cfg, clientAddr)
 		if err == nil {
 			e.lock = lock
 			return e, nil
 		}
 		lastErr = err
 		var inUse *addrInUseError
-		if !errors.As(err, &inUse) ||
-			!(inUse.addr == clientAddr && clientPicked || inUse.addr == peerAddr && peerPicked) {
+		if !errors.As(err, &inUse) || inUse.addr != clientAddr || !clientPicked {
 			break
 		}
 	}
@@ -184,17 +205,46 @@ func (e *addrInUseError) Error() string {
 
 func (e *addrInUseError) Unwrap() error { return e.err }
 
-func startEmbedded(cfg EmbeddedConfig, clientAddr, peerAddr string) (*Embedded, error) {
-	clientURL := url.URL{Scheme: "http", Host: clientAddr}
-	peerURL := url.URL{Scheme: "http", Host: peerAddr}
+// privateDir makes dir, or takes it if it exists, as a directory only this
+// process's user may enter: the socket in it is the server's only door.
+func privateDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return err
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("%s is not a directory", dir)
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
+		return fmt.Errorf("%s belongs to uid %d, not to this process's uid %d: its owner could reach the etcd socket in it", dir, st.Uid, os.Geteuid())
+	}
+	return os.Chmod(dir, 0o700)
+}
+
+func startEmbedded(cfg EmbeddedConfig, clientAddr string) (*Embedded, error) {
+	sock := filepath.Join(cfg.DataDir, EmbeddedSocket)
+	socketURL := url.URL{Scheme: "unix", Path: sock}
+	clientURLs := []url.URL{socketURL}
+	var tcpURL string
+	if clientAddr != "" {
+		u := url.URL{Scheme: "http", Host: clientAddr}
+		clientURLs, tcpURL = append(clientURLs, u), u.String()
+	}
+	peerURL, err := url.Parse(embeddedPeerURL)
+	if err != nil {
+		return nil, err
+	}
 
 	ec := embed.NewConfig()
 	ec.Name = "peloton"
 	ec.Dir = cfg.DataDir
-	ec.ListenClientUrls = []url.URL{clientURL}
-	ec.AdvertiseClientUrls = []url.URL{clientURL}
-	ec.ListenPeerUrls = []url.URL{peerURL}
-	ec.AdvertisePeerUrls = []url.URL{peerURL}
+	ec.ListenClientUrls = clientURLs
+	ec.AdvertiseClientUrls = clientURLs
+	ec.ListenPeerUrls = nil
+	ec.AdvertisePeerUrls = []url.URL{*peerURL}
 	ec.InitialCluster = ec.InitialClusterFromName(ec.Name)
 	ec.InitialClusterToken = "peloton"
 	ec.MaxTxnOps = cfg.MaxTxnOps
@@ -208,7 +258,8 @@ func startEmbedded(cfg EmbeddedConfig, clientAddr, peerAddr string) (*Embedded, 
 		floor = zapcore.InfoLevel
 	}
 	m := &Embedded{
-		endpoint:  clientURL.String(),
+		endpoint:  socketURL.String(),
+		tcp:       tcpURL,
 		maxTxnOps: int(cfg.MaxTxnOps),
 		log:       cfg.Logger,
 		errDone:   make(chan struct{}),
@@ -225,12 +276,8 @@ func startEmbedded(cfg EmbeddedConfig, clientAddr, peerAddr string) (*Embedded, 
 	e, err := embed.StartEtcd(ec)
 	if err != nil {
 		var oe *net.OpError
-		if errors.Is(err, syscall.EADDRINUSE) && errors.As(err, &oe) && oe.Addr != nil {
-			field := "clientAddr"
-			if oe.Addr.String() == peerAddr {
-				field = "peerAddr"
-			}
-			return nil, &addrInUseError{field: field, addr: oe.Addr.String(), err: err}
+		if errors.Is(err, syscall.EADDRINUSE) && errors.As(err, &oe) && oe.Addr != nil && oe.Addr.String() == clientAddr {
+			return nil, &addrInUseError{field: "clientAddr", addr: clientAddr, err: err}
 		}
 		return nil, fmt.Errorf("store: embedded etcd: start in %s: %w", cfg.DataDir, err)
 	}
@@ -253,6 +300,13 @@ func startEmbedded(cfg EmbeddedConfig, clientAddr, peerAddr string) (*Embedded, 
 	}
 
 	m.etcd = e
+	// etcd made the socket with this process's umask; the directory
+	// already keeps others out, this keeps them out should it be opened.
+	if err := os.Chmod(sock, 0o600); err != nil {
+		m.closing.Store(true)
+		e.Close()
+		return nil, fmt.Errorf("store: embedded etcd: make the socket %s private: %w", sock, err)
+	}
 	log := cfg.Logger
 	// etcd reports serving failures (e.g. a listener dying) on Err() until it
 	// closes the channel on shutdown; nobody else would see them.
@@ -264,18 +318,24 @@ func startEmbedded(cfg EmbeddedConfig, clientAddr, peerAddr string) (*Embedded, 
 			}
 		}
 	}()
-	log.Info("embedded etcd started", "client", m.endpoint, "peer", peerURL.String(), "dataDir", cfg.DataDir)
+	log.Info("embedded etcd started", "endpoints", m.Endpoints(), "dataDir", cfg.DataDir)
 	return m, nil
 }
 
-// checkAddr wants host:port with an IP (or localhost) host, as etcd binds it.
+// checkAddr wants host:port with a loopback IP (or localhost) host, as etcd
+// binds it: the server has no authentication, so it must not answer other
+// machines.
 func checkAddr(field, addr string) error {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return fmt.Errorf("store: embedded etcd: %s: %w", field, err)
 	}
-	if net.ParseIP(host) == nil && host != "localhost" {
+	ip := net.ParseIP(host)
+	if ip == nil && host != "localhost" {
 		return fmt.Errorf("store: embedded etcd: %s: %q is not an IP address", field, host)
+	}
+	if ip != nil && !ip.IsLoopback() {
+		return fmt.Errorf("store: embedded etcd: %s: %s is not a loopback address, and the embedded etcd has no authentication", field, host)
 	}
 	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
 		return fmt.Errorf("store: embedded etcd: %s: bad port %q", field, port)
@@ -298,8 +358,22 @@ func pickPort(field, addr string) (resolved string, picked bool, err error) {
 	return resolved, true, nil
 }
 
-// Endpoints returns the client URLs to give clientv3 or EtcdConfig.
-func (m *Embedded) Endpoints() []string { return []string{m.endpoint} }
+// Endpoints returns the client URLs to give clientv3 or EtcdConfig: the
+// socket's (unix:///<DataDir>/client.sock), then the TCP one if there is
+// one.
+func (m *Embedded) Endpoints() []string {
+	if m.tcp == "" {
+		return []string{m.endpoint}
+	}
+	return []string{m.endpoint, m.tcp}
+}
+
+// TCPEndpoint is the URL of the TCP listener that ClientAddr asked for,
+// or "": for clients that cannot use a unix socket (another program).
+func (m *Embedded) TCPEndpoint() string { return m.tcp }
+
+// SocketPath is the path of the clients' socket.
+func (m *Embedded) SocketPath() string { return strings.TrimPrefix(m.endpoint, "unix://") }
 
 // MaxTxnOps returns the server's --max-txn-ops, to pass on to
 // EtcdConfig.MaxTxnOps so stores use the whole allowance.
@@ -309,7 +383,7 @@ func (m *Embedded) MaxTxnOps() int { return m.maxTxnOps }
 // ctx bounds only the connection check, not the client's life.
 func (m *Embedded) Client(ctx context.Context) (*clientv3.Client, error) {
 	cli, err := clientv3.New(clientv3.Config{
-		Endpoints:   m.Endpoints(),
+		Endpoints:   []string{m.endpoint},
 		DialTimeout: DefaultDialTimeout,
 		Logger:      zap.NewNop(),
 	})
@@ -331,7 +405,7 @@ func (m *Embedded) Close() error {
 		m.etcd.Close()
 		<-m.errDone
 		_ = m.lock.Close() // after etcd closed its files
-		m.log.Info("embedded etcd stopped", "client", m.endpoint)
+		m.log.Info("embedded etcd stopped", "endpoints", m.Endpoints())
 	})
 	return nil
 }

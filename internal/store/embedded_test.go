@@ -2,13 +2,16 @@ package store
 
 import (
 	"errors"
-	"github.com/peloton-sched/peloton/internal/testutil"
 	"log/slog"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/peloton-sched/peloton/internal/testutil"
 )
 
 func TestEmbeddedRestartKeepsData(t *testing.T) {
@@ -24,9 +27,12 @@ func TestEmbeddedRestartKeepsData(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = e.Close() })
-	u, err := url.Parse(e.Endpoints()[0])
+	if eps := e.Endpoints(); len(eps) != 2 || eps[0] != "unix://"+filepath.Join(dir, EmbeddedSocket) {
+		t.Fatalf("endpoints %q, want the socket's, then the TCP one", eps)
+	}
+	u, err := url.Parse(e.Endpoints()[1])
 	if err != nil || strings.HasSuffix(u.Host, ":0") {
-		t.Fatalf("endpoint %q does not report the real port (%v)", e.Endpoints()[0], err)
+		t.Fatalf("endpoint %q does not report the real port (%v)", e.Endpoints()[1], err)
 	}
 
 	s := connectTestStore(t, e, "")
@@ -43,8 +49,13 @@ func TestEmbeddedRestartKeepsData(t *testing.T) {
 		t.Fatalf("expected etcd's log in the slog handler, got:\n%.2000s", out)
 	}
 
-	// Same data dir, new ports.
-	e2 := startTestEmbedded(t, dir)
+	// Same data dir, new ports; the data of a server that had a TCP
+	// listener is served on the socket alone.
+	e2, err := StartEmbedded(EmbeddedConfig{DataDir: dir, Logger: quietLogger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e2.Close() })
 	s2 := connectTestStore(t, e2, "")
 	kv := mustGet(t, s2, "pools/root")
 	if string(kv.Value) != "keep me" || kv.Revision != rev {
@@ -65,8 +76,12 @@ func TestEmbeddedRestartKeepsData(t *testing.T) {
 }
 
 func TestEmbeddedPortInUse(t *testing.T) {
-	first := startTestEmbedded(t, t.TempDir())
-	u, err := url.Parse(first.Endpoints()[0])
+	first, err := StartEmbedded(EmbeddedConfig{DataDir: t.TempDir(), ClientAddr: "127.0.0.1:0", Logger: quietLogger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = first.Close() })
+	u, err := url.Parse(first.Endpoints()[1])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +122,10 @@ func TestEmbeddedConfigErrors(t *testing.T) {
 		{"no data dir", EmbeddedConfig{}, "dataDir: must not be empty"},
 		{"bad client addr", EmbeddedConfig{DataDir: t.TempDir(), ClientAddr: "nowhere"}, "clientAddr"},
 		{"host name", EmbeddedConfig{DataDir: t.TempDir(), ClientAddr: "example.com:2379"}, "not an IP address"},
-		{"bad peer port", EmbeddedConfig{DataDir: t.TempDir(), ClientAddr: "127.0.0.1:0", PeerAddr: "127.0.0.1:99999"}, "peerAddr: bad port"},
+		{"bad port", EmbeddedConfig{DataDir: t.TempDir(), ClientAddr: "127.0.0.1:99999"}, "clientAddr: bad port"},
+		{"every address", EmbeddedConfig{DataDir: t.TempDir(), ClientAddr: "0.0.0.0:0"}, "0.0.0.0 is not a loopback address"},
+		{"another machine's", EmbeddedConfig{DataDir: t.TempDir(), ClientAddr: "[2001:db8::1]:2379"}, "2001:db8::1 is not a loopback address"},
+		{"socket path too long", EmbeddedConfig{DataDir: filepath.Join(t.TempDir(), strings.Repeat("d", 100))}, "at most 107"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.cfg.Logger = quietLogger
@@ -144,4 +162,86 @@ func TestEmbeddedDataDirInUse(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("StartEmbedded on a data dir in use hangs")
 	}
+}
+
+// TestEmbeddedSocketOnly: by default the server listens on no TCP port at
+// all, clients reach it on its socket, and the data directory and the
+// socket are its user's alone.
+func TestEmbeddedSocketOnly(t *testing.T) {
+	before := testutil.ListeningTCPPorts(t)
+	dir := filepath.Join(t.TempDir(), "etcd")
+	// A data dir left open by someone is closed again.
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	e := startSocketEmbedded(t, dir)
+	for p := range testutil.ListeningTCPPorts(t) {
+		if !before[p] {
+			t.Errorf("the embedded etcd listens on TCP port %d", p)
+		}
+	}
+	sock := filepath.Join(dir, EmbeddedSocket)
+	if eps := e.Endpoints(); len(eps) != 1 || eps[0] != "unix://"+sock || e.SocketPath() != sock {
+		t.Fatalf("endpoints %q, socket %q; want only unix://%s", eps, e.SocketPath(), sock)
+	}
+	for path, want := range map[string]os.FileMode{dir: os.ModeDir | 0o700, sock: os.ModeSocket | 0o600} {
+		if fi, err := os.Stat(path); err != nil || fi.Mode() != want {
+			t.Errorf("%s: %v (%v), want %v", path, fi.Mode(), err, want)
+		}
+	}
+	mustTxn(t, connectTestStore(t, e, ""), Put("k", []byte("v"), MustNotExist))
+}
+
+// TestEmbeddedSocketRefusesOtherUsers: a process of another user (nobody)
+// cannot connect to the socket, while it can connect to a TCP listener
+// asked for with ClientAddr - which is why that is only opt-in.
+func TestEmbeddedSocketRefusesOtherUsers(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("running a process as nobody needs root")
+	}
+	e, err := StartEmbedded(EmbeddedConfig{DataDir: filepath.Join(t.TempDir(), "etcd"), ClientAddr: "127.0.0.1:0", Logger: quietLogger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close() })
+	if got := testutil.DialAs(t, "nobody", "unix", e.SocketPath()); !strings.Contains(got, "permission denied") {
+		t.Errorf("nobody dialling the socket: %q, want permission denied", got)
+	}
+	u, _ := url.Parse(e.Endpoints()[1])
+	if got := testutil.DialAs(t, "nobody", "tcp", u.Host); got != "connected" {
+		t.Errorf("nobody dialling the TCP listener: %q, want connected (the helper works)", got)
+	}
+}
+
+// TestEmbeddedDataDirOfAnotherUser: a data dir another user owns could
+// hand that user the socket; it is refused.
+func TestEmbeddedDataDirOfAnotherUser(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("giving a directory to another user needs root")
+	}
+	dir := filepath.Join(t.TempDir(), "etcd")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(dir, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	e, err := StartEmbedded(EmbeddedConfig{DataDir: dir, Logger: quietLogger})
+	if err == nil {
+		_ = e.Close()
+		t.Fatal("started in a directory of another user")
+	}
+	if !strings.Contains(err.Error(), "belongs to uid 65534") {
+		t.Errorf("error %v, want it to name the owner", err)
+	}
+}
+
+func startSocketEmbedded(t *testing.T, dir string) *Embedded {
+	t.Helper()
+	e, err := StartEmbedded(EmbeddedConfig{DataDir: dir, Logger: quietLogger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close() })
+	return e
 }

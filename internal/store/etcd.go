@@ -2,9 +2,12 @@ package store
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -63,6 +66,9 @@ type EtcdConfig struct {
 	// Fence, if set, makes every Txn of this store conditional on a leader
 	// key: a process that lost its leadership cannot write.
 	Fence *Fence
+	// TLS, if set, is the client's TLS configuration (the server's CA, the
+	// client certificate): https:// endpoints are dialled with it.
+	TLS *tls.Config
 }
 
 // Fence ties a store's writes to one term of leadership. Every Txn also
@@ -111,6 +117,7 @@ func NewEtcd(ctx context.Context, cfg EtcdConfig) (*Etcd, error) {
 		Endpoints:   cfg.Endpoints,
 		DialTimeout: cfg.DialTimeout,
 		Logger:      lg,
+		TLS:         cfg.TLS,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("store: etcd: connect %v: %w", cfg.Endpoints, err)
@@ -126,9 +133,71 @@ func NewEtcd(ctx context.Context, cfg EtcdConfig) (*Etcd, error) {
 	defer cancel()
 	if _, err := cli.Get(probeCtx, s.prefix, clientv3.WithCountOnly()); err != nil {
 		_ = cli.Close()
-		return nil, fmt.Errorf("store: etcd: no answer from %v within %v: %w", cfg.Endpoints, cfg.DialTimeout, err)
+		err = fmt.Errorf("store: etcd: no answer from %v within %v: %w", cfg.Endpoints, cfg.DialTimeout, err)
+		if cfg.TLS != nil {
+			if why := DiagnoseTLS(ctx, cfg.Endpoints, cfg.TLS); why != "" {
+				err = fmt.Errorf("%w; %s", err, why)
+			}
+		}
+		return nil, err
 	}
 	return s, nil
+}
+
+// diagnoseWait bounds each step of DiagnoseTLS's handshake with one
+// endpoint.
+const diagnoseWait = 2 * time.Second
+
+// DiagnoseTLS says why TLS with the endpoints fails, or "" when it does
+// not (or they are not https). The etcd client only reports that no answer
+// came in time; a failed handshake (a server certificate the CA did not
+// sign, a client certificate the server refuses or that is missing) is
+// what an operator needs to read instead. It makes one TLS connection to
+// each https endpoint, as the client would: the server name is the
+// endpoint's host unless cfg names one. With TLS 1.3 a server refuses the
+// client's certificate only after the handshake, so it also waits a moment
+// for that refusal.
+func DiagnoseTLS(ctx context.Context, endpoints []string, cfg *tls.Config) string {
+	var why []string
+	for _, ep := range endpoints {
+		u, err := url.Parse(ep)
+		if err != nil || u.Scheme != "https" || u.Host == "" {
+			continue
+		}
+		if err := tryTLS(ctx, u.Host, cfg); err != nil {
+			why = append(why, fmt.Sprintf("TLS with %s: %v", u.Host, err))
+		}
+	}
+	return strings.Join(why, "; ")
+}
+
+func tryTLS(ctx context.Context, addr string, cfg *tls.Config) error {
+	ctx, cancel := context.WithTimeout(ctx, diagnoseWait)
+	defer cancel()
+	raw, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return err
+	}
+	defer raw.Close()
+	c := cfg.Clone()
+	if c.ServerName == "" {
+		c.ServerName, _, _ = net.SplitHostPort(addr)
+	}
+	c.NextProtos = []string{"h2"}
+	conn := tls.Client(raw, c)
+	if err := conn.HandshakeContext(ctx); err != nil {
+		return err
+	}
+	// The server speaks only after the client has (gRPC's preface): a
+	// read that times out means it took the client's certificate.
+	_ = conn.SetReadDeadline(time.Now().Add(diagnoseWait / 4))
+	var b [1]byte
+	_, err = conn.Read(b[:])
+	var ne net.Error
+	if err == nil || errors.As(err, &ne) && ne.Timeout() {
+		return nil
+	}
+	return err
 }
 
 // NewEtcdFromClient wraps a client the caller already has (e.g. one shared

@@ -27,7 +27,7 @@ func startTestEtcd(t testing.TB) (*Embedded, *Etcd) {
 
 func startTestEmbedded(t testing.TB, dir string) *Embedded {
 	t.Helper()
-	e, err := StartEmbedded(EmbeddedConfig{DataDir: dir, ClientAddr: "127.0.0.1:0", Logger: quietLogger})
+	e, err := StartEmbedded(EmbeddedConfig{DataDir: dir, Logger: quietLogger})
 	if err != nil {
 		t.Fatalf("StartEmbedded: %v", err)
 	}

@@ -52,7 +52,7 @@ func buildHostAgent(t *testing.T) string {
 func startUp(t *testing.T, bin, dir string) *upProcess {
 	t.Helper()
 	cmd := exec.Command(bin, "up", "--data-dir", dir, "--hosts", "2", "--host-cpu", "4", "--host-memory-mb", "4096",
-		"--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--etcd-listen", "127.0.0.1:0", "--log-level", "warn")
+		"--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--log-level", "warn")
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -96,7 +96,7 @@ func TestMetricsMatchTheDocs(t *testing.T) {
 	bin := buildPeloton(t)
 	d := startDaemon(t, "peloton up", bin, "peloton is ready: grpc ", "up", "--data-dir", t.TempDir(),
 		"--hosts", "2", "--host-cpu", "2", "--host-memory-mb", "2048",
-		"--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--etcd-listen", "127.0.0.1:0",
+		"--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0",
 		"--host-agent-interval", "200ms", "--advisor-mode", "observe", "--advisor-interval", "200ms", "--log-level", "warn")
 	url := strings.TrimSuffix(d.http, ",") + "/metrics"
 	if !strings.HasPrefix(url, "http://127.0.0.1:") {

@@ -91,7 +91,7 @@ func startStack(t *testing.T, dataDir string, o stackOpts) *stack {
 		logLevel = slog.LevelDebug
 	}
 	cfg := cluster.Config{
-		DataDir: dataDir, Listen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0", EtcdListen: "127.0.0.1:0",
+		DataDir: dataDir, Listen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0",
 		Backend: o.backend, Hosts: o.hosts, HostCPU: o.hostCPU, HostMemoryMB: o.hostMem, HostDiskMB: 10000, HostLabels: o.labels, PlacementEngines: o.engines,
 		ShutdownGrace: 5 * time.Second,
 		Logger:        slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel})),

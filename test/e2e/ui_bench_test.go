@@ -146,7 +146,7 @@ func startBenchStack(b *testing.B) string {
 	ready := make(chan cluster.ReadyInfo, 1)
 	done := make(chan error, 1)
 	cfg := cluster.Config{
-		DataDir: b.TempDir(), Listen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0", EtcdListen: "127.0.0.1:0",
+		DataDir: b.TempDir(), Listen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0",
 		Backend: "sim", Hosts: 500, HostCPU: 32, HostMemoryMB: 65536, HostDiskMB: 100000,
 		ShutdownGrace: 5 * time.Second,
 		Logger:        slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),

@@ -29,7 +29,7 @@ type uiStack struct {
 func startUIStack(t *testing.T, bin string, extra ...string) *uiStack {
 	t.Helper()
 	args := append([]string{"up", "--data-dir", t.TempDir(), "--hosts", "3", "--host-cpu", "4", "--host-memory-mb", "4096",
-		"--listen", freePort(t), "--http-listen", freePort(t), "--etcd-listen", freePort(t),
+		"--listen", freePort(t), "--http-listen", freePort(t),
 		"--federation-listen", freePort(t), "--federation-http-listen", freePort(t), "--log-level", "warn"}, extra...)
 	cmd := exec.Command(bin, args...)
 	cmd.Stderr = os.Stderr

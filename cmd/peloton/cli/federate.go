@@ -78,6 +78,7 @@ func (a *app) serveFederationCommand() *cobra.Command {
 	var f fedFlags
 	var sec securityFlags
 	var endpoints []string
+	var etcdTLS etcdTLSFlags
 	var logLevel string
 	var grace time.Duration
 	cmd := &cobra.Command{
@@ -107,6 +108,9 @@ operator registers them with "peloton cluster register".`,
 			cfg.EtcdEndpoints = trimAll(endpoints)
 			if len(cfg.EtcdEndpoints) == 0 {
 				return usageErrorf("missing --etcd-endpoints: the federation keeps its state in an external etcd")
+			}
+			if cfg.EtcdTLS, err = etcdTLS.config(cfg.EtcdEndpoints); err != nil {
+				return err
 			}
 			if grace < 0 {
 				return usageErrorf("invalid --shutdown-grace %s: must be >= 0", grace)
@@ -142,6 +146,7 @@ operator registers them with "peloton cluster register".`,
 	cmd.Flags().DurationVar(&f.leaderLease, "leader-lease", federation.DefaultLeaderLease, "TTL of the leader's etcd lease (whole seconds, at least 1s; with --leader-elect)")
 	cmd.Flags().StringVar(&f.advertiseHost, "advertise-host", "", "address the other replicas reach this one at, on the --listen and --http-listen ports (with --leader-elect; default: the host of --listen, which must then not be a wildcard)")
 	cmd.Flags().StringSliceVar(&endpoints, "etcd-endpoints", nil, "external etcd to use (comma-separated URLs; required)")
+	etcdTLS.register(cmd.Flags())
 	cmd.Flags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	cmd.Flags().DurationVar(&grace, "shutdown-grace", 10*time.Second, "how long a graceful shutdown may take")
 	sec.register(cmd.Flags())
@@ -395,7 +400,7 @@ func (a *app) runUp(ctx context.Context, first cluster.Config, names []string, f
 func (a *app) startRest(ctx context.Context, wg *sync.WaitGroup, errs chan<- error, endpoints []string, first cluster.Config,
 	names []string, fcfg federation.Config, fedAddr chan<- string, ready func(cluster.ReadyInfo, string), register func(cluster.ReadyInfo),
 	routers *upRouters) {
-	fcfg.EtcdEndpoints = endpoints
+	fcfg.EtcdEndpoints, fcfg.EtcdTLS = endpoints, first.EtcdTLS
 	if fcfg.Options.Logger == nil {
 		fcfg.Options.Logger = first.Logger.With("component", "federation")
 	}

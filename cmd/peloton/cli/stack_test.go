@@ -40,7 +40,7 @@ func startStack(t *testing.T, opts ...func(*cluster.Config)) *stack {
 	}
 	ready := make(chan cluster.ReadyInfo, 1)
 	cfg := cluster.Config{
-		DataDir: t.TempDir(), Listen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0", EtcdListen: "127.0.0.1:0",
+		DataDir: t.TempDir(), Listen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0",
 		Backend: "local", Hosts: 2, HostCPU: 2, HostMemoryMB: 2048, HostDiskMB: 10000,
 		ShutdownGrace: 5 * time.Second,
 		Logger:        slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: level})),

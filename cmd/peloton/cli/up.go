@@ -57,6 +57,8 @@ type serverFlags struct {
 	engines         int
 	kube            kubeFlags
 	mesos           mesosFlags
+	iso             isolationFlags
+	etcdTLS         etcdTLSFlags
 	// Federation: serve cluster registers with --federation; up runs one
 	// (fed) over --clusters.
 	federation    string
@@ -95,7 +97,7 @@ func (f *serverFlags) register(fs *pflag.FlagSet, embedded bool) {
 	fs.StringVar(&f.httpListen, "http-listen", "127.0.0.1:5291", "HTTP listen address (REST, /metrics, /healthz)")
 	fs.StringSliceVar(&f.clusterLabels, "cluster-labels", nil, "labels of this cluster in the federation, comma-separated key=value (e.g. region=west,zone=b); backend=<--backend> is added unless given")
 	if embedded {
-		fs.StringVar(&f.etcdListen, "etcd-listen", "127.0.0.1:5379", "client address of the embedded etcd")
+		fs.StringVar(&f.etcdListen, "etcd-listen", "", "also let clients reach the embedded etcd over TCP at this loopback host:port, e.g. 127.0.0.1:5379 for etcdctl: every process of this machine, tasks included, can then read and change Peloton's state (default: only its unix socket, <data-dir>/etcd/client.sock, which only peloton's user can open)")
 		fs.StringSliceVar(&f.etcdEndpoints, "etcd-endpoints", nil, "use this external etcd (comma-separated URLs) instead of embedding one")
 		fs.StringVar(&f.clusters, "clusters", "", "run several clusters in this process, each with its own name, etcd prefix, ports (--listen and --http-listen moved by 10 per cluster) and hosts: a count (3: c1,c2,c3) or names (a,b,c); default one cluster named by --cluster-name")
 		f.fed.register(fs, "federation-")
@@ -118,6 +120,8 @@ func (f *serverFlags) register(fs *pflag.FlagSet, embedded bool) {
 	fs.BoolVar(&f.kube.secondary, "kube-secondary", true, "also schedule pods that other clients create with schedulerName peloton and the annotation peloton.io/pool (kubernetes backend)")
 	fs.StringSliceVar(&f.kube.secondaryNS, "kube-secondary-namespaces", nil, "namespaces whose pods --kube-secondary covers, comma-separated (kubernetes backend; empty: all)")
 	f.mesos.register(fs)
+	f.iso.register(fs)
+	f.etcdTLS.register(fs)
 	fs.IntVar(&f.hosts, "hosts", 1, "number of virtual (local) or simulated (sim) hosts")
 	fs.Float64Var(&f.hostCPU, "host-cpu", 0, "CPUs of each host (0: local sizes to this machine, sim uses 32)")
 	fs.Int64Var(&f.hostMemoryMB, "host-memory-mb", 0, "memory of each host in MiB (0: local sizes to this machine, sim uses 131072)")
@@ -170,8 +174,10 @@ func (f *serverFlags) config(embedded bool) (cluster.Config, error) {
 		return cluster.Config{}, usageErrorf("invalid --data-dir: must not be empty")
 	}
 	addrs := []struct{ flag, addr string }{{"listen", f.listen}, {"http-listen", f.httpListen}}
-	if embedded && len(endpoints) == 0 {
-		addrs = append(addrs, struct{ flag, addr string }{"etcd-listen", f.etcdListen})
+	if embedded && len(endpoints) == 0 && f.etcdListen != "" {
+		if err := checkEtcdListen(f.etcdListen); err != nil {
+			return cluster.Config{}, err
+		}
 	}
 	for _, a := range addrs {
 		if _, _, err := net.SplitHostPort(a.addr); err != nil {
@@ -264,6 +270,12 @@ func (f *serverFlags) config(embedded bool) (cluster.Config, error) {
 	}
 	if embedded && len(endpoints) == 0 {
 		cfg.EtcdListen = f.etcdListen
+	}
+	if cfg.TaskUser, err = f.iso.config(f.backend); err != nil {
+		return cluster.Config{}, err
+	}
+	if cfg.EtcdTLS, err = f.etcdTLS.config(endpoints); err != nil {
+		return cluster.Config{}, err
 	}
 	exposed := map[string]string{"--listen": f.listen, "--http-listen": f.httpListen}
 	if embedded {
@@ -552,7 +564,8 @@ func slackMarginOf(m float64) float64 {
 
 // readyLine is the one line `peloton up` prints when it serves, e.g.
 // "peloton is ready: grpc 127.0.0.1:5391, http http://127.0.0.1:5291,
-// etcd http://127.0.0.1:5379, data ./peloton-data, cluster local". The
+// etcd unix:///srv/peloton-data/etcd/client.sock, data ./peloton-data,
+// cluster local". The
 // cluster comes last so that scripts reading the fields before it keep
 // working.
 func readyLine(info cluster.ReadyInfo, dataDir string) string {

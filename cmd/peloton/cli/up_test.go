@@ -65,7 +65,7 @@ func TestUpBuildsConfig(t *testing.T) {
 			ClusterName:   cfg.ClusterName,
 			GRPCAddr:      "127.0.0.1:5391",
 			HTTPAddr:      "127.0.0.1:5291",
-			EtcdEndpoints: []string{"http://127.0.0.1:5379"},
+			EtcdEndpoints: []string{"unix:///srv/peloton-data/etcd/client.sock"},
 		})
 		cfg.OnReady(cluster.ReadyInfo{GRPCAddr: "again"})
 		cfg.Logger.Debug("debug line")
@@ -76,11 +76,11 @@ func TestUpBuildsConfig(t *testing.T) {
 	if r.code != exitOK {
 		t.Fatalf("up: exit %d, stderr %q", r.code, r.stderr)
 	}
-	if want := "peloton is ready: grpc 127.0.0.1:5391, http http://127.0.0.1:5291, etcd http://127.0.0.1:5379, data ./peloton-data, cluster local\n"; r.stdout != want {
+	if want := "peloton is ready: grpc 127.0.0.1:5391, http http://127.0.0.1:5291, etcd unix:///srv/peloton-data/etcd/client.sock, data ./peloton-data, cluster local\n"; r.stdout != want {
 		t.Errorf("stdout = %q, want %q", r.stdout, want)
 	}
 	if got.DataDir != "./peloton-data" || got.Listen != "127.0.0.1:5391" || got.HTTPListen != "127.0.0.1:5291" ||
-		got.EtcdListen != "127.0.0.1:5379" || len(got.EtcdEndpoints) != 0 || got.Backend != "local" ||
+		got.EtcdListen != "" || len(got.EtcdEndpoints) != 0 || got.Backend != "local" || got.TaskUser != "" ||
 		got.Hosts != 3 || got.HostCPU != 2 || got.HostMemoryMB != 1024 || got.ClusterName != "local" {
 		t.Errorf("config = %+v", got)
 	}

@@ -1,8 +1,9 @@
 // Package storetest gives other packages' tests a real etcd-backed store in
 // one call, so that tests of code persisting through store.Store exercise
 // etcd's actual compare-and-swap and ordering rules instead of a fake's idea
-// of them. It imports only the store package and the standard library, and
-// must only be imported from _test.go files.
+// of them; and an etcd that wants TLS and client certificates (tls.go). It
+// imports only the store package, etcd's server, tlstest and the standard
+// library, and must only be imported from _test.go files.
 package storetest
 
 import (
@@ -15,8 +16,9 @@ import (
 	"github.com/peloton-sched/peloton/internal/store"
 )
 
-// StartEtcd starts an embedded etcd on a fresh temp dir and a free loopback
-// port, and returns it with a store connected to it (prefix
+// StartEtcd starts an embedded etcd on a fresh temp dir, answering on its
+// unix socket as `peloton up`'s does, and returns it with a store connected
+// to it (prefix
 // store.DefaultPrefix, the server's full max-txn-ops). Both are closed by
 // t.Cleanup; the server's Endpoints let a test open more clients, e.g. a
 // second store under another prefix. Start-up takes well under a second, so
@@ -24,8 +26,7 @@ import (
 func StartEtcd(t testing.TB) (*store.Embedded, *store.Etcd) {
 	t.Helper()
 	e, err := store.StartEmbedded(store.EmbeddedConfig{
-		DataDir:    t.TempDir(),
-		ClientAddr: "127.0.0.1:0",
+		DataDir: t.TempDir(),
 		// Start/stop chatter out of test output; etcd's errors still show.
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
