@@ -626,3 +626,72 @@ func kubectlSecrets(t *testing.T, calls, dir string) map[string]kubeSecret {
 	}
 	return out
 }
+
+// TestReadmeServeCommands runs README.md's `peloton serve` commands, which
+// TestReadmeExamples leaves out (they need etcd and machines), through
+// this CLI with fake runners, the files they read from /etc/peloton
+// installed under a temporary folder: each parses and starts, and one that
+// listens beyond loopback is secured as deploy/systemd's units are.
+func TestReadmeServeCommands(t *testing.T) {
+	in := newInstallation(t)
+	secured := 0
+	for _, b := range readmeShellBlocks(t, "../../../README.md") {
+		for _, line := range shellLines(b.text) {
+			words := strings.Fields(line)
+			if len(words) < 3 || words[0] != "peloton" || words[1] != "serve" || (words[2] != "cluster" && words[2] != "federation") {
+				continue
+			}
+			id := readmeIdentities["peloton-federation-tls"]
+			if words[2] == "cluster" {
+				name := "local"
+				if i := slices.Index(words, "--cluster-name"); i > 0 && i+1 < len(words) {
+					name = words[i+1]
+				}
+				id = machineCluster(name)
+			}
+			args := in.installEtc(words[1:], id)
+			var sec serving.Security
+			var listen []string
+			r := runFedWith(t, func(_ context.Context, cfg cluster.Config) error {
+				sec, listen = cfg.Security, []string{cfg.Listen, cfg.HTTPListen}
+				return nil
+			}, func(_ context.Context, cfg federation.Config) error {
+				sec, listen = cfg.Security, []string{cfg.Listen, cfg.HTTPListen}
+				return nil
+			}, "", args...)
+			if r.code != exitOK || listen == nil {
+				t.Errorf("README.md:%d: peloton %q: exit %d, stderr %q", b.line, args, r.code, r.stderr)
+				continue
+			}
+			if !serving.Loopback(listen[0]) || !serving.Loopback(listen[1]) {
+				checkSecured(t, fmt.Sprintf("README.md:%d: %s", b.line, strings.Join(words[:3], " ")), sec)
+				secured++
+			}
+		}
+	}
+	if secured < 3 {
+		t.Errorf("README.md has %d peloton serve commands for other machines to reach; the test expects the cluster's, and the federation's with a cluster of it", secured)
+	}
+}
+
+// shellLines are the commands of a shell example: lines joined at a
+// trailing backslash, without comments.
+func shellLines(text string) []string {
+	var out []string
+	cur := ""
+	for _, l := range strings.Split(text, "\n") {
+		if t := strings.TrimSpace(l); strings.HasPrefix(t, "#") {
+			continue
+		}
+		if i := strings.Index(l, " #"); i >= 0 {
+			l = l[:i]
+		}
+		if strings.HasSuffix(l, `\`) {
+			cur += strings.TrimSuffix(l, `\`) + " "
+			continue
+		}
+		out = append(out, cur+l)
+		cur = ""
+	}
+	return out
+}
