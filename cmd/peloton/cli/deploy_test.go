@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -33,6 +34,8 @@ import (
 
 	"github.com/peloton-sched/peloton/cluster"
 	"github.com/peloton-sched/peloton/federation"
+	"github.com/peloton-sched/peloton/internal/auth"
+	"github.com/peloton-sched/peloton/internal/tlsfiles"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
@@ -182,8 +185,9 @@ func onlyContainer(t *testing.T, d appsv1.Deployment, what string) corev1.Contai
 }
 
 // checkPorts: the container's named ports are what the process listens on
-// (grpc, http), the Service targets them by name, and the probes are GET
-// readyPath and /healthz on the http port.
+// (grpc, http, admin), the Service targets them by name, and the probes are
+// GET readyPath and /healthz on the admin port: the API ports want TLS and
+// a client certificate, which the kubelet does not have.
 func checkPorts(t *testing.T, c corev1.Container, svc corev1.Service, listen map[string]string, readyPath string) {
 	t.Helper()
 	ports := map[string]int32{}
@@ -203,16 +207,17 @@ func checkPorts(t *testing.T, c corev1.Container, svc corev1.Service, listen map
 	}
 	for name, want := range map[string]string{"readiness": readyPath, "liveness": "/healthz"} {
 		p := map[string]*corev1.Probe{"readiness": c.ReadinessProbe, "liveness": c.LivenessProbe}[name]
-		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != want || p.HTTPGet.Port.StrVal != "http" {
-			t.Errorf("%s probe %+v; want GET %s on port http", name, p, want)
+		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != want || p.HTTPGet.Port.StrVal != "admin" || p.HTTPGet.Scheme == corev1.URISchemeHTTPS {
+			t.Errorf("%s probe %+v; want GET %s on port admin, plain HTTP", name, p, want)
 		}
 	}
 }
 
 // TestDeploymentArgs runs the command line of deploy/kubernetes'
 // Deployment through this CLI, with $(VAR)s expanded from the ConfigMap as
-// the kubelet would, and checks what it would run: the flags exist and
-// parse, and the ports, probes and Service agree with them.
+// the kubelet would and its Secrets mounted, and checks what it would run:
+// the flags exist and parse, the listeners are secured, and the ports,
+// probes and Service agree with them.
 func TestDeploymentArgs(t *testing.T) {
 	var dep appsv1.Deployment
 	var cm corev1.ConfigMap
@@ -221,10 +226,11 @@ func TestDeploymentArgs(t *testing.T) {
 	readManifest(t, "config.yaml", &cm)
 	readManifest(t, "service.yaml", &svc)
 	c := onlyContainer(t, dep, "cluster")
+	in := newInstallation(t)
 
 	for _, pools := range []string{cm.Data["kube-pool-namespaces"], "/org/ml=ml,/org/web=web"} {
 		env := podEnv(t, c, cm, dep.Namespace, map[string]string{"kube-pool-namespaces": pools})
-		args := expandArgs(t, c.Args, env)
+		args := mountSecrets(t, dep.Spec.Template.Spec, c, expandArgs(t, c.Args, env), in.secret)
 
 		var got cluster.Config
 		r := runWith(t, func(_ context.Context, cfg cluster.Config) error { got = cfg; return nil }, "", args...)
@@ -243,16 +249,19 @@ func TestDeploymentArgs(t *testing.T) {
 		if want := len(splitComma(pools)); len(got.Kube.PoolNamespaces) != want {
 			t.Errorf("kube-pool-namespaces %q gave %v", pools, got.Kube.PoolNamespaces)
 		}
-		checkPorts(t, c, svc, map[string]string{"grpc": got.Listen, "http": got.HTTPListen}, "/healthz")
+		checkSecured(t, "cluster", got.Security)
+		checkPorts(t, c, svc, map[string]string{"grpc": got.Listen, "http": got.HTTPListen, "admin": got.Security.AdminListen}, "/healthz")
 	}
 }
 
 // TestDeploymentRegistersWithFederation: the cluster Deployment registers
 // with the federation of federation.yaml, through its Service, under the
 // ConfigMap's cluster name, at an endpoint the federation's pods reach
-// (the pod IP on the container's ports), with the labels of its args. The
-// registration is the real one the CLI sends, received by a fake
-// federation put where the Service's name would resolve.
+// (the pod IP on the container's ports), with the labels of its args, over
+// mutual TLS as its certificate's principal, which the installation's
+// policy lets register. The registration is the real one the CLI sends,
+// received by a fake federation put where the Service's name would resolve
+// and guarded by the federation's own rules.
 func TestDeploymentRegistersWithFederation(t *testing.T) {
 	var dep appsv1.Deployment
 	var cm corev1.ConfigMap
@@ -264,7 +273,8 @@ func TestDeploymentRegistersWithFederation(t *testing.T) {
 	readManifest(t, "config.yaml", &cm)
 	readManifests(t, "federation.yaml", &fedSA, &fedDep, &fedSvc, &fedPDB)
 	c := onlyContainer(t, dep, "cluster")
-	args := expandArgs(t, c.Args, podEnv(t, c, cm, dep.Namespace, nil))
+	in := newInstallation(t)
+	args := mountSecrets(t, dep.Spec.Template.Spec, c, expandArgs(t, c.Args, podEnv(t, c, cm, dep.Namespace, nil)), in.secret)
 
 	var fedPort int32
 	for _, p := range fedSvc.Spec.Ports {
@@ -280,7 +290,10 @@ func TestDeploymentRegistersWithFederation(t *testing.T) {
 		t.Errorf("--cluster-labels=%q; want backend=kubernetes", got)
 	}
 
-	req, cfg := registration(t, args)
+	req, cfg, id := registration(t, args, in)
+	if want := certIDOf(t, cfg.Security.TLS.CertFile); id.Principal != want.CN || !slices.Equal(id.Groups, want.Groups) {
+		t.Errorf("registered as %+v; want the principal of its certificate, %+v", id, want)
+	}
 	grpcPort, httpPort := containerPort(c, "grpc"), containerPort(c, "http")
 	if req.GetName() != cm.Data["cluster-name"] || req.GetEndpoint() != net.JoinHostPort(podIP, grpcPort) ||
 		req.GetHttpEndpoint() != net.JoinHostPort(podIP, httpPort) || !req.GetReplace() {
@@ -292,9 +305,11 @@ func TestDeploymentRegistersWithFederation(t *testing.T) {
 }
 
 // TestFederationDeploymentArgs runs the command line of federation.yaml's
-// Deployment through this CLI with a fake federation runner and checks the
-// configuration it would run with, and that the Deployment, Service and
-// PodDisruptionBudget around it agree with it and with the cluster's.
+// Deployment through this CLI, its Secrets mounted, with a fake federation
+// runner and checks the configuration it would run with - secured, and
+// calling the clusters over mutual TLS as a principal their policy makes
+// an admin - and that the Deployment, Service and PodDisruptionBudget
+// around it agree with it and with the cluster's.
 func TestFederationDeploymentArgs(t *testing.T) {
 	var sa corev1.ServiceAccount
 	var dep, clusterDep appsv1.Deployment
@@ -307,7 +322,8 @@ func TestFederationDeploymentArgs(t *testing.T) {
 	readManifest(t, "pdb.yaml", &clusterPDB)
 	readManifest(t, "config.yaml", &cm)
 	c := onlyContainer(t, dep, "federation")
-	args := expandArgs(t, c.Args, podEnv(t, c, cm, dep.Namespace, nil))
+	in := newInstallation(t)
+	args := mountSecrets(t, dep.Spec.Template.Spec, c, expandArgs(t, c.Args, podEnv(t, c, cm, dep.Namespace, nil)), in.secret)
 
 	var got federation.Config
 	called := false
@@ -332,7 +348,31 @@ func TestFederationDeploymentArgs(t *testing.T) {
 			t.Errorf("listens on %q; want every address of the pod", addr)
 		}
 	}
-	checkPorts(t, c, svc, map[string]string{"grpc": got.Listen, "http": got.HTTPListen}, "/readyz")
+	checkSecured(t, "federation", got.Security)
+	checkPorts(t, c, svc, map[string]string{"grpc": got.Listen, "http": got.HTTPListen, "admin": got.Security.AdminListen}, "/readyz")
+
+	// The clusters: over mutual TLS with its own certificate, checking
+	// theirs against the CA for the cluster Service's name (a cluster
+	// registers its pod IP, which no certificate names), as a principal
+	// the installation's one policy makes an admin.
+	creds := got.Options.ClusterCredentials.TLS
+	wantName := clusterSvc.Name + "." + clusterSvc.Namespace + ".svc"
+	if creds == nil || creds.CertFile != got.Security.TLS.CertFile || creds.KeyFile != got.Security.TLS.KeyFile ||
+		creds.CAFile != got.Security.TLS.ClientCAFile || creds.ServerName != wantName {
+		t.Errorf("calls the clusters with %+v; want its own certificate and CA, verifying the name %s", creds, wantName)
+	}
+	if got.Options.ClusterCredentials.Token != "" {
+		t.Errorf("calls the clusters with a token; its certificate is its identity")
+	}
+	if fedID := certIDOf(t, got.Security.TLS.CertFile).identity(); !in.parsedPolicy().Allows(fedID, auth.Admin, "") {
+		t.Errorf("the policy does not make %+v an admin of the clusters", fedID)
+	}
+	if a, b := secretOf(dep, "authz-policy-file"), secretOf(clusterDep, "authz-policy-file"); a == "" || a != b {
+		t.Errorf("the federation reads its policy from Secret %q, the cluster from %q; want one for the installation", a, b)
+	}
+	if a, b := secretOf(dep, "tls-cert-file"), secretOf(clusterDep, "tls-cert-file"); a == "" || a == b {
+		t.Errorf("the federation's certificate is in Secret %q, the cluster's in %q; want an identity of its own", a, b)
+	}
 	if grace := dep.Spec.Template.Spec.TerminationGracePeriodSeconds; grace == nil || time.Duration(*grace)*time.Second <= got.ShutdownGrace {
 		t.Errorf("terminationGracePeriodSeconds %v; want more than --shutdown-grace %s", grace, got.ShutdownGrace)
 	}
@@ -421,15 +461,22 @@ func containerPort(c corev1.Container, name string) string {
 	return ""
 }
 
-// registrations is a federation that only records registrations.
+// registrations is a federation that only records registrations, and who
+// made them.
 type registrations struct {
 	pelotonv1.UnimplementedClusterServiceServer
-	got chan *pelotonv1.RegisterClusterRequest
+	got chan registered
 }
 
-func (r *registrations) RegisterCluster(_ context.Context, req *pelotonv1.RegisterClusterRequest) (*pelotonv1.RegisterClusterResponse, error) {
+type registered struct {
+	req *pelotonv1.RegisterClusterRequest
+	id  auth.Identity
+}
+
+func (r *registrations) RegisterCluster(ctx context.Context, req *pelotonv1.RegisterClusterRequest) (*pelotonv1.RegisterClusterResponse, error) {
+	id, _ := auth.FromContext(ctx)
 	select {
-	case r.got <- req:
+	case r.got <- registered{req, id}:
 	default:
 	}
 	return &pelotonv1.RegisterClusterResponse{Cluster: &pelotonv1.Cluster{Name: req.GetName()}}, nil
@@ -438,15 +485,31 @@ func (r *registrations) RegisterCluster(_ context.Context, req *pelotonv1.Regist
 // registration runs `peloton serve cluster` with args, its --federation
 // pointed at a fake federation, and a cluster runner that reports ready on
 // the addresses the flags ask for (a wildcard host as the kernel reports
-// it); it returns the first registration the CLI sends.
-func registration(t *testing.T, args []string) (*pelotonv1.RegisterClusterRequest, cluster.Config) {
+// it); it returns the first registration the CLI sends and who sent it.
+// The fake federation is secured as installation in's federation would
+// be: TLS with a certificate of its CA (for 127.0.0.1, where it listens),
+// mutual TLS, and the federation's own rules under the installation's
+// policy, so a cluster that cannot verify it, or that it cannot verify or
+// would refuse, never registers.
+func registration(t *testing.T, args []string, in *installation) (*pelotonv1.RegisterClusterRequest, cluster.Config, auth.Identity) {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	fed := &registrations{got: make(chan *pelotonv1.RegisterClusterRequest, 1)}
-	g := grpc.NewServer()
+	cert, key := in.issue(readmeIdentities["peloton-federation-tls"])
+	tlsCfg, err := tlsfiles.ServerConfig(tlsfiles.Server{CertFile: cert, KeyFile: key, ClientCAFile: in.ca.File}, []string{"h2"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	audit := filepath.Join(t.TempDir(), "audit.log")
+	guard, err := auth.New(auth.Config{ClientCerts: true, PolicyFile: in.policy, AuditFile: audit}, (&federation.Server{}).Rules())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer guard.Close()
+	fed := &registrations{got: make(chan registered, 1)}
+	g := grpc.NewServer(append([]grpc.ServerOption{grpc.Creds(credentials.NewTLS(tlsCfg))}, guard.ServerOptions()...)...)
 	pelotonv1.RegisterClusterServiceServer(g, fed)
 	go func() { _ = g.Serve(lis) }()
 	defer g.Stop()
@@ -468,23 +531,24 @@ func registration(t *testing.T, args []string) (*pelotonv1.RegisterClusterReques
 		}
 		return net.JoinHostPort(host, port)
 	}
-	var req *pelotonv1.RegisterClusterRequest
+	var reg registered
 	var cfg cluster.Config
 	r := runWith(t, func(ctx context.Context, c cluster.Config) error {
 		cfg = c
 		c.OnReady(cluster.ReadyInfo{ClusterName: c.ClusterName, GRPCAddr: bound(c.Listen), HTTPAddr: bound(c.HTTPListen)})
 		select {
-		case req = <-fed.got:
+		case reg = <-fed.got:
 		case <-time.After(20 * time.Second):
-			t.Errorf("peloton %q: no registration within 20s", args)
+			refused, _ := os.ReadFile(audit)
+			t.Errorf("peloton %q: no registration within 20s; calls the federation refused: %s", args, refused)
 		case <-ctx.Done():
 		}
 		return nil
 	}, "", args...)
-	if r.code != exitOK || req == nil {
-		t.Fatalf("peloton %q: exit %d, stderr %q; registration %v", args, r.code, r.stderr, req)
+	if r.code != exitOK || reg.req == nil {
+		t.Fatalf("peloton %q: exit %d, stderr %q; registration %v", args, r.code, r.stderr, reg.req)
 	}
-	return req, cfg
+	return reg.req, cfg, reg.id
 }
 
 func splitComma(s string) []string {
@@ -522,9 +586,14 @@ var systemdUnits = []systemdUnit{
 // example environment files of the folder, ${VAR} as one argument and a
 // lone $VAR split at spaces - and runs the command line through this CLI
 // with fake runners: a flag that does not exist, or a value it refuses,
-// fails here. It then checks what would run against the unit (data under
-// its StateDirectory, the cluster registering where the environment says),
-// and, where systemd-analyze is installed, has it verify the units.
+// fails here. The files it reads from /etc/peloton are installed under a
+// temporary folder first, as docs/operations.md says: its certificate and
+// key and the installation's CA in /etc/peloton/tls, the token file and
+// README.md's policy in /etc/peloton/auth. It then checks what would run
+// against the unit (data under its StateDirectory, listeners secured, the
+// cluster registering where the environment says, over mutual TLS as its
+// certificate's principal, with a federation that lets it), and, where
+// systemd-analyze is installed, has it verify the units.
 func TestSystemdUnits(t *testing.T) {
 	for _, u := range systemdUnits {
 		t.Run(u.file, func(t *testing.T) {
@@ -540,6 +609,22 @@ func TestSystemdUnits(t *testing.T) {
 				}
 			}
 			env := unit.environment(t)
+			for flag, dir := range map[string]string{"tls-cert-file": "/etc/peloton/tls/", "tls-key-file": "/etc/peloton/tls/",
+				"client-ca-file": "/etc/peloton/tls/", "auth-token-file": "/etc/peloton/auth/", "authz-policy-file": "/etc/peloton/auth/"} {
+				if v := flagValue(args, flag); !strings.HasPrefix(v, dir) {
+					t.Errorf("--%s=%q; want a file in %s", flag, v, dir)
+				}
+			}
+			id := readmeIdentities["peloton-federation-tls"]
+			if args[1] == "cluster" {
+				// Each cluster of the machine its own identity.
+				id = machineCluster(u.instance)
+				if v := flagValue(args, "tls-cert-file"); !strings.Contains(filepath.Base(v), u.instance) {
+					t.Errorf("--tls-cert-file=%q; want the certificate of cluster %s", v, u.instance)
+				}
+			}
+			in := newInstallation(t)
+			args = in.installEtc(args, id)
 
 			// The harness itself: a flag the CLI does not have fails.
 			if r := runFedWith(t, func(context.Context, cluster.Config) error { return nil },
@@ -562,15 +647,24 @@ func TestSystemdUnits(t *testing.T) {
 					fmt.Sprint(got.EtcdEndpoints) != fmt.Sprint(splitComma(env["PELOTON_ETCD_ENDPOINTS"])) {
 					t.Errorf("config %+v; want leader election advertising %q on etcd %q", got, env["PELOTON_ADVERTISE_HOST"], env["PELOTON_ETCD_ENDPOINTS"])
 				}
-				if got.Listen != env["PELOTON_LISTEN"] || got.HTTPListen != env["PELOTON_HTTP_LISTEN"] {
-					t.Errorf("listens on %q and %q; want the environment's %q and %q", got.Listen, got.HTTPListen, env["PELOTON_LISTEN"], env["PELOTON_HTTP_LISTEN"])
+				if got.Listen != env["PELOTON_LISTEN"] || got.HTTPListen != env["PELOTON_HTTP_LISTEN"] || got.Security.AdminListen != env["PELOTON_ADMIN_LISTEN"] {
+					t.Errorf("listens on %q, %q and %q; want the environment's %q, %q and %q", got.Listen, got.HTTPListen, got.Security.AdminListen,
+						env["PELOTON_LISTEN"], env["PELOTON_HTTP_LISTEN"], env["PELOTON_ADMIN_LISTEN"])
 				}
+				checkSecured(t, u.file, got.Security)
 			case "cluster":
 				// The run's end is for peloton to record: see the unit.
 				if got := unit.last("Service", "KillMode"); got != "mixed" {
 					t.Errorf("KillMode=%q; want mixed (peloton stops the local backend's runs itself)", got)
 				}
-				req, cfg := registration(t, args)
+				req, cfg, regID := registration(t, args, in)
+				checkSecured(t, u.file, cfg.Security)
+				if cfg.Security.AdminListen != env["PELOTON_ADMIN_LISTEN"] {
+					t.Errorf("--admin-listen=%q; want the environment's %q", cfg.Security.AdminListen, env["PELOTON_ADMIN_LISTEN"])
+				}
+				if regID.Principal != id.CN || !slices.Equal(regID.Groups, id.Groups) {
+					t.Errorf("registered as %+v; want its certificate's %+v", regID, id)
+				}
 				if cfg.ClusterName != u.instance || cfg.Backend != env["PELOTON_BACKEND"] ||
 					fmt.Sprint(cfg.EtcdEndpoints) != fmt.Sprint(splitComma(env["PELOTON_ETCD_ENDPOINTS"])) {
 					t.Errorf("config %+v; want cluster %q, backend %q, etcd %q", cfg, u.instance, env["PELOTON_BACKEND"], env["PELOTON_ETCD_ENDPOINTS"])

@@ -128,7 +128,9 @@ func TestUpClustersShareTheEtcdSocket(t *testing.T) {
 	fcfg := federation.Config{Listen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0", Options: federation.Options{Logger: log}}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- a.runUp(ctx, first, []string{"a", "b"}, fcfg, map[string]string{"backend": "sim"}, pclient.Options{}) }()
+	go func() {
+		done <- a.runUp(ctx, first, []string{"a", "b"}, fcfg, map[string]string{"backend": "sim"}, pclient.Options{})
+	}()
 	t.Cleanup(func() {
 		cancel()
 		select {

@@ -22,10 +22,11 @@ import (
 // example is run unless someone adds it here and says why.
 var readmeNotRun = map[string]string{
 	"make up ":            "starts the server this test starts in-process, and runs the test suite",
-	"kubectl create":      "needs a Kubernetes cluster and an external etcd",
+	"kubectl create":      "needs a Kubernetes cluster and an external etcd (TestReadmeDeploySecrets runs the one that makes the Secrets with a stand-in kubectl)",
 	"docker build":        "needs docker, a registry and a Kubernetes cluster",
-	"peloton serve clust": "needs an external three-member etcd cluster",
-	"peloton serve feder": "needs an external etcd cluster and machines for three clusters",
+	readmeSecretsBlock:    "makes keys with openssl; TestReadmeDeploySecrets runs it and checks what it makes",
+	"peloton serve clust": "needs an external three-member etcd cluster; TestReadmeServeCommands parses it",
+	"peloton serve feder": "needs an external etcd cluster and machines for three clusters; TestReadmeServeCommands parses it",
 	"# a Mesos master at": "needs a Mesos master and an external etcd cluster",
 	"go build -o bin/pel": "benchmarks that run for minutes; their figures are in docs/benchmarks.md",
 }
