@@ -927,7 +927,8 @@ func TestHostagentDaemonSetArgs(t *testing.T) {
 		t.Fatalf("DaemonSet %s: %d containers", ds.Name, len(pod.Containers))
 	}
 	c := pod.Containers[0]
-	args := expandArgs(t, c.Args, podEnv(t, c, cm, ds.Namespace, nil))
+	in := newInstallation(t)
+	args := mountSecrets(t, pod, c, expandArgs(t, c.Args, podEnv(t, c, cm, ds.Namespace, nil)), in.secret)
 	// The slim agent binary, which the image holds beside peloton.
 	if len(c.Command) != 1 || c.Command[0] != "/usr/local/bin/peloton-hostagent" {
 		t.Fatalf("DaemonSet %s runs %q; want the slim /usr/local/bin/peloton-hostagent", ds.Name, c.Command)
@@ -951,6 +952,16 @@ func TestHostagentDaemonSetArgs(t *testing.T) {
 	}
 	if got.Config.Host != nodeName || got.Config.Virtual || got.Config.Interval != 5*time.Second {
 		t.Errorf("agent %+v; want host %s, not virtual, every 5s", got.Config, nodeName)
+	}
+	// Mutual TLS with its own certificate, whose principal the
+	// installation's policy gives the agent role and nothing more.
+	if tf := got.Conn.TLS; tf == nil || tf.CAFile == "" || tf.CertFile == "" || tf.KeyFile == "" {
+		t.Errorf("the agent's connection %+v; want mutual TLS with the Secret's files", got.Conn)
+	}
+	id := auth.Identity{Principal: readmeIdentities["peloton-hostagent-tls"].CN, Method: auth.MethodCertificate}
+	pol := in.parsedPolicy()
+	if !pol.Allows(id, auth.Agent, "") || pol.Allows(id, auth.Viewer, "") {
+		t.Errorf("the policy gives %s agent=%v viewer=%v; want the agent role alone", id.Principal, pol.Allows(id, auth.Agent, ""), pol.Allows(id, auth.Viewer, ""))
 	}
 	// The cluster's Service, on its gRPC port.
 	host, port, err := net.SplitHostPort(got.Server)

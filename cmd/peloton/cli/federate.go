@@ -134,6 +134,7 @@ operator registers them with "peloton cluster register".`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			defer survivesSIGHUP()()
 			err = a.runFederation(ctx, cfg)
 			if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
 				return nil

@@ -455,6 +455,7 @@ func (a *app) runServer(ctx context.Context, cmd *cobra.Command, f *serverFlags,
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	defer survivesSIGHUP()()
 	if embedded {
 		names := []string{cfg.ClusterName}
 		if f.clusters != "" {
@@ -551,6 +552,16 @@ func (a *app) runServer(ctx context.Context, cmd *cobra.Command, f *serverFlags,
 		return nil
 	}
 	return err
+}
+
+// survivesSIGHUP keeps SIGHUP from ending a daemon, from now until the
+// returned function is called: a serving daemon reopens its audit log on
+// it (internal/serving), and a standby replica, or one still starting,
+// must not die of the same signal sent to every replica after a rotation.
+func survivesSIGHUP() func() {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	return func() { signal.Stop(hup) }
 }
 
 // slackMarginOf is the margin as hostmgr takes it: 0 there means its
