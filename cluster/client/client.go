@@ -91,7 +91,11 @@ type TLSFiles struct {
 // or the other way round, a file that does not load. Each is named by
 // flags: [0] the CA file's name, [1] the certificate's, [2] the key's (the
 // flag or config field a user set it with). nil if New would load them.
-func (f TLSFiles) Check(flags [3]string) error { return tlsfiles.Client(f).Check(flags) }
+func (f TLSFiles) Check(flags [3]string) error { return f.files().Check(flags) }
+
+func (f TLSFiles) files() tlsfiles.Client {
+	return tlsfiles.Client{CAFile: f.CAFile, CertFile: f.CertFile, KeyFile: f.KeyFile, ServerName: f.ServerName}
+}
 
 // Client is a connection to one cluster's API with a client per service.
 type Client struct {
@@ -138,7 +142,7 @@ func dial(addr string, o Options) (*grpc.ClientConn, error) {
 	}
 	creds := o.TransportCredentials
 	if creds == nil && o.TLS != nil {
-		files := tlsfiles.Client(*o.TLS)
+		files := o.TLS.files()
 		if h := targetHost(addr); files.ServerName == "" && net.ParseIP(h) != nil {
 			// The certificate must name the address dialled, which
 			// tlsfiles cannot learn from the handshake (a name it can).

@@ -3,12 +3,10 @@
 // --etcd-cert and --etcd-key name, with internal/tlsfiles, so that files
 // replaced while the daemon runs are used by its next connections.
 //
-// It adds one check to tlsfiles' verification of the server: that the
-// server's certificate is valid for the address dialled when that address
-// is an IP. crypto/tls sends no server name for an IP address, and the
-// tlsfiles verifier checks the name the connection reports, which is then
-// empty: any certificate the CA signed would pass for any member. etcd
-// clusters are often reached by IP. It imports only internal/tlsfiles.
+// etcd clusters are often reached by IP, for which crypto/tls sends no
+// server name: the server's certificate must then be valid for one of the
+// endpoints' IP addresses (tlsfiles.Client.AnyOf). It imports only
+// internal/tlsfiles.
 package etcdtls
 
 import (
@@ -17,7 +15,6 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
-	"strings"
 
 	"github.com/peloton-sched/peloton/internal/tlsfiles"
 )
@@ -36,36 +33,15 @@ func Config(files tlsfiles.Client, endpoints []string, log *slog.Logger) (*tls.C
 	if !Enabled(files) {
 		return nil, nil
 	}
+	if files.ServerName == "" {
+		// crypto/tls sends no server name for an IP address: the
+		// certificate must then be valid for one of the endpoints' IPs
+		// (all members of the one etcd cluster).
+		files.AnyOf = ipHosts(endpoints)
+	}
 	cfg, err := tlsfiles.ClientConfig(files, log)
 	if err != nil {
 		return nil, fmt.Errorf("etcd TLS: %w", err)
-	}
-	verify := cfg.VerifyConnection
-	ips := ipHosts(endpoints)
-	if verify == nil || len(ips) == 0 || files.ServerName != "" {
-		// crypto/tls verifies (system roots: the name is the address
-		// dialled, IPs included), or no endpoint is an IP, or the name
-		// to check is given.
-		return cfg, nil
-	}
-	cfg.VerifyConnection = func(cs tls.ConnectionState) error {
-		if err := verify(cs); err != nil {
-			return err
-		}
-		if cs.ServerName != "" || len(cs.PeerCertificates) == 0 {
-			return nil // a DNS name, which verify checked
-		}
-		// The connection does not say which endpoint it is: the
-		// certificate must be valid for one of them. All are members of
-		// the one etcd cluster.
-		leaf := cs.PeerCertificates[0]
-		for _, ip := range ips {
-			if leaf.VerifyHostname(ip) == nil {
-				return nil
-			}
-		}
-		return fmt.Errorf("tls: the etcd server's certificate is valid for %s, none of the endpoints' addresses (%s)",
-			certNames(leaf.DNSNames, leaf.IPAddresses), strings.Join(ips, ", "))
 	}
 	return cfg, nil
 }
@@ -86,15 +62,4 @@ func ipHosts(endpoints []string) []string {
 		}
 	}
 	return out
-}
-
-func certNames(dns []string, ips []net.IP) string {
-	names := append([]string(nil), dns...)
-	for _, ip := range ips {
-		names = append(names, ip.String())
-	}
-	if len(names) == 0 {
-		return "no name"
-	}
-	return strings.Join(names, ", ")
 }

@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 
 	"github.com/peloton-sched/peloton/internal/reload"
 )
@@ -112,8 +113,15 @@ type Client struct {
 	// instead of the host of the address dialled. Dialling an IP address
 	// needs it (the IP itself will do): TLS sends no IP address in its
 	// server name indication, so nothing else tells the verifier which
-	// address was meant, and a connection without it fails.
+	// address was meant, and a connection without it fails - unless
+	// AnyOf says which names will do.
 	ServerName string
+	// AnyOf, for a connection that sends no server name (an IP address
+	// dialled) and has no ServerName, are the names of which the server's
+	// certificate must carry one: the addresses of every member of a
+	// cluster the client may reach (etcd's endpoints), when it does not
+	// say which member one connection is for.
+	AnyOf []string
 }
 
 // Check says what is wrong with the set of files, naming the flag of each
@@ -177,23 +185,44 @@ func ClientConfig(c Client, log *slog.Logger) (*tls.Config, error) {
 		if name == "" {
 			name = cs.ServerName
 		}
-		if name == "" {
+		if name == "" && len(c.AnyOf) == 0 {
 			return errors.New("tls: no server name to verify the server's certificate against: an IP address dialled needs the server name set (the address itself will do)")
 		}
 		inter := x509.NewCertPool()
 		for _, ic := range cs.PeerCertificates[1:] {
 			inter.AddCert(ic)
 		}
-		_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{
+		leaf := cs.PeerCertificates[0]
+		_, err := leaf.Verify(x509.VerifyOptions{
 			Roots: cas.Get(), Intermediates: inter, DNSName: name,
 			KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		})
 		if err != nil {
 			return fmt.Errorf("tls: verifying the server's certificate against %s: %w", c.CAFile, err)
 		}
-		return nil
+		if name != "" {
+			return nil
+		}
+		for _, n := range c.AnyOf {
+			if leaf.VerifyHostname(n) == nil {
+				return nil
+			}
+		}
+		return fmt.Errorf("tls: the server's certificate is valid for %s, none of %s", certNames(leaf), strings.Join(c.AnyOf, ", "))
 	}
 	return cfg, nil
+}
+
+// certNames lists the names a certificate is valid for.
+func certNames(c *x509.Certificate) string {
+	names := append([]string(nil), c.DNSNames...)
+	for _, ip := range c.IPAddresses {
+		names = append(names, ip.String())
+	}
+	if len(names) == 0 {
+		return "no name"
+	}
+	return strings.Join(names, ", ")
 }
 
 type keyPair = reload.File[*tls.Certificate]
