@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/peloton-sched/peloton/internal/etcdtls"
 	"github.com/peloton-sched/peloton/internal/store"
 	"github.com/peloton-sched/peloton/internal/store/storetest"
 	"github.com/peloton-sched/peloton/internal/tlsfiles"
@@ -18,7 +19,7 @@ func TestEtcdTLS(t *testing.T) {
 	e := storetest.StartTLSEtcd(t)
 	open := func(files tlsfiles.Client) (*store.Etcd, error) {
 		t.Helper()
-		cfg, err := tlsfiles.ClientConfig(files, nil)
+		cfg, err := etcdtls.Config(files, []string{e.Endpoint}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
