@@ -12,7 +12,8 @@ import (
 
 var batchFigures = []string{
 	"submitLatencyMsP50", "submitLatencyMsP99", "submitMs", "allLaunchedMs", "tasksLaunchedPerSec",
-	"allSucceededMs", "tasksSucceededPerSec", "etcdWritesPerTask", "peakRssMb",
+	"allSucceededMs", "tasksSucceededPerSec", "etcdWritesPerTask", "storeCeilingRecordsPerSec",
+	"launchVsStoreCeiling", "taskRecordBytes", "placementRounds", "placementConflictRate", "peakRssMb",
 }
 
 // BatchConfig sizes the batch scenario (the placement issue's workload).
@@ -27,12 +28,19 @@ type BatchConfig struct {
 	TaskMemoryMB float64
 	// Poll is how often every job's task counts are read (default 100ms).
 	Poll time.Duration
+	// Engines is the number of placement engines (active-active).
+	Engines int
+	// CeilingWriters and CeilingFor size the store-ceiling probe run
+	// before the scenario (CeilingFor 0: no probe).
+	CeilingWriters int
+	CeilingFor     time.Duration
 }
 
 // DefaultBatchConfig is the issue's size: 50,000 tasks in jobs of 1,000 on
 // 5,000 hosts.
 func DefaultBatchConfig() BatchConfig {
-	return BatchConfig{Hosts: 5000, Tasks: 50000, JobSize: 1000, TaskCPU: 1, TaskMemoryMB: 128, Poll: 100 * time.Millisecond}
+	return BatchConfig{Hosts: 5000, Tasks: 50000, JobSize: 1000, TaskCPU: 1, TaskMemoryMB: 128, Poll: 100 * time.Millisecond,
+		Engines: 1, CeilingWriters: 1024, CeilingFor: 4 * time.Second}
 }
 
 // Validate checks the config; every error names the flag at fault.
@@ -50,8 +58,25 @@ func (c *BatchConfig) Validate() error {
 		return fmt.Errorf("--task-cpu and --task-memory-mb: must be > 0")
 	case c.Poll <= 0:
 		return fmt.Errorf("--poll %s: must be > 0", c.Poll)
+	case c.Engines < 1 || c.Engines > 64:
+		return fmt.Errorf("--placement-engines %d: must be 1..64", c.Engines)
+	case c.CeilingFor < 0 || c.CeilingFor > time.Minute:
+		return fmt.Errorf("--ceiling-for %s: must be 0 (no probe) to 1m", c.CeilingFor)
+	case c.CeilingFor > 0 && (c.CeilingWriters < 1 || c.CeilingWriters > 10000):
+		return fmt.Errorf("--ceiling-writers %d: must be 1..10000", c.CeilingWriters)
 	}
 	return nil
+}
+
+// ceilingPerKey is how many times the ceiling probe writes one key: a
+// create and the replacements of a task's record through its states.
+const ceilingPerKey = 4
+
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
 }
 
 // Batch submits ceil(tasks/jobSize) BATCH jobs of `sleep 0` tasks, one
@@ -70,14 +95,32 @@ func Batch(ctx context.Context, env Env, cfg BatchConfig) (*Result, error) {
 	r.param("taskCpu", cfg.TaskCPU)
 	r.param("taskMemoryMb", cfg.TaskMemoryMB)
 	r.param("pollMs", cfg.Poll.Milliseconds())
+	r.param("placementEngines", cfg.Engines)
 	rssReset := resetPeakRSS()
 
-	env.progress("batch: starting the stack with %d simulated hosts", cfg.Hosts)
-	s, err := startStack(ctx, env, stackConfig{Hosts: cfg.Hosts, HostCPU: cfg.HostCPU})
+	env.progress("batch: starting the stack with %d simulated hosts and %d placement engines", cfg.Hosts, cfg.Engines)
+	s, err := startStack(ctx, env, stackConfig{Hosts: cfg.Hosts, HostCPU: cfg.HostCPU, PlacementEngines: cfg.Engines})
 	if err != nil {
 		return nil, err
 	}
 	defer s.Close()
+
+	// The ceiling first, on the same etcd, before the scenario writes.
+	var ceiling float64
+	var recordBytes int
+	if cfg.CeilingFor > 0 {
+		record, err := taskRecord(ctx, s, cfg)
+		if err != nil {
+			return nil, err
+		}
+		recordBytes = len(record)
+		env.progress("batch: measuring the store's ceiling for %s (%d writers, records of %d bytes)", cfg.CeilingFor, cfg.CeilingWriters, recordBytes)
+		r.param("ceilingWriters", cfg.CeilingWriters)
+		if ceiling, err = storeCeiling(ctx, s, record, cfg.CeilingWriters, ceilingPerKey, cfg.CeilingFor); err != nil {
+			return nil, err
+		}
+	}
+	rounds0, conflicts0 := histogramCount(metrics.PlacementLatency), counterValue(metrics.PlacementConflicts)
 
 	type jobRef struct {
 		id        string
@@ -176,15 +219,24 @@ func Batch(ctx context.Context, env Env, cfg BatchConfig) (*Result, error) {
 		return nil, err
 	}
 	writes := counterSum(metrics.StoreWrites) - writes0
+	rounds, conflicts := histogramCount(metrics.PlacementLatency)-rounds0, counterValue(metrics.PlacementConflicts)-conflicts0
 
 	r.add("submitLatencyMsP50", percentile(latencies, 50), "ms", "CreateJob round trip, one job at a time")
 	r.add("submitLatencyMsP99", percentile(latencies, 99), "ms", "")
 	r.add("submitMs", ms(submitted), "ms", fmt.Sprintf("all %d CreateJob calls", len(jobs)))
 	r.add("allLaunchedMs", ms(allLaunched), "ms", "first CreateJob call to every task LAUNCHED or later")
-	r.add("tasksLaunchedPerSec", perSec(cfg.Tasks, allLaunched), "tasks/s", "goal 1,000 (Uber Peloton's published figure)")
+	r.add("tasksLaunchedPerSec", perSec(cfg.Tasks, allLaunched), "tasks/s", "goal ≥ 30,000 at 50,000 tasks on 5,000 hosts (performance issue)")
 	r.add("allSucceededMs", ms(allSucceeded), "ms", "first CreateJob call to every job JOB_SUCCEEDED")
 	r.add("tasksSucceededPerSec", perSec(cfg.Tasks, allSucceeded), "tasks/s", "")
-	r.add("etcdWritesPerTask", writes/float64(cfg.Tasks), "", "records jobmgr wrote (peloton_store_writes_total), per task")
+	perTask := writes / float64(cfg.Tasks)
+	r.add("etcdWritesPerTask", perTask, "", "records jobmgr wrote (peloton_store_writes_total), per task")
+	if ceiling > 0 {
+		r.add("storeCeilingRecordsPerSec", ceiling, "records/s", fmt.Sprintf("task records the same etcd commits through a batcher like the stack's, %d writers, before the scenario", cfg.CeilingWriters))
+		r.add("launchVsStoreCeiling", perSec(cfg.Tasks, allLaunched)*perTask/ceiling, "", "tasks launched/s × records per task ÷ ceiling; goal ≥ 0.8")
+		r.add("taskRecordBytes", float64(recordBytes), "bytes", "a finished task's record, as the probe writes it")
+	}
+	r.add("placementRounds", rounds, "", "placement rounds during the scenario, all engines")
+	r.add("placementConflictRate", ratio(conflicts, rounds), "", "rounds whose commit hostmgr refused (lease conflicts between engines), per round")
 	r.add("peakRssMb", PeakRSSMB(), "MiB", "whole process: stack, embedded etcd and client")
 	if !rssReset {
 		r.note("peakRssMb is the process's peak since it started (/proc/self/clear_refs was not writable)")

@@ -70,7 +70,8 @@ type Scenario struct {
 func Scenarios() []Scenario {
 	return []Scenario{
 		{ScenarioReclaim, "time for a starved pool to get its entitlement back by preemption", reclaimFigures},
-		{ScenarioBatch, "throughput of many batch jobs of short tasks through the whole stack", batchFigures},
+		{ScenarioBatch, "throughput of many batch jobs of short tasks through the whole stack, against the store's own write ceiling measured in the same run", batchFigures},
+		{ScenarioEngines, "the batch scenario with 1, 2 and 4 active-active placement engines in one run: launch rate and lease conflicts", enginesFigures},
 		{ScenarioLargeJob, "cost of one very large job: submit latency, task creation, bytes at rest", largeJobFigures},
 		{ScenarioPlacement, "the placement core alone on a synthetic host snapshot", placementFigures},
 		{ScenarioGang, "gang placement on a fragmented cluster, and whether any gang ran partially", gangFigures},
@@ -119,6 +120,16 @@ func newResult(scenario string) *Result {
 }
 
 func (r *Result) param(name string, v any) { r.Params = append(r.Params, Param{name, v}) }
+
+// figure is the value of the named figure, 0 if there is none.
+func (r *Result) figure(name string) float64 {
+	for _, f := range r.Figures {
+		if f.Name == name {
+			return f.Value
+		}
+	}
+	return 0
+}
 
 func (r *Result) add(name string, v float64, unit, note string) {
 	r.Figures = append(r.Figures, Figure{Name: name, Value: v, Unit: unit, Note: note})

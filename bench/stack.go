@@ -73,6 +73,8 @@ type stackConfig struct {
 	// AgentInterval, if set, gives every simulated host an in-process
 	// agent reporting at that interval (cluster.Config.SimHostAgents).
 	AgentInterval time.Duration
+	// PlacementEngines is how many placement engines run (0: one).
+	PlacementEngines int
 }
 
 // stack is one Peloton process (cluster.Run) running in this process on the
@@ -100,7 +102,7 @@ func startStack(ctx context.Context, env Env, sc stackConfig) (*stack, error) {
 	cfg := cluster.Config{
 		DataDir: dir, Listen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0",
 		Backend: "sim", Hosts: sc.Hosts, HostCPU: sc.HostCPU, HostMemoryMB: sc.HostMemoryMB,
-		ReclaimDelay: sc.ReclaimDelay, ShutdownGrace: 10 * time.Second,
+		ReclaimDelay: sc.ReclaimDelay, ShutdownGrace: 10 * time.Second, PlacementEngines: sc.PlacementEngines,
 		Logger:  env.logger(),
 		OnReady: func(r cluster.ReadyInfo) { readyCh <- r },
 	}
@@ -259,13 +261,22 @@ func isLaunchedOrLater(s pelotonv1.TaskState) bool {
 // summed over its labels. Collect is cheap (no /proc reads, unlike Gather),
 // so it can be polled every millisecond.
 func counterSum(c *prometheus.CounterVec) float64 {
+	return collectSum(c, func(d *dto.Metric) float64 { return d.GetCounter().GetValue() })
+}
+
+// histogramCount reads how many observations a histogram holds.
+func histogramCount(h prometheus.Histogram) float64 {
+	return collectSum(h, func(d *dto.Metric) float64 { return float64(d.GetHistogram().GetSampleCount()) })
+}
+
+func collectSum(c prometheus.Collector, value func(*dto.Metric) float64) float64 {
 	ch := make(chan prometheus.Metric, 16)
 	go func() { c.Collect(ch); close(ch) }()
 	var sum float64
 	for m := range ch {
 		var d dto.Metric
 		if m.Write(&d) == nil {
-			sum += d.GetCounter().GetValue()
+			sum += value(&d)
 		}
 	}
 	return sum

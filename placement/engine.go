@@ -102,7 +102,8 @@ func (e *Engine) placeRound(gangs []*resmgr.Gang, revocable bool) {
 				Resources: p.Task.Resources, MaxPerHost: p.Task.Placement.GetMaxInstancesPerHost(), Revocable: revocable}
 		}
 		if err := e.hm.Commit(leaseID, as); err != nil {
-			e.log.Warn("placement commit refused; retrying the round's gangs", "err", err)
+			e.log.Debug("placement commit refused; retrying the round's gangs", "err", err)
+			metrics.PlacementConflicts.Inc()
 			for _, g := range gangs {
 				e.rm.ReturnGang(g, ReasonCommitConflict)
 			}

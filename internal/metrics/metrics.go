@@ -44,6 +44,12 @@ var (
 	Placements = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "peloton", Name: "placements_total", Help: "Tasks placed, and gangs returned unplaced.",
 	}, []string{"result"})
+	// PlacementConflicts counts placement rounds whose commit hostmgr
+	// refused (another engine, or a change of the hosts, got there first):
+	// their gangs go back to resmgr and are placed again.
+	PlacementConflicts = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "peloton", Name: "placement_commit_conflicts_total", Help: "Placement rounds whose commit hostmgr refused; their gangs are placed again.",
+	})
 	// PoolResources is each pool's allocation and demand per resource kind.
 	PoolResources = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: "peloton", Name: "pool_resources", Help: "Pool allocation/demand/reservation/entitlement per resource kind.",
@@ -68,7 +74,7 @@ func init() {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		JobsByState, TasksByState, TaskTransitions, QueueDepth, AdmissionLatency,
-		PlacementLatency, Placements, PoolResources, APILatency, Hosts, StoreWrites,
+		PlacementLatency, Placements, PlacementConflicts, PoolResources, APILatency, Hosts, StoreWrites,
 	)
 }
 

@@ -23,7 +23,8 @@ import (
 // them together take a few seconds.
 var benchSmokeArgs = map[string][]string{
 	bench.ScenarioReclaim:      {"--hosts", "4", "--host-cpu", "8", "--reclaim-delay", "200ms"},
-	bench.ScenarioBatch:        {"--hosts", "20", "--tasks", "200", "--job-size", "50", "--poll", "20ms"},
+	bench.ScenarioBatch:        {"--hosts", "20", "--tasks", "200", "--job-size", "50", "--poll", "20ms", "--ceiling-for", "500ms", "--ceiling-writers", "64"},
+	bench.ScenarioEngines:      {"--hosts", "20", "--tasks", "200", "--job-size", "50", "--poll", "20ms", "--engines", "1,2,4"},
 	bench.ScenarioLargeJob:     {"--tasks", "200", "--override-every", "10", "--hosts", "2", "--settle", "200ms"},
 	bench.ScenarioPlacement:    {"--hosts", "20", "--tasks", "200", "--round", "50"},
 	bench.ScenarioGang:         {"--hosts", "20", "--min-gang", "8", "--max-gang", "16", "--gangs-per-size", "1"},

@@ -98,8 +98,20 @@ func (a *app) benchScenario(sc bench.Scenario) *cobra.Command {
 		fs.Float64Var(&c.TaskCPU, "task-cpu", c.TaskCPU, "CPUs of each task")
 		fs.Float64Var(&c.TaskMemoryMB, "task-memory-mb", c.TaskMemoryMB, "memory of each task in MiB")
 		fs.DurationVar(&c.Poll, "poll", c.Poll, "how often every job's task counts are read")
+		fs.IntVar(&c.Engines, "placement-engines", c.Engines, "placement engines running at once (active-active)")
+		fs.IntVar(&c.CeilingWriters, "ceiling-writers", c.CeilingWriters, "concurrent writers of the store-ceiling probe")
+		fs.DurationVar(&c.CeilingFor, "ceiling-for", c.CeilingFor, "how long the store-ceiling probe counts before the scenario (0: no probe)")
 		validate = c.Validate
 		run = func(ctx context.Context, env bench.Env) (*bench.Result, error) { return bench.Batch(ctx, env, c) }
+	case bench.ScenarioEngines:
+		c := bench.DefaultEnginesConfig()
+		fs.IntVar(&c.Batch.Hosts, "hosts", c.Batch.Hosts, "simulated hosts (32 CPUs each)")
+		fs.IntVar(&c.Batch.Tasks, "tasks", c.Batch.Tasks, "tasks in all, per engine count")
+		fs.IntVar(&c.Batch.JobSize, "job-size", c.Batch.JobSize, "tasks per job")
+		fs.DurationVar(&c.Batch.Poll, "poll", c.Batch.Poll, "how often every job's task counts are read")
+		fs.IntSliceVar(&c.Engines, "engines", c.Engines, "engine counts to run, comma-separated, starting with 1")
+		validate = c.Validate
+		run = func(ctx context.Context, env bench.Env) (*bench.Result, error) { return bench.Engines(ctx, env, c) }
 	case bench.ScenarioLargeJob:
 		c := bench.DefaultLargeJobConfig()
 		fs.IntVar(&c.Tasks, "tasks", c.Tasks, "instances of the one job")
