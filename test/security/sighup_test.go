@@ -5,11 +5,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/peloton-sched/peloton/internal/auth"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
@@ -90,7 +92,7 @@ func TestAuditRotationBySIGHUP(t *testing.T) {
 		return nil
 	})
 	old := readAudit(t, audit+".1")
-	if len(old) == 0 || !strings.Contains(old[0].Object, "/before") {
+	if !slices.ContainsFunc(old, func(e auth.AuditEntry) bool { return e.Object == "pool /before" && e.Outcome == "OK" }) {
 		t.Errorf("the rotated file holds %+v; want the call made before the rotation", old)
 	}
 	for _, e := range readAudit(t, audit) {
