@@ -19,6 +19,7 @@ import (
 	"github.com/peloton-sched/peloton/internal/auth"
 	"github.com/peloton-sched/peloton/internal/browsertest"
 	"github.com/peloton-sched/peloton/internal/serving"
+	"github.com/peloton-sched/peloton/internal/testutil"
 	"github.com/peloton-sched/peloton/ui"
 )
 
@@ -57,20 +58,16 @@ func TestSignIn(t *testing.T) {
 	rest(t, http.MethodPost, base+"/v1/jobs?requestId=signin-job", submitterToken,
 		`{"name":"signin-job","type":"BATCH","pool":"/default","instanceCount":1,"defaultSpec":{"command":["sleep","600"],"resources":{"cpu":0.1,"memoryMb":16}}}`, &created)
 	jobID := created.JobID
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testutil.Eventually(t, 30*time.Second, "job "+jobID+" running", func() error {
 		var got struct {
 			Job struct{ Status struct{ State string } }
 		}
 		rest(t, http.MethodGet, base+"/v1/jobs/"+jobID, viewerToken, "", &got)
-		if got.Job.Status.State == "JOB_RUNNING" {
-			break
+		if got.Job.Status.State != "JOB_RUNNING" {
+			return fmt.Errorf("it is %s", got.Job.Status.State)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("job %s is %s, not running, after 30s", jobID, got.Job.Status.State)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 
 	b := newTab(t, chromium)
 	signIn := func(token string) {

@@ -3,6 +3,7 @@ package local
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/peloton-sched/peloton/internal/testutil"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
@@ -64,17 +66,13 @@ func TestLogsDoNotFollowLinks(t *testing.T) {
 	s = spec("escape-0-2", "sh", "-c", `cd "$PELOTON_SANDBOX" && echo visible >&2 && rm stdout && ln -s `+secret+` stdout && echo linked >&2 && exec sleep 100`)
 	launch(t, b, s)
 	waitFile(t, filepath.Join(b.dir, s.TaskID, "stderr"))
-	deadline := time.Now().Add(waitTimeout)
-	for {
+	testutil.Eventually(t, waitTimeout, "the run replacing its stdout", func() error {
 		data, _ := os.ReadFile(filepath.Join(b.dir, s.TaskID, "stderr"))
-		if strings.Contains(string(data), "linked") {
-			break
+		if !strings.Contains(string(data), "linked") {
+			return fmt.Errorf("stderr %q", data)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the run did not replace its stdout: stderr %q", data)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 	logsRefused(t, b, s.TaskID, pelotonv1.LogStream_STDOUT)
 	if err := b.Kill(context.Background(), s.TaskID, 0); err != nil {
 		t.Fatal(err)

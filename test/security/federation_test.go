@@ -40,7 +40,7 @@ func TestFederationOverMutualTLS(t *testing.T) {
 	if _, err := root.Clusters.RegisterCluster(ctx(t), &pelotonv1.RegisterClusterRequest{Name: "east", Endpoint: s.info.GRPCAddr}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "east READY through mutual TLS", func() error {
+	testutil.Eventually(t, 20*time.Second, "east READY through mutual TLS", func() error {
 		c, err := root.Clusters.GetCluster(ctx(t), &pelotonv1.GetClusterRequest{Name: "east"})
 		if err != nil {
 			return err
@@ -55,7 +55,7 @@ func TestFederationOverMutualTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	east := p.as(t, s.info.GRPCAddr, "root")
-	waitFor(t, 20*time.Second, "the global pool in east's tree", func() error {
+	testutil.Eventually(t, 20*time.Second, "the global pool in east's tree", func() error {
 		_, err := east.Pools.GetPool(ctx(t), &pelotonv1.GetPoolRequest{Path: "/global"})
 		return err
 	})
@@ -141,19 +141,4 @@ func (p *pki) asFederation(t *testing.T, addr, who string) *pclient.Federation {
 	}
 	t.Cleanup(func() { f.Close() })
 	return f
-}
-
-func waitFor(t *testing.T, within time.Duration, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %v", what, within, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/peloton-sched/peloton/internal/auth"
+	"github.com/peloton-sched/peloton/internal/testutil"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
@@ -77,7 +78,7 @@ func TestAuditRotationBySIGHUP(t *testing.T) {
 	}
 	// The signal is handled asynchronously: calls go on into the moved
 	// file until the daemon reopens the path.
-	waitFor(t, 10*time.Second, "an audit line in a new file after SIGHUP", func() error {
+	testutil.Eventually(t, 10*time.Second, "an audit line in a new file after SIGHUP", func() error {
 		select {
 		case err := <-exited:
 			t.Fatalf("peloton up died of SIGHUP: %v", err)

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -21,6 +22,7 @@ import (
 	"github.com/peloton-sched/peloton/internal/auth"
 	"github.com/peloton-sched/peloton/internal/reload"
 	"github.com/peloton-sched/peloton/internal/store/storetest"
+	"github.com/peloton-sched/peloton/internal/testutil"
 	"github.com/peloton-sched/peloton/internal/tlsfiles/tlstest"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
@@ -164,18 +166,13 @@ func TestTransportAndAudit(t *testing.T) {
 	if err := os.Rename(p.ca.File+".tmp", p.ca.File); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testutil.Eventually(t, 10*time.Second, "the rotated certificate and CA taken", func() error {
 		after := servedSerial(t, addr, p)
-		err := ping(nextOpts)
-		if after != before && err == nil {
-			break
+		if err := ping(nextOpts); after == before || err != nil {
+			return fmt.Errorf("served serial %s (was %s), new CA's client: %v", after, before, err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after rotation: served serial %s (was %s), new CA's client: %v", after, before, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func restClient(t *testing.T, p *pki, cert, key string) *http.Client {

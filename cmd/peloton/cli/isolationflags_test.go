@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -144,13 +145,12 @@ func TestUpClustersShareTheEtcdSocket(t *testing.T) {
 	})
 	readyRE := regexp.MustCompile(`(?m)^peloton is ready: grpc (\S+), http http://(\S+), etcd (\S+), data \S+, cluster (\S+)$`)
 	fedRE := regexp.MustCompile(`(?m)^peloton federation is ready: grpc (\S+), http http://(\S+)$`)
-	deadline := time.Now().Add(90 * time.Second)
-	for len(readyRE.FindAllString(out.String(), -1)) < 2 || !fedRE.MatchString(out.String()) {
-		if time.Now().After(deadline) {
-			t.Fatalf("not ready after 90s; stdout:\n%s", out.String())
+	testutil.Eventually(t, 90*time.Second, "both clusters and the federation ready", func() error {
+		if len(readyRE.FindAllString(out.String(), -1)) < 2 || !fedRE.MatchString(out.String()) {
+			return fmt.Errorf("stdout:\n%s", out.String())
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 	sock := "unix://" + filepath.Join(dataDir, "etcd", "client.sock")
 	api := map[int]bool{}
 	addPort := func(addr string) {
@@ -178,14 +178,11 @@ func TestUpClustersShareTheEtcdSocket(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fc.Close()
-	for {
+	testutil.Eventually(t, 90*time.Second, "the federation listing both clusters", func() error {
 		resp, err := fc.Clusters.ListClusters(context.Background(), &pelotonv1.ListClustersRequest{})
-		if err == nil && len(resp.GetClusters()) == 2 {
-			break
+		if err == nil && len(resp.GetClusters()) != 2 {
+			err = fmt.Errorf("it lists %v", resp.GetClusters())
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the federation does not list both clusters: %v, %v", resp, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return err
+	})
 }
