@@ -56,7 +56,7 @@ func taskRecord(ctx context.Context, s *stack, cfg BatchConfig) ([]byte, error) 
 // through its states. It counts for d after a warm-up of d/4, then deletes
 // what it wrote.
 func storeCeiling(ctx context.Context, s *stack, record []byte, writers, perKey int, d time.Duration) (float64, error) {
-	st, err := store.NewEtcd(ctx, store.EtcdConfig{Endpoints: s.ready.EtcdEndpoints, Prefix: ceilingPrefix})
+	st, err := s.storeAt(ctx, ceilingPrefix)
 	if err != nil {
 		return 0, err
 	}

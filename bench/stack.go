@@ -159,7 +159,17 @@ func (s *stack) Close() error {
 // store opens a store on the stack's embedded etcd, under the cluster's
 // prefix, for reading what a job costs at rest. The caller closes it.
 func (s *stack) store(ctx context.Context) (*store.Etcd, error) {
-	return store.NewEtcd(ctx, store.EtcdConfig{Endpoints: s.ready.EtcdEndpoints, Prefix: cluster.ClusterPrefix(s.ready.ClusterName)})
+	return s.storeAt(ctx, cluster.ClusterPrefix(s.ready.ClusterName))
+}
+
+// storeAt opens a store under prefix on the stack's etcd through the
+// client the stack's own store uses: in-process calls to its embedded etcd.
+func (s *stack) storeAt(ctx context.Context, prefix string) (*store.Etcd, error) {
+	cfg := store.EtcdConfig{Endpoints: s.ready.EtcdEndpoints, Prefix: prefix}
+	if s.ready.InProcessEtcd != nil {
+		cfg.Client = s.ready.InProcessEtcd()
+	}
+	return store.NewEtcd(ctx, cfg)
 }
 
 func (s *stack) createJob(ctx context.Context, spec *pelotonv1.JobSpec) (string, error) {

@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/peloton-sched/peloton/advisor"
 	"github.com/peloton-sched/peloton/hostagent"
 	"github.com/peloton-sched/peloton/hostmgr/kubernetes"
@@ -195,6 +197,10 @@ type ReadyInfo struct {
 	// embedded etcd's socket (unix:///<data dir>/etcd/client.sock), or the
 	// external etcd's endpoints.
 	EtcdEndpoints []string
+	// InProcessEtcd, with the embedded etcd, returns a new client that
+	// calls it directly, as the stack's store does (nil with an external
+	// etcd). The caller closes the client.
+	InProcessEtcd func() *clientv3.Client
 }
 
 // KubeConfig configures the kubernetes backend (see hostmgr/kubernetes).

@@ -17,6 +17,8 @@ import (
 	"path/filepath"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/peloton-sched/peloton/cluster/api"
 	"github.com/peloton-sched/peloton/hostmgr"
 	"github.com/peloton-sched/peloton/hostmgr/kubernetes"
@@ -70,6 +72,9 @@ func runStack(ctx context.Context, cfg Config, etcdTLS *tls.Config, t *term) err
 	log := cfg.Logger
 
 	endpoints := cfg.EtcdEndpoints
+	// inProcess, with the embedded etcd, makes clients that call it
+	// directly rather than through its socket.
+	var inProcess func() *clientv3.Client
 	if len(endpoints) == 0 {
 		if cfg.TaskUser != "" {
 			// The task user must be able to pass through the data dir to
@@ -87,6 +92,7 @@ func runStack(ctx context.Context, cfg Config, etcdTLS *tls.Config, t *term) err
 		// This process's clients use the socket even when etcd also
 		// listens on TCP.
 		endpoints = []string{"unix://" + e.SocketPath()}
+		inProcess = e.InProcessClient
 		log.Info("embedded etcd started", "endpoint", endpoints[0], "dir", dir)
 		if cfg.EtcdListen != "" {
 			log.Warn("the embedded etcd also answers on TCP (--etcd-listen): every process of this machine, tasks included, can connect to it, "+
@@ -95,7 +101,13 @@ func runStack(ctx context.Context, cfg Config, etcdTLS *tls.Config, t *term) err
 	}
 	// Every key of this stack lives under its cluster's prefix, so stacks
 	// of other names on the same etcd never see them.
-	st, err := store.NewEtcd(ctx, store.EtcdConfig{Endpoints: endpoints, Prefix: cfg.Prefix(), Fence: t.storeFence(), TLS: etcdTLS})
+	sc := store.EtcdConfig{Endpoints: endpoints, Prefix: cfg.Prefix(), Fence: t.storeFence(), TLS: etcdTLS}
+	if inProcess != nil {
+		// The store is this process's busiest etcd client: in-process
+		// calls save it the encoding and the socket on every write.
+		sc.Client = inProcess()
+	}
+	st, err := store.NewEtcd(ctx, sc)
 	if err != nil {
 		return fmt.Errorf("connect to etcd %v: %w", endpoints, err)
 	}
@@ -200,7 +212,7 @@ func runStack(ctx context.Context, cfg Config, etcdTLS *tls.Config, t *term) err
 		return err
 	}
 	ready := ReadyInfo{ClusterName: cfg.ClusterName, GRPCAddr: grpcLis.Addr().String(), HTTPAddr: httpLis.Addr().String(),
-		AdminAddr: served.AdminAddr, TLS: served.TLS(), EtcdEndpoints: endpoints}
+		AdminAddr: served.AdminAddr, TLS: served.TLS(), EtcdEndpoints: endpoints, InProcessEtcd: inProcess}
 	log.Info("peloton is serving", "cluster", cfg.ClusterName, "grpc", ready.GRPCAddr, "http", ready.HTTPAddr, "backend", backend.Name(), "hosts", len(hm.ListHosts()))
 	var agents *localAgents
 	var agentErr error

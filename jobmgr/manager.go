@@ -822,7 +822,7 @@ func (m *Manager) applyTaskVia(ctx context.Context, j *job, inst uint32, persist
 			return err
 		}
 	}
-	rt := proto.Clone(t.rt).(*pelotonv1.TaskStatus)
+	rt := cloneStatus(t.rt)
 	if err := fn(rt); err != nil {
 		return err
 	}

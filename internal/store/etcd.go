@@ -69,6 +69,10 @@ type EtcdConfig struct {
 	// TLS, if set, is the client's TLS configuration (the server's CA, the
 	// client certificate): https:// endpoints are dialled with it.
 	TLS *tls.Config
+	// Client, if set, is the client to use instead of dialling Endpoints:
+	// Embedded.InProcessClient's, which calls an etcd of this process
+	// directly. The store owns it: Close closes it.
+	Client *clientv3.Client
 }
 
 // Fence ties a store's writes to one term of leadership. Every Txn also
@@ -103,24 +107,28 @@ var _ Store = (*Etcd)(nil)
 // DialTimeout, so a wrong endpoint fails at start-up rather than at the first
 // write. The returned store owns its client: Close closes it.
 func NewEtcd(ctx context.Context, cfg EtcdConfig) (*Etcd, error) {
-	if len(cfg.Endpoints) == 0 {
+	if len(cfg.Endpoints) == 0 && cfg.Client == nil {
 		return nil, errors.New("store: etcd: endpoints: must not be empty")
 	}
 	if cfg.DialTimeout <= 0 {
 		cfg.DialTimeout = DefaultDialTimeout
 	}
-	lg := zap.NewNop()
-	if cfg.Logger != nil {
-		lg = zap.New(newSlogCore(cfg.Logger.Handler(), zapcore.WarnLevel)).With(zap.String("component", "etcd-client"))
-	}
-	cli, err := clientv3.New(clientv3.Config{
-		Endpoints:   cfg.Endpoints,
-		DialTimeout: cfg.DialTimeout,
-		Logger:      lg,
-		TLS:         cfg.TLS,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("store: etcd: connect %v: %w", cfg.Endpoints, err)
+	cli := cfg.Client
+	if cli == nil {
+		lg := zap.NewNop()
+		if cfg.Logger != nil {
+			lg = zap.New(newSlogCore(cfg.Logger.Handler(), zapcore.WarnLevel)).With(zap.String("component", "etcd-client"))
+		}
+		var err error
+		cli, err = clientv3.New(clientv3.Config{
+			Endpoints:   cfg.Endpoints,
+			DialTimeout: cfg.DialTimeout,
+			Logger:      lg,
+			TLS:         cfg.TLS,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("store: etcd: connect %v: %w", cfg.Endpoints, err)
+		}
 	}
 	s := newEtcd(cli, cfg.Prefix, cfg.MaxTxnOps, cfg.RequestTimeout)
 	s.ownsCli = true

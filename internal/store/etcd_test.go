@@ -35,9 +35,16 @@ func startTestEmbedded(t testing.TB, dir string) *Embedded {
 	return e
 }
 
+// connectTestStore connects a store through e's socket, or, in the
+// subtests of TestEtcdInProcessClient, through the in-process client
+// `peloton up` gives its own store.
 func connectTestStore(t testing.TB, e *Embedded, prefix string) *Etcd {
 	t.Helper()
-	s, err := NewEtcd(testCtx(t), EtcdConfig{Endpoints: e.Endpoints(), Prefix: prefix, MaxTxnOps: e.MaxTxnOps()})
+	cfg := EtcdConfig{Endpoints: e.Endpoints(), Prefix: prefix, MaxTxnOps: e.MaxTxnOps()}
+	if strings.HasPrefix(t.Name(), inProcessTest+"/") {
+		cfg.Client = e.InProcessClient()
+	}
+	s, err := NewEtcd(testCtx(t), cfg)
 	if err != nil {
 		t.Fatalf("NewEtcd: %v", err)
 	}
@@ -89,6 +96,33 @@ func mustGet(t testing.TB, s Store, key string) KV {
 		t.Fatalf("Get(%q): %v", key, err)
 	}
 	return kv
+}
+
+// inProcessTest is the test that runs the store's tests again through the
+// in-process client.
+const inProcessTest = "TestEtcdInProcessClient"
+
+// TestEtcdInProcessClient runs the store's semantics tests (compare and
+// swap, conflicts named per op, paging, snapshots, prefixes, watches and
+// their ends) through Embedded.InProcessClient, which skips gRPC's
+// encoding and the socket: what the errors and answers look like must not
+// depend on the way to the server.
+func TestEtcdInProcessClient(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"CompareAndSwap", TestEtcdCompareAndSwap},
+		{"TxnRejectsInvalid", TestEtcdTxnRejectsInvalid},
+		{"ListPages", TestEtcdListPages},
+		{"ListIsSnapshot", TestEtcdListIsSnapshot},
+		{"PrefixIsolation", TestEtcdPrefixIsolation},
+		{"Watch", TestEtcdWatch},
+		{"WatchCompacted", TestEtcdWatchCompacted},
+		{"WatchEnds", TestEtcdWatchEnds},
+	} {
+		t.Run(tc.name, tc.test)
+	}
 }
 
 func TestEtcdCompareAndSwap(t *testing.T) {

@@ -18,7 +18,7 @@ import (
 
 // StartEtcd starts an embedded etcd on a fresh temp dir, answering on its
 // unix socket as `peloton up`'s does, and returns it with a store connected
-// to it (prefix
+// to it as `peloton up`'s stack is, by in-process calls (prefix
 // store.DefaultPrefix, the server's full max-txn-ops). Both are closed by
 // t.Cleanup; the server's Endpoints let a test open more clients, e.g. a
 // second store under another prefix. Start-up takes well under a second, so
@@ -37,7 +37,9 @@ func StartEtcd(t testing.TB) (*store.Embedded, *store.Etcd) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s, err := store.NewEtcd(ctx, store.EtcdConfig{Endpoints: e.Endpoints(), MaxTxnOps: e.MaxTxnOps()})
+	// Through the in-process client, as `peloton up`'s stack reaches its
+	// embedded etcd (the store's own tests cover the socket as well).
+	s, err := store.NewEtcd(ctx, store.EtcdConfig{Client: e.InProcessClient(), MaxTxnOps: e.MaxTxnOps()})
 	if err != nil {
 		t.Fatalf("storetest: %v", err)
 	}
