@@ -336,9 +336,7 @@ func (s *Etcd) Txn(ctx context.Context, ops ...Op) (int64, error) {
 	}
 	cmps := make([]clientv3.Cmp, 0, len(ops))
 	thens := make([]clientv3.Op, 0, len(ops))
-	elses := make([]clientv3.Op, 0, len(ops))
-	compared := make([]int, 0, len(ops)) // op index of each Else read
-	for i, op := range ops {
+	for _, op := range ops {
 		key := s.prefix + op.Key
 		switch op.ExpectRevision {
 		case AnyRevision:
@@ -346,10 +344,6 @@ func (s *Etcd) Txn(ctx context.Context, ops ...Op) (int64, error) {
 			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(key), "=", 0))
 		default:
 			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(key), "=", op.ExpectRevision))
-		}
-		if op.ExpectRevision != AnyRevision {
-			elses = append(elses, clientv3.OpGet(key, clientv3.WithKeysOnly()))
-			compared = append(compared, i)
 		}
 		switch op.Kind {
 		case OpPut:
@@ -359,33 +353,68 @@ func (s *Etcd) Txn(ctx context.Context, ops ...Op) (int64, error) {
 		}
 	}
 	if s.fence != nil {
-		// Last in the Else branch, so the ops' reads keep their positions.
 		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(s.fence.Key), "=", s.fence.Revision))
-		elses = append(elses, clientv3.OpGet(s.fence.Key, clientv3.WithKeysOnly()))
 	}
 
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	resp, err := s.cli.Txn(ctx).If(cmps...).Then(thens...).Else(elses...).Commit()
+	// No Else branch: etcd would carry its reads through raft and the
+	// apply of every txn, for the few that fail. A failed txn changes
+	// nothing, so its revision is the one its compares saw: whyFailed
+	// reads the keys there.
+	resp, err := s.cli.Txn(ctx).If(cmps...).Then(thens...).Commit()
 	if err != nil {
 		return 0, fmt.Errorf("store: txn: %w", err)
 	}
 	if resp.Succeeded {
 		return resp.Header.Revision, nil
 	}
+	return 0, s.whyFailed(ctx, ops, resp.Header.Revision)
+}
 
+// whyFailed says why a txn of ops failed at revision rev: the fence
+// (ErrFenced) or the ops whose expected revision the keys did not have
+// then (a *ConflictError). It reads the keys at rev; if etcd compacted rev
+// away meanwhile, at the current revision, where a key that conflicted
+// still does (revisions only grow; one re-created since is reported
+// conflicting with its new revision, as a retry would find it).
+func (s *Etcd) whyFailed(ctx context.Context, ops []Op, rev int64) error {
+	var idx []int
+	var gets []clientv3.Op
+	read := func(at int64) (*clientv3.TxnResponse, error) {
+		gets = gets[:0]
+		for _, i := range idx {
+			gets = append(gets, clientv3.OpGet(s.prefix+ops[i].Key, clientv3.WithKeysOnly(), clientv3.WithRev(at)))
+		}
+		if s.fence != nil {
+			gets = append(gets, clientv3.OpGet(s.fence.Key, clientv3.WithKeysOnly(), clientv3.WithRev(at)))
+		}
+		return s.cli.Txn(ctx).Then(gets...).Commit()
+	}
+	for i, op := range ops {
+		if op.ExpectRevision != AnyRevision {
+			idx = append(idx, i)
+		}
+	}
+	resp, err := read(rev)
+	if errors.Is(err, rpctypes.ErrCompacted) {
+		resp, err = read(0)
+	}
+	if err != nil {
+		return fmt.Errorf("store: txn failed a compare at revision %d; reading why: %w", rev, err)
+	}
 	if s.fence != nil {
 		var created int64
 		if kvs := resp.Responses[len(resp.Responses)-1].GetResponseRange().GetKvs(); len(kvs) > 0 {
 			created = kvs[0].CreateRevision
 		}
 		if created != s.fence.Revision {
-			return 0, fmt.Errorf("%w (leader key %s: created at revision %d, now %d)", ErrFenced, s.fence.Key, s.fence.Revision, created)
+			return fmt.Errorf("%w (leader key %s: created at revision %d, now %d)", ErrFenced, s.fence.Key, s.fence.Revision, created)
 		}
 	}
 	ce := &ConflictError{}
-	for j, r := range resp.Responses[:len(compared)] {
-		op := ops[compared[j]]
+	for j, r := range resp.Responses[:len(idx)] {
+		op := ops[idx[j]]
 		var actual int64
 		if kvs := r.GetResponseRange().GetKvs(); len(kvs) > 0 {
 			actual = kvs[0].ModRevision
@@ -393,11 +422,16 @@ func (s *Etcd) Txn(ctx context.Context, ops ...Op) (int64, error) {
 		if (op.ExpectRevision == MustNotExist && actual != 0) ||
 			(op.ExpectRevision > 0 && actual != op.ExpectRevision) {
 			ce.Conflicts = append(ce.Conflicts, Conflict{
-				Index: compared[j], Key: op.Key, Expected: op.ExpectRevision, Actual: actual,
+				Index: idx[j], Key: op.Key, Expected: op.ExpectRevision, Actual: actual,
 			})
 		}
 	}
-	return 0, ce
+	if len(ce.Conflicts) == 0 {
+		// Only after a compaction: the key that conflicted was deleted
+		// since. The txn still failed; a retry may succeed.
+		return fmt.Errorf("%w: a compare failed at revision %d; the keys no longer show which", ErrConflict, rev)
+	}
+	return ce
 }
 
 // validateTxn rejects what etcd would reject for the whole txn, naming the op.

@@ -372,3 +372,33 @@ func TestNewEtcdUnreachable(t *testing.T) {
 	}
 	t.Logf("failed after %v: %v", time.Since(start), err)
 }
+
+// TestEtcdWhyFailedAfterCompaction: the reasons of a failed txn are read at
+// its revision; when etcd compacted that away before the read, they are
+// read at the current one, where a conflicting key still conflicts, and a
+// key deleted since is still a conflict, without details.
+func TestEtcdWhyFailedAfterCompaction(t *testing.T) {
+	_, s := startTestEtcd(t)
+	ctx := testCtx(t)
+	r1 := mustTxn(t, s, Put("jobs/a", []byte("1"), MustNotExist), Put("jobs/b", []byte("1"), MustNotExist))
+	r2 := mustTxn(t, s, Put("jobs/a", []byte("2"), r1))
+	// A txn expecting jobs/a at r1 and jobs/b absent fails at r2.
+	ops := []Op{Put("jobs/a", []byte("x"), r1), Put("jobs/b", []byte("x"), MustNotExist), Put("jobs/c", []byte("x"), AnyRevision)}
+	if _, err := s.Txn(ctx, ops...); !errors.Is(err, ErrConflict) {
+		t.Fatalf("txn: got %v, want a conflict", err)
+	}
+	r3 := mustTxn(t, s, Delete("jobs/b", AnyRevision))
+	if _, err := s.Client().Compact(ctx, r3); err != nil {
+		t.Fatal(err)
+	}
+	err := s.whyFailed(ctx, ops, r2)
+	var ce *ConflictError
+	if !errors.As(err, &ce) || len(ce.Conflicts) != 1 || ce.Conflicts[0] != (Conflict{Index: 0, Key: "jobs/a", Expected: r1, Actual: r2}) {
+		t.Fatalf("after compaction: got %v, want jobs/a's conflict at its current revision %d", err, r2)
+	}
+	// Only jobs/b, deleted since: no key shows the conflict any more.
+	err = s.whyFailed(ctx, ops[1:2], r2)
+	if !errors.Is(err, ErrConflict) || errors.As(err, &ce) {
+		t.Fatalf("deleted since: got %v, want a plain ErrConflict", err)
+	}
+}
