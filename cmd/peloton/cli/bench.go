@@ -24,6 +24,7 @@ type benchFlags struct {
 	logLevel   string
 	quiet      bool
 	cpuProfile string
+	memProfile string
 }
 
 func (f *benchFlags) register(fs *pflag.FlagSet) {
@@ -32,6 +33,7 @@ func (f *benchFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.logLevel, "log-level", "warn", "log level of the in-process stack: debug, info, warn or error")
 	fs.BoolVarP(&f.quiet, "quiet", "q", false, "do not print progress to stderr")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (stack included) to this file, for go tool pprof")
+	fs.StringVar(&f.memProfile, "memprofile", "", "write a profile of the allocations of the whole run (stack included) to this file when it ends, for go tool pprof -sample_index=alloc_space")
 }
 
 func (a *app) benchCommand() *cobra.Command {
@@ -264,6 +266,18 @@ func (a *app) runBench(ctx context.Context, f *benchFlags, validate func() error
 			return fmt.Errorf("--cpuprofile: %w", err)
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if f.memProfile != "" {
+		pf, err := os.Create(f.memProfile)
+		if err != nil {
+			return usageErrorf("invalid --memprofile: %v", err)
+		}
+		defer func() {
+			if err := pprof.Lookup("allocs").WriteTo(pf, 0); err != nil {
+				fmt.Fprintf(a.stderr, "--memprofile: %v\n", err)
+			}
+			pf.Close()
+		}()
 	}
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
