@@ -596,36 +596,48 @@ func (m *Manager) updateJobState(ctx context.Context, j *job) error {
 	c := func(s ts) int32 { return j.counts[s].Load() }
 	terminal := c(stSucceeded) + c(stFailed) + c(stLost) + c(stKilled)
 	active := c(stLaunching) + c(stLaunched) + c(stStarting) + c(stRunning) + c(stKilling) + c(stPreempting)
-	return m.updateJobRuntime(ctx, j, func(rt *pelotonv1.JobStatus) error {
+	// nextState is the state the counts give a job whose runtime is rt; ok
+	// is false while the job is INITIALIZED (its tasks are being created).
+	nextState := func(rt *pelotonv1.JobStatus) (next js, ok bool) {
 		if rt.State == pelotonv1.JobState_JOB_INITIALIZED {
-			return nil
+			return rt.State, false
 		}
 		killed := rt.GoalState == pelotonv1.JobState_JOB_KILLED
-		var next js
 		switch {
 		case isLongRunning(j.typ) && !killed:
 			// Kept running until cancelled, even while every instance is
 			// stopped: a restart or an update brings them back.
-			next = pelotonv1.JobState_JOB_PENDING
 			if active > 0 || terminal > 0 {
-				next = pelotonv1.JobState_JOB_RUNNING
+				return pelotonv1.JobState_JOB_RUNNING, true
 			}
+			return pelotonv1.JobState_JOB_PENDING, true
 		case terminal == n && c(stSucceeded) == n:
-			next = pelotonv1.JobState_JOB_SUCCEEDED
+			return pelotonv1.JobState_JOB_SUCCEEDED, true
 		case terminal == n && killed:
-			next = pelotonv1.JobState_JOB_KILLED
+			return pelotonv1.JobState_JOB_KILLED, true
 		case terminal == n && c(stFailed) > 0:
-			next = pelotonv1.JobState_JOB_FAILED
+			return pelotonv1.JobState_JOB_FAILED, true
 		case terminal == n:
-			next = pelotonv1.JobState_JOB_KILLED
+			return pelotonv1.JobState_JOB_KILLED, true
 		case killed:
-			next = pelotonv1.JobState_JOB_KILLING
+			return pelotonv1.JobState_JOB_KILLING, true
 		case active > 0 || terminal > 0:
-			next = pelotonv1.JobState_JOB_RUNNING
-		default:
-			next = pelotonv1.JobState_JOB_PENDING
+			return pelotonv1.JobState_JOB_RUNNING, true
 		}
-		if next == rt.State {
+		return pelotonv1.JobState_JOB_PENDING, true
+	}
+	// Most evaluations change nothing: they end here, without copying
+	// the runtime (an unsure one is read back first, below).
+	j.mu.Lock()
+	next, ok := nextState(j.rt)
+	same := (!ok || next == j.rt.State) && !j.unsure
+	j.mu.Unlock()
+	if same {
+		return nil
+	}
+	return m.updateJobRuntime(ctx, j, func(rt *pelotonv1.JobStatus) error {
+		next, ok := nextState(rt)
+		if !ok || next == rt.State {
 			return nil
 		}
 		now := timestamppb.New(m.now())
