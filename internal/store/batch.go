@@ -33,6 +33,11 @@ type BatcherOptions struct {
 	// under etcd's 1.5 MiB --max-request-bytes. An op bigger than this goes
 	// alone (and etcd may reject it on its own).
 	MaxBytes int
+	// MaxInFlight is how many txns may be on their way at once (default
+	// 2; 1 sends each only when the previous one has returned). A second
+	// txn lets etcd apply one while it logs and syncs the next, and the
+	// process prepare one while etcd works on the other.
+	MaxInFlight int
 }
 
 // Batcher packs writes from many goroutines into few etcd txns (group
@@ -46,19 +51,30 @@ type BatcherOptions struct {
 // next batch, because etcd rejects two writes to one key in one txn. Use
 // Store.Txn directly when several ops must commit together.
 //
-// One goroutine commits batches, one txn at a time, which is what keeps the
-// per-key order simple to guarantee; throughput comes from batch size, which
-// grows by itself while a txn is in flight.
+// One goroutine forms batches and sends each on its own goroutine, with
+// at most MaxInFlight txns on their way. An op whose key is in a txn on its
+// way waits for that txn's answer, which keeps the order per key; ops on
+// other keys are free to go. Throughput comes from batch size, which grows
+// by itself while txns are in flight, and from etcd working on one txn
+// while it syncs another.
 type Batcher struct {
-	s        Store
-	maxOps   int
-	maxBytes int
-	maxDelay time.Duration
+	s           Store
+	maxOps      int
+	maxBytes    int
+	maxDelay    time.Duration
+	maxInFlight int
 
 	mu          sync.Mutex
 	queue       []*batchReq // submission order
 	queuedBytes int
 	closed      bool
+	// inFlight counts the txns on their way; busy holds the keys of their
+	// ops, which no other txn may carry until they are answered.
+	inFlight int
+	busy     map[string]struct{}
+	// stalled: the loop found every queued op waiting on a key in flight;
+	// the next op queued may be free to go, so it wakes the loop.
+	stalled bool
 
 	kick chan struct{} // cap 1: "the queue changed in a way that matters"
 	done chan struct{} // closed when the commit loop has exited
@@ -89,13 +105,18 @@ func NewBatcher(s Store, opts BatcherOptions) *Batcher {
 	if opts.MaxBytes <= 0 {
 		opts.MaxBytes = 1 << 20
 	}
+	if opts.MaxInFlight <= 0 {
+		opts.MaxInFlight = 2
+	}
 	b := &Batcher{
-		s:        s,
-		maxOps:   opts.MaxOps,
-		maxBytes: opts.MaxBytes,
-		maxDelay: max(opts.MaxDelay, 0),
-		kick:     make(chan struct{}, 1),
-		done:     make(chan struct{}),
+		s:           s,
+		maxOps:      opts.MaxOps,
+		maxBytes:    opts.MaxBytes,
+		maxDelay:    max(opts.MaxDelay, 0),
+		maxInFlight: opts.MaxInFlight,
+		busy:        map[string]struct{}{},
+		kick:        make(chan struct{}, 1),
+		done:        make(chan struct{}),
 	}
 	go b.run()
 	return b
@@ -131,7 +152,8 @@ func (b *Batcher) Write(ctx context.Context, op Op) (int64, error) {
 	// Wake the loop only when its decision can change: the first op starts
 	// the MaxDelay clock, a full batch should not wait it out. Waking it on
 	// every op would cost a context switch per write.
-	wake := len(b.queue) == 1 || len(b.queue) == b.maxOps || (before < b.maxBytes && b.queuedBytes >= b.maxBytes)
+	wake := len(b.queue) == 1 || len(b.queue) == b.maxOps || (before < b.maxBytes && b.queuedBytes >= b.maxBytes) || b.stalled
+	b.stalled = false
 	b.mu.Unlock()
 	if wake {
 		b.signal()
@@ -182,7 +204,10 @@ func (b *Batcher) run() {
 		case stop:
 			return
 		case len(batch) > 0:
-			b.commit(batch)
+			go func() {
+				b.commit(batch)
+				b.landed(batch)
+			}()
 		case wait < 0:
 			<-b.kick
 		case wait > 0:
@@ -196,13 +221,29 @@ func (b *Batcher) run() {
 	}
 }
 
+// landed ends a batch's flight: its keys are free for the ops waiting on
+// them, and another txn may go.
+func (b *Batcher) landed(batch []*batchReq) {
+	b.mu.Lock()
+	b.inFlight--
+	for _, r := range batch {
+		delete(b.busy, r.op.Key)
+	}
+	b.mu.Unlock()
+	b.signal()
+}
+
 // next takes the next batch off the queue, or says how long to wait for one
-// (-1: until kicked), or that the batcher is closed and drained.
+// (-1: until kicked), or that the batcher is closed and drained. It marks
+// the batch in flight.
 func (b *Batcher) next(now time.Time) (batch []*batchReq, wait time.Duration, stop bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if len(b.queue) == 0 {
-		return nil, -1, b.closed
+		return nil, -1, b.closed && b.inFlight == 0
+	}
+	if b.inFlight >= b.maxInFlight {
+		return nil, -1, false // landed kicks
 	}
 	if !b.closed && len(b.queue) < b.maxOps && b.queuedBytes < b.maxBytes {
 		// Wait for company until MaxDelay after the first op, but stop early
@@ -219,7 +260,8 @@ func (b *Batcher) next(now time.Time) (batch []*batchReq, wait time.Duration, st
 
 	// Scan in submission order. A key seen once blocks every later op on it
 	// from this batch, whether or not the first op got in (it may have been
-	// left out for size), which is what keeps per-key order.
+	// left out for size), and so does a key of a txn in flight: that is
+	// what keeps per-key order.
 	seen := make(map[string]struct{}, min(len(b.queue), b.maxOps))
 	keep := b.queue[:0] // filtered in place: writes never overtake reads
 	bytes := 0
@@ -237,6 +279,9 @@ func (b *Batcher) next(now time.Time) (batch []*batchReq, wait time.Duration, st
 			continue
 		}
 		_, blocked := seen[r.op.Key]
+		if _, flying := b.busy[r.op.Key]; flying {
+			blocked = true
+		}
 		seen[r.op.Key] = struct{}{}
 		if blocked || (len(batch) > 0 && bytes+r.size > b.maxBytes) {
 			keep = append(keep, r)
@@ -248,6 +293,16 @@ func (b *Batcher) next(now time.Time) (batch []*batchReq, wait time.Duration, st
 	}
 	clear(b.queue[len(keep):]) // drop references for the GC
 	b.queue = keep
+	if len(batch) == 0 {
+		// Every op waits on a key in flight (or was cancelled): landed
+		// kicks when one comes back, Write when another op comes.
+		b.stalled = len(b.queue) > 0
+		return nil, -1, b.closed && len(b.queue) == 0 && b.inFlight == 0
+	}
+	b.inFlight++
+	for _, r := range batch {
+		b.busy[r.op.Key] = struct{}{}
+	}
 	return batch, 0, false
 }
 
@@ -256,8 +311,8 @@ func (b *Batcher) next(now time.Time) (batch []*batchReq, wait time.Duration, st
 // On a conflict, the *ConflictError from the store names the stale ops; they
 // get ErrConflict and the rest is sent again. That is the same as committing
 // the good ops in the first place, because a failed txn writes nothing. Each
-// retry removes at least one op (the store reads the compared keys in the
-// same atomic step as the failed compare), so a batch of n ops costs at most
+// retry removes at least one op (the store reads the compared keys as of
+// the failed txn's revision, which is what its compares saw), so a batch of n ops costs at most
 // n+1 txns, and in the common case of stale ops known at once, exactly 2.
 // Reading revisions in a separate step instead could race with other writers
 // and find nothing to remove; bisecting costs O(k log n) txns for k stale ops.

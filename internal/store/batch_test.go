@@ -382,3 +382,78 @@ func benchWrites(b *testing.B, write func(context.Context, Op) error) {
 	})
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "writes/s")
 }
+
+// gatedStore holds every Txn until the test releases it, telling the test
+// the ops of each as it starts.
+type gatedStore struct {
+	Store
+	started chan gatedTxn
+}
+
+type gatedTxn struct {
+	keys    string
+	release chan struct{}
+}
+
+func (g *gatedStore) Txn(ctx context.Context, ops ...Op) (int64, error) {
+	var ks []string
+	for _, op := range ops {
+		ks = append(ks, op.Key)
+	}
+	release := make(chan struct{})
+	g.started <- gatedTxn{keys: strings.Join(ks, ","), release: release}
+	<-release
+	return g.Store.Txn(ctx, ops...)
+}
+
+// TestBatcherPipelinesTxns: txns go while others are in flight, up to
+// MaxInFlight, but an op whose key is in a txn in flight waits for that
+// txn's answer, so writes of one key still land in order.
+func TestBatcherPipelinesTxns(t *testing.T) {
+	_, s := startTestEtcd(t)
+	g := &gatedStore{Store: s, started: make(chan gatedTxn)}
+	b := NewBatcher(g, BatcherOptions{MaxDelay: -1, MaxInFlight: 3})
+	defer b.Close()
+	ctx := testCtx(t)
+	next := func(want string) gatedTxn {
+		t.Helper()
+		select {
+		case tx := <-g.started:
+			if tx.keys != want {
+				t.Fatalf("txn started with %s, want %s", tx.keys, want)
+			}
+			return tx
+		case <-ctx.Done():
+			t.Fatalf("no txn started; want one with %s", want)
+		}
+		return gatedTxn{}
+	}
+
+	a1 := goWrite(ctx, b, Put("a", []byte("1"), AnyRevision))
+	ta1 := next("a")
+	bw := goWrite(ctx, b, Put("b", nil, AnyRevision))
+	tb := next("b") // while a's txn is in flight
+	a2 := goWrite(ctx, b, Put("a", []byte("2"), AnyRevision))
+	waitFor(t, "the second write of a queued", func() bool { return b.pending() == 1 })
+	cw := goWrite(ctx, b, Put("c", nil, AnyRevision))
+	tc := next("c") // the third txn leaves a's second write behind
+
+	close(ta1.release)
+	r1 := recv(t, a1)
+	ta2 := next("a") // only once the first has answered
+	close(ta2.release)
+	close(tb.release)
+	close(tc.release)
+	r2 := recv(t, a2)
+	for _, r := range []writeResult{r1, r2, recv(t, bw), recv(t, cw)} {
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+	}
+	if r2.rev <= r1.rev {
+		t.Fatalf("a's second write at revision %d, not after its first at %d", r2.rev, r1.rev)
+	}
+	if kv := mustGet(t, s, "a"); string(kv.Value) != "2" {
+		t.Fatalf("a = %q, want the second write", kv.Value)
+	}
+}
