@@ -171,6 +171,7 @@ func (a *app) benchScenario(sc bench.Scenario) *cobra.Command {
 		fs.IntVar(&c.CreateWorkers, "create-workers", c.CreateWorkers, "goroutines of the bench's own pod creator")
 		fs.DurationVar(&c.PhaseTimeout, "phase-timeout", c.PhaseTimeout, "bound of each phase, first create to last pod Running")
 		fs.StringVar(&c.Bin, "kube-bin", c.Bin, "folder with kube-apiserver, kube-scheduler and kwok (default: $PELOTON_KUBE_BIN, or what make kube-tools built)")
+		fs.StringVar(&c.PelotonBin, "peloton-bin", c.PelotonBin, "the peloton binary whose up runs each Peloton phase in a process of its own, for its CPU alone (default: this one)")
 		validate = c.Validate
 		run = func(ctx context.Context, env bench.Env) (*bench.Result, error) { return bench.Kubernetes(ctx, env, c) }
 	case bench.ScenarioFederation:
