@@ -177,3 +177,49 @@ func TestBuildPodMetricsHost(t *testing.T) {
 		t.Errorf("a run with metrics: env %v", env)
 	}
 }
+
+// TestLeanPodKeepsWhatTheBackendReads: the informers' transform drops a
+// run's environment, mounts and volumes, and keeps everything the backend
+// reads of a cached pod: its identity, labels and annotations, requests,
+// ports, readiness probe, image and command, node and status.
+func TestLeanPodKeepsWhatTheBackendReads(t *testing.T) {
+	b, err := New(Config{REST: &rest.Config{Host: "https://127.0.0.1:1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	spec := hostmgr.LaunchSpec{TaskID: "j-0-1", JobID: "j", Host: "n", Command: []string{"x"}, Pool: "/p",
+		Env:         map[string]string{"A": "1"},
+		Ports:       []hostmgr.Port{{Name: "http"}},
+		HealthCheck: &pelotonv1.HealthCheck{Http: &pelotonv1.HttpProbe{Port: "http"}, IntervalSeconds: 2},
+		Volume:      &hostmgr.Volume{ID: "j-0", MountPath: "/data"}}
+	spec.Resources.MilliCPU, spec.Resources.MemoryMB = 1500, 100
+	ports := assignPorts(spec.Ports)
+	p := b.buildPod(spec, "ns", ports)
+	p.Spec.NodeName = "n"
+	p.Spec.NodeSelector = map[string]string{"zone": "a"}
+	p.Spec.Tolerations = []corev1.Toleration{{Key: "k"}}
+	p.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "m"}}
+	p.Annotations[corev1.LastAppliedConfigAnnotation] = "{}"
+	p.Status = corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}},
+		ContainerStatuses: []corev1.ContainerStatus{{Name: ContainerName, RestartCount: 2}}}
+	before := p.DeepCopy()
+	obj, err := leanObject(p)
+	if err != nil || obj != p {
+		t.Fatalf("leanObject: %v, %p for %p", err, obj, p)
+	}
+	c := p.Spec.Containers[0]
+	if c.Env != nil || c.VolumeMounts != nil || p.Spec.Volumes != nil || p.Spec.Affinity != nil || p.Spec.Tolerations != nil ||
+		p.ManagedFields != nil || p.Annotations[corev1.LastAppliedConfigAnnotation] != "" {
+		t.Errorf("kept what nothing reads: %+v", p)
+	}
+	if b.podRequests(p) != b.podRequests(before) || !equalMaps(p.Labels, before.Labels) || len(p.Annotations) != len(before.Annotations)-1 ||
+		p.Annotations[AnnotationSpecHash] != before.Annotations[AnnotationSpecHash] || p.Spec.NodeName != "n" || p.Spec.NodeSelector["zone"] != "a" ||
+		c.Image != before.Spec.Containers[0].Image || c.Command[0] != "x" || !hasProbe(p) || failAfter(p) != failAfter(before) ||
+		podPorts(p)["http"] != ports["http"] {
+		t.Errorf("lost what the backend reads:\n%+v\nwas\n%+v", p, before)
+	}
+	if o, ob := observe(p, true), observe(before, true); o.state != ob.state || o.health != ob.health {
+		t.Errorf("observed %+v, was %+v", o, ob)
+	}
+}
