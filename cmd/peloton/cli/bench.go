@@ -46,9 +46,11 @@ same cluster stack "peloton up" runs, on the sim backend, with an embedded etcd
 in a temp dir and loopback listeners on free ports, all removed afterwards -
 and drives it through the gRPC API. Nothing else needs to run, and no server
 flag applies. The kubernetes scenario runs the stack on the kubernetes backend
-against a throw-away kube-apiserver with kwok nodes, next to kube-scheduler;
-it needs the binaries of "make kube-tools" and a peloton built with the kube test
-harness, which the release binary does not link:
+against a throw-away kube-apiserver with kwok nodes, next to kube-scheduler,
+each Peloton phase as "peloton up" in a process of its own (--peloton-bin), so
+that its CPU is measured apart from the bench's; it needs the binaries of
+"make kube-tools" and a peloton built with the kube test harness, which the
+release binary does not link:
   go build -tags kubebench -o bin/peloton-kubebench ./cmd/peloton
 Progress goes to stderr (-q silences it).
 
