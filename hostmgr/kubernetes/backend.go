@@ -961,9 +961,9 @@ func (b *Backend) ensureNamespaces(ctx context.Context) error {
 // bound); on another node it is an error. It returns the created pod, if any, with the error: the caller
 // deletes it, so that nothing is left behind.
 func (b *Backend) createAndBind(ctx context.Context, pod *corev1.Pod, host string) (*corev1.Pod, error) {
-	nodeName := b.cfg.BindMode == BindModeNodeName
-	if nodeName {
-		pod = pod.DeepCopy()
+	if b.cfg.BindMode == BindModeNodeName {
+		// The pod is the caller's own, built for this launch: set in
+		// place, not on a copy of the whole pod per launch.
 		pod.Spec.NodeName = host
 	}
 	var created *corev1.Pod

@@ -2,8 +2,12 @@ package kubernetes
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -221,5 +225,50 @@ func TestLeanPodKeepsWhatTheBackendReads(t *testing.T) {
 	}
 	if o, ob := observe(p, true), observe(before, true); o.state != ob.state || o.health != ob.health {
 		t.Errorf("observed %+v, was %+v", o, ob)
+	}
+}
+
+// TestSpecHashUnchanged: the digest is the one earlier releases wrote on
+// their pods (a deep copy with the run's identity and images blanked, as
+// JSON), so pods already running stay replaceable in place.
+func TestSpecHashUnchanged(t *testing.T) {
+	reference := func(p *corev1.Pod) string {
+		q := p.DeepCopy()
+		q.Name = ""
+		delete(q.Labels, LabelRunID)
+		delete(q.Annotations, AnnotationTaskID)
+		delete(q.Annotations, AnnotationSpecHash)
+		for i := range q.Spec.Containers {
+			q.Spec.Containers[i].Image = ""
+		}
+		b, err := json.Marshal(struct {
+			Meta metav1.ObjectMeta `json:"meta"`
+			Spec corev1.PodSpec    `json:"spec"`
+		}{q.ObjectMeta, q.Spec})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum := sha256.Sum256(b)
+		return hex.EncodeToString(sum[:16])
+	}
+	b := &Backend{cfg: Config{Namespace: "ns", DefaultImage: DefaultImage, GPUResource: DefaultGPUResource, VolumeRoot: DefaultVolumeRoot}}
+	base := hostmgr.LaunchSpec{TaskID: "j-3-2", JobID: "j", InstanceID: 3, RunID: 2, Host: "n", Command: []string{"server"}, Image: "img:1"}
+	base.Resources.MilliCPU, base.Resources.MemoryMB = 500, 64
+	full := base
+	full.Pool, full.Env, full.KillGrace = "/a/b", map[string]string{"A": "1", "B": "2"}, 30*time.Second
+	full.Ports = []hostmgr.Port{{Name: "http"}, {Name: "admin", Value: 9001}}
+	full.HealthCheck = &pelotonv1.HealthCheck{Http: &pelotonv1.HttpProbe{Port: "http", Path: "/ok"}}
+	full.Volume = &hostmgr.Volume{ID: "j-3", MountPath: "/data"}
+	for name, s := range map[string]hostmgr.LaunchSpec{"minimal": base, "full": full} {
+		p := b.buildPod(s, "ns", assignPorts(s.Ports))
+		if got, want := p.Annotations[AnnotationSpecHash], reference(p); got != want {
+			t.Errorf("%s: digest %s, earlier releases' %s", name, got, want)
+		}
+		before := p.DeepCopy()
+		specHash(p)
+		if !equalMaps(p.Labels, before.Labels) || !equalMaps(p.Annotations, before.Annotations) || p.Name != before.Name ||
+			p.Spec.Containers[0].Image != before.Spec.Containers[0].Image {
+			t.Errorf("%s: specHash changed the pod", name)
+		}
 	}
 }
