@@ -20,7 +20,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/peloton-sched/peloton/cluster"
 	pkube "github.com/peloton-sched/peloton/hostmgr/kubernetes"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
@@ -40,15 +39,20 @@ const (
 // The Cpu* figures are the CPU time each process used from the start of
 // the phase until its last pod ran, per pod: kube-apiserver, kwok,
 // kube-scheduler (its phases only) and this process, which holds the
-// apiserver's etcd, the bench's own clients and, in Peloton's phases, the
-// whole Peloton stack with its etcd. MachineBusyPct is how busy all the
-// machine's cores were over the same span, other tenants' work included.
+// apiserver's etcd and the bench's own clients and watch (Peloton runs in
+// a process of its own, see pelotonSuffixes). MachineBusyPct is how busy
+// all the machine's cores were over the same span, other tenants' work
+// included.
 var kubePhaseSuffixes = []string{"BoundPerSec", "AllRunningS", "StartupMsP50", "StartupMsP99",
 	"CpuApiserverMsPerPod", "CpuKwokMsPerPod", "CpuKubeSchedulerMsPerPod", "CpuBenchMsPerPod", "MachineBusyPct"}
 
 // Figure suffixes of each Peloton phase besides kubePhaseSuffixes: the time
-// to its first pod, and its BoundPerSec over the other phases' of the run.
-var pelotonSuffixes = []string{"FirstPodMs", "VsRaw", "VsKubeSchedulerDefault", "VsKubeSchedulerEqualQps"}
+// to its first pod, its BoundPerSec over the other phases' of the run, the
+// CPU of the Peloton process (`peloton up`, its embedded etcd included) per
+// pod over the same span as the other Cpu* figures, and that over
+// kube-scheduler's per pod in the equal-QPS phase of the same run.
+var pelotonSuffixes = []string{"FirstPodMs", "VsRaw", "VsKubeSchedulerDefault", "VsKubeSchedulerEqualQps",
+	"CpuPelotonMsPerPod", "CpuVsKubeScheduler"}
 
 // qpsName spells a client QPS in a figure name or namespace: 200, 1000,
 // 12p5 for 12.5.
@@ -147,6 +151,10 @@ type KubernetesConfig struct {
 	// Bin is the folder with kube-apiserver, kube-scheduler and kwok
 	// (empty: what `make kube-tools` built, see KubeHarness.Tools).
 	Bin string
+	// PelotonBin is the peloton binary whose `up` runs Peloton's phases,
+	// each in a process of its own (empty: this executable, when it is a
+	// peloton binary).
+	PelotonBin string
 }
 
 // DefaultKubernetesConfig is the issue's size: 10,000 pods of 0.1 CPU on
@@ -234,6 +242,10 @@ func Kubernetes(ctx context.Context, env Env, cfg KubernetesConfig) (_ *Result, 
 	if err != nil {
 		return nil, err
 	}
+	pelotonBin, err := pelotonBinary(cfg.PelotonBin)
+	if err != nil {
+		return nil, err
+	}
 	bin := cfg.Bin
 	if bin == "" {
 		if bin, err = harness.Tools(); err != nil {
@@ -276,7 +288,7 @@ func Kubernetes(ctx context.Context, env Env, cfg KubernetesConfig) (_ *Result, 
 	if err != nil {
 		return nil, err
 	}
-	b := &kubeBench{env: env, cfg: cfg, harness: harness, kc: kc, bin: bin, dir: dir, creator: creator, nodes: nodes}
+	b := &kubeBench{env: env, cfg: cfg, harness: harness, kc: kc, bin: bin, pelotonBin: pelotonBin, dir: dir, creator: creator, nodes: nodes}
 	if err := b.untaintNotReady(ctx); err != nil {
 		return nil, err
 	}
@@ -308,21 +320,26 @@ func Kubernetes(ctx context.Context, env Env, cfg KubernetesConfig) (_ *Result, 
 		}
 	}
 
+	startupGoal := map[string]string{}
+	for _, q := range cfg.QPS {
+		for _, m := range cfg.BindModes {
+			startupGoal[pelotonPhase(m, q)] = "goal <= 5000 (the Kubernetes pod startup SLO)"
+			if q == 200 {
+				startupGoal[pelotonPhase(m, q)] = "goal < 1000"
+			}
+		}
+	}
 	for _, p := range phases {
 		x := res[p]
 		r.add(p+"BoundPerSec", x.boundPerSec, "pods/s", "")
 		r.add(p+"AllRunningS", x.allRunning.Seconds(), "s", "first create (or CreateJob) to last pod Running")
 		r.add(p+"StartupMsP50", x.startupP50, "ms", "")
-		goal := ""
-		if strings.HasPrefix(p, "peloton") {
-			goal = "goal <= 5000 (the Kubernetes pod startup SLO)"
-		}
-		r.add(p+"StartupMsP99", x.startupP99, "ms", goal)
+		r.add(p+"StartupMsP99", x.startupP99, "ms", startupGoal[p])
 		perPod := func(d time.Duration) float64 { return ms(d) / float64(cfg.Pods) }
 		r.add(p+"CpuApiserverMsPerPod", perPod(x.cpu.apiserver), "ms", "kube-apiserver CPU, start -> last pod Running")
 		r.add(p+"CpuKwokMsPerPod", perPod(x.cpu.kwok), "ms", "")
 		r.add(p+"CpuKubeSchedulerMsPerPod", perPod(x.cpu.scheduler), "ms", "")
-		r.add(p+"CpuBenchMsPerPod", perPod(x.cpu.bench), "ms", "this process: the apiserver's etcd, the bench's clients, Peloton and its etcd")
+		r.add(p+"CpuBenchMsPerPod", perPod(x.cpu.bench), "ms", "this process: the apiserver's etcd, the bench's clients and watch (not Peloton)")
 		r.add(p+"MachineBusyPct", x.cpu.machineBusyPct, "%", "all cores, every tenant")
 	}
 	ratio := func(a, b float64) float64 {
@@ -340,6 +357,10 @@ func Kubernetes(ctx context.Context, env Env, cfg KubernetesConfig) (_ *Result, 
 			r.add(p+"VsKubeSchedulerDefault", ratio(pb, res[phaseKSDefault].boundPerSec), "x", "bound/s; goal >= 10")
 			r.add(p+"VsKubeSchedulerEqualQps", ratio(pb, res[kubeSchedulerPhase(q)].boundPerSec), "x",
 				fmt.Sprintf("bound/s, over %s; goal >= 1.5", kubeSchedulerPhase(q)))
+			r.add(p+"CpuPelotonMsPerPod", ms(res[p].cpu.peloton)/float64(cfg.Pods), "ms",
+				"the peloton up process (its etcd included), start -> last pod Running")
+			r.add(p+"CpuVsKubeScheduler", ratio(float64(res[p].cpu.peloton), float64(res[kubeSchedulerPhase(q)].cpu.scheduler)), "x",
+				fmt.Sprintf("CPU per pod, over kube-scheduler's in %s; goal <= 0.5", kubeSchedulerPhase(q)))
 		}
 	}
 	r.note("kube-scheduler default client QPS/burst is its own (%d/%d); each kubeSchedulerQps<q> phase sets clientConnection.qps/burst to q and Peloton's burst at q (--burst, or 2q)",
@@ -356,9 +377,11 @@ type kubeBench struct {
 	harness KubeHarness
 	kc      KubeCluster
 	bin     string
-	dir     string
-	creator kubernetes.Interface
-	nodes   []string
+	// pelotonBin is the peloton binary whose `up` runs Peloton's phases.
+	pelotonBin string
+	dir        string
+	creator    kubernetes.Interface
+	nodes      []string
 	// last is the last phase: its pods are not deleted, the cluster goes.
 	last string
 }
@@ -401,7 +424,7 @@ func (b *kubeBench) untaintNotReady(ctx context.Context) error {
 // no scheduler at all, only the apiserver and kwok.
 func (b *kubeBench) raw(ctx context.Context) (phaseResult, error) {
 	ns := "bench-raw"
-	return b.phase(ctx, phaseRaw, ns, nil, nil, func(ctx context.Context) error {
+	return b.phase(ctx, phaseRaw, ns, phaseProcs{}, nil, func(ctx context.Context) error {
 		return b.createPods(ctx, ns, func(i int, p *corev1.Pod) { p.Spec.NodeName = b.nodes[i%len(b.nodes)] })
 	})
 }
@@ -419,7 +442,7 @@ func (b *kubeBench) kubeScheduler(ctx context.Context, name, ns string, qps floa
 	if err := b.warmUp(ctx, ks, ns+"-warmup"); err != nil {
 		return phaseResult{}, err
 	}
-	return b.phase(ctx, name, ns, ks, ks.Stop, func(ctx context.Context) error {
+	return b.phase(ctx, name, ns, phaseProcs{sched: ks}, ks.Stop, func(ctx context.Context) error {
 		return b.createPods(ctx, ns, func(_ int, p *corev1.Pod) { p.Spec.SchedulerName = corev1.DefaultSchedulerName })
 	})
 }
@@ -454,23 +477,28 @@ func (b *kubeBench) warmUp(ctx context.Context, ks KubeProc, ns string) error {
 	return b.clean(ctx, ns)
 }
 
-// peloton runs the stack on the kubernetes backend in bind mode mode at
-// client QPS qps, with its pods in a namespace of its own, and submits one
-// BATCH job of Pods instances.
+// peloton runs `peloton up` on the kubernetes backend, in a process of its
+// own, in bind mode mode at client QPS qps, with its pods in a namespace
+// of its own, and submits one BATCH job of Pods instances.
 func (b *kubeBench) peloton(ctx context.Context, name, mode string, qps float32) (phaseResult, error) {
-	b.env.progress("kubernetes: %s: starting the stack on the kubernetes backend", name)
+	b.env.progress("kubernetes: %s: starting %s up on the kubernetes backend", name, b.pelotonBin)
 	ns := "bench-peloton-" + mode + "-qps-" + qpsName(qps)
-	s, err := startStack(ctx, b.env, stackConfig{Kube: &cluster.KubeConfig{
-		Kubeconfig: b.kc.Kubeconfig(), Namespace: ns, QPS: qps, Burst: b.cfg.burst(qps), BindMode: mode}})
+	sctx, scancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer scancel()
+	s, err := startPelotonProc(sctx, b.pelotonBin, filepath.Join(b.dir, "peloton-"+name), filepath.Join(b.dir, "peloton-"+name+".log"),
+		[]string{"--backend", pkube.BackendName, "--kubeconfig", b.kc.Kubeconfig(), "--kube-namespace", ns,
+			"--kube-qps", strconv.FormatFloat(float64(qps), 'f', -1, 32), "--kube-burst", strconv.Itoa(b.cfg.burst(qps)),
+			"--kube-bind-mode", mode})
 	if err != nil {
-		return phaseResult{}, err
+		return phaseResult{}, fmt.Errorf("bench: %s: %w", name, err)
 	}
-	var once sync.Once
-	stop := func() { once.Do(func() { _ = s.Close() }) }
-	defer stop()
+	defer s.stop()
 	hctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	err = waitFor(hctx, 200*time.Millisecond, "Peloton seeing every kwok node", func() (bool, string, error) {
+		if s.exited() {
+			return false, "", fmt.Errorf("bench: peloton up exited: %v\n%s", s.err, s.tail(20))
+		}
 		hl, err := s.api.Hosts.ListHosts(hctx, &pelotonv1.ListHostsRequest{})
 		if err != nil {
 			return false, "", fmt.Errorf("ListHosts: %w", err)
@@ -484,7 +512,7 @@ func (b *kubeBench) peloton(ctx context.Context, name, mode string, qps float32)
 		InstanceCount: uint32(b.cfg.Pods),
 		DefaultSpec: &pelotonv1.TaskSpec{Command: []string{"serve"},
 			Resources: &pelotonv1.Resources{Cpu: b.cfg.PodCPU, MemoryMb: float64(b.cfg.PodMemoryMB)}}}
-	return b.phase(ctx, name, ns, nil, stop, func(ctx context.Context) error {
+	return b.phase(ctx, name, ns, phaseProcs{peloton: s}, s.stop, func(ctx context.Context) error {
 		if _, err := s.api.Jobs.CreateJob(ctx, &pelotonv1.CreateJobRequest{Spec: spec}); err != nil {
 			return fmt.Errorf("CreateJob: %w", err)
 		}
@@ -502,27 +530,43 @@ type phaseResult struct {
 
 // cpuUse is the CPU the processes of a run used over one phase.
 type cpuUse struct {
-	apiserver, kwok, scheduler, bench time.Duration
-	machineBusy, machineTotal         time.Duration
-	machineBusyPct                    float64
+	apiserver, kwok, scheduler, peloton, bench time.Duration
+	machineBusy, machineTotal                  time.Duration
+	machineBusyPct                             float64
 }
 
-// cpuNow samples the CPU used so far; sched is kube-scheduler, if it runs.
-func (b *kubeBench) cpuNow(sched KubeProc) cpuUse {
+// phaseProcs are the scheduler processes of a phase whose CPU is counted:
+// kube-scheduler in its phases, Peloton in its own.
+type phaseProcs struct {
+	sched   KubeProc
+	peloton *pelotonProc
+}
+
+// cpuNow samples the CPU used so far. A scheduler that has exited is an
+// error: its CPU can no longer be read.
+func (b *kubeBench) cpuNow(ps phaseProcs) (cpuUse, error) {
 	var u cpuUse
+	var err error
 	u.apiserver, u.kwok = b.kc.CPU()
-	if sched != nil {
-		u.scheduler, _ = sched.CPU()
+	if ps.sched != nil {
+		if u.scheduler, err = ps.sched.CPU(); err != nil {
+			return u, fmt.Errorf("bench: kube-scheduler's CPU: %w\n%s", err, ps.sched.Tail(20))
+		}
+	}
+	if ps.peloton != nil {
+		if u.peloton, err = ps.peloton.cpu(); err != nil {
+			return u, err
+		}
 	}
 	u.bench = b.harness.SelfCPU()
 	u.machineBusy, u.machineTotal, _ = b.harness.MachineCPU()
-	return u
+	return u, nil
 }
 
 // since is the CPU used from then until u.
 func (u cpuUse) since(then cpuUse) cpuUse {
 	d := cpuUse{apiserver: u.apiserver - then.apiserver, kwok: u.kwok - then.kwok,
-		scheduler: u.scheduler - then.scheduler, bench: u.bench - then.bench,
+		scheduler: u.scheduler - then.scheduler, peloton: u.peloton - then.peloton, bench: u.bench - then.bench,
 		machineBusy: u.machineBusy - then.machineBusy, machineTotal: u.machineTotal - then.machineTotal}
 	if d.machineTotal > 0 {
 		d.machineBusyPct = 100 * float64(d.machineBusy) / float64(d.machineTotal)
@@ -532,10 +576,10 @@ func (u cpuUse) since(then cpuUse) cpuUse {
 
 // phase watches namespace ns, calls start (which creates the pods or the
 // job), waits until Pods pods run, calls stop (if not nil) and deletes them
-// all; sched is kube-scheduler, whose CPU is counted, in its phases. The time origin is the call of start. stop ends what placed the pods
-// before they go: Peloton would take its deleted pods for lost runs and
-// launch them again.
-func (b *kubeBench) phase(ctx context.Context, name, ns string, sched KubeProc, stop func(), start func(context.Context) error) (phaseResult, error) {
+// all; ps are the schedulers whose CPU is counted. The time origin is the
+// call of start. stop ends what placed the pods before they go: Peloton
+// would take its deleted pods for lost runs and launch them again.
+func (b *kubeBench) phase(ctx context.Context, name, ns string, ps phaseProcs, stop func(), start func(context.Context) error) (phaseResult, error) {
 	if err := b.kc.CreateNamespace(ctx, ns); err != nil {
 		return phaseResult{}, fmt.Errorf("bench: namespace %s: %w", ns, err)
 	}
@@ -547,7 +591,10 @@ func (b *kubeBench) phase(ctx context.Context, name, ns string, sched KubeProc, 
 	}
 	defer w.stop()
 	b.env.progress("kubernetes: %s: %d pods", name, b.cfg.Pods)
-	cpu0 := b.cpuNow(sched)
+	cpu0, err := b.cpuNow(ps)
+	if err != nil {
+		return phaseResult{}, err
+	}
 	t0 := time.Now()
 	startErr := make(chan error, 1)
 	go func() { startErr <- start(ctx) }()
@@ -557,7 +604,11 @@ func (b *kubeBench) phase(ctx context.Context, name, ns string, sched KubeProc, 
 		return phaseResult{}, fmt.Errorf("bench: %s: %w", name, err)
 	}
 	pr := w.result(t0)
-	pr.cpu = b.cpuNow(sched).since(cpu0)
+	cpu1, err := b.cpuNow(ps)
+	if err != nil {
+		return phaseResult{}, err
+	}
+	pr.cpu = cpu1.since(cpu0)
 	b.env.progress("kubernetes: %s: all running after %s", name, pr.allRunning.Round(time.Millisecond))
 	if stop != nil {
 		stop()

@@ -17,7 +17,8 @@ func TestKubernetesPhasesAndFigures(t *testing.T) {
 		t.Fatalf("phases %q, want %q", got, want)
 	}
 	figs := kubernetesFiguresOf(cfg)
-	for _, f := range []string{"rawBoundPerSec", "pelotonNodeNameQps12p5StartupMsP99", "pelotonBindingQps200VsKubeSchedulerEqualQps", "pelotonNodeNameQps200FirstPodMs"} {
+	for _, f := range []string{"rawBoundPerSec", "pelotonNodeNameQps12p5StartupMsP99", "pelotonBindingQps200VsKubeSchedulerEqualQps", "pelotonNodeNameQps200FirstPodMs",
+		"pelotonBindingQps12p5CpuPelotonMsPerPod", "pelotonNodeNameQps200CpuVsKubeScheduler"} {
 		if !slices.Contains(figs, f) {
 			t.Errorf("figures lack %s: %q", f, figs)
 		}

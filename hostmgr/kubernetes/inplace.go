@@ -43,26 +43,48 @@ const (
 	AnnotationRunRestarts = "peloton.io/run-restarts"
 )
 
-// specHash is the AnnotationSpecHash of a pod as buildPod makes it.
+// specHash is the AnnotationSpecHash of a pod as buildPod makes it: a
+// digest of the JSON of its metadata and spec without its name, run ID,
+// task ID, digest and images. It is computed for every launch, so it
+// copies only what it blanks (the metadata and spec structs, the two maps,
+// the containers), not the whole pod; the digest is the same as that of a
+// deep copy with those fields blanked, which pods already running carry.
 func specHash(p *corev1.Pod) string {
-	q := p.DeepCopy()
-	q.Name = ""
-	delete(q.Labels, LabelRunID)
-	delete(q.Annotations, AnnotationTaskID)
-	delete(q.Annotations, AnnotationSpecHash)
-	for i := range q.Spec.Containers {
-		q.Spec.Containers[i].Image = ""
+	meta := p.ObjectMeta
+	meta.Name = ""
+	meta.Labels = mapWithout(p.Labels, LabelRunID)
+	meta.Annotations = mapWithout(p.Annotations, AnnotationTaskID, AnnotationSpecHash)
+	spec := p.Spec
+	spec.Containers = make([]corev1.Container, len(p.Spec.Containers))
+	for i, c := range p.Spec.Containers {
+		c.Image = ""
+		spec.Containers[i] = c
 	}
 	// encoding/json writes map keys in order, so the digest is stable.
 	b, err := json.Marshal(struct {
 		Meta metav1.ObjectMeta `json:"meta"`
 		Spec corev1.PodSpec    `json:"spec"`
-	}{q.ObjectMeta, q.Spec})
+	}{meta, spec})
 	if err != nil {
 		return ""
 	}
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:16])
+}
+
+// mapWithout is a copy of m without keys (nil stays nil).
+func mapWithout(m map[string]string, keys ...string) map[string]string {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	for _, k := range keys {
+		delete(out, k)
+	}
+	return out
 }
 
 // runRestarts reads AnnotationRunRestarts.

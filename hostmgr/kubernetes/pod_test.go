@@ -2,8 +2,12 @@ package kubernetes
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -175,5 +179,96 @@ func TestBuildPodMetricsHost(t *testing.T) {
 	env := envOf(spec)
 	if env[envMetricsHost] != "from status.podIP" || env[envMetricsPort] != "http" || env["PELOTON_PORT_HTTP"] == "" {
 		t.Errorf("a run with metrics: env %v", env)
+	}
+}
+
+// TestLeanPodKeepsWhatTheBackendReads: the informers' transform drops a
+// run's environment, mounts and volumes, and keeps everything the backend
+// reads of a cached pod: its identity, labels and annotations, requests,
+// ports, readiness probe, image and command, node and status.
+func TestLeanPodKeepsWhatTheBackendReads(t *testing.T) {
+	b, err := New(Config{REST: &rest.Config{Host: "https://127.0.0.1:1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	spec := hostmgr.LaunchSpec{TaskID: "j-0-1", JobID: "j", Host: "n", Command: []string{"x"}, Pool: "/p",
+		Env:         map[string]string{"A": "1"},
+		Ports:       []hostmgr.Port{{Name: "http"}},
+		HealthCheck: &pelotonv1.HealthCheck{Http: &pelotonv1.HttpProbe{Port: "http"}, IntervalSeconds: 2},
+		Volume:      &hostmgr.Volume{ID: "j-0", MountPath: "/data"}}
+	spec.Resources.MilliCPU, spec.Resources.MemoryMB = 1500, 100
+	ports := assignPorts(spec.Ports)
+	p := b.buildPod(spec, "ns", ports)
+	p.Spec.NodeName = "n"
+	p.Spec.NodeSelector = map[string]string{"zone": "a"}
+	p.Spec.Tolerations = []corev1.Toleration{{Key: "k"}}
+	p.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "m"}}
+	p.Annotations[corev1.LastAppliedConfigAnnotation] = "{}"
+	p.Status = corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}},
+		ContainerStatuses: []corev1.ContainerStatus{{Name: ContainerName, RestartCount: 2}}}
+	before := p.DeepCopy()
+	obj, err := leanObject(p)
+	if err != nil || obj != p {
+		t.Fatalf("leanObject: %v, %p for %p", err, obj, p)
+	}
+	c := p.Spec.Containers[0]
+	if c.Env != nil || c.VolumeMounts != nil || p.Spec.Volumes != nil || p.Spec.Affinity != nil || p.Spec.Tolerations != nil ||
+		p.ManagedFields != nil || p.Annotations[corev1.LastAppliedConfigAnnotation] != "" {
+		t.Errorf("kept what nothing reads: %+v", p)
+	}
+	if b.podRequests(p) != b.podRequests(before) || !equalMaps(p.Labels, before.Labels) || len(p.Annotations) != len(before.Annotations)-1 ||
+		p.Annotations[AnnotationSpecHash] != before.Annotations[AnnotationSpecHash] || p.Spec.NodeName != "n" || p.Spec.NodeSelector["zone"] != "a" ||
+		c.Image != before.Spec.Containers[0].Image || c.Command[0] != "x" || !hasProbe(p) || failAfter(p) != failAfter(before) ||
+		podPorts(p)["http"] != ports["http"] {
+		t.Errorf("lost what the backend reads:\n%+v\nwas\n%+v", p, before)
+	}
+	if o, ob := observe(p, true), observe(before, true); o.state != ob.state || o.health != ob.health {
+		t.Errorf("observed %+v, was %+v", o, ob)
+	}
+}
+
+// TestSpecHashUnchanged: the digest is the one earlier releases wrote on
+// their pods (a deep copy with the run's identity and images blanked, as
+// JSON), so pods already running stay replaceable in place.
+func TestSpecHashUnchanged(t *testing.T) {
+	reference := func(p *corev1.Pod) string {
+		q := p.DeepCopy()
+		q.Name = ""
+		delete(q.Labels, LabelRunID)
+		delete(q.Annotations, AnnotationTaskID)
+		delete(q.Annotations, AnnotationSpecHash)
+		for i := range q.Spec.Containers {
+			q.Spec.Containers[i].Image = ""
+		}
+		b, err := json.Marshal(struct {
+			Meta metav1.ObjectMeta `json:"meta"`
+			Spec corev1.PodSpec    `json:"spec"`
+		}{q.ObjectMeta, q.Spec})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum := sha256.Sum256(b)
+		return hex.EncodeToString(sum[:16])
+	}
+	b := &Backend{cfg: Config{Namespace: "ns", DefaultImage: DefaultImage, GPUResource: DefaultGPUResource, VolumeRoot: DefaultVolumeRoot}}
+	base := hostmgr.LaunchSpec{TaskID: "j-3-2", JobID: "j", InstanceID: 3, RunID: 2, Host: "n", Command: []string{"server"}, Image: "img:1"}
+	base.Resources.MilliCPU, base.Resources.MemoryMB = 500, 64
+	full := base
+	full.Pool, full.Env, full.KillGrace = "/a/b", map[string]string{"A": "1", "B": "2"}, 30*time.Second
+	full.Ports = []hostmgr.Port{{Name: "http"}, {Name: "admin", Value: 9001}}
+	full.HealthCheck = &pelotonv1.HealthCheck{Http: &pelotonv1.HttpProbe{Port: "http", Path: "/ok"}}
+	full.Volume = &hostmgr.Volume{ID: "j-3", MountPath: "/data"}
+	for name, s := range map[string]hostmgr.LaunchSpec{"minimal": base, "full": full} {
+		p := b.buildPod(s, "ns", assignPorts(s.Ports))
+		if got, want := p.Annotations[AnnotationSpecHash], reference(p); got != want {
+			t.Errorf("%s: digest %s, earlier releases' %s", name, got, want)
+		}
+		before := p.DeepCopy()
+		specHash(p)
+		if !equalMaps(p.Labels, before.Labels) || !equalMaps(p.Annotations, before.Annotations) || p.Name != before.Name ||
+			p.Spec.Containers[0].Image != before.Spec.Containers[0].Image {
+			t.Errorf("%s: specHash changed the pod", name)
+		}
 	}
 }

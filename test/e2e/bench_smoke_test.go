@@ -61,6 +61,9 @@ func TestBenchScenariosSmoke(t *testing.T) {
 				if _, err := kubetest.Tools(); err != nil {
 					t.Skip(err.Error())
 				}
+				// Peloton runs as `peloton up` in a process of its own; this
+				// test binary is not one.
+				args = append(slices.Clone(args), "--peloton-bin", buildPeloton(t))
 			}
 			var out, errb bytes.Buffer
 			root := cli.NewRootCommand(&out, &errb)

@@ -48,9 +48,11 @@ same cluster stack "peloton up" runs, on the sim backend, with an embedded etcd
 in a temp dir and loopback listeners on free ports, all removed afterwards -
 and drives it through the gRPC API. Nothing else needs to run, and no server
 flag applies. The kubernetes scenario runs the stack on the kubernetes backend
-against a throw-away kube-apiserver with kwok nodes, next to kube-scheduler;
-it needs the binaries of "make kube-tools" and a peloton built with the kube test
-harness, which the release binary does not link:
+against a throw-away kube-apiserver with kwok nodes, next to kube-scheduler,
+each Peloton phase as "peloton up" in a process of its own (--peloton-bin), so
+that its CPU is measured apart from the bench's; it needs the binaries of
+"make kube-tools" and a peloton built with the kube test harness, which the
+release binary does not link:
   go build -tags kubebench -o bin/peloton-kubebench ./cmd/peloton
 Progress goes to stderr (-q silences it).
 
@@ -173,6 +175,7 @@ func (a *app) benchScenario(sc bench.Scenario) *cobra.Command {
 		fs.IntVar(&c.CreateWorkers, "create-workers", c.CreateWorkers, "goroutines of the bench's own pod creator")
 		fs.DurationVar(&c.PhaseTimeout, "phase-timeout", c.PhaseTimeout, "bound of each phase, first create to last pod Running")
 		fs.StringVar(&c.Bin, "kube-bin", c.Bin, "folder with kube-apiserver, kube-scheduler and kwok (default: $PELOTON_KUBE_BIN, or what make kube-tools built)")
+		fs.StringVar(&c.PelotonBin, "peloton-bin", c.PelotonBin, "the peloton binary whose up runs each Peloton phase in a process of its own, for its CPU alone (default: this one)")
 		validate = c.Validate
 		run = func(ctx context.Context, env bench.Env) (*bench.Result, error) { return bench.Kubernetes(ctx, env, c) }
 	case bench.ScenarioFederation:
