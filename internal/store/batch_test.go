@@ -357,6 +357,39 @@ func BenchmarkBatcherWrite(b *testing.B) {
 	b.ReportMetric(float64(cs.ops.Load())/float64(cs.txns.Load()), "ops/txn")
 }
 
+// slowStore adds a fixed round trip to every Txn, as the network between
+// the stack and an external etcd cluster does.
+type slowStore struct {
+	Store
+	rtt time.Duration
+}
+
+func (s *slowStore) Txn(ctx context.Context, ops ...Op) (int64, error) {
+	time.Sleep(s.rtt)
+	return s.Store.Txn(ctx, ops...)
+}
+
+// BenchmarkBatcherInFlight compares one txn in flight with two, on the
+// embedded etcd and with a 2 ms round trip added (an external etcd one
+// network hop away): go test -bench BatcherInFlight ./internal/store.
+func BenchmarkBatcherInFlight(b *testing.B) {
+	for _, rtt := range []time.Duration{0, 2 * time.Millisecond} {
+		for _, n := range []int{1, 2} {
+			b.Run(fmt.Sprintf("rtt=%s/inFlight=%d", rtt, n), func(b *testing.B) {
+				_, s := startTestEtcd(b)
+				cs := &countingStore{Store: &slowStore{Store: s, rtt: rtt}}
+				bt := NewBatcher(cs, BatcherOptions{MaxInFlight: n})
+				defer bt.Close()
+				benchWrites(b, func(ctx context.Context, op Op) error {
+					_, err := bt.Write(ctx, op)
+					return err
+				})
+				b.ReportMetric(float64(cs.ops.Load())/float64(cs.txns.Load()), "ops/txn")
+			})
+		}
+	}
+}
+
 // BenchmarkUnbatchedTxn is the baseline: the same writers, one Txn each.
 func BenchmarkUnbatchedTxn(b *testing.B) {
 	_, s := startTestEtcd(b)
