@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"errors"
 	"net"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/peloton-sched/peloton/cluster/client"
+	"github.com/peloton-sched/peloton/internal/testutil"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
@@ -83,9 +85,15 @@ func TestNoTimeoutAddsNoDeadline(t *testing.T) {
 	if d := <-impl.deadlines; d != -1 {
 		t.Fatalf("server saw a deadline (%s); none was asked for", d)
 	}
-	if !c.Connected() {
-		t.Fatal("Connected() is false after a successful call")
-	}
+	// gRPC hands the call its ready connection before it publishes the
+	// channel's READY state, so for a moment after the first call the
+	// state may still read CONNECTING.
+	testutil.Eventually(t, 10*time.Second, "Connected() after a successful call", func() error {
+		if !c.Connected() {
+			return errors.New("Connected() is false")
+		}
+		return nil
+	})
 }
 
 func TestUnreachableFailsFast(t *testing.T) {
