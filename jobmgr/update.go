@@ -283,13 +283,26 @@ func (m *Manager) storeNewVersion(ctx context.Context, j *job, jv *jobVersion, u
 		ops = append(ops, store.Put(updateKey(u.u.Id), b, store.MustNotExist))
 	}
 	j.mu.Lock()
+	if j.unsure {
+		if err := m.resolveJob(ctx, j); err != nil {
+			j.mu.Unlock()
+			return apierr.Unavailable("store spec version: %v", err)
+		}
+	}
 	rt := proto.Clone(j.rt).(*pelotonv1.JobStatus)
 	rt.SpecVersion = jv.version
 	rtb, _ := proto.Marshal(rt)
 	ops = append(ops, store.Put(jobRuntimeKey(j.id), rtb, j.rev))
 	ops = append(ops, extra...)
-	rev, err := m.store.Txn(ctx, ops...)
+	// Not the caller's deadline: a caller giving up mid-write would leave
+	// etcd free to apply a version this process then does not know, and
+	// every later version would conflict with it. The store's own request
+	// timeout bounds the write.
+	rev, err := m.store.Txn(context.WithoutCancel(ctx), ops...)
 	if err != nil {
+		if !errors.Is(err, store.ErrConflict) {
+			j.unsure = true // read back before the runtime's next write
+		}
 		j.mu.Unlock()
 		if errors.Is(err, store.ErrConflict) {
 			return apierr.Aborted("job %s changed concurrently; retry", j.id)
