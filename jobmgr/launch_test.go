@@ -1,10 +1,14 @@
 package jobmgr
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"testing"
 	"time"
 
+	"github.com/peloton-sched/peloton/hostmgr"
+	"github.com/peloton-sched/peloton/internal/store"
 	"github.com/peloton-sched/peloton/internal/store/storetest"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 	"github.com/peloton-sched/peloton/resmgr"
@@ -91,6 +95,43 @@ func TestLaunchSpecNamesGang(t *testing.T) {
 		r := s.runs[resmgr.RunTaskID(id, inst, 1)]
 		if r == nil || r.gang != want {
 			t.Errorf("instance %d launched as %+v, want Gang %q", inst, r, want)
+		}
+	}
+}
+
+// TestDefaultLaunchersKeepTheBatcherFull: each launcher waits for its
+// launch record's group commit, so by default there are enough of them to
+// fill every txn the batcher can have on its way and forming, and more for
+// the backend's own waits; an explicit count is kept as given.
+func TestDefaultLaunchersKeepTheBatcherFull(t *testing.T) {
+	e, _ := storetest.StartEtcd(t)
+	ctx := context.Background()
+	st, err := store.NewEtcd(ctx, store.EtcdConfig{Endpoints: e.Endpoints(), MaxTxnOps: e.MaxTxnOps()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	quiet := slog.New(slog.DiscardHandler)
+	rm, err := resmgr.New(ctx, st, resmgr.Options{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hm := hostmgr.NewManager(&sandboxView{s: newSandboxes(1)}, hostmgr.Options{Logger: quiet, Store: st})
+	for _, c := range []struct {
+		name      string
+		batcher   store.BatcherOptions
+		launchers int
+		want      int
+	}{
+		{"defaults", store.BatcherOptions{}, 0, 256 + 256*3},
+		{"small txns, one in flight", store.BatcherOptions{MaxOps: 8, MaxInFlight: 1}, 0, 256 + 8*2},
+		{"explicit", store.BatcherOptions{}, 5, 5},
+	} {
+		b := store.NewBatcher(st, c.batcher)
+		m := New(st, b, rm, hm, Options{Logger: quiet, Launchers: c.launchers})
+		b.Close()
+		if m.launchers != c.want {
+			t.Errorf("%s: %d launchers, want %d", c.name, m.launchers, c.want)
 		}
 	}
 }
