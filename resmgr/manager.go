@@ -82,7 +82,7 @@ type Manager struct {
 	mu       sync.Mutex
 	root     *Pool
 	pools    map[string]*Pool
-	tasks    map[string]*taskState // by instance key
+	tasks    map[instKey]*taskState
 	capacity resources.Resources
 	ready    []*Gang // admitted, waiting for placement, in order
 	placed   []Placement
@@ -135,14 +135,14 @@ func New(ctx context.Context, st store.Store, opts Options) (*Manager, error) {
 	m := &Manager{
 		store: st, log: opts.Logger.With("component", "resmgr"), now: time.Now,
 		backoffBase: opts.BackoffBase, backoffMax: opts.BackoffMax,
-		pools: map[string]*Pool{}, tasks: map[string]*taskState{}, held: map[*Gang]struct{}{},
+		pools: map[string]*Pool{}, tasks: map[instKey]*taskState{}, held: map[*Gang]struct{}{},
 		admitKick: make(chan struct{}, 1),
 		gate:      reclaimGate{delay: opts.ReclaimDelay, since: map[string]time.Time{}},
 	}
 	m.readyCond = sync.NewCond(&m.mu)
 	m.placedCond = sync.NewCond(&m.mu)
 	m.victimCond = sync.NewCond(&m.mu)
-	m.root = &Pool{Path: RootPath, children: map[string]*Pool{}, Limit: resources.Unlimited, queue: newPriorityQueue(), admitted: map[string]*taskState{}}
+	m.root = &Pool{Path: RootPath, children: map[string]*Pool{}, Limit: resources.Unlimited, queue: newPriorityQueue(), admitted: map[instKey]*taskState{}}
 	m.pools[RootPath] = m.root
 	kvs, err := st.List(ctx, poolKeyPrefix+"/")
 	if err != nil {
@@ -183,7 +183,7 @@ func (m *Manager) attach(path string, spec *pelotonv1.PoolSpec, rev int64) (*Poo
 		return nil, err
 	}
 	p := &Pool{Path: path, parent: parent, children: map[string]*Pool{}, spec: spec, revision: rev,
-		Reservation: res, Limit: limit, Share: share, queue: newPriorityQueue(), admitted: map[string]*taskState{}}
+		Reservation: res, Limit: limit, Share: share, queue: newPriorityQueue(), admitted: map[instKey]*taskState{}}
 	parent.children[path] = p
 	m.pools[path] = p
 	return p, nil
@@ -683,7 +683,7 @@ func (m *Manager) Enqueue(gangs ...*Gang) error {
 			return fmt.Errorf("resmgr: pool %s is being changed (created under, moved or deleted)", g.Pool)
 		}
 		for _, t := range g.Tasks {
-			if old, dup := m.tasks[t.Key()]; dup && old.task.RunID >= t.RunID {
+			if old, dup := m.tasks[t.key()]; dup && old.task.RunID >= t.RunID {
 				return fmt.Errorf("resmgr: task %s is already queued", t.Key())
 			}
 		}
@@ -692,7 +692,7 @@ func (m *Manager) Enqueue(gangs ...*Gang) error {
 	// (its end may be reported a moment after the new run is queued).
 	for _, g := range gangs {
 		for _, t := range g.Tasks {
-			if old, ok := m.tasks[t.Key()]; ok && old.task.RunID < t.RunID {
+			if old, ok := m.tasks[t.key()]; ok && old.task.RunID < t.RunID {
 				m.releaseLocked(t.JobID, t.Instance)
 			}
 		}
@@ -703,7 +703,7 @@ func (m *Manager) Enqueue(gangs ...*Gang) error {
 		g.enqueued = now
 		p.queue.push(g)
 		for _, t := range g.Tasks {
-			m.tasks[t.Key()] = &taskState{task: t, gang: g, state: pelotonv1.TaskState_PENDING, reason: "waiting for admission in pool " + g.Pool}
+			m.tasks[t.key()] = &taskState{task: t, gang: g, state: pelotonv1.TaskState_PENDING, reason: "waiting for admission in pool " + g.Pool}
 		}
 		walkUp(p, func(n *Pool) { n.Pending = n.Pending.Add(g.Resources); n.pendingTasks += len(g.Tasks) })
 	}
@@ -793,7 +793,7 @@ func (m *Manager) admitOnce() int {
 					byPriority = append(byPriority, blocked{p, g, ceiling})
 				}
 				for _, t := range g.Tasks {
-					m.tasks[t.Key()].reason = reason
+					m.tasks[t.key()].reason = reason
 				}
 				return true
 			}
@@ -803,7 +803,7 @@ func (m *Manager) admitOnce() int {
 				n.pendingTasks -= len(g.Tasks)
 			})
 			for _, t := range g.Tasks {
-				ts := m.tasks[t.Key()]
+				ts := m.tasks[t.key()]
 				ts.state, ts.reason, ts.admittedAt = pelotonv1.TaskState_READY, "waiting for placement", now
 				m.hold(p, ts, true)
 			}
@@ -878,14 +878,14 @@ func findRefusal(pool, cluster []refusal, g *Gang) (refusal, bool) {
 func (m *Manager) markVictims(vs []Victim) {
 	for i := 0; i < len(vs); i++ {
 		v := vs[i]
-		if ts, ok := m.tasks[v.Task.Key()]; ok && !ts.preempting && len(ts.gang.Tasks) > 1 {
+		if ts, ok := m.tasks[v.Task.key()]; ok && !ts.preempting && len(ts.gang.Tasks) > 1 {
 			for _, t := range ts.gang.Tasks {
-				if o, ok := m.tasks[t.Key()]; ok && o != ts && o.gang == ts.gang && !o.preempting {
+				if o, ok := m.tasks[t.key()]; ok && o != ts && o.gang == ts.gang && !o.preempting {
 					vs = append(vs, Victim{Task: t, Reason: v.Reason, Detail: v.Detail + " (gang member)"})
 				}
 			}
 		}
-		ts, ok := m.tasks[v.Task.Key()]
+		ts, ok := m.tasks[v.Task.key()]
 		if !ok || ts.preempting {
 			continue
 		}
@@ -920,9 +920,9 @@ func (m *Manager) hold(p *Pool, ts *taskState, add bool) {
 		}
 	}
 	if add {
-		p.admitted[ts.task.Key()] = ts
+		p.admitted[ts.task.key()] = ts
 	} else {
-		delete(p.admitted, ts.task.Key())
+		delete(p.admitted, ts.task.key())
 	}
 	walkUp(p, func(n *Pool) {
 		if add {
@@ -1159,7 +1159,7 @@ func (m *Manager) DequeueGangs(ctx context.Context, max int, wait time.Duration)
 			if len(out) < max && !g.notBefore.After(now) {
 				out = append(out, g)
 				for _, t := range g.Tasks {
-					m.tasks[t.Key()].state = pelotonv1.TaskState_PLACING
+					m.tasks[t.key()].state = pelotonv1.TaskState_PLACING
 				}
 				continue
 			}
@@ -1196,7 +1196,7 @@ func (m *Manager) ReturnGang(g *Gang, reason string) {
 	defer m.mu.Unlock()
 	live := false
 	for _, t := range g.Tasks {
-		if ts, ok := m.tasks[t.Key()]; ok && ts.gang == g {
+		if ts, ok := m.tasks[t.key()]; ok && ts.gang == g {
 			ts.state, ts.reason = pelotonv1.TaskState_READY, reason
 			live = true
 		}
@@ -1229,7 +1229,7 @@ func (m *Manager) ReturnGangUnresolvable(g *Gang, reason string) {
 	defer m.mu.Unlock()
 	var live []*taskState
 	for _, t := range g.Tasks {
-		if ts, ok := m.tasks[t.Key()]; ok && ts.gang == g {
+		if ts, ok := m.tasks[t.key()]; ok && ts.gang == g {
 			live = append(live, ts)
 		}
 	}
@@ -1272,7 +1272,7 @@ func (m *Manager) SetPlacements(ps []Placement) (dropped []Placement) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, p := range ps {
-		ts, ok := m.tasks[p.Task.Key()]
+		ts, ok := m.tasks[p.Task.key()]
 		if !ok || ts.task.RunID != p.Task.RunID {
 			dropped = append(dropped, p)
 			continue
@@ -1313,7 +1313,7 @@ func (m *Manager) GetPlacements(ctx context.Context, max int) []Placement {
 		m.placed = nil
 	}
 	for _, p := range out {
-		if ts, ok := m.tasks[p.Task.Key()]; ok {
+		if ts, ok := m.tasks[p.Task.key()]; ok {
 			ts.state, ts.reason = pelotonv1.TaskState_LAUNCHING, ""
 		}
 	}
@@ -1325,7 +1325,7 @@ func (m *Manager) GetPlacements(ctx context.Context, max int) []Placement {
 func (m *Manager) Recover(t *Task) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if _, ok := m.tasks[t.Key()]; ok {
+	if _, ok := m.tasks[t.key()]; ok {
 		return
 	}
 	p, ok := m.pools[t.Pool]
@@ -1334,7 +1334,7 @@ func (m *Manager) Recover(t *Task) {
 	}
 	g := NewGang(t)
 	ts := &taskState{task: t, gang: g, state: pelotonv1.TaskState_RUNNING, admittedAt: m.now()}
-	m.tasks[t.Key()] = ts
+	m.tasks[t.key()] = ts
 	m.hold(p, ts, true)
 }
 
@@ -1352,13 +1352,13 @@ func (m *Manager) Release(jobID string, instance uint32) {
 func (m *Manager) ReleaseRun(jobID string, instance, run uint32) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if ts, ok := m.tasks[InstanceKey(jobID, instance)]; ok && ts.task.RunID == run {
+	if ts, ok := m.tasks[instKey{jobID, instance}]; ok && ts.task.RunID == run {
 		m.releaseLocked(jobID, instance)
 	}
 }
 
 func (m *Manager) releaseLocked(jobID string, instance uint32) {
-	key := InstanceKey(jobID, instance)
+	key := instKey{jobID, instance}
 	ts, ok := m.tasks[key]
 	if !ok {
 		return
@@ -1413,7 +1413,7 @@ func removeGang(gs []*Gang, g *Gang) []*Gang {
 func (m *Manager) TaskState(jobID string, instance uint32) (pelotonv1.TaskState, string, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	ts, ok := m.tasks[InstanceKey(jobID, instance)]
+	ts, ok := m.tasks[instKey{jobID, instance}]
 	if !ok {
 		return 0, "", false
 	}
@@ -1424,7 +1424,7 @@ func (m *Manager) TaskState(jobID string, instance uint32) (pelotonv1.TaskState,
 func (m *Manager) MarkRunning(jobID string, instance uint32) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if ts, ok := m.tasks[InstanceKey(jobID, instance)]; ok {
+	if ts, ok := m.tasks[instKey{jobID, instance}]; ok {
 		ts.state, ts.reason = pelotonv1.TaskState_RUNNING, ""
 	}
 }

@@ -94,7 +94,7 @@ type Pool struct {
 	runningTasks int
 	queue        *priorityQueue // leaves only
 	// admitted are the leaf's tasks that hold resources, by instance key.
-	admitted map[string]*taskState
+	admitted map[instKey]*taskState
 }
 
 // runningCandidates returns the leaf's launched tasks not already being

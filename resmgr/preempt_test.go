@@ -186,9 +186,9 @@ func TestPriorityPreemptionInsidePool(t *testing.T) {
 	s.submit("/a", 1, 2000, 5, true) // needs 2 CPUs at priority 5
 	s.step(10 * time.Millisecond)
 	var gone []string
-	for k, ts := range s.m.tasks {
+	for _, ts := range s.m.tasks {
 		if ts.task.RunID == 2 {
-			gone = append(gone, k)
+			gone = append(gone, ts.task.Key())
 		}
 	}
 	sort.Strings(gone)

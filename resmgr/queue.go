@@ -48,6 +48,15 @@ func (t *Task) RunTaskID() string { return RunTaskID(t.JobID, t.Instance, t.RunI
 // Key names the instance: <jobID>-<instance>.
 func (t *Task) Key() string { return InstanceKey(t.JobID, t.Instance) }
 
+// instKey is InstanceKey as a map key: it costs no string to build, and
+// resmgr looks tasks up by it several times per launch.
+type instKey struct {
+	job  string
+	inst uint32
+}
+
+func (t *Task) key() instKey { return instKey{t.JobID, t.Instance} }
+
 // Gang is a set of tasks admitted and placed all together or not at all. A
 // task that is not part of a larger gang is a gang of one.
 type Gang struct {
