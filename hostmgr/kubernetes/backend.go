@@ -114,6 +114,9 @@ type Config struct {
 	// DefaultImage runs tasks that name no image (default busybox:stable).
 	DefaultImage string
 	// QPS and Burst bound the client's request rate (default 200 and 400).
+	// Ordinary requests (pod creates among them) leave half the burst for
+	// the urgent ones (binds of pods already created), so a wave of
+	// launches goes at most Burst/2 at once, then at QPS.
 	QPS   float32
 	Burst int
 	// BindMode is how a run's pod gets to its node (default

@@ -104,3 +104,48 @@ func TestLimiterWaitEnds(t *testing.T) {
 		t.Fatalf("QPS %v", l.QPS())
 	}
 }
+
+// TestOrdinaryRequestsLeaveHalfTheBurst: a wave of ordinary requests (pod
+// creates) spends at most half the burst at once and then goes at QPS;
+// urgent ones (binds) may spend the other half at once.
+func TestOrdinaryRequestsLeaveHalfTheBurst(t *testing.T) {
+	l := newClientLimiter(0.01, 10) // a token every 100s: none refills during the test
+	defer l.Stop()
+	for i := range 5 {
+		if !l.TryAccept() {
+			t.Fatalf("ordinary request %d of the first half of the burst refused", i+1)
+		}
+	}
+	if l.TryAccept() {
+		t.Fatal("an ordinary request spent the reserve")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := l.Wait(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("an ordinary wait got a reserved token: %v", err)
+	}
+	for i := range 5 {
+		if err := l.Wait(urgent(context.Background())); err != nil {
+			t.Fatalf("urgent request %d of the reserve: %v", i+1, err)
+		}
+	}
+	short, cancel2 := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel2()
+	if err := l.Wait(urgent(short)); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("an urgent request beyond the burst: %v", err)
+	}
+}
+
+// TestOrdinaryRequestsGoOnAtQPS: past its half of the burst, a wave of
+// ordinary requests is not stalled; it goes as the bucket refills.
+func TestOrdinaryRequestsGoOnAtQPS(t *testing.T) {
+	l := newClientLimiter(200, 4)
+	defer l.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i := range 12 { // 2 from the burst, then 10 at 200/s
+		if err := l.Wait(ctx); err != nil {
+			t.Fatalf("ordinary request %d: %v", i+1, err)
+		}
+	}
+}

@@ -326,10 +326,9 @@ func (s *Etcd) list(ctx context.Context, prefix string) ([]KV, error) {
 }
 
 // Txn implements Store. On a failed compare the error is a *ConflictError
-// naming the stale ops: the txn's Else branch reads every compared key in the
-// same atomic step, so the report is exact, costs no extra round trip and
-// nothing is written. A store with a Fence whose leader key is gone returns
-// ErrFenced instead, whatever the ops' own compares found.
+// naming the stale ops, read at the revision the failed txn saw (whyFailed),
+// and nothing is written. A store with a Fence whose leader key is gone
+// returns ErrFenced instead, whatever the ops' own compares found.
 func (s *Etcd) Txn(ctx context.Context, ops ...Op) (int64, error) {
 	if err := s.validateTxn(ops); err != nil {
 		return 0, err
