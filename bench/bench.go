@@ -360,6 +360,18 @@ func percentile(xs []float64, q float64) float64 {
 	return s[max(0, min(i, len(s)-1))]
 }
 
+// mean is the arithmetic mean of xs; 0 for none.
+func mean(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	var sum float64
+	for _, x := range xs {
+		sum += x
+	}
+	return sum / float64(len(xs))
+}
+
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 func perSec(n int, d time.Duration) float64 {

@@ -146,6 +146,8 @@ func TestValidateNamesTheFlag(t *testing.T) {
 	gang.GangsPerSize = 100 // more gang members than the holes hold
 	gangMin := DefaultGangConfig()
 	gangMin.MinGang = 1
+	engines := DefaultEnginesConfig()
+	engines.Rounds = 0
 	for _, tc := range []struct {
 		name string
 		err  error
@@ -158,6 +160,7 @@ func TestValidateNamesTheFlag(t *testing.T) {
 		{"placement", place.Validate(), "--gang-size"},
 		{"gang fit", gang.Validate(), "--gangs-per-size"},
 		{"gang min", gangMin.Validate(), "--min-gang"},
+		{"engines rounds", engines.Validate(), "--rounds"},
 	} {
 		if tc.err == nil || !strings.HasPrefix(tc.err.Error(), tc.flag) {
 			t.Errorf("%s: err %v, want one starting with %s", tc.name, tc.err, tc.flag)
@@ -165,7 +168,7 @@ func TestValidateNamesTheFlag(t *testing.T) {
 	}
 	for _, err := range []error{
 		ptr(DefaultBatchConfig()).Validate(), ptr(DefaultReclaimConfig()).Validate(), ptr(DefaultLargeJobConfig()).Validate(),
-		ptr(DefaultPlacementConfig()).Validate(), ptr(DefaultGangConfig()).Validate(),
+		ptr(DefaultPlacementConfig()).Validate(), ptr(DefaultGangConfig()).Validate(), ptr(DefaultEnginesConfig()).Validate(),
 	} {
 		if err != nil {
 			t.Errorf("a default config is invalid: %v", err)

@@ -114,6 +114,7 @@ func (a *app) benchScenario(sc bench.Scenario) *cobra.Command {
 		fs.IntVar(&c.Batch.JobSize, "job-size", c.Batch.JobSize, "tasks per job")
 		fs.DurationVar(&c.Batch.Poll, "poll", c.Batch.Poll, "how often every job's task counts are read")
 		fs.IntSliceVar(&c.Engines, "engines", c.Engines, "engine counts to run, comma-separated, starting with 1")
+		fs.IntVar(&c.Rounds, "rounds", c.Rounds, "runs of each engine count, in order then in reverse, averaged")
 		validate = c.Validate
 		run = func(ctx context.Context, env bench.Env) (*bench.Result, error) { return bench.Engines(ctx, env, c) }
 	case bench.ScenarioLargeJob:
