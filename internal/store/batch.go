@@ -167,15 +167,15 @@ func (b *Batcher) Write(ctx context.Context, op Op) (int64, error) {
 	}
 }
 
-// Close commits every op queued so far, then stops the commit goroutine. It
-// returns once all of them have their answer; later Writes fail with
-// ErrBatcherClosed. Calling it again is a no-op.
 // PipelineOps is how many ops it takes to keep the batcher busy: MaxInFlight
 // full txns on their way and a full one forming. Writers that each wait for
 // their op's commit before writing again need to be at least this many for
 // the txns to stay full; fewer, and the rate is theirs, not etcd's.
 func (b *Batcher) PipelineOps() int { return b.maxOps * (b.maxInFlight + 1) }
 
+// Close commits every op queued so far, then stops the commit goroutine. It
+// returns once all of them have their answer; later Writes fail with
+// ErrBatcherClosed. Calling it again is a no-op.
 func (b *Batcher) Close() error {
 	b.mu.Lock()
 	b.closed = true
