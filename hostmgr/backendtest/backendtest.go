@@ -80,9 +80,11 @@ type Capabilities struct {
 	// AdoptsAfterCrash: runs outlive a crash of the control plane (not a
 	// Close), and a new backend over the same state adopts them
 	// (Harness.Crash simulates the crash). It reports a run still alive as
-	// RUNNING, lists it, can kill it, and reports its end; ends it cannot
-	// observe (the exit status of a process that is not its child) are
-	// LOST with reason hostmgr.ReasonUnobservedEnd.
+	// RUNNING, lists it, can kill it, and reports its end. Every end is
+	// the true one, exit code included, whether the run ended while no
+	// backend ran or after the new one adopted it: a crash never makes
+	// work run twice. A kill asked for before the crash still ends the
+	// run at its deadline.
 	AdoptsAfterCrash bool
 }
 
@@ -714,9 +716,11 @@ func testRunsListed(t *testing.T, h Harness) {
 }
 
 // testAdoptAfterCrash: after a crash of the control plane, a new backend
-// knows the old one's runs: one that ended before the crash keeps its end,
+// knows the old one's runs: one that ended before the crash keeps its end;
 // one that ended while no backend ran and one that ends after the new
-// backend started are reported LOST (ended-unobserved), and one still
+// backend started keep their true ends (exit codes included); a run killed
+// with a grace period just before the crash is killed at its deadline all
+// the same (while no backend runs) and reported KILLED; and one still
 // running is RUNNING, listed, and can be killed.
 func testAdoptAfterCrash(t *testing.T, h Harness) {
 	if !h.Caps.AdoptsAfterCrash {
@@ -727,13 +731,20 @@ func testAdoptAfterCrash(t *testing.T, h Harness) {
 	host := old.host()
 	done := spec("crash-done", host, "true")
 	gap := spec("crash-gap", host, "sleep", "1")
-	ending := spec("crash-ending", host, "sleep", "4")
+	gapFail := spec("crash-gap-fail", host, "sh", "-c", "sleep 1; exit 3")
+	ending := spec("crash-ending", host, "sh", "-c", "sleep 4; exit 5")
+	killing := spec("crash-killing", host, "sh", "-c", "trap '' TERM; while :; do sleep 1; done")
 	live := spec("crash-live", host, "sleep", "3600")
 	old.launch(done)
 	old.waitEnd(done)
-	for _, s := range []hostmgr.LaunchSpec{gap, ending, live} {
+	for _, s := range []hostmgr.LaunchSpec{gap, gapFail, ending, killing, live} {
 		old.launch(s)
 		old.waitState(s.TaskID, pelotonv1.TaskState_RUNNING)
+	}
+	// The run ignores SIGTERM: only the SIGKILL at the deadline, due
+	// while no backend runs, ends it.
+	if err := old.b.Kill(context.Background(), killing.TaskID, time.Second); err != nil {
+		t.Fatal(err)
 	}
 	old.closeMu.Lock()
 	old.closed = true // crashed: nothing is left to close
@@ -745,8 +756,14 @@ func testAdoptAfterCrash(t *testing.T, h Harness) {
 	if st, err := in.b.Status(done.TaskID); err != nil || st.State != pelotonv1.TaskState_SUCCEEDED {
 		t.Errorf("Status of a run that ended before the crash = %+v, %v; want SUCCEEDED", st, err)
 	}
-	if st, err := in.b.Status(gap.TaskID); err != nil || st.State != pelotonv1.TaskState_LOST || st.Reason != hostmgr.ReasonUnobservedEnd {
-		t.Errorf("Status of a run that ended while no backend ran = %+v, %v; want LOST %s", st, err, hostmgr.ReasonUnobservedEnd)
+	if st, err := in.b.Status(gap.TaskID); err != nil || st.State != pelotonv1.TaskState_SUCCEEDED || st.ExitCode != 0 {
+		t.Errorf("Status of a run that succeeded while no backend ran = %+v, %v; want SUCCEEDED", st, err)
+	}
+	if st, err := in.b.Status(gapFail.TaskID); err != nil || st.State != pelotonv1.TaskState_FAILED || st.ExitCode != 3 {
+		t.Errorf("Status of a run that exited 3 while no backend ran = %+v, %v; want FAILED with exit code 3", st, err)
+	}
+	if st, err := in.b.Status(killing.TaskID); err != nil || st.State != pelotonv1.TaskState_KILLED {
+		t.Errorf("Status of a run killed with a 1s grace period just before the crash = %+v, %v; want KILLED", st, err)
 	}
 	if st, err := in.b.Status(live.TaskID); err != nil || st.State != pelotonv1.TaskState_RUNNING || st.Host != host {
 		t.Fatalf("Status of a live run after the crash = %+v, %v; want RUNNING on %s", st, err, host)
@@ -767,8 +784,8 @@ func testAdoptAfterCrash(t *testing.T, h Harness) {
 	end := in.waitFor(ending.TaskID, "the end of a run adopted while it ran", func(evs []hostmgr.TaskEvent) bool {
 		return len(evs) > 0 && terminal(evs[len(evs)-1].State)
 	})
-	if last := end[len(end)-1]; last.State != pelotonv1.TaskState_LOST || last.Reason != hostmgr.ReasonUnobservedEnd || last.Host != host {
-		t.Errorf("end of an adopted run = %+v; want LOST %s on %s", last, hostmgr.ReasonUnobservedEnd, host)
+	if last := end[len(end)-1]; last.State != pelotonv1.TaskState_FAILED || last.ExitCode != 5 || last.Host != host {
+		t.Errorf("end of an adopted run that exited 5 = %+v; want FAILED with exit code 5 on %s", last, host)
 	}
 	if err := in.kill(live.TaskID); err != nil {
 		t.Fatalf("Kill of an adopted run: %v", err)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/peloton-sched/peloton/hostmgr"
+	"github.com/peloton-sched/peloton/hostmgr/local/supervise"
 	"github.com/peloton-sched/peloton/internal/resources"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -69,7 +70,10 @@ type runRecord struct {
 	KillGraceNs int64               `json:"killGraceNs,omitempty"`
 	Cgroup      *recordCgroup       `json:"cgroup,omitempty"`
 	User        *recordUser         `json:"user,omitempty"`
-	Started     time.Time           `json:"started"`
+	// Supervisor is the run's supervisor (supervised.go); nil for a run
+	// started without one.
+	Supervisor *recordSupervisor `json:"supervisor,omitempty"`
+	Started    time.Time         `json:"started"`
 	End         *recordEnd          `json:"end,omitempty"`
 }
 
@@ -95,6 +99,13 @@ func (r *recordUser) taskUser() *TaskUser {
 		return nil
 	}
 	return &TaskUser{Name: r.Name, UID: r.UID, GID: r.GID, Groups: r.Groups, Home: r.Home}
+}
+
+// recordSupervisor names a run's supervisor process: its pid and start
+// time, which together name it uniquely.
+type recordSupervisor struct {
+	Pid        int    `json:"pid"`
+	StartTicks uint64 `json:"startTicks"`
 }
 
 type recordEnd struct {
@@ -123,6 +134,12 @@ func (b *Backend) writeRecord(t *task) {
 		Host: t.spec.Host, Pid: t.pgid, StartTicks: ticks, Command: t.spec.Command, Env: t.spec.Env,
 		Resources: t.spec.Resources, PortSpecs: t.spec.Ports, Ports: t.ports, KillGraceNs: int64(t.spec.KillGrace),
 		Cgroup: t.cg.toRecord(), User: t.user.toRecord(), Started: time.Now()}
+	if t.sup > 0 {
+		supTicks, err := procStartTicks(t.sup)
+		if err == nil {
+			rec.Supervisor = &recordSupervisor{Pid: t.sup, StartTicks: supTicks}
+		}
+	}
 	if v := t.spec.Volume; v != nil {
 		rec.VolumeID = v.ID
 	}
@@ -144,7 +161,10 @@ func (b *Backend) endRecord(t *task, ev hostmgr.TaskEvent) {
 	rec.End = &recordEnd{State: ev.State, ExitCode: ev.ExitCode, Reason: ev.Reason, Message: ev.Message, Time: ev.Time}
 	if err := b.storeRecord(&rec); err != nil {
 		b.log.Warn("could not record a run's end", "task", t.spec.TaskID, "err", err)
+		return
 	}
+	// The record has the end now; the supervisor's files are not needed.
+	b.removeRunFiles(t.spec.TaskID)
 }
 
 // recordWrites bounds the record writes under way at once. A burst of
@@ -178,7 +198,7 @@ func (b *Backend) loadRecords() error {
 		return fmt.Errorf("local: start: read %s: %w", dir, err)
 	}
 	var ended []*task
-	adopted := 0
+	adopted, recovered := 0, 0
 	adoptedIDs := map[string]bool{}
 	defer func() { b.killStrays(adoptedIDs) }()
 	// The live processes of runs, found by their environment: a record
@@ -204,17 +224,33 @@ func (b *Backend) loadRecords() error {
 			b.log.Warn("invalid run record; ignoring it", "file", name, "err", err)
 			continue
 		}
-		if rec.End == nil && (rec.Pid <= 0 || rec.StartTicks == 0) {
-			// Recorded as starting: its process, if it got that far,
-			// is found by its environment.
-			if pid, ticks, ok := runLeader(procs[id]); ok {
-				rec.Pid, rec.StartTicks = pid, ticks
-				if err := b.storeRecord(&rec); err != nil {
-					b.log.Warn("could not record the process of a run found starting", "task", id, "err", err)
-				}
+		if rec.End == nil && b.findProcesses(&rec, procs) {
+			if err := b.storeRecord(&rec); err != nil {
+				b.log.Warn("could not record the processes of a run found starting", "task", id, "err", err)
 			}
 		}
 		t := b.recordedTask(&rec)
+		if rec.End == nil {
+			if st, err := supervise.ReadStatus(t.statusPath); err == nil {
+				// It ended while no backend watched, and its supervisor
+				// wrote down how: the true end, never a second run.
+				ev := t.ending(st)
+				if t.cg != nil && st.WaitError == "" {
+					ev = oomEnd(ev, sigkilled(st), t.cg.memoryMB, t.cg.readMemEnd())
+				}
+				rec.End = &recordEnd{State: ev.State, ExitCode: ev.ExitCode, Reason: ev.Reason, Message: ev.Message, Time: st.Time}
+				if err := b.storeRecord(&rec); err != nil {
+					b.log.Warn("could not record a run's end", "task", id, "err", err)
+				} else {
+					b.removeRunFiles(id)
+				}
+				recovered++
+			} else if !errors.Is(err, os.ErrNotExist) {
+				b.log.Warn("unreadable status of a run's supervisor", "task", id, "err", err)
+			}
+		} else {
+			b.removeRunFiles(id) // left if a stop came between the two
+		}
 		switch {
 		case rec.End == nil && b.adopt(t):
 			adopted++
@@ -252,9 +288,28 @@ func (b *Backend) loadRecords() error {
 	b.pruneFinishedLocked()
 	b.mu.Unlock()
 	if adopted+len(ended) > 0 {
-		b.log.Info("found the runs of an earlier control plane", "adopted", adopted, "ended", len(ended))
+		b.log.Info("found the runs of an earlier control plane", "adopted", adopted, "ended", len(ended),
+			"endedUnwatched", recovered)
 	}
 	return nil
+}
+
+// findProcesses fills in the processes of a run recorded as starting (a
+// control plane that died between starting them and recording them),
+// found by their environment, and reports whether it found any.
+func (b *Backend) findProcesses(rec *runRecord, procs liveProcs) bool {
+	found := false
+	if rec.Pid <= 0 || rec.StartTicks == 0 {
+		if pid, ticks, ok := runLeader(procs.runs[rec.TaskID]); ok {
+			rec.Pid, rec.StartTicks, found = pid, ticks, true
+		}
+	}
+	if pid, ok := procs.sups[rec.TaskID]; ok && rec.Supervisor == nil {
+		if ticks, err := procStartTicks(pid); err == nil {
+			rec.Supervisor, found = &recordSupervisor{Pid: pid, StartTicks: ticks}, true
+		}
+	}
+	return found
 }
 
 // recordedTask rebuilds a run's task from its record.
@@ -270,7 +325,7 @@ func (b *Backend) recordedTask(rec *runRecord) *task {
 			spec.HealthCheck = hc
 		}
 	}
-	t := &task{spec: spec, sandbox: filepath.Join(b.dir, rec.TaskID), ports: rec.Ports, record: rec,
+	t := &task{spec: spec, sandbox: filepath.Join(b.dir, rec.TaskID), ports: rec.Ports, record: rec, statusPath: b.statusPath(rec.TaskID),
 		exited: make(chan struct{}), gone: make(chan struct{}), cg: recordedCgroup(rec), user: rec.User.taskUser()}
 	t.healthCtx, t.stopHealth = context.WithCancel(context.Background())
 	return t
@@ -284,9 +339,21 @@ func (b *Backend) adopt(t *task) bool {
 	if rec.StartTicks == 0 || rec.Pid <= 0 || !b.hasHost(rec.Host) {
 		return false
 	}
-	exited, ok := watchAdopted(rec.Pid, rec.StartTicks)
+	// A run with a live supervisor is followed through it, and its end
+	// will be known; one whose supervisor is gone (or that never had
+	// one) is followed by its own process, whose exit status cannot be
+	// read.
+	var exited <-chan struct{}
+	ok := false
+	if s := rec.Supervisor; s != nil {
+		if exited, ok = watchAdopted(s.Pid, s.StartTicks); ok {
+			t.sup, t.supTicks = s.Pid, s.StartTicks
+		}
+	}
 	if !ok {
-		return false
+		if exited, ok = watchAdopted(rec.Pid, rec.StartTicks); !ok {
+			return false
+		}
 	}
 	t.started, t.pgid, t.adoptedTicks = true, rec.Pid, rec.StartTicks
 	if t.spec.Volume != nil {
@@ -337,7 +404,11 @@ func (b *Backend) runAdopted(t *task, exited <-chan struct{}) {
 		t.killTimer.Stop()
 	}
 	var last hostmgr.TaskEvent
-	if t.killing {
+	if t.sup > 0 {
+		// Not our child: its own exit status is not ours to read, only
+		// the one it wrote.
+		last = t.supervisedEnd(0, errNotOurChild, !b.isDetached(), b.log)
+	} else if t.killing {
 		last = t.event(pelotonv1.TaskState_KILLED, 0, "killed",
 			"killed; its exit status is not known (it was started by an earlier control-plane process)")
 	} else {
@@ -391,6 +462,10 @@ func pollAdopted(pid int, ticks uint64) <-chan struct{} {
 	}()
 	return done
 }
+
+// errNotOurChild stands for the exit status of an adopted supervisor,
+// which only its parent can read.
+var errNotOurChild = errors.New("not a child of this process")
 
 // errNoProc is returned by procStartTicks where /proc does not tell.
 var errNoProc = errors.New("local: process start times are not available here")

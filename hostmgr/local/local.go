@@ -66,6 +66,7 @@ import (
 	"time"
 
 	"github.com/peloton-sched/peloton/hostmgr"
+	"github.com/peloton-sched/peloton/hostmgr/local/supervise"
 	"github.com/peloton-sched/peloton/internal/resources"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
@@ -127,6 +128,12 @@ type Config struct {
 	// cgroupRoot prefixes the paths cgroup detection reads ("/" when
 	// empty); tests point it at fixture trees.
 	cgroupRoot string
+	// direct starts runs as children of this process, without
+	// supervisors (supervised.go): what a crash then loses is the exit
+	// status of every run that ends before the restart. For the
+	// benchmark that measures what supervisors cost; off Linux runs are
+	// always started so.
+	direct bool
 }
 
 // Backend runs tasks as local processes. It is safe for concurrent use.
@@ -150,6 +157,7 @@ type Backend struct {
 	user *TaskUser
 
 	cgroupRoot string
+	direct     bool // Config.direct, or no supervisors here
 	// cg is where runs get their cgroups; nil when they get none. Set by
 	// Start before any run exists, read-only afterwards.
 	cg *cgroups
@@ -243,6 +251,7 @@ func New(cfg Config) (*Backend, error) {
 		dir:        dir,
 		user:       tu,
 		cgroupRoot: cmp.Or(cfg.cgroupRoot, "/"),
+		direct:     cfg.direct || !supervise.Supported,
 		log:        log.With("component", "hostmgr/local"),
 		health:     newHealthClient(),
 		tasks:      map[string]*task{},
@@ -362,6 +371,8 @@ func (b *Backend) Launch(ctx context.Context, spec hostmgr.LaunchSpec) error {
 		sandbox: filepath.Join(b.dir, spec.TaskID),
 		exited:  make(chan struct{}),
 		gone:    make(chan struct{}),
+
+		statusPath: b.statusPath(spec.TaskID),
 	}
 	t.healthCtx, t.stopHealth = context.WithCancel(context.Background())
 
@@ -436,7 +447,7 @@ func (b *Backend) Launch(ctx context.Context, spec hostmgr.LaunchSpec) error {
 	// whose process the next one finds by its environment and adopts
 	// (loadRecords), rather than a process no record names.
 	b.writeRecord(t)
-	startErr := t.start(t.env, b.cg)
+	startErr := t.start(t.env, b.cg, b.direct)
 	if startErr == nil {
 		b.writeRecord(t)
 	}
@@ -641,6 +652,7 @@ func (b *Backend) pruneFinishedLocked() {
 		for _, old := range b.finished[:over] {
 			delete(b.tasks, old)
 			_ = os.Remove(b.recordPath(old))
+			b.removeRunFiles(old)
 		}
 		b.finished = append(b.finished[:0:0], b.finished[over:]...)
 	}

@@ -11,19 +11,31 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/peloton-sched/peloton/hostmgr/local/supervise"
 )
 
+// liveProcs are the live processes of this backend's runs, found in /proc
+// by their environment: each run's processes by task ID (they all carry
+// the run's PELOTON_SANDBOX), and each run's supervisor (which carries
+// supervise.SupervisorEnv naming the run's status file).
+type liveProcs struct {
+	runs map[string][]int
+	sups map[string]int
+}
+
 // runProcs finds, in /proc, the live processes (not this one) of this
-// backend's runs: those whose PELOTON_SANDBOX is under its directory, by
-// the run's task ID. A run's processes all carry its environment.
-func (b *Backend) runProcs() map[string][]int {
-	prefix := []byte("PELOTON_SANDBOX=" + filepath.Clean(b.dir) + "/")
+// backend's runs and their supervisors.
+func (b *Backend) runProcs() liveProcs {
+	dir := filepath.Clean(b.dir)
+	prefix := []byte("PELOTON_SANDBOX=" + dir + "/")
+	supPrefix := []byte(supervise.SupervisorEnv + "=" + filepath.Join(dir, runsDir) + "/")
 	self := os.Getpid()
+	out := liveProcs{runs: map[string][]int{}, sups: map[string]int{}}
 	dirs, err := os.ReadDir("/proc")
 	if err != nil {
-		return nil
+		return out
 	}
-	out := map[string][]int{}
 	buf := make([]byte, 0, 64<<10)
 	for _, d := range dirs {
 		pid, err := strconv.Atoi(d.Name())
@@ -38,7 +50,13 @@ func (b *Backend) runProcs() map[string][]int {
 		for v := range bytes.SplitSeq(env, []byte{0}) {
 			if rest, found := bytes.CutPrefix(v, prefix); found {
 				task, _, _ := strings.Cut(string(rest), "/")
-				out[task] = append(out[task], pid)
+				out.runs[task] = append(out.runs[task], pid)
+				break
+			}
+			if rest, found := bytes.CutPrefix(v, supPrefix); found {
+				if task, ok := strings.CutSuffix(string(rest), supervise.StatusSuffix); ok {
+					out.sups[task] = pid
+				}
 				break
 			}
 		}
@@ -80,7 +98,7 @@ func (b *Backend) killStrays(adopted map[string]bool) {
 	deadline := time.Now().Add(strayWait)
 	for round := 0; ; round++ {
 		var live []int
-		for task, pids := range b.runProcs() {
+		for task, pids := range b.runProcs().runs {
 			if !adopted[task] {
 				live = append(live, pids...)
 			}

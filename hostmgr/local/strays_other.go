@@ -4,7 +4,12 @@ package local
 
 // Without /proc the processes of runs cannot be found: nothing is adopted
 // off Linux, and nothing is stopped.
-func (b *Backend) runProcs() map[string][]int { return nil }
+type liveProcs struct {
+	runs map[string][]int
+	sups map[string]int
+}
+
+func (b *Backend) runProcs() liveProcs { return liveProcs{} }
 
 func runLeader([]int) (int, uint64, bool) { return 0, 0, false }
 

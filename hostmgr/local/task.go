@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/peloton-sched/peloton/hostmgr"
+	"github.com/peloton-sched/peloton/hostmgr/local/supervise"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
@@ -73,6 +74,14 @@ type task struct {
 	// cg is the run's cgroup (cgroup.go), nil when it has none. Set before
 	// the process starts, under mu; read-only afterwards.
 	cg *runCgroup
+
+	// sup is the pid of the run's supervisor (package supervise), 0 for a
+	// run started as this process's own child or adopted without one.
+	// supTicks is its start time when it is not our child (adopted), 0
+	// when it is. statusPath is where the supervisor writes the run's end.
+	sup        int
+	supTicks   uint64
+	statusPath string
 }
 
 // portsCopy is a copy of the run's ports, or nil.
@@ -105,7 +114,7 @@ func (t *task) event(state pelotonv1.TaskState, code int32, reason, msg string) 
 // launch-failed event and as a line in the sandbox's stderr, so `peloton
 // task logs --stderr` explains it too. A cgroup made before a failure is
 // left in t.cg for the run's end to remove.
-func (t *task) start(env []string, cgs *cgroups) error {
+func (t *task) start(env []string, cgs *cgroups, direct bool) error {
 	stdout, err := t.createOutput("stdout")
 	if err != nil {
 		return err
@@ -121,7 +130,7 @@ func (t *task) start(env []string, cgs *cgroups) error {
 		t.cg, err = cgs.newRun(t.spec.TaskID, t.spec.Resources)
 	}
 	if err == nil {
-		err = t.exec(env, stdout, stderr)
+		err = t.exec(env, stdout, stderr, direct)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "peloton: launch failed: %v\n", err)
@@ -145,7 +154,10 @@ func (t *task) createOutput(name string) (*os.File, error) {
 	return f, nil
 }
 
-func (t *task) exec(env []string, stdout, stderr *os.File) error {
+// exec starts the run: under a supervisor of its own (supervise.go), or,
+// with direct (off Linux, or a benchmark's baseline), as a child of this
+// process. The caller holds t.mu.
+func (t *task) exec(env []string, stdout, stderr *os.File, direct bool) error {
 	path, err := lookPath(t.spec.Command[0], envValue(env, "PATH"))
 	if err != nil {
 		return err
@@ -159,6 +171,9 @@ func (t *task) exec(env []string, stdout, stderr *os.File) error {
 		return err
 	}
 	defer stdin.Close()
+	if !direct {
+		return t.execSupervised(path, env, stdin, stdout, stderr)
+	}
 	p, err := t.cg.startProcess(path, t.spec.Command, &os.ProcAttr{
 		Dir:   t.sandbox,
 		Env:   env,
@@ -181,6 +196,9 @@ func (t *task) exec(env []string, stdout, stderr *os.File) error {
 // reap waits for the process to exit, kills what it left in its group,
 // reaps it and returns its terminal event.
 func (t *task) reap(log *slog.Logger) hostmgr.TaskEvent {
+	if t.sup > 0 {
+		return t.reapSupervised(log)
+	}
 	// Wait until the leader has exited but leave it a zombie, so that its
 	// pid cannot be reused while we SIGKILL the rest of its group: the run
 	// is over, and leftovers would run unaccounted and unkillable. The wait
@@ -205,8 +223,7 @@ func (t *task) reap(log *slog.Logger) hostmgr.TaskEvent {
 	if t.cg != nil && werr == nil {
 		// Read before the cgroup is removed, and after the process is
 		// reaped: the kernel counts an OOM kill before its victim dies.
-		sigkilled := ws.Signaled() && ws.Signal() == syscall.SIGKILL || ws.Exited() && ws.ExitStatus() == 128+int(syscall.SIGKILL)
-		ev = oomEnd(ev, sigkilled, t.cg.memoryMB, t.cg.readMemEnd())
+		ev = oomEnd(ev, sigkilled(waitStatus(ws, nil)), t.cg.memoryMB, t.cg.readMemEnd())
 	}
 	t.mu.Unlock()
 	close(t.exited)
@@ -228,25 +245,51 @@ func wait4(pid int) (syscall.WaitStatus, error) {
 // outcome turns the result of wait4 into the terminal event. The caller
 // holds t.mu.
 func (t *task) outcome(ws syscall.WaitStatus, werr error) hostmgr.TaskEvent {
-	if werr != nil {
-		return t.event(pelotonv1.TaskState_FAILED, -1, "wait-failed", werr.Error())
+	return t.ending(waitStatus(ws, werr))
+}
+
+// waitStatus is the result of wait4 in the words of a supervisor.
+func waitStatus(ws syscall.WaitStatus, werr error) supervise.Status {
+	switch {
+	case werr != nil:
+		return supervise.Status{WaitError: werr.Error()}
+	case ws.Signaled():
+		return supervise.Status{Signal: int32(ws.Signal())}
+	default:
+		return supervise.Status{Exited: true, ExitCode: int32(ws.ExitStatus())}
 	}
-	code := int32(ws.ExitStatus())
+}
+
+// ending turns how a run ended into its terminal event. The caller holds
+// t.mu.
+func (t *task) ending(st supervise.Status) hostmgr.TaskEvent {
+	if st.WaitError != "" {
+		return t.event(pelotonv1.TaskState_FAILED, -1, "wait-failed", st.WaitError)
+	}
+	code := st.ExitCode
 	msg := fmt.Sprintf("exited with code %d", code)
-	if ws.Signaled() {
-		code = 128 + int32(ws.Signal())
-		msg = "terminated by signal: " + ws.Signal().String()
+	signaled := !st.Exited
+	if signaled {
+		code = 128 + st.Signal
+		msg = "terminated by signal: " + syscall.Signal(st.Signal).String()
 	}
 	switch {
-	case t.killing:
+	case t.killing || st.Killed:
 		return t.event(pelotonv1.TaskState_KILLED, code, "killed", msg)
-	case ws.Signaled():
+	case signaled:
 		return t.event(pelotonv1.TaskState_FAILED, code, "signaled", msg)
 	case code == 0:
 		return t.event(pelotonv1.TaskState_SUCCEEDED, 0, "", "")
 	default:
 		return t.event(pelotonv1.TaskState_FAILED, code, "exit-nonzero", msg)
 	}
+}
+
+// sigkilled reports whether a run ended by SIGKILL (or a shell's report of
+// it), which is how the OOM killer ends a process.
+func sigkilled(st supervise.Status) bool {
+	kill := int32(syscall.SIGKILL)
+	return !st.Exited && st.Signal == kill || st.Exited && st.ExitCode == 128+kill
 }
 
 // kill starts or hurries the termination of the process group: SIGTERM now
@@ -266,6 +309,10 @@ func (t *task) kill(grace time.Duration, log *slog.Logger) {
 	}
 	first := !t.killing
 	t.killing, t.killDeadline = true, deadline
+	if t.sup > 0 {
+		t.killSupervised(deadline, log)
+		return
+	}
 	if grace == 0 {
 		if t.killTimer != nil {
 			t.killTimer.Stop()

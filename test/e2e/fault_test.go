@@ -185,7 +185,7 @@ func TestKill9ThreeTimesRunsEachInstanceOnce(t *testing.T) {
 			again++
 		}
 	}
-	t.Logf("%d runs for %d instances; %d instances ran more than once (after a run adopted across a kill ended unobserved)", runs, n, again)
+	t.Logf("%d runs for %d instances; %d instances ran more than once (a run whose launch was cut short by a kill)", runs, n, again)
 	if left := logf.leftovers(); left != "" {
 		t.Errorf("processes of the killed servers still run:\n%s", left)
 	}
@@ -447,4 +447,106 @@ func TestDrainAndUpdateResumeAfterKill9(t *testing.T) {
 		return allRunning(n)(ts)
 	})
 	t.Logf("at most %d of %d instances were down at once (budget %d)", worst, n, budget)
+}
+
+// TestKill9NeverRedoesFinishedWork is the scenario of a crash in the middle
+// of a batch job: 60 instances whose runs each work 12 s, `peloton up`
+// killed with SIGKILL 6 s in and again 9 s later. Every run is started
+// under a supervisor that outlives the control plane and records how the
+// run ended, so the runs that ended while no stack watched, and those the
+// restarted stacks adopted, end with their true exit codes: exactly 60 runs
+// for 60 instances, every one SUCCEEDED with exit-zero. A run that exits 3
+// is reported exit 3 across the restarts and retried per its restart
+// policy only (one retry: two runs).
+func TestKill9NeverRedoesFinishedWork(t *testing.T) {
+	if testing.Short() {
+		t.Skip("kills and restarts peloton up twice")
+	}
+	bin := buildPeloton(t)
+	dir := t.TempDir()
+	logf := newRunLog(t)
+	const n = 60
+	p := startUp(t, bin, dir)
+	spec := batch("exactly-once", n, logf.command(12)...)
+	spec.DefaultSpec.Resources.Cpu = 0.05
+	cr, err := p.jobs.CreateJob(ctxT(t), &pelotonv1.CreateJobRequest{Spec: spec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := func(what string) string {
+		return "echo \"" + what + " fail/$PELOTON_INSTANCE_ID $PELOTON_RUN_ID $(date +%s%N)\" >> " + logf.path
+	}
+	failing := batch("fails-with-3", 1, "sh", "-c", line("start")+"; sleep 8; "+line("end")+"; exit 3 # "+logf.marker)
+	failing.DefaultSpec.RestartPolicy = &pelotonv1.RestartPolicy{MaxFailures: 1, BackoffSeconds: 1}
+	fr, err := p.jobs.CreateJob(ctxT(t), &pelotonv1.CreateJobRequest{Spec: failing})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(6 * time.Second) // the runs are under way: the first crash
+	p.kill()
+	p = startUp(t, bin, dir)
+	time.Sleep(9 * time.Second) // some runs ended while the stack was down, others are adopted
+	p.kill()
+	p = startUp(t, bin, dir)
+
+	wait := func(id string) *pelotonv1.Job {
+		t.Helper()
+		deadline := time.Now().Add(3 * time.Minute)
+		for {
+			resp, err := p.jobs.GetJob(ctxT(t), &pelotonv1.GetJobRequest{JobId: id})
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch resp.Job.Status.State {
+			case pelotonv1.JobState_JOB_SUCCEEDED, pelotonv1.JobState_JOB_FAILED:
+				return resp.Job
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("job %s not done 3 minutes after the second restart: %v", id, resp.Job.Status)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	job := wait(cr.JobId)
+	if job.Status.State != pelotonv1.JobState_JOB_SUCCEEDED || job.Status.TaskCounts["SUCCEEDED"] != n {
+		t.Fatalf("job ended %v with counts %v; want every instance SUCCEEDED", job.Status.State, job.Status.TaskCounts)
+	}
+	ts, err := p.tasks.ListTasks(ctxT(t), &pelotonv1.ListTasksRequest{JobId: cr.JobId})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tk := range ts.Tasks {
+		if st := tk.Status; st.State != pelotonv1.TaskState_SUCCEEDED || st.Reason != "exit-zero" || st.ExitCode != 0 || st.RunId != 1 {
+			t.Errorf("instance %d: %v %q exit %d run %d; want SUCCEEDED exit-zero, exit 0, its first run",
+				tk.InstanceId, st.State, st.Reason, st.ExitCode, st.RunId)
+		}
+	}
+	logf.checkNoOverlap(t, n+1)
+	spans := logf.spans(t)
+	runs := 0
+	for inst, ss := range spans {
+		if strings.HasPrefix(inst, "fail/") {
+			continue
+		}
+		runs += len(ss)
+	}
+	if runs != n {
+		t.Errorf("%d runs executed for %d instances; want exactly one each", runs, n)
+	}
+
+	fj := wait(fr.JobId)
+	ft, err := p.tasks.ListTasks(ctxT(t), &pelotonv1.ListTasksRequest{JobId: fr.JobId})
+	if err != nil || len(ft.Tasks) != 1 {
+		t.Fatalf("ListTasks of the failing job: %v, %v", ft, err)
+	}
+	if st := ft.Tasks[0].Status; fj.Status.State != pelotonv1.JobState_JOB_FAILED || st.ExitCode != 3 || st.Reason != "exit-nonzero" {
+		t.Errorf("the failing job ended %v, its task %v %q exit %d; want JOB_FAILED, exit-nonzero with exit 3",
+			fj.Status.State, st.State, st.Reason, st.ExitCode)
+	}
+	if got := len(spans["fail/0"]); got != 2 {
+		t.Errorf("the run that exits 3 ran %d times; want 2 (one retry, restartPolicy.maxFailures 1)", got)
+	}
+	if left := logf.leftovers(); left != "" {
+		t.Errorf("processes of the runs still run:\n%s", left)
+	}
 }
