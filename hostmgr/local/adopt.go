@@ -74,7 +74,7 @@ type runRecord struct {
 	// started without one.
 	Supervisor *recordSupervisor `json:"supervisor,omitempty"`
 	Started    time.Time         `json:"started"`
-	End         *recordEnd          `json:"end,omitempty"`
+	End        *recordEnd        `json:"end,omitempty"`
 }
 
 // recordUser is the user a run runs as (Config.TaskUser); none: the
