@@ -147,7 +147,7 @@ func newBackend(t *testing.T) (*Backend, *recorder) {
 	return b, rec
 }
 
-func mustNew(t *testing.T, cfg Config) *Backend {
+func mustNew(t testing.TB, cfg Config) *Backend {
 	t.Helper()
 	cfg.Logger = slog.New(slog.DiscardHandler)
 	b, err := New(cfg)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 
@@ -179,4 +180,77 @@ func parentOf(t *testing.T, pid int) int {
 	f := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+1:]))
 	ppid, _ := strconv.Atoi(f[1])
 	return ppid
+}
+
+// BenchmarkSupervisorCost launches -benchtime runs of `sleep` (e.g.
+// -benchtime 300x), 16 launches at a time as the job manager's launchers
+// issue them, once started directly and once under supervisors, in the
+// same run: launches/s for each, and for supervisors their memory per run
+// (proportional set size: the binary's pages are shared between them, so
+// RSS overstates it; both are reported).
+func BenchmarkSupervisorCost(b *testing.B) {
+	for _, mode := range []struct {
+		name   string
+		direct bool
+	}{{"direct", true}, {"supervised", false}} {
+		b.Run(mode.name, func(b *testing.B) {
+			be := mustNew(b, Config{Dir: b.TempDir(), Hosts: 1,
+				HostCapacity: resources.Resources{MilliCPU: 1000 * 1000, MemoryMB: 1 << 20}, direct: mode.direct})
+			c := &runningCounter{running: make(chan struct{}, b.N), ended: make(chan struct{}, b.N)}
+			if err := be.Start(context.Background(), c.sink); err != nil {
+				b.Fatal(err)
+			}
+			ids := make(chan string, b.N)
+			for i := range b.N {
+				ids <- fmt.Sprintf("cost-%d", i)
+			}
+			close(ids)
+			b.ResetTimer()
+			var wg sync.WaitGroup
+			for range 16 {
+				wg.Go(func() {
+					for id := range ids {
+						if err := be.Launch(context.Background(), spec(id, "sleep", "3600")); err != nil {
+							b.Error(err)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			for range b.N {
+				<-c.running
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "launches/s")
+			if !mode.direct {
+				var pss, rss int
+				for i := range b.N {
+					tk, _ := be.lookup(fmt.Sprintf("cost-%d", i))
+					pss += smapsField(b, tk.sup, "Pss")
+					rss += smapsField(b, tk.sup, "Rss")
+				}
+				b.ReportMetric(float64(pss)/float64(b.N)/1024, "sup-pss-MiB/run")
+				b.ReportMetric(float64(rss)/float64(b.N)/1024, "sup-rss-MiB/run")
+			}
+			if err := be.Close(); err != nil {
+				b.Fatal(err)
+			}
+		})
+	}
+}
+
+// smapsField is a field of /proc/<pid>/smaps_rollup, in kB.
+func smapsField(b *testing.B, pid int, field string) int {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/smaps_rollup")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for line := range strings.SplitSeq(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			n, _ := strconv.Atoi(strings.Fields(v)[0])
+			return n
+		}
+	}
+	b.Fatalf("/proc/%d/smaps_rollup: no %s", pid, field)
+	return 0
 }
