@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -12,10 +13,13 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/peloton-sched/peloton/hostmgr/local/supervise"
 	"github.com/peloton-sched/peloton/internal/etcdtest"
+	"github.com/peloton-sched/peloton/internal/testutil"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -549,4 +553,89 @@ func TestKill9NeverRedoesFinishedWork(t *testing.T) {
 	if left := logf.leftovers(); left != "" {
 		t.Errorf("processes of the runs still run:\n%s", left)
 	}
+}
+
+// TestKill9WithSupervisorsRunsAgainOnce kills `peloton up` and every run's
+// supervisor with SIGKILL, as a crash that takes the whole process tree but
+// the runs would: how the runs end can then not be known, so each is
+// reported LOST when it ends and runs again once, after it, never beside
+// it, and the job still succeeds.
+func TestKill9WithSupervisorsRunsAgainOnce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("kills and restarts peloton up")
+	}
+	bin := buildPeloton(t)
+	dir := t.TempDir()
+	logf := newRunLog(t)
+	const n = 3
+	p := startUp(t, bin, dir)
+	cr, err := p.jobs.CreateJob(ctxT(t), &pelotonv1.CreateJobRequest{Spec: batch("sup-lost", n, logf.command(4)...)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, time.Minute, "every run started", func() error {
+		if _, err := os.Stat(logf.path); err != nil {
+			return err
+		}
+		if got := len(logf.spans(t)); got != n {
+			return fmt.Errorf("%d of %d started", got, n)
+		}
+		return nil
+	})
+	p.kill()
+	sups := supervisorsOf(t, dir)
+	if len(sups) != n {
+		t.Fatalf("found %d supervisors of %s, want %d", len(sups), dir, n)
+	}
+	for _, pid := range sups {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	p = startUp(t, bin, dir)
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		resp, err := p.jobs.GetJob(ctxT(t), &pelotonv1.GetJobRequest{JobId: cr.JobId})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := resp.Job.Status.State; st == pelotonv1.JobState_JOB_SUCCEEDED {
+			break
+		} else if st == pelotonv1.JobState_JOB_FAILED || time.Now().After(deadline) {
+			t.Fatalf("job %v; want it to succeed after the lost runs ran again", resp.Job.Status)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	logf.checkNoOverlap(t, n)
+	for inst, ss := range logf.spans(t) {
+		if len(ss) != 2 {
+			t.Errorf("instance %s ran %d times; want twice (the lost run, then once again)", inst, len(ss))
+		}
+	}
+}
+
+// supervisorsOf lists the pids of the supervisors of runs under data dir.
+func supervisorsOf(t *testing.T, dir string) []int {
+	t.Helper()
+	marker := []byte(supervise.SupervisorEnv + "=" + dir + "/")
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
+		if err != nil {
+			continue
+		}
+		for v := range bytes.SplitSeq(env, []byte{0}) {
+			if bytes.HasPrefix(v, marker) {
+				out = append(out, pid)
+				break
+			}
+		}
+	}
+	return out
 }
