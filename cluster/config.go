@@ -81,6 +81,15 @@ type Config struct {
 	EtcdListen string
 	// EtcdEndpoints, when set, points at an external etcd and no etcd is embedded.
 	EtcdEndpoints []string
+	// EtcdQuotaBytes is the embedded etcd's --quota-backend-bytes (default
+	// 8 GiB), or, with EtcdEndpoints, what the external etcd's is (default
+	// etcd's 2 GiB): the store's size is watched against it, new creates
+	// are refused above 95 % of it, and an embedded etcd is compacted and
+	// defragmented as needed (store.QuotaGuard). --etcd-quota-bytes.
+	EtcdQuotaBytes int64
+	// StoreQuotaInterval is how often the store's size is read (default
+	// 10s; tests make it short).
+	StoreQuotaInterval time.Duration
 	// EtcdTLS names the files of the TLS of every etcd client of this
 	// process (its store, its leader election) with an external etcd; empty:
 	// as the endpoints' schemes say. Files replaced while it runs are read

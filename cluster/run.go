@@ -6,6 +6,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -26,6 +27,7 @@ import (
 	"github.com/peloton-sched/peloton/hostmgr/mesos"
 	"github.com/peloton-sched/peloton/hostmgr/sim"
 	"github.com/peloton-sched/peloton/internal/etcdtls"
+	"github.com/peloton-sched/peloton/internal/metrics"
 	"github.com/peloton-sched/peloton/internal/requestid"
 	"github.com/peloton-sched/peloton/internal/resources"
 	"github.com/peloton-sched/peloton/internal/serving"
@@ -75,6 +77,7 @@ func runStack(ctx context.Context, cfg Config, etcdTLS *tls.Config, t *term) err
 	// inProcess, with the embedded etcd, makes clients that call it
 	// directly rather than through its socket.
 	var inProcess func() *clientv3.Client
+	var defragment func(context.Context) error
 	if len(endpoints) == 0 {
 		if cfg.TaskUser != "" {
 			// The task user must be able to pass through the data dir to
@@ -84,7 +87,8 @@ func runStack(ctx context.Context, cfg Config, etcdTLS *tls.Config, t *term) err
 			}
 		}
 		dir := filepath.Join(cfg.DataDir, "etcd")
-		e, err := store.StartEmbedded(store.EmbeddedConfig{DataDir: dir, ClientAddr: cfg.EtcdListen, Logger: log})
+		e, err := store.StartEmbedded(store.EmbeddedConfig{DataDir: dir, ClientAddr: cfg.EtcdListen, Logger: log,
+			QuotaBackendBytes: cfg.EtcdQuotaBytes})
 		if err != nil {
 			return fmt.Errorf("start embedded etcd: %w", err)
 		}
@@ -92,7 +96,7 @@ func runStack(ctx context.Context, cfg Config, etcdTLS *tls.Config, t *term) err
 		// This process's clients use the socket even when etcd also
 		// listens on TCP.
 		endpoints = []string{"unix://" + e.SocketPath()}
-		inProcess = e.InProcessClient
+		inProcess, defragment = e.InProcessClient, e.Defragment
 		log.Info("embedded etcd started", "endpoint", endpoints[0], "dir", dir)
 		if cfg.EtcdListen != "" {
 			log.Warn("the embedded etcd also answers on TCP (--etcd-listen): every process of this machine, tasks included, can connect to it, "+
@@ -170,6 +174,22 @@ func runStack(ctx context.Context, cfg Config, etcdTLS *tls.Config, t *term) err
 		requestid.SweepEvery(runCtx, st, requestid.SweepInterval, requestid.SweepLimit, func(err error) { log.Warn("sweep expired request ids", "err", err) })
 	}()
 	defer func() { stopEngines(); <-sweepDone }()
+	// The store never fills silently: its size is read every few
+	// seconds, published, and new creates refused near the quota.
+	quota := cfg.EtcdQuotaBytes
+	if quota <= 0 && inProcess != nil {
+		quota = store.DefaultEmbeddedQuotaBackendBytes
+	}
+	clusterName := cmp.Or(cfg.ClusterName, DefaultClusterName)
+	guard := store.NewQuotaGuard(st.Client(), store.QuotaGuardOptions{QuotaBytes: quota, Embedded: inProcess != nil, Defragment: defragment,
+		Interval: cfg.StoreQuotaInterval, Logger: log, OnUse: func(u store.QuotaUse) {
+			metrics.StoreDBBytes.WithLabelValues(clusterName).Set(float64(u.DBBytes))
+			metrics.StoreDBInUseBytes.WithLabelValues(clusterName).Set(float64(u.InUseBytes))
+			metrics.StoreQuotaBytes.WithLabelValues(clusterName).Set(float64(u.QuotaBytes))
+		}})
+	guardDone := make(chan struct{})
+	go func() { defer close(guardDone); guard.Run(runCtx) }()
+	defer func() { stopEngines(); <-guardDone }()
 	// Placement engines run active-active: hostmgr leases keep them off each
 	// other's hosts and its Commit re-checks every fit.
 	engineDone := make(chan struct{}, 1+cfg.PlacementEngines)
@@ -183,6 +203,7 @@ func runStack(ctx context.Context, cfg Config, etcdTLS *tls.Config, t *term) err
 
 	srv := api.NewServer(jm, rm, hm, log)
 	srv.SetMaxInstances(cfg.MaxInstances)
+	srv.SetCreateGuard(guard.Check)
 	srv.SetReadiness(func(ctx context.Context) error {
 		if _, err := st.Get(ctx, readyProbeKey); err != nil && !errors.Is(err, store.ErrNotFound) {
 			return fmt.Errorf("the store (etcd) does not answer: %w", err)

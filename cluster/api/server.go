@@ -60,6 +60,22 @@ type Server struct {
 	// maxInstances, if > 0, is this cluster's own bound on a job's
 	// instances, below jobmgr.MaxInstances (--max-instances).
 	maxInstances uint32
+	// createGuard, if set, says why creates are refused now (the store is
+	// nearly full), or nil.
+	createGuard func() error
+}
+
+// SetCreateGuard sets the check every create (jobs, updates, pools) passes
+// first: an error refuses it with ResourceExhausted and that message.
+// Everything else (cancels, kills, deletes, reads) is never refused by it:
+// that is the headroom left for getting out of the situation.
+func (s *Server) SetCreateGuard(f func() error) { s.createGuard = f }
+
+// guardedCreates are the methods SetCreateGuard's check refuses.
+var guardedCreates = map[string]bool{
+	"/peloton.api.v1.JobService/CreateJob":       true,
+	"/peloton.api.v1.UpdateService/CreateUpdate": true,
+	"/peloton.api.v1.PoolService/CreatePool":     true,
 }
 
 // SetMaxInstances bounds the instances of every job this API creates,
@@ -131,7 +147,16 @@ func (s *Server) GRPCServer(opts ...grpc.ServerOption) *grpc.Server {
 
 func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 	start := time.Now()
-	resp, err := h(ctx, req)
+	var resp any
+	var err error
+	if guard := s.createGuard; guard != nil && guardedCreates[info.FullMethod] {
+		if gerr := guard(); gerr != nil {
+			err = status.Error(codes.ResourceExhausted, gerr.Error())
+		}
+	}
+	if err == nil {
+		resp, err = h(ctx, req)
+	}
 	err = s.userError(info.FullMethod, err)
 	metrics.APILatency.WithLabelValues(methodName(info.FullMethod), status.Code(err).String()).Observe(time.Since(start).Seconds())
 	return resp, err

@@ -63,6 +63,18 @@ var (
 	Hosts = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: "peloton", Name: "hosts", Help: "Hosts by state.",
 	}, []string{"state"})
+	// Store size against its quota (store.QuotaGuard), by cluster: the
+	// alert PelotonStoreNearlyFull fires at 80 %, creates are refused
+	// at 95 %.
+	StoreDBBytes = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "peloton", Name: "store_db_bytes", Help: "Size of the etcd database file (the largest member's), which etcd compares with its quota.",
+	}, []string{"cluster"})
+	StoreDBInUseBytes = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "peloton", Name: "store_db_in_use_bytes", Help: "Part of the etcd database file that holds data; the rest is free pages a defragmentation gives back.",
+	}, []string{"cluster"})
+	StoreQuotaBytes = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "peloton", Name: "store_quota_bytes", Help: "etcd's --quota-backend-bytes, as Peloton knows it (--etcd-quota-bytes).",
+	}, []string{"cluster"})
 	// StoreWrites counts etcd write transactions issued by jobmgr.
 	StoreWrites = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "peloton", Name: "store_writes_total", Help: "Records written to the store, by kind.",
@@ -75,6 +87,7 @@ func init() {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		JobsByState, TasksByState, TaskTransitions, QueueDepth, AdmissionLatency,
 		PlacementLatency, Placements, PlacementConflicts, PoolResources, APILatency, Hosts, StoreWrites,
+		StoreDBBytes, StoreDBInUseBytes, StoreQuotaBytes,
 	)
 }
 

@@ -36,6 +36,7 @@ type serverFlags struct {
 	httpListen    string
 	etcdListen    string
 	etcdEndpoints []string
+	etcdQuota     int64
 	backend       string
 	hosts         int
 	hostCPU       float64
@@ -108,6 +109,11 @@ func (f *serverFlags) register(fs *pflag.FlagSet, embedded bool) {
 		fs.DurationVar(&f.leaderLease, "leader-lease", cluster.DefaultLeaderLease, "TTL of the leader's etcd lease (whole seconds, at least 1s): how long a leader that died holds the cluster up (with --leader-elect)")
 		fs.StringVar(&f.advertiseHost, "advertise-host", "", "address the other replicas reach this one at, on the --listen and --http-listen ports (with --leader-elect; default: the host of --listen, which must then not be a wildcard)")
 	}
+	if embedded {
+		fs.Int64Var(&f.etcdQuota, "etcd-quota-bytes", 0, "size quota of the embedded etcd's database (etcd's --quota-backend-bytes; 0: 8 GiB), or, with --etcd-endpoints, the external etcd's: above 95 % of it new creates are refused (cancels, kills and deletes still work), and the embedded etcd is compacted and defragmented as needed")
+	} else {
+		fs.Int64Var(&f.etcdQuota, "etcd-quota-bytes", 0, "the external etcd's --quota-backend-bytes (0: etcd's default, 2 GiB): the store's size is watched against it and new creates are refused above 95 % of it (cancels, kills and deletes still work)")
+	}
 	fs.StringVar(&f.backend, "backend", "local", `host backend: "local" runs tasks as processes on this machine, "sim" simulates hosts whose tasks only take time, "kubernetes" runs them as pods on the nodes of a Kubernetes cluster, "mesos" runs them as the tasks of a Mesos framework (--mesos-master)`)
 	fs.StringVar(&f.kube.kubeconfig, "kubeconfig", "", "kubeconfig file of the Kubernetes cluster (kubernetes backend; empty: in-cluster)")
 	fs.StringVar(&f.kube.namespace, "kube-namespace", "peloton", "namespace of the pods of pools without an entry in --kube-pool-namespaces (kubernetes backend)")
@@ -172,6 +178,9 @@ func (f *serverFlags) config(embedded bool) (cluster.Config, error) {
 	}
 	if f.dataDir == "" {
 		return cluster.Config{}, usageErrorf("invalid --data-dir: must not be empty")
+	}
+	if f.etcdQuota < 0 {
+		return cluster.Config{}, fmt.Errorf("--etcd-quota-bytes: must be 0 (the default) or a size in bytes, got %d", f.etcdQuota)
 	}
 	addrs := []struct{ flag, addr string }{{"listen", f.listen}, {"http-listen", f.httpListen}}
 	if embedded && len(endpoints) == 0 && f.etcdListen != "" {
@@ -263,6 +272,7 @@ func (f *serverFlags) config(embedded bool) (cluster.Config, error) {
 		Kube:              kube,
 		Mesos:             mesosCfg,
 		MaxInstances:      uint32(f.maxInstances),
+		EtcdQuotaBytes:    f.etcdQuota,
 		LeaderElect:       f.leaderElect,
 		LeaderLease:       f.leaderLease,
 		AdvertiseHost:     strings.TrimSpace(f.advertiseHost),
