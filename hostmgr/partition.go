@@ -10,6 +10,7 @@ import (
 	"github.com/peloton-sched/peloton/internal/apierr"
 	"github.com/peloton-sched/peloton/internal/fsm"
 	"github.com/peloton-sched/peloton/internal/metrics"
+	"github.com/peloton-sched/peloton/internal/sanitize"
 	"github.com/peloton-sched/peloton/internal/store"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
@@ -288,7 +289,7 @@ func (m *Manager) finishMoveLocked(ctx context.Context, name string) error {
 		if err := a.ApplyPartition(ctx, name, r.Target); err != nil {
 			m.mu.Lock()
 			if h := m.hosts[name]; h != nil {
-				h.moveNote = fmt.Sprintf("the %s backend did not take the partition: %v; retrying", m.backend.Name(), err)
+				h.moveNote = sanitize.Text(fmt.Sprintf("the %s backend did not take the partition: %v; retrying", m.backend.Name(), err), sanitize.MaxMessage)
 			}
 			m.mu.Unlock()
 			metrics.HostMoves.WithLabelValues("apply-failed").Inc()

@@ -763,6 +763,10 @@ func (m *Manager) handleEvent(ctx context.Context, ev hostmgr.TaskEvent) {
 // all. It returns the error of a write that failed (a *storeError): the
 // caller queues the event to be applied again.
 func (m *Manager) applyEvent(ctx context.Context, ev hostmgr.TaskEvent, superseded, retried bool) error {
+	// Events from hostmgr are clean already; those jobmgr makes of a
+	// backend's errors (launch-failed, run-id-taken) carry the backend's
+	// words, which may not be valid UTF-8.
+	ev = hostmgr.CleanEvent(ev)
 	jobID, inst, run, ok := parseTaskID(ev.TaskID)
 	if !ok {
 		m.log.Warn("event for a task ID that is not ours", "task", ev.TaskID)
