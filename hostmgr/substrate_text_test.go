@@ -30,8 +30,11 @@ func dirtyEvent(id string) TaskEvent {
 		Reason: "why\xff" + strings.Repeat("r", 500), Message: dirtyText + strings.Repeat("m", 10000), Time: time.Now()}
 }
 
-func (d *dirtyBackend) Start(_ context.Context, sink func(TaskEvent)) error { d.sink = sink; return nil }
-func (d *dirtyBackend) Status(id string) (TaskEvent, error)              { return dirtyEvent(id), nil }
+func (d *dirtyBackend) Start(_ context.Context, sink func(TaskEvent)) error {
+	d.sink = sink
+	return nil
+}
+func (d *dirtyBackend) Status(id string) (TaskEvent, error) { return dirtyEvent(id), nil }
 func (d *dirtyBackend) Runs() []RunInfo {
 	return []RunInfo{{TaskID: "j-0-1", Host: "h1", Last: dirtyEvent("j-0-1")}}
 }
