@@ -370,7 +370,10 @@ func (m *Manager) createPool(ctx context.Context, path string, spec *pelotonv1.P
 	if err := m.checkReservations(parent, path, res); err != nil {
 		return nil, err
 	}
-	val, _ := proto.Marshal(spec)
+	val, err := proto.Marshal(spec)
+	if err != nil {
+		return nil, fmt.Errorf("resmgr: encode pool %s: %w", path, err)
+	}
 	key := poolKeyPrefix + path
 	ops := []store.Op{store.Put(key, val, store.MustNotExist)}
 	if with != nil {
@@ -430,7 +433,10 @@ func (m *Manager) UpdatePool(ctx context.Context, path string, spec *pelotonv1.P
 	if err != nil {
 		return nil, err
 	}
-	val, _ := proto.Marshal(spec)
+	val, err := proto.Marshal(spec)
+	if err != nil {
+		return nil, fmt.Errorf("resmgr: encode pool %s: %w", path, err)
+	}
 	key := poolKeyPrefix + path
 	rev, err := m.txnOutcome(ctx, key, func(kv *store.KV) (int64, bool) {
 		if kv == nil || kv.Revision == rev0 || !bytes.Equal(kv.Value, val) {
@@ -1535,7 +1541,10 @@ func (m *Manager) MovePool(ctx context.Context, path, newParent string) (*peloto
 	ops := make([]store.Op, 0, 2*len(subtree))
 	var probeVal []byte
 	for _, n := range subtree {
-		val, _ := proto.Marshal(n.spec)
+		val, err := proto.Marshal(n.spec)
+		if err != nil {
+			return nil, fmt.Errorf("resmgr: encode pool %s: %w", n.Path, err)
+		}
 		if n == p {
 			probeVal = val
 		}
