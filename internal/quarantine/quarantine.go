@@ -79,43 +79,46 @@ func Original(qkey string) string {
 // the record changed since it was read, nothing is moved and the error
 // wraps store.ErrConflict.
 func Move(ctx context.Context, st store.Store, log *slog.Logger, kv store.KV, cause error) (string, error) {
-	return move(ctx, st, log, kv, cause, nil)
+	qkey, _, err := move(ctx, st, log, kv, cause, nil)
+	return qkey, err
 }
 
 // Replace is Move that writes replacement at kv's key in the same
 // transaction, for a record the component cannot do without (a pool its
 // children and jobs are in, a host's maintenance state): the rest of the
-// state stays whole, and the quarantined record says it was replaced.
-func Replace(ctx context.Context, st store.Store, log *slog.Logger, kv store.KV, cause error, replacement []byte) (string, error) {
+// state stays whole, and the quarantined record says it was replaced. It
+// also returns the replacement's revision.
+func Replace(ctx context.Context, st store.Store, log *slog.Logger, kv store.KV, cause error, replacement []byte) (string, int64, error) {
 	if replacement == nil {
 		replacement = []byte{}
 	}
 	return move(ctx, st, log, kv, cause, replacement)
 }
 
-func move(ctx context.Context, st store.Store, log *slog.Logger, kv store.KV, cause error, replacement []byte) (string, error) {
+func move(ctx context.Context, st store.Store, log *slog.Logger, kv store.KV, cause error, replacement []byte) (string, int64, error) {
 	qkey := KeyOf(kv.Key, kv.Revision)
 	b, err := json.Marshal(Record{Key: kv.Key, Revision: kv.Revision, Error: cause.Error(), Time: time.Now().UTC(),
 		Value: kv.Value, Replaced: replacement != nil})
 	if err != nil {
-		return "", fmt.Errorf("quarantine %s: %w", kv.Key, err)
+		return "", 0, fmt.Errorf("quarantine %s: %w", kv.Key, err)
 	}
 	instead := store.Delete(kv.Key, kv.Revision)
 	if replacement != nil {
 		instead = store.Put(kv.Key, replacement, kv.Revision)
 	}
-	if _, err := st.Txn(ctx, store.Put(qkey, b, store.MustNotExist), instead); err != nil {
+	rev, err := st.Txn(ctx, store.Put(qkey, b, store.MustNotExist), instead)
+	if err != nil {
 		if errors.Is(err, store.ErrConflict) {
 			// Written meanwhile (or moved already, by an attempt whose
 			// answer was lost): a new start reads it again.
-			return "", fmt.Errorf("quarantine %s: it changed while it was moved aside; start again: %w", kv.Key, err)
+			return "", 0, fmt.Errorf("quarantine %s: it changed while it was moved aside; start again: %w", kv.Key, err)
 		}
-		return "", fmt.Errorf("quarantine %s: %w", kv.Key, err)
+		return "", 0, fmt.Errorf("quarantine %s: %w", kv.Key, err)
 	}
 	metrics.QuarantinedRecords.Inc()
 	log.Error("a stored record cannot be loaded; it was moved aside and the stack starts without it (see docs/operations.md, Quarantined records)",
 		"key", kv.Key, "revision", kv.Revision, "quarantine", qkey, "replaced", replacement != nil, "err", cause)
-	return qkey, nil
+	return qkey, rev, nil
 }
 
 // List returns the quarantine keys under Prefix+under (under "" for all),

@@ -91,11 +91,11 @@ func TestReplace(t *testing.T) {
 	_, st := storetest.StartEtcd(t)
 	ctx := context.Background()
 	kv := put(t, st, "pools/a", []byte("bad"))
-	qkey, err := Replace(ctx, st, slog.New(slog.DiscardHandler), kv, errors.New("bad"), []byte{})
+	qkey, rev, err := Replace(ctx, st, slog.New(slog.DiscardHandler), kv, errors.New("bad"), []byte{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, err := st.Get(ctx, kv.Key); err != nil || len(got.Value) != 0 {
+	if got, err := st.Get(ctx, kv.Key); err != nil || len(got.Value) != 0 || got.Revision != rev {
 		t.Errorf("the replacement: %q %v", got.Value, err)
 	}
 	got, _ := st.Get(ctx, qkey)
