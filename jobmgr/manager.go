@@ -158,6 +158,9 @@ type Manager struct {
 
 	mu   sync.RWMutex
 	jobs map[string]*job
+	// held are the jobs that cannot be loaded because a record of theirs
+	// is in quarantine (quarantine.go); guarded by mu.
+	held map[string]bool
 	// updates holds every update record by ID (update.go); guarded by mu.
 	updates map[string]*update
 
@@ -229,7 +232,7 @@ func New(st store.Store, b *store.Batcher, rm *resmgr.Manager, hm *hostmgr.Manag
 		opts.SLATimeout = defaultSLATimeout
 	}
 	m := &Manager{store: st, batcher: b, rm: rm, hm: hm, sla: opts.SLA, slaTimeout: opts.SLATimeout, updates: map[string]*update{}, log: opts.Logger.With("component", "jobmgr"), now: time.Now,
-		jobs: map[string]*job{}, queue: newWorkQueue(), workers: opts.Workers, launchers: opts.Launchers, lostBackoff: opts.LostBackoff,
+		jobs: map[string]*job{}, held: map[string]bool{}, queue: newWorkQueue(), workers: opts.Workers, launchers: opts.Launchers, lostBackoff: opts.LostBackoff,
 		retry: unwritten{byRun: map[string][]hostmgr.TaskEvent{}, wake: make(chan struct{}, 1)}, recon: newReconciler(opts.ReconcileEvery)}
 	rm.SetJobChecker(m.poolHasJobs)
 	return m
@@ -253,6 +256,9 @@ func (m *Manager) getJob(id string) (*job, error) {
 	if !ok {
 		if id == "" {
 			return nil, apierr.Invalid("jobId", "required")
+		}
+		if m.isHeld(id) {
+			return nil, heldError(id)
 		}
 		return nil, apierr.NotFound("job %s does not exist", id)
 	}

@@ -115,7 +115,13 @@ func (m *Manager) recoverUpdates(ctx context.Context) error {
 	for _, kv := range kvs {
 		u := &pelotonv1.Update{}
 		if err := proto.Unmarshal(kv.Value, u); err != nil {
-			return fmt.Errorf("jobmgr: decode %s: %w", kv.Key, err)
+			if err := m.quarantineRecord(ctx, kv, err); err != nil {
+				return err
+			}
+			continue
+		}
+		if m.held[u.JobId] {
+			continue // kept for the job's return
 		}
 		if m.jobs[u.JobId] == nil {
 			// Its job was deleted; the record is swept with it, or here.
