@@ -15,6 +15,7 @@ import (
 
 	"github.com/peloton-sched/peloton/internal/apierr"
 	"github.com/peloton-sched/peloton/internal/metrics"
+	"github.com/peloton-sched/peloton/internal/quarantine"
 	"github.com/peloton-sched/peloton/internal/requestid"
 	"github.com/peloton-sched/peloton/internal/resources"
 	"github.com/peloton-sched/peloton/internal/store"
@@ -152,8 +153,19 @@ func New(ctx context.Context, st store.Store, opts Options) (*Manager, error) {
 	sort.Slice(kvs, func(i, j int) bool { return kvs[i].Key < kvs[j].Key })
 	for _, kv := range kvs {
 		spec := &pelotonv1.PoolSpec{}
-		if err := proto.Unmarshal(kv.Value, spec); err != nil {
-			return nil, fmt.Errorf("resmgr: decode pool %s: %w", kv.Key, err)
+		err := proto.Unmarshal(kv.Value, spec)
+		if err == nil {
+			_, _, _, err = specToNode(spec)
+		}
+		if err != nil {
+			// A pool its children and jobs are in cannot simply go: it is
+			// moved aside with an empty spec (no reservation, no limit)
+			// written in its place, and an operator sets its spec again.
+			_, rev, qerr := quarantine.Replace(ctx, st, m.log, kv, err, []byte{})
+			if qerr != nil {
+				return nil, fmt.Errorf("resmgr: %w", qerr)
+			}
+			spec, kv.Revision = &pelotonv1.PoolSpec{}, rev
 		}
 		path := strings.TrimPrefix(kv.Key, poolKeyPrefix)
 		if _, err := m.attach(path, spec, kv.Revision); err != nil {
