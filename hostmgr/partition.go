@@ -394,13 +394,3 @@ func (h *host) inService() bool { return h.state == hostUp && !h.moving() }
 // draining reports whether a host's runs are to be moved off it: by
 // maintenance or by a partition move.
 func (h *host) draining() bool { return h.state == hostDraining || h.move == partMoving }
-
-// loadPartitionLocked takes in one persisted partition record at Start.
-func (m *Manager) loadPartitionLocked(name string, kv store.KV) error {
-	r, err := parsePartition(kv)
-	if err != nil {
-		return err
-	}
-	m.parts[name] = r
-	return nil
-}
