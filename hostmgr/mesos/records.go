@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/peloton-sched/peloton/hostmgr"
+	"github.com/peloton-sched/peloton/internal/quarantine"
 	"github.com/peloton-sched/peloton/internal/resources"
 	"github.com/peloton-sched/peloton/internal/sanitize"
 	"github.com/peloton-sched/peloton/internal/store"
@@ -111,7 +112,11 @@ func (b *Backend) load(ctx context.Context) error {
 		id := strings.TrimPrefix(kv.Key, keyRuns)
 		var rec record
 		if err := json.Unmarshal(kv.Value, &rec); err != nil {
-			b.log.Warn("mesos: skipping an unreadable run record", "task", id, "err", err)
+			// The run is then unknown here: jobmgr finds it lost and runs
+			// its instance again, and the record waits for a person.
+			if _, err := quarantine.Move(ctx, b.cfg.Store, b.log, kv, err); err != nil {
+				return fmt.Errorf("mesos: %w", err)
+			}
 			continue
 		}
 		r := runOf(id, rec)

@@ -10,7 +10,9 @@ import (
 
 	"github.com/peloton-sched/peloton/hostmgr"
 	"github.com/peloton-sched/peloton/hostmgr/mesos/mesostest"
+	"github.com/peloton-sched/peloton/internal/quarantine"
 	"github.com/peloton-sched/peloton/internal/sanitize"
+	"github.com/peloton-sched/peloton/internal/store"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 	"google.golang.org/protobuf/proto"
 )
@@ -104,5 +106,26 @@ func TestStatusMessageNotUTF8(t *testing.T) {
 	}
 	if ev.State != pelotonv1.TaskState_FAILED || !utf8.ValidString(ev.Message) {
 		t.Errorf("after a restart: %s %.60q", ev.State, ev.Message)
+	}
+}
+
+// TestUnreadableRunRecordIsQuarantined: a run record that cannot be read
+// is moved aside at start (where it waits for a person), not left to be
+// skipped at every start.
+func TestUnreadableRunRecordIsQuarantined(t *testing.T) {
+	t.Parallel()
+	m := newMaster(t, mesostest.Config{Agents: agents(1)})
+	st := newStore(t)
+	ctx := context.Background()
+	if _, err := st.Txn(ctx, store.Put(keyRuns+"bad-0-1", []byte("{not json"), store.MustNotExist)); err != nil {
+		t.Fatal(err)
+	}
+	r := startBackend(t, testConfig(m, st))
+	if _, err := r.b.Status("bad-0-1"); err == nil {
+		t.Error("the unreadable run is known")
+	}
+	keys, err := quarantine.List(ctx, st, keyRuns)
+	if err != nil || len(keys) != 1 || quarantine.Original(keys[0]) != keyRuns+"bad-0-1" {
+		t.Errorf("quarantined: %v %v", keys, err)
 	}
 }
