@@ -51,17 +51,21 @@ func (f *Federation) loadGrants(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.sla.grants = map[string]*pelotonv1.SlaGrant{}
-	f.sla.down = map[string]map[uint32]bool{}
+	grants := map[string]*pelotonv1.SlaGrant{}
 	for _, kv := range kvs {
 		g := &pelotonv1.SlaGrant{}
 		if err := proto.Unmarshal(kv.Value, g); err != nil {
-			return fmt.Errorf("decode %s: %w", kv.Key, err)
+			if err := f.quarantine(ctx, kv, err); err != nil {
+				return err
+			}
+			continue
 		}
-		f.sla.grants[g.Id] = g
+		grants[g.Id] = g
 	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.sla.grants = grants
+	f.sla.down = map[string]map[uint32]bool{}
 	f.sla.loaded = true
 	return nil
 }
