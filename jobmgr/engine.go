@@ -86,8 +86,9 @@ func (m *Manager) Wait() { m.wg.Wait() }
 func (m *Manager) recover(ctx context.Context) error {
 	// Jobs with a record in quarantine since an earlier start are held if
 	// they cannot be loaded (quarantine.go); so are those whose records
-	// are quarantined now.
-	quarantined, err := m.quarantinedJobs(ctx)
+	// are quarantined now. A job whose runtime is in quarantine is held
+	// rather than swept as a deleted one.
+	quarantined, runtimeGone, err := m.quarantinedJobs(ctx)
 	if err != nil {
 		return err
 	}
@@ -115,7 +116,7 @@ func (m *Manager) recover(ctx context.Context) error {
 				if err := m.quarantineRecord(ctx, kv, err); err != nil {
 					return err
 				}
-				quarantined[parts[1]] = true
+				quarantined[parts[1]], runtimeGone[parts[1]] = true, true
 				continue
 			}
 			rts[parts[1]] = rtRec{rt, kv.Revision}
@@ -165,9 +166,9 @@ func (m *Manager) recover(ctx context.Context) error {
 		}
 		m.jobs[id] = j
 	}
-	for id := range quarantined {
+	for id := range runtimeGone {
 		if m.jobs[id] == nil && !m.held[id] && present[id] {
-			m.hold(id) // its runtime is in quarantine
+			m.hold(id)
 		}
 	}
 	// Specs whose job runtime is gone belong to a deletion that was cut short.

@@ -89,19 +89,23 @@ func (m *Manager) quarantineTask(ctx context.Context, j *job, inst uint32, kv st
 	return rt, rev, nil
 }
 
-// quarantinedJobs returns the IDs of the jobs with a record in quarantine.
-func (m *Manager) quarantinedJobs(ctx context.Context) (map[string]bool, error) {
+// quarantinedJobs returns the IDs of the jobs with a record in quarantine,
+// and of those whose runtime record is.
+func (m *Manager) quarantinedJobs(ctx context.Context) (any, runtime map[string]bool, err error) {
 	keys, err := quarantine.List(ctx, m.store, "jobs/")
 	if err != nil {
-		return nil, fmt.Errorf("jobmgr: list quarantined records: %w", err)
+		return nil, nil, fmt.Errorf("jobmgr: list quarantined records: %w", err)
 	}
-	out := map[string]bool{}
+	any, runtime = map[string]bool{}, map[string]bool{}
 	for _, k := range keys {
-		if parts := strings.Split(quarantine.Original(k), "/"); len(parts) >= 2 {
-			out[parts[1]] = true
+		if parts := strings.Split(quarantine.Original(k), "/"); len(parts) >= 3 {
+			any[parts[1]] = true
+			if len(parts) == 3 && parts[2] == "runtime" {
+				runtime[parts[1]] = true
+			}
 		}
 	}
-	return out, nil
+	return any, runtime, nil
 }
 
 // hold records that job id cannot be loaded (see above). Called by recover.
