@@ -125,10 +125,14 @@ func (m *Manager) recover(ctx context.Context) error {
 		}
 	}
 	// The specs of each job, decoded: a version that cannot be is moved
-	// aside, and the job is held if it is the version in force.
+	// aside, and the job is held if it is the version in force. Those of
+	// a job without a runtime are swept or kept as they are (below).
 	versions := map[string][]*jobVersion{}
 	for key, kv := range specs {
 		id := strings.Split(key, "/")[1]
+		if rts[id].rt == nil {
+			continue
+		}
 		rec, err := decodeVersion(kv.Value)
 		var jv *jobVersion
 		if err == nil {
