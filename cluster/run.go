@@ -28,8 +28,10 @@ import (
 	"github.com/peloton-sched/peloton/hostmgr/sim"
 	"github.com/peloton-sched/peloton/internal/etcdtls"
 	"github.com/peloton-sched/peloton/internal/metrics"
+	"github.com/peloton-sched/peloton/internal/quarantine"
 	"github.com/peloton-sched/peloton/internal/requestid"
 	"github.com/peloton-sched/peloton/internal/resources"
+	"github.com/peloton-sched/peloton/internal/restgw"
 	"github.com/peloton-sched/peloton/internal/serving"
 	"github.com/peloton-sched/peloton/internal/store"
 	"github.com/peloton-sched/peloton/jobmgr"
@@ -205,13 +207,15 @@ func runStack(ctx context.Context, cfg Config, etcdTLS *tls.Config, t *term) err
 	srv.SetMaxInstances(cfg.MaxInstances)
 	srv.SetCreateGuard(guard.Check)
 	srv.SetReadiness(func(ctx context.Context) error {
-		if _, err := st.Get(ctx, readyProbeKey); err != nil && !errors.Is(err, store.ErrNotFound) {
+		// Reading the quarantine also tells whether the store answers.
+		quarantined, err := quarantine.List(ctx, st, "")
+		if err != nil {
 			return fmt.Errorf("the store (etcd) does not answer: %w", err)
 		}
 		if n := jm.UnwrittenEvents(); n > 0 {
 			return fmt.Errorf("%d task events wait to be written to the store", n)
 		}
-		return nil
+		return quarantineReadiness(quarantined)
 	})
 	// The UI's live updates (/v1/events) watch every key of the stack.
 	srv.SetWatch(func(ctx context.Context) <-chan int64 { return st.Watch(ctx, "") })
@@ -369,6 +373,14 @@ func newBackend(cfg Config, st store.Store) (hostmgr.Backend, error) {
 	}
 }
 
-// readyProbeKey is the key /readyz reads to learn whether the store answers;
-// it need not exist.
-const readyProbeKey = "readyz"
+// quarantineReadiness is what /readyz says of the records in quarantine
+// (internal/quarantine): nothing when there are none; else the stack is
+// degraded, still ready, since it serves everything else, and a person
+// must look at the records it names.
+func quarantineReadiness(keys []string) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	return &restgw.Degraded{Reason: fmt.Sprintf("%d records in quarantine; the stack runs without them (docs/operations.md, Quarantined records)", len(keys)),
+		Items: keys}
+}

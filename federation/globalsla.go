@@ -51,17 +51,21 @@ func (f *Federation) loadGrants(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.sla.grants = map[string]*pelotonv1.SlaGrant{}
-	f.sla.down = map[string]map[uint32]bool{}
+	grants := map[string]*pelotonv1.SlaGrant{}
 	for _, kv := range kvs {
 		g := &pelotonv1.SlaGrant{}
 		if err := proto.Unmarshal(kv.Value, g); err != nil {
-			return fmt.Errorf("decode %s: %w", kv.Key, err)
+			if err := f.quarantine(ctx, kv, err); err != nil {
+				return err
+			}
+			continue
 		}
-		f.sla.grants[g.Id] = g
+		grants[g.Id] = g
 	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.sla.grants = grants
+	f.sla.down = map[string]map[uint32]bool{}
 	f.sla.loaded = true
 	return nil
 }
@@ -196,11 +200,21 @@ func (f *Federation) RequestDisruption(ctx context.Context, req *pelotonv1.Reque
 	// before it is answered, so a restart knows it.
 	f.sla.grants[g.Id] = g
 	f.mu.Unlock()
-	b, _ := proto.Marshal(g)
-	if _, err := f.st.Txn(ctx, store.Put(slaGrantPrefix+g.Id, b, store.MustNotExist)); err != nil {
+	forget := func() {
 		f.mu.Lock()
 		delete(f.sla.grants, g.Id)
 		f.mu.Unlock()
+	}
+	b, err := proto.Marshal(g)
+	if err != nil {
+		// The request's own text cannot be recorded (not UTF-8; the
+		// cluster and job were found, so it is the holder): nothing was
+		// written, and asking again fails the same way.
+		forget()
+		return nil, apierr.Invalid("holder", "the grant cannot be recorded: %v", err)
+	}
+	if _, err := f.st.Txn(ctx, store.Put(slaGrantPrefix+g.Id, b, store.MustNotExist)); err != nil {
+		forget()
 		return nil, apierr.Unavailable("record the grant: %v", err)
 	}
 	metrics.FederationSLA.WithLabelValues("granted").Inc()
@@ -246,7 +260,10 @@ func (f *Federation) RenewDisruption(ctx context.Context, id string, ttl time.Du
 	g.Expires = timestamppb.New(f.opts.Now().Add(ttl))
 	f.sla.grants[id] = g
 	f.mu.Unlock()
-	b, _ := proto.Marshal(g)
+	b, err := proto.Marshal(g)
+	if err != nil {
+		return fmt.Errorf("federation: encode grant %s: %w", id, err)
+	}
 	if _, err := f.st.Txn(ctx, store.Put(slaGrantPrefix+id, b, store.AnyRevision)); err != nil {
 		return apierr.Unavailable("renew the grant: %v", err)
 	}

@@ -69,15 +69,22 @@ func (f *Federation) loadJobs(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	jobs := make([]*fedJob, 0, len(kvs))
 	for _, kv := range kvs {
 		rec := &pelotonv1.FederatedJob{}
 		if err := proto.Unmarshal(kv.Value, rec); err != nil {
-			return fmt.Errorf("decode %s: %w", kv.Key, err)
+			if err := f.quarantine(ctx, kv, err); err != nil {
+				return err
+			}
+			continue
 		}
 		req, _ := jobRequest(rec.Spec.GetJob(), "spec.job")
-		f.jobs[rec.Id] = &fedJob{rec: rec, rev: kv.Revision, req: req}
+		jobs = append(jobs, &fedJob{rec: rec, rev: kv.Revision, req: req})
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, j := range jobs {
+		f.jobs[j.rec.Id] = j
 	}
 	return nil
 }

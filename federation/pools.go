@@ -46,18 +46,26 @@ func (f *Federation) loadPools(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	pools := make([]*globalPool, 0, len(kvs))
 	for _, kv := range kvs {
 		rec := &pelotonv1.FederatedPool{}
-		if err := proto.Unmarshal(kv.Value, rec); err != nil {
-			return fmt.Errorf("decode %s: %w", kv.Key, err)
+		err := proto.Unmarshal(kv.Value, rec)
+		var gp *globalPool
+		if err == nil {
+			gp, err = newGlobalPool(rec, kv.Revision)
 		}
-		gp, err := newGlobalPool(rec, kv.Revision)
 		if err != nil {
-			return fmt.Errorf("%s: %w", kv.Key, err)
+			if err := f.quarantine(ctx, kv, err); err != nil {
+				return err
+			}
+			continue
 		}
-		f.pools[rec.Path] = gp
+		pools = append(pools, gp)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, gp := range pools {
+		f.pools[gp.rec.Path] = gp
 	}
 	return nil
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/peloton-sched/peloton/cluster/client"
 	"github.com/peloton-sched/peloton/internal/apierr"
 	"github.com/peloton-sched/peloton/internal/metrics"
+	"github.com/peloton-sched/peloton/internal/quarantine"
 	"github.com/peloton-sched/peloton/internal/resources"
 	"github.com/peloton-sched/peloton/internal/store"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
@@ -438,12 +439,22 @@ func (f *Federation) loadClusters(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	good := kvs[:0:0]
+	for _, kv := range kvs {
+		if err := proto.Unmarshal(kv.Value, &pelotonv1.Cluster{}); err != nil {
+			if err := f.quarantine(ctx, kv, err); err != nil {
+				return err
+			}
+			continue
+		}
+		good = append(good, kv)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for _, kv := range kvs {
+	for _, kv := range good {
 		rec := &pelotonv1.Cluster{}
 		if err := proto.Unmarshal(kv.Value, rec); err != nil {
-			return fmt.Errorf("decode %s: %w", kv.Key, err)
+			return fmt.Errorf("decode %s: %w", kv.Key, err) // decoded above
 		}
 		cli, err := f.opts.Dial(rec.Endpoint)
 		if err != nil {
@@ -451,6 +462,24 @@ func (f *Federation) loadClusters(ctx context.Context) error {
 		}
 		f.clusters[rec.Name] = &member{rec: rec, rev: kv.Revision, cli: cli, wake: make(chan struct{}, 1)}
 		f.setStateMetric(rec.Name, rec.State)
+	}
+	return nil
+}
+
+// quarantine moves aside a record that cannot be loaded at start
+// (internal/quarantine); the federation starts without it:
+//
+//   - a cluster: it is no member until it registers again (a stack run
+//     with --federation does so by itself);
+//   - a global pool: the federation no longer keeps the clusters' pools
+//     in line with it; they stay as they are;
+//   - a federated job or service: forgotten; what it made in the clusters
+//     (jobs) goes on there, no longer followed or repaired;
+//   - an SLA grant: forgotten (grants are short leases; the holder asks
+//     again).
+func (f *Federation) quarantine(ctx context.Context, kv store.KV, err error) error {
+	if _, qerr := quarantine.Move(ctx, f.st, f.log, kv, err); qerr != nil {
+		return fmt.Errorf("federation: %w", qerr)
 	}
 	return nil
 }

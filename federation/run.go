@@ -12,7 +12,9 @@ import (
 	"time"
 
 	"github.com/peloton-sched/peloton/internal/etcdtls"
+	"github.com/peloton-sched/peloton/internal/quarantine"
 	"github.com/peloton-sched/peloton/internal/replica"
+	"github.com/peloton-sched/peloton/internal/restgw"
 	"github.com/peloton-sched/peloton/internal/serving"
 	"github.com/peloton-sched/peloton/internal/store"
 	"github.com/peloton-sched/peloton/internal/tlsfiles"
@@ -175,8 +177,15 @@ func serve(ctx context.Context, cfg Config, tlsCfg *tls.Config, t *replica.Term,
 
 	srv := NewServer(f, log)
 	srv.SetReadiness(func(ctx context.Context) error {
-		if _, err := st.Get(ctx, "ready-probe"); err != nil && !errors.Is(err, store.ErrNotFound) {
+		// Reading the quarantine also tells whether the store answers.
+		quarantined, err := quarantine.List(ctx, st, "")
+		if err != nil {
 			return fmt.Errorf("the store (etcd) does not answer: %w", err)
+		}
+		if len(quarantined) > 0 {
+			// Still ready: it serves all else (internal/restgw.Degraded).
+			return &restgw.Degraded{Reason: fmt.Sprintf("%d records in quarantine; the federation runs without them (docs/operations.md, Quarantined records)", len(quarantined)),
+				Items: quarantined}
 		}
 		return nil
 	})

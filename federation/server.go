@@ -67,7 +67,9 @@ func (s *Server) Ready(ctx context.Context) error {
 	return s.ready(ctx)
 }
 
-// SetReadiness sets the check behind /readyz.
+// SetReadiness sets the check behind /readyz: nil when the federation can
+// serve, a *restgw.Degraded when it serves but a person must look, else why
+// not.
 func (s *Server) SetReadiness(ready func(context.Context) error) { s.ready = ready }
 
 // GRPCServer returns a grpc.Server with the federation's services.

@@ -58,14 +58,21 @@ func (f *Federation) loadServices(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	recs := make([]*fedService, 0, len(kvs))
 	for _, kv := range kvs {
 		rec := &pelotonv1.FederatedService{}
 		if err := proto.Unmarshal(kv.Value, rec); err != nil {
-			return fmt.Errorf("decode %s: %w", kv.Key, err)
+			if err := f.quarantine(ctx, kv, err); err != nil {
+				return err
+			}
+			continue
 		}
-		f.services[rec.Id] = &fedService{rec: rec, rev: kv.Revision}
+		recs = append(recs, &fedService{rec: rec, rev: kv.Revision})
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, s := range recs {
+		f.services[s.rec.Id] = s
 	}
 	return nil
 }

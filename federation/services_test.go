@@ -548,6 +548,15 @@ func TestGlobalSLA(t *testing.T) {
 	cur, _ := f.GetService(svc.Id)
 	aJob, _ := partJob(t, a, cur)
 	bJob, _ := partJob(t, b, cur)
+	// A grant whose holder cannot be recorded (not UTF-8) is refused,
+	// and nothing of it stays: not in memory, not in the store.
+	if _, err := f.RequestDisruption(ctxT(t), &pelotonv1.RequestDisruptionRequest{Cluster: "a", JobId: aJob.Id,
+		Instances: []uint32{0}, Holder: "drain/h\xff", TtlSeconds: 60}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("a grant for a holder that is not UTF-8: %v, want InvalidArgument", err)
+	}
+	if n, per, _ := f.SLAView(svc.Id); n != 0 {
+		t.Fatalf("after the refused grant the federation counts %d unavailable (%v), want 0", n, per)
+	}
 	if _, err := a.cli.Tasks.KillTask(ctxT(t), &pelotonv1.KillTaskRequest{JobId: aJob.Id, InstanceId: 0}); err != nil {
 		t.Fatalf("the first kill: %v", err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/peloton-sched/peloton/internal/apierr"
 	"github.com/peloton-sched/peloton/internal/metrics"
+	"github.com/peloton-sched/peloton/internal/quarantine"
 	"github.com/peloton-sched/peloton/internal/resources"
 	"github.com/peloton-sched/peloton/internal/store"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
@@ -114,7 +115,11 @@ func (m *Manager) loadHistory(ctx context.Context) error {
 	for _, kv := range kvs {
 		var r moveRecord
 		if err := json.Unmarshal(kv.Value, &r); err != nil {
-			return fmt.Errorf("hostmgr: move history record %s: %w", kv.Key, err)
+			// History only: the stack does without it.
+			if _, err := quarantine.Move(ctx, m.store, m.log, kv, err); err != nil {
+				return fmt.Errorf("hostmgr: %w", err)
+			}
+			continue
 		}
 		r.key = kv.Key
 		hist = append(hist, r)

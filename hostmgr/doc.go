@@ -17,6 +17,12 @@
 // step, and tells backends that keep partitions their own way
 // (PartitionApplier). The capacity it reports to resmgr is per partition.
 //
+// Everything a backend says passes one gate on its way in (CleanEvent,
+// cleanHosts): events, Status and run listings get their reason, message
+// and host made valid UTF-8 and bounded (internal/sanitize), hosts their
+// labels and partition; a host whose name is not valid UTF-8 is not used.
+// A substrate's bytes can then never make a record unwritable.
+//
 // Backends live in sub-packages (local, ...); this package must not import
 // jobmgr, resmgr or placement.
 package hostmgr

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sort"
 	"strings"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/peloton-sched/peloton/internal/apierr"
 	"github.com/peloton-sched/peloton/internal/fsm"
 	"github.com/peloton-sched/peloton/internal/metrics"
+	"github.com/peloton-sched/peloton/internal/quarantine"
 	"github.com/peloton-sched/peloton/internal/store"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
@@ -432,17 +434,24 @@ func (m *Manager) loadMaintenance(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("hostmgr: load host maintenance: %w", err)
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	maint := map[string]maintRecord{}
+	parts := map[string]partRecord{}
 	for _, kv := range kvs {
 		rest, ok := strings.CutPrefix(kv.Key, "hosts/")
 		if !ok {
 			continue
 		}
 		if name, ok := strings.CutSuffix(rest, "/partition"); ok {
-			if err := m.loadPartitionLocked(name, kv); err != nil {
-				return err
+			r, err := parsePartition(kv)
+			if err != nil {
+				// Without its record the host is in the partition its
+				// backend reports, settled: a move it was in is over.
+				if _, err := quarantine.Move(ctx, m.store, m.log, kv, err); err != nil {
+					return fmt.Errorf("hostmgr: %w", err)
+				}
+				continue
 			}
+			parts[name] = r
 			continue
 		}
 		name, ok := strings.CutSuffix(rest, "/maintenance")
@@ -451,10 +460,21 @@ func (m *Manager) loadMaintenance(ctx context.Context) error {
 		}
 		st, by, err := parseMaintenance(kv)
 		if err != nil {
-			return err
+			// Only a host out of service has a record, so it stays out:
+			// draining (drained once empty), as an operator's, until an
+			// operator completes its maintenance.
+			_, rev, err := quarantine.Replace(ctx, m.store, m.log, kv, err, []byte(hostDraining.String()))
+			if err != nil {
+				return fmt.Errorf("hostmgr: %w", err)
+			}
+			st, by, kv.Revision = hostDraining, "", rev
 		}
-		m.maint[name] = maintRecord{state: st, rev: kv.Revision, by: by}
+		maint[name] = maintRecord{state: st, rev: kv.Revision, by: by}
 	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	maps.Copy(m.maint, maint)
+	maps.Copy(m.parts, parts)
 	if len(m.maint) > 0 {
 		m.log.Info("hosts in maintenance", "count", len(m.maint))
 	}

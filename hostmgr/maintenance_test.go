@@ -297,15 +297,3 @@ func TestMaintenancePersists(t *testing.T) {
 		t.Fatalf("records left after every host is up: %v", kvs)
 	}
 }
-
-func TestCorruptMaintenanceRecordFailsStart(t *testing.T) {
-	_, st := storetest.StartEtcd(t)
-	if _, err := st.Txn(context.Background(), store.Put(maintenanceKey("a"), []byte("HOST_SIDEWAYS"), store.MustNotExist)); err != nil {
-		t.Fatal(err)
-	}
-	m := NewManager(&fixedHosts{[]HostInfo{{Name: "a"}}}, Options{Store: st})
-	err := m.Start(context.Background())
-	if err == nil || !strings.Contains(err.Error(), `hosts/a/maintenance: unknown maintenance state "HOST_SIDEWAYS"`) {
-		t.Fatalf("start with a corrupt record: %v", err)
-	}
-}

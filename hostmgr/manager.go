@@ -15,10 +15,12 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/peloton-sched/peloton/internal/resources"
+	"github.com/peloton-sched/peloton/internal/sanitize"
 	"github.com/peloton-sched/peloton/internal/store"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
@@ -196,6 +198,8 @@ type Manager struct {
 	hostGauged map[string]hostGauged
 
 	events chan TaskEvent
+	// badNames are the host names cleanHosts left out and said so.
+	badNames sync.Map
 	// hostsChanged is told when the backend's hosts changed (OnHostsChanged).
 	hostsChanged atomic.Pointer[func()]
 
@@ -341,7 +345,7 @@ func (m *Manager) Start(ctx context.Context) error {
 }
 
 func (m *Manager) refreshHosts() {
-	infos := m.backend.Hosts()
+	infos := m.cleanHosts(m.backend.Hosts())
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	seen := map[string]bool{}
@@ -426,8 +430,43 @@ func (m *Manager) HostClasses() []HostClass {
 	return m.classes
 }
 
+// cleanHosts makes what a backend says of its hosts safe to keep and to
+// show (sanitize): labels and partitions are made valid UTF-8 and bounded.
+// A host whose name is not valid UTF-8 is left out, loudly: its name
+// cannot be put in a record or an answer, and a cleaned name would be one
+// the backend does not know.
+func (m *Manager) cleanHosts(infos []HostInfo) []HostInfo {
+	out := infos[:0:0]
+	for _, hi := range infos {
+		if !utf8.ValidString(hi.Name) || len(hi.Name) > sanitize.MaxName {
+			if _, said := m.badNames.LoadOrStore(hi.Name, true); !said {
+				m.log.Error("the backend reports a host whose name is not valid UTF-8 or too long; it is not used",
+					"backend", m.backend.Name(), "name", sanitize.Text(hi.Name, sanitize.MaxName))
+			}
+			continue
+		}
+		hi.Labels = sanitize.Labels(hi.Labels)
+		hi.Partition = sanitize.Text(hi.Partition, sanitize.MaxName)
+		out = append(out, hi)
+	}
+	return out
+}
+
+// CleanEvent makes the substrate's text in an event (its reason, message
+// and host) safe to store: valid UTF-8, bounded (sanitize). Every event,
+// Status and run listing passes here on its way from a backend to the rest
+// of the stack, so no backend's text can make a task record unwritable;
+// jobmgr applies it again to the events it makes of a backend's errors.
+func CleanEvent(ev TaskEvent) TaskEvent {
+	ev.Reason = sanitize.Text(ev.Reason, sanitize.MaxReason)
+	ev.Message = sanitize.Text(ev.Message, sanitize.MaxMessage)
+	ev.Host = sanitize.Text(ev.Host, sanitize.MaxName)
+	return ev
+}
+
 // onEvent frees a finished run's resources, then passes the event on.
 func (m *Manager) onEvent(ev TaskEvent) {
+	ev = CleanEvent(ev)
 	switch ev.State {
 	case pelotonv1.TaskState_SUCCEEDED, pelotonv1.TaskState_FAILED, pelotonv1.TaskState_KILLED, pelotonv1.TaskState_LOST:
 		m.ReleaseTask(ev.TaskID)
@@ -917,13 +956,20 @@ func (m *Manager) Kill(ctx context.Context, taskID string, grace time.Duration) 
 }
 
 // Status asks the backend for a run's last known state.
-func (m *Manager) Status(taskID string) (TaskEvent, error) { return m.backend.Status(taskID) }
+func (m *Manager) Status(taskID string) (TaskEvent, error) {
+	ev, err := m.backend.Status(taskID)
+	return CleanEvent(ev), err
+}
 
 // Runs lists the runs the backend holds now, or nil when it cannot list
 // them (it does not implement RunLister).
 func (m *Manager) Runs() []RunInfo {
 	if rl, ok := m.backend.(RunLister); ok {
-		return rl.Runs()
+		runs := rl.Runs()
+		for i := range runs {
+			runs[i].Last = CleanEvent(runs[i].Last)
+		}
+		return runs
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/peloton-sched/peloton/internal/apierr"
 	"github.com/peloton-sched/peloton/internal/fsm"
 	"github.com/peloton-sched/peloton/internal/metrics"
+	"github.com/peloton-sched/peloton/internal/sanitize"
 	"github.com/peloton-sched/peloton/internal/store"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
@@ -288,7 +289,7 @@ func (m *Manager) finishMoveLocked(ctx context.Context, name string) error {
 		if err := a.ApplyPartition(ctx, name, r.Target); err != nil {
 			m.mu.Lock()
 			if h := m.hosts[name]; h != nil {
-				h.moveNote = fmt.Sprintf("the %s backend did not take the partition: %v; retrying", m.backend.Name(), err)
+				h.moveNote = sanitize.Text(fmt.Sprintf("the %s backend did not take the partition: %v; retrying", m.backend.Name(), err), sanitize.MaxMessage)
 			}
 			m.mu.Unlock()
 			metrics.HostMoves.WithLabelValues("apply-failed").Inc()
@@ -393,13 +394,3 @@ func (h *host) inService() bool { return h.state == hostUp && !h.moving() }
 // draining reports whether a host's runs are to be moved off it: by
 // maintenance or by a partition move.
 func (h *host) draining() bool { return h.state == hostDraining || h.move == partMoving }
-
-// loadPartitionLocked takes in one persisted partition record at Start.
-func (m *Manager) loadPartitionLocked(name string, kv store.KV) error {
-	r, err := parsePartition(kv)
-	if err != nil {
-		return err
-	}
-	m.parts[name] = r
-	return nil
-}

@@ -372,16 +372,3 @@ func TestMoveResumesFromDrained(t *testing.T) {
 		t.Fatalf("backend told %v", got)
 	}
 }
-
-func TestBadPartitionRecordFailsStart(t *testing.T) {
-	_, st := storetest.StartEtcd(t)
-	ctx := context.Background()
-	if _, err := st.Txn(ctx, store.Put("hosts/a/partition", []byte(`{"partition":"batch","state":"PARTITION_SIDEWAYS"}`), 0)); err != nil {
-		t.Fatal(err)
-	}
-	m := NewManager(newPartHosts(), Options{Store: st})
-	err := m.Start(ctx)
-	if err == nil || !strings.Contains(err.Error(), `hosts/a/partition: unknown partition move state "PARTITION_SIDEWAYS"`) {
-		t.Fatalf("start: %v", err)
-	}
-}

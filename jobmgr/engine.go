@@ -13,6 +13,7 @@ import (
 	"github.com/peloton-sched/peloton/hostmgr"
 	"github.com/peloton-sched/peloton/internal/metrics"
 	"github.com/peloton-sched/peloton/internal/resources"
+	"github.com/peloton-sched/peloton/internal/store"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 	"github.com/peloton-sched/peloton/resmgr"
 	"google.golang.org/protobuf/proto"
@@ -83,59 +84,96 @@ func (m *Manager) Start(ctx context.Context) error {
 func (m *Manager) Wait() { m.wg.Wait() }
 
 func (m *Manager) recover(ctx context.Context) error {
+	// Jobs with a record in quarantine since an earlier start are held if
+	// they cannot be loaded (quarantine.go); so are those whose records
+	// are quarantined now. A job whose runtime is in quarantine is held
+	// rather than swept as a deleted one.
+	quarantined, runtimeGone, err := m.quarantinedJobs(ctx)
+	if err != nil {
+		return err
+	}
 	kvs, err := m.store.List(ctx, "jobs/")
 	if err != nil {
 		return fmt.Errorf("jobmgr: load jobs: %w", err)
 	}
-	specs := map[string][]byte{}
+	specs := map[string]store.KV{}
 	type rtRec struct {
 		rt  *pelotonv1.JobStatus
 		rev int64
 	}
 	rts := map[string]rtRec{}
+	// present: the jobs with records; only those can be held.
+	present := map[string]bool{}
 	for _, kv := range kvs {
 		parts := strings.Split(kv.Key, "/") // jobs, id, runtime | jobs, id, spec, v
+		if len(parts) >= 2 {
+			present[parts[1]] = true
+		}
 		switch {
 		case len(parts) == 3 && parts[2] == "runtime":
 			rt := &pelotonv1.JobStatus{}
 			if err := proto.Unmarshal(kv.Value, rt); err != nil {
-				return fmt.Errorf("jobmgr: decode %s: %w", kv.Key, err)
+				if err := m.quarantineRecord(ctx, kv, err); err != nil {
+					return err
+				}
+				quarantined[parts[1]], runtimeGone[parts[1]] = true, true
+				continue
 			}
 			rts[parts[1]] = rtRec{rt, kv.Revision}
 		case len(parts) == 4 && parts[2] == "spec":
-			specs[kv.Key] = kv.Value
+			specs[kv.Key] = kv
 		}
 	}
+	// The specs of each job, decoded: a version that cannot be is moved
+	// aside, and the job is held if it is the version in force. Those of
+	// a job without a runtime are swept or kept as they are (below).
+	versions := map[string][]*jobVersion{}
+	for key, kv := range specs {
+		id := strings.Split(key, "/")[1]
+		if rts[id].rt == nil {
+			continue
+		}
+		rec, err := decodeVersion(kv.Value)
+		var jv *jobVersion
+		if err == nil {
+			jv, err = newJobVersion(rec.Version, rec.Spec, rec.CreateTime.AsTime(), rec.Cause)
+		}
+		if err != nil {
+			if err := m.quarantineRecord(ctx, kv, err); err != nil {
+				return err
+			}
+			quarantined[id] = true
+			continue
+		}
+		versions[id] = append(versions[id], jv)
+	}
 	for id, r := range rts {
-		if _, ok := specs[jobSpecKey(id, r.rt.SpecVersion)]; !ok {
+		var cur *jobVersion
+		for _, jv := range versions[id] {
+			if jv.version == r.rt.SpecVersion {
+				cur = jv
+			}
+		}
+		if cur == nil {
+			if quarantined[id] { // present: it has a runtime
+				m.hold(id)
+				continue
+			}
 			m.log.Error("job has no spec; skipping", "job", id, "version", r.rt.SpecVersion)
 			continue
 		}
-		var j *job
-		var others []*jobVersion
-		for key, b := range specs {
-			parts := strings.Split(key, "/")
-			if parts[1] != id {
-				continue
+		j := newJob(id, cur, r.rt, r.rev)
+		for _, jv := range versions[id] {
+			if jv != cur {
+				j.addVersion(jv, false)
 			}
-			rec, err := decodeVersion(b)
-			if err != nil {
-				return fmt.Errorf("jobmgr: %s: %w", key, err)
-			}
-			jv, err := newJobVersion(rec.Version, rec.Spec, rec.CreateTime.AsTime(), rec.Cause)
-			if err != nil {
-				return fmt.Errorf("jobmgr: %s: %w", key, err)
-			}
-			if rec.Version == r.rt.SpecVersion {
-				j = newJob(id, jv, r.rt, r.rev)
-			} else {
-				others = append(others, jv)
-			}
-		}
-		for _, jv := range others {
-			j.addVersion(jv, false)
 		}
 		m.jobs[id] = j
+	}
+	for id := range runtimeGone {
+		if m.jobs[id] == nil && !m.held[id] && present[id] {
+			m.hold(id)
+		}
 	}
 	// Specs whose job runtime is gone belong to a deletion that was cut short.
 	orphans := map[string]bool{}
@@ -161,7 +199,15 @@ func (m *Manager) recover(ctx context.Context) error {
 		}
 		rt := &pelotonv1.TaskStatus{}
 		if err := proto.Unmarshal(kv.Value, rt); err != nil {
-			return fmt.Errorf("jobmgr: decode %s: %w", kv.Key, err)
+			var rev int64
+			rt, rev, err = m.quarantineTask(ctx, j, uint32(inst), kv, err)
+			if err != nil {
+				return err
+			}
+			if rt == nil {
+				continue // left without a record: created again below
+			}
+			kv.Revision = rev
 		}
 		if rt.SpecVersion == 0 {
 			rt.SpecVersion = 1
@@ -183,7 +229,7 @@ func (m *Manager) recover(ctx context.Context) error {
 		j.counts[rt.State].Add(1)
 	}
 	for id := range orphans {
-		if m.jobs[id] == nil {
+		if m.jobs[id] == nil && !m.held[id] {
 			m.log.Info("sweeping records of a deleted job", "job", id)
 			m.sweep(ctx, id)
 		}
@@ -248,7 +294,7 @@ func (m *Manager) recover(ctx context.Context) error {
 			}
 		}
 	}
-	m.log.Info("recovered state", "jobs", len(m.jobs), "tasks", len(tkvs), "reconciled", len(lost))
+	m.log.Info("recovered state", "jobs", len(m.jobs), "held", len(m.held), "tasks", len(tkvs), "reconciled", len(lost))
 	for _, ev := range lost {
 		m.handleEvent(ctx, ev)
 	}
@@ -763,6 +809,10 @@ func (m *Manager) handleEvent(ctx context.Context, ev hostmgr.TaskEvent) {
 // all. It returns the error of a write that failed (a *storeError): the
 // caller queues the event to be applied again.
 func (m *Manager) applyEvent(ctx context.Context, ev hostmgr.TaskEvent, superseded, retried bool) error {
+	// Events from hostmgr are clean already; those jobmgr makes of a
+	// backend's errors (launch-failed, run-id-taken) carry the backend's
+	// words, which may not be valid UTF-8.
+	ev = hostmgr.CleanEvent(ev)
 	jobID, inst, run, ok := parseTaskID(ev.TaskID)
 	if !ok {
 		m.log.Warn("event for a task ID that is not ours", "task", ev.TaskID)

@@ -158,6 +158,9 @@ type Manager struct {
 
 	mu   sync.RWMutex
 	jobs map[string]*job
+	// held are the jobs that cannot be loaded because a record of theirs
+	// is in quarantine (quarantine.go); guarded by mu.
+	held map[string]bool
 	// updates holds every update record by ID (update.go); guarded by mu.
 	updates map[string]*update
 
@@ -229,7 +232,7 @@ func New(st store.Store, b *store.Batcher, rm *resmgr.Manager, hm *hostmgr.Manag
 		opts.SLATimeout = defaultSLATimeout
 	}
 	m := &Manager{store: st, batcher: b, rm: rm, hm: hm, sla: opts.SLA, slaTimeout: opts.SLATimeout, updates: map[string]*update{}, log: opts.Logger.With("component", "jobmgr"), now: time.Now,
-		jobs: map[string]*job{}, queue: newWorkQueue(), workers: opts.Workers, launchers: opts.Launchers, lostBackoff: opts.LostBackoff,
+		jobs: map[string]*job{}, held: map[string]bool{}, queue: newWorkQueue(), workers: opts.Workers, launchers: opts.Launchers, lostBackoff: opts.LostBackoff,
 		retry: unwritten{byRun: map[string][]hostmgr.TaskEvent{}, wake: make(chan struct{}, 1)}, recon: newReconciler(opts.ReconcileEvery)}
 	rm.SetJobChecker(m.poolHasJobs)
 	return m
@@ -253,6 +256,9 @@ func (m *Manager) getJob(id string) (*job, error) {
 	if !ok {
 		if id == "" {
 			return nil, apierr.Invalid("jobId", "required")
+		}
+		if m.isHeld(id) {
+			return nil, heldError(id)
 		}
 		return nil, apierr.NotFound("job %s does not exist", id)
 	}
@@ -335,7 +341,10 @@ func (m *Manager) storeJob(ctx context.Context, id string, spec *pelotonv1.JobSp
 		return fmt.Errorf("encode spec: %w", err)
 	}
 	rt := &pelotonv1.JobStatus{State: pelotonv1.JobState_JOB_INITIALIZED, GoalState: goalOf(spec.Type), SpecVersion: 1, CreateTime: timestamppb.New(created)}
-	rtb, _ := proto.Marshal(rt)
+	rtb, err := proto.Marshal(rt)
+	if err != nil {
+		return fmt.Errorf("jobmgr: encode job %s runtime: %w", id, err)
+	}
 	ops := append([]store.Op{
 		store.Put(jobSpecKey(id, 1), enc, store.MustNotExist),
 		store.Put(jobRuntimeKey(id), rtb, store.MustNotExist)}, extra...)
@@ -533,7 +542,10 @@ func (m *Manager) updateJobRuntime(ctx context.Context, j *job, fn func(rt *pelo
 	if err := checkJobTransition(j.rt.State, rt.State); err != nil {
 		return err
 	}
-	b, _ := proto.Marshal(rt)
+	b, err := proto.Marshal(rt)
+	if err != nil {
+		return fmt.Errorf("jobmgr: encode job %s runtime: %w", j.id, err)
+	}
 	rev, err := m.store.Txn(ctx, store.Put(jobRuntimeKey(j.id), b, j.rev))
 	if err != nil {
 		j.unsure = true
@@ -849,9 +861,14 @@ func (m *Manager) applyTaskVia(ctx context.Context, j *job, inst uint32, persist
 	}
 	rev := t.rev
 	if persist {
-		b, _ := proto.Marshal(rt)
+		b, err := proto.Marshal(rt)
+		if err != nil {
+			// The record's fault (a string that is not UTF-8), not the
+			// store's: nothing was written, memory stays as it was, and
+			// it is no storeError, since writing again fails the same way.
+			return fmt.Errorf("jobmgr: encode task %s/%d: %w", j.id, inst, err)
+		}
 		// A task with no record yet (rev 0) is created here: MustNotExist.
-		var err error
 		rev, err = m.batcher.Write(ctx, store.Put(taskKey(j.id, inst), b, t.rev))
 		if err != nil {
 			t.unsure = true

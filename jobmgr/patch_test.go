@@ -58,6 +58,8 @@ type sandboxes struct {
 	// releaseKills, as a run with a long grace period does.
 	holdKills bool
 	heldKills []string
+	// launchErr, if set, is what every Launch returns, starting nothing.
+	launchErr error
 }
 
 // releaseKills ends the runs whose kills were held.
@@ -158,6 +160,11 @@ func (v *sandboxView) Launch(ctx context.Context, spec hostmgr.LaunchSpec) error
 	if s.view != v {
 		s.mu.Unlock()
 		return errDead
+	}
+	if s.launchErr != nil {
+		err := s.launchErr
+		s.mu.Unlock()
+		return err
 	}
 	if st, ok := s.taken[spec.TaskID]; ok {
 		s.runs[spec.TaskID] = &sandboxRun{host: spec.Host, last: hostmgr.TaskEvent{TaskID: spec.TaskID, Host: spec.Host, State: st, Time: time.Now()}}

@@ -195,6 +195,11 @@ func (m *Manager) reconcileOnce(ctx context.Context) (missed, lost, strays int) 
 			m.hm.ReleaseTask(r.TaskID)
 			continue
 		}
+		if jobID, _, _, _ := parseTaskID(r.TaskID); m.isHeld(jobID) {
+			// Its job cannot be loaded (a record of it is in quarantine):
+			// the run holds its room and is left to a person.
+			continue
+		}
 		m.recon.mu.Lock()
 		again := m.recon.strays[r.TaskID]
 		m.recon.mu.Unlock()

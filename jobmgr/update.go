@@ -115,7 +115,13 @@ func (m *Manager) recoverUpdates(ctx context.Context) error {
 	for _, kv := range kvs {
 		u := &pelotonv1.Update{}
 		if err := proto.Unmarshal(kv.Value, u); err != nil {
-			return fmt.Errorf("jobmgr: decode %s: %w", kv.Key, err)
+			if err := m.quarantineRecord(ctx, kv, err); err != nil {
+				return err
+			}
+			continue
+		}
+		if m.held[u.JobId] {
+			continue // kept for the job's return
 		}
 		if m.jobs[u.JobId] == nil {
 			// Its job was deleted; the record is swept with it, or here.
@@ -279,7 +285,10 @@ func (m *Manager) storeNewVersion(ctx context.Context, j *job, jv *jobVersion, u
 	}
 	ops := []store.Op{store.Put(jobSpecKey(j.id, jv.version), enc, store.MustNotExist)}
 	if u != nil {
-		b, _ := proto.Marshal(u.u)
+		b, err := proto.Marshal(u.u)
+		if err != nil {
+			return fmt.Errorf("jobmgr: encode update %s: %w", u.u.Id, err)
+		}
 		ops = append(ops, store.Put(updateKey(u.u.Id), b, store.MustNotExist))
 	}
 	j.mu.Lock()
@@ -291,7 +300,11 @@ func (m *Manager) storeNewVersion(ctx context.Context, j *job, jv *jobVersion, u
 	}
 	rt := proto.Clone(j.rt).(*pelotonv1.JobStatus)
 	rt.SpecVersion = jv.version
-	rtb, _ := proto.Marshal(rt)
+	rtb, err := proto.Marshal(rt)
+	if err != nil {
+		j.mu.Unlock()
+		return fmt.Errorf("jobmgr: encode job %s runtime: %w", j.id, err)
+	}
 	ops = append(ops, store.Put(jobRuntimeKey(j.id), rtb, j.rev))
 	ops = append(ops, extra...)
 	// Not the caller's deadline: a caller giving up mid-write would leave
@@ -338,7 +351,10 @@ func (m *Manager) saveUpdateLocked(ctx context.Context, u *update, fn func(x *pe
 		return apierr.FailedPrecondition("update %s: %v", u.u.Id, err)
 	}
 	x.Status.UpdateTime = timestamppb.New(m.now())
-	b, _ := proto.Marshal(x)
+	b, err := proto.Marshal(x)
+	if err != nil {
+		return fmt.Errorf("jobmgr: encode update %s: %w", x.Id, err)
+	}
 	rev, err := m.store.Txn(ctx, store.Put(updateKey(x.Id), b, u.rev))
 	if err != nil {
 		return apierr.Unavailable("store update %s: %v", x.Id, err)
@@ -951,7 +967,10 @@ func (m *Manager) rollingRestart(ctx context.Context, j *job, instances []uint32
 	us := &pelotonv1.UpdateSpec{BatchSize: budgetOf(j.spec())}
 	u := m.newUpdateRecord(newJobID(), j.id, us, ver, ver, scope, "restart")
 	u.u.Restarts = restarts
-	b, _ := proto.Marshal(u.u)
+	b, err := proto.Marshal(u.u)
+	if err != nil {
+		return fmt.Errorf("jobmgr: encode update %s: %w", u.u.Id, err)
+	}
 	rev, err := m.store.Txn(ctx, store.Put(updateKey(u.u.Id), b, store.MustNotExist))
 	if err != nil {
 		return apierr.Unavailable("store update: %v", err)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/peloton-sched/peloton/internal/apierr"
 	"github.com/peloton-sched/peloton/internal/metrics"
+	"github.com/peloton-sched/peloton/internal/quarantine"
 	"github.com/peloton-sched/peloton/internal/requestid"
 	"github.com/peloton-sched/peloton/internal/resources"
 	"github.com/peloton-sched/peloton/internal/store"
@@ -152,8 +153,19 @@ func New(ctx context.Context, st store.Store, opts Options) (*Manager, error) {
 	sort.Slice(kvs, func(i, j int) bool { return kvs[i].Key < kvs[j].Key })
 	for _, kv := range kvs {
 		spec := &pelotonv1.PoolSpec{}
-		if err := proto.Unmarshal(kv.Value, spec); err != nil {
-			return nil, fmt.Errorf("resmgr: decode pool %s: %w", kv.Key, err)
+		err := proto.Unmarshal(kv.Value, spec)
+		if err == nil {
+			_, _, _, err = specToNode(spec)
+		}
+		if err != nil {
+			// A pool its children and jobs are in cannot simply go: it is
+			// moved aside with an empty spec (no reservation, no limit)
+			// written in its place, and an operator sets its spec again.
+			_, rev, qerr := quarantine.Replace(ctx, st, m.log, kv, err, []byte{})
+			if qerr != nil {
+				return nil, fmt.Errorf("resmgr: %w", qerr)
+			}
+			spec, kv.Revision = &pelotonv1.PoolSpec{}, rev
 		}
 		path := strings.TrimPrefix(kv.Key, poolKeyPrefix)
 		if _, err := m.attach(path, spec, kv.Revision); err != nil {
@@ -370,7 +382,10 @@ func (m *Manager) createPool(ctx context.Context, path string, spec *pelotonv1.P
 	if err := m.checkReservations(parent, path, res); err != nil {
 		return nil, err
 	}
-	val, _ := proto.Marshal(spec)
+	val, err := proto.Marshal(spec)
+	if err != nil {
+		return nil, fmt.Errorf("resmgr: encode pool %s: %w", path, err)
+	}
 	key := poolKeyPrefix + path
 	ops := []store.Op{store.Put(key, val, store.MustNotExist)}
 	if with != nil {
@@ -430,7 +445,10 @@ func (m *Manager) UpdatePool(ctx context.Context, path string, spec *pelotonv1.P
 	if err != nil {
 		return nil, err
 	}
-	val, _ := proto.Marshal(spec)
+	val, err := proto.Marshal(spec)
+	if err != nil {
+		return nil, fmt.Errorf("resmgr: encode pool %s: %w", path, err)
+	}
 	key := poolKeyPrefix + path
 	rev, err := m.txnOutcome(ctx, key, func(kv *store.KV) (int64, bool) {
 		if kv == nil || kv.Revision == rev0 || !bytes.Equal(kv.Value, val) {
@@ -1535,7 +1553,10 @@ func (m *Manager) MovePool(ctx context.Context, path, newParent string) (*peloto
 	ops := make([]store.Op, 0, 2*len(subtree))
 	var probeVal []byte
 	for _, n := range subtree {
-		val, _ := proto.Marshal(n.spec)
+		val, err := proto.Marshal(n.spec)
+		if err != nil {
+			return nil, fmt.Errorf("resmgr: encode pool %s: %w", n.Path, err)
+		}
 		if n == p {
 			probeVal = val
 		}

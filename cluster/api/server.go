@@ -109,7 +109,8 @@ func (s *Server) EndStreams() {
 func (s *Server) SetWatch(w func(context.Context) <-chan int64) { s.watch = w }
 
 // SetReadiness sets the check behind /readyz: nil when the stack can serve,
-// else why not. It must answer within a second or two.
+// a *restgw.Degraded when it serves but a person must look, else why not.
+// It must answer within a second or two.
 func (s *Server) SetReadiness(f func(context.Context) error) { s.ready = f }
 
 // Ready is the check behind /readyz: nil when the stack can serve.

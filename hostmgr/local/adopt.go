@@ -144,7 +144,15 @@ func (b *Backend) writeRecord(t *task) {
 		rec.VolumeID = v.ID
 	}
 	if hc := t.spec.HealthCheck; hc != nil {
-		rec.HealthCheck, _ = protojson.Marshal(hc)
+		// A check protojson refuses (a string that is not UTF-8) cannot be
+		// recorded, so neither can the run: a record without its check
+		// would adopt the run unchecked.
+		hcJSON, err := protojson.Marshal(hc)
+		if err != nil {
+			b.log.Warn("could not record a run's health check; a restart of the control plane will not find the run", "task", t.spec.TaskID, "err", err)
+			return
+		}
+		rec.HealthCheck = hcJSON
 	}
 	t.record = &rec
 	if err := b.storeRecord(&rec); err != nil {

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/peloton-sched/peloton/hostmgr"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
@@ -336,9 +337,23 @@ func (c *cappedBuffer) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// String is the kept output on one line, trimmed.
+// String is the kept output on one line, trimmed, as valid UTF-8: a rune
+// the cap cut in two is dropped, and bytes that are not UTF-8 (a program
+// prints what it likes) become U+FFFD, so the message that carries it can
+// be stored.
 func (c *cappedBuffer) String() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return strings.Join(strings.Fields(c.buf.String()), " ")
+	b := c.buf.Bytes()
+	if len(b) >= c.max {
+		for i := len(b) - 1; i >= 0 && i >= len(b)-utf8.UTFMax; i-- {
+			if utf8.RuneStart(b[i]) {
+				if !utf8.FullRune(b[i:]) {
+					b = b[:i]
+				}
+				break
+			}
+		}
+	}
+	return strings.ToValidUTF8(strings.Join(strings.Fields(string(b)), " "), string(utf8.RuneError))
 }

@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/peloton-sched/peloton/hostmgr"
+	"github.com/peloton-sched/peloton/internal/quarantine"
 	"github.com/peloton-sched/peloton/internal/resources"
+	"github.com/peloton-sched/peloton/internal/sanitize"
 	"github.com/peloton-sched/peloton/internal/store"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
@@ -42,7 +44,7 @@ func recordOf(r *run) record {
 	return record{Agent: r.agentID, Host: r.host,
 		Res:   [4]int64{r.res.MilliCPU, r.res.MemoryMB, r.res.DiskMB, r.res.GPU},
 		Ports: r.ports, Volume: volumeOf(r), State: int32(r.last.State), ExitCode: r.last.ExitCode,
-		Reason: r.last.Reason, Message: truncate(r.last.Message, 256), Time: r.last.Time.UnixNano()}
+		Reason: r.last.Reason, Message: sanitize.Text(r.last.Message, maxRecordMessage), Time: r.last.Time.UnixNano()}
 }
 
 // volumeOf is the ID of the run's volume ("" for none).
@@ -53,12 +55,11 @@ func volumeOf(r *run) string {
 	return ""
 }
 
-func truncate(s string, n int) string {
-	if len(s) > n {
-		return s[:n]
-	}
-	return s
-}
+// maxRecordMessage bounds the message a run record keeps. The executor's
+// message is cut on a rune boundary and made valid UTF-8 (sanitize): a cut
+// inside a rune, or an executor's invalid bytes, would come back from the
+// record as replacement characters, past the bound.
+const maxRecordMessage = 256
 
 // runOf rebuilds a run from its record, as a restarted backend knows it
 // before reconciliation tells more.
@@ -111,7 +112,11 @@ func (b *Backend) load(ctx context.Context) error {
 		id := strings.TrimPrefix(kv.Key, keyRuns)
 		var rec record
 		if err := json.Unmarshal(kv.Value, &rec); err != nil {
-			b.log.Warn("mesos: skipping an unreadable run record", "task", id, "err", err)
+			// The run is then unknown here: jobmgr finds it lost and runs
+			// its instance again, and the record waits for a person.
+			if _, err := quarantine.Move(ctx, b.cfg.Store, b.log, kv, err); err != nil {
+				return fmt.Errorf("mesos: %w", err)
+			}
 			continue
 		}
 		r := runOf(id, rec)

@@ -139,6 +139,16 @@ var ReconcileSeconds = prometheus.NewGauge(prometheus.GaugeOpts{
 
 func init() { Registry.MustRegister(UnwrittenEvents, Reconciled, ReconcileSeconds) }
 
+// QuarantinedRecords counts the records this process moved aside because
+// they could not be loaded at start (internal/quarantine): each is a piece
+// of state the stack runs without until a person looks at it. /readyz says
+// which records are in quarantine now.
+var QuarantinedRecords = prometheus.NewCounter(prometheus.CounterOpts{
+	Namespace: "peloton", Name: "store_quarantined_records_total", Help: "Stored records that could not be loaded at start and were moved aside under quarantine/.",
+})
+
+func init() { Registry.MustRegister(QuarantinedRecords) }
+
 // The federation's metrics (peloton serve federation, peloton up).
 var (
 	// FederationClusterState is 1 for each cluster's current state and 0

@@ -56,7 +56,8 @@ type Options struct {
 	// MaxRequestBytes bounds a request body (413 above it).
 	MaxRequestBytes int
 	// Ready, if set, is the check behind /readyz: nil when the daemon can
-	// do its work now, else why not.
+	// do its work now, a *Degraded when it can but a person must look,
+	// else why not.
 	Ready func(context.Context) error
 	// Extra, if set, serves every other path (the web UI).
 	Extra http.Handler
@@ -151,6 +152,39 @@ func AdminHandler(ready func(context.Context) error) http.Handler {
 	return mux
 }
 
+// Degraded is what a readiness check returns (possibly wrapped) when the
+// daemon can do its work but something needs a person: records in
+// quarantine, say. /readyz answers it with 200, so that load balancers and
+// readiness probes keep the daemon in service (taking it out would take
+// the whole cluster down over one record), and a body that says so:
+//
+//	ok (degraded: 2 records in quarantine)
+//	quarantine/tasks/<job>/3@57
+//	quarantine/jobs/<job>/runtime@12
+//
+// or, to a client that accepts application/json,
+// {"status":"degraded","reason":"...","count":2,"items":[...]}.
+type Degraded struct {
+	// Reason is one line: what is wrong.
+	Reason string
+	// Items are what it concerns (at most maxReadyItems are shown).
+	Items []string
+}
+
+func (d *Degraded) Error() string { return "degraded: " + d.Reason }
+
+// maxReadyItems bounds the items /readyz lists.
+const maxReadyItems = 100
+
+// readyAnswer is /readyz in JSON.
+type readyAnswer struct {
+	// Status is "ok", "degraded" or "not ready".
+	Status string   `json:"status"`
+	Reason string   `json:"reason,omitempty"`
+	Count  int      `json:"count,omitempty"`
+	Items  []string `json:"items,omitempty"`
+}
+
 // handleProbes serves /healthz and /readyz.
 func handleProbes(mux *http.ServeMux, ready func(context.Context) error) {
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -160,17 +194,41 @@ func handleProbes(mux *http.ServeMux, ready func(context.Context) error) {
 	// /healthz says the process lives (restarting it would not help while
 	// etcd is away); /readyz says whether it can do its work now.
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain")
+		a, code := readyAnswer{Status: "ok"}, http.StatusOK
 		if ready != nil {
 			ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
-			defer cancel()
-			if err := ready(ctx); err != nil {
-				w.WriteHeader(http.StatusServiceUnavailable)
-				_, _ = fmt.Fprintf(w, "not ready: %v\n", err)
-				return
+			err := ready(ctx)
+			cancel()
+			var d *Degraded
+			switch {
+			case errors.As(err, &d):
+				a = readyAnswer{Status: "degraded", Reason: d.Reason, Count: len(d.Items), Items: d.Items[:min(len(d.Items), maxReadyItems)]}
+			case err != nil:
+				a, code = readyAnswer{Status: "not ready", Reason: err.Error()}, http.StatusServiceUnavailable
 			}
 		}
-		_, _ = io.WriteString(w, "ok\n")
+		if strings.Contains(r.Header.Get("Accept"), "application/json") {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(code)
+			_ = json.NewEncoder(w).Encode(a)
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain")
+		w.WriteHeader(code)
+		switch a.Status {
+		case "ok":
+			_, _ = io.WriteString(w, "ok\n")
+		case "not ready":
+			_, _ = fmt.Fprintf(w, "not ready: %s\n", a.Reason)
+		default:
+			_, _ = fmt.Fprintf(w, "ok (degraded: %s)\n", a.Reason)
+			for _, it := range a.Items {
+				_, _ = fmt.Fprintln(w, it)
+			}
+			if more := a.Count - len(a.Items); more > 0 {
+				_, _ = fmt.Fprintf(w, "(%d more)\n", more)
+			}
+		}
 	})
 }
 

@@ -1336,6 +1336,20 @@ func (m *Master) LoseAgent(id string) error {
 	return nil
 }
 
+// Fail ends a live task TASK_FAILED with message as its status message, as
+// an executor that reports what its command printed does. The message is
+// sent as given, whatever its bytes: Mesos does not check them either.
+func (m *Master) Fail(taskID, message string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t := m.tasks[taskID]
+	if t == nil || isTerminal(t.state) {
+		return fmt.Errorf("mesostest: no live task %q", taskID)
+	}
+	m.end(t, mesosv1.TASK_FAILED, message, mesosv1.REASON_COMMAND_EXECUTOR_FAILED, time.Now())
+	return nil
+}
+
 // Rescind rescinds the outstanding offers of an agent and says how many.
 func (m *Master) Rescind(agentID string) int {
 	m.mu.Lock()
