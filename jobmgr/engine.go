@@ -97,6 +97,8 @@ func (m *Manager) recover(ctx context.Context) error {
 		return fmt.Errorf("jobmgr: load jobs: %w", err)
 	}
 	specs := map[string]store.KV{}
+	chunks := specChunks{}
+	usedChunks := map[string]bool{}
 	type rtRec struct {
 		rt  *pelotonv1.JobStatus
 		rev int64
@@ -122,6 +124,8 @@ func (m *Manager) recover(ctx context.Context) error {
 			rts[parts[1]] = rtRec{rt, kv.Revision}
 		case len(parts) == 4 && parts[2] == "spec":
 			specs[kv.Key] = kv
+		case isChunkKey(parts):
+			chunks.add(parts, kv.Value)
 		}
 	}
 	// The specs of each job, decoded: a version that cannot be is moved
@@ -133,7 +137,11 @@ func (m *Manager) recover(ctx context.Context) error {
 		if rts[id].rt == nil {
 			continue
 		}
-		rec, err := decodeVersion(kv.Value)
+		enc, err := chunks.assemble(key, kv.Value, usedChunks)
+		var rec *pelotonv1.JobVersion
+		if err == nil {
+			rec, err = decodeVersion(enc)
+		}
 		var jv *jobVersion
 		if err == nil {
 			jv, err = newJobVersion(rec.Version, rec.Spec, rec.CreateTime.AsTime(), rec.Cause)
@@ -180,6 +188,17 @@ func (m *Manager) recover(ctx context.Context) error {
 	for key := range specs {
 		if id := strings.Split(key, "/")[1]; rts[id].rt == nil {
 			orphans[id] = true
+		}
+	}
+	// Chunks of a spec no record names: a create or an update whose
+	// record was never written.
+	for _, key := range chunks.unused(usedChunks) {
+		if id := strings.Split(key, "/")[1]; rts[id].rt == nil {
+			orphans[id] = true
+			continue
+		}
+		if _, err := m.store.Txn(ctx, store.Delete(key, store.AnyRevision)); err != nil {
+			m.log.Warn("delete a chunk of a spec that was never stored", "key", key, "err", err)
 		}
 	}
 	tkvs, err := m.store.List(ctx, "tasks/")

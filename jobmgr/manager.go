@@ -340,6 +340,19 @@ func (m *Manager) storeJob(ctx context.Context, id string, spec *pelotonv1.JobSp
 	if err != nil {
 		return fmt.Errorf("encode spec: %w", err)
 	}
+	enc, undoChunks, err := m.versionRecord(ctx, id, 1, enc)
+	if err != nil {
+		return apierr.Unavailable("the store (etcd) did not take the job's spec; nothing was created, try again: %v", err)
+	}
+	// Chunks of a spec whose job surely was not created go at once; those
+	// of a create that may have landed stay for settleCreate's check and
+	// the next start's sweep.
+	keepChunks := false
+	defer func() {
+		if undoChunks != nil && !keepChunks {
+			undoChunks()
+		}
+	}()
 	rt := &pelotonv1.JobStatus{State: pelotonv1.JobState_JOB_INITIALIZED, GoalState: goalOf(spec.Type), SpecVersion: 1, CreateTime: timestamppb.New(created)}
 	rtb, err := proto.Marshal(rt)
 	if err != nil {
@@ -355,9 +368,11 @@ func (m *Manager) storeJob(ctx context.Context, id string, spec *pelotonv1.JobSp
 		}
 		// The client is told the job was not created; should the write
 		// land after all, it is removed (settleCreate).
+		keepChunks = true
 		m.settleCreate(id, ops)
 		return unsureCreate{apierr.Unavailable("the store (etcd) did not take the job; nothing was created, try again: %v", err)}
 	}
+	keepChunks = true
 	metrics.StoreWrites.WithLabelValues("job").Add(2)
 	j := newJob(id, jv, rt, rev)
 	m.mu.Lock()

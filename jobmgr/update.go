@@ -283,6 +283,18 @@ func (m *Manager) storeNewVersion(ctx context.Context, j *job, jv *jobVersion, u
 	if err != nil {
 		return fmt.Errorf("encode spec: %w", err)
 	}
+	enc, undoChunks, err := m.versionRecord(ctx, j.id, jv.version, enc)
+	if err != nil {
+		return apierr.Unavailable("store spec version: %v", err)
+	}
+	stored := false
+	defer func() {
+		// A version whose record was not written leaves no chunks (one
+		// that may have been is the next start's to sweep).
+		if undoChunks != nil && !stored {
+			undoChunks()
+		}
+	}()
 	ops := []store.Op{store.Put(jobSpecKey(j.id, jv.version), enc, store.MustNotExist)}
 	if u != nil {
 		b, err := proto.Marshal(u.u)
@@ -315,6 +327,7 @@ func (m *Manager) storeNewVersion(ctx context.Context, j *job, jv *jobVersion, u
 	if err != nil {
 		if !errors.Is(err, store.ErrConflict) {
 			j.unsure = true // read back before the runtime's next write
+			stored = true   // perhaps: its chunks stay
 		}
 		j.mu.Unlock()
 		if errors.Is(err, store.ErrConflict) {
@@ -322,6 +335,7 @@ func (m *Manager) storeNewVersion(ctx context.Context, j *job, jv *jobVersion, u
 		}
 		return apierr.Unavailable("store spec version: %v", err)
 	}
+	stored = true
 	metrics.StoreWrites.WithLabelValues("job").Add(float64(len(ops)))
 	j.rt, j.rev = rt, rev
 	j.mu.Unlock()

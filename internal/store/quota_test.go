@@ -45,7 +45,9 @@ func TestPlanQuota(t *testing.T) {
 // deletes still go through), then deletes what was written: the guard
 // compacts and defragments, and creates are accepted again.
 func TestQuotaGuardOnAFullEmbeddedStore(t *testing.T) {
-	const quota = 16 << 20
+	// Writes small against the quota (0.2 % each), as in production: a
+	// coarser fill can outrun a guard that reads between writes.
+	const quota = 64 << 20
 	e, err := StartEmbedded(EmbeddedConfig{DataDir: t.TempDir(), QuotaBackendBytes: quota, Logger: quietLogger})
 	if err != nil {
 		t.Fatal(err)
@@ -60,9 +62,9 @@ func TestQuotaGuardOnAFullEmbeddedStore(t *testing.T) {
 	if err := g.Check(); err != nil {
 		t.Fatalf("Check on an empty store: %v", err)
 	}
-	value := []byte(strings.Repeat("x", 256<<10))
+	value := []byte(strings.Repeat("x", 128<<10))
 	written := 0
-	for ; written < 200; written++ { // 50 MiB would be three times the quota
+	for ; written < 1000; written++ { // 125 MiB would be twice the quota
 		if _, err := s.Txn(ctx, Put(fmt.Sprintf("fill/%04d", written), value, AnyRevision)); err != nil {
 			t.Fatalf("write %d was refused by etcd before the guard refused creates: %v", written, err)
 		}
@@ -74,9 +76,9 @@ func TestQuotaGuardOnAFullEmbeddedStore(t *testing.T) {
 	err = g.Check()
 	var qe *QuotaError
 	if !errors.As(err, &qe) || !errors.Is(err, ErrQuotaExceeded) {
-		t.Fatalf("after %d writes of 256 KiB into a 16 MiB quota, Check = %v; want a QuotaError", written, err)
+		t.Fatalf("after %d writes of 128 KiB into a 64 MiB quota, Check = %v; want a QuotaError", written, err)
 	}
-	if msg := err.Error(); !strings.Contains(msg, "--etcd-quota-bytes") || !strings.Contains(msg, "16.0 MiB") {
+	if msg := err.Error(); !strings.Contains(msg, "--etcd-quota-bytes") || !strings.Contains(msg, "64.0 MiB") {
 		t.Errorf("the refusal %q does not name the quota and its flag", msg)
 	}
 	// Deletes still work in the headroom.
