@@ -313,7 +313,9 @@ type Backend interface {
 	// Name is the backend's flag value ("local", "kubernetes", ...).
 	Name() string
 	// Start begins running; every task state change is passed to sink, in order
-	// per task. sink must not block for long. Start returns once hosts are known.
+	// per task. sink must not block for long. Start returns once hosts are known,
+	// or, for a SubstrateReporter, once it knows that its substrate does not
+	// answer (it keeps trying, and reports the hosts when it does).
 	Start(ctx context.Context, sink func(TaskEvent)) error
 	// Hosts returns the current hosts.
 	Hosts() []HostInfo
