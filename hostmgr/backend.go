@@ -260,8 +260,8 @@ var ErrNotReplaceable = errors.New("hostmgr: run cannot be replaced in place")
 // ErrLaunchBlocked is wrapped by a backend's Launch error when nothing was
 // started because of something a person must fix outside the task (a
 // Kubernetes namespace missing, a right not granted, a spec the substrate
-// refuses): retrying at once fails the same way, and the run is not at
-// fault. jobmgr does not count it as a failure; the instance waits, says
+// refuses) or because the substrate is not reachable: retrying at once
+// fails the same way, and the run is not at fault. jobmgr does not count it as a failure; the instance waits, says
 // why, and tries again with a backoff.
 var ErrLaunchBlocked = errors.New("launch blocked")
 
