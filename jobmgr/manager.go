@@ -303,7 +303,7 @@ func (m *Manager) CreateJobOnce(ctx context.Context, spec *pelotonv1.JobSpec, r 
 // createJob validates and stores a new job; with(id) are more writes for
 // the job's own transaction.
 func (m *Manager) createJob(ctx context.Context, spec *pelotonv1.JobSpec, with func(id string) []store.Op) (string, error) {
-	if err := validateJobSpec(spec, m.hm.LargestHost()); err != nil {
+	if err := validateJobSpec(spec, m.largestHost()); err != nil {
 		return "", err
 	}
 	pool, err := m.rm.CheckLeafPool(spec.Pool, "spec.pool")
@@ -498,6 +498,17 @@ func waitsForSubstrate(s ts) bool {
 		return true
 	}
 	return false
+}
+
+// largestHost is what a task may ask for at most: the capacity of the
+// largest host, per kind. A backend that never reached its substrate
+// knows no host to judge by, so then nothing is refused for its size.
+func (m *Manager) largestHost() resources.Resources {
+	largest := m.hm.LargestHost()
+	if largest.IsZero() && !m.hm.Substrate().Reachable {
+		return resources.Unlimited
+	}
+	return largest
 }
 
 // ListJobs returns jobs matching every given filter, newest first.

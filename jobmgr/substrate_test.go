@@ -17,20 +17,37 @@ import (
 )
 
 // awayView is a sandboxes backend whose substrate can be away. While it
-// is, the backend knows no run (as a kubernetes backend whose caches have
-// not listed the cluster yet), and says why it is away.
+// is, the backend knows no host and no run (as a kubernetes backend whose
+// caches have not listed the cluster yet), and says why it is away.
 type awayView struct {
 	*sandboxView
 	mu       sync.Mutex
 	away     bool
 	since    time.Time
 	statuses int // Status calls
+	changed  func()
 }
 
 var (
 	_ hostmgr.Backend           = (*awayView)(nil)
 	_ hostmgr.SubstrateReporter = (*awayView)(nil)
+	_ hostmgr.HostWatcher       = (*awayView)(nil)
 )
+
+func (v *awayView) WatchHosts(changed func()) {
+	v.mu.Lock()
+	v.changed = changed
+	v.mu.Unlock()
+}
+
+func (v *awayView) Hosts() []hostmgr.HostInfo {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.away {
+		return nil
+	}
+	return v.sandboxView.Hosts()
+}
 
 // awayReason is what the test substrate says while it is away.
 const awayReason = "HTTP 404 Not Found: <!DOCTYPE html>"
@@ -48,7 +65,11 @@ func (v *awayView) Substrate() hostmgr.SubstrateStatus {
 func (v *awayView) setAway(away bool) {
 	v.mu.Lock()
 	v.away, v.since = away, time.Now()
+	changed := v.changed
 	v.mu.Unlock()
+	if changed != nil {
+		changed()
+	}
 }
 
 func (v *awayView) Status(id string) (hostmgr.TaskEvent, error) {
@@ -68,9 +89,11 @@ func (v *awayView) statusCalls() int {
 	return v.statuses
 }
 
-// TestWorkWaitsForTheSubstrate: while the substrate is away nothing is
-// placed or launched, and job get and task get say that the substrate is
-// not reachable and why; once it answers, the job runs.
+// TestWorkWaitsForTheSubstrate: a job created while the substrate was
+// never reached is taken (no host is known to judge its size by); while
+// the substrate is away nothing is placed or launched, and job get and
+// task get say that the substrate is not reachable and why; once it
+// answers, the job runs.
 func TestWorkWaitsForTheSubstrate(t *testing.T) {
 	e, _ := storetest.StartEtcd(t)
 	s := newSandboxes(2)

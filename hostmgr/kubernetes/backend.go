@@ -543,7 +543,7 @@ func (b *Backend) Start(ctx context.Context, sink func(hostmgr.TaskEvent)) error
 	}()
 	go b.notifyHosts()
 	go b.collectFinished()
-	b.log.Info("kubernetes backend ready", "nodes", len(b.Hosts()), "namespace", b.cfg.Namespace)
+	b.log.Info("kubernetes backend started", "nodes", len(b.Hosts()), "namespace", b.cfg.Namespace, "apiserverReachable", b.Substrate().Reachable)
 	return nil
 }
 
