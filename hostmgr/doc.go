@@ -17,6 +17,11 @@
 // step, and tells backends that keep partitions their own way
 // (PartitionApplier). The capacity it reports to resmgr is per partition.
 //
+// A backend whose substrate lives elsewhere (a Mesos master, a Kubernetes
+// apiserver) says whether it reaches it (SubstrateReporter, substrate.go);
+// while it does not, no host is offered, and the status is what the API
+// gives as the reason work waits.
+//
 // Backends live in sub-packages (local, ...); this package must not import
 // jobmgr, resmgr or placement.
 package hostmgr
