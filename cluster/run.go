@@ -215,6 +215,11 @@ func runStack(ctx context.Context, cfg Config, etcdTLS *tls.Config, t *term) err
 		if n := jm.UnwrittenEvents(); n > 0 {
 			return fmt.Errorf("%d task events wait to be written to the store", n)
 		}
+		// The API serves while the substrate is away (and says so here);
+		// new work waits for it.
+		if s := hm.Substrate(); !s.Reachable {
+			return errors.New(s.Describe(time.Now()))
+		}
 		return quarantineReadiness(quarantined)
 	})
 	// The UI's live updates (/v1/events) watch every key of the stack.

@@ -260,8 +260,8 @@ var ErrNotReplaceable = errors.New("hostmgr: run cannot be replaced in place")
 // ErrLaunchBlocked is wrapped by a backend's Launch error when nothing was
 // started because of something a person must fix outside the task (a
 // Kubernetes namespace missing, a right not granted, a spec the substrate
-// refuses): retrying at once fails the same way, and the run is not at
-// fault. jobmgr does not count it as a failure; the instance waits, says
+// refuses) or because the substrate is not reachable: retrying at once
+// fails the same way, and the run is not at fault. jobmgr does not count it as a failure; the instance waits, says
 // why, and tries again with a backoff.
 var ErrLaunchBlocked = errors.New("launch blocked")
 
@@ -313,7 +313,9 @@ type Backend interface {
 	// Name is the backend's flag value ("local", "kubernetes", ...).
 	Name() string
 	// Start begins running; every task state change is passed to sink, in order
-	// per task. sink must not block for long. Start returns once hosts are known.
+	// per task. sink must not block for long. Start returns once hosts are known,
+	// or, for a SubstrateReporter, once it knows that its substrate does not
+	// answer (it keeps trying, and reports the hosts when it does).
 	Start(ctx context.Context, sink func(TaskEvent)) error
 	// Hosts returns the current hosts.
 	Hosts() []HostInfo

@@ -23,6 +23,11 @@
 // labels and partition; a host whose name is not valid UTF-8 is not used.
 // A substrate's bytes can then never make a record unwritable.
 //
+// A backend whose substrate lives elsewhere (a Mesos master, a Kubernetes
+// apiserver) says whether it reaches it (SubstrateReporter, substrate.go);
+// while it does not, no host is offered, and the status is what the API
+// gives as the reason work waits.
+//
 // Backends live in sub-packages (local, ...); this package must not import
 // jobmgr, resmgr or placement.
 package hostmgr

@@ -174,6 +174,8 @@ type Manager struct {
 	log      *slog.Logger
 	now      func() time.Time
 	leaseTTL time.Duration
+	// substrate is the backend's, if it reports one (SubstrateReporter).
+	substrate SubstrateReporter
 
 	mu    sync.Mutex
 	hosts map[string]*host
@@ -292,7 +294,9 @@ func NewManager(b Backend, opts Options) *Manager {
 	if opts.UsageStaleAfter <= 0 {
 		opts.UsageStaleAfter = DefaultUsageStaleAfter
 	}
+	sub, _ := b.(SubstrateReporter)
 	return &Manager{
+		substrate:   sub,
 		slackMargin: opts.SlackMargin, staleAfter: opts.UsageStaleAfter, onSlack: opts.OnSlack,
 		backend: b, log: opts.Logger.With("component", "hostmgr"), now: time.Now, leaseTTL: opts.LeaseTTL,
 		hosts: map[string]*host{}, leases: map[string]*lease{}, taskHost: map[string]string{},
@@ -533,6 +537,12 @@ func newLeaseID() string {
 // expiry. Each call starts where the previous one stopped, so that engines
 // (and successive rounds) are not all handed the same first hosts.
 func (m *Manager) AcquireHosts(f HostFilter) (string, []HostOffer) {
+	// Hosts of a substrate that is away are as last seen, and a launch on
+	// them could not be carried out: the work waits, saying why, for the
+	// substrate to answer again rather than be placed and fail.
+	if !m.substrateReachable() {
+		return "", nil
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.now()

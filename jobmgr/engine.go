@@ -270,6 +270,10 @@ func (m *Manager) recover(ctx context.Context) error {
 	}
 	// Runs that were being stopped when the process died, and still run.
 	var stopping []rekill
+	// A backend whose substrate is away cannot know runs it has not seen
+	// yet (a kubernetes backend lists pods once the apiserver answers):
+	// such runs are left to reconciliation, which waits for the substrate.
+	reachable, deferred := m.hm.Substrate().Reachable, 0
 	for _, j := range m.jobs {
 		var pending []uint32
 		for inst, t := range j.tasks() {
@@ -298,6 +302,8 @@ func (m *Manager) recover(ctx context.Context) error {
 					if !isTerminal(ev.State) && (t.rt.State == stKilling || t.rt.State == stPreempting) {
 						stopping = append(stopping, rekill{j, uint32(inst), runID})
 					}
+				} else if !reachable {
+					deferred++
 				} else if resumed, stale := m.resumePatch(ctx, j, uint32(inst), t.rt); !resumed {
 					if stale != "" {
 						stopping = append(stopping, rekill{j, uint32(inst), stale})
@@ -314,6 +320,11 @@ func (m *Manager) recover(ctx context.Context) error {
 		}
 	}
 	m.log.Info("recovered state", "jobs", len(m.jobs), "held", len(m.held), "tasks", len(tkvs), "reconciled", len(lost))
+	if deferred > 0 {
+		s := m.hm.Substrate()
+		m.log.Warn("runs the backend does not know yet are kept until its substrate answers, then reconciled",
+			"runs", deferred, "substrate", s.Name, "reason", s.Reason)
+	}
 	for _, ev := range lost {
 		m.handleEvent(ctx, ev)
 	}

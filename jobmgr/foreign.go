@@ -64,6 +64,10 @@ type foreignCtl struct {
 	// backoff delays tasks whose adoption or launch failed.
 	backoff map[string]retryState
 	kick    chan struct{}
+	// swept: the instances whose tasks went while no process watched
+	// have been ended (sweep). Read and written by startForeign, then by
+	// run alone.
+	swept bool
 }
 
 type retryState struct {
@@ -93,12 +97,32 @@ func (m *Manager) startForeign(ctx context.Context) error {
 		podOf: map[instKey]hostmgr.ForeignRef{}, backoff: map[string]retryState{}, kick: make(chan struct{}, 1)}
 	m.foreign = c
 	src.WatchForeign(c.changed)
-	for _, ft := range src.ForeignTasks() {
+	// While the substrate is away the source lists nothing yet, and
+	// every instance would look as if its task had gone: the sweep waits
+	// for the substrate (run).
+	if m.hm.Substrate().Reachable {
+		if err := c.sweep(ctx); err != nil {
+			return err
+		}
+	}
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		c.run(ctx)
+	}()
+	c.poke()
+	return nil
+}
+
+// sweep matches the foreign tasks there are to the instances adopted
+// before a restart, and ends the instances that wait for placement and
+// whose tasks are not there any more; those already on a host are
+// reconciled with the backend like every run.
+func (c *foreignCtl) sweep(ctx context.Context) error {
+	m := c.m
+	for _, ft := range c.src.ForeignTasks() {
 		c.changed(ft)
 	}
-	// Instances that wait for placement and whose pods are not there any
-	// more end now; those already on a host are reconciled with the
-	// backend like every run.
 	m.mu.RLock()
 	var jobs []*job
 	for _, j := range m.jobs {
@@ -127,12 +151,7 @@ func (m *Manager) startForeign(ctx context.Context) error {
 			}
 		}
 	}
-	m.wg.Add(1)
-	go func() {
-		defer m.wg.Done()
-		c.run(ctx)
-	}()
-	c.poke()
+	c.swept = true
 	return nil
 }
 
@@ -261,6 +280,17 @@ func (c *foreignCtl) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-time.After(50 * time.Millisecond):
+		}
+		// Adopting and telling write to the substrate: while it is away
+		// they wait, as the sweep does.
+		if !c.m.hm.Substrate().Reachable {
+			continue
+		}
+		if !c.swept {
+			if err := c.sweep(ctx); err != nil {
+				c.m.log.Warn("foreign tasks: ending the instances whose tasks went; trying again", "err", err)
+				continue
+			}
 		}
 		c.adoptWaiting(ctx)
 		if time.Since(told) >= foreignTellEvery {

@@ -309,7 +309,7 @@ func (m *Manager) CreateJobOnce(ctx context.Context, spec *pelotonv1.JobSpec, r 
 // createJob validates and stores a new job; with(id) are more writes for
 // the job's own transaction.
 func (m *Manager) createJob(ctx context.Context, spec *pelotonv1.JobSpec, with func(id string) []store.Op) (string, error) {
-	if err := validateJobSpec(spec, m.hm.LargestHost()); err != nil {
+	if err := validateJobSpec(spec, m.largestHost()); err != nil {
 		return "", err
 	}
 	pool, err := m.rm.CheckLeafPool(spec.Pool, "spec.pool")
@@ -424,7 +424,12 @@ func (m *Manager) GetJob(id string) (*pelotonv1.Job, error) {
 		return nil, err
 	}
 	out := m.jobProto(j)
-	if out.Status.Message == "" && out.Status.TaskCounts[stPending.String()]+out.Status.TaskCounts[stInitialized.String()] > 0 {
+	waiting := out.Status.TaskCounts[stPending.String()] + out.Status.TaskCounts[stInitialized.String()]
+	if !m.hm.Substrate().Reachable {
+		// A launched run's start is the substrate's to carry out.
+		waiting += out.Status.TaskCounts[stLaunched.String()]
+	}
+	if out.Status.Message == "" && waiting > 0 {
 		out.Status.Message = m.pendingReason(j)
 	}
 	if isLongRunning(j.typ) {
@@ -473,8 +478,10 @@ func (j *job) serving(v uint64) (healthy, updated uint32) {
 // pendingReason says why the job's first waiting instance waits, in the
 // words resmgr gave it (pool, resource kind and amount missing), so that
 // `peloton job get` answers "why does my job not run" without a task list.
+// While the backend's substrate is away, that is why (substrateWait).
 // Only GetJob pays for the scan; it stops at the first waiting instance.
 func (m *Manager) pendingReason(j *job) string {
+	away := m.substrateWait()
 	for inst, t := range j.tasks() {
 		if t == nil {
 			continue
@@ -482,6 +489,9 @@ func (m *Manager) pendingReason(j *job) string {
 		t.mu.Lock()
 		st, reason, msg := t.rt.GetState(), t.rt.GetReason(), t.rt.GetMessage()
 		t.mu.Unlock()
+		if away != "" && waitsForSubstrate(st) {
+			return fmt.Sprintf("instance %d waits: %s", inst, away)
+		}
 		if (st == stPending || st == stInitialized) && reason == hostmgr.ReasonLaunchBlocked {
 			return fmt.Sprintf("instance %d waits: %s", inst, msg)
 		}
@@ -493,6 +503,36 @@ func (m *Manager) pendingReason(j *job) string {
 		}
 	}
 	return ""
+}
+
+// substrateWait says why work waits while the backend's substrate is away
+// ("the mesos master http://... is not reachable (for 12s): HTTP 404 Not
+// Found: <!DOCTYPE html>"): hostmgr offers no host meanwhile, so no other
+// reason matters until it answers. "" while it is reachable.
+func (m *Manager) substrateWait() string {
+	return m.hm.Substrate().Describe(m.now())
+}
+
+// waitsForSubstrate reports whether an instance in state s waits for the
+// substrate while it is away: it is not placed yet, or launched and not
+// started.
+func waitsForSubstrate(s ts) bool {
+	switch s {
+	case stInitialized, stPending, stReady, stPlacing, stPlaced, stLaunching, stLaunched:
+		return true
+	}
+	return false
+}
+
+// largestHost is what a task may ask for at most: the capacity of the
+// largest host, per kind. A backend that never reached its substrate
+// knows no host to judge by, so then nothing is refused for its size.
+func (m *Manager) largestHost() resources.Resources {
+	largest := m.hm.LargestHost()
+	if largest.IsZero() && !m.hm.Substrate().Reachable {
+		return resources.Unlimited
+	}
+	return largest
 }
 
 // ListJobs returns jobs matching every given filter, newest first.
@@ -930,6 +970,11 @@ func (m *Manager) taskProto(j *job, inst uint32, withSpec bool) *pelotonv1.Task 
 	if limit := j.spec().GetSla().GetMaximumRunningInstances(); limit > 0 && out.Status.State == stInitialized &&
 		out.Status.GoalState != stKilled && out.Status.PendingReason == "" {
 		out.Status.PendingReason = fmt.Sprintf("waiting: at most %d instances of this job run at once (sla.maximumRunningInstances)", limit)
+	}
+	if waitsForSubstrate(out.Status.State) && out.Status.GoalState != stKilled {
+		if away := m.substrateWait(); away != "" {
+			out.Status.PendingReason = away
+		}
 	}
 	out.TaskId = resmgr.RunTaskID(j.id, inst, out.Status.RunId)
 	out.Status.Revocable = j.spec().GetSla().GetRevocable()

@@ -302,6 +302,8 @@ type procConfig struct {
 	noEngines      bool
 	level          slog.Level
 	requestTimeout time.Duration
+	// backend, if set, is the process's backend over its view.
+	backend func(*sandboxView) hostmgr.Backend
 }
 
 func startProcessOn(t testing.TB, e *store.Embedded, s *sandboxes, opts Options, pc procConfig) *process {
@@ -321,7 +323,11 @@ func startProcessOn(t testing.TB, e *store.Embedded, s *sandboxes, opts Options,
 	if err != nil {
 		t.Fatal(err)
 	}
-	hm := hostmgr.NewManager(&sandboxView{s: s}, hostmgr.Options{Logger: log, Store: st, OnCapacity: rm.SetPartitionCapacity})
+	var b hostmgr.Backend = &sandboxView{s: s}
+	if pc.backend != nil {
+		b = pc.backend(b.(*sandboxView))
+	}
+	hm := hostmgr.NewManager(b, hostmgr.Options{Logger: log, Store: st, OnCapacity: rm.SetPartitionCapacity})
 	if err := hm.Start(ctx); err != nil {
 		t.Fatal(err)
 	}

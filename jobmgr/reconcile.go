@@ -28,6 +28,11 @@ import (
 // not yet applied. Runs in flight (launch or in-place patch under way) and
 // runs with events waiting to be written are skipped altogether.
 //
+// While the backend's substrate is away (hostmgr.SubstrateReporter) its
+// view is as last seen, or empty if it never saw the substrate: a pass
+// still applies the ends and starts it reports, but takes no run for lost
+// until the substrate answers again.
+//
 // One pass costs a walk over every task (a lock each) and a Status per
 // active run, which the backends answer from memory (local, sim) or an
 // informer cache (kubernetes); it yields every reconcileChunk runs, so at
@@ -106,6 +111,7 @@ func (m *Manager) reconcileLoop(ctx context.Context) {
 // reconcileOnce is one pass (see above). It returns what it repaired.
 func (m *Manager) reconcileOnce(ctx context.Context) (missed, lost, strays int) {
 	start := time.Now()
+	reachable := m.hm.Substrate().Reachable
 	m.mu.RLock()
 	jobs := make([]*job, 0, len(m.jobs))
 	for _, j := range m.jobs {
@@ -145,7 +151,9 @@ func (m *Manager) reconcileOnce(ctx context.Context) (missed, lost, strays int) 
 			ev, err := m.hm.Status(runID)
 			switch {
 			case errors.Is(err, hostmgr.ErrUnknownTask):
-				unknown[runID] = st
+				if reachable {
+					unknown[runID] = st
+				}
 			case err != nil:
 			case isTerminal(ev.State):
 				fixes = append(fixes, ev)

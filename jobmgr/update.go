@@ -210,7 +210,7 @@ func (m *Manager) createUpdate(ctx context.Context, jobID string, spec *pelotonv
 	case !proto.Equal(spec.Foreign, cur.spec.Foreign):
 		return nil, apierr.Invalid("spec.foreign", "set by Peloton only, for the jobs it adopts from Kubernetes")
 	}
-	if err := validateJobSpec(spec, m.hm.LargestHost()); err != nil {
+	if err := validateJobSpec(spec, m.largestHost()); err != nil {
 		return nil, err
 	}
 	if err := validateUpdateSpec(us, max(spec.InstanceCount, j.instanceCount())); err != nil {

@@ -159,12 +159,13 @@ func (s *Server) ListPools(ctx context.Context, req *pelotonv1.ListPoolsRequest)
 	return &pelotonv1.ListPoolsResponse{Pools: s.rm.ListPools()}, nil
 }
 
-// ListHosts returns the cluster's hosts.
+// ListHosts returns the cluster's hosts, and whether the backend reaches
+// its substrate (while it does not, the hosts are as last seen).
 func (s *Server) ListHosts(ctx context.Context, req *pelotonv1.ListHostsRequest) (*pelotonv1.ListHostsResponse, error) {
 	if req.GetIncludeRuns() {
-		return &pelotonv1.ListHostsResponse{Hosts: s.hm.ListHostsWithRuns()}, nil
+		return &pelotonv1.ListHostsResponse{Hosts: s.hm.ListHostsWithRuns(), Substrate: s.hm.SubstrateProto()}, nil
 	}
-	return &pelotonv1.ListHostsResponse{Hosts: s.hm.ListHosts()}, nil
+	return &pelotonv1.ListHostsResponse{Hosts: s.hm.ListHosts(), Substrate: s.hm.SubstrateProto()}, nil
 }
 
 // ListPartitions summarizes the partitions and the advisor's status.

@@ -15,7 +15,10 @@
 //
 // Every call to the apiserver has a deadline, and transient failures
 // (timeouts, 429, 5xx, a refused connection while the apiserver restarts)
-// are retried with backoff; client QPS and burst are configurable.
+// are retried with backoff; client QPS and burst are configurable. An
+// apiserver that is away, at start or later, never stops the backend: it
+// reports it as a hostmgr.SubstrateReporter (substrate.go), refuses
+// launches meanwhile as blocked, and goes on when the apiserver answers.
 //
 // It must not import jobmgr, resmgr or placement: only hostmgr,
 // internal/resources, the API types and client-go.
@@ -58,15 +61,17 @@ const BackendName = "kubernetes"
 
 // Defaults of Config.
 const (
-	DefaultNamespace      = "peloton"
-	DefaultImage          = "busybox:stable"
-	DefaultQPS            = 200
-	DefaultBurst          = 400
-	DefaultRequestTimeout = 10 * time.Second
-	DefaultStartTimeout   = time.Minute
-	DefaultGPUResource    = "nvidia.com/gpu"
-	DefaultVolumeRoot     = "/var/lib/peloton/volumes"
-	DefaultFinishedPodTTL = 10 * time.Minute
+	DefaultNamespace       = "peloton"
+	DefaultImage           = "busybox:stable"
+	DefaultQPS             = 200
+	DefaultBurst           = 400
+	DefaultRequestTimeout  = 10 * time.Second
+	DefaultStartTimeout    = time.Minute
+	DefaultGPUResource     = "nvidia.com/gpu"
+	DefaultVolumeRoot      = "/var/lib/peloton/volumes"
+	DefaultFinishedPodTTL  = 10 * time.Minute
+	DefaultProbeEvery      = 5 * time.Second
+	DefaultMaxProbeBackoff = 10 * time.Second
 )
 
 // BindMode says how Launch puts a run's pod on the node Peloton chose.
@@ -134,8 +139,17 @@ type Config struct {
 	BindMode BindMode
 	// RequestTimeout bounds every call to the apiserver (default 10s).
 	RequestTimeout time.Duration
-	// StartTimeout bounds the first sync of the informers (default 1m).
+	// StartTimeout bounds Start's wait for the first sync of the
+	// informers (default 1m). Past it, or at once when the apiserver does
+	// not answer, Start returns without an error: the backend keeps
+	// trying, and Substrate says why it cannot.
 	StartTimeout time.Duration
+	// ProbeEvery is how often the backend asks the apiserver whether it
+	// answers while it does (default 5s); MaxProbeBackoff caps the wait
+	// between attempts while it does not, which doubles from 200ms
+	// (default 10s).
+	ProbeEvery      time.Duration
+	MaxProbeBackoff time.Duration
 	// GPUResource is the extended resource that counts GPUs (default
 	// nvidia.com/gpu).
 	GPUResource string
@@ -197,6 +211,8 @@ type Backend struct {
 
 	nodeFactory informers.SharedInformerFactory
 	podFactory  informers.SharedInformerFactory
+	nodeInf     cache.SharedIndexInformer
+	podInf      cache.SharedIndexInformer
 	nodes       listersv1.NodeLister
 	pods        cache.Indexer
 	// namespaces are those Config sends pods to.
@@ -221,17 +237,28 @@ type Backend struct {
 	events         *fifo[hostmgr.TaskEvent] // to the sink, in order
 	dirty          chan struct{}            // hosts changed; capacity 1
 	stop           chan struct{}
-	wg             sync.WaitGroup
-	closeOnce      sync.Once
-	closeErr       error
+	// stopCtx ends when stop is closed, for calls made by goroutines
+	// that Close waits for.
+	stopCtx    context.Context
+	cancelStop context.CancelFunc
+	// host is the apiserver's URL; sub is whether it is reachable
+	// (substrate.go), and probeNow asks the apiserver watcher to find out
+	// at once.
+	host      string
+	sub       atomic.Pointer[hostmgr.SubstrateStatus]
+	probeNow  chan struct{}
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+	closeErr  error
 }
 
 var (
-	_ hostmgr.Backend        = (*Backend)(nil)
-	_ hostmgr.HostWatcher    = (*Backend)(nil)
-	_ hostmgr.Prefetcher     = (*Backend)(nil)
-	_ hostmgr.VolumeReleaser = (*Backend)(nil)
-	_ hostmgr.Replacer       = (*Backend)(nil)
+	_ hostmgr.Backend           = (*Backend)(nil)
+	_ hostmgr.HostWatcher       = (*Backend)(nil)
+	_ hostmgr.Prefetcher        = (*Backend)(nil)
+	_ hostmgr.VolumeReleaser    = (*Backend)(nil)
+	_ hostmgr.Replacer          = (*Backend)(nil)
+	_ hostmgr.SubstrateReporter = (*Backend)(nil)
 )
 
 // maxFinished bounds how many finished runs Status still knows.
@@ -271,6 +298,12 @@ func New(cfg Config) (*Backend, error) {
 	}
 	if cfg.FinishedPodTTL == 0 {
 		cfg.FinishedPodTTL = DefaultFinishedPodTTL
+	}
+	if cfg.ProbeEvery <= 0 {
+		cfg.ProbeEvery = DefaultProbeEvery
+	}
+	if cfg.MaxProbeBackoff <= 0 {
+		cfg.MaxProbeBackoff = DefaultMaxProbeBackoff
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -316,7 +349,11 @@ func New(cfg Config) (*Backend, error) {
 		cfg: cfg, log: cfg.Logger.With("component", "hostmgr/kubernetes"), client: client, limiter: limiter,
 		tasks: map[string]*task{}, dirty: make(chan struct{}, 1), stop: make(chan struct{}),
 		events: newFifo[hostmgr.TaskEvent](), foreignQueue: newFifo[hostmgr.ForeignTask](), rejected: map[string]string{}, waitingTold: map[string]string{},
+		host: rc.Host, probeNow: make(chan struct{}, 1),
 	}
+	b.stopCtx, b.cancelStop = context.WithCancel(context.Background())
+	st := hostmgr.NewSubstrateStatus("kubernetes apiserver "+rc.Host, time.Now())
+	b.sub.Store(&st)
 	for _, ns := range cfg.SecondaryNamespaces {
 		if b.secondaryNS == nil {
 			b.secondaryNS = map[string]bool{}
@@ -409,6 +446,12 @@ func (b *Backend) WatchHosts(changed func()) { b.hostsChanged.Store(&changed) }
 // have synced, so that Hosts answers the cluster's nodes. Pods of runs
 // launched before a restart of Peloton are adopted without events; Status
 // answers for them. Events go to sink from one goroutine, in order.
+//
+// An apiserver that does not answer (or not as an apiserver) does not stop
+// it: Start returns at once, without hosts, and the backend asks again with
+// backoff for as long as it runs (Substrate says why it cannot); the nodes
+// and pods come when it answers. A namespace that is missing and that
+// Peloton may not create still fails Start when the apiserver answers.
 func (b *Backend) Start(ctx context.Context, sink func(hostmgr.TaskEvent)) error {
 	if sink == nil {
 		return errors.New("kubernetes: start: nil sink")
@@ -423,6 +466,13 @@ func (b *Backend) Start(ctx context.Context, sink func(hostmgr.TaskEvent)) error
 
 	nodeInf := b.nodeFactory.Core().V1().Nodes().Informer()
 	podInf := b.podFactory.Core().V1().Pods().Informer()
+	b.nodeInf, b.podInf = nodeInf, podInf
+	if err := nodeInf.SetWatchErrorHandler(b.onWatchError("node")); err != nil {
+		return fmt.Errorf("kubernetes: node informer: %w", err)
+	}
+	if err := podInf.SetWatchErrorHandler(b.onWatchError("pod")); err != nil {
+		return fmt.Errorf("kubernetes: pod informer: %w", err)
+	}
 	if err := podInf.AddIndexers(cache.Indexers{
 		byNode: func(obj any) ([]string, error) {
 			if p, ok := obj.(*corev1.Pod); ok && p.Spec.NodeName != "" {
@@ -455,17 +505,33 @@ func (b *Backend) Start(ctx context.Context, sink func(hostmgr.TaskEvent)) error
 	}); err != nil {
 		return err
 	}
-	if err := b.ensureNamespaces(ctx); err != nil {
-		return err
+	answers := b.probe(ctx)
+	nsChecked := false
+	if answers == nil || fromAPIServer(answers) {
+		switch err := b.ensureNamespaces(ctx); {
+		case err == nil:
+			nsChecked = true
+		case errors.Is(err, errNamespaceRefused):
+			return err
+		case answers == nil:
+			answers = err // gone meanwhile: checked once it answers
+		}
 	}
 	b.nodeFactory.Start(b.stop)
 	b.podFactory.Start(b.stop)
-	syncCtx, cancel := context.WithTimeout(ctx, b.cfg.StartTimeout)
-	defer cancel()
-	if !cache.WaitForCacheSync(syncCtx.Done(), nodeInf.HasSynced, podInf.HasSynced) {
-		return fmt.Errorf("kubernetes: nodes and pods not listed within %s (is the apiserver reachable, and may we list them?)", b.cfg.StartTimeout)
+	if answers == nil {
+		syncCtx, cancel := context.WithTimeout(ctx, b.cfg.StartTimeout)
+		if cache.WaitForCacheSync(syncCtx.Done(), nodeInf.HasSynced, podInf.HasSynced) {
+			b.observe(nil)
+		} else {
+			b.observe(fmt.Errorf("%w within %s", errNotListed, b.cfg.StartTimeout))
+		}
+		cancel()
+	} else {
+		b.observe(apiReason(answers))
 	}
-	b.wg.Add(4)
+	b.wg.Add(5)
+	go b.watchAPIServer(nsChecked)
 	go func() { defer b.wg.Done(); b.events.run(b.stop, sink) }()
 	go func() {
 		defer b.wg.Done()
@@ -477,7 +543,7 @@ func (b *Backend) Start(ctx context.Context, sink func(hostmgr.TaskEvent)) error
 	}()
 	go b.notifyHosts()
 	go b.collectFinished()
-	b.log.Info("kubernetes backend ready", "nodes", len(b.Hosts()), "namespace", b.cfg.Namespace)
+	b.log.Info("kubernetes backend started", "nodes", len(b.Hosts()), "namespace", b.cfg.Namespace, "apiserverReachable", b.Substrate().Reachable)
 	return nil
 }
 
@@ -847,6 +913,9 @@ func (b *Backend) Launch(ctx context.Context, spec hostmgr.LaunchSpec) error {
 	if !running {
 		return fmt.Errorf("kubernetes: launch %s: backend not running", spec.TaskID)
 	}
+	if s := b.Substrate(); !s.Reachable {
+		return fmt.Errorf("kubernetes: launch %s on %s: %w: %s", spec.TaskID, spec.Host, hostmgr.ErrLaunchBlocked, s.Describe(time.Now()))
+	}
 	if _, err := b.nodes.Get(spec.Host); err != nil {
 		return fmt.Errorf("kubernetes: launch %s: spec.host: node %q: %w", spec.TaskID, spec.Host, err)
 	}
@@ -879,6 +948,11 @@ func (b *Backend) Launch(ctx context.Context, spec hostmgr.LaunchSpec) error {
 		if why := b.blockedBy(ns, err); why != "" {
 			return fmt.Errorf("kubernetes: launch %s on %s: %w: %s (%v)", spec.TaskID, spec.Host, hostmgr.ErrLaunchBlocked, why, err)
 		}
+		if s := b.Substrate(); transient(err) && !s.Reachable {
+			// The apiserver went away during the launch: not the run's
+			// failure either.
+			return fmt.Errorf("kubernetes: launch %s on %s: %w: %s", spec.TaskID, spec.Host, hostmgr.ErrLaunchBlocked, s.Describe(time.Now()))
+		}
 		return fmt.Errorf("kubernetes: launch %s on %s: %w", spec.TaskID, spec.Host, err)
 	}
 	b.launched(t, created.UID)
@@ -910,6 +984,10 @@ func (b *Backend) namespaceFlag(ns string) string {
 	}
 	return "--kube-namespace"
 }
+
+// errNamespaceRefused is wrapped by ensureNamespaces' error when a
+// namespace is missing and Peloton may not create it.
+var errNamespaceRefused = errors.New("a namespace is missing")
 
 // ensureNamespaces checks, at start, that every namespace pods go to
 // exists, creating those that do not when Peloton may. It refuses to start,
@@ -947,9 +1025,12 @@ func (b *Backend) ensureNamespaces(ctx context.Context) error {
 			}
 			return err
 		})
+		if err != nil && transient(err) {
+			return fmt.Errorf("kubernetes: create namespace %q (%s): %w", ns, b.namespaceFlag(ns), err)
+		}
 		if err != nil {
-			return fmt.Errorf("kubernetes: namespace %q does not exist and peloton may not create it (%v): create it (kubectl create namespace %s) or change %s",
-				ns, err, ns, b.namespaceFlag(ns))
+			return fmt.Errorf("kubernetes: namespace %q does not exist and peloton may not create it (%v): create it (kubectl create namespace %s) or change %s: %w",
+				ns, err, ns, b.namespaceFlag(ns), errNamespaceRefused)
 		}
 		b.log.Info("created namespace", "namespace", ns)
 	}
@@ -1202,6 +1283,9 @@ func (b *Backend) collectFinished() {
 			return
 		case <-tick.C:
 		}
+		if !b.Substrate().Reachable {
+			continue // each delete would wait out its retries
+		}
 		cutoff := time.Now().Add(-b.cfg.FinishedPodTTL)
 		for _, obj := range b.pods.List() {
 			p := obj.(*corev1.Pod)
@@ -1339,6 +1423,7 @@ func (b *Backend) Close() error {
 		b.events.drop()
 		b.mu.Unlock()
 		close(b.stop)
+		b.cancelStop()
 		b.nodeFactory.Shutdown()
 		b.podFactory.Shutdown()
 		done := make(chan struct{})

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	mesosv1 "github.com/mesos/mesos-go/api/v1/lib"
@@ -31,6 +32,7 @@ var (
 	_ hostmgr.PartitionApplier  = (*Backend)(nil)
 	_ hostmgr.VolumeReleaser    = (*Backend)(nil)
 	_ hostmgr.MaintenanceSource = (*Backend)(nil)
+	_ hostmgr.SubstrateReporter = (*Backend)(nil)
 )
 
 // ErrNoLogs is returned by Logs: the scheduler API carries no task output.
@@ -83,7 +85,13 @@ type Backend struct {
 	sink        func(hostmgr.TaskEvent)
 	events      []hostmgr.TaskEvent
 	closed      bool
-	lastErr     error // why the last subscription ended
+
+	// sub is whether the master is reachable (substrate.go), written by
+	// the subscription loop alone; unreachable is closed the first time it
+	// is not, which ends Start's wait.
+	sub             atomic.Pointer[hostmgr.SubstrateStatus]
+	unreachable     chan struct{}
+	unreachableOnce sync.Once
 }
 
 // agent is one Mesos agent as offers show it.
@@ -155,11 +163,14 @@ func New(cfg Config) (*Backend, error) {
 	}
 	url, _ := ParseMaster(cfg.Master)
 	codec, _ := Codec(cfg.ContentType)
-	return &Backend{cfg: cfg, url: url, codec: codec, log: cfg.Logger,
+	b := &Backend{cfg: cfg, url: url, codec: codec, log: cfg.Logger,
 		agents: map[string]*agent{}, byHost: map[string]*agent{}, runs: map[string]*run{}, parts: map[string]string{},
 		held: map[string]*usage{}, maintQ: map[string]bool{}, gangSince: map[string]time.Time{}, acking: map[string]bool{}, volUse: map[string]string{},
 		acks: make(chan ack, 4096), kick: make(chan struct{}, 1), hostK: make(chan struct{}, 1), evK: make(chan struct{}, 1),
-		ready: make(chan struct{})}, nil
+		ready: make(chan struct{}), unreachable: make(chan struct{})}
+	st := hostmgr.NewSubstrateStatus("mesos master "+cfg.Master, time.Now())
+	b.sub.Store(&st)
+	return b, nil
 }
 
 // Name implements hostmgr.Backend.
@@ -211,6 +222,10 @@ func signal(c chan struct{}) {
 
 // Start subscribes, reconciles the runs the store records, and returns
 // once the master answered and its first offers came (or StartTimeout).
+// It returns as soon as a subscription attempt fails instead: the master
+// is not there, or what answers is not a master. The stack then serves
+// without it, the backend subscribes again with backoff until it answers
+// (Substrate says why it does not), and its agents become hosts then.
 func (b *Backend) Start(ctx context.Context, sink func(hostmgr.TaskEvent)) error {
 	b.ctx, b.cancel = context.WithCancel(ctx)
 	b.sink = sink
@@ -221,7 +236,7 @@ func (b *Backend) Start(ctx context.Context, sink func(hostmgr.TaskEvent)) error
 		b.Close()
 		return err
 	}
-	cl := httpcli.New(httpcli.Endpoint(b.url), httpcli.Codec(b.codec), httpcli.Do(httpcli.With(
+	cl := httpcli.New(httpcli.Endpoint(b.url), httpcli.Codec(b.codec), httpcli.ErrorMapper(mapAnswer), httpcli.Do(httpcli.With(
 		httpcli.Transport(func(t *http.Transport) {
 			t.MaxIdleConnsPerHost = 128
 			t.MaxIdleConns = 256
@@ -242,16 +257,19 @@ func (b *Backend) Start(ctx context.Context, sink func(hostmgr.TaskEvent)) error
 	}
 	select {
 	case <-b.ready:
+	case <-b.unreachable:
+		return nil
 	case <-lctx.Done():
-		err := b.fatalErr()
-		b.Close()
-		if err != nil {
-			return err
+		if ctx.Err() != nil {
+			b.Close()
+			return ctx.Err()
 		}
-		b.mu.Lock()
-		last := b.lastErr
-		b.mu.Unlock()
-		return fmt.Errorf("mesos: no subscription to %s within %s (--mesos-master): %v", b.cfg.Master, b.cfg.StartTimeout, last)
+		// An attempt still under way (an address that does not answer at
+		// all), or subscribed with reconciliation answers still due: go on
+		// without them, as after a failed attempt.
+		b.log.Warn("mesos: not subscribed and reconciled within the start timeout; the stack serves meanwhile",
+			"master", b.cfg.Master, "timeout", b.cfg.StartTimeout, "substrate", b.Substrate().Reason)
+		return nil
 	}
 	// Hosts are known once the first offers came; a cluster with nothing
 	// free offers nothing, so this wait is short and not an error.

@@ -64,8 +64,9 @@ type Config struct {
 	// host's partition (default peloton.io/partition); agents without it
 	// are in DefaultPartition.
 	PartitionAttribute string
-	// StartTimeout bounds Start: subscription, reconciliation and the
-	// first offers (default 30s).
+	// StartTimeout bounds Start's wait for subscription, reconciliation
+	// and the first offers (default 30s). Past it Start returns without
+	// them, and without an error: the backend keeps subscribing.
 	StartTimeout time.Duration
 	// OfferHold is how long an offer no launch needs is kept before it is
 	// declined with DeclineFilter (defaults 2s and 5s).
@@ -79,7 +80,8 @@ type Config struct {
 	// backend subscribes again (default 3).
 	HeartbeatMisses int
 	// MinBackoff and MaxBackoff bound the wait between subscription
-	// attempts (defaults 100ms and 10s).
+	// attempts, which doubles from one to the other while attempts fail
+	// and never stops (defaults 100ms and 10s).
 	MinBackoff, MaxBackoff time.Duration
 	// RecordRetention is how long the record of an ended run is kept
 	// (default 24h); Status answers for ended runs within it.

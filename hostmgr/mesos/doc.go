@@ -34,6 +34,17 @@
 // an ERROR event stops the backend (launches fail with the master's
 // message). A FAILURE event for an agent ends its runs LOST.
 //
+// A master that is not there, or a URL that answers but not as a master
+// (an HTML error page, say), never stops the backend: Start returns after
+// the first failed attempt, the stack serves, and the backend subscribes
+// again with backoff (MinBackoff doubling to MaxBackoff) for as long as it
+// runs. As a hostmgr.SubstrateReporter it says meanwhile that the master
+// is not reachable, since when, and why: the status code and the first
+// line of the answer, or the connection's error, never a whole page (the
+// HTTP client's error mapper cuts every error answer so). It logs when
+// that changes, not at every attempt. Launches queued meanwhile wait for
+// the master's offers.
+//
 // An agent with a maintenance window (an inverse offer, or offers that
 // carry an unavailability) is unschedulable, and the backend, a
 // hostmgr.MaintenanceSource, says it is down: hostmgr starts maintenance

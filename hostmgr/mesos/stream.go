@@ -58,21 +58,25 @@ func (b *Backend) subscribeLoop() {
 			err = b.readStream(resp)
 			resp.Close()
 		}
-		b.disconnected()
-		b.mu.Lock()
-		b.lastErr = err
-		b.mu.Unlock()
+		subscribed := b.disconnected()
 		if b.ctx.Err() != nil {
 			return
 		}
 		if f := b.fatalErr(); f != nil {
-			b.log.Error("mesos: the master ended the framework; not subscribing again", "err", f)
+			b.observe(f)
+			b.log.Error("mesos: the master ended the framework; not subscribing again", "err", hostmgr.ShortReason(f.Error()))
 			return
 		}
 		if time.Since(began) > 10*b.cfg.MaxBackoff {
 			backoff = b.cfg.MinBackoff
 		}
-		b.log.Warn("mesos: subscription ended; subscribing again", "master", b.cfg.Master, "err", err, "in", backoff)
+		if subscribed {
+			// Once a stream: the next attempt says whether the master
+			// is gone.
+			b.log.Warn("mesos: subscription ended; subscribing again", "master", b.cfg.Master, "err", hostmgr.ShortReason(fmt.Sprint(err)), "in", backoff)
+		} else {
+			b.observe(notAMaster(err))
+		}
 		select {
 		case <-time.After(backoff):
 		case <-b.ctx.Done():
@@ -83,10 +87,11 @@ func (b *Backend) subscribeLoop() {
 }
 
 // disconnected forgets what a subscription held: offers are void once the
-// stream is gone.
-func (b *Backend) disconnected() {
+// stream is gone. It reports whether the stream had been SUBSCRIBED.
+func (b *Backend) disconnected() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	was := b.connected
 	b.connected = false
 	b.stream = nil
 	b.streamNo++
@@ -94,6 +99,7 @@ func (b *Backend) disconnected() {
 		a.offers = map[string]*heldOffer{}
 		a.inverse = map[string]bool{}
 	}
+	return was
 }
 
 // readStream decodes events until the stream ends or goes quiet for
@@ -211,6 +217,7 @@ func (b *Backend) subscribed(s *scheduler.Event_Subscribed) error {
 		b.reconciling[t] = true
 	}
 	b.mu.Unlock()
+	b.observe(nil)
 	b.log.Info("mesos: subscribed", "framework", id, "master", b.cfg.Master, "reconciling", len(tasks))
 	b.wg.Add(1) // from a goroutine of b.wg, so never after Close's Wait began
 	go func() { defer b.wg.Done(); b.reconcile(tasks) }()

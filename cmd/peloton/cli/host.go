@@ -32,7 +32,7 @@ func (a *app) hostCommand() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return showHosts(p, resp, resp.GetHosts())
+				return showHostList(p, resp, time.Now())
 			})
 		},
 	})
@@ -193,6 +193,33 @@ func (a *app) hostsCommand(use, short string, do func(context.Context, *client, 
 }
 
 // showHosts prints a response listing hosts in the -o format.
+// showHostList is host list's output. While the backend does not reach
+// its substrate, a line above the table says so and why; a document
+// carries the status whole (substrate), even with no host.
+func showHostList(p *printer, resp *pelotonv1.ListHostsResponse, now time.Time) error {
+	if p.structured() {
+		return p.object(resp, nil)
+	}
+	if s := resp.GetSubstrate(); s != nil && !s.GetReachable() {
+		fmt.Fprintln(p.w, substrateLine(s, now))
+	}
+	return showHosts(p, resp, resp.GetHosts())
+}
+
+// substrateLine says that a substrate is not reachable, since when and
+// why, in the words of the API's /readyz.
+func substrateLine(s *pelotonv1.Substrate, now time.Time) string {
+	name := s.GetName()
+	if name == "" {
+		name = s.GetBackend() + " substrate"
+	}
+	since := ""
+	if s.GetSince() != nil {
+		since = " (since " + ago(s.GetSince(), now) + ")"
+	}
+	return fmt.Sprintf("the %s is not reachable%s: %s; the hosts are as last seen, and new work waits", name, since, s.GetReason())
+}
+
 func showHosts(p *printer, resp proto.Message, hosts []*pelotonv1.Host) error {
 	return p.list(resp, "hosts", len(hosts), func(w io.Writer, wide bool) {
 		writeHostTable(w, hosts, wide, time.Now())

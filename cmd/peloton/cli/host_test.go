@@ -7,10 +7,12 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
@@ -23,6 +25,9 @@ type maintFake struct {
 	mu    sync.Mutex
 	calls []string // "start local-0 local-1", "complete local-0"
 	err   error
+	// substrate, if set, is what ListHosts says of the substrate, with
+	// no hosts (none was ever seen).
+	substrate *pelotonv1.Substrate
 }
 
 func (f *maintFake) record(op string, hosts []string) ([]*pelotonv1.Host, error) {
@@ -69,6 +74,9 @@ func (f *maintFake) CompleteMaintenance(_ context.Context, req *pelotonv1.Comple
 }
 
 func (f *maintFake) ListHosts(context.Context, *pelotonv1.ListHostsRequest) (*pelotonv1.ListHostsResponse, error) {
+	if f.substrate != nil {
+		return &pelotonv1.ListHostsResponse{Substrate: f.substrate}, nil
+	}
 	return &pelotonv1.ListHostsResponse{Hosts: []*pelotonv1.Host{
 		{Name: "local-0", State: pelotonv1.HostState_HOST_DRAINED, MaintenanceMessage: "drained: holds no tasks"},
 		{Name: "local-1", State: pelotonv1.HostState_HOST_UP, TaskCount: 4},
@@ -131,6 +139,30 @@ func TestHostListShowsMaintenance(t *testing.T) {
 		!strings.Contains(lines[1], "HOST_DRAINED") || !strings.HasSuffix(lines[1], "drained: holds no tasks") ||
 		!strings.Contains(lines[2], "HOST_UP") {
 		t.Fatalf("host list:\n%s", r.stdout)
+	}
+}
+
+// TestHostListSaysSubstrateUnreachable: while the backend does not reach
+// its substrate, host list says so first, with the reason the server
+// gives, and -o json carries the status.
+func TestHostListSaysSubstrateUnreachable(t *testing.T) {
+	addr := startMaintFake(t, &maintFake{substrate: &pelotonv1.Substrate{Backend: "mesos", Name: "mesos master http://127.0.0.1:5050",
+		Since: timestamppb.New(time.Now().Add(-25 * time.Second)), Reason: "HTTP 404 Not Found: <!DOCTYPE html>"}})
+	r := runCLI(t, "", "--server", addr, "host", "list")
+	if r.code != exitOK || r.stderr != "" {
+		t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "the mesos master http://127.0.0.1:5050 is not reachable (since 2") ||
+		!strings.Contains(lines[0], "s ago): HTTP 404 Not Found: <!DOCTYPE html>; the hosts are as last seen, and new work waits") ||
+		!strings.HasPrefix(lines[1], "NAME") {
+		t.Fatalf("host list:\n%s", r.stdout)
+	}
+	r = runCLI(t, "", "--server", addr, "host", "list", "-o", "json")
+	for _, want := range []string{`"hosts": []`, `"reachable": false`, `"reason": "HTTP 404 Not Found: <!DOCTYPE html>"`} {
+		if r.code != exitOK || !strings.Contains(r.stdout, want) {
+			t.Fatalf("host list -o json lacks %s: exit %d\n%s", want, r.code, r.stdout)
+		}
 	}
 }
 
