@@ -59,9 +59,9 @@ func TestKillDeadline(t *testing.T) {
 
 func TestReadConfigRefusesIncomplete(t *testing.T) {
 	for in, want := range map[string]string{
-		`{`:                                       "config:",
-		`{"statusPath":"/x.exit"}`:                "no command",
-		`{"path":"/bin/true","argv":["true"]}`:    "no status path",
+		`{`:                                    "config:",
+		`{"statusPath":"/x.exit"}`:             "no command",
+		`{"path":"/bin/true","argv":["true"]}`: "no status path",
 		`{"path":"/bin/true","argv":["true"],"x"`: "config:",
 	} {
 		if _, err := readConfig(strings.NewReader(in)); err == nil || !strings.Contains(err.Error(), want) {
