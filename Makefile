@@ -8,6 +8,9 @@ PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 GRPC_GATEWAY_VERSION := v2.32.0
 PROTO_DIR := proto/peloton/api/v1
+# Messages only Peloton's own packages read (stored records): Go code only,
+# no services, no REST.
+INTERNAL_PROTOS := proto/peloton/internal/history/v1/history.proto
 
 # The Kubernetes parts the suite runs for real (hostmgr/kubernetes and its
 # end-to-end tests): built from the module proxy once per machine, cached
@@ -68,7 +71,8 @@ up:
 
 ## proto regenerates the committed Go, gateway and OpenAPI code from proto/:
 ## the cluster API (peloton.proto) and the federation API (federation.proto),
-## each with its own REST rules and OpenAPI document.
+## each with its own REST rules and OpenAPI document, and the internal
+## records (INTERNAL_PROTOS).
 proto: proto-tools
 	protoc -I proto -I /usr/include \
 	  --go_out=. --go_opt=module=github.com/peloton-sched/peloton \
@@ -76,6 +80,9 @@ proto: proto-tools
 	  $(PROTO_DIR)/peloton.proto $(PROTO_DIR)/federation.proto
 	$(call gateway,peloton,peloton_http.yaml,openapi.json)
 	$(call gateway,federation,federation_http.yaml,federation_openapi.json)
+	protoc -I proto -I /usr/include \
+	  --go_out=. --go_opt=module=github.com/peloton-sched/peloton \
+	  $(INTERNAL_PROTOS)
 
 # gateway generates the REST gateway and the OpenAPI document of one proto
 # file: $(1) its name, $(2) its HTTP rules, $(3) the document's name.
