@@ -22,7 +22,7 @@ KWOK_VERSION := v0.8.0
 PELOTON_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/peloton
 export PELOTON_KUBE_BIN := $(PELOTON_CACHE)/kube/$(KUBE_VERSION)/bin
 
-.PHONY: all build test fuzz soak up proto proto-tools kube-tools browser-tools ui clean dashboards
+.PHONY: all build test fuzz soak up proto proto-tools kube-tools browser-tools postgres-tools ui clean dashboards
 
 all: build
 
@@ -35,12 +35,12 @@ build:
 # are exactly what a scheduler's tests must catch.
 
 ## test sets up everything the suite needs and runs it all.
-test: kube-tools browser-tools
+test: kube-tools browser-tools postgres-tools
 	$(GO) mod download
 	$(GO) vet ./...
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.') 2>/dev/null); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
-	$(GO) test -race -count=1 -timeout 40m ./...
+	PELOTON_REQUIRE_POSTGRES=$(if $(filter 1,$(PELOTON_SKIP_POSTGRES)),,1) $(GO) test -race -count=1 -timeout 40m ./...
 
 ## fuzz runs every fuzz target (each func Fuzz* in a _test.go file) with
 ## -fuzz for FUZZTIME (default 30s), one after another (hack/fuzz.sh): go
@@ -114,6 +114,14 @@ kube-tools:
 ## when it is missing (nothing when it is there; PELOTON_SKIP_BROWSER=1 skips).
 browser-tools:
 	@bash hack/chromium.sh
+
+## postgres-tools installs Debian's PostgreSQL server for the history
+## store's tests when it is missing (nothing when it is there;
+## PELOTON_SKIP_POSTGRES=1 skips). The tests start servers of their own
+## (internal/testing/pgtest); under `make test` they fail, rather than
+## skip, when there is none.
+postgres-tools:
+	@bash hack/postgres.sh
 
 ## ui has nothing to build: the web UI (ui/static) is plain ES modules and
 ## CSS, embedded as they are by go:embed. The target exists so that nobody
