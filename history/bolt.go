@@ -20,16 +20,26 @@ import (
 //
 // Layout: a bucket per cluster, under "clusters", holding
 //
-//	records            job id -> the record (format byte, zstd of ArchivedJob)
-//	ids                job id -> where its index entries are (creation time, state, pool)
-//	time               time key -> the job's summary (a pelotonv1.Job, as lists show it)
+//	jobs               time key -> the job's summary (a pelotonv1.Job, as
+//	                   lists show it) and its record (format byte, zstd of
+//	                   ArchivedJob), each with its length first
+//	ids                job id -> its creation time, state and pool (so its
+//	                   time key and index entries)
 //	pools/p<pool>      time key -> nothing
 //	states/<state>     time key -> nothing
 //
-// A time key is the creation time in nanoseconds, ordered newest first
-// (big-endian, inverted), then the job id: a list is a walk of "time", or
-// of one pool's or the wanted states' index (merged), from the page
-// token's key, which never reads jobs outside the page's range.
+// A time key is the creation time in nanoseconds (big-endian, sign bit
+// flipped, so that byte order is time order), then the job id with every
+// byte inverted and 0xff after it: walked backwards from the end, keys
+// come newest first and, within one nanosecond, by id ascending, as the
+// job manager lists. A list walks "jobs", or one pool's index, or the
+// wanted states' (merged), backwards from the page token's key: a page
+// reads its range only. Get is two lookups, ids then jobs.
+//
+// Jobs are archived roughly in the order they were created, so the
+// time-keyed buckets mostly grow at their end; they are written with a
+// high fill percent, which keeps their pages nearly full instead of half
+// (bbolt's default suits random keys).
 type Bolt struct {
 	db   *bolt.DB
 	path string
@@ -41,9 +51,8 @@ var _ Store = (*Bolt)(nil)
 var (
 	bMeta     = []byte("meta")
 	bClusters = []byte("clusters")
-	bRecords  = []byte("records")
+	bJobs     = []byte("jobs")
 	bIDs      = []byte("ids")
-	bTime     = []byte("time")
 	bPools    = []byte("pools")
 	bStates   = []byte("states")
 	kFormat   = []byte("format")
@@ -52,6 +61,10 @@ var (
 // boltFormat is the layout above; a file of another is refused rather
 // than misread.
 const boltFormat = "1"
+
+// timeFill is the fill percent of the time-keyed buckets: pages split when
+// this full, and keys that come in order leave them so.
+const timeFill = 0.9
 
 // OpenBolt opens (creating it if need be) the archive file at path. It
 // fails at once if another process has the file open.
@@ -99,19 +112,22 @@ func (s *Bolt) Path() string { return s.path }
 // Close closes the file.
 func (s *Bolt) Close() error { return s.db.Close() }
 
-// timeKey is a job's key in the time-ordered buckets.
+// timeKey is a job's key in the time-ordered buckets. Job ids hold no NUL
+// (Put checks), so no inverted byte is 0xff and the terminator sorts a
+// shorter id after a longer one it begins: backwards, "ab" before "abc".
 func timeKey(createNanos int64, id string) []byte {
-	k := make([]byte, 8+len(id))
-	binary.BigEndian.PutUint64(k, timePrefix(createNanos))
-	copy(k[8:], id)
-	return k
+	k := make([]byte, 8, 8+len(id)+1)
+	binary.BigEndian.PutUint64(k, timeOrder(createNanos))
+	for i := 0; i < len(id); i++ {
+		k = append(k, ^id[i])
+	}
+	return append(k, 0xff)
 }
 
-// timePrefix orders creation times newest first: the sign bit flipped
-// makes int64 order unsigned order, and the inversion reverses it.
-func timePrefix(ns int64) uint64 { return ^(uint64(ns) ^ 1<<63) }
+// timeOrder makes int64 order unsigned order: the sign bit flipped.
+func timeOrder(ns int64) uint64 { return uint64(ns) ^ 1<<63 }
 
-func keyNanos(k []byte) int64 { return int64(^binary.BigEndian.Uint64(k) ^ 1<<63) }
+func keyNanos(k []byte) int64 { return int64(binary.BigEndian.Uint64(k) ^ 1<<63) }
 
 // where is what ids holds of a job: its time key and its index entries.
 type where struct {
@@ -143,7 +159,7 @@ func stateBucket(s pelotonv1.JobState) []byte { return binary.AppendVarint(nil, 
 
 // clusterBuckets are the buckets of one cluster.
 type clusterBuckets struct {
-	records, ids, time, pools, states *bolt.Bucket
+	jobs, ids, pools, states *bolt.Bucket
 }
 
 // buckets returns a cluster's buckets, creating them when create is set;
@@ -167,7 +183,7 @@ func buckets(tx *bolt.Tx, cluster string, create bool) (*clusterBuckets, error) 
 	for _, b := range []struct {
 		name []byte
 		dst  **bolt.Bucket
-	}{{bRecords, &cb.records}, {bIDs, &cb.ids}, {bTime, &cb.time}, {bPools, &cb.pools}, {bStates, &cb.states}} {
+	}{{bJobs, &cb.jobs}, {bIDs, &cb.ids}, {bPools, &cb.pools}, {bStates, &cb.states}} {
 		if *b.dst = c.Bucket(b.name); *b.dst == nil {
 			if !create {
 				return nil, fmt.Errorf("cluster %s has no %s bucket", cluster, b.name)
@@ -178,13 +194,14 @@ func buckets(tx *bolt.Tx, cluster string, create bool) (*clusterBuckets, error) 
 			}
 		}
 	}
+	cb.jobs.FillPercent = timeFill
 	return cb, nil
 }
 
-// unindex removes a job's index entries.
-func (cb *clusterBuckets) unindex(id string, w where) error {
+// remove removes a job and its index entries.
+func (cb *clusterBuckets) remove(id string, w where) error {
 	k := timeKey(w.createNanos, id)
-	if err := cb.time.Delete(k); err != nil {
+	if err := cb.jobs.Delete(k); err != nil {
 		return err
 	}
 	if b := cb.pools.Bucket(poolBucket(w.pool)); b != nil {
@@ -198,6 +215,31 @@ func (cb *clusterBuckets) unindex(id string, w where) error {
 		}
 	}
 	return cb.ids.Delete([]byte(id))
+}
+
+// jobValue is what "jobs" holds of a job: the summary, then the record,
+// each after its length.
+func jobValue(summary, record []byte) []byte {
+	v := make([]byte, 0, 2*binary.MaxVarintLen64+len(summary)+len(record))
+	v = binary.AppendUvarint(v, uint64(len(summary)))
+	v = append(v, summary...)
+	v = binary.AppendUvarint(v, uint64(len(record)))
+	return append(v, record...)
+}
+
+// splitJobValue returns the summary and the record of a value of "jobs"
+// (slices of v).
+func splitJobValue(v []byte) (summary, record []byte, err error) {
+	n, l := binary.Uvarint(v)
+	if l <= 0 || n > uint64(len(v)-l) {
+		return nil, nil, errors.New("bad job entry")
+	}
+	summary, v = v[l:l+int(n)], v[l+int(n):]
+	n, l = binary.Uvarint(v)
+	if l <= 0 || n != uint64(len(v)-l) {
+		return nil, nil, errors.New("bad job entry")
+	}
+	return summary, v[l:], nil
 }
 
 // encoded is a job ready to write: its record, its summary and where it is
@@ -252,7 +294,7 @@ func (s *Bolt) Put(ctx context.Context, jobs ...*Job) error {
 				if err != nil {
 					return fmt.Errorf("job %s: %w", e.id, err)
 				}
-				if err := cb.unindex(e.id, w); err != nil {
+				if err := cb.remove(e.id, w); err != nil {
 					return err
 				}
 			}
@@ -265,10 +307,11 @@ func (s *Bolt) Put(ctx context.Context, jobs ...*Job) error {
 			if err != nil {
 				return err
 			}
+			pools.FillPercent, states.FillPercent = timeFill, timeFill
 			for _, p := range []struct {
 				b    *bolt.Bucket
 				k, v []byte
-			}{{cb.records, id, e.record}, {cb.ids, id, e.where.bytes()}, {cb.time, k, e.summary}, {pools, k, nil}, {states, k, nil}} {
+			}{{cb.jobs, k, jobValue(e.summary, e.record)}, {cb.ids, id, e.where.bytes()}, {pools, k, nil}, {states, k, nil}} {
 				if err := p.b.Put(p.k, p.v); err != nil {
 					return err
 				}
@@ -304,9 +347,25 @@ func (s *Bolt) Get(ctx context.Context, cluster, jobID string) (*Job, error) {
 		if err != nil || cb == nil {
 			return err
 		}
+		w := cb.ids.Get([]byte(jobID))
+		if w == nil {
+			return nil
+		}
+		at, err := parseWhere(w)
+		if err != nil {
+			return fmt.Errorf("job %s: %w", jobID, err)
+		}
+		v := cb.jobs.Get(timeKey(at.createNanos, jobID))
+		if v == nil {
+			return fmt.Errorf("job %s is indexed but not stored", jobID)
+		}
+		_, r, err := splitJobValue(v)
+		if err != nil {
+			return fmt.Errorf("job %s: %w", jobID, err)
+		}
 		// Copied out, so that the transaction (which holds off a writer
 		// growing the file) ends before the record is decoded.
-		rec = bytes.Clone(cb.records.Get([]byte(jobID)))
+		rec = bytes.Clone(r)
 		return nil
 	})
 	if err != nil {
@@ -345,10 +404,7 @@ func (s *Bolt) Delete(ctx context.Context, cluster, jobID string) error {
 		if err != nil {
 			return fmt.Errorf("job %s: %w", jobID, err)
 		}
-		if err := cb.unindex(jobID, w); err != nil {
-			return err
-		}
-		return cb.records.Delete([]byte(jobID))
+		return cb.remove(jobID, w)
 	})
 	if err != nil {
 		return s.fail("delete job "+jobID, err)
@@ -380,20 +436,20 @@ func (s *Bolt) List(ctx context.Context, f Filter, pageSize uint32, pageToken st
 		if err != nil || cb == nil {
 			return err
 		}
-		// The first key to read: after the token's, and no newer than
-		// CreatedUntil allows.
-		var start []byte
+		// The walk starts below a bound: the token's key (the page after
+		// it) or CreatedUntil (jobs created before it), the lower of the
+		// two.
+		var below []byte
 		if !f.CreatedUntil.IsZero() {
 			u := timeNanos(f.CreatedUntil)
 			if u == math.MinInt64 {
 				return nil // nothing is created before the earliest time
 			}
-			start = binary.BigEndian.AppendUint64(nil, timePrefix(u-1))
+			below = binary.BigEndian.AppendUint64(nil, timeOrder(u))
 		}
-		var skip []byte
 		if hasAfter {
-			if k := timeKey(after.createNanos, after.id); start == nil || bytes.Compare(k, start) >= 0 {
-				start, skip = k, k
+			if k := timeKey(after.createNanos, after.id); below == nil || bytes.Compare(k, below) < 0 {
+				below = k
 			}
 		}
 		since := int64(math.MinInt64)
@@ -416,24 +472,25 @@ func (s *Bolt) List(ctx context.Context, f Filter, pageSize uint32, pageToken st
 				}
 			}
 		default:
-			walk = append(walk, cb.time)
+			walk = append(walk, cb.jobs)
 		}
-		it := newMergeIter(walk, start)
+		it := newBackIter(walk, below)
 		bytesOut := 0
 		for k := it.next(); k != nil; k = it.next() {
-			if skip != nil && bytes.Equal(k, skip) {
-				continue
-			}
 			if keyNanos(k) < since {
 				break
 			}
-			sum := cb.time.Get(k)
-			if sum == nil {
+			v := cb.jobs.Get(k)
+			if v == nil {
 				return fmt.Errorf("index entry %x has no job", k)
+			}
+			sum, _, err := splitJobValue(v)
+			if err != nil {
+				return fmt.Errorf("entry %x: %w", k, err)
 			}
 			j := &pelotonv1.Job{}
 			if err := proto.Unmarshal(sum, j); err != nil {
-				return fmt.Errorf("summary of job %s: %w", k[8:], err)
+				return fmt.Errorf("summary of entry %x: %w", k, err)
 			}
 			if !matches(f, j, states) {
 				continue
@@ -459,22 +516,30 @@ func createNanosOf(j *pelotonv1.Job) int64 {
 	return timeNanos(j.GetStatus().GetCreateTime().AsTime())
 }
 
-// mergeIter walks the keys of several buckets in order, from a start key:
-// a list by several states reads each state's index once.
-type mergeIter struct {
+// backIter walks the keys of several buckets backwards (newest first),
+// merged, from below a bound: a list by several states reads each state's
+// index once.
+type backIter struct {
 	cs   []*bolt.Cursor
 	keys [][]byte
 }
 
-func newMergeIter(bs []*bolt.Bucket, start []byte) *mergeIter {
-	it := &mergeIter{}
+// newBackIter positions each bucket's cursor on its last key below
+// below (its last key when below is nil).
+func newBackIter(bs []*bolt.Bucket, below []byte) *backIter {
+	it := &backIter{}
 	for _, b := range bs {
 		c := b.Cursor()
 		var k []byte
-		if start == nil {
-			k, _ = c.First()
-		} else {
-			k, _ = c.Seek(start)
+		switch {
+		case below == nil:
+			k, _ = c.Last()
+		default:
+			if k, _ = c.Seek(below); k == nil {
+				k, _ = c.Last()
+			} else {
+				k, _ = c.Prev()
+			}
 		}
 		it.cs = append(it.cs, c)
 		it.keys = append(it.keys, k)
@@ -482,11 +547,11 @@ func newMergeIter(bs []*bolt.Bucket, start []byte) *mergeIter {
 	return it
 }
 
-// next returns the smallest key left, nil at the end.
-func (it *mergeIter) next() []byte {
+// next returns the greatest key left, nil at the end.
+func (it *backIter) next() []byte {
 	best := -1
 	for i, k := range it.keys {
-		if k != nil && (best < 0 || bytes.Compare(k, it.keys[best]) < 0) {
+		if k != nil && (best < 0 || bytes.Compare(k, it.keys[best]) > 0) {
 			best = i
 		}
 	}
@@ -494,6 +559,6 @@ func (it *mergeIter) next() []byte {
 		return nil
 	}
 	k := it.keys[best]
-	it.keys[best], _ = it.cs[best].Next()
+	it.keys[best], _ = it.cs[best].Prev()
 	return k
 }

@@ -362,8 +362,15 @@ func testPaging(t *testing.T, s Store) {
 		// Five jobs per creation time: ids order them within it.
 		jobs = append(jobs, makeJob("a", fmt.Sprintf("j%02d", 24-i)).created(t0.Add(time.Duration(i/5)*time.Second)).obj())
 	}
+	// Ids that begin one another, at one time: byte order, shorter first.
+	for _, id := range []string{"p", "pq", "p-", "pqr"} {
+		jobs = append(jobs, makeJob("a", id).created(t0.Add(-time.Second)).obj())
+	}
 	put(t, s, jobs...)
 	exp := want(jobs, Filter{})
+	if got := strings.Join(listAll(t, s, Filter{Cluster: "a"}, 3), ","); !strings.HasSuffix(got, ",p,p-,pq,pqr") {
+		t.Fatalf("listed %s; want p, p-, pq, pqr last", got)
+	}
 	page, next, err := s.List(bg(t), Filter{Cluster: "a"}, 10, "")
 	if err != nil || len(page) != 10 || next == "" {
 		t.Fatalf("first page: %d jobs, next %q, %v", len(page), next, err)
@@ -378,7 +385,7 @@ func testPaging(t *testing.T, s Store) {
 		t.Fatalf("second page: %v %v", page2, err)
 	}
 	// The last page ends the list: exactly a page left gives no token.
-	if _, last, err := s.List(bg(t), Filter{Cluster: "a"}, 25, ""); err != nil || last != "" {
+	if _, last, err := s.List(bg(t), Filter{Cluster: "a"}, 29, ""); err != nil || last != "" {
 		t.Fatalf("a page of everything: next %q, %v", last, err)
 	}
 	for _, bad := range []string{"x", "aDE", cursor{createNanos: 1, id: "x"}.token()[2:], "!!!"} {
@@ -393,7 +400,7 @@ func testPaging(t *testing.T, s Store) {
 	if !errors.As(err, &fe) || fe.Field != "pageSize" {
 		t.Errorf("page size %d: %v, want an error naming pageSize", MaxPageSize+1, err)
 	}
-	if page, _, err := s.List(bg(t), Filter{Cluster: "a"}, 0, ""); err != nil || len(page) != 25 {
+	if page, _, err := s.List(bg(t), Filter{Cluster: "a"}, 0, ""); err != nil || len(page) != 29 {
 		t.Errorf("default page size: %d jobs, %v", len(page), err)
 	}
 }
