@@ -109,6 +109,7 @@ func buildArchive(path string, n int) error {
 	}
 	const batch = 5000
 	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	step := 30 * 24 * time.Hour / time.Duration(n)
 	states := []pelotonv1.JobState{pelotonv1.JobState_JOB_SUCCEEDED, pelotonv1.JobState_JOB_SUCCEEDED, pelotonv1.JobState_JOB_FAILED, pelotonv1.JobState_JOB_KILLED}
 	next := make(chan int)
 	var mu sync.Mutex
@@ -130,7 +131,7 @@ func buildArchive(path string, n int) error {
 					jobs = append(jobs, makeJob("bench", benchID(i)).
 						name(fmt.Sprintf("etl-%d", i%977)).pool(fmt.Sprintf("/team-%d", i%31)).
 						state(states[i%len(states)]).
-						created(t0.Add(time.Duration(i)*(30*24*time.Hour)/time.Duration(n))).
+						created(t0.Add(time.Duration(i)*step)).
 						instances(10).seeded(uint64(i)).obj())
 				}
 				if err := s.Put(context.Background(), jobs...); err != nil {

@@ -76,6 +76,7 @@ func OpenBolt(path string) (*Bolt, error) {
 		// The hashmap freelist stays fast in a large, fragmented file:
 		// an archive only grows, and a purge leaves holes.
 		FreelistType: bolt.FreelistMapType,
+		PageSize:     boltPageSize,
 	})
 	if errors.Is(err, bolt.ErrTimeout) {
 		return nil, fmt.Errorf("history: %s is open in another process", path)
@@ -562,3 +563,11 @@ func (it *backIter) next() []byte {
 	it.keys[best], _ = it.cs[best].Prev()
 	return k
 }
+
+// boltPageSize is the page size of a new file (an existing file keeps
+// its own). A job's entry is a kilobyte or more (10 instances: about
+// 1.1 KB), so a 4 KiB page holds three and wastes the rest, and bbolt
+// never splits a node of four entries or fewer, which then spills onto a
+// second page. With 16 KiB pages an archive of 50,000 such jobs took
+// 83 MB instead of 103 MB (BenchmarkArchivedGet's archive).
+const boltPageSize = 16 << 10
