@@ -279,6 +279,9 @@ func (s *Bolt) Put(ctx context.Context, jobs ...*Job) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if len(jobs) == 0 {
+		return nil
+	}
 	enc, err := encodeAll(jobs)
 	if err != nil {
 		return err

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -280,8 +281,8 @@ func checkJobs(jobs []*Job) error {
 				return err
 			}
 		}
-		if len(j.Tasks) > 1<<31 {
-			return invalid(f+".tasks", "at most %d instances", 1<<31)
+		if uint64(len(j.Tasks)) > math.MaxUint32 {
+			return invalid(f+".tasks", "at most %d instances", uint64(math.MaxUint32))
 		}
 	}
 	return nil
