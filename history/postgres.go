@@ -48,8 +48,9 @@ const (
 func OpenPostgres(ctx context.Context, url string) (*Postgres, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
-		// pgx's message shows the URL with its password masked.
-		return nil, invalid("archive", "not a PostgreSQL URL: %v", err)
+		// Not pgx's message: it quotes the URL, and masks a password only
+		// where it can tell one.
+		return nil, invalid("archive", "not a PostgreSQL connection URL (postgres://user:password@host:port/database?sslmode=verify-full) or keyword string")
 	}
 	if cfg.ConnConfig.ConnectTimeout == 0 {
 		cfg.ConnConfig.ConnectTimeout = pgConnectTimeout

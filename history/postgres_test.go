@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -253,5 +254,15 @@ func TestPostgresServerRestartUnderLoad(t *testing.T) {
 	}
 	if ids := listAll(t, s, Filter{Cluster: "a"}, MaxPageSize); len(ids) < len(res.stored) {
 		t.Fatalf("listed %d jobs, %d were stored", len(ids), len(res.stored))
+	}
+}
+
+// TestPostgresBadURLKeepsItsPassword: a URL that does not parse is
+// refused without being quoted back.
+func TestPostgresBadURLKeepsItsPassword(t *testing.T) {
+	_, err := OpenPostgres(bg(t), "postgres://user:s3cret@host:notaport/db")
+	var fe *FieldError
+	if !errors.As(err, &fe) || fe.Field != "archive" || strings.Contains(err.Error(), "s3cret") {
+		t.Fatalf("open of a bad URL: %v", err)
 	}
 }
