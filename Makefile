@@ -8,6 +8,9 @@ PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 GRPC_GATEWAY_VERSION := v2.32.0
 PROTO_DIR := proto/peloton/api/v1
+# Messages only Peloton's own packages read (stored records): Go code only,
+# no services, no REST.
+INTERNAL_PROTOS := proto/peloton/internal/history/v1/history.proto
 
 # The Kubernetes parts the suite runs for real (hostmgr/kubernetes and its
 # end-to-end tests): built from the module proxy once per machine, cached
@@ -19,7 +22,7 @@ KWOK_VERSION := v0.8.0
 PELOTON_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/peloton
 export PELOTON_KUBE_BIN := $(PELOTON_CACHE)/kube/$(KUBE_VERSION)/bin
 
-.PHONY: all build test fuzz soak up proto proto-tools kube-tools browser-tools ui clean dashboards
+.PHONY: all build test fuzz soak up proto proto-tools kube-tools browser-tools postgres-tools ui clean dashboards
 
 all: build
 
@@ -32,12 +35,12 @@ build:
 # are exactly what a scheduler's tests must catch.
 
 ## test sets up everything the suite needs and runs it all.
-test: kube-tools browser-tools
+test: kube-tools browser-tools postgres-tools
 	$(GO) mod download
 	$(GO) vet ./...
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.') 2>/dev/null); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
-	$(GO) test -race -count=1 -timeout 40m ./...
+	PELOTON_REQUIRE_POSTGRES=$(if $(filter 1,$(PELOTON_SKIP_POSTGRES)),,1) $(GO) test -race -count=1 -timeout 40m ./...
 
 ## fuzz runs every fuzz target (each func Fuzz* in a _test.go file) with
 ## -fuzz for FUZZTIME (default 30s), one after another (hack/fuzz.sh): go
@@ -68,7 +71,8 @@ up:
 
 ## proto regenerates the committed Go, gateway and OpenAPI code from proto/:
 ## the cluster API (peloton.proto) and the federation API (federation.proto),
-## each with its own REST rules and OpenAPI document.
+## each with its own REST rules and OpenAPI document, and the internal
+## records (INTERNAL_PROTOS).
 proto: proto-tools
 	protoc -I proto -I /usr/include \
 	  --go_out=. --go_opt=module=github.com/peloton-sched/peloton \
@@ -76,6 +80,9 @@ proto: proto-tools
 	  $(PROTO_DIR)/peloton.proto $(PROTO_DIR)/federation.proto
 	$(call gateway,peloton,peloton_http.yaml,openapi.json)
 	$(call gateway,federation,federation_http.yaml,federation_openapi.json)
+	protoc -I proto -I /usr/include \
+	  --go_out=. --go_opt=module=github.com/peloton-sched/peloton \
+	  $(INTERNAL_PROTOS)
 
 # gateway generates the REST gateway and the OpenAPI document of one proto
 # file: $(1) its name, $(2) its HTTP rules, $(3) the document's name.
@@ -107,6 +114,14 @@ kube-tools:
 ## when it is missing (nothing when it is there; PELOTON_SKIP_BROWSER=1 skips).
 browser-tools:
 	@bash hack/chromium.sh
+
+## postgres-tools installs Debian's PostgreSQL server for the history
+## store's tests when it is missing (nothing when it is there;
+## PELOTON_SKIP_POSTGRES=1 skips). The tests start servers of their own
+## (internal/testing/pgtest); under `make test` they fail, rather than
+## skip, when there is none.
+postgres-tools:
+	@bash hack/postgres.sh
 
 ## ui has nothing to build: the web UI (ui/static) is plain ES modules and
 ## CSS, embedded as they are by go:embed. The target exists so that nobody
