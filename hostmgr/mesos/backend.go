@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,12 +42,19 @@ var ErrNoLogs = errors.New("mesos: task output is in the agent's sandbox (the ag
 // Backend runs a cluster stack as a Mesos framework through the v1
 // scheduler HTTP API. See doc.go.
 type Backend struct {
-	cfg     Config
-	url     string
-	codec   encoding.Codec
-	log     *slog.Logger
-	caller  calls.Caller
-	batcher *store.Batcher
+	cfg   Config
+	url   string
+	codec encoding.Codec
+	log   *slog.Logger
+	// newClient makes the HTTP client of the calls; caller is the
+	// subscription state machine over one (mesos-go's httpsched). Both are
+	// made anew when the state machine refuses a SUBSCRIBE as "already
+	// subscribed": one whose stream ended under load was seen left
+	// believing it was still subscribed, refusing every later SUBSCRIBE.
+	// (NewCaller changes the client it is given, so the two go together.)
+	newClient func() *httpcli.Client
+	caller    atomic.Pointer[callerBox]
+	batcher   *store.Batcher
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -236,16 +244,15 @@ func (b *Backend) Start(ctx context.Context, sink func(hostmgr.TaskEvent)) error
 		b.Close()
 		return err
 	}
-	cl := httpcli.New(httpcli.Endpoint(b.url), httpcli.Codec(b.codec), httpcli.ErrorMapper(mapAnswer), httpcli.Do(httpcli.With(
-		httpcli.Transport(func(t *http.Transport) {
-			t.MaxIdleConnsPerHost = 128
-			t.MaxIdleConns = 256
-			t.ResponseHeaderTimeout = 15 * time.Second
-		}))))
-	// Errors come back at once instead of being retried against the same
-	// URL (subscribeLoop retries with its own backoff); a master's
-	// redirect to the leader is still followed.
-	b.caller = httpsched.NewCaller(cl, httpsched.EndpointCandidates(func() string { return "" }))
+	b.newClient = func() *httpcli.Client {
+		return httpcli.New(httpcli.Endpoint(b.url), httpcli.Codec(b.codec), httpcli.ErrorMapper(mapAnswer), httpcli.Do(httpcli.With(
+			httpcli.Transport(func(t *http.Transport) {
+				t.MaxIdleConnsPerHost = 128
+				t.MaxIdleConns = 256
+				t.ResponseHeaderTimeout = 15 * time.Second
+			}))))
+	}
+	b.newCaller()
 	b.wg.Add(4)
 	go b.subscribeLoop()
 	go b.launcher()
@@ -676,11 +683,29 @@ func (b *Backend) call(ctx context.Context, c *scheduler.Call) error {
 	if !connected {
 		return errNotSubscribed
 	}
-	resp, err := b.caller.Call(ctx, c)
+	resp, err := b.caller.Load().Call(ctx, c)
 	if resp != nil {
 		resp.Close()
 	}
 	return err
+}
+
+// callerBox holds a calls.Caller for an atomic.Pointer.
+type callerBox struct{ calls.Caller }
+
+// newCaller makes a fresh client and subscription state machine. Errors
+// come back at once instead of being retried against the same URL
+// (subscribeLoop retries with its own backoff); a master's redirect to the
+// leader is still followed.
+func (b *Backend) newCaller() {
+	b.caller.Store(&callerBox{httpsched.NewCaller(b.newClient(), httpsched.EndpointCandidates(func() string { return "" }))})
+}
+
+// stuckSubscribed reports whether err is the state machine refusing a
+// SUBSCRIBE because it believes it is subscribed still.
+func stuckSubscribed(err error) bool {
+	var se httpsched.StateError
+	return errors.As(err, &se) && strings.Contains(string(se), "already subscribed")
 }
 
 var errNotSubscribed = errors.New("mesos: not subscribed to the master (reconnecting)")

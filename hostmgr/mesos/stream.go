@@ -53,7 +53,12 @@ func (b *Backend) subscribeLoop() {
 			call.FrameworkID = &mesosv1.FrameworkID{Value: id}
 		}
 		began := time.Now()
-		resp, err := b.caller.Call(b.ctx, call)
+		resp, err := b.caller.Load().Call(b.ctx, call)
+		if stuckSubscribed(err) {
+			b.log.Debug("mesos: the client still believed it was subscribed; starting afresh", "err", err)
+			b.newCaller()
+			resp, err = b.caller.Load().Call(b.ctx, call)
+		}
 		if err == nil {
 			err = b.readStream(resp)
 			resp.Close()

@@ -40,6 +40,8 @@ var vectors = map[string]*prometheus.MetricVec{
 	"ServiceLatencySLO": ServiceLatencySLO.MetricVec, "RevocableCapacity": RevocableCapacity.MetricVec,
 	"RevocableAllocated": RevocableAllocated.MetricVec, "HostPartition": HostPartition.MetricVec,
 	"HostUp": HostUp.MetricVec,
+	// The cluster's name: data, not a fixed label.
+	"StoreDBBytes": StoreDBBytes.MetricVec, "StoreDBInUseBytes": StoreDBInUseBytes.MetricVec, "StoreQuotaBytes": StoreQuotaBytes.MetricVec,
 }
 
 // indirect are the call sites whose label value is not a constant
