@@ -823,10 +823,11 @@ func (m *Manager) restartOnto(ctx context.Context, j *job, inst uint32, target *
 			return err
 		}
 	}
-	var kill, held string
+	var kill, held, dropHold string
 	var grace time.Duration
 	var requeue bool
 	err := m.updateTask(ctx, j, inst, func(rt *pelotonv1.TaskStatus) error {
+		dropHold = ""
 		if rt.GoalState == stKilled {
 			return errSkip
 		}
@@ -840,9 +841,23 @@ func (m *Manager) restartOnto(ctx context.Context, j *job, inst uint32, target *
 			if !restart {
 				rt.DesiredSpecVersion = target.version
 			}
-			rt.RestartInPlace = inPlace && cur.resourcesOf(inst) == target.resourcesOf(inst)
+			wasInPlace, same := rt.RestartInPlace, cur.resourcesOf(inst) == target.resourcesOf(inst)
+			rt.RestartInPlace = inPlace && same
 			if rt.State == stKilling || rt.State == stPreempting {
-				return nil // already stopping; the new run follows
+				// Already stopping; the new run follows. A stop begun in
+				// place (an update aborted meanwhile, a rolling restart)
+				// moved the run's room to the next run (TransferHold):
+				// that run still starts there if it fits, else the room
+				// is given back, or placement would find the next run
+				// holding room already and refuse it for ever.
+				if wasInPlace && !rt.RestartInPlace {
+					if same {
+						rt.RestartInPlace = true
+					} else {
+						dropHold = resmgr.RunTaskID(j.id, inst, rt.DesiredRunId)
+					}
+				}
+				return nil
 			}
 			rt.State, rt.Reason, rt.Message = stKilling, "updating", fmt.Sprintf("stopping to run spec version %d", target.version)
 			if restart {
@@ -876,6 +891,9 @@ func (m *Manager) restartOnto(ctx context.Context, j *job, inst uint32, target *
 	}
 	if err != nil {
 		return err
+	}
+	if dropHold != "" {
+		m.hm.ReleaseTask(dropHold)
 	}
 	if requeue {
 		m.rm.Release(j.id, inst)
