@@ -7,9 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
-	"unsafe"
 
+	"github.com/peloton-sched/peloton/hostmgr/local/supervise"
 	"golang.org/x/sys/unix"
 )
 
@@ -161,26 +160,9 @@ func (r *reaper) loop(epfd int) {
 	}
 }
 
-// pP_PID is waitid's idtype for "the process with this pid".
-const pP_PID = 1
-
 // waitExited blocks (holding a thread) until process pid has exited,
 // without reaping it. It is the fallback of exitNotify.
-func waitExited(pid int) error {
-	var info [128]byte // siginfo_t; only the kernel reads or writes it
-	for {
-		_, _, errno := syscall.Syscall6(syscall.SYS_WAITID, pP_PID, uintptr(pid),
-			uintptr(unsafe.Pointer(&info[0])), syscall.WEXITED|syscall.WNOWAIT, 0, 0)
-		switch errno {
-		case 0:
-			return nil
-		case syscall.EINTR:
-			continue
-		default:
-			return errno
-		}
-	}
-}
+var waitExited = supervise.WaitExited
 
 // procStartTicks is the start time of process pid, in clock ticks since
 // boot (field 22 of /proc/<pid>/stat): with the pid, it names a process

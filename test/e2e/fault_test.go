@@ -453,6 +453,26 @@ func TestDrainAndUpdateResumeAfterKill9(t *testing.T) {
 	t.Logf("at most %d of %d instances were down at once (budget %d)", worst, n, budget)
 }
 
+// jobEnd waits, at most within, until job id of p ends (SUCCEEDED or
+// FAILED) and returns it.
+func jobEnd(t *testing.T, p *upProcess, id string, within time.Duration) *pelotonv1.Job {
+	t.Helper()
+	var job *pelotonv1.Job
+	testutil.Eventually(t, within, "job "+id+" to end", func() error {
+		resp, err := p.jobs.GetJob(ctxT(t), &pelotonv1.GetJobRequest{JobId: id})
+		if err != nil {
+			return err
+		}
+		job = resp.Job
+		switch job.Status.State {
+		case pelotonv1.JobState_JOB_SUCCEEDED, pelotonv1.JobState_JOB_FAILED:
+			return nil
+		}
+		return fmt.Errorf("%v", job.Status)
+	})
+	return job
+}
+
 // TestKill9NeverRedoesFinishedWork is the scenario of a crash in the middle
 // of a batch job: 60 instances whose runs each work 12 s, `peloton up`
 // killed with SIGKILL 6 s in and again 9 s later. Every run is started
@@ -493,25 +513,7 @@ func TestKill9NeverRedoesFinishedWork(t *testing.T) {
 	p.kill()
 	p = startUp(t, bin, dir)
 
-	wait := func(id string) *pelotonv1.Job {
-		t.Helper()
-		deadline := time.Now().Add(3 * time.Minute)
-		for {
-			resp, err := p.jobs.GetJob(ctxT(t), &pelotonv1.GetJobRequest{JobId: id})
-			if err != nil {
-				t.Fatal(err)
-			}
-			switch resp.Job.Status.State {
-			case pelotonv1.JobState_JOB_SUCCEEDED, pelotonv1.JobState_JOB_FAILED:
-				return resp.Job
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("job %s not done 3 minutes after the second restart: %v", id, resp.Job.Status)
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
-	}
-	job := wait(cr.JobId)
+	job := jobEnd(t, p, cr.JobId, 3*time.Minute)
 	if job.Status.State != pelotonv1.JobState_JOB_SUCCEEDED || job.Status.TaskCounts["SUCCEEDED"] != n {
 		t.Fatalf("job ended %v with counts %v; want every instance SUCCEEDED", job.Status.State, job.Status.TaskCounts)
 	}
@@ -538,7 +540,7 @@ func TestKill9NeverRedoesFinishedWork(t *testing.T) {
 		t.Errorf("%d runs executed for %d instances; want exactly one each", runs, n)
 	}
 
-	fj := wait(fr.JobId)
+	fj := jobEnd(t, p, fr.JobId, 3*time.Minute)
 	ft, err := p.tasks.ListTasks(ctxT(t), &pelotonv1.ListTasksRequest{JobId: fr.JobId})
 	if err != nil || len(ft.Tasks) != 1 {
 		t.Fatalf("ListTasks of the failing job: %v, %v", ft, err)
@@ -591,18 +593,8 @@ func TestKill9WithSupervisorsRunsAgainOnce(t *testing.T) {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
 	p = startUp(t, bin, dir)
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		resp, err := p.jobs.GetJob(ctxT(t), &pelotonv1.GetJobRequest{JobId: cr.JobId})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if st := resp.Job.Status.State; st == pelotonv1.JobState_JOB_SUCCEEDED {
-			break
-		} else if st == pelotonv1.JobState_JOB_FAILED || time.Now().After(deadline) {
-			t.Fatalf("job %v; want it to succeed after the lost runs ran again", resp.Job.Status)
-		}
-		time.Sleep(200 * time.Millisecond)
+	if job := jobEnd(t, p, cr.JobId, 2*time.Minute); job.Status.State != pelotonv1.JobState_JOB_SUCCEEDED {
+		t.Fatalf("job %v; want it to succeed after the lost runs ran again", job.Status)
 	}
 	logf.checkNoOverlap(t, n)
 	for inst, ss := range logf.spans(t) {

@@ -66,7 +66,7 @@ func Main() int {
 	answer(report, Report{Pid: pid})
 
 	exited := make(chan error, 1)
-	go func() { exited <- waitExited(pid) }()
+	go func() { exited <- WaitExited(pid) }()
 	var (
 		killed   bool
 		deadline *time.Timer
@@ -110,11 +110,17 @@ func Main() int {
 	}
 }
 
-// answer writes the report line and closes the descriptor.
+// answer writes the report line and closes the descriptor. A report that
+// cannot be encoded is not written: the backend then reads no answer and
+// fails the launch.
 func answer(f *os.File, r Report) {
-	data, _ := json.Marshal(r) // a struct of a string and an int
+	defer f.Close()
+	data, err := json.Marshal(r)
+	if err != nil {
+		complain("could not encode the report: %v", err)
+		return
+	}
 	_, _ = f.Write(append(data, '\n'))
-	f.Close()
 }
 
 // start starts the run in its own process group, as its user, inside its
@@ -249,8 +255,10 @@ func killAll(pid int, cg *Cgroup) {
 // pP_PID is waitid's P_PID.
 const pP_PID = 1
 
-// waitExited blocks until child pid has exited, leaving it unreaped.
-func waitExited(pid int) error {
+// WaitExited blocks (holding a thread) until child pid has exited,
+// leaving it unreaped, so that its pid (its process group's id) cannot be
+// reused while the caller deals with the rest of its group.
+func WaitExited(pid int) error {
 	var info [128]byte // siginfo_t; only the kernel reads or writes it
 	for {
 		_, _, errno := syscall.Syscall6(syscall.SYS_WAITID, pP_PID, uintptr(pid),
