@@ -1575,9 +1575,16 @@ type JobSpec struct {
 	// system created and handed to Peloton to place (Kubernetes pods with
 	// schedulerName peloton). Such a job changes through its owner there,
 	// not through Peloton's API.
-	Foreign       *ForeignOwner `protobuf:"bytes,10,opt,name=foreign,proto3" json:"foreign,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Foreign *ForeignOwner `protobuf:"bytes,10,opt,name=foreign,proto3" json:"foreign,omitempty"`
+	// How long the job stays in the live store once it has finished (a
+	// terminal state, no update running, no instance live) before it is
+	// archived and removed from it; unset: the cluster's --finished-job-ttl.
+	// 0 archives and removes it as soon as it has finished. An archived job
+	// is still read through GetJob, ListTasks, GetTask and ListJobVersions,
+	// marked status.archived, and listed by ListJobs with archived set.
+	TtlSecondsAfterFinished *uint32 `protobuf:"varint,11,opt,name=ttl_seconds_after_finished,json=ttlSecondsAfterFinished,proto3,oneof" json:"ttl_seconds_after_finished,omitempty"`
+	unknownFields           protoimpl.UnknownFields
+	sizeCache               protoimpl.SizeCache
 }
 
 func (x *JobSpec) Reset() {
@@ -1678,6 +1685,13 @@ func (x *JobSpec) GetForeign() *ForeignOwner {
 		return x.Foreign
 	}
 	return nil
+}
+
+func (x *JobSpec) GetTtlSecondsAfterFinished() uint32 {
+	if x != nil && x.TtlSecondsAfterFinished != nil {
+		return *x.TtlSecondsAfterFinished
+	}
+	return 0
 }
 
 // ForeignOwner names the outside object a job stands for.
@@ -1792,7 +1806,11 @@ type JobStatus struct {
 	// federation's SLA evaluator: the part's disruptions are then decided
 	// here, on this cluster's share of the service's budget
 	// (spec.sla.maximumUnavailableInstances), fail-safe.
-	SlaFallback   bool `protobuf:"varint,13,opt,name=sla_fallback,json=slaFallback,proto3" json:"sla_fallback,omitempty"`
+	SlaFallback bool `protobuf:"varint,13,opt,name=sla_fallback,json=slaFallback,proto3" json:"sla_fallback,omitempty"`
+	// Set when the job is read from the archive of finished jobs: it has
+	// left the live store (its time to live after it finished has passed)
+	// and can no longer change. Its tasks are their final runs.
+	Archived      bool `protobuf:"varint,14,opt,name=archived,proto3" json:"archived,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1914,6 +1932,13 @@ func (x *JobStatus) GetUpdated() uint32 {
 func (x *JobStatus) GetSlaFallback() bool {
 	if x != nil {
 		return x.SlaFallback
+	}
+	return false
+}
+
+func (x *JobStatus) GetArchived() bool {
+	if x != nil {
+		return x.Archived
 	}
 	return false
 }
@@ -2573,7 +2598,16 @@ type ListJobsRequest struct {
 	// before it would pass 2 MiB.
 	PageSize uint32 `protobuf:"varint,4,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// next_page_token of the previous page; empty for the first page.
-	PageToken     string `protobuf:"bytes,5,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	PageToken string `protobuf:"bytes,5,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// List the archive of finished jobs instead of the live store: jobs
+	// that left it once their time to live after they finished had passed.
+	Archived bool `protobuf:"varint,6,opt,name=archived,proto3" json:"archived,omitempty"`
+	// Only jobs with every one of these labels, with these values.
+	Labels map[string]string `protobuf:"bytes,7,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Only jobs created at or after this time.
+	CreatedSince *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=created_since,json=createdSince,proto3" json:"created_since,omitempty"`
+	// Only jobs created before this time.
+	CreatedUntil  *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=created_until,json=createdUntil,proto3" json:"created_until,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2641,6 +2675,34 @@ func (x *ListJobsRequest) GetPageToken() string {
 		return x.PageToken
 	}
 	return ""
+}
+
+func (x *ListJobsRequest) GetArchived() bool {
+	if x != nil {
+		return x.Archived
+	}
+	return false
+}
+
+func (x *ListJobsRequest) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *ListJobsRequest) GetCreatedSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedSince
+	}
+	return nil
+}
+
+func (x *ListJobsRequest) GetCreatedUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedUntil
+	}
+	return nil
 }
 
 type ListJobsResponse struct {
@@ -7406,7 +7468,7 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\bstrategy\x18\x01 \x01(\x0e2!.peloton.api.v1.PlacementStrategyR\bstrategy\x12<\n" +
 	"\vconstraints\x18\x02 \x03(\v2\x1a.peloton.api.v1.ConstraintR\vconstraints\x123\n" +
 	"\x16max_instances_per_host\x18\x03 \x01(\rR\x13maxInstancesPerHost\x12\x1c\n" +
-	"\tpartition\x18\x04 \x01(\tR\tpartition\"\xee\x04\n" +
+	"\tpartition\x18\x04 \x01(\tR\tpartition\"\xcf\x05\n" +
 	"\aJobSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12+\n" +
 	"\x04type\x18\x02 \x01(\x0e2\x17.peloton.api.v1.JobTypeR\x04type\x12\x12\n" +
@@ -7418,19 +7480,21 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\x06labels\x18\b \x03(\v2#.peloton.api.v1.JobSpec.LabelsEntryR\x06labels\x12 \n" +
 	"\vdescription\x18\t \x01(\tR\vdescription\x126\n" +
 	"\aforeign\x18\n" +
-	" \x01(\v2\x1c.peloton.api.v1.ForeignOwnerR\aforeign\x1aZ\n" +
+	" \x01(\v2\x1c.peloton.api.v1.ForeignOwnerR\aforeign\x12@\n" +
+	"\x1attl_seconds_after_finished\x18\v \x01(\rH\x00R\x17ttlSecondsAfterFinished\x88\x01\x01\x1aZ\n" +
 	"\x12InstanceSpecsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\rR\x03key\x12.\n" +
 	"\x05value\x18\x02 \x01(\v2\x18.peloton.api.v1.TaskSpecR\x05value:\x028\x01\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"~\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x1d\n" +
+	"\x1b_ttl_seconds_after_finished\"~\n" +
 	"\fForeignOwner\x12\x16\n" +
 	"\x06source\x18\x01 \x01(\tR\x06source\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04kind\x18\x03 \x01(\tR\x04kind\x12\x12\n" +
 	"\x04name\x18\x04 \x01(\tR\x04name\x12\x10\n" +
-	"\x03uid\x18\x05 \x01(\tR\x03uid\"\x90\x05\n" +
+	"\x03uid\x18\x05 \x01(\tR\x03uid\"\xac\x05\n" +
 	"\tJobStatus\x12.\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x18.peloton.api.v1.JobStateR\x05state\x127\n" +
 	"\n" +
@@ -7449,7 +7513,8 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	" \x01(\rR\fremovedRunId\x12\x18\n" +
 	"\ahealthy\x18\v \x01(\rR\ahealthy\x12\x18\n" +
 	"\aupdated\x18\f \x01(\rR\aupdated\x12!\n" +
-	"\fsla_fallback\x18\r \x01(\bR\vslaFallback\x1a=\n" +
+	"\fsla_fallback\x18\r \x01(\bR\vslaFallback\x12\x1a\n" +
+	"\barchived\x18\x0e \x01(\bR\barchived\x1a=\n" +
 	"\x0fTaskCountsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\"u\n" +
@@ -7512,14 +7577,21 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\rGetJobRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\"7\n" +
 	"\x0eGetJobResponse\x12%\n" +
-	"\x03job\x18\x01 \x01(\v2\x13.peloton.api.v1.JobR\x03job\"\xa7\x01\n" +
+	"\x03job\x18\x01 \x01(\v2\x13.peloton.api.v1.JobR\x03job\"\xc5\x03\n" +
 	"\x0fListJobsRequest\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x120\n" +
 	"\x06states\x18\x02 \x03(\x0e2\x18.peloton.api.v1.JobStateR\x06states\x12\x12\n" +
 	"\x04name\x18\x03 \x01(\tR\x04name\x12\x1b\n" +
 	"\tpage_size\x18\x04 \x01(\rR\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x05 \x01(\tR\tpageToken\"c\n" +
+	"page_token\x18\x05 \x01(\tR\tpageToken\x12\x1a\n" +
+	"\barchived\x18\x06 \x01(\bR\barchived\x12C\n" +
+	"\x06labels\x18\a \x03(\v2+.peloton.api.v1.ListJobsRequest.LabelsEntryR\x06labels\x12?\n" +
+	"\rcreated_since\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\fcreatedSince\x12?\n" +
+	"\rcreated_until\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\fcreatedUntil\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"c\n" +
 	"\x10ListJobsResponse\x12'\n" +
 	"\x04jobs\x18\x01 \x03(\v2\x13.peloton.api.v1.JobR\x04jobs\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\")\n" +
@@ -8006,7 +8078,7 @@ func file_peloton_api_v1_peloton_proto_rawDescGZIP() []byte {
 }
 
 var file_peloton_api_v1_peloton_proto_enumTypes = make([]protoimpl.EnumInfo, 11)
-var file_peloton_api_v1_peloton_proto_msgTypes = make([]protoimpl.MessageInfo, 110)
+var file_peloton_api_v1_peloton_proto_msgTypes = make([]protoimpl.MessageInfo, 111)
 var file_peloton_api_v1_peloton_proto_goTypes = []any{
 	(JobType)(0),                        // 0: peloton.api.v1.JobType
 	(TaskState)(0),                      // 1: peloton.api.v1.TaskState
@@ -8125,11 +8197,12 @@ var file_peloton_api_v1_peloton_proto_goTypes = []any{
 	nil,                                 // 114: peloton.api.v1.JobSpec.LabelsEntry
 	nil,                                 // 115: peloton.api.v1.JobStatus.TaskCountsEntry
 	nil,                                 // 116: peloton.api.v1.TaskStatus.PortsEntry
-	nil,                                 // 117: peloton.api.v1.Host.LabelsEntry
-	nil,                                 // 118: peloton.api.v1.UsageReport.RunsEntry
-	nil,                                 // 119: peloton.api.v1.Partition.ZonesEntry
-	nil,                                 // 120: peloton.api.v1.Update.RestartsEntry
-	(*timestamppb.Timestamp)(nil),       // 121: google.protobuf.Timestamp
+	nil,                                 // 117: peloton.api.v1.ListJobsRequest.LabelsEntry
+	nil,                                 // 118: peloton.api.v1.Host.LabelsEntry
+	nil,                                 // 119: peloton.api.v1.UsageReport.RunsEntry
+	nil,                                 // 120: peloton.api.v1.Partition.ZonesEntry
+	nil,                                 // 121: peloton.api.v1.Update.RestartsEntry
+	(*timestamppb.Timestamp)(nil),       // 122: google.protobuf.Timestamp
 }
 var file_peloton_api_v1_peloton_proto_depIdxs = []int32{
 	16,  // 0: peloton.api.v1.HealthCheck.http:type_name -> peloton.api.v1.HttpProbe
@@ -8153,178 +8226,181 @@ var file_peloton_api_v1_peloton_proto_depIdxs = []int32{
 	5,   // 18: peloton.api.v1.JobStatus.state:type_name -> peloton.api.v1.JobState
 	5,   // 19: peloton.api.v1.JobStatus.goal_state:type_name -> peloton.api.v1.JobState
 	115, // 20: peloton.api.v1.JobStatus.task_counts:type_name -> peloton.api.v1.JobStatus.TaskCountsEntry
-	121, // 21: peloton.api.v1.JobStatus.create_time:type_name -> google.protobuf.Timestamp
-	121, // 22: peloton.api.v1.JobStatus.start_time:type_name -> google.protobuf.Timestamp
-	121, // 23: peloton.api.v1.JobStatus.completion_time:type_name -> google.protobuf.Timestamp
+	122, // 21: peloton.api.v1.JobStatus.create_time:type_name -> google.protobuf.Timestamp
+	122, // 22: peloton.api.v1.JobStatus.start_time:type_name -> google.protobuf.Timestamp
+	122, // 23: peloton.api.v1.JobStatus.completion_time:type_name -> google.protobuf.Timestamp
 	22,  // 24: peloton.api.v1.Job.spec:type_name -> peloton.api.v1.JobSpec
 	24,  // 25: peloton.api.v1.Job.status:type_name -> peloton.api.v1.JobStatus
 	1,   // 26: peloton.api.v1.TaskStatus.state:type_name -> peloton.api.v1.TaskState
 	1,   // 27: peloton.api.v1.TaskStatus.goal_state:type_name -> peloton.api.v1.TaskState
-	121, // 28: peloton.api.v1.TaskStatus.start_time:type_name -> google.protobuf.Timestamp
-	121, // 29: peloton.api.v1.TaskStatus.completion_time:type_name -> google.protobuf.Timestamp
-	121, // 30: peloton.api.v1.TaskStatus.update_time:type_name -> google.protobuf.Timestamp
+	122, // 28: peloton.api.v1.TaskStatus.start_time:type_name -> google.protobuf.Timestamp
+	122, // 29: peloton.api.v1.TaskStatus.completion_time:type_name -> google.protobuf.Timestamp
+	122, // 30: peloton.api.v1.TaskStatus.update_time:type_name -> google.protobuf.Timestamp
 	27,  // 31: peloton.api.v1.TaskStatus.history:type_name -> peloton.api.v1.TaskTransition
 	2,   // 32: peloton.api.v1.TaskStatus.health:type_name -> peloton.api.v1.HealthState
 	116, // 33: peloton.api.v1.TaskStatus.ports:type_name -> peloton.api.v1.TaskStatus.PortsEntry
 	72,  // 34: peloton.api.v1.TaskStatus.usage:type_name -> peloton.api.v1.TaskUsage
 	1,   // 35: peloton.api.v1.TaskTransition.state:type_name -> peloton.api.v1.TaskState
-	121, // 36: peloton.api.v1.TaskTransition.time:type_name -> google.protobuf.Timestamp
+	122, // 36: peloton.api.v1.TaskTransition.time:type_name -> google.protobuf.Timestamp
 	26,  // 37: peloton.api.v1.Task.status:type_name -> peloton.api.v1.TaskStatus
 	18,  // 38: peloton.api.v1.Task.spec:type_name -> peloton.api.v1.TaskSpec
 	22,  // 39: peloton.api.v1.CreateJobRequest.spec:type_name -> peloton.api.v1.JobSpec
 	25,  // 40: peloton.api.v1.GetJobResponse.job:type_name -> peloton.api.v1.Job
 	5,   // 41: peloton.api.v1.ListJobsRequest.states:type_name -> peloton.api.v1.JobState
-	25,  // 42: peloton.api.v1.ListJobsResponse.jobs:type_name -> peloton.api.v1.Job
-	22,  // 43: peloton.api.v1.JobVersion.spec:type_name -> peloton.api.v1.JobSpec
-	121, // 44: peloton.api.v1.JobVersion.create_time:type_name -> google.protobuf.Timestamp
-	44,  // 45: peloton.api.v1.ListJobVersionsResponse.versions:type_name -> peloton.api.v1.JobVersion
-	1,   // 46: peloton.api.v1.ListTasksRequest.states:type_name -> peloton.api.v1.TaskState
-	28,  // 47: peloton.api.v1.ListTasksResponse.tasks:type_name -> peloton.api.v1.Task
-	28,  // 48: peloton.api.v1.GetTaskResponse.task:type_name -> peloton.api.v1.Task
-	6,   // 49: peloton.api.v1.GetTaskLogsRequest.stream:type_name -> peloton.api.v1.LogStream
-	11,  // 50: peloton.api.v1.PoolSpec.reservation:type_name -> peloton.api.v1.Resources
-	11,  // 51: peloton.api.v1.PoolSpec.limit:type_name -> peloton.api.v1.Resources
-	11,  // 52: peloton.api.v1.PoolSpec.share:type_name -> peloton.api.v1.Resources
-	11,  // 53: peloton.api.v1.PoolSpec.revocable_limit:type_name -> peloton.api.v1.Resources
-	11,  // 54: peloton.api.v1.PoolStatus.entitlement:type_name -> peloton.api.v1.Resources
-	11,  // 55: peloton.api.v1.PoolStatus.allocation:type_name -> peloton.api.v1.Resources
-	11,  // 56: peloton.api.v1.PoolStatus.demand:type_name -> peloton.api.v1.Resources
-	54,  // 57: peloton.api.v1.Pool.spec:type_name -> peloton.api.v1.PoolSpec
-	55,  // 58: peloton.api.v1.Pool.status:type_name -> peloton.api.v1.PoolStatus
-	54,  // 59: peloton.api.v1.CreatePoolRequest.spec:type_name -> peloton.api.v1.PoolSpec
-	56,  // 60: peloton.api.v1.CreatePoolResponse.pool:type_name -> peloton.api.v1.Pool
-	56,  // 61: peloton.api.v1.GetPoolResponse.pool:type_name -> peloton.api.v1.Pool
-	54,  // 62: peloton.api.v1.UpdatePoolRequest.spec:type_name -> peloton.api.v1.PoolSpec
-	56,  // 63: peloton.api.v1.UpdatePoolResponse.pool:type_name -> peloton.api.v1.Pool
-	56,  // 64: peloton.api.v1.MovePoolResponse.pool:type_name -> peloton.api.v1.Pool
-	56,  // 65: peloton.api.v1.ListPoolsResponse.pools:type_name -> peloton.api.v1.Pool
-	11,  // 66: peloton.api.v1.Host.capacity:type_name -> peloton.api.v1.Resources
-	11,  // 67: peloton.api.v1.Host.allocated:type_name -> peloton.api.v1.Resources
-	117, // 68: peloton.api.v1.Host.labels:type_name -> peloton.api.v1.Host.LabelsEntry
-	7,   // 69: peloton.api.v1.Host.state:type_name -> peloton.api.v1.HostState
-	9,   // 70: peloton.api.v1.Host.partition_state:type_name -> peloton.api.v1.PartitionMoveState
-	71,  // 71: peloton.api.v1.Host.usage:type_name -> peloton.api.v1.HostUsage
-	11,  // 72: peloton.api.v1.Host.slack:type_name -> peloton.api.v1.Resources
-	11,  // 73: peloton.api.v1.Host.revocable:type_name -> peloton.api.v1.Resources
-	70,  // 74: peloton.api.v1.Host.runs:type_name -> peloton.api.v1.HostRun
-	8,   // 75: peloton.api.v1.Host.zone:type_name -> peloton.api.v1.HostZone
-	72,  // 76: peloton.api.v1.HostRun.usage:type_name -> peloton.api.v1.TaskUsage
-	121, // 77: peloton.api.v1.HostRun.since:type_name -> google.protobuf.Timestamp
-	121, // 78: peloton.api.v1.HostUsage.sample_time:type_name -> google.protobuf.Timestamp
-	121, // 79: peloton.api.v1.HostUsage.receive_time:type_name -> google.protobuf.Timestamp
-	121, // 80: peloton.api.v1.TaskUsage.sample_time:type_name -> google.protobuf.Timestamp
-	71,  // 81: peloton.api.v1.UsageReport.usage:type_name -> peloton.api.v1.HostUsage
-	118, // 82: peloton.api.v1.UsageReport.runs:type_name -> peloton.api.v1.UsageReport.RunsEntry
-	69,  // 83: peloton.api.v1.ListHostsResponse.hosts:type_name -> peloton.api.v1.Host
-	77,  // 84: peloton.api.v1.ListHostsResponse.substrate:type_name -> peloton.api.v1.Substrate
-	121, // 85: peloton.api.v1.Substrate.since:type_name -> google.protobuf.Timestamp
-	69,  // 86: peloton.api.v1.StartMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
-	69,  // 87: peloton.api.v1.CompleteMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
-	69,  // 88: peloton.api.v1.MoveHostResponse.host:type_name -> peloton.api.v1.Host
-	11,  // 89: peloton.api.v1.Partition.capacity:type_name -> peloton.api.v1.Resources
-	11,  // 90: peloton.api.v1.Partition.allocated:type_name -> peloton.api.v1.Resources
-	11,  // 91: peloton.api.v1.Partition.revocable:type_name -> peloton.api.v1.Resources
-	11,  // 92: peloton.api.v1.Partition.slack:type_name -> peloton.api.v1.Resources
-	119, // 93: peloton.api.v1.Partition.zones:type_name -> peloton.api.v1.Partition.ZonesEntry
-	84,  // 94: peloton.api.v1.ListPartitionsResponse.partitions:type_name -> peloton.api.v1.Partition
-	87,  // 95: peloton.api.v1.ListPartitionsResponse.advisor:type_name -> peloton.api.v1.AdvisorStatus
-	121, // 96: peloton.api.v1.AdvisorStatus.published:type_name -> google.protobuf.Timestamp
-	121, // 97: peloton.api.v1.PartitionMove.time:type_name -> google.protobuf.Timestamp
-	88,  // 98: peloton.api.v1.ListPartitionMovesResponse.moves:type_name -> peloton.api.v1.PartitionMove
-	8,   // 99: peloton.api.v1.HostAdvice.zone:type_name -> peloton.api.v1.HostZone
-	91,  // 100: peloton.api.v1.PublishAdviceRequest.hosts:type_name -> peloton.api.v1.HostAdvice
-	92,  // 101: peloton.api.v1.PublishAdviceRequest.partitions:type_name -> peloton.api.v1.PartitionAdvice
-	88,  // 102: peloton.api.v1.PublishAdviceRequest.observed_moves:type_name -> peloton.api.v1.PartitionMove
-	10,  // 103: peloton.api.v1.UpdateStatus.state:type_name -> peloton.api.v1.UpdateState
-	121, // 104: peloton.api.v1.UpdateStatus.create_time:type_name -> google.protobuf.Timestamp
-	121, // 105: peloton.api.v1.UpdateStatus.update_time:type_name -> google.protobuf.Timestamp
-	121, // 106: peloton.api.v1.UpdateStatus.completion_time:type_name -> google.protobuf.Timestamp
-	10,  // 107: peloton.api.v1.UpdateStatus.paused_from:type_name -> peloton.api.v1.UpdateState
-	95,  // 108: peloton.api.v1.Update.spec:type_name -> peloton.api.v1.UpdateSpec
-	96,  // 109: peloton.api.v1.Update.status:type_name -> peloton.api.v1.UpdateStatus
-	120, // 110: peloton.api.v1.Update.restarts:type_name -> peloton.api.v1.Update.RestartsEntry
-	22,  // 111: peloton.api.v1.CreateUpdateRequest.spec:type_name -> peloton.api.v1.JobSpec
-	95,  // 112: peloton.api.v1.CreateUpdateRequest.update_spec:type_name -> peloton.api.v1.UpdateSpec
-	97,  // 113: peloton.api.v1.CreateUpdateResponse.update:type_name -> peloton.api.v1.Update
-	97,  // 114: peloton.api.v1.GetUpdateResponse.update:type_name -> peloton.api.v1.Update
-	97,  // 115: peloton.api.v1.ListUpdatesResponse.updates:type_name -> peloton.api.v1.Update
-	97,  // 116: peloton.api.v1.PauseUpdateResponse.update:type_name -> peloton.api.v1.Update
-	97,  // 117: peloton.api.v1.ResumeUpdateResponse.update:type_name -> peloton.api.v1.Update
-	97,  // 118: peloton.api.v1.AbortUpdateResponse.update:type_name -> peloton.api.v1.Update
-	97,  // 119: peloton.api.v1.RollbackUpdateResponse.update:type_name -> peloton.api.v1.Update
-	18,  // 120: peloton.api.v1.JobSpec.InstanceSpecsEntry.value:type_name -> peloton.api.v1.TaskSpec
-	72,  // 121: peloton.api.v1.UsageReport.RunsEntry.value:type_name -> peloton.api.v1.TaskUsage
-	29,  // 122: peloton.api.v1.JobService.CreateJob:input_type -> peloton.api.v1.CreateJobRequest
-	31,  // 123: peloton.api.v1.JobService.GetJob:input_type -> peloton.api.v1.GetJobRequest
-	33,  // 124: peloton.api.v1.JobService.ListJobs:input_type -> peloton.api.v1.ListJobsRequest
-	35,  // 125: peloton.api.v1.JobService.CancelJob:input_type -> peloton.api.v1.CancelJobRequest
-	37,  // 126: peloton.api.v1.JobService.DeleteJob:input_type -> peloton.api.v1.DeleteJobRequest
-	39,  // 127: peloton.api.v1.JobService.RestartJob:input_type -> peloton.api.v1.RestartJobRequest
-	41,  // 128: peloton.api.v1.JobService.ScaleJob:input_type -> peloton.api.v1.ScaleJobRequest
-	43,  // 129: peloton.api.v1.JobService.ListJobVersions:input_type -> peloton.api.v1.ListJobVersionsRequest
-	46,  // 130: peloton.api.v1.TaskService.ListTasks:input_type -> peloton.api.v1.ListTasksRequest
-	48,  // 131: peloton.api.v1.TaskService.GetTask:input_type -> peloton.api.v1.GetTaskRequest
-	50,  // 132: peloton.api.v1.TaskService.KillTask:input_type -> peloton.api.v1.KillTaskRequest
-	52,  // 133: peloton.api.v1.TaskService.GetTaskLogs:input_type -> peloton.api.v1.GetTaskLogsRequest
-	57,  // 134: peloton.api.v1.PoolService.CreatePool:input_type -> peloton.api.v1.CreatePoolRequest
-	59,  // 135: peloton.api.v1.PoolService.GetPool:input_type -> peloton.api.v1.GetPoolRequest
-	61,  // 136: peloton.api.v1.PoolService.UpdatePool:input_type -> peloton.api.v1.UpdatePoolRequest
-	63,  // 137: peloton.api.v1.PoolService.DeletePool:input_type -> peloton.api.v1.DeletePoolRequest
-	67,  // 138: peloton.api.v1.PoolService.ListPools:input_type -> peloton.api.v1.ListPoolsRequest
-	65,  // 139: peloton.api.v1.PoolService.MovePool:input_type -> peloton.api.v1.MovePoolRequest
-	75,  // 140: peloton.api.v1.HostService.ListHosts:input_type -> peloton.api.v1.ListHostsRequest
-	78,  // 141: peloton.api.v1.HostService.StartMaintenance:input_type -> peloton.api.v1.StartMaintenanceRequest
-	80,  // 142: peloton.api.v1.HostService.CompleteMaintenance:input_type -> peloton.api.v1.CompleteMaintenanceRequest
-	82,  // 143: peloton.api.v1.HostService.MoveHost:input_type -> peloton.api.v1.MoveHostRequest
-	85,  // 144: peloton.api.v1.PartitionService.ListPartitions:input_type -> peloton.api.v1.ListPartitionsRequest
-	89,  // 145: peloton.api.v1.PartitionService.ListPartitionMoves:input_type -> peloton.api.v1.ListPartitionMovesRequest
-	93,  // 146: peloton.api.v1.PartitionService.PublishAdvice:input_type -> peloton.api.v1.PublishAdviceRequest
-	73,  // 147: peloton.api.v1.HostAgentService.ReportUsage:input_type -> peloton.api.v1.UsageReport
-	98,  // 148: peloton.api.v1.UpdateService.CreateUpdate:input_type -> peloton.api.v1.CreateUpdateRequest
-	100, // 149: peloton.api.v1.UpdateService.GetUpdate:input_type -> peloton.api.v1.GetUpdateRequest
-	102, // 150: peloton.api.v1.UpdateService.ListUpdates:input_type -> peloton.api.v1.ListUpdatesRequest
-	104, // 151: peloton.api.v1.UpdateService.PauseUpdate:input_type -> peloton.api.v1.PauseUpdateRequest
-	106, // 152: peloton.api.v1.UpdateService.ResumeUpdate:input_type -> peloton.api.v1.ResumeUpdateRequest
-	108, // 153: peloton.api.v1.UpdateService.AbortUpdate:input_type -> peloton.api.v1.AbortUpdateRequest
-	110, // 154: peloton.api.v1.UpdateService.RollbackUpdate:input_type -> peloton.api.v1.RollbackUpdateRequest
-	30,  // 155: peloton.api.v1.JobService.CreateJob:output_type -> peloton.api.v1.CreateJobResponse
-	32,  // 156: peloton.api.v1.JobService.GetJob:output_type -> peloton.api.v1.GetJobResponse
-	34,  // 157: peloton.api.v1.JobService.ListJobs:output_type -> peloton.api.v1.ListJobsResponse
-	36,  // 158: peloton.api.v1.JobService.CancelJob:output_type -> peloton.api.v1.CancelJobResponse
-	38,  // 159: peloton.api.v1.JobService.DeleteJob:output_type -> peloton.api.v1.DeleteJobResponse
-	40,  // 160: peloton.api.v1.JobService.RestartJob:output_type -> peloton.api.v1.RestartJobResponse
-	42,  // 161: peloton.api.v1.JobService.ScaleJob:output_type -> peloton.api.v1.ScaleJobResponse
-	45,  // 162: peloton.api.v1.JobService.ListJobVersions:output_type -> peloton.api.v1.ListJobVersionsResponse
-	47,  // 163: peloton.api.v1.TaskService.ListTasks:output_type -> peloton.api.v1.ListTasksResponse
-	49,  // 164: peloton.api.v1.TaskService.GetTask:output_type -> peloton.api.v1.GetTaskResponse
-	51,  // 165: peloton.api.v1.TaskService.KillTask:output_type -> peloton.api.v1.KillTaskResponse
-	53,  // 166: peloton.api.v1.TaskService.GetTaskLogs:output_type -> peloton.api.v1.LogChunk
-	58,  // 167: peloton.api.v1.PoolService.CreatePool:output_type -> peloton.api.v1.CreatePoolResponse
-	60,  // 168: peloton.api.v1.PoolService.GetPool:output_type -> peloton.api.v1.GetPoolResponse
-	62,  // 169: peloton.api.v1.PoolService.UpdatePool:output_type -> peloton.api.v1.UpdatePoolResponse
-	64,  // 170: peloton.api.v1.PoolService.DeletePool:output_type -> peloton.api.v1.DeletePoolResponse
-	68,  // 171: peloton.api.v1.PoolService.ListPools:output_type -> peloton.api.v1.ListPoolsResponse
-	66,  // 172: peloton.api.v1.PoolService.MovePool:output_type -> peloton.api.v1.MovePoolResponse
-	76,  // 173: peloton.api.v1.HostService.ListHosts:output_type -> peloton.api.v1.ListHostsResponse
-	79,  // 174: peloton.api.v1.HostService.StartMaintenance:output_type -> peloton.api.v1.StartMaintenanceResponse
-	81,  // 175: peloton.api.v1.HostService.CompleteMaintenance:output_type -> peloton.api.v1.CompleteMaintenanceResponse
-	83,  // 176: peloton.api.v1.HostService.MoveHost:output_type -> peloton.api.v1.MoveHostResponse
-	86,  // 177: peloton.api.v1.PartitionService.ListPartitions:output_type -> peloton.api.v1.ListPartitionsResponse
-	90,  // 178: peloton.api.v1.PartitionService.ListPartitionMoves:output_type -> peloton.api.v1.ListPartitionMovesResponse
-	94,  // 179: peloton.api.v1.PartitionService.PublishAdvice:output_type -> peloton.api.v1.PublishAdviceResponse
-	74,  // 180: peloton.api.v1.HostAgentService.ReportUsage:output_type -> peloton.api.v1.UsageAck
-	99,  // 181: peloton.api.v1.UpdateService.CreateUpdate:output_type -> peloton.api.v1.CreateUpdateResponse
-	101, // 182: peloton.api.v1.UpdateService.GetUpdate:output_type -> peloton.api.v1.GetUpdateResponse
-	103, // 183: peloton.api.v1.UpdateService.ListUpdates:output_type -> peloton.api.v1.ListUpdatesResponse
-	105, // 184: peloton.api.v1.UpdateService.PauseUpdate:output_type -> peloton.api.v1.PauseUpdateResponse
-	107, // 185: peloton.api.v1.UpdateService.ResumeUpdate:output_type -> peloton.api.v1.ResumeUpdateResponse
-	109, // 186: peloton.api.v1.UpdateService.AbortUpdate:output_type -> peloton.api.v1.AbortUpdateResponse
-	111, // 187: peloton.api.v1.UpdateService.RollbackUpdate:output_type -> peloton.api.v1.RollbackUpdateResponse
-	155, // [155:188] is the sub-list for method output_type
-	122, // [122:155] is the sub-list for method input_type
-	122, // [122:122] is the sub-list for extension type_name
-	122, // [122:122] is the sub-list for extension extendee
-	0,   // [0:122] is the sub-list for field type_name
+	117, // 42: peloton.api.v1.ListJobsRequest.labels:type_name -> peloton.api.v1.ListJobsRequest.LabelsEntry
+	122, // 43: peloton.api.v1.ListJobsRequest.created_since:type_name -> google.protobuf.Timestamp
+	122, // 44: peloton.api.v1.ListJobsRequest.created_until:type_name -> google.protobuf.Timestamp
+	25,  // 45: peloton.api.v1.ListJobsResponse.jobs:type_name -> peloton.api.v1.Job
+	22,  // 46: peloton.api.v1.JobVersion.spec:type_name -> peloton.api.v1.JobSpec
+	122, // 47: peloton.api.v1.JobVersion.create_time:type_name -> google.protobuf.Timestamp
+	44,  // 48: peloton.api.v1.ListJobVersionsResponse.versions:type_name -> peloton.api.v1.JobVersion
+	1,   // 49: peloton.api.v1.ListTasksRequest.states:type_name -> peloton.api.v1.TaskState
+	28,  // 50: peloton.api.v1.ListTasksResponse.tasks:type_name -> peloton.api.v1.Task
+	28,  // 51: peloton.api.v1.GetTaskResponse.task:type_name -> peloton.api.v1.Task
+	6,   // 52: peloton.api.v1.GetTaskLogsRequest.stream:type_name -> peloton.api.v1.LogStream
+	11,  // 53: peloton.api.v1.PoolSpec.reservation:type_name -> peloton.api.v1.Resources
+	11,  // 54: peloton.api.v1.PoolSpec.limit:type_name -> peloton.api.v1.Resources
+	11,  // 55: peloton.api.v1.PoolSpec.share:type_name -> peloton.api.v1.Resources
+	11,  // 56: peloton.api.v1.PoolSpec.revocable_limit:type_name -> peloton.api.v1.Resources
+	11,  // 57: peloton.api.v1.PoolStatus.entitlement:type_name -> peloton.api.v1.Resources
+	11,  // 58: peloton.api.v1.PoolStatus.allocation:type_name -> peloton.api.v1.Resources
+	11,  // 59: peloton.api.v1.PoolStatus.demand:type_name -> peloton.api.v1.Resources
+	54,  // 60: peloton.api.v1.Pool.spec:type_name -> peloton.api.v1.PoolSpec
+	55,  // 61: peloton.api.v1.Pool.status:type_name -> peloton.api.v1.PoolStatus
+	54,  // 62: peloton.api.v1.CreatePoolRequest.spec:type_name -> peloton.api.v1.PoolSpec
+	56,  // 63: peloton.api.v1.CreatePoolResponse.pool:type_name -> peloton.api.v1.Pool
+	56,  // 64: peloton.api.v1.GetPoolResponse.pool:type_name -> peloton.api.v1.Pool
+	54,  // 65: peloton.api.v1.UpdatePoolRequest.spec:type_name -> peloton.api.v1.PoolSpec
+	56,  // 66: peloton.api.v1.UpdatePoolResponse.pool:type_name -> peloton.api.v1.Pool
+	56,  // 67: peloton.api.v1.MovePoolResponse.pool:type_name -> peloton.api.v1.Pool
+	56,  // 68: peloton.api.v1.ListPoolsResponse.pools:type_name -> peloton.api.v1.Pool
+	11,  // 69: peloton.api.v1.Host.capacity:type_name -> peloton.api.v1.Resources
+	11,  // 70: peloton.api.v1.Host.allocated:type_name -> peloton.api.v1.Resources
+	118, // 71: peloton.api.v1.Host.labels:type_name -> peloton.api.v1.Host.LabelsEntry
+	7,   // 72: peloton.api.v1.Host.state:type_name -> peloton.api.v1.HostState
+	9,   // 73: peloton.api.v1.Host.partition_state:type_name -> peloton.api.v1.PartitionMoveState
+	71,  // 74: peloton.api.v1.Host.usage:type_name -> peloton.api.v1.HostUsage
+	11,  // 75: peloton.api.v1.Host.slack:type_name -> peloton.api.v1.Resources
+	11,  // 76: peloton.api.v1.Host.revocable:type_name -> peloton.api.v1.Resources
+	70,  // 77: peloton.api.v1.Host.runs:type_name -> peloton.api.v1.HostRun
+	8,   // 78: peloton.api.v1.Host.zone:type_name -> peloton.api.v1.HostZone
+	72,  // 79: peloton.api.v1.HostRun.usage:type_name -> peloton.api.v1.TaskUsage
+	122, // 80: peloton.api.v1.HostRun.since:type_name -> google.protobuf.Timestamp
+	122, // 81: peloton.api.v1.HostUsage.sample_time:type_name -> google.protobuf.Timestamp
+	122, // 82: peloton.api.v1.HostUsage.receive_time:type_name -> google.protobuf.Timestamp
+	122, // 83: peloton.api.v1.TaskUsage.sample_time:type_name -> google.protobuf.Timestamp
+	71,  // 84: peloton.api.v1.UsageReport.usage:type_name -> peloton.api.v1.HostUsage
+	119, // 85: peloton.api.v1.UsageReport.runs:type_name -> peloton.api.v1.UsageReport.RunsEntry
+	69,  // 86: peloton.api.v1.ListHostsResponse.hosts:type_name -> peloton.api.v1.Host
+	77,  // 87: peloton.api.v1.ListHostsResponse.substrate:type_name -> peloton.api.v1.Substrate
+	122, // 88: peloton.api.v1.Substrate.since:type_name -> google.protobuf.Timestamp
+	69,  // 89: peloton.api.v1.StartMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
+	69,  // 90: peloton.api.v1.CompleteMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
+	69,  // 91: peloton.api.v1.MoveHostResponse.host:type_name -> peloton.api.v1.Host
+	11,  // 92: peloton.api.v1.Partition.capacity:type_name -> peloton.api.v1.Resources
+	11,  // 93: peloton.api.v1.Partition.allocated:type_name -> peloton.api.v1.Resources
+	11,  // 94: peloton.api.v1.Partition.revocable:type_name -> peloton.api.v1.Resources
+	11,  // 95: peloton.api.v1.Partition.slack:type_name -> peloton.api.v1.Resources
+	120, // 96: peloton.api.v1.Partition.zones:type_name -> peloton.api.v1.Partition.ZonesEntry
+	84,  // 97: peloton.api.v1.ListPartitionsResponse.partitions:type_name -> peloton.api.v1.Partition
+	87,  // 98: peloton.api.v1.ListPartitionsResponse.advisor:type_name -> peloton.api.v1.AdvisorStatus
+	122, // 99: peloton.api.v1.AdvisorStatus.published:type_name -> google.protobuf.Timestamp
+	122, // 100: peloton.api.v1.PartitionMove.time:type_name -> google.protobuf.Timestamp
+	88,  // 101: peloton.api.v1.ListPartitionMovesResponse.moves:type_name -> peloton.api.v1.PartitionMove
+	8,   // 102: peloton.api.v1.HostAdvice.zone:type_name -> peloton.api.v1.HostZone
+	91,  // 103: peloton.api.v1.PublishAdviceRequest.hosts:type_name -> peloton.api.v1.HostAdvice
+	92,  // 104: peloton.api.v1.PublishAdviceRequest.partitions:type_name -> peloton.api.v1.PartitionAdvice
+	88,  // 105: peloton.api.v1.PublishAdviceRequest.observed_moves:type_name -> peloton.api.v1.PartitionMove
+	10,  // 106: peloton.api.v1.UpdateStatus.state:type_name -> peloton.api.v1.UpdateState
+	122, // 107: peloton.api.v1.UpdateStatus.create_time:type_name -> google.protobuf.Timestamp
+	122, // 108: peloton.api.v1.UpdateStatus.update_time:type_name -> google.protobuf.Timestamp
+	122, // 109: peloton.api.v1.UpdateStatus.completion_time:type_name -> google.protobuf.Timestamp
+	10,  // 110: peloton.api.v1.UpdateStatus.paused_from:type_name -> peloton.api.v1.UpdateState
+	95,  // 111: peloton.api.v1.Update.spec:type_name -> peloton.api.v1.UpdateSpec
+	96,  // 112: peloton.api.v1.Update.status:type_name -> peloton.api.v1.UpdateStatus
+	121, // 113: peloton.api.v1.Update.restarts:type_name -> peloton.api.v1.Update.RestartsEntry
+	22,  // 114: peloton.api.v1.CreateUpdateRequest.spec:type_name -> peloton.api.v1.JobSpec
+	95,  // 115: peloton.api.v1.CreateUpdateRequest.update_spec:type_name -> peloton.api.v1.UpdateSpec
+	97,  // 116: peloton.api.v1.CreateUpdateResponse.update:type_name -> peloton.api.v1.Update
+	97,  // 117: peloton.api.v1.GetUpdateResponse.update:type_name -> peloton.api.v1.Update
+	97,  // 118: peloton.api.v1.ListUpdatesResponse.updates:type_name -> peloton.api.v1.Update
+	97,  // 119: peloton.api.v1.PauseUpdateResponse.update:type_name -> peloton.api.v1.Update
+	97,  // 120: peloton.api.v1.ResumeUpdateResponse.update:type_name -> peloton.api.v1.Update
+	97,  // 121: peloton.api.v1.AbortUpdateResponse.update:type_name -> peloton.api.v1.Update
+	97,  // 122: peloton.api.v1.RollbackUpdateResponse.update:type_name -> peloton.api.v1.Update
+	18,  // 123: peloton.api.v1.JobSpec.InstanceSpecsEntry.value:type_name -> peloton.api.v1.TaskSpec
+	72,  // 124: peloton.api.v1.UsageReport.RunsEntry.value:type_name -> peloton.api.v1.TaskUsage
+	29,  // 125: peloton.api.v1.JobService.CreateJob:input_type -> peloton.api.v1.CreateJobRequest
+	31,  // 126: peloton.api.v1.JobService.GetJob:input_type -> peloton.api.v1.GetJobRequest
+	33,  // 127: peloton.api.v1.JobService.ListJobs:input_type -> peloton.api.v1.ListJobsRequest
+	35,  // 128: peloton.api.v1.JobService.CancelJob:input_type -> peloton.api.v1.CancelJobRequest
+	37,  // 129: peloton.api.v1.JobService.DeleteJob:input_type -> peloton.api.v1.DeleteJobRequest
+	39,  // 130: peloton.api.v1.JobService.RestartJob:input_type -> peloton.api.v1.RestartJobRequest
+	41,  // 131: peloton.api.v1.JobService.ScaleJob:input_type -> peloton.api.v1.ScaleJobRequest
+	43,  // 132: peloton.api.v1.JobService.ListJobVersions:input_type -> peloton.api.v1.ListJobVersionsRequest
+	46,  // 133: peloton.api.v1.TaskService.ListTasks:input_type -> peloton.api.v1.ListTasksRequest
+	48,  // 134: peloton.api.v1.TaskService.GetTask:input_type -> peloton.api.v1.GetTaskRequest
+	50,  // 135: peloton.api.v1.TaskService.KillTask:input_type -> peloton.api.v1.KillTaskRequest
+	52,  // 136: peloton.api.v1.TaskService.GetTaskLogs:input_type -> peloton.api.v1.GetTaskLogsRequest
+	57,  // 137: peloton.api.v1.PoolService.CreatePool:input_type -> peloton.api.v1.CreatePoolRequest
+	59,  // 138: peloton.api.v1.PoolService.GetPool:input_type -> peloton.api.v1.GetPoolRequest
+	61,  // 139: peloton.api.v1.PoolService.UpdatePool:input_type -> peloton.api.v1.UpdatePoolRequest
+	63,  // 140: peloton.api.v1.PoolService.DeletePool:input_type -> peloton.api.v1.DeletePoolRequest
+	67,  // 141: peloton.api.v1.PoolService.ListPools:input_type -> peloton.api.v1.ListPoolsRequest
+	65,  // 142: peloton.api.v1.PoolService.MovePool:input_type -> peloton.api.v1.MovePoolRequest
+	75,  // 143: peloton.api.v1.HostService.ListHosts:input_type -> peloton.api.v1.ListHostsRequest
+	78,  // 144: peloton.api.v1.HostService.StartMaintenance:input_type -> peloton.api.v1.StartMaintenanceRequest
+	80,  // 145: peloton.api.v1.HostService.CompleteMaintenance:input_type -> peloton.api.v1.CompleteMaintenanceRequest
+	82,  // 146: peloton.api.v1.HostService.MoveHost:input_type -> peloton.api.v1.MoveHostRequest
+	85,  // 147: peloton.api.v1.PartitionService.ListPartitions:input_type -> peloton.api.v1.ListPartitionsRequest
+	89,  // 148: peloton.api.v1.PartitionService.ListPartitionMoves:input_type -> peloton.api.v1.ListPartitionMovesRequest
+	93,  // 149: peloton.api.v1.PartitionService.PublishAdvice:input_type -> peloton.api.v1.PublishAdviceRequest
+	73,  // 150: peloton.api.v1.HostAgentService.ReportUsage:input_type -> peloton.api.v1.UsageReport
+	98,  // 151: peloton.api.v1.UpdateService.CreateUpdate:input_type -> peloton.api.v1.CreateUpdateRequest
+	100, // 152: peloton.api.v1.UpdateService.GetUpdate:input_type -> peloton.api.v1.GetUpdateRequest
+	102, // 153: peloton.api.v1.UpdateService.ListUpdates:input_type -> peloton.api.v1.ListUpdatesRequest
+	104, // 154: peloton.api.v1.UpdateService.PauseUpdate:input_type -> peloton.api.v1.PauseUpdateRequest
+	106, // 155: peloton.api.v1.UpdateService.ResumeUpdate:input_type -> peloton.api.v1.ResumeUpdateRequest
+	108, // 156: peloton.api.v1.UpdateService.AbortUpdate:input_type -> peloton.api.v1.AbortUpdateRequest
+	110, // 157: peloton.api.v1.UpdateService.RollbackUpdate:input_type -> peloton.api.v1.RollbackUpdateRequest
+	30,  // 158: peloton.api.v1.JobService.CreateJob:output_type -> peloton.api.v1.CreateJobResponse
+	32,  // 159: peloton.api.v1.JobService.GetJob:output_type -> peloton.api.v1.GetJobResponse
+	34,  // 160: peloton.api.v1.JobService.ListJobs:output_type -> peloton.api.v1.ListJobsResponse
+	36,  // 161: peloton.api.v1.JobService.CancelJob:output_type -> peloton.api.v1.CancelJobResponse
+	38,  // 162: peloton.api.v1.JobService.DeleteJob:output_type -> peloton.api.v1.DeleteJobResponse
+	40,  // 163: peloton.api.v1.JobService.RestartJob:output_type -> peloton.api.v1.RestartJobResponse
+	42,  // 164: peloton.api.v1.JobService.ScaleJob:output_type -> peloton.api.v1.ScaleJobResponse
+	45,  // 165: peloton.api.v1.JobService.ListJobVersions:output_type -> peloton.api.v1.ListJobVersionsResponse
+	47,  // 166: peloton.api.v1.TaskService.ListTasks:output_type -> peloton.api.v1.ListTasksResponse
+	49,  // 167: peloton.api.v1.TaskService.GetTask:output_type -> peloton.api.v1.GetTaskResponse
+	51,  // 168: peloton.api.v1.TaskService.KillTask:output_type -> peloton.api.v1.KillTaskResponse
+	53,  // 169: peloton.api.v1.TaskService.GetTaskLogs:output_type -> peloton.api.v1.LogChunk
+	58,  // 170: peloton.api.v1.PoolService.CreatePool:output_type -> peloton.api.v1.CreatePoolResponse
+	60,  // 171: peloton.api.v1.PoolService.GetPool:output_type -> peloton.api.v1.GetPoolResponse
+	62,  // 172: peloton.api.v1.PoolService.UpdatePool:output_type -> peloton.api.v1.UpdatePoolResponse
+	64,  // 173: peloton.api.v1.PoolService.DeletePool:output_type -> peloton.api.v1.DeletePoolResponse
+	68,  // 174: peloton.api.v1.PoolService.ListPools:output_type -> peloton.api.v1.ListPoolsResponse
+	66,  // 175: peloton.api.v1.PoolService.MovePool:output_type -> peloton.api.v1.MovePoolResponse
+	76,  // 176: peloton.api.v1.HostService.ListHosts:output_type -> peloton.api.v1.ListHostsResponse
+	79,  // 177: peloton.api.v1.HostService.StartMaintenance:output_type -> peloton.api.v1.StartMaintenanceResponse
+	81,  // 178: peloton.api.v1.HostService.CompleteMaintenance:output_type -> peloton.api.v1.CompleteMaintenanceResponse
+	83,  // 179: peloton.api.v1.HostService.MoveHost:output_type -> peloton.api.v1.MoveHostResponse
+	86,  // 180: peloton.api.v1.PartitionService.ListPartitions:output_type -> peloton.api.v1.ListPartitionsResponse
+	90,  // 181: peloton.api.v1.PartitionService.ListPartitionMoves:output_type -> peloton.api.v1.ListPartitionMovesResponse
+	94,  // 182: peloton.api.v1.PartitionService.PublishAdvice:output_type -> peloton.api.v1.PublishAdviceResponse
+	74,  // 183: peloton.api.v1.HostAgentService.ReportUsage:output_type -> peloton.api.v1.UsageAck
+	99,  // 184: peloton.api.v1.UpdateService.CreateUpdate:output_type -> peloton.api.v1.CreateUpdateResponse
+	101, // 185: peloton.api.v1.UpdateService.GetUpdate:output_type -> peloton.api.v1.GetUpdateResponse
+	103, // 186: peloton.api.v1.UpdateService.ListUpdates:output_type -> peloton.api.v1.ListUpdatesResponse
+	105, // 187: peloton.api.v1.UpdateService.PauseUpdate:output_type -> peloton.api.v1.PauseUpdateResponse
+	107, // 188: peloton.api.v1.UpdateService.ResumeUpdate:output_type -> peloton.api.v1.ResumeUpdateResponse
+	109, // 189: peloton.api.v1.UpdateService.AbortUpdate:output_type -> peloton.api.v1.AbortUpdateResponse
+	111, // 190: peloton.api.v1.UpdateService.RollbackUpdate:output_type -> peloton.api.v1.RollbackUpdateResponse
+	158, // [158:191] is the sub-list for method output_type
+	125, // [125:158] is the sub-list for method input_type
+	125, // [125:125] is the sub-list for extension type_name
+	125, // [125:125] is the sub-list for extension extendee
+	0,   // [0:125] is the sub-list for field type_name
 }
 
 func init() { file_peloton_api_v1_peloton_proto_init() }
@@ -8333,13 +8409,14 @@ func file_peloton_api_v1_peloton_proto_init() {
 		return
 	}
 	file_peloton_api_v1_peloton_proto_msgTypes[1].OneofWrappers = []any{}
+	file_peloton_api_v1_peloton_proto_msgTypes[11].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_peloton_api_v1_peloton_proto_rawDesc), len(file_peloton_api_v1_peloton_proto_rawDesc)),
 			NumEnums:      11,
-			NumMessages:   110,
+			NumMessages:   111,
 			NumExtensions: 0,
 			NumServices:   7,
 		},
