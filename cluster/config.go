@@ -10,6 +10,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/peloton-sched/peloton/advisor"
+	"github.com/peloton-sched/peloton/history"
 	"github.com/peloton-sched/peloton/hostagent"
 	"github.com/peloton-sched/peloton/hostmgr/kubernetes"
 	"github.com/peloton-sched/peloton/internal/serving"
@@ -87,6 +88,20 @@ type Config struct {
 	// are refused above 95 % of it, and an embedded etcd is compacted and
 	// defragmented as needed (store.QuotaGuard). --etcd-quota-bytes.
 	EtcdQuotaBytes int64
+	// FinishedJobTTL is how long a finished job stays in the live store
+	// before it is archived and removed, unless its spec says
+	// (spec.ttlSecondsAfterFinished); nil: jobmgr.DefaultFinishedJobTTL
+	// (24h). --finished-job-ttl.
+	FinishedJobTTL *time.Duration
+	// Archive is where finished jobs go (--archive): "" a file in
+	// DataDir (history.db), a PostgreSQL URL, or ArchiveOff (no archive:
+	// finished jobs stay until deleted). With LeaderElect, "" means off:
+	// each replica would keep an archive of its own.
+	Archive string
+	// History, if set, is the archive to use instead of opening Archive
+	// (peloton up shares one among its clusters and its federation); the
+	// caller closes it.
+	History history.Store
 	// StoreQuotaInterval is how often the store's size is read (default
 	// 10s; tests make it short).
 	StoreQuotaInterval time.Duration

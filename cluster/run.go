@@ -160,7 +160,27 @@ func runStack(ctx context.Context, cfg Config, etcdTLS *tls.Config, t *term) err
 			log.Warn("could not make /default reserve the hosts; reserve it with peloton pool update", "err", err)
 		}
 	}
-	jm := jobmgr.New(st, batcher, rm, hm, jobmgr.Options{Logger: log, SLA: cfg.SLA, SLATimeout: cfg.SLATimeout})
+	// Finished jobs move to the archive after their time to live.
+	archive := cfg.History
+	if archive == nil {
+		name := cfg.Archive
+		if name == "" && cfg.LeaderElect {
+			log.Warn("no --archive: finished jobs stay in the store until deleted (with --leader-elect the embedded archive would be each replica's own; give --archive postgres://...)")
+			name = ArchiveOff
+		}
+		if archive, err = OpenArchive(ctx, name, cfg.DataDir, log); err != nil {
+			return err
+		}
+		if archive != nil {
+			defer archive.Close()
+		}
+	}
+	ttl := jobmgr.DefaultFinishedJobTTL
+	if cfg.FinishedJobTTL != nil {
+		ttl = *cfg.FinishedJobTTL
+	}
+	jm := jobmgr.New(st, batcher, rm, hm, jobmgr.Options{Logger: log, SLA: cfg.SLA, SLATimeout: cfg.SLATimeout,
+		History: archive, ClusterName: cmp.Or(cfg.ClusterName, DefaultClusterName), Collect: jobmgr.CollectOptions{TTL: ttl}})
 	// DAEMON jobs follow hosts that join or leave as soon as the backend
 	// says so (kubernetes); jobmgr also re-checks every few seconds.
 	hm.OnHostsChanged(jm.HostsChanged)

@@ -71,6 +71,13 @@ func (m *Manager) Start(ctx context.Context) error {
 		defer m.wg.Done()
 		m.reconcileLoop(ctx)
 	}()
+	if m.history != nil {
+		m.wg.Add(1)
+		go func() {
+			defer m.wg.Done()
+			m.collectLoop(ctx)
+		}()
+	}
 	context.AfterFunc(ctx, m.queue.ShutDown)
 	m.mu.RLock()
 	for id := range m.jobs {
@@ -92,10 +99,57 @@ func (m *Manager) recover(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	kvs, err := m.store.List(ctx, "jobs/")
+	// Only the jobs that have not finished are loaded (index.go), with
+	// those a quarantined record holds; finished ones are loaded when
+	// someone asks for them.
+	live, finished, err := m.loadIndex(ctx)
 	if err != nil {
-		return fmt.Errorf("jobmgr: load jobs: %w", err)
+		return err
 	}
+	ids := make([]string, 0, len(live)+len(quarantined))
+	for id := range live {
+		ids = append(ids, id)
+	}
+	for id := range quarantined {
+		if _, ok := live[id]; !ok {
+			ids = append(ids, id)
+		}
+	}
+	kvs, tkvs, err := m.listJobRecords(ctx, ids)
+	if err != nil {
+		return err
+	}
+	orphans, err := m.loadRecords(ctx, m.jobs, kvs, tkvs, quarantined, runtimeGone)
+	if err != nil {
+		return err
+	}
+	for id, req := range live {
+		if j := m.jobs[id]; j != nil {
+			j.requestID = req
+		}
+	}
+	for id, f := range finished {
+		if m.jobs[id] == nil && !m.held[id] {
+			m.finished[id] = f
+		}
+	}
+	for id := range orphans {
+		if m.jobs[id] == nil && !m.held[id] && m.finished[id] == nil {
+			m.log.Info("sweeping records of a deleted job", "job", id)
+			m.sweep(ctx, id)
+		}
+	}
+	if err := m.recoverUpdates(ctx); err != nil {
+		return err
+	}
+	return m.recoverRuns(ctx, len(tkvs))
+}
+
+// loadRecords decodes the records of jobs (kvs: their job records, tkvs:
+// their tasks') into jobs, moving aside those that cannot be decoded
+// (quarantine.go). It returns the jobs whose records are orphans: those of
+// a deletion cut short.
+func (m *Manager) loadRecords(ctx context.Context, jobs map[string]*job, kvs, tkvs []store.KV, quarantined, runtimeGone map[string]bool) (map[string]bool, error) {
 	specs := map[string]store.KV{}
 	chunks := specChunks{}
 	usedChunks := map[string]bool{}
@@ -116,7 +170,7 @@ func (m *Manager) recover(ctx context.Context) error {
 			rt := &pelotonv1.JobStatus{}
 			if err := proto.Unmarshal(kv.Value, rt); err != nil {
 				if err := m.quarantineRecord(ctx, kv, err); err != nil {
-					return err
+					return nil, err
 				}
 				quarantined[parts[1]], runtimeGone[parts[1]] = true, true
 				continue
@@ -148,7 +202,7 @@ func (m *Manager) recover(ctx context.Context) error {
 		}
 		if err != nil {
 			if err := m.quarantineRecord(ctx, kv, err); err != nil {
-				return err
+				return nil, err
 			}
 			quarantined[id] = true
 			continue
@@ -176,10 +230,10 @@ func (m *Manager) recover(ctx context.Context) error {
 				j.addVersion(jv, false)
 			}
 		}
-		m.jobs[id] = j
+		jobs[id] = j
 	}
 	for id := range runtimeGone {
-		if m.jobs[id] == nil && !m.held[id] && present[id] {
+		if jobs[id] == nil && !m.isHeld(id) && present[id] {
 			m.hold(id)
 		}
 	}
@@ -201,16 +255,12 @@ func (m *Manager) recover(ctx context.Context) error {
 			m.log.Warn("delete a chunk of a spec that was never stored", "key", key, "err", err)
 		}
 	}
-	tkvs, err := m.store.List(ctx, "tasks/")
-	if err != nil {
-		return fmt.Errorf("jobmgr: load tasks: %w", err)
-	}
 	for _, kv := range tkvs {
 		parts := strings.Split(kv.Key, "/")
 		if len(parts) != 3 {
 			continue
 		}
-		j := m.jobs[parts[1]]
+		j := jobs[parts[1]]
 		inst, err := strconv.ParseUint(parts[2], 10, 32)
 		if j == nil || err != nil || inst >= MaxInstances {
 			orphans[parts[1]] = true
@@ -221,7 +271,7 @@ func (m *Manager) recover(ctx context.Context) error {
 			var rev int64
 			rt, rev, err = m.quarantineTask(ctx, j, uint32(inst), kv, err)
 			if err != nil {
-				return err
+				return nil, err
 			}
 			if rt == nil {
 				continue // left without a record: created again below
@@ -247,20 +297,18 @@ func (m *Manager) recover(ctx context.Context) error {
 		ts[inst] = t
 		j.counts[rt.State].Add(1)
 	}
-	for id := range orphans {
-		if m.jobs[id] == nil && !m.held[id] {
-			m.log.Info("sweeping records of a deleted job", "job", id)
-			m.sweep(ctx, id)
-		}
-	}
-	for _, j := range m.jobs {
+	for _, j := range jobs {
 		if j.rt.State != pelotonv1.JobState_JOB_INITIALIZED {
 			m.fillTasks(j)
 		}
 	}
-	if err := m.recoverUpdates(ctx); err != nil {
-		return err
-	}
+	return orphans, nil
+}
+
+// recoverRuns re-queues the pending work of the jobs loaded at start and
+// re-reserves what their running work holds, then reconciles their runs
+// with the backend. tasks is how many task records were read.
+func (m *Manager) recoverRuns(ctx context.Context, tasks int) error {
 	// Re-queue pending work and re-reserve what running work holds.
 	var lost []hostmgr.TaskEvent
 	type rekill struct {
@@ -319,7 +367,7 @@ func (m *Manager) recover(ctx context.Context) error {
 			}
 		}
 	}
-	m.log.Info("recovered state", "jobs", len(m.jobs), "held", len(m.held), "tasks", len(tkvs), "reconciled", len(lost))
+	m.log.Info("recovered state", "jobs", len(m.jobs), "finished", len(m.finished), "held", len(m.held), "tasks", tasks, "reconciled", len(lost))
 	if deferred > 0 {
 		s := m.hm.Substrate()
 		m.log.Warn("runs the backend does not know yet are kept until its substrate answers, then reconciled",
@@ -1301,6 +1349,12 @@ func (m *Manager) gaugeLoop(ctx context.Context) {
 			j.mu.Unlock()
 			for s := range j.counts {
 				tasks[s] += int(j.counts[s].Load())
+			}
+		}
+		for _, f := range m.finished {
+			jobs[f.summary.GetStatus().GetState()]++
+			for s, n := range f.summary.GetStatus().GetTaskCounts() {
+				tasks[pelotonv1.TaskState_value[s]] += int(n)
 			}
 		}
 		m.mu.RUnlock()

@@ -403,7 +403,7 @@ func (c *foreignCtl) adoptGroup(ctx context.Context, group string, fts []hostmgr
 	if j == nil {
 		spec := foreignSpec(take, pool)
 		c.mapAll(id, 0, take)
-		if err := m.storeJob(ctx, id, spec); err != nil {
+		if err := m.storeJob(ctx, id, spec, ""); err != nil {
 			c.unmapAll(id, 0, take)
 			return err
 		}

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/peloton-sched/peloton/history"
 	"github.com/peloton-sched/peloton/hostmgr"
 	"github.com/peloton-sched/peloton/internal/apierr"
 	"github.com/peloton-sched/peloton/internal/metrics"
@@ -79,6 +80,12 @@ type job struct {
 	taskSlice atomic.Pointer[[]*task]
 	// lr is the state only long-running jobs have (longrunning.go).
 	lr longRunning
+	// requestID is the request id the job was created with, if any
+	// (index.go); set before the job is visible.
+	requestID string
+	// collectNotBefore holds the collector off the job until then
+	// (collect.go); guarded by mu.
+	collectNotBefore time.Time
 
 	mu  sync.Mutex
 	rt  *pelotonv1.JobStatus
@@ -163,6 +170,16 @@ type Manager struct {
 	held map[string]bool
 	// updates holds every update record by ID (update.go); guarded by mu.
 	updates map[string]*update
+	// finished are the finished jobs not in memory, by ID (index.go);
+	// guarded by mu. A job is in jobs or in finished, never both.
+	finished map[string]*finishedJob
+	// loadMu makes loads of finished jobs one at a time (index.go).
+	loadMu sync.Mutex
+	// history is the archive of finished jobs, cluster the name they are
+	// archived under, and collect the collector's settings (collect.go).
+	history history.Store
+	cluster string
+	collect CollectOptions
 
 	queue       workqueue.TypedDelayingInterface[string]
 	workers     int
@@ -206,6 +223,15 @@ type Options struct {
 	// ReconcileEvery is how often every run jobmgr believes active is
 	// compared with what the backend reports (default 10s; reconcile.go).
 	ReconcileEvery time.Duration
+	// History is the archive finished jobs move to once their time to
+	// live has passed (collect.go); nil: finished jobs stay in the store
+	// until deleted.
+	History history.Store
+	// ClusterName is the name jobs are archived under (required with
+	// History).
+	ClusterName string
+	// Collect tunes the collector of finished jobs.
+	Collect CollectOptions
 }
 
 // New builds a job manager. Start loads state and starts the engine.
@@ -232,6 +258,7 @@ func New(st store.Store, b *store.Batcher, rm *resmgr.Manager, hm *hostmgr.Manag
 		opts.SLATimeout = defaultSLATimeout
 	}
 	m := &Manager{store: st, batcher: b, rm: rm, hm: hm, sla: opts.SLA, slaTimeout: opts.SLATimeout, updates: map[string]*update{}, log: opts.Logger.With("component", "jobmgr"), now: time.Now,
+		finished: map[string]*finishedJob{}, history: opts.History, cluster: opts.ClusterName, collect: opts.Collect.withDefaults(),
 		jobs: map[string]*job{}, held: map[string]bool{}, queue: newWorkQueue(), workers: opts.Workers, launchers: opts.Launchers, lostBackoff: opts.LostBackoff,
 		retry: unwritten{byRun: map[string][]hostmgr.TaskEvent{}, wake: make(chan struct{}, 1)}, recon: newReconciler(opts.ReconcileEvery)}
 	rm.SetJobChecker(m.poolHasJobs)
@@ -246,6 +273,11 @@ func (m *Manager) poolHasJobs(pool string) bool {
 			return true
 		}
 	}
+	for _, f := range m.finished {
+		if f.summary.GetSpec().GetPool() == pool {
+			return true
+		}
+	}
 	return false
 }
 
@@ -256,6 +288,12 @@ func (m *Manager) getJob(id string) (*job, error) {
 	if !ok {
 		if id == "" {
 			return nil, apierr.Invalid("jobId", "required")
+		}
+		// A finished job is loaded when someone asks for it.
+		if j, err := m.loadFinished(id); err != nil {
+			return nil, apierr.Unavailable("load finished job %s from the store: %v", id, err)
+		} else if j != nil {
+			return j, nil
 		}
 		if m.isHeld(id) {
 			return nil, heldError(id)
@@ -293,7 +331,7 @@ func (m *Manager) CreateJobOnce(ctx context.Context, spec *pelotonv1.JobSpec, r 
 	if o.Done {
 		return o.Object, nil
 	}
-	id, err := m.createJob(ctx, spec, func(id string) []store.Op { return o.Ops(r, id, m.now()) })
+	id, err := m.createJob(ctx, spec, r.ID, func(id string) []store.Op { return o.Ops(r, id, m.now()) })
 	if errors.As(err, new(unsureCreate)) {
 		// Not a race with a retry of r (that is a conflict): a record of r
 		// found now would be this very create's, which is being undone.
@@ -308,7 +346,7 @@ func (m *Manager) CreateJobOnce(ctx context.Context, spec *pelotonv1.JobSpec, r 
 
 // createJob validates and stores a new job; with(id) are more writes for
 // the job's own transaction.
-func (m *Manager) createJob(ctx context.Context, spec *pelotonv1.JobSpec, with func(id string) []store.Op) (string, error) {
+func (m *Manager) createJob(ctx context.Context, spec *pelotonv1.JobSpec, requestID string, with func(id string) []store.Op) (string, error) {
 	if err := validateJobSpec(spec, m.largestHost()); err != nil {
 		return "", err
 	}
@@ -322,15 +360,16 @@ func (m *Manager) createJob(ctx context.Context, spec *pelotonv1.JobSpec, with f
 	spec = proto.Clone(spec).(*pelotonv1.JobSpec)
 	spec.Pool = pool
 	id := newJobID()
-	if err := m.storeJob(ctx, id, spec, with(id)...); err != nil {
+	if err := m.storeJob(ctx, id, spec, requestID, with(id)...); err != nil {
 		return "", err
 	}
 	return id, nil
 }
 
 // storeJob stores a new job, validated and with its pool resolved, and
-// hands it to the engine. extra are more writes for the same transaction.
-func (m *Manager) storeJob(ctx context.Context, id string, spec *pelotonv1.JobSpec, extra ...store.Op) error {
+// hands it to the engine. requestID is the request id it was created with
+// (if any); extra are more writes for the same transaction.
+func (m *Manager) storeJob(ctx context.Context, id string, spec *pelotonv1.JobSpec, requestID string, extra ...store.Op) error {
 	created := m.now()
 	jv, err := newJobVersion(1, spec, created, "created")
 	if err != nil {
@@ -360,7 +399,8 @@ func (m *Manager) storeJob(ctx context.Context, id string, spec *pelotonv1.JobSp
 	}
 	ops := append([]store.Op{
 		store.Put(jobSpecKey(id, 1), enc, store.MustNotExist),
-		store.Put(jobRuntimeKey(id), rtb, store.MustNotExist)}, extra...)
+		store.Put(jobRuntimeKey(id), rtb, store.MustNotExist),
+		liveIndexOp(id, requestID)}, extra...)
 	rev, err := m.store.Txn(ctx, ops...)
 	if err != nil {
 		if errors.Is(err, store.ErrConflict) {
@@ -375,6 +415,7 @@ func (m *Manager) storeJob(ctx context.Context, id string, spec *pelotonv1.JobSp
 	keepChunks = true
 	metrics.StoreWrites.WithLabelValues("job").Add(2)
 	j := newJob(id, jv, rt, rev)
+	j.requestID = requestID
 	m.mu.Lock()
 	m.jobs[id] = j
 	m.mu.Unlock()
@@ -567,6 +608,14 @@ func (m *Manager) ListJobs(pool string, states []pelotonv1.JobState, name string
 		}
 		out = append(out, p)
 	}
+	// Finished jobs not in memory, as their index entries summarize them.
+	for _, p := range m.finishedSummaries() {
+		if (pool != "" && p.Spec.GetPool() != pool) || (name != "" && !strings.Contains(p.Spec.GetName(), name)) ||
+			(len(want) > 0 && !want[p.Status.GetState()]) {
+			continue
+		}
+		out = append(out, p)
+	}
 	sort.Slice(out, func(a, b int) bool {
 		ta, tb := out[a].Status.CreateTime.AsTime(), out[b].Status.CreateTime.AsTime()
 		if !ta.Equal(tb) {
@@ -601,7 +650,11 @@ func (m *Manager) updateJobRuntime(ctx context.Context, j *job, fn func(rt *pelo
 	if err != nil {
 		return fmt.Errorf("jobmgr: encode job %s runtime: %w", j.id, err)
 	}
-	rev, err := m.store.Txn(ctx, store.Put(jobRuntimeKey(j.id), b, j.rev))
+	idx, err := m.indexOps(j, j.rt, rt)
+	if err != nil {
+		return err
+	}
+	rev, err := m.store.Txn(ctx, append([]store.Op{store.Put(jobRuntimeKey(j.id), b, j.rev)}, idx...)...)
 	if err != nil {
 		j.unsure = true
 		return &storeError{what: fmt.Sprintf("job %s runtime", j.id), err: err}
@@ -664,14 +717,24 @@ func (m *Manager) DeleteJob(ctx context.Context, id string) error {
 	if !isJobTerminal(state) {
 		return apierr.FailedPrecondition("job %s is %s; cancel it and wait for it to finish before deleting", id, state)
 	}
-	if _, err := m.store.Txn(ctx, store.Delete(jobRuntimeKey(id), rev)); err != nil {
+	if _, err := m.store.Txn(ctx, removalOps(id, rev)...); err != nil {
 		if errors.Is(err, store.ErrConflict) {
 			return apierr.Aborted("job %s changed concurrently; retry", id)
 		}
 		return apierr.Unavailable("delete job %s: %v", id, err)
 	}
+	m.forget(ctx, j)
+	m.log.Info("job deleted", "job", id)
+	return nil
+}
+
+// forget drops a job whose runtime is gone from memory, releases what it
+// holds, and removes its other records.
+func (m *Manager) forget(ctx context.Context, j *job) {
+	id := j.id
 	m.mu.Lock()
 	delete(m.jobs, id)
+	delete(m.finished, id)
 	var updates []string
 	for uid, u := range m.updates {
 		if u.snapshot().JobId == id {
@@ -700,18 +763,18 @@ func (m *Manager) DeleteJob(ctx context.Context, id string) error {
 			m.log.Warn("delete update record", "update", uid, "err", err)
 		}
 	}
-	m.sweep(ctx, id)
-	m.log.Info("job deleted", "job", id)
-	return nil
+	m.finishRemoval(ctx, id)
 }
 
 // sweep deletes every record under a job's prefixes.
-func (m *Manager) sweep(ctx context.Context, id string) {
+func (m *Manager) sweep(ctx context.Context, id string) bool {
+	ok := true
+	var failed atomic.Bool
 	for _, prefix := range []string{taskPrefix(id), jobPrefix(id)} {
 		kvs, err := m.store.List(ctx, prefix)
 		if err != nil {
 			m.log.Warn("sweep job records", "job", id, "err", err)
-			return
+			return false
 		}
 		var wg sync.WaitGroup
 		for _, kv := range kvs {
@@ -720,11 +783,13 @@ func (m *Manager) sweep(ctx context.Context, id string) {
 				defer wg.Done()
 				if _, err := m.batcher.Write(ctx, store.Delete(key, store.AnyRevision)); err != nil {
 					m.log.Warn("sweep record", "key", key, "err", err)
+					failed.Store(true)
 				}
 			}(kv.Key)
 		}
 		wg.Wait()
 	}
+	return ok && !failed.Load()
 }
 
 // RestartJob starts a new run of the given instances (default: every

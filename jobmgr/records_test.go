@@ -225,7 +225,8 @@ var garbage = []byte("\xff\xfe not a record")
 // TestCorruptRecordsAreQuarantinedAtStart: records that cannot be decoded
 // (a task of a running job, a job's runtime, a task of a finished job, an
 // update) do not stop a restart. Each is moved under quarantine/ and
-// counted; the running job's instance runs again; the job whose runtime is
+// counted (a finished job's when it is loaded: finished jobs are loaded
+// when asked for, not at start); the running job's instance runs again; the job whose runtime is
 // gone is held: it cannot be read, its runs go on and its other records
 // stay, also across the next restart; the finished job stays finished.
 func TestCorruptRecordsAreQuarantinedAtStart(t *testing.T) {
@@ -273,6 +274,9 @@ func TestCorruptRecordsAreQuarantinedAtStart(t *testing.T) {
 	}
 	before := promtestutil.ToFloat64(metrics.QuarantinedRecords)
 	p2 := startProcessWith(t, e, s, Options{LostBackoff: 10 * time.Millisecond, ReconcileEvery: time.Hour})
+	if st := jobState(p2, done); st != pelotonv1.JobState_JOB_SUCCEEDED {
+		t.Errorf("the finished job, loaded when asked for: %s", st)
+	}
 
 	checkQuarantine := func(p *process) {
 		t.Helper()

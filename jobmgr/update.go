@@ -123,7 +123,7 @@ func (m *Manager) recoverUpdates(ctx context.Context) error {
 		if m.held[u.JobId] {
 			continue // kept for the job's return
 		}
-		if m.jobs[u.JobId] == nil {
+		if m.jobs[u.JobId] == nil && m.finished[u.JobId] == nil {
 			// Its job was deleted; the record is swept with it, or here.
 			if _, err := m.store.Txn(ctx, store.Delete(kv.Key, kv.Revision)); err != nil {
 				m.log.Warn("sweep update of a deleted job", "update", u.Id, "err", err)

@@ -98,6 +98,25 @@ var Preemptions = prometheus.NewCounterVec(prometheus.CounterOpts{
 
 func init() { Registry.MustRegister(Preemptions) }
 
+// The collector of finished jobs (jobmgr/collect.go).
+var (
+	// JobsArchived counts finished jobs written to the history store.
+	JobsArchived = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "peloton", Name: "jobs_archived_total", Help: "Finished jobs written to the archive (history store).",
+	})
+	// JobsCollected counts archived jobs removed from the live store.
+	JobsCollected = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "peloton", Name: "jobs_collected_total", Help: "Archived finished jobs removed from the live store (etcd).",
+	})
+	// JobsCollectFailures counts archive writes that failed (nothing was
+	// removed; the collector retries).
+	JobsCollectFailures = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "peloton", Name: "jobs_archive_failures_total", Help: "Archive writes of finished jobs that failed; nothing was removed from the live store and the collector retries.",
+	})
+)
+
+func init() { Registry.MustRegister(JobsArchived, JobsCollected, JobsCollectFailures) }
+
 // Restarts counts new runs of long-running instances by how they started:
 // "patched" (the running run's sandbox patched into the new run, e.g. a
 // pod's image), "in-place" (a new sandbox on the same host, no placement)

@@ -69,6 +69,9 @@ type serverFlags struct {
 	// sec secures the listeners and the connections to other daemons.
 	sec          securityFlags
 	maxInstances int
+	// Lifetime of finished jobs: how long they stay live, where they go.
+	finishedJobTTL time.Duration
+	archive        string
 	// Leader election (serve cluster only).
 	leaderElect   bool
 	leaderLease   time.Duration
@@ -146,6 +149,12 @@ func (f *serverFlags) register(fs *pflag.FlagSet, embedded bool) {
 	f.qos.Register(fs)
 	f.advisor.register(fs, true)
 	f.sec.register(fs)
+	fs.DurationVar(&f.finishedJobTTL, "finished-job-ttl", jobmgr.DefaultFinishedJobTTL, "how long a finished job (and its tasks) stays in the live store before it is archived and removed from it, unless its spec sets ttlSecondsAfterFinished; 0: as soon as it has finished. Archived jobs are still read by job get, task list/get and job list --archived")
+	if embedded {
+		fs.StringVar(&f.archive, "archive", "", `where finished jobs are archived: empty for a file in --data-dir (history.db), a PostgreSQL URL (postgres://user:password@host:port/database) to share one archive among clusters, or "off" to keep finished jobs in the live store until job delete`)
+	} else {
+		fs.StringVar(&f.archive, "archive", "", `where finished jobs are archived: empty for a file in --data-dir (history.db; with --leader-elect, "off"), a PostgreSQL URL (postgres://user:password@host:port/database), or "off" to keep finished jobs in the live store until job delete`)
+	}
 	fs.IntVar(&f.maxInstances, "max-instances", jobmgr.MaxInstances, fmt.Sprintf("most instances one job may have on this cluster (at most %d)", jobmgr.MaxInstances))
 }
 
@@ -178,6 +187,12 @@ func (f *serverFlags) config(embedded bool) (cluster.Config, error) {
 	}
 	if f.dataDir == "" {
 		return cluster.Config{}, usageErrorf("invalid --data-dir: must not be empty")
+	}
+	if f.finishedJobTTL < 0 {
+		return cluster.Config{}, usageErrorf("invalid --finished-job-ttl %s: must be >= 0", f.finishedJobTTL)
+	}
+	if err := cluster.ValidateArchive(f.archive); err != nil {
+		return cluster.Config{}, usageErrorf("invalid --archive: %v", err)
 	}
 	if f.etcdQuota < 0 {
 		return cluster.Config{}, fmt.Errorf("--etcd-quota-bytes: must be 0 (the default) or a size in bytes, got %d", f.etcdQuota)
@@ -247,6 +262,8 @@ func (f *serverFlags) config(embedded bool) (cluster.Config, error) {
 	cfg := cluster.Config{
 		ClusterName:       f.clusterName,
 		DataDir:           f.dataDir,
+		FinishedJobTTL:    &f.finishedJobTTL,
+		Archive:           f.archive,
 		Listen:            f.listen,
 		HTTPListen:        f.httpListen,
 		EtcdEndpoints:     endpoints,

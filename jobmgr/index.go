@@ -1,0 +1,348 @@
+package jobmgr
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/peloton-sched/peloton/internal/store"
+	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+	"google.golang.org/protobuf/proto"
+)
+
+// The job index keeps recovery and memory bounded by live work. Every job
+// has exactly one entry, written in the same transaction as the runtime
+// change that puts it there:
+//
+//	index/live/<id>      a job that has not finished: loaded at start
+//	index/finished/<id>  a finished job (SUCCEEDED, FAILED or KILLED): at
+//	                     start only this entry is read (the job's summary,
+//	                     for lists and the collector); the job itself is
+//	                     loaded from its records when someone asks for it
+//	index/deleting/<id>  a job whose runtime is gone and whose other records
+//	                     are being removed (job delete, the collector); a
+//	                     start finishes the removal
+//
+// A store written before the index existed has none: the first start
+// builds it from the runtimes, once (index/version marks it built).
+const (
+	liveIndexPrefix     = "index/live/"
+	finishedIndexPrefix = "index/finished/"
+	deletingPrefix      = "index/deleting/"
+	indexVersionKey     = "index/version"
+	indexVersion        = "1"
+)
+
+func liveIndexKey(id string) string     { return liveIndexPrefix + id }
+func finishedIndexKey(id string) string { return finishedIndexPrefix + id }
+func deletingKey(id string) string      { return deletingPrefix + id }
+
+// indexEntry is the value of a job's index entry.
+type indexEntry struct {
+	// RequestID is the request id the job was created with, if any: the
+	// job is kept live while a retry of that create may still ask for it.
+	RequestID string `json:"requestId,omitempty"`
+	// Summary is the finished job as a job list shows it (finished entries
+	// only): a pelotonv1.Job with its spec summarized.
+	Summary []byte `json:"summary,omitempty"`
+	// TTLSeconds is the job's spec.ttlSecondsAfterFinished (finished
+	// entries only; unset: the cluster's).
+	TTLSeconds *uint32 `json:"ttlSeconds,omitempty"`
+}
+
+// finishedJob is a finished job that is not in memory: what its index
+// entry says.
+type finishedJob struct {
+	summary   *pelotonv1.Job
+	requestID string
+	ttl       *uint32
+}
+
+func (f *finishedJob) completed() time.Time {
+	return f.summary.GetStatus().GetCompletionTime().AsTime()
+}
+
+// liveIndexOp is the index entry of a job that has not finished.
+func liveIndexOp(id, requestID string) store.Op {
+	b, _ := json.Marshal(indexEntry{RequestID: requestID}) // cannot fail
+	return store.Put(liveIndexKey(id), b, store.AnyRevision)
+}
+
+// indexOps are the writes that keep j's index entry true when its runtime
+// goes from old to next, for the runtime's own transaction; none when the
+// job neither finishes nor comes back. Caller holds j.mu.
+func (m *Manager) indexOps(j *job, old, next *pelotonv1.JobStatus) ([]store.Op, error) {
+	was, is := isJobTerminal(old.GetState()), isJobTerminal(next.GetState())
+	switch {
+	case was == is:
+		return nil, nil
+	case !is: // restarted: live again
+		return []store.Op{store.Delete(finishedIndexKey(j.id), store.AnyRevision), liveIndexOp(j.id, j.requestID)}, nil
+	}
+	st := proto.Clone(next).(*pelotonv1.JobStatus)
+	st.TaskCounts = map[string]uint32{}
+	for s := range j.counts {
+		if n := j.counts[s].Load(); n > 0 {
+			st.TaskCounts[pelotonv1.TaskState(s).String()] = uint32(n)
+		}
+	}
+	spec := j.spec()
+	sum, err := proto.Marshal(&pelotonv1.Job{Id: j.id, Spec: summarize(spec), Status: st})
+	if err != nil {
+		return nil, fmt.Errorf("jobmgr: encode the summary of job %s: %w", j.id, err)
+	}
+	b, err := json.Marshal(indexEntry{RequestID: j.requestID, Summary: sum, TTLSeconds: spec.TtlSecondsAfterFinished})
+	if err != nil {
+		return nil, fmt.Errorf("jobmgr: encode the index entry of job %s: %w", j.id, err)
+	}
+	return []store.Op{store.Delete(liveIndexKey(j.id), store.AnyRevision), store.Put(finishedIndexKey(j.id), b, store.AnyRevision)}, nil
+}
+
+// removalOps remove a job's runtime (at revision rev) and its index entry,
+// and mark its other records for removal (finishRemoval), in one
+// transaction: the job vanishes at once.
+func removalOps(id string, rev int64) []store.Op {
+	return []store.Op{store.Delete(jobRuntimeKey(id), rev), store.Delete(finishedIndexKey(id), store.AnyRevision),
+		store.Delete(liveIndexKey(id), store.AnyRevision), store.Put(deletingKey(id), nil, store.AnyRevision)}
+}
+
+// finishRemoval removes the records of a job whose runtime is gone, then
+// its deleting mark. A failure leaves the mark for the next start.
+func (m *Manager) finishRemoval(ctx context.Context, id string) {
+	if m.sweep(ctx, id) {
+		if _, err := m.store.Txn(ctx, store.Delete(deletingKey(id), store.AnyRevision)); err != nil {
+			m.log.Warn("clear the deleting mark of a removed job", "job", id, "err", err)
+		}
+	}
+}
+
+// loadIndex returns the jobs recovery loads (those not finished), the
+// finished ones (from their index entries), and finishes removals a
+// previous process left. It builds the index first if the store has none.
+func (m *Manager) loadIndex(ctx context.Context) (live map[string]string, finished map[string]*finishedJob, err error) {
+	if _, err := m.store.Get(ctx, indexVersionKey); err != nil {
+		if !errors.Is(err, store.ErrNotFound) {
+			return nil, nil, fmt.Errorf("jobmgr: read the job index: %w", err)
+		}
+		if err := m.buildIndex(ctx); err != nil {
+			return nil, nil, err
+		}
+	}
+	kvs, err := m.store.List(ctx, "index/")
+	if err != nil {
+		return nil, nil, fmt.Errorf("jobmgr: load the job index: %w", err)
+	}
+	live, finished = map[string]string{}, map[string]*finishedJob{}
+	var deleting []string
+	for _, kv := range kvs {
+		switch {
+		case strings.HasPrefix(kv.Key, liveIndexPrefix):
+			var e indexEntry
+			_ = json.Unmarshal(kv.Value, &e) // an entry without a request id says enough
+			live[strings.TrimPrefix(kv.Key, liveIndexPrefix)] = e.RequestID
+		case strings.HasPrefix(kv.Key, finishedIndexPrefix):
+			id := strings.TrimPrefix(kv.Key, finishedIndexPrefix)
+			var e indexEntry
+			sum := &pelotonv1.Job{}
+			if err := json.Unmarshal(kv.Value, &e); err == nil {
+				err = proto.Unmarshal(e.Summary, sum)
+			}
+			if err != nil || sum.GetStatus() == nil {
+				// The runtime says it all: the job is loaded as a live one
+				// and its entry written again when it is next evaluated.
+				m.log.Warn("a finished job's index entry cannot be read; loading the job", "job", id, "err", err)
+				live[id] = ""
+				continue
+			}
+			sum.Status.Version = uint64(kv.Revision)
+			finished[id] = &finishedJob{summary: sum, requestID: e.RequestID, ttl: e.TTLSeconds}
+		case strings.HasPrefix(kv.Key, deletingPrefix):
+			deleting = append(deleting, strings.TrimPrefix(kv.Key, deletingPrefix))
+		}
+	}
+	for _, id := range deleting {
+		m.log.Info("finishing the removal of a job", "job", id)
+		m.finishRemoval(ctx, id)
+	}
+	return live, finished, nil
+}
+
+// buildIndex writes the index of a store that has none, from the jobs'
+// runtimes: once, the first start after an upgrade.
+func (m *Manager) buildIndex(ctx context.Context) error {
+	kvs, err := m.store.List(ctx, "jobs/")
+	if err != nil {
+		return fmt.Errorf("jobmgr: load jobs to index them: %w", err)
+	}
+	var ops []store.Op
+	n := 0
+	flush := func() error {
+		if len(ops) == 0 {
+			return nil
+		}
+		if _, err := m.store.Txn(ctx, ops...); err != nil {
+			return fmt.Errorf("jobmgr: write the job index: %w", err)
+		}
+		ops = ops[:0]
+		return nil
+	}
+	specs := map[string]*pelotonv1.JobSpec{}
+	rts := map[string]*pelotonv1.JobStatus{}
+	for _, kv := range kvs {
+		parts := strings.Split(kv.Key, "/")
+		switch {
+		case len(parts) == 3 && parts[2] == "runtime":
+			rt := &pelotonv1.JobStatus{}
+			if proto.Unmarshal(kv.Value, rt) != nil {
+				rt.State = pelotonv1.JobState_JOB_RUNNING // recovery decides (quarantine)
+			}
+			rts[parts[1]] = rt
+		case len(parts) == 4 && parts[2] == "spec":
+			if rec, err := decodeVersion(kv.Value); err == nil {
+				specs[fmt.Sprintf("%s/%d", parts[1], rec.Version)] = rec.Spec
+			}
+		}
+	}
+	for id, rt := range rts {
+		if !isJobTerminal(rt.State) {
+			ops = append(ops, liveIndexOp(id, ""))
+		} else {
+			// A summary without task counts: the job's tasks are not read
+			// here. A chunked spec has no summary here either: the job is
+			// then loaded as a live one (loadIndex).
+			spec := specs[fmt.Sprintf("%s/%d", id, rt.SpecVersion)]
+			if spec == nil {
+				ops = append(ops, liveIndexOp(id, ""))
+			} else {
+				sum, _ := proto.Marshal(&pelotonv1.Job{Id: id, Spec: summarize(spec), Status: rt})
+				b, _ := json.Marshal(indexEntry{Summary: sum, TTLSeconds: spec.TtlSecondsAfterFinished})
+				ops = append(ops, store.Put(finishedIndexKey(id), b, store.AnyRevision))
+			}
+		}
+		n++
+		if len(ops) >= m.store.MaxTxnOps() {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+	if err := flush(); err != nil {
+		return err
+	}
+	if _, err := m.store.Txn(ctx, store.Put(indexVersionKey, []byte(indexVersion), store.AnyRevision)); err != nil {
+		return fmt.Errorf("jobmgr: mark the job index built: %w", err)
+	}
+	if n > 0 {
+		m.log.Info("built the job index of a store written before it existed", "jobs", n)
+	}
+	return nil
+}
+
+// listJobRecords reads the records of the given jobs: their job records
+// and their tasks' records, a few jobs at a time.
+func (m *Manager) listJobRecords(ctx context.Context, ids []string) (kvs, tkvs []store.KV, err error) {
+	const readers = 16
+	var mu sync.Mutex
+	var first error
+	sem := make(chan struct{}, readers)
+	var wg sync.WaitGroup
+	for _, id := range ids {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func(id string) {
+			defer func() { <-sem; wg.Done() }()
+			jk, err := m.store.List(ctx, jobPrefix(id))
+			var tk []store.KV
+			if err == nil {
+				tk, err = m.store.List(ctx, taskPrefix(id))
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				if first == nil {
+					first = fmt.Errorf("jobmgr: load job %s: %w", id, err)
+				}
+				return
+			}
+			kvs = append(kvs, jk...)
+			tkvs = append(tkvs, tk...)
+		}(id)
+	}
+	wg.Wait()
+	return kvs, tkvs, first
+}
+
+// loadFinishedTimeout bounds the reads of a finished job loaded on demand.
+const loadFinishedTimeout = 10 * time.Second
+
+// loadFinished loads a finished job that is not in memory from its
+// records, for whoever asks for it; nil when it is not a finished job this
+// process knows (or it was removed meanwhile).
+func (m *Manager) loadFinished(id string) (*job, error) {
+	m.mu.RLock()
+	_, known := m.finished[id]
+	m.mu.RUnlock()
+	if !known {
+		return nil, nil
+	}
+	m.loadMu.Lock()
+	defer m.loadMu.Unlock()
+	m.mu.RLock()
+	j, loaded := m.jobs[id]
+	m.mu.RUnlock()
+	if loaded {
+		return j, nil
+	}
+	parent := m.runCtx
+	if parent == nil {
+		parent = context.Background()
+	}
+	ctx, cancel := context.WithTimeout(parent, loadFinishedTimeout)
+	defer cancel()
+	kvs, tkvs, err := m.listJobRecords(ctx, []string{id})
+	if err != nil {
+		return nil, err
+	}
+	jobs := map[string]*job{}
+	if _, err := m.loadRecords(ctx, jobs, kvs, tkvs, map[string]bool{}, map[string]bool{}); err != nil {
+		return nil, err
+	}
+	j = jobs[id]
+	if j == nil {
+		return nil, nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, still := m.finished[id]; !still {
+		return nil, nil // removed meanwhile
+	}
+	j.requestID = m.finished[id].requestID
+	delete(m.finished, id)
+	m.jobs[id] = j
+	return j, nil
+}
+
+// finishedSummaries returns the summaries of the finished jobs not in
+// memory (copies the caller may change).
+func (m *Manager) finishedSummaries() []*pelotonv1.Job {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	out := make([]*pelotonv1.Job, 0, len(m.finished))
+	for _, f := range m.finished {
+		out = append(out, proto.Clone(f.summary).(*pelotonv1.Job))
+	}
+	return out
+}
+
+// finishedTime is a summary's completion time for the collector (its
+// create time if it has none).
+func finishedTime(st *pelotonv1.JobStatus) time.Time {
+	if t := st.GetCompletionTime(); t != nil {
+		return t.AsTime()
+	}
+	return st.GetCreateTime().AsTime()
+}
