@@ -40,7 +40,7 @@ func fedJob(fed, id string, n int, labels ...string) *Federated {
 func fedService(fed, id string, n int) *Federated {
 	created := fedT0.Add(time.Duration(n) * time.Minute)
 	svc := &pelotonv1.FederatedService{Id: id, CreateTime: timestamppb.New(created), Deleting: true, SpecVersion: 3,
-		Spec: &pelotonv1.FederatedServiceSpec{Job: &pelotonv1.JobSpec{Name: "web", Type: pelotonv1.JobType_SERVICE, InstanceCount: 6}},
+		Spec:    &pelotonv1.FederatedServiceSpec{Job: &pelotonv1.JobSpec{Name: "web", Type: pelotonv1.JobType_SERVICE, InstanceCount: 6}},
 		Rollout: &pelotonv1.ServiceRollout{Id: 2, State: pelotonv1.RolloutState_ROLLOUT_ABORTED, Message: "aborted: the service is being deleted"},
 		History: []*pelotonv1.ServiceRollout{{Id: 1, State: pelotonv1.RolloutState_ROLLOUT_SUCCEEDED}}}
 	return &Federated{Federation: fed, Kind: KindFederatedService, ID: id, Service: svc, CreateTime: created,
