@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/peloton-sched/peloton/cluster/client"
+	"github.com/peloton-sched/peloton/history"
 	"github.com/peloton-sched/peloton/internal/resources"
 	"github.com/peloton-sched/peloton/internal/store"
 )
@@ -59,8 +60,25 @@ type Options struct {
 	// Now is the clock (default time.Now); tests move it.
 	Now func() time.Time
 	// JobRetention is how long a federated job is kept after it is done
-	// (default 7 days); older ones are deleted by an hourly sweep.
+	// (default 7 days); older ones are deleted by an hourly sweep. Only
+	// without History: with it, done jobs go to the archive instead.
 	JobRetention time.Duration
+
+	// History, if set, is the archive the federation keeps its history in
+	// (archive.go): done jobs go there after FinishedJobTTL and deleted
+	// services when they leave etcd, and reads of objects no longer in
+	// etcd are answered from it. nil: no archive; done jobs are deleted
+	// after JobRetention, as before. The federation does not close it.
+	History history.Store
+	// HistoryName is the name its records are under in History (default
+	// DefaultHistoryName).
+	HistoryName string
+	// FinishedJobTTL is how long a done federated job stays in etcd
+	// before it is archived (default 24h; with History).
+	FinishedJobTTL time.Duration
+	// ArchiveEvery paces the collector (default 1m): one bounded pass
+	// each time.
+	ArchiveEvery time.Duration
 }
 
 func (o Options) withDefaults() Options {
@@ -92,6 +110,15 @@ func (o Options) withDefaults() Options {
 	}
 	if o.JobRetention <= 0 {
 		o.JobRetention = 7 * 24 * time.Hour
+	}
+	if o.HistoryName == "" {
+		o.HistoryName = DefaultHistoryName
+	}
+	if o.FinishedJobTTL <= 0 {
+		o.FinishedJobTTL = DefaultFinishedJobTTL
+	}
+	if o.ArchiveEvery <= 0 {
+		o.ArchiveEvery = defaultArchiveEvery
 	}
 	return o
 }
@@ -184,6 +211,10 @@ func (f *Federation) Start(ctx context.Context) error {
 	go func() { defer f.wg.Done(); f.dispatchLoop(f.ctx) }()
 	f.wg.Add(1)
 	go func() { defer f.wg.Done(); f.rolloutLoop(f.ctx) }()
+	if f.opts.History != nil {
+		f.wg.Add(1)
+		go func() { defer f.wg.Done(); f.archiveLoop(f.ctx) }()
+	}
 	f.kickDispatch()
 	return nil
 }

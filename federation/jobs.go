@@ -363,6 +363,9 @@ func (f *Federation) dispatchLoop(ctx context.Context) {
 		case <-t.C:
 		case <-f.kick:
 		case <-sweep.C:
+			if f.opts.History != nil {
+				continue // the collector archives done jobs (archive.go)
+			}
 			if n, err := f.sweepDone(ctx, sweepLimit); err != nil {
 				f.log.Warn("sweep of done federated jobs", "deleted", n, "err", err)
 			}

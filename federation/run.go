@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/peloton-sched/peloton/history"
 	"github.com/peloton-sched/peloton/internal/etcdtls"
 	"github.com/peloton-sched/peloton/internal/quarantine"
 	"github.com/peloton-sched/peloton/internal/replica"
@@ -51,6 +52,11 @@ type Config struct {
 	UI http.Handler
 	// Options tune the workers.
 	Options Options
+	// History is the archive the federation keeps its history in
+	// (Options.History; set either): `peloton up` passes the store its
+	// clusters archive to, `serve federation` the one --archive opens.
+	// nil: no archive. Run does not close it.
+	History history.Store
 	// Security secures both listeners (internal/serving); the zero value
 	// is plaintext with everyone allowed everything.
 	Security serving.Security
@@ -160,6 +166,9 @@ func serve(ctx context.Context, cfg Config, tlsCfg *tls.Config, t *replica.Term,
 		return fmt.Errorf("connect to etcd %v: %w", cfg.EtcdEndpoints, err)
 	}
 	defer st.Close()
+	if cfg.History != nil {
+		cfg.Options.History = cfg.History
+	}
 	f := New(st, cfg.Options)
 	if err := f.Start(ctx); err != nil {
 		return err

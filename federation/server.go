@@ -232,7 +232,7 @@ func (s *Server) CreateFederatedJob(ctx context.Context, req *pelotonv1.CreateFe
 
 // GetFederatedJob implements FederatedJobService.
 func (s *Server) GetFederatedJob(ctx context.Context, req *pelotonv1.GetFederatedJobRequest) (*pelotonv1.GetFederatedJobResponse, error) {
-	j, err := s.f.GetJob(req.JobId)
+	j, err := s.f.GetJobOrArchived(ctx, req.JobId)
 	if err != nil {
 		return nil, err
 	}
@@ -241,7 +241,13 @@ func (s *Server) GetFederatedJob(ctx context.Context, req *pelotonv1.GetFederate
 
 // ListFederatedJobs implements FederatedJobService.
 func (s *Server) ListFederatedJobs(ctx context.Context, req *pelotonv1.ListFederatedJobsRequest) (*pelotonv1.ListFederatedJobsResponse, error) {
-	jobs, next, err := s.f.ListJobs(req.Cluster, req.PageSize, req.PageToken)
+	list := func(ctx context.Context, cluster string, size uint32, token string) ([]*pelotonv1.FederatedJob, string, error) {
+		return s.f.ListJobs(cluster, size, token)
+	}
+	if req.Archived {
+		list = s.f.ListArchivedJobs
+	}
+	jobs, next, err := list(ctx, req.Cluster, req.PageSize, req.PageToken)
 	if err != nil {
 		return nil, err
 	}
@@ -271,7 +277,7 @@ func (s *Server) CreateFederatedService(ctx context.Context, req *pelotonv1.Crea
 
 // GetFederatedService implements FederatedServiceService.
 func (s *Server) GetFederatedService(ctx context.Context, req *pelotonv1.GetFederatedServiceRequest) (*pelotonv1.GetFederatedServiceResponse, error) {
-	svc, err := s.f.GetService(req.ServiceId)
+	svc, err := s.f.GetServiceOrArchived(ctx, req.ServiceId)
 	if err != nil {
 		return nil, err
 	}
@@ -280,7 +286,13 @@ func (s *Server) GetFederatedService(ctx context.Context, req *pelotonv1.GetFede
 
 // ListFederatedServices implements FederatedServiceService.
 func (s *Server) ListFederatedServices(ctx context.Context, req *pelotonv1.ListFederatedServicesRequest) (*pelotonv1.ListFederatedServicesResponse, error) {
-	svcs, next, err := s.f.ListServices(req.Cluster, req.PageSize, req.PageToken)
+	list := func(ctx context.Context, cluster string, size uint32, token string) ([]*pelotonv1.FederatedService, string, error) {
+		return s.f.ListServices(cluster, size, token)
+	}
+	if req.Archived {
+		list = s.f.ListArchivedServices
+	}
+	svcs, next, err := list(ctx, req.Cluster, req.PageSize, req.PageToken)
 	if err != nil {
 		return nil, err
 	}

@@ -321,7 +321,15 @@ func (f *Federation) forgetIfGone(ctx context.Context, id string) error {
 		return nil
 	}
 	rev := s.rev
+	final := proto.Clone(s.rec).(*pelotonv1.FederatedService)
 	f.mu.Unlock()
+	// Archive before delete: a delete that follows a failed archive
+	// would lose the service's history. The collector's next pass tries
+	// again (archive.go).
+	if err := f.archiveService(ctx, final); err != nil {
+		f.log.Warn("cannot archive a deleted federated service; it stays in etcd until it can be", "service", id, "err", err)
+		return nil
+	}
 	if _, err := f.st.Txn(ctx, store.Delete(serviceKey(id), rev)); err != nil {
 		if errors.Is(err, store.ErrConflict) {
 			return nil // written meanwhile: the next pass looks again

@@ -36,6 +36,15 @@ import (
 // wanted states' (merged), backwards from the page token's key: a page
 // reads its range only. Get is two lookups, ids then jobs.
 //
+// The federation's objects (Federated) are under "federations": a bucket
+// per federation name, in it one per kind (its number, varint), holding
+//
+//	objs               time key -> the record (format byte, zstd of
+//	                   ArchivedFederated)
+//	ids                id -> its creation time (8 bytes, big-endian)
+//
+// listed backwards from the token's key like "jobs".
+//
 // Jobs are archived roughly in the order they were created, so the
 // time-keyed buckets mostly grow at their end; they are written with a
 // high fill percent, which keeps their pages nearly full instead of half
@@ -56,6 +65,9 @@ var (
 	bPools    = []byte("pools")
 	bStates   = []byte("states")
 	kFormat   = []byte("format")
+
+	bFederations = []byte("federations")
+	bObjs        = []byte("objs")
 )
 
 // boltFormat is the layout above; a file of another is refused rather
@@ -97,7 +109,12 @@ func OpenBolt(path string) (*Bolt, error) {
 		case string(f) != boltFormat:
 			return fmt.Errorf("the file has layout %q; this version of Peloton reads layout %s", f, boltFormat)
 		}
-		_, err = tx.CreateBucketIfNotExists(bClusters)
+		if _, err := tx.CreateBucketIfNotExists(bClusters); err != nil {
+			return err
+		}
+		// Added beside the clusters in the same layout: a Peloton that
+		// does not know it leaves it alone.
+		_, err = tx.CreateBucketIfNotExists(bFederations)
 		return err
 	})
 	if err != nil {

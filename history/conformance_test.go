@@ -34,6 +34,13 @@ func conformance(t *testing.T, open func(t *testing.T) Store) {
 		{"PagingStableUnderConcurrentPuts", testPagingStableUnderConcurrentPuts},
 		{"InvalidArguments", testInvalidArguments},
 		{"HundredThousandInstances", testHundredThousandInstances},
+		{"FederatedRoundTrip", testFederatedRoundTrip},
+		{"FederatedPutIsIdempotent", testFederatedPutIsIdempotent},
+		{"FederatedIsolation", testFederatedIsolation},
+		{"FederatedDelete", testFederatedDelete},
+		{"FederatedFiltersAndPaging", testFederatedFiltersAndPaging},
+		{"FederatedInvalidArguments", testFederatedInvalidArguments},
+		{"FederatedClosed", testFederatedClosed},
 		{"Closed", nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {

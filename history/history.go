@@ -36,6 +36,22 @@ type Store interface {
 	// Delete removes one archived job (an operator's purge), or returns an
 	// error that errors.Is ErrNotFound.
 	Delete(ctx context.Context, cluster, jobID string) error
+
+	// PutFederated archives objects of a federation (federated jobs and
+	// services), all of them or, when it returns an error, none; as Put,
+	// archiving one again keeps one record, the one put last.
+	PutFederated(ctx context.Context, objs ...*Federated) error
+	// GetFederated returns one archived object, or an error that
+	// errors.Is ErrNotFound.
+	GetFederated(ctx context.Context, federation string, kind Kind, id string) (*Federated, error)
+	// ListFederated returns one page of the objects f selects, newest
+	// first (by creation time, then id), and the token of the next page
+	// ("" after the last); pages as List's.
+	ListFederated(ctx context.Context, f FederatedFilter, pageSize uint32, pageToken string) ([]*Federated, string, error)
+	// DeleteFederated removes one archived object, or returns an error
+	// that errors.Is ErrNotFound.
+	DeleteFederated(ctx context.Context, federation string, kind Kind, id string) error
+
 	// Close releases the store; calls after it fail with ErrClosed.
 	Close() error
 }

@@ -108,6 +108,24 @@ CREATE INDEX peloton_archived_jobs_by_pool ON peloton_archived_jobs (cluster, po
 CREATE INDEX peloton_archived_jobs_by_state ON peloton_archived_jobs (cluster, state, create_ns DESC, job_id);
 CREATE INDEX peloton_archived_jobs_by_labels ON peloton_archived_jobs USING gin (labels jsonb_path_ops);
 `,
+	// Version 2: the federation's objects (federated jobs and services),
+	// keyed by (federation, kind, id), listed by creation time.
+	`
+CREATE TABLE peloton_archived_federated (
+	federation  text COLLATE "C" NOT NULL,
+	kind        smallint NOT NULL,
+	id          text COLLATE "C" NOT NULL,
+	create_ns   bigint NOT NULL,
+	finish_ns   bigint,
+	labels      jsonb NOT NULL,
+	archived_at timestamptz,
+	record      bytea NOT NULL,
+	PRIMARY KEY (federation, kind, id)
+);
+ALTER TABLE peloton_archived_federated ALTER COLUMN record SET STORAGE EXTERNAL;
+CREATE INDEX peloton_archived_federated_by_time ON peloton_archived_federated (federation, kind, create_ns DESC, id);
+CREATE INDEX peloton_archived_federated_by_labels ON peloton_archived_federated USING gin (labels jsonb_path_ops);
+`,
 }
 
 // migrationLock is the advisory lock key of schema changes ("pelotonh").

@@ -22,6 +22,7 @@ import (
 	"github.com/peloton-sched/peloton/cluster"
 	pclient "github.com/peloton-sched/peloton/cluster/client"
 	"github.com/peloton-sched/peloton/federation"
+	"github.com/peloton-sched/peloton/history"
 	"github.com/peloton-sched/peloton/internal/fedsla"
 	"github.com/peloton-sched/peloton/internal/sla"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
@@ -36,6 +37,10 @@ type fedFlags struct {
 	slowAfter          time.Duration
 	unreachableAfter   time.Duration
 	jobRetention       time.Duration
+	finishedJobTTL     time.Duration
+	// archive is serve federation's --archive: a bbolt file or a
+	// PostgreSQL URL (empty: no history).
+	archive string
 	// Leader election (serve federation only).
 	leaderElect   bool
 	leaderLease   time.Duration
@@ -51,7 +56,8 @@ func (f *fedFlags) register(fs *pflag.FlagSet, prefix string) {
 	fs.DurationVar(&f.callTimeout, prefix+"call-timeout", 2*time.Second, "deadline of every call the federation makes to a cluster")
 	fs.DurationVar(&f.slowAfter, prefix+"slow-after", time.Second, "a cluster answering a check slower than this is DEGRADED")
 	fs.DurationVar(&f.unreachableAfter, prefix+"unreachable-after", 5*time.Second, "a cluster that answered no check for this long is UNREACHABLE")
-	fs.DurationVar(&f.jobRetention, prefix+"job-retention", 7*24*time.Hour, "how long a federated job is kept after it is done")
+	fs.DurationVar(&f.jobRetention, prefix+"job-retention", 7*24*time.Hour, "how long a federated job is kept after it is done, when the federation keeps no history")
+	fs.DurationVar(&f.finishedJobTTL, prefix+"finished-job-ttl", federation.DefaultFinishedJobTTL, "how long a done federated job stays in etcd before it is moved to the history store (with a history store)")
 }
 
 func (f *fedFlags) config(prefix string) (federation.Config, error) {
@@ -63,14 +69,14 @@ func (f *fedFlags) config(prefix string) (federation.Config, error) {
 	for _, d := range []struct {
 		flag string
 		v    time.Duration
-	}{{"check-every", f.checkEvery}, {"call-timeout", f.callTimeout}, {"slow-after", f.slowAfter}, {"unreachable-after", f.unreachableAfter}, {"job-retention", f.jobRetention}} {
+	}{{"check-every", f.checkEvery}, {"call-timeout", f.callTimeout}, {"slow-after", f.slowAfter}, {"unreachable-after", f.unreachableAfter}, {"job-retention", f.jobRetention}, {"finished-job-ttl", f.finishedJobTTL}} {
 		if d.v <= 0 {
 			return federation.Config{}, usageErrorf("invalid --%s%s %s: must be > 0", prefix, d.flag, d.v)
 		}
 	}
 	return federation.Config{Listen: f.listen, HTTPListen: f.httpListen, UI: ui.Handler(ui.Federation), Options: federation.Options{
 		CheckEvery: f.checkEvery, CallTimeout: f.callTimeout, SlowAfter: f.slowAfter, UnreachableAfter: f.unreachableAfter,
-		JobRetention: f.jobRetention}}, nil
+		JobRetention: f.jobRetention, FinishedJobTTL: f.finishedJobTTL}}, nil
 }
 
 // serveFederationCommand is `peloton serve federation`.
@@ -135,6 +141,14 @@ operator registers them with "peloton cluster register".`,
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			defer survivesSIGHUP()()
+			if f.archive != "" {
+				h, err := openFederationArchive(ctx, f.archive)
+				if err != nil {
+					return err
+				}
+				defer h.Close()
+				cfg.History = h
+			}
 			err = a.runFederation(ctx, cfg)
 			if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
 				return nil
@@ -148,11 +162,36 @@ operator registers them with "peloton cluster register".`,
 	cmd.Flags().StringVar(&f.advertiseHost, "advertise-host", "", "address the other replicas reach this one at, on the --listen and --http-listen ports (with --leader-elect; default: the host of --listen, which must then not be a wildcard)")
 	cmd.Flags().StringSliceVar(&endpoints, "etcd-endpoints", nil, "external etcd to use (comma-separated URLs; required)")
 	etcdTLS.register(cmd.Flags())
+	cmd.Flags().StringVar(&f.archive, "archive", "", "the federation's history store: a bbolt file (created if missing) or a PostgreSQL URL (postgres://user:password@host/db); done federated jobs move there after --finished-job-ttl and deleted services when they go. Empty: no history (done jobs are deleted after --job-retention)")
 	cmd.Flags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	cmd.Flags().DurationVar(&grace, "shutdown-grace", 10*time.Second, "how long a graceful shutdown may take")
 	sec.register(cmd.Flags())
 	cmd.SetUsageTemplate(serverUsage)
 	return cmd
+}
+
+// openFederationArchive opens serve federation's --archive: a PostgreSQL
+// URL (postgres:// or postgresql://) or the path of a bbolt file.
+func openFederationArchive(ctx context.Context, spec string) (history.Store, error) {
+	spec = strings.TrimSpace(spec)
+	if strings.HasPrefix(spec, "postgres://") || strings.HasPrefix(spec, "postgresql://") {
+		h, err := history.OpenPostgres(ctx, spec)
+		if err != nil {
+			return nil, fmt.Errorf("--archive: %w", err)
+		}
+		return h, nil
+	}
+	if spec == "" || strings.Contains(spec, "://") {
+		return nil, usageErrorf("invalid --archive %q: want the path of a bbolt file or a postgres:// URL", spec)
+	}
+	if err := os.MkdirAll(filepath.Dir(spec), 0o700); err != nil {
+		return nil, fmt.Errorf("--archive: %w", err)
+	}
+	h, err := history.OpenBolt(spec)
+	if err != nil {
+		return nil, fmt.Errorf("--archive: %w", err)
+	}
+	return h, nil
 }
 
 func fedReadyLine(grpcAddr, httpAddr string, tls bool) string {

@@ -400,11 +400,163 @@ func (x *Runs) GetRest() map[uint32]*v1.TaskStatus {
 	return nil
 }
 
+// ArchivedFederated is one archived object of the federation: a federated
+// job once it finished and its TTL passed, or a federated service once it
+// was deleted (its final record, its rollouts with it). Like ArchivedJob it
+// is marshalled deterministically and compressed whole; the store keeps
+// the columns a list filters on beside it.
+type ArchivedFederated struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The federation's name (the store's "cluster"), the kind and the id:
+	// the record's key, repeated so that a record read on its own says what
+	// it is.
+	Federation string `protobuf:"bytes,1,opt,name=federation,proto3" json:"federation,omitempty"`
+	// 1: a federated job, 2: a federated service (history.Kind).
+	Kind int32  `protobuf:"varint,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	Id   string `protobuf:"bytes,3,opt,name=id,proto3" json:"id,omitempty"`
+	// The object's final record, as the federation kept it in etcd.
+	//
+	// Types that are valid to be assigned to Object:
+	//
+	//	*ArchivedFederated_Job
+	//	*ArchivedFederated_Service
+	Object     isArchivedFederated_Object `protobuf_oneof:"object"`
+	CreateTime *timestamppb.Timestamp     `protobuf:"bytes,6,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// When it finished (the job's end, the service's deletion).
+	FinishTime *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=finish_time,json=finishTime,proto3" json:"finish_time,omitempty"`
+	// Labels a list filters on.
+	Labels map[string]string `protobuf:"bytes,8,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// When it was archived, by the archiving process's clock.
+	ArchiveTime   *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=archive_time,json=archiveTime,proto3" json:"archive_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ArchivedFederated) Reset() {
+	*x = ArchivedFederated{}
+	mi := &file_peloton_internal_history_v1_history_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ArchivedFederated) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ArchivedFederated) ProtoMessage() {}
+
+func (x *ArchivedFederated) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_internal_history_v1_history_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ArchivedFederated.ProtoReflect.Descriptor instead.
+func (*ArchivedFederated) Descriptor() ([]byte, []int) {
+	return file_peloton_internal_history_v1_history_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ArchivedFederated) GetFederation() string {
+	if x != nil {
+		return x.Federation
+	}
+	return ""
+}
+
+func (x *ArchivedFederated) GetKind() int32 {
+	if x != nil {
+		return x.Kind
+	}
+	return 0
+}
+
+func (x *ArchivedFederated) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ArchivedFederated) GetObject() isArchivedFederated_Object {
+	if x != nil {
+		return x.Object
+	}
+	return nil
+}
+
+func (x *ArchivedFederated) GetJob() *v1.FederatedJob {
+	if x != nil {
+		if x, ok := x.Object.(*ArchivedFederated_Job); ok {
+			return x.Job
+		}
+	}
+	return nil
+}
+
+func (x *ArchivedFederated) GetService() *v1.FederatedService {
+	if x != nil {
+		if x, ok := x.Object.(*ArchivedFederated_Service); ok {
+			return x.Service
+		}
+	}
+	return nil
+}
+
+func (x *ArchivedFederated) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+func (x *ArchivedFederated) GetFinishTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FinishTime
+	}
+	return nil
+}
+
+func (x *ArchivedFederated) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *ArchivedFederated) GetArchiveTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ArchiveTime
+	}
+	return nil
+}
+
+type isArchivedFederated_Object interface {
+	isArchivedFederated_Object()
+}
+
+type ArchivedFederated_Job struct {
+	Job *v1.FederatedJob `protobuf:"bytes,4,opt,name=job,proto3,oneof"`
+}
+
+type ArchivedFederated_Service struct {
+	Service *v1.FederatedService `protobuf:"bytes,5,opt,name=service,proto3,oneof"`
+}
+
+func (*ArchivedFederated_Job) isArchivedFederated_Object() {}
+
+func (*ArchivedFederated_Service) isArchivedFederated_Object() {}
+
 var File_peloton_internal_history_v1_history_proto protoreflect.FileDescriptor
 
 const file_peloton_internal_history_v1_history_proto_rawDesc = "" +
 	"\n" +
-	")peloton/internal/history/v1/history.proto\x12\x1bpeloton.internal.history.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1cpeloton/api/v1/peloton.proto\"\xd1\x02\n" +
+	")peloton/internal/history/v1/history.proto\x12\x1bpeloton.internal.history.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1cpeloton/api/v1/peloton.proto\x1a\x1fpeloton/api/v1/federation.proto\"\xd1\x02\n" +
 	"\vArchivedJob\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x126\n" +
@@ -445,7 +597,25 @@ const file_peloton_internal_history_v1_history_proto_rawDesc = "" +
 	"\x04rest\x18\x19 \x03(\v2+.peloton.internal.history.v1.Runs.RestEntryR\x04rest\x1aS\n" +
 	"\tRestEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\rR\x03key\x120\n" +
-	"\x05value\x18\x02 \x01(\v2\x1a.peloton.api.v1.TaskStatusR\x05value:\x028\x01BGZEgithub.com/peloton-sched/peloton/history/internal/historypb;historypbb\x06proto3"
+	"\x05value\x18\x02 \x01(\v2\x1a.peloton.api.v1.TaskStatusR\x05value:\x028\x01\"\x99\x04\n" +
+	"\x11ArchivedFederated\x12\x1e\n" +
+	"\n" +
+	"federation\x18\x01 \x01(\tR\n" +
+	"federation\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\x05R\x04kind\x12\x0e\n" +
+	"\x02id\x18\x03 \x01(\tR\x02id\x120\n" +
+	"\x03job\x18\x04 \x01(\v2\x1c.peloton.api.v1.FederatedJobH\x00R\x03job\x12<\n" +
+	"\aservice\x18\x05 \x01(\v2 .peloton.api.v1.FederatedServiceH\x00R\aservice\x12;\n" +
+	"\vcreate_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\x12;\n" +
+	"\vfinish_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"finishTime\x12R\n" +
+	"\x06labels\x18\b \x03(\v2:.peloton.internal.history.v1.ArchivedFederated.LabelsEntryR\x06labels\x12=\n" +
+	"\farchive_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\varchiveTime\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\b\n" +
+	"\x06objectBGZEgithub.com/peloton-sched/peloton/history/internal/historypb;historypbb\x06proto3"
 
 var (
 	file_peloton_internal_history_v1_history_proto_rawDescOnce sync.Once
@@ -459,30 +629,40 @@ func file_peloton_internal_history_v1_history_proto_rawDescGZIP() []byte {
 	return file_peloton_internal_history_v1_history_proto_rawDescData
 }
 
-var file_peloton_internal_history_v1_history_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
+var file_peloton_internal_history_v1_history_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_peloton_internal_history_v1_history_proto_goTypes = []any{
 	(*ArchivedJob)(nil),           // 0: peloton.internal.history.v1.ArchivedJob
 	(*Runs)(nil),                  // 1: peloton.internal.history.v1.Runs
-	nil,                           // 2: peloton.internal.history.v1.Runs.RestEntry
-	(*v1.JobVersion)(nil),         // 3: peloton.api.v1.JobVersion
-	(*v1.JobStatus)(nil),          // 4: peloton.api.v1.JobStatus
-	(*v1.Update)(nil),             // 5: peloton.api.v1.Update
-	(*timestamppb.Timestamp)(nil), // 6: google.protobuf.Timestamp
-	(*v1.TaskStatus)(nil),         // 7: peloton.api.v1.TaskStatus
+	(*ArchivedFederated)(nil),     // 2: peloton.internal.history.v1.ArchivedFederated
+	nil,                           // 3: peloton.internal.history.v1.Runs.RestEntry
+	nil,                           // 4: peloton.internal.history.v1.ArchivedFederated.LabelsEntry
+	(*v1.JobVersion)(nil),         // 5: peloton.api.v1.JobVersion
+	(*v1.JobStatus)(nil),          // 6: peloton.api.v1.JobStatus
+	(*v1.Update)(nil),             // 7: peloton.api.v1.Update
+	(*timestamppb.Timestamp)(nil), // 8: google.protobuf.Timestamp
+	(*v1.FederatedJob)(nil),       // 9: peloton.api.v1.FederatedJob
+	(*v1.FederatedService)(nil),   // 10: peloton.api.v1.FederatedService
+	(*v1.TaskStatus)(nil),         // 11: peloton.api.v1.TaskStatus
 }
 var file_peloton_internal_history_v1_history_proto_depIdxs = []int32{
-	3, // 0: peloton.internal.history.v1.ArchivedJob.versions:type_name -> peloton.api.v1.JobVersion
-	4, // 1: peloton.internal.history.v1.ArchivedJob.status:type_name -> peloton.api.v1.JobStatus
-	5, // 2: peloton.internal.history.v1.ArchivedJob.updates:type_name -> peloton.api.v1.Update
-	1, // 3: peloton.internal.history.v1.ArchivedJob.runs:type_name -> peloton.internal.history.v1.Runs
-	6, // 4: peloton.internal.history.v1.ArchivedJob.archive_time:type_name -> google.protobuf.Timestamp
-	2, // 5: peloton.internal.history.v1.Runs.rest:type_name -> peloton.internal.history.v1.Runs.RestEntry
-	7, // 6: peloton.internal.history.v1.Runs.RestEntry.value:type_name -> peloton.api.v1.TaskStatus
-	7, // [7:7] is the sub-list for method output_type
-	7, // [7:7] is the sub-list for method input_type
-	7, // [7:7] is the sub-list for extension type_name
-	7, // [7:7] is the sub-list for extension extendee
-	0, // [0:7] is the sub-list for field type_name
+	5,  // 0: peloton.internal.history.v1.ArchivedJob.versions:type_name -> peloton.api.v1.JobVersion
+	6,  // 1: peloton.internal.history.v1.ArchivedJob.status:type_name -> peloton.api.v1.JobStatus
+	7,  // 2: peloton.internal.history.v1.ArchivedJob.updates:type_name -> peloton.api.v1.Update
+	1,  // 3: peloton.internal.history.v1.ArchivedJob.runs:type_name -> peloton.internal.history.v1.Runs
+	8,  // 4: peloton.internal.history.v1.ArchivedJob.archive_time:type_name -> google.protobuf.Timestamp
+	3,  // 5: peloton.internal.history.v1.Runs.rest:type_name -> peloton.internal.history.v1.Runs.RestEntry
+	9,  // 6: peloton.internal.history.v1.ArchivedFederated.job:type_name -> peloton.api.v1.FederatedJob
+	10, // 7: peloton.internal.history.v1.ArchivedFederated.service:type_name -> peloton.api.v1.FederatedService
+	8,  // 8: peloton.internal.history.v1.ArchivedFederated.create_time:type_name -> google.protobuf.Timestamp
+	8,  // 9: peloton.internal.history.v1.ArchivedFederated.finish_time:type_name -> google.protobuf.Timestamp
+	4,  // 10: peloton.internal.history.v1.ArchivedFederated.labels:type_name -> peloton.internal.history.v1.ArchivedFederated.LabelsEntry
+	8,  // 11: peloton.internal.history.v1.ArchivedFederated.archive_time:type_name -> google.protobuf.Timestamp
+	11, // 12: peloton.internal.history.v1.Runs.RestEntry.value:type_name -> peloton.api.v1.TaskStatus
+	13, // [13:13] is the sub-list for method output_type
+	13, // [13:13] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_peloton_internal_history_v1_history_proto_init() }
@@ -490,13 +670,17 @@ func file_peloton_internal_history_v1_history_proto_init() {
 	if File_peloton_internal_history_v1_history_proto != nil {
 		return
 	}
+	file_peloton_internal_history_v1_history_proto_msgTypes[2].OneofWrappers = []any{
+		(*ArchivedFederated_Job)(nil),
+		(*ArchivedFederated_Service)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_peloton_internal_history_v1_history_proto_rawDesc), len(file_peloton_internal_history_v1_history_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   3,
+			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

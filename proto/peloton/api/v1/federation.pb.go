@@ -1956,8 +1956,12 @@ type FederatedJob struct {
 	Attempts   []*FederatedJobAttempt `protobuf:"bytes,8,rep,name=attempts,proto3" json:"attempts,omitempty"`
 	CreateTime *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	// Set by a kill: the job is to be killed wherever it is.
-	Killed        bool   `protobuf:"varint,10,opt,name=killed,proto3" json:"killed,omitempty"`
-	Version       uint64 `protobuf:"varint,11,opt,name=version,proto3" json:"version,omitempty"`
+	Killed  bool   `protobuf:"varint,10,opt,name=killed,proto3" json:"killed,omitempty"`
+	Version uint64 `protobuf:"varint,11,opt,name=version,proto3" json:"version,omitempty"`
+	// Read from the federation's history: the job finished, was archived
+	// after the federation's finished-job TTL and is no longer in etcd.
+	// An archived job is not changed again (a kill of it is NotFound).
+	Archived      bool `protobuf:"varint,12,opt,name=archived,proto3" json:"archived,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2067,6 +2071,13 @@ func (x *FederatedJob) GetVersion() uint64 {
 		return x.Version
 	}
 	return 0
+}
+
+func (x *FederatedJob) GetArchived() bool {
+	if x != nil {
+		return x.Archived
+	}
+	return false
 }
 
 type CreateFederatedJobRequest struct {
@@ -2260,8 +2271,11 @@ type ListFederatedJobsRequest struct {
 	// Only jobs in this cluster.
 	Cluster string `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
 	// The most jobs to return (default 500, at most 5000).
-	PageSize      uint32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	PageSize  uint32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// List the archived jobs (the federation's history) instead of the
+	// live ones; FailedPrecondition when the federation keeps no history.
+	Archived      bool `protobuf:"varint,4,opt,name=archived,proto3" json:"archived,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2315,6 +2329,13 @@ func (x *ListFederatedJobsRequest) GetPageToken() string {
 		return x.PageToken
 	}
 	return ""
+}
+
+func (x *ListFederatedJobsRequest) GetArchived() bool {
+	if x != nil {
+		return x.Archived
+	}
+	return false
 }
 
 type ListFederatedJobsResponse struct {
@@ -3304,8 +3325,11 @@ type FederatedService struct {
 	History []*ServiceRollout `protobuf:"bytes,13,rep,name=history,proto3" json:"history,omitempty"`
 	// Over all clusters: instances that serve, and of those the ones at
 	// the service's current spec version.
-	Healthy       uint32 `protobuf:"varint,14,opt,name=healthy,proto3" json:"healthy,omitempty"`
-	Updated       uint32 `protobuf:"varint,15,opt,name=updated,proto3" json:"updated,omitempty"`
+	Healthy uint32 `protobuf:"varint,14,opt,name=healthy,proto3" json:"healthy,omitempty"`
+	Updated uint32 `protobuf:"varint,15,opt,name=updated,proto3" json:"updated,omitempty"`
+	// Read from the federation's history: the service was deleted, and this
+	// is its final record (rollouts included), archived before it left etcd.
+	Archived      bool `protobuf:"varint,16,opt,name=archived,proto3" json:"archived,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3443,6 +3467,13 @@ func (x *FederatedService) GetUpdated() uint32 {
 		return x.Updated
 	}
 	return 0
+}
+
+func (x *FederatedService) GetArchived() bool {
+	if x != nil {
+		return x.Archived
+	}
+	return false
 }
 
 type CreateFederatedServiceRequest struct {
@@ -3644,8 +3675,11 @@ type ListFederatedServicesRequest struct {
 	// Only services with a part in this cluster.
 	Cluster string `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
 	// The most services to return (default 500, at most 5000).
-	PageSize      uint32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	PageSize  uint32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// List the archived (deleted) services instead of the live ones;
+	// FailedPrecondition when the federation keeps no history.
+	Archived      bool `protobuf:"varint,4,opt,name=archived,proto3" json:"archived,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3699,6 +3733,13 @@ func (x *ListFederatedServicesRequest) GetPageToken() string {
 		return x.PageToken
 	}
 	return ""
+}
+
+func (x *ListFederatedServicesRequest) GetArchived() bool {
+	if x != nil {
+		return x.Archived
+	}
+	return false
 }
 
 type ListFederatedServicesResponse struct {
@@ -4806,7 +4847,7 @@ const file_peloton_api_v1_federation_proto_rawDesc = "" +
 	"\x0ecluster_job_id\x18\x02 \x01(\tR\fclusterJobId\x12?\n" +
 	"\rdispatch_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\fdispatchTime\x12\x1d\n" +
 	"\n" +
-	"end_reason\x18\x04 \x01(\tR\tendReason\"\xd7\x03\n" +
+	"end_reason\x18\x04 \x01(\tR\tendReason\"\xf3\x03\n" +
 	"\fFederatedJob\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x124\n" +
 	"\x04spec\x18\x02 \x01(\v2 .peloton.api.v1.FederatedJobSpecR\x04spec\x12D\n" +
@@ -4820,7 +4861,8 @@ const file_peloton_api_v1_federation_proto_rawDesc = "" +
 	"createTime\x12\x16\n" +
 	"\x06killed\x18\n" +
 	" \x01(\bR\x06killed\x12\x18\n" +
-	"\aversion\x18\v \x01(\x04R\aversion\"p\n" +
+	"\aversion\x18\v \x01(\x04R\aversion\x12\x1a\n" +
+	"\barchived\x18\f \x01(\bR\barchived\"p\n" +
 	"\x19CreateFederatedJobRequest\x124\n" +
 	"\x04spec\x18\x01 \x01(\v2 .peloton.api.v1.FederatedJobSpecR\x04spec\x12\x1d\n" +
 	"\n" +
@@ -4830,12 +4872,13 @@ const file_peloton_api_v1_federation_proto_rawDesc = "" +
 	"\x16GetFederatedJobRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\"I\n" +
 	"\x17GetFederatedJobResponse\x12.\n" +
-	"\x03job\x18\x01 \x01(\v2\x1c.peloton.api.v1.FederatedJobR\x03job\"p\n" +
+	"\x03job\x18\x01 \x01(\v2\x1c.peloton.api.v1.FederatedJobR\x03job\"\x8c\x01\n" +
 	"\x18ListFederatedJobsRequest\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\rR\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x03 \x01(\tR\tpageToken\"u\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\x12\x1a\n" +
+	"\barchived\x18\x04 \x01(\bR\barchived\"u\n" +
 	"\x19ListFederatedJobsResponse\x120\n" +
 	"\x04jobs\x18\x01 \x03(\v2\x1c.peloton.api.v1.FederatedJobR\x04jobs\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"0\n" +
@@ -4920,7 +4963,7 @@ const file_peloton_api_v1_federation_proto_rawDesc = "" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12)\n" +
 	"\x03job\x18\x02 \x01(\v2\x17.peloton.api.v1.JobSpecR\x03job\x12;\n" +
 	"\vcreate_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"createTime\"\xe0\x04\n" +
+	"createTime\"\xfc\x04\n" +
 	"\x10FederatedService\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x128\n" +
 	"\x04spec\x18\x02 \x01(\v2$.peloton.api.v1.FederatedServiceSpecR\x04spec\x12;\n" +
@@ -4938,7 +4981,8 @@ const file_peloton_api_v1_federation_proto_rawDesc = "" +
 	"\arollout\x18\f \x01(\v2\x1e.peloton.api.v1.ServiceRolloutR\arollout\x128\n" +
 	"\ahistory\x18\r \x03(\v2\x1e.peloton.api.v1.ServiceRolloutR\ahistory\x12\x18\n" +
 	"\ahealthy\x18\x0e \x01(\rR\ahealthy\x12\x18\n" +
-	"\aupdated\x18\x0f \x01(\rR\aupdated\"x\n" +
+	"\aupdated\x18\x0f \x01(\rR\aupdated\x12\x1a\n" +
+	"\barchived\x18\x10 \x01(\bR\barchived\"x\n" +
 	"\x1dCreateFederatedServiceRequest\x128\n" +
 	"\x04spec\x18\x01 \x01(\v2$.peloton.api.v1.FederatedServiceSpecR\x04spec\x12\x1d\n" +
 	"\n" +
@@ -4955,12 +4999,13 @@ const file_peloton_api_v1_federation_proto_rawDesc = "" +
 	"\n" +
 	"service_id\x18\x01 \x01(\tR\tserviceId\"Y\n" +
 	"\x1bGetFederatedServiceResponse\x12:\n" +
-	"\aservice\x18\x01 \x01(\v2 .peloton.api.v1.FederatedServiceR\aservice\"t\n" +
+	"\aservice\x18\x01 \x01(\v2 .peloton.api.v1.FederatedServiceR\aservice\"\x90\x01\n" +
 	"\x1cListFederatedServicesRequest\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\rR\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x03 \x01(\tR\tpageToken\"\x85\x01\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\x12\x1a\n" +
+	"\barchived\x18\x04 \x01(\bR\barchived\"\x85\x01\n" +
 	"\x1dListFederatedServicesResponse\x12<\n" +
 	"\bservices\x18\x01 \x03(\v2 .peloton.api.v1.FederatedServiceR\bservices\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xc3\x01\n" +
