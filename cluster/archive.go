@@ -171,3 +171,35 @@ func (l *lazyArchive) Close() error {
 	}
 	return nil
 }
+
+func (l *lazyArchive) PutFederated(ctx context.Context, objs ...*history.Federated) error {
+	s, err := l.get("put")
+	if err != nil {
+		return err
+	}
+	return s.PutFederated(ctx, objs...)
+}
+
+func (l *lazyArchive) GetFederated(ctx context.Context, federation string, kind history.Kind, id string) (*history.Federated, error) {
+	s, err := l.get("get " + id)
+	if err != nil {
+		return nil, err
+	}
+	return s.GetFederated(ctx, federation, kind, id)
+}
+
+func (l *lazyArchive) ListFederated(ctx context.Context, f history.FederatedFilter, size uint32, token string) ([]*history.Federated, string, error) {
+	s, err := l.get("list")
+	if err != nil {
+		return nil, "", err
+	}
+	return s.ListFederated(ctx, f, size, token)
+}
+
+func (l *lazyArchive) DeleteFederated(ctx context.Context, federation string, kind history.Kind, id string) error {
+	s, err := l.get("delete " + id)
+	if err != nil {
+		return err
+	}
+	return s.DeleteFederated(ctx, federation, kind, id)
+}

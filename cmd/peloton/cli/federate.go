@@ -368,6 +368,19 @@ func advertised(addr, advertiseHost string) (string, error) {
 // outlive the writes the others make while they stop.
 func (a *app) runUp(ctx context.Context, first cluster.Config, names []string, fcfg federation.Config, labels map[string]string, peer pclient.Options) error {
 	log := first.Logger
+	// One archive for every cluster of this process and the federation
+	// (each under its own name): a bolt file can be opened once.
+	if first.History == nil {
+		h, err := cluster.OpenArchive(ctx, first.Archive, first.DataDir, log)
+		if err != nil {
+			return err
+		}
+		if h != nil {
+			defer h.Close()
+			first.History = h
+			fcfg.History = h
+		}
+	}
 	// Every cluster's federated services ask the federation's global SLA
 	// evaluator, once it serves (until then, and whenever it is away, each
 	// cluster decides on its share).
