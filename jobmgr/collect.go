@@ -8,7 +8,6 @@ import (
 
 	"github.com/peloton-sched/peloton/history"
 	"github.com/peloton-sched/peloton/internal/metrics"
-	"github.com/peloton-sched/peloton/internal/requestid"
 	"github.com/peloton-sched/peloton/internal/sla"
 	"github.com/peloton-sched/peloton/internal/store"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
@@ -29,9 +28,11 @@ import (
 // worth of jobs per second, in batches of PutBatch jobs per archive write,
 // so it never competes with launches for the store. It leaves alone a job
 // that something still refers to: one with an update that has not ended,
-// one created with a request id a retry may still ask for (requestid
-// retention), and a part of a federated service (the federation removes
-// those itself).
+// one created with a request id less than requestRetryWindow ago (a client
+// whose create timed out retries within it; a later retry still gets the
+// job's id, since the request's record outlives the job in the store, and
+// reads the job from the archive), and a part of a federated service (the
+// federation removes those itself).
 
 // DefaultFinishedJobTTL is how long a finished job stays in the live store
 // when neither its spec nor the cluster says otherwise.
@@ -63,6 +64,10 @@ func (o CollectOptions) withDefaults() CollectOptions {
 	}
 	return o
 }
+
+// requestRetryWindow is how long after its create a job created with a
+// request id stays live at least.
+const requestRetryWindow = time.Minute
 
 // collectBackoffMax bounds the wait after the archive failed.
 const collectBackoffMax = 30 * time.Second
@@ -159,7 +164,7 @@ func (m *Manager) collectCandidates(now time.Time) []collectCandidate {
 		// What archiveRecord would hold the job for, known without
 		// loading it.
 		if _, fed := f.summary.GetSpec().GetLabels()[sla.GroupLabel]; fed ||
-			(f.requestID != "" && now.Before(f.summary.GetStatus().GetCreateTime().AsTime().Add(requestid.Retention))) {
+			(f.requestID != "" && now.Before(f.summary.GetStatus().GetCreateTime().AsTime().Add(requestRetryWindow))) {
 			continue
 		}
 		if at, ok := due(finishedTime(f.summary.GetStatus()), f.ttl); ok {
@@ -215,7 +220,7 @@ func (m *Manager) archiveRecord(j *job, now time.Time) (*history.Job, bool) {
 	if !isJobTerminal(p.Status.State) {
 		return nil, false
 	}
-	if j.requestID != "" && now.Before(p.Status.GetCreateTime().AsTime().Add(requestid.Retention)) {
+	if j.requestID != "" && now.Before(p.Status.GetCreateTime().AsTime().Add(requestRetryWindow)) {
 		return hold("a retry of its create (request id " + j.requestID + ") may still ask for it")
 	}
 	h := &history.Job{Cluster: m.cluster, ID: j.id, Versions: j.history(), Status: p.Status, ArchiveTime: now}

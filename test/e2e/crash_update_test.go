@@ -51,8 +51,15 @@ func buildHostAgent(t *testing.T) string {
 
 func startUp(t *testing.T, bin, dir string) *upProcess {
 	t.Helper()
-	cmd := exec.Command(bin, "up", "--data-dir", dir, "--hosts", "2", "--host-cpu", "4", "--host-memory-mb", "4096",
-		"--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--log-level", "warn")
+	return startUpWith(t, bin, dir)
+}
+
+// startUpWith is startUp with more flags (later ones win).
+func startUpWith(t *testing.T, bin, dir string, flags ...string) *upProcess {
+	t.Helper()
+	args := append([]string{"up", "--data-dir", dir, "--hosts", "2", "--host-cpu", "4", "--host-memory-mb", "4096",
+		"--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--log-level", "warn"}, flags...)
+	cmd := exec.Command(bin, args...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
