@@ -367,3 +367,55 @@ func TestJobsSomethingRefersToStayLive(t *testing.T) {
 		t.Errorf("the retry: %s, %v; want %s", again, err, id)
 	}
 }
+
+// TestFinishedJobsLeaveMemory: a finished job nobody touched for a while
+// leaves memory (its row stays for lists) and is loaded again when asked
+// for; a writer still holding the old copy cannot write through it.
+func TestFinishedJobsLeaveMemory(t *testing.T) {
+	e, _ := storetest.StartEtcd(t)
+	s := newSandboxes(2)
+	p := startProcess(t, e, s)
+	id := runToSuccess(t, p, s, sleepers("done", 2))
+	live, err := p.jm.CreateJob(context.Background(), sleepers("live", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the job finished", 30*time.Second, func() (bool, string) {
+		j, err := p.jm.GetJob(id)
+		return err == nil && j.Status.State == pelotonv1.JobState_JOB_SUCCEEDED, "not finished"
+	})
+	p.jm.mu.RLock()
+	old := p.jm.jobs[id]
+	p.jm.mu.RUnlock()
+	if n := p.jm.unloadFinished(time.Now()); n != 0 {
+		t.Fatalf("%d jobs unloaded right after they finished", n)
+	}
+	if n := p.jm.unloadFinished(time.Now().Add(2 * unloadAfter)); n != 1 {
+		t.Fatalf("%d jobs unloaded, want the finished one", n)
+	}
+	p.jm.mu.RLock()
+	_, inMemory := p.jm.jobs[id]
+	_, liveInMemory := p.jm.jobs[live]
+	p.jm.mu.RUnlock()
+	if inMemory || !liveInMemory {
+		t.Fatalf("after unloading: finished job in memory %v, live job %v", inMemory, liveInMemory)
+	}
+	js, err := p.jm.ListJobs("", []pelotonv1.JobState{pelotonv1.JobState_JOB_SUCCEEDED}, "")
+	if err != nil || len(js) != 1 || js[0].Id != id || js[0].Status.TaskCounts["SUCCEEDED"] != 2 {
+		t.Fatalf("list after unloading: %v, %v", js, err)
+	}
+	err = p.jm.updateJobRuntime(context.Background(), old, func(rt *pelotonv1.JobStatus) error {
+		rt.Message = "through a stale copy"
+		return nil
+	})
+	if err == nil {
+		t.Fatal("a write through the copy of an unloaded job was taken")
+	}
+	if err := p.jm.RestartJob(context.Background(), id, []uint32{1}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the reloaded job restarted", 30*time.Second, func() (bool, string) {
+		j, err := p.jm.GetJob(id)
+		return err == nil && j.Status.State == pelotonv1.JobState_JOB_RUNNING, tasksOf(t, p.jm, id)
+	})
+}

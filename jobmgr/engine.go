@@ -71,6 +71,11 @@ func (m *Manager) Start(ctx context.Context) error {
 		defer m.wg.Done()
 		m.reconcileLoop(ctx)
 	}()
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		m.unloadLoop(ctx)
+	}()
 	if m.history != nil {
 		m.wg.Add(1)
 		go func() {

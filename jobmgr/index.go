@@ -321,9 +321,86 @@ func (m *Manager) loadFinished(id string) (*job, error) {
 		return nil, nil // removed meanwhile
 	}
 	j.requestID = m.finished[id].requestID
+	j.loadedAt = m.now()
 	delete(m.finished, id)
 	m.jobs[id] = j
 	return j, nil
+}
+
+// unloadAfter is how long a finished job stays in memory after it
+// finished, or after it was loaded on demand, before only its index row
+// is kept.
+const unloadAfter = time.Minute
+
+// unloadEvery is how often finished jobs are unloaded.
+const unloadEvery = 10 * time.Second
+
+// unloadLoop keeps memory bounded by live work: finished jobs nobody
+// touched for unloadAfter leave memory (their rows stay, and they are
+// loaded again when asked for), as if the process had restarted.
+func (m *Manager) unloadLoop(ctx context.Context) {
+	t := time.NewTicker(unloadEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		m.unloadFinished(m.now())
+	}
+}
+
+// unloadFinished unloads the finished jobs that are due; it returns how
+// many it unloaded.
+func (m *Manager) unloadFinished(now time.Time) int {
+	m.mu.RLock()
+	jobs := make([]*job, 0, len(m.jobs))
+	for _, j := range m.jobs {
+		jobs = append(jobs, j)
+	}
+	m.mu.RUnlock()
+	n := 0
+	for _, j := range jobs {
+		j.mu.Lock()
+		due := isJobTerminal(j.rt.State) && !j.unsure && now.Sub(finishedTime(j.rt)) >= unloadAfter && now.Sub(j.loadedAt) >= unloadAfter
+		j.mu.Unlock()
+		if !due || m.activeUpdate(j.id) != nil || m.isForeign(j) {
+			continue
+		}
+		quiet := true
+		for _, t := range j.tasks() {
+			if t == nil {
+				continue
+			}
+			t.mu.Lock()
+			if !isTerminal(t.rt.State) {
+				quiet = false
+			}
+			t.mu.Unlock()
+			if !quiet {
+				break
+			}
+		}
+		if !quiet {
+			continue
+		}
+		row := m.jobProto(j)
+		row.Spec = summarize(row.Spec)
+		f := &finishedJob{summary: row, requestID: j.requestID, ttl: j.spec().TtlSecondsAfterFinished}
+		m.mu.Lock()
+		j.mu.Lock()
+		// Unchanged since the row was made, and still this process's copy.
+		if m.jobs[j.id] == j && uint64(j.rev) == row.Status.Version && isJobTerminal(j.rt.State) && !j.unsure {
+			j.unloaded = true
+			delete(m.jobs, j.id)
+			m.finished[j.id] = f
+			n++
+		}
+		j.mu.Unlock()
+		m.mu.Unlock()
+	}
+	return n
 }
 
 // finishedSummaries returns the summaries of the finished jobs not in

@@ -86,6 +86,11 @@ type job struct {
 	// collectNotBefore holds the collector off the job until then
 	// (collect.go); guarded by mu.
 	collectNotBefore time.Time
+	// loadedAt is when a finished job was loaded on demand, and unloaded
+	// is set once it left memory again (index.go): a writer still holding
+	// it must not write through it. Guarded by mu.
+	loadedAt time.Time
+	unloaded bool
 
 	mu  sync.Mutex
 	rt  *pelotonv1.JobStatus
@@ -631,6 +636,9 @@ func (m *Manager) ListJobs(pool string, states []pelotonv1.JobState, name string
 func (m *Manager) updateJobRuntime(ctx context.Context, j *job, fn func(rt *pelotonv1.JobStatus) error) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	if j.unloaded {
+		return errUnloaded(j.id)
+	}
 	if j.unsure {
 		if err := m.resolveJob(ctx, j); err != nil {
 			return err
@@ -663,6 +671,13 @@ func (m *Manager) updateJobRuntime(ctx context.Context, j *job, fn func(rt *pelo
 	j.rt, j.rev = rt, rev
 	j.goalKilled.Store(rt.GoalState == pelotonv1.JobState_JOB_KILLED)
 	return nil
+}
+
+// errUnloaded is the error of a write through a copy of a finished job
+// that has left memory meanwhile (index.go): the caller retries, and
+// loads the job again.
+func errUnloaded(id string) error {
+	return apierr.Aborted("job %s changed concurrently; retry", id)
 }
 
 // CancelJob kills every instance of a job. Cancelling a finished job is a no-op.

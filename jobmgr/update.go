@@ -304,6 +304,10 @@ func (m *Manager) storeNewVersion(ctx context.Context, j *job, jv *jobVersion, u
 		ops = append(ops, store.Put(updateKey(u.u.Id), b, store.MustNotExist))
 	}
 	j.mu.Lock()
+	if j.unloaded {
+		j.mu.Unlock()
+		return errUnloaded(j.id)
+	}
 	if j.unsure {
 		if err := m.resolveJob(ctx, j); err != nil {
 			j.mu.Unlock()
