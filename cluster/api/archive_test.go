@@ -550,3 +550,35 @@ func TestArchiveUnavailable(t *testing.T) {
 		t.Errorf("ListJobs of the live jobs with the archive down: %v, %v", r, err)
 	}
 }
+
+// TestArchivedJobRules: authorization finds an archived job's pool in the
+// archive, for the calls about the job and for its updates in a list.
+func TestArchivedJobRules(t *testing.T) {
+	h := openBolt(t)
+	s := startArchiveStack(t, h)
+	ctx := context.Background()
+	rec := archivedRecord("ruled", "ruled", time.Now().Add(-time.Hour), nil)
+	rec.Versions[0].Spec.Pool = "/org/team"
+	rec.Updates = []*pelotonv1.Update{{Id: "u-1", JobId: "ruled", Status: &pelotonv1.UpdateStatus{CreateTime: timestamppb.New(time.Now().Add(-time.Hour))}}}
+	if err := h.Put(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	rules := s.srv.Rules()
+	for _, m := range []string{"/peloton.api.v1.JobService/GetJob", "/peloton.api.v1.JobService/DeleteJob", "/peloton.api.v1.TaskService/GetTaskLogs"} {
+		pools, err := rules[m].Pools(ctx, &pelotonv1.GetJobRequest{JobId: "ruled"})
+		if err != nil || len(pools) != 1 || pools[0] != "/org/team" {
+			t.Errorf("%s of the archived job needs the role on %v (%v), want [/org/team]", m, pools, err)
+		}
+		_, err = rules[m].Pools(ctx, &pelotonv1.GetJobRequest{JobId: "nowhere"})
+		wantCode(t, m+" of an unknown job", err, codes.NotFound, "nowhere does not exist")
+	}
+	resp, err := s.updates.ListUpdates(ctx, &pelotonv1.ListUpdatesRequest{JobId: "ruled"})
+	if err != nil || len(resp.Updates) != 1 || resp.Updates[0].Id != "u-1" {
+		t.Fatalf("ListUpdates of the archived job: %v, %v", resp, err)
+	}
+	var asked []string
+	rules["/peloton.api.v1.UpdateService/ListUpdates"].Filter(resp, func(p string) bool { asked = append(asked, p); return p == "/org/team" })
+	if len(resp.Updates) != 1 || len(asked) != 1 || asked[0] != "/org/team" {
+		t.Errorf("the list filter kept %v, asking for %v; want the update kept, by /org/team", resp.Updates, asked)
+	}
+}
