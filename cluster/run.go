@@ -226,6 +226,9 @@ func runStack(ctx context.Context, cfg Config, etcdTLS *tls.Config, t *term) err
 	srv := api.NewServer(jm, rm, hm, log)
 	srv.SetMaxInstances(cfg.MaxInstances)
 	srv.SetCreateGuard(guard.Check)
+	if archive != nil {
+		srv.SetHistory(archive, cmp.Or(cfg.ClusterName, DefaultClusterName))
+	}
 	srv.SetReadiness(func(ctx context.Context) error {
 		// Reading the quarantine also tells whether the store answers.
 		quarantined, err := quarantine.List(ctx, st, "")

@@ -263,6 +263,14 @@ func (m *Manager) removeArchived(ctx context.Context, j *job, h *history.Job) bo
 	if _, err := m.store.Txn(ctx, removalOps(j.id, rev)...); err != nil {
 		if !errors.Is(err, store.ErrConflict) {
 			m.log.Warn("remove an archived job from the store", "job", j.id, "err", err)
+			return false
+		}
+		// Deleted by a user while it was being archived: the delete
+		// cleared the archive before this put landed, so the copy goes.
+		if _, gerr := m.store.Get(ctx, jobRuntimeKey(j.id)); errors.Is(gerr, store.ErrNotFound) {
+			if derr := m.history.Delete(ctx, m.cluster, j.id); derr != nil && !errors.Is(derr, history.ErrNotFound) {
+				m.log.Warn("drop the archived copy of a job deleted while it was archived", "job", j.id, "err", derr)
+			}
 		}
 		return false
 	}

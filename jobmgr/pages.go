@@ -2,9 +2,9 @@ package jobmgr
 
 import (
 	"encoding/base64"
-
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/peloton-sched/peloton/internal/apierr"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
@@ -45,11 +45,38 @@ func decodeToken(token, kind string, n int) ([]string, error) {
 	return parts[1:], nil
 }
 
-// JobFilter selects jobs for ListJobsPage.
+// JobFilter selects jobs for ListJobsPage; every filter that is set must
+// hold. The API checks Labels and the creation bounds before it calls.
 type JobFilter struct {
 	Pool   string
 	States []pelotonv1.JobState
 	Name   string
+	// Labels selects jobs that have every one of these labels, with these
+	// values.
+	Labels map[string]string
+	// CreatedSince and CreatedUntil select jobs created at or after
+	// CreatedSince and before CreatedUntil (zero: no bound).
+	CreatedSince, CreatedUntil time.Time
+}
+
+// matches reports whether j passes the filters ListJobs does not apply
+// itself (labels and creation time).
+func (f JobFilter) matches(j *pelotonv1.Job) bool {
+	if !f.CreatedSince.IsZero() || !f.CreatedUntil.IsZero() {
+		ct := j.GetStatus().GetCreateTime().AsTime()
+		if !f.CreatedSince.IsZero() && ct.Before(f.CreatedSince) {
+			return false
+		}
+		if !f.CreatedUntil.IsZero() && !ct.Before(f.CreatedUntil) {
+			return false
+		}
+	}
+	for k, v := range f.Labels {
+		if got, ok := j.GetSpec().GetLabels()[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
 }
 
 // ListJobsPage is one page of ListJobs (newest first), with job specs
@@ -82,6 +109,9 @@ func (m *Manager) ListJobsPage(f JobFilter, size uint32, token string) ([]*pelot
 		if token != "" && (t > afterNanos || t == afterNanos && j.Id <= afterID) {
 			continue // on an earlier page
 		}
+		if !f.matches(j) {
+			continue
+		}
 		j.Spec = summarize(j.Spec)
 		size := proto.Size(j)
 		if len(out) == n || (len(out) > 0 && bytes+size > pageBytes) {
@@ -106,11 +136,24 @@ func summarize(s *pelotonv1.JobSpec) *pelotonv1.JobSpec {
 // ListTasksPage is one page of ListTasks (in instance order) and the token
 // of the next page ("" after the last).
 func (m *Manager) ListTasksPage(jobID string, states []pelotonv1.TaskState, size uint32, token string) ([]*pelotonv1.Task, string, error) {
-	n, err := pageSize(size)
-	if err != nil {
+	if _, err := pageSize(size); err != nil {
 		return nil, "", err
 	}
 	j, err := m.getJob(jobID)
+	if err != nil {
+		return nil, "", err
+	}
+	return TasksPage(jobID, len(j.tasks()), func(inst uint32) *pelotonv1.Task { return m.taskProto(j, inst, false) },
+		states, size, token)
+}
+
+// TasksPage is one page of the instances 0 to count-1 of job jobID, as
+// ListTasks pages them: in instance order, only those whose task (as task
+// renders it) is in one of states when states is set, and the token of the
+// next page ("" after the last). The API pages an archived job's tasks
+// with it, so a token means the same whichever store the job is in.
+func TasksPage(jobID string, count int, task func(inst uint32) *pelotonv1.Task, states []pelotonv1.TaskState, size uint32, token string) ([]*pelotonv1.Task, string, error) {
+	n, err := pageSize(size)
 	if err != nil {
 		return nil, "", err
 	}
@@ -130,11 +173,10 @@ func (m *Manager) ListTasksPage(jobID string, states []pelotonv1.TaskState, size
 	for _, s := range states {
 		want[s] = true
 	}
-	count := len(j.tasks())
 	out := make([]*pelotonv1.Task, 0, min(n, max(count-from, 0)))
 	bytes := 0
 	for i := from; i < count; i++ {
-		tp := m.taskProto(j, uint32(i), false)
+		tp := task(uint32(i))
 		if len(want) > 0 && !want[tp.Status.State] {
 			continue
 		}
@@ -146,4 +188,11 @@ func (m *Manager) ListTasksPage(jobID string, states []pelotonv1.TaskState, size
 		bytes += size
 	}
 	return out, "", nil
+}
+
+// InstanceSpec is the effective task spec of instance inst under job spec
+// s (its default spec with its override merged in): the spec GetTask
+// returns with a task. The API renders archived tasks with it.
+func InstanceSpec(s *pelotonv1.JobSpec, inst uint32) *pelotonv1.TaskSpec {
+	return instanceSpec(s, inst)
 }

@@ -129,10 +129,14 @@ func jobObject(req any) string { return "job " + req.(hasJobID).GetJobId() }
 
 // jobPools is the pool of the request's job. A job that does not exist is
 // NotFound, as the call itself would answer.
-func (s *Server) jobPools(_ context.Context, req any) ([]string, error) {
-	p, err := s.jm.JobPool(req.(hasJobID).GetJobId())
+// An archived job's pool is the one it had when it finished.
+func (s *Server) jobPools(ctx context.Context, req any) ([]string, error) {
+	id := req.(hasJobID).GetJobId()
+	p, err := s.jm.JobPool(id)
 	if err != nil {
-		return nil, err
+		if p, err = s.archivedPool(ctx, id, err); err != nil {
+			return nil, err
+		}
 	}
 	return []string{p}, nil
 }
@@ -187,8 +191,19 @@ func (s *Server) listUpdatesPools(ctx context.Context, req any) ([]string, error
 func (s *Server) filterUpdates(resp any, canView func(string) bool) {
 	r := resp.(*pelotonv1.ListUpdatesResponse)
 	kept := r.Updates[:0]
+	// One look per job: an archived job's updates are all of one job, read
+	// from the archive once.
+	pools := map[string]string{}
 	for _, u := range r.Updates {
-		if p, err := s.jm.JobPool(u.GetJobId()); err == nil && canView(p) {
+		p, ok := pools[u.GetJobId()]
+		if !ok {
+			ps, err := s.jobPools(context.Background(), u)
+			if err != nil {
+				continue
+			}
+			p, pools[u.GetJobId()] = ps[0], ps[0]
+		}
+		if canView(p) {
 			kept = append(kept, u)
 		}
 	}

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"io"
+	"time"
 
 	"github.com/peloton-sched/peloton/internal/apierr"
 	"github.com/peloton-sched/peloton/internal/requestid"
 	"github.com/peloton-sched/peloton/jobmgr"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+	"github.com/peloton-sched/peloton/resmgr"
 )
 
 // CreateJob stores a new job after validating its spec; a request id makes
@@ -32,41 +34,110 @@ func (s *Server) CreateJob(ctx context.Context, req *pelotonv1.CreateJobRequest)
 func (s *Server) GetJob(ctx context.Context, req *pelotonv1.GetJobRequest) (*pelotonv1.GetJobResponse, error) {
 	j, err := s.jm.GetJob(req.GetJobId())
 	if err != nil {
-		return nil, err
+		a, err := s.archived(ctx, req.GetJobId(), err)
+		if err != nil {
+			return nil, err
+		}
+		return &pelotonv1.GetJobResponse{Job: archivedJobProto(a)}, nil
 	}
 	return &pelotonv1.GetJobResponse{Job: j}, nil
 }
 
-// ListJobs returns jobs matching the filters.
+// ListJobs returns jobs matching the filters: the live ones, or with
+// archived the archive's.
 func (s *Server) ListJobs(ctx context.Context, req *pelotonv1.ListJobsRequest) (*pelotonv1.ListJobsResponse, error) {
-	js, next, err := s.jm.ListJobsPage(jobmgr.JobFilter{Pool: req.GetPool(), States: req.GetStates(), Name: req.GetName()},
-		req.GetPageSize(), req.GetPageToken())
+	f, err := jobFilter(req)
+	if err != nil {
+		return nil, err
+	}
+	if req.GetArchived() {
+		return s.listArchivedJobs(ctx, f, req.GetPageSize(), req.GetPageToken())
+	}
+	js, next, err := s.jm.ListJobsPage(f, req.GetPageSize(), req.GetPageToken())
 	if err != nil {
 		return nil, err
 	}
 	return &pelotonv1.ListJobsResponse{Jobs: js, NextPageToken: next}, nil
 }
 
-// CancelJob kills every instance of a job.
-func (s *Server) CancelJob(ctx context.Context, req *pelotonv1.CancelJobRequest) (*pelotonv1.CancelJobResponse, error) {
-	return &pelotonv1.CancelJobResponse{}, s.jm.CancelJob(ctx, req.GetJobId())
+// jobFilter checks ListJobs' filters.
+func jobFilter(req *pelotonv1.ListJobsRequest) (jobmgr.JobFilter, error) {
+	f := jobmgr.JobFilter{Pool: req.GetPool(), States: req.GetStates(), Name: req.GetName(), Labels: req.GetLabels()}
+	if f.Pool != "" {
+		p, err := resmgr.NormalizePath(f.Pool, "pool")
+		if err != nil {
+			return f, err
+		}
+		f.Pool = p
+	}
+	for k := range f.Labels {
+		if k == "" {
+			return f, apierr.Invalid("labels", "a label key must not be empty")
+		}
+	}
+	if ts := req.GetCreatedSince(); ts != nil {
+		if err := ts.CheckValid(); err != nil {
+			return f, apierr.Invalid("createdSince", "not a valid time: %v", err)
+		}
+		f.CreatedSince = ts.AsTime()
+	}
+	if ts := req.GetCreatedUntil(); ts != nil {
+		if err := ts.CheckValid(); err != nil {
+			return f, apierr.Invalid("createdUntil", "not a valid time: %v", err)
+		}
+		f.CreatedUntil = ts.AsTime()
+	}
+	if !f.CreatedSince.IsZero() && !f.CreatedUntil.IsZero() && !f.CreatedUntil.After(f.CreatedSince) {
+		return f, apierr.Invalid("createdUntil", "%s is not after createdSince %s: no job was created in between",
+			f.CreatedUntil.Format(time.RFC3339Nano), f.CreatedSince.Format(time.RFC3339Nano))
+	}
+	return f, nil
 }
 
-// DeleteJob removes a finished job.
+// CancelJob kills every instance of a job.
+func (s *Server) CancelJob(ctx context.Context, req *pelotonv1.CancelJobRequest) (*pelotonv1.CancelJobResponse, error) {
+	if err := s.jm.CancelJob(ctx, req.GetJobId()); err != nil {
+		return nil, s.refuseArchived(ctx, req.GetJobId(), "cancelled", err)
+	}
+	return &pelotonv1.CancelJobResponse{}, nil
+}
+
+// DeleteJob removes a finished job: from the live store, or, when it is
+// archived, from the archive (an operator's purge).
 func (s *Server) DeleteJob(ctx context.Context, req *pelotonv1.DeleteJobRequest) (*pelotonv1.DeleteJobResponse, error) {
-	return &pelotonv1.DeleteJobResponse{}, s.jm.DeleteJob(ctx, req.GetJobId())
+	id := req.GetJobId()
+	if err := s.jm.DeleteJob(ctx, id); err != nil {
+		if _, err := s.archived(ctx, id, err); err != nil {
+			return nil, err
+		}
+		return &pelotonv1.DeleteJobResponse{}, s.purgeArchived(ctx, id, true)
+	}
+	// A job being archived is in both stores for a moment: deleting it
+	// deletes it from both, or it would come back as archived.
+	return &pelotonv1.DeleteJobResponse{}, s.purgeArchived(ctx, id, false)
 }
 
 // RestartJob starts new runs of a job's instances.
 func (s *Server) RestartJob(ctx context.Context, req *pelotonv1.RestartJobRequest) (*pelotonv1.RestartJobResponse, error) {
-	return &pelotonv1.RestartJobResponse{}, s.jm.RestartJob(ctx, req.GetJobId(), req.GetInstances())
+	if err := s.jm.RestartJob(ctx, req.GetJobId(), req.GetInstances()); err != nil {
+		return nil, s.refuseArchived(ctx, req.GetJobId(), "restarted", err)
+	}
+	return &pelotonv1.RestartJobResponse{}, nil
 }
 
 // ListTasks returns a job's instances.
 func (s *Server) ListTasks(ctx context.Context, req *pelotonv1.ListTasksRequest) (*pelotonv1.ListTasksResponse, error) {
 	ts, next, err := s.jm.ListTasksPage(req.GetJobId(), req.GetStates(), req.GetPageSize(), req.GetPageToken())
 	if err != nil {
-		return nil, err
+		a, err := s.archived(ctx, req.GetJobId(), err)
+		if err != nil {
+			return nil, err
+		}
+		ts, next, err = jobmgr.TasksPage(a.ID, len(a.Tasks), func(inst uint32) *pelotonv1.Task { return archivedTask(a, inst, false) },
+			req.GetStates(), req.GetPageSize(), req.GetPageToken())
+		if err != nil {
+			return nil, err
+		}
 	}
 	return &pelotonv1.ListTasksResponse{Tasks: ts, NextPageToken: next}, nil
 }
@@ -75,14 +146,24 @@ func (s *Server) ListTasks(ctx context.Context, req *pelotonv1.ListTasksRequest)
 func (s *Server) GetTask(ctx context.Context, req *pelotonv1.GetTaskRequest) (*pelotonv1.GetTaskResponse, error) {
 	t, err := s.jm.GetTask(req.GetJobId(), req.GetInstanceId())
 	if err != nil {
-		return nil, err
+		a, aerr := s.archived(ctx, req.GetJobId(), err)
+		if aerr != nil {
+			return nil, aerr
+		}
+		if err := checkArchivedInstance(a, req.GetInstanceId()); err != nil {
+			return nil, err
+		}
+		t = archivedTask(a, req.GetInstanceId(), true)
 	}
 	return &pelotonv1.GetTaskResponse{Task: t}, nil
 }
 
 // KillTask kills one instance.
 func (s *Server) KillTask(ctx context.Context, req *pelotonv1.KillTaskRequest) (*pelotonv1.KillTaskResponse, error) {
-	return &pelotonv1.KillTaskResponse{}, s.jm.KillTask(ctx, req.GetJobId(), req.GetInstanceId())
+	if err := s.jm.KillTask(ctx, req.GetJobId(), req.GetInstanceId()); err != nil {
+		return nil, s.refuseArchived(ctx, req.GetJobId(), "killed", err)
+	}
+	return &pelotonv1.KillTaskResponse{}, nil
 }
 
 // logChunkSize bounds one streamed message.
@@ -95,7 +176,14 @@ func (s *Server) GetTaskLogs(req *pelotonv1.GetTaskLogsRequest, stream pelotonv1
 	}
 	rc, err := s.jm.Logs(stream.Context(), req.GetJobId(), req.GetInstanceId(), req.GetRunId(), req.GetStream(), req.GetFollow())
 	if err != nil {
-		return err
+		a, err := s.archived(stream.Context(), req.GetJobId(), err)
+		if err != nil {
+			return err
+		}
+		// An archived run has ended: following it ends with its output.
+		if rc, err = s.archivedLogs(stream.Context(), a, req.GetInstanceId(), req.GetRunId(), req.GetStream()); err != nil {
+			return err
+		}
 	}
 	defer rc.Close()
 	buf := make([]byte, logChunkSize)

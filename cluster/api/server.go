@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/peloton-sched/peloton/history"
 	"github.com/peloton-sched/peloton/hostmgr"
 	"github.com/peloton-sched/peloton/internal/apierr"
 	"github.com/peloton-sched/peloton/internal/live"
@@ -63,6 +64,11 @@ type Server struct {
 	// createGuard, if set, says why creates are refused now (the store is
 	// nearly full), or nil.
 	createGuard func() error
+	// history, if set, is the archive of finished jobs the calls about one
+	// job read through (archive.go), holding this cluster's jobs under
+	// historyCluster.
+	history        history.Store
+	historyCluster string
 }
 
 // SetCreateGuard sets the check every create (jobs, updates, pools) passes

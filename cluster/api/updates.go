@@ -14,7 +14,7 @@ func (s *Server) ScaleJob(ctx context.Context, req *pelotonv1.ScaleJobRequest) (
 	}
 	v, err := s.jm.ScaleJob(ctx, req.GetJobId(), req.GetInstanceCount(), req.GetVersion())
 	if err != nil {
-		return nil, err
+		return nil, s.refuseArchived(ctx, req.GetJobId(), "scaled", err)
 	}
 	return &pelotonv1.ScaleJobResponse{SpecVersion: v}, nil
 }
@@ -23,7 +23,11 @@ func (s *Server) ScaleJob(ctx context.Context, req *pelotonv1.ScaleJobRequest) (
 func (s *Server) ListJobVersions(ctx context.Context, req *pelotonv1.ListJobVersionsRequest) (*pelotonv1.ListJobVersionsResponse, error) {
 	vs, err := s.jm.ListJobVersions(req.GetJobId())
 	if err != nil {
-		return nil, err
+		a, err := s.archived(ctx, req.GetJobId(), err)
+		if err != nil {
+			return nil, err
+		}
+		vs = a.Versions
 	}
 	return &pelotonv1.ListJobVersionsResponse{Versions: vs}, nil
 }
@@ -39,7 +43,7 @@ func (s *Server) CreateUpdate(ctx context.Context, req *pelotonv1.CreateUpdateRe
 	}
 	u, err := s.jm.CreateUpdateOnce(ctx, req.GetJobId(), req.GetSpec(), req.GetUpdateSpec(), req.GetJobVersion(), r)
 	if err != nil {
-		return nil, err
+		return nil, s.refuseArchived(ctx, req.GetJobId(), "updated", err)
 	}
 	return &pelotonv1.CreateUpdateResponse{Update: u}, nil
 }
@@ -53,11 +57,16 @@ func (s *Server) GetUpdate(ctx context.Context, req *pelotonv1.GetUpdateRequest)
 	return &pelotonv1.GetUpdateResponse{Update: u}, nil
 }
 
-// ListUpdates returns updates, newest first.
+// ListUpdates returns updates, newest first: every live job's, or one
+// job's, live or archived.
 func (s *Server) ListUpdates(ctx context.Context, req *pelotonv1.ListUpdatesRequest) (*pelotonv1.ListUpdatesResponse, error) {
 	us, err := s.jm.ListUpdates(req.GetJobId())
 	if err != nil {
-		return nil, err
+		a, err := s.archived(ctx, req.GetJobId(), err)
+		if err != nil {
+			return nil, err
+		}
+		us = archivedUpdates(a)
 	}
 	return &pelotonv1.ListUpdatesResponse{Updates: us}, nil
 }

@@ -262,15 +262,21 @@ async function jobsPage(ctx) {
     pool: h("input", { name: "pool", placeholder: "pool", value: q.get("pool") || "", "aria-label": "Pool" }),
     state: h("select", { name: "state", "aria-label": "State" }, h("option", { value: "" }, "any state"), jobStates.map((s) => h("option", { value: s }, short(s)))),
     owner: h("input", { name: "owner", placeholder: "owner", value: q.get("owner") || "", "aria-label": "Owner (label owner)" }),
+    // Finished jobs whose time to live passed are in the archive, listed
+    // apart: ListJobs with archived.
+    archived: h("input", { type: "checkbox", name: "archived", id: "jobs-archived", checked: q.get("archived") === "true" }),
   };
   f.type.value = q.get("type") || "";
   f.state.value = q.get("state") || "";
+  const archivedToggle = h("label.toggle", { title: "List the archive of finished jobs instead of the live jobs" }, f.archived, " archived");
   const list = h("div");
-  const filters = h("form.filters", { role: "search" }, Object.values(f));
+  const filters = h("form.filters", { role: "search" }, Object.values(f).filter((el) => el !== f.archived), archivedToggle);
   ctx.root.append(h("h1", "Jobs"), filters, list);
   const refresh = () => {
     const params = new URLSearchParams();
-    for (const [k, el] of Object.entries(f)) if (el.value) params.set(k, el.value);
+    for (const [k, el] of Object.entries(f)) {
+      if (el === f.archived) { if (el.checked) params.set(k, "true"); } else if (el.value) params.set(k, el.value);
+    }
     history.replaceState(null, "", "/ui/jobs" + (params.toString() ? "?" + params : ""));
     hooks.refresh();
   };
@@ -278,13 +284,15 @@ async function jobsPage(ctx) {
   filters.addEventListener("input", () => { clearTimeout(timer); timer = setTimeout(refresh, 250); });
   filters.addEventListener("submit", (ev) => { ev.preventDefault(); refresh(); });
   await ctx.live(list, async () => {
+    const archived = f.archived.checked;
     const jobs = await listAll("/v1/jobs", {
       pageSize: 500, name: f.name.value.trim(), pool: f.pool.value.trim(), states: f.state.value || undefined,
+      archived: archived ? "true" : undefined,
     }, "jobs", ctx.signal, 10);
     const owner = f.owner.value.trim().toLowerCase();
     const shown = jobs.filter((j) => (!f.type.value || (j.spec.type || "BATCH") === f.type.value) &&
       (!owner || ownerOf(j).toLowerCase().includes(owner)));
-    return [h("p.muted", `${shown.length} of ${jobs.length} jobs`), jobTable(shown)];
+    return [h("p.muted", `${shown.length} of ${jobs.length} ${archived ? "archived " : ""}jobs`), jobTable(shown)];
   });
 }
 
@@ -298,12 +306,17 @@ function jobTable(jobs) {
     { title: "Name", cell: (j) => link("/ui/jobs/" + enc(j.id), j.spec.name || "(unnamed)") },
     { title: "Type", cell: (j) => j.spec.type || "BATCH" },
     { title: "Pool", cell: (j) => j.spec.pool },
-    { title: "State", cell: (j) => badge(j.status.state) },
+    { title: "State", cell: (j) => [badge(j.status.state), j.status.archived ? [" ", archivedBadge()] : ""] },
     { title: "Instances", cls: "num", cell: (j) => num(j.spec.instanceCount) },
     { title: "Tasks", cell: (j) => taskCountChips(j.status.taskCounts) },
     { title: "Owner", cell: (j) => ownerOf(j) },
     { title: "Created", cell: (j) => ago(j.status.createTime) },
   ], jobs, { empty: "No jobs match." });
+}
+
+// archivedBadge marks a job read from the archive of finished jobs.
+function archivedBadge() {
+  return h("span.badge.s-none.archived", { title: "finished, and moved to the archive of finished jobs: it can no longer change" }, "ARCHIVED");
 }
 
 function taskCountChips(counts) {
@@ -356,7 +369,7 @@ async function jobPage(ctx, id) {
     grid.select(Math.min(i, grid.states.length - 1), false);
     try {
       const t = (await get(`/v1/jobs/${enc(id)}/tasks/${i}`, ctx.signal)).task;
-      if (shown === i) replace(instSlot, instancePanel(id, t, true));
+      if (shown === i) replace(instSlot, instancePanel(id, t, true, job.status.archived));
     } catch (e) {
       if (e.name !== "AbortError") replace(instSlot, errorBox(e, `instance ${i}`));
     }
@@ -382,6 +395,20 @@ function jobHeader(job) {
   const st = job.status, spec = job.spec;
   const id = job.id;
   const running = !/SUCCEEDED|FAILED|KILLED/.test(st.state);
+  if (st.archived) {
+    // An archived job can no longer change: no actions but its updates.
+    return [
+      h("h1", spec.name || id, " ", badge(st.state), " ", archivedBadge()),
+      h("p.notice", { id: "archived-note" }, "This job finished and was moved to the archive of finished jobs: it is shown as it was when it finished, and can no longer change."),
+      kv([
+        ["ID", h("code", id)], ["Type", spec.type || "BATCH"], ["Pool", spec.pool],
+        ["Instances", num(spec.instanceCount)], ["Spec version", st.specVersion],
+        ["Created", ago(st.createTime)], ["Finished", ago(st.completionTime)], ["Tasks", taskCountChips(st.taskCounts)],
+        st.message ? ["Message", h("span.reason", st.message)] : null,
+        ownerOf(job) ? ["Owner", ownerOf(job)] : null,
+      ]),
+    ];
+  }
   const scaleInput = h("input", { type: "number", min: 0, value: spec.instanceCount, "aria-label": "Instance count", class: "narrow", dataset: { key: "scale-n" } });
   return [
     h("h1", spec.name || id, " ", badge(st.state)),
@@ -402,7 +429,7 @@ function jobHeader(job) {
 }
 
 // instancePanel shows one instance: its current run and every run before.
-function instancePanel(jobId, t, withLink) {
+function instancePanel(jobId, t, withLink, archived) {
   const st = t.status;
   const base = `/v1/jobs/${enc(jobId)}/tasks/${t.instanceId}`;
   return h("div.card.inner",
@@ -415,7 +442,7 @@ function instancePanel(jobId, t, withLink) {
       ["Failures", String(st.failureCount || 0)], ["Started", ago(st.startTime)],
       st.health && st.health !== "HEALTH_UNKNOWN" ? ["Health", badge(st.health)] : null,
     ]),
-    h("div.toolbar.actions",
+    archived ? "" : h("div.toolbar.actions",
       actionButton("Kill task", () => post(base + ":kill"), { danger: true, confirm: !withLink ? false : true, id: "kill-task-" + t.instanceId,
         disabled: /SUCCEEDED|FAILED|KILLED|LOST/.test(st.state) && st.goalState !== "RUNNING" })),
     runsTable(st));

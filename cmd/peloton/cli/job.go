@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
@@ -94,6 +95,9 @@ func (a *app) jobGetCommand() *cobra.Command {
 					if msg := job.GetStatus().GetMessage(); msg != "" && !wide {
 						fmt.Fprintf(w, "\nmessage: %s\n", msg)
 					}
+					if job.GetStatus().GetArchived() {
+						fmt.Fprintf(w, "\narchived: the job finished and was moved to the archive of finished jobs; it can no longer change (job delete purges it)\n")
+					}
 				})
 			})
 		},
@@ -101,13 +105,24 @@ func (a *app) jobGetCommand() *cobra.Command {
 }
 
 func (a *app) jobListCommand() *cobra.Command {
-	var pool, name string
-	var states []string
+	var pool, name, since, until string
+	var states, labels []string
 	var limit int
+	var archived bool
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List jobs, newest first (every page; --limit to stop early)",
-		Args:  argsNamed(),
+		Long: `List jobs, newest first (every page; --limit to stop early).
+
+Finished jobs leave the live list once their time to live after they
+finished has passed (spec.ttlSecondsAfterFinished, or the cluster's
+--finished-job-ttl) and are kept in the archive: --archived lists those
+instead, with the same filters. job get, task list, task get and task logs
+of an archived job answer from the archive.`,
+		Example: `  peloton job list --state running
+  peloton job list --archived --label team=data --created-since 24h
+  peloton job list --archived --created-since 2026-01-01T00:00:00Z --created-until 2026-02-01T00:00:00Z`,
+		Args: argsNamed(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			p, err := a.printer()
 			if err != nil {
@@ -117,9 +132,23 @@ func (a *app) jobListCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			lb, err := parseLabelFilter("label", labels)
+			if err != nil {
+				return err
+			}
+			now := time.Now()
+			from, err := parseTimeFlag("created-since", since, now)
+			if err != nil {
+				return err
+			}
+			to, err := parseTimeFlag("created-until", until, now)
+			if err != nil {
+				return err
+			}
 			return a.withClient(func(c *client) error {
 				jobs, err := allPages(limit, func(size uint32, token string) ([]*pelotonv1.Job, string, error) {
-					page, err := call(cmd.Context(), c, c.Jobs.ListJobs, &pelotonv1.ListJobsRequest{Pool: pool, States: st, Name: name, PageSize: size, PageToken: token})
+					page, err := call(cmd.Context(), c, c.Jobs.ListJobs, &pelotonv1.ListJobsRequest{Pool: pool, States: st, Name: name,
+						Archived: archived, Labels: lb, CreatedSince: from, CreatedUntil: to, PageSize: size, PageToken: token})
 					return page.GetJobs(), page.GetNextPageToken(), err
 				})
 				if err != nil {
@@ -136,8 +165,53 @@ func (a *app) jobListCommand() *cobra.Command {
 	f.StringVar(&pool, "pool", "", "only jobs in this pool")
 	f.StringSliceVar(&states, "state", nil, "only jobs in these states (repeatable or comma-separated; e.g. RUNNING or JOB_RUNNING)")
 	f.StringVar(&name, "name", "", "only jobs whose name contains this")
+	f.StringArrayVar(&labels, "label", nil, "only jobs with this label, key=value (repeatable: every one must hold)")
+	f.StringVar(&since, "created-since", "", "only jobs created at or after this time: RFC 3339 (2026-01-02T15:04:05Z) or how long ago (24h, 7d)")
+	f.StringVar(&until, "created-until", "", "only jobs created before this time: RFC 3339 or how long ago (24h, 7d)")
+	f.BoolVar(&archived, "archived", false, "list the archive of finished jobs instead of the live jobs")
 	f.IntVar(&limit, "limit", 0, "at most this many jobs (0: all)")
 	return cmd
+}
+
+// parseLabelFilter reads repeated key=value flags into a map, naming the
+// flag.
+func parseLabelFilter(flag string, entries []string) (map[string]string, error) {
+	if len(entries) == 0 {
+		return nil, nil
+	}
+	out := make(map[string]string, len(entries))
+	for _, e := range entries {
+		k, v, ok := strings.Cut(e, "=")
+		if !ok || k == "" {
+			return nil, usageErrorf("invalid --%s %q: want key=value, e.g. team=data", flag, e)
+		}
+		if prev, dup := out[k]; dup && prev != v {
+			return nil, usageErrorf("invalid --%s %q: label %s is already given as %q, and a job has one value per label", flag, e, k, prev)
+		}
+		out[k] = v
+	}
+	return out, nil
+}
+
+// parseTimeFlag reads a time flag: an RFC 3339 time, or a duration that
+// means that long before now (24h, 90m, or whole days: 7d). "" is unset.
+func parseTimeFlag(flag, v string, now time.Time) (*timestamppb.Timestamp, error) {
+	if v == "" {
+		return nil, nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+		return timestamppb.New(t), nil
+	}
+	d, err := time.ParseDuration(v)
+	if days, ok := strings.CutSuffix(v, "d"); ok && err != nil {
+		if n, nerr := strconv.ParseUint(days, 10, 16); nerr == nil {
+			d, err = time.Duration(n)*24*time.Hour, nil
+		}
+	}
+	if err != nil || d < 0 {
+		return nil, usageErrorf("invalid --%s %q: want an RFC 3339 time (2026-01-02T15:04:05Z) or how long ago (24h, 90m, 7d)", flag, v)
+	}
+	return timestamppb.New(now.Add(-d)), nil
 }
 
 func (a *app) jobCancelCommand() *cobra.Command {

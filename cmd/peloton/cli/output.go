@@ -142,7 +142,7 @@ func writeJobTable(w io.Writer, jobs []*pelotonv1.Job, wide bool) {
 			spec.GetName(),
 			spec.GetType().String(),
 			spec.GetPool(),
-			st.GetState().String(),
+			jobState(st),
 			strconv.FormatUint(uint64(spec.GetInstanceCount()), 10),
 			taskCounts(st.GetTaskCounts()),
 			timestamp(st.GetCreateTime()),
@@ -152,6 +152,15 @@ func writeJobTable(w io.Writer, jobs []*pelotonv1.Job, wide bool) {
 		}
 		row(w, cells...)
 	}
+}
+
+// jobState is a job's state as tables show it: an archived job's says so
+// ("JOB_SUCCEEDED (archived)").
+func jobState(st *pelotonv1.JobStatus) string {
+	if st.GetArchived() {
+		return st.GetState().String() + " (archived)"
+	}
+	return st.GetState().String()
 }
 
 // taskCounts renders counts per task state in lifecycle order, e.g.
