@@ -701,6 +701,11 @@ func (m *Manager) DeleteJob(ctx context.Context, id string) error {
 		}
 	}
 	m.sweep(ctx, id)
+	// The job has left the live store: the backend may drop its runs'
+	// output and records, as its retention says.
+	if err := m.hm.RemoveJobOutput(ctx, id); err != nil {
+		m.log.Warn("remove the output of the job's runs", "job", id, "err", err)
+	}
 	m.log.Info("job deleted", "job", id)
 	return nil
 }
