@@ -50,7 +50,8 @@ import (
 // the end its record holds or, with no record left, when anything last
 // changed its sandbox or output files (their change times, which a run's
 // user can move forward but not back). A sandbox of a run that has not
-// ended is never removed.
+// ended is never removed, nor a directory that is neither known as a run's
+// nor named like one.
 
 const (
 	// removedDir, under runsDir, holds the marks of jobs removed.
@@ -376,8 +377,8 @@ func (b *Backend) sweepSandbox(s *sweep, e fs.DirEntry, now time.Time) {
 		t.mu.Lock()
 		ended = t.last.Time
 		t.mu.Unlock()
-	} else {
-		job, _ = jobOfTaskID(name)
+	} else if job, _ = jobOfTaskID(name); job == "" {
+		return // not named as a run's sandbox: not ours to remove
 	}
 	path := filepath.Join(b.dir, name)
 	if b.retention == 0 {

@@ -183,6 +183,11 @@ func TestOutputKeptForItsRetention(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(orphan, "stdout"), []byte("old\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// A directory that is no run's: never removed.
+	notes := filepath.Join(dir, "notes")
+	if err := os.Mkdir(notes, 0o700); err != nil {
+		t.Fatal(err)
+	}
 	b, rec := retentionBackend(t, dir, Config{LogRetention: time.Hour, now: clock.Now})
 	gone := jobSpec("gone", 0, 1, "echo", "kept")
 	live := jobSpec("live", 0, 1, "echo", "also kept")
@@ -204,6 +209,10 @@ func TestOutputKeptForItsRetention(t *testing.T) {
 	clock.Advance(2 * time.Minute)
 	for _, id := range []string{gone.TaskID, live.TaskID, "old-0-1"} {
 		testutil.Eventually(t, waitTimeout, "output of "+id+" removed after the retention", func() error { return outputGone(b, id) })
+	}
+	b.waitSweeps(t, 2)
+	if _, err := os.Stat(notes); err != nil {
+		t.Errorf("a directory that is no run's sandbox was removed: %v", err)
 	}
 	// The record of the run whose job is still live stays: its end may
 	// still be asked for.
