@@ -110,6 +110,11 @@ type Config struct {
 	// as the endpoints' schemes say. Files replaced while it runs are read
 	// again (internal/etcdtls).
 	EtcdTLS tlsfiles.Client
+	// LogRetention is how long the local backend keeps a run's output
+	// after the run ended, whatever happens to its job; 0: as long as the
+	// job is in the live store (until it is deleted, or archived and
+	// removed). --log-retention.
+	LogRetention time.Duration
 	// TaskUser, if set, is the user (a name or a numeric uid) the local
 	// backend runs every task as; it needs this process to run as root.
 	// Empty: tasks run as this process's user (see hostmgr/local).

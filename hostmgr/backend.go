@@ -200,6 +200,21 @@ type VolumeReleaser interface {
 	ReleaseVolume(ctx context.Context, host, volumeID string) error
 }
 
+// OutputPruner is implemented by backends that keep runs' output (or other
+// per-run state) of their own after the runs ended, on the hosts or beside
+// the control plane: the local backend keeps each run's sandbox and record
+// on disk. RemoveJobOutput says that job jobID has left the live store (it
+// was deleted, or archived and removed after its time to live) and that
+// nothing will ask for the state of its runs again: the backend may drop
+// what it keeps for them, at once or later, as its own retention says (the
+// local backend's --log-retention keeps output for a time after each run
+// ended whatever happens to the job). It must be idempotent, cheap enough
+// to call for every job removed, and may return before the removal is done;
+// a job with no runs, or one unknown to the backend, is no error.
+type OutputPruner interface {
+	RemoveJobOutput(ctx context.Context, jobID string) error
+}
+
 // HostWatcher is implemented by backends whose hosts change while they run:
 // nodes join and leave, are cordoned or become NotReady, or other workloads
 // take part of them. hostmgr registers changed before it starts the backend;

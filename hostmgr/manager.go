@@ -891,6 +891,20 @@ func (m *Manager) ReleaseVolume(ctx context.Context, host, volumeID string) erro
 	return nil
 }
 
+// RemoveJobOutput tells the backend that job jobID has left the live store
+// (deleted, or archived and removed by the collector), so that it may drop
+// the output and records it keeps of the job's runs, as its retention says
+// (OutputPruner). With a backend that keeps nothing of ended runs (sim,
+// kubernetes, mesos: it is not an OutputPruner) it does nothing and returns
+// nil. Call it after the job's removal from the store succeeded; calling it
+// again is harmless.
+func (m *Manager) RemoveJobOutput(ctx context.Context, jobID string) error {
+	if p, ok := m.backend.(OutputPruner); ok {
+		return p.RemoveJobOutput(ctx, jobID)
+	}
+	return nil
+}
+
 // Foreign returns the backend's source of work other clients created for
 // Peloton to place, or nil if it has none.
 func (m *Manager) Foreign() ForeignSource {

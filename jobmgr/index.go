@@ -110,10 +110,17 @@ func removalOps(id string, rev int64) []store.Op {
 		store.Delete(liveIndexKey(id), store.AnyRevision), store.Put(deletingKey(id), nil, store.AnyRevision)}
 }
 
-// finishRemoval removes the records of a job whose runtime is gone, then
-// its deleting mark. A failure leaves the mark for the next start.
+// finishRemoval removes the records of a job whose runtime is gone, tells
+// the backend the job's output may go, then removes its deleting mark. A
+// failure leaves the mark for the next start.
 func (m *Manager) finishRemoval(ctx context.Context, id string) {
 	if m.sweep(ctx, id) {
+		// The job has left the live store: the backend may drop its
+		// runs' output and records, as its retention says (before the
+		// mark goes, so that a crash in between calls it again).
+		if err := m.hm.RemoveJobOutput(ctx, id); err != nil {
+			m.log.Warn("remove the output of the job's runs", "job", id, "err", err)
+		}
 		if _, err := m.store.Txn(ctx, store.Delete(deletingKey(id), store.AnyRevision)); err != nil {
 			m.log.Warn("clear the deleting mark of a removed job", "job", id, "err", err)
 		}

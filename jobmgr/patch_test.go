@@ -60,6 +60,8 @@ type sandboxes struct {
 	heldKills []string
 	// launchErr, if set, is what every Launch returns, starting nothing.
 	launchErr error
+	// outputRemoved lists the jobs RemoveJobOutput was called for.
+	outputRemoved []string
 }
 
 // releaseKills ends the runs whose kills were held.

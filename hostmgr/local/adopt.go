@@ -44,7 +44,8 @@ import (
 // backend; the cgroup of a run that ended unseen is removed at Start if no
 // process is left in it (a live one is left alone, like the process).
 //
-// Ended records beyond maxFinished are deleted, oldest first, at Start.
+// Ended records beyond maxFinished are deleted, oldest first, at Start;
+// see retention.go for when the others go.
 // Adoption needs /proc (Linux); elsewhere a record of a live run is
 // reported LOST, and its process is left alone.
 
@@ -292,6 +293,7 @@ func (b *Backend) loadRecords() error {
 		close(t.gone)
 		b.tasks[t.spec.TaskID] = t
 		b.finished = append(b.finished, t.spec.TaskID)
+		b.indexEndedLocked(t.spec.JobID, t.spec.TaskID)
 	}
 	b.pruneFinishedLocked()
 	b.mu.Unlock()
@@ -492,6 +494,9 @@ func (b *Backend) detach() {
 	b.mu.Lock()
 	b.detached = true
 	b.closed = true
+	b.mu.Unlock()
+	b.stopSweeper()
+	b.mu.Lock()
 	all := make([]*task, 0, len(b.tasks))
 	for _, t := range b.tasks {
 		all = append(all, t)

@@ -5,8 +5,11 @@
 //
 // It owns the processes it starts, their process groups, and the per-run
 // sandboxes under Config.Dir (<Dir>/<TaskID>/ with the files stdout and
-// stderr). Sandboxes are never deleted by this package, so `peloton task logs`
-// keeps working for finished runs and across restarts of the control plane.
+// stderr). Sandboxes outlive their runs and restarts of the control plane,
+// so `peloton task logs` reads finished runs, until their job leaves the
+// live store (RemoveJobOutput) or, with Config.LogRetention, until that
+// much time has passed since the run ended; a sweeper removes them then
+// (retention.go, which lists everything kept per run and for how long).
 //
 // Declared capacity is bookkeeping for placement only, but each run's own
 // resources are enforced where the machine allows: every run gets a cgroup
@@ -117,6 +120,10 @@ type Config struct {
 	HostCapacity resources.Resources
 	// Logger receives operational logs (default slog.Default()).
 	Logger *slog.Logger
+	// LogRetention is how long a run's output (its sandbox) is kept after
+	// the run ended, whatever happens to its job; 0: as long as its job is
+	// in the live store, until RemoveJobOutput. It must not be negative.
+	LogRetention time.Duration
 	// TaskUser, if set, is the user every task and every command health
 	// check runs as: a name or a numeric uid (see taskuser.go). Switching
 	// users needs root: New fails when the control plane does not run as
@@ -128,6 +135,13 @@ type Config struct {
 	// cgroupRoot prefixes the paths cgroup detection reads ("/" when
 	// empty); tests point it at fixture trees.
 	cgroupRoot string
+	// now is the sweeper's clock (default time.Now); tests move it.
+	now func() time.Time
+	// sweepEvery is the time between the sweeper's walks over Dir
+	// (default defaultSweepEvery); negative: no sweeper (tests).
+	sweepEvery time.Duration
+	// maxFinished bounds the ended runs remembered (default maxFinished).
+	maxFinished int
 	// direct starts runs as children of this process, without
 	// supervisors (supervised.go): what a crash then loses is the exit
 	// status of every run that ends before the restart. For the
@@ -176,6 +190,11 @@ type Backend struct {
 	closed   bool
 	tasks    map[string]*task
 	finished []string // task IDs in the order they ended, for pruning
+	// endedByJob holds, per job, the ended runs in tasks whose end was
+	// delivered (RemoveJobOutput forgets them).
+	endedByJob map[string]map[string]struct{}
+	// maxFinished is Config.maxFinished or the package's.
+	maxFinished int
 	// portUse counts, per port number, the live runs holding it.
 	portUse map[uint32]int
 	// volUse names the live run using each volume (by volumeKey), and
@@ -187,6 +206,23 @@ type Backend struct {
 	// detached: the backend let go of its runs (detach, tests only).
 	detached bool
 
+	// The output's retention and its sweeper (retention.go).
+	retention  time.Duration
+	now        func() time.Time
+	sweepEvery time.Duration
+	sweeping   bool          // the sweeper was started; under mu
+	sweepKick  chan struct{} // a job was marked removed
+	sweepStop  chan struct{} // closed to stop the sweeper
+	sweepDone  chan struct{} // closed when it has stopped
+	// stopSweepOnce closes sweepStop.
+	stopSweepOnce sync.Once
+	// sweepMu guards removedJobs (the jobs marked removed, whose marks
+	// are under <Dir>/runs/removed) and sweepCycles (walks done, for
+	// tests).
+	sweepMu     sync.Mutex
+	removedJobs map[string]bool
+	sweepCycles int64
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -194,6 +230,7 @@ type Backend struct {
 var (
 	_ hostmgr.Backend          = (*Backend)(nil)
 	_ hostmgr.PartitionApplier = (*Backend)(nil)
+	_ hostmgr.OutputPruner     = (*Backend)(nil)
 )
 
 // New validates cfg, creates cfg.Dir and returns a Backend. Call Start
@@ -206,7 +243,10 @@ func New(cfg Config) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("local: config.dir: %w", err)
 	}
-	if err := os.MkdirAll(filepath.Join(dir, runsDir), 0o755); err != nil {
+	if cfg.LogRetention < 0 {
+		return nil, fmt.Errorf("local: config.logRetention: must be >= 0, got %s", cfg.LogRetention)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, runsDir, removedDir), 0o755); err != nil {
 		return nil, fmt.Errorf("local: config.dir: %w", err)
 	}
 	var tu *TaskUser
@@ -255,9 +295,22 @@ func New(cfg Config) (*Backend, error) {
 		log:        log.With("component", "hostmgr/local"),
 		health:     newHealthClient(),
 		tasks:      map[string]*task{},
+		endedByJob: map[string]map[string]struct{}{},
 		portUse:    map[uint32]int{},
 		volUse:     map[string]string{},
 		releasing:  map[string]bool{},
+
+		maxFinished: cmp.Or(cfg.maxFinished, maxFinished),
+		retention:   cfg.LogRetention,
+		now:         cfg.now,
+		sweepEvery:  cmp.Or(cfg.sweepEvery, defaultSweepEvery),
+		sweepKick:   make(chan struct{}, 1),
+		sweepStop:   make(chan struct{}),
+		sweepDone:   make(chan struct{}),
+		removedJobs: map[string]bool{},
+	}
+	if b.now == nil {
+		b.now = time.Now
 	}
 	for i := range n {
 		name := fmt.Sprintf("local-%d", i)
@@ -278,9 +331,10 @@ func (b *Backend) Name() string { return BackendName }
 // sink is called from this package's goroutines, concurrently for different
 // tasks and in order for each, never with a lock held, so it may call Kill,
 // Status or Logs. The hosts are fixed at New, so Start does not wait for
-// anything; ctx is not retained (Close, not ctx, ends the backend). Start
-// may be called once. It creates the backend's parent cgroup, or logs one
-// warning saying why runs will not be limited.
+// anything; Close ends the backend, and ctx only the sweeper of old output
+// (retention.go), which Start starts once it has read the records of
+// earlier backends. Start may be called once. It creates the backend's
+// parent cgroup, or logs one warning saying why runs will not be limited.
 func (b *Backend) Start(ctx context.Context, sink func(hostmgr.TaskEvent)) error {
 	if sink == nil {
 		return errors.New("local: start: nil sink")
@@ -305,7 +359,13 @@ func (b *Backend) Start(ctx context.Context, sink func(hostmgr.TaskEvent)) error
 	}
 	b.mu.Unlock()
 	err := b.loadRecords()
+	if err == nil {
+		err = b.loadRemoved()
+	}
 	b.mu.Lock()
+	if err == nil {
+		b.startSweeperLocked(ctx)
+	}
 	return err
 }
 
@@ -642,14 +702,21 @@ func (b *Backend) forgetOld(id string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.finished = append(b.finished, id)
+	if t, ok := b.tasks[id]; ok {
+		b.indexEndedLocked(t.spec.JobID, id)
+	}
 	b.pruneFinishedLocked()
 }
 
 // pruneFinishedLocked forgets the oldest finished runs beyond maxFinished,
-// and deletes their records. The caller holds b.mu.
+// and deletes their records. The caller holds b.mu. (Runs forgotten by
+// RemoveJobOutput stay in finished until pruned here, as no-ops.)
 func (b *Backend) pruneFinishedLocked() {
-	if over := len(b.finished) - maxFinished; over > 0 {
+	if over := len(b.finished) - b.maxFinished; over > 0 {
 		for _, old := range b.finished[:over] {
+			if t, ok := b.tasks[old]; ok {
+				b.unindexEndedLocked(t.spec.JobID, old)
+			}
 			delete(b.tasks, old)
 			_ = os.Remove(b.recordPath(old))
 			b.removeRunFiles(old)
@@ -750,6 +817,9 @@ func (b *Backend) Close() error {
 	b.closeOnce.Do(func() {
 		b.mu.Lock()
 		b.closed = true
+		b.mu.Unlock()
+		b.stopSweeper()
+		b.mu.Lock()
 		all := make([]*task, 0, len(b.tasks))
 		for _, t := range b.tasks {
 			all = append(all, t)

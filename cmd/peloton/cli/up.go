@@ -72,6 +72,8 @@ type serverFlags struct {
 	// Lifetime of finished jobs: how long they stay live, where they go.
 	finishedJobTTL time.Duration
 	archive        string
+	// logRetention is how long the local backend keeps a run's output.
+	logRetention time.Duration
 	// Leader election (serve cluster only).
 	leaderElect   bool
 	leaderLease   time.Duration
@@ -97,6 +99,7 @@ type kubeFlags struct {
 func (f *serverFlags) register(fs *pflag.FlagSet, embedded bool) {
 	fs.StringVar(&f.clusterName, "cluster-name", cluster.DefaultClusterName, "name of this cluster (a DNS label); every key it keeps in etcd, and its leader election, lives under its own prefix, so clusters of different names can share one etcd")
 	fs.StringVar(&f.dataDir, "data-dir", "./peloton-data", "directory for etcd data and task output")
+	fs.DurationVar(&f.logRetention, "log-retention", 0, "how long a run's output (its sandbox under <data-dir>/tasks) is kept after the run ended, whatever happens to its job, e.g. 168h (local backend); 0: as long as its job is in the live store (until deleted, or archived after its time to live)")
 	fs.StringVar(&f.listen, "listen", "127.0.0.1:5391", "gRPC listen address")
 	fs.StringVar(&f.httpListen, "http-listen", "127.0.0.1:5291", "HTTP listen address (REST, /metrics, /healthz)")
 	fs.StringSliceVar(&f.clusterLabels, "cluster-labels", nil, "labels of this cluster in the federation, comma-separated key=value (e.g. region=west,zone=b); backend=<--backend> is added unless given")
@@ -194,6 +197,9 @@ func (f *serverFlags) config(embedded bool) (cluster.Config, error) {
 	if err := cluster.ValidateArchive(f.archive); err != nil {
 		return cluster.Config{}, usageErrorf("invalid --archive: %v", err)
 	}
+	if f.logRetention < 0 {
+		return cluster.Config{}, usageErrorf("invalid --log-retention %s: must be >= 0 (0: a run's output is kept as long as its job)", f.logRetention)
+	}
 	if f.etcdQuota < 0 {
 		return cluster.Config{}, fmt.Errorf("--etcd-quota-bytes: must be 0 (the default) or a size in bytes, got %d", f.etcdQuota)
 	}
@@ -290,6 +296,7 @@ func (f *serverFlags) config(embedded bool) (cluster.Config, error) {
 		Mesos:             mesosCfg,
 		MaxInstances:      uint32(f.maxInstances),
 		EtcdQuotaBytes:    f.etcdQuota,
+		LogRetention:      f.logRetention,
 		LeaderElect:       f.leaderElect,
 		LeaderLease:       f.leaderLease,
 		AdvertiseHost:     strings.TrimSpace(f.advertiseHost),
