@@ -201,7 +201,7 @@ func (f *serverFlags) config(embedded bool) (cluster.Config, error) {
 		return cluster.Config{}, usageErrorf("invalid --log-retention %s: must be >= 0 (0: a run's output is kept as long as its job)", f.logRetention)
 	}
 	if f.etcdQuota < 0 {
-		return cluster.Config{}, fmt.Errorf("--etcd-quota-bytes: must be 0 (the default) or a size in bytes, got %d", f.etcdQuota)
+		return cluster.Config{}, usageErrorf("invalid --etcd-quota-bytes %d: must be 0 (the default) or a size in bytes", f.etcdQuota)
 	}
 	addrs := []struct{ flag, addr string }{{"listen", f.listen}, {"http-listen", f.httpListen}}
 	if embedded && len(endpoints) == 0 && f.etcdListen != "" {
