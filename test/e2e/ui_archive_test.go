@@ -12,15 +12,16 @@ import (
 // archived at once (--finished-job-ttl 0s), a finished job leaves the live
 // list and is read from the archive: the API marks it archived; its page
 // says so, with no actions, and shows its instances; its task page shows
-// the run's output; the jobs page lists it only with the archived toggle.
+// the run's output (kept by --log-retention) without actions; the jobs page
+// lists it only with the archived toggle.
 func TestUIArchivedJob(t *testing.T) {
 	chromium := chromiumPath(t)
 	bin := buildPeloton(t)
-	st := startUIStack(t, bin, "--finished-job-ttl", "0s")
+	st := startUIStack(t, bin, "--finished-job-ttl", "0s", "--log-retention", "1h")
 	c := st.cluster
 
 	var created struct{ JobID string }
-	restJSON(t, "POST", c+"/v1/jobs?requestId=ui-archived", `{"name":"archived-report","type":"BATCH","pool":"/default","instanceCount":3,
+	restJSON(t, "POST", c+"/v1/jobs", `{"name":"archived-report","type":"BATCH","pool":"/default","instanceCount":3,
 		"labels":{"owner":"report-team"},"defaultSpec":{"command":["sh","-c","echo archived output of $PELOTON_INSTANCE_ID"],
 		"resources":{"cpu":0.1,"memoryMb":16}}}`, 200, &created)
 	id := created.JobID
@@ -69,8 +70,9 @@ func TestUIArchivedJob(t *testing.T) {
 	b.CheckNoJSErrors(t, "archived job's instance")
 
 	// The task page: the run's output, from the backend.
-	load("archived task", c+"/ui/jobs/"+id+"/tasks/1", "the run's output",
-		`document.querySelector("pre.log") && document.querySelector("pre.log").textContent.includes("archived output of 1")`)
+	load("archived task", c+"/ui/jobs/"+id+"/tasks/1", "the run's output, marked archived, without a kill button",
+		`document.querySelector("pre.log") && document.querySelector("pre.log").textContent.includes("archived output of 1")`+
+			` && document.querySelector("#archived-task .badge.archived") && !document.querySelector('[data-action="kill-task-1"]')`)
 
 	// The jobs page lists the archived job only with the toggle.
 	load("jobs", c+"/ui/jobs", "the live list without the archived job", text("0 of 0 jobs")+` && !`+text("archived-report"))

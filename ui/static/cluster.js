@@ -514,8 +514,13 @@ async function taskPage(ctx, jobId, inst) {
     h("h1", `Instance ${inst}`), head);
   let task = null;
   await ctx.live(head, async () => {
-    task = (await get(`/v1/jobs/${enc(jobId)}/tasks/${inst}`, ctx.signal)).task;
-    return instancePanel(jobId, task, false);
+    // The job says whether it is archived: an archived job's instance
+    // has no actions.
+    const [tr, jr] = await Promise.all([get(`/v1/jobs/${enc(jobId)}/tasks/${inst}`, ctx.signal), get(`/v1/jobs/${enc(jobId)}`, ctx.signal)]);
+    task = tr.task;
+    const archived = !!(jr.job && jr.job.status && jr.job.status.archived);
+    return h("div", archived ? h("p", { id: "archived-task" }, archivedBadge(), " this instance's job finished and was moved to the archive") : "",
+      instancePanel(jobId, task, false, archived));
   });
   if (!task) return;
   ctx.root.append(logsCard(ctx, jobId, inst, task.status.runId));
