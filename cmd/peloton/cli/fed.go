@@ -446,6 +446,7 @@ func (a *app) fedJobGetCommand() *cobra.Command {
 func (a *app) fedJobListCommand() *cobra.Command {
 	var inCluster string
 	var limit int
+	var archived bool
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List federated jobs, newest first (every page; --limit to stop early)",
@@ -460,7 +461,7 @@ func (a *app) fedJobListCommand() *cobra.Command {
 			}
 			return a.withFederation(func(f *fedClient) error {
 				jobs, err := allPages(limit, func(size uint32, token string) ([]*pelotonv1.FederatedJob, string, error) {
-					page, err := call(cmd.Context(), f, f.Jobs.ListFederatedJobs, &pelotonv1.ListFederatedJobsRequest{Cluster: inCluster, PageSize: size, PageToken: token})
+					page, err := call(cmd.Context(), f, f.Jobs.ListFederatedJobs, &pelotonv1.ListFederatedJobsRequest{Cluster: inCluster, PageSize: size, PageToken: token, Archived: archived})
 					return page.GetJobs(), page.GetNextPageToken(), err
 				})
 				if err != nil {
@@ -476,6 +477,7 @@ func (a *app) fedJobListCommand() *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&inCluster, "in-cluster", "", "only jobs dispatched to this cluster")
 	f.IntVar(&limit, "limit", 0, "at most this many jobs (0: all)")
+	f.BoolVar(&archived, "archived", false, "list the federation's archive of done jobs (those past its --finished-job-ttl) instead of the live ones")
 	return cmd
 }
 
@@ -720,6 +722,9 @@ func writeFedJobTable(w io.Writer, jobs []*pelotonv1.FederatedJob, wide bool) {
 		state := ""
 		if st != nil {
 			state = st.GetState().String()
+		}
+		if j.GetArchived() {
+			state += " (archived)"
 		}
 		cells := []string{
 			j.GetId(),

@@ -40,6 +40,7 @@ type fakeFederation struct {
 	// as if the answer were lost.
 	failCreates int
 	creates     []*pelotonv1.CreateFederatedJobRequest
+	lists       []*pelotonv1.ListFederatedJobsRequest
 }
 
 func (f *fakeFederation) GetCluster(_ context.Context, req *pelotonv1.GetClusterRequest) (*pelotonv1.GetClusterResponse, error) {
@@ -791,5 +792,35 @@ s-1   web    4         5         a=3 b=2   -         /p     -
 `
 	if b.String() != want {
 		t.Errorf("fed service list -o wide:\n%s\nwant:\n%s", b.String(), want)
+	}
+}
+
+// ListFederatedJobs answers one job, archived when the archive is asked
+// for, and keeps the request.
+func (f *fakeFederation) ListFederatedJobs(_ context.Context, req *pelotonv1.ListFederatedJobsRequest) (*pelotonv1.ListFederatedJobsResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lists = append(f.lists, req)
+	return &pelotonv1.ListFederatedJobsResponse{Jobs: []*pelotonv1.FederatedJob{{Id: "fj-1", Archived: req.GetArchived(),
+		Spec: &pelotonv1.FederatedJobSpec{Job: &pelotonv1.JobSpec{Name: "nightly"}}, Status: &pelotonv1.JobStatus{State: pelotonv1.JobState_JOB_SUCCEEDED}}}}, nil
+}
+
+// TestFedJobListArchived: --archived asks the federation for its archive,
+// and the table marks what it lists as archived.
+func TestFedJobListArchived(t *testing.T) {
+	ff := &fakeFederation{}
+	fed := startFakeFederation(t, ff)
+	r := runCLI(t, "", "--federation", fed, "fed", "job", "list", "--archived")
+	if r.code != exitOK || !strings.Contains(r.stdout, "JOB_SUCCEEDED (archived)") {
+		t.Fatalf("fed job list --archived: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	r = runCLI(t, "", "--federation", fed, "fed", "job", "list")
+	if r.code != exitOK || strings.Contains(r.stdout, "archived") {
+		t.Fatalf("fed job list: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	ff.mu.Lock()
+	defer ff.mu.Unlock()
+	if len(ff.lists) != 2 || !ff.lists[0].Archived || ff.lists[1].Archived {
+		t.Errorf("requests: %v", ff.lists)
 	}
 }

@@ -240,6 +240,7 @@ func (a *app) fedServiceGetCommand() *cobra.Command {
 func (a *app) fedServiceListCommand() *cobra.Command {
 	var inCluster string
 	var limit int
+	var archived bool
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List federated services, newest first (every page; --limit to stop early)",
@@ -255,7 +256,7 @@ func (a *app) fedServiceListCommand() *cobra.Command {
 			return a.withFederation(func(f *fedClient) error {
 				svcs, err := allPages(limit, func(size uint32, token string) ([]*pelotonv1.FederatedService, string, error) {
 					page, err := call(cmd.Context(), f, f.Services.ListFederatedServices,
-						&pelotonv1.ListFederatedServicesRequest{Cluster: inCluster, PageSize: size, PageToken: token})
+						&pelotonv1.ListFederatedServicesRequest{Cluster: inCluster, PageSize: size, PageToken: token, Archived: archived})
 					return page.GetServices(), page.GetNextPageToken(), err
 				})
 				if err != nil {
@@ -268,6 +269,7 @@ func (a *app) fedServiceListCommand() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&inCluster, "in-cluster", "", "only services with a part in this cluster")
 	cmd.Flags().IntVar(&limit, "limit", 0, "at most this many services (0: all)")
+	cmd.Flags().BoolVar(&archived, "archived", false, "list the federation's archive of deleted services instead of the live ones")
 	return cmd
 }
 
