@@ -243,7 +243,15 @@ func runStack(ctx context.Context, cfg Config, etcdTLS *tls.Config, t *term) err
 		if s := hm.Substrate(); !s.Reachable {
 			return errors.New(s.Describe(time.Now()))
 		}
-		return quarantineReadiness(quarantined)
+		if err := quarantineReadiness(quarantined); err != nil {
+			return err
+		}
+		// Finished jobs wait in the store while the archive cannot take
+		// them: it serves, but someone should look.
+		if err := jm.ArchiveError(); err != nil {
+			return &restgw.Degraded{Reason: "finished jobs cannot be archived (they stay in the store until the archive takes them): " + err.Error()}
+		}
+		return nil
 	})
 	// The UI's live updates (/v1/events) watch every key of the stack.
 	srv.SetWatch(func(ctx context.Context) <-chan int64 { return st.Watch(ctx, "") })

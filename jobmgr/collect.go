@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/peloton-sched/peloton/history"
@@ -83,6 +84,9 @@ func (m *Manager) collectLoop(ctx context.Context) {
 		case <-time.After(wait):
 		}
 		_, err := m.collectPass(ctx)
+		if ctx.Err() == nil {
+			m.setArchiveError(err)
+		}
 		switch {
 		case err == nil:
 			wait = m.collect.Interval
@@ -93,6 +97,27 @@ func (m *Manager) collectLoop(ctx context.Context) {
 			m.log.Warn("collector of finished jobs: the archive did not take them; nothing was removed, retrying", "in", wait, "err", err)
 		}
 	}
+}
+
+// archiveErr is the collector's last archive failure (nil after a pass
+// that succeeded).
+type archiveErr struct {
+	mu  sync.Mutex
+	err error
+}
+
+func (m *Manager) setArchiveError(err error) {
+	m.archiveErr.mu.Lock()
+	m.archiveErr.err = err
+	m.archiveErr.mu.Unlock()
+}
+
+// ArchiveError is why the last pass of the collector could not archive
+// finished jobs, or nil: /readyz reports it (degraded).
+func (m *Manager) ArchiveError() error {
+	m.archiveErr.mu.Lock()
+	defer m.archiveErr.mu.Unlock()
+	return m.archiveErr.err
 }
 
 // collectCandidate is a job whose time to live has passed.

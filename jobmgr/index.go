@@ -410,14 +410,16 @@ func (m *Manager) unloadFinished(now time.Time) int {
 	return n
 }
 
-// finishedSummaries returns the summaries of the finished jobs not in
-// memory (copies the caller may change).
-func (m *Manager) finishedSummaries() []*pelotonv1.Job {
+// finishedSummaries returns the rows of the finished jobs not in memory
+// that keep selects (copies the caller may change).
+func (m *Manager) finishedSummaries(keep func(*pelotonv1.Job) bool) []*pelotonv1.Job {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	out := make([]*pelotonv1.Job, 0, len(m.finished))
+	var out []*pelotonv1.Job
 	for _, f := range m.finished {
-		out = append(out, proto.Clone(f.summary).(*pelotonv1.Job))
+		if keep(f.summary) {
+			out = append(out, proto.Clone(f.summary).(*pelotonv1.Job))
+		}
 	}
 	return out
 }

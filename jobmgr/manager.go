@@ -185,6 +185,8 @@ type Manager struct {
 	history history.Store
 	cluster string
 	collect CollectOptions
+	// archiveErr is the collector's last failure (collect.go).
+	archiveErr archiveErr
 
 	queue       workqueue.TypedDelayingInterface[string]
 	workers     int
@@ -614,13 +616,10 @@ func (m *Manager) ListJobs(pool string, states []pelotonv1.JobState, name string
 		out = append(out, p)
 	}
 	// Finished jobs not in memory, as their index entries summarize them.
-	for _, p := range m.finishedSummaries() {
-		if (pool != "" && p.Spec.GetPool() != pool) || (name != "" && !strings.Contains(p.Spec.GetName(), name)) ||
-			(len(want) > 0 && !want[p.Status.GetState()]) {
-			continue
-		}
-		out = append(out, p)
-	}
+	out = append(out, m.finishedSummaries(func(p *pelotonv1.Job) bool {
+		return (pool == "" || p.Spec.GetPool() == pool) && (name == "" || strings.Contains(p.Spec.GetName(), name)) &&
+			(len(want) == 0 || want[p.Status.GetState()])
+	})...)
 	sort.Slice(out, func(a, b int) bool {
 		ta, tb := out[a].Status.CreateTime.AsTime(), out[b].Status.CreateTime.AsTime()
 		if !ta.Equal(tb) {

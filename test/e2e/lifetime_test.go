@@ -218,8 +218,8 @@ func TestKill9DuringCollectionArchivesEachJobOnce(t *testing.T) {
 // real PostgreSQL server, with jobs finishing all the while, and stops the
 // server for a few seconds in the middle: no job leaves the store before
 // it is archived (each is readable throughout, live or archived), the
-// collector waits and retries, and once the server is back every job is
-// archived and gone from etcd.
+// collector waits and retries (/readyz says degraded meanwhile), and once
+// the server is back every job is archived and gone from etcd.
 func TestPostgresArchiveRestartUnderLoad(t *testing.T) {
 	pg := pgtest.New(t)
 	url := pg.URL(pg.NewDatabase(t))
@@ -273,6 +273,12 @@ func TestPostgresArchiveRestartUnderLoad(t *testing.T) {
 	if _, err := s.jobs.ListJobs(ctxT(t), &pelotonv1.ListJobsRequest{Archived: true}); status.Code(err) != codes.Unavailable {
 		t.Errorf("archived list while the archive is down: %v, want Unavailable", err)
 	}
+	testutil.Eventually(t, 30*time.Second, "/readyz degraded", func() error {
+		if code, body := s.rest("GET", "/readyz", nil, nil); code != 200 || !strings.Contains(body, "degraded") || !strings.Contains(body, "cannot be archived") {
+			return fmt.Errorf("/readyz: %d %q", code, body)
+		}
+		return nil
+	})
 	pg.Start(t)
 	testutil.Eventually(t, 2*time.Minute, "every job archived", func() error {
 		live, err := listAll(t, s.jobs, "pg-", false)
@@ -289,6 +295,12 @@ func TestPostgresArchiveRestartUnderLoad(t *testing.T) {
 		return nil
 	})
 	readable(false)
+	testutil.Eventually(t, 30*time.Second, "/readyz ok", func() error {
+		if code, body := s.rest("GET", "/readyz", nil, nil); code != 200 || strings.Contains(body, "degraded") {
+			return fmt.Errorf("/readyz: %d %q", code, body)
+		}
+		return nil
+	})
 	if left := jobKeys(t, s.ready.EtcdEndpoints, ids); len(left) > 0 {
 		t.Errorf("records left in etcd: %v", left)
 	}
