@@ -131,14 +131,14 @@ func checkpointName(n int) string {
 // with its size (etcdDbBytes10k).
 var lifetimePerCheckpoint = []string{
 	"pushJobsPerSec", "etcdDbBytes", "etcdDbInUseBytes", "rssMb", "jobListMsP50", "jobListMsP99",
-	"archivedGetMsP50", "archivedGetMsP99", "archiveBytes", "restartToReadyMs", "restartRssMb",
+	"archivedGetMsP50", "archivedGetMsP99", "archiveBytes", "restartToReadyMs", "restartServeMs", "restartRssMb",
 }
 
 // lifetimeRatios are the figures also given as the last checkpoint's value
 // over the first's (etcdDbBytes200kOver10k).
 var lifetimeRatios = []string{
 	"etcdDbBytes", "etcdDbInUseBytes", "rssMb", "jobListMsP50", "jobListMsP99", "archivedGetMsP50",
-	"archivedGetMsP99", "restartToReadyMs", "restartRssMb",
+	"archivedGetMsP99", "restartToReadyMs", "restartServeMs", "restartRssMb",
 }
 
 // LifetimeFigures are the figures a successful run with these checkpoints
@@ -182,6 +182,9 @@ type lifetimeRun struct {
 	// and collected like the others).
 	cancelled int
 	rng       *rand.Rand
+	// notReady is the first answer of /readyz other than 200 since the
+	// last start, if any.
+	notReady string
 	// apiReadsArchive is whether GetJob answered for an archived job:
 	// unknown until the first checkpoint asks.
 	apiReadsArchive *bool
@@ -224,7 +227,7 @@ func Lifetime(ctx context.Context, env Env, cfg LifetimeConfig) (*Result, error)
 		}
 	}()
 	env.progress("lifetime: starting %s up --backend sim --hosts %d --finished-job-ttl %s", bin, cfg.Hosts, cfg.TTL)
-	if _, err := lr.start(ctx); err != nil {
+	if _, _, err := lr.start(ctx); err != nil {
 		return nil, err
 	}
 	for _, cp := range cfg.Checkpoints {
@@ -267,19 +270,22 @@ func Lifetime(ctx context.Context, env Env, cfg LifetimeConfig) (*Result, error)
 }
 
 // start runs the cluster on the run's data dir and waits until it is
-// ready (/readyz 200 and ListJobs answering), returning how long that took
-// from the process's start.
-func (lr *lifetimeRun) start(ctx context.Context) (time.Duration, error) {
+// ready (/readyz 200 and ListJobs answering), returning how long it took
+// from the process's start to print its ready line (its listeners serve)
+// and to be ready.
+func (lr *lifetimeRun) start(ctx context.Context) (serving, ready time.Duration, err error) {
 	sctx, cancel := context.WithTimeout(ctx, lifetimeStall)
 	defer cancel()
 	t0 := time.Now()
+	lr.notReady = ""
 	p, err := startPelotonProc(sctx, lr.bin, filepath.Join(lr.dir, "data"), filepath.Join(lr.dir, "peloton.log"), lr.args)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
+	serving = time.Since(t0)
 	lr.proc = p
 	if p.httpURL == "" {
-		return 0, errors.New("bench: peloton up's ready line names no http address")
+		return 0, 0, errors.New("bench: peloton up's ready line names no http address")
 	}
 	err = waitFor(sctx, 10*time.Millisecond, "peloton up to be ready", func() (bool, string, error) {
 		if p.exited() {
@@ -290,14 +296,18 @@ func (lr *lifetimeRun) start(ctx context.Context) (time.Duration, error) {
 			return false, err.Error(), nil
 		}
 		if code != http.StatusOK {
-			return false, fmt.Sprintf("/readyz %d: %s", code, strings.TrimSpace(body)), nil
+			why := fmt.Sprintf("/readyz %d: %s", code, strings.TrimSpace(body))
+			if lr.notReady == "" {
+				lr.notReady = why
+			}
+			return false, why, nil
 		}
 		if _, err := p.api.Jobs.ListJobs(sctx, &pelotonv1.ListJobsRequest{PageSize: 1}); err != nil {
 			return false, "ListJobs: " + err.Error(), nil
 		}
 		return true, "", nil
 	})
-	return time.Since(t0), err
+	return serving, time.Since(t0), err
 }
 
 // get reads path from the cluster's HTTP listener.
@@ -560,7 +570,7 @@ func (lr *lifetimeRun) checkpoint(ctx context.Context, cp int) error {
 		return err
 	}
 	lr.env.progress("lifetime: restarting peloton up")
-	took, err := lr.start(ctx)
+	serving, took, err := lr.start(ctx)
 	if err != nil {
 		return err
 	}
@@ -572,8 +582,12 @@ func (lr *lifetimeRun) checkpoint(ctx context.Context, cp int) error {
 		return fmt.Errorf("bench: after the restart ListJobs lists %d of the %d live jobs", len(got), len(live))
 	}
 	r.add("restartToReadyMs"+name, ms(took), "ms", fmt.Sprintf("kill -9, then start to /readyz 200 and ListJobs, %d live tasks; goal < 5,000 with 10,000", len(live)*cfg.Instances))
+	r.add("restartServeMs"+name, ms(serving), "ms", "start to the ready line: the listeners serve, /readyz may still say why not ready")
 	r.add("restartRssMb"+name, float64(procKB(fmt.Sprintf("/proc/%d/status", lr.proc.cmd.Process.Pid), "VmRSS"))/1024, "MiB", "VmRSS of peloton up once ready after the restart")
-	lr.env.progress("lifetime: ready %s after the restart; cancelling the live jobs", took.Round(time.Millisecond))
+	if lr.notReady != "" {
+		r.note("restart at %s: serving after %s, then not ready at first: %s", name, serving.Round(time.Millisecond), lr.notReady)
+	}
+	lr.env.progress("lifetime: ready %s after the restart (serving after %s); cancelling the live jobs", took.Round(time.Millisecond), serving.Round(time.Millisecond))
 	return lr.cancelLive(ctx, live)
 }
 
