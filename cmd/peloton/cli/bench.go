@@ -54,6 +54,8 @@ that its CPU is measured apart from the bench's; it needs the binaries of
 "make kube-tools" and a peloton built with the kube test harness, which the
 release binary does not link:
   go build -tags kubebench -o bin/peloton-kubebench ./cmd/peloton
+The lifetime scenario also runs "peloton up" (on the sim backend) in a process
+of its own (--peloton-bin), for its memory alone and to kill and restart it.
 Progress goes to stderr (-q silences it).
 
 docs/benchmarks.md has the figures measured so far and the commands that
