@@ -81,6 +81,7 @@ func Scenarios() []Scenario {
 		{ScenarioAgentReports, "the stack taking the reports of many host agents (simulated hosts): CPU per report and the reports' delay", agentReportsFigures},
 		{ScenarioHostAgent, "what a host agent costs its host: CPU and memory of `peloton serve hostagent` with many runs, and its reports' delay", hostAgentFigures},
 		{ScenarioColocation, "a simulated day of services and batch: machines needed segregated vs co-located with the advisor, oversubscription and QoS, and the SLO kept", colocationFigures},
+		{ScenarioLifetime, "many short batch jobs through a cluster that archives finished jobs after a short time to live: etcd size, memory, restart after kill -9, job list and archived reads, flat as the history grows", lifetimeFigures},
 		{ScenarioMesos, "runs launched per second through Mesos offers on the protocol-level test master, next to the sim backend", mesosFigures},
 	}
 }

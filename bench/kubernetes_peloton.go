@@ -54,6 +54,9 @@ type pelotonProc struct {
 	done    chan struct{}
 	err     error // how it ended, once done is closed
 	api     *client.Client
+	// httpURL (http://host:port: REST, /metrics, /readyz) and cluster are
+	// read from its ready line.
+	httpURL, cluster string
 }
 
 // pelotonReadyPrefix starts the line `peloton up` prints once it serves
@@ -85,17 +88,16 @@ func startPelotonProc(ctx context.Context, bin, dataDir, logPath string, args []
 		return nil, fmt.Errorf("bench: start %s (--peloton-bin): %w", bin, err)
 	}
 	p := &pelotonProc{cmd: cmd, dataDir: dataDir, logPath: logPath, done: make(chan struct{})}
-	addr := make(chan string, 1)
+	ready := make(chan string, 1)
 	go func() {
-		// Every line goes to the log; the ready line's address to addr.
+		// Every line goes to the log; the ready line to ready.
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
 			line := sc.Text()
 			fmt.Fprintln(logf, line)
 			if rest, ok := strings.CutPrefix(line, pelotonReadyPrefix); ok {
-				a, _, _ := strings.Cut(rest, ",")
 				select {
-				case addr <- a:
+				case ready <- rest:
 				default:
 				}
 			}
@@ -107,7 +109,20 @@ func startPelotonProc(ctx context.Context, bin, dataDir, logPath string, args []
 	}()
 	var grpcAddr string
 	select {
-	case grpcAddr = <-addr:
+	case rest := <-ready:
+		// "<grpc addr>, http <url>, etcd <urls>, data <dir>, cluster <name>"
+		parts := strings.Split(rest, ", ")
+		grpcAddr = parts[0]
+		for _, part := range parts[1:] {
+			if k, v, ok := strings.Cut(part, " "); ok {
+				switch k {
+				case "http":
+					p.httpURL = v
+				case "cluster":
+					p.cluster = v
+				}
+			}
+		}
 	case <-p.done:
 		return nil, fmt.Errorf("bench: peloton up exited before it served (%v):\n%s", p.err, p.tail(20))
 	case <-ctx.Done():
@@ -158,6 +173,19 @@ func (p *pelotonProc) stop() {
 		}
 	}
 	_ = os.RemoveAll(p.dataDir)
+}
+
+// kill ends the process with SIGKILL, as a crash would, and waits for it;
+// unlike stop it leaves its data, for a restart on it.
+func (p *pelotonProc) kill() {
+	if p.api != nil {
+		p.api.Close()
+		p.api = nil
+	}
+	if !p.exited() {
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
 }
 
 // tail is the last n lines of the process's output.

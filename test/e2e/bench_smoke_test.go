@@ -37,6 +37,8 @@ var benchSmokeArgs = map[string][]string{
 	bench.ScenarioFederation: {"--registry-clusters", "3", "--registry-window", "1s", "--clusters", "3", "--pool-changes", "5",
 		"--jobs", "20", "--concurrency", "8", "--services", "9", "--service-budget", "3", "--service-toleration", "1s",
 		"--timeout", "3m"}, // the services phase waits out a rollout and a failover
+	bench.ScenarioLifetime: {"--hosts", "20", "--checkpoints", "20,40", "--live-jobs", "5", "--ttl", "500ms", "--max-in-flight", "15", "--samples", "10",
+		"--timeout", "2m"}, // two checkpoints, each waiting out a reading of the store
 }
 
 // TestBenchScenariosSmoke runs every `peloton bench` scenario at a tiny size
@@ -54,6 +56,13 @@ func TestBenchScenariosSmoke(t *testing.T) {
 				// The agent runs as the daemon it is, from its own binary,
 				// and from the peloton binary's serve hostagent.
 				args = append(slices.Clone(args), "--agent-bin", buildHostAgent(t), "--full-bin", buildPeloton(t))
+			}
+			figures := sc.Figures
+			if sc.Name == bench.ScenarioLifetime {
+				// `peloton up` runs as a child process; its figures are
+				// named by the checkpoints.
+				args = append(slices.Clone(args), "--peloton-bin", buildPeloton(t))
+				figures = bench.LifetimeFigures([]int{20, 40})
 			}
 			if sc.Name == bench.ScenarioKubernetes {
 				// Like every kubetest user: skipped only where the binaries
@@ -86,7 +95,7 @@ func TestBenchScenariosSmoke(t *testing.T) {
 			if got.Scenario != sc.Name {
 				t.Errorf("scenario = %q, want %q", got.Scenario, sc.Name)
 			}
-			for _, f := range sc.Figures {
+			for _, f := range figures {
 				if v, ok := got.Figures[f]; !ok || v == nil {
 					t.Errorf("figure %s missing or not a number in %s", f, out.String())
 				}

@@ -54,6 +54,8 @@ that its CPU is measured apart from the bench's; it needs the binaries of
 "make kube-tools" and a peloton built with the kube test harness, which the
 release binary does not link:
   go build -tags kubebench -o bin/peloton-kubebench ./cmd/peloton
+The lifetime scenario also runs "peloton up" (on the sim backend) in a process
+of its own (--peloton-bin), for its memory alone and to kill and restart it.
 Progress goes to stderr (-q silences it).
 
 docs/benchmarks.md has the figures measured so far and the commands that
@@ -226,6 +228,22 @@ func (a *app) benchScenario(sc bench.Scenario) *cobra.Command {
 		fs.StringVar(&c.Plot, "plot", c.Plot, "write an SVG of the co-located day here")
 		validate = c.Validate
 		run = func(ctx context.Context, env bench.Env) (*bench.Result, error) { return bench.Colocation(ctx, env, c) }
+	case bench.ScenarioLifetime:
+		c := bench.DefaultLifetimeConfig()
+		fs.IntVar(&c.Hosts, "hosts", c.Hosts, "simulated hosts")
+		fs.IntSliceVar(&c.Checkpoints, "checkpoints", c.Checkpoints, "numbers of jobs pushed through at which the figures are taken, comma-separated, increasing")
+		fs.IntVar(&c.Instances, "instances", c.Instances, "instances of each job")
+		fs.DurationVar(&c.TTL, "ttl", c.TTL, "the cluster's --finished-job-ttl")
+		fs.IntVar(&c.LiveJobs, "live-jobs", c.LiveJobs, "long-running jobs of --instances present at each restart")
+		fs.Float64Var(&c.Rate, "rate", c.Rate, "jobs pushed per second (0: as fast as the cluster takes them, --max-in-flight bounding them)")
+		fs.IntVar(&c.MaxInFlight, "max-in-flight", c.MaxInFlight, "most jobs created and not yet archived and removed from etcd")
+		fs.IntVar(&c.Samples, "samples", c.Samples, "calls timed for each latency figure at each checkpoint")
+		fs.StringVar(&c.PelotonBin, "peloton-bin", c.PelotonBin, "the peloton binary whose up runs the cluster in a process of its own (default: this one)")
+		// The size pushes 200,000 jobs through the collector.
+		f.timeout = 4 * time.Hour
+		fs.Lookup("timeout").DefValue = f.timeout.String()
+		validate = c.Validate
+		run = func(ctx context.Context, env bench.Env) (*bench.Result, error) { return bench.Lifetime(ctx, env, c) }
 	case bench.ScenarioMesos:
 		validate, run = mesosBenchFlags(fs)
 	default:
