@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/peloton-sched/peloton/history"
@@ -69,6 +70,9 @@ func (o CollectOptions) withDefaults() CollectOptions {
 // requestRetryWindow is how long after its create a job created with a
 // request id stays live at least.
 const requestRetryWindow = time.Minute
+
+// collectRemovers is how many archived jobs are removed at once.
+const collectRemovers = 16
 
 // collectBackoffMax bounds the wait after the archive failed.
 const collectBackoffMax = 30 * time.Second
@@ -159,11 +163,23 @@ func (m *Manager) collectPass(ctx context.Context) (int, error) {
 			return removed, err
 		}
 		metrics.JobsArchived.Add(float64(len(archive)))
+		// A removal is a few round trips to the store; several at once
+		// share the batcher's commits.
+		var wg sync.WaitGroup
+		var n atomic.Int32
+		sem := make(chan struct{}, collectRemovers)
 		for i, j := range batch {
-			if m.removeArchived(ctx, j, archive[i]) {
-				removed++
-			}
+			sem <- struct{}{}
+			wg.Add(1)
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				if m.removeArchived(ctx, j, archive[i]) {
+					n.Add(1)
+				}
+			}()
 		}
+		wg.Wait()
+		removed += int(n.Load())
 	}
 	return removed, nil
 }

@@ -378,9 +378,7 @@ func (m *Manager) recoverRuns(ctx context.Context, tasks int) error {
 		m.log.Warn("runs the backend does not know yet are kept until its substrate answers, then reconciled",
 			"runs", deferred, "substrate", s.Name, "reason", s.Reason)
 	}
-	for _, ev := range lost {
-		m.handleEvent(ctx, ev)
-	}
+	m.handleEvents(ctx, lost)
 	for _, k := range stopping {
 		m.killRun(ctx, k.j, k.inst, k.id, m.killGrace(k.j, k.inst))
 	}
@@ -875,6 +873,32 @@ func shardOf(id string) int {
 		h *= 16777619
 	}
 	return int(h % eventShards)
+}
+
+// handleEvents handles events of distinct runs as the event loop would:
+// each shard's in order, the shards at once. A start that finds thousands
+// of runs lost (a backend whose runs did not survive) writes them in
+// batches rather than one after another.
+func (m *Manager) handleEvents(ctx context.Context, evs []hostmgr.TaskEvent) {
+	var shards [eventShards][]hostmgr.TaskEvent
+	for _, ev := range evs {
+		i := shardOf(ev.TaskID)
+		shards[i] = append(shards[i], ev)
+	}
+	var wg sync.WaitGroup
+	for _, shard := range shards {
+		if len(shard) == 0 {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for _, ev := range shard {
+				m.handleEvent(ctx, ev)
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 // handleEvent applies one run's state change to its instance (or queues
