@@ -130,15 +130,15 @@ func checkpointName(n int) string {
 // lifetimePerCheckpoint are the figures taken at every checkpoint, named
 // with its size (etcdDbBytes10k).
 var lifetimePerCheckpoint = []string{
-	"pushJobsPerSec", "etcdDbBytes", "etcdDbInUseBytes", "rssMb", "jobListMsP50", "jobListMsP99",
-	"archivedGetMsP50", "archivedGetMsP99", "archiveBytes", "restartToReadyMs", "restartServeMs", "restartRssMb",
+	"pushJobsPerSec", "etcdDbBytes", "etcdDbInUseBytes", "rssMb", "anonMb", "jobListMsP50", "jobListMsP99",
+	"archivedGetMsP50", "archivedGetMsP99", "archiveBytes", "restartToReadyMs", "restartServeMs", "restartRssMb", "restartAnonMb",
 }
 
 // lifetimeRatios are the figures also given as the last checkpoint's value
 // over the first's (etcdDbBytes200kOver10k).
 var lifetimeRatios = []string{
-	"etcdDbBytes", "etcdDbInUseBytes", "rssMb", "jobListMsP50", "jobListMsP99", "archivedGetMsP50",
-	"archivedGetMsP99", "restartToReadyMs", "restartServeMs", "restartRssMb",
+	"etcdDbBytes", "etcdDbInUseBytes", "rssMb", "anonMb", "jobListMsP50", "jobListMsP99", "archivedGetMsP50",
+	"archivedGetMsP99", "restartToReadyMs", "restartServeMs", "restartRssMb", "restartAnonMb",
 }
 
 // LifetimeFigures are the figures a successful run with these checkpoints
@@ -524,7 +524,9 @@ func (lr *lifetimeRun) checkpoint(ctx context.Context, cp int) error {
 	}
 	r.add("etcdDbBytes"+name, db, "bytes", "peloton_store_db_bytes (etcd's database file), read after every job left etcd")
 	r.add("etcdDbInUseBytes"+name, inUse, "bytes", "peloton_store_db_in_use_bytes")
-	r.add("rssMb"+name, float64(procKB(fmt.Sprintf("/proc/%d/status", lr.proc.cmd.Process.Pid), "VmRSS"))/1024, "MiB", "VmRSS of peloton up, no job live")
+	status := fmt.Sprintf("/proc/%d/status", lr.proc.cmd.Process.Pid)
+	r.add("rssMb"+name, float64(procKB(status, "VmRSS"))/1024, "MiB", "VmRSS of peloton up, no job live")
+	r.add("anonMb"+name, float64(procKB(status, "RssAnon"))/1024, "MiB", "RssAnon of peloton up (heap and stacks: VmRSS without the pages of the files it maps, etcd's and the archive's)")
 
 	// The live jobs, present for job list and the restart.
 	var live []string
@@ -583,7 +585,9 @@ func (lr *lifetimeRun) checkpoint(ctx context.Context, cp int) error {
 	}
 	r.add("restartToReadyMs"+name, ms(took), "ms", fmt.Sprintf("kill -9, then start to /readyz 200 and ListJobs, %d live tasks; goal < 5,000 with 10,000", len(live)*cfg.Instances))
 	r.add("restartServeMs"+name, ms(serving), "ms", "start to the ready line: the listeners serve, /readyz may still say why not ready")
-	r.add("restartRssMb"+name, float64(procKB(fmt.Sprintf("/proc/%d/status", lr.proc.cmd.Process.Pid), "VmRSS"))/1024, "MiB", "VmRSS of peloton up once ready after the restart")
+	restarted := fmt.Sprintf("/proc/%d/status", lr.proc.cmd.Process.Pid)
+	r.add("restartRssMb"+name, float64(procKB(restarted, "VmRSS"))/1024, "MiB", "VmRSS of peloton up once ready after the restart")
+	r.add("restartAnonMb"+name, float64(procKB(restarted, "RssAnon"))/1024, "MiB", "RssAnon of peloton up once ready after the restart")
 	if lr.notReady != "" {
 		r.note("restart at %s: serving after %s, then not ready at first: %s", name, serving.Round(time.Millisecond), lr.notReady)
 	}

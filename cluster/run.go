@@ -204,7 +204,8 @@ func runStack(ctx context.Context, cfg Config, etcdTLS *tls.Config, t *term) err
 	}
 	clusterName := cmp.Or(cfg.ClusterName, DefaultClusterName)
 	guard := store.NewQuotaGuard(st.Client(), store.QuotaGuardOptions{QuotaBytes: quota, Embedded: inProcess != nil, Defragment: defragment,
-		Interval: cfg.StoreQuotaInterval, Logger: log, OnUse: func(u store.QuotaUse) {
+		CompactLag: embeddedCompactLag,
+		Interval:   cfg.StoreQuotaInterval, Logger: log, OnUse: func(u store.QuotaUse) {
 			metrics.StoreDBBytes.WithLabelValues(clusterName).Set(float64(u.DBBytes))
 			metrics.StoreDBInUseBytes.WithLabelValues(clusterName).Set(float64(u.InUseBytes))
 			metrics.StoreQuotaBytes.WithLabelValues(clusterName).Set(float64(u.QuotaBytes))
@@ -408,6 +409,10 @@ func newBackend(cfg Config, st store.Store) (hostmgr.Backend, error) {
 		return nil, fmt.Errorf("--backend: unknown backend %q (this build has: local, sim, kubernetes, mesos)", cfg.Backend)
 	}
 }
+
+// embeddedCompactLag is how far behind its current revision the embedded
+// etcd is kept compacted (store.QuotaGuardOptions.CompactLag).
+const embeddedCompactLag = time.Minute
 
 // quarantineReadiness is what /readyz says of the records in quarantine
 // (internal/quarantine): nothing when there are none; else the stack is

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,15 +20,10 @@ import (
 
 	"github.com/peloton-sched/peloton/cluster/api"
 	"github.com/peloton-sched/peloton/history"
-	"github.com/peloton-sched/peloton/hostmgr"
-	"github.com/peloton-sched/peloton/hostmgr/sim"
-	"github.com/peloton-sched/peloton/internal/store"
-	"github.com/peloton-sched/peloton/internal/store/storetest"
+	"github.com/peloton-sched/peloton/internal/testing/apitest"
 	"github.com/peloton-sched/peloton/internal/testing/pgtest"
 	"github.com/peloton-sched/peloton/jobmgr"
-	"github.com/peloton-sched/peloton/placement"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
-	"github.com/peloton-sched/peloton/resmgr"
 )
 
 // archiveStack is a cluster stack in this process (embedded etcd, the sim
@@ -48,49 +42,14 @@ const testCluster = "test-cluster"
 // startArchiveStack starts the stack; h, if set, is its archive.
 func startArchiveStack(t *testing.T, h history.Store) *archiveStack {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
 	level := slog.LevelError
 	if os.Getenv("PELOTON_TEST_DEBUG") != "" {
 		level = slog.LevelDebug
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	_, st := storetest.StartEtcd(t)
-	batch := store.NewBatcher(st, store.BatcherOptions{})
-	t.Cleanup(func() { _ = batch.Close() })
-	rm, err := resmgr.New(ctx, st, resmgr.Options{Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := sim.New(sim.Config{Hosts: 2, Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hm := hostmgr.NewManager(b, hostmgr.Options{Logger: log, Store: st, OnCapacity: rm.SetPartitionCapacity})
-	if err := hm.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = hm.Close() })
-	rm.SetPartitionCapacity(hm.CapacityByPartition())
-	jm := jobmgr.New(st, batch, rm, hm, jobmgr.Options{Logger: log})
-	if err := jm.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	go rm.Run(ctx)
-	go placement.NewEngine(rm, hm, placement.EngineOptions{Logger: log}).Run(ctx)
-
-	srv := api.NewServer(jm, rm, hm, log)
-	if h != nil {
-		srv.SetHistory(h, testCluster)
-	}
-	g := srv.GRPCServer()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = g.Serve(lis) }()
-	t.Cleanup(g.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	st := apitest.Start(t, apitest.Options{Logger: log, History: h, Cluster: testCluster})
+	jm, srv := st.JM, st.Server
+	conn, err := grpc.NewClient(st.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}

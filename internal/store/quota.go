@@ -161,6 +161,15 @@ type QuotaGuardOptions struct {
 	Defragment func(context.Context) error
 	// Interval between readings (default 10s).
 	Interval time.Duration
+	// CompactLag, with Embedded, keeps the store compacted to the revision
+	// it had CompactLag ago, at every reading: the revisions etcd keeps
+	// beyond live data are then those of the last CompactLag plus an
+	// Interval, whatever the write rate, rather than everything written
+	// between two runs of etcd's own compactor (every 5 minutes), which
+	// grows the file, the memory and the start of a busy store. A watcher
+	// that falls further behind than that gets ErrCompacted and lists
+	// again. 0: only etcd's compactor.
+	CompactLag time.Duration
 	// OnUse, if set, gets every reading (for metrics).
 	OnUse func(QuotaUse)
 	// Logger (default slog.Default()).
@@ -177,6 +186,15 @@ type QuotaGuard struct {
 	// compactedTo is the revision of the guard's last compaction (Step
 	// only: one goroutine).
 	compactedTo int64
+	// seen are the revisions of the readings of the last CompactLag, oldest
+	// first (Step only).
+	seen []seenRevision
+}
+
+// seenRevision is the store's revision at a reading.
+type seenRevision struct {
+	at  time.Time
+	rev int64
 }
 
 // NewQuotaGuard makes a guard over cli. Run does the watching.
@@ -247,6 +265,7 @@ func (g *QuotaGuard) Step(ctx context.Context) {
 	prev := g.last.Load()
 	g.publish(u)
 	if g.opts.Embedded {
+		g.trail(ctx, u, time.Now())
 		u = g.repair(ctx, u)
 	}
 	refusing := planQuota(u, false, 0).refuse
@@ -297,6 +316,28 @@ func (g *QuotaGuard) repair(ctx context.Context, u QuotaUse) QuotaUse {
 		reread()
 	}
 	return u
+}
+
+// trail compacts the store to the newest revision read at least
+// CompactLag before now (see QuotaGuardOptions.CompactLag).
+func (g *QuotaGuard) trail(ctx context.Context, u QuotaUse, now time.Time) {
+	if g.opts.CompactLag <= 0 {
+		return
+	}
+	g.seen = append(g.seen, seenRevision{now, u.Revision})
+	var to int64
+	for len(g.seen) > 0 && now.Sub(g.seen[0].at) >= g.opts.CompactLag {
+		to = g.seen[0].rev
+		g.seen = g.seen[1:]
+	}
+	if to <= g.compactedTo {
+		return
+	}
+	if _, err := g.cli.Compact(ctx, to); err != nil && !isCompacted(err) {
+		g.log.Debug("could not compact the store to its revision of CompactLag ago", "revision", to, "lag", g.opts.CompactLag, "err", err)
+		return
+	}
+	g.compactedTo = to
 }
 
 // isCompacted reports whether err says that the revision was compacted

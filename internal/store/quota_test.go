@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 func TestPlanQuota(t *testing.T) {
@@ -98,5 +101,40 @@ func TestQuotaGuardOnAFullEmbeddedStore(t *testing.T) {
 	}
 	if len(uses) == 0 || uses[0].QuotaBytes != quota {
 		t.Errorf("OnUse got %+v", uses)
+	}
+}
+
+// TestQuotaGuardKeepsTheStoreCompacted: with CompactLag, each reading
+// compacts an embedded store to the revision of the newest reading at
+// least that old, so older revisions go without waiting for etcd's own
+// compactor.
+func TestQuotaGuardKeepsTheStoreCompacted(t *testing.T) {
+	e, err := StartEmbedded(EmbeddedConfig{DataDir: t.TempDir(), Logger: quietLogger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close() })
+	s := connectTestStore(t, e, "")
+	ctx := context.Background()
+	g := NewQuotaGuard(s.Client(), QuotaGuardOptions{Embedded: true, CompactLag: time.Nanosecond, Logger: quietLogger})
+	first, err := s.Txn(ctx, Put("k", []byte("1"), AnyRevision))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Step(ctx) // remembers the revision now
+	for i := 0; i < 10; i++ {
+		if _, err := s.Txn(ctx, Put("k", []byte(fmt.Sprint(i)), AnyRevision)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.Client().Get(ctx, "k", clientv3.WithRev(first)); err != nil {
+		t.Fatalf("an old revision before the guard compacted: %v", err)
+	}
+	g.Step(ctx) // compacts to the first reading's revision
+	if _, err := s.Client().Get(ctx, "k", clientv3.WithRev(first-1)); !isCompacted(err) {
+		t.Fatalf("a revision older than the lag after the guard's reading: %v, want compacted", err)
+	}
+	if _, err := s.Client().Get(ctx, "k"); err != nil {
+		t.Fatal(err)
 	}
 }

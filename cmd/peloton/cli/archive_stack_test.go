@@ -4,22 +4,15 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"net"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/peloton-sched/peloton/cluster/api"
 	"github.com/peloton-sched/peloton/history"
-	"github.com/peloton-sched/peloton/hostmgr"
-	"github.com/peloton-sched/peloton/hostmgr/sim"
-	"github.com/peloton-sched/peloton/internal/store"
-	"github.com/peloton-sched/peloton/internal/store/storetest"
+	"github.com/peloton-sched/peloton/internal/testing/apitest"
 	"github.com/peloton-sched/peloton/jobmgr"
-	"github.com/peloton-sched/peloton/placement"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
-	"github.com/peloton-sched/peloton/resmgr"
 )
 
 // startArchivingStack runs the real managers over embedded etcd and the
@@ -31,47 +24,14 @@ func startArchivingStack(t *testing.T) (string, *jobmgr.Manager, history.Store) 
 	if testing.Short() {
 		t.Skip("starts a stack")
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	_, st := storetest.StartEtcd(t)
-	batch := store.NewBatcher(st, store.BatcherOptions{})
-	t.Cleanup(func() { _ = batch.Close() })
-	rm, err := resmgr.New(ctx, st, resmgr.Options{Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := sim.New(sim.Config{Hosts: 2, Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hm := hostmgr.NewManager(b, hostmgr.Options{Logger: log, Store: st, OnCapacity: rm.SetPartitionCapacity})
-	if err := hm.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = hm.Close() })
-	rm.SetPartitionCapacity(hm.CapacityByPartition())
-	jm := jobmgr.New(st, batch, rm, hm, jobmgr.Options{Logger: log})
-	if err := jm.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	go rm.Run(ctx)
-	go placement.NewEngine(rm, hm, placement.EngineOptions{Logger: log}).Run(ctx)
 	h, err := history.OpenBolt(filepath.Join(t.TempDir(), "history.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = h.Close() })
-	srv := api.NewServer(jm, rm, hm, log)
-	srv.SetHistory(h, "local")
-	g := srv.GRPCServer()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = g.Serve(lis) }()
-	t.Cleanup(g.Stop)
-	return lis.Addr().String(), jm, h
+	st := apitest.Start(t, apitest.Options{Logger: log, History: h, Cluster: "local"})
+	return st.Addr, st.JM, h
 }
 
 // TestArchivedJobThroughTheCLI: once a finished job is archived and gone
