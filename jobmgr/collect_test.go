@@ -3,6 +3,7 @@ package jobmgr
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -22,15 +23,18 @@ import (
 // hookedArchive is a history store whose Put can fail or call a hook.
 type hookedArchive struct {
 	history.Store
-	down   atomic.Bool
-	puts   atomic.Int32
-	mu     sync.Mutex
-	onPut  func()
-	putIDs []string
+	down atomic.Bool
+	puts atomic.Int32
+	// refused counts the puts refused while down.
+	refused atomic.Int32
+	mu      sync.Mutex
+	onPut   func()
+	putIDs  []string
 }
 
 func (h *hookedArchive) Put(ctx context.Context, jobs ...*history.Job) error {
 	if h.down.Load() {
+		h.refused.Add(1)
 		return &history.UnavailableError{Op: "put", Err: errors.New("the test's archive is down")}
 	}
 	if err := h.Store.Put(ctx, jobs...); err != nil {
@@ -169,7 +173,11 @@ func TestNothingLeavesTheStoreWhileTheArchiveIsDown(t *testing.T) {
 		j, err := p.jm.GetJob(id)
 		return err == nil && j.Status.State == pelotonv1.JobState_JOB_SUCCEEDED, "not finished"
 	})
-	time.Sleep(200 * time.Millisecond) // passes that find the archive down
+	refusedBefore := a.refused.Load()
+	waitFor(t, "passes that find the archive down", 30*time.Second, func() (bool, string) {
+		n := a.refused.Load() - refusedBefore
+		return n >= 2, fmt.Sprintf("%d refused puts", n)
+	})
 	if _, err := p.jm.GetJob(id); err != nil {
 		t.Fatalf("removed while the archive was down: %v", err)
 	}

@@ -67,9 +67,27 @@ func (f *finishedJob) completed() time.Time {
 }
 
 // liveIndexOp is the index entry of a job that has not finished.
-func liveIndexOp(id, requestID string) store.Op {
-	b, _ := json.Marshal(indexEntry{RequestID: requestID}) // cannot fail
-	return store.Put(liveIndexKey(id), b, store.AnyRevision)
+func liveIndexOp(id, requestID string) (store.Op, error) {
+	b, err := json.Marshal(indexEntry{RequestID: requestID})
+	if err != nil {
+		return store.Op{}, fmt.Errorf("jobmgr: encode the index entry of job %s: %w", id, err)
+	}
+	return store.Put(liveIndexKey(id), b, store.AnyRevision), nil
+}
+
+// finishedIndexOp is the index entry of a finished job: its list row
+// (sum, a pelotonv1.Job with its spec summarized), its request id and its
+// spec's time to live.
+func finishedIndexOp(id, requestID string, sum *pelotonv1.Job, ttl *uint32) (store.Op, error) {
+	row, err := proto.Marshal(sum)
+	if err != nil {
+		return store.Op{}, fmt.Errorf("jobmgr: encode the summary of job %s: %w", id, err)
+	}
+	b, err := json.Marshal(indexEntry{RequestID: requestID, Summary: row, TTLSeconds: ttl})
+	if err != nil {
+		return store.Op{}, fmt.Errorf("jobmgr: encode the index entry of job %s: %w", id, err)
+	}
+	return store.Put(finishedIndexKey(id), b, store.AnyRevision), nil
 }
 
 // indexOps are the writes that keep j's index entry true when its runtime
@@ -81,7 +99,11 @@ func (m *Manager) indexOps(j *job, old, next *pelotonv1.JobStatus) ([]store.Op, 
 	case was == is:
 		return nil, nil
 	case !is: // restarted: live again
-		return []store.Op{store.Delete(finishedIndexKey(j.id), store.AnyRevision), liveIndexOp(j.id, j.requestID)}, nil
+		op, err := liveIndexOp(j.id, j.requestID)
+		if err != nil {
+			return nil, err
+		}
+		return []store.Op{store.Delete(finishedIndexKey(j.id), store.AnyRevision), op}, nil
 	}
 	st := proto.Clone(next).(*pelotonv1.JobStatus)
 	st.TaskCounts = map[string]uint32{}
@@ -91,15 +113,11 @@ func (m *Manager) indexOps(j *job, old, next *pelotonv1.JobStatus) ([]store.Op, 
 		}
 	}
 	spec := j.spec()
-	sum, err := proto.Marshal(&pelotonv1.Job{Id: j.id, Spec: summarize(spec), Status: st})
+	op, err := finishedIndexOp(j.id, j.requestID, &pelotonv1.Job{Id: j.id, Spec: summarize(spec), Status: st}, spec.TtlSecondsAfterFinished)
 	if err != nil {
-		return nil, fmt.Errorf("jobmgr: encode the summary of job %s: %w", j.id, err)
+		return nil, err
 	}
-	b, err := json.Marshal(indexEntry{RequestID: j.requestID, Summary: sum, TTLSeconds: spec.TtlSecondsAfterFinished})
-	if err != nil {
-		return nil, fmt.Errorf("jobmgr: encode the index entry of job %s: %w", j.id, err)
-	}
-	return []store.Op{store.Delete(liveIndexKey(j.id), store.AnyRevision), store.Put(finishedIndexKey(j.id), b, store.AnyRevision)}, nil
+	return []store.Op{store.Delete(liveIndexKey(j.id), store.AnyRevision), op}, nil
 }
 
 // removalOps remove a job's runtime (at revision rev) and its index entry,
@@ -215,21 +233,21 @@ func (m *Manager) buildIndex(ctx context.Context) error {
 		}
 	}
 	for id, rt := range rts {
-		if !isJobTerminal(rt.State) {
-			ops = append(ops, liveIndexOp(id, ""))
+		// A finished job's row has no task counts: its tasks are not read
+		// here. One whose spec is not at hand (chunked) is indexed as a
+		// live one and loaded at start.
+		spec := specs[fmt.Sprintf("%s/%d", id, rt.SpecVersion)]
+		var op store.Op
+		var err error
+		if isJobTerminal(rt.State) && spec != nil {
+			op, err = finishedIndexOp(id, "", &pelotonv1.Job{Id: id, Spec: summarize(spec), Status: rt}, spec.TtlSecondsAfterFinished)
 		} else {
-			// A summary without task counts: the job's tasks are not read
-			// here. A chunked spec has no summary here either: the job is
-			// then loaded as a live one (loadIndex).
-			spec := specs[fmt.Sprintf("%s/%d", id, rt.SpecVersion)]
-			if spec == nil {
-				ops = append(ops, liveIndexOp(id, ""))
-			} else {
-				sum, _ := proto.Marshal(&pelotonv1.Job{Id: id, Spec: summarize(spec), Status: rt})
-				b, _ := json.Marshal(indexEntry{Summary: sum, TTLSeconds: spec.TtlSecondsAfterFinished})
-				ops = append(ops, store.Put(finishedIndexKey(id), b, store.AnyRevision))
-			}
+			op, err = liveIndexOp(id, "")
 		}
+		if err != nil {
+			return err
+		}
+		ops = append(ops, op)
 		n++
 		if len(ops) >= m.store.MaxTxnOps() {
 			if err := flush(); err != nil {

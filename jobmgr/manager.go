@@ -404,10 +404,14 @@ func (m *Manager) storeJob(ctx context.Context, id string, spec *pelotonv1.JobSp
 	if err != nil {
 		return fmt.Errorf("jobmgr: encode job %s runtime: %w", id, err)
 	}
+	live, err := liveIndexOp(id, requestID)
+	if err != nil {
+		return err
+	}
 	ops := append([]store.Op{
 		store.Put(jobSpecKey(id, 1), enc, store.MustNotExist),
 		store.Put(jobRuntimeKey(id), rtb, store.MustNotExist),
-		liveIndexOp(id, requestID)}, extra...)
+		live}, extra...)
 	rev, err := m.store.Txn(ctx, ops...)
 	if err != nil {
 		if errors.Is(err, store.ErrConflict) {
@@ -780,9 +784,9 @@ func (m *Manager) forget(ctx context.Context, j *job) {
 	m.finishRemoval(ctx, id)
 }
 
-// sweep deletes every record under a job's prefixes.
+// sweep deletes every record under a job's prefixes, and reports whether
+// it deleted them all.
 func (m *Manager) sweep(ctx context.Context, id string) bool {
-	ok := true
 	var failed atomic.Bool
 	for _, prefix := range []string{taskPrefix(id), jobPrefix(id)} {
 		kvs, err := m.store.List(ctx, prefix)
@@ -803,7 +807,7 @@ func (m *Manager) sweep(ctx context.Context, id string) bool {
 		}
 		wg.Wait()
 	}
-	return ok && !failed.Load()
+	return !failed.Load()
 }
 
 // RestartJob starts a new run of the given instances (default: every

@@ -3,6 +3,7 @@ package api_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -22,6 +23,7 @@ import (
 	"github.com/peloton-sched/peloton/history"
 	"github.com/peloton-sched/peloton/internal/testing/apitest"
 	"github.com/peloton-sched/peloton/internal/testing/pgtest"
+	"github.com/peloton-sched/peloton/internal/testutil"
 	"github.com/peloton-sched/peloton/jobmgr"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
@@ -84,21 +86,18 @@ func (s *archiveStack) finished(t *testing.T, spec *pelotonv1.JobSpec) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testutil.Eventually(t, 30*time.Second, "job "+r.JobId+" finished", func() error {
 		g, err := s.jobs.GetJob(ctx, &pelotonv1.GetJobRequest{JobId: r.JobId})
 		if err != nil {
 			t.Fatal(err)
 		}
 		switch g.Job.Status.State {
 		case pelotonv1.JobState_JOB_SUCCEEDED, pelotonv1.JobState_JOB_FAILED, pelotonv1.JobState_JOB_KILLED:
-			return r.JobId
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("job %s did not finish within 30s: %v", r.JobId, g.Job.Status)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Errorf("%v", g.Job.Status)
+	})
+	return r.JobId
 }
 
 // liveView is what the API answers about a live job.
