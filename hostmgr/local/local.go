@@ -679,8 +679,10 @@ func (b *Backend) run(t *task, startErr error) {
 	b.releaseRun(t)
 	b.log.Debug("task ended", "task", t.spec.TaskID, "state", last.State.String(), "exitCode", last.ExitCode, "reason", last.Reason)
 	b.endRecord(t, last)
-	b.emit(t, last)
+	// Forgotten before the event goes out, so that whoever sees the end
+	// also sees the bound on remembered runs already kept.
 	b.forgetOld(t.spec.TaskID)
+	b.emit(t, last)
 }
 
 // emit records ev as the task's last event and passes it to the sink,

@@ -535,6 +535,12 @@ func (b *Backend) schedule() {
 			// harmless pass over the heap.
 			timer.Reset(wait)
 			fire = timer.Chan()
+			if b.clock.Since(now) > time.Millisecond {
+				// Time moved on while the lock was let go (a fake clock
+				// advanced before the Reset): the timer is that much late,
+				// so look at the heaps again.
+				continue
+			}
 		}
 		select {
 		case <-b.stop:
