@@ -12,7 +12,7 @@
 // kube-apiserver with kwok nodes (binaries from `make kube-tools`), runs
 // kube-scheduler as a child process, and runs the stack on the kubernetes
 // backend against that cluster. The control plane is the test harness
-// internal/kubetest, which bench does not import: it reaches it through
+// internal/testing/kubetest, which bench does not import: it reaches it through
 // KubeHarness, registered by bench/kubeharness in a peloton built with
 // -tags kubebench, so that the release binary links no test code.
 //

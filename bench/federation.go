@@ -64,11 +64,11 @@ import (
 	"github.com/peloton-sched/peloton/cluster"
 	"github.com/peloton-sched/peloton/cluster/client"
 	"github.com/peloton-sched/peloton/federation"
-	"github.com/peloton-sched/peloton/internal/fedsla"
 	"github.com/peloton-sched/peloton/internal/metrics"
-	"github.com/peloton-sched/peloton/internal/sla"
 	"github.com/peloton-sched/peloton/internal/store"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+	"github.com/peloton-sched/peloton/sla"
+	"github.com/peloton-sched/peloton/sla/fed"
 )
 
 // ScenarioFederation measures the federation: registry cost, pool
@@ -272,13 +272,13 @@ type fedHarness struct {
 	jobs     pelotonv1.FederatedJobServiceClient
 
 	routersMu sync.Mutex
-	routers   []*fedsla.Router
+	routers   []*fed.Router
 }
 
 // slaRouter is the SLA evaluator of stack name: its own, until the
 // federation starts and its global evaluator takes federated services.
 func (h *fedHarness) slaRouter(name string) sla.Evaluator {
-	r := fedsla.New(sla.NewLocal(nil), nil, name, h.env.logger())
+	r := fed.New(sla.NewLocal(nil), nil, name, h.env.logger())
 	h.routersMu.Lock()
 	defer h.routersMu.Unlock()
 	if h.fc != nil {

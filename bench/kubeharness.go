@@ -12,7 +12,7 @@ import (
 )
 
 // KubeHarness starts the throw-away Kubernetes control plane the
-// kubernetes scenario runs against: the test harness internal/kubetest,
+// kubernetes scenario runs against: the test harness internal/testing/kubetest,
 // found as the tests find it. The production binary must not link test
 // code, so bench does not import it; package bench/kubeharness adapts it
 // and registers it when imported, which `peloton` does only when built

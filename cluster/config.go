@@ -14,9 +14,9 @@ import (
 	"github.com/peloton-sched/peloton/hostagent"
 	"github.com/peloton-sched/peloton/hostmgr/kubernetes"
 	"github.com/peloton-sched/peloton/internal/serving"
-	"github.com/peloton-sched/peloton/internal/sla"
 	"github.com/peloton-sched/peloton/internal/store"
 	"github.com/peloton-sched/peloton/internal/tlsfiles"
+	"github.com/peloton-sched/peloton/sla"
 )
 
 // DefaultClusterName is the name of a cluster that is given none. Data

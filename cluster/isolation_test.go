@@ -19,7 +19,7 @@ import (
 
 	"github.com/peloton-sched/peloton/cluster"
 	"github.com/peloton-sched/peloton/internal/store/storetest"
-	"github.com/peloton-sched/peloton/internal/testutil"
+	"github.com/peloton-sched/peloton/internal/testing/testutil"
 	"github.com/peloton-sched/peloton/internal/tlsfiles"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )

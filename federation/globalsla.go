@@ -18,7 +18,7 @@ import (
 )
 
 // The global SLA evaluator. Cluster stacks started with --federation ask
-// it (through internal/fedsla) for every voluntary disruption of an
+// it (through sla/fed) for every voluntary disruption of an
 // instance of a federated service's job: the service's budget
 // (job.sla.maximumUnavailableInstances) then bounds the instances down
 // over all its clusters, counted as the union of what each cluster

@@ -15,10 +15,10 @@ import (
 	"github.com/peloton-sched/peloton/cluster"
 	"github.com/peloton-sched/peloton/cluster/client"
 	"github.com/peloton-sched/peloton/federation"
-	"github.com/peloton-sched/peloton/internal/fedsla"
-	"github.com/peloton-sched/peloton/internal/sla"
 	"github.com/peloton-sched/peloton/internal/store/storetest"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+	"github.com/peloton-sched/peloton/sla"
+	"github.com/peloton-sched/peloton/sla/fed"
 )
 
 func serviceSpec(name string, n, budget uint32, shares ...*pelotonv1.ClusterShare) *pelotonv1.FederatedServiceSpec {
@@ -526,7 +526,7 @@ func TestGlobalSLA(t *testing.T) {
 	t.Cleanup(func() { fc.Close() })
 	withGlobalSLA := func(name string) func(*cluster.Config) {
 		return func(c *cluster.Config) {
-			c.SLA = fedsla.New(sla.NewLocal(nil), fc.SLA, name, logger())
+			c.SLA = fed.New(sla.NewLocal(nil), fc.SLA, name, logger())
 			c.SLATimeout = 2 * time.Second
 		}
 	}

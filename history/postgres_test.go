@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/peloton-sched/peloton/internal/testing/pgtest"
-	"github.com/peloton-sched/peloton/internal/testutil"
+	"github.com/peloton-sched/peloton/internal/testing/testutil"
 )
 
 func openPostgres(t *testing.T, url string) *Postgres {

@@ -45,19 +45,19 @@ func TestImports(t *testing.T) {
 
 func TestAllowedImport(t *testing.T) {
 	for path, want := range map[string]bool{
-		"context":                        true,
-		"google.golang.org/grpc":         true,
-		module + "internal/testutil":     true,
-		module + "proto/peloton/api/v1":  true,
-		module + "proto/peloton/api/v1x": false,
-		module + "proto/peloton/private": false,
-		module + "jobmgr":                false,
-		module + "resmgr":                false,
-		module + "hostmgr":               false,
-		module + "hostmgr/local":         false,
-		module + "placement":             false,
-		module + "federation":            false,
-		module + "cluster":               false,
+		"context":                            true,
+		"google.golang.org/grpc":             true,
+		module + "internal/testing/testutil": true,
+		module + "proto/peloton/api/v1":      true,
+		module + "proto/peloton/api/v1x":     false,
+		module + "proto/peloton/private":     false,
+		module + "jobmgr":                    false,
+		module + "resmgr":                    false,
+		module + "hostmgr":                   false,
+		module + "hostmgr/local":             false,
+		module + "placement":                 false,
+		module + "federation":                false,
+		module + "cluster":                   false,
 	} {
 		if got := allowedImport(path); got != want {
 			t.Errorf("allowedImport(%q) = %v, want %v", path, got, want)

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/peloton-sched/peloton/internal/testutil"
+	"github.com/peloton-sched/peloton/internal/testing/testutil"
 )
 
 func TestMain(m *testing.M) {

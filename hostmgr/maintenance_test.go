@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"flag"
-	peltest "github.com/peloton-sched/peloton/internal/testutil"
+	peltest "github.com/peloton-sched/peloton/internal/testing/testutil"
 	"slices"
 	"strings"
 	"testing"

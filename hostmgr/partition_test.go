@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	peltest "github.com/peloton-sched/peloton/internal/testutil"
+	peltest "github.com/peloton-sched/peloton/internal/testing/testutil"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"

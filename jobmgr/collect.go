@@ -10,9 +10,9 @@ import (
 
 	"github.com/peloton-sched/peloton/history"
 	"github.com/peloton-sched/peloton/internal/metrics"
-	"github.com/peloton-sched/peloton/internal/sla"
 	"github.com/peloton-sched/peloton/internal/store"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+	"github.com/peloton-sched/peloton/sla"
 	"google.golang.org/protobuf/proto"
 )
 

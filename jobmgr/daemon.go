@@ -7,7 +7,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/peloton-sched/peloton/placement"
+	"github.com/peloton-sched/peloton/hostmgr"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 	"github.com/peloton-sched/peloton/resmgr"
 )
@@ -46,7 +46,7 @@ func (m *Manager) daemonHosts(j *job) []string {
 	p := j.spec().GetDefaultSpec().GetPlacement()
 	var out []string
 	for _, h := range m.hm.ListHosts() {
-		if placement.Matches(p, h.Partition, h.Labels) {
+		if hostmgr.Matches(p, h.Partition, h.Labels) {
 			out = append(out, h.Name)
 		}
 	}

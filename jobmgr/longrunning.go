@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/peloton-sched/peloton/internal/apierr"
-	"github.com/peloton-sched/peloton/internal/sla"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+	"github.com/peloton-sched/peloton/sla"
 )
 
 // Long-running jobs (SERVICE, STATEFUL, DAEMON) keep their instances

@@ -219,7 +219,7 @@ func (r *Round) classOf(p *pelotonv1.PlacementSpec) *class {
 		c = &class{id: r.nclasses, spec: p}
 		r.nclasses++
 		for i := range r.offers {
-			if matches(p, r.offers[i].Partition, r.offers[i].Labels) {
+			if hostmgr.Matches(p, r.offers[i].Partition, r.offers[i].Labels) {
 				c.hosts = append(c.hosts, int32(i))
 			}
 		}
@@ -227,50 +227,6 @@ func (r *Round) classOf(p *pelotonv1.PlacementSpec) *class {
 	}
 	r.classByPtr[p] = c
 	return c
-}
-
-// matches reports whether a host passes a spec's partition and constraints,
-// the cheap string compare first.
-func matches(p *pelotonv1.PlacementSpec, partition string, labels map[string]string) bool {
-	if p == nil {
-		return true
-	}
-	if p.Partition != "" && p.Partition != partition {
-		return false
-	}
-	for _, c := range p.Constraints {
-		if !holds(c, labels) {
-			return false
-		}
-	}
-	return true
-}
-
-// holds reports whether one constraint holds on a host's labels.
-func holds(c *pelotonv1.Constraint, labels map[string]string) bool {
-	v, ok := labels[c.Label]
-	switch c.Op {
-	case pelotonv1.ConstraintOp_EQUALS:
-		return ok && len(c.Values) == 1 && v == c.Values[0]
-	case pelotonv1.ConstraintOp_NOT_EQUALS:
-		return !ok || len(c.Values) != 1 || v != c.Values[0]
-	case pelotonv1.ConstraintOp_EXISTS:
-		return ok
-	case pelotonv1.ConstraintOp_IN:
-		return ok && contains(c.Values, v)
-	case pelotonv1.ConstraintOp_NOT_IN:
-		return !ok || !contains(c.Values, v)
-	}
-	return false // validation refuses other ops; never match what we do not understand
-}
-
-func contains(vs []string, v string) bool {
-	for _, w := range vs {
-		if w == v {
-			return true
-		}
-	}
-	return false
 }
 
 // reachOf says whether some host of the cluster, empty, could take a task of
@@ -308,7 +264,7 @@ func (r *Round) computeReach(p *pelotonv1.PlacementSpec, need resources.Resource
 	for _, c := range p.GetConstraints() {
 		kept := left[:0]
 		for _, i := range left {
-			if holds(c, r.catalog[i].Labels) {
+			if hostmgr.Holds(c, r.catalog[i].Labels) {
 				kept = append(kept, i)
 			}
 		}
@@ -412,7 +368,7 @@ func (r *Round) boundUnresolvable(q *request) string {
 		return fmt.Sprintf("%s: %s is not in partition %q", ReasonBoundMismatch, name, p.GetPartition())
 	}
 	for _, c := range p.GetConstraints() {
-		if !holds(c, st.Labels) {
+		if !hostmgr.Holds(c, st.Labels) {
 			return fmt.Sprintf("%s: %s fails %s", ReasonBoundMismatch, name, describe(c))
 		}
 	}
@@ -528,7 +484,7 @@ func (r *Round) prevHost(q *request) int32 {
 		return -1
 	}
 	h := r.hostIndex(name)
-	if h < 0 || !matches(q.cls.spec, r.offers[h].Partition, r.offers[h].Labels) {
+	if h < 0 || !hostmgr.Matches(q.cls.spec, r.offers[h].Partition, r.offers[h].Labels) {
 		return -1
 	}
 	if !hostmgr.Fits(q.task.Resources, q.max, r.free[h], int(q.job.count(h))) {

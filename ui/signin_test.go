@@ -17,9 +17,9 @@ import (
 
 	"github.com/peloton-sched/peloton/cluster"
 	"github.com/peloton-sched/peloton/internal/auth"
-	"github.com/peloton-sched/peloton/internal/browsertest"
 	"github.com/peloton-sched/peloton/internal/serving"
-	"github.com/peloton-sched/peloton/internal/testutil"
+	"github.com/peloton-sched/peloton/internal/testing/browsertest"
+	"github.com/peloton-sched/peloton/internal/testing/testutil"
 	"github.com/peloton-sched/peloton/ui"
 )
 
@@ -230,7 +230,7 @@ func rest(t *testing.T, method, url, token, body string, out any) {
 	}
 }
 
-// tab is one headless Chromium with one tab (internal/browsertest), with
+// tab is one headless Chromium with one tab (internal/testing/browsertest), with
 // this test's fixed waits.
 type tab struct{ *browsertest.Browser }
 

@@ -1,5 +1,5 @@
 // Package kubeharness gives `peloton bench kubernetes` its control plane:
-// it adapts the test harness internal/kubetest to bench.KubeHarness and
+// it adapts the test harness internal/testing/kubetest to bench.KubeHarness and
 // registers it when imported. Only binaries built with -tags kubebench
 // import it (cmd/peloton/kubebench.go), so the release binary links no
 // test code; nothing else may import it.
@@ -14,12 +14,12 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/peloton-sched/peloton/bench"
-	"github.com/peloton-sched/peloton/internal/kubetest"
+	"github.com/peloton-sched/peloton/internal/testing/kubetest"
 )
 
 func init() { bench.RegisterKubeHarness(Harness{}) }
 
-// Harness is internal/kubetest as a bench.KubeHarness.
+// Harness is internal/testing/kubetest as a bench.KubeHarness.
 type Harness struct{}
 
 var _ bench.KubeHarness = Harness{}

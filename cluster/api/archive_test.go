@@ -23,7 +23,7 @@ import (
 	"github.com/peloton-sched/peloton/history"
 	"github.com/peloton-sched/peloton/internal/testing/apitest"
 	"github.com/peloton-sched/peloton/internal/testing/pgtest"
-	"github.com/peloton-sched/peloton/internal/testutil"
+	"github.com/peloton-sched/peloton/internal/testing/testutil"
 	"github.com/peloton-sched/peloton/jobmgr"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )

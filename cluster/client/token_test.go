@@ -15,8 +15,8 @@ import (
 
 	"github.com/peloton-sched/peloton/cluster/client"
 	"github.com/peloton-sched/peloton/internal/reload"
+	"github.com/peloton-sched/peloton/internal/testing/tlstest"
 	"github.com/peloton-sched/peloton/internal/tlsfiles"
-	"github.com/peloton-sched/peloton/internal/tlsfiles/tlstest"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 

@@ -33,7 +33,7 @@ func deps(t *testing.T, tags string) []string {
 // not package testing. `peloton bench kubernetes` needs the harness, so
 // only a build with -tags kubebench has it.
 func TestBinaryLinksNoTestCode(t *testing.T) {
-	const harness = "github.com/peloton-sched/peloton/internal/kubetest"
+	const harness = "github.com/peloton-sched/peloton/internal/testing/kubetest"
 	got := deps(t, "")
 	for _, p := range []string{harness, "github.com/peloton-sched/peloton/bench/kubeharness", "testing"} {
 		if slices.Contains(got, p) {

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/peloton-sched/peloton/internal/promcheck"
+	"github.com/peloton-sched/peloton/internal/testing/promcheck"
 )
 
 // TestCommittedDashboardsAreGenerated: the JSON files are what the code

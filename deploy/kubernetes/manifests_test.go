@@ -1,6 +1,6 @@
 // Package manifests holds only tests: they keep the Kubernetes manifests of
 // this folder from rotting. Every manifest is applied to a real
-// kube-apiserver (internal/kubetest) with a strict server-side dry run, and
+// kube-apiserver (internal/testing/kubetest) with a strict server-side dry run, and
 // the RBAC rules are checked, through the apiserver's own authorizer,
 // against the calls the kubernetes backend makes: it gets every right it
 // needs and nothing else; the federation's service account may do nothing
@@ -36,7 +36,7 @@ import (
 	"k8s.io/client-go/restmapper"
 	"sigs.k8s.io/yaml"
 
-	"github.com/peloton-sched/peloton/internal/kubetest"
+	"github.com/peloton-sched/peloton/internal/testing/kubetest"
 )
 
 // serviceAccount is who the Deployment runs as (rbac.yaml).

@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/peloton-sched/peloton/internal/promcheck"
+	"github.com/peloton-sched/peloton/internal/testing/promcheck"
 )
 
 // documented is every series name the metrics tables of docs/operations.md

@@ -20,9 +20,9 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/peloton-sched/peloton/hostmgr"
-	"github.com/peloton-sched/peloton/internal/kubetest"
 	"github.com/peloton-sched/peloton/internal/resources"
-	"github.com/peloton-sched/peloton/internal/testutil"
+	"github.com/peloton-sched/peloton/internal/testing/kubetest"
+	"github.com/peloton-sched/peloton/internal/testing/testutil"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 

@@ -10,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/peloton-sched/peloton/hostmgr"
-	"github.com/peloton-sched/peloton/internal/kubetest"
+	"github.com/peloton-sched/peloton/internal/testing/kubetest"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
@@ -20,7 +20,7 @@ import (
 // ends KILLED (replaced-in-place), the new one is LAUNCHED at once and
 // RUNNING once the container was restarted with the new image. kwok plays
 // the kubelet's part: its stage peloton-pod-restart-changed
-// (internal/kubetest/stages.go) restarts a running pod's container whose
+// (internal/testing/kubetest/stages.go) restarts a running pod's container whose
 // image changed, raising its restartCount.
 func TestReplacePatchesThePod(t *testing.T) {
 	e := newEnv(t, cluster(t), 1, nil)

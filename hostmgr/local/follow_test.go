@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/peloton-sched/peloton/internal/testutil"
+	"github.com/peloton-sched/peloton/internal/testing/testutil"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/peloton-sched/peloton/internal/testutil"
+	"github.com/peloton-sched/peloton/internal/testing/testutil"
 )
 
 // httpHelperEnv, set to "1" in a task's env, turns the test binary into the

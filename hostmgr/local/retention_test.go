@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/peloton-sched/peloton/hostmgr"
-	"github.com/peloton-sched/peloton/internal/testutil"
+	"github.com/peloton-sched/peloton/internal/testing/testutil"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 

@@ -15,7 +15,7 @@ import (
 	"github.com/peloton-sched/peloton/hostmgr/backendtest"
 	"github.com/peloton-sched/peloton/hostmgr/local/supervise"
 	"github.com/peloton-sched/peloton/internal/resources"
-	"github.com/peloton-sched/peloton/internal/testutil"
+	"github.com/peloton-sched/peloton/internal/testing/testutil"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 	"golang.org/x/sys/unix"
 )

@@ -12,7 +12,7 @@ import (
 
 	"github.com/peloton-sched/peloton/hostmgr/mesos/mesostest"
 	"github.com/peloton-sched/peloton/internal/store"
-	"github.com/peloton-sched/peloton/internal/testutil"
+	"github.com/peloton-sched/peloton/internal/testing/testutil"
 )
 
 // etcdEndpoints is the embedded etcd every test of the package shares,

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/peloton-sched/peloton/internal/testutil"
+	"github.com/peloton-sched/peloton/internal/testing/testutil"
 )
 
 // TestMain fails the run if any goroutine of a sim Backend outlives the

@@ -24,10 +24,10 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/peloton-sched/peloton/internal/auth"
-	"github.com/peloton-sched/peloton/internal/auth/authtest"
 	"github.com/peloton-sched/peloton/internal/reload"
+	"github.com/peloton-sched/peloton/internal/testing/authtest"
+	"github.com/peloton-sched/peloton/internal/testing/tlstest"
 	"github.com/peloton-sched/peloton/internal/tlsfiles"
-	"github.com/peloton-sched/peloton/internal/tlsfiles/tlstest"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 

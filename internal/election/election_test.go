@@ -13,7 +13,7 @@ import (
 
 	"github.com/peloton-sched/peloton/internal/election"
 	"github.com/peloton-sched/peloton/internal/store/storetest"
-	"github.com/peloton-sched/peloton/internal/testutil"
+	"github.com/peloton-sched/peloton/internal/testing/testutil"
 )
 
 func TestMain(m *testing.M) {

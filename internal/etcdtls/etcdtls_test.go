@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/peloton-sched/peloton/internal/testing/tlstest"
 	"github.com/peloton-sched/peloton/internal/tlsfiles"
-	"github.com/peloton-sched/peloton/internal/tlsfiles/tlstest"
 )
 
 // serve answers TLS handshakes on 127.0.0.1 with a certificate of ca.

@@ -21,7 +21,7 @@ import (
 	"github.com/peloton-sched/peloton/internal/replica"
 	"github.com/peloton-sched/peloton/internal/store"
 	"github.com/peloton-sched/peloton/internal/store/storetest"
-	"github.com/peloton-sched/peloton/internal/testutil"
+	"github.com/peloton-sched/peloton/internal/testing/testutil"
 )
 
 func TestMain(m *testing.M) {

@@ -26,11 +26,11 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/peloton-sched/peloton/internal/auth"
-	"github.com/peloton-sched/peloton/internal/auth/authtest"
 	"github.com/peloton-sched/peloton/internal/restgw"
 	"github.com/peloton-sched/peloton/internal/serving"
+	"github.com/peloton-sched/peloton/internal/testing/authtest"
+	"github.com/peloton-sched/peloton/internal/testing/tlstest"
 	"github.com/peloton-sched/peloton/internal/tlsfiles"
-	"github.com/peloton-sched/peloton/internal/tlsfiles/tlstest"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 

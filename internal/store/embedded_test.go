@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/peloton-sched/peloton/internal/testutil"
+	"github.com/peloton-sched/peloton/internal/testing/testutil"
 )
 
 func TestEmbeddedRestartKeepsData(t *testing.T) {

@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/peloton-sched/peloton/internal/testutil"
+	"github.com/peloton-sched/peloton/internal/testing/testutil"
 )
 
 // TestMain lets the test binary serve as testutil's dial helper, run as

@@ -22,8 +22,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/peloton-sched/peloton/internal/reload"
+	"github.com/peloton-sched/peloton/internal/testing/tlstest"
 	"github.com/peloton-sched/peloton/internal/tlsfiles"
-	"github.com/peloton-sched/peloton/internal/tlsfiles/tlstest"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))

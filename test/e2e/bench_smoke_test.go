@@ -15,7 +15,7 @@ import (
 	// So does the mesos scenario's test master (-tags mesosbench).
 	_ "github.com/peloton-sched/peloton/bench/mesosharness"
 	"github.com/peloton-sched/peloton/cmd/peloton/cli"
-	"github.com/peloton-sched/peloton/internal/kubetest"
+	"github.com/peloton-sched/peloton/internal/testing/kubetest"
 )
 
 // benchSmokeArgs are tiny sizes of every scenario: enough to go through

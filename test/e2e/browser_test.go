@@ -4,10 +4,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/peloton-sched/peloton/internal/browsertest"
+	"github.com/peloton-sched/peloton/internal/testing/browsertest"
 )
 
-// The browser tests drive Chromium headless through internal/browsertest.
+// The browser tests drive Chromium headless through internal/testing/browsertest.
 
 type browser = browsertest.Browser
 

@@ -18,8 +18,8 @@ import (
 	"time"
 
 	"github.com/peloton-sched/peloton/hostmgr/local/supervise"
-	"github.com/peloton-sched/peloton/internal/etcdtest"
-	"github.com/peloton-sched/peloton/internal/testutil"
+	"github.com/peloton-sched/peloton/internal/testing/etcdtest"
+	"github.com/peloton-sched/peloton/internal/testing/testutil"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"

@@ -15,7 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/peloton-sched/peloton/cluster/client"
-	"github.com/peloton-sched/peloton/internal/etcdtest"
+	"github.com/peloton-sched/peloton/internal/testing/etcdtest"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 

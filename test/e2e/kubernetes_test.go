@@ -11,7 +11,7 @@ import (
 
 	"github.com/peloton-sched/peloton/cluster"
 	"github.com/peloton-sched/peloton/hostmgr/kubernetes"
-	"github.com/peloton-sched/peloton/internal/kubetest"
+	"github.com/peloton-sched/peloton/internal/testing/kubetest"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/peloton-sched/peloton/internal/etcdtest"
+	"github.com/peloton-sched/peloton/internal/testing/etcdtest"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"

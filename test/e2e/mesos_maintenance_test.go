@@ -12,7 +12,7 @@ import (
 
 	"github.com/peloton-sched/peloton/cluster/client"
 	"github.com/peloton-sched/peloton/hostmgr/mesos/mesostest"
-	"github.com/peloton-sched/peloton/internal/etcdtest"
+	"github.com/peloton-sched/peloton/internal/testing/etcdtest"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 

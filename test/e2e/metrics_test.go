@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/peloton-sched/peloton/cluster/client"
-	"github.com/peloton-sched/peloton/internal/promcheck"
+	"github.com/peloton-sched/peloton/internal/testing/promcheck"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 

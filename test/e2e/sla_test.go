@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/peloton-sched/peloton/internal/sla"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+	"github.com/peloton-sched/peloton/sla"
 	"google.golang.org/protobuf/proto"
 )
 

@@ -21,9 +21,9 @@ import (
 	pclient "github.com/peloton-sched/peloton/cluster/client"
 	"github.com/peloton-sched/peloton/internal/auth"
 	"github.com/peloton-sched/peloton/internal/serving"
-	"github.com/peloton-sched/peloton/internal/testutil"
+	"github.com/peloton-sched/peloton/internal/testing/testutil"
+	"github.com/peloton-sched/peloton/internal/testing/tlstest"
 	"github.com/peloton-sched/peloton/internal/tlsfiles"
-	"github.com/peloton-sched/peloton/internal/tlsfiles/tlstest"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 

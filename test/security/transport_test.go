@@ -22,8 +22,8 @@ import (
 	"github.com/peloton-sched/peloton/internal/auth"
 	"github.com/peloton-sched/peloton/internal/reload"
 	"github.com/peloton-sched/peloton/internal/store/storetest"
-	"github.com/peloton-sched/peloton/internal/testutil"
-	"github.com/peloton-sched/peloton/internal/tlsfiles/tlstest"
+	"github.com/peloton-sched/peloton/internal/testing/testutil"
+	"github.com/peloton-sched/peloton/internal/testing/tlstest"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 

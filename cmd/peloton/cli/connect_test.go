@@ -18,8 +18,8 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
+	"github.com/peloton-sched/peloton/internal/testing/tlstest"
 	"github.com/peloton-sched/peloton/internal/tlsfiles"
-	"github.com/peloton-sched/peloton/internal/tlsfiles/tlstest"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 

@@ -25,7 +25,7 @@ import (
 	"github.com/peloton-sched/peloton/federation"
 	"github.com/peloton-sched/peloton/internal/auth"
 	"github.com/peloton-sched/peloton/internal/serving"
-	"github.com/peloton-sched/peloton/internal/tlsfiles/tlstest"
+	"github.com/peloton-sched/peloton/internal/testing/tlstest"
 )
 
 // The files that secure what deploy/ runs - one CA for the installation, a

@@ -23,9 +23,9 @@ import (
 	pclient "github.com/peloton-sched/peloton/cluster/client"
 	"github.com/peloton-sched/peloton/federation"
 	"github.com/peloton-sched/peloton/history"
-	"github.com/peloton-sched/peloton/internal/fedsla"
-	"github.com/peloton-sched/peloton/internal/sla"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+	"github.com/peloton-sched/peloton/sla"
+	"github.com/peloton-sched/peloton/sla/fed"
 	"github.com/peloton-sched/peloton/ui"
 )
 
@@ -500,15 +500,15 @@ func (a *app) startRest(ctx context.Context, wg *sync.WaitGroup, errs chan<- err
 // services.
 type upRouters struct {
 	mu      sync.Mutex
-	routers []*fedsla.Router
+	routers []*fed.Router
 	fc      *pclient.Federation
 	stop    context.CancelFunc
 	// creds are how the clusters prove themselves to the federation.
 	creds pclient.Options
 }
 
-func (u *upRouters) add(cfg cluster.Config) *fedsla.Router {
-	r := fedsla.New(sla.NewLocal(nil), nil, cfg.ClusterName, cfg.Logger)
+func (u *upRouters) add(cfg cluster.Config) *fed.Router {
+	r := fed.New(sla.NewLocal(nil), nil, cfg.ClusterName, cfg.Logger)
 	u.mu.Lock()
 	u.routers = append(u.routers, r)
 	u.mu.Unlock()

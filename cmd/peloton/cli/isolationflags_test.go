@@ -17,8 +17,8 @@ import (
 	"github.com/peloton-sched/peloton/cluster"
 	pclient "github.com/peloton-sched/peloton/cluster/client"
 	"github.com/peloton-sched/peloton/federation"
-	"github.com/peloton-sched/peloton/internal/testutil"
-	"github.com/peloton-sched/peloton/internal/tlsfiles/tlstest"
+	"github.com/peloton-sched/peloton/internal/testing/testutil"
+	"github.com/peloton-sched/peloton/internal/testing/tlstest"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/peloton-sched/peloton/cluster"
-	"github.com/peloton-sched/peloton/internal/tlsfiles/tlstest"
+	"github.com/peloton-sched/peloton/internal/testing/tlstest"
 )
 
 // TestUnsecuredListenerBeyondLoopbackRefused: a daemon whose listener

@@ -21,10 +21,10 @@ import (
 	pclient "github.com/peloton-sched/peloton/cluster/client"
 	"github.com/peloton-sched/peloton/cmd/peloton/internal/cmdutil"
 	"github.com/peloton-sched/peloton/internal/election"
-	"github.com/peloton-sched/peloton/internal/fedsla"
-	"github.com/peloton-sched/peloton/internal/sla"
 	"github.com/peloton-sched/peloton/jobmgr"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+	"github.com/peloton-sched/peloton/sla"
+	"github.com/peloton-sched/peloton/sla/fed"
 	"github.com/peloton-sched/peloton/ui"
 )
 
@@ -570,7 +570,7 @@ func (a *app) runServer(ctx context.Context, cmd *cobra.Command, f *serverFlags,
 			return usageErrorf("--federation: %v", err)
 		}
 		defer fc.Close()
-		router := fedsla.New(sla.NewLocal(nil), fc.SLA, cfg.ClusterName, cfg.Logger)
+		router := fed.New(sla.NewLocal(nil), fc.SLA, cfg.ClusterName, cfg.Logger)
 		cfg.SLA = router
 		rctx, stopRouter := context.WithCancel(ctx)
 		defer stopRouter()

@@ -11,7 +11,7 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 
-	"github.com/peloton-sched/peloton/internal/tlsfiles/tlstest"
+	"github.com/peloton-sched/peloton/internal/testing/tlstest"
 )
 
 // TLSEtcd is an etcd server, in the test's process, that answers only over

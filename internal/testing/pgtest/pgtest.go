@@ -16,7 +16,7 @@
 // and say how to get one. PELOTON_SKIP_POSTGRES=1 skips them anywhere.
 //
 // This package is for tests only: no component may import it. It imports
-// nothing of Peloton but internal/testutil.
+// nothing of Peloton but internal/testing/testutil.
 package pgtest
 
 import (
@@ -42,7 +42,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/peloton-sched/peloton/internal/testutil"
+	"github.com/peloton-sched/peloton/internal/testing/testutil"
 )
 
 // Root is where Debian installs PostgreSQL's server binaries, one

@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/peloton-sched/peloton/internal/testutil"
+	"github.com/peloton-sched/peloton/internal/testing/testutil"
 )
 
 func TestMain(m *testing.M) {

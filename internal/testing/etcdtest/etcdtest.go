@@ -24,7 +24,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/peloton-sched/peloton/internal/kubetest"
+	"github.com/peloton-sched/peloton/internal/testing/kubetest"
 )
 
 // serverPkg is etcd's main package; it builds within this module, whose

@@ -1,4 +1,4 @@
-// Package fedsla is the SLA evaluator of a cluster stack that belongs to a
+// Package fed is the SLA evaluator of a cluster stack that belongs to a
 // federation: the disruptions of a federated service's job (a job whose
 // sla.JobSLA.Group is set) are asked of the federation's global evaluator,
 // so that the service's budget holds across all its clusters; every other
@@ -13,7 +13,7 @@
 // (sla.FallbackReporter), and only one call per ProbeEvery goes to the
 // federation to find out whether it is back. Grants of the federation
 // carry the prefix "fed:" so their release and renewal go back to it.
-package fedsla
+package fed
 
 import (
 	"context"
@@ -28,8 +28,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/peloton-sched/peloton/internal/metrics"
-	"github.com/peloton-sched/peloton/internal/sla"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+	"github.com/peloton-sched/peloton/sla"
 )
 
 const grantPrefix = "fed:"

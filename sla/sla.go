@@ -71,7 +71,7 @@ type Evaluator interface {
 
 // FallbackReporter is implemented by an evaluator that asks another one
 // for some jobs and, when it cannot reach it, decides them itself on a
-// fallback budget (internal/fedsla's Router for federated services). The
+// fallback budget (sla/fed's Router for federated services). The
 // job manager shows it in the job's status.
 type FallbackReporter interface {
 	// InFallback reports whether jobID's disruptions are decided on its
