@@ -161,7 +161,7 @@ type Manager struct {
 	store   store.Store
 	batcher *store.Batcher
 	rm      *resmgr.Manager
-	hm      *hostmgr.Manager
+	hm      Hosts
 	sla     sla.Evaluator
 	// slaTimeout bounds each call to sla (longrunning.go).
 	slaTimeout time.Duration
@@ -242,7 +242,7 @@ type Options struct {
 }
 
 // New builds a job manager. Start loads state and starts the engine.
-func New(st store.Store, b *store.Batcher, rm *resmgr.Manager, hm *hostmgr.Manager, opts Options) *Manager {
+func New(st store.Store, b *store.Batcher, rm *resmgr.Manager, hm Hosts, opts Options) *Manager {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}

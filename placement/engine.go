@@ -15,7 +15,7 @@ import (
 // at once: hostmgr leases keep them off each other's hosts.
 type Engine struct {
 	rm  *resmgr.Manager
-	hm  *hostmgr.Manager
+	hm  Hosts
 	log *slog.Logger
 
 	batch    int
@@ -36,7 +36,7 @@ type EngineOptions struct {
 }
 
 // NewEngine builds an engine.
-func NewEngine(rm *resmgr.Manager, hm *hostmgr.Manager, opts EngineOptions) *Engine {
+func NewEngine(rm *resmgr.Manager, hm Hosts, opts EngineOptions) *Engine {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}

@@ -1,0 +1,53 @@
+package jobmgr
+
+import (
+	"context"
+	"io"
+	"time"
+
+	"github.com/peloton-sched/peloton/hostmgr"
+	"github.com/peloton-sched/peloton/internal/resources"
+	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+)
+
+// Hosts is what jobmgr uses of hostmgr, and nothing more: *hostmgr.Manager
+// satisfies it (the wiring passes it), and a test may pass a fake. The
+// methods are grouped by what jobmgr does with them.
+type Hosts interface {
+	// Runs: launch, replace, kill and watch them, and read their output.
+	Launch(ctx context.Context, spec hostmgr.LaunchSpec) error
+	CheckReplace(old string, next hostmgr.LaunchSpec) error
+	Replace(ctx context.Context, old string, next hostmgr.LaunchSpec) error
+	Kill(ctx context.Context, taskID string, grace time.Duration) error
+	Status(taskID string) (hostmgr.TaskEvent, error)
+	Runs() []hostmgr.RunInfo
+	Events() <-chan hostmgr.TaskEvent
+	Logs(ctx context.Context, taskID string, stream pelotonv1.LogStream, follow bool) (io.ReadCloser, error)
+	Prefetch(ctx context.Context, hosts []string, image string) error
+	ReleaseVolume(ctx context.Context, host, volumeID string) error
+	RemoveJobOutput(ctx context.Context, jobID string) error
+	Foreign() hostmgr.ForeignSource
+
+	// Holds: what each run holds on its host, re-reserved after a restart.
+	Recover(taskID, hostName string, r resources.Resources)
+	RecoverRevocable(taskID, hostName string, r resources.Resources)
+	Recovered()
+	ReleaseTask(taskID string)
+	TransferHold(from, to string) (string, bool)
+	HoldsExactly(taskID string, r resources.Resources) bool
+
+	// Hosts: their state, size and substrate.
+	HostUp(name string) bool
+	LargestHost() resources.Resources
+	ListHosts() []*pelotonv1.Host
+	Substrate() hostmgr.SubstrateStatus
+
+	// Drains: moving runs off hosts in maintenance or moving partition.
+	Drains(ctx context.Context) []hostmgr.DrainRequest
+	Draining(host string) bool
+	SetDrainNote(host, note string)
+
+	// Usage: what the host agents said of a run.
+	Revoked(taskID string) bool
+	RunUsage(taskID string) *pelotonv1.TaskUsage
+}
