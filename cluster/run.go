@@ -224,7 +224,7 @@ func runStack(ctx context.Context, cfg Config, etcdTLS *tls.Config, t *term) err
 		}()
 	}
 
-	srv := api.NewServer(jm, rm, hm, log)
+	srv := api.NewServer(jm, rm, api.Hosts{Cache: hm, Maintenance: hm.Maintenance(), Usage: hm.Usage()}, log)
 	srv.SetMaxInstances(cfg.MaxInstances)
 	srv.SetCreateGuard(guard.Check)
 	if archive != nil {

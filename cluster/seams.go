@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"github.com/peloton-sched/peloton/cluster/api"
 	"github.com/peloton-sched/peloton/hostmgr"
 	"github.com/peloton-sched/peloton/jobmgr"
 	"github.com/peloton-sched/peloton/placement"
@@ -12,4 +13,8 @@ import (
 var (
 	_ placement.Hosts = (*hostmgr.Manager)(nil)
 	_ jobmgr.Hosts    = (*hostmgr.Manager)(nil)
+
+	_ api.HostCache       = (*hostmgr.Manager)(nil)
+	_ api.HostMaintenance = (*hostmgr.Maintenance)(nil)
+	_ api.HostUsage       = (*hostmgr.Usage)(nil)
 )

@@ -77,37 +77,53 @@ func moveKey(t time.Time, host string) string {
 
 // historyOps returns the ops that add rec to the history and drop
 // the oldest beyond moveHistoryMax, and applies them to memory once the
-// caller's transaction succeeds (commit). Caller holds maintMu.
-func (m *Manager) historyOps(recs ...moveRecord) (ops []store.Op, commit func()) {
+// caller's transaction succeeds (commit). Caller holds mt.mu.
+func (mt *Maintenance) historyOps(recs ...moveRecord) (ops []store.Op, commit func()) {
 	for i := range recs {
 		recs[i].key = moveKey(recs[i].Time, recs[i].Host)
 		b, _ := json.Marshal(recs[i])
 		ops = append(ops, store.Put(recs[i].key, b, store.AnyRevision))
 	}
-	m.histMu.Lock()
-	drop := max(0, len(m.history)+len(recs)-moveHistoryMax)
-	old := slices.Clone(m.history[:min(drop, len(m.history))])
-	m.histMu.Unlock()
+	mt.histMu.Lock()
+	drop := max(0, len(mt.history)+len(recs)-moveHistoryMax)
+	old := slices.Clone(mt.history[:min(drop, len(mt.history))])
+	mt.histMu.Unlock()
 	for _, r := range old {
 		ops = append(ops, store.Delete(r.key, store.AnyRevision))
 	}
 	return ops, func() {
-		m.histMu.Lock()
-		defer m.histMu.Unlock()
-		m.history = append(m.history, recs...)
-		slices.SortFunc(m.history, func(a, b moveRecord) int { return strings.Compare(a.key, b.key) })
-		if n := len(m.history) - moveHistoryMax; n > 0 {
-			m.history = slices.Delete(m.history, 0, n)
+		mt.histMu.Lock()
+		defer mt.histMu.Unlock()
+		mt.history = append(mt.history, recs...)
+		slices.SortFunc(mt.history, func(a, b moveRecord) int { return strings.Compare(a.key, b.key) })
+		if n := len(mt.history) - moveHistoryMax; n > 0 {
+			mt.history = slices.Delete(mt.history, 0, n)
 		}
 	}
 }
 
-// loadHistory reads the move history at Start.
-func (m *Manager) loadHistory(ctx context.Context) error {
-	if m.store == nil {
+// recordObserved adds moves an advisor in observe mode would have made to
+// the history, in one transaction.
+func (mt *Maintenance) recordObserved(ctx context.Context, recs []moveRecord) error {
+	if len(recs) == 0 {
 		return nil
 	}
-	kvs, err := m.store.List(ctx, "partition-moves/")
+	mt.mu.Lock()
+	defer mt.mu.Unlock()
+	ops, commit := mt.historyOps(recs...)
+	if _, err := mt.persist(ctx, ops); err != nil {
+		return err
+	}
+	commit()
+	return nil
+}
+
+// loadHistory reads the move history at Start.
+func (mt *Maintenance) loadHistory(ctx context.Context) error {
+	if mt.store == nil {
+		return nil
+	}
+	kvs, err := mt.store.List(ctx, "partition-moves/")
 	if err != nil {
 		return fmt.Errorf("hostmgr: load the partition move history: %w", err)
 	}
@@ -116,7 +132,7 @@ func (m *Manager) loadHistory(ctx context.Context) error {
 		var r moveRecord
 		if err := json.Unmarshal(kv.Value, &r); err != nil {
 			// History only: the stack does without it.
-			if _, err := quarantine.Move(ctx, m.store, m.log, kv, err); err != nil {
+			if _, err := quarantine.Move(ctx, mt.store, mt.log, kv, err); err != nil {
 				return fmt.Errorf("hostmgr: %w", err)
 			}
 			continue
@@ -124,14 +140,14 @@ func (m *Manager) loadHistory(ctx context.Context) error {
 		r.key = kv.Key
 		hist = append(hist, r)
 	}
-	m.histMu.Lock()
-	m.history = hist
-	m.histMu.Unlock()
+	mt.histMu.Lock()
+	mt.history = hist
+	mt.histMu.Unlock()
 	return nil
 }
 
 // PublishAdvice takes an advisor's advice of one round.
-func (m *Manager) PublishAdvice(ctx context.Context, req *pelotonv1.PublishAdviceRequest) error {
+func (us *Usage) PublishAdvice(ctx context.Context, req *pelotonv1.PublishAdviceRequest) error {
 	switch {
 	case req.GetAdvisorId() == "":
 		return apierr.Invalid("advisorId", "required")
@@ -140,52 +156,43 @@ func (m *Manager) PublishAdvice(ctx context.Context, req *pelotonv1.PublishAdvic
 	case req.GetTtlSeconds() < 1 || req.GetTtlSeconds() > 600:
 		return apierr.Invalid("ttlSeconds", "%d: want 1 to 600", req.GetTtlSeconds())
 	}
-	m.mu.Lock()
+	us.hm.mu.Lock()
 	for i, h := range req.GetHosts() {
 		switch {
-		case m.hosts[h.GetHost()] == nil:
-			m.mu.Unlock()
+		case us.hm.hosts[h.GetHost()] == nil:
+			us.hm.mu.Unlock()
 			return apierr.Invalid(fmt.Sprintf("hosts[%d].host", i), "host %q does not exist", h.GetHost())
 		case h.GetZone() < pelotonv1.HostZone_HOST_ZONE_UNKNOWN || h.GetZone() > pelotonv1.HostZone_HOST_ZONE_RED:
-			m.mu.Unlock()
+			us.hm.mu.Unlock()
 			return apierr.Invalid(fmt.Sprintf("hosts[%d].zone", i), "unknown zone %d", h.GetZone())
 		case !(h.GetOversubscriptionFactor() >= 1 && h.GetOversubscriptionFactor() <= 10):
-			m.mu.Unlock()
+			us.hm.mu.Unlock()
 			return apierr.Invalid(fmt.Sprintf("hosts[%d].oversubscriptionFactor", i), "%g: want 1 to 10", h.GetOversubscriptionFactor())
 		}
 	}
-	now := m.now()
+	now := us.hm.now()
 	var recs []moveRecord
 	for i, mv := range req.GetObservedMoves() {
-		h := m.hosts[mv.GetHost()]
+		h := us.hm.hosts[mv.GetHost()]
 		switch {
 		case h == nil:
-			m.mu.Unlock()
+			us.hm.mu.Unlock()
 			return apierr.Invalid(fmt.Sprintf("observedMoves[%d].host", i), "host %q does not exist", mv.GetHost())
 		case ValidatePartition(mv.GetTo()) != nil:
-			m.mu.Unlock()
+			us.hm.mu.Unlock()
 			return apierr.Invalid(fmt.Sprintf("observedMoves[%d].to", i), "%v", ValidatePartition(mv.GetTo()))
 		case len(mv.GetReason()) > moveReasonMax:
-			m.mu.Unlock()
+			us.hm.mu.Unlock()
 			return apierr.Invalid(fmt.Sprintf("observedMoves[%d].reason", i), "longer than %d bytes", moveReasonMax)
 		}
 		recs = append(recs, moveRecord{Host: mv.GetHost(), From: h.info.Partition, To: mv.GetTo(), Reason: mv.GetReason(),
 			State: recordObserved, Time: now.Add(time.Duration(i))})
 	}
-	m.mu.Unlock()
-	if len(recs) > 0 {
-		m.maintMu.Lock()
-		ops, commit := m.historyOps(recs...)
-		_, err := m.persist(ctx, ops)
-		if err == nil {
-			commit()
-		}
-		m.maintMu.Unlock()
-		if err != nil {
-			return apierr.Unavailable("store the observed moves: %v", err)
-		}
+	us.hm.mu.Unlock()
+	if err := us.hm.maint.recordObserved(ctx, recs); err != nil {
+		return apierr.Unavailable("store the observed moves: %v", err)
 	}
-	a := &m.advice
+	a := &us.advice
 	a.mu.Lock()
 	a.id, a.mode, a.published = req.GetAdvisorId(), req.GetMode(), now
 	a.until = now.Add(time.Duration(req.GetTtlSeconds()) * time.Second)
@@ -198,7 +205,7 @@ func (m *Manager) PublishAdvice(ctx context.Context, req *pelotonv1.PublishAdvic
 		a.parts[p.GetPartition()] = p
 	}
 	a.mu.Unlock()
-	m.gaugeAdvice()
+	us.gaugeAdvice()
 	return nil
 }
 
@@ -206,8 +213,8 @@ func (m *Manager) PublishAdvice(ctx context.Context, req *pelotonv1.PublishAdvic
 func (a *advice) live(now time.Time) bool { return a.mode != "" && now.Before(a.until) }
 
 // hostAdvice is the live advice of host name: its zone and factor.
-func (m *Manager) hostAdvice(name string, now time.Time) (pelotonv1.HostZone, float64) {
-	a := &m.advice
+func (us *Usage) hostAdvice(name string, now time.Time) (pelotonv1.HostZone, float64) {
+	a := &us.advice
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if !a.live(now) {
@@ -238,10 +245,10 @@ var zoneNames = []string{"green", "orange", "red", "unknown"}
 // gaugeAdvice sets the partitions' and hosts' advice gauges from
 // ListPartitions and the live advice (lapsed advice: zones unknown,
 // factors 1), and drops those of hosts and partitions gone.
-func (m *Manager) gaugeAdvice() {
-	parts, _ := m.ListPartitions()
-	hosts := m.ListHosts()
-	a := &m.advice
+func (us *Usage) gaugeAdvice() {
+	parts, _ := us.ListPartitions()
+	hosts := us.hm.ListHosts()
+	a := &us.advice
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	seenP, seenH := map[string]bool{}, map[string]bool{}
@@ -285,9 +292,9 @@ func (m *Manager) gaugeAdvice() {
 }
 
 // ListPartitions summarizes every partition, with the advisor's status.
-func (m *Manager) ListPartitions() ([]*pelotonv1.Partition, *pelotonv1.AdvisorStatus) {
-	hosts := m.ListHosts()
-	now := m.now()
+func (us *Usage) ListPartitions() ([]*pelotonv1.Partition, *pelotonv1.AdvisorStatus) {
+	hosts := us.hm.ListHosts()
+	now := us.hm.now()
 	parts := map[string]*pelotonv1.Partition{}
 	get := func(name string) *pelotonv1.Partition {
 		p := parts[name]
@@ -314,14 +321,14 @@ func (m *Manager) ListPartitions() ([]*pelotonv1.Partition, *pelotonv1.AdvisorSt
 		p.Allocated = sum(p.Allocated, h.Allocated)
 		p.Revocable = sum(p.Revocable, h.Revocable)
 		p.Slack = sum(p.Slack, h.Slack)
-		if u := h.Usage; u != nil && now.Sub(u.GetReceiveTime().AsTime()) <= m.staleAfter {
+		if u := h.Usage; u != nil && now.Sub(u.GetReceiveTime().AsTime()) <= us.staleAfter {
 			p.CpuUsed += u.GetCpu()
 			p.MemoryUsedMb += u.GetMemoryUsedMb()
 		}
 		p.Zones[zoneName(h.Zone)]++
 		factors[h.Partition] += max(1, h.OversubscriptionFactor)
 	}
-	a := &m.advice
+	a := &us.advice
 	a.mu.Lock()
 	live := a.live(now)
 	st := &pelotonv1.AdvisorStatus{}
@@ -347,19 +354,19 @@ func (m *Manager) ListPartitions() ([]*pelotonv1.Partition, *pelotonv1.AdvisorSt
 
 // ListPartitionMoves returns the move history, newest first: of host
 // only, if set, and at most limit (default 100, at most 1000).
-func (m *Manager) ListPartitionMoves(host string, limit uint32) ([]*pelotonv1.PartitionMove, error) {
+func (mt *Maintenance) ListPartitionMoves(host string, limit uint32) ([]*pelotonv1.PartitionMove, error) {
 	switch {
 	case limit == 0:
 		limit = 100
 	case limit > moveHistoryMax:
 		return nil, apierr.Invalid("limit", "%d: at most %d", limit, moveHistoryMax)
 	}
-	m.histMu.Lock()
-	hist := slices.Clone(m.history)
-	m.histMu.Unlock()
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if host != "" && m.hosts[host] == nil && !slices.ContainsFunc(hist, func(r moveRecord) bool { return r.Host == host }) {
+	mt.histMu.Lock()
+	hist := slices.Clone(mt.history)
+	mt.histMu.Unlock()
+	mt.hm.mu.Lock()
+	defer mt.hm.mu.Unlock()
+	if host != "" && mt.hm.hosts[host] == nil && !slices.ContainsFunc(hist, func(r moveRecord) bool { return r.Host == host }) {
 		return nil, apierr.NotFound("host: host %s does not exist", host)
 	}
 	// The newest started move of each host is the one that may be under way.
@@ -377,7 +384,7 @@ func (m *Manager) ListPartitionMoves(host string, limit uint32) ([]*pelotonv1.Pa
 		}
 		state := "OBSERVED"
 		if r.State == recordStarted {
-			state = m.moveStateLocked(hist, i, newest[r.Host] == i)
+			state = mt.moveStateLocked(hist, i, newest[r.Host] == i)
 		}
 		out = append(out, &pelotonv1.PartitionMove{Host: r.Host, From: r.From, To: r.To, Reason: r.Reason, State: state,
 			Time: timestamppb.New(r.Time)})
@@ -388,11 +395,11 @@ func (m *Manager) ListPartitionMoves(host string, limit uint32) ([]*pelotonv1.Pa
 // moveStateLocked is what became of the started move hist[i]: MOVING
 // while the host still moves there, DONE once it is there (or, for an
 // older move, once the host's next move left from there), SUPERSEDED
-// when the host was sent elsewhere first. Caller holds m.mu.
-func (m *Manager) moveStateLocked(hist []moveRecord, i int, newest bool) string {
+// when the host was sent elsewhere first. Caller holds hm.mu.
+func (mt *Maintenance) moveStateLocked(hist []moveRecord, i int, newest bool) string {
 	r := hist[i]
 	if newest {
-		h := m.hosts[r.Host]
+		h := mt.hm.hosts[r.Host]
 		switch {
 		case h == nil:
 			return "SUPERSEDED"

@@ -14,7 +14,7 @@ import (
 )
 
 func advise(m *Manager, mode string, ttl uint32, hosts ...*pelotonv1.HostAdvice) error {
-	return m.PublishAdvice(context.Background(), &pelotonv1.PublishAdviceRequest{AdvisorId: "adv-1", Mode: mode, TtlSeconds: ttl,
+	return m.Usage().PublishAdvice(context.Background(), &pelotonv1.PublishAdviceRequest{AdvisorId: "adv-1", Mode: mode, TtlSeconds: ttl,
 		Hosts: hosts, Partitions: []*pelotonv1.PartitionAdvice{{Partition: "stateless", Pressure: 0.5, Services: 2, ServicesOverSlo: 1}}})
 }
 
@@ -33,7 +33,7 @@ func TestAdviceShownAndLapses(t *testing.T) {
 	if hs[0].Zone != pelotonv1.HostZone_HOST_ZONE_RED || hs[1].OversubscriptionFactor != 1.5 || hs[2].Zone != pelotonv1.HostZone_HOST_ZONE_UNKNOWN || hs[2].OversubscriptionFactor != 1 {
 		t.Fatalf("hosts: %v", hs)
 	}
-	ps, st := m.ListPartitions()
+	ps, st := m.Usage().ListPartitions()
 	if len(ps) != 2 || ps[0].Name != "batch" || ps[0].Hosts != 3 || ps[0].Zones["red"] != 1 || ps[0].Zones["green"] != 1 || ps[0].Zones["unknown"] != 1 ||
 		ps[0].OversubscriptionFactor < 1.16 || ps[0].OversubscriptionFactor > 1.17 {
 		t.Fatalf("partitions: %v", ps)
@@ -45,7 +45,7 @@ func TestAdviceShownAndLapses(t *testing.T) {
 	if h := m.ListHosts()[0]; h.Zone != pelotonv1.HostZone_HOST_ZONE_UNKNOWN || h.OversubscriptionFactor != 1 {
 		t.Fatalf("lapsed advice still shown: %v", h)
 	}
-	if _, st := m.ListPartitions(); st.Mode != "" {
+	if _, st := m.Usage().ListPartitions(); st.Mode != "" {
 		t.Fatalf("lapsed advisor status %v", st)
 	}
 }
@@ -67,12 +67,12 @@ func TestAdviceRefusals(t *testing.T) {
 		{&pelotonv1.PublishAdviceRequest{AdvisorId: "x", Mode: "observe", TtlSeconds: 10, ObservedMoves: []*pelotonv1.PartitionMove{{Host: "a", To: "Bad Name"}}},
 			codes.InvalidArgument, "observedMoves[0].to:"},
 	} {
-		err := m.PublishAdvice(context.Background(), tc.req)
+		err := m.Usage().PublishAdvice(context.Background(), tc.req)
 		if status.Code(err) != tc.code || !strings.HasPrefix(status.Convert(err).Message(), tc.msg) {
 			t.Errorf("%v: %v; want %s %q", tc.req, err, tc.code, tc.msg)
 		}
 	}
-	if _, st := m.ListPartitions(); st.Mode != "" {
+	if _, st := m.Usage().ListPartitions(); st.Mode != "" {
 		t.Errorf("a refused advice was kept: %v", st)
 	}
 }
@@ -84,19 +84,19 @@ func TestMoveHistory(t *testing.T) {
 	ctx := context.Background()
 	b := newPartHosts()
 	m1 := partManager(t, b, st)
-	if _, err := m1.MoveHost(ctx, "b", "stateless", "stateless pressure 0.50 >= 0.30"); err != nil {
+	if _, err := m1.Maintenance().MoveHost(ctx, "b", "stateless", "stateless pressure 0.50 >= 0.30"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m1.MoveHost(ctx, "a", "stateless", "by hand"); err != nil { // a holds a run: it stays moving
+	if _, err := m1.Maintenance().MoveHost(ctx, "a", "stateless", "by hand"); err != nil { // a holds a run: it stays moving
 		t.Fatal(err)
 	}
-	if err := m1.PublishAdvice(ctx, &pelotonv1.PublishAdviceRequest{AdvisorId: "x", Mode: "observe", TtlSeconds: 10,
+	if err := m1.Usage().PublishAdvice(ctx, &pelotonv1.PublishAdviceRequest{AdvisorId: "x", Mode: "observe", TtlSeconds: 10,
 		ObservedMoves: []*pelotonv1.PartitionMove{{Host: "c", To: "stateless", Reason: "would"}}}); err != nil {
 		t.Fatal(err)
 	}
 	want := "c batch>stateless OBSERVED would|a batch>stateless MOVING by hand|b batch>stateless DONE stateless pressure 0.50 >= 0.30"
 	render := func(m *Manager, host string) string {
-		ms, err := m.ListPartitionMoves(host, 0)
+		ms, err := m.Maintenance().ListPartitionMoves(host, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -118,19 +118,19 @@ func TestMoveHistory(t *testing.T) {
 		t.Fatalf("history of b: %s", got)
 	}
 	// b goes back: its first move is DONE (it left from there), the new one DONE too.
-	if _, err := m2.MoveHost(ctx, "b", "batch", "cooled"); err != nil {
+	if _, err := m2.Maintenance().MoveHost(ctx, "b", "batch", "cooled"); err != nil {
 		t.Fatal(err)
 	}
 	if got := render(m2, "b"); got != "b stateless>batch DONE cooled|b batch>stateless DONE stateless pressure 0.50 >= 0.30" {
 		t.Fatalf("history of b after moving back: %s", got)
 	}
-	if _, err := m2.ListPartitionMoves("zz", 0); status.Code(err) != codes.NotFound {
+	if _, err := m2.Maintenance().ListPartitionMoves("zz", 0); status.Code(err) != codes.NotFound {
 		t.Errorf("moves of an unknown host: %v", err)
 	}
-	if _, err := m2.ListPartitionMoves("", 5000); status.Code(err) != codes.InvalidArgument {
+	if _, err := m2.Maintenance().ListPartitionMoves("", 5000); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("limit 5000: %v", err)
 	}
-	if _, err := m2.MoveHost(ctx, "c", "stateless", strings.Repeat("x", 513)); status.Code(err) != codes.InvalidArgument {
+	if _, err := m2.Maintenance().MoveHost(ctx, "c", "stateless", strings.Repeat("x", 513)); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("a 513-byte reason: %v", err)
 	}
 }

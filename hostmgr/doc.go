@@ -28,6 +28,12 @@
 // while it does not, no host is offered, and the status is what the API
 // gives as the reason work waits.
 //
+// Manager is the host table and what works on it (hosts, holds, leases,
+// launches, events); its two parts have their own types and locks:
+// Maintenance (maintenance, partition moves, drains, the move history) and
+// Usage (the host agents' reports, slack, advice). Consumers take small
+// interfaces of their own over these, not the concrete types.
+//
 // Backends live in sub-packages (local, ...); this package must not import
 // jobmgr, resmgr or placement.
 package hostmgr

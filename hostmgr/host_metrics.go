@@ -8,18 +8,19 @@ type hostGauged struct {
 	up        bool
 }
 
-// gaugeHostsLocked keeps the per-host gauges hostmgr owns:
+// hostGauges is what each host's gauges say, by host name. It is part of
+// the host table: guarded by Manager.mu.
+type hostGauges map[string]hostGauged
+
+// update keeps the per-host gauges hostmgr owns:
 // peloton_host_partition{host,partition} at 1 for each host's partition (a
 // host's old series goes when it moves) and peloton_host_up{host}, 1 while
 // the host is HOST_UP. A host that left takes its series with it. Called
 // from recountLocked; only what changed is written.
-func (m *Manager) gaugeHostsLocked() {
-	if m.hostGauged == nil {
-		m.hostGauged = map[string]hostGauged{}
-	}
-	for name, h := range m.hosts {
+func (g hostGauges) update(hosts map[string]*host) {
+	for name, h := range hosts {
 		now := hostGauged{partition: h.info.Partition, up: h.state == hostUp && !h.gone}
-		old, ok := m.hostGauged[name]
+		old, ok := g[name]
 		if ok && old == now {
 			continue
 		}
@@ -32,13 +33,13 @@ func (m *Manager) gaugeHostsLocked() {
 			up = 1
 		}
 		metrics.HostUp.WithLabelValues(name).Set(up)
-		m.hostGauged[name] = now
+		g[name] = now
 	}
-	for name, g := range m.hostGauged {
-		if m.hosts[name] == nil {
-			metrics.HostPartition.DeleteLabelValues(name, g.partition)
+	for name, old := range g {
+		if hosts[name] == nil {
+			metrics.HostPartition.DeleteLabelValues(name, old.partition)
 			metrics.HostUp.DeleteLabelValues(name)
-			delete(m.hostGauged, name)
+			delete(g, name)
 		}
 	}
 }

@@ -5,9 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/peloton-sched/peloton/internal/apierr"
@@ -38,6 +40,58 @@ import (
 //
 // The record is reloaded at Start, so a drain survives a restart of the
 // control plane.
+
+// Maintenance is the host manager's part that takes hosts out of service
+// and moves them between partitions (partition.go), acts on a backend's
+// maintenance schedule (maintsource.go), queues the drain requests jobmgr
+// consumes, and keeps the move history (advice.go). Get it with
+// Manager.Maintenance. It is safe for concurrent use.
+//
+// Its changes are serialized by its own lock, mu, held across the store
+// transaction of a change; the host table's lock (Manager.mu) is taken only
+// to decide and to apply, never across the store, so placement never waits
+// for etcd. The records of hosts out of service or moved (records, parts)
+// are guarded by the host table's lock, because a host's state in the table
+// is applied from them in the same critical section that changes them:
+// placement never sees a host whose record and state disagree.
+type Maintenance struct {
+	hm    *Manager
+	log   *slog.Logger
+	store store.Store
+
+	// mu serializes maintenance changes: API calls, marking hosts drained,
+	// partition moves and the history. Each reads revisions, runs a store
+	// transaction without hm.mu, then applies the result under hm.mu.
+	mu sync.Mutex
+	// records holds the persisted record of every host not HOST_UP, by
+	// name, including hosts the backend does not report (yet): a host that
+	// comes back is still in maintenance. Guarded by hm.mu.
+	records map[string]maintRecord
+	// parts holds the persisted partition record of every host hostmgr
+	// has one for (partition.go), like records. Guarded by hm.mu.
+	parts map[string]partRecord
+	// recovered is set by Recovered. Guarded by hm.mu.
+	recovered bool
+
+	// maintWake wakes the maintenance loop.
+	maintWake chan struct{}
+	drainMu   sync.Mutex
+	drainQ    []DrainRequest
+	drainWake chan struct{}
+	// srcWant is what a MaintenanceSource said last of each host, until
+	// hostmgr acted on it (maintsource.go). Guarded by srcMu.
+	srcMu   sync.Mutex
+	srcWant map[string]bool
+	// history is the partition move history, oldest first (advice.go).
+	histMu  sync.Mutex
+	history []moveRecord
+}
+
+func newMaintenance(hm *Manager, st store.Store) *Maintenance {
+	return &Maintenance{hm: hm, log: hm.log, store: st,
+		records: map[string]maintRecord{}, parts: map[string]partRecord{},
+		maintWake: make(chan struct{}, 1), drainWake: make(chan struct{}, 1), srcWant: map[string]bool{}}
+}
 
 type hs = pelotonv1.HostState
 
@@ -98,100 +152,100 @@ const maintenanceTxnTimeout = 10 * time.Second
 // HOST_DRAINED at once if it holds no runs). The whole request is checked
 // before anything changes, and the change is one store transaction: every
 // host changes or none does. It returns the hosts after the change.
-func (m *Manager) StartMaintenance(ctx context.Context, names []string) ([]*pelotonv1.Host, error) {
-	return m.changeMaintenance(ctx, names, hostDraining, "")
+func (mt *Maintenance) StartMaintenance(ctx context.Context, names []string) ([]*pelotonv1.Host, error) {
+	return mt.changeMaintenance(ctx, names, hostDraining, "")
 }
 
 // CompleteMaintenance returns hosts to service (HOST_UP) from HOST_DRAINED,
 // or from HOST_DRAINING to end a drain early; runs already preempted stay
 // where they went. Every host changes or none does.
-func (m *Manager) CompleteMaintenance(ctx context.Context, names []string) ([]*pelotonv1.Host, error) {
-	return m.changeMaintenance(ctx, names, hostUp, "")
+func (mt *Maintenance) CompleteMaintenance(ctx context.Context, names []string) ([]*pelotonv1.Host, error) {
+	return mt.changeMaintenance(ctx, names, hostUp, "")
 }
 
 // changeMaintenance moves hosts to state to; by names the backend that
 // starts or completes it ("" for an operator, see maintRecord).
-func (m *Manager) changeMaintenance(ctx context.Context, names []string, to hs, by string) ([]*pelotonv1.Host, error) {
+func (mt *Maintenance) changeMaintenance(ctx context.Context, names []string, to hs, by string) ([]*pelotonv1.Host, error) {
 	if len(names) == 0 {
 		return nil, apierr.Invalid("hosts", "name at least one host")
 	}
-	if m.store != nil && len(names) > m.store.MaxTxnOps() {
-		return nil, apierr.Invalid("hosts", "at most %d hosts per request, got %d", m.store.MaxTxnOps(), len(names))
+	if mt.store != nil && len(names) > mt.store.MaxTxnOps() {
+		return nil, apierr.Invalid("hosts", "at most %d hosts per request, got %d", mt.store.MaxTxnOps(), len(names))
 	}
 	action := "starting maintenance"
 	if to == hostUp {
 		action = "completing maintenance"
 	}
-	// maintMu keeps every other maintenance change out between reading the
-	// revisions here and applying the transaction's result below; m.mu is
+	// mt.mu keeps every other maintenance change out between reading the
+	// revisions here and applying the transaction's result below; mt.hm.mu is
 	// not held across the transaction, so placement never waits for etcd.
-	m.maintMu.Lock()
-	defer m.maintMu.Unlock()
-	m.mu.Lock()
+	mt.mu.Lock()
+	defer mt.mu.Unlock()
+	mt.hm.mu.Lock()
 	ops := make([]store.Op, 0, len(names))
 	seen := make(map[string]int, len(names))
 	for i, name := range names {
 		field := fmt.Sprintf("hosts[%d]", i)
 		if name == "" {
-			m.mu.Unlock()
+			mt.hm.mu.Unlock()
 			return nil, apierr.Invalid(field, "required")
 		}
 		if j, dup := seen[name]; dup {
-			m.mu.Unlock()
+			mt.hm.mu.Unlock()
 			return nil, apierr.Invalid(field, "host %s is already hosts[%d]", name, j)
 		}
 		seen[name] = i
-		h, ok := m.hosts[name]
+		h, ok := mt.hm.hosts[name]
 		if !ok {
-			m.mu.Unlock()
+			mt.hm.mu.Unlock()
 			return nil, apierr.NotFound("%s: host %s does not exist", field, name)
 		}
 		if to == hostDraining && h.moving() {
-			m.mu.Unlock()
+			mt.hm.mu.Unlock()
 			return nil, apierr.FailedPrecondition("%s: host %s is moving to partition %s; %s waits for the move to finish", field, name, h.target, action)
 		}
 		if !canChangeMaintenance(h.state, to) {
-			m.mu.Unlock()
+			mt.hm.mu.Unlock()
 			return nil, apierr.FailedPrecondition("%s: host %s is %s; %s needs %s", field, name, h.state, action,
 				strings.Join(fsm.Names(maintenanceTransitions.Sources(to)), " or "))
 		}
-		ops = append(ops, m.maintOpLocked(name, to, by))
+		ops = append(ops, mt.maintOpLocked(name, to, by))
 	}
-	m.mu.Unlock()
+	mt.hm.mu.Unlock()
 
-	rev, err := m.persist(ctx, ops)
+	rev, err := mt.persist(ctx, ops)
 	if err != nil {
-		m.resync(names)
+		mt.resync(names)
 		if errors.Is(err, store.ErrConflict) {
 			return nil, apierr.Aborted("hosts: maintenance state changed concurrently; retry")
 		}
 		return nil, apierr.Unavailable("store host maintenance: %v", err)
 	}
-	m.mu.Lock()
+	mt.hm.mu.Lock()
 	var drains []DrainRequest
 	for _, name := range names {
-		if d, ok := m.setStateLocked(name, to, rev, by); ok {
+		if d, ok := mt.setStateLocked(name, to, rev, by); ok {
 			drains = append(drains, d)
 		}
 	}
-	m.recountLocked()
-	m.mu.Unlock()
-	m.log.Info(action, "hosts", names, "by", cmp.Or(by, "operator"))
-	m.publishDrains(drains...)
+	mt.hm.recountLocked()
+	mt.hm.mu.Unlock()
+	mt.log.Info(action, "hosts", names, "by", cmp.Or(by, "operator"))
+	mt.publishDrains(drains...)
 	if to == hostDraining {
 		// Hosts that hold nothing are drained already; say so in the answer.
-		if err := m.settleDrainedLocked(ctx); err != nil {
-			m.log.Warn("mark drained hosts; will retry", "err", err)
-			m.retrySettle()
+		if err := mt.settleDrainedLocked(ctx); err != nil {
+			mt.log.Warn("mark drained hosts; will retry", "err", err)
+			mt.retrySettle()
 		}
 	}
-	return m.hostProtos(names), nil
+	return mt.hostProtos(names), nil
 }
 
 // maintOpLocked is the store write that records host name in state to,
 // started by by, compared against the revision memory holds for it.
-func (m *Manager) maintOpLocked(name string, to hs, by string) store.Op {
-	rev := m.maint[name].rev // 0 (MustNotExist) when there is no record
+func (mt *Maintenance) maintOpLocked(name string, to hs, by string) store.Op {
+	rev := mt.records[name].rev // 0 (MustNotExist) when there is no record
 	if to == hostUp {
 		return store.Delete(maintenanceKey(name), rev)
 	}
@@ -205,64 +259,64 @@ func (m *Manager) maintOpLocked(name string, to hs, by string) store.Op {
 // persist writes ops in one transaction with a bounded timeout that a
 // cancelled request does not cut short (a transaction abandoned half-way
 // would leave memory and store disagreeing). Without a store it does nothing.
-func (m *Manager) persist(ctx context.Context, ops []store.Op) (int64, error) {
-	if m.store == nil || len(ops) == 0 {
+func (mt *Maintenance) persist(ctx context.Context, ops []store.Op) (int64, error) {
+	if mt.store == nil || len(ops) == 0 {
 		return 0, nil
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), maintenanceTxnTimeout)
 	defer cancel()
-	return m.store.Txn(ctx, ops...)
+	return mt.store.Txn(ctx, ops...)
 }
 
 // resync re-reads the records of hosts after a failed transaction, whose
 // outcome may be unknown (a timeout after etcd applied it), so memory
-// follows what the store says. Caller holds maintMu.
-func (m *Manager) resync(names []string) {
-	if m.store == nil {
+// follows what the store says. Caller holds mt.mu.
+func (mt *Maintenance) resync(names []string) {
+	if mt.store == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), maintenanceTxnTimeout)
 	defer cancel()
 	var drains []DrainRequest
 	for _, name := range names {
-		kv, err := m.store.Get(ctx, maintenanceKey(name))
+		kv, err := mt.store.Get(ctx, maintenanceKey(name))
 		st, rev, by := hostUp, int64(0), ""
 		switch {
 		case errors.Is(err, store.ErrNotFound):
 		case err != nil:
-			m.log.Warn("re-read host maintenance state", "host", name, "err", err)
+			mt.log.Warn("re-read host maintenance state", "host", name, "err", err)
 			continue
 		default:
 			if st, by, err = parseMaintenance(kv); err != nil {
-				m.log.Warn("re-read host maintenance state", "host", name, "err", err)
+				mt.log.Warn("re-read host maintenance state", "host", name, "err", err)
 				continue
 			}
 			rev = kv.Revision
 		}
-		m.mu.Lock()
-		changed := m.stateOfLocked(name) != st
-		d, ok := m.setStateLocked(name, st, rev, by)
-		m.recountLocked()
-		m.mu.Unlock()
+		mt.hm.mu.Lock()
+		changed := mt.stateOfLocked(name) != st
+		d, ok := mt.setStateLocked(name, st, rev, by)
+		mt.hm.recountLocked()
+		mt.hm.mu.Unlock()
 		if ok && changed {
 			drains = append(drains, d)
 		}
 	}
-	m.publishDrains(drains...)
+	mt.publishDrains(drains...)
 }
 
 // setStateLocked moves host name to st (already persisted at rev, started
 // by by) in memory and, when it starts draining with runs on it, returns
-// the drain request to publish once m.mu is released. Call recountLocked
+// the drain request to publish once hm.mu is released. Call recountLocked
 // after the last change.
-func (m *Manager) setStateLocked(name string, st hs, rev int64, by string) (DrainRequest, bool) {
+func (mt *Maintenance) setStateLocked(name string, st hs, rev int64, by string) (DrainRequest, bool) {
 	if st == hostUp {
-		delete(m.maint, name)
+		delete(mt.records, name)
 		by = ""
 	} else {
-		m.maint[name] = maintRecord{state: st, rev: rev, by: by}
+		mt.records[name] = maintRecord{state: st, rev: rev, by: by}
 	}
-	h := m.hosts[name]
+	h := mt.hm.hosts[name]
 	if h == nil {
 		return DrainRequest{}, false
 	}
@@ -287,150 +341,142 @@ func taskIDsLocked(h *host) []string {
 
 // settleDrained marks every draining host that holds no runs HOST_DRAINED.
 // It also carries partition moves of hosts that became empty on.
-func (m *Manager) settleDrained(ctx context.Context) error {
-	m.maintMu.Lock()
-	defer m.maintMu.Unlock()
-	return errors.Join(m.settleDrainedLocked(ctx), m.settleMovesLocked(ctx))
+func (mt *Maintenance) settleDrained(ctx context.Context) error {
+	mt.mu.Lock()
+	defer mt.mu.Unlock()
+	return errors.Join(mt.settleDrainedLocked(ctx), mt.settleMovesLocked(ctx))
 }
 
-// settleDrainedLocked is settleDrained for a caller holding maintMu. It does
+// settleDrainedLocked is settleDrained for a caller holding mt.mu. It does
 // nothing before Recovered: until then a host whose runs are not re-reserved
 // yet looks empty when it is not.
-func (m *Manager) settleDrainedLocked(ctx context.Context) error {
-	m.mu.Lock()
-	if !m.recovered || m.draining.Load() == 0 {
-		m.mu.Unlock()
+func (mt *Maintenance) settleDrainedLocked(ctx context.Context) error {
+	mt.hm.mu.Lock()
+	if !mt.recovered || mt.hm.draining.Load() == 0 {
+		mt.hm.mu.Unlock()
 		return nil
 	}
 	var names []string
 	var ops []store.Op
-	for _, name := range m.order {
-		if h := m.hosts[name]; h.state == hostDraining && len(h.tasks) == 0 {
+	for _, name := range mt.hm.order {
+		if h := mt.hm.hosts[name]; h.state == hostDraining && len(h.tasks) == 0 {
 			names = append(names, name)
-			ops = append(ops, m.maintOpLocked(name, hostDrained, m.maint[name].by))
+			ops = append(ops, mt.maintOpLocked(name, hostDrained, mt.records[name].by))
 		}
 	}
-	m.mu.Unlock()
+	mt.hm.mu.Unlock()
 	// Hosts are independent here: write them in transactions as large as
 	// the store takes, so one drain of many hosts is not one huge request.
 	step := len(ops)
-	if m.store != nil {
-		step = m.store.MaxTxnOps()
+	if mt.store != nil {
+		step = mt.store.MaxTxnOps()
 	}
 	for i := 0; i < len(ops); i += step {
 		j := min(i+step, len(ops))
-		rev, err := m.persist(ctx, ops[i:j])
+		rev, err := mt.persist(ctx, ops[i:j])
 		if err != nil {
-			m.resync(names[i:j])
+			mt.resync(names[i:j])
 			return fmt.Errorf("hostmgr: mark %d hosts drained: %w", j-i, err)
 		}
-		m.mu.Lock()
+		mt.hm.mu.Lock()
 		for _, name := range names[i:j] {
 			// Nothing can land on a draining host (not offered, Commit
 			// refuses it), so it is still empty.
-			if canChangeMaintenance(m.hosts[name].state, hostDrained) {
-				m.setStateLocked(name, hostDrained, rev, m.maint[name].by)
+			if canChangeMaintenance(mt.hm.hosts[name].state, hostDrained) {
+				mt.setStateLocked(name, hostDrained, rev, mt.records[name].by)
 			}
 		}
-		m.recountLocked()
-		m.mu.Unlock()
-		m.log.Info("hosts drained", "hosts", names[i:j])
+		mt.hm.recountLocked()
+		mt.hm.mu.Unlock()
+		mt.log.Info("hosts drained", "hosts", names[i:j])
 	}
 	return nil
 }
 
 // maintLoop marks hosts drained when ReleaseTask or Recovered says one may
 // have become empty. It runs until ctx ends (Close ends it too).
-func (m *Manager) maintLoop(ctx context.Context) {
+func (mt *Maintenance) maintLoop(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-m.maintWake:
+		case <-mt.maintWake:
 		}
-		if err := m.settleDrained(ctx); err != nil && ctx.Err() == nil {
-			m.log.Warn("mark drained hosts; will retry", "err", err)
-			m.retrySettle()
+		if err := mt.settleDrained(ctx); err != nil && ctx.Err() == nil {
+			mt.log.Warn("mark drained hosts; will retry", "err", err)
+			mt.retrySettle()
 		}
-		if !m.applySourceMaintenance(ctx) && ctx.Err() == nil {
-			m.retrySettle()
+		if !mt.applySourceMaintenance(ctx) && ctx.Err() == nil {
+			mt.retrySettle()
 		}
 	}
 }
 
-func (m *Manager) wakeMaint() {
+func (mt *Maintenance) wakeMaint() {
 	select {
-	case m.maintWake <- struct{}{}:
+	case mt.maintWake <- struct{}{}:
 	default:
 	}
 }
 
 // retrySettle tries again later after a store failure.
-func (m *Manager) retrySettle() { time.AfterFunc(time.Second, m.wakeMaint) }
+func (mt *Maintenance) retrySettle() { time.AfterFunc(time.Second, mt.wakeMaint) }
 
-// Recovered tells hostmgr that every run placed before a restart of the
-// control plane has been re-reserved with Recover, so its view of what each
-// host holds is complete. Only then does it mark empty draining hosts
-// drained, and it asks again (through Drains) to move the runs of every
-// host still draining: the drain that was under way when the process
-// stopped goes on. jobmgr calls it once its recovery is done.
-func (m *Manager) Recovered() {
-	m.mu.Lock()
-	m.recovered = true
+// markRecovered is Manager.Recovered: from now on empty draining hosts are
+// marked drained, and the runs of every host still draining are asked
+// again to move.
+func (mt *Maintenance) markRecovered() {
+	mt.hm.mu.Lock()
+	mt.recovered = true
 	var drains []DrainRequest
-	for _, name := range m.order {
-		if h := m.hosts[name]; h.draining() && len(h.tasks) > 0 {
+	for _, name := range mt.hm.order {
+		if h := mt.hm.hosts[name]; h.draining() && len(h.tasks) > 0 {
 			drains = append(drains, DrainRequest{Host: name, TaskIDs: taskIDsLocked(h), Why: drainWhy(h)})
 		}
 	}
-	m.mu.Unlock()
-	m.publishDrains(drains...)
-	m.wakeMaint()
+	mt.hm.mu.Unlock()
+	mt.publishDrains(drains...)
+	mt.wakeMaint()
 }
 
 // publishDrains queues drain requests for Drains. It never blocks.
-func (m *Manager) publishDrains(ds ...DrainRequest) {
+func (mt *Maintenance) publishDrains(ds ...DrainRequest) {
 	if len(ds) == 0 {
 		return
 	}
-	m.drainMu.Lock()
-	m.drainQ = append(m.drainQ, ds...)
-	m.drainMu.Unlock()
+	mt.drainMu.Lock()
+	mt.drainQ = append(mt.drainQ, ds...)
+	mt.drainMu.Unlock()
 	select {
-	case m.drainWake <- struct{}{}:
+	case mt.drainWake <- struct{}{}:
 	default:
 	}
 }
 
-// Drains returns the drain requests published since the last call, waiting
-// until there is one or ctx ends (then nil). It is a subscription with one
-// consumer (jobmgr), which preempts each named run still on the host.
-// Requests are made when a host starts draining, when Recovered finds hosts
-// still draining, and when a run is launched on a draining host (placed just
-// before the drain began).
-func (m *Manager) Drains(ctx context.Context) []DrainRequest {
+// nextDrains is Manager.Drains.
+func (mt *Maintenance) nextDrains(ctx context.Context) []DrainRequest {
 	for {
-		m.drainMu.Lock()
-		out := m.drainQ
-		m.drainQ = nil
-		m.drainMu.Unlock()
+		mt.drainMu.Lock()
+		out := mt.drainQ
+		mt.drainQ = nil
+		mt.drainMu.Unlock()
 		if len(out) > 0 {
 			return out
 		}
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-m.drainWake:
+		case <-mt.drainWake:
 		}
 	}
 }
 
 // loadMaintenance reads every host's persisted maintenance state.
-func (m *Manager) loadMaintenance(ctx context.Context) error {
-	if m.store == nil {
+func (mt *Maintenance) loadMaintenance(ctx context.Context) error {
+	if mt.store == nil {
 		return nil
 	}
-	kvs, err := m.store.List(ctx, "hosts/")
+	kvs, err := mt.store.List(ctx, "hosts/")
 	if err != nil {
 		return fmt.Errorf("hostmgr: load host maintenance: %w", err)
 	}
@@ -446,7 +492,7 @@ func (m *Manager) loadMaintenance(ctx context.Context) error {
 			if err != nil {
 				// Without its record the host is in the partition its
 				// backend reports, settled: a move it was in is over.
-				if _, err := quarantine.Move(ctx, m.store, m.log, kv, err); err != nil {
+				if _, err := quarantine.Move(ctx, mt.store, mt.log, kv, err); err != nil {
 					return fmt.Errorf("hostmgr: %w", err)
 				}
 				continue
@@ -463,7 +509,7 @@ func (m *Manager) loadMaintenance(ctx context.Context) error {
 			// Only a host out of service has a record, so it stays out:
 			// draining (drained once empty), as an operator's, until an
 			// operator completes its maintenance.
-			_, rev, err := quarantine.Replace(ctx, m.store, m.log, kv, err, []byte(hostDraining.String()))
+			_, rev, err := quarantine.Replace(ctx, mt.store, mt.log, kv, err, []byte(hostDraining.String()))
 			if err != nil {
 				return fmt.Errorf("hostmgr: %w", err)
 			}
@@ -471,12 +517,12 @@ func (m *Manager) loadMaintenance(ctx context.Context) error {
 		}
 		maint[name] = maintRecord{state: st, rev: kv.Revision, by: by}
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	maps.Copy(m.maint, maint)
-	maps.Copy(m.parts, parts)
-	if len(m.maint) > 0 {
-		m.log.Info("hosts in maintenance", "count", len(m.maint))
+	mt.hm.mu.Lock()
+	defer mt.hm.mu.Unlock()
+	maps.Copy(mt.records, maint)
+	maps.Copy(mt.parts, parts)
+	if len(mt.records) > 0 {
+		mt.log.Info("hosts in maintenance", "count", len(mt.records))
 	}
 	return nil
 }
@@ -494,8 +540,8 @@ func parseMaintenance(kv store.KV) (hs, string, error) {
 }
 
 // stateOfLocked is a host's maintenance state by name.
-func (m *Manager) stateOfLocked(name string) hs {
-	if r, ok := m.maint[name]; ok {
+func (mt *Maintenance) stateOfLocked(name string) hs {
+	if r, ok := mt.records[name]; ok {
 		return r.state
 	}
 	return hostUp
@@ -517,7 +563,7 @@ func (m *Manager) recountLocked() {
 	}
 	m.draining.Store(int32(n[hostDraining] + moving))
 	metrics.HostsMoving.Set(float64(moving))
-	m.gaugeHostsLocked()
+	m.hostGauged.update(m.hosts)
 	for _, st := range []hs{hostUp, hostDraining, hostDrained, hostDown} {
 		metrics.Hosts.WithLabelValues(st.String()).Set(float64(n[st]))
 	}
@@ -525,7 +571,7 @@ func (m *Manager) recountLocked() {
 	// pools are not promised room that no host will give them. resmgr never
 	// calls into hostmgr, so calling it under m.mu cannot deadlock.
 	if m.onCapacity != nil {
-		m.onCapacity(m.capacityByPartitionLocked())
+		m.onCapacity(capacityByPartition(m.hosts))
 	}
 }
 
@@ -565,12 +611,12 @@ func (m *Manager) SetDrainNote(host, note string) {
 }
 
 // hostProtos renders the named hosts, in the given order.
-func (m *Manager) hostProtos(names []string) []*pelotonv1.Host {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+func (mt *Maintenance) hostProtos(names []string) []*pelotonv1.Host {
+	mt.hm.mu.Lock()
+	defer mt.hm.mu.Unlock()
 	out := make([]*pelotonv1.Host, 0, len(names))
 	for _, name := range names {
-		if h, ok := m.hosts[name]; ok {
+		if h, ok := mt.hm.hosts[name]; ok {
 			out = append(out, hostProto(h))
 		}
 	}

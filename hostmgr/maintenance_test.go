@@ -111,9 +111,9 @@ func TestMaintenanceTransitions(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			m := maintManager(t, nil)
 			for i, s := range tc.steps {
-				change := m.StartMaintenance
+				change := m.Maintenance().StartMaintenance
 				if s.op == "complete" {
-					change = m.CompleteMaintenance
+					change = m.Maintenance().CompleteMaintenance
 				}
 				got, err := change(context.Background(), s.hosts)
 				st, _ := status.FromError(err)
@@ -135,7 +135,7 @@ func TestDrainingHostBecomesDrainedWhenEmpty(t *testing.T) {
 	m := maintManager(t, nil)
 	r := resources.Resources{MilliCPU: 100, MemoryMB: 10}
 	m.Recover("j-1-1", "a", r)
-	got, err := m.StartMaintenance(context.Background(), []string{"a"})
+	got, err := m.Maintenance().StartMaintenance(context.Background(), []string{"a"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +173,7 @@ func TestHostsInMaintenanceTakeNoWork(t *testing.T) {
 	if len(offers) != 3 {
 		t.Fatalf("offers before maintenance: %v", offers)
 	}
-	if _, err := m.StartMaintenance(context.Background(), []string{"a", "b"}); err != nil {
+	if _, err := m.Maintenance().StartMaintenance(context.Background(), []string{"a", "b"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := m.Commit(lease, []Assignment{{TaskID: "k-0-1", JobID: "k", Host: "a", Resources: r}}); !errors.Is(err, ErrHostNotUp) {
@@ -189,7 +189,7 @@ func TestHostsInMaintenanceTakeNoWork(t *testing.T) {
 		}
 		m.ReleaseLease(l)
 	}
-	if _, err := m.CompleteMaintenance(context.Background(), []string{"a", "b"}); err != nil {
+	if _, err := m.Maintenance().CompleteMaintenance(context.Background(), []string{"a", "b"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, offers := m.AcquireHosts(HostFilter{Max: 3}); len(offers) != 3 {
@@ -201,7 +201,7 @@ func TestLaunchOnDrainingHostAsksForDrain(t *testing.T) {
 	m := maintManager(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, err := m.StartMaintenance(ctx, []string{"a"}); err != nil {
+	if _, err := m.Maintenance().StartMaintenance(ctx, []string{"a"}); err != nil {
 		t.Fatal(err)
 	}
 	m.Drains(ctx) // the request of the start
@@ -228,7 +228,7 @@ func TestMaintenancePersists(t *testing.T) {
 	_, st := storetest.StartEtcd(t)
 	ctx := context.Background()
 	m1 := maintManager(t, st)
-	if _, err := m1.StartMaintenance(ctx, []string{"a", "b"}); err != nil {
+	if _, err := m1.Maintenance().StartMaintenance(ctx, []string{"a", "b"}); err != nil {
 		t.Fatal(err)
 	}
 	if s := states(m1); s != "a=HOST_DRAINING b=HOST_DRAINED c=HOST_UP" {
@@ -280,17 +280,17 @@ func TestMaintenancePersists(t *testing.T) {
 	}
 	// Compare-and-swap: m2 completes a behind m3's back; m3's own write
 	// then conflicts, changes nothing, and m3 learns the store's state.
-	if _, err := m2.CompleteMaintenance(ctx, []string{"a"}); err != nil {
+	if _, err := m2.Maintenance().CompleteMaintenance(ctx, []string{"a"}); err != nil {
 		t.Fatal(err)
 	}
-	_, err = m3.CompleteMaintenance(ctx, []string{"b", "a"})
+	_, err = m3.Maintenance().CompleteMaintenance(ctx, []string{"b", "a"})
 	if status.Code(err) != codes.Aborted {
 		t.Fatalf("a stale write: %v", err)
 	}
 	if s := states(m3); s != "a=HOST_UP b=HOST_DRAINED c=HOST_UP" {
 		t.Fatalf("states after the conflict: %s", s)
 	}
-	if _, err := m3.CompleteMaintenance(ctx, []string{"b"}); err != nil {
+	if _, err := m3.Maintenance().CompleteMaintenance(ctx, []string{"b"}); err != nil {
 		t.Fatal(err)
 	}
 	if kvs, _ := st.List(ctx, "hosts/"); len(kvs) != 0 {

@@ -47,73 +47,73 @@ func decideSource(down, known, moving bool, state hs, by string) sourceStep {
 
 // onSourceMaintenance is the MaintenanceSource's callback: it records the
 // word and wakes the maintenance loop. It never blocks on the store.
-func (m *Manager) onSourceMaintenance(host string, down bool) {
-	m.srcMu.Lock()
-	m.srcWant[host] = down
-	m.srcMu.Unlock()
-	m.wakeMaint()
+func (mt *Maintenance) onSourceMaintenance(host string, down bool) {
+	mt.srcMu.Lock()
+	mt.srcWant[host] = down
+	mt.srcMu.Unlock()
+	mt.wakeMaint()
 }
 
 // wakeIfSourcePending wakes the maintenance loop when a backend's word
 // waits to be acted on.
-func (m *Manager) wakeIfSourcePending() {
-	m.srcMu.Lock()
-	n := len(m.srcWant)
-	m.srcMu.Unlock()
+func (mt *Maintenance) wakeIfSourcePending() {
+	mt.srcMu.Lock()
+	n := len(mt.srcWant)
+	mt.srcMu.Unlock()
 	if n > 0 {
-		m.wakeMaint()
+		mt.wakeMaint()
 	}
 }
 
 // applySourceMaintenance acts on the backend's words. It reports false
 // when a word must be tried again later, on a timer.
-func (m *Manager) applySourceMaintenance(ctx context.Context) bool {
-	m.srcMu.Lock()
-	hosts := make([]string, 0, len(m.srcWant))
-	want := make(map[string]bool, len(m.srcWant))
-	for h, d := range m.srcWant {
+func (mt *Maintenance) applySourceMaintenance(ctx context.Context) bool {
+	mt.srcMu.Lock()
+	hosts := make([]string, 0, len(mt.srcWant))
+	want := make(map[string]bool, len(mt.srcWant))
+	for h, d := range mt.srcWant {
 		hosts = append(hosts, h)
 		want[h] = d
 	}
-	m.srcMu.Unlock()
+	mt.srcMu.Unlock()
 	sort.Strings(hosts)
-	by := m.backend.Name()
+	by := mt.hm.backend.Name()
 	all := true
 	for _, name := range hosts {
 		down := want[name]
-		m.mu.Lock()
-		h := m.hosts[name]
+		mt.hm.mu.Lock()
+		h := mt.hm.hosts[name]
 		known := h != nil
 		moving := known && h.moving()
-		step := decideSource(down, known, moving, m.stateOfLocked(name), m.maint[name].by)
-		m.mu.Unlock()
+		step := decideSource(down, known, moving, mt.stateOfLocked(name), mt.records[name].by)
+		mt.hm.mu.Unlock()
 		var err error
 		switch step {
 		case sourceWait:
 			// A host not known yet is looked at again when the backend's
 			// hosts change (Start wakes the loop then); without a
 			// HostWatcher, and for a move to end, on a timer.
-			if _, watched := m.backend.(HostWatcher); moving || !watched {
+			if _, watched := mt.hm.backend.(HostWatcher); moving || !watched {
 				all = false
 			}
 			continue
 		case sourceStart:
-			_, err = m.changeMaintenance(ctx, []string{name}, hostDraining, by)
+			_, err = mt.changeMaintenance(ctx, []string{name}, hostDraining, by)
 		case sourceComplete:
-			_, err = m.changeMaintenance(ctx, []string{name}, hostUp, by)
+			_, err = mt.changeMaintenance(ctx, []string{name}, hostUp, by)
 		}
 		if err != nil {
 			// A concurrent change (an operator's) or the store: the next
 			// pass decides again from what then holds.
-			m.log.Warn("act on the backend's maintenance schedule; will retry", "host", name, "down", down, "err", err)
+			mt.log.Warn("act on the backend's maintenance schedule; will retry", "host", name, "down", down, "err", err)
 			all = false
 			continue
 		}
-		m.srcMu.Lock()
-		if d, ok := m.srcWant[name]; ok && d == down {
-			delete(m.srcWant, name) // unless the backend said otherwise since
+		mt.srcMu.Lock()
+		if d, ok := mt.srcWant[name]; ok && d == down {
+			delete(mt.srcWant, name) // unless the backend said otherwise since
 		}
-		m.srcMu.Unlock()
+		mt.srcMu.Unlock()
 	}
 	return all
 }

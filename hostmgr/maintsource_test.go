@@ -138,11 +138,11 @@ func TestMaintenanceFromBackend(t *testing.T) {
 				case len(f) == 2:
 					src.say(f[0], f[1] == "down")
 				case len(f) == 3 && f[1] == "start":
-					if _, err := m.StartMaintenance(ctx, []string{f[2]}); err != nil {
+					if _, err := m.Maintenance().StartMaintenance(ctx, []string{f[2]}); err != nil {
 						t.Fatal(err)
 					}
 				case len(f) == 3:
-					if _, err := m.CompleteMaintenance(ctx, []string{f[2]}); err != nil {
+					if _, err := m.Maintenance().CompleteMaintenance(ctx, []string{f[2]}); err != nil {
 						t.Fatal(err)
 					}
 				}
@@ -162,9 +162,9 @@ func TestMaintenanceFromBackend(t *testing.T) {
 			// Everything said is acted on (or moot): nothing waits.
 			deadline := time.Now().Add(10 * time.Second)
 			for {
-				m.srcMu.Lock()
-				left := len(m.srcWant)
-				m.srcMu.Unlock()
+				m.maint.srcMu.Lock()
+				left := len(m.maint.srcWant)
+				m.maint.srcMu.Unlock()
 				if left == 0 {
 					break
 				}
@@ -191,7 +191,7 @@ func TestMaintenanceFromBackendSurvivesRestart(t *testing.T) {
 	m1 := startSourced(t, src, st)
 	src.say("b", true)
 	waitStates(t, m1, "a=HOST_UP b=HOST_DRAINED c=HOST_UP")
-	if _, err := m1.StartMaintenance(ctx, []string{"c"}); err != nil {
+	if _, err := m1.Maintenance().StartMaintenance(ctx, []string{"c"}); err != nil {
 		t.Fatal(err)
 	}
 	kvs, err := st.List(ctx, "hosts/")

@@ -169,6 +169,15 @@ type lease struct {
 }
 
 // Manager is the host manager. It is safe for concurrent use.
+//
+// It is the host cache, leases and launch core: the hosts the backend
+// reports and what each holds, leases to placement engines, and runs
+// started, replaced and killed through the backend. Two parts with state
+// and locks of their own hang off it: Maintenance (host maintenance,
+// partition moves, drain requests, the move history) and Usage (the host
+// agents' reports, slack, the advisor's advice). The parts read and change
+// the host table under the core's lock, mu; each keeps the rest of its
+// state under its own.
 type Manager struct {
 	backend  Backend
 	log      *slog.Logger
@@ -177,6 +186,8 @@ type Manager struct {
 	// substrate is the backend's, if it reports one (SubstrateReporter).
 	substrate SubstrateReporter
 
+	// mu guards the host table, the fields from hosts to hostGauged, and
+	// the parts' fields that say they are guarded by it.
 	mu    sync.Mutex
 	hosts map[string]*host
 	order []string
@@ -184,20 +195,20 @@ type Manager struct {
 	// successive leases do not all begin with the same hosts.
 	next    int
 	classes []HostClass
-	leases  map[string]*lease
+	// classesStale is set when a host's partition changed since classes
+	// were computed.
+	classesStale bool
+	leases       leaseBook
 	// taskHost maps a run's task ID to the host holding its resources.
 	taskHost map[string]string
-	// usage is what the host agents last reported (usage.go); its own
-	// lock, taken after mu when both are.
-	usage usageBook
-	// The slack policy (slack.go) and who is told the cluster's slack.
-	slackMargin float64
-	staleAfter  time.Duration
-	onSlack     func(resources.Resources)
-	// slackGauged: the hosts with slack gauges. Guarded by mu.
-	slackGauged map[string]bool
-	// hostGauged: what each host's gauges say (host_metrics.go). Guarded by mu.
-	hostGauged map[string]hostGauged
+	// hostGauged: what each host's gauges say (host_metrics.go).
+	hostGauged hostGauges
+	// onCapacity is Options.OnCapacity.
+	onCapacity func(resources.ByPartition)
+
+	// draining counts hosts whose runs are to be moved off (HOST_DRAINING,
+	// or moving partition), so Launch skips its check while nothing drains.
+	draining atomic.Int32
 
 	events chan TaskEvent
 	// badNames are the host names cleanHosts left out and said so.
@@ -205,45 +216,15 @@ type Manager struct {
 	// hostsChanged is told when the backend's hosts changed (OnHostsChanged).
 	hostsChanged atomic.Pointer[func()]
 
-	// Host maintenance (maintenance.go).
-	store store.Store
-	// maintMu serializes maintenance changes: API calls and marking hosts
-	// drained. Each reads revisions, runs a store transaction without m.mu,
-	// then applies the result under m.mu.
-	maintMu sync.Mutex
-	// maint holds the persisted record of every host not HOST_UP, by name,
-	// including hosts the backend does not report (yet): a host that comes
-	// back is still in maintenance. Guarded by mu.
-	onCapacity func(resources.ByPartition)
-	maint      map[string]maintRecord
-	// advice is the host advisor's last word (advice.go).
-	advice advice
-	// history is the partition move history, oldest first (advice.go).
-	histMu  sync.Mutex
-	history []moveRecord
-	// parts holds the persisted partition record of every host hostmgr
-	// has one for (partition.go), like maint. Guarded by mu.
-	parts map[string]partRecord
-	// classesStale is set when a host's partition changed since classes
-	// were computed. Guarded by mu.
-	classesStale bool
-	// recovered is set by Recovered. Guarded by mu.
-	recovered bool
-	// draining counts HOST_DRAINING hosts, so Launch skips its check while
-	// nothing drains.
-	draining  atomic.Int32
-	maintWake chan struct{}
-	stop      context.CancelFunc
-	// loops is the maintenance loop, which Close waits for: a store write
-	// of a closed Manager must not land after its successor started.
-	loops     sync.WaitGroup
-	drainMu   sync.Mutex
-	drainQ    []DrainRequest
-	drainWake chan struct{}
-	// srcWant is what a MaintenanceSource said last of each host, until
-	// hostmgr acted on it (maintsource.go). Guarded by srcMu.
-	srcMu   sync.Mutex
-	srcWant map[string]bool
+	// The parts (maintenance.go, usage.go).
+	maint *Maintenance
+	usage *Usage
+
+	stop context.CancelFunc
+	// loops are the maintenance and slack loops, which Close waits for: a
+	// store write of a closed Manager must not land after its successor
+	// started.
+	loops sync.WaitGroup
 }
 
 // Options tunes a Manager.
@@ -295,38 +276,46 @@ func NewManager(b Backend, opts Options) *Manager {
 		opts.UsageStaleAfter = DefaultUsageStaleAfter
 	}
 	sub, _ := b.(SubstrateReporter)
-	return &Manager{
-		substrate:   sub,
-		slackMargin: opts.SlackMargin, staleAfter: opts.UsageStaleAfter, onSlack: opts.OnSlack,
-		backend: b, log: opts.Logger.With("component", "hostmgr"), now: time.Now, leaseTTL: opts.LeaseTTL,
-		hosts: map[string]*host{}, leases: map[string]*lease{}, taskHost: map[string]string{},
-		events: make(chan TaskEvent, opts.EventBuffer),
-		store:  opts.Store, maint: map[string]maintRecord{}, parts: map[string]partRecord{}, onCapacity: opts.OnCapacity,
-		maintWake: make(chan struct{}, 1), drainWake: make(chan struct{}, 1), stop: func() {}, srcWant: map[string]bool{},
+	m := &Manager{
+		substrate: sub,
+		backend:   b, log: opts.Logger.With("component", "hostmgr"), now: time.Now, leaseTTL: opts.LeaseTTL,
+		hosts: map[string]*host{}, leases: leaseBook{}, taskHost: map[string]string{}, hostGauged: hostGauges{},
+		events:     make(chan TaskEvent, opts.EventBuffer),
+		onCapacity: opts.OnCapacity, stop: func() {},
 	}
+	m.maint = newMaintenance(m, opts.Store)
+	m.usage = &Usage{hm: m, log: m.log, slackMargin: opts.SlackMargin, staleAfter: opts.UsageStaleAfter, onSlack: opts.OnSlack}
+	return m
 }
+
+// Maintenance is the host manager's maintenance and partition moves.
+func (m *Manager) Maintenance() *Maintenance { return m.maint }
+
+// Usage is the host manager's view of what the host agents report, the
+// slack it makes, and the advisor's advice.
+func (m *Manager) Usage() *Usage { return m.usage }
 
 // Start loads the hosts' maintenance state, starts the backend and loads its
 // hosts. Hosts are not marked drained, nor drains asked again, before
 // Recovered.
 func (m *Manager) Start(ctx context.Context) error {
-	if err := m.loadMaintenance(ctx); err != nil {
+	if err := m.maint.loadMaintenance(ctx); err != nil {
 		return err
 	}
-	if err := m.loadHistory(ctx); err != nil {
+	if err := m.maint.loadHistory(ctx); err != nil {
 		return err
 	}
 	if w, ok := m.backend.(HostWatcher); ok {
 		w.WatchHosts(func() {
 			m.refreshHosts()
-			m.wakeIfSourcePending() // a host the source named may have appeared
+			m.maint.wakeIfSourcePending() // a host the source named may have appeared
 			if f := m.hostsChanged.Load(); f != nil {
 				(*f)()
 			}
 		})
 	}
 	if ms, ok := m.backend.(MaintenanceSource); ok {
-		ms.WatchMaintenance(m.onSourceMaintenance)
+		ms.WatchMaintenance(m.maint.onSourceMaintenance)
 	}
 	if err := m.backend.Start(ctx, m.onEvent); err != nil {
 		return fmt.Errorf("hostmgr: start %s backend: %w", m.backend.Name(), err)
@@ -336,20 +325,20 @@ func (m *Manager) Start(ctx context.Context) error {
 	m.loops.Add(1)
 	go func() {
 		defer m.loops.Done()
-		m.maintLoop(ctx)
+		m.maint.maintLoop(ctx)
 	}()
-	if m.onSlack != nil {
+	if m.usage.onSlack != nil {
 		m.loops.Add(1)
 		go func() {
 			defer m.loops.Done()
-			m.slackLoop(ctx)
+			m.usage.slackLoop(ctx)
 		}()
 	}
 	return nil
 }
 
 func (m *Manager) refreshHosts() {
-	infos := m.cleanHosts(m.backend.Hosts())
+	infos := cleanHosts(m.backend.Hosts(), m.log, m.backend.Name(), &m.badNames)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	seen := map[string]bool{}
@@ -357,11 +346,11 @@ func (m *Manager) refreshHosts() {
 		seen[hi.Name] = true
 		if h, ok := m.hosts[hi.Name]; ok {
 			h.info = hi
-			m.applyPartRecordLocked(h)
+			m.maint.applyPartRecordLocked(h)
 			continue
 		}
-		h := &host{info: hi, tasks: map[string]hold{}, jobs: map[string]int{}, state: m.stateOfLocked(hi.Name), maintBy: m.maint[hi.Name].by}
-		m.applyPartRecordLocked(h)
+		h := &host{info: hi, tasks: map[string]hold{}, jobs: map[string]int{}, state: m.maint.stateOfLocked(hi.Name), maintBy: m.maint.records[hi.Name].by}
+		m.maint.applyPartRecordLocked(h)
 		m.hosts[hi.Name] = h
 	}
 	for name, h := range m.hosts {
@@ -379,7 +368,7 @@ func (m *Manager) refreshHosts() {
 		}
 	}
 	m.reorderLocked()
-	m.forgetUsageLocked()
+	m.usage.forgetUsageLocked()
 }
 
 // reorderLocked rebuilds what derives from the set of hosts.
@@ -439,13 +428,14 @@ func (m *Manager) HostClasses() []HostClass {
 // A host whose name is not valid UTF-8 is left out, loudly: its name
 // cannot be put in a record or an answer, and a cleaned name would be one
 // the backend does not know.
-func (m *Manager) cleanHosts(infos []HostInfo) []HostInfo {
+// It says so once per name: badNames holds the names said.
+func cleanHosts(infos []HostInfo, log *slog.Logger, backend string, badNames *sync.Map) []HostInfo {
 	out := infos[:0:0]
 	for _, hi := range infos {
 		if !utf8.ValidString(hi.Name) || len(hi.Name) > sanitize.MaxName {
-			if _, said := m.badNames.LoadOrStore(hi.Name, true); !said {
-				m.log.Error("the backend reports a host whose name is not valid UTF-8 or too long; it is not used",
-					"backend", m.backend.Name(), "name", sanitize.Text(hi.Name, sanitize.MaxName))
+			if _, said := badNames.LoadOrStore(hi.Name, true); !said {
+				log.Error("the backend reports a host whose name is not valid UTF-8 or too long; it is not used",
+					"backend", backend, "name", sanitize.Text(hi.Name, sanitize.MaxName))
 			}
 			continue
 		}
@@ -487,11 +477,7 @@ func (m *Manager) Events() <-chan TaskEvent { return m.events }
 func (m *Manager) Capacity() resources.Resources {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.capacityLocked()
-}
-
-func (m *Manager) capacityLocked() resources.Resources {
-	return m.capacityByPartitionLocked().Total()
+	return capacityByPartition(m.hosts).Total()
 }
 
 // CapacityByPartition is the capacity of the hosts in service, by
@@ -500,12 +486,14 @@ func (m *Manager) capacityLocked() resources.Resources {
 func (m *Manager) CapacityByPartition() resources.ByPartition {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.capacityByPartitionLocked()
+	return capacityByPartition(m.hosts)
 }
 
-func (m *Manager) capacityByPartitionLocked() resources.ByPartition {
+// capacityByPartition is the capacity of the hosts in service that take
+// new runs, by partition.
+func capacityByPartition(hosts map[string]*host) resources.ByPartition {
 	c := resources.ByPartition{}
-	for _, h := range m.hosts {
+	for _, h := range hosts {
 		if h.inService() && !h.info.Unschedulable {
 			c[h.info.Partition] = c[h.info.Partition].Add(h.info.Capacity)
 		}
@@ -540,13 +528,13 @@ func (m *Manager) AcquireHosts(f HostFilter) (string, []HostOffer) {
 	// Hosts of a substrate that is away are as last seen, and a launch on
 	// them could not be carried out: the work waits, saying why, for the
 	// substrate to answer again rather than be placed and fail.
-	if !m.substrateReachable() {
+	if !reachable(m.substrate) {
 		return "", nil
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.now()
-	m.expireLeasesLocked(now)
+	m.leases.expire(now, m.hosts)
 	n := len(m.order)
 	if n == 0 || (f.Max <= 0 && len(f.Hosts) == 0) {
 		return "", nil
@@ -564,7 +552,7 @@ func (m *Manager) AcquireHosts(f HostFilter) (string, []HostOffer) {
 	// is held, or for revocable runs its slack left.
 	freeOf := func(h *host) resources.Resources {
 		if f.Revocable {
-			return m.slackLocked(h, now)
+			return m.usage.slackLocked(h, now)
 		}
 		return h.info.Capacity.Sub(h.allocated)
 	}
@@ -654,32 +642,38 @@ func jobCounts(have map[string]int, want map[string]bool) map[string]int {
 	return out
 }
 
-func (m *Manager) expireLeasesLocked(now time.Time) {
-	for id, l := range m.leases {
+// leaseBook holds the leases of hosts to placement engines, by ID. It is
+// part of the host table: guarded by Manager.mu.
+type leaseBook map[string]*lease
+
+// expire releases the leases that ended before now.
+func (lb leaseBook) expire(now time.Time, hosts map[string]*host) {
+	for id, l := range lb {
 		if now.After(l.end) {
-			m.releaseLeaseLocked(id)
+			lb.release(id, hosts)
 		}
 	}
 }
 
-func (m *Manager) releaseLeaseLocked(id string) {
-	l, ok := m.leases[id]
+// release gives lease id's hosts back; an unknown id changes nothing.
+func (lb leaseBook) release(id string, hosts map[string]*host) {
+	l, ok := lb[id]
 	if !ok {
 		return
 	}
 	for _, name := range l.hosts {
-		if h, ok := m.hosts[name]; ok && h.lease == id {
+		if h, ok := hosts[name]; ok && h.lease == id {
 			h.lease = ""
 		}
 	}
-	delete(m.leases, id)
+	delete(lb, id)
 }
 
 // ReleaseLease gives leased hosts back without using them.
 func (m *Manager) ReleaseLease(id string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.releaseLeaseLocked(id)
+	m.leases.release(id, m.hosts)
 }
 
 // Commit reserves resources for assignments on the lease's hosts and ends the
@@ -692,10 +686,10 @@ func (m *Manager) Commit(leaseID string, as []Assignment) error {
 	defer m.mu.Unlock()
 	l, ok := m.leases[leaseID]
 	if !ok || m.now().After(l.end) {
-		m.releaseLeaseLocked(leaseID)
+		m.leases.release(leaseID, m.hosts)
 		return ErrLeaseExpired
 	}
-	defer m.releaseLeaseLocked(leaseID)
+	defer m.leases.release(leaseID, m.hosts)
 	type hostJob struct{ host, job string }
 	pending := map[string]resources.Resources{}
 	pendingJob := map[hostJob]int{}
@@ -722,7 +716,7 @@ func (m *Manager) Commit(leaseID string, as []Assignment) error {
 		free := h.info.Capacity.Sub(h.allocated.Add(pending[pk]))
 		if a.Revocable {
 			pk = "revocable/" + a.Host
-			free = m.slackLocked(h, m.now()).Sub(pending[pk])
+			free = m.usage.slackLocked(h, m.now()).Sub(pending[pk])
 		}
 		hj := hostJob{a.Host, a.JobID}
 		n := h.jobs[a.JobID] + pendingJob[hj]
@@ -735,23 +729,26 @@ func (m *Manager) Commit(leaseID string, as []Assignment) error {
 		pending[pk] = pending[pk].Add(a.Resources)
 		pendingJob[hj]++
 	}
+	now := m.now()
 	for _, a := range as {
-		m.holdLocked(m.hosts[a.Host], a.TaskID, a.JobID, a.Resources, a.Revocable)
+		m.hosts[a.Host].hold(a.TaskID, a.JobID, a.Resources, a.Revocable, now)
+		m.taskHost[a.TaskID] = a.Host
 	}
 	return nil
 }
 
-func (m *Manager) holdLocked(h *host, taskID, jobID string, r resources.Resources, revocable bool) {
+// hold reserves r on h for run taskID of job jobID, from since. The
+// caller records the run's host in Manager.taskHost.
+func (h *host) hold(taskID, jobID string, r resources.Resources, revocable bool, since time.Time) {
 	if revocable {
 		h.revocable = h.revocable.Add(r)
 	} else {
 		h.allocated = h.allocated.Add(r)
 	}
-	h.tasks[taskID] = hold{res: r, job: jobID, revocable: revocable, since: m.now()}
+	h.tasks[taskID] = hold{res: r, job: jobID, revocable: revocable, since: since}
 	if jobID != "" {
 		h.jobs[jobID]++
 	}
-	m.taskHost[taskID] = h.info.Name
 }
 
 // jobOfTaskID returns the job of a run's task ID <jobID>-<instance>-<run>.
@@ -790,7 +787,8 @@ func (m *Manager) recoverHold(taskID, hostName string, r resources.Resources, re
 	if _, dup := m.taskHost[taskID]; dup {
 		return
 	}
-	m.holdLocked(h, taskID, jobOfTaskID(taskID), r, revocable)
+	h.hold(taskID, jobOfTaskID(taskID), r, revocable, m.now())
+	m.taskHost[taskID] = hostName
 }
 
 // ReleaseTask frees a run's resources. Unknown runs are ignored. A draining
@@ -818,12 +816,12 @@ func (m *Manager) ReleaseTask(taskID string) {
 			}
 		}
 		if h.draining() && len(h.tasks) == 0 {
-			m.wakeMaint()
+			m.maint.wakeMaint()
 		}
 		if h.gone && len(h.tasks) == 0 {
 			delete(m.hosts, name)
 			m.reorderLocked()
-			m.forgetUsageLocked()
+			m.usage.forgetUsageLocked()
 		}
 	}
 }
@@ -852,6 +850,14 @@ func (m *Manager) TransferHold(from, to string) (string, bool) {
 	h.tasks[to] = t
 	m.taskHost[to] = name
 	return name, true
+}
+
+// HoldsOn reports whether run taskID holds resources on host name: the
+// runs this stack placed there.
+func (m *Manager) HoldsOn(name, taskID string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.taskHost[taskID] == name
 }
 
 // HostUp reports whether a host exists, is in service and takes new runs.
@@ -970,7 +976,7 @@ func (m *Manager) publishIfDraining(spec LaunchSpec) {
 	}
 	m.mu.Unlock()
 	if drain {
-		m.publishDrains(DrainRequest{Host: spec.Host, TaskIDs: []string{spec.TaskID}, Why: why})
+		m.maint.publishDrains(DrainRequest{Host: spec.Host, TaskIDs: []string{spec.TaskID}, Why: why})
 	}
 }
 
@@ -1017,14 +1023,14 @@ func (m *Manager) listHosts(withRuns bool) []*pelotonv1.Host {
 	for _, name := range m.order {
 		hh := m.hosts[name]
 		h := hostProto(hh)
-		h.Usage = m.hostUsage(name)
-		h.Slack = m.slackLocked(hh, now).ToProto()
-		h.Zone, h.OversubscriptionFactor = m.hostAdvice(name, now)
+		h.Usage = m.usage.hostUsage(name)
+		h.Slack = m.usage.slackLocked(hh, now).ToProto()
+		h.Zone, h.OversubscriptionFactor = m.usage.hostAdvice(name, now)
 		if withRuns {
 			h.Runs = make([]*pelotonv1.HostRun, 0, len(hh.tasks))
 			for _, id := range slices.Sorted(maps.Keys(hh.tasks)) {
 				t := hh.tasks[id]
-				h.Runs = append(h.Runs, &pelotonv1.HostRun{TaskId: id, JobId: t.job, Revocable: t.revocable, Usage: m.RunUsage(id),
+				h.Runs = append(h.Runs, &pelotonv1.HostRun{TaskId: id, JobId: t.job, Revocable: t.revocable, Usage: m.usage.runUsage(id),
 					Since: timestamppb.New(t.since), Cpu: float64(t.res.MilliCPU) / 1000})
 			}
 		}
@@ -1055,6 +1061,32 @@ func hostMessage(h *host) string {
 	}
 	return ""
 }
+
+// What jobmgr reads of the parts, here so that the one value it is given
+// has all it uses (jobmgr.Hosts).
+
+// Recovered tells hostmgr that every run placed before a restart of the
+// control plane has been re-reserved with Recover, so its view of what each
+// host holds is complete. Only then does it mark empty draining hosts
+// drained, and it asks again (through Drains) to move the runs of every
+// host still draining: the drain that was under way when the process
+// stopped goes on. jobmgr calls it once its recovery is done.
+func (m *Manager) Recovered() { m.maint.markRecovered() }
+
+// Drains returns the drain requests published since the last call, waiting
+// until there is one or ctx ends (then nil). It is a subscription with one
+// consumer (jobmgr), which preempts each named run still on the host.
+// Requests are made when a host starts draining, when Recovered finds hosts
+// still draining, and when a run is launched on a draining host (placed just
+// before the drain began).
+func (m *Manager) Drains(ctx context.Context) []DrainRequest { return m.maint.nextDrains(ctx) }
+
+// Revoked reports whether run taskID is a revocable run its host agent's
+// QoS controller killed (ReasonQoSRevoked).
+func (m *Manager) Revoked(taskID string) bool { return m.usage.revoked(taskID) }
+
+// RunUsage is what the last report of its host said of run taskID, or nil.
+func (m *Manager) RunUsage(taskID string) *pelotonv1.TaskUsage { return m.usage.runUsage(taskID) }
 
 // Close stops marking hosts drained and stops the backend.
 func (m *Manager) Close() error {

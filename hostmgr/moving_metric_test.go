@@ -28,7 +28,7 @@ func TestHostsMovingGauge(t *testing.T) {
 	if partOf("a", "batch") != 1 || partOf("b", "batch") != 1 {
 		t.Fatal("hosts not in peloton_host_partition at start")
 	}
-	if _, err := m.MoveHost(ctx, "a", "stateless", ""); err != nil {
+	if _, err := m.Maintenance().MoveHost(ctx, "a", "stateless", ""); err != nil {
 		t.Fatal(err)
 	}
 	if got := testutil.ToFloat64(metrics.HostsMoving); got != 1 {
@@ -74,7 +74,7 @@ func TestHostUpGauge(t *testing.T) {
 	if up("b") != 1 || up("c") != 1 {
 		t.Fatalf("hosts in service: b %v, c %v, want 1", up("b"), up("c"))
 	}
-	if _, err := m.StartMaintenance(ctx, []string{"b"}); err != nil {
+	if _, err := m.Maintenance().StartMaintenance(ctx, []string{"b"}); err != nil {
 		t.Fatal(err)
 	}
 	if up("b") != 0 || up("c") != 1 {

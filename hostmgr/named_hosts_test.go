@@ -51,7 +51,7 @@ func TestAcquireNamedHosts(t *testing.T) {
 	}
 	// Leased or in maintenance: not offered.
 	l, _ := m.AcquireHosts(HostFilter{Hosts: []string{"b"}})
-	if _, err := m.StartMaintenance(context.Background(), []string{"a"}); err != nil {
+	if _, err := m.Maintenance().StartMaintenance(context.Background(), []string{"a"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, o := m.AcquireHosts(HostFilter{Hosts: []string{"a", "b", "c"}}); names(o) != "c" {

@@ -104,24 +104,24 @@ func parsePartition(kv store.KV) (partRecord, error) {
 
 // partOpLocked is the store write that records r for host name, compared
 // against the revision memory holds.
-func (m *Manager) partOpLocked(name string, r partRecord) store.Op {
+func (mt *Maintenance) partOpLocked(name string, r partRecord) store.Op {
 	r.State = r.state.String()
 	b, _ := json.Marshal(r) // a struct of strings always marshals
-	return store.Put(partitionKey(name), b, m.parts[name].rev)
+	return store.Put(partitionKey(name), b, mt.parts[name].rev)
 }
 
 // setMoveLocked records r (persisted at rev) for host name and applies it to
 // the host, if hostmgr sees it. When the host starts moving with runs on it,
-// it returns the drain request to publish once m.mu is released. Call
+// it returns the drain request to publish once hm.mu is released. Call
 // recountLocked after the last change.
-func (m *Manager) setMoveLocked(name string, r partRecord, rev int64) (DrainRequest, bool) {
+func (mt *Maintenance) setMoveLocked(name string, r partRecord, rev int64) (DrainRequest, bool) {
 	r.rev = rev
-	m.parts[name] = r
-	h := m.hosts[name]
+	mt.parts[name] = r
+	h := mt.hm.hosts[name]
 	if h == nil {
 		return DrainRequest{}, false
 	}
-	m.applyPartRecordLocked(h)
+	mt.applyPartRecordLocked(h)
 	if r.state != partMoving || len(h.tasks) == 0 {
 		return DrainRequest{}, false
 	}
@@ -138,15 +138,15 @@ func drainWhy(h *host) string {
 
 // applyPartRecordLocked makes h's partition and move state what hostmgr's
 // record says; without a record the backend's report stands.
-func (m *Manager) applyPartRecordLocked(h *host) {
-	r, ok := m.parts[h.info.Name]
+func (mt *Maintenance) applyPartRecordLocked(h *host) {
+	r, ok := mt.parts[h.info.Name]
 	if !ok {
 		h.move, h.target = partSettled, ""
 		return
 	}
 	if h.info.Partition != r.Partition {
 		h.info.Partition = r.Partition
-		m.classesStale = true
+		mt.hm.classesStale = true
 	}
 	h.move, h.target = r.state, r.Target
 	if r.state == partSettled {
@@ -162,7 +162,7 @@ func (m *Manager) applyPartRecordLocked(h *host) {
 // (and on to the new partition at once if it holds no runs). The host must
 // be in service and not moving already. It returns the host after the
 // change.
-func (m *Manager) MoveHost(ctx context.Context, name, partition, reason string) (*pelotonv1.Host, error) {
+func (mt *Maintenance) MoveHost(ctx context.Context, name, partition, reason string) (*pelotonv1.Host, error) {
 	if name == "" {
 		return nil, apierr.Invalid("host", "required")
 	}
@@ -172,60 +172,60 @@ func (m *Manager) MoveHost(ctx context.Context, name, partition, reason string) 
 	if len(reason) > moveReasonMax {
 		return nil, apierr.Invalid("reason", "longer than %d bytes", moveReasonMax)
 	}
-	m.maintMu.Lock()
-	defer m.maintMu.Unlock()
-	m.mu.Lock()
-	h, ok := m.hosts[name]
+	mt.mu.Lock()
+	defer mt.mu.Unlock()
+	mt.hm.mu.Lock()
+	h, ok := mt.hm.hosts[name]
 	switch {
 	case !ok:
-		m.mu.Unlock()
+		mt.hm.mu.Unlock()
 		return nil, apierr.NotFound("host: host %s does not exist", name)
 	case h.state != hostUp:
-		m.mu.Unlock()
+		mt.hm.mu.Unlock()
 		return nil, apierr.FailedPrecondition("host: host %s is %s; complete its maintenance before moving it", name, h.state)
 	case h.move != partSettled:
-		m.mu.Unlock()
+		mt.hm.mu.Unlock()
 		return nil, apierr.FailedPrecondition("host: host %s is already moving to partition %s", name, h.target)
 	case h.info.Partition == partition:
-		m.mu.Unlock()
+		mt.hm.mu.Unlock()
 		return nil, apierr.FailedPrecondition("partition: host %s is already in partition %s", name, partition)
 	}
 	if err := partitionTransitions.Check(h.move, partMoving); err != nil {
-		m.mu.Unlock()
+		mt.hm.mu.Unlock()
 		return nil, apierr.FailedPrecondition("host: %v", err)
 	}
 	r := partRecord{Partition: h.info.Partition, Target: partition, state: partMoving}
-	op := m.partOpLocked(name, r)
-	now := m.now()
-	m.mu.Unlock()
+	op := mt.partOpLocked(name, r)
+	now := mt.hm.now()
+	mt.hm.mu.Unlock()
 
-	hist, commit := m.historyOps(moveRecord{Host: name, From: r.Partition, To: partition, Reason: reason, State: recordStarted, Time: now})
-	rev, err := m.persist(ctx, append([]store.Op{op}, hist...))
+	hist, commit := mt.historyOps(moveRecord{Host: name, From: r.Partition, To: partition, Reason: reason, State: recordStarted, Time: now})
+	rev, err := mt.persist(ctx, append([]store.Op{op}, hist...))
 	if err == nil {
 		commit()
 	}
 	if err != nil {
-		m.resyncPartition(name)
+		mt.resyncPartition(name)
 		if errors.Is(err, store.ErrConflict) {
 			return nil, apierr.Aborted("host: partition of %s changed concurrently; retry", name)
 		}
 		return nil, apierr.Unavailable("store host partition: %v", err)
 	}
-	m.mu.Lock()
-	d, drain := m.setMoveLocked(name, r, rev)
-	m.recountLocked()
-	m.mu.Unlock()
-	m.log.Info("host partition move started", "host", name, "from", r.Partition, "to", partition)
+	mt.hm.mu.Lock()
+	d, drain := mt.setMoveLocked(name, r, rev)
+	mt.hm.recountLocked()
+	mt.hm.mu.Unlock()
+	mt.log.Info("host partition move started", "host", name, "from", r.Partition, "to", partition)
 	metrics.HostMoves.WithLabelValues("started").Inc()
 	if drain {
-		m.publishDrains(d)
+		mt.publishDrains(d)
 	}
 	// A host that holds nothing moves at once; say so in the answer.
-	if err := m.settleMovesLocked(ctx); err != nil {
-		m.log.Warn("finish partition moves; will retry", "err", err)
-		m.retrySettle()
+	if err := mt.settleMovesLocked(ctx); err != nil {
+		mt.log.Warn("finish partition moves; will retry", "err", err)
+		mt.retrySettle()
 	}
-	if hs := m.hostProtos([]string{name}); len(hs) == 1 {
+	if hs := mt.hostProtos([]string{name}); len(hs) == 1 {
 		return hs[0], nil
 	}
 	return nil, apierr.NotFound("host: host %s does not exist", name)
@@ -234,24 +234,24 @@ func (m *Manager) MoveHost(ctx context.Context, name, partition, reason string) 
 // settleMovesLocked takes every moving host that holds no runs through the
 // rest of its move: PARTITION_MOVE_DRAINED, the backend told, then settled
 // in its new partition. A backend that fails leaves the host drained (not
-// in service) with a note, and the move is retried. Caller holds maintMu.
+// in service) with a note, and the move is retried. Caller holds mt.mu.
 // Like marking hosts drained, it waits for Recovered.
-func (m *Manager) settleMovesLocked(ctx context.Context) error {
-	m.mu.Lock()
-	if !m.recovered {
-		m.mu.Unlock()
+func (mt *Maintenance) settleMovesLocked(ctx context.Context) error {
+	mt.hm.mu.Lock()
+	if !mt.recovered {
+		mt.hm.mu.Unlock()
 		return nil
 	}
 	var names []string
-	for _, name := range m.order {
-		if h := m.hosts[name]; (h.move == partMoving && len(h.tasks) == 0) || h.move == partDrained {
+	for _, name := range mt.hm.order {
+		if h := mt.hm.hosts[name]; (h.move == partMoving && len(h.tasks) == 0) || h.move == partDrained {
 			names = append(names, name)
 		}
 	}
-	m.mu.Unlock()
+	mt.hm.mu.Unlock()
 	var errs []error
 	for _, name := range names {
-		if err := m.finishMoveLocked(ctx, name); err != nil {
+		if err := mt.finishMoveLocked(ctx, name); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -260,61 +260,61 @@ func (m *Manager) settleMovesLocked(ctx context.Context) error {
 
 // finishMoveLocked takes one host from PARTITION_MOVING (empty) or
 // PARTITION_MOVE_DRAINED to settled in its new partition.
-func (m *Manager) finishMoveLocked(ctx context.Context, name string) error {
-	m.mu.Lock()
-	r, ok := m.parts[name]
+func (mt *Maintenance) finishMoveLocked(ctx context.Context, name string) error {
+	mt.hm.mu.Lock()
+	r, ok := mt.parts[name]
 	if ok && r.state == partMoving {
 		// Nothing can land on a moving host (not offered, Commit refuses
 		// it), so once empty it stays empty.
 		next := partRecord{Partition: r.Partition, Target: r.Target, state: partDrained}
-		op := m.partOpLocked(name, next)
-		m.mu.Unlock()
-		rev, err := m.persist(ctx, []store.Op{op})
+		op := mt.partOpLocked(name, next)
+		mt.hm.mu.Unlock()
+		rev, err := mt.persist(ctx, []store.Op{op})
 		if err != nil {
-			m.resyncPartition(name)
+			mt.resyncPartition(name)
 			return fmt.Errorf("hostmgr: mark %s drained for its move: %w", name, err)
 		}
-		m.mu.Lock()
-		m.setMoveLocked(name, next, rev)
-		m.recountLocked()
-		r = m.parts[name]
-		m.log.Info("host drained for its partition move", "host", name, "to", r.Target)
+		mt.hm.mu.Lock()
+		mt.setMoveLocked(name, next, rev)
+		mt.hm.recountLocked()
+		r = mt.parts[name]
+		mt.log.Info("host drained for its partition move", "host", name, "to", r.Target)
 		metrics.HostMoves.WithLabelValues("drained").Inc()
 	}
-	m.mu.Unlock()
+	mt.hm.mu.Unlock()
 	if !ok || r.state != partDrained {
 		return nil
 	}
-	if a, ok := m.backend.(PartitionApplier); ok {
+	if a, ok := mt.hm.backend.(PartitionApplier); ok {
 		if err := a.ApplyPartition(ctx, name, r.Target); err != nil {
-			m.mu.Lock()
-			if h := m.hosts[name]; h != nil {
-				h.moveNote = sanitize.Text(fmt.Sprintf("the %s backend did not take the partition: %v; retrying", m.backend.Name(), err), sanitize.MaxMessage)
+			mt.hm.mu.Lock()
+			if h := mt.hm.hosts[name]; h != nil {
+				h.moveNote = sanitize.Text(fmt.Sprintf("the %s backend did not take the partition: %v; retrying", mt.hm.backend.Name(), err), sanitize.MaxMessage)
 			}
-			m.mu.Unlock()
+			mt.hm.mu.Unlock()
 			metrics.HostMoves.WithLabelValues("apply-failed").Inc()
 			return fmt.Errorf("hostmgr: apply partition %s to %s: %w", r.Target, name, err)
 		}
 	}
-	m.mu.Lock()
+	mt.hm.mu.Lock()
 	if err := partitionTransitions.Check(r.state, partSettled); err != nil {
-		m.mu.Unlock()
+		mt.hm.mu.Unlock()
 		return err
 	}
 	done := partRecord{Partition: r.Target, state: partSettled}
-	op := m.partOpLocked(name, done)
-	m.mu.Unlock()
-	rev, err := m.persist(ctx, []store.Op{op})
+	op := mt.partOpLocked(name, done)
+	mt.hm.mu.Unlock()
+	rev, err := mt.persist(ctx, []store.Op{op})
 	if err != nil {
-		m.resyncPartition(name)
+		mt.resyncPartition(name)
 		return fmt.Errorf("hostmgr: settle %s in partition %s: %w", name, r.Target, err)
 	}
-	m.mu.Lock()
-	m.setMoveLocked(name, done, rev)
-	m.rebuildClassesLocked()
-	m.recountLocked()
-	m.mu.Unlock()
-	m.log.Info("host partition move done", "host", name, "from", r.Partition, "to", r.Target)
+	mt.hm.mu.Lock()
+	mt.setMoveLocked(name, done, rev)
+	mt.hm.rebuildClassesLocked()
+	mt.hm.recountLocked()
+	mt.hm.mu.Unlock()
+	mt.log.Info("host partition move done", "host", name, "from", r.Partition, "to", r.Target)
 	metrics.HostMoves.WithLabelValues("moved").Inc()
 	return nil
 }
@@ -330,35 +330,35 @@ func (m *Manager) rebuildClassesLocked() {
 
 // resyncPartition re-reads the record of host name after a failed
 // transaction, whose outcome may be unknown, so memory follows the store.
-// Caller holds maintMu.
-func (m *Manager) resyncPartition(name string) {
-	if m.store == nil {
+// Caller holds mt.mu.
+func (mt *Maintenance) resyncPartition(name string) {
+	if mt.store == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), maintenanceTxnTimeout)
 	defer cancel()
-	kv, err := m.store.Get(ctx, partitionKey(name))
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	kv, err := mt.store.Get(ctx, partitionKey(name))
+	mt.hm.mu.Lock()
+	defer mt.hm.mu.Unlock()
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		delete(m.parts, name)
-		if h := m.hosts[name]; h != nil {
-			m.applyPartRecordLocked(h)
+		delete(mt.parts, name)
+		if h := mt.hm.hosts[name]; h != nil {
+			mt.applyPartRecordLocked(h)
 		}
 	case err != nil:
-		m.log.Warn("re-read host partition", "host", name, "err", err)
+		mt.log.Warn("re-read host partition", "host", name, "err", err)
 		return
 	default:
 		r, err := parsePartition(kv)
 		if err != nil {
-			m.log.Warn("re-read host partition", "host", name, "err", err)
+			mt.log.Warn("re-read host partition", "host", name, "err", err)
 			return
 		}
-		m.setMoveLocked(name, r, kv.Revision)
+		mt.setMoveLocked(name, r, kv.Revision)
 	}
-	m.rebuildClassesLocked()
-	m.recountLocked()
+	mt.hm.rebuildClassesLocked()
+	mt.hm.recountLocked()
 }
 
 // moveMessage says what a move is doing on a host.

@@ -153,10 +153,10 @@ func TestValidatePartition(t *testing.T) {
 func TestMoveHostRefusals(t *testing.T) {
 	ctx := context.Background()
 	m := partManager(t, newPartHosts(), nil)
-	if _, err := m.StartMaintenance(ctx, []string{"c"}); err != nil {
+	if _, err := m.Maintenance().StartMaintenance(ctx, []string{"c"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.MoveHost(ctx, "a", "stateless", ""); err != nil {
+	if _, err := m.Maintenance().MoveHost(ctx, "a", "stateless", ""); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
@@ -172,13 +172,13 @@ func TestMoveHostRefusals(t *testing.T) {
 		{"a", "gpu", codes.FailedPrecondition, "host: host a is already moving to partition stateless"},
 		{"b", "batch", codes.FailedPrecondition, "partition: host b is already in partition batch"},
 	} {
-		_, err := m.MoveHost(ctx, tc.host, tc.part, "")
+		_, err := m.Maintenance().MoveHost(ctx, tc.host, tc.part, "")
 		if status.Code(err) != tc.code || !strings.HasPrefix(status.Convert(err).Message(), tc.msg) {
 			t.Errorf("move %q to %q: %v, want %s %q", tc.host, tc.part, err, tc.code, tc.msg)
 		}
 	}
 	// Maintenance waits for a move to finish.
-	_, err := m.StartMaintenance(ctx, []string{"a"})
+	_, err := m.Maintenance().StartMaintenance(ctx, []string{"a"})
 	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "host a is moving to partition stateless") {
 		t.Fatalf("maintenance of a moving host: %v", err)
 	}
@@ -202,7 +202,7 @@ func TestMoveEmptyHostMovesAtOnce(t *testing.T) {
 	}
 	defer m.Close()
 	m.Recovered()
-	h, err := m.MoveHost(ctx, "b", "stateless", "")
+	h, err := m.Maintenance().MoveHost(ctx, "b", "stateless", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,7 +239,7 @@ func TestMoveDrainsTheHostFirst(t *testing.T) {
 	defer cancel()
 	b := newPartHosts()
 	m := partManager(t, b, nil)
-	h, err := m.MoveHost(ctx, "a", "stateless", "")
+	h, err := m.Maintenance().MoveHost(ctx, "a", "stateless", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,7 +277,7 @@ func TestMoveDrainsTheHostFirst(t *testing.T) {
 	}
 	// The note of the move does not leak into a later drain.
 	m.Recover("k-0-1", "a", resources.Resources{MilliCPU: 100, MemoryMB: 10})
-	if _, err := m.StartMaintenance(ctx, []string{"a"}); err != nil {
+	if _, err := m.Maintenance().StartMaintenance(ctx, []string{"a"}); err != nil {
 		t.Fatal(err)
 	}
 	if got := m.ListHosts()[0].MaintenanceMessage; got != "draining: 1 task left" {
@@ -295,7 +295,7 @@ func TestMoveResumesAfterRestart(t *testing.T) {
 	defer cancel()
 	b := newPartHosts()
 	m1 := partManager(t, b, st)
-	if _, err := m1.MoveHost(ctx, "a", "stateless", ""); err != nil {
+	if _, err := m1.Maintenance().MoveHost(ctx, "a", "stateless", ""); err != nil {
 		t.Fatal(err)
 	}
 	kv, err := st.Get(ctx, "hosts/a/partition")
@@ -346,7 +346,7 @@ func TestMoveResumesFromDrained(t *testing.T) {
 	failed := testutil.ToFloat64(metrics.HostMoves.WithLabelValues("apply-failed"))
 	moved := testutil.ToFloat64(metrics.HostMoves.WithLabelValues("moved"))
 	m1 := partManager(t, b, st)
-	h, err := m1.MoveHost(ctx, "b", "stateless", "")
+	h, err := m1.Maintenance().MoveHost(ctx, "b", "stateless", "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -56,7 +56,7 @@ func TestCorruptHostRecordsAreQuarantined(t *testing.T) {
 				t.Errorf("start %d: host %s in %q", i, h.Name, h.Partition)
 			}
 		}
-		if moves, err := m.ListPartitionMoves("", 0); err != nil || len(moves) != 0 {
+		if moves, err := m.Maintenance().ListPartitionMoves("", 0); err != nil || len(moves) != 0 {
 			t.Errorf("start %d: history %v %v", i, moves, err)
 		}
 		_ = m.Close()

@@ -61,22 +61,22 @@ func usageResources(cpu float64, memMB int64) resources.Resources {
 }
 
 // slackLocked is what revocable work may still take on h at now: its
-// slack less what its revocable runs hold. Caller holds m.mu.
-func (m *Manager) slackLocked(h *host, now time.Time) resources.Resources {
-	return m.totalSlackLocked(h, now).Sub(h.revocable)
+// slack less what its revocable runs hold. Caller holds hm.mu.
+func (us *Usage) slackLocked(h *host, now time.Time) resources.Resources {
+	return us.totalSlackLocked(h, now).Sub(h.revocable)
 }
 
 // totalSlackLocked is h's slack at now, before what its revocable runs
-// hold is taken from it. Caller holds m.mu (usage's lock is taken after).
-func (m *Manager) totalSlackLocked(h *host, now time.Time) resources.Resources {
+// hold is taken from it. Caller holds hm.mu (the reports' lock is taken after).
+func (us *Usage) totalSlackLocked(h *host, now time.Time) resources.Resources {
 	if !h.inService() || h.info.Unschedulable || h.gone {
 		return resources.Resources{}
 	}
-	b := &m.usage
+	b := &us.book
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	rep := b.hosts[h.info.Name]
-	if rep == nil || now.Sub(rep.usage.ReceiveTime.AsTime()) > m.staleAfter {
+	if rep == nil || now.Sub(rep.usage.ReceiveTime.AsTime()) > us.staleAfter {
 		return resources.Resources{}
 	}
 	var revUsed resources.Resources
@@ -88,20 +88,20 @@ func (m *Manager) totalSlackLocked(h *host, now time.Time) resources.Resources {
 		}
 	}
 	used := usageResources(rep.usage.Cpu, rep.usage.MemoryUsedMb)
-	_, factor := m.hostAdvice(h.info.Name, now)
-	return hostSlack(h.info.Capacity, h.allocated, used, revUsed, m.slackMargin, factor)
+	_, factor := us.hostAdvice(h.info.Name, now)
+	return hostSlack(h.info.Capacity, h.allocated, used, revUsed, us.slackMargin, factor)
 }
 
 // ClusterSlack is the slack of every host in service, before what
 // revocable runs hold is taken from it: what revocable work may hold in
 // all (resmgr admits revocable work against it).
-func (m *Manager) ClusterSlack() resources.Resources {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	now := m.now()
+func (us *Usage) ClusterSlack() resources.Resources {
+	us.hm.mu.Lock()
+	defer us.hm.mu.Unlock()
+	now := us.hm.now()
 	var total, held resources.Resources
-	for name, h := range m.hosts {
-		s := m.totalSlackLocked(h, now)
+	for name, h := range us.hm.hosts {
+		s := us.totalSlackLocked(h, now)
 		total = total.Add(s)
 		held = held.Add(h.revocable)
 		left := s.Sub(h.revocable)
@@ -109,18 +109,18 @@ func (m *Manager) ClusterSlack() resources.Resources {
 		metrics.HostSlackMemory.WithLabelValues(name).Set(float64(left.MemoryMB) * (1 << 20))
 	}
 	// The gauges of hosts that left go with them.
-	for name := range m.slackGauged {
-		if m.hosts[name] == nil {
+	for name := range us.slackGauged {
+		if us.hm.hosts[name] == nil {
 			metrics.HostSlackCPU.DeleteLabelValues(name)
 			metrics.HostSlackMemory.DeleteLabelValues(name)
-			delete(m.slackGauged, name)
+			delete(us.slackGauged, name)
 		}
 	}
-	if m.slackGauged == nil {
-		m.slackGauged = map[string]bool{}
+	if us.slackGauged == nil {
+		us.slackGauged = map[string]bool{}
 	}
-	for name := range m.hosts {
-		m.slackGauged[name] = true
+	for name := range us.hm.hosts {
+		us.slackGauged[name] = true
 	}
 	metrics.RevocableCapacity.WithLabelValues("cpu").Set(float64(total.MilliCPU) / 1000)
 	metrics.RevocableCapacity.WithLabelValues("memory").Set(float64(total.MemoryMB) * (1 << 20))
@@ -132,14 +132,14 @@ func (m *Manager) ClusterSlack() resources.Resources {
 // slackLoop tells OnSlack the cluster's slack every second, when it
 // changed: reports arrive, allocations change, and readings go stale
 // without any event.
-func (m *Manager) slackLoop(ctx context.Context) {
+func (us *Usage) slackLoop(ctx context.Context) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	var last resources.Resources
 	first := true
 	for {
-		if s := m.ClusterSlack(); first || s != last {
-			m.onSlack(s)
+		if s := us.ClusterSlack(); first || s != last {
+			us.onSlack(s)
 			last, first = s, false
 		}
 		select {

@@ -63,12 +63,12 @@ func TestRevocableOnSlack(t *testing.T) {
 	if _, offers := m.AcquireHosts(HostFilter{Max: 2, Revocable: true, MinFree: cpuMem(1, 1)}); len(offers) != 0 {
 		t.Fatalf("revocable offers before any report: %v", offers)
 	}
-	if _, err := m.TakeUsage(&pelotonv1.UsageReport{Host: "a", AgentId: "x", Sequence: 1,
+	if _, err := m.Usage().TakeUsage(&pelotonv1.UsageReport{Host: "a", AgentId: "x", Sequence: 1,
 		Usage: &pelotonv1.HostUsage{Cpu: 2, MemoryUsedMb: 3000}}); err != nil {
 		t.Fatal(err)
 	}
 	want := cpuMem(5400-2000, 7200-3000)
-	if got := m.ClusterSlack(); got != want {
+	if got := m.Usage().ClusterSlack(); got != want {
 		t.Fatalf("cluster slack %v, want %v", got, want)
 	}
 	lease, offers := m.AcquireHosts(HostFilter{Max: 2, Revocable: true, MinFree: cpuMem(1, 1)})
@@ -101,7 +101,7 @@ func TestRevocableOnSlack(t *testing.T) {
 	m.ReleaseLease(lease)
 	// The agent's QoS controller revokes a revocable run; a regular run
 	// named with it is not taken for revoked.
-	if _, err := m.TakeUsage(&pelotonv1.UsageReport{Host: "a", AgentId: "x", Sequence: 2,
+	if _, err := m.Usage().TakeUsage(&pelotonv1.UsageReport{Host: "a", AgentId: "x", Sequence: 2,
 		Usage: &pelotonv1.HostUsage{Cpu: 7.9, MemoryUsedMb: 3000}, Revoked: []string{"r-0-1", "j-0-1"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +113,7 @@ func TestRevocableOnSlack(t *testing.T) {
 	mu.Lock()
 	now = now.Add(DefaultUsageStaleAfter + time.Second)
 	mu.Unlock()
-	if got := m.ClusterSlack(); !got.IsZero() {
+	if got := m.Usage().ClusterSlack(); !got.IsZero() {
 		t.Fatalf("slack of a stale report: %v", got)
 	}
 	// The loop tells OnSlack within a second or so of a change.

@@ -152,10 +152,11 @@ func (m *Manager) Substrate() SubstrateStatus {
 	return m.substrate.Substrate()
 }
 
-// substrateReachable is Substrate().Reachable, without copying the status
-// for a backend that always reaches its substrate.
-func (m *Manager) substrateReachable() bool {
-	return m.substrate == nil || m.substrate.Substrate().Reachable
+// reachable is Manager.Substrate().Reachable for a backend's reporter,
+// without making a status for a backend that always reaches its substrate
+// (nil: it reports none).
+func reachable(sub SubstrateReporter) bool {
+	return sub == nil || sub.Substrate().Reachable
 }
 
 // SubstrateProto is Substrate for the API.

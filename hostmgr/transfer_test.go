@@ -97,7 +97,7 @@ func TestTransferHoldThenRelease(t *testing.T) {
 // draining; the host becomes drained when the new run ends.
 func TestTransferHoldOnDrainingHost(t *testing.T) {
 	m := maintManager(t, nil) // a holds j-0-1
-	if _, err := m.StartMaintenance(context.Background(), []string{"a"}); err != nil {
+	if _, err := m.Maintenance().StartMaintenance(context.Background(), []string{"a"}); err != nil {
 		t.Fatal(err)
 	}
 	if host, ok := m.TransferHold("j-0-1", "j-0-2"); !ok || host != "a" {
@@ -165,7 +165,7 @@ func TestReplaceMovesTheHold(t *testing.T) {
 		t.Fatalf("host after the replacement: %v, %d runs", h.Allocated, h.TaskCount)
 	}
 
-	if _, err := m.StartMaintenance(context.Background(), []string{"a"}); err != nil {
+	if _, err := m.Maintenance().StartMaintenance(context.Background(), []string{"a"}); err != nil {
 		t.Fatal(err)
 	}
 	third := next

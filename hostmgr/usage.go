@@ -1,6 +1,7 @@
 package hostmgr
 
 import (
+	"log/slog"
 	"math"
 	"sync"
 	"time"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/peloton-sched/peloton/internal/apierr"
 	"github.com/peloton-sched/peloton/internal/metrics"
+	"github.com/peloton-sched/peloton/internal/resources"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
@@ -20,6 +22,29 @@ import (
 // how fresh it is. Reports are state, not events: each replaces the last,
 // and a report resent after a lost acknowledgement (same agent, sequence
 // not above the last taken) is dropped, so resending is always safe.
+
+// Usage is the host manager's part that takes the host agents' reports
+// (this file), computes each host's slack from them (slack.go), and holds
+// the advisor's advice (advice.go). Get it with Manager.Usage. It is safe
+// for concurrent use.
+//
+// The reports and the advice each have their own lock, taken after the
+// host table's (Manager.mu) when both are: slack is computed for a host
+// while the table holds it still.
+type Usage struct {
+	hm  *Manager
+	log *slog.Logger
+	// book is what the host agents last reported; its own lock.
+	book usageBook
+	// advice is the host advisor's last word (advice.go); its own lock.
+	advice advice
+	// The slack policy (slack.go) and who is told the cluster's slack.
+	slackMargin float64
+	staleAfter  time.Duration
+	onSlack     func(resources.Resources)
+	// slackGauged: the hosts with slack gauges. Guarded by hm.mu.
+	slackGauged map[string]bool
+}
 
 // usageBook holds the last report of every host.
 type usageBook struct {
@@ -113,13 +138,13 @@ func validUsageReport(r *pelotonv1.UsageReport) error {
 // does not have (never had, or whose host left) is NotFound; a malformed
 // one InvalidArgument naming the field. A report from the host's agent at
 // or below the sequence last taken is a duplicate, dropped.
-func (m *Manager) TakeUsage(r *pelotonv1.UsageReport) (UsageResult, error) {
+func (us *Usage) TakeUsage(r *pelotonv1.UsageReport) (UsageResult, error) {
 	if err := validUsageReport(r); err != nil {
 		metrics.HostReports.WithLabelValues("refused").Inc()
 		return 0, err
 	}
-	m.mu.Lock()
-	h := m.hosts[r.Host]
+	us.hm.mu.Lock()
+	h := us.hm.hosts[r.Host]
 	known := h != nil && !h.gone
 	// Only the host's own revocable runs can be revoked; other names are
 	// ignored (a non-revocable run the agent killed ends as it ends).
@@ -128,16 +153,16 @@ func (m *Manager) TakeUsage(r *pelotonv1.UsageReport) (UsageResult, error) {
 		if t, ok := h.tasks[id]; known && ok && t.revocable {
 			revoked = append(revoked, id)
 		} else if known {
-			m.log.Warn("a host agent revoked a run that is not a revocable run of its host; ignored", "host", r.Host, "task", id)
+			us.log.Warn("a host agent revoked a run that is not a revocable run of its host; ignored", "host", r.Host, "task", id)
 		}
 	}
-	m.mu.Unlock()
+	us.hm.mu.Unlock()
 	if !known {
 		metrics.HostReports.WithLabelValues("refused").Inc()
 		return 0, apierr.NotFound("host %s is not a host of this cluster (or has left it)", r.Host)
 	}
-	now := m.now()
-	b := &m.usage
+	now := us.hm.now()
+	b := &us.book
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.hosts == nil {
@@ -152,7 +177,7 @@ func (m *Manager) TakeUsage(r *pelotonv1.UsageReport) (UsageResult, error) {
 		if _, dup := b.revoked[id]; !dup {
 			b.revoked[id] = now
 			metrics.HostQoSKills.WithLabelValues(r.Host).Inc()
-			m.log.Warn("host agent revokes a revocable run: its host runs hot", "host", r.Host, "task", id)
+			us.log.Warn("host agent revokes a revocable run: its host runs hot", "host", r.Host, "task", id)
 		}
 	}
 	last := b.hosts[r.Host]
@@ -187,16 +212,15 @@ func (m *Manager) TakeUsage(r *pelotonv1.UsageReport) (UsageResult, error) {
 
 // UsageReports counts the usage reports taken so far: it grows whenever
 // what the pages show of usage may have changed (the UI's usage events).
-func (m *Manager) UsageReports() uint64 {
-	m.usage.mu.Lock()
-	defer m.usage.mu.Unlock()
-	return m.usage.taken
+func (us *Usage) UsageReports() uint64 {
+	us.book.mu.Lock()
+	defer us.book.mu.Unlock()
+	return us.book.taken
 }
 
-// Revoked reports whether run taskID is a revocable run its host agent's
-// QoS controller killed (ReasonQoSRevoked).
-func (m *Manager) Revoked(taskID string) bool {
-	b := &m.usage
+// revoked is Manager.Revoked.
+func (us *Usage) revoked(taskID string) bool {
+	b := &us.book
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	_, ok := b.revoked[taskID]
@@ -204,8 +228,8 @@ func (m *Manager) Revoked(taskID string) bool {
 }
 
 // hostUsage is host name's last report, or nil.
-func (m *Manager) hostUsage(name string) *pelotonv1.HostUsage {
-	b := &m.usage
+func (us *Usage) hostUsage(name string) *pelotonv1.HostUsage {
+	b := &us.book
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if rep := b.hosts[name]; rep != nil {
@@ -214,9 +238,9 @@ func (m *Manager) hostUsage(name string) *pelotonv1.HostUsage {
 	return nil
 }
 
-// RunUsage is what the last report of its host said of run taskID, or nil.
-func (m *Manager) RunUsage(taskID string) *pelotonv1.TaskUsage {
-	b := &m.usage
+// runUsage is Manager.RunUsage.
+func (us *Usage) runUsage(taskID string) *pelotonv1.TaskUsage {
+	b := &us.book
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if u := b.runs[taskID]; u != nil {
@@ -225,15 +249,15 @@ func (m *Manager) RunUsage(taskID string) *pelotonv1.TaskUsage {
 	return nil
 }
 
-// forgetUsage drops what hosts that left reported. Caller holds m.mu;
-// usage's own lock is taken inside it (the order is always m.mu, then
-// usage.mu).
-func (m *Manager) forgetUsageLocked() {
-	b := &m.usage
+// forgetUsageLocked drops what hosts that left reported. Caller holds
+// hm.mu; the reports' own lock is taken inside it (the order is always
+// hm.mu, then book.mu).
+func (us *Usage) forgetUsageLocked() {
+	b := &us.book
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for name, rep := range b.hosts {
-		if h := m.hosts[name]; h != nil && !h.gone {
+		if h := us.hm.hosts[name]; h != nil && !h.gone {
 			continue
 		}
 		for _, id := range rep.runs {
@@ -244,12 +268,4 @@ func (m *Manager) forgetUsageLocked() {
 		metrics.HostMemoryUsed.DeleteLabelValues(name)
 		metrics.HostReportTime.DeleteLabelValues(name)
 	}
-}
-
-// HoldsOn reports whether run taskID holds resources on host name: the
-// runs this stack placed there.
-func (m *Manager) HoldsOn(name, taskID string) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.taskHost[taskID] == name
 }

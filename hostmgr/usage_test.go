@@ -31,7 +31,7 @@ func TestUsageReports(t *testing.T) {
 	m := newTestManager(t, 2, resources.Resources{MilliCPU: 4000, MemoryMB: 1024})
 	take := func(r *pelotonv1.UsageReport) UsageResult {
 		t.Helper()
-		res, err := m.TakeUsage(r)
+		res, err := m.Usage().TakeUsage(r)
 		if err != nil {
 			t.Fatalf("report %d of %s: %v", r.Sequence, r.Host, err)
 		}
@@ -67,7 +67,7 @@ func TestUsageReports(t *testing.T) {
 		t.Fatal("a duplicate changed the usage")
 	}
 	// Only reports taken count (the UI's usage events follow the count).
-	if n := m.UsageReports(); n != 1 {
+	if n := m.Usage().UsageReports(); n != 1 {
 		t.Fatalf("UsageReports = %d after one report taken and two dropped, want 1", n)
 	}
 	// The next one replaces the runs: j-1-1 ended.
@@ -96,7 +96,7 @@ func TestUsageReports(t *testing.T) {
 		{&pelotonv1.UsageReport{Host: "a", AgentId: "x", Sequence: 5, Usage: &pelotonv1.HostUsage{},
 			Runs: map[string]*pelotonv1.TaskUsage{"j-0-1": {LatencyP99Seconds: math.NaN()}}}, codes.InvalidArgument, "runs[j-0-1].latencyP99Seconds"},
 	} {
-		_, err := m.TakeUsage(tc.r)
+		_, err := m.Usage().TakeUsage(tc.r)
 		if status.Code(err) != tc.code || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("report %v: %v, want %s %q", tc.r, err, tc.code, tc.want)
 		}
@@ -112,7 +112,7 @@ func TestUsageReports(t *testing.T) {
 	if m.RunUsage("k-0-1") != nil {
 		t.Error("a run of a host that left still has usage")
 	}
-	if _, err := m.TakeUsage(report("b", "z", 2, 2, nil)); status.Code(err) != codes.NotFound {
+	if _, err := m.Usage().TakeUsage(report("b", "z", 2, 2, nil)); status.Code(err) != codes.NotFound {
 		t.Errorf("a report of a host that left: %v", err)
 	}
 }

@@ -45,10 +45,10 @@ func TestEngineBoundPlacement(t *testing.T) {
 	// moving to another partition (without Recovered, neither the drain
 	// nor the move finishes).
 	hm.Recover("other-0-1", "h15", resources.Resources{MilliCPU: 4000, MemoryMB: 1024})
-	if _, err := hm.StartMaintenance(ctx, []string{"h18"}); err != nil {
+	if _, err := hm.Maintenance().StartMaintenance(ctx, []string{"h18"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := hm.MoveHost(ctx, "h12", "stateless", ""); err != nil {
+	if _, err := hm.Maintenance().MoveHost(ctx, "h12", "stateless", ""); err != nil {
 		t.Fatal(err)
 	}
 	foreign, _ := hm.AcquireHosts(hostmgr.HostFilter{Hosts: []string{"h19"}})
@@ -150,7 +150,7 @@ func TestEngineBoundPlacement(t *testing.T) {
 	// Room comes back on each host: the waiting tasks go there.
 	hm.ReleaseTask("other-0-1")
 	hm.ReleaseLease(foreign)
-	if _, err := hm.CompleteMaintenance(ctx, []string{"h18"}); err != nil {
+	if _, err := hm.Maintenance().CompleteMaintenance(ctx, []string{"h18"}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor("waiting bound tasks placed on their hosts", has("s-1: on h18", "s-3: on h19", "s-4: on h15"))

@@ -164,7 +164,7 @@ func checkRandomRound(t *testing.T, seed uint64) {
 		}
 	}
 	if len(drain) > 0 {
-		if _, err := hm.StartMaintenance(context.Background(), drain); err != nil {
+		if _, err := hm.Maintenance().StartMaintenance(context.Background(), drain); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -258,13 +258,13 @@ func (s *Server) ListHosts(ctx context.Context, req *pelotonv1.ListHostsRequest)
 
 // ListPartitions summarizes the partitions and the advisor's status.
 func (s *Server) ListPartitions(ctx context.Context, _ *pelotonv1.ListPartitionsRequest) (*pelotonv1.ListPartitionsResponse, error) {
-	ps, st := s.hm.ListPartitions()
+	ps, st := s.usage.ListPartitions()
 	return &pelotonv1.ListPartitionsResponse{Partitions: ps, Advisor: st}, nil
 }
 
 // ListPartitionMoves returns the move history, newest first.
 func (s *Server) ListPartitionMoves(ctx context.Context, req *pelotonv1.ListPartitionMovesRequest) (*pelotonv1.ListPartitionMovesResponse, error) {
-	ms, err := s.hm.ListPartitionMoves(req.GetHost(), req.GetLimit())
+	ms, err := s.maint.ListPartitionMoves(req.GetHost(), req.GetLimit())
 	if err != nil {
 		return nil, err
 	}
@@ -273,7 +273,7 @@ func (s *Server) ListPartitionMoves(ctx context.Context, req *pelotonv1.ListPart
 
 // PublishAdvice takes the host advisor's advice of one round.
 func (s *Server) PublishAdvice(ctx context.Context, req *pelotonv1.PublishAdviceRequest) (*pelotonv1.PublishAdviceResponse, error) {
-	if err := s.hm.PublishAdvice(ctx, req); err != nil {
+	if err := s.usage.PublishAdvice(ctx, req); err != nil {
 		return nil, err
 	}
 	return &pelotonv1.PublishAdviceResponse{}, nil
@@ -281,7 +281,7 @@ func (s *Server) PublishAdvice(ctx context.Context, req *pelotonv1.PublishAdvice
 
 // StartMaintenance takes hosts out of service; they drain, then are drained.
 func (s *Server) StartMaintenance(ctx context.Context, req *pelotonv1.StartMaintenanceRequest) (*pelotonv1.StartMaintenanceResponse, error) {
-	hs, err := s.hm.StartMaintenance(ctx, req.GetHosts())
+	hs, err := s.maint.StartMaintenance(ctx, req.GetHosts())
 	if err != nil {
 		return nil, err
 	}
@@ -290,7 +290,7 @@ func (s *Server) StartMaintenance(ctx context.Context, req *pelotonv1.StartMaint
 
 // CompleteMaintenance returns hosts to service.
 func (s *Server) CompleteMaintenance(ctx context.Context, req *pelotonv1.CompleteMaintenanceRequest) (*pelotonv1.CompleteMaintenanceResponse, error) {
-	hs, err := s.hm.CompleteMaintenance(ctx, req.GetHosts())
+	hs, err := s.maint.CompleteMaintenance(ctx, req.GetHosts())
 	if err != nil {
 		return nil, err
 	}
@@ -300,7 +300,7 @@ func (s *Server) CompleteMaintenance(ctx context.Context, req *pelotonv1.Complet
 // MoveHost moves a host to another partition: it drains (SLA-checked, as
 // maintenance drains) and then joins the new partition.
 func (s *Server) MoveHost(ctx context.Context, req *pelotonv1.MoveHostRequest) (*pelotonv1.MoveHostResponse, error) {
-	h, err := s.hm.MoveHost(ctx, req.GetHost(), req.GetPartition(), req.GetReason())
+	h, err := s.maint.MoveHost(ctx, req.GetHost(), req.GetPartition(), req.GetReason())
 	if err != nil {
 		return nil, err
 	}

@@ -52,7 +52,7 @@ func (s *Server) ReportUsage(stream pelotonv1.HostAgentService_ReportUsageServer
 		case r.GetHost() != host:
 			return apierr.Invalid("host", "this stream reports host %s, not %s: one stream per host", host, r.GetHost())
 		}
-		if _, err := s.hm.TakeUsage(r); err != nil {
+		if _, err := s.usage.TakeUsage(r); err != nil {
 			return err
 		}
 		if err := stream.Send(&pelotonv1.UsageAck{Sequence: r.GetSequence()}); err != nil {

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/peloton-sched/peloton/history"
-	"github.com/peloton-sched/peloton/hostmgr"
 	"github.com/peloton-sched/peloton/internal/apierr"
 	"github.com/peloton-sched/peloton/internal/live"
 	"github.com/peloton-sched/peloton/internal/metrics"
@@ -43,10 +42,12 @@ type Server struct {
 	pelotonv1.UnimplementedHostAgentServiceServer
 	pelotonv1.UnimplementedPartitionServiceServer
 
-	jm  *jobmgr.Manager
-	rm  *resmgr.Manager
-	hm  *hostmgr.Manager
-	log *slog.Logger
+	jm    *jobmgr.Manager
+	rm    *resmgr.Manager
+	hm    HostCache
+	maint HostMaintenance
+	usage HostUsage
+	log   *slog.Logger
 	// ready, if set, says whether the stack can do its work now (the store
 	// answers); /readyz reports it.
 	ready func(context.Context) error
@@ -128,8 +129,9 @@ func (s *Server) Ready(ctx context.Context) error {
 }
 
 // NewServer builds the API over the cluster stack's managers.
-func NewServer(jm *jobmgr.Manager, rm *resmgr.Manager, hm *hostmgr.Manager, log *slog.Logger) *Server {
-	return &Server{jm: jm, rm: rm, hm: hm, log: log.With("component", "api"), ending: make(chan struct{})}
+func NewServer(jm *jobmgr.Manager, rm *resmgr.Manager, hosts Hosts, log *slog.Logger) *Server {
+	return &Server{jm: jm, rm: rm, hm: hosts.Cache, maint: hosts.Maintenance, usage: hosts.Usage,
+		log: log.With("component", "api"), ending: make(chan struct{})}
 }
 
 // GRPCServer returns a grpc.Server with every service registered, request
@@ -205,7 +207,7 @@ func methodName(full string) string {
 func (s *Server) HTTPHandler(ctx context.Context, grpcAddr string, extra http.Handler, opts ...restgw.Option) (http.Handler, error) {
 	var events http.Handler
 	if s.watch != nil {
-		s.events = live.New(live.Options{Watch: s.watch, Usage: s.hm.UsageReports})
+		s.events = live.New(live.Options{Watch: s.watch, Usage: s.usage.UsageReports})
 		events = s.events
 	}
 	o := restgw.Options{

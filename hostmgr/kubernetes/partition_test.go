@@ -32,7 +32,7 @@ func TestMoveHostLabelsTheNode(t *testing.T) {
 	}
 	defer m.Close()
 	m.Recovered()
-	h, err := m.MoveHost(e.ctx, n1, "stateless", "")
+	h, err := m.Maintenance().MoveHost(e.ctx, n1, "stateless", "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -75,7 +75,7 @@ func Start(t testing.TB, o Options) *Stack {
 	go rm.Run(ctx)
 	go placement.NewEngine(rm, hm, placement.EngineOptions{Logger: log}).Run(ctx)
 
-	srv := api.NewServer(jm, rm, hm, log)
+	srv := api.NewServer(jm, rm, api.Hosts{Cache: hm, Maintenance: hm.Maintenance(), Usage: hm.Usage()}, log)
 	if o.History != nil {
 		srv.SetHistory(o.History, o.Cluster)
 	}
