@@ -9,7 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/peloton-sched/peloton/internal/store/storetest"
+	"github.com/peloton-sched/peloton/internal/store/memstore"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
@@ -80,7 +80,7 @@ func TestAdviceRefusals(t *testing.T) {
 // The move history keeps every move with its reason, and observed ones,
 // in etcd: a restarted manager has it, states derived from the hosts.
 func TestMoveHistory(t *testing.T) {
-	_, st := storetest.StartEtcd(t)
+	st := memstore.New(memstore.Options{})
 	ctx := context.Background()
 	b := newPartHosts()
 	m1 := partManager(t, b, st)

@@ -17,7 +17,7 @@ import (
 	"github.com/peloton-sched/peloton/internal/metrics"
 	"github.com/peloton-sched/peloton/internal/resources"
 	"github.com/peloton-sched/peloton/internal/store"
-	"github.com/peloton-sched/peloton/internal/store/storetest"
+	"github.com/peloton-sched/peloton/internal/store/memstore"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
@@ -225,7 +225,7 @@ func TestLaunchOnDrainingHostAsksForDrain(t *testing.T) {
 // store; a draining host is not declared drained before recovery has
 // re-reserved its runs, and its drain is asked for again after it.
 func TestMaintenancePersists(t *testing.T) {
-	_, st := storetest.StartEtcd(t)
+	st := memstore.New(memstore.Options{})
 	ctx := context.Background()
 	m1 := maintManager(t, st)
 	if _, err := m1.Maintenance().StartMaintenance(ctx, []string{"a", "b"}); err != nil {

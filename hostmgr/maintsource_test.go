@@ -9,7 +9,7 @@ import (
 
 	"github.com/peloton-sched/peloton/internal/resources"
 	"github.com/peloton-sched/peloton/internal/store"
-	"github.com/peloton-sched/peloton/internal/store/storetest"
+	"github.com/peloton-sched/peloton/internal/store/memstore"
 )
 
 // maintSource is a backend with hosts a, b and c that schedules
@@ -128,7 +128,7 @@ func TestMaintenanceFromBackend(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, st := storetest.StartEtcd(t)
+			st := memstore.New(memstore.Options{})
 			src := newMaintSource()
 			m := startSourced(t, src, st)
 			ctx := context.Background()
@@ -185,7 +185,7 @@ func TestMaintenanceFromBackend(t *testing.T) {
 // backend says the window is over (once for each host it learns of), and
 // still leaves an operator's alone.
 func TestMaintenanceFromBackendSurvivesRestart(t *testing.T) {
-	_, st := storetest.StartEtcd(t)
+	st := memstore.New(memstore.Options{})
 	ctx := context.Background()
 	src := newMaintSource()
 	m1 := startSourced(t, src, st)

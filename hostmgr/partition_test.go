@@ -19,7 +19,7 @@ import (
 	"github.com/peloton-sched/peloton/internal/metrics"
 	"github.com/peloton-sched/peloton/internal/resources"
 	"github.com/peloton-sched/peloton/internal/store"
-	"github.com/peloton-sched/peloton/internal/store/storetest"
+	"github.com/peloton-sched/peloton/internal/store/memstore"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
@@ -290,7 +290,7 @@ func TestMoveDrainsTheHostFirst(t *testing.T) {
 // that was under way, and afterwards keeps the partition it gave the host
 // even when the backend reports another.
 func TestMoveResumesAfterRestart(t *testing.T) {
-	_, st := storetest.StartEtcd(t)
+	st := memstore.New(memstore.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	b := newPartHosts()
@@ -338,7 +338,7 @@ func TestMoveResumesAfterRestart(t *testing.T) {
 // TestMoveResumesFromDrained: a restart between the drained step and the
 // backend's answer applies the partition again.
 func TestMoveResumesFromDrained(t *testing.T) {
-	_, st := storetest.StartEtcd(t)
+	st := memstore.New(memstore.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	b := newPartHosts()

@@ -10,7 +10,7 @@ import (
 	"github.com/peloton-sched/peloton/internal/quarantine"
 	"github.com/peloton-sched/peloton/internal/resources"
 	"github.com/peloton-sched/peloton/internal/store"
-	"github.com/peloton-sched/peloton/internal/store/storetest"
+	"github.com/peloton-sched/peloton/internal/store/memstore"
 )
 
 // TestCorruptHostRecordsAreQuarantined: host records that cannot be read
@@ -21,7 +21,7 @@ import (
 // Each is moved under quarantine/, and the next start finds nothing more
 // to move.
 func TestCorruptHostRecordsAreQuarantined(t *testing.T) {
-	_, st := storetest.StartEtcd(t)
+	st := memstore.New(memstore.Options{})
 	ctx := context.Background()
 	bad := map[string]string{
 		maintenanceKey("a"):                "HOST_ON_FIRE",

@@ -4,81 +4,17 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"sort"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/peloton-sched/peloton/internal/apierr"
 	"github.com/peloton-sched/peloton/internal/resources"
-	"github.com/peloton-sched/peloton/internal/store"
+	"github.com/peloton-sched/peloton/internal/store/memstore"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 )
-
-// memStore is a store.Store in memory with etcd's revision semantics
-// (one revision per Txn, compares on a key's last write), so that the
-// fuzz targets can run thousands of pool tree changes a second.
-type memStore struct {
-	mu  sync.Mutex
-	rev int64
-	kvs map[string]store.KV
-}
-
-var _ store.Store = (*memStore)(nil)
-
-func newMemStore() *memStore { return &memStore{kvs: map[string]store.KV{}} }
-
-func (s *memStore) Get(_ context.Context, key string) (store.KV, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	kv, ok := s.kvs[key]
-	if !ok {
-		return store.KV{}, store.ErrNotFound
-	}
-	return kv, nil
-}
-
-func (s *memStore) List(_ context.Context, prefix string) ([]store.KV, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []store.KV
-	for k, kv := range s.kvs {
-		if strings.HasPrefix(k, prefix) {
-			out = append(out, kv)
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
-	return out, nil
-}
-
-func (s *memStore) Txn(_ context.Context, ops ...store.Op) (int64, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, op := range ops {
-		kv, ok := s.kvs[op.Key]
-		switch {
-		case op.ExpectRevision == store.AnyRevision:
-		case op.ExpectRevision == store.MustNotExist && ok,
-			op.ExpectRevision > 0 && (!ok || kv.Revision != op.ExpectRevision):
-			return 0, store.ErrConflict
-		}
-	}
-	s.rev++
-	for _, op := range ops {
-		if op.Kind == store.OpDelete {
-			delete(s.kvs, op.Key)
-		} else {
-			s.kvs[op.Key] = store.KV{Key: op.Key, Value: op.Value, Revision: s.rev}
-		}
-	}
-	return s.rev, nil
-}
-
-func (s *memStore) MaxTxnOps() int { return 128 }
-func (s *memStore) Close() error   { return nil }
 
 // fuzzReader hands out the fuzz input a few bytes at a time; past its end
 // it hands out zeros, so every input is a whole sequence of operations.
@@ -230,7 +166,7 @@ func runPoolOps(t *testing.T, b []byte) {
 		return // long sequences only repeat short ones, slowly
 	}
 	ctx := context.Background()
-	st := newMemStore()
+	st := memstore.New(memstore.Options{})
 	m, err := New(ctx, st, Options{Logger: quiet})
 	if err != nil {
 		t.Fatal(err)

@@ -9,15 +9,19 @@ import (
 	"time"
 
 	"github.com/peloton-sched/peloton/internal/resources"
+	"github.com/peloton-sched/peloton/internal/store/memstore"
 	"github.com/peloton-sched/peloton/internal/store/storetest"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
 
+// newTestManager is a manager on a store in memory: these tests are about
+// scheduling, not about what etcd does with the writes (the pool tree's
+// tests keep a real etcd).
 func newTestManager(t *testing.T) *Manager {
 	t.Helper()
-	_, st := storetest.StartEtcd(t)
+	st := memstore.New(memstore.Options{})
 	m, err := New(context.Background(), st, Options{Logger: quiet, BackoffBase: time.Millisecond, BackoffMax: 10 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)

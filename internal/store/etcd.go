@@ -330,7 +330,7 @@ func (s *Etcd) list(ctx context.Context, prefix string) ([]KV, error) {
 // and nothing is written. A store with a Fence whose leader key is gone
 // returns ErrFenced instead, whatever the ops' own compares found.
 func (s *Etcd) Txn(ctx context.Context, ops ...Op) (int64, error) {
-	if err := s.validateTxn(ops); err != nil {
+	if err := ValidateTxn(ops, s.maxTxnOps); err != nil {
 		return 0, err
 	}
 	cmps := make([]clientv3.Cmp, 0, len(ops))
@@ -431,27 +431,6 @@ func (s *Etcd) whyFailed(ctx context.Context, ops []Op, rev int64) error {
 		return fmt.Errorf("%w: a compare failed at revision %d; the keys no longer show which", ErrConflict, rev)
 	}
 	return ce
-}
-
-// validateTxn rejects what etcd would reject for the whole txn, naming the op.
-func (s *Etcd) validateTxn(ops []Op) error {
-	if len(ops) == 0 {
-		return fmt.Errorf("%w: no ops", ErrInvalidTxn)
-	}
-	if len(ops) > s.maxTxnOps {
-		return fmt.Errorf("%w: %d ops, more than max-txn-ops %d", ErrInvalidTxn, len(ops), s.maxTxnOps)
-	}
-	seen := make(map[string]int, len(ops))
-	for i, op := range ops {
-		if err := validateOp(op); err != nil {
-			return fmt.Errorf("%w: ops[%d]%v", ErrInvalidTxn, i, err)
-		}
-		if j, dup := seen[op.Key]; dup {
-			return fmt.Errorf("%w: ops[%d].key: %q already written by ops[%d]; etcd allows one write per key per txn", ErrInvalidTxn, i, op.Key, j)
-		}
-		seen[op.Key] = i
-	}
-	return nil
 }
 
 // watchRetryMin and watchRetryMax bound the wait before Watch watches

@@ -54,19 +54,11 @@ cordoned cluster, what its pools use, how long the last check took and why the
 cluster is in its state.`,
 		Args: argsNamed(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			p, err := a.printer()
-			if err != nil {
-				return err
-			}
-			return a.withFederation(func(f *fedClient) error {
-				resp, err := call(cmd.Context(), f, f.Clusters.ListClusters, &pelotonv1.ListClustersRequest{})
-				if err != nil {
-					return err
-				}
-				return p.list(resp, "clusters", len(resp.GetClusters()), func(w io.Writer, wide bool) {
-					writeClusterTable(w, resp.GetClusters(), wide, time.Now())
-				})
-			})
+			return read(a, a.withFederation, nil, func(f *fedClient) (*pelotonv1.ListClustersResponse, error) {
+				return call(cmd.Context(), f, f.Clusters.ListClusters, &pelotonv1.ListClustersRequest{})
+			}, listed("clusters", (*pelotonv1.ListClustersResponse).GetClusters, func(w io.Writer, cs []*pelotonv1.Cluster, wide bool) {
+				writeClusterTable(w, cs, wide, time.Now())
+			}))
 		},
 	}
 }
@@ -77,17 +69,9 @@ func (a *app) clusterGetCommand() *cobra.Command {
 		Short: "Show a registered cluster",
 		Args:  argsNamed("NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			p, err := a.printer()
-			if err != nil {
-				return err
-			}
-			return a.withFederation(func(f *fedClient) error {
-				resp, err := call(cmd.Context(), f, f.Clusters.GetCluster, &pelotonv1.GetClusterRequest{Name: args[0]})
-				if err != nil {
-					return err
-				}
-				return showCluster(p, resp.GetCluster())
-			})
+			return read(a, a.withFederation, nil, func(f *fedClient) (*pelotonv1.GetClusterResponse, error) {
+				return call(cmd.Context(), f, f.Clusters.GetCluster, &pelotonv1.GetClusterRequest{Name: args[0]})
+			}, func(p *printer, resp *pelotonv1.GetClusterResponse) error { return showCluster(p, resp.GetCluster()) })
 		},
 	}
 }

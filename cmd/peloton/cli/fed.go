@@ -221,15 +221,9 @@ cluster's pool actually is (ACTUAL ...; "none" when it has no such pool), and
 the pending and running tasks.`,
 		Args: argsNamed("PATH"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			p, err := a.printer()
-			if err != nil {
-				return err
-			}
-			return a.withFederation(func(f *fedClient) error {
-				resp, err := call(cmd.Context(), f, f.Pools.GetFederatedPool, &pelotonv1.GetFederatedPoolRequest{Path: args[0]})
-				if err != nil {
-					return err
-				}
+			return read(a, a.withFederation, nil, func(f *fedClient) (*pelotonv1.GetFederatedPoolResponse, error) {
+				return call(cmd.Context(), f, f.Pools.GetFederatedPool, &pelotonv1.GetFederatedPoolRequest{Path: args[0]})
+			}, func(p *printer, resp *pelotonv1.GetFederatedPoolResponse) error {
 				return showFedPool(p, resp.GetPool())
 			})
 		},
@@ -242,19 +236,9 @@ func (a *app) fedPoolListCommand() *cobra.Command {
 		Short: "List global pools with their spec and how many clusters are in sync",
 		Args:  argsNamed(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			p, err := a.printer()
-			if err != nil {
-				return err
-			}
-			return a.withFederation(func(f *fedClient) error {
-				resp, err := call(cmd.Context(), f, f.Pools.ListFederatedPools, &pelotonv1.ListFederatedPoolsRequest{})
-				if err != nil {
-					return err
-				}
-				return p.list(resp, "pools", len(resp.GetPools()), func(w io.Writer, wide bool) {
-					writeFedPoolTable(w, resp.GetPools(), wide)
-				})
-			})
+			return read(a, a.withFederation, nil, func(f *fedClient) (*pelotonv1.ListFederatedPoolsResponse, error) {
+				return call(cmd.Context(), f, f.Pools.ListFederatedPools, &pelotonv1.ListFederatedPoolsRequest{})
+			}, listed("pools", (*pelotonv1.ListFederatedPoolsResponse).GetPools, writeFedPoolTable))
 		},
 	}
 }
@@ -425,19 +409,11 @@ func (a *app) fedJobGetCommand() *cobra.Command {
 		Short: "Show a federated job: where it went and how it does there",
 		Args:  argsNamed("JOBID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			p, err := a.printer()
-			if err != nil {
-				return err
-			}
-			return a.withFederation(func(f *fedClient) error {
-				resp, err := call(cmd.Context(), f, f.Jobs.GetFederatedJob, &pelotonv1.GetFederatedJobRequest{JobId: args[0]})
-				if err != nil {
-					return err
-				}
+			return read(a, a.withFederation, nil, func(f *fedClient) (*pelotonv1.GetFederatedJobResponse, error) {
+				return call(cmd.Context(), f, f.Jobs.GetFederatedJob, &pelotonv1.GetFederatedJobRequest{JobId: args[0]})
+			}, func(p *printer, resp *pelotonv1.GetFederatedJobResponse) error {
 				job := resp.GetJob()
-				return p.object(job, func(w io.Writer, _ bool) {
-					writeFedJob(w, job)
-				})
+				return p.object(job, func(w io.Writer, _ bool) { writeFedJob(w, job) })
 			})
 		},
 	}
@@ -452,26 +428,13 @@ func (a *app) fedJobListCommand() *cobra.Command {
 		Short: "List federated jobs, newest first (every page; --limit to stop early)",
 		Args:  argsNamed(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			p, err := a.printer()
-			if err != nil {
-				return err
-			}
-			if limit < 0 {
-				return usageErrorf("invalid --limit %d: must be >= 0", limit)
-			}
-			return a.withFederation(func(f *fedClient) error {
+			return read(a, a.withFederation, func() error { return checkLimit(limit) }, func(f *fedClient) (*pelotonv1.ListFederatedJobsResponse, error) {
 				jobs, err := allPages(limit, func(size uint32, token string) ([]*pelotonv1.FederatedJob, string, error) {
 					page, err := call(cmd.Context(), f, f.Jobs.ListFederatedJobs, &pelotonv1.ListFederatedJobsRequest{Cluster: inCluster, PageSize: size, PageToken: token, Archived: archived})
 					return page.GetJobs(), page.GetNextPageToken(), err
 				})
-				if err != nil {
-					return err
-				}
-				resp := &pelotonv1.ListFederatedJobsResponse{Jobs: jobs}
-				return p.list(resp, "jobs", len(resp.GetJobs()), func(w io.Writer, wide bool) {
-					writeFedJobTable(w, resp.GetJobs(), wide)
-				})
-			})
+				return &pelotonv1.ListFederatedJobsResponse{Jobs: jobs}, err
+			}, listed("jobs", (*pelotonv1.ListFederatedJobsResponse).GetJobs, writeFedJobTable))
 		},
 	}
 	f := cmd.Flags()

@@ -221,15 +221,9 @@ func (a *app) fedServiceGetCommand() *cobra.Command {
 		Short: "Show a federated service: its parts in each cluster and how they run",
 		Args:  argsNamed("SERVICEID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			p, err := a.printer()
-			if err != nil {
-				return err
-			}
-			return a.withFederation(func(f *fedClient) error {
-				resp, err := call(cmd.Context(), f, f.Services.GetFederatedService, &pelotonv1.GetFederatedServiceRequest{ServiceId: args[0]})
-				if err != nil {
-					return err
-				}
+			return read(a, a.withFederation, nil, func(f *fedClient) (*pelotonv1.GetFederatedServiceResponse, error) {
+				return call(cmd.Context(), f, f.Services.GetFederatedService, &pelotonv1.GetFederatedServiceRequest{ServiceId: args[0]})
+			}, func(p *printer, resp *pelotonv1.GetFederatedServiceResponse) error {
 				svc := resp.GetService()
 				return p.object(svc, func(w io.Writer, _ bool) { writeFedService(w, svc) })
 			})
@@ -246,25 +240,14 @@ func (a *app) fedServiceListCommand() *cobra.Command {
 		Short: "List federated services, newest first (every page; --limit to stop early)",
 		Args:  argsNamed(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			p, err := a.printer()
-			if err != nil {
-				return err
-			}
-			if limit < 0 {
-				return usageErrorf("invalid --limit %d: must be >= 0", limit)
-			}
-			return a.withFederation(func(f *fedClient) error {
+			return read(a, a.withFederation, func() error { return checkLimit(limit) }, func(f *fedClient) (*pelotonv1.ListFederatedServicesResponse, error) {
 				svcs, err := allPages(limit, func(size uint32, token string) ([]*pelotonv1.FederatedService, string, error) {
 					page, err := call(cmd.Context(), f, f.Services.ListFederatedServices,
 						&pelotonv1.ListFederatedServicesRequest{Cluster: inCluster, PageSize: size, PageToken: token, Archived: archived})
 					return page.GetServices(), page.GetNextPageToken(), err
 				})
-				if err != nil {
-					return err
-				}
-				resp := &pelotonv1.ListFederatedServicesResponse{Services: svcs}
-				return p.list(resp, "services", len(svcs), func(w io.Writer, wide bool) { writeFedServiceTable(w, svcs, wide) })
-			})
+				return &pelotonv1.ListFederatedServicesResponse{Services: svcs}, err
+			}, listed("services", (*pelotonv1.ListFederatedServicesResponse).GetServices, writeFedServiceTable))
 		},
 	}
 	cmd.Flags().StringVar(&inCluster, "in-cluster", "", "only services with a part in this cluster")

@@ -23,17 +23,9 @@ func (a *app) hostCommand() *cobra.Command {
 		Short: "List hosts with their state, used and total resources",
 		Args:  argsNamed(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			p, err := a.printer()
-			if err != nil {
-				return err
-			}
-			return a.withClient(func(c *client) error {
-				resp, err := call(cmd.Context(), c, c.Hosts.ListHosts, &pelotonv1.ListHostsRequest{})
-				if err != nil {
-					return err
-				}
-				return showHostList(p, resp, time.Now())
-			})
+			return read(a, a.withClient, nil, func(c *client) (*pelotonv1.ListHostsResponse, error) {
+				return call(cmd.Context(), c, c.Hosts.ListHosts, &pelotonv1.ListHostsRequest{})
+			}, func(p *printer, resp *pelotonv1.ListHostsResponse) error { return showHostList(p, resp, time.Now()) })
 		},
 	})
 	drain := a.maintenanceStartCommand("drain HOST...",

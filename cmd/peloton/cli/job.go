@@ -78,15 +78,9 @@ func (a *app) jobGetCommand() *cobra.Command {
 		Short: "Show a job",
 		Args:  argsNamed("JOBID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			p, err := a.printer()
-			if err != nil {
-				return err
-			}
-			return a.withClient(func(c *client) error {
-				resp, err := call(cmd.Context(), c, c.Jobs.GetJob, &pelotonv1.GetJobRequest{JobId: args[0]})
-				if err != nil {
-					return err
-				}
+			return read(a, a.withClient, nil, func(c *client) (*pelotonv1.GetJobResponse, error) {
+				return call(cmd.Context(), c, c.Jobs.GetJob, &pelotonv1.GetJobRequest{JobId: args[0]})
+			}, func(p *printer, resp *pelotonv1.GetJobResponse) error {
 				job := resp.GetJob()
 				return p.object(job, func(w io.Writer, wide bool) {
 					writeJobTable(w, []*pelotonv1.Job{job}, wide)
@@ -124,41 +118,28 @@ of an archived job answer from the archive.`,
   peloton job list --archived --created-since 2026-01-01T00:00:00Z --created-until 2026-02-01T00:00:00Z`,
 		Args: argsNamed(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			p, err := a.printer()
-			if err != nil {
-				return err
-			}
-			st, err := parseJobStates("state", states)
-			if err != nil {
-				return err
-			}
-			lb, err := parseLabelFilter("label", labels)
-			if err != nil {
-				return err
-			}
-			now := time.Now()
-			from, err := parseTimeFlag("created-since", since, now)
-			if err != nil {
-				return err
-			}
-			to, err := parseTimeFlag("created-until", until, now)
-			if err != nil {
-				return err
-			}
-			return a.withClient(func(c *client) error {
-				jobs, err := allPages(limit, func(size uint32, token string) ([]*pelotonv1.Job, string, error) {
-					page, err := call(cmd.Context(), c, c.Jobs.ListJobs, &pelotonv1.ListJobsRequest{Pool: pool, States: st, Name: name,
-						Archived: archived, Labels: lb, CreatedSince: from, CreatedUntil: to, PageSize: size, PageToken: token})
-					return page.GetJobs(), page.GetNextPageToken(), err
-				})
-				if err != nil {
+			req := &pelotonv1.ListJobsRequest{Pool: pool, Name: name, Archived: archived}
+			return read(a, a.withClient, func() (err error) {
+				if req.States, err = parseJobStates("state", states); err != nil {
 					return err
 				}
-				resp := &pelotonv1.ListJobsResponse{Jobs: jobs}
-				return p.list(resp, "jobs", len(resp.GetJobs()), func(w io.Writer, wide bool) {
-					writeJobTable(w, resp.GetJobs(), wide)
+				if req.Labels, err = parseLabelFilter("label", labels); err != nil {
+					return err
+				}
+				now := time.Now()
+				if req.CreatedSince, err = parseTimeFlag("created-since", since, now); err != nil {
+					return err
+				}
+				req.CreatedUntil, err = parseTimeFlag("created-until", until, now)
+				return err
+			}, func(c *client) (*pelotonv1.ListJobsResponse, error) {
+				jobs, err := allPages(limit, func(size uint32, token string) ([]*pelotonv1.Job, string, error) {
+					req.PageSize, req.PageToken = size, token
+					page, err := call(cmd.Context(), c, c.Jobs.ListJobs, req)
+					return page.GetJobs(), page.GetNextPageToken(), err
 				})
-			})
+				return &pelotonv1.ListJobsResponse{Jobs: jobs}, err
+			}, listed("jobs", (*pelotonv1.ListJobsResponse).GetJobs, writeJobTable))
 		},
 	}
 	f := cmd.Flags()

@@ -30,16 +30,11 @@ oversubscription factor, as the host advisor last said them. The last line
 says which advisor speaks, in which mode, and how fresh its word is.`,
 		Args: argsNamed(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			p, err := a.printer()
-			if err != nil {
-				return err
-			}
-			return a.withClient(func(c *client) error {
-				resp, err := call(cmd.Context(), c, c.Partitions.ListPartitions, &pelotonv1.ListPartitionsRequest{})
-				if err != nil {
-					return err
-				}
-				return p.list(resp, "partitions", len(resp.GetPartitions()), func(w io.Writer, wide bool) {
+			return read(a, a.withClient, nil, func(c *client) (*pelotonv1.ListPartitionsResponse, error) {
+				return call(cmd.Context(), c, c.Partitions.ListPartitions, &pelotonv1.ListPartitionsRequest{})
+			}, func(p *printer, resp *pelotonv1.ListPartitionsResponse) error {
+				// The table has the advisor's status under the rows.
+				return p.list(resp, "partitions", len(resp.GetPartitions()), func(w io.Writer, _ bool) {
 					writePartitionTable(w, resp, time.Now())
 				})
 			})
@@ -56,19 +51,11 @@ what became of each: MOVING, DONE, SUPERSEDED (moved again before it
 finished), or OBSERVED (an advisor in observe mode would have made it).`,
 		Args: argsNamed(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			p, err := a.printer()
-			if err != nil {
-				return err
-			}
-			return a.withClient(func(c *client) error {
-				resp, err := call(cmd.Context(), c, c.Partitions.ListPartitionMoves, &pelotonv1.ListPartitionMovesRequest{Host: host, Limit: limit})
-				if err != nil {
-					return err
-				}
-				return p.list(resp, "moves", len(resp.GetMoves()), func(w io.Writer, wide bool) {
-					writeMoveTable(w, resp.GetMoves(), time.Now())
-				})
-			})
+			return read(a, a.withClient, nil, func(c *client) (*pelotonv1.ListPartitionMovesResponse, error) {
+				return call(cmd.Context(), c, c.Partitions.ListPartitionMoves, &pelotonv1.ListPartitionMovesRequest{Host: host, Limit: limit})
+			}, listed("moves", (*pelotonv1.ListPartitionMovesResponse).GetMoves, func(w io.Writer, moves []*pelotonv1.PartitionMove, _ bool) {
+				writeMoveTable(w, moves, time.Now())
+			}))
 		},
 	}
 	moves.Flags().StringVar(&host, "host", "", "only the moves of this host")

@@ -116,17 +116,9 @@ func (a *app) poolGetCommand() *cobra.Command {
 		Short: "Show a pool",
 		Args:  argsNamed("PATH"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			p, err := a.printer()
-			if err != nil {
-				return err
-			}
-			return a.withClient(func(c *client) error {
-				resp, err := call(cmd.Context(), c, c.Pools.GetPool, &pelotonv1.GetPoolRequest{Path: args[0]})
-				if err != nil {
-					return err
-				}
-				return showPool(p, resp.GetPool())
-			})
+			return read(a, a.withClient, nil, func(c *client) (*pelotonv1.GetPoolResponse, error) {
+				return call(cmd.Context(), c, c.Pools.GetPool, &pelotonv1.GetPoolRequest{Path: args[0]})
+			}, func(p *printer, resp *pelotonv1.GetPoolResponse) error { return showPool(p, resp.GetPool()) })
 		},
 	}
 }
@@ -188,19 +180,9 @@ func (a *app) poolListCommand() *cobra.Command {
 		Short: "List pools",
 		Args:  argsNamed(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			p, err := a.printer()
-			if err != nil {
-				return err
-			}
-			return a.withClient(func(c *client) error {
-				resp, err := call(cmd.Context(), c, c.Pools.ListPools, &pelotonv1.ListPoolsRequest{})
-				if err != nil {
-					return err
-				}
-				return p.list(resp, "pools", len(resp.GetPools()), func(w io.Writer, wide bool) {
-					writePoolTable(w, resp.GetPools(), wide)
-				})
-			})
+			return read(a, a.withClient, nil, func(c *client) (*pelotonv1.ListPoolsResponse, error) {
+				return call(cmd.Context(), c, c.Pools.ListPools, &pelotonv1.ListPoolsRequest{})
+			}, listed("pools", (*pelotonv1.ListPoolsResponse).GetPools, writePoolTable))
 		},
 	}
 }

@@ -34,27 +34,17 @@ func (a *app) taskListCommand() *cobra.Command {
 		Short: "List the tasks of a job, every page (-o wide for more columns; --limit to stop early)",
 		Args:  argsNamed("JOBID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			p, err := a.printer()
-			if err != nil {
+			var st []pelotonv1.TaskState
+			return read(a, a.withClient, func() (err error) {
+				st, err = parseTaskStates("state", states)
 				return err
-			}
-			st, err := parseTaskStates("state", states)
-			if err != nil {
-				return err
-			}
-			return a.withClient(func(c *client) error {
+			}, func(c *client) (*pelotonv1.ListTasksResponse, error) {
 				tasks, err := allPages(limit, func(size uint32, token string) ([]*pelotonv1.Task, string, error) {
 					page, err := call(cmd.Context(), c, c.Tasks.ListTasks, &pelotonv1.ListTasksRequest{JobId: args[0], States: st, PageSize: size, PageToken: token})
 					return page.GetTasks(), page.GetNextPageToken(), err
 				})
-				if err != nil {
-					return err
-				}
-				resp := &pelotonv1.ListTasksResponse{Tasks: tasks}
-				return p.list(resp, "tasks", len(resp.GetTasks()), func(w io.Writer, wide bool) {
-					writeTaskTable(w, resp.GetTasks(), wide)
-				})
-			})
+				return &pelotonv1.ListTasksResponse{Tasks: tasks}, err
+			}, listed("tasks", (*pelotonv1.ListTasksResponse).GetTasks, writeTaskTable))
 		},
 	}
 	cmd.Flags().StringSliceVar(&states, "state", nil, "only tasks in these states (repeatable or comma-separated; e.g. RUNNING)")
@@ -68,19 +58,13 @@ func (a *app) taskGetCommand() *cobra.Command {
 		Short: "Show one instance of a job, with its spec version, health, bound host and ports",
 		Args:  argsNamed("JOBID", "INSTANCE"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			p, err := a.printer()
-			if err != nil {
-				return err
-			}
-			inst, err := parseInstance(args[1])
-			if err != nil {
+			var inst uint32
+			return read(a, a.withClient, func() (err error) {
+				inst, err = parseInstance(args[1])
 				return asUsage(err)
-			}
-			return a.withClient(func(c *client) error {
-				resp, err := call(cmd.Context(), c, c.Tasks.GetTask, &pelotonv1.GetTaskRequest{JobId: args[0], InstanceId: inst})
-				if err != nil {
-					return err
-				}
+			}, func(c *client) (*pelotonv1.GetTaskResponse, error) {
+				return call(cmd.Context(), c, c.Tasks.GetTask, &pelotonv1.GetTaskRequest{JobId: args[0], InstanceId: inst})
+			}, func(p *printer, resp *pelotonv1.GetTaskResponse) error {
 				task := resp.GetTask()
 				return p.object(task, func(w io.Writer, wide bool) {
 					writeTaskColumns(w, []*pelotonv1.Task{task}, wide, true)

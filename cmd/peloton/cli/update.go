@@ -172,17 +172,9 @@ func (a *app) updateGetCommand() *cobra.Command {
 		Short: "Show an update and its progress",
 		Args:  argsNamed("UPDATEID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			p, err := a.printer()
-			if err != nil {
-				return err
-			}
-			return a.withClient(func(c *client) error {
-				resp, err := call(cmd.Context(), c, c.Updates.GetUpdate, &pelotonv1.GetUpdateRequest{UpdateId: args[0]})
-				if err != nil {
-					return err
-				}
-				return showUpdate(p, resp.GetUpdate())
-			})
+			return read(a, a.withClient, nil, func(c *client) (*pelotonv1.GetUpdateResponse, error) {
+				return call(cmd.Context(), c, c.Updates.GetUpdate, &pelotonv1.GetUpdateRequest{UpdateId: args[0]})
+			}, func(p *printer, resp *pelotonv1.GetUpdateResponse) error { return showUpdate(p, resp.GetUpdate()) })
 		},
 	}
 }
@@ -194,19 +186,9 @@ func (a *app) updateListCommand() *cobra.Command {
 		Short: "List updates, newest first",
 		Args:  argsNamed(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			p, err := a.printer()
-			if err != nil {
-				return err
-			}
-			return a.withClient(func(c *client) error {
-				resp, err := call(cmd.Context(), c, c.Updates.ListUpdates, &pelotonv1.ListUpdatesRequest{JobId: job})
-				if err != nil {
-					return err
-				}
-				return p.list(resp, "updates", len(resp.GetUpdates()), func(w io.Writer, wide bool) {
-					writeUpdateTable(w, resp.GetUpdates(), wide)
-				})
-			})
+			return read(a, a.withClient, nil, func(c *client) (*pelotonv1.ListUpdatesResponse, error) {
+				return call(cmd.Context(), c, c.Updates.ListUpdates, &pelotonv1.ListUpdatesRequest{JobId: job})
+			}, listed("updates", (*pelotonv1.ListUpdatesResponse).GetUpdates, writeUpdateTable))
 		},
 	}
 	cmd.Flags().StringVar(&job, "job", "", "only the updates of this job")

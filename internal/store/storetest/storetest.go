@@ -1,7 +1,9 @@
 // Package storetest gives other packages' tests a real etcd-backed store in
 // one call, so that tests of code persisting through store.Store exercise
 // etcd's actual compare-and-swap and ordering rules instead of a fake's idea
-// of them; and an etcd that wants TLS and client certificates (tls.go). It
+// of them; an etcd that wants TLS and client certificates (tls.go); and
+// Conformance (conformance.go), the semantics every store.Store must share
+// with the etcd store, so that a fake for fast tests answers as etcd. It
 // imports only the store package, etcd's server, tlstest and the standard
 // library, and must only be imported from _test.go files.
 package storetest
