@@ -16,7 +16,7 @@
 // makes has its own deadline: a cluster that hangs stalls its own worker and
 // nothing else. The decisions - a cluster's health from its checks, the
 // split of the pool tree, which cluster takes a job - are pure functions
-// (health.go, split.go, dispatch.go) over a snapshot; the workers read
+// (health.go, the split package, dispatch.go) over a snapshot; the workers read
 // state, call them and apply the result.
 package federation
 
@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/peloton-sched/peloton/cluster/client"
+	"github.com/peloton-sched/peloton/federation/split"
 	"github.com/peloton-sched/peloton/history"
 	"github.com/peloton-sched/peloton/internal/resources"
 	"github.com/peloton-sched/peloton/internal/store"
@@ -141,7 +142,7 @@ type Federation struct {
 	sla      globalSLA
 	// split is the last split of the pool tree (recomputed on every change
 	// of the tree or of the clusters' membership in it).
-	split SplitResult
+	split split.Result
 	// splitOf is the set of clusters (with capacities) split was made for.
 	splitOf map[string]resources.Resources
 

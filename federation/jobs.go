@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/peloton-sched/peloton/federation/split"
 	"github.com/peloton-sched/peloton/internal/apierr"
 	"github.com/peloton-sched/peloton/internal/fsm"
 	"github.com/peloton-sched/peloton/internal/metrics"
@@ -158,15 +159,15 @@ func (f *Federation) checkSelector(selector map[string]string) error {
 	var known []string
 	for _, name := range sortedKeys(f.clusters) {
 		labels := f.clusters[name].rec.Labels
-		if matches(labels, selector) {
+		if split.Matches(labels, selector) {
 			return nil
 		}
-		known = append(known, name+" "+formatLabels(labels))
+		known = append(known, name+" "+split.FormatLabels(labels))
 	}
 	if len(known) == 0 {
 		return apierr.FailedPrecondition("spec.placement.clusterSelector: no cluster is registered")
 	}
-	return apierr.Invalid("spec.placement.clusterSelector", "%s matches no registered cluster (%s)", formatLabels(selector), strings.Join(known, ", "))
+	return apierr.Invalid("spec.placement.clusterSelector", "%s matches no registered cluster (%s)", split.FormatLabels(selector), strings.Join(known, ", "))
 }
 
 func validateJobSpec(spec *pelotonv1.FederatedJobSpec) error {

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/peloton-sched/peloton/federation/split"
 	"github.com/peloton-sched/peloton/internal/apierr"
 	"github.com/peloton-sched/peloton/internal/metrics"
 	"github.com/peloton-sched/peloton/internal/requestid"
@@ -440,26 +441,26 @@ func (f *Federation) poolViewLocked(gp *globalPool) *pelotonv1.FederatedPool {
 // are not UNREACHABLE and have been checked (their capacity is known).
 // Caller holds mu.
 func (f *Federation) resplitLocked() {
-	var clusters []SplitCluster
+	var clusters []split.Cluster
 	of := map[string]resources.Resources{}
 	for _, name := range sortedKeys(f.clusters) {
 		m := f.clusters[name]
 		if m.rec.Health == pelotonv1.ClusterState_CLUSTER_UNREACHABLE || !m.checked {
 			continue
 		}
-		clusters = append(clusters, SplitCluster{Name: name, Capacity: m.capacity})
+		clusters = append(clusters, split.Cluster{Name: name, Capacity: m.capacity})
 		of[name] = m.capacity
 	}
-	pools := make([]GlobalPool, 0, len(f.pools))
+	pools := make([]split.Pool, 0, len(f.pools))
 	for _, path := range sortedKeys(f.pools) {
 		gp := f.pools[path]
 		if gp.rec.Deleting {
 			continue
 		}
-		pools = append(pools, GlobalPool{Path: path, Reservation: gp.res, Limit: gp.limit, Share: gp.share,
+		pools = append(pools, split.Pool{Path: path, Reservation: gp.res, Limit: gp.limit, Share: gp.share,
 			Weights: gp.rec.GetSpec().GetPlacement().GetWeights()})
 	}
-	f.split = Split(pools, clusters)
+	f.split = split.Pools(pools, clusters)
 	f.splitOf = of
 }
 

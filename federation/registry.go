@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/peloton-sched/peloton/cluster/client"
+	"github.com/peloton-sched/peloton/federation/split"
 	"github.com/peloton-sched/peloton/internal/apierr"
 	"github.com/peloton-sched/peloton/internal/metrics"
 	"github.com/peloton-sched/peloton/internal/quarantine"
@@ -103,8 +104,6 @@ func effectiveState(health pelotonv1.ClusterState, cordoned bool) pelotonv1.Clus
 
 var (
 	clusterNameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
-	labelKeyRE    = regexp.MustCompile(`^[A-Za-z0-9]([-A-Za-z0-9_./]{0,61}[A-Za-z0-9])?$`)
-	labelValueRE  = regexp.MustCompile(`^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$`)
 )
 
 // validateName checks a cluster name as the cluster stack checks its own
@@ -120,20 +119,10 @@ func validateName(name, field string) error {
 }
 
 // ValidateLabels checks cluster labels (and selectors): Kubernetes-style
-// keys and values, at most 64 pairs. field names the map in errors.
+// keys and values, at most 64 pairs. field names the map in errors. The
+// rules are split's, which selects clusters by them.
 func ValidateLabels(labels map[string]string, field string) error {
-	if len(labels) > 64 {
-		return apierr.Invalid(field, "at most 64 labels, got %d", len(labels))
-	}
-	for _, k := range sortedKeys(labels) {
-		if !labelKeyRE.MatchString(k) {
-			return apierr.Invalid(field, "key %q must be 1 to 63 letters, digits, '-', '_', '.' or '/', starting and ending with a letter or digit", k)
-		}
-		if v := labels[k]; !labelValueRE.MatchString(v) {
-			return apierr.Invalid(field+"."+k, "value %q must be at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit", v)
-		}
-	}
-	return nil
+	return split.ValidateLabels(labels, field)
 }
 
 func validateEndpoint(ep, field string, required bool) error {

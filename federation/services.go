@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/peloton-sched/peloton/federation/split"
 	"github.com/peloton-sched/peloton/internal/apierr"
 	"github.com/peloton-sched/peloton/internal/metrics"
 	"github.com/peloton-sched/peloton/internal/requestid"
@@ -24,7 +25,7 @@ import (
 
 // Federated services. A federated service is one SERVICE job spec run in
 // several clusters: at create the federation splits its instances over
-// the clusters its placement names (splitService) and records the split
+// the clusters its placement names (split.Service) and records the split
 // with the service, in one write. From then on each cluster's worker keeps
 // that cluster's part as desired state, as it keeps the cluster's pools:
 // it makes the part's job there (under a request id, so a create whose
@@ -35,7 +36,7 @@ import (
 //
 // What a part's job is given: the service's job spec with the part's
 // instance count, the service's budget of unavailable instances split in
-// proportion (splitBudget), and the label LabelFederatedService naming the
+// proportion (split.Budget), and the label LabelFederatedService naming the
 // service, so that an operator of the cluster can tell whose it is.
 
 const serviceRequestKind requestid.Kind = "federated-service"
@@ -101,22 +102,22 @@ func (f *Federation) CreateService(ctx context.Context, spec *pelotonv1.Federate
 		return f.GetService(o.Object)
 	}
 	f.mu.Lock()
-	var clusters []shareCluster
+	var clusters []split.ServiceCluster
 	for _, name := range sortedKeys(f.clusters) {
 		m := f.clusters[name]
-		clusters = append(clusters, shareCluster{name: name, labels: m.rec.Labels, cordoned: m.cordoned()})
+		clusters = append(clusters, split.ServiceCluster{Name: name, Labels: m.rec.Labels, Cordoned: m.cordoned()})
 	}
 	f.mu.Unlock()
-	split, err := splitService(spec.Job.InstanceCount, spec.Placement, clusters)
+	parts, err := split.Service(spec.Job.InstanceCount, spec.Placement, clusters)
 	if err != nil {
 		return nil, err
 	}
-	budgets := splitBudget(max(spec.Job.GetSla().GetMaximumUnavailableInstances(), 1), split)
+	budgets := split.Budget(max(spec.Job.GetSla().GetMaximumUnavailableInstances(), 1), parts)
 	id := newJobID()
 	rec := &pelotonv1.FederatedService{Id: id, Spec: spec, CreateTime: timestamppb.New(now), SpecVersion: 1,
 		Versions: []*pelotonv1.ServiceVersion{{Version: 1, Job: spec.Job, CreateTime: timestamppb.New(now)}}}
-	for _, name := range sortedKeys(split) {
-		rec.Clusters = append(rec.Clusters, &pelotonv1.ServiceCluster{Cluster: name, Desired: split[name],
+	for _, name := range sortedKeys(parts) {
+		rec.Clusters = append(rec.Clusters, &pelotonv1.ServiceCluster{Cluster: name, Desired: parts[name],
 			MaxUnavailable: budgets[name], Generation: 1, SpecVersion: 1, Message: "making its job there"})
 	}
 	b, err := proto.Marshal(rec)
@@ -136,13 +137,13 @@ func (f *Federation) CreateService(ctx context.Context, spec *pelotonv1.Federate
 	}
 	f.mu.Lock()
 	f.services[id] = &fedService{rec: rec, rev: rev}
-	for name := range split {
+	for name := range parts {
 		if m := f.clusters[name]; m != nil {
 			m.nudge()
 		}
 	}
 	f.mu.Unlock()
-	f.log.Info("federated service created", "service", id, "name", spec.Job.Name, "split", split)
+	f.log.Info("federated service created", "service", id, "name", spec.Job.Name, "split", parts)
 	metrics.FederationServices.WithLabelValues("created").Inc()
 	return f.GetService(id)
 }
