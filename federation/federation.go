@@ -58,7 +58,10 @@ type Options struct {
 	// ClusterCredentials are the TLS files and token of the default Dial:
 	// how the federation proves itself to the clusters (mutual TLS).
 	ClusterCredentials client.Options
-	// Now is the clock (default time.Now); tests move it.
+	// Now is the clock (default time.Now); tests move it. Every time the
+	// federation records or decides on comes from it; only how long a
+	// call to a cluster or the store took (latency metrics, a check's
+	// slowness) is measured on the wall clock, as the call's deadline is.
 	Now func() time.Time
 	// JobRetention is how long a federated job is kept after it is done
 	// (default 7 days); older ones are deleted by an hourly sweep. Only
@@ -149,8 +152,13 @@ type Federation struct {
 	ctx       context.Context // the workers' context, set by Start
 	startedAt time.Time
 	stop      context.CancelFunc
-	wg        sync.WaitGroup
-	kick      chan struct{} // wakes the dispatcher
+	// wg counts every goroutine the federation starts (workers, loops and
+	// the background writes of goLocked); Close waits for it.
+	wg sync.WaitGroup
+	// closed is set by Close, under mu, before it waits: goLocked starts
+	// nothing after it, so no goroutine is added to wg once Close waits.
+	closed bool
+	kick   chan struct{} // wakes the dispatcher
 	// rolloutKick wakes the rollout loop.
 	rolloutKick chan struct{}
 	started     bool
@@ -224,6 +232,7 @@ func (f *Federation) Start(ctx context.Context) error {
 // a worker was doing is redone from the store by the next Start.
 func (f *Federation) Close() {
 	f.mu.Lock()
+	f.closed = true
 	stop := f.stop
 	f.mu.Unlock()
 	if stop != nil {
@@ -238,6 +247,22 @@ func (f *Federation) Close() {
 			_ = m.cli.Close()
 		}
 	}
+}
+
+// goLocked runs fn on a goroutine of its own that Close cancels (fn's
+// context is the federation's) and waits for. It starts nothing before
+// Start or once Close has begun: what fn would have written is then redone
+// from the store by the next Start. Caller holds mu.
+func (f *Federation) goLocked(fn func(ctx context.Context)) {
+	if f.closed || f.ctx == nil {
+		return
+	}
+	ctx := f.ctx
+	f.wg.Add(1)
+	go func() {
+		defer f.wg.Done()
+		fn(ctx)
+	}()
 }
 
 // nudgeAll wakes every cluster's worker, e.g. after the pool tree changed,

@@ -231,7 +231,7 @@ func (f *Federation) CreatePool(ctx context.Context, path string, spec *pelotonv
 	if err != nil {
 		return nil, err
 	}
-	gp.changed = time.Now()
+	gp.changed = f.opts.Now()
 	f.mu.Lock()
 	f.pools[path] = gp
 	f.resplitLocked()
@@ -296,7 +296,7 @@ func (f *Federation) UpdatePool(ctx context.Context, path string, spec *pelotonv
 	if err != nil {
 		return nil, err
 	}
-	ngp.changed = time.Now()
+	ngp.changed = f.opts.Now()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.pools[path] = ngp
@@ -701,7 +701,7 @@ func (f *Federation) syncPools(ctx context.Context, name string, m *member) {
 		}
 	}
 	f.notePropagatedLocked(name, want, failed)
-	f.forgetDeletedLocked(ctx, have, failed, name)
+	f.forgetDeletedLocked(have, failed, name)
 }
 
 // notePropagatedLocked observes, for every global pool changed since it
@@ -716,14 +716,15 @@ func (f *Federation) notePropagatedLocked(name string, want map[string]*pelotonv
 			gp.reached = map[string]bool{}
 		}
 		gp.reached[name] = true
-		metrics.FederationPoolPropagation.Observe(time.Since(gp.changed).Seconds())
+		metrics.FederationPoolPropagation.Observe(f.opts.Now().Sub(gp.changed).Seconds())
 	}
 }
 
 // forgetDeletedLocked drops a deleting global pool once no reachable
 // cluster holds it any more. Caller holds mu; the delete is written
-// asynchronously.
-func (f *Federation) forgetDeletedLocked(ctx context.Context, have map[string]*pelotonv1.Pool, failed map[string]bool, name string) {
+// asynchronously (goLocked), and one Close cuts short is written by a
+// later check.
+func (f *Federation) forgetDeletedLocked(have map[string]*pelotonv1.Pool, failed map[string]bool, name string) {
 	for path, gp := range f.pools {
 		if !gp.rec.Deleting || failed[path] {
 			continue
@@ -747,7 +748,7 @@ func (f *Federation) forgetDeletedLocked(ctx context.Context, have map[string]*p
 		}
 		rev := gp.rev
 		key := poolKey(path)
-		go func() {
+		f.goLocked(func(ctx context.Context) {
 			if _, err := f.st.Txn(ctx, store.Delete(key, rev)); err != nil {
 				if errors.Is(err, store.ErrConflict) {
 					return // another worker forgot it first
@@ -761,6 +762,6 @@ func (f *Federation) forgetDeletedLocked(ctx context.Context, have map[string]*p
 			}
 			f.mu.Unlock()
 			f.log.Info("global pool deleted from every cluster", "pool", path)
-		}()
+		})
 	}
 }
