@@ -16,6 +16,7 @@ import (
 	"github.com/peloton-sched/peloton/federation/split"
 	"github.com/peloton-sched/peloton/internal/apierr"
 	"github.com/peloton-sched/peloton/internal/metrics"
+	"github.com/peloton-sched/peloton/internal/paging"
 	"github.com/peloton-sched/peloton/internal/requestid"
 	"github.com/peloton-sched/peloton/internal/store"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
@@ -226,11 +227,17 @@ func (f *Federation) serviceViewLocked(s *fedService) *pelotonv1.FederatedServic
 
 // ListServices returns federated services, newest first, a page at a time.
 func (f *Federation) ListServices(cluster string, pageSize uint32, token string) ([]*pelotonv1.FederatedService, string, error) {
-	if pageSize == 0 {
-		pageSize = 500
+	n, err := paging.Size(pageSize, "pageSize")
+	if err != nil {
+		return nil, "", err
 	}
-	if pageSize > 5000 {
-		return nil, "", apierr.Invalid("pageSize", "at most 5000, got %d", pageSize)
+	var past func(*fedService) bool
+	if token != "" {
+		mark, err := paging.DecodeMark(token, "pageToken", "fedservices")
+		if err != nil {
+			return nil, "", err
+		}
+		past = func(s *fedService) bool { return mark.Passed(s.rec.CreateTime.AsTime().UnixNano(), s.rec.Id) }
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -240,34 +247,13 @@ func (f *Federation) ListServices(cluster string, pageSize uint32, token string)
 			all = append(all, s)
 		}
 	}
-	sort.Slice(all, func(a, b int) bool {
-		ta, tb := all[a].rec.CreateTime.AsTime(), all[b].rec.CreateTime.AsTime()
-		if !ta.Equal(tb) {
-			return ta.After(tb)
-		}
-		return all[a].rec.Id < all[b].rec.Id
-	})
-	start := 0
-	if token != "" {
-		start = -1
-		for i, s := range all {
-			if s.rec.Id == token {
-				start = i + 1
-				break
-			}
-		}
-		if start < 0 {
-			return nil, "", apierr.Invalid("pageToken", "unknown or expired token %q; list again from the first page", token)
-		}
-	}
-	var out []*pelotonv1.FederatedService
-	next := ""
-	for i := start; i < len(all); i++ {
-		if uint32(len(out)) == pageSize {
-			next = all[i-1].rec.Id
-			break
-		}
-		out = append(out, f.serviceViewLocked(all[i]))
+	sortNewestFirst(all, func(s *fedService) *pelotonv1.FederatedService { return s.rec })
+	page, next := paging.Cut(all, n, past, func(last *fedService) string {
+		return paging.EncodeMark("fedservices", paging.Mark{Nanos: last.rec.CreateTime.AsTime().UnixNano(), ID: last.rec.Id})
+	}, func(s *fedService) int { return proto.Size(s.rec) })
+	out := make([]*pelotonv1.FederatedService, 0, len(page))
+	for _, s := range page {
+		out = append(out, f.serviceViewLocked(s))
 	}
 	return out, next, nil
 }
