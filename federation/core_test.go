@@ -3,7 +3,9 @@ package federation
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/peloton-sched/peloton/internal/apierr"
+	"github.com/peloton-sched/peloton/internal/paging"
 	"github.com/peloton-sched/peloton/internal/store"
 	"github.com/peloton-sched/peloton/internal/store/storetest"
 
@@ -221,5 +224,65 @@ func TestSweepDoneJobs(t *testing.T) {
 	}
 	if _, err := st.Get(ctx, jobKey(done)); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("swept job still in etcd: %v", err)
+	}
+}
+
+func TestListJobsPages(t *testing.T) {
+	_, st := storetest.StartEtcd(t)
+	now := time.Unix(1_000_000, 0)
+	f := New(st, Options{Now: func() time.Time { return now }})
+	defer f.Close()
+	ctx := context.Background()
+	var ids []string
+	for i := range 5 {
+		if i != 2 { // jobs 1 and 2 are created at the same time: the id breaks the tie
+			now = now.Add(time.Second)
+		}
+		id, err := f.CreateJob(ctx, &pelotonv1.FederatedJobSpec{Job: &pelotonv1.JobSpec{Name: fmt.Sprint("j", i), Pool: "/p", InstanceCount: 1}}, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	var seen []string
+	token := ""
+	for pages := 0; ; pages++ {
+		if pages > len(ids) {
+			t.Fatal("paging does not end")
+		}
+		page, next, err := f.ListJobs("", 2, token)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, j := range page {
+			seen = append(seen, j.Id)
+		}
+		if pages == 0 {
+			// The last job of the first page goes away: the next page
+			// starts after where it stood all the same.
+			f.mu.Lock()
+			delete(f.jobs, page[len(page)-1].Id)
+			f.mu.Unlock()
+		}
+		if token = next; token == "" {
+			break
+		}
+	}
+	want := slices.Clone(ids)
+	slices.Reverse(want)   // newest first
+	if want[2] > want[3] { // same time: by id
+		want[2], want[3] = want[3], want[2]
+	}
+	if !slices.Equal(seen, want) {
+		t.Fatalf("pages listed %v, want %v", seen, want)
+	}
+	if _, _, err := f.ListJobs("", 2, "garbage"); status.Code(err) != codes.InvalidArgument || !strings.HasPrefix(status.Convert(err).Message(), "pageToken: ") {
+		t.Errorf("a bad token: %v, want InvalidArgument naming pageToken", err)
+	}
+	if _, _, err := f.ListServices("", 2, paging.EncodeMark("fedjobs", paging.Mark{})); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("a jobs token given to the services list: %v, want InvalidArgument", err)
+	}
+	if _, _, err := f.ListJobs("", 5001, ""); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("page size 5001: %v, want InvalidArgument", err)
 	}
 }

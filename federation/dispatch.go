@@ -3,9 +3,9 @@ package federation
 import (
 	"fmt"
 	"math"
-	"sort"
 	"strings"
 
+	"github.com/peloton-sched/peloton/federation/split"
 	"github.com/peloton-sched/peloton/internal/resources"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
@@ -33,7 +33,7 @@ func chooseCluster(req resources.Resources, selector map[string]string, cands []
 	best, bestFits, bestUsed := "", math.Inf(-1), 0.0
 	var matched, notReady, noPool []string
 	for _, c := range cands {
-		if !matches(c.labels, selector) {
+		if !split.Matches(c.labels, selector) {
 			continue
 		}
 		matched = append(matched, c.name)
@@ -57,7 +57,7 @@ func chooseCluster(req resources.Resources, selector map[string]string, cands []
 	case len(cands) == 0:
 		return "", "no cluster is registered"
 	case len(matched) == 0:
-		return "", fmt.Sprintf("no cluster matches clusterSelector %s", formatLabels(selector))
+		return "", fmt.Sprintf("no cluster matches clusterSelector %s", split.FormatLabels(selector))
 	case len(noPool) == 0:
 		return "", "no matching cluster takes work now (" + strings.Join(notReady, ", ") + ")"
 	default:
@@ -79,28 +79,6 @@ func timesFits(room, req resources.Resources) float64 {
 		}
 	}
 	return fits
-}
-
-func matches(labels, selector map[string]string) bool {
-	for k, v := range selector {
-		if labels[k] != v {
-			return false
-		}
-	}
-	return true
-}
-
-func formatLabels(m map[string]string) string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = k + "=" + m[k]
-	}
-	return "{" + strings.Join(parts, ",") + "}"
 }
 
 // jobRequest is what a job asks in all: every instance's resources, the

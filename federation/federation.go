@@ -16,7 +16,7 @@
 // makes has its own deadline: a cluster that hangs stalls its own worker and
 // nothing else. The decisions - a cluster's health from its checks, the
 // split of the pool tree, which cluster takes a job - are pure functions
-// (health.go, split.go, dispatch.go) over a snapshot; the workers read
+// (health.go, the split package, dispatch.go) over a snapshot; the workers read
 // state, call them and apply the result.
 package federation
 
@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/peloton-sched/peloton/cluster/client"
+	"github.com/peloton-sched/peloton/federation/split"
 	"github.com/peloton-sched/peloton/history"
 	"github.com/peloton-sched/peloton/internal/resources"
 	"github.com/peloton-sched/peloton/internal/store"
@@ -57,7 +58,10 @@ type Options struct {
 	// ClusterCredentials are the TLS files and token of the default Dial:
 	// how the federation proves itself to the clusters (mutual TLS).
 	ClusterCredentials client.Options
-	// Now is the clock (default time.Now); tests move it.
+	// Now is the clock (default time.Now); tests move it. Every time the
+	// federation records or decides on comes from it; only how long a
+	// call to a cluster or the store took (latency metrics, a check's
+	// slowness) is measured on the wall clock, as the call's deadline is.
 	Now func() time.Time
 	// JobRetention is how long a federated job is kept after it is done
 	// (default 7 days); older ones are deleted by an hourly sweep. Only
@@ -141,15 +145,20 @@ type Federation struct {
 	sla      globalSLA
 	// split is the last split of the pool tree (recomputed on every change
 	// of the tree or of the clusters' membership in it).
-	split SplitResult
+	split split.Result
 	// splitOf is the set of clusters (with capacities) split was made for.
 	splitOf map[string]resources.Resources
 
 	ctx       context.Context // the workers' context, set by Start
 	startedAt time.Time
 	stop      context.CancelFunc
-	wg        sync.WaitGroup
-	kick      chan struct{} // wakes the dispatcher
+	// wg counts every goroutine the federation starts (workers, loops and
+	// the background writes of goLocked); Close waits for it.
+	wg sync.WaitGroup
+	// closed is set by Close, under mu, before it waits: goLocked starts
+	// nothing after it, so no goroutine is added to wg once Close waits.
+	closed bool
+	kick   chan struct{} // wakes the dispatcher
 	// rolloutKick wakes the rollout loop.
 	rolloutKick chan struct{}
 	started     bool
@@ -223,6 +232,7 @@ func (f *Federation) Start(ctx context.Context) error {
 // a worker was doing is redone from the store by the next Start.
 func (f *Federation) Close() {
 	f.mu.Lock()
+	f.closed = true
 	stop := f.stop
 	f.mu.Unlock()
 	if stop != nil {
@@ -237,6 +247,22 @@ func (f *Federation) Close() {
 			_ = m.cli.Close()
 		}
 	}
+}
+
+// goLocked runs fn on a goroutine of its own that Close cancels (fn's
+// context is the federation's) and waits for. It starts nothing before
+// Start or once Close has begun: what fn would have written is then redone
+// from the store by the next Start. Caller holds mu.
+func (f *Federation) goLocked(fn func(ctx context.Context)) {
+	if f.closed || f.ctx == nil {
+		return
+	}
+	ctx := f.ctx
+	f.wg.Add(1)
+	go func() {
+		defer f.wg.Done()
+		fn(ctx)
+	}()
 }
 
 // nudgeAll wakes every cluster's worker, e.g. after the pool tree changed,

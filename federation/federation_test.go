@@ -19,6 +19,7 @@ import (
 	"github.com/peloton-sched/peloton/federation"
 	"github.com/peloton-sched/peloton/internal/store"
 	"github.com/peloton-sched/peloton/internal/store/storetest"
+	"github.com/peloton-sched/peloton/internal/testing/testutil"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
@@ -107,22 +108,6 @@ func ctxT(t *testing.T) context.Context {
 	return ctx
 }
 
-// eventually polls cond until it returns nil, failing after within.
-func eventually(t *testing.T, within time.Duration, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %v", within, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 func register(t *testing.T, f *federation.Federation, s *stack, labels map[string]string) {
 	t.Helper()
 	c, err := f.Register(ctxT(t), &pelotonv1.RegisterClusterRequest{Name: s.name, Endpoint: s.addr, Labels: labels})
@@ -196,14 +181,14 @@ func TestRegistryPoolsAndDrift(t *testing.T) {
 	if _, err := f.CreatePool(ctxT(t), "/team", &pelotonv1.FederatedPoolSpec{Reservation: &pelotonv1.Resources{Cpu: 30}}, ""); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, wantCPU([]*stack{a, b, c}, "/team", 10, 10, 10))
+	testutil.Eventually(t, 10*time.Second, "/team split 10:10:10", wantCPU([]*stack{a, b, c}, "/team", 10, 10, 10))
 
 	// Weights: a 2, b 1, c none.
 	if _, err := f.CreatePool(ctxT(t), "/w", &pelotonv1.FederatedPoolSpec{Reservation: &pelotonv1.Resources{Cpu: 9},
 		Placement: &pelotonv1.FederatedPoolPlacement{Weights: map[string]float64{"a": 2, "b": 1}}}, ""); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, wantCPU([]*stack{a, b, c}, "/w", 6, 3, -1))
+	testutil.Eventually(t, 10*time.Second, "/w split by its weights", wantCPU([]*stack{a, b, c}, "/w", 6, 3, -1))
 	// A weight naming an unknown cluster is refused, naming it.
 	_, err = f.CreatePool(ctxT(t), "/x", &pelotonv1.FederatedPoolSpec{Placement: &pelotonv1.FederatedPoolPlacement{Weights: map[string]float64{"nope": 1}}}, "")
 	if status.Code(err) != codes.InvalidArgument || !contains(err, "spec.placement.weights.nope") {
@@ -217,8 +202,8 @@ func TestRegistryPoolsAndDrift(t *testing.T) {
 	if _, err := b.cli.Pools.DeletePool(ctxT(t), &pelotonv1.DeletePoolRequest{Path: "/w"}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, wantCPU([]*stack{a, b, c}, "/team", 10, 10, 10))
-	eventually(t, 10*time.Second, wantCPU([]*stack{a, b, c}, "/w", 6, 3, -1))
+	testutil.Eventually(t, 10*time.Second, "/team split 10:10:10 after the restart", wantCPU([]*stack{a, b, c}, "/team", 10, 10, 10))
+	testutil.Eventually(t, 10*time.Second, "/w split by its weights after the restart", wantCPU([]*stack{a, b, c}, "/w", 6, 3, -1))
 	p, err := f.GetPool("/team")
 	if err != nil {
 		t.Fatal(err)
@@ -231,12 +216,12 @@ func TestRegistryPoolsAndDrift(t *testing.T) {
 	if _, err := f.UpdatePool(ctxT(t), "/team", &pelotonv1.FederatedPoolSpec{Reservation: &pelotonv1.Resources{Cpu: 60}}, 0); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, wantCPU([]*stack{a, b, c}, "/team", 20, 20, 20))
+	testutil.Eventually(t, 10*time.Second, "/team split 20:20:20", wantCPU([]*stack{a, b, c}, "/team", 20, 20, 20))
 	if err := f.DeletePool(ctxT(t), "/w"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, wantCPU([]*stack{a, b, c}, "/w", -1, -1, -1))
-	eventually(t, 10*time.Second, func() error {
+	testutil.Eventually(t, 10*time.Second, "/w gone from every cluster", wantCPU([]*stack{a, b, c}, "/w", -1, -1, -1))
+	testutil.Eventually(t, 10*time.Second, "the deleted global pool forgotten", func() error {
 		if _, err := f.GetPool("/w"); status.Code(err) != codes.NotFound {
 			return fmt.Errorf("deleted global pool still known: %v", err)
 		}
@@ -251,7 +236,7 @@ func TestRegistryPoolsAndDrift(t *testing.T) {
 	// A cluster that stops answering becomes UNREACHABLE and its part goes
 	// to the others; back, it gets its part again.
 	b.stop(t)
-	eventually(t, 10*time.Second, func() error {
+	testutil.Eventually(t, 10*time.Second, "b unreachable", func() error {
 		got, err := f.Get("b")
 		if err != nil {
 			return err
@@ -261,7 +246,7 @@ func TestRegistryPoolsAndDrift(t *testing.T) {
 		}
 		return nil
 	})
-	eventually(t, 10*time.Second, wantCPU([]*stack{a, c}, "/team", 30, 30))
+	testutil.Eventually(t, 10*time.Second, "/team split over a and c", wantCPU([]*stack{a, c}, "/team", 30, 30))
 }
 
 func TestDispatchBatchJobs(t *testing.T) {
@@ -274,7 +259,7 @@ func TestDispatchBatchJobs(t *testing.T) {
 	if _, err := f.CreatePool(ctxT(t), "/batch", &pelotonv1.FederatedPoolSpec{Reservation: &pelotonv1.Resources{Cpu: 10}}, ""); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, func() error {
+	testutil.Eventually(t, 10*time.Second, "/batch's parts in the clusters", func() error {
 		p, err := f.GetPool("/batch")
 		if err != nil {
 			return err
@@ -311,7 +296,7 @@ func TestDispatchBatchJobs(t *testing.T) {
 		t.Errorf("selector matching no cluster: %v", err)
 	}
 	for jid, want := range map[string]string{id: "b", east: "a"} {
-		eventually(t, 30*time.Second, func() error {
+		testutil.Eventually(t, 30*time.Second, "the job dispatched to the matching cluster", func() error {
 			j, err := f.GetJob(jid)
 			if err != nil {
 				return err
@@ -334,7 +319,7 @@ func TestDispatchBatchJobs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, func() error {
+	testutil.Eventually(t, 10*time.Second, "the job pending with its reason", func() error {
 		j, _ := f.GetJob(none)
 		if j.DispatchState != pelotonv1.DispatchState_DISPATCH_PENDING || !contains(errors.New(j.Message), "a CORDONED") {
 			return fmt.Errorf("job for a cordoned cluster: %s %q", j.DispatchState, j.Message)
@@ -371,8 +356,8 @@ func TestJobMovesOffAnUnreachableCluster(t *testing.T) {
 	if _, err := f.CreatePool(ctxT(t), "/batch", &pelotonv1.FederatedPoolSpec{}, ""); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, func() error { _, err := reservedCPU(small, "/batch"); return err })
-	eventually(t, 10*time.Second, func() error {
+	testutil.Eventually(t, 10*time.Second, "/batch in small", func() error { _, err := reservedCPU(small, "/batch"); return err })
+	testutil.Eventually(t, 10*time.Second, "/batch's reservation lowered in small", func() error {
 		if got, _ := reservedCPU(small, "/batch"); got < 0 {
 			return fmt.Errorf("/batch not in small yet")
 		}
@@ -398,14 +383,16 @@ func TestJobMovesOffAnUnreachableCluster(t *testing.T) {
 			return nil
 		}
 	}
-	eventually(t, 10*time.Second, jobIs(pelotonv1.DispatchState_DISPATCHED, "small"))
+	testutil.Eventually(t, 10*time.Second, "the job dispatched to small", jobIs(pelotonv1.DispatchState_DISPATCHED, "small"))
 	first, _ := f.GetJob(id)
 
 	big := startStackWith(t, e.Endpoints(), "big", 1, []string{"kind=big"})
 	register(t, f, big, nil)
 	small.stop(t)
-	eventually(t, 10*time.Second, jobIs(pelotonv1.DispatchState_DISPATCH_MOVING, "small"))
+	testutil.Eventually(t, 10*time.Second, "the job moving off small", jobIs(pelotonv1.DispatchState_DISPATCH_MOVING, "small"))
 	// Unreachable is not gone: while small does not answer, the job waits.
+	// A sleep that stays: it holds the job's state for a second of
+	// dispatcher passes (every 100 ms) to show that nothing moves it.
 	time.Sleep(time.Second)
 	if err := jobIs(pelotonv1.DispatchState_DISPATCH_MOVING, "small")(); err != nil {
 		t.Fatal(err)
@@ -416,7 +403,7 @@ func TestJobMovesOffAnUnreachableCluster(t *testing.T) {
 	if _, err := f.Register(ctxT(t), &pelotonv1.RegisterClusterRequest{Name: "small", Endpoint: small.addr, Replace: true}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, jobIs(pelotonv1.DispatchState_DISPATCH_DONE, "big"))
+	testutil.Eventually(t, 30*time.Second, "the job done in big", jobIs(pelotonv1.DispatchState_DISPATCH_DONE, "big"))
 	j, _ := f.GetJob(id)
 	if j.Status.GetState() != pelotonv1.JobState_JOB_SUCCEEDED || len(j.Attempts) != 2 || j.Attempts[0].EndReason == "" {
 		t.Fatalf("job ended %v with attempts %v", j.Status.GetState(), j.Attempts)

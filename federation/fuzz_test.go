@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/peloton-sched/peloton/federation/split"
 	"github.com/peloton-sched/peloton/internal/apierr"
 	"github.com/peloton-sched/peloton/internal/fsm"
 	"github.com/peloton-sched/peloton/internal/resources"
@@ -19,10 +20,10 @@ import (
 )
 
 // fuzzClusters are the registered clusters fuzzed services are split over.
-var fuzzClusters = []shareCluster{
-	{name: "a", labels: map[string]string{"zone": "east"}},
-	{name: "b", labels: map[string]string{"zone": "west"}},
-	{name: "c", labels: map[string]string{"zone": "east"}, cordoned: true},
+var fuzzClusters = []split.ServiceCluster{
+	{Name: "a", Labels: map[string]string{"zone": "east"}},
+	{Name: "b", Labels: map[string]string{"zone": "west"}},
+	{Name: "c", Labels: map[string]string{"zone": "east"}, Cordoned: true},
 }
 
 // FuzzValidateServiceSpec: validating a federated service spec never
@@ -87,7 +88,7 @@ func FuzzValidateServiceSpec(f *testing.F) {
 		if _, err := resources.FromProto(j.GetDefaultSpec().GetResources(), "r"); err != nil {
 			t.Fatalf("accepted resources %v: %v", j.GetDefaultSpec().GetResources(), err)
 		}
-		split, err := splitService(j.InstanceCount, spec.Placement, fuzzClusters)
+		parts, err := split.Service(j.InstanceCount, spec.Placement, fuzzClusters)
 		if err != nil {
 			if c := apierr.Code(err); c != codes.InvalidArgument && c != codes.FailedPrecondition {
 				t.Fatalf("split refused with %v", err)
@@ -95,8 +96,8 @@ func FuzzValidateServiceSpec(f *testing.F) {
 			return
 		}
 		var sum uint64
-		for name, n := range split {
-			if !slices.ContainsFunc(fuzzClusters, func(c shareCluster) bool { return c.name == name }) {
+		for name, n := range parts {
+			if !slices.ContainsFunc(fuzzClusters, func(c split.ServiceCluster) bool { return c.Name == name }) {
 				t.Fatalf("split to unregistered cluster %q", name)
 			}
 			if n == 0 {
@@ -105,7 +106,7 @@ func FuzzValidateServiceSpec(f *testing.F) {
 			sum += uint64(n)
 		}
 		if sum != uint64(j.InstanceCount) {
-			t.Fatalf("split %v adds up to %d, not %d", split, sum, j.InstanceCount)
+			t.Fatalf("split %v adds up to %d, not %d", parts, sum, j.InstanceCount)
 		}
 	})
 }

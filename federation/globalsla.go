@@ -82,14 +82,15 @@ func (f *Federation) serviceOfJobLocked(cluster, job string) *fedService {
 }
 
 // expireGrantsLocked forgets grants past their expiry (their records are
-// deleted in the background). Caller holds mu.
+// deleted in the background; a delete Close cuts short leaves a record
+// that the next Start loads and expires again). Caller holds mu.
 func (f *Federation) expireGrantsLocked(now time.Time) {
 	for id, g := range f.sla.grants {
 		if !now.Before(g.Expires.AsTime()) {
 			delete(f.sla.grants, id)
-			go func() {
-				_, _ = f.st.Txn(context.WithoutCancel(f.ctx), store.Delete(slaGrantPrefix+id, store.AnyRevision))
-			}()
+			f.goLocked(func(ctx context.Context) {
+				_, _ = f.st.Txn(ctx, store.Delete(slaGrantPrefix+id, store.AnyRevision))
+			})
 		}
 	}
 }

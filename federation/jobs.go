@@ -17,9 +17,11 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/peloton-sched/peloton/federation/split"
 	"github.com/peloton-sched/peloton/internal/apierr"
 	"github.com/peloton-sched/peloton/internal/fsm"
 	"github.com/peloton-sched/peloton/internal/metrics"
+	"github.com/peloton-sched/peloton/internal/paging"
 	"github.com/peloton-sched/peloton/internal/requestid"
 	"github.com/peloton-sched/peloton/internal/resources"
 	"github.com/peloton-sched/peloton/internal/store"
@@ -158,15 +160,15 @@ func (f *Federation) checkSelector(selector map[string]string) error {
 	var known []string
 	for _, name := range sortedKeys(f.clusters) {
 		labels := f.clusters[name].rec.Labels
-		if matches(labels, selector) {
+		if split.Matches(labels, selector) {
 			return nil
 		}
-		known = append(known, name+" "+formatLabels(labels))
+		known = append(known, name+" "+split.FormatLabels(labels))
 	}
 	if len(known) == 0 {
 		return apierr.FailedPrecondition("spec.placement.clusterSelector: no cluster is registered")
 	}
-	return apierr.Invalid("spec.placement.clusterSelector", "%s matches no registered cluster (%s)", formatLabels(selector), strings.Join(known, ", "))
+	return apierr.Invalid("spec.placement.clusterSelector", "%s matches no registered cluster (%s)", split.FormatLabels(selector), strings.Join(known, ", "))
 }
 
 func validateJobSpec(spec *pelotonv1.FederatedJobSpec) error {
@@ -217,56 +219,56 @@ func jobView(j *fedJob) *pelotonv1.FederatedJob {
 
 // ListJobs returns federated jobs, newest first, a page at a time.
 func (f *Federation) ListJobs(cluster string, pageSize uint32, token string) ([]*pelotonv1.FederatedJob, string, error) {
-	if pageSize == 0 {
-		pageSize = 500
+	n, err := paging.Size(pageSize, "pageSize")
+	if err != nil {
+		return nil, "", err
 	}
-	if pageSize > 5000 {
-		return nil, "", apierr.Invalid("pageSize", "at most 5000, got %d", pageSize)
+	var past func(*fedJob) bool
+	if token != "" {
+		mark, err := paging.DecodeMark(token, "pageToken", "fedjobs")
+		if err != nil {
+			return nil, "", err
+		}
+		past = func(j *fedJob) bool { return mark.Passed(j.rec.CreateTime.AsTime().UnixNano(), j.rec.Id) }
 	}
 	f.mu.Lock()
+	defer f.mu.Unlock()
 	all := make([]*fedJob, 0, len(f.jobs))
 	for _, j := range f.jobs {
 		if cluster == "" || j.rec.Cluster == cluster {
 			all = append(all, j)
 		}
 	}
-	sort.Slice(all, func(a, b int) bool {
-		ta, tb := all[a].rec.CreateTime.AsTime(), all[b].rec.CreateTime.AsTime()
-		if !ta.Equal(tb) {
-			return ta.After(tb)
-		}
-		return all[a].rec.Id < all[b].rec.Id
-	})
-	start := 0
-	if token != "" {
-		start = -1
-		for i, j := range all {
-			if j.rec.Id == token {
-				start = i + 1
-				break
-			}
-		}
-		if start < 0 {
-			f.mu.Unlock()
-			return nil, "", apierr.Invalid("pageToken", "unknown or expired token %q; list again from the first page", token)
-		}
-	}
-	var out []*pelotonv1.FederatedJob
-	next := ""
-	for i := start; i < len(all); i++ {
-		if uint32(len(out)) == pageSize {
-			next = all[i-1].rec.Id
-			break
-		}
-		v := jobView(all[i])
+	sortNewestFirst(all, func(j *fedJob) *pelotonv1.FederatedJob { return j.rec })
+	page, next := paging.Cut(all, n, past, func(last *fedJob) string {
+		return paging.EncodeMark("fedjobs", paging.Mark{Nanos: last.rec.CreateTime.AsTime().UnixNano(), ID: last.rec.Id})
+	}, func(j *fedJob) int { return proto.Size(j.rec) })
+	out := make([]*pelotonv1.FederatedJob, 0, len(page))
+	for _, j := range page {
+		v := jobView(j)
 		// A summary, as ListJobs of a cluster answers.
 		v.Spec = &pelotonv1.FederatedJobSpec{Placement: v.Spec.GetPlacement(), Job: &pelotonv1.JobSpec{
 			Name: v.Spec.GetJob().GetName(), Type: v.Spec.GetJob().GetType(), Pool: v.Spec.GetJob().GetPool(),
 			InstanceCount: v.Spec.GetJob().GetInstanceCount(), Sla: v.Spec.GetJob().GetSla(), Labels: v.Spec.GetJob().GetLabels()}}
 		out = append(out, v)
 	}
-	f.mu.Unlock()
 	return out, next, nil
+}
+
+// sortNewestFirst orders federated records as their lists show them:
+// newest first, ties by id, the order paging.Mark reads.
+func sortNewestFirst[T any, R interface {
+	GetCreateTime() *timestamppb.Timestamp
+	GetId() string
+}](all []T, rec func(T) R) {
+	sort.Slice(all, func(a, b int) bool {
+		ra, rb := rec(all[a]), rec(all[b])
+		ta, tb := ra.GetCreateTime().AsTime(), rb.GetCreateTime().AsTime()
+		if !ta.Equal(tb) {
+			return ta.After(tb)
+		}
+		return ra.GetId() < rb.GetId()
+	})
 }
 
 // KillJob kills a federated job wherever it is: before dispatch it is done

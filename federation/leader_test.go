@@ -116,6 +116,9 @@ func waitFedLeader(t *testing.T, within time.Duration, old *fedReplica, rs ...*f
 		if time.Now().After(deadline) {
 			t.Fatalf("no federation replica of %d leads and serves within %s", len(rs), within)
 		}
+		// A wait on a condition with a fixed cadence rather than
+		// testutil.Eventually's backoff: every 20 ms poll also checks that
+		// no two replicas lead at once.
 		time.Sleep(20 * time.Millisecond)
 	}
 }
@@ -172,7 +175,7 @@ func TestFederationLeaderElectAndHandover(t *testing.T) {
 		follower = fb
 	}
 	// Both campaign on the federation's own key, beside its state.
-	eventually(t, 5*time.Second, func() error {
+	testutil.Eventually(t, 5*time.Second, "both replicas campaigning", func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		resp, err := s.Client().Get(ctx, federation.Prefix+federation.LeaderKey+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
@@ -181,7 +184,8 @@ func TestFederationLeaderElectAndHandover(t *testing.T) {
 		}
 		return nil
 	})
-	// Steady state: the same one leads at every poll.
+	// Steady state: the same one leads at every poll. The sleeps stay: they
+	// space 25 polls over half a second in which nothing may change.
 	for i := 0; i < 25; i++ {
 		if !leader.leading.Load() || follower.leading.Load() {
 			t.Fatalf("poll %d: %s leads %v, %s leads %v", i, leader.name, leader.leading.Load(), follower.name, follower.leading.Load())
@@ -190,7 +194,7 @@ func TestFederationLeaderElectAndHandover(t *testing.T) {
 	}
 	// The follower answers /healthz itself, naming the leader once its
 	// watch has shown it.
-	eventually(t, 5*time.Second, func() error {
+	testutil.Eventually(t, 5*time.Second, "the follower's /healthz naming the leader", func() error {
 		if code, body := httpGet(follower.http, "/healthz"); code != http.StatusOK || !strings.HasPrefix(body, "ok (following ") {
 			return fmt.Errorf("follower /healthz: %d %q", code, body)
 		}
@@ -201,7 +205,7 @@ func TestFederationLeaderElectAndHandover(t *testing.T) {
 	// follower learns the leader's addresses from a watch, a moment after
 	// the leader serves, and refuses until then.
 	viaFollower := clusterService(t, follower.grpc)
-	eventually(t, 10*time.Second, func() error {
+	testutil.Eventually(t, 10*time.Second, "a register through the follower", func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		resp, err := viaFollower.RegisterCluster(ctx, &pelotonv1.RegisterClusterRequest{Name: "a", Endpoint: a.addr})
@@ -213,8 +217,8 @@ func TestFederationLeaderElectAndHandover(t *testing.T) {
 		}
 		return nil
 	})
-	eventually(t, 5*time.Second, knows(clusterService(t, leader.grpc), "a"))
-	eventually(t, 5*time.Second, func() error {
+	testutil.Eventually(t, 5*time.Second, "the leader knowing cluster a", knows(clusterService(t, leader.grpc), "a"))
+	testutil.Eventually(t, 5*time.Second, "the follower's REST answer listing cluster a", func() error {
 		if code, body := httpGet(follower.http, "/v1/federation/clusters"); code != http.StatusOK || !strings.Contains(body, `"name":"a"`) {
 			return fmt.Errorf("GET /v1/federation/clusters through the follower: %d %s", code, body)
 		}
@@ -233,7 +237,7 @@ func TestFederationLeaderElectAndHandover(t *testing.T) {
 	if err := <-stopped; err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, knows(viaFollower, "a"))
+	testutil.Eventually(t, 10*time.Second, "the new leader knowing cluster a", knows(viaFollower, "a"))
 	if follower.leads.Load() != 1 || leader.leads.Load() != 1 {
 		t.Fatalf("terms: %s %d, %s %d; want one each", leader.name, leader.leads.Load(), follower.name, follower.leads.Load())
 	}
@@ -266,7 +270,8 @@ func waitGoroutinesGone(within time.Duration, pkgs ...string) string {
 		if len(left) == 0 || time.Now().After(deadline) {
 			return strings.Join(left, "\n\n")
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // the poll of a wait on a condition, bounded by within
+
 	}
 }
 

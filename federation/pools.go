@@ -13,7 +13,9 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/peloton-sched/peloton/federation/split"
 	"github.com/peloton-sched/peloton/internal/apierr"
+	"github.com/peloton-sched/peloton/internal/casapply"
 	"github.com/peloton-sched/peloton/internal/metrics"
 	"github.com/peloton-sched/peloton/internal/requestid"
 	"github.com/peloton-sched/peloton/internal/resources"
@@ -197,48 +199,65 @@ func (f *Federation) CreatePool(ctx context.Context, path string, spec *pelotonv
 	if o.Done {
 		return f.GetPool(o.Object)
 	}
-	f.mu.Lock()
-	if gp := f.pools[path]; gp != nil {
-		f.mu.Unlock()
-		if gp.rec.Deleting {
-			return nil, apierr.FailedPrecondition("path: global pool %s is being deleted from its clusters; create it again once it is gone", path)
-		}
-		return nil, apierr.AlreadyExists("path: global pool %s already exists", path)
-	}
-	if _, err := f.checkPoolLocked(path, spec); err != nil {
-		f.mu.Unlock()
-		return nil, err
-	}
-	f.mu.Unlock()
 	rec := &pelotonv1.FederatedPool{Path: path, Spec: spec}
-	b, err := proto.Marshal(rec)
+	return casapply.Do(ctx, &f.mu, casapply.Change[struct{}, *pelotonv1.FederatedPool]{
+		Check: func() (struct{}, error) {
+			if gp := f.pools[path]; gp != nil {
+				if gp.rec.Deleting {
+					return struct{}{}, apierr.FailedPrecondition("path: global pool %s is being deleted from its clusters; create it again once it is gone", path)
+				}
+				return struct{}{}, apierr.AlreadyExists("path: global pool %s already exists", path)
+			}
+			_, err := f.checkPoolLocked(path, spec)
+			return struct{}{}, err
+		},
+		Write: func(ctx context.Context, _ struct{}) (int64, error) {
+			b, err := proto.Marshal(rec)
+			if err != nil {
+				return 0, err
+			}
+			ops := append([]store.Op{store.Put(poolKey(path), b, store.MustNotExist)}, o.Ops(rq, path, f.opts.Now())...)
+			rev, err := f.st.Txn(ctx, ops...)
+			if err != nil {
+				if o2, rerr := requestid.Recheck(ctx, f.st, rq, f.opts.Now(), err); rerr == nil && o2.Done {
+					return 0, answer(f.GetPool(o2.Object))
+				}
+				if errors.Is(err, store.ErrConflict) {
+					return 0, apierr.AlreadyExists("path: global pool %s was created meanwhile", path)
+				}
+				return 0, apierr.Unavailable("create global pool %s: %v", path, err)
+			}
+			return rev, nil
+		},
+		Apply: func(_ struct{}, rev int64) (*pelotonv1.FederatedPool, error) {
+			gp, err := newGlobalPool(rec, rev)
+			if err != nil {
+				return nil, err
+			}
+			gp.changed = f.opts.Now()
+			f.pools[path] = gp
+			f.resplitLocked()
+			f.nudgeAllLocked()
+			f.log.Info("global pool created", "path", path)
+			return f.poolViewLocked(gp), nil
+		},
+	})
+}
+
+// answer ends a change whose write found it made already (casapply.Answer)
+// with the object as it is now, or with the error reading it gave.
+func answer[R any](r R, err error) error {
 	if err != nil {
-		return nil, err
+		return err
 	}
-	ops := append([]store.Op{store.Put(poolKey(path), b, store.MustNotExist)}, o.Ops(rq, path, f.opts.Now())...)
-	rev, err := f.st.Txn(ctx, ops...)
-	if err != nil {
-		if o2, rerr := requestid.Recheck(ctx, f.st, rq, f.opts.Now(), err); rerr == nil && o2.Done {
-			return f.GetPool(o2.Object)
-		}
-		if errors.Is(err, store.ErrConflict) {
-			return nil, apierr.AlreadyExists("path: global pool %s was created meanwhile", path)
-		}
-		return nil, apierr.Unavailable("create global pool %s: %v", path, err)
-	}
-	gp, err := newGlobalPool(rec, rev)
-	if err != nil {
-		return nil, err
-	}
-	gp.changed = time.Now()
-	f.mu.Lock()
-	f.pools[path] = gp
-	f.resplitLocked()
-	f.nudgeAllLocked()
-	out := f.poolViewLocked(gp)
-	f.mu.Unlock()
-	f.log.Info("global pool created", "path", path)
-	return out, nil
+	return casapply.Answer(r)
+}
+
+// poolChange is what a check of an update or delete of a global pool hands
+// its write: the record to write and the revision it was read at.
+type poolChange struct {
+	rec *pelotonv1.FederatedPool
+	rev int64
 }
 
 // UpdatePool replaces a global pool's spec (compare-and-swap on version
@@ -251,58 +270,59 @@ func (f *Federation) UpdatePool(ctx context.Context, path string, spec *pelotonv
 	if spec == nil {
 		spec = &pelotonv1.FederatedPoolSpec{}
 	}
-	f.mu.Lock()
-	gp := f.pools[path]
-	if gp == nil || gp.rec.Deleting {
-		f.mu.Unlock()
-		return nil, apierr.NotFound("global pool %s does not exist", path)
-	}
-	if version != 0 && uint64(gp.rev) != version {
-		f.mu.Unlock()
-		return nil, apierr.FailedPrecondition("version: global pool %s is at version %d, not %d", path, gp.rev, version)
-	}
-	if _, err := f.checkPoolLocked(path, spec); err != nil {
-		f.mu.Unlock()
-		return nil, err
-	}
-	// Children must still fit the new reservation.
-	res, _, _, _ := resmgr.ValidatePoolSpec(clusterSpec(spec))
-	var sum resources.Resources
-	for other, c := range f.pools {
-		if parentOf(other) == path && !c.rec.Deleting {
-			sum = sum.Add(c.res)
-		}
-	}
-	for k := resources.Kind(0); k < resources.NumKinds; k++ {
-		if sum.Get(k) > res.Get(k) {
-			f.mu.Unlock()
-			return nil, apierr.Invalid("spec.reservation."+k.String(), "children of %s reserve %s %s in all, more than %s %s; lower theirs first",
-				path, resources.FormatAmount(k, sum.Get(k)), k, resources.FormatAmount(k, res.Get(k)), k)
-		}
-	}
-	rec := proto.Clone(gp.rec).(*pelotonv1.FederatedPool)
-	rev := gp.rev
-	f.mu.Unlock()
-	rec.Spec = spec
-	newRev, err := f.put(ctx, poolKey(path), rec, rev)
-	if errors.Is(err, store.ErrConflict) {
-		return nil, apierr.Aborted("global pool %s changed meanwhile; try again", path)
-	}
-	if err != nil {
-		return nil, apierr.Unavailable("update global pool %s: %v", path, err)
-	}
-	ngp, err := newGlobalPool(rec, newRev)
-	if err != nil {
-		return nil, err
-	}
-	ngp.changed = time.Now()
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.pools[path] = ngp
-	f.resplitLocked()
-	f.nudgeAllLocked()
-	f.log.Info("global pool updated", "path", path)
-	return f.poolViewLocked(ngp), nil
+	return casapply.Do(ctx, &f.mu, casapply.Change[poolChange, *pelotonv1.FederatedPool]{
+		Check: func() (poolChange, error) {
+			gp := f.pools[path]
+			if gp == nil || gp.rec.Deleting {
+				return poolChange{}, apierr.NotFound("global pool %s does not exist", path)
+			}
+			if version != 0 && uint64(gp.rev) != version {
+				return poolChange{}, apierr.FailedPrecondition("version: global pool %s is at version %d, not %d", path, gp.rev, version)
+			}
+			if _, err := f.checkPoolLocked(path, spec); err != nil {
+				return poolChange{}, err
+			}
+			// Children must still fit the new reservation.
+			res, _, _, _ := resmgr.ValidatePoolSpec(clusterSpec(spec))
+			var sum resources.Resources
+			for other, c := range f.pools {
+				if parentOf(other) == path && !c.rec.Deleting {
+					sum = sum.Add(c.res)
+				}
+			}
+			for k := resources.Kind(0); k < resources.NumKinds; k++ {
+				if sum.Get(k) > res.Get(k) {
+					return poolChange{}, apierr.Invalid("spec.reservation."+k.String(), "children of %s reserve %s %s in all, more than %s %s; lower theirs first",
+						path, resources.FormatAmount(k, sum.Get(k)), k, resources.FormatAmount(k, res.Get(k)), k)
+				}
+			}
+			rec := proto.Clone(gp.rec).(*pelotonv1.FederatedPool)
+			rec.Spec = spec
+			return poolChange{rec, gp.rev}, nil
+		},
+		Write: func(ctx context.Context, c poolChange) (int64, error) {
+			newRev, err := f.put(ctx, poolKey(path), c.rec, c.rev)
+			if errors.Is(err, store.ErrConflict) {
+				return 0, apierr.Aborted("global pool %s changed meanwhile; try again", path)
+			}
+			if err != nil {
+				return 0, apierr.Unavailable("update global pool %s: %v", path, err)
+			}
+			return newRev, nil
+		},
+		Apply: func(c poolChange, newRev int64) (*pelotonv1.FederatedPool, error) {
+			ngp, err := newGlobalPool(c.rec, newRev)
+			if err != nil {
+				return nil, err
+			}
+			ngp.changed = f.opts.Now()
+			f.pools[path] = ngp
+			f.resplitLocked()
+			f.nudgeAllLocked()
+			f.log.Info("global pool updated", "path", path)
+			return f.poolViewLocked(ngp), nil
+		},
+	})
 }
 
 // DeletePool marks a global pool without children for deletion; the
@@ -312,42 +332,45 @@ func (f *Federation) DeletePool(ctx context.Context, path string) error {
 	if err != nil {
 		return err
 	}
-	f.mu.Lock()
-	gp := f.pools[path]
-	if gp == nil {
-		f.mu.Unlock()
-		return apierr.NotFound("global pool %s does not exist", path)
-	}
-	if gp.rec.Deleting {
-		f.mu.Unlock()
-		return nil
-	}
-	for other := range f.pools {
-		if parentOf(other) == path {
-			f.mu.Unlock()
-			return apierr.FailedPrecondition("global pool %s has children (%s); delete them first", path, other)
-		}
-	}
-	rec := proto.Clone(gp.rec).(*pelotonv1.FederatedPool)
-	rev := gp.rev
-	f.mu.Unlock()
-	rec.Deleting = true
-	newRev, err := f.put(ctx, poolKey(path), rec, rev)
-	if errors.Is(err, store.ErrConflict) {
-		return apierr.Aborted("global pool %s changed meanwhile; try again", path)
-	}
-	if err != nil {
-		return apierr.Unavailable("delete global pool %s: %v", path, err)
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if cur := f.pools[path]; cur != nil {
-		cur.rec, cur.rev = rec, newRev
-	}
-	f.resplitLocked()
-	f.nudgeAllLocked()
-	f.log.Info("global pool deleting", "path", path)
-	return nil
+	_, err = casapply.Do(ctx, &f.mu, casapply.Change[poolChange, struct{}]{
+		Check: func() (poolChange, error) {
+			gp := f.pools[path]
+			if gp == nil {
+				return poolChange{}, apierr.NotFound("global pool %s does not exist", path)
+			}
+			if gp.rec.Deleting {
+				return poolChange{}, casapply.Answer(struct{}{})
+			}
+			for other := range f.pools {
+				if parentOf(other) == path {
+					return poolChange{}, apierr.FailedPrecondition("global pool %s has children (%s); delete them first", path, other)
+				}
+			}
+			rec := proto.Clone(gp.rec).(*pelotonv1.FederatedPool)
+			rec.Deleting = true
+			return poolChange{rec, gp.rev}, nil
+		},
+		Write: func(ctx context.Context, c poolChange) (int64, error) {
+			newRev, err := f.put(ctx, poolKey(path), c.rec, c.rev)
+			if errors.Is(err, store.ErrConflict) {
+				return 0, apierr.Aborted("global pool %s changed meanwhile; try again", path)
+			}
+			if err != nil {
+				return 0, apierr.Unavailable("delete global pool %s: %v", path, err)
+			}
+			return newRev, nil
+		},
+		Apply: func(c poolChange, newRev int64) (struct{}, error) {
+			if cur := f.pools[path]; cur != nil {
+				cur.rec, cur.rev = c.rec, newRev
+			}
+			f.resplitLocked()
+			f.nudgeAllLocked()
+			f.log.Info("global pool deleting", "path", path)
+			return struct{}{}, nil
+		},
+	})
+	return err
 }
 
 // GetPool returns a global pool with each cluster's part as last observed.
@@ -440,26 +463,26 @@ func (f *Federation) poolViewLocked(gp *globalPool) *pelotonv1.FederatedPool {
 // are not UNREACHABLE and have been checked (their capacity is known).
 // Caller holds mu.
 func (f *Federation) resplitLocked() {
-	var clusters []SplitCluster
+	var clusters []split.Cluster
 	of := map[string]resources.Resources{}
 	for _, name := range sortedKeys(f.clusters) {
 		m := f.clusters[name]
 		if m.rec.Health == pelotonv1.ClusterState_CLUSTER_UNREACHABLE || !m.checked {
 			continue
 		}
-		clusters = append(clusters, SplitCluster{Name: name, Capacity: m.capacity})
+		clusters = append(clusters, split.Cluster{Name: name, Capacity: m.capacity})
 		of[name] = m.capacity
 	}
-	pools := make([]GlobalPool, 0, len(f.pools))
+	pools := make([]split.Pool, 0, len(f.pools))
 	for _, path := range sortedKeys(f.pools) {
 		gp := f.pools[path]
 		if gp.rec.Deleting {
 			continue
 		}
-		pools = append(pools, GlobalPool{Path: path, Reservation: gp.res, Limit: gp.limit, Share: gp.share,
+		pools = append(pools, split.Pool{Path: path, Reservation: gp.res, Limit: gp.limit, Share: gp.share,
 			Weights: gp.rec.GetSpec().GetPlacement().GetWeights()})
 	}
-	f.split = Split(pools, clusters)
+	f.split = split.Pools(pools, clusters)
 	f.splitOf = of
 }
 
@@ -700,7 +723,7 @@ func (f *Federation) syncPools(ctx context.Context, name string, m *member) {
 		}
 	}
 	f.notePropagatedLocked(name, want, failed)
-	f.forgetDeletedLocked(ctx, have, failed, name)
+	f.forgetDeletedLocked(have, failed, name)
 }
 
 // notePropagatedLocked observes, for every global pool changed since it
@@ -715,14 +738,15 @@ func (f *Federation) notePropagatedLocked(name string, want map[string]*pelotonv
 			gp.reached = map[string]bool{}
 		}
 		gp.reached[name] = true
-		metrics.FederationPoolPropagation.Observe(time.Since(gp.changed).Seconds())
+		metrics.FederationPoolPropagation.Observe(f.opts.Now().Sub(gp.changed).Seconds())
 	}
 }
 
 // forgetDeletedLocked drops a deleting global pool once no reachable
 // cluster holds it any more. Caller holds mu; the delete is written
-// asynchronously.
-func (f *Federation) forgetDeletedLocked(ctx context.Context, have map[string]*pelotonv1.Pool, failed map[string]bool, name string) {
+// asynchronously (goLocked), and one Close cuts short is written by a
+// later check.
+func (f *Federation) forgetDeletedLocked(have map[string]*pelotonv1.Pool, failed map[string]bool, name string) {
 	for path, gp := range f.pools {
 		if !gp.rec.Deleting || failed[path] {
 			continue
@@ -746,7 +770,7 @@ func (f *Federation) forgetDeletedLocked(ctx context.Context, have map[string]*p
 		}
 		rev := gp.rev
 		key := poolKey(path)
-		go func() {
+		f.goLocked(func(ctx context.Context) {
 			if _, err := f.st.Txn(ctx, store.Delete(key, rev)); err != nil {
 				if errors.Is(err, store.ErrConflict) {
 					return // another worker forgot it first
@@ -760,6 +784,6 @@ func (f *Federation) forgetDeletedLocked(ctx context.Context, have map[string]*p
 			}
 			f.mu.Unlock()
 			f.log.Info("global pool deleted from every cluster", "pool", path)
-		}()
+		})
 	}
 }

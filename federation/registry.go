@@ -17,7 +17,9 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/peloton-sched/peloton/cluster/client"
+	"github.com/peloton-sched/peloton/federation/split"
 	"github.com/peloton-sched/peloton/internal/apierr"
+	"github.com/peloton-sched/peloton/internal/casapply"
 	"github.com/peloton-sched/peloton/internal/metrics"
 	"github.com/peloton-sched/peloton/internal/quarantine"
 	"github.com/peloton-sched/peloton/internal/resources"
@@ -103,8 +105,6 @@ func effectiveState(health pelotonv1.ClusterState, cordoned bool) pelotonv1.Clus
 
 var (
 	clusterNameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
-	labelKeyRE    = regexp.MustCompile(`^[A-Za-z0-9]([-A-Za-z0-9_./]{0,61}[A-Za-z0-9])?$`)
-	labelValueRE  = regexp.MustCompile(`^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$`)
 )
 
 // validateName checks a cluster name as the cluster stack checks its own
@@ -120,20 +120,10 @@ func validateName(name, field string) error {
 }
 
 // ValidateLabels checks cluster labels (and selectors): Kubernetes-style
-// keys and values, at most 64 pairs. field names the map in errors.
+// keys and values, at most 64 pairs. field names the map in errors. The
+// rules are split's, which selects clusters by them.
 func ValidateLabels(labels map[string]string, field string) error {
-	if len(labels) > 64 {
-		return apierr.Invalid(field, "at most 64 labels, got %d", len(labels))
-	}
-	for _, k := range sortedKeys(labels) {
-		if !labelKeyRE.MatchString(k) {
-			return apierr.Invalid(field, "key %q must be 1 to 63 letters, digits, '-', '_', '.' or '/', starting and ending with a letter or digit", k)
-		}
-		if v := labels[k]; !labelValueRE.MatchString(v) {
-			return apierr.Invalid(field+"."+k, "value %q must be at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit", v)
-		}
-	}
-	return nil
+	return split.ValidateLabels(labels, field)
 }
 
 func validateEndpoint(ep, field string, required bool) error {
@@ -179,93 +169,99 @@ func (f *Federation) Register(ctx context.Context, req *pelotonv1.RegisterCluste
 	}
 }
 
+// registration is what a registration's check hands its write, and what
+// the write (a probe of the cluster, then the record) hands its apply.
+type registration struct {
+	rec *pelotonv1.Cluster
+	rev int64
+	cli *client.Client
+	obs observation
+}
+
 func (f *Federation) register(ctx context.Context, req *pelotonv1.RegisterClusterRequest) (*pelotonv1.Cluster, error) {
 	now := f.opts.Now()
-	f.mu.Lock()
-	old := f.clusters[req.Name]
-	var prev *pelotonv1.Cluster
-	var rev int64 = store.MustNotExist
-	if old != nil {
-		prev, rev = proto.Clone(old.rec).(*pelotonv1.Cluster), old.rev
-	}
-	f.mu.Unlock()
-
-	if prev != nil {
-		same := prev.Endpoint == req.Endpoint && prev.HttpEndpoint == req.HttpEndpoint && maps.Equal(prev.Labels, req.Labels)
-		if same {
-			f.mu.Lock()
-			defer f.mu.Unlock()
-			if m := f.clusters[req.Name]; m != nil {
-				return m.view(), nil
+	return casapply.Do(ctx, &f.mu, casapply.Change[*registration, *pelotonv1.Cluster]{
+		Check: func() (*registration, error) {
+			rec := &pelotonv1.Cluster{
+				Name:           req.Name,
+				Labels:         req.Labels,
+				Endpoint:       req.Endpoint,
+				HttpEndpoint:   req.HttpEndpoint,
+				RegisteredTime: timestamppb.New(now),
+				Health:         pelotonv1.ClusterState_CLUSTER_READY,
+				State:          pelotonv1.ClusterState_CLUSTER_READY,
+				StateTime:      timestamppb.New(now),
 			}
-			return nil, apierr.Unavailable("cluster %s was deregistered meanwhile; register again", req.Name)
-		}
-		if !req.Replace {
-			return nil, apierr.AlreadyExists("name: cluster %s is already registered with endpoint %s; deregister it first, or set replace", req.Name, prev.Endpoint)
-		}
-	}
-	rec := &pelotonv1.Cluster{
-		Name:           req.Name,
-		Labels:         req.Labels,
-		Endpoint:       req.Endpoint,
-		HttpEndpoint:   req.HttpEndpoint,
-		RegisteredTime: timestamppb.New(now),
-		Health:         pelotonv1.ClusterState_CLUSTER_READY,
-		State:          pelotonv1.ClusterState_CLUSTER_READY,
-		StateTime:      timestamppb.New(now),
-	}
-	if prev != nil {
-		rec.RegisteredTime = prev.RegisteredTime
-		rec.State = prev.State // a cordon survives a new endpoint
-	}
-	// One probe before answering, so the caller learns at once whether the
-	// endpoint answers; the worker goes on from there.
-	cli, err := f.opts.Dial(req.Endpoint)
-	if err != nil {
-		return nil, apierr.Invalid("endpoint", "%v", err)
-	}
-	obs := f.probe(ctx, cli)
-	if !obs.answered {
-		rec.Health = pelotonv1.ClusterState_CLUSTER_UNREACHABLE
-		rec.Message = "did not answer at registration: " + obs.err
-	} else if obs.err != "" {
-		rec.Health = pelotonv1.ClusterState_CLUSTER_DEGRADED
-		rec.Message = obs.err
-	}
-	if rec.State != pelotonv1.ClusterState_CLUSTER_CORDONED {
-		rec.State = rec.Health
-	}
-	newRev, err := f.put(ctx, clusterKey(req.Name), rec, rev)
-	if err != nil {
-		_ = cli.Close()
-		if errors.Is(err, store.ErrConflict) {
-			return nil, apierr.Aborted("cluster %s changed meanwhile; try again", req.Name)
-		}
-		return nil, err
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	m := &member{rec: rec, rev: newRev, cli: cli, wake: make(chan struct{}, 1)}
-	if old := f.clusters[req.Name]; old != nil {
-		f.stopWorkerLocked(old)
-		_ = old.cli.Close()
-		// The same cluster at a new address (a restart, a new leader):
-		// what was observed of it still holds until the next check, so
-		// the split does not hand its part to the others meanwhile.
-		m.pools, m.capacity, m.alloc, m.checked, m.lastSeen = old.pools, old.capacity, old.alloc, old.checked, old.lastSeen
-		m.synced, m.poolMsgs = old.synced, old.poolMsgs
-	}
-	if obs.answered {
-		m.observe(obs, now)
-	}
-	f.clusters[req.Name] = m
-	f.setStateMetric(rec.Name, rec.State)
-	f.log.Info("cluster registered", "cluster", req.Name, "endpoint", req.Endpoint, "health", rec.Health, "message", rec.Message)
-	f.resplitLocked()
-	if f.started {
-		f.startWorkerLocked(m)
-	}
-	return m.view(), nil
+			old := f.clusters[req.Name]
+			if old == nil {
+				return &registration{rec: rec, rev: store.MustNotExist}, nil
+			}
+			prev := proto.Clone(old.rec).(*pelotonv1.Cluster)
+			if prev.Endpoint == req.Endpoint && prev.HttpEndpoint == req.HttpEndpoint && maps.Equal(prev.Labels, req.Labels) {
+				return nil, casapply.Answer(old.view())
+			}
+			if !req.Replace {
+				return nil, apierr.AlreadyExists("name: cluster %s is already registered with endpoint %s; deregister it first, or set replace", req.Name, prev.Endpoint)
+			}
+			rec.RegisteredTime = prev.RegisteredTime
+			rec.State = prev.State // a cordon survives a new endpoint
+			return &registration{rec: rec, rev: old.rev}, nil
+		},
+		Write: func(ctx context.Context, r *registration) (int64, error) {
+			// One probe before answering, so the caller learns at once
+			// whether the endpoint answers; the worker goes on from there.
+			cli, err := f.opts.Dial(req.Endpoint)
+			if err != nil {
+				return 0, apierr.Invalid("endpoint", "%v", err)
+			}
+			r.cli, r.obs = cli, f.probe(ctx, cli)
+			rec := r.rec
+			if !r.obs.answered {
+				rec.Health = pelotonv1.ClusterState_CLUSTER_UNREACHABLE
+				rec.Message = "did not answer at registration: " + r.obs.err
+			} else if r.obs.err != "" {
+				rec.Health = pelotonv1.ClusterState_CLUSTER_DEGRADED
+				rec.Message = r.obs.err
+			}
+			if rec.State != pelotonv1.ClusterState_CLUSTER_CORDONED {
+				rec.State = rec.Health
+			}
+			newRev, err := f.put(ctx, clusterKey(req.Name), rec, r.rev)
+			if err != nil {
+				_ = cli.Close()
+				if errors.Is(err, store.ErrConflict) {
+					return 0, apierr.Aborted("cluster %s changed meanwhile; try again", req.Name)
+				}
+				return 0, err
+			}
+			return newRev, nil
+		},
+		Apply: func(r *registration, newRev int64) (*pelotonv1.Cluster, error) {
+			rec := r.rec
+			m := &member{rec: rec, rev: newRev, cli: r.cli, wake: make(chan struct{}, 1)}
+			if old := f.clusters[req.Name]; old != nil {
+				f.stopWorkerLocked(old)
+				_ = old.cli.Close()
+				// The same cluster at a new address (a restart, a new
+				// leader): what was observed of it still holds until the
+				// next check, so the split does not hand its part to the
+				// others meanwhile.
+				m.pools, m.capacity, m.alloc, m.checked, m.lastSeen = old.pools, old.capacity, old.alloc, old.checked, old.lastSeen
+				m.synced, m.poolMsgs = old.synced, old.poolMsgs
+			}
+			if r.obs.answered {
+				m.observe(r.obs, now)
+			}
+			f.clusters[req.Name] = m
+			f.setStateMetric(rec.Name, rec.State)
+			f.log.Info("cluster registered", "cluster", req.Name, "endpoint", req.Endpoint, "health", rec.Health, "message", rec.Message)
+			f.resplitLocked()
+			if f.started {
+				f.startWorkerLocked(m)
+			}
+			return m.view(), nil
+		},
+	})
 }
 
 // Deregister forgets a cluster. Its pools are left as they are; federated
@@ -275,27 +271,38 @@ func (f *Federation) Deregister(ctx context.Context, name string) error {
 	if err := validateName(name, "name"); err != nil {
 		return err
 	}
-	f.mu.Lock()
-	m := f.clusters[name]
-	f.mu.Unlock()
-	if m == nil {
-		return apierr.NotFound("cluster %s is not registered", name)
+	_, err := casapply.Do(ctx, &f.mu, casapply.Change[*member, struct{}]{
+		Check: func() (*member, error) {
+			m := f.clusters[name]
+			if m == nil {
+				return nil, apierr.NotFound("cluster %s is not registered", name)
+			}
+			return m, nil
+		},
+		Write: func(ctx context.Context, _ *member) (int64, error) {
+			rev, err := f.st.Txn(ctx, store.Delete(clusterKey(name), store.AnyRevision))
+			if err != nil {
+				return 0, apierr.Unavailable("deregister %s: %v", name, err)
+			}
+			return rev, nil
+		},
+		Apply: func(m *member, _ int64) (struct{}, error) {
+			if f.clusters[name] == m {
+				delete(f.clusters, name)
+				f.stopWorkerLocked(m)
+				_ = m.cli.Close()
+			}
+			for _, s := range allClusterStates {
+				metrics.FederationClusterState.DeleteLabelValues(name, s.String())
+			}
+			f.resplitLocked()
+			f.nudgeAllLocked()
+			return struct{}{}, nil
+		},
+	})
+	if err != nil {
+		return err
 	}
-	if _, err := f.st.Txn(ctx, store.Delete(clusterKey(name), store.AnyRevision)); err != nil {
-		return apierr.Unavailable("deregister %s: %v", name, err)
-	}
-	f.mu.Lock()
-	if f.clusters[name] == m {
-		delete(f.clusters, name)
-		f.stopWorkerLocked(m)
-		_ = m.cli.Close()
-	}
-	for _, s := range allClusterStates {
-		metrics.FederationClusterState.DeleteLabelValues(name, s.String())
-	}
-	f.resplitLocked()
-	f.nudgeAllLocked()
-	f.mu.Unlock()
 	f.log.Info("cluster deregistered", "cluster", name)
 	f.clusterGone(ctx, name)
 	return nil
@@ -333,78 +340,101 @@ func (f *Federation) Cordon(ctx context.Context, name string, cordon bool) (*pel
 		return nil, err
 	}
 	for attempt := 0; ; attempt++ {
-		f.mu.Lock()
-		m := f.clusters[name]
-		if m == nil {
-			f.mu.Unlock()
-			return nil, apierr.NotFound("cluster %s is not registered", name)
+		c, err := casapply.Do(ctx, &f.mu, casapply.Change[clusterChange, *pelotonv1.Cluster]{
+			Check: func() (clusterChange, error) {
+				m := f.clusters[name]
+				if m == nil {
+					return clusterChange{}, apierr.NotFound("cluster %s is not registered", name)
+				}
+				if m.cordoned() == cordon {
+					return clusterChange{}, casapply.Answer(m.view())
+				}
+				rec := proto.Clone(m.rec).(*pelotonv1.Cluster)
+				rec.State = effectiveState(rec.Health, cordon)
+				return clusterChange{rec: rec, rev: m.rev}, nil
+			},
+			Write: func(ctx context.Context, c clusterChange) (int64, error) {
+				newRev, err := f.put(ctx, clusterKey(name), c.rec, c.rev)
+				if errors.Is(err, store.ErrConflict) && attempt < 5 {
+					return 0, err // a health change was written meanwhile: try again
+				}
+				if err != nil {
+					return 0, apierr.Unavailable("cordon %s: %v", name, err)
+				}
+				return newRev, nil
+			},
+			Apply: func(c clusterChange, newRev int64) (*pelotonv1.Cluster, error) {
+				if m := f.clusters[name]; m != nil && m.rev == c.rev {
+					m.rec, m.rev = c.rec, newRev
+				}
+				f.setStateMetric(name, c.rec.State)
+				f.log.Info("cluster cordon changed", "cluster", name, "cordoned", cordon)
+				if !cordon {
+					f.kickDispatch()
+				}
+				return f.clusters[name].view(), nil
+			},
+		})
+		if errors.Is(err, store.ErrConflict) {
+			continue
 		}
-		if m.cordoned() == cordon {
-			v := m.view()
-			f.mu.Unlock()
-			return v, nil
-		}
-		rec := proto.Clone(m.rec).(*pelotonv1.Cluster)
-		rev := m.rev
-		f.mu.Unlock()
-		rec.State = effectiveState(rec.Health, cordon)
-		newRev, err := f.put(ctx, clusterKey(name), rec, rev)
-		if errors.Is(err, store.ErrConflict) && attempt < 5 {
-			continue // a health change was written meanwhile
-		}
-		if err != nil {
-			return nil, apierr.Unavailable("cordon %s: %v", name, err)
-		}
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		if m := f.clusters[name]; m != nil && m.rev == rev {
-			m.rec, m.rev = rec, newRev
-		}
-		f.setStateMetric(name, rec.State)
-		f.log.Info("cluster cordon changed", "cluster", name, "cordoned", cordon)
-		if !cordon {
-			f.kickDispatch()
-		}
-		return f.clusters[name].view(), nil
+		return c, err
 	}
+}
+
+// clusterChange is what a check of a change of a cluster's record hands
+// its write: the record to write, the revision it was read at, and the
+// health it had.
+type clusterChange struct {
+	rec  *pelotonv1.Cluster
+	rev  int64
+	from pelotonv1.ClusterState
 }
 
 // setHealth persists a change of a cluster's health (rare: state changes,
 // not checks). It takes mu; the write happens without it.
 func (f *Federation) setHealth(ctx context.Context, name string, of *member, health pelotonv1.ClusterState, why string) {
-	f.mu.Lock()
-	m := f.clusters[name]
-	// of is the member the observation was made of: a worker replaced
-	// by a new registration (a new endpoint) must not speak for the new one.
-	if m == nil || m != of || m.rec.Health == health {
-		f.mu.Unlock()
+	changed, err := casapply.Do(ctx, &f.mu, casapply.Change[clusterChange, bool]{
+		Check: func() (clusterChange, error) {
+			m := f.clusters[name]
+			// of is the member the observation was made of: a worker
+			// replaced by a new registration (a new endpoint) must not
+			// speak for the new one.
+			if m == nil || m != of || m.rec.Health == health {
+				return clusterChange{}, casapply.Answer(false)
+			}
+			rec := proto.Clone(m.rec).(*pelotonv1.Cluster)
+			from := rec.Health
+			rec.Health = health
+			rec.State = effectiveState(health, rec.State == pelotonv1.ClusterState_CLUSTER_CORDONED)
+			rec.Message = why
+			rec.StateTime = timestamppb.New(f.opts.Now())
+			return clusterChange{rec: rec, rev: m.rev, from: from}, nil
+		},
+		Write: func(ctx context.Context, c clusterChange) (int64, error) {
+			newRev, err := f.put(ctx, clusterKey(name), c.rec, c.rev)
+			if err != nil {
+				// Health is observed again at the next check; the change
+				// is written then.
+				f.log.Warn("cannot record a cluster's health", "cluster", name, "health", health, "err", err)
+			}
+			return newRev, err
+		},
+		Apply: func(c clusterChange, newRev int64) (bool, error) {
+			if m := f.clusters[name]; m != nil && m.rev == c.rev {
+				m.rec, m.rev = c.rec, newRev
+				f.setStateMetric(name, c.rec.State)
+				// Membership of the pool split follows health.
+				f.resplitLocked()
+				f.nudgeAllLocked()
+			}
+			f.log.Info("cluster health changed", "cluster", name, "from", c.from, "to", health, "why", why)
+			return true, nil
+		},
+	})
+	if err != nil || !changed {
 		return
 	}
-	rec := proto.Clone(m.rec).(*pelotonv1.Cluster)
-	rev := m.rev
-	f.mu.Unlock()
-	from := rec.Health
-	rec.Health = health
-	rec.State = effectiveState(health, rec.State == pelotonv1.ClusterState_CLUSTER_CORDONED)
-	rec.Message = why
-	rec.StateTime = timestamppb.New(f.opts.Now())
-	newRev, err := f.put(ctx, clusterKey(name), rec, rev)
-	if err != nil {
-		// Health is observed again at the next check; the change is
-		// written then.
-		f.log.Warn("cannot record a cluster's health", "cluster", name, "health", health, "err", err)
-		return
-	}
-	f.mu.Lock()
-	if m := f.clusters[name]; m != nil && m.rev == rev {
-		m.rec, m.rev = rec, newRev
-		f.setStateMetric(name, rec.State)
-		// Membership of the pool split follows health.
-		f.resplitLocked()
-		f.nudgeAllLocked()
-	}
-	f.mu.Unlock()
-	f.log.Info("cluster health changed", "cluster", name, "from", from, "to", health, "why", why)
 	metrics.FederationClusterTransitions.WithLabelValues(name, health.String()).Inc()
 	switch health {
 	case pelotonv1.ClusterState_CLUSTER_UNREACHABLE:

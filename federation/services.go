@@ -13,8 +13,10 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/peloton-sched/peloton/federation/split"
 	"github.com/peloton-sched/peloton/internal/apierr"
 	"github.com/peloton-sched/peloton/internal/metrics"
+	"github.com/peloton-sched/peloton/internal/paging"
 	"github.com/peloton-sched/peloton/internal/requestid"
 	"github.com/peloton-sched/peloton/internal/store"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
@@ -24,7 +26,7 @@ import (
 
 // Federated services. A federated service is one SERVICE job spec run in
 // several clusters: at create the federation splits its instances over
-// the clusters its placement names (splitService) and records the split
+// the clusters its placement names (split.Service) and records the split
 // with the service, in one write. From then on each cluster's worker keeps
 // that cluster's part as desired state, as it keeps the cluster's pools:
 // it makes the part's job there (under a request id, so a create whose
@@ -35,7 +37,7 @@ import (
 //
 // What a part's job is given: the service's job spec with the part's
 // instance count, the service's budget of unavailable instances split in
-// proportion (splitBudget), and the label LabelFederatedService naming the
+// proportion (split.Budget), and the label LabelFederatedService naming the
 // service, so that an operator of the cluster can tell whose it is.
 
 const serviceRequestKind requestid.Kind = "federated-service"
@@ -101,22 +103,22 @@ func (f *Federation) CreateService(ctx context.Context, spec *pelotonv1.Federate
 		return f.GetService(o.Object)
 	}
 	f.mu.Lock()
-	var clusters []shareCluster
+	var clusters []split.ServiceCluster
 	for _, name := range sortedKeys(f.clusters) {
 		m := f.clusters[name]
-		clusters = append(clusters, shareCluster{name: name, labels: m.rec.Labels, cordoned: m.cordoned()})
+		clusters = append(clusters, split.ServiceCluster{Name: name, Labels: m.rec.Labels, Cordoned: m.cordoned()})
 	}
 	f.mu.Unlock()
-	split, err := splitService(spec.Job.InstanceCount, spec.Placement, clusters)
+	parts, err := split.Service(spec.Job.InstanceCount, spec.Placement, clusters)
 	if err != nil {
 		return nil, err
 	}
-	budgets := splitBudget(max(spec.Job.GetSla().GetMaximumUnavailableInstances(), 1), split)
+	budgets := split.Budget(max(spec.Job.GetSla().GetMaximumUnavailableInstances(), 1), parts)
 	id := newJobID()
 	rec := &pelotonv1.FederatedService{Id: id, Spec: spec, CreateTime: timestamppb.New(now), SpecVersion: 1,
 		Versions: []*pelotonv1.ServiceVersion{{Version: 1, Job: spec.Job, CreateTime: timestamppb.New(now)}}}
-	for _, name := range sortedKeys(split) {
-		rec.Clusters = append(rec.Clusters, &pelotonv1.ServiceCluster{Cluster: name, Desired: split[name],
+	for _, name := range sortedKeys(parts) {
+		rec.Clusters = append(rec.Clusters, &pelotonv1.ServiceCluster{Cluster: name, Desired: parts[name],
 			MaxUnavailable: budgets[name], Generation: 1, SpecVersion: 1, Message: "making its job there"})
 	}
 	b, err := proto.Marshal(rec)
@@ -136,13 +138,13 @@ func (f *Federation) CreateService(ctx context.Context, spec *pelotonv1.Federate
 	}
 	f.mu.Lock()
 	f.services[id] = &fedService{rec: rec, rev: rev}
-	for name := range split {
+	for name := range parts {
 		if m := f.clusters[name]; m != nil {
 			m.nudge()
 		}
 	}
 	f.mu.Unlock()
-	f.log.Info("federated service created", "service", id, "name", spec.Job.Name, "split", split)
+	f.log.Info("federated service created", "service", id, "name", spec.Job.Name, "split", parts)
 	metrics.FederationServices.WithLabelValues("created").Inc()
 	return f.GetService(id)
 }
@@ -225,11 +227,17 @@ func (f *Federation) serviceViewLocked(s *fedService) *pelotonv1.FederatedServic
 
 // ListServices returns federated services, newest first, a page at a time.
 func (f *Federation) ListServices(cluster string, pageSize uint32, token string) ([]*pelotonv1.FederatedService, string, error) {
-	if pageSize == 0 {
-		pageSize = 500
+	n, err := paging.Size(pageSize, "pageSize")
+	if err != nil {
+		return nil, "", err
 	}
-	if pageSize > 5000 {
-		return nil, "", apierr.Invalid("pageSize", "at most 5000, got %d", pageSize)
+	var past func(*fedService) bool
+	if token != "" {
+		mark, err := paging.DecodeMark(token, "pageToken", "fedservices")
+		if err != nil {
+			return nil, "", err
+		}
+		past = func(s *fedService) bool { return mark.Passed(s.rec.CreateTime.AsTime().UnixNano(), s.rec.Id) }
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -239,34 +247,13 @@ func (f *Federation) ListServices(cluster string, pageSize uint32, token string)
 			all = append(all, s)
 		}
 	}
-	sort.Slice(all, func(a, b int) bool {
-		ta, tb := all[a].rec.CreateTime.AsTime(), all[b].rec.CreateTime.AsTime()
-		if !ta.Equal(tb) {
-			return ta.After(tb)
-		}
-		return all[a].rec.Id < all[b].rec.Id
-	})
-	start := 0
-	if token != "" {
-		start = -1
-		for i, s := range all {
-			if s.rec.Id == token {
-				start = i + 1
-				break
-			}
-		}
-		if start < 0 {
-			return nil, "", apierr.Invalid("pageToken", "unknown or expired token %q; list again from the first page", token)
-		}
-	}
-	var out []*pelotonv1.FederatedService
-	next := ""
-	for i := start; i < len(all); i++ {
-		if uint32(len(out)) == pageSize {
-			next = all[i-1].rec.Id
-			break
-		}
-		out = append(out, f.serviceViewLocked(all[i]))
+	sortNewestFirst(all, func(s *fedService) *pelotonv1.FederatedService { return s.rec })
+	page, next := paging.Cut(all, n, past, func(last *fedService) string {
+		return paging.EncodeMark("fedservices", paging.Mark{Nanos: last.rec.CreateTime.AsTime().UnixNano(), ID: last.rec.Id})
+	}, func(s *fedService) int { return proto.Size(s.rec) })
+	out := make([]*pelotonv1.FederatedService, 0, len(page))
+	for _, s := range page {
+		out = append(out, f.serviceViewLocked(s))
 	}
 	return out, next, nil
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/peloton-sched/peloton/cluster/client"
 	"github.com/peloton-sched/peloton/federation"
 	"github.com/peloton-sched/peloton/internal/store/storetest"
+	"github.com/peloton-sched/peloton/internal/testing/testutil"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 	"github.com/peloton-sched/peloton/sla"
 	"github.com/peloton-sched/peloton/sla/fed"
@@ -125,7 +126,7 @@ func TestFederatedService(t *testing.T) {
 			return nil
 		}
 	}
-	eventually(t, 30*time.Second, running(12))
+	testutil.Eventually(t, 30*time.Second, "12 instances running", running(12))
 	cur, _ := f.GetService(svc.Id)
 	for _, s := range stacks {
 		j, err := partJob(t, s, cur)
@@ -148,7 +149,7 @@ func TestFederatedService(t *testing.T) {
 	if _, err := stacks[0].cli.Jobs.ScaleJob(ctxT(t), &pelotonv1.ScaleJobRequest{JobId: aJob.Id, InstanceCount: 1}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 60*time.Second, func() error {
+	testutil.Eventually(t, 60*time.Second, "the drifted parts repaired", func() error {
 		s, err := f.GetService(svc.Id)
 		if err != nil {
 			return err
@@ -180,7 +181,7 @@ func TestFederatedService(t *testing.T) {
 	if got.Desired != 12 || len(got.Clusters) != 3 || !proto.Equal(got.Spec, svc.Spec) {
 		t.Fatalf("after a restart: %v", got)
 	}
-	eventually(t, 30*time.Second, running(12))
+	testutil.Eventually(t, 30*time.Second, "12 instances running after the restart", running(12))
 
 	// Delete: every part's job is stopped and deleted, then the service
 	// is gone.
@@ -188,7 +189,7 @@ func TestFederatedService(t *testing.T) {
 	if err := f.DeleteService(ctxT(t), svc.Id); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 60*time.Second, func() error {
+	testutil.Eventually(t, 60*time.Second, "the deleted service forgotten", func() error {
 		if _, err := f.GetService(svc.Id); status.Code(err) != codes.NotFound {
 			return fmt.Errorf("service still there: %v", err)
 		}
@@ -217,7 +218,7 @@ func TestFederatedService(t *testing.T) {
 func waitRollout(t *testing.T, f *federation.Federation, id string, want pelotonv1.RolloutState) *pelotonv1.FederatedService {
 	t.Helper()
 	var got *pelotonv1.FederatedService
-	eventually(t, 90*time.Second, func() error {
+	testutil.Eventually(t, 90*time.Second, "the rollout's end", func() error {
 		s, err := f.GetService(id)
 		if err != nil {
 			return err
@@ -250,7 +251,7 @@ func TestFederatedServiceRollout(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := svc.Id
-	eventually(t, 30*time.Second, func() error {
+	testutil.Eventually(t, 30*time.Second, "5 instances running", func() error {
 		s, _ := f.GetService(id)
 		if s.Running != 5 {
 			return fmt.Errorf("%d running", s.Running)
@@ -305,7 +306,7 @@ func TestFederatedServiceRollout(t *testing.T) {
 		}
 	}
 	// Each part, and the whole, counts its instances healthy and updated.
-	eventually(t, 10*time.Second, func() error {
+	testutil.Eventually(t, 10*time.Second, "every part counting its instances healthy and updated", func() error {
 		s, _ := f.GetService(id)
 		for _, p := range s.Clusters {
 			if p.Healthy != p.Desired || p.Updated != p.Desired {
@@ -332,6 +333,8 @@ func TestFederatedServiceRollout(t *testing.T) {
 	if _, err := f.ControlRollout(ctxT(t), id, federation.RolloutPause); status.Code(err) != codes.FailedPrecondition || !contains(err, "is ROLLOUT_PAUSED") {
 		t.Errorf("pause of a paused rollout: %v", err)
 	}
+	// A sleep that stays: it holds half a second of rollout passes, in
+	// which a paused rollout must start nothing.
 	time.Sleep(500 * time.Millisecond)
 	if s, _ := f.GetService(id); s.Rollout.Steps[0].State != pelotonv1.RolloutStepState_STEP_PENDING {
 		t.Fatalf("a paused rollout started a step: %v", s.Rollout)
@@ -345,7 +348,7 @@ func TestFederatedServiceRollout(t *testing.T) {
 			t.Errorf("cluster %s: %d instances, want %d", p.Cluster, p.Desired, want)
 		}
 	}
-	eventually(t, 30*time.Second, func() error {
+	testutil.Eventually(t, 30*time.Second, "10 instances running", func() error {
 		s, _ := f.GetService(id)
 		if s.Running != 10 {
 			return fmt.Errorf("%d of 10 running", s.Running)
@@ -390,7 +393,7 @@ func TestFederatedServiceRollout(t *testing.T) {
 	if _, err := stacks[1].cli.Updates.AbortUpdate(ctxT(t), &pelotonv1.AbortUpdateRequest{UpdateId: own.Update.Id}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 60*time.Second, func() error {
+	testutil.Eventually(t, 60*time.Second, "the new command in cluster b", func() error {
 		s, _ := f.GetService(id)
 		if got := commandOf(stacks[1], s); got != "3601" {
 			return fmt.Errorf("b's job runs %s", got)
@@ -463,13 +466,13 @@ func TestFederatedServiceFailover(t *testing.T) {
 		}
 	}
 	even := map[string]uint32{"a": 2, "b": 2, "c": 2}
-	eventually(t, 30*time.Second, parts(back, even, 6))
-	eventually(t, 30*time.Second, parts(stay, even, 6))
+	testutil.Eventually(t, 30*time.Second, "the even split of the service moving back", parts(back, even, 6))
+	testutil.Eventually(t, 30*time.Second, "the even split of the service staying", parts(stay, even, 6))
 
 	stacks[2].stop(t)
 	moved := map[string]uint32{"a": 3, "b": 3}
-	eventually(t, 30*time.Second, parts(back, moved, 6))
-	eventually(t, 30*time.Second, parts(stay, moved, 6))
+	testutil.Eventually(t, 30*time.Second, "the split of the service moving back without c", parts(back, moved, 6))
+	testutil.Eventually(t, 30*time.Second, "the split of the service staying without c", parts(stay, moved, 6))
 	for _, id := range []string{back, stay} {
 		s, _ := f.GetService(id)
 		for _, p := range s.Clusters {
@@ -477,7 +480,7 @@ func TestFederatedServiceFailover(t *testing.T) {
 				t.Errorf("service %s: part %s covers %v, want 1 of c", s.Spec.Job.Name, p.Cluster, p.Covering)
 			}
 		}
-		eventually(t, 20*time.Second, func() error {
+		testutil.Eventually(t, 20*time.Second, "the part's job in cluster a resized", func() error {
 			j, err := partJob(t, stacks[0], s)
 			if err != nil || j.Spec.InstanceCount != 3 {
 				return fmt.Errorf("a's job of %s: %v instances %v (%v)", s.Spec.Job.Name, j.GetSpec().GetInstanceCount(), err, j.GetStatus())
@@ -491,8 +494,8 @@ func TestFederatedServiceFailover(t *testing.T) {
 	if _, err := f.Register(ctxT(t), &pelotonv1.RegisterClusterRequest{Name: "c", Endpoint: c.addr, Replace: true}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 60*time.Second, parts(back, even, 6))
-	eventually(t, 60*time.Second, func() error {
+	testutil.Eventually(t, 60*time.Second, "the service moving back split evenly again", parts(back, even, 6))
+	testutil.Eventually(t, 60*time.Second, "the staying service's parts", func() error {
 		s, err := f.GetService(stay)
 		if err != nil {
 			return err
@@ -538,7 +541,7 @@ func TestGlobalSLA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, func() error {
+	testutil.Eventually(t, 30*time.Second, "2 instances running", func() error {
 		s, _ := f.GetService(svc.Id)
 		if s.Running != 2 {
 			return fmt.Errorf("%d running", s.Running)
@@ -580,7 +583,7 @@ func TestGlobalSLA(t *testing.T) {
 	if err != nil || !got.Job.Status.SlaFallback || !strings.Contains(got.Job.Status.Message, "share of the service's budget (0)") {
 		t.Fatalf("b's job while the federation is away: %v %v", got.GetJob().GetStatus(), err)
 	}
-	eventually(t, 30*time.Second, func() error {
+	testutil.Eventually(t, 30*time.Second, "the service showing b on its fallback share of 0", func() error {
 		s, _ := f.GetService(svc.Id)
 		for _, p := range s.Clusters {
 			if p.Cluster == "b" && p.SlaFallback && p.MaxUnavailable == 0 {
@@ -598,7 +601,7 @@ func TestGlobalSLA(t *testing.T) {
 	gs2 := federation.NewServer(f, logger()).GRPCServer()
 	go func() { _ = gs2.Serve(lis2) }()
 	t.Cleanup(gs2.Stop)
-	eventually(t, 30*time.Second, func() error {
+	testutil.Eventually(t, 30*time.Second, "b asking the federation again once it is back", func() error {
 		_, err := b.cli.Tasks.KillTask(ctxT(t), &pelotonv1.KillTaskRequest{JobId: bJob.Id, InstanceId: 0})
 		// The federation answers: granted (a's instance is back) or
 		// refused over the global budget, never on b's share of 0.

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/peloton-sched/peloton/federation/split"
 	"github.com/peloton-sched/peloton/internal/apierr"
 	"github.com/peloton-sched/peloton/internal/metrics"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
@@ -62,21 +63,21 @@ func (f *Federation) UpdateService(ctx context.Context, id string, job *pelotonv
 		}
 		// The new count over the same clusters, in proportion to their parts.
 		shares := &pelotonv1.ServicePlacement{}
-		var clusters []shareCluster
+		var clusters []split.ServiceCluster
 		for _, p := range rec.Clusters {
 			shares.Clusters = append(shares.Clusters, &pelotonv1.ClusterShare{Name: p.Cluster, Weight: p.Desired})
-			clusters = append(clusters, shareCluster{name: p.Cluster})
+			clusters = append(clusters, split.ServiceCluster{Name: p.Cluster})
 		}
-		split, err := splitService(job.InstanceCount, shares, clusters)
+		parts, err := split.Service(job.InstanceCount, shares, clusters)
 		if err != nil {
 			return err
 		}
 		for _, p := range rec.Clusters {
-			if split[p.Cluster] == 0 {
+			if parts[p.Cluster] == 0 {
 				return apierr.Invalid("job.instanceCount", "%d leaves cluster %s no instance; every cluster of the service keeps one at least", job.InstanceCount, p.Cluster)
 			}
 		}
-		budgets := splitBudget(max(job.GetSla().GetMaximumUnavailableInstances(), 1), split)
+		budgets := split.Budget(max(job.GetSla().GetMaximumUnavailableInstances(), 1), parts)
 		now := timestamppb.New(f.opts.Now())
 		from := rec.SpecVersion
 		rec.SpecVersion++
@@ -102,7 +103,7 @@ func (f *Federation) UpdateService(ctx context.Context, id string, job *pelotonv
 		for _, name := range order {
 			p := partOf(rec, name)
 			r.Steps = append(r.Steps, &pelotonv1.RolloutStep{Cluster: name, State: pelotonv1.RolloutStepState_STEP_PENDING,
-				Desired: split[name], MaxUnavailable: budgets[name], FromDesired: p.Desired, FromMaxUnavailable: p.MaxUnavailable})
+				Desired: parts[name], MaxUnavailable: budgets[name], FromDesired: p.Desired, FromMaxUnavailable: p.MaxUnavailable})
 		}
 		rec.Rollout = r
 		pruneVersions(rec)

@@ -1,48 +1,30 @@
 package jobmgr
 
 import (
-	"encoding/base64"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/peloton-sched/peloton/internal/apierr"
+	"github.com/peloton-sched/peloton/internal/paging"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 	"google.golang.org/protobuf/proto"
 )
 
-// Page sizes of the list calls. A page also ends before it would pass
-// pageBytes, so that no answer nears gRPC's 4 MiB default whatever the
-// items hold.
+// Page sizes of the list calls (package paging: a page also ends before
+// it would pass pageBytes, so that no answer nears gRPC's 4 MiB default
+// whatever the items hold).
 const (
-	DefaultPageSize = 500
-	MaxPageSize     = 5000
-	pageBytes       = 2 << 20
+	DefaultPageSize = paging.DefaultSize
+	MaxPageSize     = paging.MaxSize
+	pageBytes       = paging.MaxBytes
 )
 
 // pageSize checks a requested page size; 0 means the default.
-func pageSize(n uint32) (int, error) {
-	switch {
-	case n == 0:
-		return DefaultPageSize, nil
-	case n > MaxPageSize:
-		return 0, apierr.Invalid("pageSize", "at most %d, got %d", MaxPageSize, n)
-	}
-	return int(n), nil
-}
+func pageSize(n uint32) (int, error) { return paging.Size(n, "pageSize") }
 
-// Page tokens are opaque to clients: base64 of "<kind>:<fields>".
-func encodeToken(parts ...string) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(strings.Join(parts, "\x00")))
-}
-
+// Page tokens are opaque to clients (paging.Encode).
 func decodeToken(token, kind string, n int) ([]string, error) {
-	b, err := base64.RawURLEncoding.DecodeString(token)
-	parts := strings.Split(string(b), "\x00")
-	if err != nil || len(parts) != n+1 || parts[0] != kind {
-		return nil, apierr.Invalid("pageToken", "not a token this list returned; pass next_page_token of the previous page, or nothing for the first")
-	}
-	return parts[1:], nil
+	return paging.Decode(token, "pageToken", kind, n)
 }
 
 // JobFilter selects jobs for ListJobsPage; every filter that is set must
@@ -116,7 +98,7 @@ func (m *Manager) ListJobsPage(f JobFilter, size uint32, token string) ([]*pelot
 		size := proto.Size(j)
 		if len(out) == n || (len(out) > 0 && bytes+size > pageBytes) {
 			last := out[len(out)-1]
-			return out, encodeToken("jobs", strconv.FormatInt(last.Status.GetCreateTime().AsTime().UnixNano(), 10), last.Id), nil
+			return out, paging.Encode("jobs", strconv.FormatInt(last.Status.GetCreateTime().AsTime().UnixNano(), 10), last.Id), nil
 		}
 		out = append(out, j)
 		bytes += size
@@ -182,7 +164,7 @@ func TasksPage(jobID string, count int, task func(inst uint32) *pelotonv1.Task, 
 		}
 		size := proto.Size(tp)
 		if len(out) == n || (len(out) > 0 && bytes+size > pageBytes) {
-			return out, encodeToken("tasks", jobID, strconv.Itoa(i)), nil
+			return out, paging.Encode("tasks", jobID, strconv.Itoa(i)), nil
 		}
 		out = append(out, tp)
 		bytes += size

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/peloton-sched/peloton/internal/apierr"
+	"github.com/peloton-sched/peloton/internal/casapply"
 	"github.com/peloton-sched/peloton/internal/metrics"
 	"github.com/peloton-sched/peloton/internal/quarantine"
 	"github.com/peloton-sched/peloton/internal/requestid"
@@ -71,8 +72,9 @@ type Manager struct {
 	//
 	// A tree change validates under mu, freezes the pools whose shape it
 	// depends on (see Pool.frozen), writes etcd with mu released, then
-	// applies to memory under mu. Only tree changes alter the tree's shape,
-	// reservations and revisions, so what was validated still holds.
+	// applies to memory under mu (the three steps of casapply.Do). Only
+	// tree changes alter the tree's shape, reservations and revisions, so
+	// what was validated still holds.
 	poolMu  sync.Mutex
 	hasJobs func(pool string) bool // guarded by poolMu
 	// freshDefault is the revision of /default when New created it on an
@@ -364,54 +366,67 @@ func (m *Manager) createPool(ctx context.Context, path string, spec *pelotonv1.P
 	res := r[0]
 	m.poolMu.Lock()
 	defer m.poolMu.Unlock()
-	m.mu.Lock()
-	parent, err := m.checkCreate(path)
-	if err != nil {
-		m.mu.Unlock()
-		return nil, err
-	}
-	freeze(parent)
-	m.mu.Unlock()
-	defer m.thaw(parent)
-	if parent != m.root {
-		if err := m.checkNoJobs("a pool with jobs cannot get children", parent.Path); err != nil {
-			return nil, err
+	// The parent stays frozen from the check until the pool is in memory
+	// (or the change failed).
+	var frozen *Pool
+	defer func() {
+		if frozen != nil {
+			m.thaw(frozen)
 		}
-	}
-	// Reservations change only under poolMu, which this holds.
-	if err := m.checkReservations(parent, path, res); err != nil {
-		return nil, err
-	}
-	val, err := proto.Marshal(spec)
-	if err != nil {
-		return nil, fmt.Errorf("resmgr: encode pool %s: %w", path, err)
-	}
-	key := poolKeyPrefix + path
-	ops := []store.Op{store.Put(key, val, store.MustNotExist)}
-	if with != nil {
-		ops = append(ops, with(path)...)
-	}
-	rev, err := m.txnOutcome(ctx, key, func(kv *store.KV) (int64, bool) {
-		if kv == nil || !bytes.Equal(kv.Value, val) {
-			return 0, false
-		}
-		return kv.Revision, true
-	}, ops...)
-	if errors.Is(err, store.ErrConflict) {
-		return nil, apierr.AlreadyExists("pool %s already exists", path)
-	}
-	if err != nil {
-		return nil, apierr.Unavailable("store pool %s: %v", path, err)
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	p, err := m.attach(path, proto.Clone(spec).(*pelotonv1.PoolSpec), rev)
-	if err != nil {
-		return nil, err // cannot happen: poolMu kept the parent
-	}
-	m.kick()
-	m.log.Info("pool created", "path", path)
-	return p.toProto(true), nil
+	}()
+	return casapply.Do(ctx, &m.mu, casapply.Change[*Pool, *pelotonv1.Pool]{
+		Check: func() (*Pool, error) {
+			parent, err := m.checkCreate(path)
+			if err != nil {
+				return nil, err
+			}
+			freeze(parent)
+			frozen = parent
+			return parent, nil
+		},
+		Write: func(ctx context.Context, parent *Pool) (int64, error) {
+			if parent != m.root {
+				if err := m.checkNoJobs("a pool with jobs cannot get children", parent.Path); err != nil {
+					return 0, err
+				}
+			}
+			// Reservations change only under poolMu, which this holds.
+			if err := m.checkReservations(parent, path, res); err != nil {
+				return 0, err
+			}
+			val, err := proto.Marshal(spec)
+			if err != nil {
+				return 0, fmt.Errorf("resmgr: encode pool %s: %w", path, err)
+			}
+			key := poolKeyPrefix + path
+			ops := []store.Op{store.Put(key, val, store.MustNotExist)}
+			if with != nil {
+				ops = append(ops, with(path)...)
+			}
+			rev, err := m.txnOutcome(ctx, key, func(kv *store.KV) (int64, bool) {
+				if kv == nil || !bytes.Equal(kv.Value, val) {
+					return 0, false
+				}
+				return kv.Revision, true
+			}, ops...)
+			if errors.Is(err, store.ErrConflict) {
+				return 0, apierr.AlreadyExists("pool %s already exists", path)
+			}
+			if err != nil {
+				return 0, apierr.Unavailable("store pool %s: %v", path, err)
+			}
+			return rev, nil
+		},
+		Apply: func(_ *Pool, rev int64) (*pelotonv1.Pool, error) {
+			p, err := m.attach(path, proto.Clone(spec).(*pelotonv1.PoolSpec), rev)
+			if err != nil {
+				return nil, err // cannot happen: poolMu kept the parent
+			}
+			m.kick()
+			m.log.Info("pool created", "path", path)
+			return p.toProto(true), nil
+		},
+	})
 }
 
 // checkCreate validates the place of a new pool at path in the tree and
@@ -439,35 +454,46 @@ func (m *Manager) UpdatePool(ctx context.Context, path string, spec *pelotonv1.P
 	res, limit, share := r[0], r[1], r[2]
 	m.poolMu.Lock()
 	defer m.poolMu.Unlock()
-	m.mu.Lock()
-	p, rev0, err := m.checkUpdate(path, res, version)
-	m.mu.Unlock()
-	if err != nil {
-		return nil, err
-	}
-	val, err := proto.Marshal(spec)
-	if err != nil {
-		return nil, fmt.Errorf("resmgr: encode pool %s: %w", path, err)
-	}
-	key := poolKeyPrefix + path
-	rev, err := m.txnOutcome(ctx, key, func(kv *store.KV) (int64, bool) {
-		if kv == nil || kv.Revision == rev0 || !bytes.Equal(kv.Value, val) {
-			return 0, false
-		}
-		return kv.Revision, true
-	}, store.Put(key, val, rev0))
-	if errors.Is(err, store.ErrConflict) {
-		return nil, apierr.Aborted("pool %s changed concurrently; retry", path)
-	}
-	if err != nil {
-		return nil, apierr.Unavailable("store pool %s: %v", path, err)
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	p.spec, p.revision = proto.Clone(spec).(*pelotonv1.PoolSpec), rev
-	p.Reservation, p.Limit, p.Share = res, limit, share
-	m.kick()
-	return p.toProto(true), nil
+	return casapply.Do(ctx, &m.mu, casapply.Change[poolAt, *pelotonv1.Pool]{
+		Check: func() (poolAt, error) {
+			p, rev0, err := m.checkUpdate(path, res, version)
+			return poolAt{p, rev0}, err
+		},
+		Write: func(ctx context.Context, at poolAt) (int64, error) {
+			val, err := proto.Marshal(spec)
+			if err != nil {
+				return 0, fmt.Errorf("resmgr: encode pool %s: %w", path, err)
+			}
+			key := poolKeyPrefix + path
+			rev, err := m.txnOutcome(ctx, key, func(kv *store.KV) (int64, bool) {
+				if kv == nil || kv.Revision == at.rev || !bytes.Equal(kv.Value, val) {
+					return 0, false
+				}
+				return kv.Revision, true
+			}, store.Put(key, val, at.rev))
+			if errors.Is(err, store.ErrConflict) {
+				return 0, apierr.Aborted("pool %s changed concurrently; retry", path)
+			}
+			if err != nil {
+				return 0, apierr.Unavailable("store pool %s: %v", path, err)
+			}
+			return rev, nil
+		},
+		Apply: func(at poolAt, rev int64) (*pelotonv1.Pool, error) {
+			p := at.pool
+			p.spec, p.revision = proto.Clone(spec).(*pelotonv1.PoolSpec), rev
+			p.Reservation, p.Limit, p.Share = res, limit, share
+			m.kick()
+			return p.toProto(true), nil
+		},
+	})
+}
+
+// poolAt is a pool a check found and the revision it found it at, for the
+// write's compare-and-swap.
+type poolAt struct {
+	pool *Pool
+	rev  int64
 }
 
 // checkUpdate validates a new reservation of the pool at path against its
@@ -506,39 +532,52 @@ func (m *Manager) DeletePool(ctx context.Context, path string) error {
 	}
 	m.poolMu.Lock()
 	defer m.poolMu.Unlock()
-	m.mu.Lock()
-	p, ok := m.pools[path]
-	switch {
-	case !ok:
-		err = apierr.NotFound("pool %s does not exist", path)
-	case !p.IsLeaf():
-		err = apierr.FailedPrecondition("pool %s has child pools %s; delete them first", path, strings.Join(p.Children(), ", "))
-	case m.hasTasks(p):
-		err = apierr.FailedPrecondition("pool %s has jobs; delete them first", path)
-	default:
-		freeze(p)
-	}
-	m.mu.Unlock()
+	var frozen *Pool
+	defer func() {
+		if frozen != nil {
+			m.thaw(frozen)
+		}
+	}()
+	_, err = casapply.Do(ctx, &m.mu, casapply.Change[*Pool, struct{}]{
+		Check: func() (*Pool, error) {
+			p, ok := m.pools[path]
+			switch {
+			case !ok:
+				return nil, apierr.NotFound("pool %s does not exist", path)
+			case !p.IsLeaf():
+				return nil, apierr.FailedPrecondition("pool %s has child pools %s; delete them first", path, strings.Join(p.Children(), ", "))
+			case m.hasTasks(p):
+				return nil, apierr.FailedPrecondition("pool %s has jobs; delete them first", path)
+			}
+			freeze(p)
+			frozen = p
+			return p, nil
+		},
+		Write: func(ctx context.Context, p *Pool) (int64, error) {
+			if err := m.checkNoJobs("delete them first", path); err != nil {
+				return 0, err
+			}
+			key := poolKeyPrefix + path
+			rev, err := m.txnOutcome(ctx, key, func(kv *store.KV) (int64, bool) { return 0, kv == nil },
+				store.Delete(key, p.revision))
+			if errors.Is(err, store.ErrConflict) {
+				return 0, apierr.Aborted("pool %s changed concurrently; retry", path)
+			}
+			if err != nil {
+				return 0, apierr.Unavailable("delete pool %s: %v", path, err)
+			}
+			return rev, nil
+		},
+		Apply: func(p *Pool, _ int64) (struct{}, error) {
+			delete(p.parent.children, path)
+			delete(m.pools, path)
+			m.kick()
+			return struct{}{}, nil
+		},
+	})
 	if err != nil {
 		return err
 	}
-	defer m.thaw(p)
-	if err := m.checkNoJobs("delete them first", path); err != nil {
-		return err
-	}
-	key := poolKeyPrefix + path
-	if _, err := m.txnOutcome(ctx, key, func(kv *store.KV) (int64, bool) { return 0, kv == nil },
-		store.Delete(key, p.revision)); err != nil {
-		if errors.Is(err, store.ErrConflict) {
-			return apierr.Aborted("pool %s changed concurrently; retry", path)
-		}
-		return apierr.Unavailable("delete pool %s: %v", path, err)
-	}
-	m.mu.Lock()
-	delete(p.parent.children, path)
-	delete(m.pools, path)
-	m.kick()
-	m.mu.Unlock()
 	m.log.Info("pool deleted", "path", path)
 	return nil
 }
@@ -1520,83 +1559,105 @@ func (m *Manager) MovePool(ctx context.Context, path, newParent string) (*peloto
 	newPath := strings.TrimSuffix(newParent, "/") + "/" + base
 	m.poolMu.Lock()
 	defer m.poolMu.Unlock()
-	m.mu.Lock()
-	p, target, subtree, err := m.checkMove(path, newParent, newPath)
-	if err != nil || p.Path == newPath {
-		defer m.mu.Unlock()
-		if err != nil {
-			return nil, err
+	// The subtree and the new parent stay frozen from the check until the
+	// move is in memory (or failed).
+	var frozen []*Pool
+	defer func() {
+		if frozen != nil {
+			m.thaw(frozen...)
 		}
-		return p.toProto(true), nil
-	}
-	frozen := append(slices.Clone(subtree), target)
-	freeze(frozen...)
-	m.mu.Unlock()
-	defer m.thaw(frozen...)
-	paths := make([]string, 0, len(subtree)+1)
-	for _, n := range subtree {
-		paths = append(paths, n.Path)
-	}
-	if err := m.checkNoJobs("pools with jobs cannot be moved", paths...); err != nil {
-		return nil, err
-	}
-	if target != m.root && target.IsLeaf() {
-		if m.hasJobs != nil && m.hasJobs(target.Path) {
-			return nil, apierr.FailedPrecondition("newParent: pool %s has jobs; a pool with jobs cannot get children", target.Path)
-		}
-	}
-	// The tree's shape and reservations change only under poolMu, which
-	// this holds: reading them without mu is safe.
-	if err := m.checkReservations(target, newPath, p.Reservation); err != nil {
-		return nil, err
-	}
-	ops := make([]store.Op, 0, 2*len(subtree))
-	var probeVal []byte
-	for _, n := range subtree {
-		val, err := proto.Marshal(n.spec)
-		if err != nil {
-			return nil, fmt.Errorf("resmgr: encode pool %s: %w", n.Path, err)
-		}
-		if n == p {
-			probeVal = val
-		}
-		ops = append(ops,
-			store.Delete(poolKeyPrefix+n.Path, n.revision),
-			store.Put(poolKeyPrefix+newPath+strings.TrimPrefix(n.Path, path), val, store.MustNotExist))
-	}
-	rev, err := m.txnOutcome(ctx, poolKeyPrefix+newPath, func(kv *store.KV) (int64, bool) {
-		if kv == nil || !bytes.Equal(kv.Value, probeVal) {
-			return 0, false
-		}
-		return kv.Revision, true
-	}, ops...)
-	if errors.Is(err, store.ErrConflict) {
-		return nil, apierr.Aborted("pools under %s changed concurrently; retry", path)
-	}
-	if err != nil {
-		return nil, apierr.Unavailable("move pool %s: %v", path, err)
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	delete(p.parent.children, path)
-	for _, n := range subtree {
-		delete(m.pools, n.Path)
-	}
-	// Children maps are keyed by path: rebuild them bottom-up with the new paths.
-	for i := len(subtree) - 1; i >= 0; i-- {
-		n := subtree[i]
-		n.Path = newPath + strings.TrimPrefix(n.Path, path)
-		n.revision = rev
-		kids := make(map[string]*Pool, len(n.children))
-		for _, c := range n.children {
-			kids[c.Path] = c
-		}
-		n.children = kids
-		m.pools[n.Path] = n
-	}
-	p.parent = target
-	target.children[p.Path] = p
-	m.kick()
-	m.log.Info("pool moved", "from", path, "to", p.Path)
-	return p.toProto(true), nil
+	}()
+	return casapply.Do(ctx, &m.mu, casapply.Change[move, *pelotonv1.Pool]{
+		Check: func() (move, error) {
+			p, target, subtree, err := m.checkMove(path, newParent, newPath)
+			if err != nil {
+				return move{}, err
+			}
+			if p.Path == newPath {
+				return move{}, casapply.Answer(p.toProto(true))
+			}
+			frozen = append(slices.Clone(subtree), target)
+			freeze(frozen...)
+			return move{p, target, subtree}, nil
+		},
+		Write: func(ctx context.Context, mv move) (int64, error) {
+			p, target, subtree := mv.pool, mv.target, mv.subtree
+			paths := make([]string, 0, len(subtree)+1)
+			for _, n := range subtree {
+				paths = append(paths, n.Path)
+			}
+			if err := m.checkNoJobs("pools with jobs cannot be moved", paths...); err != nil {
+				return 0, err
+			}
+			if target != m.root && target.IsLeaf() {
+				if m.hasJobs != nil && m.hasJobs(target.Path) {
+					return 0, apierr.FailedPrecondition("newParent: pool %s has jobs; a pool with jobs cannot get children", target.Path)
+				}
+			}
+			// The tree's shape and reservations change only under poolMu,
+			// which this holds: reading them without mu is safe.
+			if err := m.checkReservations(target, newPath, p.Reservation); err != nil {
+				return 0, err
+			}
+			ops := make([]store.Op, 0, 2*len(subtree))
+			var probeVal []byte
+			for _, n := range subtree {
+				val, err := proto.Marshal(n.spec)
+				if err != nil {
+					return 0, fmt.Errorf("resmgr: encode pool %s: %w", n.Path, err)
+				}
+				if n == p {
+					probeVal = val
+				}
+				ops = append(ops,
+					store.Delete(poolKeyPrefix+n.Path, n.revision),
+					store.Put(poolKeyPrefix+newPath+strings.TrimPrefix(n.Path, path), val, store.MustNotExist))
+			}
+			rev, err := m.txnOutcome(ctx, poolKeyPrefix+newPath, func(kv *store.KV) (int64, bool) {
+				if kv == nil || !bytes.Equal(kv.Value, probeVal) {
+					return 0, false
+				}
+				return kv.Revision, true
+			}, ops...)
+			if errors.Is(err, store.ErrConflict) {
+				return 0, apierr.Aborted("pools under %s changed concurrently; retry", path)
+			}
+			if err != nil {
+				return 0, apierr.Unavailable("move pool %s: %v", path, err)
+			}
+			return rev, nil
+		},
+		Apply: func(mv move, rev int64) (*pelotonv1.Pool, error) {
+			p, target, subtree := mv.pool, mv.target, mv.subtree
+			delete(p.parent.children, path)
+			for _, n := range subtree {
+				delete(m.pools, n.Path)
+			}
+			// Children maps are keyed by path: rebuild them bottom-up with the new paths.
+			for i := len(subtree) - 1; i >= 0; i-- {
+				n := subtree[i]
+				n.Path = newPath + strings.TrimPrefix(n.Path, path)
+				n.revision = rev
+				kids := make(map[string]*Pool, len(n.children))
+				for _, c := range n.children {
+					kids[c.Path] = c
+				}
+				n.children = kids
+				m.pools[n.Path] = n
+			}
+			p.parent = target
+			target.children[p.Path] = p
+			m.kick()
+			m.log.Info("pool moved", "from", path, "to", p.Path)
+			return p.toProto(true), nil
+		},
+	})
+}
+
+// move is what a move's check hands its write: the pool, its new parent
+// and its subtree (the pool first, parents before children).
+type move struct {
+	pool    *Pool
+	target  *Pool
+	subtree []*Pool
 }

@@ -1,4 +1,4 @@
-package federation
+package split
 
 import (
 	"fmt"
@@ -12,34 +12,33 @@ import (
 	"github.com/peloton-sched/peloton/internal/resources"
 )
 
-// Fixture builders. Names carry a split prefix because other files of the
-// package have tests of their own.
+// Fixture builders.
 
-func splitRes(milliCPU, memMB, diskMB, gpu int64) resources.Resources {
+func res(milliCPU, memMB, diskMB, gpu int64) resources.Resources {
 	return resources.Resources{MilliCPU: milliCPU, MemoryMB: memMB, DiskMB: diskMB, GPU: gpu}
 }
 
-func splitCPU(milli int64) resources.Resources { return resources.Resources{MilliCPU: milli} }
+func cpu(milli int64) resources.Resources { return resources.Resources{MilliCPU: milli} }
 
-func splitGPU(n int64) resources.Resources { return resources.Resources{GPU: n} }
+func gpu(n int64) resources.Resources { return resources.Resources{GPU: n} }
 
-var splitDefaultShare = splitRes(1000, 1000, 1000, 1000)
+var defaultShare = res(1000, 1000, 1000, 1000)
 
-type splitPoolBuilder struct{ p GlobalPool }
+type poolBuilder struct{ p Pool }
 
-// makeSplitPool starts a pool that reserves nothing, is unlimited and has the
+// makePool starts a pool that reserves nothing, is unlimited and has the
 // default share.
-func makeSplitPool(path string) *splitPoolBuilder {
-	return &splitPoolBuilder{GlobalPool{Path: path, Limit: resources.Unlimited, Share: splitDefaultShare}}
+func makePool(path string) *poolBuilder {
+	return &poolBuilder{Pool{Path: path, Limit: resources.Unlimited, Share: defaultShare}}
 }
 
-func (b *splitPoolBuilder) Res(r resources.Resources) *splitPoolBuilder {
+func (b *poolBuilder) Res(r resources.Resources) *poolBuilder {
 	b.p.Reservation = r
 	return b
 }
 
 // Limit sets the limit; kinds left 0 stay unlimited, as LimitFromProto reads them.
-func (b *splitPoolBuilder) Limit(r resources.Resources) *splitPoolBuilder {
+func (b *poolBuilder) Limit(r resources.Resources) *poolBuilder {
 	for k := range resources.NumKinds {
 		if r.Get(k) == 0 {
 			r = r.Set(k, math.MaxInt64)
@@ -49,26 +48,26 @@ func (b *splitPoolBuilder) Limit(r resources.Resources) *splitPoolBuilder {
 	return b
 }
 
-func (b *splitPoolBuilder) Weights(w map[string]float64) *splitPoolBuilder { b.p.Weights = w; return b }
+func (b *poolBuilder) Weights(w map[string]float64) *poolBuilder { b.p.Weights = w; return b }
 
-func (b *splitPoolBuilder) Obj() GlobalPool { return b.p }
+func (b *poolBuilder) Obj() Pool { return b.p }
 
-func splitClusters(capacity resources.Resources, names ...string) []SplitCluster {
-	out := make([]SplitCluster, len(names))
+func makeClusters(capacity resources.Resources, names ...string) []Cluster {
+	out := make([]Cluster, len(names))
 	for i, n := range names {
-		out[i] = SplitCluster{Name: n, Capacity: capacity}
+		out[i] = Cluster{Name: n, Capacity: capacity}
 	}
 	return out
 }
 
-// TestSplit pins the decisions on small trees: which clusters get which
+// TestPools pins the decisions on small trees: which clusters get which
 // reservation, the limits where they matter, and the exact notes.
-func TestSplit(t *testing.T) {
-	big := splitRes(64000, 65536, 100000, 8)
+func TestPools(t *testing.T) {
+	big := res(64000, 65536, 100000, 8)
 	for _, tc := range []struct {
 		name     string
-		clusters []SplitCluster
-		pools    []GlobalPool
+		clusters []Cluster
+		pools    []Pool
 		// wantRes[cluster][path]: the whole of Pools as reservations; a
 		// path missing here must be missing from the result.
 		wantRes map[string]map[string]resources.Resources
@@ -78,67 +77,67 @@ func TestSplit(t *testing.T) {
 	}{
 		{
 			name:     "even split by capacity",
-			clusters: splitClusters(splitRes(8000, 16384, 1000, 2), "a", "b"),
-			pools:    []GlobalPool{makeSplitPool("/p").Res(splitRes(4000, 8192, 100, 2)).Obj()},
+			clusters: makeClusters(res(8000, 16384, 1000, 2), "a", "b"),
+			pools:    []Pool{makePool("/p").Res(res(4000, 8192, 100, 2)).Obj()},
 			wantRes: map[string]map[string]resources.Resources{
-				"a": {"/p": splitRes(2000, 4096, 50, 1)},
-				"b": {"/p": splitRes(2000, 4096, 50, 1)},
+				"a": {"/p": res(2000, 4096, 50, 1)},
+				"b": {"/p": res(2000, 4096, 50, 1)},
 			},
 		},
 		{
 			name: "uneven capacities split each kind by its own fractions",
-			clusters: []SplitCluster{
-				{Name: "a", Capacity: splitRes(6000, 1000, 500, 0)},
-				{Name: "b", Capacity: splitRes(2000, 3000, 500, 4)},
+			clusters: []Cluster{
+				{Name: "a", Capacity: res(6000, 1000, 500, 0)},
+				{Name: "b", Capacity: res(2000, 3000, 500, 4)},
 			},
-			pools: []GlobalPool{makeSplitPool("/p").Res(splitRes(4000, 2000, 100, 2)).Obj()},
+			pools: []Pool{makePool("/p").Res(res(4000, 2000, 100, 2)).Obj()},
 			wantRes: map[string]map[string]resources.Resources{
-				"a": {"/p": splitRes(3000, 500, 50, 0)},
-				"b": {"/p": splitRes(1000, 1500, 50, 2)},
+				"a": {"/p": res(3000, 500, 50, 0)},
+				"b": {"/p": res(1000, 1500, 50, 2)},
 			},
 		},
 		{
 			name:     "weights 2:1",
-			clusters: splitClusters(big, "b", "a"),
-			pools:    []GlobalPool{makeSplitPool("/p").Res(splitRes(3000, 3000, 0, 3)).Weights(map[string]float64{"a": 2, "b": 1}).Obj()},
+			clusters: makeClusters(big, "b", "a"),
+			pools:    []Pool{makePool("/p").Res(res(3000, 3000, 0, 3)).Weights(map[string]float64{"a": 2, "b": 1}).Obj()},
 			wantRes: map[string]map[string]resources.Resources{
-				"a": {"/p": splitRes(2000, 2000, 0, 2)},
-				"b": {"/p": splitRes(1000, 1000, 0, 1)},
+				"a": {"/p": res(2000, 2000, 0, 2)},
+				"b": {"/p": res(1000, 1000, 0, 1)},
 			},
 		},
 		{
 			name:     "a weight of 0 or no weight leaves a cluster out",
-			clusters: splitClusters(big, "a", "b", "c"),
-			pools:    []GlobalPool{makeSplitPool("/p").Res(splitCPU(3000)).Weights(map[string]float64{"a": 1, "b": 0}).Obj()},
+			clusters: makeClusters(big, "a", "b", "c"),
+			pools:    []Pool{makePool("/p").Res(cpu(3000)).Weights(map[string]float64{"a": 1, "b": 0}).Obj()},
 			wantRes: map[string]map[string]resources.Resources{
-				"a": {"/p": splitCPU(3000)},
+				"a": {"/p": cpu(3000)},
 				"b": {},
 				"c": {},
 			},
 		},
 		{
 			name:     "child inherits its parent's weights",
-			clusters: splitClusters(big, "a", "b", "c"),
-			pools: []GlobalPool{
-				makeSplitPool("/p/q").Res(splitCPU(4000)).Obj(),
-				makeSplitPool("/p").Res(splitCPU(8000)).Weights(map[string]float64{"a": 3, "b": 1}).Obj(),
+			clusters: makeClusters(big, "a", "b", "c"),
+			pools: []Pool{
+				makePool("/p/q").Res(cpu(4000)).Obj(),
+				makePool("/p").Res(cpu(8000)).Weights(map[string]float64{"a": 3, "b": 1}).Obj(),
 			},
 			wantRes: map[string]map[string]resources.Resources{
-				"a": {"/p": splitCPU(6000), "/p/q": splitCPU(3000)},
-				"b": {"/p": splitCPU(2000), "/p/q": splitCPU(1000)},
+				"a": {"/p": cpu(6000), "/p/q": cpu(3000)},
+				"b": {"/p": cpu(2000), "/p/q": cpu(1000)},
 				"c": {},
 			},
 		},
 		{
 			name:     "child weights outside the parent's set are ignored with a note",
-			clusters: splitClusters(big, "a", "b"),
-			pools: []GlobalPool{
-				makeSplitPool("/p").Res(splitCPU(8000)).Weights(map[string]float64{"a": 1}).Obj(),
+			clusters: makeClusters(big, "a", "b"),
+			pools: []Pool{
+				makePool("/p").Res(cpu(8000)).Weights(map[string]float64{"a": 1}).Obj(),
 				// gone is not a cluster now: unreachable, no note.
-				makeSplitPool("/p/q").Res(splitCPU(4000)).Weights(map[string]float64{"a": 1, "b": 5, "gone": 1}).Obj(),
+				makePool("/p/q").Res(cpu(4000)).Weights(map[string]float64{"a": 1, "b": 5, "gone": 1}).Obj(),
 			},
 			wantRes: map[string]map[string]resources.Resources{
-				"a": {"/p": splitCPU(8000), "/p/q": splitCPU(4000)},
+				"a": {"/p": cpu(8000), "/p/q": cpu(4000)},
 				"b": {},
 			},
 			wantNotes: map[string][]string{
@@ -147,23 +146,23 @@ func TestSplit(t *testing.T) {
 		},
 		{
 			name:     "3 GPUs over 2 equal clusters: 2+1, and a child of 3 fits exactly",
-			clusters: splitClusters(splitGPU(4), "b", "a"),
-			pools: []GlobalPool{
-				makeSplitPool("/p").Res(splitGPU(3)).Obj(),
-				makeSplitPool("/p/q").Res(splitGPU(3)).Obj(),
+			clusters: makeClusters(gpu(4), "b", "a"),
+			pools: []Pool{
+				makePool("/p").Res(gpu(3)).Obj(),
+				makePool("/p/q").Res(gpu(3)).Obj(),
 			},
 			wantRes: map[string]map[string]resources.Resources{
-				"a": {"/p": splitGPU(2), "/p/q": splitGPU(2)},
-				"b": {"/p": splitGPU(1), "/p/q": splitGPU(1)},
+				"a": {"/p": gpu(2), "/p/q": gpu(2)},
+				"b": {"/p": gpu(1), "/p/q": gpu(1)},
 			},
 		},
 		{
 			name:     "reservation larger than capacity is shortened",
-			clusters: splitClusters(splitCPU(8000), "a", "b"),
-			pools:    []GlobalPool{makeSplitPool("/p").Res(splitCPU(24000)).Obj()},
+			clusters: makeClusters(cpu(8000), "a", "b"),
+			pools:    []Pool{makePool("/p").Res(cpu(24000)).Obj()},
 			wantRes: map[string]map[string]resources.Resources{
-				"a": {"/p": splitCPU(8000)},
-				"b": {"/p": splitCPU(8000)},
+				"a": {"/p": cpu(8000)},
+				"b": {"/p": cpu(8000)},
 			},
 			wantNotes: map[string][]string{"/p": {
 				"cluster a: reservation of cpu shortened from 12 to 8 (its capacity has 8 left)",
@@ -172,13 +171,13 @@ func TestSplit(t *testing.T) {
 		},
 		{
 			name:     "excess moves to a cluster with room, and the limit is raised over it",
-			clusters: splitClusters(splitCPU(8000), "a", "b"),
-			pools: []GlobalPool{
-				makeSplitPool("/p").Res(splitCPU(15000)).Limit(splitCPU(15000)).Weights(map[string]float64{"a": 2, "b": 1}).Obj(),
+			clusters: makeClusters(cpu(8000), "a", "b"),
+			pools: []Pool{
+				makePool("/p").Res(cpu(15000)).Limit(cpu(15000)).Weights(map[string]float64{"a": 2, "b": 1}).Obj(),
 			},
 			wantRes: map[string]map[string]resources.Resources{
-				"a": {"/p": splitCPU(8000)},
-				"b": {"/p": splitCPU(7000)},
+				"a": {"/p": cpu(8000)},
+				"b": {"/p": cpu(7000)},
 			},
 			wantLim: map[string]map[string]resources.Resources{
 				"a": {"/p": resources.Unlimited.Set(resources.CPU, 10000)},
@@ -190,15 +189,15 @@ func TestSplit(t *testing.T) {
 		},
 		{
 			name:     "earlier siblings use up the parent's part",
-			clusters: splitClusters(big, "a", "b"),
-			pools: []GlobalPool{
-				makeSplitPool("/p").Res(splitCPU(4000)).Obj(),
-				makeSplitPool("/p/x").Res(splitCPU(3000)).Weights(map[string]float64{"a": 1}).Obj(),
-				makeSplitPool("/p/y").Res(splitCPU(2000)).Obj(),
+			clusters: makeClusters(big, "a", "b"),
+			pools: []Pool{
+				makePool("/p").Res(cpu(4000)).Obj(),
+				makePool("/p/x").Res(cpu(3000)).Weights(map[string]float64{"a": 1}).Obj(),
+				makePool("/p/y").Res(cpu(2000)).Obj(),
 			},
 			wantRes: map[string]map[string]resources.Resources{
-				"a": {"/p": splitCPU(2000), "/p/x": splitCPU(2000), "/p/y": {}},
-				"b": {"/p": splitCPU(2000), "/p/y": splitCPU(2000)},
+				"a": {"/p": cpu(2000), "/p/x": cpu(2000), "/p/y": {}},
+				"b": {"/p": cpu(2000), "/p/y": cpu(2000)},
 			},
 			wantNotes: map[string][]string{
 				"/p/x": {"cluster a: reservation of cpu shortened from 3 to 2 (parent pool /p has 2 left there)"},
@@ -206,23 +205,23 @@ func TestSplit(t *testing.T) {
 		},
 		{
 			name: "a cluster of zero capacity",
-			clusters: []SplitCluster{
-				{Name: "a", Capacity: splitCPU(8000)},
+			clusters: []Cluster{
+				{Name: "a", Capacity: cpu(8000)},
 				{Name: "z"},
 			},
-			pools: []GlobalPool{
-				makeSplitPool("/p").Res(splitCPU(2000)).Obj(),
+			pools: []Pool{
+				makePool("/p").Res(cpu(2000)).Obj(),
 				// Weighted equally, z cannot take its half: a takes it.
-				makeSplitPool("/q").Res(splitCPU(4000)).Weights(map[string]float64{"a": 1, "z": 1}).Obj(),
+				makePool("/q").Res(cpu(4000)).Weights(map[string]float64{"a": 1, "z": 1}).Obj(),
 			},
 			wantRes: map[string]map[string]resources.Resources{
-				"a": {"/p": splitCPU(2000), "/q": splitCPU(4000)},
+				"a": {"/p": cpu(2000), "/q": cpu(4000)},
 				"z": {"/p": {}, "/q": {}},
 			},
 		},
 		{
 			name:    "no clusters at all",
-			pools:   []GlobalPool{makeSplitPool("/p").Res(splitCPU(1000)).Obj(), makeSplitPool("/p/q").Obj()},
+			pools:   []Pool{makePool("/p").Res(cpu(1000)).Obj(), makePool("/p/q").Obj()},
 			wantRes: map[string]map[string]resources.Resources{},
 			wantNotes: map[string][]string{
 				"/p":   {"no clusters to split it across; pool not split"},
@@ -231,10 +230,10 @@ func TestSplit(t *testing.T) {
 		},
 		{
 			name:     "weights naming no available cluster",
-			clusters: splitClusters(big, "a"),
-			pools: []GlobalPool{
-				makeSplitPool("/p").Weights(map[string]float64{"gone": 1, "a": -1}).Obj(),
-				makeSplitPool("/p/q").Obj(),
+			clusters: makeClusters(big, "a"),
+			pools: []Pool{
+				makePool("/p").Weights(map[string]float64{"gone": 1, "a": -1}).Obj(),
+				makePool("/p/q").Obj(),
 			},
 			wantRes: map[string]map[string]resources.Resources{"a": {}},
 			wantNotes: map[string][]string{
@@ -244,11 +243,11 @@ func TestSplit(t *testing.T) {
 		},
 		{
 			name:     "unlimited limit stays unlimited",
-			clusters: splitClusters(big, "a", "b"),
-			pools:    []GlobalPool{makeSplitPool("/p").Res(splitCPU(2000)).Limit(splitCPU(10000)).Obj()},
+			clusters: makeClusters(big, "a", "b"),
+			pools:    []Pool{makePool("/p").Res(cpu(2000)).Limit(cpu(10000)).Obj()},
 			wantRes: map[string]map[string]resources.Resources{
-				"a": {"/p": splitCPU(1000)},
-				"b": {"/p": splitCPU(1000)},
+				"a": {"/p": cpu(1000)},
+				"b": {"/p": cpu(1000)},
 			},
 			wantLim: map[string]map[string]resources.Resources{
 				"a": {"/p": resources.Unlimited.Set(resources.CPU, 5000)},
@@ -257,8 +256,8 @@ func TestSplit(t *testing.T) {
 		},
 		{
 			name:     "small finite limit over many clusters never yields 0",
-			clusters: splitClusters(big, "e", "d", "c", "b", "a"),
-			pools:    []GlobalPool{makeSplitPool("/p").Limit(splitGPU(2)).Obj()},
+			clusters: makeClusters(big, "e", "d", "c", "b", "a"),
+			pools:    []Pool{makePool("/p").Limit(gpu(2)).Obj()},
 			wantRes: map[string]map[string]resources.Resources{
 				"a": {"/p": {}}, "b": {"/p": {}}, "c": {"/p": {}}, "d": {"/p": {}}, "e": {"/p": {}},
 			},
@@ -275,16 +274,16 @@ func TestSplit(t *testing.T) {
 		},
 		{
 			name:     "bad paths, duplicates and missing parents are skipped",
-			clusters: splitClusters(big, "a"),
-			pools: []GlobalPool{
-				makeSplitPool("/").Obj(),
-				makeSplitPool("a/b").Obj(),
-				makeSplitPool("/x/").Obj(),
-				makeSplitPool("/d").Res(splitCPU(1)).Obj(),
-				makeSplitPool("/d").Res(splitCPU(2)).Obj(),
-				makeSplitPool("/d/e").Obj(),
-				makeSplitPool("/m/n").Obj(),
-				makeSplitPool("/ok").Obj(),
+			clusters: makeClusters(big, "a"),
+			pools: []Pool{
+				makePool("/").Obj(),
+				makePool("a/b").Obj(),
+				makePool("/x/").Obj(),
+				makePool("/d").Res(cpu(1)).Obj(),
+				makePool("/d").Res(cpu(2)).Obj(),
+				makePool("/d/e").Obj(),
+				makePool("/m/n").Obj(),
+				makePool("/ok").Obj(),
 			},
 			wantRes: map[string]map[string]resources.Resources{"a": {"/ok": {}}},
 			wantNotes: map[string][]string{
@@ -298,13 +297,13 @@ func TestSplit(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := Split(tc.pools, tc.clusters)
+			got := Pools(tc.pools, tc.clusters)
 			gotRes := map[string]map[string]resources.Resources{}
 			for c, paths := range got.Pools {
 				gotRes[c] = map[string]resources.Resources{}
 				for path, cp := range paths {
 					gotRes[c][path] = cp.Reservation
-					if cp.Share != splitDefaultShare {
+					if cp.Share != defaultShare {
 						t.Errorf("%s %s: share %v, want it copied", c, path, cp.Share)
 					}
 				}
@@ -329,35 +328,35 @@ func TestSplit(t *testing.T) {
 	}
 }
 
-// TestSplitDeterministic: shuffling pools and clusters, ties included (equal
+// TestPoolsDeterministic: shuffling pools and clusters, ties included (equal
 // capacities, equal weights, odd amounts), changes nothing in the result.
-func TestSplitDeterministic(t *testing.T) {
-	clusters := []SplitCluster{
-		{Name: "a", Capacity: splitRes(4000, 4096, 100, 3)},
-		{Name: "b", Capacity: splitRes(4000, 4096, 100, 3)},
-		{Name: "c", Capacity: splitRes(2000, 1024, 100, 1)},
+func TestPoolsDeterministic(t *testing.T) {
+	clusters := []Cluster{
+		{Name: "a", Capacity: res(4000, 4096, 100, 3)},
+		{Name: "b", Capacity: res(4000, 4096, 100, 3)},
+		{Name: "c", Capacity: res(2000, 1024, 100, 1)},
 		{Name: "d"},
 	}
-	pools := []GlobalPool{
-		makeSplitPool("/p").Res(splitRes(5001, 4097, 301, 5)).Limit(splitGPU(5)).Obj(),
-		makeSplitPool("/p/x").Res(splitRes(2001, 1025, 101, 3)).Weights(map[string]float64{"a": 1, "b": 1, "c": 1, "d": 1}).Obj(),
-		makeSplitPool("/p/y").Res(splitRes(3001, 1, 1, 1)).Obj(),
-		makeSplitPool("/q").Res(splitRes(7000, 9000, 9, 9)).Weights(map[string]float64{"c": 1, "b": 1}).Obj(),
-		makeSplitPool("/q/r").Res(splitCPU(1)).Limit(splitCPU(1)).Obj(),
-		makeSplitPool("/s/t").Obj(),
+	pools := []Pool{
+		makePool("/p").Res(res(5001, 4097, 301, 5)).Limit(gpu(5)).Obj(),
+		makePool("/p/x").Res(res(2001, 1025, 101, 3)).Weights(map[string]float64{"a": 1, "b": 1, "c": 1, "d": 1}).Obj(),
+		makePool("/p/y").Res(res(3001, 1, 1, 1)).Obj(),
+		makePool("/q").Res(res(7000, 9000, 9, 9)).Weights(map[string]float64{"c": 1, "b": 1}).Obj(),
+		makePool("/q/r").Res(cpu(1)).Limit(cpu(1)).Obj(),
+		makePool("/s/t").Obj(),
 	}
-	want := Split(pools, clusters)
+	want := Pools(pools, clusters)
 	rng := rand.New(rand.NewPCG(1, 2))
 	for range 50 {
 		rng.Shuffle(len(pools), func(i, j int) { pools[i], pools[j] = pools[j], pools[i] })
 		rng.Shuffle(len(clusters), func(i, j int) { clusters[i], clusters[j] = clusters[j], clusters[i] })
-		if got := Split(pools, clusters); !reflect.DeepEqual(got, want) {
+		if got := Pools(pools, clusters); !reflect.DeepEqual(got, want) {
 			t.Fatalf("order %v / %v changed the result:\n got %+v\nwant %+v", pools, clusters, got, want)
 		}
 	}
 }
 
-// TestSplitProperties checks, on random trees up to depth 3 over up to 6
+// TestPoolsProperties checks, on random trees up to depth 3 over up to 6
 // clusters, what every cluster needs to accept its pools and what the user
 // was promised:
 //   - children's parts add up to at most the parent's part, top-level parts
@@ -370,11 +369,11 @@ func TestSplitDeterministic(t *testing.T) {
 //     an unlimited one stays unlimited; a sum above the declared limit comes
 //     with a note;
 //   - shuffling the input changes nothing.
-func TestSplitProperties(t *testing.T) {
+func TestPoolsProperties(t *testing.T) {
 	rng := rand.New(rand.NewPCG(20240601, 7))
 	for iter := range 500 {
-		clusters, pools := splitRandomInput(rng)
-		got := Split(pools, clusters)
+		clusters, pools := randomInput(rng)
+		got := Pools(pools, clusters)
 		fail := func(format string, args ...any) {
 			t.Helper()
 			t.Fatalf("iteration %d: %s\nclusters %+v\npools %+v\nresult %+v", iter, fmt.Sprintf(format, args...), clusters, pools, got)
@@ -383,7 +382,7 @@ func TestSplitProperties(t *testing.T) {
 		if len(got.Pools) != len(clusters) {
 			fail("%d clusters in Pools, want %d", len(got.Pools), len(clusters))
 		}
-		byPath := map[string]GlobalPool{}
+		byPath := map[string]Pool{}
 		for _, p := range pools {
 			byPath[p.Path] = p
 		}
@@ -459,21 +458,21 @@ func TestSplitProperties(t *testing.T) {
 		rng.Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
 		sc := slices.Clone(clusters)
 		rng.Shuffle(len(sc), func(i, j int) { sc[i], sc[j] = sc[j], sc[i] })
-		if again := Split(shuffled, sc); !reflect.DeepEqual(again, got) {
+		if again := Pools(shuffled, sc); !reflect.DeepEqual(again, got) {
 			fail("shuffled input gave %+v", again)
 		}
 	}
 }
 
-// splitRandomInput draws 1 to 6 clusters of small capacities (zeros and ties
+// randomInput draws 1 to 6 clusters of small capacities (zeros and ties
 // are likely) and a tree of up to depth 3 whose reservations sometimes
 // exceed what fits, with random weights (some <= 0, some naming no cluster)
 // and limits (some unlimited, some below the reservation).
-func splitRandomInput(rng *rand.Rand) ([]SplitCluster, []GlobalPool) {
+func randomInput(rng *rand.Rand) ([]Cluster, []Pool) {
 	names := []string{"c0", "c1", "c2", "c3", "c4", "c5"}
-	clusters := make([]SplitCluster, 1+rng.IntN(6))
+	clusters := make([]Cluster, 1+rng.IntN(6))
 	for i := range clusters {
-		clusters[i] = SplitCluster{Name: names[i], Capacity: splitRes(
+		clusters[i] = Cluster{Name: names[i], Capacity: res(
 			int64(rng.IntN(5))*2000, int64(rng.IntN(4))*1024, int64(rng.IntN(3)*7), int64(rng.IntN(4)))}
 	}
 	amount := func(scale int64) int64 {
@@ -482,11 +481,11 @@ func splitRandomInput(rng *rand.Rand) ([]SplitCluster, []GlobalPool) {
 		}
 		return rng.Int64N(scale)
 	}
-	var pools []GlobalPool
+	var pools []Pool
 	var grow func(path string, depth int, scale resources.Resources)
 	grow = func(path string, depth int, scale resources.Resources) {
-		p := GlobalPool{Path: path, Share: splitRes(int64(rng.IntN(3)+1)*1000, 1000, 1000, 1000)}
-		p.Reservation = splitRes(amount(scale.MilliCPU+1), amount(scale.MemoryMB+1), amount(scale.DiskMB+1), amount(scale.GPU+1))
+		p := Pool{Path: path, Share: res(int64(rng.IntN(3)+1)*1000, 1000, 1000, 1000)}
+		p.Reservation = res(amount(scale.MilliCPU+1), amount(scale.MemoryMB+1), amount(scale.DiskMB+1), amount(scale.GPU+1))
 		for k := range resources.NumKinds {
 			l := int64(math.MaxInt64)
 			if rng.IntN(2) == 0 {
@@ -507,7 +506,7 @@ func splitRandomInput(rng *rand.Rand) ([]SplitCluster, []GlobalPool) {
 			return
 		}
 		for i := range rng.IntN(4) {
-			grow(fmt.Sprintf("%s/%d", path, i), depth+1, p.Reservation.Scale(2).Add(splitRes(1, 1, 1, 1)))
+			grow(fmt.Sprintf("%s/%d", path, i), depth+1, p.Reservation.Scale(2).Add(res(1, 1, 1, 1)))
 		}
 	}
 	var total resources.Resources
@@ -520,18 +519,18 @@ func splitRandomInput(rng *rand.Rand) ([]SplitCluster, []GlobalPool) {
 	return clusters, pools
 }
 
-// TestSplitHugeNumbers: amounts near math.MaxInt64 (capacities whose sum
+// TestPoolsHugeNumbers: amounts near math.MaxInt64 (capacities whose sum
 // overflows, weights 600 orders of magnitude apart) neither panic nor break
 // the sums.
-func TestSplitHugeNumbers(t *testing.T) {
-	clusters := splitClusters(resources.Unlimited, "a", "b", "c")
-	huge := resources.Unlimited.Sub(splitRes(1, 1, 1, 1))
-	pools := []GlobalPool{
-		makeSplitPool("/p").Res(huge).Obj(),
+func TestPoolsHugeNumbers(t *testing.T) {
+	clusters := makeClusters(resources.Unlimited, "a", "b", "c")
+	huge := resources.Unlimited.Sub(res(1, 1, 1, 1))
+	pools := []Pool{
+		makePool("/p").Res(huge).Obj(),
 		{Path: "/p/q", Reservation: huge, Limit: huge},
-		makeSplitPool("/w").Res(splitGPU(1000)).Limit(splitGPU(1000)).Weights(map[string]float64{"a": 1e300, "b": 1e-300}).Obj(),
+		makePool("/w").Res(gpu(1000)).Limit(gpu(1000)).Weights(map[string]float64{"a": 1e300, "b": 1e-300}).Obj(),
 	}
-	got := Split(pools, clusters)
+	got := Pools(pools, clusters)
 	wantNotes := map[string][]string{"/w": {
 		"cluster b: limit of gpu raised from 0 to 1 as a limit of 0 would read as unlimited there; the clusters' limits add up to 1001, more than the declared 1000",
 	}}

@@ -1,9 +1,8 @@
-// The split of the global pool tree across clusters: a pure core, no clock,
-// no goroutine, no I/O. The reconciler around it reads the global tree and
-// the clusters' capacities, calls Split, and writes each cluster its part.
-// (The package doc is in federation.go.)
+// The split of the global pool tree across clusters. The federation's
+// reconciler reads the global tree and the clusters' capacities, calls
+// Pools, and writes each cluster its part.
 
-package federation
+package split
 
 import (
 	"fmt"
@@ -15,14 +14,14 @@ import (
 	"github.com/peloton-sched/peloton/internal/resources"
 )
 
-// SplitCluster is a cluster a global pool tree may be split across.
-type SplitCluster struct {
+// Cluster is a cluster a global pool tree may be split across.
+type Cluster struct {
 	Name     string
 	Capacity resources.Resources // what its hosts in service hold
 }
 
-// GlobalPool is one node of the global pool tree, converted to integers.
-type GlobalPool struct {
+// Pool is one node of the global pool tree, converted to integers.
+type Pool struct {
 	Path                      string              // normalized absolute path, "/a" or "/a/b"; never "/"
 	Reservation, Limit, Share resources.Resources // Limit kinds of math.MaxInt64 are unlimited
 	// Weights of clusters by name. Empty: the pool inherits its parent's
@@ -31,49 +30,49 @@ type GlobalPool struct {
 	Weights map[string]float64
 }
 
-// ClusterPool is one cluster's part of a global pool.
-type ClusterPool struct {
+// Part is one cluster's part of a global pool.
+type Part struct {
 	Reservation, Limit, Share resources.Resources
 }
 
-// SplitResult is what Split decided.
-type SplitResult struct {
+// Result is what Pools decided.
+type Result struct {
 	// Pools[cluster][path]: the pool the cluster should hold. A path absent
 	// for a cluster: the cluster gets no such pool. Every cluster passed to
-	// Split has an entry, possibly empty.
-	Pools map[string]map[string]ClusterPool
+	// Pools has an entry, possibly empty.
+	Pools map[string]map[string]Part
 	// Notes[path]: what could not be done as declared, one sentence each,
 	// naming the cluster and the resource kind in user units.
 	Notes map[string][]string
 }
 
-const splitKinds = int(resources.NumKinds)
+const numKinds = int(resources.NumKinds)
 
-// splitWeightScale is what the largest declared weight of a pool becomes once
+// weightScale is what the largest declared weight of a pool becomes once
 // weights are made integers. Integer weights make apportioning exact: a part
 // is total*w/W computed in 128 bits together with its remainder, so the parts
 // always add up to the total and a tie between remainders is a real tie that
 // the cluster name breaks, never float noise deciding which cluster gets the
 // odd GPU.
-const splitWeightScale = 1 << 32
+const weightScale = 1 << 32
 
-// splitNode is a pool already split, or the virtual root that stands for the
+// treeNode is a pool already split, or the virtual root that stands for the
 // clusters' capacities. Slices are indexed by cluster (clusters sorted by
 // name). A pool without weights shares in and w with its parent: they are
 // never written after the node is built.
-type splitNode struct {
+type treeNode struct {
 	in   []bool                // in[i]: cluster i is in the pool's set
-	w    [splitKinds][]uint64  // w[k][i]: weight of cluster i for kind k; fraction = w[k][i]/wsum[k]
-	wsum [splitKinds]uint64    // sum of w[k] over the set
+	w    [numKinds][]uint64    // w[k][i]: weight of cluster i for kind k; fraction = w[k][i]/wsum[k]
+	wsum [numKinds]uint64      // sum of w[k] over the set
 	res  []resources.Resources // the pool's reservation part per cluster; the capacity for the root
 	used []resources.Resources // what the children split so far reserve per cluster
 }
 
-// splitter carries one Split call: the clusters, the result being built and
+// splitter carries one Pools call: the clusters, the result being built and
 // scratch slices reused for every pool and kind.
 type splitter struct {
-	clusters []SplitCluster
-	out      SplitResult
+	clusters []Cluster
+	out      Result
 	members  []int // clusters in the set of the pool at hand, by name
 	part     []int64
 	rem      []uint64
@@ -81,7 +80,7 @@ type splitter struct {
 	before   []int64 // per cluster: the part as apportioned, kept for notes; -1 when reserve did not cap it
 }
 
-// Split divides a global pool tree across clusters. Each pool goes to a set of
+// Pools divides a global pool tree across clusters. Each pool goes to a set of
 // clusters with a fraction per cluster and kind: its weights, else its
 // parent's fractions, else (top level) the clusters' capacities. Reservations
 // are apportioned by largest remainder and capped so that they fit, in every
@@ -89,12 +88,12 @@ type splitter struct {
 // apportioned the same way and raised to cover the reservation and to stay
 // above 0, which a cluster reads as unlimited. What could not be honoured is
 // explained in Notes; the result does not depend on the order of the inputs.
-func Split(pools []GlobalPool, clusters []SplitCluster) SplitResult {
-	cl := splitSortClusters(clusters)
+func Pools(pools []Pool, clusters []Cluster) Result {
+	cl := sortClusters(clusters)
 	n := len(cl)
 	s := &splitter{
 		clusters: cl,
-		out:      SplitResult{Pools: make(map[string]map[string]ClusterPool, n), Notes: map[string][]string{}},
+		out:      Result{Pools: make(map[string]map[string]Part, n), Notes: map[string][]string{}},
 		members:  make([]int, 0, n),
 		part:     make([]int64, n),
 		rem:      make([]uint64, n),
@@ -102,7 +101,7 @@ func Split(pools []GlobalPool, clusters []SplitCluster) SplitResult {
 		before:   make([]int64, n),
 	}
 	for _, c := range cl {
-		s.out.Pools[c.Name] = map[string]ClusterPool{}
+		s.out.Pools[c.Name] = map[string]Part{}
 	}
 
 	// Parents before children: a child's room is what its parent got, and
@@ -121,11 +120,11 @@ func Split(pools []GlobalPool, clusters []SplitCluster) SplitResult {
 		return strings.Compare(pa, pb)
 	})
 
-	root := splitRoot(cl)
-	nodes := make(map[string]*splitNode, len(pools))
+	root := rootNode(cl)
+	nodes := make(map[string]*treeNode, len(pools))
 	for j, i := range idx {
 		p := &pools[i]
-		if !splitValidPath(p.Path) {
+		if !validPath(p.Path) {
 			s.note(p.Path, "%q is not a normalized absolute pool path; pool not split", p.Path)
 			continue
 		}
@@ -150,16 +149,16 @@ func Split(pools []GlobalPool, clusters []SplitCluster) SplitResult {
 				continue
 			}
 		}
-		nodes[p.Path] = s.splitPool(p, parentPath, parent)
+		nodes[p.Path] = s.pool(p, parentPath, parent)
 	}
 	return s.out
 }
 
-// splitPool splits one pool whose parent is already split, records its parts
+// pool splits one pool whose parent is already split, records its parts
 // in the result and returns its node for its children.
-func (s *splitter) splitPool(p *GlobalPool, parentPath string, parent *splitNode) *splitNode {
+func (s *splitter) pool(p *Pool, parentPath string, parent *treeNode) *treeNode {
 	n := len(s.clusters)
-	node := &splitNode{res: make([]resources.Resources, n), used: make([]resources.Resources, n)}
+	node := &treeNode{res: make([]resources.Resources, n), used: make([]resources.Resources, n)}
 	s.chooseSet(p, parentPath, parent, node)
 
 	s.members = s.members[:0]
@@ -183,20 +182,20 @@ func (s *splitter) splitPool(p *GlobalPool, parentPath string, parent *splitNode
 	}
 
 	limits := make([]resources.Resources, n)
-	for k := range resources.Kind(splitKinds) {
+	for k := range resources.Kind(numKinds) {
 		s.reserve(p, parentPath, parent, node, k)
 		s.limit(p, node, limits, k)
 	}
 	for _, i := range s.members {
 		parent.used[i] = parent.used[i].Add(node.res[i])
-		s.out.Pools[s.clusters[i].Name][p.Path] = ClusterPool{Reservation: node.res[i], Limit: limits[i], Share: p.Share}
+		s.out.Pools[s.clusters[i].Name][p.Path] = Part{Reservation: node.res[i], Limit: limits[i], Share: p.Share}
 	}
 	return node
 }
 
 // chooseSet fills node's set and weights: the parent's when the pool declares
 // no weights, else the declared weights restricted to the parent's set.
-func (s *splitter) chooseSet(p *GlobalPool, parentPath string, parent, node *splitNode) {
+func (s *splitter) chooseSet(p *Pool, parentPath string, parent, node *treeNode) {
 	if len(p.Weights) == 0 {
 		node.in, node.w, node.wsum = parent.in, parent.w, parent.wsum
 		return
@@ -226,38 +225,38 @@ func (s *splitter) chooseSet(p *GlobalPool, parentPath string, parent, node *spl
 	var sum uint64
 	for i, c := range s.clusters {
 		if node.in[i] {
-			ws[i] = max(1, uint64(math.Round(p.Weights[c.Name]/maxw*splitWeightScale)))
+			ws[i] = max(1, uint64(math.Round(p.Weights[c.Name]/maxw*weightScale)))
 			sum += ws[i]
 		}
 	}
-	for k := range splitKinds {
+	for k := range numKinds {
 		node.w[k], node.wsum[k] = ws, sum
 	}
 }
 
-// splitRoot is the virtual parent of the top-level pools: every cluster, with
+// rootNode is the virtual parent of the top-level pools: every cluster, with
 // fractions by capacity, and the capacity as the room its children share.
-func splitRoot(cl []SplitCluster) *splitNode {
+func rootNode(cl []Cluster) *treeNode {
 	n := len(cl)
-	root := &splitNode{in: make([]bool, n), res: make([]resources.Resources, n), used: make([]resources.Resources, n)}
+	root := &treeNode{in: make([]bool, n), res: make([]resources.Resources, n), used: make([]resources.Resources, n)}
 	for i, c := range cl {
 		root.in[i] = true
 		root.res[i] = resources.Resources{}.Max(c.Capacity) // negative capacity reads as none
 	}
-	for k := range resources.Kind(splitKinds) {
+	for k := range resources.Kind(numKinds) {
 		w := make([]uint64, n)
 		for i := range cl {
 			w[i] = uint64(root.res[i].Get(k))
 		}
-		root.w[k], root.wsum[k] = w, splitWeightSum(w)
+		root.w[k], root.wsum[k] = w, weightSum(w)
 	}
 	return root
 }
 
-// splitWeightSum returns the sum of w, first making every weight 1 when all are 0
+// weightSum returns the sum of w, first making every weight 1 when all are 0
 // (clusters without capacity are then equals) and halving them while the sum
 // would overflow, which only absurd capacities need.
-func splitWeightSum(w []uint64) uint64 {
+func weightSum(w []uint64) uint64 {
 	for {
 		var sum, carry uint64
 		for _, x := range w {
@@ -292,14 +291,14 @@ func splitWeightSum(w []uint64) uint64 {
 // than their parent. The excess goes to the clusters still having room,
 // largest fraction first, so the total is kept whenever the set as a whole
 // has room for it.
-func (s *splitter) reserve(p *GlobalPool, parentPath string, parent, node *splitNode, k resources.Kind) {
+func (s *splitter) reserve(p *Pool, parentPath string, parent, node *treeNode, k resources.Kind) {
 	total := max(0, p.Reservation.Get(k))
 	s.apportion(total, node.w[k], node.wsum[k])
 	var excess int64
 	shortened := false
 	for _, i := range s.members {
 		s.before[i] = -1
-		room := splitSatSub(parent.res[i].Get(k), parent.used[i].Get(k))
+		room := satSub(parent.res[i].Get(k), parent.used[i].Get(k))
 		if s.part[i] > room {
 			excess += s.part[i] - room
 			s.before[i], s.part[i] = s.part[i], room
@@ -322,7 +321,7 @@ func (s *splitter) reserve(p *GlobalPool, parentPath string, parent, node *split
 			if excess == 0 {
 				break
 			}
-			room := splitSatSub(parent.res[i].Get(k), parent.used[i].Get(k))
+			room := satSub(parent.res[i].Get(k), parent.used[i].Get(k))
 			take := min(excess, room-s.part[i])
 			if take > 0 {
 				s.part[i] += take
@@ -346,7 +345,7 @@ func (s *splitter) reserve(p *GlobalPool, parentPath string, parent, node *split
 
 // limit splits kind k of p's limit over the set into limits, after reserve
 // has set node.res for that kind.
-func (s *splitter) limit(p *GlobalPool, node *splitNode, limits []resources.Resources, k resources.Kind) {
+func (s *splitter) limit(p *Pool, node *treeNode, limits []resources.Resources, k resources.Kind) {
 	total := p.Limit.Get(k)
 	if total == math.MaxInt64 {
 		for _, i := range s.members {
@@ -366,7 +365,7 @@ func (s *splitter) limit(p *GlobalPool, node *splitNode, limits []resources.Reso
 		if v := max(s.part[i], node.res[i].Get(k), 1); v != s.part[i] {
 			s.part[i], raised = v, true
 		}
-		sum = splitSatAdd(sum, s.part[i])
+		sum = satAdd(sum, s.part[i])
 		limits[i] = limits[i].Set(k, s.part[i])
 	}
 	if !raised {
@@ -426,16 +425,16 @@ func (s *splitter) note(path, format string, args ...any) {
 	s.out.Notes[path] = append(s.out.Notes[path], fmt.Sprintf(format, args...))
 }
 
-// splitSortClusters returns the clusters by name. Results are keyed by name, so
+// sortClusters returns the clusters by name. Results are keyed by name, so
 // a repeated name keeps one cluster: the first after ordering by capacity as
 // well, which keeps the choice independent of the input order.
-func splitSortClusters(clusters []SplitCluster) []SplitCluster {
+func sortClusters(clusters []Cluster) []Cluster {
 	cl := slices.Clone(clusters)
-	slices.SortFunc(cl, func(a, b SplitCluster) int {
+	slices.SortFunc(cl, func(a, b Cluster) int {
 		if c := strings.Compare(a.Name, b.Name); c != 0 {
 			return c
 		}
-		for k := range resources.Kind(splitKinds) {
+		for k := range resources.Kind(numKinds) {
 			if x, y := a.Capacity.Get(k), b.Capacity.Get(k); x != y {
 				if x < y {
 					return -1
@@ -445,12 +444,12 @@ func splitSortClusters(clusters []SplitCluster) []SplitCluster {
 		}
 		return 0
 	})
-	return slices.CompactFunc(cl, func(a, b SplitCluster) bool { return a.Name == b.Name })
+	return slices.CompactFunc(cl, func(a, b Cluster) bool { return a.Name == b.Name })
 }
 
-// splitValidPath reports whether path is a normalized absolute pool path other
+// validPath reports whether path is a normalized absolute pool path other
 // than the root: "/a", "/a/b", no empty, "." or ".." segment.
-func splitValidPath(path string) bool {
+func validPath(path string) bool {
 	if len(path) < 2 || path[0] != '/' {
 		return false
 	}
@@ -462,14 +461,14 @@ func splitValidPath(path string) bool {
 	return true
 }
 
-func splitSatSub(a, b int64) int64 {
+func satSub(a, b int64) int64 {
 	if b >= a {
 		return 0
 	}
 	return a - b
 }
 
-func splitSatAdd(a, b int64) int64 {
+func satAdd(a, b int64) int64 {
 	if a > math.MaxInt64-b {
 		return math.MaxInt64
 	}

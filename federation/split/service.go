@@ -1,4 +1,4 @@
-package federation
+package split
 
 import (
 	"fmt"
@@ -9,15 +9,15 @@ import (
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
-// shareCluster is one registered cluster as the service split sees it.
-type shareCluster struct {
-	name     string
-	labels   map[string]string
-	cordoned bool
+// ServiceCluster is one registered cluster as the service split sees it.
+type ServiceCluster struct {
+	Name     string
+	Labels   map[string]string
+	Cordoned bool // takes no new work: a selector skips it, a name does not
 }
 
-// splitService divides total instances over the clusters placement names,
-// in clusters (the registered ones). It is pure. Fixed counts are given
+// Service divides total instances over the clusters pl names, in clusters
+// (the registered ones). It is pure. Fixed counts are given
 // first; what is left is split by weight, largest remainder first (ties
 // by name), so the parts always add up to total. Only clusters that get
 // instances are in the result. A placement that cannot be met is an
@@ -27,12 +27,12 @@ type shareCluster struct {
 // with the share's weight; a named cluster is taken even when cordoned (the
 // user asked for it by name). An empty placement is every cluster that is
 // not cordoned, weight 1 each.
-func splitService(total uint32, pl *pelotonv1.ServicePlacement, clusters []shareCluster) (map[string]uint32, error) {
-	byName := map[string]shareCluster{}
+func Service(total uint32, pl *pelotonv1.ServicePlacement, clusters []ServiceCluster) (map[string]uint32, error) {
+	byName := map[string]ServiceCluster{}
 	var names []string
 	for _, c := range clusters {
-		byName[c.name] = c
-		names = append(names, c.name)
+		byName[c.Name] = c
+		names = append(names, c.Name)
 	}
 	sort.Strings(names)
 	type claim struct {
@@ -50,7 +50,7 @@ func splitService(total uint32, pl *pelotonv1.ServicePlacement, clusters []share
 	shares := pl.GetClusters()
 	if len(shares) == 0 {
 		for _, n := range names {
-			if !byName[n].cordoned {
+			if !byName[n].Cordoned {
 				claims[n] = &claim{weight: 1, by: -1}
 			}
 		}
@@ -85,7 +85,7 @@ func splitService(total uint32, pl *pelotonv1.ServicePlacement, clusters []share
 		matched := 0
 		for _, n := range names {
 			c := byName[n]
-			if c.cordoned || !matches(c.labels, s.Selector) {
+			if c.Cordoned || !Matches(c.Labels, s.Selector) {
 				continue
 			}
 			matched++
@@ -94,7 +94,7 @@ func splitService(total uint32, pl *pelotonv1.ServicePlacement, clusters []share
 			}
 		}
 		if matched == 0 {
-			return nil, apierr.Invalid(field+".selector", "%s matches no registered cluster that takes work (%s)", formatLabels(s.Selector), registeredList(names))
+			return nil, apierr.Invalid(field+".selector", "%s matches no registered cluster that takes work (%s)", FormatLabels(s.Selector), registeredList(names))
 		}
 	}
 
@@ -151,14 +151,14 @@ func splitService(total uint32, pl *pelotonv1.ServicePlacement, clusters []share
 	return out, nil
 }
 
-// splitBudget divides a service's budget of unavailable instances over its
+// Budget divides a service's budget of unavailable instances over its
 // clusters in proportion to their parts (largest remainder, ties by name),
 // so that the shares add up to the budget and never to more. A share is
 // what a cluster decides on alone, while it cannot reach the federation's
 // global evaluator (which lets any cluster use the whole budget): a
 // cluster whose share is 0 then takes none of its instances down, which
 // is the fail-safe answer.
-func splitBudget(budget uint32, parts map[string]uint32) map[string]uint32 {
+func Budget(budget uint32, parts map[string]uint32) map[string]uint32 {
 	var total uint64
 	for _, n := range parts {
 		total += uint64(n)

@@ -1,4 +1,4 @@
-package federation
+package split
 
 import (
 	"fmt"
@@ -9,12 +9,12 @@ import (
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
-func TestSplitService(t *testing.T) {
-	clusters := []shareCluster{
-		{name: "c", labels: map[string]string{"region": "east"}},
-		{name: "a", labels: map[string]string{"region": "west"}},
-		{name: "b", labels: map[string]string{"region": "west"}},
-		{name: "off", labels: map[string]string{"region": "west"}, cordoned: true},
+func TestService(t *testing.T) {
+	clusters := []ServiceCluster{
+		{Name: "c", Labels: map[string]string{"region": "east"}},
+		{Name: "a", Labels: map[string]string{"region": "west"}},
+		{Name: "b", Labels: map[string]string{"region": "west"}},
+		{Name: "off", Labels: map[string]string{"region": "west"}, Cordoned: true},
 	}
 	share := func(s ...*pelotonv1.ClusterShare) *pelotonv1.ServicePlacement {
 		return &pelotonv1.ServicePlacement{Clusters: s}
@@ -62,7 +62,7 @@ func TestSplitService(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := splitService(tc.total, tc.pl, clusters)
+			got, err := Service(tc.total, tc.pl, clusters)
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {
 					t.Fatalf("err = %v, want %q", err, tc.err)
@@ -77,17 +77,17 @@ func TestSplitService(t *testing.T) {
 			}
 		})
 	}
-	if _, err := splitService(1, nil, nil); err == nil || !strings.Contains(err.Error(), "no cluster is registered") {
+	if _, err := Service(1, nil, nil); err == nil || !strings.Contains(err.Error(), "no cluster is registered") {
 		t.Errorf("no clusters: %v", err)
 	}
 }
 
-// TestSplitServiceAddsUp: for any total and weights, the parts add up to
+// TestServiceAddsUp: for any total and weights, the parts add up to
 // the total and no part is off its exact share by a whole instance.
-func TestSplitServiceAddsUp(t *testing.T) {
-	var clusters []shareCluster
+func TestServiceAddsUp(t *testing.T) {
+	var clusters []ServiceCluster
 	for i := 0; i < 5; i++ {
-		clusters = append(clusters, shareCluster{name: fmt.Sprintf("c%d", i)})
+		clusters = append(clusters, ServiceCluster{Name: fmt.Sprintf("c%d", i)})
 	}
 	for total := uint32(1); total <= 60; total += 7 {
 		for seed := uint32(1); seed <= 9; seed++ {
@@ -97,18 +97,18 @@ func TestSplitServiceAddsUp(t *testing.T) {
 			for i := range clusters {
 				weights[i] = (seed*uint32(i+3))%7 + 1
 				sum += weights[i]
-				pl.Clusters = append(pl.Clusters, &pelotonv1.ClusterShare{Name: clusters[i].name, Weight: weights[i]})
+				pl.Clusters = append(pl.Clusters, &pelotonv1.ClusterShare{Name: clusters[i].Name, Weight: weights[i]})
 			}
-			got, err := splitService(total, pl, clusters)
+			got, err := Service(total, pl, clusters)
 			if err != nil {
 				t.Fatal(err)
 			}
 			n := uint32(0)
 			for i, c := range clusters {
-				n += got[c.name]
+				n += got[c.Name]
 				exact := float64(total) * float64(weights[i]) / float64(sum)
-				if d := float64(got[c.name]) - exact; d <= -1 || d >= 1 {
-					t.Errorf("total %d weights %v: %s got %d, exact share %.2f", total, weights, c.name, got[c.name], exact)
+				if d := float64(got[c.Name]) - exact; d <= -1 || d >= 1 {
+					t.Errorf("total %d weights %v: %s got %d, exact share %.2f", total, weights, c.Name, got[c.Name], exact)
 				}
 			}
 			if n != total {
@@ -118,7 +118,7 @@ func TestSplitServiceAddsUp(t *testing.T) {
 	}
 }
 
-func TestSplitBudget(t *testing.T) {
+func TestBudget(t *testing.T) {
 	cases := []struct {
 		budget uint32
 		parts  map[string]uint32
@@ -134,8 +134,8 @@ func TestSplitBudget(t *testing.T) {
 		{5, map[string]uint32{}, map[string]uint32{}},
 	}
 	for _, tc := range cases {
-		if got := splitBudget(tc.budget, tc.parts); !reflect.DeepEqual(got, tc.want) {
-			t.Errorf("splitBudget(%d, %v) = %v, want %v", tc.budget, tc.parts, got, tc.want)
+		if got := Budget(tc.budget, tc.parts); !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("Budget(%d, %v) = %v, want %v", tc.budget, tc.parts, got, tc.want)
 		}
 	}
 	// Over many shapes: the shares add up to the budget exactly.
@@ -146,11 +146,11 @@ func TestSplitBudget(t *testing.T) {
 				parts[string(rune('a'+i))] = uint32(1 + (i*7+int(budget))%11)
 			}
 			sum := uint32(0)
-			for _, b := range splitBudget(budget, parts) {
+			for _, b := range Budget(budget, parts) {
 				sum += b
 			}
 			if sum != budget {
-				t.Errorf("splitBudget(%d, %v): shares add up to %d", budget, parts, sum)
+				t.Errorf("Budget(%d, %v): shares add up to %d", budget, parts, sum)
 			}
 		}
 	}
