@@ -154,20 +154,30 @@ func check(rows []row, imports map[string][]string) []string {
 	}
 	slices.Sort(pkgs)
 	for _, p := range pkgs {
-		rw, ok := byPkg[p]
-		if !ok {
-			problems = append(problems, fmt.Sprintf("%s has no row in the table", p))
-			continue
-		}
 		deps := slices.Clone(imports[p])
 		slices.Sort(deps)
+		rw, ok := byPkg[p]
+		if !ok {
+			problems = append(problems, fmt.Sprintf("%s has no row in the table; add this row (and say what it owns): %s", p, rowFor(p, deps)))
+			continue
+		}
 		for _, d := range deps {
 			if !slices.ContainsFunc(rw.mayUse, func(pat string) bool { return matches(pat, d) }) {
-				problems = append(problems, fmt.Sprintf("%s → %s: not allowed by its row (architecture.md:%d)", p, d, rw.line))
+				problems = append(problems, fmt.Sprintf("%s → %s: not allowed by its row (architecture.md:%d); if the arrow is right, add `%s` to that row's may-import column", p, d, rw.line, d))
 			}
 		}
 	}
 	return problems
+}
+
+// rowFor is the table row a package p that imports deps needs, with its
+// owns cell left for a person to write.
+func rowFor(p string, deps []string) string {
+	may := "nothing of Peloton"
+	if len(deps) > 0 {
+		may = "`" + strings.Join(deps, "`, `") + "`"
+	}
+	return fmt.Sprintf("| `%s` | … | %s |", p, may)
 }
 
 // listed is what `go list -json` says of one package, the fields used.
@@ -280,9 +290,10 @@ func TestCheck(t *testing.T) {
 		imports map[string][]string
 		want    string
 	}{
-		{"new arrow", map[string][]string{"a": {"c"}, "b": {"a"}, "b/sub": nil, "c": nil}, "a → c: not allowed by its row (architecture.md:7)"},
-		{"arrow to a sibling", map[string][]string{"a": nil, "b": {"a", "b/sub"}, "b/sub": nil, "c": nil}, "b → b/sub: not allowed by its row (architecture.md:8)"},
-		{"package without a row", map[string][]string{"a": nil, "b": nil, "b/sub": nil, "c": nil, "d": {"a"}}, "d has no row in the table"},
+		{"new arrow", map[string][]string{"a": {"c"}, "b": {"a"}, "b/sub": nil, "c": nil}, "a → c: not allowed by its row (architecture.md:7); if the arrow is right, add `c` to that row's may-import column"},
+		{"arrow to a sibling", map[string][]string{"a": nil, "b": {"a", "b/sub"}, "b/sub": nil, "c": nil}, "b → b/sub: not allowed by its row (architecture.md:8); if the arrow is right, add `b/sub` to that row's may-import column"},
+		{"package without a row", map[string][]string{"a": nil, "b": nil, "b/sub": nil, "c": nil, "d": {"a"}}, "d has no row in the table; add this row (and say what it owns): | `d` | … | `a` |"},
+		{"leaf without a row", map[string][]string{"a": nil, "b": {"a"}, "b/sub": nil, "c": {"a", "b"}, "e": nil}, "e has no row in the table; add this row (and say what it owns): | `e` | … | nothing of Peloton |"},
 		{"row without a package", map[string][]string{"a": nil, "b/sub": nil, "c": nil}, "architecture.md:8: b has a row but is no package of the module (moved or removed?)"},
 		{"stale may-import", map[string][]string{"b": nil, "b/sub": nil, "c": nil}, `architecture.md:8: "a" in the may-import column names no package of the module`},
 		{"arrow the code dropped", map[string][]string{"a": nil, "b": nil, "b/sub": nil, "c": {"a", "b"}}, "architecture.md:8: b, b/sub → a is in the table but not in the code"},
