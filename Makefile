@@ -7,6 +7,8 @@ export PATH := $(GOBIN_DIR):$(PATH)
 PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 GRPC_GATEWAY_VERSION := v2.32.0
+# staticcheck: `make test` runs it after vet; `make lint-tools` installs it.
+STATICCHECK_VERSION := v0.8.2
 PROTO_DIR := proto/peloton/api/v1
 # Messages only Peloton's own packages read (stored records): Go code only,
 # no services, no REST.
@@ -22,7 +24,7 @@ KWOK_VERSION := v0.8.0
 PELOTON_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/peloton
 export PELOTON_KUBE_BIN := $(PELOTON_CACHE)/kube/$(KUBE_VERSION)/bin
 
-.PHONY: all build test fuzz soak up proto proto-tools kube-tools browser-tools postgres-tools ui clean dashboards
+.PHONY: all build test fuzz soak up proto proto-tools kube-tools browser-tools postgres-tools lint-tools ui clean dashboards
 
 all: build
 
@@ -35,9 +37,10 @@ build:
 # are exactly what a scheduler's tests must catch.
 
 ## test sets up everything the suite needs and runs it all.
-test: kube-tools browser-tools postgres-tools
+test: kube-tools browser-tools postgres-tools lint-tools
 	$(GO) mod download
 	$(GO) vet ./...
+	$(GOBIN_DIR)/staticcheck ./...
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.') 2>/dev/null); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	PELOTON_REQUIRE_POSTGRES=$(if $(filter 1,$(PELOTON_SKIP_POSTGRES)),,1) $(GO) test -race -count=1 -timeout 40m ./...
@@ -104,6 +107,12 @@ proto-tools:
 	@test -x $(GOBIN_DIR)/protoc-gen-go-grpc || GOBIN=$(GOBIN_DIR) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
 	@test -x $(GOBIN_DIR)/protoc-gen-grpc-gateway || GOBIN=$(GOBIN_DIR) $(GO) install github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-grpc-gateway@$(GRPC_GATEWAY_VERSION)
 	@test -x $(GOBIN_DIR)/protoc-gen-openapiv2 || GOBIN=$(GOBIN_DIR) $(GO) install github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-openapiv2@$(GRPC_GATEWAY_VERSION)
+
+## lint-tools installs staticcheck (STATICCHECK_VERSION) into .cache/bin
+## from the Go module proxy; nothing when that version is already there.
+lint-tools:
+	@mkdir -p $(GOBIN_DIR)
+	@$(GOBIN_DIR)/staticcheck -version 2>/dev/null | grep -qF '($(STATICCHECK_VERSION:v%=%))' || GOBIN=$(GOBIN_DIR) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 
 ## kube-tools builds kube-apiserver, kube-scheduler and kwok once (minutes
 ## the first time, nothing after).

@@ -11,6 +11,7 @@ import (
 
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -90,7 +91,7 @@ func OpenBolt(path string) (*Bolt, error) {
 		FreelistType: bolt.FreelistMapType,
 		PageSize:     boltPageSize,
 	})
-	if errors.Is(err, bolt.ErrTimeout) {
+	if errors.Is(err, bolterrors.ErrTimeout) {
 		return nil, fmt.Errorf("history: %s is open in another process", path)
 	}
 	if err != nil {
@@ -348,7 +349,7 @@ func (s *Bolt) fail(op string, err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, bolt.ErrDatabaseNotOpen):
+	case errors.Is(err, bolterrors.ErrDatabaseNotOpen):
 		return ErrClosed
 	}
 	return fmt.Errorf("history: %s in %s: %w", op, s.path, err)

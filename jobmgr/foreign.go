@@ -407,9 +407,6 @@ func (c *foreignCtl) adoptGroup(ctx context.Context, group string, fts []hostmgr
 			c.unmapAll(id, 0, take)
 			return err
 		}
-		m.mu.RLock()
-		j = m.jobs[id]
-		m.mu.RUnlock()
 	} else {
 		cur := j.current()
 		first = cur.spec.InstanceCount

@@ -62,10 +62,6 @@ type finishedJob struct {
 	ttl       *uint32
 }
 
-func (f *finishedJob) completed() time.Time {
-	return f.summary.GetStatus().GetCompletionTime().AsTime()
-}
-
 // liveIndexOp is the index entry of a job that has not finished.
 func liveIndexOp(id, requestID string) (store.Op, error) {
 	b, err := json.Marshal(indexEntry{RequestID: requestID})
@@ -173,7 +169,8 @@ func (m *Manager) loadIndex(ctx context.Context) (live map[string]string, finish
 			id := strings.TrimPrefix(kv.Key, finishedIndexPrefix)
 			var e indexEntry
 			sum := &pelotonv1.Job{}
-			if err := json.Unmarshal(kv.Value, &e); err == nil {
+			err := json.Unmarshal(kv.Value, &e)
+			if err == nil {
 				err = proto.Unmarshal(e.Summary, sum)
 			}
 			if err != nil || sum.GetStatus() == nil {

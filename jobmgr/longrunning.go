@@ -179,22 +179,6 @@ func available(rt *pelotonv1.TaskStatus, hasCheck bool) bool {
 	return rt.Health != pelotonv1.HealthState_UNHEALTHY
 }
 
-// instanceReady reports whether instance inst's current run has been
-// available for at least minReady at now.
-func (j *job) instanceReady(inst uint32, minReady time.Duration, now time.Time) (ready bool, run uint32, readyAt time.Time) {
-	t := j.task(inst)
-	if t == nil {
-		return false, 0, time.Time{}
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.availableSince.IsZero() {
-		return false, t.rt.RunId, time.Time{}
-	}
-	at := t.availableSince.Add(minReady)
-	return !now.Before(at), t.rt.RunId, at
-}
-
 // restartBackoff is the delay before the next run of a long-running
 // instance that has ended quickly `streak` times in a row.
 func restartBackoff(rp *pelotonv1.RestartPolicy, streak uint32) time.Duration {

@@ -127,12 +127,3 @@ func singles(ts ...*resmgr.Task) []*resmgr.Gang {
 	}
 	return out
 }
-
-// hostOf maps each placed task's instance to its host's name.
-func hostOf(d Decision) map[uint32]string {
-	m := map[uint32]string{}
-	for _, p := range d.Placed {
-		m[p.Task.Instance] = p.Host
-	}
-	return m
-}

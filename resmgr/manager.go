@@ -348,6 +348,7 @@ func (m *Manager) CreatePoolOnce(ctx context.Context, path string, spec *peloton
 	// A create of the same request may have committed and still be
 	// putting the pool in memory: it holds poolMu until it has.
 	m.poolMu.Lock()
+	//lint:ignore SA2001 taking the lock is the wait for that create; nothing is read under it.
 	m.poolMu.Unlock()
 	p, err := m.GetPool(o.Object)
 	if apierr.Code(err) == codes.NotFound {

@@ -25,11 +25,6 @@ type Victim struct {
 	Detail string
 }
 
-// candidate is a running task that may be preempted, as the planners see it.
-type candidate struct {
-	ts *taskState
-}
-
 // victimOrder sorts candidates in the order they should go: lowest
 // priority, then most recently admitted (the least work lost); revocable
 // first, should any be among them (the planners leave them out: they hold

@@ -477,9 +477,6 @@ func pollAdopted(pid int, ticks uint64) <-chan struct{} {
 // which only its parent can read.
 var errNotOurChild = errors.New("not a child of this process")
 
-// errNoProc is returned by procStartTicks where /proc does not tell.
-var errNoProc = errors.New("local: process start times are not available here")
-
 // isDetached reports whether detach was called.
 func (b *Backend) isDetached() bool {
 	b.mu.Lock()

@@ -43,8 +43,6 @@ func (f *fsTree) dir(path string) *fsTree {
 	return f
 }
 
-func (f *fsTree) path(p string) string { return filepath.Join(f.root, p) }
-
 // The mountinfo lines of the fixtures.
 const (
 	miRootFS  = "22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw\n"

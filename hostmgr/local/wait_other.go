@@ -2,6 +2,11 @@
 
 package local
 
+import "errors"
+
+// errNoProc is returned by procStartTicks where /proc does not tell.
+var errNoProc = errors.New("local: process start times are not available here")
+
 // exitNotify returns nil off Linux: there is no pidfd to wait on without
 // reaping, so the caller reaps at once (a blocked thread per child) and
 // does not kill what the process left in its group, because after reaping

@@ -50,9 +50,6 @@ func OpenAudit(path string) (*Audit, error) {
 	return a, nil
 }
 
-// NewAudit writes entries to w (tests).
-func NewAudit(w io.Writer) *Audit { return &Audit{w: w} }
-
 // Reopen opens the file again, after the operator moved it away.
 func (a *Audit) Reopen() error {
 	if a.path == "" || a.path == "-" {

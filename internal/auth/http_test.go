@@ -50,7 +50,7 @@ func newHTTPGuard(t *testing.T) *Guard {
 // metadata options, and returns what the in-memory listener's guard
 // makes of the metadata the gateway would send (or the HTTP answer if
 // the handler answered itself).
-func forwarded(t *testing.T, g *Guard, r *http.Request) (Identity, error, *httptest.ResponseRecorder) {
+func forwarded(t *testing.T, g *Guard, r *http.Request) (Identity, *httptest.ResponseRecorder, error) {
 	t.Helper()
 	mux := runtime.NewServeMux(GatewayOptions()...)
 	var md metadata.MD
@@ -65,7 +65,7 @@ func forwarded(t *testing.T, g *Guard, r *http.Request) (Identity, error, *httpt
 		md, _ = metadata.FromOutgoingContext(ctx)
 	})).ServeHTTP(rec, r)
 	if md == nil {
-		return Identity{}, nil, rec
+		return Identity{}, rec, nil
 	}
 	for k := range seen {
 		if strings.Contains(strings.ToLower(k), "x-peloton-") {
@@ -73,7 +73,7 @@ func forwarded(t *testing.T, g *Guard, r *http.Request) (Identity, error, *httpt
 		}
 	}
 	id, err := g.Internal().forwardedIdentity(md)
-	return id, err, nil
+	return id, nil, err
 }
 
 // A group with a comma in its name is one group on the REST path as on
@@ -84,7 +84,7 @@ func TestGatewayForwardsTheIdentity(t *testing.T) {
 	r := httptest.NewRequest(http.MethodGet, "/v1/jobs/a1", nil)
 	r.Header.Set("Authorization", "Bearer vic-token-0123456789")
 	r.RemoteAddr = "192.0.2.7:5555"
-	id, err, _ := forwarded(t, g, r)
+	id, _, err := forwarded(t, g, r)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +111,7 @@ func TestForgedForwardedHeaders(t *testing.T) {
 	}
 	r := httptest.NewRequest(http.MethodGet, "/v1/jobs/a1", nil)
 	forge(r)
-	_, _, rec := forwarded(t, g, r)
+	_, rec, _ := forwarded(t, g, r)
 	if rec == nil || rec.Code != http.StatusUnauthorized {
 		t.Fatalf("forged headers without a token: %v, want 401", rec)
 	}
@@ -129,7 +129,7 @@ func TestForgedForwardedHeaders(t *testing.T) {
 	r = httptest.NewRequest(http.MethodGet, "/v1/jobs/a1", nil)
 	forge(r)
 	r.Header.Set("Authorization", "Bearer olga-token-0123456789")
-	id, err, _ := forwarded(t, g, r)
+	id, _, err := forwarded(t, g, r)
 	if err != nil || id.Principal != "olga" || id.Method != MethodToken || !slices.Equal(id.Groups, []string{"ops"}) {
 		t.Errorf("forged headers with olga's token: %+v, %v; want olga by token, group ops", id, err)
 	}

@@ -348,7 +348,6 @@ func (k *kubeStack) testForeignBadPool(t *testing.T) {
 // annotation and binds it as that instance; the deleted pod's instance
 // ends; no instance is made twice.
 func (k *kubeStack) testForeignRestart(t *testing.T) {
-	s := k.on(t)
 	k.addNodes(t, "sec-restart", 1, "1", "sec-restart", nil)
 	rs := replicaSet("big", "rs-big")
 	k.appPod(t, "big-0", "/apps", "sec-restart", 800, nil, rs)
@@ -375,7 +374,7 @@ func (k *kubeStack) testForeignRestart(t *testing.T) {
 	}
 	k.s = startStack(t, dataDir, stackOpts{backend: "kubernetes",
 		kube: cluster.KubeConfig{Kubeconfig: k.kc.Kubeconfig, Secondary: true, SecondaryNamespaces: []string{appsNamespace}}})
-	s = k.on(t)
+	s := k.on(t)
 
 	pods = k.waitAppPods(t, "the waiting pod running after the restart", 60*time.Second, podsRunning("big-1"))
 	if got := pods["big-1"].Annotations[kubernetes.AnnotationTaskID]; got != adoptedAs {

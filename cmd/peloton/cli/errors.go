@@ -17,10 +17,6 @@ const (
 	exitUsage = cmdutil.ExitUsage
 )
 
-// usageError is a mistake in how the CLI was invoked: a bad flag value, a
-// missing argument, an unknown command. It exits with code 2.
-type usageError = cmdutil.UsageError
-
 var usageErrorf = cmdutil.Usagef
 
 // asUsage marks err as a usage error unless it already is one.

@@ -553,12 +553,10 @@ func (m *Master) serve(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	var call scheduler.Call
-	isJSON := false
 	switch ct := req.Header.Get("Content-Type"); ct {
 	case typeProtobuf:
 		err = call.Unmarshal(body)
 	case typeJSON:
-		isJSON = true
 		err = json.Unmarshal(body, &call)
 	default:
 		http.Error(w, fmt.Sprintf("Expecting 'Content-Type' of %s or %s", typeJSON, typeProtobuf), http.StatusUnsupportedMediaType)
@@ -575,7 +573,6 @@ func (m *Master) serve(w http.ResponseWriter, req *http.Request) {
 		m.subscribe(w, req, &call)
 		return
 	}
-	_ = isJSON
 	m.mu.Lock()
 	status, msg := m.check(req, &call)
 	if status == http.StatusAccepted {
