@@ -968,6 +968,16 @@ func (m *Manager) applyTask(ctx context.Context, j *job, inst uint32, persist bo
 // in place ends and its successor is launched this way (patch.go), so
 // that no restart can find the one without the other.
 func (m *Manager) applyTaskVia(ctx context.Context, j *job, inst uint32, persist bool, via []ts, fn func(rt *pelotonv1.TaskStatus) error) error {
+	return m.writeTask(ctx, j, inst, persist, via, func(prev *pelotonv1.TaskStatus) (*pelotonv1.TaskStatus, error) {
+		rt := cloneStatus(prev)
+		return rt, fn(rt)
+	})
+}
+
+// writeTask is applyTaskVia for a decision that makes the next runtime
+// itself: decide gets the current one, which it must not change, and
+// returns a new one (never the one it got), or errSkip.
+func (m *Manager) writeTask(ctx context.Context, j *job, inst uint32, persist bool, via []ts, decide func(prev *pelotonv1.TaskStatus) (*pelotonv1.TaskStatus, error)) error {
 	t := j.task(inst)
 	if t == nil {
 		return fmt.Errorf("jobmgr: instance %d of job %s has no task yet", inst, j.id)
@@ -979,8 +989,8 @@ func (m *Manager) applyTaskVia(ctx context.Context, j *job, inst uint32, persist
 			return err
 		}
 	}
-	rt := cloneStatus(t.rt)
-	if err := fn(rt); err != nil {
+	rt, err := decide(t.rt)
+	if err != nil {
 		return err
 	}
 	if err := checkPath(t.rt.State, via, rt.State); err != nil {
