@@ -92,8 +92,12 @@ func (m *Manager) Start(ctx context.Context) error {
 	return nil
 }
 
-// Wait blocks until the engine's goroutines have stopped (after ctx ends).
-func (m *Manager) Wait() { m.wg.Wait() }
+// Wait blocks until the engine's goroutines have stopped (after ctx ends),
+// with every other goroutine the Manager started (owned.go).
+func (m *Manager) Wait() {
+	m.wg.Wait()
+	m.stopOwned()
+}
 
 func (m *Manager) recover(ctx context.Context) error {
 	// Jobs with a record in quarantine since an earlier start are held if

@@ -204,6 +204,11 @@ type Manager struct {
 	// later use it so they stop with the engine.
 	runCtx context.Context
 	wg     sync.WaitGroup
+	// own holds the goroutines spawn started (owned.go); ownStopped says
+	// Wait has begun, so none may start.
+	ownMu      sync.Mutex
+	ownStopped bool
+	own        sync.WaitGroup
 }
 
 // Options tunes a Manager.
@@ -1195,11 +1200,8 @@ func (m *Manager) killRunAttempt(ctx context.Context, j *job, inst uint32, taskI
 	}
 	delay := min(time.Second<<min(attempt-1, 6), time.Minute)
 	m.log.Warn("kill failed; will retry", "task", taskID, "in", delay, "err", err)
-	time.AfterFunc(delay, func() {
-		if m.runCtx == nil || m.runCtx.Err() != nil {
-			return // shutting down
-		}
-		m.killRunAttempt(m.runCtx, j, inst, taskID, grace, attempt+1)
+	m.after(delay, func(ctx context.Context) {
+		m.killRunAttempt(ctx, j, inst, taskID, grace, attempt+1)
 	})
 }
 

@@ -346,6 +346,7 @@ func startProcessOn(t testing.TB, e *store.Embedded, s *sandboxes, opts Options,
 	p := &process{jm: jm, hm: hm, st: st, cancel: cancel, batch: batch}
 	t.Cleanup(func() {
 		cancel()
+		jm.Wait() // everything the job manager started ends with the test
 		_ = batch.Close()
 		_ = st.Close()
 	})

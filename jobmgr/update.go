@@ -998,13 +998,14 @@ func (m *Manager) prefetchNext(ctx context.Context, j *job, u *update, target *j
 	if len(hosts) == 0 {
 		return
 	}
-	go func() {
-		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	// In the background, owned by the Manager: the prefetch ends with it.
+	m.spawn(func(ctx context.Context) {
+		pctx, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
 		if err := m.hm.Prefetch(pctx, hosts, image); err != nil {
 			m.log.Warn("image prefetch failed", "job", j.id, "image", image, "hosts", len(hosts), "err", err)
 		}
-	}()
+	})
 }
 
 // rollingRestart restarts instances of a long-running job (default: all)
