@@ -156,10 +156,8 @@ func (m *Manager) drain(ctx context.Context, req hostmgr.DrainRequest, failures 
 			next = failures + 1
 			delay = max(delay, slaBackoff(next))
 		}
-		time.AfterFunc(delay, func() {
-			if m.runCtx != nil && m.runCtx.Err() == nil {
-				m.drain(m.runCtx, req, next)
-			}
+		m.after(delay, func(ctx context.Context) {
+			m.drain(ctx, req, next)
 		})
 	}
 	if len(vs) == 0 {

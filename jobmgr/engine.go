@@ -92,8 +92,12 @@ func (m *Manager) Start(ctx context.Context) error {
 	return nil
 }
 
-// Wait blocks until the engine's goroutines have stopped (after ctx ends).
-func (m *Manager) Wait() { m.wg.Wait() }
+// Wait blocks until the engine's goroutines have stopped (after ctx ends),
+// with every other goroutine the Manager started (owned.go).
+func (m *Manager) Wait() {
+	m.wg.Wait()
+	m.stopOwned()
+}
 
 func (m *Manager) recover(ctx context.Context) error {
 	// Jobs with a record in quarantine since an earlier start are held if
@@ -931,152 +935,30 @@ func (m *Manager) applyEvent(ctx context.Context, ev hostmgr.TaskEvent, supersed
 	if j == nil || j.task(inst) == nil {
 		return nil // the job was deleted
 	}
-	var (
-		release   bool
-		backoff   time.Duration
-		inPlace   string // the host of an in-place restart
-		heldFor   string // the next run that holds the old run's room (in place)
-		unhealthy string // the run to kill because its health check fails
-		grace     time.Duration
-	)
-	longRunning := isLongRunning(j.typ)
 	foreign := m.isForeign(j)
 	t := j.task(inst)
-	persist := !(superseded && ev.State == stRunning)
-	// A lost run is LOST in the instance's history (and transitions)
-	// before the run that replaces it, though both are one write.
-	var via []ts
-	if ev.State == stLost && ev.Reason != hostmgr.ReasonLaunchBlocked && !foreign {
-		via = []ts{stLost}
+	f := eventFacts{
+		jobType:     j.typ,
+		foreign:     foreign,
+		lostBackoff: m.lostBackoff,
+		// A revocable run its host's QoS controller killed ends KILLED,
+		// and runs again as preempted work does.
+		revoked: isTerminal(ev.State) && ev.State != stSucceeded && !foreign && j.spec().GetSla().GetRevocable() && m.hm.Revoked(ev.TaskID),
 	}
-	// A revocable run its host's QoS controller killed ends KILLED, and
-	// runs again as preempted work does.
-	revoked := isTerminal(ev.State) && ev.State != stSucceeded && !foreign && j.spec().GetSla().GetRevocable() && m.hm.Revoked(ev.TaskID)
-	if revoked {
-		via = []ts{stKilled}
-	}
-	err := m.applyTaskVia(ctx, j, inst, persist, via, func(rt *pelotonv1.TaskStatus) error {
-		if rt.RunId != run {
-			return errSkip // an old run's late event
+	persist, via := eventWrite(ev, f, superseded)
+	var fx eventEffects
+	err := m.writeTask(ctx, j, inst, persist, via, func(rt *pelotonv1.TaskStatus) (*pelotonv1.TaskStatus, error) {
+		// Under the task's lock: the facts of the run's spec version, the
+		// decision, and the task's counters, which go with the record.
+		v := j.version(rt.SpecVersion)
+		f.restart, f.grace = v.taskSpec(inst).GetRestartPolicy(), graceOf(v, inst)
+		var next taskSnap
+		next, fx = decideEvent(taskSnap{rt: rt, streak: t.streak, blocked: t.blocked}, ev, f)
+		if fx.skip {
+			return nil, errSkip
 		}
-		now := timestamppb.New(ev.Time)
-		if len(ev.Ports) > 0 && !isTerminal(rt.State) {
-			rt.Ports = ev.Ports
-		}
-		switch ev.State {
-		case stLaunched:
-			if len(ev.Ports) > 0 && isActive(rt.State) {
-				return nil
-			}
-			return errSkip // written when the launch was issued
-		case stRunning:
-			switch rt.State {
-			case stLaunched, stLaunching, stStarting:
-				rt.State, rt.StartTime = stRunning, now
-				rt.Health = ev.Health
-			case stRunning:
-				if rt.Health == ev.Health {
-					return errSkip
-				}
-				rt.Health = ev.Health
-			default:
-				return errSkip
-			}
-			if longRunning && rt.Health == pelotonv1.HealthState_UNHEALTHY && rt.GoalState != stKilled {
-				// A failing health check: the run is replaced, as if it had failed.
-				rt.FailureCount++
-				rt.DesiredRunId = rt.RunId + 1
-				rt.State, rt.Reason, rt.Message = stKilling, "unhealthy", "its health check fails; restarting it"
-				unhealthy, grace = ev.TaskID, graceOf(j.version(rt.SpecVersion), inst)
-				backoff = restartBackoff(j.version(rt.SpecVersion).taskSpec(inst).GetRestartPolicy(), t.streak+1)
-				t.streak++
-			}
-			return nil
-		}
-		if isTerminal(rt.State) || rt.State == stInitialized || rt.State == stPending {
-			return errSkip
-		}
-		release = true
-		if rt.RestartInPlace && rt.DesiredRunId > rt.RunId {
-			heldFor = resmgr.RunTaskID(j.id, inst, rt.DesiredRunId)
-		}
-		rt.ExitCode, rt.CompletionTime = ev.ExitCode, now
-		killedByUs := rt.State == stKilling || rt.GoalState == stKilled
-		msg := ev.Message
-		if msg == "" {
-			msg = fmt.Sprintf("%s: exit code %d", ev.Reason, ev.ExitCode)
-		}
-		switch {
-		case foreign:
-			foreignEnd(rt, ev, killedByUs)
-		case revoked && rt.GoalState != stKilled:
-			newRun(rt, rt.RunId+1, fmt.Sprintf("run %d was revoked: its host ran hot and its agent killed it (QoS); pending again", run))
-			rt.Reason = hostmgr.ReasonQoSRevoked
-		case rt.State == stPreempting && ev.State != stSucceeded && rt.GoalState != stKilled:
-			// Preempted: the instance waits for capacity again, with no failure counted.
-			newRun(rt, rt.RunId+1, fmt.Sprintf("run %d was preempted (%s); pending again", run, rt.Reason))
-		case rt.DesiredRunId > rt.RunId && rt.GoalState != stKilled:
-			// A restart: the old run is over, start the new one.
-			if rt.RestartInPlace && rt.Host != "" {
-				inPlace = rt.Host
-			}
-			newRun(rt, rt.DesiredRunId, fmt.Sprintf("run %d ended (%s); restarting", run, ev.State))
-		case killedByUs:
-			if ev.State == stSucceeded && !longRunning {
-				rt.State, rt.Reason, rt.Message = stSucceeded, "exit-zero", ""
-				break
-			}
-			rt.State = stKilled
-			if rt.Reason == "" {
-				rt.Reason = "killed"
-			}
-			rt.Message = ev.Message
-			if j.typ == pelotonv1.JobType_DAEMON && rt.Reason == "host-removed" {
-				rt.BoundHost = "" // its host left: the slot is free for the next one
-			}
-		case ev.Reason == hostmgr.ReasonRunIDTaken:
-			// It never ran: the next ID, at once, and no failure.
-			newRun(rt, rt.RunId+1, fmt.Sprintf("run id %d was used already; running as run %d", run, run+1))
-		case ev.Reason == hostmgr.ReasonLaunchBlocked:
-			// The backend refused the launch for something a person must
-			// fix (a namespace missing, a right not granted): not the
-			// task's failure, so nothing is counted and the job does not
-			// fail. The instance waits, its message says why, and it is
-			// tried again with a growing backoff.
-			t.blocked++
-			backoff = launchBlockedBackoff(m.lostBackoff, t.blocked)
-			newRun(rt, rt.RunId+1, fmt.Sprintf("cannot launch: %s; trying again in %s", msg, backoff))
-			rt.Reason = hostmgr.ReasonLaunchBlocked
-		case longRunning:
-			// Kept running: whatever ended the run, a new one follows after a
-			// backoff that grows while runs keep ending quickly.
-			if ev.State != stLost {
-				rt.FailureCount++
-			}
-			if rt.StartTime != nil && ev.Time.Sub(rt.StartTime.AsTime()) >= stableRun {
-				t.streak = 0
-			}
-			t.streak++
-			backoff = restartBackoff(j.version(rt.SpecVersion).taskSpec(inst).GetRestartPolicy(), t.streak)
-			newRun(rt, rt.RunId+1, fmt.Sprintf("run %d ended (%s, %s); restarting in %s", run, ev.State, msg, backoff))
-			rt.ExitCode = ev.ExitCode
-		case ev.State == stSucceeded:
-			rt.State, rt.Reason, rt.Message = stSucceeded, "exit-zero", ""
-		case ev.State == stLost:
-			newRun(rt, rt.RunId+1, fmt.Sprintf("run %d was lost (%s); running again", run, ev.Reason))
-			backoff = m.lostBackoff
-		default: // FAILED, or KILLED by someone other than us
-			rt.FailureCount++
-			max := j.version(rt.SpecVersion).taskSpec(inst).GetRestartPolicy().GetMaxFailures()
-			if rt.FailureCount <= max {
-				newRun(rt, rt.RunId+1, fmt.Sprintf("run %d failed (%s); retry %d of %d", run, msg, rt.FailureCount, max))
-				rt.ExitCode = ev.ExitCode
-			} else {
-				rt.State, rt.Reason = stFailed, ev.Reason
-				rt.Message = fmt.Sprintf("run %d failed (%s); %d failures, restartPolicy.maxFailures is %d", run, msg, rt.FailureCount, max)
-			}
-		}
-		return nil
+		t.streak, t.blocked = next.streak, next.blocked
+		return next.rt, nil
 	})
 	if errors.Is(err, errSkip) {
 		if retried && isTerminal(ev.State) {
@@ -1096,36 +978,45 @@ func (m *Manager) applyEvent(ctx context.Context, ev hostmgr.TaskEvent, supersed
 		m.log.Error("apply task event", "task", ev.TaskID, "state", ev.State, "err", err)
 		return nil
 	}
-	if unhealthy != "" {
-		m.log.Info("restarting an unhealthy instance", "job", j.id, "instance", inst)
-		m.killRun(ctx, j, inst, unhealthy, grace)
-	}
-	if backoff > 0 {
-		t.mu.Lock()
-		t.notBefore = m.now().Add(backoff)
-		t.mu.Unlock()
-		m.queue.AddAfter(jobID, backoff)
-	}
-	if release {
-		if inPlace != "" && heldFor != "" && m.launchInPlace(ctx, j, inst, heldFor, inPlace) {
-			m.queue.Add(jobID)
-			return nil
-		}
-		if heldFor != "" {
-			m.hm.ReleaseTask(heldFor) // the room kept for an in-place run that will not come
-			if inPlace != "" {
-				metrics.Restarts.WithLabelValues("placed").Inc() // in place was asked but not possible
-			}
-		}
-		// hostmgr frees a run's host when the backend reports its end; events
-		// made up here (a run lost across a restart) must free it too.
-		m.hm.ReleaseTask(ev.TaskID)
-		// Only this run: the next may already be queued by another worker
-		// (a launch refused and retried quickly), and must stay queued.
-		m.rm.ReleaseRun(jobID, inst, run)
-	}
+	m.applyEffects(ctx, j, inst, ev, fx)
 	m.queue.Add(jobID)
 	return nil
+}
+
+// applyEffects carries out what decideEvent asked for once its decision is
+// written: the kill of an unhealthy run, the backoff, the release of an
+// ended run (or the launch of its successor in place).
+func (m *Manager) applyEffects(ctx context.Context, j *job, inst uint32, ev hostmgr.TaskEvent, fx eventEffects) {
+	_, _, run, _ := parseTaskID(ev.TaskID)
+	if fx.kill != "" {
+		m.log.Info("restarting an unhealthy instance", "job", j.id, "instance", inst)
+		m.killRun(ctx, j, inst, fx.kill, fx.grace)
+	}
+	if fx.backoff > 0 {
+		t := j.task(inst)
+		t.mu.Lock()
+		t.notBefore = m.now().Add(fx.backoff)
+		t.mu.Unlock()
+		m.queue.AddAfter(j.id, fx.backoff)
+	}
+	if !fx.release {
+		return
+	}
+	if fx.inPlace != "" && fx.heldFor != "" && m.launchInPlace(ctx, j, inst, fx.heldFor, fx.inPlace) {
+		return
+	}
+	if fx.heldFor != "" {
+		m.hm.ReleaseTask(fx.heldFor) // the room kept for an in-place run that will not come
+		if fx.inPlace != "" {
+			metrics.Restarts.WithLabelValues("placed").Inc() // in place was asked but not possible
+		}
+	}
+	// hostmgr frees a run's host when the backend reports its end; events
+	// made up here (a run lost across a restart) must free it too.
+	m.hm.ReleaseTask(ev.TaskID)
+	// Only this run: the next may already be queued by another worker
+	// (a launch refused and retried quickly), and must stay queued.
+	m.rm.ReleaseRun(j.id, inst, run)
 }
 
 // launchInPlace starts the new run of an instance restarted in place on

@@ -259,7 +259,7 @@ func (c *foreignCtl) launchFailed(k instKey) {
 func (c *foreignCtl) delayLocked(uid string) {
 	b := c.backoff[uid]
 	b.delay = min(max(b.delay*2, foreignRetry), foreignRetryMax)
-	b.at = time.Now().Add(b.delay)
+	b.at = c.m.now().Add(b.delay)
 	c.backoff[uid] = b
 }
 
@@ -293,8 +293,8 @@ func (c *foreignCtl) run(ctx context.Context) {
 			}
 		}
 		c.adoptWaiting(ctx)
-		if time.Since(told) >= foreignTellEvery {
-			told = time.Now()
+		if now := c.m.now(); now.Sub(told) >= foreignTellEvery {
+			told = now
 			c.tellWaiting(ctx)
 		}
 	}
@@ -328,7 +328,7 @@ func (c *foreignCtl) tellWaiting(ctx context.Context) {
 
 // adoptWaiting makes instances of the foreign tasks that have none.
 func (c *foreignCtl) adoptWaiting(ctx context.Context) {
-	now := time.Now()
+	now := c.m.now()
 	groups := map[string][]hostmgr.ForeignTask{}
 	c.mu.Lock()
 	for uid, ft := range c.waiting {

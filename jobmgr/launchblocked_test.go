@@ -93,7 +93,7 @@ func TestLaunchBlockedIsNotAFailure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, 30*time.Second, "several refused launches and job get saying why", func() (bool, string) {
+	waitFor(t, "several refused launches and job get saying why", 30*time.Second, func() (bool, string) {
 		j, err := jm.GetJob(id)
 		if err != nil {
 			return false, err.Error()
@@ -115,7 +115,7 @@ func TestLaunchBlockedIsNotAFailure(t *testing.T) {
 		t.Fatalf("job failed on blocked launches: %v", j.GetStatus())
 	}
 	bv.set(false)
-	waitUntil(t, 30*time.Second, "both instances running once the namespace exists", func() (bool, string) {
+	waitFor(t, "both instances running once the namespace exists", 30*time.Second, func() (bool, string) {
 		n := 0
 		var states []string
 		for inst := uint32(0); inst < 2; inst++ {
@@ -127,19 +127,4 @@ func TestLaunchBlockedIsNotAFailure(t *testing.T) {
 		}
 		return n == 2, strings.Join(states, ", ")
 	})
-}
-
-func waitUntil(t *testing.T, within time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("waited %s for %s; last: %s", within, what, state)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }

@@ -148,15 +148,16 @@ func (m *Manager) syncSLAJob(ctx context.Context, j *job) error {
 
 // forgetSLAJob removes a deleted job from the evaluator, in the background:
 // deleting a job does not wait on the evaluator, and a removal that fails
-// only leaves the evaluator a job nobody asks about.
+// only leaves the evaluator a job nobody asks about (so does a removal the
+// Manager's stop cuts short).
 func (m *Manager) forgetSLAJob(id string) {
-	go func() {
-		ctx, cancel := m.slaCtx(context.Background())
+	m.spawn(func(ctx context.Context) {
+		ctx, cancel := m.slaCtx(ctx)
 		defer cancel()
 		if err := m.sla.RemoveJob(ctx, id); err != nil {
 			m.log.Warn("SLA evaluator: remove deleted job", "job", id, "err", err)
 		}
-	}()
+	})
 }
 
 // hasHealthCheck reports whether instance inst has a health check under v.

@@ -204,6 +204,11 @@ type Manager struct {
 	// later use it so they stop with the engine.
 	runCtx context.Context
 	wg     sync.WaitGroup
+	// own holds the goroutines spawn started (owned.go); ownStopped says
+	// Wait has begun, so none may start.
+	ownMu      sync.Mutex
+	ownStopped bool
+	own        sync.WaitGroup
 }
 
 // Options tunes a Manager.
@@ -968,6 +973,16 @@ func (m *Manager) applyTask(ctx context.Context, j *job, inst uint32, persist bo
 // in place ends and its successor is launched this way (patch.go), so
 // that no restart can find the one without the other.
 func (m *Manager) applyTaskVia(ctx context.Context, j *job, inst uint32, persist bool, via []ts, fn func(rt *pelotonv1.TaskStatus) error) error {
+	return m.writeTask(ctx, j, inst, persist, via, func(prev *pelotonv1.TaskStatus) (*pelotonv1.TaskStatus, error) {
+		rt := cloneStatus(prev)
+		return rt, fn(rt)
+	})
+}
+
+// writeTask is applyTaskVia for a decision that makes the next runtime
+// itself: decide gets the current one, which it must not change, and
+// returns a new one (never the one it got), or errSkip.
+func (m *Manager) writeTask(ctx context.Context, j *job, inst uint32, persist bool, via []ts, decide func(prev *pelotonv1.TaskStatus) (*pelotonv1.TaskStatus, error)) error {
 	t := j.task(inst)
 	if t == nil {
 		return fmt.Errorf("jobmgr: instance %d of job %s has no task yet", inst, j.id)
@@ -979,8 +994,8 @@ func (m *Manager) applyTaskVia(ctx context.Context, j *job, inst uint32, persist
 			return err
 		}
 	}
-	rt := cloneStatus(t.rt)
-	if err := fn(rt); err != nil {
+	rt, err := decide(t.rt)
+	if err != nil {
 		return err
 	}
 	if err := checkPath(t.rt.State, via, rt.State); err != nil {
@@ -1185,11 +1200,8 @@ func (m *Manager) killRunAttempt(ctx context.Context, j *job, inst uint32, taskI
 	}
 	delay := min(time.Second<<min(attempt-1, 6), time.Minute)
 	m.log.Warn("kill failed; will retry", "task", taskID, "in", delay, "err", err)
-	time.AfterFunc(delay, func() {
-		if m.runCtx == nil || m.runCtx.Err() != nil {
-			return // shutting down
-		}
-		m.killRunAttempt(m.runCtx, j, inst, taskID, grace, attempt+1)
+	m.after(delay, func(ctx context.Context) {
+		m.killRunAttempt(ctx, j, inst, taskID, grace, attempt+1)
 	})
 }
 

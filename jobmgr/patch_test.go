@@ -20,6 +20,7 @@ import (
 	"github.com/peloton-sched/peloton/internal/resources"
 	"github.com/peloton-sched/peloton/internal/store"
 	"github.com/peloton-sched/peloton/internal/store/storetest"
+	"github.com/peloton-sched/peloton/internal/testing/testutil"
 	"github.com/peloton-sched/peloton/placement"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 	"github.com/peloton-sched/peloton/resmgr"
@@ -346,6 +347,7 @@ func startProcessOn(t testing.TB, e *store.Embedded, s *sandboxes, opts Options,
 	p := &process{jm: jm, hm: hm, st: st, cancel: cancel, batch: batch}
 	t.Cleanup(func() {
 		cancel()
+		jm.Wait() // everything the job manager started ends with the test
 		_ = batch.Close()
 		_ = st.Close()
 	})
@@ -367,19 +369,16 @@ func patchService(name, image string) *pelotonv1.JobSpec {
 			RestartPolicy: &pelotonv1.RestartPolicy{BackoffSeconds: 1, MaxBackoffSeconds: 1}}}
 }
 
+// waitFor is testutil.Eventually for a condition that says what it is at
+// while it is not met.
 func waitFor(t *testing.T, what string, within time.Duration, ok func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		done, state := ok()
-		if done {
-			return
+	testutil.Eventually(t, within, what, func() error {
+		if done, state := ok(); !done {
+			return errors.New("still " + state)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: still %s after %s", what, state, within)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // tasksOf renders every instance as "inst:state/run@host".

@@ -3,6 +3,7 @@ package jobmgr
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sync"
 	"time"
 
@@ -133,7 +134,9 @@ func (m *Manager) reconcileOnce(ctx context.Context) (missed, lost, strays int) 
 				if ctx.Err() != nil {
 					return
 				}
-				time.Sleep(time.Millisecond) // let the engine's work through
+				// Hand the core to the engine's ready goroutines (no lock
+				// is held here); a sleep would only add a delay per chunk.
+				runtime.Gosched()
 			}
 			t.mu.Lock()
 			st, run, health := t.rt.State, t.rt.RunId, t.rt.Health

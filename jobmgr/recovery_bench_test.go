@@ -13,6 +13,7 @@ import (
 	"github.com/peloton-sched/peloton/hostmgr"
 	"github.com/peloton-sched/peloton/internal/resources"
 	"github.com/peloton-sched/peloton/internal/store/storetest"
+	"github.com/peloton-sched/peloton/internal/testing/testutil"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 	"github.com/peloton-sched/peloton/resmgr"
 )
@@ -45,20 +46,16 @@ func BenchmarkRecovery(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		deadline := time.Now().Add(10 * time.Minute)
-		for {
+		testutil.Eventually(b, 10*time.Minute, "every instance running", func() error {
 			j, err := first.jm.GetJob(id)
 			if err != nil {
-				b.Fatal(err)
+				return err
 			}
-			if j.Status.TaskCounts["RUNNING"] == uint32(n) {
-				break
+			if got := j.Status.TaskCounts["RUNNING"]; got != uint32(n) {
+				return fmt.Errorf("%d of %d running", got, n)
 			}
-			if time.Now().After(deadline) {
-				b.Fatalf("only %d of %d running after 10 minutes", j.Status.TaskCounts["RUNNING"], n)
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
+			return nil
+		})
 		first.crash()
 		ended := 0
 		for inst := 0; inst < n; inst += 100 {
@@ -117,18 +114,19 @@ func BenchmarkOutageCatchUp(b *testing.B) {
 		for inst := 0; inst < n; inst++ {
 			s.finish(resmgr.RunTaskID(id, uint32(inst), 1), pelotonv1.TaskState_SUCCEEDED, false)
 		}
-		deadline := time.Now().Add(2 * time.Minute)
-		for p.jm.UnwrittenEvents() < n {
-			if time.Now().After(deadline) {
-				b.Fatalf("only %d of %d events queued during the outage", p.jm.UnwrittenEvents(), n)
+		testutil.Eventually(b, 2*time.Minute, "every event queued during the outage", func() error {
+			if got := p.jm.UnwrittenEvents(); got < n {
+				return fmt.Errorf("%d of %d queued", got, n)
 			}
-			time.Sleep(10 * time.Millisecond)
-		}
+			return nil
+		})
 		b.StartTimer()
 		start := time.Now()
 		p.fs.mode.Store(storeUp)
 		waitCount(b, p.jm, id, "SUCCEEDED", n)
 		for p.jm.UnwrittenEvents() > 0 {
+			// Timed: a fine poll, so that its period stays well under the
+			// catch-up time it measures (Eventually backs off to 100ms).
 			time.Sleep(time.Millisecond)
 		}
 		b.StopTimer()
@@ -151,6 +149,8 @@ func waitCount(b *testing.B, jm *Manager, id, state string, n int) {
 		if time.Now().After(deadline) {
 			b.Fatalf("only %d of %d %s after 10 minutes", j.Status.TaskCounts[state], n, state)
 		}
+		// Timed by its callers: a fine poll, whose period bounds the
+		// error of what they measure (Eventually backs off to 100ms).
 		time.Sleep(5 * time.Millisecond)
 	}
 }

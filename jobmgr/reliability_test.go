@@ -30,6 +30,9 @@ type faultStore struct {
 	mode     atomic.Int32
 	taskTxns atomic.Int32
 	failed   atomic.Int32
+	// refused counts the reads refused while down (a retry reads its
+	// record back before it writes again).
+	refused atomic.Int32
 }
 
 const (
@@ -42,6 +45,7 @@ var errOutage = errors.New("test outage: context deadline exceeded")
 
 func (f *faultStore) Get(ctx context.Context, key string) (store.KV, error) {
 	if f.mode.Load() == storeDown {
+		f.refused.Add(1)
 		return store.KV{}, errOutage
 	}
 	return f.Store.Get(ctx, key)
@@ -202,7 +206,18 @@ func TestEventsDuringAStoreOutageAreWrittenAfterIt(t *testing.T) {
 			waitFor(t, "the writes of the ended runs to fail", 10*time.Second, func() (bool, string) {
 				return p.fs.failed.Load() >= 1, fmt.Sprintf("%d failed writes", p.fs.failed.Load())
 			})
-			time.Sleep(500 * time.Millisecond) // several retries fail too
+			// The retries run during the outage: with the store down they
+			// fail too (at the read-back before the write); with writes
+			// applied but reported failed, they read the records back and
+			// find them written after all.
+			first := p.fs.refused.Load()
+			waitFor(t, "retries during the outage", 10*time.Second, func() (bool, string) {
+				refused, queued := p.fs.refused.Load(), p.jm.UnwrittenEvents()
+				if mode == storeDown {
+					return refused >= first+3, fmt.Sprintf("%d refused read-backs", refused-first)
+				}
+				return queued == 0, fmt.Sprintf("%d events queued", queued)
+			})
 			p.fs.mode.Store(storeUp)
 			p.waitStates(t, id, pelotonv1.TaskState_SUCCEEDED, 30*time.Second)
 			waitFor(t, "the job to succeed", 30*time.Second, func() (bool, string) {

@@ -124,11 +124,7 @@ const (
 // settleLate later. The job was never in memory, so nothing else refers to
 // it.
 func (m *Manager) settleCreate(id string, ops []store.Op) {
-	ctx := m.runCtx
-	if ctx == nil {
-		ctx = context.Background()
-	}
-	go func() {
+	m.spawn(func(ctx context.Context) {
 		deadline := time.Now().Add(settleWithin)
 		wait := storeRetryBackoff
 		checks := 0
@@ -148,7 +144,7 @@ func (m *Manager) settleCreate(id string, ops []store.Op) {
 		if checks < 2 {
 			m.log.Error("could not confirm that a failed job create left nothing; a restart may find the job", "job", id)
 		}
-	}()
+	})
 }
 
 // undoCreate deletes the keys of ops that exist.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -547,13 +548,15 @@ func (m *Manager) changeUpdate(ctx context.Context, id string, fn func(x *peloto
 // driveUpdate runs one step of j's active update, if it has one. It
 // returns when the job should be evaluated again for it (0: no need).
 //
-// The SLA evaluator may be remote, so the step never holds u's lock while
-// it asks: it plans under the lock, lets go, asks for the instances the
-// plan starts, and takes the lock again to apply what was granted, unless
-// the user changed the update meanwhile (then the grants go back). An
-// instance the evaluator does not grant, or does not answer for, is not
-// started: the update waits, says why in its message, and asks again on a
-// later step (after a backoff if the evaluator failed).
+// A step is snapshot, plan, ask, apply. The SLA evaluator may be remote, so
+// the step never holds u's lock while it asks: it takes the snapshot under
+// the lock (updateSnapshot), plans on it (planUpdate) and asks for the
+// instances the plan starts without it (askGrants), and applies what was
+// granted under the lock again (applyStep), unless the user changed the
+// update meanwhile (then the grants go back). An instance the evaluator
+// does not grant, or does not answer for, is not started: the update
+// waits, says why in its message, and asks again on a later step (after a
+// backoff if the evaluator failed).
 func (m *Manager) driveUpdate(ctx context.Context, j *job) (time.Duration, error) {
 	u := m.activeUpdate(j.id)
 	if u == nil {
@@ -562,21 +565,77 @@ func (m *Manager) driveUpdate(ctx context.Context, j *job) (time.Duration, error
 	// Asked first, before any lock: what the evaluator counts unavailable
 	// includes other holders' grants (a drain moving an instance).
 	unavailable := m.slaUnavailable(ctx, j)
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	state := u.u.Status.State
-	if state == upPaused {
+	var step updateStep
+	u.locked(func() { step = m.updateSnapshot(j, u, unavailable) })
+	if step.in.state == upPaused {
 		return 0, nil
 	}
-	target := j.version(u.target())
-	minReady := minReadyOf(u.u.Spec)
-	now := m.now()
-	in := planInput{spec: u.u.Spec, failed: map[uint32]bool{}, done: u.done, unavailable: unavailable}
-	for _, f := range u.u.Status.FailedInstances {
-		in.failed[f] = true
+	step.plan = planUpdate(step.in)
+	g := m.askGrants(ctx, j, &step)
+	var next time.Duration
+	var changed bool
+	var err error
+	u.locked(func() { next, changed, err = m.applyStep(ctx, j, u, &step, g) })
+	if changed {
+		// Paused, aborted or rolled back by the user while the evaluator
+		// answered: nothing started; give the grants back.
+		for _, p := range g.picks {
+			if p.granted {
+				m.dropGrant(ctx, j, p.inst, step.holder)
+			}
+		}
+		return 10 * time.Millisecond, nil
 	}
-	down := map[uint32]bool{}
-	var wake time.Time
+	if err != nil {
+		return time.Second, err
+	}
+	if step.plan.end == upBack && step.in.state == upForward {
+		err := m.startRollback(ctx, j, u, step.plan.endMessage+"; rolling back")
+		return 10 * time.Millisecond, err
+	}
+	return next, nil
+}
+
+// locked runs fn under u's lock.
+func (u *update) locked(fn func()) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	fn()
+}
+
+// updateStep is one step of an update's driver: what it took from the
+// update under its lock, and the plan it made of that.
+type updateStep struct {
+	id, holder, reason string
+	target             *jobVersion
+	minReady           time.Duration
+	now                time.Time
+	in                 planInput
+	// down are the instances of the scope that are not available now.
+	down map[uint32]bool
+	// wake is when the first instance not ready yet will be (zero: none).
+	wake time.Time
+	plan updatePlan
+}
+
+// updateSnapshot builds the planner's input from u and j's instances. It
+// records the failure count of an instance the update is replacing when
+// it first sees it (u.baseline). Caller holds u.mu; the step is paused
+// when u is.
+func (m *Manager) updateSnapshot(j *job, u *update, unavailable int) updateStep {
+	target := j.version(u.target())
+	step := updateStep{
+		id: u.u.Id, holder: "update/" + u.u.Id, target: target,
+		reason:   fmt.Sprintf("update %s to spec version %d", u.u.Id, target.version),
+		minReady: minReadyOf(u.u.Spec), now: m.now(), down: map[uint32]bool{},
+		in: planInput{spec: u.u.Spec, state: u.u.Status.State, failed: map[uint32]bool{}, done: maps.Clone(u.done), unavailable: unavailable},
+	}
+	if step.in.state == upPaused {
+		return step
+	}
+	for _, f := range u.u.Status.FailedInstances {
+		step.in.failed[f] = true
+	}
 	for _, inst := range u.u.Instances {
 		t := j.task(inst)
 		if t == nil {
@@ -601,7 +660,7 @@ func (m *Manager) driveUpdate(ctx context.Context, j *job) (time.Duration, error
 		since := t.availableSince
 		pi.down = since.IsZero()
 		t.mu.Unlock()
-		down[inst] = pi.down
+		step.down[inst] = pi.down
 		if pi.atTarget || pi.starting {
 			b, ok := u.baseline[inst]
 			if !ok {
@@ -617,41 +676,48 @@ func (m *Manager) driveUpdate(ctx context.Context, j *job) (time.Duration, error
 			// its new run has stayed available for the window: a run
 			// that crashes a moment after it started must not let the
 			// next batch go.
-			at := since.Add(minReady)
+			at := since.Add(step.minReady)
 			if !u.started[inst] {
 				at = since
 			}
-			pi.ready = !now.Before(at)
-			if !pi.ready && (wake.IsZero() || at.Before(wake)) {
-				wake = at
+			pi.ready = !step.now.Before(at)
+			if !pi.ready && (step.wake.IsZero() || at.Before(step.wake)) {
+				step.wake = at
 			}
 		}
-		in.instances = append(in.instances, pi)
+		step.in.instances = append(step.in.instances, pi)
 	}
-	plan := planUpdate(in)
-	for _, inst := range plan.newlyDone {
-		u.done[inst] = true
-	}
-	holder := "update/" + u.u.Id
-	reason := fmt.Sprintf("update %s to spec version %d", u.u.Id, target.version)
+	return step
+}
 
-	// Ask without the lock. An instance that is down now takes nothing
-	// more down, so it needs no grant and never waits for the budget (a
-	// job over its budget because the update's instances crash must still
-	// be able to replace them, or its rollback could never finish). It is
-	// restarted only if it is still down then (restartOnto checks).
-	type pick struct {
-		inst    uint32
-		granted bool // holds a grant; false: replaced because it is down
-	}
-	var picks []pick
-	var waiting string
-	evaluatorFailed := false
-	u.mu.Unlock()
+// pick is an instance a step starts.
+type pick struct {
+	inst    uint32
+	granted bool // holds a grant; false: replaced because it is down
+}
+
+// stepGrants is what the SLA evaluator answered for a step's plan.
+type stepGrants struct {
+	picks []pick
+	// waiting is why an instance was not granted; evaluatorFailed says the
+	// evaluator did not answer (rather than refused).
+	waiting         string
+	evaluatorFailed bool
+}
+
+// askGrants asks the SLA evaluator for the instances the plan starts, in
+// order, stopping at the first it refuses. Called without u's lock. An
+// instance that is down now takes nothing more down, so it needs no grant
+// and never waits for the budget (a job over its budget because the
+// update's instances crash must still be able to replace them, or its
+// rollback could never finish). It is restarted only if it is still down
+// then (restartOnto checks).
+func (m *Manager) askGrants(ctx context.Context, j *job, step *updateStep) stepGrants {
+	var g stepGrants
 	refused := false
-	for _, inst := range plan.start {
-		if down[inst] {
-			picks = append(picks, pick{inst: inst})
+	for _, inst := range step.plan.start {
+		if step.down[inst] {
+			g.picks = append(g.picks, pick{inst: inst})
 			continue
 		}
 		if refused {
@@ -662,34 +728,35 @@ func (m *Manager) driveUpdate(ctx context.Context, j *job) (time.Duration, error
 		// minReadySeconds paces the update (the instance stays in its
 		// batch until then), but must not hold the job's budget against
 		// everyone else, nor outlive the update if it is aborted.
-		if err := m.disrupt(ctx, j, inst, holder, reason, min(minReady, defaultMinReady)); err != nil {
-			waiting = slaWait(err)
-			evaluatorFailed = !isRefusal(err)
+		if err := m.disrupt(ctx, j, inst, step.holder, step.reason, min(step.minReady, defaultMinReady)); err != nil {
+			g.waiting = slaWait(err)
+			g.evaluatorFailed = !isRefusal(err)
 			refused = true
 			continue
 		}
-		picks = append(picks, pick{inst: inst, granted: true})
+		g.picks = append(g.picks, pick{inst: inst, granted: true})
 	}
-	u.mu.Lock()
-	if u.u.Status.State != state || u.target() != target.version {
-		// Paused, aborted or rolled back by the user while the evaluator
-		// answered: start nothing; give the grants back.
-		u.mu.Unlock()
-		for _, p := range picks {
-			if p.granted {
-				m.dropGrant(ctx, j, p.inst, holder)
-			}
-		}
-		u.mu.Lock()
-		return 10 * time.Millisecond, nil
+	return g
+}
+
+// applyStep applies a step's plan and grants to u: it restarts the picked
+// instances onto the target and writes the update's record, with the
+// state the plan ends it in. It reports changed, doing nothing, when the
+// user changed the update since its snapshot. Caller holds u.mu.
+func (m *Manager) applyStep(ctx context.Context, j *job, u *update, step *updateStep, g stepGrants) (next time.Duration, changed bool, err error) {
+	if u.u.Status.State != step.in.state || u.target() != step.target.version {
+		return 0, true, nil
 	}
-	if evaluatorFailed {
+	for _, inst := range step.plan.newlyDone {
+		u.done[inst] = true
+	}
+	if g.evaluatorFailed {
 		u.slaFailures++
 	} else {
 		u.slaFailures = 0
 	}
 	var started, onlyIfDown []uint32
-	for _, p := range picks {
+	for _, p := range g.picks {
 		t := j.task(p.inst)
 		if t == nil {
 			continue
@@ -709,66 +776,29 @@ func (m *Manager) driveUpdate(ctx context.Context, j *job) (time.Duration, error
 	// Concurrently, so the group committer packs a whole batch's writes
 	// into a few transactions instead of one round trip per instance.
 	if err := parallel(started, func(inst uint32) error {
-		return m.restartOnto(ctx, j, inst, target, u.u.Spec.GetInPlace(), u.u.Restarts, slices.Contains(onlyIfDown, inst))
+		return m.restartOnto(ctx, j, inst, step.target, u.u.Spec.GetInPlace(), u.u.Restarts, slices.Contains(onlyIfDown, inst))
 	}); err != nil {
-		return time.Second, err
+		return 0, false, err
 	}
 	if len(started) > 0 {
-		m.prefetchNext(ctx, j, u, target)
+		m.prefetchNext(ctx, j, u, step.target)
 	}
+	waiting := g.waiting
 	if waiting == "" {
-		waiting = plan.waiting
+		waiting = step.plan.waiting
 	}
-	err := m.saveUpdateLocked(ctx, u, func(x *pelotonv1.Update) error {
-		st := x.Status
-		for _, f := range plan.newlyFailed {
-			st.FailedInstances = append(st.FailedInstances, f)
-			delete(u.done, f)
-		}
-		sort.Slice(st.FailedInstances, func(a, b int) bool { return st.FailedInstances[a] < st.FailedInstances[b] })
-		st.InstancesFailed = uint32(len(st.FailedInstances))
-		st.InstancesDone = uint32(len(u.done))
-		st.InstancesCurrent = append(append([]uint32(nil), plan.current...), started...)
-		sort.Slice(st.InstancesCurrent, func(a, b int) bool { return st.InstancesCurrent[a] < st.InstancesCurrent[b] })
-		switch {
-		case plan.failedOver:
-			st.Message = fmt.Sprintf("%d instances failed (%s), more than maxTolerableFailures %d", st.InstancesFailed, listU32(st.FailedInstances, 5), x.Spec.GetMaxTolerableFailures())
-			if state == upBack {
-				st.State, st.Message = upFailed, "rollback failed: "+st.Message
-			} else if !x.Spec.GetRollbackOnFailure() {
-				st.State = upFailed
-			}
-			if st.State == upFailed {
-				st.CompletionTime = timestamppb.New(now)
-				st.InstancesCurrent = nil
-			}
-		case plan.finished:
-			st.State, st.Message = upSucceeded, ""
-			if state == upBack {
-				st.State = upRolledBack
-			}
-			st.CompletionTime = timestamppb.New(now)
-			st.InstancesCurrent = nil
-		default:
-			st.Message = waiting
-		}
+	if err := m.saveUpdateLocked(ctx, u, func(x *pelotonv1.Update) error {
+		writeStep(x.Status, u.done, step, started, waiting)
 		return nil
-	})
-	if err != nil {
-		return time.Second, err
-	}
-	if plan.failedOver && state == upForward && u.u.Spec.GetRollbackOnFailure() {
-		u.mu.Unlock()
-		err := m.startRollback(ctx, j, u, u.snapshot().Status.Message+"; rolling back")
-		u.mu.Lock()
-		return 10 * time.Millisecond, err
+	}); err != nil {
+		return 0, false, err
 	}
 	if !updateActive(u.u.Status.State) {
-		return 0, nil
+		return 0, false, nil
 	}
-	next := grantRenewEvery
-	if !wake.IsZero() {
-		next = min(next, wake.Sub(now)+10*time.Millisecond)
+	next = grantRenewEvery
+	if !step.wake.IsZero() {
+		next = min(next, step.wake.Sub(step.now)+10*time.Millisecond)
 	}
 	if waiting != "" {
 		next = min(next, time.Second)
@@ -776,7 +806,34 @@ func (m *Manager) driveUpdate(ctx context.Context, j *job) (time.Duration, error
 	if u.slaFailures > 0 {
 		next = slaBackoff(u.slaFailures)
 	}
-	return next, nil
+	return next, false, nil
+}
+
+// writeStep records a step in the update's status: the instances it counts
+// failed (they leave done), done and current, and the state and message
+// the plan ends it with, or why it waits.
+func writeStep(st *pelotonv1.UpdateStatus, done map[uint32]bool, step *updateStep, started []uint32, waiting string) {
+	plan := step.plan
+	for _, f := range plan.newlyFailed {
+		st.FailedInstances = append(st.FailedInstances, f)
+		delete(done, f)
+	}
+	slices.Sort(st.FailedInstances)
+	st.InstancesFailed = uint32(len(st.FailedInstances))
+	st.InstancesDone = uint32(len(done))
+	st.InstancesCurrent = append(append([]uint32(nil), plan.current...), started...)
+	slices.Sort(st.InstancesCurrent)
+	switch plan.end {
+	case 0:
+		st.Message = waiting
+	case upBack:
+		// The rollback itself is started after this write (startRollback).
+		st.Message = plan.endMessage
+	default:
+		st.State, st.Message = plan.end, plan.endMessage
+		st.CompletionTime = timestamppb.New(step.now)
+		st.InstancesCurrent = nil
+	}
 }
 
 // slaUnavailable is how many of j's instances the evaluator counts
@@ -941,13 +998,14 @@ func (m *Manager) prefetchNext(ctx context.Context, j *job, u *update, target *j
 	if len(hosts) == 0 {
 		return
 	}
-	go func() {
-		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	// In the background, owned by the Manager: the prefetch ends with it.
+	m.spawn(func(ctx context.Context) {
+		pctx, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
 		if err := m.hm.Prefetch(pctx, hosts, image); err != nil {
 			m.log.Warn("image prefetch failed", "job", j.id, "image", image, "hosts", len(hosts), "err", err)
 		}
-	}()
+	})
 }
 
 // rollingRestart restarts instances of a long-running job (default: all)

@@ -2,6 +2,8 @@ package jobmgr
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/peloton-sched/peloton/internal/fsm"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
@@ -46,6 +48,8 @@ type planInstance struct {
 // planInput is the snapshot the planner decides on.
 type planInput struct {
 	spec *pelotonv1.UpdateSpec
+	// state is the update's state: rolling forward or back.
+	state us
 	// instances is the update's scope, in update order.
 	instances []planInstance
 	// failed are the instances already counted as failed.
@@ -75,6 +79,14 @@ type updatePlan struct {
 	failedOver bool
 	// waiting explains why nothing starts although instances remain.
 	waiting string
+	// end is what the step makes of the update when it ends it or turns
+	// it around: SUCCEEDED or ROLLED_BACK (finished), FAILED (failedOver,
+	// while rolling back or without rollbackOnFailure), ROLLING_BACK
+	// (failedOver with rollbackOnFailure: the driver starts the rollback).
+	// 0 while it goes on.
+	end us
+	// endMessage is the update's message with end.
+	endMessage string
 }
 
 // batchSize and maxUnavailable apply the UpdateSpec defaults.
@@ -134,10 +146,15 @@ func planUpdate(in planInput) updatePlan {
 	}
 	if failed > int(in.spec.GetMaxTolerableFailures()) {
 		p.failedOver = true
+		p.end, p.endMessage = failedOver(in, p.newlyFailed)
 		return p
 	}
 	if remaining == 0 {
 		p.finished = true
+		p.end = upSucceeded
+		if in.state == upBack {
+			p.end = upRolledBack
+		}
 		return p
 	}
 	// Instances being replaced are unavailable already, so they count in
@@ -162,6 +179,27 @@ func planUpdate(in planInput) updatePlan {
 		p.waiting = fmt.Sprintf("waiting: %d of the job's instances are unavailable, the update's maxUnavailable is %d", in.unavailable, maxUnavailable(in.spec))
 	}
 	return p
+}
+
+// failedOver is the end of an update in which more instances failed than
+// it tolerates, and its message: a rollback fails; an update rolls back if
+// its spec asks for that, else it fails.
+func failedOver(in planInput, newlyFailed []uint32) (us, string) {
+	all := slices.Sorted(maps.Keys(in.failed))
+	for _, f := range newlyFailed {
+		if !in.failed[f] {
+			all = append(all, f)
+		}
+	}
+	slices.Sort(all)
+	msg := fmt.Sprintf("%d instances failed (%s), more than maxTolerableFailures %d", len(all), listU32(all, 5), in.spec.GetMaxTolerableFailures())
+	switch {
+	case in.state == upBack:
+		return upFailed, "rollback failed: " + msg
+	case in.spec.GetRollbackOnFailure():
+		return upBack, msg
+	}
+	return upFailed, msg
 }
 
 // updateTransitions is the one table of legal update state changes.

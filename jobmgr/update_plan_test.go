@@ -156,3 +156,42 @@ func TestPlanNeverExceedsBatch(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanUpdateEnd: the state a step leaves an update in when it ends it
+// or turns it around, and the update's message then.
+func TestPlanUpdateEnd(t *testing.T) {
+	spec := func(tolerate uint32, rollback bool) *pelotonv1.UpdateSpec {
+		return &pelotonv1.UpdateSpec{BatchSize: 2, MaxTolerableFailures: tolerate, RollbackOnFailure: rollback}
+	}
+	for _, tc := range []struct {
+		name string
+		in   planInput
+		end  us
+		msg  string
+	}{
+		{name: "going on", in: planInput{spec: spec(0, false), state: upForward, instances: []planInstance{pi(0, "ready"), pi(1, "old")}}},
+		{name: "every instance done: succeeded", in: planInput{spec: spec(0, false), state: upForward, instances: []planInstance{pi(0, "ready"), pi(1, "stopped")}},
+			end: upSucceeded},
+		{name: "a rollback with every instance done: rolled back", in: planInput{spec: spec(0, true), state: upBack, instances: []planInstance{pi(0, "ready"), pi(1, "ready")}},
+			end: upRolledBack},
+		{name: "done with tolerated failures: succeeded", in: planInput{spec: spec(1, false), state: upForward, failed: map[uint32]bool{1: true}, instances: []planInstance{pi(0, "ready"), pi(1, "failing")}},
+			end: upSucceeded},
+		{name: "too many failures: failed", in: planInput{spec: spec(0, false), state: upForward, instances: []planInstance{pi(0, "failing"), pi(1, "old")}},
+			end: upFailed, msg: "1 instances failed (0), more than maxTolerableFailures 0"},
+		{name: "too many failures with rollbackOnFailure: rolling back", in: planInput{spec: spec(1, true), state: upForward, failed: map[uint32]bool{3: true}, instances: []planInstance{pi(0, "failing"), pi(1, "old"), pi(3, "failing")}},
+			end: upBack, msg: "2 instances failed (0, 3), more than maxTolerableFailures 1"},
+		{name: "a rollback with too many failures: failed", in: planInput{spec: spec(0, true), state: upBack, instances: []planInstance{pi(0, "old"), pi(1, "failing")}},
+			end: upFailed, msg: "rollback failed: 1 instances failed (1), more than maxTolerableFailures 0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.in.failed == nil {
+				tc.in.failed = map[uint32]bool{}
+			}
+			tc.in.done = map[uint32]bool{}
+			p := planUpdate(tc.in)
+			if p.end != tc.end || p.endMessage != tc.msg {
+				t.Errorf("end %v %q; want %v %q", p.end, p.endMessage, tc.end, tc.msg)
+			}
+		})
+	}
+}
