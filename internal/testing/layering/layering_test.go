@@ -144,7 +144,7 @@ func check(rows []row, imports map[string][]string) []string {
 			case !used:
 				// An arrow the table draws that the code no longer has:
 				// the row says more than is true.
-				problems = append(problems, fmt.Sprintf("architecture.md:%d: %s → %s is in the table but not in the code", rw.line, strings.Join(rw.packages, ", "), pat))
+				problems = append(problems, fmt.Sprintf("architecture.md:%d: %s → %s is in the table but not in the code; remove `%s` from that row's may-import column", rw.line, strings.Join(rw.packages, ", "), pat, pat))
 			}
 		}
 	}
@@ -296,8 +296,8 @@ func TestCheck(t *testing.T) {
 		{"leaf without a row", map[string][]string{"a": nil, "b": {"a"}, "b/sub": nil, "c": {"a", "b"}, "e": nil}, "e has no row in the table; add this row (and say what it owns): | `e` | … | nothing of Peloton |"},
 		{"row without a package", map[string][]string{"a": nil, "b/sub": nil, "c": nil}, "architecture.md:8: b has a row but is no package of the module (moved or removed?)"},
 		{"stale may-import", map[string][]string{"b": nil, "b/sub": nil, "c": nil}, `architecture.md:8: "a" in the may-import column names no package of the module`},
-		{"arrow the code dropped", map[string][]string{"a": nil, "b": nil, "b/sub": nil, "c": {"a", "b"}}, "architecture.md:8: b, b/sub → a is in the table but not in the code"},
-		{"pattern the code dropped", map[string][]string{"a": nil, "b": {"a"}, "b/sub": nil, "c": {"a"}}, "architecture.md:9: c → b/... is in the table but not in the code"},
+		{"arrow the code dropped", map[string][]string{"a": nil, "b": nil, "b/sub": nil, "c": {"a", "b"}}, "architecture.md:8: b, b/sub → a is in the table but not in the code; remove `a` from that row's may-import column"},
+		{"pattern the code dropped", map[string][]string{"a": nil, "b": {"a"}, "b/sub": nil, "c": {"a"}}, "architecture.md:9: c → b/... is in the table but not in the code; remove `b/...` from that row's may-import column"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := check(rows, tc.imports)
