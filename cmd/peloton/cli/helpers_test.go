@@ -57,6 +57,12 @@ func runEnv(t *testing.T, env map[string]string, args ...string) result {
 
 func runEnvWith(t *testing.T, env map[string]string, run func(context.Context, cluster.Config) error, runFed func(context.Context, federation.Config) error, stdin string, args ...string) result {
 	t.Helper()
+	if len(args) > 0 && (args[0] == "up" || args[0] == "serve") {
+		// The daemons' default --data-dir is relative (./peloton-data) and
+		// `up` opens its archive there before it runs the stack: in a
+		// directory of the test's own, never the source tree.
+		t.Chdir(t.TempDir())
+	}
 	var out, errb bytes.Buffer
 	a := newApp(&out, &errb)
 	a.getenv = func(k string) string { return env[k] }
