@@ -246,16 +246,14 @@ func TestFederationLeaderElectAndHandover(t *testing.T) {
 	if err := follower.stop(); err != nil {
 		t.Fatal(err)
 	}
-	if left := waitGoroutinesGone(5*time.Second, "peloton/internal/replica.", "peloton/internal/election."); left != "" {
-		t.Fatalf("goroutines left after both replicas stopped:\n%s", left)
-	}
+	waitGoroutinesGone(t, 5*time.Second, "peloton/internal/replica.", "peloton/internal/election.")
 }
 
 // waitGoroutinesGone waits, at most within, until no goroutine's stack
-// names any of pkgs, and returns the ones left.
-func waitGoroutinesGone(within time.Duration, pkgs ...string) string {
-	deadline := time.Now().Add(within)
-	for {
+// names any of pkgs, and fails the test naming the ones left.
+func waitGoroutinesGone(t *testing.T, within time.Duration, pkgs ...string) {
+	t.Helper()
+	testutil.Eventually(t, within, "no goroutine of "+strings.Join(pkgs, ", ")+" left", func() error {
 		buf := make([]byte, 1<<20)
 		buf = buf[:runtime.Stack(buf, true)]
 		var left []string
@@ -267,12 +265,11 @@ func waitGoroutinesGone(within time.Duration, pkgs ...string) string {
 				}
 			}
 		}
-		if len(left) == 0 || time.Now().After(deadline) {
-			return strings.Join(left, "\n\n")
+		if len(left) > 0 {
+			return fmt.Errorf("left:\n%s", strings.Join(left, "\n\n"))
 		}
-		time.Sleep(10 * time.Millisecond) // the poll of a wait on a condition, bounded by within
-
-	}
+		return nil
+	})
 }
 
 // TestFederationLeaderElectConfig: leader election's settings are checked
