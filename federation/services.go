@@ -459,6 +459,55 @@ func refused(err error) bool {
 	return false
 }
 
+// partSync is one pass over one service's part in one cluster: what
+// syncPart read, and the calls its steps share.
+type partSync struct {
+	f    *Federation
+	ctx  context.Context
+	name string
+	cli  clusterClient
+	id   string
+	rec  *pelotonv1.FederatedService
+	p    *pelotonv1.ServiceCluster
+}
+
+// call bounds one call to the part's cluster.
+func (ps *partSync) call() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ps.ctx, ps.f.opts.CallTimeout)
+}
+
+// setPart changes the stored part, unless it changed since it was read.
+func (ps *partSync) setPart(change func(p *pelotonv1.ServiceCluster)) error {
+	return ps.f.updateService(ps.ctx, ps.id, func(cur *pelotonv1.FederatedService) error {
+		q := partOf(cur, ps.name)
+		if q == nil || q.Generation != ps.p.Generation || q.ClusterJobId != ps.p.ClusterJobId {
+			return errSkip // changed since it was read; the next pass looks again
+		}
+		change(q)
+		return nil
+	})
+}
+
+// say sets the part's message.
+func (ps *partSync) say(msg string) {
+	ps.f.observePart(ps.id, ps.name, func(q *pelotonv1.ServiceCluster) { q.Message = msg })
+}
+
+// leaving reports whether the part is to be removed: its service is
+// deleted or it retires.
+func (ps *partSync) leaving() bool { return ps.rec.Deleting || ps.p.Retiring }
+
+// deleteJob deletes the part's job there; one already gone is no error.
+func (ps *partSync) deleteJob(jobID string) error {
+	cctx, cancel := ps.call()
+	_, err := ps.cli.Jobs.DeleteJob(cctx, &pelotonv1.DeleteJobRequest{JobId: jobID})
+	cancel()
+	if err != nil && status.Code(err) != codes.NotFound {
+		return err
+	}
+	return nil
+}
+
 // syncPart brings one service's part in cluster name to its desired state.
 func (f *Federation) syncPart(ctx context.Context, name string, cli clusterClient, id string) error {
 	f.mu.Lock()
@@ -469,104 +518,29 @@ func (f *Federation) syncPart(ctx context.Context, name string, cli clusterClien
 	}
 	rec := proto.Clone(s.rec).(*pelotonv1.FederatedService)
 	f.mu.Unlock()
-	p := partOf(rec, name)
-	call := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, f.opts.CallTimeout) }
-	setPart := func(change func(p *pelotonv1.ServiceCluster)) error {
-		return f.updateService(ctx, id, func(cur *pelotonv1.FederatedService) error {
-			q := partOf(cur, name)
-			if q == nil || q.Generation != p.Generation || q.ClusterJobId != p.ClusterJobId {
-				return errSkip // changed since it was read; the next pass looks again
-			}
-			change(q)
-			return nil
-		})
-	}
-	say := func(msg string) { f.observePart(id, name, func(q *pelotonv1.ServiceCluster) { q.Message = msg }) }
+	ps := &partSync{f: f, ctx: ctx, name: name, cli: cli, id: id, rec: rec, p: partOf(rec, name)}
 
-	jobID := p.ClusterJobId
+	jobID := ps.p.ClusterJobId
 	if jobID == "" {
-		// Make the part's job; during a delete too, since a create whose
-		// answer was lost may have made it (the request id answers with
-		// it then, and it is removed below).
-		cctx, cancel := call()
-		resp, err := cli.Jobs.CreateJob(cctx, &pelotonv1.CreateJobRequest{Spec: partSpec(rec, p), RequestId: partRequestID(id, name, p.Generation)})
-		cancel()
-		if err != nil {
-			if refused(err) {
-				if rec.Deleting || p.Retiring {
-					return f.dropPart(ctx, id, name, p) // nothing there to remove
-				}
-				say(fmt.Sprintf("cluster %s refuses the job: %s; tried again every check", name, status.Convert(err).Message()))
-				return nil
-			}
+		var done bool
+		var err error
+		if jobID, done, err = ps.create(); done || err != nil {
 			return err
-		}
-		jobID = resp.JobId
-		if err := setPart(func(q *pelotonv1.ServiceCluster) {
-			q.ClusterJobId, q.ClusterSpecVersion, q.Message = jobID, 1, ""
-		}); err != nil {
-			return err
-		}
-		p.ClusterJobId, p.ClusterSpecVersion = jobID, 1
-		metrics.FederationServices.WithLabelValues("part-created").Inc()
-		if !rec.Deleting && !p.Retiring {
-			return nil // its state is read at the next pass
 		}
 	}
 
-	cctx, cancel := call()
+	cctx, cancel := ps.call()
 	resp, err := cli.Jobs.GetJob(cctx, &pelotonv1.GetJobRequest{JobId: jobID})
 	cancel()
 	gone := status.Code(err) == codes.NotFound
 	if err != nil && !gone {
 		return err
 	}
-	if rec.Deleting || p.Retiring {
-		if gone {
-			return f.dropPart(ctx, id, name, p)
-		}
-		st := resp.Job.Status
-		if !terminal(st.State) {
-			if st.State != pelotonv1.JobState_JOB_KILLING {
-				cctx, cancel := call()
-				_, err := cli.Jobs.CancelJob(cctx, &pelotonv1.CancelJobRequest{JobId: jobID})
-				cancel()
-				if err != nil && status.Code(err) != codes.NotFound {
-					return err
-				}
-			}
-			say("stopping its job there")
-			return nil
-		}
-		cctx, cancel := call()
-		_, err := cli.Jobs.DeleteJob(cctx, &pelotonv1.DeleteJobRequest{JobId: jobID})
-		cancel()
-		if err != nil && status.Code(err) != codes.NotFound {
-			return err
-		}
-		return f.dropPart(ctx, id, name, p)
+	if ps.leaving() {
+		return ps.remove(jobID, resp, gone)
 	}
 	if gone || terminal(resp.Job.Status.State) {
-		// Removed or stopped behind the federation's back: a stopped job
-		// is deleted, and either way the part is made again, under the
-		// next generation's request id.
-		why := "its job " + jobID + " was deleted there"
-		if !gone {
-			why = "its job " + jobID + " ended " + resp.Job.Status.State.String() + " there"
-			cctx, cancel := call()
-			_, err := cli.Jobs.DeleteJob(cctx, &pelotonv1.DeleteJobRequest{JobId: jobID})
-			cancel()
-			if err != nil && status.Code(err) != codes.NotFound {
-				return err
-			}
-		}
-		f.log.Warn("federated service: part gone from its cluster; making it again", "service", id, "cluster", name, "why", why)
-		metrics.FederationServices.WithLabelValues("part-repaired").Inc()
-		return setPart(func(q *pelotonv1.ServiceCluster) {
-			q.ClusterJobId, q.ClusterSpecVersion = "", 0
-			q.Generation++
-			q.Message = why + "; making it again"
-		})
+		return ps.remake(jobID, resp, gone)
 	}
 
 	job := resp.Job
@@ -576,45 +550,130 @@ func (f *Federation) syncPart(ctx context.Context, name string, cli clusterClien
 		q.Healthy, q.Updated, q.SlaFallback = st.Healthy, st.Updated, st.SlaFallback
 		q.Message = ""
 	})
-	if busy, err := f.syncStep(ctx, name, cli, rec, p, jobID, st); busy || err != nil {
+	if busy, err := f.syncStep(ctx, name, cli, rec, ps.p, jobID, st); busy || err != nil {
 		return err // a rollout's step changes the job: no drift to look for
 	}
-	if st.SpecVersion <= p.ClusterSpecVersion {
-		// As the federation left it (or a change of its own not yet seen).
-		// Its count follows the part's, which failover changes.
-		if job.Spec.GetInstanceCount() == p.Desired || st.SpecVersion < p.ClusterSpecVersion {
-			return nil
-		}
-		cctx, cancel := call()
-		sc, err := cli.Jobs.ScaleJob(cctx, &pelotonv1.ScaleJobRequest{JobId: jobID, InstanceCount: p.Desired, Version: st.SpecVersion})
-		cancel()
-		if err != nil {
-			if refused(err) {
-				say(fmt.Sprintf("scaling its job there to %d waits: %s", p.Desired, status.Convert(err).Message()))
-				return nil
-			}
-			return err
-		}
-		return setPart(func(q *pelotonv1.ServiceCluster) { q.ClusterSpecVersion = sc.SpecVersion })
+	if st.SpecVersion <= ps.p.ClusterSpecVersion {
+		return ps.rescale(jobID, job)
 	}
-	// Someone changed the part's job there: set it back to the part's spec
-	// with an update of its own, which the cluster rolls out under the
-	// part's budget.
-	cctx, cancel = call()
-	up, err := cli.Updates.CreateUpdate(cctx, &pelotonv1.CreateUpdateRequest{JobId: jobID, Spec: partSpec(rec, p), JobVersion: st.SpecVersion})
+	return ps.setBack(jobID, st)
+}
+
+// create makes the part's job, which it has not got yet; during a delete
+// too, since a create whose answer was lost may have made it (the request
+// id answers with it then, and it is removed after). It returns the job's
+// id, and whether this pass is done.
+func (ps *partSync) create() (string, bool, error) {
+	cctx, cancel := ps.call()
+	resp, err := ps.cli.Jobs.CreateJob(cctx, &pelotonv1.CreateJobRequest{Spec: partSpec(ps.rec, ps.p), RequestId: partRequestID(ps.id, ps.name, ps.p.Generation)})
 	cancel()
 	if err != nil {
 		if refused(err) {
-			say(fmt.Sprintf("its job there was changed (spec version %d); setting it back waits: %s", st.SpecVersion, status.Convert(err).Message()))
+			if ps.leaving() {
+				return "", true, ps.f.dropPart(ps.ctx, ps.id, ps.name, ps.p) // nothing there to remove
+			}
+			ps.say(fmt.Sprintf("cluster %s refuses the job: %s; tried again every check", ps.name, status.Convert(err).Message()))
+			return "", true, nil
+		}
+		return "", true, err
+	}
+	jobID := resp.JobId
+	if err := ps.setPart(func(q *pelotonv1.ServiceCluster) {
+		q.ClusterJobId, q.ClusterSpecVersion, q.Message = jobID, 1, ""
+	}); err != nil {
+		return "", true, err
+	}
+	ps.p.ClusterJobId, ps.p.ClusterSpecVersion = jobID, 1
+	metrics.FederationServices.WithLabelValues("part-created").Inc()
+	// Its state is read at the next pass, unless it is to go at once.
+	return jobID, !ps.leaving(), nil
+}
+
+// remove stops and deletes the part's job, whose GetJob answered resp (or
+// NotFound: gone), and drops the part once the job is gone.
+func (ps *partSync) remove(jobID string, resp *pelotonv1.GetJobResponse, gone bool) error {
+	if gone {
+		return ps.f.dropPart(ps.ctx, ps.id, ps.name, ps.p)
+	}
+	st := resp.Job.Status
+	if !terminal(st.State) {
+		if st.State != pelotonv1.JobState_JOB_KILLING {
+			cctx, cancel := ps.call()
+			_, err := ps.cli.Jobs.CancelJob(cctx, &pelotonv1.CancelJobRequest{JobId: jobID})
+			cancel()
+			if err != nil && status.Code(err) != codes.NotFound {
+				return err
+			}
+		}
+		ps.say("stopping its job there")
+		return nil
+	}
+	if err := ps.deleteJob(jobID); err != nil {
+		return err
+	}
+	return ps.f.dropPart(ps.ctx, ps.id, ps.name, ps.p)
+}
+
+// remake handles a part's job removed or stopped behind the federation's
+// back: a stopped job is deleted, and either way the part is made again,
+// under the next generation's request id.
+func (ps *partSync) remake(jobID string, resp *pelotonv1.GetJobResponse, gone bool) error {
+	why := "its job " + jobID + " was deleted there"
+	if !gone {
+		why = "its job " + jobID + " ended " + resp.Job.Status.State.String() + " there"
+		if err := ps.deleteJob(jobID); err != nil {
+			return err
+		}
+	}
+	ps.f.log.Warn("federated service: part gone from its cluster; making it again", "service", ps.id, "cluster", ps.name, "why", why)
+	metrics.FederationServices.WithLabelValues("part-repaired").Inc()
+	return ps.setPart(func(q *pelotonv1.ServiceCluster) {
+		q.ClusterJobId, q.ClusterSpecVersion = "", 0
+		q.Generation++
+		q.Message = why + "; making it again"
+	})
+}
+
+// rescale handles a part's job as the federation left it (or a change of
+// its own not yet seen): its count follows the part's, which failover
+// changes.
+func (ps *partSync) rescale(jobID string, job *pelotonv1.Job) error {
+	st := job.Status
+	if job.Spec.GetInstanceCount() == ps.p.Desired || st.SpecVersion < ps.p.ClusterSpecVersion {
+		return nil
+	}
+	cctx, cancel := ps.call()
+	sc, err := ps.cli.Jobs.ScaleJob(cctx, &pelotonv1.ScaleJobRequest{JobId: jobID, InstanceCount: ps.p.Desired, Version: st.SpecVersion})
+	cancel()
+	if err != nil {
+		if refused(err) {
+			ps.say(fmt.Sprintf("scaling its job there to %d waits: %s", ps.p.Desired, status.Convert(err).Message()))
+			return nil
+		}
+		return err
+	}
+	return ps.setPart(func(q *pelotonv1.ServiceCluster) { q.ClusterSpecVersion = sc.SpecVersion })
+}
+
+// setBack handles a part's job someone changed there: it is set back to
+// the part's spec with an update of its own, which the cluster rolls out
+// under the part's budget.
+func (ps *partSync) setBack(jobID string, st *pelotonv1.JobStatus) error {
+	cctx, cancel := ps.call()
+	up, err := ps.cli.Updates.CreateUpdate(cctx, &pelotonv1.CreateUpdateRequest{JobId: jobID, Spec: partSpec(ps.rec, ps.p), JobVersion: st.SpecVersion})
+	cancel()
+	if err != nil {
+		if refused(err) {
+			ps.say(fmt.Sprintf("its job there was changed (spec version %d); setting it back waits: %s", st.SpecVersion, status.Convert(err).Message()))
 			return nil
 		}
 		return err
 	}
 	version := up.GetUpdate().GetToVersion()
-	f.log.Warn("federated service: part changed in its cluster; set back", "service", id, "cluster", name,
+	ps.f.log.Warn("federated service: part changed in its cluster; set back", "service", ps.id, "cluster", ps.name,
 		"found", st.SpecVersion, "update", up.GetUpdate().GetId())
 	metrics.FederationServices.WithLabelValues("part-repaired").Inc()
-	return setPart(func(q *pelotonv1.ServiceCluster) {
+	return ps.setPart(func(q *pelotonv1.ServiceCluster) {
 		q.ClusterSpecVersion = version
 		q.Message = fmt.Sprintf("its job there was changed (spec version %d); set back by update %s", st.SpecVersion, up.GetUpdate().GetId())
 	})
