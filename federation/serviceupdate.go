@@ -25,8 +25,8 @@ const maxRolloutHistory = 10
 // rollout (see rollout.go). The name, type, pool and placement stay; a new
 // instance count is split over the service's clusters in proportion to
 // their parts.
-func (f *Federation) UpdateService(ctx context.Context, id string, job *pelotonv1.JobSpec, rs *pelotonv1.RolloutSpec, expect uint64) (*pelotonv1.FederatedService, error) {
-	cur, err := f.GetService(id)
+func (sv *Services) UpdateService(ctx context.Context, id string, job *pelotonv1.JobSpec, rs *pelotonv1.RolloutSpec, expect uint64) (*pelotonv1.FederatedService, error) {
+	cur, err := sv.GetService(id)
 	if err != nil {
 		return nil, err
 	}
@@ -51,7 +51,7 @@ func (f *Federation) UpdateService(ctx context.Context, id string, job *pelotonv
 		return nil, err
 	}
 	var out *pelotonv1.FederatedService
-	err = f.updateService(ctx, id, func(rec *pelotonv1.FederatedService) error {
+	err = sv.updateService(ctx, id, func(rec *pelotonv1.FederatedService) error {
 		switch {
 		case rec.Deleting:
 			return apierr.FailedPrecondition("federated service %s is being deleted", id)
@@ -78,7 +78,7 @@ func (f *Federation) UpdateService(ctx context.Context, id string, job *pelotonv
 			}
 		}
 		budgets := split.Budget(max(job.GetSla().GetMaximumUnavailableInstances(), 1), parts)
-		now := timestamppb.New(f.opts.Now())
+		now := timestamppb.New(sv.f.opts.Now())
 		from := rec.SpecVersion
 		rec.SpecVersion++
 		rec.Spec.Job = job
@@ -113,10 +113,10 @@ func (f *Federation) UpdateService(ctx context.Context, id string, job *pelotonv
 	if err != nil {
 		return nil, err
 	}
-	f.log.Info("federated service update", "service", id, "version", out.SpecVersion, "rollout", out.Rollout.Id, "order", order)
+	sv.f.log.Info("federated service update", "service", id, "version", out.SpecVersion, "rollout", out.Rollout.Id, "order", order)
 	metrics.FederationServices.WithLabelValues("rollout-started").Inc()
-	f.kickRollouts()
-	return f.GetService(id)
+	sv.kickRollouts()
+	return sv.GetService(id)
 }
 
 // pruneVersions keeps the specs some part runs or may return to: the
@@ -151,11 +151,11 @@ const (
 // ControlRollout pauses, resumes, aborts or rolls back a service's current
 // rollout. A command the rollout's state does not allow is
 // FailedPrecondition, naming the state.
-func (f *Federation) ControlRollout(ctx context.Context, id string, c RolloutControl) (*pelotonv1.FederatedService, error) {
-	if _, err := f.GetService(id); err != nil {
+func (sv *Services) ControlRollout(ctx context.Context, id string, c RolloutControl) (*pelotonv1.FederatedService, error) {
+	if _, err := sv.GetService(id); err != nil {
 		return nil, err
 	}
-	err := f.updateService(ctx, id, func(rec *pelotonv1.FederatedService) error {
+	err := sv.updateService(ctx, id, func(rec *pelotonv1.FederatedService) error {
 		r := rec.Rollout
 		if r == nil {
 			return apierr.FailedPrecondition("federated service %s has no rollout (it was never updated)", id)
@@ -163,7 +163,7 @@ func (f *Federation) ControlRollout(ctx context.Context, id string, c RolloutCon
 		refuse := func(what string) error {
 			return apierr.FailedPrecondition("rollout %d of federated service %s is %s; %s", r.Id, id, r.State, what)
 		}
-		now := timestamppb.New(f.opts.Now())
+		now := timestamppb.New(sv.f.opts.Now())
 		switch c {
 		case RolloutPause:
 			if r.State != pelotonv1.RolloutState_ROLLOUT_ROLLING {
@@ -192,26 +192,26 @@ func (f *Federation) ControlRollout(ctx context.Context, id string, c RolloutCon
 	if err != nil {
 		return nil, err
 	}
-	f.nudgeServiceClusters(id)
-	f.kickRollouts()
-	return f.GetService(id)
+	sv.nudgeServiceClusters(id)
+	sv.kickRollouts()
+	return sv.GetService(id)
 }
 
-func (f *Federation) nudgeServiceClusters(id string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if s := f.services[id]; s != nil {
+func (sv *Services) nudgeServiceClusters(id string) {
+	sv.f.mu.Lock()
+	defer sv.f.mu.Unlock()
+	if s := sv.f.services[id]; s != nil {
 		for _, p := range s.rec.Clusters {
-			if m := f.clusters[p.Cluster]; m != nil {
+			if m := sv.f.clusters[p.Cluster]; m != nil {
 				m.nudge()
 			}
 		}
 	}
 }
 
-func (f *Federation) kickRollouts() {
+func (sv *Services) kickRollouts() {
 	select {
-	case f.rolloutKick <- struct{}{}:
+	case sv.f.rolloutKick <- struct{}{}:
 	default:
 	}
 }
@@ -220,38 +220,38 @@ func (f *Federation) kickRollouts() {
 // parts across clusters when one is lost (planFailover), when kicked and
 // every CheckEvery; the steps themselves are carried out by their
 // clusters' workers.
-func (f *Federation) rolloutLoop(ctx context.Context) {
-	t := time.NewTicker(f.opts.CheckEvery)
+func (sv *Services) rolloutLoop(ctx context.Context) {
+	t := time.NewTicker(sv.f.opts.CheckEvery)
 	defer t.Stop()
 	for {
-		f.mu.Lock()
+		sv.f.mu.Lock()
 		var ids []string
-		for id, s := range f.services {
+		for id, s := range sv.f.services {
 			if st := s.rec.Rollout.GetState(); st == pelotonv1.RolloutState_ROLLOUT_ROLLING || st == pelotonv1.RolloutState_ROLLOUT_ROLLING_BACK {
 				ids = append(ids, id)
 			}
 		}
-		f.mu.Unlock()
+		sv.f.mu.Unlock()
 		sort.Strings(ids)
 		for _, id := range ids {
-			if err := f.advanceRollout(ctx, id); err != nil && !errors.Is(err, errSkip) && ctx.Err() == nil {
-				f.log.Warn("cannot move a rollout along; retried", "service", id, "err", err)
+			if err := sv.advanceRollout(ctx, id); err != nil && !errors.Is(err, errSkip) && ctx.Err() == nil {
+				sv.f.log.Warn("cannot move a rollout along; retried", "service", id, "err", err)
 			}
 		}
-		f.failoverPass(ctx)
+		sv.failoverPass(ctx)
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-		case <-f.rolloutKick:
+		case <-sv.f.rolloutKick:
 		}
 	}
 }
 
 // advanceRollout applies planRollout to a service's rollout.
-func (f *Federation) advanceRollout(ctx context.Context, id string) error {
+func (sv *Services) advanceRollout(ctx context.Context, id string) error {
 	changed := false
-	err := f.updateService(ctx, id, func(rec *pelotonv1.FederatedService) error {
+	err := sv.updateService(ctx, id, func(rec *pelotonv1.FederatedService) error {
 		r := rec.Rollout
 		if r == nil {
 			return errSkip
@@ -260,7 +260,7 @@ func (f *Federation) advanceRollout(ctx context.Context, id string) error {
 		if len(plan.start) == 0 && len(plan.rollback) == 0 && plan.state == r.State {
 			return errSkip
 		}
-		now := timestamppb.New(f.opts.Now())
+		now := timestamppb.New(sv.f.opts.Now())
 		for _, i := range plan.start {
 			r.Steps[i].State, r.Steps[i].StartTime, r.Steps[i].Message = pelotonv1.RolloutStepState_STEP_UPDATING, now, "updating"
 		}
@@ -268,7 +268,7 @@ func (f *Federation) advanceRollout(ctx context.Context, id string) error {
 			r.Steps[i].State, r.Steps[i].Message = pelotonv1.RolloutStepState_STEP_ROLLING_BACK, "rolling back"
 		}
 		if plan.state != r.State {
-			f.log.Info("federated service rollout", "service", id, "rollout", r.Id, "from", r.State, "to", plan.state, "why", plan.message)
+			sv.f.log.Info("federated service rollout", "service", id, "rollout", r.Id, "from", r.State, "to", plan.state, "why", plan.message)
 			r.State, r.Message = plan.state, plan.message
 			switch plan.state {
 			case pelotonv1.RolloutState_ROLLOUT_SUCCEEDED, pelotonv1.RolloutState_ROLLOUT_FAILED, pelotonv1.RolloutState_ROLLOUT_ROLLED_BACK:
@@ -288,7 +288,7 @@ func (f *Federation) advanceRollout(ctx context.Context, id string) error {
 		return nil
 	})
 	if err == nil && changed {
-		f.nudgeServiceClusters(id)
+		sv.nudgeServiceClusters(id)
 	}
 	return err
 }
@@ -357,7 +357,7 @@ func (ss *stepSync) call() (context.Context, context.CancelFunc) {
 // setStep changes the stored step and part, unless they changed since
 // they were read, and wakes the rollouts. It reports a step under way.
 func (ss *stepSync) setStep(change func(s *pelotonv1.RolloutStep, p *pelotonv1.ServiceCluster)) (bool, error) {
-	err := ss.f.updateService(ss.ctx, ss.rec.Id, func(cur *pelotonv1.FederatedService) error {
+	err := ss.f.Services().updateService(ss.ctx, ss.rec.Id, func(cur *pelotonv1.FederatedService) error {
 		cs, cp := stepFor(cur, ss.name), partOf(cur, ss.name)
 		if cur.Rollout.GetId() != ss.r.Id || cs == nil || cp == nil || cs.State != ss.s.State || cp.ClusterJobId != ss.jobID {
 			return errSkip // changed since it was read; the next pass looks again
@@ -366,7 +366,7 @@ func (ss *stepSync) setStep(change func(s *pelotonv1.RolloutStep, p *pelotonv1.S
 		return nil
 	})
 	if err == nil {
-		ss.f.kickRollouts()
+		ss.f.Services().kickRollouts()
 	}
 	return true, err
 }
@@ -418,7 +418,7 @@ func (ss *stepSync) now() *timestamppb.Timestamp { return timestamppb.New(ss.f.o
 // whose part there has job jobID, whose status js was just read. It
 // reports whether a step was under way (the part's drift is then not
 // looked at: the step changes its job).
-func (f *Federation) syncStep(ctx context.Context, name string, cli clusterClient, rec *pelotonv1.FederatedService, p *pelotonv1.ServiceCluster, jobID string, js *pelotonv1.JobStatus) (bool, error) {
+func (sv *Services) syncStep(ctx context.Context, name string, cli clusterClient, rec *pelotonv1.FederatedService, p *pelotonv1.ServiceCluster, jobID string, js *pelotonv1.JobStatus) (bool, error) {
 	r := rec.Rollout
 	s := stepFor(rec, name)
 	if r == nil || s == nil {
@@ -429,7 +429,7 @@ func (f *Federation) syncStep(ctx context.Context, name string, cli clusterClien
 	if !forward && !back {
 		return false, nil
 	}
-	ss := &stepSync{f: f, ctx: ctx, name: name, cli: cli, rec: rec, p: p, jobID: jobID, js: js, r: r, s: s, forward: forward}
+	ss := &stepSync{f: sv.f, ctx: ctx, name: name, cli: cli, rec: rec, p: p, jobID: jobID, js: js, r: r, s: s, forward: forward}
 	switch {
 	case r.State == pelotonv1.RolloutState_ROLLOUT_ABORTED:
 		return ss.aborted()
@@ -453,7 +453,7 @@ func (ss *stepSync) follow(uid, what string, ok pelotonv1.RolloutStepState, v ui
 	if st == pelotonv1.UpdateState_UPDATE_SUCCEEDED && ss.forward && ss.js.GetHealthy() < ss.s.Desired {
 		// The next cluster starts only once this part's instances
 		// all serve, those the update did not touch included.
-		ss.f.observePart(ss.rec.Id, ss.name, func(q *pelotonv1.ServiceCluster) {
+		ss.f.Services().observePart(ss.rec.Id, ss.name, func(q *pelotonv1.ServiceCluster) {
 			q.Message = fmt.Sprintf("%s %s succeeded; waiting for its instances to be healthy (%d of %d)", what, u.Id, ss.js.GetHealthy(), ss.s.Desired)
 		})
 		return true, nil
@@ -472,7 +472,7 @@ func (ss *stepSync) follow(uid, what string, ok pelotonv1.RolloutStepState, v ui
 			cp.Desired, cp.MaxUnavailable = part(cs)
 		})
 	}
-	ss.f.observePart(ss.rec.Id, ss.name, func(q *pelotonv1.ServiceCluster) {
+	ss.f.Services().observePart(ss.rec.Id, ss.name, func(q *pelotonv1.ServiceCluster) {
 		q.Message = fmt.Sprintf("%s %s %s", what, u.Id, st)
 		if m := u.GetStatus().GetMessage(); m != "" {
 			q.Message += ": " + m
@@ -567,7 +567,7 @@ func (ss *stepSync) rollBack() (bool, error) {
 	cancel()
 	if err != nil {
 		if status.Code(err) == codes.FailedPrecondition {
-			ss.f.observePart(ss.rec.Id, ss.name, func(q *pelotonv1.ServiceCluster) {
+			ss.f.Services().observePart(ss.rec.Id, ss.name, func(q *pelotonv1.ServiceCluster) {
 				q.Message = "rolling back waits: " + status.Convert(err).Message()
 			})
 			return true, nil // the aborted update is still winding down
