@@ -98,7 +98,7 @@ func (f *Federation) archivePass(ctx context.Context) (int, error) {
 		gone = gone[:archivePassLimit]
 	}
 	for _, id := range gone {
-		if err := f.forgetIfGone(ctx, id); err != nil {
+		if err := f.Services().forgetIfGone(ctx, id); err != nil {
 			return n, err
 		}
 	}
@@ -223,7 +223,7 @@ func archiveErr(what string, err error) error {
 // GetJobOrArchived is GetJob, then the archive for a job no longer in
 // etcd: an archived job is returned with archived set.
 func (f *Federation) GetJobOrArchived(ctx context.Context, id string) (*pelotonv1.FederatedJob, error) {
-	j, err := f.GetJob(id)
+	j, err := f.Jobs().GetJob(id)
 	if f.opts.History == nil || apierr.Code(err) != codes.NotFound {
 		return j, err
 	}
@@ -243,7 +243,7 @@ func (f *Federation) GetJobOrArchived(ctx context.Context, id string) (*pelotonv
 // longer in etcd (deleted): an archived service is its final record, with
 // archived set.
 func (f *Federation) GetServiceOrArchived(ctx context.Context, id string) (*pelotonv1.FederatedService, error) {
-	s, err := f.GetService(id)
+	s, err := f.Services().GetService(id)
 	if f.opts.History == nil || apierr.Code(err) != codes.NotFound {
 		return s, err
 	}

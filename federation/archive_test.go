@@ -48,11 +48,11 @@ func batchSpec(name string) *pelotonv1.FederatedJobSpec {
 func doneJob(t *testing.T, f *Federation, name string) string {
 	t.Helper()
 	ctx := context.Background()
-	id, err := f.CreateJob(ctx, batchSpec(name), "")
+	id, err := f.Jobs().CreateJob(ctx, batchSpec(name), "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := f.KillJob(ctx, id); err != nil {
+	if err := f.Jobs().KillJob(ctx, id); err != nil {
 		t.Fatal(err)
 	}
 	return id
@@ -89,7 +89,7 @@ func TestArchiveFinishedJobs(t *testing.T) {
 	old := doneJob(t, f, "old")
 	clk.advance(30 * time.Minute)
 	young := doneJob(t, f, "young")
-	pending, err := f.CreateJob(ctx, batchSpec("pending"), "")
+	pending, err := f.Jobs().CreateJob(ctx, batchSpec("pending"), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -257,13 +257,13 @@ func TestArchiveUnavailable(t *testing.T) {
 			t.Fatalf("pass with the archive down: %d, %v; want ErrUnavailable and nothing deleted", n, err)
 		}
 	}
-	if err := f.DeleteService(ctx, svc); err != nil {
+	if err := f.Services().DeleteService(ctx, svc); err != nil {
 		t.Fatalf("delete of a service with the archive down: %v (the delete is recorded; its archive waits)", err)
 	}
 	if !inEtcd(t, st, jobKey(id)) || !inEtcd(t, st, serviceKey(svc)) {
 		t.Fatal("a record left etcd while the archive was down")
 	}
-	if _, err := f.GetJob(id); err != nil {
+	if _, err := f.Jobs().GetJob(id); err != nil {
 		t.Fatalf("the job is no longer served: %v", err)
 	}
 	if _, err := f.GetJobOrArchived(ctx, "gone"); status.Code(err) != codes.Unavailable {
@@ -297,7 +297,7 @@ func deletedService(t *testing.T, f *Federation, del bool) string {
 	if _, err := f.Register(ctx, &pelotonv1.RegisterClusterRequest{Name: "gone", Endpoint: "127.0.0.1:1"}); err != nil {
 		t.Fatal(err)
 	}
-	svc, err := f.CreateService(ctx, &pelotonv1.FederatedServiceSpec{
+	svc, err := f.Services().CreateService(ctx, &pelotonv1.FederatedServiceSpec{
 		Job: &pelotonv1.JobSpec{Name: "web", Pool: "/p", InstanceCount: 2, Labels: map[string]string{"tier": "web"},
 			DefaultSpec: &pelotonv1.TaskSpec{Command: []string{"sleep", "1"}, Resources: &pelotonv1.Resources{Cpu: 0.1, MemoryMb: 8}}},
 		Placement: &pelotonv1.ServicePlacement{Clusters: []*pelotonv1.ClusterShare{{Name: "gone", Weight: 1}}}}, "")
@@ -308,7 +308,7 @@ func deletedService(t *testing.T, f *Federation, del bool) string {
 		t.Fatal(err)
 	}
 	if del {
-		if err := f.DeleteService(ctx, svc.Id); err != nil {
+		if err := f.Services().DeleteService(ctx, svc.Id); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -146,7 +146,7 @@ func (s *Server) Rules() auth.Rules {
 }
 
 func (s *Server) jobPools(_ context.Context, req any) ([]string, error) {
-	j, err := s.f.GetJob(req.(hasJobID).GetJobId())
+	j, err := s.f.Jobs().GetJob(req.(hasJobID).GetJobId())
 	if err != nil {
 		return nil, err
 	}
@@ -154,7 +154,7 @@ func (s *Server) jobPools(_ context.Context, req any) ([]string, error) {
 }
 
 func (s *Server) servicePools(_ context.Context, req any) ([]string, error) {
-	v, err := s.f.GetService(req.(hasServiceID).GetServiceId())
+	v, err := s.f.Services().GetService(req.(hasServiceID).GetServiceId())
 	if err != nil {
 		return nil, err
 	}

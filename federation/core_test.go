@@ -198,28 +198,28 @@ func TestSweepDoneJobs(t *testing.T) {
 	spec := func(name string) *pelotonv1.FederatedJobSpec {
 		return &pelotonv1.FederatedJobSpec{Job: &pelotonv1.JobSpec{Name: name, Pool: "/p", InstanceCount: 1}}
 	}
-	done, err := f.CreateJob(ctx, spec("done"), "")
+	done, err := f.Jobs().CreateJob(ctx, spec("done"), "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	pending, err := f.CreateJob(ctx, spec("pending"), "")
+	pending, err := f.Jobs().CreateJob(ctx, spec("pending"), "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := f.KillJob(ctx, done); err != nil {
+	if err := f.Jobs().KillJob(ctx, done); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := f.sweepDone(ctx, 100); err != nil || n != 0 {
+	if n, err := f.Jobs().sweepDone(ctx, 100); err != nil || n != 0 {
 		t.Fatalf("sweep within retention deleted %d (%v)", n, err)
 	}
 	now = now.Add(2 * time.Hour)
-	if n, err := f.sweepDone(ctx, 100); err != nil || n != 1 {
+	if n, err := f.Jobs().sweepDone(ctx, 100); err != nil || n != 1 {
 		t.Fatalf("sweep past retention deleted %d (%v), want the one done job", n, err)
 	}
-	if _, err := f.GetJob(done); status.Code(err) != codes.NotFound {
+	if _, err := f.Jobs().GetJob(done); status.Code(err) != codes.NotFound {
 		t.Errorf("swept job: %v", err)
 	}
-	if _, err := f.GetJob(pending); err != nil {
+	if _, err := f.Jobs().GetJob(pending); err != nil {
 		t.Errorf("a pending job was swept: %v", err)
 	}
 	if _, err := st.Get(ctx, jobKey(done)); !errors.Is(err, store.ErrNotFound) {
@@ -238,7 +238,7 @@ func TestListJobsPages(t *testing.T) {
 		if i != 2 { // jobs 1 and 2 are created at the same time: the id breaks the tie
 			now = now.Add(time.Second)
 		}
-		id, err := f.CreateJob(ctx, &pelotonv1.FederatedJobSpec{Job: &pelotonv1.JobSpec{Name: fmt.Sprint("j", i), Pool: "/p", InstanceCount: 1}}, "")
+		id, err := f.Jobs().CreateJob(ctx, &pelotonv1.FederatedJobSpec{Job: &pelotonv1.JobSpec{Name: fmt.Sprint("j", i), Pool: "/p", InstanceCount: 1}}, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -250,7 +250,7 @@ func TestListJobsPages(t *testing.T) {
 		if pages > len(ids) {
 			t.Fatal("paging does not end")
 		}
-		page, next, err := f.ListJobs("", 2, token)
+		page, next, err := f.Jobs().ListJobs("", 2, token)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -276,13 +276,13 @@ func TestListJobsPages(t *testing.T) {
 	if !slices.Equal(seen, want) {
 		t.Fatalf("pages listed %v, want %v", seen, want)
 	}
-	if _, _, err := f.ListJobs("", 2, "garbage"); status.Code(err) != codes.InvalidArgument || !strings.HasPrefix(status.Convert(err).Message(), "pageToken: ") {
+	if _, _, err := f.Jobs().ListJobs("", 2, "garbage"); status.Code(err) != codes.InvalidArgument || !strings.HasPrefix(status.Convert(err).Message(), "pageToken: ") {
 		t.Errorf("a bad token: %v, want InvalidArgument naming pageToken", err)
 	}
-	if _, _, err := f.ListServices("", 2, paging.EncodeMark("fedjobs", paging.Mark{})); status.Code(err) != codes.InvalidArgument {
+	if _, _, err := f.Services().ListServices("", 2, paging.EncodeMark("fedjobs", paging.Mark{})); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("a jobs token given to the services list: %v, want InvalidArgument", err)
 	}
-	if _, _, err := f.ListJobs("", 5001, ""); status.Code(err) != codes.InvalidArgument {
+	if _, _, err := f.Jobs().ListJobs("", 5001, ""); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("page size 5001: %v, want InvalidArgument", err)
 	}
 }

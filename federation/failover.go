@@ -162,31 +162,31 @@ func spread(n uint32, names []string, weights map[string]uint32, views map[strin
 
 // failoverPass looks at every service with a failover policy and applies
 // the next move of each.
-func (f *Federation) failoverPass(ctx context.Context) {
-	f.mu.Lock()
+func (sv *Services) failoverPass(ctx context.Context) {
+	sv.f.mu.Lock()
 	var ids []string
-	for id, s := range f.services {
+	for id, s := range sv.f.services {
 		if s.rec.Spec.GetPlacement().GetFailover() != nil && !s.rec.Deleting {
 			ids = append(ids, id)
 		}
 	}
-	f.mu.Unlock()
+	sv.f.mu.Unlock()
 	sort.Strings(ids)
 	for _, id := range ids {
-		if err := f.failoverService(ctx, id); err != nil && !errors.Is(err, errSkip) && ctx.Err() == nil {
-			f.log.Warn("federated service failover: cannot record a move; retried", "service", id, "err", err)
+		if err := sv.failoverService(ctx, id); err != nil && !errors.Is(err, errSkip) && ctx.Err() == nil {
+			sv.f.log.Warn("federated service failover: cannot record a move; retried", "service", id, "err", err)
 		}
 	}
 }
 
 // viewsLocked is how failover sees the clusters of rec. Caller holds mu.
-func (f *Federation) viewsLocked(rec *pelotonv1.FederatedService) map[string]clusterView {
-	now := f.opts.Now()
+func (sv *Services) viewsLocked(rec *pelotonv1.FederatedService) map[string]clusterView {
+	now := sv.f.opts.Now()
 	job := rec.Spec.GetJob()
 	per, _ := resources.FromProto(job.GetDefaultSpec().GetResources(), "")
 	views := map[string]clusterView{}
 	for _, p := range rec.Clusters {
-		m := f.clusters[p.Cluster]
+		m := sv.f.clusters[p.Cluster]
 		if m == nil {
 			views[p.Cluster] = clusterView{away: time.Duration(math.MaxInt64)}
 			continue
@@ -195,7 +195,7 @@ func (f *Federation) viewsLocked(rec *pelotonv1.FederatedService) map[string]clu
 		if !v.ready {
 			since := m.lastSeen
 			if since.IsZero() {
-				since = f.startedAt
+				since = sv.f.startedAt
 			}
 			v.away = now.Sub(since)
 		}
@@ -215,23 +215,23 @@ func (f *Federation) viewsLocked(rec *pelotonv1.FederatedService) map[string]clu
 	return views
 }
 
-func (f *Federation) failoverService(ctx context.Context, id string) error {
+func (sv *Services) failoverService(ctx context.Context, id string) error {
 	var change failoverChange
-	err := f.updateService(ctx, id, func(rec *pelotonv1.FederatedService) error {
-		f.mu.Lock()
-		views := f.viewsLocked(rec)
-		f.mu.Unlock()
+	err := sv.updateService(ctx, id, func(rec *pelotonv1.FederatedService) error {
+		sv.f.mu.Lock()
+		views := sv.viewsLocked(rec)
+		sv.f.mu.Unlock()
 		// Running counts are observed, kept in memory: take them from
 		// the live record.
-		f.mu.Lock()
-		if s := f.services[id]; s != nil {
+		sv.f.mu.Lock()
+		if s := sv.f.services[id]; s != nil {
 			for _, p := range rec.Clusters {
 				if q := partOf(s.rec, p.Cluster); q != nil {
 					p.Running = q.Running
 				}
 			}
 		}
-		f.mu.Unlock()
+		sv.f.mu.Unlock()
 		c, ok := planFailover(rec, views)
 		if !ok {
 			return errSkip
@@ -276,15 +276,15 @@ func (f *Federation) failoverService(ctx context.Context, id string) error {
 	}
 	switch {
 	case change.lost != "":
-		f.log.Warn("federated service: cluster away past the toleration; its part runs elsewhere", "service", id, "cluster", change.lost, "cover", change.cover, "fit-nowhere", change.short)
+		sv.f.log.Warn("federated service: cluster away past the toleration; its part runs elsewhere", "service", id, "cluster", change.lost, "cover", change.cover, "fit-nowhere", change.short)
 		metrics.FederationServices.WithLabelValues("failover").Inc()
 	case change.back != "":
-		f.log.Info("federated service: cluster back; its part runs there again, the covering instances go", "service", id, "cluster", change.back)
+		sv.f.log.Info("federated service: cluster back; its part runs there again, the covering instances go", "service", id, "cluster", change.back)
 		metrics.FederationServices.WithLabelValues("move-back").Inc()
 	case change.retire != "":
-		f.log.Info("federated service: cluster back; its part is retired", "service", id, "cluster", change.retire)
+		sv.f.log.Info("federated service: cluster back; its part is retired", "service", id, "cluster", change.retire)
 	}
-	f.nudgeServiceClusters(id)
+	sv.nudgeServiceClusters(id)
 	return nil
 }
 

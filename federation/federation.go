@@ -18,6 +18,17 @@
 // split of the pool tree, which cluster takes a job - are pure functions
 // (health.go, the split package, dispatch.go) over a snapshot; the workers read
 // state, call them and apply the result.
+//
+// Federation is the facade that wiring builds: it owns the lifecycle, the
+// cluster registry and its workers, and the archive of its objects. The
+// rest is reached through named parts, each a type of its own: Pools (the
+// global pool tree and its split), Jobs (batch dispatch), Services
+// (federated services, rollouts, failover) and SLA (the global SLA
+// evaluator). Parts, not one type, so that each reads as one concern and a
+// caller names the one it uses; named rather than embedded, since embedding
+// would still put every method on Federation. The parts share the
+// Federation's state and its one lock: each decides from the clusters'
+// members in the same critical section as its own state.
 package federation
 
 import (
@@ -162,12 +173,57 @@ type Federation struct {
 	// rolloutKick wakes the rollout loop.
 	rolloutKick chan struct{}
 	started     bool
+
+	// The named parts (see the package doc); each holds this Federation.
+	jobsPart     *Jobs
+	poolsPart    *Pools
+	servicesPart *Services
+	slaPart      *SLA
 }
+
+// The parts below have no state or lock of their own: their maps (pools,
+// jobs, services, sla) stay on the Federation under its one mu, with the
+// cluster registry's. Each part decides from the clusters' members (health,
+// cordon, the pools seen there) in the same critical section as its own
+// state, and a change in the registry (a cluster that comes, goes or is
+// away) re-splits the pools under the same lock, so one lock is one
+// critical section, not a convenience. The SLA evaluator reads the
+// services' parts the same way.
+
+// Jobs is the dispatch of BATCH jobs, one cluster each (jobs.go): the API
+// of federated jobs, the dispatcher and each cluster worker's pass over
+// its jobs.
+type Jobs struct{ f *Federation }
+
+// Pools is the global pool tree, its split among the clusters and the
+// keeping of each cluster's pools as desired state (pools.go).
+type Pools struct{ f *Federation }
+
+// Services is federated services (services.go), their rollouts
+// (serviceupdate.go) and failover of their parts (failover.go).
+type Services struct{ f *Federation }
+
+// SLA is the global SLA evaluator of federated services (globalsla.go):
+// disruption requests of the clusters judged against a service's whole
+// budget.
+type SLA struct{ f *Federation }
+
+// Jobs is the federation's dispatch of BATCH jobs.
+func (f *Federation) Jobs() *Jobs { return f.jobsPart }
+
+// Pools is the federation's global pool tree and its split.
+func (f *Federation) Pools() *Pools { return f.poolsPart }
+
+// Services is the federation's federated services and their rollouts.
+func (f *Federation) Services() *Services { return f.servicesPart }
+
+// SLA is the federation's global SLA evaluator.
+func (f *Federation) SLA() *SLA { return f.slaPart }
 
 // New makes a federation over st, a store opened on Prefix.
 func New(st store.Store, opts Options) *Federation {
 	opts = opts.withDefaults()
-	return &Federation{
+	f := &Federation{
 		st:       st,
 		batch:    store.NewBatcher(st, store.BatcherOptions{}),
 		opts:     opts,
@@ -180,6 +236,9 @@ func New(st store.Store, opts Options) *Federation {
 
 		rolloutKick: make(chan struct{}, 1),
 	}
+	f.jobsPart, f.poolsPart = &Jobs{f}, &Pools{f}
+	f.servicesPart, f.slaPart = &Services{f}, &SLA{f}
+	return f
 }
 
 // Start loads the registry, the global pools and the federated jobs from
@@ -198,28 +257,28 @@ func (f *Federation) Start(ctx context.Context) error {
 	if err := f.loadClusters(ctx); err != nil {
 		return fmt.Errorf("load clusters: %w", err)
 	}
-	if err := f.loadPools(ctx); err != nil {
+	if err := f.Pools().loadPools(ctx); err != nil {
 		return fmt.Errorf("load pools: %w", err)
 	}
-	if err := f.loadJobs(ctx); err != nil {
+	if err := f.Jobs().loadJobs(ctx); err != nil {
 		return fmt.Errorf("load jobs: %w", err)
 	}
-	if err := f.loadServices(ctx); err != nil {
+	if err := f.Services().loadServices(ctx); err != nil {
 		return fmt.Errorf("load services: %w", err)
 	}
-	if err := f.loadGrants(ctx); err != nil {
+	if err := f.SLA().loadGrants(ctx); err != nil {
 		return fmt.Errorf("load SLA grants: %w", err)
 	}
 	f.mu.Lock()
-	f.resplitLocked()
+	f.Pools().resplitLocked()
 	for _, m := range f.clusters {
 		f.startWorkerLocked(m)
 	}
 	f.mu.Unlock()
 	f.wg.Add(1)
-	go func() { defer f.wg.Done(); f.dispatchLoop(f.ctx) }()
+	go func() { defer f.wg.Done(); f.Jobs().dispatchLoop(f.ctx) }()
 	f.wg.Add(1)
-	go func() { defer f.wg.Done(); f.rolloutLoop(f.ctx) }()
+	go func() { defer f.wg.Done(); f.Services().rolloutLoop(f.ctx) }()
 	if f.opts.History != nil {
 		f.wg.Add(1)
 		go func() { defer f.wg.Done(); f.archiveLoop(f.ctx) }()

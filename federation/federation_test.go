@@ -178,19 +178,19 @@ func TestRegistryPoolsAndDrift(t *testing.T) {
 	}
 
 	// Split by capacity: equal clusters, equal parts.
-	if _, err := f.CreatePool(ctxT(t), "/team", &pelotonv1.FederatedPoolSpec{Reservation: &pelotonv1.Resources{Cpu: 30}}, ""); err != nil {
+	if _, err := f.Pools().CreatePool(ctxT(t), "/team", &pelotonv1.FederatedPoolSpec{Reservation: &pelotonv1.Resources{Cpu: 30}}, ""); err != nil {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, 10*time.Second, "/team split 10:10:10", wantCPU([]*stack{a, b, c}, "/team", 10, 10, 10))
 
 	// Weights: a 2, b 1, c none.
-	if _, err := f.CreatePool(ctxT(t), "/w", &pelotonv1.FederatedPoolSpec{Reservation: &pelotonv1.Resources{Cpu: 9},
+	if _, err := f.Pools().CreatePool(ctxT(t), "/w", &pelotonv1.FederatedPoolSpec{Reservation: &pelotonv1.Resources{Cpu: 9},
 		Placement: &pelotonv1.FederatedPoolPlacement{Weights: map[string]float64{"a": 2, "b": 1}}}, ""); err != nil {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, 10*time.Second, "/w split by its weights", wantCPU([]*stack{a, b, c}, "/w", 6, 3, -1))
 	// A weight naming an unknown cluster is refused, naming it.
-	_, err = f.CreatePool(ctxT(t), "/x", &pelotonv1.FederatedPoolSpec{Placement: &pelotonv1.FederatedPoolPlacement{Weights: map[string]float64{"nope": 1}}}, "")
+	_, err = f.Pools().CreatePool(ctxT(t), "/x", &pelotonv1.FederatedPoolSpec{Placement: &pelotonv1.FederatedPoolPlacement{Weights: map[string]float64{"nope": 1}}}, "")
 	if status.Code(err) != codes.InvalidArgument || !contains(err, "spec.placement.weights.nope") {
 		t.Errorf("unknown cluster in weights: %v", err)
 	}
@@ -204,7 +204,7 @@ func TestRegistryPoolsAndDrift(t *testing.T) {
 	}
 	testutil.Eventually(t, 10*time.Second, "/team split 10:10:10 after the restart", wantCPU([]*stack{a, b, c}, "/team", 10, 10, 10))
 	testutil.Eventually(t, 10*time.Second, "/w split by its weights after the restart", wantCPU([]*stack{a, b, c}, "/w", 6, 3, -1))
-	p, err := f.GetPool("/team")
+	p, err := f.Pools().GetPool("/team")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,16 +213,16 @@ func TestRegistryPoolsAndDrift(t *testing.T) {
 	}
 
 	// Update and delete reach every cluster.
-	if _, err := f.UpdatePool(ctxT(t), "/team", &pelotonv1.FederatedPoolSpec{Reservation: &pelotonv1.Resources{Cpu: 60}}, 0); err != nil {
+	if _, err := f.Pools().UpdatePool(ctxT(t), "/team", &pelotonv1.FederatedPoolSpec{Reservation: &pelotonv1.Resources{Cpu: 60}}, 0); err != nil {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, 10*time.Second, "/team split 20:20:20", wantCPU([]*stack{a, b, c}, "/team", 20, 20, 20))
-	if err := f.DeletePool(ctxT(t), "/w"); err != nil {
+	if err := f.Pools().DeletePool(ctxT(t), "/w"); err != nil {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, 10*time.Second, "/w gone from every cluster", wantCPU([]*stack{a, b, c}, "/w", -1, -1, -1))
 	testutil.Eventually(t, 10*time.Second, "the deleted global pool forgotten", func() error {
-		if _, err := f.GetPool("/w"); status.Code(err) != codes.NotFound {
+		if _, err := f.Pools().GetPool("/w"); status.Code(err) != codes.NotFound {
 			return fmt.Errorf("deleted global pool still known: %v", err)
 		}
 		return nil
@@ -256,11 +256,11 @@ func TestDispatchBatchJobs(t *testing.T) {
 	f := startFederation(t, e)
 	register(t, f, a, map[string]string{"region": "east"})
 	register(t, f, b, map[string]string{"region": "west"})
-	if _, err := f.CreatePool(ctxT(t), "/batch", &pelotonv1.FederatedPoolSpec{Reservation: &pelotonv1.Resources{Cpu: 10}}, ""); err != nil {
+	if _, err := f.Pools().CreatePool(ctxT(t), "/batch", &pelotonv1.FederatedPoolSpec{Reservation: &pelotonv1.Resources{Cpu: 10}}, ""); err != nil {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, 10*time.Second, "/batch's parts in the clusters", func() error {
-		p, err := f.GetPool("/batch")
+		p, err := f.Pools().GetPool("/batch")
 		if err != nil {
 			return err
 		}
@@ -277,27 +277,27 @@ func TestDispatchBatchJobs(t *testing.T) {
 			Placement: &pelotonv1.FederatedJobPlacement{ClusterSelector: selector}}
 	}
 	// Most headroom: b has four times a's hosts, so it is entitled to more.
-	id, err := f.CreateJob(ctxT(t), job("big", nil), "req-1")
+	id, err := f.Jobs().CreateJob(ctxT(t), job("big", nil), "req-1")
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The same request id answers the same job.
-	if again, err := f.CreateJob(ctxT(t), job("big", nil), "req-1"); err != nil || again != id {
+	if again, err := f.Jobs().CreateJob(ctxT(t), job("big", nil), "req-1"); err != nil || again != id {
 		t.Fatalf("retry with the same request id: %s %v, want %s", again, err, id)
 	}
 	// A selector sends it to a.
-	east, err := f.CreateJob(ctxT(t), job("east", map[string]string{"region": "east"}), "")
+	east, err := f.Jobs().CreateJob(ctxT(t), job("east", map[string]string{"region": "east"}), "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	// A selector no registered cluster matches is refused, naming it.
-	if _, err := f.CreateJob(ctxT(t), job("none", map[string]string{"region": "mars"}), ""); status.Code(err) != codes.InvalidArgument ||
+	if _, err := f.Jobs().CreateJob(ctxT(t), job("none", map[string]string{"region": "mars"}), ""); status.Code(err) != codes.InvalidArgument ||
 		!contains(err, "spec.placement.clusterSelector: {region=mars} matches no registered cluster") {
 		t.Errorf("selector matching no cluster: %v", err)
 	}
 	for jid, want := range map[string]string{id: "b", east: "a"} {
 		testutil.Eventually(t, 30*time.Second, "the job dispatched to the matching cluster", func() error {
-			j, err := f.GetJob(jid)
+			j, err := f.Jobs().GetJob(jid)
 			if err != nil {
 				return err
 			}
@@ -315,31 +315,31 @@ func TestDispatchBatchJobs(t *testing.T) {
 	if _, err := f.Cordon(ctxT(t), "a", true); err != nil {
 		t.Fatal(err)
 	}
-	none, err := f.CreateJob(ctxT(t), job("none", map[string]string{"region": "east"}), "")
+	none, err := f.Jobs().CreateJob(ctxT(t), job("none", map[string]string{"region": "east"}), "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, 10*time.Second, "the job pending with its reason", func() error {
-		j, _ := f.GetJob(none)
+		j, _ := f.Jobs().GetJob(none)
 		if j.DispatchState != pelotonv1.DispatchState_DISPATCH_PENDING || !contains(errors.New(j.Message), "a CORDONED") {
 			return fmt.Errorf("job for a cordoned cluster: %s %q", j.DispatchState, j.Message)
 		}
 		return nil
 	})
-	if err := f.KillJob(ctxT(t), none); err != nil {
+	if err := f.Jobs().KillJob(ctxT(t), none); err != nil {
 		t.Fatal(err)
 	}
-	if j, _ := f.GetJob(none); j.DispatchState != pelotonv1.DispatchState_DISPATCH_DONE {
+	if j, _ := f.Jobs().GetJob(none); j.DispatchState != pelotonv1.DispatchState_DISPATCH_DONE {
 		t.Errorf("killed pending job is %s", j.DispatchState)
 	}
 	// Bad input names its field.
 	bad := job("", nil)
-	if _, err := f.CreateJob(ctxT(t), bad, ""); status.Code(err) != codes.InvalidArgument || !contains(err, "spec.job.name") {
+	if _, err := f.Jobs().CreateJob(ctxT(t), bad, ""); status.Code(err) != codes.InvalidArgument || !contains(err, "spec.job.name") {
 		t.Errorf("nameless job: %v", err)
 	}
 	svc := job("svc", nil)
 	svc.Job.Type = pelotonv1.JobType_SERVICE
-	if _, err := f.CreateJob(ctxT(t), svc, ""); status.Code(err) != codes.InvalidArgument || !contains(err, "spec.job.type") {
+	if _, err := f.Jobs().CreateJob(ctxT(t), svc, ""); status.Code(err) != codes.InvalidArgument || !contains(err, "spec.job.type") {
 		t.Errorf("service job: %v", err)
 	}
 }
@@ -353,7 +353,7 @@ func TestJobMovesOffAnUnreachableCluster(t *testing.T) {
 	small := startStackWith(t, e.Endpoints(), "small", 1, []string{"kind=small"})
 	f := startFederation(t, e)
 	register(t, f, small, nil)
-	if _, err := f.CreatePool(ctxT(t), "/batch", &pelotonv1.FederatedPoolSpec{}, ""); err != nil {
+	if _, err := f.Pools().CreatePool(ctxT(t), "/batch", &pelotonv1.FederatedPoolSpec{}, ""); err != nil {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, 10*time.Second, "/batch in small", func() error { _, err := reservedCPU(small, "/batch"); return err })
@@ -365,7 +365,7 @@ func TestJobMovesOffAnUnreachableCluster(t *testing.T) {
 	})
 	// Only a host labelled kind=big will do, and small has none: its task
 	// never starts there.
-	id, err := f.CreateJob(ctxT(t), &pelotonv1.FederatedJobSpec{Job: &pelotonv1.JobSpec{Name: "big", Pool: "/batch", InstanceCount: 1,
+	id, err := f.Jobs().CreateJob(ctxT(t), &pelotonv1.FederatedJobSpec{Job: &pelotonv1.JobSpec{Name: "big", Pool: "/batch", InstanceCount: 1,
 		DefaultSpec: &pelotonv1.TaskSpec{Command: []string{"sleep", "1"}, Resources: &pelotonv1.Resources{Cpu: 1, MemoryMb: 64},
 			Placement: &pelotonv1.PlacementSpec{Constraints: []*pelotonv1.Constraint{{Label: "kind", Op: pelotonv1.ConstraintOp_EQUALS, Values: []string{"big"}}}}}}}, "")
 	if err != nil {
@@ -373,7 +373,7 @@ func TestJobMovesOffAnUnreachableCluster(t *testing.T) {
 	}
 	jobIs := func(st pelotonv1.DispatchState, cluster string) func() error {
 		return func() error {
-			j, err := f.GetJob(id)
+			j, err := f.Jobs().GetJob(id)
 			if err != nil {
 				return err
 			}
@@ -384,7 +384,7 @@ func TestJobMovesOffAnUnreachableCluster(t *testing.T) {
 		}
 	}
 	testutil.Eventually(t, 10*time.Second, "the job dispatched to small", jobIs(pelotonv1.DispatchState_DISPATCHED, "small"))
-	first, _ := f.GetJob(id)
+	first, _ := f.Jobs().GetJob(id)
 
 	big := startStackWith(t, e.Endpoints(), "big", 1, []string{"kind=big"})
 	register(t, f, big, nil)
@@ -404,7 +404,7 @@ func TestJobMovesOffAnUnreachableCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, 30*time.Second, "the job done in big", jobIs(pelotonv1.DispatchState_DISPATCH_DONE, "big"))
-	j, _ := f.GetJob(id)
+	j, _ := f.Jobs().GetJob(id)
 	if j.Status.GetState() != pelotonv1.JobState_JOB_SUCCEEDED || len(j.Attempts) != 2 || j.Attempts[0].EndReason == "" {
 		t.Fatalf("job ended %v with attempts %v", j.Status.GetState(), j.Attempts)
 	}

@@ -46,8 +46,8 @@ type globalSLA struct {
 
 func downKey(cluster, job string) string { return cluster + "/" + job }
 
-func (f *Federation) loadGrants(ctx context.Context) error {
-	kvs, err := f.st.List(ctx, slaGrantPrefix)
+func (sl *SLA) loadGrants(ctx context.Context) error {
+	kvs, err := sl.f.st.List(ctx, slaGrantPrefix)
 	if err != nil {
 		return err
 	}
@@ -55,25 +55,25 @@ func (f *Federation) loadGrants(ctx context.Context) error {
 	for _, kv := range kvs {
 		g := &pelotonv1.SlaGrant{}
 		if err := proto.Unmarshal(kv.Value, g); err != nil {
-			if err := f.quarantine(ctx, kv, err); err != nil {
+			if err := sl.f.quarantine(ctx, kv, err); err != nil {
 				return err
 			}
 			continue
 		}
 		grants[g.Id] = g
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.sla.grants = grants
-	f.sla.down = map[string]map[uint32]bool{}
-	f.sla.loaded = true
+	sl.f.mu.Lock()
+	defer sl.f.mu.Unlock()
+	sl.f.sla.grants = grants
+	sl.f.sla.down = map[string]map[uint32]bool{}
+	sl.f.sla.loaded = true
 	return nil
 }
 
 // serviceOfJobLocked finds the federated service whose part in cluster is
 // job. Caller holds mu.
-func (f *Federation) serviceOfJobLocked(cluster, job string) *fedService {
-	for _, s := range f.services {
+func (sl *SLA) serviceOfJobLocked(cluster, job string) *fedService {
+	for _, s := range sl.f.services {
 		if p := partOf(s.rec, cluster); p != nil && p.ClusterJobId == job && !s.rec.Deleting {
 			return s
 		}
@@ -84,12 +84,12 @@ func (f *Federation) serviceOfJobLocked(cluster, job string) *fedService {
 // expireGrantsLocked forgets grants past their expiry (their records are
 // deleted in the background; a delete Close cuts short leaves a record
 // that the next Start loads and expires again). Caller holds mu.
-func (f *Federation) expireGrantsLocked(now time.Time) {
-	for id, g := range f.sla.grants {
+func (sl *SLA) expireGrantsLocked(now time.Time) {
+	for id, g := range sl.f.sla.grants {
 		if !now.Before(g.Expires.AsTime()) {
-			delete(f.sla.grants, id)
-			f.goLocked(func(ctx context.Context) {
-				_, _ = f.st.Txn(ctx, store.Delete(slaGrantPrefix+id, store.AnyRevision))
+			delete(sl.f.sla.grants, id)
+			sl.f.goLocked(func(ctx context.Context) {
+				_, _ = sl.f.st.Txn(ctx, store.Delete(slaGrantPrefix+id, store.AnyRevision))
 			})
 		}
 	}
@@ -97,17 +97,17 @@ func (f *Federation) expireGrantsLocked(now time.Time) {
 
 // unavailableLocked is the set of a service's instances down or held, with
 // who holds each held one. Caller holds mu.
-func (f *Federation) unavailableLocked(s *fedService) (map[instKey]string, map[string]int) {
+func (sl *SLA) unavailableLocked(s *fedService) (map[instKey]string, map[string]int) {
 	out := map[instKey]string{}
 	perCluster := map[string]int{}
 	for _, p := range s.rec.Clusters {
-		for i := range f.sla.down[downKey(p.Cluster, p.ClusterJobId)] {
+		for i := range sl.f.sla.down[downKey(p.Cluster, p.ClusterJobId)] {
 			if i < p.Desired {
 				out[instKey{p.Cluster, i}] = ""
 			}
 		}
 	}
-	for _, g := range f.sla.grants {
+	for _, g := range sl.f.sla.grants {
 		if g.ServiceId != s.rec.Id {
 			continue
 		}
@@ -137,7 +137,7 @@ func breakdown(perCluster map[string]int) string {
 
 // RequestDisruption grants req's instances if the service's budget allows
 // over all its clusters (see above).
-func (f *Federation) RequestDisruption(ctx context.Context, req *pelotonv1.RequestDisruptionRequest) (*pelotonv1.RequestDisruptionResponse, error) {
+func (sl *SLA) RequestDisruption(ctx context.Context, req *pelotonv1.RequestDisruptionRequest) (*pelotonv1.RequestDisruptionResponse, error) {
 	switch {
 	case req.Cluster == "":
 		return nil, apierr.Invalid("cluster", "required")
@@ -151,20 +151,20 @@ func (f *Federation) RequestDisruption(ctx context.Context, req *pelotonv1.Reque
 		return nil, apierr.Invalid("ttlSeconds", "must be > 0")
 	}
 	start := time.Now()
-	now := f.opts.Now()
-	f.mu.Lock()
-	if !f.sla.loaded {
-		f.mu.Unlock()
+	now := sl.f.opts.Now()
+	sl.f.mu.Lock()
+	if !sl.f.sla.loaded {
+		sl.f.mu.Unlock()
 		return nil, apierr.Unavailable("the global SLA evaluator is starting")
 	}
-	f.expireGrantsLocked(now)
-	s := f.serviceOfJobLocked(req.Cluster, req.JobId)
+	sl.expireGrantsLocked(now)
+	s := sl.serviceOfJobLocked(req.Cluster, req.JobId)
 	if s == nil {
-		f.mu.Unlock()
+		sl.f.mu.Unlock()
 		return nil, apierr.NotFound("job %s of cluster %s is no part of a federated service", req.JobId, req.Cluster)
 	}
 	budget := int(max(s.rec.Spec.Job.GetSla().GetMaximumUnavailableInstances(), 1))
-	unavail, perCluster := f.unavailableLocked(s)
+	unavail, perCluster := sl.unavailableLocked(s)
 	var granted []uint32
 	var refusal string
 	seen := map[uint32]bool{}
@@ -191,7 +191,7 @@ func (f *Federation) RequestDisruption(ctx context.Context, req *pelotonv1.Reque
 		}
 	}
 	if refusal != "" && (!req.Partial || len(granted) == 0) {
-		f.mu.Unlock()
+		sl.f.mu.Unlock()
 		metrics.FederationSLA.WithLabelValues("refused").Inc()
 		return nil, apierr.FailedPrecondition("SLA: federated service %s: %s", s.rec.Id, refusal)
 	}
@@ -199,12 +199,12 @@ func (f *Federation) RequestDisruption(ctx context.Context, req *pelotonv1.Reque
 		Holder: req.Holder, Expires: timestamppb.New(now.Add(time.Duration(req.TtlSeconds) * time.Second))}
 	// Held in memory at once, so a concurrent request counts it; written
 	// before it is answered, so a restart knows it.
-	f.sla.grants[g.Id] = g
-	f.mu.Unlock()
+	sl.f.sla.grants[g.Id] = g
+	sl.f.mu.Unlock()
 	forget := func() {
-		f.mu.Lock()
-		delete(f.sla.grants, g.Id)
-		f.mu.Unlock()
+		sl.f.mu.Lock()
+		delete(sl.f.sla.grants, g.Id)
+		sl.f.mu.Unlock()
 	}
 	b, err := proto.Marshal(g)
 	if err != nil {
@@ -214,7 +214,7 @@ func (f *Federation) RequestDisruption(ctx context.Context, req *pelotonv1.Reque
 		forget()
 		return nil, apierr.Invalid("holder", "the grant cannot be recorded: %v", err)
 	}
-	if _, err := f.st.Txn(ctx, store.Put(slaGrantPrefix+g.Id, b, store.MustNotExist)); err != nil {
+	if _, err := sl.f.st.Txn(ctx, store.Put(slaGrantPrefix+g.Id, b, store.MustNotExist)); err != nil {
 		forget()
 		return nil, apierr.Unavailable("record the grant: %v", err)
 	}
@@ -230,71 +230,71 @@ func grantID() string {
 }
 
 // ReleaseDisruption ends a grant.
-func (f *Federation) ReleaseDisruption(ctx context.Context, id string) error {
-	f.mu.Lock()
-	f.expireGrantsLocked(f.opts.Now())
-	_, ok := f.sla.grants[id]
-	delete(f.sla.grants, id)
-	f.mu.Unlock()
+func (sl *SLA) ReleaseDisruption(ctx context.Context, id string) error {
+	sl.f.mu.Lock()
+	sl.expireGrantsLocked(sl.f.opts.Now())
+	_, ok := sl.f.sla.grants[id]
+	delete(sl.f.sla.grants, id)
+	sl.f.mu.Unlock()
 	if !ok {
 		return apierr.NotFound("grant %s is unknown or expired", id)
 	}
-	if _, err := f.st.Txn(ctx, store.Delete(slaGrantPrefix+id, store.AnyRevision)); err != nil {
+	if _, err := sl.f.st.Txn(ctx, store.Delete(slaGrantPrefix+id, store.AnyRevision)); err != nil {
 		return apierr.Unavailable("delete the grant: %v", err)
 	}
 	return nil
 }
 
 // RenewDisruption extends a live grant.
-func (f *Federation) RenewDisruption(ctx context.Context, id string, ttl time.Duration) error {
+func (sl *SLA) RenewDisruption(ctx context.Context, id string, ttl time.Duration) error {
 	if ttl <= 0 {
 		return apierr.Invalid("ttlSeconds", "must be > 0")
 	}
-	f.mu.Lock()
-	f.expireGrantsLocked(f.opts.Now())
-	g := f.sla.grants[id]
+	sl.f.mu.Lock()
+	sl.expireGrantsLocked(sl.f.opts.Now())
+	g := sl.f.sla.grants[id]
 	if g == nil {
-		f.mu.Unlock()
+		sl.f.mu.Unlock()
 		return apierr.NotFound("grant %s is unknown or expired", id)
 	}
 	g = proto.Clone(g).(*pelotonv1.SlaGrant)
-	g.Expires = timestamppb.New(f.opts.Now().Add(ttl))
-	f.sla.grants[id] = g
-	f.mu.Unlock()
+	g.Expires = timestamppb.New(sl.f.opts.Now().Add(ttl))
+	sl.f.sla.grants[id] = g
+	sl.f.mu.Unlock()
 	b, err := proto.Marshal(g)
 	if err != nil {
 		return fmt.Errorf("federation: encode grant %s: %w", id, err)
 	}
-	if _, err := f.st.Txn(ctx, store.Put(slaGrantPrefix+id, b, store.AnyRevision)); err != nil {
+	if _, err := sl.f.st.Txn(ctx, store.Put(slaGrantPrefix+id, b, store.AnyRevision)); err != nil {
 		return apierr.Unavailable("renew the grant: %v", err)
 	}
 	return nil
 }
 
 // ReportUnavailable replaces what a cluster's job has down.
-func (f *Federation) ReportUnavailable(cluster, job string, instances []uint32) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+func (sl *SLA) ReportUnavailable(cluster, job string, instances []uint32) {
+	sl.f.mu.Lock()
+	defer sl.f.mu.Unlock()
 	if len(instances) == 0 {
-		delete(f.sla.down, downKey(cluster, job))
+		delete(sl.f.sla.down, downKey(cluster, job))
 		return
 	}
 	set := map[uint32]bool{}
 	for _, i := range instances {
 		set[i] = true
 	}
-	f.sla.down[downKey(cluster, job)] = set
+	sl.f.sla.down[downKey(cluster, job)] = set
 }
 
 // SLAView is a federated service's budget use across its clusters now.
-func (f *Federation) SLAView(id string) (unavailable int, perCluster map[string]int, err error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	s := f.services[id]
+func (sl *SLA) SLAView(id string) (unavailable int, perCluster map[string]int, err error) {
+	sl.f.mu.Lock()
+	defer sl.f.mu.Unlock()
+	s := sl.f.services[id]
 	if s == nil {
 		return 0, nil, apierr.NotFound("federated service %s does not exist", id)
 	}
-	f.expireGrantsLocked(f.opts.Now())
-	u, per := f.unavailableLocked(s)
+	sl.expireGrantsLocked(sl.f.opts.Now())
+	u, per := sl.unavailableLocked(s)
 	return len(u), per, nil
 }

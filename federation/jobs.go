@@ -66,8 +66,8 @@ func newJobID() string {
 	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
 }
 
-func (f *Federation) loadJobs(ctx context.Context) error {
-	kvs, err := f.st.List(ctx, "jobs/")
+func (jb *Jobs) loadJobs(ctx context.Context) error {
+	kvs, err := jb.f.st.List(ctx, "jobs/")
 	if err != nil {
 		return err
 	}
@@ -75,7 +75,7 @@ func (f *Federation) loadJobs(ctx context.Context) error {
 	for _, kv := range kvs {
 		rec := &pelotonv1.FederatedJob{}
 		if err := proto.Unmarshal(kv.Value, rec); err != nil {
-			if err := f.quarantine(ctx, kv, err); err != nil {
+			if err := jb.f.quarantine(ctx, kv, err); err != nil {
 				return err
 			}
 			continue
@@ -83,29 +83,29 @@ func (f *Federation) loadJobs(ctx context.Context) error {
 		req, _ := jobRequest(rec.Spec.GetJob(), "spec.job")
 		jobs = append(jobs, &fedJob{rec: rec, rev: kv.Revision, req: req})
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	jb.f.mu.Lock()
+	defer jb.f.mu.Unlock()
 	for _, j := range jobs {
-		f.jobs[j.rec.Id] = j
+		jb.f.jobs[j.rec.Id] = j
 	}
 	return nil
 }
 
 // CreateJob accepts a BATCH job for dispatch. It answers once the job is
 // recorded; the dispatcher sends it to a cluster right after.
-func (f *Federation) CreateJob(ctx context.Context, spec *pelotonv1.FederatedJobSpec, rqID string) (string, error) {
+func (jb *Jobs) CreateJob(ctx context.Context, spec *pelotonv1.FederatedJobSpec, rqID string) (string, error) {
 	if err := validateJobSpec(spec); err != nil {
 		return "", err
 	}
-	if err := f.checkSelector(spec.GetPlacement().GetClusterSelector()); err != nil {
+	if err := jb.checkSelector(spec.GetPlacement().GetClusterSelector()); err != nil {
 		return "", err
 	}
 	rq, err := requestid.New(jobRequestKind, rqID, &pelotonv1.CreateFederatedJobRequest{Spec: spec})
 	if err != nil {
 		return "", err
 	}
-	now := f.opts.Now()
-	o, err := requestid.Lookup(ctx, f.st, rq, now)
+	now := jb.f.opts.Now()
+	o, err := requestid.Lookup(ctx, jb.f.st, rq, now)
 	if err != nil {
 		return "", err
 	}
@@ -128,22 +128,22 @@ func (f *Federation) CreateJob(ctx context.Context, spec *pelotonv1.FederatedJob
 	}
 	var rev int64
 	if rq.ID == "" {
-		rev, err = f.batch.Write(ctx, store.Put(jobKey(id), b, store.MustNotExist))
+		rev, err = jb.f.batch.Write(ctx, store.Put(jobKey(id), b, store.MustNotExist))
 	} else {
 		// The request record and the job commit together, or neither.
-		rev, err = f.st.Txn(ctx, append([]store.Op{store.Put(jobKey(id), b, store.MustNotExist)}, o.Ops(rq, id, now)...)...)
+		rev, err = jb.f.st.Txn(ctx, append([]store.Op{store.Put(jobKey(id), b, store.MustNotExist)}, o.Ops(rq, id, now)...)...)
 	}
 	if err != nil {
-		if o2, rerr := requestid.Recheck(ctx, f.st, rq, now, err); rerr == nil && o2.Done {
+		if o2, rerr := requestid.Recheck(ctx, jb.f.st, rq, now, err); rerr == nil && o2.Done {
 			return o2.Object, nil
 		}
 		return "", apierr.Unavailable("record federated job: %v", err)
 	}
-	f.mu.Lock()
-	f.jobs[id] = &fedJob{rec: rec, rev: rev, req: req}
-	f.mu.Unlock()
+	jb.f.mu.Lock()
+	jb.f.jobs[id] = &fedJob{rec: rec, rev: rev, req: req}
+	jb.f.mu.Unlock()
 	metrics.FederationJobs.WithLabelValues("created").Inc()
-	f.kickDispatch()
+	jb.f.kickDispatch()
 	return id, nil
 }
 
@@ -151,15 +151,15 @@ func (f *Federation) CreateJob(ctx context.Context, spec *pelotonv1.FederatedJob
 // matches: such a job could only wait for a cluster nobody announced, and
 // is far more often a typo. A selector that matches clusters that are
 // down or cordoned is fine: the job waits for them.
-func (f *Federation) checkSelector(selector map[string]string) error {
+func (jb *Jobs) checkSelector(selector map[string]string) error {
 	if len(selector) == 0 {
 		return nil
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	jb.f.mu.Lock()
+	defer jb.f.mu.Unlock()
 	var known []string
-	for _, name := range sortedKeys(f.clusters) {
-		labels := f.clusters[name].rec.Labels
+	for _, name := range sortedKeys(jb.f.clusters) {
+		labels := jb.f.clusters[name].rec.Labels
 		if split.Matches(labels, selector) {
 			return nil
 		}
@@ -198,13 +198,13 @@ func validateJobSpec(spec *pelotonv1.FederatedJobSpec) error {
 }
 
 // GetJob returns a federated job with its status as last observed.
-func (f *Federation) GetJob(id string) (*pelotonv1.FederatedJob, error) {
+func (jb *Jobs) GetJob(id string) (*pelotonv1.FederatedJob, error) {
 	if id == "" {
 		return nil, apierr.Invalid("jobId", "required")
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	j := f.jobs[id]
+	jb.f.mu.Lock()
+	defer jb.f.mu.Unlock()
+	j := jb.f.jobs[id]
 	if j == nil {
 		return nil, apierr.NotFound("federated job %s does not exist", id)
 	}
@@ -218,7 +218,7 @@ func jobView(j *fedJob) *pelotonv1.FederatedJob {
 }
 
 // ListJobs returns federated jobs, newest first, a page at a time.
-func (f *Federation) ListJobs(cluster string, pageSize uint32, token string) ([]*pelotonv1.FederatedJob, string, error) {
+func (jb *Jobs) ListJobs(cluster string, pageSize uint32, token string) ([]*pelotonv1.FederatedJob, string, error) {
 	n, err := paging.Size(pageSize, "pageSize")
 	if err != nil {
 		return nil, "", err
@@ -231,10 +231,10 @@ func (f *Federation) ListJobs(cluster string, pageSize uint32, token string) ([]
 		}
 		past = func(j *fedJob) bool { return mark.Passed(j.rec.CreateTime.AsTime().UnixNano(), j.rec.Id) }
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	all := make([]*fedJob, 0, len(f.jobs))
-	for _, j := range f.jobs {
+	jb.f.mu.Lock()
+	defer jb.f.mu.Unlock()
+	all := make([]*fedJob, 0, len(jb.f.jobs))
+	for _, j := range jb.f.jobs {
 		if cluster == "" || j.rec.Cluster == cluster {
 			all = append(all, j)
 		}
@@ -273,15 +273,15 @@ func sortNewestFirst[T any, R interface {
 
 // KillJob kills a federated job wherever it is: before dispatch it is done
 // at once; in a cluster, that cluster's worker cancels it there.
-func (f *Federation) KillJob(ctx context.Context, id string) error {
-	j, err := f.GetJob(id)
+func (jb *Jobs) KillJob(ctx context.Context, id string) error {
+	j, err := jb.GetJob(id)
 	if err != nil {
 		return err
 	}
 	if j.Killed || j.DispatchState == pelotonv1.DispatchState_DISPATCH_DONE {
 		return nil
 	}
-	err = f.updateJob(ctx, id, func(rec *pelotonv1.FederatedJob) error {
+	err = jb.updateJob(ctx, id, func(rec *pelotonv1.FederatedJob) error {
 		rec.Killed = true
 		if rec.DispatchState == pelotonv1.DispatchState_DISPATCH_PENDING {
 			rec.DispatchState = pelotonv1.DispatchState_DISPATCH_DONE
@@ -294,11 +294,11 @@ func (f *Federation) KillJob(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	f.mu.Lock()
-	if m := f.clusters[j.Cluster]; m != nil {
+	jb.f.mu.Lock()
+	if m := jb.f.clusters[j.Cluster]; m != nil {
 		m.nudge()
 	}
-	f.mu.Unlock()
+	jb.f.mu.Unlock()
 	return nil
 }
 
@@ -306,8 +306,8 @@ func (f *Federation) KillJob(ctx context.Context, id string) error {
 // times on a conflict with another writer (change is applied to the
 // latest record each time). The dispatch state change, if any, must be in
 // DispatchTable.
-func (f *Federation) updateJob(ctx context.Context, id string, change func(*pelotonv1.FederatedJob) error) error {
-	before, rec, err := updateRecord(ctx, f, f.jobRecord(id), func(rec *pelotonv1.FederatedJob) error {
+func (jb *Jobs) updateJob(ctx context.Context, id string, change func(*pelotonv1.FederatedJob) error) error {
+	before, rec, err := updateRecord(ctx, jb.f, jb.jobRecord(id), func(rec *pelotonv1.FederatedJob) error {
 		from := rec.DispatchState
 		if err := change(rec); err != nil {
 			return err
@@ -321,28 +321,28 @@ func (f *Federation) updateJob(ctx context.Context, id string, change func(*pelo
 		return err
 	}
 	if before.DispatchState != rec.DispatchState {
-		f.log.Info("federated job", "job", id, "from", before.DispatchState, "to", rec.DispatchState, "cluster", rec.Cluster, "why", rec.Message)
+		jb.f.log.Info("federated job", "job", id, "from", before.DispatchState, "to", rec.DispatchState, "cluster", rec.Cluster, "why", rec.Message)
 	}
 	return nil
 }
 
 // jobRecord is how updateRecord reaches federated job id.
-func (f *Federation) jobRecord(id string) casRecord[*pelotonv1.FederatedJob] {
+func (jb *Jobs) jobRecord(id string) casRecord[*pelotonv1.FederatedJob] {
 	return casRecord[*pelotonv1.FederatedJob]{
 		key: jobKey(id), what: "federated job " + id,
 		read: func() (*pelotonv1.FederatedJob, int64, bool) {
-			f.mu.Lock()
-			defer f.mu.Unlock()
-			j := f.jobs[id]
+			jb.f.mu.Lock()
+			defer jb.f.mu.Unlock()
+			j := jb.f.jobs[id]
 			if j == nil {
 				return nil, 0, false
 			}
 			return proto.Clone(j.rec).(*pelotonv1.FederatedJob), j.rev, true
 		},
 		keep: func(rec *pelotonv1.FederatedJob, rev int64) {
-			f.mu.Lock()
-			defer f.mu.Unlock()
-			if j := f.jobs[id]; j != nil {
+			jb.f.mu.Lock()
+			defer jb.f.mu.Unlock()
+			if j := jb.f.jobs[id]; j != nil {
 				j.rec, j.rev = rec, rev
 			}
 		},
@@ -352,24 +352,24 @@ func (f *Federation) jobRecord(id string) casRecord[*pelotonv1.FederatedJob] {
 
 // dispatchLoop sends pending jobs to clusters, when kicked and every
 // CheckEvery (a pending job waits for a cluster to have room or return).
-func (f *Federation) dispatchLoop(ctx context.Context) {
-	t := time.NewTicker(f.opts.CheckEvery)
+func (jb *Jobs) dispatchLoop(ctx context.Context) {
+	t := time.NewTicker(jb.f.opts.CheckEvery)
 	defer t.Stop()
 	sweep := time.NewTicker(sweepEvery)
 	defer sweep.Stop()
 	for {
-		f.dispatchPending(ctx)
+		jb.dispatchPending(ctx)
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-		case <-f.kick:
+		case <-jb.f.kick:
 		case <-sweep.C:
-			if f.opts.History != nil {
+			if jb.f.opts.History != nil {
 				continue // the collector archives done jobs (archive.go)
 			}
-			if n, err := f.sweepDone(ctx, sweepLimit); err != nil {
-				f.log.Warn("sweep of done federated jobs", "deleted", n, "err", err)
+			if n, err := jb.sweepDone(ctx, sweepLimit); err != nil {
+				jb.f.log.Warn("sweep of done federated jobs", "deleted", n, "err", err)
 			}
 		}
 	}
@@ -386,16 +386,16 @@ const (
 // sweepDone deletes up to limit federated jobs done for longer than
 // JobRetention (by the end their cluster reported, or their creation when
 // none is known), oldest first, and returns how many it deleted.
-func (f *Federation) sweepDone(ctx context.Context, limit int) (int, error) {
-	cutoff := f.opts.Now().Add(-f.opts.JobRetention)
+func (jb *Jobs) sweepDone(ctx context.Context, limit int) (int, error) {
+	cutoff := jb.f.opts.Now().Add(-jb.f.opts.JobRetention)
 	type victim struct {
 		id  string
 		rev int64
 		at  time.Time
 	}
 	var victims []victim
-	f.mu.Lock()
-	for id, j := range f.jobs {
+	jb.f.mu.Lock()
+	for id, j := range jb.f.jobs {
 		if j.rec.DispatchState != pelotonv1.DispatchState_DISPATCH_DONE || j.busy {
 			continue
 		}
@@ -407,24 +407,24 @@ func (f *Federation) sweepDone(ctx context.Context, limit int) (int, error) {
 			victims = append(victims, victim{id, j.rev, at})
 		}
 	}
-	f.mu.Unlock()
+	jb.f.mu.Unlock()
 	sort.Slice(victims, func(a, b int) bool { return victims[a].at.Before(victims[b].at) })
 	if len(victims) > limit {
 		victims = victims[:limit]
 	}
 	deleted := 0
 	for _, v := range victims {
-		if _, err := f.batch.Write(ctx, store.Delete(jobKey(v.id), v.rev)); err != nil {
+		if _, err := jb.f.batch.Write(ctx, store.Delete(jobKey(v.id), v.rev)); err != nil {
 			if errors.Is(err, store.ErrConflict) {
 				continue // written meanwhile: the next sweep looks again
 			}
 			return deleted, err
 		}
-		f.mu.Lock()
-		if j := f.jobs[v.id]; j != nil && j.rev == v.rev {
-			delete(f.jobs, v.id)
+		jb.f.mu.Lock()
+		if j := jb.f.jobs[v.id]; j != nil && j.rev == v.rev {
+			delete(jb.f.jobs, v.id)
 		}
-		f.mu.Unlock()
+		jb.f.mu.Unlock()
 		deleted++
 	}
 	return deleted, nil
@@ -433,11 +433,11 @@ func (f *Federation) sweepDone(ctx context.Context, limit int) (int, error) {
 // dispatchConcurrency bounds the dispatcher's record writes in flight.
 const dispatchConcurrency = 32
 
-func (f *Federation) dispatchPending(ctx context.Context) {
+func (jb *Jobs) dispatchPending(ctx context.Context) {
 	type choice struct{ id, cluster, why string }
-	f.mu.Lock()
+	jb.f.mu.Lock()
 	var pending []*fedJob
-	for _, j := range f.jobs {
+	for _, j := range jb.f.jobs {
 		if j.rec.DispatchState == pelotonv1.DispatchState_DISPATCH_PENDING && !j.rec.Killed && !j.busy {
 			pending = append(pending, j)
 		}
@@ -447,11 +447,11 @@ func (f *Federation) dispatchPending(ctx context.Context) {
 	})
 	var choices []choice
 	for _, j := range pending {
-		cands := f.candidatesLocked(j.rec.Spec.GetJob().GetPool())
+		cands := jb.candidatesLocked(j.rec.Spec.GetJob().GetPool())
 		name, why := chooseCluster(j.req, j.rec.Spec.GetPlacement().GetClusterSelector(), cands)
 		if name != "" {
 			// Assume the job is there until the next check shows it.
-			m := f.clusters[name]
+			m := jb.f.clusters[name]
 			if m.assumed == nil {
 				m.assumed = map[string]resources.Resources{}
 			}
@@ -461,45 +461,45 @@ func (f *Federation) dispatchPending(ctx context.Context) {
 		}
 		choices = append(choices, choice{j.rec.Id, name, why})
 	}
-	f.mu.Unlock()
+	jb.f.mu.Unlock()
 
 	sem := make(chan struct{}, dispatchConcurrency)
 	var wg sync.WaitGroup
 	for _, c := range choices {
 		if c.cluster == "" {
-			f.mu.Lock()
-			if j := f.jobs[c.id]; j != nil && j.rec.Message != c.why {
+			jb.f.mu.Lock()
+			if j := jb.f.jobs[c.id]; j != nil && j.rec.Message != c.why {
 				j.rec.Message = c.why // said in memory only: it changes as clusters do
 			}
-			f.mu.Unlock()
+			jb.f.mu.Unlock()
 			continue
 		}
 		sem <- struct{}{}
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			err := f.updateJob(ctx, c.id, func(rec *pelotonv1.FederatedJob) error {
+			err := jb.updateJob(ctx, c.id, func(rec *pelotonv1.FederatedJob) error {
 				if rec.DispatchState != pelotonv1.DispatchState_DISPATCH_PENDING || rec.Killed {
 					return errSkip
 				}
 				rec.DispatchState = pelotonv1.DispatchState_DISPATCHED
 				rec.Cluster, rec.ClusterJobId = c.cluster, ""
 				rec.Message = "sending to cluster " + c.cluster
-				rec.Attempts = append(rec.Attempts, &pelotonv1.FederatedJobAttempt{Cluster: c.cluster, DispatchTime: timestamppb.New(f.opts.Now())})
+				rec.Attempts = append(rec.Attempts, &pelotonv1.FederatedJobAttempt{Cluster: c.cluster, DispatchTime: timestamppb.New(jb.f.opts.Now())})
 				return nil
 			})
-			f.mu.Lock()
-			if j := f.jobs[c.id]; j != nil {
+			jb.f.mu.Lock()
+			if j := jb.f.jobs[c.id]; j != nil {
 				j.busy = false
 			}
-			if m := f.clusters[c.cluster]; m != nil && err == nil {
+			if m := jb.f.clusters[c.cluster]; m != nil && err == nil {
 				m.nudge()
 			}
-			f.mu.Unlock()
+			jb.f.mu.Unlock()
 			if err == nil {
 				metrics.FederationJobs.WithLabelValues("dispatched").Inc()
 			} else if !errors.Is(err, errSkip) {
-				f.log.Warn("cannot record a dispatch; retried", "job", c.id, "err", err)
+				jb.f.log.Warn("cannot record a dispatch; retried", "job", c.id, "err", err)
 			}
 		}()
 	}
@@ -510,10 +510,10 @@ var errSkip = errors.New("skip")
 
 // candidatesLocked is every cluster as the dispatcher sees it for a job
 // of pool. Caller holds mu.
-func (f *Federation) candidatesLocked(pool string) []candidate {
-	out := make([]candidate, 0, len(f.clusters))
-	for _, name := range sortedKeys(f.clusters) {
-		m := f.clusters[name]
+func (jb *Jobs) candidatesLocked(pool string) []candidate {
+	out := make([]candidate, 0, len(jb.f.clusters))
+	for _, name := range sortedKeys(jb.f.clusters) {
+		m := jb.f.clusters[name]
 		c := candidate{name: name, labels: m.rec.Labels, state: effectiveState(m.rec.Health, m.cordoned())}
 		if !m.checked {
 			c.state = pelotonv1.ClusterState_CLUSTER_DEGRADED // not looked at yet since start
@@ -562,9 +562,9 @@ func terminal(s pelotonv1.JobState) bool {
 // clusterUnreachable marks the jobs in a cluster that went unreachable
 // and had not started as moving: they are dispatched again once their
 // copy there is confirmed gone.
-func (f *Federation) clusterUnreachable(ctx context.Context, name string) {
-	for _, id := range f.jobsIn(name, pelotonv1.DispatchState_DISPATCHED) {
-		err := f.updateJob(ctx, id, func(rec *pelotonv1.FederatedJob) error {
+func (jb *Jobs) clusterUnreachable(ctx context.Context, name string) {
+	for _, id := range jb.jobsIn(name, pelotonv1.DispatchState_DISPATCHED) {
+		err := jb.updateJob(ctx, id, func(rec *pelotonv1.FederatedJob) error {
 			if rec.Cluster != name || rec.DispatchState != pelotonv1.DispatchState_DISPATCHED || started(rec.Status) || rec.Killed {
 				return errSkip
 			}
@@ -573,7 +573,7 @@ func (f *Federation) clusterUnreachable(ctx context.Context, name string) {
 			return nil
 		})
 		if err != nil && !errors.Is(err, errSkip) {
-			f.log.Warn("cannot mark a job moving", "job", id, "err", err)
+			jb.f.log.Warn("cannot mark a job moving", "job", id, "err", err)
 		}
 	}
 }
@@ -581,10 +581,10 @@ func (f *Federation) clusterUnreachable(ctx context.Context, name string) {
 // clusterGone handles the jobs of a deregistered cluster: the operator
 // says it is gone, so a job that had not started is dispatched again, and
 // one that had is given up with a message.
-func (f *Federation) clusterGone(ctx context.Context, name string) {
-	ids := append(f.jobsIn(name, pelotonv1.DispatchState_DISPATCHED), f.jobsIn(name, pelotonv1.DispatchState_DISPATCH_MOVING)...)
+func (jb *Jobs) clusterGone(ctx context.Context, name string) {
+	ids := append(jb.jobsIn(name, pelotonv1.DispatchState_DISPATCHED), jb.jobsIn(name, pelotonv1.DispatchState_DISPATCH_MOVING)...)
 	for _, id := range ids {
-		err := f.updateJob(ctx, id, func(rec *pelotonv1.FederatedJob) error {
+		err := jb.updateJob(ctx, id, func(rec *pelotonv1.FederatedJob) error {
 			if rec.Cluster != name || rec.DispatchState == pelotonv1.DispatchState_DISPATCH_DONE || rec.DispatchState == pelotonv1.DispatchState_DISPATCH_PENDING {
 				return errSkip
 			}
@@ -600,10 +600,10 @@ func (f *Federation) clusterGone(ctx context.Context, name string) {
 			return nil
 		})
 		if err != nil && !errors.Is(err, errSkip) {
-			f.log.Warn("cannot move a job off a deregistered cluster", "job", id, "err", err)
+			jb.f.log.Warn("cannot move a job off a deregistered cluster", "job", id, "err", err)
 		}
 	}
-	f.kickDispatch()
+	jb.f.kickDispatch()
 }
 
 func endAttempt(rec *pelotonv1.FederatedJob, why string) {
@@ -613,11 +613,11 @@ func endAttempt(rec *pelotonv1.FederatedJob, why string) {
 }
 
 // jobsIn lists the jobs in a cluster in a dispatch state.
-func (f *Federation) jobsIn(cluster string, st pelotonv1.DispatchState) []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+func (jb *Jobs) jobsIn(cluster string, st pelotonv1.DispatchState) []string {
+	jb.f.mu.Lock()
+	defer jb.f.mu.Unlock()
 	var ids []string
-	for id, j := range f.jobs {
+	for id, j := range jb.f.jobs {
 		if j.rec.Cluster == cluster && j.rec.DispatchState == st {
 			ids = append(ids, id)
 		}
@@ -636,17 +636,17 @@ const (
 // syncJobs does the federated jobs' business with one cluster that just
 // answered its check: send the creates of jobs dispatched to it, cancel
 // the killed and the moving ones, and refresh the status of the others.
-func (f *Federation) syncJobs(ctx context.Context, name string, m *member) {
-	f.mu.Lock()
+func (jb *Jobs) syncJobs(ctx context.Context, name string, m *member) {
+	jb.f.mu.Lock()
 	var ids []string
-	for id, j := range f.jobs {
+	for id, j := range jb.f.jobs {
 		st := j.rec.DispatchState
 		if j.rec.Cluster == name && (st == pelotonv1.DispatchState_DISPATCHED || st == pelotonv1.DispatchState_DISPATCH_MOVING) {
 			ids = append(ids, id)
 		}
 	}
 	cli := m.cli
-	f.mu.Unlock()
+	jb.f.mu.Unlock()
 	// Unsent creates first, then the rest, oldest job ids first; a pass
 	// takes a bounded batch and the next pass the next.
 	sort.Strings(ids)
@@ -661,8 +661,8 @@ func (f *Federation) syncJobs(ctx context.Context, name string, m *member) {
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			if err := f.syncJob(ctx, name, cli, id); err != nil && !errors.Is(err, errSkip) && ctx.Err() == nil {
-				f.log.Warn("federated job: call to its cluster failed; retried next pass", "job", id, "cluster", name, "err", err)
+			if err := jb.syncJob(ctx, name, cli, id); err != nil && !errors.Is(err, errSkip) && ctx.Err() == nil {
+				jb.f.log.Warn("federated job: call to its cluster failed; retried next pass", "job", id, "cluster", name, "err", err)
 			}
 		}()
 	}
@@ -670,12 +670,12 @@ func (f *Federation) syncJobs(ctx context.Context, name string, m *member) {
 }
 
 // syncJob moves one job along with its cluster.
-func (f *Federation) syncJob(ctx context.Context, name string, cli clusterClient, id string) error {
-	j, err := f.GetJob(id)
+func (jb *Jobs) syncJob(ctx context.Context, name string, cli clusterClient, id string) error {
+	j, err := jb.GetJob(id)
 	if err != nil || j.Cluster != name {
 		return errSkip
 	}
-	call := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, f.opts.CallTimeout) }
+	call := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, jb.f.opts.CallTimeout) }
 	clusterID := j.ClusterJobId
 	if clusterID == "" {
 		// Send the create, under a request id of this attempt: a create
@@ -688,7 +688,7 @@ func (f *Federation) syncJob(ctx context.Context, name string, cli clusterClient
 			if code == codes.InvalidArgument || code == codes.NotFound || code == codes.FailedPrecondition || code == codes.AlreadyExists {
 				// The cluster refused it: dispatch it elsewhere? The same
 				// spec would be refused for the same reason; say so.
-				return f.updateJob(ctx, id, func(rec *pelotonv1.FederatedJob) error {
+				return jb.updateJob(ctx, id, func(rec *pelotonv1.FederatedJob) error {
 					if rec.ClusterJobId != "" || rec.Cluster != name {
 						return errSkip
 					}
@@ -701,7 +701,7 @@ func (f *Federation) syncJob(ctx context.Context, name string, cli clusterClient
 			return err
 		}
 		clusterID = resp.JobId
-		if err := f.updateJob(ctx, id, func(rec *pelotonv1.FederatedJob) error {
+		if err := jb.updateJob(ctx, id, func(rec *pelotonv1.FederatedJob) error {
 			if rec.Cluster != name {
 				return errSkip
 			}
@@ -725,11 +725,11 @@ func (f *Federation) syncJob(ctx context.Context, name string, cli clusterClient
 	resp, err := cli.Jobs.GetJob(cctx, &pelotonv1.GetJobRequest{JobId: clusterID})
 	cancel()
 	if status.Code(err) == codes.NotFound {
-		return f.updateJob(ctx, id, func(rec *pelotonv1.FederatedJob) error {
+		return jb.updateJob(ctx, id, func(rec *pelotonv1.FederatedJob) error {
 			if rec.Cluster != name || rec.ClusterJobId != clusterID {
 				return errSkip
 			}
-			return f.confirmGone(rec, rec.Status, name, "deleted from cluster "+name)
+			return jb.confirmGone(rec, rec.Status, name, "deleted from cluster "+name)
 		})
 	}
 	if err != nil {
@@ -750,14 +750,14 @@ func (f *Federation) syncJob(ctx context.Context, name string, cli clusterClient
 		// it is written with the record's next change). Writing every
 		// task count change of every job would cost the store a write per
 		// job per check; a restart reads it again from the cluster.
-		f.mu.Lock()
-		if j := f.jobs[id]; j != nil && j.rec.Cluster == name && j.rec.ClusterJobId == clusterID {
+		jb.f.mu.Lock()
+		if j := jb.f.jobs[id]; j != nil && j.rec.Cluster == name && j.rec.ClusterJobId == clusterID {
 			j.rec.Status = st
 		}
-		f.mu.Unlock()
+		jb.f.mu.Unlock()
 		return nil
 	}
-	return f.updateJob(ctx, id, func(rec *pelotonv1.FederatedJob) error {
+	return jb.updateJob(ctx, id, func(rec *pelotonv1.FederatedJob) error {
 		if rec.Cluster != name || rec.ClusterJobId != clusterID {
 			return errSkip
 		}
@@ -767,7 +767,7 @@ func (f *Federation) syncJob(ctx context.Context, name string, cli clusterClient
 		rec.Status = st
 		switch {
 		case terminal(st.State):
-			return f.confirmGone(rec, before, name, "ended "+st.State.String()+" in cluster "+name)
+			return jb.confirmGone(rec, before, name, "ended "+st.State.String()+" in cluster "+name)
 		case rec.DispatchState == pelotonv1.DispatchState_DISPATCH_MOVING && started(st):
 			rec.DispatchState = pelotonv1.DispatchState_DISPATCHED
 			rec.Message = "cluster " + name + " answered again and tasks had started there: the job stays"
@@ -779,13 +779,13 @@ func (f *Federation) syncJob(ctx context.Context, name string, cli clusterClient
 // confirmGone is what a job becomes once its copy in cluster name has
 // ended: done, or (moving, and no task had started as of before, the last
 // status seen before the copy ended) pending for another dispatch.
-func (f *Federation) confirmGone(rec *pelotonv1.FederatedJob, before *pelotonv1.JobStatus, name, why string) error {
+func (jb *Jobs) confirmGone(rec *pelotonv1.FederatedJob, before *pelotonv1.JobStatus, name, why string) error {
 	if rec.DispatchState == pelotonv1.DispatchState_DISPATCH_MOVING && !rec.Killed && !started(before) {
 		endAttempt(rec, "moved: cluster "+name+" was unreachable; its copy is confirmed gone ("+why+")")
 		rec.DispatchState = pelotonv1.DispatchState_DISPATCH_PENDING
 		rec.Cluster, rec.ClusterJobId, rec.Status = "", "", nil
 		rec.Message = "waiting for dispatch after leaving cluster " + name
-		defer f.kickDispatch()
+		defer jb.f.kickDispatch()
 		return nil
 	}
 	endAttempt(rec, why)

@@ -43,8 +43,8 @@ type globalPool struct {
 	reached map[string]bool
 }
 
-func (f *Federation) loadPools(ctx context.Context) error {
-	kvs, err := f.st.List(ctx, "pools/")
+func (pl *Pools) loadPools(ctx context.Context) error {
+	kvs, err := pl.f.st.List(ctx, "pools/")
 	if err != nil {
 		return err
 	}
@@ -57,17 +57,17 @@ func (f *Federation) loadPools(ctx context.Context) error {
 			gp, err = newGlobalPool(rec, kv.Revision)
 		}
 		if err != nil {
-			if err := f.quarantine(ctx, kv, err); err != nil {
+			if err := pl.f.quarantine(ctx, kv, err); err != nil {
 				return err
 			}
 			continue
 		}
 		pools = append(pools, gp)
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	pl.f.mu.Lock()
+	defer pl.f.mu.Unlock()
 	for _, gp := range pools {
-		f.pools[gp.rec.Path] = gp
+		pl.f.pools[gp.rec.Path] = gp
 	}
 	return nil
 }
@@ -103,7 +103,7 @@ func depth(path string) int { return strings.Count(path, "/") }
 // the spec, the placement weights (registered clusters, finite, not all
 // zero, within the parent's clusters) and the reservation against the
 // parent's and the siblings'. Caller holds mu.
-func (f *Federation) checkPoolLocked(path string, spec *pelotonv1.FederatedPoolSpec) (resources.Resources, error) {
+func (pl *Pools) checkPoolLocked(path string, spec *pelotonv1.FederatedPoolSpec) (resources.Resources, error) {
 	res, _, _, err := resmgr.ValidatePoolSpec(clusterSpec(spec))
 	if err != nil {
 		return res, err
@@ -117,11 +117,11 @@ func (f *Federation) checkPoolLocked(path string, spec *pelotonv1.FederatedPoolS
 			if math.IsNaN(w) || math.IsInf(w, 0) || w < 0 || w > 1e6 {
 				return res, apierr.Invalid(field, "must be a number from 0 to 1000000, got %g", w)
 			}
-			if f.clusters[name] == nil {
+			if pl.f.clusters[name] == nil {
 				return res, apierr.Invalid(field, "cluster %s is not registered", name)
 			}
 			if w > 0 {
-				if set := f.clusterSetLocked(parentOf(path)); set != nil && !set[name] {
+				if set := pl.clusterSetLocked(parentOf(path)); set != nil && !set[name] {
 					return res, apierr.Invalid(field, "cluster %s gets no part of the parent pool %s, so it can get none of this one", name, parentOf(path))
 				}
 			}
@@ -133,12 +133,12 @@ func (f *Federation) checkPoolLocked(path string, spec *pelotonv1.FederatedPoolS
 	}
 	parent := parentOf(path)
 	if parent != "/" {
-		p := f.pools[parent]
+		p := pl.f.pools[parent]
 		if p == nil || p.rec.Deleting {
 			return res, apierr.NotFound("path: parent pool %s does not exist; create it first", parent)
 		}
 		sum := res
-		for other, gp := range f.pools {
+		for other, gp := range pl.f.pools {
 			if other != path && parentOf(other) == parent && !gp.rec.Deleting {
 				sum = sum.Add(gp.res)
 			}
@@ -156,9 +156,9 @@ func (f *Federation) checkPoolLocked(path string, spec *pelotonv1.FederatedPoolS
 
 // clusterSetLocked is the set of clusters a global pool is split across
 // by its own or its ancestors' weights; nil: every cluster.
-func (f *Federation) clusterSetLocked(path string) map[string]bool {
+func (pl *Pools) clusterSetLocked(path string) map[string]bool {
 	for p := path; p != "/"; p = parentOf(p) {
-		gp := f.pools[p]
+		gp := pl.f.pools[p]
 		if gp == nil {
 			return nil
 		}
@@ -177,7 +177,7 @@ func (f *Federation) clusterSetLocked(path string) map[string]bool {
 
 // CreatePool creates a global pool; its parts reach the clusters within a
 // check. Idempotent by request id.
-func (f *Federation) CreatePool(ctx context.Context, path string, spec *pelotonv1.FederatedPoolSpec, rqID string) (*pelotonv1.FederatedPool, error) {
+func (pl *Pools) CreatePool(ctx context.Context, path string, spec *pelotonv1.FederatedPoolSpec, rqID string) (*pelotonv1.FederatedPool, error) {
 	path, err := resmgr.NormalizePath(path, "path")
 	if err != nil {
 		return nil, err
@@ -192,23 +192,23 @@ func (f *Federation) CreatePool(ctx context.Context, path string, spec *pelotonv
 	if err != nil {
 		return nil, err
 	}
-	o, err := requestid.Lookup(ctx, f.st, rq, f.opts.Now())
+	o, err := requestid.Lookup(ctx, pl.f.st, rq, pl.f.opts.Now())
 	if err != nil {
 		return nil, err
 	}
 	if o.Done {
-		return f.GetPool(o.Object)
+		return pl.GetPool(o.Object)
 	}
 	rec := &pelotonv1.FederatedPool{Path: path, Spec: spec}
-	return casapply.Do(ctx, &f.mu, casapply.Change[struct{}, *pelotonv1.FederatedPool]{
+	return casapply.Do(ctx, &pl.f.mu, casapply.Change[struct{}, *pelotonv1.FederatedPool]{
 		Check: func() (struct{}, error) {
-			if gp := f.pools[path]; gp != nil {
+			if gp := pl.f.pools[path]; gp != nil {
 				if gp.rec.Deleting {
 					return struct{}{}, apierr.FailedPrecondition("path: global pool %s is being deleted from its clusters; create it again once it is gone", path)
 				}
 				return struct{}{}, apierr.AlreadyExists("path: global pool %s already exists", path)
 			}
-			_, err := f.checkPoolLocked(path, spec)
+			_, err := pl.checkPoolLocked(path, spec)
 			return struct{}{}, err
 		},
 		Write: func(ctx context.Context, _ struct{}) (int64, error) {
@@ -216,11 +216,11 @@ func (f *Federation) CreatePool(ctx context.Context, path string, spec *pelotonv
 			if err != nil {
 				return 0, err
 			}
-			ops := append([]store.Op{store.Put(poolKey(path), b, store.MustNotExist)}, o.Ops(rq, path, f.opts.Now())...)
-			rev, err := f.st.Txn(ctx, ops...)
+			ops := append([]store.Op{store.Put(poolKey(path), b, store.MustNotExist)}, o.Ops(rq, path, pl.f.opts.Now())...)
+			rev, err := pl.f.st.Txn(ctx, ops...)
 			if err != nil {
-				if o2, rerr := requestid.Recheck(ctx, f.st, rq, f.opts.Now(), err); rerr == nil && o2.Done {
-					return 0, answer(f.GetPool(o2.Object))
+				if o2, rerr := requestid.Recheck(ctx, pl.f.st, rq, pl.f.opts.Now(), err); rerr == nil && o2.Done {
+					return 0, answer(pl.GetPool(o2.Object))
 				}
 				if errors.Is(err, store.ErrConflict) {
 					return 0, apierr.AlreadyExists("path: global pool %s was created meanwhile", path)
@@ -234,12 +234,12 @@ func (f *Federation) CreatePool(ctx context.Context, path string, spec *pelotonv
 			if err != nil {
 				return nil, err
 			}
-			gp.changed = f.opts.Now()
-			f.pools[path] = gp
-			f.resplitLocked()
-			f.nudgeAllLocked()
-			f.log.Info("global pool created", "path", path)
-			return f.poolViewLocked(gp), nil
+			gp.changed = pl.f.opts.Now()
+			pl.f.pools[path] = gp
+			pl.resplitLocked()
+			pl.f.nudgeAllLocked()
+			pl.f.log.Info("global pool created", "path", path)
+			return pl.poolViewLocked(gp), nil
 		},
 	})
 }
@@ -262,7 +262,7 @@ type poolChange struct {
 
 // UpdatePool replaces a global pool's spec (compare-and-swap on version
 // when given).
-func (f *Federation) UpdatePool(ctx context.Context, path string, spec *pelotonv1.FederatedPoolSpec, version uint64) (*pelotonv1.FederatedPool, error) {
+func (pl *Pools) UpdatePool(ctx context.Context, path string, spec *pelotonv1.FederatedPoolSpec, version uint64) (*pelotonv1.FederatedPool, error) {
 	path, err := resmgr.NormalizePath(path, "path")
 	if err != nil {
 		return nil, err
@@ -270,22 +270,22 @@ func (f *Federation) UpdatePool(ctx context.Context, path string, spec *pelotonv
 	if spec == nil {
 		spec = &pelotonv1.FederatedPoolSpec{}
 	}
-	return casapply.Do(ctx, &f.mu, casapply.Change[poolChange, *pelotonv1.FederatedPool]{
+	return casapply.Do(ctx, &pl.f.mu, casapply.Change[poolChange, *pelotonv1.FederatedPool]{
 		Check: func() (poolChange, error) {
-			gp := f.pools[path]
+			gp := pl.f.pools[path]
 			if gp == nil || gp.rec.Deleting {
 				return poolChange{}, apierr.NotFound("global pool %s does not exist", path)
 			}
 			if version != 0 && uint64(gp.rev) != version {
 				return poolChange{}, apierr.FailedPrecondition("version: global pool %s is at version %d, not %d", path, gp.rev, version)
 			}
-			if _, err := f.checkPoolLocked(path, spec); err != nil {
+			if _, err := pl.checkPoolLocked(path, spec); err != nil {
 				return poolChange{}, err
 			}
 			// Children must still fit the new reservation.
 			res, _, _, _ := resmgr.ValidatePoolSpec(clusterSpec(spec))
 			var sum resources.Resources
-			for other, c := range f.pools {
+			for other, c := range pl.f.pools {
 				if parentOf(other) == path && !c.rec.Deleting {
 					sum = sum.Add(c.res)
 				}
@@ -301,7 +301,7 @@ func (f *Federation) UpdatePool(ctx context.Context, path string, spec *pelotonv
 			return poolChange{rec, gp.rev}, nil
 		},
 		Write: func(ctx context.Context, c poolChange) (int64, error) {
-			newRev, err := f.put(ctx, poolKey(path), c.rec, c.rev)
+			newRev, err := pl.f.put(ctx, poolKey(path), c.rec, c.rev)
 			if errors.Is(err, store.ErrConflict) {
 				return 0, apierr.Aborted("global pool %s changed meanwhile; try again", path)
 			}
@@ -315,33 +315,33 @@ func (f *Federation) UpdatePool(ctx context.Context, path string, spec *pelotonv
 			if err != nil {
 				return nil, err
 			}
-			ngp.changed = f.opts.Now()
-			f.pools[path] = ngp
-			f.resplitLocked()
-			f.nudgeAllLocked()
-			f.log.Info("global pool updated", "path", path)
-			return f.poolViewLocked(ngp), nil
+			ngp.changed = pl.f.opts.Now()
+			pl.f.pools[path] = ngp
+			pl.resplitLocked()
+			pl.f.nudgeAllLocked()
+			pl.f.log.Info("global pool updated", "path", path)
+			return pl.poolViewLocked(ngp), nil
 		},
 	})
 }
 
 // DeletePool marks a global pool without children for deletion; the
 // workers remove it from every cluster, and the last one forgets it.
-func (f *Federation) DeletePool(ctx context.Context, path string) error {
+func (pl *Pools) DeletePool(ctx context.Context, path string) error {
 	path, err := resmgr.NormalizePath(path, "path")
 	if err != nil {
 		return err
 	}
-	_, err = casapply.Do(ctx, &f.mu, casapply.Change[poolChange, struct{}]{
+	_, err = casapply.Do(ctx, &pl.f.mu, casapply.Change[poolChange, struct{}]{
 		Check: func() (poolChange, error) {
-			gp := f.pools[path]
+			gp := pl.f.pools[path]
 			if gp == nil {
 				return poolChange{}, apierr.NotFound("global pool %s does not exist", path)
 			}
 			if gp.rec.Deleting {
 				return poolChange{}, casapply.Answer(struct{}{})
 			}
-			for other := range f.pools {
+			for other := range pl.f.pools {
 				if parentOf(other) == path {
 					return poolChange{}, apierr.FailedPrecondition("global pool %s has children (%s); delete them first", path, other)
 				}
@@ -351,7 +351,7 @@ func (f *Federation) DeletePool(ctx context.Context, path string) error {
 			return poolChange{rec, gp.rev}, nil
 		},
 		Write: func(ctx context.Context, c poolChange) (int64, error) {
-			newRev, err := f.put(ctx, poolKey(path), c.rec, c.rev)
+			newRev, err := pl.f.put(ctx, poolKey(path), c.rec, c.rev)
 			if errors.Is(err, store.ErrConflict) {
 				return 0, apierr.Aborted("global pool %s changed meanwhile; try again", path)
 			}
@@ -361,12 +361,12 @@ func (f *Federation) DeletePool(ctx context.Context, path string) error {
 			return newRev, nil
 		},
 		Apply: func(c poolChange, newRev int64) (struct{}, error) {
-			if cur := f.pools[path]; cur != nil {
+			if cur := pl.f.pools[path]; cur != nil {
 				cur.rec, cur.rev = c.rec, newRev
 			}
-			f.resplitLocked()
-			f.nudgeAllLocked()
-			f.log.Info("global pool deleting", "path", path)
+			pl.resplitLocked()
+			pl.f.nudgeAllLocked()
+			pl.f.log.Info("global pool deleting", "path", path)
 			return struct{}{}, nil
 		},
 	})
@@ -374,36 +374,36 @@ func (f *Federation) DeletePool(ctx context.Context, path string) error {
 }
 
 // GetPool returns a global pool with each cluster's part as last observed.
-func (f *Federation) GetPool(path string) (*pelotonv1.FederatedPool, error) {
+func (pl *Pools) GetPool(path string) (*pelotonv1.FederatedPool, error) {
 	path, err := resmgr.NormalizePath(path, "path")
 	if err != nil {
 		return nil, err
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	gp := f.pools[path]
+	pl.f.mu.Lock()
+	defer pl.f.mu.Unlock()
+	gp := pl.f.pools[path]
 	if gp == nil {
 		return nil, apierr.NotFound("global pool %s does not exist", path)
 	}
-	return f.poolViewLocked(gp), nil
+	return pl.poolViewLocked(gp), nil
 }
 
 // ListPools returns every global pool, by path.
-func (f *Federation) ListPools() []*pelotonv1.FederatedPool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	out := make([]*pelotonv1.FederatedPool, 0, len(f.pools))
-	for _, path := range sortedKeys(f.pools) {
-		out = append(out, f.poolViewLocked(f.pools[path]))
+func (pl *Pools) ListPools() []*pelotonv1.FederatedPool {
+	pl.f.mu.Lock()
+	defer pl.f.mu.Unlock()
+	out := make([]*pelotonv1.FederatedPool, 0, len(pl.f.pools))
+	for _, path := range sortedKeys(pl.f.pools) {
+		out = append(out, pl.poolViewLocked(pl.f.pools[path]))
 	}
 	return out
 }
 
 // poolViewLocked is a global pool as the API shows it. Caller holds mu.
-func (f *Federation) poolViewLocked(gp *globalPool) *pelotonv1.FederatedPool {
+func (pl *Pools) poolViewLocked(gp *globalPool) *pelotonv1.FederatedPool {
 	out := proto.Clone(gp.rec).(*pelotonv1.FederatedPool)
 	out.Version = uint64(gp.rev)
-	for other := range f.pools {
+	for other := range pl.f.pools {
 		if parentOf(other) == gp.rec.Path {
 			out.Children = append(out.Children, other)
 		}
@@ -411,10 +411,10 @@ func (f *Federation) poolViewLocked(gp *globalPool) *pelotonv1.FederatedPool {
 	sort.Strings(out.Children)
 	var ent, alloc, demand resources.Resources
 	var pending, running uint32
-	notes := f.split.Notes[gp.rec.Path]
-	for _, name := range sortedKeys(f.clusters) {
-		m := f.clusters[name]
-		want, wanted := f.desiredLocked(name, gp.rec.Path)
+	notes := pl.f.split.Notes[gp.rec.Path]
+	for _, name := range sortedKeys(pl.f.clusters) {
+		m := pl.f.clusters[name]
+		want, wanted := pl.desiredLocked(name, gp.rec.Path)
 		have := m.pools[gp.rec.Path]
 		if !wanted && have == nil {
 			continue
@@ -462,44 +462,44 @@ func (f *Federation) poolViewLocked(gp *globalPool) *pelotonv1.FederatedPool {
 // resplitLocked splits the global pool tree again over the clusters that
 // are not UNREACHABLE and have been checked (their capacity is known).
 // Caller holds mu.
-func (f *Federation) resplitLocked() {
+func (pl *Pools) resplitLocked() {
 	var clusters []split.Cluster
 	of := map[string]resources.Resources{}
-	for _, name := range sortedKeys(f.clusters) {
-		m := f.clusters[name]
+	for _, name := range sortedKeys(pl.f.clusters) {
+		m := pl.f.clusters[name]
 		if m.rec.Health == pelotonv1.ClusterState_CLUSTER_UNREACHABLE || !m.checked {
 			continue
 		}
 		clusters = append(clusters, split.Cluster{Name: name, Capacity: m.capacity})
 		of[name] = m.capacity
 	}
-	pools := make([]split.Pool, 0, len(f.pools))
-	for _, path := range sortedKeys(f.pools) {
-		gp := f.pools[path]
+	pools := make([]split.Pool, 0, len(pl.f.pools))
+	for _, path := range sortedKeys(pl.f.pools) {
+		gp := pl.f.pools[path]
 		if gp.rec.Deleting {
 			continue
 		}
 		pools = append(pools, split.Pool{Path: path, Reservation: gp.res, Limit: gp.limit, Share: gp.share,
 			Weights: gp.rec.GetSpec().GetPlacement().GetWeights()})
 	}
-	f.split = split.Pools(pools, clusters)
-	f.splitOf = of
+	pl.f.split = split.Pools(pools, clusters)
+	pl.f.splitOf = of
 }
 
 // splitStaleLocked reports whether the split was made for other clusters
 // or capacities than the ones observed now. Caller holds mu.
-func (f *Federation) splitStaleLocked() bool {
+func (pl *Pools) splitStaleLocked() bool {
 	n := 0
-	for name, m := range f.clusters {
+	for name, m := range pl.f.clusters {
 		if m.rec.Health == pelotonv1.ClusterState_CLUSTER_UNREACHABLE || !m.checked {
 			continue
 		}
 		n++
-		if c, ok := f.splitOf[name]; !ok || c != m.capacity {
+		if c, ok := pl.f.splitOf[name]; !ok || c != m.capacity {
 			return true
 		}
 	}
-	return n != len(f.splitOf)
+	return n != len(pl.f.splitOf)
 }
 
 // splitSettledLocked reports whether every cluster that is not known to be
@@ -507,11 +507,11 @@ func (f *Federation) splitStaleLocked() bool {
 // the ones not checked yet count as unreachable. Until then the split
 // would give one cluster what belongs to another that merely has not been
 // looked at yet, so no pool is changed. Caller holds mu.
-func (f *Federation) splitSettledLocked(now time.Time) bool {
-	if now.Sub(f.startedAt) >= f.opts.UnreachableAfter {
+func (pl *Pools) splitSettledLocked(now time.Time) bool {
+	if now.Sub(pl.f.startedAt) >= pl.f.opts.UnreachableAfter {
 		return true
 	}
-	for _, m := range f.clusters {
+	for _, m := range pl.f.clusters {
 		if !m.checked && m.rec.Health != pelotonv1.ClusterState_CLUSTER_UNREACHABLE {
 			return false
 		}
@@ -521,12 +521,12 @@ func (f *Federation) splitSettledLocked(now time.Time) bool {
 
 // desiredLocked is the pool spec cluster should hold at path, and whether
 // it should hold one. Caller holds mu.
-func (f *Federation) desiredLocked(cluster, path string) (*pelotonv1.PoolSpec, bool) {
-	gp := f.pools[path]
+func (pl *Pools) desiredLocked(cluster, path string) (*pelotonv1.PoolSpec, bool) {
+	gp := pl.f.pools[path]
 	if gp == nil || gp.rec.Deleting {
 		return nil, false
 	}
-	cp, ok := f.split.Pools[cluster][path]
+	cp, ok := pl.f.split.Pools[cluster][path]
 	if !ok {
 		return nil, false
 	}
@@ -623,21 +623,21 @@ func lowerReservation(have, want *pelotonv1.PoolSpec) *pelotonv1.PoolSpec {
 }
 
 // syncPools brings one cluster's pools to their desired state.
-func (f *Federation) syncPools(ctx context.Context, name string, m *member) {
-	now := f.opts.Now()
-	f.mu.Lock()
-	if f.splitStaleLocked() {
-		f.resplitLocked()
+func (pl *Pools) syncPools(ctx context.Context, name string, m *member) {
+	now := pl.f.opts.Now()
+	pl.f.mu.Lock()
+	if pl.splitStaleLocked() {
+		pl.resplitLocked()
 	}
-	if !f.splitSettledLocked(now) || f.clusters[name] != m || m.rec.Health == pelotonv1.ClusterState_CLUSTER_UNREACHABLE {
-		f.mu.Unlock()
+	if !pl.splitSettledLocked(now) || pl.f.clusters[name] != m || m.rec.Health == pelotonv1.ClusterState_CLUSTER_UNREACHABLE {
+		pl.f.mu.Unlock()
 		return
 	}
-	owned := make([]string, 0, len(f.pools))
+	owned := make([]string, 0, len(pl.f.pools))
 	want := map[string]*pelotonv1.PoolSpec{}
-	for path := range f.pools {
+	for path := range pl.f.pools {
 		owned = append(owned, path)
-		if spec, ok := f.desiredLocked(name, path); ok {
+		if spec, ok := pl.desiredLocked(name, path); ok {
 			want[path] = spec
 		}
 	}
@@ -647,7 +647,7 @@ func (f *Federation) syncPools(ctx context.Context, name string, m *member) {
 	}
 	synced := m.synced
 	cli := m.cli
-	f.mu.Unlock()
+	pl.f.mu.Unlock()
 
 	actions := planPools(want, have, owned, synced)
 	versions := make(map[string]uint64, len(have))
@@ -660,7 +660,7 @@ func (f *Federation) syncPools(ctx context.Context, name string, m *member) {
 		if failed[a.path] {
 			continue
 		}
-		cctx, cancel := context.WithTimeout(ctx, f.opts.CallTimeout)
+		cctx, cancel := context.WithTimeout(ctx, pl.f.opts.CallTimeout)
 		var err error
 		switch a.kind {
 		case "create":
@@ -687,21 +687,21 @@ func (f *Federation) syncPools(ctx context.Context, name string, m *member) {
 		if err != nil {
 			failed[a.path] = true
 			msgs[a.path] = fmt.Sprintf("%s in the cluster failed: %s", a.kind, status.Convert(err).Message())
-			f.log.Warn("cannot bring a cluster's pool to its desired state", "cluster", name, "pool", a.path, "action", a.kind, "err", status.Convert(err).Message())
+			pl.f.log.Warn("cannot bring a cluster's pool to its desired state", "cluster", name, "pool", a.path, "action", a.kind, "err", status.Convert(err).Message())
 			if ctx.Err() != nil {
 				return
 			}
 			continue
 		}
 		if a.drift {
-			f.log.Warn("repaired a pool changed in its cluster", "cluster", name, "pool", a.path)
+			pl.f.log.Warn("repaired a pool changed in its cluster", "cluster", name, "pool", a.path)
 			metrics.FederationPoolRepairs.WithLabelValues(name).Inc()
-			msgs[a.path] = "repaired at " + f.opts.Now().UTC().Format(time.RFC3339) + ": the pool had been changed in the cluster"
+			msgs[a.path] = "repaired at " + pl.f.opts.Now().UTC().Format(time.RFC3339) + ": the pool had been changed in the cluster"
 		}
-		f.log.Debug("pool brought to its desired state", "cluster", name, "pool", a.path, "action", a.kind)
+		pl.f.log.Debug("pool brought to its desired state", "cluster", name, "pool", a.path, "action", a.kind)
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	pl.f.mu.Lock()
+	defer pl.f.mu.Unlock()
 	if m.poolMsgs == nil {
 		m.poolMsgs = map[string]string{}
 	}
@@ -722,15 +722,15 @@ func (f *Federation) syncPools(ctx context.Context, name string, m *member) {
 			synced[path] = spec
 		}
 	}
-	f.notePropagatedLocked(name, want, failed)
-	f.forgetDeletedLocked(have, failed, name)
+	pl.notePropagatedLocked(name, want, failed)
+	pl.forgetDeletedLocked(have, failed, name)
 }
 
 // notePropagatedLocked observes, for every global pool changed since it
 // last reached this cluster, how long the change took to get there.
-func (f *Federation) notePropagatedLocked(name string, want map[string]*pelotonv1.PoolSpec, failed map[string]bool) {
+func (pl *Pools) notePropagatedLocked(name string, want map[string]*pelotonv1.PoolSpec, failed map[string]bool) {
 	for path := range want {
-		gp := f.pools[path]
+		gp := pl.f.pools[path]
 		if gp == nil || gp.changed.IsZero() || failed[path] || gp.reached[name] {
 			continue
 		}
@@ -738,7 +738,7 @@ func (f *Federation) notePropagatedLocked(name string, want map[string]*pelotonv
 			gp.reached = map[string]bool{}
 		}
 		gp.reached[name] = true
-		metrics.FederationPoolPropagation.Observe(f.opts.Now().Sub(gp.changed).Seconds())
+		metrics.FederationPoolPropagation.Observe(pl.f.opts.Now().Sub(gp.changed).Seconds())
 	}
 }
 
@@ -746,8 +746,8 @@ func (f *Federation) notePropagatedLocked(name string, want map[string]*pelotonv
 // cluster holds it any more. Caller holds mu; the delete is written
 // asynchronously (goLocked), and one Close cuts short is written by a
 // later check.
-func (f *Federation) forgetDeletedLocked(have map[string]*pelotonv1.Pool, failed map[string]bool, name string) {
-	for path, gp := range f.pools {
+func (pl *Pools) forgetDeletedLocked(have map[string]*pelotonv1.Pool, failed map[string]bool, name string) {
+	for path, gp := range pl.f.pools {
 		if !gp.rec.Deleting || failed[path] {
 			continue
 		}
@@ -755,7 +755,7 @@ func (f *Federation) forgetDeletedLocked(have map[string]*pelotonv1.Pool, failed
 		// Every registered cluster must have been seen without it, an
 		// unreachable one included: a pool forgotten while a cluster was
 		// away would stay in that cluster for good, no longer owned.
-		for _, m := range f.clusters {
+		for _, m := range pl.f.clusters {
 			if !m.checked {
 				gone = false
 				break
@@ -770,20 +770,20 @@ func (f *Federation) forgetDeletedLocked(have map[string]*pelotonv1.Pool, failed
 		}
 		rev := gp.rev
 		key := poolKey(path)
-		f.goLocked(func(ctx context.Context) {
-			if _, err := f.st.Txn(ctx, store.Delete(key, rev)); err != nil {
+		pl.f.goLocked(func(ctx context.Context) {
+			if _, err := pl.f.st.Txn(ctx, store.Delete(key, rev)); err != nil {
 				if errors.Is(err, store.ErrConflict) {
 					return // another worker forgot it first
 				}
-				f.log.Warn("cannot forget a deleted global pool; retried at the next check", "pool", path, "err", err)
+				pl.f.log.Warn("cannot forget a deleted global pool; retried at the next check", "pool", path, "err", err)
 				return
 			}
-			f.mu.Lock()
-			if cur := f.pools[path]; cur != nil && cur.rev == rev {
-				delete(f.pools, path)
+			pl.f.mu.Lock()
+			if cur := pl.f.pools[path]; cur != nil && cur.rev == rev {
+				delete(pl.f.pools, path)
 			}
-			f.mu.Unlock()
-			f.log.Info("global pool deleted from every cluster", "pool", path)
+			pl.f.mu.Unlock()
+			pl.f.log.Info("global pool deleted from every cluster", "pool", path)
 		})
 	}
 }

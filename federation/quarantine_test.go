@@ -27,7 +27,7 @@ func TestCorruptRecordsAreQuarantined(t *testing.T) {
 	}
 	defer st.Close()
 	f := startFederation(t, e)
-	if _, err := f.CreatePool(ctxT(t), "/good", &pelotonv1.FederatedPoolSpec{}, ""); err != nil {
+	if _, err := f.Pools().CreatePool(ctxT(t), "/good", &pelotonv1.FederatedPoolSpec{}, ""); err != nil {
 		t.Fatal(err)
 	}
 	bad := []string{"clusters/x", "pools/bad", "pools/invalid", "jobs/j", "services/s", "slagrants/g"}
@@ -46,7 +46,7 @@ func TestCorruptRecordsAreQuarantined(t *testing.T) {
 	}
 	f2 := startFederation(t, e)
 	var paths []string
-	for _, p := range f2.ListPools() {
+	for _, p := range f2.Pools().ListPools() {
 		paths = append(paths, p.Path)
 	}
 	if strings.Join(paths, " ") != "/good" {

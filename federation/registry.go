@@ -255,7 +255,7 @@ func (f *Federation) register(ctx context.Context, req *pelotonv1.RegisterCluste
 			f.clusters[req.Name] = m
 			f.setStateMetric(rec.Name, rec.State)
 			f.log.Info("cluster registered", "cluster", req.Name, "endpoint", req.Endpoint, "health", rec.Health, "message", rec.Message)
-			f.resplitLocked()
+			f.Pools().resplitLocked()
 			if f.started {
 				f.startWorkerLocked(m)
 			}
@@ -295,7 +295,7 @@ func (f *Federation) Deregister(ctx context.Context, name string) error {
 			for _, s := range allClusterStates {
 				metrics.FederationClusterState.DeleteLabelValues(name, s.String())
 			}
-			f.resplitLocked()
+			f.Pools().resplitLocked()
 			f.nudgeAllLocked()
 			return struct{}{}, nil
 		},
@@ -304,7 +304,7 @@ func (f *Federation) Deregister(ctx context.Context, name string) error {
 		return err
 	}
 	f.log.Info("cluster deregistered", "cluster", name)
-	f.clusterGone(ctx, name)
+	f.Jobs().clusterGone(ctx, name)
 	return nil
 }
 
@@ -425,7 +425,7 @@ func (f *Federation) setHealth(ctx context.Context, name string, of *member, hea
 				m.rec, m.rev = c.rec, newRev
 				f.setStateMetric(name, c.rec.State)
 				// Membership of the pool split follows health.
-				f.resplitLocked()
+				f.Pools().resplitLocked()
 				f.nudgeAllLocked()
 			}
 			f.log.Info("cluster health changed", "cluster", name, "from", c.from, "to", health, "why", why)
@@ -438,7 +438,7 @@ func (f *Federation) setHealth(ctx context.Context, name string, of *member, hea
 	metrics.FederationClusterTransitions.WithLabelValues(name, health.String()).Inc()
 	switch health {
 	case pelotonv1.ClusterState_CLUSTER_UNREACHABLE:
-		f.clusterUnreachable(ctx, name)
+		f.Jobs().clusterUnreachable(ctx, name)
 	case pelotonv1.ClusterState_CLUSTER_READY:
 		f.kickDispatch()
 	}

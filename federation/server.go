@@ -183,7 +183,7 @@ func (s *Server) UncordonCluster(ctx context.Context, req *pelotonv1.UncordonClu
 
 // CreateFederatedPool implements FederatedPoolService.
 func (s *Server) CreateFederatedPool(ctx context.Context, req *pelotonv1.CreateFederatedPoolRequest) (*pelotonv1.CreateFederatedPoolResponse, error) {
-	p, err := s.f.CreatePool(ctx, req.Path, req.Spec, req.RequestId)
+	p, err := s.f.Pools().CreatePool(ctx, req.Path, req.Spec, req.RequestId)
 	if err != nil {
 		return nil, err
 	}
@@ -192,7 +192,7 @@ func (s *Server) CreateFederatedPool(ctx context.Context, req *pelotonv1.CreateF
 
 // GetFederatedPool implements FederatedPoolService.
 func (s *Server) GetFederatedPool(ctx context.Context, req *pelotonv1.GetFederatedPoolRequest) (*pelotonv1.GetFederatedPoolResponse, error) {
-	p, err := s.f.GetPool(req.Path)
+	p, err := s.f.Pools().GetPool(req.Path)
 	if err != nil {
 		return nil, err
 	}
@@ -201,7 +201,7 @@ func (s *Server) GetFederatedPool(ctx context.Context, req *pelotonv1.GetFederat
 
 // UpdateFederatedPool implements FederatedPoolService.
 func (s *Server) UpdateFederatedPool(ctx context.Context, req *pelotonv1.UpdateFederatedPoolRequest) (*pelotonv1.UpdateFederatedPoolResponse, error) {
-	p, err := s.f.UpdatePool(ctx, req.Path, req.Spec, req.Version)
+	p, err := s.f.Pools().UpdatePool(ctx, req.Path, req.Spec, req.Version)
 	if err != nil {
 		return nil, err
 	}
@@ -210,7 +210,7 @@ func (s *Server) UpdateFederatedPool(ctx context.Context, req *pelotonv1.UpdateF
 
 // DeleteFederatedPool implements FederatedPoolService.
 func (s *Server) DeleteFederatedPool(ctx context.Context, req *pelotonv1.DeleteFederatedPoolRequest) (*pelotonv1.DeleteFederatedPoolResponse, error) {
-	if err := s.f.DeletePool(ctx, req.Path); err != nil {
+	if err := s.f.Pools().DeletePool(ctx, req.Path); err != nil {
 		return nil, err
 	}
 	return &pelotonv1.DeleteFederatedPoolResponse{}, nil
@@ -218,12 +218,12 @@ func (s *Server) DeleteFederatedPool(ctx context.Context, req *pelotonv1.DeleteF
 
 // ListFederatedPools implements FederatedPoolService.
 func (s *Server) ListFederatedPools(ctx context.Context, req *pelotonv1.ListFederatedPoolsRequest) (*pelotonv1.ListFederatedPoolsResponse, error) {
-	return &pelotonv1.ListFederatedPoolsResponse{Pools: s.f.ListPools()}, nil
+	return &pelotonv1.ListFederatedPoolsResponse{Pools: s.f.Pools().ListPools()}, nil
 }
 
 // CreateFederatedJob implements FederatedJobService.
 func (s *Server) CreateFederatedJob(ctx context.Context, req *pelotonv1.CreateFederatedJobRequest) (*pelotonv1.CreateFederatedJobResponse, error) {
-	id, err := s.f.CreateJob(ctx, req.Spec, req.RequestId)
+	id, err := s.f.Jobs().CreateJob(ctx, req.Spec, req.RequestId)
 	if err != nil {
 		return nil, err
 	}
@@ -242,7 +242,7 @@ func (s *Server) GetFederatedJob(ctx context.Context, req *pelotonv1.GetFederate
 // ListFederatedJobs implements FederatedJobService.
 func (s *Server) ListFederatedJobs(ctx context.Context, req *pelotonv1.ListFederatedJobsRequest) (*pelotonv1.ListFederatedJobsResponse, error) {
 	list := func(ctx context.Context, cluster string, size uint32, token string) ([]*pelotonv1.FederatedJob, string, error) {
-		return s.f.ListJobs(cluster, size, token)
+		return s.f.Jobs().ListJobs(cluster, size, token)
 	}
 	if req.Archived {
 		list = s.f.ListArchivedJobs
@@ -256,7 +256,7 @@ func (s *Server) ListFederatedJobs(ctx context.Context, req *pelotonv1.ListFeder
 
 // KillFederatedJob implements FederatedJobService.
 func (s *Server) KillFederatedJob(ctx context.Context, req *pelotonv1.KillFederatedJobRequest) (*pelotonv1.KillFederatedJobResponse, error) {
-	if err := s.f.KillJob(ctx, req.JobId); err != nil {
+	if err := s.f.Jobs().KillJob(ctx, req.JobId); err != nil {
 		return nil, err
 	}
 	return &pelotonv1.KillFederatedJobResponse{}, nil
@@ -264,7 +264,7 @@ func (s *Server) KillFederatedJob(ctx context.Context, req *pelotonv1.KillFedera
 
 // CreateFederatedService implements FederatedServiceService.
 func (s *Server) CreateFederatedService(ctx context.Context, req *pelotonv1.CreateFederatedServiceRequest) (*pelotonv1.CreateFederatedServiceResponse, error) {
-	svc, err := s.f.CreateService(ctx, req.Spec, req.RequestId)
+	svc, err := s.f.Services().CreateService(ctx, req.Spec, req.RequestId)
 	if err != nil {
 		return nil, err
 	}
@@ -287,7 +287,7 @@ func (s *Server) GetFederatedService(ctx context.Context, req *pelotonv1.GetFede
 // ListFederatedServices implements FederatedServiceService.
 func (s *Server) ListFederatedServices(ctx context.Context, req *pelotonv1.ListFederatedServicesRequest) (*pelotonv1.ListFederatedServicesResponse, error) {
 	list := func(ctx context.Context, cluster string, size uint32, token string) ([]*pelotonv1.FederatedService, string, error) {
-		return s.f.ListServices(cluster, size, token)
+		return s.f.Services().ListServices(cluster, size, token)
 	}
 	if req.Archived {
 		list = s.f.ListArchivedServices
@@ -301,7 +301,7 @@ func (s *Server) ListFederatedServices(ctx context.Context, req *pelotonv1.ListF
 
 // DeleteFederatedService implements FederatedServiceService.
 func (s *Server) DeleteFederatedService(ctx context.Context, req *pelotonv1.DeleteFederatedServiceRequest) (*pelotonv1.DeleteFederatedServiceResponse, error) {
-	if err := s.f.DeleteService(ctx, req.ServiceId); err != nil {
+	if err := s.f.Services().DeleteService(ctx, req.ServiceId); err != nil {
 		return nil, err
 	}
 	return &pelotonv1.DeleteFederatedServiceResponse{}, nil
@@ -309,7 +309,7 @@ func (s *Server) DeleteFederatedService(ctx context.Context, req *pelotonv1.Dele
 
 // UpdateFederatedService implements FederatedServiceService.
 func (s *Server) UpdateFederatedService(ctx context.Context, req *pelotonv1.UpdateFederatedServiceRequest) (*pelotonv1.UpdateFederatedServiceResponse, error) {
-	svc, err := s.f.UpdateService(ctx, req.ServiceId, req.Job, req.Rollout, req.SpecVersion)
+	svc, err := s.f.Services().UpdateService(ctx, req.ServiceId, req.Job, req.Rollout, req.SpecVersion)
 	if err != nil {
 		return nil, err
 	}
@@ -317,7 +317,7 @@ func (s *Server) UpdateFederatedService(ctx context.Context, req *pelotonv1.Upda
 }
 
 func (s *Server) control(ctx context.Context, id string, c RolloutControl) (*pelotonv1.FederatedServiceRolloutResponse, error) {
-	svc, err := s.f.ControlRollout(ctx, id, c)
+	svc, err := s.f.Services().ControlRollout(ctx, id, c)
 	if err != nil {
 		return nil, err
 	}
@@ -346,12 +346,12 @@ func (s *Server) RollbackFederatedService(ctx context.Context, req *pelotonv1.Ro
 
 // RequestDisruption implements GlobalSlaService.
 func (s *Server) RequestDisruption(ctx context.Context, req *pelotonv1.RequestDisruptionRequest) (*pelotonv1.RequestDisruptionResponse, error) {
-	return s.f.RequestDisruption(ctx, req)
+	return s.f.SLA().RequestDisruption(ctx, req)
 }
 
 // ReleaseDisruption implements GlobalSlaService.
 func (s *Server) ReleaseDisruption(ctx context.Context, req *pelotonv1.ReleaseDisruptionRequest) (*pelotonv1.ReleaseDisruptionResponse, error) {
-	if err := s.f.ReleaseDisruption(ctx, req.GrantId); err != nil {
+	if err := s.f.SLA().ReleaseDisruption(ctx, req.GrantId); err != nil {
 		return nil, err
 	}
 	return &pelotonv1.ReleaseDisruptionResponse{}, nil
@@ -359,7 +359,7 @@ func (s *Server) ReleaseDisruption(ctx context.Context, req *pelotonv1.ReleaseDi
 
 // RenewDisruption implements GlobalSlaService.
 func (s *Server) RenewDisruption(ctx context.Context, req *pelotonv1.RenewDisruptionRequest) (*pelotonv1.RenewDisruptionResponse, error) {
-	if err := s.f.RenewDisruption(ctx, req.GrantId, time.Duration(req.TtlSeconds)*time.Second); err != nil {
+	if err := s.f.SLA().RenewDisruption(ctx, req.GrantId, time.Duration(req.TtlSeconds)*time.Second); err != nil {
 		return nil, err
 	}
 	return &pelotonv1.RenewDisruptionResponse{}, nil
@@ -370,6 +370,6 @@ func (s *Server) ReportUnavailable(ctx context.Context, req *pelotonv1.ReportUna
 	if req.Cluster == "" || req.JobId == "" {
 		return nil, apierr.Invalid("cluster", "cluster and jobId are required")
 	}
-	s.f.ReportUnavailable(req.Cluster, req.JobId, req.Instances)
+	s.f.SLA().ReportUnavailable(req.Cluster, req.JobId, req.Instances)
 	return &pelotonv1.ReportUnavailableResponse{}, nil
 }

@@ -55,8 +55,8 @@ type fedService struct {
 	rev int64
 }
 
-func (f *Federation) loadServices(ctx context.Context) error {
-	kvs, err := f.st.List(ctx, "services/")
+func (sv *Services) loadServices(ctx context.Context) error {
+	kvs, err := sv.f.st.List(ctx, "services/")
 	if err != nil {
 		return err
 	}
@@ -64,17 +64,17 @@ func (f *Federation) loadServices(ctx context.Context) error {
 	for _, kv := range kvs {
 		rec := &pelotonv1.FederatedService{}
 		if err := proto.Unmarshal(kv.Value, rec); err != nil {
-			if err := f.quarantine(ctx, kv, err); err != nil {
+			if err := sv.f.quarantine(ctx, kv, err); err != nil {
 				return err
 			}
 			continue
 		}
 		recs = append(recs, &fedService{rec: rec, rev: kv.Revision})
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	sv.f.mu.Lock()
+	defer sv.f.mu.Unlock()
 	for _, s := range recs {
-		f.services[s.rec.Id] = s
+		sv.f.services[s.rec.Id] = s
 	}
 	return nil
 }
@@ -82,7 +82,7 @@ func (f *Federation) loadServices(ctx context.Context) error {
 // CreateService records a federated service and its split over clusters.
 // It answers once the service is recorded; each cluster's worker makes the
 // cluster's part right after.
-func (f *Federation) CreateService(ctx context.Context, spec *pelotonv1.FederatedServiceSpec, rqID string) (*pelotonv1.FederatedService, error) {
+func (sv *Services) CreateService(ctx context.Context, spec *pelotonv1.FederatedServiceSpec, rqID string) (*pelotonv1.FederatedService, error) {
 	if spec.GetJob() != nil && spec.Job.Type == pelotonv1.JobType_JOB_TYPE_UNSPECIFIED {
 		spec = proto.Clone(spec).(*pelotonv1.FederatedServiceSpec)
 		spec.Job.Type = pelotonv1.JobType_SERVICE
@@ -94,21 +94,21 @@ func (f *Federation) CreateService(ctx context.Context, spec *pelotonv1.Federate
 	if err != nil {
 		return nil, err
 	}
-	now := f.opts.Now()
-	o, err := requestid.Lookup(ctx, f.st, rq, now)
+	now := sv.f.opts.Now()
+	o, err := requestid.Lookup(ctx, sv.f.st, rq, now)
 	if err != nil {
 		return nil, err
 	}
 	if o.Done {
-		return f.GetService(o.Object)
+		return sv.GetService(o.Object)
 	}
-	f.mu.Lock()
+	sv.f.mu.Lock()
 	var clusters []split.ServiceCluster
-	for _, name := range sortedKeys(f.clusters) {
-		m := f.clusters[name]
+	for _, name := range sortedKeys(sv.f.clusters) {
+		m := sv.f.clusters[name]
 		clusters = append(clusters, split.ServiceCluster{Name: name, Labels: m.rec.Labels, Cordoned: m.cordoned()})
 	}
-	f.mu.Unlock()
+	sv.f.mu.Unlock()
 	parts, err := split.Service(spec.Job.InstanceCount, spec.Placement, clusters)
 	if err != nil {
 		return nil, err
@@ -129,24 +129,24 @@ func (f *Federation) CreateService(ctx context.Context, spec *pelotonv1.Federate
 	if rq.ID != "" {
 		ops = append(ops, o.Ops(rq, id, now)...) // the request record and the service commit together
 	}
-	rev, err := f.st.Txn(ctx, ops...)
+	rev, err := sv.f.st.Txn(ctx, ops...)
 	if err != nil {
-		if o2, rerr := requestid.Recheck(ctx, f.st, rq, now, err); rerr == nil && o2.Done {
-			return f.GetService(o2.Object)
+		if o2, rerr := requestid.Recheck(ctx, sv.f.st, rq, now, err); rerr == nil && o2.Done {
+			return sv.GetService(o2.Object)
 		}
 		return nil, apierr.Unavailable("record federated service: %v", err)
 	}
-	f.mu.Lock()
-	f.services[id] = &fedService{rec: rec, rev: rev}
+	sv.f.mu.Lock()
+	sv.f.services[id] = &fedService{rec: rec, rev: rev}
 	for name := range parts {
-		if m := f.clusters[name]; m != nil {
+		if m := sv.f.clusters[name]; m != nil {
 			m.nudge()
 		}
 	}
-	f.mu.Unlock()
-	f.log.Info("federated service created", "service", id, "name", spec.Job.Name, "split", parts)
+	sv.f.mu.Unlock()
+	sv.f.log.Info("federated service created", "service", id, "name", spec.Job.Name, "split", parts)
 	metrics.FederationServices.WithLabelValues("created").Inc()
-	return f.GetService(id)
+	return sv.GetService(id)
 }
 
 func validateServiceSpec(spec *pelotonv1.FederatedServiceSpec) error {
@@ -184,28 +184,28 @@ func validateServiceJob(job *pelotonv1.JobSpec, at string) error {
 
 // GetService returns a federated service with what its clusters last
 // showed.
-func (f *Federation) GetService(id string) (*pelotonv1.FederatedService, error) {
+func (sv *Services) GetService(id string) (*pelotonv1.FederatedService, error) {
 	if id == "" {
 		return nil, apierr.Invalid("serviceId", "required")
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	s := f.services[id]
+	sv.f.mu.Lock()
+	defer sv.f.mu.Unlock()
+	s := sv.f.services[id]
 	if s == nil {
 		return nil, apierr.NotFound("federated service %s does not exist", id)
 	}
-	return f.serviceViewLocked(s), nil
+	return sv.serviceViewLocked(s), nil
 }
 
 // serviceViewLocked is a service as the API shows it: the totals, and each
 // part's message says so when its cluster cannot be reached or is gone.
 // Caller holds mu.
-func (f *Federation) serviceViewLocked(s *fedService) *pelotonv1.FederatedService {
+func (sv *Services) serviceViewLocked(s *fedService) *pelotonv1.FederatedService {
 	out := proto.Clone(s.rec).(*pelotonv1.FederatedService)
 	out.Version = uint64(s.rev)
 	out.Desired, out.Running, out.Healthy, out.Updated = 0, 0, 0, 0
 	for _, p := range out.Clusters {
-		switch m := f.clusters[p.Cluster]; {
+		switch m := sv.f.clusters[p.Cluster]; {
 		case m == nil:
 			p.Message = "cluster " + p.Cluster + " is not registered; its part does not run"
 			p.Running, p.Healthy, p.Updated, p.State = 0, 0, 0, pelotonv1.JobState_JOB_STATE_UNSPECIFIED
@@ -226,7 +226,7 @@ func (f *Federation) serviceViewLocked(s *fedService) *pelotonv1.FederatedServic
 }
 
 // ListServices returns federated services, newest first, a page at a time.
-func (f *Federation) ListServices(cluster string, pageSize uint32, token string) ([]*pelotonv1.FederatedService, string, error) {
+func (sv *Services) ListServices(cluster string, pageSize uint32, token string) ([]*pelotonv1.FederatedService, string, error) {
 	n, err := paging.Size(pageSize, "pageSize")
 	if err != nil {
 		return nil, "", err
@@ -239,10 +239,10 @@ func (f *Federation) ListServices(cluster string, pageSize uint32, token string)
 		}
 		past = func(s *fedService) bool { return mark.Passed(s.rec.CreateTime.AsTime().UnixNano(), s.rec.Id) }
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	all := make([]*fedService, 0, len(f.services))
-	for _, s := range f.services {
+	sv.f.mu.Lock()
+	defer sv.f.mu.Unlock()
+	all := make([]*fedService, 0, len(sv.f.services))
+	for _, s := range sv.f.services {
 		if cluster == "" || partOf(s.rec, cluster) != nil {
 			all = append(all, s)
 		}
@@ -253,7 +253,7 @@ func (f *Federation) ListServices(cluster string, pageSize uint32, token string)
 	}, func(s *fedService) int { return proto.Size(s.rec) })
 	out := make([]*pelotonv1.FederatedService, 0, len(page))
 	for _, s := range page {
-		out = append(out, f.serviceViewLocked(s))
+		out = append(out, sv.serviceViewLocked(s))
 	}
 	return out, next, nil
 }
@@ -261,74 +261,74 @@ func (f *Federation) ListServices(cluster string, pageSize uint32, token string)
 // DeleteService removes a federated service: its jobs are cancelled and
 // deleted in every cluster, and the service is forgotten once they all
 // are. Parts in clusters no longer registered are dropped at once.
-func (f *Federation) DeleteService(ctx context.Context, id string) error {
-	if _, err := f.GetService(id); err != nil {
+func (sv *Services) DeleteService(ctx context.Context, id string) error {
+	if _, err := sv.GetService(id); err != nil {
 		return err
 	}
-	err := f.updateService(ctx, id, func(rec *pelotonv1.FederatedService) error {
+	err := sv.updateService(ctx, id, func(rec *pelotonv1.FederatedService) error {
 		rec.Deleting = true
 		if r := rec.Rollout; rolloutActive(r) {
-			r.State, r.EndTime = pelotonv1.RolloutState_ROLLOUT_ABORTED, timestamppb.New(f.opts.Now())
+			r.State, r.EndTime = pelotonv1.RolloutState_ROLLOUT_ABORTED, timestamppb.New(sv.f.opts.Now())
 			r.Message = "aborted: the service is being deleted"
 		}
-		f.mu.Lock()
+		sv.f.mu.Lock()
 		kept := rec.Clusters[:0]
 		for _, p := range rec.Clusters {
-			if f.clusters[p.Cluster] != nil {
+			if sv.f.clusters[p.Cluster] != nil {
 				kept = append(kept, p)
 			}
 		}
-		f.mu.Unlock()
+		sv.f.mu.Unlock()
 		rec.Clusters = kept
 		return nil
 	})
 	if err != nil {
 		return err
 	}
-	f.mu.Lock()
-	if s := f.services[id]; s != nil {
+	sv.f.mu.Lock()
+	if s := sv.f.services[id]; s != nil {
 		for _, p := range s.rec.Clusters {
-			if m := f.clusters[p.Cluster]; m != nil {
+			if m := sv.f.clusters[p.Cluster]; m != nil {
 				m.nudge()
 			}
 		}
 	}
-	f.mu.Unlock()
-	f.log.Info("federated service deleting", "service", id)
-	return f.forgetIfGone(ctx, id)
+	sv.f.mu.Unlock()
+	sv.f.log.Info("federated service deleting", "service", id)
+	return sv.forgetIfGone(ctx, id)
 }
 
 // forgetIfGone deletes the record of a deleting service that has no part
 // left.
-func (f *Federation) forgetIfGone(ctx context.Context, id string) error {
-	f.mu.Lock()
-	s := f.services[id]
+func (sv *Services) forgetIfGone(ctx context.Context, id string) error {
+	sv.f.mu.Lock()
+	s := sv.f.services[id]
 	if s == nil || !s.rec.Deleting || len(s.rec.Clusters) > 0 {
-		f.mu.Unlock()
+		sv.f.mu.Unlock()
 		return nil
 	}
 	rev := s.rev
 	final := proto.Clone(s.rec).(*pelotonv1.FederatedService)
-	f.mu.Unlock()
+	sv.f.mu.Unlock()
 	// Archive before delete: a delete that follows a failed archive
 	// would lose the service's history. The collector's next pass tries
 	// again (archive.go).
-	if err := f.archiveService(ctx, final); err != nil {
-		f.log.Warn("cannot archive a deleted federated service; it stays in etcd until it can be", "service", id, "err", err)
+	if err := sv.f.archiveService(ctx, final); err != nil {
+		sv.f.log.Warn("cannot archive a deleted federated service; it stays in etcd until it can be", "service", id, "err", err)
 		return nil
 	}
-	if _, err := f.st.Txn(ctx, store.Delete(serviceKey(id), rev)); err != nil {
+	if _, err := sv.f.st.Txn(ctx, store.Delete(serviceKey(id), rev)); err != nil {
 		if errors.Is(err, store.ErrConflict) {
 			return nil // written meanwhile: the next pass looks again
 		}
 		return apierr.Unavailable("delete federated service %s: %v", id, err)
 	}
-	f.mu.Lock()
-	if s := f.services[id]; s != nil && s.rev == rev {
-		delete(f.services, id)
+	sv.f.mu.Lock()
+	if s := sv.f.services[id]; s != nil && s.rev == rev {
+		delete(sv.f.services, id)
 	}
-	f.mu.Unlock()
-	f.log.Info("federated service deleted", "service", id)
+	sv.f.mu.Unlock()
+	sv.f.log.Info("federated service deleted", "service", id)
 	metrics.FederationServices.WithLabelValues("deleted").Inc()
 	return nil
 }
@@ -345,22 +345,22 @@ func partOf(rec *pelotonv1.FederatedService, cluster string) *pelotonv1.ServiceC
 // updateService changes a service's record with compare-and-swap,
 // retrying a few times on a conflict with another writer (another
 // cluster's worker): change is applied to the latest record each time.
-func (f *Federation) updateService(ctx context.Context, id string, change func(*pelotonv1.FederatedService) error) error {
-	_, _, err := updateRecord(ctx, f, casRecord[*pelotonv1.FederatedService]{
+func (sv *Services) updateService(ctx context.Context, id string, change func(*pelotonv1.FederatedService) error) error {
+	_, _, err := updateRecord(ctx, sv.f, casRecord[*pelotonv1.FederatedService]{
 		key: serviceKey(id), what: "federated service " + id,
 		read: func() (*pelotonv1.FederatedService, int64, bool) {
-			f.mu.Lock()
-			defer f.mu.Unlock()
-			s := f.services[id]
+			sv.f.mu.Lock()
+			defer sv.f.mu.Unlock()
+			s := sv.f.services[id]
 			if s == nil {
 				return nil, 0, false
 			}
 			return proto.Clone(s.rec).(*pelotonv1.FederatedService), s.rev, true
 		},
 		keep: func(rec *pelotonv1.FederatedService, rev int64) {
-			f.mu.Lock()
-			defer f.mu.Unlock()
-			if s := f.services[id]; s != nil {
+			sv.f.mu.Lock()
+			defer sv.f.mu.Unlock()
+			if s := sv.f.services[id]; s != nil {
 				s.rec, s.rev = rec, rev
 			}
 		},
@@ -371,10 +371,10 @@ func (f *Federation) updateService(ctx context.Context, id string, change func(*
 
 // observePart keeps what a look at a part's cluster saw, in memory only:
 // it changes with every look, and a restart looks again.
-func (f *Federation) observePart(id, cluster string, see func(p *pelotonv1.ServiceCluster)) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if s := f.services[id]; s != nil {
+func (sv *Services) observePart(id, cluster string, see func(p *pelotonv1.ServiceCluster)) {
+	sv.f.mu.Lock()
+	defer sv.f.mu.Unlock()
+	if s := sv.f.services[id]; s != nil {
 		if p := partOf(s.rec, cluster); p != nil {
 			see(p)
 		}
@@ -383,16 +383,16 @@ func (f *Federation) observePart(id, cluster string, see func(p *pelotonv1.Servi
 
 // syncServices looks after the parts of federated services in cluster
 // name, which just answered its check.
-func (f *Federation) syncServices(ctx context.Context, name string, m *member) {
-	f.mu.Lock()
+func (sv *Services) syncServices(ctx context.Context, name string, m *member) {
+	sv.f.mu.Lock()
 	var ids []string
-	for id, s := range f.services {
+	for id, s := range sv.f.services {
 		if partOf(s.rec, name) != nil {
 			ids = append(ids, id)
 		}
 	}
 	cli := m.cli
-	f.mu.Unlock()
+	sv.f.mu.Unlock()
 	sort.Strings(ids)
 	sem := make(chan struct{}, jobSyncConcurrency)
 	var wg sync.WaitGroup
@@ -401,9 +401,9 @@ func (f *Federation) syncServices(ctx context.Context, name string, m *member) {
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			if err := f.syncPart(ctx, name, cli, id); err != nil && !errors.Is(err, errSkip) && ctx.Err() == nil {
-				f.log.Warn("federated service: call to a cluster failed; retried next pass", "service", id, "cluster", name, "err", err)
-				f.observePart(id, name, func(p *pelotonv1.ServiceCluster) { p.Message = "last call failed: " + err.Error() })
+			if err := sv.syncPart(ctx, name, cli, id); err != nil && !errors.Is(err, errSkip) && ctx.Err() == nil {
+				sv.f.log.Warn("federated service: call to a cluster failed; retried next pass", "service", id, "cluster", name, "err", err)
+				sv.observePart(id, name, func(p *pelotonv1.ServiceCluster) { p.Message = "last call failed: " + err.Error() })
 			}
 		}()
 	}
@@ -459,162 +459,221 @@ func refused(err error) bool {
 	return false
 }
 
+// partSync is one pass over one service's part in one cluster: what
+// syncPart read, and the calls its steps share.
+type partSync struct {
+	f    *Federation
+	ctx  context.Context
+	name string
+	cli  clusterClient
+	id   string
+	rec  *pelotonv1.FederatedService
+	p    *pelotonv1.ServiceCluster
+}
+
+// call bounds one call to the part's cluster.
+func (ps *partSync) call() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ps.ctx, ps.f.opts.CallTimeout)
+}
+
+// setPart changes the stored part, unless it changed since it was read.
+func (ps *partSync) setPart(change func(p *pelotonv1.ServiceCluster)) error {
+	return ps.f.Services().updateService(ps.ctx, ps.id, func(cur *pelotonv1.FederatedService) error {
+		q := partOf(cur, ps.name)
+		if q == nil || q.Generation != ps.p.Generation || q.ClusterJobId != ps.p.ClusterJobId {
+			return errSkip // changed since it was read; the next pass looks again
+		}
+		change(q)
+		return nil
+	})
+}
+
+// say sets the part's message.
+func (ps *partSync) say(msg string) {
+	ps.f.Services().observePart(ps.id, ps.name, func(q *pelotonv1.ServiceCluster) { q.Message = msg })
+}
+
+// leaving reports whether the part is to be removed: its service is
+// deleted or it retires.
+func (ps *partSync) leaving() bool { return ps.rec.Deleting || ps.p.Retiring }
+
+// deleteJob deletes the part's job there; one already gone is no error.
+func (ps *partSync) deleteJob(jobID string) error {
+	cctx, cancel := ps.call()
+	_, err := ps.cli.Jobs.DeleteJob(cctx, &pelotonv1.DeleteJobRequest{JobId: jobID})
+	cancel()
+	if err != nil && status.Code(err) != codes.NotFound {
+		return err
+	}
+	return nil
+}
+
 // syncPart brings one service's part in cluster name to its desired state.
-func (f *Federation) syncPart(ctx context.Context, name string, cli clusterClient, id string) error {
-	f.mu.Lock()
-	s := f.services[id]
+func (sv *Services) syncPart(ctx context.Context, name string, cli clusterClient, id string) error {
+	sv.f.mu.Lock()
+	s := sv.f.services[id]
 	if s == nil || partOf(s.rec, name) == nil {
-		f.mu.Unlock()
+		sv.f.mu.Unlock()
 		return errSkip
 	}
 	rec := proto.Clone(s.rec).(*pelotonv1.FederatedService)
-	f.mu.Unlock()
-	p := partOf(rec, name)
-	call := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, f.opts.CallTimeout) }
-	setPart := func(change func(p *pelotonv1.ServiceCluster)) error {
-		return f.updateService(ctx, id, func(cur *pelotonv1.FederatedService) error {
-			q := partOf(cur, name)
-			if q == nil || q.Generation != p.Generation || q.ClusterJobId != p.ClusterJobId {
-				return errSkip // changed since it was read; the next pass looks again
-			}
-			change(q)
-			return nil
-		})
-	}
-	say := func(msg string) { f.observePart(id, name, func(q *pelotonv1.ServiceCluster) { q.Message = msg }) }
+	sv.f.mu.Unlock()
+	ps := &partSync{f: sv.f, ctx: ctx, name: name, cli: cli, id: id, rec: rec, p: partOf(rec, name)}
 
-	jobID := p.ClusterJobId
+	jobID := ps.p.ClusterJobId
 	if jobID == "" {
-		// Make the part's job; during a delete too, since a create whose
-		// answer was lost may have made it (the request id answers with
-		// it then, and it is removed below).
-		cctx, cancel := call()
-		resp, err := cli.Jobs.CreateJob(cctx, &pelotonv1.CreateJobRequest{Spec: partSpec(rec, p), RequestId: partRequestID(id, name, p.Generation)})
-		cancel()
-		if err != nil {
-			if refused(err) {
-				if rec.Deleting || p.Retiring {
-					return f.dropPart(ctx, id, name, p) // nothing there to remove
-				}
-				say(fmt.Sprintf("cluster %s refuses the job: %s; tried again every check", name, status.Convert(err).Message()))
-				return nil
-			}
+		var done bool
+		var err error
+		if jobID, done, err = ps.create(); done || err != nil {
 			return err
-		}
-		jobID = resp.JobId
-		if err := setPart(func(q *pelotonv1.ServiceCluster) {
-			q.ClusterJobId, q.ClusterSpecVersion, q.Message = jobID, 1, ""
-		}); err != nil {
-			return err
-		}
-		p.ClusterJobId, p.ClusterSpecVersion = jobID, 1
-		metrics.FederationServices.WithLabelValues("part-created").Inc()
-		if !rec.Deleting && !p.Retiring {
-			return nil // its state is read at the next pass
 		}
 	}
 
-	cctx, cancel := call()
+	cctx, cancel := ps.call()
 	resp, err := cli.Jobs.GetJob(cctx, &pelotonv1.GetJobRequest{JobId: jobID})
 	cancel()
 	gone := status.Code(err) == codes.NotFound
 	if err != nil && !gone {
 		return err
 	}
-	if rec.Deleting || p.Retiring {
-		if gone {
-			return f.dropPart(ctx, id, name, p)
-		}
-		st := resp.Job.Status
-		if !terminal(st.State) {
-			if st.State != pelotonv1.JobState_JOB_KILLING {
-				cctx, cancel := call()
-				_, err := cli.Jobs.CancelJob(cctx, &pelotonv1.CancelJobRequest{JobId: jobID})
-				cancel()
-				if err != nil && status.Code(err) != codes.NotFound {
-					return err
-				}
-			}
-			say("stopping its job there")
-			return nil
-		}
-		cctx, cancel := call()
-		_, err := cli.Jobs.DeleteJob(cctx, &pelotonv1.DeleteJobRequest{JobId: jobID})
-		cancel()
-		if err != nil && status.Code(err) != codes.NotFound {
-			return err
-		}
-		return f.dropPart(ctx, id, name, p)
+	if ps.leaving() {
+		return ps.remove(jobID, resp, gone)
 	}
 	if gone || terminal(resp.Job.Status.State) {
-		// Removed or stopped behind the federation's back: a stopped job
-		// is deleted, and either way the part is made again, under the
-		// next generation's request id.
-		why := "its job " + jobID + " was deleted there"
-		if !gone {
-			why = "its job " + jobID + " ended " + resp.Job.Status.State.String() + " there"
-			cctx, cancel := call()
-			_, err := cli.Jobs.DeleteJob(cctx, &pelotonv1.DeleteJobRequest{JobId: jobID})
+		return ps.remake(jobID, resp, gone)
+	}
+
+	job := resp.Job
+	st := job.Status
+	sv.observePart(id, name, func(q *pelotonv1.ServiceCluster) {
+		q.Running, q.State = st.TaskCounts["RUNNING"], st.State
+		q.Healthy, q.Updated, q.SlaFallback = st.Healthy, st.Updated, st.SlaFallback
+		q.Message = ""
+	})
+	if busy, err := sv.syncStep(ctx, name, cli, rec, ps.p, jobID, st); busy || err != nil {
+		return err // a rollout's step changes the job: no drift to look for
+	}
+	if st.SpecVersion <= ps.p.ClusterSpecVersion {
+		return ps.rescale(jobID, job)
+	}
+	return ps.setBack(jobID, st)
+}
+
+// create makes the part's job, which it has not got yet; during a delete
+// too, since a create whose answer was lost may have made it (the request
+// id answers with it then, and it is removed after). It returns the job's
+// id, and whether this pass is done.
+func (ps *partSync) create() (string, bool, error) {
+	cctx, cancel := ps.call()
+	resp, err := ps.cli.Jobs.CreateJob(cctx, &pelotonv1.CreateJobRequest{Spec: partSpec(ps.rec, ps.p), RequestId: partRequestID(ps.id, ps.name, ps.p.Generation)})
+	cancel()
+	if err != nil {
+		if refused(err) {
+			if ps.leaving() {
+				return "", true, ps.f.Services().dropPart(ps.ctx, ps.id, ps.name, ps.p) // nothing there to remove
+			}
+			ps.say(fmt.Sprintf("cluster %s refuses the job: %s; tried again every check", ps.name, status.Convert(err).Message()))
+			return "", true, nil
+		}
+		return "", true, err
+	}
+	jobID := resp.JobId
+	if err := ps.setPart(func(q *pelotonv1.ServiceCluster) {
+		q.ClusterJobId, q.ClusterSpecVersion, q.Message = jobID, 1, ""
+	}); err != nil {
+		return "", true, err
+	}
+	ps.p.ClusterJobId, ps.p.ClusterSpecVersion = jobID, 1
+	metrics.FederationServices.WithLabelValues("part-created").Inc()
+	// Its state is read at the next pass, unless it is to go at once.
+	return jobID, !ps.leaving(), nil
+}
+
+// remove stops and deletes the part's job, whose GetJob answered resp (or
+// NotFound: gone), and drops the part once the job is gone.
+func (ps *partSync) remove(jobID string, resp *pelotonv1.GetJobResponse, gone bool) error {
+	if gone {
+		return ps.f.Services().dropPart(ps.ctx, ps.id, ps.name, ps.p)
+	}
+	st := resp.Job.Status
+	if !terminal(st.State) {
+		if st.State != pelotonv1.JobState_JOB_KILLING {
+			cctx, cancel := ps.call()
+			_, err := ps.cli.Jobs.CancelJob(cctx, &pelotonv1.CancelJobRequest{JobId: jobID})
 			cancel()
 			if err != nil && status.Code(err) != codes.NotFound {
 				return err
 			}
 		}
-		f.log.Warn("federated service: part gone from its cluster; making it again", "service", id, "cluster", name, "why", why)
-		metrics.FederationServices.WithLabelValues("part-repaired").Inc()
-		return setPart(func(q *pelotonv1.ServiceCluster) {
-			q.ClusterJobId, q.ClusterSpecVersion = "", 0
-			q.Generation++
-			q.Message = why + "; making it again"
-		})
+		ps.say("stopping its job there")
+		return nil
 	}
+	if err := ps.deleteJob(jobID); err != nil {
+		return err
+	}
+	return ps.f.Services().dropPart(ps.ctx, ps.id, ps.name, ps.p)
+}
 
-	job := resp.Job
-	st := job.Status
-	f.observePart(id, name, func(q *pelotonv1.ServiceCluster) {
-		q.Running, q.State = st.TaskCounts["RUNNING"], st.State
-		q.Healthy, q.Updated, q.SlaFallback = st.Healthy, st.Updated, st.SlaFallback
-		q.Message = ""
-	})
-	if busy, err := f.syncStep(ctx, name, cli, rec, p, jobID, st); busy || err != nil {
-		return err // a rollout's step changes the job: no drift to look for
-	}
-	if st.SpecVersion <= p.ClusterSpecVersion {
-		// As the federation left it (or a change of its own not yet seen).
-		// Its count follows the part's, which failover changes.
-		if job.Spec.GetInstanceCount() == p.Desired || st.SpecVersion < p.ClusterSpecVersion {
-			return nil
-		}
-		cctx, cancel := call()
-		sc, err := cli.Jobs.ScaleJob(cctx, &pelotonv1.ScaleJobRequest{JobId: jobID, InstanceCount: p.Desired, Version: st.SpecVersion})
-		cancel()
-		if err != nil {
-			if refused(err) {
-				say(fmt.Sprintf("scaling its job there to %d waits: %s", p.Desired, status.Convert(err).Message()))
-				return nil
-			}
+// remake handles a part's job removed or stopped behind the federation's
+// back: a stopped job is deleted, and either way the part is made again,
+// under the next generation's request id.
+func (ps *partSync) remake(jobID string, resp *pelotonv1.GetJobResponse, gone bool) error {
+	why := "its job " + jobID + " was deleted there"
+	if !gone {
+		why = "its job " + jobID + " ended " + resp.Job.Status.State.String() + " there"
+		if err := ps.deleteJob(jobID); err != nil {
 			return err
 		}
-		return setPart(func(q *pelotonv1.ServiceCluster) { q.ClusterSpecVersion = sc.SpecVersion })
 	}
-	// Someone changed the part's job there: set it back to the part's spec
-	// with an update of its own, which the cluster rolls out under the
-	// part's budget.
-	cctx, cancel = call()
-	up, err := cli.Updates.CreateUpdate(cctx, &pelotonv1.CreateUpdateRequest{JobId: jobID, Spec: partSpec(rec, p), JobVersion: st.SpecVersion})
+	ps.f.log.Warn("federated service: part gone from its cluster; making it again", "service", ps.id, "cluster", ps.name, "why", why)
+	metrics.FederationServices.WithLabelValues("part-repaired").Inc()
+	return ps.setPart(func(q *pelotonv1.ServiceCluster) {
+		q.ClusterJobId, q.ClusterSpecVersion = "", 0
+		q.Generation++
+		q.Message = why + "; making it again"
+	})
+}
+
+// rescale handles a part's job as the federation left it (or a change of
+// its own not yet seen): its count follows the part's, which failover
+// changes.
+func (ps *partSync) rescale(jobID string, job *pelotonv1.Job) error {
+	st := job.Status
+	if job.Spec.GetInstanceCount() == ps.p.Desired || st.SpecVersion < ps.p.ClusterSpecVersion {
+		return nil
+	}
+	cctx, cancel := ps.call()
+	sc, err := ps.cli.Jobs.ScaleJob(cctx, &pelotonv1.ScaleJobRequest{JobId: jobID, InstanceCount: ps.p.Desired, Version: st.SpecVersion})
 	cancel()
 	if err != nil {
 		if refused(err) {
-			say(fmt.Sprintf("its job there was changed (spec version %d); setting it back waits: %s", st.SpecVersion, status.Convert(err).Message()))
+			ps.say(fmt.Sprintf("scaling its job there to %d waits: %s", ps.p.Desired, status.Convert(err).Message()))
+			return nil
+		}
+		return err
+	}
+	return ps.setPart(func(q *pelotonv1.ServiceCluster) { q.ClusterSpecVersion = sc.SpecVersion })
+}
+
+// setBack handles a part's job someone changed there: it is set back to
+// the part's spec with an update of its own, which the cluster rolls out
+// under the part's budget.
+func (ps *partSync) setBack(jobID string, st *pelotonv1.JobStatus) error {
+	cctx, cancel := ps.call()
+	up, err := ps.cli.Updates.CreateUpdate(cctx, &pelotonv1.CreateUpdateRequest{JobId: jobID, Spec: partSpec(ps.rec, ps.p), JobVersion: st.SpecVersion})
+	cancel()
+	if err != nil {
+		if refused(err) {
+			ps.say(fmt.Sprintf("its job there was changed (spec version %d); setting it back waits: %s", st.SpecVersion, status.Convert(err).Message()))
 			return nil
 		}
 		return err
 	}
 	version := up.GetUpdate().GetToVersion()
-	f.log.Warn("federated service: part changed in its cluster; set back", "service", id, "cluster", name,
+	ps.f.log.Warn("federated service: part changed in its cluster; set back", "service", ps.id, "cluster", ps.name,
 		"found", st.SpecVersion, "update", up.GetUpdate().GetId())
 	metrics.FederationServices.WithLabelValues("part-repaired").Inc()
-	return setPart(func(q *pelotonv1.ServiceCluster) {
+	return ps.setPart(func(q *pelotonv1.ServiceCluster) {
 		q.ClusterSpecVersion = version
 		q.Message = fmt.Sprintf("its job there was changed (spec version %d); set back by update %s", st.SpecVersion, up.GetUpdate().GetId())
 	})
@@ -634,8 +693,8 @@ func partTarget(rec *pelotonv1.FederatedService, p *pelotonv1.ServiceCluster) ui
 
 // dropPart removes a deleting service's part whose job is gone, and the
 // service once no part is left.
-func (f *Federation) dropPart(ctx context.Context, id, name string, p *pelotonv1.ServiceCluster) error {
-	err := f.updateService(ctx, id, func(cur *pelotonv1.FederatedService) error {
+func (sv *Services) dropPart(ctx context.Context, id, name string, p *pelotonv1.ServiceCluster) error {
+	err := sv.updateService(ctx, id, func(cur *pelotonv1.FederatedService) error {
 		kept := cur.Clusters[:0]
 		for _, q := range cur.Clusters {
 			if q.Cluster != name || q.Generation != p.Generation {
@@ -648,5 +707,5 @@ func (f *Federation) dropPart(ctx context.Context, id, name string, p *pelotonv1
 	if err != nil {
 		return err
 	}
-	return f.forgetIfGone(ctx, id)
+	return sv.forgetIfGone(ctx, id)
 }

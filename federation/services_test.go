@@ -88,12 +88,12 @@ func TestFederatedService(t *testing.T) {
 		{&pelotonv1.FederatedServiceSpec{}, codes.InvalidArgument, "spec.job: required"},
 	}
 	for _, b := range bad {
-		_, err := f.CreateService(ctxT(t), b.spec, "")
+		_, err := f.Services().CreateService(ctxT(t), b.spec, "")
 		if status.Code(err) != b.code || !contains(err, b.msg) {
 			t.Errorf("create %v: %v, want %s %q", b.spec.GetPlacement(), err, b.code, b.msg)
 		}
 	}
-	if l, _, _ := f.ListServices("", 0, ""); len(l) != 0 {
+	if l, _, _ := f.Services().ListServices("", 0, ""); len(l) != 0 {
 		t.Fatalf("refused creates left %d services", len(l))
 	}
 
@@ -101,11 +101,11 @@ func TestFederatedService(t *testing.T) {
 	// selector's b (c is named already, so the selector may not take it).
 	spec := serviceSpec("web", 12, 3, &pelotonv1.ClusterShare{Name: "c", Count: 3}, &pelotonv1.ClusterShare{Name: "a", Weight: 1},
 		&pelotonv1.ClusterShare{Name: "b", Weight: 2})
-	svc, err := f.CreateService(ctxT(t), spec, "svc-1")
+	svc, err := f.Services().CreateService(ctxT(t), spec, "svc-1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if again, err := f.CreateService(ctxT(t), spec, "svc-1"); err != nil || again.Id != svc.Id {
+	if again, err := f.Services().CreateService(ctxT(t), spec, "svc-1"); err != nil || again.Id != svc.Id {
 		t.Fatalf("retry with the same request id: %v %v, want %s", again.GetId(), err, svc.Id)
 	}
 	want := map[string][2]uint32{"a": {3, 1}, "b": {6, 1}, "c": {3, 1}} // instances, budget
@@ -116,7 +116,7 @@ func TestFederatedService(t *testing.T) {
 	}
 	running := func(n uint32) func() error {
 		return func() error {
-			s, err := f.GetService(svc.Id)
+			s, err := f.Services().GetService(svc.Id)
 			if err != nil {
 				return err
 			}
@@ -127,7 +127,7 @@ func TestFederatedService(t *testing.T) {
 		}
 	}
 	testutil.Eventually(t, 30*time.Second, "12 instances running", running(12))
-	cur, _ := f.GetService(svc.Id)
+	cur, _ := f.Services().GetService(svc.Id)
 	for _, s := range stacks {
 		j, err := partJob(t, s, cur)
 		if err != nil {
@@ -150,7 +150,7 @@ func TestFederatedService(t *testing.T) {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, 60*time.Second, "the drifted parts repaired", func() error {
-		s, err := f.GetService(svc.Id)
+		s, err := f.Services().GetService(svc.Id)
 		if err != nil {
 			return err
 		}
@@ -174,7 +174,7 @@ func TestFederatedService(t *testing.T) {
 	// A restart of the federation forgets nothing.
 	f.Close()
 	f = startFederation(t, e)
-	got, err := f.GetService(svc.Id)
+	got, err := f.Services().GetService(svc.Id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,12 +185,12 @@ func TestFederatedService(t *testing.T) {
 
 	// Delete: every part's job is stopped and deleted, then the service
 	// is gone.
-	last, _ := f.GetService(svc.Id)
-	if err := f.DeleteService(ctxT(t), svc.Id); err != nil {
+	last, _ := f.Services().GetService(svc.Id)
+	if err := f.Services().DeleteService(ctxT(t), svc.Id); err != nil {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, 60*time.Second, "the deleted service forgotten", func() error {
-		if _, err := f.GetService(svc.Id); status.Code(err) != codes.NotFound {
+		if _, err := f.Services().GetService(svc.Id); status.Code(err) != codes.NotFound {
 			return fmt.Errorf("service still there: %v", err)
 		}
 		return nil
@@ -206,10 +206,10 @@ func TestFederatedService(t *testing.T) {
 			t.Errorf("cluster %s still has job %s: %v", s.name, p.ClusterJobId, err)
 		}
 	}
-	if _, err := f.GetService(""); status.Code(err) != codes.InvalidArgument {
+	if _, err := f.Services().GetService(""); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("get with no id: %v", err)
 	}
-	if err := f.DeleteService(context.Background(), "nope"); status.Code(err) != codes.NotFound {
+	if err := f.Services().DeleteService(context.Background(), "nope"); status.Code(err) != codes.NotFound {
 		t.Errorf("delete unknown: %v", err)
 	}
 }
@@ -219,7 +219,7 @@ func waitRollout(t *testing.T, f *federation.Federation, id string, want peloton
 	t.Helper()
 	var got *pelotonv1.FederatedService
 	testutil.Eventually(t, 90*time.Second, "the rollout's end", func() error {
-		s, err := f.GetService(id)
+		s, err := f.Services().GetService(id)
 		if err != nil {
 			return err
 		}
@@ -246,19 +246,19 @@ func TestFederatedServiceRollout(t *testing.T) {
 	}
 	spec := serviceSpec("web", 5, 3, &pelotonv1.ClusterShare{Name: "a", Weight: 2}, &pelotonv1.ClusterShare{Name: "b", Weight: 2},
 		&pelotonv1.ClusterShare{Name: "c", Weight: 1})
-	svc, err := f.CreateService(ctxT(t), spec, "")
+	svc, err := f.Services().CreateService(ctxT(t), spec, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	id := svc.Id
 	testutil.Eventually(t, 30*time.Second, "5 instances running", func() error {
-		s, _ := f.GetService(id)
+		s, _ := f.Services().GetService(id)
 		if s.Running != 5 {
 			return fmt.Errorf("%d running", s.Running)
 		}
 		return nil
 	})
-	if _, err := f.ControlRollout(ctxT(t), id, federation.RolloutRollback); status.Code(err) != codes.FailedPrecondition || !contains(err, "has no rollout") {
+	if _, err := f.Services().ControlRollout(ctxT(t), id, federation.RolloutRollback); status.Code(err) != codes.FailedPrecondition || !contains(err, "has no rollout") {
 		t.Errorf("rollback with no rollout: %v", err)
 	}
 	rollout := &pelotonv1.RolloutSpec{ParallelClusters: 2, Update: &pelotonv1.UpdateSpec{BatchSize: 2, MinReadySeconds: 1}}
@@ -273,14 +273,14 @@ func TestFederatedServiceRollout(t *testing.T) {
 	// v2: a new command; c (the smallest part) is the canary.
 	v2 := proto.Clone(spec.Job).(*pelotonv1.JobSpec)
 	v2.DefaultSpec.Command = []string{"sleep", "3601"}
-	up, err := f.UpdateService(ctxT(t), id, v2, rollout, 1)
+	up, err := f.Services().UpdateService(ctxT(t), id, v2, rollout, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if r := up.Rollout; r.Steps[0].Cluster != "c" || r.FromVersion != 1 || r.ToVersion != 2 || up.SpecVersion != 2 {
 		t.Fatalf("rollout %v", r)
 	}
-	if _, err := f.UpdateService(ctxT(t), id, v2, rollout, 0); status.Code(err) != codes.FailedPrecondition || !contains(err, "has rollout 1") {
+	if _, err := f.Services().UpdateService(ctxT(t), id, v2, rollout, 0); status.Code(err) != codes.FailedPrecondition || !contains(err, "has rollout 1") {
 		t.Errorf("second update while rolling: %v", err)
 	}
 	done := waitRollout(t, f, id, pelotonv1.RolloutState_ROLLOUT_SUCCEEDED)
@@ -307,7 +307,7 @@ func TestFederatedServiceRollout(t *testing.T) {
 	}
 	// Each part, and the whole, counts its instances healthy and updated.
 	testutil.Eventually(t, 10*time.Second, "every part counting its instances healthy and updated", func() error {
-		s, _ := f.GetService(id)
+		s, _ := f.Services().GetService(id)
 		for _, p := range s.Clusters {
 			if p.Healthy != p.Desired || p.Updated != p.Desired {
 				return fmt.Errorf("cluster %s: %d healthy, %d updated of %d", p.Cluster, p.Healthy, p.Updated, p.Desired)
@@ -324,22 +324,22 @@ func TestFederatedServiceRollout(t *testing.T) {
 	v3.InstanceCount = 10
 	paused := proto.Clone(rollout).(*pelotonv1.RolloutSpec)
 	paused.StartPaused = true
-	if _, err := f.UpdateService(ctxT(t), id, v3, paused, 1); status.Code(err) != codes.Aborted {
+	if _, err := f.Services().UpdateService(ctxT(t), id, v3, paused, 1); status.Code(err) != codes.Aborted {
 		t.Errorf("update at a stale version: %v", err)
 	}
-	if _, err := f.UpdateService(ctxT(t), id, v3, paused, 2); err != nil {
+	if _, err := f.Services().UpdateService(ctxT(t), id, v3, paused, 2); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.ControlRollout(ctxT(t), id, federation.RolloutPause); status.Code(err) != codes.FailedPrecondition || !contains(err, "is ROLLOUT_PAUSED") {
+	if _, err := f.Services().ControlRollout(ctxT(t), id, federation.RolloutPause); status.Code(err) != codes.FailedPrecondition || !contains(err, "is ROLLOUT_PAUSED") {
 		t.Errorf("pause of a paused rollout: %v", err)
 	}
 	// A sleep that stays: it holds half a second of rollout passes, in
 	// which a paused rollout must start nothing.
 	time.Sleep(500 * time.Millisecond)
-	if s, _ := f.GetService(id); s.Rollout.Steps[0].State != pelotonv1.RolloutStepState_STEP_PENDING {
+	if s, _ := f.Services().GetService(id); s.Rollout.Steps[0].State != pelotonv1.RolloutStepState_STEP_PENDING {
 		t.Fatalf("a paused rollout started a step: %v", s.Rollout)
 	}
-	if _, err := f.ControlRollout(ctxT(t), id, federation.RolloutResume); err != nil {
+	if _, err := f.Services().ControlRollout(ctxT(t), id, federation.RolloutResume); err != nil {
 		t.Fatal(err)
 	}
 	done = waitRollout(t, f, id, pelotonv1.RolloutState_ROLLOUT_SUCCEEDED)
@@ -349,7 +349,7 @@ func TestFederatedServiceRollout(t *testing.T) {
 		}
 	}
 	testutil.Eventually(t, 30*time.Second, "10 instances running", func() error {
-		s, _ := f.GetService(id)
+		s, _ := f.Services().GetService(id)
 		if s.Running != 10 {
 			return fmt.Errorf("%d of 10 running", s.Running)
 		}
@@ -370,7 +370,7 @@ func TestFederatedServiceRollout(t *testing.T) {
 	v4.DefaultSpec.Command = []string{"sleep", "3602"}
 	failing := proto.Clone(rollout).(*pelotonv1.RolloutSpec)
 	failing.Order, failing.RollbackOnFailure, failing.ParallelClusters = []string{"a", "b", "c"}, true, 1
-	if _, err := f.UpdateService(ctxT(t), id, v4, failing, 0); err != nil {
+	if _, err := f.Services().UpdateService(ctxT(t), id, v4, failing, 0); err != nil {
 		t.Fatal(err)
 	}
 	back := waitRollout(t, f, id, pelotonv1.RolloutState_ROLLOUT_ROLLED_BACK)
@@ -394,7 +394,7 @@ func TestFederatedServiceRollout(t *testing.T) {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, 60*time.Second, "the new command in cluster b", func() error {
-		s, _ := f.GetService(id)
+		s, _ := f.Services().GetService(id)
 		if got := commandOf(stacks[1], s); got != "3601" {
 			return fmt.Errorf("b's job runs %s", got)
 		}
@@ -402,26 +402,26 @@ func TestFederatedServiceRollout(t *testing.T) {
 	})
 
 	// Abort: a paused rollout stops for good; a new update may follow.
-	if _, err := f.UpdateService(ctxT(t), id, v4, paused, 0); err != nil {
+	if _, err := f.Services().UpdateService(ctxT(t), id, v4, paused, 0); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.ControlRollout(ctxT(t), id, federation.RolloutAbort); err != nil {
+	if _, err := f.Services().ControlRollout(ctxT(t), id, federation.RolloutAbort); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.ControlRollout(ctxT(t), id, federation.RolloutResume); status.Code(err) != codes.FailedPrecondition || !contains(err, "is ROLLOUT_ABORTED") {
+	if _, err := f.Services().ControlRollout(ctxT(t), id, federation.RolloutResume); status.Code(err) != codes.FailedPrecondition || !contains(err, "is ROLLOUT_ABORTED") {
 		t.Errorf("resume of an aborted rollout: %v", err)
 	}
 	bad := proto.Clone(v4).(*pelotonv1.JobSpec)
 	bad.Pool = "/other"
-	if _, err := f.UpdateService(ctxT(t), id, bad, nil, 0); status.Code(err) != codes.InvalidArgument || !contains(err, "job.pool: cannot change") {
+	if _, err := f.Services().UpdateService(ctxT(t), id, bad, nil, 0); status.Code(err) != codes.InvalidArgument || !contains(err, "job.pool: cannot change") {
 		t.Errorf("pool change: %v", err)
 	}
 	bad = proto.Clone(v4).(*pelotonv1.JobSpec)
 	bad.InstanceCount = 2
-	if _, err := f.UpdateService(ctxT(t), id, bad, nil, 0); status.Code(err) != codes.InvalidArgument || !contains(err, "job.instanceCount: 2 is fewer than the service's 3 clusters") {
+	if _, err := f.Services().UpdateService(ctxT(t), id, bad, nil, 0); status.Code(err) != codes.InvalidArgument || !contains(err, "job.instanceCount: 2 is fewer than the service's 3 clusters") {
 		t.Errorf("too few instances: %v", err)
 	}
-	if _, err := f.UpdateService(ctxT(t), id, v4, &pelotonv1.RolloutSpec{Order: []string{"zz"}}, 0); status.Code(err) != codes.InvalidArgument || !contains(err, "rollout.order[0]") {
+	if _, err := f.Services().UpdateService(ctxT(t), id, v4, &pelotonv1.RolloutSpec{Order: []string{"zz"}}, 0); status.Code(err) != codes.InvalidArgument || !contains(err, "rollout.order[0]") {
 		t.Errorf("unknown cluster in the order: %v", err)
 	}
 }
@@ -440,7 +440,7 @@ func TestFederatedServiceFailover(t *testing.T) {
 	create := func(name string, moveBack bool) string {
 		spec := serviceSpec(name, 6, 2)
 		spec.Placement.Failover = &pelotonv1.FailoverPolicy{TolerationSeconds: 1, MoveBack: moveBack}
-		svc, err := f.CreateService(ctxT(t), spec, "")
+		svc, err := f.Services().CreateService(ctxT(t), spec, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -449,7 +449,7 @@ func TestFederatedServiceFailover(t *testing.T) {
 	back, stay := create("back", true), create("stay", false)
 	parts := func(id string, want map[string]uint32, running uint32) func() error {
 		return func() error {
-			s, err := f.GetService(id)
+			s, err := f.Services().GetService(id)
 			if err != nil {
 				return err
 			}
@@ -474,7 +474,7 @@ func TestFederatedServiceFailover(t *testing.T) {
 	testutil.Eventually(t, 30*time.Second, "the split of the service moving back without c", parts(back, moved, 6))
 	testutil.Eventually(t, 30*time.Second, "the split of the service staying without c", parts(stay, moved, 6))
 	for _, id := range []string{back, stay} {
-		s, _ := f.GetService(id)
+		s, _ := f.Services().GetService(id)
 		for _, p := range s.Clusters {
 			if p.Cluster != "c" && p.Covering["c"] != 1 {
 				t.Errorf("service %s: part %s covers %v, want 1 of c", s.Spec.Job.Name, p.Cluster, p.Covering)
@@ -496,7 +496,7 @@ func TestFederatedServiceFailover(t *testing.T) {
 	}
 	testutil.Eventually(t, 60*time.Second, "the service moving back split evenly again", parts(back, even, 6))
 	testutil.Eventually(t, 60*time.Second, "the staying service's parts", func() error {
-		s, err := f.GetService(stay)
+		s, err := f.Services().GetService(stay)
 		if err != nil {
 			return err
 		}
@@ -537,33 +537,33 @@ func TestGlobalSLA(t *testing.T) {
 	b := startStackWith(t, e.Endpoints(), "b", 1, nil, withGlobalSLA("b"))
 	register(t, f, a, nil)
 	register(t, f, b, nil)
-	svc, err := f.CreateService(ctxT(t), serviceSpec("web", 2, 1), "")
+	svc, err := f.Services().CreateService(ctxT(t), serviceSpec("web", 2, 1), "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, 30*time.Second, "2 instances running", func() error {
-		s, _ := f.GetService(svc.Id)
+		s, _ := f.Services().GetService(svc.Id)
 		if s.Running != 2 {
 			return fmt.Errorf("%d running", s.Running)
 		}
 		return nil
 	})
-	cur, _ := f.GetService(svc.Id)
+	cur, _ := f.Services().GetService(svc.Id)
 	aJob, _ := partJob(t, a, cur)
 	bJob, _ := partJob(t, b, cur)
 	// A grant whose holder cannot be recorded (not UTF-8) is refused,
 	// and nothing of it stays: not in memory, not in the store.
-	if _, err := f.RequestDisruption(ctxT(t), &pelotonv1.RequestDisruptionRequest{Cluster: "a", JobId: aJob.Id,
+	if _, err := f.SLA().RequestDisruption(ctxT(t), &pelotonv1.RequestDisruptionRequest{Cluster: "a", JobId: aJob.Id,
 		Instances: []uint32{0}, Holder: "drain/h\xff", TtlSeconds: 60}); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("a grant for a holder that is not UTF-8: %v, want InvalidArgument", err)
 	}
-	if n, per, _ := f.SLAView(svc.Id); n != 0 {
+	if n, per, _ := f.SLA().SLAView(svc.Id); n != 0 {
 		t.Fatalf("after the refused grant the federation counts %d unavailable (%v), want 0", n, per)
 	}
 	if _, err := a.cli.Tasks.KillTask(ctxT(t), &pelotonv1.KillTaskRequest{JobId: aJob.Id, InstanceId: 0}); err != nil {
 		t.Fatalf("the first kill: %v", err)
 	}
-	if n, per, _ := f.SLAView(svc.Id); n != 1 || per["a"] != 1 {
+	if n, per, _ := f.SLA().SLAView(svc.Id); n != 1 || per["a"] != 1 {
 		t.Errorf("the federation counts %d unavailable (%v), want 1 in a", n, per)
 	}
 	_, err = b.cli.Tasks.KillTask(ctxT(t), &pelotonv1.KillTaskRequest{JobId: bJob.Id, InstanceId: 0})
@@ -584,7 +584,7 @@ func TestGlobalSLA(t *testing.T) {
 		t.Fatalf("b's job while the federation is away: %v %v", got.GetJob().GetStatus(), err)
 	}
 	testutil.Eventually(t, 30*time.Second, "the service showing b on its fallback share of 0", func() error {
-		s, _ := f.GetService(svc.Id)
+		s, _ := f.Services().GetService(svc.Id)
 		for _, p := range s.Clusters {
 			if p.Cluster == "b" && p.SlaFallback && p.MaxUnavailable == 0 {
 				return nil

@@ -25,8 +25,8 @@ const maxRolloutHistory = 10
 // rollout (see rollout.go). The name, type, pool and placement stay; a new
 // instance count is split over the service's clusters in proportion to
 // their parts.
-func (f *Federation) UpdateService(ctx context.Context, id string, job *pelotonv1.JobSpec, rs *pelotonv1.RolloutSpec, expect uint64) (*pelotonv1.FederatedService, error) {
-	cur, err := f.GetService(id)
+func (sv *Services) UpdateService(ctx context.Context, id string, job *pelotonv1.JobSpec, rs *pelotonv1.RolloutSpec, expect uint64) (*pelotonv1.FederatedService, error) {
+	cur, err := sv.GetService(id)
 	if err != nil {
 		return nil, err
 	}
@@ -51,7 +51,7 @@ func (f *Federation) UpdateService(ctx context.Context, id string, job *pelotonv
 		return nil, err
 	}
 	var out *pelotonv1.FederatedService
-	err = f.updateService(ctx, id, func(rec *pelotonv1.FederatedService) error {
+	err = sv.updateService(ctx, id, func(rec *pelotonv1.FederatedService) error {
 		switch {
 		case rec.Deleting:
 			return apierr.FailedPrecondition("federated service %s is being deleted", id)
@@ -78,7 +78,7 @@ func (f *Federation) UpdateService(ctx context.Context, id string, job *pelotonv
 			}
 		}
 		budgets := split.Budget(max(job.GetSla().GetMaximumUnavailableInstances(), 1), parts)
-		now := timestamppb.New(f.opts.Now())
+		now := timestamppb.New(sv.f.opts.Now())
 		from := rec.SpecVersion
 		rec.SpecVersion++
 		rec.Spec.Job = job
@@ -113,10 +113,10 @@ func (f *Federation) UpdateService(ctx context.Context, id string, job *pelotonv
 	if err != nil {
 		return nil, err
 	}
-	f.log.Info("federated service update", "service", id, "version", out.SpecVersion, "rollout", out.Rollout.Id, "order", order)
+	sv.f.log.Info("federated service update", "service", id, "version", out.SpecVersion, "rollout", out.Rollout.Id, "order", order)
 	metrics.FederationServices.WithLabelValues("rollout-started").Inc()
-	f.kickRollouts()
-	return f.GetService(id)
+	sv.kickRollouts()
+	return sv.GetService(id)
 }
 
 // pruneVersions keeps the specs some part runs or may return to: the
@@ -151,11 +151,11 @@ const (
 // ControlRollout pauses, resumes, aborts or rolls back a service's current
 // rollout. A command the rollout's state does not allow is
 // FailedPrecondition, naming the state.
-func (f *Federation) ControlRollout(ctx context.Context, id string, c RolloutControl) (*pelotonv1.FederatedService, error) {
-	if _, err := f.GetService(id); err != nil {
+func (sv *Services) ControlRollout(ctx context.Context, id string, c RolloutControl) (*pelotonv1.FederatedService, error) {
+	if _, err := sv.GetService(id); err != nil {
 		return nil, err
 	}
-	err := f.updateService(ctx, id, func(rec *pelotonv1.FederatedService) error {
+	err := sv.updateService(ctx, id, func(rec *pelotonv1.FederatedService) error {
 		r := rec.Rollout
 		if r == nil {
 			return apierr.FailedPrecondition("federated service %s has no rollout (it was never updated)", id)
@@ -163,7 +163,7 @@ func (f *Federation) ControlRollout(ctx context.Context, id string, c RolloutCon
 		refuse := func(what string) error {
 			return apierr.FailedPrecondition("rollout %d of federated service %s is %s; %s", r.Id, id, r.State, what)
 		}
-		now := timestamppb.New(f.opts.Now())
+		now := timestamppb.New(sv.f.opts.Now())
 		switch c {
 		case RolloutPause:
 			if r.State != pelotonv1.RolloutState_ROLLOUT_ROLLING {
@@ -192,26 +192,26 @@ func (f *Federation) ControlRollout(ctx context.Context, id string, c RolloutCon
 	if err != nil {
 		return nil, err
 	}
-	f.nudgeServiceClusters(id)
-	f.kickRollouts()
-	return f.GetService(id)
+	sv.nudgeServiceClusters(id)
+	sv.kickRollouts()
+	return sv.GetService(id)
 }
 
-func (f *Federation) nudgeServiceClusters(id string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if s := f.services[id]; s != nil {
+func (sv *Services) nudgeServiceClusters(id string) {
+	sv.f.mu.Lock()
+	defer sv.f.mu.Unlock()
+	if s := sv.f.services[id]; s != nil {
 		for _, p := range s.rec.Clusters {
-			if m := f.clusters[p.Cluster]; m != nil {
+			if m := sv.f.clusters[p.Cluster]; m != nil {
 				m.nudge()
 			}
 		}
 	}
 }
 
-func (f *Federation) kickRollouts() {
+func (sv *Services) kickRollouts() {
 	select {
-	case f.rolloutKick <- struct{}{}:
+	case sv.f.rolloutKick <- struct{}{}:
 	default:
 	}
 }
@@ -220,38 +220,38 @@ func (f *Federation) kickRollouts() {
 // parts across clusters when one is lost (planFailover), when kicked and
 // every CheckEvery; the steps themselves are carried out by their
 // clusters' workers.
-func (f *Federation) rolloutLoop(ctx context.Context) {
-	t := time.NewTicker(f.opts.CheckEvery)
+func (sv *Services) rolloutLoop(ctx context.Context) {
+	t := time.NewTicker(sv.f.opts.CheckEvery)
 	defer t.Stop()
 	for {
-		f.mu.Lock()
+		sv.f.mu.Lock()
 		var ids []string
-		for id, s := range f.services {
+		for id, s := range sv.f.services {
 			if st := s.rec.Rollout.GetState(); st == pelotonv1.RolloutState_ROLLOUT_ROLLING || st == pelotonv1.RolloutState_ROLLOUT_ROLLING_BACK {
 				ids = append(ids, id)
 			}
 		}
-		f.mu.Unlock()
+		sv.f.mu.Unlock()
 		sort.Strings(ids)
 		for _, id := range ids {
-			if err := f.advanceRollout(ctx, id); err != nil && !errors.Is(err, errSkip) && ctx.Err() == nil {
-				f.log.Warn("cannot move a rollout along; retried", "service", id, "err", err)
+			if err := sv.advanceRollout(ctx, id); err != nil && !errors.Is(err, errSkip) && ctx.Err() == nil {
+				sv.f.log.Warn("cannot move a rollout along; retried", "service", id, "err", err)
 			}
 		}
-		f.failoverPass(ctx)
+		sv.failoverPass(ctx)
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-		case <-f.rolloutKick:
+		case <-sv.f.rolloutKick:
 		}
 	}
 }
 
 // advanceRollout applies planRollout to a service's rollout.
-func (f *Federation) advanceRollout(ctx context.Context, id string) error {
+func (sv *Services) advanceRollout(ctx context.Context, id string) error {
 	changed := false
-	err := f.updateService(ctx, id, func(rec *pelotonv1.FederatedService) error {
+	err := sv.updateService(ctx, id, func(rec *pelotonv1.FederatedService) error {
 		r := rec.Rollout
 		if r == nil {
 			return errSkip
@@ -260,7 +260,7 @@ func (f *Federation) advanceRollout(ctx context.Context, id string) error {
 		if len(plan.start) == 0 && len(plan.rollback) == 0 && plan.state == r.State {
 			return errSkip
 		}
-		now := timestamppb.New(f.opts.Now())
+		now := timestamppb.New(sv.f.opts.Now())
 		for _, i := range plan.start {
 			r.Steps[i].State, r.Steps[i].StartTime, r.Steps[i].Message = pelotonv1.RolloutStepState_STEP_UPDATING, now, "updating"
 		}
@@ -268,7 +268,7 @@ func (f *Federation) advanceRollout(ctx context.Context, id string) error {
 			r.Steps[i].State, r.Steps[i].Message = pelotonv1.RolloutStepState_STEP_ROLLING_BACK, "rolling back"
 		}
 		if plan.state != r.State {
-			f.log.Info("federated service rollout", "service", id, "rollout", r.Id, "from", r.State, "to", plan.state, "why", plan.message)
+			sv.f.log.Info("federated service rollout", "service", id, "rollout", r.Id, "from", r.State, "to", plan.state, "why", plan.message)
 			r.State, r.Message = plan.state, plan.message
 			switch plan.state {
 			case pelotonv1.RolloutState_ROLLOUT_SUCCEEDED, pelotonv1.RolloutState_ROLLOUT_FAILED, pelotonv1.RolloutState_ROLLOUT_ROLLED_BACK:
@@ -288,7 +288,7 @@ func (f *Federation) advanceRollout(ctx context.Context, id string) error {
 		return nil
 	})
 	if err == nil && changed {
-		f.nudgeServiceClusters(id)
+		sv.nudgeServiceClusters(id)
 	}
 	return err
 }
@@ -333,11 +333,92 @@ func inProgress(st pelotonv1.UpdateState) bool {
 	return false
 }
 
+// stepSync is one pass over one cluster's step of a service's rollout:
+// what syncStep was given, and the calls its steps share.
+type stepSync struct {
+	f       *Federation
+	ctx     context.Context
+	name    string
+	cli     clusterClient
+	rec     *pelotonv1.FederatedService
+	p       *pelotonv1.ServiceCluster
+	jobID   string
+	js      *pelotonv1.JobStatus
+	r       *pelotonv1.ServiceRollout
+	s       *pelotonv1.RolloutStep
+	forward bool // the step goes forward (else it rolls back)
+}
+
+// call bounds one call to the step's cluster.
+func (ss *stepSync) call() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ss.ctx, ss.f.opts.CallTimeout)
+}
+
+// setStep changes the stored step and part, unless they changed since
+// they were read, and wakes the rollouts. It reports a step under way.
+func (ss *stepSync) setStep(change func(s *pelotonv1.RolloutStep, p *pelotonv1.ServiceCluster)) (bool, error) {
+	err := ss.f.Services().updateService(ss.ctx, ss.rec.Id, func(cur *pelotonv1.FederatedService) error {
+		cs, cp := stepFor(cur, ss.name), partOf(cur, ss.name)
+		if cur.Rollout.GetId() != ss.r.Id || cs == nil || cp == nil || cs.State != ss.s.State || cp.ClusterJobId != ss.jobID {
+			return errSkip // changed since it was read; the next pass looks again
+		}
+		change(cs, cp)
+		return nil
+	})
+	if err == nil {
+		ss.f.Services().kickRollouts()
+	}
+	return true, err
+}
+
+// getUpdate reads the cluster's update uid.
+func (ss *stepSync) getUpdate(uid string) (*pelotonv1.Update, error) {
+	cctx, cancel := ss.call()
+	defer cancel()
+	resp, err := ss.cli.Updates.GetUpdate(cctx, &pelotonv1.GetUpdateRequest{UpdateId: uid})
+	return resp.GetUpdate(), err
+}
+
+// control pauses or resumes the cluster's update uid, now in state st, as
+// the rollout is.
+func (ss *stepSync) control(uid string, st pelotonv1.UpdateState) error {
+	cctx, cancel := ss.call()
+	defer cancel()
+	var err error
+	switch {
+	case ss.r.State == pelotonv1.RolloutState_ROLLOUT_PAUSED && st == pelotonv1.UpdateState_UPDATE_ROLLING_FORWARD:
+		_, err = ss.cli.Updates.PauseUpdate(cctx, &pelotonv1.PauseUpdateRequest{UpdateId: uid})
+	case ss.r.State != pelotonv1.RolloutState_ROLLOUT_PAUSED && st == pelotonv1.UpdateState_UPDATE_PAUSED:
+		_, err = ss.cli.Updates.ResumeUpdate(cctx, &pelotonv1.ResumeUpdateRequest{UpdateId: uid})
+	}
+	if refused(err) {
+		return nil // it moved on meanwhile
+	}
+	return err
+}
+
+// abort stops the cluster's update uid, if there is one.
+func (ss *stepSync) abort(uid string) error {
+	if uid == "" {
+		return nil
+	}
+	cctx, cancel := ss.call()
+	defer cancel()
+	_, err := ss.cli.Updates.AbortUpdate(cctx, &pelotonv1.AbortUpdateRequest{UpdateId: uid})
+	if refused(err) {
+		return nil // it had ended
+	}
+	return err
+}
+
+// now is the federation's clock as a timestamp.
+func (ss *stepSync) now() *timestamppb.Timestamp { return timestamppb.New(ss.f.opts.Now()) }
+
 // syncStep carries out cluster name's step of a service's current rollout,
 // whose part there has job jobID, whose status js was just read. It
 // reports whether a step was under way (the part's drift is then not
 // looked at: the step changes its job).
-func (f *Federation) syncStep(ctx context.Context, name string, cli clusterClient, rec *pelotonv1.FederatedService, p *pelotonv1.ServiceCluster, jobID string, js *pelotonv1.JobStatus) (bool, error) {
+func (sv *Services) syncStep(ctx context.Context, name string, cli clusterClient, rec *pelotonv1.FederatedService, p *pelotonv1.ServiceCluster, jobID string, js *pelotonv1.JobStatus) (bool, error) {
 	r := rec.Rollout
 	s := stepFor(rec, name)
 	if r == nil || s == nil {
@@ -348,183 +429,153 @@ func (f *Federation) syncStep(ctx context.Context, name string, cli clusterClien
 	if !forward && !back {
 		return false, nil
 	}
-	call := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, f.opts.CallTimeout) }
-	setStep := func(change func(s *pelotonv1.RolloutStep, p *pelotonv1.ServiceCluster)) (bool, error) {
-		err := f.updateService(ctx, rec.Id, func(cur *pelotonv1.FederatedService) error {
-			cs, cp := stepFor(cur, name), partOf(cur, name)
-			if cur.Rollout.GetId() != r.Id || cs == nil || cp == nil || cs.State != s.State || cp.ClusterJobId != jobID {
-				return errSkip // changed since it was read; the next pass looks again
-			}
-			change(cs, cp)
-			return nil
+	ss := &stepSync{f: sv.f, ctx: ctx, name: name, cli: cli, rec: rec, p: p, jobID: jobID, js: js, r: r, s: s, forward: forward}
+	switch {
+	case r.State == pelotonv1.RolloutState_ROLLOUT_ABORTED:
+		return ss.aborted()
+	case forward:
+		return ss.goForward()
+	default:
+		return ss.rollBack()
+	}
+}
+
+// follow looks at the step's update uid (what names it): once it
+// succeeded the step is ok, once it ended otherwise the step failed;
+// either way the part is at version v with the counts part gives. Under
+// way, it is paused or resumed as the rollout is.
+func (ss *stepSync) follow(uid, what string, ok pelotonv1.RolloutStepState, v uint64, part func(*pelotonv1.RolloutStep) (uint32, uint32)) (bool, error) {
+	u, err := ss.getUpdate(uid)
+	if err != nil {
+		return true, err
+	}
+	st := u.GetStatus().GetState()
+	if st == pelotonv1.UpdateState_UPDATE_SUCCEEDED && ss.forward && ss.js.GetHealthy() < ss.s.Desired {
+		// The next cluster starts only once this part's instances
+		// all serve, those the update did not touch included.
+		ss.f.Services().observePart(ss.rec.Id, ss.name, func(q *pelotonv1.ServiceCluster) {
+			q.Message = fmt.Sprintf("%s %s succeeded; waiting for its instances to be healthy (%d of %d)", what, u.Id, ss.js.GetHealthy(), ss.s.Desired)
 		})
-		if err == nil {
-			f.kickRollouts()
+		return true, nil
+	}
+	if st == pelotonv1.UpdateState_UPDATE_SUCCEEDED || !inProgress(st) {
+		return ss.setStep(func(cs *pelotonv1.RolloutStep, cp *pelotonv1.ServiceCluster) {
+			cs.State, cs.EndTime, cs.Message = ok, ss.now(), what+" "+u.Id+" succeeded"
+			if st != pelotonv1.UpdateState_UPDATE_SUCCEEDED {
+				cs.State = pelotonv1.RolloutStepState_STEP_FAILED
+				cs.Message = fmt.Sprintf("%s %s ended %s", what, u.Id, st)
+				if m := u.GetStatus().GetMessage(); m != "" {
+					cs.Message += ": " + m
+				}
+			}
+			cp.SpecVersion = v
+			cp.Desired, cp.MaxUnavailable = part(cs)
+		})
+	}
+	ss.f.Services().observePart(ss.rec.Id, ss.name, func(q *pelotonv1.ServiceCluster) {
+		q.Message = fmt.Sprintf("%s %s %s", what, u.Id, st)
+		if m := u.GetStatus().GetMessage(); m != "" {
+			q.Message += ": " + m
+		}
+	})
+	return true, ss.control(u.Id, st)
+}
+
+// aborted stops the step's update of an aborted rollout and ends the step.
+func (ss *stepSync) aborted() (bool, error) {
+	r := ss.r
+	uid := ss.s.UpdateId
+	if !ss.forward {
+		uid = ss.s.RollbackUpdateId
+	}
+	if err := ss.abort(uid); err != nil {
+		return true, err
+	}
+	return ss.setStep(func(cs *pelotonv1.RolloutStep, cp *pelotonv1.ServiceCluster) {
+		cs.State, cs.EndTime, cs.Message = pelotonv1.RolloutStepState_STEP_ABORTED, ss.now(), "its update there was stopped by the abort"
+		if uid != "" {
+			// The job's spec there moved; its instances are as the abort left them.
+			if ss.forward {
+				cp.SpecVersion, cp.Desired, cp.MaxUnavailable = r.ToVersion, cs.Desired, cs.MaxUnavailable
+			} else {
+				cp.SpecVersion, cp.Desired, cp.MaxUnavailable = r.FromVersion, cs.FromDesired, cs.FromMaxUnavailable
+			}
+		}
+	})
+}
+
+// goForward starts the step's update to the rollout's new spec, or
+// follows it once started.
+func (ss *stepSync) goForward() (bool, error) {
+	r, s := ss.r, ss.s
+	if s.UpdateId != "" {
+		return ss.follow(s.UpdateId, "update", pelotonv1.RolloutStepState_STEP_DONE, r.ToVersion,
+			func(cs *pelotonv1.RolloutStep) (uint32, uint32) { return cs.Desired, cs.MaxUnavailable })
+	}
+	if ss.p.SpecVersion == r.ToVersion {
+		return ss.setStep(func(cs *pelotonv1.RolloutStep, _ *pelotonv1.ServiceCluster) {
+			cs.State, cs.EndTime, cs.Message = pelotonv1.RolloutStepState_STEP_DONE, ss.now(), "made at the new spec already"
+		})
+	}
+	cctx, cancel := ss.call()
+	up, err := ss.cli.Updates.CreateUpdate(cctx, &pelotonv1.CreateUpdateRequest{JobId: ss.jobID,
+		Spec: partSpecAt(ss.rec, r.ToVersion, s.Desired, s.MaxUnavailable), UpdateSpec: stepUpdateSpec(r, false, s.Desired),
+		RequestId: fmt.Sprintf("fsvcu-%s-%d-%s", ss.rec.Id, r.Id, ss.name)})
+	cancel()
+	if err != nil {
+		if refused(err) {
+			return ss.setStep(func(cs *pelotonv1.RolloutStep, _ *pelotonv1.ServiceCluster) {
+				cs.State, cs.EndTime = pelotonv1.RolloutStepState_STEP_FAILED, ss.now()
+				cs.Message = "cluster " + ss.name + " refused the update: " + status.Convert(err).Message()
+			})
 		}
 		return true, err
 	}
-	getUpdate := func(uid string) (*pelotonv1.Update, error) {
-		cctx, cancel := call()
-		defer cancel()
-		resp, err := cli.Updates.GetUpdate(cctx, &pelotonv1.GetUpdateRequest{UpdateId: uid})
-		return resp.GetUpdate(), err
-	}
-	control := func(uid string, st pelotonv1.UpdateState) error {
-		cctx, cancel := call()
-		defer cancel()
-		var err error
-		switch {
-		case r.State == pelotonv1.RolloutState_ROLLOUT_PAUSED && st == pelotonv1.UpdateState_UPDATE_ROLLING_FORWARD:
-			_, err = cli.Updates.PauseUpdate(cctx, &pelotonv1.PauseUpdateRequest{UpdateId: uid})
-		case r.State != pelotonv1.RolloutState_ROLLOUT_PAUSED && st == pelotonv1.UpdateState_UPDATE_PAUSED:
-			_, err = cli.Updates.ResumeUpdate(cctx, &pelotonv1.ResumeUpdateRequest{UpdateId: uid})
-		}
-		if refused(err) {
-			return nil // it moved on meanwhile
-		}
-		return err
-	}
-	abort := func(uid string) error {
-		if uid == "" {
-			return nil
-		}
-		cctx, cancel := call()
-		defer cancel()
-		_, err := cli.Updates.AbortUpdate(cctx, &pelotonv1.AbortUpdateRequest{UpdateId: uid})
-		if refused(err) {
-			return nil // it had ended
-		}
-		return err
-	}
-	now := func() *timestamppb.Timestamp { return timestamppb.New(f.opts.Now()) }
-	// follow looks at the step's update uid (what names it): once it
-	// succeeded the step is ok, once it ended otherwise the step failed;
-	// either way the part is at version v with the counts part gives. Under
-	// way, it is paused or resumed as the rollout is.
-	follow := func(uid, what string, ok pelotonv1.RolloutStepState, v uint64, part func(*pelotonv1.RolloutStep) (uint32, uint32)) (bool, error) {
-		u, err := getUpdate(uid)
-		if err != nil {
-			return true, err
-		}
-		st := u.GetStatus().GetState()
-		if st == pelotonv1.UpdateState_UPDATE_SUCCEEDED && forward && js.GetHealthy() < s.Desired {
-			// The next cluster starts only once this part's instances
-			// all serve, those the update did not touch included.
-			f.observePart(rec.Id, name, func(q *pelotonv1.ServiceCluster) {
-				q.Message = fmt.Sprintf("%s %s succeeded; waiting for its instances to be healthy (%d of %d)", what, u.Id, js.GetHealthy(), s.Desired)
-			})
-			return true, nil
-		}
-		if st == pelotonv1.UpdateState_UPDATE_SUCCEEDED || !inProgress(st) {
-			return setStep(func(cs *pelotonv1.RolloutStep, cp *pelotonv1.ServiceCluster) {
-				cs.State, cs.EndTime, cs.Message = ok, now(), what+" "+u.Id+" succeeded"
-				if st != pelotonv1.UpdateState_UPDATE_SUCCEEDED {
-					cs.State = pelotonv1.RolloutStepState_STEP_FAILED
-					cs.Message = fmt.Sprintf("%s %s ended %s", what, u.Id, st)
-					if m := u.GetStatus().GetMessage(); m != "" {
-						cs.Message += ": " + m
-					}
-				}
-				cp.SpecVersion = v
-				cp.Desired, cp.MaxUnavailable = part(cs)
-			})
-		}
-		f.observePart(rec.Id, name, func(q *pelotonv1.ServiceCluster) {
-			q.Message = fmt.Sprintf("%s %s %s", what, u.Id, st)
-			if m := u.GetStatus().GetMessage(); m != "" {
-				q.Message += ": " + m
-			}
-		})
-		return true, control(u.Id, st)
-	}
+	return ss.setStep(func(cs *pelotonv1.RolloutStep, cp *pelotonv1.ServiceCluster) {
+		cs.UpdateId, cs.Message = up.Update.Id, "update "+up.Update.Id+" under way"
+		cp.ClusterSpecVersion = up.Update.ToVersion
+	})
+}
 
-	if r.State == pelotonv1.RolloutState_ROLLOUT_ABORTED {
-		uid := s.UpdateId
-		if back {
-			uid = s.RollbackUpdateId
-		}
-		if err := abort(uid); err != nil {
-			return true, err
-		}
-		return setStep(func(cs *pelotonv1.RolloutStep, cp *pelotonv1.ServiceCluster) {
-			cs.State, cs.EndTime, cs.Message = pelotonv1.RolloutStepState_STEP_ABORTED, now(), "its update there was stopped by the abort"
-			if uid != "" {
-				// The job's spec there moved; its instances are as the abort left them.
-				if forward {
-					cp.SpecVersion, cp.Desired, cp.MaxUnavailable = r.ToVersion, cs.Desired, cs.MaxUnavailable
-				} else {
-					cp.SpecVersion, cp.Desired, cp.MaxUnavailable = r.FromVersion, cs.FromDesired, cs.FromMaxUnavailable
-				}
-			}
+// rollBack stops the step's forward update and starts the rollback update
+// to the rollout's old spec, or follows it once started.
+func (ss *stepSync) rollBack() (bool, error) {
+	r, s := ss.r, ss.s
+	if s.RollbackUpdateId != "" {
+		return ss.follow(s.RollbackUpdateId, "rollback update", pelotonv1.RolloutStepState_STEP_ROLLED_BACK, r.FromVersion,
+			func(cs *pelotonv1.RolloutStep) (uint32, uint32) { return cs.FromDesired, cs.FromMaxUnavailable })
+	}
+	if s.UpdateId == "" {
+		return ss.setStep(func(cs *pelotonv1.RolloutStep, _ *pelotonv1.ServiceCluster) {
+			cs.State, cs.EndTime, cs.Message = pelotonv1.RolloutStepState_STEP_ROLLED_BACK, ss.now(), "nothing had changed there"
 		})
 	}
-
-	if forward {
-		if s.UpdateId == "" {
-			if p.SpecVersion == r.ToVersion {
-				return setStep(func(cs *pelotonv1.RolloutStep, _ *pelotonv1.ServiceCluster) {
-					cs.State, cs.EndTime, cs.Message = pelotonv1.RolloutStepState_STEP_DONE, now(), "made at the new spec already"
-				})
-			}
-			cctx, cancel := call()
-			up, err := cli.Updates.CreateUpdate(cctx, &pelotonv1.CreateUpdateRequest{JobId: jobID,
-				Spec: partSpecAt(rec, r.ToVersion, s.Desired, s.MaxUnavailable), UpdateSpec: stepUpdateSpec(r, false, s.Desired),
-				RequestId: fmt.Sprintf("fsvcu-%s-%d-%s", rec.Id, r.Id, name)})
-			cancel()
-			if err != nil {
-				if refused(err) {
-					return setStep(func(cs *pelotonv1.RolloutStep, _ *pelotonv1.ServiceCluster) {
-						cs.State, cs.EndTime = pelotonv1.RolloutStepState_STEP_FAILED, now()
-						cs.Message = "cluster " + name + " refused the update: " + status.Convert(err).Message()
-					})
-				}
-				return true, err
-			}
-			return setStep(func(cs *pelotonv1.RolloutStep, cp *pelotonv1.ServiceCluster) {
-				cs.UpdateId, cs.Message = up.Update.Id, "update "+up.Update.Id+" under way"
-				cp.ClusterSpecVersion = up.Update.ToVersion
-			})
-		}
-		return follow(s.UpdateId, "update", pelotonv1.RolloutStepState_STEP_DONE, r.ToVersion,
-			func(cs *pelotonv1.RolloutStep) (uint32, uint32) { return cs.Desired, cs.MaxUnavailable })
+	// The forward update first stops, if it still goes on.
+	u, err := ss.getUpdate(s.UpdateId)
+	if err != nil && status.Code(err) != codes.NotFound {
+		return true, err
 	}
-
-	// Rolling back.
-	if s.RollbackUpdateId == "" {
-		if s.UpdateId == "" {
-			return setStep(func(cs *pelotonv1.RolloutStep, _ *pelotonv1.ServiceCluster) {
-				cs.State, cs.EndTime, cs.Message = pelotonv1.RolloutStepState_STEP_ROLLED_BACK, now(), "nothing had changed there"
-			})
-		}
-		// The forward update first stops, if it still goes on.
-		u, err := getUpdate(s.UpdateId)
-		if err != nil && status.Code(err) != codes.NotFound {
+	if u != nil && inProgress(u.GetStatus().GetState()) {
+		if err := ss.abort(u.Id); err != nil {
 			return true, err
 		}
-		if u != nil && inProgress(u.GetStatus().GetState()) {
-			if err := abort(u.Id); err != nil {
-				return true, err
-			}
-		}
-		cctx, cancel := call()
-		up, err := cli.Updates.CreateUpdate(cctx, &pelotonv1.CreateUpdateRequest{JobId: jobID,
-			Spec: partSpecAt(rec, r.FromVersion, s.FromDesired, s.FromMaxUnavailable), UpdateSpec: stepUpdateSpec(r, true, s.FromDesired),
-			RequestId: fmt.Sprintf("fsvcr-%s-%d-%s", rec.Id, r.Id, name)})
-		cancel()
-		if err != nil {
-			if status.Code(err) == codes.FailedPrecondition {
-				f.observePart(rec.Id, name, func(q *pelotonv1.ServiceCluster) {
-					q.Message = "rolling back waits: " + status.Convert(err).Message()
-				})
-				return true, nil // the aborted update is still winding down
-			}
-			return true, err
-		}
-		return setStep(func(cs *pelotonv1.RolloutStep, cp *pelotonv1.ServiceCluster) {
-			cs.RollbackUpdateId, cs.Message = up.Update.Id, "rollback update "+up.Update.Id+" under way"
-			cp.ClusterSpecVersion = up.Update.ToVersion
-		})
 	}
-	return follow(s.RollbackUpdateId, "rollback update", pelotonv1.RolloutStepState_STEP_ROLLED_BACK, r.FromVersion,
-		func(cs *pelotonv1.RolloutStep) (uint32, uint32) { return cs.FromDesired, cs.FromMaxUnavailable })
+	cctx, cancel := ss.call()
+	up, err := ss.cli.Updates.CreateUpdate(cctx, &pelotonv1.CreateUpdateRequest{JobId: ss.jobID,
+		Spec: partSpecAt(ss.rec, r.FromVersion, s.FromDesired, s.FromMaxUnavailable), UpdateSpec: stepUpdateSpec(r, true, s.FromDesired),
+		RequestId: fmt.Sprintf("fsvcr-%s-%d-%s", ss.rec.Id, r.Id, ss.name)})
+	cancel()
+	if err != nil {
+		if status.Code(err) == codes.FailedPrecondition {
+			ss.f.Services().observePart(ss.rec.Id, ss.name, func(q *pelotonv1.ServiceCluster) {
+				q.Message = "rolling back waits: " + status.Convert(err).Message()
+			})
+			return true, nil // the aborted update is still winding down
+		}
+		return true, err
+	}
+	return ss.setStep(func(cs *pelotonv1.RolloutStep, cp *pelotonv1.ServiceCluster) {
+		cs.RollbackUpdateId, cs.Message = up.Update.Id, "rollback update "+up.Update.Id+" under way"
+		cp.ClusterSpecVersion = up.Update.ToVersion
+	})
 }

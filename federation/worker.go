@@ -75,7 +75,7 @@ func (f *Federation) workOnce(ctx context.Context, name string, m *member, since
 	if !obs.answered || obs.err != "" {
 		return
 	}
-	f.syncPools(ctx, name, m)
-	f.syncJobs(ctx, name, m)
-	f.syncServices(ctx, name, m)
+	f.Pools().syncPools(ctx, name, m)
+	f.Jobs().syncJobs(ctx, name, m)
+	f.Services().syncServices(ctx, name, m)
 }
