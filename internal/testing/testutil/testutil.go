@@ -7,6 +7,7 @@ package testutil
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -122,15 +123,28 @@ func (s *SyncBuffer) String() string {
 	return s.b.String()
 }
 
-// Eventually calls cond until it returns nil, failing the test with what
-// and cond's last error once within has passed. It polls quickly at first
-// and at most every 100ms, so a condition met early costs little.
-func Eventually(t testing.TB, within time.Duration, what string, cond func() error) {
+// Eventually calls cond until it holds (returns nil, or true), failing the
+// test with what, and cond's last error, once within has passed. It polls
+// quickly at first and at most every 100ms, so a condition met early costs
+// little. A condition that has a reason to give returns an error; a plain
+// check returns a bool.
+func Eventually[C func() error | func() bool](t testing.TB, within time.Duration, what string, cond C) {
 	t.Helper()
+	check := func() error {
+		switch c := any(cond).(type) {
+		case func() error:
+			return c()
+		default:
+			if c.(func() bool)() {
+				return nil
+			}
+			return errNotYet
+		}
+	}
 	deadline := time.Now().Add(within)
 	wait := 5 * time.Millisecond
 	for {
-		err := cond()
+		err := check()
 		if err == nil {
 			return
 		}
@@ -141,3 +155,5 @@ func Eventually(t testing.TB, within time.Duration, what string, cond func() err
 		wait = min(2*wait, 100*time.Millisecond)
 	}
 }
+
+var errNotYet = errors.New("condition still false")
