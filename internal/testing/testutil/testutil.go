@@ -125,9 +125,9 @@ func (s *SyncBuffer) String() string {
 
 // Eventually calls cond until it holds (returns nil, or true), failing the
 // test with what, and cond's last error, once within has passed. It polls
-// quickly at first and at most every 100ms, so a condition met early costs
-// little. A condition that has a reason to give returns an error; a plain
-// check returns a bool.
+// after 1ms, then twice as long each time up to every 50ms, so a condition
+// met early costs little and one met late is seen soon after. A condition
+// that has a reason to give returns an error; a plain check returns a bool.
 func Eventually[C func() error | func() bool](t testing.TB, within time.Duration, what string, cond C) {
 	t.Helper()
 	check := func() error {
@@ -142,7 +142,7 @@ func Eventually[C func() error | func() bool](t testing.TB, within time.Duration
 		}
 	}
 	deadline := time.Now().Add(within)
-	wait := 5 * time.Millisecond
+	wait := time.Millisecond
 	for {
 		err := check()
 		if err == nil {
@@ -152,7 +152,7 @@ func Eventually[C func() error | func() bool](t testing.TB, within time.Duration
 			t.Fatalf("%s: not within %s: %v", what, within, err)
 		}
 		time.Sleep(wait)
-		wait = min(2*wait, 100*time.Millisecond)
+		wait = min(2*wait, 50*time.Millisecond)
 	}
 }
 
