@@ -367,7 +367,7 @@ type slowStore struct {
 }
 
 func (s *slowStore) Txn(ctx context.Context, ops ...Op) (int64, error) {
-	time.Sleep(s.rtt)
+	time.Sleep(s.rtt) // the simulated network of the benchmarks, not a wait
 	return s.Store.Txn(ctx, ops...)
 }
 
