@@ -1,7 +1,9 @@
 // Package testutil holds helpers shared by Peloton's tests: golden-file
 // comparison, a goroutine-leak check for TestMain, a free loopback
-// address for a server a test starts, a log sink safe to share, and what
-// another user of the machine can reach (isolation.go). It is imported only
+// address for a server a test starts, a log sink safe to share, the one
+// wait for a condition (Eventually: tests wait on conditions and events,
+// not on sleeps), and what another user of the machine can reach
+// (isolation.go). It is imported only
 // from _test.go files and imports nothing of Peloton.
 package testutil
 
