@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/peloton-sched/peloton/internal/metrics"
+	"github.com/peloton-sched/peloton/internal/testing/testutil"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
@@ -222,20 +223,16 @@ func TestUpdateSurvivesRestart(t *testing.T) {
 	next := proto.Clone(spec).(*pelotonv1.JobSpec)
 	next.DefaultSpec.Command = []string{"sleep", "302"}
 	u := s.startUpdate(id, next, &pelotonv1.UpdateSpec{BatchSize: 1, MinReadySeconds: 1})
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	testutil.Eventually(t, 60*time.Second, "the update's first instance done", func() error {
 		g, err := s.updates.GetUpdate(ctxT(t), &pelotonv1.GetUpdateRequest{UpdateId: u.Id})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if g.Update.Status.InstancesDone >= 1 {
-			break
+		if g.Update.Status.InstancesDone < 1 {
+			return fmt.Errorf("no progress: %v", g.Update.Status)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("update made no progress: %v", g.Update.Status)
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
+		return nil
+	})
 	s.stop()
 	s2 := startStack(t, dir, stackOpts{hosts: 2})
 	done := s2.waitUpdate(u.Id, pelotonv1.UpdateState_UPDATE_SUCCEEDED, 120*time.Second, nil)
