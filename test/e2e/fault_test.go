@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -358,20 +359,17 @@ func TestDrainAndUpdateResumeAfterKill9(t *testing.T) {
 	// cond holds.
 	waitFor := func(what string, within time.Duration, cond func([]*pelotonv1.Task) bool) {
 		t.Helper()
-		deadline := time.Now().Add(within)
-		for {
+		testutil.Eventually(t, within, what, func() error {
 			resp, err := p.tasks.ListTasks(ctxT(t), &pelotonv1.ListTasksRequest{JobId: cr.JobId})
-			if err == nil {
-				sample(resp.Tasks)
-				if cond(resp.Tasks) {
-					return
-				}
+			if err != nil {
+				return err
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: not within %s (last error %v)", what, within, err)
+			sample(resp.Tasks)
+			if !cond(resp.Tasks) {
+				return errors.New("not yet")
 			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return nil
+		})
 	}
 	waitFor("all running", 60*time.Second, allRunning(n))
 	armed = true
@@ -408,17 +406,13 @@ func TestDrainAndUpdateResumeAfterKill9(t *testing.T) {
 		}
 		return allRunning(n)(ts)
 	})
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	testutil.Eventually(t, 60*time.Second, "local-0 drained after the restart", func() error {
 		hs, err := p.api.Hosts.ListHosts(ctxT(t), &pelotonv1.ListHostsRequest{})
 		if err == nil && len(hs.Hosts) > 0 && hs.Hosts[0].Name == "local-0" && hs.Hosts[0].State == pelotonv1.HostState_HOST_DRAINED {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("local-0 not drained after the restart: %v %v", hs, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return fmt.Errorf("hosts %v (%v)", hs, err)
+	})
 	if _, err := p.api.Hosts.CompleteMaintenance(ctxT(t), &pelotonv1.CompleteMaintenanceRequest{Hosts: []string{"local-0"}}); err != nil {
 		t.Fatal(err)
 	}
