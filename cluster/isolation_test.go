@@ -150,7 +150,7 @@ func TestTaskUserCannotReachEtcd(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := resp.GetJobId()
-	eventually(t, 60*time.Second, func() error {
+	testutil.Eventually(t, 60*time.Second, "the job ends", func() error {
 		j, err := jobs.GetJob(callCtx(t), &pelotonv1.GetJobRequest{JobId: id})
 		if err != nil {
 			return err

@@ -103,7 +103,7 @@ func TestOldLayoutMovesToLocal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, func() error {
+	testutil.Eventually(t, 30*time.Second, "the job succeeds", func() error {
 		j, err := c.jobs.GetJob(callCtx(t), &pelotonv1.GetJobRequest{JobId: job.GetJobId()})
 		if err != nil {
 			return err
@@ -162,7 +162,7 @@ func TestOldLayoutMovesToLocal(t *testing.T) {
 			Logger:  slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
 			OnReady: func(r cluster.ReadyInfo) { ready <- r }})
 	}()
-	eventually(t, 30*time.Second, func() error {
+	testutil.Eventually(t, 30*time.Second, "the old replica warned about", func() error {
 		if !strings.Contains(logs.String(), "a replica of an older Peloton still campaigns for this cluster") {
 			return errors.New("no warning about the old replica yet")
 		}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/peloton-sched/peloton/cluster"
 	"github.com/peloton-sched/peloton/internal/store/storetest"
+	"github.com/peloton-sched/peloton/internal/testing/testutil"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
@@ -72,7 +73,7 @@ func TestTwoClustersOnOneEtcd(t *testing.T) {
 	// A second replica of east follows east's leader, never west's: what
 	// it forwards to has east's 2 hosts, not west's 3.
 	east2 := startReplicaOf(t, "east", "east-2", 2, e.Endpoints())
-	eventually(t, 10*time.Second, func() error { return listHosts(east2.grpc, 2) })
+	testutil.Eventually(t, 10*time.Second, "east-2 forwards gRPC", func() error { return listHosts(east2.grpc, 2) })
 	if east2.leads.Load() != 0 {
 		t.Fatal("a second replica of east led while east-1 did")
 	}
@@ -113,7 +114,7 @@ func TestTwoClustersOnOneEtcd(t *testing.T) {
 		ids[c] = resp.GetJobId()
 	}
 	for c, id := range ids {
-		eventually(t, 30*time.Second, func() error {
+		testutil.Eventually(t, 30*time.Second, "the job succeeds", func() error {
 			j, err := c.jobs.GetJob(callCtx(t), &pelotonv1.GetJobRequest{JobId: id})
 			if err != nil {
 				return err
@@ -152,7 +153,7 @@ func TestTwoClustersOnOneEtcd(t *testing.T) {
 	if _, err := ce.hosts.StartMaintenance(callCtx(t), &pelotonv1.StartMaintenanceRequest{Hosts: []string{host}}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, func() error {
+	testutil.Eventually(t, 10*time.Second, "the host drained on east", func() error {
 		if st := hostStates(t, ce)[host]; st != pelotonv1.HostState_HOST_DRAINED {
 			return fmt.Errorf("east's %s is %s", host, st)
 		}

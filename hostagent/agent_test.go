@@ -255,18 +255,6 @@ func start(t *testing.T, cfg Config) (a *Agent, stop func()) {
 	return a, stop
 }
 
-// waitFor polls cond every few milliseconds for at most 10 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after 10s waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 var errFake = errors.New("fake: read failed")
 
 // steadyHost is a host using 3 cores, its memory in use growing by 100 MiB
@@ -308,7 +296,7 @@ func TestAgentReports(t *testing.T) {
 		},
 	}
 	a, _ := start(t, testConfig(dial(t, addr), m))
-	waitFor(t, "the last report", func() bool { return rec.lastTaken() == readings-1 })
+	testutil.Eventually(t, 10*time.Second, "the last report", func() bool { return rec.lastTaken() == readings-1 })
 
 	// Report s is of reading s+1 against reading s. Under load a report
 	// may be superseded before it is sent; those present must be right.
@@ -373,7 +361,7 @@ func TestAgentFailedReadingSendsNothing(t *testing.T) {
 		},
 	}
 	start(t, testConfig(dial(t, addr), m))
-	waitFor(t, "report 3", func() bool { return rec.lastTaken() == 3 })
+	testutil.Eventually(t, 10*time.Second, "report 3", func() bool { return rec.lastTaken() == 3 })
 
 	// Readings 1 (baseline) and 2 make report 1; 3 and 4 fail; 5 makes
 	// report 2, against reading 2; 6 makes report 3.
@@ -410,7 +398,7 @@ func TestAgentVirtualHost(t *testing.T) {
 		},
 	}
 	start(t, testConfig(dial(t, addr), m))
-	waitFor(t, "report 2", func() bool { return rec.lastTaken() == 2 })
+	testutil.Eventually(t, 10*time.Second, "report 2", func() bool { return rec.lastTaken() == 2 })
 	for _, r := range rec.reports() {
 		u := r.GetUsage()
 		if u.GetCpu() != 0.75 || u.GetMemoryUsedMb() != 30 || u.GetMemoryAvailableMb() != 0 || u.GetSource() != SourceRuns || u.GetSampleTime() == nil {
@@ -431,8 +419,8 @@ func TestAgentResendsAfterDrop(t *testing.T) {
 	_, addr := serveAgents(t, rec, "127.0.0.1:0")
 	m := &fakeMachine{host: steadyHost(2), runs: noRuns} // one report only
 	a, _ := start(t, testConfig(dial(t, addr), m))
-	waitFor(t, "report 1 taken", func() bool { return rec.lastTaken() == 1 })
-	waitFor(t, "report 1 acknowledged", func() bool { return a.Stats().LastAcked == 1 })
+	testutil.Eventually(t, 10*time.Second, "report 1 taken", func() bool { return rec.lastTaken() == 1 })
+	testutil.Eventually(t, 10*time.Second, "report 1 acknowledged", func() bool { return a.Stats().LastAcked == 1 })
 	st := a.Stats()
 	if st.Reconnects < 1 || !strings.Contains(st.LastError, "test: stream dropped") {
 		t.Errorf("Stats = %+v, want a reconnect after the drop, and its error", st)
@@ -453,18 +441,18 @@ func TestAgentReconnects(t *testing.T) {
 	m := &fakeMachine{host: steadyHost(math.MaxInt), runs: noRuns}
 	a, _ := start(t, testConfig(dial(t, addr), m))
 
-	waitFor(t, "report 3", func() bool { return rec.lastTaken() >= 3 })
+	testutil.Eventually(t, 10*time.Second, "report 3", func() bool { return rec.lastTaken() >= 3 })
 	rec.set(func(r *recorder) { r.failNext = true })
-	waitFor(t, "the drop", func() bool { return a.Stats().Reconnects >= 1 })
+	testutil.Eventually(t, 10*time.Second, "the drop", func() bool { return a.Stats().Reconnects >= 1 })
 	before := rec.lastTaken()
-	waitFor(t, "reports after the drop", func() bool { return rec.lastTaken() > before+2 })
+	testutil.Eventually(t, 10*time.Second, "reports after the drop", func() bool { return rec.lastTaken() > before+2 })
 
 	srv.Stop()
 	stopped := a.Stats().Reconnects
-	waitFor(t, "the agent to see the stack gone", func() bool { return a.Stats().Reconnects > stopped })
+	testutil.Eventually(t, 10*time.Second, "the agent to see the stack gone", func() bool { return a.Stats().Reconnects > stopped })
 	before = rec.lastTaken()
 	serveAgents(t, rec, addr)
-	waitFor(t, "reports after the restart", func() bool { return rec.lastTaken() > before+2 })
+	testutil.Eventually(t, 10*time.Second, "reports after the restart", func() bool { return rec.lastTaken() > before+2 })
 
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
@@ -488,7 +476,7 @@ func TestAgentNotFound(t *testing.T) {
 	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	a, _ := start(t, cfg)
 
-	waitFor(t, "two refusals", func() bool { return a.Stats().Reconnects >= 2 })
+	testutil.Eventually(t, 10*time.Second, "two refusals", func() bool { return a.Stats().Reconnects >= 2 })
 	if st := a.Stats(); !strings.Contains(st.LastError, "NotFound") {
 		t.Errorf("LastError = %q, want NOT_FOUND", st.LastError)
 	}
@@ -500,7 +488,7 @@ func TestAgentNotFound(t *testing.T) {
 	}
 
 	rec.set(func(r *recorder) { r.notFound = false })
-	waitFor(t, "reports once the host is known", func() bool { return rec.lastTaken() >= 2 })
+	testutil.Eventually(t, 10*time.Second, "reports once the host is known", func() bool { return rec.lastTaken() >= 2 })
 }
 
 // TestAgentAckTimeout: a stack that takes reports and never acknowledges
@@ -512,12 +500,12 @@ func TestAgentAckTimeout(t *testing.T) {
 	cfg := testConfig(dial(t, addr), &fakeMachine{host: steadyHost(math.MaxInt), runs: noRuns})
 	cfg.AckTimeout = 100 * time.Millisecond
 	a, _ := start(t, cfg)
-	waitFor(t, "the stream given up", func() bool { return a.Stats().Reconnects >= 1 })
+	testutil.Eventually(t, 10*time.Second, "the stream given up", func() bool { return a.Stats().Reconnects >= 1 })
 	if st := a.Stats(); !strings.Contains(st.LastError, "no ack") {
 		t.Errorf("LastError = %q, want no ack", st.LastError)
 	}
 	rec.set(func(r *recorder) { r.noAck = false })
-	waitFor(t, "an ack", func() bool { return a.Stats().LastAcked > 0 })
+	testutil.Eventually(t, 10*time.Second, "an ack", func() bool { return a.Stats().LastAcked > 0 })
 }
 
 // TestAgentStop: Run returns when its context ends, closing its stream.
@@ -525,12 +513,12 @@ func TestAgentStop(t *testing.T) {
 	rec := newRecorder()
 	_, addr := serveAgents(t, rec, "127.0.0.1:0")
 	a, stop := start(t, testConfig(dial(t, addr), &fakeMachine{host: steadyHost(math.MaxInt), runs: noRuns}))
-	waitFor(t, "a report", func() bool { return rec.lastTaken() >= 1 })
+	testutil.Eventually(t, 10*time.Second, "a report", func() bool { return rec.lastTaken() >= 1 })
 	if err := a.Run(context.Background()); err == nil {
 		t.Error("a second Run while running = nil, want an error")
 	}
 	stop()
-	waitFor(t, "the stream closed", func() bool {
+	testutil.Eventually(t, 10*time.Second, "the stream closed", func() bool {
 		rec.mu.Lock()
 		defer rec.mu.Unlock()
 		return rec.active == 0

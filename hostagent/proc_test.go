@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"runtime"
@@ -12,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/peloton-sched/peloton/internal/testing/testutil"
 )
 
 func TestParseStat(t *testing.T) {
@@ -325,10 +328,7 @@ func TestProcessTreeRealBusyLoop(t *testing.T) {
 	// grandchild is there.
 	var snap *ProcSnapshot
 	var grandchild int
-	for deadline := time.Now().Add(2 * time.Second); grandchild == 0; {
-		if time.Now().After(deadline) {
-			t.Fatalf("no grandchild of %d within 2 s; tree %v", root, snap.Tree(root))
-		}
+	testutil.Eventually(t, 2*time.Second, fmt.Sprintf("a grandchild of %d", root), func() error {
 		var err error
 		if snap, err = ReadProcs("/proc", time.Now()); err != nil {
 			t.Fatal(err)
@@ -336,23 +336,13 @@ func TestProcessTreeRealBusyLoop(t *testing.T) {
 		for _, p := range snap.Tree(root) {
 			if pp := snap.procs[p].ppid; p != root && pp != root {
 				grandchild = p
+				return nil
 			}
 		}
-		if grandchild == 0 {
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
+		return fmt.Errorf("tree %v", snap.Tree(root))
+	})
 
 	s1, err := snap.Sample(root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(time.Second)
-	s2, err := ReadProcessTree("/proc", root, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	u, err := HostUsage(s1, s2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -360,9 +350,23 @@ func TestProcessTreeRealBusyLoop(t *testing.T) {
 	// machine's two cores are shared with other builds and the race
 	// detector, so the loop may get much less than a core; 0.3 still
 	// separates a spinning tree from an idle one (≈0) without flaking.
-	if u.CPUCores < 0.3 {
-		t.Errorf("busy tree used %.2f cores over %v, want > 0.3", u.CPUCores, u.Interval)
-	}
+	// The kernel counts CPU time in ticks (10 ms), so the tree is read
+	// again until 0.3 cores show over at least 200 ms: an idle tree never
+	// gets there, a spinning one does as soon as it has had the time.
+	var u Usage
+	testutil.Eventually(t, 10*time.Second, "the busy tree uses > 0.3 cores", func() error {
+		s2, err := ReadProcessTree("/proc", root, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if u, err = HostUsage(s1, s2); err != nil {
+			t.Fatal(err)
+		}
+		if u.Interval < 200*time.Millisecond || u.CPUCores < 0.3 {
+			return fmt.Errorf("%.2f cores over %v", u.CPUCores, u.Interval)
+		}
+		return nil
+	})
 	t.Logf("tree %v (grandchild %d): %.2f cores over %v", snap.Tree(root), grandchild, u.CPUCores, u.Interval)
 }
 
@@ -372,15 +376,15 @@ const helperEnv = "HOSTAGENT_TEST_HELPER"
 
 // allocHelper allocates 64 MiB, writes to every page so that it is
 // resident (untouched pages of a fresh mapping are not), says "ready" and
-// waits to be killed. It exits on its own after 30 s in case the test that
-// started it died without killing it.
+// waits to be killed. It exits on its own when its stdin ends, in case the
+// test that started it died without killing it (its end closes the pipe).
 func allocHelper() {
 	b := make([]byte, 64*miB)
 	for i := 0; i < len(b); i += os.Getpagesize() {
 		b[i] = 1
 	}
 	fmt.Println("ready")
-	time.Sleep(30 * time.Second)
+	_, _ = io.Copy(io.Discard, os.Stdin)
 	runtime.KeepAlive(b)
 }
 
@@ -394,6 +398,9 @@ func TestProcessTreeRealRSS(t *testing.T) {
 	cmd.Env = append(os.Environ(), helperEnv+"=alloc")
 	out, err := cmd.StdoutPipe()
 	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cmd.StdinPipe(); err != nil { // held open until the test ends
 		t.Fatal(err)
 	}
 	startGroup(t, cmd)

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/peloton-sched/peloton/internal/testing/testutil"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
@@ -139,7 +140,7 @@ func TestAgentQoSNoKillOnFailedReadings(t *testing.T) {
 				cfg.Source = tt.f
 			}
 			a, stop := start(t, qosConfig(cfg, tt.f))
-			waitFor(t, "20 readings", func() bool { return tt.f.readings() >= 20 })
+			testutil.Eventually(t, 10*time.Second, "20 readings", func() bool { return tt.f.readings() >= 20 })
 			stop()
 			if k := tt.f.killed(); len(k) != 0 {
 				t.Errorf("killed %+v, want none: no two good readings in a row", k)
@@ -193,7 +194,7 @@ func TestAgentQoSWithoutControlPlane(t *testing.T) {
 	cfg := qosConfig(testConfig(dial(t, addr), &fakeMachine{virtual: true}), f)
 	cfg.QoSAckWait = 300 * time.Millisecond
 	a, stop := start(t, cfg)
-	waitFor(t, "the kill", func() bool { return len(f.killed()) > 0 })
+	testutil.Eventually(t, 10*time.Second, "the kill", func() bool { return len(f.killed()) > 0 })
 	k := f.killed()[0]
 	if k.id != "r" {
 		t.Errorf("killed %q, want r, the revocable run", k.id)
@@ -206,7 +207,7 @@ func TestAgentQoSWithoutControlPlane(t *testing.T) {
 		t.Errorf("Stats = %+v, want one kill, no ack", st)
 	}
 	killedIn := st.LastReport.GetSequence()
-	waitFor(t, "a report after the kill", func() bool { return a.Stats().LastReport.GetSequence() > killedIn })
+	testutil.Eventually(t, 10*time.Second, "a report after the kill", func() bool { return a.Stats().LastReport.GetSequence() > killedIn })
 	stop()
 	if got := a.Stats().LastReport.GetRevoked(); !slices.Equal(got, []string{"r"}) {
 		t.Errorf("a later report revokes %q, want [r]: never acknowledged, so named again", got)
@@ -295,12 +296,45 @@ func busyRun(t *testing.T, host, task string, env ...string) (int, <-chan struct
 
 // running reports whether pid is a process and not a zombie.
 func running(pid int) bool {
+	s := procState(pid)
+	return s != 0 && s != 'Z'
+}
+
+// survives says whether each of pids is alive and was sent no SIGKILL
+// before the call, with no sleep for a signal "to land": it stops each
+// with SIGSTOP, waits until it shows stopped or ended, and lets it go on.
+// A SIGKILL is queued by the time kill(2) returns, and a process with one
+// queued dies rather than stop.
+func survives(t *testing.T, pids ...int) bool {
+	t.Helper()
+	alive := true
+	for _, pid := range pids {
+		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+			alive = false
+			continue
+		}
+		var state byte
+		testutil.Eventually(t, 10*time.Second, fmt.Sprintf("process %d stops or ends", pid), func() bool {
+			state = procState(pid)
+			return state == 'T' || state == 'Z' || state == 0
+		})
+		_ = syscall.Kill(pid, syscall.SIGCONT)
+		alive = alive && state == 'T'
+	}
+	return alive
+}
+
+// procState is the state letter of /proc/<pid>/stat, 0 if it is gone.
+func procState(pid int) byte {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return false
+		return 0
 	}
 	i := strings.LastIndexByte(string(b), ')')
-	return i >= 0 && i+2 < len(b) && b[i+2] != 'Z'
+	if i < 0 || i+2 >= len(b) {
+		return 0
+	}
+	return b[i+2]
 }
 
 // TestAgentQoSKillsRevocableRun runs the controller on real processes: two
@@ -330,6 +364,9 @@ func TestAgentQoSKillsRevocableRun(t *testing.T) {
 		revocations++
 		if revocations == 1 {
 			revokedAt = time.Now()
+			// The slow stack: a delay injected into the fake, not a
+			// wait. A kill that did not wait for the ack would land in
+			// it; no event shows an agent blocked in its wait instead.
 			time.Sleep(300 * time.Millisecond)
 			aliveWhenRevoked = running(revPid)
 		}
@@ -362,7 +399,7 @@ func TestAgentQoSKillsRevocableRun(t *testing.T) {
 	// A few more intervals: the host is still hot (the other run spins),
 	// but nothing revocable is left to kill.
 	after := rec.lastTaken()
-	waitFor(t, "three more reports", func() bool { return rec.lastTaken() >= after+3 })
+	testutil.Eventually(t, 10*time.Second, "three more reports", func() bool { return rec.lastTaken() >= after+3 })
 	stop()
 	select {
 	case <-otherExited:
@@ -415,7 +452,7 @@ func TestEnvRunsKill(t *testing.T) {
 	}
 	root := cmd.Process.Pid
 	// Until it execs sleep, the child still has the run's environment.
-	waitFor(t, "the child to exec sleep", func() bool {
+	testutil.Eventually(t, 10*time.Second, "the child to exec sleep", func() bool {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", hidden))
 		return err == nil && strings.HasPrefix(string(b), "sleep\x00")
 	})
@@ -440,15 +477,14 @@ func TestEnvRunsKill(t *testing.T) {
 	if err := fixture.Kill("j-0-1", info); err == nil || !strings.Contains(err.Error(), "another pid namespace") {
 		t.Errorf("Kill through a fixture's proc = %v, want a refusal", err)
 	}
-	time.Sleep(100 * time.Millisecond) // a signal sent would have landed
-	if !running(root) || !running(hidden) {
+	if !survives(t, root, hidden) {
 		t.Fatal("a process was killed that was not the run's as scanned")
 	}
 
 	if err := e.Kill("j-0-1", info); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the root and its hidden child dead", func() bool { return !running(root) && !running(hidden) })
+	testutil.Eventually(t, 10*time.Second, "the root and its hidden child dead", func() bool { return !running(root) && !running(hidden) })
 	if err := e.Kill("j-0-1", info); err != nil {
 		t.Errorf("Kill of a run gone = %v, want nil", err)
 	}

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/peloton-sched/peloton/internal/testing/testutil"
 )
 
 // environ is a /proc/<pid>/environ: each entry NUL-terminated.
@@ -357,20 +359,23 @@ func TestEnvRunsRealProc(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(time.Second)
-	second, err := e.Runs(time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	u, err := HostUsage(first["j-0-1"], second["j-0-1"])
-	if err != nil {
-		t.Fatal(err)
-	}
 	// The busy child wants a whole core; the machine is shared, so ask
-	// for much less.
-	if u.CPUCores <= 0.3 {
-		t.Errorf("run used %.2f cores over %s, want > 0.3 (a busy loop)", u.CPUCores, u.Interval)
-	}
+	// for much less. CPU time counts in ticks (10 ms): read again until
+	// 0.3 cores show over at least 200 ms, which an idle run never does.
+	var u Usage
+	testutil.Eventually(t, 10*time.Second, "the run uses > 0.3 cores (a busy loop)", func() error {
+		second, err := e.Runs(time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if u, err = HostUsage(first["j-0-1"], second["j-0-1"]); err != nil {
+			t.Fatal(err)
+		}
+		if u.Interval < 200*time.Millisecond || u.CPUCores <= 0.3 {
+			return fmt.Errorf("%.2f cores over %s", u.CPUCores, u.Interval)
+		}
+		return nil
+	})
 	if u.MemUsed == 0 {
 		t.Error("run uses no memory")
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/peloton-sched/peloton/internal/testing/testutil"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
@@ -257,7 +258,9 @@ func TestAgentLatencyBounded(t *testing.T) {
 	// The server learns that a request was given up only when it sees
 	// the connection closed: wait for that between readings, so that
 	// what it counts at once is one reading's.
-	settled := func() { waitFor(t, "the stuck requests given up", func() bool { return inFlight.Load() == 0 }) }
+	settled := func() {
+		testutil.Eventually(t, 10*time.Second, "the stuck requests given up", func() bool { return inFlight.Load() == 0 })
+	}
 	ctx := context.Background()
 	if _, err := a.measure(ctx, at(1)); err != nil {
 		t.Fatal(err)
@@ -333,7 +336,7 @@ func TestAgentReportsLatency(t *testing.T) {
 	cfg := Config{Host: host, Virtual: true, Runs: &EnvRuns{Host: host}, Client: dial(t, addr),
 		Interval: 500 * time.Millisecond, RetryMin: 10 * time.Millisecond, RetryMax: 100 * time.Millisecond}
 	_, stop := start(t, cfg)
-	waitFor(t, "a report with the service's P99", func() bool {
+	testutil.Eventually(t, 10*time.Second, "a report with the service's P99", func() bool {
 		for _, r := range rec.reports() {
 			if u := r.Runs["svc-0-1"]; u.GetLatencyP99Seconds() == wantServiceP99 {
 				return true

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	peltest "github.com/peloton-sched/peloton/internal/testing/testutil"
 	"slices"
 	"strings"
@@ -65,13 +66,12 @@ func states(m *Manager) string {
 // waitStates polls until the hosts' states are want, or fails.
 func waitStates(t *testing.T, m *Manager, want string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for states(m) != want {
-		if time.Now().After(deadline) {
-			t.Fatalf("host states: %s, want %s", states(m), want)
+	peltest.Eventually(t, 10*time.Second, "host states "+want, func() error {
+		if s := states(m); s != want {
+			return fmt.Errorf("host states: %s", s)
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func TestMaintenanceTransitions(t *testing.T) {

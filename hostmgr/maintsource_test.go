@@ -2,6 +2,7 @@ package hostmgr
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"github.com/peloton-sched/peloton/internal/resources"
 	"github.com/peloton-sched/peloton/internal/store"
 	"github.com/peloton-sched/peloton/internal/store/memstore"
+	peltest "github.com/peloton-sched/peloton/internal/testing/testutil"
 )
 
 // maintSource is a backend with hosts a, b and c that schedules
@@ -160,19 +162,15 @@ func TestMaintenanceFromBackend(t *testing.T) {
 				}
 			}
 			// Everything said is acted on (or moot): nothing waits.
-			deadline := time.Now().Add(10 * time.Second)
-			for {
+			peltest.Eventually(t, 10*time.Second, "every word of the backend applied", func() error {
 				m.maint.srcMu.Lock()
 				left := len(m.maint.srcWant)
 				m.maint.srcMu.Unlock()
-				if left == 0 {
-					break
+				if left > 0 {
+					return fmt.Errorf("%d left", left)
 				}
-				if time.Now().After(deadline) {
-					t.Fatalf("%d words of the backend left unapplied", left)
-				}
-				time.Sleep(5 * time.Millisecond)
-			}
+				return nil
+			})
 			if s := states(m); s != tc.steps[len(tc.steps)-1].want {
 				t.Errorf("states at the end: %s", s)
 			}

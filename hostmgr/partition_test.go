@@ -119,13 +119,12 @@ func partitions(m *Manager) string {
 
 func waitPartitions(t *testing.T, m *Manager, want string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for partitions(m) != want {
-		if time.Now().After(deadline) {
-			t.Fatalf("partitions: %s, want %s", partitions(m), want)
+	peltest.Eventually(t, 10*time.Second, "partitions "+want, func() error {
+		if p := partitions(m); p != want {
+			return fmt.Errorf("partitions: %s", p)
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func TestPartitionMoveTableGolden(t *testing.T) {
@@ -365,9 +364,13 @@ func TestMoveResumesFromDrained(t *testing.T) {
 	b.setFail(nil)
 	m2 := partManager(t, b, st)
 	waitPartitions(t, m2, "a=batch b=stateless c=batch")
-	if got := testutil.ToFloat64(metrics.HostMoves.WithLabelValues("moved")) - moved; got != 1 {
-		t.Fatalf("peloton_host_partition_moves_total{step=moved} grew by %v, want 1", got)
-	}
+	// The move's end is counted just after the host shows its partition.
+	peltest.Eventually(t, 10*time.Second, "peloton_host_partition_moves_total{step=moved} grows by 1", func() error {
+		if got := testutil.ToFloat64(metrics.HostMoves.WithLabelValues("moved")) - moved; got != 1 {
+			return fmt.Errorf("grew by %v", got)
+		}
+		return nil
+	})
 	if got := b.appliedList(); !slices.Equal(got, []string{"b=stateless"}) {
 		t.Fatalf("backend told %v", got)
 	}

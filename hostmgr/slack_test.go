@@ -2,11 +2,13 @@ package hostmgr
 
 import (
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/peloton-sched/peloton/internal/resources"
+	peltest "github.com/peloton-sched/peloton/internal/testing/testutil"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
@@ -117,22 +119,14 @@ func TestRevocableOnSlack(t *testing.T) {
 		t.Fatalf("slack of a stale report: %v", got)
 	}
 	// The loop tells OnSlack within a second or so of a change.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	peltest.Eventually(t, 5*time.Second, "OnSlack told the stale host's 0", func() error {
 		mu.Lock()
-		last := resources.Resources{MilliCPU: -1}
-		if len(told) > 0 {
-			last = told[len(told)-1]
+		defer mu.Unlock()
+		if len(told) == 0 || !told[len(told)-1].IsZero() {
+			return fmt.Errorf("told %v", told)
 		}
-		mu.Unlock()
-		if last.IsZero() {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("OnSlack was last told %v, not the stale host's 0", last)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // Oversubscription: the advisor's factor lets revocable work hold CPU

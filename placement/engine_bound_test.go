@@ -12,6 +12,7 @@ import (
 	"github.com/peloton-sched/peloton/hostmgr"
 	"github.com/peloton-sched/peloton/internal/resources"
 	"github.com/peloton-sched/peloton/internal/store/storetest"
+	"github.com/peloton-sched/peloton/internal/testing/testutil"
 	"github.com/peloton-sched/peloton/resmgr"
 )
 
@@ -110,13 +111,12 @@ func TestEngineBoundPlacement(t *testing.T) {
 	}
 	waitFor := func(what string, ok func(string) bool) {
 		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for v := view(); !ok(v); v = view() {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s; tasks now:\n%s", what, v)
+		testutil.Eventually(t, 20*time.Second, what, func() error {
+			if v := view(); !ok(v) {
+				return fmt.Errorf("tasks now:\n%s", v)
 			}
-			time.Sleep(5 * time.Millisecond)
-		}
+			return nil
+		})
 	}
 	has := func(lines ...string) func(string) bool {
 		return func(v string) bool {

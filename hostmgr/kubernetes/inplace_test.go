@@ -163,6 +163,10 @@ func TestReplacedRunWaitsForItsContainer(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.waitFor(next.TaskID, pelotonv1.TaskState_LAUNCHED, 10*time.Second)
+	// Holds a second for the pod update of Replace to reach the backend's
+	// handler, which must not take it for the restart. The informer's
+	// listeners run apart from each other, so nothing the test can watch
+	// is ordered after that handler's call.
 	time.Sleep(time.Second)
 	if evs := e.rec.of(next.TaskID); len(evs) != 1 {
 		t.Fatalf("new run before its container restarted: %s, want LAUNCHED only", states(evs))

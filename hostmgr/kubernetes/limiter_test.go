@@ -3,9 +3,12 @@ package kubernetes
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/peloton-sched/peloton/internal/testing/testutil"
 )
 
 // queued is how many requests wait in the limiter.
@@ -17,13 +20,12 @@ func (l *clientLimiter) queued() int {
 
 func waitQueued(t *testing.T, l *clientLimiter, n int) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for l.queued() != n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d requests queued, want %d", l.queued(), n)
+	testutil.Eventually(t, 5*time.Second, fmt.Sprintf("%d requests queued", n), func() error {
+		if q := l.queued(); q != n {
+			return fmt.Errorf("%d queued", q)
 		}
-		time.Sleep(time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // TestUrgentRequestsGoFirst: a bind queued behind creates is served before

@@ -9,6 +9,7 @@ import (
 
 	"github.com/peloton-sched/peloton/hostmgr"
 	"github.com/peloton-sched/peloton/internal/resources"
+	"github.com/peloton-sched/peloton/internal/testing/testutil"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
@@ -114,14 +115,8 @@ func TestRunRecordedAsStartingIsAdopted(t *testing.T) {
 	// Its end is reported, as for any adopted run.
 	_ = starting.Process.Kill()
 	_ = starting.Wait()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if st, _ := b.Status("starting-0-1"); st.State == pelotonv1.TaskState_LOST {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the adopted run's end was not reported")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testutil.Eventually(t, 10*time.Second, "the adopted run's end reported", func() bool {
+		st, _ := b.Status("starting-0-1")
+		return st.State == pelotonv1.TaskState_LOST
+	})
 }

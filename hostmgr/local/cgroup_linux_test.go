@@ -15,6 +15,7 @@ import (
 
 	"github.com/peloton-sched/peloton/hostmgr"
 	"github.com/peloton-sched/peloton/internal/resources"
+	"github.com/peloton-sched/peloton/internal/testing/testutil"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
@@ -139,13 +140,7 @@ func TestCgroupKillIsNotOOM(t *testing.T) {
 	launch(t, b, s)
 	rec.waitState(t, s.TaskID, pelotonv1.TaskState_RUNNING)
 	tk, _ := b.lookup(s.TaskID)
-	deadline := time.Now().Add(waitTimeout)
-	for tk.cg.readMemEnd().oomKills <= 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the OOM killer never killed the run's tail")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testutil.Eventually(t, waitTimeout, "the OOM killer kills the run's tail", func() bool { return tk.cg.readMemEnd().oomKills > 0 })
 	if err := b.Kill(context.Background(), s.TaskID, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -168,6 +163,7 @@ func TestCgroupCPUQuota(t *testing.T) {
 	if !ok || dirs.Version != b.cg.version || dirs.Memory != filepath.Join(b.cg.memory, s.TaskID) {
 		t.Fatalf("RunCgroup = %+v, %v; want the run's cgroup", dirs, ok)
 	}
+	tk, _ := b.lookup(s.TaskID)
 	if dirs.CPU == "" {
 		t.Log("no cpuacct hierarchy: usage not measured, only throttling")
 	} else {
@@ -177,23 +173,29 @@ func TestCgroupCPUQuota(t *testing.T) {
 			}
 			return time.Duration(readInt(filepath.Join(dirs.CPU, "cpuacct.usage")))
 		}
-		u0, w0 := usage(), time.Now()
-		time.Sleep(1500 * time.Millisecond)
-		u1, w1 := usage(), time.Now()
+		// Measure over five of the quota's periods (100 ms each), as
+		// the kernel counts them, and until the loop has run at all.
+		periods := func() int64 { return readKeyed(filepath.Join(tk.cg.cpu, "cpu.stat"), "nr_periods") }
+		u0, w0, p0 := usage(), time.Now(), periods()
+		var u1 time.Duration
+		var w1 time.Time
+		testutil.Eventually(t, waitTimeout, "five quota periods with some use", func() error {
+			p1 := periods()
+			u1, w1 = usage(), time.Now()
+			if p1 < p0+5 || u1 <= u0 {
+				return fmt.Errorf("%d periods, %s used", p1-p0, u1-u0)
+			}
+			return nil
+		})
 		cores := float64(u1-u0) / float64(w1.Sub(w0))
 		t.Logf("a busy loop with a quota of 0.2 cores used %.2f cores", cores)
 		if cores <= 0 || cores >= 0.5 {
 			t.Errorf("the busy loop used %.2f cores over %s; want more than 0 (it runs in its cgroup) and well under 1 (throttled)", cores, w1.Sub(w0))
 		}
 	}
-	tk, _ := b.lookup(s.TaskID)
-	deadline := time.Now().Add(waitTimeout)
-	for readKeyed(filepath.Join(tk.cg.cpu, "cpu.stat"), "nr_throttled") <= 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the busy loop was never throttled")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testutil.Eventually(t, waitTimeout, "the busy loop throttled", func() bool {
+		return readKeyed(filepath.Join(tk.cg.cpu, "cpu.stat"), "nr_throttled") > 0
+	})
 	if err := b.Kill(context.Background(), s.TaskID, 0); err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/peloton-sched/peloton/hostmgr"
 	"github.com/peloton-sched/peloton/internal/resources"
+	"github.com/peloton-sched/peloton/internal/testing/testutil"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
@@ -191,37 +192,31 @@ func launch(t *testing.T, b *Backend, s hostmgr.LaunchSpec) {
 // waitFile waits until path exists and is non-empty, and returns its content.
 func waitFile(t *testing.T, path string) []byte {
 	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for {
-		data, err := os.ReadFile(path)
-		if err == nil && len(data) > 0 {
-			return data
+	var data []byte
+	testutil.Eventually(t, waitTimeout, path+" written", func() error {
+		var err error
+		if data, err = os.ReadFile(path); err == nil && len(data) == 0 {
+			err = errors.New("empty")
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s (last error %v)", path, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return err
+	})
+	return data
 }
 
 // waitGone waits until pid no longer runs. A zombie counts as gone: it has
 // been killed, and reaping orphans is the job of whatever is pid 1.
 func waitGone(t *testing.T, pid int) {
 	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for {
+	testutil.Eventually(t, waitTimeout, "pid "+strconv.Itoa(pid)+" gone", func() error {
 		data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 		if err != nil {
-			return
+			return nil
 		}
 		if i := bytes.LastIndexByte(data, ')'); i >= 0 && i+2 < len(data) && (data[i+2] == 'Z' || data[i+2] == 'X') {
-			return
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pid %d still running: %s", pid, data)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return errors.New("still running: " + string(data))
+	})
 }
 
 func readLogs(t *testing.T, b *Backend, id string, stream pelotonv1.LogStream, follow bool) string {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/peloton-sched/peloton/hostmgr"
 	"github.com/peloton-sched/peloton/internal/resources"
+	"github.com/peloton-sched/peloton/internal/testing/testutil"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
@@ -96,14 +97,30 @@ func startSleeps(t testing.TB, n int) (*Backend, *runningCounter) {
 	return b, c
 }
 
+// watched waits until the reaper watches at least n runs.
+func watched(t testing.TB, n int) {
+	t.Helper()
+	testutil.Eventually(t, waitTimeout, fmt.Sprintf("the reaper watches %d runs", n), func() error {
+		theReaper.mu.Lock()
+		k := len(theReaper.waiting)
+		theReaper.mu.Unlock()
+		if k < n {
+			return fmt.Errorf("it watches %d", k)
+		}
+		return nil
+	})
+}
+
 // TestManyRunsFewThreads checks that waiting for runs costs no thread per
 // run: with 500 processes running, the test process has a small number of
 // threads (it had one more per run when each wait blocked a thread).
 func TestManyRunsFewThreads(t *testing.T) {
 	const n, maxThreads = 500, 50
 	b, c := startSleeps(t, n)
-	// Let any goroutine that would block in a wait get there.
-	time.Sleep(500 * time.Millisecond)
+	// Count once every run's end is watched: by the reaper, through its
+	// pidfd, with no thread waiting (a wait that blocked a thread would
+	// not register there, and this wait would fail).
+	watched(t, n)
 	if got := procStatus(t, "Threads"); got > maxThreads {
 		t.Fatalf("%d runs: %d threads, want <= %d", n, got, maxThreads)
 	}
@@ -140,7 +157,7 @@ func BenchmarkManyRuns(b *testing.B) {
 	threads0, rss0 := procStatus(b, "Threads"), procStatus(b, "VmRSS")
 	be, c := startSleeps(b, n)
 	b.StopTimer()
-	time.Sleep(time.Second)
+	watched(b, n)
 	threads, rss, fds := procStatus(b, "Threads"), procStatus(b, "VmRSS"), openFDs(b)
 	b.ReportMetric(float64(n), "runs")
 	b.ReportMetric(float64(threads), "threads")
@@ -184,19 +201,11 @@ func TestExitNotifyLeavesZombie(t *testing.T) {
 			if ws.ExitStatus() != 3 {
 				t.Fatalf("exit status %d, want 3", ws.ExitStatus())
 			}
-			deadline := time.Now().Add(waitTimeout)
-			for {
+			testutil.Eventually(t, waitTimeout, "the reaper's loop ends with nothing to watch", func() bool {
 				theReaper.mu.Lock()
-				idle := theReaper.epfd < 0 && len(theReaper.waiting) == 0
-				theReaper.mu.Unlock()
-				if idle {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatal("the reaper's loop still runs with nothing to watch")
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
+				defer theReaper.mu.Unlock()
+				return theReaper.epfd < 0 && len(theReaper.waiting) == 0
+			})
 		})
 	}
 }

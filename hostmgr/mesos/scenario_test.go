@@ -18,6 +18,7 @@ import (
 	"github.com/peloton-sched/peloton/hostmgr/mesos/mesostest"
 	"github.com/peloton-sched/peloton/internal/resources"
 	"github.com/peloton-sched/peloton/internal/store"
+	"github.com/peloton-sched/peloton/internal/testing/testutil"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
@@ -60,18 +61,6 @@ func (r *rec) of(id string) []hostmgr.TaskEvent {
 	return append([]hostmgr.TaskEvent(nil), r.events[id]...)
 }
 
-// eventually polls cond until it holds or waitFor passes.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitFor)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", waitFor, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // ended returns the run's terminal event, if it has one.
 func (r *rec) ended(id string) (hostmgr.TaskEvent, bool) {
 	evs := r.of(id)
@@ -83,7 +72,7 @@ func (r *rec) ended(id string) (hostmgr.TaskEvent, bool) {
 
 func (r *rec) waitState(id string, s pelotonv1.TaskState) {
 	r.t.Helper()
-	eventually(r.t, id+" reaches "+s.String(), func() bool {
+	testutil.Eventually(r.t, waitFor, id+" reaches "+s.String(), func() bool {
 		for _, ev := range r.of(id) {
 			if ev.State == s {
 				return true
@@ -149,7 +138,7 @@ func TestThousandRunsOnHundredAgents(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	eventually(t, "all 1,000 runs end", func() bool {
+	testutil.Eventually(t, waitFor, "all 1,000 runs end", func() bool {
 		for i := range n {
 			if _, ok := r.ended(fmt.Sprintf("big-%d-0-1", i)); !ok {
 				return false
@@ -171,7 +160,7 @@ func TestThousandRunsOnHundredAgents(t *testing.T) {
 			t.Fatalf("run %s on %s, want %s", id, evs[0].Host, hosts[i%len(hosts)].Name)
 		}
 	}
-	eventually(t, "every update acknowledged", func() bool { return m.Unacknowledged() == 0 })
+	testutil.Eventually(t, waitFor, "every update acknowledged", func() bool { return m.Unacknowledged() == 0 })
 	if a := m.Calls(scheduler.Call_ACCEPT); a >= n {
 		t.Errorf("%d ACCEPT calls for %d runs; want them batched per agent", a, n)
 	}
@@ -215,7 +204,7 @@ func TestOfferVoidMidLaunch(t *testing.T) {
 	m := newMaster(t, mesostest.Config{Agents: agents(1)})
 	r := startBackend(t, testConfig(m, newStore(t)))
 	host := r.b.Hosts()[0].Name
-	eventually(t, "the master has offered", func() bool { return m.Offers() > 0 })
+	testutil.Eventually(t, waitFor, "the master has offered", func() bool { return m.Offers() > 0 })
 	if m.VoidOffers() == 0 {
 		t.Fatal("no offer to void")
 	}
@@ -240,11 +229,11 @@ func TestRescindDropsOffer(t *testing.T) {
 	m := newMaster(t, mesostest.Config{Agents: agents(1)})
 	r := startBackend(t, testConfig(m, newStore(t)))
 	host := r.b.Hosts()[0].Name
-	eventually(t, "the master has offered", func() bool { return m.Offers() > 0 })
+	testutil.Eventually(t, waitFor, "the master has offered", func() bool { return m.Offers() > 0 })
 	if m.Rescind("agent-0") == 0 {
 		t.Fatal("nothing rescinded")
 	}
-	eventually(t, "the backend drops the rescinded offer", func() bool {
+	testutil.Eventually(t, waitFor, "the backend drops the rescinded offer", func() bool {
 		r.b.mu.Lock()
 		defer r.b.mu.Unlock()
 		return len(r.b.agents["agent-0"].offers) == 0
@@ -265,7 +254,7 @@ func TestSuppressWhenIdle(t *testing.T) {
 	cfg := testConfig(m, newStore(t))
 	cfg.OfferHold, cfg.IdleSuppress = 50*time.Millisecond, 200*time.Millisecond
 	r := startBackend(t, cfg)
-	eventually(t, "DECLINE then SUPPRESS", func() bool {
+	testutil.Eventually(t, waitFor, "DECLINE then SUPPRESS", func() bool {
 		return m.Calls(scheduler.Call_DECLINE) > 0 && m.Calls(scheduler.Call_SUPPRESS) > 0
 	})
 	r.launch("revived-0-1", r.b.Hosts()[1].Name, "true")
@@ -291,7 +280,7 @@ func TestMasterFailover(t *testing.T) {
 	}
 	fw := m.FrameworkID()
 	m.DropStream()
-	eventually(t, "a second subscription", func() bool { return m.Subscriptions() >= 2 })
+	testutil.Eventually(t, waitFor, "a second subscription", func() bool { return m.Subscriptions() >= 2 })
 	if m.FrameworkID() != fw {
 		t.Fatalf("framework %s after failover, want %s", m.FrameworkID(), fw)
 	}
@@ -332,7 +321,7 @@ func TestFrameworkFailover(t *testing.T) {
 		t.Fatalf("store has framework ID %q (%v), want %q", kv.Value, err, fw)
 	}
 	_ = old.b.Close()
-	eventually(t, "the gap run ends while no stack runs", func() bool {
+	testutil.Eventually(t, waitFor, "the gap run ends while no stack runs", func() bool {
 		s, _, ok := m.TaskState("ff-gap-0-1")
 		return ok && s == mesosv1.TASK_FINISHED
 	})
@@ -348,7 +337,7 @@ func TestFrameworkFailover(t *testing.T) {
 	if err := r.b.Launch(context.Background(), runSpec("ff-live-0-1", host, "sleep", "1")); !errors.Is(err, hostmgr.ErrAlreadyLaunched) {
 		t.Errorf("Launch of a live run after failover = %v, want ErrAlreadyLaunched", err)
 	}
-	eventually(t, "every update acknowledged", func() bool { return m.Unacknowledged() == 0 })
+	testutil.Eventually(t, waitFor, "every update acknowledged", func() bool { return m.Unacknowledged() == 0 })
 	if len(m.Tasks()) != 1 {
 		t.Errorf("master holds tasks %v, want the live run only", m.Tasks())
 	}
@@ -371,7 +360,7 @@ func TestAgentLost(t *testing.T) {
 	if end, _ := r.ended("lost-0-1"); end.Reason != ReasonAgentLost {
 		t.Errorf("end %+v, want reason %s", end, ReasonAgentLost)
 	}
-	eventually(t, "host-0 leaves the hosts", func() bool {
+	testutil.Eventually(t, waitFor, "host-0 leaves the hosts", func() bool {
 		for _, h := range r.b.Hosts() {
 			if h.Name == "host-0" {
 				return false
@@ -395,7 +384,7 @@ func TestHeartbeatsWatched(t *testing.T) {
 	m := newMaster(t, mesostest.Config{Agents: agents(1), Heartbeat: 100 * time.Millisecond})
 	r := startBackend(t, testConfig(m, newStore(t)))
 	m.StallHeartbeats(true)
-	eventually(t, "the backend subscribes again", func() bool { return m.Subscriptions() >= 2 })
+	testutil.Eventually(t, waitFor, "the backend subscribes again", func() bool { return m.Subscriptions() >= 2 })
 	m.StallHeartbeats(false)
 	r.launch("hb-0-1", "host-0", "true")
 	r.waitState("hb-0-1", pelotonv1.TaskState_SUCCEEDED)
@@ -408,7 +397,7 @@ func TestErrorEventFailsLoudly(t *testing.T) {
 	m := newMaster(t, mesostest.Config{Agents: agents(1)})
 	r := startBackend(t, testConfig(m, newStore(t)))
 	m.SendError("Framework failed over too late")
-	eventually(t, "the backend takes the error", func() bool { return r.b.fatalErr() != nil })
+	testutil.Eventually(t, waitFor, "the backend takes the error", func() bool { return r.b.fatalErr() != nil })
 	err := r.b.Launch(context.Background(), runSpec("after-error-0-1", "host-0", "true"))
 	if err == nil || !strings.Contains(err.Error(), "Framework failed over too late") {
 		t.Fatalf("Launch after ERROR = %v, want the master's message", err)
@@ -427,7 +416,7 @@ func TestMaintenance(t *testing.T) {
 	if err := m.ScheduleMaintenance("agent-1", time.Now().Add(time.Hour), time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "host-1 unschedulable", func() bool {
+	testutil.Eventually(t, waitFor, "host-1 unschedulable", func() bool {
 		for _, h := range r.b.Hosts() {
 			if h.Name == "host-1" {
 				return h.Unschedulable
@@ -435,7 +424,7 @@ func TestMaintenance(t *testing.T) {
 		}
 		return false
 	})
-	eventually(t, "the inverse offer accepted", func() bool { return len(m.AcceptedInverseOffers()) == 1 })
+	testutil.Eventually(t, waitFor, "the inverse offer accepted", func() bool { return len(m.AcceptedInverseOffers()) == 1 })
 }
 
 // TestBadConfig: flags' values are checked, naming the flag.
@@ -486,7 +475,7 @@ func TestVolumes(t *testing.T) {
 			t.Fatal(err)
 		}
 		r.waitState(s.TaskID, pelotonv1.TaskState_SUCCEEDED)
-		eventually(t, "the volume is free on the agent again", func() bool {
+		testutil.Eventually(t, waitFor, "the volume is free on the agent again", func() bool {
 			v := m.Volumes("agent-0")
 			return len(v) == 1 && v[0] == "db-0"
 		})
@@ -494,7 +483,7 @@ func TestVolumes(t *testing.T) {
 	if err := r.b.ReleaseVolume(context.Background(), "host-0", "db-0"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the volume destroyed", func() bool { return len(m.Volumes("agent-0")) == 0 })
+	testutil.Eventually(t, waitFor, "the volume destroyed", func() bool { return len(m.Volumes("agent-0")) == 0 })
 
 	cfg := testConfig(m, newStore(t))
 	cfg.Role = ""
@@ -582,7 +571,7 @@ func TestGangLaunchGroup(t *testing.T) {
 	if n := m.Launched(); n != 1 {
 		t.Errorf("%d tasks went through LAUNCH, want only the run of no gang", n)
 	}
-	eventually(t, "every update acknowledged", func() bool { return m.Unacknowledged() == 0 })
+	testutil.Eventually(t, waitFor, "every update acknowledged", func() bool { return m.Unacknowledged() == 0 })
 }
 
 // TestMaintenanceDrainsHost: a maintenance window the master schedules
@@ -621,7 +610,7 @@ func TestMaintenanceDrainsHost(t *testing.T) {
 		launch(fmt.Sprintf("mt-%d-1", i), "host-0")
 	}
 	hm.Recovered()
-	eventually(t, "both runs running", func() bool { return m.Running() == 2 })
+	testutil.Eventually(t, waitFor, "both runs running", func() bool { return m.Running() == 2 })
 	stateOf := func(host string) pelotonv1.HostState {
 		for _, h := range hm.ListHosts() {
 			if h.Name == host {
@@ -634,7 +623,7 @@ func TestMaintenanceDrainsHost(t *testing.T) {
 	if err := m.ScheduleMaintenance("agent-0", time.Now().Add(time.Hour), time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "host-0 draining", func() bool { return stateOf("host-0") == pelotonv1.HostState_HOST_DRAINING })
+	testutil.Eventually(t, waitFor, "host-0 draining", func() bool { return stateOf("host-0") == pelotonv1.HostState_HOST_DRAINING })
 	if n := len(m.AcceptedInverseOffers()); n != 0 {
 		t.Fatalf("%d inverse offers accepted while our runs are on the agent", n)
 	}
@@ -650,9 +639,9 @@ func TestMaintenanceDrainsHost(t *testing.T) {
 		}
 		launch(strings.TrimSuffix(id, "-1")+"-2", "host-1")
 	}
-	eventually(t, "host-0 drained", func() bool { return stateOf("host-0") == pelotonv1.HostState_HOST_DRAINED })
-	eventually(t, "the inverse offer accepted", func() bool { return len(m.AcceptedInverseOffers()) == 1 })
-	eventually(t, "the runs again on host-1", func() bool { return m.Running() == 2 })
+	testutil.Eventually(t, waitFor, "host-0 drained", func() bool { return stateOf("host-0") == pelotonv1.HostState_HOST_DRAINED })
+	testutil.Eventually(t, waitFor, "the inverse offer accepted", func() bool { return len(m.AcceptedInverseOffers()) == 1 })
+	testutil.Eventually(t, waitFor, "the runs again on host-1", func() bool { return m.Running() == 2 })
 	for i := range 2 {
 		if s, agent, ok := m.TaskState(fmt.Sprintf("mt-%d-2", i)); !ok || s != mesosv1.TASK_RUNNING || agent != "agent-1" {
 			t.Errorf("run mt-%d-2: %v on %s (%v), want TASK_RUNNING on agent-1", i, s, agent, ok)
@@ -662,5 +651,5 @@ func TestMaintenanceDrainsHost(t *testing.T) {
 	if err := m.EndMaintenance("agent-0"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "host-0 back in service", func() bool { return stateOf("host-0") == pelotonv1.HostState_HOST_UP })
+	testutil.Eventually(t, waitFor, "host-0 back in service", func() bool { return stateOf("host-0") == pelotonv1.HostState_HOST_UP })
 }

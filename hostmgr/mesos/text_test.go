@@ -13,6 +13,7 @@ import (
 	"github.com/peloton-sched/peloton/internal/quarantine"
 	"github.com/peloton-sched/peloton/internal/sanitize"
 	"github.com/peloton-sched/peloton/internal/store"
+	"github.com/peloton-sched/peloton/internal/testing/testutil"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 	"google.golang.org/protobuf/proto"
 )
@@ -80,7 +81,7 @@ func TestStatusMessageNotUTF8(t *testing.T) {
 	// The record is rewritten with the run's end before the end is
 	// acknowledged, so it may trail the event.
 	var rec record
-	eventually(t, "the run's end recorded", func() bool {
+	testutil.Eventually(t, waitFor, "the run's end recorded", func() bool {
 		kv, err := st.Get(ctx, keyRuns+id)
 		if err != nil {
 			t.Fatal(err)

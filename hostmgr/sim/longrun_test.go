@@ -69,6 +69,10 @@ func advanceUntil(t *testing.T, clock *clockwork.FakeClock, step time.Duration, 
 			t.Fatalf("timed out advancing the clock until %s", what)
 		}
 		clock.Advance(step)
+		// A yield to the scheduler's goroutine between steps, not a
+		// wait for a condition: testutil.Eventually's longer polls would
+		// make a run of many steps slow, and the scheduler shows no
+		// event per step to wait on.
 		time.Sleep(time.Millisecond)
 	}
 }

@@ -128,18 +128,6 @@ func (c *candidate) stop(t *testing.T) error {
 	}
 }
 
-// waitFor polls cond every 20ms until it holds, failing after within.
-func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", within, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func leaderOf(cs ...*candidate) *candidate {
 	for _, c := range cs {
 		if c.leading.Load() {
@@ -162,13 +150,13 @@ func TestOneLeaderAndHandover(t *testing.T) {
 	a := startWithLease(t, s.Client(), key, "a", lease, ln)
 	b := startWithLease(t, s.Client(), key, "b", lease, ln)
 
-	waitFor(t, 30*time.Second, "one of a, b leads", func() bool { return leaderOf(a, b) != nil })
+	testutil.Eventually(t, 30*time.Second, "one of a, b leads", func() bool { return leaderOf(a, b) != nil })
 	leader := leaderOf(a, b)
 	other := a
 	if leader == a {
 		other = b
 	}
-	waitFor(t, 10*time.Second, other.name+" sees the leader's proclaimed value", func() bool {
+	testutil.Eventually(t, 10*time.Second, other.name+" sees the leader's proclaimed value", func() bool {
 		return other.lastSeen() == leader.name+" serving"
 	})
 	if other.terms.Load() != 0 {
@@ -182,7 +170,7 @@ func TestOneLeaderAndHandover(t *testing.T) {
 	if err := leader.stop(t); err != nil {
 		t.Fatalf("%s: Run after its context ended = %v, want nil", leader.name, err)
 	}
-	waitFor(t, lease/2, other.name+" leads after "+leader.name+" stopped", other.leading.Load)
+	testutil.Eventually(t, lease/2, other.name+" leads after "+leader.name+" stopped", other.leading.Load)
 	if ln.twice != "" {
 		t.Fatalf("two candidates led %s at once", ln.twice)
 	}
@@ -200,7 +188,7 @@ func TestLostLeaseEndsTheTerm(t *testing.T) {
 	_, s := storetest.StartEtcd(t)
 	ln := &leadingNow{now: map[string]int{}}
 	a := start(t, s.Client(), "/test/leader", "a", ln)
-	waitFor(t, 30*time.Second, "a leads", a.leading.Load)
+	testutil.Eventually(t, 30*time.Second, "a leads", a.leading.Load)
 	first := a.lastTerm()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -212,8 +200,8 @@ func TestLostLeaseEndsTheTerm(t *testing.T) {
 	if _, err := s.Client().Revoke(ctx, clientv3.LeaseID(resp.Kvs[0].Lease)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "the first term's context ends", func() bool { return first.Lease.Err() != nil })
-	waitFor(t, 30*time.Second, "a leads a second term", func() bool { return a.terms.Load() == 2 && a.leading.Load() })
+	testutil.Eventually(t, 30*time.Second, "the first term's context ends", func() bool { return first.Lease.Err() != nil })
+	testutil.Eventually(t, 30*time.Second, "a leads a second term", func() bool { return a.terms.Load() == 2 && a.leading.Load() })
 	second := a.lastTerm()
 	if second.Key == first.Key || second.Revision <= first.Revision {
 		t.Fatalf("second term %s@%d after first %s@%d", second.Key, second.Revision, first.Key, first.Revision)
@@ -232,12 +220,12 @@ func TestKeysAreSeparateElections(t *testing.T) {
 	ln := &leadingNow{now: map[string]int{}}
 	a := start(t, s.Client(), "/test/clusters/a/leader", "a", ln)
 	b := start(t, s.Client(), "/test/clusters/b/leader", "b", ln)
-	waitFor(t, 30*time.Second, "a and b both lead", func() bool { return a.leading.Load() && b.leading.Load() })
+	testutil.Eventually(t, 30*time.Second, "a and b both lead", func() bool { return a.leading.Load() && b.leading.Load() })
 	if a.lastSeen() != "" || b.lastSeen() != "" {
 		t.Fatalf("a saw leader %q, b saw %q: elections on different keys observed each other", a.lastSeen(), b.lastSeen())
 	}
 	a2 := start(t, s.Client(), "/test/clusters/a/leader", "a2", ln)
-	waitFor(t, 10*time.Second, "a2 follows a", func() bool { return strings.HasPrefix(a2.lastSeen(), "a ") })
+	testutil.Eventually(t, 10*time.Second, "a2 follows a", func() bool { return strings.HasPrefix(a2.lastSeen(), "a ") })
 	if a2.leading.Load() || ln.twice != "" {
 		t.Fatalf("a2 leads beside a (twice: %q)", ln.twice)
 	}

@@ -3,12 +3,15 @@ package live
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/peloton-sched/peloton/internal/testing/testutil"
 )
 
 // fakeWatch is a Watch the test feeds; it counts the watches running.
@@ -153,12 +156,7 @@ func TestEvents(t *testing.T) {
 		for ev := st.next(t, true); ev != ""; ev = st.next(t, true) {
 		}
 	}
-	for i := 0; fw.running.Load() != 0; i++ {
-		if i > 1000 {
-			t.Fatal("the watch still runs after End")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testutil.Eventually(t, 10*time.Second, "the watch stops after End", func() bool { return fw.running.Load() == 0 })
 	if d := open(t, srv.URL); d.resp.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("a stream after End: %d", d.resp.StatusCode)
 	}
@@ -179,18 +177,13 @@ func TestWatchOnlyWhileStreams(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := 0; fw.running.Load() != 1; i++ {
-		if i > 1000 {
-			t.Fatalf("%d watches run with one stream", fw.running.Load())
+	testutil.Eventually(t, 10*time.Second, "one watch runs with one stream", func() error {
+		if n := fw.running.Load(); n != 1 {
+			return fmt.Errorf("%d watches run", n)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 	cancel()
 	resp.Body.Close()
-	for i := 0; fw.running.Load() != 0; i++ {
-		if i > 1000 {
-			t.Fatal("the watch still runs after the last stream went")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testutil.Eventually(t, 10*time.Second, "the watch stops after the last stream went", func() bool { return fw.running.Load() == 0 })
 }

@@ -151,13 +151,12 @@ func line(addr string) (string, error) {
 	return bufio.NewReader(c).ReadString('\n')
 }
 
-// waitLeader polls every 20ms, for at most within, until exactly one
-// daemon other than old (nil: any) leads and serves; at no poll may two
-// lead.
+// waitLeader waits, for at most within, until exactly one daemon other
+// than old (nil: any) leads and serves; at no poll may two lead.
 func waitLeader(t *testing.T, within time.Duration, old *daemon, ds ...*daemon) *daemon {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
+	var leader *daemon
+	testutil.Eventually(t, within, fmt.Sprintf("one of %d daemons leads and serves", len(ds)), func() error {
 		var ls []*daemon
 		for _, d := range ds {
 			if d.leading.Load() {
@@ -168,30 +167,16 @@ func waitLeader(t *testing.T, within time.Duration, old *daemon, ds ...*daemon) 
 			t.Fatalf("%s and %s lead at once", ls[0].name, ls[1].name)
 		}
 		if len(ls) == 1 && ls[0] != old {
-			if code, body := get(ls[0].http, "/healthz"); code == http.StatusOK && body == "ok\n" {
-				return ls[0]
+			code, body := get(ls[0].http, "/healthz")
+			if code == http.StatusOK && body == "ok\n" {
+				leader = ls[0]
+				return nil
 			}
+			return fmt.Errorf("%s leads, /healthz %d %q", ls[0].name, code, body)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no replica of %d leads and serves within %s", len(ds), within)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func eventually(t *testing.T, within time.Duration, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %v", within, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Errorf("%d lead", len(ls))
+	})
+	return leader
 }
 
 // reaches says whether both addresses of via answer with to's name.
@@ -236,14 +221,14 @@ func TestOneLeadsTheOtherForwards(t *testing.T) {
 
 	// The follower answers /healthz itself, naming the leader once its
 	// watch has shown it.
-	eventually(t, 5*time.Second, func() error {
+	testutil.Eventually(t, 5*time.Second, "the follower names the leader", func() error {
 		if code, body := get(follower.http, "/healthz"); code != http.StatusOK || !strings.HasPrefix(body, "ok (following ") {
 			return fmt.Errorf("follower /healthz: %d %q", code, body)
 		}
 		return nil
 	})
-	eventually(t, 5*time.Second, reaches(follower, leader))
-	eventually(t, 5*time.Second, reaches(leader, leader))
+	testutil.Eventually(t, 5*time.Second, "the follower forwards to the leader", reaches(follower, leader))
+	testutil.Eventually(t, 5*time.Second, "the leader serves", reaches(leader, leader))
 
 	// The leader stops: it resigns once its daemon has, so the follower
 	// leads at once, never both, and takes its addresses back.
@@ -255,7 +240,7 @@ func TestOneLeadsTheOtherForwards(t *testing.T) {
 	if err := <-stopped; err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, reaches(follower, follower))
+	testutil.Eventually(t, 5*time.Second, "the new leader serves its addresses", reaches(follower, follower))
 	if follower.leads.Load() != 1 || leader.leads.Load() != 1 {
 		t.Fatalf("terms: %s %d, %s %d; want one each", leader.name, leader.leads.Load(), follower.name, follower.leads.Load())
 	}
@@ -353,17 +338,13 @@ func TestLostLeaseFollowsAgain(t *testing.T) {
 	}
 	// etcd hands the key over at once; the old leader learns it from its
 	// keep-alive, within a lease (the fence covers the overlap).
-	deadline := time.Now().Add(3 * testLease)
-	for leader.leading.Load() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s still runs its daemon %s after its lease was revoked", leader.name, 3*testLease)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testutil.Eventually(t, 3*testLease, leader.name+" stops its daemon after its lease was revoked", func() bool {
+		return !leader.leading.Load()
+	})
 	if next := waitLeader(t, 3*testLease, leader, a, b); next != other {
 		t.Fatalf("after %s lost its lease, %s leads", leader.name, next.name)
 	}
-	eventually(t, 3*testLease, reaches(leader, other))
+	testutil.Eventually(t, 3*testLease, "the old leader forwards to the new", reaches(leader, other))
 	select {
 	case err := <-leader.done:
 		t.Fatalf("%s stopped after losing its lease: %v", leader.name, err)

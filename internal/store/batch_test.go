@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/peloton-sched/peloton/internal/testing/testutil"
 )
 
 // countingStore counts the txns a Batcher sends to the real store under it.
@@ -215,7 +217,7 @@ func TestBatcherSameKeyOrder(t *testing.T) {
 	for i := range n {
 		same = append(same, goWrite(ctx, b, Put("hot", []byte(fmt.Sprint(i)), AnyRevision)))
 		goWrite(ctx, b, Put(fmt.Sprintf("cold/%d", i), nil, MustNotExist))
-		waitFor(t, fmt.Sprintf("write %d queued", i), func() bool { return b.pending() == 2*(i+1) })
+		testutil.Eventually(t, 10*time.Second, fmt.Sprintf("write %d queued", i), func() bool { return b.pending() == 2*(i+1) })
 	}
 	if err := b.Close(); err != nil { // flushes everything
 		t.Fatal(err)
@@ -251,7 +253,7 @@ func TestBatcherCloseFlushesAndStops(t *testing.T) {
 	for i := range 5 {
 		chans = append(chans, goWrite(ctx, b, Put(fmt.Sprintf("flush/%d", i), []byte("v"), MustNotExist)))
 	}
-	waitFor(t, "writes queued", func() bool { return b.pending() == 5 })
+	testutil.Eventually(t, 10*time.Second, "writes queued", func() bool { return b.pending() == 5 })
 
 	closed := make(chan struct{})
 	go func() { _ = b.Close(); close(closed) }()
@@ -278,7 +280,7 @@ func TestBatcherCloseFlushesAndStops(t *testing.T) {
 	default:
 		t.Fatal("commit loop still running after Close")
 	}
-	waitFor(t, "goroutines back to baseline", func() bool { return runtime.NumGoroutine() <= baseline })
+	testutil.Eventually(t, 10*time.Second, "goroutines back to baseline", func() bool { return runtime.NumGoroutine() <= baseline })
 }
 
 func TestBatcherCancelledWrite(t *testing.T) {
@@ -286,7 +288,7 @@ func TestBatcherCancelledWrite(t *testing.T) {
 	b := NewBatcher(s, BatcherOptions{MaxDelay: neverFlush})
 	ctx, cancel := context.WithCancel(testCtx(t))
 	ch := goWrite(ctx, b, Put("cancelled", nil, MustNotExist))
-	waitFor(t, "write queued", func() bool { return b.pending() == 1 })
+	testutil.Eventually(t, 10*time.Second, "write queued", func() bool { return b.pending() == 1 })
 	cancel()
 	if r := recv(t, ch); !errors.Is(r.err, context.Canceled) {
 		t.Fatalf("got %v, want context.Canceled", r.err)
@@ -328,7 +330,7 @@ func TestBatcherMaxBytes(t *testing.T) {
 		chans = append(chans, goWrite(ctx, b, Put(fmt.Sprintf("big/%d", i), big, MustNotExist)))
 		// Queued or already sent (the batcher flushes on its own once 1 MiB
 		// is queued): either way, accepted before the next one starts.
-		waitFor(t, fmt.Sprintf("write %d accepted", i), func() bool { return b.pending()+int(cs.ops.Load()) >= i+1 })
+		testutil.Eventually(t, 10*time.Second, fmt.Sprintf("write %d accepted", i), func() bool { return b.pending()+int(cs.ops.Load()) >= i+1 })
 	}
 	_ = b.Close()
 	for i, ch := range chans {
@@ -365,7 +367,7 @@ type slowStore struct {
 }
 
 func (s *slowStore) Txn(ctx context.Context, ops ...Op) (int64, error) {
-	time.Sleep(s.rtt)
+	time.Sleep(s.rtt) // the simulated network of the benchmarks, not a wait
 	return s.Store.Txn(ctx, ops...)
 }
 
@@ -467,7 +469,7 @@ func TestBatcherPipelinesTxns(t *testing.T) {
 	bw := goWrite(ctx, b, Put("b", nil, AnyRevision))
 	tb := next("b") // while a's txn is in flight
 	a2 := goWrite(ctx, b, Put("a", []byte("2"), AnyRevision))
-	waitFor(t, "the second write of a queued", func() bool { return b.pending() == 1 })
+	testutil.Eventually(t, 10*time.Second, "the second write of a queued", func() bool { return b.pending() == 1 })
 	cw := goWrite(ctx, b, Put("c", nil, AnyRevision))
 	tc := next("c") // the third txn leaves a's second write behind
 

@@ -64,22 +64,6 @@ func testCtx(t testing.TB) context.Context {
 	return ctx
 }
 
-// waitFor polls cond until it holds, failing the test after 10s.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.NewTimer(10 * time.Second)
-	defer deadline.Stop()
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-deadline.C:
-			t.Fatalf("timed out waiting for %s", what)
-		case <-tick.C:
-		}
-	}
-}
-
 func mustTxn(t testing.TB, s Store, ops ...Op) int64 {
 	t.Helper()
 	rev, err := s.Txn(testCtx(t), ops...)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/peloton-sched/peloton/advisor"
 	"github.com/peloton-sched/peloton/cluster"
+	"github.com/peloton-sched/peloton/internal/testing/testutil"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
@@ -95,7 +96,7 @@ func TestAdvisorMovesBatchHostAndBack(t *testing.T) {
 
 	// The advisor moves a batch host to stateless.
 	var moved string
-	within(t, 90*time.Second, "a batch host moved to stateless", func() error {
+	testutil.Eventually(t, 90*time.Second, "a batch host moved to stateless", func() error {
 		got := s.partitionsNow()
 		for _, h := range []string{"local-0", "local-1"} {
 			if strings.Contains(got, h+"=stateless ") || strings.HasSuffix(got, h+"=stateless") {
@@ -139,7 +140,7 @@ func TestAdvisorMovesBatchHostAndBack(t *testing.T) {
 	if _, err := s.jobs.CancelJob(ctxT(t), &pelotonv1.CancelJobRequest{JobId: web}); err != nil {
 		t.Fatal(err)
 	}
-	within(t, 90*time.Second, moved+" back in batch", func() error {
+	testutil.Eventually(t, 90*time.Second, moved+" back in batch", func() error {
 		ts, err := s.tasks.ListTasks(ctxT(t), &pelotonv1.ListTasksRequest{JobId: sid})
 		if err != nil {
 			return err
@@ -178,7 +179,7 @@ func TestAdvisorObserveMovesNothing(t *testing.T) {
 	before := s.partitionsNow()
 	web := s.createJob(burner())
 	s.waitTasks(web, "the burner running", 60*time.Second, allRunning(1))
-	within(t, 90*time.Second, "an observed move", func() error {
+	testutil.Eventually(t, 90*time.Second, "an observed move", func() error {
 		mv, err := s.api.Partitions.ListPartitionMoves(ctxT(t), &pelotonv1.ListPartitionMovesRequest{})
 		if err != nil {
 			return err
@@ -240,7 +241,7 @@ func TestAdvisorOnSimHosts(t *testing.T) {
 	web := s.createJob(spec)
 	s.waitTasks(web, "2 instances running", 60*time.Second, allRunning(2))
 	var moved string
-	within(t, 60*time.Second, "a batch host moved to stateless", func() error {
+	testutil.Eventually(t, 60*time.Second, "a batch host moved to stateless", func() error {
 		for _, h := range []string{"sim-00000", "sim-00002"} {
 			if strings.Contains(s.partitionsNow(), h+"=stateless") {
 				moved = h
@@ -252,7 +253,7 @@ func TestAdvisorOnSimHosts(t *testing.T) {
 	if _, err := s.jobs.CancelJob(ctxT(t), &pelotonv1.CancelJobRequest{JobId: web}); err != nil {
 		t.Fatal(err)
 	}
-	within(t, 60*time.Second, moved+" back in batch", func() error {
+	testutil.Eventually(t, 60*time.Second, moved+" back in batch", func() error {
 		if got := s.partitionsNow(); !strings.Contains(got, moved+"=batch") {
 			return fmt.Errorf("partitions %s", got)
 		}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/peloton-sched/peloton/cluster/client"
+	"github.com/peloton-sched/peloton/internal/testing/testutil"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 	"google.golang.org/protobuf/proto"
 )
@@ -141,13 +143,7 @@ func TestUpdateResumesAfterKill9(t *testing.T) {
 		ts, err := p.tasks.ListTasks(ctx, &pelotonv1.ListTasksRequest{JobId: id})
 		return err == nil && allRunning(4)(ts.Tasks)
 	}
-	deadline := time.Now().Add(60 * time.Second)
-	for !running(p) {
-		if time.Now().After(deadline) {
-			t.Fatal("the service never ran")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testutil.Eventually(t, 60*time.Second, "the service runs", func() bool { return running(p) })
 	next := proto.Clone(spec).(*pelotonv1.JobSpec)
 	next.DefaultSpec.Command = []string{"sh", "-c", "exec sleep 301 # " + marker}
 	cu, err := p.updates.CreateUpdate(ctx, &pelotonv1.CreateUpdateRequest{JobId: id, Spec: next,
@@ -155,26 +151,26 @@ func TestUpdateResumesAfterKill9(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for p.update(t, cu.Update.Id).Status.InstancesDone < 1 {
-		if time.Now().After(deadline) {
-			t.Fatalf("no progress: %v", p.update(t, cu.Update.Id).Status)
+	testutil.Eventually(t, 60*time.Second, "the update's first instance done", func() error {
+		if st := p.update(t, cu.Update.Id).Status; st.InstancesDone < 1 {
+			return fmt.Errorf("no progress: %v", st)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 	p.kill()
 
 	p2 := startUp(t, bin, dir)
-	deadline = time.Now().Add(120 * time.Second)
-	for {
+	testutil.Eventually(t, 120*time.Second, "the update succeeds after the crash", func() error {
 		u := p2.update(t, cu.Update.Id)
-		if u.Status.State == pelotonv1.UpdateState_UPDATE_SUCCEEDED {
-			break
+		switch u.Status.State {
+		case pelotonv1.UpdateState_UPDATE_SUCCEEDED:
+			return nil
+		case pelotonv1.UpdateState_UPDATE_ROLLING_FORWARD:
+			return fmt.Errorf("%v", u.Status)
 		}
-		if u.Status.State != pelotonv1.UpdateState_UPDATE_ROLLING_FORWARD || time.Now().After(deadline) {
-			t.Fatalf("after the crash the update is %v", u.Status)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		t.Fatalf("after the crash the update is %v", u.Status)
+		return nil
+	})
 	ts, err := p2.tasks.ListTasks(ctx, &pelotonv1.ListTasksRequest{JobId: id})
 	if err != nil {
 		t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -158,26 +159,25 @@ func TestKill9ThreeTimesRunsEachInstanceOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	for kill := 1; kill <= 3; kill++ {
+		// The scenario, not a wait: kills 2, 2.5 and 3 s into each
+		// server's life land at different points of its recovery and
+		// launches.
 		time.Sleep(time.Duration(1500+500*kill) * time.Millisecond)
 		p.kill()
 		p = startUp(t, bin, dir)
 	}
-	deadline := time.Now().Add(4 * time.Minute)
 	var job *pelotonv1.Job
-	for {
+	testutil.Eventually(t, 4*time.Minute, "the job done after the third restart", func() error {
 		resp, err := p.jobs.GetJob(ctxT(t), &pelotonv1.GetJobRequest{JobId: cr.JobId})
 		if err != nil {
 			t.Fatal(err)
 		}
 		job = resp.Job
-		if job.Status.State == pelotonv1.JobState_JOB_SUCCEEDED || job.Status.State == pelotonv1.JobState_JOB_FAILED {
-			break
+		if st := job.Status.State; st != pelotonv1.JobState_JOB_SUCCEEDED && st != pelotonv1.JobState_JOB_FAILED {
+			return fmt.Errorf("%v", job.Status)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("job not done 4 minutes after the third restart: %v", job.Status)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return nil
+	})
 	if job.Status.State != pelotonv1.JobState_JOB_SUCCEEDED || job.Status.TaskCounts["SUCCEEDED"] != n {
 		t.Fatalf("job ended %v with counts %v; want every instance SUCCEEDED", job.Status.State, job.Status.TaskCounts)
 	}
@@ -226,20 +226,17 @@ func TestStoreOutageLosesNothing(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		deadline := time.Now().Add(90 * time.Second)
-		for {
+		testutil.Eventually(t, 90*time.Second, "job "+name+" all running", func() error {
 			resp, err := s.jobs.GetJob(ctxT(t), &pelotonv1.GetJobRequest{JobId: cr.JobId})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if resp.Job.Status.TaskCounts["RUNNING"] == n {
-				return cr.JobId
+			if counts := resp.Job.Status.TaskCounts; counts["RUNNING"] != n {
+				return fmt.Errorf("task counts %v", counts)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("job %s not all running: %v", name, resp.Job.Status.TaskCounts)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+			return nil
+		})
+		return cr.JobId
 	}
 	createFails := func(when string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -255,30 +252,25 @@ func TestStoreOutageLosesNothing(t *testing.T) {
 	// waitDone waits, without restarting anything, until the job succeeded.
 	waitDone := func(id, after string) {
 		s.waitJob(id, pelotonv1.JobState_JOB_SUCCEEDED, 2*time.Minute)
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			code, body := s.rest("GET", "/readyz", nil, nil)
-			if code == 200 {
-				break
+		testutil.Eventually(t, 30*time.Second, "/readyz after "+after, func() error {
+			if code, body := s.rest("GET", "/readyz", nil, nil); code != 200 {
+				return fmt.Errorf("%d %q", code, body)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("/readyz after %s: %d %q", after, code, body)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+			return nil
+		})
 	}
 
 	paused := runJob("paused", 3)
 	etcd.Members[0].Pause()
 	createFails("paused")
-	time.Sleep(outage)
+	time.Sleep(outage) // the outage itself: its length is the scenario
 	etcd.Members[0].Resume()
 	waitDone(paused, "a pause")
 
 	stopped := runJob("stopped", 3)
 	etcd.Members[0].Stop()
 	createFails("stopped")
-	time.Sleep(outage)
+	time.Sleep(outage) // the outage itself
 	if err := etcd.Members[0].Restart(); err != nil {
 		t.Fatal(err)
 	}
@@ -318,7 +310,8 @@ func TestEtcdLeaderKilled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(1500 * time.Millisecond)
+	// Kill the leader while the job runs: once its first wave does.
+	s.waitJob(cr.JobId, pelotonv1.JobState_JOB_RUNNING, time.Minute)
 	l := etcd.Leader()
 	if l < 0 {
 		t.Fatal("no etcd leader")
@@ -358,20 +351,17 @@ func TestDrainAndUpdateResumeAfterKill9(t *testing.T) {
 	// cond holds.
 	waitFor := func(what string, within time.Duration, cond func([]*pelotonv1.Task) bool) {
 		t.Helper()
-		deadline := time.Now().Add(within)
-		for {
+		testutil.Eventually(t, within, what, func() error {
 			resp, err := p.tasks.ListTasks(ctxT(t), &pelotonv1.ListTasksRequest{JobId: cr.JobId})
-			if err == nil {
-				sample(resp.Tasks)
-				if cond(resp.Tasks) {
-					return
-				}
+			if err != nil {
+				return err
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: not within %s (last error %v)", what, within, err)
+			sample(resp.Tasks)
+			if !cond(resp.Tasks) {
+				return errors.New("not yet")
 			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return nil
+		})
 	}
 	waitFor("all running", 60*time.Second, allRunning(n))
 	armed = true
@@ -408,17 +398,13 @@ func TestDrainAndUpdateResumeAfterKill9(t *testing.T) {
 		}
 		return allRunning(n)(ts)
 	})
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	testutil.Eventually(t, 60*time.Second, "local-0 drained after the restart", func() error {
 		hs, err := p.api.Hosts.ListHosts(ctxT(t), &pelotonv1.ListHostsRequest{})
 		if err == nil && len(hs.Hosts) > 0 && hs.Hosts[0].Name == "local-0" && hs.Hosts[0].State == pelotonv1.HostState_HOST_DRAINED {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("local-0 not drained after the restart: %v %v", hs, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return fmt.Errorf("hosts %v (%v)", hs, err)
+	})
 	if _, err := p.api.Hosts.CompleteMaintenance(ctxT(t), &pelotonv1.CompleteMaintenanceRequest{Hosts: []string{"local-0"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -506,6 +492,8 @@ func TestKill9NeverRedoesFinishedWork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The scenario, not waits: the crashes fall at times, not events,
+	// so that some runs end while a stack is down and others are adopted.
 	time.Sleep(6 * time.Second) // the runs are under way: the first crash
 	p.kill()
 	p = startUp(t, bin, dir)

@@ -108,22 +108,6 @@ func dialFederation(t *testing.T, addr string) fedAPI {
 // process that must come back on the same address after a kill.
 func freePort(t *testing.T) string { return testutil.FreeAddr(t) }
 
-// within polls cond until it returns nil, failing the test after d.
-func within(t *testing.T, d time.Duration, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %v", what, d, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
 // TestFederationOfProcesses runs a federation and three cluster stacks as
 // separate `peloton serve` processes on one external etcd, and puts them
 // through what operators see: registration, the global pool split, a
@@ -174,7 +158,7 @@ func TestFederationOfProcesses(t *testing.T) {
 		}
 	}
 	ready := pelotonv1.ClusterState_CLUSTER_READY
-	within(t, 30*time.Second, "every cluster registered and READY", states(map[string]pelotonv1.ClusterState{"a": ready, "b": ready, "c": ready}))
+	testutil.Eventually(t, 30*time.Second, "every cluster registered and READY", states(map[string]pelotonv1.ClusterState{"a": ready, "b": ready, "c": ready}))
 
 	// cpu reports the cpu reservation of pool /team in each cluster.
 	cpu := func(want map[string]float64) func() error {
@@ -200,13 +184,13 @@ func TestFederationOfProcesses(t *testing.T) {
 		Spec: &pelotonv1.FederatedPoolSpec{Reservation: &pelotonv1.Resources{Cpu: 30}}}); err != nil {
 		t.Fatal(err)
 	}
-	within(t, 20*time.Second, "the global pool split by capacity", cpu(map[string]float64{"a": 10, "b": 10, "c": 10}))
+	testutil.Eventually(t, 20*time.Second, "the global pool split by capacity", cpu(map[string]float64{"a": 10, "b": 10, "c": 10}))
 
 	// A stopped cluster holds up nobody: it turns UNREACHABLE, its part
 	// goes to the others, and jobs go to the others while it stays stopped.
 	clusters["c"].signal(t, syscall.SIGSTOP)
-	within(t, 20*time.Second, "c unreachable", states(map[string]pelotonv1.ClusterState{"a": ready, "b": ready, "c": pelotonv1.ClusterState_CLUSTER_UNREACHABLE}))
-	within(t, 20*time.Second, "c's part moved to a and b", cpu(map[string]float64{"a": 15, "b": 15}))
+	testutil.Eventually(t, 20*time.Second, "c unreachable", states(map[string]pelotonv1.ClusterState{"a": ready, "b": ready, "c": pelotonv1.ClusterState_CLUSTER_UNREACHABLE}))
+	testutil.Eventually(t, 20*time.Second, "c's part moved to a and b", cpu(map[string]float64{"a": 15, "b": 15}))
 	var ids []string
 	for i := range 10 {
 		resp, err := api.jobs.CreateFederatedJob(ctx(), &pelotonv1.CreateFederatedJobRequest{Spec: &pelotonv1.FederatedJobSpec{
@@ -217,7 +201,7 @@ func TestFederationOfProcesses(t *testing.T) {
 		}
 		ids = append(ids, resp.JobId)
 	}
-	within(t, 60*time.Second, "every job done in a or b while c is stopped", func() error {
+	testutil.Eventually(t, 60*time.Second, "every job done in a or b while c is stopped", func() error {
 		for _, id := range ids {
 			resp, err := api.jobs.GetFederatedJob(ctx(), &pelotonv1.GetFederatedJobRequest{JobId: id})
 			if err != nil {
@@ -234,8 +218,8 @@ func TestFederationOfProcesses(t *testing.T) {
 		return nil
 	})
 	clusters["c"].signal(t, syscall.SIGCONT)
-	within(t, 20*time.Second, "c back", states(map[string]pelotonv1.ClusterState{"c": ready}))
-	within(t, 20*time.Second, "c's part back", cpu(map[string]float64{"a": 10, "b": 10, "c": 10}))
+	testutil.Eventually(t, 20*time.Second, "c back", states(map[string]pelotonv1.ClusterState{"c": ready}))
+	testutil.Eventually(t, 20*time.Second, "c's part back", cpu(map[string]float64{"a": 10, "b": 10, "c": 10}))
 
 	// A federated service with failover, 30 instances over the three
 	// clusters: while b (killed below) is away past the toleration, its 10
@@ -267,23 +251,23 @@ func TestFederationOfProcesses(t *testing.T) {
 			return nil
 		}
 	}
-	within(t, 60*time.Second, "the service running 10/10/10", split(map[string]uint32{"a": 10, "b": 10, "c": 10}))
+	testutil.Eventually(t, 60*time.Second, "the service running 10/10/10", split(map[string]uint32{"a": 10, "b": 10, "c": 10}))
 
 	// A killed cluster is UNREACHABLE; the global pool changes meanwhile;
 	// restarted on another port it registers its new endpoint and gets its
 	// part of the changed pool.
 	clusters["b"].kill()
-	within(t, 20*time.Second, "b unreachable", states(map[string]pelotonv1.ClusterState{"b": pelotonv1.ClusterState_CLUSTER_UNREACHABLE}))
+	testutil.Eventually(t, 20*time.Second, "b unreachable", states(map[string]pelotonv1.ClusterState{"b": pelotonv1.ClusterState_CLUSTER_UNREACHABLE}))
 	if _, err := api.pools.UpdateFederatedPool(ctx(), &pelotonv1.UpdateFederatedPoolRequest{Path: "/team",
 		Spec: &pelotonv1.FederatedPoolSpec{Reservation: &pelotonv1.Resources{Cpu: 60}}}); err != nil {
 		t.Fatal(err)
 	}
-	within(t, 20*time.Second, "a and c share the pool", cpu(map[string]float64{"a": 30, "c": 30}))
-	within(t, 60*time.Second, "b's part of the service running in a and c", split(map[string]uint32{"a": 15, "c": 15}))
+	testutil.Eventually(t, 20*time.Second, "a and c share the pool", cpu(map[string]float64{"a": 30, "c": 30}))
+	testutil.Eventually(t, 60*time.Second, "b's part of the service running in a and c", split(map[string]uint32{"a": 15, "c": 15}))
 	clusters["b"] = startCluster("b", "east")
-	within(t, 30*time.Second, "b back", states(map[string]pelotonv1.ClusterState{"b": ready}))
-	within(t, 20*time.Second, "b repaired", cpu(map[string]float64{"a": 20, "b": 20, "c": 20}))
-	within(t, 90*time.Second, "the service back at 10/10/10", split(map[string]uint32{"a": 10, "b": 10, "c": 10}))
+	testutil.Eventually(t, 30*time.Second, "b back", states(map[string]pelotonv1.ClusterState{"b": ready}))
+	testutil.Eventually(t, 20*time.Second, "b repaired", cpu(map[string]float64{"a": 20, "b": 20, "c": 20}))
+	testutil.Eventually(t, 90*time.Second, "the service back at 10/10/10", split(map[string]uint32{"a": 10, "b": 10, "c": 10}))
 	got, err := api.clusters.GetCluster(ctx(), &pelotonv1.GetClusterRequest{Name: "b"})
 	if err != nil || got.Cluster.Endpoint != clusters["b"].addr {
 		t.Fatalf("b's registration after its restart: %v %v, want endpoint %s", got, err, clusters["b"].addr)
@@ -300,8 +284,8 @@ func TestFederationOfProcesses(t *testing.T) {
 	}
 	fed.kill()
 	fed = startDaemon(t, "federation", bin, "peloton federation is ready: grpc ", fedArgs...)
-	within(t, 30*time.Second, "every cluster READY after the federation's restart", states(map[string]pelotonv1.ClusterState{"a": ready, "b": ready, "c": ready}))
-	within(t, 60*time.Second, "the job created before the crash done", func() error {
+	testutil.Eventually(t, 30*time.Second, "every cluster READY after the federation's restart", states(map[string]pelotonv1.ClusterState{"a": ready, "b": ready, "c": ready}))
+	testutil.Eventually(t, 60*time.Second, "the job created before the crash done", func() error {
 		g, err := api.jobs.GetFederatedJob(ctx(), &pelotonv1.GetFederatedJobRequest{JobId: resp.JobId})
 		if err != nil {
 			return err
@@ -335,7 +319,7 @@ func TestFederationOfProcesses(t *testing.T) {
 	}
 	restJSON(t, http.MethodPost, fed.http+"/v1/federation/services", `{"job": {"name": "x", "type": "BATCH", "instanceCount": 1}}`,
 		http.StatusBadRequest, nil)
-	within(t, 60*time.Second, "the service's 6 instances running in three clusters", func() error {
+	testutil.Eventually(t, 60*time.Second, "the service's 6 instances running in three clusters", func() error {
 		g, err := api.services.GetFederatedService(ctx(), &pelotonv1.GetFederatedServiceRequest{ServiceId: created.ServiceID})
 		if err != nil {
 			return err
@@ -355,7 +339,7 @@ func TestFederationOfProcesses(t *testing.T) {
 		"defaultSpec": {"command": ["sleep", "3601"], "resources": {"cpu": 0.5, "memoryMb": 64}}},
 		"rollout": {"parallelClusters": 3, "update": {"batchSize": 1, "minReadySeconds": 1}}}`
 	restJSON(t, http.MethodPut, fed.http+"/v1/federation/services/"+created.ServiceID, update, http.StatusOK, nil)
-	within(t, 120*time.Second, "the rollout succeeded in every cluster", func() error {
+	testutil.Eventually(t, 120*time.Second, "the rollout succeeded in every cluster", func() error {
 		g, err := api.services.GetFederatedService(ctx(), &pelotonv1.GetFederatedServiceRequest{ServiceId: created.ServiceID})
 		if err != nil {
 			return err
@@ -374,7 +358,7 @@ func TestFederationOfProcesses(t *testing.T) {
 	}
 	restJSON(t, http.MethodPost, fed.http+"/v1/federation/services/"+created.ServiceID+":pause", "{}", http.StatusBadRequest, nil)
 	restJSON(t, http.MethodDelete, fed.http+"/v1/federation/services/"+created.ServiceID, "", http.StatusOK, nil)
-	within(t, 60*time.Second, "the service gone", func() error {
+	testutil.Eventually(t, 60*time.Second, "the service gone", func() error {
 		_, err := api.services.GetFederatedService(ctx(), &pelotonv1.GetFederatedServiceRequest{ServiceId: created.ServiceID})
 		if status.Code(err) != codes.NotFound {
 			return fmt.Errorf("still there: %v", err)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/peloton-sched/peloton/cluster/client"
 	"github.com/peloton-sched/peloton/internal/testing/etcdtest"
+	"github.com/peloton-sched/peloton/internal/testing/testutil"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
@@ -157,7 +158,7 @@ func TestFederatedServiceOfProcesses(t *testing.T) {
 		t.Cleanup(cancel)
 		return c
 	}
-	within(t, 30*time.Second, "three clusters READY", func() error {
+	testutil.Eventually(t, 30*time.Second, "three clusters READY", func() error {
 		resp, err := api.clusters.ListClusters(ctx(), &pelotonv1.ListClustersRequest{})
 		if err != nil {
 			return err
@@ -218,7 +219,7 @@ func TestFederatedServiceOfProcesses(t *testing.T) {
 			return nil
 		}
 	}
-	within(t, 90*time.Second, "30 instances healthy, 10 in each cluster", settled(1))
+	testutil.Eventually(t, 90*time.Second, "30 instances healthy, 10 in each cluster", settled(1))
 	jobs := map[string]string{}
 	for _, p := range get().Clusters {
 		jobs[p.Cluster] = p.ClusterJobId
@@ -234,7 +235,7 @@ func TestFederatedServiceOfProcesses(t *testing.T) {
 	waitRollout := func(want pelotonv1.RolloutState, d time.Duration) *pelotonv1.FederatedService {
 		t.Helper()
 		var s *pelotonv1.FederatedService
-		within(t, d, "rollout "+want.String(), func() error {
+		testutil.Eventually(t, d, "rollout "+want.String(), func() error {
 			s = get()
 			if st := s.Rollout.GetState(); st != want {
 				return fmt.Errorf("rollout %s (%s): %v", st, s.Rollout.GetMessage(), s.Rollout.GetSteps())
@@ -269,7 +270,7 @@ func TestFederatedServiceOfProcesses(t *testing.T) {
 	// resumed on the way.
 	watch := watchGlobalBudget(t, clis, jobs, 3)
 	v2 := rollout(2, &pelotonv1.RolloutSpec{ParallelClusters: 2, Update: updateSpec}).SpecVersion
-	within(t, 30*time.Second, "the canary's update made", func() error {
+	testutil.Eventually(t, 30*time.Second, "the canary's update made", func() error {
 		if s := stepsOf(get())["a"]; s.GetUpdateId() == "" {
 			return fmt.Errorf("step a: %v", s)
 		}
@@ -278,7 +279,7 @@ func TestFederatedServiceOfProcesses(t *testing.T) {
 	if _, err := api.services.PauseFederatedService(ctx(), &pelotonv1.PauseFederatedServiceRequest{ServiceId: id}); err != nil {
 		t.Fatal(err)
 	}
-	within(t, 30*time.Second, "the canary's update paused in its cluster", func() error {
+	testutil.Eventually(t, 30*time.Second, "the canary's update paused in its cluster", func() error {
 		st := stepsOf(get())["a"]
 		if st.GetUpdateId() == "" {
 			return fmt.Errorf("step a: %v", st)
@@ -307,7 +308,7 @@ func TestFederatedServiceOfProcesses(t *testing.T) {
 	if canaryEnd := st["a"].EndTime.AsTime(); st["b"].StartTime.AsTime().Before(canaryEnd) || st["c"].StartTime.AsTime().Before(canaryEnd) {
 		t.Errorf("b or c started before the canary a ended: %v", done.Rollout.Steps)
 	}
-	within(t, 30*time.Second, "every instance healthy at version 2", settled(v2))
+	testutil.Eventually(t, 30*time.Second, "every instance healthy at version 2", settled(v2))
 
 	// Version 3 fails its health checks in b: the order c, b, a is the
 	// user's; c goes first and succeeds, b fails, and both go back to
@@ -333,7 +334,7 @@ func TestFederatedServiceOfProcesses(t *testing.T) {
 	if got := commands(); fmt.Sprint(got) != "map[a:3602 b:3602 c:3602]" {
 		t.Errorf("commands after the rollback %v, want version 2's everywhere", got)
 	}
-	within(t, 60*time.Second, "every instance healthy at version 2 again", settled(v2))
+	testutil.Eventually(t, 60*time.Second, "every instance healthy at version 2 again", settled(v2))
 	if err := os.Remove(filepath.Join(failDir, jobs["b"])); err != nil {
 		t.Fatal(err)
 	}
@@ -345,7 +346,7 @@ func TestFederatedServiceOfProcesses(t *testing.T) {
 	// Version 4 aborted while its canary updates: the rollout stops, the
 	// update in the canary's cluster stops, the others are not touched.
 	rollout(4, &pelotonv1.RolloutSpec{Update: &pelotonv1.UpdateSpec{BatchSize: 1, MinReadySeconds: 2}})
-	within(t, 30*time.Second, "the canary updating", func() error {
+	testutil.Eventually(t, 30*time.Second, "the canary updating", func() error {
 		if s := stepsOf(get())["a"]; s.GetUpdateId() == "" {
 			return fmt.Errorf("step a: %v", s)
 		}
@@ -354,7 +355,7 @@ func TestFederatedServiceOfProcesses(t *testing.T) {
 	if _, err := api.services.AbortFederatedService(ctx(), &pelotonv1.AbortFederatedServiceRequest{ServiceId: id}); err != nil {
 		t.Fatal(err)
 	}
-	within(t, 30*time.Second, "the canary's update aborted in its cluster", func() error {
+	testutil.Eventually(t, 30*time.Second, "the canary's update aborted in its cluster", func() error {
 		s := get()
 		st := stepsOf(s)
 		if s.Rollout.State != pelotonv1.RolloutState_ROLLOUT_ABORTED || st["a"].State != pelotonv1.RolloutStepState_STEP_ABORTED {
@@ -378,7 +379,7 @@ func TestFederatedServiceOfProcesses(t *testing.T) {
 	// update goes on; the watch still sees no more than 3 down in all.
 	watch = watchGlobalBudget(t, clis, jobs, 3)
 	v5 := rollout(5, &pelotonv1.RolloutSpec{ParallelClusters: 2, Update: &pelotonv1.UpdateSpec{BatchSize: 3, MinReadySeconds: 1}}).SpecVersion
-	within(t, 60*time.Second, "every cluster's update under way", func() error {
+	testutil.Eventually(t, 60*time.Second, "every cluster's update under way", func() error {
 		for name, s := range stepsOf(get()) {
 			if s.UpdateId == "" {
 				return fmt.Errorf("step %s: %v", name, s)
@@ -401,7 +402,7 @@ func TestFederatedServiceOfProcesses(t *testing.T) {
 		return n, fallback
 	}
 	var atStop uint32
-	within(t, 60*time.Second, "the clusters falling back", func() error {
+	testutil.Eventually(t, 60*time.Second, "the clusters falling back", func() error {
 		n, fb := updated()
 		atStop = n
 		if fb == 0 {
@@ -409,7 +410,7 @@ func TestFederatedServiceOfProcesses(t *testing.T) {
 		}
 		return nil
 	})
-	within(t, 120*time.Second, "the updates going on without the federation", func() error {
+	testutil.Eventually(t, 120*time.Second, "the updates going on without the federation", func() error {
 		if n, _ := updated(); n < min(atStop+3, 30) {
 			return fmt.Errorf("%d instances updated, %d when the clusters fell back", n, atStop)
 		}
@@ -418,8 +419,8 @@ func TestFederatedServiceOfProcesses(t *testing.T) {
 	fed.signal(t, syscall.SIGCONT)
 	waitRollout(pelotonv1.RolloutState_ROLLOUT_SUCCEEDED, 4*time.Minute)
 	watch.check("rollout of version 5 across a stopped federation")
-	within(t, 60*time.Second, "every instance healthy at version 5", settled(v5))
-	within(t, 30*time.Second, "no cluster falling back", func() error {
+	testutil.Eventually(t, 60*time.Second, "every instance healthy at version 5", settled(v5))
+	testutil.Eventually(t, 30*time.Second, "no cluster falling back", func() error {
 		if _, fb := updated(); fb != 0 {
 			return fmt.Errorf("%d clusters still fall back", fb)
 		}

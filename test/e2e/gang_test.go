@@ -1,10 +1,12 @@
 package e2e
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/peloton-sched/peloton/internal/testing/testutil"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
@@ -26,41 +28,36 @@ func TestGangAllOrNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// For a while: no member may be launched, and they say why they wait.
-	deadline := time.Now().Add(2 * time.Second)
-	var reason string
-	for time.Now().Before(deadline) {
+	// No member may be launched, and they say why they wait: a member
+	// says so once the gang was tried and found not to fit, which (not a
+	// while of nothing) shows that starting none was the decision.
+	testutil.Eventually(t, 30*time.Second, "the gang's members say why they wait", func() error {
 		ts, err := s.tasks.ListTasks(ctx, &pelotonv1.ListTasksRequest{JobId: g.JobId})
 		if err != nil {
 			t.Fatal(err)
 		}
+		var reasons []string
 		for _, tk := range ts.Tasks {
 			switch tk.Status.State {
 			case pelotonv1.TaskState_LAUNCHED, pelotonv1.TaskState_RUNNING:
 				t.Fatalf("gang member %d started while the gang cannot fit", tk.InstanceId)
 			}
-			if tk.Status.PendingReason != "" {
-				reason = tk.Status.PendingReason
-			}
+			reasons = append(reasons, tk.Status.PendingReason)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if !strings.Contains(reason, "waiting") {
-		t.Fatalf("gang members should say why they wait, got %q", reason)
-	}
+		if !strings.Contains(strings.Join(reasons, "\n"), "waiting") {
+			return fmt.Errorf("pending reasons %q", reasons)
+		}
+		return nil
+	})
 	// Free the room: the whole gang starts.
 	if _, err := s.jobs.CancelJob(ctx, &pelotonv1.CancelJobRequest{JobId: blocker.JobId}); err != nil {
 		t.Fatal(err)
 	}
-	deadline = time.Now().Add(30 * time.Second)
-	for {
+	testutil.Eventually(t, 30*time.Second, "the whole gang runs", func() error {
 		j, _ := s.jobs.GetJob(ctx, &pelotonv1.GetJobRequest{JobId: g.JobId})
-		if j.Job.Status.TaskCounts["RUNNING"] == 3 {
-			break
+		if n := j.GetJob().GetStatus().GetTaskCounts()["RUNNING"]; n != 3 {
+			return fmt.Errorf("task counts %v", j.GetJob().GetStatus().GetTaskCounts())
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("gang never started: %v", j.Job.Status.TaskCounts)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 }

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/peloton-sched/peloton/internal/testing/testutil"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -59,8 +61,7 @@ func TestHelloEndToEnd(t *testing.T) {
 	if code, raw := s.rest("POST", "/v1/jobs", body, &created); code != 200 || created.JobID == "" {
 		t.Fatalf("POST /v1/jobs: %d %s", code, raw)
 	}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	testutil.Eventually(t, 60*time.Second, "the job succeeds, read over REST", func() error {
 		var got struct {
 			Job struct {
 				Status struct{ State string } `json:"status"`
@@ -70,14 +71,11 @@ func TestHelloEndToEnd(t *testing.T) {
 		if code != 200 {
 			t.Fatalf("GET job: %d %s", code, raw)
 		}
-		if got.Job.Status.State == "JOB_SUCCEEDED" {
-			break
+		if got.Job.Status.State != "JOB_SUCCEEDED" {
+			return fmt.Errorf("GET job: %s", raw)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("REST job never succeeded: %s", raw)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 	var tl struct {
 		Tasks []struct {
 			InstanceID int    `json:"instanceId"`
@@ -197,32 +195,28 @@ func TestCancelKillsProcesses(t *testing.T) {
 		t.Fatalf("deleting a running job: %v, want FailedPrecondition", err)
 	}
 	// Wait until every instance is RUNNING, so each wrote its pid.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testutil.Eventually(t, 30*time.Second, "every instance RUNNING", func() error {
 		j, _ := s.jobs.GetJob(ctxT(t), &pelotonv1.GetJobRequest{JobId: resp.JobId})
-		if j.Job.Status.TaskCounts["RUNNING"] == 3 {
-			break
+		if n := j.GetJob().GetStatus().GetTaskCounts()["RUNNING"]; n != 3 {
+			return fmt.Errorf("task counts %v", j.GetJob().GetStatus().GetTaskCounts())
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("instances not running: %v", j.Job.Status.TaskCounts)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 	var pids []int
 	for inst := uint32(0); inst < 3; inst++ {
 		tk, _ := s.tasks.GetTask(ctxT(t), &pelotonv1.GetTaskRequest{JobId: resp.JobId, InstanceId: inst})
 		pidFile := s.dataDir + "/tasks/" + tk.Task.TaskId + "/pid"
 		var pid int
-		for time.Now().Before(deadline) {
-			if b, err := os.ReadFile(pidFile); err == nil && len(b) > 1 {
-				pid = atoi(strings.TrimSpace(string(b)))
-				break
+		testutil.Eventually(t, 30*time.Second, "the pid file of "+tk.Task.TaskId, func() error {
+			b, err := os.ReadFile(pidFile)
+			if err == nil && len(b) <= 1 {
+				err = fmt.Errorf("%s: %q", pidFile, b)
 			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		if pid == 0 {
-			t.Fatalf("no pid file for %s", tk.Task.TaskId)
-		}
+			if err == nil {
+				pid = atoi(strings.TrimSpace(string(b)))
+			}
+			return err
+		})
 		pids = append(pids, pid)
 	}
 	if _, err := s.jobs.CancelJob(ctxT(t), &pelotonv1.CancelJobRequest{JobId: resp.JobId}); err != nil {
@@ -261,17 +255,13 @@ func TestCrashMidJobRecovers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testutil.Eventually(t, 30*time.Second, "both instances RUNNING", func() error {
 		j, _ := s.jobs.GetJob(ctxT(t), &pelotonv1.GetJobRequest{JobId: resp.JobId})
-		if j.Job.Status.TaskCounts["RUNNING"] == 2 {
-			break
+		if n := j.GetJob().GetStatus().GetTaskCounts()["RUNNING"]; n != 2 {
+			return fmt.Errorf("job status %v", j.GetJob().GetStatus())
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("never running: %v", j.Job.Status)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 	s.stop()
 	s2 := startStack(t, dir, stackOpts{})
 	s2.waitJob(resp.JobId, pelotonv1.JobState_JOB_SUCCEEDED, 60*time.Second)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/peloton-sched/peloton/cluster"
+	"github.com/peloton-sched/peloton/internal/testing/testutil"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
@@ -34,7 +35,7 @@ func TestHostAgentAndStackRestarts(t *testing.T) {
 	usage := func(s *stack, what, not string, after uint64) *pelotonv1.HostUsage {
 		t.Helper()
 		var u *pelotonv1.HostUsage
-		within(t, 30*time.Second, what, func() error {
+		testutil.Eventually(t, 30*time.Second, what, func() error {
 			h, err := s.hostNamed("local-0")
 			if err != nil {
 				return err

@@ -10,6 +10,7 @@ import (
 	"github.com/peloton-sched/peloton/cluster"
 	"github.com/peloton-sched/peloton/hostagent"
 	"github.com/peloton-sched/peloton/hostmgr"
+	"github.com/peloton-sched/peloton/internal/testing/testutil"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
@@ -49,14 +50,14 @@ func TestHostAgentReportsUsage(t *testing.T) {
 		return resp.Task.Status.Usage
 	}
 	// Loose bounds: the two cores are shared with the rest of the suite.
-	within(t, 30*time.Second, "the burning run seen using CPU, the holding run memory", func() error {
+	testutil.Eventually(t, 30*time.Second, "the burning run seen using CPU, the holding run memory", func() error {
 		b, h := usageOf(burn), usageOf(hold)
 		if b.GetCpu() < 0.3 || h.GetMemoryUsedMb() < 50 {
 			return fmt.Errorf("burn uses %.2f cores (want > 0.3), hold %d MiB (want > 50)", b.GetCpu(), h.GetMemoryUsedMb())
 		}
 		return nil
 	})
-	within(t, 10*time.Second, "the host's usage is its runs'", func() error {
+	testutil.Eventually(t, 10*time.Second, "the host's usage is its runs'", func() error {
 		h, err := s.hostNamed("local-0")
 		if err != nil {
 			return err
@@ -108,7 +109,7 @@ func TestQoSRevokesOnlyRevocableWork(t *testing.T) {
 	if err := os.WriteFile(gate, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	within(t, 60*time.Second, "the revocable run revoked", func() error {
+	testutil.Eventually(t, 60*time.Second, "the revocable run revoked", func() error {
 		resp, err := s.tasks.GetTask(ctxT(t), &pelotonv1.GetTaskRequest{JobId: rev, InstanceId: 0})
 		if err != nil {
 			return err

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/peloton-sched/peloton/hostmgr/kubernetes"
 	"github.com/peloton-sched/peloton/internal/metrics"
+	"github.com/peloton-sched/peloton/internal/testing/testutil"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
@@ -303,11 +305,12 @@ func (k *kubeStack) testGang(t *testing.T) {
 	gang := onSuite(sleeper("kube-gang", "/default", 3, 0.45), "gang")
 	gang.Sla = &pelotonv1.SlaSpec{MinimumRunningInstances: 3}
 	id := s.createJob(gang)
-	// Hold for a while: no member launched, no pod of the gang bound, and
-	// the members say why they wait.
-	deadline := time.Now().Add(2 * time.Second)
+	// No member launched, no pod of the gang bound, and the members say
+	// why they wait: a member says so once the gang was tried and found
+	// not to fit, which (not a while of nothing) shows that starting none
+	// was the decision.
 	var reason string
-	for time.Now().Before(deadline) {
+	testutil.Eventually(t, 30*time.Second, "the gang's members say why they wait", func() error {
 		ts, err := s.tasks.ListTasks(ctxT(t), &pelotonv1.ListTasksRequest{JobId: id})
 		if err != nil {
 			t.Fatal(err)
@@ -316,24 +319,24 @@ func (k *kubeStack) testGang(t *testing.T) {
 			if st := tk.Status.State; st == pelotonv1.TaskState_LAUNCHED || st == pelotonv1.TaskState_RUNNING {
 				t.Fatalf("gang member %d is %s while the gang cannot fit", tk.InstanceId, st)
 			}
-			if tk.Status.PendingReason != "" {
+			if strings.Contains(tk.Status.PendingReason, "waiting") {
 				reason = tk.Status.PendingReason
 			}
 		}
 		if pods := k.jobPods(t, id); boundPods(pods) > 0 {
 			t.Fatalf("a gang member's pod is bound while the gang cannot fit:%s", describePods(pods))
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if !strings.Contains(reason, "waiting") {
-		t.Errorf("gang members should say why they wait, last said %q", reason)
-	}
+		if reason == "" {
+			return errors.New("no member says it is waiting")
+		}
+		return nil
+	})
 	t.Logf("the gang waited: %s", reason)
 	// Room appears: one more node. Every member binds, and whenever a pod
 	// of the gang is bound, every member has been placed: the pods are read
 	// first, so that the tasks read after cannot be older.
 	k.addNodes(t, "gang-new", 1, "2", "gang", nil)
-	deadline = time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		pods := k.jobPods(t, id)
 		ts, err := s.tasks.ListTasks(ctxT(t), &pelotonv1.ListTasksRequest{JobId: id})
@@ -358,6 +361,8 @@ func (k *kubeStack) testGang(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("gang never started: %v", ts.Tasks)
 		}
+		// A sampling interval, not a wait: every sample checks that no pod
+		// is bound before all members are placed, so it samples densely.
 		time.Sleep(20 * time.Millisecond)
 	}
 }
@@ -534,6 +539,9 @@ func (k *kubeStack) testDaemonOnCordonedNode(t *testing.T) {
 		if time.Since(start) > time.Second {
 			reasons = append(reasons, st.PendingReason)
 		}
+		// Two seconds of samples, the scenario: the run must not start on
+		// the cordoned node however often placement tries, and the reasons of
+		// its second second are what the subtest below reads.
 		time.Sleep(100 * time.Millisecond)
 	}
 	if p := runPod(k.jobPods(t, id), inst, 2); p != nil {

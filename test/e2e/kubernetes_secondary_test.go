@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"errors"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/peloton-sched/peloton/cluster"
 	"github.com/peloton-sched/peloton/hostmgr/kubernetes"
 	"github.com/peloton-sched/peloton/internal/testing/kubetest"
+	"github.com/peloton-sched/peloton/internal/testing/testutil"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
@@ -103,21 +105,18 @@ func (k *kubeStack) appPods(t *testing.T) map[string]*corev1.Pod {
 // waitAppPods polls the apps pods until cond holds, or fails.
 func (k *kubeStack) waitAppPods(t *testing.T, what string, within time.Duration, cond func(map[string]*corev1.Pod) bool) map[string]*corev1.Pod {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		pods := k.appPods(t)
-		if cond(pods) {
-			return pods
+	var pods map[string]*corev1.Pod
+	testutil.Eventually(t, within, "apps pods: "+what, func() error {
+		if pods = k.appPods(t); cond(pods) {
+			return nil
 		}
-		if time.Now().After(deadline) {
-			var b strings.Builder
-			for _, p := range pods {
-				b.WriteString("\n  " + p.Name + " node=" + p.Spec.NodeName + " phase=" + string(p.Status.Phase) + " task=" + p.Annotations[kubernetes.AnnotationTaskID])
-			}
-			t.Fatalf("apps pods never reached: %s; they are:%s", what, b.String())
+		var b strings.Builder
+		for _, p := range pods {
+			b.WriteString("\n  " + p.Name + " node=" + p.Spec.NodeName + " phase=" + string(p.Status.Phase) + " task=" + p.Annotations[kubernetes.AnnotationTaskID])
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return errors.New("they are:" + b.String())
+	})
+	return pods
 }
 
 func podsRunning(names ...string) func(map[string]*corev1.Pod) bool {
@@ -136,22 +135,21 @@ func podsRunning(names ...string) func(map[string]*corev1.Pod) bool {
 func (k *kubeStack) foreignJob(t *testing.T, name string) *pelotonv1.Job {
 	t.Helper()
 	s := k.on(t)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	var job *pelotonv1.Job
+	testutil.Eventually(t, 30*time.Second, "a job named "+name, func() bool {
 		resp, err := s.jobs.ListJobs(ctxT(t), &pelotonv1.ListJobsRequest{Name: name})
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, j := range resp.Jobs {
 			if j.Spec.Name == name {
-				return j
+				job = j
+				return true
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no job named %q", name)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return false
+	})
+	return job
 }
 
 // testForeignPriority: two low-priority pods of a ReplicaSet fill the only
@@ -291,22 +289,20 @@ func (k *kubeStack) testForeignGang(t *testing.T) {
 	gang := map[string]string{kubernetes.AnnotationGangName: "train", kubernetes.AnnotationGangSize: "3"}
 	k.appPod(t, "train-0", "/apps", "sec-gang", 1000, gang, nil)
 	k.appPod(t, "train-1", "/apps", "sec-gang", 1000, gang, nil)
-	deadline := time.Now().Add(2 * time.Second)
-	for time.Now().Before(deadline) {
+	// kubectl (and an autoscaler) see why they wait: once both say so,
+	// the incomplete gang was looked at and held, and neither may have
+	// been bound at any poll on the way.
+	k.waitAppPods(t, "the waiting gang members marked unschedulable", 20*time.Second, func(pods map[string]*corev1.Pod) bool {
 		for _, n := range []string{"train-0", "train-1"} {
-			if p := k.appPods(t)[n]; p != nil && p.Spec.NodeName != "" {
+			if p := pods[n]; p != nil && p.Spec.NodeName != "" {
 				t.Fatalf("gang member %s bound with the gang incomplete", n)
 			}
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return unschedulableSaying(pods["train-0"], "gang train") && unschedulableSaying(pods["train-1"], "gang train")
+	})
 	if resp, err := s.jobs.ListJobs(ctxT(t), &pelotonv1.ListJobsRequest{Name: "Gang/train"}); err != nil || len(resp.Jobs) != 0 {
 		t.Fatalf("a job for an incomplete gang: %v, %v", resp, err)
 	}
-	// kubectl (and an autoscaler) see why they wait.
-	k.waitAppPods(t, "the waiting gang members marked unschedulable", 20*time.Second, func(pods map[string]*corev1.Pod) bool {
-		return unschedulableSaying(pods["train-0"], "gang train") && unschedulableSaying(pods["train-1"], "gang train")
-	})
 	k.appPod(t, "train-2", "/apps", "sec-gang", 1000, gang, nil)
 	k.waitAppPods(t, "the whole gang running", 60*time.Second, podsRunning("train-0", "train-1", "train-2"))
 	j := k.foreignJob(t, appsNamespace+"/Gang/train")
@@ -319,24 +315,19 @@ func (k *kubeStack) testForeignGang(t *testing.T) {
 // unbound, and its owner is told why.
 func (k *kubeStack) testForeignBadPool(t *testing.T) {
 	k.appPod(t, "lost", "/no/such/pool", "sec-bare", 100, nil, nil)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testutil.Eventually(t, 30*time.Second, "an event on a pod whose pool does not exist", func() bool {
 		evs, err := k.kc.Client.CoreV1().Events(appsNamespace).List(ctxT(t), metav1.ListOptions{FieldSelector: "involvedObject.name=lost"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(evs.Items) > 0 {
-			ev := evs.Items[0]
-			if ev.Reason != kubernetes.EventReasonFailedScheduling || !strings.Contains(ev.Message, "peloton.io/pool") {
-				t.Errorf("event on the pod: %s %q", ev.Reason, ev.Message)
-			}
-			break
+		if len(evs.Items) == 0 {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("no event on a pod whose pool does not exist")
+		if ev := evs.Items[0]; ev.Reason != kubernetes.EventReasonFailedScheduling || !strings.Contains(ev.Message, "peloton.io/pool") {
+			t.Errorf("event on the pod: %s %q", ev.Reason, ev.Message)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return true
+	})
 	if p := k.appPods(t)["lost"]; p == nil || p.Spec.NodeName != "" {
 		t.Errorf("the pod with a bad pool: %+v", p)
 	}

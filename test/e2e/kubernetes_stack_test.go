@@ -15,6 +15,7 @@ import (
 	"github.com/peloton-sched/peloton/cluster"
 	"github.com/peloton-sched/peloton/hostmgr/kubernetes"
 	"github.com/peloton-sched/peloton/internal/testing/kubetest"
+	"github.com/peloton-sched/peloton/internal/testing/testutil"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
@@ -72,8 +73,7 @@ func (k *kubeStack) addNodes(t *testing.T, prefix string, count int, cpu, suite 
 		t.Fatal(err)
 	}
 	s := k.on(t)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testutil.Eventually(t, 20*time.Second, fmt.Sprintf("the nodes %v offered as hosts", names), func() error {
 		hl, err := s.hosts.ListHosts(ctxT(t), &pelotonv1.ListHostsRequest{})
 		if err != nil {
 			t.Fatal(err)
@@ -88,14 +88,12 @@ func (k *kubeStack) addNodes(t *testing.T, prefix string, count int, cpu, suite 
 				missing++
 			}
 		}
-		if missing == 0 {
-			return names
+		if missing > 0 {
+			return fmt.Errorf("%d missing: %v", missing, hl.Hosts)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of the nodes %v not offered as hosts: %v", missing, names, hl.Hosts)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
+	return names
 }
 
 // onSuite makes spec's tasks run only on the nodes of one suite.
@@ -151,20 +149,17 @@ func describePods(pods []corev1.Pod) string {
 	return b.String()
 }
 
-// waitPods polls a job's pods until cond holds, or fails with them.
+// waitPods waits until cond holds for a job's pods, or fails with them.
 func (k *kubeStack) waitPods(t *testing.T, jobID, what string, within time.Duration, cond func([]corev1.Pod) bool) []corev1.Pod {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		pods := k.jobPods(t, jobID)
-		if cond(pods) {
-			return pods
+	var pods []corev1.Pod
+	testutil.Eventually(t, within, fmt.Sprintf("pods of job %s: %s", jobID, what), func() error {
+		if pods = k.jobPods(t, jobID); cond(pods) {
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pods of job %s never reached: %s; they are:%s", jobID, what, describePods(pods))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return fmt.Errorf("they are:%s", describePods(pods))
+	})
+	return pods
 }
 
 // checkRunPods checks that every task runs in its own pod: the pod of its

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/peloton-sched/peloton/internal/testing/testutil"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
@@ -70,7 +71,7 @@ defaultSpec:
 	}
 	// The first readings have no P99 (the run not yet seen, the server
 	// not yet up, the first scrape); then every window's is the same.
-	within(t, 45*time.Second, "the histogram service's P99", func() error {
+	testutil.Eventually(t, 45*time.Second, "the histogram service's P99", func() error {
 		u := usageOf(hist)
 		p := u.GetLatencyP99Seconds()
 		if p == 0 {
@@ -90,7 +91,7 @@ defaultSpec:
 		t.Errorf("task get shows no P99 of 375ms:\n%s", out)
 	}
 
-	within(t, 30*time.Second, "the silent service's latency error", func() error {
+	testutil.Eventually(t, 30*time.Second, "the silent service's latency error", func() error {
 		u := usageOf(silent)
 		if u.GetLatencyP99Seconds() != 0 {
 			t.Fatalf("a service serving nothing has a P99: usage %v", u)

@@ -265,6 +265,8 @@ func TestPostgresArchiveRestartUnderLoad(t *testing.T) {
 	for i := before; i < before+40; i++ {
 		create(i)
 	}
+	// Readable all through four seconds of the archive being down: the
+	// length of the outage is the scenario, sampled twice a second.
 	deadline := time.Now().Add(4 * time.Second)
 	for time.Now().Before(deadline) {
 		readable(true)

@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/peloton-sched/peloton/internal/metrics"
+	peltest "github.com/peloton-sched/peloton/internal/testing/testutil"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
@@ -25,39 +28,35 @@ func spreadJob(name string, n uint32, command []string, grace uint32) *pelotonv1
 // waitTasks polls a job's tasks until cond holds, or fails with them.
 func (s *stack) waitTasks(id, what string, within time.Duration, cond func([]*pelotonv1.Task) bool) []*pelotonv1.Task {
 	s.t.Helper()
-	deadline := time.Now().Add(within)
-	for {
+	var tasks []*pelotonv1.Task
+	peltest.Eventually(s.t, within, fmt.Sprintf("job %s: %s", id, what), func() error {
 		resp, err := s.tasks.ListTasks(context.Background(), &pelotonv1.ListTasksRequest{JobId: id})
 		if err != nil {
 			s.t.Fatal(err)
 		}
-		if cond(resp.Tasks) {
-			return resp.Tasks
+		if tasks = resp.Tasks; cond(tasks) {
+			return nil
 		}
-		if time.Now().After(deadline) {
-			for _, tk := range resp.Tasks {
-				s.t.Logf("instance %d: %s on %q run %d: %s %s (pending: %s)", tk.InstanceId, tk.Status.State, tk.Status.Host, tk.Status.RunId, tk.Status.Reason, tk.Status.Message, tk.Status.PendingReason)
-			}
-			s.t.Fatalf("job %s never reached: %s", id, what)
+		var b strings.Builder
+		for _, tk := range tasks {
+			fmt.Fprintf(&b, "\ninstance %d: %s on %q run %d: %s %s (pending: %s)", tk.InstanceId, tk.Status.State, tk.Status.Host, tk.Status.RunId, tk.Status.Reason, tk.Status.Message, tk.Status.PendingReason)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return errors.New("tasks:" + b.String())
+	})
+	return tasks
 }
 
 // waitHost polls until cond holds for the named host, or fails with it.
 func (s *stack) waitHost(name, what string, within time.Duration, cond func(*pelotonv1.Host) bool) *pelotonv1.Host {
 	s.t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		h := s.host(name)
-		if cond(h) {
-			return h
+	var h *pelotonv1.Host
+	peltest.Eventually(s.t, within, fmt.Sprintf("host %s: %s", name, what), func() error {
+		if h = s.host(name); cond(h) {
+			return nil
 		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("host %s never reached: %s; it is %v", name, what, h)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return fmt.Errorf("it is %v", h)
+	})
+	return h
 }
 
 func (s *stack) host(name string) *pelotonv1.Host {

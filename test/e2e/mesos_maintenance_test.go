@@ -13,6 +13,7 @@ import (
 	"github.com/peloton-sched/peloton/cluster/client"
 	"github.com/peloton-sched/peloton/hostmgr/mesos/mesostest"
 	"github.com/peloton-sched/peloton/internal/testing/etcdtest"
+	"github.com/peloton-sched/peloton/internal/testing/testutil"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
@@ -66,7 +67,7 @@ func TestMesosGangAndMaintenance(t *testing.T) {
 	gang := create(&pelotonv1.JobSpec{Name: "mesos-gang", Type: pelotonv1.JobType_BATCH, Pool: "/default", InstanceCount: 4,
 		Sla:         &pelotonv1.SlaSpec{MinimumRunningInstances: 4},
 		DefaultSpec: &pelotonv1.TaskSpec{Command: []string{"sleep", "0.3"}, Resources: res}})
-	within(t, 60*time.Second, "the gang succeeds", func() error {
+	testutil.Eventually(t, 60*time.Second, "the gang succeeds", func() error {
 		j, err := api.Jobs.GetJob(ctx(), &pelotonv1.GetJobRequest{JobId: gang})
 		if err != nil {
 			return err
@@ -114,7 +115,7 @@ func TestMesosGangAndMaintenance(t *testing.T) {
 		return out, nil
 	}
 	var before map[string]string
-	within(t, 60*time.Second, "the service runs", func() (err error) { before, err = runsOn(); return err })
+	testutil.Eventually(t, 60*time.Second, "the service runs", func() (err error) { before, err = runsOn(); return err })
 	var agent string
 	for _, a := range before {
 		agent = a
@@ -137,7 +138,7 @@ func TestMesosGangAndMaintenance(t *testing.T) {
 	if err := master.ScheduleMaintenance(agent, time.Now().Add(time.Hour), time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	within(t, 60*time.Second, host+" drained by the maintenance window", func() error {
+	testutil.Eventually(t, 60*time.Second, host+" drained by the maintenance window", func() error {
 		h, err := hostState()
 		if err != nil {
 			return err
@@ -150,7 +151,7 @@ func TestMesosGangAndMaintenance(t *testing.T) {
 		}
 		return nil
 	})
-	within(t, 60*time.Second, "the service runs again, none on "+agent, func() error {
+	testutil.Eventually(t, 60*time.Second, "the service runs again, none on "+agent, func() error {
 		after, err := runsOn()
 		if err != nil {
 			return err
@@ -162,7 +163,7 @@ func TestMesosGangAndMaintenance(t *testing.T) {
 		}
 		return nil
 	})
-	within(t, 30*time.Second, "the inverse offer accepted", func() error {
+	testutil.Eventually(t, 30*time.Second, "the inverse offer accepted", func() error {
 		if n := len(master.AcceptedInverseOffers()); n != 1 {
 			return fmt.Errorf("%d inverse offers accepted", n)
 		}
@@ -172,7 +173,7 @@ func TestMesosGangAndMaintenance(t *testing.T) {
 	if err := master.EndMaintenance(agent); err != nil {
 		t.Fatal(err)
 	}
-	within(t, 60*time.Second, host+" back in service", func() error {
+	testutil.Eventually(t, 60*time.Second, host+" back in service", func() error {
 		h, err := hostState()
 		if err != nil {
 			return err

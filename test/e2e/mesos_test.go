@@ -13,6 +13,7 @@ import (
 	"github.com/peloton-sched/peloton/cluster/client"
 	"github.com/peloton-sched/peloton/hostmgr/mesos/mesostest"
 	"github.com/peloton-sched/peloton/internal/testing/etcdtest"
+	"github.com/peloton-sched/peloton/internal/testing/testutil"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
@@ -115,10 +116,10 @@ func TestMesosStack(t *testing.T) {
 	}
 	stateful := create(&pelotonv1.JobSpec{Name: "mesos-db", Type: pelotonv1.JobType_STATEFUL, Pool: "/db", InstanceCount: 1,
 		DefaultSpec: &pelotonv1.TaskSpec{Command: []string{"sleep", "3600"}, Resources: res, Volume: &pelotonv1.VolumeSpec{SizeMb: 10}}})
-	within(t, 60*time.Second, "the batch job succeeds", jobState(batch, pelotonv1.JobState_JOB_SUCCEEDED))
+	testutil.Eventually(t, 60*time.Second, "the batch job succeeds", jobState(batch, pelotonv1.JobState_JOB_SUCCEEDED))
 	var before, dbBefore []string
-	within(t, 60*time.Second, "the service runs", func() (err error) { before, err = running(service, 3); return err })
-	within(t, 60*time.Second, "the stateful instance runs", func() (err error) { dbBefore, err = running(stateful, 1); return err })
+	testutil.Eventually(t, 60*time.Second, "the service runs", func() (err error) { before, err = running(service, 3); return err })
+	testutil.Eventually(t, 60*time.Second, "the stateful instance runs", func() (err error) { dbBefore, err = running(stateful, 1); return err })
 	for _, id := range before {
 		if s, _, ok := master.TaskState(id); !ok || s != mesosv1.TASK_RUNNING {
 			t.Fatalf("the master has %s as %v (known: %v), want TASK_RUNNING", id, s, ok)
@@ -138,14 +139,14 @@ func TestMesosStack(t *testing.T) {
 		t.Fatalf("after the restart: framework %s, %d subscriptions; want %s subscribed again", got, master.Subscriptions(), frameworkID)
 	}
 	var after []string
-	within(t, 60*time.Second, "the service runs after the restart", func() (err error) { after, err = running(service, 3); return err })
+	testutil.Eventually(t, 60*time.Second, "the service runs after the restart", func() (err error) { after, err = running(service, 3); return err })
 	if strings.Join(after, ",") != strings.Join(before, ",") {
 		t.Errorf("service runs %v after the restart, want the same runs %v", after, before)
 	}
 	if dbAfter, err := running(stateful, 1); err != nil || dbAfter[0] != dbBefore[0] {
 		t.Errorf("stateful run %v (%v) after the restart, want %v", dbAfter, err, dbBefore)
 	}
-	within(t, 30*time.Second, "the master holds the service's 3 runs, the stateful one, and nothing else running", func() error {
+	testutil.Eventually(t, 30*time.Second, "the master holds the service's 3 runs, the stateful one, and nothing else running", func() error {
 		if n := master.Running(); n != 4 {
 			return fmt.Errorf("%d tasks running in the master (%v)", n, master.Tasks())
 		}
@@ -157,13 +158,13 @@ func TestMesosStack(t *testing.T) {
 	// The restarted stack launches and kills.
 	again := create(&pelotonv1.JobSpec{Name: "mesos-batch-2", Type: pelotonv1.JobType_BATCH, Pool: "/default", InstanceCount: 5,
 		DefaultSpec: &pelotonv1.TaskSpec{Command: []string{"true"}, Resources: res}})
-	within(t, 60*time.Second, "a batch job after the restart succeeds", jobState(again, pelotonv1.JobState_JOB_SUCCEEDED))
+	testutil.Eventually(t, 60*time.Second, "a batch job after the restart succeeds", jobState(again, pelotonv1.JobState_JOB_SUCCEEDED))
 	for _, id := range []string{service, stateful} {
 		if _, err := api.Jobs.CancelJob(ctx(), &pelotonv1.CancelJobRequest{JobId: id}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	within(t, 60*time.Second, "the service's tasks are killed in Mesos", func() error {
+	testutil.Eventually(t, 60*time.Second, "the service's tasks are killed in Mesos", func() error {
 		if n := master.Running(); n != 0 {
 			return fmt.Errorf("%d tasks still running", n)
 		}

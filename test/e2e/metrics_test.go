@@ -14,6 +14,7 @@ import (
 
 	"github.com/peloton-sched/peloton/cluster/client"
 	"github.com/peloton-sched/peloton/internal/testing/promcheck"
+	"github.com/peloton-sched/peloton/internal/testing/testutil"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
@@ -113,7 +114,7 @@ func TestMetricsMatchTheDocs(t *testing.T) {
 		return true
 	}
 	start := scrape(t, url)
-	within(t, 10*time.Second, "the metrics without data labels in /metrics before any work", func() error {
+	testutil.Eventually(t, 10*time.Second, "the metrics without data labels in /metrics before any work", func() error {
 		if m := missing(rows, start, func(r promcheck.DocMetric) bool { return !dataFree(r) }); len(m) > 0 {
 			start = scrape(t, url)
 			return fmt.Errorf("missing %v", m)
@@ -150,7 +151,7 @@ func TestMetricsMatchTheDocs(t *testing.T) {
 		t.Fatalf("CreateJob of the service: %v", err)
 	}
 	var fams map[string]promcheck.Family
-	within(t, 60*time.Second, "every documented metric in /metrics", func() error {
+	testutil.Eventually(t, 60*time.Second, "every documented metric in /metrics", func() error {
 		fams = scrape(t, url)
 		if m := missing(rows, fams, func(promcheck.DocMetric) bool { return false }); len(m) > 0 {
 			return fmt.Errorf("missing %v", m)

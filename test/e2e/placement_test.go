@@ -1,10 +1,12 @@
 package e2e
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/peloton-sched/peloton/internal/testing/testutil"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 	"google.golang.org/grpc/codes"
 )
@@ -36,20 +38,18 @@ func TestPlacementConstraintsEndToEnd(t *testing.T) {
 		hostZone[h.Name] = h.Labels["zone"]
 	}
 	running := func(id string, n int) []*pelotonv1.Task {
-		deadline := time.Now().Add(30 * time.Second)
-		for {
+		var tasks []*pelotonv1.Task
+		testutil.Eventually(t, 30*time.Second, fmt.Sprintf("job %s: %d running", id, n), func() error {
 			ts, err := s.tasks.ListTasks(ctx, &pelotonv1.ListTasksRequest{JobId: id, States: []pelotonv1.TaskState{pelotonv1.TaskState_RUNNING}})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(ts.Tasks) == n {
-				return ts.Tasks
+			if tasks = ts.Tasks; len(tasks) != n {
+				return fmt.Errorf("%d running", len(tasks))
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("job %s: %d running, want %d", id, len(ts.Tasks), n)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return nil
+		})
+		return tasks
 	}
 	zones := map[string]bool{}
 	hosts := map[string]bool{}
@@ -68,16 +68,23 @@ func TestPlacementConstraintsEndToEnd(t *testing.T) {
 		}
 		hosts[tk.Status.Host] = true
 	}
-	time.Sleep(500 * time.Millisecond)
-	tk, err := s.tasks.GetTask(ctx, &pelotonv1.GetTaskRequest{JobId: never, InstanceId: 0})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if tk.Task.Status.State != pelotonv1.TaskState_PENDING || !strings.Contains(tk.Task.Status.PendingReason, "cannot be placed") ||
-		!strings.Contains(tk.Task.Status.PendingReason, "mars") {
-		t.Fatalf("a task no host can take: %s %q", tk.Task.Status.State, tk.Task.Status.PendingReason)
-	}
+	// The task no host can take is held once placement has tried it,
+	// and says why.
+	var tk *pelotonv1.GetTaskResponse
+	testutil.Eventually(t, 30*time.Second, "a task no host can take held as unplaceable", func() error {
+		var err error
+		if tk, err = s.tasks.GetTask(ctx, &pelotonv1.GetTaskRequest{JobId: never, InstanceId: 0}); err != nil {
+			t.Fatal(err)
+		}
+		if st := tk.Task.Status; st.State != pelotonv1.TaskState_PENDING || !strings.Contains(st.PendingReason, "cannot be placed") ||
+			!strings.Contains(st.PendingReason, "mars") {
+			return fmt.Errorf("%s %q", st.State, st.PendingReason)
+		}
+		return nil
+	})
 	// Not retried hot: it stays held rather than cycling through placement.
+	// A while, not an event: a held task shows no count of the rounds
+	// that passed it over.
 	placedBefore := tk.Task.Status.PendingReason
 	time.Sleep(500 * time.Millisecond)
 	tk, _ = s.tasks.GetTask(ctx, &pelotonv1.GetTaskRequest{JobId: never, InstanceId: 0})
@@ -85,7 +92,7 @@ func TestPlacementConstraintsEndToEnd(t *testing.T) {
 		t.Fatalf("unresolvable task changed: %s %q", tk.Task.Status.State, tk.Task.Status.PendingReason)
 	}
 	// Bad constraints are refused at submission, naming the field.
-	_, err = s.jobs.CreateJob(ctx, &pelotonv1.CreateJobRequest{Spec: &pelotonv1.JobSpec{
+	_, err := s.jobs.CreateJob(ctx, &pelotonv1.CreateJobRequest{Spec: &pelotonv1.JobSpec{
 		Name: "bad", Type: pelotonv1.JobType_BATCH, Pool: "/default", InstanceCount: 1,
 		DefaultSpec: &pelotonv1.TaskSpec{Command: []string{"true"}, Resources: &pelotonv1.Resources{Cpu: 1, MemoryMb: 64},
 			Placement: &pelotonv1.PlacementSpec{Constraints: []*pelotonv1.Constraint{{Label: "zone", Op: pelotonv1.ConstraintOp_EQUALS}}}}}})

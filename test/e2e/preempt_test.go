@@ -2,10 +2,14 @@ package e2e
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/peloton-sched/peloton/internal/metrics"
+	peltest "github.com/peloton-sched/peloton/internal/testing/testutil"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -16,30 +20,27 @@ func sleeper(name, pool string, n uint32, cpu float64) *pelotonv1.JobSpec {
 			Resources: &pelotonv1.Resources{Cpu: cpu, MemoryMb: 16}, KillGracePeriodSeconds: 1}}
 }
 
-// poolState waits until cond holds for the pools' status, or fails with it.
+// waitPools waits until cond holds for the pools' status, or fails with it.
 func (s *stack) waitPools(what string, within time.Duration, cond func(map[string]*pelotonv1.Pool) bool) map[string]*pelotonv1.Pool {
 	s.t.Helper()
-	deadline := time.Now().Add(within)
-	for {
+	var m map[string]*pelotonv1.Pool
+	peltest.Eventually(s.t, within, "pools: "+what, func() error {
 		resp, err := s.pools.ListPools(context.Background(), &pelotonv1.ListPoolsRequest{})
 		if err != nil {
 			s.t.Fatal(err)
 		}
-		m := map[string]*pelotonv1.Pool{}
+		m = map[string]*pelotonv1.Pool{}
+		var b strings.Builder
 		for _, p := range resp.Pools {
 			m[p.Path] = p
+			fmt.Fprintf(&b, "\n%s: %v", p.Path, p.Status)
 		}
 		if cond(m) {
-			return m
+			return nil
 		}
-		if time.Now().After(deadline) {
-			for _, p := range resp.Pools {
-				s.t.Logf("%s: %v", p.Path, p.Status)
-			}
-			s.t.Fatalf("pools never reached: %s", what)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return errors.New("they are:" + b.String())
+	})
+	return m
 }
 
 // TestReclaimPreemptionEndToEnd: three pools share a 6-CPU cluster of real
@@ -105,7 +106,9 @@ func TestReclaimPreemptionEndToEnd(t *testing.T) {
 	if preempted != 4 {
 		t.Fatalf("%d instances of /p2 preempted, want 4", preempted)
 	}
-	// Settled: no more preemptions over the next seconds.
+	// Settled: no more preemptions over the next seconds. The resource
+	// manager shows no count of its rounds to wait for instead, so this
+	// holds a while in which a wrong preemption would have happened.
 	time.Sleep(3 * time.Second)
 	tasks2, _ := s.tasks.ListTasks(ctx, &pelotonv1.ListTasksRequest{JobId: j2.JobId})
 	for i, tk := range tasks2.Tasks {

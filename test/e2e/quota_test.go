@@ -46,7 +46,9 @@ func TestStoreQuotaGuard(t *testing.T) {
 		if _, err := cli.Put(ctxT(t), fmt.Sprintf("%sbulk/%04d", cluster.ClusterPrefix("local"), puts), bulk); err != nil {
 			t.Fatalf("bulk put %d refused by etcd before Peloton refused creates: %v", puts, err)
 		}
-		// A reading of the guard between two puts.
+		// A reading of the guard between two puts: it reads etcd's size
+		// on its own period, and the size it publishes need not change
+		// with one put, so there is no reading to wait for.
 		time.Sleep(200 * time.Millisecond)
 		_, err := s.jobs.CreateJob(ctxT(t), &pelotonv1.CreateJobRequest{Spec: batch(fmt.Sprintf("probe-%d", puts), 1, "sleep", "0.01")})
 		switch {

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/peloton-sched/peloton/internal/metrics"
+	"github.com/peloton-sched/peloton/internal/testing/testutil"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
@@ -40,42 +42,41 @@ func allRunning(n int) func([]*pelotonv1.Task) bool {
 	}
 }
 
-// waitUpdate polls an update until it reaches want, failing on another
-// terminal state or the deadline. While it waits, check (if set) sees every
-// poll of the job's tasks.
+// waitUpdate waits until an update reaches want, failing at once on
+// another terminal state. While it waits, check (if set) sees every poll of
+// the job's tasks.
 func (s *stack) waitUpdate(id string, want pelotonv1.UpdateState, within time.Duration, check func([]*pelotonv1.Task)) *pelotonv1.Update {
 	s.t.Helper()
-	deadline := time.Now().Add(within)
 	var last *pelotonv1.Update
-	for time.Now().Before(deadline) {
+	testutil.Eventually(s.t, within, fmt.Sprintf("update %s %s", id, want), func() error {
 		resp, err := s.updates.GetUpdate(context.Background(), &pelotonv1.GetUpdateRequest{UpdateId: id})
 		if err != nil {
 			s.t.Fatalf("GetUpdate: %v", err)
 		}
 		last = resp.Update
+		ts, err := s.tasks.ListTasks(context.Background(), &pelotonv1.ListTasksRequest{JobId: last.JobId})
+		if err != nil {
+			s.t.Fatal(err)
+		}
 		if check != nil {
-			ts, err := s.tasks.ListTasks(context.Background(), &pelotonv1.ListTasksRequest{JobId: last.JobId})
-			if err != nil {
-				s.t.Fatal(err)
-			}
 			check(ts.Tasks)
 		}
 		st := last.Status.State
 		if st == want {
-			return last
+			return nil
 		}
 		switch st {
 		case pelotonv1.UpdateState_UPDATE_SUCCEEDED, pelotonv1.UpdateState_UPDATE_FAILED, pelotonv1.UpdateState_UPDATE_ROLLED_BACK, pelotonv1.UpdateState_UPDATE_ABORTED:
 			s.t.Fatalf("update %s is %s, want %s: %v", id, st, want, last.Status)
 		}
-		time.Sleep(25 * time.Millisecond)
-	}
-	ts, _ := s.tasks.ListTasks(context.Background(), &pelotonv1.ListTasksRequest{JobId: last.GetJobId()})
-	for _, tk := range ts.GetTasks() {
-		s.t.Logf("instance %d: %s v%d run %d on %s: %s %s", tk.InstanceId, tk.Status.State, tk.Status.SpecVersion, tk.Status.RunId, tk.Status.Host, tk.Status.Reason, tk.Status.Message)
-	}
-	s.t.Fatalf("update %s: %v, want %s", id, last.GetStatus(), want)
-	return nil
+		var b strings.Builder
+		fmt.Fprintf(&b, "%v", last.Status)
+		for _, tk := range ts.Tasks {
+			fmt.Fprintf(&b, "\ninstance %d: %s v%d run %d on %s: %s %s", tk.InstanceId, tk.Status.State, tk.Status.SpecVersion, tk.Status.RunId, tk.Status.Host, tk.Status.Reason, tk.Status.Message)
+		}
+		return errors.New(b.String())
+	})
+	return last
 }
 
 func (s *stack) startUpdate(jobID string, spec *pelotonv1.JobSpec, us *pelotonv1.UpdateSpec) *pelotonv1.Update {
@@ -222,20 +223,16 @@ func TestUpdateSurvivesRestart(t *testing.T) {
 	next := proto.Clone(spec).(*pelotonv1.JobSpec)
 	next.DefaultSpec.Command = []string{"sleep", "302"}
 	u := s.startUpdate(id, next, &pelotonv1.UpdateSpec{BatchSize: 1, MinReadySeconds: 1})
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	testutil.Eventually(t, 60*time.Second, "the update's first instance done", func() error {
 		g, err := s.updates.GetUpdate(ctxT(t), &pelotonv1.GetUpdateRequest{UpdateId: u.Id})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if g.Update.Status.InstancesDone >= 1 {
-			break
+		if g.Update.Status.InstancesDone < 1 {
+			return fmt.Errorf("no progress: %v", g.Update.Status)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("update made no progress: %v", g.Update.Status)
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
+		return nil
+	})
 	s.stop()
 	s2 := startStack(t, dir, stackOpts{hosts: 2})
 	done := s2.waitUpdate(u.Id, pelotonv1.UpdateState_UPDATE_SUCCEEDED, 120*time.Second, nil)

@@ -109,6 +109,9 @@ func TestTwoEnginesNeverDoubleBook(t *testing.T) {
 			}
 		}
 		samples++
+		// A sampling interval, not a wait: the check above runs as often
+		// as this allows while the engines race (Eventually's longer
+		// polls would take fewer samples).
 		time.Sleep(10 * time.Millisecond)
 	}
 	if samples < 5 {

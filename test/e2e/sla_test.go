@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/peloton-sched/peloton/internal/testing/testutil"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 	"github.com/peloton-sched/peloton/sla"
 	"google.golang.org/protobuf/proto"
@@ -145,20 +146,19 @@ func (s *stack) getUpdate(id string) *pelotonv1.Update {
 	return resp.Update
 }
 
-// waitFor polls cond (checking the job's budget on every poll) until it
-// holds, failing the test at the deadline.
+// waitFor waits until cond holds, checking the job's budget on every poll
+// that finds it does not.
 func (s *stack) waitFor(what string, within time.Duration, w *budgetWatch, jobID string, cond func() bool) {
 	s.t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
+	testutil.Eventually(s.t, within, what, func() bool {
+		if cond() {
+			return true
+		}
 		if w != nil {
 			w.check(s.listTasks(jobID))
 		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("never: %s (waited %v)", what, within)
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
+		return false
+	})
 }
 
 // waitNoActiveUpdate waits until no update of the job is in progress (a

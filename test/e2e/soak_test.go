@@ -172,6 +172,8 @@ func TestSoak(t *testing.T) {
 			counts["kill -9 and restart"]++
 		}
 		check()
+		// The soak's pace: a random gap between two disturbances is
+		// the scenario, not a wait for anything.
 		time.Sleep(time.Duration(200+rng.IntN(800)) * time.Millisecond)
 	}
 	// Return both hosts so that everything can finish, then check the runs.

@@ -20,6 +20,7 @@ import (
 
 	"github.com/peloton-sched/peloton/cluster"
 	"github.com/peloton-sched/peloton/cluster/client"
+	"github.com/peloton-sched/peloton/internal/testing/testutil"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 	"github.com/peloton-sched/peloton/sla"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -173,29 +174,31 @@ func loadSpec(t *testing.T, path string) *pelotonv1.JobSpec {
 
 func repoPath(rel string) string { return filepath.Join("..", "..", rel) }
 
-// waitJob polls until the job reaches want or a terminal state, with a deadline.
+// waitJob waits until the job reaches want, failing at once if it ends
+// in another state.
 func (s *stack) waitJob(id string, want pelotonv1.JobState, within time.Duration) *pelotonv1.Job {
 	s.t.Helper()
-	deadline := time.Now().Add(within)
 	var last *pelotonv1.Job
-	for time.Now().Before(deadline) {
+	failed := func() {
+		s.t.Helper()
+		tasks, _ := s.tasks.ListTasks(context.Background(), &pelotonv1.ListTasksRequest{JobId: id})
+		s.t.Fatalf("job %s: state %s, want %s\njob: %v\ntasks: %v", id, last.GetStatus().GetState(), want, last, tasks)
+	}
+	testutil.Eventually(s.t, within, fmt.Sprintf("job %s %s", id, want), func() error {
 		resp, err := s.jobs.GetJob(context.Background(), &pelotonv1.GetJobRequest{JobId: id})
 		if err != nil {
 			s.t.Fatalf("GetJob: %v", err)
 		}
 		last = resp.Job
-		st := last.Status.State
-		if st == want {
-			return last
+		switch st := last.Status.State; st {
+		case want:
+			return nil
+		case pelotonv1.JobState_JOB_SUCCEEDED, pelotonv1.JobState_JOB_FAILED, pelotonv1.JobState_JOB_KILLED:
+			failed()
 		}
-		if st == pelotonv1.JobState_JOB_SUCCEEDED || st == pelotonv1.JobState_JOB_FAILED || st == pelotonv1.JobState_JOB_KILLED {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	tasks, _ := s.tasks.ListTasks(context.Background(), &pelotonv1.ListTasksRequest{JobId: id})
-	s.t.Fatalf("job %s: state %s, want %s\njob: %v\ntasks: %v", id, last.GetStatus().GetState(), want, last, tasks)
-	return nil
+		return fmt.Errorf("job: %v", last)
+	})
+	return last
 }
 
 // logs reads a run's whole stdout (or stderr) through gRPC.

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
@@ -8,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/peloton-sched/peloton/internal/testing/testutil"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 	"google.golang.org/protobuf/proto"
 )
@@ -56,17 +58,13 @@ func TestStatefulKeepsVolumeAndHost(t *testing.T) {
 		}
 	}
 	waitLog := func(inst, run uint32, want string) {
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			got := s.logs(id, inst, run, pelotonv1.LogStream_STDOUT)
-			if got == want {
-				return
+		t.Helper()
+		testutil.Eventually(t, 10*time.Second, fmt.Sprintf("instance %d run %d prints %q", inst, run, want), func() error {
+			if got := s.logs(id, inst, run, pelotonv1.LogStream_STDOUT); got != want {
+				return fmt.Errorf("printed %q", got)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("instance %d run %d printed %q, want %q", inst, run, got, want)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return nil
+		})
 	}
 	waitLog(0, ts[0].Status.RunId, "run\nrun\nrun\n")
 	waitLog(1, ts[1].Status.RunId, "run\nrun\n")

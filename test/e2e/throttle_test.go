@@ -1,10 +1,12 @@
 package e2e
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/peloton-sched/peloton/internal/testing/testutil"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
@@ -22,9 +24,9 @@ func TestMaximumRunningInstances(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(60 * time.Second)
+	// Every poll is also a sample of how many instances are active.
 	sawReason := false
-	for {
+	testutil.Eventually(t, 60*time.Second, "the job's six instances done", func() error {
 		ts, err := s.tasks.ListTasks(ctx, &pelotonv1.ListTasksRequest{JobId: resp.JobId})
 		if err != nil {
 			t.Fatal(err)
@@ -45,14 +47,11 @@ func TestMaximumRunningInstances(t *testing.T) {
 		if active > 2 {
 			t.Fatalf("%d instances active at once, sla.maximumRunningInstances is 2: %v", active, ts.Tasks)
 		}
-		if done == 6 {
-			break
+		if done != 6 {
+			return fmt.Errorf("%d done", done)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("job did not finish: %d done", done)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	if !sawReason {
 		t.Error("throttled instances never said why they wait")
 	}

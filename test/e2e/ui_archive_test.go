@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/peloton-sched/peloton/internal/testing/testutil"
 )
 
 // TestUIArchivedJob: on a real `peloton up` whose finished jobs are
@@ -25,7 +27,7 @@ func TestUIArchivedJob(t *testing.T) {
 		"labels":{"owner":"report-team"},"defaultSpec":{"command":["sh","-c","echo archived output of $PELOTON_INSTANCE_ID"],
 		"resources":{"cpu":0.1,"memoryMb":16}}}`, 200, &created)
 	id := created.JobID
-	within(t, 90*time.Second, "the job finished and archived", func() error {
+	testutil.Eventually(t, 90*time.Second, "the job finished and archived", func() error {
 		j := getJSON(t, c+"/v1/jobs/"+id)
 		if a := dig(j, "job", "status", "archived"); a != true {
 			return fmt.Errorf("job is %v, archived %v", dig(j, "job", "status", "state"), a)

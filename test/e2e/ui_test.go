@@ -17,6 +17,8 @@ import (
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/chromedp"
+
+	"github.com/peloton-sched/peloton/internal/testing/testutil"
 )
 
 // uiStack is a `peloton up` process (the real binary): one cluster and
@@ -139,7 +141,7 @@ func TestUI(t *testing.T) {
 	// the move is DONE at once and the history has one step.
 	const moveReason = "ui test: local-1 serves the web tier"
 	restJSON(t, "POST", c+"/v1/hosts/local-1:move", `{"partition":"stateless","reason":"`+moveReason+`"}`, 200, nil)
-	within(t, 20*time.Second, "local-1's move DONE", func() error {
+	testutil.Eventually(t, 20*time.Second, "local-1's move DONE", func() error {
 		if s := dig(getJSON(t, c+"/v1/partitions/moves?host=local-1"), "moves", 0, "state"); s != "DONE" {
 			return fmt.Errorf("the move is %v", s)
 		}
@@ -161,7 +163,7 @@ func TestUI(t *testing.T) {
 	}
 	restJSON(t, "POST", c+"/v1/jobs?requestId=ui-web", svcSpec(3600), 200, &created)
 	svcID := created.JobID
-	within(t, 60*time.Second, "both jobs running", func() error {
+	testutil.Eventually(t, 60*time.Second, "both jobs running", func() error {
 		for _, id := range []string{batchID, svcID} {
 			if s := dig(getJSON(t, c+"/v1/jobs/"+id), "job", "status", "state"); s != "JOB_RUNNING" {
 				return fmt.Errorf("job %s is %v", id, s)
@@ -175,7 +177,7 @@ func TestUI(t *testing.T) {
 	restJSON(t, "POST", c+"/v1/hosts:startMaintenance", `{"hosts":["local-2"]}`, 200, nil)
 	// The federation's objects: a global pool and a federated service with
 	// a paused rollout.
-	within(t, 30*time.Second, "cluster registered READY", func() error {
+	testutil.Eventually(t, 30*time.Second, "cluster registered READY", func() error {
 		if s := dig(getJSON(t, f+"/v1/federation/clusters"), "clusters", 0, "state"); s != "CLUSTER_READY" {
 			return fmt.Errorf("cluster is %v", s)
 		}
@@ -187,7 +189,7 @@ func TestUI(t *testing.T) {
 		return fmt.Sprintf(`{"name":"global-api","type":"SERVICE","pool":"/default","instanceCount":2,"defaultSpec":{"command":["sleep","%d"],"resources":{"cpu":0.1,"memoryMb":16}}}`, sleep)
 	}
 	restJSON(t, "POST", f+"/v1/federation/services?requestId=ui-fsvc", `{"job":`+fedJob(3600)+`}`, 200, &fsvc)
-	within(t, 60*time.Second, "federated service running", func() error {
+	testutil.Eventually(t, 60*time.Second, "federated service running", func() error {
 		s := getJSON(t, f+"/v1/federation/services/"+fsvc.ServiceID)
 		if r := dig(s, "service", "running"); r != float64(2) {
 			return fmt.Errorf("running %v", r)
@@ -249,7 +251,7 @@ func TestUI(t *testing.T) {
 	if err := b.Do(10*time.Second, chromedp.Click(chromedp.CSS(`[data-action="kill-task-0"]`))); err != nil {
 		t.Fatal(err)
 	}
-	within(t, 30*time.Second, "instance 0 killed through the UI", func() error {
+	testutil.Eventually(t, 30*time.Second, "instance 0 killed through the UI", func() error {
 		if s := dig(getJSON(t, c+"/v1/jobs/"+batchID+"/tasks/0"), "task", "status", "state"); s != "KILLED" {
 			return fmt.Errorf("instance 0 is %v", s)
 		}
@@ -264,7 +266,7 @@ func TestUI(t *testing.T) {
 	if err := b.Do(10*time.Second, chromedp.Click(chromedp.CSS(`[data-action="resume-`+updateID+`"]`))); err != nil {
 		t.Fatal(err)
 	}
-	within(t, 20*time.Second, "update resumed through the UI", func() error {
+	testutil.Eventually(t, 20*time.Second, "update resumed through the UI", func() error {
 		if s := updateState(); s != "UPDATE_ROLLING_FORWARD" {
 			return fmt.Errorf("update is %v", s)
 		}
@@ -274,7 +276,7 @@ func TestUI(t *testing.T) {
 	if err := b.Do(10*time.Second, chromedp.Click(chromedp.CSS(`[data-action="pause-`+updateID+`"]`))); err != nil {
 		t.Fatal(err)
 	}
-	within(t, 20*time.Second, "update paused through the UI", func() error {
+	testutil.Eventually(t, 20*time.Second, "update paused through the UI", func() error {
 		if s := updateState(); s != "UPDATE_PAUSED" {
 			return fmt.Errorf("update is %v", s)
 		}
@@ -290,7 +292,7 @@ func TestUI(t *testing.T) {
 		chromedp.Click(chromedp.CSS(`[data-action="scale-job"]`))); err != nil {
 		t.Fatal(err)
 	}
-	within(t, 20*time.Second, "job scaled to 26 through the UI", func() error {
+	testutil.Eventually(t, 20*time.Second, "job scaled to 26 through the UI", func() error {
 		if n := dig(getJSON(t, c+"/v1/jobs/"+batchID), "job", "spec", "instanceCount"); n != float64(26) {
 			return fmt.Errorf("instanceCount %v", n)
 		}
@@ -341,7 +343,7 @@ func TestUI(t *testing.T) {
 	if err := b.Do(10*time.Second, chromedp.Click(chromedp.CSS(`[data-action="complete-local-2"]`))); err != nil {
 		t.Fatal(err)
 	}
-	within(t, 20*time.Second, "local-2 back up through the UI", func() error {
+	testutil.Eventually(t, 20*time.Second, "local-2 back up through the UI", func() error {
 		for _, h := range dig(getJSON(t, c+"/v1/hosts"), "hosts").([]any) {
 			if dig(h, "name") == "local-2" && dig(h, "state") != "HOST_UP" {
 				return fmt.Errorf("local-2 is %v", dig(h, "state"))
@@ -358,7 +360,7 @@ func TestUI(t *testing.T) {
 		chromedp.Click(chromedp.CSS(`[data-action="save-pool"]`))); err != nil {
 		t.Fatal(err)
 	}
-	within(t, 20*time.Second, "/org/web's limit set through the UI", func() error {
+	testutil.Eventually(t, 20*time.Second, "/org/web's limit set through the UI", func() error {
 		if v := dig(getJSON(t, c+"/v1/pools/org/web"), "pool", "spec", "limit", "cpu"); v != float64(6) {
 			return fmt.Errorf("limit.cpu %v", v)
 		}
@@ -402,7 +404,7 @@ func TestUI(t *testing.T) {
 	if err := b.Do(10*time.Second, chromedp.Navigate("about:blank")); err != nil {
 		t.Fatal(err)
 	}
-	within(t, 20*time.Second, "no event stream open", func() error {
+	testutil.Eventually(t, 20*time.Second, "no event stream open", func() error {
 		resp, err := http.Get(c + "/metrics")
 		if err != nil {
 			return err
@@ -457,7 +459,7 @@ func TestUI(t *testing.T) {
 	if err := b.Do(10*time.Second, chromedp.Click(chromedp.CSS(`[data-action="fresume-`+fsvc.ServiceID+`"]`))); err != nil {
 		t.Fatal(err)
 	}
-	within(t, 20*time.Second, "rollout resumed through the UI", func() error {
+	testutil.Eventually(t, 20*time.Second, "rollout resumed through the UI", func() error {
 		if s := rollout(); s != "ROLLOUT_ROLLING" {
 			return fmt.Errorf("rollout is %v", s)
 		}
@@ -467,7 +469,7 @@ func TestUI(t *testing.T) {
 	if err := b.Do(10*time.Second, chromedp.Click(chromedp.CSS(`[data-action="fpause-`+fsvc.ServiceID+`"]`))); err != nil {
 		t.Fatal(err)
 	}
-	within(t, 20*time.Second, "rollout paused through the UI", func() error {
+	testutil.Eventually(t, 20*time.Second, "rollout paused through the UI", func() error {
 		if s := rollout(); s != "ROLLOUT_PAUSED" {
 			return fmt.Errorf("rollout is %v", s)
 		}

@@ -87,6 +87,8 @@ func TestRequestLimits(t *testing.T) {
 	if _, err := carol.Jobs.ListJobs(ctx(t), &pelotonv1.ListJobsRequest{}); err != nil {
 		t.Errorf("carol limited by bob's calls: %v", err)
 	}
+	// A client does as told: it waits the delay, and then it is served.
+	// The wait is what is tested, so it stays a sleep.
 	time.Sleep(retry.GetRetryDelay().AsDuration())
 	if _, err := bob.Jobs.ListJobs(ctx(t), &pelotonv1.ListJobsRequest{}); err != nil {
 		t.Errorf("bob after waiting the retry delay: %v", err)

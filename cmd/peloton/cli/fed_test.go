@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -23,6 +24,7 @@ import (
 	"github.com/peloton-sched/peloton/federation"
 	"github.com/peloton-sched/peloton/internal/store"
 	"github.com/peloton-sched/peloton/internal/store/storetest"
+	"github.com/peloton-sched/peloton/internal/testing/testutil"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
@@ -501,21 +503,16 @@ func (e *fedEnv) get(m proto.Message, args ...string) {
 	}
 }
 
-// waitFor polls cond every 50ms until it holds, failing the test after
-// within with what cond last said.
+// waitFor waits until cond holds, failing the test after within with what
+// cond last said.
 func (e *fedEnv) waitFor(within time.Duration, what string, cond func() (bool, string)) {
 	e.t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		done, state := cond()
-		if done {
-			return
+	testutil.Eventually(e.t, within, what, func() error {
+		if done, state := cond(); !done {
+			return errors.New("last: " + state)
 		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("waited %s for %s; last: %s", within, what, state)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // rowOf is the fields of the first line of a table whose first field is

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/peloton-sched/peloton/cluster"
+	"github.com/peloton-sched/peloton/internal/testing/testutil"
 )
 
 // stack is the whole Peloton stack run in this test process - embedded etcd
@@ -117,21 +119,16 @@ func (s *stack) get(m proto.Message, args ...string) {
 	}
 }
 
-// waitFor polls cond every 50ms until it holds, failing the test after
-// within with what cond last said.
+// waitFor waits until cond holds, failing the test after within with what
+// cond last said.
 func (s *stack) waitFor(within time.Duration, what string, cond func() (bool, string)) {
 	s.t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		done, state := cond()
-		if done {
-			return
+	testutil.Eventually(s.t, within, what, func() error {
+		if done, state := cond(); !done {
+			return errors.New("last: " + state)
 		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("waited %s for %s; last: %s", within, what, state)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // writeSpec writes a spec file for the CLI to read and returns its path.

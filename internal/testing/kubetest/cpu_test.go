@@ -1,8 +1,11 @@
 package kubetest
 
 import (
+	"fmt"
 	"testing"
 	"time"
+
+	"github.com/peloton-sched/peloton/internal/testing/testutil"
 )
 
 func TestCPUAccounting(t *testing.T) {
@@ -12,20 +15,16 @@ func TestCPUAccounting(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Stop()
-	deadline := time.Now().Add(20 * time.Second)
-	var used time.Duration
-	for time.Now().Before(deadline) {
-		if used, err = p.CPU(); err != nil {
+	testutil.Eventually(t, 20*time.Second, "the spinning shell uses 50ms of CPU", func() error {
+		used, err := p.CPU()
+		if err != nil {
 			t.Fatal(err)
 		}
-		if used >= 50*time.Millisecond {
-			break
+		if used < 50*time.Millisecond {
+			return fmt.Errorf("used %s", used)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if used < 50*time.Millisecond {
-		t.Fatalf("spinning shell used %s of CPU in 20s, want >= 50ms", used)
-	}
+		return nil
+	})
 	p.Stop()
 	if _, err := p.CPU(); err == nil {
 		t.Error("CPU of an ended process: no error")

@@ -1,12 +1,15 @@
 // Package testutil holds helpers shared by Peloton's tests: golden-file
 // comparison, a goroutine-leak check for TestMain, a free loopback
-// address for a server a test starts, a log sink safe to share, and what
-// another user of the machine can reach (isolation.go). It is imported only
+// address for a server a test starts, a log sink safe to share, the one
+// wait for a condition (Eventually: tests wait on conditions and events,
+// not on sleeps), and what another user of the machine can reach
+// (isolation.go). It is imported only
 // from _test.go files and imports nothing of Peloton.
 package testutil
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -122,15 +125,28 @@ func (s *SyncBuffer) String() string {
 	return s.b.String()
 }
 
-// Eventually calls cond until it returns nil, failing the test with what
-// and cond's last error once within has passed. It polls quickly at first
-// and at most every 100ms, so a condition met early costs little.
-func Eventually(t testing.TB, within time.Duration, what string, cond func() error) {
+// Eventually calls cond until it holds (returns nil, or true), failing the
+// test with what, and cond's last error, once within has passed. It polls
+// after 1ms, then twice as long each time up to every 50ms, so a condition
+// met early costs little and one met late is seen soon after. A condition
+// that has a reason to give returns an error; a plain check returns a bool.
+func Eventually[C func() error | func() bool](t testing.TB, within time.Duration, what string, cond C) {
 	t.Helper()
+	check := func() error {
+		switch c := any(cond).(type) {
+		case func() error:
+			return c()
+		default:
+			if c.(func() bool)() {
+				return nil
+			}
+			return errNotYet
+		}
+	}
 	deadline := time.Now().Add(within)
-	wait := 5 * time.Millisecond
+	wait := time.Millisecond
 	for {
-		err := cond()
+		err := check()
 		if err == nil {
 			return
 		}
@@ -138,6 +154,8 @@ func Eventually(t testing.TB, within time.Duration, what string, cond func() err
 			t.Fatalf("%s: not within %s: %v", what, within, err)
 		}
 		time.Sleep(wait)
-		wait = min(2*wait, 100*time.Millisecond)
+		wait = min(2*wait, 50*time.Millisecond)
 	}
 }
+
+var errNotYet = errors.New("condition still false")
