@@ -204,6 +204,9 @@ func TestStoreOutageLosesNothing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("two 30 s store outages")
 	}
+	// One of the few long tests that mostly wait (on real processes, health
+	// checks, outages): they run beside each other, after the rest (suite time).
+	t.Parallel()
 	outage := 30 * time.Second
 	if v := os.Getenv("PELOTON_TEST_OUTAGE"); v != "" {
 		d, err := time.ParseDuration(v)

@@ -128,6 +128,9 @@ func TestFederatedServiceOfProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts four processes and 30 tasks")
 	}
+	// One of the few long tests that mostly wait (on real processes, health
+	// checks, outages): they run beside each other, after the rest (suite time).
+	t.Parallel()
 	bin := buildPeloton(t)
 	etcd := etcdtest.Start(t, 1)
 	endpoints := strings.Join(etcd.Endpoints(), ",")

@@ -198,6 +198,9 @@ func batchJob(name string, n uint32) *pelotonv1.JobSpec {
 // never over the job's budget, and a batch job placed meanwhile runs as
 // usual.
 func TestSlowSLAEvaluator(t *testing.T) {
+	// One of the few long tests that mostly wait (on real processes, health
+	// checks, outages): they run beside each other, after the rest (suite time).
+	t.Parallel()
 	ev := &faultyEvaluator{inner: sla.NewLocal(nil), delay: 2 * time.Second}
 	s := startStack(t, t.TempDir(), stackOpts{hosts: 3, hostCPU: 2, sla: ev})
 	spec := service("slow-sla", 6, 2, "sleep", "300")
@@ -308,6 +311,9 @@ func TestUnreachableSLAEvaluator(t *testing.T) {
 // finish: replacing an instance that is down already takes nothing more
 // down, so it never waits for the budget.
 func TestBadRollingUpdateKeepsBudgetAndRollsBack(t *testing.T) {
+	// One of the few long tests that mostly wait (on real processes, health
+	// checks, outages): they run beside each other, after the rest (suite time).
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		typ  pelotonv1.JobType
