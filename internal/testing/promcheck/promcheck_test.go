@@ -44,7 +44,7 @@ func TestParseDocTables(t *testing.T) {
 // TestOperationsDocParses: the real tables parse, name each metric once,
 // and list every advisor-set metric.
 func TestOperationsDocParses(t *testing.T) {
-	data, err := os.ReadFile(filepath.Join("..", "..", "docs", "operations.md"))
+	data, err := os.ReadFile(filepath.Join("..", "..", "..", "docs", "operations.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
