@@ -159,48 +159,87 @@ func (m *Manager) recover(ctx context.Context) error {
 // (quarantine.go). It returns the jobs whose records are orphans: those of
 // a deletion cut short.
 func (m *Manager) loadRecords(ctx context.Context, jobs map[string]*job, kvs, tkvs []store.KV, quarantined, runtimeGone map[string]bool) (map[string]bool, error) {
-	specs := map[string]store.KV{}
-	chunks := specChunks{}
-	usedChunks := map[string]bool{}
-	type rtRec struct {
-		rt  *pelotonv1.JobStatus
-		rev int64
+	recs, err := m.sortJobRecords(ctx, kvs, quarantined, runtimeGone)
+	if err != nil {
+		return nil, err
 	}
-	rts := map[string]rtRec{}
+	usedChunks := map[string]bool{}
+	versions, err := m.decodeVersions(ctx, recs, usedChunks, quarantined)
+	if err != nil {
+		return nil, err
+	}
+	m.assembleJobs(jobs, recs, versions, quarantined, runtimeGone)
+	orphans := m.orphanSpecs(ctx, recs, usedChunks)
+	if err := m.loadTasks(ctx, jobs, tkvs, orphans); err != nil {
+		return nil, err
+	}
+	for _, j := range jobs {
+		if j.rt.State != pelotonv1.JobState_JOB_INITIALIZED {
+			m.fillTasks(j)
+		}
+	}
+	return orphans, nil
+}
+
+// jobRecords are the job records read at start, sorted by kind.
+type jobRecords struct {
+	// specs are the spec version records by key; chunks the pieces of
+	// those split into chunks.
+	specs  map[string]store.KV
+	chunks specChunks
+	// rts are the jobs' runtimes that decode, with their revisions.
+	rts map[string]jobRuntimeRec
 	// present: the jobs with records; only those can be held.
-	present := map[string]bool{}
+	present map[string]bool
+}
+
+type jobRuntimeRec struct {
+	rt  *pelotonv1.JobStatus
+	rev int64
+}
+
+// sortJobRecords sorts the job records by kind and decodes the runtimes,
+// moving aside those that cannot be decoded.
+func (m *Manager) sortJobRecords(ctx context.Context, kvs []store.KV, quarantined, runtimeGone map[string]bool) (jobRecords, error) {
+	recs := jobRecords{specs: map[string]store.KV{}, chunks: specChunks{}, rts: map[string]jobRuntimeRec{}, present: map[string]bool{}}
 	for _, kv := range kvs {
 		parts := strings.Split(kv.Key, "/") // jobs, id, runtime | jobs, id, spec, v
 		if len(parts) >= 2 {
-			present[parts[1]] = true
+			recs.present[parts[1]] = true
 		}
 		switch {
 		case len(parts) == 3 && parts[2] == "runtime":
 			rt := &pelotonv1.JobStatus{}
 			if err := proto.Unmarshal(kv.Value, rt); err != nil {
 				if err := m.quarantineRecord(ctx, kv, err); err != nil {
-					return nil, err
+					return jobRecords{}, err
 				}
 				quarantined[parts[1]], runtimeGone[parts[1]] = true, true
 				continue
 			}
-			rts[parts[1]] = rtRec{rt, kv.Revision}
+			recs.rts[parts[1]] = jobRuntimeRec{rt, kv.Revision}
 		case len(parts) == 4 && parts[2] == "spec":
-			specs[kv.Key] = kv
+			recs.specs[kv.Key] = kv
 		case isChunkKey(parts):
-			chunks.add(parts, kv.Value)
+			recs.chunks.add(parts, kv.Value)
 		}
 	}
-	// The specs of each job, decoded: a version that cannot be is moved
-	// aside, and the job is held if it is the version in force. Those of
-	// a job without a runtime are swept or kept as they are (below).
+	return recs, nil
+}
+
+// decodeVersions decodes the specs of each job with a runtime: a version
+// that cannot be is moved aside (and the job is held if it is the version
+// in force, by assembleJobs). Those of a job without a runtime are swept
+// or kept as they are (orphanSpecs). usedChunks collects the chunks the
+// specs were assembled from.
+func (m *Manager) decodeVersions(ctx context.Context, recs jobRecords, usedChunks, quarantined map[string]bool) (map[string][]*jobVersion, error) {
 	versions := map[string][]*jobVersion{}
-	for key, kv := range specs {
+	for key, kv := range recs.specs {
 		id := strings.Split(key, "/")[1]
-		if rts[id].rt == nil {
+		if recs.rts[id].rt == nil {
 			continue
 		}
-		enc, err := chunks.assemble(key, kv.Value, usedChunks)
+		enc, err := recs.chunks.assemble(key, kv.Value, usedChunks)
 		var rec *pelotonv1.JobVersion
 		if err == nil {
 			rec, err = decodeVersion(enc)
@@ -218,7 +257,13 @@ func (m *Manager) loadRecords(ctx context.Context, jobs map[string]*job, kvs, tk
 		}
 		versions[id] = append(versions[id], jv)
 	}
-	for id, r := range rts {
+	return versions, nil
+}
+
+// assembleJobs makes the jobs whose runtime and spec version in force
+// decoded, and holds those present whose records did not.
+func (m *Manager) assembleJobs(jobs map[string]*job, recs jobRecords, versions map[string][]*jobVersion, quarantined, runtimeGone map[string]bool) {
+	for id, r := range recs.rts {
 		var cur *jobVersion
 		for _, jv := range versions[id] {
 			if jv.version == r.rt.SpecVersion {
@@ -242,21 +287,25 @@ func (m *Manager) loadRecords(ctx context.Context, jobs map[string]*job, kvs, tk
 		jobs[id] = j
 	}
 	for id := range runtimeGone {
-		if jobs[id] == nil && !m.isHeld(id) && present[id] {
+		if jobs[id] == nil && !m.isHeld(id) && recs.present[id] {
 			m.hold(id)
 		}
 	}
-	// Specs whose job runtime is gone belong to a deletion that was cut short.
+}
+
+// orphanSpecs returns the jobs whose specs have no runtime: a deletion
+// cut short. Chunks of a spec no record names (a create or an update
+// whose record was never written) are deleted, or count their job as an
+// orphan when it has no runtime.
+func (m *Manager) orphanSpecs(ctx context.Context, recs jobRecords, usedChunks map[string]bool) map[string]bool {
 	orphans := map[string]bool{}
-	for key := range specs {
-		if id := strings.Split(key, "/")[1]; rts[id].rt == nil {
+	for key := range recs.specs {
+		if id := strings.Split(key, "/")[1]; recs.rts[id].rt == nil {
 			orphans[id] = true
 		}
 	}
-	// Chunks of a spec no record names: a create or an update whose
-	// record was never written.
-	for _, key := range chunks.unused(usedChunks) {
-		if id := strings.Split(key, "/")[1]; rts[id].rt == nil {
+	for _, key := range recs.chunks.unused(usedChunks) {
+		if id := strings.Split(key, "/")[1]; recs.rts[id].rt == nil {
 			orphans[id] = true
 			continue
 		}
@@ -264,6 +313,13 @@ func (m *Manager) loadRecords(ctx context.Context, jobs map[string]*job, kvs, tk
 			m.log.Warn("delete a chunk of a spec that was never stored", "key", key, "err", err)
 		}
 	}
+	return orphans
+}
+
+// loadTasks decodes the task records into their jobs, moving aside those
+// that cannot be decoded; a task record of no loaded job (or of an
+// instance beyond any job's) counts its job among the orphans.
+func (m *Manager) loadTasks(ctx context.Context, jobs map[string]*job, tkvs []store.KV, orphans map[string]bool) error {
 	for _, kv := range tkvs {
 		parts := strings.Split(kv.Key, "/")
 		if len(parts) != 3 {
@@ -280,10 +336,10 @@ func (m *Manager) loadRecords(ctx context.Context, jobs map[string]*job, kvs, tk
 			var rev int64
 			rt, rev, err = m.quarantineTask(ctx, j, uint32(inst), kv, err)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			if rt == nil {
-				continue // left without a record: created again below
+				continue // left without a record: fillTasks makes it again
 			}
 			kv.Revision = rev
 		}
@@ -306,12 +362,7 @@ func (m *Manager) loadRecords(ctx context.Context, jobs map[string]*job, kvs, tk
 		ts[inst] = t
 		j.counts[rt.State].Add(1)
 	}
-	for _, j := range jobs {
-		if j.rt.State != pelotonv1.JobState_JOB_INITIALIZED {
-			m.fillTasks(j)
-		}
-	}
-	return orphans, nil
+	return nil
 }
 
 // recoverRuns re-queues the pending work of the jobs loaded at start and
