@@ -9,7 +9,8 @@ package jobmgr
 //
 // Manager itself keeps the jobs registry and the API of jobs and tasks
 // (create, get, list, kill, restart, delete, logs), the engine's Start and
-// Wait, and the goroutines it owns (owned.go).
+// Wait, the goroutines it owns (owned.go), and the two calls the wiring makes
+// of it (HostsChanged, UnwrittenEvents).
 
 // Updates changes the spec of a job: rolling updates and their driver
 // (update.go, update_plan.go), in-place restarts where the backend can patch
