@@ -249,7 +249,7 @@ func runStack(ctx context.Context, cfg Config, etcdTLS *tls.Config, t *term) err
 		}
 		// Finished jobs wait in the store while the archive cannot take
 		// them: it serves, but someone should look.
-		if err := jm.ArchiveError(); err != nil {
+		if err := jm.Archive().ArchiveError(); err != nil {
 			return &restgw.Degraded{Reason: "finished jobs cannot be archived (they stay in the store until the archive takes them): " + err.Error()}
 		}
 		return nil

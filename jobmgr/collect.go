@@ -79,7 +79,8 @@ const collectBackoffMax = 30 * time.Second
 
 // collectLoop runs passes until ctx ends. Started by Start when the
 // manager has a history store.
-func (m *Manager) collectLoop(ctx context.Context) {
+func (ar *Archive) collectLoop(ctx context.Context) {
+	m := ar.m
 	wait := m.collect.Interval
 	for {
 		select {
@@ -87,9 +88,9 @@ func (m *Manager) collectLoop(ctx context.Context) {
 			return
 		case <-time.After(wait):
 		}
-		_, err := m.collectPass(ctx)
+		_, err := m.arch.collectPass(ctx)
 		if ctx.Err() == nil {
-			m.setArchiveError(err)
+			m.arch.setArchiveError(err)
 		}
 		switch {
 		case err == nil:
@@ -110,7 +111,8 @@ type archiveErr struct {
 	err error
 }
 
-func (m *Manager) setArchiveError(err error) {
+func (ar *Archive) setArchiveError(err error) {
+	m := ar.m
 	m.archiveErr.mu.Lock()
 	m.archiveErr.err = err
 	m.archiveErr.mu.Unlock()
@@ -118,7 +120,8 @@ func (m *Manager) setArchiveError(err error) {
 
 // ArchiveError is why the last pass of the collector could not archive
 // finished jobs, or nil: /readyz reports it (degraded).
-func (m *Manager) ArchiveError() error {
+func (ar *Archive) ArchiveError() error {
+	m := ar.m
 	m.archiveErr.mu.Lock()
 	defer m.archiveErr.mu.Unlock()
 	return m.archiveErr.err
@@ -132,10 +135,11 @@ type collectCandidate struct {
 
 // collectPass archives and removes the jobs whose time has come, up to one
 // interval's budget. It returns how many it removed.
-func (m *Manager) collectPass(ctx context.Context) (int, error) {
+func (ar *Archive) collectPass(ctx context.Context) (int, error) {
+	m := ar.m
 	now := m.now()
 	budget := max(1, int(float64(m.collect.KeysPerSecond)*m.collect.Interval.Seconds()))
-	cands := m.collectCandidates(now)
+	cands := m.arch.collectCandidates(now)
 	removed := 0
 	for len(cands) > 0 && budget > 0 {
 		var batch []*job
@@ -147,7 +151,7 @@ func (m *Manager) collectPass(ctx context.Context) (int, error) {
 			if err != nil || j == nil {
 				continue // deleted meanwhile, or held
 			}
-			h, ok := m.archiveRecord(j, now)
+			h, ok := m.arch.archiveRecord(j, now)
 			if !ok {
 				continue
 			}
@@ -173,7 +177,7 @@ func (m *Manager) collectPass(ctx context.Context) (int, error) {
 			wg.Add(1)
 			go func() {
 				defer func() { <-sem; wg.Done() }()
-				if m.removeArchived(ctx, j, archive[i]) {
+				if m.arch.removeArchived(ctx, j, archive[i]) {
 					n.Add(1)
 				}
 			}()
@@ -186,7 +190,8 @@ func (m *Manager) collectPass(ctx context.Context) (int, error) {
 
 // collectCandidates are the finished jobs whose time to live has passed by
 // now, those that expired first first.
-func (m *Manager) collectCandidates(now time.Time) []collectCandidate {
+func (ar *Archive) collectCandidates(now time.Time) []collectCandidate {
+	m := ar.m
 	var out []collectCandidate
 	due := func(completed time.Time, ttl *uint32) (time.Time, bool) {
 		d := m.collect.TTL
@@ -243,7 +248,8 @@ const collectRecheck = time.Minute
 // live for now: it is not finished (an instance still runs), an update of
 // it has not ended, a retry of its create may still ask for it, or it is
 // a federated service's part.
-func (m *Manager) archiveRecord(j *job, now time.Time) (*history.Job, bool) {
+func (ar *Archive) archiveRecord(j *job, now time.Time) (*history.Job, bool) {
+	m := ar.m
 	hold := func(why string) (*history.Job, bool) {
 		m.log.Debug("collector leaves a finished job live", "job", j.id, "why", why)
 		j.mu.Lock()
@@ -251,7 +257,7 @@ func (m *Manager) archiveRecord(j *job, now time.Time) (*history.Job, bool) {
 		j.mu.Unlock()
 		return nil, false
 	}
-	if u := m.activeUpdate(j.id); u != nil {
+	if u := m.upd.activeUpdate(j.id); u != nil {
 		return hold("update " + u.snapshot().Id + " has not ended")
 	}
 	if _, ok := j.spec().GetLabels()[sla.GroupLabel]; ok {
@@ -294,7 +300,8 @@ func (m *Manager) archiveRecord(j *job, now time.Time) (*history.Job, bool) {
 // removeArchived removes an archived job from the live store, unless it
 // changed since it was archived (restarted: it stays, and is archived
 // again when it finishes again).
-func (m *Manager) removeArchived(ctx context.Context, j *job, h *history.Job) bool {
+func (ar *Archive) removeArchived(ctx context.Context, j *job, h *history.Job) bool {
+	m := ar.m
 	j.mu.Lock()
 	rev, state := j.rev, j.rt.State
 	j.mu.Unlock()

@@ -395,10 +395,10 @@ func TestFinishedJobsLeaveMemory(t *testing.T) {
 	p.jm.mu.RLock()
 	old := p.jm.jobs[id]
 	p.jm.mu.RUnlock()
-	if n := p.jm.unloadFinished(time.Now()); n != 0 {
+	if n := p.jm.arch.unloadFinished(time.Now()); n != 0 {
 		t.Fatalf("%d jobs unloaded right after they finished", n)
 	}
-	if n := p.jm.unloadFinished(time.Now().Add(2 * unloadAfter)); n != 1 {
+	if n := p.jm.arch.unloadFinished(time.Now().Add(2 * unloadAfter)); n != 1 {
 		t.Fatalf("%d jobs unloaded, want the finished one", n)
 	}
 	p.jm.mu.RLock()

@@ -42,7 +42,8 @@ func freeSlot(rt *pelotonv1.TaskStatus) bool {
 }
 
 // daemonHosts is the sorted names of the hosts j's placement matches.
-func (m *Manager) daemonHosts(j *job) []string {
+func (rc *reconcilers) daemonHosts(j *job) []string {
+	m := rc.m
 	p := j.spec().GetDefaultSpec().GetPlacement()
 	var out []string
 	for _, h := range m.hm.ListHosts() {
@@ -56,8 +57,9 @@ func (m *Manager) daemonHosts(j *job) []string {
 
 // daemonSlots is the instance count a DAEMON job needs now: one per
 // matching host, plus the slots still held by instances being stopped.
-func (m *Manager) daemonSlots(j *job) uint32 {
-	hosts := m.daemonHosts(j)
+func (rc *reconcilers) daemonSlots(j *job) uint32 {
+	m := rc.m
+	hosts := m.recs.daemonHosts(j)
 	want := map[string]bool{}
 	for _, h := range hosts {
 		want[h] = true
@@ -95,11 +97,12 @@ func (m *Manager) daemonSlots(j *job) uint32 {
 // reconcileDaemon binds every matching host without an instance to a free
 // slot and stops instances whose host left or no longer matches. It runs
 // in the job's evaluation, after reconcileCount sized the slots.
-func (m *Manager) reconcileDaemon(ctx context.Context, j *job) error {
+func (rc *reconcilers) reconcileDaemon(ctx context.Context, j *job) error {
+	m := rc.m
 	if j.typ != pelotonv1.JobType_DAEMON || j.goalKilled.Load() {
 		return nil
 	}
-	hosts := m.daemonHosts(j)
+	hosts := m.recs.daemonHosts(j)
 	want := map[string]bool{}
 	for _, h := range hosts {
 		want[h] = true
@@ -126,7 +129,7 @@ func (m *Manager) reconcileDaemon(ctx context.Context, j *job) error {
 		t.mu.Unlock()
 	}
 	for _, inst := range stop {
-		if err := m.releaseSlot(ctx, j, inst); err != nil {
+		if err := m.recs.releaseSlot(ctx, j, inst); err != nil {
 			return err
 		}
 	}
@@ -150,7 +153,7 @@ func (m *Manager) reconcileDaemon(ctx context.Context, j *job) error {
 	}
 	// New slots left over (hosts went away meanwhile) become free slots.
 	for _, inst := range free {
-		if err := m.releaseSlot(ctx, j, inst); err != nil {
+		if err := m.recs.releaseSlot(ctx, j, inst); err != nil {
 			return err
 		}
 	}
@@ -159,7 +162,8 @@ func (m *Manager) reconcileDaemon(ctx context.Context, j *job) error {
 
 // releaseSlot stops a DAEMON instance that serves no matching host; once
 // stopped, its slot is free.
-func (m *Manager) releaseSlot(ctx context.Context, j *job, inst uint32) error {
+func (rc *reconcilers) releaseSlot(ctx context.Context, j *job, inst uint32) error {
+	m := rc.m
 	var kill string
 	var grace time.Duration
 	err := m.updateTask(ctx, j, inst, func(rt *pelotonv1.TaskStatus) error {
@@ -195,7 +199,7 @@ func (m *Manager) releaseSlot(ctx context.Context, j *job, inst uint32) error {
 		return err
 	}
 	if kill != "" {
-		m.killRun(ctx, j, inst, kill, grace)
+		m.eng.killRun(ctx, j, inst, kill, grace)
 	}
 	return nil
 }

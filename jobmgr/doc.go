@@ -28,6 +28,19 @@
 //     etcd;
 //   - what a record that cannot be loaded at start means (quarantine.go).
 //
+// Manager is the jobs registry (the jobs in memory, the finished jobs by ID,
+// the update records) with the API of jobs and tasks and the engine's Start
+// and Wait. The rest is in parts of their own types (parts.go), so that no
+// type carries the whole package: Updates (update.go, patch.go, scale.go) and
+// Archive (index.go, collect.go), exported through Manager.Updates and
+// Manager.Archive, and inside the package the engine (engine.go, retry.go,
+// quarantine.go), the reconcilers (longrunning.go, daemon.go, drain.go,
+// reconcile.go) and the adoption of foreign work (foreign.go). A part holds
+// only its Manager: the registry and every lock stay there, and a part's
+// method takes them as Manager's own methods do, since one evaluation of a job
+// passes through the engine, the updates and the reconcilers under the same
+// locks.
+//
 // jobmgr may import resmgr, hostmgr, sla and history; none of them, nor
 // placement, imports jobmgr, and jobmgr does not import placement.
 // Events come back from hostmgr through a channel, placements from resmgr

@@ -79,11 +79,12 @@ func planDrain(host string, gangSize uint32, runs []drainRun) []drainVictim {
 // once recovery is done and tells hostmgr so first: only then does hostmgr
 // know every run a host holds, ask again for the drains a restart cut
 // short, and declare empty hosts drained.
-func (m *Manager) drainLoop(ctx context.Context) {
+func (rc *reconcilers) drainLoop(ctx context.Context) {
+	m := rc.m
 	m.hm.Recovered()
 	for ctx.Err() == nil {
 		for _, req := range m.hm.Drains(ctx) {
-			m.drain(ctx, req, 0)
+			m.recs.drain(ctx, req, 0)
 		}
 	}
 }
@@ -91,7 +92,8 @@ func (m *Manager) drainLoop(ctx context.Context) {
 // drain preempts the runs one request names that are still on its host.
 // failures is how many passes in a row the SLA evaluator failed to answer
 // (not refused); the next pass backs off by it.
-func (m *Manager) drain(ctx context.Context, req hostmgr.DrainRequest, failures int) {
+func (rc *reconcilers) drain(ctx context.Context, req hostmgr.DrainRequest, failures int) {
+	m := rc.m
 	if !m.hm.Draining(req.Host) {
 		return // maintenance was completed since the request was made
 	}
@@ -111,7 +113,7 @@ func (m *Manager) drain(ctx context.Context, req hostmgr.DrainRequest, failures 
 		if j == nil {
 			continue // deleted
 		}
-		for _, v := range planDrain(req.Host, j.gangSize(), m.drainRuns(j, insts)) {
+		for _, v := range planDrain(req.Host, j.gangSize(), m.recs.drainRuns(j, insts)) {
 			switch j.typ {
 			case pelotonv1.JobType_STATEFUL:
 				// Its volume is on this host: only its owner can move it.
@@ -123,7 +125,7 @@ func (m *Manager) drain(ctx context.Context, req hostmgr.DrainRequest, failures 
 			case pelotonv1.JobType_SERVICE:
 				// Moved one SLA grant at a time; the rest wait for a later
 				// pass. An evaluator that does not answer grants nothing.
-				if err := m.disrupt(ctx, j, v.inst, "drain/"+req.Host, fmt.Sprintf("host %s is draining", req.Host), defaultMinReady); err != nil {
+				if err := m.recs.disrupt(ctx, j, v.inst, "drain/"+req.Host, fmt.Sprintf("host %s is draining", req.Host), defaultMinReady); err != nil {
 					if isRefusal(err) {
 						notes = append(notes, fmt.Sprintf("instance %d of job %s waits for its SLA (%v)", v.inst, j.id, err))
 					} else {
@@ -157,7 +159,7 @@ func (m *Manager) drain(ctx context.Context, req hostmgr.DrainRequest, failures 
 			delay = max(delay, slaBackoff(next))
 		}
 		m.after(delay, func(ctx context.Context) {
-			m.drain(ctx, req, next)
+			m.recs.drain(ctx, req, next)
 		})
 	}
 	if len(vs) == 0 {
@@ -171,14 +173,14 @@ func (m *Manager) drain(ctx context.Context, req hostmgr.DrainRequest, failures 
 	}
 	// Concurrently, so the group committer packs the PREEMPTING writes.
 	_ = parallel(idx, func(i uint32) error {
-		m.preempt(ctx, vs[i])
+		m.eng.preempt(ctx, vs[i])
 		return nil
 	})
 }
 
 // drainRuns snapshots the current runs of the given instances of j and,
 // when one is a gang member, of the whole gang.
-func (m *Manager) drainRuns(j *job, insts []uint32) []drainRun {
+func (rc *reconcilers) drainRuns(j *job, insts []uint32) []drainRun {
 	tasks := j.tasks()
 	want := map[uint32]bool{}
 	for _, inst := range insts {

@@ -25,62 +25,62 @@ import (
 // state is loaded; the engine runs until ctx ends.
 func (m *Manager) Start(ctx context.Context) error {
 	m.runCtx = ctx
-	if err := m.recover(ctx); err != nil {
+	if err := m.eng.recover(ctx); err != nil {
 		return err
 	}
-	if err := m.startForeign(ctx); err != nil {
+	if err := m.adopt.startForeign(ctx); err != nil {
 		return err
 	}
 	for i := 0; i < m.workers; i++ {
 		m.wg.Add(1)
 		go func() {
 			defer m.wg.Done()
-			m.worker(ctx)
+			m.eng.worker(ctx)
 		}()
 	}
 	for i := 0; i < m.launchers; i++ {
 		m.wg.Add(1)
 		go func() {
 			defer m.wg.Done()
-			m.launchLoop(ctx)
+			m.eng.launchLoop(ctx)
 		}()
 	}
 	m.wg.Add(3)
 	go func() {
 		defer m.wg.Done()
-		m.eventLoop(ctx)
+		m.eng.eventLoop(ctx)
 	}()
 	go func() {
 		defer m.wg.Done()
-		m.preemptLoop(ctx)
+		m.eng.preemptLoop(ctx)
 	}()
 	go func() {
 		defer m.wg.Done()
-		m.gaugeLoop(ctx)
+		m.eng.gaugeLoop(ctx)
 	}()
 	m.wg.Add(3)
 	go func() {
 		defer m.wg.Done()
-		m.drainLoop(ctx)
+		m.recs.drainLoop(ctx)
 	}()
 	go func() {
 		defer m.wg.Done()
-		m.retryLoop(ctx)
+		m.eng.retryLoop(ctx)
 	}()
 	go func() {
 		defer m.wg.Done()
-		m.reconcileLoop(ctx)
+		m.recs.reconcileLoop(ctx)
 	}()
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
-		m.unloadLoop(ctx)
+		m.arch.unloadLoop(ctx)
 	}()
 	if m.history != nil {
 		m.wg.Add(1)
 		go func() {
 			defer m.wg.Done()
-			m.collectLoop(ctx)
+			m.arch.collectLoop(ctx)
 		}()
 	}
 	context.AfterFunc(ctx, m.queue.ShutDown)
@@ -99,19 +99,20 @@ func (m *Manager) Wait() {
 	m.stopOwned()
 }
 
-func (m *Manager) recover(ctx context.Context) error {
+func (en *engine) recover(ctx context.Context) error {
+	m := en.m
 	// Jobs with a record in quarantine since an earlier start are held if
 	// they cannot be loaded (quarantine.go); so are those whose records
 	// are quarantined now. A job whose runtime is in quarantine is held
 	// rather than swept as a deleted one.
-	quarantined, runtimeGone, err := m.quarantinedJobs(ctx)
+	quarantined, runtimeGone, err := m.eng.quarantinedJobs(ctx)
 	if err != nil {
 		return err
 	}
 	// Only the jobs that have not finished are loaded (index.go), with
 	// those a quarantined record holds; finished ones are loaded when
 	// someone asks for them.
-	live, finished, err := m.loadIndex(ctx)
+	live, finished, err := m.arch.loadIndex(ctx)
 	if err != nil {
 		return err
 	}
@@ -124,11 +125,11 @@ func (m *Manager) recover(ctx context.Context) error {
 			ids = append(ids, id)
 		}
 	}
-	kvs, tkvs, err := m.listJobRecords(ctx, ids)
+	kvs, tkvs, err := m.arch.listJobRecords(ctx, ids)
 	if err != nil {
 		return err
 	}
-	orphans, err := m.loadRecords(ctx, m.jobs, kvs, tkvs, quarantined, runtimeGone)
+	orphans, err := m.eng.loadRecords(ctx, m.jobs, kvs, tkvs, quarantined, runtimeGone)
 	if err != nil {
 		return err
 	}
@@ -148,59 +149,101 @@ func (m *Manager) recover(ctx context.Context) error {
 			m.sweep(ctx, id)
 		}
 	}
-	if err := m.recoverUpdates(ctx); err != nil {
+	if err := m.upd.recoverUpdates(ctx); err != nil {
 		return err
 	}
-	return m.recoverRuns(ctx, len(tkvs))
+	return m.eng.recoverRuns(ctx, len(tkvs))
 }
 
 // loadRecords decodes the records of jobs (kvs: their job records, tkvs:
 // their tasks') into jobs, moving aside those that cannot be decoded
 // (quarantine.go). It returns the jobs whose records are orphans: those of
 // a deletion cut short.
-func (m *Manager) loadRecords(ctx context.Context, jobs map[string]*job, kvs, tkvs []store.KV, quarantined, runtimeGone map[string]bool) (map[string]bool, error) {
-	specs := map[string]store.KV{}
-	chunks := specChunks{}
-	usedChunks := map[string]bool{}
-	type rtRec struct {
-		rt  *pelotonv1.JobStatus
-		rev int64
+func (en *engine) loadRecords(ctx context.Context, jobs map[string]*job, kvs, tkvs []store.KV, quarantined, runtimeGone map[string]bool) (map[string]bool, error) {
+	m := en.m
+	recs, err := m.eng.sortJobRecords(ctx, kvs, quarantined, runtimeGone)
+	if err != nil {
+		return nil, err
 	}
-	rts := map[string]rtRec{}
+	usedChunks := map[string]bool{}
+	versions, err := m.eng.decodeVersions(ctx, recs, usedChunks, quarantined)
+	if err != nil {
+		return nil, err
+	}
+	m.eng.assembleJobs(jobs, recs, versions, quarantined, runtimeGone)
+	orphans := m.eng.orphanSpecs(ctx, recs, usedChunks)
+	if err := m.eng.loadTasks(ctx, jobs, tkvs, orphans); err != nil {
+		return nil, err
+	}
+	for _, j := range jobs {
+		if j.rt.State != pelotonv1.JobState_JOB_INITIALIZED {
+			m.eng.fillTasks(j)
+		}
+	}
+	return orphans, nil
+}
+
+// jobRecords are the job records read at start, sorted by kind.
+type jobRecords struct {
+	// specs are the spec version records by key; chunks the pieces of
+	// those split into chunks.
+	specs  map[string]store.KV
+	chunks specChunks
+	// rts are the jobs' runtimes that decode, with their revisions.
+	rts map[string]jobRuntimeRec
 	// present: the jobs with records; only those can be held.
-	present := map[string]bool{}
+	present map[string]bool
+}
+
+type jobRuntimeRec struct {
+	rt  *pelotonv1.JobStatus
+	rev int64
+}
+
+// sortJobRecords sorts the job records by kind and decodes the runtimes,
+// moving aside those that cannot be decoded.
+func (en *engine) sortJobRecords(ctx context.Context, kvs []store.KV, quarantined, runtimeGone map[string]bool) (jobRecords, error) {
+	m := en.m
+	recs := jobRecords{specs: map[string]store.KV{}, chunks: specChunks{}, rts: map[string]jobRuntimeRec{}, present: map[string]bool{}}
 	for _, kv := range kvs {
 		parts := strings.Split(kv.Key, "/") // jobs, id, runtime | jobs, id, spec, v
 		if len(parts) >= 2 {
-			present[parts[1]] = true
+			recs.present[parts[1]] = true
 		}
 		switch {
 		case len(parts) == 3 && parts[2] == "runtime":
 			rt := &pelotonv1.JobStatus{}
 			if err := proto.Unmarshal(kv.Value, rt); err != nil {
-				if err := m.quarantineRecord(ctx, kv, err); err != nil {
-					return nil, err
+				if err := m.eng.quarantineRecord(ctx, kv, err); err != nil {
+					return jobRecords{}, err
 				}
 				quarantined[parts[1]], runtimeGone[parts[1]] = true, true
 				continue
 			}
-			rts[parts[1]] = rtRec{rt, kv.Revision}
+			recs.rts[parts[1]] = jobRuntimeRec{rt, kv.Revision}
 		case len(parts) == 4 && parts[2] == "spec":
-			specs[kv.Key] = kv
+			recs.specs[kv.Key] = kv
 		case isChunkKey(parts):
-			chunks.add(parts, kv.Value)
+			recs.chunks.add(parts, kv.Value)
 		}
 	}
-	// The specs of each job, decoded: a version that cannot be is moved
-	// aside, and the job is held if it is the version in force. Those of
-	// a job without a runtime are swept or kept as they are (below).
+	return recs, nil
+}
+
+// decodeVersions decodes the specs of each job with a runtime: a version
+// that cannot be is moved aside (and the job is held if it is the version
+// in force, by assembleJobs). Those of a job without a runtime are swept
+// or kept as they are (orphanSpecs). usedChunks collects the chunks the
+// specs were assembled from.
+func (en *engine) decodeVersions(ctx context.Context, recs jobRecords, usedChunks, quarantined map[string]bool) (map[string][]*jobVersion, error) {
+	m := en.m
 	versions := map[string][]*jobVersion{}
-	for key, kv := range specs {
+	for key, kv := range recs.specs {
 		id := strings.Split(key, "/")[1]
-		if rts[id].rt == nil {
+		if recs.rts[id].rt == nil {
 			continue
 		}
-		enc, err := chunks.assemble(key, kv.Value, usedChunks)
+		enc, err := recs.chunks.assemble(key, kv.Value, usedChunks)
 		var rec *pelotonv1.JobVersion
 		if err == nil {
 			rec, err = decodeVersion(enc)
@@ -210,7 +253,7 @@ func (m *Manager) loadRecords(ctx context.Context, jobs map[string]*job, kvs, tk
 			jv, err = newJobVersion(rec.Version, rec.Spec, rec.CreateTime.AsTime(), rec.Cause)
 		}
 		if err != nil {
-			if err := m.quarantineRecord(ctx, kv, err); err != nil {
+			if err := m.eng.quarantineRecord(ctx, kv, err); err != nil {
 				return nil, err
 			}
 			quarantined[id] = true
@@ -218,7 +261,14 @@ func (m *Manager) loadRecords(ctx context.Context, jobs map[string]*job, kvs, tk
 		}
 		versions[id] = append(versions[id], jv)
 	}
-	for id, r := range rts {
+	return versions, nil
+}
+
+// assembleJobs makes the jobs whose runtime and spec version in force
+// decoded, and holds those present whose records did not.
+func (en *engine) assembleJobs(jobs map[string]*job, recs jobRecords, versions map[string][]*jobVersion, quarantined, runtimeGone map[string]bool) {
+	m := en.m
+	for id, r := range recs.rts {
 		var cur *jobVersion
 		for _, jv := range versions[id] {
 			if jv.version == r.rt.SpecVersion {
@@ -227,7 +277,7 @@ func (m *Manager) loadRecords(ctx context.Context, jobs map[string]*job, kvs, tk
 		}
 		if cur == nil {
 			if quarantined[id] { // present: it has a runtime
-				m.hold(id)
+				m.eng.hold(id)
 				continue
 			}
 			m.log.Error("job has no spec; skipping", "job", id, "version", r.rt.SpecVersion)
@@ -242,21 +292,26 @@ func (m *Manager) loadRecords(ctx context.Context, jobs map[string]*job, kvs, tk
 		jobs[id] = j
 	}
 	for id := range runtimeGone {
-		if jobs[id] == nil && !m.isHeld(id) && present[id] {
-			m.hold(id)
+		if jobs[id] == nil && !m.eng.isHeld(id) && recs.present[id] {
+			m.eng.hold(id)
 		}
 	}
-	// Specs whose job runtime is gone belong to a deletion that was cut short.
+}
+
+// orphanSpecs returns the jobs whose specs have no runtime: a deletion
+// cut short. Chunks of a spec no record names (a create or an update
+// whose record was never written) are deleted, or count their job as an
+// orphan when it has no runtime.
+func (en *engine) orphanSpecs(ctx context.Context, recs jobRecords, usedChunks map[string]bool) map[string]bool {
+	m := en.m
 	orphans := map[string]bool{}
-	for key := range specs {
-		if id := strings.Split(key, "/")[1]; rts[id].rt == nil {
+	for key := range recs.specs {
+		if id := strings.Split(key, "/")[1]; recs.rts[id].rt == nil {
 			orphans[id] = true
 		}
 	}
-	// Chunks of a spec no record names: a create or an update whose
-	// record was never written.
-	for _, key := range chunks.unused(usedChunks) {
-		if id := strings.Split(key, "/")[1]; rts[id].rt == nil {
+	for _, key := range recs.chunks.unused(usedChunks) {
+		if id := strings.Split(key, "/")[1]; recs.rts[id].rt == nil {
 			orphans[id] = true
 			continue
 		}
@@ -264,6 +319,14 @@ func (m *Manager) loadRecords(ctx context.Context, jobs map[string]*job, kvs, tk
 			m.log.Warn("delete a chunk of a spec that was never stored", "key", key, "err", err)
 		}
 	}
+	return orphans
+}
+
+// loadTasks decodes the task records into their jobs, moving aside those
+// that cannot be decoded; a task record of no loaded job (or of an
+// instance beyond any job's) counts its job among the orphans.
+func (en *engine) loadTasks(ctx context.Context, jobs map[string]*job, tkvs []store.KV, orphans map[string]bool) error {
+	m := en.m
 	for _, kv := range tkvs {
 		parts := strings.Split(kv.Key, "/")
 		if len(parts) != 3 {
@@ -278,12 +341,12 @@ func (m *Manager) loadRecords(ctx context.Context, jobs map[string]*job, kvs, tk
 		rt := &pelotonv1.TaskStatus{}
 		if err := proto.Unmarshal(kv.Value, rt); err != nil {
 			var rev int64
-			rt, rev, err = m.quarantineTask(ctx, j, uint32(inst), kv, err)
+			rt, rev, err = m.eng.quarantineTask(ctx, j, uint32(inst), kv, err)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			if rt == nil {
-				continue // left without a record: created again below
+				continue // left without a record: fillTasks makes it again
 			}
 			kv.Revision = rev
 		}
@@ -306,18 +369,14 @@ func (m *Manager) loadRecords(ctx context.Context, jobs map[string]*job, kvs, tk
 		ts[inst] = t
 		j.counts[rt.State].Add(1)
 	}
-	for _, j := range jobs {
-		if j.rt.State != pelotonv1.JobState_JOB_INITIALIZED {
-			m.fillTasks(j)
-		}
-	}
-	return orphans, nil
+	return nil
 }
 
 // recoverRuns re-queues the pending work of the jobs loaded at start and
 // re-reserves what their running work holds, then reconciles their runs
 // with the backend. tasks is how many task records were read.
-func (m *Manager) recoverRuns(ctx context.Context, tasks int) error {
+func (en *engine) recoverRuns(ctx context.Context, tasks int) error {
+	m := en.m
 	// Re-queue pending work and re-reserve what running work holds.
 	var lost []hostmgr.TaskEvent
 	type rekill struct {
@@ -353,7 +412,7 @@ func (m *Manager) recoverRuns(ctx context.Context, tasks int) error {
 				} else {
 					recoverHold(runID, t.rt.Host, r)
 				}
-				m.rm.Recover(m.rmTask(j, uint32(inst), t.rt.RunId))
+				m.rm.Recover(m.eng.rmTask(j, uint32(inst), t.rt.RunId))
 				if ev, err := m.hm.Status(runID); err == nil {
 					lost = append(lost, ev)
 					if !isTerminal(ev.State) && (t.rt.State == stKilling || t.rt.State == stPreempting) {
@@ -361,7 +420,7 @@ func (m *Manager) recoverRuns(ctx context.Context, tasks int) error {
 					}
 				} else if !reachable {
 					deferred++
-				} else if resumed, stale := m.resumePatch(ctx, j, uint32(inst), t.rt); !resumed {
+				} else if resumed, stale := m.upd.resumePatch(ctx, j, uint32(inst), t.rt); !resumed {
 					if stale != "" {
 						stopping = append(stopping, rekill{j, uint32(inst), stale})
 					}
@@ -371,7 +430,7 @@ func (m *Manager) recoverRuns(ctx context.Context, tasks int) error {
 			}
 		}
 		if len(pending) > 0 {
-			if err := m.rm.Enqueue(m.gangsFor(j, pending)...); err != nil {
+			if err := m.rm.Enqueue(m.eng.gangsFor(j, pending)...); err != nil {
 				return fmt.Errorf("jobmgr: re-queue job %s: %w", j.id, err)
 			}
 		}
@@ -382,9 +441,9 @@ func (m *Manager) recoverRuns(ctx context.Context, tasks int) error {
 		m.log.Warn("runs the backend does not know yet are kept until its substrate answers, then reconciled",
 			"runs", deferred, "substrate", s.Name, "reason", s.Reason)
 	}
-	m.handleEvents(ctx, lost)
+	m.eng.handleEvents(ctx, lost)
 	for _, k := range stopping {
-		m.killRun(ctx, k.j, k.inst, k.id, m.killGrace(k.j, k.inst))
+		m.eng.killRun(ctx, k.j, k.inst, k.id, m.killGrace(k.j, k.inst))
 	}
 	// Before any drain or preemption can ask (they start after recovery):
 	// the evaluator may start empty, and every instance down now, lost runs
@@ -403,7 +462,7 @@ func (m *Manager) recoverRuns(ctx context.Context, tasks int) error {
 		idx[i] = uint32(i)
 	}
 	_ = parallel(idx, func(i uint32) error {
-		m.reportAvailability(ctx, jobs[i])
+		m.recs.reportAvailability(ctx, jobs[i])
 		return nil
 	})
 	return nil
@@ -411,7 +470,7 @@ func (m *Manager) recoverRuns(ctx context.Context, tasks int) error {
 
 // rmTask is the resmgr view of run `run` of instance inst. Callers must not
 // hold the task's lock.
-func (m *Manager) rmTask(j *job, inst, run uint32) *resmgr.Task {
+func (en *engine) rmTask(j *job, inst, run uint32) *resmgr.Task {
 	v := j.runVersion(inst)
 	sla := v.spec.Sla
 	prev, bound := j.hosts(inst)
@@ -434,9 +493,10 @@ func isPreemptible(t pelotonv1.JobType, sla *pelotonv1.SlaSpec) bool {
 // instances are a gang: while none of them holds a host they are queued
 // together (all that are in insts); once the gang runs, a member that starts
 // again (after a failure) joins it alone. Every other instance is a gang of one.
-func (m *Manager) gangsFor(j *job, insts []uint32) []*resmgr.Gang {
+func (en *engine) gangsFor(j *job, insts []uint32) []*resmgr.Gang {
+	m := en.m
 	k := j.gangSize()
-	gangRunning := k > 1 && m.gangActive(j, false)
+	gangRunning := k > 1 && m.eng.gangActive(j, false)
 	var gang []*resmgr.Task
 	var out []*resmgr.Gang
 	for _, inst := range insts {
@@ -444,7 +504,7 @@ func (m *Manager) gangsFor(j *job, insts []uint32) []*resmgr.Gang {
 		tk.mu.Lock()
 		run := tk.rt.RunId
 		tk.mu.Unlock()
-		t := m.rmTask(j, inst, run)
+		t := m.eng.rmTask(j, inst, run)
 		if inst < k && !gangRunning {
 			gang = append(gang, t)
 			continue
@@ -470,7 +530,7 @@ func gangID(jobID string, index int) string { return fmt.Sprintf("%s/gang-%d", j
 
 // gangActive reports whether any gang member holds a host; with stopping,
 // only members that are being stopped (preempted, killed for a restart) count.
-func (m *Manager) gangActive(j *job, stopping bool) bool {
+func (en *engine) gangActive(j *job, stopping bool) bool {
 	for inst := uint32(0); inst < j.gangSize() && inst < uint32(len(j.tasks())); inst++ {
 		t := j.task(inst)
 		if t == nil {
@@ -489,7 +549,8 @@ func (m *Manager) gangActive(j *job, stopping bool) bool {
 	return false
 }
 
-func (m *Manager) worker(ctx context.Context) {
+func (en *engine) worker(ctx context.Context) {
+	m := en.m
 	for {
 		id, shutdown := m.queue.Get()
 		if shutdown {
@@ -501,7 +562,7 @@ func (m *Manager) worker(ctx context.Context) {
 			m.queue.Done(id)
 			return
 		}
-		if err := m.evaluateJob(ctx, id); err != nil && ctx.Err() == nil {
+		if err := m.eng.evaluateJob(ctx, id); err != nil && ctx.Err() == nil {
 			m.log.Warn("job evaluation failed; retrying", "job", id, "err", err)
 			m.queue.AddAfter(id, time.Second)
 		}
@@ -540,20 +601,21 @@ func parallel(insts []uint32, fn func(uint32) error) error {
 // evaluateJob drives one job towards its goal: create missing tasks, kill
 // everything if the goal is KILLED, enqueue initialized instances, and derive
 // the job's state from its tasks.
-func (m *Manager) evaluateJob(ctx context.Context, id string) error {
+func (en *engine) evaluateJob(ctx context.Context, id string) error {
+	m := en.m
 	m.mu.RLock()
 	j := m.jobs[id]
 	m.mu.RUnlock()
 	if j == nil {
 		return nil // deleted
 	}
-	if err := m.createTasks(ctx, j); err != nil {
+	if err := m.eng.createTasks(ctx, j); err != nil {
 		return err
 	}
-	if err := m.reconcileCount(ctx, j); err != nil {
+	if err := m.upd.reconcileCount(ctx, j); err != nil {
 		return err
 	}
-	if err := m.reconcileDaemon(ctx, j); err != nil {
+	if err := m.recs.reconcileDaemon(ctx, j); err != nil {
 		return err
 	}
 	if j.goalKilled.Load() {
@@ -568,12 +630,12 @@ func (m *Manager) evaluateJob(ctx context.Context, id string) error {
 		if err := parallel(live, func(inst uint32) error { return m.killInstance(ctx, j, inst, "job-cancelled") }); err != nil {
 			return err
 		}
-	} else if err := m.enqueueInitialized(ctx, j); err != nil {
+	} else if err := m.eng.enqueueInitialized(ctx, j); err != nil {
 		return err
 	}
 	if isLongRunning(j.typ) {
-		held, grantsAgain := m.reportAvailability(ctx, j)
-		again, err := m.driveUpdate(ctx, j)
+		held, grantsAgain := m.recs.reportAvailability(ctx, j)
+		again, err := m.upd.driveUpdate(ctx, j)
 		if err != nil {
 			return err
 		}
@@ -587,7 +649,7 @@ func (m *Manager) evaluateJob(ctx context.Context, id string) error {
 			m.queue.AddAfter(j.id, again)
 		}
 	}
-	return m.updateJobState(ctx, j)
+	return m.eng.updateJobState(ctx, j)
 }
 
 // createTasks gives every instance that has no task yet its first run, in
@@ -595,14 +657,15 @@ func (m *Manager) evaluateJob(ctx context.Context, id string) error {
 // INITIALIZED on run 1, so writing that record would cost an etcd write per
 // task and tell a restarted process nothing it could not infer; the first
 // real write (LAUNCHED) creates the record, guarded by MustNotExist.
-func (m *Manager) createTasks(ctx context.Context, j *job) error {
+func (en *engine) createTasks(ctx context.Context, j *job) error {
+	m := en.m
 	j.mu.Lock()
 	initializing := j.rt.State == pelotonv1.JobState_JOB_INITIALIZED
 	j.mu.Unlock()
 	if !initializing {
 		return nil
 	}
-	m.fillTasks(j)
+	m.eng.fillTasks(j)
 	return m.updateJobRuntime(ctx, j, func(rt *pelotonv1.JobStatus) error {
 		if rt.State == pelotonv1.JobState_JOB_INITIALIZED {
 			rt.State = pelotonv1.JobState_JOB_PENDING
@@ -614,7 +677,8 @@ func (m *Manager) createTasks(ctx context.Context, j *job) error {
 // fillTasks creates the in-memory task of every instance that has none. It
 // publishes a new slice rather than writing the visible one, which API
 // calls read concurrently.
-func (m *Manager) fillTasks(j *job) {
+func (en *engine) fillTasks(j *job) {
+	m := en.m
 	now := timestamppb.New(m.now())
 	cur := j.tasks()
 	next := make([]*task, len(cur))
@@ -640,7 +704,8 @@ func (m *Manager) fillTasks(j *job) {
 
 // enqueueInitialized moves INITIALIZED instances to PENDING and hands them to
 // resmgr. An instance in backoff is left for a later evaluation.
-func (m *Manager) enqueueInitialized(ctx context.Context, j *job) error {
+func (en *engine) enqueueInitialized(ctx context.Context, j *job) error {
+	m := en.m
 	if j.counts[stInitialized].Load() == 0 {
 		return nil
 	}
@@ -649,7 +714,7 @@ func (m *Manager) enqueueInitialized(ctx context.Context, j *job) error {
 	var wait time.Duration
 	// Gang members wait while any of them is still being stopped, so that a
 	// preempted gang queues again as a whole, never piecemeal.
-	holdGang := j.gangSize() > 1 && m.gangActive(j, true)
+	holdGang := j.gangSize() > 1 && m.eng.gangActive(j, true)
 	for inst, t := range j.tasks() {
 		if holdGang && uint32(inst) < j.gangSize() {
 			continue
@@ -704,7 +769,7 @@ func (m *Manager) enqueueInitialized(ctx context.Context, j *job) error {
 	})
 	if len(moved) > 0 {
 		sort.Slice(moved, func(a, b int) bool { return moved[a] < moved[b] })
-		if eerr := m.rm.Enqueue(m.gangsFor(j, moved)...); eerr != nil {
+		if eerr := m.rm.Enqueue(m.eng.gangsFor(j, moved)...); eerr != nil {
 			// Back to INITIALIZED, so the retried evaluation queues them again.
 			for _, inst := range moved {
 				_ = m.updateTaskVolatile(j, inst, func(rt *pelotonv1.TaskStatus) error {
@@ -722,7 +787,8 @@ func (m *Manager) enqueueInitialized(ctx context.Context, j *job) error {
 }
 
 // updateJobState derives the job's state from its instances' states.
-func (m *Manager) updateJobState(ctx context.Context, j *job) error {
+func (en *engine) updateJobState(ctx context.Context, j *job) error {
+	m := en.m
 	n := int32(len(j.tasks()))
 	c := func(s ts) int32 { return j.counts[s].Load() }
 	terminal := c(stSucceeded) + c(stFailed) + c(stLost) + c(stKilled)
@@ -781,7 +847,7 @@ func (m *Manager) updateJobState(ctx context.Context, j *job) error {
 		if isJobTerminal(next) {
 			rt.CompletionTime = now
 			if next == pelotonv1.JobState_JOB_FAILED {
-				rt.Message = m.failureSummary(j)
+				rt.Message = m.eng.failureSummary(j)
 			}
 		}
 		rt.State = next
@@ -789,7 +855,7 @@ func (m *Manager) updateJobState(ctx context.Context, j *job) error {
 	})
 }
 
-func (m *Manager) failureSummary(j *job) string {
+func (en *engine) failureSummary(j *job) string {
 	var failed []string
 	for inst, t := range j.tasks() {
 		t.mu.Lock()
@@ -811,7 +877,8 @@ func (m *Manager) failureSummary(j *job) string {
 const eventShards = 128
 
 // eventLoop fans backend events out to the shards.
-func (m *Manager) eventLoop(ctx context.Context) {
+func (en *engine) eventLoop(ctx context.Context) {
+	m := en.m
 	var shards [eventShards]chan hostmgr.TaskEvent
 	var wg sync.WaitGroup
 	for i := range shards {
@@ -844,7 +911,7 @@ func (m *Manager) eventLoop(ctx context.Context) {
 							break
 						}
 					}
-					m.deliver(ctx, e, superseded)
+					m.eng.deliver(ctx, e, superseded)
 				}
 			}
 		}(shards[i])
@@ -883,7 +950,8 @@ func shardOf(id string) int {
 // each shard's in order, the shards at once. A start that finds thousands
 // of runs lost (a backend whose runs did not survive) writes them in
 // batches rather than one after another.
-func (m *Manager) handleEvents(ctx context.Context, evs []hostmgr.TaskEvent) {
+func (en *engine) handleEvents(ctx context.Context, evs []hostmgr.TaskEvent) {
+	m := en.m
 	var shards [eventShards][]hostmgr.TaskEvent
 	for _, ev := range evs {
 		i := shardOf(ev.TaskID)
@@ -898,7 +966,7 @@ func (m *Manager) handleEvents(ctx context.Context, evs []hostmgr.TaskEvent) {
 		go func() {
 			defer wg.Done()
 			for _, ev := range shard {
-				m.handleEvent(ctx, ev)
+				m.eng.handleEvent(ctx, ev)
 			}
 		}()
 	}
@@ -907,8 +975,9 @@ func (m *Manager) handleEvents(ctx context.Context, evs []hostmgr.TaskEvent) {
 
 // handleEvent applies one run's state change to its instance (or queues
 // it behind earlier ones of its run still to be written, see deliver).
-func (m *Manager) handleEvent(ctx context.Context, ev hostmgr.TaskEvent) {
-	m.deliver(ctx, ev, false)
+func (en *engine) handleEvent(ctx context.Context, ev hostmgr.TaskEvent) {
+	m := en.m
+	m.eng.deliver(ctx, ev, false)
 }
 
 // applyEvent applies one event. superseded says a later event of the same
@@ -919,7 +988,8 @@ func (m *Manager) handleEvent(ctx context.Context, ev hostmgr.TaskEvent) {
 // attempt failed to write it, and may have been applied by the store after
 // all. It returns the error of a write that failed (a *storeError): the
 // caller queues the event to be applied again.
-func (m *Manager) applyEvent(ctx context.Context, ev hostmgr.TaskEvent, superseded, retried bool) error {
+func (en *engine) applyEvent(ctx context.Context, ev hostmgr.TaskEvent, superseded, retried bool) error {
+	m := en.m
 	// Events from hostmgr are clean already; those jobmgr makes of a
 	// backend's errors (launch-failed, run-id-taken) carry the backend's
 	// words, which may not be valid UTF-8.
@@ -935,7 +1005,7 @@ func (m *Manager) applyEvent(ctx context.Context, ev hostmgr.TaskEvent, supersed
 	if j == nil || j.task(inst) == nil {
 		return nil // the job was deleted
 	}
-	foreign := m.isForeign(j)
+	foreign := m.adopt.isForeign(j)
 	t := j.task(inst)
 	f := eventFacts{
 		jobType:     j.typ,
@@ -978,7 +1048,7 @@ func (m *Manager) applyEvent(ctx context.Context, ev hostmgr.TaskEvent, supersed
 		m.log.Error("apply task event", "task", ev.TaskID, "state", ev.State, "err", err)
 		return nil
 	}
-	m.applyEffects(ctx, j, inst, ev, fx)
+	m.eng.applyEffects(ctx, j, inst, ev, fx)
 	m.queue.Add(jobID)
 	return nil
 }
@@ -986,11 +1056,12 @@ func (m *Manager) applyEvent(ctx context.Context, ev hostmgr.TaskEvent, supersed
 // applyEffects carries out what decideEvent asked for once its decision is
 // written: the kill of an unhealthy run, the backoff, the release of an
 // ended run (or the launch of its successor in place).
-func (m *Manager) applyEffects(ctx context.Context, j *job, inst uint32, ev hostmgr.TaskEvent, fx eventEffects) {
+func (en *engine) applyEffects(ctx context.Context, j *job, inst uint32, ev hostmgr.TaskEvent, fx eventEffects) {
+	m := en.m
 	_, _, run, _ := parseTaskID(ev.TaskID)
 	if fx.kill != "" {
 		m.log.Info("restarting an unhealthy instance", "job", j.id, "instance", inst)
-		m.killRun(ctx, j, inst, fx.kill, fx.grace)
+		m.eng.killRun(ctx, j, inst, fx.kill, fx.grace)
 	}
 	if fx.backoff > 0 {
 		t := j.task(inst)
@@ -1002,7 +1073,7 @@ func (m *Manager) applyEffects(ctx context.Context, j *job, inst uint32, ev host
 	if !fx.release {
 		return
 	}
-	if fx.inPlace != "" && fx.heldFor != "" && m.launchInPlace(ctx, j, inst, fx.heldFor, fx.inPlace) {
+	if fx.inPlace != "" && fx.heldFor != "" && m.eng.launchInPlace(ctx, j, inst, fx.heldFor, fx.inPlace) {
 		return
 	}
 	if fx.heldFor != "" {
@@ -1026,7 +1097,8 @@ func (m *Manager) applyEffects(ctx context.Context, j *job, inst uint32, ev host
 // changing nothing, when the host cannot take it (it left service, or the
 // hold is not there or not the size the new spec needs); the run is then
 // queued like any other.
-func (m *Manager) launchInPlace(ctx context.Context, j *job, inst uint32, held, host string) bool {
+func (en *engine) launchInPlace(ctx context.Context, j *job, inst uint32, held, host string) bool {
+	m := en.m
 	t := j.task(inst)
 	t.mu.Lock()
 	run, v := t.rt.RunId, j.version(t.rt.SpecVersion)
@@ -1047,11 +1119,11 @@ func (m *Manager) launchInPlace(ctx context.Context, j *job, inst uint32, held, 
 		m.rm.Release(j.id, inst)
 		return false
 	}
-	rt := m.rmTask(j, inst, run)
+	rt := m.eng.rmTask(j, inst, run)
 	m.rm.Release(j.id, inst)
 	m.rm.Recover(rt)
 	metrics.Restarts.WithLabelValues("in-place").Inc()
-	m.launch(ctx, resmgr.Placement{Task: rt, Host: host})
+	m.eng.launch(ctx, resmgr.Placement{Task: rt, Host: host})
 	return true
 }
 
@@ -1060,10 +1132,11 @@ func (m *Manager) launchInPlace(ctx context.Context, j *job, inst uint32, held, 
 // that took more than one would launch them in turn, each waiting on the
 // backend, while other launchers idle. One each spreads every batch over
 // all of them.
-func (m *Manager) launchLoop(ctx context.Context) {
+func (en *engine) launchLoop(ctx context.Context) {
+	m := en.m
 	for ctx.Err() == nil {
 		for _, p := range m.rm.GetPlacements(ctx, 1) {
-			m.launch(ctx, p)
+			m.eng.launch(ctx, p)
 		}
 	}
 }
@@ -1071,7 +1144,8 @@ func (m *Manager) launchLoop(ctx context.Context) {
 // launch records a placed run as LAUNCHED on its host, then starts it. The
 // record comes first so that a crash between the two is seen at restart as a
 // launched run the backend does not know, and run again.
-func (m *Manager) launch(ctx context.Context, p resmgr.Placement) {
+func (en *engine) launch(ctx context.Context, p resmgr.Placement) {
+	m := en.m
 	runID := p.Task.RunTaskID()
 	m.mu.RLock()
 	j := m.jobs[p.Task.JobID]
@@ -1124,30 +1198,30 @@ func (m *Manager) launch(ctx context.Context, p resmgr.Placement) {
 	m.rm.MarkRunning(j.id, inst)
 	ls := launchSpec(j, inst, p.Task.RunID, p.Host, j.version(ver), p.Task.Resources)
 	ls.Gang = p.Task.Gang
-	if m.isForeign(j) {
+	if m.adopt.isForeign(j) {
 		// Bind the pod the instance stands for; never create one.
-		ls.Foreign, err = m.foreignRef(j, inst)
+		ls.Foreign, err = m.adopt.foreignRef(j, inst)
 	}
 	if err == nil {
 		done := m.recon.begin(runID)
 		err = m.hm.Launch(ctx, ls)
 		done()
 	}
-	if err != nil && errors.Is(err, hostmgr.ErrAlreadyLaunched) && !m.isForeign(j) {
-		m.launchTaken(ctx, j, runID, p.Host, err)
+	if err != nil && errors.Is(err, hostmgr.ErrAlreadyLaunched) && !m.adopt.isForeign(j) {
+		m.eng.launchTaken(ctx, j, runID, p.Host, err)
 		m.queue.Add(j.id)
 		return
 	}
 	if err != nil {
-		if m.isForeign(j) && m.foreign != nil {
+		if m.adopt.isForeign(j) && m.foreign != nil {
 			m.foreign.launchFailed(instKey{j.id, inst}) // its pod, if still there, gets another instance
 		}
 		ev := hostmgr.TaskEvent{TaskID: runID, Host: p.Host, State: stFailed, Reason: "launch-failed", Message: err.Error(), Time: m.now()}
-		if errors.Is(err, hostmgr.ErrLaunchBlocked) && !m.isForeign(j) {
+		if errors.Is(err, hostmgr.ErrLaunchBlocked) && !m.adopt.isForeign(j) {
 			// Not the run's failure: see the launch-blocked case of handleEvent.
 			ev.State, ev.Reason = stLost, hostmgr.ReasonLaunchBlocked
 		}
-		m.handleEvent(ctx, ev)
+		m.eng.handleEvent(ctx, ev)
 	} else if t := j.task(inst); t != nil {
 		t.mu.Lock()
 		t.blocked = 0
@@ -1163,16 +1237,17 @@ func (m *Manager) launch(ctx context.Context, p resmgr.Placement) {
 // ended (an instance a scale-down removed had it) or that lives elsewhere
 // (reconciliation stops that one as a stray): the run is LOST with
 // ReasonRunIDTaken and the instance runs again under the next ID at once.
-func (m *Manager) launchTaken(ctx context.Context, j *job, runID, host string, err error) {
+func (en *engine) launchTaken(ctx context.Context, j *job, runID, host string, err error) {
+	m := en.m
 	ev, serr := m.hm.Status(runID)
 	if serr == nil && !isTerminal(ev.State) && ev.Host == host {
 		m.log.Warn("the backend runs this run already; it goes on", "task", runID, "host", host)
-		m.handleEvent(ctx, ev)
+		m.eng.handleEvent(ctx, ev)
 		return
 	}
 	m.log.Warn("the backend used this run's id for another run; the instance runs under the next id", "task", runID,
 		"placed", host, "held", ev.State, "on", ev.Host, "since", ev.Time, "err", err)
-	m.handleEvent(ctx, hostmgr.TaskEvent{TaskID: runID, Host: host, State: stLost, Reason: hostmgr.ReasonRunIDTaken,
+	m.eng.handleEvent(ctx, hostmgr.TaskEvent{TaskID: runID, Host: host, State: stLost, Reason: hostmgr.ReasonRunIDTaken,
 		Message: "the backend already had a run with this id: " + err.Error(), Time: m.now()})
 }
 
@@ -1250,7 +1325,8 @@ func launchSpec(j *job, inst, run uint32, host string, v *jobVersion, r resource
 func volumeID(jobID string, inst uint32) string { return fmt.Sprintf("%s-%d", jobID, inst) }
 
 // gaugeLoop publishes job and task counts by state.
-func (m *Manager) gaugeLoop(ctx context.Context) {
+func (en *engine) gaugeLoop(ctx context.Context) {
+	m := en.m
 	t := time.NewTicker(2 * time.Second)
 	defer t.Stop()
 	for {
@@ -1292,7 +1368,8 @@ func (m *Manager) gaugeLoop(ctx context.Context) {
 }
 
 // preemptLoop carries out resmgr's preemption decisions.
-func (m *Manager) preemptLoop(ctx context.Context) {
+func (en *engine) preemptLoop(ctx context.Context) {
+	m := en.m
 	for ctx.Err() == nil {
 		// Victims of one decision are stopped concurrently so the group
 		// committer packs their PREEMPTING writes; one at a time, each
@@ -1303,8 +1380,8 @@ func (m *Manager) preemptLoop(ctx context.Context) {
 			idx[i] = uint32(i)
 		}
 		_ = parallel(idx, func(i uint32) error {
-			if m.mayPreempt(ctx, vs[i]) {
-				m.preempt(ctx, vs[i])
+			if m.eng.mayPreempt(ctx, vs[i]) {
+				m.eng.preempt(ctx, vs[i])
 			}
 			return nil
 		})
@@ -1316,7 +1393,8 @@ func (m *Manager) preemptLoop(ctx context.Context) {
 // still holding its resources, chooses again in a later round. STATEFUL
 // instances are never preempted (resmgr never picks them: they are not
 // preemptible).
-func (m *Manager) mayPreempt(ctx context.Context, v resmgr.Victim) bool {
+func (en *engine) mayPreempt(ctx context.Context, v resmgr.Victim) bool {
+	m := en.m
 	m.mu.RLock()
 	j := m.jobs[v.Task.JobID]
 	m.mu.RUnlock()
@@ -1326,7 +1404,7 @@ func (m *Manager) mayPreempt(ctx context.Context, v resmgr.Victim) bool {
 	if j.typ == pelotonv1.JobType_STATEFUL {
 		return false
 	}
-	if err := m.disrupt(ctx, j, v.Task.Instance, "preempt", "preempted: "+v.Reason, defaultMinReady); err != nil {
+	if err := m.recs.disrupt(ctx, j, v.Task.Instance, "preempt", "preempted: "+v.Reason, defaultMinReady); err != nil {
 		m.log.Info("preemption not granted by the SLA evaluator", "job", j.id, "instance", v.Task.Instance, "err", err)
 		return false
 	}
@@ -1335,7 +1413,8 @@ func (m *Manager) mayPreempt(ctx context.Context, v resmgr.Victim) bool {
 
 // preempt moves a victim's run to PREEMPTING and kills it; when the kill
 // lands, handleEvent starts a new run that queues again.
-func (m *Manager) preempt(ctx context.Context, v resmgr.Victim) {
+func (en *engine) preempt(ctx context.Context, v resmgr.Victim) {
+	m := en.m
 	m.mu.RLock()
 	j := m.jobs[v.Task.JobID]
 	m.mu.RUnlock()
@@ -1359,5 +1438,38 @@ func (m *Manager) preempt(ctx context.Context, v resmgr.Victim) {
 		return
 	}
 	m.log.Info("preempting", "job", j.id, "instance", inst, "reason", v.Reason)
-	m.killRun(ctx, j, inst, kill, m.killGrace(j, inst))
+	m.eng.killRun(ctx, j, inst, kill, m.killGrace(j, inst))
+}
+
+// killRun asks the backend to stop a run. A run the backend does not know
+// (it vanished with a restart) is reported as lost, which ends it.
+func (en *engine) killRun(ctx context.Context, j *job, inst uint32, taskID string, grace time.Duration) {
+	m := en.m
+	m.eng.killRunAttempt(ctx, j, inst, taskID, grace, 1)
+}
+
+// maxKillAttempts bounds kill retries of one run (about ten minutes with the
+// back-off below); a run still not killed by then is killed again after the
+// next restart, when its KILLING state is reconciled.
+const maxKillAttempts = 20
+
+func (en *engine) killRunAttempt(ctx context.Context, j *job, inst uint32, taskID string, grace time.Duration, attempt int) {
+	m := en.m
+	err := m.hm.Kill(ctx, taskID, grace)
+	if errors.Is(err, hostmgr.ErrUnknownTask) {
+		m.eng.handleEvent(ctx, hostmgr.TaskEvent{TaskID: taskID, State: stLost, Reason: "unknown-to-backend", Message: "the backend no longer knows this run", Time: m.now()})
+		return
+	}
+	if err == nil {
+		return
+	}
+	if attempt >= maxKillAttempts {
+		m.log.Error("kill failed; giving up until the next restart", "task", taskID, "attempts", attempt, "err", err)
+		return
+	}
+	delay := min(time.Second<<min(attempt-1, 6), time.Minute)
+	m.log.Warn("kill failed; will retry", "task", taskID, "in", delay, "err", err)
+	m.after(delay, func(ctx context.Context) {
+		m.eng.killRunAttempt(ctx, j, inst, taskID, grace, attempt+1)
+	})
 }

@@ -75,7 +75,7 @@ type retryState struct {
 	delay time.Duration
 }
 
-func (m *Manager) isForeign(j *job) bool { return j.spec().GetForeign() != nil }
+func (ad *adoption) isForeign(j *job) bool { return j.spec().GetForeign() != nil }
 
 // refuseForeign is the error of API calls that would change a foreign job.
 func refuseForeign(j *job, what string) error {
@@ -88,7 +88,8 @@ func refuseForeign(j *job, what string) error {
 // adopted before a restart to their instances, ends the instances whose
 // tasks are gone, and starts following changes. Called by Start after
 // recovery and before the engine runs.
-func (m *Manager) startForeign(ctx context.Context) error {
+func (ad *adoption) startForeign(ctx context.Context) error {
+	m := ad.m
 	src := m.hm.Foreign()
 	if src == nil {
 		return nil
@@ -126,13 +127,13 @@ func (c *foreignCtl) sweep(ctx context.Context) error {
 	m.mu.RLock()
 	var jobs []*job
 	for _, j := range m.jobs {
-		if m.isForeign(j) {
+		if m.adopt.isForeign(j) {
 			jobs = append(jobs, j)
 		}
 	}
 	m.mu.RUnlock()
 	for _, j := range jobs {
-		m.fillTasks(j) // a job that had not created its tasks yet
+		m.eng.fillTasks(j) // a job that had not created its tasks yet
 		for inst, t := range j.tasks() {
 			k := instKey{j.id, uint32(inst)}
 			c.mu.Lock()
@@ -168,7 +169,7 @@ func (c *foreignCtl) changed(ft hostmgr.ForeignTask) {
 	k, adopted := c.runOf[ft.UID]
 	if ft.TaskID != "" && !adopted {
 		// Adopted by an earlier process: find its instance.
-		if jobID, inst, _, ok := parseTaskID(ft.TaskID); ok && c.m.instanceWaits(jobID, inst) {
+		if jobID, inst, _, ok := parseTaskID(ft.TaskID); ok && c.m.adopt.instanceWaits(jobID, inst) {
 			k, adopted = instKey{jobID, inst}, true
 			c.runOf[ft.UID], c.podOf[k] = k, ft.ForeignRef
 		}
@@ -183,7 +184,7 @@ func (c *foreignCtl) changed(ft hostmgr.ForeignTask) {
 			}
 		}
 		c.mu.Unlock()
-		if adopted && c.m.instanceWaits(k.job, k.inst) {
+		if adopted && c.m.adopt.instanceWaits(k.job, k.inst) {
 			// Deleted, or bound by someone else, before Peloton placed it.
 			reason := "pod-deleted"
 			if !ft.Gone {
@@ -216,7 +217,8 @@ func (c *foreignCtl) end(k instKey, reason string) {
 
 // instanceWaits reports whether instance inst of job jobID exists and has
 // not been launched or ended.
-func (m *Manager) instanceWaits(jobID string, inst uint32) bool {
+func (ad *adoption) instanceWaits(jobID string, inst uint32) bool {
+	m := ad.m
 	m.mu.RLock()
 	j := m.jobs[jobID]
 	m.mu.RUnlock()
@@ -363,7 +365,7 @@ func (c *foreignCtl) adoptWaiting(ctx context.Context) {
 // group's job: a new job, or new instances of the one there is.
 func (c *foreignCtl) adoptGroup(ctx context.Context, group string, fts []hostmgr.ForeignTask) error {
 	m := c.m
-	j, id := m.foreignJob(group)
+	j, id := m.adopt.foreignJob(group)
 	gang := fts[0].GangSize
 	if j == nil && gang > 1 && uint32(len(fts)) < gang {
 		for _, ft := range fts {
@@ -418,7 +420,7 @@ func (c *foreignCtl) adoptGroup(ctx context.Context, group string, fts []hostmgr
 			return err
 		}
 		c.mapAll(id, first, take)
-		if err := m.storeNewVersion(ctx, j, jv, nil); err != nil {
+		if err := m.upd.storeNewVersion(ctx, j, jv, nil); err != nil {
 			c.unmapAll(id, first, take)
 			return err
 		}
@@ -468,7 +470,8 @@ func (c *foreignCtl) unmapAll(id string, first uint32, fts []hostmgr.ForeignTask
 // every process finds the same one. A gang whose members have all ended
 // is over; the group's next pods form a new job (the next generation).
 // It returns the live job, or nil and the ID a new one takes.
-func (m *Manager) foreignJob(group string) (*job, string) {
+func (ad *adoption) foreignJob(group string) (*job, string) {
+	m := ad.m
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	for gen := 0; ; gen++ {
@@ -477,7 +480,7 @@ func (m *Manager) foreignJob(group string) (*job, string) {
 		if j == nil {
 			return nil, id
 		}
-		if gang := j.gangSize(); gang > 1 && m.gangOver(j, gang) {
+		if gang := j.gangSize(); gang > 1 && m.adopt.gangOver(j, gang) {
 			continue
 		}
 		return j, id
@@ -485,7 +488,7 @@ func (m *Manager) foreignJob(group string) (*job, string) {
 }
 
 // gangOver reports whether every member of j's gang has ended.
-func (m *Manager) gangOver(j *job, gang uint32) bool {
+func (ad *adoption) gangOver(j *job, gang uint32) bool {
 	ts := j.tasks()
 	if uint32(len(ts)) < gang {
 		return false
@@ -598,7 +601,8 @@ func foreignEnd(rt *pelotonv1.TaskStatus, ev hostmgr.TaskEvent, killedByUs bool)
 var errForeignGone = errors.New("its pod is gone")
 
 // foreignRef is the launch reference of a foreign instance.
-func (m *Manager) foreignRef(j *job, inst uint32) (*hostmgr.ForeignRef, error) {
+func (ad *adoption) foreignRef(j *job, inst uint32) (*hostmgr.ForeignRef, error) {
+	m := ad.m
 	if m.foreign == nil {
 		return nil, errForeignGone
 	}

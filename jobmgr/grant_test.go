@@ -37,9 +37,9 @@ func TestGrantOfAnInstanceNotStartedYet(t *testing.T) {
 			j := newJob("j", jv, &pelotonv1.JobStatus{State: pelotonv1.JobState_JOB_RUNNING}, 1)
 			now := time.Unix(1000, 0)
 			clock := func() time.Time { return now }
-			m := &Manager{sla: sla.NewLocal(clock), now: clock, slaTimeout: time.Minute, log: slog.Default()}
+			m := attachParts(&Manager{sla: sla.NewLocal(clock), now: clock, slaTimeout: time.Minute, log: slog.Default()})
 			ctx := context.Background()
-			m.fillTasks(j)
+			m.eng.fillTasks(j)
 			up := j.task(1)
 			up.rt.State, up.rt.RunId, up.availableSince = stRunning, 1, now
 			tk := j.task(0)
@@ -47,11 +47,11 @@ func TestGrantOfAnInstanceNotStartedYet(t *testing.T) {
 			if tc.state == stRunning {
 				tk.availableSince = now
 			}
-			m.reportAvailability(ctx, j)
-			if err := m.disrupt(ctx, j, 0, "update/u", "test", defaultMinReady); err != nil {
+			m.recs.reportAvailability(ctx, j)
+			if err := m.recs.disrupt(ctx, j, 0, "update/u", "test", defaultMinReady); err != nil {
 				t.Fatal(err)
 			}
-			if held, _ := m.reportAvailability(ctx, j); !held {
+			if held, _ := m.recs.reportAvailability(ctx, j); !held {
 				t.Fatal("the grant is gone before the instance ran again")
 			}
 			// The instance runs (again), on the new spec, and is available.
@@ -61,12 +61,12 @@ func TestGrantOfAnInstanceNotStartedYet(t *testing.T) {
 			tk.mu.Unlock()
 			// Not for long enough yet: a run that crashes a moment after
 			// it started must not give the budget back.
-			held, again := m.reportAvailability(ctx, j)
+			held, again := m.recs.reportAvailability(ctx, j)
 			if !held || again <= 0 || again > defaultMinReady+time.Second {
 				t.Fatalf("run %d available for an instant: held %v, evaluate again in %v", tc.run, held, again)
 			}
 			now = now.Add(defaultMinReady)
-			if held, _ := m.reportAvailability(ctx, j); held {
+			if held, _ := m.recs.reportAvailability(ctx, j); held {
 				t.Fatalf("run %d has been available for %v but the grant is still held", tc.run, defaultMinReady)
 			}
 			st, err := m.sla.Status(ctx, "j")
@@ -150,9 +150,9 @@ func TestEvaluatorCallsHoldNoLockAndErrorsGrantNothing(t *testing.T) {
 	clock := func() time.Time { return now }
 	local := sla.NewLocal(clock)
 	p := &lockProbe{Evaluator: local, t: t, j: j, down: true}
-	m := &Manager{sla: p, now: clock, slaTimeout: time.Minute, log: slog.Default()}
+	m := attachParts(&Manager{sla: p, now: clock, slaTimeout: time.Minute, log: slog.Default()})
 	ctx := context.Background()
-	m.fillTasks(j)
+	m.eng.fillTasks(j)
 	for i := range uint32(3) {
 		tk := j.task(i)
 		tk.rt.State, tk.rt.RunId = stRunning, 1
@@ -160,10 +160,10 @@ func TestEvaluatorCallsHoldNoLockAndErrorsGrantNothing(t *testing.T) {
 	// Instance 2 crashed: the evaluator must hear of it before it grants.
 	j.task(0).availableSince, j.task(1).availableSince = now, now
 
-	if _, again := m.reportAvailability(ctx, j); again <= 0 || again > time.Second {
+	if _, again := m.recs.reportAvailability(ctx, j); again <= 0 || again > time.Second {
 		t.Errorf("after a failed report, evaluate again in %v; want soon", again)
 	}
-	if err := m.disrupt(ctx, j, 0, "drain/h", "test", defaultMinReady); err == nil || isRefusal(err) {
+	if err := m.recs.disrupt(ctx, j, 0, "drain/h", "test", defaultMinReady); err == nil || isRefusal(err) {
 		t.Fatalf("disrupt with the evaluator down: %v, want a failure that is not a refusal", err)
 	}
 	if len(j.lr.grants) != 0 {
@@ -176,15 +176,15 @@ func TestEvaluatorCallsHoldNoLockAndErrorsGrantNothing(t *testing.T) {
 	// Back: the job is registered and its crashed instance reported before
 	// the request, so the budget of 1 is already used.
 	p.down = false
-	err = m.disrupt(ctx, j, 0, "drain/h", "test", defaultMinReady)
+	err = m.recs.disrupt(ctx, j, 0, "drain/h", "test", defaultMinReady)
 	if !isRefusal(err) {
 		t.Fatalf("disrupt with one instance down and a budget of 1: %v, want a refusal", err)
 	}
 	j.task(2).availableSince = now
-	if held, _ := m.reportAvailability(ctx, j); held {
+	if held, _ := m.recs.reportAvailability(ctx, j); held {
 		t.Fatal("grants held although none was given")
 	}
-	if err := m.disrupt(ctx, j, 0, "drain/h", "test", defaultMinReady); err != nil {
+	if err := m.recs.disrupt(ctx, j, 0, "drain/h", "test", defaultMinReady); err != nil {
 		t.Fatal(err)
 	}
 	st, err := local.Status(ctx, "j")

@@ -89,7 +89,7 @@ func finishedIndexOp(id, requestID string, sum *pelotonv1.Job, ttl *uint32) (sto
 // indexOps are the writes that keep j's index entry true when its runtime
 // goes from old to next, for the runtime's own transaction; none when the
 // job neither finishes nor comes back. Caller holds j.mu.
-func (m *Manager) indexOps(j *job, old, next *pelotonv1.JobStatus) ([]store.Op, error) {
+func (ar *Archive) indexOps(j *job, old, next *pelotonv1.JobStatus) ([]store.Op, error) {
 	was, is := isJobTerminal(old.GetState()), isJobTerminal(next.GetState())
 	switch {
 	case was == is:
@@ -127,7 +127,8 @@ func removalOps(id string, rev int64) []store.Op {
 // finishRemoval removes the records of a job whose runtime is gone, tells
 // the backend the job's output may go, then removes its deleting mark. A
 // failure leaves the mark for the next start.
-func (m *Manager) finishRemoval(ctx context.Context, id string) {
+func (ar *Archive) finishRemoval(ctx context.Context, id string) {
+	m := ar.m
 	if m.sweep(ctx, id) {
 		// The job has left the live store: the backend may drop its
 		// runs' output and records, as its retention says (before the
@@ -144,12 +145,13 @@ func (m *Manager) finishRemoval(ctx context.Context, id string) {
 // loadIndex returns the jobs recovery loads (those not finished), the
 // finished ones (from their index entries), and finishes removals a
 // previous process left. It builds the index first if the store has none.
-func (m *Manager) loadIndex(ctx context.Context) (live map[string]string, finished map[string]*finishedJob, err error) {
+func (ar *Archive) loadIndex(ctx context.Context) (live map[string]string, finished map[string]*finishedJob, err error) {
+	m := ar.m
 	if _, err := m.store.Get(ctx, indexVersionKey); err != nil {
 		if !errors.Is(err, store.ErrNotFound) {
 			return nil, nil, fmt.Errorf("jobmgr: read the job index: %w", err)
 		}
-		if err := m.buildIndex(ctx); err != nil {
+		if err := m.arch.buildIndex(ctx); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -188,14 +190,15 @@ func (m *Manager) loadIndex(ctx context.Context) (live map[string]string, finish
 	}
 	for _, id := range deleting {
 		m.log.Info("finishing the removal of a job", "job", id)
-		m.finishRemoval(ctx, id)
+		m.arch.finishRemoval(ctx, id)
 	}
 	return live, finished, nil
 }
 
 // buildIndex writes the index of a store that has none, from the jobs'
 // runtimes: once, the first start after an upgrade.
-func (m *Manager) buildIndex(ctx context.Context) error {
+func (ar *Archive) buildIndex(ctx context.Context) error {
+	m := ar.m
 	kvs, err := m.store.List(ctx, "jobs/")
 	if err != nil {
 		return fmt.Errorf("jobmgr: load jobs to index them: %w", err)
@@ -266,7 +269,8 @@ func (m *Manager) buildIndex(ctx context.Context) error {
 
 // listJobRecords reads the records of the given jobs: their job records
 // and their tasks' records, a few jobs at a time.
-func (m *Manager) listJobRecords(ctx context.Context, ids []string) (kvs, tkvs []store.KV, err error) {
+func (ar *Archive) listJobRecords(ctx context.Context, ids []string) (kvs, tkvs []store.KV, err error) {
+	m := ar.m
 	const readers = 16
 	var mu sync.Mutex
 	var first error
@@ -304,7 +308,8 @@ const loadFinishedTimeout = 10 * time.Second
 // loadFinished loads a finished job that is not in memory from its
 // records, for whoever asks for it; nil when it is not a finished job this
 // process knows (or it was removed meanwhile).
-func (m *Manager) loadFinished(id string) (*job, error) {
+func (ar *Archive) loadFinished(id string) (*job, error) {
+	m := ar.m
 	m.mu.RLock()
 	_, known := m.finished[id]
 	m.mu.RUnlock()
@@ -325,12 +330,12 @@ func (m *Manager) loadFinished(id string) (*job, error) {
 	}
 	ctx, cancel := context.WithTimeout(parent, loadFinishedTimeout)
 	defer cancel()
-	kvs, tkvs, err := m.listJobRecords(ctx, []string{id})
+	kvs, tkvs, err := m.arch.listJobRecords(ctx, []string{id})
 	if err != nil {
 		return nil, err
 	}
 	jobs := map[string]*job{}
-	if _, err := m.loadRecords(ctx, jobs, kvs, tkvs, map[string]bool{}, map[string]bool{}); err != nil {
+	if _, err := m.eng.loadRecords(ctx, jobs, kvs, tkvs, map[string]bool{}, map[string]bool{}); err != nil {
 		return nil, err
 	}
 	j = jobs[id]
@@ -360,7 +365,8 @@ const unloadEvery = 10 * time.Second
 // unloadLoop keeps memory bounded by live work: finished jobs nobody
 // touched for unloadAfter leave memory (their rows stay, and they are
 // loaded again when asked for), as if the process had restarted.
-func (m *Manager) unloadLoop(ctx context.Context) {
+func (ar *Archive) unloadLoop(ctx context.Context) {
+	m := ar.m
 	t := time.NewTicker(unloadEvery)
 	defer t.Stop()
 	for {
@@ -369,13 +375,14 @@ func (m *Manager) unloadLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		m.unloadFinished(m.now())
+		m.arch.unloadFinished(m.now())
 	}
 }
 
 // unloadFinished unloads the finished jobs that are due; it returns how
 // many it unloaded.
-func (m *Manager) unloadFinished(now time.Time) int {
+func (ar *Archive) unloadFinished(now time.Time) int {
+	m := ar.m
 	m.mu.RLock()
 	jobs := make([]*job, 0, len(m.jobs))
 	for _, j := range m.jobs {
@@ -387,7 +394,7 @@ func (m *Manager) unloadFinished(now time.Time) int {
 		j.mu.Lock()
 		due := isJobTerminal(j.rt.State) && !j.unsure && now.Sub(finishedTime(j.rt)) >= unloadAfter && now.Sub(j.loadedAt) >= unloadAfter
 		j.mu.Unlock()
-		if !due || m.activeUpdate(j.id) != nil || m.isForeign(j) {
+		if !due || m.upd.activeUpdate(j.id) != nil || m.adopt.isForeign(j) {
 			continue
 		}
 		quiet := true
@@ -427,7 +434,8 @@ func (m *Manager) unloadFinished(now time.Time) int {
 
 // finishedSummaries returns the rows of the finished jobs not in memory
 // that keep selects (copies the caller may change).
-func (m *Manager) finishedSummaries(keep func(*pelotonv1.Job) bool) []*pelotonv1.Job {
+func (ar *Archive) finishedSummaries(keep func(*pelotonv1.Job) bool) []*pelotonv1.Job {
+	m := ar.m
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	var out []*pelotonv1.Job

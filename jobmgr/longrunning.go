@@ -112,7 +112,8 @@ func budgetOf(s *pelotonv1.JobSpec) uint32 {
 
 // slaCtx is the context of one call to the evaluator: parent's, bounded by
 // the per-call timeout.
-func (m *Manager) slaCtx(parent context.Context) (context.Context, context.CancelFunc) {
+func (rc *reconcilers) slaCtx(parent context.Context) (context.Context, context.CancelFunc) {
+	m := rc.m
 	return context.WithTimeout(parent, m.slaTimeout)
 }
 
@@ -120,7 +121,8 @@ func (m *Manager) slaCtx(parent context.Context) (context.Context, context.Cance
 // if they changed since it last accepted them. Jobs are registered lazily
 // (here, from the job's evaluation and before a disruption) rather than
 // when created, so creating or scaling a job never waits on the evaluator.
-func (m *Manager) syncSLAJob(ctx context.Context, j *job) error {
+func (rc *reconcilers) syncSLAJob(ctx context.Context, j *job) error {
+	m := rc.m
 	if !isLongRunning(j.typ) {
 		return nil
 	}
@@ -132,7 +134,7 @@ func (m *Manager) syncSLAJob(ctx context.Context, j *job) error {
 	if same {
 		return nil
 	}
-	cctx, cancel := m.slaCtx(ctx)
+	cctx, cancel := m.recs.slaCtx(ctx)
 	err := m.sla.SetJob(cctx, want)
 	cancel()
 	if err != nil {
@@ -150,9 +152,10 @@ func (m *Manager) syncSLAJob(ctx context.Context, j *job) error {
 // deleting a job does not wait on the evaluator, and a removal that fails
 // only leaves the evaluator a job nobody asks about (so does a removal the
 // Manager's stop cuts short).
-func (m *Manager) forgetSLAJob(id string) {
+func (rc *reconcilers) forgetSLAJob(id string) {
+	m := rc.m
 	m.spawn(func(ctx context.Context) {
-		ctx, cancel := m.slaCtx(ctx)
+		ctx, cancel := m.recs.slaCtx(ctx)
 		defer cancel()
 		if err := m.sla.RemoveJob(ctx, id); err != nil {
 			m.log.Warn("SLA evaluator: remove deleted job", "job", id, "err", err)
@@ -204,7 +207,8 @@ func restartBackoff(rp *pelotonv1.RestartPolicy, streak uint32) time.Duration {
 // when it should be evaluated again for them (0: at the next renewal): the
 // instant the first grant's new run will have been available for its
 // window, or soon if the evaluator failed and something is left to send.
-func (m *Manager) reportAvailability(ctx context.Context, j *job) (held bool, again time.Duration) {
+func (rc *reconcilers) reportAvailability(ctx context.Context, j *job) (held bool, again time.Duration) {
+	m := rc.m
 	if !isLongRunning(j.typ) {
 		return false, 0
 	}
@@ -232,7 +236,7 @@ func (m *Manager) reportAvailability(ctx context.Context, j *job) (held bool, ag
 		}
 	}
 	failed := false
-	if err := m.syncSLAJob(ctx, j); err != nil {
+	if err := m.recs.syncSLAJob(ctx, j); err != nil {
 		m.log.Warn("SLA evaluator", "job", j.id, "err", err)
 		failed = true
 	}
@@ -274,13 +278,13 @@ func (m *Manager) reportAvailability(ctx context.Context, j *job) (held bool, ag
 	j.lr.mu.Unlock()
 
 	if report {
-		if err := m.sendReport(ctx, j, down); err != nil {
+		if err := m.recs.sendReport(ctx, j, down); err != nil {
 			m.log.Warn("SLA evaluator", "job", j.id, "err", err)
 			failed = true
 		}
 	}
 	for _, a := range acts {
-		cctx, cancel := m.slaCtx(ctx)
+		cctx, cancel := m.recs.slaCtx(ctx)
 		var err error
 		if a.release {
 			err = m.sla.Release(cctx, a.g.id)
@@ -321,8 +325,9 @@ func (m *Manager) reportAvailability(ctx context.Context, j *job) (held bool, ag
 }
 
 // sendReport tells the evaluator which of j's instances are down now.
-func (m *Manager) sendReport(ctx context.Context, j *job, down []uint32) error {
-	cctx, cancel := m.slaCtx(ctx)
+func (rc *reconcilers) sendReport(ctx context.Context, j *job, down []uint32) error {
+	m := rc.m
+	cctx, cancel := m.recs.slaCtx(ctx)
 	err := m.sla.ReportAvailability(cctx, j.id, down)
 	cancel()
 	if err != nil {
@@ -373,7 +378,8 @@ func equalU32(a, b []uint32) bool {
 // up to the call timeout. Two disruptions of one instance by the same
 // holder may ask at once; the later grant replaces the earlier, which is
 // released.
-func (m *Manager) disrupt(ctx context.Context, j *job, inst uint32, holder, reason string, minReady time.Duration) error {
+func (rc *reconcilers) disrupt(ctx context.Context, j *job, inst uint32, holder, reason string, minReady time.Duration) error {
+	m := rc.m
 	if !isLongRunning(j.typ) {
 		return nil
 	}
@@ -396,7 +402,7 @@ func (m *Manager) disrupt(ctx context.Context, j *job, inst uint32, holder, reas
 	if ok && g.holder == holder {
 		return nil
 	}
-	if err := m.syncSLAJob(ctx, j); err != nil {
+	if err := m.recs.syncSLAJob(ctx, j); err != nil {
 		return err
 	}
 	// The evaluator must know what is down before it decides: one that has
@@ -406,11 +412,11 @@ func (m *Manager) disrupt(ctx context.Context, j *job, inst uint32, holder, reas
 	reported := j.lr.isReported
 	j.lr.mu.Unlock()
 	if !reported {
-		if err := m.sendReport(ctx, j, downInstances(j)); err != nil {
+		if err := m.recs.sendReport(ctx, j, downInstances(j)); err != nil {
 			return err
 		}
 	}
-	cctx, cancel := m.slaCtx(ctx)
+	cctx, cancel := m.recs.slaCtx(ctx)
 	gr, err := m.sla.Request(cctx, sla.Request{JobID: j.id, Instances: []uint32{inst}, Holder: holder, Reason: reason, TTL: grantTTL})
 	cancel()
 	if err != nil {
@@ -424,15 +430,16 @@ func (m *Manager) disrupt(ctx context.Context, j *job, inst uint32, holder, reas
 	j.lr.grants[inst] = heldGrant{id: gr.ID, run: run, holder: holder, minReady: minReady, renewed: m.now()}
 	j.lr.mu.Unlock()
 	if replaced {
-		m.releaseGrant(ctx, j, old.id)
+		m.recs.releaseGrant(ctx, j, old.id)
 	}
 	return nil
 }
 
 // releaseGrant gives a grant back that the job no longer keeps track of. A
 // failure only leaves the grant to expire at its TTL.
-func (m *Manager) releaseGrant(ctx context.Context, j *job, id string) {
-	cctx, cancel := m.slaCtx(ctx)
+func (rc *reconcilers) releaseGrant(ctx context.Context, j *job, id string) {
+	m := rc.m
+	cctx, cancel := m.recs.slaCtx(ctx)
 	defer cancel()
 	if err := m.sla.Release(cctx, id); err != nil && !errors.Is(err, sla.ErrUnknownGrant) {
 		m.log.Warn("SLA evaluator: release a grant; it expires on its own", "job", j.id, "err", err)
@@ -441,7 +448,8 @@ func (m *Manager) releaseGrant(ctx context.Context, j *job, id string) {
 
 // dropGrant forgets and releases the grant instance inst holds for holder,
 // if any: the disruption it was for will not happen.
-func (m *Manager) dropGrant(ctx context.Context, j *job, inst uint32, holder string) {
+func (rc *reconcilers) dropGrant(ctx context.Context, j *job, inst uint32, holder string) {
+	m := rc.m
 	j.lr.mu.Lock()
 	g, ok := j.lr.grants[inst]
 	if ok && g.holder == holder {
@@ -449,7 +457,7 @@ func (m *Manager) dropGrant(ctx context.Context, j *job, inst uint32, holder str
 	}
 	j.lr.mu.Unlock()
 	if ok && g.holder == holder {
-		m.releaseGrant(ctx, j, g.id)
+		m.recs.releaseGrant(ctx, j, g.id)
 	}
 }
 

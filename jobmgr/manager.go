@@ -209,6 +209,14 @@ type Manager struct {
 	ownMu      sync.Mutex
 	ownStopped bool
 	own        sync.WaitGroup
+
+	// The parts of Manager (parts.go); each shares this state and its
+	// locks.
+	upd   *Updates
+	arch  *Archive
+	eng   *engine
+	recs  *reconcilers
+	adopt *adoption
 }
 
 // Options tunes a Manager.
@@ -273,6 +281,7 @@ func New(st store.Store, b *store.Batcher, rm *resmgr.Manager, hm Hosts, opts Op
 		finished: map[string]*finishedJob{}, history: opts.History, cluster: opts.ClusterName, collect: opts.Collect.withDefaults(),
 		jobs: map[string]*job{}, held: map[string]bool{}, queue: newWorkQueue(), workers: opts.Workers, launchers: opts.Launchers, lostBackoff: opts.LostBackoff,
 		retry: unwritten{byRun: map[string][]hostmgr.TaskEvent{}, wake: make(chan struct{}, 1)}, recon: newReconciler(opts.ReconcileEvery)}
+	attachParts(m)
 	rm.SetJobChecker(m.poolHasJobs)
 	return m
 }
@@ -302,12 +311,12 @@ func (m *Manager) getJob(id string) (*job, error) {
 			return nil, apierr.Invalid("jobId", "required")
 		}
 		// A finished job is loaded when someone asks for it.
-		if j, err := m.loadFinished(id); err != nil {
+		if j, err := m.arch.loadFinished(id); err != nil {
 			return nil, apierr.Unavailable("load finished job %s from the store: %v", id, err)
 		} else if j != nil {
 			return j, nil
 		}
-		if m.isHeld(id) {
+		if m.eng.isHeld(id) {
 			return nil, heldError(id)
 		}
 		return nil, apierr.NotFound("job %s does not exist", id)
@@ -625,7 +634,7 @@ func (m *Manager) ListJobs(pool string, states []pelotonv1.JobState, name string
 		out = append(out, p)
 	}
 	// Finished jobs not in memory, as their index entries summarize them.
-	out = append(out, m.finishedSummaries(func(p *pelotonv1.Job) bool {
+	out = append(out, m.arch.finishedSummaries(func(p *pelotonv1.Job) bool {
 		return (pool == "" || p.Spec.GetPool() == pool) && (name == "" || strings.Contains(p.Spec.GetName(), name)) &&
 			(len(want) == 0 || want[p.Status.GetState()])
 	})...)
@@ -666,7 +675,7 @@ func (m *Manager) updateJobRuntime(ctx context.Context, j *job, fn func(rt *pelo
 	if err != nil {
 		return fmt.Errorf("jobmgr: encode job %s runtime: %w", j.id, err)
 	}
-	idx, err := m.indexOps(j, j.rt, rt)
+	idx, err := m.arch.indexOps(j, j.rt, rt)
 	if err != nil {
 		return err
 	}
@@ -694,7 +703,7 @@ func (m *Manager) CancelJob(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	if m.isForeign(j) {
+	if m.adopt.isForeign(j) {
 		return refuseForeign(j, "delete or scale")
 	}
 	err = m.updateJobRuntime(ctx, j, func(rt *pelotonv1.JobStatus) error {
@@ -709,9 +718,9 @@ func (m *Manager) CancelJob(ctx context.Context, id string) error {
 	if err != nil {
 		return apierr.Unavailable("%v", err)
 	}
-	if u := m.activeUpdate(id); u != nil {
+	if u := m.upd.activeUpdate(id); u != nil {
 		u.mu.Lock()
-		err := m.saveUpdateLocked(ctx, u, func(x *pelotonv1.Update) error {
+		err := m.upd.saveUpdateLocked(ctx, u, func(x *pelotonv1.Update) error {
 			x.Status.State, x.Status.Message = upAborted, "aborted: the job was cancelled"
 			x.Status.CompletionTime, x.Status.InstancesCurrent = timestamppb.New(m.now()), nil
 			return nil
@@ -766,7 +775,7 @@ func (m *Manager) forget(ctx context.Context, j *job) {
 		}
 	}
 	m.mu.Unlock()
-	m.forgetSLAJob(id)
+	m.recs.forgetSLAJob(id)
 	for inst, t := range j.tasks() {
 		m.rm.Release(id, uint32(inst))
 		if t == nil || j.typ != pelotonv1.JobType_STATEFUL {
@@ -786,7 +795,7 @@ func (m *Manager) forget(ctx context.Context, j *job) {
 			m.log.Warn("delete update record", "update", uid, "err", err)
 		}
 	}
-	m.finishRemoval(ctx, id)
+	m.arch.finishRemoval(ctx, id)
 }
 
 // sweep deletes every record under a job's prefixes, and reports whether
@@ -822,7 +831,7 @@ func (m *Manager) RestartJob(ctx context.Context, id string, instances []uint32)
 	if err != nil {
 		return err
 	}
-	if m.isForeign(j) {
+	if m.adopt.isForeign(j) {
 		return refuseForeign(j, "restart")
 	}
 	for i, inst := range instances {
@@ -838,7 +847,7 @@ func (m *Manager) RestartJob(ctx context.Context, id string, instances []uint32)
 	}
 	if isLongRunning(j.typ) && !isJobTerminal(state) && !j.goalKilled.Load() {
 		// A service in service restarts without breaking its SLA: a rolling restart.
-		return m.rollingRestart(ctx, j, instances)
+		return m.upd.rollingRestart(ctx, j, instances)
 	}
 	err = m.updateJobRuntime(ctx, j, func(rt *pelotonv1.JobStatus) error {
 		rt.GoalState = goalOf(j.typ)
@@ -889,7 +898,7 @@ func (m *Manager) RestartJob(ctx context.Context, id string, instances []uint32)
 			return apierr.Unavailable("%v", err)
 		}
 		if kill != "" {
-			m.killRun(ctx, j, inst, kill, grace)
+			m.eng.killRun(ctx, j, inst, kill, grace)
 		}
 	}
 	m.queue.Add(id)
@@ -1130,7 +1139,7 @@ func (m *Manager) KillTask(ctx context.Context, jobID string, inst uint32) error
 	if j.task(inst) == nil {
 		return apierr.FailedPrecondition("job %s is still creating its tasks; retry in a moment", jobID)
 	}
-	if err := m.disrupt(ctx, j, inst, "kill", "killed by user", defaultMinReady); err != nil {
+	if err := m.recs.disrupt(ctx, j, inst, "kill", "killed by user", defaultMinReady); err != nil {
 		return slaError(err)
 	}
 	if err := m.killInstance(ctx, j, inst, "killed-by-user"); err != nil {
@@ -1169,40 +1178,9 @@ func (m *Manager) killInstance(ctx context.Context, j *job, inst uint32, reason 
 		return err
 	}
 	if kill != "" {
-		m.killRun(ctx, j, inst, kill, m.killGrace(j, inst))
+		m.eng.killRun(ctx, j, inst, kill, m.killGrace(j, inst))
 	}
 	return nil
-}
-
-// killRun asks the backend to stop a run. A run the backend does not know
-// (it vanished with a restart) is reported as lost, which ends it.
-func (m *Manager) killRun(ctx context.Context, j *job, inst uint32, taskID string, grace time.Duration) {
-	m.killRunAttempt(ctx, j, inst, taskID, grace, 1)
-}
-
-// maxKillAttempts bounds kill retries of one run (about ten minutes with the
-// back-off below); a run still not killed by then is killed again after the
-// next restart, when its KILLING state is reconciled.
-const maxKillAttempts = 20
-
-func (m *Manager) killRunAttempt(ctx context.Context, j *job, inst uint32, taskID string, grace time.Duration, attempt int) {
-	err := m.hm.Kill(ctx, taskID, grace)
-	if errors.Is(err, hostmgr.ErrUnknownTask) {
-		m.handleEvent(ctx, hostmgr.TaskEvent{TaskID: taskID, State: stLost, Reason: "unknown-to-backend", Message: "the backend no longer knows this run", Time: m.now()})
-		return
-	}
-	if err == nil {
-		return
-	}
-	if attempt >= maxKillAttempts {
-		m.log.Error("kill failed; giving up until the next restart", "task", taskID, "attempts", attempt, "err", err)
-		return
-	}
-	delay := min(time.Second<<min(attempt-1, 6), time.Minute)
-	m.log.Warn("kill failed; will retry", "task", taskID, "in", delay, "err", err)
-	m.after(delay, func(ctx context.Context) {
-		m.killRunAttempt(ctx, j, inst, taskID, grace, attempt+1)
-	})
 }
 
 // Logs opens the output of one run of an instance (run 0 = the current run).
@@ -1269,15 +1247,4 @@ func (m *Manager) JobPool(id string) (string, error) {
 		return "", err
 	}
 	return j.spec().GetPool(), nil
-}
-
-// UpdateJob returns the job an update changes.
-func (m *Manager) UpdateJob(id string) (string, error) {
-	u, err := m.getUpdate(id)
-	if err != nil {
-		return "", err
-	}
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	return u.u.GetJobId(), nil
 }

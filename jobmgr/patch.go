@@ -32,7 +32,8 @@ import (
 // false, having changed nothing, when the run is not running, its
 // resources change, its host left service or the backend cannot make the
 // change in place; the caller then stops the run as usual.
-func (m *Manager) patchOnto(ctx context.Context, j *job, inst uint32, target *jobVersion, restart bool) (bool, error) {
+func (up *Updates) patchOnto(ctx context.Context, j *job, inst uint32, target *jobVersion, restart bool) (bool, error) {
+	m := up.m
 	t := j.task(inst)
 	if t == nil {
 		return false, nil
@@ -75,14 +76,14 @@ func (m *Manager) patchOnto(ctx context.Context, j *job, inst uint32, target *jo
 		return true, err // nothing was written; the evaluation is retried
 	}
 	// resmgr's allocation moves to the new run, as for an in-place launch.
-	rmt := m.rmTask(j, inst, run+1)
+	rmt := m.eng.rmTask(j, inst, run+1)
 	m.rm.Release(j.id, inst)
 	m.rm.Recover(rmt)
 	done := m.recon.begin(old, spec.TaskID)
 	err = m.hm.Replace(ctx, old, spec)
 	done()
 	if err != nil {
-		m.abandonPatch(ctx, j, inst, old, spec, err)
+		m.upd.abandonPatch(ctx, j, inst, old, spec, err)
 		return true, nil
 	}
 	metrics.Restarts.WithLabelValues("patched").Inc()
@@ -93,12 +94,13 @@ func (m *Manager) patchOnto(ctx context.Context, j *job, inst uint32, target *jo
 // outcome: the old run is killed (which stops its sandbox whichever run it
 // runs by now, see hostmgr.Replacer) and the new run is lost, so the
 // instance runs again through placement (a lost run counts no failure).
-func (m *Manager) abandonPatch(ctx context.Context, j *job, inst uint32, old string, next hostmgr.LaunchSpec, why error) {
+func (up *Updates) abandonPatch(ctx context.Context, j *job, inst uint32, old string, next hostmgr.LaunchSpec, why error) {
+	m := up.m
 	m.log.Warn("in-place patch failed after it was recorded; stopping the old run and running the instance again",
 		"job", j.id, "instance", inst, "old", old, "new", next.TaskID, "err", why)
 	metrics.Restarts.WithLabelValues("placed").Inc()
-	m.killRun(ctx, j, inst, old, next.KillGrace)
-	m.handleEvent(ctx, hostmgr.TaskEvent{TaskID: next.TaskID, Host: next.Host, State: stLost, Reason: "patch-failed",
+	m.eng.killRun(ctx, j, inst, old, next.KillGrace)
+	m.eng.handleEvent(ctx, hostmgr.TaskEvent{TaskID: next.TaskID, Host: next.Host, State: stLost, Reason: "patch-failed",
 		Message: why.Error(), Time: m.now()})
 }
 
@@ -108,7 +110,8 @@ func (m *Manager) abandonPatch(ctx context.Context, j *job, inst uint32, old str
 // asking for it: it asks again. It returns whether the backend now has the
 // run, and otherwise the previous run if that one still runs and must be
 // stopped.
-func (m *Manager) resumePatch(ctx context.Context, j *job, inst uint32, rt *pelotonv1.TaskStatus) (resumed bool, stale string) {
+func (up *Updates) resumePatch(ctx context.Context, j *job, inst uint32, rt *pelotonv1.TaskStatus) (resumed bool, stale string) {
+	m := up.m
 	if rt.State != stLaunched || rt.RunId < 2 || rt.Host == "" {
 		return false, ""
 	}

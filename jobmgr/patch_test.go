@@ -416,7 +416,7 @@ func runningJob(t *testing.T, jm *Manager, spec *pelotonv1.JobSpec) (string, map
 func waitUpdateDone(t *testing.T, jm *Manager, updateID string) {
 	t.Helper()
 	waitFor(t, "update "+updateID, 30*time.Second, func() (bool, string) {
-		u, err := jm.GetUpdate(updateID)
+		u, err := jm.upd.GetUpdate(updateID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -468,7 +468,7 @@ func TestInPlaceUpdatePatchesRuns(t *testing.T) {
 			s.refuse, s.late = tc.refuse, tc.late
 			s.mu.Unlock()
 			before := restartsNow()
-			u, err := p.jm.CreateUpdate(context.Background(), id, patchService("patch", "img:2"),
+			u, err := p.jm.upd.CreateUpdate(context.Background(), id, patchService("patch", "img:2"),
 				&pelotonv1.UpdateSpec{BatchSize: 1, InPlace: true}, 0)
 			if err != nil {
 				t.Fatal(err)
@@ -547,7 +547,7 @@ func TestPatchCutShortByACrash(t *testing.T) {
 			t.Cleanup(func() { close(release) })
 			next := patchService("crash", "img:2")
 			next.InstanceCount = 1
-			u, err := p1.jm.CreateUpdate(context.Background(), id, next, &pelotonv1.UpdateSpec{BatchSize: 1, InPlace: true}, 0)
+			u, err := p1.jm.upd.CreateUpdate(context.Background(), id, next, &pelotonv1.UpdateSpec{BatchSize: 1, InPlace: true}, 0)
 			if err != nil {
 				t.Fatal(err)
 			}

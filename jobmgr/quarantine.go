@@ -45,7 +45,8 @@ import (
 const ReasonRecordQuarantined = "record-quarantined"
 
 // quarantineRecord moves kv aside: it could not be loaded because of err.
-func (m *Manager) quarantineRecord(ctx context.Context, kv store.KV, err error) error {
+func (en *engine) quarantineRecord(ctx context.Context, kv store.KV, err error) error {
+	m := en.m
 	_, qerr := quarantine.Move(ctx, m.store, m.log, kv, err)
 	if qerr != nil {
 		return fmt.Errorf("jobmgr: %w", qerr)
@@ -57,7 +58,8 @@ func (m *Manager) quarantineRecord(ctx context.Context, kv store.KV, err error) 
 // could not be decoded (cause). It returns the record that takes its place
 // and that record's revision, or nil when the instance is left without one
 // (see above). Called by recover, before the job is visible.
-func (m *Manager) quarantineTask(ctx context.Context, j *job, inst uint32, kv store.KV, cause error) (*pelotonv1.TaskStatus, int64, error) {
+func (en *engine) quarantineTask(ctx context.Context, j *job, inst uint32, kv store.KV, cause error) (*pelotonv1.TaskStatus, int64, error) {
+	m := en.m
 	var final ts
 	switch j.rt.State {
 	case pelotonv1.JobState_JOB_SUCCEEDED:
@@ -67,7 +69,7 @@ func (m *Manager) quarantineTask(ctx context.Context, j *job, inst uint32, kv st
 	case pelotonv1.JobState_JOB_KILLED:
 		final = stKilled
 	default:
-		if err := m.quarantineRecord(ctx, kv, cause); err != nil {
+		if err := m.eng.quarantineRecord(ctx, kv, cause); err != nil {
 			return nil, 0, err
 		}
 		m.log.Warn("the instance's record was quarantined; it runs again", "job", j.id, "instance", inst)
@@ -91,7 +93,8 @@ func (m *Manager) quarantineTask(ctx context.Context, j *job, inst uint32, kv st
 
 // quarantinedJobs returns the IDs of the jobs with a record in quarantine,
 // and of those whose runtime record is.
-func (m *Manager) quarantinedJobs(ctx context.Context) (any, runtime map[string]bool, err error) {
+func (en *engine) quarantinedJobs(ctx context.Context) (any, runtime map[string]bool, err error) {
+	m := en.m
 	keys, err := quarantine.List(ctx, m.store, "jobs/")
 	if err != nil {
 		return nil, nil, fmt.Errorf("jobmgr: list quarantined records: %w", err)
@@ -109,7 +112,8 @@ func (m *Manager) quarantinedJobs(ctx context.Context) (any, runtime map[string]
 }
 
 // hold records that job id cannot be loaded (see above). Called by recover.
-func (m *Manager) hold(id string) {
+func (en *engine) hold(id string) {
+	m := en.m
 	m.log.Error("a job cannot be loaded: one of its records is in quarantine; it is held (not run, its runs left alone) until the record is restored or its quarantine key deleted",
 		"job", id)
 	m.mu.Lock()
@@ -118,7 +122,8 @@ func (m *Manager) hold(id string) {
 }
 
 // isHeld reports whether job id is held.
-func (m *Manager) isHeld(id string) bool {
+func (en *engine) isHeld(id string) bool {
+	m := en.m
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	return m.held[id]

@@ -70,6 +70,22 @@ func newReconciler(every time.Duration) reconciler {
 	return reconciler{every: every, inflight: map[string]int{}, unknown: map[string]ts{}, strays: map[string]bool{}}
 }
 
+// stillUnknown keeps in unknown (runs the backend does not know, with
+// jobmgr's state for them) only those the last pass also found unknown in the
+// same state, and remembers this pass's others for the next.
+func (r *reconciler) stillUnknown(unknown map[string]ts) {
+	r.mu.Lock()
+	prevUnknown := r.unknown
+	r.unknown = map[string]ts{}
+	for id, st := range unknown {
+		if prevUnknown[id] != st {
+			r.unknown[id] = st
+			delete(unknown, id)
+		}
+	}
+	r.mu.Unlock()
+}
+
 // begin marks runs as being created by a backend call; the returned
 // function ends the mark.
 func (r *reconciler) begin(runs ...string) func() {
@@ -95,7 +111,8 @@ func (r *reconciler) inFlight(id string) bool {
 	return r.inflight[id] > 0
 }
 
-func (m *Manager) reconcileLoop(ctx context.Context) {
+func (rc *reconcilers) reconcileLoop(ctx context.Context) {
+	m := rc.m
 	timer := time.NewTimer(firstReconcile)
 	defer timer.Stop()
 	for {
@@ -104,13 +121,14 @@ func (m *Manager) reconcileLoop(ctx context.Context) {
 			return
 		case <-timer.C:
 		}
-		m.reconcileOnce(ctx)
+		m.recs.reconcileOnce(ctx)
 		timer.Reset(m.recon.every)
 	}
 }
 
 // reconcileOnce is one pass (see above). It returns what it repaired.
-func (m *Manager) reconcileOnce(ctx context.Context) (missed, lost, strays int) {
+func (rc *reconcilers) reconcileOnce(ctx context.Context) (missed, lost, strays int) {
+	m := rc.m
 	start := time.Now()
 	reachable := m.hm.Substrate().Reachable
 	m.mu.RLock()
@@ -125,7 +143,7 @@ func (m *Manager) reconcileOnce(ctx context.Context) (missed, lost, strays int) 
 	var fixes []hostmgr.TaskEvent
 	walked := 0
 	for _, j := range jobs {
-		foreign := m.isForeign(j)
+		foreign := m.adopt.isForeign(j)
 		for inst, t := range j.tasks() {
 			if t == nil {
 				continue
@@ -148,7 +166,7 @@ func (m *Manager) reconcileOnce(ctx context.Context) (missed, lost, strays int) 
 			known[runID] = true
 			// Foreign runs are pods another client owns; foreign.go
 			// follows them.
-			if foreign || st == stLaunching || m.recon.inFlight(runID) || m.hasUnwritten(runID) {
+			if foreign || st == stLaunching || m.recon.inFlight(runID) || m.eng.hasUnwritten(runID) {
 				continue
 			}
 			ev, err := m.hm.Status(runID)
@@ -168,24 +186,15 @@ func (m *Manager) reconcileOnce(ctx context.Context) (missed, lost, strays int) 
 	for _, ev := range fixes {
 		m.log.Info("reconciliation: applying a run's state the backend reports and jobmgr missed", "task", ev.TaskID, "state", ev.State)
 		metrics.Reconciled.WithLabelValues("missed-event").Inc()
-		m.handleEvent(ctx, ev)
+		m.eng.handleEvent(ctx, ev)
 		missed++
 	}
 
-	m.recon.mu.Lock()
-	prevUnknown := m.recon.unknown
-	m.recon.unknown = map[string]ts{}
-	for id, st := range unknown {
-		if prevUnknown[id] != st {
-			m.recon.unknown[id] = st
-			delete(unknown, id)
-		}
-	}
-	m.recon.mu.Unlock()
+	m.recon.stillUnknown(unknown)
 	for id := range unknown {
 		m.log.Warn("reconciliation: the backend does not know a run jobmgr believes active; it is lost", "task", id)
 		metrics.Reconciled.WithLabelValues("lost").Inc()
-		m.handleEvent(ctx, unknownToBackend(id, "", "the backend does not know this run (found by reconciliation)", m.now()))
+		m.eng.handleEvent(ctx, unknownToBackend(id, "", "the backend does not know this run (found by reconciliation)", m.now()))
 		lost++
 	}
 
@@ -206,7 +215,7 @@ func (m *Manager) reconcileOnce(ctx context.Context) (missed, lost, strays int) 
 			m.hm.ReleaseTask(r.TaskID)
 			continue
 		}
-		if jobID, _, _, _ := parseTaskID(r.TaskID); m.isHeld(jobID) {
+		if jobID, _, _, _ := parseTaskID(r.TaskID); m.eng.isHeld(jobID) {
 			// Its job cannot be loaded (a record of it is in quarantine):
 			// the run holds its room and is left to a person.
 			continue

@@ -179,7 +179,7 @@ func TestRecordsThatCannotBeEncodedAreNotWritten(t *testing.T) {
 	})
 
 	t.Run("update", func(t *testing.T) {
-		up, err := p.jm.CreateUpdate(ctx, id, patchService("svc", "img:2"), nil, 0)
+		up, err := p.jm.upd.CreateUpdate(ctx, id, patchService("svc", "img:2"), nil, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -189,7 +189,7 @@ func TestRecordsThatCannotBeEncodedAreNotWritten(t *testing.T) {
 		// The update's driver may rewrite the record meanwhile (its
 		// state moves on); what must not be in it is the bad message.
 		u.mu.Lock()
-		err = p.jm.saveUpdateLocked(ctx, u, func(x *pelotonv1.Update) error {
+		err = p.jm.upd.saveUpdateLocked(ctx, u, func(x *pelotonv1.Update) error {
 			x.Status.Message = "bad \xff"
 			return nil
 		})
@@ -317,8 +317,8 @@ func TestCorruptRecordsAreQuarantinedAtStart(t *testing.T) {
 		if _, err := p.jm.GetJob(held); apierrCode(err) != "FailedPrecondition" || !strings.Contains(err.Error(), "quarantine") {
 			t.Errorf("GetJob of the held job: %v, want FailedPrecondition naming the quarantine", err)
 		}
-		p.jm.reconcileOnce(ctx)
-		p.jm.reconcileOnce(ctx)
+		p.jm.recs.reconcileOnce(ctx)
+		p.jm.recs.reconcileOnce(ctx)
 		live := strings.Join(s.live(), " ")
 		for inst := uint32(0); inst < 2; inst++ {
 			if !strings.Contains(live, resmgr.RunTaskID(held, inst, 1)+"@") {
@@ -381,7 +381,7 @@ func TestCorruptSpecVersions(t *testing.T) {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, 20*time.Second, "an update of the job accepted", func() error {
-		_, err := p.jm.CreateUpdate(ctx, updated, patchService("updated", "img:2"), nil, 0)
+		_, err := p.jm.upd.CreateUpdate(ctx, updated, patchService("updated", "img:2"), nil, 0)
 		return err
 	})
 	lost, err := p.jm.CreateJob(ctx, sleepers("lost", 1))

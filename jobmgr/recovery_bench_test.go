@@ -69,7 +69,7 @@ func BenchmarkRecovery(b *testing.B) {
 		second := startProcessOn(b, e, s, Options{ReconcileEvery: time.Hour}, procConfig{level: slog.LevelError, noEngines: true}).jm
 		ready := time.Since(start)
 		passStart := time.Now()
-		_, _, _ = second.reconcileOnce(context.Background())
+		_, _, _ = second.recs.reconcileOnce(context.Background())
 		pass := time.Since(passStart)
 		b.StopTimer()
 

@@ -322,7 +322,7 @@ func TestScaleBackUpWhileStopping(t *testing.T) {
 	s.mu.Lock()
 	s.holdKills = true
 	s.mu.Unlock()
-	if _, err := p.jm.ScaleJob(context.Background(), id, 1, 0); err != nil {
+	if _, err := p.jm.upd.ScaleJob(context.Background(), id, 1, 0); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "instances 1 and 2 stopping", 10*time.Second, func() (bool, string) {
@@ -335,7 +335,7 @@ func TestScaleBackUpWhileStopping(t *testing.T) {
 		}
 		return n == 2, tasksOf(t, p.jm, id)
 	})
-	if _, err := p.jm.ScaleJob(context.Background(), id, 3, 0); err != nil {
+	if _, err := p.jm.upd.ScaleJob(context.Background(), id, 3, 0); err != nil {
 		t.Fatal(err)
 	}
 	s.releaseKills()
@@ -372,7 +372,7 @@ func TestReconcileRepairsWhatTheBackendSaysOtherwise(t *testing.T) {
 	allocated := func() float64 { return p.hm.ListHosts()[0].GetAllocated().GetCpu() }
 	before := allocated()
 
-	missed, lost, strays := p.jm.reconcileOnce(ctx)
+	missed, lost, strays := p.jm.recs.reconcileOnce(ctx)
 	if missed != 1 || lost != 0 || strays != 0 {
 		t.Fatalf("first pass repaired missed=%d lost=%d strays=%d, want 1 0 0", missed, lost, strays)
 	}
@@ -390,7 +390,7 @@ func TestReconcileRepairsWhatTheBackendSaysOtherwise(t *testing.T) {
 		t.Fatalf("the stray was stopped on its first sighting: %v", ev.State)
 	}
 
-	_, lost, strays = p.jm.reconcileOnce(ctx)
+	_, lost, strays = p.jm.recs.reconcileOnce(ctx)
 	if lost != 1 || strays != 1 {
 		t.Fatalf("second pass repaired lost=%d strays=%d, want 1 1", lost, strays)
 	}
@@ -432,7 +432,7 @@ func TestReconcileLeavesRunsInFlightAlone(t *testing.T) {
 		return s.inFlight == 1, tasksOf(t, p.jm, id)
 	})
 	for range 2 {
-		if _, lost, _ := p.jm.reconcileOnce(ctx); lost != 0 {
+		if _, lost, _ := p.jm.recs.reconcileOnce(ctx); lost != 0 {
 			t.Fatalf("a launch under way was declared lost")
 		}
 	}

@@ -27,7 +27,8 @@ type unwritten struct {
 
 // deliver applies a backend event, or queues it behind the events of its
 // run that wait to be written again.
-func (m *Manager) deliver(ctx context.Context, ev hostmgr.TaskEvent, superseded bool) {
+func (en *engine) deliver(ctx context.Context, ev hostmgr.TaskEvent, superseded bool) {
+	m := en.m
 	m.retryMu.Lock()
 	if q, ok := m.retry.byRun[ev.TaskID]; ok {
 		m.retry.byRun[ev.TaskID] = append(q, ev)
@@ -37,7 +38,7 @@ func (m *Manager) deliver(ctx context.Context, ev hostmgr.TaskEvent, superseded 
 		return
 	}
 	m.retryMu.Unlock()
-	if err := m.applyEvent(ctx, ev, superseded, false); err != nil {
+	if err := m.eng.applyEvent(ctx, ev, superseded, false); err != nil {
 		m.log.Warn("could not write a task event; it will be written when the store answers", "task", ev.TaskID, "state", ev.State, "err", err)
 		m.retryMu.Lock()
 		m.retry.byRun[ev.TaskID] = append(m.retry.byRun[ev.TaskID], ev)
@@ -52,7 +53,8 @@ func (m *Manager) deliver(ctx context.Context, ev hostmgr.TaskEvent, superseded 
 }
 
 // hasUnwritten reports whether events of run taskID wait to be written.
-func (m *Manager) hasUnwritten(taskID string) bool {
+func (en *engine) hasUnwritten(taskID string) bool {
+	m := en.m
 	m.retryMu.Lock()
 	defer m.retryMu.Unlock()
 	_, ok := m.retry.byRun[taskID]
@@ -63,7 +65,8 @@ func (m *Manager) hasUnwritten(taskID string) bool {
 // store takes them. While the store keeps failing it backs off, and one
 // failure ends a pass: with the store away, every write would wait out
 // its timeout in turn.
-func (m *Manager) retryLoop(ctx context.Context) {
+func (en *engine) retryLoop(ctx context.Context) {
+	m := en.m
 	wait := storeRetryBackoff
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
@@ -74,7 +77,7 @@ func (m *Manager) retryLoop(ctx context.Context) {
 		case <-m.retry.wake:
 		case <-timer.C:
 		}
-		failed := m.retryPass(ctx)
+		failed := m.eng.retryPass(ctx)
 		if failed {
 			wait = min(wait*2, storeRetryMax)
 		} else {
@@ -93,7 +96,8 @@ func (m *Manager) retryLoop(ctx context.Context) {
 // retryPass tries every queued run once, many runs at a time (so the group
 // committer packs their writes), each run's events in order. It reports
 // whether a write failed; after one failure no more runs are started.
-func (m *Manager) retryPass(ctx context.Context) bool {
+func (en *engine) retryPass(ctx context.Context) bool {
+	m := en.m
 	m.retryMu.Lock()
 	runs := make([]string, 0, len(m.retry.byRun))
 	for id := range m.retry.byRun {
@@ -117,7 +121,7 @@ func (m *Manager) retryPass(ctx context.Context) bool {
 			}
 			ev := q[0]
 			m.retryMu.Unlock()
-			if err := m.applyEvent(ctx, ev, false, true); err != nil {
+			if err := m.eng.applyEvent(ctx, ev, false, true); err != nil {
 				failed.Store(true)
 				return nil
 			}

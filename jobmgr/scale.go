@@ -21,7 +21,8 @@ const reasonScaledDown = "scaled-down"
 // and removes them once stopped.
 
 // ScaleJob changes a job's instance count.
-func (m *Manager) ScaleJob(ctx context.Context, jobID string, count uint32, version uint64) (uint64, error) {
+func (up *Updates) ScaleJob(ctx context.Context, jobID string, count uint32, version uint64) (uint64, error) {
+	m := up.m
 	j, err := m.getJob(jobID)
 	if err != nil {
 		return 0, err
@@ -29,7 +30,7 @@ func (m *Manager) ScaleJob(ctx context.Context, jobID string, count uint32, vers
 	if j.typ == pelotonv1.JobType_DAEMON {
 		return 0, apierr.FailedPrecondition("job %s is a DAEMON job; its instance count follows the hosts that match it", jobID)
 	}
-	if m.isForeign(j) {
+	if m.adopt.isForeign(j) {
 		return 0, refuseForeign(j, "scale")
 	}
 	if count == 0 {
@@ -54,7 +55,7 @@ func (m *Manager) ScaleJob(ctx context.Context, jobID string, count uint32, vers
 	if version != 0 && version != curVer {
 		return 0, apierr.Aborted("job %s is at spec version %d, not %d; get it again and retry", jobID, curVer, version)
 	}
-	if a := m.activeUpdate(jobID); a != nil {
+	if a := m.upd.activeUpdate(jobID); a != nil {
 		return 0, apierr.FailedPrecondition("job %s has update %s in progress; scale it in the update's spec, or wait", jobID, a.snapshot().Id)
 	}
 	if count == cur.spec.InstanceCount {
@@ -71,7 +72,7 @@ func (m *Manager) ScaleJob(ctx context.Context, jobID string, count uint32, vers
 	if err != nil {
 		return 0, err
 	}
-	if err := m.storeNewVersion(ctx, j, jv, nil); err != nil {
+	if err := m.upd.storeNewVersion(ctx, j, jv, nil); err != nil {
 		return 0, err
 	}
 	m.log.Info("job scaled", "job", jobID, "from", cur.spec.InstanceCount, "to", count, "version", jv.version)
@@ -79,7 +80,8 @@ func (m *Manager) ScaleJob(ctx context.Context, jobID string, count uint32, vers
 }
 
 // ListJobVersions returns a job's spec history, oldest first.
-func (m *Manager) ListJobVersions(jobID string) ([]*pelotonv1.JobVersion, error) {
+func (up *Updates) ListJobVersions(jobID string) ([]*pelotonv1.JobVersion, error) {
+	m := up.m
 	j, err := m.getJob(jobID)
 	if err != nil {
 		return nil, err
@@ -88,9 +90,10 @@ func (m *Manager) ListJobVersions(jobID string) ([]*pelotonv1.JobVersion, error)
 }
 
 // wantInstances is how many instances j should have now.
-func (m *Manager) wantInstances(j *job) uint32 {
+func (up *Updates) wantInstances(j *job) uint32 {
+	m := up.m
 	if j.typ == pelotonv1.JobType_DAEMON {
-		return m.daemonSlots(j)
+		return m.recs.daemonSlots(j)
 	}
 	return j.current().spec.InstanceCount
 }
@@ -98,10 +101,11 @@ func (m *Manager) wantInstances(j *job) uint32 {
 // reconcileCount grows or shrinks j's instances towards its count. It runs
 // in the job's evaluation only, which is never concurrent with itself, so
 // it alone replaces the task slice after creation.
-func (m *Manager) reconcileCount(ctx context.Context, j *job) error {
-	want := m.wantInstances(j)
+func (up *Updates) reconcileCount(ctx context.Context, j *job) error {
+	m := up.m
+	want := m.upd.wantInstances(j)
 	have := j.instanceCount()
-	if err := m.unscale(ctx, j, min(want, have)); err != nil {
+	if err := m.upd.unscale(ctx, j, min(want, have)); err != nil {
 		return err
 	}
 	if want > have {
@@ -109,7 +113,7 @@ func (m *Manager) reconcileCount(ctx context.Context, j *job) error {
 		next := make([]*task, want)
 		copy(next, cur)
 		j.taskSlice.Store(&next)
-		m.fillTasks(j)
+		m.eng.fillTasks(j)
 		return nil
 	}
 	if want == have {
@@ -137,7 +141,7 @@ func (m *Manager) reconcileCount(ctx context.Context, j *job) error {
 	// not reuse one (see fillTasks). Only the runs it counted are removed:
 	// an instance that stopped (or started a run) since waits for the next
 	// evaluation.
-	floor, highest, err := m.rememberRemovedRuns(ctx, j, want, have)
+	floor, highest, err := m.upd.rememberRemovedRuns(ctx, j, want, have)
 	if err != nil {
 		return err
 	}
@@ -175,7 +179,8 @@ func (m *Manager) reconcileCount(ctx context.Context, j *job) error {
 // to want that the scale-down can remove now. It returns the lowest
 // instance ID it counted (have if none) and the highest run: only those
 // instances, at no later run, may be removed.
-func (m *Manager) rememberRemovedRuns(ctx context.Context, j *job, want, have uint32) (uint32, uint32, error) {
+func (up *Updates) rememberRemovedRuns(ctx context.Context, j *job, want, have uint32) (uint32, uint32, error) {
+	m := up.m
 	var highest uint32
 	low := have
 	for ; low > want; low-- {
@@ -206,7 +211,8 @@ func (m *Manager) rememberRemovedRuns(ctx context.Context, j *job, want, have ui
 // kept running (a new run once its stopped one ends). They are the
 // highest instances below upto, so the walk stops at the first that is
 // not one.
-func (m *Manager) unscale(ctx context.Context, j *job, upto uint32) error {
+func (up *Updates) unscale(ctx context.Context, j *job, upto uint32) error {
+	m := up.m
 	if j.goalKilled.Load() || j.typ == pelotonv1.JobType_DAEMON {
 		return nil
 	}

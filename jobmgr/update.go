@@ -72,13 +72,15 @@ func (u *update) target() uint64 {
 }
 
 // activeUpdate returns the update that owns job j's instances, if any.
-func (m *Manager) activeUpdate(jobID string) *update {
-	return m.activeUpdateExcept(jobID, nil)
+func (up *Updates) activeUpdate(jobID string) *update {
+	m := up.m
+	return m.upd.activeUpdateExcept(jobID, nil)
 }
 
 // activeUpdateExcept is activeUpdate ignoring skip, whose lock the caller
 // may hold.
-func (m *Manager) activeUpdateExcept(jobID string, skip *update) *update {
+func (up *Updates) activeUpdateExcept(jobID string, skip *update) *update {
+	m := up.m
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	for _, u := range m.updates {
@@ -95,7 +97,8 @@ func (m *Manager) activeUpdateExcept(jobID string, skip *update) *update {
 	return nil
 }
 
-func (m *Manager) getUpdate(id string) (*update, error) {
+func (up *Updates) getUpdate(id string) (*update, error) {
+	m := up.m
 	if id == "" {
 		return nil, apierr.Invalid("updateId", "required")
 	}
@@ -108,7 +111,8 @@ func (m *Manager) getUpdate(id string) (*update, error) {
 	return u, nil
 }
 
-func (m *Manager) recoverUpdates(ctx context.Context) error {
+func (up *Updates) recoverUpdates(ctx context.Context) error {
+	m := up.m
 	kvs, err := m.store.List(ctx, "updates/")
 	if err != nil {
 		return fmt.Errorf("jobmgr: load updates: %w", err)
@@ -116,7 +120,7 @@ func (m *Manager) recoverUpdates(ctx context.Context) error {
 	for _, kv := range kvs {
 		u := &pelotonv1.Update{}
 		if err := proto.Unmarshal(kv.Value, u); err != nil {
-			if err := m.quarantineRecord(ctx, kv, err); err != nil {
+			if err := m.eng.quarantineRecord(ctx, kv, err); err != nil {
 				return err
 			}
 			continue
@@ -151,19 +155,21 @@ func validateUpdateSpec(s *pelotonv1.UpdateSpec, instances uint32) error {
 }
 
 // CreateUpdate starts rolling spec out to a long-running job.
-func (m *Manager) CreateUpdate(ctx context.Context, jobID string, spec *pelotonv1.JobSpec, us *pelotonv1.UpdateSpec, jobVersion uint64) (*pelotonv1.Update, error) {
-	return m.CreateUpdateOnce(ctx, jobID, spec, us, jobVersion, requestid.Request{})
+func (up *Updates) CreateUpdate(ctx context.Context, jobID string, spec *pelotonv1.JobSpec, us *pelotonv1.UpdateSpec, jobVersion uint64) (*pelotonv1.Update, error) {
+	m := up.m
+	return m.upd.CreateUpdateOnce(ctx, jobID, spec, us, jobVersion, requestid.Request{})
 }
 
 // CreateUpdateOnce is CreateUpdate made safe to retry by r (see package
 // requestid): if r was carried out before it returns the update it created,
 // as it is now, and creates nothing; otherwise the update and r's record
 // are stored in one transaction.
-func (m *Manager) CreateUpdateOnce(ctx context.Context, jobID string, spec *pelotonv1.JobSpec, us *pelotonv1.UpdateSpec, jobVersion uint64, r requestid.Request) (*pelotonv1.Update, error) {
+func (up *Updates) CreateUpdateOnce(ctx context.Context, jobID string, spec *pelotonv1.JobSpec, us *pelotonv1.UpdateSpec, jobVersion uint64, r requestid.Request) (*pelotonv1.Update, error) {
+	m := up.m
 	o, err := requestid.Lookup(ctx, m.store, r, m.now())
 	if err == nil && !o.Done {
 		var u *pelotonv1.Update
-		u, err = m.createUpdate(ctx, jobID, spec, us, jobVersion, func(id string) []store.Op { return o.Ops(r, id, m.now()) })
+		u, err = m.upd.createUpdate(ctx, jobID, spec, us, jobVersion, func(id string) []store.Op { return o.Ops(r, id, m.now()) })
 		if err == nil {
 			return u, nil
 		}
@@ -172,7 +178,7 @@ func (m *Manager) CreateUpdateOnce(ctx context.Context, jobID string, spec *pelo
 	if err != nil {
 		return nil, err
 	}
-	u, err := m.GetUpdate(o.Object)
+	u, err := m.upd.GetUpdate(o.Object)
 	if apierr.Code(err) == codes.NotFound {
 		return nil, apierr.FailedPrecondition("%s: %q created update %s, which no longer exists", requestid.Field, r.ID, o.Object)
 	}
@@ -181,7 +187,8 @@ func (m *Manager) CreateUpdateOnce(ctx context.Context, jobID string, spec *pelo
 
 // createUpdate validates and stores a new update; with(id) are more writes
 // for the update's own transaction.
-func (m *Manager) createUpdate(ctx context.Context, jobID string, spec *pelotonv1.JobSpec, us *pelotonv1.UpdateSpec, jobVersion uint64, with func(id string) []store.Op) (*pelotonv1.Update, error) {
+func (up *Updates) createUpdate(ctx context.Context, jobID string, spec *pelotonv1.JobSpec, us *pelotonv1.UpdateSpec, jobVersion uint64, with func(id string) []store.Op) (*pelotonv1.Update, error) {
+	m := up.m
 	j, err := m.getJob(jobID)
 	if err != nil {
 		return nil, err
@@ -232,7 +239,7 @@ func (m *Manager) createUpdate(ctx context.Context, jobID string, spec *pelotonv
 	if jobVersion != 0 && jobVersion != curVer {
 		return nil, apierr.Aborted("job %s is at spec version %d, not %d; get it again and retry", jobID, curVer, jobVersion)
 	}
-	if a := m.activeUpdate(jobID); a != nil {
+	if a := m.upd.activeUpdate(jobID); a != nil {
 		return nil, apierr.FailedPrecondition("job %s has update %s in progress; abort it or wait for it to finish", jobID, a.snapshot().Id)
 	}
 	id := newJobID()
@@ -253,11 +260,11 @@ func (m *Manager) createUpdate(ctx context.Context, jobID string, spec *pelotonv
 			scope = append(scope, inst)
 		}
 	}
-	u := m.newUpdateRecord(id, jobID, us, curVer, v, scope, "update")
+	u := m.upd.newUpdateRecord(id, jobID, us, curVer, v, scope, "update")
 	// The answer is the update as stored. Copy it before storing: from then
 	// on the engine owns u and may drive it at once.
 	created := proto.Clone(u.u).(*pelotonv1.Update)
-	if err := m.storeNewVersion(ctx, j, jv, u, with(id)...); err != nil {
+	if err := m.upd.storeNewVersion(ctx, j, jv, u, with(id)...); err != nil {
 		return nil, err
 	}
 	m.log.Info("update created", "update", id, "job", jobID, "from", curVer, "to", v, "instances", len(scope))
@@ -265,7 +272,8 @@ func (m *Manager) createUpdate(ctx context.Context, jobID string, spec *pelotonv
 	return created, nil
 }
 
-func (m *Manager) newUpdateRecord(id, jobID string, us *pelotonv1.UpdateSpec, from, to uint64, scope []uint32, cause string) *update {
+func (up *Updates) newUpdateRecord(id, jobID string, us *pelotonv1.UpdateSpec, from, to uint64, scope []uint32, cause string) *update {
+	m := up.m
 	now := timestamppb.New(m.now())
 	st := &pelotonv1.UpdateStatus{State: upForward, InstancesTotal: uint32(len(scope)), CreateTime: now, UpdateTime: now}
 	if us.GetStartPaused() {
@@ -279,7 +287,8 @@ func (m *Manager) newUpdateRecord(id, jobID string, us *pelotonv1.UpdateSpec, fr
 // with the job's runtime and, if u is set, the new update record. It then
 // applies the version's instance count. extra are more writes for the same
 // transaction.
-func (m *Manager) storeNewVersion(ctx context.Context, j *job, jv *jobVersion, u *update, extra ...store.Op) error {
+func (up *Updates) storeNewVersion(ctx context.Context, j *job, jv *jobVersion, u *update, extra ...store.Op) error {
+	m := up.m
 	enc, err := encodeVersion(jv.record())
 	if err != nil {
 		return fmt.Errorf("encode spec: %w", err)
@@ -358,7 +367,8 @@ func (m *Manager) storeNewVersion(ctx context.Context, j *job, jv *jobVersion, u
 
 // saveUpdate stores u's record after fn changed a copy of it; the state
 // change must be in the table. Caller must hold u.mu.
-func (m *Manager) saveUpdateLocked(ctx context.Context, u *update, fn func(x *pelotonv1.Update) error) error {
+func (up *Updates) saveUpdateLocked(ctx context.Context, u *update, fn func(x *pelotonv1.Update) error) error {
+	m := up.m
 	x := proto.Clone(u.u).(*pelotonv1.Update)
 	if err := fn(x); err != nil {
 		return err
@@ -387,8 +397,9 @@ func (m *Manager) saveUpdateLocked(ctx context.Context, u *update, fn func(x *pe
 }
 
 // GetUpdate returns one update.
-func (m *Manager) GetUpdate(id string) (*pelotonv1.Update, error) {
-	u, err := m.getUpdate(id)
+func (up *Updates) GetUpdate(id string) (*pelotonv1.Update, error) {
+	m := up.m
+	u, err := m.upd.getUpdate(id)
 	if err != nil {
 		return nil, err
 	}
@@ -396,7 +407,8 @@ func (m *Manager) GetUpdate(id string) (*pelotonv1.Update, error) {
 }
 
 // ListUpdates returns the updates of one job (or of every job), newest first.
-func (m *Manager) ListUpdates(jobID string) ([]*pelotonv1.Update, error) {
+func (up *Updates) ListUpdates(jobID string) ([]*pelotonv1.Update, error) {
+	m := up.m
 	if jobID != "" {
 		if _, err := m.getJob(jobID); err != nil {
 			return nil, err
@@ -423,8 +435,9 @@ func (m *Manager) ListUpdates(jobID string) ([]*pelotonv1.Update, error) {
 
 // PauseUpdate stops an update from starting more instances; those already
 // being replaced finish.
-func (m *Manager) PauseUpdate(ctx context.Context, id string) (*pelotonv1.Update, error) {
-	return m.changeUpdate(ctx, id, func(x *pelotonv1.Update) error {
+func (up *Updates) PauseUpdate(ctx context.Context, id string) (*pelotonv1.Update, error) {
+	m := up.m
+	return m.upd.changeUpdate(ctx, id, func(x *pelotonv1.Update) error {
 		s := x.Status.State
 		if s == upPaused {
 			return nil
@@ -438,8 +451,9 @@ func (m *Manager) PauseUpdate(ctx context.Context, id string) (*pelotonv1.Update
 }
 
 // ResumeUpdate continues a paused update.
-func (m *Manager) ResumeUpdate(ctx context.Context, id string) (*pelotonv1.Update, error) {
-	return m.changeUpdate(ctx, id, func(x *pelotonv1.Update) error {
+func (up *Updates) ResumeUpdate(ctx context.Context, id string) (*pelotonv1.Update, error) {
+	m := up.m
+	return m.upd.changeUpdate(ctx, id, func(x *pelotonv1.Update) error {
 		if x.Status.State != upPaused {
 			return apierr.FailedPrecondition("update %s is %s, not paused", id, x.Status.State)
 		}
@@ -454,8 +468,9 @@ func (m *Manager) ResumeUpdate(ctx context.Context, id string) (*pelotonv1.Updat
 
 // AbortUpdate stops an update for good; every instance keeps the spec it
 // runs, and the job's spec in force stays the update's.
-func (m *Manager) AbortUpdate(ctx context.Context, id string) (*pelotonv1.Update, error) {
-	return m.changeUpdate(ctx, id, func(x *pelotonv1.Update) error {
+func (up *Updates) AbortUpdate(ctx context.Context, id string) (*pelotonv1.Update, error) {
+	m := up.m
+	return m.upd.changeUpdate(ctx, id, func(x *pelotonv1.Update) error {
 		if !updateActive(x.Status.State) {
 			return apierr.FailedPrecondition("update %s is %s; only an update in progress can be aborted", id, x.Status.State)
 		}
@@ -468,8 +483,9 @@ func (m *Manager) AbortUpdate(ctx context.Context, id string) (*pelotonv1.Update
 
 // RollbackUpdate returns every instance the update changed to the spec
 // before it. The job gets a new spec version, a copy of that spec.
-func (m *Manager) RollbackUpdate(ctx context.Context, id string) (*pelotonv1.Update, error) {
-	u, err := m.getUpdate(id)
+func (up *Updates) RollbackUpdate(ctx context.Context, id string) (*pelotonv1.Update, error) {
+	m := up.m
+	u, err := m.upd.getUpdate(id)
 	if err != nil {
 		return nil, err
 	}
@@ -477,7 +493,7 @@ func (m *Manager) RollbackUpdate(ctx context.Context, id string) (*pelotonv1.Upd
 	if err != nil {
 		return nil, err
 	}
-	if err := m.startRollback(ctx, j, u, "rolled back by user"); err != nil {
+	if err := m.upd.startRollback(ctx, j, u, "rolled back by user"); err != nil {
 		return nil, err
 	}
 	m.queue.Add(j.id)
@@ -487,7 +503,8 @@ func (m *Manager) RollbackUpdate(ctx context.Context, id string) (*pelotonv1.Upd
 // startRollback turns u into a rollback: a new spec version copying the
 // update's from-version becomes the job's spec in force and the update's
 // target.
-func (m *Manager) startRollback(ctx context.Context, j *job, u *update, why string) error {
+func (up *Updates) startRollback(ctx context.Context, j *job, u *update, why string) error {
+	m := up.m
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	s := u.u.Status.State
@@ -503,7 +520,7 @@ func (m *Manager) startRollback(ctx context.Context, j *job, u *update, why stri
 	if curVer != u.u.ToVersion {
 		return apierr.FailedPrecondition("job %s moved on to spec version %d since update %s; roll back the later change instead", j.id, curVer, u.u.Id)
 	}
-	if a := m.activeUpdateExcept(j.id, u); a != nil {
+	if a := m.upd.activeUpdateExcept(j.id, u); a != nil {
 		return apierr.FailedPrecondition("job %s has update %s in progress", j.id, a.snapshot().Id)
 	}
 	from := j.version(u.u.FromVersion)
@@ -512,10 +529,10 @@ func (m *Manager) startRollback(ctx context.Context, j *job, u *update, why stri
 	if err != nil {
 		return err
 	}
-	if err := m.storeNewVersion(ctx, j, jv, nil); err != nil {
+	if err := m.upd.storeNewVersion(ctx, j, jv, nil); err != nil {
 		return err
 	}
-	err = m.saveUpdateLocked(ctx, u, func(x *pelotonv1.Update) error {
+	err = m.upd.saveUpdateLocked(ctx, u, func(x *pelotonv1.Update) error {
 		x.RollbackVersion = jv.version
 		x.Status.State, x.Status.PausedFrom, x.Status.Message = upBack, 0, why
 		x.Status.InstancesDone, x.Status.InstancesFailed, x.Status.FailedInstances = 0, 0, nil
@@ -530,13 +547,14 @@ func (m *Manager) startRollback(ctx context.Context, j *job, u *update, why stri
 	return nil
 }
 
-func (m *Manager) changeUpdate(ctx context.Context, id string, fn func(x *pelotonv1.Update) error) (*pelotonv1.Update, error) {
-	u, err := m.getUpdate(id)
+func (up *Updates) changeUpdate(ctx context.Context, id string, fn func(x *pelotonv1.Update) error) (*pelotonv1.Update, error) {
+	m := up.m
+	u, err := m.upd.getUpdate(id)
 	if err != nil {
 		return nil, err
 	}
 	u.mu.Lock()
-	err = m.saveUpdateLocked(ctx, u, fn)
+	err = m.upd.saveUpdateLocked(ctx, u, fn)
 	u.mu.Unlock()
 	if err != nil {
 		return nil, err
@@ -557,31 +575,32 @@ func (m *Manager) changeUpdate(ctx context.Context, id string, fn func(x *peloto
 // does not grant, or does not answer for, is not started: the update
 // waits, says why in its message, and asks again on a later step (after a
 // backoff if the evaluator failed).
-func (m *Manager) driveUpdate(ctx context.Context, j *job) (time.Duration, error) {
-	u := m.activeUpdate(j.id)
+func (up *Updates) driveUpdate(ctx context.Context, j *job) (time.Duration, error) {
+	m := up.m
+	u := m.upd.activeUpdate(j.id)
 	if u == nil {
 		return 0, nil
 	}
 	// Asked first, before any lock: what the evaluator counts unavailable
 	// includes other holders' grants (a drain moving an instance).
-	unavailable := m.slaUnavailable(ctx, j)
+	unavailable := m.upd.slaUnavailable(ctx, j)
 	var step updateStep
-	u.locked(func() { step = m.updateSnapshot(j, u, unavailable) })
+	u.locked(func() { step = m.upd.updateSnapshot(j, u, unavailable) })
 	if step.in.state == upPaused {
 		return 0, nil
 	}
 	step.plan = planUpdate(step.in)
-	g := m.askGrants(ctx, j, &step)
+	g := m.upd.askGrants(ctx, j, &step)
 	var next time.Duration
 	var changed bool
 	var err error
-	u.locked(func() { next, changed, err = m.applyStep(ctx, j, u, &step, g) })
+	u.locked(func() { next, changed, err = m.upd.applyStep(ctx, j, u, &step, g) })
 	if changed {
 		// Paused, aborted or rolled back by the user while the evaluator
 		// answered: nothing started; give the grants back.
 		for _, p := range g.picks {
 			if p.granted {
-				m.dropGrant(ctx, j, p.inst, step.holder)
+				m.recs.dropGrant(ctx, j, p.inst, step.holder)
 			}
 		}
 		return 10 * time.Millisecond, nil
@@ -590,7 +609,7 @@ func (m *Manager) driveUpdate(ctx context.Context, j *job) (time.Duration, error
 		return time.Second, err
 	}
 	if step.plan.end == upBack && step.in.state == upForward {
-		err := m.startRollback(ctx, j, u, step.plan.endMessage+"; rolling back")
+		err := m.upd.startRollback(ctx, j, u, step.plan.endMessage+"; rolling back")
 		return 10 * time.Millisecond, err
 	}
 	return next, nil
@@ -622,7 +641,8 @@ type updateStep struct {
 // records the failure count of an instance the update is replacing when
 // it first sees it (u.baseline). Caller holds u.mu; the step is paused
 // when u is.
-func (m *Manager) updateSnapshot(j *job, u *update, unavailable int) updateStep {
+func (up *Updates) updateSnapshot(j *job, u *update, unavailable int) updateStep {
+	m := up.m
 	target := j.version(u.target())
 	step := updateStep{
 		id: u.u.Id, holder: "update/" + u.u.Id, target: target,
@@ -712,7 +732,8 @@ type stepGrants struct {
 // update's instances crash must still be able to replace them, or its
 // rollback could never finish). It is restarted only if it is still down
 // then (restartOnto checks).
-func (m *Manager) askGrants(ctx context.Context, j *job, step *updateStep) stepGrants {
+func (up *Updates) askGrants(ctx context.Context, j *job, step *updateStep) stepGrants {
+	m := up.m
 	var g stepGrants
 	refused := false
 	for _, inst := range step.plan.start {
@@ -728,7 +749,7 @@ func (m *Manager) askGrants(ctx context.Context, j *job, step *updateStep) stepG
 		// minReadySeconds paces the update (the instance stays in its
 		// batch until then), but must not hold the job's budget against
 		// everyone else, nor outlive the update if it is aborted.
-		if err := m.disrupt(ctx, j, inst, step.holder, step.reason, min(step.minReady, defaultMinReady)); err != nil {
+		if err := m.recs.disrupt(ctx, j, inst, step.holder, step.reason, min(step.minReady, defaultMinReady)); err != nil {
 			g.waiting = slaWait(err)
 			g.evaluatorFailed = !isRefusal(err)
 			refused = true
@@ -743,7 +764,8 @@ func (m *Manager) askGrants(ctx context.Context, j *job, step *updateStep) stepG
 // instances onto the target and writes the update's record, with the
 // state the plan ends it in. It reports changed, doing nothing, when the
 // user changed the update since its snapshot. Caller holds u.mu.
-func (m *Manager) applyStep(ctx context.Context, j *job, u *update, step *updateStep, g stepGrants) (next time.Duration, changed bool, err error) {
+func (up *Updates) applyStep(ctx context.Context, j *job, u *update, step *updateStep, g stepGrants) (next time.Duration, changed bool, err error) {
+	m := up.m
 	if u.u.Status.State != step.in.state || u.target() != step.target.version {
 		return 0, true, nil
 	}
@@ -776,18 +798,18 @@ func (m *Manager) applyStep(ctx context.Context, j *job, u *update, step *update
 	// Concurrently, so the group committer packs a whole batch's writes
 	// into a few transactions instead of one round trip per instance.
 	if err := parallel(started, func(inst uint32) error {
-		return m.restartOnto(ctx, j, inst, step.target, u.u.Spec.GetInPlace(), u.u.Restarts, slices.Contains(onlyIfDown, inst))
+		return m.upd.restartOnto(ctx, j, inst, step.target, u.u.Spec.GetInPlace(), u.u.Restarts, slices.Contains(onlyIfDown, inst))
 	}); err != nil {
 		return 0, false, err
 	}
 	if len(started) > 0 {
-		m.prefetchNext(ctx, j, u, step.target)
+		m.upd.prefetchNext(ctx, j, u, step.target)
 	}
 	waiting := g.waiting
 	if waiting == "" {
 		waiting = step.plan.waiting
 	}
-	if err := m.saveUpdateLocked(ctx, u, func(x *pelotonv1.Update) error {
+	if err := m.upd.saveUpdateLocked(ctx, u, func(x *pelotonv1.Update) error {
 		writeStep(x.Status, u.done, step, started, waiting)
 		return nil
 	}); err != nil {
@@ -841,8 +863,9 @@ func writeStep(st *pelotonv1.UpdateStatus, done map[uint32]bool, step *updateSte
 // instances that are down stands in: it leaves out other holders' grants,
 // but an evaluator that does not answer grants nothing either, so only
 // instances that are down anyway can start meanwhile.
-func (m *Manager) slaUnavailable(ctx context.Context, j *job) int {
-	cctx, cancel := m.slaCtx(ctx)
+func (up *Updates) slaUnavailable(ctx context.Context, j *job) int {
+	m := up.m
+	cctx, cancel := m.recs.slaCtx(ctx)
 	st, err := m.sla.Status(cctx, j.id)
 	cancel()
 	if err == nil {
@@ -875,12 +898,13 @@ func listU32(xs []uint32, limit int) string {
 // With onlyIfDown the caller holds no SLA grant for the instance because it
 // was down: if it has become available since, it is left alone (the next
 // step asks for a grant).
-func (m *Manager) restartOnto(ctx context.Context, j *job, inst uint32, target *jobVersion, inPlace bool, restarts map[uint32]uint32, onlyIfDown bool) error {
+func (up *Updates) restartOnto(ctx context.Context, j *job, inst uint32, target *jobVersion, inPlace bool, restarts map[uint32]uint32, onlyIfDown bool) error {
+	m := up.m
 	_, restart := restarts[inst]
 	// A patch replaces a running run at once, with no availability check
 	// of its own; an instance taken without a grant is stopped instead.
 	if inPlace && !onlyIfDown {
-		if done, err := m.patchOnto(ctx, j, inst, target, restart); done || err != nil {
+		if done, err := m.upd.patchOnto(ctx, j, inst, target, restart); done || err != nil {
 			return err
 		}
 	}
@@ -965,14 +989,15 @@ func (m *Manager) restartOnto(ctx context.Context, j *job, inst uint32, target *
 			// hold when it ends, so move it to the next run first.
 			m.hm.TransferHold(kill, held)
 		}
-		m.killRun(ctx, j, inst, kill, grace)
+		m.eng.killRun(ctx, j, inst, kill, grace)
 	}
 	return nil
 }
 
 // prefetchNext asks the backend to fetch the target's image to the hosts of
 // the instances the update will start next, while the current ones run.
-func (m *Manager) prefetchNext(ctx context.Context, j *job, u *update, target *jobVersion) {
+func (up *Updates) prefetchNext(ctx context.Context, j *job, u *update, target *jobVersion) {
+	m := up.m
 	n := batchSize(u.u.Spec)
 	var hosts []string
 	var image string
@@ -1011,8 +1036,9 @@ func (m *Manager) prefetchNext(ctx context.Context, j *job, u *update, target *j
 // rollingRestart restarts instances of a long-running job (default: all)
 // through an update that replaces each with a new run of the same spec,
 // batch by batch within the job's SLA.
-func (m *Manager) rollingRestart(ctx context.Context, j *job, instances []uint32) error {
-	if a := m.activeUpdate(j.id); a != nil {
+func (up *Updates) rollingRestart(ctx context.Context, j *job, instances []uint32) error {
+	m := up.m
+	if a := m.upd.activeUpdate(j.id); a != nil {
 		return apierr.FailedPrecondition("job %s has update %s in progress; abort it or wait for it to finish", j.id, a.snapshot().Id)
 	}
 	if len(instances) == 0 {
@@ -1059,7 +1085,7 @@ func (m *Manager) rollingRestart(ctx context.Context, j *job, instances []uint32
 	ver := j.rt.SpecVersion
 	j.mu.Unlock()
 	us := &pelotonv1.UpdateSpec{BatchSize: budgetOf(j.spec())}
-	u := m.newUpdateRecord(newJobID(), j.id, us, ver, ver, scope, "restart")
+	u := m.upd.newUpdateRecord(newJobID(), j.id, us, ver, ver, scope, "restart")
 	u.u.Restarts = restarts
 	b, err := proto.Marshal(u.u)
 	if err != nil {
@@ -1076,4 +1102,16 @@ func (m *Manager) rollingRestart(ctx context.Context, j *job, instances []uint32
 	m.log.Info("rolling restart", "job", j.id, "update", u.u.Id, "instances", len(scope))
 	m.queue.Add(j.id)
 	return nil
+}
+
+// UpdateJob returns the job an update changes.
+func (up *Updates) UpdateJob(id string) (string, error) {
+	m := up.m
+	u, err := m.upd.getUpdate(id)
+	if err != nil {
+		return "", err
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.u.GetJobId(), nil
 }

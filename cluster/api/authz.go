@@ -142,7 +142,7 @@ func (s *Server) jobPools(ctx context.Context, req any) ([]string, error) {
 }
 
 func (s *Server) updatePools(ctx context.Context, req any) ([]string, error) {
-	j, err := s.jm.UpdateJob(req.(hasUpdateID).GetUpdateId())
+	j, err := s.jm.Updates().UpdateJob(req.(hasUpdateID).GetUpdateId())
 	if err != nil {
 		return nil, err
 	}

@@ -12,7 +12,7 @@ func (s *Server) ScaleJob(ctx context.Context, req *pelotonv1.ScaleJobRequest) (
 	if err := s.checkInstances("instanceCount", req.GetInstanceCount()); err != nil {
 		return nil, err
 	}
-	v, err := s.jm.ScaleJob(ctx, req.GetJobId(), req.GetInstanceCount(), req.GetVersion())
+	v, err := s.jm.Updates().ScaleJob(ctx, req.GetJobId(), req.GetInstanceCount(), req.GetVersion())
 	if err != nil {
 		return nil, s.refuseArchived(ctx, req.GetJobId(), "scaled", err)
 	}
@@ -21,7 +21,7 @@ func (s *Server) ScaleJob(ctx context.Context, req *pelotonv1.ScaleJobRequest) (
 
 // ListJobVersions returns a job's spec history.
 func (s *Server) ListJobVersions(ctx context.Context, req *pelotonv1.ListJobVersionsRequest) (*pelotonv1.ListJobVersionsResponse, error) {
-	vs, err := s.jm.ListJobVersions(req.GetJobId())
+	vs, err := s.jm.Updates().ListJobVersions(req.GetJobId())
 	if err != nil {
 		a, err := s.archived(ctx, req.GetJobId(), err)
 		if err != nil {
@@ -41,7 +41,7 @@ func (s *Server) CreateUpdate(ctx context.Context, req *pelotonv1.CreateUpdateRe
 	if err != nil {
 		return nil, err
 	}
-	u, err := s.jm.CreateUpdateOnce(ctx, req.GetJobId(), req.GetSpec(), req.GetUpdateSpec(), req.GetJobVersion(), r)
+	u, err := s.jm.Updates().CreateUpdateOnce(ctx, req.GetJobId(), req.GetSpec(), req.GetUpdateSpec(), req.GetJobVersion(), r)
 	if err != nil {
 		return nil, s.refuseArchived(ctx, req.GetJobId(), "updated", err)
 	}
@@ -50,7 +50,7 @@ func (s *Server) CreateUpdate(ctx context.Context, req *pelotonv1.CreateUpdateRe
 
 // GetUpdate returns one update.
 func (s *Server) GetUpdate(ctx context.Context, req *pelotonv1.GetUpdateRequest) (*pelotonv1.GetUpdateResponse, error) {
-	u, err := s.jm.GetUpdate(req.GetUpdateId())
+	u, err := s.jm.Updates().GetUpdate(req.GetUpdateId())
 	if err != nil {
 		return nil, err
 	}
@@ -60,7 +60,7 @@ func (s *Server) GetUpdate(ctx context.Context, req *pelotonv1.GetUpdateRequest)
 // ListUpdates returns updates, newest first: every live job's, or one
 // job's, live or archived.
 func (s *Server) ListUpdates(ctx context.Context, req *pelotonv1.ListUpdatesRequest) (*pelotonv1.ListUpdatesResponse, error) {
-	us, err := s.jm.ListUpdates(req.GetJobId())
+	us, err := s.jm.Updates().ListUpdates(req.GetJobId())
 	if err != nil {
 		a, err := s.archived(ctx, req.GetJobId(), err)
 		if err != nil {
@@ -73,7 +73,7 @@ func (s *Server) ListUpdates(ctx context.Context, req *pelotonv1.ListUpdatesRequ
 
 // PauseUpdate pauses an update.
 func (s *Server) PauseUpdate(ctx context.Context, req *pelotonv1.PauseUpdateRequest) (*pelotonv1.PauseUpdateResponse, error) {
-	u, err := s.jm.PauseUpdate(ctx, req.GetUpdateId())
+	u, err := s.jm.Updates().PauseUpdate(ctx, req.GetUpdateId())
 	if err != nil {
 		return nil, err
 	}
@@ -82,7 +82,7 @@ func (s *Server) PauseUpdate(ctx context.Context, req *pelotonv1.PauseUpdateRequ
 
 // ResumeUpdate resumes a paused update.
 func (s *Server) ResumeUpdate(ctx context.Context, req *pelotonv1.ResumeUpdateRequest) (*pelotonv1.ResumeUpdateResponse, error) {
-	u, err := s.jm.ResumeUpdate(ctx, req.GetUpdateId())
+	u, err := s.jm.Updates().ResumeUpdate(ctx, req.GetUpdateId())
 	if err != nil {
 		return nil, err
 	}
@@ -91,7 +91,7 @@ func (s *Server) ResumeUpdate(ctx context.Context, req *pelotonv1.ResumeUpdateRe
 
 // AbortUpdate stops an update for good.
 func (s *Server) AbortUpdate(ctx context.Context, req *pelotonv1.AbortUpdateRequest) (*pelotonv1.AbortUpdateResponse, error) {
-	u, err := s.jm.AbortUpdate(ctx, req.GetUpdateId())
+	u, err := s.jm.Updates().AbortUpdate(ctx, req.GetUpdateId())
 	if err != nil {
 		return nil, err
 	}
@@ -100,7 +100,7 @@ func (s *Server) AbortUpdate(ctx context.Context, req *pelotonv1.AbortUpdateRequ
 
 // RollbackUpdate rolls an update back.
 func (s *Server) RollbackUpdate(ctx context.Context, req *pelotonv1.RollbackUpdateRequest) (*pelotonv1.RollbackUpdateResponse, error) {
-	u, err := s.jm.RollbackUpdate(ctx, req.GetUpdateId())
+	u, err := s.jm.Updates().RollbackUpdate(ctx, req.GetUpdateId())
 	if err != nil {
 		return nil, err
 	}

@@ -63,7 +63,7 @@ instanceSpecs:
 	})
 	// Archive it as the collector does: the API's answers, then out of etcd.
 	job, _ := jm.GetJob(id)
-	versions, _ := jm.ListJobVersions(id)
+	versions, _ := jm.Updates().ListJobVersions(id)
 	tasks, _, err := jm.ListTasksPage(id, nil, 0, "")
 	if err != nil {
 		t.Fatal(err)
