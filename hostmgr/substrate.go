@@ -80,6 +80,14 @@ func (s SubstrateStatus) Observe(err error, now time.Time) (SubstrateStatus, boo
 	return next, next.Reachable != s.Reachable || next.Reason != s.Reason
 }
 
+// WentAway reports whether next, the status Observe made from s, begins
+// an outage: the substrate is not reachable, and was, or was never reached.
+// A backend warns once per outage, on this; a new reason within an outage
+// is news too (Observe says so) but no new outage.
+func (s SubstrateStatus) WentAway(next SubstrateStatus) bool {
+	return !next.Reachable && (s.Reachable || s.Reason == ReasonNotConnected)
+}
+
 // Describe says, as of now, why the substrate is not reachable, in the
 // words /readyz and waiting jobs use; "" when it is reachable.
 func (s SubstrateStatus) Describe(now time.Time) string {

@@ -61,23 +61,30 @@ func TestSubstrateObserve(t *testing.T) {
 		since     time.Duration
 		reason    string
 		news      bool
+		// wentAway: the step begins an outage (one warning per outage;
+		// another reason within it is news, but not a new outage).
+		wentAway bool
 	}{
-		{refused, 1 * time.Second, false, 0, refused.Error(), true},  // the first answer is news
-		{refused, 2 * time.Second, false, 0, refused.Error(), false}, // the same again is not
-		{errors.New("HTTP 404 Not Found: <!DOCTYPE html>\n<html>"), 3 * time.Second, false, 0, "HTTP 404 Not Found: <!DOCTYPE html>", true},
-		{nil, 4 * time.Second, true, 4 * time.Second, "", true},
-		{nil, 5 * time.Second, true, 4 * time.Second, "", false},
-		{refused, 6 * time.Second, false, 6 * time.Second, refused.Error(), true},
+		{refused, 1 * time.Second, false, 0, refused.Error(), true, true},   // the first answer is news
+		{refused, 2 * time.Second, false, 0, refused.Error(), false, false}, // the same again is not
+		{errors.New("HTTP 404 Not Found: <!DOCTYPE html>\n<html>"), 3 * time.Second, false, 0, "HTTP 404 Not Found: <!DOCTYPE html>", true, false},
+		{nil, 4 * time.Second, true, 4 * time.Second, "", true, false},
+		{nil, 5 * time.Second, true, 4 * time.Second, "", false, false},
+		{refused, 6 * time.Second, false, 6 * time.Second, refused.Error(), true, true},
 	}
 	s := NewSubstrateStatus("mesos master http://127.0.0.1:5050", t0)
 	if s.Reachable || s.Reason != ReasonNotConnected || !s.Since.Equal(t0) {
 		t.Fatalf("initial status %+v", s)
 	}
 	for i, st := range steps {
+		prev := s
 		var news bool
 		s, news = s.Observe(st.err, t0.Add(st.at))
 		if s.Reachable != st.reachable || !s.Since.Equal(t0.Add(st.since)) || s.Reason != st.reason || news != st.news {
 			t.Fatalf("step %d: %+v news=%v; want reachable=%v since=+%s reason=%q news=%v", i, s, news, st.reachable, st.since, st.reason, st.news)
+		}
+		if got := prev.WentAway(s); got != st.wentAway {
+			t.Errorf("step %d: WentAway = %v, want %v", i, got, st.wentAway)
 		}
 	}
 	if got, want := s.Describe(t0.Add(18*time.Second)),

@@ -68,7 +68,8 @@ func fromAPIServer(err error) bool {
 func (b *Backend) synced() bool { return b.nodeInf.HasSynced() && b.podInf.HasSynced() }
 
 // observe records how an attempt to reach the apiserver ended and logs news
-// only: it went away or came back, or fails in another way than before.
+// only: it went away (the one warning of an outage) or came back, or fails
+// in another way than before.
 // Start, then the apiserver watcher alone, call it: the status has one
 // writer at a time.
 func (b *Backend) observe(err error) {
@@ -79,9 +80,12 @@ func (b *Backend) observe(err error) {
 	case err == nil && news && prev.Reason != hostmgr.ReasonNotConnected:
 		b.log.Info("the apiserver is reachable", "apiserver", b.host, "after", time.Since(prev.Since).Round(time.Second))
 	case err == nil:
-	case news:
+	case prev.WentAway(next):
 		b.log.Warn("the apiserver is not reachable; the stack serves without it and asks again until it answers",
 			"apiserver", b.host, "reason", next.Reason)
+	case news:
+		// Within an outage: e.g. it answers again but is not listed yet.
+		b.log.Info("the apiserver is still not reachable, now for another reason", "apiserver", b.host, "reason", next.Reason)
 	default:
 		b.log.Debug("the apiserver is still not reachable", "apiserver", b.host, "reason", next.Reason)
 	}

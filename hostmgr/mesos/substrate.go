@@ -35,10 +35,12 @@ func (b *Backend) observe(err error) {
 	case err == nil && news && prev.Reason != hostmgr.ReasonNotConnected:
 		b.log.Info("mesos: the master is reachable", "master", b.cfg.Master, "after", time.Since(prev.Since).Round(time.Second))
 	case err == nil:
-	case news:
+	case prev.WentAway(next):
 		b.log.Warn("mesos: the master is not reachable; the stack serves without it and subscribes again until it answers",
 			"master", b.cfg.Master, "reason", next.Reason)
 		b.unreachableOnce.Do(func() { close(b.unreachable) })
+	case news:
+		b.log.Info("mesos: the master is still not reachable, now for another reason", "master", b.cfg.Master, "reason", next.Reason)
 	default:
 		b.log.Debug("mesos: the master is still not reachable", "master", b.cfg.Master, "reason", next.Reason)
 	}
