@@ -300,16 +300,7 @@ func (pl *Pools) UpdatePool(ctx context.Context, path string, spec *pelotonv1.Fe
 			rec.Spec = spec
 			return poolChange{rec, gp.rev}, nil
 		},
-		Write: func(ctx context.Context, c poolChange) (int64, error) {
-			newRev, err := pl.f.put(ctx, poolKey(path), c.rec, c.rev)
-			if errors.Is(err, store.ErrConflict) {
-				return 0, apierr.Aborted("global pool %s changed meanwhile; try again", path)
-			}
-			if err != nil {
-				return 0, apierr.Unavailable("update global pool %s: %v", path, err)
-			}
-			return newRev, nil
-		},
+		Write: pl.writeChange(path, "update"),
 		Apply: func(c poolChange, newRev int64) (*pelotonv1.FederatedPool, error) {
 			ngp, err := newGlobalPool(c.rec, newRev)
 			if err != nil {
@@ -323,6 +314,22 @@ func (pl *Pools) UpdatePool(ctx context.Context, path string, spec *pelotonv1.Fe
 			return pl.poolViewLocked(ngp), nil
 		},
 	})
+}
+
+// writeChange is the Write step of a change to an existing global pool's
+// record: a compare-and-swap on the revision the check read; what verb
+// names goes into the error of a store that does not answer.
+func (pl *Pools) writeChange(path, verb string) func(context.Context, poolChange) (int64, error) {
+	return func(ctx context.Context, c poolChange) (int64, error) {
+		newRev, err := pl.f.put(ctx, poolKey(path), c.rec, c.rev)
+		if errors.Is(err, store.ErrConflict) {
+			return 0, apierr.Aborted("global pool %s changed meanwhile; try again", path)
+		}
+		if err != nil {
+			return 0, apierr.Unavailable("%s global pool %s: %v", verb, path, err)
+		}
+		return newRev, nil
+	}
 }
 
 // DeletePool marks a global pool without children for deletion; the
@@ -350,16 +357,7 @@ func (pl *Pools) DeletePool(ctx context.Context, path string) error {
 			rec.Deleting = true
 			return poolChange{rec, gp.rev}, nil
 		},
-		Write: func(ctx context.Context, c poolChange) (int64, error) {
-			newRev, err := pl.f.put(ctx, poolKey(path), c.rec, c.rev)
-			if errors.Is(err, store.ErrConflict) {
-				return 0, apierr.Aborted("global pool %s changed meanwhile; try again", path)
-			}
-			if err != nil {
-				return 0, apierr.Unavailable("delete global pool %s: %v", path, err)
-			}
-			return newRev, nil
-		},
+		Write: pl.writeChange(path, "delete"),
 		Apply: func(c poolChange, newRev int64) (struct{}, error) {
 			if cur := pl.f.pools[path]; cur != nil {
 				cur.rec, cur.rev = c.rec, newRev
