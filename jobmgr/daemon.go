@@ -38,7 +38,7 @@ func (m *Manager) HostsChanged() {
 // instances have slots: a stopped instance of another type is an instance
 // that is down.
 func freeSlot(rt *pelotonv1.TaskStatus) bool {
-	return rt.BoundHost == "" && isTerminal(rt.State) && rt.GoalState == stKilled
+	return rt.BoundHost == "" && isTerminal(rt.State) && rt.GoalState == taskKilled
 }
 
 // daemonHosts is the sorted names of the hosts j's placement matches.
@@ -119,7 +119,7 @@ func (rc *reconcilers) reconcileDaemon(ctx context.Context, j *job) error {
 		switch {
 		case freeSlot(rt):
 			free = append(free, uint32(inst))
-		case rt.BoundHost == "" && rt.State == stInitialized:
+		case rt.BoundHost == "" && rt.State == taskInitialized:
 			free = append(free, uint32(inst)) // a new slot
 		case rt.BoundHost != "" && want[rt.BoundHost] && !served[rt.BoundHost]:
 			served[rt.BoundHost] = true
@@ -140,7 +140,7 @@ func (rc *reconcilers) reconcileDaemon(ctx context.Context, j *job) error {
 		inst := free[0]
 		free = free[1:]
 		err := m.updateTaskVolatile(j, inst, func(rt *pelotonv1.TaskStatus) error {
-			rt.BoundHost, rt.GoalState = h, stRunning
+			rt.BoundHost, rt.GoalState = h, taskRunning
 			if isTerminal(rt.State) {
 				newRun(rt, rt.RunId+1, fmt.Sprintf("serving host %s", h))
 			}
@@ -170,7 +170,7 @@ func (rc *reconcilers) releaseSlot(ctx context.Context, j *job, inst uint32) err
 		if freeSlot(rt) {
 			return errSkip
 		}
-		rt.GoalState = stKilled
+		rt.GoalState = taskKilled
 		switch {
 		case isTerminal(rt.State):
 			if rt.BoundHost != "" {
@@ -178,17 +178,17 @@ func (rc *reconcilers) releaseSlot(ctx context.Context, j *job, inst uint32) err
 			}
 			rt.BoundHost = ""
 		case isActive(rt.State):
-			if rt.State == stKilling {
+			if rt.State == taskKilling {
 				return errSkip
 			}
-			rt.State, rt.Reason, rt.Message = stKilling, "host-removed", fmt.Sprintf("host %s left the job's hosts", rt.BoundHost)
+			rt.State, rt.Reason, rt.Message = taskKilling, "host-removed", fmt.Sprintf("host %s left the job's hosts", rt.BoundHost)
 			kill, grace = resmgr.RunTaskID(j.id, inst, rt.RunId), graceOf(j.version(rt.SpecVersion), inst)
 		default:
 			m.rm.Release(j.id, inst)
 			if rt.BoundHost != "" {
 				rt.Message = fmt.Sprintf("host %s left the job's hosts", rt.BoundHost)
 			}
-			rt.State, rt.Reason, rt.BoundHost = stKilled, "host-removed", ""
+			rt.State, rt.Reason, rt.BoundHost = taskKilled, "host-removed", ""
 		}
 		return nil
 	})

@@ -31,7 +31,7 @@ const drainRetry = 2 * time.Second
 type drainRun struct {
 	inst, run uint32
 	host      string
-	state     ts
+	state     taskState
 }
 
 // drainVictim is a run to preempt, with the message its task will show.
@@ -48,7 +48,7 @@ type drainVictim struct {
 // request named plus, for a gang, all its members. It is pure.
 func planDrain(host string, gangSize uint32, runs []drainRun) []drainVictim {
 	movable := func(r drainRun) bool {
-		return isActive(r.state) && r.state != stKilling && r.state != stPreempting
+		return isActive(r.state) && r.state != taskKilling && r.state != taskPreempting
 	}
 	var out []drainVictim
 	gangOnHost := int64(-1) // a gang member on the host, if any

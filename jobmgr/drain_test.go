@@ -7,7 +7,7 @@ import (
 )
 
 func TestPlanDrain(t *testing.T) {
-	on := func(inst uint32, host string, st ts) drainRun {
+	on := func(inst uint32, host string, st taskState) drainRun {
 		return drainRun{inst: inst, run: 2, host: host, state: st}
 	}
 	for _, tc := range []struct {
@@ -17,21 +17,21 @@ func TestPlanDrain(t *testing.T) {
 		want string // victims as "inst:detail;"
 	}{
 		{"every running run on the host moves", 1,
-			[]drainRun{on(0, "h", stRunning), on(1, "h", stLaunched), on(2, "other", stRunning)},
+			[]drainRun{on(0, "h", taskRunning), on(1, "h", taskLaunched), on(2, "other", taskRunning)},
 			"0:host h is draining for maintenance;1:host h is draining for maintenance;"},
 		{"runs being stopped or not launched stay as they are", 1,
-			[]drainRun{on(0, "h", stKilling), on(1, "h", stPreempting), on(2, "", stPending), on(3, "h", stSucceeded)},
+			[]drainRun{on(0, "h", taskKilling), on(1, "h", taskPreempting), on(2, "", taskPending), on(3, "h", taskSucceeded)},
 			""},
 		{"a gang moves whole", 3,
-			[]drainRun{on(0, "other", stRunning), on(1, "h", stRunning), on(2, "third", stRunning), on(5, "other", stRunning)},
+			[]drainRun{on(0, "other", taskRunning), on(1, "h", taskRunning), on(2, "third", taskRunning), on(5, "other", taskRunning)},
 			"1:host h is draining for maintenance;" +
 				"0:its gang moves with instance 1, on host h, which is draining for maintenance;" +
 				"2:its gang moves with instance 1, on host h, which is draining for maintenance;"},
 		{"a gang member already being preempted on the host still takes the rest along", 2,
-			[]drainRun{on(0, "h", stPreempting), on(1, "other", stRunning)},
+			[]drainRun{on(0, "h", taskPreempting), on(1, "other", taskRunning)},
 			"1:its gang moves with instance 0, on host h, which is draining for maintenance;"},
 		{"a gang not on the host stays", 2,
-			[]drainRun{on(0, "other", stRunning), on(1, "other", stRunning), on(4, "h", stRunning)},
+			[]drainRun{on(0, "other", taskRunning), on(1, "other", taskRunning), on(4, "h", taskRunning)},
 			"4:host h is draining for maintenance;"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -397,7 +397,7 @@ func (en *engine) recoverRuns(ctx context.Context, tasks int) error {
 				continue
 			}
 			switch {
-			case t.rt.State == stPending:
+			case t.rt.State == taskPending:
 				pending = append(pending, uint32(inst))
 			case isActive(t.rt.State):
 				runID := resmgr.RunTaskID(j.id, uint32(inst), t.rt.RunId)
@@ -415,7 +415,7 @@ func (en *engine) recoverRuns(ctx context.Context, tasks int) error {
 				m.rm.Recover(m.eng.rmTask(j, uint32(inst), t.rt.RunId))
 				if ev, err := m.hm.Status(runID); err == nil {
 					lost = append(lost, ev)
-					if !isTerminal(ev.State) && (t.rt.State == stKilling || t.rt.State == stPreempting) {
+					if !isTerminal(ev.State) && (t.rt.State == taskKilling || t.rt.State == taskPreempting) {
 						stopping = append(stopping, rekill{j, uint32(inst), runID})
 					}
 				} else if !reachable {
@@ -424,7 +424,7 @@ func (en *engine) recoverRuns(ctx context.Context, tasks int) error {
 					if stale != "" {
 						stopping = append(stopping, rekill{j, uint32(inst), stale})
 					}
-					lost = append(lost, hostmgr.TaskEvent{TaskID: runID, Host: t.rt.Host, State: stLost, Reason: "unknown-to-backend",
+					lost = append(lost, hostmgr.TaskEvent{TaskID: runID, Host: t.rt.Host, State: taskLost, Reason: "unknown-to-backend",
 						Message: "the run was not found after a restart of the control plane", Time: m.now()})
 				}
 			}
@@ -539,7 +539,7 @@ func (en *engine) gangActive(j *job, stopping bool) bool {
 		t.mu.Lock()
 		st := t.rt.State
 		t.mu.Unlock()
-		if stopping && (st == stPreempting || st == stKilling) {
+		if stopping && (st == taskPreempting || st == taskKilling) {
 			return true
 		}
 		if !stopping && isActive(st) {
@@ -622,7 +622,7 @@ func (en *engine) evaluateJob(ctx context.Context, id string) error {
 		var live []uint32
 		for inst, t := range j.tasks() {
 			t.mu.Lock()
-			if !isTerminal(t.rt.State) && (t.rt.State != stKilling || t.rt.GoalState != stKilled) {
+			if !isTerminal(t.rt.State) && (t.rt.State != taskKilling || t.rt.GoalState != taskKilled) {
 				live = append(live, uint32(inst))
 			}
 			t.mu.Unlock()
@@ -692,12 +692,12 @@ func (en *engine) fillTasks(j *job) {
 	j.mu.Unlock()
 	for inst, t := range next {
 		if t == nil {
-			next[inst] = &task{rt: &pelotonv1.TaskStatus{State: stInitialized, GoalState: m.taskGoal(j), RunId: first, SpecVersion: ver, UpdateTime: now}}
+			next[inst] = &task{rt: &pelotonv1.TaskStatus{State: taskInitialized, GoalState: m.taskGoal(j), RunId: first, SpecVersion: ver, UpdateTime: now}}
 			added++
 		}
 	}
 	if added > 0 {
-		j.counts[stInitialized].Add(added)
+		j.counts[taskInitialized].Add(added)
 		j.taskSlice.Store(&next)
 	}
 }
@@ -706,7 +706,7 @@ func (en *engine) fillTasks(j *job) {
 // resmgr. An instance in backoff is left for a later evaluation.
 func (en *engine) enqueueInitialized(ctx context.Context, j *job) error {
 	m := en.m
-	if j.counts[stInitialized].Load() == 0 {
+	if j.counts[taskInitialized].Load() == 0 {
 		return nil
 	}
 	now := m.now()
@@ -720,7 +720,7 @@ func (en *engine) enqueueInitialized(ctx context.Context, j *job) error {
 			continue
 		}
 		t.mu.Lock()
-		if t.rt.State == stInitialized && t.rt.GoalState != stKilled {
+		if t.rt.State == taskInitialized && t.rt.GoalState != taskKilled {
 			if d := t.notBefore.Sub(now); d > 0 {
 				if wait == 0 || d < wait {
 					wait = d
@@ -751,10 +751,10 @@ func (en *engine) enqueueInitialized(ctx context.Context, j *job) error {
 		// PENDING is not written: after a restart an INITIALIZED instance is
 		// queued exactly like a PENDING one, so the write would buy nothing.
 		err := m.updateTaskVolatile(j, inst, func(rt *pelotonv1.TaskStatus) error {
-			if rt.State != stInitialized {
+			if rt.State != taskInitialized {
 				return errSkip
 			}
-			rt.State = stPending
+			rt.State = taskPending
 			return nil
 		})
 		if errors.Is(err, errSkip) {
@@ -773,10 +773,10 @@ func (en *engine) enqueueInitialized(ctx context.Context, j *job) error {
 			// Back to INITIALIZED, so the retried evaluation queues them again.
 			for _, inst := range moved {
 				_ = m.updateTaskVolatile(j, inst, func(rt *pelotonv1.TaskStatus) error {
-					if rt.State != stPending {
+					if rt.State != taskPending {
 						return errSkip
 					}
-					rt.State = stInitialized
+					rt.State = taskInitialized
 					return nil
 				})
 			}
@@ -790,9 +790,9 @@ func (en *engine) enqueueInitialized(ctx context.Context, j *job) error {
 func (en *engine) updateJobState(ctx context.Context, j *job) error {
 	m := en.m
 	n := int32(len(j.tasks()))
-	c := func(s ts) int32 { return j.counts[s].Load() }
-	terminal := c(stSucceeded) + c(stFailed) + c(stLost) + c(stKilled)
-	active := c(stLaunching) + c(stLaunched) + c(stStarting) + c(stRunning) + c(stKilling) + c(stPreempting)
+	c := func(s taskState) int32 { return j.counts[s].Load() }
+	terminal := c(taskSucceeded) + c(taskFailed) + c(taskLost) + c(taskKilled)
+	active := c(taskLaunching) + c(taskLaunched) + c(taskStarting) + c(taskRunning) + c(taskKilling) + c(taskPreempting)
 	// nextState is the state the counts give a job whose runtime is rt; ok
 	// is false while the job is INITIALIZED (its tasks are being created).
 	nextState := func(rt *pelotonv1.JobStatus) (next js, ok bool) {
@@ -808,11 +808,11 @@ func (en *engine) updateJobState(ctx context.Context, j *job) error {
 				return pelotonv1.JobState_JOB_RUNNING, true
 			}
 			return pelotonv1.JobState_JOB_PENDING, true
-		case terminal == n && c(stSucceeded) == n:
+		case terminal == n && c(taskSucceeded) == n:
 			return pelotonv1.JobState_JOB_SUCCEEDED, true
 		case terminal == n && killed:
 			return pelotonv1.JobState_JOB_KILLED, true
-		case terminal == n && c(stFailed) > 0:
+		case terminal == n && c(taskFailed) > 0:
 			return pelotonv1.JobState_JOB_FAILED, true
 		case terminal == n:
 			return pelotonv1.JobState_JOB_KILLED, true
@@ -859,7 +859,7 @@ func (en *engine) failureSummary(j *job) string {
 	var failed []string
 	for inst, t := range j.tasks() {
 		t.mu.Lock()
-		if t.rt.State == stFailed {
+		if t.rt.State == taskFailed {
 			failed = append(failed, fmt.Sprintf("instance %d (%s)", inst, t.rt.Message))
 		}
 		t.mu.Unlock()
@@ -1013,7 +1013,7 @@ func (en *engine) applyEvent(ctx context.Context, ev hostmgr.TaskEvent, supersed
 		lostBackoff: m.lostBackoff,
 		// A revocable run its host's QoS controller killed ends KILLED,
 		// and runs again as preempted work does.
-		revoked: isTerminal(ev.State) && ev.State != stSucceeded && !foreign && j.spec().GetSla().GetRevocable() && m.hm.Revoked(ev.TaskID),
+		revoked: isTerminal(ev.State) && ev.State != taskSucceeded && !foreign && j.spec().GetSla().GetRevocable() && m.hm.Revoked(ev.TaskID),
 	}
 	persist, via := eventWrite(ev, f, superseded)
 	var fx eventEffects
@@ -1108,10 +1108,10 @@ func (en *engine) launchInPlace(ctx context.Context, j *job, inst uint32, held, 
 		return false
 	}
 	err := m.updateTaskVolatile(j, inst, func(rt *pelotonv1.TaskStatus) error {
-		if rt.State != stInitialized || rt.RunId != run {
+		if rt.State != taskInitialized || rt.RunId != run {
 			return errSkip
 		}
-		rt.State = stPending
+		rt.State = taskPending
 		return nil
 	})
 	if err != nil {
@@ -1157,13 +1157,13 @@ func (en *engine) launch(ctx context.Context, p resmgr.Placement) {
 	inst := p.Task.Instance
 	var ver uint64
 	err := m.updateTask(ctx, j, inst, func(rt *pelotonv1.TaskStatus) error {
-		if rt.State != stPending || rt.RunId != p.Task.RunID || rt.GoalState == stKilled {
+		if rt.State != taskPending || rt.RunId != p.Task.RunID || rt.GoalState == taskKilled {
 			return errSkip
 		}
 		if rt.BoundHost != "" && rt.BoundHost != p.Host {
 			return errSkip // placed against an older binding; it queues again
 		}
-		rt.State, rt.Host, rt.Reason, rt.Message = stLaunched, p.Host, "", ""
+		rt.State, rt.Host, rt.Reason, rt.Message = taskLaunched, p.Host, "", ""
 		rt.Health, rt.Ports = pelotonv1.HealthState_HEALTH_UNKNOWN, nil
 		if j.typ == pelotonv1.JobType_STATEFUL {
 			rt.BoundHost = p.Host // its volume lives here from now on
@@ -1186,10 +1186,10 @@ func (en *engine) launch(ctx context.Context, p resmgr.Placement) {
 		// resmgr with the placement; PENDING would strand it there).
 		m.log.Warn("could not record a launch; the instance queues again", "task", runID, "err", err)
 		_ = m.updateTaskVolatile(j, inst, func(rt *pelotonv1.TaskStatus) error {
-			if rt.State != stPending || rt.RunId != p.Task.RunID {
+			if rt.State != taskPending || rt.RunId != p.Task.RunID {
 				return errSkip
 			}
-			rt.State = stInitialized
+			rt.State = taskInitialized
 			return nil
 		})
 		m.queue.AddAfter(j.id, storeRetryBackoff)
@@ -1216,10 +1216,10 @@ func (en *engine) launch(ctx context.Context, p resmgr.Placement) {
 		if m.adopt.isForeign(j) && m.foreign != nil {
 			m.foreign.launchFailed(instKey{j.id, inst}) // its pod, if still there, gets another instance
 		}
-		ev := hostmgr.TaskEvent{TaskID: runID, Host: p.Host, State: stFailed, Reason: "launch-failed", Message: err.Error(), Time: m.now()}
+		ev := hostmgr.TaskEvent{TaskID: runID, Host: p.Host, State: taskFailed, Reason: "launch-failed", Message: err.Error(), Time: m.now()}
 		if errors.Is(err, hostmgr.ErrLaunchBlocked) && !m.adopt.isForeign(j) {
 			// Not the run's failure: see the launch-blocked case of handleEvent.
-			ev.State, ev.Reason = stLost, hostmgr.ReasonLaunchBlocked
+			ev.State, ev.Reason = taskLost, hostmgr.ReasonLaunchBlocked
 		}
 		m.eng.handleEvent(ctx, ev)
 	} else if t := j.task(inst); t != nil {
@@ -1247,7 +1247,7 @@ func (en *engine) launchTaken(ctx context.Context, j *job, runID, host string, e
 	}
 	m.log.Warn("the backend used this run's id for another run; the instance runs under the next id", "task", runID,
 		"placed", host, "held", ev.State, "on", ev.Host, "since", ev.Time, "err", err)
-	m.eng.handleEvent(ctx, hostmgr.TaskEvent{TaskID: runID, Host: host, State: stLost, Reason: hostmgr.ReasonRunIDTaken,
+	m.eng.handleEvent(ctx, hostmgr.TaskEvent{TaskID: runID, Host: host, State: taskLost, Reason: hostmgr.ReasonRunIDTaken,
 		Message: "the backend already had a run with this id: " + err.Error(), Time: m.now()})
 }
 
@@ -1424,10 +1424,10 @@ func (en *engine) preempt(ctx context.Context, v resmgr.Victim) {
 	inst := v.Task.Instance
 	var kill string
 	err := m.updateTask(ctx, j, inst, func(rt *pelotonv1.TaskStatus) error {
-		if rt.RunId != v.Task.RunID || !isActive(rt.State) || rt.State == stKilling || rt.State == stPreempting {
+		if rt.RunId != v.Task.RunID || !isActive(rt.State) || rt.State == taskKilling || rt.State == taskPreempting {
 			return errSkip // it ended or is being stopped anyway
 		}
-		rt.State, rt.Reason, rt.Message = stPreempting, "preempted-"+v.Reason, v.Detail
+		rt.State, rt.Reason, rt.Message = taskPreempting, "preempted-"+v.Reason, v.Detail
 		kill = resmgr.RunTaskID(j.id, inst, rt.RunId)
 		return nil
 	})
@@ -1457,7 +1457,7 @@ func (en *engine) killRunAttempt(ctx context.Context, j *job, inst uint32, taskI
 	m := en.m
 	err := m.hm.Kill(ctx, taskID, grace)
 	if errors.Is(err, hostmgr.ErrUnknownTask) {
-		m.eng.handleEvent(ctx, hostmgr.TaskEvent{TaskID: taskID, State: stLost, Reason: "unknown-to-backend", Message: "the backend no longer knows this run", Time: m.now()})
+		m.eng.handleEvent(ctx, hostmgr.TaskEvent{TaskID: taskID, State: taskLost, Reason: "unknown-to-backend", Message: "the backend no longer knows this run", Time: m.now()})
 		return
 	}
 	if err == nil {

@@ -580,19 +580,19 @@ func foreignTaskSpec(ft hostmgr.ForeignTask) *pelotonv1.TaskSpec {
 // its owner, not Peloton, decides whether another pod follows.
 func foreignEnd(rt *pelotonv1.TaskStatus, ev hostmgr.TaskEvent, killedByUs bool) {
 	switch {
-	case rt.State == stPreempting:
-		rt.State = stKilled // the reason says preempted-...
+	case rt.State == taskPreempting:
+		rt.State = taskKilled // the reason says preempted-...
 		rt.Message = "preempted; the pod was deleted"
 	case killedByUs:
-		rt.State = stKilled
+		rt.State = taskKilled
 		if rt.Reason == "" {
 			rt.Reason = "killed"
 		}
 		rt.Message = ev.Message
 	default:
 		rt.State, rt.Reason, rt.Message = ev.State, ev.Reason, ev.Message
-		if ev.State == stKilled {
-			rt.State = stLost // ended by someone else
+		if ev.State == taskKilled {
+			rt.State = taskLost // ended by someone else
 		}
 	}
 	rt.DesiredRunId = 0

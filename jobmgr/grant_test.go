@@ -26,8 +26,8 @@ func TestGrantOfAnInstanceNotStartedYet(t *testing.T) {
 		// run is the run that later becomes available.
 		run uint32
 	}{
-		{"waiting to start", stInitialized, 2},
-		{"running, replaced by a new run", stRunning, 3},
+		{"waiting to start", taskInitialized, 2},
+		{"running, replaced by a new run", taskRunning, 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			jv, err := newJobVersion(1, spec, time.Now(), "created")
@@ -41,10 +41,10 @@ func TestGrantOfAnInstanceNotStartedYet(t *testing.T) {
 			ctx := context.Background()
 			m.eng.fillTasks(j)
 			up := j.task(1)
-			up.rt.State, up.rt.RunId, up.availableSince = stRunning, 1, now
+			up.rt.State, up.rt.RunId, up.availableSince = taskRunning, 1, now
 			tk := j.task(0)
 			tk.rt.State, tk.rt.RunId = tc.state, 2
-			if tc.state == stRunning {
+			if tc.state == taskRunning {
 				tk.availableSince = now
 			}
 			m.recs.reportAvailability(ctx, j)
@@ -57,7 +57,7 @@ func TestGrantOfAnInstanceNotStartedYet(t *testing.T) {
 			// The instance runs (again), on the new spec, and is available.
 			now = now.Add(time.Second)
 			tk.mu.Lock()
-			tk.rt.State, tk.rt.RunId, tk.availableSince = stRunning, tc.run, now
+			tk.rt.State, tk.rt.RunId, tk.availableSince = taskRunning, tc.run, now
 			tk.mu.Unlock()
 			// Not for long enough yet: a run that crashes a moment after
 			// it started must not give the budget back.
@@ -155,7 +155,7 @@ func TestEvaluatorCallsHoldNoLockAndErrorsGrantNothing(t *testing.T) {
 	m.eng.fillTasks(j)
 	for i := range uint32(3) {
 		tk := j.task(i)
-		tk.rt.State, tk.rt.RunId = stRunning, 1
+		tk.rt.State, tk.rt.RunId = taskRunning, 1
 	}
 	// Instance 2 crashed: the evaluator must hear of it before it grants.
 	j.task(0).availableSince, j.task(1).availableSince = now, now

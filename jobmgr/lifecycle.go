@@ -64,13 +64,13 @@ type eventEffects struct {
 // write carries it), and via are the states the instance passes through on
 // the way, each in its history: a lost run is LOST, and a revoked one
 // KILLED, before the run that replaces it.
-func eventWrite(ev hostmgr.TaskEvent, f eventFacts, superseded bool) (persist bool, via []ts) {
-	persist = !(superseded && ev.State == stRunning)
-	if ev.State == stLost && ev.Reason != hostmgr.ReasonLaunchBlocked && !f.foreign {
-		via = []ts{stLost}
+func eventWrite(ev hostmgr.TaskEvent, f eventFacts, superseded bool) (persist bool, via []taskState) {
+	persist = !(superseded && ev.State == taskRunning)
+	if ev.State == taskLost && ev.Reason != hostmgr.ReasonLaunchBlocked && !f.foreign {
+		via = []taskState{taskLost}
 	}
 	if f.revoked {
-		via = []ts{stKilled}
+		via = []taskState{taskKilled}
 	}
 	return persist, via
 }
@@ -88,15 +88,15 @@ func decideEvent(prev taskSnap, ev hostmgr.TaskEvent, f eventFacts) (taskSnap, e
 		rt.Ports = ev.Ports
 	}
 	switch ev.State {
-	case stLaunched:
+	case taskLaunched:
 		if len(ev.Ports) > 0 && isActive(rt.State) {
 			return next, eventEffects{}
 		}
 		return prev, skip // written when the launch was issued
-	case stRunning:
+	case taskRunning:
 		return decideRunning(prev, next, ev, f)
 	}
-	if isTerminal(rt.State) || rt.State == stInitialized || rt.State == stPending {
+	if isTerminal(rt.State) || rt.State == taskInitialized || rt.State == taskPending {
 		return prev, skip
 	}
 	fx := eventEffects{release: true}
@@ -112,10 +112,10 @@ func decideEvent(prev taskSnap, ev hostmgr.TaskEvent, f eventFacts) (taskSnap, e
 func decideRunning(prev, next taskSnap, ev hostmgr.TaskEvent, f eventFacts) (taskSnap, eventEffects) {
 	rt := next.rt
 	switch rt.State {
-	case stLaunched, stLaunching, stStarting:
-		rt.State, rt.StartTime = stRunning, timestamppb.New(ev.Time)
+	case taskLaunched, taskLaunching, taskStarting:
+		rt.State, rt.StartTime = taskRunning, timestamppb.New(ev.Time)
 		rt.Health = ev.Health
-	case stRunning:
+	case taskRunning:
 		if rt.Health == ev.Health {
 			return prev, eventEffects{skip: true}
 		}
@@ -124,11 +124,11 @@ func decideRunning(prev, next taskSnap, ev hostmgr.TaskEvent, f eventFacts) (tas
 		return prev, eventEffects{skip: true}
 	}
 	var fx eventEffects
-	if isLongRunning(f.jobType) && rt.Health == pelotonv1.HealthState_UNHEALTHY && rt.GoalState != stKilled {
+	if isLongRunning(f.jobType) && rt.Health == pelotonv1.HealthState_UNHEALTHY && rt.GoalState != taskKilled {
 		// A failing health check: the run is replaced, as if it had failed.
 		rt.FailureCount++
 		rt.DesiredRunId = rt.RunId + 1
-		rt.State, rt.Reason, rt.Message = stKilling, "unhealthy", "its health check fails; restarting it"
+		rt.State, rt.Reason, rt.Message = taskKilling, "unhealthy", "its health check fails; restarting it"
 		next.streak++
 		fx.kill, fx.grace = ev.TaskID, f.grace
 		fx.backoff = restartBackoff(f.restart, next.streak)
@@ -142,7 +142,7 @@ func decideEnd(next *taskSnap, fx *eventEffects, ev hostmgr.TaskEvent, f eventFa
 	rt := next.rt
 	longRunning := isLongRunning(f.jobType)
 	rt.ExitCode, rt.CompletionTime = ev.ExitCode, timestamppb.New(ev.Time)
-	killedByUs := rt.State == stKilling || rt.GoalState == stKilled
+	killedByUs := rt.State == taskKilling || rt.GoalState == taskKilled
 	msg := ev.Message
 	if msg == "" {
 		msg = fmt.Sprintf("%s: exit code %d", ev.Reason, ev.ExitCode)
@@ -150,24 +150,24 @@ func decideEnd(next *taskSnap, fx *eventEffects, ev hostmgr.TaskEvent, f eventFa
 	switch {
 	case f.foreign:
 		foreignEnd(rt, ev, killedByUs)
-	case f.revoked && rt.GoalState != stKilled:
+	case f.revoked && rt.GoalState != taskKilled:
 		newRun(rt, rt.RunId+1, fmt.Sprintf("run %d was revoked: its host ran hot and its agent killed it (QoS); pending again", run))
 		rt.Reason = hostmgr.ReasonQoSRevoked
-	case rt.State == stPreempting && ev.State != stSucceeded && rt.GoalState != stKilled:
+	case rt.State == taskPreempting && ev.State != taskSucceeded && rt.GoalState != taskKilled:
 		// Preempted: the instance waits for capacity again, with no failure counted.
 		newRun(rt, rt.RunId+1, fmt.Sprintf("run %d was preempted (%s); pending again", run, rt.Reason))
-	case rt.DesiredRunId > rt.RunId && rt.GoalState != stKilled:
+	case rt.DesiredRunId > rt.RunId && rt.GoalState != taskKilled:
 		// A restart: the old run is over, start the new one.
 		if rt.RestartInPlace && rt.Host != "" {
 			fx.inPlace = rt.Host
 		}
 		newRun(rt, rt.DesiredRunId, fmt.Sprintf("run %d ended (%s); restarting", run, ev.State))
 	case killedByUs:
-		if ev.State == stSucceeded && !longRunning {
-			rt.State, rt.Reason, rt.Message = stSucceeded, "exit-zero", ""
+		if ev.State == taskSucceeded && !longRunning {
+			rt.State, rt.Reason, rt.Message = taskSucceeded, "exit-zero", ""
 			break
 		}
-		rt.State = stKilled
+		rt.State = taskKilled
 		if rt.Reason == "" {
 			rt.Reason = "killed"
 		}
@@ -191,7 +191,7 @@ func decideEnd(next *taskSnap, fx *eventEffects, ev hostmgr.TaskEvent, f eventFa
 	case longRunning:
 		// Kept running: whatever ended the run, a new one follows after a
 		// backoff that grows while runs keep ending quickly.
-		if ev.State != stLost {
+		if ev.State != taskLost {
 			rt.FailureCount++
 		}
 		if rt.StartTime != nil && ev.Time.Sub(rt.StartTime.AsTime()) >= stableRun {
@@ -201,9 +201,9 @@ func decideEnd(next *taskSnap, fx *eventEffects, ev hostmgr.TaskEvent, f eventFa
 		fx.backoff = restartBackoff(f.restart, next.streak)
 		newRun(rt, rt.RunId+1, fmt.Sprintf("run %d ended (%s, %s); restarting in %s", run, ev.State, msg, fx.backoff))
 		rt.ExitCode = ev.ExitCode
-	case ev.State == stSucceeded:
-		rt.State, rt.Reason, rt.Message = stSucceeded, "exit-zero", ""
-	case ev.State == stLost:
+	case ev.State == taskSucceeded:
+		rt.State, rt.Reason, rt.Message = taskSucceeded, "exit-zero", ""
+	case ev.State == taskLost:
 		newRun(rt, rt.RunId+1, fmt.Sprintf("run %d was lost (%s); running again", run, ev.Reason))
 		fx.backoff = f.lostBackoff
 	default: // FAILED, or KILLED by someone other than us
@@ -213,7 +213,7 @@ func decideEnd(next *taskSnap, fx *eventEffects, ev hostmgr.TaskEvent, f eventFa
 			newRun(rt, rt.RunId+1, fmt.Sprintf("run %d failed (%s); retry %d of %d", run, msg, rt.FailureCount, max))
 			rt.ExitCode = ev.ExitCode
 		} else {
-			rt.State, rt.Reason = stFailed, ev.Reason
+			rt.State, rt.Reason = taskFailed, ev.Reason
 			rt.Message = fmt.Sprintf("run %d failed (%s); %d failures, restartPolicy.maxFailures is %d", run, msg, rt.FailureCount, max)
 		}
 	}

@@ -174,7 +174,7 @@ func (v *jobVersion) hasHealthCheck(inst uint32) bool {
 // available reports whether a run serves: running, and healthy if it has a
 // health check.
 func available(rt *pelotonv1.TaskStatus, hasCheck bool) bool {
-	if rt.State != stRunning {
+	if rt.State != taskRunning {
 		return false
 	}
 	if hasCheck {
@@ -229,7 +229,7 @@ func (rc *reconcilers) reportAvailability(ctx context.Context, j *job) (held boo
 		t.mu.Lock()
 		since := t.availableSince
 		free := j.typ == pelotonv1.JobType_DAEMON && freeSlot(t.rt)
-		states[i] = inst{run: t.rt.RunId, since: since, stopped: t.rt.GoalState == stKilled && isTerminal(t.rt.State)}
+		states[i] = inst{run: t.rt.RunId, since: since, stopped: t.rt.GoalState == taskKilled && isTerminal(t.rt.State)}
 		t.mu.Unlock()
 		if since.IsZero() && !free { // a DAEMON's free slot is no instance at all
 			down = append(down, uint32(i))
@@ -389,7 +389,7 @@ func (rc *reconcilers) disrupt(ctx context.Context, j *job, inst uint32, holder,
 	}
 	t.mu.Lock()
 	run := t.rt.RunId
-	if t.rt.State == stInitialized && run > 0 {
+	if t.rt.State == taskInitialized && run > 0 {
 		// Not started yet (a restart backoff): it starts on whatever spec
 		// it has then, with this run, so this run being available is what
 		// ends the disruption.

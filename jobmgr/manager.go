@@ -143,7 +143,7 @@ func (j *job) hosts(inst uint32) (prev, bound string) {
 // sla.maximumRunningInstances bounds.
 func (j *job) activeCount() int32 {
 	var n int32
-	for _, st := range []ts{stPending, stReady, stPlacing, stPlaced, stLaunching, stLaunched, stStarting, stRunning, stKilling, stPreempting} {
+	for _, st := range []taskState{taskPending, taskReady, taskPlacing, taskPlaced, taskLaunching, taskLaunched, taskStarting, taskRunning, taskKilling, taskPreempting} {
 		n += j.counts[st].Load()
 	}
 	return n
@@ -490,10 +490,10 @@ func (m *Manager) GetJob(id string) (*pelotonv1.Job, error) {
 		return nil, err
 	}
 	out := m.jobProto(j)
-	waiting := out.Status.TaskCounts[stPending.String()] + out.Status.TaskCounts[stInitialized.String()]
+	waiting := out.Status.TaskCounts[taskPending.String()] + out.Status.TaskCounts[taskInitialized.String()]
 	if !m.hm.Substrate().Reachable {
 		// A launched run's start is the substrate's to carry out.
-		waiting += out.Status.TaskCounts[stLaunched.String()]
+		waiting += out.Status.TaskCounts[taskLaunched.String()]
 	}
 	if out.Status.Message == "" && waiting > 0 {
 		out.Status.Message = m.pendingReason(j)
@@ -558,10 +558,10 @@ func (m *Manager) pendingReason(j *job) string {
 		if away != "" && waitsForSubstrate(st) {
 			return fmt.Sprintf("instance %d waits: %s", inst, away)
 		}
-		if (st == stPending || st == stInitialized) && reason == hostmgr.ReasonLaunchBlocked {
+		if (st == taskPending || st == taskInitialized) && reason == hostmgr.ReasonLaunchBlocked {
 			return fmt.Sprintf("instance %d waits: %s", inst, msg)
 		}
-		if st != stPending {
+		if st != taskPending {
 			continue
 		}
 		if _, reason, ok := m.rm.TaskState(j.id, uint32(inst)); ok && reason != "" {
@@ -582,9 +582,9 @@ func (m *Manager) substrateWait() string {
 // waitsForSubstrate reports whether an instance in state s waits for the
 // substrate while it is away: it is not placed yet, or launched and not
 // started.
-func waitsForSubstrate(s ts) bool {
+func waitsForSubstrate(s taskState) bool {
 	switch s {
-	case stInitialized, stPending, stReady, stPlacing, stPlaced, stLaunching, stLaunched:
+	case taskInitialized, taskPending, taskReady, taskPlacing, taskPlaced, taskLaunching, taskLaunched:
 		return true
 	}
 	return false
@@ -721,7 +721,7 @@ func (m *Manager) CancelJob(ctx context.Context, id string) error {
 	if u := m.upd.activeUpdate(id); u != nil {
 		u.mu.Lock()
 		err := m.upd.saveUpdateLocked(ctx, u, func(x *pelotonv1.Update) error {
-			x.Status.State, x.Status.Message = upAborted, "aborted: the job was cancelled"
+			x.Status.State, x.Status.Message = updateAborted, "aborted: the job was cancelled"
 			x.Status.CompletionTime, x.Status.InstancesCurrent = timestamppb.New(m.now()), nil
 			return nil
 		})
@@ -875,7 +875,7 @@ func (m *Manager) RestartJob(ctx context.Context, id string, instances []uint32)
 		var kill string
 		var grace time.Duration
 		err := m.updateTask(ctx, j, inst, func(rt *pelotonv1.TaskStatus) error {
-			if !explicit && rt.State == stSucceeded {
+			if !explicit && rt.State == taskSucceeded {
 				return errSkip
 			}
 			switch {
@@ -885,8 +885,8 @@ func (m *Manager) RestartJob(ctx context.Context, id string, instances []uint32)
 			case isActive(rt.State):
 				rt.DesiredRunId = rt.RunId + 1
 				rt.GoalState = m.taskGoal(j)
-				if rt.State != stKilling {
-					rt.State, rt.Reason, rt.Message = stKilling, "restarting", "killing the current run to restart"
+				if rt.State != taskKilling {
+					rt.State, rt.Reason, rt.Message = taskKilling, "restarting", "killing the current run to restart"
 				}
 				kill, grace = resmgr.RunTaskID(j.id, inst, rt.RunId), graceOf(j.version(rt.SpecVersion), inst)
 			default: // initialized or pending: it will run anyway
@@ -905,14 +905,14 @@ func (m *Manager) RestartJob(ctx context.Context, id string, instances []uint32)
 	return nil
 }
 
-func (m *Manager) taskGoal(j *job) ts {
+func (m *Manager) taskGoal(j *job) taskState {
 	if j.goalKilled.Load() {
-		return stKilled
+		return taskKilled
 	}
 	if isLongRunning(j.typ) {
-		return stRunning
+		return taskRunning
 	}
-	return stSucceeded
+	return taskSucceeded
 }
 
 // killGrace is the kill grace period of instance inst's current run. It
@@ -933,7 +933,7 @@ func graceOf(v *jobVersion, inst uint32) time.Duration {
 // newRun turns rt into the INITIALIZED start of run `run`, at the spec
 // version a restart for an update asked for, if any.
 func newRun(rt *pelotonv1.TaskStatus, run uint32, message string) {
-	rt.State = stInitialized
+	rt.State = taskInitialized
 	rt.RunId = run
 	rt.DesiredRunId = 0
 	if rt.DesiredSpecVersion != 0 {
@@ -981,7 +981,7 @@ func (m *Manager) applyTask(ctx context.Context, j *job, inst uint32, persist bo
 // must be in the table, and each is in the task's history. A run patched
 // in place ends and its successor is launched this way (patch.go), so
 // that no restart can find the one without the other.
-func (m *Manager) applyTaskVia(ctx context.Context, j *job, inst uint32, persist bool, via []ts, fn func(rt *pelotonv1.TaskStatus) error) error {
+func (m *Manager) applyTaskVia(ctx context.Context, j *job, inst uint32, persist bool, via []taskState, fn func(rt *pelotonv1.TaskStatus) error) error {
 	return m.writeTask(ctx, j, inst, persist, via, func(prev *pelotonv1.TaskStatus) (*pelotonv1.TaskStatus, error) {
 		rt := cloneStatus(prev)
 		return rt, fn(rt)
@@ -991,7 +991,7 @@ func (m *Manager) applyTaskVia(ctx context.Context, j *job, inst uint32, persist
 // writeTask is applyTaskVia for a decision that makes the next runtime
 // itself: decide gets the current one, which it must not change, and
 // returns a new one (never the one it got), or errSkip.
-func (m *Manager) writeTask(ctx context.Context, j *job, inst uint32, persist bool, via []ts, decide func(prev *pelotonv1.TaskStatus) (*pelotonv1.TaskStatus, error)) error {
+func (m *Manager) writeTask(ctx context.Context, j *job, inst uint32, persist bool, via []taskState, decide func(prev *pelotonv1.TaskStatus) (*pelotonv1.TaskStatus, error)) error {
 	t := j.task(inst)
 	if t == nil {
 		return fmt.Errorf("jobmgr: instance %d of job %s has no task yet", inst, j.id)
@@ -1011,7 +1011,7 @@ func (m *Manager) writeTask(ctx context.Context, j *job, inst uint32, persist bo
 		return err
 	}
 	rt.UpdateTime = timestamppb.New(m.now())
-	steps(t.rt.State, via, rt.State, func(s ts) {
+	steps(t.rt.State, via, rt.State, func(s taskState) {
 		run := rt.RunId
 		if isTerminal(s) && s != rt.State {
 			run = t.rt.RunId // the end of the run a new one replaces
@@ -1042,7 +1042,7 @@ func (m *Manager) writeTask(ctx context.Context, j *job, inst uint32, persist bo
 		j.counts[t.rt.State].Add(-1)
 		j.counts[rt.State].Add(1)
 	}
-	steps(t.rt.State, via, rt.State, func(s ts) { metrics.TaskTransitions.WithLabelValues(s.String()).Inc() })
+	steps(t.rt.State, via, rt.State, func(s taskState) { metrics.TaskTransitions.WithLabelValues(s.String()).Inc() })
 	t.rt, t.rev = rt, rev
 	if available(rt, j.version(rt.SpecVersion).hasHealthCheck(inst)) {
 		if t.availableSince.IsZero() {
@@ -1060,25 +1060,25 @@ func (m *Manager) taskProto(j *job, inst uint32, withSpec bool) *pelotonv1.Task 
 	out := &pelotonv1.Task{JobId: j.id, InstanceId: inst}
 	t := j.task(inst)
 	if t == nil {
-		out.Status = &pelotonv1.TaskStatus{State: stInitialized, Message: "task not created yet"}
+		out.Status = &pelotonv1.TaskStatus{State: taskInitialized, Message: "task not created yet"}
 	} else {
 		t.mu.Lock()
 		out.Status = proto.Clone(t.rt).(*pelotonv1.TaskStatus)
 		t.mu.Unlock()
 	}
-	if out.Status.State == stPending {
+	if out.Status.State == taskPending {
 		if st, reason, ok := m.rm.TaskState(j.id, inst); ok {
-			if st == stReady || st == stPlacing || st == stPlaced || st == stLaunching {
+			if st == taskReady || st == taskPlacing || st == taskPlaced || st == taskLaunching {
 				out.Status.State = st
 			}
 			out.Status.PendingReason = reason
 		}
 	}
-	if limit := j.spec().GetSla().GetMaximumRunningInstances(); limit > 0 && out.Status.State == stInitialized &&
-		out.Status.GoalState != stKilled && out.Status.PendingReason == "" {
+	if limit := j.spec().GetSla().GetMaximumRunningInstances(); limit > 0 && out.Status.State == taskInitialized &&
+		out.Status.GoalState != taskKilled && out.Status.PendingReason == "" {
 		out.Status.PendingReason = fmt.Sprintf("waiting: at most %d instances of this job run at once (sla.maximumRunningInstances)", limit)
 	}
-	if waitsForSubstrate(out.Status.State) && out.Status.GoalState != stKilled {
+	if waitsForSubstrate(out.Status.State) && out.Status.GoalState != taskKilled {
 		if away := m.substrateWait(); away != "" {
 			out.Status.PendingReason = away
 		}
@@ -1154,19 +1154,19 @@ func (m *Manager) KillTask(ctx context.Context, jobID string, inst uint32) error
 func (m *Manager) killInstance(ctx context.Context, j *job, inst uint32, reason string) error {
 	var kill string
 	err := m.updateTask(ctx, j, inst, func(rt *pelotonv1.TaskStatus) error {
-		rt.GoalState = stKilled
+		rt.GoalState = taskKilled
 		rt.DesiredRunId = 0
 		switch {
 		case isTerminal(rt.State):
 			return errSkip
 		case isActive(rt.State):
-			if rt.State != stKilling {
-				rt.State, rt.Reason = stKilling, reason
+			if rt.State != taskKilling {
+				rt.State, rt.Reason = taskKilling, reason
 			}
 			kill = resmgr.RunTaskID(j.id, inst, rt.RunId)
 		default:
 			m.rm.Release(j.id, inst)
-			rt.State, rt.Reason = stKilled, reason
+			rt.State, rt.Reason = taskKilled, reason
 			rt.CompletionTime = timestamppb.New(m.now())
 		}
 		return nil

@@ -41,7 +41,7 @@ func (up *Updates) patchOnto(ctx context.Context, j *job, inst uint32, target *j
 	t.mu.Lock()
 	run, host, state, goal, ver := t.rt.RunId, t.rt.Host, t.rt.State, t.rt.GoalState, t.rt.SpecVersion
 	t.mu.Unlock()
-	if goal == stKilled || state != stRunning || host == "" {
+	if goal == taskKilled || state != taskRunning || host == "" {
 		return false, nil
 	}
 	cur, next := j.version(ver), target
@@ -60,13 +60,13 @@ func (up *Updates) patchOnto(ctx context.Context, j *job, inst uint32, target *j
 		}
 		return false, nil
 	}
-	err := m.applyTaskVia(ctx, j, inst, true, []ts{stInitialized, stPending}, func(rt *pelotonv1.TaskStatus) error {
-		if rt.RunId != run || rt.State != stRunning || rt.GoalState == stKilled || rt.Host != host {
+	err := m.applyTaskVia(ctx, j, inst, true, []taskState{taskInitialized, taskPending}, func(rt *pelotonv1.TaskStatus) error {
+		if rt.RunId != run || rt.State != taskRunning || rt.GoalState == taskKilled || rt.Host != host {
 			return errSkip // it changed since; the caller looks again
 		}
 		rt.DesiredSpecVersion = next.version
 		newRun(rt, run+1, fmt.Sprintf("run %d patched in place to spec version %d", run, next.version))
-		rt.State, rt.Host = stLaunched, host
+		rt.State, rt.Host = taskLaunched, host
 		return nil
 	})
 	if errors.Is(err, errSkip) {
@@ -100,7 +100,7 @@ func (up *Updates) abandonPatch(ctx context.Context, j *job, inst uint32, old st
 		"job", j.id, "instance", inst, "old", old, "new", next.TaskID, "err", why)
 	metrics.Restarts.WithLabelValues("placed").Inc()
 	m.eng.killRun(ctx, j, inst, old, next.KillGrace)
-	m.eng.handleEvent(ctx, hostmgr.TaskEvent{TaskID: next.TaskID, Host: next.Host, State: stLost, Reason: "patch-failed",
+	m.eng.handleEvent(ctx, hostmgr.TaskEvent{TaskID: next.TaskID, Host: next.Host, State: taskLost, Reason: "patch-failed",
 		Message: why.Error(), Time: m.now()})
 }
 
@@ -112,7 +112,7 @@ func (up *Updates) abandonPatch(ctx context.Context, j *job, inst uint32, old st
 // stopped.
 func (up *Updates) resumePatch(ctx context.Context, j *job, inst uint32, rt *pelotonv1.TaskStatus) (resumed bool, stale string) {
 	m := up.m
-	if rt.State != stLaunched || rt.RunId < 2 || rt.Host == "" {
+	if rt.State != taskLaunched || rt.RunId < 2 || rt.Host == "" {
 		return false, ""
 	}
 	prev := resmgr.RunTaskID(j.id, inst, rt.RunId-1)

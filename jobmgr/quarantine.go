@@ -60,14 +60,14 @@ func (en *engine) quarantineRecord(ctx context.Context, kv store.KV, err error) 
 // (see above). Called by recover, before the job is visible.
 func (en *engine) quarantineTask(ctx context.Context, j *job, inst uint32, kv store.KV, cause error) (*pelotonv1.TaskStatus, int64, error) {
 	m := en.m
-	var final ts
+	var final taskState
 	switch j.rt.State {
 	case pelotonv1.JobState_JOB_SUCCEEDED:
-		final = stSucceeded
+		final = taskSucceeded
 	case pelotonv1.JobState_JOB_FAILED:
-		final = stFailed
+		final = taskFailed
 	case pelotonv1.JobState_JOB_KILLED:
-		final = stKilled
+		final = taskKilled
 	default:
 		if err := m.eng.quarantineRecord(ctx, kv, cause); err != nil {
 			return nil, 0, err

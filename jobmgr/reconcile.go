@@ -59,7 +59,7 @@ type reconciler struct {
 	// unknown: runs the last pass found unknown to the backend, with the
 	// state jobmgr had for them then. strays: runs the backend had that
 	// jobmgr did not know, at the last pass.
-	unknown map[string]ts
+	unknown map[string]taskState
 	strays  map[string]bool
 }
 
@@ -67,16 +67,16 @@ func newReconciler(every time.Duration) reconciler {
 	if every <= 0 {
 		every = defaultReconcileEvery
 	}
-	return reconciler{every: every, inflight: map[string]int{}, unknown: map[string]ts{}, strays: map[string]bool{}}
+	return reconciler{every: every, inflight: map[string]int{}, unknown: map[string]taskState{}, strays: map[string]bool{}}
 }
 
 // stillUnknown keeps in unknown (runs the backend does not know, with
 // jobmgr's state for them) only those the last pass also found unknown in the
 // same state, and remembers this pass's others for the next.
-func (r *reconciler) stillUnknown(unknown map[string]ts) {
+func (r *reconciler) stillUnknown(unknown map[string]taskState) {
 	r.mu.Lock()
 	prevUnknown := r.unknown
-	r.unknown = map[string]ts{}
+	r.unknown = map[string]taskState{}
 	for id, st := range unknown {
 		if prevUnknown[id] != st {
 			r.unknown[id] = st
@@ -139,7 +139,7 @@ func (rc *reconcilers) reconcileOnce(ctx context.Context) (missed, lost, strays 
 	m.mu.RUnlock()
 
 	known := map[string]bool{}
-	unknown := map[string]ts{}
+	unknown := map[string]taskState{}
 	var fixes []hostmgr.TaskEvent
 	walked := 0
 	for _, j := range jobs {
@@ -166,7 +166,7 @@ func (rc *reconcilers) reconcileOnce(ctx context.Context) (missed, lost, strays 
 			known[runID] = true
 			// Foreign runs are pods another client owns; foreign.go
 			// follows them.
-			if foreign || st == stLaunching || m.recon.inFlight(runID) || m.eng.hasUnwritten(runID) {
+			if foreign || st == taskLaunching || m.recon.inFlight(runID) || m.eng.hasUnwritten(runID) {
 				continue
 			}
 			ev, err := m.hm.Status(runID)
@@ -178,7 +178,7 @@ func (rc *reconcilers) reconcileOnce(ctx context.Context) (missed, lost, strays 
 			case err != nil:
 			case isTerminal(ev.State):
 				fixes = append(fixes, ev)
-			case ev.State == stRunning && (st == stLaunched || st == stStarting || (st == stRunning && ev.Health != health)):
+			case ev.State == taskRunning && (st == taskLaunched || st == taskStarting || (st == taskRunning && ev.Health != health)):
 				fixes = append(fixes, ev)
 			}
 		}

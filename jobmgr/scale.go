@@ -124,7 +124,7 @@ func (up *Updates) reconcileCount(ctx context.Context, j *job) error {
 	for inst := want; inst < have; inst++ {
 		if t := j.task(inst); t != nil {
 			t.mu.Lock()
-			done := isTerminal(t.rt.State) || (t.rt.State == stKilling && t.rt.GoalState == stKilled)
+			done := isTerminal(t.rt.State) || (t.rt.State == taskKilling && t.rt.GoalState == taskKilled)
 			t.mu.Unlock()
 			if done {
 				continue
@@ -223,13 +223,13 @@ func (up *Updates) unscale(ctx context.Context, j *job, upto uint32) error {
 			break
 		}
 		t.mu.Lock()
-		scaled := t.rt.GoalState == stKilled && t.rt.Reason == reasonScaledDown
+		scaled := t.rt.GoalState == taskKilled && t.rt.Reason == reasonScaledDown
 		t.mu.Unlock()
 		if !scaled {
 			break
 		}
 		err := m.updateTask(ctx, j, inst-1, func(rt *pelotonv1.TaskStatus) error {
-			if rt.GoalState != stKilled || rt.Reason != reasonScaledDown {
+			if rt.GoalState != taskKilled || rt.Reason != reasonScaledDown {
 				return errSkip
 			}
 			rt.GoalState = goal

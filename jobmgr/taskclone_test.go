@@ -79,22 +79,22 @@ func TestCloneStatusCopiesEveryField(t *testing.T) {
 // (fields set, a transition appended, ports replaced or set) never show in
 // the original, which API calls read and which stays when a write fails.
 func TestCloneStatusIsIndependent(t *testing.T) {
-	rt := &pelotonv1.TaskStatus{State: stRunning, Host: "h1", Ports: map[string]uint32{"http": 1},
+	rt := &pelotonv1.TaskStatus{State: taskRunning, Host: "h1", Ports: map[string]uint32{"http": 1},
 		History: make([]*pelotonv1.TaskTransition, 1, 8)}
-	rt.History[0] = &pelotonv1.TaskTransition{State: stLaunched}
+	rt.History[0] = &pelotonv1.TaskTransition{State: taskLaunched}
 	want := proto.Clone(rt)
 
 	c := cloneStatus(rt)
-	c.State, c.Host, c.StartTime = stSucceeded, "h2", timestamppb.Now()
+	c.State, c.Host, c.StartTime = taskSucceeded, "h2", timestamppb.Now()
 	c.Ports["http"] = 2
-	c.History = append(c.History, &pelotonv1.TaskTransition{State: stSucceeded})
+	c.History = append(c.History, &pelotonv1.TaskTransition{State: taskSucceeded})
 	d := cloneStatus(rt)
-	d.History = append(d.History, &pelotonv1.TaskTransition{State: stFailed})
+	d.History = append(d.History, &pelotonv1.TaskTransition{State: taskFailed})
 
 	if !proto.Equal(rt, want) {
 		t.Fatalf("the original changed with its clones:\n%v\nwant\n%v", rt, want)
 	}
-	if c.History[1].State != stSucceeded || d.History[1].State != stFailed {
+	if c.History[1].State != taskSucceeded || d.History[1].State != taskFailed {
 		t.Fatalf("two clones' appended transitions overwrote each other: %v, %v", c.History[1].State, d.History[1].State)
 	}
 }

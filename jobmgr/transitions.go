@@ -7,24 +7,24 @@ import (
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
-type ts = pelotonv1.TaskState
+type taskState = pelotonv1.TaskState
 
 const (
-	stInitialized = pelotonv1.TaskState_INITIALIZED
-	stPending     = pelotonv1.TaskState_PENDING
-	stReady       = pelotonv1.TaskState_READY
-	stPlacing     = pelotonv1.TaskState_PLACING
-	stPlaced      = pelotonv1.TaskState_PLACED
-	stLaunching   = pelotonv1.TaskState_LAUNCHING
-	stLaunched    = pelotonv1.TaskState_LAUNCHED
-	stStarting    = pelotonv1.TaskState_STARTING
-	stRunning     = pelotonv1.TaskState_RUNNING
-	stSucceeded   = pelotonv1.TaskState_SUCCEEDED
-	stFailed      = pelotonv1.TaskState_FAILED
-	stLost        = pelotonv1.TaskState_LOST
-	stKilled      = pelotonv1.TaskState_KILLED
-	stPreempting  = pelotonv1.TaskState_PREEMPTING
-	stKilling     = pelotonv1.TaskState_KILLING
+	taskInitialized = pelotonv1.TaskState_INITIALIZED
+	taskPending     = pelotonv1.TaskState_PENDING
+	taskReady       = pelotonv1.TaskState_READY
+	taskPlacing     = pelotonv1.TaskState_PLACING
+	taskPlaced      = pelotonv1.TaskState_PLACED
+	taskLaunching   = pelotonv1.TaskState_LAUNCHING
+	taskLaunched    = pelotonv1.TaskState_LAUNCHED
+	taskStarting    = pelotonv1.TaskState_STARTING
+	taskRunning     = pelotonv1.TaskState_RUNNING
+	taskSucceeded   = pelotonv1.TaskState_SUCCEEDED
+	taskFailed      = pelotonv1.TaskState_FAILED
+	taskLost        = pelotonv1.TaskState_LOST
+	taskKilled      = pelotonv1.TaskState_KILLED
+	taskPreempting  = pelotonv1.TaskState_PREEMPTING
+	taskKilling     = pelotonv1.TaskState_KILLING
 )
 
 // taskTransitions is the one table of legal task state changes. A run moves
@@ -33,27 +33,27 @@ const (
 // PLACED are held in resmgr's memory, not in the store, but are listed so the
 // table describes the whole lifecycle.
 var taskTransitions = fsm.New("task",
-	fsm.From(stInitialized).To(stPending, stKilled),
-	fsm.From(stPending).To(stReady, stPlacing, stPlaced, stLaunching, stLaunched, stKilled, stInitialized),
-	fsm.From(stReady).To(stPlacing, stPending, stKilled),
-	fsm.From(stPlacing).To(stPlaced, stReady, stKilled),
-	fsm.From(stPlaced).To(stLaunching, stLaunched, stReady, stKilled),
-	fsm.From(stLaunching).To(stLaunched, stFailed, stKilled, stLost, stInitialized),
-	fsm.From(stLaunched).To(stStarting, stRunning, stSucceeded, stFailed, stLost, stKilling, stKilled, stPreempting, stInitialized),
-	fsm.From(stStarting).To(stRunning, stSucceeded, stFailed, stLost, stKilling, stKilled, stPreempting, stInitialized),
-	fsm.From(stRunning).To(stSucceeded, stFailed, stLost, stKilling, stKilled, stPreempting, stInitialized),
-	fsm.From(stKilling).To(stKilled, stSucceeded, stFailed, stLost, stInitialized),
-	fsm.From(stPreempting).To(stPending, stKilled, stInitialized, stSucceeded, stFailed, stLost),
-	fsm.From(stSucceeded).To(stInitialized),
-	fsm.From(stFailed).To(stInitialized),
-	fsm.From(stLost).To(stInitialized, stKilled),
-	fsm.From(stKilled).To(stInitialized),
+	fsm.From(taskInitialized).To(taskPending, taskKilled),
+	fsm.From(taskPending).To(taskReady, taskPlacing, taskPlaced, taskLaunching, taskLaunched, taskKilled, taskInitialized),
+	fsm.From(taskReady).To(taskPlacing, taskPending, taskKilled),
+	fsm.From(taskPlacing).To(taskPlaced, taskReady, taskKilled),
+	fsm.From(taskPlaced).To(taskLaunching, taskLaunched, taskReady, taskKilled),
+	fsm.From(taskLaunching).To(taskLaunched, taskFailed, taskKilled, taskLost, taskInitialized),
+	fsm.From(taskLaunched).To(taskStarting, taskRunning, taskSucceeded, taskFailed, taskLost, taskKilling, taskKilled, taskPreempting, taskInitialized),
+	fsm.From(taskStarting).To(taskRunning, taskSucceeded, taskFailed, taskLost, taskKilling, taskKilled, taskPreempting, taskInitialized),
+	fsm.From(taskRunning).To(taskSucceeded, taskFailed, taskLost, taskKilling, taskKilled, taskPreempting, taskInitialized),
+	fsm.From(taskKilling).To(taskKilled, taskSucceeded, taskFailed, taskLost, taskInitialized),
+	fsm.From(taskPreempting).To(taskPending, taskKilled, taskInitialized, taskSucceeded, taskFailed, taskLost),
+	fsm.From(taskSucceeded).To(taskInitialized),
+	fsm.From(taskFailed).To(taskInitialized),
+	fsm.From(taskLost).To(taskInitialized, taskKilled),
+	fsm.From(taskKilled).To(taskInitialized),
 )
 
 // checkTransition returns an error if from -> to is not in the table.
 // Staying in the same state is allowed (fsm's rule: an update of other
 // fields).
-func checkTransition(from, to ts) error {
+func checkTransition(from, to taskState) error {
 	if taskTransitions.Allowed(from, to) {
 		return nil
 	}
@@ -62,7 +62,7 @@ func checkTransition(from, to ts) error {
 
 // checkPath is checkTransition for a write that takes a task from from
 // through the states via to to: every step must be in the table.
-func checkPath(from ts, via []ts, to ts) error {
+func checkPath(from taskState, via []taskState, to taskState) error {
 	for _, s := range via {
 		if err := checkTransition(from, s); err != nil {
 			return err
@@ -74,7 +74,7 @@ func checkPath(from ts, via []ts, to ts) error {
 
 // steps calls f with each state a task enters on its way from from through
 // via to to.
-func steps(from ts, via []ts, to ts, f func(ts)) {
+func steps(from taskState, via []taskState, to taskState, f func(taskState)) {
 	for _, s := range via {
 		if s != from {
 			f(s)
@@ -87,18 +87,18 @@ func steps(from ts, via []ts, to ts, f func(ts)) {
 }
 
 // isTerminal reports whether a run has ended.
-func isTerminal(s ts) bool {
+func isTerminal(s taskState) bool {
 	switch s {
-	case stSucceeded, stFailed, stLost, stKilled:
+	case taskSucceeded, taskFailed, taskLost, taskKilled:
 		return true
 	}
 	return false
 }
 
 // isActive reports whether a run holds a host (launched and not yet ended).
-func isActive(s ts) bool {
+func isActive(s taskState) bool {
 	switch s {
-	case stLaunching, stLaunched, stStarting, stRunning, stKilling, stPreempting:
+	case taskLaunching, taskLaunched, taskStarting, taskRunning, taskKilling, taskPreempting:
 		return true
 	}
 	return false

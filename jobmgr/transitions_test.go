@@ -24,7 +24,7 @@ func TestTransitionTablesGolden(t *testing.T) {
 
 func TestEveryTaskStateHasARow(t *testing.T) {
 	for v := range pelotonv1.TaskState_name {
-		s := ts(v)
+		s := taskState(v)
 		if s == pelotonv1.TaskState_TASK_STATE_UNSPECIFIED {
 			continue
 		}
@@ -33,7 +33,7 @@ func TestEveryTaskStateHasARow(t *testing.T) {
 		}
 	}
 	for v := range pelotonv1.UpdateState_name {
-		if s := us(v); s != pelotonv1.UpdateState_UPDATE_STATE_UNSPECIFIED {
+		if s := updateState(v); s != pelotonv1.UpdateState_UPDATE_STATE_UNSPECIFIED {
 			if !updateTransitions.Has(s) {
 				t.Errorf("update state %s has no row in the transition table", s)
 			}
@@ -52,19 +52,19 @@ func TestEveryTaskStateHasARow(t *testing.T) {
 
 func TestCheckTransition(t *testing.T) {
 	for _, tc := range []struct {
-		from, to ts
+		from, to taskState
 		ok       bool
 	}{
-		{stInitialized, stPending, true},
-		{stPending, stLaunched, true},
-		{stLaunched, stRunning, true},
-		{stRunning, stSucceeded, true},
-		{stRunning, stRunning, true}, // same state: field update
-		{stSucceeded, stInitialized, true},
-		{stSucceeded, stRunning, false},
-		{stInitialized, stRunning, false},
-		{stKilled, stPending, false},
-		{stFailed, stSucceeded, false},
+		{taskInitialized, taskPending, true},
+		{taskPending, taskLaunched, true},
+		{taskLaunched, taskRunning, true},
+		{taskRunning, taskSucceeded, true},
+		{taskRunning, taskRunning, true}, // same state: field update
+		{taskSucceeded, taskInitialized, true},
+		{taskSucceeded, taskRunning, false},
+		{taskInitialized, taskRunning, false},
+		{taskKilled, taskPending, false},
+		{taskFailed, taskSucceeded, false},
 	} {
 		err := checkTransition(tc.from, tc.to)
 		if (err == nil) != tc.ok {

@@ -275,9 +275,9 @@ func (up *Updates) createUpdate(ctx context.Context, jobID string, spec *peloton
 func (up *Updates) newUpdateRecord(id, jobID string, us *pelotonv1.UpdateSpec, from, to uint64, scope []uint32, cause string) *update {
 	m := up.m
 	now := timestamppb.New(m.now())
-	st := &pelotonv1.UpdateStatus{State: upForward, InstancesTotal: uint32(len(scope)), CreateTime: now, UpdateTime: now}
+	st := &pelotonv1.UpdateStatus{State: updateRollingForward, InstancesTotal: uint32(len(scope)), CreateTime: now, UpdateTime: now}
 	if us.GetStartPaused() {
-		st.State, st.PausedFrom, st.Message = upPaused, upForward, "created paused; resume it to start"
+		st.State, st.PausedFrom, st.Message = updatePaused, updateRollingForward, "created paused; resume it to start"
 	}
 	return &update{u: &pelotonv1.Update{Id: id, JobId: jobID, Spec: us, FromVersion: from, ToVersion: to, Status: st, Instances: scope, Cause: cause},
 		baseline: map[uint32]uint32{}, done: map[uint32]bool{}}
@@ -439,13 +439,13 @@ func (up *Updates) PauseUpdate(ctx context.Context, id string) (*pelotonv1.Updat
 	m := up.m
 	return m.upd.changeUpdate(ctx, id, func(x *pelotonv1.Update) error {
 		s := x.Status.State
-		if s == upPaused {
+		if s == updatePaused {
 			return nil
 		}
-		if s != upForward && s != upBack {
+		if s != updateRollingForward && s != updateRollingBack {
 			return apierr.FailedPrecondition("update %s is %s; only a rolling update can be paused", id, s)
 		}
-		x.Status.PausedFrom, x.Status.State, x.Status.Message = s, upPaused, "paused by user"
+		x.Status.PausedFrom, x.Status.State, x.Status.Message = s, updatePaused, "paused by user"
 		return nil
 	})
 }
@@ -454,12 +454,12 @@ func (up *Updates) PauseUpdate(ctx context.Context, id string) (*pelotonv1.Updat
 func (up *Updates) ResumeUpdate(ctx context.Context, id string) (*pelotonv1.Update, error) {
 	m := up.m
 	return m.upd.changeUpdate(ctx, id, func(x *pelotonv1.Update) error {
-		if x.Status.State != upPaused {
+		if x.Status.State != updatePaused {
 			return apierr.FailedPrecondition("update %s is %s, not paused", id, x.Status.State)
 		}
 		x.Status.State = x.Status.PausedFrom
-		if x.Status.State != upBack {
-			x.Status.State = upForward
+		if x.Status.State != updateRollingBack {
+			x.Status.State = updateRollingForward
 		}
 		x.Status.PausedFrom, x.Status.Message = 0, "resumed by user"
 		return nil
@@ -474,7 +474,7 @@ func (up *Updates) AbortUpdate(ctx context.Context, id string) (*pelotonv1.Updat
 		if !updateActive(x.Status.State) {
 			return apierr.FailedPrecondition("update %s is %s; only an update in progress can be aborted", id, x.Status.State)
 		}
-		x.Status.State, x.Status.Message = upAborted, "aborted by user"
+		x.Status.State, x.Status.Message = updateAborted, "aborted by user"
 		x.Status.CompletionTime = timestamppb.New(m.now())
 		x.Status.InstancesCurrent = nil
 		return nil
@@ -508,7 +508,7 @@ func (up *Updates) startRollback(ctx context.Context, j *job, u *update, why str
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	s := u.u.Status.State
-	if s == upBack || (s == upPaused && u.u.Status.PausedFrom == upBack) || s == upRolledBack {
+	if s == updateRollingBack || (s == updatePaused && u.u.Status.PausedFrom == updateRollingBack) || s == updateRolledBack {
 		return apierr.FailedPrecondition("update %s is already %s", u.u.Id, s)
 	}
 	if u.u.Cause == "restart" {
@@ -534,7 +534,7 @@ func (up *Updates) startRollback(ctx context.Context, j *job, u *update, why str
 	}
 	err = m.upd.saveUpdateLocked(ctx, u, func(x *pelotonv1.Update) error {
 		x.RollbackVersion = jv.version
-		x.Status.State, x.Status.PausedFrom, x.Status.Message = upBack, 0, why
+		x.Status.State, x.Status.PausedFrom, x.Status.Message = updateRollingBack, 0, why
 		x.Status.InstancesDone, x.Status.InstancesFailed, x.Status.FailedInstances = 0, 0, nil
 		x.Status.CompletionTime = nil
 		return nil
@@ -586,7 +586,7 @@ func (up *Updates) driveUpdate(ctx context.Context, j *job) (time.Duration, erro
 	unavailable := m.upd.slaUnavailable(ctx, j)
 	var step updateStep
 	u.locked(func() { step = m.upd.updateSnapshot(j, u, unavailable) })
-	if step.in.state == upPaused {
+	if step.in.state == updatePaused {
 		return 0, nil
 	}
 	step.plan = planUpdate(step.in)
@@ -608,7 +608,7 @@ func (up *Updates) driveUpdate(ctx context.Context, j *job) (time.Duration, erro
 	if err != nil {
 		return time.Second, err
 	}
-	if step.plan.end == upBack && step.in.state == upForward {
+	if step.plan.end == updateRollingBack && step.in.state == updateRollingForward {
 		err := m.upd.startRollback(ctx, j, u, step.plan.endMessage+"; rolling back")
 		return 10 * time.Millisecond, err
 	}
@@ -650,7 +650,7 @@ func (up *Updates) updateSnapshot(j *job, u *update, unavailable int) updateStep
 		minReady: minReadyOf(u.u.Spec), now: m.now(), down: map[uint32]bool{},
 		in: planInput{spec: u.u.Spec, state: u.u.Status.State, failed: map[uint32]bool{}, done: maps.Clone(u.done), unavailable: unavailable},
 	}
-	if step.in.state == upPaused {
+	if step.in.state == updatePaused {
 		return step
 	}
 	for _, f := range u.u.Status.FailedInstances {
@@ -675,7 +675,7 @@ func (up *Updates) updateSnapshot(j *job, u *update, unavailable int) updateStep
 			pi.atTarget = rt.SpecVersion == target.version || u.memo.same(j.version(rt.SpecVersion), target, inst)
 			pi.starting = rt.DesiredSpecVersion == target.version
 		}
-		pi.stopped = rt.GoalState == stKilled
+		pi.stopped = rt.GoalState == taskKilled
 		fc := rt.FailureCount
 		since := t.availableSince
 		pi.down = since.IsZero()
@@ -848,7 +848,7 @@ func writeStep(st *pelotonv1.UpdateStatus, done map[uint32]bool, step *updateSte
 	switch plan.end {
 	case 0:
 		st.Message = waiting
-	case upBack:
+	case updateRollingBack:
 		// The rollback itself is started after this write (startRollback).
 		st.Message = plan.endMessage
 	default:
@@ -913,7 +913,7 @@ func (up *Updates) restartOnto(ctx context.Context, j *job, inst uint32, target 
 	var requeue bool
 	err := m.updateTask(ctx, j, inst, func(rt *pelotonv1.TaskStatus) error {
 		dropHold = ""
-		if rt.GoalState == stKilled {
+		if rt.GoalState == taskKilled {
 			return errSkip
 		}
 		cur := j.version(rt.SpecVersion)
@@ -928,7 +928,7 @@ func (up *Updates) restartOnto(ctx context.Context, j *job, inst uint32, target 
 			}
 			wasInPlace, same := rt.RestartInPlace, cur.resourcesOf(inst) == target.resourcesOf(inst)
 			rt.RestartInPlace = inPlace && same
-			if rt.State == stKilling || rt.State == stPreempting {
+			if rt.State == taskKilling || rt.State == taskPreempting {
 				// Already stopping; the new run follows. A stop begun in
 				// place (an update aborted meanwhile, a rolling restart)
 				// moved the run's room to the next run (TransferHold):
@@ -944,7 +944,7 @@ func (up *Updates) restartOnto(ctx context.Context, j *job, inst uint32, target 
 				}
 				return nil
 			}
-			rt.State, rt.Reason, rt.Message = stKilling, "updating", fmt.Sprintf("stopping to run spec version %d", target.version)
+			rt.State, rt.Reason, rt.Message = taskKilling, "updating", fmt.Sprintf("stopping to run spec version %d", target.version)
 			if restart {
 				rt.Reason, rt.Message = "restarting", "stopping for a rolling restart"
 			}
@@ -952,7 +952,7 @@ func (up *Updates) restartOnto(ctx context.Context, j *job, inst uint32, target 
 			if rt.RestartInPlace {
 				held = resmgr.RunTaskID(j.id, inst, rt.DesiredRunId)
 			}
-		case rt.State == stPending:
+		case rt.State == taskPending:
 			// Queued with the old spec: take it back and queue it again.
 			requeue = true
 			if !restart {
@@ -1054,7 +1054,7 @@ func (up *Updates) rollingRestart(ctx context.Context, j *job, instances []uint3
 			continue
 		}
 		t.mu.Lock()
-		run, stopped, free := t.rt.RunId, t.rt.GoalState == stKilled, j.typ == pelotonv1.JobType_DAEMON && freeSlot(t.rt)
+		run, stopped, free := t.rt.RunId, t.rt.GoalState == taskKilled, j.typ == pelotonv1.JobType_DAEMON && freeSlot(t.rt)
 		t.mu.Unlock()
 		if free {
 			continue
@@ -1063,7 +1063,7 @@ func (up *Updates) rollingRestart(ctx context.Context, j *job, instances []uint3
 			// Stopped by the user: it is down already, so starting it
 			// again takes nothing down and needs no grant.
 			err := m.updateTask(ctx, j, inst, func(rt *pelotonv1.TaskStatus) error {
-				if rt.GoalState != stKilled || !isTerminal(rt.State) {
+				if rt.GoalState != taskKilled || !isTerminal(rt.State) {
 					return errSkip // still stopping; the user asks again
 				}
 				rt.GoalState = m.taskGoal(j)

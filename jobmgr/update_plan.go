@@ -14,16 +14,16 @@ import (
 // driver (update.go) builds the snapshot, asks the SLA evaluator for each
 // instance the plan wants to start, and applies the rest.
 
-type us = pelotonv1.UpdateState
+type updateState = pelotonv1.UpdateState
 
 const (
-	upForward    = pelotonv1.UpdateState_UPDATE_ROLLING_FORWARD
-	upPaused     = pelotonv1.UpdateState_UPDATE_PAUSED
-	upSucceeded  = pelotonv1.UpdateState_UPDATE_SUCCEEDED
-	upBack       = pelotonv1.UpdateState_UPDATE_ROLLING_BACK
-	upRolledBack = pelotonv1.UpdateState_UPDATE_ROLLED_BACK
-	upFailed     = pelotonv1.UpdateState_UPDATE_FAILED
-	upAborted    = pelotonv1.UpdateState_UPDATE_ABORTED
+	updateRollingForward = pelotonv1.UpdateState_UPDATE_ROLLING_FORWARD
+	updatePaused         = pelotonv1.UpdateState_UPDATE_PAUSED
+	updateSucceeded      = pelotonv1.UpdateState_UPDATE_SUCCEEDED
+	updateRollingBack    = pelotonv1.UpdateState_UPDATE_ROLLING_BACK
+	updateRolledBack     = pelotonv1.UpdateState_UPDATE_ROLLED_BACK
+	updateFailed         = pelotonv1.UpdateState_UPDATE_FAILED
+	updateAborted        = pelotonv1.UpdateState_UPDATE_ABORTED
 )
 
 // planInstance is one instance in an update's scope, as the driver sees it.
@@ -49,7 +49,7 @@ type planInstance struct {
 type planInput struct {
 	spec *pelotonv1.UpdateSpec
 	// state is the update's state: rolling forward or back.
-	state us
+	state updateState
 	// instances is the update's scope, in update order.
 	instances []planInstance
 	// failed are the instances already counted as failed.
@@ -84,7 +84,7 @@ type updatePlan struct {
 	// while rolling back or without rollbackOnFailure), ROLLING_BACK
 	// (failedOver with rollbackOnFailure: the driver starts the rollback).
 	// 0 while it goes on.
-	end us
+	end updateState
 	// endMessage is the update's message with end.
 	endMessage string
 }
@@ -151,9 +151,9 @@ func planUpdate(in planInput) updatePlan {
 	}
 	if remaining == 0 {
 		p.finished = true
-		p.end = upSucceeded
-		if in.state == upBack {
-			p.end = upRolledBack
+		p.end = updateSucceeded
+		if in.state == updateRollingBack {
+			p.end = updateRolledBack
 		}
 		return p
 	}
@@ -184,7 +184,7 @@ func planUpdate(in planInput) updatePlan {
 // failedOver is the end of an update in which more instances failed than
 // it tolerates, and its message: a rollback fails; an update rolls back if
 // its spec asks for that, else it fails.
-func failedOver(in planInput, newlyFailed []uint32) (us, string) {
+func failedOver(in planInput, newlyFailed []uint32) (updateState, string) {
 	all := slices.Sorted(maps.Keys(in.failed))
 	for _, f := range newlyFailed {
 		if !in.failed[f] {
@@ -194,26 +194,26 @@ func failedOver(in planInput, newlyFailed []uint32) (us, string) {
 	slices.Sort(all)
 	msg := fmt.Sprintf("%d instances failed (%s), more than maxTolerableFailures %d", len(all), listU32(all, 5), in.spec.GetMaxTolerableFailures())
 	switch {
-	case in.state == upBack:
-		return upFailed, "rollback failed: " + msg
+	case in.state == updateRollingBack:
+		return updateFailed, "rollback failed: " + msg
 	case in.spec.GetRollbackOnFailure():
-		return upBack, msg
+		return updateRollingBack, msg
 	}
-	return upFailed, msg
+	return updateFailed, msg
 }
 
 // updateTransitions is the one table of legal update state changes.
 var updateTransitions = fsm.New("update",
-	fsm.From(upForward).To(upPaused, upSucceeded, upBack, upFailed, upAborted),
-	fsm.From(upPaused).To(upForward, upBack, upAborted),
-	fsm.From(upBack).To(upPaused, upRolledBack, upFailed, upAborted),
-	fsm.From(upSucceeded).To(upBack),
-	fsm.From(upFailed).To(upBack),
-	fsm.From(upAborted).To(upBack),
-	fsm.From(upRolledBack).To(),
+	fsm.From(updateRollingForward).To(updatePaused, updateSucceeded, updateRollingBack, updateFailed, updateAborted),
+	fsm.From(updatePaused).To(updateRollingForward, updateRollingBack, updateAborted),
+	fsm.From(updateRollingBack).To(updatePaused, updateRolledBack, updateFailed, updateAborted),
+	fsm.From(updateSucceeded).To(updateRollingBack),
+	fsm.From(updateFailed).To(updateRollingBack),
+	fsm.From(updateAborted).To(updateRollingBack),
+	fsm.From(updateRolledBack).To(),
 )
 
-func checkUpdateTransition(from, to us) error {
+func checkUpdateTransition(from, to updateState) error {
 	if updateTransitions.Allowed(from, to) {
 		return nil
 	}
@@ -221,6 +221,6 @@ func checkUpdateTransition(from, to us) error {
 }
 
 // updateActive reports whether an update still owns its job's instances.
-func updateActive(s us) bool {
-	return s == upForward || s == upPaused || s == upBack
+func updateActive(s updateState) bool {
+	return s == updateRollingForward || s == updatePaused || s == updateRollingBack
 }

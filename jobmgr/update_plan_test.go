@@ -166,22 +166,22 @@ func TestPlanUpdateEnd(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		in   planInput
-		end  us
+		end  updateState
 		msg  string
 	}{
-		{name: "going on", in: planInput{spec: spec(0, false), state: upForward, instances: []planInstance{pi(0, "ready"), pi(1, "old")}}},
-		{name: "every instance done: succeeded", in: planInput{spec: spec(0, false), state: upForward, instances: []planInstance{pi(0, "ready"), pi(1, "stopped")}},
-			end: upSucceeded},
-		{name: "a rollback with every instance done: rolled back", in: planInput{spec: spec(0, true), state: upBack, instances: []planInstance{pi(0, "ready"), pi(1, "ready")}},
-			end: upRolledBack},
-		{name: "done with tolerated failures: succeeded", in: planInput{spec: spec(1, false), state: upForward, failed: map[uint32]bool{1: true}, instances: []planInstance{pi(0, "ready"), pi(1, "failing")}},
-			end: upSucceeded},
-		{name: "too many failures: failed", in: planInput{spec: spec(0, false), state: upForward, instances: []planInstance{pi(0, "failing"), pi(1, "old")}},
-			end: upFailed, msg: "1 instances failed (0), more than maxTolerableFailures 0"},
-		{name: "too many failures with rollbackOnFailure: rolling back", in: planInput{spec: spec(1, true), state: upForward, failed: map[uint32]bool{3: true}, instances: []planInstance{pi(0, "failing"), pi(1, "old"), pi(3, "failing")}},
-			end: upBack, msg: "2 instances failed (0, 3), more than maxTolerableFailures 1"},
-		{name: "a rollback with too many failures: failed", in: planInput{spec: spec(0, true), state: upBack, instances: []planInstance{pi(0, "old"), pi(1, "failing")}},
-			end: upFailed, msg: "rollback failed: 1 instances failed (1), more than maxTolerableFailures 0"},
+		{name: "going on", in: planInput{spec: spec(0, false), state: updateRollingForward, instances: []planInstance{pi(0, "ready"), pi(1, "old")}}},
+		{name: "every instance done: succeeded", in: planInput{spec: spec(0, false), state: updateRollingForward, instances: []planInstance{pi(0, "ready"), pi(1, "stopped")}},
+			end: updateSucceeded},
+		{name: "a rollback with every instance done: rolled back", in: planInput{spec: spec(0, true), state: updateRollingBack, instances: []planInstance{pi(0, "ready"), pi(1, "ready")}},
+			end: updateRolledBack},
+		{name: "done with tolerated failures: succeeded", in: planInput{spec: spec(1, false), state: updateRollingForward, failed: map[uint32]bool{1: true}, instances: []planInstance{pi(0, "ready"), pi(1, "failing")}},
+			end: updateSucceeded},
+		{name: "too many failures: failed", in: planInput{spec: spec(0, false), state: updateRollingForward, instances: []planInstance{pi(0, "failing"), pi(1, "old")}},
+			end: updateFailed, msg: "1 instances failed (0), more than maxTolerableFailures 0"},
+		{name: "too many failures with rollbackOnFailure: rolling back", in: planInput{spec: spec(1, true), state: updateRollingForward, failed: map[uint32]bool{3: true}, instances: []planInstance{pi(0, "failing"), pi(1, "old"), pi(3, "failing")}},
+			end: updateRollingBack, msg: "2 instances failed (0, 3), more than maxTolerableFailures 1"},
+		{name: "a rollback with too many failures: failed", in: planInput{spec: spec(0, true), state: updateRollingBack, instances: []planInstance{pi(0, "old"), pi(1, "failing")}},
+			end: updateFailed, msg: "rollback failed: 1 instances failed (1), more than maxTolerableFailures 0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.in.failed == nil {
