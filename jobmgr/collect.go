@@ -276,9 +276,8 @@ func (ar *Archive) archiveRecord(j *job, now time.Time) (*history.Job, bool) {
 			h.Tasks = append(h.Tasks, nil)
 			continue
 		}
-		t.mu.Lock()
-		rt := proto.Clone(t.rt).(*pelotonv1.TaskStatus)
-		t.mu.Unlock()
+		tv := t.view()
+		rt := proto.Clone(tv.rt).(*pelotonv1.TaskStatus)
 		if isActive(rt.State) {
 			return hold("an instance still runs")
 		}

@@ -71,9 +71,8 @@ func (rc *reconcilers) daemonSlots(j *job) uint32 {
 			busy = uint32(inst) + 1
 			continue
 		}
-		t.mu.Lock()
-		bound, isFree := t.rt.BoundHost, freeSlot(t.rt)
-		t.mu.Unlock()
+		tv := t.view()
+		bound, isFree := tv.rt.BoundHost, freeSlot(tv.rt)
 		if isFree {
 			free++
 			continue
@@ -114,8 +113,8 @@ func (rc *reconcilers) reconcileDaemon(ctx context.Context, j *job) error {
 		if t == nil {
 			continue
 		}
-		t.mu.Lock()
-		rt := t.rt
+		tv := t.view()
+		rt := tv.rt
 		switch {
 		case freeSlot(rt):
 			free = append(free, uint32(inst))
@@ -126,7 +125,6 @@ func (rc *reconcilers) reconcileDaemon(ctx context.Context, j *job) error {
 		default:
 			stop = append(stop, uint32(inst))
 		}
-		t.mu.Unlock()
 	}
 	for _, inst := range stop {
 		if err := m.recs.releaseSlot(ctx, j, inst); err != nil {

@@ -200,9 +200,8 @@ func (rc *reconcilers) drainRuns(j *job, insts []uint32) []drainRun {
 		if t == nil {
 			continue
 		}
-		t.mu.Lock()
-		out = append(out, drainRun{inst: inst, run: t.rt.RunId, host: t.rt.Host, state: t.rt.State})
-		t.mu.Unlock()
+		tv := t.view()
+		out = append(out, drainRun{inst: inst, run: tv.rt.RunId, host: tv.rt.Host, state: tv.rt.State})
 	}
 	sort.Slice(out, func(a, b int) bool { return out[a].inst < out[b].inst })
 	return out

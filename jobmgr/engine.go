@@ -362,9 +362,9 @@ func (en *engine) loadTasks(ctx context.Context, jobs map[string]*job, tkvs []st
 			j.taskSlice.Store(&grown)
 			ts = grown
 		}
-		t := &task{rt: rt, rev: kv.Revision}
+		t := newTask(rt, kv.Revision)
 		if available(rt, j.version(rt.SpecVersion).hasHealthCheck(uint32(inst))) {
-			t.availableSince = m.now()
+			t.view().availableSince = m.now() // not yet published to anyone
 		}
 		ts[inst] = t
 		j.counts[rt.State].Add(1)
@@ -396,35 +396,36 @@ func (en *engine) recoverRuns(ctx context.Context, tasks int) error {
 			if t == nil {
 				continue
 			}
+			rt := t.status()
 			switch {
-			case t.rt.State == taskPending:
+			case rt.State == taskPending:
 				pending = append(pending, uint32(inst))
-			case isActive(t.rt.State):
-				runID := resmgr.RunTaskID(j.id, uint32(inst), t.rt.RunId)
+			case isActive(rt.State):
+				runID := resmgr.RunTaskID(j.id, uint32(inst), rt.RunId)
 				r := j.resourcesOf(uint32(inst))
 				recoverHold := m.hm.Recover
 				if j.spec().GetSla().GetRevocable() {
 					recoverHold = m.hm.RecoverRevocable // it holds slack, not capacity
 				}
-				if t.rt.RestartInPlace && t.rt.DesiredRunId > t.rt.RunId {
+				if rt.RestartInPlace && rt.DesiredRunId > rt.RunId {
 					// Its room was already moved to the run that follows.
-					recoverHold(resmgr.RunTaskID(j.id, uint32(inst), t.rt.DesiredRunId), t.rt.Host, r)
+					recoverHold(resmgr.RunTaskID(j.id, uint32(inst), rt.DesiredRunId), rt.Host, r)
 				} else {
-					recoverHold(runID, t.rt.Host, r)
+					recoverHold(runID, rt.Host, r)
 				}
-				m.rm.Recover(m.eng.rmTask(j, uint32(inst), t.rt.RunId))
+				m.rm.Recover(m.eng.rmTask(j, uint32(inst), rt.RunId))
 				if ev, err := m.hm.Status(runID); err == nil {
 					lost = append(lost, ev)
-					if !isTerminal(ev.State) && (t.rt.State == taskKilling || t.rt.State == taskPreempting) {
+					if !isTerminal(ev.State) && (rt.State == taskKilling || rt.State == taskPreempting) {
 						stopping = append(stopping, rekill{j, uint32(inst), runID})
 					}
 				} else if !reachable {
 					deferred++
-				} else if resumed, stale := m.upd.resumePatch(ctx, j, uint32(inst), t.rt); !resumed {
+				} else if resumed, stale := m.upd.resumePatch(ctx, j, uint32(inst), rt); !resumed {
 					if stale != "" {
 						stopping = append(stopping, rekill{j, uint32(inst), stale})
 					}
-					lost = append(lost, hostmgr.TaskEvent{TaskID: runID, Host: t.rt.Host, State: taskLost, Reason: "unknown-to-backend",
+					lost = append(lost, hostmgr.TaskEvent{TaskID: runID, Host: rt.Host, State: taskLost, Reason: "unknown-to-backend",
 						Message: "the run was not found after a restart of the control plane", Time: m.now()})
 				}
 			}
@@ -501,9 +502,8 @@ func (en *engine) gangsFor(j *job, insts []uint32) []*resmgr.Gang {
 	var out []*resmgr.Gang
 	for _, inst := range insts {
 		tk := j.task(inst)
-		tk.mu.Lock()
-		run := tk.rt.RunId
-		tk.mu.Unlock()
+		tv := tk.view()
+		run := tv.rt.RunId
 		t := m.eng.rmTask(j, inst, run)
 		if inst < k && !gangRunning {
 			gang = append(gang, t)
@@ -536,9 +536,8 @@ func (en *engine) gangActive(j *job, stopping bool) bool {
 		if t == nil {
 			continue
 		}
-		t.mu.Lock()
-		st := t.rt.State
-		t.mu.Unlock()
+		tv := t.view()
+		st := tv.rt.State
 		if stopping && (st == taskPreempting || st == taskKilling) {
 			return true
 		}
@@ -621,11 +620,10 @@ func (en *engine) evaluateJob(ctx context.Context, id string) error {
 	if j.goalKilled.Load() {
 		var live []uint32
 		for inst, t := range j.tasks() {
-			t.mu.Lock()
-			if !isTerminal(t.rt.State) && (t.rt.State != taskKilling || t.rt.GoalState != taskKilled) {
+			tv := t.view()
+			if !isTerminal(tv.rt.State) && (tv.rt.State != taskKilling || tv.rt.GoalState != taskKilled) {
 				live = append(live, uint32(inst))
 			}
-			t.mu.Unlock()
 		}
 		if err := parallel(live, func(inst uint32) error { return m.killInstance(ctx, j, inst, "job-cancelled") }); err != nil {
 			return err
@@ -692,7 +690,7 @@ func (en *engine) fillTasks(j *job) {
 	j.mu.Unlock()
 	for inst, t := range next {
 		if t == nil {
-			next[inst] = &task{rt: &pelotonv1.TaskStatus{State: taskInitialized, GoalState: m.taskGoal(j), RunId: first, SpecVersion: ver, UpdateTime: now}}
+			next[inst] = newTask(&pelotonv1.TaskStatus{State: taskInitialized, GoalState: m.taskGoal(j), RunId: first, SpecVersion: ver, UpdateTime: now}, 0)
 			added++
 		}
 	}
@@ -719,9 +717,9 @@ func (en *engine) enqueueInitialized(ctx context.Context, j *job) error {
 		if holdGang && uint32(inst) < j.gangSize() {
 			continue
 		}
-		t.mu.Lock()
-		if t.rt.State == taskInitialized && t.rt.GoalState != taskKilled {
-			if d := t.notBefore.Sub(now); d > 0 {
+		tv := t.view()
+		if tv.rt.State == taskInitialized && tv.rt.GoalState != taskKilled {
+			if d := time.Unix(0, t.notBefore.Load()).Sub(now); d > 0 {
 				if wait == 0 || d < wait {
 					wait = d
 				}
@@ -729,7 +727,6 @@ func (en *engine) enqueueInitialized(ctx context.Context, j *job) error {
 				ready = append(ready, uint32(inst))
 			}
 		}
-		t.mu.Unlock()
 	}
 	if wait > 0 {
 		m.queue.AddAfter(j.id, wait)
@@ -858,11 +855,10 @@ func (en *engine) updateJobState(ctx context.Context, j *job) error {
 func (en *engine) failureSummary(j *job) string {
 	var failed []string
 	for inst, t := range j.tasks() {
-		t.mu.Lock()
-		if t.rt.State == taskFailed {
-			failed = append(failed, fmt.Sprintf("instance %d (%s)", inst, t.rt.Message))
+		tv := t.view()
+		if tv.rt.State == taskFailed {
+			failed = append(failed, fmt.Sprintf("instance %d (%s)", inst, tv.rt.Message))
 		}
-		t.mu.Unlock()
 		if len(failed) == 3 {
 			failed = append(failed, "...")
 			break
@@ -1006,7 +1002,6 @@ func (en *engine) applyEvent(ctx context.Context, ev hostmgr.TaskEvent, supersed
 		return nil // the job was deleted
 	}
 	foreign := m.adopt.isForeign(j)
-	t := j.task(inst)
 	f := eventFacts{
 		jobType:     j.typ,
 		foreign:     foreign,
@@ -1017,18 +1012,17 @@ func (en *engine) applyEvent(ctx context.Context, ev hostmgr.TaskEvent, supersed
 	}
 	persist, via := eventWrite(ev, f, superseded)
 	var fx eventEffects
-	err := m.writeTask(ctx, j, inst, persist, via, func(rt *pelotonv1.TaskStatus) (*pelotonv1.TaskStatus, error) {
-		// Under the task's lock: the facts of the run's spec version, the
-		// decision, and the task's counters, which go with the record.
-		v := j.version(rt.SpecVersion)
+	err := m.writeTask(ctx, j, inst, persist, via, func(prev taskSnap) (taskSnap, error) {
+		// The facts of the run's spec version, and the decision, with the
+		// task's counters, which go with the record.
+		v := j.version(prev.rt.SpecVersion)
 		f.restart, f.grace = v.taskSpec(inst).GetRestartPolicy(), graceOf(v, inst)
 		var next taskSnap
-		next, fx = decideEvent(taskSnap{rt: rt, streak: t.streak, blocked: t.blocked}, ev, f)
+		next, fx = decideEvent(prev, ev, f)
 		if fx.skip {
-			return nil, errSkip
+			return taskSnap{}, errSkip
 		}
-		t.streak, t.blocked = next.streak, next.blocked
-		return next.rt, nil
+		return next, nil
 	})
 	if errors.Is(err, errSkip) {
 		if retried && isTerminal(ev.State) {
@@ -1064,10 +1058,7 @@ func (en *engine) applyEffects(ctx context.Context, j *job, inst uint32, ev host
 		m.eng.killRun(ctx, j, inst, fx.kill, fx.grace)
 	}
 	if fx.backoff > 0 {
-		t := j.task(inst)
-		t.mu.Lock()
-		t.notBefore = m.now().Add(fx.backoff)
-		t.mu.Unlock()
+		j.task(inst).notBefore.Store(m.now().Add(fx.backoff).UnixNano())
 		m.queue.AddAfter(j.id, fx.backoff)
 	}
 	if !fx.release {
@@ -1100,9 +1091,8 @@ func (en *engine) applyEffects(ctx context.Context, j *job, inst uint32, ev host
 func (en *engine) launchInPlace(ctx context.Context, j *job, inst uint32, held, host string) bool {
 	m := en.m
 	t := j.task(inst)
-	t.mu.Lock()
-	run, v := t.rt.RunId, j.version(t.rt.SpecVersion)
-	t.mu.Unlock()
+	tv := t.view()
+	run, v := tv.rt.RunId, j.version(tv.rt.SpecVersion)
 	newRun := resmgr.RunTaskID(j.id, inst, run)
 	if newRun != held || !m.hm.HostUp(host) || !m.hm.HoldsExactly(held, v.resourcesOf(inst)) {
 		return false
@@ -1223,9 +1213,7 @@ func (en *engine) launch(ctx context.Context, p resmgr.Placement) {
 		}
 		m.eng.handleEvent(ctx, ev)
 	} else if t := j.task(inst); t != nil {
-		t.mu.Lock()
-		t.blocked = 0
-		t.mu.Unlock()
+		m.amend(j, inst, func(v *taskView) { v.blocked = 0 })
 	}
 	m.queue.Add(j.id)
 }

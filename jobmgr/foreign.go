@@ -142,9 +142,8 @@ func (c *foreignCtl) sweep(ctx context.Context) error {
 			if mapped || t == nil {
 				continue
 			}
-			t.mu.Lock()
-			st := t.rt.State
-			t.mu.Unlock()
+			tv := t.view()
+			st := tv.rt.State
 			if !isTerminal(st) && !isActive(st) {
 				if err := m.killInstance(ctx, j, uint32(inst), "pod-deleted"); err != nil {
 					return fmt.Errorf("end instance %d of foreign job %s: %w", inst, j.id, err)
@@ -226,9 +225,8 @@ func (ad *adoption) instanceWaits(jobID string, inst uint32) bool {
 		return false
 	}
 	if t := j.task(inst); t != nil {
-		t.mu.Lock()
-		defer t.mu.Unlock()
-		return !isTerminal(t.rt.State) && !isActive(t.rt.State)
+		st := t.status().State
+		return !isTerminal(st) && !isActive(st)
 	}
 	// Not created in memory yet: it waits if the spec has it.
 	return inst < j.spec().InstanceCount
@@ -497,9 +495,8 @@ func (ad *adoption) gangOver(j *job, gang uint32) bool {
 		if t == nil {
 			return false
 		}
-		t.mu.Lock()
-		st := t.rt.State
-		t.mu.Unlock()
+		tv := t.view()
+		st := tv.rt.State
 		if !isTerminal(st) {
 			return false
 		}

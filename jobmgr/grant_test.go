@@ -40,13 +40,12 @@ func TestGrantOfAnInstanceNotStartedYet(t *testing.T) {
 			m := attachParts(&Manager{sla: sla.NewLocal(clock), now: clock, slaTimeout: time.Minute, log: slog.Default()})
 			ctx := context.Background()
 			m.eng.fillTasks(j)
-			up := j.task(1)
-			up.rt.State, up.rt.RunId, up.availableSince = taskRunning, 1, now
-			tk := j.task(0)
-			tk.rt.State, tk.rt.RunId = tc.state, 2
+			setRun(j, 1, taskRunning, 1, now)
+			var since time.Time
 			if tc.state == taskRunning {
-				tk.availableSince = now
+				since = now
 			}
+			setRun(j, 0, tc.state, 2, since)
 			m.recs.reportAvailability(ctx, j)
 			if err := m.recs.disrupt(ctx, j, 0, "update/u", "test", defaultMinReady); err != nil {
 				t.Fatal(err)
@@ -56,9 +55,7 @@ func TestGrantOfAnInstanceNotStartedYet(t *testing.T) {
 			}
 			// The instance runs (again), on the new spec, and is available.
 			now = now.Add(time.Second)
-			tk.mu.Lock()
-			tk.rt.State, tk.rt.RunId, tk.availableSince = taskRunning, tc.run, now
-			tk.mu.Unlock()
+			setRun(j, 0, taskRunning, tc.run, now)
 			// Not for long enough yet: a run that crashes a moment after
 			// it started must not give the budget back.
 			held, again := m.recs.reportAvailability(ctx, j)
@@ -75,6 +72,19 @@ func TestGrantOfAnInstanceNotStartedYet(t *testing.T) {
 			}
 		})
 	}
+}
+
+// setRun publishes instance inst of j in state st with run id run,
+// available since since (zero: not available), as a write in its turn
+// would (the tests that call it write nothing else to the instance).
+func setRun(j *job, inst uint32, st taskState, run uint32, since time.Time) {
+	t := j.task(inst)
+	base := t.view()
+	next := *base
+	next.rt = cloneStatus(base.rt)
+	next.rt.State, next.rt.RunId = st, run
+	next.availableSince = since
+	t.publish(j, base, &next)
 }
 
 // lockProbe is an evaluator that checks, on every call, that the caller
@@ -153,12 +163,10 @@ func TestEvaluatorCallsHoldNoLockAndErrorsGrantNothing(t *testing.T) {
 	m := attachParts(&Manager{sla: p, now: clock, slaTimeout: time.Minute, log: slog.Default()})
 	ctx := context.Background()
 	m.eng.fillTasks(j)
-	for i := range uint32(3) {
-		tk := j.task(i)
-		tk.rt.State, tk.rt.RunId = taskRunning, 1
-	}
 	// Instance 2 crashed: the evaluator must hear of it before it grants.
-	j.task(0).availableSince, j.task(1).availableSince = now, now
+	setRun(j, 0, taskRunning, 1, now)
+	setRun(j, 1, taskRunning, 1, now)
+	setRun(j, 2, taskRunning, 1, time.Time{})
 
 	if _, again := m.recs.reportAvailability(ctx, j); again <= 0 || again > time.Second {
 		t.Errorf("after a failed report, evaluate again in %v; want soon", again)
@@ -180,7 +188,7 @@ func TestEvaluatorCallsHoldNoLockAndErrorsGrantNothing(t *testing.T) {
 	if !isRefusal(err) {
 		t.Fatalf("disrupt with one instance down and a budget of 1: %v, want a refusal", err)
 	}
-	j.task(2).availableSince = now
+	setRun(j, 2, taskRunning, 1, now)
 	if held, _ := m.recs.reportAvailability(ctx, j); held {
 		t.Fatal("grants held although none was given")
 	}

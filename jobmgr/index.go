@@ -402,11 +402,10 @@ func (ar *Archive) unloadFinished(now time.Time) int {
 			if t == nil {
 				continue
 			}
-			t.mu.Lock()
-			if !isTerminal(t.rt.State) {
+			tv := t.view()
+			if !isTerminal(tv.rt.State) {
 				quiet = false
 			}
-			t.mu.Unlock()
 			if !quiet {
 				break
 			}

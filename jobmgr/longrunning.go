@@ -226,11 +226,10 @@ func (rc *reconcilers) reportAvailability(ctx context.Context, j *job) (held boo
 			down = append(down, uint32(i))
 			continue
 		}
-		t.mu.Lock()
-		since := t.availableSince
-		free := j.typ == pelotonv1.JobType_DAEMON && freeSlot(t.rt)
-		states[i] = inst{run: t.rt.RunId, since: since, stopped: t.rt.GoalState == taskKilled && isTerminal(t.rt.State)}
-		t.mu.Unlock()
+		tv := t.view()
+		since := tv.availableSince
+		free := j.typ == pelotonv1.JobType_DAEMON && freeSlot(tv.rt)
+		states[i] = inst{run: tv.rt.RunId, since: since, stopped: tv.rt.GoalState == taskKilled && isTerminal(tv.rt.State)}
 		if since.IsZero() && !free { // a DAEMON's free slot is no instance at all
 			down = append(down, uint32(i))
 		}
@@ -348,11 +347,10 @@ func downInstances(j *job) []uint32 {
 			down = append(down, uint32(i))
 			continue
 		}
-		t.mu.Lock()
-		if t.availableSince.IsZero() && !(j.typ == pelotonv1.JobType_DAEMON && freeSlot(t.rt)) {
+		tv := t.view()
+		if tv.availableSince.IsZero() && !(j.typ == pelotonv1.JobType_DAEMON && freeSlot(tv.rt)) {
 			down = append(down, uint32(i))
 		}
-		t.mu.Unlock()
 	}
 	return down
 }
@@ -387,15 +385,14 @@ func (rc *reconcilers) disrupt(ctx context.Context, j *job, inst uint32, holder,
 	if t == nil {
 		return nil
 	}
-	t.mu.Lock()
-	run := t.rt.RunId
-	if t.rt.State == taskInitialized && run > 0 {
+	tv := t.view()
+	run := tv.rt.RunId
+	if tv.rt.State == taskInitialized && run > 0 {
 		// Not started yet (a restart backoff): it starts on whatever spec
 		// it has then, with this run, so this run being available is what
 		// ends the disruption.
 		run--
 	}
-	t.mu.Unlock()
 	j.lr.mu.Lock()
 	g, ok := j.lr.grants[inst]
 	j.lr.mu.Unlock()

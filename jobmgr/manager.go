@@ -43,24 +43,15 @@ func jobPrefix(id string) string            { return "jobs/" + id + "/" }
 
 // task is one instance: its current run's status and store revision.
 type task struct {
-	mu  sync.Mutex
-	rt  *pelotonv1.TaskStatus
-	rev int64
-	// notBefore delays the next enqueue (backoff after a lost run).
-	notBefore time.Time
-	// availableSince is when the current run last became available
-	// (running, and healthy if it has a health check); zero while it is not.
-	availableSince time.Time
-	// streak counts the runs of a long-running instance that ended in a row
-	// without staying up for stableRun; it sizes the restart backoff.
-	streak uint32
-	// blocked counts the launches in a row that the backend refused with
-	// hostmgr.ErrLaunchBlocked; it sizes their retry backoff.
-	blocked uint32
-	// unsure says the last write of this record failed in a way that does
-	// not tell whether it was applied (a timeout, the store going away, a
-	// conflict): the next write reads the record back first (resolve.go).
-	unsure bool
+	// cur is the instance's state as last decided: readers load it and
+	// never wait (taskrec.go).
+	cur atomic.Pointer[taskView]
+	// writes queues the writers of the instance behind the one whose
+	// write is on its way.
+	writes writeQueue
+	// notBefore delays the next enqueue (backoff after a lost run), in
+	// Unix nanoseconds; zero: no delay.
+	notBefore atomic.Int64
 }
 
 // job is one job in memory. Its type and pool never change; its spec
@@ -130,13 +121,12 @@ func (j *job) hosts(inst uint32) (prev, bound string) {
 	if t == nil {
 		return "", ""
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	prev = t.rt.Host
+	rt := t.status()
+	prev = rt.Host
 	if prev == "" {
-		prev = t.rt.PreviousHost
+		prev = rt.PreviousHost
 	}
-	return prev, t.rt.BoundHost
+	return prev, rt.BoundHost
 }
 
 // activeCount is how many instances are queued or hold a host: what
@@ -525,9 +515,8 @@ func (j *job) serving(v uint64) (healthy, updated uint32) {
 		if t == nil {
 			continue
 		}
-		t.mu.Lock()
-		up, at := !t.availableSince.IsZero(), t.rt.GetSpecVersion()
-		t.mu.Unlock()
+		tv := t.view()
+		up, at := !tv.availableSince.IsZero(), tv.rt.GetSpecVersion()
 		if !up {
 			continue
 		}
@@ -552,9 +541,8 @@ func (m *Manager) pendingReason(j *job) string {
 		if t == nil {
 			continue
 		}
-		t.mu.Lock()
-		st, reason, msg := t.rt.GetState(), t.rt.GetReason(), t.rt.GetMessage()
-		t.mu.Unlock()
+		tv := t.view()
+		st, reason, msg := tv.rt.GetState(), tv.rt.GetReason(), tv.rt.GetMessage()
 		if away != "" && waitsForSubstrate(st) {
 			return fmt.Sprintf("instance %d waits: %s", inst, away)
 		}
@@ -781,9 +769,8 @@ func (m *Manager) forget(ctx context.Context, j *job) {
 		if t == nil || j.typ != pelotonv1.JobType_STATEFUL {
 			continue
 		}
-		t.mu.Lock()
-		host := t.rt.BoundHost
-		t.mu.Unlock()
+		tv := t.view()
+		host := tv.rt.BoundHost
 		if host != "" {
 			if err := m.hm.ReleaseVolume(ctx, host, volumeID(id, uint32(inst))); err != nil {
 				m.log.Warn("release volume", "job", id, "instance", inst, "host", host, "err", err)
@@ -958,102 +945,6 @@ var errSkip = errors.New("skip")
 // stays well under 1 KiB.
 const maxHistory = 16
 
-// updateTask applies fn to a copy of an instance's runtime under the task's
-// lock, checks the transition against the table, stores it through the group
-// committer with compare-and-swap, and keeps the job's counts in step. fn may
-// return errSkip to change nothing.
-func (m *Manager) updateTask(ctx context.Context, j *job, inst uint32, fn func(rt *pelotonv1.TaskStatus) error) error {
-	return m.applyTask(ctx, j, inst, true, fn)
-}
-
-// updateTaskVolatile is updateTask for changes a restart can re-derive: it
-// changes memory only, and the next persisted update writes it along.
-func (m *Manager) updateTaskVolatile(j *job, inst uint32, fn func(rt *pelotonv1.TaskStatus) error) error {
-	return m.applyTask(context.Background(), j, inst, false, fn)
-}
-
-func (m *Manager) applyTask(ctx context.Context, j *job, inst uint32, persist bool, fn func(rt *pelotonv1.TaskStatus) error) error {
-	return m.applyTaskVia(ctx, j, inst, persist, nil, fn)
-}
-
-// applyTaskVia is applyTask for a write that takes the task through the
-// states via on its way to the state fn sets, in one record: each step
-// must be in the table, and each is in the task's history. A run patched
-// in place ends and its successor is launched this way (patch.go), so
-// that no restart can find the one without the other.
-func (m *Manager) applyTaskVia(ctx context.Context, j *job, inst uint32, persist bool, via []taskState, fn func(rt *pelotonv1.TaskStatus) error) error {
-	return m.writeTask(ctx, j, inst, persist, via, func(prev *pelotonv1.TaskStatus) (*pelotonv1.TaskStatus, error) {
-		rt := cloneStatus(prev)
-		return rt, fn(rt)
-	})
-}
-
-// writeTask is applyTaskVia for a decision that makes the next runtime
-// itself: decide gets the current one, which it must not change, and
-// returns a new one (never the one it got), or errSkip.
-func (m *Manager) writeTask(ctx context.Context, j *job, inst uint32, persist bool, via []taskState, decide func(prev *pelotonv1.TaskStatus) (*pelotonv1.TaskStatus, error)) error {
-	t := j.task(inst)
-	if t == nil {
-		return fmt.Errorf("jobmgr: instance %d of job %s has no task yet", inst, j.id)
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if persist && t.unsure {
-		if err := m.resolveTask(ctx, j, inst, t); err != nil {
-			return err
-		}
-	}
-	rt, err := decide(t.rt)
-	if err != nil {
-		return err
-	}
-	if err := checkPath(t.rt.State, via, rt.State); err != nil {
-		return err
-	}
-	rt.UpdateTime = timestamppb.New(m.now())
-	steps(t.rt.State, via, rt.State, func(s taskState) {
-		run := rt.RunId
-		if isTerminal(s) && s != rt.State {
-			run = t.rt.RunId // the end of the run a new one replaces
-		}
-		rt.History = append(rt.History, &pelotonv1.TaskTransition{State: s, RunId: run, Time: rt.UpdateTime, Reason: rt.Reason})
-	})
-	if n := len(rt.History); n > maxHistory {
-		rt.History = append(rt.History[:0:0], rt.History[n-maxHistory:]...)
-	}
-	rev := t.rev
-	if persist {
-		b, err := proto.Marshal(rt)
-		if err != nil {
-			// The record's fault (a string that is not UTF-8), not the
-			// store's: nothing was written, memory stays as it was, and
-			// it is no storeError, since writing again fails the same way.
-			return fmt.Errorf("jobmgr: encode task %s/%d: %w", j.id, inst, err)
-		}
-		// A task with no record yet (rev 0) is created here: MustNotExist.
-		rev, err = m.batcher.Write(ctx, store.Put(taskKey(j.id, inst), b, t.rev))
-		if err != nil {
-			t.unsure = true
-			return &storeError{what: fmt.Sprintf("task %s/%d", j.id, inst), err: err}
-		}
-		metrics.StoreWrites.WithLabelValues("task").Inc()
-	}
-	if rt.State != t.rt.State {
-		j.counts[t.rt.State].Add(-1)
-		j.counts[rt.State].Add(1)
-	}
-	steps(t.rt.State, via, rt.State, func(s taskState) { metrics.TaskTransitions.WithLabelValues(s.String()).Inc() })
-	t.rt, t.rev = rt, rev
-	if available(rt, j.version(rt.SpecVersion).hasHealthCheck(inst)) {
-		if t.availableSince.IsZero() {
-			t.availableSince = rt.UpdateTime.AsTime()
-		}
-	} else {
-		t.availableSince = time.Time{}
-	}
-	return nil
-}
-
 // taskProto renders one instance for the API, overlaying resmgr's live state
 // (READY, PLACING, PLACED and why it waits) on a PENDING task.
 func (m *Manager) taskProto(j *job, inst uint32, withSpec bool) *pelotonv1.Task {
@@ -1062,9 +953,8 @@ func (m *Manager) taskProto(j *job, inst uint32, withSpec bool) *pelotonv1.Task 
 	if t == nil {
 		out.Status = &pelotonv1.TaskStatus{State: taskInitialized, Message: "task not created yet"}
 	} else {
-		t.mu.Lock()
-		out.Status = proto.Clone(t.rt).(*pelotonv1.TaskStatus)
-		t.mu.Unlock()
+		tv := t.view()
+		out.Status = proto.Clone(tv.rt).(*pelotonv1.TaskStatus)
 	}
 	if out.Status.State == taskPending {
 		if st, reason, ok := m.rm.TaskState(j.id, inst); ok {
@@ -1196,9 +1086,8 @@ func (m *Manager) Logs(ctx context.Context, jobID string, inst, run uint32, stre
 	if t == nil {
 		return nil, apierr.FailedPrecondition("instance %d of job %s has not started yet", inst, jobID)
 	}
-	t.mu.Lock()
-	cur, state, host := t.rt.RunId, t.rt.State, t.rt.Host
-	t.mu.Unlock()
+	tv := t.view()
+	cur, state, host := tv.rt.RunId, tv.rt.State, tv.rt.Host
 	if run == 0 {
 		run = cur
 		if host == "" && !isActive(state) && run > 1 {

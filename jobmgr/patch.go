@@ -38,9 +38,8 @@ func (up *Updates) patchOnto(ctx context.Context, j *job, inst uint32, target *j
 	if t == nil {
 		return false, nil
 	}
-	t.mu.Lock()
-	run, host, state, goal, ver := t.rt.RunId, t.rt.Host, t.rt.State, t.rt.GoalState, t.rt.SpecVersion
-	t.mu.Unlock()
+	tv := t.view()
+	run, host, state, goal, ver := tv.rt.RunId, tv.rt.Host, tv.rt.State, tv.rt.GoalState, tv.rt.SpecVersion
 	if goal == taskKilled || state != taskRunning || host == "" {
 		return false, nil
 	}

@@ -156,9 +156,8 @@ func (rc *reconcilers) reconcileOnce(ctx context.Context) (missed, lost, strays 
 				// is held here); a sleep would only add a delay per chunk.
 				runtime.Gosched()
 			}
-			t.mu.Lock()
-			st, run, health := t.rt.State, t.rt.RunId, t.rt.Health
-			t.mu.Unlock()
+			tv := t.view()
+			st, run, health := tv.rt.State, tv.rt.RunId, tv.rt.Health
 			if !isActive(st) {
 				continue
 			}

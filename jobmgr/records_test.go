@@ -145,10 +145,8 @@ func TestRecordsThatCannotBeEncodedAreNotWritten(t *testing.T) {
 		if after := p.storedTask(t, id, 0); !proto.Equal(before, after) {
 			t.Errorf("the record changed:\n%v\n%v", before, after)
 		}
-		tk := j.task(0)
-		tk.mu.Lock()
-		msg, unsure := tk.rt.Message, tk.unsure
-		tk.mu.Unlock()
+		v := j.task(0).view()
+		msg, unsure := v.rt.Message, v.unsure
 		if msg == "bad \xff" || unsure {
 			t.Errorf("memory: message %q, unsure %v", msg, unsure)
 		}

@@ -36,8 +36,10 @@ func isStoreError(err error) bool {
 // resolveTimeout bounds one read-back of an unsure record.
 const resolveTimeout = 5 * time.Second
 
-// resolveTask reads back the record of an unsure task and makes it the
-// task's state when it is not the one in memory. Caller holds t.mu.
+// resolveTask reads back an instance's record and publishes it when it
+// is not the one in memory: after a write that may have been applied
+// (unsure), or one whose compare found the record changed. The caller
+// is the writer whose turn it is.
 func (m *Manager) resolveTask(ctx context.Context, j *job, inst uint32, t *task) error {
 	rctx, cancel := context.WithTimeout(ctx, resolveTimeout)
 	defer cancel()
@@ -48,38 +50,40 @@ func (m *Manager) resolveTask(ctx context.Context, j *job, inst uint32, t *task)
 	case err != nil:
 		return &storeError{what: fmt.Sprintf("task %s/%d (reading back an unsure write)", j.id, inst), err: err}
 	}
-	t.unsure = false
-	if kv.Revision == t.rev {
-		return nil // the failed write was not applied
+	var rt *pelotonv1.TaskStatus
+	if kv.Revision != 0 {
+		rt = &pelotonv1.TaskStatus{}
+		if err := proto.Unmarshal(kv.Value, rt); err != nil {
+			return fmt.Errorf("jobmgr: decode %s: %w", kv.Key, err)
+		}
+		if rt.SpecVersion == 0 {
+			rt.SpecVersion = 1
+		}
 	}
-	if kv.Revision == 0 {
+	base := t.cur.Load()
+	next := *base
+	next.unsure = false
+	switch {
+	case kv.Revision == base.rev:
+		// The failed write was not applied; memory is the record.
+	case kv.Revision == 0:
 		// Only a deletion removes a record, and only a scale-down or a
 		// job deletion deletes; neither fails ambiguously here. Treat it
 		// as not yet written.
-		t.rev = 0
-		return nil
-	}
-	rt := &pelotonv1.TaskStatus{}
-	if err := proto.Unmarshal(kv.Value, rt); err != nil {
-		return fmt.Errorf("jobmgr: decode %s: %w", kv.Key, err)
-	}
-	if rt.SpecVersion == 0 {
-		rt.SpecVersion = 1
-	}
-	m.log.Info("a task write that seemed to fail was applied; taking it", "job", j.id, "instance", inst,
-		"state", rt.State, "run", rt.RunId, "was", t.rt.State)
-	if rt.State != t.rt.State {
-		j.counts[t.rt.State].Add(-1)
-		j.counts[rt.State].Add(1)
-	}
-	t.rt, t.rev = rt, kv.Revision
-	if available(rt, j.version(rt.SpecVersion).hasHealthCheck(inst)) {
-		if t.availableSince.IsZero() {
-			t.availableSince = m.now()
+		next.rev = 0
+	default:
+		m.log.Info("a task record changed under this write; taking it", "job", j.id, "instance", inst,
+			"state", rt.State, "run", rt.RunId, "was", base.rt.State)
+		next.rt, next.rev = rt, kv.Revision
+		next.availableSince = time.Time{}
+		if available(rt, j.version(rt.SpecVersion).hasHealthCheck(inst)) {
+			next.availableSince = base.availableSince
+			if next.availableSince.IsZero() {
+				next.availableSince = m.now()
+			}
 		}
-	} else {
-		t.availableSince = time.Time{}
 	}
+	t.publish(j, base, &next)
 	return nil
 }
 

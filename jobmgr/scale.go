@@ -123,9 +123,8 @@ func (up *Updates) reconcileCount(ctx context.Context, j *job) error {
 	var extra []uint32
 	for inst := want; inst < have; inst++ {
 		if t := j.task(inst); t != nil {
-			t.mu.Lock()
-			done := isTerminal(t.rt.State) || (t.rt.State == taskKilling && t.rt.GoalState == taskKilled)
-			t.mu.Unlock()
+			tv := t.view()
+			done := isTerminal(tv.rt.State) || (tv.rt.State == taskKilling && tv.rt.GoalState == taskKilled)
 			if done {
 				continue
 			}
@@ -149,9 +148,8 @@ func (up *Updates) reconcileCount(ctx context.Context, j *job) error {
 	for n > floor {
 		t := j.task(n - 1)
 		if t != nil {
-			t.mu.Lock()
-			st, rev, run := t.rt.State, t.rev, max(t.rt.RunId, t.rt.DesiredRunId)
-			t.mu.Unlock()
+			tv := t.view()
+			st, rev, run := tv.rt.State, tv.rev, max(tv.rt.RunId, tv.rt.DesiredRunId)
 			if !isTerminal(st) || run > highest {
 				break
 			}
@@ -188,9 +186,8 @@ func (up *Updates) rememberRemovedRuns(ctx context.Context, j *job, want, have u
 		if t == nil {
 			continue
 		}
-		t.mu.Lock()
-		st, run := t.rt.State, max(t.rt.RunId, t.rt.DesiredRunId)
-		t.mu.Unlock()
+		tv := t.view()
+		st, run := tv.rt.State, max(tv.rt.RunId, tv.rt.DesiredRunId)
 		if !isTerminal(st) {
 			break // it and those below it stay for now
 		}
@@ -222,9 +219,8 @@ func (up *Updates) unscale(ctx context.Context, j *job, upto uint32) error {
 		if t == nil {
 			break
 		}
-		t.mu.Lock()
-		scaled := t.rt.GoalState == taskKilled && t.rt.Reason == reasonScaledDown
-		t.mu.Unlock()
+		tv := t.view()
+		scaled := tv.rt.GoalState == taskKilled && tv.rt.Reason == reasonScaledDown
 		if !scaled {
 			break
 		}

@@ -662,8 +662,8 @@ func (up *Updates) updateSnapshot(j *job, u *update, unavailable int) updateStep
 			continue // removed by a scale-down
 		}
 		pi := planInstance{inst: inst}
-		t.mu.Lock()
-		rt := t.rt
+		tv := t.view()
+		rt := tv.rt
 		run := rt.RunId
 		if r, ok := u.u.Restarts[inst]; ok {
 			pi.atTarget = run > r
@@ -677,9 +677,8 @@ func (up *Updates) updateSnapshot(j *job, u *update, unavailable int) updateStep
 		}
 		pi.stopped = rt.GoalState == taskKilled
 		fc := rt.FailureCount
-		since := t.availableSince
+		since := tv.availableSince
 		pi.down = since.IsZero()
-		t.mu.Unlock()
 		step.down[inst] = pi.down
 		if pi.atTarget || pi.starting {
 			b, ok := u.baseline[inst]
@@ -783,9 +782,8 @@ func (up *Updates) applyStep(ctx context.Context, j *job, u *update, step *updat
 		if t == nil {
 			continue
 		}
-		t.mu.Lock()
-		u.baseline[p.inst] = t.rt.FailureCount
-		t.mu.Unlock()
+		tv := t.view()
+		u.baseline[p.inst] = tv.rt.FailureCount
 		if u.started == nil {
 			u.started = map[uint32]bool{}
 		}
@@ -1053,9 +1051,8 @@ func (up *Updates) rollingRestart(ctx context.Context, j *job, instances []uint3
 		if t == nil {
 			continue
 		}
-		t.mu.Lock()
-		run, stopped, free := t.rt.RunId, t.rt.GoalState == taskKilled, j.typ == pelotonv1.JobType_DAEMON && freeSlot(t.rt)
-		t.mu.Unlock()
+		tv := t.view()
+		run, stopped, free := tv.rt.RunId, tv.rt.GoalState == taskKilled, j.typ == pelotonv1.JobType_DAEMON && freeSlot(tv.rt)
 		if free {
 			continue
 		}

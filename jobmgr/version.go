@@ -190,9 +190,8 @@ func (j *job) runVersion(inst uint32) *jobVersion {
 	if t == nil {
 		return j.current()
 	}
-	t.mu.Lock()
-	v := t.rt.SpecVersion
-	t.mu.Unlock()
+	tv := t.view()
+	v := tv.rt.SpecVersion
 	return j.version(v)
 }
 
