@@ -219,9 +219,10 @@ func (ar *Archive) collectCandidates(now time.Time) []collectCandidate {
 	}
 	m.mu.RUnlock()
 	for _, j := range jobs {
+		rec := j.view()
+		st := rec.rt
+		terminal := isJobTerminal(st.GetState()) && !rec.unsure
 		j.mu.Lock()
-		st := j.rt
-		terminal := isJobTerminal(st.GetState()) && !j.unsure
 		notBefore := j.collectNotBefore
 		j.mu.Unlock()
 		if !terminal || now.Before(notBefore) {
@@ -301,9 +302,8 @@ func (ar *Archive) archiveRecord(j *job, now time.Time) (*history.Job, bool) {
 // again when it finishes again).
 func (ar *Archive) removeArchived(ctx context.Context, j *job, h *history.Job) bool {
 	m := ar.m
-	j.mu.Lock()
-	rev, state := j.rev, j.rt.State
-	j.mu.Unlock()
+	rec := j.view()
+	rev, state := rec.rev, rec.rt.State
 	if uint64(rev) != h.Status.GetVersion() || !isJobTerminal(state) {
 		return false
 	}

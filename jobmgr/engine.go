@@ -176,7 +176,7 @@ func (en *engine) loadRecords(ctx context.Context, jobs map[string]*job, kvs, tk
 		return nil, err
 	}
 	for _, j := range jobs {
-		if j.rt.State != pelotonv1.JobState_JOB_INITIALIZED {
+		if j.status().State != pelotonv1.JobState_JOB_INITIALIZED {
 			m.eng.fillTasks(j)
 		}
 	}
@@ -657,9 +657,8 @@ func (en *engine) evaluateJob(ctx context.Context, id string) error {
 // real write (LAUNCHED) creates the record, guarded by MustNotExist.
 func (en *engine) createTasks(ctx context.Context, j *job) error {
 	m := en.m
-	j.mu.Lock()
-	initializing := j.rt.State == pelotonv1.JobState_JOB_INITIALIZED
-	j.mu.Unlock()
+	rec := j.view()
+	initializing := rec.rt.State == pelotonv1.JobState_JOB_INITIALIZED
 	if !initializing {
 		return nil
 	}
@@ -685,9 +684,8 @@ func (en *engine) fillTasks(j *job) {
 	ver := j.current().version
 	// Above every run an instance removed by a scale-down had: the
 	// backends remember ended runs by id.
-	j.mu.Lock()
-	first := j.rt.RemovedRunId + 1
-	j.mu.Unlock()
+	rec := j.view()
+	first := rec.rt.RemovedRunId + 1
 	for inst, t := range next {
 		if t == nil {
 			next[inst] = newTask(&pelotonv1.TaskStatus{State: taskInitialized, GoalState: m.taskGoal(j), RunId: first, SpecVersion: ver, UpdateTime: now}, 0)
@@ -822,10 +820,9 @@ func (en *engine) updateJobState(ctx context.Context, j *job) error {
 	}
 	// Most evaluations change nothing: they end here, without copying
 	// the runtime (an unsure one is read back first, below).
-	j.mu.Lock()
-	next, ok := nextState(j.rt)
-	same := (!ok || next == j.rt.State) && !j.unsure
-	j.mu.Unlock()
+	rec := j.view()
+	next, ok := nextState(rec.rt)
+	same := (!ok || next == rec.rt.State) && !rec.unsure
 	if same {
 		return nil
 	}
@@ -1328,9 +1325,8 @@ func (en *engine) gaugeLoop(ctx context.Context) {
 		var tasks [16]int
 		m.mu.RLock()
 		for _, j := range m.jobs {
-			j.mu.Lock()
-			jobs[j.rt.State]++
-			j.mu.Unlock()
+			rec := j.view()
+			jobs[rec.rt.State]++
 			for s := range j.counts {
 				tasks[s] += int(j.counts[s].Load())
 			}

@@ -391,9 +391,11 @@ func (ar *Archive) unloadFinished(now time.Time) int {
 	m.mu.RUnlock()
 	n := 0
 	for _, j := range jobs {
+		rec := j.view()
 		j.mu.Lock()
-		due := isJobTerminal(j.rt.State) && !j.unsure && now.Sub(finishedTime(j.rt)) >= unloadAfter && now.Sub(j.loadedAt) >= unloadAfter
+		loadedAt := j.loadedAt
 		j.mu.Unlock()
+		due := isJobTerminal(rec.rt.State) && !rec.unsure && now.Sub(finishedTime(rec.rt)) >= unloadAfter && now.Sub(loadedAt) >= unloadAfter
 		if !due || m.upd.activeUpdate(j.id) != nil || m.adopt.isForeign(j) {
 			continue
 		}
@@ -416,17 +418,22 @@ func (ar *Archive) unloadFinished(now time.Time) int {
 		row := m.jobProto(j)
 		row.Spec = summarize(row.Spec)
 		f := &finishedJob{summary: row, requestID: j.requestID, ttl: j.spec().TtlSecondsAfterFinished}
-		m.mu.Lock()
-		j.mu.Lock()
-		// Unchanged since the row was made, and still this process's copy.
-		if m.jobs[j.id] == j && uint64(j.rev) == row.Status.Version && isJobTerminal(j.rt.State) && !j.unsure {
-			j.unloaded = true
-			delete(m.jobs, j.id)
-			m.finished[j.id] = f
-			n++
-		}
-		j.mu.Unlock()
-		m.mu.Unlock()
+		// In the job's write turn, so that no write of it is on its way:
+		// one landing after the job left memory would be lost to it.
+		_ = m.writeJob(context.Background(), j, &jobWrite{inTurn: func() {
+			rec := j.view()
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			j.mu.Lock()
+			defer j.mu.Unlock()
+			// Unchanged since the row was made, and still this process's copy.
+			if m.jobs[j.id] == j && uint64(rec.rev) == row.Status.Version && isJobTerminal(rec.rt.State) && !rec.unsure {
+				j.unloaded = true
+				delete(m.jobs, j.id)
+				m.finished[j.id] = f
+				n++
+			}
+		}})
 	}
 	return n
 }

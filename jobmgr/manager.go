@@ -48,7 +48,7 @@ type task struct {
 	cur atomic.Pointer[taskView]
 	// writes queues the writers of the instance behind the one whose
 	// write is on its way.
-	writes writeQueue
+	writes turns[*taskWrite]
 	// notBefore delays the next enqueue (backoff after a lost run), in
 	// Unix nanoseconds; zero: no delay.
 	notBefore atomic.Int64
@@ -83,11 +83,13 @@ type job struct {
 	loadedAt time.Time
 	unloaded bool
 
-	mu  sync.Mutex
-	rt  *pelotonv1.JobStatus
-	rev int64
-	// unsure is task.unsure for the job's runtime record.
-	unsure bool
+	// rec is the runtime record as last written: readers load it and never
+	// wait; writes take turns (jobrec.go).
+	rec    atomic.Pointer[jobView]
+	writes turns[*jobWrite]
+	// mu guards collectNotBefore, loadedAt and unloaded above; it is never
+	// held across a store call.
+	mu sync.Mutex
 	// counts of instances per task state, maintained on every task write.
 	counts [16]atomic.Int32
 	// goalKilled mirrors rt.GoalState == KILLED for lock-free reads by task code.
@@ -441,11 +443,11 @@ func (m *Manager) storeJob(ctx context.Context, id string, spec *pelotonv1.JobSp
 
 // newJob builds a job in memory whose version in force is cur.
 func newJob(id string, cur *jobVersion, rt *pelotonv1.JobStatus, rev int64) *job {
-	j := &job{id: id, typ: cur.spec.Type, pool: cur.spec.Pool, rt: rt, rev: rev, versions: map[uint64]*jobVersion{}}
+	j := &job{id: id, typ: cur.spec.Type, pool: cur.spec.Pool, versions: map[uint64]*jobVersion{}}
+	j.publishJob(&jobView{rt: rt, rev: rev})
 	j.addVersion(cur, true)
 	ts := make([]*task, cur.spec.InstanceCount)
 	j.taskSlice.Store(&ts)
-	j.goalKilled.Store(rt.GoalState == pelotonv1.JobState_JOB_KILLED)
 	return j
 }
 
@@ -460,10 +462,9 @@ func goalOf(t pelotonv1.JobType) pelotonv1.JobState {
 
 // jobProto renders a job for the API.
 func (m *Manager) jobProto(j *job) *pelotonv1.Job {
-	j.mu.Lock()
-	st := proto.Clone(j.rt).(*pelotonv1.JobStatus)
-	st.Version = uint64(j.rev)
-	j.mu.Unlock()
+	rec := j.view()
+	st := proto.Clone(rec.rt).(*pelotonv1.JobStatus)
+	st.Version = uint64(rec.rev)
 	st.TaskCounts = map[string]uint32{}
 	for s := range j.counts {
 		if n := j.counts[s].Load(); n > 0 {
@@ -637,45 +638,10 @@ func (m *Manager) ListJobs(pool string, states []pelotonv1.JobState, name string
 }
 
 // updateJobRuntime applies fn to a copy of the job's runtime and stores it
-// with compare-and-swap. Caller must not hold j.mu.
+// with compare-and-swap, in its turn (jobrec.go). fn may run more than
+// once, should the record have changed under it: it must only decide.
 func (m *Manager) updateJobRuntime(ctx context.Context, j *job, fn func(rt *pelotonv1.JobStatus) error) error {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	if j.unloaded {
-		return errUnloaded(j.id)
-	}
-	if j.unsure {
-		if err := m.resolveJob(ctx, j); err != nil {
-			return err
-		}
-	}
-	rt := proto.Clone(j.rt).(*pelotonv1.JobStatus)
-	if err := fn(rt); err != nil {
-		return err
-	}
-	if proto.Equal(rt, j.rt) {
-		return nil
-	}
-	if err := checkJobTransition(j.rt.State, rt.State); err != nil {
-		return err
-	}
-	b, err := proto.Marshal(rt)
-	if err != nil {
-		return fmt.Errorf("jobmgr: encode job %s runtime: %w", j.id, err)
-	}
-	idx, err := m.arch.indexOps(j, j.rt, rt)
-	if err != nil {
-		return err
-	}
-	rev, err := m.store.Txn(ctx, append([]store.Op{store.Put(jobRuntimeKey(j.id), b, j.rev)}, idx...)...)
-	if err != nil {
-		j.unsure = true
-		return &storeError{what: fmt.Sprintf("job %s runtime", j.id), err: err}
-	}
-	metrics.StoreWrites.WithLabelValues("job").Inc()
-	j.rt, j.rev = rt, rev
-	j.goalKilled.Store(rt.GoalState == pelotonv1.JobState_JOB_KILLED)
-	return nil
+	return m.writeJob(ctx, j, &jobWrite{decide: fn})
 }
 
 // errUnloaded is the error of a write through a copy of a finished job
@@ -731,9 +697,8 @@ func (m *Manager) DeleteJob(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	j.mu.Lock()
-	state, rev := j.rt.State, j.rev
-	j.mu.Unlock()
+	rec := j.view()
+	state, rev := rec.rt.State, rec.rev
 	if !isJobTerminal(state) {
 		return apierr.FailedPrecondition("job %s is %s; cancel it and wait for it to finish before deleting", id, state)
 	}
@@ -826,9 +791,8 @@ func (m *Manager) RestartJob(ctx context.Context, id string, instances []uint32)
 			return apierr.Invalid(fmt.Sprintf("instances[%d]", i), "instance %d does not exist: the job has %d", inst, n)
 		}
 	}
-	j.mu.Lock()
-	state := j.rt.State
-	j.mu.Unlock()
+	rec := j.view()
+	state := rec.rt.State
 	if state == pelotonv1.JobState_JOB_INITIALIZED {
 		return apierr.FailedPrecondition("job %s is still creating its tasks; retry in a moment", id)
 	}

@@ -61,7 +61,8 @@ func (en *engine) quarantineRecord(ctx context.Context, kv store.KV, err error) 
 func (en *engine) quarantineTask(ctx context.Context, j *job, inst uint32, kv store.KV, cause error) (*pelotonv1.TaskStatus, int64, error) {
 	m := en.m
 	var final taskState
-	switch j.rt.State {
+	jrt := j.status()
+	switch jrt.State {
 	case pelotonv1.JobState_JOB_SUCCEEDED:
 		final = taskSucceeded
 	case pelotonv1.JobState_JOB_FAILED:
@@ -76,7 +77,7 @@ func (en *engine) quarantineTask(ctx context.Context, j *job, inst uint32, kv st
 		return nil, 0, nil
 	}
 	now := timestamppb.New(m.now())
-	rt := &pelotonv1.TaskStatus{State: final, GoalState: m.taskGoal(j), RunId: j.rt.RemovedRunId + 1, SpecVersion: j.rt.SpecVersion,
+	rt := &pelotonv1.TaskStatus{State: final, GoalState: m.taskGoal(j), RunId: jrt.RemovedRunId + 1, SpecVersion: jrt.SpecVersion,
 		Reason: ReasonRecordQuarantined, UpdateTime: now,
 		Message: fmt.Sprintf("the instance's record could not be read and was moved to %s; the job had ended, so its state is the job's",
 			quarantine.KeyOf(kv.Key, kv.Revision))}

@@ -168,9 +168,8 @@ func TestRecordsThatCannotBeEncodedAreNotWritten(t *testing.T) {
 		if err := proto.Unmarshal(after.Value, stored); err != nil || strings.Contains(stored.Message, "bad") {
 			t.Errorf("the stored runtime: %v (%v)", stored, err)
 		}
-		j.mu.Lock()
-		msg, unsure := j.rt.Message, j.unsure
-		j.mu.Unlock()
+		rec := j.view()
+		msg, unsure := rec.rt.Message, rec.unsure
 		if msg == "bad \xff" || unsure {
 			t.Errorf("memory: message %q, unsure %v", msg, unsure)
 		}

@@ -87,7 +87,8 @@ func (m *Manager) resolveTask(ctx context.Context, j *job, inst uint32, t *task)
 	return nil
 }
 
-// resolveJob is resolveTask for the job's runtime record. Caller holds j.mu.
+// resolveJob is resolveTask for the job's runtime record. The caller is
+// the writer whose turn it is.
 func (m *Manager) resolveJob(ctx context.Context, j *job) error {
 	rctx, cancel := context.WithTimeout(ctx, resolveTimeout)
 	defer cancel()
@@ -95,8 +96,9 @@ func (m *Manager) resolveJob(ctx context.Context, j *job) error {
 	if err != nil {
 		return &storeError{what: fmt.Sprintf("job %s runtime (reading back an unsure write)", j.id), err: err}
 	}
-	j.unsure = false
-	if kv.Revision == j.rev {
+	base := j.view()
+	if kv.Revision == base.rev {
+		j.publishJob(&jobView{rt: base.rt, rev: base.rev})
 		return nil
 	}
 	rt := &pelotonv1.JobStatus{}
@@ -104,8 +106,7 @@ func (m *Manager) resolveJob(ctx context.Context, j *job) error {
 		return fmt.Errorf("jobmgr: decode %s: %w", kv.Key, err)
 	}
 	m.log.Info("a job write that seemed to fail was applied; taking it", "job", j.id, "state", rt.State)
-	j.rt, j.rev = rt, kv.Revision
-	j.goalKilled.Store(rt.GoalState == pelotonv1.JobState_JOB_KILLED)
+	j.publishJob(&jobView{rt: rt, rev: kv.Revision})
 	return nil
 }
 

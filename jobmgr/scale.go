@@ -43,9 +43,8 @@ func (up *Updates) ScaleJob(ctx context.Context, jobID string, count uint32, ver
 	if gang := cur.spec.GetSla().GetMinimumRunningInstances(); count < gang {
 		return 0, apierr.Invalid("instanceCount", "at least the job's gang of %d (sla.minimumRunningInstances), got %d", gang, count)
 	}
-	j.mu.Lock()
-	state, curVer := j.rt.State, j.rt.SpecVersion
-	j.mu.Unlock()
+	rec := j.view()
+	state, curVer := rec.rt.State, rec.rt.SpecVersion
 	if isJobTerminal(state) || j.goalKilled.Load() {
 		return 0, apierr.FailedPrecondition("job %s is %s; only a job that has not finished can be scaled", jobID, state)
 	}

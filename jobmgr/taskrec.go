@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/peloton-sched/peloton/internal/metrics"
@@ -98,17 +97,6 @@ type taskWrite struct {
 	err error
 	// from and to are the states the decision took the instance between.
 	from, to taskState
-	// turn is closed when the write is done (err is set), or when its
-	// writer is to carry out batch: the writes queued up to and with it.
-	turn  chan struct{}
-	batch []*taskWrite
-}
-
-// writeQueue is the writes of an instance waiting for the one on its way.
-type writeQueue struct {
-	mu      sync.Mutex // held only to queue and hand over, never across a write
-	writing bool
-	queued  []*taskWrite
 }
 
 // maxTaskConflicts bounds how often one batch is decided again after the
@@ -156,44 +144,15 @@ func (m *Manager) writeTask(ctx context.Context, j *job, inst uint32, persist bo
 }
 
 // queueTaskWrite carries out w in its turn: at once if no write of the
-// instance is on its way, else after it, with the others queued meanwhile.
-// The writer whose write is first in a batch carries out the whole batch
-// with its own context.
+// instance is on its way, else after it, with the others queued meanwhile
+// (turns.go). The writer whose write is first in a batch carries out the
+// whole batch with its own context.
 func (m *Manager) queueTaskWrite(ctx context.Context, j *job, inst uint32, w *taskWrite) error {
 	t := j.task(inst)
 	if t == nil {
 		return fmt.Errorf("jobmgr: instance %d of job %s has no task yet", inst, j.id)
 	}
-	q := &t.writes
-	q.mu.Lock()
-	if q.writing {
-		w.turn = make(chan struct{})
-		q.queued = append(q.queued, w)
-		q.mu.Unlock()
-		<-w.turn
-		if w.batch == nil {
-			return w.err // carried out in the batch before
-		}
-	} else {
-		q.writing = true
-		q.mu.Unlock()
-		w.batch = []*taskWrite{w}
-	}
-	m.flushTask(ctx, j, inst, t, w.batch)
-	q.mu.Lock()
-	next := q.queued
-	q.queued = nil
-	q.writing = len(next) > 0
-	q.mu.Unlock()
-	for _, o := range w.batch[1:] {
-		close(o.turn)
-	}
-	if len(next) > 0 {
-		// The first writer queued carries out the next batch, so that
-		// each writer waits for at most the batch before its own.
-		next[0].batch = next
-		close(next[0].turn)
-	}
+	t.writes.take(w, func(batch []*taskWrite) { m.flushTask(ctx, j, inst, t, batch) })
 	return w.err
 }
 

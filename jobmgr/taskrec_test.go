@@ -2,8 +2,8 @@ package jobmgr
 
 import (
 	"context"
-	"log/slog"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -26,10 +26,19 @@ func recordManager(t *testing.T, n uint32, st store.Store) (*Manager, *job) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := store.NewBatcher(st, store.BatcherOptions{})
-	t.Cleanup(func() { _ = b.Close() })
-	m := attachParts(&Manager{store: st, batcher: b, now: time.Now, log: slog.Default()})
-	j := newJob("rec", jv, &pelotonv1.JobStatus{State: pelotonv1.JobState_JOB_RUNNING}, 1)
+	bt := store.NewBatcher(st, store.BatcherOptions{})
+	t.Cleanup(func() { _ = bt.Close() })
+	m := attachParts(&Manager{store: st, batcher: bt, now: time.Now, log: slog.Default()})
+	jrt := &pelotonv1.JobStatus{State: pelotonv1.JobState_JOB_RUNNING}
+	b, err := proto.Marshal(jrt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rev, err := st.Txn(context.Background(), store.Put(jobRuntimeKey("rec"), b, store.MustNotExist))
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := newJob("rec", jv, jrt, rev)
 	m.eng.fillTasks(j)
 	for i := range n {
 		setRun(j, i, taskRunning, 1, time.Time{})
@@ -129,6 +138,7 @@ func TestTaskWriteTakesARecordChangedUnderIt(t *testing.T) {
 func TestTaskReaderDoesNotWaitForAWrite(t *testing.T) {
 	st := &stallingStore{Store: memstore.New(memstore.Options{}), entered: make(chan struct{}), release: make(chan struct{})}
 	m, j := recordManager(t, 1, st)
+	st.armed.Store(true)
 	done := make(chan error, 1)
 	go func() {
 		done <- m.updateTask(context.Background(), j, 0, func(rt *pelotonv1.TaskStatus) error { rt.Message = "slow"; return nil })
@@ -149,11 +159,7 @@ func TestTaskReaderDoesNotWaitForAWrite(t *testing.T) {
 				return nil
 			})
 		}()
-		testutil.Eventually(t, 10*time.Second, "the write queued", func() bool {
-			j.task(0).writes.mu.Lock()
-			defer j.task(0).writes.mu.Unlock()
-			return len(j.task(0).writes.queued) == i+1
-		})
+		testutil.Eventually(t, 10*time.Second, "the write queued", func() bool { return j.task(0).writes.waiting() == i+1 })
 	}
 	close(st.release)
 	if err := <-done; err != nil {
@@ -173,9 +179,11 @@ func TestTaskReaderDoesNotWaitForAWrite(t *testing.T) {
 	}
 }
 
-// stallingStore holds its first Txn until release is closed.
+// stallingStore holds its first Txn after armed is set until release is
+// closed, and counts the Txns from then on.
 type stallingStore struct {
 	store.Store
+	armed   atomic.Bool
 	once    sync.Once
 	txns    atomic.Int32
 	entered chan struct{}
@@ -183,6 +191,9 @@ type stallingStore struct {
 }
 
 func (s *stallingStore) Txn(ctx context.Context, ops ...store.Op) (int64, error) {
+	if !s.armed.Load() {
+		return s.Store.Txn(ctx, ops...)
+	}
 	s.txns.Add(1)
 	first := false
 	s.once.Do(func() { first = true })
@@ -191,4 +202,58 @@ func (s *stallingStore) Txn(ctx context.Context, ops ...store.Op) (int64, error)
 		<-s.release
 	}
 	return s.Store.Txn(ctx, ops...)
+}
+
+// The job's runtime record follows the same rules: racing writers lose
+// nothing, and a reader does not wait for a write on its way.
+func TestRacingJobWritersLoseNothing(t *testing.T) {
+	st := &stallingStore{Store: memstore.New(memstore.Options{}), entered: make(chan struct{}), release: make(chan struct{})}
+	m, j := recordManager(t, 1, st)
+	st.armed.Store(true)
+	ctx := context.Background()
+	const writers, each = 4, 25
+	var wg sync.WaitGroup
+	errs := make(chan error, writers*each)
+	for range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range each {
+				errs <- m.updateJobRuntime(ctx, j, func(rt *pelotonv1.JobStatus) error {
+					rt.Message += "x"
+					return nil
+				})
+			}
+		}()
+	}
+	<-st.entered // the first write is in the store call
+	if got := j.status().Message; got != "" {
+		t.Errorf("a reader saw %q before the first write was stored", got)
+	}
+	close(st.release)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Errorf("write: %v", err)
+		}
+	}
+	rec := j.view()
+	if len(rec.rt.Message) != writers*each {
+		t.Errorf("memory: %d changes, want %d", len(rec.rt.Message), writers*each)
+	}
+	kv, err := st.Get(ctx, jobRuntimeKey(j.id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stored pelotonv1.JobStatus
+	if err := proto.Unmarshal(kv.Value, &stored); err != nil {
+		t.Fatal(err)
+	}
+	if stored.Message != rec.rt.Message || kv.Revision != rec.rev {
+		t.Errorf("store: %d changes at rev %d; memory %d at rev %d", len(stored.Message), kv.Revision, len(rec.rt.Message), rec.rev)
+	}
+	if n := st.txns.Load(); n >= writers*each {
+		t.Errorf("%d store writes for %d changes: the writers that queued did not share theirs", n, writers*each)
+	}
 }

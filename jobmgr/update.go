@@ -227,9 +227,8 @@ func (up *Updates) createUpdate(ctx context.Context, jobID string, spec *peloton
 	if us == nil {
 		us = &pelotonv1.UpdateSpec{}
 	}
-	j.mu.Lock()
-	state, curVer := j.rt.State, j.rt.SpecVersion
-	j.mu.Unlock()
+	rec := j.view()
+	state, curVer := rec.rt.State, rec.rt.SpecVersion
 	if isJobTerminal(state) || j.goalKilled.Load() {
 		return nil, apierr.FailedPrecondition("job %s is %s; restart it before updating it", jobID, state)
 	}
@@ -313,46 +312,25 @@ func (up *Updates) storeNewVersion(ctx context.Context, j *job, jv *jobVersion, 
 		}
 		ops = append(ops, store.Put(updateKey(u.u.Id), b, store.MustNotExist))
 	}
-	j.mu.Lock()
-	if j.unloaded {
-		j.mu.Unlock()
-		return errUnloaded(j.id)
+	w := &jobWrite{
+		decide: func(rt *pelotonv1.JobStatus) error {
+			rt.SpecVersion = jv.version
+			return nil
+		},
+		extra: append(ops, extra...),
 	}
-	if j.unsure {
-		if err := m.resolveJob(ctx, j); err != nil {
-			j.mu.Unlock()
+	if err := m.writeJob(ctx, j, w); err != nil {
+		switch {
+		case errors.Is(err, store.ErrConflict):
+			return apierr.Aborted("job %s changed concurrently; retry", j.id)
+		case isStoreError(err):
+			stored = true // perhaps: its chunks stay
 			return apierr.Unavailable("store spec version: %v", err)
 		}
-	}
-	rt := proto.Clone(j.rt).(*pelotonv1.JobStatus)
-	rt.SpecVersion = jv.version
-	rtb, err := proto.Marshal(rt)
-	if err != nil {
-		j.mu.Unlock()
-		return fmt.Errorf("jobmgr: encode job %s runtime: %w", j.id, err)
-	}
-	ops = append(ops, store.Put(jobRuntimeKey(j.id), rtb, j.rev))
-	ops = append(ops, extra...)
-	// Not the caller's deadline: a caller giving up mid-write would leave
-	// etcd free to apply a version this process then does not know, and
-	// every later version would conflict with it. The store's own request
-	// timeout bounds the write.
-	rev, err := m.store.Txn(context.WithoutCancel(ctx), ops...)
-	if err != nil {
-		if !errors.Is(err, store.ErrConflict) {
-			j.unsure = true // read back before the runtime's next write
-			stored = true   // perhaps: its chunks stay
-		}
-		j.mu.Unlock()
-		if errors.Is(err, store.ErrConflict) {
-			return apierr.Aborted("job %s changed concurrently; retry", j.id)
-		}
-		return apierr.Unavailable("store spec version: %v", err)
+		return err // the job left memory (Aborted), or its record cannot be encoded
 	}
 	stored = true
-	metrics.StoreWrites.WithLabelValues("job").Add(float64(len(ops)))
-	j.rt, j.rev = rt, rev
-	j.mu.Unlock()
+	rev := w.rev
 	j.addVersion(jv, true)
 	if u != nil {
 		u.rev = rev
@@ -514,9 +492,8 @@ func (up *Updates) startRollback(ctx context.Context, j *job, u *update, why str
 	if u.u.Cause == "restart" {
 		return apierr.FailedPrecondition("update %s is a restart; there is nothing to roll back", u.u.Id)
 	}
-	j.mu.Lock()
-	curVer := j.rt.SpecVersion
-	j.mu.Unlock()
+	rec := j.view()
+	curVer := rec.rt.SpecVersion
 	if curVer != u.u.ToVersion {
 		return apierr.FailedPrecondition("job %s moved on to spec version %d since update %s; roll back the later change instead", j.id, curVer, u.u.Id)
 	}
@@ -1078,9 +1055,8 @@ func (up *Updates) rollingRestart(ctx context.Context, j *job, instances []uint3
 			scope = append(scope, inst)
 		}
 	}
-	j.mu.Lock()
-	ver := j.rt.SpecVersion
-	j.mu.Unlock()
+	rec := j.view()
+	ver := rec.rt.SpecVersion
 	us := &pelotonv1.UpdateSpec{BatchSize: budgetOf(j.spec())}
 	u := m.upd.newUpdateRecord(newJobID(), j.id, us, ver, ver, scope, "restart")
 	u.u.Restarts = restarts
