@@ -673,13 +673,14 @@ func (m *Manager) CancelJob(ctx context.Context, id string) error {
 		return apierr.Unavailable("%v", err)
 	}
 	if u := m.upd.activeUpdate(id); u != nil {
-		u.mu.Lock()
-		err := m.upd.saveUpdateLocked(ctx, u, func(x *pelotonv1.Update) error {
+		err := m.upd.saveUpdate(ctx, u, func(x *pelotonv1.Update) error {
+			if !updateActive(x.Status.State) {
+				return nil // it ended meanwhile
+			}
 			x.Status.State, x.Status.Message = updateAborted, "aborted: the job was cancelled"
 			x.Status.CompletionTime, x.Status.InstancesCurrent = timestamppb.New(m.now()), nil
 			return nil
 		})
-		u.mu.Unlock()
 		if err != nil {
 			m.log.Warn("abort the update of a cancelled job", "job", id, "err", err)
 		}

@@ -185,13 +185,11 @@ func TestRecordsThatCannotBeEncodedAreNotWritten(t *testing.T) {
 		p.jm.mu.RUnlock()
 		// The update's driver may rewrite the record meanwhile (its
 		// state moves on); what must not be in it is the bad message.
-		u.mu.Lock()
-		err = p.jm.upd.saveUpdateLocked(ctx, u, func(x *pelotonv1.Update) error {
+		err = p.jm.upd.saveUpdate(ctx, u, func(x *pelotonv1.Update) error {
 			x.Status.Message = "bad \xff"
 			return nil
 		})
-		msg := u.u.Status.GetMessage()
-		u.mu.Unlock()
+		msg := u.record().Status.GetMessage()
 		unencodable("update", err)
 		if msg == "bad \xff" {
 			t.Errorf("memory: message %q", msg)

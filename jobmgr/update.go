@@ -9,10 +9,10 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/peloton-sched/peloton/internal/apierr"
-	"github.com/peloton-sched/peloton/internal/metrics"
 	"github.com/peloton-sched/peloton/internal/requestid"
 	"github.com/peloton-sched/peloton/internal/store"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
@@ -34,11 +34,15 @@ import (
 
 func updateKey(id string) string { return "updates/" + id }
 
-// update is one update in memory.
+// update is one update in memory: its record, published (updaterec.go),
+// and what its driver remembers of it.
 type update struct {
-	mu  sync.Mutex
-	u   *pelotonv1.Update
-	rev int64
+	rec    atomic.Pointer[updateView]
+	writes turns[*updateWrite]
+
+	// mu guards the driver's memory below. It is never held across a
+	// store call or a call to the SLA evaluator.
+	mu sync.Mutex
 	// baseline is each started instance's failure count when the update
 	// started it (memory only: after a restart it starts again from the
 	// count then, which at worst grants an instance its retries again).
@@ -56,29 +60,13 @@ type update struct {
 	memo        sameTaskMemo
 }
 
-func (u *update) snapshot() *pelotonv1.Update {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	return proto.Clone(u.u).(*pelotonv1.Update)
-}
-
-// target is the version the update rolls out now: the new spec, or the
-// copy of the old one while rolling back.
-func (u *update) target() uint64 {
-	if u.u.RollbackVersion != 0 {
-		return u.u.RollbackVersion
-	}
-	return u.u.ToVersion
-}
-
 // activeUpdate returns the update that owns job j's instances, if any.
 func (up *Updates) activeUpdate(jobID string) *update {
 	m := up.m
 	return m.upd.activeUpdateExcept(jobID, nil)
 }
 
-// activeUpdateExcept is activeUpdate ignoring skip, whose lock the caller
-// may hold.
+// activeUpdateExcept is activeUpdate ignoring skip.
 func (up *Updates) activeUpdateExcept(jobID string, skip *update) *update {
 	m := up.m
 	m.mu.RLock()
@@ -87,10 +75,7 @@ func (up *Updates) activeUpdateExcept(jobID string, skip *update) *update {
 		if u == skip {
 			continue
 		}
-		u.mu.Lock()
-		mine := u.u.JobId == jobID && updateActive(u.u.Status.State)
-		u.mu.Unlock()
-		if mine {
+		if x := u.record(); x.JobId == jobID && updateActive(x.Status.State) {
 			return u
 		}
 	}
@@ -135,7 +120,7 @@ func (up *Updates) recoverUpdates(ctx context.Context) error {
 			}
 			continue
 		}
-		m.updates[u.Id] = &update{u: u, rev: kv.Revision, baseline: map[uint32]uint32{}, done: map[uint32]bool{}}
+		m.updates[u.Id] = newUpdate(u, kv.Revision)
 	}
 	return nil
 }
@@ -262,7 +247,7 @@ func (up *Updates) createUpdate(ctx context.Context, jobID string, spec *peloton
 	u := m.upd.newUpdateRecord(id, jobID, us, curVer, v, scope, "update")
 	// The answer is the update as stored. Copy it before storing: from then
 	// on the engine owns u and may drive it at once.
-	created := proto.Clone(u.u).(*pelotonv1.Update)
+	created := u.snapshot()
 	if err := m.upd.storeNewVersion(ctx, j, jv, u, with(id)...); err != nil {
 		return nil, err
 	}
@@ -278,8 +263,14 @@ func (up *Updates) newUpdateRecord(id, jobID string, us *pelotonv1.UpdateSpec, f
 	if us.GetStartPaused() {
 		st.State, st.PausedFrom, st.Message = updatePaused, updateRollingForward, "created paused; resume it to start"
 	}
-	return &update{u: &pelotonv1.Update{Id: id, JobId: jobID, Spec: us, FromVersion: from, ToVersion: to, Status: st, Instances: scope, Cause: cause},
-		baseline: map[uint32]uint32{}, done: map[uint32]bool{}}
+	return newUpdate(&pelotonv1.Update{Id: id, JobId: jobID, Spec: us, FromVersion: from, ToVersion: to, Status: st, Instances: scope, Cause: cause}, 0)
+}
+
+// newUpdate is an update whose record is x, stored at rev (0: not yet).
+func newUpdate(x *pelotonv1.Update, rev int64) *update {
+	u := &update{baseline: map[uint32]uint32{}, done: map[uint32]bool{}}
+	u.publish(x, rev)
+	return u
 }
 
 // storeNewVersion makes jv the job's version in force, in one transaction
@@ -306,11 +297,12 @@ func (up *Updates) storeNewVersion(ctx context.Context, j *job, jv *jobVersion, 
 	}()
 	ops := []store.Op{store.Put(jobSpecKey(j.id, jv.version), enc, store.MustNotExist)}
 	if u != nil {
-		b, err := proto.Marshal(u.u)
+		x := u.record()
+		b, err := proto.Marshal(x)
 		if err != nil {
-			return fmt.Errorf("jobmgr: encode update %s: %w", u.u.Id, err)
+			return fmt.Errorf("jobmgr: encode update %s: %w", x.Id, err)
 		}
-		ops = append(ops, store.Put(updateKey(u.u.Id), b, store.MustNotExist))
+		ops = append(ops, store.Put(updateKey(x.Id), b, store.MustNotExist))
 	}
 	w := &jobWrite{
 		decide: func(rt *pelotonv1.JobStatus) error {
@@ -333,44 +325,13 @@ func (up *Updates) storeNewVersion(ctx context.Context, j *job, jv *jobVersion, 
 	rev := w.rev
 	j.addVersion(jv, true)
 	if u != nil {
-		u.rev = rev
+		u.publish(u.record(), rev) // before anyone else sees it
 		m.mu.Lock()
-		m.updates[u.u.Id] = u
+		m.updates[u.record().Id] = u
 		m.mu.Unlock()
 	}
 	// evaluateJob grows or shrinks the job to the new instance count.
 	m.queue.Add(j.id)
-	return nil
-}
-
-// saveUpdate stores u's record after fn changed a copy of it; the state
-// change must be in the table. Caller must hold u.mu.
-func (up *Updates) saveUpdateLocked(ctx context.Context, u *update, fn func(x *pelotonv1.Update) error) error {
-	m := up.m
-	x := proto.Clone(u.u).(*pelotonv1.Update)
-	if err := fn(x); err != nil {
-		return err
-	}
-	if proto.Equal(x, u.u) {
-		return nil
-	}
-	if err := checkUpdateTransition(u.u.Status.State, x.Status.State); err != nil {
-		return apierr.FailedPrecondition("update %s: %v", u.u.Id, err)
-	}
-	x.Status.UpdateTime = timestamppb.New(m.now())
-	b, err := proto.Marshal(x)
-	if err != nil {
-		return fmt.Errorf("jobmgr: encode update %s: %w", x.Id, err)
-	}
-	rev, err := m.store.Txn(ctx, store.Put(updateKey(x.Id), b, u.rev))
-	if err != nil {
-		return apierr.Unavailable("store update %s: %v", x.Id, err)
-	}
-	metrics.StoreWrites.WithLabelValues("update").Inc()
-	if x.Status.State != u.u.Status.State {
-		m.log.Info("update state", "update", x.Id, "job", x.JobId, "from", u.u.Status.State, "to", x.Status.State, "message", x.Status.Message)
-	}
-	u.u, u.rev = x, rev
 	return nil
 }
 
@@ -480,36 +441,34 @@ func (up *Updates) RollbackUpdate(ctx context.Context, id string) (*pelotonv1.Up
 
 // startRollback turns u into a rollback: a new spec version copying the
 // update's from-version becomes the job's spec in force and the update's
-// target.
+// target. Two rollbacks of one update that race (the user's and the
+// driver's) cannot both store their version: the version's record must
+// not exist yet, so the second fails.
 func (up *Updates) startRollback(ctx context.Context, j *job, u *update, why string) error {
 	m := up.m
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	s := u.u.Status.State
-	if s == updateRollingBack || (s == updatePaused && u.u.Status.PausedFrom == updateRollingBack) || s == updateRolledBack {
-		return apierr.FailedPrecondition("update %s is already %s", u.u.Id, s)
+	x := u.record()
+	if err := canRollBack(x); err != nil {
+		return err
 	}
-	if u.u.Cause == "restart" {
-		return apierr.FailedPrecondition("update %s is a restart; there is nothing to roll back", u.u.Id)
-	}
-	rec := j.view()
-	curVer := rec.rt.SpecVersion
-	if curVer != u.u.ToVersion {
-		return apierr.FailedPrecondition("job %s moved on to spec version %d since update %s; roll back the later change instead", j.id, curVer, u.u.Id)
+	if curVer := j.status().SpecVersion; curVer != x.ToVersion {
+		return apierr.FailedPrecondition("job %s moved on to spec version %d since update %s; roll back the later change instead", j.id, curVer, x.Id)
 	}
 	if a := m.upd.activeUpdateExcept(j.id, u); a != nil {
 		return apierr.FailedPrecondition("job %s has update %s in progress", j.id, a.snapshot().Id)
 	}
-	from := j.version(u.u.FromVersion)
+	from := j.version(x.FromVersion)
 	spec := proto.Clone(from.spec).(*pelotonv1.JobSpec)
-	jv, err := newJobVersion(j.latestVersion()+1, spec, m.now(), "rollback of update "+u.u.Id)
+	jv, err := newJobVersion(j.latestVersion()+1, spec, m.now(), "rollback of update "+x.Id)
 	if err != nil {
 		return err
 	}
 	if err := m.upd.storeNewVersion(ctx, j, jv, nil); err != nil {
 		return err
 	}
-	err = m.upd.saveUpdateLocked(ctx, u, func(x *pelotonv1.Update) error {
+	err = m.upd.saveUpdate(ctx, u, func(x *pelotonv1.Update) error {
+		if err := canRollBack(x); err != nil {
+			return err
+		}
 		x.RollbackVersion = jv.version
 		x.Status.State, x.Status.PausedFrom, x.Status.Message = updateRollingBack, 0, why
 		x.Status.InstancesDone, x.Status.InstancesFailed, x.Status.FailedInstances = 0, 0, nil
@@ -519,8 +478,22 @@ func (up *Updates) startRollback(ctx context.Context, j *job, u *update, why str
 	if err != nil {
 		return err
 	}
+	u.mu.Lock()
 	u.baseline, u.done, u.started, u.prefetched = map[uint32]uint32{}, map[uint32]bool{}, map[uint32]bool{}, 0
-	m.log.Info("rolling back", "update", u.u.Id, "job", j.id, "to", jv.version, "why", why)
+	u.mu.Unlock()
+	m.log.Info("rolling back", "update", x.Id, "job", j.id, "to", jv.version, "why", why)
+	return nil
+}
+
+// canRollBack says why update x cannot be rolled back, if it cannot.
+func canRollBack(x *pelotonv1.Update) error {
+	s := x.Status.State
+	if s == updateRollingBack || (s == updatePaused && x.Status.PausedFrom == updateRollingBack) || s == updateRolledBack {
+		return apierr.FailedPrecondition("update %s is already %s", x.Id, s)
+	}
+	if x.Cause == "restart" {
+		return apierr.FailedPrecondition("update %s is a restart; there is nothing to roll back", x.Id)
+	}
 	return nil
 }
 
@@ -530,25 +503,22 @@ func (up *Updates) changeUpdate(ctx context.Context, id string, fn func(x *pelot
 	if err != nil {
 		return nil, err
 	}
-	u.mu.Lock()
-	err = m.upd.saveUpdateLocked(ctx, u, fn)
-	u.mu.Unlock()
-	if err != nil {
+	if err := m.upd.saveUpdate(ctx, u, fn); err != nil {
 		return nil, err
 	}
-	m.queue.Add(u.snapshot().JobId)
+	m.queue.Add(u.record().JobId)
 	return u.snapshot(), nil
 }
 
 // driveUpdate runs one step of j's active update, if it has one. It
 // returns when the job should be evaluated again for it (0: no need).
 //
-// A step is snapshot, plan, ask, apply. The SLA evaluator may be remote, so
-// the step never holds u's lock while it asks: it takes the snapshot under
-// the lock (updateSnapshot), plans on it (planUpdate) and asks for the
-// instances the plan starts without it (askGrants), and applies what was
-// granted under the lock again (applyStep), unless the user changed the
-// update meanwhile (then the grants go back). An instance the evaluator
+// A step is snapshot, plan, ask, apply. The SLA evaluator may be remote and
+// the store slow, so the step never holds u's lock while it asks or writes:
+// it takes the snapshot under the lock (updateSnapshot), plans on it
+// (planUpdate) and asks for the instances the plan starts without it
+// (askGrants), and applies what was granted (applyStep), unless the user
+// changed the update meanwhile (then the grants go back). An instance the evaluator
 // does not grant, or does not answer for, is not started: the update
 // waits, says why in its message, and asks again on a later step (after a
 // backoff if the evaluator failed).
@@ -571,7 +541,7 @@ func (up *Updates) driveUpdate(ctx context.Context, j *job) (time.Duration, erro
 	var next time.Duration
 	var changed bool
 	var err error
-	u.locked(func() { next, changed, err = m.upd.applyStep(ctx, j, u, &step, g) })
+	next, changed, err = m.upd.applyStep(ctx, j, u, &step, g)
 	if changed {
 		// Paused, aborted or rolled back by the user while the evaluator
 		// answered: nothing started; give the grants back.
@@ -620,20 +590,21 @@ type updateStep struct {
 // when u is.
 func (up *Updates) updateSnapshot(j *job, u *update, unavailable int) updateStep {
 	m := up.m
-	target := j.version(u.target())
+	x := u.record()
+	target := j.version(targetOf(x))
 	step := updateStep{
-		id: u.u.Id, holder: "update/" + u.u.Id, target: target,
-		reason:   fmt.Sprintf("update %s to spec version %d", u.u.Id, target.version),
-		minReady: minReadyOf(u.u.Spec), now: m.now(), down: map[uint32]bool{},
-		in: planInput{spec: u.u.Spec, state: u.u.Status.State, failed: map[uint32]bool{}, done: maps.Clone(u.done), unavailable: unavailable},
+		id: x.Id, holder: "update/" + x.Id, target: target,
+		reason:   fmt.Sprintf("update %s to spec version %d", x.Id, target.version),
+		minReady: minReadyOf(x.Spec), now: m.now(), down: map[uint32]bool{},
+		in: planInput{spec: x.Spec, state: x.Status.State, failed: map[uint32]bool{}, done: maps.Clone(u.done), unavailable: unavailable},
 	}
 	if step.in.state == updatePaused {
 		return step
 	}
-	for _, f := range u.u.Status.FailedInstances {
+	for _, f := range x.Status.FailedInstances {
 		step.in.failed[f] = true
 	}
-	for _, inst := range u.u.Instances {
+	for _, inst := range x.Instances {
 		t := j.task(inst)
 		if t == nil {
 			continue // removed by a scale-down
@@ -642,7 +613,7 @@ func (up *Updates) updateSnapshot(j *job, u *update, unavailable int) updateStep
 		tv := t.view()
 		rt := tv.rt
 		run := rt.RunId
-		if r, ok := u.u.Restarts[inst]; ok {
+		if r, ok := x.Restarts[inst]; ok {
 			pi.atTarget = run > r
 			pi.starting = !pi.atTarget && rt.DesiredRunId > r
 		} else {
@@ -739,58 +710,85 @@ func (up *Updates) askGrants(ctx context.Context, j *job, step *updateStep) step
 // applyStep applies a step's plan and grants to u: it restarts the picked
 // instances onto the target and writes the update's record, with the
 // state the plan ends it in. It reports changed, doing nothing, when the
-// user changed the update since its snapshot. Caller holds u.mu.
+// update's record changed since the snapshot (the user paused, aborted or
+// rolled it back). u's memory changes under its lock; the restarts and
+// the record's write go without it. A change by the user that lands while
+// the restarts are on their way takes effect from the next step: the
+// step's own record write is dropped, and its restarts stand, holding
+// their grants until their new runs are available as any other.
 func (up *Updates) applyStep(ctx context.Context, j *job, u *update, step *updateStep, g stepGrants) (next time.Duration, changed bool, err error) {
 	m := up.m
-	if u.u.Status.State != step.in.state || u.target() != step.target.version {
+	var started, onlyIfDown []uint32
+	var done map[uint32]bool
+	var slaFailures int
+	var pf prefetch
+	u.locked(func() {
+		if x := u.record(); x.Status.State != step.in.state || targetOf(x) != step.target.version {
+			changed = true
+			return
+		}
+		for _, inst := range step.plan.newlyDone {
+			u.done[inst] = true
+		}
+		for _, inst := range step.plan.newlyFailed {
+			delete(u.done, inst)
+		}
+		if g.evaluatorFailed {
+			u.slaFailures++
+		} else {
+			u.slaFailures = 0
+		}
+		slaFailures = u.slaFailures
+		for _, p := range g.picks {
+			t := j.task(p.inst)
+			if t == nil {
+				continue
+			}
+			u.baseline[p.inst] = t.status().FailureCount
+			if u.started == nil {
+				u.started = map[uint32]bool{}
+			}
+			u.started[p.inst] = true
+			started = append(started, p.inst)
+			if !p.granted {
+				onlyIfDown = append(onlyIfDown, p.inst)
+			}
+		}
+		done = maps.Clone(u.done)
+		if len(started) > 0 {
+			pf = m.upd.prefetchNext(j, u, step.target)
+		}
+	})
+	if changed {
 		return 0, true, nil
 	}
-	for _, inst := range step.plan.newlyDone {
-		u.done[inst] = true
-	}
-	if g.evaluatorFailed {
-		u.slaFailures++
-	} else {
-		u.slaFailures = 0
-	}
-	var started, onlyIfDown []uint32
-	for _, p := range g.picks {
-		t := j.task(p.inst)
-		if t == nil {
-			continue
-		}
-		tv := t.view()
-		u.baseline[p.inst] = tv.rt.FailureCount
-		if u.started == nil {
-			u.started = map[uint32]bool{}
-		}
-		u.started[p.inst] = true
-		started = append(started, p.inst)
-		if !p.granted {
-			onlyIfDown = append(onlyIfDown, p.inst)
-		}
-	}
+	x := u.record()
 	// Concurrently, so the group committer packs a whole batch's writes
 	// into a few transactions instead of one round trip per instance.
 	if err := parallel(started, func(inst uint32) error {
-		return m.upd.restartOnto(ctx, j, inst, step.target, u.u.Spec.GetInPlace(), u.u.Restarts, slices.Contains(onlyIfDown, inst))
+		return m.upd.restartOnto(ctx, j, inst, step.target, x.Spec.GetInPlace(), x.Restarts, slices.Contains(onlyIfDown, inst))
 	}); err != nil {
 		return 0, false, err
 	}
-	if len(started) > 0 {
-		m.upd.prefetchNext(ctx, j, u, step.target)
-	}
+	pf.start(m, j)
 	waiting := g.waiting
 	if waiting == "" {
 		waiting = step.plan.waiting
 	}
-	if err := m.upd.saveUpdateLocked(ctx, u, func(x *pelotonv1.Update) error {
-		writeStep(x.Status, u.done, step, started, waiting)
+	err = m.upd.saveUpdate(ctx, u, func(x *pelotonv1.Update) error {
+		if x.Status.State != step.in.state || targetOf(x) != step.target.version {
+			return errStepStale
+		}
+		writeStep(x.Status, done, step, started, waiting)
 		return nil
-	}); err != nil {
+	})
+	if errors.Is(err, errStepStale) {
+		return 10 * time.Millisecond, false, nil
+	}
+	if err != nil {
 		return 0, false, err
 	}
-	if !updateActive(u.u.Status.State) {
+	if !updateActive(u.record().Status.State) {
 		return 0, false, nil
 	}
 	next = grantRenewEvery
@@ -800,11 +798,15 @@ func (up *Updates) applyStep(ctx context.Context, j *job, u *update, step *updat
 	if waiting != "" {
 		next = min(next, time.Second)
 	}
-	if u.slaFailures > 0 {
-		next = slaBackoff(u.slaFailures)
+	if slaFailures > 0 {
+		next = slaBackoff(slaFailures)
 	}
 	return next, false, nil
 }
+
+// errStepStale is a driver step's record write finding the update changed
+// by the user since the step's snapshot.
+var errStepStale = errors.New("the update changed since the step began")
 
 // writeStep records a step in the update's status: the instances it counts
 // failed (they leave done), done and current, and the state and message
@@ -969,17 +971,23 @@ func (up *Updates) restartOnto(ctx context.Context, j *job, inst uint32, target 
 	return nil
 }
 
-// prefetchNext asks the backend to fetch the target's image to the hosts of
-// the instances the update will start next, while the current ones run.
-func (up *Updates) prefetchNext(ctx context.Context, j *job, u *update, target *jobVersion) {
-	m := up.m
-	n := batchSize(u.u.Spec)
-	var hosts []string
-	var image string
+// prefetch is an image to fetch to hosts ahead of the instances there.
+type prefetch struct {
+	hosts []string
+	image string
+}
+
+// prefetchNext picks the hosts of the instances the update will start
+// next, while the current ones run, to fetch the target's image to.
+// Caller holds u.mu.
+func (up *Updates) prefetchNext(j *job, u *update, target *jobVersion) prefetch {
+	x := u.record()
+	n := batchSize(x.Spec)
+	var pf prefetch
 	seen := map[string]bool{}
 	i := u.prefetched
-	for ; i < len(u.u.Instances) && len(hosts) < n; i++ {
-		inst := u.u.Instances[i]
+	for ; i < len(x.Instances) && len(pf.hosts) < n; i++ {
+		inst := x.Instances[i]
 		if u.done[inst] {
 			continue
 		}
@@ -988,22 +996,27 @@ func (up *Updates) prefetchNext(ctx context.Context, j *job, u *update, target *
 		if prev == "" || img == "" {
 			continue
 		}
-		image = img
+		pf.image = img
 		if !seen[prev] {
 			seen[prev] = true
-			hosts = append(hosts, prev)
+			pf.hosts = append(pf.hosts, prev)
 		}
 	}
 	u.prefetched = i
-	if len(hosts) == 0 {
+	return pf
+}
+
+// start asks the backend for the prefetch, in the background, owned by
+// the Manager: the prefetch ends with it.
+func (pf prefetch) start(m *Manager, j *job) {
+	if len(pf.hosts) == 0 {
 		return
 	}
-	// In the background, owned by the Manager: the prefetch ends with it.
 	m.spawn(func(ctx context.Context) {
 		pctx, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
-		if err := m.hm.Prefetch(pctx, hosts, image); err != nil {
-			m.log.Warn("image prefetch failed", "job", j.id, "image", image, "hosts", len(hosts), "err", err)
+		if err := m.hm.Prefetch(pctx, pf.hosts, pf.image); err != nil {
+			m.log.Warn("image prefetch failed", "job", j.id, "image", pf.image, "hosts", len(pf.hosts), "err", err)
 		}
 	})
 }
@@ -1058,21 +1071,21 @@ func (up *Updates) rollingRestart(ctx context.Context, j *job, instances []uint3
 	rec := j.view()
 	ver := rec.rt.SpecVersion
 	us := &pelotonv1.UpdateSpec{BatchSize: budgetOf(j.spec())}
-	u := m.upd.newUpdateRecord(newJobID(), j.id, us, ver, ver, scope, "restart")
-	u.u.Restarts = restarts
-	b, err := proto.Marshal(u.u)
+	x := m.upd.newUpdateRecord(newJobID(), j.id, us, ver, ver, scope, "restart").record()
+	x.Restarts = restarts
+	b, err := proto.Marshal(x)
 	if err != nil {
-		return fmt.Errorf("jobmgr: encode update %s: %w", u.u.Id, err)
+		return fmt.Errorf("jobmgr: encode update %s: %w", x.Id, err)
 	}
-	rev, err := m.store.Txn(ctx, store.Put(updateKey(u.u.Id), b, store.MustNotExist))
+	rev, err := m.store.Txn(ctx, store.Put(updateKey(x.Id), b, store.MustNotExist))
 	if err != nil {
 		return apierr.Unavailable("store update: %v", err)
 	}
-	u.rev = rev
+	u := newUpdate(x, rev)
 	m.mu.Lock()
-	m.updates[u.u.Id] = u
+	m.updates[x.Id] = u
 	m.mu.Unlock()
-	m.log.Info("rolling restart", "job", j.id, "update", u.u.Id, "instances", len(scope))
+	m.log.Info("rolling restart", "job", j.id, "update", x.Id, "instances", len(scope))
 	m.queue.Add(j.id)
 	return nil
 }
@@ -1084,7 +1097,5 @@ func (up *Updates) UpdateJob(id string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	return u.u.GetJobId(), nil
+	return u.record().GetJobId(), nil
 }
