@@ -257,3 +257,65 @@ func TestRacingJobWritersLoseNothing(t *testing.T) {
 		t.Errorf("%d store writes for %d changes: the writers that queued did not share theirs", n, writers*each)
 	}
 }
+
+// An update's record too: readers do not wait for a write on its way, and
+// the changes queued behind it are stored together, in order.
+func TestUpdateRecordWritesInTurns(t *testing.T) {
+	st := &stallingStore{Store: memstore.New(memstore.Options{}), entered: make(chan struct{}), release: make(chan struct{})}
+	m, j := recordManager(t, 2, st)
+	ctx := context.Background()
+	x := m.upd.newUpdateRecord("u1", j.id, &pelotonv1.UpdateSpec{BatchSize: 1}, 1, 2, []uint32{0, 1}, "update").record()
+	b, err := proto.Marshal(x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rev, err := st.Txn(ctx, store.Put(updateKey(x.Id), b, store.MustNotExist))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := newUpdate(x, rev)
+	st.armed.Store(true)
+	done := make(chan error, 3)
+	go func() {
+		done <- m.upd.saveUpdate(ctx, u, func(x *pelotonv1.Update) error { x.Status.Message = "step"; return nil })
+	}()
+	<-st.entered
+	if got := u.record().Status.Message; got == "step" {
+		t.Errorf("a reader saw %q before it was stored", got)
+	}
+	go func() {
+		done <- m.upd.saveUpdate(ctx, u, func(x *pelotonv1.Update) error {
+			x.Status.State, x.Status.PausedFrom, x.Status.Message = updatePaused, x.Status.State, "paused by user"
+			return nil
+		})
+	}()
+	testutil.Eventually(t, 10*time.Second, "the pause queued", func() bool { return u.writes.waiting() == 1 })
+	go func() {
+		// Decided on the paused record: a resume, in order after the pause.
+		done <- m.upd.saveUpdate(ctx, u, func(x *pelotonv1.Update) error {
+			if x.Status.State != updatePaused {
+				return fmt.Errorf("resume decided on %s, not on the pause before it", x.Status.State)
+			}
+			x.Status.State, x.Status.PausedFrom, x.Status.Message = x.Status.PausedFrom, 0, "resumed by user"
+			return nil
+		})
+	}()
+	testutil.Eventually(t, 10*time.Second, "the resume queued", func() bool { return u.writes.waiting() == 2 })
+	close(st.release)
+	for range 3 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := u.record()
+	if got.Status.State != updateRollingForward || got.Status.Message != "resumed by user" {
+		t.Errorf("record: %s %q", got.Status.State, got.Status.Message)
+	}
+	if n := st.txns.Load(); n != 2 {
+		t.Errorf("%d store writes for a write and two queued behind it; want 2", n)
+	}
+	kv, err := st.Get(ctx, updateKey(x.Id))
+	if err != nil || kv.Revision != u.rec.Load().rev {
+		t.Errorf("stored at %d, memory at %d (%v)", kv.Revision, u.rec.Load().rev, err)
+	}
+}
