@@ -33,10 +33,10 @@ func FuzzTransitionTables(f *testing.F) {
 		}
 	}
 	f.Fuzz(func(t *testing.T, from, to int32) {
-		checkGolden(t, maintenanceTransitions, maint, hs(from), hs(to))
+		checkGolden(t, maintenanceTransitions, maint, hostState(from), hostState(to))
 		checkGolden(t, partitionTransitions, part, pelotonv1.PartitionMoveState(from), pelotonv1.PartitionMoveState(to))
-		if canChangeMaintenance(hs(from), hs(to)) != (from != to && maintenanceTransitions.Allowed(hs(from), hs(to))) {
-			t.Fatalf("canChangeMaintenance(%s, %s) disagrees with the table", hs(from), hs(to))
+		if canChangeMaintenance(hostState(from), hostState(to)) != (from != to && maintenanceTransitions.Allowed(hostState(from), hostState(to))) {
+			t.Fatalf("canChangeMaintenance(%s, %s) disagrees with the table", hostState(from), hostState(to))
 		}
 	})
 }

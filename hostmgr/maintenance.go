@@ -93,7 +93,7 @@ func newMaintenance(hm *Manager, st store.Store) *Maintenance {
 		maintWake: make(chan struct{}, 1), drainWake: make(chan struct{}, 1), srcWant: map[string]bool{}}
 }
 
-type hs = pelotonv1.HostState
+type hostState = pelotonv1.HostState
 
 const (
 	hostUp       = pelotonv1.HostState_HOST_UP
@@ -117,7 +117,7 @@ var maintenanceTransitions = fsm.New("host maintenance",
 // request for the state a host is already in is refused: draining a
 // draining host or completing an up one is a mistake worth telling the
 // operator about.
-func canChangeMaintenance(from, to hs) bool {
+func canChangeMaintenance(from, to hostState) bool {
 	return from != to && maintenanceTransitions.Allowed(from, to)
 }
 
@@ -125,7 +125,7 @@ func maintenanceKey(host string) string { return "hosts/" + host + "/maintenance
 
 // maintRecord is a host's persisted maintenance state and its store revision.
 type maintRecord struct {
-	state hs
+	state hostState
 	rev   int64
 	// by names the backend that started the maintenance ("" for an
 	// operator).
@@ -165,7 +165,7 @@ func (mt *Maintenance) CompleteMaintenance(ctx context.Context, names []string) 
 
 // changeMaintenance moves hosts to state to; by names the backend that
 // starts or completes it ("" for an operator, see maintRecord).
-func (mt *Maintenance) changeMaintenance(ctx context.Context, names []string, to hs, by string) ([]*pelotonv1.Host, error) {
+func (mt *Maintenance) changeMaintenance(ctx context.Context, names []string, to hostState, by string) ([]*pelotonv1.Host, error) {
 	if len(names) == 0 {
 		return nil, apierr.Invalid("hosts", "name at least one host")
 	}
@@ -244,7 +244,7 @@ func (mt *Maintenance) changeMaintenance(ctx context.Context, names []string, to
 
 // maintOpLocked is the store write that records host name in state to,
 // started by by, compared against the revision memory holds for it.
-func (mt *Maintenance) maintOpLocked(name string, to hs, by string) store.Op {
+func (mt *Maintenance) maintOpLocked(name string, to hostState, by string) store.Op {
 	rev := mt.records[name].rev // 0 (MustNotExist) when there is no record
 	if to == hostUp {
 		return store.Delete(maintenanceKey(name), rev)
@@ -309,7 +309,7 @@ func (mt *Maintenance) resync(names []string) {
 // by by) in memory and, when it starts draining with runs on it, returns
 // the drain request to publish once hm.mu is released. Call recountLocked
 // after the last change.
-func (mt *Maintenance) setStateLocked(name string, st hs, rev int64, by string) (DrainRequest, bool) {
+func (mt *Maintenance) setStateLocked(name string, st hostState, rev int64, by string) (DrainRequest, bool) {
 	if st == hostUp {
 		delete(mt.records, name)
 		by = ""
@@ -529,18 +529,18 @@ func (mt *Maintenance) loadMaintenance(ctx context.Context) error {
 
 // parseMaintenance reads a maintenance record: the state, and the backend
 // that started it ("" for an operator).
-func parseMaintenance(kv store.KV) (hs, string, error) {
+func parseMaintenance(kv store.KV) (hostState, string, error) {
 	name, rest, _ := strings.Cut(string(kv.Value), " ")
 	by, hasBy := strings.CutPrefix(rest, "by=")
 	v, ok := pelotonv1.HostState_value[name]
-	if st := hs(v); ok && (st == hostDraining || st == hostDrained) && (rest == "" || hasBy && by != "") {
+	if st := hostState(v); ok && (st == hostDraining || st == hostDrained) && (rest == "" || hasBy && by != "") {
 		return st, by, nil
 	}
 	return 0, "", fmt.Errorf("hostmgr: %s: unknown maintenance state %q", kv.Key, kv.Value)
 }
 
 // stateOfLocked is a host's maintenance state by name.
-func (mt *Maintenance) stateOfLocked(name string) hs {
+func (mt *Maintenance) stateOfLocked(name string) hostState {
 	if r, ok := mt.records[name]; ok {
 		return r.state
 	}
@@ -564,7 +564,7 @@ func (m *Manager) recountLocked() {
 	m.draining.Store(int32(n[hostDraining] + moving))
 	metrics.HostsMoving.Set(float64(moving))
 	m.hostGauged.update(m.hosts)
-	for _, st := range []hs{hostUp, hostDraining, hostDrained, hostDown} {
+	for _, st := range []hostState{hostUp, hostDraining, hostDrained, hostDown} {
 		metrics.Hosts.WithLabelValues(st.String()).Set(float64(n[st]))
 	}
 	// Hosts out of service are out of the capacity admission divides, so

@@ -28,7 +28,7 @@ func TestMaintenanceTableGolden(t *testing.T) {
 	got := maintenanceTransitions.Render()
 	peltest.Golden(t, "testdata/maintenance.golden", got, *update, "maintenance table")
 	for v := range pelotonv1.HostState_name {
-		if s := hs(v); s != pelotonv1.HostState_HOST_STATE_UNSPECIFIED {
+		if s := hostState(v); s != pelotonv1.HostState_HOST_STATE_UNSPECIFIED {
 			if !maintenanceTransitions.Has(s) {
 				t.Errorf("host state %s has no row in the maintenance table", s)
 			}

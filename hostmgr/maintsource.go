@@ -31,7 +31,7 @@ const (
 // (or comes back up): from the host's maintenance state, who started it
 // (by, "" for an operator), whether hostmgr knows the host and whether it
 // moves between partitions.
-func decideSource(down, known, moving bool, state hs, by string) sourceStep {
+func decideSource(down, known, moving bool, state hostState, by string) sourceStep {
 	switch {
 	case !known:
 		return sourceWait

@@ -67,7 +67,7 @@ func TestDecideSource(t *testing.T) {
 	for _, tc := range []struct {
 		name                string
 		down, known, moving bool
-		state               hs
+		state               hostState
 		by                  string
 		want                sourceStep
 	}{

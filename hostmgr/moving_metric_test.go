@@ -56,7 +56,7 @@ func TestHostStatesAreFixedLabels(t *testing.T) {
 			fixed = f.Values
 		}
 	}
-	for _, st := range []hs{hostUp, hostDraining, hostDrained, hostDown} {
+	for _, st := range []hostState{hostUp, hostDraining, hostDrained, hostDown} {
 		if !slices.Contains(fixed, st.String()) {
 			t.Errorf("host state %s is not among peloton_hosts' fixed values %v", st, fixed)
 		}

@@ -34,7 +34,7 @@ import (
 // memory changes, and the records are reloaded at Start, so a move cut short
 // by a restart goes on from where it was.
 
-type ps = pelotonv1.PartitionMoveState
+type moveState = pelotonv1.PartitionMoveState
 
 const (
 	partSettled = pelotonv1.PartitionMoveState_PARTITION_SETTLED
@@ -80,7 +80,7 @@ type partRecord struct {
 	Partition string `json:"partition"`
 	State     string `json:"state"`
 	Target    string `json:"target,omitempty"`
-	state     ps
+	state     moveState
 	rev       int64
 }
 
@@ -90,7 +90,7 @@ func parsePartition(kv store.KV) (partRecord, error) {
 		return r, fmt.Errorf("hostmgr: %s: %w", kv.Key, err)
 	}
 	v, ok := pelotonv1.PartitionMoveState_value[r.State]
-	r.state, r.rev = ps(v), kv.Revision
+	r.state, r.rev = moveState(v), kv.Revision
 	switch {
 	case !ok || !partitionTransitions.Has(r.state):
 		return r, fmt.Errorf("hostmgr: %s: unknown partition move state %q", kv.Key, r.State)

@@ -130,7 +130,7 @@ func waitPartitions(t *testing.T, m *Manager, want string) {
 func TestPartitionMoveTableGolden(t *testing.T) {
 	peltest.Golden(t, "testdata/partition_move.golden", partitionTransitions.Render(), *update, "partition move table")
 	for v := range pelotonv1.PartitionMoveState_name {
-		if s := ps(v); s != pelotonv1.PartitionMoveState_PARTITION_MOVE_STATE_UNSPECIFIED && !partitionTransitions.Has(s) {
+		if s := moveState(v); s != pelotonv1.PartitionMoveState_PARTITION_MOVE_STATE_UNSPECIFIED && !partitionTransitions.Has(s) {
 			t.Errorf("partition move state %s has no row in the table", s)
 		}
 	}

@@ -790,7 +790,7 @@ func (en *engine) updateJobState(ctx context.Context, j *job) error {
 	active := c(taskLaunching) + c(taskLaunched) + c(taskStarting) + c(taskRunning) + c(taskKilling) + c(taskPreempting)
 	// nextState is the state the counts give a job whose runtime is rt; ok
 	// is false while the job is INITIALIZED (its tasks are being created).
-	nextState := func(rt *pelotonv1.JobStatus) (next js, ok bool) {
+	nextState := func(rt *pelotonv1.JobStatus) (next jobState, ok bool) {
 		if rt.State == pelotonv1.JobState_JOB_INITIALIZED {
 			return rt.State, false
 		}

@@ -246,7 +246,7 @@ func TestCorruptRecordsAreQuarantinedAtStart(t *testing.T) {
 	})
 	s.finish(resmgr.RunTaskID(done, 0, 1), pelotonv1.TaskState_SUCCEEDED, false)
 	s.finish(resmgr.RunTaskID(done, 1, 1), pelotonv1.TaskState_SUCCEEDED, false)
-	jobState := func(p *process, id string) pelotonv1.JobState {
+	stateOf := func(p *process, id string) pelotonv1.JobState {
 		j, err := p.jm.GetJob(id)
 		if err != nil {
 			t.Fatal(err)
@@ -254,7 +254,7 @@ func TestCorruptRecordsAreQuarantinedAtStart(t *testing.T) {
 		return j.Status.State
 	}
 	testutil.Eventually(t, 20*time.Second, "job done succeeded", func() error {
-		if st := jobState(p, done); st != pelotonv1.JobState_JOB_SUCCEEDED {
+		if st := stateOf(p, done); st != pelotonv1.JobState_JOB_SUCCEEDED {
 			return fmt.Errorf("job done is %s", st)
 		}
 		return nil
@@ -269,7 +269,7 @@ func TestCorruptRecordsAreQuarantinedAtStart(t *testing.T) {
 	}
 	before := promtestutil.ToFloat64(metrics.QuarantinedRecords)
 	p2 := startProcessWith(t, e, s, Options{LostBackoff: 10 * time.Millisecond, ReconcileEvery: time.Hour})
-	if st := jobState(p2, done); st != pelotonv1.JobState_JOB_SUCCEEDED {
+	if st := stateOf(p2, done); st != pelotonv1.JobState_JOB_SUCCEEDED {
 		t.Errorf("the finished job, loaded when asked for: %s", st)
 	}
 
@@ -331,7 +331,7 @@ func TestCorruptRecordsAreQuarantinedAtStart(t *testing.T) {
 	// The finished job: still finished, its instance in the job's state.
 	checkDone := func(p *process) {
 		t.Helper()
-		if st := jobState(p, done); st != pelotonv1.JobState_JOB_SUCCEEDED {
+		if st := stateOf(p, done); st != pelotonv1.JobState_JOB_SUCCEEDED {
 			t.Errorf("job done is %s, want JOB_SUCCEEDED", st)
 		}
 		tk, err := p.jm.GetTask(done, 0)

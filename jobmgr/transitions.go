@@ -104,7 +104,7 @@ func isActive(s taskState) bool {
 	return false
 }
 
-type js = pelotonv1.JobState
+type jobState = pelotonv1.JobState
 
 // jobTransitions is the table of legal job state changes. Restart takes a
 // finished job back to PENDING.
@@ -128,14 +128,14 @@ const (
 	jobKilled      = pelotonv1.JobState_JOB_KILLED
 )
 
-func checkJobTransition(from, to js) error {
+func checkJobTransition(from, to jobState) error {
 	if jobTransitions.Allowed(from, to) {
 		return nil
 	}
 	return fmt.Errorf("jobmgr: illegal job transition %s -> %s", from, to)
 }
 
-func isJobTerminal(s js) bool {
+func isJobTerminal(s jobState) bool {
 	switch s {
 	case pelotonv1.JobState_JOB_SUCCEEDED, pelotonv1.JobState_JOB_FAILED, pelotonv1.JobState_JOB_KILLED:
 		return true

@@ -40,7 +40,7 @@ func TestEveryTaskStateHasARow(t *testing.T) {
 		}
 	}
 	for v := range pelotonv1.JobState_name {
-		s := js(v)
+		s := jobState(v)
 		if s == pelotonv1.JobState_JOB_STATE_UNSPECIFIED {
 			continue
 		}
