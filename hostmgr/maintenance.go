@@ -61,7 +61,11 @@ type Maintenance struct {
 
 	// mu serializes maintenance changes: API calls, marking hosts drained,
 	// partition moves and the history. Each reads revisions, runs a store
-	// transaction without hm.mu, then applies the result under hm.mu.
+	// transaction without hm.mu, then applies the result under hm.mu. It
+	// is the maintenance writers' turn: readers (the host cache, the API's
+	// lists) take only hm.mu, which no store call is made under. A method
+	// named ...InTurn needs mt.mu held; one named ...Locked, here as
+	// everywhere in hostmgr, needs hm.mu.
 	mu sync.Mutex
 	// records holds the persisted record of every host not HOST_UP, by
 	// name, including hosts the backend does not report (yet): a host that
@@ -234,7 +238,7 @@ func (mt *Maintenance) changeMaintenance(ctx context.Context, names []string, to
 	mt.publishDrains(drains...)
 	if to == hostDraining {
 		// Hosts that hold nothing are drained already; say so in the answer.
-		if err := mt.settleDrainedLocked(ctx); err != nil {
+		if err := mt.settleDrainedInTurn(ctx); err != nil {
 			mt.log.Warn("mark drained hosts; will retry", "err", err)
 			mt.retrySettle()
 		}
@@ -344,13 +348,13 @@ func taskIDsLocked(h *host) []string {
 func (mt *Maintenance) settleDrained(ctx context.Context) error {
 	mt.mu.Lock()
 	defer mt.mu.Unlock()
-	return errors.Join(mt.settleDrainedLocked(ctx), mt.settleMovesLocked(ctx))
+	return errors.Join(mt.settleDrainedInTurn(ctx), mt.settleMovesInTurn(ctx))
 }
 
-// settleDrainedLocked is settleDrained for a caller holding mt.mu. It does
+// settleDrainedInTurn is settleDrained for a caller holding mt.mu. It does
 // nothing before Recovered: until then a host whose runs are not re-reserved
 // yet looks empty when it is not.
-func (mt *Maintenance) settleDrainedLocked(ctx context.Context) error {
+func (mt *Maintenance) settleDrainedInTurn(ctx context.Context) error {
 	mt.hm.mu.Lock()
 	if !mt.recovered || mt.hm.draining.Load() == 0 {
 		mt.hm.mu.Unlock()

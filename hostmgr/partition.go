@@ -221,7 +221,7 @@ func (mt *Maintenance) MoveHost(ctx context.Context, name, partition, reason str
 		mt.publishDrains(d)
 	}
 	// A host that holds nothing moves at once; say so in the answer.
-	if err := mt.settleMovesLocked(ctx); err != nil {
+	if err := mt.settleMovesInTurn(ctx); err != nil {
 		mt.log.Warn("finish partition moves; will retry", "err", err)
 		mt.retrySettle()
 	}
@@ -231,12 +231,12 @@ func (mt *Maintenance) MoveHost(ctx context.Context, name, partition, reason str
 	return nil, apierr.NotFound("host: host %s does not exist", name)
 }
 
-// settleMovesLocked takes every moving host that holds no runs through the
+// settleMovesInTurn takes every moving host that holds no runs through the
 // rest of its move: PARTITION_MOVE_DRAINED, the backend told, then settled
 // in its new partition. A backend that fails leaves the host drained (not
 // in service) with a note, and the move is retried. Caller holds mt.mu.
 // Like marking hosts drained, it waits for Recovered.
-func (mt *Maintenance) settleMovesLocked(ctx context.Context) error {
+func (mt *Maintenance) settleMovesInTurn(ctx context.Context) error {
 	mt.hm.mu.Lock()
 	if !mt.recovered {
 		mt.hm.mu.Unlock()
@@ -251,16 +251,16 @@ func (mt *Maintenance) settleMovesLocked(ctx context.Context) error {
 	mt.hm.mu.Unlock()
 	var errs []error
 	for _, name := range names {
-		if err := mt.finishMoveLocked(ctx, name); err != nil {
+		if err := mt.finishMoveInTurn(ctx, name); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// finishMoveLocked takes one host from PARTITION_MOVING (empty) or
+// finishMoveInTurn takes one host from PARTITION_MOVING (empty) or
 // PARTITION_MOVE_DRAINED to settled in its new partition.
-func (mt *Maintenance) finishMoveLocked(ctx context.Context, name string) error {
+func (mt *Maintenance) finishMoveInTurn(ctx context.Context, name string) error {
 	mt.hm.mu.Lock()
 	r, ok := mt.parts[name]
 	if ok && r.state == partMoving {
