@@ -82,6 +82,8 @@ type Manager struct {
 	// Guarded by poolMu.
 	freshDefault int64
 
+	// mu guards the tree and the tasks below; a method named ...Locked
+	// needs it held (poolMu, above, is the pool changes' turn).
 	mu       sync.Mutex
 	root     *Pool
 	pools    map[string]*Pool

@@ -184,6 +184,8 @@ type Backend struct {
 	// health is the client of every HTTP health check.
 	health *http.Client
 
+	// mu guards the runs below; a method named ...Locked needs it held
+	// (partMu, above, guards only parts; sweepMu only removedJobs).
 	mu       sync.Mutex
 	sink     func(hostmgr.TaskEvent)
 	started  bool

@@ -173,6 +173,8 @@ type Backend struct {
 	maxFinished int
 	closeWait   time.Duration
 
+	// mu guards the runs below; a method named ...Locked needs it held
+	// (partMu, above, guards only parts).
 	mu      sync.Mutex
 	started bool
 	closed  bool
