@@ -1210,7 +1210,7 @@ func (en *engine) launch(ctx context.Context, p resmgr.Placement) {
 		}
 		m.eng.handleEvent(ctx, ev)
 	} else if t := j.task(inst); t != nil {
-		m.amend(j, inst, func(v *taskView) { v.blocked = 0 })
+		m.rw.amend(j, inst, func(v *taskView) { v.blocked = 0 })
 	}
 	m.queue.Add(j.id)
 }

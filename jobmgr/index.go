@@ -420,7 +420,7 @@ func (ar *Archive) unloadFinished(now time.Time) int {
 		f := &finishedJob{summary: row, requestID: j.requestID, ttl: j.spec().TtlSecondsAfterFinished}
 		// In the job's write turn, so that no write of it is on its way:
 		// one landing after the job left memory would be lost to it.
-		_ = m.writeJob(context.Background(), j, &jobWrite{inTurn: func() {
+		_ = m.rw.writeJob(context.Background(), j, &jobWrite{inTurn: func() {
 			rec := j.view()
 			m.mu.Lock()
 			defer m.mu.Unlock()

@@ -65,31 +65,34 @@ type jobWrite struct {
 const maxJobConflicts = 4
 
 // writeJob carries out w in its turn and returns its error.
-func (m *Manager) writeJob(ctx context.Context, j *job, w *jobWrite) error {
-	j.writes.take(w, func(batch []*jobWrite) { m.flushJob(ctx, j, batch) })
+func (rw *recordWriter) writeJob(ctx context.Context, j *job, w *jobWrite) error {
+	m := rw.m
+	j.writes.take(w, func(batch []*jobWrite) { m.rw.flushJob(ctx, j, batch) })
 	return w.err
 }
 
 // flushJob carries out a batch of writes in order: the changes between two
 // inTurn calls go to the store together.
-func (m *Manager) flushJob(ctx context.Context, j *job, batch []*jobWrite) {
+func (rw *recordWriter) flushJob(ctx context.Context, j *job, batch []*jobWrite) {
+	m := rw.m
 	start := 0
 	for i, w := range batch {
 		if w.inTurn == nil {
 			continue
 		}
-		m.commitJob(ctx, j, batch[start:i])
+		m.rw.commitJob(ctx, j, batch[start:i])
 		w.inTurn()
 		start = i + 1
 	}
-	m.commitJob(ctx, j, batch[start:])
+	m.rw.commitJob(ctx, j, batch[start:])
 }
 
 // commitJob applies the changes of ws in order to the job's runtime and
 // stores the result with their extra records in one transaction. Should
 // that fail with more than one change in it, each is tried alone, so that
 // one change's failure is its own.
-func (m *Manager) commitJob(ctx context.Context, j *job, ws []*jobWrite) {
+func (rw *recordWriter) commitJob(ctx context.Context, j *job, ws []*jobWrite) {
+	m := rw.m
 	if len(ws) == 0 {
 		return
 	}
@@ -108,7 +111,7 @@ func (m *Manager) commitJob(ctx context.Context, j *job, ws []*jobWrite) {
 		}
 		base := j.view()
 		if base.unsure {
-			if err := m.resolveJob(ctx, j); err != nil {
+			if err := m.rw.resolveJob(ctx, j); err != nil {
 				fail(err)
 				return
 			}
@@ -134,15 +137,15 @@ func (m *Manager) commitJob(ctx context.Context, j *job, ws []*jobWrite) {
 		if len(decided) == 0 {
 			return
 		}
-		rev, err := m.putJob(ctx, j, base, rt, extra)
+		rev, err := m.rw.putJob(ctx, j, base, rt, extra)
 		if err != nil && len(decided) > 1 {
 			for _, w := range decided {
-				m.commitJob(ctx, j, []*jobWrite{w})
+				m.rw.commitJob(ctx, j, []*jobWrite{w})
 			}
 			return
 		}
 		if errors.Is(err, store.ErrConflict) && len(extra) == 0 && conflicts < maxJobConflicts {
-			if err = m.resolveJob(ctx, j); err == nil {
+			if err = m.rw.resolveJob(ctx, j); err == nil {
 				continue // decide again on the record read back
 			}
 		}
@@ -168,7 +171,8 @@ func (m *Manager) commitJob(ctx context.Context, j *job, ws []*jobWrite) {
 // apply a spec version this process then does not know, and every later
 // version would conflict with it; the store's own request timeout bounds
 // it.
-func (m *Manager) putJob(ctx context.Context, j *job, base *jobView, rt *pelotonv1.JobStatus, extra []store.Op) (int64, error) {
+func (rw *recordWriter) putJob(ctx context.Context, j *job, base *jobView, rt *pelotonv1.JobStatus, extra []store.Op) (int64, error) {
+	m := rw.m
 	b, err := proto.Marshal(rt)
 	if err != nil {
 		return 0, fmt.Errorf("jobmgr: %w job %s runtime: %w", errEncode, j.id, err)

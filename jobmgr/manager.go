@@ -209,6 +209,7 @@ type Manager struct {
 	eng   *engine
 	recs  *reconcilers
 	adopt *adoption
+	rw    *recordWriter
 }
 
 // Options tunes a Manager.
@@ -641,7 +642,7 @@ func (m *Manager) ListJobs(pool string, states []pelotonv1.JobState, name string
 // with compare-and-swap, in its turn (jobrec.go). fn may run more than
 // once, should the record have changed under it: it must only decide.
 func (m *Manager) updateJobRuntime(ctx context.Context, j *job, fn func(rt *pelotonv1.JobStatus) error) error {
-	return m.writeJob(ctx, j, &jobWrite{decide: fn})
+	return m.rw.writeJob(ctx, j, &jobWrite{decide: fn})
 }
 
 // errUnloaded is the error of a write through a copy of a finished job

@@ -38,6 +38,12 @@ type reconcilers struct{ m *Manager }
 // (foreign.go); its state is in foreignCtl, nil when the backend has none.
 type adoption struct{ m *Manager }
 
+// recordWriter carries out the writes of the records jobmgr publishes (an
+// instance's runtime, a job's runtime) in their turns, and reads a record
+// back when a write's outcome is not known (taskrec.go, jobrec.go,
+// resolve.go). The turns are the records' own (turns.go).
+type recordWriter struct{ m *Manager }
+
 // attachParts gives m its parts; New calls it, as must a test that builds a
 // Manager by hand.
 func attachParts(m *Manager) *Manager {
@@ -46,6 +52,7 @@ func attachParts(m *Manager) *Manager {
 	m.eng = &engine{m}
 	m.recs = &reconcilers{m}
 	m.adopt = &adoption{m}
+	m.rw = &recordWriter{m}
 	return m
 }
 

@@ -40,7 +40,8 @@ const resolveTimeout = 5 * time.Second
 // is not the one in memory: after a write that may have been applied
 // (unsure), or one whose compare found the record changed. The caller
 // is the writer whose turn it is.
-func (m *Manager) resolveTask(ctx context.Context, j *job, inst uint32, t *task) error {
+func (rw *recordWriter) resolveTask(ctx context.Context, j *job, inst uint32, t *task) error {
+	m := rw.m
 	rctx, cancel := context.WithTimeout(ctx, resolveTimeout)
 	defer cancel()
 	kv, err := m.store.Get(rctx, taskKey(j.id, inst))
@@ -89,7 +90,8 @@ func (m *Manager) resolveTask(ctx context.Context, j *job, inst uint32, t *task)
 
 // resolveJob is resolveTask for the job's runtime record. The caller is
 // the writer whose turn it is.
-func (m *Manager) resolveJob(ctx context.Context, j *job) error {
+func (rw *recordWriter) resolveJob(ctx context.Context, j *job) error {
+	m := rw.m
 	rctx, cancel := context.WithTimeout(ctx, resolveTimeout)
 	defer cancel()
 	kv, err := m.store.Get(rctx, jobRuntimeKey(j.id))

@@ -82,8 +82,9 @@ func (t *task) publish(j *job, base, next *taskView) {
 // amend publishes a copy of the current view changed by fn, in memory
 // only, in its turn: for the counters that go with a view but are no
 // record's.
-func (m *Manager) amend(j *job, inst uint32, fn func(v *taskView)) {
-	_ = m.queueTaskWrite(context.Background(), j, inst, &taskWrite{amend: fn})
+func (rw *recordWriter) amend(j *job, inst uint32, fn func(v *taskView)) {
+	m := rw.m
+	_ = m.rw.queueTaskWrite(context.Background(), j, inst, &taskWrite{amend: fn})
 }
 
 // taskWrite is one decision about an instance, in the queue of its writes.
@@ -140,30 +141,32 @@ func (m *Manager) applyTaskVia(ctx context.Context, j *job, inst uint32, persist
 // itself: decide gets the current one, which it must not change, and
 // returns a new one (never the runtime it got), or errSkip.
 func (m *Manager) writeTask(ctx context.Context, j *job, inst uint32, persist bool, via []taskState, decide func(prev taskSnap) (taskSnap, error)) error {
-	return m.queueTaskWrite(ctx, j, inst, &taskWrite{persist: persist, via: via, decide: decide})
+	return m.rw.queueTaskWrite(ctx, j, inst, &taskWrite{persist: persist, via: via, decide: decide})
 }
 
 // queueTaskWrite carries out w in its turn: at once if no write of the
 // instance is on its way, else after it, with the others queued meanwhile
 // (turns.go). The writer whose write is first in a batch carries out the
 // whole batch with its own context.
-func (m *Manager) queueTaskWrite(ctx context.Context, j *job, inst uint32, w *taskWrite) error {
+func (rw *recordWriter) queueTaskWrite(ctx context.Context, j *job, inst uint32, w *taskWrite) error {
+	m := rw.m
 	t := j.task(inst)
 	if t == nil {
 		return fmt.Errorf("jobmgr: instance %d of job %s has no task yet", inst, j.id)
 	}
-	t.writes.take(w, func(batch []*taskWrite) { m.flushTask(ctx, j, inst, t, batch) })
+	t.writes.take(w, func(batch []*taskWrite) { m.rw.flushTask(ctx, j, inst, t, batch) })
 	return w.err
 }
 
 // flushTask applies batch's decisions in order to the instance's view,
 // stores the result if any decision is to be stored, publishes it, and
 // sets each write's error.
-func (m *Manager) flushTask(ctx context.Context, j *job, inst uint32, t *task, batch []*taskWrite) {
+func (rw *recordWriter) flushTask(ctx context.Context, j *job, inst uint32, t *task, batch []*taskWrite) {
+	m := rw.m
 	for conflicts := 0; ; conflicts++ {
 		base := t.cur.Load()
 		if base.unsure && anyStored(batch) {
-			if err := m.resolveTask(ctx, j, inst, t); err != nil {
+			if err := m.rw.resolveTask(ctx, j, inst, t); err != nil {
 				for _, w := range batch {
 					w.err = err
 				}
@@ -171,22 +174,22 @@ func (m *Manager) flushTask(ctx context.Context, j *job, inst uint32, t *task, b
 			}
 			base = t.cur.Load()
 		}
-		view, decided := m.decideBatch(j, inst, base, batch)
+		view, decided := m.rw.decideBatch(j, inst, base, batch)
 		if view == base {
 			return // nothing changes
 		}
 		if anyStored(decided) {
-			rev, err := m.putTask(ctx, j, inst, view.rt, base.rev)
+			rev, err := m.rw.putTask(ctx, j, inst, view.rt, base.rev)
 			if errors.Is(err, errEncode) && len(decided) > 1 {
 				// One decision's record cannot be encoded: carry them
 				// out one by one, so that only it fails.
 				for _, w := range batch {
-					m.flushTask(ctx, j, inst, t, []*taskWrite{w})
+					m.rw.flushTask(ctx, j, inst, t, []*taskWrite{w})
 				}
 				return
 			}
 			if errors.Is(err, store.ErrConflict) && conflicts < maxTaskConflicts {
-				if err = m.resolveTask(ctx, j, inst, t); err == nil {
+				if err = m.rw.resolveTask(ctx, j, inst, t); err == nil {
 					continue // decide again on the record read back
 				}
 			}
@@ -225,7 +228,8 @@ func anyStored(ws []*taskWrite) bool {
 // left, starting from base; a decision that fails (errSkip, a transition
 // not in the table) gets its error and changes nothing. It returns the
 // last view (base itself if nothing changed) and the decisions taken.
-func (m *Manager) decideBatch(j *job, inst uint32, base *taskView, batch []*taskWrite) (*taskView, []*taskWrite) {
+func (rw *recordWriter) decideBatch(j *job, inst uint32, base *taskView, batch []*taskWrite) (*taskView, []*taskWrite) {
+	m := rw.m
 	view := base
 	var decided []*taskWrite
 	for _, w := range batch {
@@ -236,7 +240,7 @@ func (m *Manager) decideBatch(j *job, inst uint32, base *taskView, batch []*task
 			view = &next
 			continue
 		}
-		next, err := m.decideTask(j, inst, view, w.via, w.decide)
+		next, err := m.rw.decideTask(j, inst, view, w.via, w.decide)
 		if err != nil {
 			w.err = err
 			continue
@@ -254,7 +258,8 @@ var errEncode = errors.New("encode")
 
 // putTask stores rt as the instance's record if the record is still at
 // rev (0: there is none yet), and returns the revision written.
-func (m *Manager) putTask(ctx context.Context, j *job, inst uint32, rt *pelotonv1.TaskStatus, rev int64) (int64, error) {
+func (rw *recordWriter) putTask(ctx context.Context, j *job, inst uint32, rt *pelotonv1.TaskStatus, rev int64) (int64, error) {
+	m := rw.m
 	b, err := proto.Marshal(rt)
 	if err != nil {
 		// Nothing was written, memory stays as it was, and it is no
@@ -272,7 +277,8 @@ func (m *Manager) putTask(ctx context.Context, j *job, inst uint32, rt *pelotonv
 // decideTask makes the view that follows base: decide's state, the path
 // to it checked against the table and kept in the history, and the time
 // the run became available. The view keeps base's revision.
-func (m *Manager) decideTask(j *job, inst uint32, base *taskView, via []taskState, decide func(prev taskSnap) (taskSnap, error)) (*taskView, error) {
+func (rw *recordWriter) decideTask(j *job, inst uint32, base *taskView, via []taskState, decide func(prev taskSnap) (taskSnap, error)) (*taskView, error) {
+	m := rw.m
 	next, err := decide(base.snap())
 	if err != nil {
 		return nil, err

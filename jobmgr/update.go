@@ -311,7 +311,7 @@ func (up *Updates) storeNewVersion(ctx context.Context, j *job, jv *jobVersion, 
 		},
 		extra: append(ops, extra...),
 	}
-	if err := m.writeJob(ctx, j, w); err != nil {
+	if err := m.rw.writeJob(ctx, j, w); err != nil {
 		switch {
 		case errors.Is(err, store.ErrConflict):
 			return apierr.Aborted("job %s changed concurrently; retry", j.id)
