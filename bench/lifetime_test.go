@@ -10,6 +10,7 @@ import (
 
 	"github.com/peloton-sched/peloton/bench"
 	"github.com/peloton-sched/peloton/cmd/peloton/cli"
+	"github.com/peloton-sched/peloton/internal/testing/testutil"
 )
 
 // childEnv makes this test binary run as the peloton command: the
@@ -21,7 +22,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) == "1" {
 		os.Exit(cli.Main(os.Args[1:]))
 	}
-	os.Exit(m.Run())
+	testutil.LeakCheckMain(m, testutil.RunsCodeOf("bench"))
 }
 
 // TestLifetimeScenario runs the lifetime scenario at a tiny size: every

@@ -45,7 +45,7 @@ func maintManager(t *testing.T, st store.Store) *Manager {
 		hs = append(hs, HostInfo{Name: n, Capacity: resources.Resources{MilliCPU: 1000, MemoryMB: 100}})
 	}
 	m := NewManager(&fixedHosts{hs}, Options{LeaseTTL: time.Minute, Store: st})
-	if err := m.Start(context.Background()); err != nil {
+	if err := m.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = m.Close() })

@@ -53,7 +53,7 @@ func newMaintSource() *maintSource {
 func startSourced(t *testing.T, src *maintSource, st store.Store) *Manager {
 	t.Helper()
 	m := NewManager(src, Options{LeaseTTL: time.Minute, Store: st})
-	if err := m.Start(context.Background()); err != nil {
+	if err := m.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = m.Close() })

@@ -37,7 +37,7 @@ func newTestManager(t *testing.T, n int, capacity resources.Resources) *Manager 
 		hs = append(hs, HostInfo{Name: string(rune('a' + i)), Capacity: capacity})
 	}
 	m := NewManager(&fixedHosts{hs}, Options{LeaseTTL: time.Minute})
-	if err := m.Start(context.Background()); err != nil {
+	if err := m.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	return m
@@ -156,7 +156,7 @@ func TestAcquireHostsRotatesAndFilters(t *testing.T) {
 		{Name: "d", Capacity: resources.Resources{MilliCPU: 1000, MemoryMB: 100}, Partition: "p2"},
 	}
 	m := NewManager(&fixedHosts{hs}, Options{LeaseTTL: time.Minute})
-	if err := m.Start(context.Background()); err != nil {
+	if err := m.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	names := func(os []HostOffer) (s string) {

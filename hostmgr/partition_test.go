@@ -94,7 +94,7 @@ func newPartHosts() *partHosts {
 func partManager(t *testing.T, b Backend, st store.Store) *Manager {
 	t.Helper()
 	m := NewManager(b, Options{LeaseTTL: time.Minute, Store: st})
-	if err := m.Start(context.Background()); err != nil {
+	if err := m.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = m.Close() })

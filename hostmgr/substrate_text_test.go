@@ -68,7 +68,7 @@ func TestSubstrateTextIsCleanedWhereItEnters(t *testing.T) {
 		{Name: badHostName, Capacity: resources.Resources{MilliCPU: 1000, MemoryMB: 100}},
 	}}}
 	m := NewManager(b, Options{})
-	if err := m.Start(context.Background()); err != nil {
+	if err := m.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	defer m.Close()

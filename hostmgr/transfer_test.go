@@ -141,7 +141,7 @@ func TestReplaceMovesTheHold(t *testing.T) {
 	r := resources.Resources{MilliCPU: 600, MemoryMB: 30}
 	b := &replacing{fixedHosts: fixedHosts{[]HostInfo{{Name: "a", Capacity: resources.Resources{MilliCPU: 1000, MemoryMB: 100}}}}}
 	m := NewManager(b, Options{LeaseTTL: time.Minute, EventBuffer: 16})
-	if err := m.Start(context.Background()); err != nil {
+	if err := m.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = m.Close() })

@@ -1,7 +1,6 @@
 package hostmgr
 
 import (
-	"context"
 	"errors"
 	"sync"
 	"sync/atomic"
@@ -41,7 +40,7 @@ func TestHostsFollowTheBackend(t *testing.T) {
 	b := &changingHosts{fixedHosts: fixedHosts{hosts: []HostInfo{{Name: "a", Capacity: capa}}}}
 	var seen []resources.Resources
 	m := NewManager(b, Options{LeaseTTL: time.Minute, OnCapacity: func(r resources.ByPartition) { seen = append(seen, r.Total()) }})
-	if err := m.Start(context.Background()); err != nil {
+	if err := m.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	if b.changed == nil {
@@ -100,7 +99,7 @@ func TestCommitRefusesUnschedulableHost(t *testing.T) {
 	capa := resources.Resources{MilliCPU: 1000, MemoryMB: 100}
 	b := &changingHosts{fixedHosts: fixedHosts{hosts: []HostInfo{{Name: "a", Capacity: capa}}}}
 	m := NewManager(b, Options{LeaseTTL: time.Minute})
-	if err := m.Start(context.Background()); err != nil {
+	if err := m.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	id, _ := m.AcquireHosts(HostFilter{Max: 1})

@@ -1,7 +1,6 @@
 package store
 
 import (
-	"os"
 	"testing"
 
 	"github.com/peloton-sched/peloton/internal/testing/testutil"
@@ -11,5 +10,5 @@ import (
 // another user.
 func TestMain(m *testing.M) {
 	testutil.DialHelperMain()
-	os.Exit(m.Run())
+	testutil.LeakCheckMain(m, testutil.RunsCodeOf("internal/store"))
 }
