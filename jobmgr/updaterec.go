@@ -43,10 +43,8 @@ func (u *update) publish(x *pelotonv1.Update, rev int64) {
 	u.rec.Store(&updateView{u: x, rev: rev})
 }
 
-// target is the version the update rolls out now: the new spec, or the
+// targetOf is the version update x rolls out now: the new spec, or the
 // copy of the old one while rolling back.
-func (u *update) target() uint64 { return targetOf(u.record()) }
-
 func targetOf(x *pelotonv1.Update) uint64 {
 	if x.RollbackVersion != 0 {
 		return x.RollbackVersion
