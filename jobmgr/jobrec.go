@@ -67,7 +67,7 @@ const maxJobConflicts = 4
 // writeJob carries out w in its turn and returns its error.
 func (rw *recordWriter) writeJob(ctx context.Context, j *job, w *jobWrite) error {
 	m := rw.m
-	j.writes.take(w, func(batch []*jobWrite) { m.rw.flushJob(ctx, j, batch) })
+	j.writes.take(w, func(batch []*jobWrite) { m.rw.flushJob(batchContext(ctx, len(batch)), j, batch) })
 	return w.err
 }
 

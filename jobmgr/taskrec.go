@@ -154,7 +154,7 @@ func (rw *recordWriter) queueTaskWrite(ctx context.Context, j *job, inst uint32,
 	if t == nil {
 		return fmt.Errorf("jobmgr: instance %d of job %s has no task yet", inst, j.id)
 	}
-	t.writes.take(w, func(batch []*taskWrite) { m.rw.flushTask(ctx, j, inst, t, batch) })
+	t.writes.take(w, func(batch []*taskWrite) { m.rw.flushTask(batchContext(ctx, len(batch)), j, inst, t, batch) })
 	return w.err
 }
 

@@ -1,6 +1,9 @@
 package jobmgr
 
-import "sync"
+import (
+	"context"
+	"sync"
+)
 
 // turns queues the writers of one record behind the one whose write is
 // on its way, and hands them their turn together: the first writer
@@ -70,4 +73,15 @@ func (q *turns[W]) waiting() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return len(q.queued)
+}
+
+// batchContext is the context a batch of n writes is carried out with: the
+// writer's own when it is alone, else one its cancel does not reach, so
+// that a writer that gives up (an API call's deadline) does not fail the
+// writes of those queued behind it. The store bounds each round trip.
+func batchContext(ctx context.Context, n int) context.Context {
+	if n > 1 {
+		return context.WithoutCancel(ctx)
+	}
+	return ctx
 }

@@ -1,6 +1,7 @@
 package jobmgr
 
 import (
+	"context"
 	"slices"
 	"sync"
 	"testing"
@@ -48,5 +49,18 @@ func TestTurnsBatchTheWritersThatWait(t *testing.T) {
 	q.take(4, flush)
 	if last := flushes[len(flushes)-1]; !slices.Equal(last, []int{4}) {
 		t.Errorf("a lone write flushed as %v", last)
+	}
+}
+
+// A lone writer's cancel ends its write; a batch is not ended by its
+// leader's.
+func TestBatchContext(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if batchContext(ctx, 1).Err() == nil {
+		t.Error("a lone write outlives its writer's cancel")
+	}
+	if err := batchContext(ctx, 2).Err(); err != nil {
+		t.Errorf("a batch ends with its leader's cancel: %v", err)
 	}
 }

@@ -63,7 +63,7 @@ type updateWrite struct {
 // (nothing is written) or fail (its error is returned, nothing written).
 func (up *Updates) saveUpdate(ctx context.Context, u *update, fn func(x *pelotonv1.Update) error) error {
 	w := &updateWrite{decide: fn}
-	u.writes.take(w, func(batch []*updateWrite) { up.flushUpdate(ctx, u, batch) })
+	u.writes.take(w, func(batch []*updateWrite) { up.flushUpdate(batchContext(ctx, len(batch)), u, batch) })
 	return w.err
 }
 
