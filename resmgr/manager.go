@@ -1181,6 +1181,7 @@ func (m *Manager) Run(ctx context.Context) {
 		}
 		m.admitOnce()
 		m.updateGauges()
+		metrics.AdmissionRounds.Inc()
 	}
 }
 
