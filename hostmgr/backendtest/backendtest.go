@@ -750,7 +750,9 @@ func testAdoptAfterCrash(t *testing.T, h Harness) {
 	old.closed = true // crashed: nothing is left to close
 	old.closeMu.Unlock()
 	h.Crash(old.b)
-	time.Sleep(2 * time.Second) // gap ends while no backend runs
+	// The gap: runs end while no backend runs, so nothing runs that could
+	// say when; its length is the scenario.
+	time.Sleep(2 * time.Second)
 
 	in := start(t, h, newBackend)
 	if st, err := in.b.Status(done.TaskID); err != nil || st.State != pelotonv1.TaskState_SUCCEEDED {

@@ -161,7 +161,7 @@ func TestKill9ThreeTimesRunsEachInstanceOnce(t *testing.T) {
 	for kill := 1; kill <= 3; kill++ {
 		// The scenario, not a wait: kills 2, 2.5 and 3 s into each
 		// server's life land at different points of its recovery and
-		// launches.
+		// launches, some before it shows anything a test could wait on.
 		time.Sleep(time.Duration(1500+500*kill) * time.Millisecond)
 		p.kill()
 		p = startUp(t, bin, dir)

@@ -337,7 +337,7 @@ func (c *Cluster) StopAPIServer() {
 // starts it again on the same address.
 func (c *Cluster) RestartAPIServer(down time.Duration) error {
 	c.StopAPIServer()
-	time.Sleep(down)
+	time.Sleep(down) // the outage the caller asked for: its length is the point
 	return c.StartAPIServer()
 }
 
