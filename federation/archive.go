@@ -70,6 +70,7 @@ func (f *Federation) archiveLoop(ctx context.Context) {
 		if n, err := f.archivePass(ctx); err != nil && ctx.Err() == nil {
 			f.log.Warn("archive of finished federated objects: nothing deleted that was not archived; retried next pass", "archived", n, "err", err)
 		}
+		f.passes.archive.Add(1)
 	}
 }
 

@@ -97,10 +97,9 @@ func TestArchiveFinishedJobs(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	// A sleep that stays: the claim is that nothing happens, so there is no
-	// condition to wait on. 100 ms holds several collector passes (every
-	// 20 ms) with the clock before any TTL.
-	time.Sleep(100 * time.Millisecond)
+	// Nothing is due: three passes of the collector, with the clock before
+	// any TTL, archive nothing.
+	testutil.Eventually(t, 10*time.Second, "three passes of the collector", func() bool { return f.passes.archive.Load() >= 3 })
 	if n := len(archivedJobs(t, h)); n != 0 {
 		t.Fatalf("%d jobs archived before their TTL", n)
 	}

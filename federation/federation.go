@@ -173,6 +173,7 @@ type Federation struct {
 	// rolloutKick wakes the rollout loop.
 	rolloutKick chan struct{}
 	started     bool
+	passes      passCounts
 
 	// The named parts (see the package doc); each holds this Federation.
 	jobsPart     *Jobs

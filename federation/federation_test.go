@@ -102,6 +102,20 @@ func startFederation(t *testing.T, e *store.Embedded) *federation.Federation {
 	return f
 }
 
+// waitPasses waits until n more passes of a federation loop, counted by
+// passes, have finished: a test that claims the loop left something alone
+// then knows it has looked.
+func waitPasses(t *testing.T, loop string, passes func() uint64, n uint64) {
+	t.Helper()
+	want := passes() + n
+	testutil.Eventually(t, 30*time.Second, fmt.Sprintf("%d passes of the %s", n, loop), func() error {
+		if got := passes(); got < want {
+			return fmt.Errorf("%d of %d", got, want)
+		}
+		return nil
+	})
+}
+
 func ctxT(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	t.Cleanup(cancel)
@@ -391,9 +405,10 @@ func TestJobMovesOffAnUnreachableCluster(t *testing.T) {
 	small.stop(t)
 	testutil.Eventually(t, 10*time.Second, "the job moving off small", jobIs(pelotonv1.DispatchState_DISPATCH_MOVING, "small"))
 	// Unreachable is not gone: while small does not answer, the job waits.
-	// A sleep that stays: it holds the job's state for a second of
-	// dispatcher passes (every 100 ms) to show that nothing moves it.
-	time.Sleep(time.Second)
+	// However many passes of the dispatcher, and of small's worker, which
+	// finds small still away, look at it meanwhile.
+	waitPasses(t, "dispatcher", f.DispatchPasses, 5)
+	waitPasses(t, "worker of small", func() uint64 { return f.WorkerPasses("small") }, 3)
 	if err := jobIs(pelotonv1.DispatchState_DISPATCH_MOVING, "small")(); err != nil {
 		t.Fatal(err)
 	}

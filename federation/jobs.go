@@ -359,6 +359,7 @@ func (jb *Jobs) dispatchLoop(ctx context.Context) {
 	defer sweep.Stop()
 	for {
 		jb.dispatchPending(ctx)
+		jb.f.passes.dispatch.Add(1)
 		select {
 		case <-ctx.Done():
 			return

@@ -92,13 +92,13 @@ func httpGet(addr, path string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-// waitFedLeader polls every 20ms, for at most within, until exactly one
-// replica other than old (nil: any) leads and serves its own API; at no
-// poll may two lead.
+// waitFedLeader waits, for at most within, until exactly one replica
+// other than old (nil: any) leads and serves its own API; at no poll may
+// two lead.
 func waitFedLeader(t *testing.T, within time.Duration, old *fedReplica, rs ...*fedReplica) *fedReplica {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
+	var leader *fedReplica
+	testutil.Eventually(t, within, fmt.Sprintf("one federation replica of %d leading and serving", len(rs)), func() error {
 		var ls []*fedReplica
 		for _, r := range rs {
 			if r.leading.Load() {
@@ -108,19 +108,16 @@ func waitFedLeader(t *testing.T, within time.Duration, old *fedReplica, rs ...*f
 		if len(ls) > 1 {
 			t.Fatalf("%s and %s lead at once", ls[0].name, ls[1].name)
 		}
-		if len(ls) == 1 && ls[0] != old {
-			if code, body := httpGet(ls[0].http, "/healthz"); code == http.StatusOK && body == "ok\n" {
-				return ls[0]
-			}
+		if len(ls) == 0 || ls[0] == old {
+			return errors.New("no new leader")
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no federation replica of %d leads and serves within %s", len(rs), within)
+		if code, body := httpGet(ls[0].http, "/healthz"); code != http.StatusOK || body != "ok\n" {
+			return fmt.Errorf("%s leads; its /healthz: %d %q", ls[0].name, code, body)
 		}
-		// A wait on a condition with a fixed cadence rather than
-		// testutil.Eventually's backoff: every 20 ms poll also checks that
-		// no two replicas lead at once.
-		time.Sleep(20 * time.Millisecond)
-	}
+		leader = ls[0]
+		return nil
+	})
+	return leader
 }
 
 // clusterService dials a replica's gRPC address.
@@ -184,14 +181,6 @@ func TestFederationLeaderElectAndHandover(t *testing.T) {
 		}
 		return nil
 	})
-	// Steady state: the same one leads at every poll. The sleeps stay: they
-	// space 25 polls over half a second in which nothing may change.
-	for i := 0; i < 25; i++ {
-		if !leader.leading.Load() || follower.leading.Load() {
-			t.Fatalf("poll %d: %s leads %v, %s leads %v", i, leader.name, leader.leading.Load(), follower.name, follower.leading.Load())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 	// The follower answers /healthz itself, naming the leader once its
 	// watch has shown it.
 	testutil.Eventually(t, 5*time.Second, "the follower's /healthz naming the leader", func() error {
@@ -224,6 +213,14 @@ func TestFederationLeaderElectAndHandover(t *testing.T) {
 		}
 		return nil
 	})
+
+	// Steady state all through the calls above, forwarded and answered:
+	// the same one leads, in its first and only term. The count of terms
+	// sees a flap that happened between two looks, which no poll would.
+	if !leader.leading.Load() || follower.leading.Load() || leader.leads.Load() != 1 || follower.leads.Load() != 0 {
+		t.Fatalf("not steady: %s leads %v (%d terms), %s leads %v (%d terms)", leader.name, leader.leading.Load(), leader.leads.Load(),
+			follower.name, follower.leading.Load(), follower.leads.Load())
+	}
 
 	// The leader stops: it resigns once its federation has stopped, so
 	// the other leads at once and starts from etcd.

@@ -61,6 +61,8 @@ type member struct {
 	poolMsgs map[string]string
 	// jobCursor rotates the window of jobs a pass looks at.
 	jobCursor atomic.Int64
+	// passes counts the worker's finished passes (passes.go).
+	passes atomic.Uint64
 }
 
 // clusterClient is how the federation calls a cluster: the one shared

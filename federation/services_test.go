@@ -333,9 +333,9 @@ func TestFederatedServiceRollout(t *testing.T) {
 	if _, err := f.Services().ControlRollout(ctxT(t), id, federation.RolloutPause); status.Code(err) != codes.FailedPrecondition || !contains(err, "is ROLLOUT_PAUSED") {
 		t.Errorf("pause of a paused rollout: %v", err)
 	}
-	// A sleep that stays: it holds half a second of rollout passes, in
-	// which a paused rollout must start nothing.
-	time.Sleep(500 * time.Millisecond)
+	// A paused rollout starts nothing, however many passes of the rollout
+	// loop look at it.
+	waitPasses(t, "rollout", f.RolloutPasses, 5)
 	if s, _ := f.Services().GetService(id); s.Rollout.Steps[0].State != pelotonv1.RolloutStepState_STEP_PENDING {
 		t.Fatalf("a paused rollout started a step: %v", s.Rollout)
 	}

@@ -239,6 +239,7 @@ func (sv *Services) rolloutLoop(ctx context.Context) {
 			}
 		}
 		sv.failoverPass(ctx)
+		sv.f.passes.rollout.Add(1)
 		select {
 		case <-ctx.Done():
 			return

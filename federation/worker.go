@@ -36,6 +36,7 @@ func (f *Federation) runWorker(ctx context.Context, name string, m *member) {
 	defer t.Stop()
 	for {
 		f.workOnce(ctx, name, m, since)
+		m.passes.Add(1)
 		select {
 		case <-ctx.Done():
 			return

@@ -124,11 +124,12 @@ func BenchmarkOutageCatchUp(b *testing.B) {
 		start := time.Now()
 		p.fs.mode.Store(storeUp)
 		waitCount(b, p.jm, id, "SUCCEEDED", n)
-		for p.jm.UnwrittenEvents() > 0 {
-			// Timed: a fine poll, so that its period stays well under the
-			// catch-up time it measures (Eventually backs off to 100ms).
-			time.Sleep(time.Millisecond)
-		}
+		pollFine(b, time.Millisecond, "every queued event written", func() error {
+			if left := p.jm.UnwrittenEvents(); left > 0 {
+				return fmt.Errorf("%d events not written", left)
+			}
+			return nil
+		})
 		b.StopTimer()
 		b.ReportMetric(float64(time.Since(start).Milliseconds()), "catchUpMs")
 		b.ReportMetric(float64(n), "pendingChanges")
@@ -137,21 +138,35 @@ func BenchmarkOutageCatchUp(b *testing.B) {
 
 // waitCount waits (up to ten minutes) until n instances of job id are in state.
 func waitCount(b *testing.B, jm *Manager, id, state string, n int) {
-	deadline := time.Now().Add(10 * time.Minute)
-	for {
+	pollFine(b, 5*time.Millisecond, fmt.Sprintf("%d instances %s", n, state), func() error {
 		j, err := jm.GetJob(id)
 		if err != nil {
 			b.Fatal(err)
 		}
-		if j.Status.TaskCounts[state] == uint32(n) {
+		if got := j.Status.TaskCounts[state]; got != uint32(n) {
+			return fmt.Errorf("%d of %d", got, n)
+		}
+		return nil
+	})
+}
+
+// pollFine waits, up to ten minutes, until cond holds, checking it every
+// period. The benchmarks time these waits, so the period is fixed and well
+// under what they measure; testutil.Eventually backs off to 50 ms.
+func pollFine(b *testing.B, period time.Duration, what string, cond func() error) {
+	b.Helper()
+	deadline := time.Now().Add(10 * time.Minute)
+	for {
+		err := cond()
+		if err == nil {
 			return
 		}
 		if time.Now().After(deadline) {
-			b.Fatalf("only %d of %d %s after 10 minutes", j.Status.TaskCounts[state], n, state)
+			b.Fatalf("%s: not within 10 minutes: %v", what, err)
 		}
-		// Timed by its callers: a fine poll, whose period bounds the
-		// error of what they measure (Eventually backs off to 100ms).
-		time.Sleep(5 * time.Millisecond)
+		// The poll's period bounds the error of the benchmark's figure;
+		// no event of the manager tells when its counts change.
+		time.Sleep(period)
 	}
 }
 

@@ -1183,6 +1183,7 @@ func (m *Manager) Run(ctx context.Context) {
 		}
 		m.admitOnce()
 		m.updateGauges()
+		metrics.AdmissionRounds.Inc()
 	}
 }
 

@@ -48,6 +48,7 @@ package backendtest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"sync"
@@ -56,6 +57,7 @@ import (
 
 	"github.com/peloton-sched/peloton/hostmgr"
 	"github.com/peloton-sched/peloton/internal/resources"
+	"github.com/peloton-sched/peloton/internal/testing/testutil"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
@@ -467,17 +469,16 @@ func testRestart(t *testing.T, h Harness) {
 		t.Fatalf("Status of a running run after the restart = %+v, %v; want RUNNING on %s", st, err, host)
 	}
 	// The run that ends across the restart: the new backend finds out.
-	deadline := time.Now().Add(h.Timeout)
-	for {
+	testutil.Eventually(t, h.Timeout, "Status of a run that ends across the restart SUCCEEDED", func() error {
 		st, err := in.b.Status(ending.TaskID)
 		if err == nil && st.State == pelotonv1.TaskState_SUCCEEDED {
-			break
+			return nil
 		}
-		if err != nil || st.State != pelotonv1.TaskState_RUNNING || time.Now().After(deadline) {
+		if err != nil || st.State != pelotonv1.TaskState_RUNNING {
 			t.Fatalf("Status of a run that ends across the restart = %+v, %v; want RUNNING, then SUCCEEDED", st, err)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return fmt.Errorf("still %s", st.State)
+	})
 	// The new backend can stop the old one's run, and says so in its events.
 	if err := in.kill(live.TaskID); err != nil {
 		t.Fatalf("Kill of a run adopted after the restart: %v", err)
@@ -653,13 +654,12 @@ func testPartitionChanges(t *testing.T, h Harness) {
 		}
 		return out
 	}
-	deadline := time.Now().Add(h.Timeout)
-	for byName()[moved.Name].Partition != target {
-		if time.Now().After(deadline) {
-			t.Fatalf("host %s: reported in partition %q %s after ApplyPartition(%q)", moved.Name, byName()[moved.Name].Partition, h.Timeout, target)
+	testutil.Eventually(t, h.Timeout, fmt.Sprintf("host %s reported in partition %q after ApplyPartition", moved.Name, target), func() error {
+		if p := byName()[moved.Name].Partition; p != target {
+			return fmt.Errorf("reported in partition %q", p)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	now := byName()
 	if l, has := now[moved.Name].Labels[partitionLabel]; has && l != target {
 		t.Errorf("host %s: label %s=%q, want %q", moved.Name, partitionLabel, l, target)
@@ -750,7 +750,9 @@ func testAdoptAfterCrash(t *testing.T, h Harness) {
 	old.closed = true // crashed: nothing is left to close
 	old.closeMu.Unlock()
 	h.Crash(old.b)
-	time.Sleep(2 * time.Second) // gap ends while no backend runs
+	// The gap: runs end while no backend runs, so nothing runs that could
+	// say when; its length is the scenario.
+	time.Sleep(2 * time.Second)
 
 	in := start(t, h, newBackend)
 	if st, err := in.b.Status(done.TaskID); err != nil || st.State != pelotonv1.TaskState_SUCCEEDED {

@@ -134,28 +134,34 @@ func TestReplacePatchesThePod(t *testing.T) {
 // a Peloton that adopts the pod meanwhile. The test plays the kubelet: the
 // pod's AnnotationHoldStatus keeps kwok from restarting the container, and
 // the test reports the restarted container itself, through the status
-// subresource.
+// subresource. A second run, whose end the test also reports, is the
+// witness that the backend has handled the pod update of the Replace.
 func TestReplacedRunWaitsForItsContainer(t *testing.T) {
 	e := newEnv(t, cluster(t), 1, nil)
 	spec := e.launch("slow", "server")
+	witness := e.launch("witness", "server")
 	e.waitFor(spec.TaskID, pelotonv1.TaskState_RUNNING, 20*time.Second)
+	e.waitFor(witness.TaskID, pelotonv1.TaskState_RUNNING, 20*time.Second)
 	name := podName(spec.TaskID)
 	pods := e.c.Client.CoreV1().Pods(e.ns)
-	p, err := pods.Get(e.ctx, name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.Annotations[kubetest.AnnotationHoldStatus] = "true"
-	if _, err := pods.Update(e.ctx, p, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	// The informer must have seen it, or Replace would test the old
-	// pod's fields against the new one's.
-	if err := kubetest.Poll(e.ctx, 10*time.Second, func(context.Context) (bool, error) {
-		obj, ok, _ := e.b.pods.GetByKey(e.ns + "/" + name)
-		return ok && obj.(*corev1.Pod).Annotations[kubetest.AnnotationHoldStatus] != "", nil
-	}); err != nil {
-		t.Fatal(err)
+	for _, n := range []string{name, podName(witness.TaskID)} {
+		p, err := pods.Get(e.ctx, n, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Annotations[kubetest.AnnotationHoldStatus] = "true"
+		if _, err := pods.Update(e.ctx, p, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		// The informer must have seen it, or Replace would test the old
+		// pod's fields against the new one's (and kwok could still end
+		// the witness).
+		if err := kubetest.Poll(e.ctx, 10*time.Second, func(context.Context) (bool, error) {
+			obj, ok, _ := e.b.pods.GetByKey(e.ns + "/" + n)
+			return ok && obj.(*corev1.Pod).Annotations[kubetest.AnnotationHoldStatus] != "", nil
+		}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	next := spec
 	next.TaskID, next.RunID, next.Image = "slow-0-2", 2, "busybox:1.37"
@@ -163,11 +169,21 @@ func TestReplacedRunWaitsForItsContainer(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.waitFor(next.TaskID, pelotonv1.TaskState_LAUNCHED, 10*time.Second)
-	// Holds a second for the pod update of Replace to reach the backend's
-	// handler, which must not take it for the restart. The informer's
-	// listeners run apart from each other, so nothing the test can watch
-	// is ordered after that handler's call.
-	time.Sleep(time.Second)
+	// The pod update of Replace must not be taken for the restart. The
+	// witness's end, written after it, reaches the backend's pod handler
+	// after it (one watch, in the order of the writes): once the witness
+	// has ended, the handler has seen the update.
+	wp, err := pods.Get(e.ctx, podName(witness.TaskID), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wp.Status.Phase = corev1.PodSucceeded
+	wp.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: ContainerName, Image: wp.Spec.Containers[0].Image,
+		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, FinishedAt: metav1.Now()}}}}
+	if _, err := pods.UpdateStatus(e.ctx, wp, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFor(witness.TaskID, pelotonv1.TaskState_SUCCEEDED, 10*time.Second)
 	if evs := e.rec.of(next.TaskID); len(evs) != 1 {
 		t.Fatalf("new run before its container restarted: %s, want LAUNCHED only", states(evs))
 	}
@@ -180,7 +196,7 @@ func TestReplacedRunWaitsForItsContainer(t *testing.T) {
 	if st, err := e.b.Status(next.TaskID); err != nil || st.State != pelotonv1.TaskState_LAUNCHED {
 		t.Fatalf("adopted new run before its container restarted: %+v %v", st, err)
 	}
-	p, err = pods.Get(e.ctx, name, metav1.GetOptions{})
+	p, err := pods.Get(e.ctx, name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

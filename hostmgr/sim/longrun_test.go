@@ -72,7 +72,9 @@ func advanceUntil(t *testing.T, clock *clockwork.FakeClock, step time.Duration, 
 		// A yield to the scheduler's goroutine between steps, not a
 		// wait for a condition: testutil.Eventually's longer polls would
 		// make a run of many steps slow, and the scheduler shows no
-		// event per step to wait on.
+		// event per step to wait on (the fake clock's count of waiters is
+		// none: the scheduler sets no timer while nothing is due, and a
+		// runtime.Gosched instead lets the steps outrun it).
 		time.Sleep(time.Millisecond)
 	}
 }

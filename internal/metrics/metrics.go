@@ -98,6 +98,16 @@ var Preemptions = prometheus.NewCounterVec(prometheus.CounterOpts{
 
 func init() { Registry.MustRegister(Preemptions) }
 
+// AdmissionRounds counts the rounds of the resource manager's loop (admit
+// what fits, recompute entitlements, pick reclaim victims), at least four a
+// second: a count that stalls is a stalled scheduler, and a test that
+// claims a round changed nothing first sees rounds pass.
+var AdmissionRounds = prometheus.NewCounter(prometheus.CounterOpts{
+	Namespace: "peloton", Name: "admission_rounds_total", Help: "Rounds of the resource manager's admission loop (admission, entitlements, reclaim).",
+})
+
+func init() { Registry.MustRegister(AdmissionRounds) }
+
 // The collector of finished jobs (jobmgr/collect.go).
 var (
 	// JobsArchived counts finished jobs written to the history store.

@@ -161,7 +161,7 @@ func TestKill9ThreeTimesRunsEachInstanceOnce(t *testing.T) {
 	for kill := 1; kill <= 3; kill++ {
 		// The scenario, not a wait: kills 2, 2.5 and 3 s into each
 		// server's life land at different points of its recovery and
-		// launches.
+		// launches, some before it shows anything a test could wait on.
 		time.Sleep(time.Duration(1500+500*kill) * time.Millisecond)
 		p.kill()
 		p = startUp(t, bin, dir)
@@ -263,21 +263,25 @@ func TestStoreOutageLosesNothing(t *testing.T) {
 		})
 	}
 
-	paused := runJob("paused", 3)
-	etcd.Members[0].Pause()
-	createFails("paused")
-	time.Sleep(outage) // the outage itself: its length is the scenario
-	etcd.Members[0].Resume()
-	waitDone(paused, "a pause")
-
-	stopped := runJob("stopped", 3)
-	etcd.Members[0].Stop()
-	createFails("stopped")
-	time.Sleep(outage) // the outage itself
-	if err := etcd.Members[0].Restart(); err != nil {
-		t.Fatal(err)
+	// The two outages: etcd paused (its connections hang), then stopped
+	// (they are refused).
+	for _, o := range []struct {
+		name, after string
+		down        func()
+		up          func() error
+	}{
+		{"paused", "a pause", etcd.Members[0].Pause, func() error { etcd.Members[0].Resume(); return nil }},
+		{"stopped", "a stop", etcd.Members[0].Stop, etcd.Members[0].Restart},
+	} {
+		id := runJob(o.name, 3)
+		o.down()
+		createFails(o.name)
+		time.Sleep(outage) // the outage itself: its length is the scenario, nothing to wait on
+		if err := o.up(); err != nil {
+			t.Fatal(err)
+		}
+		waitDone(id, o.after)
 	}
-	waitDone(stopped, "a stop")
 
 	logf.checkNoOverlap(t, 2*n)
 	for inst, ss := range logf.spans(t) {
@@ -464,7 +468,7 @@ func jobEnd(t *testing.T, p *upProcess, id string, within time.Duration) *peloto
 
 // TestKill9NeverRedoesFinishedWork is the scenario of a crash in the middle
 // of a batch job: 60 instances whose runs each work 12 s, `peloton up`
-// killed with SIGKILL 6 s in and again 9 s later. Every run is started
+// killed with SIGKILL once all of them run and again as the first ends. Every run is started
 // under a supervisor that outlives the control plane and records how the
 // run ended, so the runs that ended while no stack watched, and those the
 // restarted stacks adopted, end with their true exit codes: exactly 60 runs
@@ -495,12 +499,35 @@ func TestKill9NeverRedoesFinishedWork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The scenario, not waits: the crashes fall at times, not events,
-	// so that some runs end while a stack is down and others are adopted.
-	time.Sleep(6 * time.Second) // the runs are under way: the first crash
+	// The first crash once every run is under way, the second as the
+	// first runs end: some of them end while no stack runs, the others are
+	// adopted by the third stack, and so is the retry of the failing run.
+	logged := func(what string, cond func(map[string][]span) error) {
+		testutil.Eventually(t, 2*time.Minute, what, func() error {
+			if _, err := os.Stat(logf.path); err != nil {
+				return err // no run has started
+			}
+			return cond(logf.spans(t))
+		})
+	}
+	logged("every run under way", func(spans map[string][]span) error {
+		if len(spans) < n+1 {
+			return fmt.Errorf("%d of %d runs started", len(spans), n+1)
+		}
+		return nil
+	})
 	p.kill()
 	p = startUp(t, bin, dir)
-	time.Sleep(9 * time.Second) // some runs ended while the stack was down, others are adopted
+	logged("a run of the job ended", func(spans map[string][]span) error {
+		for inst, ss := range spans {
+			for _, s := range ss {
+				if !strings.HasPrefix(inst, "fail/") && s.end != 0 {
+					return nil
+				}
+			}
+		}
+		return errors.New("none yet")
+	})
 	p.kill()
 	p = startUp(t, bin, dir)
 

@@ -9,10 +9,12 @@ import (
 	"time"
 
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/peloton-sched/peloton/hostmgr/kubernetes"
 	"github.com/peloton-sched/peloton/internal/metrics"
@@ -333,19 +335,35 @@ func (k *kubeStack) testGang(t *testing.T) {
 	})
 	t.Logf("the gang waited: %s", reason)
 	// Room appears: one more node. Every member binds, and whenever a pod
-	// of the gang is bound, every member has been placed: the pods are read
-	// first, so that the tasks read after cannot be older.
+	// of the gang is bound, every member has been placed: each binding is
+	// checked as the watch shows it, so the tasks read then cannot be older.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	w, err := k.kc.Client.CoreV1().Pods(kubeNamespace).Watch(ctx, metav1.ListOptions{LabelSelector: kubernetes.LabelJobID + "=" + id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
 	k.addNodes(t, "gang-new", 1, "2", "gang", nil)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		pods := k.jobPods(t, id)
+	bound := map[string]bool{}
+	for len(bound) < 3 {
+		var ev watch.Event
+		select {
+		case ev = <-w.ResultChan():
+		case <-ctx.Done():
+			t.Fatalf("%d of the gang's 3 pods bound within 30s:%s", len(bound), describePods(k.jobPods(t, id)))
+		}
+		p, ok := ev.Object.(*corev1.Pod)
+		if !ok {
+			t.Fatalf("pod watch: %s %v", ev.Type, ev.Object)
+		}
+		if p.Spec.NodeName == "" || bound[p.Name] {
+			continue
+		}
+		bound[p.Name] = true
 		ts, err := s.tasks.ListTasks(ctxT(t), &pelotonv1.ListTasksRequest{JobId: id})
 		if err != nil {
 			t.Fatal(err)
-		}
-		if allRunning(3)(ts.Tasks) {
-			checkRunPods(t, ts.Tasks, k.jobPods(t, id), nil)
-			break
 		}
 		placed := 0
 		for _, tk := range ts.Tasks {
@@ -355,16 +373,12 @@ func (k *kubeStack) testGang(t *testing.T) {
 				placed++
 			}
 		}
-		if bound := boundPods(pods); bound > 0 && placed < 3 {
-			t.Fatalf("%d gang pods bound while only %d members are placed: %v", bound, placed, ts.Tasks)
+		if placed < 3 {
+			t.Fatalf("pod %s bound while only %d gang members are placed: %v", p.Name, placed, ts.Tasks)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("gang never started: %v", ts.Tasks)
-		}
-		// A sampling interval, not a wait: every sample checks that no pod
-		// is bound before all members are placed, so it samples densely.
-		time.Sleep(20 * time.Millisecond)
 	}
+	ts := s.waitTasks(id, "the gang running", 30*time.Second, allRunning(3))
+	checkRunPods(t, ts, k.jobPods(t, id), nil)
 }
 
 // boundPods counts the pods bound to a node.
@@ -524,9 +538,14 @@ func (k *kubeStack) testDaemonOnCordonedNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.waitTasks(id, "run 2", 30*time.Second, func(ts []*pelotonv1.Task) bool { return ts[inst].Status.RunId == 2 })
+	// The run must not start on the cordoned node however often placement
+	// tries: sampled at every poll until four placement rounds (run 2's
+	// the only ones in flight) have passed, with the reasons seen after
+	// the second kept for the subtest below.
 	var reasons []string
-	start := time.Now()
-	for time.Since(start) < 2*time.Second {
+	rounds := placementRounds()
+	testutil.Eventually(t, 30*time.Second, "four placement rounds for run 2", func() error {
+		n := placementRounds() - rounds
 		ts, err := s.tasks.ListTasks(ctxT(t), &pelotonv1.ListTasksRequest{JobId: id})
 		if err != nil {
 			t.Fatal(err)
@@ -536,14 +555,14 @@ func (k *kubeStack) testDaemonOnCordonedNode(t *testing.T) {
 		case pelotonv1.TaskState_LAUNCHED, pelotonv1.TaskState_RUNNING:
 			t.Fatalf("run %d is %s on %s, which is cordoned", st.RunId, st.State, st.Host)
 		}
-		if time.Since(start) > time.Second {
+		if n >= 2 {
 			reasons = append(reasons, st.PendingReason)
 		}
-		// Two seconds of samples, the scenario: the run must not start on
-		// the cordoned node however often placement tries, and the reasons of
-		// its second second are what the subtest below reads.
-		time.Sleep(100 * time.Millisecond)
-	}
+		if n < 4 {
+			return fmt.Errorf("%d placement rounds; run 2 is %s (%s)", n, st.State, st.PendingReason)
+		}
+		return nil
+	})
 	if p := runPod(k.jobPods(t, id), inst, 2); p != nil {
 		t.Errorf("run 2 of instance %d has a pod while its node is cordoned: %s on %q", inst, p.Name, p.Spec.NodeName)
 	}
@@ -558,7 +577,7 @@ func (k *kubeStack) testDaemonOnCordonedNode(t *testing.T) {
 				return
 			}
 		}
-		t.Errorf("the run waited for 2 s with pending reasons %q, never saying its node is cordoned", reasons)
+		t.Errorf("the run waited through four placement rounds with pending reasons %q, never saying its node is cordoned", reasons)
 	})
 
 	// Uncordoned, the node takes its agent back.
@@ -571,6 +590,16 @@ func (k *kubeStack) testDaemonOnCordonedNode(t *testing.T) {
 			t.Errorf("instance %d bound to %s runs on %s", inst, nodes[0], p.Spec.NodeName)
 		}
 	})
+}
+
+// placementRounds is how many placement rounds this process has run (the
+// stack runs in it).
+func placementRounds() uint64 {
+	var m dto.Metric
+	if err := metrics.PlacementLatency.Write(&m); err != nil {
+		panic(err)
+	}
+	return m.GetHistogram().GetSampleCount()
 }
 
 // setUnschedulable cordons or uncordons a node and waits until Peloton

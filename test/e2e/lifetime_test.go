@@ -8,9 +8,11 @@ import (
 	"time"
 
 	"github.com/peloton-sched/peloton/cluster"
+	"github.com/peloton-sched/peloton/internal/metrics"
 	"github.com/peloton-sched/peloton/internal/testing/pgtest"
 	"github.com/peloton-sched/peloton/internal/testing/testutil"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -265,22 +267,23 @@ func TestPostgresArchiveRestartUnderLoad(t *testing.T) {
 	for i := before; i < before+40; i++ {
 		create(i)
 	}
-	// Readable all through four seconds of the archive being down: the
-	// length of the outage is the scenario, sampled twice a second.
-	deadline := time.Now().Add(4 * time.Second)
-	for time.Now().Before(deadline) {
+	// Readable all through the outage of the archive, until the collector
+	// has failed to archive twice and /readyz says it cannot.
+	failuresBefore := promtest.ToFloat64(metrics.JobsCollectFailures)
+	testutil.Eventually(t, 30*time.Second, "two failed archive writes and /readyz degraded", func() error {
 		readable(true)
-		time.Sleep(500 * time.Millisecond)
-	}
-	if _, err := s.jobs.ListJobs(ctxT(t), &pelotonv1.ListJobsRequest{Archived: true}); status.Code(err) != codes.Unavailable {
-		t.Errorf("archived list while the archive is down: %v, want Unavailable", err)
-	}
-	testutil.Eventually(t, 30*time.Second, "/readyz degraded", func() error {
+		if n := promtest.ToFloat64(metrics.JobsCollectFailures) - failuresBefore; n < 2 {
+			return fmt.Errorf("%v failed archive writes", n)
+		}
 		if code, body := s.rest("GET", "/readyz", nil, nil); code != 200 || !strings.Contains(body, "degraded") || !strings.Contains(body, "cannot be archived") {
 			return fmt.Errorf("/readyz: %d %q", code, body)
 		}
 		return nil
 	})
+	readable(true)
+	if _, err := s.jobs.ListJobs(ctxT(t), &pelotonv1.ListJobsRequest{Archived: true}); status.Code(err) != codes.Unavailable {
+		t.Errorf("archived list while the archive is down: %v, want Unavailable", err)
+	}
 	pg.Start(t)
 	testutil.Eventually(t, 2*time.Minute, "every job archived", func() error {
 		live, err := listAll(t, s.jobs, "pg-", false)

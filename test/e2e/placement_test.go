@@ -82,11 +82,10 @@ func TestPlacementConstraintsEndToEnd(t *testing.T) {
 		}
 		return nil
 	})
-	// Not retried hot: it stays held rather than cycling through placement.
-	// A while, not an event: a held task shows no count of the rounds
-	// that passed it over.
+	// Not retried hot: it stays held, however many admission rounds pass
+	// it over, rather than cycling through placement.
 	placedBefore := tk.Task.Status.PendingReason
-	time.Sleep(500 * time.Millisecond)
+	waitAdmissionRounds(t, 4)
 	tk, _ = s.tasks.GetTask(ctx, &pelotonv1.GetTaskRequest{JobId: never, InstanceId: 0})
 	if tk.Task.Status.PendingReason != placedBefore || tk.Task.Status.State != pelotonv1.TaskState_PENDING {
 		t.Fatalf("unresolvable task changed: %s %q", tk.Task.Status.State, tk.Task.Status.PendingReason)

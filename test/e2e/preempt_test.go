@@ -43,6 +43,20 @@ func (s *stack) waitPools(what string, within time.Duration, cond func(map[strin
 	return m
 }
 
+// waitAdmissionRounds waits until n more rounds of the resource manager's
+// admission loop have passed (the stack runs in this process, so the count
+// is its own): a claim that a round changed nothing then means something.
+func waitAdmissionRounds(t *testing.T, n float64) {
+	t.Helper()
+	want := testutil.ToFloat64(metrics.AdmissionRounds) + n
+	peltest.Eventually(t, 30*time.Second, fmt.Sprintf("%v admission rounds", n), func() error {
+		if got := testutil.ToFloat64(metrics.AdmissionRounds); got < want {
+			return fmt.Errorf("%v of %v", got, want)
+		}
+		return nil
+	})
+}
+
 // TestReclaimPreemptionEndToEnd: three pools share a 6-CPU cluster of real
 // processes. Two busy pools split it; when the third wants its share, the
 // other two are preempted down to their new entitlements and the preempted
@@ -106,10 +120,10 @@ func TestReclaimPreemptionEndToEnd(t *testing.T) {
 	if preempted != 4 {
 		t.Fatalf("%d instances of /p2 preempted, want 4", preempted)
 	}
-	// Settled: no more preemptions over the next seconds. The resource
-	// manager shows no count of its rounds to wait for instead, so this
-	// holds a while in which a wrong preemption would have happened.
-	time.Sleep(3 * time.Second)
+	// Settled: no more preemptions over the next dozen admission rounds,
+	// three seconds when they come from the loop's tick alone, well past
+	// the reclaim delay (1s) a wrong preemption would have waited.
+	waitAdmissionRounds(t, 12)
 	tasks2, _ := s.tasks.ListTasks(ctx, &pelotonv1.ListTasksRequest{JobId: j2.JobId})
 	for i, tk := range tasks2.Tasks {
 		if tk.Status.RunId != tasks.Tasks[i].Status.RunId {

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/peloton-sched/peloton/cluster"
+	"github.com/peloton-sched/peloton/internal/store"
 	"github.com/peloton-sched/peloton/internal/testing/testutil"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -42,21 +44,32 @@ func TestStoreQuotaGuard(t *testing.T) {
 	bulk := strings.Repeat("h", 256<<10)
 	var refusal error
 	puts := 0
-	for ; puts < 200 && refusal == nil; puts++ { // 50 MiB: far past the quota
-		if _, err := cli.Put(ctxT(t), fmt.Sprintf("%sbulk/%04d", cluster.ClusterPrefix("local"), puts), bulk); err != nil {
-			t.Fatalf("bulk put %d refused by etcd before Peloton refused creates: %v", puts, err)
-		}
-		// A reading of the guard between two puts: it reads etcd's size
-		// on its own period, and the size it publishes need not change
-		// with one put, so there is no reading to wait for.
-		time.Sleep(200 * time.Millisecond)
+	probe := func() error {
 		_, err := s.jobs.CreateJob(ctxT(t), &pelotonv1.CreateJobRequest{Spec: batch(fmt.Sprintf("probe-%d", puts), 1, "sleep", "0.01")})
 		switch {
 		case status.Code(err) == codes.ResourceExhausted:
 			refusal = err
+			return nil
 		case err != nil:
 			t.Fatalf("create after %d bulk puts: %v", puts, err)
 		}
+		return errors.New("a create was accepted")
+	}
+	for ; puts < 200 && refusal == nil; puts++ { // 50 MiB: far past the quota
+		if _, err := cli.Put(ctxT(t), fmt.Sprintf("%sbulk/%04d", cluster.ClusterPrefix("local"), puts), bulk); err != nil {
+			t.Fatalf("bulk put %d refused by etcd before Peloton refused creates: %v", puts, err)
+		}
+		st, err := cli.Status(ctxT(t), s.ready.EtcdEndpoints[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if float64(st.DbSize) < store.RefuseFraction*quota {
+			_ = probe() // below the guard's line: a refusal now is early, not wrong
+			continue
+		}
+		// Past the guard's line, as etcd says: creates are refused once the
+		// guard has read the size (every StoreQuotaInterval).
+		testutil.Eventually(t, 10*time.Second, fmt.Sprintf("a create refused at %d MiB of %d", st.DbSize>>20, quota>>20), probe)
 	}
 	if refusal == nil {
 		t.Fatalf("%d bulk puts of 256 KiB into a %d MiB store and no create refused", puts, quota>>20)

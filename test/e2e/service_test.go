@@ -336,7 +336,9 @@ func TestUpdatePauseResumeAbortRollback(t *testing.T) {
 	// A second update while one is in progress is refused.
 	_, err := s.updates.CreateUpdate(ctxT(t), &pelotonv1.CreateUpdateRequest{JobId: id, Spec: next})
 	expectStatus(t, err, codes.FailedPrecondition, "job "+id+" has update "+u.Id+" in progress")
-	time.Sleep(300 * time.Millisecond) // a paused update must not touch any instance
+	// A paused update must not touch any instance over this while: jobmgr
+	// shows no count of its update passes that could be waited on instead.
+	time.Sleep(300 * time.Millisecond)
 	for _, tk := range s.waitTasks(id, "4 running", 5*time.Second, allRunning(4)) {
 		if tk.Status.RunId != 1 {
 			t.Fatalf("instance %d restarted while the update was paused", tk.InstanceId)
@@ -358,7 +360,9 @@ func TestUpdatePauseResumeAbortRollback(t *testing.T) {
 	}
 	_, err = s.updates.PauseUpdate(ctxT(t), &pelotonv1.PauseUpdateRequest{UpdateId: u.Id})
 	expectStatus(t, err, codes.FailedPrecondition, "update "+u.Id+" is UPDATE_ABORTED")
-	time.Sleep(2500 * time.Millisecond) // longer than minReadySeconds: an aborted update starts nothing
+	// Longer than minReadySeconds, after which a live update would start
+	// the next instance: the time is the claim, no event marks it passing.
+	time.Sleep(2500 * time.Millisecond)
 	ts := s.waitTasks(id, "4 running", 10*time.Second, allRunning(4))
 	if ts[3].Status.SpecVersion != 1 {
 		t.Errorf("instance 3 was updated after the abort: %v", ts[3].Status)

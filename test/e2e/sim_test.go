@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/peloton-sched/peloton/internal/testing/testutil"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
@@ -93,11 +94,11 @@ func TestTwoEnginesNeverDoubleBook(t *testing.T) {
 		}
 		return true
 	}
-	deadline := time.Now().Add(60 * time.Second)
+	// Every poll of the wait for the jobs to finish samples the hosts.
 	samples := 0
-	for !done() {
-		if time.Now().After(deadline) {
-			t.Fatal("jobs did not finish within 60s")
+	testutil.Eventually(t, 60*time.Second, "the jobs finished", func() bool {
+		if done() {
+			return true
 		}
 		hl, err := s.hosts.ListHosts(ctx, &pelotonv1.ListHostsRequest{})
 		if err != nil {
@@ -109,11 +110,8 @@ func TestTwoEnginesNeverDoubleBook(t *testing.T) {
 			}
 		}
 		samples++
-		// A sampling interval, not a wait: the check above runs as often
-		// as this allows while the engines race (Eventually's longer
-		// polls would take fewer samples).
-		time.Sleep(10 * time.Millisecond)
-	}
+		return false
+	})
 	if samples < 5 {
 		t.Logf("only %d samples taken while the engines raced", samples)
 	}

@@ -77,8 +77,9 @@ func BenchmarkUILargeJob(b *testing.B) {
 	restJSONB(b, "POST", base+"/v1/jobs?requestId=bench-ui", `{"name":"wide","type":"BATCH","pool":"/default","instanceCount":10000,
 		"defaultSpec":{"command":["sleep","3600"],"resources":{"cpu":0.05,"memoryMb":8}}}`, &created)
 	// Tasks are created asynchronously; poll (bounded) until all are there.
-	// Slowly on purpose: each count lists 10,000 tasks, and a faster poll
-	// would load the stack whose creation it waits for.
+	// Slowly on purpose, so not with Eventually (every 50 ms at most): each
+	// count lists 10,000 tasks, and a faster poll would load the stack whose
+	// creation it waits for.
 	for i := 0; countTasks(b, base, created.JobID) < 10000; i++ {
 		if i == 360 {
 			b.Fatal("the 10,000 tasks were not created within 3 minutes")

@@ -25,6 +25,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/peloton-sched/peloton/internal/testing/kubetest"
+	"github.com/peloton-sched/peloton/internal/testing/testutil"
 )
 
 // serverPkg is etcd's main package; it builds within this module, whose
@@ -168,17 +169,7 @@ func (c *Cluster) Endpoints() []string {
 // WaitReady waits until the cluster answers a linearizable read.
 func (c *Cluster) WaitReady(within time.Duration) {
 	c.t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		err := c.probe()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("etcdtest: cluster not ready after %s: %v", within, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testutil.Eventually(c.t, within, "etcdtest: cluster ready", c.probe)
 }
 
 func (c *Cluster) probe() error {

@@ -297,7 +297,8 @@ func (c *Cluster) StartAPIServer() error {
 	}
 	var err error
 	// The port was free when picked; after a restart the old socket may
-	// linger for a moment, so a bind failure is retried briefly.
+	// linger for a moment, so a bind failure is retried once the port can
+	// be bound again.
 	for attempt := 0; attempt < 5; attempt++ {
 		c.apiserver, err = StartProc(c.dir, "kube-apiserver", filepath.Join(c.bin, "kube-apiserver"), c.args)
 		if err != nil {
@@ -310,7 +311,15 @@ func (c *Cluster) StartAPIServer() error {
 		if !c.apiserver.Exited() || !strings.Contains(c.apiserver.Tail(20), "address already in use") {
 			return err
 		}
-		time.Sleep(500 * time.Millisecond)
+		if perr := Poll(context.Background(), 10*time.Second, func(context.Context) (bool, error) {
+			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", c.port))
+			if err != nil {
+				return false, nil
+			}
+			return true, l.Close()
+		}); perr != nil {
+			return fmt.Errorf("%w (port %d still taken: %v)", err, c.port, perr)
+		}
 	}
 	return err
 }
@@ -328,7 +337,7 @@ func (c *Cluster) StopAPIServer() {
 // starts it again on the same address.
 func (c *Cluster) RestartAPIServer(down time.Duration) error {
 	c.StopAPIServer()
-	time.Sleep(down)
+	time.Sleep(down) // the outage the caller asked for: its length is the point
 	return c.StartAPIServer()
 }
 

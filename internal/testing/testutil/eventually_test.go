@@ -82,3 +82,18 @@ func TestEventuallyGivesUpOnFalse(t *testing.T) {
 		t.Fatalf("failure %q, want what and the bound", got)
 	}
 }
+
+// waitNoLeaks waits on the same poll as Eventually: it returns "" as soon
+// as no goroutine matches, and the matching stacks once its time is up.
+func TestWaitNoLeaks(t *testing.T) {
+	stop := make(chan struct{})
+	go func() { <-stop }()
+	isOurs := func(g string) bool { return strings.Contains(g, "TestWaitNoLeaks.func") }
+	if left := waitNoLeaks(20*time.Millisecond, isOurs); !strings.Contains(left, "TestWaitNoLeaks") {
+		t.Fatalf("a goroutine still running was not reported: %q", left)
+	}
+	time.AfterFunc(10*time.Millisecond, func() { close(stop) })
+	if left := waitNoLeaks(5*time.Second, isOurs); left != "" {
+		t.Fatalf("a goroutine that ended was reported:\n%s", left)
+	}
+}

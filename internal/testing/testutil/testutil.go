@@ -65,21 +65,22 @@ func LeakCheckMainThen(m *testing.M, leaked func(stack string) bool, after func(
 }
 
 func waitNoLeaks(timeout time.Duration, leaked func(string) bool) string {
-	deadline := time.Now().Add(timeout)
-	for {
+	var left []string
+	_ = poll(timeout, func() error {
 		buf := make([]byte, 1<<20)
 		buf = buf[:runtime.Stack(buf, true)]
-		var left []string
+		left = left[:0]
 		for _, g := range strings.Split(string(buf), "\n\n") {
 			if leaked(g) {
 				left = append(left, g)
 			}
 		}
-		if len(left) == 0 || time.Now().After(deadline) {
-			return strings.Join(left, "\n\n")
+		if len(left) > 0 {
+			return errNotYet
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
+	return strings.Join(left, "\n\n")
 }
 
 // FreeAddr is a loopback address (127.0.0.1:port) nothing listens on now,
@@ -143,16 +144,24 @@ func Eventually[C func() error | func() bool](t testing.TB, within time.Duration
 			return errNotYet
 		}
 	}
+	if err := poll(within, check); err != nil {
+		t.Fatalf("%s: not within %s: %v", what, within, err)
+	}
+}
+
+// poll calls check until it returns nil, or until within has passed, and
+// returns check's last error. It is the one wait behind every condition a
+// test waits on here.
+func poll(within time.Duration, check func() error) error {
 	deadline := time.Now().Add(within)
 	wait := time.Millisecond
 	for {
 		err := check()
-		if err == nil {
-			return
+		if err == nil || time.Now().After(deadline) {
+			return err
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %v", what, within, err)
-		}
+		// The pause between two checks of a condition: what the waits on
+		// conditions are made of, so it cannot be one itself.
 		time.Sleep(wait)
 		wait = min(2*wait, 50*time.Millisecond)
 	}
