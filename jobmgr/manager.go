@@ -152,7 +152,7 @@ func (j *job) gangSize() uint32 {
 type Manager struct {
 	store   store.Store
 	batcher *store.Batcher
-	rm      *resmgr.Manager
+	rm      Resources
 	hm      Hosts
 	sla     sla.Evaluator
 	// slaTimeout bounds each call to sla (longrunning.go).
@@ -248,7 +248,7 @@ type Options struct {
 }
 
 // New builds a job manager. Start loads state and starts the engine.
-func New(st store.Store, b *store.Batcher, rm *resmgr.Manager, hm Hosts, opts Options) *Manager {
+func New(st store.Store, b *store.Batcher, rm Resources, hm Hosts, opts Options) *Manager {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}

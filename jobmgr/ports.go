@@ -7,6 +7,7 @@ import (
 
 	"github.com/peloton-sched/peloton/hostmgr"
 	"github.com/peloton-sched/peloton/internal/resources"
+	"github.com/peloton-sched/peloton/resmgr"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
@@ -50,4 +51,26 @@ type Hosts interface {
 	// Usage: what the host agents said of a run.
 	Revoked(taskID string) bool
 	RunUsage(taskID string) *pelotonv1.TaskUsage
+}
+
+// Resources is what jobmgr uses of resmgr, and nothing more:
+// *resmgr.Manager satisfies it (the wiring passes it), and a test may pass
+// a recording fake. The methods are grouped by what jobmgr does with them.
+type Resources interface {
+	// Queue: work goes in, placed runs and preemption victims come out.
+	Enqueue(gangs ...*resmgr.Gang) error
+	GetPlacements(ctx context.Context, max int) []resmgr.Placement
+	GetPreemptions(ctx context.Context) []resmgr.Victim
+
+	// Runs: what each holds in its pool, re-reserved after a restart, and
+	// given back when it ends.
+	Recover(t *resmgr.Task)
+	MarkRunning(jobID string, instance uint32)
+	Release(jobID string, instance uint32)
+	ReleaseRun(jobID string, instance, run uint32)
+	TaskState(jobID string, instance uint32) (pelotonv1.TaskState, string, bool)
+
+	// Pools: a job's pool must be a leaf; a pool with jobs cannot go.
+	CheckLeafPool(path, field string) (string, error)
+	SetJobChecker(fn func(pool string) bool)
 }
