@@ -246,7 +246,7 @@ func TestPoolUpdate(t *testing.T) {
 	f := &fakeServer{}
 	addr := startFake(t, f)
 	r := runCLI(t, "", "--server", addr, "pool", "update", "/org/team", "-f", "../../../examples/pool.yaml", "--version", "4", "-o", "json")
-	if r.code != exitOK || !strings.Contains(r.stdout, `"version": "5"`) {
+	if r.code != exitOK || !strings.Contains(r.stdout, `"version": 5`) {
 		t.Errorf("pool update: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 	}
 	if f.updateReq.GetVersion() != 4 || f.updateReq.GetSpec().GetLimit() == nil {

@@ -15,6 +15,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 	"sigs.k8s.io/yaml"
 
@@ -106,8 +107,173 @@ func (p *printer) document(b []byte) error {
 // an unset message as null), so a script can read any field of any object
 // without knowing which values protobuf leaves out. protojson's own multiline output varies its
 // whitespace between builds on purpose; document indents it stably instead.
+//
+// 64-bit integers are numbers (memoryUsedMb: 56), not the strings protojson
+// writes for JavaScript's sake: a script reading the CLI's output compares
+// them as numbers, as it does every other number there.
 func marshalJSON(m proto.Message) ([]byte, error) {
-	return protojson.MarshalOptions{EmitUnpopulated: true, UseProtoNames: false}.Marshal(m)
+	b, err := protojson.MarshalOptions{EmitUnpopulated: true, UseProtoNames: false}.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	return int64sAsNumbers(b, m.ProtoReflect().Descriptor())
+}
+
+// jsonShape is what the proto says a JSON value holds: a message (an object
+// keyed by field names), a map (an object keyed by map keys), a list, or a
+// 64-bit integer protojson wrote as a string. The zero shape is a value
+// left as it is.
+type jsonShape struct {
+	msg    protoreflect.MessageDescriptor
+	mapVal protoreflect.FieldDescriptor
+	list   protoreflect.FieldDescriptor
+	int64  bool
+}
+
+// messageShape is the shape of a message's JSON. The well-known types have
+// JSON of their own (a Timestamp is a string, a Struct any object) and are
+// left as they are, but for the 64-bit integer wrappers.
+func messageShape(md protoreflect.MessageDescriptor) jsonShape {
+	switch md.FullName() {
+	case "google.protobuf.Int64Value", "google.protobuf.UInt64Value":
+		return jsonShape{int64: true}
+	}
+	if md.ParentFile().Package() == "google.protobuf" {
+		return jsonShape{}
+	}
+	return jsonShape{msg: md}
+}
+
+// elemShape is the shape of one value of field fd: the field's own for a
+// singular field, one element's for a list, one map value's for a map.
+func elemShape(fd protoreflect.FieldDescriptor) jsonShape {
+	switch fd.Kind() {
+	case protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind,
+		protoreflect.Uint64Kind, protoreflect.Fixed64Kind:
+		return jsonShape{int64: true}
+	case protoreflect.MessageKind, protoreflect.GroupKind:
+		return messageShape(fd.Message())
+	}
+	return jsonShape{}
+}
+
+// fieldShape is the shape of field fd's whole value.
+func fieldShape(fd protoreflect.FieldDescriptor) jsonShape {
+	switch {
+	case fd.IsMap():
+		return jsonShape{mapVal: fd.MapValue()}
+	case fd.IsList():
+		return jsonShape{list: fd}
+	}
+	return elemShape(fd)
+}
+
+// int64sAsNumbers rewrites protojson's compact output b of a message md,
+// writing the fields the proto declares as 64-bit integers as numbers. It
+// goes token by token, so the fields keep protojson's order (the proto's).
+func int64sAsNumbers(b []byte, md protoreflect.MessageDescriptor) ([]byte, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var out bytes.Buffer
+	out.Grow(len(b))
+	if err := rewriteJSON(dec, &out, messageShape(md)); err != nil {
+		return nil, err
+	}
+	return out.Bytes(), nil
+}
+
+func rewriteJSON(dec *json.Decoder, out *bytes.Buffer, shape jsonShape) error {
+	tok, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	switch t := tok.(type) {
+	case json.Delim:
+		if t == '[' {
+			out.WriteByte('[')
+			for i := 0; dec.More(); i++ {
+				if i > 0 {
+					out.WriteByte(',')
+				}
+				var elem jsonShape
+				if shape.list != nil {
+					elem = elemShape(shape.list)
+				}
+				if err := rewriteJSON(dec, out, elem); err != nil {
+					return err
+				}
+			}
+			_, err := dec.Token() // ]
+			out.WriteByte(']')
+			return err
+		}
+		out.WriteByte('{')
+		for i := 0; dec.More(); i++ {
+			key, err := dec.Token()
+			if err != nil {
+				return err
+			}
+			if i > 0 {
+				out.WriteByte(',')
+			}
+			k, _ := key.(string)
+			if err := writeJSONString(out, k); err != nil {
+				return err
+			}
+			out.WriteByte(':')
+			var val jsonShape
+			switch {
+			case shape.msg != nil:
+				if fd := shape.msg.Fields().ByJSONName(k); fd != nil {
+					val = fieldShape(fd)
+				}
+			case shape.mapVal != nil:
+				val = elemShape(shape.mapVal)
+			}
+			if err := rewriteJSON(dec, out, val); err != nil {
+				return err
+			}
+		}
+		_, err := dec.Token() // }
+		out.WriteByte('}')
+		return err
+	case string:
+		if shape.int64 && isInteger(t) {
+			out.WriteString(t)
+			return nil
+		}
+		return writeJSONString(out, t)
+	case json.Number:
+		out.WriteString(t.String())
+	case bool:
+		out.WriteString(strconv.FormatBool(t))
+	case nil:
+		out.WriteString("null")
+	}
+	return nil
+}
+
+// writeJSONString writes s as a JSON string as protojson does: "->" and
+// "&" in a message stay as they are, not \u003e.
+func writeJSONString(out *bytes.Buffer, s string) error {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(s); err != nil {
+		return err
+	}
+	out.Write(bytes.TrimSuffix(b.Bytes(), []byte("\n")))
+	return nil
+}
+
+// isInteger reports whether s is a decimal integer that fits 64 bits, as
+// protojson writes an int64 or a uint64.
+func isInteger(s string) bool {
+	if _, err := strconv.ParseInt(s, 10, 64); err == nil {
+		return true
+	}
+	_, err := strconv.ParseUint(s, 10, 64)
+	return err == nil
 }
 
 func newTabWriter(w io.Writer) *tabwriter.Writer {
