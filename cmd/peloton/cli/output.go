@@ -83,6 +83,36 @@ func (p *printer) list(resp proto.Message, field string, n int, table func(w io.
 	return p.object(resp, table)
 }
 
+// changed prints what a command that changes something did: line for the
+// table formats; for -o json and -o yaml, the object as the server has it
+// now, which get fetches (a change's own answer is empty).
+func (p *printer) changed(line string, get func() (proto.Message, error)) error {
+	if !p.structured() {
+		_, err := fmt.Fprintln(p.w, line)
+		return err
+	}
+	m, err := get()
+	if err != nil {
+		return err
+	}
+	return p.object(m, nil)
+}
+
+// deleted prints that a command removed something there is no more of to
+// show: line for the table formats; for -o json and -o yaml a document
+// naming it, {"deleted": true, key: id}.
+func (p *printer) deleted(key, id, line string) error {
+	if !p.structured() {
+		_, err := fmt.Fprintln(p.w, line)
+		return err
+	}
+	b, err := json.Marshal(map[string]any{key: id, "deleted": true})
+	if err != nil {
+		return err
+	}
+	return p.document(b)
+}
+
 // document writes compact JSON b as indented JSON or as YAML.
 func (p *printer) document(b []byte) error {
 	if p.format == formatYAML {

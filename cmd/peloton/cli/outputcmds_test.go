@@ -1,0 +1,92 @@
+package cli
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+)
+
+// TestChangesHonourOutput: a command that changes something prints a line
+// for the tables, and for -o json and -o yaml the object as the server has
+// it afterwards (a deleted one: a document naming it), never the line.
+func TestChangesHonourOutput(t *testing.T) {
+	f := &fakeServer{states: []pelotonv1.JobState{pelotonv1.JobState_JOB_RUNNING}}
+	addr := startFake(t, f)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"job", "create", "-f", "../../../examples/hello.yaml"}, "job-1\n"},
+		{[]string{"job", "create", "-f", "../../../examples/hello.yaml", "-o", "json"}, "{\n  \"id\": \"job-1\",\n  \"spec\": {\n    \"name\": \"hello\","},
+		{[]string{"job", "create", "-f", "../../../examples/hello.yaml", "-o", "yaml"}, "id: job-1\n"},
+		{[]string{"job", "cancel", "job-1"}, "job job-1: cancel requested\n"},
+		{[]string{"job", "cancel", "job-1", "-o", "json"}, `"state": "JOB_RUNNING"`},
+		{[]string{"job", "restart", "job-1", "-o", "yaml"}, "id: job-1\n"},
+		{[]string{"job", "wait", "job-1", "--for", "RUNNING", "-o", "json"}, `"id": "job-1"`},
+		{[]string{"job", "delete", "job-1"}, "job job-1 deleted\n"},
+		{[]string{"job", "delete", "job-1", "-o", "json"}, "{\n  \"deleted\": true,\n  \"jobId\": \"job-1\"\n}\n"},
+		{[]string{"task", "kill", "job-1", "2", "-o", "json"}, `"instanceId": 2`},
+		{[]string{"pool", "delete", "/a", "-o", "yaml"}, "deleted: true\npath: /a\n"},
+	} {
+		r := runCLI(t, "", append([]string{"--server", addr}, tc.args...)...)
+		if r.code != exitOK || !strings.Contains(r.stdout, tc.want) {
+			t.Errorf("%s: exit %d, stdout %q (want %q), stderr %q", tc.args, r.code, r.stdout, tc.want, r.stderr)
+		}
+		if o := strings.Join(tc.args, " "); strings.Contains(o, "-o") && strings.Contains(r.stdout, "requested") {
+			t.Errorf("%s printed its line, not the object: %q", tc.args, r.stdout)
+		}
+	}
+	if f.cancels != 2 || f.kills != 1 {
+		t.Errorf("cancels %d, kills %d; want 2 and 1", f.cancels, f.kills)
+	}
+
+	// task logs prints the run's bytes: a document is not on offer, and
+	// saying so beats ignoring -o.
+	r := runCLI(t, "", "--server", addr, "task", "logs", "job-1", "0", "-o", "json")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "task logs prints the run's output as it was written") {
+		t.Errorf("task logs -o json: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+}
+
+// TestJobCancelOfAFinishedJob: cancelling a job that already ended changes
+// nothing, and says so instead of "cancel requested"; it still succeeds.
+func TestJobCancelOfAFinishedJob(t *testing.T) {
+	f := &fakeServer{states: []pelotonv1.JobState{pelotonv1.JobState_JOB_SUCCEEDED}}
+	addr := startFake(t, f)
+	r := runCLI(t, "", "--server", addr, "job", "cancel", "job-1")
+	if r.code != exitOK || r.stdout != "job job-1 has already finished (JOB_SUCCEEDED): nothing to cancel\n" {
+		t.Errorf("cancel of a finished job: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	if f.cancels != 0 {
+		t.Errorf("CancelJob called %d times for a finished job", f.cancels)
+	}
+}
+
+func (f *fakeFederation) GetFederatedJob(_ context.Context, req *pelotonv1.GetFederatedJobRequest) (*pelotonv1.GetFederatedJobResponse, error) {
+	return &pelotonv1.GetFederatedJobResponse{Job: &pelotonv1.FederatedJob{Id: req.GetJobId(), Cluster: "a"}}, nil
+}
+
+func (f *fakeFederation) KillFederatedJob(context.Context, *pelotonv1.KillFederatedJobRequest) (*pelotonv1.KillFederatedJobResponse, error) {
+	return &pelotonv1.KillFederatedJobResponse{}, nil
+}
+
+// TestFedJobChangesHonourOutput: fed job create and kill print the
+// federated job for -o json and -o yaml, as fed job get does.
+func TestFedJobChangesHonourOutput(t *testing.T) {
+	fed := startFakeFederation(t, &fakeFederation{})
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"fed", "job", "create", "-f", "../../../examples/hello.yaml"}, "fed-1\n"},
+		{[]string{"fed", "job", "create", "-f", "../../../examples/hello.yaml", "-o", "json"}, "{\n  \"id\": \"fed-1\","},
+		{[]string{"fed", "job", "kill", "fed-1", "-o", "yaml"}, "id: fed-1\n"},
+	} {
+		r := runCLI(t, "", append([]string{"--federation", fed}, tc.args...)...)
+		if r.code != exitOK || !strings.Contains(r.stdout, tc.want) {
+			t.Errorf("%s: exit %d, stdout %q (want %q), stderr %q", tc.args, r.code, r.stdout, tc.want, r.stderr)
+		}
+	}
+}
