@@ -458,6 +458,24 @@ func writeTaskColumns(w io.Writer, tasks []*pelotonv1.Task, wide, long bool) {
 	}
 }
 
+// writeTaskDetail is task get's table: the instance with the long-running
+// columns, then its history of state changes, oldest first (the server
+// keeps the latest few), so why a run ended or was replaced is on screen.
+func writeTaskDetail(w io.Writer, task *pelotonv1.Task, wide bool) {
+	writeTaskColumns(w, []*pelotonv1.Task{task}, wide, true)
+	hist := task.GetStatus().GetHistory()
+	if len(hist) == 0 {
+		return
+	}
+	// The blank line ends the task's column block, so the history's columns
+	// are aligned on their own.
+	fmt.Fprintln(w, "\nHISTORY")
+	fmt.Fprintln(w, "TIME\tRUN\tSTATE\tREASON")
+	for _, h := range hist {
+		row(w, timestamp(h.GetTime()), strconv.FormatUint(uint64(h.GetRunId()), 10), h.GetState().String(), h.GetReason())
+	}
+}
+
 // latencyCell shows a latency in seconds as a duration of three significant
 // digits ("12.5ms", "1.2s"): the buckets it is interpolated between are
 // rarely finer. 0 is no reading, an empty cell (shown "-"); why there is

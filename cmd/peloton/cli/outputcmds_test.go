@@ -2,8 +2,12 @@ package cli
 
 import (
 	"context"
+	"io"
 	"strings"
 	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
@@ -88,5 +92,32 @@ func TestFedJobChangesHonourOutput(t *testing.T) {
 		if r.code != exitOK || !strings.Contains(r.stdout, tc.want) {
 			t.Errorf("%s: exit %d, stdout %q (want %q), stderr %q", tc.args, r.code, r.stdout, tc.want, r.stderr)
 		}
+	}
+}
+
+// TestTaskGetShowsHistory: task get's table ends with the instance's run
+// history, oldest first, as README promises.
+func TestTaskGetShowsHistory(t *testing.T) {
+	task := makeTask("j1", 0, pelotonv1.TaskState_RUNNING)
+	t0 := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
+	task.Status.RunId = 2
+	task.Status.History = []*pelotonv1.TaskTransition{
+		{State: pelotonv1.TaskState_RUNNING, RunId: 1, Time: timestamppb.New(t0)},
+		{State: pelotonv1.TaskState_PREEMPTING, RunId: 1, Time: timestamppb.New(t0.Add(time.Minute)), Reason: "preempted by a higher priority"},
+		{State: pelotonv1.TaskState_RUNNING, RunId: 2, Time: timestamppb.New(t0.Add(2 * time.Minute))},
+	}
+	got := render(t, formatTable, task, func(w io.Writer, wide bool) { writeTaskDetail(w, task, wide) })
+	want := "\nHISTORY\n" +
+		"TIME                   RUN   STATE        REASON\n" +
+		"2026-03-04T05:06:07Z   1     RUNNING      -\n" +
+		"2026-03-04T05:07:07Z   1     PREEMPTING   preempted by a higher priority\n" +
+		"2026-03-04T05:08:07Z   2     RUNNING      -\n"
+	if !strings.HasSuffix(got, want) || !strings.HasPrefix(got, "INSTANCE") {
+		t.Errorf("task get:\n%s\nwant it to end with:\n%s", got, want)
+	}
+	// No history, no section.
+	task.Status.History = nil
+	if got := render(t, formatTable, task, func(w io.Writer, wide bool) { writeTaskDetail(w, task, wide) }); strings.Contains(got, "HISTORY") {
+		t.Errorf("task get without history:\n%s", got)
 	}
 }

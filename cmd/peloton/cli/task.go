@@ -67,9 +67,7 @@ func (a *app) taskGetCommand() *cobra.Command {
 				return call(cmd.Context(), c, c.Tasks.GetTask, &pelotonv1.GetTaskRequest{JobId: args[0], InstanceId: inst})
 			}, func(p *printer, resp *pelotonv1.GetTaskResponse) error {
 				task := resp.GetTask()
-				return p.object(task, func(w io.Writer, wide bool) {
-					writeTaskColumns(w, []*pelotonv1.Task{task}, wide, true)
-				})
+				return p.object(task, func(w io.Writer, wide bool) { writeTaskDetail(w, task, wide) })
 			})
 		},
 	}
