@@ -87,17 +87,7 @@ func (a *app) jobGetCommand() *cobra.Command {
 				return call(cmd.Context(), c, c.Jobs.GetJob, &pelotonv1.GetJobRequest{JobId: args[0]})
 			}, func(p *printer, resp *pelotonv1.GetJobResponse) error {
 				job := resp.GetJob()
-				return p.object(job, func(w io.Writer, wide bool) {
-					writeJobTable(w, []*pelotonv1.Job{job}, wide)
-					// The table's MESSAGE column is -o wide only; why a job
-					// waits or failed is what a user asks job get first.
-					if msg := job.GetStatus().GetMessage(); msg != "" && !wide {
-						fmt.Fprintf(w, "\nmessage: %s\n", msg)
-					}
-					if job.GetStatus().GetArchived() {
-						fmt.Fprintf(w, "\narchived: the job finished and was moved to the archive of finished jobs; it can no longer change (job delete purges it)\n")
-					}
-				})
+				return p.object(job, func(w io.Writer, wide bool) { writeJobDetail(w, job, wide) })
 			})
 		},
 	}
@@ -215,13 +205,14 @@ finished stays as it ended, and the command says so (and succeeds).`,
 			return a.withClient(func(c *client) error {
 				get := a.getJob(cmd.Context(), c, args[0])
 				// Ask first: cancelling a finished job changes nothing, and
-				// "cancel requested" would say it did.
+				// "cancel requested" would say it did. An archived job is
+				// left to the server, which refuses to touch it and says why.
 				cur, err := call(cmd.Context(), c, c.Jobs.GetJob, &pelotonv1.GetJobRequest{JobId: args[0]})
 				if err != nil {
 					return err
 				}
-				if st := cur.GetJob().GetStatus().GetState(); jobTerminal(st) {
-					return p.changed(fmt.Sprintf("job %s has already finished (%s): nothing to cancel", args[0], st),
+				if st := cur.GetJob().GetStatus(); jobTerminal(st.GetState()) && !st.GetArchived() {
+					return p.changed(fmt.Sprintf("job %s has already finished (%s): nothing to cancel", args[0], st.GetState()),
 						func() (proto.Message, error) { return cur.GetJob(), nil })
 				}
 				if _, err := call(cmd.Context(), c, c.Jobs.CancelJob, &pelotonv1.CancelJobRequest{JobId: args[0]}); err != nil {

@@ -326,7 +326,32 @@ func row(w io.Writer, cells ...string) {
 // writeJobTable writes jobs as a table; wide adds the goal state, the spec
 // version in force and the message.
 func writeJobTable(w io.Writer, jobs []*pelotonv1.Job, wide bool) {
-	head := []string{"ID", "NAME", "TYPE", "POOL", "STATE", "INSTANCES", "TASKS", "CREATED"}
+	writeJobColumns(w, jobs, wide, false)
+}
+
+// writeJobDetail is job get's table: a long-running job's row adds how many
+// instances serve (HEALTHY) and how many of those run the spec in force
+// (UPDATED), which the server counts for GetJob only; then the message,
+// which the table shows for -o wide only, since why a job waits or failed
+// is what a user asks job get first.
+func writeJobDetail(w io.Writer, job *pelotonv1.Job, wide bool) {
+	writeJobColumns(w, []*pelotonv1.Job{job}, wide, job.GetSpec().GetType() != pelotonv1.JobType_BATCH)
+	if msg := job.GetStatus().GetMessage(); msg != "" && !wide {
+		fmt.Fprintf(w, "\nmessage: %s\n", msg)
+	}
+	if job.GetStatus().GetArchived() {
+		fmt.Fprintf(w, "\narchived: the job finished and was moved to the archive of finished jobs; it can no longer change (job delete purges it)\n")
+	}
+}
+
+// writeJobColumns is writeJobTable with the HEALTHY and UPDATED columns
+// asked for separately.
+func writeJobColumns(w io.Writer, jobs []*pelotonv1.Job, wide, health bool) {
+	head := []string{"ID", "NAME", "TYPE", "POOL", "STATE", "INSTANCES", "TASKS"}
+	if health {
+		head = append(head, "HEALTHY", "UPDATED")
+	}
+	head = append(head, "CREATED")
 	if wide {
 		head = append(head, "GOAL", "SPEC VERSION", "MESSAGE")
 	}
@@ -341,8 +366,11 @@ func writeJobTable(w io.Writer, jobs []*pelotonv1.Job, wide bool) {
 			jobState(st),
 			strconv.FormatUint(uint64(spec.GetInstanceCount()), 10),
 			taskCounts(st.GetTaskCounts()),
-			timestamp(st.GetCreateTime()),
 		}
+		if health {
+			cells = append(cells, strconv.FormatUint(uint64(st.GetHealthy()), 10), strconv.FormatUint(uint64(st.GetUpdated()), 10))
+		}
+		cells = append(cells, timestamp(st.GetCreateTime()))
 		if wide {
 			cells = append(cells, st.GetGoalState().String(), strconv.FormatUint(st.GetSpecVersion(), 10), st.GetMessage())
 		}

@@ -121,3 +121,24 @@ func TestTaskGetShowsHistory(t *testing.T) {
 		t.Errorf("task get without history:\n%s", got)
 	}
 }
+
+// TestJobGetShowsHealthyAndUpdated: job get of a long-running job shows how
+// many instances serve and how many of those run the spec in force, as
+// docs/federation.md promises; a batch job, for which the server does not
+// count them, keeps its columns.
+func TestJobGetShowsHealthyAndUpdated(t *testing.T) {
+	job := makeJob("s1").Name("web").Instances(3).State(pelotonv1.JobState_JOB_RUNNING).Tasks("RUNNING", 3).Obj()
+	job.Spec.Type = pelotonv1.JobType_SERVICE
+	job.Status.Healthy, job.Status.Updated = 2, 1
+	got := render(t, formatTable, job, func(w io.Writer, wide bool) { writeJobDetail(w, job, wide) })
+	want := "" +
+		"ID   NAME   TYPE      POOL       STATE         INSTANCES   TASKS       HEALTHY   UPDATED   CREATED\n" +
+		"s1   web    SERVICE   /default   JOB_RUNNING   3           RUNNING=3   2         1         -\n"
+	if got != want {
+		t.Errorf("job get of a service:\n%s\nwant:\n%s", got, want)
+	}
+	batch := helloJob()
+	if got := render(t, formatTable, batch, func(w io.Writer, wide bool) { writeJobDetail(w, batch, wide) }); strings.Contains(got, "HEALTHY") {
+		t.Errorf("job get of a batch job:\n%s", got)
+	}
+}
