@@ -257,10 +257,11 @@ func (a *app) jobRestartCommand() *cobra.Command {
 			}
 			ids := make([]uint32, 0, len(instances))
 			for _, s := range instances {
-				id, err := parseInstance(s)
+				v, err := parseNonNegative("--instances", s, 32)
 				if err != nil {
-					return usageErrorf("invalid --instances: %v", err)
+					return err
 				}
+				id := uint32(v)
 				ids = append(ids, id)
 			}
 			return a.withClient(func(c *client) error {
@@ -456,9 +457,6 @@ func (a *app) getJob(ctx context.Context, c *client, id string) func() (proto.Me
 
 // parseInstance parses an instance number.
 func parseInstance(s string) (uint32, error) {
-	v, err := strconv.ParseUint(strings.TrimSpace(s), 10, 32)
-	if err != nil {
-		return 0, fmt.Errorf("instance %q is not a number from 0 to %d", s, uint32(1<<32-1))
-	}
-	return uint32(v), nil
+	v, err := parseNonNegative("instance", s, 32)
+	return uint32(v), err
 }

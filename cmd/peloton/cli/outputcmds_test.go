@@ -142,3 +142,27 @@ func TestJobGetShowsHealthyAndUpdated(t *testing.T) {
 		t.Errorf("job get of a batch job:\n%s", got)
 	}
 }
+
+// TestNumbersRefusedInWords: a bad number, as a flag or an argument, is
+// refused naming it, without Go's parse errors.
+func TestNumbersRefusedInWords(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"task", "logs", "j", "0", "--run", "-1"}, `Error: --run: "-1" is not a non-negative integer`},
+		{[]string{"task", "logs", "j", "0", "--run", "4294967296"}, `Error: --run: "4294967296" is more than 4294967295`},
+		{[]string{"task", "get", "j", "x1"}, `Error: instance: "x1" is not a non-negative integer`},
+		{[]string{"task", "kill", "j", "--", "-1"}, `Error: instance: "-1" is not a non-negative integer`},
+		{[]string{"task", "kill", "j", "-1"}, `Error: "-1" is not a non-negative integer`},
+		{[]string{"job", "restart", "j", "--instances", "0,-2"}, `Error: --instances: "-2" is not a non-negative integer`},
+		{[]string{"job", "wait", "j", "--for", "RUNNING", "--timeout", "soon"}, `Error: --timeout: "soon" is not a duration (e.g. 30s, 5m, 1h)`},
+		{[]string{"update", "start", "j", "-f", "x.yaml", "--batch-size", "-1"}, `Error: --batch-size: "-1" is not a non-negative integer`},
+	} {
+		r := runCLI(t, "", tc.args...)
+		line, _, _ := strings.Cut(r.stderr, "\n")
+		if r.code != exitUsage || line != tc.want {
+			t.Errorf("%s: exit %d, stderr %q; want %q", tc.args, r.code, r.stderr, tc.want)
+		}
+	}
+}
