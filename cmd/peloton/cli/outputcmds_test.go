@@ -166,3 +166,29 @@ func TestNumbersRefusedInWords(t *testing.T) {
 		}
 	}
 }
+
+// TestUpdateWatchOutcome: update watch fails only for an update that failed,
+// was aborted, or rolled back on its own; a rollback the user asked for is
+// what they wanted. Only rollbackOnFailure rolls an update back on its own.
+func TestUpdateWatchOutcome(t *testing.T) {
+	mk := func(s pelotonv1.UpdateState, onFailure bool, msg string) *pelotonv1.Update {
+		return &pelotonv1.Update{Id: "u1", Spec: &pelotonv1.UpdateSpec{RollbackOnFailure: onFailure},
+			Status: &pelotonv1.UpdateStatus{State: s, Message: msg}}
+	}
+	for _, tc := range []struct {
+		u       *pelotonv1.Update
+		ok      bool
+		message string
+	}{
+		{mk(pelotonv1.UpdateState_UPDATE_SUCCEEDED, false, ""), true, "update u1 is UPDATE_SUCCEEDED"},
+		{mk(pelotonv1.UpdateState_UPDATE_ROLLED_BACK, false, ""), true, "update u1 is UPDATE_ROLLED_BACK, as asked"},
+		{mk(pelotonv1.UpdateState_UPDATE_ROLLED_BACK, true, ""), false, "update u1 is UPDATE_ROLLED_BACK"},
+		{mk(pelotonv1.UpdateState_UPDATE_FAILED, false, "2 instances failed"), false, "update u1 is UPDATE_FAILED: 2 instances failed"},
+		{mk(pelotonv1.UpdateState_UPDATE_ABORTED, false, "aborted by user"), false, "update u1 is UPDATE_ABORTED: aborted by user"},
+	} {
+		ok, msg := updateOutcome(tc.u)
+		if ok != tc.ok || msg != tc.message {
+			t.Errorf("%v: got %v %q, want %v %q", tc.u.GetStatus().GetState(), ok, msg, tc.ok, tc.message)
+		}
+	}
+}

@@ -190,16 +190,16 @@ func TestUpdateCommandsOnAService(t *testing.T) {
 		}
 	}
 
-	// Rolling back: a new version copying the one before; watch exits
-	// non-zero once it is rolled back.
+	// Rolling back: a new version copying the one before; the user asked
+	// for it, so watch exits 0 once it is rolled back.
 	var back pelotonv1.Update
 	s.get(&back, "update", "rollback", rolled)
 	if back.GetRollbackVersion() != 4 || !slices.Contains([]pelotonv1.UpdateState{
 		pelotonv1.UpdateState_UPDATE_ROLLING_BACK, pelotonv1.UpdateState_UPDATE_ROLLED_BACK}, back.GetStatus().GetState()) {
 		t.Errorf("update rollback -o json = %v", &back)
 	}
-	r = s.fails(exitError, "Error: update "+rolled+" is UPDATE_ROLLED_BACK...", "update", "watch", rolled, "--timeout", "60s")
-	if !strings.Contains(r.stdout, "UPDATE_ROLLED_BACK 3/3 done, 0 failed") {
+	r = s.run("update", "watch", rolled, "--timeout", "60s")
+	if r.code != exitOK || !strings.Contains(r.stdout, "UPDATE_ROLLED_BACK 3/3 done, 0 failed") || !strings.HasSuffix(r.stdout, "update "+rolled+" is UPDATE_ROLLED_BACK, as asked\n") {
 		t.Errorf("watching a rollback printed:\n%s", r.stdout)
 	}
 	s.fails(exitError, "Error: FailedPrecondition: update "+rolled+" is already UPDATE_ROLLED_BACK", "update", "rollback", rolled)
