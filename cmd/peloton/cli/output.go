@@ -7,6 +7,7 @@ import (
 	"io"
 	"maps"
 	"math"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -661,16 +662,83 @@ func hostPartition(h *pelotonv1.Host) string {
 	return h.GetPartition()
 }
 
-// hostMessage is what maintenance and a partition move say about a host.
+// hostMessage is what maintenance and a partition move say about a host,
+// each thing said once. The server says what holds a drain per instance
+// ("instance 0 of job web waits for its SLA (...)"), and a host that drains
+// and moves says it in both messages; the column names each job once, with
+// its instances as ranges: "job web: instances 0-1,3 wait for its SLA (...)".
 func hostMessage(h *pelotonv1.Host) string {
+	type group struct {
+		prefix, rest string
+		insts        []uint32
+	}
+	type jobNote struct {
+		at     int // where in parts the job's note goes
+		groups []*group
+	}
 	var parts []string
+	seen := map[string]bool{}
+	jobs := map[string]*jobNote{}
+	var order []string
 	for _, m := range []string{h.GetMaintenanceMessage(), h.GetPartitionMessage()} {
-		if m != "" {
-			parts = append(parts, m)
+		if m == "" {
+			continue
 		}
+		for _, p := range strings.Split(m, "; ") {
+			if seen[p] {
+				continue
+			}
+			seen[p] = true
+			sm := instanceNote.FindStringSubmatch(p)
+			if sm == nil {
+				parts = append(parts, p)
+				continue
+			}
+			inst, err := strconv.ParseUint(sm[2], 10, 32)
+			if err != nil {
+				parts = append(parts, p)
+				continue
+			}
+			jn := jobs[sm[3]]
+			if jn == nil {
+				jn = &jobNote{at: len(parts)}
+				jobs[sm[3]] = jn
+				order = append(order, sm[3])
+				parts = append(parts, "") // filled below
+			}
+			i := slices.IndexFunc(jn.groups, func(g *group) bool { return g.prefix == sm[1] && g.rest == sm[4] })
+			if i < 0 {
+				jn.groups = append(jn.groups, &group{prefix: sm[1], rest: sm[4]})
+				i = len(jn.groups) - 1
+			}
+			jn.groups[i].insts = append(jn.groups[i].insts, uint32(inst))
+		}
+	}
+	for _, job := range order {
+		jn := jobs[job]
+		gs := make([]string, 0, len(jn.groups))
+		for _, g := range jn.groups {
+			if len(g.insts) == 1 {
+				gs = append(gs, fmt.Sprintf("%sinstance %d %s", g.prefix, g.insts[0], g.rest))
+				continue
+			}
+			// The server's words are about one instance: "waits", "holds".
+			what := g.rest
+			for _, verb := range []string{"waits ", "holds "} {
+				if r, ok := strings.CutPrefix(what, verb); ok {
+					what = verb[:len(verb)-2] + " " + r
+				}
+			}
+			gs = append(gs, fmt.Sprintf("%sinstances %s %s", g.prefix, instanceRanges(g.insts), what))
+		}
+		parts[jn.at] = "job " + job + ": " + strings.Join(gs, ", ")
 	}
 	return strings.Join(parts, "; ")
 }
+
+// instanceNote is how the server says what one instance does to a drain:
+// "[STATEFUL ]instance N of job ID <what>".
+var instanceNote = regexp.MustCompile(`^(STATEFUL )?instance (\d+) of job (\S+) (.+)$`)
 
 func labels(m map[string]string) string {
 	parts := make([]string, 0, len(m))

@@ -192,3 +192,23 @@ func TestUpdateWatchOutcome(t *testing.T) {
 		}
 	}
 }
+
+// TestHostMessageNamesEachJobOnce: what holds a drain is said per instance
+// by the server, and both maintenance and a move repeat it; the MESSAGE
+// column names each job once, with its instances as ranges.
+func TestHostMessageNamesEachJobOnce(t *testing.T) {
+	note := "instance 0 of job web waits for its SLA (budget used); instance 1 of job web waits for its SLA (budget used); " +
+		"instance 3 of job web waits for its SLA (budget used); STATEFUL instance 2 of job db holds its volume here: kill it or delete the job; and 2 more"
+	h := &pelotonv1.Host{
+		MaintenanceMessage: "draining: 5 tasks left; " + note,
+		PartitionMessage:   "moving to partition batch: draining 5 tasks; " + note,
+	}
+	want := "draining: 5 tasks left; job web: instances 0-1,3 wait for its SLA (budget used); " +
+		"job db: STATEFUL instance 2 holds its volume here: kill it or delete the job; and 2 more; moving to partition batch: draining 5 tasks"
+	if got := hostMessage(h); got != want {
+		t.Errorf("host message:\n got %q\nwant %q", got, want)
+	}
+	if got := hostMessage(&pelotonv1.Host{MaintenanceMessage: "drained: holds no tasks"}); got != "drained: holds no tasks" {
+		t.Errorf("plain message: %q", got)
+	}
+}
