@@ -197,8 +197,8 @@ func (a *app) fedServiceCreateCommand() *cobra.Command {
 			if file == "" {
 				return usageErrorf("missing --file (-f): the federated service spec")
 			}
-			spec := &pelotonv1.FederatedServiceSpec{}
-			if err := loadSpec(file, cmd.InOrStdin(), spec); err != nil {
+			spec, err := loadFederatedServiceSpec(file, cmd.InOrStdin())
+			if err != nil {
 				return err
 			}
 			reqID, err := requestID(rid)
@@ -295,6 +295,26 @@ parts left until then).`,
 			})
 		},
 	}
+}
+
+// loadFederatedServiceSpec reads a FederatedServiceSpec from path ("-"
+// reads stdin). A plain JobSpec, which is what a user new to federated
+// services tries first, is refused saying what wrapper it needs, not with
+// the first of its fields the wrapper does not know.
+func loadFederatedServiceSpec(path string, stdin io.Reader) (*pelotonv1.FederatedServiceSpec, error) {
+	name, data, err := readSpecFile(path, stdin)
+	if err != nil {
+		return nil, err
+	}
+	spec := &pelotonv1.FederatedServiceSpec{}
+	if !federatedJobFile(data) && decodeSpec(name, data, &pelotonv1.JobSpec{}) == nil {
+		return nil, fmt.Errorf("%s: a federated service expects a job:/placement: wrapper, and this file is a JobSpec: put it under job: "+
+			`(with placement: saying where its instances run; see "peloton fed service create --help")`, name)
+	}
+	if err := decodeSpec(name, data, spec); err != nil {
+		return nil, err
+	}
+	return spec, nil
 }
 
 // getFedService fetches federated service id as the federation has it now,

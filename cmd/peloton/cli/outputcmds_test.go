@@ -212,3 +212,20 @@ func TestHostMessageNamesEachJobOnce(t *testing.T) {
 		t.Errorf("plain message: %q", got)
 	}
 }
+
+// TestFedServiceCreateOfAJobSpec: a plain JobSpec given to fed service
+// create is told the wrapper a federated service needs, not only that
+// defaultSpec is an unknown field.
+func TestFedServiceCreateOfAJobSpec(t *testing.T) {
+	r := runCLI(t, "", "--federation", closedAddr(t), "fed", "service", "create", "-f", "../../../examples/hello.yaml")
+	want := `Error: ../../../examples/hello.yaml: a federated service expects a job:/placement: wrapper, and this file is a JobSpec: put it under job: ` +
+		`(with placement: saying where its instances run; see "peloton fed service create --help")` + "\n"
+	if r.code != exitError || r.stderr != want {
+		t.Errorf("exit %d, stderr %q\nwant %q", r.code, r.stderr, want)
+	}
+	// A misspelt wrapper is still named as such.
+	r = runCLI(t, "jobs: {name: x}\n", "--federation", closedAddr(t), "fed", "service", "create", "-f", "-")
+	if r.code != exitError || !strings.Contains(r.stderr, `unknown field "jobs" (did you mean "job"?)`) {
+		t.Errorf("misspelt wrapper: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
