@@ -176,8 +176,12 @@ func validateJobSpec(spec *pelotonv1.FederatedJobSpec) error {
 	if job == nil {
 		return apierr.Invalid("spec.job", "required: the job to dispatch")
 	}
-	if job.Type != pelotonv1.JobType_BATCH && job.Type != pelotonv1.JobType_JOB_TYPE_UNSPECIFIED {
-		return apierr.Invalid("spec.job.type", "the federation dispatches BATCH jobs; %s jobs go to a cluster (peloton --cluster NAME job create) until federated services exist", job.Type)
+	switch job.Type {
+	case pelotonv1.JobType_BATCH, pelotonv1.JobType_JOB_TYPE_UNSPECIFIED:
+	case pelotonv1.JobType_SERVICE:
+		return apierr.Invalid("spec.job.type", "the federation dispatches BATCH jobs; a SERVICE job runs across clusters as a federated service (peloton fed service create -f FILE, the spec under job:) or in one cluster (peloton --cluster NAME job create)")
+	default:
+		return apierr.Invalid("spec.job.type", "the federation dispatches BATCH jobs; a %s job runs in one cluster (peloton --cluster NAME job create)", job.Type)
 	}
 	if job.Name == "" {
 		return apierr.Invalid("spec.job.name", "required")

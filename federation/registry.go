@@ -353,6 +353,8 @@ func (f *Federation) Cordon(ctx context.Context, name string, cordon bool) (*pel
 				}
 				rec := proto.Clone(m.rec).(*pelotonv1.Cluster)
 				rec.State = effectiveState(rec.Health, cordon)
+				// The state changed: "state since" is when.
+				rec.StateTime = timestamppb.New(f.opts.Now())
 				return clusterChange{rec: rec, rev: m.rev}, nil
 			},
 			Write: func(ctx context.Context, c clusterChange) (int64, error) {

@@ -289,6 +289,25 @@ func validMetricName(name string) bool {
 	return name != ""
 }
 
+// amountWithUnit is a quantity as a spec writes it, with its unit: "64
+// CPUs" (cores, never milli-CPU), "8192 MiB", "1 GPU".
+func amountWithUnit(k resources.Kind, v int64) string {
+	n := resources.FormatAmount(k, v)
+	switch k {
+	case resources.CPU:
+		if v == 1000 {
+			return n + " CPU"
+		}
+		return n + " CPUs"
+	case resources.GPU:
+		if v == 1 {
+			return n + " GPU"
+		}
+		return n + " GPUs"
+	}
+	return n + " MiB"
+}
+
 // validateTaskSpec checks one effective task spec. field is its path.
 func validateTaskSpec(t *pelotonv1.TaskSpec, field string, largest resources.Resources) (resources.Resources, error) {
 	if len(t.Command) == 0 || t.Command[0] == "" {
@@ -315,7 +334,8 @@ func validateTaskSpec(t *pelotonv1.TaskSpec, field string, largest resources.Res
 	for k := resources.Kind(0); k < resources.NumKinds; k++ {
 		if r.Get(k) > largest.Get(k) {
 			return r, apierr.Invalid(field+".resources."+k.String(),
-				"asks for %d but the largest host has %d (%s); the task could never run", r.Get(k), largest.Get(k), largest)
+				"asks for %s but the largest host has %s (%s); the task could never run",
+				amountWithUnit(k, r.Get(k)), resources.FormatAmount(k, largest.Get(k)), largest)
 		}
 	}
 	if v := t.GetVolume().GetSizeMb(); v > 0 && r.DiskMB+int64(v) > largest.DiskMB {

@@ -336,3 +336,25 @@ func TestSameTaskMemoAgreesWithSameTask(t *testing.T) {
 		t.Error("an override changes only its own instance")
 	}
 }
+
+// TestTooLargeForEveryHostSaysItInTheSpecsUnits: a request no host could
+// hold is refused in the units the spec is written in (cores, MiB, GPUs),
+// never in milli-CPU.
+func TestTooLargeForEveryHostSaysItInTheSpecsUnits(t *testing.T) {
+	small := resources.Resources{MilliCPU: 2000, MemoryMB: 4096, DiskMB: 100000}
+	for _, tc := range []struct {
+		spec *pelotonv1.JobSpec
+		want string
+	}{
+		{MakeJob("x").CPU(64).Obj(), "spec.defaultSpec.resources.cpu: asks for 64 CPUs but the largest host has 2 (cpu=2 memoryMb=4096 diskMb=100000 gpu=0); the task could never run"},
+		{MakeJob("x").CPU(0.5).With(func(s *pelotonv1.JobSpec) { s.DefaultSpec.Resources.MemoryMb = 8192 }).Obj(),
+			"spec.defaultSpec.resources.memoryMb: asks for 8192 MiB but the largest host has 4096 (cpu=2"},
+		{MakeJob("x").With(func(s *pelotonv1.JobSpec) { s.DefaultSpec.Resources.Gpu = 1 }).Obj(),
+			"spec.defaultSpec.resources.gpu: asks for 1 GPU but the largest host has 0 (cpu=2"},
+	} {
+		err := validateJobSpec(tc.spec, small)
+		if msg := status.Convert(err).Message(); !strings.HasPrefix(msg, tc.want) {
+			t.Errorf("got  %q\nwant %q...", msg, tc.want)
+		}
+	}
+}

@@ -128,12 +128,15 @@ func (a *app) clusterDeregisterCommand() *cobra.Command {
 are, and federated jobs dispatched to it that never started may go elsewhere.`,
 		Args: argsNamed("NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := a.printer()
+			if err != nil {
+				return err
+			}
 			return a.withFederation(func(f *fedClient) error {
 				if _, err := call(cmd.Context(), f, f.Clusters.DeregisterCluster, &pelotonv1.DeregisterClusterRequest{Name: args[0]}); err != nil {
 					return err
 				}
-				fmt.Fprintf(a.stdout, "cluster %s deregistered\n", args[0])
-				return nil
+				return p.deleted("name", args[0], fmt.Sprintf("cluster %s deregistered", args[0]))
 			})
 		},
 	}

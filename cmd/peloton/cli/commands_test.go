@@ -35,6 +35,34 @@ type fakeServer struct {
 	// states are the job states GetJob returns, one per call; the last repeats.
 	states []pelotonv1.JobState
 	polls  int
+	// cancels and kills count CancelJob and KillTask calls.
+	cancels, kills int
+}
+
+func (f *fakeServer) CancelJob(context.Context, *pelotonv1.CancelJobRequest) (*pelotonv1.CancelJobResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.cancels++
+	return &pelotonv1.CancelJobResponse{}, nil
+}
+
+func (f *fakeServer) DeleteJob(context.Context, *pelotonv1.DeleteJobRequest) (*pelotonv1.DeleteJobResponse, error) {
+	return &pelotonv1.DeleteJobResponse{}, nil
+}
+
+func (f *fakeServer) DeletePool(context.Context, *pelotonv1.DeletePoolRequest) (*pelotonv1.DeletePoolResponse, error) {
+	return &pelotonv1.DeletePoolResponse{}, nil
+}
+
+func (f *fakeServer) KillTask(context.Context, *pelotonv1.KillTaskRequest) (*pelotonv1.KillTaskResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.kills++
+	return &pelotonv1.KillTaskResponse{}, nil
+}
+
+func (f *fakeServer) GetTask(_ context.Context, req *pelotonv1.GetTaskRequest) (*pelotonv1.GetTaskResponse, error) {
+	return &pelotonv1.GetTaskResponse{Task: makeTask(req.GetJobId(), req.GetInstanceId(), pelotonv1.TaskState_KILLING)}, nil
 }
 
 func (f *fakeServer) CreateJob(_ context.Context, req *pelotonv1.CreateJobRequest) (*pelotonv1.CreateJobResponse, error) {
@@ -246,7 +274,7 @@ func TestPoolUpdate(t *testing.T) {
 	f := &fakeServer{}
 	addr := startFake(t, f)
 	r := runCLI(t, "", "--server", addr, "pool", "update", "/org/team", "-f", "../../../examples/pool.yaml", "--version", "4", "-o", "json")
-	if r.code != exitOK || !strings.Contains(r.stdout, `"version": "5"`) {
+	if r.code != exitOK || !strings.Contains(r.stdout, `"version": 5`) {
 		t.Errorf("pool update: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 	}
 	if f.updateReq.GetVersion() != 4 || f.updateReq.GetSpec().GetLimit() == nil {

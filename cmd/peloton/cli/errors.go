@@ -4,7 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strconv"
+	"strings"
 
+	"github.com/spf13/pflag"
 	"google.golang.org/grpc/status"
 
 	"github.com/peloton-sched/peloton/cmd/peloton/internal/cmdutil"
@@ -28,6 +31,59 @@ func asUsage(err error) error {
 }
 
 var isUsage = cmdutil.IsUsage
+
+// parseNonNegative reads s, the value of what name names (a flag as
+// "--run", an argument as "instance"), as an integer of bits bits from 0
+// up, with a usage error in words, not strconv's.
+func parseNonNegative(name, s string, bits int) (uint64, error) {
+	v, err := strconv.ParseUint(strings.TrimSpace(s), 10, bits)
+	switch {
+	case errors.Is(err, strconv.ErrRange):
+		return 0, usageErrorf("%s: %q is more than %d", name, s, uint64(1)<<bits-1)
+	case err != nil:
+		return 0, usageErrorf("%s: %q is not a non-negative integer", name, s)
+	}
+	return v, nil
+}
+
+// negativeArg is pflag's word for an argument such as -1, which it reads as
+// shorthand flags.
+var negativeArg = regexp.MustCompile(`^unknown shorthand flag: '\d' in (-\d+)$`)
+
+// flagError says what is wrong with a flag's value in words: pflag's own
+// message ends in the Go error of the parse (strconv.ParseUint: parsing
+// "-1": invalid syntax), which is of no use to a user.
+func flagError(err error) error {
+	if m := negativeArg.FindStringSubmatch(err.Error()); m != nil {
+		return usageErrorf("%q is not a non-negative integer", m[1])
+	}
+	var bad *pflag.InvalidValueError
+	if !errors.As(err, &bad) {
+		return usageErrorf("%s", err.Error())
+	}
+	name, v := "--"+bad.GetFlag().Name, bad.GetValue()
+	switch typ := bad.GetFlag().Value.Type(); typ {
+	case "uint", "uint8", "uint16", "uint32", "uint64":
+		bits := 64
+		if n, err := strconv.Atoi(strings.TrimPrefix(typ, "uint")); err == nil {
+			bits = n
+		}
+		_, err := parseNonNegative(name, v, bits)
+		if err != nil {
+			return err
+		}
+		return usageErrorf("%s: %q is not a non-negative integer", name, v)
+	case "int", "int8", "int16", "int32", "int64":
+		return usageErrorf("%s: %q is not an integer", name, v)
+	case "float32", "float64":
+		return usageErrorf("%s: %q is not a number", name, v)
+	case "duration":
+		return usageErrorf("%s: %q is not a duration (e.g. 30s, 5m, 1h)", name, v)
+	case "bool":
+		return usageErrorf("%s: %q is not true or false", name, v)
+	}
+	return usageErrorf("%s", err.Error())
+}
 
 // reportedError wraps an error that has already been printed to stderr, so
 // that the layers above do not print it again.

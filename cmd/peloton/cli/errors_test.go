@@ -71,9 +71,9 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"job", "wait", "x"}, exitUsage, "missing --for"},
 		{[]string{"job", "wait", "x", "--for", "done"}, exitUsage, `invalid --for: unknown job state "done"`},
 		{[]string{"job", "list", "--state", "bogus"}, exitUsage, "invalid --state"},
-		{[]string{"job", "restart", "x", "--instances", "0,x"}, exitUsage, "invalid --instances"},
-		{[]string{"task", "get", "j", "-1"}, exitUsage, "unknown shorthand flag"},
-		{[]string{"task", "get", "j", "one"}, exitUsage, `instance "one" is not a number`},
+		{[]string{"job", "restart", "x", "--instances", "0,x"}, exitUsage, `--instances: "x" is not a non-negative integer`},
+		{[]string{"task", "get", "j", "-1"}, exitUsage, `"-1" is not a non-negative integer`},
+		{[]string{"task", "get", "j", "one"}, exitUsage, `instance: "one" is not a non-negative integer`},
 		{[]string{"job", "get", "x", "--timeout", "0s"}, exitUsage, "invalid --timeout"},
 		{[]string{"job", "create", "-f", "missing.yaml"}, exitError, "missing.yaml: open missing.yaml"},
 	} {

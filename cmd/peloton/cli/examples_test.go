@@ -41,7 +41,8 @@ func TestExamplesRun(t *testing.T) {
 		}
 	}
 	rs := rows(s.ok("task", "get", web, "1"))
-	if len(rs) != 2 || rs[1][7] != "HEALTHY" || !strings.HasPrefix(rs[1][9], "http=") {
+	// The instance's row, then its history.
+	if len(rs) < 5 || rs[1][7] != "HEALTHY" || !strings.HasPrefix(rs[1][9], "http=") || len(rs[3]) != 1 || rs[3][0] != "HISTORY" {
 		t.Errorf("task get of the service:\n%v", rs)
 	}
 	for _, tk := range healthy(ledger, 2) {

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -287,12 +288,27 @@ cluster and forgets it once all have removed it; a cluster whose pool still has
 jobs keeps it until they are gone ("fed pool get" shows which).`,
 		Args: argsNamed("PATH"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := a.printer()
+			if err != nil {
+				return err
+			}
 			return a.withFederation(func(f *fedClient) error {
 				if _, err := call(cmd.Context(), f, f.Pools.DeleteFederatedPool, &pelotonv1.DeleteFederatedPoolRequest{Path: args[0]}); err != nil {
 					return err
 				}
-				fmt.Fprintf(a.stdout, "global pool %s: deleting from every cluster\n", args[0])
-				return nil
+				if !p.structured() {
+					_, err := fmt.Fprintf(a.stdout, "global pool %s: deleting from every cluster\n", args[0])
+					return err
+				}
+				// The pool stays, deleting, until every cluster removed it.
+				resp, err := call(cmd.Context(), f, f.Pools.GetFederatedPool, &pelotonv1.GetFederatedPoolRequest{Path: args[0]})
+				if status.Code(err) == codes.NotFound {
+					return p.deleted("path", args[0], "")
+				}
+				if err != nil {
+					return err
+				}
+				return p.object(resp.GetPool(), nil)
 			})
 		},
 	}
@@ -313,9 +329,14 @@ file (YAML or JSON, "-" for stdin) is either a FederatedJobSpec:
 
 or a plain JobSpec (as for "peloton job create"), which may go to any cluster.
 --cluster-selector replaces the selector of the file. Only the new job's
-global ID is printed; "fed job get" shows where it went.`,
+global ID is printed ("fed job get" shows where it went); -o json or -o yaml
+prints the new job, as "fed job get" does.`,
 		Args: argsNamed(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			p, err := a.printer()
+			if err != nil {
+				return err
+			}
 			if file == "" {
 				return usageErrorf("missing --file (-f): the job spec to create")
 			}
@@ -343,8 +364,7 @@ global ID is printed; "fed job get" shows where it went.`,
 				if err != nil {
 					return err
 				}
-				fmt.Fprintln(a.stdout, resp.GetJobId())
-				return nil
+				return p.changed(resp.GetJobId(), a.getFedJob(cmd.Context(), f, resp.GetJobId()))
 			})
 		},
 	}
@@ -403,6 +423,15 @@ func federatedJobFile(data []byte) bool {
 	return job || placement
 }
 
+// getFedJob fetches federated job id as the federation has it now, for -o
+// json and -o yaml after a change.
+func (a *app) getFedJob(ctx context.Context, f *fedClient, id string) func() (proto.Message, error) {
+	return func() (proto.Message, error) {
+		resp, err := call(ctx, f, f.Jobs.GetFederatedJob, &pelotonv1.GetFederatedJobRequest{JobId: id})
+		return resp.GetJob(), err
+	}
+}
+
 func (a *app) fedJobGetCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "get JOBID",
@@ -452,12 +481,15 @@ func (a *app) fedJobKillCommand() *cobra.Command {
 cancelled there by the federation.`,
 		Args: argsNamed("JOBID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := a.printer()
+			if err != nil {
+				return err
+			}
 			return a.withFederation(func(f *fedClient) error {
 				if _, err := call(cmd.Context(), f, f.Jobs.KillFederatedJob, &pelotonv1.KillFederatedJobRequest{JobId: args[0]}); err != nil {
 					return err
 				}
-				fmt.Fprintf(a.stdout, "federated job %s: kill requested\n", args[0])
-				return nil
+				return p.changed(fmt.Sprintf("federated job %s: kill requested", args[0]), a.getFedJob(cmd.Context(), f, args[0]))
 			})
 		},
 	}

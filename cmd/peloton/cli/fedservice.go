@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"maps"
@@ -9,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
@@ -187,11 +190,15 @@ func (a *app) fedServiceCreateCommand() *cobra.Command {
 		Long:  "Create a federated service: its instances are split over clusters and each cluster's part runs as a SERVICE job there.\n\n" + fedServiceSpecHelp,
 		Args:  argsNamed(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			p, err := a.printer()
+			if err != nil {
+				return err
+			}
 			if file == "" {
 				return usageErrorf("missing --file (-f): the federated service spec")
 			}
-			spec := &pelotonv1.FederatedServiceSpec{}
-			if err := loadSpec(file, cmd.InOrStdin(), spec); err != nil {
+			spec, err := loadFederatedServiceSpec(file, cmd.InOrStdin())
+			if err != nil {
 				return err
 			}
 			reqID, err := requestID(rid)
@@ -204,9 +211,8 @@ func (a *app) fedServiceCreateCommand() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				fmt.Fprintln(a.stdout, resp.GetServiceId())
 				fmt.Fprintf(a.stderr, "split: %s\n", splitCell(resp.GetSplit()))
-				return nil
+				return p.changed(resp.GetServiceId(), a.getFedService(cmd.Context(), f, resp.GetServiceId()))
 			})
 		},
 	}
@@ -265,14 +271,58 @@ cluster, and forgets the service once all are gone ("fed service get" shows the
 parts left until then).`,
 		Args: argsNamed("SERVICEID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := a.printer()
+			if err != nil {
+				return err
+			}
 			return a.withFederation(func(f *fedClient) error {
 				if _, err := call(cmd.Context(), f, f.Services.DeleteFederatedService, &pelotonv1.DeleteFederatedServiceRequest{ServiceId: args[0]}); err != nil {
 					return err
 				}
-				fmt.Fprintf(a.stdout, "federated service %s: deleting from every cluster\n", args[0])
-				return nil
+				if !p.structured() {
+					_, err := fmt.Fprintf(a.stdout, "federated service %s: deleting from every cluster\n", args[0])
+					return err
+				}
+				// The service stays, deleting, until every cluster's part is gone.
+				svc, err := a.getFedService(cmd.Context(), f, args[0])()
+				if status.Code(err) == codes.NotFound {
+					return p.deleted("serviceId", args[0], "")
+				}
+				if err != nil {
+					return err
+				}
+				return p.object(svc, nil)
 			})
 		},
+	}
+}
+
+// loadFederatedServiceSpec reads a FederatedServiceSpec from path ("-"
+// reads stdin). A plain JobSpec, which is what a user new to federated
+// services tries first, is refused saying what wrapper it needs, not with
+// the first of its fields the wrapper does not know.
+func loadFederatedServiceSpec(path string, stdin io.Reader) (*pelotonv1.FederatedServiceSpec, error) {
+	name, data, err := readSpecFile(path, stdin)
+	if err != nil {
+		return nil, err
+	}
+	spec := &pelotonv1.FederatedServiceSpec{}
+	if !federatedJobFile(data) && decodeSpec(name, data, &pelotonv1.JobSpec{}) == nil {
+		return nil, fmt.Errorf("%s: a federated service expects a job:/placement: wrapper, and this file is a JobSpec: put it under job: "+
+			`(with placement: saying where its instances run; see "peloton fed service create --help")`, name)
+	}
+	if err := decodeSpec(name, data, spec); err != nil {
+		return nil, err
+	}
+	return spec, nil
+}
+
+// getFedService fetches federated service id as the federation has it now,
+// for -o json and -o yaml after a change.
+func (a *app) getFedService(ctx context.Context, f *fedClient, id string) func() (proto.Message, error) {
+	return func() (proto.Message, error) {
+		resp, err := call(ctx, f, f.Services.GetFederatedService, &pelotonv1.GetFederatedServiceRequest{ServiceId: id})
+		return resp.GetService(), err
 	}
 }
 

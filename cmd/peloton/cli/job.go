@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
@@ -43,9 +44,14 @@ func (a *app) jobCreateCommand() *cobra.Command {
 		Use:   "create -f FILE",
 		Short: "Create a job from a spec file and print its ID",
 		Long: `Create a job from a YAML or JSON file holding a JobSpec (see examples/hello.yaml);
-"-f -" reads the spec from standard input. Only the new job's ID is printed.`,
+"-f -" reads the spec from standard input. Only the new job's ID is printed;
+-o json or -o yaml prints the new job, as "job get" does.`,
 		Args: argsNamed(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			p, err := a.printer()
+			if err != nil {
+				return err
+			}
 			if file == "" {
 				return usageErrorf("missing --file (-f): the job spec to create")
 			}
@@ -62,8 +68,7 @@ func (a *app) jobCreateCommand() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				fmt.Fprintln(a.stdout, resp.GetJobId())
-				return nil
+				return p.changed(resp.GetJobId(), a.getJob(cmd.Context(), c, resp.GetJobId()))
 			})
 		},
 	}
@@ -82,17 +87,7 @@ func (a *app) jobGetCommand() *cobra.Command {
 				return call(cmd.Context(), c, c.Jobs.GetJob, &pelotonv1.GetJobRequest{JobId: args[0]})
 			}, func(p *printer, resp *pelotonv1.GetJobResponse) error {
 				job := resp.GetJob()
-				return p.object(job, func(w io.Writer, wide bool) {
-					writeJobTable(w, []*pelotonv1.Job{job}, wide)
-					// The table's MESSAGE column is -o wide only; why a job
-					// waits or failed is what a user asks job get first.
-					if msg := job.GetStatus().GetMessage(); msg != "" && !wide {
-						fmt.Fprintf(w, "\nmessage: %s\n", msg)
-					}
-					if job.GetStatus().GetArchived() {
-						fmt.Fprintf(w, "\narchived: the job finished and was moved to the archive of finished jobs; it can no longer change (job delete purges it)\n")
-					}
-				})
+				return p.object(job, func(w io.Writer, wide bool) { writeJobDetail(w, job, wide) })
 			})
 		},
 	}
@@ -199,14 +194,31 @@ func (a *app) jobCancelCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "cancel JOBID",
 		Short: "Kill every task of a job; the job ends JOB_KILLED",
-		Args:  argsNamed("JOBID"),
+		Long: `Kill every task of a job; the job ends JOB_KILLED. A job that has already
+finished stays as it ended, and the command says so (and succeeds).`,
+		Args: argsNamed("JOBID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := a.printer()
+			if err != nil {
+				return err
+			}
 			return a.withClient(func(c *client) error {
+				get := a.getJob(cmd.Context(), c, args[0])
+				// Ask first: cancelling a finished job changes nothing, and
+				// "cancel requested" would say it did. An archived job is
+				// left to the server, which refuses to touch it and says why.
+				cur, err := call(cmd.Context(), c, c.Jobs.GetJob, &pelotonv1.GetJobRequest{JobId: args[0]})
+				if err != nil {
+					return err
+				}
+				if st := cur.GetJob().GetStatus(); jobTerminal(st.GetState()) && !st.GetArchived() {
+					return p.changed(fmt.Sprintf("job %s has already finished (%s): nothing to cancel", args[0], st.GetState()),
+						func() (proto.Message, error) { return cur.GetJob(), nil })
+				}
 				if _, err := call(cmd.Context(), c, c.Jobs.CancelJob, &pelotonv1.CancelJobRequest{JobId: args[0]}); err != nil {
 					return err
 				}
-				fmt.Fprintf(a.stdout, "job %s: cancel requested\n", args[0])
-				return nil
+				return p.changed(fmt.Sprintf("job %s: cancel requested", args[0]), get)
 			})
 		},
 	}
@@ -218,12 +230,15 @@ func (a *app) jobDeleteCommand() *cobra.Command {
 		Short: "Delete a job",
 		Args:  argsNamed("JOBID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := a.printer()
+			if err != nil {
+				return err
+			}
 			return a.withClient(func(c *client) error {
 				if _, err := call(cmd.Context(), c, c.Jobs.DeleteJob, &pelotonv1.DeleteJobRequest{JobId: args[0]}); err != nil {
 					return err
 				}
-				fmt.Fprintf(a.stdout, "job %s deleted\n", args[0])
-				return nil
+				return p.deleted("jobId", args[0], fmt.Sprintf("job %s deleted", args[0]))
 			})
 		},
 	}
@@ -236,12 +251,17 @@ func (a *app) jobRestartCommand() *cobra.Command {
 		Short: "Restart instances of a job (by default every instance that has not succeeded)",
 		Args:  argsNamed("JOBID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := a.printer()
+			if err != nil {
+				return err
+			}
 			ids := make([]uint32, 0, len(instances))
 			for _, s := range instances {
-				id, err := parseInstance(s)
+				v, err := parseNonNegative("--instances", s, 32)
 				if err != nil {
-					return usageErrorf("invalid --instances: %v", err)
+					return err
 				}
+				id := uint32(v)
 				ids = append(ids, id)
 			}
 			return a.withClient(func(c *client) error {
@@ -249,8 +269,7 @@ func (a *app) jobRestartCommand() *cobra.Command {
 					&pelotonv1.RestartJobRequest{JobId: args[0], Instances: ids}); err != nil {
 					return err
 				}
-				fmt.Fprintf(a.stdout, "job %s: restart requested\n", args[0])
-				return nil
+				return p.changed(fmt.Sprintf("job %s: restart requested", args[0]), a.getJob(cmd.Context(), c, args[0]))
 			})
 		},
 	}
@@ -269,6 +288,10 @@ Fails if the job ends in another terminal state (JOB_SUCCEEDED, JOB_FAILED,
 JOB_KILLED) or the timeout passes first.`,
 		Args: argsNamed("JOBID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := a.printer()
+			if err != nil {
+				return err
+			}
 			if forState == "" {
 				return usageErrorf("missing --for: the state to wait for")
 			}
@@ -280,7 +303,7 @@ JOB_KILLED) or the timeout passes first.`,
 				return usageErrorf("invalid --timeout %s: must be > 0", timeout)
 			}
 			return a.withClient(func(c *client) error {
-				return a.waitJob(cmd.Context(), c, args[0], want, timeout)
+				return a.waitJob(cmd.Context(), c, p, args[0], want, timeout)
 			})
 		},
 	}
@@ -360,7 +383,8 @@ last one is the spec in force. -o json or -o yaml shows the specs themselves.`,
 
 // waitJob polls the job until it is in state want, ends in another terminal
 // state, or timeout passes.
-func (a *app) waitJob(ctx context.Context, c *client, id string, want pelotonv1.JobState, timeout time.Duration) error {
+// It prints the job it reached (-o json and -o yaml: the whole job).
+func (a *app) waitJob(ctx context.Context, c *client, p *printer, id string, want pelotonv1.JobState, timeout time.Duration) error {
 	last := pelotonv1.JobState_JOB_STATE_UNSPECIFIED
 	timedOut := func() error {
 		return fmt.Errorf("job %s is %s, not %s (timed out after %s)", id, last, want, timeout)
@@ -373,8 +397,7 @@ func (a *app) waitJob(ctx context.Context, c *client, id string, want pelotonv1.
 		st := resp.GetJob().GetStatus()
 		last = st.GetState()
 		if last == want {
-			fmt.Fprintf(a.stdout, "job %s is %s\n", id, last)
-			return true, nil
+			return true, p.changed(fmt.Sprintf("job %s is %s", id, last), func() (proto.Message, error) { return resp.GetJob(), nil })
 		}
 		if jobTerminal(last) {
 			msg := fmt.Sprintf("job %s is %s, not %s", id, last, want)
@@ -423,11 +446,17 @@ func pollUntil(ctx context.Context, c *client, every, timeout time.Duration, tim
 	}
 }
 
+// getJob fetches job id as the server has it now, for -o json and -o yaml
+// after a change.
+func (a *app) getJob(ctx context.Context, c *client, id string) func() (proto.Message, error) {
+	return func() (proto.Message, error) {
+		resp, err := call(ctx, c, c.Jobs.GetJob, &pelotonv1.GetJobRequest{JobId: id})
+		return resp.GetJob(), err
+	}
+}
+
 // parseInstance parses an instance number.
 func parseInstance(s string) (uint32, error) {
-	v, err := strconv.ParseUint(strings.TrimSpace(s), 10, 32)
-	if err != nil {
-		return 0, fmt.Errorf("instance %q is not a number from 0 to %d", s, uint32(1<<32-1))
-	}
-	return uint32(v), nil
+	v, err := parseNonNegative("instance", s, 32)
+	return uint32(v), err
 }

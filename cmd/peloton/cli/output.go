@@ -7,6 +7,7 @@ import (
 	"io"
 	"maps"
 	"math"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,6 +16,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 	"sigs.k8s.io/yaml"
 
@@ -82,6 +84,36 @@ func (p *printer) list(resp proto.Message, field string, n int, table func(w io.
 	return p.object(resp, table)
 }
 
+// changed prints what a command that changes something did: line for the
+// table formats; for -o json and -o yaml, the object as the server has it
+// now, which get fetches (a change's own answer is empty).
+func (p *printer) changed(line string, get func() (proto.Message, error)) error {
+	if !p.structured() {
+		_, err := fmt.Fprintln(p.w, line)
+		return err
+	}
+	m, err := get()
+	if err != nil {
+		return err
+	}
+	return p.object(m, nil)
+}
+
+// deleted prints that a command removed something there is no more of to
+// show: line for the table formats; for -o json and -o yaml a document
+// naming it, {"deleted": true, key: id}.
+func (p *printer) deleted(key, id, line string) error {
+	if !p.structured() {
+		_, err := fmt.Fprintln(p.w, line)
+		return err
+	}
+	b, err := json.Marshal(map[string]any{key: id, "deleted": true})
+	if err != nil {
+		return err
+	}
+	return p.document(b)
+}
+
 // document writes compact JSON b as indented JSON or as YAML.
 func (p *printer) document(b []byte) error {
 	if p.format == formatYAML {
@@ -106,8 +138,173 @@ func (p *printer) document(b []byte) error {
 // an unset message as null), so a script can read any field of any object
 // without knowing which values protobuf leaves out. protojson's own multiline output varies its
 // whitespace between builds on purpose; document indents it stably instead.
+//
+// 64-bit integers are numbers (memoryUsedMb: 56), not the strings protojson
+// writes for JavaScript's sake: a script reading the CLI's output compares
+// them as numbers, as it does every other number there.
 func marshalJSON(m proto.Message) ([]byte, error) {
-	return protojson.MarshalOptions{EmitUnpopulated: true, UseProtoNames: false}.Marshal(m)
+	b, err := protojson.MarshalOptions{EmitUnpopulated: true, UseProtoNames: false}.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	return int64sAsNumbers(b, m.ProtoReflect().Descriptor())
+}
+
+// jsonShape is what the proto says a JSON value holds: a message (an object
+// keyed by field names), a map (an object keyed by map keys), a list, or a
+// 64-bit integer protojson wrote as a string. The zero shape is a value
+// left as it is.
+type jsonShape struct {
+	msg    protoreflect.MessageDescriptor
+	mapVal protoreflect.FieldDescriptor
+	list   protoreflect.FieldDescriptor
+	int64  bool
+}
+
+// messageShape is the shape of a message's JSON. The well-known types have
+// JSON of their own (a Timestamp is a string, a Struct any object) and are
+// left as they are, but for the 64-bit integer wrappers.
+func messageShape(md protoreflect.MessageDescriptor) jsonShape {
+	switch md.FullName() {
+	case "google.protobuf.Int64Value", "google.protobuf.UInt64Value":
+		return jsonShape{int64: true}
+	}
+	if md.ParentFile().Package() == "google.protobuf" {
+		return jsonShape{}
+	}
+	return jsonShape{msg: md}
+}
+
+// elemShape is the shape of one value of field fd: the field's own for a
+// singular field, one element's for a list, one map value's for a map.
+func elemShape(fd protoreflect.FieldDescriptor) jsonShape {
+	switch fd.Kind() {
+	case protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind,
+		protoreflect.Uint64Kind, protoreflect.Fixed64Kind:
+		return jsonShape{int64: true}
+	case protoreflect.MessageKind, protoreflect.GroupKind:
+		return messageShape(fd.Message())
+	}
+	return jsonShape{}
+}
+
+// fieldShape is the shape of field fd's whole value.
+func fieldShape(fd protoreflect.FieldDescriptor) jsonShape {
+	switch {
+	case fd.IsMap():
+		return jsonShape{mapVal: fd.MapValue()}
+	case fd.IsList():
+		return jsonShape{list: fd}
+	}
+	return elemShape(fd)
+}
+
+// int64sAsNumbers rewrites protojson's compact output b of a message md,
+// writing the fields the proto declares as 64-bit integers as numbers. It
+// goes token by token, so the fields keep protojson's order (the proto's).
+func int64sAsNumbers(b []byte, md protoreflect.MessageDescriptor) ([]byte, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var out bytes.Buffer
+	out.Grow(len(b))
+	if err := rewriteJSON(dec, &out, messageShape(md)); err != nil {
+		return nil, err
+	}
+	return out.Bytes(), nil
+}
+
+func rewriteJSON(dec *json.Decoder, out *bytes.Buffer, shape jsonShape) error {
+	tok, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	switch t := tok.(type) {
+	case json.Delim:
+		if t == '[' {
+			out.WriteByte('[')
+			for i := 0; dec.More(); i++ {
+				if i > 0 {
+					out.WriteByte(',')
+				}
+				var elem jsonShape
+				if shape.list != nil {
+					elem = elemShape(shape.list)
+				}
+				if err := rewriteJSON(dec, out, elem); err != nil {
+					return err
+				}
+			}
+			_, err := dec.Token() // ]
+			out.WriteByte(']')
+			return err
+		}
+		out.WriteByte('{')
+		for i := 0; dec.More(); i++ {
+			key, err := dec.Token()
+			if err != nil {
+				return err
+			}
+			if i > 0 {
+				out.WriteByte(',')
+			}
+			k, _ := key.(string)
+			if err := writeJSONString(out, k); err != nil {
+				return err
+			}
+			out.WriteByte(':')
+			var val jsonShape
+			switch {
+			case shape.msg != nil:
+				if fd := shape.msg.Fields().ByJSONName(k); fd != nil {
+					val = fieldShape(fd)
+				}
+			case shape.mapVal != nil:
+				val = elemShape(shape.mapVal)
+			}
+			if err := rewriteJSON(dec, out, val); err != nil {
+				return err
+			}
+		}
+		_, err := dec.Token() // }
+		out.WriteByte('}')
+		return err
+	case string:
+		if shape.int64 && isInteger(t) {
+			out.WriteString(t)
+			return nil
+		}
+		return writeJSONString(out, t)
+	case json.Number:
+		out.WriteString(t.String())
+	case bool:
+		out.WriteString(strconv.FormatBool(t))
+	case nil:
+		out.WriteString("null")
+	}
+	return nil
+}
+
+// writeJSONString writes s as a JSON string as protojson does: "->" and
+// "&" in a message stay as they are, not \u003e.
+func writeJSONString(out *bytes.Buffer, s string) error {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(s); err != nil {
+		return err
+	}
+	out.Write(bytes.TrimSuffix(b.Bytes(), []byte("\n")))
+	return nil
+}
+
+// isInteger reports whether s is a decimal integer that fits 64 bits, as
+// protojson writes an int64 or a uint64.
+func isInteger(s string) bool {
+	if _, err := strconv.ParseInt(s, 10, 64); err == nil {
+		return true
+	}
+	_, err := strconv.ParseUint(s, 10, 64)
+	return err == nil
 }
 
 func newTabWriter(w io.Writer) *tabwriter.Writer {
@@ -130,7 +327,32 @@ func row(w io.Writer, cells ...string) {
 // writeJobTable writes jobs as a table; wide adds the goal state, the spec
 // version in force and the message.
 func writeJobTable(w io.Writer, jobs []*pelotonv1.Job, wide bool) {
-	head := []string{"ID", "NAME", "TYPE", "POOL", "STATE", "INSTANCES", "TASKS", "CREATED"}
+	writeJobColumns(w, jobs, wide, false)
+}
+
+// writeJobDetail is job get's table: a long-running job's row adds how many
+// instances serve (HEALTHY) and how many of those run the spec in force
+// (UPDATED), which the server counts for GetJob only; then the message,
+// which the table shows for -o wide only, since why a job waits or failed
+// is what a user asks job get first.
+func writeJobDetail(w io.Writer, job *pelotonv1.Job, wide bool) {
+	writeJobColumns(w, []*pelotonv1.Job{job}, wide, job.GetSpec().GetType() != pelotonv1.JobType_BATCH)
+	if msg := job.GetStatus().GetMessage(); msg != "" && !wide {
+		fmt.Fprintf(w, "\nmessage: %s\n", msg)
+	}
+	if job.GetStatus().GetArchived() {
+		fmt.Fprintf(w, "\narchived: the job finished and was moved to the archive of finished jobs; it can no longer change (job delete purges it)\n")
+	}
+}
+
+// writeJobColumns is writeJobTable with the HEALTHY and UPDATED columns
+// asked for separately.
+func writeJobColumns(w io.Writer, jobs []*pelotonv1.Job, wide, health bool) {
+	head := []string{"ID", "NAME", "TYPE", "POOL", "STATE", "INSTANCES", "TASKS"}
+	if health {
+		head = append(head, "HEALTHY", "UPDATED")
+	}
+	head = append(head, "CREATED")
 	if wide {
 		head = append(head, "GOAL", "SPEC VERSION", "MESSAGE")
 	}
@@ -145,8 +367,11 @@ func writeJobTable(w io.Writer, jobs []*pelotonv1.Job, wide bool) {
 			jobState(st),
 			strconv.FormatUint(uint64(spec.GetInstanceCount()), 10),
 			taskCounts(st.GetTaskCounts()),
-			timestamp(st.GetCreateTime()),
 		}
+		if health {
+			cells = append(cells, strconv.FormatUint(uint64(st.GetHealthy()), 10), strconv.FormatUint(uint64(st.GetUpdated()), 10))
+		}
+		cells = append(cells, timestamp(st.GetCreateTime()))
 		if wide {
 			cells = append(cells, st.GetGoalState().String(), strconv.FormatUint(st.GetSpecVersion(), 10), st.GetMessage())
 		}
@@ -259,6 +484,24 @@ func writeTaskColumns(w io.Writer, tasks []*pelotonv1.Task, wide, long bool) {
 			cells = append(cells, st.GetMessage())
 		}
 		row(w, cells...)
+	}
+}
+
+// writeTaskDetail is task get's table: the instance with the long-running
+// columns, then its history of state changes, oldest first (the server
+// keeps the latest few), so why a run ended or was replaced is on screen.
+func writeTaskDetail(w io.Writer, task *pelotonv1.Task, wide bool) {
+	writeTaskColumns(w, []*pelotonv1.Task{task}, wide, true)
+	hist := task.GetStatus().GetHistory()
+	if len(hist) == 0 {
+		return
+	}
+	// The blank line ends the task's column block, so the history's columns
+	// are aligned on their own.
+	fmt.Fprintln(w, "\nHISTORY")
+	fmt.Fprintln(w, "TIME\tRUN\tSTATE\tREASON")
+	for _, h := range hist {
+		row(w, timestamp(h.GetTime()), strconv.FormatUint(uint64(h.GetRunId()), 10), h.GetState().String(), h.GetReason())
 	}
 }
 
@@ -419,16 +662,83 @@ func hostPartition(h *pelotonv1.Host) string {
 	return h.GetPartition()
 }
 
-// hostMessage is what maintenance and a partition move say about a host.
+// hostMessage is what maintenance and a partition move say about a host,
+// each thing said once. The server says what holds a drain per instance
+// ("instance 0 of job web waits for its SLA (...)"), and a host that drains
+// and moves says it in both messages; the column names each job once, with
+// its instances as ranges: "job web: instances 0-1,3 wait for its SLA (...)".
 func hostMessage(h *pelotonv1.Host) string {
+	type group struct {
+		prefix, rest string
+		insts        []uint32
+	}
+	type jobNote struct {
+		at     int // where in parts the job's note goes
+		groups []*group
+	}
 	var parts []string
+	seen := map[string]bool{}
+	jobs := map[string]*jobNote{}
+	var order []string
 	for _, m := range []string{h.GetMaintenanceMessage(), h.GetPartitionMessage()} {
-		if m != "" {
-			parts = append(parts, m)
+		if m == "" {
+			continue
 		}
+		for _, p := range strings.Split(m, "; ") {
+			if seen[p] {
+				continue
+			}
+			seen[p] = true
+			sm := instanceNote.FindStringSubmatch(p)
+			if sm == nil {
+				parts = append(parts, p)
+				continue
+			}
+			inst, err := strconv.ParseUint(sm[2], 10, 32)
+			if err != nil {
+				parts = append(parts, p)
+				continue
+			}
+			jn := jobs[sm[3]]
+			if jn == nil {
+				jn = &jobNote{at: len(parts)}
+				jobs[sm[3]] = jn
+				order = append(order, sm[3])
+				parts = append(parts, "") // filled below
+			}
+			i := slices.IndexFunc(jn.groups, func(g *group) bool { return g.prefix == sm[1] && g.rest == sm[4] })
+			if i < 0 {
+				jn.groups = append(jn.groups, &group{prefix: sm[1], rest: sm[4]})
+				i = len(jn.groups) - 1
+			}
+			jn.groups[i].insts = append(jn.groups[i].insts, uint32(inst))
+		}
+	}
+	for _, job := range order {
+		jn := jobs[job]
+		gs := make([]string, 0, len(jn.groups))
+		for _, g := range jn.groups {
+			if len(g.insts) == 1 {
+				gs = append(gs, fmt.Sprintf("%sinstance %d %s", g.prefix, g.insts[0], g.rest))
+				continue
+			}
+			// The server's words are about one instance: "waits", "holds".
+			what := g.rest
+			for _, verb := range []string{"waits ", "holds "} {
+				if r, ok := strings.CutPrefix(what, verb); ok {
+					what = verb[:len(verb)-2] + " " + r
+				}
+			}
+			gs = append(gs, fmt.Sprintf("%sinstances %s %s", g.prefix, instanceRanges(g.insts), what))
+		}
+		parts[jn.at] = "job " + job + ": " + strings.Join(gs, ", ")
 	}
 	return strings.Join(parts, "; ")
 }
+
+// instanceNote is how the server says what one instance does to a drain:
+// "[STATEFUL ]instance N of job ID <what>".
+var instanceNote = regexp.MustCompile(`^(STATEFUL )?instance (\d+) of job (\S+) (.+)$`)
 
 func labels(m map[string]string) string {
 	parts := make([]string, 0, len(m))

@@ -369,3 +369,43 @@ func TestTaskListRevocable(t *testing.T) {
 		t.Errorf("revocable tasks:\n%q\nwant\n%q", buf.String(), want)
 	}
 }
+
+// TestSixtyFourBitIntegersPrintAsNumbers: protojson writes int64 and uint64
+// as strings; -o json and -o yaml print them as the numbers they are, and
+// leave strings that merely look like numbers alone.
+func TestSixtyFourBitIntegersPrintAsNumbers(t *testing.T) {
+	task := makeTask("j1", 0, pelotonv1.TaskState_RUNNING)
+	task.Status.SpecVersion = 3
+	task.Status.Message = "56"
+	task.Status.Reason = "moved a->b & <back>"
+	task.Status.Usage = &pelotonv1.TaskUsage{Cpu: 0.5, MemoryUsedMb: 56}
+	task.Status.Ports = map[string]uint32{"http": 31000}
+	resp := &pelotonv1.ListTasksResponse{Tasks: []*pelotonv1.Task{task}}
+
+	js := render(t, formatJSON, resp, nil)
+	for _, want := range []string{`"memoryUsedMb": 56`, `"specVersion": 3`, `"desiredSpecVersion": 0`, `"message": "56"`, `"http": 31000`, `"cpu": 0.5`, `"reason": "moved a->b & <back>"`} {
+		if !strings.Contains(js, want) {
+			t.Errorf("json lacks %s:\n%s", want, js)
+		}
+	}
+	if strings.Index(js, `"jobId"`) > strings.Index(js, `"instanceId"`) {
+		t.Errorf("json fields are not in the proto's order:\n%s", js)
+	}
+	back := &pelotonv1.ListTasksResponse{}
+	if err := protojson.Unmarshal([]byte(js), back); err != nil || !proto.Equal(back, resp) {
+		t.Errorf("json does not round-trip: %v\n%s", err, js)
+	}
+
+	y := render(t, formatYAML, resp, nil)
+	for _, want := range []string{"memoryUsedMb: 56\n", "specVersion: 3\n", `message: "56"` + "\n"} {
+		if !strings.Contains(y, want) {
+			t.Errorf("yaml lacks %q:\n%s", want, y)
+		}
+	}
+
+	// The largest uint64 stays exact: no trip through a float.
+	v := &pelotonv1.JobVersion{Version: math.MaxUint64}
+	if js := render(t, formatJSON, v, nil); !strings.Contains(js, `"version": 18446744073709551615`) {
+		t.Errorf("json of the largest version:\n%s", js)
+	}
+}

@@ -163,12 +163,15 @@ func (a *app) poolDeleteCommand() *cobra.Command {
 		Short: "Delete a pool",
 		Args:  argsNamed("PATH"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := a.printer()
+			if err != nil {
+				return err
+			}
 			return a.withClient(func(c *client) error {
 				if _, err := call(cmd.Context(), c, c.Pools.DeletePool, &pelotonv1.DeletePoolRequest{Path: args[0]}); err != nil {
 					return err
 				}
-				fmt.Fprintf(a.stdout, "pool %s deleted\n", args[0])
-				return nil
+				return p.deleted("path", args[0], fmt.Sprintf("pool %s deleted", args[0]))
 			})
 		},
 	}

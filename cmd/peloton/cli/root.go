@@ -181,7 +181,7 @@ Start a single-machine cluster with "peloton up", then submit work to it:
 	)
 	// Inherited by every subcommand: bad flags are usage errors.
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
-		return a.report(cmd, usageErrorf("%s", err.Error()))
+		return a.report(cmd, flagError(err))
 	})
 	a.reportErrors(root)
 	return root

@@ -96,6 +96,10 @@ func decodeSpec(name string, data []byte, m proto.Message) error {
 	if err := checkFields("", doc, m.ProtoReflect().Descriptor()); err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}
+	// checkFields wrote enum values in their canonical case.
+	if js, err = json.Marshal(doc); err != nil {
+		return fmt.Errorf("%s: %v", name, err)
+	}
 
 	if err := (protojson.UnmarshalOptions{DiscardUnknown: false}).Unmarshal(js, m); err != nil {
 		return fmt.Errorf("%s: %s", name, cleanProtoError(err))
@@ -105,7 +109,9 @@ func decodeSpec(name string, data []byte, m proto.Message) error {
 
 // checkFields reports the first key of v (in sorted order, so the answer is
 // stable) that names no field of md, recursing into messages, lists and maps
-// of messages. Values of the wrong type are left to protojson.
+// of messages. It writes enum values given in another case in the case of
+// their names (type: batch is BATCH), and refuses unknown ones listing the
+// valid values. Values of the wrong type are left to protojson.
 func checkFields(path string, v any, md protoreflect.MessageDescriptor) error {
 	obj, ok := v.(map[string]any)
 	if !ok || md.FullName().Parent() == "google.protobuf" {
@@ -139,10 +145,19 @@ func checkFields(path string, v any, md protoreflect.MessageDescriptor) error {
 			child = path + "." + k
 		}
 		val := obj[k]
+		var err error
 		switch {
 		case fd.IsMap():
-			vd := fd.MapValue().Message()
 			entries, ok := val.(map[string]any)
+			if ed := fd.MapValue().Enum(); ed != nil && ok {
+				for e, ev := range entries {
+					if entries[e], err = enumValue(child+"["+e+"]", ev, ed); err != nil {
+						return err
+					}
+				}
+				continue
+			}
+			vd := fd.MapValue().Message()
 			if vd == nil || !ok {
 				continue
 			}
@@ -158,6 +173,14 @@ func checkFields(path string, v any, md protoreflect.MessageDescriptor) error {
 			}
 		case fd.IsList():
 			items, ok := val.([]any)
+			if ed := fd.Enum(); ed != nil && ok {
+				for i, item := range items {
+					if items[i], err = enumValue(fmt.Sprintf("%s[%d]", child, i), item, ed); err != nil {
+						return err
+					}
+				}
+				continue
+			}
 			if fd.Message() == nil || !ok {
 				continue
 			}
@@ -166,6 +189,10 @@ func checkFields(path string, v any, md protoreflect.MessageDescriptor) error {
 					return err
 				}
 			}
+		case fd.Enum() != nil:
+			if obj[k], err = enumValue(child, val, fd.Enum()); err != nil {
+				return err
+			}
 		case fd.Message() != nil:
 			if err := checkFields(child, val, fd.Message()); err != nil {
 				return err
@@ -173,6 +200,30 @@ func checkFields(path string, v any, md protoreflect.MessageDescriptor) error {
 		}
 	}
 	return nil
+}
+
+// enumValue is v, the value of an enum field at path, with the case of the
+// value's name when it names one in another case. A value that names none
+// is refused with the values there are (but the unspecified zero, which no
+// spec means). Numbers and null are left to protojson.
+func enumValue(path string, v any, ed protoreflect.EnumDescriptor) (any, error) {
+	s, ok := v.(string)
+	if !ok || ed.FullName().Parent() == "google.protobuf" || ed.Values().ByName(protoreflect.Name(s)) != nil {
+		return v, nil
+	}
+	values := ed.Values()
+	valid := make([]string, 0, values.Len())
+	for i := range values.Len() {
+		name := string(values.Get(i).Name())
+		if values.Get(i).Number() == 0 && strings.HasSuffix(name, "_UNSPECIFIED") {
+			continue
+		}
+		if strings.EqualFold(name, s) {
+			return name, nil
+		}
+		valid = append(valid, name)
+	}
+	return nil, fmt.Errorf("%s: %q is not one of %s", path, s, strings.Join(valid, ", "))
 }
 
 // suggestField finds the field a misspelt key most likely meant: the

@@ -120,7 +120,13 @@ func TestDecodeSpecErrors(t *testing.T) {
 			name:    "unknown enum value",
 			file:    "job.yaml",
 			content: "type: BATCHY\n",
-			want:    `job.yaml: invalid value for enum field type: "BATCHY"`,
+			want:    `job.yaml: type: "BATCHY" is not one of BATCH, SERVICE, STATEFUL, DAEMON`,
+		},
+		{
+			name:    "unknown enum value deep down",
+			file:    "job.yaml",
+			content: "defaultSpec:\n  placement:\n    constraints:\n    - {label: zone, op: equal, values: [a]}\n",
+			want:    `job.yaml: defaultSpec.placement.constraints[0].op: "equal" is not one of EQUALS, NOT_EQUALS, EXISTS`,
 		},
 		{
 			name:    "bad yaml",
@@ -205,5 +211,17 @@ func TestLoadSpecMissingFile(t *testing.T) {
 	_, err := loadJobSpec("nope.yaml", nil)
 	if err == nil || !strings.HasPrefix(err.Error(), "nope.yaml: ") {
 		t.Errorf("error = %v, want it to name nope.yaml", err)
+	}
+}
+
+// TestDecodeSpecEnumsIgnoreCase: users write enum values as they say them
+// (type: batch); every enum of a spec is read whatever its case.
+func TestDecodeSpecEnumsIgnoreCase(t *testing.T) {
+	spec, err := loadJobSpec(writeFile(t, "job.yaml", "name: a\ntype: service\ndefaultSpec:\n  placement:\n    constraints:\n    - {label: zone, op: Not_Equals, values: [a]}\n"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if spec.GetType() != pelotonv1.JobType_SERVICE || spec.GetDefaultSpec().GetPlacement().GetConstraints()[0].GetOp() != pelotonv1.ConstraintOp_NOT_EQUALS {
+		t.Errorf("spec = %v", spec)
 	}
 }

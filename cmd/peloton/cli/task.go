@@ -7,6 +7,7 @@ import (
 	"io"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/proto"
 
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
@@ -66,9 +67,7 @@ func (a *app) taskGetCommand() *cobra.Command {
 				return call(cmd.Context(), c, c.Tasks.GetTask, &pelotonv1.GetTaskRequest{JobId: args[0], InstanceId: inst})
 			}, func(p *printer, resp *pelotonv1.GetTaskResponse) error {
 				task := resp.GetTask()
-				return p.object(task, func(w io.Writer, wide bool) {
-					writeTaskColumns(w, []*pelotonv1.Task{task}, wide, true)
-				})
+				return p.object(task, func(w io.Writer, wide bool) { writeTaskDetail(w, task, wide) })
 			})
 		},
 	}
@@ -80,6 +79,10 @@ func (a *app) taskKillCommand() *cobra.Command {
 		Short: "Kill one instance of a job",
 		Args:  argsNamed("JOBID", "INSTANCE"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := a.printer()
+			if err != nil {
+				return err
+			}
 			inst, err := parseInstance(args[1])
 			if err != nil {
 				return asUsage(err)
@@ -88,8 +91,10 @@ func (a *app) taskKillCommand() *cobra.Command {
 				if _, err := call(cmd.Context(), c, c.Tasks.KillTask, &pelotonv1.KillTaskRequest{JobId: args[0], InstanceId: inst}); err != nil {
 					return err
 				}
-				fmt.Fprintf(a.stdout, "job %s instance %d: kill requested\n", args[0], inst)
-				return nil
+				return p.changed(fmt.Sprintf("job %s instance %d: kill requested", args[0], inst), func() (proto.Message, error) {
+					resp, err := call(cmd.Context(), c, c.Tasks.GetTask, &pelotonv1.GetTaskRequest{JobId: args[0], InstanceId: inst})
+					return resp.GetTask(), err
+				})
 			})
 		},
 	}
@@ -106,6 +111,13 @@ func (a *app) taskLogsCommand() *cobra.Command {
 		Short: "Print the output of one instance (stdout, or stderr with --stderr)",
 		Args:  argsNamed("JOBID", "INSTANCE"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := a.printer()
+			if err != nil {
+				return err
+			}
+			if p.structured() {
+				return usageErrorf("invalid --output %q: task logs prints the run's output as it was written, not as a document", a.output)
+			}
 			inst, err := parseInstance(args[1])
 			if err != nil {
 				return asUsage(err)

@@ -236,9 +236,12 @@ func (a *app) updateWatchCommand() *cobra.Command {
 		Short: "Print an update's progress until it ends",
 		Long: `Poll an update every second and print a line each time its progress changes
 (with -o json or -o yaml, the whole update instead), until it ends.
-Exits 0 when it ends UPDATE_SUCCEEDED; non-zero when it ends
-UPDATE_FAILED, UPDATE_ROLLED_BACK or UPDATE_ABORTED, or when --timeout
-passes first (the update itself goes on).`,
+Exits 0 when it ends UPDATE_SUCCEEDED, or UPDATE_ROLLED_BACK after a
+rollback the user asked for ("update rollback"); non-zero when it ends
+UPDATE_FAILED or UPDATE_ABORTED, when it rolled back on its own (only an
+update with --rollback-on-failure does; the server does not record who
+asked, so such an update counts as rolled back on its own), or when
+--timeout passes first (the update itself goes on).`,
 		Args: argsNamed("UPDATEID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			p, err := a.printer()
@@ -281,22 +284,40 @@ func (a *app) watchUpdate(ctx context.Context, c *client, p *printer, id string,
 		if err := showProgress(p, u, &shown); err != nil {
 			return false, err
 		}
-		st := u.GetStatus()
-		switch s := st.GetState(); {
-		case s == pelotonv1.UpdateState_UPDATE_SUCCEEDED:
-			if !p.structured() {
-				fmt.Fprintf(a.stdout, "update %s is %s\n", id, s)
-			}
-			return true, nil
-		case updateTerminal(s):
-			msg := fmt.Sprintf("update %s is %s", id, s)
-			if m := st.GetMessage(); m != "" {
-				msg += ": " + m
-			}
+		if !updateTerminal(u.GetStatus().GetState()) {
+			return false, nil
+		}
+		ok, msg := updateOutcome(u)
+		if !ok {
 			return true, errors.New(msg)
 		}
-		return false, nil
+		if !p.structured() {
+			fmt.Fprintln(a.stdout, msg)
+		}
+		return true, nil
 	})
+}
+
+// updateOutcome is whether an update that ended ended as its user wanted,
+// and the line that says how it ended. A rollback is what the user wanted
+// unless the update rolled back on its own, which only rollbackOnFailure
+// does: the server does not record who asked, so a rolled-back update with
+// rollbackOnFailure counts as one that failed.
+func updateOutcome(u *pelotonv1.Update) (bool, string) {
+	st := u.GetStatus()
+	msg := fmt.Sprintf("update %s is %s", u.GetId(), st.GetState())
+	switch st.GetState() {
+	case pelotonv1.UpdateState_UPDATE_SUCCEEDED:
+		return true, msg
+	case pelotonv1.UpdateState_UPDATE_ROLLED_BACK:
+		if !u.GetSpec().GetRollbackOnFailure() {
+			return true, msg + ", as asked"
+		}
+	}
+	if m := st.GetMessage(); m != "" {
+		msg += ": " + m
+	}
+	return false, msg
 }
 
 // showProgress prints u if it differs from what was shown last (*shown):
