@@ -7,8 +7,8 @@ import (
 
 	"github.com/peloton-sched/peloton/hostmgr"
 	"github.com/peloton-sched/peloton/internal/resources"
-	"github.com/peloton-sched/peloton/resmgr"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+	"github.com/peloton-sched/peloton/resmgr"
 )
 
 // Hosts is what jobmgr uses of hostmgr, and nothing more: *hostmgr.Manager
