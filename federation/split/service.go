@@ -28,6 +28,31 @@ type ServiceCluster struct {
 // user asked for it by name). An empty placement is every cluster that is
 // not cordoned, weight 1 each.
 func Service(total uint32, pl *pelotonv1.ServicePlacement, clusters []ServiceCluster) (map[string]uint32, error) {
+	claims, err := serviceClaims(pl, clusters)
+	if err != nil {
+		return nil, err
+	}
+	out, err := divideClaims(total, claims)
+	if err != nil {
+		return nil, err
+	}
+	if min := pl.GetMinClusters(); uint32(len(out)) < min {
+		return nil, apierr.Invalid("spec.placement.minClusters", "%d, but the placement gives instances to %d cluster(s) (%s)", min, len(out), strings.Join(sortedKeys(out), ", "))
+	}
+	return out, nil
+}
+
+// claim is what a placement asks of one cluster: a weight or a fixed
+// count, and the share (index into the placement's clusters) that named
+// or selected it (-1: the empty placement's every cluster).
+type claim struct {
+	weight, count uint32
+	by            int
+}
+
+// serviceClaims reads a placement into what it asks of each registered
+// cluster, and refuses a placement that cannot be met, naming the field.
+func serviceClaims(pl *pelotonv1.ServicePlacement, clusters []ServiceCluster) (map[string]*claim, error) {
 	byName := map[string]ServiceCluster{}
 	var names []string
 	for _, c := range clusters {
@@ -35,10 +60,6 @@ func Service(total uint32, pl *pelotonv1.ServicePlacement, clusters []ServiceClu
 		names = append(names, c.Name)
 	}
 	sort.Strings(names)
-	type claim struct {
-		weight, count uint32
-		by            int
-	}
 	claims := map[string]*claim{}
 	add := func(name string, i int, weight, count uint32) error {
 		if prev, ok := claims[name]; ok {
@@ -60,15 +81,8 @@ func Service(total uint32, pl *pelotonv1.ServicePlacement, clusters []ServiceClu
 	}
 	for i, s := range shares {
 		field := fmt.Sprintf("spec.placement.clusters[%d]", i)
-		switch {
-		case s.Name != "" && len(s.Selector) > 0:
-			return nil, apierr.Invalid(field, "give a name or a selector, not both")
-		case s.Name == "" && len(s.Selector) == 0:
-			return nil, apierr.Invalid(field, "give a name or a selector")
-		case s.Count > 0 && s.Weight > 0:
-			return nil, apierr.Invalid(field, "give a weight or a count, not both")
-		case s.Count > 0 && s.Name == "":
-			return nil, apierr.Invalid(field+".count", "a fixed count is for one named cluster; a selector takes a weight")
+		if err := checkShare(s, field); err != nil {
+			return nil, err
 		}
 		if s.Name != "" {
 			if _, ok := byName[s.Name]; !ok {
@@ -97,7 +111,30 @@ func Service(total uint32, pl *pelotonv1.ServicePlacement, clusters []ServiceClu
 			return nil, apierr.Invalid(field+".selector", "%s matches no registered cluster that takes work (%s)", FormatLabels(s.Selector), registeredList(names))
 		}
 	}
+	return claims, nil
+}
 
+// checkShare refuses a share that is not one name or one selector with a
+// weight or (for a name) a count.
+func checkShare(s *pelotonv1.ClusterShare, field string) error {
+	switch {
+	case s.Name != "" && len(s.Selector) > 0:
+		return apierr.Invalid(field, "give a name or a selector, not both")
+	case s.Name == "" && len(s.Selector) == 0:
+		return apierr.Invalid(field, "give a name or a selector")
+	case s.Count > 0 && s.Weight > 0:
+		return apierr.Invalid(field, "give a weight or a count, not both")
+	case s.Count > 0 && s.Name == "":
+		return apierr.Invalid(field+".count", "a fixed count is for one named cluster; a selector takes a weight")
+	}
+	return nil
+}
+
+// divideClaims gives each claim its fixed count, then splits what is left
+// of total by weight, largest remainder first (ties by name), so the parts
+// always add up to total. Only clusters that get instances are in the
+// result.
+func divideClaims(total uint32, claims map[string]*claim) (map[string]uint32, error) {
 	out := map[string]uint32{}
 	var fixed, weights uint64
 	var weighted []string
@@ -116,37 +153,35 @@ func Service(total uint32, pl *pelotonv1.ServicePlacement, clusters []ServiceClu
 		return nil, apierr.Invalid("spec.placement.clusters", "fixed counts add up to %d, above spec.job.instanceCount %d", fixed, total)
 	}
 	left := uint64(total) - fixed
-	if left > 0 && weights == 0 {
+	if left == 0 {
+		return out, nil
+	}
+	if weights == 0 {
 		return nil, apierr.Invalid("spec.placement.clusters", "%d instances are left after the fixed counts and the weights sum to 0", left)
 	}
-	if left > 0 {
-		type rem struct {
-			name string
-			frac uint64 // numerator over weights
-		}
-		var rems []rem
-		given := uint64(0)
-		for _, n := range weighted {
-			w := uint64(claims[n].weight)
-			part := left * w / weights
-			given += part
-			if part > 0 {
-				out[n] += uint32(part)
-			}
-			rems = append(rems, rem{n, left * w % weights})
-		}
-		sort.SliceStable(rems, func(a, b int) bool {
-			if rems[a].frac != rems[b].frac {
-				return rems[a].frac > rems[b].frac
-			}
-			return rems[a].name < rems[b].name
-		})
-		for i := uint64(0); i < left-given; i++ {
-			out[rems[i].name]++
-		}
+	type rem struct {
+		name string
+		frac uint64 // numerator over weights
 	}
-	if min := pl.GetMinClusters(); uint32(len(out)) < min {
-		return nil, apierr.Invalid("spec.placement.minClusters", "%d, but the placement gives instances to %d cluster(s) (%s)", min, len(out), strings.Join(sortedKeys(out), ", "))
+	var rems []rem
+	given := uint64(0)
+	for _, n := range weighted {
+		w := uint64(claims[n].weight)
+		part := left * w / weights
+		given += part
+		if part > 0 {
+			out[n] += uint32(part)
+		}
+		rems = append(rems, rem{n, left * w % weights})
+	}
+	sort.SliceStable(rems, func(a, b int) bool {
+		if rems[a].frac != rems[b].frac {
+			return rems[a].frac > rems[b].frac
+		}
+		return rems[a].name < rems[b].name
+	})
+	for i := uint64(0); i < left-given; i++ {
+		out[rems[i].name]++
 	}
 	return out, nil
 }
