@@ -553,19 +553,65 @@ func (b *Backend) plan(now time.Time, full bool) (batches []*batch, decline, inv
 	if !b.connected {
 		return
 	}
-	byAgent := map[string]*batch{}
-	pools := map[string]*pool{}
-	batchOf := func(a *agent) *batch {
-		bt := byAgent[a.id]
-		if bt == nil {
-			bt = &batch{agentID: a.id}
-			byAgent[a.id] = bt
-			batches = append(batches, bt)
+	pl := &planned{byAgent: map[string]*batch{}, pools: map[string]*pool{}}
+	waiting, inWindow := b.planLaunches(now, pl)
+	relWaiting := b.planReleases(pl)
+	for _, bt := range pl.batches {
+		a := b.agents[bt.agentID]
+		for id, h := range a.offers {
+			bt.offers = append(bt.offers, h.offer.ID)
+			delete(a.offers, id)
 		}
-		return bt
 	}
-	// Members of one gang waiting for one agent go together, in one
-	// LAUNCH_GROUP, once their window has passed (see enqueue).
+	b.queue, b.releases = waiting, relWaiting
+	if len(waiting) > 0 || len(relWaiting) > 0 {
+		b.lastDemand = now
+		if (len(waiting) > inWindow || len(relWaiting) > 0) && (b.suppressed || now.Sub(b.lastRevive) >= time.Second) {
+			revive, b.suppressed, b.lastRevive = true, false, now
+		}
+	}
+	if !full {
+		return pl.batches, nil, nil, revive, false
+	}
+	decline, inverse, reviveMaint, suppress := b.planOffers(now, waiting)
+	return pl.batches, decline, inverse, revive || reviveMaint, suppress
+}
+
+// planned is what one plan has carved so far: a batch and a pool of
+// offered resources per agent.
+type planned struct {
+	byAgent map[string]*batch
+	pools   map[string]*pool
+	batches []*batch
+}
+
+// batchOf is agent a's batch, made on first use.
+func (pl *planned) batchOf(a *agent) *batch {
+	bt := pl.byAgent[a.id]
+	if bt == nil {
+		bt = &batch{agentID: a.id}
+		pl.byAgent[a.id] = bt
+		pl.batches = append(pl.batches, bt)
+	}
+	return bt
+}
+
+// poolOf is what agent a offers, less what this plan carved already.
+func (pl *planned) poolOf(a *agent) *pool {
+	p := pl.pools[a.id]
+	if p == nil {
+		p = newPool(a.offers)
+		p.known = a.vols
+		pl.pools[a.id] = p
+	}
+	return p
+}
+
+// planLaunches carves the queued launches out of their agents' offers, a
+// gang's members together once their window has passed (see enqueue). It
+// returns the launches left waiting, and how many of them wait only for
+// their gang's window (they have offers: no reason to revive).
+func (b *Backend) planLaunches(now time.Time, pl *planned) (waiting []*launchReq, inWindow int) {
 	gangs := map[string][]*launchReq{}
 	for _, req := range b.queue {
 		if req.spec.Gang != "" {
@@ -578,8 +624,6 @@ func (b *Backend) plan(now time.Time, full bool) (batches []*batch, decline, inv
 		}
 	}
 	seen := map[string]bool{}
-	var waiting []*launchReq
-	inWindow := 0
 	for _, req := range b.queue {
 		r := req.run
 		a := b.agents[r.agentID]
@@ -587,12 +631,7 @@ func (b *Backend) plan(now time.Time, full bool) (batches []*batch, decline, inv
 			waiting = append(waiting, req)
 			continue
 		}
-		p := pools[a.id]
-		if p == nil {
-			p = newPool(a.offers)
-			p.known = a.vols
-			pools[a.id] = p
-		}
+		p := pl.poolOf(a)
 		if req.spec.Gang != "" {
 			k := gangKey(req)
 			if seen[k] {
@@ -602,7 +641,7 @@ func (b *Backend) plan(now time.Time, full bool) (batches []*batch, decline, inv
 			members := gangs[k]
 			if now.Before(b.gangSince[k].Add(b.cfg.GangWindow)) {
 				waiting = append(waiting, members...)
-				inWindow += len(members) // they have offers: no reason to revive
+				inWindow += len(members)
 				continue
 			}
 			op, ops, ok := b.carveGroup(p, a.id, members)
@@ -611,7 +650,7 @@ func (b *Backend) plan(now time.Time, full bool) (batches []*batch, decline, inv
 				continue
 			}
 			delete(b.gangSince, k)
-			bt := batchOf(a)
+			bt := pl.batchOf(a)
 			bt.pre = append(bt.pre, ops...)
 			bt.groups = append(bt.groups, op)
 			for _, m := range members {
@@ -626,7 +665,7 @@ func (b *Backend) plan(now time.Time, full bool) (batches []*batch, decline, inv
 			waiting = append(waiting, req)
 			continue
 		}
-		bt := batchOf(a)
+		bt := pl.batchOf(a)
 		bt.pre = append(bt.pre, ops...)
 		r.ports = ports
 		r.accepted = true
@@ -634,7 +673,13 @@ func (b *Backend) plan(now time.Time, full bool) (batches []*batch, decline, inv
 		bt.tasks = append(bt.tasks, taskInfo(&req.spec, a.id, res, ports))
 		bt.reqs = append(bt.reqs, req)
 	}
-	var relWaiting []*releaseReq
+	return waiting, inWindow
+}
+
+// planReleases carves the volume releases asked for out of their agents'
+// offers (destroy, then unreserve), and answers those that need nothing
+// done. It returns the releases left waiting for an offer.
+func (b *Backend) planReleases(pl *planned) (relWaiting []*releaseReq) {
 	for _, rel := range b.releases {
 		a := b.agents[rel.agentID]
 		switch {
@@ -645,13 +690,7 @@ func (b *Backend) plan(now time.Time, full bool) (batches []*batch, decline, inv
 			relWaiting = append(relWaiting, rel)
 			continue
 		}
-		p := pools[a.id]
-		if p == nil {
-			p = newPool(a.offers)
-			p.known = a.vols
-			pools[a.id] = p
-		}
-		vol, ok := p.takeVolume(rel.id)
+		vol, ok := pl.poolOf(a).takeVolume(rel.id)
 		if !ok && a.vols[rel.id] {
 			relWaiting = append(relWaiting, rel) // offered later (it was just released by a run)
 			continue
@@ -662,31 +701,20 @@ func (b *Backend) plan(now time.Time, full bool) (batches []*batch, decline, inv
 		}
 		rsv := vol
 		rsv.Disk = nil
-		bt := batchOf(a)
+		bt := pl.batchOf(a)
 		bt.pre = append(bt.pre, calls.OpDestroy(vol), calls.OpUnreserve(rsv))
 		delete(a.vols, rel.id)
 		bt.rels = append(bt.rels, rel)
 	}
-	b.releases = relWaiting
-	for _, bt := range batches {
-		a := b.agents[bt.agentID]
-		for id, h := range a.offers {
-			bt.offers = append(bt.offers, h.offer.ID)
-			delete(a.offers, id)
-		}
-	}
-	b.queue = waiting
-	if len(waiting) > 0 || len(relWaiting) > 0 {
-		b.lastDemand = now
-		if (len(waiting) > inWindow || len(relWaiting) > 0) && (b.suppressed || now.Sub(b.lastRevive) >= time.Second) {
-			revive, b.suppressed, b.lastRevive = true, false, now
-		}
-	}
-	if !full {
-		return
-	}
+	return relWaiting
+}
+
+// planOffers is the ticks' part of a plan: the offers held too long that
+// nothing waiting needs (declined), the inverse offers of agents with
+// nothing running (accepted), a revive for an inverse offer that came
+// while offers were suppressed, and whether to suppress offers now.
+func (b *Backend) planOffers(now time.Time, waiting []*launchReq) (decline, inverse []mesosv1.OfferID, revive, suppress bool) {
 	if b.suppressed && b.anyInMaintenance() {
-		// An inverse offer came while offers were suppressed.
 		revive, b.suppressed, b.lastRevive = true, false, now
 	}
 	needs := map[string]bool{}
@@ -719,7 +747,7 @@ func (b *Backend) plan(now time.Time, full bool) (batches []*batch, decline, inv
 			suppress, b.suppressed = true, true
 		}
 	}
-	return
+	return decline, inverse, revive, suppress
 }
 
 // carveGroup carves a gang's members on one agent, and the default

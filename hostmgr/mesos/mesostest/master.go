@@ -690,6 +690,13 @@ func (m *Master) subscribe(w http.ResponseWriter, req *http.Request, call *sched
 	}
 	w.Header().Set("Mesos-Stream-Id", st.id)
 	w.WriteHeader(http.StatusOK)
+	m.serveStream(w, req, st)
+}
+
+// serveStream writes a subscriber's events as RecordIO frames, flushing
+// after each lot, until its stream is closed, it goes away or the master
+// stops.
+func (m *Master) serveStream(w http.ResponseWriter, req *http.Request, st *stream) {
 	fl, _ := w.(http.Flusher)
 	if fl != nil {
 		fl.Flush()
