@@ -1152,6 +1152,7 @@ func (en *engine) launch(ctx context.Context, p resmgr.Placement) {
 		}
 		rt.State, rt.Host, rt.Reason, rt.Message = taskLaunched, p.Host, "", ""
 		rt.Health, rt.Ports = pelotonv1.HealthState_HEALTH_UNKNOWN, nil
+		rt.ExitCode = 0 // the run before's, shown while this one waited
 		if j.typ == pelotonv1.JobType_STATEFUL {
 			rt.BoundHost = p.Host // its volume lives here from now on
 		}

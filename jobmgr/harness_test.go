@@ -29,6 +29,8 @@ type harness struct {
 	jm    *Manager
 	hosts *fakeHosts
 	res   *fakeResources
+	st    *memstore.Store
+	stop  func()
 
 	mu  sync.Mutex
 	now time.Time
@@ -36,24 +38,41 @@ type harness struct {
 
 func newHarness(t *testing.T) *harness {
 	t.Helper()
-	h := &harness{t: t, hosts: newFakeHosts(), res: newFakeResources(), now: time.Unix(1_000_000, 0)}
-	st := memstore.New(memstore.Options{})
-	b := store.NewBatcher(st, store.BatcherOptions{})
-	h.jm = New(st, b, h.res, h.hosts, Options{
+	h := &harness{t: t, st: memstore.New(memstore.Options{}), now: time.Unix(1_000_000, 0)}
+	h.start()
+	t.Cleanup(func() { h.stop() })
+	return h
+}
+
+// start runs a Manager on the harness's store, with new fakes.
+func (h *harness) start() {
+	h.t.Helper()
+	h.hosts, h.res = newFakeHosts(), newFakeResources()
+	b := store.NewBatcher(h.st, store.BatcherOptions{})
+	h.jm = New(h.st, b, h.res, h.hosts, Options{
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		SLA:    sla.NewLocal(h.clock),
 	})
 	h.jm.now = h.clock
 	ctx, cancel := context.WithCancel(context.Background())
 	if err := h.jm.Start(ctx); err != nil {
-		t.Fatal(err)
+		h.t.Fatal(err)
 	}
-	t.Cleanup(func() {
+	jm := h.jm
+	h.stop = func() {
 		cancel()
-		h.jm.Wait()
+		jm.Wait()
 		_ = b.Close()
-	})
-	return h
+	}
+}
+
+// restart stops the Manager and starts another on the same store, as a
+// control plane that crashed and came back; its backend (the new fake)
+// knows none of the runs the old one launched.
+func (h *harness) restart() {
+	h.t.Helper()
+	h.stop()
+	h.start()
 }
 
 func (h *harness) clock() time.Time {
@@ -329,5 +348,50 @@ func TestHarnessDrainMovesAServiceInstance(t *testing.T) {
 	}
 	if kills := h.hosts.called("kill "); !slices.Equal(kills, []string{"kill " + r0}) {
 		t.Errorf("kills %v; only the drained host's run should go", kills)
+	}
+}
+
+// A run the backend no longer knows after a restart of the control plane
+// is LOST, and its history says why; the run that replaces it starts with
+// no exit code of the run before.
+func TestHarnessRunLostAcrossARestartSaysWhy(t *testing.T) {
+	h := newHarness(t)
+	id := h.create(serviceSpec(1, "img:1"))
+	r1 := h.placeRun(id, 0, 1, "h1")
+	h.hosts.emit(r1, taskRunning, 0, "")
+	h.waitTask(id, 0, taskRunning)
+	h.restart()
+	h.advance(time.Minute) // past the restart backoff
+	r2 := h.placeRun(id, 0, 2, "h1")
+	h.hosts.emit(r2, taskRunning, 0, "")
+	tk := h.waitTask(id, 0, taskRunning)
+	var lost *pelotonv1.TaskTransition
+	for _, tr := range tk.Status.History {
+		if tr.State == taskLost {
+			lost = tr
+		}
+	}
+	if lost == nil || lost.RunId != 1 || lost.Reason != "unknown-to-backend" {
+		t.Errorf("history %v: want run 1 LOST, unknown-to-backend", tk.Status.History)
+	}
+}
+
+// A service instance's run that was killed (exit 143) and restarted shows
+// the exit code while the next run waits, and not once that run runs.
+func TestHarnessNewRunHasNoExitCodeOfTheOldOne(t *testing.T) {
+	h := newHarness(t)
+	id := h.create(serviceSpec(1, "img:1"))
+	r1 := h.placeRun(id, 0, 1, "h1")
+	h.hosts.emit(r1, taskRunning, 0, "")
+	h.waitTask(id, 0, taskRunning)
+	h.hosts.emit(r1, taskKilled, 143, "")
+	if tk := h.waitTask(id, 0, taskInitialized); tk.Status.ExitCode != 143 {
+		t.Errorf("waiting to restart: exit code %d, want the killed run's 143", tk.Status.ExitCode)
+	}
+	h.advance(time.Minute)
+	r2 := h.placeRun(id, 0, 2, "h1")
+	h.hosts.emit(r2, taskRunning, 0, "")
+	if tk := h.waitTask(id, 0, taskRunning); tk.Status.ExitCode != 0 {
+		t.Errorf("run 2 runs with exit code %d, the run before's", tk.Status.ExitCode)
 	}
 }

@@ -22,8 +22,12 @@ type taskSnap struct {
 	// rt is the instance's runtime. decideEvent never changes it: the next
 	// snapshot holds a copy.
 	rt *pelotonv1.TaskStatus
-	// streak and blocked are task.streak and task.blocked.
+	// streak and blocked are the view's counters (taskrec.go).
 	streak, blocked uint32
+	// endReason is why the run that a new one replaces in the same write
+	// ended, for the history entry of that end (the record's own reason
+	// is the new run's).
+	endReason string
 }
 
 // eventFacts is what decideEvent needs to know besides the instance and the
@@ -115,6 +119,7 @@ func decideRunning(prev, next taskSnap, ev hostmgr.TaskEvent, f eventFacts) (tas
 	case taskLaunched, taskLaunching, taskStarting:
 		rt.State, rt.StartTime = taskRunning, timestamppb.New(ev.Time)
 		rt.Health = ev.Health
+		rt.ExitCode = 0 // the run before's, shown while this one waited to start
 	case taskRunning:
 		if rt.Health == ev.Health {
 			return prev, eventEffects{skip: true}
@@ -142,6 +147,7 @@ func decideEnd(next *taskSnap, fx *eventEffects, ev hostmgr.TaskEvent, f eventFa
 	rt := next.rt
 	longRunning := isLongRunning(f.jobType)
 	rt.ExitCode, rt.CompletionTime = ev.ExitCode, timestamppb.New(ev.Time)
+	next.endReason = ev.Reason
 	killedByUs := rt.State == taskKilling || rt.GoalState == taskKilled
 	msg := ev.Message
 	if msg == "" {
@@ -153,6 +159,7 @@ func decideEnd(next *taskSnap, fx *eventEffects, ev hostmgr.TaskEvent, f eventFa
 	case f.revoked && rt.GoalState != taskKilled:
 		newRun(rt, rt.RunId+1, fmt.Sprintf("run %d was revoked: its host ran hot and its agent killed it (QoS); pending again", run))
 		rt.Reason = hostmgr.ReasonQoSRevoked
+		next.endReason = hostmgr.ReasonQoSRevoked
 	case rt.State == taskPreempting && ev.State != taskSucceeded && rt.GoalState != taskKilled:
 		// Preempted: the instance waits for capacity again, with no failure counted.
 		newRun(rt, rt.RunId+1, fmt.Sprintf("run %d was preempted (%s); pending again", run, rt.Reason))

@@ -289,11 +289,12 @@ func (rw *recordWriter) decideTask(j *job, inst uint32, base *taskView, via []ta
 	}
 	rt.UpdateTime = timestamppb.New(m.now())
 	steps(base.rt.State, via, rt.State, func(s taskState) {
-		run := rt.RunId
+		run, reason := rt.RunId, rt.Reason
 		if isTerminal(s) && s != rt.State {
-			run = base.rt.RunId // the end of the run a new one replaces
+			// The end of the run a new one replaces.
+			run, reason = base.rt.RunId, next.endReason
 		}
-		rt.History = append(rt.History, &pelotonv1.TaskTransition{State: s, RunId: run, Time: rt.UpdateTime, Reason: rt.Reason})
+		rt.History = append(rt.History, &pelotonv1.TaskTransition{State: s, RunId: run, Time: rt.UpdateTime, Reason: reason})
 	})
 	if n := len(rt.History); n > maxHistory {
 		rt.History = append(rt.History[:0:0], rt.History[n-maxHistory:]...)
