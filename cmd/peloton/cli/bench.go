@@ -81,178 +81,223 @@ func (a *app) benchScenario(sc bench.Scenario) *cobra.Command {
 	}
 	fs := cmd.Flags()
 	f.register(fs)
-	var validate func() error
-	var run func(context.Context, bench.Env) (*bench.Result, error)
-	switch sc.Name {
-	case bench.ScenarioReclaim:
-		c := bench.DefaultReclaimConfig()
-		fs.IntVar(&c.Hosts, "hosts", c.Hosts, "simulated hosts")
-		fs.Float64Var(&c.HostCPU, "host-cpu", c.HostCPU, "CPUs of each host")
-		fs.IntVar(&c.TasksPerPool, "tasks-per-pool", c.TasksPerPool, "tasks each of the three pools submits (0: half the cluster each)")
-		fs.Float64Var(&c.TaskCPU, "task-cpu", c.TaskCPU, "CPUs of each task")
-		fs.Float64Var(&c.TaskMemoryMB, "task-memory-mb", c.TaskMemoryMB, "memory of each task in MiB")
-		fs.IntVar(&c.ReservationPct, "reservation-pct", c.ReservationPct, "percent of the cluster each pool reserves")
-		fs.DurationVar(&c.ReclaimDelay, "reclaim-delay", c.ReclaimDelay, "the stack's reclaim hysteresis (as peloton up --reclaim-delay)")
-		validate = c.Validate
-		run = func(ctx context.Context, env bench.Env) (*bench.Result, error) { return bench.Reclaim(ctx, env, c) }
-	case bench.ScenarioBatch:
-		c := bench.DefaultBatchConfig()
-		fs.IntVar(&c.Hosts, "hosts", c.Hosts, "simulated hosts (32 CPUs each unless --host-cpu)")
-		fs.IntVar(&c.Tasks, "tasks", c.Tasks, "tasks in all")
-		fs.IntVar(&c.JobSize, "job-size", c.JobSize, "tasks per job")
-		fs.Float64Var(&c.HostCPU, "host-cpu", c.HostCPU, "CPUs of each host (0: sim's 32)")
-		fs.Float64Var(&c.TaskCPU, "task-cpu", c.TaskCPU, "CPUs of each task")
-		fs.Float64Var(&c.TaskMemoryMB, "task-memory-mb", c.TaskMemoryMB, "memory of each task in MiB")
-		fs.DurationVar(&c.Poll, "poll", c.Poll, "how often every job's task counts are read")
-		fs.IntVar(&c.Engines, "placement-engines", c.Engines, "placement engines running at once (active-active)")
-		fs.IntVar(&c.CeilingWriters, "ceiling-writers", c.CeilingWriters, "concurrent writers of the store-ceiling probe")
-		fs.DurationVar(&c.CeilingFor, "ceiling-for", c.CeilingFor, "how long the store-ceiling probe counts before the scenario (0: no probe)")
-		validate = c.Validate
-		run = func(ctx context.Context, env bench.Env) (*bench.Result, error) { return bench.Batch(ctx, env, c) }
-	case bench.ScenarioEngines:
-		c := bench.DefaultEnginesConfig()
-		fs.IntVar(&c.Batch.Hosts, "hosts", c.Batch.Hosts, "simulated hosts (32 CPUs each)")
-		fs.IntVar(&c.Batch.Tasks, "tasks", c.Batch.Tasks, "tasks in all, per engine count")
-		fs.IntVar(&c.Batch.JobSize, "job-size", c.Batch.JobSize, "tasks per job")
-		fs.DurationVar(&c.Batch.Poll, "poll", c.Batch.Poll, "how often every job's task counts are read")
-		fs.IntSliceVar(&c.Engines, "engines", c.Engines, "engine counts to run, comma-separated, starting with 1")
-		fs.IntVar(&c.Rounds, "rounds", c.Rounds, "runs of each engine count, in order then in reverse, averaged")
-		validate = c.Validate
-		run = func(ctx context.Context, env bench.Env) (*bench.Result, error) { return bench.Engines(ctx, env, c) }
-	case bench.ScenarioLargeJob:
-		c := bench.DefaultLargeJobConfig()
-		fs.IntVar(&c.Tasks, "tasks", c.Tasks, "instances of the one job")
-		fs.IntVar(&c.OverrideEvery, "override-every", c.OverrideEvery, "give every n-th instance a per-instance override (0: none)")
-		fs.IntVar(&c.Hosts, "hosts", c.Hosts, "simulated hosts (kept small: the job is measured, not run)")
-		fs.DurationVar(&c.Settle, "settle", c.Settle, "wait this long after the tasks exist before counting bytes at rest")
-		validate = c.Validate
-		run = func(ctx context.Context, env bench.Env) (*bench.Result, error) { return bench.LargeJob(ctx, env, c) }
-	case bench.ScenarioPlacement:
-		c := bench.DefaultPlacementConfig()
-		fs.IntVar(&c.Hosts, "hosts", c.Hosts, "hosts in the snapshot")
-		fs.IntVar(&c.Tasks, "tasks", c.Tasks, "tasks to place")
-		fs.IntVar(&c.Round, "round", c.Round, "gangs per Place call")
-		fs.IntVar(&c.GangSize, "gang-size", c.GangSize, "tasks per gang")
-		fs.Float64Var(&c.HostCPU, "host-cpu", c.HostCPU, "CPUs of each host")
-		fs.Float64Var(&c.TaskCPU, "task-cpu", c.TaskCPU, "CPUs of each task")
-		fs.Int64Var(&c.TaskMemoryMB, "task-memory-mb", c.TaskMemoryMB, "memory of each task in MiB")
-		validate = c.Validate
-		run = func(ctx context.Context, env bench.Env) (*bench.Result, error) { return bench.Placement(ctx, env, c) }
-	case bench.ScenarioGang:
-		c := bench.DefaultGangConfig()
-		fs.IntVar(&c.Hosts, "hosts", c.Hosts, "simulated hosts")
-		fs.Float64Var(&c.HostCPU, "host-cpu", c.HostCPU, "CPUs of each host")
-		fs.Float64Var(&c.FillCPU, "fill-cpu", c.FillCPU, "CPUs of each filler task")
-		fs.Float64Var(&c.KillFraction, "kill-fraction", c.KillFraction, "fraction of the fillers killed at random to fragment the cluster")
-		fs.IntVar(&c.MinGang, "min-gang", c.MinGang, "smallest gang (sizes double up to --max-gang)")
-		fs.IntVar(&c.MaxGang, "max-gang", c.MaxGang, "largest gang")
-		fs.IntVar(&c.GangsPerSize, "gangs-per-size", c.GangsPerSize, "gangs of each size")
-		fs.Float64Var(&c.TaskCPU, "task-cpu", c.TaskCPU, "CPUs of each gang member")
-		fs.Uint64Var(&c.Seed, "seed", c.Seed, "seed of the random choice of fillers to kill")
-		fs.DurationVar(&c.Poll, "poll", c.Poll, "pause between two ListTasks of one gang job (each gang has its own poller)")
-		validate = c.Validate
-		run = func(ctx context.Context, env bench.Env) (*bench.Result, error) { return bench.Gang(ctx, env, c) }
-	case bench.ScenarioUpdate:
-		c := bench.DefaultUpdateConfig()
-		fs.IntVar(&c.Instances, "instances", c.Instances, "instances of the service")
-		fs.IntVar(&c.BatchSize, "batch-size", c.BatchSize, "instances replaced at once (also the job's sla.maximumUnavailableInstances)")
-		fs.IntVar(&c.Hosts, "hosts", c.Hosts, "simulated hosts")
-		fs.Float64Var(&c.HostCPU, "host-cpu", c.HostCPU, "CPUs of each host")
-		fs.BoolVar(&c.InPlace, "in-place", c.InPlace, "restart every instance on its host")
-		fs.DurationVar(&c.Poll, "poll", c.Poll, "pause between two GetUpdate calls")
-		validate = c.Validate
-		run = func(ctx context.Context, env bench.Env) (*bench.Result, error) { return bench.Update(ctx, env, c) }
-	case bench.ScenarioKubernetes:
-		c := bench.DefaultKubernetesConfig()
-		fs.IntVar(&c.Nodes, "nodes", c.Nodes, "kwok nodes")
-		fs.IntVar(&c.NodeCPU, "node-cpu", c.NodeCPU, "allocatable CPUs of each node")
-		fs.IntVar(&c.NodeMemoryGiB, "node-memory-gib", c.NodeMemoryGiB, "allocatable memory of each node in GiB")
-		fs.IntVar(&c.Pods, "pods", c.Pods, "pods of each phase (Peloton: instances of its one BATCH job)")
-		fs.Float64Var(&c.PodCPU, "pod-cpu", c.PodCPU, "CPUs each pod requests")
-		fs.IntVar(&c.PodMemoryMB, "pod-memory-mb", c.PodMemoryMB, "memory each pod requests in MiB")
-		fs.Float32SliceVar(&c.QPS, "qps", c.QPS, "Peloton's client QPS, comma-separated for several runs; kube-scheduler runs at each too (its equal-QPS phases)")
-		fs.IntVar(&c.Burst, "burst", c.Burst, "client burst of Peloton and of the equal-QPS kube-scheduler (0: twice each --qps)")
-		fs.StringSliceVar(&c.BindModes, "bind-modes", c.BindModes, "Peloton's --kube-bind-mode values to run, comma-separated: binding, node-name")
-		fs.IntVar(&c.KwokPodWorkers, "kwok-pod-workers", c.KwokPodWorkers, "pods kwok turns Running at once, standing in for the nodes' kubelets (0: kwok's default, 4)")
-		fs.Float32Var(&c.CreateQPS, "create-qps", c.CreateQPS, "client QPS of the bench's own pod creator (raw and kube-scheduler phases)")
-		fs.IntVar(&c.CreateWorkers, "create-workers", c.CreateWorkers, "goroutines of the bench's own pod creator")
-		fs.DurationVar(&c.PhaseTimeout, "phase-timeout", c.PhaseTimeout, "bound of each phase, first create to last pod Running")
-		fs.StringVar(&c.Bin, "kube-bin", c.Bin, "folder with kube-apiserver, kube-scheduler and kwok (default: $PELOTON_KUBE_BIN, or what make kube-tools built)")
-		fs.StringVar(&c.PelotonBin, "peloton-bin", c.PelotonBin, "the peloton binary whose up runs each Peloton phase in a process of its own, for its CPU alone (default: this one)")
-		validate = c.Validate
-		run = func(ctx context.Context, env bench.Env) (*bench.Result, error) { return bench.Kubernetes(ctx, env, c) }
-	case bench.ScenarioFederation:
-		c := bench.DefaultFederationConfig()
-		fs.IntVar(&c.RegistryClusters, "registry-clusters", c.RegistryClusters, "clusters registered for the registry phase (0: skip it)")
-		fs.DurationVar(&c.RegistryWindow, "registry-window", c.RegistryWindow, "each of the registry phase's two CPU windows")
-		fs.IntVar(&c.Clusters, "clusters", c.Clusters, "clusters of the propagation and dispatch phases")
-		fs.IntVar(&c.PoolChanges, "pool-changes", c.PoolChanges, "global pool changes timed (0: skip)")
-		fs.IntVar(&c.Jobs, "jobs", c.Jobs, "federated batch jobs dispatched (0: skip)")
-		fs.IntVar(&c.Concurrency, "concurrency", c.Concurrency, "callers creating jobs at once")
-		fs.IntVar(&c.HostsPerCluster, "hosts-per-cluster", c.HostsPerCluster, "simulated hosts of each cluster (32 CPUs each)")
-		fs.DurationVar(&c.CheckEvery, "check-every", c.CheckEvery, "the federation's health-check period per cluster")
-		fs.IntVar(&c.Services, "services", c.Services, "instances of one federated service created, rolled out and failed over (0: skip)")
-		fs.IntVar(&c.ServiceBudget, "service-budget", c.ServiceBudget, "the service's budget of unavailable instances")
-		fs.DurationVar(&c.ServiceToleration, "service-toleration", c.ServiceToleration, "the service's failover toleration")
-		validate = c.Validate
-		run = func(ctx context.Context, env bench.Env) (*bench.Result, error) { return bench.Federation(ctx, env, c) }
-	case bench.ScenarioAgentReports:
-		c := bench.DefaultAgentReportsConfig()
-		fs.IntVar(&c.Hosts, "hosts", c.Hosts, "simulated hosts, each with its agent")
-		fs.IntVar(&c.RunsPerHost, "runs-per-host", c.RunsPerHost, "runs on each host (their use is in every report)")
-		fs.DurationVar(&c.Interval, "interval", c.Interval, "the agents' report interval")
-		fs.DurationVar(&c.Warmup, "warmup", c.Warmup, "time before the window")
-		fs.DurationVar(&c.Window, "window", c.Window, "the window measured")
-		validate = c.Validate
-		run = func(ctx context.Context, env bench.Env) (*bench.Result, error) {
-			return bench.AgentReports(ctx, env, c)
-		}
-	case bench.ScenarioHostAgent:
-		c := bench.DefaultHostAgentConfig()
-		fs.IntVar(&c.Runs, "runs", c.Runs, "processes carrying task run ids of the agent's host")
-		fs.DurationVar(&c.Interval, "interval", c.Interval, "the agent's report interval")
-		fs.DurationVar(&c.Warmup, "warmup", c.Warmup, "time before the window")
-		fs.DurationVar(&c.Window, "window", c.Window, "the window measured")
-		fs.StringVar(&c.AgentBin, "agent-bin", c.AgentBin, "the peloton-hostagent binary measured (default: the one beside this binary)")
-		fs.StringVar(&c.FullBin, "full-bin", c.FullBin, "the peloton binary whose serve hostagent is measured too (default: this one)")
-		validate = c.Validate
-		run = func(ctx context.Context, env bench.Env) (*bench.Result, error) { return bench.HostAgent(ctx, env, c) }
-	case bench.ScenarioColocation:
-		c := bench.DefaultColocationConfig()
-		fs.IntVar(&c.HostCores, "host-cores", c.HostCores, "CPUs of every host")
-		fs.Float64Var(&c.ServicePeakCores, "service-peak-cores", c.ServicePeakCores, "the services' CPU use at the day's peak")
-		fs.Float64Var(&c.TroughFraction, "trough", c.TroughFraction, "the services' use at the trough, as a fraction of the peak")
-		fs.Float64Var(&c.BatchCoreHours, "batch-core-hours", c.BatchCoreHours, "the batch backlog to finish in the day")
-		fs.Float64Var(&c.BatchUse, "batch-use", c.BatchUse, "the share of its core a batch task uses")
-		fs.Uint64Var(&c.Seed, "seed", c.Seed, "seed of the backlog")
-		fs.StringVar(&c.Plot, "plot", c.Plot, "write an SVG of the co-located day here")
-		validate = c.Validate
-		run = func(ctx context.Context, env bench.Env) (*bench.Result, error) { return bench.Colocation(ctx, env, c) }
-	case bench.ScenarioLifetime:
-		c := bench.DefaultLifetimeConfig()
-		fs.IntVar(&c.Hosts, "hosts", c.Hosts, "simulated hosts")
-		fs.IntSliceVar(&c.Checkpoints, "checkpoints", c.Checkpoints, "numbers of jobs pushed through at which the figures are taken, comma-separated, increasing")
-		fs.IntVar(&c.Instances, "instances", c.Instances, "instances of each job")
-		fs.DurationVar(&c.TTL, "ttl", c.TTL, "the cluster's --finished-job-ttl")
-		fs.IntVar(&c.LiveJobs, "live-jobs", c.LiveJobs, "long-running jobs of --instances present at each restart")
-		fs.Float64Var(&c.Rate, "rate", c.Rate, "jobs pushed per second (0: as fast as the cluster takes them, --max-in-flight bounding them)")
-		fs.IntVar(&c.MaxInFlight, "max-in-flight", c.MaxInFlight, "most jobs created and not yet archived and removed from etcd")
-		fs.IntVar(&c.Samples, "samples", c.Samples, "calls timed for each latency figure at each checkpoint")
-		fs.StringVar(&c.PelotonBin, "peloton-bin", c.PelotonBin, "the peloton binary whose up runs the cluster in a process of its own (default: this one)")
-		// The size pushes 200,000 jobs through the collector.
-		f.timeout = 4 * time.Hour
-		fs.Lookup("timeout").DefValue = f.timeout.String()
-		validate = c.Validate
-		run = func(ctx context.Context, env bench.Env) (*bench.Result, error) { return bench.Lifetime(ctx, env, c) }
-	case bench.ScenarioMesos:
-		validate, run = mesosBenchFlags(fs)
-	default:
+	flags, ok := benchFlagSets[sc.Name]
+	if !ok {
 		panic("bench: no command for scenario " + sc.Name)
 	}
+	validate, run := flags(fs, &f)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		return a.runBench(cmd.Context(), &f, validate, run)
 	}
 	return cmd
+}
+
+// benchRun runs one scenario once its flags are read.
+type benchRun = func(context.Context, bench.Env) (*bench.Result, error)
+
+// benchFlagSets registers each scenario's own flags on its command, and
+// returns how to check them and how to run the scenario.
+var benchFlagSets = map[string]func(fs *pflag.FlagSet, f *benchFlags) (func() error, benchRun){
+	bench.ScenarioReclaim:      reclaimBenchFlags,
+	bench.ScenarioBatch:        batchBenchFlags,
+	bench.ScenarioEngines:      enginesBenchFlags,
+	bench.ScenarioLargeJob:     largeJobBenchFlags,
+	bench.ScenarioPlacement:    placementBenchFlags,
+	bench.ScenarioGang:         gangBenchFlags,
+	bench.ScenarioUpdate:       updateBenchFlags,
+	bench.ScenarioKubernetes:   kubernetesBenchFlags,
+	bench.ScenarioFederation:   federationBenchFlags,
+	bench.ScenarioAgentReports: agentReportsBenchFlags,
+	bench.ScenarioHostAgent:    hostAgentBenchFlags,
+	bench.ScenarioColocation:   colocationBenchFlags,
+	bench.ScenarioLifetime:     lifetimeBenchFlags,
+	bench.ScenarioMesos:        func(fs *pflag.FlagSet, _ *benchFlags) (func() error, benchRun) { return mesosBenchFlags(fs) },
+}
+
+// reclaimBenchFlags registers the flags of the reclaim scenario.
+func reclaimBenchFlags(fs *pflag.FlagSet, _ *benchFlags) (func() error, benchRun) {
+	c := bench.DefaultReclaimConfig()
+	fs.IntVar(&c.Hosts, "hosts", c.Hosts, "simulated hosts")
+	fs.Float64Var(&c.HostCPU, "host-cpu", c.HostCPU, "CPUs of each host")
+	fs.IntVar(&c.TasksPerPool, "tasks-per-pool", c.TasksPerPool, "tasks each of the three pools submits (0: half the cluster each)")
+	fs.Float64Var(&c.TaskCPU, "task-cpu", c.TaskCPU, "CPUs of each task")
+	fs.Float64Var(&c.TaskMemoryMB, "task-memory-mb", c.TaskMemoryMB, "memory of each task in MiB")
+	fs.IntVar(&c.ReservationPct, "reservation-pct", c.ReservationPct, "percent of the cluster each pool reserves")
+	fs.DurationVar(&c.ReclaimDelay, "reclaim-delay", c.ReclaimDelay, "the stack's reclaim hysteresis (as peloton up --reclaim-delay)")
+	return c.Validate, func(ctx context.Context, env bench.Env) (*bench.Result, error) { return bench.Reclaim(ctx, env, c) }
+}
+
+// batchBenchFlags registers the flags of the batch scenario.
+func batchBenchFlags(fs *pflag.FlagSet, _ *benchFlags) (func() error, benchRun) {
+	c := bench.DefaultBatchConfig()
+	fs.IntVar(&c.Hosts, "hosts", c.Hosts, "simulated hosts (32 CPUs each unless --host-cpu)")
+	fs.IntVar(&c.Tasks, "tasks", c.Tasks, "tasks in all")
+	fs.IntVar(&c.JobSize, "job-size", c.JobSize, "tasks per job")
+	fs.Float64Var(&c.HostCPU, "host-cpu", c.HostCPU, "CPUs of each host (0: sim's 32)")
+	fs.Float64Var(&c.TaskCPU, "task-cpu", c.TaskCPU, "CPUs of each task")
+	fs.Float64Var(&c.TaskMemoryMB, "task-memory-mb", c.TaskMemoryMB, "memory of each task in MiB")
+	fs.DurationVar(&c.Poll, "poll", c.Poll, "how often every job's task counts are read")
+	fs.IntVar(&c.Engines, "placement-engines", c.Engines, "placement engines running at once (active-active)")
+	fs.IntVar(&c.CeilingWriters, "ceiling-writers", c.CeilingWriters, "concurrent writers of the store-ceiling probe")
+	fs.DurationVar(&c.CeilingFor, "ceiling-for", c.CeilingFor, "how long the store-ceiling probe counts before the scenario (0: no probe)")
+	return c.Validate, func(ctx context.Context, env bench.Env) (*bench.Result, error) { return bench.Batch(ctx, env, c) }
+}
+
+// enginesBenchFlags registers the flags of the engines scenario.
+func enginesBenchFlags(fs *pflag.FlagSet, _ *benchFlags) (func() error, benchRun) {
+	c := bench.DefaultEnginesConfig()
+	fs.IntVar(&c.Batch.Hosts, "hosts", c.Batch.Hosts, "simulated hosts (32 CPUs each)")
+	fs.IntVar(&c.Batch.Tasks, "tasks", c.Batch.Tasks, "tasks in all, per engine count")
+	fs.IntVar(&c.Batch.JobSize, "job-size", c.Batch.JobSize, "tasks per job")
+	fs.DurationVar(&c.Batch.Poll, "poll", c.Batch.Poll, "how often every job's task counts are read")
+	fs.IntSliceVar(&c.Engines, "engines", c.Engines, "engine counts to run, comma-separated, starting with 1")
+	fs.IntVar(&c.Rounds, "rounds", c.Rounds, "runs of each engine count, in order then in reverse, averaged")
+	return c.Validate, func(ctx context.Context, env bench.Env) (*bench.Result, error) { return bench.Engines(ctx, env, c) }
+}
+
+// largeJobBenchFlags registers the flags of the largeJob scenario.
+func largeJobBenchFlags(fs *pflag.FlagSet, _ *benchFlags) (func() error, benchRun) {
+	c := bench.DefaultLargeJobConfig()
+	fs.IntVar(&c.Tasks, "tasks", c.Tasks, "instances of the one job")
+	fs.IntVar(&c.OverrideEvery, "override-every", c.OverrideEvery, "give every n-th instance a per-instance override (0: none)")
+	fs.IntVar(&c.Hosts, "hosts", c.Hosts, "simulated hosts (kept small: the job is measured, not run)")
+	fs.DurationVar(&c.Settle, "settle", c.Settle, "wait this long after the tasks exist before counting bytes at rest")
+	return c.Validate, func(ctx context.Context, env bench.Env) (*bench.Result, error) { return bench.LargeJob(ctx, env, c) }
+}
+
+// placementBenchFlags registers the flags of the placement scenario.
+func placementBenchFlags(fs *pflag.FlagSet, _ *benchFlags) (func() error, benchRun) {
+	c := bench.DefaultPlacementConfig()
+	fs.IntVar(&c.Hosts, "hosts", c.Hosts, "hosts in the snapshot")
+	fs.IntVar(&c.Tasks, "tasks", c.Tasks, "tasks to place")
+	fs.IntVar(&c.Round, "round", c.Round, "gangs per Place call")
+	fs.IntVar(&c.GangSize, "gang-size", c.GangSize, "tasks per gang")
+	fs.Float64Var(&c.HostCPU, "host-cpu", c.HostCPU, "CPUs of each host")
+	fs.Float64Var(&c.TaskCPU, "task-cpu", c.TaskCPU, "CPUs of each task")
+	fs.Int64Var(&c.TaskMemoryMB, "task-memory-mb", c.TaskMemoryMB, "memory of each task in MiB")
+	return c.Validate, func(ctx context.Context, env bench.Env) (*bench.Result, error) { return bench.Placement(ctx, env, c) }
+}
+
+// gangBenchFlags registers the flags of the gang scenario.
+func gangBenchFlags(fs *pflag.FlagSet, _ *benchFlags) (func() error, benchRun) {
+	c := bench.DefaultGangConfig()
+	fs.IntVar(&c.Hosts, "hosts", c.Hosts, "simulated hosts")
+	fs.Float64Var(&c.HostCPU, "host-cpu", c.HostCPU, "CPUs of each host")
+	fs.Float64Var(&c.FillCPU, "fill-cpu", c.FillCPU, "CPUs of each filler task")
+	fs.Float64Var(&c.KillFraction, "kill-fraction", c.KillFraction, "fraction of the fillers killed at random to fragment the cluster")
+	fs.IntVar(&c.MinGang, "min-gang", c.MinGang, "smallest gang (sizes double up to --max-gang)")
+	fs.IntVar(&c.MaxGang, "max-gang", c.MaxGang, "largest gang")
+	fs.IntVar(&c.GangsPerSize, "gangs-per-size", c.GangsPerSize, "gangs of each size")
+	fs.Float64Var(&c.TaskCPU, "task-cpu", c.TaskCPU, "CPUs of each gang member")
+	fs.Uint64Var(&c.Seed, "seed", c.Seed, "seed of the random choice of fillers to kill")
+	fs.DurationVar(&c.Poll, "poll", c.Poll, "pause between two ListTasks of one gang job (each gang has its own poller)")
+	return c.Validate, func(ctx context.Context, env bench.Env) (*bench.Result, error) { return bench.Gang(ctx, env, c) }
+}
+
+// updateBenchFlags registers the flags of the update scenario.
+func updateBenchFlags(fs *pflag.FlagSet, _ *benchFlags) (func() error, benchRun) {
+	c := bench.DefaultUpdateConfig()
+	fs.IntVar(&c.Instances, "instances", c.Instances, "instances of the service")
+	fs.IntVar(&c.BatchSize, "batch-size", c.BatchSize, "instances replaced at once (also the job's sla.maximumUnavailableInstances)")
+	fs.IntVar(&c.Hosts, "hosts", c.Hosts, "simulated hosts")
+	fs.Float64Var(&c.HostCPU, "host-cpu", c.HostCPU, "CPUs of each host")
+	fs.BoolVar(&c.InPlace, "in-place", c.InPlace, "restart every instance on its host")
+	fs.DurationVar(&c.Poll, "poll", c.Poll, "pause between two GetUpdate calls")
+	return c.Validate, func(ctx context.Context, env bench.Env) (*bench.Result, error) { return bench.Update(ctx, env, c) }
+}
+
+// kubernetesBenchFlags registers the flags of the kubernetes scenario.
+func kubernetesBenchFlags(fs *pflag.FlagSet, _ *benchFlags) (func() error, benchRun) {
+	c := bench.DefaultKubernetesConfig()
+	fs.IntVar(&c.Nodes, "nodes", c.Nodes, "kwok nodes")
+	fs.IntVar(&c.NodeCPU, "node-cpu", c.NodeCPU, "allocatable CPUs of each node")
+	fs.IntVar(&c.NodeMemoryGiB, "node-memory-gib", c.NodeMemoryGiB, "allocatable memory of each node in GiB")
+	fs.IntVar(&c.Pods, "pods", c.Pods, "pods of each phase (Peloton: instances of its one BATCH job)")
+	fs.Float64Var(&c.PodCPU, "pod-cpu", c.PodCPU, "CPUs each pod requests")
+	fs.IntVar(&c.PodMemoryMB, "pod-memory-mb", c.PodMemoryMB, "memory each pod requests in MiB")
+	fs.Float32SliceVar(&c.QPS, "qps", c.QPS, "Peloton's client QPS, comma-separated for several runs; kube-scheduler runs at each too (its equal-QPS phases)")
+	fs.IntVar(&c.Burst, "burst", c.Burst, "client burst of Peloton and of the equal-QPS kube-scheduler (0: twice each --qps)")
+	fs.StringSliceVar(&c.BindModes, "bind-modes", c.BindModes, "Peloton's --kube-bind-mode values to run, comma-separated: binding, node-name")
+	fs.IntVar(&c.KwokPodWorkers, "kwok-pod-workers", c.KwokPodWorkers, "pods kwok turns Running at once, standing in for the nodes' kubelets (0: kwok's default, 4)")
+	fs.Float32Var(&c.CreateQPS, "create-qps", c.CreateQPS, "client QPS of the bench's own pod creator (raw and kube-scheduler phases)")
+	fs.IntVar(&c.CreateWorkers, "create-workers", c.CreateWorkers, "goroutines of the bench's own pod creator")
+	fs.DurationVar(&c.PhaseTimeout, "phase-timeout", c.PhaseTimeout, "bound of each phase, first create to last pod Running")
+	fs.StringVar(&c.Bin, "kube-bin", c.Bin, "folder with kube-apiserver, kube-scheduler and kwok (default: $PELOTON_KUBE_BIN, or what make kube-tools built)")
+	fs.StringVar(&c.PelotonBin, "peloton-bin", c.PelotonBin, "the peloton binary whose up runs each Peloton phase in a process of its own, for its CPU alone (default: this one)")
+	return c.Validate, func(ctx context.Context, env bench.Env) (*bench.Result, error) { return bench.Kubernetes(ctx, env, c) }
+}
+
+// federationBenchFlags registers the flags of the federation scenario.
+func federationBenchFlags(fs *pflag.FlagSet, _ *benchFlags) (func() error, benchRun) {
+	c := bench.DefaultFederationConfig()
+	fs.IntVar(&c.RegistryClusters, "registry-clusters", c.RegistryClusters, "clusters registered for the registry phase (0: skip it)")
+	fs.DurationVar(&c.RegistryWindow, "registry-window", c.RegistryWindow, "each of the registry phase's two CPU windows")
+	fs.IntVar(&c.Clusters, "clusters", c.Clusters, "clusters of the propagation and dispatch phases")
+	fs.IntVar(&c.PoolChanges, "pool-changes", c.PoolChanges, "global pool changes timed (0: skip)")
+	fs.IntVar(&c.Jobs, "jobs", c.Jobs, "federated batch jobs dispatched (0: skip)")
+	fs.IntVar(&c.Concurrency, "concurrency", c.Concurrency, "callers creating jobs at once")
+	fs.IntVar(&c.HostsPerCluster, "hosts-per-cluster", c.HostsPerCluster, "simulated hosts of each cluster (32 CPUs each)")
+	fs.DurationVar(&c.CheckEvery, "check-every", c.CheckEvery, "the federation's health-check period per cluster")
+	fs.IntVar(&c.Services, "services", c.Services, "instances of one federated service created, rolled out and failed over (0: skip)")
+	fs.IntVar(&c.ServiceBudget, "service-budget", c.ServiceBudget, "the service's budget of unavailable instances")
+	fs.DurationVar(&c.ServiceToleration, "service-toleration", c.ServiceToleration, "the service's failover toleration")
+	return c.Validate, func(ctx context.Context, env bench.Env) (*bench.Result, error) { return bench.Federation(ctx, env, c) }
+}
+
+// agentReportsBenchFlags registers the flags of the agentReports scenario.
+func agentReportsBenchFlags(fs *pflag.FlagSet, _ *benchFlags) (func() error, benchRun) {
+	c := bench.DefaultAgentReportsConfig()
+	fs.IntVar(&c.Hosts, "hosts", c.Hosts, "simulated hosts, each with its agent")
+	fs.IntVar(&c.RunsPerHost, "runs-per-host", c.RunsPerHost, "runs on each host (their use is in every report)")
+	fs.DurationVar(&c.Interval, "interval", c.Interval, "the agents' report interval")
+	fs.DurationVar(&c.Warmup, "warmup", c.Warmup, "time before the window")
+	fs.DurationVar(&c.Window, "window", c.Window, "the window measured")
+	return c.Validate, func(ctx context.Context, env bench.Env) (*bench.Result, error) {
+		return bench.AgentReports(ctx, env, c)
+	}
+}
+
+// hostAgentBenchFlags registers the flags of the hostAgent scenario.
+func hostAgentBenchFlags(fs *pflag.FlagSet, _ *benchFlags) (func() error, benchRun) {
+	c := bench.DefaultHostAgentConfig()
+	fs.IntVar(&c.Runs, "runs", c.Runs, "processes carrying task run ids of the agent's host")
+	fs.DurationVar(&c.Interval, "interval", c.Interval, "the agent's report interval")
+	fs.DurationVar(&c.Warmup, "warmup", c.Warmup, "time before the window")
+	fs.DurationVar(&c.Window, "window", c.Window, "the window measured")
+	fs.StringVar(&c.AgentBin, "agent-bin", c.AgentBin, "the peloton-hostagent binary measured (default: the one beside this binary)")
+	fs.StringVar(&c.FullBin, "full-bin", c.FullBin, "the peloton binary whose serve hostagent is measured too (default: this one)")
+	return c.Validate, func(ctx context.Context, env bench.Env) (*bench.Result, error) { return bench.HostAgent(ctx, env, c) }
+}
+
+// colocationBenchFlags registers the flags of the colocation scenario.
+func colocationBenchFlags(fs *pflag.FlagSet, _ *benchFlags) (func() error, benchRun) {
+	c := bench.DefaultColocationConfig()
+	fs.IntVar(&c.HostCores, "host-cores", c.HostCores, "CPUs of every host")
+	fs.Float64Var(&c.ServicePeakCores, "service-peak-cores", c.ServicePeakCores, "the services' CPU use at the day's peak")
+	fs.Float64Var(&c.TroughFraction, "trough", c.TroughFraction, "the services' use at the trough, as a fraction of the peak")
+	fs.Float64Var(&c.BatchCoreHours, "batch-core-hours", c.BatchCoreHours, "the batch backlog to finish in the day")
+	fs.Float64Var(&c.BatchUse, "batch-use", c.BatchUse, "the share of its core a batch task uses")
+	fs.Uint64Var(&c.Seed, "seed", c.Seed, "seed of the backlog")
+	fs.StringVar(&c.Plot, "plot", c.Plot, "write an SVG of the co-located day here")
+	return c.Validate, func(ctx context.Context, env bench.Env) (*bench.Result, error) { return bench.Colocation(ctx, env, c) }
+}
+
+// lifetimeBenchFlags registers the flags of the lifetime scenario.
+func lifetimeBenchFlags(fs *pflag.FlagSet, f *benchFlags) (func() error, benchRun) {
+	c := bench.DefaultLifetimeConfig()
+	fs.IntVar(&c.Hosts, "hosts", c.Hosts, "simulated hosts")
+	fs.IntSliceVar(&c.Checkpoints, "checkpoints", c.Checkpoints, "numbers of jobs pushed through at which the figures are taken, comma-separated, increasing")
+	fs.IntVar(&c.Instances, "instances", c.Instances, "instances of each job")
+	fs.DurationVar(&c.TTL, "ttl", c.TTL, "the cluster's --finished-job-ttl")
+	fs.IntVar(&c.LiveJobs, "live-jobs", c.LiveJobs, "long-running jobs of --instances present at each restart")
+	fs.Float64Var(&c.Rate, "rate", c.Rate, "jobs pushed per second (0: as fast as the cluster takes them, --max-in-flight bounding them)")
+	fs.IntVar(&c.MaxInFlight, "max-in-flight", c.MaxInFlight, "most jobs created and not yet archived and removed from etcd")
+	fs.IntVar(&c.Samples, "samples", c.Samples, "calls timed for each latency figure at each checkpoint")
+	fs.StringVar(&c.PelotonBin, "peloton-bin", c.PelotonBin, "the peloton binary whose up runs the cluster in a process of its own (default: this one)")
+	// The size pushes 200,000 jobs through the collector.
+	f.timeout = 4 * time.Hour
+	fs.Lookup("timeout").DefValue = f.timeout.String()
+	return c.Validate, func(ctx context.Context, env bench.Env) (*bench.Result, error) { return bench.Lifetime(ctx, env, c) }
 }
 
 // runBench validates everything before starting anything, runs the scenario

@@ -165,20 +165,9 @@ func (f *serverFlags) register(fs *pflag.FlagSet, embedded bool) {
 // error is a usage error that names its flag, and comes before anything
 // starts.
 func (f *serverFlags) config(embedded bool) (cluster.Config, error) {
-	var endpoints []string
-	for _, e := range f.etcdEndpoints {
-		if e = strings.TrimSpace(e); e != "" {
-			endpoints = append(endpoints, e)
-		}
-	}
-	if !embedded && len(endpoints) == 0 {
-		return cluster.Config{}, usageErrorf(`missing --etcd-endpoints: "serve cluster" runs against an external etcd (use "peloton up" to embed one)`)
-	}
-	if err := cluster.ValidateClusterName(f.clusterName); err != nil {
-		return cluster.Config{}, usageErrorf("invalid --cluster-name %q: must be 1 to 63 lower-case letters, digits or '-', starting and ending with a letter or digit", f.clusterName)
-	}
-	if f.backend != "local" && f.backend != "sim" && f.backend != "kubernetes" && f.backend != "mesos" {
-		return cluster.Config{}, usageErrorf(`invalid --backend %q: want "local", "sim", "kubernetes" or "mesos"`, f.backend)
+	endpoints := trimmedList(f.etcdEndpoints)
+	if err := f.checkStackFlags(embedded, endpoints); err != nil {
+		return cluster.Config{}, err
 	}
 	kube, err := f.kube.config()
 	if err != nil {
@@ -188,63 +177,8 @@ func (f *serverFlags) config(embedded bool) (cluster.Config, error) {
 	if err != nil {
 		return cluster.Config{}, err
 	}
-	if f.dataDir == "" {
-		return cluster.Config{}, usageErrorf("invalid --data-dir: must not be empty")
-	}
-	if f.finishedJobTTL < 0 {
-		return cluster.Config{}, usageErrorf("invalid --finished-job-ttl %s: must be >= 0", f.finishedJobTTL)
-	}
-	if err := cluster.ValidateArchive(f.archive); err != nil {
-		return cluster.Config{}, usageErrorf("invalid --archive: %v", err)
-	}
-	if f.logRetention < 0 {
-		return cluster.Config{}, usageErrorf("invalid --log-retention %s: must be >= 0 (0: a run's output is kept as long as its job)", f.logRetention)
-	}
-	if f.etcdQuota < 0 {
-		return cluster.Config{}, usageErrorf("invalid --etcd-quota-bytes %d: must be 0 (the default) or a size in bytes", f.etcdQuota)
-	}
-	addrs := []struct{ flag, addr string }{{"listen", f.listen}, {"http-listen", f.httpListen}}
-	if embedded && len(endpoints) == 0 && f.etcdListen != "" {
-		if err := checkEtcdListen(f.etcdListen); err != nil {
-			return cluster.Config{}, err
-		}
-	}
-	for _, a := range addrs {
-		if _, _, err := net.SplitHostPort(a.addr); err != nil {
-			return cluster.Config{}, usageErrorf("invalid --%s %q: want host:port", a.flag, a.addr)
-		}
-	}
-	switch {
-	case f.hosts < 1:
-		return cluster.Config{}, usageErrorf("invalid --hosts %d: must be >= 1", f.hosts)
-	case f.hostCPU < 0:
-		return cluster.Config{}, usageErrorf("invalid --host-cpu %g: must be >= 0", f.hostCPU)
-	case f.hostMemoryMB < 0:
-		return cluster.Config{}, usageErrorf("invalid --host-memory-mb %d: must be >= 0", f.hostMemoryMB)
-	case f.hostDiskMB < 0:
-		return cluster.Config{}, usageErrorf("invalid --host-disk-mb %d: must be >= 0", f.hostDiskMB)
-	case f.hostGPU < 0:
-		return cluster.Config{}, usageErrorf("invalid --host-gpu %d: must be >= 0", f.hostGPU)
-	case f.backend != "sim" && f.hostGPU != 0:
-		return cluster.Config{}, usageErrorf("invalid --host-gpu: only the sim backend has GPUs (use --backend sim)")
-	case f.backend != "sim" && len(f.hostLabels) != 0:
-		return cluster.Config{}, usageErrorf("invalid --host-labels: only the sim backend takes host labels (use --backend sim)")
-	case f.shutdownGrace < 0:
-		return cluster.Config{}, usageErrorf("invalid --shutdown-grace %s: must be >= 0", f.shutdownGrace)
-	case f.engines < 1 || f.engines > 64:
-		return cluster.Config{}, usageErrorf("invalid --placement-engines %d: must be 1 to 64", f.engines)
-	case f.reclaimDelay < 0:
-		return cluster.Config{}, usageErrorf("invalid --reclaim-delay %s: must be >= 0", f.reclaimDelay)
-	case f.backend != "sim" && f.simAgents:
-		return cluster.Config{}, usageErrorf("invalid --sim-host-agents: only the sim backend has simulated hosts (use --backend sim)")
-	case f.agentInterval < 100*time.Millisecond:
-		return cluster.Config{}, usageErrorf("invalid --host-agent-interval %s: must be at least 100ms", f.agentInterval)
-	case !(f.slackMargin >= 0 && f.slackMargin <= 0.9):
-		return cluster.Config{}, usageErrorf("invalid --slack-margin %g: must be between 0 and 0.9", f.slackMargin)
-	case f.maxInstances < 1 || f.maxInstances > jobmgr.MaxInstances:
-		return cluster.Config{}, usageErrorf("invalid --max-instances %d: must be 1 to %d", f.maxInstances, jobmgr.MaxInstances)
-	case f.usageStaleAfter <= 0:
-		return cluster.Config{}, usageErrorf("invalid --usage-stale-after %s: must be > 0", f.usageStaleAfter)
+	if err := f.checkHostFlags(); err != nil {
+		return cluster.Config{}, err
 	}
 	if err := f.checkLeaderFlags(); err != nil {
 		return cluster.Config{}, err
@@ -257,13 +191,9 @@ func (f *serverFlags) config(embedded bool) (cluster.Config, error) {
 	if err != nil {
 		return cluster.Config{}, err
 	}
-	var labels []string
-	for _, l := range f.hostLabels {
-		l = strings.TrimSpace(l)
-		if k, _, ok := strings.Cut(l, "="); !ok || strings.TrimSpace(k) == "" {
-			return cluster.Config{}, usageErrorf("invalid --host-labels entry %q: want key=value", l)
-		}
-		labels = append(labels, l)
+	labels, err := hostLabelList(f.hostLabels)
+	if err != nil {
+		return cluster.Config{}, err
 	}
 	cfg := cluster.Config{
 		ClusterName:       f.clusterName,
@@ -305,28 +235,142 @@ func (f *serverFlags) config(embedded bool) (cluster.Config, error) {
 	if embedded && len(endpoints) == 0 {
 		cfg.EtcdListen = f.etcdListen
 	}
-	if cfg.TaskUser, err = f.iso.config(f.backend); err != nil {
+	if err := f.secureConfig(&cfg, embedded, endpoints); err != nil {
 		return cluster.Config{}, err
 	}
+	// A fresh `peloton up` is someone trying Peloton: their first
+	// non-preemptible service must run in /default.
+	cfg.DefaultReservesHosts = embedded
+	return cfg, nil
+}
+
+// trimmedList is list without blanks around its entries, and without the
+// empty ones.
+func trimmedList(list []string) []string {
+	var out []string
+	for _, e := range list {
+		if e = strings.TrimSpace(e); e != "" {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// checkStackFlags checks the flags of the stack itself: where its etcd is,
+// its name, backend, data, archive and addresses.
+func (f *serverFlags) checkStackFlags(embedded bool, endpoints []string) error {
+	if !embedded && len(endpoints) == 0 {
+		return usageErrorf(`missing --etcd-endpoints: "serve cluster" runs against an external etcd (use "peloton up" to embed one)`)
+	}
+	if err := cluster.ValidateClusterName(f.clusterName); err != nil {
+		return usageErrorf("invalid --cluster-name %q: must be 1 to 63 lower-case letters, digits or '-', starting and ending with a letter or digit", f.clusterName)
+	}
+	if f.backend != "local" && f.backend != "sim" && f.backend != "kubernetes" && f.backend != "mesos" {
+		return usageErrorf(`invalid --backend %q: want "local", "sim", "kubernetes" or "mesos"`, f.backend)
+	}
+	if f.dataDir == "" {
+		return usageErrorf("invalid --data-dir: must not be empty")
+	}
+	if f.finishedJobTTL < 0 {
+		return usageErrorf("invalid --finished-job-ttl %s: must be >= 0", f.finishedJobTTL)
+	}
+	if err := cluster.ValidateArchive(f.archive); err != nil {
+		return usageErrorf("invalid --archive: %v", err)
+	}
+	if f.logRetention < 0 {
+		return usageErrorf("invalid --log-retention %s: must be >= 0 (0: a run's output is kept as long as its job)", f.logRetention)
+	}
+	if f.etcdQuota < 0 {
+		return usageErrorf("invalid --etcd-quota-bytes %d: must be 0 (the default) or a size in bytes", f.etcdQuota)
+	}
+	addrs := []struct{ flag, addr string }{{"listen", f.listen}, {"http-listen", f.httpListen}}
+	if embedded && len(endpoints) == 0 && f.etcdListen != "" {
+		if err := checkEtcdListen(f.etcdListen); err != nil {
+			return err
+		}
+	}
+	for _, a := range addrs {
+		if _, _, err := net.SplitHostPort(a.addr); err != nil {
+			return usageErrorf("invalid --%s %q: want host:port", a.flag, a.addr)
+		}
+	}
+	return nil
+}
+
+// checkHostFlags checks the flags of the hosts, their agents and the
+// placement engines.
+func (f *serverFlags) checkHostFlags() error {
+	switch {
+	case f.hosts < 1:
+		return usageErrorf("invalid --hosts %d: must be >= 1", f.hosts)
+	case f.hostCPU < 0:
+		return usageErrorf("invalid --host-cpu %g: must be >= 0", f.hostCPU)
+	case f.hostMemoryMB < 0:
+		return usageErrorf("invalid --host-memory-mb %d: must be >= 0", f.hostMemoryMB)
+	case f.hostDiskMB < 0:
+		return usageErrorf("invalid --host-disk-mb %d: must be >= 0", f.hostDiskMB)
+	case f.hostGPU < 0:
+		return usageErrorf("invalid --host-gpu %d: must be >= 0", f.hostGPU)
+	case f.backend != "sim" && f.hostGPU != 0:
+		return usageErrorf("invalid --host-gpu: only the sim backend has GPUs (use --backend sim)")
+	case f.backend != "sim" && len(f.hostLabels) != 0:
+		return usageErrorf("invalid --host-labels: only the sim backend takes host labels (use --backend sim)")
+	case f.shutdownGrace < 0:
+		return usageErrorf("invalid --shutdown-grace %s: must be >= 0", f.shutdownGrace)
+	case f.engines < 1 || f.engines > 64:
+		return usageErrorf("invalid --placement-engines %d: must be 1 to 64", f.engines)
+	case f.reclaimDelay < 0:
+		return usageErrorf("invalid --reclaim-delay %s: must be >= 0", f.reclaimDelay)
+	case f.backend != "sim" && f.simAgents:
+		return usageErrorf("invalid --sim-host-agents: only the sim backend has simulated hosts (use --backend sim)")
+	case f.agentInterval < 100*time.Millisecond:
+		return usageErrorf("invalid --host-agent-interval %s: must be at least 100ms", f.agentInterval)
+	case !(f.slackMargin >= 0 && f.slackMargin <= 0.9):
+		return usageErrorf("invalid --slack-margin %g: must be between 0 and 0.9", f.slackMargin)
+	case f.maxInstances < 1 || f.maxInstances > jobmgr.MaxInstances:
+		return usageErrorf("invalid --max-instances %d: must be 1 to %d", f.maxInstances, jobmgr.MaxInstances)
+	case f.usageStaleAfter <= 0:
+		return usageErrorf("invalid --usage-stale-after %s: must be > 0", f.usageStaleAfter)
+	}
+	return nil
+}
+
+// hostLabelList checks --host-labels entries (key=value).
+func hostLabelList(list []string) ([]string, error) {
+	var labels []string
+	for _, l := range list {
+		l = strings.TrimSpace(l)
+		if k, _, ok := strings.Cut(l, "="); !ok || strings.TrimSpace(k) == "" {
+			return nil, usageErrorf("invalid --host-labels entry %q: want key=value", l)
+		}
+		labels = append(labels, l)
+	}
+	return labels, nil
+}
+
+// secureConfig sets what cfg needs to run tasks as their users and to talk
+// to etcd and its callers over TLS.
+func (f *serverFlags) secureConfig(cfg *cluster.Config, embedded bool, endpoints []string) error {
+	var err error
+	if cfg.TaskUser, err = f.iso.config(f.backend); err != nil {
+		return err
+	}
 	if cfg.EtcdTLS, err = f.etcdTLS.config(endpoints); err != nil {
-		return cluster.Config{}, err
+		return err
 	}
 	exposed := map[string]string{"--listen": f.listen, "--http-listen": f.httpListen}
 	if embedded {
 		exposed["--federation-listen"], exposed["--federation-http-listen"] = f.fed.listen, f.fed.httpListen
 	}
 	if cfg.Security, err = f.sec.config(exposed); err != nil {
-		return cluster.Config{}, err
+		return err
 	}
 	if embedded {
 		if err := f.sec.checkPeerForUp(); err != nil {
-			return cluster.Config{}, err
+			return err
 		}
 	}
-	// A fresh `peloton up` is someone trying Peloton: their first
-	// non-preemptible service must run in /default.
-	cfg.DefaultReservesHosts = embedded
-	return cfg, nil
+	return nil
 }
 
 // checkLeaderFlags checks --leader-lease and --advertise-host, and that a
@@ -491,29 +535,7 @@ func (a *app) runServer(ctx context.Context, cmd *cobra.Command, f *serverFlags,
 	defer stop()
 	defer survivesSIGHUP()()
 	if embedded {
-		names := []string{cfg.ClusterName}
-		if f.clusters != "" {
-			if cmd.Flags().Changed("cluster-name") {
-				return usageErrorf("--clusters names the clusters; leave out --cluster-name")
-			}
-			if names, err = parseClusters(f.clusters); err != nil {
-				return err
-			}
-			cfg.ClusterName = names[0]
-		}
-		f.fed.listen = freeIfZero(f.fed.listen, f.listen, cmd.Flags().Changed("federation-listen"))
-		f.fed.httpListen = freeIfZero(f.fed.httpListen, f.httpListen, cmd.Flags().Changed("federation-http-listen"))
-		fcfg, err := f.fed.config("federation-")
-		if err != nil {
-			return err
-		}
-		fcfg.Security = cfg.Security
-		fcfg.Options.ClusterCredentials = peer
-		err = a.runUp(ctx, cfg, names, fcfg, labels, peer)
-		if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
-			return nil
-		}
-		return err
+		return a.runEmbedded(ctx, cmd, f, cfg, labels, peer)
 	}
 
 	if f.federation != "" {
@@ -582,6 +604,35 @@ func (a *app) runServer(ctx context.Context, cmd *cobra.Command, f *serverFlags,
 	stopReg()
 	regMu.Unlock()
 	regWG.Wait()
+	if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+// runEmbedded is runServer for `peloton up`: the stack of each cluster
+// --clusters names, their federation and their etcd, in this process.
+func (a *app) runEmbedded(ctx context.Context, cmd *cobra.Command, f *serverFlags, cfg cluster.Config, labels map[string]string, peer pclient.Options) error {
+	var err error
+	names := []string{cfg.ClusterName}
+	if f.clusters != "" {
+		if cmd.Flags().Changed("cluster-name") {
+			return usageErrorf("--clusters names the clusters; leave out --cluster-name")
+		}
+		if names, err = parseClusters(f.clusters); err != nil {
+			return err
+		}
+		cfg.ClusterName = names[0]
+	}
+	f.fed.listen = freeIfZero(f.fed.listen, f.listen, cmd.Flags().Changed("federation-listen"))
+	f.fed.httpListen = freeIfZero(f.fed.httpListen, f.httpListen, cmd.Flags().Changed("federation-http-listen"))
+	fcfg, err := f.fed.config("federation-")
+	if err != nil {
+		return err
+	}
+	fcfg.Security = cfg.Security
+	fcfg.Options.ClusterCredentials = peer
+	err = a.runUp(ctx, cfg, names, fcfg, labels, peer)
 	if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
 		return nil
 	}
