@@ -186,6 +186,14 @@ func (s *Server) GetTaskLogs(req *pelotonv1.GetTaskLogsRequest, stream pelotonv1
 		}
 	}
 	defer rc.Close()
+	if req.GetFollow() {
+		// An empty chunk first: a follower of a run that has written
+		// nothing yet sees the stream open (over REST, the gateway sends
+		// the response's headers with its first message).
+		if err := stream.Send(&pelotonv1.LogChunk{}); err != nil {
+			return err
+		}
+	}
 	buf := make([]byte, logChunkSize)
 	for {
 		n, err := rc.Read(buf)

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -131,6 +132,7 @@ func TestHelloEndToEnd(t *testing.T) {
 	if _, err := s2.pools.GetPool(ctxT(t), &pelotonv1.GetPoolRequest{Path: "/default"}); err != nil {
 		t.Fatalf("default pool after restart: %v", err)
 	}
+	followSilentRun(t, s2, spec)
 }
 
 // TestRetriesAndFailure: a failing instance is retried restartPolicy.maxFailures
@@ -285,3 +287,38 @@ func atoi(s string) int {
 
 var _ = context.Background
 var _ = http.StatusOK
+
+// followSilentRun follows, over REST, the logs of a run that has written
+// nothing: the stream opens (its headers and an empty chunk come) while
+// the run is still silent, which is what the web UI's task page waits for
+// to stop saying "connecting…".
+func followSilentRun(t *testing.T, s *stack, base *pelotonv1.JobSpec) {
+	t.Helper()
+	spec := proto.Clone(base).(*pelotonv1.JobSpec)
+	spec.Name, spec.InstanceCount, spec.InstanceSpecs = "silent", 1, nil
+	spec.DefaultSpec.Command = []string{"sleep", "60"}
+	resp, err := s.jobs.CreateJob(ctxT(t), &pelotonv1.CreateJobRequest{Spec: spec})
+	if err != nil {
+		t.Fatalf("CreateJob: %v", err)
+	}
+	defer func() { _, _ = s.jobs.CancelJob(ctxT(t), &pelotonv1.CancelJobRequest{JobId: resp.JobId}) }()
+	s.waitTasks(resp.JobId, "running", 30*time.Second, allRunning(1))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, "GET", "http://"+s.ready.HTTPAddr+"/v1/jobs/"+resp.JobId+"/tasks/0/logs?follow=true", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("follow the logs of a silent run: no response (%v)", err)
+	}
+	defer r.Body.Close()
+	line, err := bufio.NewReader(r.Body).ReadString('\n')
+	var chunk struct {
+		Result *struct{ Data []byte } `json:"result"`
+	}
+	if r.StatusCode != 200 || err != nil || json.Unmarshal([]byte(line), &chunk) != nil || chunk.Result == nil || len(chunk.Result.Data) != 0 {
+		t.Fatalf("follow the logs of a silent run: %d, first line %q (%v); want 200 and an empty chunk", r.StatusCode, line, err)
+	}
+}
