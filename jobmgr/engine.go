@@ -469,8 +469,7 @@ func (en *engine) recoverRuns(ctx context.Context, tasks int) error {
 	return nil
 }
 
-// rmTask is the resmgr view of run `run` of instance inst. Callers must not
-// hold the task's lock.
+// rmTask is the resmgr view of run `run` of instance inst.
 func (en *engine) rmTask(j *job, inst, run uint32) *resmgr.Task {
 	v := j.runVersion(inst)
 	sla := v.spec.Sla

@@ -88,7 +88,7 @@ func finishedIndexOp(id, requestID string, sum *pelotonv1.Job, ttl *uint32) (sto
 
 // indexOps are the writes that keep j's index entry true when its runtime
 // goes from old to next, for the runtime's own transaction; none when the
-// job neither finishes nor comes back. Caller holds j.mu.
+// job neither finishes nor comes back. Called in the job's write turn.
 func (ar *Archive) indexOps(j *job, old, next *pelotonv1.JobStatus) ([]store.Op, error) {
 	was, is := isJobTerminal(old.GetState()), isJobTerminal(next.GetState())
 	switch {

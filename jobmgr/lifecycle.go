@@ -13,9 +13,10 @@ import (
 // The task lifecycle's core: what one backend event does to an instance.
 // decideEvent is a pure function, like the update planner: no lock, no
 // clock (the event carries its time), no store, no backend. applyEvent
-// (engine.go) is its shell: it takes the snapshot under the task's lock,
-// writes the decision through applyTaskVia (which checks it against the
-// transition table) and then carries out the effects.
+// (engine.go) is its shell: in the instance's write turn (taskrec.go) it
+// decides on the instance's view, writes the decision through writeTask
+// (which checks it against the transition table) and then carries out the
+// effects.
 
 // taskSnap is the part of an instance decideEvent reads and changes.
 type taskSnap struct {

@@ -868,8 +868,8 @@ func (m *Manager) taskGoal(j *job) taskState {
 	return taskSucceeded
 }
 
-// killGrace is the kill grace period of instance inst's current run. It
-// takes the task's lock: callers must not hold it (see graceOf).
+// killGrace is the kill grace period of instance inst's current run (see
+// graceOf), from the instance's published view.
 func (m *Manager) killGrace(j *job, inst uint32) time.Duration {
 	return graceOf(j.runVersion(inst), inst)
 }
