@@ -75,20 +75,6 @@ func (f *fakeHosts) emit(taskID string, st pelotonv1.TaskState, exit int32, reas
 	f.events <- ev
 }
 
-// live returns the ids of the runs launched and not ended, on host (any
-// host if empty).
-func (f *fakeHosts) live(host string) []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	var out []string
-	for id, r := range f.runs {
-		if (host == "" || r.spec.Host == host) && !isTerminal(r.last.State) {
-			out = append(out, id)
-		}
-	}
-	return out
-}
-
 func (f *fakeHosts) Launch(_ context.Context, spec hostmgr.LaunchSpec) error {
 	f.record("launch %s@%s", spec.TaskID, spec.Host)
 	if f.launchErr != nil {
