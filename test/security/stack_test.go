@@ -178,7 +178,20 @@ func createJob(t *testing.T, c *pclient.Client, spec *pelotonv1.JobSpec) string 
 	if err != nil {
 		t.Fatalf("CreateJob %s in %s: %v", spec.GetName(), spec.GetPool(), err)
 	}
-	return r.GetJobId()
+	// Until its tasks exist, calls on the job's tasks and updates are
+	// refused with "retry in a moment": the tests act on it at once.
+	id := r.GetJobId()
+	testutil.Eventually(t, 30*time.Second, "job "+id+" has its tasks", func() error {
+		j, err := c.Jobs.GetJob(ctx(t), &pelotonv1.GetJobRequest{JobId: id})
+		if err != nil {
+			return err
+		}
+		if st := j.GetJob().GetStatus().GetState(); st == pelotonv1.JobState_JOB_INITIALIZED {
+			return fmt.Errorf("it is %s", st)
+		}
+		return nil
+	})
+	return id
 }
 
 func createPool(t *testing.T, c *pclient.Client, path string) {
