@@ -19,8 +19,8 @@ import (
 // ends the run KILLED with exit 143 unless keepOnKill is set), and lets a
 // test send events, refuse launches and ask for drains.
 type fakeHosts struct {
+	callLog
 	mu       sync.Mutex
-	calls    []string
 	runs     map[string]*fakeRun
 	draining map[string]bool
 	// launchErr, if set, answers a launch instead of starting it.
@@ -42,25 +42,6 @@ func newFakeHosts() *fakeHosts {
 }
 
 var _ Hosts = (*fakeHosts)(nil)
-
-func (f *fakeHosts) record(format string, args ...any) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.calls = append(f.calls, fmt.Sprintf(format, args...))
-}
-
-// called returns the calls recorded so far whose text starts with prefix.
-func (f *fakeHosts) called(prefix string) []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	var out []string
-	for _, c := range f.calls {
-		if strings.HasPrefix(c, prefix) {
-			out = append(out, c)
-		}
-	}
-	return out
-}
 
 // emit reports a run's new state, as the backend would.
 func (f *fakeHosts) emit(taskID string, st pelotonv1.TaskState, exit int32, reason string) {
@@ -204,8 +185,8 @@ func (f *fakeHosts) RunUsage(string) *pelotonv1.TaskUsage { return nil }
 // and lets the test place them (place), as resmgr and the placement
 // engine would, and records what jobmgr gives back.
 type fakeResources struct {
+	callLog
 	mu      sync.Mutex
-	calls   []string
 	queued  map[string]*resmgr.Task // by job/instance
 	checker func(pool string) bool
 
@@ -220,30 +201,12 @@ func newFakeResources() *fakeResources {
 
 var _ Resources = (*fakeResources)(nil)
 
-func (f *fakeResources) record(format string, args ...any) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.calls = append(f.calls, fmt.Sprintf(format, args...))
-}
-
-func (f *fakeResources) called(prefix string) []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	var out []string
-	for _, c := range f.calls {
-		if strings.HasPrefix(c, prefix) {
-			out = append(out, c)
-		}
-	}
-	return out
-}
-
 func (f *fakeResources) Enqueue(gangs ...*resmgr.Gang) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, g := range gangs {
 		for _, t := range g.Tasks {
-			f.calls = append(f.calls, "enqueue "+t.RunTaskID())
+			f.record("enqueue %s", t.RunTaskID())
 			f.queued[fmt.Sprintf("%s/%d", t.JobID, t.Instance)] = t
 		}
 	}
@@ -320,4 +283,29 @@ func (f *fakeResources) SetJobChecker(fn func(pool string) bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.checker = fn
+}
+
+// callLog is the calls a fake recorded, in order.
+type callLog struct {
+	mu    sync.Mutex
+	calls []string
+}
+
+func (l *callLog) record(format string, args ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.calls = append(l.calls, fmt.Sprintf(format, args...))
+}
+
+// called returns the calls recorded so far whose text starts with prefix.
+func (l *callLog) called(prefix string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, c := range l.calls {
+		if strings.HasPrefix(c, prefix) {
+			out = append(out, c)
+		}
+	}
+	return out
 }

@@ -118,7 +118,10 @@ func TestTaskWriteTakesARecordChangedUnderIt(t *testing.T) {
 	// Someone else writes failure 5 over it.
 	rec := cloneStatus(j.task(0).status())
 	rec.FailureCount = 5
-	b, _ := proto.Marshal(rec)
+	b, err := proto.Marshal(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := st.Txn(ctx, store.Put(taskKey(j.id, 0), b, j.task(0).view().rev)); err != nil {
 		t.Fatal(err)
 	}
