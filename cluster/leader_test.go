@@ -182,9 +182,14 @@ func TestTwoReplicasOneLeaderAndHandover(t *testing.T) {
 		follower = b
 	}
 	// The follower answers its own /healthz and forwards the rest.
-	if h := healthz(follower); !strings.HasPrefix(h, "ok (following ") {
-		t.Fatalf("follower /healthz = %q", h)
-	}
+	// The follower learns who leads from the election a moment after
+	// the leader does.
+	testutil.Eventually(t, 5*time.Second, "the follower names the leader", func() error {
+		if h := healthz(follower); !strings.HasPrefix(h, "ok (following ") || strings.Contains(h, "no leader known") {
+			return fmt.Errorf("follower /healthz = %q", h)
+		}
+		return nil
+	})
 	testutil.Eventually(t, 5*time.Second, "the follower forwards REST", func() error {
 		if code, body := get(follower.http, "/v1/hosts"); code != http.StatusOK || strings.Count(body, `"name":"sim-`) != 2 {
 			return fmt.Errorf("GET /v1/hosts through the follower: %d %s", code, body)

@@ -149,9 +149,15 @@ func TestFinishedJobsMoveToTheArchive(t *testing.T) {
 			t.Errorf("archived instance %d: %v", i, tk)
 		}
 	}
-	if j, err := p.jm.GetJob(kept); err != nil || j.Status.State != pelotonv1.JobState_JOB_SUCCEEDED {
-		t.Errorf("the job with an hour to live: %v, %v", j, err)
-	}
+	// Its tasks ended with the other job's, but the job's own state
+	// follows its tasks a moment later.
+	waitFor(t, "the job with an hour to live finished and live", 30*time.Second, func() (bool, string) {
+		j, err := p.jm.GetJob(kept)
+		if err != nil {
+			return false, err.Error()
+		}
+		return j.Status.State == pelotonv1.JobState_JOB_SUCCEEDED, j.Status.State.String()
+	})
 	if _, err := a.Get(context.Background(), "c1", kept); !errors.Is(err, history.ErrNotFound) {
 		t.Errorf("the job with an hour to live was archived already: %v", err)
 	}
