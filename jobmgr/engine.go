@@ -398,8 +398,15 @@ func (en *engine) recoverRuns(ctx context.Context, tasks int) error {
 			}
 			rt := t.status()
 			switch {
-			case rt.State == taskPending:
-				pending = append(pending, uint32(inst))
+			case rt.State == taskInitialized || rt.State == taskPending:
+				// Its launch may have happened and not been written
+				// (unrecorded.go).
+				ev, adopted, queue := m.eng.recoverWaiting(j, uint32(inst), rt, reachable)
+				if adopted {
+					lost = append(lost, ev)
+				} else if queue {
+					pending = append(pending, uint32(inst))
+				}
 			case isActive(rt.State):
 				runID := resmgr.RunTaskID(j.id, uint32(inst), rt.RunId)
 				r := j.resourcesOf(uint32(inst))
@@ -701,8 +708,8 @@ func (en *engine) fillTasks(j *job) {
 // resmgr. An instance in backoff is left for a later evaluation.
 func (en *engine) enqueueInitialized(ctx context.Context, j *job) error {
 	m := en.m
-	if j.counts[taskInitialized].Load() == 0 {
-		return nil
+	if j.counts[taskInitialized].Load() == 0 || m.unverified.waits(j.id) {
+		return nil // none, or the backend must be asked first (unrecorded.go)
 	}
 	now := m.now()
 	var ready []uint32
@@ -976,7 +983,8 @@ func (en *engine) handleEvent(ctx context.Context, ev hostmgr.TaskEvent) {
 // run is already queued: a RUNNING event is then applied in memory only, and
 // the later event's write carries it (a restart would learn nothing from
 // the RUNNING record that the next one does not tell). For short tasks this
-// saves one of the three writes a batch task costs. retried says an earlier
+// saves one of the two writes a batch task costs (the launch is not
+// written: unrecorded.go). retried says an earlier
 // attempt failed to write it, and may have been applied by the store after
 // all. It returns the error of a write that failed (a *storeError): the
 // caller queues the event to be applied again.
@@ -1127,9 +1135,12 @@ func (en *engine) launchLoop(ctx context.Context) {
 	}
 }
 
-// launch records a placed run as LAUNCHED on its host, then starts it. The
-// record comes first so that a crash between the two is seen at restart as a
-// launched run the backend does not know, and run again.
+// launch marks a placed run LAUNCHED on its host, then starts it. The mark
+// is in memory only: the run's first event writes it along, and a restart
+// asks the backend about a run the store shows waiting (unrecorded.go). A
+// stateful instance's first launch on a host is written before the backend
+// is asked, since its volume lives there from then on whatever the backend
+// remembers; so is a foreign job's, whose pods another client owns.
 func (en *engine) launch(ctx context.Context, p resmgr.Placement) {
 	m := en.m
 	runID := p.Task.RunTaskID()
@@ -1142,7 +1153,11 @@ func (en *engine) launch(ctx context.Context, p resmgr.Placement) {
 	}
 	inst := p.Task.Instance
 	var ver uint64
-	err := m.updateTask(ctx, j, inst, func(rt *pelotonv1.TaskStatus) error {
+	persist := m.adopt.isForeign(j)
+	if t := j.task(inst); j.typ == pelotonv1.JobType_STATEFUL && t != nil && t.status().BoundHost != p.Host {
+		persist = true
+	}
+	err := m.applyTask(ctx, j, inst, persist, func(rt *pelotonv1.TaskStatus) error {
 		if rt.State != taskPending || rt.RunId != p.Task.RunID || rt.GoalState == taskKilled {
 			return errSkip
 		}

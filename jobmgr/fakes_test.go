@@ -6,6 +6,7 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/peloton-sched/peloton/hostmgr"
@@ -24,7 +25,10 @@ type fakeHosts struct {
 	runs     map[string]*fakeRun
 	draining map[string]bool
 	// launchErr, if set, answers a launch instead of starting it.
-	launchErr func(spec hostmgr.LaunchSpec) error
+	launchErr func(ctx context.Context, spec hostmgr.LaunchSpec) error
+	// away, if set, has the substrate away: Substrate says so, and Status
+	// knows no run.
+	away atomic.Bool
 
 	events chan hostmgr.TaskEvent
 	drains chan []hostmgr.DrainRequest
@@ -56,10 +60,10 @@ func (f *fakeHosts) emit(taskID string, st pelotonv1.TaskState, exit int32, reas
 	f.events <- ev
 }
 
-func (f *fakeHosts) Launch(_ context.Context, spec hostmgr.LaunchSpec) error {
+func (f *fakeHosts) Launch(ctx context.Context, spec hostmgr.LaunchSpec) error {
 	f.record("launch %s@%s", spec.TaskID, spec.Host)
 	if f.launchErr != nil {
-		if err := f.launchErr(spec); err != nil {
+		if err := f.launchErr(ctx, spec); err != nil {
 			return err
 		}
 	}
@@ -94,7 +98,7 @@ func (f *fakeHosts) Kill(_ context.Context, taskID string, grace time.Duration) 
 func (f *fakeHosts) Status(taskID string) (hostmgr.TaskEvent, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if r := f.runs[taskID]; r != nil {
+	if r := f.runs[taskID]; r != nil && !f.away.Load() {
 		return r.last, nil
 	}
 	return hostmgr.TaskEvent{}, hostmgr.ErrUnknownTask
@@ -157,7 +161,7 @@ func (f *fakeHosts) LargestHost() resources.Resources {
 func (f *fakeHosts) ListHosts() []*pelotonv1.Host { return nil }
 
 func (f *fakeHosts) Substrate() hostmgr.SubstrateStatus {
-	return hostmgr.SubstrateStatus{Name: "fake", Reachable: true}
+	return hostmgr.SubstrateStatus{Name: "fake", Reachable: !f.away.Load()}
 }
 
 func (f *fakeHosts) Drains(ctx context.Context) []hostmgr.DrainRequest {

@@ -2,11 +2,13 @@ package jobmgr
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +19,7 @@ import (
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 	"github.com/peloton-sched/peloton/resmgr"
 	"github.com/peloton-sched/peloton/sla"
+	"google.golang.org/protobuf/proto"
 )
 
 // harness runs a Manager on the in-memory store with recording fakes of
@@ -31,6 +34,9 @@ type harness struct {
 	res   *fakeResources
 	st    *memstore.Store
 	stop  func()
+	// dead ends the running Manager's access to the store, as its
+	// process's death would (crash).
+	dead *atomic.Bool
 
 	mu  sync.Mutex
 	now time.Time
@@ -47,9 +53,19 @@ func newHarness(t *testing.T) *harness {
 // start runs a Manager on the harness's store, with new fakes.
 func (h *harness) start() {
 	h.t.Helper()
-	h.hosts, h.res = newFakeHosts(), newFakeResources()
-	b := store.NewBatcher(h.st, store.BatcherOptions{})
-	h.jm = New(h.st, b, h.res, h.hosts, Options{
+	h.hosts = newFakeHosts()
+	h.startOn(h.hosts)
+}
+
+// startOn runs a Manager on the harness's store and backend hosts, with a
+// new resource manager.
+func (h *harness) startOn(hosts *fakeHosts) {
+	h.t.Helper()
+	h.hosts, h.res = hosts, newFakeResources()
+	h.dead = &atomic.Bool{}
+	st := mortalStore{Store: h.st, dead: h.dead}
+	b := store.NewBatcher(st, store.BatcherOptions{})
+	h.jm = New(st, b, h.res, h.hosts, Options{
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		SLA:    sla.NewLocal(h.clock),
 	})
@@ -74,6 +90,49 @@ func (h *harness) restart() {
 	h.stop()
 	h.start()
 }
+
+// crash kills the Manager at once, as kill -9 would: from this moment
+// nothing it does reaches the store. Another starts on the same store and
+// the same backend, whose runs live on (as a real backend's do).
+func (h *harness) crash() {
+	h.t.Helper()
+	h.dead.Store(true)
+	h.stop()
+	h.startOn(h.hosts)
+}
+
+// mortalStore is the store as a process sees it: once dead, every call
+// fails and nothing more is written.
+type mortalStore struct {
+	store.Store
+	dead *atomic.Bool
+}
+
+var errProcessDead = errors.New("the process is dead")
+
+func (s mortalStore) Get(ctx context.Context, key string) (store.KV, error) {
+	if s.dead.Load() {
+		return store.KV{}, errProcessDead
+	}
+	return s.Store.Get(ctx, key)
+}
+
+func (s mortalStore) List(ctx context.Context, prefix string) ([]store.KV, error) {
+	if s.dead.Load() {
+		return nil, errProcessDead
+	}
+	return s.Store.List(ctx, prefix)
+}
+
+func (s mortalStore) Txn(ctx context.Context, ops ...store.Op) (int64, error) {
+	if s.dead.Load() {
+		return 0, errProcessDead
+	}
+	return s.Store.Txn(ctx, ops...)
+}
+
+// Close leaves the shared store open for the next Manager.
+func (s mortalStore) Close() error { return nil }
 
 func (h *harness) clock() time.Time {
 	h.mu.Lock()
@@ -211,7 +270,7 @@ func TestHarnessFailedRunIsRetriedThenFails(t *testing.T) {
 func TestHarnessBlockedLaunchIsRetried(t *testing.T) {
 	h := newHarness(t)
 	refused := 0
-	h.hosts.launchErr = func(spec hostmgr.LaunchSpec) error {
+	h.hosts.launchErr = func(_ context.Context, spec hostmgr.LaunchSpec) error {
 		if refused == 0 {
 			refused++
 			return fmt.Errorf("%w: no room for the pod yet", hostmgr.ErrLaunchBlocked)
@@ -394,4 +453,18 @@ func TestHarnessNewRunHasNoExitCodeOfTheOldOne(t *testing.T) {
 	if tk := h.waitTask(id, 0, taskRunning); tk.Status.ExitCode != 0 {
 		t.Errorf("run 2 runs with exit code %d, the run before's", tk.Status.ExitCode)
 	}
+}
+
+// storedTask is the instance's record as the store holds it.
+func (h *harness) storedTask(jobID string, inst uint32) *pelotonv1.TaskStatus {
+	h.t.Helper()
+	kv, err := h.st.Get(context.Background(), taskKey(jobID, inst))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	rt := &pelotonv1.TaskStatus{}
+	if err := proto.Unmarshal(kv.Value, rt); err != nil {
+		h.t.Fatal(err)
+	}
+	return rt
 }

@@ -192,6 +192,9 @@ type Manager struct {
 	retry   unwritten
 	// reconciler state (reconcile.go).
 	recon reconciler
+	// unverified: waiting instances whose run the backend must be asked
+	// about before they run (unrecorded.go).
+	unverified unverified
 	// runCtx is the engine's context, set by Start; retries scheduled for
 	// later use it so they stop with the engine.
 	runCtx context.Context

@@ -22,7 +22,11 @@ import (
 //     the same state, is LOST, and the instance runs again;
 //   - a run the backend has that jobmgr does not know (the past run of an
 //     instance, a run of a deleted job) counts on its host at once and is
-//     killed when the next pass still sees it.
+//     killed when the next pass still sees it;
+//   - first of all, once the substrate answers, the instances a restart
+//     found waiting while it was away are verified (unrecorded.go): their
+//     runs are adopted or they are queued, and until then those runs are
+//     neither strays nor lost.
 //
 // Two passes, because a pass can look while a change is on its way: a
 // launch recorded whose backend call has not returned, an event queued but
@@ -131,6 +135,9 @@ func (rc *reconcilers) reconcileOnce(ctx context.Context) (missed, lost, strays 
 	m := rc.m
 	start := time.Now()
 	reachable := m.hm.Substrate().Reachable
+	if reachable {
+		m.eng.verifyWaiting(ctx)
+	}
 	m.mu.RLock()
 	jobs := make([]*job, 0, len(m.jobs))
 	for _, j := range m.jobs {
@@ -199,7 +206,7 @@ func (rc *reconcilers) reconcileOnce(ctx context.Context) (missed, lost, strays 
 
 	seen := map[string]bool{}
 	for _, r := range m.hm.Runs() {
-		if known[r.TaskID] || isTerminal(r.Last.State) || m.recon.inFlight(r.TaskID) {
+		if known[r.TaskID] || isTerminal(r.Last.State) || m.recon.inFlight(r.TaskID) || m.unverified.holds(r.TaskID) {
 			continue
 		}
 		if _, _, _, ours := parseTaskID(r.TaskID); !ours {

@@ -38,6 +38,7 @@ const (
 	ReconciledMissedEvent = "missed-event"
 	ReconciledLost        = "lost"
 	ReconciledStray       = "stray"
+	ReconciledAdopted     = "adopted"
 
 	ReportTaken     = "taken"
 	ReportDuplicate = "duplicate"
@@ -67,7 +68,7 @@ var Fixed = []FixedLabel{
 	{Restarts.MetricVec, "how", []string{RestartPatched, RestartInPlace, RestartPlaced}},
 	{HostMoves.MetricVec, "step", []string{MoveStarted, MoveDrained, MoveMoved, MoveApplyFailed}},
 	{StoreWrites.MetricVec, "kind", []string{WriteJob, WriteTask, WriteUpdate}},
-	{Reconciled.MetricVec, "kind", []string{ReconciledMissedEvent, ReconciledLost, ReconciledStray}},
+	{Reconciled.MetricVec, "kind", []string{ReconciledMissedEvent, ReconciledLost, ReconciledStray, ReconciledAdopted}},
 	{HostReports.MetricVec, "result", []string{ReportTaken, ReportDuplicate, ReportRefused}},
 	// hostmgr's host states, by their API names (a test in hostmgr checks
 	// them against the enum).

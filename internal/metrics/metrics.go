@@ -156,7 +156,9 @@ var UnwrittenEvents = prometheus.NewGauge(prometheus.GaugeOpts{
 // Reconciled counts what jobmgr's reconciliation with the backend found
 // and repaired, by kind: "missed-event" (a run's state the backend has
 // and jobmgr had not applied), "lost" (a run the backend does not know),
-// "stray" (a run the backend has that jobmgr does not: killed).
+// "stray" (a run the backend has that jobmgr does not: killed), "adopted"
+// (a run launched before a restart whose launch was never written: jobmgr
+// takes it as the instance's).
 var Reconciled = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Namespace: "peloton", Name: "reconciled_total", Help: "Differences between jobmgr and the backend found and repaired by reconciliation, by kind.",
 }, []string{"kind"})
