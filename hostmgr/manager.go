@@ -58,9 +58,63 @@ type HostFilter struct {
 	// bound to. Each one that is up and not leased is offered whatever Max,
 	// Partitions and MinFree say (even when full, so that the caller sees
 	// how little it has free), in this order and before the others. They
-	// do not count towards Max, and finding them costs a lookup each, not a
-	// scan.
+	// do not count towards Max, Demand or MinHosts, and finding them costs
+	// a lookup each, not a scan.
 	Hosts []string
+	// Demand is what the caller means to place on the hosts the scan finds
+	// (not those of Hosts): the summed resources of a placement round's
+	// tasks. When it is set the scan stops, short of Max, once the hosts it
+	// took have half as much again as Demand free in every kind and number
+	// at least the floor (leaseFloor, or MinHosts with the same headroom,
+	// whichever is more). A round then holds hosts in proportion to its
+	// work, and other engines' rounds find hosts free at the same time.
+	// Zero leases up to Max.
+	Demand resources.Resources
+	// MinHosts is how many hosts the caller's tasks need at least, whatever
+	// they ask for in resources: a job that spreads its instances or caps
+	// them per host needs one host per instance or per cap's worth. Used
+	// only with Demand.
+	MinHosts int
+}
+
+// How much a lease with a demand (HostFilter.Demand) takes beyond the
+// demand. Resources free on the hosts taken are not all usable: a task
+// needs its whole size on one host, so the free that is left on each host
+// after the tasks that fit there is wasted, and placement needs choice to
+// be good at all. PACK looks for the fullest host that fits, which it can
+// only find among several; SPREAD and a job's cap per host need hosts
+// apart from resources (MinHosts). Half as much again as the demand, and
+// never fewer than leaseFloor hosts, leaves that choice and covers the
+// waste of tasks up to a third of a host's free in size; a round whose
+// tasks still do not fit leaves them to the next round, which starts
+// where this one stopped. Large enough to place well, small enough that
+// a few rounds of modest demand leave most of the cluster to the others.
+const (
+	// leaseHeadroomNum / leaseHeadroomDen is the headroom factor, 1.5, in
+	// integers so that the comparison is exact.
+	leaseHeadroomNum = 3
+	leaseHeadroomDen = 2
+	// leaseFloor is the fewest hosts a lease with a demand takes, if there
+	// are that many.
+	leaseFloor = 8
+)
+
+// demandGoal is when a lease with a demand has enough: the free of the
+// hosts it took, times the headroom's denominator, must cover the demand
+// times its numerator in every kind, and it must hold want hosts.
+type demandGoal struct {
+	need resources.Resources
+	want int
+}
+
+func newDemandGoal(f HostFilter) demandGoal {
+	want := max(leaseFloor, (f.MinHosts*leaseHeadroomNum+leaseHeadroomDen-1)/leaseHeadroomDen)
+	return demandGoal{need: f.Demand.Scale(leaseHeadroomNum), want: want}
+}
+
+// met reports whether hosts hosts with free between them are enough.
+func (g demandGoal) met(free resources.Resources, hosts int) bool {
+	return hosts >= g.want && g.need.FitsIn(free.Scale(leaseHeadroomDen))
 }
 
 // HostStatus is what hostmgr knows of one host, leased or not, in service or
@@ -520,7 +574,8 @@ func newLeaseID() string {
 }
 
 // AcquireHosts leases up to f.Max hosts that pass f and have room to the
-// caller, and before them the hosts of f.Hosts that are up and not leased.
+// caller (fewer with f.Demand: as many as the demand needs), and before
+// them the hosts of f.Hosts that are up and not leased.
 // The hosts are offered to nobody else until Commit, ReleaseLease or
 // expiry. Each call starts where the previous one stopped, so that engines
 // (and successive rounds) are not all handed the same first hosts.
@@ -565,8 +620,16 @@ func (m *Manager) AcquireHosts(f HostFilter) (string, []HostOffer) {
 	}
 	named := len(offers)
 	start := m.next % n
+	// With a demand, the scan stops once the hosts it took are enough for
+	// it (demandGoal); took is what they have free between them.
+	withDemand := !f.Demand.IsZero()
+	goal := newDemandGoal(f)
+	var took resources.Resources
 	i := 0
 	for ; i < n && len(offers)-named < f.Max; i++ {
+		if withDemand && goal.met(took, len(offers)-named) {
+			break
+		}
 		name := m.order[(start+i)%n]
 		h := m.hosts[name]
 		if h.lease != "" || !h.inService() || h.info.Unschedulable || !inPartitions(h.info.Partition, f.Partitions) {
@@ -577,6 +640,7 @@ func (m *Manager) AcquireHosts(f HostFilter) (string, []HostOffer) {
 			continue
 		}
 		take(name, h, free)
+		took = took.Add(free)
 	}
 	m.next = (start + i) % n
 	if len(offers) == 0 {

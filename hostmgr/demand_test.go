@@ -1,0 +1,98 @@
+package hostmgr
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/peloton-sched/peloton/internal/resources"
+)
+
+func offerNames(os []HostOffer) string {
+	var b strings.Builder
+	for _, o := range os {
+		b.WriteString(o.Name)
+	}
+	return b.String()
+}
+
+// TestAcquireHostsInProportionToDemand: with a demand, a lease takes hosts
+// in the rotation's order until what they have free covers the demand with
+// headroom, and at least the floor of hosts (or MinHosts); so two rounds in
+// a row both get hosts, and not the same ones. Without a demand it takes
+// up to Max, as before.
+func TestAcquireHostsInProportionToDemand(t *testing.T) {
+	// 20 hosts a..t of 4 CPUs and 4 GiB each.
+	m := newTestManager(t, 20, resources.Resources{MilliCPU: 4000, MemoryMB: 4096})
+	cpus := func(n int64) resources.Resources { return resources.Resources{MilliCPU: n * 1000, MemoryMB: 1} }
+
+	// 24 CPUs of demand, 36 with headroom: nine hosts of 4.
+	l1, o1 := m.AcquireHosts(HostFilter{Max: 100, Demand: cpus(24)})
+	if got := offerNames(o1); got != "abcdefghi" {
+		t.Fatalf("demand 24 CPUs: leased %q, want the nine hosts a..i", got)
+	}
+	// A small demand still gets the floor of hosts, the next ones in turn,
+	// while the first lease is held.
+	l2, o2 := m.AcquireHosts(HostFilter{Max: 100, Demand: cpus(1)})
+	if got := offerNames(o2); got != "jklmnopq"[:leaseFloor] {
+		t.Fatalf("demand 1 CPU: leased %q, want the floor of %d hosts from j", got, leaseFloor)
+	}
+	// Memory counts as much as CPU: 10 GiB, 15 with headroom, would be
+	// four hosts; only r, s and t are left, and a lease takes what there is.
+	l3, o3 := m.AcquireHosts(HostFilter{Max: 100, Demand: resources.Resources{MilliCPU: 1, MemoryMB: 10 << 10}, MinHosts: 1})
+	if got := offerNames(o3); got != "rst" {
+		t.Fatalf("memory demand with three hosts left: leased %q, want r, s and t", got)
+	}
+	for _, l := range []string{l1, l2, l3} {
+		m.ReleaseLease(l)
+	}
+
+	// Memory counts as much as CPU: 40 GiB, 60 with headroom, is 15 hosts.
+	l, o := m.AcquireHosts(HostFilter{Max: 100, Demand: resources.Resources{MilliCPU: 1, MemoryMB: 40 << 10}})
+	if len(o) != 15 {
+		t.Fatalf("demand 40 GiB: leased %q, want 15 hosts", offerNames(o))
+	}
+	m.ReleaseLease(l)
+
+	// Max still caps a demand no lease could cover.
+	l, o = m.AcquireHosts(HostFilter{Max: 5, Demand: cpus(1000)})
+	if len(o) != 5 {
+		t.Fatalf("Max 5 under a large demand: leased %q", offerNames(o))
+	}
+	m.ReleaseLease(l)
+
+	// MinHosts raises the floor (with the same headroom): a job that must
+	// go on 10 hosts leases 15.
+	l, o = m.AcquireHosts(HostFilter{Max: 100, Demand: cpus(1), MinHosts: 10})
+	if len(o) != 15 {
+		t.Fatalf("MinHosts 10: leased %d hosts (%q), want 15", len(o), offerNames(o))
+	}
+	m.ReleaseLease(l)
+
+	// Hosts asked for by name do not count towards the demand.
+	l, o = m.AcquireHosts(HostFilter{Max: 100, Demand: cpus(1), MinHosts: 1, Hosts: []string{"a", "b", "c"}})
+	if len(o) != 3+leaseFloor || offerNames(o)[:3] != "abc" {
+		t.Fatalf("named hosts and a small demand: leased %q, want abc then %d more", offerNames(o), leaseFloor)
+	}
+	m.ReleaseLease(l)
+
+	// Without a demand, up to Max, as before.
+	l, o = m.AcquireHosts(HostFilter{Max: 100})
+	if len(o) != 20 {
+		t.Fatalf("no demand: leased %d hosts, want all 20", len(o))
+	}
+	m.ReleaseLease(l)
+}
+
+// TestDemandCountsOnlyFree: hosts count for what they have free, not their
+// capacity, so a busy cluster leases more hosts for the same demand.
+func TestDemandCountsOnlyFree(t *testing.T) {
+	m := newTestManager(t, 20, resources.Resources{MilliCPU: 4000, MemoryMB: 4096})
+	for i := range 20 {
+		m.Recover("busy-"+itoa(i)+"-1", string(rune('a'+i)), resources.Resources{MilliCPU: 3000, MemoryMB: 1})
+	}
+	// 6 CPUs of demand, 9 with headroom, 1 CPU free a host: nine hosts.
+	_, o := m.AcquireHosts(HostFilter{Max: 100, Demand: resources.Resources{MilliCPU: 6000, MemoryMB: 1}})
+	if len(o) != 9 {
+		t.Fatalf("leased %d hosts (%q), want 9", len(o), offerNames(o))
+	}
+}
