@@ -96,3 +96,32 @@ func TestDemandCountsOnlyFree(t *testing.T) {
 		t.Fatalf("leased %d hosts (%q), want 9", len(o), offerNames(o))
 	}
 }
+
+// TestExtendLease: a caller adds hosts to the lease it holds; the lease
+// then commits on hosts of either part and releases them all, and a lease
+// that is gone cannot be added to.
+func TestExtendLease(t *testing.T) {
+	m := newTestManager(t, 12, resources.Resources{MilliCPU: 4000, MemoryMB: 4096})
+	small := resources.Resources{MilliCPU: 1000, MemoryMB: 1}
+	id, o1 := m.AcquireHosts(HostFilter{Max: 100, Demand: small})
+	if len(o1) != leaseFloor {
+		t.Fatalf("first part: leased %q", offerNames(o1))
+	}
+	id2, o2 := m.AcquireHosts(HostFilter{Max: 100, Lease: id})
+	if id2 != id || offerNames(o2) != "ijkl" {
+		t.Fatalf("added to lease %s: %s %q, want the same lease and i..l", id, id2, offerNames(o2))
+	}
+	if _, o := m.AcquireHosts(HostFilter{Max: 100}); len(o) != 0 {
+		t.Fatalf("every host is in the lease, yet %q were leased again", offerNames(o))
+	}
+	as := []Assignment{{TaskID: "j-0-1", JobID: "j", Host: "a", Resources: small}, {TaskID: "j-1-1", JobID: "j", Host: "l", Resources: small}}
+	if err := m.Commit(id, as); err != nil {
+		t.Fatalf("commit on hosts of both parts: %v", err)
+	}
+	if _, o := m.AcquireHosts(HostFilter{Max: 100, Lease: id}); len(o) != 0 {
+		t.Fatalf("added %q to a lease that ended", offerNames(o))
+	}
+	if _, o := m.AcquireHosts(HostFilter{Max: 100}); len(o) != 12 {
+		t.Fatalf("after the commit: leased %q, want all 12 hosts", offerNames(o))
+	}
+}

@@ -75,6 +75,11 @@ type HostFilter struct {
 	// them per host needs one host per instance or per cap's worth. Used
 	// only with Demand.
 	MinHosts int
+	// Lease, if set, adds the hosts to that lease, which the caller holds,
+	// instead of starting one: a round whose tasks did not all fit asks
+	// for more hosts and still commits once. The lease keeps its end. A
+	// lease that ended gets nothing.
+	Lease string
 }
 
 // How much a lease with a demand (HostFilter.Demand) takes beyond the
@@ -594,8 +599,15 @@ func (m *Manager) AcquireHosts(f HostFilter) (string, []HostOffer) {
 	if n == 0 || (f.Max <= 0 && len(f.Hosts) == 0) {
 		return "", nil
 	}
-	id := newLeaseID()
-	l := &lease{id: id, end: now.Add(m.leaseTTL)}
+	var l *lease
+	if f.Lease != "" {
+		if l = m.leases[f.Lease]; l == nil {
+			return "", nil
+		}
+	} else {
+		l = &lease{id: newLeaseID(), end: now.Add(m.leaseTTL)}
+	}
+	id := l.id
 	offers := make([]HostOffer, 0, min(max(f.Max, 0), n)+len(f.Hosts))
 	take := func(name string, h *host, free resources.Resources) {
 		h.lease, h.leaseEnd = id, l.end
