@@ -125,3 +125,26 @@ func TestExtendLease(t *testing.T) {
 		t.Fatalf("after the commit: leased %q, want all 12 hosts", offerNames(o))
 	}
 }
+
+// TestFillFirstLeases: a lease that fills first scans from the first host,
+// not where the last lease stopped, and leaves the rotation where it was;
+// a lease held at the same time still gets other hosts.
+func TestFillFirstLeases(t *testing.T) {
+	m := newTestManager(t, 20, resources.Resources{MilliCPU: 4000, MemoryMB: 4096})
+	small := resources.Resources{MilliCPU: 1000, MemoryMB: 1}
+	l, _ := m.AcquireHosts(HostFilter{Max: 3})
+	m.ReleaseLease(l) // the rotation now starts at d
+	l1, o1 := m.AcquireHosts(HostFilter{Max: 100, Demand: small, FillFirst: true})
+	l2, o2 := m.AcquireHosts(HostFilter{Max: 100, Demand: small, FillFirst: true})
+	if offerNames(o1) != "abcdefgh" || offerNames(o2) != "ijklmnop" {
+		t.Fatalf("two leases held at once: %q and %q, want a..h and i..p", offerNames(o1), offerNames(o2))
+	}
+	m.ReleaseLease(l1)
+	m.ReleaseLease(l2)
+	if _, o := m.AcquireHosts(HostFilter{Max: 100, Demand: small, FillFirst: true}); offerNames(o) != "abcdefgh" {
+		t.Fatalf("after both ended: %q, want a..h again", offerNames(o))
+	}
+	if _, o := m.AcquireHosts(HostFilter{Max: 2}); offerNames(o) != "ij" {
+		t.Fatalf("rotation after fill-first leases: %q, want i and j (it stands at d, and a..h are leased)", offerNames(o))
+	}
+}

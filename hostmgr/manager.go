@@ -75,6 +75,12 @@ type HostFilter struct {
 	// them per host needs one host per instance or per cap's worth. Used
 	// only with Demand.
 	MinHosts int
+	// FillFirst scans from the first host instead of where the last lease
+	// stopped, and leaves that place as it is. With a demand, successive
+	// leases then hold the same hosts first, so that a caller that packs
+	// fills hosts already in use rather than moving on to fresh ones each
+	// time; a lease held at the same time still gets other hosts.
+	FillFirst bool
 	// Lease, if set, adds the hosts to that lease, which the caller holds,
 	// instead of starting one: a round whose tasks did not all fit asks
 	// for more hosts and still commits once. The lease keeps its end. A
@@ -583,7 +589,8 @@ func newLeaseID() string {
 // them the hosts of f.Hosts that are up and not leased.
 // The hosts are offered to nobody else until Commit, ReleaseLease or
 // expiry. Each call starts where the previous one stopped, so that engines
-// (and successive rounds) are not all handed the same first hosts.
+// (and successive rounds) are not all handed the same first hosts, unless
+// it fills first (HostFilter.FillFirst).
 func (m *Manager) AcquireHosts(f HostFilter) (string, []HostOffer) {
 	// Hosts of a substrate that is away are as last seen, and a launch on
 	// them could not be carried out: the work waits, saying why, for the
@@ -632,6 +639,9 @@ func (m *Manager) AcquireHosts(f HostFilter) (string, []HostOffer) {
 	}
 	named := len(offers)
 	start := m.next % n
+	if f.FillFirst {
+		start = 0
+	}
 	// With a demand, the scan stops once the hosts it took are enough for
 	// it (demandGoal); took is what they have free between them.
 	withDemand := !f.Demand.IsZero()
@@ -654,7 +664,9 @@ func (m *Manager) AcquireHosts(f HostFilter) (string, []HostOffer) {
 		take(name, h, free)
 		took = took.Add(free)
 	}
-	m.next = (start + i) % n
+	if !f.FillFirst {
+		m.next = (start + i) % n
+	}
 	if len(offers) == 0 {
 		return "", nil
 	}

@@ -97,7 +97,7 @@ func (e *Engine) placeRound(gangs []*resmgr.Gang, revocable bool) {
 		// in proportion to the demand could hold hosts of one domain
 		// only, and SPREAD would put every instance there. Such a round
 		// leases as many hosts as it may.
-		f.Demand, f.MinHosts = resources.Resources{}, 0
+		f.Demand, f.MinHosts, f.FillFirst = resources.Resources{}, 0, false
 	}
 	leaseID, offers := e.hm.AcquireHosts(f)
 	// Place runs even without offers: it still tells the gangs that could
@@ -256,8 +256,11 @@ func (e *Engine) returnGang(u Unplaced) {
 // hostFilter leases only what the round can use: the hosts its tasks are
 // bound to, by name; up to maxHosts hosts of the partitions its other tasks ask
 // for, with room for at least the smallest of them (none if every task is
-// bound), and only as many as those tasks need (Demand, MinHosts); and the
-// per-host counts of the jobs that spread or cap instances per host.
+// bound), and only as many as those tasks need (Demand, MinHosts), from
+// the first hosts if some of them pack (FillFirst: PACK keeps whole hosts
+// free by filling those in use, which it can only do if successive rounds
+// see them); and the per-host counts of the jobs that spread or cap
+// instances per host.
 func hostFilter(gangs []*resmgr.Gang, maxHosts int) hostmgr.HostFilter {
 	var f hostmgr.HostFilter
 	var named map[string]bool
@@ -291,6 +294,7 @@ func hostFilter(gangs []*resmgr.Gang, maxHosts int) hostmgr.HostFilter {
 				f.MinFree = f.MinFree.Min(t.Resources)
 			}
 			f.Demand = f.Demand.Add(t.Resources)
+			f.FillFirst = f.FillFirst || t.Strategy != pelotonv1.PlacementStrategy_SPREAD
 			if counts {
 				if perJob == nil {
 					perJob = map[string]*jobNeed{}

@@ -18,29 +18,31 @@ func TestHostFilterDemand(t *testing.T) {
 		gangs    []*resmgr.Gang
 		demand   resources.Resources
 		minHosts int
+		// fill: some unbound task packs, so the lease fills first.
+		fill bool
 	}{
 		{"the summed resources of the tasks",
 			singles(MakeTask("a", 0).CPU(2).Obj(), MakeTask("b", 0).CPU(0.5).Mem(512).GPU(1).Obj()),
-			resources.Resources{MilliCPU: 2500, MemoryMB: 640, GPU: 1}, 0},
+			resources.Resources{MilliCPU: 2500, MemoryMB: 640, GPU: 1}, 0, true},
 		{"tasks bound to a host are asked for by name, not in the demand",
 			singles(MakeTask("s", 0).CPU(3).Bound("h1").Obj(), MakeTask("b", 0).Obj()),
-			resources.Resources{MilliCPU: 1000, MemoryMB: 128}, 0},
-		{"only bound tasks: no demand", singles(MakeTask("s", 0).Bound("h1").Obj()), resources.Resources{}, 0},
+			resources.Resources{MilliCPU: 1000, MemoryMB: 128}, 0, true},
+		{"only bound tasks: no demand", singles(MakeTask("s", 0).Bound("h1").Obj()), resources.Resources{}, 0, false},
 		{"a spread job needs a host per instance",
 			singles(instances("w", 5, func(b *taskBuilder) { b.Spread() })...),
-			resources.Resources{MilliCPU: 5000, MemoryMB: 640}, 5},
+			resources.Resources{MilliCPU: 5000, MemoryMB: 640}, 5, false},
 		{"a job capped per host needs a host per cap's worth, gangs included",
 			append(singles(instances("c", 3, func(b *taskBuilder) { b.MaxPerHost(2) })...),
 				resmgr.NewGang(instances("c", 4, func(b *taskBuilder) { b.MaxPerHost(2) })...)),
-			resources.Resources{MilliCPU: 7000, MemoryMB: 896}, 4},
+			resources.Resources{MilliCPU: 7000, MemoryMB: 896}, 4, true},
 		{"the most any one job needs",
 			singles(append(instances("w", 3, func(b *taskBuilder) { b.Spread() }), instances("c", 9, func(b *taskBuilder) { b.MaxPerHost(2) })...)...),
-			resources.Resources{MilliCPU: 12000, MemoryMB: 1536}, 5},
+			resources.Resources{MilliCPU: 12000, MemoryMB: 1536}, 5, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := hostFilter(tc.gangs, 100)
-			if f.Demand != tc.demand || f.MinHosts != tc.minHosts {
-				t.Fatalf("demand %v on %d hosts, want %v on %d", f.Demand, f.MinHosts, tc.demand, tc.minHosts)
+			if f.Demand != tc.demand || f.MinHosts != tc.minHosts || f.FillFirst != tc.fill {
+				t.Fatalf("demand %v on %d hosts, fill first %v; want %v on %d, %v", f.Demand, f.MinHosts, f.FillFirst, tc.demand, tc.minHosts, tc.fill)
 			}
 		})
 	}
@@ -250,5 +252,27 @@ func TestRoundLeasesMoreKeepsWhatItPlaced(t *testing.T) {
 	}
 	if len(on) != 2 || on["s-0-1"] != "h00" || on["f-0-1"] != "h29" || h.leases != 2 {
 		t.Fatalf("placed %v with %d leases", on, h.leases)
+	}
+}
+
+// TestPackRoundsFillTheSameHosts: PACK keeps whole hosts free for large
+// tasks by filling hosts already in use. A lease of a few hosts taken where
+// the last one stopped would move each round on to fresh hosts; a round
+// that packs leases from the first hosts instead, so successive rounds of
+// small tasks share the same host, as they did when every round leased
+// the cluster.
+func TestPackRoundsFillTheSameHosts(t *testing.T) {
+	hm, rm := leaseCluster(t, 40, nil)
+	h := &recordingHosts{Manager: hm}
+	e := NewEngine(rm, h, EngineOptions{Logger: quiet})
+	for i := range 3 {
+		e.placeRound(singles(MakeTask(fmt.Sprintf("j%d", i), 0).Obj()), false)
+		// resmgr does not know the task, so it drops the placement and
+		// hostmgr releases it: hold it again, as a launched run would.
+		a := h.committed[len(h.committed)-1]
+		hm.Recover(a.TaskID, a.Host, a.Resources)
+	}
+	if on := hostsOf(h.committed); len(on) != 1 {
+		t.Fatalf("three rounds of one small task each: placed on %v, want one host", on)
 	}
 }
