@@ -3,6 +3,7 @@ package hostmgr
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/peloton-sched/peloton/internal/resources"
 )
@@ -146,5 +147,32 @@ func TestFillFirstLeases(t *testing.T) {
 	}
 	if _, o := m.AcquireHosts(HostFilter{Max: 2}); offerNames(o) != "ij" {
 		t.Fatalf("rotation after fill-first leases: %q, want i and j (it stands at d, and a..h are leased)", offerNames(o))
+	}
+}
+
+// TestDemandWithoutGPUsPassesGPUHostsBy: hosts with GPUs do not count
+// towards a demand for none. PACK puts other work there only when no other
+// host fits, so a lease whose hosts without GPUs cover the demand lets it
+// keep them free; those leased along the way stay the fallback.
+func TestDemandWithoutGPUsPassesGPUHostsBy(t *testing.T) {
+	var hs []HostInfo
+	for i := range 20 {
+		c := resources.Resources{MilliCPU: 4000, MemoryMB: 4096}
+		if i%2 == 1 {
+			c.GPU = 1
+		}
+		hs = append(hs, HostInfo{Name: string(rune('a' + i)), Capacity: c})
+	}
+	m := NewManager(&fixedHosts{hs}, Options{LeaseTTL: time.Minute})
+	if err := m.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	l, o := m.AcquireHosts(HostFilter{Max: 100, Demand: resources.Resources{MilliCPU: 1000, MemoryMB: 1}, FillFirst: true})
+	if got := offerNames(o); got != "abcdefghijklmno" {
+		t.Fatalf("demand without GPUs: leased %q, want a..o (eight hosts without GPUs, and the GPU hosts between)", got)
+	}
+	m.ReleaseLease(l)
+	if _, o := m.AcquireHosts(HostFilter{Max: 100, Demand: resources.Resources{MilliCPU: 1000, MemoryMB: 1, GPU: 1}, FillFirst: true}); offerNames(o) != "abcdefgh" {
+		t.Fatalf("demand with a GPU: leased %q, want a..h", offerNames(o))
 	}
 }

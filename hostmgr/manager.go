@@ -66,9 +66,11 @@ type HostFilter struct {
 	// tasks. When it is set the scan stops, short of Max, once the hosts it
 	// took have half as much again as Demand free in every kind and number
 	// at least the floor (leaseFloor, or MinHosts with the same headroom,
-	// whichever is more). A round then holds hosts in proportion to its
-	// work, and other engines' rounds find hosts free at the same time.
-	// Zero leases up to Max.
+	// whichever is more). Hosts with GPUs count only towards a demand for
+	// GPUs; a demand for none still takes those the scan meets, without
+	// counting them. A round then holds hosts in proportion to its work,
+	// and other engines' rounds find hosts free at the same time. Zero
+	// leases up to Max.
 	Demand resources.Resources
 	// MinHosts is how many hosts the caller's tasks need at least, whatever
 	// they ask for in resources: a job that spreads its instances or caps
@@ -643,13 +645,14 @@ func (m *Manager) AcquireHosts(f HostFilter) (string, []HostOffer) {
 		start = 0
 	}
 	// With a demand, the scan stops once the hosts it took are enough for
-	// it (demandGoal); took is what they have free between them.
+	// it (demandGoal); took is what counted hosts have free between them.
 	withDemand := !f.Demand.IsZero()
 	goal := newDemandGoal(f)
 	var took resources.Resources
+	counted := 0
 	i := 0
 	for ; i < n && len(offers)-named < f.Max; i++ {
-		if withDemand && goal.met(took, len(offers)-named) {
+		if withDemand && goal.met(took, counted) {
 			break
 		}
 		name := m.order[(start+i)%n]
@@ -662,7 +665,16 @@ func (m *Manager) AcquireHosts(f HostFilter) (string, []HostOffer) {
 			continue
 		}
 		take(name, h, free)
+		// Hosts with GPUs do not count towards a demand for none: PACK
+		// puts other work on them only when no host without GPUs fits,
+		// to keep them for GPU work. Leased, they are that fallback;
+		// counted, they would stand in for the hosts the demand needs,
+		// and the work would spill onto them.
+		if f.Demand.GPU == 0 && h.info.Capacity.GPU > 0 {
+			continue
+		}
 		took = took.Add(free)
+		counted++
 	}
 	if !f.FillFirst {
 		m.next = (start + i) % n
