@@ -55,7 +55,7 @@ type HostFilter struct {
 	// slack left (slack.go), and hosts without slack are skipped.
 	Revocable bool
 	// Hosts are hosts the caller asks for by name: those its tasks are
-	// bound to. Each one that is up and not leased is offered whatever Max,
+	// bound to, or ran on before. Each one that is up and not leased is offered whatever Max,
 	// Partitions and MinFree say (even when full, so that the caller sees
 	// how little it has free), in this order and before the others. They
 	// do not count towards Max, Demand or MinHosts, and finding them costs

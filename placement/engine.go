@@ -254,19 +254,21 @@ func (e *Engine) returnGang(u Unplaced) {
 }
 
 // hostFilter leases only what the round can use: the hosts its tasks are
-// bound to, by name; up to maxHosts hosts of the partitions its other tasks ask
-// for, with room for at least the smallest of them (none if every task is
-// bound), and only as many as those tasks need (Demand, MinHosts), from
-// the first hosts if some of them pack (FillFirst: PACK keeps whole hosts
-// free by filling those in use, which it can only do if successive rounds
-// see them); and the per-host counts of the jobs that spread or cap
-// instances per host.
+// bound to, and then those its other tasks ran on before, by name; up to
+// maxHosts hosts of the partitions its other tasks ask for, with room for
+// at least the smallest of them (none if every task is bound), and only as
+// many as those tasks need (Demand, MinHosts), from the first hosts if
+// some of them pack (FillFirst: PACK keeps whole hosts free by filling
+// those in use, which it can only do if successive rounds see them); and
+// the per-host counts of the jobs that spread or cap instances per host.
 func hostFilter(gangs []*resmgr.Gang, maxHosts int) hostmgr.HostFilter {
 	var f hostmgr.HostFilter
 	var named map[string]bool
 	// perJob counts the unbound tasks of each job that spreads or caps its
 	// instances per host, for MinHosts.
 	var perJob map[string]*jobNeed
+	// prev are the previous hosts of the tasks not bound to one.
+	var prev []string
 	anyPartition := false
 	first := true
 	for _, g := range gangs {
@@ -294,6 +296,9 @@ func hostFilter(gangs []*resmgr.Gang, maxHosts int) hostmgr.HostFilter {
 				f.MinFree = f.MinFree.Min(t.Resources)
 			}
 			f.Demand = f.Demand.Add(t.Resources)
+			if t.PrevHost != "" {
+				prev = append(prev, t.PrevHost)
+			}
 			f.FillFirst = f.FillFirst || t.Strategy != pelotonv1.PlacementStrategy_SPREAD
 			if counts {
 				if perJob == nil {
@@ -319,6 +324,19 @@ func hostFilter(gangs []*resmgr.Gang, maxHosts int) hostmgr.HostFilter {
 	}
 	for _, n := range perJob {
 		f.MinHosts = max(f.MinHosts, n.hosts())
+	}
+	// Place sends a task back to its previous host if it fits there. A
+	// lease in proportion to the demand would seldom hold that host, so
+	// previous hosts are asked for by name too, after the bound ones (so
+	// that notOffered still walks names and offers together).
+	for _, name := range prev {
+		if !named[name] {
+			if named == nil {
+				named = map[string]bool{}
+			}
+			named[name] = true
+			f.Hosts = append(f.Hosts, name)
+		}
 	}
 	return f
 }

@@ -276,3 +276,20 @@ func TestPackRoundsFillTheSameHosts(t *testing.T) {
 		t.Fatalf("three rounds of one small task each: placed on %v, want one host", on)
 	}
 }
+
+// TestPreviousHostsAreLeasedByName: a task goes back to its previous host
+// if it fits there. A lease of a few hosts would seldom hold that host, so
+// the round asks for previous hosts by name, after the bound ones.
+func TestPreviousHostsAreLeasedByName(t *testing.T) {
+	f := hostFilter(singles(MakeTask("s", 0).Bound("h1").Prev("h9").Obj(), MakeTask("a", 0).Prev("h7").Obj(),
+		MakeTask("a", 1).Prev("h1").Obj(), MakeTask("a", 2).Obj()), 100)
+	if fmt.Sprint(f.Hosts) != "[h1 h7]" {
+		t.Fatalf("hosts by name: %v, want the bound h1, then the previous h7", f.Hosts)
+	}
+	hm, rm := leaseCluster(t, 40, nil)
+	h := &recordingHosts{Manager: hm}
+	NewEngine(rm, h, EngineOptions{Logger: quiet}).placeRound(singles(MakeTask("a", 0).Prev("h30").Obj(), MakeTask("b", 0).Obj()), false)
+	if len(h.committed) != 2 || h.committed[0].Host != "h30" || h.leased >= 40 {
+		t.Fatalf("placed %v on %d leased hosts, want a-0 back on h30", h.committed, h.leased)
+	}
+}
