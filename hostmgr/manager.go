@@ -687,8 +687,9 @@ func (m *Manager) AcquireHosts(f HostFilter) (string, []HostOffer) {
 }
 
 // HostStatuses returns what hostmgr knows of the named hosts; names it does
-// not know are absent. Placement asks only about the hosts its tasks are
-// bound to that AcquireHosts did not offer, so this costs a lookup per name.
+// not know are absent. Placement asks only about the hosts it asked for by
+// name (its tasks' bound and previous hosts) that AcquireHosts did not
+// offer, so this costs a lookup per name.
 func (m *Manager) HostStatuses(names []string) map[string]HostStatus {
 	m.mu.Lock()
 	defer m.mu.Unlock()
