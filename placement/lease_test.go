@@ -53,7 +53,9 @@ func TestHostFilterDemand(t *testing.T) {
 // engine still holds its lease.
 type recordingHosts struct {
 	*hostmgr.Manager
-	leases       int
+	// acquires counts calls to AcquireHosts (a lease, or hosts added to
+	// one), leased the hosts they offered.
+	acquires     int
 	leased       int
 	committed    []hostmgr.Assignment
 	beforeCommit func()
@@ -63,7 +65,7 @@ var _ Hosts = (*recordingHosts)(nil)
 
 func (r *recordingHosts) AcquireHosts(f hostmgr.HostFilter) (string, []hostmgr.HostOffer) {
 	id, offers := r.Manager.AcquireHosts(f)
-	r.leases++
+	r.acquires++
 	r.leased += len(offers)
 	return id, offers
 }
@@ -159,9 +161,9 @@ func TestSpreadAndCappedJobsLeaseEnoughHosts(t *testing.T) {
 			task.Instance = uint32(6 + i)
 		}
 		NewEngine(rm, h, EngineOptions{Logger: quiet}).placeRound(gangs, false)
-		if len(h.committed) != 12 || len(hostsOf(h.committed)) != 12 || h.leases != 1 {
-			t.Fatalf("12 instances capped at 1 per host: placed %d on %d hosts, with %d leases of %d hosts in all",
-				len(h.committed), len(hostsOf(h.committed)), h.leases, h.leased)
+		if len(h.committed) != 12 || len(hostsOf(h.committed)) != 12 || h.acquires != 1 {
+			t.Fatalf("12 instances capped at 1 per host: placed %d on %d hosts, with %d calls to AcquireHosts, %d hosts in all",
+				len(h.committed), len(hostsOf(h.committed)), h.acquires, h.leased)
 		}
 	})
 }
@@ -203,10 +205,10 @@ func TestRoundLeasesMoreForWhatDidNotFit(t *testing.T) {
 		on[a.TaskID] = a.Host
 	}
 	if len(h.committed) != 5 || on[gangs[4].Tasks[0].RunTaskID()] != "h29" {
-		t.Fatalf("placed %v (%d leases, %d hosts)", on, h.leases, h.leased)
+		t.Fatalf("placed %v (%d calls to AcquireHosts, %d hosts)", on, h.acquires, h.leased)
 	}
-	if h.leases != 2 {
-		t.Fatalf("took %d leases, want the round's and one more", h.leases)
+	if h.acquires != 2 {
+		t.Fatalf("called AcquireHosts %d times, want once for the lease and once to add to it", h.acquires)
 	}
 }
 
@@ -250,8 +252,8 @@ func TestRoundLeasesMoreKeepsWhatItPlaced(t *testing.T) {
 	for _, a := range h.committed {
 		on[a.TaskID] = a.Host
 	}
-	if len(on) != 2 || on["s-0-1"] != "h00" || on["f-0-1"] != "h29" || h.leases != 2 {
-		t.Fatalf("placed %v with %d leases", on, h.leases)
+	if len(on) != 2 || on["s-0-1"] != "h00" || on["f-0-1"] != "h29" || h.acquires != 2 {
+		t.Fatalf("placed %v with %d calls to AcquireHosts", on, h.acquires)
 	}
 }
 
