@@ -348,26 +348,26 @@ func hostFilter(gangs []*resmgr.Gang, maxHosts int) hostmgr.HostFilter {
 type jobNeed struct {
 	tasks  int
 	spread bool
-	// cap is the smallest cap per host among the tasks (0: none).
-	cap uint32
+	// perHost is the smallest cap per host among the tasks (0: none).
+	perHost uint32
 }
 
 func (n *jobNeed) add(t *resmgr.Task) {
 	n.tasks++
 	n.spread = n.spread || t.Strategy == pelotonv1.PlacementStrategy_SPREAD
-	if c := t.Placement.GetMaxInstancesPerHost(); c > 0 && (n.cap == 0 || c < n.cap) {
-		n.cap = c
+	if c := t.Placement.GetMaxInstancesPerHost(); c > 0 && (n.perHost == 0 || c < n.perHost) {
+		n.perHost = c
 	}
 }
 
 // hosts is how many hosts the job's tasks need at least. Hosts that already
 // hold instances of the job may take fewer; the lease's headroom covers
-// some of that, and what still does not fit gets hosts added (placeRound).
+// some of that, and what still does not fit gets hosts added (placeMore).
 func (n *jobNeed) hosts() int {
-	if n.spread || n.cap == 0 {
+	if n.spread || n.perHost == 0 {
 		return n.tasks
 	}
-	return (n.tasks + int(n.cap) - 1) / int(n.cap)
+	return (n.tasks + int(n.perHost) - 1) / int(n.perHost)
 }
 
 // notOffered returns the names the offers lack. AcquireHosts offers the
