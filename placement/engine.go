@@ -16,7 +16,8 @@ import (
 )
 
 // Engine runs placement rounds until its context ends. Several engines may run
-// at once: hostmgr leases keep them off each other's hosts.
+// at once: hostmgr leases keep them off each other's hosts, and each round
+// leases in proportion to its demand (hostFilter), so they work side by side.
 type Engine struct {
 	rm  *resmgr.Manager
 	hm  Hosts
