@@ -5,7 +5,9 @@
 //
 // Leases make concurrent placement safe: a leased host is offered to no other
 // engine until the lease is committed, released or expires, and Commit checks
-// again that every task fits before it reserves anything.
+// again that every task fits before it reserves anything. A lease given a
+// demand (HostFilter.Demand) holds only hosts enough for it, so that engines
+// lease at the same time rather than in turn.
 //
 // It also owns host maintenance (maintenance.go): the one table of host
 // state changes, the state persisted in the store, and the drain requests

@@ -55,12 +55,79 @@ type HostFilter struct {
 	// slack left (slack.go), and hosts without slack are skipped.
 	Revocable bool
 	// Hosts are hosts the caller asks for by name: those its tasks are
-	// bound to. Each one that is up and not leased is offered whatever Max,
+	// bound to, or ran on before. Each one that is up and not leased is offered whatever Max,
 	// Partitions and MinFree say (even when full, so that the caller sees
 	// how little it has free), in this order and before the others. They
-	// do not count towards Max, and finding them costs a lookup each, not a
-	// scan.
+	// do not count towards Max, Demand or MinHosts, and finding them costs
+	// a lookup each, not a scan.
 	Hosts []string
+	// Demand is what the caller means to place on the hosts the scan finds
+	// (not those of Hosts): the summed resources of a placement round's
+	// tasks. When it is set the scan stops, short of Max, once the hosts it
+	// took have half as much again as Demand free in every kind and number
+	// at least the floor (leaseFloor, or MinHosts with the same headroom,
+	// whichever is more). Hosts with GPUs count only towards a demand for
+	// GPUs; a demand for none still takes those the scan meets, without
+	// counting them. A round then holds hosts in proportion to its work,
+	// and other engines' rounds find hosts free at the same time. Zero
+	// leases up to Max.
+	Demand resources.Resources
+	// MinHosts is how many hosts the caller's tasks need at least, whatever
+	// they ask for in resources: a job that spreads its instances or caps
+	// them per host needs one host per instance or per cap's worth. Used
+	// only with Demand.
+	MinHosts int
+	// FillFirst scans from the first host instead of where the last lease
+	// stopped, and leaves that place as it is. With a demand, successive
+	// leases then hold the same hosts first, so that a caller that packs
+	// fills hosts already in use rather than moving on to fresh ones each
+	// time; a lease held at the same time still gets other hosts.
+	FillFirst bool
+	// Lease, if set, adds the hosts to that lease, which the caller holds,
+	// instead of starting one: a round whose tasks did not all fit asks
+	// for more hosts and still commits once. The lease keeps its end. A
+	// lease that ended gets nothing.
+	Lease string
+}
+
+// How much a lease with a demand (HostFilter.Demand) takes beyond the
+// demand. Resources free on the hosts taken are not all usable: a task
+// needs its whole size on one host, so the free that is left on each host
+// after the tasks that fit there is wasted, and placement needs choice to
+// be good at all. PACK looks for the fullest host that fits, which it can
+// only find among several; SPREAD and a job's cap per host need hosts
+// apart from resources (MinHosts). Half as much again as the demand, and
+// never fewer than leaseFloor hosts, leaves that choice and covers the
+// waste of tasks up to a third of a host's free in size; a round whose
+// tasks still do not fit leaves them to the next round, which starts
+// where this one stopped. Large enough to place well, small enough that
+// a few rounds of modest demand leave most of the cluster to the others.
+const (
+	// leaseHeadroomNum / leaseHeadroomDen is the headroom factor, 1.5, in
+	// integers so that the comparison is exact.
+	leaseHeadroomNum = 3
+	leaseHeadroomDen = 2
+	// leaseFloor is the fewest hosts a lease with a demand takes, if there
+	// are that many.
+	leaseFloor = 8
+)
+
+// demandGoal is when a lease with a demand has enough: the free of the
+// hosts it took, times the headroom's denominator, must cover the demand
+// times its numerator in every kind, and it must hold want hosts.
+type demandGoal struct {
+	need resources.Resources
+	want int
+}
+
+func newDemandGoal(f HostFilter) demandGoal {
+	want := max(leaseFloor, (f.MinHosts*leaseHeadroomNum+leaseHeadroomDen-1)/leaseHeadroomDen)
+	return demandGoal{need: f.Demand.Scale(leaseHeadroomNum), want: want}
+}
+
+// met reports whether hosts hosts with free between them are enough.
+func (g demandGoal) met(free resources.Resources, hosts int) bool {
+	return hosts >= g.want && g.need.FitsIn(free.Scale(leaseHeadroomDen))
 }
 
 // HostStatus is what hostmgr knows of one host, leased or not, in service or
@@ -520,10 +587,12 @@ func newLeaseID() string {
 }
 
 // AcquireHosts leases up to f.Max hosts that pass f and have room to the
-// caller, and before them the hosts of f.Hosts that are up and not leased.
+// caller (fewer with f.Demand: as many as the demand needs), and before
+// them the hosts of f.Hosts that are up and not leased.
 // The hosts are offered to nobody else until Commit, ReleaseLease or
 // expiry. Each call starts where the previous one stopped, so that engines
-// (and successive rounds) are not all handed the same first hosts.
+// (and successive rounds) are not all handed the same first hosts, unless
+// it fills first (HostFilter.FillFirst).
 func (m *Manager) AcquireHosts(f HostFilter) (string, []HostOffer) {
 	// Hosts of a substrate that is away are as last seen, and a launch on
 	// them could not be carried out: the work waits, saying why, for the
@@ -539,8 +608,15 @@ func (m *Manager) AcquireHosts(f HostFilter) (string, []HostOffer) {
 	if n == 0 || (f.Max <= 0 && len(f.Hosts) == 0) {
 		return "", nil
 	}
-	id := newLeaseID()
-	l := &lease{id: id, end: now.Add(m.leaseTTL)}
+	var l *lease
+	if f.Lease != "" {
+		if l = m.leases[f.Lease]; l == nil {
+			return "", nil
+		}
+	} else {
+		l = &lease{id: newLeaseID(), end: now.Add(m.leaseTTL)}
+	}
+	id := l.id
 	offers := make([]HostOffer, 0, min(max(f.Max, 0), n)+len(f.Hosts))
 	take := func(name string, h *host, free resources.Resources) {
 		h.lease, h.leaseEnd = id, l.end
@@ -565,8 +641,20 @@ func (m *Manager) AcquireHosts(f HostFilter) (string, []HostOffer) {
 	}
 	named := len(offers)
 	start := m.next % n
+	if f.FillFirst {
+		start = 0
+	}
+	// With a demand, the scan stops once the hosts it took are enough for
+	// it (demandGoal); took is what counted hosts have free between them.
+	withDemand := !f.Demand.IsZero()
+	goal := newDemandGoal(f)
+	var took resources.Resources
+	counted := 0
 	i := 0
 	for ; i < n && len(offers)-named < f.Max; i++ {
+		if withDemand && goal.met(took, counted) {
+			break
+		}
 		name := m.order[(start+i)%n]
 		h := m.hosts[name]
 		if h.lease != "" || !h.inService() || h.info.Unschedulable || !inPartitions(h.info.Partition, f.Partitions) {
@@ -577,8 +665,20 @@ func (m *Manager) AcquireHosts(f HostFilter) (string, []HostOffer) {
 			continue
 		}
 		take(name, h, free)
+		// Hosts with GPUs do not count towards a demand for none: PACK
+		// puts other work on them only when no host without GPUs fits,
+		// to keep them for GPU work. Leased, they are that fallback;
+		// counted, they would stand in for the hosts the demand needs,
+		// and the work would spill onto them.
+		if f.Demand.GPU == 0 && h.info.Capacity.GPU > 0 {
+			continue
+		}
+		took = took.Add(free)
+		counted++
 	}
-	m.next = (start + i) % n
+	if !f.FillFirst {
+		m.next = (start + i) % n
+	}
 	if len(offers) == 0 {
 		return "", nil
 	}
@@ -587,8 +687,9 @@ func (m *Manager) AcquireHosts(f HostFilter) (string, []HostOffer) {
 }
 
 // HostStatuses returns what hostmgr knows of the named hosts; names it does
-// not know are absent. Placement asks only about the hosts its tasks are
-// bound to that AcquireHosts did not offer, so this costs a lookup per name.
+// not know are absent. Placement asks only about the hosts it asked for by
+// name (its tasks' bound and previous hosts) that AcquireHosts did not
+// offer, so this costs a lookup per name.
 func (m *Manager) HostStatuses(names []string) map[string]HostStatus {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -40,6 +40,13 @@ var (
 		Namespace: "peloton", Name: "placement_round_seconds", Help: "Duration of one placement round.",
 		Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
 	})
+	// PlacementHostsLeased is how many hosts one placement round leased
+	// (in proportion to its demand, or up to the engine's most): with
+	// several engines, the share of the cluster each round holds.
+	PlacementHostsLeased = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: "peloton", Name: "placement_round_hosts_leased", Help: "Hosts one placement round leased.",
+		Buckets: prometheus.ExponentialBuckets(1, 4, 8),
+	})
 	// Placements counts placement outcomes.
 	Placements = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "peloton", Name: "placements_total", Help: "Tasks placed, and gangs returned unplaced.",
@@ -86,7 +93,7 @@ func init() {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		JobsByState, TasksByState, TaskTransitions, QueueDepth, AdmissionLatency,
-		PlacementLatency, Placements, PlacementConflicts, PoolResources, APILatency, Hosts, StoreWrites,
+		PlacementLatency, PlacementHostsLeased, Placements, PlacementConflicts, PoolResources, APILatency, Hosts, StoreWrites,
 		StoreDBBytes, StoreDBInUseBytes, StoreQuotaBytes,
 	)
 }
