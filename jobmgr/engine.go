@@ -1020,7 +1020,7 @@ func (en *engine) applyEvent(ctx context.Context, ev hostmgr.TaskEvent, supersed
 		// The facts of the run's spec version, and the decision, with the
 		// task's counters, which go with the record.
 		v := j.version(prev.rt.SpecVersion)
-		f.restart, f.grace = v.taskSpec(inst).GetRestartPolicy(), graceOf(v, inst)
+		f.restart, f.grace = v.sharedTaskSpec(inst).GetRestartPolicy(), graceOf(v, inst)
 		var next taskSnap
 		next, fx = decideEvent(prev, ev, f)
 		if fx.skip {
@@ -1285,7 +1285,7 @@ const (
 // launchSpec is what the backend needs to run run `run` of instance inst
 // on host, on version v with resources r.
 func launchSpec(j *job, inst, run uint32, host string, v *jobVersion, r resources.Resources) hostmgr.LaunchSpec {
-	spec := v.taskSpec(inst)
+	spec := v.sharedTaskSpec(inst)
 	env := make(map[string]string, len(spec.Env))
 	for k, v := range spec.Env {
 		env[k] = v

@@ -879,7 +879,7 @@ func (m *Manager) killGrace(j *job, inst uint32) time.Duration {
 
 // graceOf is the kill grace period of instance inst under version v.
 func graceOf(v *jobVersion, inst uint32) time.Duration {
-	g := v.taskSpec(inst).KillGracePeriodSeconds
+	g := v.sharedTaskSpec(inst).KillGracePeriodSeconds
 	if g == 0 {
 		g = DefaultKillGrace
 	}

@@ -992,7 +992,7 @@ func (up *Updates) prefetchNext(j *job, u *update, target *jobVersion) prefetch 
 			continue
 		}
 		prev, _ := j.hosts(inst)
-		img := target.taskSpec(inst).Image
+		img := target.sharedTaskSpec(inst).Image
 		if prev == "" || img == "" {
 			continue
 		}
