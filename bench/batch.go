@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sync"
@@ -30,6 +31,10 @@ type BatchConfig struct {
 	Poll time.Duration
 	// Engines is the number of placement engines (active-active).
 	Engines int
+	// Submitters is how many clients submit the jobs at once (default 1:
+	// one CreateJob after the other, as every figure before the
+	// throughput issue was measured).
+	Submitters int
 	// CeilingWriters and CeilingFor size the store-ceiling probe run
 	// before the scenario (CeilingFor 0: no probe).
 	CeilingWriters int
@@ -40,7 +45,7 @@ type BatchConfig struct {
 // 5,000 hosts.
 func DefaultBatchConfig() BatchConfig {
 	return BatchConfig{Hosts: 5000, Tasks: 50000, JobSize: 1000, TaskCPU: 1, TaskMemoryMB: 128, Poll: 100 * time.Millisecond,
-		Engines: 1, CeilingWriters: 1024, CeilingFor: 4 * time.Second}
+		Engines: 1, Submitters: 1, CeilingWriters: 1024, CeilingFor: 4 * time.Second}
 }
 
 // Validate checks the config; every error names the flag at fault.
@@ -60,6 +65,8 @@ func (c *BatchConfig) Validate() error {
 		return fmt.Errorf("--poll %s: must be > 0", c.Poll)
 	case c.Engines < 1 || c.Engines > 64:
 		return fmt.Errorf("--placement-engines %d: must be 1..64", c.Engines)
+	case c.Submitters < 1 || c.Submitters > 64:
+		return fmt.Errorf("--submitters %d: must be 1..64", c.Submitters)
 	case c.CeilingFor < 0 || c.CeilingFor > time.Minute:
 		return fmt.Errorf("--ceiling-for %s: must be 0 (no probe) to 1m", c.CeilingFor)
 	case c.CeilingFor > 0 && (c.CeilingWriters < 1 || c.CeilingWriters > 10000):
@@ -80,8 +87,8 @@ func ratio(a, b float64) float64 {
 }
 
 // Batch submits ceil(tasks/jobSize) BATCH jobs of `sleep 0` tasks, one
-// CreateJob after the other, and measures how fast the tasks are launched
-// and the jobs succeed. Launch progress is read from every job's task counts
+// CreateJob after the other by each of Submitters clients, and measures how
+// fast the tasks are launched and the jobs succeed. Launch progress is read from every job's task counts
 // (GetJob), polled every Poll, so launch times are late by up to one poll.
 // The time origin is the first CreateJob call.
 func Batch(ctx context.Context, env Env, cfg BatchConfig) (*Result, error) {
@@ -96,6 +103,7 @@ func Batch(ctx context.Context, env Env, cfg BatchConfig) (*Result, error) {
 	r.param("taskMemoryMb", cfg.TaskMemoryMB)
 	r.param("pollMs", cfg.Poll.Milliseconds())
 	r.param("placementEngines", cfg.Engines)
+	r.param("submitters", cfg.Submitters)
 	rssReset := resetPeakRSS()
 
 	env.progress("batch: starting the stack with %d simulated hosts and %d placement engines", cfg.Hosts, cfg.Engines)
@@ -128,27 +136,56 @@ func Batch(ctx context.Context, env Env, cfg BatchConfig) (*Result, error) {
 		launched  uint32
 		succeeded bool
 	}
-	var jobs []*jobRef
 	writes0 := counterSum(metrics.StoreWrites)
-	var latencies []float64
-	env.progress("batch: submitting %d tasks in jobs of %d", cfg.Tasks, cfg.JobSize)
+	env.progress("batch: submitting %d tasks in jobs of %d, %d client(s) at once", cfg.Tasks, cfg.JobSize, cfg.Submitters)
+	var sizes []int
+	for left := cfg.Tasks; left > 0; left -= min(left, cfg.JobSize) {
+		sizes = append(sizes, min(left, cfg.JobSize))
+	}
+	jobs := make([]*jobRef, len(sizes))
+	latencies := make([]float64, len(sizes))
 	start, cpu0 := time.Now(), processCPU()
-	for left, i := cfg.Tasks, 0; left > 0; i++ {
-		n := min(left, cfg.JobSize)
-		left -= n
-		spec := &pelotonv1.JobSpec{
-			Name: fmt.Sprintf("bench-batch-%d", i), Type: pelotonv1.JobType_BATCH, Pool: "/default",
-			InstanceCount: uint32(n),
-			DefaultSpec: &pelotonv1.TaskSpec{Command: []string{"sleep", "0"},
-				Resources: &pelotonv1.Resources{Cpu: cfg.TaskCPU, MemoryMb: cfg.TaskMemoryMB}},
-		}
-		t := time.Now()
-		id, err := s.createJob(ctx, spec)
-		if err != nil {
-			return nil, err
-		}
-		latencies = append(latencies, ms(time.Since(t)))
-		jobs = append(jobs, &jobRef{id: id, n: uint32(n)})
+	// Each client takes the next job to submit; the jobs keep their order
+	// in jobs whichever client submitted them.
+	var next sync.Mutex
+	taken := 0
+	var submitErr error
+	var swg sync.WaitGroup
+	for range cfg.Submitters {
+		swg.Add(1)
+		go func() {
+			defer swg.Done()
+			for {
+				next.Lock()
+				i := taken
+				taken++
+				stop := i >= len(sizes) || submitErr != nil
+				next.Unlock()
+				if stop {
+					return
+				}
+				spec := &pelotonv1.JobSpec{
+					Name: fmt.Sprintf("bench-batch-%d", i), Type: pelotonv1.JobType_BATCH, Pool: "/default",
+					InstanceCount: uint32(sizes[i]),
+					DefaultSpec: &pelotonv1.TaskSpec{Command: []string{"sleep", "0"},
+						Resources: &pelotonv1.Resources{Cpu: cfg.TaskCPU, MemoryMb: cfg.TaskMemoryMB}},
+				}
+				t := time.Now()
+				id, err := s.createJob(ctx, spec)
+				if err != nil {
+					next.Lock()
+					submitErr = cmp.Or(submitErr, err)
+					next.Unlock()
+					return
+				}
+				latencies[i] = ms(time.Since(t))
+				jobs[i] = &jobRef{id: id, n: uint32(sizes[i])}
+			}
+		}()
+	}
+	swg.Wait()
+	if submitErr != nil {
+		return nil, submitErr
 	}
 	submitted := time.Since(start)
 	env.progress("batch: %d jobs submitted in %s", len(jobs), submitted.Round(time.Millisecond))
@@ -222,7 +259,7 @@ func Batch(ctx context.Context, env Env, cfg BatchConfig) (*Result, error) {
 	writes := counterSum(metrics.StoreWrites) - writes0
 	rounds, conflicts := histogramCount(metrics.PlacementLatency)-rounds0, counterValue(metrics.PlacementConflicts)-conflicts0
 
-	r.add("submitLatencyMsP50", percentile(latencies, 50), "ms", "CreateJob round trip, one job at a time")
+	r.add("submitLatencyMsP50", percentile(latencies, 50), "ms", "CreateJob round trip, each client one job at a time")
 	r.add("submitLatencyMsP99", percentile(latencies, 99), "ms", "")
 	r.add("submitMs", ms(submitted), "ms", fmt.Sprintf("all %d CreateJob calls", len(jobs)))
 	r.add("allLaunchedMs", ms(allLaunched), "ms", "first CreateJob call to every task LAUNCHED or later")

@@ -155,6 +155,10 @@ type KubernetesConfig struct {
 	// each in a process of its own (empty: this executable, when it is a
 	// peloton binary).
 	PelotonBin string
+	// PelotonCPUProfile, if set, is where each Peloton phase's process
+	// writes its CPU profile: the phase's name is added before the
+	// extension (peloton.prof: peloton-pelotonNodeNameQps1000.prof).
+	PelotonCPUProfile string
 }
 
 // DefaultKubernetesConfig is the size: 10,000 pods of 0.1 CPU on
@@ -485,10 +489,14 @@ func (b *kubeBench) peloton(ctx context.Context, name, mode string, qps float32)
 	ns := "bench-peloton-" + mode + "-qps-" + qpsName(qps)
 	sctx, scancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer scancel()
-	s, err := startPelotonProc(sctx, b.pelotonBin, filepath.Join(b.dir, "peloton-"+name), filepath.Join(b.dir, "peloton-"+name+".log"),
-		[]string{"--backend", pkube.BackendName, "--kubeconfig", b.kc.Kubeconfig(), "--kube-namespace", ns,
-			"--kube-qps", strconv.FormatFloat(float64(qps), 'f', -1, 32), "--kube-burst", strconv.Itoa(b.cfg.burst(qps)),
-			"--kube-bind-mode", mode})
+	args := []string{"--backend", pkube.BackendName, "--kubeconfig", b.kc.Kubeconfig(), "--kube-namespace", ns,
+		"--kube-qps", strconv.FormatFloat(float64(qps), 'f', -1, 32), "--kube-burst", strconv.Itoa(b.cfg.burst(qps)),
+		"--kube-bind-mode", mode}
+	if p := b.cfg.PelotonCPUProfile; p != "" {
+		ext := filepath.Ext(p)
+		args = append(args, "--cpuprofile", strings.TrimSuffix(p, ext)+"-"+name+ext)
+	}
+	s, err := startPelotonProc(sctx, b.pelotonBin, filepath.Join(b.dir, "peloton-"+name), filepath.Join(b.dir, "peloton-"+name+".log"), args)
 	if err != nil {
 		return phaseResult{}, fmt.Errorf("bench: %s: %w", name, err)
 	}

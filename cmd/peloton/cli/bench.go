@@ -138,6 +138,7 @@ func batchBenchFlags(fs *pflag.FlagSet, _ *benchFlags) (func() error, benchRun) 
 	fs.Float64Var(&c.TaskMemoryMB, "task-memory-mb", c.TaskMemoryMB, "memory of each task in MiB")
 	fs.DurationVar(&c.Poll, "poll", c.Poll, "how often every job's task counts are read")
 	fs.IntVar(&c.Engines, "placement-engines", c.Engines, "placement engines running at once (active-active)")
+	fs.IntVar(&c.Submitters, "submitters", c.Submitters, "clients submitting the jobs at once, each one CreateJob after the other")
 	fs.IntVar(&c.CeilingWriters, "ceiling-writers", c.CeilingWriters, "concurrent writers of the store-ceiling probe")
 	fs.DurationVar(&c.CeilingFor, "ceiling-for", c.CeilingFor, "how long the store-ceiling probe counts before the scenario (0: no probe)")
 	return c.Validate, func(ctx context.Context, env bench.Env) (*bench.Result, error) { return bench.Batch(ctx, env, c) }
@@ -150,6 +151,7 @@ func enginesBenchFlags(fs *pflag.FlagSet, _ *benchFlags) (func() error, benchRun
 	fs.IntVar(&c.Batch.Tasks, "tasks", c.Batch.Tasks, "tasks in all, per engine count")
 	fs.IntVar(&c.Batch.JobSize, "job-size", c.Batch.JobSize, "tasks per job")
 	fs.DurationVar(&c.Batch.Poll, "poll", c.Batch.Poll, "how often every job's task counts are read")
+	fs.IntVar(&c.Batch.Submitters, "submitters", c.Batch.Submitters, "clients submitting the jobs at once, each one CreateJob after the other")
 	fs.IntSliceVar(&c.Engines, "engines", c.Engines, "engine counts to run, comma-separated, starting with 1")
 	fs.IntVar(&c.Rounds, "rounds", c.Rounds, "runs of each engine count, in order then in reverse, averaged")
 	return c.Validate, func(ctx context.Context, env bench.Env) (*bench.Result, error) { return bench.Engines(ctx, env, c) }
@@ -224,6 +226,7 @@ func kubernetesBenchFlags(fs *pflag.FlagSet, _ *benchFlags) (func() error, bench
 	fs.DurationVar(&c.PhaseTimeout, "phase-timeout", c.PhaseTimeout, "bound of each phase, first create to last pod Running")
 	fs.StringVar(&c.Bin, "kube-bin", c.Bin, "folder with kube-apiserver, kube-scheduler and kwok (default: $PELOTON_KUBE_BIN, or what make kube-tools built)")
 	fs.StringVar(&c.PelotonBin, "peloton-bin", c.PelotonBin, "the peloton binary whose up runs each Peloton phase in a process of its own, for its CPU alone (default: this one)")
+	fs.StringVar(&c.PelotonCPUProfile, "peloton-cpuprofile", "", "have each Peloton phase's process write its CPU profile to this file, the phase's name added before the extension")
 	return c.Validate, func(ctx context.Context, env bench.Env) (*bench.Result, error) { return bench.Kubernetes(ctx, env, c) }
 }
 
@@ -323,17 +326,11 @@ func (a *app) runBench(ctx context.Context, f *benchFlags, validate func() error
 			fmt.Fprintf(a.stderr, "%s %s\n", time.Now().Format("15:04:05.000"), line)
 		}
 	}
-	if f.cpuProfile != "" {
-		pf, err := os.Create(f.cpuProfile)
-		if err != nil {
-			return usageErrorf("invalid --cpuprofile: %v", err)
-		}
-		defer pf.Close()
-		if err := pprof.StartCPUProfile(pf); err != nil {
-			return fmt.Errorf("--cpuprofile: %w", err)
-		}
-		defer pprof.StopCPUProfile()
+	stopProfile, err := startCPUProfile(f.cpuProfile)
+	if err != nil {
+		return err
 	}
+	defer stopProfile()
 	if f.memProfile != "" {
 		pf, err := os.Create(f.memProfile)
 		if err != nil {
@@ -366,4 +363,24 @@ func (a *app) runBench(ctx context.Context, f *benchFlags, validate func() error
 		return p.document(b)
 	}
 	return res.WriteTable(a.stdout)
+}
+
+// startCPUProfile profiles this process's CPU into file (nothing when file
+// is empty) until the returned function is called.
+func startCPUProfile(file string) (stop func(), err error) {
+	if file == "" {
+		return func() {}, nil
+	}
+	pf, err := os.Create(file)
+	if err != nil {
+		return nil, usageErrorf("invalid --cpuprofile: %v", err)
+	}
+	if err := pprof.StartCPUProfile(pf); err != nil {
+		pf.Close()
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		pf.Close()
+	}, nil
 }

@@ -46,6 +46,7 @@ type serverFlags struct {
 	hostLabels    []string
 	logLevel      string
 	shutdownGrace time.Duration
+	cpuProfile    string
 	reclaimDelay  time.Duration
 	// Host agents and slack (hostagent/, hostmgr/slack.go).
 	hostAgents      bool
@@ -142,6 +143,7 @@ func (f *serverFlags) register(fs *pflag.FlagSet, embedded bool) {
 	fs.StringSliceVar(&f.hostLabels, "host-labels", nil, "labels of the simulated hosts, comma-separated key=value, spread round-robin per key, e.g. zone=a,zone=b,zone=c (sim backend only)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.DurationVar(&f.shutdownGrace, "shutdown-grace", 10*time.Second, "how long a graceful shutdown may take")
+	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of this process to this file from start to a graceful stop, for go tool pprof (profiling a cluster under load)")
 	fs.IntVar(&f.engines, "placement-engines", 1, "placement engines running at once (active-active; leases keep them apart)")
 	fs.DurationVar(&f.reclaimDelay, "reclaim-delay", time.Second, "how long a pool must wait for its entitled share before pools over their entitlement are preempted for it")
 	fs.BoolVar(&f.hostAgents, "host-agents", true, "run a host agent in this process for each local virtual host, reporting its runs' usage (local backend; other hosts run \"peloton serve hostagent\")")
@@ -531,6 +533,11 @@ func (a *app) runServer(ctx context.Context, cmd *cobra.Command, f *serverFlags,
 	if err != nil {
 		return err
 	}
+	stopProfile, err := startCPUProfile(f.cpuProfile)
+	if err != nil {
+		return err
+	}
+	defer stopProfile()
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	defer survivesSIGHUP()()
