@@ -18,6 +18,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -347,13 +348,51 @@ func (discardWriter) Write(b []byte) (int, error) { return len(b), nil }
 func (discardWriter) WriteHeader(int)             {}
 
 // errorHandler reports errors as {"code": <grpc code>, "message": ...}
-// with the matching HTTP status; a body over the size limit is 413.
+// with the matching HTTP status; a body over the size limit is 413, and a
+// path or query parameter that does not parse says so in the API's words.
 func errorHandler(maxBytes int) runtime.ErrorHandlerFunc {
 	return func(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			err = status.Errorf(codes.ResourceExhausted, "request body is larger than the limit of %d bytes", maxBytes)
 		}
+		if st, ok := status.FromError(err); ok && st.Code() == codes.InvalidArgument {
+			if msg, ok := paramError(st.Message()); ok {
+				err = status.Error(codes.InvalidArgument, msg)
+			}
+		}
 		runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, err)
 	}
+}
+
+// The gateway's words for a path parameter and a query parameter that do
+// not parse: Go's strconv error after the parameter's name.
+var (
+	pathParamErr  = regexp.MustCompile(`^type mismatch, parameter: ([A-Za-z0-9_.]+), error: (.*)$`)
+	queryParamErr = regexp.MustCompile(`^parsing field "([A-Za-z0-9_.]+)": (.*)$`)
+	strconvErr    = regexp.MustCompile(`^strconv\.Parse(Uint|Int|Float|Bool): parsing "(.*)": (invalid syntax|value out of range)$`)
+)
+
+// paramError rewrites the gateway's message for a parameter that does not
+// parse as a number or a boolean into one that names the parameter and
+// what it takes; ok is false for any other message.
+func paramError(msg string) (string, bool) {
+	var name, cause string
+	if m := pathParamErr.FindStringSubmatch(msg); m != nil {
+		name, cause = m[1], m[2]
+	} else if m := queryParamErr.FindStringSubmatch(msg); m != nil {
+		name, cause = m[1], m[2]
+	} else {
+		return "", false
+	}
+	m := strconvErr.FindStringSubmatch(cause)
+	if m == nil {
+		return "", false
+	}
+	kind, value, why := m[1], m[2], m[3]
+	if why == "value out of range" {
+		return fmt.Sprintf("%s: %q is out of range", name, value), true
+	}
+	want := map[string]string{"Uint": "a whole number from 0 up", "Int": "a whole number", "Float": "a number", "Bool": "true or false"}[kind]
+	return fmt.Sprintf("%s: %q is not %s", name, value, want), true
 }
