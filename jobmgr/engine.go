@@ -372,6 +372,15 @@ func (en *engine) loadTasks(ctx context.Context, jobs map[string]*job, tkvs []st
 	return nil
 }
 
+// recoverHold is how a run of j found at a restart takes its room on its
+// host again: a revocable job's runs hold slack, not capacity.
+func (en *engine) recoverHold(j *job) func(taskID, host string, r resources.Resources) {
+	if j.spec().GetSla().GetRevocable() {
+		return en.m.hm.RecoverRevocable
+	}
+	return en.m.hm.Recover
+}
+
 // recoverRuns re-queues the pending work of the jobs loaded at start and
 // re-reserves what their running work holds, then reconciles their runs
 // with the backend. tasks is how many task records were read.
@@ -410,10 +419,7 @@ func (en *engine) recoverRuns(ctx context.Context, tasks int) error {
 			case isActive(rt.State):
 				runID := resmgr.RunTaskID(j.id, uint32(inst), rt.RunId)
 				r := j.resourcesOf(uint32(inst))
-				recoverHold := m.hm.Recover
-				if j.spec().GetSla().GetRevocable() {
-					recoverHold = m.hm.RecoverRevocable // it holds slack, not capacity
-				}
+				recoverHold := m.eng.recoverHold(j)
 				if rt.RestartInPlace && rt.DesiredRunId > rt.RunId {
 					// Its room was already moved to the run that follows.
 					recoverHold(resmgr.RunTaskID(j.id, uint32(inst), rt.DesiredRunId), rt.Host, r)

@@ -151,11 +151,7 @@ func (en *engine) adoptRun(j *job, inst, run uint32, ev hostmgr.TaskEvent) bool 
 		return false
 	}
 	runID := resmgr.RunTaskID(j.id, inst, run)
-	recoverHold := m.hm.Recover
-	if j.spec().GetSla().GetRevocable() {
-		recoverHold = m.hm.RecoverRevocable
-	}
-	recoverHold(runID, ev.Host, j.resourcesOf(inst))
+	m.eng.recoverHold(j)(runID, ev.Host, j.resourcesOf(inst))
 	m.rm.Release(j.id, inst) // should it have been queued
 	m.rm.Recover(m.eng.rmTask(j, inst, run))
 	m.rm.MarkRunning(j.id, inst)
