@@ -23,8 +23,12 @@ KUBE_VERSION := v1.36.3
 KWOK_VERSION := v0.8.0
 PELOTON_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/peloton
 export PELOTON_KUBE_BIN := $(PELOTON_CACHE)/kube/$(KUBE_VERSION)/bin
+# helm, for deploy/helm's tests (lint, and the rendered chart applied to the
+# test apiserver): built from the module proxy like the kube tools.
+HELM_VERSION := v3.22.0
+export PELOTON_HELM_BIN := $(PELOTON_CACHE)/helm/$(HELM_VERSION)/bin
 
-.PHONY: all build test fuzz soak up proto proto-tools kube-tools browser-tools postgres-tools lint-tools ui clean dashboards
+.PHONY: all build test fuzz soak up proto proto-tools kube-tools helm-tools browser-tools postgres-tools lint-tools ui clean dashboards
 
 all: build
 
@@ -43,7 +47,7 @@ build:
 # lane plus its own. Started first, the other packages run beside it.
 
 ## test sets up everything the suite needs and runs it all.
-test: kube-tools browser-tools postgres-tools lint-tools
+test: kube-tools helm-tools browser-tools postgres-tools lint-tools
 	$(GO) mod download
 	$(GO) vet ./...
 	$(GOBIN_DIR)/staticcheck ./...
@@ -119,6 +123,11 @@ proto-tools:
 lint-tools:
 	@mkdir -p $(GOBIN_DIR)
 	@$(GOBIN_DIR)/staticcheck -version 2>/dev/null | grep -qF '($(STATICCHECK_VERSION:v%=%))' || GOBIN=$(GOBIN_DIR) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+
+## helm-tools builds helm once per machine (about three minutes; cached
+## under PELOTON_CACHE/helm/<version>), for deploy/helm's tests.
+helm-tools:
+	@HELM_TOOLS_DIR=$(PELOTON_CACHE)/helm/$(HELM_VERSION) HELM_VERSION=$(HELM_VERSION) GO=$(GO) bash hack/helm-tools.sh
 
 ## kube-tools builds kube-apiserver, kube-scheduler and kwok once (minutes
 ## the first time, nothing after).

@@ -9,11 +9,8 @@
 package manifests
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -27,13 +24,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"k8s.io/client-go/discovery/cached/memory"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/restmapper"
 	"sigs.k8s.io/yaml"
 
 	"github.com/peloton-sched/peloton/internal/testing/kubetest"
@@ -183,21 +175,11 @@ func readObjects(t *testing.T, files []string) []object {
 		if err != nil {
 			t.Fatal(err)
 		}
-		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(raw), 4096)
-		for i := 0; ; i++ {
-			var m map[string]any
-			if err := dec.Decode(&m); errors.Is(err, io.EOF) {
-				break
-			} else if err != nil {
-				t.Fatalf("%s, document %d: %v", f, i, err)
-			}
-			if len(m) == 0 {
-				continue
-			}
-			u := &unstructured.Unstructured{Object: m}
-			if u.GetKind() == "" || u.GetAPIVersion() == "" || u.GetName() == "" {
-				t.Fatalf("%s, document %d: no apiVersion, kind or name", f, i)
-			}
+		us, err := kubetest.DecodeObjects(raw)
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		for _, u := range us {
 			out = append(out, object{file: f, u: u})
 		}
 	}
@@ -243,40 +225,14 @@ func TestManifestsOnARealAPIServer(t *testing.T) {
 	c := kubetest.Start(t, kubetest.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	dyn, err := dynamic.NewForConfig(c.Config)
+	applier, err := kubetest.NewApplier(c.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(c.Client.Discovery()))
 	objs := readObjects(t, readKustomization(t).Resources)
 
 	// apply is `kubectl apply --server-side`, as a dry run or not.
-	apply := func(o object, dryRun bool) error {
-		gvk := o.u.GroupVersionKind()
-		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-		if err != nil {
-			return err
-		}
-		body, err := runtime.Encode(unstructured.UnstructuredJSONScheme, o.u)
-		if err != nil {
-			return err
-		}
-		opts := metav1.PatchOptions{FieldManager: "peloton-manifest-test", Force: ptr(true), FieldValidation: "Strict"}
-		if dryRun {
-			opts.DryRun = []string{metav1.DryRunAll}
-		}
-		var ri dynamic.ResourceInterface = dyn.Resource(m.Resource)
-		if m.Scope.Name() == "namespace" {
-			if o.u.GetNamespace() == "" {
-				return errors.New("a namespaced object without a namespace")
-			}
-			ri = dyn.Resource(m.Resource).Namespace(o.u.GetNamespace())
-		} else if o.u.GetNamespace() != "" {
-			return fmt.Errorf("a cluster-wide object with namespace %q", o.u.GetNamespace())
-		}
-		_, err = ri.Patch(ctx, o.u.GetName(), types.ApplyPatchType, body, opts)
-		return err
-	}
+	apply := func(o object, dryRun bool) error { return applier.Apply(ctx, o.u, dryRun) }
 
 	t.Run("dry-run", func(t *testing.T) {
 		// The namespaces these manifests create must hold every namespaced
@@ -573,5 +529,3 @@ func checkRulesAreNarrow(t *testing.T, objs []object) {
 		}
 	}
 }
-
-func ptr[T any](v T) *T { return &v }
