@@ -432,19 +432,25 @@ func (up *Updates) RollbackUpdate(ctx context.Context, id string) (*pelotonv1.Up
 	if err != nil {
 		return nil, err
 	}
-	if err := m.upd.startRollback(ctx, j, u, "rolled back by user"); err != nil {
+	if err := m.upd.startRollback(ctx, j, u, rollbackByUser, "rolled back by user"); err != nil {
 		return nil, err
 	}
 	m.queue.Add(j.id)
 	return u.snapshot(), nil
 }
 
-// startRollback turns u into a rollback: a new spec version copying the
-// update's from-version becomes the job's spec in force and the update's
-// target. Two rollbacks of one update that race (the user's and the
+// Who turns an update around (UpdateStatus.rollback_cause).
+const (
+	rollbackByUser    = "user"
+	rollbackOnFailure = "failure"
+)
+
+// startRollback turns u into a rollback, for cause: a new spec version
+// copying the update's from-version becomes the job's spec in force and the
+// update's target. Two rollbacks of one update that race (the user's and the
 // driver's) cannot both store their version: the version's record must
 // not exist yet, so the second fails.
-func (up *Updates) startRollback(ctx context.Context, j *job, u *update, why string) error {
+func (up *Updates) startRollback(ctx context.Context, j *job, u *update, cause, why string) error {
 	m := up.m
 	x := u.record()
 	if err := canRollBack(x); err != nil {
@@ -471,6 +477,7 @@ func (up *Updates) startRollback(ctx context.Context, j *job, u *update, why str
 		}
 		x.RollbackVersion = jv.version
 		x.Status.State, x.Status.PausedFrom, x.Status.Message = updateRollingBack, 0, why
+		x.Status.RollbackCause = cause
 		x.Status.InstancesDone, x.Status.InstancesFailed, x.Status.FailedInstances = 0, 0, nil
 		x.Status.CompletionTime = nil
 		return nil
@@ -556,7 +563,7 @@ func (up *Updates) driveUpdate(ctx context.Context, j *job) (time.Duration, erro
 		return time.Second, err
 	}
 	if step.plan.end == updateRollingBack && step.in.state == updateRollingForward {
-		err := m.upd.startRollback(ctx, j, u, step.plan.endMessage+"; rolling back")
+		err := m.upd.startRollback(ctx, j, u, rollbackOnFailure, step.plan.endMessage+"; rolling back")
 		return 10 * time.Millisecond, err
 	}
 	return next, nil

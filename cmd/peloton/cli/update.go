@@ -300,9 +300,10 @@ func (a *app) watchUpdate(ctx context.Context, c *client, p *printer, id string,
 
 // updateOutcome is whether an update that ended ended as its user wanted,
 // and the line that says how it ended. A rollback is what the user wanted
-// unless the update rolled back on its own, which only rollbackOnFailure
-// does: the server does not record who asked, so a rolled-back update with
-// rollbackOnFailure counts as one that failed.
+// when a user asked for it (rollbackCause "user"), not when the update
+// turned around on its own after failures ("failure"). An update stored
+// before the server said which has no cause: then only rollbackOnFailure
+// could have turned it around on its own.
 func updateOutcome(u *pelotonv1.Update) (bool, string) {
 	st := u.GetStatus()
 	msg := fmt.Sprintf("update %s is %s", u.GetId(), st.GetState())
@@ -310,8 +311,13 @@ func updateOutcome(u *pelotonv1.Update) (bool, string) {
 	case pelotonv1.UpdateState_UPDATE_SUCCEEDED:
 		return true, msg
 	case pelotonv1.UpdateState_UPDATE_ROLLED_BACK:
-		if !u.GetSpec().GetRollbackOnFailure() {
+		switch st.GetRollbackCause() {
+		case "user":
 			return true, msg + ", as asked"
+		case "":
+			if !u.GetSpec().GetRollbackOnFailure() {
+				return true, msg + ", as asked"
+			}
 		}
 	}
 	if m := st.GetMessage(); m != "" {

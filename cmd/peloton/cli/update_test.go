@@ -174,7 +174,8 @@ func TestUpdateCommandsOnAService(t *testing.T) {
 
 	// A plain update: only its ID on stdout, the summary on stderr; watch
 	// follows it to the end and exits 0.
-	r = s.run("update", "start", job, "-f", v3)
+	// It may roll back on failure; the rollback below is still the user's.
+	r = s.run("update", "start", job, "-f", v3, "--rollback-on-failure")
 	rolled := strings.TrimSpace(r.stdout)
 	if r.code != exitOK || r.stdout != rolled+"\n" || len(rolled) != 36 ||
 		r.stderr != "update "+rolled+" of job "+job+": spec version 2 -> 3, 3 instances to replace, batch size 1, UPDATE_ROLLING_FORWARD\n" {

@@ -6502,8 +6502,13 @@ type UpdateStatus struct {
 	PausedFrom UpdateState `protobuf:"varint,10,opt,name=paused_from,json=pausedFrom,proto3,enum=peloton.api.v1.UpdateState" json:"paused_from,omitempty"`
 	// The instances that failed, sorted.
 	FailedInstances []uint32 `protobuf:"varint,11,rep,packed,name=failed_instances,json=failedInstances,proto3" json:"failed_instances,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Who turned the update around, once it rolls back: "user" (a
+	// RollbackUpdate call) or "failure" (more instances failed than it
+	// tolerates, with rollback_on_failure). Empty while it has not, and on
+	// updates stored before this field existed.
+	RollbackCause string `protobuf:"bytes,12,opt,name=rollback_cause,json=rollbackCause,proto3" json:"rollback_cause,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *UpdateStatus) Reset() {
@@ -6611,6 +6616,13 @@ func (x *UpdateStatus) GetFailedInstances() []uint32 {
 		return x.FailedInstances
 	}
 	return nil
+}
+
+func (x *UpdateStatus) GetRollbackCause() string {
+	if x != nil {
+		return x.RollbackCause
+	}
+	return ""
 }
 
 type Update struct {
@@ -7861,7 +7873,7 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\x14max_instance_retries\x18\x05 \x01(\rR\x12maxInstanceRetries\x124\n" +
 	"\x16max_tolerable_failures\x18\x06 \x01(\rR\x14maxTolerableFailures\x12!\n" +
 	"\fstart_paused\x18\a \x01(\bR\vstartPaused\x12*\n" +
-	"\x11min_ready_seconds\x18\b \x01(\rR\x0fminReadySeconds\"\xab\x04\n" +
+	"\x11min_ready_seconds\x18\b \x01(\rR\x0fminReadySeconds\"\xd2\x04\n" +
 	"\fUpdateStatus\x121\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x1b.peloton.api.v1.UpdateStateR\x05state\x12'\n" +
 	"\x0finstances_total\x18\x02 \x01(\rR\x0einstancesTotal\x12%\n" +
@@ -7877,7 +7889,8 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\vpaused_from\x18\n" +
 	" \x01(\x0e2\x1b.peloton.api.v1.UpdateStateR\n" +
 	"pausedFrom\x12)\n" +
-	"\x10failed_instances\x18\v \x03(\rR\x0ffailedInstances\"\xb5\x03\n" +
+	"\x10failed_instances\x18\v \x03(\rR\x0ffailedInstances\x12%\n" +
+	"\x0erollback_cause\x18\f \x01(\tR\rrollbackCause\"\xb5\x03\n" +
 	"\x06Update\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12.\n" +
