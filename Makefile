@@ -27,8 +27,10 @@ export PELOTON_KUBE_BIN := $(PELOTON_CACHE)/kube/$(KUBE_VERSION)/bin
 # test apiserver): built from the module proxy like the kube tools.
 HELM_VERSION := v3.22.0
 export PELOTON_HELM_BIN := $(PELOTON_CACHE)/helm/$(HELM_VERSION)/bin
+# promtool, for the alert rules' unit tests (deploy/prometheus): Debian's.
+export PELOTON_PROMTOOL := $(PELOTON_CACHE)/promtool/bin/promtool
 
-.PHONY: all build test fuzz soak up proto proto-tools kube-tools helm-tools browser-tools postgres-tools lint-tools ui clean dashboards
+.PHONY: all build test fuzz soak up proto proto-tools kube-tools helm-tools promtool-tools browser-tools postgres-tools lint-tools ui clean dashboards
 
 all: build
 
@@ -47,7 +49,7 @@ build:
 # lane plus its own. Started first, the other packages run beside it.
 
 ## test sets up everything the suite needs and runs it all.
-test: kube-tools helm-tools browser-tools postgres-tools lint-tools
+test: kube-tools helm-tools promtool-tools browser-tools postgres-tools lint-tools
 	$(GO) mod download
 	$(GO) vet ./...
 	$(GOBIN_DIR)/staticcheck ./...
@@ -128,6 +130,12 @@ lint-tools:
 ## under PELOTON_CACHE/helm/<version>), for deploy/helm's tests.
 helm-tools:
 	@HELM_TOOLS_DIR=$(PELOTON_CACHE)/helm/$(HELM_VERSION) HELM_VERSION=$(HELM_VERSION) GO=$(GO) bash hack/helm-tools.sh
+
+## promtool-tools takes promtool out of Debian's prometheus package, once
+## per machine (nothing is installed; hack/promtool.sh), for the alert
+## rules' unit tests.
+promtool-tools:
+	@PROMTOOL=$(PELOTON_PROMTOOL) bash hack/promtool.sh
 
 ## kube-tools builds kube-apiserver, kube-scheduler and kwok once (minutes
 ## the first time, nothing after).
