@@ -40,17 +40,17 @@ type idKind struct {
 // looking it up fails for another reason than NotFound, left to the
 // command to report), else the one id it is a prefix of. No match is the
 // NotFound of the exact look-up; several are an error naming two.
+//
+// An arg shorter than minIDPrefix is left as it is, unlooked-up: the
+// command then checks its flags before it asks for it, as it does for a
+// whole id, and shortHint explains its NotFound.
 func resolveID(ctx context.Context, k idKind, arg string) (string, error) {
-	if looksWhole(arg) {
+	if looksWhole(arg) || len(arg) < minIDPrefix {
 		return arg, nil
 	}
 	err := k.exists(ctx, arg)
 	if status.Code(err) != codes.NotFound {
 		return arg, nil
-	}
-	if len(arg) < minIDPrefix {
-		return "", status.Errorf(codes.InvalidArgument,
-			"%s %q does not exist, and an id prefix must be at least %d characters long", k.noun, arg, minIDPrefix)
 	}
 	var matches []string
 	perr := k.pages(ctx, func(ids []string) bool {
@@ -159,9 +159,13 @@ func (a *app) resolveIDPrefixes(cmd *cobra.Command) {
 	}
 	run := cmd.RunE
 	cmd.RunE = func(c *cobra.Command, args []string) error {
+		short := ""
 		for _, p := range ids {
 			if p.at >= len(args) || looksWhole(args[p.at]) {
 				continue
+			}
+			if len(args[p.at]) < minIDPrefix {
+				short = args[p.at]
 			}
 			id, err := resolveID(c.Context(), p.kind, args[p.at])
 			if err != nil {
@@ -169,8 +173,18 @@ func (a *app) resolveIDPrefixes(cmd *cobra.Command) {
 			}
 			args[p.at] = id
 		}
-		return run(c, args)
+		return shortHint(run(c, args), short)
 	}
+}
+
+// shortHint adds to the NotFound of an id given by fewer characters than
+// a prefix needs that a prefix that short is not looked up.
+func shortHint(err error, short string) error {
+	st, ok := status.FromError(err)
+	if short == "" || !ok || st.Code() != codes.NotFound || !strings.Contains(st.Message(), short) {
+		return err
+	}
+	return status.Errorf(codes.NotFound, "%s (an id prefix must be at least %d characters long)", st.Message(), minIDPrefix)
 }
 
 // jobIDs is the kind of a cluster job's id: live jobs first, then the

@@ -188,6 +188,7 @@ Start a single-machine cluster with "peloton up", then submit work to it:
 	})
 	a.resolveIDPrefixes(root)
 	a.registerCompletions(root)
+	addExamples(root)
 	a.reportErrors(root)
 	return root
 }
