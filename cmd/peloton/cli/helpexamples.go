@@ -46,8 +46,8 @@ var helpExamples = map[string]string{
 
 	"host list": `  peloton host list
   peloton host list -l zone=a -o name`,
-	"host drain":               `  peloton host drain local-0 local-1`,
-	"host maintenance start":   `  peloton host maintenance start local-0`,
+	"host drain":                `  peloton host drain local-0 local-1`,
+	"host maintenance start":    `  peloton host maintenance start local-0`,
 	"host maintenance complete": `  peloton host maintenance complete local-0`,
 	"host move": `  peloton host move local-1 --partition batch
   peloton host move local-1 --partition batch --no-wait`,
@@ -75,15 +75,15 @@ var helpExamples = map[string]string{
 
 	"fed job create": `  peloton fed job create -f examples/hello.yaml
   peloton fed job create -f examples/hello.yaml --cluster-selector region=west`,
-	"fed job get": `  peloton fed job get 5b1d -o yaml`,
+	"fed job get":  `  peloton fed job get 5b1d -o yaml`,
 	"fed job kill": `  peloton fed job kill 5b1d`,
 	"fed job list": `  peloton fed job list --in-cluster east
   peloton fed job list -l team=data -o name`,
-	"fed pool create": `  peloton fed pool create /team -f examples/fed-pool.yaml`,
-	"fed pool get":    `  peloton fed pool get /team -o yaml`,
-	"fed pool update": `  peloton fed pool update /team -f examples/fed-pool.yaml --version 2`,
-	"fed pool delete": `  peloton fed pool delete /team`,
-	"fed pool list":   `  peloton fed pool list`,
+	"fed pool create":    `  peloton fed pool create /team -f examples/fed-pool.yaml`,
+	"fed pool get":       `  peloton fed pool get /team -o yaml`,
+	"fed pool update":    `  peloton fed pool update /team -f examples/fed-pool.yaml --version 2`,
+	"fed pool delete":    `  peloton fed pool delete /team`,
+	"fed pool list":      `  peloton fed pool list`,
 	"fed service create": `  peloton fed service create -f examples/fed-service.yaml`,
 	"fed service update": `  peloton fed service update 9e4a -f examples/fed-service.yaml --batch-size 1 --parallel-clusters 1`,
 	"fed service get":    `  peloton fed service get 9e4a -o yaml`,
@@ -106,7 +106,7 @@ var helpExamples = map[string]string{
   peloton up --hosts 4 --data-dir ./peloton-data`,
 	"version": `  peloton version -o json`,
 
-	"serve cluster": `  peloton serve cluster --etcd-endpoints http://10.0.0.1:2379 --listen :5391`,
+	"serve cluster":    `  peloton serve cluster --etcd-endpoints http://10.0.0.1:2379 --listen :5391`,
 	"serve federation": `  peloton serve federation --etcd-endpoints http://10.0.0.1:2379`,
 	"serve advisor":    `  peloton serve advisor --server 10.0.0.1:5391`,
 	"serve hostagent":  `  peloton serve hostagent --server 10.0.0.1:5391 --host worker-1`,
