@@ -2,6 +2,7 @@ package cli
 
 import (
 	"io"
+	"os"
 	"strings"
 	"testing"
 
@@ -132,4 +133,44 @@ func shellWords(line string) []string {
 		words = append(words, cur.String())
 	}
 	return words
+}
+
+// TestReadmeScriptingExamplesParse: the scripting examples of README.md
+// (not run by TestReadmeExamples: they need jobs of their own) parse
+// against their commands.
+func TestReadmeScriptingExamplesParse(t *testing.T) {
+	b, err := os.ReadFile("../../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sec, ok := strings.Cut(string(b), "### Scripting\n")
+	if !ok {
+		t.Fatal("README.md has no Scripting section")
+	}
+	sec, _, _ = strings.Cut(sec, "\n## ")
+	n := 0
+	for _, line := range strings.Split(sec, "\n") {
+		args, ok := exampleArgs(line)
+		if !ok || len(args) == 0 || args[0] == "completion" {
+			continue
+		}
+		n++
+		root := NewRootCommand(io.Discard, io.Discard)
+		found, rest, err := root.Find(args)
+		if err == nil {
+			err = found.ParseFlags(rest)
+		}
+		if err == nil {
+			err = found.ValidateArgs(found.Flags().Args())
+		}
+		if err == nil && found.Flags().Changed("output") {
+			_, err = parseOutput(io.Discard, found.Flags().Lookup("output").Value.String(), false)
+		}
+		if err != nil {
+			t.Errorf("README: %q: %v", line, err)
+		}
+	}
+	if n < 3 {
+		t.Errorf("found %d peloton lines in README's Scripting section; the parser is broken", n)
+	}
 }

@@ -234,6 +234,15 @@ func TestScriptingAgainstStack(t *testing.T) {
 	if got := s.ok("task", "list", idData[:6], "-o", "jsonpath={.tasks[0].jobId}"); got != idData {
 		t.Errorf("task list %s: %q", idData[:6], got)
 	}
+	if got := s.ok("task", "list", idData, "-o", "name"); got != "task/"+idData+"/0\n" {
+		t.Errorf("task list -o name: %q", got)
+	}
+	if got := s.ok("host", "list", "-o", "name"); got != "host/local-0\nhost/local-1\n" {
+		t.Errorf("host list -o name: %q", got)
+	}
+	if got := s.ok("pool", "list", "-o", "name"); !strings.Contains(got, "pool//default\n") {
+		t.Errorf("pool list -o name: %q", got)
+	}
 	s.fails(exitError, `Error: NotFound: job ffffffff-ffff does not exist`, "job", "get", "ffffffff-ffff")
 	s.fails(exitError, `Error: NotFound: job ab does not exist (an id prefix must be at least 4 characters long)`, "job", "get", "ab")
 	if got := s.ok("job", "cancel", idWeb[:5], "-o", "name"); got != "job/"+idWeb+"\n" {

@@ -212,7 +212,7 @@ var kinds = map[protoreflect.Name]string{
 }
 
 // nameKeys are the fields that name an object, the first present wins.
-var nameKeys = []string{"id", "taskId", "path", "name", "host", "version"}
+var nameKeys = []string{"id", "path", "name", "host", "version"}
 
 // writeNames writes kind/name of each object of doc: the items of its
 // list field (or of a List answer's one list of objects), or doc itself.
@@ -238,6 +238,11 @@ func writeNames(out *bytes.Buffer, doc any, md protoreflect.MessageDescriptor, f
 	for _, it := range items {
 		m, _ := it.(map[string]any)
 		id := ""
+		if kind == "task" {
+			// What task get and task logs take: the job and the instance.
+			fmt.Fprintf(out, "task/%v/%v\n", m["jobId"], m["instanceId"])
+			continue
+		}
 		for _, k := range nameKeys {
 			if v, ok := m[k]; ok && v != nil && fmt.Sprint(v) != "" {
 				id = fmt.Sprint(v)
