@@ -19,6 +19,9 @@ func TestFederationScripting(t *testing.T) {
 	if got := env.ok("cluster", "list", "-l", "!zone", "--no-headers", "-o", "custom-columns=NAME:.name,REGION:.labels.region"); got != "a   east\n" {
 		t.Errorf("cluster list -l !zone custom-columns: %q", got)
 	}
+	if got := env.ok("cluster", "get", "a", "--no-headers"); !strings.HasPrefix(got, "name:") {
+		t.Errorf("cluster get --no-headers lost its first field: %q", got)
+	}
 	env.waitFor(10*time.Second, "both clusters READY", func() (bool, string) {
 		out := env.ok("cluster", "list", "-o", "jsonpath={.clusters[*].state}")
 		return out == "CLUSTER_READY CLUSTER_READY", out

@@ -39,8 +39,8 @@ type printer struct {
 	// custom-columns.
 	jsonpath *jpTemplate
 	columns  []column
-	// noHeaders is --no-headers: list tables and custom columns without
-	// their header row.
+	// noHeaders is --no-headers: tables and custom columns without their
+	// header row.
 	noHeaders bool
 }
 
@@ -74,7 +74,7 @@ func (p *printer) render(m proto.Message, field string, table func(w io.Writer, 
 		return p.emit(b, m.ProtoReflect().Descriptor(), field)
 	}
 	var w io.Writer = p.w
-	if p.noHeaders && field != "" {
+	if p.noHeaders {
 		w = &headless{w: p.w}
 	}
 	tw := newTabWriter(w)

@@ -175,9 +175,11 @@ func TestOutputValidated(t *testing.T) {
 		{"custom-columns-file=/nonexistent/cols", `Error: invalid --output "custom-columns-file=/nonexistent/cols": open /nonexistent/cols`},
 	} {
 		// Nothing listens on the server's address: -o is refused first.
-		r := runCLI(t, "", "--server", "127.0.0.1:1", "job", "list", "-o", tc.o)
-		if r.code != exitUsage || !strings.HasPrefix(r.stderr, tc.want) {
-			t.Errorf("-o %s: exit %d, stderr %q; want %q...", tc.o, r.code, r.stderr, tc.want)
+		for _, cmd := range [][]string{{"job", "list"}, {"host", "drain", "local-0"}, {"job", "get", "a2f9"}} {
+			r := runCLI(t, "", append([]string{"--server", "127.0.0.1:1", "-o", tc.o}, cmd...)...)
+			if r.code != exitUsage || !strings.HasPrefix(r.stderr, tc.want) {
+				t.Errorf("%s -o %s: exit %d, stderr %q; want %q...", cmd, tc.o, r.code, r.stderr, tc.want)
+			}
 		}
 	}
 }
@@ -221,6 +223,9 @@ func TestScriptingAgainstStack(t *testing.T) {
 	}
 	if got := s.ok("job", "list", "-l", "tier", "--no-headers", "-o", "custom-columns-file="+file); got != idData+"   data\n" {
 		t.Errorf("custom-columns-file with --no-headers: %q", got)
+	}
+	if got := s.ok("job", "get", idData, "--no-headers"); strings.HasPrefix(got, "ID") || !strings.HasPrefix(got, idData) {
+		t.Errorf("job get --no-headers: %q", got)
 	}
 	table := s.ok("job", "list", "-l", "tier", "--no-headers")
 	if strings.Contains(table, "NAME") || !strings.Contains(table, idData) || strings.Count(table, "\n") != 1 {

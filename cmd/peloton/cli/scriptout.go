@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"unicode"
 
 	"google.golang.org/protobuf/reflect/protoreflect"
 )
@@ -271,11 +272,14 @@ func listField(md protoreflect.MessageDescriptor) string {
 	return found
 }
 
-// headless drops what is written up to and including the first newline:
-// a table's header row, for --no-headers.
+// headless drops a table's header row, for --no-headers: the first line,
+// when it is one. Header rows are in capitals (NAME, STATE); the
+// field-per-line views of a single object (cluster get, fed pool get)
+// start with a lower-case "name:", which is kept.
 type headless struct {
-	w    io.Writer
-	done bool
+	w     io.Writer
+	first []byte
+	done  bool
 }
 
 func (h *headless) Write(b []byte) (int, error) {
@@ -284,10 +288,16 @@ func (h *headless) Write(b []byte) (int, error) {
 	}
 	i := bytes.IndexByte(b, '\n')
 	if i < 0 {
+		h.first = append(h.first, b...)
 		return len(b), nil
 	}
 	h.done = true
-	if _, err := h.w.Write(b[i+1:]); err != nil {
+	line := append(h.first, b[:i+1]...)
+	rest := b[i+1:]
+	if bytes.ContainsFunc(line, unicode.IsLower) {
+		rest = append(line, rest...)
+	}
+	if _, err := h.w.Write(rest); err != nil {
 		return 0, err
 	}
 	return len(b), nil
