@@ -355,7 +355,7 @@ update's spec instead.`,
 					return err
 				}
 				if p.structured() {
-					return p.object(resp, nil)
+					return p.named("job", args[0], resp)
 				}
 				fmt.Fprintf(a.stdout, "job %s: %d instances, spec version %d\n", args[0], n, resp.GetSpecVersion())
 				return nil

@@ -245,11 +245,17 @@ func TestScriptingAgainstStack(t *testing.T) {
 	if got := s.ok("host", "list", "-o", "name"); got != "host/local-0\nhost/local-1\n" {
 		t.Errorf("host list -o name: %q", got)
 	}
+	if got := s.ok("host", "list", "--no-headers", "-o", "custom-columns=NAME:.name,STATE:.state"); got != "local-0   HOST_UP\nlocal-1   HOST_UP\n" {
+		t.Errorf("host list -o custom-columns: %q", got)
+	}
 	if got := s.ok("pool", "list", "-o", "name"); !strings.Contains(got, "pool//default\n") {
 		t.Errorf("pool list -o name: %q", got)
 	}
 	s.fails(exitError, `Error: NotFound: job ffffffff-ffff does not exist`, "job", "get", "ffffffff-ffff")
 	s.fails(exitError, `Error: NotFound: job ab does not exist (an id prefix must be at least 4 characters long)`, "job", "get", "ab")
+	if got := s.ok("job", "scale", idWeb[:5], "2", "-o", "name"); got != "job/"+idWeb+"\n" {
+		t.Errorf("job scale %s -o name: %q", idWeb[:5], got)
+	}
 	if got := s.ok("job", "cancel", idWeb[:5], "-o", "name"); got != "job/"+idWeb+"\n" {
 		t.Errorf("job cancel %s -o name: %q", idWeb[:5], got)
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"unicode"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
@@ -141,6 +142,11 @@ func (p *printer) emit(b []byte, md protoreflect.MessageDescriptor, field string
 	case formatJSON, formatYAML:
 		return p.document(b)
 	}
+	if field == "" && md != nil && strings.HasSuffix(string(md.Name()), "Response") {
+		// A List answer printed whole (host list, with its substrate):
+		// its rows are its one list of objects.
+		field = listField(md)
+	}
 	doc, err := decodeJSONDoc(b)
 	if err != nil {
 		return err
@@ -221,9 +227,6 @@ func writeNames(out *bytes.Buffer, doc any, md protoreflect.MessageDescriptor, f
 	if md == nil {
 		return usageErrorf("invalid --output name: this command prints no named objects; use -o json or -o jsonpath")
 	}
-	if field == "" && strings.HasSuffix(string(md.Name()), "Response") {
-		field = listField(md)
-	}
 	items := []any{doc}
 	if field != "" {
 		fd := md.Fields().ByJSONName(field)
@@ -301,6 +304,16 @@ func (h *headless) Write(b []byte) (int, error) {
 		return 0, err
 	}
 	return len(b), nil
+}
+
+// named prints m, the answer of a change to the object kind/id that does
+// not name it (job scale's): kind/id for -o name, else as object does.
+func (p *printer) named(kind, id string, m proto.Message) error {
+	if p.format == formatName {
+		_, err := fmt.Fprintf(p.w, "%s/%s\n", kind, id)
+		return err
+	}
+	return p.object(m, nil)
 }
 
 // deletedDoc is the document of a deleted object, {"deleted": true, key: id}.
