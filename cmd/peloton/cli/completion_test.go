@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -42,5 +43,22 @@ func TestDynamicCompletion(t *testing.T) {
 	r := runCLI(t, "", "--server", "127.0.0.1:1", "__complete", "job", "get", "")
 	if r.code != exitOK || r.stdout != ":4\n" || strings.Contains(r.stderr, "Error") {
 		t.Errorf("completion with no server: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+}
+
+// TestContextCompletion: --context and use-context complete to the config
+// file's contexts, read from the file with no server asked.
+func TestContextCompletion(t *testing.T) {
+	env := map[string]string{"PELOTON_CONFIG": filepath.Join(t.TempDir(), "config.yaml")}
+	for _, name := range []string{"prod", "staging"} {
+		if r := runEnv(t, env, "config", "set-context", name, "--server", "127.0.0.1:5391"); r.code != exitOK {
+			t.Fatalf("set-context %s: %d %s", name, r.code, r.stderr)
+		}
+	}
+	for _, args := range [][]string{{"__complete", "--context", "p"}, {"__complete", "config", "use-context", "p"}} {
+		r := runEnv(t, env, args...)
+		if r.code != exitOK || r.stdout != "prod\n:4\n" {
+			t.Errorf("%s: exit %d, stdout %q, stderr %q", args, r.code, r.stdout, r.stderr)
+		}
 	}
 }
