@@ -73,7 +73,7 @@ type jpStep struct {
 }
 
 // jpError is a template that does not parse: the template, the position
-// (1-based, in characters) and what is wrong there.
+// (1-based, in bytes) and what is wrong there.
 func jpError(src string, pos int, format string, args ...any) error {
 	return usageErrorf("invalid jsonpath template %q: at position %d: %s", src, pos+1, fmt.Sprintf(format, args...))
 }
@@ -307,7 +307,8 @@ func (t *jpTemplate) run(out *bytes.Buffer, nodes []jpNode, root, cur any) error
 			}
 		case n.rng != nil:
 			vals := n.rng.eval(root, cur)
-			if len(vals) == 1 {
+			if len(vals) == 1 && n.rng.single() {
+				// {range .jobs}: the one value is the list to range over.
 				if list, ok := vals[0].([]any); ok {
 					vals = list
 				}
@@ -341,6 +342,17 @@ func writeJSONValue(out *bytes.Buffer, v any) error {
 	}
 	out.Write(b)
 	return nil
+}
+
+// single reports whether the path names one value (no *, slice or ..),
+// so that a list it reaches is the thing to range over, not an element.
+func (p *jpPath) single() bool {
+	for _, st := range p.steps {
+		if st.kind == jpAll || st.kind == jpSlice || st.kind == jpDescend {
+			return false
+		}
+	}
+	return true
 }
 
 // eval is every value the path reaches from cur (from root for $).
