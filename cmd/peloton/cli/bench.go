@@ -358,13 +358,12 @@ func (a *app) runBench(ctx context.Context, f *benchFlags, validate func() error
 		}
 		return err
 	}
-	switch p.format {
-	case formatJSON, formatYAML:
+	if p.structured() {
 		b, err := res.MarshalJSON()
 		if err != nil {
 			return err
 		}
-		return p.document(b)
+		return p.emit(b, nil, "")
 	}
 	return res.WriteTable(a.stdout)
 }

@@ -238,7 +238,7 @@ func (a *app) fedServiceGetCommand() *cobra.Command {
 }
 
 func (a *app) fedServiceListCommand() *cobra.Command {
-	var inCluster string
+	var inCluster, selector string
 	var limit int
 	var archived bool
 	cmd := &cobra.Command{
@@ -246,11 +246,18 @@ func (a *app) fedServiceListCommand() *cobra.Command {
 		Short: "List federated services, newest first (every page; --limit to stop early)",
 		Args:  argsNamed(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return read(a, a.withFederation, func() error { return checkLimit(limit) }, func(f *fedClient) (*pelotonv1.ListFederatedServicesResponse, error) {
+			var sel labelSelector
+			return read(a, a.withFederation, func() (err error) {
+				sel, err = parseSelector(selector)
+				if err != nil {
+					return err
+				}
+				return checkLimit(limit)
+			}, func(f *fedClient) (*pelotonv1.ListFederatedServicesResponse, error) {
 				svcs, err := allPages(limit, func(size uint32, token string) ([]*pelotonv1.FederatedService, string, error) {
 					page, err := call(cmd.Context(), f, f.Services.ListFederatedServices,
 						&pelotonv1.ListFederatedServicesRequest{Cluster: inCluster, PageSize: size, PageToken: token, Archived: archived})
-					return page.GetServices(), page.GetNextPageToken(), err
+					return filterLabeled(sel, page.GetServices(), fedServiceLabels), page.GetNextPageToken(), err
 				})
 				return &pelotonv1.ListFederatedServicesResponse{Services: svcs}, err
 			}, listed("services", (*pelotonv1.ListFederatedServicesResponse).GetServices, writeFedServiceTable))
@@ -259,6 +266,7 @@ func (a *app) fedServiceListCommand() *cobra.Command {
 	cmd.Flags().StringVar(&inCluster, "in-cluster", "", "only services with a part in this cluster")
 	cmd.Flags().IntVar(&limit, "limit", 0, "at most this many services (0: all)")
 	cmd.Flags().BoolVar(&archived, "archived", false, "list the federation's archive of deleted services instead of the live ones")
+	selectorFlag(cmd, &selector, "services (their job's labels; filtered here, not by the federation)")
 	return cmd
 }
 
@@ -286,7 +294,7 @@ parts left until then).`,
 				// The service stays, deleting, until every cluster's part is gone.
 				svc, err := a.getFedService(cmd.Context(), f, args[0])()
 				if status.Code(err) == codes.NotFound {
-					return p.deleted("serviceId", args[0], "")
+					return p.deleted("fedservice", "serviceId", args[0], "")
 				}
 				if err != nil {
 					return err

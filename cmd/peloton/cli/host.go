@@ -18,16 +18,27 @@ func (a *app) hostCommand() *cobra.Command {
 		Short: "Show the hosts of the cluster and take them in and out of maintenance",
 	}
 	a.group(cmd)
-	cmd.AddCommand(&cobra.Command{
+	var selector string
+	var sel labelSelector
+	list := &cobra.Command{
 		Use:   "list",
 		Short: "List hosts with their state, used and total resources",
 		Args:  argsNamed(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return read(a, a.withClient, nil, func(c *client) (*pelotonv1.ListHostsResponse, error) {
-				return call(cmd.Context(), c, c.Hosts.ListHosts, &pelotonv1.ListHostsRequest{})
+			return read(a, a.withClient, func() (err error) {
+				sel, err = parseSelector(selector)
+				return err
+			}, func(c *client) (*pelotonv1.ListHostsResponse, error) {
+				resp, err := call(cmd.Context(), c, c.Hosts.ListHosts, &pelotonv1.ListHostsRequest{})
+				if err == nil {
+					resp.Hosts = filterLabeled(sel, resp.GetHosts(), hostLabels)
+				}
+				return resp, err
 			}, func(p *printer, resp *pelotonv1.ListHostsResponse) error { return showHostList(p, resp, time.Now()) })
 		},
-	})
+	}
+	selectorFlag(list, &selector, "hosts (filtered here, not by the server)")
+	cmd.AddCommand(list)
 	drain := a.maintenanceStartCommand("drain HOST...",
 		"Take hosts out of service (same as \"host maintenance start\")")
 	cmd.AddCommand(drain, a.maintenanceCommand(), a.hostMoveCommand())

@@ -94,7 +94,8 @@ func (a *app) jobGetCommand() *cobra.Command {
 }
 
 func (a *app) jobListCommand() *cobra.Command {
-	var pool, name, since, until string
+	var pool, name, since, until, selector string
+	var sel labelSelector
 	var states, labels []string
 	var limit int
 	var archived bool
@@ -121,6 +122,15 @@ of an archived job answer from the archive.`,
 				if req.Labels, err = parseLabelFilter("label", labels); err != nil {
 					return err
 				}
+				if sel, err = parseSelector(selector); err != nil {
+					return err
+				}
+				for k, v := range sel.equalities() {
+					if req.Labels == nil {
+						req.Labels = map[string]string{}
+					}
+					req.Labels[k] = v
+				}
 				now := time.Now()
 				if req.CreatedSince, err = parseTimeFlag("created-since", since, now); err != nil {
 					return err
@@ -131,7 +141,7 @@ of an archived job answer from the archive.`,
 				jobs, err := allPages(limit, func(size uint32, token string) ([]*pelotonv1.Job, string, error) {
 					req.PageSize, req.PageToken = size, token
 					page, err := call(cmd.Context(), c, c.Jobs.ListJobs, req)
-					return page.GetJobs(), page.GetNextPageToken(), err
+					return filterLabeled(sel, page.GetJobs(), jobLabels), page.GetNextPageToken(), err
 				})
 				return &pelotonv1.ListJobsResponse{Jobs: jobs}, err
 			}, listed("jobs", (*pelotonv1.ListJobsResponse).GetJobs, writeJobTable))
@@ -142,6 +152,7 @@ of an archived job answer from the archive.`,
 	f.StringSliceVar(&states, "state", nil, "only jobs in these states (repeatable or comma-separated; e.g. RUNNING or JOB_RUNNING)")
 	f.StringVar(&name, "name", "", "only jobs whose name contains this")
 	f.StringArrayVar(&labels, "label", nil, "only jobs with this label, key=value (repeatable: every one must hold)")
+	selectorFlag(cmd, &selector, "jobs (key=value terms filtered by the server, the others here)")
 	f.StringVar(&since, "created-since", "", "only jobs created at or after this time: RFC 3339 (2026-01-02T15:04:05Z) or how long ago (24h, 7d)")
 	f.StringVar(&until, "created-until", "", "only jobs created before this time: RFC 3339 or how long ago (24h, 7d)")
 	f.BoolVar(&archived, "archived", false, "list the archive of finished jobs instead of the live jobs")
@@ -238,7 +249,7 @@ func (a *app) jobDeleteCommand() *cobra.Command {
 				if _, err := call(cmd.Context(), c, c.Jobs.DeleteJob, &pelotonv1.DeleteJobRequest{JobId: args[0]}); err != nil {
 					return err
 				}
-				return p.deleted("jobId", args[0], fmt.Sprintf("job %s deleted", args[0]))
+				return p.deleted("job", "jobId", args[0], fmt.Sprintf("job %s deleted", args[0]))
 			})
 		},
 	}
@@ -344,7 +355,7 @@ update's spec instead.`,
 					return err
 				}
 				if p.structured() {
-					return p.object(resp, nil)
+					return p.named("job", args[0], resp)
 				}
 				fmt.Fprintf(a.stdout, "job %s: %d instances, spec version %d\n", args[0], n, resp.GetSpecVersion())
 				return nil

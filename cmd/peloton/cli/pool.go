@@ -171,7 +171,7 @@ func (a *app) poolDeleteCommand() *cobra.Command {
 				if _, err := call(cmd.Context(), c, c.Pools.DeletePool, &pelotonv1.DeletePoolRequest{Path: args[0]}); err != nil {
 					return err
 				}
-				return p.deleted("path", args[0], fmt.Sprintf("pool %s deleted", args[0]))
+				return p.deleted("pool", "path", args[0], fmt.Sprintf("pool %s deleted", args[0]))
 			})
 		},
 	}

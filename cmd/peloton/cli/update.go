@@ -353,6 +353,9 @@ func showProgress(p *printer, u *pelotonv1.Update, shown *[]byte) error {
 		fmt.Fprintln(p.w, "---")
 		return p.document(cur)
 	}
+	if p.structured() {
+		return p.emit(cur, u.ProtoReflect().Descriptor(), "")
+	}
 	_, err := fmt.Fprintln(p.w, string(cur))
 	return err
 }

@@ -133,6 +133,10 @@ func TestUpdateCommandsOnAService(t *testing.T) {
 		}
 		return rs[1][2]
 	}
+	// A unique prefix of an update id will do, as for job ids.
+	if got := s.ok("update", "pause", paused[:8], "-o", "jsonpath={.id}"); got != paused {
+		t.Errorf("update pause %s: %q, want %s", paused[:8], got, paused)
+	}
 	out := s.ok("update", "get", paused)
 	rs := rows(out)
 	if got, want := strings.Join(rs[0], " "), "ID JOB STATE VERSIONS DONE FAILED CURRENT MESSAGE"; got != want {
