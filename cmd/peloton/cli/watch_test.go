@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -114,9 +115,34 @@ func TestJobWaitOnAStack(t *testing.T) {
 	s.fails(exitUnreachable, "Error: job "+failing+" is a BATCH job: HEALTHY is for SERVICE, STATEFUL and DAEMON jobs (wait for RUNNING or SUCCEEDED)",
 		"job", "wait", failing, "--for", "HEALTHY")
 
+	// job events: the job's states, its versions and its instances'
+	// changes with their reasons, oldest first.
+	s.ok("job", "scale", svc, "3")
+	out := s.ok("job", "events", svc)
+	for _, want := range []string{"TIME", "job", "created", "version 2", "scaled from 2 to 3 instances", "instance 2", "RUNNING"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("job events of the service: no %q in\n%s", want, out)
+		}
+	}
+	var evs struct{ Events []jobEvent }
+	if err := json.Unmarshal([]byte(s.ok("job", "events", failing, "-o", "json")), &evs); err != nil {
+		t.Fatal(err)
+	}
+	var failed, ended bool
+	for i, e := range evs.Events {
+		if i > 0 && e.Time.Before(evs.Events[i-1].Time) {
+			t.Errorf("event %d (%v) is older than the one before (%v)", i, e.Time, evs.Events[i-1].Time)
+		}
+		failed = failed || (e.Instance != nil && e.Event == "FAILED" && e.Reason != "")
+		ended = ended || (e.Object == "job" && e.Event == "JOB_FAILED")
+	}
+	if !failed || !ended || evs.Events[0].Event != "created" {
+		t.Errorf("job events of the failed job: want created first, an instance FAILED with its reason, the job JOB_FAILED; got %+v", evs.Events)
+	}
+
 	long := strings.TrimSpace(s.ok("job", "create", "-f", writeSpec(t, "long.yaml", strings.Replace(batchYAML, `["sleep", "1"]`, `["sleep", "300"]`, 1))))
-	out, errb := &syncBuffer{}, &syncBuffer{}
-	a := newApp(out, errb)
+	outb, errb := &syncBuffer{}, &syncBuffer{}
+	a := newApp(outb, errb)
 	a.getenv = func(string) string { return "" }
 	a.progress = 20 * time.Millisecond
 	code := execute(a, []string{"--server", s.addr, "job", "wait", long, "--for", "SUCCEEDED", "--timeout", "500ms"}, strings.NewReader(""))
