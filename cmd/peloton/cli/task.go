@@ -118,6 +118,7 @@ func (a *app) taskLogsCommand() *cobra.Command {
 		run    uint32
 		stderr bool
 		follow bool
+		tail   int
 	)
 	cmd := &cobra.Command{
 		Use:   "logs JOBID INSTANCE",
@@ -135,6 +136,9 @@ func (a *app) taskLogsCommand() *cobra.Command {
 			if err != nil {
 				return asUsage(err)
 			}
+			if cmd.Flags().Changed("tail") && tail < 0 {
+				return usageErrorf("invalid --tail %d: must be >= 0 (the number of last lines to print)", tail)
+			}
 			req := &pelotonv1.GetTaskLogsRequest{JobId: args[0], InstanceId: inst, RunId: run, Follow: follow}
 			if stderr {
 				req.Stream = pelotonv1.LogStream_STDERR
@@ -147,6 +151,9 @@ func (a *app) taskLogsCommand() *cobra.Command {
 					ctx, cancel = context.WithTimeout(ctx, c.timeout)
 				}
 				defer cancel()
+				if cmd.Flags().Changed("tail") {
+					return a.tailLogs(ctx, c, req, tail)
+				}
 				return a.streamLogs(ctx, c, req)
 			})
 		},
@@ -155,6 +162,7 @@ func (a *app) taskLogsCommand() *cobra.Command {
 	f.Uint32Var(&run, "run", 0, "run to read (default: the latest)")
 	f.BoolVar(&stderr, "stderr", false, "read stderr instead of stdout")
 	f.BoolVarP(&follow, "follow", "f", false, "keep printing new output until the run ends")
+	f.IntVar(&tail, "tail", 0, "print only the last N lines of the output so far (with -f, then what follows)")
 	return cmd
 }
 

@@ -152,3 +152,46 @@ func TestJobWaitOnAStack(t *testing.T) {
 		t.Errorf("job wait that times out: exit %d, stderr %q; want exit %d, progress lines and the timeout", code, stderr, exitTimeout)
 	}
 }
+
+func TestLastLines(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		n    int
+		want string
+	}{
+		{"a\nb\nc\n", 2, "b\nc\n"},
+		{"a\nb\nc", 2, "b\nc"},
+		{"a\nb\n", 5, "a\nb\n"},
+		{"a\nb\n", 0, ""},
+		{"", 3, ""},
+		{"\n\n", 1, "\n"},
+	} {
+		if got := string(lastLines([]byte(tc.in), tc.n)); got != tc.want {
+			t.Errorf("lastLines(%q, %d) = %q, want %q", tc.in, tc.n, got, tc.want)
+		}
+	}
+}
+
+// task logs --tail N prints the last N lines; with -f, then the rest of
+// the run's output, without repeating what it printed.
+func TestTaskLogsTail(t *testing.T) {
+	s := startStack(t)
+	spec := strings.Replace(batchYAML, `["sleep", "1"]`, `["sh", "-c", "echo a; echo b; echo c; sleep 2; echo d"]`, 1)
+	spec = strings.Replace(spec, "instanceCount: 2", "instanceCount: 1", 1)
+	job := strings.TrimSpace(s.ok("job", "create", "-f", writeSpec(t, "lines.yaml", spec)))
+	s.waitFor(60*time.Second, "c written", func() (bool, string) {
+		r := s.run("task", "logs", job, "0")
+		return strings.Contains(r.stdout, "c\n"), r.stdout + r.stderr
+	})
+	out := s.ok("task", "logs", job, "0", "--tail", "1", "-f")
+	if out != "c\nd\n" && out != "d\n" {
+		t.Errorf("task logs --tail 1 -f: %q, want the last line so far, then the rest (c, d)", out)
+	}
+	if out := s.ok("task", "logs", job, "0", "--tail", "2"); out != "c\nd\n" {
+		t.Errorf("task logs --tail 2 of the ended run: %q", out)
+	}
+	if out := s.ok("task", "logs", job, "0", "--tail", "0"); out != "" {
+		t.Errorf("task logs --tail 0: %q", out)
+	}
+	s.fails(exitUsage, "Error: invalid --tail -1: must be >= 0 (the number of last lines to print)", "task", "logs", job, "0", "--tail", "-1")
+}
