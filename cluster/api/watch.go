@@ -66,7 +66,11 @@ func (s *Server) WatchTasks(req *pelotonv1.WatchTasksRequest, stream pelotonv1.T
 		}
 		for _, c := range batch {
 			if c.Gone {
-				return apierr.NotFound("job %s was deleted", id)
+				// Archived: it can no longer change, and the watch is over.
+				if _, err := s.archived(ctx, id, apierr.NotFound("job %s was deleted", id)); err != nil {
+					return err
+				}
+				return nil
 			}
 			if err := s.sendTaskChanges(stream, id, c, sent); err != nil {
 				return err
@@ -168,18 +172,17 @@ func (s *Server) WatchJobs(req *pelotonv1.WatchJobsRequest, stream pelotonv1.Job
 	ctx := stream.Context()
 	w := s.jm.Watches().Subscribe(req.GetJobIds(), watchBuffer)
 	defer w.Close()
-	ids := req.GetJobIds()
-	if len(ids) == 0 {
+	var initial []*pelotonv1.Job
+	if len(req.GetJobIds()) == 0 {
+		// Every job as ListJobs has it: a finished job that left memory
+		// is shown by its index entry, not loaded back to be shown.
 		js, err := s.jm.ListJobs("", nil, "")
 		if err != nil {
 			return err
 		}
-		for _, j := range js {
-			ids = append(ids, j.Id)
-		}
+		initial = js
 	}
-	sent := map[string]*pelotonv1.Job{}
-	for _, id := range ids {
+	for _, id := range req.GetJobIds() {
 		j, err := s.jm.GetJob(id)
 		if err != nil {
 			a, aerr := s.archived(ctx, id, err)
@@ -188,6 +191,11 @@ func (s *Server) WatchJobs(req *pelotonv1.WatchJobsRequest, stream pelotonv1.Job
 			}
 			j = archivedJobProto(a)
 		}
+		initial = append(initial, j)
+	}
+	sent := map[string]*pelotonv1.Job{}
+	for _, j := range initial {
+		id := j.GetId()
 		if !hasLabels(j, req.GetLabels()) {
 			continue
 		}
@@ -217,11 +225,18 @@ func (s *Server) WatchJobs(req *pelotonv1.WatchJobsRequest, stream pelotonv1.Job
 	}
 }
 
-// sendJobChange sends job c.Job as it is now, if it differs from what was
-// sent; or that it left the store (or no longer has the labels watched).
+// sendJobChange sends job c.Job as it is now (from the archive once it was
+// archived), if it differs from what was sent; or that it was deleted (or
+// no longer has the labels watched).
 func (s *Server) sendJobChange(stream pelotonv1.JobService_WatchJobsServer, c jobmgr.Change, labels map[string]string, sent map[string]*pelotonv1.Job) error {
 	j, err := s.jm.GetJob(c.Job)
-	if c.Gone || err != nil || !hasLabels(j, labels) {
+	if c.Gone || err != nil {
+		// Archived rather than deleted: sent as the archive has it.
+		if a, aerr := s.archived(stream.Context(), c.Job, apierr.NotFound("job %s was deleted", c.Job)); aerr == nil {
+			j, err = archivedJobProto(a), nil
+		}
+	}
+	if err != nil || !hasLabels(j, labels) {
 		if sent[c.Job] == nil {
 			return nil
 		}

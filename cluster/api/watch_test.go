@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -304,5 +305,57 @@ func TestWatchTasksOverRESTEndsWhenTheStackStops(t *testing.T) {
 	}
 	if err := json.Unmarshal([]byte(last), &msg); err != nil || msg.Error == nil || !strings.Contains(msg.Error.Message, "watch again") {
 		t.Fatalf("last line after the stack stopped: %q; want the error saying to watch again", last)
+	}
+}
+
+// A job archived while watched: its tasks' watch ends without an error
+// (nothing more can change), and a watch of it sends it as the archive
+// has it, marked archived, not deleted.
+func TestWatchOfAJobThatIsArchived(t *testing.T) {
+	h := openBolt(t)
+	s := startArchiveStack(t, h)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	id := s.finished(t, batchSpec("archived-while-watched", nil))
+	live := s.view(t, id)
+	tasks, err := s.tasks.WatchTasks(ctx, &pelotonv1.WatchTasksRequest{JobId: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs, err := s.jobs.WatchJobs(ctx, &pelotonv1.WatchJobsRequest{JobIds: []string{id}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		c, err := tasks.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Synced {
+			break
+		}
+	}
+	for {
+		c, err := jobs.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Synced {
+			break
+		}
+	}
+	s.archive(t, h, live)
+	for {
+		_, err := tasks.Recv()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("the tasks' watch of an archived job ended with %v, want its end", err)
+		}
+	}
+	c, err := jobs.Recv()
+	if err != nil || c.Deleted || !c.Job.GetStatus().GetArchived() {
+		t.Fatalf("the job's watch after it was archived sent %v, %v; want the job marked archived", c, err)
 	}
 }

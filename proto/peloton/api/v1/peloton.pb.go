@@ -3337,11 +3337,13 @@ func (x *WatchJobsRequest) GetLabels() map[string]string {
 type JobChange struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The job as it is now, as GetJob returns it (unset on the synced marker).
+	// Watching every job, the initial state carries each job as ListJobs
+	// does (its spec summarized); its changes carry it whole.
 	Job *Job `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
 	// Set on the one message that ends the jobs' initial state.
 	Synced bool `protobuf:"varint,2,opt,name=synced,proto3" json:"synced,omitempty"`
-	// Set when the job left the store (deleted, or archived); job then
-	// holds only its id.
+	// Set when the job left the store (deleted), or, watching by labels, no
+	// longer carries them; job then holds only its id.
 	Deleted       bool `protobuf:"varint,3,opt,name=deleted,proto3" json:"deleted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

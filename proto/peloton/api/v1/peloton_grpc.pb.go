@@ -474,7 +474,8 @@ type TaskServiceClient interface {
 	// instance as it is now, then a TaskChange with synced set, then a
 	// TaskChange each time an instance changes. Ends as WatchJobs does
 	// (RESOURCE_EXHAUSTED for a watcher that fell behind, UNAVAILABLE when
-	// the server stops) and with NOT_FOUND when the job is deleted.
+	// the server stops), with NOT_FOUND when the job is deleted, and without
+	// an error once the job was archived (it can no longer change).
 	WatchTasks(ctx context.Context, in *WatchTasksRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[TaskChange], error)
 }
 
@@ -568,7 +569,8 @@ type TaskServiceServer interface {
 	// instance as it is now, then a TaskChange with synced set, then a
 	// TaskChange each time an instance changes. Ends as WatchJobs does
 	// (RESOURCE_EXHAUSTED for a watcher that fell behind, UNAVAILABLE when
-	// the server stops) and with NOT_FOUND when the job is deleted.
+	// the server stops), with NOT_FOUND when the job is deleted, and without
+	// an error once the job was archived (it can no longer change).
 	WatchTasks(*WatchTasksRequest, grpc.ServerStreamingServer[TaskChange]) error
 	mustEmbedUnimplementedTaskServiceServer()
 }
