@@ -1,7 +1,9 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -135,7 +137,8 @@ func writeEventTable(w io.Writer, evs []jobEvent, _ bool) {
 }
 
 func (a *app) jobEventsCommand() *cobra.Command {
-	return &cobra.Command{
+	var watch bool
+	cmd := &cobra.Command{
 		Use:   "events JOBID",
 		Short: "List what happened to a job, oldest first: its states, spec versions, updates and its instances' state changes",
 		Long: `List a job's events in time order: when it was created, started and ended; each
@@ -147,9 +150,14 @@ current run's message.
 The events are read from what the cluster keeps anyway - the job's status,
 versions and updates, and the latest 16 state changes of each instance - so
 they survive restarts and cost nothing to keep; an instance that changed more
-than 16 times shows only its latest 16 changes.`,
+than 16 times shows only its latest 16 changes.
+
+With --watch (-w), the events that happen next are printed as they come: the
+job's watch stream says when it changed, and the events are read again at
+most once a second. Ctrl-C (or --timeout, when given) ends it with exit 0.`,
 		Example: `  peloton job events 3f2a...
-  peloton job events 3f2a... -o json`,
+  peloton job events 3f2a... -o json
+  peloton job events 3f2a... --watch`,
 		Args: argsNamed("JOBID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			p, err := a.printer()
@@ -158,27 +166,13 @@ than 16 times shows only its latest 16 changes.`,
 			}
 			id := args[0]
 			return a.withClient(func(c *client) error {
-				ctx := cmd.Context()
-				job, err := call(ctx, c, c.Jobs.GetJob, &pelotonv1.GetJobRequest{JobId: id})
+				evs, err := fetchJobEvents(cmd.Context(), c, id)
 				if err != nil {
 					return err
 				}
-				vs, err := call(ctx, c, c.Jobs.ListJobVersions, &pelotonv1.ListJobVersionsRequest{JobId: id})
-				if err != nil {
-					return err
+				if watch {
+					return a.watchJobEvents(cmd.Context(), c, p, id, evs)
 				}
-				us, err := call(ctx, c, c.Updates.ListUpdates, &pelotonv1.ListUpdatesRequest{JobId: id})
-				if err != nil {
-					return err
-				}
-				tasks, err := allPages(0, func(size uint32, token string) ([]*pelotonv1.Task, string, error) {
-					page, err := call(ctx, c, c.Tasks.ListTasks, &pelotonv1.ListTasksRequest{JobId: id, PageSize: size, PageToken: token})
-					return page.GetTasks(), page.GetNextPageToken(), err
-				})
-				if err != nil {
-					return err
-				}
-				evs := jobEvents(job.GetJob(), vs.GetVersions(), us.GetUpdates(), tasks)
 				if p.structured() {
 					if evs == nil {
 						evs = []jobEvent{} // "events": [], for scripts to iterate over
@@ -192,5 +186,142 @@ than 16 times shows only its latest 16 changes.`,
 				return p.object(nil, func(w io.Writer, wide bool) { writeEventTable(w, evs, wide) })
 			})
 		},
+	}
+	watchFlag(cmd, &watch)
+	return cmd
+}
+
+// fetchJobEvents reads what job id's events are derived from.
+func fetchJobEvents(ctx context.Context, c *client, id string) ([]jobEvent, error) {
+	job, err := call(ctx, c, c.Jobs.GetJob, &pelotonv1.GetJobRequest{JobId: id})
+	if err != nil {
+		return nil, err
+	}
+	vs, err := call(ctx, c, c.Jobs.ListJobVersions, &pelotonv1.ListJobVersionsRequest{JobId: id})
+	if err != nil {
+		return nil, err
+	}
+	us, err := call(ctx, c, c.Updates.ListUpdates, &pelotonv1.ListUpdatesRequest{JobId: id})
+	if err != nil {
+		return nil, err
+	}
+	tasks, err := allPages(0, func(size uint32, token string) ([]*pelotonv1.Task, string, error) {
+		page, err := call(ctx, c, c.Tasks.ListTasks, &pelotonv1.ListTasksRequest{JobId: id, PageSize: size, PageToken: token})
+		return page.GetTasks(), page.GetNextPageToken(), err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return jobEvents(job.GetJob(), vs.GetVersions(), us.GetUpdates(), tasks), nil
+}
+
+// key names an event, so that a watch prints it once. The message is not
+// part of it: the current run's message may change under one event.
+func (e jobEvent) key() string {
+	return fmt.Sprint(e.Time.UnixNano(), "|", e.Object, "|", e.Run, "|", e.Event, "|", e.Reason)
+}
+
+// watchJobEvents prints evs, then the events that happen next: each time
+// the job's watch stream says it changed (at most every a.updatePoll), its
+// events are read again and the new ones printed.
+func (a *app) watchJobEvents(ctx context.Context, c *client, p *printer, id string, evs []jobEvent) error {
+	ctx, stop := a.watchContext(ctx)
+	defer stop()
+	seen := map[string]bool{}
+	docs := 0
+	show := func(evs []jobEvent, header bool) error {
+		var fresh []jobEvent
+		for _, e := range evs {
+			if k := e.key(); !seen[k] {
+				seen[k] = true
+				fresh = append(fresh, e)
+			}
+		}
+		if p.structured() {
+			for _, e := range fresh {
+				if p.format == formatYAML && docs > 0 {
+					if _, err := io.WriteString(p.w, "---\n"); err != nil {
+						return err
+					}
+				}
+				docs++
+				b, err := json.Marshal(e)
+				if err != nil {
+					return err
+				}
+				if err := p.document(b); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		if header {
+			return p.object(nil, func(w io.Writer, wide bool) { writeEventTable(w, fresh, wide) })
+		}
+		if len(fresh) == 0 {
+			return nil
+		}
+		return (&watchPrinter{p: p}).row(func(w io.Writer, wide bool) { writeEventTable(w, fresh, wide) })
+	}
+	if err := show(evs, true); err != nil {
+		return err
+	}
+	stream, err := c.Jobs.WatchJobs(ctx, &pelotonv1.WatchJobsRequest{JobIds: []string{id}})
+	if err != nil {
+		return c.wrap(err)
+	}
+	changed := make(chan struct{}, 1)
+	gone := make(chan struct{})
+	ended := make(chan error, 1)
+	go func() {
+		for {
+			ch, err := stream.Recv()
+			if err != nil {
+				ended <- err
+				return
+			}
+			if ch.GetDeleted() {
+				close(gone)
+				return
+			}
+			select {
+			case changed <- struct{}{}:
+			default: // a change is pending already: one read shows both
+			}
+		}
+	}()
+	tick := time.NewTicker(a.updatePoll)
+	defer tick.Stop()
+	dirty := false
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-ended:
+			if ctx.Err() != nil || errors.Is(err, io.EOF) {
+				return nil
+			}
+			return c.wrap(err)
+		case <-gone:
+			_, err := fmt.Fprintf(p.w, "job %s deleted\n", id)
+			return err
+		case <-changed:
+			dirty = true
+		case <-tick.C:
+			if !dirty {
+				continue
+			}
+			dirty = false
+			evs, err := fetchJobEvents(ctx, c, id)
+			if ctx.Err() != nil {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			if err := show(evs, false); err != nil {
+				return err
+			}
+		}
 	}
 }

@@ -17,6 +17,7 @@ func (s *stack) background(ctx context.Context, args ...string) (*syncBuffer, <-
 	a := newApp(out, errb)
 	a.getenv = func(string) string { return "" }
 	a.poll = 10 * time.Millisecond
+	a.updatePoll = 20 * time.Millisecond
 	done := make(chan result, 1)
 	go func() {
 		root := a.rootCommand()
@@ -94,6 +95,20 @@ func TestWatchCommandsOnAStack(t *testing.T) {
 		}
 	}
 	s.fails(exitUsage, "Error: --watch and --archived: archived jobs no longer change", "job", "list", "-w", "--archived")
+
+	// job events --watch prints the events so far, then those that
+	// happen next (here a scale and the new instance's start).
+	svc := strings.TrimSpace(s.ok("job", "create", "-f", writeSpec(t, "web.yaml", serviceYAML("300", 1))))
+	ctx3, cancel3 := context.WithCancel(context.Background())
+	evOut, evDone := s.background(ctx3, "job", "events", svc, "--watch")
+	testutil.Eventually(t, 30*time.Second, "the events table", func() bool { return strings.HasPrefix(evOut.String(), "TIME") })
+	s.ok("job", "scale", svc, "2")
+	r = s.until(60*time.Second, cancel3, evOut, evDone, func(out string) bool {
+		return strings.Contains(out, "scaled from 1 to 2 instances") && strings.Contains(out, "instance 1 ")
+	})
+	if r.code != exitOK || strings.Count(r.stdout, "TIME") != 1 {
+		t.Errorf("job events --watch: exit %d, stderr %q; want the header once, then rows; got\n%s", r.code, r.stderr, r.stdout)
+	}
 	s.fails(exitError, "Error: NotFound: job nope does not exist...", "task", "list", "nope", "-w")
 }
 
