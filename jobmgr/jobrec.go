@@ -157,6 +157,7 @@ func (rw *recordWriter) commitJob(ctx context.Context, j *job, ws []*jobWrite) {
 			return
 		}
 		j.publishJob(&jobView{rt: rt, rev: rev})
+		m.watch.jobChanged(j.id)
 		for _, w := range decided {
 			w.rev = rev
 		}

@@ -213,6 +213,8 @@ type Manager struct {
 	recs  *reconcilers
 	adopt *adoption
 	rw    *recordWriter
+	// watch tells watchers of published views (watch.go).
+	watch *Watches
 }
 
 // Options tunes a Manager.
@@ -440,6 +442,7 @@ func (m *Manager) storeJob(ctx context.Context, id string, spec *pelotonv1.JobSp
 	m.mu.Lock()
 	m.jobs[id] = j
 	m.mu.Unlock()
+	m.watch.jobChanged(id)
 	m.log.Info("job created", "job", id, "name", spec.Name, "instances", spec.InstanceCount, "pool", spec.Pool)
 	m.queue.Add(id)
 	return nil
@@ -733,6 +736,7 @@ func (m *Manager) forget(ctx context.Context, j *job) {
 		}
 	}
 	m.mu.Unlock()
+	m.watch.jobGone(id)
 	m.recs.forgetSLAJob(id)
 	for inst, t := range j.tasks() {
 		m.rm.Release(id, uint32(inst))

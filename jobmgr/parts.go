@@ -53,6 +53,9 @@ func attachParts(m *Manager) *Manager {
 	m.recs = &reconcilers{m}
 	m.adopt = &adoption{m}
 	m.rw = &recordWriter{m}
+	if m.watch == nil {
+		m.watch = &Watches{}
+	}
 	return m
 }
 

@@ -85,6 +85,7 @@ func (rw *recordWriter) resolveTask(ctx context.Context, j *job, inst uint32, t 
 		}
 	}
 	t.publish(j, base, &next)
+	m.watch.taskChanged(j.id, inst)
 	return nil
 }
 
@@ -109,6 +110,7 @@ func (rw *recordWriter) resolveJob(ctx context.Context, j *job) error {
 	}
 	m.log.Info("a job write that seemed to fail was applied; taking it", "job", j.id, "state", rt.State)
 	j.publishJob(&jobView{rt: rt, rev: kv.Revision})
+	m.watch.jobChanged(j.id)
 	return nil
 }
 

@@ -207,6 +207,7 @@ func (rw *recordWriter) flushTask(ctx context.Context, j *job, inst uint32, t *t
 			view.rev = rev
 		}
 		t.publish(j, base, view)
+		m.watch.taskChanged(j.id, inst)
 		for _, w := range decided {
 			steps(w.from, w.via, w.to, func(s taskState) { metrics.TaskTransitions.WithLabelValues(s.String()).Inc() })
 		}

@@ -76,11 +76,17 @@ func (s *Server) Rules() auth.Rules {
 		job + "RestartJob":      onJob(auth.Submitter, true),
 		job + "ScaleJob":        onJob(auth.Submitter, true),
 		job + "ListJobVersions": onJob(auth.Viewer, false),
+		// Watching named jobs needs the viewer role on each one's pool;
+		// watching every job (none named) needs it cluster-wide.
+		job + "WatchJobs": {Role: auth.Viewer, Pools: s.watchJobsPools, Object: func(req any) string {
+			return "jobs " + strings.Join(req.(*pelotonv1.WatchJobsRequest).GetJobIds(), ",")
+		}},
 
 		task + "ListTasks":   onJob(auth.Viewer, false),
 		task + "GetTask":     onJob(auth.Viewer, false),
 		task + "KillTask":    onJob(auth.Submitter, true),
 		task + "GetTaskLogs": onJob(auth.Viewer, false),
+		task + "WatchTasks":  onJob(auth.Viewer, false),
 
 		pool + "CreatePool": onPool(auth.Operator, true),
 		pool + "GetPool":    onPool(auth.Viewer, false),
@@ -123,6 +129,19 @@ func (s *Server) Rules() auth.Rules {
 		update + "AbortUpdate":    onUpdate(auth.Submitter, true),
 		update + "RollbackUpdate": onUpdate(auth.Submitter, true),
 	}
+}
+
+// watchJobsPools are the pools of the jobs a WatchJobs names.
+func (s *Server) watchJobsPools(ctx context.Context, req any) ([]string, error) {
+	var pools []string
+	for _, id := range req.(*pelotonv1.WatchJobsRequest).GetJobIds() {
+		p, err := s.jobPools(ctx, &pelotonv1.GetJobRequest{JobId: id})
+		if err != nil {
+			return nil, err
+		}
+		pools = append(pools, p...)
+	}
+	return pools, nil
 }
 
 func jobObject(req any) string { return "job " + req.(hasJobID).GetJobId() }

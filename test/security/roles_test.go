@@ -1,6 +1,7 @@
 package security
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"slices"
@@ -117,6 +118,16 @@ var roleTable = map[string]struct {
 			return nil
 		}
 		return err
+	}},
+	"JobService.WatchJobs": {viewers, func(e *roleEnv, c *pclient.Client) error {
+		return firstOfWatch(e.t, func(cx context.Context) (recver[*pelotonv1.JobChange], error) {
+			return c.Jobs.WatchJobs(cx, &pelotonv1.WatchJobsRequest{JobIds: []string{e.jobA}})
+		})
+	}},
+	"TaskService.WatchTasks": {viewers, func(e *roleEnv, c *pclient.Client) error {
+		return firstOfWatch(e.t, func(cx context.Context) (recver[*pelotonv1.TaskChange], error) {
+			return c.Tasks.WatchTasks(cx, &pelotonv1.WatchTasksRequest{JobId: e.jobA})
+		})
 	}},
 	"PoolService.CreatePool": {operators, func(e *roleEnv, c *pclient.Client) error {
 		_, err := c.Pools.CreatePool(ctx(e.t), &pelotonv1.CreatePoolRequest{Path: "/a/q/" + e.name("n"), Spec: &pelotonv1.PoolSpec{}})
@@ -312,4 +323,35 @@ func TestEachRoleAllowedExactlyItsCalls(t *testing.T) {
 	if _, err := clients["alice"].Jobs.ListJobs(ctx(t), &pelotonv1.ListJobsRequest{Pool: "/b"}); status.Code(err) != codes.PermissionDenied {
 		t.Errorf("alice listing /b's jobs: %v, want PermissionDenied", err)
 	}
+	// Watching every job needs the viewer role cluster-wide; a job of a
+	// pool one may not view cannot be watched by naming it.
+	for who, want := range map[string]bool{"bob": false, "alice": false, "carol": true, "root": true} {
+		err := firstOfWatch(t, func(cx context.Context) (recver[*pelotonv1.JobChange], error) {
+			return clients[who].Jobs.WatchJobs(cx, &pelotonv1.WatchJobsRequest{})
+		})
+		if got := !denied(err); got != want {
+			t.Errorf("%s watching every job: allowed=%v, want %v (err: %v)", who, got, want, err)
+		}
+	}
+	err = firstOfWatch(t, func(cx context.Context) (recver[*pelotonv1.JobChange], error) {
+		return clients["alice"].Jobs.WatchJobs(cx, &pelotonv1.WatchJobsRequest{JobIds: []string{env.jobA, env.jobB}})
+	})
+	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "pool /b") {
+		t.Errorf("alice watching a job of /b: %v, want PermissionDenied naming pool /b", err)
+	}
+}
+
+// recver is a server stream as its client reads it.
+type recver[M any] interface{ Recv() (M, error) }
+
+// firstOfWatch opens a watch and receives its first message, then ends it.
+func firstOfWatch[M any](t *testing.T, open func(context.Context) (recver[M], error)) error {
+	cx, cancel := context.WithCancel(ctx(t))
+	defer cancel()
+	s, err := open(cx)
+	if err != nil {
+		return err
+	}
+	_, err = s.Recv()
+	return err
 }

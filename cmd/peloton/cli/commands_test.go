@@ -222,10 +222,10 @@ func TestJobWait(t *testing.T) {
 		{"non-terminal target", []pelotonv1.JobState{pending, running},
 			[]string{"--for", "job_running"}, exitOK, "job job-1 is JOB_RUNNING\n", ""},
 		{"ends otherwise", []pelotonv1.JobState{pending, pelotonv1.JobState_JOB_FAILED},
-			[]string{"--for", "succeeded"}, exitError, "",
+			[]string{"--for", "succeeded"}, exitUnreachable, "",
 			"Error: job job-1 is JOB_FAILED, not JOB_SUCCEEDED: instance 2 failed\n"},
 		{"times out", []pelotonv1.JobState{running},
-			[]string{"--for", "JOB_SUCCEEDED", "--timeout", "100ms"}, exitError, "",
+			[]string{"--for", "JOB_SUCCEEDED", "--timeout", "100ms"}, exitTimeout, "",
 			"Error: job job-1 is JOB_RUNNING, not JOB_SUCCEEDED (timed out after 100ms)\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -153,6 +153,7 @@ cluster holds.`,
 		a.fedJobGetCommand(),
 		a.fedJobListCommand(),
 		a.fedJobKillCommand(),
+		a.fedJobWaitCommand(),
 	)
 	cmd.AddCommand(pool, job, a.fedServiceCommand())
 	return cmd

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/codes"
@@ -28,6 +29,7 @@ func (a *app) fedServiceCommand() *cobra.Command {
 		a.fedServiceListCommand(),
 		a.fedServiceDeleteCommand(),
 		a.fedServiceUpdateCommand(),
+		a.fedServiceWatchCommand(),
 		a.fedServiceControlCommand("pause", "Pause a service's rollout; the update in each cluster pauses too", rolloutPause),
 		a.fedServiceControlCommand("resume", "Resume a paused rollout", rolloutResume),
 		a.fedServiceControlCommand("abort", "Stop a rollout for good; each cluster keeps the spec it runs", rolloutAbort),
@@ -48,6 +50,8 @@ func (a *app) fedServiceUpdateCommand() *cobra.Command {
 	var uf updateFlags
 	var order []string
 	var parallel uint32
+	var wait bool
+	var waitTimeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "update SERVICEID -f FILE",
 		Short: "Roll a new spec out to a federated service's clusters, one cluster after another",
@@ -69,6 +73,9 @@ shows each cluster's step.`,
 			us, err := uf.spec(cmd.Flags())
 			if err != nil {
 				return err
+			}
+			if wait && waitTimeout <= 0 {
+				return usageErrorf("invalid --wait-timeout %s: must be > 0", waitTimeout)
 			}
 			if cmd.Flags().Changed("parallel-clusters") && parallel == 0 {
 				return usageErrorf("invalid --parallel-clusters 0: must be >= 1 (leave it out for the default, 1)")
@@ -96,11 +103,18 @@ shows each cluster's step.`,
 					return err
 				}
 				svc := resp.GetService()
+				if wait {
+					// Progress lines for the table formats; the service
+					// at the end for -o json and -o yaml.
+					return a.watchRollout(cmd.Context(), f, p, args[0], svc.GetRollout().GetId(), waitTimeout)
+				}
 				return p.object(svc, func(w io.Writer, _ bool) { writeFedService(w, svc) })
 			})
 		},
 	}
 	uf.register(cmd.Flags())
+	cmd.Flags().BoolVar(&wait, "wait", false, `then follow the rollout cluster by cluster until it ends, as "fed service watch" does (and with its exit codes)`)
+	cmd.Flags().DurationVar(&waitTimeout, "wait-timeout", 10*time.Minute, "with --wait, how long to wait in all")
 	fs := cmd.Flags()
 	fs.Lookup("rollback-on-failure").Usage = "when a cluster fails, return every cluster already updated (and the one updating) to the previous spec, newest first"
 	fs.Lookup("start-paused").Usage = `create the rollout paused; "fed service resume" starts it`

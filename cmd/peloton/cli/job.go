@@ -34,6 +34,7 @@ func (a *app) jobCommand() *cobra.Command {
 		a.jobWaitCommand(),
 		a.jobScaleCommand(),
 		a.jobVersionsCommand(),
+		a.jobEventsCommand(),
 	)
 	return cmd
 }
@@ -78,11 +79,15 @@ func (a *app) jobCreateCommand() *cobra.Command {
 }
 
 func (a *app) jobGetCommand() *cobra.Command {
-	return &cobra.Command{
+	var watch bool
+	cmd := &cobra.Command{
 		Use:   "get JOBID",
-		Short: "Show a job",
+		Short: "Show a job (--watch: then each change)",
 		Args:  argsNamed("JOBID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if watch {
+				return a.jobGetWatch(cmd.Context(), args[0])
+			}
 			return read(a, a.withClient, nil, func(c *client) (*pelotonv1.GetJobResponse, error) {
 				return call(cmd.Context(), c, c.Jobs.GetJob, &pelotonv1.GetJobRequest{JobId: args[0]})
 			}, func(p *printer, resp *pelotonv1.GetJobResponse) error {
@@ -91,6 +96,8 @@ func (a *app) jobGetCommand() *cobra.Command {
 			})
 		},
 	}
+	watchFlag(cmd, &watch)
+	return cmd
 }
 
 func (a *app) jobListCommand() *cobra.Command {
@@ -98,7 +105,7 @@ func (a *app) jobListCommand() *cobra.Command {
 	var sel labelSelector
 	var states, labels []string
 	var limit int
-	var archived bool
+	var archived, watch bool
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List jobs, newest first (every page; --limit to stop early)",
@@ -115,7 +122,7 @@ of an archived job answer from the archive.`,
 		Args: argsNamed(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			req := &pelotonv1.ListJobsRequest{Pool: pool, Name: name, Archived: archived}
-			return read(a, a.withClient, func() (err error) {
+			prepare := func() (err error) {
 				if req.States, err = parseJobStates("state", states); err != nil {
 					return err
 				}
@@ -137,7 +144,11 @@ of an archived job answer from the archive.`,
 				}
 				req.CreatedUntil, err = parseTimeFlag("created-until", until, now)
 				return err
-			}, func(c *client) (*pelotonv1.ListJobsResponse, error) {
+			}
+			if watch {
+				return a.jobListWatch(cmd.Context(), req, limit, prepare)
+			}
+			return read(a, a.withClient, prepare, func(c *client) (*pelotonv1.ListJobsResponse, error) {
 				jobs, err := allPages(limit, func(size uint32, token string) ([]*pelotonv1.Job, string, error) {
 					req.PageSize, req.PageToken = size, token
 					page, err := call(cmd.Context(), c, c.Jobs.ListJobs, req)
@@ -157,6 +168,7 @@ of an archived job answer from the archive.`,
 	f.StringVar(&until, "created-until", "", "only jobs created before this time: RFC 3339 or how long ago (24h, 7d)")
 	f.BoolVar(&archived, "archived", false, "list the archive of finished jobs instead of the live jobs")
 	f.IntVar(&limit, "limit", 0, "at most this many jobs (0: all)")
+	watchFlag(cmd, &watch)
 	return cmd
 }
 
@@ -293,10 +305,21 @@ func (a *app) jobWaitCommand() *cobra.Command {
 	var timeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "wait JOBID --for STATE",
-		Short: "Wait until a job reaches a state",
-		Long: `Wait until a job reaches STATE (e.g. SUCCEEDED or JOB_SUCCEEDED, any case).
-Fails if the job ends in another terminal state (JOB_SUCCEEDED, JOB_FAILED,
-JOB_KILLED) or the timeout passes first.`,
+		Short: "Wait until a job reaches a state, or every instance of a long-running job serves (--for HEALTHY)",
+		Long: `Wait until a job reaches STATE (e.g. SUCCEEDED or JOB_SUCCEEDED, any case), or,
+with --for HEALTHY, until every instance of a SERVICE, STATEFUL or DAEMON job
+runs and passes its health checks. The wait follows the server's watch stream
+(polling a server that has none) and prints a progress line on stderr every
+10 seconds.
+
+It fails at once when the state can no longer be reached, saying why: the job
+ended in another terminal state (JOB_SUCCEEDED, JOB_FAILED, JOB_KILLED), or a
+long-running job was asked to SUCCEED (it runs until cancelled).
+
+Exit codes: 0 reached; 1 a call failed (no such job, server unreachable);
+2 usage; 3 the state can no longer be reached; 4 timed out.`,
+		Example: `  peloton job wait 3f2a... --for SUCCEEDED --timeout 30m
+  peloton job wait 3f2a... --for HEALTHY`,
 		Args: argsNamed("JOBID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			p, err := a.printer()
@@ -306,7 +329,7 @@ JOB_KILLED) or the timeout passes first.`,
 			if forState == "" {
 				return usageErrorf("missing --for: the state to wait for")
 			}
-			want, err := parseJobState(forState)
+			want, err := parseWaitTarget(forState)
 			if err != nil {
 				return usageErrorf("invalid --for: %v", err)
 			}
@@ -318,7 +341,7 @@ JOB_KILLED) or the timeout passes first.`,
 			})
 		},
 	}
-	cmd.Flags().StringVar(&forState, "for", "", "state to wait for, e.g. SUCCEEDED or RUNNING")
+	cmd.Flags().StringVar(&forState, "for", "", "state to wait for, e.g. SUCCEEDED, RUNNING or HEALTHY")
 	// Shadows the global per-call --timeout: here it bounds the whole wait.
 	cmd.Flags().DurationVar(&timeout, "timeout", 10*time.Minute, "how long to wait in all")
 	return cmd
@@ -390,35 +413,6 @@ last one is the spec in force. -o json or -o yaml shows the specs themselves.`,
 			})
 		},
 	}
-}
-
-// waitJob polls the job until it is in state want, ends in another terminal
-// state, or timeout passes.
-// It prints the job it reached (-o json and -o yaml: the whole job).
-func (a *app) waitJob(ctx context.Context, c *client, p *printer, id string, want pelotonv1.JobState, timeout time.Duration) error {
-	last := pelotonv1.JobState_JOB_STATE_UNSPECIFIED
-	timedOut := func() error {
-		return fmt.Errorf("job %s is %s, not %s (timed out after %s)", id, last, want, timeout)
-	}
-	return pollUntil(ctx, c, a.poll, timeout, timedOut, func(ctx context.Context) (bool, error) {
-		resp, err := call(ctx, c, c.Jobs.GetJob, &pelotonv1.GetJobRequest{JobId: id})
-		if err != nil {
-			return false, err
-		}
-		st := resp.GetJob().GetStatus()
-		last = st.GetState()
-		if last == want {
-			return true, p.changed(fmt.Sprintf("job %s is %s", id, last), func() (proto.Message, error) { return resp.GetJob(), nil })
-		}
-		if jobTerminal(last) {
-			msg := fmt.Sprintf("job %s is %s, not %s", id, last, want)
-			if m := st.GetMessage(); m != "" {
-				msg += ": " + m
-			}
-			return true, errors.New(msg)
-		}
-		return false, nil
-	})
 }
 
 // pollUntil calls step every interval until it reports done or fails, for

@@ -76,6 +76,8 @@ type app struct {
 	runAgent   func(context.Context, agentRun, io.Writer) error
 	poll       time.Duration
 	updatePoll time.Duration
+	// progress is how often a long wait prints where it is (wait.go).
+	progress time.Duration
 }
 
 func newApp(stdout, stderr io.Writer) *app {
@@ -88,6 +90,7 @@ func newApp(stdout, stderr io.Writer) *app {
 		runAgent:      hostagentcmd.RunAgent,
 		poll:          defaultPoll,
 		updatePoll:    defaultUpdatePoll,
+		progress:      defaultProgress,
 	}
 }
 

@@ -30,16 +30,21 @@ func (a *app) taskCommand() *cobra.Command {
 func (a *app) taskListCommand() *cobra.Command {
 	var states []string
 	var limit int
+	var watch bool
 	cmd := &cobra.Command{
 		Use:   "list JOBID",
-		Short: "List the tasks of a job, every page (-o wide for more columns; --limit to stop early)",
+		Short: "List the tasks of a job, every page (-o wide for more columns; --limit to stop early; --watch for each change)",
 		Args:  argsNamed("JOBID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var st []pelotonv1.TaskState
-			return read(a, a.withClient, func() (err error) {
+			prepare := func() (err error) {
 				st, err = parseTaskStates("state", states)
 				return err
-			}, func(c *client) (*pelotonv1.ListTasksResponse, error) {
+			}
+			if watch {
+				return a.taskListWatch(cmd.Context(), args[0], limit, prepare, &st)
+			}
+			return read(a, a.withClient, prepare, func(c *client) (*pelotonv1.ListTasksResponse, error) {
 				tasks, err := allPages(limit, func(size uint32, token string) ([]*pelotonv1.Task, string, error) {
 					page, err := call(cmd.Context(), c, c.Tasks.ListTasks, &pelotonv1.ListTasksRequest{JobId: args[0], States: st, PageSize: size, PageToken: token})
 					return page.GetTasks(), page.GetNextPageToken(), err
@@ -50,20 +55,26 @@ func (a *app) taskListCommand() *cobra.Command {
 	}
 	cmd.Flags().StringSliceVar(&states, "state", nil, "only tasks in these states (repeatable or comma-separated; e.g. RUNNING)")
 	cmd.Flags().IntVar(&limit, "limit", 0, "at most this many tasks (0: all)")
+	watchFlag(cmd, &watch)
 	return cmd
 }
 
 func (a *app) taskGetCommand() *cobra.Command {
-	return &cobra.Command{
+	var watch bool
+	cmd := &cobra.Command{
 		Use:   "get JOBID INSTANCE",
-		Short: "Show one instance of a job, with its spec version, health, bound host and ports",
+		Short: "Show one instance of a job, with its spec version, health, bound host and ports (--watch: then each change)",
 		Args:  argsNamed("JOBID", "INSTANCE"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var inst uint32
-			return read(a, a.withClient, func() (err error) {
+			prepare := func() (err error) {
 				inst, err = parseInstance(args[1])
 				return asUsage(err)
-			}, func(c *client) (*pelotonv1.GetTaskResponse, error) {
+			}
+			if watch {
+				return a.taskGetWatch(cmd.Context(), args[0], prepare, &inst)
+			}
+			return read(a, a.withClient, prepare, func(c *client) (*pelotonv1.GetTaskResponse, error) {
 				return call(cmd.Context(), c, c.Tasks.GetTask, &pelotonv1.GetTaskRequest{JobId: args[0], InstanceId: inst})
 			}, func(p *printer, resp *pelotonv1.GetTaskResponse) error {
 				task := resp.GetTask()
@@ -71,6 +82,8 @@ func (a *app) taskGetCommand() *cobra.Command {
 			})
 		},
 	}
+	watchFlag(cmd, &watch)
+	return cmd
 }
 
 func (a *app) taskKillCommand() *cobra.Command {
@@ -105,6 +118,7 @@ func (a *app) taskLogsCommand() *cobra.Command {
 		run    uint32
 		stderr bool
 		follow bool
+		tail   int
 	)
 	cmd := &cobra.Command{
 		Use:   "logs JOBID INSTANCE",
@@ -122,6 +136,9 @@ func (a *app) taskLogsCommand() *cobra.Command {
 			if err != nil {
 				return asUsage(err)
 			}
+			if cmd.Flags().Changed("tail") && tail < 0 {
+				return usageErrorf("invalid --tail %d: must be >= 0 (the number of last lines to print)", tail)
+			}
 			req := &pelotonv1.GetTaskLogsRequest{JobId: args[0], InstanceId: inst, RunId: run, Follow: follow}
 			if stderr {
 				req.Stream = pelotonv1.LogStream_STDERR
@@ -134,6 +151,9 @@ func (a *app) taskLogsCommand() *cobra.Command {
 					ctx, cancel = context.WithTimeout(ctx, c.timeout)
 				}
 				defer cancel()
+				if cmd.Flags().Changed("tail") {
+					return a.tailLogs(ctx, c, req, tail)
+				}
 				return a.streamLogs(ctx, c, req)
 			})
 		},
@@ -142,6 +162,7 @@ func (a *app) taskLogsCommand() *cobra.Command {
 	f.Uint32Var(&run, "run", 0, "run to read (default: the latest)")
 	f.BoolVar(&stderr, "stderr", false, "read stderr instead of stdout")
 	f.BoolVarP(&follow, "follow", "f", false, "keep printing new output until the run ends")
+	f.IntVar(&tail, "tail", 0, "print only the last N lines of the output so far (with -f, then what follows)")
 	return cmd
 }
 

@@ -38,13 +38,26 @@ func IsUsage(err error) bool {
 	return errors.As(err, &u)
 }
 
+// CodedError is a failure with an exit code of its own (for instance
+// `job wait`'s: the state can no longer be reached, or the wait timed out).
+type CodedError struct {
+	Err  error
+	Code int
+}
+
+func (e *CodedError) Error() string { return e.Err.Error() }
+func (e *CodedError) Unwrap() error { return e.Err }
+
 // ExitCode maps a command's outcome to its exit code.
 func ExitCode(err error) int {
+	var coded *CodedError
 	switch {
 	case err == nil:
 		return ExitOK
 	case IsUsage(err):
 		return ExitUsage
+	case errors.As(err, &coded):
+		return coded.Code
 	default:
 		return ExitError
 	}

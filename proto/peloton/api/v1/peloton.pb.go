@@ -3279,6 +3279,127 @@ func (x *ListJobVersionsResponse) GetVersions() []*JobVersion {
 	return nil
 }
 
+type WatchJobsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The jobs to watch; empty: every job.
+	JobIds []string `protobuf:"bytes,1,rep,name=job_ids,json=jobIds,proto3" json:"job_ids,omitempty"`
+	// Only jobs with every one of these labels, with these values.
+	Labels        map[string]string `protobuf:"bytes,2,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchJobsRequest) Reset() {
+	*x = WatchJobsRequest{}
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchJobsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchJobsRequest) ProtoMessage() {}
+
+func (x *WatchJobsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchJobsRequest.ProtoReflect.Descriptor instead.
+func (*WatchJobsRequest) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *WatchJobsRequest) GetJobIds() []string {
+	if x != nil {
+		return x.JobIds
+	}
+	return nil
+}
+
+func (x *WatchJobsRequest) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+// JobChange is one message of a WatchJobs stream.
+type JobChange struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The job as it is now, as GetJob returns it (unset on the synced marker).
+	// Watching every job, the initial state carries each job as ListJobs
+	// does (its spec summarized); its changes carry it whole.
+	Job *Job `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	// Set on the one message that ends the jobs' initial state.
+	Synced bool `protobuf:"varint,2,opt,name=synced,proto3" json:"synced,omitempty"`
+	// Set when the job left the store (deleted), or, watching by labels, no
+	// longer carries them; job then holds only its id.
+	Deleted       bool `protobuf:"varint,3,opt,name=deleted,proto3" json:"deleted,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JobChange) Reset() {
+	*x = JobChange{}
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JobChange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JobChange) ProtoMessage() {}
+
+func (x *JobChange) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JobChange.ProtoReflect.Descriptor instead.
+func (*JobChange) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *JobChange) GetJob() *Job {
+	if x != nil {
+		return x.Job
+	}
+	return nil
+}
+
+func (x *JobChange) GetSynced() bool {
+	if x != nil {
+		return x.Synced
+	}
+	return false
+}
+
+func (x *JobChange) GetDeleted() bool {
+	if x != nil {
+		return x.Deleted
+	}
+	return false
+}
+
 type ListTasksRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	JobId string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
@@ -3295,7 +3416,7 @@ type ListTasksRequest struct {
 
 func (x *ListTasksRequest) Reset() {
 	*x = ListTasksRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[35]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3307,7 +3428,7 @@ func (x *ListTasksRequest) String() string {
 func (*ListTasksRequest) ProtoMessage() {}
 
 func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[35]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3320,7 +3441,7 @@ func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksRequest.ProtoReflect.Descriptor instead.
 func (*ListTasksRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{35}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ListTasksRequest) GetJobId() string {
@@ -3363,7 +3484,7 @@ type ListTasksResponse struct {
 
 func (x *ListTasksResponse) Reset() {
 	*x = ListTasksResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[36]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3375,7 +3496,7 @@ func (x *ListTasksResponse) String() string {
 func (*ListTasksResponse) ProtoMessage() {}
 
 func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[36]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3388,7 +3509,7 @@ func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksResponse.ProtoReflect.Descriptor instead.
 func (*ListTasksResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{36}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListTasksResponse) GetTasks() []*Task {
@@ -3415,7 +3536,7 @@ type GetTaskRequest struct {
 
 func (x *GetTaskRequest) Reset() {
 	*x = GetTaskRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[37]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3427,7 +3548,7 @@ func (x *GetTaskRequest) String() string {
 func (*GetTaskRequest) ProtoMessage() {}
 
 func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[37]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3440,7 +3561,7 @@ func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskRequest.ProtoReflect.Descriptor instead.
 func (*GetTaskRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{37}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *GetTaskRequest) GetJobId() string {
@@ -3466,7 +3587,7 @@ type GetTaskResponse struct {
 
 func (x *GetTaskResponse) Reset() {
 	*x = GetTaskResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[38]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3478,7 +3599,7 @@ func (x *GetTaskResponse) String() string {
 func (*GetTaskResponse) ProtoMessage() {}
 
 func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[38]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3491,7 +3612,7 @@ func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskResponse.ProtoReflect.Descriptor instead.
 func (*GetTaskResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{38}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *GetTaskResponse) GetTask() *Task {
@@ -3511,7 +3632,7 @@ type KillTaskRequest struct {
 
 func (x *KillTaskRequest) Reset() {
 	*x = KillTaskRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[39]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3523,7 +3644,7 @@ func (x *KillTaskRequest) String() string {
 func (*KillTaskRequest) ProtoMessage() {}
 
 func (x *KillTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[39]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3536,7 +3657,7 @@ func (x *KillTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillTaskRequest.ProtoReflect.Descriptor instead.
 func (*KillTaskRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{39}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *KillTaskRequest) GetJobId() string {
@@ -3561,7 +3682,7 @@ type KillTaskResponse struct {
 
 func (x *KillTaskResponse) Reset() {
 	*x = KillTaskResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[40]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3573,7 +3694,7 @@ func (x *KillTaskResponse) String() string {
 func (*KillTaskResponse) ProtoMessage() {}
 
 func (x *KillTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[40]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3586,7 +3707,7 @@ func (x *KillTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillTaskResponse.ProtoReflect.Descriptor instead.
 func (*KillTaskResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{40}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{42}
 }
 
 type GetTaskLogsRequest struct {
@@ -3604,7 +3725,7 @@ type GetTaskLogsRequest struct {
 
 func (x *GetTaskLogsRequest) Reset() {
 	*x = GetTaskLogsRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[41]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3616,7 +3737,7 @@ func (x *GetTaskLogsRequest) String() string {
 func (*GetTaskLogsRequest) ProtoMessage() {}
 
 func (x *GetTaskLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[41]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3629,7 +3750,7 @@ func (x *GetTaskLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskLogsRequest.ProtoReflect.Descriptor instead.
 func (*GetTaskLogsRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{41}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *GetTaskLogsRequest) GetJobId() string {
@@ -3676,7 +3797,7 @@ type LogChunk struct {
 
 func (x *LogChunk) Reset() {
 	*x = LogChunk{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[42]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3688,7 +3809,7 @@ func (x *LogChunk) String() string {
 func (*LogChunk) ProtoMessage() {}
 
 func (x *LogChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[42]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3701,7 +3822,7 @@ func (x *LogChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogChunk.ProtoReflect.Descriptor instead.
 func (*LogChunk) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{42}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *LogChunk) GetData() []byte {
@@ -3709,6 +3830,116 @@ func (x *LogChunk) GetData() []byte {
 		return x.Data
 	}
 	return nil
+}
+
+type WatchTasksRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	JobId         string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchTasksRequest) Reset() {
+	*x = WatchTasksRequest{}
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchTasksRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchTasksRequest) ProtoMessage() {}
+
+func (x *WatchTasksRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchTasksRequest.ProtoReflect.Descriptor instead.
+func (*WatchTasksRequest) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *WatchTasksRequest) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+// TaskChange is one message of a WatchTasks stream.
+type TaskChange struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The instance as it is now, as ListTasks returns it, without its spec
+	// (unset on the synced marker).
+	Task *Task `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
+	// Set on the one message that ends the instances' initial state.
+	Synced bool `protobuf:"varint,2,opt,name=synced,proto3" json:"synced,omitempty"`
+	// Set when a scale-down removed the instance; task then holds only its
+	// job_id and instance_id.
+	Removed       bool `protobuf:"varint,3,opt,name=removed,proto3" json:"removed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskChange) Reset() {
+	*x = TaskChange{}
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskChange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskChange) ProtoMessage() {}
+
+func (x *TaskChange) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskChange.ProtoReflect.Descriptor instead.
+func (*TaskChange) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *TaskChange) GetTask() *Task {
+	if x != nil {
+		return x.Task
+	}
+	return nil
+}
+
+func (x *TaskChange) GetSynced() bool {
+	if x != nil {
+		return x.Synced
+	}
+	return false
+}
+
+func (x *TaskChange) GetRemoved() bool {
+	if x != nil {
+		return x.Removed
+	}
+	return false
 }
 
 // PoolSpec is what an operator declares for a resource pool.
@@ -3729,7 +3960,7 @@ type PoolSpec struct {
 
 func (x *PoolSpec) Reset() {
 	*x = PoolSpec{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[43]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3741,7 +3972,7 @@ func (x *PoolSpec) String() string {
 func (*PoolSpec) ProtoMessage() {}
 
 func (x *PoolSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[43]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3754,7 +3985,7 @@ func (x *PoolSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolSpec.ProtoReflect.Descriptor instead.
 func (*PoolSpec) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{43}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *PoolSpec) GetReservation() *Resources {
@@ -3800,7 +4031,7 @@ type PoolStatus struct {
 
 func (x *PoolStatus) Reset() {
 	*x = PoolStatus{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[44]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3812,7 +4043,7 @@ func (x *PoolStatus) String() string {
 func (*PoolStatus) ProtoMessage() {}
 
 func (x *PoolStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[44]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3825,7 +4056,7 @@ func (x *PoolStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolStatus.ProtoReflect.Descriptor instead.
 func (*PoolStatus) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{44}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *PoolStatus) GetEntitlement() *Resources {
@@ -3878,7 +4109,7 @@ type Pool struct {
 
 func (x *Pool) Reset() {
 	*x = Pool{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[45]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3890,7 +4121,7 @@ func (x *Pool) String() string {
 func (*Pool) ProtoMessage() {}
 
 func (x *Pool) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[45]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3903,7 +4134,7 @@ func (x *Pool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pool.ProtoReflect.Descriptor instead.
 func (*Pool) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{45}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *Pool) GetPath() string {
@@ -3957,7 +4188,7 @@ type CreatePoolRequest struct {
 
 func (x *CreatePoolRequest) Reset() {
 	*x = CreatePoolRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[46]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3969,7 +4200,7 @@ func (x *CreatePoolRequest) String() string {
 func (*CreatePoolRequest) ProtoMessage() {}
 
 func (x *CreatePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[46]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3982,7 +4213,7 @@ func (x *CreatePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePoolRequest.ProtoReflect.Descriptor instead.
 func (*CreatePoolRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{46}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *CreatePoolRequest) GetPath() string {
@@ -4015,7 +4246,7 @@ type CreatePoolResponse struct {
 
 func (x *CreatePoolResponse) Reset() {
 	*x = CreatePoolResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[47]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4027,7 +4258,7 @@ func (x *CreatePoolResponse) String() string {
 func (*CreatePoolResponse) ProtoMessage() {}
 
 func (x *CreatePoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[47]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4040,7 +4271,7 @@ func (x *CreatePoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePoolResponse.ProtoReflect.Descriptor instead.
 func (*CreatePoolResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{47}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *CreatePoolResponse) GetPool() *Pool {
@@ -4059,7 +4290,7 @@ type GetPoolRequest struct {
 
 func (x *GetPoolRequest) Reset() {
 	*x = GetPoolRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[48]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4071,7 +4302,7 @@ func (x *GetPoolRequest) String() string {
 func (*GetPoolRequest) ProtoMessage() {}
 
 func (x *GetPoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[48]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4084,7 +4315,7 @@ func (x *GetPoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPoolRequest.ProtoReflect.Descriptor instead.
 func (*GetPoolRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{48}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *GetPoolRequest) GetPath() string {
@@ -4103,7 +4334,7 @@ type GetPoolResponse struct {
 
 func (x *GetPoolResponse) Reset() {
 	*x = GetPoolResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[49]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4115,7 +4346,7 @@ func (x *GetPoolResponse) String() string {
 func (*GetPoolResponse) ProtoMessage() {}
 
 func (x *GetPoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[49]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4128,7 +4359,7 @@ func (x *GetPoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPoolResponse.ProtoReflect.Descriptor instead.
 func (*GetPoolResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{49}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *GetPoolResponse) GetPool() *Pool {
@@ -4150,7 +4381,7 @@ type UpdatePoolRequest struct {
 
 func (x *UpdatePoolRequest) Reset() {
 	*x = UpdatePoolRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[50]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4162,7 +4393,7 @@ func (x *UpdatePoolRequest) String() string {
 func (*UpdatePoolRequest) ProtoMessage() {}
 
 func (x *UpdatePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[50]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4175,7 +4406,7 @@ func (x *UpdatePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdatePoolRequest.ProtoReflect.Descriptor instead.
 func (*UpdatePoolRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{50}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *UpdatePoolRequest) GetPath() string {
@@ -4208,7 +4439,7 @@ type UpdatePoolResponse struct {
 
 func (x *UpdatePoolResponse) Reset() {
 	*x = UpdatePoolResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[51]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4220,7 +4451,7 @@ func (x *UpdatePoolResponse) String() string {
 func (*UpdatePoolResponse) ProtoMessage() {}
 
 func (x *UpdatePoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[51]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4233,7 +4464,7 @@ func (x *UpdatePoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdatePoolResponse.ProtoReflect.Descriptor instead.
 func (*UpdatePoolResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{51}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *UpdatePoolResponse) GetPool() *Pool {
@@ -4252,7 +4483,7 @@ type DeletePoolRequest struct {
 
 func (x *DeletePoolRequest) Reset() {
 	*x = DeletePoolRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[52]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4264,7 +4495,7 @@ func (x *DeletePoolRequest) String() string {
 func (*DeletePoolRequest) ProtoMessage() {}
 
 func (x *DeletePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[52]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4277,7 +4508,7 @@ func (x *DeletePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoolRequest.ProtoReflect.Descriptor instead.
 func (*DeletePoolRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{52}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *DeletePoolRequest) GetPath() string {
@@ -4295,7 +4526,7 @@ type DeletePoolResponse struct {
 
 func (x *DeletePoolResponse) Reset() {
 	*x = DeletePoolResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[53]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4307,7 +4538,7 @@ func (x *DeletePoolResponse) String() string {
 func (*DeletePoolResponse) ProtoMessage() {}
 
 func (x *DeletePoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[53]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4320,7 +4551,7 @@ func (x *DeletePoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoolResponse.ProtoReflect.Descriptor instead.
 func (*DeletePoolResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{53}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{57}
 }
 
 // MovePoolRequest moves a pool, with its children, under another parent.
@@ -4335,7 +4566,7 @@ type MovePoolRequest struct {
 
 func (x *MovePoolRequest) Reset() {
 	*x = MovePoolRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[54]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4347,7 +4578,7 @@ func (x *MovePoolRequest) String() string {
 func (*MovePoolRequest) ProtoMessage() {}
 
 func (x *MovePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[54]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4360,7 +4591,7 @@ func (x *MovePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MovePoolRequest.ProtoReflect.Descriptor instead.
 func (*MovePoolRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{54}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *MovePoolRequest) GetPath() string {
@@ -4386,7 +4617,7 @@ type MovePoolResponse struct {
 
 func (x *MovePoolResponse) Reset() {
 	*x = MovePoolResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[55]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4398,7 +4629,7 @@ func (x *MovePoolResponse) String() string {
 func (*MovePoolResponse) ProtoMessage() {}
 
 func (x *MovePoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[55]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4411,7 +4642,7 @@ func (x *MovePoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MovePoolResponse.ProtoReflect.Descriptor instead.
 func (*MovePoolResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{55}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *MovePoolResponse) GetPool() *Pool {
@@ -4429,7 +4660,7 @@ type ListPoolsRequest struct {
 
 func (x *ListPoolsRequest) Reset() {
 	*x = ListPoolsRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[56]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4441,7 +4672,7 @@ func (x *ListPoolsRequest) String() string {
 func (*ListPoolsRequest) ProtoMessage() {}
 
 func (x *ListPoolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[56]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4454,7 +4685,7 @@ func (x *ListPoolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoolsRequest.ProtoReflect.Descriptor instead.
 func (*ListPoolsRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{56}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{60}
 }
 
 type ListPoolsResponse struct {
@@ -4466,7 +4697,7 @@ type ListPoolsResponse struct {
 
 func (x *ListPoolsResponse) Reset() {
 	*x = ListPoolsResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[57]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4478,7 +4709,7 @@ func (x *ListPoolsResponse) String() string {
 func (*ListPoolsResponse) ProtoMessage() {}
 
 func (x *ListPoolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[57]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4491,7 +4722,7 @@ func (x *ListPoolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoolsResponse.ProtoReflect.Descriptor instead.
 func (*ListPoolsResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{57}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ListPoolsResponse) GetPools() []*Pool {
@@ -4548,7 +4779,7 @@ type Host struct {
 
 func (x *Host) Reset() {
 	*x = Host{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[58]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4560,7 +4791,7 @@ func (x *Host) String() string {
 func (*Host) ProtoMessage() {}
 
 func (x *Host) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[58]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4573,7 +4804,7 @@ func (x *Host) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Host.ProtoReflect.Descriptor instead.
 func (*Host) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{58}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *Host) GetName() string {
@@ -4714,7 +4945,7 @@ type HostRun struct {
 
 func (x *HostRun) Reset() {
 	*x = HostRun{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[59]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4726,7 +4957,7 @@ func (x *HostRun) String() string {
 func (*HostRun) ProtoMessage() {}
 
 func (x *HostRun) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[59]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4739,7 +4970,7 @@ func (x *HostRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostRun.ProtoReflect.Descriptor instead.
 func (*HostRun) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{59}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *HostRun) GetTaskId() string {
@@ -4813,7 +5044,7 @@ type HostUsage struct {
 
 func (x *HostUsage) Reset() {
 	*x = HostUsage{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[60]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4825,7 +5056,7 @@ func (x *HostUsage) String() string {
 func (*HostUsage) ProtoMessage() {}
 
 func (x *HostUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[60]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4838,7 +5069,7 @@ func (x *HostUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostUsage.ProtoReflect.Descriptor instead.
 func (*HostUsage) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{60}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *HostUsage) GetCpu() float64 {
@@ -4923,7 +5154,7 @@ type TaskUsage struct {
 
 func (x *TaskUsage) Reset() {
 	*x = TaskUsage{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[61]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4935,7 +5166,7 @@ func (x *TaskUsage) String() string {
 func (*TaskUsage) ProtoMessage() {}
 
 func (x *TaskUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[61]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4948,7 +5179,7 @@ func (x *TaskUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskUsage.ProtoReflect.Descriptor instead.
 func (*TaskUsage) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{61}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *TaskUsage) GetCpu() float64 {
@@ -5013,7 +5244,7 @@ type UsageReport struct {
 
 func (x *UsageReport) Reset() {
 	*x = UsageReport{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[62]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5025,7 +5256,7 @@ func (x *UsageReport) String() string {
 func (*UsageReport) ProtoMessage() {}
 
 func (x *UsageReport) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[62]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5038,7 +5269,7 @@ func (x *UsageReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageReport.ProtoReflect.Descriptor instead.
 func (*UsageReport) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{62}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *UsageReport) GetHost() string {
@@ -5093,7 +5324,7 @@ type UsageAck struct {
 
 func (x *UsageAck) Reset() {
 	*x = UsageAck{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[63]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5105,7 +5336,7 @@ func (x *UsageAck) String() string {
 func (*UsageAck) ProtoMessage() {}
 
 func (x *UsageAck) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[63]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5118,7 +5349,7 @@ func (x *UsageAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageAck.ProtoReflect.Descriptor instead.
 func (*UsageAck) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{63}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *UsageAck) GetSequence() uint64 {
@@ -5138,7 +5369,7 @@ type ListHostsRequest struct {
 
 func (x *ListHostsRequest) Reset() {
 	*x = ListHostsRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[64]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5150,7 +5381,7 @@ func (x *ListHostsRequest) String() string {
 func (*ListHostsRequest) ProtoMessage() {}
 
 func (x *ListHostsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[64]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5163,7 +5394,7 @@ func (x *ListHostsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHostsRequest.ProtoReflect.Descriptor instead.
 func (*ListHostsRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{64}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ListHostsRequest) GetIncludeRuns() bool {
@@ -5185,7 +5416,7 @@ type ListHostsResponse struct {
 
 func (x *ListHostsResponse) Reset() {
 	*x = ListHostsResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[65]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5197,7 +5428,7 @@ func (x *ListHostsResponse) String() string {
 func (*ListHostsResponse) ProtoMessage() {}
 
 func (x *ListHostsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[65]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5210,7 +5441,7 @@ func (x *ListHostsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHostsResponse.ProtoReflect.Descriptor instead.
 func (*ListHostsResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{65}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ListHostsResponse) GetHosts() []*Host {
@@ -5250,7 +5481,7 @@ type Substrate struct {
 
 func (x *Substrate) Reset() {
 	*x = Substrate{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[66]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5262,7 +5493,7 @@ func (x *Substrate) String() string {
 func (*Substrate) ProtoMessage() {}
 
 func (x *Substrate) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[66]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5275,7 +5506,7 @@ func (x *Substrate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Substrate.ProtoReflect.Descriptor instead.
 func (*Substrate) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{66}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *Substrate) GetBackend() string {
@@ -5326,7 +5557,7 @@ type StartMaintenanceRequest struct {
 
 func (x *StartMaintenanceRequest) Reset() {
 	*x = StartMaintenanceRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[67]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5338,7 +5569,7 @@ func (x *StartMaintenanceRequest) String() string {
 func (*StartMaintenanceRequest) ProtoMessage() {}
 
 func (x *StartMaintenanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[67]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5351,7 +5582,7 @@ func (x *StartMaintenanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartMaintenanceRequest.ProtoReflect.Descriptor instead.
 func (*StartMaintenanceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{67}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *StartMaintenanceRequest) GetHosts() []string {
@@ -5371,7 +5602,7 @@ type StartMaintenanceResponse struct {
 
 func (x *StartMaintenanceResponse) Reset() {
 	*x = StartMaintenanceResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[68]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5383,7 +5614,7 @@ func (x *StartMaintenanceResponse) String() string {
 func (*StartMaintenanceResponse) ProtoMessage() {}
 
 func (x *StartMaintenanceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[68]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5396,7 +5627,7 @@ func (x *StartMaintenanceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartMaintenanceResponse.ProtoReflect.Descriptor instead.
 func (*StartMaintenanceResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{68}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *StartMaintenanceResponse) GetHosts() []*Host {
@@ -5418,7 +5649,7 @@ type CompleteMaintenanceRequest struct {
 
 func (x *CompleteMaintenanceRequest) Reset() {
 	*x = CompleteMaintenanceRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[69]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5430,7 +5661,7 @@ func (x *CompleteMaintenanceRequest) String() string {
 func (*CompleteMaintenanceRequest) ProtoMessage() {}
 
 func (x *CompleteMaintenanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[69]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5443,7 +5674,7 @@ func (x *CompleteMaintenanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteMaintenanceRequest.ProtoReflect.Descriptor instead.
 func (*CompleteMaintenanceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{69}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *CompleteMaintenanceRequest) GetHosts() []string {
@@ -5463,7 +5694,7 @@ type CompleteMaintenanceResponse struct {
 
 func (x *CompleteMaintenanceResponse) Reset() {
 	*x = CompleteMaintenanceResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[70]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5475,7 +5706,7 @@ func (x *CompleteMaintenanceResponse) String() string {
 func (*CompleteMaintenanceResponse) ProtoMessage() {}
 
 func (x *CompleteMaintenanceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[70]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5488,7 +5719,7 @@ func (x *CompleteMaintenanceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteMaintenanceResponse.ProtoReflect.Descriptor instead.
 func (*CompleteMaintenanceResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{70}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *CompleteMaintenanceResponse) GetHosts() []*Host {
@@ -5516,7 +5747,7 @@ type MoveHostRequest struct {
 
 func (x *MoveHostRequest) Reset() {
 	*x = MoveHostRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[71]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5528,7 +5759,7 @@ func (x *MoveHostRequest) String() string {
 func (*MoveHostRequest) ProtoMessage() {}
 
 func (x *MoveHostRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[71]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5541,7 +5772,7 @@ func (x *MoveHostRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveHostRequest.ProtoReflect.Descriptor instead.
 func (*MoveHostRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{71}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *MoveHostRequest) GetHost() string {
@@ -5575,7 +5806,7 @@ type MoveHostResponse struct {
 
 func (x *MoveHostResponse) Reset() {
 	*x = MoveHostResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[72]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5587,7 +5818,7 @@ func (x *MoveHostResponse) String() string {
 func (*MoveHostResponse) ProtoMessage() {}
 
 func (x *MoveHostResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[72]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5600,7 +5831,7 @@ func (x *MoveHostResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveHostResponse.ProtoReflect.Descriptor instead.
 func (*MoveHostResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{72}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *MoveHostResponse) GetHost() *Host {
@@ -5640,7 +5871,7 @@ type Partition struct {
 
 func (x *Partition) Reset() {
 	*x = Partition{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[73]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5652,7 +5883,7 @@ func (x *Partition) String() string {
 func (*Partition) ProtoMessage() {}
 
 func (x *Partition) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[73]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5665,7 +5896,7 @@ func (x *Partition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Partition.ProtoReflect.Descriptor instead.
 func (*Partition) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{73}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *Partition) GetName() string {
@@ -5781,7 +6012,7 @@ type ListPartitionsRequest struct {
 
 func (x *ListPartitionsRequest) Reset() {
 	*x = ListPartitionsRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[74]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5793,7 +6024,7 @@ func (x *ListPartitionsRequest) String() string {
 func (*ListPartitionsRequest) ProtoMessage() {}
 
 func (x *ListPartitionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[74]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5806,7 +6037,7 @@ func (x *ListPartitionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPartitionsRequest.ProtoReflect.Descriptor instead.
 func (*ListPartitionsRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{74}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{78}
 }
 
 type ListPartitionsResponse struct {
@@ -5819,7 +6050,7 @@ type ListPartitionsResponse struct {
 
 func (x *ListPartitionsResponse) Reset() {
 	*x = ListPartitionsResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[75]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5831,7 +6062,7 @@ func (x *ListPartitionsResponse) String() string {
 func (*ListPartitionsResponse) ProtoMessage() {}
 
 func (x *ListPartitionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[75]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5844,7 +6075,7 @@ func (x *ListPartitionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPartitionsResponse.ProtoReflect.Descriptor instead.
 func (*ListPartitionsResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{75}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *ListPartitionsResponse) GetPartitions() []*Partition {
@@ -5875,7 +6106,7 @@ type AdvisorStatus struct {
 
 func (x *AdvisorStatus) Reset() {
 	*x = AdvisorStatus{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[76]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5887,7 +6118,7 @@ func (x *AdvisorStatus) String() string {
 func (*AdvisorStatus) ProtoMessage() {}
 
 func (x *AdvisorStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[76]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5900,7 +6131,7 @@ func (x *AdvisorStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdvisorStatus.ProtoReflect.Descriptor instead.
 func (*AdvisorStatus) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{76}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *AdvisorStatus) GetMode() string {
@@ -5943,7 +6174,7 @@ type PartitionMove struct {
 
 func (x *PartitionMove) Reset() {
 	*x = PartitionMove{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[77]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5955,7 +6186,7 @@ func (x *PartitionMove) String() string {
 func (*PartitionMove) ProtoMessage() {}
 
 func (x *PartitionMove) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[77]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5968,7 +6199,7 @@ func (x *PartitionMove) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionMove.ProtoReflect.Descriptor instead.
 func (*PartitionMove) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{77}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *PartitionMove) GetHost() string {
@@ -6025,7 +6256,7 @@ type ListPartitionMovesRequest struct {
 
 func (x *ListPartitionMovesRequest) Reset() {
 	*x = ListPartitionMovesRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[78]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6037,7 +6268,7 @@ func (x *ListPartitionMovesRequest) String() string {
 func (*ListPartitionMovesRequest) ProtoMessage() {}
 
 func (x *ListPartitionMovesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[78]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6050,7 +6281,7 @@ func (x *ListPartitionMovesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPartitionMovesRequest.ProtoReflect.Descriptor instead.
 func (*ListPartitionMovesRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{78}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *ListPartitionMovesRequest) GetHost() string {
@@ -6076,7 +6307,7 @@ type ListPartitionMovesResponse struct {
 
 func (x *ListPartitionMovesResponse) Reset() {
 	*x = ListPartitionMovesResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[79]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6088,7 +6319,7 @@ func (x *ListPartitionMovesResponse) String() string {
 func (*ListPartitionMovesResponse) ProtoMessage() {}
 
 func (x *ListPartitionMovesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[79]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6101,7 +6332,7 @@ func (x *ListPartitionMovesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPartitionMovesResponse.ProtoReflect.Descriptor instead.
 func (*ListPartitionMovesResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{79}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *ListPartitionMovesResponse) GetMoves() []*PartitionMove {
@@ -6124,7 +6355,7 @@ type HostAdvice struct {
 
 func (x *HostAdvice) Reset() {
 	*x = HostAdvice{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[80]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6136,7 +6367,7 @@ func (x *HostAdvice) String() string {
 func (*HostAdvice) ProtoMessage() {}
 
 func (x *HostAdvice) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[80]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6149,7 +6380,7 @@ func (x *HostAdvice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostAdvice.ProtoReflect.Descriptor instead.
 func (*HostAdvice) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{80}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *HostAdvice) GetHost() string {
@@ -6186,7 +6417,7 @@ type PartitionAdvice struct {
 
 func (x *PartitionAdvice) Reset() {
 	*x = PartitionAdvice{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[81]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6198,7 +6429,7 @@ func (x *PartitionAdvice) String() string {
 func (*PartitionAdvice) ProtoMessage() {}
 
 func (x *PartitionAdvice) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[81]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6211,7 +6442,7 @@ func (x *PartitionAdvice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionAdvice.ProtoReflect.Descriptor instead.
 func (*PartitionAdvice) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{81}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *PartitionAdvice) GetPartition() string {
@@ -6261,7 +6492,7 @@ type PublishAdviceRequest struct {
 
 func (x *PublishAdviceRequest) Reset() {
 	*x = PublishAdviceRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[82]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6273,7 +6504,7 @@ func (x *PublishAdviceRequest) String() string {
 func (*PublishAdviceRequest) ProtoMessage() {}
 
 func (x *PublishAdviceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[82]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6286,7 +6517,7 @@ func (x *PublishAdviceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublishAdviceRequest.ProtoReflect.Descriptor instead.
 func (*PublishAdviceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{82}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *PublishAdviceRequest) GetAdvisorId() string {
@@ -6339,7 +6570,7 @@ type PublishAdviceResponse struct {
 
 func (x *PublishAdviceResponse) Reset() {
 	*x = PublishAdviceResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[83]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6351,7 +6582,7 @@ func (x *PublishAdviceResponse) String() string {
 func (*PublishAdviceResponse) ProtoMessage() {}
 
 func (x *PublishAdviceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[83]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6364,7 +6595,7 @@ func (x *PublishAdviceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublishAdviceResponse.ProtoReflect.Descriptor instead.
 func (*PublishAdviceResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{83}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{87}
 }
 
 // UpdateSpec says how a rolling update replaces a job's instances.
@@ -6397,7 +6628,7 @@ type UpdateSpec struct {
 
 func (x *UpdateSpec) Reset() {
 	*x = UpdateSpec{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[84]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6409,7 +6640,7 @@ func (x *UpdateSpec) String() string {
 func (*UpdateSpec) ProtoMessage() {}
 
 func (x *UpdateSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[84]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6422,7 +6653,7 @@ func (x *UpdateSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateSpec.ProtoReflect.Descriptor instead.
 func (*UpdateSpec) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{84}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *UpdateSpec) GetBatchSize() uint32 {
@@ -6513,7 +6744,7 @@ type UpdateStatus struct {
 
 func (x *UpdateStatus) Reset() {
 	*x = UpdateStatus{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[85]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6525,7 +6756,7 @@ func (x *UpdateStatus) String() string {
 func (*UpdateStatus) ProtoMessage() {}
 
 func (x *UpdateStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[85]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6538,7 +6769,7 @@ func (x *UpdateStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateStatus.ProtoReflect.Descriptor instead.
 func (*UpdateStatus) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{85}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *UpdateStatus) GetState() UpdateState {
@@ -6651,7 +6882,7 @@ type Update struct {
 
 func (x *Update) Reset() {
 	*x = Update{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[86]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6663,7 +6894,7 @@ func (x *Update) String() string {
 func (*Update) ProtoMessage() {}
 
 func (x *Update) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[86]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6676,7 +6907,7 @@ func (x *Update) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Update.ProtoReflect.Descriptor instead.
 func (*Update) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{86}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *Update) GetId() string {
@@ -6770,7 +7001,7 @@ type CreateUpdateRequest struct {
 
 func (x *CreateUpdateRequest) Reset() {
 	*x = CreateUpdateRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[87]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6782,7 +7013,7 @@ func (x *CreateUpdateRequest) String() string {
 func (*CreateUpdateRequest) ProtoMessage() {}
 
 func (x *CreateUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[87]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6795,7 +7026,7 @@ func (x *CreateUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateUpdateRequest.ProtoReflect.Descriptor instead.
 func (*CreateUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{87}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *CreateUpdateRequest) GetJobId() string {
@@ -6842,7 +7073,7 @@ type CreateUpdateResponse struct {
 
 func (x *CreateUpdateResponse) Reset() {
 	*x = CreateUpdateResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[88]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6854,7 +7085,7 @@ func (x *CreateUpdateResponse) String() string {
 func (*CreateUpdateResponse) ProtoMessage() {}
 
 func (x *CreateUpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[88]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6867,7 +7098,7 @@ func (x *CreateUpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateUpdateResponse.ProtoReflect.Descriptor instead.
 func (*CreateUpdateResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{88}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *CreateUpdateResponse) GetUpdate() *Update {
@@ -6886,7 +7117,7 @@ type GetUpdateRequest struct {
 
 func (x *GetUpdateRequest) Reset() {
 	*x = GetUpdateRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[89]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6898,7 +7129,7 @@ func (x *GetUpdateRequest) String() string {
 func (*GetUpdateRequest) ProtoMessage() {}
 
 func (x *GetUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[89]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6911,7 +7142,7 @@ func (x *GetUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUpdateRequest.ProtoReflect.Descriptor instead.
 func (*GetUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{89}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *GetUpdateRequest) GetUpdateId() string {
@@ -6930,7 +7161,7 @@ type GetUpdateResponse struct {
 
 func (x *GetUpdateResponse) Reset() {
 	*x = GetUpdateResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[90]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6942,7 +7173,7 @@ func (x *GetUpdateResponse) String() string {
 func (*GetUpdateResponse) ProtoMessage() {}
 
 func (x *GetUpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[90]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6955,7 +7186,7 @@ func (x *GetUpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUpdateResponse.ProtoReflect.Descriptor instead.
 func (*GetUpdateResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{90}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *GetUpdateResponse) GetUpdate() *Update {
@@ -6975,7 +7206,7 @@ type ListUpdatesRequest struct {
 
 func (x *ListUpdatesRequest) Reset() {
 	*x = ListUpdatesRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[91]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6987,7 +7218,7 @@ func (x *ListUpdatesRequest) String() string {
 func (*ListUpdatesRequest) ProtoMessage() {}
 
 func (x *ListUpdatesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[91]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7000,7 +7231,7 @@ func (x *ListUpdatesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListUpdatesRequest.ProtoReflect.Descriptor instead.
 func (*ListUpdatesRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{91}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *ListUpdatesRequest) GetJobId() string {
@@ -7019,7 +7250,7 @@ type ListUpdatesResponse struct {
 
 func (x *ListUpdatesResponse) Reset() {
 	*x = ListUpdatesResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[92]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7031,7 +7262,7 @@ func (x *ListUpdatesResponse) String() string {
 func (*ListUpdatesResponse) ProtoMessage() {}
 
 func (x *ListUpdatesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[92]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7044,7 +7275,7 @@ func (x *ListUpdatesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListUpdatesResponse.ProtoReflect.Descriptor instead.
 func (*ListUpdatesResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{92}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *ListUpdatesResponse) GetUpdates() []*Update {
@@ -7063,7 +7294,7 @@ type PauseUpdateRequest struct {
 
 func (x *PauseUpdateRequest) Reset() {
 	*x = PauseUpdateRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[93]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7075,7 +7306,7 @@ func (x *PauseUpdateRequest) String() string {
 func (*PauseUpdateRequest) ProtoMessage() {}
 
 func (x *PauseUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[93]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7088,7 +7319,7 @@ func (x *PauseUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseUpdateRequest.ProtoReflect.Descriptor instead.
 func (*PauseUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{93}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *PauseUpdateRequest) GetUpdateId() string {
@@ -7107,7 +7338,7 @@ type PauseUpdateResponse struct {
 
 func (x *PauseUpdateResponse) Reset() {
 	*x = PauseUpdateResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[94]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7119,7 +7350,7 @@ func (x *PauseUpdateResponse) String() string {
 func (*PauseUpdateResponse) ProtoMessage() {}
 
 func (x *PauseUpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[94]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7132,7 +7363,7 @@ func (x *PauseUpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseUpdateResponse.ProtoReflect.Descriptor instead.
 func (*PauseUpdateResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{94}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *PauseUpdateResponse) GetUpdate() *Update {
@@ -7151,7 +7382,7 @@ type ResumeUpdateRequest struct {
 
 func (x *ResumeUpdateRequest) Reset() {
 	*x = ResumeUpdateRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[95]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7163,7 +7394,7 @@ func (x *ResumeUpdateRequest) String() string {
 func (*ResumeUpdateRequest) ProtoMessage() {}
 
 func (x *ResumeUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[95]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7176,7 +7407,7 @@ func (x *ResumeUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeUpdateRequest.ProtoReflect.Descriptor instead.
 func (*ResumeUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{95}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *ResumeUpdateRequest) GetUpdateId() string {
@@ -7195,7 +7426,7 @@ type ResumeUpdateResponse struct {
 
 func (x *ResumeUpdateResponse) Reset() {
 	*x = ResumeUpdateResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[96]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7207,7 +7438,7 @@ func (x *ResumeUpdateResponse) String() string {
 func (*ResumeUpdateResponse) ProtoMessage() {}
 
 func (x *ResumeUpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[96]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7220,7 +7451,7 @@ func (x *ResumeUpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeUpdateResponse.ProtoReflect.Descriptor instead.
 func (*ResumeUpdateResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{96}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *ResumeUpdateResponse) GetUpdate() *Update {
@@ -7239,7 +7470,7 @@ type AbortUpdateRequest struct {
 
 func (x *AbortUpdateRequest) Reset() {
 	*x = AbortUpdateRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[97]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7251,7 +7482,7 @@ func (x *AbortUpdateRequest) String() string {
 func (*AbortUpdateRequest) ProtoMessage() {}
 
 func (x *AbortUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[97]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7264,7 +7495,7 @@ func (x *AbortUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortUpdateRequest.ProtoReflect.Descriptor instead.
 func (*AbortUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{97}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *AbortUpdateRequest) GetUpdateId() string {
@@ -7283,7 +7514,7 @@ type AbortUpdateResponse struct {
 
 func (x *AbortUpdateResponse) Reset() {
 	*x = AbortUpdateResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[98]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7295,7 +7526,7 @@ func (x *AbortUpdateResponse) String() string {
 func (*AbortUpdateResponse) ProtoMessage() {}
 
 func (x *AbortUpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[98]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7308,7 +7539,7 @@ func (x *AbortUpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortUpdateResponse.ProtoReflect.Descriptor instead.
 func (*AbortUpdateResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{98}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *AbortUpdateResponse) GetUpdate() *Update {
@@ -7331,7 +7562,7 @@ type RollbackUpdateRequest struct {
 
 func (x *RollbackUpdateRequest) Reset() {
 	*x = RollbackUpdateRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[99]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7343,7 +7574,7 @@ func (x *RollbackUpdateRequest) String() string {
 func (*RollbackUpdateRequest) ProtoMessage() {}
 
 func (x *RollbackUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[99]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7356,7 +7587,7 @@ func (x *RollbackUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackUpdateRequest.ProtoReflect.Descriptor instead.
 func (*RollbackUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{99}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *RollbackUpdateRequest) GetUpdateId() string {
@@ -7375,7 +7606,7 @@ type RollbackUpdateResponse struct {
 
 func (x *RollbackUpdateResponse) Reset() {
 	*x = RollbackUpdateResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[100]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7387,7 +7618,7 @@ func (x *RollbackUpdateResponse) String() string {
 func (*RollbackUpdateResponse) ProtoMessage() {}
 
 func (x *RollbackUpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[100]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7400,7 +7631,7 @@ func (x *RollbackUpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackUpdateResponse.ProtoReflect.Descriptor instead.
 func (*RollbackUpdateResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{100}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *RollbackUpdateResponse) GetUpdate() *Update {
@@ -7633,7 +7864,17 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"createTime\x12\x14\n" +
 	"\x05cause\x18\x04 \x01(\tR\x05cause\"Q\n" +
 	"\x17ListJobVersionsResponse\x126\n" +
-	"\bversions\x18\x01 \x03(\v2\x1a.peloton.api.v1.JobVersionR\bversions\"\x98\x01\n" +
+	"\bversions\x18\x01 \x03(\v2\x1a.peloton.api.v1.JobVersionR\bversions\"\xac\x01\n" +
+	"\x10WatchJobsRequest\x12\x17\n" +
+	"\ajob_ids\x18\x01 \x03(\tR\x06jobIds\x12D\n" +
+	"\x06labels\x18\x02 \x03(\v2,.peloton.api.v1.WatchJobsRequest.LabelsEntryR\x06labels\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"d\n" +
+	"\tJobChange\x12%\n" +
+	"\x03job\x18\x01 \x01(\v2\x13.peloton.api.v1.JobR\x03job\x12\x16\n" +
+	"\x06synced\x18\x02 \x01(\bR\x06synced\x12\x18\n" +
+	"\adeleted\x18\x03 \x01(\bR\adeleted\"\x98\x01\n" +
 	"\x10ListTasksRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x121\n" +
 	"\x06states\x18\x02 \x03(\x0e2\x19.peloton.api.v1.TaskStateR\x06states\x12\x1b\n" +
@@ -7662,7 +7903,14 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\x06stream\x18\x04 \x01(\x0e2\x19.peloton.api.v1.LogStreamR\x06stream\x12\x16\n" +
 	"\x06follow\x18\x05 \x01(\bR\x06follow\"\x1e\n" +
 	"\bLogChunk\x12\x12\n" +
-	"\x04data\x18\x01 \x01(\fR\x04data\"\xed\x01\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\"*\n" +
+	"\x11WatchTasksRequest\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\"h\n" +
+	"\n" +
+	"TaskChange\x12(\n" +
+	"\x04task\x18\x01 \x01(\v2\x14.peloton.api.v1.TaskR\x04task\x12\x16\n" +
+	"\x06synced\x18\x02 \x01(\bR\x06synced\x12\x18\n" +
+	"\aremoved\x18\x03 \x01(\bR\aremoved\"\xed\x01\n" +
 	"\bPoolSpec\x12;\n" +
 	"\vreservation\x18\x01 \x01(\v2\x19.peloton.api.v1.ResourcesR\vreservation\x12/\n" +
 	"\x05limit\x18\x02 \x01(\v2\x19.peloton.api.v1.ResourcesR\x05limit\x12/\n" +
@@ -8031,7 +8279,7 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\x13UPDATE_ROLLING_BACK\x10\x04\x12\x16\n" +
 	"\x12UPDATE_ROLLED_BACK\x10\x05\x12\x11\n" +
 	"\rUPDATE_FAILED\x10\x06\x12\x12\n" +
-	"\x0eUPDATE_ABORTED\x10\a2\xa2\x05\n" +
+	"\x0eUPDATE_ABORTED\x10\a2\xee\x05\n" +
 	"\n" +
 	"JobService\x12P\n" +
 	"\tCreateJob\x12 .peloton.api.v1.CreateJobRequest\x1a!.peloton.api.v1.CreateJobResponse\x12G\n" +
@@ -8042,12 +8290,15 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\n" +
 	"RestartJob\x12!.peloton.api.v1.RestartJobRequest\x1a\".peloton.api.v1.RestartJobResponse\x12M\n" +
 	"\bScaleJob\x12\x1f.peloton.api.v1.ScaleJobRequest\x1a .peloton.api.v1.ScaleJobResponse\x12b\n" +
-	"\x0fListJobVersions\x12&.peloton.api.v1.ListJobVersionsRequest\x1a'.peloton.api.v1.ListJobVersionsResponse2\xc9\x02\n" +
+	"\x0fListJobVersions\x12&.peloton.api.v1.ListJobVersionsRequest\x1a'.peloton.api.v1.ListJobVersionsResponse\x12J\n" +
+	"\tWatchJobs\x12 .peloton.api.v1.WatchJobsRequest\x1a\x19.peloton.api.v1.JobChange0\x012\x98\x03\n" +
 	"\vTaskService\x12P\n" +
 	"\tListTasks\x12 .peloton.api.v1.ListTasksRequest\x1a!.peloton.api.v1.ListTasksResponse\x12J\n" +
 	"\aGetTask\x12\x1e.peloton.api.v1.GetTaskRequest\x1a\x1f.peloton.api.v1.GetTaskResponse\x12M\n" +
 	"\bKillTask\x12\x1f.peloton.api.v1.KillTaskRequest\x1a .peloton.api.v1.KillTaskResponse\x12M\n" +
-	"\vGetTaskLogs\x12\".peloton.api.v1.GetTaskLogsRequest\x1a\x18.peloton.api.v1.LogChunk0\x012\xf9\x03\n" +
+	"\vGetTaskLogs\x12\".peloton.api.v1.GetTaskLogsRequest\x1a\x18.peloton.api.v1.LogChunk0\x01\x12M\n" +
+	"\n" +
+	"WatchTasks\x12!.peloton.api.v1.WatchTasksRequest\x1a\x1a.peloton.api.v1.TaskChange0\x012\xf9\x03\n" +
 	"\vPoolService\x12S\n" +
 	"\n" +
 	"CreatePool\x12!.peloton.api.v1.CreatePoolRequest\x1a\".peloton.api.v1.CreatePoolResponse\x12J\n" +
@@ -8091,7 +8342,7 @@ func file_peloton_api_v1_peloton_proto_rawDescGZIP() []byte {
 }
 
 var file_peloton_api_v1_peloton_proto_enumTypes = make([]protoimpl.EnumInfo, 11)
-var file_peloton_api_v1_peloton_proto_msgTypes = make([]protoimpl.MessageInfo, 111)
+var file_peloton_api_v1_peloton_proto_msgTypes = make([]protoimpl.MessageInfo, 116)
 var file_peloton_api_v1_peloton_proto_goTypes = []any{
 	(JobType)(0),                        // 0: peloton.api.v1.JobType
 	(TaskState)(0),                      // 1: peloton.api.v1.TaskState
@@ -8139,87 +8390,92 @@ var file_peloton_api_v1_peloton_proto_goTypes = []any{
 	(*ListJobVersionsRequest)(nil),      // 43: peloton.api.v1.ListJobVersionsRequest
 	(*JobVersion)(nil),                  // 44: peloton.api.v1.JobVersion
 	(*ListJobVersionsResponse)(nil),     // 45: peloton.api.v1.ListJobVersionsResponse
-	(*ListTasksRequest)(nil),            // 46: peloton.api.v1.ListTasksRequest
-	(*ListTasksResponse)(nil),           // 47: peloton.api.v1.ListTasksResponse
-	(*GetTaskRequest)(nil),              // 48: peloton.api.v1.GetTaskRequest
-	(*GetTaskResponse)(nil),             // 49: peloton.api.v1.GetTaskResponse
-	(*KillTaskRequest)(nil),             // 50: peloton.api.v1.KillTaskRequest
-	(*KillTaskResponse)(nil),            // 51: peloton.api.v1.KillTaskResponse
-	(*GetTaskLogsRequest)(nil),          // 52: peloton.api.v1.GetTaskLogsRequest
-	(*LogChunk)(nil),                    // 53: peloton.api.v1.LogChunk
-	(*PoolSpec)(nil),                    // 54: peloton.api.v1.PoolSpec
-	(*PoolStatus)(nil),                  // 55: peloton.api.v1.PoolStatus
-	(*Pool)(nil),                        // 56: peloton.api.v1.Pool
-	(*CreatePoolRequest)(nil),           // 57: peloton.api.v1.CreatePoolRequest
-	(*CreatePoolResponse)(nil),          // 58: peloton.api.v1.CreatePoolResponse
-	(*GetPoolRequest)(nil),              // 59: peloton.api.v1.GetPoolRequest
-	(*GetPoolResponse)(nil),             // 60: peloton.api.v1.GetPoolResponse
-	(*UpdatePoolRequest)(nil),           // 61: peloton.api.v1.UpdatePoolRequest
-	(*UpdatePoolResponse)(nil),          // 62: peloton.api.v1.UpdatePoolResponse
-	(*DeletePoolRequest)(nil),           // 63: peloton.api.v1.DeletePoolRequest
-	(*DeletePoolResponse)(nil),          // 64: peloton.api.v1.DeletePoolResponse
-	(*MovePoolRequest)(nil),             // 65: peloton.api.v1.MovePoolRequest
-	(*MovePoolResponse)(nil),            // 66: peloton.api.v1.MovePoolResponse
-	(*ListPoolsRequest)(nil),            // 67: peloton.api.v1.ListPoolsRequest
-	(*ListPoolsResponse)(nil),           // 68: peloton.api.v1.ListPoolsResponse
-	(*Host)(nil),                        // 69: peloton.api.v1.Host
-	(*HostRun)(nil),                     // 70: peloton.api.v1.HostRun
-	(*HostUsage)(nil),                   // 71: peloton.api.v1.HostUsage
-	(*TaskUsage)(nil),                   // 72: peloton.api.v1.TaskUsage
-	(*UsageReport)(nil),                 // 73: peloton.api.v1.UsageReport
-	(*UsageAck)(nil),                    // 74: peloton.api.v1.UsageAck
-	(*ListHostsRequest)(nil),            // 75: peloton.api.v1.ListHostsRequest
-	(*ListHostsResponse)(nil),           // 76: peloton.api.v1.ListHostsResponse
-	(*Substrate)(nil),                   // 77: peloton.api.v1.Substrate
-	(*StartMaintenanceRequest)(nil),     // 78: peloton.api.v1.StartMaintenanceRequest
-	(*StartMaintenanceResponse)(nil),    // 79: peloton.api.v1.StartMaintenanceResponse
-	(*CompleteMaintenanceRequest)(nil),  // 80: peloton.api.v1.CompleteMaintenanceRequest
-	(*CompleteMaintenanceResponse)(nil), // 81: peloton.api.v1.CompleteMaintenanceResponse
-	(*MoveHostRequest)(nil),             // 82: peloton.api.v1.MoveHostRequest
-	(*MoveHostResponse)(nil),            // 83: peloton.api.v1.MoveHostResponse
-	(*Partition)(nil),                   // 84: peloton.api.v1.Partition
-	(*ListPartitionsRequest)(nil),       // 85: peloton.api.v1.ListPartitionsRequest
-	(*ListPartitionsResponse)(nil),      // 86: peloton.api.v1.ListPartitionsResponse
-	(*AdvisorStatus)(nil),               // 87: peloton.api.v1.AdvisorStatus
-	(*PartitionMove)(nil),               // 88: peloton.api.v1.PartitionMove
-	(*ListPartitionMovesRequest)(nil),   // 89: peloton.api.v1.ListPartitionMovesRequest
-	(*ListPartitionMovesResponse)(nil),  // 90: peloton.api.v1.ListPartitionMovesResponse
-	(*HostAdvice)(nil),                  // 91: peloton.api.v1.HostAdvice
-	(*PartitionAdvice)(nil),             // 92: peloton.api.v1.PartitionAdvice
-	(*PublishAdviceRequest)(nil),        // 93: peloton.api.v1.PublishAdviceRequest
-	(*PublishAdviceResponse)(nil),       // 94: peloton.api.v1.PublishAdviceResponse
-	(*UpdateSpec)(nil),                  // 95: peloton.api.v1.UpdateSpec
-	(*UpdateStatus)(nil),                // 96: peloton.api.v1.UpdateStatus
-	(*Update)(nil),                      // 97: peloton.api.v1.Update
-	(*CreateUpdateRequest)(nil),         // 98: peloton.api.v1.CreateUpdateRequest
-	(*CreateUpdateResponse)(nil),        // 99: peloton.api.v1.CreateUpdateResponse
-	(*GetUpdateRequest)(nil),            // 100: peloton.api.v1.GetUpdateRequest
-	(*GetUpdateResponse)(nil),           // 101: peloton.api.v1.GetUpdateResponse
-	(*ListUpdatesRequest)(nil),          // 102: peloton.api.v1.ListUpdatesRequest
-	(*ListUpdatesResponse)(nil),         // 103: peloton.api.v1.ListUpdatesResponse
-	(*PauseUpdateRequest)(nil),          // 104: peloton.api.v1.PauseUpdateRequest
-	(*PauseUpdateResponse)(nil),         // 105: peloton.api.v1.PauseUpdateResponse
-	(*ResumeUpdateRequest)(nil),         // 106: peloton.api.v1.ResumeUpdateRequest
-	(*ResumeUpdateResponse)(nil),        // 107: peloton.api.v1.ResumeUpdateResponse
-	(*AbortUpdateRequest)(nil),          // 108: peloton.api.v1.AbortUpdateRequest
-	(*AbortUpdateResponse)(nil),         // 109: peloton.api.v1.AbortUpdateResponse
-	(*RollbackUpdateRequest)(nil),       // 110: peloton.api.v1.RollbackUpdateRequest
-	(*RollbackUpdateResponse)(nil),      // 111: peloton.api.v1.RollbackUpdateResponse
-	nil,                                 // 112: peloton.api.v1.TaskSpec.EnvEntry
-	nil,                                 // 113: peloton.api.v1.JobSpec.InstanceSpecsEntry
-	nil,                                 // 114: peloton.api.v1.JobSpec.LabelsEntry
-	nil,                                 // 115: peloton.api.v1.JobStatus.TaskCountsEntry
-	nil,                                 // 116: peloton.api.v1.TaskStatus.PortsEntry
-	nil,                                 // 117: peloton.api.v1.ListJobsRequest.LabelsEntry
-	nil,                                 // 118: peloton.api.v1.Host.LabelsEntry
-	nil,                                 // 119: peloton.api.v1.UsageReport.RunsEntry
-	nil,                                 // 120: peloton.api.v1.Partition.ZonesEntry
-	nil,                                 // 121: peloton.api.v1.Update.RestartsEntry
-	(*timestamppb.Timestamp)(nil),       // 122: google.protobuf.Timestamp
+	(*WatchJobsRequest)(nil),            // 46: peloton.api.v1.WatchJobsRequest
+	(*JobChange)(nil),                   // 47: peloton.api.v1.JobChange
+	(*ListTasksRequest)(nil),            // 48: peloton.api.v1.ListTasksRequest
+	(*ListTasksResponse)(nil),           // 49: peloton.api.v1.ListTasksResponse
+	(*GetTaskRequest)(nil),              // 50: peloton.api.v1.GetTaskRequest
+	(*GetTaskResponse)(nil),             // 51: peloton.api.v1.GetTaskResponse
+	(*KillTaskRequest)(nil),             // 52: peloton.api.v1.KillTaskRequest
+	(*KillTaskResponse)(nil),            // 53: peloton.api.v1.KillTaskResponse
+	(*GetTaskLogsRequest)(nil),          // 54: peloton.api.v1.GetTaskLogsRequest
+	(*LogChunk)(nil),                    // 55: peloton.api.v1.LogChunk
+	(*WatchTasksRequest)(nil),           // 56: peloton.api.v1.WatchTasksRequest
+	(*TaskChange)(nil),                  // 57: peloton.api.v1.TaskChange
+	(*PoolSpec)(nil),                    // 58: peloton.api.v1.PoolSpec
+	(*PoolStatus)(nil),                  // 59: peloton.api.v1.PoolStatus
+	(*Pool)(nil),                        // 60: peloton.api.v1.Pool
+	(*CreatePoolRequest)(nil),           // 61: peloton.api.v1.CreatePoolRequest
+	(*CreatePoolResponse)(nil),          // 62: peloton.api.v1.CreatePoolResponse
+	(*GetPoolRequest)(nil),              // 63: peloton.api.v1.GetPoolRequest
+	(*GetPoolResponse)(nil),             // 64: peloton.api.v1.GetPoolResponse
+	(*UpdatePoolRequest)(nil),           // 65: peloton.api.v1.UpdatePoolRequest
+	(*UpdatePoolResponse)(nil),          // 66: peloton.api.v1.UpdatePoolResponse
+	(*DeletePoolRequest)(nil),           // 67: peloton.api.v1.DeletePoolRequest
+	(*DeletePoolResponse)(nil),          // 68: peloton.api.v1.DeletePoolResponse
+	(*MovePoolRequest)(nil),             // 69: peloton.api.v1.MovePoolRequest
+	(*MovePoolResponse)(nil),            // 70: peloton.api.v1.MovePoolResponse
+	(*ListPoolsRequest)(nil),            // 71: peloton.api.v1.ListPoolsRequest
+	(*ListPoolsResponse)(nil),           // 72: peloton.api.v1.ListPoolsResponse
+	(*Host)(nil),                        // 73: peloton.api.v1.Host
+	(*HostRun)(nil),                     // 74: peloton.api.v1.HostRun
+	(*HostUsage)(nil),                   // 75: peloton.api.v1.HostUsage
+	(*TaskUsage)(nil),                   // 76: peloton.api.v1.TaskUsage
+	(*UsageReport)(nil),                 // 77: peloton.api.v1.UsageReport
+	(*UsageAck)(nil),                    // 78: peloton.api.v1.UsageAck
+	(*ListHostsRequest)(nil),            // 79: peloton.api.v1.ListHostsRequest
+	(*ListHostsResponse)(nil),           // 80: peloton.api.v1.ListHostsResponse
+	(*Substrate)(nil),                   // 81: peloton.api.v1.Substrate
+	(*StartMaintenanceRequest)(nil),     // 82: peloton.api.v1.StartMaintenanceRequest
+	(*StartMaintenanceResponse)(nil),    // 83: peloton.api.v1.StartMaintenanceResponse
+	(*CompleteMaintenanceRequest)(nil),  // 84: peloton.api.v1.CompleteMaintenanceRequest
+	(*CompleteMaintenanceResponse)(nil), // 85: peloton.api.v1.CompleteMaintenanceResponse
+	(*MoveHostRequest)(nil),             // 86: peloton.api.v1.MoveHostRequest
+	(*MoveHostResponse)(nil),            // 87: peloton.api.v1.MoveHostResponse
+	(*Partition)(nil),                   // 88: peloton.api.v1.Partition
+	(*ListPartitionsRequest)(nil),       // 89: peloton.api.v1.ListPartitionsRequest
+	(*ListPartitionsResponse)(nil),      // 90: peloton.api.v1.ListPartitionsResponse
+	(*AdvisorStatus)(nil),               // 91: peloton.api.v1.AdvisorStatus
+	(*PartitionMove)(nil),               // 92: peloton.api.v1.PartitionMove
+	(*ListPartitionMovesRequest)(nil),   // 93: peloton.api.v1.ListPartitionMovesRequest
+	(*ListPartitionMovesResponse)(nil),  // 94: peloton.api.v1.ListPartitionMovesResponse
+	(*HostAdvice)(nil),                  // 95: peloton.api.v1.HostAdvice
+	(*PartitionAdvice)(nil),             // 96: peloton.api.v1.PartitionAdvice
+	(*PublishAdviceRequest)(nil),        // 97: peloton.api.v1.PublishAdviceRequest
+	(*PublishAdviceResponse)(nil),       // 98: peloton.api.v1.PublishAdviceResponse
+	(*UpdateSpec)(nil),                  // 99: peloton.api.v1.UpdateSpec
+	(*UpdateStatus)(nil),                // 100: peloton.api.v1.UpdateStatus
+	(*Update)(nil),                      // 101: peloton.api.v1.Update
+	(*CreateUpdateRequest)(nil),         // 102: peloton.api.v1.CreateUpdateRequest
+	(*CreateUpdateResponse)(nil),        // 103: peloton.api.v1.CreateUpdateResponse
+	(*GetUpdateRequest)(nil),            // 104: peloton.api.v1.GetUpdateRequest
+	(*GetUpdateResponse)(nil),           // 105: peloton.api.v1.GetUpdateResponse
+	(*ListUpdatesRequest)(nil),          // 106: peloton.api.v1.ListUpdatesRequest
+	(*ListUpdatesResponse)(nil),         // 107: peloton.api.v1.ListUpdatesResponse
+	(*PauseUpdateRequest)(nil),          // 108: peloton.api.v1.PauseUpdateRequest
+	(*PauseUpdateResponse)(nil),         // 109: peloton.api.v1.PauseUpdateResponse
+	(*ResumeUpdateRequest)(nil),         // 110: peloton.api.v1.ResumeUpdateRequest
+	(*ResumeUpdateResponse)(nil),        // 111: peloton.api.v1.ResumeUpdateResponse
+	(*AbortUpdateRequest)(nil),          // 112: peloton.api.v1.AbortUpdateRequest
+	(*AbortUpdateResponse)(nil),         // 113: peloton.api.v1.AbortUpdateResponse
+	(*RollbackUpdateRequest)(nil),       // 114: peloton.api.v1.RollbackUpdateRequest
+	(*RollbackUpdateResponse)(nil),      // 115: peloton.api.v1.RollbackUpdateResponse
+	nil,                                 // 116: peloton.api.v1.TaskSpec.EnvEntry
+	nil,                                 // 117: peloton.api.v1.JobSpec.InstanceSpecsEntry
+	nil,                                 // 118: peloton.api.v1.JobSpec.LabelsEntry
+	nil,                                 // 119: peloton.api.v1.JobStatus.TaskCountsEntry
+	nil,                                 // 120: peloton.api.v1.TaskStatus.PortsEntry
+	nil,                                 // 121: peloton.api.v1.ListJobsRequest.LabelsEntry
+	nil,                                 // 122: peloton.api.v1.WatchJobsRequest.LabelsEntry
+	nil,                                 // 123: peloton.api.v1.Host.LabelsEntry
+	nil,                                 // 124: peloton.api.v1.UsageReport.RunsEntry
+	nil,                                 // 125: peloton.api.v1.Partition.ZonesEntry
+	nil,                                 // 126: peloton.api.v1.Update.RestartsEntry
+	(*timestamppb.Timestamp)(nil),       // 127: google.protobuf.Timestamp
 }
 var file_peloton_api_v1_peloton_proto_depIdxs = []int32{
 	16,  // 0: peloton.api.v1.HealthCheck.http:type_name -> peloton.api.v1.HttpProbe
-	112, // 1: peloton.api.v1.TaskSpec.env:type_name -> peloton.api.v1.TaskSpec.EnvEntry
+	116, // 1: peloton.api.v1.TaskSpec.env:type_name -> peloton.api.v1.TaskSpec.EnvEntry
 	11,  // 2: peloton.api.v1.TaskSpec.resources:type_name -> peloton.api.v1.Resources
 	13,  // 3: peloton.api.v1.TaskSpec.restart_policy:type_name -> peloton.api.v1.RestartPolicy
 	21,  // 4: peloton.api.v1.TaskSpec.placement:type_name -> peloton.api.v1.PlacementSpec
@@ -8233,187 +8489,194 @@ var file_peloton_api_v1_peloton_proto_depIdxs = []int32{
 	0,   // 12: peloton.api.v1.JobSpec.type:type_name -> peloton.api.v1.JobType
 	12,  // 13: peloton.api.v1.JobSpec.sla:type_name -> peloton.api.v1.SlaSpec
 	18,  // 14: peloton.api.v1.JobSpec.default_spec:type_name -> peloton.api.v1.TaskSpec
-	113, // 15: peloton.api.v1.JobSpec.instance_specs:type_name -> peloton.api.v1.JobSpec.InstanceSpecsEntry
-	114, // 16: peloton.api.v1.JobSpec.labels:type_name -> peloton.api.v1.JobSpec.LabelsEntry
+	117, // 15: peloton.api.v1.JobSpec.instance_specs:type_name -> peloton.api.v1.JobSpec.InstanceSpecsEntry
+	118, // 16: peloton.api.v1.JobSpec.labels:type_name -> peloton.api.v1.JobSpec.LabelsEntry
 	23,  // 17: peloton.api.v1.JobSpec.foreign:type_name -> peloton.api.v1.ForeignOwner
 	5,   // 18: peloton.api.v1.JobStatus.state:type_name -> peloton.api.v1.JobState
 	5,   // 19: peloton.api.v1.JobStatus.goal_state:type_name -> peloton.api.v1.JobState
-	115, // 20: peloton.api.v1.JobStatus.task_counts:type_name -> peloton.api.v1.JobStatus.TaskCountsEntry
-	122, // 21: peloton.api.v1.JobStatus.create_time:type_name -> google.protobuf.Timestamp
-	122, // 22: peloton.api.v1.JobStatus.start_time:type_name -> google.protobuf.Timestamp
-	122, // 23: peloton.api.v1.JobStatus.completion_time:type_name -> google.protobuf.Timestamp
+	119, // 20: peloton.api.v1.JobStatus.task_counts:type_name -> peloton.api.v1.JobStatus.TaskCountsEntry
+	127, // 21: peloton.api.v1.JobStatus.create_time:type_name -> google.protobuf.Timestamp
+	127, // 22: peloton.api.v1.JobStatus.start_time:type_name -> google.protobuf.Timestamp
+	127, // 23: peloton.api.v1.JobStatus.completion_time:type_name -> google.protobuf.Timestamp
 	22,  // 24: peloton.api.v1.Job.spec:type_name -> peloton.api.v1.JobSpec
 	24,  // 25: peloton.api.v1.Job.status:type_name -> peloton.api.v1.JobStatus
 	1,   // 26: peloton.api.v1.TaskStatus.state:type_name -> peloton.api.v1.TaskState
 	1,   // 27: peloton.api.v1.TaskStatus.goal_state:type_name -> peloton.api.v1.TaskState
-	122, // 28: peloton.api.v1.TaskStatus.start_time:type_name -> google.protobuf.Timestamp
-	122, // 29: peloton.api.v1.TaskStatus.completion_time:type_name -> google.protobuf.Timestamp
-	122, // 30: peloton.api.v1.TaskStatus.update_time:type_name -> google.protobuf.Timestamp
+	127, // 28: peloton.api.v1.TaskStatus.start_time:type_name -> google.protobuf.Timestamp
+	127, // 29: peloton.api.v1.TaskStatus.completion_time:type_name -> google.protobuf.Timestamp
+	127, // 30: peloton.api.v1.TaskStatus.update_time:type_name -> google.protobuf.Timestamp
 	27,  // 31: peloton.api.v1.TaskStatus.history:type_name -> peloton.api.v1.TaskTransition
 	2,   // 32: peloton.api.v1.TaskStatus.health:type_name -> peloton.api.v1.HealthState
-	116, // 33: peloton.api.v1.TaskStatus.ports:type_name -> peloton.api.v1.TaskStatus.PortsEntry
-	72,  // 34: peloton.api.v1.TaskStatus.usage:type_name -> peloton.api.v1.TaskUsage
+	120, // 33: peloton.api.v1.TaskStatus.ports:type_name -> peloton.api.v1.TaskStatus.PortsEntry
+	76,  // 34: peloton.api.v1.TaskStatus.usage:type_name -> peloton.api.v1.TaskUsage
 	1,   // 35: peloton.api.v1.TaskTransition.state:type_name -> peloton.api.v1.TaskState
-	122, // 36: peloton.api.v1.TaskTransition.time:type_name -> google.protobuf.Timestamp
+	127, // 36: peloton.api.v1.TaskTransition.time:type_name -> google.protobuf.Timestamp
 	26,  // 37: peloton.api.v1.Task.status:type_name -> peloton.api.v1.TaskStatus
 	18,  // 38: peloton.api.v1.Task.spec:type_name -> peloton.api.v1.TaskSpec
 	22,  // 39: peloton.api.v1.CreateJobRequest.spec:type_name -> peloton.api.v1.JobSpec
 	25,  // 40: peloton.api.v1.GetJobResponse.job:type_name -> peloton.api.v1.Job
 	5,   // 41: peloton.api.v1.ListJobsRequest.states:type_name -> peloton.api.v1.JobState
-	117, // 42: peloton.api.v1.ListJobsRequest.labels:type_name -> peloton.api.v1.ListJobsRequest.LabelsEntry
-	122, // 43: peloton.api.v1.ListJobsRequest.created_since:type_name -> google.protobuf.Timestamp
-	122, // 44: peloton.api.v1.ListJobsRequest.created_until:type_name -> google.protobuf.Timestamp
+	121, // 42: peloton.api.v1.ListJobsRequest.labels:type_name -> peloton.api.v1.ListJobsRequest.LabelsEntry
+	127, // 43: peloton.api.v1.ListJobsRequest.created_since:type_name -> google.protobuf.Timestamp
+	127, // 44: peloton.api.v1.ListJobsRequest.created_until:type_name -> google.protobuf.Timestamp
 	25,  // 45: peloton.api.v1.ListJobsResponse.jobs:type_name -> peloton.api.v1.Job
 	22,  // 46: peloton.api.v1.JobVersion.spec:type_name -> peloton.api.v1.JobSpec
-	122, // 47: peloton.api.v1.JobVersion.create_time:type_name -> google.protobuf.Timestamp
+	127, // 47: peloton.api.v1.JobVersion.create_time:type_name -> google.protobuf.Timestamp
 	44,  // 48: peloton.api.v1.ListJobVersionsResponse.versions:type_name -> peloton.api.v1.JobVersion
-	1,   // 49: peloton.api.v1.ListTasksRequest.states:type_name -> peloton.api.v1.TaskState
-	28,  // 50: peloton.api.v1.ListTasksResponse.tasks:type_name -> peloton.api.v1.Task
-	28,  // 51: peloton.api.v1.GetTaskResponse.task:type_name -> peloton.api.v1.Task
-	6,   // 52: peloton.api.v1.GetTaskLogsRequest.stream:type_name -> peloton.api.v1.LogStream
-	11,  // 53: peloton.api.v1.PoolSpec.reservation:type_name -> peloton.api.v1.Resources
-	11,  // 54: peloton.api.v1.PoolSpec.limit:type_name -> peloton.api.v1.Resources
-	11,  // 55: peloton.api.v1.PoolSpec.share:type_name -> peloton.api.v1.Resources
-	11,  // 56: peloton.api.v1.PoolSpec.revocable_limit:type_name -> peloton.api.v1.Resources
-	11,  // 57: peloton.api.v1.PoolStatus.entitlement:type_name -> peloton.api.v1.Resources
-	11,  // 58: peloton.api.v1.PoolStatus.allocation:type_name -> peloton.api.v1.Resources
-	11,  // 59: peloton.api.v1.PoolStatus.demand:type_name -> peloton.api.v1.Resources
-	54,  // 60: peloton.api.v1.Pool.spec:type_name -> peloton.api.v1.PoolSpec
-	55,  // 61: peloton.api.v1.Pool.status:type_name -> peloton.api.v1.PoolStatus
-	54,  // 62: peloton.api.v1.CreatePoolRequest.spec:type_name -> peloton.api.v1.PoolSpec
-	56,  // 63: peloton.api.v1.CreatePoolResponse.pool:type_name -> peloton.api.v1.Pool
-	56,  // 64: peloton.api.v1.GetPoolResponse.pool:type_name -> peloton.api.v1.Pool
-	54,  // 65: peloton.api.v1.UpdatePoolRequest.spec:type_name -> peloton.api.v1.PoolSpec
-	56,  // 66: peloton.api.v1.UpdatePoolResponse.pool:type_name -> peloton.api.v1.Pool
-	56,  // 67: peloton.api.v1.MovePoolResponse.pool:type_name -> peloton.api.v1.Pool
-	56,  // 68: peloton.api.v1.ListPoolsResponse.pools:type_name -> peloton.api.v1.Pool
-	11,  // 69: peloton.api.v1.Host.capacity:type_name -> peloton.api.v1.Resources
-	11,  // 70: peloton.api.v1.Host.allocated:type_name -> peloton.api.v1.Resources
-	118, // 71: peloton.api.v1.Host.labels:type_name -> peloton.api.v1.Host.LabelsEntry
-	7,   // 72: peloton.api.v1.Host.state:type_name -> peloton.api.v1.HostState
-	9,   // 73: peloton.api.v1.Host.partition_state:type_name -> peloton.api.v1.PartitionMoveState
-	71,  // 74: peloton.api.v1.Host.usage:type_name -> peloton.api.v1.HostUsage
-	11,  // 75: peloton.api.v1.Host.slack:type_name -> peloton.api.v1.Resources
-	11,  // 76: peloton.api.v1.Host.revocable:type_name -> peloton.api.v1.Resources
-	70,  // 77: peloton.api.v1.Host.runs:type_name -> peloton.api.v1.HostRun
-	8,   // 78: peloton.api.v1.Host.zone:type_name -> peloton.api.v1.HostZone
-	72,  // 79: peloton.api.v1.HostRun.usage:type_name -> peloton.api.v1.TaskUsage
-	122, // 80: peloton.api.v1.HostRun.since:type_name -> google.protobuf.Timestamp
-	122, // 81: peloton.api.v1.HostUsage.sample_time:type_name -> google.protobuf.Timestamp
-	122, // 82: peloton.api.v1.HostUsage.receive_time:type_name -> google.protobuf.Timestamp
-	122, // 83: peloton.api.v1.TaskUsage.sample_time:type_name -> google.protobuf.Timestamp
-	71,  // 84: peloton.api.v1.UsageReport.usage:type_name -> peloton.api.v1.HostUsage
-	119, // 85: peloton.api.v1.UsageReport.runs:type_name -> peloton.api.v1.UsageReport.RunsEntry
-	69,  // 86: peloton.api.v1.ListHostsResponse.hosts:type_name -> peloton.api.v1.Host
-	77,  // 87: peloton.api.v1.ListHostsResponse.substrate:type_name -> peloton.api.v1.Substrate
-	122, // 88: peloton.api.v1.Substrate.since:type_name -> google.protobuf.Timestamp
-	69,  // 89: peloton.api.v1.StartMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
-	69,  // 90: peloton.api.v1.CompleteMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
-	69,  // 91: peloton.api.v1.MoveHostResponse.host:type_name -> peloton.api.v1.Host
-	11,  // 92: peloton.api.v1.Partition.capacity:type_name -> peloton.api.v1.Resources
-	11,  // 93: peloton.api.v1.Partition.allocated:type_name -> peloton.api.v1.Resources
-	11,  // 94: peloton.api.v1.Partition.revocable:type_name -> peloton.api.v1.Resources
-	11,  // 95: peloton.api.v1.Partition.slack:type_name -> peloton.api.v1.Resources
-	120, // 96: peloton.api.v1.Partition.zones:type_name -> peloton.api.v1.Partition.ZonesEntry
-	84,  // 97: peloton.api.v1.ListPartitionsResponse.partitions:type_name -> peloton.api.v1.Partition
-	87,  // 98: peloton.api.v1.ListPartitionsResponse.advisor:type_name -> peloton.api.v1.AdvisorStatus
-	122, // 99: peloton.api.v1.AdvisorStatus.published:type_name -> google.protobuf.Timestamp
-	122, // 100: peloton.api.v1.PartitionMove.time:type_name -> google.protobuf.Timestamp
-	88,  // 101: peloton.api.v1.ListPartitionMovesResponse.moves:type_name -> peloton.api.v1.PartitionMove
-	8,   // 102: peloton.api.v1.HostAdvice.zone:type_name -> peloton.api.v1.HostZone
-	91,  // 103: peloton.api.v1.PublishAdviceRequest.hosts:type_name -> peloton.api.v1.HostAdvice
-	92,  // 104: peloton.api.v1.PublishAdviceRequest.partitions:type_name -> peloton.api.v1.PartitionAdvice
-	88,  // 105: peloton.api.v1.PublishAdviceRequest.observed_moves:type_name -> peloton.api.v1.PartitionMove
-	10,  // 106: peloton.api.v1.UpdateStatus.state:type_name -> peloton.api.v1.UpdateState
-	122, // 107: peloton.api.v1.UpdateStatus.create_time:type_name -> google.protobuf.Timestamp
-	122, // 108: peloton.api.v1.UpdateStatus.update_time:type_name -> google.protobuf.Timestamp
-	122, // 109: peloton.api.v1.UpdateStatus.completion_time:type_name -> google.protobuf.Timestamp
-	10,  // 110: peloton.api.v1.UpdateStatus.paused_from:type_name -> peloton.api.v1.UpdateState
-	95,  // 111: peloton.api.v1.Update.spec:type_name -> peloton.api.v1.UpdateSpec
-	96,  // 112: peloton.api.v1.Update.status:type_name -> peloton.api.v1.UpdateStatus
-	121, // 113: peloton.api.v1.Update.restarts:type_name -> peloton.api.v1.Update.RestartsEntry
-	22,  // 114: peloton.api.v1.CreateUpdateRequest.spec:type_name -> peloton.api.v1.JobSpec
-	95,  // 115: peloton.api.v1.CreateUpdateRequest.update_spec:type_name -> peloton.api.v1.UpdateSpec
-	97,  // 116: peloton.api.v1.CreateUpdateResponse.update:type_name -> peloton.api.v1.Update
-	97,  // 117: peloton.api.v1.GetUpdateResponse.update:type_name -> peloton.api.v1.Update
-	97,  // 118: peloton.api.v1.ListUpdatesResponse.updates:type_name -> peloton.api.v1.Update
-	97,  // 119: peloton.api.v1.PauseUpdateResponse.update:type_name -> peloton.api.v1.Update
-	97,  // 120: peloton.api.v1.ResumeUpdateResponse.update:type_name -> peloton.api.v1.Update
-	97,  // 121: peloton.api.v1.AbortUpdateResponse.update:type_name -> peloton.api.v1.Update
-	97,  // 122: peloton.api.v1.RollbackUpdateResponse.update:type_name -> peloton.api.v1.Update
-	18,  // 123: peloton.api.v1.JobSpec.InstanceSpecsEntry.value:type_name -> peloton.api.v1.TaskSpec
-	72,  // 124: peloton.api.v1.UsageReport.RunsEntry.value:type_name -> peloton.api.v1.TaskUsage
-	29,  // 125: peloton.api.v1.JobService.CreateJob:input_type -> peloton.api.v1.CreateJobRequest
-	31,  // 126: peloton.api.v1.JobService.GetJob:input_type -> peloton.api.v1.GetJobRequest
-	33,  // 127: peloton.api.v1.JobService.ListJobs:input_type -> peloton.api.v1.ListJobsRequest
-	35,  // 128: peloton.api.v1.JobService.CancelJob:input_type -> peloton.api.v1.CancelJobRequest
-	37,  // 129: peloton.api.v1.JobService.DeleteJob:input_type -> peloton.api.v1.DeleteJobRequest
-	39,  // 130: peloton.api.v1.JobService.RestartJob:input_type -> peloton.api.v1.RestartJobRequest
-	41,  // 131: peloton.api.v1.JobService.ScaleJob:input_type -> peloton.api.v1.ScaleJobRequest
-	43,  // 132: peloton.api.v1.JobService.ListJobVersions:input_type -> peloton.api.v1.ListJobVersionsRequest
-	46,  // 133: peloton.api.v1.TaskService.ListTasks:input_type -> peloton.api.v1.ListTasksRequest
-	48,  // 134: peloton.api.v1.TaskService.GetTask:input_type -> peloton.api.v1.GetTaskRequest
-	50,  // 135: peloton.api.v1.TaskService.KillTask:input_type -> peloton.api.v1.KillTaskRequest
-	52,  // 136: peloton.api.v1.TaskService.GetTaskLogs:input_type -> peloton.api.v1.GetTaskLogsRequest
-	57,  // 137: peloton.api.v1.PoolService.CreatePool:input_type -> peloton.api.v1.CreatePoolRequest
-	59,  // 138: peloton.api.v1.PoolService.GetPool:input_type -> peloton.api.v1.GetPoolRequest
-	61,  // 139: peloton.api.v1.PoolService.UpdatePool:input_type -> peloton.api.v1.UpdatePoolRequest
-	63,  // 140: peloton.api.v1.PoolService.DeletePool:input_type -> peloton.api.v1.DeletePoolRequest
-	67,  // 141: peloton.api.v1.PoolService.ListPools:input_type -> peloton.api.v1.ListPoolsRequest
-	65,  // 142: peloton.api.v1.PoolService.MovePool:input_type -> peloton.api.v1.MovePoolRequest
-	75,  // 143: peloton.api.v1.HostService.ListHosts:input_type -> peloton.api.v1.ListHostsRequest
-	78,  // 144: peloton.api.v1.HostService.StartMaintenance:input_type -> peloton.api.v1.StartMaintenanceRequest
-	80,  // 145: peloton.api.v1.HostService.CompleteMaintenance:input_type -> peloton.api.v1.CompleteMaintenanceRequest
-	82,  // 146: peloton.api.v1.HostService.MoveHost:input_type -> peloton.api.v1.MoveHostRequest
-	85,  // 147: peloton.api.v1.PartitionService.ListPartitions:input_type -> peloton.api.v1.ListPartitionsRequest
-	89,  // 148: peloton.api.v1.PartitionService.ListPartitionMoves:input_type -> peloton.api.v1.ListPartitionMovesRequest
-	93,  // 149: peloton.api.v1.PartitionService.PublishAdvice:input_type -> peloton.api.v1.PublishAdviceRequest
-	73,  // 150: peloton.api.v1.HostAgentService.ReportUsage:input_type -> peloton.api.v1.UsageReport
-	98,  // 151: peloton.api.v1.UpdateService.CreateUpdate:input_type -> peloton.api.v1.CreateUpdateRequest
-	100, // 152: peloton.api.v1.UpdateService.GetUpdate:input_type -> peloton.api.v1.GetUpdateRequest
-	102, // 153: peloton.api.v1.UpdateService.ListUpdates:input_type -> peloton.api.v1.ListUpdatesRequest
-	104, // 154: peloton.api.v1.UpdateService.PauseUpdate:input_type -> peloton.api.v1.PauseUpdateRequest
-	106, // 155: peloton.api.v1.UpdateService.ResumeUpdate:input_type -> peloton.api.v1.ResumeUpdateRequest
-	108, // 156: peloton.api.v1.UpdateService.AbortUpdate:input_type -> peloton.api.v1.AbortUpdateRequest
-	110, // 157: peloton.api.v1.UpdateService.RollbackUpdate:input_type -> peloton.api.v1.RollbackUpdateRequest
-	30,  // 158: peloton.api.v1.JobService.CreateJob:output_type -> peloton.api.v1.CreateJobResponse
-	32,  // 159: peloton.api.v1.JobService.GetJob:output_type -> peloton.api.v1.GetJobResponse
-	34,  // 160: peloton.api.v1.JobService.ListJobs:output_type -> peloton.api.v1.ListJobsResponse
-	36,  // 161: peloton.api.v1.JobService.CancelJob:output_type -> peloton.api.v1.CancelJobResponse
-	38,  // 162: peloton.api.v1.JobService.DeleteJob:output_type -> peloton.api.v1.DeleteJobResponse
-	40,  // 163: peloton.api.v1.JobService.RestartJob:output_type -> peloton.api.v1.RestartJobResponse
-	42,  // 164: peloton.api.v1.JobService.ScaleJob:output_type -> peloton.api.v1.ScaleJobResponse
-	45,  // 165: peloton.api.v1.JobService.ListJobVersions:output_type -> peloton.api.v1.ListJobVersionsResponse
-	47,  // 166: peloton.api.v1.TaskService.ListTasks:output_type -> peloton.api.v1.ListTasksResponse
-	49,  // 167: peloton.api.v1.TaskService.GetTask:output_type -> peloton.api.v1.GetTaskResponse
-	51,  // 168: peloton.api.v1.TaskService.KillTask:output_type -> peloton.api.v1.KillTaskResponse
-	53,  // 169: peloton.api.v1.TaskService.GetTaskLogs:output_type -> peloton.api.v1.LogChunk
-	58,  // 170: peloton.api.v1.PoolService.CreatePool:output_type -> peloton.api.v1.CreatePoolResponse
-	60,  // 171: peloton.api.v1.PoolService.GetPool:output_type -> peloton.api.v1.GetPoolResponse
-	62,  // 172: peloton.api.v1.PoolService.UpdatePool:output_type -> peloton.api.v1.UpdatePoolResponse
-	64,  // 173: peloton.api.v1.PoolService.DeletePool:output_type -> peloton.api.v1.DeletePoolResponse
-	68,  // 174: peloton.api.v1.PoolService.ListPools:output_type -> peloton.api.v1.ListPoolsResponse
-	66,  // 175: peloton.api.v1.PoolService.MovePool:output_type -> peloton.api.v1.MovePoolResponse
-	76,  // 176: peloton.api.v1.HostService.ListHosts:output_type -> peloton.api.v1.ListHostsResponse
-	79,  // 177: peloton.api.v1.HostService.StartMaintenance:output_type -> peloton.api.v1.StartMaintenanceResponse
-	81,  // 178: peloton.api.v1.HostService.CompleteMaintenance:output_type -> peloton.api.v1.CompleteMaintenanceResponse
-	83,  // 179: peloton.api.v1.HostService.MoveHost:output_type -> peloton.api.v1.MoveHostResponse
-	86,  // 180: peloton.api.v1.PartitionService.ListPartitions:output_type -> peloton.api.v1.ListPartitionsResponse
-	90,  // 181: peloton.api.v1.PartitionService.ListPartitionMoves:output_type -> peloton.api.v1.ListPartitionMovesResponse
-	94,  // 182: peloton.api.v1.PartitionService.PublishAdvice:output_type -> peloton.api.v1.PublishAdviceResponse
-	74,  // 183: peloton.api.v1.HostAgentService.ReportUsage:output_type -> peloton.api.v1.UsageAck
-	99,  // 184: peloton.api.v1.UpdateService.CreateUpdate:output_type -> peloton.api.v1.CreateUpdateResponse
-	101, // 185: peloton.api.v1.UpdateService.GetUpdate:output_type -> peloton.api.v1.GetUpdateResponse
-	103, // 186: peloton.api.v1.UpdateService.ListUpdates:output_type -> peloton.api.v1.ListUpdatesResponse
-	105, // 187: peloton.api.v1.UpdateService.PauseUpdate:output_type -> peloton.api.v1.PauseUpdateResponse
-	107, // 188: peloton.api.v1.UpdateService.ResumeUpdate:output_type -> peloton.api.v1.ResumeUpdateResponse
-	109, // 189: peloton.api.v1.UpdateService.AbortUpdate:output_type -> peloton.api.v1.AbortUpdateResponse
-	111, // 190: peloton.api.v1.UpdateService.RollbackUpdate:output_type -> peloton.api.v1.RollbackUpdateResponse
-	158, // [158:191] is the sub-list for method output_type
-	125, // [125:158] is the sub-list for method input_type
-	125, // [125:125] is the sub-list for extension type_name
-	125, // [125:125] is the sub-list for extension extendee
-	0,   // [0:125] is the sub-list for field type_name
+	122, // 49: peloton.api.v1.WatchJobsRequest.labels:type_name -> peloton.api.v1.WatchJobsRequest.LabelsEntry
+	25,  // 50: peloton.api.v1.JobChange.job:type_name -> peloton.api.v1.Job
+	1,   // 51: peloton.api.v1.ListTasksRequest.states:type_name -> peloton.api.v1.TaskState
+	28,  // 52: peloton.api.v1.ListTasksResponse.tasks:type_name -> peloton.api.v1.Task
+	28,  // 53: peloton.api.v1.GetTaskResponse.task:type_name -> peloton.api.v1.Task
+	6,   // 54: peloton.api.v1.GetTaskLogsRequest.stream:type_name -> peloton.api.v1.LogStream
+	28,  // 55: peloton.api.v1.TaskChange.task:type_name -> peloton.api.v1.Task
+	11,  // 56: peloton.api.v1.PoolSpec.reservation:type_name -> peloton.api.v1.Resources
+	11,  // 57: peloton.api.v1.PoolSpec.limit:type_name -> peloton.api.v1.Resources
+	11,  // 58: peloton.api.v1.PoolSpec.share:type_name -> peloton.api.v1.Resources
+	11,  // 59: peloton.api.v1.PoolSpec.revocable_limit:type_name -> peloton.api.v1.Resources
+	11,  // 60: peloton.api.v1.PoolStatus.entitlement:type_name -> peloton.api.v1.Resources
+	11,  // 61: peloton.api.v1.PoolStatus.allocation:type_name -> peloton.api.v1.Resources
+	11,  // 62: peloton.api.v1.PoolStatus.demand:type_name -> peloton.api.v1.Resources
+	58,  // 63: peloton.api.v1.Pool.spec:type_name -> peloton.api.v1.PoolSpec
+	59,  // 64: peloton.api.v1.Pool.status:type_name -> peloton.api.v1.PoolStatus
+	58,  // 65: peloton.api.v1.CreatePoolRequest.spec:type_name -> peloton.api.v1.PoolSpec
+	60,  // 66: peloton.api.v1.CreatePoolResponse.pool:type_name -> peloton.api.v1.Pool
+	60,  // 67: peloton.api.v1.GetPoolResponse.pool:type_name -> peloton.api.v1.Pool
+	58,  // 68: peloton.api.v1.UpdatePoolRequest.spec:type_name -> peloton.api.v1.PoolSpec
+	60,  // 69: peloton.api.v1.UpdatePoolResponse.pool:type_name -> peloton.api.v1.Pool
+	60,  // 70: peloton.api.v1.MovePoolResponse.pool:type_name -> peloton.api.v1.Pool
+	60,  // 71: peloton.api.v1.ListPoolsResponse.pools:type_name -> peloton.api.v1.Pool
+	11,  // 72: peloton.api.v1.Host.capacity:type_name -> peloton.api.v1.Resources
+	11,  // 73: peloton.api.v1.Host.allocated:type_name -> peloton.api.v1.Resources
+	123, // 74: peloton.api.v1.Host.labels:type_name -> peloton.api.v1.Host.LabelsEntry
+	7,   // 75: peloton.api.v1.Host.state:type_name -> peloton.api.v1.HostState
+	9,   // 76: peloton.api.v1.Host.partition_state:type_name -> peloton.api.v1.PartitionMoveState
+	75,  // 77: peloton.api.v1.Host.usage:type_name -> peloton.api.v1.HostUsage
+	11,  // 78: peloton.api.v1.Host.slack:type_name -> peloton.api.v1.Resources
+	11,  // 79: peloton.api.v1.Host.revocable:type_name -> peloton.api.v1.Resources
+	74,  // 80: peloton.api.v1.Host.runs:type_name -> peloton.api.v1.HostRun
+	8,   // 81: peloton.api.v1.Host.zone:type_name -> peloton.api.v1.HostZone
+	76,  // 82: peloton.api.v1.HostRun.usage:type_name -> peloton.api.v1.TaskUsage
+	127, // 83: peloton.api.v1.HostRun.since:type_name -> google.protobuf.Timestamp
+	127, // 84: peloton.api.v1.HostUsage.sample_time:type_name -> google.protobuf.Timestamp
+	127, // 85: peloton.api.v1.HostUsage.receive_time:type_name -> google.protobuf.Timestamp
+	127, // 86: peloton.api.v1.TaskUsage.sample_time:type_name -> google.protobuf.Timestamp
+	75,  // 87: peloton.api.v1.UsageReport.usage:type_name -> peloton.api.v1.HostUsage
+	124, // 88: peloton.api.v1.UsageReport.runs:type_name -> peloton.api.v1.UsageReport.RunsEntry
+	73,  // 89: peloton.api.v1.ListHostsResponse.hosts:type_name -> peloton.api.v1.Host
+	81,  // 90: peloton.api.v1.ListHostsResponse.substrate:type_name -> peloton.api.v1.Substrate
+	127, // 91: peloton.api.v1.Substrate.since:type_name -> google.protobuf.Timestamp
+	73,  // 92: peloton.api.v1.StartMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
+	73,  // 93: peloton.api.v1.CompleteMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
+	73,  // 94: peloton.api.v1.MoveHostResponse.host:type_name -> peloton.api.v1.Host
+	11,  // 95: peloton.api.v1.Partition.capacity:type_name -> peloton.api.v1.Resources
+	11,  // 96: peloton.api.v1.Partition.allocated:type_name -> peloton.api.v1.Resources
+	11,  // 97: peloton.api.v1.Partition.revocable:type_name -> peloton.api.v1.Resources
+	11,  // 98: peloton.api.v1.Partition.slack:type_name -> peloton.api.v1.Resources
+	125, // 99: peloton.api.v1.Partition.zones:type_name -> peloton.api.v1.Partition.ZonesEntry
+	88,  // 100: peloton.api.v1.ListPartitionsResponse.partitions:type_name -> peloton.api.v1.Partition
+	91,  // 101: peloton.api.v1.ListPartitionsResponse.advisor:type_name -> peloton.api.v1.AdvisorStatus
+	127, // 102: peloton.api.v1.AdvisorStatus.published:type_name -> google.protobuf.Timestamp
+	127, // 103: peloton.api.v1.PartitionMove.time:type_name -> google.protobuf.Timestamp
+	92,  // 104: peloton.api.v1.ListPartitionMovesResponse.moves:type_name -> peloton.api.v1.PartitionMove
+	8,   // 105: peloton.api.v1.HostAdvice.zone:type_name -> peloton.api.v1.HostZone
+	95,  // 106: peloton.api.v1.PublishAdviceRequest.hosts:type_name -> peloton.api.v1.HostAdvice
+	96,  // 107: peloton.api.v1.PublishAdviceRequest.partitions:type_name -> peloton.api.v1.PartitionAdvice
+	92,  // 108: peloton.api.v1.PublishAdviceRequest.observed_moves:type_name -> peloton.api.v1.PartitionMove
+	10,  // 109: peloton.api.v1.UpdateStatus.state:type_name -> peloton.api.v1.UpdateState
+	127, // 110: peloton.api.v1.UpdateStatus.create_time:type_name -> google.protobuf.Timestamp
+	127, // 111: peloton.api.v1.UpdateStatus.update_time:type_name -> google.protobuf.Timestamp
+	127, // 112: peloton.api.v1.UpdateStatus.completion_time:type_name -> google.protobuf.Timestamp
+	10,  // 113: peloton.api.v1.UpdateStatus.paused_from:type_name -> peloton.api.v1.UpdateState
+	99,  // 114: peloton.api.v1.Update.spec:type_name -> peloton.api.v1.UpdateSpec
+	100, // 115: peloton.api.v1.Update.status:type_name -> peloton.api.v1.UpdateStatus
+	126, // 116: peloton.api.v1.Update.restarts:type_name -> peloton.api.v1.Update.RestartsEntry
+	22,  // 117: peloton.api.v1.CreateUpdateRequest.spec:type_name -> peloton.api.v1.JobSpec
+	99,  // 118: peloton.api.v1.CreateUpdateRequest.update_spec:type_name -> peloton.api.v1.UpdateSpec
+	101, // 119: peloton.api.v1.CreateUpdateResponse.update:type_name -> peloton.api.v1.Update
+	101, // 120: peloton.api.v1.GetUpdateResponse.update:type_name -> peloton.api.v1.Update
+	101, // 121: peloton.api.v1.ListUpdatesResponse.updates:type_name -> peloton.api.v1.Update
+	101, // 122: peloton.api.v1.PauseUpdateResponse.update:type_name -> peloton.api.v1.Update
+	101, // 123: peloton.api.v1.ResumeUpdateResponse.update:type_name -> peloton.api.v1.Update
+	101, // 124: peloton.api.v1.AbortUpdateResponse.update:type_name -> peloton.api.v1.Update
+	101, // 125: peloton.api.v1.RollbackUpdateResponse.update:type_name -> peloton.api.v1.Update
+	18,  // 126: peloton.api.v1.JobSpec.InstanceSpecsEntry.value:type_name -> peloton.api.v1.TaskSpec
+	76,  // 127: peloton.api.v1.UsageReport.RunsEntry.value:type_name -> peloton.api.v1.TaskUsage
+	29,  // 128: peloton.api.v1.JobService.CreateJob:input_type -> peloton.api.v1.CreateJobRequest
+	31,  // 129: peloton.api.v1.JobService.GetJob:input_type -> peloton.api.v1.GetJobRequest
+	33,  // 130: peloton.api.v1.JobService.ListJobs:input_type -> peloton.api.v1.ListJobsRequest
+	35,  // 131: peloton.api.v1.JobService.CancelJob:input_type -> peloton.api.v1.CancelJobRequest
+	37,  // 132: peloton.api.v1.JobService.DeleteJob:input_type -> peloton.api.v1.DeleteJobRequest
+	39,  // 133: peloton.api.v1.JobService.RestartJob:input_type -> peloton.api.v1.RestartJobRequest
+	41,  // 134: peloton.api.v1.JobService.ScaleJob:input_type -> peloton.api.v1.ScaleJobRequest
+	43,  // 135: peloton.api.v1.JobService.ListJobVersions:input_type -> peloton.api.v1.ListJobVersionsRequest
+	46,  // 136: peloton.api.v1.JobService.WatchJobs:input_type -> peloton.api.v1.WatchJobsRequest
+	48,  // 137: peloton.api.v1.TaskService.ListTasks:input_type -> peloton.api.v1.ListTasksRequest
+	50,  // 138: peloton.api.v1.TaskService.GetTask:input_type -> peloton.api.v1.GetTaskRequest
+	52,  // 139: peloton.api.v1.TaskService.KillTask:input_type -> peloton.api.v1.KillTaskRequest
+	54,  // 140: peloton.api.v1.TaskService.GetTaskLogs:input_type -> peloton.api.v1.GetTaskLogsRequest
+	56,  // 141: peloton.api.v1.TaskService.WatchTasks:input_type -> peloton.api.v1.WatchTasksRequest
+	61,  // 142: peloton.api.v1.PoolService.CreatePool:input_type -> peloton.api.v1.CreatePoolRequest
+	63,  // 143: peloton.api.v1.PoolService.GetPool:input_type -> peloton.api.v1.GetPoolRequest
+	65,  // 144: peloton.api.v1.PoolService.UpdatePool:input_type -> peloton.api.v1.UpdatePoolRequest
+	67,  // 145: peloton.api.v1.PoolService.DeletePool:input_type -> peloton.api.v1.DeletePoolRequest
+	71,  // 146: peloton.api.v1.PoolService.ListPools:input_type -> peloton.api.v1.ListPoolsRequest
+	69,  // 147: peloton.api.v1.PoolService.MovePool:input_type -> peloton.api.v1.MovePoolRequest
+	79,  // 148: peloton.api.v1.HostService.ListHosts:input_type -> peloton.api.v1.ListHostsRequest
+	82,  // 149: peloton.api.v1.HostService.StartMaintenance:input_type -> peloton.api.v1.StartMaintenanceRequest
+	84,  // 150: peloton.api.v1.HostService.CompleteMaintenance:input_type -> peloton.api.v1.CompleteMaintenanceRequest
+	86,  // 151: peloton.api.v1.HostService.MoveHost:input_type -> peloton.api.v1.MoveHostRequest
+	89,  // 152: peloton.api.v1.PartitionService.ListPartitions:input_type -> peloton.api.v1.ListPartitionsRequest
+	93,  // 153: peloton.api.v1.PartitionService.ListPartitionMoves:input_type -> peloton.api.v1.ListPartitionMovesRequest
+	97,  // 154: peloton.api.v1.PartitionService.PublishAdvice:input_type -> peloton.api.v1.PublishAdviceRequest
+	77,  // 155: peloton.api.v1.HostAgentService.ReportUsage:input_type -> peloton.api.v1.UsageReport
+	102, // 156: peloton.api.v1.UpdateService.CreateUpdate:input_type -> peloton.api.v1.CreateUpdateRequest
+	104, // 157: peloton.api.v1.UpdateService.GetUpdate:input_type -> peloton.api.v1.GetUpdateRequest
+	106, // 158: peloton.api.v1.UpdateService.ListUpdates:input_type -> peloton.api.v1.ListUpdatesRequest
+	108, // 159: peloton.api.v1.UpdateService.PauseUpdate:input_type -> peloton.api.v1.PauseUpdateRequest
+	110, // 160: peloton.api.v1.UpdateService.ResumeUpdate:input_type -> peloton.api.v1.ResumeUpdateRequest
+	112, // 161: peloton.api.v1.UpdateService.AbortUpdate:input_type -> peloton.api.v1.AbortUpdateRequest
+	114, // 162: peloton.api.v1.UpdateService.RollbackUpdate:input_type -> peloton.api.v1.RollbackUpdateRequest
+	30,  // 163: peloton.api.v1.JobService.CreateJob:output_type -> peloton.api.v1.CreateJobResponse
+	32,  // 164: peloton.api.v1.JobService.GetJob:output_type -> peloton.api.v1.GetJobResponse
+	34,  // 165: peloton.api.v1.JobService.ListJobs:output_type -> peloton.api.v1.ListJobsResponse
+	36,  // 166: peloton.api.v1.JobService.CancelJob:output_type -> peloton.api.v1.CancelJobResponse
+	38,  // 167: peloton.api.v1.JobService.DeleteJob:output_type -> peloton.api.v1.DeleteJobResponse
+	40,  // 168: peloton.api.v1.JobService.RestartJob:output_type -> peloton.api.v1.RestartJobResponse
+	42,  // 169: peloton.api.v1.JobService.ScaleJob:output_type -> peloton.api.v1.ScaleJobResponse
+	45,  // 170: peloton.api.v1.JobService.ListJobVersions:output_type -> peloton.api.v1.ListJobVersionsResponse
+	47,  // 171: peloton.api.v1.JobService.WatchJobs:output_type -> peloton.api.v1.JobChange
+	49,  // 172: peloton.api.v1.TaskService.ListTasks:output_type -> peloton.api.v1.ListTasksResponse
+	51,  // 173: peloton.api.v1.TaskService.GetTask:output_type -> peloton.api.v1.GetTaskResponse
+	53,  // 174: peloton.api.v1.TaskService.KillTask:output_type -> peloton.api.v1.KillTaskResponse
+	55,  // 175: peloton.api.v1.TaskService.GetTaskLogs:output_type -> peloton.api.v1.LogChunk
+	57,  // 176: peloton.api.v1.TaskService.WatchTasks:output_type -> peloton.api.v1.TaskChange
+	62,  // 177: peloton.api.v1.PoolService.CreatePool:output_type -> peloton.api.v1.CreatePoolResponse
+	64,  // 178: peloton.api.v1.PoolService.GetPool:output_type -> peloton.api.v1.GetPoolResponse
+	66,  // 179: peloton.api.v1.PoolService.UpdatePool:output_type -> peloton.api.v1.UpdatePoolResponse
+	68,  // 180: peloton.api.v1.PoolService.DeletePool:output_type -> peloton.api.v1.DeletePoolResponse
+	72,  // 181: peloton.api.v1.PoolService.ListPools:output_type -> peloton.api.v1.ListPoolsResponse
+	70,  // 182: peloton.api.v1.PoolService.MovePool:output_type -> peloton.api.v1.MovePoolResponse
+	80,  // 183: peloton.api.v1.HostService.ListHosts:output_type -> peloton.api.v1.ListHostsResponse
+	83,  // 184: peloton.api.v1.HostService.StartMaintenance:output_type -> peloton.api.v1.StartMaintenanceResponse
+	85,  // 185: peloton.api.v1.HostService.CompleteMaintenance:output_type -> peloton.api.v1.CompleteMaintenanceResponse
+	87,  // 186: peloton.api.v1.HostService.MoveHost:output_type -> peloton.api.v1.MoveHostResponse
+	90,  // 187: peloton.api.v1.PartitionService.ListPartitions:output_type -> peloton.api.v1.ListPartitionsResponse
+	94,  // 188: peloton.api.v1.PartitionService.ListPartitionMoves:output_type -> peloton.api.v1.ListPartitionMovesResponse
+	98,  // 189: peloton.api.v1.PartitionService.PublishAdvice:output_type -> peloton.api.v1.PublishAdviceResponse
+	78,  // 190: peloton.api.v1.HostAgentService.ReportUsage:output_type -> peloton.api.v1.UsageAck
+	103, // 191: peloton.api.v1.UpdateService.CreateUpdate:output_type -> peloton.api.v1.CreateUpdateResponse
+	105, // 192: peloton.api.v1.UpdateService.GetUpdate:output_type -> peloton.api.v1.GetUpdateResponse
+	107, // 193: peloton.api.v1.UpdateService.ListUpdates:output_type -> peloton.api.v1.ListUpdatesResponse
+	109, // 194: peloton.api.v1.UpdateService.PauseUpdate:output_type -> peloton.api.v1.PauseUpdateResponse
+	111, // 195: peloton.api.v1.UpdateService.ResumeUpdate:output_type -> peloton.api.v1.ResumeUpdateResponse
+	113, // 196: peloton.api.v1.UpdateService.AbortUpdate:output_type -> peloton.api.v1.AbortUpdateResponse
+	115, // 197: peloton.api.v1.UpdateService.RollbackUpdate:output_type -> peloton.api.v1.RollbackUpdateResponse
+	163, // [163:198] is the sub-list for method output_type
+	128, // [128:163] is the sub-list for method input_type
+	128, // [128:128] is the sub-list for extension type_name
+	128, // [128:128] is the sub-list for extension extendee
+	0,   // [0:128] is the sub-list for field type_name
 }
 
 func init() { file_peloton_api_v1_peloton_proto_init() }
@@ -8429,7 +8692,7 @@ func file_peloton_api_v1_peloton_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_peloton_api_v1_peloton_proto_rawDesc), len(file_peloton_api_v1_peloton_proto_rawDesc)),
 			NumEnums:      11,
-			NumMessages:   111,
+			NumMessages:   116,
 			NumExtensions: 0,
 			NumServices:   7,
 		},

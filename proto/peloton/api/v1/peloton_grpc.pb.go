@@ -33,6 +33,7 @@ const (
 	JobService_RestartJob_FullMethodName      = "/peloton.api.v1.JobService/RestartJob"
 	JobService_ScaleJob_FullMethodName        = "/peloton.api.v1.JobService/ScaleJob"
 	JobService_ListJobVersions_FullMethodName = "/peloton.api.v1.JobService/ListJobVersions"
+	JobService_WatchJobs_FullMethodName       = "/peloton.api.v1.JobService/WatchJobs"
 )
 
 // JobServiceClient is the client API for JobService service.
@@ -49,6 +50,14 @@ type JobServiceClient interface {
 	RestartJob(ctx context.Context, in *RestartJobRequest, opts ...grpc.CallOption) (*RestartJobResponse, error)
 	ScaleJob(ctx context.Context, in *ScaleJobRequest, opts ...grpc.CallOption) (*ScaleJobResponse, error)
 	ListJobVersions(ctx context.Context, in *ListJobVersionsRequest, opts ...grpc.CallOption) (*ListJobVersionsResponse, error)
+	// WatchJobs streams jobs as they change: first every watched job as it
+	// is now, then a JobChange with synced set, then a JobChange each time a
+	// watched job changes (its runtime, its instances' counts, its spec
+	// version). A watcher that falls behind is ended with RESOURCE_EXHAUSTED
+	// ("watcher fell behind; watch again"); a server that stops or loses
+	// leadership ends its watches with UNAVAILABLE. Watching every job (no
+	// job_ids) needs the viewer role cluster-wide.
+	WatchJobs(ctx context.Context, in *WatchJobsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[JobChange], error)
 }
 
 type jobServiceClient struct {
@@ -139,6 +148,25 @@ func (c *jobServiceClient) ListJobVersions(ctx context.Context, in *ListJobVersi
 	return out, nil
 }
 
+func (c *jobServiceClient) WatchJobs(ctx context.Context, in *WatchJobsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[JobChange], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &JobService_ServiceDesc.Streams[0], JobService_WatchJobs_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchJobsRequest, JobChange]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type JobService_WatchJobsClient = grpc.ServerStreamingClient[JobChange]
+
 // JobServiceServer is the server API for JobService service.
 // All implementations must embed UnimplementedJobServiceServer
 // for forward compatibility.
@@ -153,6 +181,14 @@ type JobServiceServer interface {
 	RestartJob(context.Context, *RestartJobRequest) (*RestartJobResponse, error)
 	ScaleJob(context.Context, *ScaleJobRequest) (*ScaleJobResponse, error)
 	ListJobVersions(context.Context, *ListJobVersionsRequest) (*ListJobVersionsResponse, error)
+	// WatchJobs streams jobs as they change: first every watched job as it
+	// is now, then a JobChange with synced set, then a JobChange each time a
+	// watched job changes (its runtime, its instances' counts, its spec
+	// version). A watcher that falls behind is ended with RESOURCE_EXHAUSTED
+	// ("watcher fell behind; watch again"); a server that stops or loses
+	// leadership ends its watches with UNAVAILABLE. Watching every job (no
+	// job_ids) needs the viewer role cluster-wide.
+	WatchJobs(*WatchJobsRequest, grpc.ServerStreamingServer[JobChange]) error
 	mustEmbedUnimplementedJobServiceServer()
 }
 
@@ -186,6 +222,9 @@ func (UnimplementedJobServiceServer) ScaleJob(context.Context, *ScaleJobRequest)
 }
 func (UnimplementedJobServiceServer) ListJobVersions(context.Context, *ListJobVersionsRequest) (*ListJobVersionsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListJobVersions not implemented")
+}
+func (UnimplementedJobServiceServer) WatchJobs(*WatchJobsRequest, grpc.ServerStreamingServer[JobChange]) error {
+	return status.Error(codes.Unimplemented, "method WatchJobs not implemented")
 }
 func (UnimplementedJobServiceServer) mustEmbedUnimplementedJobServiceServer() {}
 func (UnimplementedJobServiceServer) testEmbeddedByValue()                    {}
@@ -352,6 +391,17 @@ func _JobService_ListJobVersions_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _JobService_WatchJobs_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchJobsRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(JobServiceServer).WatchJobs(m, &grpc.GenericServerStream[WatchJobsRequest, JobChange]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type JobService_WatchJobsServer = grpc.ServerStreamingServer[JobChange]
+
 // JobService_ServiceDesc is the grpc.ServiceDesc for JobService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -392,7 +442,13 @@ var JobService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _JobService_ListJobVersions_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "WatchJobs",
+			Handler:       _JobService_WatchJobs_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "peloton/api/v1/peloton.proto",
 }
 
@@ -401,6 +457,7 @@ const (
 	TaskService_GetTask_FullMethodName     = "/peloton.api.v1.TaskService/GetTask"
 	TaskService_KillTask_FullMethodName    = "/peloton.api.v1.TaskService/KillTask"
 	TaskService_GetTaskLogs_FullMethodName = "/peloton.api.v1.TaskService/GetTaskLogs"
+	TaskService_WatchTasks_FullMethodName  = "/peloton.api.v1.TaskService/WatchTasks"
 )
 
 // TaskServiceClient is the client API for TaskService service.
@@ -413,6 +470,13 @@ type TaskServiceClient interface {
 	GetTask(ctx context.Context, in *GetTaskRequest, opts ...grpc.CallOption) (*GetTaskResponse, error)
 	KillTask(ctx context.Context, in *KillTaskRequest, opts ...grpc.CallOption) (*KillTaskResponse, error)
 	GetTaskLogs(ctx context.Context, in *GetTaskLogsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[LogChunk], error)
+	// WatchTasks streams a job's instances as they change: first every
+	// instance as it is now, then a TaskChange with synced set, then a
+	// TaskChange each time an instance changes. Ends as WatchJobs does
+	// (RESOURCE_EXHAUSTED for a watcher that fell behind, UNAVAILABLE when
+	// the server stops), with NOT_FOUND when the job is deleted, and without
+	// an error once the job was archived (it can no longer change).
+	WatchTasks(ctx context.Context, in *WatchTasksRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[TaskChange], error)
 }
 
 type taskServiceClient struct {
@@ -472,6 +536,25 @@ func (c *taskServiceClient) GetTaskLogs(ctx context.Context, in *GetTaskLogsRequ
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type TaskService_GetTaskLogsClient = grpc.ServerStreamingClient[LogChunk]
 
+func (c *taskServiceClient) WatchTasks(ctx context.Context, in *WatchTasksRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[TaskChange], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &TaskService_ServiceDesc.Streams[1], TaskService_WatchTasks_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchTasksRequest, TaskChange]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type TaskService_WatchTasksClient = grpc.ServerStreamingClient[TaskChange]
+
 // TaskServiceServer is the server API for TaskService service.
 // All implementations must embed UnimplementedTaskServiceServer
 // for forward compatibility.
@@ -482,6 +565,13 @@ type TaskServiceServer interface {
 	GetTask(context.Context, *GetTaskRequest) (*GetTaskResponse, error)
 	KillTask(context.Context, *KillTaskRequest) (*KillTaskResponse, error)
 	GetTaskLogs(*GetTaskLogsRequest, grpc.ServerStreamingServer[LogChunk]) error
+	// WatchTasks streams a job's instances as they change: first every
+	// instance as it is now, then a TaskChange with synced set, then a
+	// TaskChange each time an instance changes. Ends as WatchJobs does
+	// (RESOURCE_EXHAUSTED for a watcher that fell behind, UNAVAILABLE when
+	// the server stops), with NOT_FOUND when the job is deleted, and without
+	// an error once the job was archived (it can no longer change).
+	WatchTasks(*WatchTasksRequest, grpc.ServerStreamingServer[TaskChange]) error
 	mustEmbedUnimplementedTaskServiceServer()
 }
 
@@ -503,6 +593,9 @@ func (UnimplementedTaskServiceServer) KillTask(context.Context, *KillTaskRequest
 }
 func (UnimplementedTaskServiceServer) GetTaskLogs(*GetTaskLogsRequest, grpc.ServerStreamingServer[LogChunk]) error {
 	return status.Error(codes.Unimplemented, "method GetTaskLogs not implemented")
+}
+func (UnimplementedTaskServiceServer) WatchTasks(*WatchTasksRequest, grpc.ServerStreamingServer[TaskChange]) error {
+	return status.Error(codes.Unimplemented, "method WatchTasks not implemented")
 }
 func (UnimplementedTaskServiceServer) mustEmbedUnimplementedTaskServiceServer() {}
 func (UnimplementedTaskServiceServer) testEmbeddedByValue()                     {}
@@ -590,6 +683,17 @@ func _TaskService_GetTaskLogs_Handler(srv interface{}, stream grpc.ServerStream)
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type TaskService_GetTaskLogsServer = grpc.ServerStreamingServer[LogChunk]
 
+func _TaskService_WatchTasks_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchTasksRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(TaskServiceServer).WatchTasks(m, &grpc.GenericServerStream[WatchTasksRequest, TaskChange]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type TaskService_WatchTasksServer = grpc.ServerStreamingServer[TaskChange]
+
 // TaskService_ServiceDesc is the grpc.ServiceDesc for TaskService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -614,6 +718,11 @@ var TaskService_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "GetTaskLogs",
 			Handler:       _TaskService_GetTaskLogs_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "WatchTasks",
+			Handler:       _TaskService_WatchTasks_Handler,
 			ServerStreams: true,
 		},
 	},
