@@ -2405,7 +2405,11 @@ type CreateJobRequest struct {
 	// and the same request returns the first result and creates nothing; the
 	// same id with a different request is ALREADY_EXISTS. Ids are remembered
 	// for 24 hours, across restarts. Empty: no retry protection.
-	RequestId     string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	RequestId string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// Check the request exactly as a real create would (the spec, the pool,
+	// the largest host) but store nothing and launch nothing; no job id is
+	// reserved and request_id is not recorded.
+	DryRun        bool `protobuf:"varint,3,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2454,9 +2458,21 @@ func (x *CreateJobRequest) GetRequestId() string {
 	return ""
 }
 
+func (x *CreateJobRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
 type CreateJobResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	JobId         string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Empty for a dry run.
+	JobId string `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	// Set when the request was a dry run: nothing was created.
+	DryRun bool `protobuf:"varint,2,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	// For a dry run, the spec as it would be stored (the pool resolved).
+	Spec          *JobSpec `protobuf:"bytes,3,opt,name=spec,proto3" json:"spec,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2496,6 +2512,20 @@ func (x *CreateJobResponse) GetJobId() string {
 		return x.JobId
 	}
 	return ""
+}
+
+func (x *CreateJobResponse) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+func (x *CreateJobResponse) GetSpec() *JobSpec {
+	if x != nil {
+		return x.Spec
+	}
+	return nil
 }
 
 type GetJobRequest struct {
@@ -3020,7 +3050,10 @@ type ScaleJobRequest struct {
 	JobId         string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
 	InstanceCount uint32                 `protobuf:"varint,2,opt,name=instance_count,json=instanceCount,proto3" json:"instance_count,omitempty"`
 	// When set, the scale applies only if the job is still at this version.
-	Version       uint64 `protobuf:"varint,3,opt,name=version,proto3" json:"version,omitempty"`
+	Version uint64 `protobuf:"varint,3,opt,name=version,proto3" json:"version,omitempty"`
+	// Check the scale exactly as a real one would (the job's state and type,
+	// its gang, the version, an update in progress) but change nothing.
+	DryRun        bool `protobuf:"varint,4,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3076,10 +3109,20 @@ func (x *ScaleJobRequest) GetVersion() uint64 {
 	return 0
 }
 
+func (x *ScaleJobRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
 type ScaleJobResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The job's spec version after the change.
-	SpecVersion   uint64 `protobuf:"varint,1,opt,name=spec_version,json=specVersion,proto3" json:"spec_version,omitempty"`
+	// The job's spec version after the change (for a dry run, the version
+	// the change would make).
+	SpecVersion uint64 `protobuf:"varint,1,opt,name=spec_version,json=specVersion,proto3" json:"spec_version,omitempty"`
+	// Set when the request was a dry run: nothing was changed.
+	DryRun        bool `protobuf:"varint,2,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3119,6 +3162,13 @@ func (x *ScaleJobResponse) GetSpecVersion() uint64 {
 		return x.SpecVersion
 	}
 	return 0
+}
+
+func (x *ScaleJobResponse) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
 }
 
 type ListJobVersionsRequest struct {
@@ -6751,7 +6801,12 @@ type CreateUpdateRequest struct {
 	// and the same request returns the first result and creates nothing; the
 	// same id with a different request is ALREADY_EXISTS. Ids are remembered
 	// for 24 hours, across restarts. Empty: no retry protection.
-	RequestId     string `protobuf:"bytes,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	RequestId string `protobuf:"bytes,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// Check the update exactly as a real create would (the new spec, what
+	// may not change, the update spec, the job's state and version, an
+	// update in progress) but store nothing and replace no instance; no
+	// update id is reserved and request_id is not recorded.
+	DryRun        bool `protobuf:"varint,6,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -6821,9 +6876,19 @@ func (x *CreateUpdateRequest) GetRequestId() string {
 	return ""
 }
 
+func (x *CreateUpdateRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
 type CreateUpdateResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Update        *Update                `protobuf:"bytes,1,opt,name=update,proto3" json:"update,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The update as created; for a dry run, as it would be, without an id.
+	Update *Update `protobuf:"bytes,1,opt,name=update,proto3" json:"update,omitempty"`
+	// Set when the request was a dry run: nothing was created.
+	DryRun        bool `protobuf:"varint,2,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -6863,6 +6928,13 @@ func (x *CreateUpdateResponse) GetUpdate() *Update {
 		return x.Update
 	}
 	return nil
+}
+
+func (x *CreateUpdateResponse) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
 }
 
 type GetUpdateRequest struct {
@@ -7567,13 +7639,16 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"instanceId\x12\x17\n" +
 	"\atask_id\x18\x03 \x01(\tR\x06taskId\x122\n" +
 	"\x06status\x18\x04 \x01(\v2\x1a.peloton.api.v1.TaskStatusR\x06status\x12,\n" +
-	"\x04spec\x18\x05 \x01(\v2\x18.peloton.api.v1.TaskSpecR\x04spec\"^\n" +
+	"\x04spec\x18\x05 \x01(\v2\x18.peloton.api.v1.TaskSpecR\x04spec\"w\n" +
 	"\x10CreateJobRequest\x12+\n" +
 	"\x04spec\x18\x01 \x01(\v2\x17.peloton.api.v1.JobSpecR\x04spec\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x02 \x01(\tR\trequestId\"*\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\x12\x17\n" +
+	"\adry_run\x18\x03 \x01(\bR\x06dryRun\"p\n" +
 	"\x11CreateJobResponse\x12\x15\n" +
-	"\x06job_id\x18\x01 \x01(\tR\x05jobId\"&\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x17\n" +
+	"\adry_run\x18\x02 \x01(\bR\x06dryRun\x12+\n" +
+	"\x04spec\x18\x03 \x01(\v2\x17.peloton.api.v1.JobSpecR\x04spec\"&\n" +
 	"\rGetJobRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\"7\n" +
 	"\x0eGetJobResponse\x12%\n" +
@@ -7604,13 +7679,15 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\x11RestartJobRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1c\n" +
 	"\tinstances\x18\x02 \x03(\rR\tinstances\"\x14\n" +
-	"\x12RestartJobResponse\"i\n" +
+	"\x12RestartJobResponse\"\x82\x01\n" +
 	"\x0fScaleJobRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12%\n" +
 	"\x0einstance_count\x18\x02 \x01(\rR\rinstanceCount\x12\x18\n" +
-	"\aversion\x18\x03 \x01(\x04R\aversion\"5\n" +
+	"\aversion\x18\x03 \x01(\x04R\aversion\x12\x17\n" +
+	"\adry_run\x18\x04 \x01(\bR\x06dryRun\"N\n" +
 	"\x10ScaleJobResponse\x12!\n" +
-	"\fspec_version\x18\x01 \x01(\x04R\vspecVersion\"/\n" +
+	"\fspec_version\x18\x01 \x01(\x04R\vspecVersion\x12\x17\n" +
+	"\adry_run\x18\x02 \x01(\bR\x06dryRun\"/\n" +
 	"\x16ListJobVersionsRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\"\xa6\x01\n" +
 	"\n" +
@@ -7893,7 +7970,7 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	" \x03(\rR\tinstances\x1a;\n" +
 	"\rRestartsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\rR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\"\xd6\x01\n" +
+	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\"\xef\x01\n" +
 	"\x13CreateUpdateRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12+\n" +
 	"\x04spec\x18\x02 \x01(\v2\x17.peloton.api.v1.JobSpecR\x04spec\x12;\n" +
@@ -7902,9 +7979,11 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\vjob_version\x18\x04 \x01(\x04R\n" +
 	"jobVersion\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x05 \x01(\tR\trequestId\"F\n" +
+	"request_id\x18\x05 \x01(\tR\trequestId\x12\x17\n" +
+	"\adry_run\x18\x06 \x01(\bR\x06dryRun\"_\n" +
 	"\x14CreateUpdateResponse\x12.\n" +
-	"\x06update\x18\x01 \x01(\v2\x16.peloton.api.v1.UpdateR\x06update\"/\n" +
+	"\x06update\x18\x01 \x01(\v2\x16.peloton.api.v1.UpdateR\x06update\x12\x17\n" +
+	"\adry_run\x18\x02 \x01(\bR\x06dryRun\"/\n" +
 	"\x10GetUpdateRequest\x12\x1b\n" +
 	"\tupdate_id\x18\x01 \x01(\tR\bupdateId\"C\n" +
 	"\x11GetUpdateResponse\x12.\n" +
@@ -8245,162 +8324,163 @@ var file_peloton_api_v1_peloton_proto_depIdxs = []int32{
 	26,  // 37: peloton.api.v1.Task.status:type_name -> peloton.api.v1.TaskStatus
 	18,  // 38: peloton.api.v1.Task.spec:type_name -> peloton.api.v1.TaskSpec
 	22,  // 39: peloton.api.v1.CreateJobRequest.spec:type_name -> peloton.api.v1.JobSpec
-	25,  // 40: peloton.api.v1.GetJobResponse.job:type_name -> peloton.api.v1.Job
-	5,   // 41: peloton.api.v1.ListJobsRequest.states:type_name -> peloton.api.v1.JobState
-	117, // 42: peloton.api.v1.ListJobsRequest.labels:type_name -> peloton.api.v1.ListJobsRequest.LabelsEntry
-	122, // 43: peloton.api.v1.ListJobsRequest.created_since:type_name -> google.protobuf.Timestamp
-	122, // 44: peloton.api.v1.ListJobsRequest.created_until:type_name -> google.protobuf.Timestamp
-	25,  // 45: peloton.api.v1.ListJobsResponse.jobs:type_name -> peloton.api.v1.Job
-	22,  // 46: peloton.api.v1.JobVersion.spec:type_name -> peloton.api.v1.JobSpec
-	122, // 47: peloton.api.v1.JobVersion.create_time:type_name -> google.protobuf.Timestamp
-	44,  // 48: peloton.api.v1.ListJobVersionsResponse.versions:type_name -> peloton.api.v1.JobVersion
-	1,   // 49: peloton.api.v1.ListTasksRequest.states:type_name -> peloton.api.v1.TaskState
-	28,  // 50: peloton.api.v1.ListTasksResponse.tasks:type_name -> peloton.api.v1.Task
-	28,  // 51: peloton.api.v1.GetTaskResponse.task:type_name -> peloton.api.v1.Task
-	6,   // 52: peloton.api.v1.GetTaskLogsRequest.stream:type_name -> peloton.api.v1.LogStream
-	11,  // 53: peloton.api.v1.PoolSpec.reservation:type_name -> peloton.api.v1.Resources
-	11,  // 54: peloton.api.v1.PoolSpec.limit:type_name -> peloton.api.v1.Resources
-	11,  // 55: peloton.api.v1.PoolSpec.share:type_name -> peloton.api.v1.Resources
-	11,  // 56: peloton.api.v1.PoolSpec.revocable_limit:type_name -> peloton.api.v1.Resources
-	11,  // 57: peloton.api.v1.PoolStatus.entitlement:type_name -> peloton.api.v1.Resources
-	11,  // 58: peloton.api.v1.PoolStatus.allocation:type_name -> peloton.api.v1.Resources
-	11,  // 59: peloton.api.v1.PoolStatus.demand:type_name -> peloton.api.v1.Resources
-	54,  // 60: peloton.api.v1.Pool.spec:type_name -> peloton.api.v1.PoolSpec
-	55,  // 61: peloton.api.v1.Pool.status:type_name -> peloton.api.v1.PoolStatus
-	54,  // 62: peloton.api.v1.CreatePoolRequest.spec:type_name -> peloton.api.v1.PoolSpec
-	56,  // 63: peloton.api.v1.CreatePoolResponse.pool:type_name -> peloton.api.v1.Pool
-	56,  // 64: peloton.api.v1.GetPoolResponse.pool:type_name -> peloton.api.v1.Pool
-	54,  // 65: peloton.api.v1.UpdatePoolRequest.spec:type_name -> peloton.api.v1.PoolSpec
-	56,  // 66: peloton.api.v1.UpdatePoolResponse.pool:type_name -> peloton.api.v1.Pool
-	56,  // 67: peloton.api.v1.MovePoolResponse.pool:type_name -> peloton.api.v1.Pool
-	56,  // 68: peloton.api.v1.ListPoolsResponse.pools:type_name -> peloton.api.v1.Pool
-	11,  // 69: peloton.api.v1.Host.capacity:type_name -> peloton.api.v1.Resources
-	11,  // 70: peloton.api.v1.Host.allocated:type_name -> peloton.api.v1.Resources
-	118, // 71: peloton.api.v1.Host.labels:type_name -> peloton.api.v1.Host.LabelsEntry
-	7,   // 72: peloton.api.v1.Host.state:type_name -> peloton.api.v1.HostState
-	9,   // 73: peloton.api.v1.Host.partition_state:type_name -> peloton.api.v1.PartitionMoveState
-	71,  // 74: peloton.api.v1.Host.usage:type_name -> peloton.api.v1.HostUsage
-	11,  // 75: peloton.api.v1.Host.slack:type_name -> peloton.api.v1.Resources
-	11,  // 76: peloton.api.v1.Host.revocable:type_name -> peloton.api.v1.Resources
-	70,  // 77: peloton.api.v1.Host.runs:type_name -> peloton.api.v1.HostRun
-	8,   // 78: peloton.api.v1.Host.zone:type_name -> peloton.api.v1.HostZone
-	72,  // 79: peloton.api.v1.HostRun.usage:type_name -> peloton.api.v1.TaskUsage
-	122, // 80: peloton.api.v1.HostRun.since:type_name -> google.protobuf.Timestamp
-	122, // 81: peloton.api.v1.HostUsage.sample_time:type_name -> google.protobuf.Timestamp
-	122, // 82: peloton.api.v1.HostUsage.receive_time:type_name -> google.protobuf.Timestamp
-	122, // 83: peloton.api.v1.TaskUsage.sample_time:type_name -> google.protobuf.Timestamp
-	71,  // 84: peloton.api.v1.UsageReport.usage:type_name -> peloton.api.v1.HostUsage
-	119, // 85: peloton.api.v1.UsageReport.runs:type_name -> peloton.api.v1.UsageReport.RunsEntry
-	69,  // 86: peloton.api.v1.ListHostsResponse.hosts:type_name -> peloton.api.v1.Host
-	77,  // 87: peloton.api.v1.ListHostsResponse.substrate:type_name -> peloton.api.v1.Substrate
-	122, // 88: peloton.api.v1.Substrate.since:type_name -> google.protobuf.Timestamp
-	69,  // 89: peloton.api.v1.StartMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
-	69,  // 90: peloton.api.v1.CompleteMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
-	69,  // 91: peloton.api.v1.MoveHostResponse.host:type_name -> peloton.api.v1.Host
-	11,  // 92: peloton.api.v1.Partition.capacity:type_name -> peloton.api.v1.Resources
-	11,  // 93: peloton.api.v1.Partition.allocated:type_name -> peloton.api.v1.Resources
-	11,  // 94: peloton.api.v1.Partition.revocable:type_name -> peloton.api.v1.Resources
-	11,  // 95: peloton.api.v1.Partition.slack:type_name -> peloton.api.v1.Resources
-	120, // 96: peloton.api.v1.Partition.zones:type_name -> peloton.api.v1.Partition.ZonesEntry
-	84,  // 97: peloton.api.v1.ListPartitionsResponse.partitions:type_name -> peloton.api.v1.Partition
-	87,  // 98: peloton.api.v1.ListPartitionsResponse.advisor:type_name -> peloton.api.v1.AdvisorStatus
-	122, // 99: peloton.api.v1.AdvisorStatus.published:type_name -> google.protobuf.Timestamp
-	122, // 100: peloton.api.v1.PartitionMove.time:type_name -> google.protobuf.Timestamp
-	88,  // 101: peloton.api.v1.ListPartitionMovesResponse.moves:type_name -> peloton.api.v1.PartitionMove
-	8,   // 102: peloton.api.v1.HostAdvice.zone:type_name -> peloton.api.v1.HostZone
-	91,  // 103: peloton.api.v1.PublishAdviceRequest.hosts:type_name -> peloton.api.v1.HostAdvice
-	92,  // 104: peloton.api.v1.PublishAdviceRequest.partitions:type_name -> peloton.api.v1.PartitionAdvice
-	88,  // 105: peloton.api.v1.PublishAdviceRequest.observed_moves:type_name -> peloton.api.v1.PartitionMove
-	10,  // 106: peloton.api.v1.UpdateStatus.state:type_name -> peloton.api.v1.UpdateState
-	122, // 107: peloton.api.v1.UpdateStatus.create_time:type_name -> google.protobuf.Timestamp
-	122, // 108: peloton.api.v1.UpdateStatus.update_time:type_name -> google.protobuf.Timestamp
-	122, // 109: peloton.api.v1.UpdateStatus.completion_time:type_name -> google.protobuf.Timestamp
-	10,  // 110: peloton.api.v1.UpdateStatus.paused_from:type_name -> peloton.api.v1.UpdateState
-	95,  // 111: peloton.api.v1.Update.spec:type_name -> peloton.api.v1.UpdateSpec
-	96,  // 112: peloton.api.v1.Update.status:type_name -> peloton.api.v1.UpdateStatus
-	121, // 113: peloton.api.v1.Update.restarts:type_name -> peloton.api.v1.Update.RestartsEntry
-	22,  // 114: peloton.api.v1.CreateUpdateRequest.spec:type_name -> peloton.api.v1.JobSpec
-	95,  // 115: peloton.api.v1.CreateUpdateRequest.update_spec:type_name -> peloton.api.v1.UpdateSpec
-	97,  // 116: peloton.api.v1.CreateUpdateResponse.update:type_name -> peloton.api.v1.Update
-	97,  // 117: peloton.api.v1.GetUpdateResponse.update:type_name -> peloton.api.v1.Update
-	97,  // 118: peloton.api.v1.ListUpdatesResponse.updates:type_name -> peloton.api.v1.Update
-	97,  // 119: peloton.api.v1.PauseUpdateResponse.update:type_name -> peloton.api.v1.Update
-	97,  // 120: peloton.api.v1.ResumeUpdateResponse.update:type_name -> peloton.api.v1.Update
-	97,  // 121: peloton.api.v1.AbortUpdateResponse.update:type_name -> peloton.api.v1.Update
-	97,  // 122: peloton.api.v1.RollbackUpdateResponse.update:type_name -> peloton.api.v1.Update
-	18,  // 123: peloton.api.v1.JobSpec.InstanceSpecsEntry.value:type_name -> peloton.api.v1.TaskSpec
-	72,  // 124: peloton.api.v1.UsageReport.RunsEntry.value:type_name -> peloton.api.v1.TaskUsage
-	29,  // 125: peloton.api.v1.JobService.CreateJob:input_type -> peloton.api.v1.CreateJobRequest
-	31,  // 126: peloton.api.v1.JobService.GetJob:input_type -> peloton.api.v1.GetJobRequest
-	33,  // 127: peloton.api.v1.JobService.ListJobs:input_type -> peloton.api.v1.ListJobsRequest
-	35,  // 128: peloton.api.v1.JobService.CancelJob:input_type -> peloton.api.v1.CancelJobRequest
-	37,  // 129: peloton.api.v1.JobService.DeleteJob:input_type -> peloton.api.v1.DeleteJobRequest
-	39,  // 130: peloton.api.v1.JobService.RestartJob:input_type -> peloton.api.v1.RestartJobRequest
-	41,  // 131: peloton.api.v1.JobService.ScaleJob:input_type -> peloton.api.v1.ScaleJobRequest
-	43,  // 132: peloton.api.v1.JobService.ListJobVersions:input_type -> peloton.api.v1.ListJobVersionsRequest
-	46,  // 133: peloton.api.v1.TaskService.ListTasks:input_type -> peloton.api.v1.ListTasksRequest
-	48,  // 134: peloton.api.v1.TaskService.GetTask:input_type -> peloton.api.v1.GetTaskRequest
-	50,  // 135: peloton.api.v1.TaskService.KillTask:input_type -> peloton.api.v1.KillTaskRequest
-	52,  // 136: peloton.api.v1.TaskService.GetTaskLogs:input_type -> peloton.api.v1.GetTaskLogsRequest
-	57,  // 137: peloton.api.v1.PoolService.CreatePool:input_type -> peloton.api.v1.CreatePoolRequest
-	59,  // 138: peloton.api.v1.PoolService.GetPool:input_type -> peloton.api.v1.GetPoolRequest
-	61,  // 139: peloton.api.v1.PoolService.UpdatePool:input_type -> peloton.api.v1.UpdatePoolRequest
-	63,  // 140: peloton.api.v1.PoolService.DeletePool:input_type -> peloton.api.v1.DeletePoolRequest
-	67,  // 141: peloton.api.v1.PoolService.ListPools:input_type -> peloton.api.v1.ListPoolsRequest
-	65,  // 142: peloton.api.v1.PoolService.MovePool:input_type -> peloton.api.v1.MovePoolRequest
-	75,  // 143: peloton.api.v1.HostService.ListHosts:input_type -> peloton.api.v1.ListHostsRequest
-	78,  // 144: peloton.api.v1.HostService.StartMaintenance:input_type -> peloton.api.v1.StartMaintenanceRequest
-	80,  // 145: peloton.api.v1.HostService.CompleteMaintenance:input_type -> peloton.api.v1.CompleteMaintenanceRequest
-	82,  // 146: peloton.api.v1.HostService.MoveHost:input_type -> peloton.api.v1.MoveHostRequest
-	85,  // 147: peloton.api.v1.PartitionService.ListPartitions:input_type -> peloton.api.v1.ListPartitionsRequest
-	89,  // 148: peloton.api.v1.PartitionService.ListPartitionMoves:input_type -> peloton.api.v1.ListPartitionMovesRequest
-	93,  // 149: peloton.api.v1.PartitionService.PublishAdvice:input_type -> peloton.api.v1.PublishAdviceRequest
-	73,  // 150: peloton.api.v1.HostAgentService.ReportUsage:input_type -> peloton.api.v1.UsageReport
-	98,  // 151: peloton.api.v1.UpdateService.CreateUpdate:input_type -> peloton.api.v1.CreateUpdateRequest
-	100, // 152: peloton.api.v1.UpdateService.GetUpdate:input_type -> peloton.api.v1.GetUpdateRequest
-	102, // 153: peloton.api.v1.UpdateService.ListUpdates:input_type -> peloton.api.v1.ListUpdatesRequest
-	104, // 154: peloton.api.v1.UpdateService.PauseUpdate:input_type -> peloton.api.v1.PauseUpdateRequest
-	106, // 155: peloton.api.v1.UpdateService.ResumeUpdate:input_type -> peloton.api.v1.ResumeUpdateRequest
-	108, // 156: peloton.api.v1.UpdateService.AbortUpdate:input_type -> peloton.api.v1.AbortUpdateRequest
-	110, // 157: peloton.api.v1.UpdateService.RollbackUpdate:input_type -> peloton.api.v1.RollbackUpdateRequest
-	30,  // 158: peloton.api.v1.JobService.CreateJob:output_type -> peloton.api.v1.CreateJobResponse
-	32,  // 159: peloton.api.v1.JobService.GetJob:output_type -> peloton.api.v1.GetJobResponse
-	34,  // 160: peloton.api.v1.JobService.ListJobs:output_type -> peloton.api.v1.ListJobsResponse
-	36,  // 161: peloton.api.v1.JobService.CancelJob:output_type -> peloton.api.v1.CancelJobResponse
-	38,  // 162: peloton.api.v1.JobService.DeleteJob:output_type -> peloton.api.v1.DeleteJobResponse
-	40,  // 163: peloton.api.v1.JobService.RestartJob:output_type -> peloton.api.v1.RestartJobResponse
-	42,  // 164: peloton.api.v1.JobService.ScaleJob:output_type -> peloton.api.v1.ScaleJobResponse
-	45,  // 165: peloton.api.v1.JobService.ListJobVersions:output_type -> peloton.api.v1.ListJobVersionsResponse
-	47,  // 166: peloton.api.v1.TaskService.ListTasks:output_type -> peloton.api.v1.ListTasksResponse
-	49,  // 167: peloton.api.v1.TaskService.GetTask:output_type -> peloton.api.v1.GetTaskResponse
-	51,  // 168: peloton.api.v1.TaskService.KillTask:output_type -> peloton.api.v1.KillTaskResponse
-	53,  // 169: peloton.api.v1.TaskService.GetTaskLogs:output_type -> peloton.api.v1.LogChunk
-	58,  // 170: peloton.api.v1.PoolService.CreatePool:output_type -> peloton.api.v1.CreatePoolResponse
-	60,  // 171: peloton.api.v1.PoolService.GetPool:output_type -> peloton.api.v1.GetPoolResponse
-	62,  // 172: peloton.api.v1.PoolService.UpdatePool:output_type -> peloton.api.v1.UpdatePoolResponse
-	64,  // 173: peloton.api.v1.PoolService.DeletePool:output_type -> peloton.api.v1.DeletePoolResponse
-	68,  // 174: peloton.api.v1.PoolService.ListPools:output_type -> peloton.api.v1.ListPoolsResponse
-	66,  // 175: peloton.api.v1.PoolService.MovePool:output_type -> peloton.api.v1.MovePoolResponse
-	76,  // 176: peloton.api.v1.HostService.ListHosts:output_type -> peloton.api.v1.ListHostsResponse
-	79,  // 177: peloton.api.v1.HostService.StartMaintenance:output_type -> peloton.api.v1.StartMaintenanceResponse
-	81,  // 178: peloton.api.v1.HostService.CompleteMaintenance:output_type -> peloton.api.v1.CompleteMaintenanceResponse
-	83,  // 179: peloton.api.v1.HostService.MoveHost:output_type -> peloton.api.v1.MoveHostResponse
-	86,  // 180: peloton.api.v1.PartitionService.ListPartitions:output_type -> peloton.api.v1.ListPartitionsResponse
-	90,  // 181: peloton.api.v1.PartitionService.ListPartitionMoves:output_type -> peloton.api.v1.ListPartitionMovesResponse
-	94,  // 182: peloton.api.v1.PartitionService.PublishAdvice:output_type -> peloton.api.v1.PublishAdviceResponse
-	74,  // 183: peloton.api.v1.HostAgentService.ReportUsage:output_type -> peloton.api.v1.UsageAck
-	99,  // 184: peloton.api.v1.UpdateService.CreateUpdate:output_type -> peloton.api.v1.CreateUpdateResponse
-	101, // 185: peloton.api.v1.UpdateService.GetUpdate:output_type -> peloton.api.v1.GetUpdateResponse
-	103, // 186: peloton.api.v1.UpdateService.ListUpdates:output_type -> peloton.api.v1.ListUpdatesResponse
-	105, // 187: peloton.api.v1.UpdateService.PauseUpdate:output_type -> peloton.api.v1.PauseUpdateResponse
-	107, // 188: peloton.api.v1.UpdateService.ResumeUpdate:output_type -> peloton.api.v1.ResumeUpdateResponse
-	109, // 189: peloton.api.v1.UpdateService.AbortUpdate:output_type -> peloton.api.v1.AbortUpdateResponse
-	111, // 190: peloton.api.v1.UpdateService.RollbackUpdate:output_type -> peloton.api.v1.RollbackUpdateResponse
-	158, // [158:191] is the sub-list for method output_type
-	125, // [125:158] is the sub-list for method input_type
-	125, // [125:125] is the sub-list for extension type_name
-	125, // [125:125] is the sub-list for extension extendee
-	0,   // [0:125] is the sub-list for field type_name
+	22,  // 40: peloton.api.v1.CreateJobResponse.spec:type_name -> peloton.api.v1.JobSpec
+	25,  // 41: peloton.api.v1.GetJobResponse.job:type_name -> peloton.api.v1.Job
+	5,   // 42: peloton.api.v1.ListJobsRequest.states:type_name -> peloton.api.v1.JobState
+	117, // 43: peloton.api.v1.ListJobsRequest.labels:type_name -> peloton.api.v1.ListJobsRequest.LabelsEntry
+	122, // 44: peloton.api.v1.ListJobsRequest.created_since:type_name -> google.protobuf.Timestamp
+	122, // 45: peloton.api.v1.ListJobsRequest.created_until:type_name -> google.protobuf.Timestamp
+	25,  // 46: peloton.api.v1.ListJobsResponse.jobs:type_name -> peloton.api.v1.Job
+	22,  // 47: peloton.api.v1.JobVersion.spec:type_name -> peloton.api.v1.JobSpec
+	122, // 48: peloton.api.v1.JobVersion.create_time:type_name -> google.protobuf.Timestamp
+	44,  // 49: peloton.api.v1.ListJobVersionsResponse.versions:type_name -> peloton.api.v1.JobVersion
+	1,   // 50: peloton.api.v1.ListTasksRequest.states:type_name -> peloton.api.v1.TaskState
+	28,  // 51: peloton.api.v1.ListTasksResponse.tasks:type_name -> peloton.api.v1.Task
+	28,  // 52: peloton.api.v1.GetTaskResponse.task:type_name -> peloton.api.v1.Task
+	6,   // 53: peloton.api.v1.GetTaskLogsRequest.stream:type_name -> peloton.api.v1.LogStream
+	11,  // 54: peloton.api.v1.PoolSpec.reservation:type_name -> peloton.api.v1.Resources
+	11,  // 55: peloton.api.v1.PoolSpec.limit:type_name -> peloton.api.v1.Resources
+	11,  // 56: peloton.api.v1.PoolSpec.share:type_name -> peloton.api.v1.Resources
+	11,  // 57: peloton.api.v1.PoolSpec.revocable_limit:type_name -> peloton.api.v1.Resources
+	11,  // 58: peloton.api.v1.PoolStatus.entitlement:type_name -> peloton.api.v1.Resources
+	11,  // 59: peloton.api.v1.PoolStatus.allocation:type_name -> peloton.api.v1.Resources
+	11,  // 60: peloton.api.v1.PoolStatus.demand:type_name -> peloton.api.v1.Resources
+	54,  // 61: peloton.api.v1.Pool.spec:type_name -> peloton.api.v1.PoolSpec
+	55,  // 62: peloton.api.v1.Pool.status:type_name -> peloton.api.v1.PoolStatus
+	54,  // 63: peloton.api.v1.CreatePoolRequest.spec:type_name -> peloton.api.v1.PoolSpec
+	56,  // 64: peloton.api.v1.CreatePoolResponse.pool:type_name -> peloton.api.v1.Pool
+	56,  // 65: peloton.api.v1.GetPoolResponse.pool:type_name -> peloton.api.v1.Pool
+	54,  // 66: peloton.api.v1.UpdatePoolRequest.spec:type_name -> peloton.api.v1.PoolSpec
+	56,  // 67: peloton.api.v1.UpdatePoolResponse.pool:type_name -> peloton.api.v1.Pool
+	56,  // 68: peloton.api.v1.MovePoolResponse.pool:type_name -> peloton.api.v1.Pool
+	56,  // 69: peloton.api.v1.ListPoolsResponse.pools:type_name -> peloton.api.v1.Pool
+	11,  // 70: peloton.api.v1.Host.capacity:type_name -> peloton.api.v1.Resources
+	11,  // 71: peloton.api.v1.Host.allocated:type_name -> peloton.api.v1.Resources
+	118, // 72: peloton.api.v1.Host.labels:type_name -> peloton.api.v1.Host.LabelsEntry
+	7,   // 73: peloton.api.v1.Host.state:type_name -> peloton.api.v1.HostState
+	9,   // 74: peloton.api.v1.Host.partition_state:type_name -> peloton.api.v1.PartitionMoveState
+	71,  // 75: peloton.api.v1.Host.usage:type_name -> peloton.api.v1.HostUsage
+	11,  // 76: peloton.api.v1.Host.slack:type_name -> peloton.api.v1.Resources
+	11,  // 77: peloton.api.v1.Host.revocable:type_name -> peloton.api.v1.Resources
+	70,  // 78: peloton.api.v1.Host.runs:type_name -> peloton.api.v1.HostRun
+	8,   // 79: peloton.api.v1.Host.zone:type_name -> peloton.api.v1.HostZone
+	72,  // 80: peloton.api.v1.HostRun.usage:type_name -> peloton.api.v1.TaskUsage
+	122, // 81: peloton.api.v1.HostRun.since:type_name -> google.protobuf.Timestamp
+	122, // 82: peloton.api.v1.HostUsage.sample_time:type_name -> google.protobuf.Timestamp
+	122, // 83: peloton.api.v1.HostUsage.receive_time:type_name -> google.protobuf.Timestamp
+	122, // 84: peloton.api.v1.TaskUsage.sample_time:type_name -> google.protobuf.Timestamp
+	71,  // 85: peloton.api.v1.UsageReport.usage:type_name -> peloton.api.v1.HostUsage
+	119, // 86: peloton.api.v1.UsageReport.runs:type_name -> peloton.api.v1.UsageReport.RunsEntry
+	69,  // 87: peloton.api.v1.ListHostsResponse.hosts:type_name -> peloton.api.v1.Host
+	77,  // 88: peloton.api.v1.ListHostsResponse.substrate:type_name -> peloton.api.v1.Substrate
+	122, // 89: peloton.api.v1.Substrate.since:type_name -> google.protobuf.Timestamp
+	69,  // 90: peloton.api.v1.StartMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
+	69,  // 91: peloton.api.v1.CompleteMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
+	69,  // 92: peloton.api.v1.MoveHostResponse.host:type_name -> peloton.api.v1.Host
+	11,  // 93: peloton.api.v1.Partition.capacity:type_name -> peloton.api.v1.Resources
+	11,  // 94: peloton.api.v1.Partition.allocated:type_name -> peloton.api.v1.Resources
+	11,  // 95: peloton.api.v1.Partition.revocable:type_name -> peloton.api.v1.Resources
+	11,  // 96: peloton.api.v1.Partition.slack:type_name -> peloton.api.v1.Resources
+	120, // 97: peloton.api.v1.Partition.zones:type_name -> peloton.api.v1.Partition.ZonesEntry
+	84,  // 98: peloton.api.v1.ListPartitionsResponse.partitions:type_name -> peloton.api.v1.Partition
+	87,  // 99: peloton.api.v1.ListPartitionsResponse.advisor:type_name -> peloton.api.v1.AdvisorStatus
+	122, // 100: peloton.api.v1.AdvisorStatus.published:type_name -> google.protobuf.Timestamp
+	122, // 101: peloton.api.v1.PartitionMove.time:type_name -> google.protobuf.Timestamp
+	88,  // 102: peloton.api.v1.ListPartitionMovesResponse.moves:type_name -> peloton.api.v1.PartitionMove
+	8,   // 103: peloton.api.v1.HostAdvice.zone:type_name -> peloton.api.v1.HostZone
+	91,  // 104: peloton.api.v1.PublishAdviceRequest.hosts:type_name -> peloton.api.v1.HostAdvice
+	92,  // 105: peloton.api.v1.PublishAdviceRequest.partitions:type_name -> peloton.api.v1.PartitionAdvice
+	88,  // 106: peloton.api.v1.PublishAdviceRequest.observed_moves:type_name -> peloton.api.v1.PartitionMove
+	10,  // 107: peloton.api.v1.UpdateStatus.state:type_name -> peloton.api.v1.UpdateState
+	122, // 108: peloton.api.v1.UpdateStatus.create_time:type_name -> google.protobuf.Timestamp
+	122, // 109: peloton.api.v1.UpdateStatus.update_time:type_name -> google.protobuf.Timestamp
+	122, // 110: peloton.api.v1.UpdateStatus.completion_time:type_name -> google.protobuf.Timestamp
+	10,  // 111: peloton.api.v1.UpdateStatus.paused_from:type_name -> peloton.api.v1.UpdateState
+	95,  // 112: peloton.api.v1.Update.spec:type_name -> peloton.api.v1.UpdateSpec
+	96,  // 113: peloton.api.v1.Update.status:type_name -> peloton.api.v1.UpdateStatus
+	121, // 114: peloton.api.v1.Update.restarts:type_name -> peloton.api.v1.Update.RestartsEntry
+	22,  // 115: peloton.api.v1.CreateUpdateRequest.spec:type_name -> peloton.api.v1.JobSpec
+	95,  // 116: peloton.api.v1.CreateUpdateRequest.update_spec:type_name -> peloton.api.v1.UpdateSpec
+	97,  // 117: peloton.api.v1.CreateUpdateResponse.update:type_name -> peloton.api.v1.Update
+	97,  // 118: peloton.api.v1.GetUpdateResponse.update:type_name -> peloton.api.v1.Update
+	97,  // 119: peloton.api.v1.ListUpdatesResponse.updates:type_name -> peloton.api.v1.Update
+	97,  // 120: peloton.api.v1.PauseUpdateResponse.update:type_name -> peloton.api.v1.Update
+	97,  // 121: peloton.api.v1.ResumeUpdateResponse.update:type_name -> peloton.api.v1.Update
+	97,  // 122: peloton.api.v1.AbortUpdateResponse.update:type_name -> peloton.api.v1.Update
+	97,  // 123: peloton.api.v1.RollbackUpdateResponse.update:type_name -> peloton.api.v1.Update
+	18,  // 124: peloton.api.v1.JobSpec.InstanceSpecsEntry.value:type_name -> peloton.api.v1.TaskSpec
+	72,  // 125: peloton.api.v1.UsageReport.RunsEntry.value:type_name -> peloton.api.v1.TaskUsage
+	29,  // 126: peloton.api.v1.JobService.CreateJob:input_type -> peloton.api.v1.CreateJobRequest
+	31,  // 127: peloton.api.v1.JobService.GetJob:input_type -> peloton.api.v1.GetJobRequest
+	33,  // 128: peloton.api.v1.JobService.ListJobs:input_type -> peloton.api.v1.ListJobsRequest
+	35,  // 129: peloton.api.v1.JobService.CancelJob:input_type -> peloton.api.v1.CancelJobRequest
+	37,  // 130: peloton.api.v1.JobService.DeleteJob:input_type -> peloton.api.v1.DeleteJobRequest
+	39,  // 131: peloton.api.v1.JobService.RestartJob:input_type -> peloton.api.v1.RestartJobRequest
+	41,  // 132: peloton.api.v1.JobService.ScaleJob:input_type -> peloton.api.v1.ScaleJobRequest
+	43,  // 133: peloton.api.v1.JobService.ListJobVersions:input_type -> peloton.api.v1.ListJobVersionsRequest
+	46,  // 134: peloton.api.v1.TaskService.ListTasks:input_type -> peloton.api.v1.ListTasksRequest
+	48,  // 135: peloton.api.v1.TaskService.GetTask:input_type -> peloton.api.v1.GetTaskRequest
+	50,  // 136: peloton.api.v1.TaskService.KillTask:input_type -> peloton.api.v1.KillTaskRequest
+	52,  // 137: peloton.api.v1.TaskService.GetTaskLogs:input_type -> peloton.api.v1.GetTaskLogsRequest
+	57,  // 138: peloton.api.v1.PoolService.CreatePool:input_type -> peloton.api.v1.CreatePoolRequest
+	59,  // 139: peloton.api.v1.PoolService.GetPool:input_type -> peloton.api.v1.GetPoolRequest
+	61,  // 140: peloton.api.v1.PoolService.UpdatePool:input_type -> peloton.api.v1.UpdatePoolRequest
+	63,  // 141: peloton.api.v1.PoolService.DeletePool:input_type -> peloton.api.v1.DeletePoolRequest
+	67,  // 142: peloton.api.v1.PoolService.ListPools:input_type -> peloton.api.v1.ListPoolsRequest
+	65,  // 143: peloton.api.v1.PoolService.MovePool:input_type -> peloton.api.v1.MovePoolRequest
+	75,  // 144: peloton.api.v1.HostService.ListHosts:input_type -> peloton.api.v1.ListHostsRequest
+	78,  // 145: peloton.api.v1.HostService.StartMaintenance:input_type -> peloton.api.v1.StartMaintenanceRequest
+	80,  // 146: peloton.api.v1.HostService.CompleteMaintenance:input_type -> peloton.api.v1.CompleteMaintenanceRequest
+	82,  // 147: peloton.api.v1.HostService.MoveHost:input_type -> peloton.api.v1.MoveHostRequest
+	85,  // 148: peloton.api.v1.PartitionService.ListPartitions:input_type -> peloton.api.v1.ListPartitionsRequest
+	89,  // 149: peloton.api.v1.PartitionService.ListPartitionMoves:input_type -> peloton.api.v1.ListPartitionMovesRequest
+	93,  // 150: peloton.api.v1.PartitionService.PublishAdvice:input_type -> peloton.api.v1.PublishAdviceRequest
+	73,  // 151: peloton.api.v1.HostAgentService.ReportUsage:input_type -> peloton.api.v1.UsageReport
+	98,  // 152: peloton.api.v1.UpdateService.CreateUpdate:input_type -> peloton.api.v1.CreateUpdateRequest
+	100, // 153: peloton.api.v1.UpdateService.GetUpdate:input_type -> peloton.api.v1.GetUpdateRequest
+	102, // 154: peloton.api.v1.UpdateService.ListUpdates:input_type -> peloton.api.v1.ListUpdatesRequest
+	104, // 155: peloton.api.v1.UpdateService.PauseUpdate:input_type -> peloton.api.v1.PauseUpdateRequest
+	106, // 156: peloton.api.v1.UpdateService.ResumeUpdate:input_type -> peloton.api.v1.ResumeUpdateRequest
+	108, // 157: peloton.api.v1.UpdateService.AbortUpdate:input_type -> peloton.api.v1.AbortUpdateRequest
+	110, // 158: peloton.api.v1.UpdateService.RollbackUpdate:input_type -> peloton.api.v1.RollbackUpdateRequest
+	30,  // 159: peloton.api.v1.JobService.CreateJob:output_type -> peloton.api.v1.CreateJobResponse
+	32,  // 160: peloton.api.v1.JobService.GetJob:output_type -> peloton.api.v1.GetJobResponse
+	34,  // 161: peloton.api.v1.JobService.ListJobs:output_type -> peloton.api.v1.ListJobsResponse
+	36,  // 162: peloton.api.v1.JobService.CancelJob:output_type -> peloton.api.v1.CancelJobResponse
+	38,  // 163: peloton.api.v1.JobService.DeleteJob:output_type -> peloton.api.v1.DeleteJobResponse
+	40,  // 164: peloton.api.v1.JobService.RestartJob:output_type -> peloton.api.v1.RestartJobResponse
+	42,  // 165: peloton.api.v1.JobService.ScaleJob:output_type -> peloton.api.v1.ScaleJobResponse
+	45,  // 166: peloton.api.v1.JobService.ListJobVersions:output_type -> peloton.api.v1.ListJobVersionsResponse
+	47,  // 167: peloton.api.v1.TaskService.ListTasks:output_type -> peloton.api.v1.ListTasksResponse
+	49,  // 168: peloton.api.v1.TaskService.GetTask:output_type -> peloton.api.v1.GetTaskResponse
+	51,  // 169: peloton.api.v1.TaskService.KillTask:output_type -> peloton.api.v1.KillTaskResponse
+	53,  // 170: peloton.api.v1.TaskService.GetTaskLogs:output_type -> peloton.api.v1.LogChunk
+	58,  // 171: peloton.api.v1.PoolService.CreatePool:output_type -> peloton.api.v1.CreatePoolResponse
+	60,  // 172: peloton.api.v1.PoolService.GetPool:output_type -> peloton.api.v1.GetPoolResponse
+	62,  // 173: peloton.api.v1.PoolService.UpdatePool:output_type -> peloton.api.v1.UpdatePoolResponse
+	64,  // 174: peloton.api.v1.PoolService.DeletePool:output_type -> peloton.api.v1.DeletePoolResponse
+	68,  // 175: peloton.api.v1.PoolService.ListPools:output_type -> peloton.api.v1.ListPoolsResponse
+	66,  // 176: peloton.api.v1.PoolService.MovePool:output_type -> peloton.api.v1.MovePoolResponse
+	76,  // 177: peloton.api.v1.HostService.ListHosts:output_type -> peloton.api.v1.ListHostsResponse
+	79,  // 178: peloton.api.v1.HostService.StartMaintenance:output_type -> peloton.api.v1.StartMaintenanceResponse
+	81,  // 179: peloton.api.v1.HostService.CompleteMaintenance:output_type -> peloton.api.v1.CompleteMaintenanceResponse
+	83,  // 180: peloton.api.v1.HostService.MoveHost:output_type -> peloton.api.v1.MoveHostResponse
+	86,  // 181: peloton.api.v1.PartitionService.ListPartitions:output_type -> peloton.api.v1.ListPartitionsResponse
+	90,  // 182: peloton.api.v1.PartitionService.ListPartitionMoves:output_type -> peloton.api.v1.ListPartitionMovesResponse
+	94,  // 183: peloton.api.v1.PartitionService.PublishAdvice:output_type -> peloton.api.v1.PublishAdviceResponse
+	74,  // 184: peloton.api.v1.HostAgentService.ReportUsage:output_type -> peloton.api.v1.UsageAck
+	99,  // 185: peloton.api.v1.UpdateService.CreateUpdate:output_type -> peloton.api.v1.CreateUpdateResponse
+	101, // 186: peloton.api.v1.UpdateService.GetUpdate:output_type -> peloton.api.v1.GetUpdateResponse
+	103, // 187: peloton.api.v1.UpdateService.ListUpdates:output_type -> peloton.api.v1.ListUpdatesResponse
+	105, // 188: peloton.api.v1.UpdateService.PauseUpdate:output_type -> peloton.api.v1.PauseUpdateResponse
+	107, // 189: peloton.api.v1.UpdateService.ResumeUpdate:output_type -> peloton.api.v1.ResumeUpdateResponse
+	109, // 190: peloton.api.v1.UpdateService.AbortUpdate:output_type -> peloton.api.v1.AbortUpdateResponse
+	111, // 191: peloton.api.v1.UpdateService.RollbackUpdate:output_type -> peloton.api.v1.RollbackUpdateResponse
+	159, // [159:192] is the sub-list for method output_type
+	126, // [126:159] is the sub-list for method input_type
+	126, // [126:126] is the sub-list for extension type_name
+	126, // [126:126] is the sub-list for extension extendee
+	0,   // [0:126] is the sub-list for field type_name
 }
 
 func init() { file_peloton_api_v1_peloton_proto_init() }
