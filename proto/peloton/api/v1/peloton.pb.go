@@ -1217,8 +1217,9 @@ func (x *VolumeSpec) GetMountPath() string {
 type TaskSpec struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// argv of the process; required.
-	Command []string          `protobuf:"bytes,1,rep,name=command,proto3" json:"command,omitempty"`
-	Env     map[string]string `protobuf:"bytes,2,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Command []string `protobuf:"bytes,1,rep,name=command,proto3" json:"command,omitempty"`
+	// Environment variables of the process, on top of the PELOTON_* ones.
+	Env map[string]string `protobuf:"bytes,2,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// Container image, used by container backends; the local backend ignores it.
 	Image         string         `protobuf:"bytes,3,opt,name=image,proto3" json:"image,omitempty"`
 	Resources     *Resources     `protobuf:"bytes,4,opt,name=resources,proto3" json:"resources,omitempty"`
@@ -1560,17 +1561,26 @@ func (x *PlacementSpec) GetPartition() string {
 // JobSpec is the whole description of a job: the document users submit.
 type JobSpec struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Type  JobType                `protobuf:"varint,2,opt,name=type,proto3,enum=peloton.api.v1.JobType" json:"type,omitempty"`
+	// The job's name (required, at most 253 characters), shown in lists;
+	// names need not be unique: the job id tells jobs apart.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// How the job's instances are kept (required); fixed once created.
+	Type JobType `protobuf:"varint,2,opt,name=type,proto3,enum=peloton.api.v1.JobType" json:"type,omitempty"`
 	// Leaf resource pool path, e.g. /default or /org/team.
-	Pool          string    `protobuf:"bytes,3,opt,name=pool,proto3" json:"pool,omitempty"`
-	InstanceCount uint32    `protobuf:"varint,4,opt,name=instance_count,json=instanceCount,proto3" json:"instance_count,omitempty"`
-	Sla           *SlaSpec  `protobuf:"bytes,5,opt,name=sla,proto3" json:"sla,omitempty"`
-	DefaultSpec   *TaskSpec `protobuf:"bytes,6,opt,name=default_spec,json=defaultSpec,proto3" json:"default_spec,omitempty"`
+	Pool string `protobuf:"bytes,3,opt,name=pool,proto3" json:"pool,omitempty"`
+	// Instances 0..instance_count-1 (must be > 0; 0 or unset for DAEMON
+	// jobs, whose instances follow their hosts).
+	InstanceCount uint32 `protobuf:"varint,4,opt,name=instance_count,json=instanceCount,proto3" json:"instance_count,omitempty"`
+	// Priority, preemption, disruption budget and gang of the job.
+	Sla *SlaSpec `protobuf:"bytes,5,opt,name=sla,proto3" json:"sla,omitempty"`
+	// What each instance runs, unless instance_specs overrides it.
+	DefaultSpec *TaskSpec `protobuf:"bytes,6,opt,name=default_spec,json=defaultSpec,proto3" json:"default_spec,omitempty"`
 	// Per-instance overrides, merged field by field over default_spec.
 	InstanceSpecs map[uint32]*TaskSpec `protobuf:"bytes,7,rep,name=instance_specs,json=instanceSpecs,proto3" json:"instance_specs,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	Labels        map[string]string    `protobuf:"bytes,8,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	Description   string               `protobuf:"bytes,9,opt,name=description,proto3" json:"description,omitempty"`
+	// Free-form key/value pairs (at most 64) that lists filter on.
+	Labels map[string]string `protobuf:"bytes,8,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Free text for people (at most 64 KiB).
+	Description string `protobuf:"bytes,9,opt,name=description,proto3" json:"description,omitempty"`
 	// Set by Peloton, never by a client: the job stands for work another
 	// system created and handed to Peloton to place (Kubernetes pods with
 	// schedulerName peloton). Such a job changes through its owner there,
