@@ -35,6 +35,7 @@ func (a *app) jobCommand() *cobra.Command {
 		a.jobScaleCommand(),
 		a.jobVersionsCommand(),
 		a.jobInitCommand(),
+		a.jobApplyCommand(),
 	)
 	return cmd
 }
