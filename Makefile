@@ -93,6 +93,8 @@ proto: proto-tools
 	  --go_out=. --go_opt=module=github.com/peloton-sched/peloton \
 	  --go-grpc_out=. --go-grpc_opt=module=github.com/peloton-sched/peloton \
 	  $(PROTO_DIR)/peloton.proto $(PROTO_DIR)/federation.proto
+	protoc -I proto -I /usr/include --include_source_info --include_imports \
+	  --descriptor_set_out=cmd/peloton/cli/apidoc.binpb $(PROTO_DIR)/peloton.proto
 	$(call gateway,peloton,peloton_http.yaml,openapi.json)
 	$(call gateway,federation,federation_http.yaml,federation_openapi.json)
 	protoc -I proto -I /usr/include \

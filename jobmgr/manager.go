@@ -366,23 +366,34 @@ func (m *Manager) CreateJobOnce(ctx context.Context, spec *pelotonv1.JobSpec, r 
 // createJob validates and stores a new job; with(id) are more writes for
 // the job's own transaction.
 func (m *Manager) createJob(ctx context.Context, spec *pelotonv1.JobSpec, requestID string, with func(id string) []store.Op) (string, error) {
-	if err := validateJobSpec(spec, m.largestHost()); err != nil {
-		return "", err
-	}
-	pool, err := m.rm.CheckLeafPool(spec.Pool, "spec.pool")
+	spec, err := m.CheckCreateJob(spec)
 	if err != nil {
 		return "", err
 	}
-	if spec.Foreign != nil {
-		return "", apierr.Invalid("spec.foreign", "set by Peloton for the jobs it adopts from Kubernetes; a job you create cannot have it")
-	}
-	spec = proto.Clone(spec).(*pelotonv1.JobSpec)
-	spec.Pool = pool
 	id := newJobID()
 	if err := m.storeJob(ctx, id, spec, requestID, with(id)...); err != nil {
 		return "", err
 	}
 	return id, nil
+}
+
+// CheckCreateJob makes every check CreateJob makes of spec and returns the
+// spec as it would be stored (a copy, its pool resolved), storing nothing:
+// a dry run of CreateJob.
+func (m *Manager) CheckCreateJob(spec *pelotonv1.JobSpec) (*pelotonv1.JobSpec, error) {
+	if err := validateJobSpec(spec, m.largestHost()); err != nil {
+		return nil, err
+	}
+	pool, err := m.rm.CheckLeafPool(spec.Pool, "spec.pool")
+	if err != nil {
+		return nil, err
+	}
+	if spec.Foreign != nil {
+		return nil, apierr.Invalid("spec.foreign", "set by Peloton for the jobs it adopts from Kubernetes; a job you create cannot have it")
+	}
+	spec = proto.Clone(spec).(*pelotonv1.JobSpec)
+	spec.Pool = pool
+	return spec, nil
 }
 
 // storeJob stores a new job, validated and with its pool resolved, and

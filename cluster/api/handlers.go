@@ -19,6 +19,13 @@ func (s *Server) CreateJob(ctx context.Context, req *pelotonv1.CreateJobRequest)
 	if err := s.checkInstances("spec.instanceCount", req.GetSpec().GetInstanceCount()); err != nil {
 		return nil, err
 	}
+	if req.GetDryRun() {
+		spec, err := s.jm.CheckCreateJob(req.GetSpec())
+		if err != nil {
+			return nil, err
+		}
+		return &pelotonv1.CreateJobResponse{DryRun: true, Spec: spec}, nil
+	}
 	r, err := requestid.New(requestid.Job, req.GetRequestId(), req)
 	if err != nil {
 		return nil, err

@@ -35,12 +35,15 @@ func (a *app) jobCommand() *cobra.Command {
 		a.jobScaleCommand(),
 		a.jobVersionsCommand(),
 		a.jobEventsCommand(),
+		a.jobInitCommand(),
+		a.jobApplyCommand(),
 	)
 	return cmd
 }
 
 func (a *app) jobCreateCommand() *cobra.Command {
 	var file, rid string
+	var dry bool
 	cmd := &cobra.Command{
 		Use:   "create -f FILE",
 		Short: "Create a job from a spec file and print its ID",
@@ -65,6 +68,9 @@ func (a *app) jobCreateCommand() *cobra.Command {
 				return err
 			}
 			return a.withClient(func(c *client) error {
+				if dry {
+					return a.dryCreateJob(cmd.Context(), c, p, spec)
+				}
 				resp, err := create(cmd.Context(), c, c.Jobs.CreateJob, &pelotonv1.CreateJobRequest{Spec: spec, RequestId: reqID})
 				if err != nil {
 					return err
@@ -75,6 +81,7 @@ func (a *app) jobCreateCommand() *cobra.Command {
 	}
 	cmd.Flags().StringVarP(&file, "file", "f", "", `job spec file, YAML or JSON ("-" for stdin)`)
 	requestIDFlag(cmd, &rid)
+	dryRunFlag(cmd, &dry)
 	return cmd
 }
 
@@ -349,6 +356,7 @@ Exit codes: 0 reached; 1 a call failed (no such job, server unreachable);
 
 func (a *app) jobScaleCommand() *cobra.Command {
 	var version uint64
+	var dry bool
 	cmd := &cobra.Command{
 		Use:   "scale JOBID COUNT",
 		Short: "Change the instance count of a job that has not finished",
@@ -371,9 +379,11 @@ update's spec instead.`,
 				return usageErrorf("invalid --version 0: spec versions start at 1")
 			}
 			return a.withClient(func(c *client) error {
-				resp, err := call(cmd.Context(), c, c.Jobs.ScaleJob, &pelotonv1.ScaleJobRequest{
-					JobId: args[0], InstanceCount: uint32(n), Version: version,
-				})
+				req := &pelotonv1.ScaleJobRequest{JobId: args[0], InstanceCount: uint32(n), Version: version}
+				if dry {
+					return a.dryScaleJob(cmd.Context(), c, p, req)
+				}
+				resp, err := call(cmd.Context(), c, c.Jobs.ScaleJob, req)
 				if err != nil {
 					return err
 				}
@@ -386,6 +396,7 @@ update's spec instead.`,
 		},
 	}
 	cmd.Flags().Uint64Var(&version, "version", 0, "scale only if the job is still at this spec version")
+	dryRunFlag(cmd, &dry)
 	return cmd
 }
 

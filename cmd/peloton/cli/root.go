@@ -184,6 +184,7 @@ Start a single-machine cluster with "peloton up", then submit work to it:
 		a.configCommand(),
 		a.versionCommand(),
 		a.benchCommand(),
+		a.explainCommand(),
 	)
 	// Inherited by every subcommand: bad flags are usage errors.
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {

@@ -108,6 +108,7 @@ func (f *updateFlags) spec(fs *pflag.FlagSet) (*pelotonv1.UpdateSpec, error) {
 func (a *app) updateStartCommand() *cobra.Command {
 	var f updateFlags
 	var rid string
+	var dry bool
 	cmd := &cobra.Command{
 		Use:   "start JOBID -f FILE",
 		Short: "Start a rolling update of a job to a new spec",
@@ -137,9 +138,11 @@ works; -o json or -o yaml prints the whole update instead.`,
 				return err
 			}
 			return a.withClient(func(c *client) error {
-				resp, err := create(cmd.Context(), c, c.Updates.CreateUpdate, &pelotonv1.CreateUpdateRequest{
-					JobId: args[0], Spec: spec, UpdateSpec: us, JobVersion: f.jobVersion, RequestId: reqID,
-				})
+				req := &pelotonv1.CreateUpdateRequest{JobId: args[0], Spec: spec, UpdateSpec: us, JobVersion: f.jobVersion, RequestId: reqID}
+				if dry {
+					return a.dryCreateUpdate(cmd.Context(), c, p, req)
+				}
+				resp, err := create(cmd.Context(), c, c.Updates.CreateUpdate, req)
 				if err != nil {
 					return err
 				}
@@ -155,6 +158,7 @@ works; -o json or -o yaml prints the whole update instead.`,
 	}
 	f.register(cmd.Flags())
 	requestIDFlag(cmd, &rid)
+	dryRunFlag(cmd, &dry)
 	return cmd
 }
 
