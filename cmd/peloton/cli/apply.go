@@ -36,8 +36,7 @@ update with the default update settings (use "update start" for others); a
 BATCH job cannot be updated, so a change to one is refused. When more than one
 unfinished job has the name in that pool, apply refuses and names them.
 --dry-run shows the difference and has the server check the change, doing nothing.`,
-		Example: `  peloton job init --type service > web.yaml
-  peloton job apply -f web.yaml             # creates the job
+		Example: `  peloton job apply -f web.yaml             # creates the job (web.yaml: say, from job init)
   peloton job apply -f web.yaml --dry-run   # after an edit: shows the diff only
   peloton job apply -f web.yaml             # rolls the edit out`,
 		Args: argsNamed(),

@@ -113,6 +113,9 @@ func (a *app) registerUnder(cmd *cobra.Command) {
 	if cmd.Parent() != nil && cmd.Parent().Name() == "task" {
 		flags["state"] = fixed(taskStateNames())
 	}
+	if cmd.CommandPath() == "peloton job wait" {
+		flags["for"] = fixed(append(jobStateNames(), "HEALTHY"))
+	}
 	for name, fn := range flags {
 		if cmd.LocalNonPersistentFlags().Lookup(name) != nil {
 			_ = cmd.RegisterFlagCompletionFunc(name, fn)

@@ -108,8 +108,8 @@ func (a *app) jobInitCommand() *cobra.Command {
 		Short: "Print a commented starter job spec",
 		Long: `Print a commented JobSpec of the given type to standard output, to edit and
 create with "job create -f". The spec is valid as it is.`,
-		Example: `  peloton job init --type service > web.yaml
-  peloton job create -f web.yaml`,
+		Example: `  peloton job init --type service > web.yaml   # then edit it and: peloton job create -f web.yaml
+  peloton job init --type batch`,
 		Args: argsNamed(),
 		RunE: func(_ *cobra.Command, _ []string) error {
 			s, ok := starterSpecs[strings.ToLower(typ)]
