@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -473,7 +474,14 @@ type partSync struct {
 
 // call bounds one call to the part's cluster.
 func (ps *partSync) call() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ps.ctx, ps.f.opts.CallTimeout)
+	return context.WithTimeout(asFederation(ps.ctx, ps.id), ps.f.opts.CallTimeout)
+}
+
+// asFederation marks ctx's calls as the federation's keeping service id:
+// a cluster refuses a scale or update of a service's job from anyone else
+// (sla.FederationCallKey).
+func asFederation(ctx context.Context, id string) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, sla.FederationCallKey, id)
 }
 
 // setPart changes the stored part, unless it changed since it was read.

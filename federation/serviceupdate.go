@@ -352,7 +352,7 @@ type stepSync struct {
 
 // call bounds one call to the step's cluster.
 func (ss *stepSync) call() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ss.ctx, ss.f.opts.CallTimeout)
+	return context.WithTimeout(asFederation(ss.ctx, ss.rec.Id), ss.f.opts.CallTimeout)
 }
 
 // setStep changes the stored step and part, unless they changed since

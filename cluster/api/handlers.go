@@ -252,7 +252,13 @@ func (s *Server) DeletePool(ctx context.Context, req *pelotonv1.DeletePoolReques
 
 // ListPools returns the whole tree.
 func (s *Server) ListPools(ctx context.Context, req *pelotonv1.ListPoolsRequest) (*pelotonv1.ListPoolsResponse, error) {
-	return &pelotonv1.ListPoolsResponse{Pools: s.rm.ListPools()}, nil
+	resp := &pelotonv1.ListPoolsResponse{Pools: s.rm.ListPools()}
+	// A backend that never reached its substrate knows no host: say
+	// nothing rather than "nothing fits".
+	if largest := s.hm.LargestHost(); !largest.IsZero() || s.hm.SubstrateProto().GetReachable() {
+		resp.LargestHost = largest.ToProto()
+	}
+	return resp, nil
 }
 
 // ListHosts returns the cluster's hosts, and whether the backend reaches

@@ -12,6 +12,9 @@ func (s *Server) ScaleJob(ctx context.Context, req *pelotonv1.ScaleJobRequest) (
 	if err := s.checkInstances("instanceCount", req.GetInstanceCount()); err != nil {
 		return nil, err
 	}
+	if err := s.refuseFederated(ctx, req.GetJobId(), "scale"); err != nil {
+		return nil, err
+	}
 	v, err := s.jm.Updates().ScaleJob(ctx, req.GetJobId(), req.GetInstanceCount(), req.GetVersion())
 	if err != nil {
 		return nil, s.refuseArchived(ctx, req.GetJobId(), "scaled", err)
@@ -35,6 +38,9 @@ func (s *Server) ListJobVersions(ctx context.Context, req *pelotonv1.ListJobVers
 // CreateUpdate starts a rolling update; a request id makes it safe to retry.
 func (s *Server) CreateUpdate(ctx context.Context, req *pelotonv1.CreateUpdateRequest) (*pelotonv1.CreateUpdateResponse, error) {
 	if err := s.checkInstances("spec.instanceCount", req.GetSpec().GetInstanceCount()); err != nil {
+		return nil, err
+	}
+	if err := s.refuseFederated(ctx, req.GetJobId(), "update"); err != nil {
 		return nil, err
 	}
 	r, err := requestid.New(requestid.Update, req.GetRequestId(), req)

@@ -4007,8 +4007,12 @@ func (x *CreatePoolRequest) GetRequestId() string {
 }
 
 type CreatePoolResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Pool          *Pool                  `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Pool  *Pool                  `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	// What the pool was created with that cannot be honoured now, e.g. a
+	// reservation larger than the cluster's capacity (it is honoured only
+	// once hosts join). The pool is created all the same.
+	Warnings      []string `protobuf:"bytes,2,rep,name=warnings,proto3" json:"warnings,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4046,6 +4050,13 @@ func (*CreatePoolResponse) Descriptor() ([]byte, []int) {
 func (x *CreatePoolResponse) GetPool() *Pool {
 	if x != nil {
 		return x.Pool
+	}
+	return nil
+}
+
+func (x *CreatePoolResponse) GetWarnings() []string {
+	if x != nil {
+		return x.Warnings
 	}
 	return nil
 }
@@ -4458,8 +4469,13 @@ func (*ListPoolsRequest) Descriptor() ([]byte, []int) {
 }
 
 type ListPoolsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Pools         []*Pool                `protobuf:"bytes,1,rep,name=pools,proto3" json:"pools,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Pools []*Pool                `protobuf:"bytes,1,rep,name=pools,proto3" json:"pools,omitempty"`
+	// The largest host in service, per kind: the most one task may ask for
+	// here. Unset when the cluster knows no host to judge by (its backend
+	// never reached its substrate). The federation refuses up front work
+	// too large for every cluster by it.
+	LargestHost   *Resources `protobuf:"bytes,2,opt,name=largest_host,json=largestHost,proto3" json:"largest_host,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4497,6 +4513,13 @@ func (*ListPoolsResponse) Descriptor() ([]byte, []int) {
 func (x *ListPoolsResponse) GetPools() []*Pool {
 	if x != nil {
 		return x.Pools
+	}
+	return nil
+}
+
+func (x *ListPoolsResponse) GetLargestHost() *Resources {
+	if x != nil {
+		return x.LargestHost
 	}
 	return nil
 }
@@ -7675,9 +7698,10 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12,\n" +
 	"\x04spec\x18\x02 \x01(\v2\x18.peloton.api.v1.PoolSpecR\x04spec\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x03 \x01(\tR\trequestId\">\n" +
+	"request_id\x18\x03 \x01(\tR\trequestId\"Z\n" +
 	"\x12CreatePoolResponse\x12(\n" +
-	"\x04pool\x18\x01 \x01(\v2\x14.peloton.api.v1.PoolR\x04pool\"$\n" +
+	"\x04pool\x18\x01 \x01(\v2\x14.peloton.api.v1.PoolR\x04pool\x12\x1a\n" +
+	"\bwarnings\x18\x02 \x03(\tR\bwarnings\"$\n" +
 	"\x0eGetPoolRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\";\n" +
 	"\x0fGetPoolResponse\x12(\n" +
@@ -7697,9 +7721,10 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"new_parent\x18\x02 \x01(\tR\tnewParent\"<\n" +
 	"\x10MovePoolResponse\x12(\n" +
 	"\x04pool\x18\x01 \x01(\v2\x14.peloton.api.v1.PoolR\x04pool\"\x12\n" +
-	"\x10ListPoolsRequest\"?\n" +
+	"\x10ListPoolsRequest\"}\n" +
 	"\x11ListPoolsResponse\x12*\n" +
-	"\x05pools\x18\x01 \x03(\v2\x14.peloton.api.v1.PoolR\x05pools\"\xf2\x06\n" +
+	"\x05pools\x18\x01 \x03(\v2\x14.peloton.api.v1.PoolR\x05pools\x12<\n" +
+	"\flargest_host\x18\x02 \x01(\v2\x19.peloton.api.v1.ResourcesR\vlargestHost\"\xf2\x06\n" +
 	"\x04Host\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x125\n" +
 	"\bcapacity\x18\x02 \x01(\v2\x19.peloton.api.v1.ResourcesR\bcapacity\x127\n" +
@@ -8274,133 +8299,134 @@ var file_peloton_api_v1_peloton_proto_depIdxs = []int32{
 	56,  // 66: peloton.api.v1.UpdatePoolResponse.pool:type_name -> peloton.api.v1.Pool
 	56,  // 67: peloton.api.v1.MovePoolResponse.pool:type_name -> peloton.api.v1.Pool
 	56,  // 68: peloton.api.v1.ListPoolsResponse.pools:type_name -> peloton.api.v1.Pool
-	11,  // 69: peloton.api.v1.Host.capacity:type_name -> peloton.api.v1.Resources
-	11,  // 70: peloton.api.v1.Host.allocated:type_name -> peloton.api.v1.Resources
-	118, // 71: peloton.api.v1.Host.labels:type_name -> peloton.api.v1.Host.LabelsEntry
-	7,   // 72: peloton.api.v1.Host.state:type_name -> peloton.api.v1.HostState
-	9,   // 73: peloton.api.v1.Host.partition_state:type_name -> peloton.api.v1.PartitionMoveState
-	71,  // 74: peloton.api.v1.Host.usage:type_name -> peloton.api.v1.HostUsage
-	11,  // 75: peloton.api.v1.Host.slack:type_name -> peloton.api.v1.Resources
-	11,  // 76: peloton.api.v1.Host.revocable:type_name -> peloton.api.v1.Resources
-	70,  // 77: peloton.api.v1.Host.runs:type_name -> peloton.api.v1.HostRun
-	8,   // 78: peloton.api.v1.Host.zone:type_name -> peloton.api.v1.HostZone
-	72,  // 79: peloton.api.v1.HostRun.usage:type_name -> peloton.api.v1.TaskUsage
-	122, // 80: peloton.api.v1.HostRun.since:type_name -> google.protobuf.Timestamp
-	122, // 81: peloton.api.v1.HostUsage.sample_time:type_name -> google.protobuf.Timestamp
-	122, // 82: peloton.api.v1.HostUsage.receive_time:type_name -> google.protobuf.Timestamp
-	122, // 83: peloton.api.v1.TaskUsage.sample_time:type_name -> google.protobuf.Timestamp
-	71,  // 84: peloton.api.v1.UsageReport.usage:type_name -> peloton.api.v1.HostUsage
-	119, // 85: peloton.api.v1.UsageReport.runs:type_name -> peloton.api.v1.UsageReport.RunsEntry
-	69,  // 86: peloton.api.v1.ListHostsResponse.hosts:type_name -> peloton.api.v1.Host
-	77,  // 87: peloton.api.v1.ListHostsResponse.substrate:type_name -> peloton.api.v1.Substrate
-	122, // 88: peloton.api.v1.Substrate.since:type_name -> google.protobuf.Timestamp
-	69,  // 89: peloton.api.v1.StartMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
-	69,  // 90: peloton.api.v1.CompleteMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
-	69,  // 91: peloton.api.v1.MoveHostResponse.host:type_name -> peloton.api.v1.Host
-	11,  // 92: peloton.api.v1.Partition.capacity:type_name -> peloton.api.v1.Resources
-	11,  // 93: peloton.api.v1.Partition.allocated:type_name -> peloton.api.v1.Resources
-	11,  // 94: peloton.api.v1.Partition.revocable:type_name -> peloton.api.v1.Resources
-	11,  // 95: peloton.api.v1.Partition.slack:type_name -> peloton.api.v1.Resources
-	120, // 96: peloton.api.v1.Partition.zones:type_name -> peloton.api.v1.Partition.ZonesEntry
-	84,  // 97: peloton.api.v1.ListPartitionsResponse.partitions:type_name -> peloton.api.v1.Partition
-	87,  // 98: peloton.api.v1.ListPartitionsResponse.advisor:type_name -> peloton.api.v1.AdvisorStatus
-	122, // 99: peloton.api.v1.AdvisorStatus.published:type_name -> google.protobuf.Timestamp
-	122, // 100: peloton.api.v1.PartitionMove.time:type_name -> google.protobuf.Timestamp
-	88,  // 101: peloton.api.v1.ListPartitionMovesResponse.moves:type_name -> peloton.api.v1.PartitionMove
-	8,   // 102: peloton.api.v1.HostAdvice.zone:type_name -> peloton.api.v1.HostZone
-	91,  // 103: peloton.api.v1.PublishAdviceRequest.hosts:type_name -> peloton.api.v1.HostAdvice
-	92,  // 104: peloton.api.v1.PublishAdviceRequest.partitions:type_name -> peloton.api.v1.PartitionAdvice
-	88,  // 105: peloton.api.v1.PublishAdviceRequest.observed_moves:type_name -> peloton.api.v1.PartitionMove
-	10,  // 106: peloton.api.v1.UpdateStatus.state:type_name -> peloton.api.v1.UpdateState
-	122, // 107: peloton.api.v1.UpdateStatus.create_time:type_name -> google.protobuf.Timestamp
-	122, // 108: peloton.api.v1.UpdateStatus.update_time:type_name -> google.protobuf.Timestamp
-	122, // 109: peloton.api.v1.UpdateStatus.completion_time:type_name -> google.protobuf.Timestamp
-	10,  // 110: peloton.api.v1.UpdateStatus.paused_from:type_name -> peloton.api.v1.UpdateState
-	95,  // 111: peloton.api.v1.Update.spec:type_name -> peloton.api.v1.UpdateSpec
-	96,  // 112: peloton.api.v1.Update.status:type_name -> peloton.api.v1.UpdateStatus
-	121, // 113: peloton.api.v1.Update.restarts:type_name -> peloton.api.v1.Update.RestartsEntry
-	22,  // 114: peloton.api.v1.CreateUpdateRequest.spec:type_name -> peloton.api.v1.JobSpec
-	95,  // 115: peloton.api.v1.CreateUpdateRequest.update_spec:type_name -> peloton.api.v1.UpdateSpec
-	97,  // 116: peloton.api.v1.CreateUpdateResponse.update:type_name -> peloton.api.v1.Update
-	97,  // 117: peloton.api.v1.GetUpdateResponse.update:type_name -> peloton.api.v1.Update
-	97,  // 118: peloton.api.v1.ListUpdatesResponse.updates:type_name -> peloton.api.v1.Update
-	97,  // 119: peloton.api.v1.PauseUpdateResponse.update:type_name -> peloton.api.v1.Update
-	97,  // 120: peloton.api.v1.ResumeUpdateResponse.update:type_name -> peloton.api.v1.Update
-	97,  // 121: peloton.api.v1.AbortUpdateResponse.update:type_name -> peloton.api.v1.Update
-	97,  // 122: peloton.api.v1.RollbackUpdateResponse.update:type_name -> peloton.api.v1.Update
-	18,  // 123: peloton.api.v1.JobSpec.InstanceSpecsEntry.value:type_name -> peloton.api.v1.TaskSpec
-	72,  // 124: peloton.api.v1.UsageReport.RunsEntry.value:type_name -> peloton.api.v1.TaskUsage
-	29,  // 125: peloton.api.v1.JobService.CreateJob:input_type -> peloton.api.v1.CreateJobRequest
-	31,  // 126: peloton.api.v1.JobService.GetJob:input_type -> peloton.api.v1.GetJobRequest
-	33,  // 127: peloton.api.v1.JobService.ListJobs:input_type -> peloton.api.v1.ListJobsRequest
-	35,  // 128: peloton.api.v1.JobService.CancelJob:input_type -> peloton.api.v1.CancelJobRequest
-	37,  // 129: peloton.api.v1.JobService.DeleteJob:input_type -> peloton.api.v1.DeleteJobRequest
-	39,  // 130: peloton.api.v1.JobService.RestartJob:input_type -> peloton.api.v1.RestartJobRequest
-	41,  // 131: peloton.api.v1.JobService.ScaleJob:input_type -> peloton.api.v1.ScaleJobRequest
-	43,  // 132: peloton.api.v1.JobService.ListJobVersions:input_type -> peloton.api.v1.ListJobVersionsRequest
-	46,  // 133: peloton.api.v1.TaskService.ListTasks:input_type -> peloton.api.v1.ListTasksRequest
-	48,  // 134: peloton.api.v1.TaskService.GetTask:input_type -> peloton.api.v1.GetTaskRequest
-	50,  // 135: peloton.api.v1.TaskService.KillTask:input_type -> peloton.api.v1.KillTaskRequest
-	52,  // 136: peloton.api.v1.TaskService.GetTaskLogs:input_type -> peloton.api.v1.GetTaskLogsRequest
-	57,  // 137: peloton.api.v1.PoolService.CreatePool:input_type -> peloton.api.v1.CreatePoolRequest
-	59,  // 138: peloton.api.v1.PoolService.GetPool:input_type -> peloton.api.v1.GetPoolRequest
-	61,  // 139: peloton.api.v1.PoolService.UpdatePool:input_type -> peloton.api.v1.UpdatePoolRequest
-	63,  // 140: peloton.api.v1.PoolService.DeletePool:input_type -> peloton.api.v1.DeletePoolRequest
-	67,  // 141: peloton.api.v1.PoolService.ListPools:input_type -> peloton.api.v1.ListPoolsRequest
-	65,  // 142: peloton.api.v1.PoolService.MovePool:input_type -> peloton.api.v1.MovePoolRequest
-	75,  // 143: peloton.api.v1.HostService.ListHosts:input_type -> peloton.api.v1.ListHostsRequest
-	78,  // 144: peloton.api.v1.HostService.StartMaintenance:input_type -> peloton.api.v1.StartMaintenanceRequest
-	80,  // 145: peloton.api.v1.HostService.CompleteMaintenance:input_type -> peloton.api.v1.CompleteMaintenanceRequest
-	82,  // 146: peloton.api.v1.HostService.MoveHost:input_type -> peloton.api.v1.MoveHostRequest
-	85,  // 147: peloton.api.v1.PartitionService.ListPartitions:input_type -> peloton.api.v1.ListPartitionsRequest
-	89,  // 148: peloton.api.v1.PartitionService.ListPartitionMoves:input_type -> peloton.api.v1.ListPartitionMovesRequest
-	93,  // 149: peloton.api.v1.PartitionService.PublishAdvice:input_type -> peloton.api.v1.PublishAdviceRequest
-	73,  // 150: peloton.api.v1.HostAgentService.ReportUsage:input_type -> peloton.api.v1.UsageReport
-	98,  // 151: peloton.api.v1.UpdateService.CreateUpdate:input_type -> peloton.api.v1.CreateUpdateRequest
-	100, // 152: peloton.api.v1.UpdateService.GetUpdate:input_type -> peloton.api.v1.GetUpdateRequest
-	102, // 153: peloton.api.v1.UpdateService.ListUpdates:input_type -> peloton.api.v1.ListUpdatesRequest
-	104, // 154: peloton.api.v1.UpdateService.PauseUpdate:input_type -> peloton.api.v1.PauseUpdateRequest
-	106, // 155: peloton.api.v1.UpdateService.ResumeUpdate:input_type -> peloton.api.v1.ResumeUpdateRequest
-	108, // 156: peloton.api.v1.UpdateService.AbortUpdate:input_type -> peloton.api.v1.AbortUpdateRequest
-	110, // 157: peloton.api.v1.UpdateService.RollbackUpdate:input_type -> peloton.api.v1.RollbackUpdateRequest
-	30,  // 158: peloton.api.v1.JobService.CreateJob:output_type -> peloton.api.v1.CreateJobResponse
-	32,  // 159: peloton.api.v1.JobService.GetJob:output_type -> peloton.api.v1.GetJobResponse
-	34,  // 160: peloton.api.v1.JobService.ListJobs:output_type -> peloton.api.v1.ListJobsResponse
-	36,  // 161: peloton.api.v1.JobService.CancelJob:output_type -> peloton.api.v1.CancelJobResponse
-	38,  // 162: peloton.api.v1.JobService.DeleteJob:output_type -> peloton.api.v1.DeleteJobResponse
-	40,  // 163: peloton.api.v1.JobService.RestartJob:output_type -> peloton.api.v1.RestartJobResponse
-	42,  // 164: peloton.api.v1.JobService.ScaleJob:output_type -> peloton.api.v1.ScaleJobResponse
-	45,  // 165: peloton.api.v1.JobService.ListJobVersions:output_type -> peloton.api.v1.ListJobVersionsResponse
-	47,  // 166: peloton.api.v1.TaskService.ListTasks:output_type -> peloton.api.v1.ListTasksResponse
-	49,  // 167: peloton.api.v1.TaskService.GetTask:output_type -> peloton.api.v1.GetTaskResponse
-	51,  // 168: peloton.api.v1.TaskService.KillTask:output_type -> peloton.api.v1.KillTaskResponse
-	53,  // 169: peloton.api.v1.TaskService.GetTaskLogs:output_type -> peloton.api.v1.LogChunk
-	58,  // 170: peloton.api.v1.PoolService.CreatePool:output_type -> peloton.api.v1.CreatePoolResponse
-	60,  // 171: peloton.api.v1.PoolService.GetPool:output_type -> peloton.api.v1.GetPoolResponse
-	62,  // 172: peloton.api.v1.PoolService.UpdatePool:output_type -> peloton.api.v1.UpdatePoolResponse
-	64,  // 173: peloton.api.v1.PoolService.DeletePool:output_type -> peloton.api.v1.DeletePoolResponse
-	68,  // 174: peloton.api.v1.PoolService.ListPools:output_type -> peloton.api.v1.ListPoolsResponse
-	66,  // 175: peloton.api.v1.PoolService.MovePool:output_type -> peloton.api.v1.MovePoolResponse
-	76,  // 176: peloton.api.v1.HostService.ListHosts:output_type -> peloton.api.v1.ListHostsResponse
-	79,  // 177: peloton.api.v1.HostService.StartMaintenance:output_type -> peloton.api.v1.StartMaintenanceResponse
-	81,  // 178: peloton.api.v1.HostService.CompleteMaintenance:output_type -> peloton.api.v1.CompleteMaintenanceResponse
-	83,  // 179: peloton.api.v1.HostService.MoveHost:output_type -> peloton.api.v1.MoveHostResponse
-	86,  // 180: peloton.api.v1.PartitionService.ListPartitions:output_type -> peloton.api.v1.ListPartitionsResponse
-	90,  // 181: peloton.api.v1.PartitionService.ListPartitionMoves:output_type -> peloton.api.v1.ListPartitionMovesResponse
-	94,  // 182: peloton.api.v1.PartitionService.PublishAdvice:output_type -> peloton.api.v1.PublishAdviceResponse
-	74,  // 183: peloton.api.v1.HostAgentService.ReportUsage:output_type -> peloton.api.v1.UsageAck
-	99,  // 184: peloton.api.v1.UpdateService.CreateUpdate:output_type -> peloton.api.v1.CreateUpdateResponse
-	101, // 185: peloton.api.v1.UpdateService.GetUpdate:output_type -> peloton.api.v1.GetUpdateResponse
-	103, // 186: peloton.api.v1.UpdateService.ListUpdates:output_type -> peloton.api.v1.ListUpdatesResponse
-	105, // 187: peloton.api.v1.UpdateService.PauseUpdate:output_type -> peloton.api.v1.PauseUpdateResponse
-	107, // 188: peloton.api.v1.UpdateService.ResumeUpdate:output_type -> peloton.api.v1.ResumeUpdateResponse
-	109, // 189: peloton.api.v1.UpdateService.AbortUpdate:output_type -> peloton.api.v1.AbortUpdateResponse
-	111, // 190: peloton.api.v1.UpdateService.RollbackUpdate:output_type -> peloton.api.v1.RollbackUpdateResponse
-	158, // [158:191] is the sub-list for method output_type
-	125, // [125:158] is the sub-list for method input_type
-	125, // [125:125] is the sub-list for extension type_name
-	125, // [125:125] is the sub-list for extension extendee
-	0,   // [0:125] is the sub-list for field type_name
+	11,  // 69: peloton.api.v1.ListPoolsResponse.largest_host:type_name -> peloton.api.v1.Resources
+	11,  // 70: peloton.api.v1.Host.capacity:type_name -> peloton.api.v1.Resources
+	11,  // 71: peloton.api.v1.Host.allocated:type_name -> peloton.api.v1.Resources
+	118, // 72: peloton.api.v1.Host.labels:type_name -> peloton.api.v1.Host.LabelsEntry
+	7,   // 73: peloton.api.v1.Host.state:type_name -> peloton.api.v1.HostState
+	9,   // 74: peloton.api.v1.Host.partition_state:type_name -> peloton.api.v1.PartitionMoveState
+	71,  // 75: peloton.api.v1.Host.usage:type_name -> peloton.api.v1.HostUsage
+	11,  // 76: peloton.api.v1.Host.slack:type_name -> peloton.api.v1.Resources
+	11,  // 77: peloton.api.v1.Host.revocable:type_name -> peloton.api.v1.Resources
+	70,  // 78: peloton.api.v1.Host.runs:type_name -> peloton.api.v1.HostRun
+	8,   // 79: peloton.api.v1.Host.zone:type_name -> peloton.api.v1.HostZone
+	72,  // 80: peloton.api.v1.HostRun.usage:type_name -> peloton.api.v1.TaskUsage
+	122, // 81: peloton.api.v1.HostRun.since:type_name -> google.protobuf.Timestamp
+	122, // 82: peloton.api.v1.HostUsage.sample_time:type_name -> google.protobuf.Timestamp
+	122, // 83: peloton.api.v1.HostUsage.receive_time:type_name -> google.protobuf.Timestamp
+	122, // 84: peloton.api.v1.TaskUsage.sample_time:type_name -> google.protobuf.Timestamp
+	71,  // 85: peloton.api.v1.UsageReport.usage:type_name -> peloton.api.v1.HostUsage
+	119, // 86: peloton.api.v1.UsageReport.runs:type_name -> peloton.api.v1.UsageReport.RunsEntry
+	69,  // 87: peloton.api.v1.ListHostsResponse.hosts:type_name -> peloton.api.v1.Host
+	77,  // 88: peloton.api.v1.ListHostsResponse.substrate:type_name -> peloton.api.v1.Substrate
+	122, // 89: peloton.api.v1.Substrate.since:type_name -> google.protobuf.Timestamp
+	69,  // 90: peloton.api.v1.StartMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
+	69,  // 91: peloton.api.v1.CompleteMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
+	69,  // 92: peloton.api.v1.MoveHostResponse.host:type_name -> peloton.api.v1.Host
+	11,  // 93: peloton.api.v1.Partition.capacity:type_name -> peloton.api.v1.Resources
+	11,  // 94: peloton.api.v1.Partition.allocated:type_name -> peloton.api.v1.Resources
+	11,  // 95: peloton.api.v1.Partition.revocable:type_name -> peloton.api.v1.Resources
+	11,  // 96: peloton.api.v1.Partition.slack:type_name -> peloton.api.v1.Resources
+	120, // 97: peloton.api.v1.Partition.zones:type_name -> peloton.api.v1.Partition.ZonesEntry
+	84,  // 98: peloton.api.v1.ListPartitionsResponse.partitions:type_name -> peloton.api.v1.Partition
+	87,  // 99: peloton.api.v1.ListPartitionsResponse.advisor:type_name -> peloton.api.v1.AdvisorStatus
+	122, // 100: peloton.api.v1.AdvisorStatus.published:type_name -> google.protobuf.Timestamp
+	122, // 101: peloton.api.v1.PartitionMove.time:type_name -> google.protobuf.Timestamp
+	88,  // 102: peloton.api.v1.ListPartitionMovesResponse.moves:type_name -> peloton.api.v1.PartitionMove
+	8,   // 103: peloton.api.v1.HostAdvice.zone:type_name -> peloton.api.v1.HostZone
+	91,  // 104: peloton.api.v1.PublishAdviceRequest.hosts:type_name -> peloton.api.v1.HostAdvice
+	92,  // 105: peloton.api.v1.PublishAdviceRequest.partitions:type_name -> peloton.api.v1.PartitionAdvice
+	88,  // 106: peloton.api.v1.PublishAdviceRequest.observed_moves:type_name -> peloton.api.v1.PartitionMove
+	10,  // 107: peloton.api.v1.UpdateStatus.state:type_name -> peloton.api.v1.UpdateState
+	122, // 108: peloton.api.v1.UpdateStatus.create_time:type_name -> google.protobuf.Timestamp
+	122, // 109: peloton.api.v1.UpdateStatus.update_time:type_name -> google.protobuf.Timestamp
+	122, // 110: peloton.api.v1.UpdateStatus.completion_time:type_name -> google.protobuf.Timestamp
+	10,  // 111: peloton.api.v1.UpdateStatus.paused_from:type_name -> peloton.api.v1.UpdateState
+	95,  // 112: peloton.api.v1.Update.spec:type_name -> peloton.api.v1.UpdateSpec
+	96,  // 113: peloton.api.v1.Update.status:type_name -> peloton.api.v1.UpdateStatus
+	121, // 114: peloton.api.v1.Update.restarts:type_name -> peloton.api.v1.Update.RestartsEntry
+	22,  // 115: peloton.api.v1.CreateUpdateRequest.spec:type_name -> peloton.api.v1.JobSpec
+	95,  // 116: peloton.api.v1.CreateUpdateRequest.update_spec:type_name -> peloton.api.v1.UpdateSpec
+	97,  // 117: peloton.api.v1.CreateUpdateResponse.update:type_name -> peloton.api.v1.Update
+	97,  // 118: peloton.api.v1.GetUpdateResponse.update:type_name -> peloton.api.v1.Update
+	97,  // 119: peloton.api.v1.ListUpdatesResponse.updates:type_name -> peloton.api.v1.Update
+	97,  // 120: peloton.api.v1.PauseUpdateResponse.update:type_name -> peloton.api.v1.Update
+	97,  // 121: peloton.api.v1.ResumeUpdateResponse.update:type_name -> peloton.api.v1.Update
+	97,  // 122: peloton.api.v1.AbortUpdateResponse.update:type_name -> peloton.api.v1.Update
+	97,  // 123: peloton.api.v1.RollbackUpdateResponse.update:type_name -> peloton.api.v1.Update
+	18,  // 124: peloton.api.v1.JobSpec.InstanceSpecsEntry.value:type_name -> peloton.api.v1.TaskSpec
+	72,  // 125: peloton.api.v1.UsageReport.RunsEntry.value:type_name -> peloton.api.v1.TaskUsage
+	29,  // 126: peloton.api.v1.JobService.CreateJob:input_type -> peloton.api.v1.CreateJobRequest
+	31,  // 127: peloton.api.v1.JobService.GetJob:input_type -> peloton.api.v1.GetJobRequest
+	33,  // 128: peloton.api.v1.JobService.ListJobs:input_type -> peloton.api.v1.ListJobsRequest
+	35,  // 129: peloton.api.v1.JobService.CancelJob:input_type -> peloton.api.v1.CancelJobRequest
+	37,  // 130: peloton.api.v1.JobService.DeleteJob:input_type -> peloton.api.v1.DeleteJobRequest
+	39,  // 131: peloton.api.v1.JobService.RestartJob:input_type -> peloton.api.v1.RestartJobRequest
+	41,  // 132: peloton.api.v1.JobService.ScaleJob:input_type -> peloton.api.v1.ScaleJobRequest
+	43,  // 133: peloton.api.v1.JobService.ListJobVersions:input_type -> peloton.api.v1.ListJobVersionsRequest
+	46,  // 134: peloton.api.v1.TaskService.ListTasks:input_type -> peloton.api.v1.ListTasksRequest
+	48,  // 135: peloton.api.v1.TaskService.GetTask:input_type -> peloton.api.v1.GetTaskRequest
+	50,  // 136: peloton.api.v1.TaskService.KillTask:input_type -> peloton.api.v1.KillTaskRequest
+	52,  // 137: peloton.api.v1.TaskService.GetTaskLogs:input_type -> peloton.api.v1.GetTaskLogsRequest
+	57,  // 138: peloton.api.v1.PoolService.CreatePool:input_type -> peloton.api.v1.CreatePoolRequest
+	59,  // 139: peloton.api.v1.PoolService.GetPool:input_type -> peloton.api.v1.GetPoolRequest
+	61,  // 140: peloton.api.v1.PoolService.UpdatePool:input_type -> peloton.api.v1.UpdatePoolRequest
+	63,  // 141: peloton.api.v1.PoolService.DeletePool:input_type -> peloton.api.v1.DeletePoolRequest
+	67,  // 142: peloton.api.v1.PoolService.ListPools:input_type -> peloton.api.v1.ListPoolsRequest
+	65,  // 143: peloton.api.v1.PoolService.MovePool:input_type -> peloton.api.v1.MovePoolRequest
+	75,  // 144: peloton.api.v1.HostService.ListHosts:input_type -> peloton.api.v1.ListHostsRequest
+	78,  // 145: peloton.api.v1.HostService.StartMaintenance:input_type -> peloton.api.v1.StartMaintenanceRequest
+	80,  // 146: peloton.api.v1.HostService.CompleteMaintenance:input_type -> peloton.api.v1.CompleteMaintenanceRequest
+	82,  // 147: peloton.api.v1.HostService.MoveHost:input_type -> peloton.api.v1.MoveHostRequest
+	85,  // 148: peloton.api.v1.PartitionService.ListPartitions:input_type -> peloton.api.v1.ListPartitionsRequest
+	89,  // 149: peloton.api.v1.PartitionService.ListPartitionMoves:input_type -> peloton.api.v1.ListPartitionMovesRequest
+	93,  // 150: peloton.api.v1.PartitionService.PublishAdvice:input_type -> peloton.api.v1.PublishAdviceRequest
+	73,  // 151: peloton.api.v1.HostAgentService.ReportUsage:input_type -> peloton.api.v1.UsageReport
+	98,  // 152: peloton.api.v1.UpdateService.CreateUpdate:input_type -> peloton.api.v1.CreateUpdateRequest
+	100, // 153: peloton.api.v1.UpdateService.GetUpdate:input_type -> peloton.api.v1.GetUpdateRequest
+	102, // 154: peloton.api.v1.UpdateService.ListUpdates:input_type -> peloton.api.v1.ListUpdatesRequest
+	104, // 155: peloton.api.v1.UpdateService.PauseUpdate:input_type -> peloton.api.v1.PauseUpdateRequest
+	106, // 156: peloton.api.v1.UpdateService.ResumeUpdate:input_type -> peloton.api.v1.ResumeUpdateRequest
+	108, // 157: peloton.api.v1.UpdateService.AbortUpdate:input_type -> peloton.api.v1.AbortUpdateRequest
+	110, // 158: peloton.api.v1.UpdateService.RollbackUpdate:input_type -> peloton.api.v1.RollbackUpdateRequest
+	30,  // 159: peloton.api.v1.JobService.CreateJob:output_type -> peloton.api.v1.CreateJobResponse
+	32,  // 160: peloton.api.v1.JobService.GetJob:output_type -> peloton.api.v1.GetJobResponse
+	34,  // 161: peloton.api.v1.JobService.ListJobs:output_type -> peloton.api.v1.ListJobsResponse
+	36,  // 162: peloton.api.v1.JobService.CancelJob:output_type -> peloton.api.v1.CancelJobResponse
+	38,  // 163: peloton.api.v1.JobService.DeleteJob:output_type -> peloton.api.v1.DeleteJobResponse
+	40,  // 164: peloton.api.v1.JobService.RestartJob:output_type -> peloton.api.v1.RestartJobResponse
+	42,  // 165: peloton.api.v1.JobService.ScaleJob:output_type -> peloton.api.v1.ScaleJobResponse
+	45,  // 166: peloton.api.v1.JobService.ListJobVersions:output_type -> peloton.api.v1.ListJobVersionsResponse
+	47,  // 167: peloton.api.v1.TaskService.ListTasks:output_type -> peloton.api.v1.ListTasksResponse
+	49,  // 168: peloton.api.v1.TaskService.GetTask:output_type -> peloton.api.v1.GetTaskResponse
+	51,  // 169: peloton.api.v1.TaskService.KillTask:output_type -> peloton.api.v1.KillTaskResponse
+	53,  // 170: peloton.api.v1.TaskService.GetTaskLogs:output_type -> peloton.api.v1.LogChunk
+	58,  // 171: peloton.api.v1.PoolService.CreatePool:output_type -> peloton.api.v1.CreatePoolResponse
+	60,  // 172: peloton.api.v1.PoolService.GetPool:output_type -> peloton.api.v1.GetPoolResponse
+	62,  // 173: peloton.api.v1.PoolService.UpdatePool:output_type -> peloton.api.v1.UpdatePoolResponse
+	64,  // 174: peloton.api.v1.PoolService.DeletePool:output_type -> peloton.api.v1.DeletePoolResponse
+	68,  // 175: peloton.api.v1.PoolService.ListPools:output_type -> peloton.api.v1.ListPoolsResponse
+	66,  // 176: peloton.api.v1.PoolService.MovePool:output_type -> peloton.api.v1.MovePoolResponse
+	76,  // 177: peloton.api.v1.HostService.ListHosts:output_type -> peloton.api.v1.ListHostsResponse
+	79,  // 178: peloton.api.v1.HostService.StartMaintenance:output_type -> peloton.api.v1.StartMaintenanceResponse
+	81,  // 179: peloton.api.v1.HostService.CompleteMaintenance:output_type -> peloton.api.v1.CompleteMaintenanceResponse
+	83,  // 180: peloton.api.v1.HostService.MoveHost:output_type -> peloton.api.v1.MoveHostResponse
+	86,  // 181: peloton.api.v1.PartitionService.ListPartitions:output_type -> peloton.api.v1.ListPartitionsResponse
+	90,  // 182: peloton.api.v1.PartitionService.ListPartitionMoves:output_type -> peloton.api.v1.ListPartitionMovesResponse
+	94,  // 183: peloton.api.v1.PartitionService.PublishAdvice:output_type -> peloton.api.v1.PublishAdviceResponse
+	74,  // 184: peloton.api.v1.HostAgentService.ReportUsage:output_type -> peloton.api.v1.UsageAck
+	99,  // 185: peloton.api.v1.UpdateService.CreateUpdate:output_type -> peloton.api.v1.CreateUpdateResponse
+	101, // 186: peloton.api.v1.UpdateService.GetUpdate:output_type -> peloton.api.v1.GetUpdateResponse
+	103, // 187: peloton.api.v1.UpdateService.ListUpdates:output_type -> peloton.api.v1.ListUpdatesResponse
+	105, // 188: peloton.api.v1.UpdateService.PauseUpdate:output_type -> peloton.api.v1.PauseUpdateResponse
+	107, // 189: peloton.api.v1.UpdateService.ResumeUpdate:output_type -> peloton.api.v1.ResumeUpdateResponse
+	109, // 190: peloton.api.v1.UpdateService.AbortUpdate:output_type -> peloton.api.v1.AbortUpdateResponse
+	111, // 191: peloton.api.v1.UpdateService.RollbackUpdate:output_type -> peloton.api.v1.RollbackUpdateResponse
+	159, // [159:192] is the sub-list for method output_type
+	126, // [126:159] is the sub-list for method input_type
+	126, // [126:126] is the sub-list for extension type_name
+	126, // [126:126] is the sub-list for extension extendee
+	0,   // [0:126] is the sub-list for field type_name
 }
 
 func init() { file_peloton_api_v1_peloton_proto_init() }
