@@ -376,7 +376,10 @@ func TestFederatedServiceRollout(t *testing.T) {
 	bJob, _ := partJob(t, stacks[1], done)
 	held := proto.Clone(bJob.Spec).(*pelotonv1.JobSpec)
 	held.DefaultSpec.Command = []string{"sleep", "7"}
-	own, err := stacks[1].cli.Updates.CreateUpdate(ctxT(t), &pelotonv1.CreateUpdateRequest{JobId: bJob.Id, Spec: held,
+	// (Made with the federation's call key: a cluster refuses anyone
+	// else's update of a service's job.)
+	asFed := metadata.AppendToOutgoingContext(ctxT(t), sla.FederationCallKey, id)
+	own, err := stacks[1].cli.Updates.CreateUpdate(asFed, &pelotonv1.CreateUpdateRequest{JobId: bJob.Id, Spec: held,
 		UpdateSpec: &pelotonv1.UpdateSpec{StartPaused: true}})
 	if err != nil {
 		t.Fatal(err)

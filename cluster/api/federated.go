@@ -43,10 +43,10 @@ func (s *Server) refuseFederated(ctx context.Context, jobID, what string) error 
 	if svc == "" || s.federationCall(ctx) {
 		return nil
 	}
-	how := "update it"
+	change, how := "an update", "update it"
 	if what == "scale" {
-		how = "change its instanceCount"
+		change, how = "a scale", "change its instanceCount"
 	}
-	return apierr.FailedPrecondition("job %s belongs to federated service %s (label %s), which would undo a %s here; %s with peloton fed service update %s -f FILE",
-		jobID, svc, sla.GroupLabel, what, how, svc)
+	return apierr.FailedPrecondition("job %s belongs to federated service %s (label %s), which would undo %s here; %s with peloton fed service update %s -f FILE",
+		jobID, svc, sla.GroupLabel, change, how, svc)
 }
