@@ -33,7 +33,9 @@ func TestRefuseUnfit(t *testing.T) {
 		a.field[resources.CPU], a.field[resources.Memory] = "spec.job.defaultSpec.resources.cpu", "spec.job.defaultSpec.resources.memoryMb"
 		return a
 	}
-	host := func(cpu, mem int64) resources.Resources { return resources.Resources{MilliCPU: cpu * 1000, MemoryMB: mem} }
+	host := func(cpu, mem int64) resources.Resources {
+		return resources.Resources{MilliCPU: cpu * 1000, MemoryMB: mem}
+	}
 	small := fitView{name: "a", checked: true, hasPool: true, largest: host(2, 4096), knowsLargest: true}
 	big := fitView{name: "b", checked: true, hasPool: true, largest: host(8, 32), knowsLargest: true}
 	for _, tc := range []struct {
@@ -53,7 +55,7 @@ func TestRefuseUnfit(t *testing.T) {
 		{"no cluster has the pool", ask(1), false, []fitView{{name: "a", checked: true}, {name: "b", checked: true}},
 			"spec.job.pool: /p is not a leaf pool in any eligible cluster (a, b)"},
 		{"a global pool is made there", ask(1), true, []fitView{{name: "a", checked: true, largest: host(2, 4096), knowsLargest: true}}, ""},
-		{"only clusters with the pool count", ask(4), false, []fitView{small, {name: "c", checked: true, largest: host(64, 1 << 20), knowsLargest: true}},
+		{"only clusters with the pool count", ask(4), false, []fitView{small, {name: "c", checked: true, largest: host(64, 1<<20), knowsLargest: true}},
 			"asks for 4 CPUs but the largest host in any eligible cluster has 2 (a: cpu 2)"},
 		{"nothing eligible: the selector check says", ask(64), false, nil, ""},
 	} {
