@@ -3,11 +3,13 @@ package api
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"time"
 
 	"github.com/peloton-sched/peloton/internal/apierr"
 	"github.com/peloton-sched/peloton/internal/requestid"
+	"github.com/peloton-sched/peloton/internal/resources"
 	"github.com/peloton-sched/peloton/jobmgr"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 	"github.com/peloton-sched/peloton/resmgr"
@@ -224,7 +226,31 @@ func (s *Server) CreatePool(ctx context.Context, req *pelotonv1.CreatePoolReques
 	if err != nil {
 		return nil, err
 	}
-	return &pelotonv1.CreatePoolResponse{Pool: p}, nil
+	return &pelotonv1.CreatePoolResponse{Pool: p, Warnings: s.reservationWarnings(req.GetSpec())}, nil
+}
+
+// reservationWarnings says which kinds of spec's reservation exceed the
+// cluster's capacity (the root pool's entitlement: the hosts in service).
+// Such a pool is valid, since hosts may join, but until they do its
+// reservation is only partly honoured, and whoever made it should know.
+func (s *Server) reservationWarnings(spec *pelotonv1.PoolSpec) []string {
+	res, err := resources.FromProto(spec.GetReservation(), "")
+	if err != nil || res.IsZero() {
+		return nil
+	}
+	root, err := s.rm.GetPool("/")
+	if err != nil {
+		return nil
+	}
+	capacity, _ := resources.FromProto(root.GetStatus().GetEntitlement(), "")
+	var out []string
+	for k := resources.Kind(0); k < resources.NumKinds; k++ {
+		if res.Get(k) > capacity.Get(k) {
+			out = append(out, fmt.Sprintf("reservation %s %s exceeds the cluster's capacity %s; it will be honoured only when hosts join",
+				k, resources.FormatAmount(k, res.Get(k)), resources.FormatAmount(k, capacity.Get(k))))
+		}
+	}
+	return out
 }
 
 // GetPool returns a pool with its status.
