@@ -3,11 +3,13 @@ package api
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"time"
 
 	"github.com/peloton-sched/peloton/internal/apierr"
 	"github.com/peloton-sched/peloton/internal/requestid"
+	"github.com/peloton-sched/peloton/internal/resources"
 	"github.com/peloton-sched/peloton/jobmgr"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 	"github.com/peloton-sched/peloton/resmgr"
@@ -231,7 +233,31 @@ func (s *Server) CreatePool(ctx context.Context, req *pelotonv1.CreatePoolReques
 	if err != nil {
 		return nil, err
 	}
-	return &pelotonv1.CreatePoolResponse{Pool: p}, nil
+	return &pelotonv1.CreatePoolResponse{Pool: p, Warnings: s.reservationWarnings(req.GetSpec())}, nil
+}
+
+// reservationWarnings says which kinds of spec's reservation exceed the
+// cluster's capacity (the root pool's entitlement: the hosts in service).
+// Such a pool is valid, since hosts may join, but until they do its
+// reservation is only partly honoured, and whoever made it should know.
+func (s *Server) reservationWarnings(spec *pelotonv1.PoolSpec) []string {
+	res, err := resources.FromProto(spec.GetReservation(), "")
+	if err != nil || res.IsZero() {
+		return nil
+	}
+	root, err := s.rm.GetPool("/")
+	if err != nil {
+		return nil
+	}
+	capacity, _ := resources.FromProto(root.GetStatus().GetEntitlement(), "")
+	var out []string
+	for k := resources.Kind(0); k < resources.NumKinds; k++ {
+		if res.Get(k) > capacity.Get(k) {
+			out = append(out, fmt.Sprintf("reservation %s %s exceeds the cluster's capacity %s; it will be honoured only when hosts join",
+				k, resources.FormatAmount(k, res.Get(k)), resources.FormatAmount(k, capacity.Get(k))))
+		}
+	}
+	return out
 }
 
 // GetPool returns a pool with its status.
@@ -259,7 +285,13 @@ func (s *Server) DeletePool(ctx context.Context, req *pelotonv1.DeletePoolReques
 
 // ListPools returns the whole tree.
 func (s *Server) ListPools(ctx context.Context, req *pelotonv1.ListPoolsRequest) (*pelotonv1.ListPoolsResponse, error) {
-	return &pelotonv1.ListPoolsResponse{Pools: s.rm.ListPools()}, nil
+	resp := &pelotonv1.ListPoolsResponse{Pools: s.rm.ListPools()}
+	// A backend that never reached its substrate knows no host: say
+	// nothing rather than "nothing fits".
+	if largest := s.hm.LargestHost(); !largest.IsZero() || s.hm.SubstrateProto().GetReachable() {
+		resp.LargestHost = largest.ToProto()
+	}
+	return resp, nil
 }
 
 // ListHosts returns the cluster's hosts, and whether the backend reaches

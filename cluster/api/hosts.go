@@ -5,6 +5,7 @@ import (
 	"io"
 
 	"github.com/peloton-sched/peloton/hostmgr"
+	"github.com/peloton-sched/peloton/internal/resources"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
@@ -24,6 +25,9 @@ type HostCache interface {
 	ListHosts() []*pelotonv1.Host
 	ListHostsWithRuns() []*pelotonv1.Host
 	SubstrateProto() *pelotonv1.Substrate
+	// LargestHost is the capacity of the largest host in service, per
+	// kind (zero when there is none).
+	LargestHost() resources.Resources
 	Logs(ctx context.Context, taskID string, stream pelotonv1.LogStream, follow bool) (io.ReadCloser, error)
 }
 

@@ -12,6 +12,9 @@ func (s *Server) ScaleJob(ctx context.Context, req *pelotonv1.ScaleJobRequest) (
 	if err := s.checkInstances("instanceCount", req.GetInstanceCount()); err != nil {
 		return nil, err
 	}
+	if err := s.refuseFederated(ctx, req.GetJobId(), "scale"); err != nil {
+		return nil, err
+	}
 	scale := s.jm.Updates().ScaleJob
 	if req.GetDryRun() {
 		scale = func(_ context.Context, id string, n uint32, v uint64) (uint64, error) {
@@ -41,6 +44,9 @@ func (s *Server) ListJobVersions(ctx context.Context, req *pelotonv1.ListJobVers
 // CreateUpdate starts a rolling update; a request id makes it safe to retry.
 func (s *Server) CreateUpdate(ctx context.Context, req *pelotonv1.CreateUpdateRequest) (*pelotonv1.CreateUpdateResponse, error) {
 	if err := s.checkInstances("spec.instanceCount", req.GetSpec().GetInstanceCount()); err != nil {
+		return nil, err
+	}
+	if err := s.refuseFederated(ctx, req.GetJobId(), "update"); err != nil {
 		return nil, err
 	}
 	if req.GetDryRun() {

@@ -382,7 +382,14 @@ prints the new job, as "fed job get" does.`,
 // decoded with the same strict rules as every spec file.
 func loadFederatedJobSpec(path string, stdin io.Reader) (*pelotonv1.FederatedJobSpec, error) {
 	spec := &pelotonv1.FederatedJobSpec{}
-	job, err := loadJobOrWrapper(path, stdin, spec)
+	name, data, err := readSpecFile(path, stdin)
+	if err != nil {
+		return nil, err
+	}
+	job, err := loadJobOrWrapper(path, bytes.NewReader(data), spec)
+	if err != nil && federatedJobFile(data) && decodeSpec(name, data, &pelotonv1.FederatedServiceSpec{}) == nil {
+		return nil, fmt.Errorf("%s: this file is a federated service (placement.clusters), not a batch job: run it with peloton fed service create -f %s", name, path)
+	}
 	if job != nil {
 		spec.Job = job
 	}

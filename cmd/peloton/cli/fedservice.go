@@ -334,6 +334,9 @@ func loadFederatedServiceSpec(path string, stdin io.Reader) (*pelotonv1.Federate
 			`(with placement: saying where its instances run; see "peloton fed service create --help")`, name)
 	}
 	if err := decodeSpec(name, data, spec); err != nil {
+		if decodeSpec(name, data, &pelotonv1.FederatedJobSpec{}) == nil {
+			return nil, fmt.Errorf("%s: this file is a federated job (placement.clusterSelector), not a service: run it with peloton fed job create -f %s; a service's placement names clusters (placement.clusters)", name, path)
+		}
 		return nil, err
 	}
 	return spec, nil

@@ -78,6 +78,9 @@ limit and share 1; change them later with "peloton pool update".`,
 					}
 					return err
 				}
+				for _, w := range resp.GetWarnings() {
+					fmt.Fprintf(a.stderr, "warning: %s\n", w)
+				}
 				return showPool(p, resp.GetPool())
 			})
 		},

@@ -633,6 +633,12 @@ func (a *app) runEmbedded(ctx context.Context, cmd *cobra.Command, f *serverFlag
 	}
 	f.fed.listen = freeIfZero(f.fed.listen, f.listen, cmd.Flags().Changed("federation-listen"))
 	f.fed.httpListen = freeIfZero(f.fed.httpListen, f.httpListen, cmd.Flags().Changed("federation-http-listen"))
+	// The clusters' UI links to the federation's.
+	scheme := "http://"
+	if cfg.Security.TLS.Enabled() {
+		scheme = "https://"
+	}
+	cfg.UI = ui.HandlerWith(ui.Cluster, scheme+f.fed.httpListen+"/")
 	fcfg, err := f.fed.config("federation-")
 	if err != nil {
 		return err

@@ -4298,8 +4298,12 @@ func (x *CreatePoolRequest) GetRequestId() string {
 }
 
 type CreatePoolResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Pool          *Pool                  `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Pool  *Pool                  `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	// What the pool was created with that cannot be honoured now, e.g. a
+	// reservation larger than the cluster's capacity (it is honoured only
+	// once hosts join). The pool is created all the same.
+	Warnings      []string `protobuf:"bytes,2,rep,name=warnings,proto3" json:"warnings,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4337,6 +4341,13 @@ func (*CreatePoolResponse) Descriptor() ([]byte, []int) {
 func (x *CreatePoolResponse) GetPool() *Pool {
 	if x != nil {
 		return x.Pool
+	}
+	return nil
+}
+
+func (x *CreatePoolResponse) GetWarnings() []string {
+	if x != nil {
+		return x.Warnings
 	}
 	return nil
 }
@@ -4749,8 +4760,13 @@ func (*ListPoolsRequest) Descriptor() ([]byte, []int) {
 }
 
 type ListPoolsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Pools         []*Pool                `protobuf:"bytes,1,rep,name=pools,proto3" json:"pools,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Pools []*Pool                `protobuf:"bytes,1,rep,name=pools,proto3" json:"pools,omitempty"`
+	// The largest host in service, per kind: the most one task may ask for
+	// here. Unset when the cluster knows no host to judge by (its backend
+	// never reached its substrate). The federation refuses up front work
+	// too large for every cluster by it.
+	LargestHost   *Resources `protobuf:"bytes,2,opt,name=largest_host,json=largestHost,proto3" json:"largest_host,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4788,6 +4804,13 @@ func (*ListPoolsResponse) Descriptor() ([]byte, []int) {
 func (x *ListPoolsResponse) GetPools() []*Pool {
 	if x != nil {
 		return x.Pools
+	}
+	return nil
+}
+
+func (x *ListPoolsResponse) GetLargestHost() *Resources {
+	if x != nil {
+		return x.LargestHost
 	}
 	return nil
 }
@@ -8022,9 +8045,10 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12,\n" +
 	"\x04spec\x18\x02 \x01(\v2\x18.peloton.api.v1.PoolSpecR\x04spec\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x03 \x01(\tR\trequestId\">\n" +
+	"request_id\x18\x03 \x01(\tR\trequestId\"Z\n" +
 	"\x12CreatePoolResponse\x12(\n" +
-	"\x04pool\x18\x01 \x01(\v2\x14.peloton.api.v1.PoolR\x04pool\"$\n" +
+	"\x04pool\x18\x01 \x01(\v2\x14.peloton.api.v1.PoolR\x04pool\x12\x1a\n" +
+	"\bwarnings\x18\x02 \x03(\tR\bwarnings\"$\n" +
 	"\x0eGetPoolRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\";\n" +
 	"\x0fGetPoolResponse\x12(\n" +
@@ -8044,9 +8068,10 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"new_parent\x18\x02 \x01(\tR\tnewParent\"<\n" +
 	"\x10MovePoolResponse\x12(\n" +
 	"\x04pool\x18\x01 \x01(\v2\x14.peloton.api.v1.PoolR\x04pool\"\x12\n" +
-	"\x10ListPoolsRequest\"?\n" +
+	"\x10ListPoolsRequest\"}\n" +
 	"\x11ListPoolsResponse\x12*\n" +
-	"\x05pools\x18\x01 \x03(\v2\x14.peloton.api.v1.PoolR\x05pools\"\xf2\x06\n" +
+	"\x05pools\x18\x01 \x03(\v2\x14.peloton.api.v1.PoolR\x05pools\x12<\n" +
+	"\flargest_host\x18\x02 \x01(\v2\x19.peloton.api.v1.ResourcesR\vlargestHost\"\xf2\x06\n" +
 	"\x04Host\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x125\n" +
 	"\bcapacity\x18\x02 \x01(\v2\x19.peloton.api.v1.ResourcesR\bcapacity\x127\n" +
@@ -8636,137 +8661,138 @@ var file_peloton_api_v1_peloton_proto_depIdxs = []int32{
 	60,  // 70: peloton.api.v1.UpdatePoolResponse.pool:type_name -> peloton.api.v1.Pool
 	60,  // 71: peloton.api.v1.MovePoolResponse.pool:type_name -> peloton.api.v1.Pool
 	60,  // 72: peloton.api.v1.ListPoolsResponse.pools:type_name -> peloton.api.v1.Pool
-	11,  // 73: peloton.api.v1.Host.capacity:type_name -> peloton.api.v1.Resources
-	11,  // 74: peloton.api.v1.Host.allocated:type_name -> peloton.api.v1.Resources
-	123, // 75: peloton.api.v1.Host.labels:type_name -> peloton.api.v1.Host.LabelsEntry
-	7,   // 76: peloton.api.v1.Host.state:type_name -> peloton.api.v1.HostState
-	9,   // 77: peloton.api.v1.Host.partition_state:type_name -> peloton.api.v1.PartitionMoveState
-	75,  // 78: peloton.api.v1.Host.usage:type_name -> peloton.api.v1.HostUsage
-	11,  // 79: peloton.api.v1.Host.slack:type_name -> peloton.api.v1.Resources
-	11,  // 80: peloton.api.v1.Host.revocable:type_name -> peloton.api.v1.Resources
-	74,  // 81: peloton.api.v1.Host.runs:type_name -> peloton.api.v1.HostRun
-	8,   // 82: peloton.api.v1.Host.zone:type_name -> peloton.api.v1.HostZone
-	76,  // 83: peloton.api.v1.HostRun.usage:type_name -> peloton.api.v1.TaskUsage
-	127, // 84: peloton.api.v1.HostRun.since:type_name -> google.protobuf.Timestamp
-	127, // 85: peloton.api.v1.HostUsage.sample_time:type_name -> google.protobuf.Timestamp
-	127, // 86: peloton.api.v1.HostUsage.receive_time:type_name -> google.protobuf.Timestamp
-	127, // 87: peloton.api.v1.TaskUsage.sample_time:type_name -> google.protobuf.Timestamp
-	75,  // 88: peloton.api.v1.UsageReport.usage:type_name -> peloton.api.v1.HostUsage
-	124, // 89: peloton.api.v1.UsageReport.runs:type_name -> peloton.api.v1.UsageReport.RunsEntry
-	73,  // 90: peloton.api.v1.ListHostsResponse.hosts:type_name -> peloton.api.v1.Host
-	81,  // 91: peloton.api.v1.ListHostsResponse.substrate:type_name -> peloton.api.v1.Substrate
-	127, // 92: peloton.api.v1.Substrate.since:type_name -> google.protobuf.Timestamp
-	73,  // 93: peloton.api.v1.StartMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
-	73,  // 94: peloton.api.v1.CompleteMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
-	73,  // 95: peloton.api.v1.MoveHostResponse.host:type_name -> peloton.api.v1.Host
-	11,  // 96: peloton.api.v1.Partition.capacity:type_name -> peloton.api.v1.Resources
-	11,  // 97: peloton.api.v1.Partition.allocated:type_name -> peloton.api.v1.Resources
-	11,  // 98: peloton.api.v1.Partition.revocable:type_name -> peloton.api.v1.Resources
-	11,  // 99: peloton.api.v1.Partition.slack:type_name -> peloton.api.v1.Resources
-	125, // 100: peloton.api.v1.Partition.zones:type_name -> peloton.api.v1.Partition.ZonesEntry
-	88,  // 101: peloton.api.v1.ListPartitionsResponse.partitions:type_name -> peloton.api.v1.Partition
-	91,  // 102: peloton.api.v1.ListPartitionsResponse.advisor:type_name -> peloton.api.v1.AdvisorStatus
-	127, // 103: peloton.api.v1.AdvisorStatus.published:type_name -> google.protobuf.Timestamp
-	127, // 104: peloton.api.v1.PartitionMove.time:type_name -> google.protobuf.Timestamp
-	92,  // 105: peloton.api.v1.ListPartitionMovesResponse.moves:type_name -> peloton.api.v1.PartitionMove
-	8,   // 106: peloton.api.v1.HostAdvice.zone:type_name -> peloton.api.v1.HostZone
-	95,  // 107: peloton.api.v1.PublishAdviceRequest.hosts:type_name -> peloton.api.v1.HostAdvice
-	96,  // 108: peloton.api.v1.PublishAdviceRequest.partitions:type_name -> peloton.api.v1.PartitionAdvice
-	92,  // 109: peloton.api.v1.PublishAdviceRequest.observed_moves:type_name -> peloton.api.v1.PartitionMove
-	10,  // 110: peloton.api.v1.UpdateStatus.state:type_name -> peloton.api.v1.UpdateState
-	127, // 111: peloton.api.v1.UpdateStatus.create_time:type_name -> google.protobuf.Timestamp
-	127, // 112: peloton.api.v1.UpdateStatus.update_time:type_name -> google.protobuf.Timestamp
-	127, // 113: peloton.api.v1.UpdateStatus.completion_time:type_name -> google.protobuf.Timestamp
-	10,  // 114: peloton.api.v1.UpdateStatus.paused_from:type_name -> peloton.api.v1.UpdateState
-	99,  // 115: peloton.api.v1.Update.spec:type_name -> peloton.api.v1.UpdateSpec
-	100, // 116: peloton.api.v1.Update.status:type_name -> peloton.api.v1.UpdateStatus
-	126, // 117: peloton.api.v1.Update.restarts:type_name -> peloton.api.v1.Update.RestartsEntry
-	22,  // 118: peloton.api.v1.CreateUpdateRequest.spec:type_name -> peloton.api.v1.JobSpec
-	99,  // 119: peloton.api.v1.CreateUpdateRequest.update_spec:type_name -> peloton.api.v1.UpdateSpec
-	101, // 120: peloton.api.v1.CreateUpdateResponse.update:type_name -> peloton.api.v1.Update
-	101, // 121: peloton.api.v1.GetUpdateResponse.update:type_name -> peloton.api.v1.Update
-	101, // 122: peloton.api.v1.ListUpdatesResponse.updates:type_name -> peloton.api.v1.Update
-	101, // 123: peloton.api.v1.PauseUpdateResponse.update:type_name -> peloton.api.v1.Update
-	101, // 124: peloton.api.v1.ResumeUpdateResponse.update:type_name -> peloton.api.v1.Update
-	101, // 125: peloton.api.v1.AbortUpdateResponse.update:type_name -> peloton.api.v1.Update
-	101, // 126: peloton.api.v1.RollbackUpdateResponse.update:type_name -> peloton.api.v1.Update
-	18,  // 127: peloton.api.v1.JobSpec.InstanceSpecsEntry.value:type_name -> peloton.api.v1.TaskSpec
-	76,  // 128: peloton.api.v1.UsageReport.RunsEntry.value:type_name -> peloton.api.v1.TaskUsage
-	29,  // 129: peloton.api.v1.JobService.CreateJob:input_type -> peloton.api.v1.CreateJobRequest
-	31,  // 130: peloton.api.v1.JobService.GetJob:input_type -> peloton.api.v1.GetJobRequest
-	33,  // 131: peloton.api.v1.JobService.ListJobs:input_type -> peloton.api.v1.ListJobsRequest
-	35,  // 132: peloton.api.v1.JobService.CancelJob:input_type -> peloton.api.v1.CancelJobRequest
-	37,  // 133: peloton.api.v1.JobService.DeleteJob:input_type -> peloton.api.v1.DeleteJobRequest
-	39,  // 134: peloton.api.v1.JobService.RestartJob:input_type -> peloton.api.v1.RestartJobRequest
-	41,  // 135: peloton.api.v1.JobService.ScaleJob:input_type -> peloton.api.v1.ScaleJobRequest
-	43,  // 136: peloton.api.v1.JobService.ListJobVersions:input_type -> peloton.api.v1.ListJobVersionsRequest
-	46,  // 137: peloton.api.v1.JobService.WatchJobs:input_type -> peloton.api.v1.WatchJobsRequest
-	48,  // 138: peloton.api.v1.TaskService.ListTasks:input_type -> peloton.api.v1.ListTasksRequest
-	50,  // 139: peloton.api.v1.TaskService.GetTask:input_type -> peloton.api.v1.GetTaskRequest
-	52,  // 140: peloton.api.v1.TaskService.KillTask:input_type -> peloton.api.v1.KillTaskRequest
-	54,  // 141: peloton.api.v1.TaskService.GetTaskLogs:input_type -> peloton.api.v1.GetTaskLogsRequest
-	56,  // 142: peloton.api.v1.TaskService.WatchTasks:input_type -> peloton.api.v1.WatchTasksRequest
-	61,  // 143: peloton.api.v1.PoolService.CreatePool:input_type -> peloton.api.v1.CreatePoolRequest
-	63,  // 144: peloton.api.v1.PoolService.GetPool:input_type -> peloton.api.v1.GetPoolRequest
-	65,  // 145: peloton.api.v1.PoolService.UpdatePool:input_type -> peloton.api.v1.UpdatePoolRequest
-	67,  // 146: peloton.api.v1.PoolService.DeletePool:input_type -> peloton.api.v1.DeletePoolRequest
-	71,  // 147: peloton.api.v1.PoolService.ListPools:input_type -> peloton.api.v1.ListPoolsRequest
-	69,  // 148: peloton.api.v1.PoolService.MovePool:input_type -> peloton.api.v1.MovePoolRequest
-	79,  // 149: peloton.api.v1.HostService.ListHosts:input_type -> peloton.api.v1.ListHostsRequest
-	82,  // 150: peloton.api.v1.HostService.StartMaintenance:input_type -> peloton.api.v1.StartMaintenanceRequest
-	84,  // 151: peloton.api.v1.HostService.CompleteMaintenance:input_type -> peloton.api.v1.CompleteMaintenanceRequest
-	86,  // 152: peloton.api.v1.HostService.MoveHost:input_type -> peloton.api.v1.MoveHostRequest
-	89,  // 153: peloton.api.v1.PartitionService.ListPartitions:input_type -> peloton.api.v1.ListPartitionsRequest
-	93,  // 154: peloton.api.v1.PartitionService.ListPartitionMoves:input_type -> peloton.api.v1.ListPartitionMovesRequest
-	97,  // 155: peloton.api.v1.PartitionService.PublishAdvice:input_type -> peloton.api.v1.PublishAdviceRequest
-	77,  // 156: peloton.api.v1.HostAgentService.ReportUsage:input_type -> peloton.api.v1.UsageReport
-	102, // 157: peloton.api.v1.UpdateService.CreateUpdate:input_type -> peloton.api.v1.CreateUpdateRequest
-	104, // 158: peloton.api.v1.UpdateService.GetUpdate:input_type -> peloton.api.v1.GetUpdateRequest
-	106, // 159: peloton.api.v1.UpdateService.ListUpdates:input_type -> peloton.api.v1.ListUpdatesRequest
-	108, // 160: peloton.api.v1.UpdateService.PauseUpdate:input_type -> peloton.api.v1.PauseUpdateRequest
-	110, // 161: peloton.api.v1.UpdateService.ResumeUpdate:input_type -> peloton.api.v1.ResumeUpdateRequest
-	112, // 162: peloton.api.v1.UpdateService.AbortUpdate:input_type -> peloton.api.v1.AbortUpdateRequest
-	114, // 163: peloton.api.v1.UpdateService.RollbackUpdate:input_type -> peloton.api.v1.RollbackUpdateRequest
-	30,  // 164: peloton.api.v1.JobService.CreateJob:output_type -> peloton.api.v1.CreateJobResponse
-	32,  // 165: peloton.api.v1.JobService.GetJob:output_type -> peloton.api.v1.GetJobResponse
-	34,  // 166: peloton.api.v1.JobService.ListJobs:output_type -> peloton.api.v1.ListJobsResponse
-	36,  // 167: peloton.api.v1.JobService.CancelJob:output_type -> peloton.api.v1.CancelJobResponse
-	38,  // 168: peloton.api.v1.JobService.DeleteJob:output_type -> peloton.api.v1.DeleteJobResponse
-	40,  // 169: peloton.api.v1.JobService.RestartJob:output_type -> peloton.api.v1.RestartJobResponse
-	42,  // 170: peloton.api.v1.JobService.ScaleJob:output_type -> peloton.api.v1.ScaleJobResponse
-	45,  // 171: peloton.api.v1.JobService.ListJobVersions:output_type -> peloton.api.v1.ListJobVersionsResponse
-	47,  // 172: peloton.api.v1.JobService.WatchJobs:output_type -> peloton.api.v1.JobChange
-	49,  // 173: peloton.api.v1.TaskService.ListTasks:output_type -> peloton.api.v1.ListTasksResponse
-	51,  // 174: peloton.api.v1.TaskService.GetTask:output_type -> peloton.api.v1.GetTaskResponse
-	53,  // 175: peloton.api.v1.TaskService.KillTask:output_type -> peloton.api.v1.KillTaskResponse
-	55,  // 176: peloton.api.v1.TaskService.GetTaskLogs:output_type -> peloton.api.v1.LogChunk
-	57,  // 177: peloton.api.v1.TaskService.WatchTasks:output_type -> peloton.api.v1.TaskChange
-	62,  // 178: peloton.api.v1.PoolService.CreatePool:output_type -> peloton.api.v1.CreatePoolResponse
-	64,  // 179: peloton.api.v1.PoolService.GetPool:output_type -> peloton.api.v1.GetPoolResponse
-	66,  // 180: peloton.api.v1.PoolService.UpdatePool:output_type -> peloton.api.v1.UpdatePoolResponse
-	68,  // 181: peloton.api.v1.PoolService.DeletePool:output_type -> peloton.api.v1.DeletePoolResponse
-	72,  // 182: peloton.api.v1.PoolService.ListPools:output_type -> peloton.api.v1.ListPoolsResponse
-	70,  // 183: peloton.api.v1.PoolService.MovePool:output_type -> peloton.api.v1.MovePoolResponse
-	80,  // 184: peloton.api.v1.HostService.ListHosts:output_type -> peloton.api.v1.ListHostsResponse
-	83,  // 185: peloton.api.v1.HostService.StartMaintenance:output_type -> peloton.api.v1.StartMaintenanceResponse
-	85,  // 186: peloton.api.v1.HostService.CompleteMaintenance:output_type -> peloton.api.v1.CompleteMaintenanceResponse
-	87,  // 187: peloton.api.v1.HostService.MoveHost:output_type -> peloton.api.v1.MoveHostResponse
-	90,  // 188: peloton.api.v1.PartitionService.ListPartitions:output_type -> peloton.api.v1.ListPartitionsResponse
-	94,  // 189: peloton.api.v1.PartitionService.ListPartitionMoves:output_type -> peloton.api.v1.ListPartitionMovesResponse
-	98,  // 190: peloton.api.v1.PartitionService.PublishAdvice:output_type -> peloton.api.v1.PublishAdviceResponse
-	78,  // 191: peloton.api.v1.HostAgentService.ReportUsage:output_type -> peloton.api.v1.UsageAck
-	103, // 192: peloton.api.v1.UpdateService.CreateUpdate:output_type -> peloton.api.v1.CreateUpdateResponse
-	105, // 193: peloton.api.v1.UpdateService.GetUpdate:output_type -> peloton.api.v1.GetUpdateResponse
-	107, // 194: peloton.api.v1.UpdateService.ListUpdates:output_type -> peloton.api.v1.ListUpdatesResponse
-	109, // 195: peloton.api.v1.UpdateService.PauseUpdate:output_type -> peloton.api.v1.PauseUpdateResponse
-	111, // 196: peloton.api.v1.UpdateService.ResumeUpdate:output_type -> peloton.api.v1.ResumeUpdateResponse
-	113, // 197: peloton.api.v1.UpdateService.AbortUpdate:output_type -> peloton.api.v1.AbortUpdateResponse
-	115, // 198: peloton.api.v1.UpdateService.RollbackUpdate:output_type -> peloton.api.v1.RollbackUpdateResponse
-	164, // [164:199] is the sub-list for method output_type
-	129, // [129:164] is the sub-list for method input_type
-	129, // [129:129] is the sub-list for extension type_name
-	129, // [129:129] is the sub-list for extension extendee
-	0,   // [0:129] is the sub-list for field type_name
+	11,  // 73: peloton.api.v1.ListPoolsResponse.largest_host:type_name -> peloton.api.v1.Resources
+	11,  // 74: peloton.api.v1.Host.capacity:type_name -> peloton.api.v1.Resources
+	11,  // 75: peloton.api.v1.Host.allocated:type_name -> peloton.api.v1.Resources
+	123, // 76: peloton.api.v1.Host.labels:type_name -> peloton.api.v1.Host.LabelsEntry
+	7,   // 77: peloton.api.v1.Host.state:type_name -> peloton.api.v1.HostState
+	9,   // 78: peloton.api.v1.Host.partition_state:type_name -> peloton.api.v1.PartitionMoveState
+	75,  // 79: peloton.api.v1.Host.usage:type_name -> peloton.api.v1.HostUsage
+	11,  // 80: peloton.api.v1.Host.slack:type_name -> peloton.api.v1.Resources
+	11,  // 81: peloton.api.v1.Host.revocable:type_name -> peloton.api.v1.Resources
+	74,  // 82: peloton.api.v1.Host.runs:type_name -> peloton.api.v1.HostRun
+	8,   // 83: peloton.api.v1.Host.zone:type_name -> peloton.api.v1.HostZone
+	76,  // 84: peloton.api.v1.HostRun.usage:type_name -> peloton.api.v1.TaskUsage
+	127, // 85: peloton.api.v1.HostRun.since:type_name -> google.protobuf.Timestamp
+	127, // 86: peloton.api.v1.HostUsage.sample_time:type_name -> google.protobuf.Timestamp
+	127, // 87: peloton.api.v1.HostUsage.receive_time:type_name -> google.protobuf.Timestamp
+	127, // 88: peloton.api.v1.TaskUsage.sample_time:type_name -> google.protobuf.Timestamp
+	75,  // 89: peloton.api.v1.UsageReport.usage:type_name -> peloton.api.v1.HostUsage
+	124, // 90: peloton.api.v1.UsageReport.runs:type_name -> peloton.api.v1.UsageReport.RunsEntry
+	73,  // 91: peloton.api.v1.ListHostsResponse.hosts:type_name -> peloton.api.v1.Host
+	81,  // 92: peloton.api.v1.ListHostsResponse.substrate:type_name -> peloton.api.v1.Substrate
+	127, // 93: peloton.api.v1.Substrate.since:type_name -> google.protobuf.Timestamp
+	73,  // 94: peloton.api.v1.StartMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
+	73,  // 95: peloton.api.v1.CompleteMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
+	73,  // 96: peloton.api.v1.MoveHostResponse.host:type_name -> peloton.api.v1.Host
+	11,  // 97: peloton.api.v1.Partition.capacity:type_name -> peloton.api.v1.Resources
+	11,  // 98: peloton.api.v1.Partition.allocated:type_name -> peloton.api.v1.Resources
+	11,  // 99: peloton.api.v1.Partition.revocable:type_name -> peloton.api.v1.Resources
+	11,  // 100: peloton.api.v1.Partition.slack:type_name -> peloton.api.v1.Resources
+	125, // 101: peloton.api.v1.Partition.zones:type_name -> peloton.api.v1.Partition.ZonesEntry
+	88,  // 102: peloton.api.v1.ListPartitionsResponse.partitions:type_name -> peloton.api.v1.Partition
+	91,  // 103: peloton.api.v1.ListPartitionsResponse.advisor:type_name -> peloton.api.v1.AdvisorStatus
+	127, // 104: peloton.api.v1.AdvisorStatus.published:type_name -> google.protobuf.Timestamp
+	127, // 105: peloton.api.v1.PartitionMove.time:type_name -> google.protobuf.Timestamp
+	92,  // 106: peloton.api.v1.ListPartitionMovesResponse.moves:type_name -> peloton.api.v1.PartitionMove
+	8,   // 107: peloton.api.v1.HostAdvice.zone:type_name -> peloton.api.v1.HostZone
+	95,  // 108: peloton.api.v1.PublishAdviceRequest.hosts:type_name -> peloton.api.v1.HostAdvice
+	96,  // 109: peloton.api.v1.PublishAdviceRequest.partitions:type_name -> peloton.api.v1.PartitionAdvice
+	92,  // 110: peloton.api.v1.PublishAdviceRequest.observed_moves:type_name -> peloton.api.v1.PartitionMove
+	10,  // 111: peloton.api.v1.UpdateStatus.state:type_name -> peloton.api.v1.UpdateState
+	127, // 112: peloton.api.v1.UpdateStatus.create_time:type_name -> google.protobuf.Timestamp
+	127, // 113: peloton.api.v1.UpdateStatus.update_time:type_name -> google.protobuf.Timestamp
+	127, // 114: peloton.api.v1.UpdateStatus.completion_time:type_name -> google.protobuf.Timestamp
+	10,  // 115: peloton.api.v1.UpdateStatus.paused_from:type_name -> peloton.api.v1.UpdateState
+	99,  // 116: peloton.api.v1.Update.spec:type_name -> peloton.api.v1.UpdateSpec
+	100, // 117: peloton.api.v1.Update.status:type_name -> peloton.api.v1.UpdateStatus
+	126, // 118: peloton.api.v1.Update.restarts:type_name -> peloton.api.v1.Update.RestartsEntry
+	22,  // 119: peloton.api.v1.CreateUpdateRequest.spec:type_name -> peloton.api.v1.JobSpec
+	99,  // 120: peloton.api.v1.CreateUpdateRequest.update_spec:type_name -> peloton.api.v1.UpdateSpec
+	101, // 121: peloton.api.v1.CreateUpdateResponse.update:type_name -> peloton.api.v1.Update
+	101, // 122: peloton.api.v1.GetUpdateResponse.update:type_name -> peloton.api.v1.Update
+	101, // 123: peloton.api.v1.ListUpdatesResponse.updates:type_name -> peloton.api.v1.Update
+	101, // 124: peloton.api.v1.PauseUpdateResponse.update:type_name -> peloton.api.v1.Update
+	101, // 125: peloton.api.v1.ResumeUpdateResponse.update:type_name -> peloton.api.v1.Update
+	101, // 126: peloton.api.v1.AbortUpdateResponse.update:type_name -> peloton.api.v1.Update
+	101, // 127: peloton.api.v1.RollbackUpdateResponse.update:type_name -> peloton.api.v1.Update
+	18,  // 128: peloton.api.v1.JobSpec.InstanceSpecsEntry.value:type_name -> peloton.api.v1.TaskSpec
+	76,  // 129: peloton.api.v1.UsageReport.RunsEntry.value:type_name -> peloton.api.v1.TaskUsage
+	29,  // 130: peloton.api.v1.JobService.CreateJob:input_type -> peloton.api.v1.CreateJobRequest
+	31,  // 131: peloton.api.v1.JobService.GetJob:input_type -> peloton.api.v1.GetJobRequest
+	33,  // 132: peloton.api.v1.JobService.ListJobs:input_type -> peloton.api.v1.ListJobsRequest
+	35,  // 133: peloton.api.v1.JobService.CancelJob:input_type -> peloton.api.v1.CancelJobRequest
+	37,  // 134: peloton.api.v1.JobService.DeleteJob:input_type -> peloton.api.v1.DeleteJobRequest
+	39,  // 135: peloton.api.v1.JobService.RestartJob:input_type -> peloton.api.v1.RestartJobRequest
+	41,  // 136: peloton.api.v1.JobService.ScaleJob:input_type -> peloton.api.v1.ScaleJobRequest
+	43,  // 137: peloton.api.v1.JobService.ListJobVersions:input_type -> peloton.api.v1.ListJobVersionsRequest
+	46,  // 138: peloton.api.v1.JobService.WatchJobs:input_type -> peloton.api.v1.WatchJobsRequest
+	48,  // 139: peloton.api.v1.TaskService.ListTasks:input_type -> peloton.api.v1.ListTasksRequest
+	50,  // 140: peloton.api.v1.TaskService.GetTask:input_type -> peloton.api.v1.GetTaskRequest
+	52,  // 141: peloton.api.v1.TaskService.KillTask:input_type -> peloton.api.v1.KillTaskRequest
+	54,  // 142: peloton.api.v1.TaskService.GetTaskLogs:input_type -> peloton.api.v1.GetTaskLogsRequest
+	56,  // 143: peloton.api.v1.TaskService.WatchTasks:input_type -> peloton.api.v1.WatchTasksRequest
+	61,  // 144: peloton.api.v1.PoolService.CreatePool:input_type -> peloton.api.v1.CreatePoolRequest
+	63,  // 145: peloton.api.v1.PoolService.GetPool:input_type -> peloton.api.v1.GetPoolRequest
+	65,  // 146: peloton.api.v1.PoolService.UpdatePool:input_type -> peloton.api.v1.UpdatePoolRequest
+	67,  // 147: peloton.api.v1.PoolService.DeletePool:input_type -> peloton.api.v1.DeletePoolRequest
+	71,  // 148: peloton.api.v1.PoolService.ListPools:input_type -> peloton.api.v1.ListPoolsRequest
+	69,  // 149: peloton.api.v1.PoolService.MovePool:input_type -> peloton.api.v1.MovePoolRequest
+	79,  // 150: peloton.api.v1.HostService.ListHosts:input_type -> peloton.api.v1.ListHostsRequest
+	82,  // 151: peloton.api.v1.HostService.StartMaintenance:input_type -> peloton.api.v1.StartMaintenanceRequest
+	84,  // 152: peloton.api.v1.HostService.CompleteMaintenance:input_type -> peloton.api.v1.CompleteMaintenanceRequest
+	86,  // 153: peloton.api.v1.HostService.MoveHost:input_type -> peloton.api.v1.MoveHostRequest
+	89,  // 154: peloton.api.v1.PartitionService.ListPartitions:input_type -> peloton.api.v1.ListPartitionsRequest
+	93,  // 155: peloton.api.v1.PartitionService.ListPartitionMoves:input_type -> peloton.api.v1.ListPartitionMovesRequest
+	97,  // 156: peloton.api.v1.PartitionService.PublishAdvice:input_type -> peloton.api.v1.PublishAdviceRequest
+	77,  // 157: peloton.api.v1.HostAgentService.ReportUsage:input_type -> peloton.api.v1.UsageReport
+	102, // 158: peloton.api.v1.UpdateService.CreateUpdate:input_type -> peloton.api.v1.CreateUpdateRequest
+	104, // 159: peloton.api.v1.UpdateService.GetUpdate:input_type -> peloton.api.v1.GetUpdateRequest
+	106, // 160: peloton.api.v1.UpdateService.ListUpdates:input_type -> peloton.api.v1.ListUpdatesRequest
+	108, // 161: peloton.api.v1.UpdateService.PauseUpdate:input_type -> peloton.api.v1.PauseUpdateRequest
+	110, // 162: peloton.api.v1.UpdateService.ResumeUpdate:input_type -> peloton.api.v1.ResumeUpdateRequest
+	112, // 163: peloton.api.v1.UpdateService.AbortUpdate:input_type -> peloton.api.v1.AbortUpdateRequest
+	114, // 164: peloton.api.v1.UpdateService.RollbackUpdate:input_type -> peloton.api.v1.RollbackUpdateRequest
+	30,  // 165: peloton.api.v1.JobService.CreateJob:output_type -> peloton.api.v1.CreateJobResponse
+	32,  // 166: peloton.api.v1.JobService.GetJob:output_type -> peloton.api.v1.GetJobResponse
+	34,  // 167: peloton.api.v1.JobService.ListJobs:output_type -> peloton.api.v1.ListJobsResponse
+	36,  // 168: peloton.api.v1.JobService.CancelJob:output_type -> peloton.api.v1.CancelJobResponse
+	38,  // 169: peloton.api.v1.JobService.DeleteJob:output_type -> peloton.api.v1.DeleteJobResponse
+	40,  // 170: peloton.api.v1.JobService.RestartJob:output_type -> peloton.api.v1.RestartJobResponse
+	42,  // 171: peloton.api.v1.JobService.ScaleJob:output_type -> peloton.api.v1.ScaleJobResponse
+	45,  // 172: peloton.api.v1.JobService.ListJobVersions:output_type -> peloton.api.v1.ListJobVersionsResponse
+	47,  // 173: peloton.api.v1.JobService.WatchJobs:output_type -> peloton.api.v1.JobChange
+	49,  // 174: peloton.api.v1.TaskService.ListTasks:output_type -> peloton.api.v1.ListTasksResponse
+	51,  // 175: peloton.api.v1.TaskService.GetTask:output_type -> peloton.api.v1.GetTaskResponse
+	53,  // 176: peloton.api.v1.TaskService.KillTask:output_type -> peloton.api.v1.KillTaskResponse
+	55,  // 177: peloton.api.v1.TaskService.GetTaskLogs:output_type -> peloton.api.v1.LogChunk
+	57,  // 178: peloton.api.v1.TaskService.WatchTasks:output_type -> peloton.api.v1.TaskChange
+	62,  // 179: peloton.api.v1.PoolService.CreatePool:output_type -> peloton.api.v1.CreatePoolResponse
+	64,  // 180: peloton.api.v1.PoolService.GetPool:output_type -> peloton.api.v1.GetPoolResponse
+	66,  // 181: peloton.api.v1.PoolService.UpdatePool:output_type -> peloton.api.v1.UpdatePoolResponse
+	68,  // 182: peloton.api.v1.PoolService.DeletePool:output_type -> peloton.api.v1.DeletePoolResponse
+	72,  // 183: peloton.api.v1.PoolService.ListPools:output_type -> peloton.api.v1.ListPoolsResponse
+	70,  // 184: peloton.api.v1.PoolService.MovePool:output_type -> peloton.api.v1.MovePoolResponse
+	80,  // 185: peloton.api.v1.HostService.ListHosts:output_type -> peloton.api.v1.ListHostsResponse
+	83,  // 186: peloton.api.v1.HostService.StartMaintenance:output_type -> peloton.api.v1.StartMaintenanceResponse
+	85,  // 187: peloton.api.v1.HostService.CompleteMaintenance:output_type -> peloton.api.v1.CompleteMaintenanceResponse
+	87,  // 188: peloton.api.v1.HostService.MoveHost:output_type -> peloton.api.v1.MoveHostResponse
+	90,  // 189: peloton.api.v1.PartitionService.ListPartitions:output_type -> peloton.api.v1.ListPartitionsResponse
+	94,  // 190: peloton.api.v1.PartitionService.ListPartitionMoves:output_type -> peloton.api.v1.ListPartitionMovesResponse
+	98,  // 191: peloton.api.v1.PartitionService.PublishAdvice:output_type -> peloton.api.v1.PublishAdviceResponse
+	78,  // 192: peloton.api.v1.HostAgentService.ReportUsage:output_type -> peloton.api.v1.UsageAck
+	103, // 193: peloton.api.v1.UpdateService.CreateUpdate:output_type -> peloton.api.v1.CreateUpdateResponse
+	105, // 194: peloton.api.v1.UpdateService.GetUpdate:output_type -> peloton.api.v1.GetUpdateResponse
+	107, // 195: peloton.api.v1.UpdateService.ListUpdates:output_type -> peloton.api.v1.ListUpdatesResponse
+	109, // 196: peloton.api.v1.UpdateService.PauseUpdate:output_type -> peloton.api.v1.PauseUpdateResponse
+	111, // 197: peloton.api.v1.UpdateService.ResumeUpdate:output_type -> peloton.api.v1.ResumeUpdateResponse
+	113, // 198: peloton.api.v1.UpdateService.AbortUpdate:output_type -> peloton.api.v1.AbortUpdateResponse
+	115, // 199: peloton.api.v1.UpdateService.RollbackUpdate:output_type -> peloton.api.v1.RollbackUpdateResponse
+	165, // [165:200] is the sub-list for method output_type
+	130, // [130:165] is the sub-list for method input_type
+	130, // [130:130] is the sub-list for extension type_name
+	130, // [130:130] is the sub-list for extension extendee
+	0,   // [0:130] is the sub-list for field type_name
 }
 
 func init() { file_peloton_api_v1_peloton_proto_init() }
