@@ -274,5 +274,5 @@ instanceCount: 1
 labels: {}
 defaultSpec:
   command: ["/bin/sh", "-c", "sleep 600"]
-  resources: {cpu: 0.1, memoryMb: 16, diskMb: 1}
+  resources: {cpu: 0.1, memoryMb: 16}
 `
