@@ -33,6 +33,8 @@ type HostMaintenance interface {
 	StartMaintenance(ctx context.Context, names []string) ([]*pelotonv1.Host, error)
 	CompleteMaintenance(ctx context.Context, names []string) ([]*pelotonv1.Host, error)
 	MoveHost(ctx context.Context, name, partition, reason string) (*pelotonv1.Host, error)
+	CancelMove(ctx context.Context, name, reason string) (*pelotonv1.Host, error)
+	Leaving(names []string) ([]hostmgr.LeavingRun, []hostmgr.HostClass)
 	ListPartitionMoves(host string, limit uint32) ([]*pelotonv1.PartitionMove, error)
 }
 
