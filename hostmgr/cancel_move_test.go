@@ -122,14 +122,17 @@ func TestLeaving(t *testing.T) {
 	if _, err := m.Maintenance().StartMaintenance(ctx, []string{"c"}); err != nil {
 		t.Fatal(err)
 	}
-	runs, stay := m.Maintenance().Leaving([]string{"a", "zz"})
-	if len(runs) != 1 || runs[0].TaskID != "j-0-1" || runs[0].JobID != "j" || runs[0].Host != "a" || runs[0].Res.MilliCPU != 100 {
+	if _, _, known := m.Maintenance().Leaving([]string{"a", "zz"}); known {
+		t.Fatal("zz is no host")
+	}
+	runs, stay, known := m.Maintenance().Leaving([]string{"a"})
+	if !known || len(runs) != 1 || runs[0].TaskID != "j-0-1" || runs[0].JobID != "j" || runs[0].Host != "a" || runs[0].Res.MilliCPU != 100 {
 		t.Fatalf("runs %+v", runs)
 	}
 	if len(stay) != 1 || stay[0].Count != 1 || stay[0].Partition != "batch" {
 		t.Fatalf("stay %+v (want b alone)", stay)
 	}
-	if _, stay := m.Maintenance().Leaving([]string{"a", "b"}); len(stay) != 0 {
+	if _, stay, _ := m.Maintenance().Leaving([]string{"a", "b"}); len(stay) != 0 {
 		t.Fatalf("stay %+v, want none", stay)
 	}
 }

@@ -17,26 +17,26 @@ type LeavingRun struct {
 // and the classes of the hosts that stay in service: up, settled, taking
 // new runs, and not among names. A caller judges with them whether the
 // runs could go anywhere else before it takes the hosts out (a drain that
-// strands its runs never ends). Unknown names hold nothing.
-func (mt *Maintenance) Leaving(names []string) ([]LeavingRun, []HostClass) {
+// strands its runs never ends). known is false when a name is not a host
+// hostmgr knows: the request is to be refused for that first.
+func (mt *Maintenance) Leaving(names []string) (runs []LeavingRun, stay []HostClass, known bool) {
 	m := mt.hm
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	var runs []LeavingRun
 	for _, name := range names {
 		h := m.hosts[name]
 		if h == nil {
-			continue
+			return nil, nil, false
 		}
 		for _, id := range taskIDsLocked(h) {
 			runs = append(runs, LeavingRun{Host: name, TaskID: id, JobID: h.tasks[id].job, Res: h.tasks[id].res})
 		}
 	}
-	var stay []string
+	var staying []string
 	for _, name := range m.order {
 		if h := m.hosts[name]; h.inService() && !h.info.Unschedulable && !slices.Contains(names, name) {
-			stay = append(stay, name)
+			staying = append(staying, name)
 		}
 	}
-	return runs, hostClasses(stay, m.hosts)
+	return runs, hostClasses(staying, m.hosts), true
 }

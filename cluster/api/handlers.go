@@ -346,7 +346,10 @@ func (s *Server) MoveHost(ctx context.Context, req *pelotonv1.MoveHostRequest) (
 // in service: preempted, they would wait with nowhere to go, and a drain
 // waiting on a service's SLA would never end. It names the first such job.
 func (s *Server) checkStranded(hosts []string, what string) error {
-	runs, stay := s.maint.Leaving(hosts)
+	runs, stay, known := s.maint.Leaving(hosts)
+	if !known {
+		return nil // the change itself refuses an unknown host, naming it
+	}
 	st := s.jm.Stranded(runs, stay)
 	if len(st) == 0 {
 		return nil
