@@ -392,7 +392,7 @@ func newBackend(cfg Config, st store.Store) (hostmgr.Backend, error) {
 		if cfg.HostDiskMB > 0 {
 			per.DiskMB = cfg.HostDiskMB
 		}
-		b, err := local.New(local.Config{Dir: filepath.Join(cfg.DataDir, "tasks"), Hosts: cfg.Hosts, HostCapacity: per, Logger: cfg.Logger,
+		b, err := local.New(local.Config{Dir: filepath.Join(cfg.DataDir, "tasks"), Hosts: cfg.Hosts, Partitions: cfg.HostPartitions, HostCapacity: per, Logger: cfg.Logger,
 			TaskUser: cfg.TaskUser, LogRetention: cfg.LogRetention})
 		if err != nil && cfg.TaskUser != "" {
 			return nil, fmt.Errorf("--task-user %s: %w", cfg.TaskUser, err)

@@ -1,10 +1,12 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/peloton-sched/peloton/internal/apierr"
@@ -328,6 +330,11 @@ func (s *Server) PublishAdvice(ctx context.Context, req *pelotonv1.PublishAdvice
 
 // StartMaintenance takes hosts out of service; they drain, then are drained.
 func (s *Server) StartMaintenance(ctx context.Context, req *pelotonv1.StartMaintenanceRequest) (*pelotonv1.StartMaintenanceResponse, error) {
+	if !req.GetForce() {
+		if err := s.checkStranded(req.GetHosts(), "drain"); err != nil {
+			return nil, err
+		}
+	}
 	hs, err := s.maint.StartMaintenance(ctx, req.GetHosts())
 	if err != nil {
 		return nil, err
@@ -347,11 +354,64 @@ func (s *Server) CompleteMaintenance(ctx context.Context, req *pelotonv1.Complet
 // MoveHost moves a host to another partition: it drains (SLA-checked, as
 // maintenance drains) and then joins the new partition.
 func (s *Server) MoveHost(ctx context.Context, req *pelotonv1.MoveHostRequest) (*pelotonv1.MoveHostResponse, error) {
+	if req.GetCancel() {
+		switch {
+		case req.GetPartition() != "":
+			return nil, apierr.Invalid("partition", "leave it empty to cancel a move: the host returns to the partition it was leaving")
+		case req.GetForce():
+			return nil, apierr.Invalid("force", "a cancel needs no force")
+		}
+		h, err := s.maint.CancelMove(ctx, req.GetHost(), req.GetReason())
+		if err != nil {
+			return nil, err
+		}
+		return &pelotonv1.MoveHostResponse{Host: h}, nil
+	}
+	if !req.GetForce() && req.GetHost() != "" {
+		if err := s.checkStranded([]string{req.GetHost()}, "move"); err != nil {
+			return nil, err
+		}
+	}
 	h, err := s.maint.MoveHost(ctx, req.GetHost(), req.GetPartition(), req.GetReason())
 	if err != nil {
 		return nil, err
 	}
 	return &pelotonv1.MoveHostResponse{Host: h}, nil
+}
+
+// checkStranded refuses to take hosts out of service (what: "drain" or
+// "move") when the instances that must leave them fit no host that stays
+// in service: preempted, they would wait with nowhere to go, and a drain
+// waiting on a service's SLA would never end. It names the first such job.
+func (s *Server) checkStranded(hosts []string, what string) error {
+	runs, stay, known := s.maint.Leaving(hosts)
+	if !known {
+		return nil // the change itself refuses an unknown host, naming it
+	}
+	st := s.jm.Stranded(runs, stay)
+	if len(st) == 0 {
+		return nil
+	}
+	j := st[0]
+	job := cmp.Or(j.Name, j.JobID)
+	insts := "instance " + jobmgr.InstanceRanges(j.Instances)
+	if len(j.Instances) > 1 {
+		insts = "instances " + jobmgr.InstanceRanges(j.Instances)
+	}
+	who := fmt.Sprintf("%s is the only host that fits", hosts[0])
+	if len(hosts) > 1 {
+		who = fmt.Sprintf("no host but %s fits", strings.Join(hosts, ", "))
+	}
+	more := ""
+	if len(st) > 1 {
+		more = fmt.Sprintf(" (and %d more jobs)", len(st)-1)
+	}
+	field := "host"
+	if what == "drain" {
+		field = "hosts"
+	}
+	return apierr.FailedPrecondition("%s: %s job %s's %s%s: they would have nowhere to go and the %s would not end; add --force (force: true) to %s anyway",
+		field, who, job, insts, more, what, what)
 }
 
 // MovePool moves a pool and its children under another parent.

@@ -31,7 +31,9 @@ type uiStack struct {
 
 func startUIStack(t *testing.T, bin string, extra ...string) *uiStack {
 	t.Helper()
-	args := append([]string{"up", "--data-dir", t.TempDir(), "--hosts", "3", "--host-cpu", "4", "--host-memory-mb", "4096",
+	// Every host in one partition, default, as the pages' checks and
+	// screenshots expect (from two hosts up would split them otherwise).
+	args := append([]string{"up", "--data-dir", t.TempDir(), "--hosts", "3", "--partitions", "default=3", "--host-cpu", "4", "--host-memory-mb", "4096",
 		"--listen", freePort(t), "--http-listen", freePort(t),
 		"--federation-listen", freePort(t), "--federation-http-listen", freePort(t), "--log-level", "warn"}, extra...)
 	cmd := exec.Command(bin, args...)

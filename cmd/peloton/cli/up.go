@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -39,6 +40,9 @@ type serverFlags struct {
 	etcdQuota     int64
 	backend       string
 	hosts         int
+	partitions    string
+	// fs is the flag set registered on, to tell a flag given from its default.
+	fs            *pflag.FlagSet
 	hostCPU       float64
 	hostMemoryMB  int64
 	hostDiskMB    int64
@@ -136,6 +140,8 @@ func (f *serverFlags) register(fs *pflag.FlagSet, embedded bool) {
 	f.iso.register(fs)
 	f.etcdTLS.register(fs)
 	fs.IntVar(&f.hosts, "hosts", 1, "number of virtual (local) or simulated (sim) hosts")
+	fs.StringVar(&f.partitions, "partitions", "", "partitions of the local virtual hosts, NAME=COUNT comma-separated, in host order, e.g. batch=2,stateless=2; the counts add up to --hosts, or give the host count without it (default: from 2 hosts, the first half, rounded up, in the advisor's batch partition and the rest in its stateless one; 1 host: partition default)")
+	f.fs = fs
 	fs.Float64Var(&f.hostCPU, "host-cpu", 0, "CPUs of each host (0: local sizes to this machine, sim uses 32)")
 	fs.Int64Var(&f.hostMemoryMB, "host-memory-mb", 0, "memory of each host in MiB (0: local sizes to this machine, sim uses 131072)")
 	fs.Int64Var(&f.hostDiskMB, "host-disk-mb", 0, "disk of each host in MiB (0: local sizes to this machine, sim has none)")
@@ -197,6 +203,11 @@ func (f *serverFlags) config(embedded bool) (cluster.Config, error) {
 	if err != nil {
 		return cluster.Config{}, err
 	}
+	parts, hosts, err := hostPartitions(f.partitions, f.hosts, f.fs != nil && f.fs.Changed("hosts"), f.backend,
+		cmp.Or(strings.TrimSpace(f.advisor.batch), "batch"), cmp.Or(strings.TrimSpace(f.advisor.stateless), "stateless"))
+	if err != nil {
+		return cluster.Config{}, err
+	}
 	cfg := cluster.Config{
 		ClusterName:       f.clusterName,
 		DataDir:           f.dataDir,
@@ -206,7 +217,8 @@ func (f *serverFlags) config(embedded bool) (cluster.Config, error) {
 		HTTPListen:        f.httpListen,
 		EtcdEndpoints:     endpoints,
 		Backend:           f.backend,
-		Hosts:             f.hosts,
+		Hosts:             hosts,
+		HostPartitions:    parts,
 		HostCPU:           f.hostCPU,
 		HostMemoryMB:      f.hostMemoryMB,
 		HostDiskMB:        f.hostDiskMB,

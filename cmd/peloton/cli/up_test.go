@@ -34,6 +34,13 @@ func TestUpRejectsBadFlags(t *testing.T) {
 		{[]string{"up", "--backend", "sim", "--host-labels", "zone=a,zone"}, "--host-labels"},
 		{[]string{"up", "--host-labels", "zone=a"}, "--host-labels"},
 		{[]string{"up", "--host-gpu", "1"}, "--host-gpu"},
+		{[]string{"up", "--partitions", "batch=2,stateless=2", "--hosts", "3"}, "--partitions"},
+		{[]string{"up", "--partitions", "batch"}, "--partitions"},
+		{[]string{"up", "--partitions", "Batch=1"}, "--partitions"},
+		{[]string{"up", "--partitions", "batch=0"}, "--partitions"},
+		{[]string{"up", "--partitions", "batch=x"}, "--partitions"},
+		{[]string{"up", "--partitions", "batch=1,batch=1"}, "--partitions"},
+		{[]string{"up", "--backend", "sim", "--partitions", "batch=1"}, "--partitions"},
 		{[]string{"up", "--backend", "kubernetes", "--kube-qps", "0"}, "--kube-qps"},
 		{[]string{"up", "--backend", "kubernetes", "--kube-burst", "-1"}, "--kube-burst"},
 		{[]string{"up", "--backend", "kubernetes", "--kube-pool-namespaces", "team=ns"}, "--kube-pool-namespaces"},
@@ -222,5 +229,35 @@ func TestServerCommandsHaveNoClientFlags(t *testing.T) {
 	}
 	if r := runWith(t, run, "", "serve", "cluster", "--etcd-endpoints", "http://a:2379"); r.code != exitOK || got.DefaultReservesHosts {
 		t.Errorf("serve cluster: exit %d, DefaultReservesHosts %v", r.code, got.DefaultReservesHosts)
+	}
+}
+
+// --partitions splits the local hosts; from two hosts the default splits
+// them between the advisor's batch and stateless partitions.
+func TestUpPartitions(t *testing.T) {
+	var got cluster.Config
+	run := func(ctx context.Context, cfg cluster.Config) error {
+		got = cfg
+		return nil
+	}
+	for _, tc := range []struct {
+		args  []string
+		hosts int
+		parts string
+	}{
+		{[]string{"up", "--partitions", "batch=2,stateless=2"}, 4, "batch batch stateless stateless"},
+		{[]string{"up", "--partitions", "gpu=1, batch=2", "--hosts", "3"}, 3, "gpu batch batch"},
+		{[]string{"up", "--hosts", "3"}, 3, "batch batch stateless"},
+		{[]string{"up", "--hosts", "2", "--advisor-stateless-partition", "web"}, 2, "batch web"},
+		{[]string{"up"}, 1, ""},
+		{[]string{"up", "--backend", "sim", "--hosts", "4"}, 4, ""},
+	} {
+		got = cluster.Config{}
+		if r := runWith(t, run, "", tc.args...); r.code != exitOK {
+			t.Fatalf("%q: exit %d, stderr %q", tc.args, r.code, r.stderr)
+		}
+		if got.Hosts != tc.hosts || strings.Join(got.HostPartitions, " ") != tc.parts {
+			t.Errorf("%q: hosts %d, partitions %q; want %d %q", tc.args, got.Hosts, got.HostPartitions, tc.hosts, tc.parts)
+		}
 	}
 }

@@ -5632,8 +5632,13 @@ func (x *Substrate) GetReason() string {
 // preempted and run again elsewhere) and HOST_DRAINED once it holds no runs.
 // Either every host changes or none does.
 type StartMaintenanceRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Hosts         []string               `protobuf:"bytes,1,rep,name=hosts,proto3" json:"hosts,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Hosts []string               `protobuf:"bytes,1,rep,name=hosts,proto3" json:"hosts,omitempty"`
+	// Drain even when no host that stays in service fits the instances that
+	// must leave (they would wait for one, and the drain might never end).
+	// Without it such a request is refused FAILED_PRECONDITION, naming the
+	// job and instances.
+	Force         bool `protobuf:"varint,2,opt,name=force,proto3" json:"force,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5673,6 +5678,13 @@ func (x *StartMaintenanceRequest) GetHosts() []string {
 		return x.Hosts
 	}
 	return nil
+}
+
+func (x *StartMaintenanceRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
 }
 
 type StartMaintenanceResponse struct {
@@ -5823,7 +5835,18 @@ type MoveHostRequest struct {
 	Partition string `protobuf:"bytes,2,opt,name=partition,proto3" json:"partition,omitempty"`
 	// Why, kept in the partitions' move history (the advisor gives the
 	// numbers that caused it); at most 512 bytes.
-	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Move even when no host that stays in service fits the instances that
+	// must leave the host; without it such a move is refused
+	// FAILED_PRECONDITION, as StartMaintenanceRequest.force says.
+	Force bool `protobuf:"varint,4,opt,name=force,proto3" json:"force,omitempty"`
+	// Cancel the host's move under way instead: the host returns to the
+	// partition it was leaving and takes work again (its runs moved so far
+	// stay where they went). partition must be empty; a host that is not
+	// moving is FAILED_PRECONDITION. The cancel is in the move history
+	// (state CANCELLED), and an advisor does not move the host again for
+	// its hold-down.
+	Cancel        bool `protobuf:"varint,5,opt,name=cancel,proto3" json:"cancel,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5877,6 +5900,20 @@ func (x *MoveHostRequest) GetReason() string {
 		return x.Reason
 	}
 	return ""
+}
+
+func (x *MoveHostRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
+func (x *MoveHostRequest) GetCancel() bool {
+	if x != nil {
+		return x.Cancel
+	}
+	return false
 }
 
 type MoveHostResponse struct {
@@ -6248,7 +6285,10 @@ type PartitionMove struct {
 	Reason string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
 	// OBSERVED: an advisor in observe mode would have made it; MOVING:
 	// under way; DONE: the host settled in `to`; SUPERSEDED: the host moved
-	// again, or back, before this one finished.
+	// again, or back, before this one finished; CANCELLED: the move was
+	// cancelled (MoveHostRequest.cancel) and the host stayed in `from`. The
+	// cancel is an entry of its own, CANCELLED too, with the time and the
+	// reason of the cancel.
 	State         string                 `protobuf:"bytes,5,opt,name=state,proto3" json:"state,omitempty"`
 	Time          *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=time,proto3" json:"time,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -8141,19 +8181,22 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n" +
 	"\treachable\x18\x03 \x01(\bR\treachable\x120\n" +
 	"\x05since\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x16\n" +
-	"\x06reason\x18\x05 \x01(\tR\x06reason\"/\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\"E\n" +
 	"\x17StartMaintenanceRequest\x12\x14\n" +
-	"\x05hosts\x18\x01 \x03(\tR\x05hosts\"F\n" +
+	"\x05hosts\x18\x01 \x03(\tR\x05hosts\x12\x14\n" +
+	"\x05force\x18\x02 \x01(\bR\x05force\"F\n" +
 	"\x18StartMaintenanceResponse\x12*\n" +
 	"\x05hosts\x18\x01 \x03(\v2\x14.peloton.api.v1.HostR\x05hosts\"2\n" +
 	"\x1aCompleteMaintenanceRequest\x12\x14\n" +
 	"\x05hosts\x18\x01 \x03(\tR\x05hosts\"I\n" +
 	"\x1bCompleteMaintenanceResponse\x12*\n" +
-	"\x05hosts\x18\x01 \x03(\v2\x14.peloton.api.v1.HostR\x05hosts\"[\n" +
+	"\x05hosts\x18\x01 \x03(\v2\x14.peloton.api.v1.HostR\x05hosts\"\x89\x01\n" +
 	"\x0fMoveHostRequest\x12\x12\n" +
 	"\x04host\x18\x01 \x01(\tR\x04host\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\tR\tpartition\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\"<\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x14\n" +
+	"\x05force\x18\x04 \x01(\bR\x05force\x12\x16\n" +
+	"\x06cancel\x18\x05 \x01(\bR\x06cancel\"<\n" +
 	"\x10MoveHostResponse\x12(\n" +
 	"\x04host\x18\x01 \x01(\v2\x14.peloton.api.v1.HostR\x04host\"\x9f\x05\n" +
 	"\tPartition\x12\x12\n" +
