@@ -166,6 +166,11 @@ type Config struct {
 	// SecondaryNamespaces limits that mode to pods of these namespaces
 	// (default: every namespace).
 	SecondaryNamespaces []string
+	// BudgetReconcileEvery is how often the PodDisruptionBudgets of
+	// Peloton's jobs are reconciled (budget.go; default 30s).
+	BudgetReconcileEvery time.Duration
+	// budgetGrace overrides budgetGrace (tests).
+	budgetGrace time.Duration
 	// Logger receives operational logs (default slog.Default()).
 	Logger *slog.Logger
 }
@@ -224,6 +229,8 @@ type Backend struct {
 	tasks    map[string]*task
 	finished []string // ring of finished task IDs, for bounded memory
 	finHead  int
+	// budgets are the PodDisruptionBudgets jobs should have (budget.go).
+	budgets map[string]*wantBudget
 
 	hostsChanged atomic.Pointer[func()]
 	// The secondary-scheduler mode (secondary.go): who is told of foreign
@@ -304,6 +311,12 @@ func New(cfg Config) (*Backend, error) {
 	}
 	if cfg.MaxProbeBackoff <= 0 {
 		cfg.MaxProbeBackoff = DefaultMaxProbeBackoff
+	}
+	if cfg.BudgetReconcileEvery <= 0 {
+		cfg.BudgetReconcileEvery = DefaultBudgetReconcileEvery
+	}
+	if cfg.budgetGrace <= 0 {
+		cfg.budgetGrace = budgetGrace
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -530,8 +543,9 @@ func (b *Backend) Start(ctx context.Context, sink func(hostmgr.TaskEvent)) error
 	} else {
 		b.observe(apiReason(answers))
 	}
-	b.wg.Add(5)
+	b.wg.Add(6)
 	go b.watchAPIServer(nsChecked)
+	go b.reconcileBudgets()
 	go func() { defer b.wg.Done(); b.events.run(b.stop, sink) }()
 	go func() {
 		defer b.wg.Done()
@@ -928,6 +942,7 @@ func (b *Backend) Launch(ctx context.Context, spec hostmgr.LaunchSpec) error {
 		return err
 	}
 
+	b.ensureBudget(ctx, spec, ns)
 	created, err := b.createAndBind(ctx, pod, spec.Host)
 	if err != nil {
 		if created != nil {
