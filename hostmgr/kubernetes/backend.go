@@ -858,8 +858,29 @@ func (b *Backend) onPodDelete(obj any) {
 		b.setLocked(t, hostmgr.TaskEvent{State: pelotonv1.TaskState_KILLED, Reason: ReasonKilled, Time: time.Now()})
 		return
 	}
+	if c := evictedBy(p); c != nil {
+		// Deleted through the Eviction API (kubectl drain, an
+		// autoscaler), within the job's PodDisruptionBudget: the
+		// apiserver marked the pod before deleting it.
+		b.setLocked(t, hostmgr.TaskEvent{State: pelotonv1.TaskState_LOST, Reason: ReasonEvicted,
+			Message: strings.TrimSpace("evicted: " + c.Message), Time: time.Now()})
+		return
+	}
 	b.setLocked(t, hostmgr.TaskEvent{State: pelotonv1.TaskState_LOST, Reason: ReasonPodDeleted,
 		Message: "pod " + p.Namespace + "/" + p.Name + " was deleted by someone other than Peloton", Time: time.Now()})
+}
+
+// evictedBy returns the condition the apiserver puts on a pod that the
+// Eviction API deletes (DisruptionTarget, reason EvictionByEvictionAPI),
+// or nil.
+func evictedBy(p *corev1.Pod) *corev1.PodCondition {
+	for i := range p.Status.Conditions {
+		c := &p.Status.Conditions[i]
+		if c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue && c.Reason == "EvictionByEvictionAPI" {
+			return c
+		}
+	}
+	return nil
 }
 
 // setLocked records a state change of t and queues it for the sink.

@@ -3,6 +3,7 @@ package kubernetes
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -217,8 +218,11 @@ func TestEvictionWithinTheBudget(t *testing.T) {
 	if !apierrors.IsTooManyRequests(err) {
 		t.Fatalf("an eviction past the budget: %v; want 429 TooManyRequests", err)
 	}
-	// The evicted run ends; the others run on.
-	e.waitFor(specs[0].TaskID, pelotonv1.TaskState_LOST, 30*time.Second)
+	// The evicted run ends, said to be evicted; the others run on.
+	evs := e.waitFor(specs[0].TaskID, pelotonv1.TaskState_LOST, 30*time.Second)
+	if last := evs[len(evs)-1]; last.Reason != ReasonEvicted || !strings.HasPrefix(last.Message, "evicted: ") {
+		t.Errorf("the evicted run ended %+v; want reason %q and a message \"evicted: ...\"", last, ReasonEvicted)
+	}
 	for _, s := range specs[1:] {
 		if evs := e.rec.of(s.TaskID); evs[len(evs)-1].State != pelotonv1.TaskState_RUNNING {
 			t.Errorf("%s: %s after a refused eviction", s.TaskID, states(evs))
