@@ -56,3 +56,39 @@ func TestHarnessRunsCarryTheJobsDisruptionBudget(t *testing.T) {
 		t.Error("the hosts were told a batch job's budget")
 	}
 }
+
+// A run the backend reports evicted (LOST, reason evicted: a kubelet under
+// node pressure, or kubectl drain through the Eviction API) runs again,
+// placed anew, with no failure counted: a batch job with no failures to
+// spare still succeeds, and a service's instance keeps its clean record.
+func TestHarnessEvictedRunRunsAgainWithoutAFailure(t *testing.T) {
+	h := newHarness(t)
+	batch := h.create(batchSpec(1, 0))
+	svc := h.create(serviceSpec(1, "img:1"))
+	b1 := h.placeRun(batch, 0, 1, "h1")
+	s1 := h.placeRun(svc, 0, 1, "h1")
+	for _, r := range []string{b1, s1} {
+		h.hosts.emit(r, taskRunning, 0, "")
+	}
+	h.waitTask(svc, 0, taskRunning)
+	for _, r := range []string{b1, s1} {
+		h.hosts.emit(r, taskLost, 0, "evicted")
+	}
+	for _, id := range []string{batch, svc} {
+		testutil.Eventually(t, 10*time.Second, "run 2 of job "+id+" queued", func() bool {
+			h.advance(time.Minute) // past any restart backoff
+			return h.res.queuedRun(id, 0) == 2
+		})
+	}
+	b2 := h.placeRun(batch, 0, 2, "h2")
+	s2 := h.placeRun(svc, 0, 2, "h2")
+	h.hosts.emit(b2, taskSucceeded, 0, "")
+	h.waitJob(batch, pelotonv1.JobState_JOB_SUCCEEDED)
+	h.hosts.emit(s2, taskRunning, 0, "")
+	for _, id := range []string{batch, svc} {
+		st := h.storedTask(id, 0)
+		if st.FailureCount != 0 || st.RunId != 2 {
+			t.Errorf("job %s after an eviction: failureCount %d, run %d; want 0 and 2", id, st.FailureCount, st.RunId)
+		}
+	}
+}
