@@ -275,6 +275,7 @@ const maxFinished = 100_000
 const (
 	byNode = "node"
 	byTask = "task"
+	byJob  = "job" // "namespace/jobID" of Peloton's labelled pods
 )
 
 // New validates cfg and builds the client. Call Start before use.
@@ -496,6 +497,12 @@ func (b *Backend) Start(ctx context.Context, sink func(hostmgr.TaskEvent)) error
 		byTask: func(obj any) ([]string, error) {
 			if p, ok := obj.(*corev1.Pod); ok && b.managed(p) {
 				return []string{p.Annotations[AnnotationTaskID]}, nil
+			}
+			return nil, nil
+		},
+		byJob: func(obj any) ([]string, error) {
+			if p, ok := obj.(*corev1.Pod); ok && p.Labels[LabelJobID] != "" && b.managed(p) {
+				return []string{p.Namespace + "/" + p.Labels[LabelJobID]}, nil
 			}
 			return nil, nil
 		},

@@ -29,6 +29,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -203,7 +204,16 @@ func sameBudget(cur, want *policyv1.PodDisruptionBudget) bool {
 
 // hasLivePods reports whether job jobID has a pod in ns that has not ended.
 func (b *Backend) hasLivePods(ns, jobID string) bool {
-	return b.liveJobs()[ns+"/"+jobID]
+	if b.pods == nil {
+		return false
+	}
+	objs, _ := b.pods.ByIndex(byJob, ns+"/"+jobID)
+	for _, obj := range objs {
+		if p, ok := obj.(*corev1.Pod); ok && !podTerminal(p) {
+			return true
+		}
+	}
+	return false
 }
 
 // liveJobs is the set of "namespace/jobID" of the jobs with pods, of this
@@ -213,12 +223,10 @@ func (b *Backend) liveJobs() map[string]bool {
 	if b.pods == nil {
 		return out
 	}
-	for _, obj := range b.pods.List() {
-		p, ok := obj.(*corev1.Pod)
-		if !ok || p.Labels[LabelJobID] == "" || !b.managed(p) || podTerminal(p) {
-			continue
+	for _, key := range b.pods.ListIndexFuncValues(byJob) {
+		if i := strings.IndexByte(key, '/'); i > 0 && b.hasLivePods(key[:i], key[i+1:]) {
+			out[key] = true
 		}
-		out[p.Namespace+"/"+p.Labels[LabelJobID]] = true
 	}
 	return out
 }
