@@ -11,7 +11,9 @@
 // capacity = allocatable minus what pods Peloton does not manage request;
 // cordoned or NotReady nodes are reported Unschedulable. Pod phases and
 // container states become task events; a run's health is its pod's Ready
-// condition, driven by a readiness probe made from its health check.
+// condition, driven by a readiness probe made from its health check. Each
+// SERVICE and STATEFUL job has a PodDisruptionBudget made from its SLA, so
+// that evictions by others (kubectl drain) respect it (budget.go).
 //
 // Every call to the apiserver has a deadline, and transient failures
 // (timeouts, 429, 5xx, a refused connection while the apiserver restarts)
