@@ -139,8 +139,8 @@ helm-tools:
 promtool-tools:
 	@PROMTOOL=$(PELOTON_PROMTOOL) bash hack/promtool.sh
 
-## kube-tools builds kube-apiserver, kube-scheduler and kwok once (minutes
-## the first time, nothing after).
+## kube-tools builds kube-apiserver, kube-scheduler, kube-controller-manager
+## and kwok once (minutes the first time, nothing after).
 kube-tools:
 	@KUBE_TOOLS_DIR=$(PELOTON_CACHE)/kube/$(KUBE_VERSION) KUBE_VERSION=$(KUBE_VERSION) KWOK_VERSION=$(KWOK_VERSION) GO=$(GO) bash hack/kube-tools.sh
 

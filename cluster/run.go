@@ -181,8 +181,12 @@ func runStack(ctx context.Context, cfg Config, etcdTLS *tls.Config, t *term) err
 	if cfg.FinishedJobTTL != nil {
 		ttl = *cfg.FinishedJobTTL
 	}
+	// A backend that keeps jobs' disruption budgets (kubernetes) hears of
+	// their changes from jobmgr.
+	budgets, _ := backend.(hostmgr.DisruptionBudgeter)
 	jm := jobmgr.New(st, batcher, rm, hm, jobmgr.Options{Logger: log, SLA: cfg.SLA, SLATimeout: cfg.SLATimeout,
-		History: archive, ClusterName: cmp.Or(cfg.ClusterName, DefaultClusterName), Collect: jobmgr.CollectOptions{TTL: ttl}})
+		History: archive, ClusterName: cmp.Or(cfg.ClusterName, DefaultClusterName), Collect: jobmgr.CollectOptions{TTL: ttl},
+		Budgets: budgets})
 	// DAEMON jobs follow hosts that join or leave as soon as the backend
 	// says so (kubernetes); jobmgr also re-checks every few seconds.
 	hm.OnHostsChanged(jm.HostsChanged)

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # kube-tools.sh builds the Kubernetes parts the test suite runs for real:
-# kube-apiserver and kube-scheduler from the k8s.io/kubernetes module, and
+# kube-apiserver, kube-scheduler and kube-controller-manager (for its
+# disruption controller, which computes PodDisruptionBudgets' status) from
+# the k8s.io/kubernetes module, and
 # kwok from sigs.k8s.io/kwok, all through the Go module proxy, into
 #   $KUBE_TOOLS_DIR/bin/  (the Makefile: ~/.cache/peloton/kube/<kubernetes version>)
 # outside the clone, so every fresh clone on the machine reuses one build.
@@ -28,7 +30,7 @@ stamp=$bin/.stamp
 want="kubernetes=$KUBE_VERSION kwok=$KWOK_VERSION script=$(sha256sum "$0" | cut -c1-16)"
 
 if [[ -f $stamp && "$(cat "$stamp")" == "$want" ]] &&
-	[[ -x $bin/kube-apiserver && -x $bin/kube-scheduler && -x $bin/kwok ]]; then
+	[[ -x $bin/kube-apiserver && -x $bin/kube-scheduler && -x $bin/kube-controller-manager && -x $bin/kwok ]]; then
 	exit 0
 fi
 
@@ -67,7 +69,7 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
 	ldflags+=" -X $pkg.gitCommit=module-$KUBE_VERSION -X $pkg.gitTreeState=clean -X $pkg.buildDate=$date"
 done
 
-for cmd in kube-apiserver kube-scheduler; do
+for cmd in kube-apiserver kube-scheduler kube-controller-manager; do
 	log "building $cmd $KUBE_VERSION (a few minutes)"
 	start=$SECONDS
 	(cd "$src" && $GO build -ldflags "$ldflags" -o "$bin/$cmd.tmp" "./cmd/$cmd")

@@ -79,17 +79,22 @@ func (a access) String() string {
 // (the test then fails until rbac.yaml grants it); when it stops, remove it
 // (the test then fails until rbac.yaml stops granting it).
 var backendCalls = []access{
-	{Resource: "nodes", Verb: "list"},                                         // the Node informer (Start)
-	{Resource: "nodes", Verb: "watch"},                                        // the Node informer
-	{Resource: "nodes", Verb: "patch"},                                        // ApplyPartition: the peloton.io/partition label of a moved host
-	{Resource: "pods", Verb: "list"},                                          // the Pod informer, every namespace: other pods take room on the nodes
-	{Resource: "pods", Verb: "watch"},                                         // the Pod informer
-	{Resource: "pods", Verb: "create", Namespace: ns},                         // Launch (createAndBind), Prefetch, ReleaseVolume
-	{Resource: "pods", Verb: "get", Namespace: ns},                            // createAndBind, after AlreadyExists or a failed bind; Replace, after a failed patch
-	{Resource: "pods", Verb: "patch", Namespace: ns},                          // Replace (inplace.go): a new image for a running pod
-	{Resource: "pods", Verb: "delete", Namespace: ns},                         // Kill, failed launches, orphans, finished runs, helper pods
-	{Resource: "pods", Subresource: "binding", Verb: "create", Namespace: ns}, // createAndBind: Peloton is the scheduler
-	{Resource: "pods", Subresource: "log", Verb: "get", Namespace: ns},        // Logs
+	{Resource: "nodes", Verb: "list"},                                                  // the Node informer (Start)
+	{Resource: "nodes", Verb: "watch"},                                                 // the Node informer
+	{Resource: "nodes", Verb: "patch"},                                                 // ApplyPartition: the peloton.io/partition label of a moved host
+	{Resource: "pods", Verb: "list"},                                                   // the Pod informer, every namespace: other pods take room on the nodes
+	{Resource: "pods", Verb: "watch"},                                                  // the Pod informer
+	{Resource: "pods", Verb: "create", Namespace: ns},                                  // Launch (createAndBind), Prefetch, ReleaseVolume
+	{Resource: "pods", Verb: "get", Namespace: ns},                                     // createAndBind, after AlreadyExists or a failed bind; Replace, after a failed patch
+	{Resource: "pods", Verb: "patch", Namespace: ns},                                   // Replace (inplace.go): a new image for a running pod
+	{Resource: "pods", Verb: "delete", Namespace: ns},                                  // Kill, failed launches, orphans, finished runs, helper pods
+	{Resource: "pods", Subresource: "binding", Verb: "create", Namespace: ns},          // createAndBind: Peloton is the scheduler
+	{Resource: "pods", Subresource: "log", Verb: "get", Namespace: ns},                 // Logs
+	{Group: "policy", Resource: "poddisruptionbudgets", Verb: "create", Namespace: ns}, // budget.go: a job's PodDisruptionBudget, at its first launch
+	{Group: "policy", Resource: "poddisruptionbudgets", Verb: "get", Namespace: ns},    // budget.go: after AlreadyExists on create
+	{Group: "policy", Resource: "poddisruptionbudgets", Verb: "update", Namespace: ns}, // budget.go: its SLA or size changed
+	{Group: "policy", Resource: "poddisruptionbudgets", Verb: "list", Namespace: ns},   // budget.go: the reconcile pass
+	{Group: "policy", Resource: "poddisruptionbudgets", Verb: "delete", Namespace: ns}, // budget.go: the job is gone, or has no live run
 	// The secondary-scheduler mode (secondary.go), on pods of any namespace.
 	{Resource: "pods", Verb: "patch"},                          // Adopt: the run's task ID on the pod
 	{Resource: "pods", Verb: "delete"},                         // Kill of an adopted pod (preemption)
