@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"os/signal"
 	"strings"
@@ -68,6 +69,7 @@ type serverFlags struct {
 	// Federation: serve cluster registers with --federation; up runs one
 	// (fed) over --clusters.
 	federation    string
+	federationUI  string
 	clusterLabels []string
 	clusters      string
 	fed           fedFlags
@@ -115,6 +117,7 @@ func (f *serverFlags) register(fs *pflag.FlagSet, embedded bool) {
 		f.fed.register(fs, "federation-")
 	} else {
 		fs.StringVar(&f.federation, "federation", "", "gRPC address of the federation to register this cluster with (and keep registered); empty: none")
+		fs.StringVar(&f.federationUI, "federation-ui", "", "the federation's web UI (http:// or https:// URL), which this cluster's Clusters page links to; empty: no link")
 		fs.StringSliceVar(&f.etcdEndpoints, "etcd-endpoints", nil, "external etcd to use (comma-separated URLs; required)")
 		fs.BoolVar(&f.leaderElect, "leader-elect", false, "campaign for leadership in etcd and run the stack only while leading, so several replicas can run; followers forward their listeners to the leader")
 		fs.DurationVar(&f.leaderLease, "leader-lease", cluster.DefaultLeaderLease, "TTL of the leader's etcd lease (whole seconds, at least 1s): how long a leader that died holds the cluster up (with --leader-elect)")
@@ -176,6 +179,9 @@ func (f *serverFlags) config(embedded bool) (cluster.Config, error) {
 	endpoints := trimmedList(f.etcdEndpoints)
 	if err := f.checkStackFlags(embedded, endpoints); err != nil {
 		return cluster.Config{}, err
+	}
+	if u, err := url.Parse(f.federationUI); f.federationUI != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
+		return cluster.Config{}, usageErrorf("invalid --federation-ui %q: want an http:// or https:// URL", f.federationUI)
 	}
 	kube, err := f.kube.config()
 	if err != nil {
@@ -244,7 +250,7 @@ func (f *serverFlags) config(embedded bool) (cluster.Config, error) {
 		LeaderElect:       f.leaderElect,
 		LeaderLease:       f.leaderLease,
 		AdvertiseHost:     strings.TrimSpace(f.advertiseHost),
-		UI:                ui.Handler(ui.Cluster),
+		UI:                ui.HandlerWith(ui.Cluster, f.federationUI),
 	}
 	if embedded && len(endpoints) == 0 {
 		cfg.EtcdListen = f.etcdListen

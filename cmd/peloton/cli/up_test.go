@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"errors"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -52,6 +53,8 @@ func TestUpRejectsBadFlags(t *testing.T) {
 		{[]string{"up", "--cluster-name", "East"}, "--cluster-name"},
 		{[]string{"up", "--cluster-name", ""}, "--cluster-name"},
 		{[]string{"serve", "cluster", "--etcd-endpoints", "http://e:2379", "--cluster-name", "a.b"}, "--cluster-name"},
+		{[]string{"serve", "cluster", "--etcd-endpoints", "http://e:2379", "--federation-ui", "fed.example:5292"}, "--federation-ui"},
+		{[]string{"serve", "cluster", "--etcd-endpoints", "http://e:2379", "--federation-ui", "ftp://fed.example/"}, "--federation-ui"},
 		{[]string{"serve", "cluster", "--etcd-endpoints", "http://e:2379", "--leader-elect", "--leader-lease", "500ms"}, "--leader-lease"},
 		{[]string{"serve", "cluster", "--etcd-endpoints", "http://e:2379", "--leader-elect", "--leader-lease", "0s"}, "--leader-lease"},
 		{[]string{"serve", "cluster", "--etcd-endpoints", "http://e:2379", "--leader-elect", "--listen", "0.0.0.0:5391"}, "--advertise-host"},
@@ -259,5 +262,21 @@ func TestUpPartitions(t *testing.T) {
 		if got.Hosts != tc.hosts || strings.Join(got.HostPartitions, " ") != tc.parts {
 			t.Errorf("%q: hosts %d, partitions %q; want %d %q", tc.args, got.Hosts, got.HostPartitions, tc.hosts, tc.parts)
 		}
+	}
+}
+
+// TestServeClusterFederationUI: --federation-ui reaches the cluster's web
+// UI, whose Clusters page links to it.
+func TestServeClusterFederationUI(t *testing.T) {
+	var got cluster.Config
+	r := runWith(t, func(_ context.Context, cfg cluster.Config) error { got = cfg; return nil }, "",
+		"serve", "cluster", "--etcd-endpoints", "http://e:2379", "--federation-ui", "https://fed.example:5292/")
+	if r.code != exitOK || got.UI == nil {
+		t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
+	}
+	rec := httptest.NewRecorder()
+	got.UI.ServeHTTP(rec, httptest.NewRequest("GET", "/ui/clusters", nil))
+	if want := `<meta name="peloton-federation-ui" content="https://fed.example:5292/">`; !strings.Contains(rec.Body.String(), want) {
+		t.Errorf("the cluster's UI lacks %s", want)
 	}
 }
