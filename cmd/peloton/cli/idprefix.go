@@ -200,23 +200,14 @@ func (a *app) jobIDs() idKind {
 		},
 		pages: func(ctx context.Context, each func([]string) bool) error {
 			return a.withClient(func(c *client) error {
-				for _, archived := range []bool{false, true} {
-					stop, err := pageIDs(func(token string) ([]string, string, error) {
-						resp, err := call(ctx, c, c.Jobs.ListJobs, &pelotonv1.ListJobsRequest{PageToken: token, Archived: archived})
-						ids := make([]string, 0, len(resp.GetJobs()))
-						for _, j := range resp.GetJobs() {
-							ids = append(ids, j.GetId())
-						}
-						return ids, resp.GetNextPageToken(), err
-					}, each)
-					if archived && status.Code(err) == codes.FailedPrecondition {
-						return nil // the cluster keeps no archive
+				return pageLiveThenArchived(func(archived bool, token string) ([]string, string, error) {
+					resp, err := call(ctx, c, c.Jobs.ListJobs, &pelotonv1.ListJobsRequest{PageToken: token, Archived: archived})
+					ids := make([]string, 0, len(resp.GetJobs()))
+					for _, j := range resp.GetJobs() {
+						ids = append(ids, j.GetId())
 					}
-					if err != nil || stop {
-						return err
-					}
-				}
-				return nil
+					return ids, resp.GetNextPageToken(), err
+				}, each)
 			})
 		},
 	}
@@ -240,6 +231,22 @@ func pageIDs(page func(token string) ([]string, string, error), each func([]stri
 	}
 }
 
+// pageLiveThenArchived pages ids through page, the live list first, then
+// the archive's (none when the server keeps no archive: FailedPrecondition),
+// until each says stop.
+func pageLiveThenArchived(page func(archived bool, token string) ([]string, string, error), each func([]string) bool) error {
+	for _, archived := range []bool{false, true} {
+		stop, err := pageIDs(func(token string) ([]string, string, error) { return page(archived, token) }, each)
+		if archived && status.Code(err) == codes.FailedPrecondition {
+			return nil // no archive
+		}
+		if err != nil || stop {
+			return err
+		}
+	}
+	return nil
+}
+
 // fedJobIDs is the kind of a federated job's id: live jobs first, then
 // the federation's archive.
 func (a *app) fedJobIDs() idKind {
@@ -253,23 +260,14 @@ func (a *app) fedJobIDs() idKind {
 		},
 		pages: func(ctx context.Context, each func([]string) bool) error {
 			return a.withFederation(func(f *fedClient) error {
-				for _, archived := range []bool{false, true} {
-					stop, err := pageIDs(func(token string) ([]string, string, error) {
-						resp, err := call(ctx, f, f.Jobs.ListFederatedJobs, &pelotonv1.ListFederatedJobsRequest{PageToken: token, Archived: archived})
-						ids := make([]string, 0, len(resp.GetJobs()))
-						for _, j := range resp.GetJobs() {
-							ids = append(ids, j.GetId())
-						}
-						return ids, resp.GetNextPageToken(), err
-					}, each)
-					if archived && status.Code(err) == codes.FailedPrecondition {
-						return nil
+				return pageLiveThenArchived(func(archived bool, token string) ([]string, string, error) {
+					resp, err := call(ctx, f, f.Jobs.ListFederatedJobs, &pelotonv1.ListFederatedJobsRequest{PageToken: token, Archived: archived})
+					ids := make([]string, 0, len(resp.GetJobs()))
+					for _, j := range resp.GetJobs() {
+						ids = append(ids, j.GetId())
 					}
-					if err != nil || stop {
-						return err
-					}
-				}
-				return nil
+					return ids, resp.GetNextPageToken(), err
+				}, each)
 			})
 		},
 	}
