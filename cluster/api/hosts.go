@@ -24,7 +24,7 @@ type HostCache interface {
 	ListHosts() []*pelotonv1.Host
 	ListHostsWithRuns() []*pelotonv1.Host
 	SubstrateProto() *pelotonv1.Substrate
-	Logs(ctx context.Context, taskID string, stream pelotonv1.LogStream, follow bool) (io.ReadCloser, error)
+	Logs(ctx context.Context, taskID string, opts hostmgr.LogOptions) (io.ReadCloser, error)
 }
 
 // HostMaintenance starts and completes maintenance, moves hosts between

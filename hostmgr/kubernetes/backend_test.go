@@ -426,7 +426,7 @@ func TestLogsFailFastOnKwok(t *testing.T) {
 	spec := e.launch("logs", "server")
 	e.waitFor(spec.TaskID, pelotonv1.TaskState_RUNNING, 20*time.Second)
 	start := time.Now()
-	rc, err := e.b.Logs(e.ctx, spec.TaskID, pelotonv1.LogStream_STDOUT, false)
+	rc, err := e.b.Logs(e.ctx, spec.TaskID, hostmgr.LogOptions{Stream: pelotonv1.LogStream_STDOUT, Follow: false})
 	if err == nil {
 		rc.Close()
 		t.Fatal("kwok nodes have no kubelet to serve logs, yet Logs succeeded")
@@ -435,7 +435,7 @@ func TestLogsFailFastOnKwok(t *testing.T) {
 		t.Fatalf("Logs took %s to fail", d)
 	}
 	t.Logf("logs on kwok: %v", err)
-	if _, err := e.b.Logs(e.ctx, "nope-0-1", pelotonv1.LogStream_STDOUT, false); !errors.Is(err, hostmgr.ErrUnknownTask) {
+	if _, err := e.b.Logs(e.ctx, "nope-0-1", hostmgr.LogOptions{Stream: pelotonv1.LogStream_STDOUT, Follow: false}); !errors.Is(err, hostmgr.ErrUnknownTask) {
 		t.Fatalf("logs of an unknown run: %v", err)
 	}
 }
@@ -565,7 +565,7 @@ func TestRBACManifestIsEnough(t *testing.T) {
 	}
 	spec := e.launch("rbac", "server")
 	e.waitFor(spec.TaskID, pelotonv1.TaskState_RUNNING, 20*time.Second)
-	if _, err := b.Logs(ctx, spec.TaskID, pelotonv1.LogStream_STDOUT, false); apierrors.IsForbidden(err) {
+	if _, err := b.Logs(ctx, spec.TaskID, hostmgr.LogOptions{Stream: pelotonv1.LogStream_STDOUT, Follow: false}); apierrors.IsForbidden(err) {
 		t.Fatalf("logs: %v", err)
 	}
 	if err := b.Prefetch(ctx, nodes, "busybox:stable"); err != nil {

@@ -67,7 +67,7 @@ func runToEnd(t *testing.T, b *Backend, rec *recorder, s hostmgr.LaunchSpec) hos
 
 // readOutput reads a run's stdout through Logs.
 func readOutput(b *Backend, id string) (string, error) {
-	r, err := b.Logs(context.Background(), id, pelotonv1.LogStream_STDOUT, false)
+	r, err := b.Logs(context.Background(), id, hostmgr.LogOptions{Stream: pelotonv1.LogStream_STDOUT, Follow: false})
 	if err != nil {
 		return "", err
 	}

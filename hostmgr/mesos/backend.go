@@ -542,7 +542,7 @@ func (b *Backend) Runs() []hostmgr.RunInfo {
 
 // Logs implements hostmgr.Backend: Mesos keeps task output in the agent's
 // sandbox, which the scheduler API does not reach.
-func (b *Backend) Logs(_ context.Context, taskID string, _ pelotonv1.LogStream, _ bool) (io.ReadCloser, error) {
+func (b *Backend) Logs(_ context.Context, taskID string, _ hostmgr.LogOptions) (io.ReadCloser, error) {
 	b.mu.Lock()
 	_, ok := b.runs[taskID]
 	b.mu.Unlock()
