@@ -435,6 +435,19 @@ func TestLogsFailFastOnKwok(t *testing.T) {
 		t.Fatalf("Logs took %s to fail", d)
 	}
 	t.Logf("logs on kwok: %v", err)
+	// Since and timestamps go to the kubelet as PodLogOptions, which the
+	// apiserver accepts (and then fails on kwok as above).
+	since := time.Now().Add(-time.Minute)
+	opts := hostmgr.LogOptions{Stream: pelotonv1.LogStream_STDOUT, Since: since, Timestamps: true}
+	if o := podLogOptions(opts); !o.Timestamps || o.SinceTime == nil || !o.SinceTime.Time.Equal(since) || o.Container != ContainerName {
+		t.Errorf("pod log options %+v; want the container's, since %v, with timestamps", o, since)
+	}
+	if rc, err := e.b.Logs(e.ctx, spec.TaskID, opts); err == nil {
+		rc.Close()
+		t.Fatal("kwok nodes have no kubelet to serve logs, yet Logs with since and timestamps succeeded")
+	} else if apierrors.IsBadRequest(err) || apierrors.IsInvalid(err) {
+		t.Fatalf("the apiserver refused the log options: %v", err)
+	}
 	if _, err := e.b.Logs(e.ctx, "nope-0-1", hostmgr.LogOptions{Stream: pelotonv1.LogStream_STDOUT, Follow: false}); !errors.Is(err, hostmgr.ErrUnknownTask) {
 		t.Fatalf("logs of an unknown run: %v", err)
 	}
