@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -225,5 +226,36 @@ func TestLogsWithoutTimes(t *testing.T) {
 		if !errors.Is(err, hostmgr.ErrNoLogTimes) || !strings.Contains(err.Error(), "stdout") {
 			t.Errorf("Logs %+v of a run without times = %v, want ErrNoLogTimes naming stdout", opts, err)
 		}
+	}
+}
+
+// TestOutputDrainedBeforeTheEnd: what a run writes just before it exits is
+// in its output once its end is known, with a time for every line; a
+// process that left the run's group and keeps its stdout open delays the
+// end by a bounded time only.
+func TestOutputDrainedBeforeTheEnd(t *testing.T) {
+	t.Parallel()
+	b, rec := newBackend(t)
+	launch(t, b, spec("burst", "seq", "1", "20000"))
+	rec.waitTerminal(t, "burst")
+	var want strings.Builder
+	for i := 1; i <= 20000; i++ {
+		fmt.Fprintf(&want, "%d\n", i)
+	}
+	if got := readLogs(t, b, "burst", pelotonv1.LogStream_STDOUT, false); got != want.String() {
+		t.Errorf("output read at the run's end: %d bytes, want %d", len(got), want.Len())
+	}
+	if got := parseStamped(t, readOpts(t, b, "burst", hostmgr.LogOptions{Stream: pelotonv1.LogStream_STDOUT, Timestamps: true})); len(got) != 20000 {
+		t.Errorf("stamped lines: %d, want 20000", len(got))
+	}
+
+	launch(t, b, spec("escapes", "sh", "-c", `setsid sh -c 'echo $$ > stray.new; mv stray.new stray; exec sleep 60' & while [ ! -e stray ]; do sleep 0.01; done; echo left`))
+	stray := readPid(t, filepath.Join(b.dir, "escapes", "stray"))
+	t.Cleanup(func() { _ = syscall.Kill(stray, syscall.SIGKILL) })
+	if end := rec.waitTerminal(t, "escapes"); end.State != pelotonv1.TaskState_SUCCEEDED {
+		t.Errorf("end of a run whose child kept its stdout = %+v, want SUCCEEDED", end)
+	}
+	if got := readLogs(t, b, "escapes", pelotonv1.LogStream_STDOUT, true); got != "left\n" {
+		t.Errorf("output = %q", got)
 	}
 }
