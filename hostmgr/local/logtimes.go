@@ -46,9 +46,11 @@ type stampReader struct {
 	lineHead bool  // the next byte starts a line
 	keep     bool  // the current line is passed on
 
-	n    int       // entries of the index known
-	next int       // the first entry not yet applied
-	cur  time.Time // time of the latest entry at or before off
+	n         int                 // entries of the index known
+	next      int                 // the first entry not yet applied
+	cur       time.Time           // time of the latest entry at or before off
+	ahead     supervise.TimeEntry // entry next, once read
+	haveAhead bool
 
 	buf     []byte
 	pending []byte
@@ -92,23 +94,20 @@ func newStampReader(out, index *os.File, opts hostmgr.LogOptions, wrap func(*os.
 // no entry before it (only in a damaged index) has the zero time: older
 // than any since, and stamped 0001-01-01T00:00:00Z.
 func (r *stampReader) timeAt(off int64) time.Time {
-	for {
-		if r.next >= r.n {
-			// The supervisor writes an entry before the bytes it
-			// describes: the index may have grown since it was read.
-			n, err := r.idx.Len()
-			if err != nil || n <= r.next {
+	for r.next < r.n {
+		if !r.haveAhead {
+			e, err := r.idx.At(r.next)
+			if err != nil {
 				return r.cur
 			}
-			r.n = n
+			r.ahead, r.haveAhead = e, true
 		}
-		e, err := r.idx.At(r.next)
-		if err != nil || e.Offset > off {
-			return r.cur
+		if r.ahead.Offset > off {
+			break
 		}
-		r.cur = e.Time
-		r.next++
+		r.cur, r.next, r.haveAhead = r.ahead.Time, r.next+1, false
 	}
+	return r.cur
 }
 
 // Read returns the kept lines, stamped when asked.
@@ -132,6 +131,11 @@ func (r *stampReader) Read(p []byte) (int, error) {
 
 // chunk passes on the kept lines of one read of the output.
 func (r *stampReader) chunk(b []byte) {
+	// The supervisor writes an entry before the bytes it describes, so
+	// the index as it is now has the entries of every line in b.
+	if n, err := r.idx.Len(); err == nil && n > r.n {
+		r.n = n
+	}
 	for len(b) > 0 {
 		if r.lineHead {
 			t := r.timeAt(r.off)
