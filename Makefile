@@ -23,8 +23,14 @@ KUBE_VERSION := v1.36.3
 KWOK_VERSION := v0.8.0
 PELOTON_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/peloton
 export PELOTON_KUBE_BIN := $(PELOTON_CACHE)/kube/$(KUBE_VERSION)/bin
+# helm, for deploy/helm's tests (lint, and the rendered chart applied to the
+# test apiserver): built from the module proxy like the kube tools.
+HELM_VERSION := v3.22.0
+export PELOTON_HELM_BIN := $(PELOTON_CACHE)/helm/$(HELM_VERSION)/bin
+# promtool, for the alert rules' unit tests (deploy/prometheus): Debian's.
+export PELOTON_PROMTOOL := $(PELOTON_CACHE)/promtool/bin/promtool
 
-.PHONY: all build test fuzz soak up proto proto-tools kube-tools browser-tools postgres-tools lint-tools ui clean dashboards
+.PHONY: all build test fuzz soak up proto proto-tools kube-tools helm-tools promtool-tools browser-tools postgres-tools lint-tools ui clean dashboards
 
 all: build
 
@@ -43,7 +49,7 @@ build:
 # lane plus its own. Started first, the other packages run beside it.
 
 ## test sets up everything the suite needs and runs it all.
-test: kube-tools browser-tools postgres-tools lint-tools
+test: kube-tools helm-tools promtool-tools browser-tools postgres-tools lint-tools
 	$(GO) mod download
 	$(GO) vet ./...
 	$(GOBIN_DIR)/staticcheck ./...
@@ -87,6 +93,8 @@ proto: proto-tools
 	  --go_out=. --go_opt=module=github.com/peloton-sched/peloton \
 	  --go-grpc_out=. --go-grpc_opt=module=github.com/peloton-sched/peloton \
 	  $(PROTO_DIR)/peloton.proto $(PROTO_DIR)/federation.proto
+	protoc -I proto -I /usr/include --include_source_info --include_imports \
+	  --descriptor_set_out=cmd/peloton/cli/apidoc.binpb $(PROTO_DIR)/peloton.proto
 	$(call gateway,peloton,peloton_http.yaml,openapi.json)
 	$(call gateway,federation,federation_http.yaml,federation_openapi.json)
 	protoc -I proto -I /usr/include \
@@ -120,8 +128,19 @@ lint-tools:
 	@mkdir -p $(GOBIN_DIR)
 	@$(GOBIN_DIR)/staticcheck -version 2>/dev/null | grep -qF '($(STATICCHECK_VERSION:v%=%))' || GOBIN=$(GOBIN_DIR) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 
-## kube-tools builds kube-apiserver, kube-scheduler and kwok once (minutes
-## the first time, nothing after).
+## helm-tools builds helm once per machine (about three minutes; cached
+## under PELOTON_CACHE/helm/<version>), for deploy/helm's tests.
+helm-tools:
+	@HELM_TOOLS_DIR=$(PELOTON_CACHE)/helm/$(HELM_VERSION) HELM_VERSION=$(HELM_VERSION) GO=$(GO) bash hack/helm-tools.sh
+
+## promtool-tools takes promtool out of Debian's prometheus package, once
+## per machine (nothing is installed; hack/promtool.sh), for the alert
+## rules' unit tests.
+promtool-tools:
+	@PROMTOOL=$(PELOTON_PROMTOOL) bash hack/promtool.sh
+
+## kube-tools builds kube-apiserver, kube-scheduler, kube-controller-manager
+## and kwok once (minutes the first time, nothing after).
 kube-tools:
 	@KUBE_TOOLS_DIR=$(PELOTON_CACHE)/kube/$(KUBE_VERSION) KUBE_VERSION=$(KUBE_VERSION) KWOK_VERSION=$(KWOK_VERSION) GO=$(GO) bash hack/kube-tools.sh
 

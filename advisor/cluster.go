@@ -68,7 +68,29 @@ func (c *APICluster) Input(ctx context.Context, now time.Time) (Input, error) {
 	if err := c.refreshJobs(ctx, hs.GetHosts(), now); err != nil {
 		return Input{}, err
 	}
-	return BuildInput(now, hs.GetHosts(), c.jobs, c.StaleAfter), nil
+	in := BuildInput(now, hs.GetHosts(), c.jobs, c.StaleAfter)
+	moves, err := c.API.Partitions.ListPartitionMoves(ctx, &pelotonv1.ListPartitionMovesRequest{Limit: cancelledLookBack})
+	if err != nil {
+		return Input{}, fmt.Errorf("advisor: list partition moves: %w", err)
+	}
+	in.Cancelled = Cancelled(moves.GetMoves())
+	return in, nil
+}
+
+// cancelledLookBack is how many of the newest moves the advisor reads for
+// cancels each round.
+const cancelledLookBack = 200
+
+// Cancelled is when each host's move was last cancelled, from the move
+// history (state CANCELLED).
+func Cancelled(moves []*pelotonv1.PartitionMove) map[string]time.Time {
+	out := map[string]time.Time{}
+	for _, mv := range moves {
+		if t := mv.GetTime().AsTime(); mv.GetState() == "CANCELLED" && t.After(out[mv.GetHost()]) {
+			out[mv.GetHost()] = t
+		}
+	}
+	return out
 }
 
 // refreshJobs makes the cache hold every job with a run on hosts, fresh,

@@ -49,6 +49,16 @@ func (f *fakeJobs) ListJobs(context.Context, *pelotonv1.ListJobsRequest, ...grpc
 	return out, nil
 }
 
+// fakeParts answers ListPartitionMoves with moves.
+type fakeParts struct {
+	pelotonv1.PartitionServiceClient
+	moves []*pelotonv1.PartitionMove
+}
+
+func (f *fakeParts) ListPartitionMoves(context.Context, *pelotonv1.ListPartitionMovesRequest, ...grpc.CallOption) (*pelotonv1.ListPartitionMovesResponse, error) {
+	return &pelotonv1.ListPartitionMovesResponse{Moves: f.moves}, nil
+}
+
 func job(id string, typ pelotonv1.JobType, sloMs, gang uint32) *pelotonv1.Job {
 	return &pelotonv1.Job{Id: id, Spec: &pelotonv1.JobSpec{Type: typ, Sla: &pelotonv1.SlaSpec{LatencySloMs: sloMs, MinimumRunningInstances: gang}}}
 }
@@ -64,10 +74,18 @@ func TestAPIClusterCachesJobs(t *testing.T) {
 	}}
 	run := func(id, jobID string) *pelotonv1.HostRun { return &pelotonv1.HostRun{TaskId: id, JobId: jobID} }
 	hosts.hosts = []*pelotonv1.Host{{Name: "h1", Runs: []*pelotonv1.HostRun{run("web-0-1", "web"), run("web-1-1", "web"), run("train-0-1", "train"), run("gone-0-1", "gone")}}}
-	c := &APICluster{API: APIClients{Hosts: hosts, Jobs: jobs}, StaleAfter: time.Minute}
+	parts := &fakeParts{moves: []*pelotonv1.PartitionMove{
+		{Host: "h1", State: "CANCELLED", Time: timestamppb.New(at(-5))},
+		{Host: "h1", State: "CANCELLED", Time: timestamppb.New(at(-60))},
+		{Host: "h2", State: "DONE", Time: timestamppb.New(at(-5))},
+	}}
+	c := &APICluster{API: APIClients{Hosts: hosts, Jobs: jobs, Partitions: parts}, StaleAfter: time.Minute}
 	in, err := c.Input(context.Background(), at(0))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if len(in.Cancelled) != 1 || !in.Cancelled["h1"].Equal(at(-5)) {
+		t.Fatalf("cancelled %v; want h1 at its latest cancel", in.Cancelled)
 	}
 	if jobs.gets != 3 || jobs.list != 0 {
 		t.Fatalf("first round: %d GetJob, %d ListJobs; want 3 and 0", jobs.gets, jobs.list)

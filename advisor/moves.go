@@ -111,6 +111,13 @@ type Input struct {
 	Now      time.Time
 	Hosts    []Host
 	Services []Service
+	// Cancelled says when a move of each host was last cancelled (by an
+	// operator, `peloton host move --cancel`). The advisor leaves such a
+	// host where it is for HoldDown from then, in either direction: the
+	// cancel is a person's word that the host should stay, and the
+	// pressure that caused the move is likely still there, so moving it
+	// again at once would undo the cancel.
+	Cancelled map[string]time.Time
 }
 
 // Pressure is one partition's heat.
@@ -325,6 +332,7 @@ func (c *Core) decideMoves(in Input, d *Decision) {
 		switch {
 		case h.Partition != from || !h.InService || h.Target != "":
 		case in.Now.Sub(c.moved[h.Name]) < cfg.HoldDown && !c.moved[h.Name].IsZero():
+		case in.Now.Sub(in.Cancelled[h.Name]) < cfg.HoldDown && !in.Cancelled[h.Name].IsZero():
 		case hot && h.GangTasks > 0: // a gang would be broken
 		case !hot && d.Zones[h.Name].Zone != Green:
 		default:
@@ -332,7 +340,7 @@ func (c *Core) decideMoves(in Input, d *Decision) {
 		}
 	}
 	if len(cands) == 0 {
-		d.Waiting = fmt.Sprintf("no %s host may move to %s now (held down, holding gangs, or not green)", from, to)
+		d.Waiting = fmt.Sprintf("no %s host may move to %s now (held down, its move cancelled lately, holding gangs, or not green)", from, to)
 		return
 	}
 	// Cheapest first: least batch work thrown away, then fewest runs to

@@ -256,3 +256,20 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+// A host whose move an operator cancelled stays where it is for the
+// hold-down from the cancel, whichever way the advisor would move it; then
+// it may move again.
+func TestCancelledMoveIsNotRedone(t *testing.T) {
+	c := NewCore(testConfig())
+	hosts := []Host{host("s1", "stateless", 0.95, 2), host("s2", "stateless", 0.95, 2), host("b1", "batch", 0.2, 0), host("b2", "batch", 0.2, 0)}
+	cancelled := map[string]time.Time{"b1": at(0), "b2": at(0)}
+	d := c.Round(Input{Now: at(60), Hosts: hosts, Cancelled: cancelled})
+	if len(d.Moves) != 0 || !strings.Contains(d.Waiting, "cancelled lately") {
+		t.Fatalf("moves %+v, waiting %q; want none, saying why", d.Moves, d.Waiting)
+	}
+	d = c.Round(Input{Now: at(300), Hosts: hosts, Cancelled: cancelled})
+	if len(d.Moves) != 1 || d.Moves[0].To != "stateless" {
+		t.Fatalf("moves after the hold-down %+v", d.Moves)
+	}
+}

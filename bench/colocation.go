@@ -1,11 +1,13 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -19,35 +21,97 @@ const ScenarioColocation = "colocation"
 
 var colocationFigures = []string{"segregatedMachines", "segregatedStateless", "segregatedBatch", "colocatedMachines",
 	"machinesSavedPct", "sloViolationMinutesPct", "segregatedSloViolationMinutesPct", "batchCoreHours",
-	"revocableCoreHoursPct", "lostCoreHours", "moves", "qosKills"}
+	"revocableCoreHoursPct", "lostCoreHours", "lostToMovesCoreHours", "lostToMovesPctOfBacklog", "moves", "qosKills"}
 
-// ColocationConfig sizes the co-location scenario: a simulated day in
+// ColocationConfig sizes the co-location scenario: simulated days in
 // minute steps. See docs/benchmarks.md ("colocation") for the model.
 type ColocationConfig struct {
 	// HostCores is every host's CPU.
 	HostCores int
-	// ServicePeakCores is the services' CPU use at the day's peak; the
-	// trough is TroughFraction of it, at 04:00, the peak at 16:00.
+	// ServicePeakCores is the services' CPU use at their peak. With the
+	// cosine day the trough is TroughFraction of it, at 04:00, the peak at
+	// 16:00; a trace is scaled so that its largest sample is the peak.
 	ServicePeakCores float64
 	TroughFraction   float64
-	// BatchCoreHours is the batch backlog, in core-hours of tasks of one
-	// core each, lasting 10 to 240 minutes; BatchUse is the share of its
-	// core a batch task really uses.
+	// BatchCoreHours is each day's batch backlog, in core-hours of tasks
+	// of one core each, lasting 10 to 240 minutes, due by the day's end;
+	// BatchUse is the share of its core a batch task really uses.
 	BatchCoreHours float64
 	BatchUse       float64
 	// Seed makes the backlog.
 	Seed uint64
-	// Plot, if set, is where an SVG of the co-located day is written.
+	// Trace names the services' load curve: TraceCosine or a built-in
+	// trace (TraceNames). TraceFile, if set, is a CSV of the user's own
+	// instead: a header line, then a sample of column TraceColumn every
+	// TraceStep.
+	Trace       string
+	TraceFile   string
+	TraceColumn string
+	TraceStep   time.Duration
+	// Plot, if set, is where an SVG of the co-located run is written.
 	Plot string
+
+	// trace is the curve Validate loaded (nil: the cosine day), and loads
+	// the services' CPU for every minute of it.
+	trace *Trace
+	loads []float64
 }
 
 // DefaultColocationConfig is the size docs/benchmarks.md quotes.
 func DefaultColocationConfig() ColocationConfig {
-	return ColocationConfig{HostCores: 32, ServicePeakCores: 1200, TroughFraction: 0.3, BatchCoreHours: 20000, BatchUse: 0.7, Seed: 1}
+	return ColocationConfig{HostCores: 32, ServicePeakCores: 1200, TroughFraction: 0.3, BatchCoreHours: 20000, BatchUse: 0.7, Seed: 1,
+		Trace: TraceCosine, TraceColumn: "cpu", TraceStep: 300 * time.Second}
 }
 
-// Validate names the first bad flag.
+// Validate names the first bad flag, and loads the trace.
 func (c *ColocationConfig) Validate() error {
+	if err := c.validateSizes(); err != nil {
+		return err
+	}
+	return c.loadTrace()
+}
+
+// loadTrace reads the trace the flags name and works out each minute's load.
+func (c *ColocationConfig) loadTrace() error {
+	c.trace, c.loads = nil, nil
+	switch {
+	case c.TraceFile != "":
+		if c.Trace != "" && c.Trace != TraceCosine {
+			return fmt.Errorf("invalid --trace-file: give --trace or --trace-file, not both")
+		}
+		if c.TraceStep < time.Second || c.TraceStep > 24*time.Hour {
+			return fmt.Errorf("invalid --trace-step %s: must be 1s to 24h", c.TraceStep)
+		}
+		raw, err := os.ReadFile(c.TraceFile)
+		if err != nil {
+			return fmt.Errorf("invalid --trace-file: %w", err)
+		}
+		cpu, err := ParseTraceCSV(bytes.NewReader(raw), c.TraceFile, c.TraceColumn)
+		if err != nil {
+			return fmt.Errorf("invalid --trace-file: %w", err)
+		}
+		c.trace = &Trace{Name: "file " + filepath.Base(c.TraceFile), Cite: "the user's own trace " + c.TraceFile, Step: c.TraceStep, CPU: cpu}
+	case c.Trace == "" || c.Trace == TraceCosine:
+		return nil
+	default:
+		t, err := LoadTrace(c.Trace)
+		if err != nil {
+			return fmt.Errorf("invalid --trace: %w", err)
+		}
+		c.trace = t
+	}
+	if c.trace.Minutes() < dayMinutes {
+		return fmt.Errorf("invalid --trace-file: %s covers less than a day (%d samples %s apart)", c.trace.Name, len(c.trace.CPU), c.trace.Step)
+	}
+	c.loads = c.trace.scaled(c.ServicePeakCores)
+	if slices.Max(c.loads) <= 0 || math.IsNaN(c.loads[0]) {
+		return fmt.Errorf("invalid --trace-file: %s is 0 throughout its whole days", c.trace.Name)
+	}
+	return nil
+}
+
+// validateSizes names the first bad size flag.
+func (c *ColocationConfig) validateSizes() error {
 	switch {
 	case c.HostCores < 2 || c.HostCores > 1024:
 		return fmt.Errorf("invalid --host-cores %d: must be 2 to 1024", c.HostCores)
@@ -78,10 +142,21 @@ const (
 	advisorEvery = 5
 )
 
-// ServiceLoad is the services' CPU use at minute t of the day.
+// ServiceLoad is the services' CPU use at minute t of the run.
 func (c ColocationConfig) ServiceLoad(t int) float64 {
+	if c.loads != nil {
+		return c.loads[t]
+	}
 	phase := 2 * math.Pi * float64(t-4*60) / dayMinutes
 	return c.ServicePeakCores * (c.TroughFraction + (1-c.TroughFraction)*(0.5-0.5*math.Cos(phase)))
+}
+
+// minutes is how long the run is: the trace's whole days, or one day.
+func (c ColocationConfig) minutes() int {
+	if c.loads != nil {
+		return len(c.loads)
+	}
+	return dayMinutes
 }
 
 // p99OverSLO is a host's services' P99 over their SLO at CPU use rho.
@@ -109,31 +184,32 @@ type simHost struct {
 	use    float64 // cores, last minute
 }
 
-// colocRun is one simulated day's outcome.
+// colocRun is one simulated run's outcome.
 type colocRun struct {
-	done                bool // the backlog finished within the day
+	done                bool // every day's backlog finished within its day
 	coreHours, revHours float64
-	lostHours           float64
-	sloBad, sloAll      int // stateless host-minutes over SLO, and all
-	moves, kills        int
+	// lostHours is work lost to QoS kills and moves, lostMoves the part
+	// moves threw away (a moved host's runs end with its drain).
+	lostHours, lostMoves float64
+	sloBad, sloAll       int // stateless host-minutes over SLO, and all
+	moves, kills         int
 	// per minute, for the plot
 	stateless []int
 	worst     []float64
 }
 
-// colocate simulates the day on hosts hosts, stateless of them in the
+// colocate simulates the run on hosts hosts, stateless of them in the
 // stateless partition at the start; with advise the advisor moves hosts
 // and revocable batch runs on slack, otherwise the partitions are fixed
-// and batch runs only on batch hosts.
+// and batch runs only on batch hosts. Each day's backlog arrives at its
+// midnight and must be done by the next: the run stops at the first day
+// that is not (done false).
 func (c ColocationConfig) colocate(hosts, stateless int, advise bool, backlog []int) colocRun {
 	fleet := make([]*simHost, hosts)
 	for i := range fleet {
 		fleet[i] = &simHost{name: fmt.Sprintf("h%04d", i), stateless: i < stateless}
 	}
-	queue := make([]*simTask, len(backlog))
-	for i, d := range backlog {
-		queue[i] = &simTask{dur: d}
-	}
+	var queue []*simTask
 	cfg := advisor.DefaultConfig()
 	th := advisor.DefaultThresholds()
 	th.MinDwell = 10 * time.Minute
@@ -166,12 +242,21 @@ func (c ColocationConfig) colocate(hosts, stateless int, advise bool, backlog []
 		}
 		return n
 	}
-	for t := range dayMinutes {
+	for t := range c.minutes() {
+		if t%dayMinutes == 0 {
+			if len(queue) > 0 || running() > 0 {
+				return r
+			}
+			for _, d := range backlog {
+				queue = append(queue, &simTask{dur: d})
+			}
+		}
 		// Moves decided last round take effect: drained hosts change sides.
 		for _, h := range fleet {
 			if h.moving {
 				for _, tk := range append(h.batch, h.rev...) {
 					r.lostHours += float64(tk.done) / 60
+					r.lostMoves += float64(tk.done) / 60
 					tk.done = 0
 					queue = append(queue, tk)
 				}
@@ -353,14 +438,27 @@ func Colocation(ctx context.Context, env Env, cfg ColocationConfig) (*Result, er
 	r.param("troughFraction", cfg.TroughFraction)
 	r.param("batchCoreHours", cfg.BatchCoreHours)
 	r.param("batchUse", cfg.BatchUse)
+	days := cfg.minutes() / dayMinutes
+	if cfg.trace != nil {
+		r.param("trace", cfg.trace.Name)
+		r.param("days", days)
+	} else {
+		r.param("trace", TraceCosine)
+	}
 	backlog := cfg.backlog()
 	cores := float64(cfg.HostCores)
 	// Segregated: no stateless host over ρ 0.75 at the peak.
 	nS := int(math.Ceil(cfg.ServicePeakCores / (serviceAlloc * cores)))
 	limit := nS + int(math.Ceil(cfg.BatchCoreHours/24/cores))*4 + 4
 	env.progress("colocation: sizing the segregated batch partition")
+	// Its batch hosts see no service and every day the same backlog: one
+	// day sizes them.
+	oneDay := cfg
+	if oneDay.loads != nil {
+		oneDay.loads = oneDay.loads[:dayMinutes]
+	}
 	nB := smallest(0, limit, func(n int) bool {
-		return ctx.Err() != nil || cfg.BatchCoreHours == 0 || n > 0 && cfg.colocate(nS+n, nS, false, backlog).done
+		return ctx.Err() != nil || cfg.BatchCoreHours == 0 || n > 0 && oneDay.colocate(nS+n, nS, false, backlog).done
 	})
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -370,41 +468,39 @@ func Colocation(ctx context.Context, env Env, cfg ColocationConfig) (*Result, er
 	}
 	seg := cfg.colocate(nS+nB, nS, false, backlog)
 	env.progress("colocation: segregated %d+%d hosts; sizing the co-located fleet", nS, nB)
-	// Co-located: the stateless partition starts sized for the trough.
-	start := func(n int) int { return min(n-1, max(1, int(math.Ceil(cfg.ServiceLoad(0)/(0.6*cores))))) }
-	var best colocRun
-	nC := smallest(2, nS+nB, func(n int) bool {
-		if ctx.Err() != nil {
-			return true
-		}
-		run := cfg.colocate(n, start(n), true, backlog)
-		ok := run.done && float64(run.sloBad) < 0.01*float64(run.sloAll)
-		if ok {
-			best = run
-		}
-		return ok
-	})
+	nC, best, sloMet := cfg.sizeColocated(ctx, nS+nB, backlog)
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	if nC > nS+nB {
-		return nil, fmt.Errorf("bench: no co-located fleet up to the segregated %d hosts finishes the backlog within the SLO", nS+nB)
+		return nil, fmt.Errorf("bench: no co-located fleet up to the segregated %d hosts finishes the backlog", nS+nB)
 	}
-	best = cfg.colocate(nC, start(nC), true, backlog)
 	pct := func(a, b int) float64 { return 100 * float64(a) / float64(max(1, b)) }
 	r.add("segregatedMachines", float64(nS+nB), "hosts", "stateless sized for the peak + batch sized to finish the backlog in the day")
 	r.add("segregatedStateless", float64(nS), "hosts", "no host over ρ 0.75 (P99 = SLO) at the peak")
 	r.add("segregatedBatch", float64(nB), "hosts", "the fewest that finish the backlog by midnight")
-	r.add("colocatedMachines", float64(nC), "hosts", "the fewest that finish the same backlog with < 1% of service-minutes over SLO")
+	if sloMet {
+		r.add("colocatedMachines", float64(nC), "hosts", "the fewest that finish the same backlog with < 1% of service-minutes over SLO")
+	} else {
+		r.add("colocatedMachines", float64(nC), "hosts", "no fleet up to the segregated one keeps the SLO: the fewest that finish the same backlog")
+	}
 	r.add("machinesSavedPct", 100*float64(nS+nB-nC)/float64(nS+nB), "%", "goal >= 25 (Borg: segregation needs 20-30% more machines)")
 	r.add("sloViolationMinutesPct", pct(best.sloBad, best.sloAll), "%", "co-located: stateless host-minutes with P99 over SLO (goal < 1)")
 	r.add("segregatedSloViolationMinutesPct", pct(seg.sloBad, seg.sloAll), "%", "the same, segregated")
 	r.add("batchCoreHours", best.coreHours, "core-h", "batch work run co-located (the backlog, plus work lost to kills and moves run again)")
 	r.add("revocableCoreHoursPct", 100*best.revHours/math.Max(best.coreHours, 1e-9), "%", "of it, run as revocable work on slack")
 	r.add("lostCoreHours", best.lostHours, "core-h", "work lost to QoS kills and moves, run again")
+	r.add("lostToMovesCoreHours", best.lostMoves, "core-h", "of it, lost to moves (a moved host's runs end with its drain)")
+	r.add("lostToMovesPctOfBacklog", 100*best.lostMoves/math.Max(cfg.BatchCoreHours*float64(days), 1e-9), "%", "work lost to moves, as a share of the backlog")
 	r.add("moves", float64(best.moves), "", "hosts the advisor moved between the partitions")
 	r.add("qosKills", float64(best.kills), "", "revocable tasks the QoS controller killed")
-	r.note("model: %d-minute days in 1-minute steps; services' CPU %.0f..%.0f cores (trough 04:00, peak 16:00) spread evenly over the stateless hosts; P99 = base/(1-ρ), SLO = %.0f x base; batch: %d tasks of one core (%.0f%% used), 10-240 min", dayMinutes, cfg.ServiceLoad(4*60), cfg.ServicePeakCores, sloFactor, len(backlog), 100*cfg.BatchUse)
+	if cfg.trace != nil {
+		lo := slices.Min(cfg.loads)
+		r.note("model: %d days in 1-minute steps; services' CPU follows %s, interpolated to minutes and scaled so that its largest sample is %.0f cores (its smallest: %.0f), spread evenly over the stateless hosts; P99 = base/(1-ρ), SLO = %.0f x base; batch: each day %d tasks of one core (%.0f%% used), 10-240 min, due by midnight", days, cfg.trace.Name, cfg.ServicePeakCores, lo, sloFactor, len(backlog), 100*cfg.BatchUse)
+		r.note("load curve: %s", cfg.trace.Cite)
+	} else {
+		r.note("model: %d-minute days in 1-minute steps; services' CPU %.0f..%.0f cores (trough 04:00, peak 16:00) spread evenly over the stateless hosts; P99 = base/(1-ρ), SLO = %.0f x base; batch: %d tasks of one core (%.0f%% used), 10-240 min", dayMinutes, cfg.ServiceLoad(4*60), cfg.ServicePeakCores, sloFactor, len(backlog), 100*cfg.BatchUse)
+	}
 	if cfg.Plot != "" {
 		if err := os.WriteFile(cfg.Plot, []byte(colocationSVG(cfg, best, nC)), 0o644); err != nil {
 			return nil, fmt.Errorf("invalid --plot %q: %w", cfg.Plot, err)
@@ -414,16 +510,47 @@ func Colocation(ctx context.Context, env Env, cfg ColocationConfig) (*Result, er
 	return r.finish(), nil
 }
 
+// sizeColocated finds the smallest co-located fleet, up to most hosts,
+// that finishes the backlog with under 1% of service-minutes over SLO
+// (sloMet), or failing that the smallest that finishes it; more than most
+// when none does. It returns that fleet's run.
+func (c ColocationConfig) sizeColocated(ctx context.Context, most int, backlog []int) (int, colocRun, bool) {
+	cores := float64(c.HostCores)
+	// The stateless partition starts sized for the first minute's load.
+	start := func(n int) int { return min(n-1, max(1, int(math.Ceil(c.ServiceLoad(0)/(0.6*cores))))) }
+	fits := func(slo bool) func(int) bool {
+		return func(n int) bool {
+			if ctx.Err() != nil {
+				return true
+			}
+			run := c.colocate(n, start(n), true, backlog)
+			return run.done && (!slo || float64(run.sloBad) < 0.01*float64(run.sloAll))
+		}
+	}
+	sloMet := true
+	n := smallest(2, most, fits(true))
+	if n > most {
+		sloMet = false
+		n = smallest(2, most, fits(false))
+	}
+	if n > most || ctx.Err() != nil {
+		return n, colocRun{}, false
+	}
+	return n, c.colocate(n, start(n), true, backlog), sloMet
+}
+
 // colocationSVG plots the co-located day: the stateless partition's size,
 // the services' load (in hosts' worth at ρ 0.75) and the worst P99/SLO.
 func colocationSVG(cfg ColocationConfig, run colocRun, hosts int) string {
 	const w, h, pad, legendW = 1140, 360, 50, 260
-	x := func(t int) float64 { return pad + float64(t)*(w-legendW-2*pad)/dayMinutes }
+	total := cfg.minutes()
+	x := func(t int) float64 { return pad + float64(t)*(w-legendW-2*pad)/float64(total) }
+	every := max(5, total/1000)
 	y := func(v, top float64) float64 { return h - pad - v*(h-2*pad)/top }
 	top := float64(hosts)
 	line := func(vals func(int) float64, scale float64, color string) string {
 		var b strings.Builder
-		for t := 0; t < dayMinutes; t += 5 {
+		for t := 0; t < total; t += every {
 			fmt.Fprintf(&b, "%.1f,%.1f ", x(t), y(vals(t), scale))
 		}
 		return fmt.Sprintf(`<polyline fill="none" stroke="%s" stroke-width="2" points="%s"/>`, color, b.String())
@@ -431,11 +558,23 @@ func colocationSVG(cfg ColocationConfig, run colocRun, hosts int) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="12">`, w, h)
 	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`, w, h)
-	fmt.Fprintf(&b, `<text x="%d" y="20" font-size="14">peloton bench colocation: a simulated day on %d co-located hosts</text>`, pad, hosts)
+	what := "a simulated day"
+	if cfg.trace != nil {
+		what = fmt.Sprintf("%d days of %s", total/dayMinutes, cfg.trace.Name)
+	}
+	fmt.Fprintf(&b, `<text x="%d" y="20" font-size="14">peloton bench colocation: %s on %d co-located hosts</text>`, pad, what, hosts)
 	fmt.Fprintf(&b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="black"/>`, pad, h-pad, w-legendW-pad, h-pad)
 	fmt.Fprintf(&b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="black"/>`, pad, pad, pad, h-pad)
-	for hr := 0; hr <= 24; hr += 4 {
-		fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle">%02d:00</text>`, x(hr*60), h-pad+16, hr)
+	if total == dayMinutes {
+		for hr := 0; hr <= 24; hr += 4 {
+			fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle">%02d:00</text>`, x(hr*60), h-pad+16, hr)
+		}
+	} else {
+		days := total / dayMinutes
+		tick := max(1, days/8)
+		for d := 0; d <= days; d += tick {
+			fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle">day %d</text>`, x(d*dayMinutes), h-pad+16, d)
+		}
 	}
 	fmt.Fprintf(&b, `<text x="%d" y="%.1f" text-anchor="end">%d</text>`, pad-4, y(top, top), hosts)
 	fmt.Fprintf(&b, `<text x="%d" y="%.1f" text-anchor="end">0</text>`, pad-4, y(0, top))
@@ -443,7 +582,8 @@ func colocationSVG(cfg ColocationConfig, run colocRun, hosts int) string {
 	b.WriteString(line(func(t int) float64 { return float64(run.stateless[t]) }, top, "#1f77b4"))
 	b.WriteString(line(func(t int) float64 { return float64(hosts - run.stateless[t]) }, top, "#2ca02c"))
 	b.WriteString(line(func(t int) float64 { return cfg.ServiceLoad(t) / (serviceAlloc * cores) }, top, "#ff7f0e"))
-	b.WriteString(line(func(t int) float64 { return run.worst[t] }, 2, "#d62728"))
+	// The worst P99 of each plotted step's minutes, cut at the plot's top.
+	b.WriteString(line(func(t int) float64 { return min(2, slices.Max(run.worst[t:min(t+every, total)])) }, 2, "#d62728"))
 	fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#d62728" stroke-dasharray="4 4"/>`, pad, y(1, 2), w-legendW-pad, y(1, 2))
 	legend := []struct{ color, text string }{
 		{"#1f77b4", "stateless hosts"}, {"#2ca02c", "batch hosts"},

@@ -133,6 +133,10 @@ type Config struct {
 	HostCPU      float64
 	HostMemoryMB int64
 	HostDiskMB   int64
+	// HostPartitions is the partition of each local virtual host, in host
+	// order (local backend only); empty puts every host in the local
+	// backend's partition, "default". Its length must be Hosts.
+	HostPartitions []string
 	// HostGPU is the GPU count of every simulated host (sim backend only).
 	HostGPU int64
 	// HostLabels are "key=value" entries spread round-robin per key over the

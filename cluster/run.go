@@ -16,6 +16,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -26,6 +27,7 @@ import (
 	"github.com/peloton-sched/peloton/hostmgr/local"
 	"github.com/peloton-sched/peloton/hostmgr/mesos"
 	"github.com/peloton-sched/peloton/hostmgr/sim"
+	"github.com/peloton-sched/peloton/internal/auth"
 	"github.com/peloton-sched/peloton/internal/etcdtls"
 	"github.com/peloton-sched/peloton/internal/metrics"
 	"github.com/peloton-sched/peloton/internal/quarantine"
@@ -179,8 +181,12 @@ func runStack(ctx context.Context, cfg Config, etcdTLS *tls.Config, t *term) err
 	if cfg.FinishedJobTTL != nil {
 		ttl = *cfg.FinishedJobTTL
 	}
+	// A backend that keeps jobs' disruption budgets (kubernetes) hears of
+	// their changes from jobmgr.
+	budgets, _ := backend.(hostmgr.DisruptionBudgeter)
 	jm := jobmgr.New(st, batcher, rm, hm, jobmgr.Options{Logger: log, SLA: cfg.SLA, SLATimeout: cfg.SLATimeout,
-		History: archive, ClusterName: cmp.Or(cfg.ClusterName, DefaultClusterName), Collect: jobmgr.CollectOptions{TTL: ttl}})
+		History: archive, ClusterName: cmp.Or(cfg.ClusterName, DefaultClusterName), Collect: jobmgr.CollectOptions{TTL: ttl},
+		Budgets: budgets})
 	// DAEMON jobs follow hosts that join or leave as soon as the backend
 	// says so (kubernetes); jobmgr also re-checks every few seconds.
 	hm.OnHostsChanged(jm.HostsChanged)
@@ -227,6 +233,13 @@ func runStack(ctx context.Context, cfg Config, etcdTLS *tls.Config, t *term) err
 	srv := api.NewServer(jm, rm, api.Hosts{Cache: hm, Maintenance: hm.Maintenance(), Usage: hm.Usage()}, log)
 	srv.SetMaxInstances(cfg.MaxInstances)
 	srv.SetCreateGuard(guard.Check)
+	// The federation's calls are believed from its principal only, which
+	// the policy gives admin; the guard exists once serving starts.
+	var authGuard atomic.Pointer[auth.Guard]
+	srv.SetFederationCheck(func(ctx context.Context) bool {
+		g := authGuard.Load()
+		return g != nil && g.Holds(ctx, auth.Admin)
+	})
 	if archive != nil {
 		srv.SetHistory(archive, cmp.Or(cfg.ClusterName, DefaultClusterName))
 	}
@@ -273,6 +286,7 @@ func runStack(ctx context.Context, cfg Config, etcdTLS *tls.Config, t *term) err
 	if err != nil {
 		return err
 	}
+	authGuard.Store(served.Guard)
 	ready := ReadyInfo{ClusterName: cfg.ClusterName, GRPCAddr: grpcLis.Addr().String(), HTTPAddr: httpLis.Addr().String(),
 		AdminAddr: served.AdminAddr, TLS: served.TLS(), EtcdEndpoints: endpoints, InProcessEtcd: inProcess}
 	log.Info("peloton is serving", "cluster", cfg.ClusterName, "grpc", ready.GRPCAddr, "http", ready.HTTPAddr, "backend", backend.Name(), "hosts", len(hm.ListHosts()))
@@ -382,7 +396,7 @@ func newBackend(cfg Config, st store.Store) (hostmgr.Backend, error) {
 		if cfg.HostDiskMB > 0 {
 			per.DiskMB = cfg.HostDiskMB
 		}
-		b, err := local.New(local.Config{Dir: filepath.Join(cfg.DataDir, "tasks"), Hosts: cfg.Hosts, HostCapacity: per, Logger: cfg.Logger,
+		b, err := local.New(local.Config{Dir: filepath.Join(cfg.DataDir, "tasks"), Hosts: cfg.Hosts, Partitions: cfg.HostPartitions, HostCapacity: per, Logger: cfg.Logger,
 			TaskUser: cfg.TaskUser, LogRetention: cfg.LogRetention})
 		if err != nil && cfg.TaskUser != "" {
 			return nil, fmt.Errorf("--task-user %s: %w", cfg.TaskUser, err)

@@ -141,9 +141,16 @@ func TestChooseCluster(t *testing.T) {
 			{name: "b", state: ready, hasPool: true, headroom: room(-1)}}, "b", ""},
 		{"nobody matches", map[string]string{"region": "mars"}, []candidate{{name: "a", labels: east, state: ready, hasPool: true}}, "", "no cluster matches clusterSelector {region=mars}"},
 		{"none registered", nil, nil, "", "no cluster is registered"},
+		{"hosts too small (clusters shrank) wait, saying so", nil, []candidate{
+			{name: "a", state: ready, hasPool: true, headroom: room(100), knowsLargest: true, largest: resources.Resources{MilliCPU: 500, MemoryMB: 1 << 20}},
+			{name: "b", state: cordoned, hasPool: true, headroom: room(100)}}, "",
+			"waiting for a larger host: one task asks cpu=1 memoryMb=0 diskMb=0 gpu=0, more than the largest host of every READY matching cluster that has the pool (a cpu=0.5 memoryMb=1048576 diskMb=0 gpu=0); not READY: b CORDONED"},
+		{"a host that fits is taken", nil, []candidate{
+			{name: "a", state: ready, hasPool: true, headroom: room(100), knowsLargest: true, largest: resources.Resources{MilliCPU: 500}},
+			{name: "b", state: ready, hasPool: true, headroom: room(1), knowsLargest: true, largest: resources.Resources{MilliCPU: 1000}}}, "b", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, why := chooseCluster(req, tc.selector, tc.cands)
+			got, why := chooseCluster(req, resources.Resources{MilliCPU: 1000}, tc.selector, tc.cands)
 			if got != tc.want || !strings.Contains(why, tc.why) || (tc.why == "" && why != "") {
 				t.Errorf("chooseCluster = %q %q, want %q %q", got, why, tc.want, tc.why)
 			}

@@ -22,16 +22,20 @@ type candidate struct {
 	headroom resources.Resources
 	// used is the share of the cluster's capacity in use, 0..1.
 	used float64
+	// largest is the cluster's largest host, when it reported one
+	// (knowsLargest): a task larger than it never runs there.
+	largest      resources.Resources
+	knowsLargest bool
 }
 
-// chooseCluster picks the cluster for a job that asks req in all: among
-// the READY clusters whose labels match selector and that have the job's
-// pool, the one where the job fits its pool's headroom the most times
+// chooseCluster picks the cluster for a job that asks req in all, and
+// task at most for one task: among the READY clusters whose labels match
+// selector, that have the job's pool and a host as large as task, the one where the job fits its pool's headroom the most times
 // (ties: the least used, then by name). It is pure. No cluster: "" and
 // why, in words a user can act on.
-func chooseCluster(req resources.Resources, selector map[string]string, cands []candidate) (string, string) {
+func chooseCluster(req, task resources.Resources, selector map[string]string, cands []candidate) (string, string) {
 	best, bestFits, bestUsed := "", math.Inf(-1), 0.0
-	var matched, notReady, noPool []string
+	var matched, notReady, noPool, tooSmall []string
 	for _, c := range cands {
 		if !split.Matches(c.labels, selector) {
 			continue
@@ -43,6 +47,10 @@ func chooseCluster(req resources.Resources, selector map[string]string, cands []
 		}
 		if !c.hasPool {
 			noPool = append(noPool, c.name)
+			continue
+		}
+		if c.knowsLargest && !task.FitsIn(c.largest) {
+			tooSmall = append(tooSmall, c.name+" "+c.largest.String())
 			continue
 		}
 		fits := timesFits(c.headroom, req)
@@ -58,6 +66,12 @@ func chooseCluster(req resources.Resources, selector map[string]string, cands []
 		return "", "no cluster is registered"
 	case len(matched) == 0:
 		return "", fmt.Sprintf("no cluster matches clusterSelector %s", split.FormatLabels(selector))
+	case len(tooSmall) > 0:
+		msg := "waiting for a larger host: one task asks " + task.String() + ", more than the largest host of every READY matching cluster that has the pool (" + strings.Join(tooSmall, "; ") + ")"
+		if len(notReady) > 0 {
+			msg += "; not READY: " + strings.Join(notReady, ", ")
+		}
+		return "", msg
 	case len(noPool) == 0:
 		return "", "no matching cluster takes work now (" + strings.Join(notReady, ", ") + ")"
 	default:

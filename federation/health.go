@@ -22,6 +22,10 @@ type observation struct {
 	latency time.Duration
 	// pools is the cluster's pool tree when the check succeeded.
 	pools []*pelotonv1.Pool
+	// largest is the cluster's largest host, when it reported one
+	// (knowsLargest).
+	largest      resources.Resources
+	knowsLargest bool
 }
 
 // probe checks a cluster once: its pool tree, which is both the proof that
@@ -35,6 +39,10 @@ func (f *Federation) probe(ctx context.Context, cli *client.Client) observation 
 	obs := observation{latency: time.Since(start)}
 	if err == nil {
 		obs.answered, obs.pools = true, resp.Pools
+		if resp.LargestHost != nil {
+			obs.largest, _ = resources.FromProto(resp.LargestHost, "")
+			obs.knowsLargest = true
+		}
 		return obs
 	}
 	switch status.Code(err) {
@@ -107,5 +115,6 @@ func (m *member) observe(o observation, now time.Time) {
 		}
 	}
 	m.capacity, m.alloc = capacity, alloc
+	m.largest, m.knowsLargest = o.largest, o.knowsLargest
 	m.assumed = nil
 }

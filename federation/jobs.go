@@ -55,6 +55,9 @@ type fedJob struct {
 	rec *pelotonv1.FederatedJob
 	rev int64
 	req resources.Resources
+	// task is the most one of its tasks asks, per kind: what must fit
+	// on one host of the cluster it goes to.
+	task resources.Resources
 	// busy: a worker or the dispatcher is writing it; others skip it.
 	busy bool
 }
@@ -81,7 +84,7 @@ func (jb *Jobs) loadJobs(ctx context.Context) error {
 			continue
 		}
 		req, _ := jobRequest(rec.Spec.GetJob(), "spec.job")
-		jobs = append(jobs, &fedJob{rec: rec, rev: kv.Revision, req: req})
+		jobs = append(jobs, &fedJob{rec: rec, rev: kv.Revision, req: req, task: largestTask(rec.Spec.GetJob(), "spec.job").res})
 	}
 	jb.f.mu.Lock()
 	defer jb.f.mu.Unlock()
@@ -98,6 +101,9 @@ func (jb *Jobs) CreateJob(ctx context.Context, spec *pelotonv1.FederatedJobSpec,
 		return "", err
 	}
 	if err := jb.checkSelector(spec.GetPlacement().GetClusterSelector()); err != nil {
+		return "", err
+	}
+	if err := jb.checkFits(spec); err != nil {
 		return "", err
 	}
 	rq, err := requestid.New(jobRequestKind, rqID, &pelotonv1.CreateFederatedJobRequest{Spec: spec})
@@ -140,7 +146,7 @@ func (jb *Jobs) CreateJob(ctx context.Context, spec *pelotonv1.FederatedJobSpec,
 		return "", apierr.Unavailable("record federated job: %v", err)
 	}
 	jb.f.mu.Lock()
-	jb.f.jobs[id] = &fedJob{rec: rec, rev: rev, req: req}
+	jb.f.jobs[id] = &fedJob{rec: rec, rev: rev, req: req, task: largestTask(spec.Job, "spec.job").res}
 	jb.f.mu.Unlock()
 	metrics.FederationJobs.WithLabelValues("created").Inc()
 	jb.f.kickDispatch()
@@ -169,6 +175,26 @@ func (jb *Jobs) checkSelector(selector map[string]string) error {
 		return apierr.FailedPrecondition("spec.placement.clusterSelector: no cluster is registered")
 	}
 	return apierr.Invalid("spec.placement.clusterSelector", "%s matches no registered cluster (%s)", split.FormatLabels(selector), strings.Join(known, ", "))
+}
+
+// checkFits refuses a job no cluster its selector matches could ever run
+// (refuseUnfitBatch), judged on what the clusters' last checks showed.
+func (jb *Jobs) checkFits(spec *pelotonv1.FederatedJobSpec) error {
+	pool, err := resmgr.NormalizePath(spec.Job.Pool, "spec.job.pool")
+	if err != nil {
+		return err
+	}
+	selector := spec.GetPlacement().GetClusterSelector()
+	jb.f.mu.Lock()
+	var names []string
+	for _, name := range sortedKeys(jb.f.clusters) {
+		if split.Matches(jb.f.clusters[name].rec.Labels, selector) {
+			names = append(names, name)
+		}
+	}
+	views, global := jb.f.fitViewsLocked(names, pool), jb.f.isGlobalLeafLocked(pool)
+	jb.f.mu.Unlock()
+	return refuseUnfitBatch(largestTask(spec.Job, "spec.job"), pool, global, views, "spec.job")
 }
 
 func validateJobSpec(spec *pelotonv1.FederatedJobSpec) error {
@@ -218,6 +244,10 @@ func (jb *Jobs) GetJob(id string) (*pelotonv1.FederatedJob, error) {
 func jobView(j *fedJob) *pelotonv1.FederatedJob {
 	out := proto.Clone(j.rec).(*pelotonv1.FederatedJob)
 	out.Version = uint64(j.rev)
+	if m := out.GetStatus().GetMessage(); out.Message == "" && m != "" && out.DispatchState == pelotonv1.DispatchState_DISPATCHED {
+		// Why the job is not running yet is the cluster's to say.
+		out.Message = "in cluster " + out.Cluster + ": " + m
+	}
 	return out
 }
 
@@ -453,7 +483,7 @@ func (jb *Jobs) dispatchPending(ctx context.Context) {
 	var choices []choice
 	for _, j := range pending {
 		cands := jb.candidatesLocked(j.rec.Spec.GetJob().GetPool())
-		name, why := chooseCluster(j.req, j.rec.Spec.GetPlacement().GetClusterSelector(), cands)
+		name, why := chooseCluster(j.req, j.task, j.rec.Spec.GetPlacement().GetClusterSelector(), cands)
 		if name != "" {
 			// Assume the job is there until the next check shows it.
 			m := jb.f.clusters[name]
@@ -519,7 +549,8 @@ func (jb *Jobs) candidatesLocked(pool string) []candidate {
 	out := make([]candidate, 0, len(jb.f.clusters))
 	for _, name := range sortedKeys(jb.f.clusters) {
 		m := jb.f.clusters[name]
-		c := candidate{name: name, labels: m.rec.Labels, state: effectiveState(m.rec.Health, m.cordoned())}
+		c := candidate{name: name, labels: m.rec.Labels, state: effectiveState(m.rec.Health, m.cordoned()),
+			largest: m.largest, knowsLargest: m.knowsLargest}
 		if !m.checked {
 			c.state = pelotonv1.ClusterState_CLUSTER_DEGRADED // not looked at yet since start
 		}

@@ -47,6 +47,10 @@ type member struct {
 	message  string
 	capacity resources.Resources
 	alloc    resources.Resources
+	// largest is the cluster's largest host, per kind, when it knows one
+	// (knowsLargest): the most one task may ask for there.
+	largest      resources.Resources
+	knowsLargest bool
 	// checked is set once a check since the start of this process has
 	// answered: until then pools is empty and says nothing.
 	checked bool
@@ -249,6 +253,7 @@ func (f *Federation) register(ctx context.Context, req *pelotonv1.RegisterCluste
 				// next check, so the split does not hand its part to the
 				// others meanwhile.
 				m.pools, m.capacity, m.alloc, m.checked, m.lastSeen = old.pools, old.capacity, old.alloc, old.checked, old.lastSeen
+				m.largest, m.knowsLargest = old.largest, old.knowsLargest
 				m.synced, m.poolMsgs = old.synced, old.poolMsgs
 			}
 			if r.obs.answered {

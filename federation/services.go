@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -113,6 +114,9 @@ func (sv *Services) CreateService(ctx context.Context, spec *pelotonv1.Federated
 	if err != nil {
 		return nil, err
 	}
+	if err := sv.checkFits(spec.Job, parts, "spec.job"); err != nil {
+		return nil, err
+	}
 	budgets := split.Budget(max(spec.Job.GetSla().GetMaximumUnavailableInstances(), 1), parts)
 	id := newJobID()
 	rec := &pelotonv1.FederatedService{Id: id, Spec: spec, CreateTime: timestamppb.New(now), SpecVersion: 1,
@@ -180,6 +184,25 @@ func validateServiceJob(job *pelotonv1.JobSpec, at string) error {
 		return err
 	}
 	return nil
+}
+
+// checkFits refuses a service a part of which could never run in its
+// cluster (refuseUnfitService). at is the job's path in the request.
+func (sv *Services) checkFits(job *pelotonv1.JobSpec, parts map[string]uint32, at string) error {
+	pool, err := resmgr.NormalizePath(job.Pool, at+".pool")
+	if err != nil {
+		return err
+	}
+	var names []string
+	for _, name := range sortedKeys(parts) {
+		if parts[name] > 0 {
+			names = append(names, name)
+		}
+	}
+	sv.f.mu.Lock()
+	views, global := sv.f.fitViewsLocked(names, pool), sv.f.isGlobalLeafLocked(pool)
+	sv.f.mu.Unlock()
+	return refuseUnfitService(largestTask(job, at), pool, global, views, at)
 }
 
 // GetService returns a federated service with what its clusters last
@@ -473,7 +496,14 @@ type partSync struct {
 
 // call bounds one call to the part's cluster.
 func (ps *partSync) call() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ps.ctx, ps.f.opts.CallTimeout)
+	return context.WithTimeout(asFederation(ps.ctx, ps.id), ps.f.opts.CallTimeout)
+}
+
+// asFederation marks ctx's calls as the federation's keeping service id:
+// a cluster refuses a scale or update of a service's job from anyone else
+// (sla.FederationCallKey).
+func asFederation(ctx context.Context, id string) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, sla.FederationCallKey, id)
 }
 
 // setPart changes the stored part, unless it changed since it was read.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -146,7 +147,21 @@ func TestFederatedService(t *testing.T) {
 		t.Fatal(err)
 	}
 	aJob, _ := partJob(t, stacks[0], cur)
-	if _, err := stacks[0].cli.Jobs.ScaleJob(ctxT(t), &pelotonv1.ScaleJobRequest{JobId: aJob.Id, InstanceCount: 1}); err != nil {
+	// A scale or update there is refused, naming the service: the
+	// federation would undo it.
+	_, err = stacks[0].cli.Jobs.ScaleJob(ctxT(t), &pelotonv1.ScaleJobRequest{JobId: aJob.Id, InstanceCount: 1})
+	wantRefusal := "job " + aJob.Id + " belongs to federated service " + svc.Id
+	if status.Code(err) != codes.FailedPrecondition || !contains(err, wantRefusal) || !contains(err, "peloton fed service update "+svc.Id) {
+		t.Fatalf("cluster-side scale of a service's job: %v, want FailedPrecondition %q", err, wantRefusal)
+	}
+	_, err = stacks[0].cli.Updates.CreateUpdate(ctxT(t), &pelotonv1.CreateUpdateRequest{JobId: aJob.Id, Spec: aJob.Spec})
+	if status.Code(err) != codes.FailedPrecondition || !contains(err, wantRefusal) {
+		t.Fatalf("cluster-side update of a service's job: %v, want FailedPrecondition %q", err, wantRefusal)
+	}
+	// One that gets through anyway (here: the federation's call key, as an
+	// admin might send it) is set back.
+	forced := metadata.AppendToOutgoingContext(ctxT(t), sla.FederationCallKey, svc.Id)
+	if _, err := stacks[0].cli.Jobs.ScaleJob(forced, &pelotonv1.ScaleJobRequest{JobId: aJob.Id, InstanceCount: 1}); err != nil {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, 60*time.Second, "the drifted parts repaired", func() error {
@@ -361,7 +376,10 @@ func TestFederatedServiceRollout(t *testing.T) {
 	bJob, _ := partJob(t, stacks[1], done)
 	held := proto.Clone(bJob.Spec).(*pelotonv1.JobSpec)
 	held.DefaultSpec.Command = []string{"sleep", "7"}
-	own, err := stacks[1].cli.Updates.CreateUpdate(ctxT(t), &pelotonv1.CreateUpdateRequest{JobId: bJob.Id, Spec: held,
+	// (Made with the federation's call key: a cluster refuses anyone
+	// else's update of a service's job.)
+	asFed := metadata.AppendToOutgoingContext(ctxT(t), sla.FederationCallKey, id)
+	own, err := stacks[1].cli.Updates.CreateUpdate(asFed, &pelotonv1.CreateUpdateRequest{JobId: bJob.Id, Spec: held,
 		UpdateSpec: &pelotonv1.UpdateSpec{StartPaused: true}})
 	if err != nil {
 		t.Fatal(err)

@@ -46,6 +46,13 @@ func (sv *Services) UpdateService(ctx context.Context, id string, job *pelotonv1
 	case int(job.InstanceCount) < len(cur.Clusters):
 		return nil, apierr.Invalid("job.instanceCount", "%d is fewer than the service's %d clusters (%s)", job.InstanceCount, len(cur.Clusters), partList(cur.Clusters))
 	}
+	inCluster := map[string]uint32{}
+	for _, p := range cur.Clusters {
+		inCluster[p.Cluster] = 1
+	}
+	if err := sv.checkFits(job, inCluster, "job"); err != nil {
+		return nil, err
+	}
 	order, err := rolloutOrder(cur.Clusters, rs.GetOrder())
 	if err != nil {
 		return nil, err
@@ -352,7 +359,7 @@ type stepSync struct {
 
 // call bounds one call to the step's cluster.
 func (ss *stepSync) call() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ss.ctx, ss.f.opts.CallTimeout)
+	return context.WithTimeout(asFederation(ss.ctx, ss.rec.Id), ss.f.opts.CallTimeout)
 }
 
 // setStep changes the stored step and part, unless they changed since

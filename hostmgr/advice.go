@@ -69,6 +69,9 @@ type moveRecord struct {
 const (
 	recordStarted  = "started"
 	recordObserved = "observed"
+	// recordCancelled is the cancel of a move: From the partition the
+	// host stayed in, To the one it no longer moves to.
+	recordCancelled = "cancelled"
 )
 
 func moveKey(t time.Time, host string) string {
@@ -383,7 +386,10 @@ func (mt *Maintenance) ListPartitionMoves(host string, limit uint32) ([]*peloton
 			continue
 		}
 		state := "OBSERVED"
-		if r.State == recordStarted {
+		switch r.State {
+		case recordCancelled:
+			state = "CANCELLED"
+		case recordStarted:
 			state = mt.moveStateLocked(hist, i, newest[r.Host] == i)
 		}
 		out = append(out, &pelotonv1.PartitionMove{Host: r.Host, From: r.From, To: r.To, Reason: r.Reason, State: state,
@@ -398,6 +404,14 @@ func (mt *Maintenance) ListPartitionMoves(host string, limit uint32) ([]*peloton
 // when the host was sent elsewhere first. Caller holds hm.mu.
 func (mt *Maintenance) moveStateLocked(hist []moveRecord, i int, newest bool) string {
 	r := hist[i]
+	for _, next := range hist[i+1:] {
+		if next.Host == r.Host && next.State == recordStarted {
+			break
+		}
+		if next.Host == r.Host && next.State == recordCancelled && next.To == r.To {
+			return "CANCELLED"
+		}
+	}
 	if newest {
 		h := mt.hm.hosts[r.Host]
 		switch {

@@ -63,6 +63,30 @@ type LaunchSpec struct {
 	// ignore it. Empty for a run placed alone, a restarted member of a
 	// running gang included.
 	Gang string
+	// Budget, if set, is the disruption budget of the run's job (SERVICE
+	// and STATEFUL jobs): a backend whose substrate lets others than
+	// Peloton disrupt runs (Kubernetes' Eviction API) holds them to it.
+	// jobmgr sets it from the job's spec version the run runs.
+	Budget *DisruptionBudget
+}
+
+// DisruptionBudget is how many of a job's instances others than Peloton may
+// take down at once: the job's spec.sla.maximumUnavailableInstances (for a
+// federated part, its share of the service's budget) of its instances.
+type DisruptionBudget struct {
+	Instances      uint32
+	MaxUnavailable uint32
+}
+
+// DisruptionBudgeter is implemented by backends that keep a job's
+// DisruptionBudget in the substrate (the kubernetes backend's
+// PodDisruptionBudgets). Launch sets a job's budget with its runs;
+// SetDisruptionBudget changes it when the job's spec changes it between
+// launches (jobmgr.Options.Budgets). pool is the job's pool (container
+// backends map it to a namespace). A job's budget goes when the job has no
+// live runs left, or when RemoveJobOutput says the job is gone.
+type DisruptionBudgeter interface {
+	SetDisruptionBudget(ctx context.Context, jobID, pool string, b DisruptionBudget) error
 }
 
 // ForeignRef identifies one object of a ForeignSource.

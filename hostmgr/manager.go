@@ -1002,7 +1002,7 @@ func (m *Manager) ReleaseVolume(ctx context.Context, host, volumeID string) erro
 // (deleted, or archived and removed by the collector), so that it may drop
 // the output and records it keeps of the job's runs, as its retention says
 // (OutputPruner). With a backend that keeps nothing of ended runs (sim,
-// kubernetes, mesos: it is not an OutputPruner) it does nothing and returns
+// mesos: it is not an OutputPruner) it does nothing and returns
 // nil. Call it after the job's removal from the store succeeded; calling it
 // again is harmless.
 func (m *Manager) RemoveJobOutput(ctx context.Context, jobID string) error {

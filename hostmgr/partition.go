@@ -1,6 +1,7 @@
 package hostmgr
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -45,7 +46,7 @@ const (
 // partitionTransitions is the one table of a move's steps.
 var partitionTransitions = fsm.New("partition move",
 	fsm.From(partSettled).To(partMoving),
-	fsm.From(partMoving).To(partDrained),
+	fsm.From(partMoving).To(partDrained, partSettled), // settled: cancelled
 	fsm.From(partDrained).To(partSettled),
 )
 
@@ -317,6 +318,71 @@ func (mt *Maintenance) finishMoveInTurn(ctx context.Context, name string) error 
 	mt.log.Info("host partition move done", "host", name, "from", r.Partition, "to", r.Target)
 	metrics.HostMoves.WithLabelValues("moved").Inc()
 	return nil
+}
+
+// CancelMove cancels the move of host name under way: it settles back in
+// the partition it was leaving and takes work again; runs it moved so far
+// stay where they went. A host already drained for the move is given its
+// old partition back through the backend first (PartitionApplier). The
+// cancel is recorded in the move history. It returns the host after it.
+func (mt *Maintenance) CancelMove(ctx context.Context, name, reason string) (*pelotonv1.Host, error) {
+	if name == "" {
+		return nil, apierr.Invalid("host", "required")
+	}
+	if len(reason) > moveReasonMax {
+		return nil, apierr.Invalid("reason", "longer than %d bytes", moveReasonMax)
+	}
+	mt.mu.Lock()
+	defer mt.mu.Unlock()
+	mt.hm.mu.Lock()
+	h, ok := mt.hm.hosts[name]
+	r, moving := mt.parts[name]
+	switch {
+	case !ok:
+		mt.hm.mu.Unlock()
+		return nil, apierr.NotFound("host: host %s does not exist", name)
+	case !moving || !h.moving():
+		mt.hm.mu.Unlock()
+		return nil, apierr.FailedPrecondition("host: host %s is not moving; there is no move to cancel", name)
+	}
+	if err := partitionTransitions.Check(r.state, partSettled); err != nil {
+		mt.hm.mu.Unlock()
+		return nil, apierr.FailedPrecondition("host: %v", err)
+	}
+	mt.hm.mu.Unlock()
+	if a, ok := mt.hm.backend.(PartitionApplier); ok && r.state == partDrained {
+		// The backend may have been told the new partition already.
+		if err := a.ApplyPartition(ctx, name, r.Partition); err != nil {
+			return nil, apierr.Unavailable("host: the %s backend did not take partition %s back: %v", mt.hm.backend.Name(), r.Partition, err)
+		}
+	}
+	mt.hm.mu.Lock()
+	back := partRecord{Partition: r.Partition, state: partSettled}
+	op := mt.partOpLocked(name, back)
+	now := mt.hm.now()
+	mt.hm.mu.Unlock()
+	hist, commit := mt.historyOps(moveRecord{Host: name, From: r.Partition, To: r.Target,
+		Reason: cmp.Or(reason, "cancelled"), State: recordCancelled, Time: now})
+	rev, err := mt.persist(ctx, append([]store.Op{op}, hist...))
+	if err != nil {
+		mt.resyncPartition(name)
+		if errors.Is(err, store.ErrConflict) {
+			return nil, apierr.Aborted("host: partition of %s changed concurrently; retry", name)
+		}
+		return nil, apierr.Unavailable("store host partition: %v", err)
+	}
+	commit()
+	mt.hm.mu.Lock()
+	mt.setMoveLocked(name, back, rev)
+	mt.hm.rebuildClassesLocked()
+	mt.hm.recountLocked()
+	mt.hm.mu.Unlock()
+	mt.log.Info("host partition move cancelled", "host", name, "stays in", r.Partition, "was moving to", r.Target)
+	metrics.HostMoves.WithLabelValues(metrics.MoveCancelled).Inc()
+	if hs := mt.hostProtos([]string{name}); len(hs) == 1 {
+		return hs[0], nil
+	}
+	return nil, apierr.NotFound("host: host %s does not exist", name)
 }
 
 // rebuildClassesLocked recomputes the host classes after a host changed

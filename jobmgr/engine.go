@@ -1321,10 +1321,24 @@ func launchSpec(j *job, inst, run uint32, host string, v *jobVersion, r resource
 	for _, port := range spec.Ports {
 		ls.Ports = append(ls.Ports, hostmgr.Port{Name: port.Name, Value: port.Value})
 	}
+	if b, ok := disruptionBudget(j, v.spec); ok {
+		ls.Budget = &b
+	}
 	if vol := spec.Volume; vol != nil && j.typ == pelotonv1.JobType_STATEFUL {
 		ls.Volume = &hostmgr.Volume{ID: volumeID(j.id, inst), SizeMB: int64(vol.SizeMb), MountPath: vol.MountPath}
 	}
 	return ls
+}
+
+// disruptionBudget is what the backend holds others' disruptions of a
+// SERVICE or STATEFUL job's runs to (hostmgr.DisruptionBudget): the budget
+// the SLA evaluator has for it (budgetOf: for a federated part, its share),
+// out of the instances spec s asks for. Batch jobs and daemons have none.
+func disruptionBudget(j *job, s *pelotonv1.JobSpec) (hostmgr.DisruptionBudget, bool) {
+	if j.typ != pelotonv1.JobType_SERVICE && j.typ != pelotonv1.JobType_STATEFUL {
+		return hostmgr.DisruptionBudget{}, false
+	}
+	return hostmgr.DisruptionBudget{Instances: s.GetInstanceCount(), MaxUnavailable: budgetOf(s)}, true
 }
 
 // volumeID names instance inst's persistent volume; it outlives runs.

@@ -29,6 +29,8 @@ type fakeHosts struct {
 	// away, if set, has the substrate away: Substrate says so, and Status
 	// knows no run.
 	away atomic.Bool
+	// budgets are the disruption budgets told by SetDisruptionBudget.
+	budgets map[string]hostmgr.DisruptionBudget
 
 	events chan hostmgr.TaskEvent
 	drains chan []hostmgr.DrainRequest
@@ -133,6 +135,24 @@ func (f *fakeHosts) ReleaseVolume(_ context.Context, host, volumeID string) erro
 func (f *fakeHosts) RemoveJobOutput(_ context.Context, jobID string) error {
 	f.record("remove-output %s", jobID)
 	return nil
+}
+
+func (f *fakeHosts) SetDisruptionBudget(_ context.Context, jobID, _ string, b hostmgr.DisruptionBudget) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.budgets == nil {
+		f.budgets = map[string]hostmgr.DisruptionBudget{}
+	}
+	f.budgets[jobID] = b
+	return nil
+}
+
+// budget is the disruption budget last told for job jobID.
+func (f *fakeHosts) budget(jobID string) (hostmgr.DisruptionBudget, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	b, ok := f.budgets[jobID]
+	return b, ok
 }
 
 func (f *fakeHosts) Foreign() hostmgr.ForeignSource { return nil }

@@ -66,8 +66,9 @@ func (h *harness) startOn(hosts *fakeHosts) {
 	st := mortalStore{Store: h.st, dead: h.dead}
 	b := store.NewBatcher(st, store.BatcherOptions{})
 	h.jm = New(st, b, h.res, h.hosts, Options{
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		SLA:    sla.NewLocal(h.clock),
+		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
+		SLA:     sla.NewLocal(h.clock),
+		Budgets: h.hosts,
 	})
 	h.jm.now = h.clock
 	ctx, cancel := context.WithCancel(context.Background())

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/peloton-sched/peloton/hostmgr"
 	"github.com/peloton-sched/peloton/internal/apierr"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 	"github.com/peloton-sched/peloton/sla"
@@ -95,6 +96,10 @@ type longRunning struct {
 	// isReported), to skip identical reports.
 	reported   []uint32
 	isReported bool
+	// budget is the disruption budget the hosts were last told (valid if
+	// isBudgetTold), or are being told.
+	budget       hostmgr.DisruptionBudget
+	isBudgetTold bool
 }
 
 // budgetOf is the job's sla.maximumUnavailableInstances, 1 when unset. A
@@ -126,6 +131,7 @@ func (rc *reconcilers) syncSLAJob(ctx context.Context, j *job) error {
 	if !isLongRunning(j.typ) {
 		return nil
 	}
+	rc.syncBudget(j)
 	want := sla.JobSLA{JobID: j.id, InstanceCount: j.instanceCount(), MaximumUnavailableInstances: budgetOf(j.spec()),
 		Group: j.spec().GetLabels()[sla.GroupLabel]}
 	j.lr.mu.Lock()
@@ -147,6 +153,41 @@ func (rc *reconcilers) syncSLAJob(ctx context.Context, j *job) error {
 	j.lr.mu.Unlock()
 	return nil
 }
+
+// syncBudget tells the hosts the job's disruption budget if it changed
+// since they were last told (a new spec changed its SLA or its size, or
+// jobmgr started), in the background: the kubernetes backend keeps it in
+// a PodDisruptionBudget, and a slow apiserver must not hold up the job's
+// evaluation. A failure is logged and told again at the next evaluation.
+func (rc *reconcilers) syncBudget(j *job) {
+	m := rc.m
+	b, ok := disruptionBudget(j, j.spec())
+	if !ok || m.budgets == nil {
+		return
+	}
+	j.lr.mu.Lock()
+	same := j.lr.isBudgetTold && j.lr.budget == b
+	j.lr.budget, j.lr.isBudgetTold = b, true
+	j.lr.mu.Unlock()
+	if same {
+		return
+	}
+	m.spawn(func(ctx context.Context) {
+		ctx, cancel := context.WithTimeout(ctx, budgetTimeout)
+		defer cancel()
+		if err := m.budgets.SetDisruptionBudget(ctx, j.id, j.pool, b); err != nil {
+			m.log.Warn("tell the hosts the job's disruption budget", "job", j.id, "err", err)
+			j.lr.mu.Lock()
+			if j.lr.budget == b {
+				j.lr.isBudgetTold = false
+			}
+			j.lr.mu.Unlock()
+		}
+	})
+}
+
+// budgetTimeout bounds telling the hosts a job's disruption budget.
+const budgetTimeout = 30 * time.Second
 
 // forgetSLAJob removes a deleted job from the evaluator, in the background:
 // deleting a job does not wait on the evaluator, and a removal that fails

@@ -154,6 +154,8 @@ type Manager struct {
 	batcher *store.Batcher
 	rm      Resources
 	hm      Hosts
+	// budgets is Options.Budgets (nil: none).
+	budgets hostmgr.DisruptionBudgeter
 	sla     sla.Evaluator
 	// slaTimeout bounds each call to sla (longrunning.go).
 	slaTimeout time.Duration
@@ -250,6 +252,11 @@ type Options struct {
 	ClusterName string
 	// Collect tunes the collector of finished jobs.
 	Collect CollectOptions
+	// Budgets, if set, is told each SERVICE and STATEFUL job's disruption
+	// budget when it changes (the backend, when it keeps budgets: the
+	// kubernetes backend's PodDisruptionBudgets). Runs carry it anyway
+	// (LaunchSpec.Budget); this is for changes between launches.
+	Budgets hostmgr.DisruptionBudgeter
 }
 
 // New builds a job manager. Start loads state and starts the engine.
@@ -275,7 +282,7 @@ func New(st store.Store, b *store.Batcher, rm Resources, hm Hosts, opts Options)
 	if opts.SLATimeout == 0 {
 		opts.SLATimeout = defaultSLATimeout
 	}
-	m := &Manager{store: st, batcher: b, rm: rm, hm: hm, sla: opts.SLA, slaTimeout: opts.SLATimeout, updates: map[string]*update{}, log: opts.Logger.With("component", "jobmgr"), now: time.Now,
+	m := &Manager{store: st, batcher: b, rm: rm, hm: hm, budgets: opts.Budgets, sla: opts.SLA, slaTimeout: opts.SLATimeout, updates: map[string]*update{}, log: opts.Logger.With("component", "jobmgr"), now: time.Now,
 		finished: map[string]*finishedJob{}, history: opts.History, cluster: opts.ClusterName, collect: opts.Collect.withDefaults(),
 		jobs: map[string]*job{}, held: map[string]bool{}, queue: newWorkQueue(), workers: opts.Workers, launchers: opts.Launchers, lostBackoff: opts.LostBackoff,
 		retry: unwritten{byRun: map[string][]hostmgr.TaskEvent{}, wake: make(chan struct{}, 1)}, recon: newReconciler(opts.ReconcileEvery)}
@@ -366,23 +373,34 @@ func (m *Manager) CreateJobOnce(ctx context.Context, spec *pelotonv1.JobSpec, r 
 // createJob validates and stores a new job; with(id) are more writes for
 // the job's own transaction.
 func (m *Manager) createJob(ctx context.Context, spec *pelotonv1.JobSpec, requestID string, with func(id string) []store.Op) (string, error) {
-	if err := validateJobSpec(spec, m.largestHost()); err != nil {
-		return "", err
-	}
-	pool, err := m.rm.CheckLeafPool(spec.Pool, "spec.pool")
+	spec, err := m.CheckCreateJob(spec)
 	if err != nil {
 		return "", err
 	}
-	if spec.Foreign != nil {
-		return "", apierr.Invalid("spec.foreign", "set by Peloton for the jobs it adopts from Kubernetes; a job you create cannot have it")
-	}
-	spec = proto.Clone(spec).(*pelotonv1.JobSpec)
-	spec.Pool = pool
 	id := newJobID()
 	if err := m.storeJob(ctx, id, spec, requestID, with(id)...); err != nil {
 		return "", err
 	}
 	return id, nil
+}
+
+// CheckCreateJob makes every check CreateJob makes of spec and returns the
+// spec as it would be stored (a copy, its pool resolved), storing nothing:
+// a dry run of CreateJob.
+func (m *Manager) CheckCreateJob(spec *pelotonv1.JobSpec) (*pelotonv1.JobSpec, error) {
+	if err := validateJobSpec(spec, m.largestHost()); err != nil {
+		return nil, err
+	}
+	pool, err := m.rm.CheckLeafPool(spec.Pool, "spec.pool")
+	if err != nil {
+		return nil, err
+	}
+	if spec.Foreign != nil {
+		return nil, apierr.Invalid("spec.foreign", "set by Peloton for the jobs it adopts from Kubernetes; a job you create cannot have it")
+	}
+	spec = proto.Clone(spec).(*pelotonv1.JobSpec)
+	spec.Pool = pool
+	return spec, nil
 }
 
 // storeJob stores a new job, validated and with its pool resolved, and

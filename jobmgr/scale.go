@@ -23,42 +23,69 @@ const reasonScaledDown = "scaled-down"
 // ScaleJob changes a job's instance count.
 func (up *Updates) ScaleJob(ctx context.Context, jobID string, count uint32, version uint64) (uint64, error) {
 	m := up.m
-	j, err := m.getJob(jobID)
-	if err != nil {
+	j, jv, curVer, err := up.planScale(jobID, count, version)
+	if err != nil || jv == nil {
+		return curVer, err
+	}
+	if err := m.upd.storeNewVersion(ctx, j, jv, nil); err != nil {
 		return 0, err
 	}
+	m.log.Info("job scaled", "job", jobID, "to", count, "version", jv.version)
+	return jv.version, nil
+}
+
+// CheckScale makes every check ScaleJob makes and returns the spec version
+// the scale would make, changing nothing: a dry run of ScaleJob.
+func (up *Updates) CheckScale(jobID string, count uint32, version uint64) (uint64, error) {
+	_, jv, curVer, err := up.planScale(jobID, count, version)
+	if err != nil || jv == nil {
+		return curVer, err
+	}
+	return jv.version, nil
+}
+
+// planScale checks a scale of jobID to count and builds the job version it
+// would store; none when count is the job's count already (curVer is then
+// the version in force).
+func (up *Updates) planScale(jobID string, count uint32, version uint64) (j *job, jv *jobVersion, curVer uint64, err error) {
+	m := up.m
+	j, err = m.getJob(jobID)
+	if err != nil {
+		return nil, nil, 0, err
+	}
 	if j.typ == pelotonv1.JobType_DAEMON {
-		return 0, apierr.FailedPrecondition("job %s is a DAEMON job; its instance count follows the hosts that match it", jobID)
+		return nil, nil, 0, apierr.FailedPrecondition("job %s is a DAEMON job; its instance count follows the hosts that match it", jobID)
 	}
 	if m.adopt.isForeign(j) {
-		return 0, refuseForeign(j, "scale")
+		return nil, nil, 0, refuseForeign(j, "scale")
 	}
 	if count == 0 {
-		return 0, apierr.Invalid("instanceCount", "must be > 0 (cancel the job to stop every instance)")
+		return nil, nil, 0, apierr.Invalid("instanceCount", "must be > 0 (cancel the job to stop every instance)")
 	}
 	if count > MaxInstances {
-		return 0, apierr.Invalid("instanceCount", "at most %d, got %d", MaxInstances, count)
+		return nil, nil, 0, apierr.Invalid("instanceCount", "at most %d, got %d", MaxInstances, count)
 	}
 	cur := j.current()
 	if gang := cur.spec.GetSla().GetMinimumRunningInstances(); count < gang {
-		return 0, apierr.Invalid("instanceCount", "at least the job's gang of %d (sla.minimumRunningInstances), got %d", gang, count)
+		return nil, nil, 0, apierr.Invalid("instanceCount", "at least the job's gang of %d (sla.minimumRunningInstances), got %d", gang, count)
 	}
 	rec := j.view()
-	state, curVer := rec.rt.State, rec.rt.SpecVersion
+	state := rec.rt.State
+	curVer = rec.rt.SpecVersion
 	if isJobTerminal(state) || j.goalKilled.Load() {
-		return 0, apierr.FailedPrecondition("job %s is %s; only a job that has not finished can be scaled", jobID, state)
+		return nil, nil, 0, apierr.FailedPrecondition("job %s is %s; only a job that has not finished can be scaled", jobID, state)
 	}
 	if state == pelotonv1.JobState_JOB_INITIALIZED {
-		return 0, apierr.FailedPrecondition("job %s is still creating its tasks; retry in a moment", jobID)
+		return nil, nil, 0, apierr.FailedPrecondition("job %s is still creating its tasks; retry in a moment", jobID)
 	}
 	if version != 0 && version != curVer {
-		return 0, apierr.Aborted("job %s is at spec version %d, not %d; get it again and retry", jobID, curVer, version)
+		return nil, nil, 0, apierr.Aborted("job %s is at spec version %d, not %d; get it again and retry", jobID, curVer, version)
 	}
 	if a := m.upd.activeUpdate(jobID); a != nil {
-		return 0, apierr.FailedPrecondition("job %s has update %s in progress; scale it in the update's spec, or wait", jobID, a.snapshot().Id)
+		return nil, nil, 0, apierr.FailedPrecondition("job %s has update %s in progress; scale it in the update's spec, or wait", jobID, a.snapshot().Id)
 	}
 	if count == cur.spec.InstanceCount {
-		return curVer, nil
+		return j, nil, curVer, nil
 	}
 	spec := proto.Clone(cur.spec).(*pelotonv1.JobSpec)
 	spec.InstanceCount = count
@@ -67,15 +94,11 @@ func (up *Updates) ScaleJob(ctx context.Context, jobID string, count uint32, ver
 			delete(spec.InstanceSpecs, inst) // overrides of removed instances go with them
 		}
 	}
-	jv, err := newJobVersion(j.latestVersion()+1, spec, m.now(), fmt.Sprintf("scaled from %d to %d instances", cur.spec.InstanceCount, count))
+	jv, err = newJobVersion(j.latestVersion()+1, spec, m.now(), fmt.Sprintf("scaled from %d to %d instances", cur.spec.InstanceCount, count))
 	if err != nil {
-		return 0, err
+		return nil, nil, 0, err
 	}
-	if err := m.upd.storeNewVersion(ctx, j, jv, nil); err != nil {
-		return 0, err
-	}
-	m.log.Info("job scaled", "job", jobID, "from", cur.spec.InstanceCount, "to", count, "version", jv.version)
-	return jv.version, nil
+	return j, jv, curVer, nil
 }
 
 // ListJobVersions returns a job's spec history, oldest first.

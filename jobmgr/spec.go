@@ -291,22 +291,7 @@ func validMetricName(name string) bool {
 
 // amountWithUnit is a quantity as a spec writes it, with its unit: "64
 // CPUs" (cores, never milli-CPU), "8192 MiB", "1 GPU".
-func amountWithUnit(k resources.Kind, v int64) string {
-	n := resources.FormatAmount(k, v)
-	switch k {
-	case resources.CPU:
-		if v == 1000 {
-			return n + " CPU"
-		}
-		return n + " CPUs"
-	case resources.GPU:
-		if v == 1 {
-			return n + " GPU"
-		}
-		return n + " GPUs"
-	}
-	return n + " MiB"
-}
+func amountWithUnit(k resources.Kind, v int64) string { return resources.AmountWithUnit(k, v) }
 
 // validateTaskSpec checks one effective task spec. field is its path.
 func validateTaskSpec(t *pelotonv1.TaskSpec, field string, largest resources.Resources) (resources.Resources, error) {

@@ -174,40 +174,71 @@ func (up *Updates) CreateUpdateOnce(ctx context.Context, jobID string, spec *pel
 // for the update's own transaction.
 func (up *Updates) createUpdate(ctx context.Context, jobID string, spec *pelotonv1.JobSpec, us *pelotonv1.UpdateSpec, jobVersion uint64, with func(id string) []store.Op) (*pelotonv1.Update, error) {
 	m := up.m
-	j, err := m.getJob(jobID)
+	id := newJobID()
+	j, jv, u, err := up.planUpdate(jobID, spec, us, jobVersion, id)
 	if err != nil {
 		return nil, err
 	}
+	// The answer is the update as stored. Copy it before storing: from then
+	// on the engine owns u and may drive it at once.
+	created := u.snapshot()
+	if err := m.upd.storeNewVersion(ctx, j, jv, u, with(id)...); err != nil {
+		return nil, err
+	}
+	m.log.Info("update created", "update", id, "job", jobID, "from", created.FromVersion, "to", jv.version, "instances", len(created.Instances))
+	m.queue.Add(jobID)
+	return created, nil
+}
+
+// CheckUpdate makes every check CreateUpdate makes and returns the update
+// as it would be created, without an id, storing nothing: a dry run of
+// CreateUpdate.
+func (up *Updates) CheckUpdate(jobID string, spec *pelotonv1.JobSpec, us *pelotonv1.UpdateSpec, jobVersion uint64) (*pelotonv1.Update, error) {
+	_, _, u, err := up.planUpdate(jobID, spec, us, jobVersion, "")
+	if err != nil {
+		return nil, err
+	}
+	return u.snapshot(), nil
+}
+
+// planUpdate checks a new update of jobID and builds it, with id, and the
+// job version it rolls out, storing nothing.
+func (up *Updates) planUpdate(jobID string, spec *pelotonv1.JobSpec, us *pelotonv1.UpdateSpec, jobVersion uint64, id string) (*job, *jobVersion, *update, error) {
+	m := up.m
+	j, err := m.getJob(jobID)
+	if err != nil {
+		return nil, nil, nil, err
+	}
 	if !isLongRunning(j.typ) {
-		return nil, apierr.FailedPrecondition("job %s is %s; updates roll out SERVICE, STATEFUL and DAEMON jobs (scale a batch job with `job scale`)", jobID, j.typ)
+		return nil, nil, nil, apierr.FailedPrecondition("job %s is %s; updates roll out SERVICE, STATEFUL and DAEMON jobs (scale a batch job with `job scale`)", jobID, j.typ)
 	}
 	if spec == nil {
-		return nil, apierr.Invalid("spec", "required: the new job spec")
+		return nil, nil, nil, apierr.Invalid("spec", "required: the new job spec")
 	}
 	spec = proto.Clone(spec).(*pelotonv1.JobSpec)
 	if spec.Pool != "" {
 		p, err := m.rm.CheckLeafPool(spec.Pool, "spec.pool")
 		if err != nil {
-			return nil, err
+			return nil, nil, nil, err
 		}
 		spec.Pool = p
 	}
 	cur := j.current()
 	switch {
 	case spec.Name != cur.spec.Name:
-		return nil, apierr.Invalid("spec.name", "cannot change in an update (%q -> %q)", cur.spec.Name, spec.Name)
+		return nil, nil, nil, apierr.Invalid("spec.name", "cannot change in an update (%q -> %q)", cur.spec.Name, spec.Name)
 	case spec.Type != cur.spec.Type:
-		return nil, apierr.Invalid("spec.type", "cannot change in an update (%s -> %s)", cur.spec.Type, spec.Type)
+		return nil, nil, nil, apierr.Invalid("spec.type", "cannot change in an update (%s -> %s)", cur.spec.Type, spec.Type)
 	case spec.Pool != cur.spec.Pool:
-		return nil, apierr.Invalid("spec.pool", "cannot change in an update (%s -> %s)", cur.spec.Pool, spec.Pool)
+		return nil, nil, nil, apierr.Invalid("spec.pool", "cannot change in an update (%s -> %s)", cur.spec.Pool, spec.Pool)
 	case !proto.Equal(spec.Foreign, cur.spec.Foreign):
-		return nil, apierr.Invalid("spec.foreign", "set by Peloton only, for the jobs it adopts from Kubernetes")
+		return nil, nil, nil, apierr.Invalid("spec.foreign", "set by Peloton only, for the jobs it adopts from Kubernetes")
 	}
 	if err := validateJobSpec(spec, m.largestHost()); err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
 	if err := validateUpdateSpec(us, max(spec.InstanceCount, j.instanceCount())); err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
 	if us == nil {
 		us = &pelotonv1.UpdateSpec{}
@@ -215,22 +246,21 @@ func (up *Updates) createUpdate(ctx context.Context, jobID string, spec *peloton
 	rec := j.view()
 	state, curVer := rec.rt.State, rec.rt.SpecVersion
 	if isJobTerminal(state) || j.goalKilled.Load() {
-		return nil, apierr.FailedPrecondition("job %s is %s; restart it before updating it", jobID, state)
+		return nil, nil, nil, apierr.FailedPrecondition("job %s is %s; restart it before updating it", jobID, state)
 	}
 	if state == pelotonv1.JobState_JOB_INITIALIZED {
-		return nil, apierr.FailedPrecondition("job %s is still creating its tasks; retry in a moment", jobID)
+		return nil, nil, nil, apierr.FailedPrecondition("job %s is still creating its tasks; retry in a moment", jobID)
 	}
 	if jobVersion != 0 && jobVersion != curVer {
-		return nil, apierr.Aborted("job %s is at spec version %d, not %d; get it again and retry", jobID, curVer, jobVersion)
+		return nil, nil, nil, apierr.Aborted("job %s is at spec version %d, not %d; get it again and retry", jobID, curVer, jobVersion)
 	}
 	if a := m.upd.activeUpdate(jobID); a != nil {
-		return nil, apierr.FailedPrecondition("job %s has update %s in progress; abort it or wait for it to finish", jobID, a.snapshot().Id)
+		return nil, nil, nil, apierr.FailedPrecondition("job %s has update %s in progress; abort it or wait for it to finish", jobID, a.snapshot().Id)
 	}
-	id := newJobID()
 	v := j.latestVersion() + 1
 	jv, err := newJobVersion(v, spec, m.now(), "update "+id)
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
 	// The scope: instances that exist before and after whose task changes.
 	n := min(j.instanceCount(), spec.InstanceCount)
@@ -244,16 +274,7 @@ func (up *Updates) createUpdate(ctx context.Context, jobID string, spec *peloton
 			scope = append(scope, inst)
 		}
 	}
-	u := m.upd.newUpdateRecord(id, jobID, us, curVer, v, scope, "update")
-	// The answer is the update as stored. Copy it before storing: from then
-	// on the engine owns u and may drive it at once.
-	created := u.snapshot()
-	if err := m.upd.storeNewVersion(ctx, j, jv, u, with(id)...); err != nil {
-		return nil, err
-	}
-	m.log.Info("update created", "update", id, "job", jobID, "from", curVer, "to", v, "instances", len(scope))
-	m.queue.Add(jobID)
-	return created, nil
+	return j, jv, m.upd.newUpdateRecord(id, jobID, us, curVer, v, scope, "update"), nil
 }
 
 func (up *Updates) newUpdateRecord(id, jobID string, us *pelotonv1.UpdateSpec, from, to uint64, scope []uint32, cause string) *update {
@@ -432,19 +453,25 @@ func (up *Updates) RollbackUpdate(ctx context.Context, id string) (*pelotonv1.Up
 	if err != nil {
 		return nil, err
 	}
-	if err := m.upd.startRollback(ctx, j, u, "rolled back by user"); err != nil {
+	if err := m.upd.startRollback(ctx, j, u, rollbackByUser, "rolled back by user"); err != nil {
 		return nil, err
 	}
 	m.queue.Add(j.id)
 	return u.snapshot(), nil
 }
 
-// startRollback turns u into a rollback: a new spec version copying the
-// update's from-version becomes the job's spec in force and the update's
-// target. Two rollbacks of one update that race (the user's and the
+// Who turns an update around (UpdateStatus.rollback_cause).
+const (
+	rollbackByUser    = "user"
+	rollbackOnFailure = "failure"
+)
+
+// startRollback turns u into a rollback, for cause: a new spec version
+// copying the update's from-version becomes the job's spec in force and the
+// update's target. Two rollbacks of one update that race (the user's and the
 // driver's) cannot both store their version: the version's record must
 // not exist yet, so the second fails.
-func (up *Updates) startRollback(ctx context.Context, j *job, u *update, why string) error {
+func (up *Updates) startRollback(ctx context.Context, j *job, u *update, cause, why string) error {
 	m := up.m
 	x := u.record()
 	if err := canRollBack(x); err != nil {
@@ -471,6 +498,7 @@ func (up *Updates) startRollback(ctx context.Context, j *job, u *update, why str
 		}
 		x.RollbackVersion = jv.version
 		x.Status.State, x.Status.PausedFrom, x.Status.Message = updateRollingBack, 0, why
+		x.Status.RollbackCause = cause
 		x.Status.InstancesDone, x.Status.InstancesFailed, x.Status.FailedInstances = 0, 0, nil
 		x.Status.CompletionTime = nil
 		return nil
@@ -556,7 +584,7 @@ func (up *Updates) driveUpdate(ctx context.Context, j *job) (time.Duration, erro
 		return time.Second, err
 	}
 	if step.plan.end == updateRollingBack && step.in.state == updateRollingForward {
-		err := m.upd.startRollback(ctx, j, u, step.plan.endMessage+"; rolling back")
+		err := m.upd.startRollback(ctx, j, u, rollbackOnFailure, step.plan.endMessage+"; rolling back")
 		return 10 * time.Millisecond, err
 	}
 	return next, nil

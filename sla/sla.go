@@ -98,6 +98,15 @@ type JobSLA struct {
 // puts it on the job it makes in a cluster for a federated service.
 const GroupLabel = "peloton.io/federated-service"
 
+// FederationCallKey is the gRPC metadata key the federation sets on the
+// calls it makes to a cluster to keep a federated service's job as the
+// service says (its name is the value). A cluster refuses a scale or an
+// update of a job labelled GroupLabel without it: the federation would
+// undo the change a second later. The REST gateway drops every caller's
+// x-peloton-* headers, and with a policy on the cluster only a caller
+// holding admin there (the federation's principal) is believed.
+const FederationCallKey = "x-peloton-federation"
+
 // Request asks for permission to take instances of a job down.
 type Request struct {
 	JobID     string

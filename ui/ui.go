@@ -16,6 +16,7 @@ package ui
 import (
 	"bytes"
 	"embed"
+	"html"
 	"io/fs"
 	"net/http"
 	"path"
@@ -44,7 +45,13 @@ var static embed.FS
 // embedded files, and every other /ui/... path is the app's shell, which
 // routes in the browser. Anything else is 404 (the API has its own paths
 // and is matched before this handler).
-func Handler(kind Kind) http.Handler {
+func Handler(kind Kind) http.Handler { return HandlerWith(kind, "") }
+
+// HandlerWith is Handler for a cluster that knows where its federation's
+// UI is (federationUI: its base URL, e.g. "http://127.0.0.1:5292/", a
+// host of 0.0.0.0 or [::] meaning the host the page came from): the
+// cluster's Clusters page links to it.
+func HandlerWith(kind Kind, federationUI string) http.Handler {
 	assets, err := fs.Sub(static, "static")
 	if err != nil {
 		panic(err) // the embed pattern above guarantees the folder
@@ -54,6 +61,7 @@ func Handler(kind Kind) http.Handler {
 		panic(err)
 	}
 	shell = bytes.Replace(shell, []byte("{{KIND}}"), []byte(kind), 1)
+	shell = bytes.Replace(shell, []byte("{{FEDERATION_UI}}"), []byte(html.EscapeString(federationUI)), 1)
 	return &handler{assets: assets, shell: shell}
 }
 

@@ -75,3 +75,25 @@ func TestHandler(t *testing.T) {
 		srv.Close()
 	}
 }
+
+// TestShellNamesTheFederationUI: a cluster's shell carries its federation's
+// UI address (escaped) when it knows it, and nothing when it does not.
+func TestShellNamesTheFederationUI(t *testing.T) {
+	for _, tc := range []struct{ url, want string }{
+		{"http://127.0.0.1:5292/", `<meta name="peloton-federation-ui" content="http://127.0.0.1:5292/">`},
+		{`http://x/"><script>`, `<meta name="peloton-federation-ui" content="http://x/&#34;&gt;&lt;script&gt;">`},
+		{"", `<meta name="peloton-federation-ui" content="">`},
+	} {
+		srv := httptest.NewServer(HandlerWith(Cluster, tc.url))
+		resp, err := http.Get(srv.URL + "/ui/clusters")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		srv.Close()
+		if !strings.Contains(string(b), tc.want) {
+			t.Errorf("federation UI %q: the shell lacks %s", tc.url, tc.want)
+		}
+	}
+}

@@ -1,14 +1,18 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/peloton-sched/peloton/hostmgr"
 	"github.com/peloton-sched/peloton/internal/apierr"
 	"github.com/peloton-sched/peloton/internal/requestid"
+	"github.com/peloton-sched/peloton/internal/resources"
 	"github.com/peloton-sched/peloton/jobmgr"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 	"github.com/peloton-sched/peloton/resmgr"
@@ -19,6 +23,13 @@ import (
 func (s *Server) CreateJob(ctx context.Context, req *pelotonv1.CreateJobRequest) (*pelotonv1.CreateJobResponse, error) {
 	if err := s.checkInstances("spec.instanceCount", req.GetSpec().GetInstanceCount()); err != nil {
 		return nil, err
+	}
+	if req.GetDryRun() {
+		spec, err := s.jm.CheckCreateJob(req.GetSpec())
+		if err != nil {
+			return nil, err
+		}
+		return &pelotonv1.CreateJobResponse{DryRun: true, Spec: spec}, nil
 	}
 	r, err := requestid.New(requestid.Job, req.GetRequestId(), req)
 	if err != nil {
@@ -232,7 +243,31 @@ func (s *Server) CreatePool(ctx context.Context, req *pelotonv1.CreatePoolReques
 	if err != nil {
 		return nil, err
 	}
-	return &pelotonv1.CreatePoolResponse{Pool: p}, nil
+	return &pelotonv1.CreatePoolResponse{Pool: p, Warnings: s.reservationWarnings(req.GetSpec())}, nil
+}
+
+// reservationWarnings says which kinds of spec's reservation exceed the
+// cluster's capacity (the root pool's entitlement: the hosts in service).
+// Such a pool is valid, since hosts may join, but until they do its
+// reservation is only partly honoured, and whoever made it should know.
+func (s *Server) reservationWarnings(spec *pelotonv1.PoolSpec) []string {
+	res, err := resources.FromProto(spec.GetReservation(), "")
+	if err != nil || res.IsZero() {
+		return nil
+	}
+	root, err := s.rm.GetPool("/")
+	if err != nil {
+		return nil
+	}
+	capacity, _ := resources.FromProto(root.GetStatus().GetEntitlement(), "")
+	var out []string
+	for k := resources.Kind(0); k < resources.NumKinds; k++ {
+		if res.Get(k) > capacity.Get(k) {
+			out = append(out, fmt.Sprintf("reservation %s %s exceeds the cluster's capacity %s; it will be honoured only when hosts join",
+				k, resources.FormatAmount(k, res.Get(k)), resources.FormatAmount(k, capacity.Get(k))))
+		}
+	}
+	return out
 }
 
 // GetPool returns a pool with its status.
@@ -260,7 +295,13 @@ func (s *Server) DeletePool(ctx context.Context, req *pelotonv1.DeletePoolReques
 
 // ListPools returns the whole tree.
 func (s *Server) ListPools(ctx context.Context, req *pelotonv1.ListPoolsRequest) (*pelotonv1.ListPoolsResponse, error) {
-	return &pelotonv1.ListPoolsResponse{Pools: s.rm.ListPools()}, nil
+	resp := &pelotonv1.ListPoolsResponse{Pools: s.rm.ListPools()}
+	// A backend that never reached its substrate knows no host: say
+	// nothing rather than "nothing fits".
+	if largest := s.hm.LargestHost(); !largest.IsZero() || s.hm.SubstrateProto().GetReachable() {
+		resp.LargestHost = largest.ToProto()
+	}
+	return resp, nil
 }
 
 // ListHosts returns the cluster's hosts, and whether the backend reaches
@@ -297,6 +338,11 @@ func (s *Server) PublishAdvice(ctx context.Context, req *pelotonv1.PublishAdvice
 
 // StartMaintenance takes hosts out of service; they drain, then are drained.
 func (s *Server) StartMaintenance(ctx context.Context, req *pelotonv1.StartMaintenanceRequest) (*pelotonv1.StartMaintenanceResponse, error) {
+	if !req.GetForce() {
+		if err := s.checkStranded(req.GetHosts(), "drain"); err != nil {
+			return nil, err
+		}
+	}
 	hs, err := s.maint.StartMaintenance(ctx, req.GetHosts())
 	if err != nil {
 		return nil, err
@@ -316,11 +362,64 @@ func (s *Server) CompleteMaintenance(ctx context.Context, req *pelotonv1.Complet
 // MoveHost moves a host to another partition: it drains (SLA-checked, as
 // maintenance drains) and then joins the new partition.
 func (s *Server) MoveHost(ctx context.Context, req *pelotonv1.MoveHostRequest) (*pelotonv1.MoveHostResponse, error) {
+	if req.GetCancel() {
+		switch {
+		case req.GetPartition() != "":
+			return nil, apierr.Invalid("partition", "leave it empty to cancel a move: the host returns to the partition it was leaving")
+		case req.GetForce():
+			return nil, apierr.Invalid("force", "a cancel needs no force")
+		}
+		h, err := s.maint.CancelMove(ctx, req.GetHost(), req.GetReason())
+		if err != nil {
+			return nil, err
+		}
+		return &pelotonv1.MoveHostResponse{Host: h}, nil
+	}
+	if !req.GetForce() && req.GetHost() != "" {
+		if err := s.checkStranded([]string{req.GetHost()}, "move"); err != nil {
+			return nil, err
+		}
+	}
 	h, err := s.maint.MoveHost(ctx, req.GetHost(), req.GetPartition(), req.GetReason())
 	if err != nil {
 		return nil, err
 	}
 	return &pelotonv1.MoveHostResponse{Host: h}, nil
+}
+
+// checkStranded refuses to take hosts out of service (what: "drain" or
+// "move") when the instances that must leave them fit no host that stays
+// in service: preempted, they would wait with nowhere to go, and a drain
+// waiting on a service's SLA would never end. It names the first such job.
+func (s *Server) checkStranded(hosts []string, what string) error {
+	runs, stay, known := s.maint.Leaving(hosts)
+	if !known {
+		return nil // the change itself refuses an unknown host, naming it
+	}
+	st := s.jm.Stranded(runs, stay)
+	if len(st) == 0 {
+		return nil
+	}
+	j := st[0]
+	job := cmp.Or(j.Name, j.JobID)
+	insts := "instance " + jobmgr.InstanceRanges(j.Instances)
+	if len(j.Instances) > 1 {
+		insts = "instances " + jobmgr.InstanceRanges(j.Instances)
+	}
+	who := fmt.Sprintf("%s is the only host that fits", hosts[0])
+	if len(hosts) > 1 {
+		who = fmt.Sprintf("no host but %s fits", strings.Join(hosts, ", "))
+	}
+	more := ""
+	if len(st) > 1 {
+		more = fmt.Sprintf(" (and %d more jobs)", len(st)-1)
+	}
+	field := "host"
+	if what == "drain" {
+		field = "hosts"
+	}
+	return apierr.FailedPrecondition("%s: %s job %s's %s%s: they would have nowhere to go and the %s would not end; add --force (force: true) to %s anyway",
+		field, who, job, insts, more, what, what)
 }
 
 // MovePool moves a pool and its children under another parent.

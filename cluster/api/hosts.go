@@ -5,6 +5,7 @@ import (
 	"io"
 
 	"github.com/peloton-sched/peloton/hostmgr"
+	"github.com/peloton-sched/peloton/internal/resources"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
@@ -24,6 +25,9 @@ type HostCache interface {
 	ListHosts() []*pelotonv1.Host
 	ListHostsWithRuns() []*pelotonv1.Host
 	SubstrateProto() *pelotonv1.Substrate
+	// LargestHost is the capacity of the largest host in service, per
+	// kind (zero when there is none).
+	LargestHost() resources.Resources
 	Logs(ctx context.Context, taskID string, opts hostmgr.LogOptions) (io.ReadCloser, error)
 }
 
@@ -33,6 +37,8 @@ type HostMaintenance interface {
 	StartMaintenance(ctx context.Context, names []string) ([]*pelotonv1.Host, error)
 	CompleteMaintenance(ctx context.Context, names []string) ([]*pelotonv1.Host, error)
 	MoveHost(ctx context.Context, name, partition, reason string) (*pelotonv1.Host, error)
+	CancelMove(ctx context.Context, name, reason string) (*pelotonv1.Host, error)
+	Leaving(names []string) (runs []hostmgr.LeavingRun, stay []hostmgr.HostClass, known bool)
 	ListPartitionMoves(host string, limit uint32) ([]*pelotonv1.PartitionMove, error)
 }
 

@@ -65,6 +65,9 @@ type Server struct {
 	// createGuard, if set, says why creates are refused now (the store is
 	// nearly full), or nil.
 	createGuard func() error
+	// fromFederation, if set, decides whether a call carrying the
+	// federation's metadata is believed (SetFederationCheck).
+	fromFederation func(context.Context) bool
 	// history, if set, is the archive of finished jobs the calls about one
 	// job read through (archive.go), holding this cluster's jobs under
 	// historyCluster.

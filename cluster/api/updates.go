@@ -12,11 +12,20 @@ func (s *Server) ScaleJob(ctx context.Context, req *pelotonv1.ScaleJobRequest) (
 	if err := s.checkInstances("instanceCount", req.GetInstanceCount()); err != nil {
 		return nil, err
 	}
-	v, err := s.jm.Updates().ScaleJob(ctx, req.GetJobId(), req.GetInstanceCount(), req.GetVersion())
+	if err := s.refuseFederated(ctx, req.GetJobId(), "scale"); err != nil {
+		return nil, err
+	}
+	scale := s.jm.Updates().ScaleJob
+	if req.GetDryRun() {
+		scale = func(_ context.Context, id string, n uint32, v uint64) (uint64, error) {
+			return s.jm.Updates().CheckScale(id, n, v)
+		}
+	}
+	v, err := scale(ctx, req.GetJobId(), req.GetInstanceCount(), req.GetVersion())
 	if err != nil {
 		return nil, s.refuseArchived(ctx, req.GetJobId(), "scaled", err)
 	}
-	return &pelotonv1.ScaleJobResponse{SpecVersion: v}, nil
+	return &pelotonv1.ScaleJobResponse{SpecVersion: v, DryRun: req.GetDryRun()}, nil
 }
 
 // ListJobVersions returns a job's spec history.
@@ -36,6 +45,16 @@ func (s *Server) ListJobVersions(ctx context.Context, req *pelotonv1.ListJobVers
 func (s *Server) CreateUpdate(ctx context.Context, req *pelotonv1.CreateUpdateRequest) (*pelotonv1.CreateUpdateResponse, error) {
 	if err := s.checkInstances("spec.instanceCount", req.GetSpec().GetInstanceCount()); err != nil {
 		return nil, err
+	}
+	if err := s.refuseFederated(ctx, req.GetJobId(), "update"); err != nil {
+		return nil, err
+	}
+	if req.GetDryRun() {
+		u, err := s.jm.Updates().CheckUpdate(req.GetJobId(), req.GetSpec(), req.GetUpdateSpec(), req.GetJobVersion())
+		if err != nil {
+			return nil, s.refuseArchived(ctx, req.GetJobId(), "updated", err)
+		}
+		return &pelotonv1.CreateUpdateResponse{Update: u, DryRun: true}, nil
 	}
 	r, err := requestid.New(requestid.Update, req.GetRequestId(), req)
 	if err != nil {

@@ -9,11 +9,8 @@
 package manifests
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -27,13 +24,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"k8s.io/client-go/discovery/cached/memory"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/restmapper"
 	"sigs.k8s.io/yaml"
 
 	"github.com/peloton-sched/peloton/internal/testing/kubetest"
@@ -87,17 +79,22 @@ func (a access) String() string {
 // (the test then fails until rbac.yaml grants it); when it stops, remove it
 // (the test then fails until rbac.yaml stops granting it).
 var backendCalls = []access{
-	{Resource: "nodes", Verb: "list"},                                         // the Node informer (Start)
-	{Resource: "nodes", Verb: "watch"},                                        // the Node informer
-	{Resource: "nodes", Verb: "patch"},                                        // ApplyPartition: the peloton.io/partition label of a moved host
-	{Resource: "pods", Verb: "list"},                                          // the Pod informer, every namespace: other pods take room on the nodes
-	{Resource: "pods", Verb: "watch"},                                         // the Pod informer
-	{Resource: "pods", Verb: "create", Namespace: ns},                         // Launch (createAndBind), Prefetch, ReleaseVolume
-	{Resource: "pods", Verb: "get", Namespace: ns},                            // createAndBind, after AlreadyExists or a failed bind; Replace, after a failed patch
-	{Resource: "pods", Verb: "patch", Namespace: ns},                          // Replace (inplace.go): a new image for a running pod
-	{Resource: "pods", Verb: "delete", Namespace: ns},                         // Kill, failed launches, orphans, finished runs, helper pods
-	{Resource: "pods", Subresource: "binding", Verb: "create", Namespace: ns}, // createAndBind: Peloton is the scheduler
-	{Resource: "pods", Subresource: "log", Verb: "get", Namespace: ns},        // Logs
+	{Resource: "nodes", Verb: "list"},                                                  // the Node informer (Start)
+	{Resource: "nodes", Verb: "watch"},                                                 // the Node informer
+	{Resource: "nodes", Verb: "patch"},                                                 // ApplyPartition: the peloton.io/partition label of a moved host
+	{Resource: "pods", Verb: "list"},                                                   // the Pod informer, every namespace: other pods take room on the nodes
+	{Resource: "pods", Verb: "watch"},                                                  // the Pod informer
+	{Resource: "pods", Verb: "create", Namespace: ns},                                  // Launch (createAndBind), Prefetch, ReleaseVolume
+	{Resource: "pods", Verb: "get", Namespace: ns},                                     // createAndBind, after AlreadyExists or a failed bind; Replace, after a failed patch
+	{Resource: "pods", Verb: "patch", Namespace: ns},                                   // Replace (inplace.go): a new image for a running pod
+	{Resource: "pods", Verb: "delete", Namespace: ns},                                  // Kill, failed launches, orphans, finished runs, helper pods
+	{Resource: "pods", Subresource: "binding", Verb: "create", Namespace: ns},          // createAndBind: Peloton is the scheduler
+	{Resource: "pods", Subresource: "log", Verb: "get", Namespace: ns},                 // Logs
+	{Group: "policy", Resource: "poddisruptionbudgets", Verb: "create", Namespace: ns}, // budget.go: a job's PodDisruptionBudget, at its first launch
+	{Group: "policy", Resource: "poddisruptionbudgets", Verb: "get", Namespace: ns},    // budget.go: after AlreadyExists on create
+	{Group: "policy", Resource: "poddisruptionbudgets", Verb: "update", Namespace: ns}, // budget.go: its SLA or size changed
+	{Group: "policy", Resource: "poddisruptionbudgets", Verb: "list", Namespace: ns},   // budget.go: the reconcile pass
+	{Group: "policy", Resource: "poddisruptionbudgets", Verb: "delete", Namespace: ns}, // budget.go: the job is gone, or has no live run
 	// The secondary-scheduler mode (secondary.go), on pods of any namespace.
 	{Resource: "pods", Verb: "patch"},                          // Adopt: the run's task ID on the pod
 	{Resource: "pods", Verb: "delete"},                         // Kill of an adopted pod (preemption)
@@ -183,21 +180,11 @@ func readObjects(t *testing.T, files []string) []object {
 		if err != nil {
 			t.Fatal(err)
 		}
-		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(raw), 4096)
-		for i := 0; ; i++ {
-			var m map[string]any
-			if err := dec.Decode(&m); errors.Is(err, io.EOF) {
-				break
-			} else if err != nil {
-				t.Fatalf("%s, document %d: %v", f, i, err)
-			}
-			if len(m) == 0 {
-				continue
-			}
-			u := &unstructured.Unstructured{Object: m}
-			if u.GetKind() == "" || u.GetAPIVersion() == "" || u.GetName() == "" {
-				t.Fatalf("%s, document %d: no apiVersion, kind or name", f, i)
-			}
+		us, err := kubetest.DecodeObjects(raw)
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		for _, u := range us {
 			out = append(out, object{file: f, u: u})
 		}
 	}
@@ -243,40 +230,14 @@ func TestManifestsOnARealAPIServer(t *testing.T) {
 	c := kubetest.Start(t, kubetest.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	dyn, err := dynamic.NewForConfig(c.Config)
+	applier, err := kubetest.NewApplier(c.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(c.Client.Discovery()))
 	objs := readObjects(t, readKustomization(t).Resources)
 
 	// apply is `kubectl apply --server-side`, as a dry run or not.
-	apply := func(o object, dryRun bool) error {
-		gvk := o.u.GroupVersionKind()
-		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-		if err != nil {
-			return err
-		}
-		body, err := runtime.Encode(unstructured.UnstructuredJSONScheme, o.u)
-		if err != nil {
-			return err
-		}
-		opts := metav1.PatchOptions{FieldManager: "peloton-manifest-test", Force: ptr(true), FieldValidation: "Strict"}
-		if dryRun {
-			opts.DryRun = []string{metav1.DryRunAll}
-		}
-		var ri dynamic.ResourceInterface = dyn.Resource(m.Resource)
-		if m.Scope.Name() == "namespace" {
-			if o.u.GetNamespace() == "" {
-				return errors.New("a namespaced object without a namespace")
-			}
-			ri = dyn.Resource(m.Resource).Namespace(o.u.GetNamespace())
-		} else if o.u.GetNamespace() != "" {
-			return fmt.Errorf("a cluster-wide object with namespace %q", o.u.GetNamespace())
-		}
-		_, err = ri.Patch(ctx, o.u.GetName(), types.ApplyPatchType, body, opts)
-		return err
-	}
+	apply := func(o object, dryRun bool) error { return applier.Apply(ctx, o.u, dryRun) }
 
 	t.Run("dry-run", func(t *testing.T) {
 		// The namespaces these manifests create must hold every namespaced
@@ -573,5 +534,3 @@ func checkRulesAreNarrow(t *testing.T, objs []object) {
 		}
 	}
 }
-
-func ptr[T any](v T) *T { return &v }

@@ -11,7 +11,9 @@
 // capacity = allocatable minus what pods Peloton does not manage request;
 // cordoned or NotReady nodes are reported Unschedulable. Pod phases and
 // container states become task events; a run's health is its pod's Ready
-// condition, driven by a readiness probe made from its health check.
+// condition, driven by a readiness probe made from its health check. Each
+// SERVICE and STATEFUL job has a PodDisruptionBudget made from its SLA, so
+// that evictions by others (kubectl drain) respect it (budget.go).
 //
 // Every call to the apiserver has a deadline, and transient failures
 // (timeouts, 429, 5xx, a refused connection while the apiserver restarts)
@@ -166,6 +168,11 @@ type Config struct {
 	// SecondaryNamespaces limits that mode to pods of these namespaces
 	// (default: every namespace).
 	SecondaryNamespaces []string
+	// BudgetReconcileEvery is how often the PodDisruptionBudgets of
+	// Peloton's jobs are reconciled (budget.go; default 30s).
+	BudgetReconcileEvery time.Duration
+	// budgetGrace overrides budgetGrace (tests).
+	budgetGrace time.Duration
 	// Logger receives operational logs (default slog.Default()).
 	Logger *slog.Logger
 }
@@ -224,6 +231,8 @@ type Backend struct {
 	tasks    map[string]*task
 	finished []string // ring of finished task IDs, for bounded memory
 	finHead  int
+	// budgets are the PodDisruptionBudgets jobs should have (budget.go).
+	budgets map[string]*wantBudget
 
 	hostsChanged atomic.Pointer[func()]
 	// The secondary-scheduler mode (secondary.go): who is told of foreign
@@ -268,6 +277,7 @@ const maxFinished = 100_000
 const (
 	byNode = "node"
 	byTask = "task"
+	byJob  = "job" // "namespace/jobID" of Peloton's labelled pods
 )
 
 // New validates cfg and builds the client. Call Start before use.
@@ -304,6 +314,12 @@ func New(cfg Config) (*Backend, error) {
 	}
 	if cfg.MaxProbeBackoff <= 0 {
 		cfg.MaxProbeBackoff = DefaultMaxProbeBackoff
+	}
+	if cfg.BudgetReconcileEvery <= 0 {
+		cfg.BudgetReconcileEvery = DefaultBudgetReconcileEvery
+	}
+	if cfg.budgetGrace <= 0 {
+		cfg.budgetGrace = budgetGrace
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -486,6 +502,12 @@ func (b *Backend) Start(ctx context.Context, sink func(hostmgr.TaskEvent)) error
 			}
 			return nil, nil
 		},
+		byJob: func(obj any) ([]string, error) {
+			if p, ok := obj.(*corev1.Pod); ok && p.Labels[LabelJobID] != "" && b.managed(p) {
+				return []string{p.Namespace + "/" + p.Labels[LabelJobID]}, nil
+			}
+			return nil, nil
+		},
 	}); err != nil {
 		return fmt.Errorf("kubernetes: pod indexers: %w", err)
 	}
@@ -530,8 +552,9 @@ func (b *Backend) Start(ctx context.Context, sink func(hostmgr.TaskEvent)) error
 	} else {
 		b.observe(apiReason(answers))
 	}
-	b.wg.Add(5)
+	b.wg.Add(6)
 	go b.watchAPIServer(nsChecked)
+	go b.reconcileBudgets()
 	go func() { defer b.wg.Done(); b.events.run(b.stop, sink) }()
 	go func() {
 		defer b.wg.Done()
@@ -844,8 +867,29 @@ func (b *Backend) onPodDelete(obj any) {
 		b.setLocked(t, hostmgr.TaskEvent{State: pelotonv1.TaskState_KILLED, Reason: ReasonKilled, Time: time.Now()})
 		return
 	}
+	if c := evictedBy(p); c != nil {
+		// Deleted through the Eviction API (kubectl drain, an
+		// autoscaler), within the job's PodDisruptionBudget: the
+		// apiserver marked the pod before deleting it.
+		b.setLocked(t, hostmgr.TaskEvent{State: pelotonv1.TaskState_LOST, Reason: ReasonEvicted,
+			Message: strings.TrimSpace("evicted: " + c.Message), Time: time.Now()})
+		return
+	}
 	b.setLocked(t, hostmgr.TaskEvent{State: pelotonv1.TaskState_LOST, Reason: ReasonPodDeleted,
 		Message: "pod " + p.Namespace + "/" + p.Name + " was deleted by someone other than Peloton", Time: time.Now()})
+}
+
+// evictedBy returns the condition the apiserver puts on a pod that the
+// Eviction API deletes (DisruptionTarget, reason EvictionByEvictionAPI),
+// or nil.
+func evictedBy(p *corev1.Pod) *corev1.PodCondition {
+	for i := range p.Status.Conditions {
+		c := &p.Status.Conditions[i]
+		if c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue && c.Reason == "EvictionByEvictionAPI" {
+			return c
+		}
+	}
+	return nil
 }
 
 // setLocked records a state change of t and queues it for the sink.
@@ -928,6 +972,7 @@ func (b *Backend) Launch(ctx context.Context, spec hostmgr.LaunchSpec) error {
 		return err
 	}
 
+	b.ensureBudget(ctx, spec, ns)
 	created, err := b.createAndBind(ctx, pod, spec.Host)
 	if err != nil {
 		if created != nil {

@@ -576,9 +576,24 @@ func TestRBACManifestIsEnough(t *testing.T) {
 	if h := e.hosts(); len(h) != 1 {
 		t.Fatalf("hosts as the service account: %v", h)
 	}
-	spec := e.launch("rbac", "server")
+	spec := hostmgr.LaunchSpec{TaskID: "rbac-0-1", JobID: "rbac", RunID: 1, Host: nodes[0], Command: []string{"server"},
+		Resources: resources.Resources{MilliCPU: 500, MemoryMB: 256}, Budget: &hostmgr.DisruptionBudget{Instances: 2, MaxUnavailable: 1}}
+	if err := b.Launch(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
 	e.waitFor(spec.TaskID, pelotonv1.TaskState_RUNNING, 20*time.Second)
-	if _, err := b.Logs(ctx, spec.TaskID, hostmgr.LogOptions{Stream: pelotonv1.LogStream_STDOUT, Follow: false}); apierrors.IsForbidden(err) {
+	// The job's PodDisruptionBudget: made at launch, updated, reconciled
+	// (listed) and deleted, all as the service account.
+	if _, err := c.Client.PolicyV1().PodDisruptionBudgets("peloton").Get(ctx, budgetName("rbac"), metav1.GetOptions{}); err != nil {
+		t.Fatalf("the job's PodDisruptionBudget: %v", err)
+	}
+	if err := b.SetDisruptionBudget(ctx, "rbac", "", hostmgr.DisruptionBudget{Instances: 2, MaxUnavailable: 0}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.reconcileBudgetsOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Logs(ctx, spec.TaskID, hostmgr.LogOptions{Stream: pelotonv1.LogStream_STDOUT}); apierrors.IsForbidden(err) {
 		t.Fatalf("logs: %v", err)
 	}
 	if err := b.Prefetch(ctx, nodes, "busybox:stable"); err != nil {
@@ -594,6 +609,9 @@ func TestRBACManifestIsEnough(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.waitFor(next.TaskID, pelotonv1.TaskState_KILLED, 20*time.Second)
+	if err := b.RemoveJobOutput(ctx, "rbac"); err != nil {
+		t.Fatal(err)
+	}
 	// The secondary-scheduler mode: a pod another client made is adopted,
 	// bound and deleted; one with a bad annotation gets an event.
 	l := &foreignLog{seen: map[string][]hostmgr.ForeignTask{}}

@@ -113,6 +113,9 @@ type Config struct {
 	Dir string
 	// Hosts is the number of virtual hosts (default 1).
 	Hosts int
+	// Partitions is each host's partition, in host order (local-0 first);
+	// empty puts every host in Partition. Its length must be Hosts.
+	Partitions []string
 	// HostCapacity is what each virtual host declares. When zero, the
 	// machine's capacity (DefaultHostCapacity, with disk measured on Dir's
 	// file system) is divided evenly among the Hosts, so the virtual hosts
@@ -272,6 +275,14 @@ func New(cfg Config) (*Backend, error) {
 	case n < 0:
 		return nil, fmt.Errorf("local: config.hosts: must be >= 0, got %d", cfg.Hosts)
 	}
+	if len(cfg.Partitions) != 0 && len(cfg.Partitions) != n {
+		return nil, fmt.Errorf("local: config.partitions: %d for %d hosts; name one per host", len(cfg.Partitions), n)
+	}
+	for i, p := range cfg.Partitions {
+		if err := hostmgr.ValidatePartition(p); err != nil {
+			return nil, fmt.Errorf("local: config.partitions[%d]: %w", i, err)
+		}
+	}
 	c := cfg.HostCapacity
 	if c.MilliCPU < 0 || c.MemoryMB < 0 || c.DiskMB < 0 || c.GPU < 0 {
 		return nil, fmt.Errorf("local: config.hostCapacity: must be >= 0, got %v", c)
@@ -320,10 +331,22 @@ func New(cfg Config) (*Backend, error) {
 			Name:      name,
 			Capacity:  c,
 			Labels:    map[string]string{LabelBackend: BackendName, LabelHost: name},
-			Partition: Partition,
+			Partition: cmp.Or(partitionOf(cfg.Partitions, i), Partition),
 		})
 	}
 	return b, nil
+}
+
+// ValidatePartition says why name cannot be a host's partition, or nil
+// (hostmgr.ValidatePartition), for the flags that name the partitions of
+// this backend's hosts.
+func ValidatePartition(name string) error { return hostmgr.ValidatePartition(name) }
+
+func partitionOf(parts []string, i int) string {
+	if i < len(parts) {
+		return parts[i]
+	}
+	return ""
 }
 
 // Name returns "local".

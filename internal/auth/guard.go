@@ -114,6 +114,16 @@ func (g *Guard) Authenticating() bool { return g.tokens != nil || g.certs }
 // Authorizing says whether a policy decides what they may do.
 func (g *Guard) Authorizing() bool { return g.policy != nil }
 
+// Holds says whether ctx's caller holds role cluster-wide: always without
+// a policy (every authenticated caller may do everything then).
+func (g *Guard) Holds(ctx context.Context, role Role) bool {
+	if g.policy == nil {
+		return true
+	}
+	id, ok := FromContext(ctx)
+	return ok && g.policy.Get().Allows(id, role, "")
+}
+
 // Internal returns the guard of the daemon's in-memory listener: the same
 // files, limits and audit log, taking the identity that the daemon's REST
 // gateway or its own components forward. Never serve it on a socket.

@@ -30,6 +30,7 @@ const (
 	MoveDrained     = "drained"
 	MoveMoved       = "moved"
 	MoveApplyFailed = "apply-failed"
+	MoveCancelled   = "cancelled"
 
 	WriteJob    = "job"
 	WriteTask   = "task"
@@ -66,7 +67,7 @@ var Fixed = []FixedLabel{
 	{Placements.MetricVec, "result", []string{PlacementPlaced, PlacementUnplaced, PlacementUnresolvable}},
 	{Preemptions.MetricVec, "reason", []string{PreemptReclaim, PreemptPriority, PreemptHostDrain}},
 	{Restarts.MetricVec, "how", []string{RestartPatched, RestartInPlace, RestartPlaced}},
-	{HostMoves.MetricVec, "step", []string{MoveStarted, MoveDrained, MoveMoved, MoveApplyFailed}},
+	{HostMoves.MetricVec, "step", []string{MoveStarted, MoveDrained, MoveMoved, MoveApplyFailed, MoveCancelled}},
 	{StoreWrites.MetricVec, "kind", []string{WriteJob, WriteTask, WriteUpdate}},
 	{Reconciled.MetricVec, "kind", []string{ReconciledMissedEvent, ReconciledLost, ReconciledStray, ReconciledAdopted}},
 	{HostReports.MetricVec, "result", []string{ReportTaken, ReportDuplicate, ReportRefused}},

@@ -146,8 +146,9 @@ func init() { Registry.MustRegister(Restarts) }
 
 // HostMoves counts the steps hosts take when moved between partitions:
 // "started", "drained" (empty, the backend about to be told), "moved"
-// (settled in the new partition) and "apply-failed" (the backend refused
-// the new partition; the step is retried).
+// (settled in the new partition), "apply-failed" (the backend refused
+// the new partition; the step is retried) and "cancelled" (the move was
+// cancelled and the host stayed where it was).
 var HostMoves = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Namespace: "peloton", Name: "host_partition_moves_total", Help: "Steps of host moves between partitions.",
 }, []string{"step"})

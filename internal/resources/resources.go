@@ -136,6 +136,25 @@ func FormatAmount(k Kind, v int64) string {
 	return fmt.Sprintf("%d", v)
 }
 
+// AmountWithUnit renders an amount of kind k for people, with its unit:
+// "64 CPUs", "1 GPU", "512 MiB".
+func AmountWithUnit(k Kind, v int64) string {
+	n := FormatAmount(k, v)
+	switch k {
+	case CPU:
+		if v == 1000 {
+			return n + " CPU"
+		}
+		return n + " CPUs"
+	case GPU:
+		if v == 1 {
+			return n + " GPU"
+		}
+		return n + " GPUs"
+	}
+	return n + " MiB"
+}
+
 // FormatCPU renders milli-CPU as decimal cores ("0.1", "4").
 func FormatCPU(milli int64) string {
 	if milli%1000 == 0 {

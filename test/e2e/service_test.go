@@ -195,8 +195,8 @@ func TestBadUpdateRollsBack(t *testing.T) {
 	u := s.startUpdate(id, bad, &pelotonv1.UpdateSpec{BatchSize: 1, RollbackOnFailure: true})
 	done := s.waitUpdate(u.Id, pelotonv1.UpdateState_UPDATE_ROLLED_BACK, 120*time.Second, nil)
 	mustContain(t, done.Status.GetMessage()+" ", "", "message")
-	if done.RollbackVersion != 3 {
-		t.Errorf("rollback version %d, want 3", done.RollbackVersion)
+	if done.RollbackVersion != 3 || done.Status.GetRollbackCause() != "failure" {
+		t.Errorf("rollback version %d, cause %q; want 3, failure", done.RollbackVersion, done.Status.GetRollbackCause())
 	}
 	ts := s.waitTasks(id, "4 running the old command", 60*time.Second, allRunning(4))
 	for _, tk := range ts {
@@ -371,7 +371,9 @@ func TestUpdatePauseResumeAbortRollback(t *testing.T) {
 	if _, err := s.updates.RollbackUpdate(ctxT(t), &pelotonv1.RollbackUpdateRequest{UpdateId: u.Id}); err != nil {
 		t.Fatal(err)
 	}
-	s.waitUpdate(u.Id, pelotonv1.UpdateState_UPDATE_ROLLED_BACK, 60*time.Second, nil)
+	if back := s.waitUpdate(u.Id, pelotonv1.UpdateState_UPDATE_ROLLED_BACK, 60*time.Second, nil); back.Status.GetRollbackCause() != "user" {
+		t.Errorf("rollback cause %q; want user", back.Status.GetRollbackCause())
+	}
 	for _, tk := range s.waitTasks(id, "4 running", 30*time.Second, allRunning(4)) {
 		got, err := s.tasks.GetTask(ctxT(t), &pelotonv1.GetTaskRequest{JobId: id, InstanceId: tk.InstanceId})
 		if err != nil {

@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -30,7 +31,9 @@ type uiStack struct {
 
 func startUIStack(t *testing.T, bin string, extra ...string) *uiStack {
 	t.Helper()
-	args := append([]string{"up", "--data-dir", t.TempDir(), "--hosts", "3", "--host-cpu", "4", "--host-memory-mb", "4096",
+	// Every host in one partition, default, as the pages' checks and
+	// screenshots expect (from two hosts up would split them otherwise).
+	args := append([]string{"up", "--data-dir", t.TempDir(), "--hosts", "3", "--partitions", "default=3", "--host-cpu", "4", "--host-memory-mb", "4096",
 		"--listen", freePort(t), "--http-listen", freePort(t),
 		"--federation-listen", freePort(t), "--federation-http-listen", freePort(t), "--log-level", "warn"}, extra...)
 	cmd := exec.Command(bin, args...)
@@ -386,7 +389,8 @@ func TestUI(t *testing.T) {
 	// A job that does not exist: the page says so.
 	visit("not-found", c+"/ui/jobs/00000000-0000-0000-0000-000000000000", "the API's not-found message",
 		`document.querySelector("main .error") && document.querySelector("main .error").innerText.includes("not found")`)
-	visit("clusters-on-cluster", c+"/ui/clusters", "where the federation's UI is", text("federation"))
+	visit("clusters-on-cluster", c+"/ui/clusters", "the link to the federation's UI",
+		`document.querySelector('a[data-federation="ui"]') && document.querySelector('a[data-federation="ui"]').href === `+fmt.Sprintf("%q", f+"/"))
 
 	// Live: with polling off (?nopoll), a pool created through the API
 	// appears on the pools page only because the server's event stream
@@ -448,10 +452,20 @@ func TestUI(t *testing.T) {
 	// Federation pages.
 	visit("fed-overview", f+"/", "the cluster and the rollout", text("local")+` && `+text("global-api"))
 	visit("fed-clusters", f+"/ui/clusters", "the cluster's state", `document.querySelector('[data-cluster="local"]') && `+text("READY"))
-	visit("fed-pools", f+"/ui/pools", "the global pool's split", text("/shared")+` && `+text("local"))
+	visit("fed-pools", f+"/ui/pools", "the global pool's split, its sync state in words of its own",
+		text("/shared")+` && `+text("local")+` && `+text("by capacity")+` && document.querySelector('[data-sync="in-sync"]') && `+
+			`![...document.querySelectorAll("main .badge")].some((b) => /READY|PENDING/.test(b.innerText))`)
 	visit("fed-services", f+"/ui/services", "the federated service", text("global-api")+` && `+text("2/2"))
 	visit("fed-rollouts", f+"/ui/updates", "the rollout per cluster", `document.querySelector('[data-service="`+fsvc.ServiceID+`"] .step')`)
-	visit("fed-service", f+"/ui/services/"+fsvc.ServiceID, "per cluster and the rollout", text("Per cluster")+` && `+text("PAUSED"))
+	visit("fed-service", f+"/ui/services/"+fsvc.ServiceID, "per cluster with healthy and updated, the rollout, update and delete",
+		text("Per cluster")+` && `+text("PAUSED")+` && `+text("Healthy")+` && `+text("Updated")+
+			` && document.querySelector('[data-action="fupdate-`+fsvc.ServiceID+`"]') && document.querySelector('[data-action="fdelete-`+fsvc.ServiceID+`"]')`+
+			` && document.querySelector("textarea.specedit").value.includes("global-api")`)
+	// Update while the rollout is paused: the federation's refusal shows.
+	if err := b.Do(10*time.Second, chromedp.Click(chromedp.CSS(`[data-action="fupdate-`+fsvc.ServiceID+`"]`))); err != nil {
+		t.Fatal(err)
+	}
+	b.WaitJS(t, "the update's refusal shown", text("has rollout"), 20*time.Second)
 	// The rollout's resume and pause, checked through the federation's API.
 	rollout := func() any {
 		return dig(getJSON(t, f+"/v1/federation/services/"+fsvc.ServiceID), "service", "rollout", "state")
@@ -477,6 +491,26 @@ func TestUI(t *testing.T) {
 	})
 	b.CheckNoJSErrors(t, "federated service after pause/resume")
 	visit("fed-jobs", f+"/ui/jobs", "the federated job", text("report-builder"))
+	// Delete, confirmed: the service is deleted through the federation's API.
+	load("fed-service-delete", f+"/ui/services/"+fsvc.ServiceID, "the delete button", `document.querySelector('[data-action="fdelete-`+fsvc.ServiceID+`"]')`)
+	for i := 0; i < 2; i++ { // the first click arms it, the second confirms
+		if err := b.Do(10*time.Second, chromedp.Click(chromedp.CSS(`[data-action="fdelete-`+fsvc.ServiceID+`"]`))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testutil.Eventually(t, 30*time.Second, "the service deleted through the UI", func() error {
+		resp, err := http.Get(f + "/v1/federation/services/" + fsvc.ServiceID)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		var s map[string]any
+		_ = json.NewDecoder(resp.Body).Decode(&s)
+		if resp.StatusCode == http.StatusNotFound || dig(s, "service", "deleting") == true {
+			return nil
+		}
+		return fmt.Errorf("%d, not deleting: %v", resp.StatusCode, s)
+	})
 	b.WaitJS(t, "the federation's pages are live", isLive, 20*time.Second)
 
 	// The keyboard: "g" then "c" opens the clusters page, "/" focuses the

@@ -748,8 +748,26 @@ function hostTable(hosts) {
 
 // -------------------------------------------------------------- clusters
 
+// federationUI is the URL of this cluster's federation's UI when the
+// server said it (peloton up with a federation), else "".
+function federationUI() {
+  const meta = document.querySelector('meta[name="peloton-federation-ui"]');
+  const v = meta ? meta.content : "";
+  if (!v || v.includes("{{")) return "";
+  try {
+    const u = new URL(v);
+    if (["0.0.0.0", "[::]", ""].includes(u.hostname)) u.hostname = location.hostname;
+    return u.href;
+  } catch {
+    return "";
+  }
+}
+
 async function clustersInfoPage(ctx) {
+  const fed = federationUI();
   ctx.root.append(h("h1", "Clusters"),
+    fed ? h("p.fedlink", "This cluster belongs to a federation: ", h("a", { href: fed, dataset: { federation: "ui" } }, "open the federation's UI"),
+      " for every cluster, the global pools and the federated services.") : "",
     h("p", "This page is served by one cluster stack: its pages show this cluster only."),
     h("p", "The federation's UI lists every cluster, the global pools and the federated services: it is served on the federation's HTTP port (", h("code", "peloton serve federation"),
       ", or the federation port that ", h("code", "peloton up"), " prints in its ready line)."));

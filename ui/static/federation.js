@@ -3,7 +3,7 @@
 // federated services rolled out cluster by cluster, federated batch jobs.
 // Each cluster's own pages are on that cluster's HTTP endpoint, linked
 // from here.
-import { get, post, query, enc, listAll } from "./api.js";
+import { get, post, put, call, query, enc, listAll } from "./api.js";
 import { h, replace, link, table, badge, kinds, num, amount, bar, ago, actionButton, kv, section, errorBox } from "./dom.js";
 
 export const federationNav = [
@@ -123,7 +123,7 @@ async function clusterPage(ctx, name) {
 
 async function poolsPage(ctx, selected) {
   const list = h("div");
-  ctx.root.append(h("h1", "Global pools"), h("p.muted", "Each global pool is split over clusters by its placement weights; each row is one cluster's part: what the federation wants there, what the cluster has, and whether they agree."), list);
+  ctx.root.append(h("h1", "Global pools"), h("p.muted", "Each global pool is split over clusters by its placement weights, or by their capacity without weights; each row is one cluster's part: what the federation wants there, what the cluster has, and whether they agree."), list);
   await ctx.live(list, async () => {
     const pools = (await get("/v1/federation/pools", ctx.signal)).pools || [];
     const want = selected ? "/" + selected.replace(/^\//, "") : "";
@@ -131,17 +131,26 @@ async function poolsPage(ctx, selected) {
     if (want && !shown.length) return errorBox(new Error(`global pool ${want} does not exist`));
     return shown.map((p) => section(p.path, kv([
       ["Reservation", fmtRes(p.spec.reservation)], ["Limit", fmtRes(p.spec.limit)],
-      ["Weights", Object.entries(((p.spec || {}).placement || {}).weights || {}).map(([k, v]) => `${k} ${v}`).join(", ") || "even"],
+      ["Split", Object.entries(((p.spec || {}).placement || {}).weights || {}).map(([k, v]) => `${k} ${v}`).join(", ") || "by capacity"],
       ["Total allocation", fmtRes((p.total || {}).allocation)], p.deleting ? ["Deleting", "yes"] : null,
     ]), table([
       { title: "Cluster", cell: (c) => c.cluster },
       { title: "Desired reservation", cell: (c) => fmtRes((c.desired || {}).reservation) },
       { title: "Actual reservation", cell: (c) => fmtRes((c.actual || {}).reservation) },
       { title: "CPU allocation", cell: (c) => h("div.meter", bar(res((c.status || {}).allocation, "cpu"), Math.max(res((c.desired || {}).limit, "cpu"), res((c.status || {}).entitlement, "cpu"), res((c.desired || {}).reservation, "cpu"))), h("span.muted", num(res((c.status || {}).allocation, "cpu"), 2))) },
-      { title: "In sync", cell: (c) => (c.inSync ? badge("READY") : badge("PENDING")) },
+      { title: "Sync", cell: syncState },
       { title: "Message", cell: (c) => c.message || "" },
     ], p.clusters || [])));
   });
+}
+
+// syncState says whether a cluster's part of a global pool is as the
+// federation wants it, in words of its own: cluster health has READY and
+// PENDING, and a pool part being synced is neither.
+function syncState(c) {
+  if (c.inSync) return h("span.badge.s-ok", { dataset: { sync: "in-sync" } }, "in sync");
+  if (!c.message) return h("span.badge.s-wait", { dataset: { sync: "syncing" } }, "syncing");
+  return h("span.badge.s-warn", { dataset: { sync: "out-of-sync" }, title: c.message }, "out of sync");
 }
 
 function fmtRes(r) {
@@ -190,9 +199,32 @@ function serviceRollout(s, byName, compact) {
     compact ? "" : rolloutActions(s));
 }
 
+// serviceChange is the service page's update form and delete button. It
+// is built once, outside the live part, so a refresh never wipes an edit.
+async function serviceChange(ctx, id, into) {
+  const s = (await get("/v1/federation/services/" + enc(id), ctx.signal)).service;
+  const spec = h("textarea.specedit", { name: "job", rows: 14, spellcheck: "false", "aria-label": "The service's job spec, JSON" });
+  spec.value = JSON.stringify(s.spec.job, null, 2);
+  const update = actionButton("Update", async () => {
+    let job;
+    try {
+      job = JSON.parse(spec.value);
+    } catch (e) {
+      throw new Error("job: not JSON: " + e.message);
+    }
+    await put("/v1/federation/services/" + enc(id), { job });
+  }, { id: "fupdate-" + id });
+  const del = actionButton("Delete", () => call("DELETE", "/v1/federation/services/" + enc(id)), { id: "fdelete-" + id, danger: true, confirm: true });
+  into.append(section("Change",
+    h("p.muted", "Update rolls the new job spec out cluster by cluster (as peloton fed service update does); a new instanceCount is split over the service's clusters in proportion to their parts. Delete stops and removes every cluster's part."),
+    spec, h("div.toolbar.actions", update, del)));
+}
+
 async function servicePage(ctx, id) {
   const body = h("div");
-  ctx.root.append(h("p.crumbs", link("/ui/services", "Services"), " / ", id), body);
+  const change = h("div");
+  ctx.root.append(h("p.crumbs", link("/ui/services", "Services"), " / ", id), body, change);
+  serviceChange(ctx, id, change).catch((e) => change.append(errorBox(e)));
   await ctx.live(body, async () => {
     const [[, byName], r] = await Promise.all([clusterMap(ctx.signal), get("/v1/federation/services/" + enc(id), ctx.signal)]);
     const s = r.service;
@@ -205,6 +237,8 @@ async function servicePage(ctx, id) {
         { title: "Job", cell: (c) => clusterUI(byName[c.cluster], "/ui/jobs/" + enc(c.clusterJobId || ""), c.clusterJobId || "") },
         { title: "State", cell: (c) => badge(c.state) },
         { title: "Running", cell: (c) => h("div.meter", bar(c.running, c.desired, { progress: true }), h("span.muted", `${c.running}/${c.desired}`)) },
+        { title: "Healthy", cls: "num", cell: (c) => String(c.healthy || 0) },
+        { title: "Updated", cls: "num", cell: (c) => String(c.updated || 0) },
         { title: "Max unavailable", cls: "num", cell: (c) => String(c.maxUnavailable) },
         { title: "Version", cell: (c) => c.specVersion },
         { title: "Message", cell: (c) => [c.failedOver ? "failed over · " : "", c.message || ""] },

@@ -281,7 +281,11 @@ func colocationBenchFlags(fs *pflag.FlagSet, _ *benchFlags) (func() error, bench
 	fs.Float64Var(&c.BatchCoreHours, "batch-core-hours", c.BatchCoreHours, "the batch backlog to finish in the day")
 	fs.Float64Var(&c.BatchUse, "batch-use", c.BatchUse, "the share of its core a batch task uses")
 	fs.Uint64Var(&c.Seed, "seed", c.Seed, "seed of the backlog")
-	fs.StringVar(&c.Plot, "plot", c.Plot, "write an SVG of the co-located day here")
+	fs.StringVar(&c.Trace, "trace", c.Trace, "the services' load curve: "+strings.Join(bench.TraceNames(), ", ")+" (production traces, scaled so that their peak is --service-peak-cores; docs/benchmarks.md cites them)")
+	fs.StringVar(&c.TraceFile, "trace-file", c.TraceFile, "a CSV of your own load curve instead of --trace: a header line, then one sample per line")
+	fs.StringVar(&c.TraceColumn, "trace-column", c.TraceColumn, "the column of --trace-file holding the CPU samples")
+	fs.DurationVar(&c.TraceStep, "trace-step", c.TraceStep, "the time between two samples of --trace-file")
+	fs.StringVar(&c.Plot, "plot", c.Plot, "write an SVG of the co-located run here")
 	return c.Validate, func(ctx context.Context, env bench.Env) (*bench.Result, error) { return bench.Colocation(ctx, env, c) }
 }
 
@@ -354,13 +358,12 @@ func (a *app) runBench(ctx context.Context, f *benchFlags, validate func() error
 		}
 		return err
 	}
-	switch p.format {
-	case formatJSON, formatYAML:
+	if p.structured() {
 		b, err := res.MarshalJSON()
 		if err != nil {
 			return err
 		}
-		return p.document(b)
+		return p.emit(b, nil, "")
 	}
 	return res.WriteTable(a.stdout)
 }

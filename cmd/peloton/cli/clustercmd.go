@@ -44,7 +44,9 @@ func showCluster(p *printer, c *pelotonv1.Cluster) error {
 }
 
 func (a *app) clusterListCommand() *cobra.Command {
-	return &cobra.Command{
+	var selector string
+	var sel labelSelector
+	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List the registered clusters with their state, endpoint, labels and capacity",
 		Long: `List the registered clusters, by name: state (READY, DEGRADED, UNREACHABLE or
@@ -54,13 +56,22 @@ cordoned cluster, what its pools use, how long the last check took and why the
 cluster is in its state.`,
 		Args: argsNamed(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return read(a, a.withFederation, nil, func(f *fedClient) (*pelotonv1.ListClustersResponse, error) {
-				return call(cmd.Context(), f, f.Clusters.ListClusters, &pelotonv1.ListClustersRequest{})
+			return read(a, a.withFederation, func() (err error) {
+				sel, err = parseSelector(selector)
+				return err
+			}, func(f *fedClient) (*pelotonv1.ListClustersResponse, error) {
+				resp, err := call(cmd.Context(), f, f.Clusters.ListClusters, &pelotonv1.ListClustersRequest{})
+				if err == nil {
+					resp.Clusters = filterLabeled(sel, resp.GetClusters(), clusterLabels)
+				}
+				return resp, err
 			}, listed("clusters", (*pelotonv1.ListClustersResponse).GetClusters, func(w io.Writer, cs []*pelotonv1.Cluster, wide bool) {
 				writeClusterTable(w, cs, wide, time.Now())
 			}))
 		},
 	}
+	selectorFlag(cmd, &selector, "clusters (filtered here, not by the federation)")
+	return cmd
 }
 
 func (a *app) clusterGetCommand() *cobra.Command {
@@ -136,7 +147,7 @@ are, and federated jobs dispatched to it that never started may go elsewhere.`,
 				if _, err := call(cmd.Context(), f, f.Clusters.DeregisterCluster, &pelotonv1.DeregisterClusterRequest{Name: args[0]}); err != nil {
 					return err
 				}
-				return p.deleted("name", args[0], fmt.Sprintf("cluster %s deregistered", args[0]))
+				return p.deleted("cluster", "name", args[0], fmt.Sprintf("cluster %s deregistered", args[0]))
 			})
 		},
 	}

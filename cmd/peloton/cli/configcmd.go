@@ -3,7 +3,6 @@ package cli
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"path/filepath"
 
 	"github.com/spf13/cobra"
@@ -69,14 +68,22 @@ REDACTED. A tokenFile is shown as its path.`,
 			if !exists {
 				fmt.Fprintf(a.stderr, "no config file at %s\n", path)
 			}
-			return writeConfigDoc(a.stdout, p.format, cfg.redact())
+			return writeConfigDoc(p, cfg.redact())
 		},
 	}
 }
 
 // writeConfigDoc writes cfg as JSON (-o json) or as YAML (anything else).
-func writeConfigDoc(w io.Writer, format string, cfg *configFile) error {
-	if format == formatJSON {
+func writeConfigDoc(p *printer, cfg *configFile) error {
+	w := p.w
+	if p.scripting() {
+		b, err := json.Marshal(cfg)
+		if err != nil {
+			return err
+		}
+		return p.emit(b, nil, "")
+	}
+	if p.format == formatJSON {
 		b, err := json.MarshalIndent(cfg, "", "  ")
 		if err != nil {
 			return err
@@ -110,7 +117,7 @@ the contexts as "config view" does.`,
 				return err
 			}
 			if p.structured() {
-				return writeConfigDoc(a.stdout, p.format, cfg.redact())
+				return writeConfigDoc(p, cfg.redact())
 			}
 			wide := p.format == formatWide
 			tw := newTabWriter(a.stdout)

@@ -304,7 +304,7 @@ jobs keeps it until they are gone ("fed pool get" shows which).`,
 				// The pool stays, deleting, until every cluster removed it.
 				resp, err := call(cmd.Context(), f, f.Pools.GetFederatedPool, &pelotonv1.GetFederatedPoolRequest{Path: args[0]})
 				if status.Code(err) == codes.NotFound {
-					return p.deleted("path", args[0], "")
+					return p.deleted("fedpool", "path", args[0], "")
 				}
 				if err != nil {
 					return err
@@ -382,7 +382,14 @@ prints the new job, as "fed job get" does.`,
 // decoded with the same strict rules as every spec file.
 func loadFederatedJobSpec(path string, stdin io.Reader) (*pelotonv1.FederatedJobSpec, error) {
 	spec := &pelotonv1.FederatedJobSpec{}
-	job, err := loadJobOrWrapper(path, stdin, spec)
+	name, data, err := readSpecFile(path, stdin)
+	if err != nil {
+		return nil, err
+	}
+	job, err := loadJobOrWrapper(path, bytes.NewReader(data), spec)
+	if err != nil && federatedJobFile(data) && decodeSpec(name, data, &pelotonv1.FederatedServiceSpec{}) == nil {
+		return nil, fmt.Errorf("%s: this file is a federated service (placement.clusters), not a batch job: run it with peloton fed service create -f %s", name, path)
+	}
 	if job != nil {
 		spec.Job = job
 	}
@@ -450,7 +457,7 @@ func (a *app) fedJobGetCommand() *cobra.Command {
 }
 
 func (a *app) fedJobListCommand() *cobra.Command {
-	var inCluster string
+	var inCluster, selector string
 	var limit int
 	var archived bool
 	cmd := &cobra.Command{
@@ -458,10 +465,17 @@ func (a *app) fedJobListCommand() *cobra.Command {
 		Short: "List federated jobs, newest first (every page; --limit to stop early)",
 		Args:  argsNamed(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return read(a, a.withFederation, func() error { return checkLimit(limit) }, func(f *fedClient) (*pelotonv1.ListFederatedJobsResponse, error) {
+			var sel labelSelector
+			return read(a, a.withFederation, func() (err error) {
+				sel, err = parseSelector(selector)
+				if err != nil {
+					return err
+				}
+				return checkLimit(limit)
+			}, func(f *fedClient) (*pelotonv1.ListFederatedJobsResponse, error) {
 				jobs, err := allPages(limit, func(size uint32, token string) ([]*pelotonv1.FederatedJob, string, error) {
 					page, err := call(cmd.Context(), f, f.Jobs.ListFederatedJobs, &pelotonv1.ListFederatedJobsRequest{Cluster: inCluster, PageSize: size, PageToken: token, Archived: archived})
-					return page.GetJobs(), page.GetNextPageToken(), err
+					return filterLabeled(sel, page.GetJobs(), fedJobLabels), page.GetNextPageToken(), err
 				})
 				return &pelotonv1.ListFederatedJobsResponse{Jobs: jobs}, err
 			}, listed("jobs", (*pelotonv1.ListFederatedJobsResponse).GetJobs, writeFedJobTable))
@@ -471,6 +485,7 @@ func (a *app) fedJobListCommand() *cobra.Command {
 	f.StringVar(&inCluster, "in-cluster", "", "only jobs dispatched to this cluster")
 	f.IntVar(&limit, "limit", 0, "at most this many jobs (0: all)")
 	f.BoolVar(&archived, "archived", false, "list the federation's archive of done jobs (those past its --finished-job-ttl) instead of the live ones")
+	selectorFlag(cmd, &selector, "jobs (filtered here, not by the federation)")
 	return cmd
 }
 

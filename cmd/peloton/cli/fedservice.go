@@ -252,7 +252,7 @@ func (a *app) fedServiceGetCommand() *cobra.Command {
 }
 
 func (a *app) fedServiceListCommand() *cobra.Command {
-	var inCluster string
+	var inCluster, selector string
 	var limit int
 	var archived bool
 	cmd := &cobra.Command{
@@ -260,11 +260,18 @@ func (a *app) fedServiceListCommand() *cobra.Command {
 		Short: "List federated services, newest first (every page; --limit to stop early)",
 		Args:  argsNamed(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return read(a, a.withFederation, func() error { return checkLimit(limit) }, func(f *fedClient) (*pelotonv1.ListFederatedServicesResponse, error) {
+			var sel labelSelector
+			return read(a, a.withFederation, func() (err error) {
+				sel, err = parseSelector(selector)
+				if err != nil {
+					return err
+				}
+				return checkLimit(limit)
+			}, func(f *fedClient) (*pelotonv1.ListFederatedServicesResponse, error) {
 				svcs, err := allPages(limit, func(size uint32, token string) ([]*pelotonv1.FederatedService, string, error) {
 					page, err := call(cmd.Context(), f, f.Services.ListFederatedServices,
 						&pelotonv1.ListFederatedServicesRequest{Cluster: inCluster, PageSize: size, PageToken: token, Archived: archived})
-					return page.GetServices(), page.GetNextPageToken(), err
+					return filterLabeled(sel, page.GetServices(), fedServiceLabels), page.GetNextPageToken(), err
 				})
 				return &pelotonv1.ListFederatedServicesResponse{Services: svcs}, err
 			}, listed("services", (*pelotonv1.ListFederatedServicesResponse).GetServices, writeFedServiceTable))
@@ -273,6 +280,7 @@ func (a *app) fedServiceListCommand() *cobra.Command {
 	cmd.Flags().StringVar(&inCluster, "in-cluster", "", "only services with a part in this cluster")
 	cmd.Flags().IntVar(&limit, "limit", 0, "at most this many services (0: all)")
 	cmd.Flags().BoolVar(&archived, "archived", false, "list the federation's archive of deleted services instead of the live ones")
+	selectorFlag(cmd, &selector, "services (their job's labels; filtered here, not by the federation)")
 	return cmd
 }
 
@@ -300,7 +308,7 @@ parts left until then).`,
 				// The service stays, deleting, until every cluster's part is gone.
 				svc, err := a.getFedService(cmd.Context(), f, args[0])()
 				if status.Code(err) == codes.NotFound {
-					return p.deleted("serviceId", args[0], "")
+					return p.deleted("fedservice", "serviceId", args[0], "")
 				}
 				if err != nil {
 					return err
@@ -326,6 +334,9 @@ func loadFederatedServiceSpec(path string, stdin io.Reader) (*pelotonv1.Federate
 			`(with placement: saying where its instances run; see "peloton fed service create --help")`, name)
 	}
 	if err := decodeSpec(name, data, spec); err != nil {
+		if decodeSpec(name, data, &pelotonv1.FederatedJobSpec{}) == nil {
+			return nil, fmt.Errorf("%s: this file is a federated job (placement.clusterSelector), not a service: run it with peloton fed job create -f %s; a service's placement names clusters (placement.clusters)", name, path)
+		}
 		return nil, err
 	}
 	return spec, nil

@@ -18,16 +18,27 @@ func (a *app) hostCommand() *cobra.Command {
 		Short: "Show the hosts of the cluster and take them in and out of maintenance",
 	}
 	a.group(cmd)
-	cmd.AddCommand(&cobra.Command{
+	var selector string
+	var sel labelSelector
+	list := &cobra.Command{
 		Use:   "list",
 		Short: "List hosts with their state, used and total resources",
 		Args:  argsNamed(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return read(a, a.withClient, nil, func(c *client) (*pelotonv1.ListHostsResponse, error) {
-				return call(cmd.Context(), c, c.Hosts.ListHosts, &pelotonv1.ListHostsRequest{})
+			return read(a, a.withClient, func() (err error) {
+				sel, err = parseSelector(selector)
+				return err
+			}, func(c *client) (*pelotonv1.ListHostsResponse, error) {
+				resp, err := call(cmd.Context(), c, c.Hosts.ListHosts, &pelotonv1.ListHostsRequest{})
+				if err == nil {
+					resp.Hosts = filterLabeled(sel, resp.GetHosts(), hostLabels)
+				}
+				return resp, err
 			}, func(p *printer, resp *pelotonv1.ListHostsResponse) error { return showHostList(p, resp, time.Now()) })
 		},
-	})
+	}
+	selectorFlag(list, &selector, "hosts (filtered here, not by the server)")
+	cmd.AddCommand(list)
 	drain := a.maintenanceStartCommand("drain HOST...",
 		"Take hosts out of service (same as \"host maintenance start\")")
 	cmd.AddCommand(drain, a.maintenanceCommand(), a.hostMoveCommand())
@@ -37,16 +48,21 @@ func (a *app) hostCommand() *cobra.Command {
 // hostMoveCommand is `peloton host move HOST --partition NAME`.
 func (a *app) hostMoveCommand() *cobra.Command {
 	var partition string
-	var noWait bool
+	var noWait, force, cancel bool
 	var timeout time.Duration
 	cmd := &cobra.Command{
-		Use:   "move HOST --partition NAME",
+		Use:   "move HOST --partition NAME | move HOST --cancel",
 		Short: "Move a host to another partition, draining it first",
 		Long: "The host takes no new tasks while it moves. Its tasks are preempted and run again on\n" +
 			"other hosts, as maintenance drains them: services one SLA grant at a time; a STATEFUL\n" +
 			"instance holds the move until its owner acts. Once empty the host joins the new partition\n" +
 			"and takes work again. The command shows the move's progress until it is done, unless\n" +
-			"--no-wait.",
+			"--no-wait.\n\n" +
+			"A move that would strand its tasks (no host that stays in service fits instances that must\n" +
+			"leave) is refused, naming the job; --force moves anyway. --cancel stops a move under way:\n" +
+			"the host returns to the partition it was leaving and takes work again (tasks moved so far\n" +
+			"stay where they went). The host advisor does not move a host whose move was cancelled\n" +
+			"again for its hold-down.",
 		Args: argsNamed("HOST"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			p, err := a.printer()
@@ -54,11 +70,16 @@ func (a *app) hostMoveCommand() *cobra.Command {
 				return err
 			}
 			return a.withClient(func(c *client) error {
-				resp, err := call(cmd.Context(), c, c.Hosts.MoveHost, &pelotonv1.MoveHostRequest{Host: args[0], Partition: partition})
+				resp, err := call(cmd.Context(), c, c.Hosts.MoveHost, &pelotonv1.MoveHostRequest{Host: args[0], Partition: partition,
+					Force: force, Cancel: cancel})
 				if err != nil {
 					return err
 				}
 				h := resp.GetHost()
+				if cancel && !p.structured() {
+					_, err := fmt.Fprintf(p.w, "host %s: move cancelled; it stays in partition %s\n", h.GetName(), h.GetPartition())
+					return err
+				}
 				if noWait || h.GetPartitionState() == pelotonv1.PartitionMoveState_PARTITION_SETTLED {
 					return showHosts(p, resp, []*pelotonv1.Host{h})
 				}
@@ -68,6 +89,8 @@ func (a *app) hostMoveCommand() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&partition, "partition", "", "the partition to move the host to (required)")
 	cmd.Flags().BoolVar(&noWait, "no-wait", false, "return once the move has started")
+	cmd.Flags().BoolVar(&force, "force", false, "move even when no other host fits the tasks that must leave")
+	cmd.Flags().BoolVar(&cancel, "cancel", false, "cancel the host's move under way: it returns to the partition it was leaving")
 	// Shadows the global per-call --timeout: here it bounds the whole wait.
 	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Minute, "how long to wait for the move in all")
 	return cmd
@@ -145,9 +168,15 @@ func (a *app) maintenanceCommand() *cobra.Command {
 }
 
 func (a *app) maintenanceStartCommand(use, short string) *cobra.Command {
-	return a.hostsCommand(use, short, func(ctx context.Context, c *client, hosts []string) (hostsResponse, error) {
-		return call(ctx, c, c.Hosts.StartMaintenance, &pelotonv1.StartMaintenanceRequest{Hosts: hosts})
+	var force bool
+	cmd := a.hostsCommand(use, short, func(ctx context.Context, c *client, hosts []string) (hostsResponse, error) {
+		return call(ctx, c, c.Hosts.StartMaintenance, &pelotonv1.StartMaintenanceRequest{Hosts: hosts, Force: force})
 	})
+	cmd.Long = "A drain that would strand its tasks (no host that stays in service fits instances that\n" +
+		"must leave) is refused, naming the job: they would wait with nowhere to go, and a service\n" +
+		"waiting for its SLA would hold the drain for ever. --force drains anyway."
+	cmd.Flags().BoolVar(&force, "force", false, "drain even when no other host fits the tasks that must leave")
+	return cmd
 }
 
 // hostsResponse is an answer that lists hosts after a change.

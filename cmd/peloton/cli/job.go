@@ -35,12 +35,15 @@ func (a *app) jobCommand() *cobra.Command {
 		a.jobScaleCommand(),
 		a.jobVersionsCommand(),
 		a.jobEventsCommand(),
+		a.jobInitCommand(),
+		a.jobApplyCommand(),
 	)
 	return cmd
 }
 
 func (a *app) jobCreateCommand() *cobra.Command {
 	var file, rid string
+	var dry bool
 	cmd := &cobra.Command{
 		Use:   "create -f FILE",
 		Short: "Create a job from a spec file and print its ID",
@@ -65,6 +68,9 @@ func (a *app) jobCreateCommand() *cobra.Command {
 				return err
 			}
 			return a.withClient(func(c *client) error {
+				if dry {
+					return a.dryCreateJob(cmd.Context(), c, p, spec)
+				}
 				resp, err := create(cmd.Context(), c, c.Jobs.CreateJob, &pelotonv1.CreateJobRequest{Spec: spec, RequestId: reqID})
 				if err != nil {
 					return err
@@ -75,6 +81,7 @@ func (a *app) jobCreateCommand() *cobra.Command {
 	}
 	cmd.Flags().StringVarP(&file, "file", "f", "", `job spec file, YAML or JSON ("-" for stdin)`)
 	requestIDFlag(cmd, &rid)
+	dryRunFlag(cmd, &dry)
 	return cmd
 }
 
@@ -101,7 +108,8 @@ func (a *app) jobGetCommand() *cobra.Command {
 }
 
 func (a *app) jobListCommand() *cobra.Command {
-	var pool, name, since, until string
+	var pool, name, since, until, selector string
+	var sel labelSelector
 	var states, labels []string
 	var limit int
 	var archived, watch bool
@@ -128,6 +136,15 @@ of an archived job answer from the archive.`,
 				if req.Labels, err = parseLabelFilter("label", labels); err != nil {
 					return err
 				}
+				if sel, err = parseSelector(selector); err != nil {
+					return err
+				}
+				for k, v := range sel.equalities() {
+					if req.Labels == nil {
+						req.Labels = map[string]string{}
+					}
+					req.Labels[k] = v
+				}
 				now := time.Now()
 				if req.CreatedSince, err = parseTimeFlag("created-since", since, now); err != nil {
 					return err
@@ -142,7 +159,7 @@ of an archived job answer from the archive.`,
 				jobs, err := allPages(limit, func(size uint32, token string) ([]*pelotonv1.Job, string, error) {
 					req.PageSize, req.PageToken = size, token
 					page, err := call(cmd.Context(), c, c.Jobs.ListJobs, req)
-					return page.GetJobs(), page.GetNextPageToken(), err
+					return filterLabeled(sel, page.GetJobs(), jobLabels), page.GetNextPageToken(), err
 				})
 				return &pelotonv1.ListJobsResponse{Jobs: jobs}, err
 			}, listed("jobs", (*pelotonv1.ListJobsResponse).GetJobs, writeJobTable))
@@ -153,6 +170,7 @@ of an archived job answer from the archive.`,
 	f.StringSliceVar(&states, "state", nil, "only jobs in these states (repeatable or comma-separated; e.g. RUNNING or JOB_RUNNING)")
 	f.StringVar(&name, "name", "", "only jobs whose name contains this")
 	f.StringArrayVar(&labels, "label", nil, "only jobs with this label, key=value (repeatable: every one must hold)")
+	selectorFlag(cmd, &selector, "jobs (key=value terms filtered by the server, the others here)")
 	f.StringVar(&since, "created-since", "", "only jobs created at or after this time: RFC 3339 (2026-01-02T15:04:05Z) or how long ago (24h, 7d)")
 	f.StringVar(&until, "created-until", "", "only jobs created before this time: RFC 3339 or how long ago (24h, 7d)")
 	f.BoolVar(&archived, "archived", false, "list the archive of finished jobs instead of the live jobs")
@@ -250,7 +268,7 @@ func (a *app) jobDeleteCommand() *cobra.Command {
 				if _, err := call(cmd.Context(), c, c.Jobs.DeleteJob, &pelotonv1.DeleteJobRequest{JobId: args[0]}); err != nil {
 					return err
 				}
-				return p.deleted("jobId", args[0], fmt.Sprintf("job %s deleted", args[0]))
+				return p.deleted("job", "jobId", args[0], fmt.Sprintf("job %s deleted", args[0]))
 			})
 		},
 	}
@@ -338,6 +356,7 @@ Exit codes: 0 reached; 1 a call failed (no such job, server unreachable);
 
 func (a *app) jobScaleCommand() *cobra.Command {
 	var version uint64
+	var dry bool
 	cmd := &cobra.Command{
 		Use:   "scale JOBID COUNT",
 		Short: "Change the instance count of a job that has not finished",
@@ -360,14 +379,16 @@ update's spec instead.`,
 				return usageErrorf("invalid --version 0: spec versions start at 1")
 			}
 			return a.withClient(func(c *client) error {
-				resp, err := call(cmd.Context(), c, c.Jobs.ScaleJob, &pelotonv1.ScaleJobRequest{
-					JobId: args[0], InstanceCount: uint32(n), Version: version,
-				})
+				req := &pelotonv1.ScaleJobRequest{JobId: args[0], InstanceCount: uint32(n), Version: version}
+				if dry {
+					return a.dryScaleJob(cmd.Context(), c, p, req)
+				}
+				resp, err := call(cmd.Context(), c, c.Jobs.ScaleJob, req)
 				if err != nil {
 					return err
 				}
 				if p.structured() {
-					return p.object(resp, nil)
+					return p.named("job", args[0], resp)
 				}
 				fmt.Fprintf(a.stdout, "job %s: %d instances, spec version %d\n", args[0], n, resp.GetSpecVersion())
 				return nil
@@ -375,6 +396,7 @@ update's spec instead.`,
 		},
 	}
 	cmd.Flags().Uint64Var(&version, "version", 0, "scale only if the job is still at this spec version")
+	dryRunFlag(cmd, &dry)
 	return cmd
 }
 

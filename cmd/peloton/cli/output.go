@@ -35,37 +35,49 @@ const (
 type printer struct {
 	w      io.Writer
 	format string
+	// jsonpath is the template of -o jsonpath, columns the columns of -o
+	// custom-columns.
+	jsonpath *jpTemplate
+	columns  []column
+	// noHeaders is --no-headers: tables and custom columns without their
+	// header row.
+	noHeaders bool
 }
 
 // printer validates -o; call it before making any API call so a typo costs
 // nothing.
 func (a *app) printer() (*printer, error) {
-	f := strings.ToLower(a.output)
-	switch f {
-	case formatTable, formatWide, formatJSON, formatYAML:
-		return &printer{w: a.stdout, format: f}, nil
-	}
-	return nil, usageErrorf("invalid --output %q: want table, wide, json or yaml", a.output)
+	return parseOutput(a.stdout, a.output, a.noHeaders)
 }
 
-// structured reports whether -o asked for a document (JSON or YAML) rather
-// than a table.
+// structured reports whether -o asked for a document (JSON or YAML, or a
+// scripting format read from the JSON) rather than a table.
 func (p *printer) structured() bool {
-	return p.format == formatJSON || p.format == formatYAML
+	return p.format == formatJSON || p.format == formatYAML || p.scripting()
 }
 
-// object writes m as JSON or YAML, or calls table with a tabwriter for the
+// object writes m as a document, or calls table with a tabwriter for the
 // table formats.
 func (p *printer) object(m proto.Message, table func(w io.Writer, wide bool)) error {
-	switch p.format {
-	case formatJSON, formatYAML:
+	return p.render(m, "", table)
+}
+
+// render is object for m, whose list of items has the JSON name field (""
+// for a single object): the table formats call table, the others print
+// m's JSON.
+func (p *printer) render(m proto.Message, field string, table func(w io.Writer, wide bool)) error {
+	if p.structured() {
 		b, err := marshalJSON(m)
 		if err != nil {
 			return err
 		}
-		return p.document(b)
+		return p.emit(b, m.ProtoReflect().Descriptor(), field)
 	}
-	tw := newTabWriter(p.w)
+	var w io.Writer = p.w
+	if p.noHeaders {
+		w = &headless{w: p.w}
+	}
+	tw := newTabWriter(w)
 	table(tw, p.format == formatWide)
 	return tw.Flush()
 }
@@ -74,19 +86,19 @@ func (p *printer) object(m proto.Message, table func(w io.Writer, wide bool)) er
 // holds n items. An empty list is shown as {"field": []}, not {}, so scripts
 // can always iterate over it.
 func (p *printer) list(resp proto.Message, field string, n int, table func(w io.Writer, wide bool)) error {
-	if n == 0 && (p.format == formatJSON || p.format == formatYAML) {
+	if n == 0 && p.structured() {
 		b, err := json.Marshal(map[string][]any{field: {}})
 		if err != nil {
 			return err
 		}
-		return p.document(b)
+		return p.emit(b, resp.ProtoReflect().Descriptor(), field)
 	}
-	return p.object(resp, table)
+	return p.render(resp, field, table)
 }
 
 // changed prints what a command that changes something did: line for the
-// table formats; for -o json and -o yaml, the object as the server has it
-// now, which get fetches (a change's own answer is empty).
+// table formats; for the document formats, the object as the server has
+// it now, which get fetches (a change's own answer is empty).
 func (p *printer) changed(line string, get func() (proto.Message, error)) error {
 	if !p.structured() {
 		_, err := fmt.Fprintln(p.w, line)
@@ -100,18 +112,22 @@ func (p *printer) changed(line string, get func() (proto.Message, error)) error 
 }
 
 // deleted prints that a command removed something there is no more of to
-// show: line for the table formats; for -o json and -o yaml a document
-// naming it, {"deleted": true, key: id}.
-func (p *printer) deleted(key, id, line string) error {
+// show: line for the table formats; for the document formats a document
+// naming it, {"deleted": true, key: id}; for -o name, kind/id.
+func (p *printer) deleted(kind, key, id, line string) error {
 	if !p.structured() {
 		_, err := fmt.Fprintln(p.w, line)
 		return err
 	}
-	b, err := json.Marshal(map[string]any{key: id, "deleted": true})
+	if p.format == formatName {
+		_, err := fmt.Fprintf(p.w, "%s/%s\n", kind, id)
+		return err
+	}
+	b, err := deletedDoc(key, id)
 	if err != nil {
 		return err
 	}
-	return p.document(b)
+	return p.emit(b, nil, "")
 }
 
 // document writes compact JSON b as indented JSON or as YAML.

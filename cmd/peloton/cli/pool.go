@@ -78,6 +78,9 @@ limit and share 1; change them later with "peloton pool update".`,
 					}
 					return err
 				}
+				for _, w := range resp.GetWarnings() {
+					fmt.Fprintf(a.stderr, "warning: %s\n", w)
+				}
 				return showPool(p, resp.GetPool())
 			})
 		},
@@ -171,7 +174,7 @@ func (a *app) poolDeleteCommand() *cobra.Command {
 				if _, err := call(cmd.Context(), c, c.Pools.DeletePool, &pelotonv1.DeletePoolRequest{Path: args[0]}); err != nil {
 					return err
 				}
-				return p.deleted("path", args[0], fmt.Sprintf("pool %s deleted", args[0]))
+				return p.deleted("pool", "path", args[0], fmt.Sprintf("pool %s deleted", args[0]))
 			})
 		},
 	}

@@ -21,14 +21,15 @@ import (
 // by their first line, with the reason. Every other sh block runs, so a new
 // example is run unless someone adds it here and says why.
 var readmeNotRun = map[string]string{
-	"make up ":            "starts the server this test starts in-process, and runs the test suite",
-	"kubectl create":      "needs a Kubernetes cluster and an external etcd (TestReadmeDeploySecrets runs the one that makes the Secrets with a stand-in kubectl)",
-	"docker build":        "needs docker, a registry and a Kubernetes cluster",
-	readmeSecretsBlock:    "makes keys with openssl; TestReadmeDeploySecrets runs it and checks what it makes",
-	"peloton serve clust": "needs an external three-member etcd cluster; TestReadmeServeCommands parses it",
-	"peloton serve feder": "needs an external etcd cluster and machines for three clusters; TestReadmeServeCommands parses it",
-	"# a Mesos master at": "needs a Mesos master and an external etcd cluster",
-	"go build -o bin/pel": "benchmarks that run for minutes; their figures are in docs/benchmarks.md",
+	"make up ":             "starts the server this test starts in-process, and runs the test suite",
+	"kubectl create":       "needs a Kubernetes cluster and an external etcd (TestReadmeDeploySecrets runs the one that makes the Secrets with a stand-in kubectl)",
+	"docker build":         "needs docker, a registry and a Kubernetes cluster",
+	"helm install peloton": "needs an image in a registry and a Kubernetes cluster; deploy/helm's TestReadmeHelmInstall renders the chart with its values",
+	readmeSecretsBlock:     "makes keys with openssl; TestReadmeDeploySecrets runs it and checks what it makes",
+	"peloton serve clust":  "needs an external three-member etcd cluster; TestReadmeServeCommands parses it",
+	"peloton serve feder":  "needs an external etcd cluster and machines for three clusters; TestReadmeServeCommands parses it",
+	"# a Mesos master at":  "needs a Mesos master and an external etcd cluster",
+	"go build -o bin/pel":  "benchmarks that run for minutes; their figures are in docs/benchmarks.md",
 }
 
 // readmeBlock is one ```sh block of the README.

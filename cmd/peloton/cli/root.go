@@ -46,9 +46,11 @@ type app struct {
 	stdout, stderr io.Writer
 
 	// Global persistent flags.
-	server  string
-	output  string
-	timeout time.Duration
+	server string
+	output string
+	// noHeaders is --no-headers.
+	noHeaders bool
+	timeout   time.Duration
 	// fedAddr is --federation; clusterName is --cluster, the cluster that
 	// cluster commands go to (its endpoint asked of the federation once per
 	// invocation, see dial).
@@ -149,7 +151,8 @@ Start a single-machine cluster with "peloton up", then submit work to it:
 	}
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.server, "server", server, "gRPC address of the peloton server; $"+serverEnv+", else the context's server, sets the default")
-	pf.StringVarP(&a.output, "output", "o", formatTable, "output format: table, wide, json or yaml")
+	pf.StringVarP(&a.output, "output", "o", formatTable, "output format: "+validOutputFormats)
+	pf.BoolVar(&a.noHeaders, "no-headers", false, "print tables (and -o custom-columns) without their header row")
 	pf.DurationVar(&a.timeout, "timeout", 30*time.Second, "timeout of each API call")
 	fed := a.getenv(federationEnv)
 	if fed == "" {
@@ -181,11 +184,21 @@ Start a single-machine cluster with "peloton up", then submit work to it:
 		a.configCommand(),
 		a.versionCommand(),
 		a.benchCommand(),
+		a.explainCommand(),
 	)
 	// Inherited by every subcommand: bad flags are usage errors.
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		return a.report(cmd, flagError(err))
 	})
+	// -o is checked before any command runs, whether or not it prints
+	// through it: a typo is named with the valid values, at no cost.
+	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
+		_, err := a.printer()
+		return a.report(cmd, err)
+	}
+	a.resolveIDPrefixes(root)
+	a.registerCompletions(root)
+	addExamples(root)
 	a.reportErrors(root)
 	return root
 }

@@ -27,6 +27,8 @@ type stack struct {
 	addr string
 	// etcd is the endpoints of the etcd the stack embeds.
 	etcd []string
+	// http is the REST gateway's address.
+	http string
 }
 
 // startStack starts a stack of two virtual hosts and stops it when the test
@@ -75,7 +77,7 @@ func startStack(t *testing.T, opts ...func(*cluster.Config)) *stack {
 			t.Error("stack did not stop within 60s")
 		}
 	})
-	return &stack{t: t, addr: info.GRPCAddr, etcd: info.EtcdEndpoints}
+	return &stack{t: t, addr: info.GRPCAddr, etcd: info.EtcdEndpoints, http: info.HTTPAddr}
 }
 
 // run runs one CLI command against the stack.

@@ -1,11 +1,13 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"os/signal"
 	"strings"
@@ -39,6 +41,9 @@ type serverFlags struct {
 	etcdQuota     int64
 	backend       string
 	hosts         int
+	partitions    string
+	// fs is the flag set registered on, to tell a flag given from its default.
+	fs            *pflag.FlagSet
 	hostCPU       float64
 	hostMemoryMB  int64
 	hostDiskMB    int64
@@ -64,6 +69,7 @@ type serverFlags struct {
 	// Federation: serve cluster registers with --federation; up runs one
 	// (fed) over --clusters.
 	federation    string
+	federationUI  string
 	clusterLabels []string
 	clusters      string
 	fed           fedFlags
@@ -111,6 +117,7 @@ func (f *serverFlags) register(fs *pflag.FlagSet, embedded bool) {
 		f.fed.register(fs, "federation-")
 	} else {
 		fs.StringVar(&f.federation, "federation", "", "gRPC address of the federation to register this cluster with (and keep registered); empty: none")
+		fs.StringVar(&f.federationUI, "federation-ui", "", "the federation's web UI (http:// or https:// URL), which this cluster's Clusters page links to; empty: no link")
 		fs.StringSliceVar(&f.etcdEndpoints, "etcd-endpoints", nil, "external etcd to use (comma-separated URLs; required)")
 		fs.BoolVar(&f.leaderElect, "leader-elect", false, "campaign for leadership in etcd and run the stack only while leading, so several replicas can run; followers forward their listeners to the leader")
 		fs.DurationVar(&f.leaderLease, "leader-lease", cluster.DefaultLeaderLease, "TTL of the leader's etcd lease (whole seconds, at least 1s): how long a leader that died holds the cluster up (with --leader-elect)")
@@ -136,6 +143,8 @@ func (f *serverFlags) register(fs *pflag.FlagSet, embedded bool) {
 	f.iso.register(fs)
 	f.etcdTLS.register(fs)
 	fs.IntVar(&f.hosts, "hosts", 1, "number of virtual (local) or simulated (sim) hosts")
+	fs.StringVar(&f.partitions, "partitions", "", "partitions of the local virtual hosts, NAME=COUNT comma-separated, in host order, e.g. batch=2,stateless=2; the counts add up to --hosts, or give the host count without it (default: from 2 hosts, the first half, rounded up, in the advisor's batch partition and the rest in its stateless one; 1 host: partition default)")
+	f.fs = fs
 	fs.Float64Var(&f.hostCPU, "host-cpu", 0, "CPUs of each host (0: local sizes to this machine, sim uses 32)")
 	fs.Int64Var(&f.hostMemoryMB, "host-memory-mb", 0, "memory of each host in MiB (0: local sizes to this machine, sim uses 131072)")
 	fs.Int64Var(&f.hostDiskMB, "host-disk-mb", 0, "disk of each host in MiB (0: local sizes to this machine, sim has none)")
@@ -171,6 +180,9 @@ func (f *serverFlags) config(embedded bool) (cluster.Config, error) {
 	if err := f.checkStackFlags(embedded, endpoints); err != nil {
 		return cluster.Config{}, err
 	}
+	if u, err := url.Parse(f.federationUI); f.federationUI != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
+		return cluster.Config{}, usageErrorf("invalid --federation-ui %q: want an http:// or https:// URL", f.federationUI)
+	}
 	kube, err := f.kube.config()
 	if err != nil {
 		return cluster.Config{}, err
@@ -197,6 +209,11 @@ func (f *serverFlags) config(embedded bool) (cluster.Config, error) {
 	if err != nil {
 		return cluster.Config{}, err
 	}
+	parts, hosts, err := hostPartitions(f.partitions, f.hosts, f.fs != nil && f.fs.Changed("hosts"), f.backend,
+		cmp.Or(strings.TrimSpace(f.advisor.batch), "batch"), cmp.Or(strings.TrimSpace(f.advisor.stateless), "stateless"))
+	if err != nil {
+		return cluster.Config{}, err
+	}
 	cfg := cluster.Config{
 		ClusterName:       f.clusterName,
 		DataDir:           f.dataDir,
@@ -206,7 +223,8 @@ func (f *serverFlags) config(embedded bool) (cluster.Config, error) {
 		HTTPListen:        f.httpListen,
 		EtcdEndpoints:     endpoints,
 		Backend:           f.backend,
-		Hosts:             f.hosts,
+		Hosts:             hosts,
+		HostPartitions:    parts,
 		HostCPU:           f.hostCPU,
 		HostMemoryMB:      f.hostMemoryMB,
 		HostDiskMB:        f.hostDiskMB,
@@ -232,7 +250,7 @@ func (f *serverFlags) config(embedded bool) (cluster.Config, error) {
 		LeaderElect:       f.leaderElect,
 		LeaderLease:       f.leaderLease,
 		AdvertiseHost:     strings.TrimSpace(f.advertiseHost),
-		UI:                ui.Handler(ui.Cluster),
+		UI:                ui.HandlerWith(ui.Cluster, f.federationUI),
 	}
 	if embedded && len(endpoints) == 0 {
 		cfg.EtcdListen = f.etcdListen
@@ -633,6 +651,12 @@ func (a *app) runEmbedded(ctx context.Context, cmd *cobra.Command, f *serverFlag
 	}
 	f.fed.listen = freeIfZero(f.fed.listen, f.listen, cmd.Flags().Changed("federation-listen"))
 	f.fed.httpListen = freeIfZero(f.fed.httpListen, f.httpListen, cmd.Flags().Changed("federation-http-listen"))
+	// The clusters' UI links to the federation's.
+	scheme := "http://"
+	if cfg.Security.TLS.Enabled() {
+		scheme = "https://"
+	}
+	cfg.UI = ui.HandlerWith(ui.Cluster, scheme+f.fed.httpListen+"/")
 	fcfg, err := f.fed.config("federation-")
 	if err != nil {
 		return err

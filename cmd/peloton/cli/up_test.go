@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"errors"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -34,6 +35,13 @@ func TestUpRejectsBadFlags(t *testing.T) {
 		{[]string{"up", "--backend", "sim", "--host-labels", "zone=a,zone"}, "--host-labels"},
 		{[]string{"up", "--host-labels", "zone=a"}, "--host-labels"},
 		{[]string{"up", "--host-gpu", "1"}, "--host-gpu"},
+		{[]string{"up", "--partitions", "batch=2,stateless=2", "--hosts", "3"}, "--partitions"},
+		{[]string{"up", "--partitions", "batch"}, "--partitions"},
+		{[]string{"up", "--partitions", "Batch=1"}, "--partitions"},
+		{[]string{"up", "--partitions", "batch=0"}, "--partitions"},
+		{[]string{"up", "--partitions", "batch=x"}, "--partitions"},
+		{[]string{"up", "--partitions", "batch=1,batch=1"}, "--partitions"},
+		{[]string{"up", "--backend", "sim", "--partitions", "batch=1"}, "--partitions"},
 		{[]string{"up", "--backend", "kubernetes", "--kube-qps", "0"}, "--kube-qps"},
 		{[]string{"up", "--backend", "kubernetes", "--kube-burst", "-1"}, "--kube-burst"},
 		{[]string{"up", "--backend", "kubernetes", "--kube-pool-namespaces", "team=ns"}, "--kube-pool-namespaces"},
@@ -45,6 +53,8 @@ func TestUpRejectsBadFlags(t *testing.T) {
 		{[]string{"up", "--cluster-name", "East"}, "--cluster-name"},
 		{[]string{"up", "--cluster-name", ""}, "--cluster-name"},
 		{[]string{"serve", "cluster", "--etcd-endpoints", "http://e:2379", "--cluster-name", "a.b"}, "--cluster-name"},
+		{[]string{"serve", "cluster", "--etcd-endpoints", "http://e:2379", "--federation-ui", "fed.example:5292"}, "--federation-ui"},
+		{[]string{"serve", "cluster", "--etcd-endpoints", "http://e:2379", "--federation-ui", "ftp://fed.example/"}, "--federation-ui"},
 		{[]string{"serve", "cluster", "--etcd-endpoints", "http://e:2379", "--leader-elect", "--leader-lease", "500ms"}, "--leader-lease"},
 		{[]string{"serve", "cluster", "--etcd-endpoints", "http://e:2379", "--leader-elect", "--leader-lease", "0s"}, "--leader-lease"},
 		{[]string{"serve", "cluster", "--etcd-endpoints", "http://e:2379", "--leader-elect", "--listen", "0.0.0.0:5391"}, "--advertise-host"},
@@ -222,5 +232,51 @@ func TestServerCommandsHaveNoClientFlags(t *testing.T) {
 	}
 	if r := runWith(t, run, "", "serve", "cluster", "--etcd-endpoints", "http://a:2379"); r.code != exitOK || got.DefaultReservesHosts {
 		t.Errorf("serve cluster: exit %d, DefaultReservesHosts %v", r.code, got.DefaultReservesHosts)
+	}
+}
+
+// --partitions splits the local hosts; from two hosts the default splits
+// them between the advisor's batch and stateless partitions.
+func TestUpPartitions(t *testing.T) {
+	var got cluster.Config
+	run := func(ctx context.Context, cfg cluster.Config) error {
+		got = cfg
+		return nil
+	}
+	for _, tc := range []struct {
+		args  []string
+		hosts int
+		parts string
+	}{
+		{[]string{"up", "--partitions", "batch=2,stateless=2"}, 4, "batch batch stateless stateless"},
+		{[]string{"up", "--partitions", "gpu=1, batch=2", "--hosts", "3"}, 3, "gpu batch batch"},
+		{[]string{"up", "--hosts", "3"}, 3, "batch batch stateless"},
+		{[]string{"up", "--hosts", "2", "--advisor-stateless-partition", "web"}, 2, "batch web"},
+		{[]string{"up"}, 1, ""},
+		{[]string{"up", "--backend", "sim", "--hosts", "4"}, 4, ""},
+	} {
+		got = cluster.Config{}
+		if r := runWith(t, run, "", tc.args...); r.code != exitOK {
+			t.Fatalf("%q: exit %d, stderr %q", tc.args, r.code, r.stderr)
+		}
+		if got.Hosts != tc.hosts || strings.Join(got.HostPartitions, " ") != tc.parts {
+			t.Errorf("%q: hosts %d, partitions %q; want %d %q", tc.args, got.Hosts, got.HostPartitions, tc.hosts, tc.parts)
+		}
+	}
+}
+
+// TestServeClusterFederationUI: --federation-ui reaches the cluster's web
+// UI, whose Clusters page links to it.
+func TestServeClusterFederationUI(t *testing.T) {
+	var got cluster.Config
+	r := runWith(t, func(_ context.Context, cfg cluster.Config) error { got = cfg; return nil }, "",
+		"serve", "cluster", "--etcd-endpoints", "http://e:2379", "--federation-ui", "https://fed.example:5292/")
+	if r.code != exitOK || got.UI == nil {
+		t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
+	}
+	rec := httptest.NewRecorder()
+	got.UI.ServeHTTP(rec, httptest.NewRequest("GET", "/ui/clusters", nil))
+	if want := `<meta name="peloton-federation-ui" content="https://fed.example:5292/">`; !strings.Contains(rec.Body.String(), want) {
+		t.Errorf("the cluster's UI lacks %s", want)
 	}
 }

@@ -108,6 +108,7 @@ func (f *updateFlags) spec(fs *pflag.FlagSet) (*pelotonv1.UpdateSpec, error) {
 func (a *app) updateStartCommand() *cobra.Command {
 	var f updateFlags
 	var rid string
+	var dry bool
 	cmd := &cobra.Command{
 		Use:   "start JOBID -f FILE",
 		Short: "Start a rolling update of a job to a new spec",
@@ -137,9 +138,11 @@ works; -o json or -o yaml prints the whole update instead.`,
 				return err
 			}
 			return a.withClient(func(c *client) error {
-				resp, err := create(cmd.Context(), c, c.Updates.CreateUpdate, &pelotonv1.CreateUpdateRequest{
-					JobId: args[0], Spec: spec, UpdateSpec: us, JobVersion: f.jobVersion, RequestId: reqID,
-				})
+				req := &pelotonv1.CreateUpdateRequest{JobId: args[0], Spec: spec, UpdateSpec: us, JobVersion: f.jobVersion, RequestId: reqID}
+				if dry {
+					return a.dryCreateUpdate(cmd.Context(), c, p, req)
+				}
+				resp, err := create(cmd.Context(), c, c.Updates.CreateUpdate, req)
 				if err != nil {
 					return err
 				}
@@ -155,6 +158,7 @@ works; -o json or -o yaml prints the whole update instead.`,
 	}
 	f.register(cmd.Flags())
 	requestIDFlag(cmd, &rid)
+	dryRunFlag(cmd, &dry)
 	return cmd
 }
 
@@ -300,9 +304,10 @@ func (a *app) watchUpdate(ctx context.Context, c *client, p *printer, id string,
 
 // updateOutcome is whether an update that ended ended as its user wanted,
 // and the line that says how it ended. A rollback is what the user wanted
-// unless the update rolled back on its own, which only rollbackOnFailure
-// does: the server does not record who asked, so a rolled-back update with
-// rollbackOnFailure counts as one that failed.
+// when a user asked for it (rollbackCause "user"), not when the update
+// turned around on its own after failures ("failure"). An update stored
+// before the server said which has no cause: then only rollbackOnFailure
+// could have turned it around on its own.
 func updateOutcome(u *pelotonv1.Update) (bool, string) {
 	st := u.GetStatus()
 	msg := fmt.Sprintf("update %s is %s", u.GetId(), st.GetState())
@@ -310,8 +315,13 @@ func updateOutcome(u *pelotonv1.Update) (bool, string) {
 	case pelotonv1.UpdateState_UPDATE_SUCCEEDED:
 		return true, msg
 	case pelotonv1.UpdateState_UPDATE_ROLLED_BACK:
-		if !u.GetSpec().GetRollbackOnFailure() {
+		switch st.GetRollbackCause() {
+		case "user":
 			return true, msg + ", as asked"
+		case "":
+			if !u.GetSpec().GetRollbackOnFailure() {
+				return true, msg + ", as asked"
+			}
 		}
 	}
 	if m := st.GetMessage(); m != "" {
@@ -346,6 +356,9 @@ func showProgress(p *printer, u *pelotonv1.Update, shown *[]byte) error {
 		// One YAML document per change.
 		fmt.Fprintln(p.w, "---")
 		return p.document(cur)
+	}
+	if p.structured() {
+		return p.emit(cur, u.ProtoReflect().Descriptor(), "")
 	}
 	_, err := fmt.Fprintln(p.w, string(cur))
 	return err

@@ -133,6 +133,10 @@ func TestUpdateCommandsOnAService(t *testing.T) {
 		}
 		return rs[1][2]
 	}
+	// A unique prefix of an update id will do, as for job ids.
+	if got := s.ok("update", "pause", paused[:8], "-o", "jsonpath={.id}"); got != paused {
+		t.Errorf("update pause %s: %q, want %s", paused[:8], got, paused)
+	}
 	out := s.ok("update", "get", paused)
 	rs := rows(out)
 	if got, want := strings.Join(rs[0], " "), "ID JOB STATE VERSIONS DONE FAILED CURRENT MESSAGE"; got != want {
@@ -174,7 +178,8 @@ func TestUpdateCommandsOnAService(t *testing.T) {
 
 	// A plain update: only its ID on stdout, the summary on stderr; watch
 	// follows it to the end and exits 0.
-	r = s.run("update", "start", job, "-f", v3)
+	// It may roll back on failure; the rollback below is still the user's.
+	r = s.run("update", "start", job, "-f", v3, "--rollback-on-failure")
 	rolled := strings.TrimSpace(r.stdout)
 	if r.code != exitOK || r.stdout != rolled+"\n" || len(rolled) != 36 ||
 		r.stderr != "update "+rolled+" of job "+job+": spec version 2 -> 3, 3 instances to replace, batch size 1, UPDATE_ROLLING_FORWARD\n" {

@@ -26,12 +26,12 @@ func (a *app) versionCommand() *cobra.Command {
 				return err
 			}
 			v := versionInfo{Version: Version, GoVersion: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
-			if p.format == formatJSON || p.format == formatYAML {
+			if p.structured() {
 				b, err := json.Marshal(v)
 				if err != nil {
 					return err
 				}
-				return p.document(b)
+				return p.emit(b, nil, "")
 			}
 			fmt.Fprintf(a.stdout, "peloton %s\n%s %s\n", v.Version, v.GoVersion, v.Platform)
 			return nil

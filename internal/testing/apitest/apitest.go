@@ -40,6 +40,8 @@ type Stack struct {
 	Server *api.Server
 	// Addr is the gRPC address of the API.
 	Addr string
+	// Store is the stack's store, to look at what it holds.
+	Store store.Store
 }
 
 // Start starts a stack for t.
@@ -86,5 +88,5 @@ func Start(t testing.TB, o Options) *Stack {
 	}
 	go func() { _ = g.Serve(lis) }()
 	t.Cleanup(g.Stop)
-	return &Stack{JM: jm, Server: srv, Addr: lis.Addr().String()}
+	return &Stack{JM: jm, Server: srv, Addr: lis.Addr().String(), Store: st}
 }

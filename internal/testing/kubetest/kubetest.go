@@ -170,6 +170,7 @@ type Cluster struct {
 	mu        sync.Mutex
 	apiserver *Proc
 	kwok      *Proc
+	kcm       *Proc
 	closeOnce sync.Once
 }
 
@@ -421,6 +422,45 @@ options:
 ---
 `
 
+// StartControllerManager starts kube-controller-manager with only the
+// given controllers (e.g. "disruption", which computes the status of
+// PodDisruptionBudgets and so lets the Eviction API decide). The cluster
+// runs none by default: tests that need one ask for it. It fails when the
+// binary is not built (`make kube-tools` builds it with the others). Close
+// stops it.
+func (c *Cluster) StartControllerManager(controllers ...string) error {
+	path := filepath.Join(c.bin, "kube-controller-manager")
+	if st, err := os.Stat(path); err != nil || st.IsDir() {
+		return fmt.Errorf("kubetest: %s is not built; run `make kube-tools`", path)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.kcm != nil && !c.kcm.Exited() {
+		return errors.New("kubetest: kube-controller-manager already running")
+	}
+	p, err := StartProc(c.dir, "kube-controller-manager", path, []string{
+		"--kubeconfig=" + c.Kubeconfig,
+		"--authentication-kubeconfig=" + c.Kubeconfig,
+		"--authorization-kubeconfig=" + c.Kubeconfig,
+		"--controllers=" + strings.Join(controllers, ","),
+		"--leader-elect=false",
+		"--use-service-account-credentials=false",
+		"--bind-address=127.0.0.1",
+		"--secure-port=0",
+		"--cert-dir=" + filepath.Join(c.dir, "kcm-certs"),
+	})
+	if err != nil {
+		return err
+	}
+	c.kcm = p
+	select {
+	case <-p.done:
+		return fmt.Errorf("kubetest: kube-controller-manager exited at once: %v\n%s", p.err, p.Tail(30))
+	case <-time.After(300 * time.Millisecond):
+	}
+	return nil
+}
+
 // NodeSpec describes kwok nodes to create.
 type NodeSpec struct {
 	// Prefix names the nodes Prefix-0, Prefix-1, ...
@@ -538,7 +578,7 @@ func (c *Cluster) LogTails(n int) string {
 func (c *Cluster) Close() {
 	c.closeOnce.Do(func() {
 		c.mu.Lock()
-		procs := []*Proc{c.kwok, c.apiserver}
+		procs := []*Proc{c.kcm, c.kwok, c.apiserver}
 		c.mu.Unlock()
 		for _, p := range procs {
 			if p != nil {

@@ -1217,8 +1217,9 @@ func (x *VolumeSpec) GetMountPath() string {
 type TaskSpec struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// argv of the process; required.
-	Command []string          `protobuf:"bytes,1,rep,name=command,proto3" json:"command,omitempty"`
-	Env     map[string]string `protobuf:"bytes,2,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Command []string `protobuf:"bytes,1,rep,name=command,proto3" json:"command,omitempty"`
+	// Environment variables of the process, on top of the PELOTON_* ones.
+	Env map[string]string `protobuf:"bytes,2,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// Container image, used by container backends; the local backend ignores it.
 	Image         string         `protobuf:"bytes,3,opt,name=image,proto3" json:"image,omitempty"`
 	Resources     *Resources     `protobuf:"bytes,4,opt,name=resources,proto3" json:"resources,omitempty"`
@@ -1560,17 +1561,26 @@ func (x *PlacementSpec) GetPartition() string {
 // JobSpec is the whole description of a job: the document users submit.
 type JobSpec struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Type  JobType                `protobuf:"varint,2,opt,name=type,proto3,enum=peloton.api.v1.JobType" json:"type,omitempty"`
+	// The job's name (required, at most 253 characters), shown in lists;
+	// names need not be unique: the job id tells jobs apart.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// How the job's instances are kept (required); fixed once created.
+	Type JobType `protobuf:"varint,2,opt,name=type,proto3,enum=peloton.api.v1.JobType" json:"type,omitempty"`
 	// Leaf resource pool path, e.g. /default or /org/team.
-	Pool          string    `protobuf:"bytes,3,opt,name=pool,proto3" json:"pool,omitempty"`
-	InstanceCount uint32    `protobuf:"varint,4,opt,name=instance_count,json=instanceCount,proto3" json:"instance_count,omitempty"`
-	Sla           *SlaSpec  `protobuf:"bytes,5,opt,name=sla,proto3" json:"sla,omitempty"`
-	DefaultSpec   *TaskSpec `protobuf:"bytes,6,opt,name=default_spec,json=defaultSpec,proto3" json:"default_spec,omitempty"`
+	Pool string `protobuf:"bytes,3,opt,name=pool,proto3" json:"pool,omitempty"`
+	// Instances 0..instance_count-1 (must be > 0; 0 or unset for DAEMON
+	// jobs, whose instances follow their hosts).
+	InstanceCount uint32 `protobuf:"varint,4,opt,name=instance_count,json=instanceCount,proto3" json:"instance_count,omitempty"`
+	// Priority, preemption, disruption budget and gang of the job.
+	Sla *SlaSpec `protobuf:"bytes,5,opt,name=sla,proto3" json:"sla,omitempty"`
+	// What each instance runs, unless instance_specs overrides it.
+	DefaultSpec *TaskSpec `protobuf:"bytes,6,opt,name=default_spec,json=defaultSpec,proto3" json:"default_spec,omitempty"`
 	// Per-instance overrides, merged field by field over default_spec.
 	InstanceSpecs map[uint32]*TaskSpec `protobuf:"bytes,7,rep,name=instance_specs,json=instanceSpecs,proto3" json:"instance_specs,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	Labels        map[string]string    `protobuf:"bytes,8,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	Description   string               `protobuf:"bytes,9,opt,name=description,proto3" json:"description,omitempty"`
+	// Free-form key/value pairs (at most 64) that lists filter on.
+	Labels map[string]string `protobuf:"bytes,8,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Free text for people (at most 64 KiB).
+	Description string `protobuf:"bytes,9,opt,name=description,proto3" json:"description,omitempty"`
 	// Set by Peloton, never by a client: the job stands for work another
 	// system created and handed to Peloton to place (Kubernetes pods with
 	// schedulerName peloton). Such a job changes through its owner there,
@@ -2405,7 +2415,11 @@ type CreateJobRequest struct {
 	// and the same request returns the first result and creates nothing; the
 	// same id with a different request is ALREADY_EXISTS. Ids are remembered
 	// for 24 hours, across restarts. Empty: no retry protection.
-	RequestId     string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	RequestId string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// Check the request exactly as a real create would (the spec, the pool,
+	// the largest host) but store nothing and launch nothing; no job id is
+	// reserved and request_id is not recorded.
+	DryRun        bool `protobuf:"varint,3,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2454,9 +2468,21 @@ func (x *CreateJobRequest) GetRequestId() string {
 	return ""
 }
 
+func (x *CreateJobRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
 type CreateJobResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	JobId         string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Empty for a dry run.
+	JobId string `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	// Set when the request was a dry run: nothing was created.
+	DryRun bool `protobuf:"varint,2,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	// For a dry run, the spec as it would be stored (the pool resolved).
+	Spec          *JobSpec `protobuf:"bytes,3,opt,name=spec,proto3" json:"spec,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2496,6 +2522,20 @@ func (x *CreateJobResponse) GetJobId() string {
 		return x.JobId
 	}
 	return ""
+}
+
+func (x *CreateJobResponse) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+func (x *CreateJobResponse) GetSpec() *JobSpec {
+	if x != nil {
+		return x.Spec
+	}
+	return nil
 }
 
 type GetJobRequest struct {
@@ -3020,7 +3060,10 @@ type ScaleJobRequest struct {
 	JobId         string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
 	InstanceCount uint32                 `protobuf:"varint,2,opt,name=instance_count,json=instanceCount,proto3" json:"instance_count,omitempty"`
 	// When set, the scale applies only if the job is still at this version.
-	Version       uint64 `protobuf:"varint,3,opt,name=version,proto3" json:"version,omitempty"`
+	Version uint64 `protobuf:"varint,3,opt,name=version,proto3" json:"version,omitempty"`
+	// Check the scale exactly as a real one would (the job's state and type,
+	// its gang, the version, an update in progress) but change nothing.
+	DryRun        bool `protobuf:"varint,4,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3076,10 +3119,20 @@ func (x *ScaleJobRequest) GetVersion() uint64 {
 	return 0
 }
 
+func (x *ScaleJobRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
 type ScaleJobResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The job's spec version after the change.
-	SpecVersion   uint64 `protobuf:"varint,1,opt,name=spec_version,json=specVersion,proto3" json:"spec_version,omitempty"`
+	// The job's spec version after the change (for a dry run, the version
+	// the change would make).
+	SpecVersion uint64 `protobuf:"varint,1,opt,name=spec_version,json=specVersion,proto3" json:"spec_version,omitempty"`
+	// Set when the request was a dry run: nothing was changed.
+	DryRun        bool `protobuf:"varint,2,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3119,6 +3172,13 @@ func (x *ScaleJobResponse) GetSpecVersion() uint64 {
 		return x.SpecVersion
 	}
 	return 0
+}
+
+func (x *ScaleJobResponse) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
 }
 
 type ListJobVersionsRequest struct {
@@ -4260,8 +4320,12 @@ func (x *CreatePoolRequest) GetRequestId() string {
 }
 
 type CreatePoolResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Pool          *Pool                  `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Pool  *Pool                  `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	// What the pool was created with that cannot be honoured now, e.g. a
+	// reservation larger than the cluster's capacity (it is honoured only
+	// once hosts join). The pool is created all the same.
+	Warnings      []string `protobuf:"bytes,2,rep,name=warnings,proto3" json:"warnings,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4299,6 +4363,13 @@ func (*CreatePoolResponse) Descriptor() ([]byte, []int) {
 func (x *CreatePoolResponse) GetPool() *Pool {
 	if x != nil {
 		return x.Pool
+	}
+	return nil
+}
+
+func (x *CreatePoolResponse) GetWarnings() []string {
+	if x != nil {
+		return x.Warnings
 	}
 	return nil
 }
@@ -4711,8 +4782,13 @@ func (*ListPoolsRequest) Descriptor() ([]byte, []int) {
 }
 
 type ListPoolsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Pools         []*Pool                `protobuf:"bytes,1,rep,name=pools,proto3" json:"pools,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Pools []*Pool                `protobuf:"bytes,1,rep,name=pools,proto3" json:"pools,omitempty"`
+	// The largest host in service, per kind: the most one task may ask for
+	// here. Unset when the cluster knows no host to judge by (its backend
+	// never reached its substrate). The federation refuses up front work
+	// too large for every cluster by it.
+	LargestHost   *Resources `protobuf:"bytes,2,opt,name=largest_host,json=largestHost,proto3" json:"largest_host,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4750,6 +4826,13 @@ func (*ListPoolsResponse) Descriptor() ([]byte, []int) {
 func (x *ListPoolsResponse) GetPools() []*Pool {
 	if x != nil {
 		return x.Pools
+	}
+	return nil
+}
+
+func (x *ListPoolsResponse) GetLargestHost() *Resources {
+	if x != nil {
+		return x.LargestHost
 	}
 	return nil
 }
@@ -5571,8 +5654,13 @@ func (x *Substrate) GetReason() string {
 // preempted and run again elsewhere) and HOST_DRAINED once it holds no runs.
 // Either every host changes or none does.
 type StartMaintenanceRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Hosts         []string               `protobuf:"bytes,1,rep,name=hosts,proto3" json:"hosts,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Hosts []string               `protobuf:"bytes,1,rep,name=hosts,proto3" json:"hosts,omitempty"`
+	// Drain even when no host that stays in service fits the instances that
+	// must leave (they would wait for one, and the drain might never end).
+	// Without it such a request is refused FAILED_PRECONDITION, naming the
+	// job and instances.
+	Force         bool `protobuf:"varint,2,opt,name=force,proto3" json:"force,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5612,6 +5700,13 @@ func (x *StartMaintenanceRequest) GetHosts() []string {
 		return x.Hosts
 	}
 	return nil
+}
+
+func (x *StartMaintenanceRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
 }
 
 type StartMaintenanceResponse struct {
@@ -5762,7 +5857,18 @@ type MoveHostRequest struct {
 	Partition string `protobuf:"bytes,2,opt,name=partition,proto3" json:"partition,omitempty"`
 	// Why, kept in the partitions' move history (the advisor gives the
 	// numbers that caused it); at most 512 bytes.
-	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Move even when no host that stays in service fits the instances that
+	// must leave the host; without it such a move is refused
+	// FAILED_PRECONDITION, as StartMaintenanceRequest.force says.
+	Force bool `protobuf:"varint,4,opt,name=force,proto3" json:"force,omitempty"`
+	// Cancel the host's move under way instead: the host returns to the
+	// partition it was leaving and takes work again (its runs moved so far
+	// stay where they went). partition must be empty; a host that is not
+	// moving is FAILED_PRECONDITION. The cancel is in the move history
+	// (state CANCELLED), and an advisor does not move the host again for
+	// its hold-down.
+	Cancel        bool `protobuf:"varint,5,opt,name=cancel,proto3" json:"cancel,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5816,6 +5922,20 @@ func (x *MoveHostRequest) GetReason() string {
 		return x.Reason
 	}
 	return ""
+}
+
+func (x *MoveHostRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
+func (x *MoveHostRequest) GetCancel() bool {
+	if x != nil {
+		return x.Cancel
+	}
+	return false
 }
 
 type MoveHostResponse struct {
@@ -6187,7 +6307,10 @@ type PartitionMove struct {
 	Reason string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
 	// OBSERVED: an advisor in observe mode would have made it; MOVING:
 	// under way; DONE: the host settled in `to`; SUPERSEDED: the host moved
-	// again, or back, before this one finished.
+	// again, or back, before this one finished; CANCELLED: the move was
+	// cancelled (MoveHostRequest.cancel) and the host stayed in `from`. The
+	// cancel is an entry of its own, CANCELLED too, with the time and the
+	// reason of the cancel.
 	State         string                 `protobuf:"bytes,5,opt,name=state,proto3" json:"state,omitempty"`
 	Time          *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=time,proto3" json:"time,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -6755,8 +6878,13 @@ type UpdateStatus struct {
 	PausedFrom UpdateState `protobuf:"varint,10,opt,name=paused_from,json=pausedFrom,proto3,enum=peloton.api.v1.UpdateState" json:"paused_from,omitempty"`
 	// The instances that failed, sorted.
 	FailedInstances []uint32 `protobuf:"varint,11,rep,packed,name=failed_instances,json=failedInstances,proto3" json:"failed_instances,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Who turned the update around, once it rolls back: "user" (a
+	// RollbackUpdate call) or "failure" (more instances failed than it
+	// tolerates, with rollback_on_failure). Empty while it has not, and on
+	// updates stored before this field existed.
+	RollbackCause string `protobuf:"bytes,12,opt,name=rollback_cause,json=rollbackCause,proto3" json:"rollback_cause,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *UpdateStatus) Reset() {
@@ -6864,6 +6992,13 @@ func (x *UpdateStatus) GetFailedInstances() []uint32 {
 		return x.FailedInstances
 	}
 	return nil
+}
+
+func (x *UpdateStatus) GetRollbackCause() string {
+	if x != nil {
+		return x.RollbackCause
+	}
+	return ""
 }
 
 type Update struct {
@@ -7004,7 +7139,12 @@ type CreateUpdateRequest struct {
 	// and the same request returns the first result and creates nothing; the
 	// same id with a different request is ALREADY_EXISTS. Ids are remembered
 	// for 24 hours, across restarts. Empty: no retry protection.
-	RequestId     string `protobuf:"bytes,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	RequestId string `protobuf:"bytes,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// Check the update exactly as a real create would (the new spec, what
+	// may not change, the update spec, the job's state and version, an
+	// update in progress) but store nothing and replace no instance; no
+	// update id is reserved and request_id is not recorded.
+	DryRun        bool `protobuf:"varint,6,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -7074,9 +7214,19 @@ func (x *CreateUpdateRequest) GetRequestId() string {
 	return ""
 }
 
+func (x *CreateUpdateRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
 type CreateUpdateResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Update        *Update                `protobuf:"bytes,1,opt,name=update,proto3" json:"update,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The update as created; for a dry run, as it would be, without an id.
+	Update *Update `protobuf:"bytes,1,opt,name=update,proto3" json:"update,omitempty"`
+	// Set when the request was a dry run: nothing was created.
+	DryRun        bool `protobuf:"varint,2,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -7116,6 +7266,13 @@ func (x *CreateUpdateResponse) GetUpdate() *Update {
 		return x.Update
 	}
 	return nil
+}
+
+func (x *CreateUpdateResponse) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
 }
 
 type GetUpdateRequest struct {
@@ -7820,13 +7977,16 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"instanceId\x12\x17\n" +
 	"\atask_id\x18\x03 \x01(\tR\x06taskId\x122\n" +
 	"\x06status\x18\x04 \x01(\v2\x1a.peloton.api.v1.TaskStatusR\x06status\x12,\n" +
-	"\x04spec\x18\x05 \x01(\v2\x18.peloton.api.v1.TaskSpecR\x04spec\"^\n" +
+	"\x04spec\x18\x05 \x01(\v2\x18.peloton.api.v1.TaskSpecR\x04spec\"w\n" +
 	"\x10CreateJobRequest\x12+\n" +
 	"\x04spec\x18\x01 \x01(\v2\x17.peloton.api.v1.JobSpecR\x04spec\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x02 \x01(\tR\trequestId\"*\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\x12\x17\n" +
+	"\adry_run\x18\x03 \x01(\bR\x06dryRun\"p\n" +
 	"\x11CreateJobResponse\x12\x15\n" +
-	"\x06job_id\x18\x01 \x01(\tR\x05jobId\"&\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x17\n" +
+	"\adry_run\x18\x02 \x01(\bR\x06dryRun\x12+\n" +
+	"\x04spec\x18\x03 \x01(\v2\x17.peloton.api.v1.JobSpecR\x04spec\"&\n" +
 	"\rGetJobRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\"7\n" +
 	"\x0eGetJobResponse\x12%\n" +
@@ -7857,13 +8017,15 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\x11RestartJobRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1c\n" +
 	"\tinstances\x18\x02 \x03(\rR\tinstances\"\x14\n" +
-	"\x12RestartJobResponse\"i\n" +
+	"\x12RestartJobResponse\"\x82\x01\n" +
 	"\x0fScaleJobRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12%\n" +
 	"\x0einstance_count\x18\x02 \x01(\rR\rinstanceCount\x12\x18\n" +
-	"\aversion\x18\x03 \x01(\x04R\aversion\"5\n" +
+	"\aversion\x18\x03 \x01(\x04R\aversion\x12\x17\n" +
+	"\adry_run\x18\x04 \x01(\bR\x06dryRun\"N\n" +
 	"\x10ScaleJobResponse\x12!\n" +
-	"\fspec_version\x18\x01 \x01(\x04R\vspecVersion\"/\n" +
+	"\fspec_version\x18\x01 \x01(\x04R\vspecVersion\x12\x17\n" +
+	"\adry_run\x18\x02 \x01(\bR\x06dryRun\"/\n" +
 	"\x16ListJobVersionsRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\"\xa6\x01\n" +
 	"\n" +
@@ -7949,9 +8111,10 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12,\n" +
 	"\x04spec\x18\x02 \x01(\v2\x18.peloton.api.v1.PoolSpecR\x04spec\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x03 \x01(\tR\trequestId\">\n" +
+	"request_id\x18\x03 \x01(\tR\trequestId\"Z\n" +
 	"\x12CreatePoolResponse\x12(\n" +
-	"\x04pool\x18\x01 \x01(\v2\x14.peloton.api.v1.PoolR\x04pool\"$\n" +
+	"\x04pool\x18\x01 \x01(\v2\x14.peloton.api.v1.PoolR\x04pool\x12\x1a\n" +
+	"\bwarnings\x18\x02 \x03(\tR\bwarnings\"$\n" +
 	"\x0eGetPoolRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\";\n" +
 	"\x0fGetPoolResponse\x12(\n" +
@@ -7971,9 +8134,10 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"new_parent\x18\x02 \x01(\tR\tnewParent\"<\n" +
 	"\x10MovePoolResponse\x12(\n" +
 	"\x04pool\x18\x01 \x01(\v2\x14.peloton.api.v1.PoolR\x04pool\"\x12\n" +
-	"\x10ListPoolsRequest\"?\n" +
+	"\x10ListPoolsRequest\"}\n" +
 	"\x11ListPoolsResponse\x12*\n" +
-	"\x05pools\x18\x01 \x03(\v2\x14.peloton.api.v1.PoolR\x05pools\"\xf2\x06\n" +
+	"\x05pools\x18\x01 \x03(\v2\x14.peloton.api.v1.PoolR\x05pools\x12<\n" +
+	"\flargest_host\x18\x02 \x01(\v2\x19.peloton.api.v1.ResourcesR\vlargestHost\"\xf2\x06\n" +
 	"\x04Host\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x125\n" +
 	"\bcapacity\x18\x02 \x01(\v2\x19.peloton.api.v1.ResourcesR\bcapacity\x127\n" +
@@ -8043,19 +8207,22 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n" +
 	"\treachable\x18\x03 \x01(\bR\treachable\x120\n" +
 	"\x05since\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x16\n" +
-	"\x06reason\x18\x05 \x01(\tR\x06reason\"/\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\"E\n" +
 	"\x17StartMaintenanceRequest\x12\x14\n" +
-	"\x05hosts\x18\x01 \x03(\tR\x05hosts\"F\n" +
+	"\x05hosts\x18\x01 \x03(\tR\x05hosts\x12\x14\n" +
+	"\x05force\x18\x02 \x01(\bR\x05force\"F\n" +
 	"\x18StartMaintenanceResponse\x12*\n" +
 	"\x05hosts\x18\x01 \x03(\v2\x14.peloton.api.v1.HostR\x05hosts\"2\n" +
 	"\x1aCompleteMaintenanceRequest\x12\x14\n" +
 	"\x05hosts\x18\x01 \x03(\tR\x05hosts\"I\n" +
 	"\x1bCompleteMaintenanceResponse\x12*\n" +
-	"\x05hosts\x18\x01 \x03(\v2\x14.peloton.api.v1.HostR\x05hosts\"[\n" +
+	"\x05hosts\x18\x01 \x03(\v2\x14.peloton.api.v1.HostR\x05hosts\"\x89\x01\n" +
 	"\x0fMoveHostRequest\x12\x12\n" +
 	"\x04host\x18\x01 \x01(\tR\x04host\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\tR\tpartition\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\"<\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x14\n" +
+	"\x05force\x18\x04 \x01(\bR\x05force\x12\x16\n" +
+	"\x06cancel\x18\x05 \x01(\bR\x06cancel\"<\n" +
 	"\x10MoveHostResponse\x12(\n" +
 	"\x04host\x18\x01 \x01(\v2\x14.peloton.api.v1.HostR\x04host\"\x9f\x05\n" +
 	"\tPartition\x12\x12\n" +
@@ -8135,7 +8302,7 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\x14max_instance_retries\x18\x05 \x01(\rR\x12maxInstanceRetries\x124\n" +
 	"\x16max_tolerable_failures\x18\x06 \x01(\rR\x14maxTolerableFailures\x12!\n" +
 	"\fstart_paused\x18\a \x01(\bR\vstartPaused\x12*\n" +
-	"\x11min_ready_seconds\x18\b \x01(\rR\x0fminReadySeconds\"\xab\x04\n" +
+	"\x11min_ready_seconds\x18\b \x01(\rR\x0fminReadySeconds\"\xd2\x04\n" +
 	"\fUpdateStatus\x121\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x1b.peloton.api.v1.UpdateStateR\x05state\x12'\n" +
 	"\x0finstances_total\x18\x02 \x01(\rR\x0einstancesTotal\x12%\n" +
@@ -8151,7 +8318,8 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\vpaused_from\x18\n" +
 	" \x01(\x0e2\x1b.peloton.api.v1.UpdateStateR\n" +
 	"pausedFrom\x12)\n" +
-	"\x10failed_instances\x18\v \x03(\rR\x0ffailedInstances\"\xb5\x03\n" +
+	"\x10failed_instances\x18\v \x03(\rR\x0ffailedInstances\x12%\n" +
+	"\x0erollback_cause\x18\f \x01(\tR\rrollbackCause\"\xb5\x03\n" +
 	"\x06Update\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12.\n" +
@@ -8167,7 +8335,7 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	" \x03(\rR\tinstances\x1a;\n" +
 	"\rRestartsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\rR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\"\xd6\x01\n" +
+	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\"\xef\x01\n" +
 	"\x13CreateUpdateRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12+\n" +
 	"\x04spec\x18\x02 \x01(\v2\x17.peloton.api.v1.JobSpecR\x04spec\x12;\n" +
@@ -8176,9 +8344,11 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\vjob_version\x18\x04 \x01(\x04R\n" +
 	"jobVersion\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x05 \x01(\tR\trequestId\"F\n" +
+	"request_id\x18\x05 \x01(\tR\trequestId\x12\x17\n" +
+	"\adry_run\x18\x06 \x01(\bR\x06dryRun\"_\n" +
 	"\x14CreateUpdateResponse\x12.\n" +
-	"\x06update\x18\x01 \x01(\v2\x16.peloton.api.v1.UpdateR\x06update\"/\n" +
+	"\x06update\x18\x01 \x01(\v2\x16.peloton.api.v1.UpdateR\x06update\x12\x17\n" +
+	"\adry_run\x18\x02 \x01(\bR\x06dryRun\"/\n" +
 	"\x10GetUpdateRequest\x12\x1b\n" +
 	"\tupdate_id\x18\x01 \x01(\tR\bupdateId\"C\n" +
 	"\x11GetUpdateResponse\x12.\n" +
@@ -8527,170 +8697,172 @@ var file_peloton_api_v1_peloton_proto_depIdxs = []int32{
 	26,  // 37: peloton.api.v1.Task.status:type_name -> peloton.api.v1.TaskStatus
 	18,  // 38: peloton.api.v1.Task.spec:type_name -> peloton.api.v1.TaskSpec
 	22,  // 39: peloton.api.v1.CreateJobRequest.spec:type_name -> peloton.api.v1.JobSpec
-	25,  // 40: peloton.api.v1.GetJobResponse.job:type_name -> peloton.api.v1.Job
-	5,   // 41: peloton.api.v1.ListJobsRequest.states:type_name -> peloton.api.v1.JobState
-	121, // 42: peloton.api.v1.ListJobsRequest.labels:type_name -> peloton.api.v1.ListJobsRequest.LabelsEntry
-	127, // 43: peloton.api.v1.ListJobsRequest.created_since:type_name -> google.protobuf.Timestamp
-	127, // 44: peloton.api.v1.ListJobsRequest.created_until:type_name -> google.protobuf.Timestamp
-	25,  // 45: peloton.api.v1.ListJobsResponse.jobs:type_name -> peloton.api.v1.Job
-	22,  // 46: peloton.api.v1.JobVersion.spec:type_name -> peloton.api.v1.JobSpec
-	127, // 47: peloton.api.v1.JobVersion.create_time:type_name -> google.protobuf.Timestamp
-	44,  // 48: peloton.api.v1.ListJobVersionsResponse.versions:type_name -> peloton.api.v1.JobVersion
-	122, // 49: peloton.api.v1.WatchJobsRequest.labels:type_name -> peloton.api.v1.WatchJobsRequest.LabelsEntry
-	25,  // 50: peloton.api.v1.JobChange.job:type_name -> peloton.api.v1.Job
-	1,   // 51: peloton.api.v1.ListTasksRequest.states:type_name -> peloton.api.v1.TaskState
-	28,  // 52: peloton.api.v1.ListTasksResponse.tasks:type_name -> peloton.api.v1.Task
-	28,  // 53: peloton.api.v1.GetTaskResponse.task:type_name -> peloton.api.v1.Task
-	6,   // 54: peloton.api.v1.GetTaskLogsRequest.stream:type_name -> peloton.api.v1.LogStream
-	127, // 55: peloton.api.v1.GetTaskLogsRequest.since:type_name -> google.protobuf.Timestamp
-	28,  // 56: peloton.api.v1.TaskChange.task:type_name -> peloton.api.v1.Task
-	11,  // 57: peloton.api.v1.PoolSpec.reservation:type_name -> peloton.api.v1.Resources
-	11,  // 58: peloton.api.v1.PoolSpec.limit:type_name -> peloton.api.v1.Resources
-	11,  // 59: peloton.api.v1.PoolSpec.share:type_name -> peloton.api.v1.Resources
-	11,  // 60: peloton.api.v1.PoolSpec.revocable_limit:type_name -> peloton.api.v1.Resources
-	11,  // 61: peloton.api.v1.PoolStatus.entitlement:type_name -> peloton.api.v1.Resources
-	11,  // 62: peloton.api.v1.PoolStatus.allocation:type_name -> peloton.api.v1.Resources
-	11,  // 63: peloton.api.v1.PoolStatus.demand:type_name -> peloton.api.v1.Resources
-	58,  // 64: peloton.api.v1.Pool.spec:type_name -> peloton.api.v1.PoolSpec
-	59,  // 65: peloton.api.v1.Pool.status:type_name -> peloton.api.v1.PoolStatus
-	58,  // 66: peloton.api.v1.CreatePoolRequest.spec:type_name -> peloton.api.v1.PoolSpec
-	60,  // 67: peloton.api.v1.CreatePoolResponse.pool:type_name -> peloton.api.v1.Pool
-	60,  // 68: peloton.api.v1.GetPoolResponse.pool:type_name -> peloton.api.v1.Pool
-	58,  // 69: peloton.api.v1.UpdatePoolRequest.spec:type_name -> peloton.api.v1.PoolSpec
-	60,  // 70: peloton.api.v1.UpdatePoolResponse.pool:type_name -> peloton.api.v1.Pool
-	60,  // 71: peloton.api.v1.MovePoolResponse.pool:type_name -> peloton.api.v1.Pool
-	60,  // 72: peloton.api.v1.ListPoolsResponse.pools:type_name -> peloton.api.v1.Pool
-	11,  // 73: peloton.api.v1.Host.capacity:type_name -> peloton.api.v1.Resources
-	11,  // 74: peloton.api.v1.Host.allocated:type_name -> peloton.api.v1.Resources
-	123, // 75: peloton.api.v1.Host.labels:type_name -> peloton.api.v1.Host.LabelsEntry
-	7,   // 76: peloton.api.v1.Host.state:type_name -> peloton.api.v1.HostState
-	9,   // 77: peloton.api.v1.Host.partition_state:type_name -> peloton.api.v1.PartitionMoveState
-	75,  // 78: peloton.api.v1.Host.usage:type_name -> peloton.api.v1.HostUsage
-	11,  // 79: peloton.api.v1.Host.slack:type_name -> peloton.api.v1.Resources
-	11,  // 80: peloton.api.v1.Host.revocable:type_name -> peloton.api.v1.Resources
-	74,  // 81: peloton.api.v1.Host.runs:type_name -> peloton.api.v1.HostRun
-	8,   // 82: peloton.api.v1.Host.zone:type_name -> peloton.api.v1.HostZone
-	76,  // 83: peloton.api.v1.HostRun.usage:type_name -> peloton.api.v1.TaskUsage
-	127, // 84: peloton.api.v1.HostRun.since:type_name -> google.protobuf.Timestamp
-	127, // 85: peloton.api.v1.HostUsage.sample_time:type_name -> google.protobuf.Timestamp
-	127, // 86: peloton.api.v1.HostUsage.receive_time:type_name -> google.protobuf.Timestamp
-	127, // 87: peloton.api.v1.TaskUsage.sample_time:type_name -> google.protobuf.Timestamp
-	75,  // 88: peloton.api.v1.UsageReport.usage:type_name -> peloton.api.v1.HostUsage
-	124, // 89: peloton.api.v1.UsageReport.runs:type_name -> peloton.api.v1.UsageReport.RunsEntry
-	73,  // 90: peloton.api.v1.ListHostsResponse.hosts:type_name -> peloton.api.v1.Host
-	81,  // 91: peloton.api.v1.ListHostsResponse.substrate:type_name -> peloton.api.v1.Substrate
-	127, // 92: peloton.api.v1.Substrate.since:type_name -> google.protobuf.Timestamp
-	73,  // 93: peloton.api.v1.StartMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
-	73,  // 94: peloton.api.v1.CompleteMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
-	73,  // 95: peloton.api.v1.MoveHostResponse.host:type_name -> peloton.api.v1.Host
-	11,  // 96: peloton.api.v1.Partition.capacity:type_name -> peloton.api.v1.Resources
-	11,  // 97: peloton.api.v1.Partition.allocated:type_name -> peloton.api.v1.Resources
-	11,  // 98: peloton.api.v1.Partition.revocable:type_name -> peloton.api.v1.Resources
-	11,  // 99: peloton.api.v1.Partition.slack:type_name -> peloton.api.v1.Resources
-	125, // 100: peloton.api.v1.Partition.zones:type_name -> peloton.api.v1.Partition.ZonesEntry
-	88,  // 101: peloton.api.v1.ListPartitionsResponse.partitions:type_name -> peloton.api.v1.Partition
-	91,  // 102: peloton.api.v1.ListPartitionsResponse.advisor:type_name -> peloton.api.v1.AdvisorStatus
-	127, // 103: peloton.api.v1.AdvisorStatus.published:type_name -> google.protobuf.Timestamp
-	127, // 104: peloton.api.v1.PartitionMove.time:type_name -> google.protobuf.Timestamp
-	92,  // 105: peloton.api.v1.ListPartitionMovesResponse.moves:type_name -> peloton.api.v1.PartitionMove
-	8,   // 106: peloton.api.v1.HostAdvice.zone:type_name -> peloton.api.v1.HostZone
-	95,  // 107: peloton.api.v1.PublishAdviceRequest.hosts:type_name -> peloton.api.v1.HostAdvice
-	96,  // 108: peloton.api.v1.PublishAdviceRequest.partitions:type_name -> peloton.api.v1.PartitionAdvice
-	92,  // 109: peloton.api.v1.PublishAdviceRequest.observed_moves:type_name -> peloton.api.v1.PartitionMove
-	10,  // 110: peloton.api.v1.UpdateStatus.state:type_name -> peloton.api.v1.UpdateState
-	127, // 111: peloton.api.v1.UpdateStatus.create_time:type_name -> google.protobuf.Timestamp
-	127, // 112: peloton.api.v1.UpdateStatus.update_time:type_name -> google.protobuf.Timestamp
-	127, // 113: peloton.api.v1.UpdateStatus.completion_time:type_name -> google.protobuf.Timestamp
-	10,  // 114: peloton.api.v1.UpdateStatus.paused_from:type_name -> peloton.api.v1.UpdateState
-	99,  // 115: peloton.api.v1.Update.spec:type_name -> peloton.api.v1.UpdateSpec
-	100, // 116: peloton.api.v1.Update.status:type_name -> peloton.api.v1.UpdateStatus
-	126, // 117: peloton.api.v1.Update.restarts:type_name -> peloton.api.v1.Update.RestartsEntry
-	22,  // 118: peloton.api.v1.CreateUpdateRequest.spec:type_name -> peloton.api.v1.JobSpec
-	99,  // 119: peloton.api.v1.CreateUpdateRequest.update_spec:type_name -> peloton.api.v1.UpdateSpec
-	101, // 120: peloton.api.v1.CreateUpdateResponse.update:type_name -> peloton.api.v1.Update
-	101, // 121: peloton.api.v1.GetUpdateResponse.update:type_name -> peloton.api.v1.Update
-	101, // 122: peloton.api.v1.ListUpdatesResponse.updates:type_name -> peloton.api.v1.Update
-	101, // 123: peloton.api.v1.PauseUpdateResponse.update:type_name -> peloton.api.v1.Update
-	101, // 124: peloton.api.v1.ResumeUpdateResponse.update:type_name -> peloton.api.v1.Update
-	101, // 125: peloton.api.v1.AbortUpdateResponse.update:type_name -> peloton.api.v1.Update
-	101, // 126: peloton.api.v1.RollbackUpdateResponse.update:type_name -> peloton.api.v1.Update
-	18,  // 127: peloton.api.v1.JobSpec.InstanceSpecsEntry.value:type_name -> peloton.api.v1.TaskSpec
-	76,  // 128: peloton.api.v1.UsageReport.RunsEntry.value:type_name -> peloton.api.v1.TaskUsage
-	29,  // 129: peloton.api.v1.JobService.CreateJob:input_type -> peloton.api.v1.CreateJobRequest
-	31,  // 130: peloton.api.v1.JobService.GetJob:input_type -> peloton.api.v1.GetJobRequest
-	33,  // 131: peloton.api.v1.JobService.ListJobs:input_type -> peloton.api.v1.ListJobsRequest
-	35,  // 132: peloton.api.v1.JobService.CancelJob:input_type -> peloton.api.v1.CancelJobRequest
-	37,  // 133: peloton.api.v1.JobService.DeleteJob:input_type -> peloton.api.v1.DeleteJobRequest
-	39,  // 134: peloton.api.v1.JobService.RestartJob:input_type -> peloton.api.v1.RestartJobRequest
-	41,  // 135: peloton.api.v1.JobService.ScaleJob:input_type -> peloton.api.v1.ScaleJobRequest
-	43,  // 136: peloton.api.v1.JobService.ListJobVersions:input_type -> peloton.api.v1.ListJobVersionsRequest
-	46,  // 137: peloton.api.v1.JobService.WatchJobs:input_type -> peloton.api.v1.WatchJobsRequest
-	48,  // 138: peloton.api.v1.TaskService.ListTasks:input_type -> peloton.api.v1.ListTasksRequest
-	50,  // 139: peloton.api.v1.TaskService.GetTask:input_type -> peloton.api.v1.GetTaskRequest
-	52,  // 140: peloton.api.v1.TaskService.KillTask:input_type -> peloton.api.v1.KillTaskRequest
-	54,  // 141: peloton.api.v1.TaskService.GetTaskLogs:input_type -> peloton.api.v1.GetTaskLogsRequest
-	56,  // 142: peloton.api.v1.TaskService.WatchTasks:input_type -> peloton.api.v1.WatchTasksRequest
-	61,  // 143: peloton.api.v1.PoolService.CreatePool:input_type -> peloton.api.v1.CreatePoolRequest
-	63,  // 144: peloton.api.v1.PoolService.GetPool:input_type -> peloton.api.v1.GetPoolRequest
-	65,  // 145: peloton.api.v1.PoolService.UpdatePool:input_type -> peloton.api.v1.UpdatePoolRequest
-	67,  // 146: peloton.api.v1.PoolService.DeletePool:input_type -> peloton.api.v1.DeletePoolRequest
-	71,  // 147: peloton.api.v1.PoolService.ListPools:input_type -> peloton.api.v1.ListPoolsRequest
-	69,  // 148: peloton.api.v1.PoolService.MovePool:input_type -> peloton.api.v1.MovePoolRequest
-	79,  // 149: peloton.api.v1.HostService.ListHosts:input_type -> peloton.api.v1.ListHostsRequest
-	82,  // 150: peloton.api.v1.HostService.StartMaintenance:input_type -> peloton.api.v1.StartMaintenanceRequest
-	84,  // 151: peloton.api.v1.HostService.CompleteMaintenance:input_type -> peloton.api.v1.CompleteMaintenanceRequest
-	86,  // 152: peloton.api.v1.HostService.MoveHost:input_type -> peloton.api.v1.MoveHostRequest
-	89,  // 153: peloton.api.v1.PartitionService.ListPartitions:input_type -> peloton.api.v1.ListPartitionsRequest
-	93,  // 154: peloton.api.v1.PartitionService.ListPartitionMoves:input_type -> peloton.api.v1.ListPartitionMovesRequest
-	97,  // 155: peloton.api.v1.PartitionService.PublishAdvice:input_type -> peloton.api.v1.PublishAdviceRequest
-	77,  // 156: peloton.api.v1.HostAgentService.ReportUsage:input_type -> peloton.api.v1.UsageReport
-	102, // 157: peloton.api.v1.UpdateService.CreateUpdate:input_type -> peloton.api.v1.CreateUpdateRequest
-	104, // 158: peloton.api.v1.UpdateService.GetUpdate:input_type -> peloton.api.v1.GetUpdateRequest
-	106, // 159: peloton.api.v1.UpdateService.ListUpdates:input_type -> peloton.api.v1.ListUpdatesRequest
-	108, // 160: peloton.api.v1.UpdateService.PauseUpdate:input_type -> peloton.api.v1.PauseUpdateRequest
-	110, // 161: peloton.api.v1.UpdateService.ResumeUpdate:input_type -> peloton.api.v1.ResumeUpdateRequest
-	112, // 162: peloton.api.v1.UpdateService.AbortUpdate:input_type -> peloton.api.v1.AbortUpdateRequest
-	114, // 163: peloton.api.v1.UpdateService.RollbackUpdate:input_type -> peloton.api.v1.RollbackUpdateRequest
-	30,  // 164: peloton.api.v1.JobService.CreateJob:output_type -> peloton.api.v1.CreateJobResponse
-	32,  // 165: peloton.api.v1.JobService.GetJob:output_type -> peloton.api.v1.GetJobResponse
-	34,  // 166: peloton.api.v1.JobService.ListJobs:output_type -> peloton.api.v1.ListJobsResponse
-	36,  // 167: peloton.api.v1.JobService.CancelJob:output_type -> peloton.api.v1.CancelJobResponse
-	38,  // 168: peloton.api.v1.JobService.DeleteJob:output_type -> peloton.api.v1.DeleteJobResponse
-	40,  // 169: peloton.api.v1.JobService.RestartJob:output_type -> peloton.api.v1.RestartJobResponse
-	42,  // 170: peloton.api.v1.JobService.ScaleJob:output_type -> peloton.api.v1.ScaleJobResponse
-	45,  // 171: peloton.api.v1.JobService.ListJobVersions:output_type -> peloton.api.v1.ListJobVersionsResponse
-	47,  // 172: peloton.api.v1.JobService.WatchJobs:output_type -> peloton.api.v1.JobChange
-	49,  // 173: peloton.api.v1.TaskService.ListTasks:output_type -> peloton.api.v1.ListTasksResponse
-	51,  // 174: peloton.api.v1.TaskService.GetTask:output_type -> peloton.api.v1.GetTaskResponse
-	53,  // 175: peloton.api.v1.TaskService.KillTask:output_type -> peloton.api.v1.KillTaskResponse
-	55,  // 176: peloton.api.v1.TaskService.GetTaskLogs:output_type -> peloton.api.v1.LogChunk
-	57,  // 177: peloton.api.v1.TaskService.WatchTasks:output_type -> peloton.api.v1.TaskChange
-	62,  // 178: peloton.api.v1.PoolService.CreatePool:output_type -> peloton.api.v1.CreatePoolResponse
-	64,  // 179: peloton.api.v1.PoolService.GetPool:output_type -> peloton.api.v1.GetPoolResponse
-	66,  // 180: peloton.api.v1.PoolService.UpdatePool:output_type -> peloton.api.v1.UpdatePoolResponse
-	68,  // 181: peloton.api.v1.PoolService.DeletePool:output_type -> peloton.api.v1.DeletePoolResponse
-	72,  // 182: peloton.api.v1.PoolService.ListPools:output_type -> peloton.api.v1.ListPoolsResponse
-	70,  // 183: peloton.api.v1.PoolService.MovePool:output_type -> peloton.api.v1.MovePoolResponse
-	80,  // 184: peloton.api.v1.HostService.ListHosts:output_type -> peloton.api.v1.ListHostsResponse
-	83,  // 185: peloton.api.v1.HostService.StartMaintenance:output_type -> peloton.api.v1.StartMaintenanceResponse
-	85,  // 186: peloton.api.v1.HostService.CompleteMaintenance:output_type -> peloton.api.v1.CompleteMaintenanceResponse
-	87,  // 187: peloton.api.v1.HostService.MoveHost:output_type -> peloton.api.v1.MoveHostResponse
-	90,  // 188: peloton.api.v1.PartitionService.ListPartitions:output_type -> peloton.api.v1.ListPartitionsResponse
-	94,  // 189: peloton.api.v1.PartitionService.ListPartitionMoves:output_type -> peloton.api.v1.ListPartitionMovesResponse
-	98,  // 190: peloton.api.v1.PartitionService.PublishAdvice:output_type -> peloton.api.v1.PublishAdviceResponse
-	78,  // 191: peloton.api.v1.HostAgentService.ReportUsage:output_type -> peloton.api.v1.UsageAck
-	103, // 192: peloton.api.v1.UpdateService.CreateUpdate:output_type -> peloton.api.v1.CreateUpdateResponse
-	105, // 193: peloton.api.v1.UpdateService.GetUpdate:output_type -> peloton.api.v1.GetUpdateResponse
-	107, // 194: peloton.api.v1.UpdateService.ListUpdates:output_type -> peloton.api.v1.ListUpdatesResponse
-	109, // 195: peloton.api.v1.UpdateService.PauseUpdate:output_type -> peloton.api.v1.PauseUpdateResponse
-	111, // 196: peloton.api.v1.UpdateService.ResumeUpdate:output_type -> peloton.api.v1.ResumeUpdateResponse
-	113, // 197: peloton.api.v1.UpdateService.AbortUpdate:output_type -> peloton.api.v1.AbortUpdateResponse
-	115, // 198: peloton.api.v1.UpdateService.RollbackUpdate:output_type -> peloton.api.v1.RollbackUpdateResponse
-	164, // [164:199] is the sub-list for method output_type
-	129, // [129:164] is the sub-list for method input_type
-	129, // [129:129] is the sub-list for extension type_name
-	129, // [129:129] is the sub-list for extension extendee
-	0,   // [0:129] is the sub-list for field type_name
+	22,  // 40: peloton.api.v1.CreateJobResponse.spec:type_name -> peloton.api.v1.JobSpec
+	25,  // 41: peloton.api.v1.GetJobResponse.job:type_name -> peloton.api.v1.Job
+	5,   // 42: peloton.api.v1.ListJobsRequest.states:type_name -> peloton.api.v1.JobState
+	121, // 43: peloton.api.v1.ListJobsRequest.labels:type_name -> peloton.api.v1.ListJobsRequest.LabelsEntry
+	127, // 44: peloton.api.v1.ListJobsRequest.created_since:type_name -> google.protobuf.Timestamp
+	127, // 45: peloton.api.v1.ListJobsRequest.created_until:type_name -> google.protobuf.Timestamp
+	25,  // 46: peloton.api.v1.ListJobsResponse.jobs:type_name -> peloton.api.v1.Job
+	22,  // 47: peloton.api.v1.JobVersion.spec:type_name -> peloton.api.v1.JobSpec
+	127, // 48: peloton.api.v1.JobVersion.create_time:type_name -> google.protobuf.Timestamp
+	44,  // 49: peloton.api.v1.ListJobVersionsResponse.versions:type_name -> peloton.api.v1.JobVersion
+	122, // 50: peloton.api.v1.WatchJobsRequest.labels:type_name -> peloton.api.v1.WatchJobsRequest.LabelsEntry
+	25,  // 51: peloton.api.v1.JobChange.job:type_name -> peloton.api.v1.Job
+	1,   // 52: peloton.api.v1.ListTasksRequest.states:type_name -> peloton.api.v1.TaskState
+	28,  // 53: peloton.api.v1.ListTasksResponse.tasks:type_name -> peloton.api.v1.Task
+	28,  // 54: peloton.api.v1.GetTaskResponse.task:type_name -> peloton.api.v1.Task
+	6,   // 55: peloton.api.v1.GetTaskLogsRequest.stream:type_name -> peloton.api.v1.LogStream
+	127, // 56: peloton.api.v1.GetTaskLogsRequest.since:type_name -> google.protobuf.Timestamp
+	28,  // 57: peloton.api.v1.TaskChange.task:type_name -> peloton.api.v1.Task
+	11,  // 58: peloton.api.v1.PoolSpec.reservation:type_name -> peloton.api.v1.Resources
+	11,  // 59: peloton.api.v1.PoolSpec.limit:type_name -> peloton.api.v1.Resources
+	11,  // 60: peloton.api.v1.PoolSpec.share:type_name -> peloton.api.v1.Resources
+	11,  // 61: peloton.api.v1.PoolSpec.revocable_limit:type_name -> peloton.api.v1.Resources
+	11,  // 62: peloton.api.v1.PoolStatus.entitlement:type_name -> peloton.api.v1.Resources
+	11,  // 63: peloton.api.v1.PoolStatus.allocation:type_name -> peloton.api.v1.Resources
+	11,  // 64: peloton.api.v1.PoolStatus.demand:type_name -> peloton.api.v1.Resources
+	58,  // 65: peloton.api.v1.Pool.spec:type_name -> peloton.api.v1.PoolSpec
+	59,  // 66: peloton.api.v1.Pool.status:type_name -> peloton.api.v1.PoolStatus
+	58,  // 67: peloton.api.v1.CreatePoolRequest.spec:type_name -> peloton.api.v1.PoolSpec
+	60,  // 68: peloton.api.v1.CreatePoolResponse.pool:type_name -> peloton.api.v1.Pool
+	60,  // 69: peloton.api.v1.GetPoolResponse.pool:type_name -> peloton.api.v1.Pool
+	58,  // 70: peloton.api.v1.UpdatePoolRequest.spec:type_name -> peloton.api.v1.PoolSpec
+	60,  // 71: peloton.api.v1.UpdatePoolResponse.pool:type_name -> peloton.api.v1.Pool
+	60,  // 72: peloton.api.v1.MovePoolResponse.pool:type_name -> peloton.api.v1.Pool
+	60,  // 73: peloton.api.v1.ListPoolsResponse.pools:type_name -> peloton.api.v1.Pool
+	11,  // 74: peloton.api.v1.ListPoolsResponse.largest_host:type_name -> peloton.api.v1.Resources
+	11,  // 75: peloton.api.v1.Host.capacity:type_name -> peloton.api.v1.Resources
+	11,  // 76: peloton.api.v1.Host.allocated:type_name -> peloton.api.v1.Resources
+	123, // 77: peloton.api.v1.Host.labels:type_name -> peloton.api.v1.Host.LabelsEntry
+	7,   // 78: peloton.api.v1.Host.state:type_name -> peloton.api.v1.HostState
+	9,   // 79: peloton.api.v1.Host.partition_state:type_name -> peloton.api.v1.PartitionMoveState
+	75,  // 80: peloton.api.v1.Host.usage:type_name -> peloton.api.v1.HostUsage
+	11,  // 81: peloton.api.v1.Host.slack:type_name -> peloton.api.v1.Resources
+	11,  // 82: peloton.api.v1.Host.revocable:type_name -> peloton.api.v1.Resources
+	74,  // 83: peloton.api.v1.Host.runs:type_name -> peloton.api.v1.HostRun
+	8,   // 84: peloton.api.v1.Host.zone:type_name -> peloton.api.v1.HostZone
+	76,  // 85: peloton.api.v1.HostRun.usage:type_name -> peloton.api.v1.TaskUsage
+	127, // 86: peloton.api.v1.HostRun.since:type_name -> google.protobuf.Timestamp
+	127, // 87: peloton.api.v1.HostUsage.sample_time:type_name -> google.protobuf.Timestamp
+	127, // 88: peloton.api.v1.HostUsage.receive_time:type_name -> google.protobuf.Timestamp
+	127, // 89: peloton.api.v1.TaskUsage.sample_time:type_name -> google.protobuf.Timestamp
+	75,  // 90: peloton.api.v1.UsageReport.usage:type_name -> peloton.api.v1.HostUsage
+	124, // 91: peloton.api.v1.UsageReport.runs:type_name -> peloton.api.v1.UsageReport.RunsEntry
+	73,  // 92: peloton.api.v1.ListHostsResponse.hosts:type_name -> peloton.api.v1.Host
+	81,  // 93: peloton.api.v1.ListHostsResponse.substrate:type_name -> peloton.api.v1.Substrate
+	127, // 94: peloton.api.v1.Substrate.since:type_name -> google.protobuf.Timestamp
+	73,  // 95: peloton.api.v1.StartMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
+	73,  // 96: peloton.api.v1.CompleteMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
+	73,  // 97: peloton.api.v1.MoveHostResponse.host:type_name -> peloton.api.v1.Host
+	11,  // 98: peloton.api.v1.Partition.capacity:type_name -> peloton.api.v1.Resources
+	11,  // 99: peloton.api.v1.Partition.allocated:type_name -> peloton.api.v1.Resources
+	11,  // 100: peloton.api.v1.Partition.revocable:type_name -> peloton.api.v1.Resources
+	11,  // 101: peloton.api.v1.Partition.slack:type_name -> peloton.api.v1.Resources
+	125, // 102: peloton.api.v1.Partition.zones:type_name -> peloton.api.v1.Partition.ZonesEntry
+	88,  // 103: peloton.api.v1.ListPartitionsResponse.partitions:type_name -> peloton.api.v1.Partition
+	91,  // 104: peloton.api.v1.ListPartitionsResponse.advisor:type_name -> peloton.api.v1.AdvisorStatus
+	127, // 105: peloton.api.v1.AdvisorStatus.published:type_name -> google.protobuf.Timestamp
+	127, // 106: peloton.api.v1.PartitionMove.time:type_name -> google.protobuf.Timestamp
+	92,  // 107: peloton.api.v1.ListPartitionMovesResponse.moves:type_name -> peloton.api.v1.PartitionMove
+	8,   // 108: peloton.api.v1.HostAdvice.zone:type_name -> peloton.api.v1.HostZone
+	95,  // 109: peloton.api.v1.PublishAdviceRequest.hosts:type_name -> peloton.api.v1.HostAdvice
+	96,  // 110: peloton.api.v1.PublishAdviceRequest.partitions:type_name -> peloton.api.v1.PartitionAdvice
+	92,  // 111: peloton.api.v1.PublishAdviceRequest.observed_moves:type_name -> peloton.api.v1.PartitionMove
+	10,  // 112: peloton.api.v1.UpdateStatus.state:type_name -> peloton.api.v1.UpdateState
+	127, // 113: peloton.api.v1.UpdateStatus.create_time:type_name -> google.protobuf.Timestamp
+	127, // 114: peloton.api.v1.UpdateStatus.update_time:type_name -> google.protobuf.Timestamp
+	127, // 115: peloton.api.v1.UpdateStatus.completion_time:type_name -> google.protobuf.Timestamp
+	10,  // 116: peloton.api.v1.UpdateStatus.paused_from:type_name -> peloton.api.v1.UpdateState
+	99,  // 117: peloton.api.v1.Update.spec:type_name -> peloton.api.v1.UpdateSpec
+	100, // 118: peloton.api.v1.Update.status:type_name -> peloton.api.v1.UpdateStatus
+	126, // 119: peloton.api.v1.Update.restarts:type_name -> peloton.api.v1.Update.RestartsEntry
+	22,  // 120: peloton.api.v1.CreateUpdateRequest.spec:type_name -> peloton.api.v1.JobSpec
+	99,  // 121: peloton.api.v1.CreateUpdateRequest.update_spec:type_name -> peloton.api.v1.UpdateSpec
+	101, // 122: peloton.api.v1.CreateUpdateResponse.update:type_name -> peloton.api.v1.Update
+	101, // 123: peloton.api.v1.GetUpdateResponse.update:type_name -> peloton.api.v1.Update
+	101, // 124: peloton.api.v1.ListUpdatesResponse.updates:type_name -> peloton.api.v1.Update
+	101, // 125: peloton.api.v1.PauseUpdateResponse.update:type_name -> peloton.api.v1.Update
+	101, // 126: peloton.api.v1.ResumeUpdateResponse.update:type_name -> peloton.api.v1.Update
+	101, // 127: peloton.api.v1.AbortUpdateResponse.update:type_name -> peloton.api.v1.Update
+	101, // 128: peloton.api.v1.RollbackUpdateResponse.update:type_name -> peloton.api.v1.Update
+	18,  // 129: peloton.api.v1.JobSpec.InstanceSpecsEntry.value:type_name -> peloton.api.v1.TaskSpec
+	76,  // 130: peloton.api.v1.UsageReport.RunsEntry.value:type_name -> peloton.api.v1.TaskUsage
+	29,  // 131: peloton.api.v1.JobService.CreateJob:input_type -> peloton.api.v1.CreateJobRequest
+	31,  // 132: peloton.api.v1.JobService.GetJob:input_type -> peloton.api.v1.GetJobRequest
+	33,  // 133: peloton.api.v1.JobService.ListJobs:input_type -> peloton.api.v1.ListJobsRequest
+	35,  // 134: peloton.api.v1.JobService.CancelJob:input_type -> peloton.api.v1.CancelJobRequest
+	37,  // 135: peloton.api.v1.JobService.DeleteJob:input_type -> peloton.api.v1.DeleteJobRequest
+	39,  // 136: peloton.api.v1.JobService.RestartJob:input_type -> peloton.api.v1.RestartJobRequest
+	41,  // 137: peloton.api.v1.JobService.ScaleJob:input_type -> peloton.api.v1.ScaleJobRequest
+	43,  // 138: peloton.api.v1.JobService.ListJobVersions:input_type -> peloton.api.v1.ListJobVersionsRequest
+	46,  // 139: peloton.api.v1.JobService.WatchJobs:input_type -> peloton.api.v1.WatchJobsRequest
+	48,  // 140: peloton.api.v1.TaskService.ListTasks:input_type -> peloton.api.v1.ListTasksRequest
+	50,  // 141: peloton.api.v1.TaskService.GetTask:input_type -> peloton.api.v1.GetTaskRequest
+	52,  // 142: peloton.api.v1.TaskService.KillTask:input_type -> peloton.api.v1.KillTaskRequest
+	54,  // 143: peloton.api.v1.TaskService.GetTaskLogs:input_type -> peloton.api.v1.GetTaskLogsRequest
+	56,  // 144: peloton.api.v1.TaskService.WatchTasks:input_type -> peloton.api.v1.WatchTasksRequest
+	61,  // 145: peloton.api.v1.PoolService.CreatePool:input_type -> peloton.api.v1.CreatePoolRequest
+	63,  // 146: peloton.api.v1.PoolService.GetPool:input_type -> peloton.api.v1.GetPoolRequest
+	65,  // 147: peloton.api.v1.PoolService.UpdatePool:input_type -> peloton.api.v1.UpdatePoolRequest
+	67,  // 148: peloton.api.v1.PoolService.DeletePool:input_type -> peloton.api.v1.DeletePoolRequest
+	71,  // 149: peloton.api.v1.PoolService.ListPools:input_type -> peloton.api.v1.ListPoolsRequest
+	69,  // 150: peloton.api.v1.PoolService.MovePool:input_type -> peloton.api.v1.MovePoolRequest
+	79,  // 151: peloton.api.v1.HostService.ListHosts:input_type -> peloton.api.v1.ListHostsRequest
+	82,  // 152: peloton.api.v1.HostService.StartMaintenance:input_type -> peloton.api.v1.StartMaintenanceRequest
+	84,  // 153: peloton.api.v1.HostService.CompleteMaintenance:input_type -> peloton.api.v1.CompleteMaintenanceRequest
+	86,  // 154: peloton.api.v1.HostService.MoveHost:input_type -> peloton.api.v1.MoveHostRequest
+	89,  // 155: peloton.api.v1.PartitionService.ListPartitions:input_type -> peloton.api.v1.ListPartitionsRequest
+	93,  // 156: peloton.api.v1.PartitionService.ListPartitionMoves:input_type -> peloton.api.v1.ListPartitionMovesRequest
+	97,  // 157: peloton.api.v1.PartitionService.PublishAdvice:input_type -> peloton.api.v1.PublishAdviceRequest
+	77,  // 158: peloton.api.v1.HostAgentService.ReportUsage:input_type -> peloton.api.v1.UsageReport
+	102, // 159: peloton.api.v1.UpdateService.CreateUpdate:input_type -> peloton.api.v1.CreateUpdateRequest
+	104, // 160: peloton.api.v1.UpdateService.GetUpdate:input_type -> peloton.api.v1.GetUpdateRequest
+	106, // 161: peloton.api.v1.UpdateService.ListUpdates:input_type -> peloton.api.v1.ListUpdatesRequest
+	108, // 162: peloton.api.v1.UpdateService.PauseUpdate:input_type -> peloton.api.v1.PauseUpdateRequest
+	110, // 163: peloton.api.v1.UpdateService.ResumeUpdate:input_type -> peloton.api.v1.ResumeUpdateRequest
+	112, // 164: peloton.api.v1.UpdateService.AbortUpdate:input_type -> peloton.api.v1.AbortUpdateRequest
+	114, // 165: peloton.api.v1.UpdateService.RollbackUpdate:input_type -> peloton.api.v1.RollbackUpdateRequest
+	30,  // 166: peloton.api.v1.JobService.CreateJob:output_type -> peloton.api.v1.CreateJobResponse
+	32,  // 167: peloton.api.v1.JobService.GetJob:output_type -> peloton.api.v1.GetJobResponse
+	34,  // 168: peloton.api.v1.JobService.ListJobs:output_type -> peloton.api.v1.ListJobsResponse
+	36,  // 169: peloton.api.v1.JobService.CancelJob:output_type -> peloton.api.v1.CancelJobResponse
+	38,  // 170: peloton.api.v1.JobService.DeleteJob:output_type -> peloton.api.v1.DeleteJobResponse
+	40,  // 171: peloton.api.v1.JobService.RestartJob:output_type -> peloton.api.v1.RestartJobResponse
+	42,  // 172: peloton.api.v1.JobService.ScaleJob:output_type -> peloton.api.v1.ScaleJobResponse
+	45,  // 173: peloton.api.v1.JobService.ListJobVersions:output_type -> peloton.api.v1.ListJobVersionsResponse
+	47,  // 174: peloton.api.v1.JobService.WatchJobs:output_type -> peloton.api.v1.JobChange
+	49,  // 175: peloton.api.v1.TaskService.ListTasks:output_type -> peloton.api.v1.ListTasksResponse
+	51,  // 176: peloton.api.v1.TaskService.GetTask:output_type -> peloton.api.v1.GetTaskResponse
+	53,  // 177: peloton.api.v1.TaskService.KillTask:output_type -> peloton.api.v1.KillTaskResponse
+	55,  // 178: peloton.api.v1.TaskService.GetTaskLogs:output_type -> peloton.api.v1.LogChunk
+	57,  // 179: peloton.api.v1.TaskService.WatchTasks:output_type -> peloton.api.v1.TaskChange
+	62,  // 180: peloton.api.v1.PoolService.CreatePool:output_type -> peloton.api.v1.CreatePoolResponse
+	64,  // 181: peloton.api.v1.PoolService.GetPool:output_type -> peloton.api.v1.GetPoolResponse
+	66,  // 182: peloton.api.v1.PoolService.UpdatePool:output_type -> peloton.api.v1.UpdatePoolResponse
+	68,  // 183: peloton.api.v1.PoolService.DeletePool:output_type -> peloton.api.v1.DeletePoolResponse
+	72,  // 184: peloton.api.v1.PoolService.ListPools:output_type -> peloton.api.v1.ListPoolsResponse
+	70,  // 185: peloton.api.v1.PoolService.MovePool:output_type -> peloton.api.v1.MovePoolResponse
+	80,  // 186: peloton.api.v1.HostService.ListHosts:output_type -> peloton.api.v1.ListHostsResponse
+	83,  // 187: peloton.api.v1.HostService.StartMaintenance:output_type -> peloton.api.v1.StartMaintenanceResponse
+	85,  // 188: peloton.api.v1.HostService.CompleteMaintenance:output_type -> peloton.api.v1.CompleteMaintenanceResponse
+	87,  // 189: peloton.api.v1.HostService.MoveHost:output_type -> peloton.api.v1.MoveHostResponse
+	90,  // 190: peloton.api.v1.PartitionService.ListPartitions:output_type -> peloton.api.v1.ListPartitionsResponse
+	94,  // 191: peloton.api.v1.PartitionService.ListPartitionMoves:output_type -> peloton.api.v1.ListPartitionMovesResponse
+	98,  // 192: peloton.api.v1.PartitionService.PublishAdvice:output_type -> peloton.api.v1.PublishAdviceResponse
+	78,  // 193: peloton.api.v1.HostAgentService.ReportUsage:output_type -> peloton.api.v1.UsageAck
+	103, // 194: peloton.api.v1.UpdateService.CreateUpdate:output_type -> peloton.api.v1.CreateUpdateResponse
+	105, // 195: peloton.api.v1.UpdateService.GetUpdate:output_type -> peloton.api.v1.GetUpdateResponse
+	107, // 196: peloton.api.v1.UpdateService.ListUpdates:output_type -> peloton.api.v1.ListUpdatesResponse
+	109, // 197: peloton.api.v1.UpdateService.PauseUpdate:output_type -> peloton.api.v1.PauseUpdateResponse
+	111, // 198: peloton.api.v1.UpdateService.ResumeUpdate:output_type -> peloton.api.v1.ResumeUpdateResponse
+	113, // 199: peloton.api.v1.UpdateService.AbortUpdate:output_type -> peloton.api.v1.AbortUpdateResponse
+	115, // 200: peloton.api.v1.UpdateService.RollbackUpdate:output_type -> peloton.api.v1.RollbackUpdateResponse
+	166, // [166:201] is the sub-list for method output_type
+	131, // [131:166] is the sub-list for method input_type
+	131, // [131:131] is the sub-list for extension type_name
+	131, // [131:131] is the sub-list for extension extendee
+	0,   // [0:131] is the sub-list for field type_name
 }
 
 func init() { file_peloton_api_v1_peloton_proto_init() }
