@@ -372,9 +372,32 @@ type Backend interface {
 	// Status returns the last event of a run, or ErrUnknownTask. Used to
 	// reconcile after a restart of the control plane.
 	Status(taskID string) (TaskEvent, error)
-	// Logs opens a run's stdout or stderr. With follow, the reader keeps
-	// returning new output until the run ends or ctx is done, then io.EOF.
-	Logs(ctx context.Context, taskID string, stream pelotonv1.LogStream, follow bool) (io.ReadCloser, error)
+	// Logs opens a run's stdout or stderr (opts.Stream). With opts.Follow,
+	// the reader keeps returning new output until the run ends or ctx is
+	// done, then io.EOF. opts.Since and opts.Timestamps need a time per
+	// line: a backend or run without them returns an error wrapping
+	// ErrNoLogTimes, saying what is missing.
+	Logs(ctx context.Context, taskID string, opts LogOptions) (io.ReadCloser, error)
 	// Close stops the backend; the local backend kills the processes it started.
 	Close() error
 }
+
+// LogOptions says which output of a run Backend.Logs reads, and how.
+type LogOptions struct {
+	Stream pelotonv1.LogStream
+	Follow bool
+	// Since, unless zero, keeps only the lines written at or after it.
+	Since time.Time
+	// Timestamps prefixes each line with the time it was written, in RFC
+	// 3339 with nanoseconds (UTC), and a space, as kubectl logs does.
+	Timestamps bool
+}
+
+// NeedsTimes reports whether o asks for the times of lines.
+func (o LogOptions) NeedsTimes() bool { return !o.Since.IsZero() || o.Timestamps }
+
+// ErrNoLogTimes is wrapped by Logs when Since or Timestamps is asked of
+// output that has no time per line (a backend that keeps none, or a run
+// started before its backend recorded them). The API answers it with
+// FailedPrecondition.
+var ErrNoLogTimes = errors.New("no time per line is known for this output, so --since and --timestamps cannot be served")

@@ -1106,8 +1106,8 @@ func (m *Manager) Runs() []RunInfo {
 }
 
 // Logs opens a run's output.
-func (m *Manager) Logs(ctx context.Context, taskID string, stream pelotonv1.LogStream, follow bool) (io.ReadCloser, error) {
-	return m.backend.Logs(ctx, taskID, stream, follow)
+func (m *Manager) Logs(ctx context.Context, taskID string, opts LogOptions) (io.ReadCloser, error) {
+	return m.backend.Logs(ctx, taskID, opts)
 }
 
 // ListHosts returns the hosts for the API, with their maintenance state.

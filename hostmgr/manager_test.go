@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/peloton-sched/peloton/internal/resources"
-	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
 // fixedHosts is a Backend with a fixed set of hosts and no tasks, enough to
@@ -23,7 +22,7 @@ func (f *fixedHosts) Hosts() []HostInfo                                 { return
 func (f *fixedHosts) Launch(context.Context, LaunchSpec) error          { return nil }
 func (f *fixedHosts) Kill(context.Context, string, time.Duration) error { return ErrUnknownTask }
 func (f *fixedHosts) Status(string) (TaskEvent, error)                  { return TaskEvent{}, ErrUnknownTask }
-func (f *fixedHosts) Logs(context.Context, string, pelotonv1.LogStream, bool) (io.ReadCloser, error) {
+func (f *fixedHosts) Logs(context.Context, string, LogOptions) (io.ReadCloser, error) {
 	return nil, ErrUnknownTask
 }
 func (f *fixedHosts) Close() error { return nil }

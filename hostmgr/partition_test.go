@@ -38,7 +38,7 @@ func (p *partHosts) Launch(context.Context, LaunchSpec) error          { return 
 func (p *partHosts) Kill(context.Context, string, time.Duration) error { return ErrUnknownTask }
 func (p *partHosts) Status(string) (TaskEvent, error)                  { return TaskEvent{}, ErrUnknownTask }
 func (p *partHosts) Close() error                                      { return nil }
-func (p *partHosts) Logs(context.Context, string, pelotonv1.LogStream, bool) (io.ReadCloser, error) {
+func (p *partHosts) Logs(context.Context, string, LogOptions) (io.ReadCloser, error) {
 	return nil, ErrUnknownTask
 }
 

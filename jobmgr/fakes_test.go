@@ -118,7 +118,7 @@ func (f *fakeHosts) Runs() []hostmgr.RunInfo {
 
 func (f *fakeHosts) Events() <-chan hostmgr.TaskEvent { return f.events }
 
-func (f *fakeHosts) Logs(context.Context, string, pelotonv1.LogStream, bool) (io.ReadCloser, error) {
+func (f *fakeHosts) Logs(context.Context, string, hostmgr.LogOptions) (io.ReadCloser, error) {
 	return io.NopCloser(strings.NewReader("")), nil
 }
 

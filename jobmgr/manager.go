@@ -1065,7 +1065,9 @@ func (m *Manager) killInstance(ctx context.Context, j *job, inst uint32, reason 
 }
 
 // Logs opens the output of one run of an instance (run 0 = the current run).
-func (m *Manager) Logs(ctx context.Context, jobID string, inst, run uint32, stream pelotonv1.LogStream, follow bool) (io.ReadCloser, error) {
+// Output without times per line, when opts asks for them, is a
+// FailedPrecondition saying why.
+func (m *Manager) Logs(ctx context.Context, jobID string, inst, run uint32, opts hostmgr.LogOptions) (io.ReadCloser, error) {
 	j, err := m.getJob(jobID)
 	if err != nil {
 		return nil, err
@@ -1088,9 +1090,12 @@ func (m *Manager) Logs(ctx context.Context, jobID string, inst, run uint32, stre
 	if run > cur {
 		return nil, apierr.NotFound("instance %d of job %s has no run %d yet (current run %d)", inst, jobID, run, cur)
 	}
-	rc, err := m.hm.Logs(ctx, resmgr.RunTaskID(jobID, inst, run), stream, follow)
+	rc, err := m.hm.Logs(ctx, resmgr.RunTaskID(jobID, inst, run), opts)
 	if errors.Is(err, hostmgr.ErrUnknownTask) {
 		return nil, apierr.NotFound("no output for run %d of instance %d of job %s (it has not started, or its host is gone)", run, inst, jobID)
+	}
+	if errors.Is(err, hostmgr.ErrNoLogTimes) {
+		return nil, apierr.FailedPrecondition("since, timestamps: run %d of instance %d of job %s: %v", run, inst, jobID, err)
 	}
 	if err != nil {
 		return nil, apierr.Unavailable("open logs: %v", err)

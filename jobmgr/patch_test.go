@@ -134,7 +134,7 @@ func (v *sandboxView) Start(_ context.Context, sink func(hostmgr.TaskEvent)) err
 }
 func (v *sandboxView) Hosts() []hostmgr.HostInfo { return v.s.hosts }
 func (v *sandboxView) Close() error              { return nil }
-func (v *sandboxView) Logs(context.Context, string, pelotonv1.LogStream, bool) (io.ReadCloser, error) {
+func (v *sandboxView) Logs(context.Context, string, hostmgr.LogOptions) (io.ReadCloser, error) {
 	return nil, hostmgr.ErrUnknownTask
 }
 

@@ -23,7 +23,7 @@ type Hosts interface {
 	Status(taskID string) (hostmgr.TaskEvent, error)
 	Runs() []hostmgr.RunInfo
 	Events() <-chan hostmgr.TaskEvent
-	Logs(ctx context.Context, taskID string, stream pelotonv1.LogStream, follow bool) (io.ReadCloser, error)
+	Logs(ctx context.Context, taskID string, opts hostmgr.LogOptions) (io.ReadCloser, error)
 	Prefetch(ctx context.Context, hosts []string, image string) error
 	ReleaseVolume(ctx context.Context, host, volumeID string) error
 	RemoveJobOutput(ctx context.Context, jobID string) error

@@ -32,7 +32,7 @@ func (f *fixedBackend) Kill(context.Context, string, time.Duration) error {
 func (f *fixedBackend) Status(string) (hostmgr.TaskEvent, error) {
 	return hostmgr.TaskEvent{}, hostmgr.ErrUnknownTask
 }
-func (f *fixedBackend) Logs(context.Context, string, pelotonv1.LogStream, bool) (io.ReadCloser, error) {
+func (f *fixedBackend) Logs(context.Context, string, hostmgr.LogOptions) (io.ReadCloser, error) {
 	return nil, hostmgr.ErrUnknownTask
 }
 func (f *fixedBackend) Close() error { return nil }

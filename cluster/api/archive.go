@@ -141,7 +141,7 @@ func checkArchivedInstance(j *history.Job, inst uint32) error {
 // job (run 0: the instance's last run that started), straight from the
 // backend: the job manager no longer knows the job. Backends keep an ended
 // run's output for a while only.
-func (s *Server) archivedLogs(ctx context.Context, j *history.Job, inst, run uint32, stream pelotonv1.LogStream) (io.ReadCloser, error) {
+func (s *Server) archivedLogs(ctx context.Context, j *history.Job, inst, run uint32, opts hostmgr.LogOptions) (io.ReadCloser, error) {
 	if err := checkArchivedInstance(j, inst); err != nil {
 		return nil, err
 	}
@@ -159,10 +159,14 @@ func (s *Server) archivedLogs(ctx context.Context, j *history.Job, inst, run uin
 	if run > cur {
 		return nil, apierr.NotFound("instance %d of archived job %s has no run %d (its last run is %d)", inst, j.ID, run, cur)
 	}
-	rc, err := s.hm.Logs(ctx, resmgr.RunTaskID(j.ID, inst, run), stream, false)
+	opts.Follow = false
+	rc, err := s.hm.Logs(ctx, resmgr.RunTaskID(j.ID, inst, run), opts)
 	if errors.Is(err, hostmgr.ErrUnknownTask) {
 		return nil, apierr.NotFound("the output of run %d of instance %d of archived job %s is no longer kept "+
 			"(the backend keeps an ended run's output for a while only, e.g. the local backend's --log-retention)", run, inst, j.ID)
+	}
+	if errors.Is(err, hostmgr.ErrNoLogTimes) {
+		return nil, apierr.FailedPrecondition("since, timestamps: run %d of instance %d of archived job %s: %v", run, inst, j.ID, err)
 	}
 	if err != nil {
 		return nil, apierr.Unavailable("open logs: %v", err)

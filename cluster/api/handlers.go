@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/peloton-sched/peloton/hostmgr"
 	"github.com/peloton-sched/peloton/internal/apierr"
 	"github.com/peloton-sched/peloton/internal/requestid"
 	"github.com/peloton-sched/peloton/internal/resources"
@@ -185,14 +186,21 @@ func (s *Server) GetTaskLogs(req *pelotonv1.GetTaskLogsRequest, stream pelotonv1
 	if req.GetStream() != pelotonv1.LogStream_STDOUT && req.GetStream() != pelotonv1.LogStream_STDERR {
 		return apierr.Invalid("stream", "must be STDOUT or STDERR")
 	}
-	rc, err := s.jm.Logs(stream.Context(), req.GetJobId(), req.GetInstanceId(), req.GetRunId(), req.GetStream(), req.GetFollow())
+	opts := hostmgr.LogOptions{Stream: req.GetStream(), Follow: req.GetFollow(), Timestamps: req.GetTimestamps()}
+	if req.Since != nil {
+		if err := req.GetSince().CheckValid(); err != nil {
+			return apierr.Invalid("since", "%v", err)
+		}
+		opts.Since = req.GetSince().AsTime()
+	}
+	rc, err := s.jm.Logs(stream.Context(), req.GetJobId(), req.GetInstanceId(), req.GetRunId(), opts)
 	if err != nil {
 		a, err := s.archived(stream.Context(), req.GetJobId(), err)
 		if err != nil {
 			return err
 		}
 		// An archived run has ended: following it ends with its output.
-		if rc, err = s.archivedLogs(stream.Context(), a, req.GetInstanceId(), req.GetRunId(), req.GetStream()); err != nil {
+		if rc, err = s.archivedLogs(stream.Context(), a, req.GetInstanceId(), req.GetRunId(), opts); err != nil {
 			return err
 		}
 	}

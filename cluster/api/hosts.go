@@ -28,7 +28,7 @@ type HostCache interface {
 	// LargestHost is the capacity of the largest host in service, per
 	// kind (zero when there is none).
 	LargestHost() resources.Resources
-	Logs(ctx context.Context, taskID string, stream pelotonv1.LogStream, follow bool) (io.ReadCloser, error)
+	Logs(ctx context.Context, taskID string, opts hostmgr.LogOptions) (io.ReadCloser, error)
 }
 
 // HostMaintenance starts and completes maintenance, moves hosts between

@@ -1268,8 +1268,10 @@ func podPorts(p *corev1.Pod) map[string]uint32 {
 // Logs streams the run's container log through the pods/log subresource.
 // Kubernetes keeps stdout and stderr in one log, so both streams read it.
 // The apiserver fetches it from the node's kubelet; when it cannot (a node
-// without one, such as kwok's), the error says so at once.
-func (b *Backend) Logs(ctx context.Context, taskID string, stream pelotonv1.LogStream, follow bool) (io.ReadCloser, error) {
+// without one, such as kwok's), the error says so at once. Since and
+// Timestamps are the kubelet's (PodLogOptions.SinceTime and Timestamps),
+// which prefixes lines with RFC 3339 times with nanoseconds.
+func (b *Backend) Logs(ctx context.Context, taskID string, opts hostmgr.LogOptions) (io.ReadCloser, error) {
 	b.mu.Lock()
 	t, ok := b.tasks[taskID]
 	var ns, name string
@@ -1292,7 +1294,7 @@ func (b *Backend) Logs(ctx context.Context, taskID string, stream pelotonv1.LogS
 	// reads for as long as ctx lasts.
 	sctx, cancel := context.WithCancel(ctx)
 	timer := time.AfterFunc(b.cfg.RequestTimeout, cancel)
-	rc, err := b.client.CoreV1().Pods(ns).GetLogs(name, &corev1.PodLogOptions{Container: ContainerName, Follow: follow}).Stream(sctx)
+	rc, err := b.client.CoreV1().Pods(ns).GetLogs(name, podLogOptions(opts)).Stream(sctx)
 	if !timer.Stop() && err == nil {
 		rc.Close()
 		err = context.DeadlineExceeded
@@ -1302,6 +1304,16 @@ func (b *Backend) Logs(ctx context.Context, taskID string, stream pelotonv1.LogS
 		return nil, fmt.Errorf("kubernetes: logs %s: pod %s/%s: %w", taskID, ns, name, err)
 	}
 	return &cancelCloser{ReadCloser: rc, cancel: cancel}, nil
+}
+
+// podLogOptions is what the kubelet is asked for.
+func podLogOptions(opts hostmgr.LogOptions) *corev1.PodLogOptions {
+	o := &corev1.PodLogOptions{Container: ContainerName, Follow: opts.Follow, Timestamps: opts.Timestamps}
+	if !opts.Since.IsZero() {
+		since := metav1.NewTime(opts.Since)
+		o.SinceTime = &since
+	}
+	return o
 }
 
 type cancelCloser struct {

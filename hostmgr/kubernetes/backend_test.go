@@ -426,7 +426,7 @@ func TestLogsFailFastOnKwok(t *testing.T) {
 	spec := e.launch("logs", "server")
 	e.waitFor(spec.TaskID, pelotonv1.TaskState_RUNNING, 20*time.Second)
 	start := time.Now()
-	rc, err := e.b.Logs(e.ctx, spec.TaskID, pelotonv1.LogStream_STDOUT, false)
+	rc, err := e.b.Logs(e.ctx, spec.TaskID, hostmgr.LogOptions{Stream: pelotonv1.LogStream_STDOUT, Follow: false})
 	if err == nil {
 		rc.Close()
 		t.Fatal("kwok nodes have no kubelet to serve logs, yet Logs succeeded")
@@ -435,7 +435,20 @@ func TestLogsFailFastOnKwok(t *testing.T) {
 		t.Fatalf("Logs took %s to fail", d)
 	}
 	t.Logf("logs on kwok: %v", err)
-	if _, err := e.b.Logs(e.ctx, "nope-0-1", pelotonv1.LogStream_STDOUT, false); !errors.Is(err, hostmgr.ErrUnknownTask) {
+	// Since and timestamps go to the kubelet as PodLogOptions, which the
+	// apiserver accepts (and then fails on kwok as above).
+	since := time.Now().Add(-time.Minute)
+	opts := hostmgr.LogOptions{Stream: pelotonv1.LogStream_STDOUT, Since: since, Timestamps: true}
+	if o := podLogOptions(opts); !o.Timestamps || o.SinceTime == nil || !o.SinceTime.Time.Equal(since) || o.Container != ContainerName {
+		t.Errorf("pod log options %+v; want the container's, since %v, with timestamps", o, since)
+	}
+	if rc, err := e.b.Logs(e.ctx, spec.TaskID, opts); err == nil {
+		rc.Close()
+		t.Fatal("kwok nodes have no kubelet to serve logs, yet Logs with since and timestamps succeeded")
+	} else if apierrors.IsBadRequest(err) || apierrors.IsInvalid(err) {
+		t.Fatalf("the apiserver refused the log options: %v", err)
+	}
+	if _, err := e.b.Logs(e.ctx, "nope-0-1", hostmgr.LogOptions{Stream: pelotonv1.LogStream_STDOUT, Follow: false}); !errors.Is(err, hostmgr.ErrUnknownTask) {
 		t.Fatalf("logs of an unknown run: %v", err)
 	}
 }
@@ -580,7 +593,7 @@ func TestRBACManifestIsEnough(t *testing.T) {
 	if err := b.reconcileBudgetsOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Logs(ctx, spec.TaskID, pelotonv1.LogStream_STDOUT, false); apierrors.IsForbidden(err) {
+	if _, err := b.Logs(ctx, spec.TaskID, hostmgr.LogOptions{Stream: pelotonv1.LogStream_STDOUT}); apierrors.IsForbidden(err) {
 		t.Fatalf("logs: %v", err)
 	}
 	if err := b.Prefetch(ctx, nodes, "busybox:stable"); err != nil {

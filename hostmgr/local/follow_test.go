@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/peloton-sched/peloton/hostmgr"
 	"github.com/peloton-sched/peloton/internal/testing/testutil"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
@@ -33,7 +34,7 @@ func logsRefused(t *testing.T, b *Backend, id string, stream pelotonv1.LogStream
 	t.Helper()
 	for _, follow := range []bool{false, true} {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		rc, err := b.Logs(ctx, id, stream, follow)
+		rc, err := b.Logs(ctx, id, hostmgr.LogOptions{Stream: stream, Follow: follow})
 		cancel()
 		if err == nil {
 			data, _ := io.ReadAll(io.LimitReader(rc, 1<<10))

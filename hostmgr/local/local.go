@@ -801,35 +801,54 @@ func (b *Backend) Status(taskID string) (hostmgr.TaskEvent, error) {
 // a hard link to a file elsewhere (see openOutput). With follow, reads
 // wait for new output until the run ends and everything is read, or ctx is
 // done, and then return io.EOF; a run this Backend is not running (finished,
-// or unknown to it) is read to its current end without waiting.
-func (b *Backend) Logs(ctx context.Context, taskID string, stream pelotonv1.LogStream, follow bool) (io.ReadCloser, error) {
+// or unknown to it) is read to its current end without waiting. Since and
+// Timestamps use the times its supervisor recorded (logtimes.go).
+func (b *Backend) Logs(ctx context.Context, taskID string, opts hostmgr.LogOptions) (io.ReadCloser, error) {
 	var name string
-	switch stream {
+	switch opts.Stream {
 	case pelotonv1.LogStream_STDOUT:
 		name = "stdout"
 	case pelotonv1.LogStream_STDERR:
 		name = "stderr"
 	default:
-		return nil, fmt.Errorf("local: logs %s: stream: unknown log stream %v", taskID, stream)
+		return nil, fmt.Errorf("local: logs %s: stream: unknown log stream %v", taskID, opts.Stream)
 	}
 	if !validTaskID(taskID) {
 		return nil, fmt.Errorf("local: logs %s: %w", taskID, hostmgr.ErrUnknownTask)
 	}
-	f, err := openOutput(filepath.Join(b.dir, taskID), name)
+	sandbox := filepath.Join(b.dir, taskID)
+	f, err := openOutput(sandbox, name)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return nil, fmt.Errorf("local: logs %s: %w", taskID, hostmgr.ErrUnknownTask)
 		}
 		return nil, fmt.Errorf("local: logs %s: %w", taskID, err)
 	}
-	if !follow {
-		return f, nil
+	wrap := func(f *os.File) io.ReadCloser {
+		if !opts.Follow {
+			return f
+		}
+		t, ok := b.lookup(taskID)
+		if !ok {
+			return f
+		}
+		return newFollower(ctx, f, t.exited)
 	}
-	t, ok := b.lookup(taskID)
-	if !ok {
-		return f, nil
+	if !opts.NeedsTimes() {
+		return wrap(f), nil
 	}
-	return newFollower(ctx, f, t.exited), nil
+	index, err := openTimes(sandbox, name)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("local: logs %s: %w", taskID, err)
+	}
+	r, err := newStampReader(f, index, opts, wrap)
+	if err != nil {
+		f.Close()
+		index.Close()
+		return nil, fmt.Errorf("local: logs %s: %w", taskID, err)
+	}
+	return r, nil
 }
 
 // Close kills every running task (SIGTERM, then SIGKILL after 2s; each ends

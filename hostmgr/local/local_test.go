@@ -223,7 +223,7 @@ func readLogs(t *testing.T, b *Backend, id string, stream pelotonv1.LogStream, f
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
-	rc, err := b.Logs(ctx, id, stream, follow)
+	rc, err := b.Logs(ctx, id, hostmgr.LogOptions{Stream: stream, Follow: follow})
 	if err != nil {
 		t.Fatalf("Logs %s: %v", id, err)
 	}
@@ -420,7 +420,7 @@ func TestLogsFollow(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
-	rc, err := b.Logs(ctx, s.TaskID, pelotonv1.LogStream_STDOUT, true)
+	rc, err := b.Logs(ctx, s.TaskID, hostmgr.LogOptions{Stream: pelotonv1.LogStream_STDOUT, Follow: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -451,7 +451,7 @@ func TestLogsFollowEndsWithContext(t *testing.T) {
 	rec.waitState(t, "forever", pelotonv1.TaskState_RUNNING)
 
 	ctx, cancel := context.WithCancel(context.Background())
-	rc, err := b.Logs(ctx, "forever", pelotonv1.LogStream_STDOUT, true)
+	rc, err := b.Logs(ctx, "forever", hostmgr.LogOptions{Stream: pelotonv1.LogStream_STDOUT, Follow: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -496,7 +496,7 @@ func TestLogsAfterRestart(t *testing.T) {
 		t.Errorf("stderr after restart = %q", got)
 	}
 	for _, id := range []string{"never", "../old", "", "old/stdout"} {
-		if _, err := b2.Logs(context.Background(), id, pelotonv1.LogStream_STDOUT, false); !errors.Is(err, hostmgr.ErrUnknownTask) {
+		if _, err := b2.Logs(context.Background(), id, hostmgr.LogOptions{Stream: pelotonv1.LogStream_STDOUT, Follow: false}); !errors.Is(err, hostmgr.ErrUnknownTask) {
 			t.Errorf("Logs(%q) = %v, want ErrUnknownTask", id, err)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/peloton-sched/peloton/hostmgr"
+	"github.com/peloton-sched/peloton/hostmgr/local/supervise"
 	"github.com/peloton-sched/peloton/internal/testing/testutil"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
@@ -67,7 +68,7 @@ func runToEnd(t *testing.T, b *Backend, rec *recorder, s hostmgr.LaunchSpec) hos
 
 // readOutput reads a run's stdout through Logs.
 func readOutput(b *Backend, id string) (string, error) {
-	r, err := b.Logs(context.Background(), id, pelotonv1.LogStream_STDOUT, false)
+	r, err := b.Logs(context.Background(), id, hostmgr.LogOptions{Stream: pelotonv1.LogStream_STDOUT, Follow: false})
 	if err != nil {
 		return "", err
 	}
@@ -126,6 +127,12 @@ func TestOutputLivesAsLongAsItsJob(t *testing.T) {
 		return nil
 	})
 	outputIs(t, b, a0.TaskID, "a0\n")
+	if supervise.Supported {
+		// The times of its lines are kept beside the output, and go with it.
+		if _, err := os.Stat(filepath.Join(b.dir, a0.TaskID, "stdout"+supervise.TimesSuffix)); err != nil {
+			t.Errorf("no time index beside the output of %s: %v", a0.TaskID, err)
+		}
+	}
 
 	if err := b.RemoveJobOutput(context.Background(), "a"); err != nil {
 		t.Fatal(err)

@@ -73,7 +73,14 @@ func (rc *runCgroup) supervisorCgroup() *supervise.Cgroup {
 // start it. The caller holds t.mu.
 func (t *task) execSupervised(path string, env []string, stdin, stdout, stderr *os.File) error {
 	cfg := supervise.Config{TaskID: t.spec.TaskID, Path: path, Argv: t.spec.Command, Env: env, Dir: t.sandbox,
-		Cgroup: t.cg.supervisorCgroup(), KillGrace: cmpOr(t.spec.KillGrace, defaultKillGrace), StatusPath: t.statusPath}
+		Cgroup: t.cg.supervisorCgroup(), KillGrace: cmpOr(t.spec.KillGrace, defaultKillGrace), StatusPath: t.statusPath,
+		Times: true}
+	outTimes, errTimes, err := t.createTimes()
+	if err != nil {
+		return err
+	}
+	defer outTimes.Close()
+	defer errTimes.Close()
 	if u := t.user; u != nil {
 		cfg.User = &supervise.User{UID: u.UID, GID: u.GID, Groups: u.Groups}
 	}
@@ -99,7 +106,7 @@ func (t *task) execSupervised(path string, env []string, stdin, stdout, stderr *
 	p, err := os.StartProcess("/proc/self/exe", []string{supervise.ProcessName, t.spec.TaskID}, &os.ProcAttr{
 		Dir:   "/",
 		Env:   []string{supervise.SupervisorEnv + "=" + t.statusPath},
-		Files: []*os.File{stdin, stdout, stderr, cfgR, repW},
+		Files: []*os.File{stdin, stdout, stderr, cfgR, repW, outTimes, errTimes},
 		Sys:   &syscall.SysProcAttr{Setsid: true},
 	})
 	cfgR.Close()
@@ -132,6 +139,24 @@ func (t *task) execSupervised(path string, env []string, stdin, stdout, stderr *
 	_ = syscall.Kill(sup, syscall.SIGKILL)
 	_, _ = wait4(sup)
 	return err
+}
+
+// createTimes creates the indexes of the times of the run's stdout and
+// stderr (supervise/logtimes.go), which its supervisor writes. They are
+// the control plane's, not the run's user's: the run never writes them.
+func (t *task) createTimes() (stdout, stderr *os.File, err error) {
+	open := func(name string) (*os.File, error) {
+		return os.OpenFile(filepath.Join(t.sandbox, name+supervise.TimesSuffix),
+			os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_APPEND|syscall.O_NOFOLLOW, 0o644)
+	}
+	if stdout, err = open("stdout"); err != nil {
+		return nil, nil, err
+	}
+	if stderr, err = open("stderr"); err != nil {
+		stdout.Close()
+		return nil, nil, err
+	}
+	return stdout, stderr, nil
 }
 
 func cmpOr(d, def time.Duration) time.Duration {

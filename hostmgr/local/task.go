@@ -174,6 +174,8 @@ func (t *task) exec(env []string, stdout, stderr *os.File, direct bool) error {
 	if !direct {
 		return t.execSupervised(path, env, stdin, stdout, stderr)
 	}
+	// A run started directly writes its files itself: its lines have no
+	// times (Logs refuses --since and --timestamps for it).
 	p, err := t.cg.startProcess(path, t.spec.Command, &os.ProcAttr{
 		Dir:   t.sandbox,
 		Env:   env,

@@ -541,13 +541,17 @@ func (b *Backend) Runs() []hostmgr.RunInfo {
 }
 
 // Logs implements hostmgr.Backend: Mesos keeps task output in the agent's
-// sandbox, which the scheduler API does not reach.
-func (b *Backend) Logs(_ context.Context, taskID string, _ pelotonv1.LogStream, _ bool) (io.ReadCloser, error) {
+// sandbox, which the scheduler API does not reach. Since and Timestamps
+// are refused as ErrNoLogTimes as well, saying so.
+func (b *Backend) Logs(_ context.Context, taskID string, opts hostmgr.LogOptions) (io.ReadCloser, error) {
 	b.mu.Lock()
 	_, ok := b.runs[taskID]
 	b.mu.Unlock()
 	if !ok {
 		return nil, fmt.Errorf("mesos: logs %s: %w", taskID, hostmgr.ErrUnknownTask)
+	}
+	if opts.NeedsTimes() {
+		return nil, fmt.Errorf("logs %s: %w: %w", taskID, hostmgr.ErrNoLogTimes, ErrNoLogs)
 	}
 	return nil, fmt.Errorf("logs %s: %w", taskID, ErrNoLogs)
 }

@@ -182,6 +182,14 @@ func TestJSONKillAndFinish(t *testing.T) {
 	r.launch("json-kill-0-1", host, "sleep", "3600")
 	r.waitState("json-ok-0-1", pelotonv1.TaskState_SUCCEEDED)
 	r.waitState("json-kill-0-1", pelotonv1.TaskState_RUNNING)
+	// Output is the agent's; with since or timestamps the refusal also
+	// says there are no times (the API's FAILED_PRECONDITION).
+	if _, err := r.b.Logs(context.Background(), "json-ok-0-1", hostmgr.LogOptions{Stream: pelotonv1.LogStream_STDOUT}); !errors.Is(err, ErrNoLogs) || errors.Is(err, hostmgr.ErrNoLogTimes) {
+		t.Errorf("Logs = %v, want ErrNoLogs", err)
+	}
+	if _, err := r.b.Logs(context.Background(), "json-ok-0-1", hostmgr.LogOptions{Stream: pelotonv1.LogStream_STDOUT, Timestamps: true}); !errors.Is(err, ErrNoLogs) || !errors.Is(err, hostmgr.ErrNoLogTimes) {
+		t.Errorf("Logs with timestamps = %v, want ErrNoLogs and ErrNoLogTimes", err)
+	}
 	if err := r.b.Kill(context.Background(), "json-kill-0-1", 7*time.Second); err != nil {
 		t.Fatal(err)
 	}

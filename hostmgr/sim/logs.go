@@ -18,8 +18,13 @@ import (
 // The text is made on demand, so it costs nothing per task. With follow, a
 // running task's reader returns the first line, then waits until the run
 // ends, ctx is done or the backend closes, and then returns the rest and
-// io.EOF. A forgotten or unknown run returns ErrUnknownTask.
-func (b *Backend) Logs(ctx context.Context, taskID string, stream pelotonv1.LogStream, follow bool) (io.ReadCloser, error) {
+// io.EOF. A forgotten or unknown run returns ErrUnknownTask. Its lines have
+// no times: Since and Timestamps are refused (ErrNoLogTimes).
+func (b *Backend) Logs(ctx context.Context, taskID string, opts hostmgr.LogOptions) (io.ReadCloser, error) {
+	stream, follow := opts.Stream, opts.Follow
+	if opts.NeedsTimes() {
+		return nil, fmt.Errorf("sim: logs %s: %w: the sim backend makes its output up on demand and keeps no times", taskID, hostmgr.ErrNoLogTimes)
+	}
 	var stdout bool
 	switch stream {
 	case pelotonv1.LogStream_STDOUT:

@@ -432,7 +432,7 @@ func TestStatusAndUnknownTasks(t *testing.T) {
 	// Status and Kill of a task never launched are the conformance suite's
 	// (KillUnknownTask); runs forgotten after maxFinished are this backend's.
 	ctx := context.Background()
-	if _, err := b.Logs(ctx, "nope", pelotonv1.LogStream_STDOUT, false); !errors.Is(err, hostmgr.ErrUnknownTask) {
+	if _, err := b.Logs(ctx, "nope", hostmgr.LogOptions{Stream: pelotonv1.LogStream_STDOUT, Follow: false}); !errors.Is(err, hostmgr.ErrUnknownTask) {
 		t.Errorf("Logs(unknown) = %v", err)
 	}
 
@@ -450,7 +450,7 @@ func TestStatusAndUnknownTasks(t *testing.T) {
 			if !errors.Is(err, hostmgr.ErrUnknownTask) {
 				t.Errorf("Status(%s) = %+v, %v; want ErrUnknownTask once forgotten", id, ev, err)
 			}
-			if _, err := b.Logs(ctx, id, pelotonv1.LogStream_STDOUT, false); !errors.Is(err, hostmgr.ErrUnknownTask) {
+			if _, err := b.Logs(ctx, id, hostmgr.LogOptions{Stream: pelotonv1.LogStream_STDOUT, Follow: false}); !errors.Is(err, hostmgr.ErrUnknownTask) {
 				t.Errorf("Logs(%s) = %v; want ErrUnknownTask once forgotten", id, err)
 			}
 			if err := b.Kill(ctx, id, 0); !errors.Is(err, hostmgr.ErrUnknownTask) {
@@ -486,46 +486,46 @@ func TestLogs(t *testing.T) {
 	rec.waitTerminal(t, "ok")
 	rec.waitTerminal(t, "bad")
 
-	out, err := b.Logs(ctx, "ok", pelotonv1.LogStream_STDOUT, false)
+	out, err := b.Logs(ctx, "ok", hostmgr.LogOptions{Stream: pelotonv1.LogStream_STDOUT, Follow: false})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got, want := readAll(t, out), "sim: /bin/sh -c \"sleep 0\" on sim-00002\nsim: succeeded (exit 0)\n"; got != want {
 		t.Errorf("stdout of ok = %q, want %q", got, want)
 	}
-	out, err = b.Logs(ctx, "bad", pelotonv1.LogStream_STDOUT, true)
+	out, err = b.Logs(ctx, "bad", hostmgr.LogOptions{Stream: pelotonv1.LogStream_STDOUT, Follow: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got, want := readAll(t, out), "sim: exit 3 on sim-00000\nsim: failed (exit 3)\n"; got != want {
 		t.Errorf("stdout of bad (follow, finished) = %q, want %q", got, want)
 	}
-	errOut, err := b.Logs(ctx, "bad", pelotonv1.LogStream_STDERR, false)
+	errOut, err := b.Logs(ctx, "bad", hostmgr.LogOptions{Stream: pelotonv1.LogStream_STDERR, Follow: false})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := readAll(t, errOut); got != "" {
 		t.Errorf("stderr = %q, want empty", got)
 	}
-	if _, err := b.Logs(ctx, "ok", pelotonv1.LogStream(99), false); err == nil || !strings.Contains(err.Error(), "stream") {
+	if _, err := b.Logs(ctx, "ok", hostmgr.LogOptions{Stream: pelotonv1.LogStream(99), Follow: false}); err == nil || !strings.Contains(err.Error(), "stream") {
 		t.Errorf("Logs with a bad stream = %v", err)
 	}
 
 	// A running task: without follow, the first line; with follow, the
 	// first line, then the outcome once the task ends.
 	launch(t, b, spec("long", "sleep", "30"))
-	out, err = b.Logs(ctx, "long", pelotonv1.LogStream_STDOUT, false)
+	out, err = b.Logs(ctx, "long", hostmgr.LogOptions{Stream: pelotonv1.LogStream_STDOUT, Follow: false})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := readAll(t, out); got != "sim: sleep 30 on sim-00000\n" {
 		t.Errorf("stdout of a running task = %q", got)
 	}
-	follow, err := b.Logs(ctx, "long", pelotonv1.LogStream_STDOUT, true)
+	follow, err := b.Logs(ctx, "long", hostmgr.LogOptions{Stream: pelotonv1.LogStream_STDOUT, Follow: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	followErr, err := b.Logs(ctx, "long", pelotonv1.LogStream_STDERR, true)
+	followErr, err := b.Logs(ctx, "long", hostmgr.LogOptions{Stream: pelotonv1.LogStream_STDERR, Follow: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -562,7 +562,7 @@ func TestLogs(t *testing.T) {
 	// A follower ends when its ctx does, or when it is closed.
 	launch(t, b, spec("longer", "sleep", "300"))
 	cctx, cancel := context.WithCancel(ctx)
-	follow, err = b.Logs(cctx, "longer", pelotonv1.LogStream_STDOUT, true)
+	follow, err = b.Logs(cctx, "longer", hostmgr.LogOptions{Stream: pelotonv1.LogStream_STDOUT, Follow: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -579,7 +579,7 @@ func TestLogs(t *testing.T) {
 	case <-time.After(waitTimeout):
 		t.Fatal("follower did not end with its ctx")
 	}
-	follow, err = b.Logs(ctx, "longer", pelotonv1.LogStream_STDERR, true)
+	follow, err = b.Logs(ctx, "longer", hostmgr.LogOptions{Stream: pelotonv1.LogStream_STDERR, Follow: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -614,7 +614,7 @@ func TestCloseStopsDelivery(t *testing.T) {
 		launch(t, b, spec(fmt.Sprintf("c-%d", i), "sleep", "1"))
 	}
 	rec.waitFor(t, "c-99", "RUNNING", func(evs []hostmgr.TaskEvent) bool { return len(evs) == 2 })
-	follow, err := b.Logs(context.Background(), "c-0", pelotonv1.LogStream_STDOUT, true)
+	follow, err := b.Logs(context.Background(), "c-0", hostmgr.LogOptions{Stream: pelotonv1.LogStream_STDOUT, Follow: true})
 	if err != nil {
 		t.Fatal(err)
 	}

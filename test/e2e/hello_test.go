@@ -98,6 +98,17 @@ func TestHelloEndToEnd(t *testing.T) {
 		t.Fatalf("decode log stream %q: %v", raw, err)
 	}
 	mustContain(t, string(chunk.Result.Data), "hello from instance 1", "REST logs")
+	// since and timestamps are query parameters: each line comes with
+	// the time the run's supervisor saw it written.
+	since := time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)
+	code, raw = s.rest("GET", "/v1/jobs/"+created.JobID+"/tasks/1/logs?since="+since+"&timestamps=true", nil, nil)
+	if err := json.Unmarshal([]byte(strings.SplitN(raw, "\n", 2)[0]), &chunk); code != 200 || err != nil {
+		t.Fatalf("GET logs since %s with timestamps: %d %s (%v)", since, code, raw, err)
+	}
+	ts, line, _ := strings.Cut(string(chunk.Result.Data), " ")
+	if _, err := time.Parse(time.RFC3339Nano, ts); err != nil || !strings.HasPrefix(line, "hello from instance 1") {
+		t.Errorf("REST logs with timestamps = %q; want an RFC 3339 time, a space and the line", chunk.Result.Data)
+	}
 	if code, raw := s.rest("GET", "/openapi.json", nil, nil); code != 200 || !strings.Contains(raw, "/v1/jobs") {
 		t.Fatalf("openapi: %d", code)
 	}

@@ -14,9 +14,11 @@ import (
 // read whole and cut here (the server streams bytes, not lines); with
 // --follow the run is pinned first, so that the output followed is the
 // same run's, and the bytes already printed are skipped from the follow
-// stream (a run's output only grows).
+// stream (a run's output only grows; with --since, fixed to one time, and
+// --timestamps, the times of lines already written do not change either).
 func (a *app) tailLogs(ctx context.Context, c *client, req *pelotonv1.GetTaskLogsRequest, n int) error {
-	once := &pelotonv1.GetTaskLogsRequest{JobId: req.GetJobId(), InstanceId: req.GetInstanceId(), RunId: req.GetRunId(), Stream: req.GetStream()}
+	once := &pelotonv1.GetTaskLogsRequest{JobId: req.GetJobId(), InstanceId: req.GetInstanceId(), RunId: req.GetRunId(), Stream: req.GetStream(),
+		Since: req.GetSince(), Timestamps: req.GetTimestamps()}
 	if req.GetFollow() && once.RunId == 0 {
 		t, err := call(ctx, c, c.Tasks.GetTask, &pelotonv1.GetTaskRequest{JobId: req.GetJobId(), InstanceId: req.GetInstanceId()})
 		if err != nil {
@@ -34,7 +36,8 @@ func (a *app) tailLogs(ctx context.Context, c *client, req *pelotonv1.GetTaskLog
 	if !req.GetFollow() {
 		return nil
 	}
-	follow := &pelotonv1.GetTaskLogsRequest{JobId: once.JobId, InstanceId: once.InstanceId, RunId: once.RunId, Stream: once.Stream, Follow: true}
+	follow := &pelotonv1.GetTaskLogsRequest{JobId: once.JobId, InstanceId: once.InstanceId, RunId: once.RunId, Stream: once.Stream, Follow: true,
+		Since: once.Since, Timestamps: once.Timestamps}
 	return a.readLogs(ctx, c, follow, &skipWriter{w: a.stdout, skip: all.Len()})
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/proto"
@@ -119,6 +120,8 @@ func (a *app) taskLogsCommand() *cobra.Command {
 		stderr bool
 		follow bool
 		tail   int
+		since  string
+		stamps bool
 	)
 	cmd := &cobra.Command{
 		Use:   "logs JOBID INSTANCE",
@@ -139,7 +142,14 @@ func (a *app) taskLogsCommand() *cobra.Command {
 			if cmd.Flags().Changed("tail") && tail < 0 {
 				return usageErrorf("invalid --tail %d: must be >= 0 (the number of last lines to print)", tail)
 			}
-			req := &pelotonv1.GetTaskLogsRequest{JobId: args[0], InstanceId: inst, RunId: run, Follow: follow}
+			// Since is fixed once: with --tail -f, the follow stream
+			// then repeats exactly the lines already printed.
+			sinceTS, err := parseTimeFlag("since", since, time.Now())
+			if err != nil {
+				return err
+			}
+			req := &pelotonv1.GetTaskLogsRequest{JobId: args[0], InstanceId: inst, RunId: run, Follow: follow,
+				Since: sinceTS, Timestamps: stamps}
 			if stderr {
 				req.Stream = pelotonv1.LogStream_STDERR
 			}
@@ -163,6 +173,8 @@ func (a *app) taskLogsCommand() *cobra.Command {
 	f.BoolVar(&stderr, "stderr", false, "read stderr instead of stdout")
 	f.BoolVarP(&follow, "follow", "f", false, "keep printing new output until the run ends")
 	f.IntVar(&tail, "tail", 0, "print only the last N lines of the output so far (with -f, then what follows)")
+	f.StringVar(&since, "since", "", "only the lines written since a time: how long ago (10m, 2h, 7d) or RFC 3339 (with --tail, the last N of those)")
+	f.BoolVar(&stamps, "timestamps", false, "prefix each line with the time it was written (RFC 3339 with nanoseconds, UTC)")
 	return cmd
 }
 

@@ -35,10 +35,12 @@
 //     Config.StatusPath durably (write, fsync, rename, fsync of the
 //     directory) and exits 0.
 //
-// The supervisor never touches the network or the store, and the run's
-// output goes to the files the backend opened (descriptors 1 and 2), which
-// the supervisor passes on and otherwise leaves alone; its own complaints
-// go to the run's stderr too, prefixed "peloton-supervisor:".
+// The supervisor never touches the network or the store. The run's output
+// goes to the files the backend opened (descriptors 1 and 2): with
+// Config.Times through pipes the supervisor copies unchanged, recording
+// when each line arrived (logtimes.go), otherwise handed to the run as
+// they are. Its own complaints go to the run's stderr too, prefixed
+// "peloton-supervisor:".
 package supervise
 
 import (
@@ -78,6 +80,11 @@ type Config struct {
 	// StatusPath is where the Status is written; KillPath (StatusPath's
 	// sibling) is where kill deadlines are read.
 	StatusPath string `json:"statusPath"`
+	// Times: the run's stdout and stderr go through pipes that the
+	// supervisor copies to its descriptors 1 and 2, writing the times of
+	// their lines to descriptors 5 and 6 (logtimes.go). Without it the run
+	// writes to descriptors 1 and 2 itself.
+	Times bool `json:"times,omitempty"`
 }
 
 // User is the identity a run takes on between fork and exec.

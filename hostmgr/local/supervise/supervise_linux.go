@@ -33,6 +33,9 @@ func init() {
 const (
 	configFD = 3
 	reportFD = 4
+	// With Config.Times: the indexes of stdout and stderr.
+	stdoutTimesFD = 5
+	stderrTimesFD = 6
 )
 
 // Main is a supervisor's whole life; it returns the process's exit code:
@@ -55,7 +58,7 @@ func Main() int {
 		answer(report, Report{Error: err.Error()})
 		return 1
 	}
-	pid, err := start(cfg)
+	pid, drained, err := start(cfg)
 	if err != nil {
 		answer(report, Report{Error: err.Error()})
 		return 1
@@ -99,6 +102,9 @@ func Main() int {
 			// The leader is a zombie: its pid, the group's id, cannot
 			// be reused yet, so what is left of its group is ours to kill.
 			_ = syscall.Kill(-pid, syscall.SIGKILL)
+			// What the run wrote last is read before its end is told:
+			// a reader that sees the run ended has all of its output.
+			waitDrained(drained, drainBound)
 			st := reap(pid, werr)
 			st.TaskID, st.Killed, st.Time = cfg.TaskID, killed, time.Now()
 			if err := writeStatus(cfg.StatusPath, st); err != nil {
@@ -124,22 +130,64 @@ func answer(f *os.File, r Report) {
 }
 
 // start starts the run in its own process group, as its user, inside its
-// cgroup, with the supervisor's stdin, stdout and stderr.
-func start(cfg Config) (int, error) {
+// cgroup, with the supervisor's stdin and, without Config.Times, its stdout
+// and stderr. With Times the run gets pipes, which copiers (logtimes.go)
+// copy to the supervisor's stdout and stderr; drained is closed once both
+// have read everything (at once without Times).
+func start(cfg Config) (pid int, drained <-chan struct{}, err error) {
 	sys := &syscall.SysProcAttr{Setpgid: true}
 	if u := cfg.User; u != nil {
 		sys.Credential = &syscall.Credential{Uid: u.UID, Gid: u.GID, Groups: u.Groups}
 	}
-	attr := &os.ProcAttr{Dir: cfg.Dir, Env: cfg.Env, Files: []*os.File{os.Stdin, os.Stdout, os.Stderr}, Sys: sys}
+	files := []*os.File{os.Stdin, os.Stdout, os.Stderr}
+	done := make(chan struct{})
+	var copiers []*copier
+	if cfg.Times {
+		for i, fd := range []uintptr{stdoutTimesFD, stderrTimesFD} {
+			r, w, perr := os.Pipe()
+			if perr != nil {
+				return 0, nil, fmt.Errorf("output pipe: %w", perr)
+			}
+			defer w.Close() // the run has its own copy once started
+			out := files[i+1]
+			files[i+1] = w
+			copiers = append(copiers, newCopier(r, out, os.NewFile(fd, "times"), time.Now))
+		}
+	}
+	attr := &os.ProcAttr{Dir: cfg.Dir, Env: cfg.Env, Files: files, Sys: sys}
 	p, err := StartInCgroup(cfg.Path, cfg.Argv, attr, cfg.Cgroup)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
-	pid := p.Pid
 	// The supervisor reaps by pid (waitid, then wait4); os.Process would
-	// hold a pidfd of its own.
+	// hold a pidfd of its own (Release forgets the pid too).
+	pid = p.Pid
 	_ = p.Release()
-	return pid, nil
+	go func() {
+		defer close(done)
+		finished := make(chan struct{}, len(copiers))
+		for _, c := range copiers {
+			go func() {
+				c.run()
+				finished <- struct{}{}
+			}()
+		}
+		for range copiers {
+			<-finished
+		}
+	}()
+	return pid, done, nil
+}
+
+// waitDrained waits for drained, at most bound.
+func waitDrained(drained <-chan struct{}, bound time.Duration) {
+	t := time.NewTimer(bound)
+	defer t.Stop()
+	select {
+	case <-drained:
+	case <-t.C:
+		complain("the run's output was still open %v after it ended; what comes later is not kept", bound)
+	}
 }
 
 // StartInCgroup is os.StartProcess with the child born in cg (nil: no

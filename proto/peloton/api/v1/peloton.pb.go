@@ -3778,7 +3778,15 @@ type GetTaskLogsRequest struct {
 	RunId  uint32    `protobuf:"varint,3,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
 	Stream LogStream `protobuf:"varint,4,opt,name=stream,proto3,enum=peloton.api.v1.LogStream" json:"stream,omitempty"`
 	// Keep streaming new output until the run ends.
-	Follow        bool `protobuf:"varint,5,opt,name=follow,proto3" json:"follow,omitempty"`
+	Follow bool `protobuf:"varint,5,opt,name=follow,proto3" json:"follow,omitempty"`
+	// Only the lines written at or after this time. Needs a backend that
+	// keeps a time per line (local runs under a supervisor, kubernetes);
+	// otherwise FAILED_PRECONDITION says what is missing.
+	Since *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=since,proto3" json:"since,omitempty"`
+	// Prefix each line with the time it was written (RFC 3339 with
+	// nanoseconds, UTC) and a space, as kubectl logs --timestamps does. Needs
+	// times per line, as since does.
+	Timestamps    bool `protobuf:"varint,7,opt,name=timestamps,proto3" json:"timestamps,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3844,6 +3852,20 @@ func (x *GetTaskLogsRequest) GetStream() LogStream {
 func (x *GetTaskLogsRequest) GetFollow() bool {
 	if x != nil {
 		return x.Follow
+	}
+	return false
+}
+
+func (x *GetTaskLogsRequest) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *GetTaskLogsRequest) GetTimestamps() bool {
+	if x != nil {
+		return x.Timestamps
 	}
 	return false
 }
@@ -8044,14 +8066,18 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1f\n" +
 	"\vinstance_id\x18\x02 \x01(\rR\n" +
 	"instanceId\"\x12\n" +
-	"\x10KillTaskResponse\"\xae\x01\n" +
+	"\x10KillTaskResponse\"\x80\x02\n" +
 	"\x12GetTaskLogsRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1f\n" +
 	"\vinstance_id\x18\x02 \x01(\rR\n" +
 	"instanceId\x12\x15\n" +
 	"\x06run_id\x18\x03 \x01(\rR\x05runId\x121\n" +
 	"\x06stream\x18\x04 \x01(\x0e2\x19.peloton.api.v1.LogStreamR\x06stream\x12\x16\n" +
-	"\x06follow\x18\x05 \x01(\bR\x06follow\"\x1e\n" +
+	"\x06follow\x18\x05 \x01(\bR\x06follow\x120\n" +
+	"\x05since\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x1e\n" +
+	"\n" +
+	"timestamps\x18\a \x01(\bR\n" +
+	"timestamps\"\x1e\n" +
 	"\bLogChunk\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\"*\n" +
 	"\x11WatchTasksRequest\x12\x15\n" +
@@ -8687,155 +8713,156 @@ var file_peloton_api_v1_peloton_proto_depIdxs = []int32{
 	28,  // 53: peloton.api.v1.ListTasksResponse.tasks:type_name -> peloton.api.v1.Task
 	28,  // 54: peloton.api.v1.GetTaskResponse.task:type_name -> peloton.api.v1.Task
 	6,   // 55: peloton.api.v1.GetTaskLogsRequest.stream:type_name -> peloton.api.v1.LogStream
-	28,  // 56: peloton.api.v1.TaskChange.task:type_name -> peloton.api.v1.Task
-	11,  // 57: peloton.api.v1.PoolSpec.reservation:type_name -> peloton.api.v1.Resources
-	11,  // 58: peloton.api.v1.PoolSpec.limit:type_name -> peloton.api.v1.Resources
-	11,  // 59: peloton.api.v1.PoolSpec.share:type_name -> peloton.api.v1.Resources
-	11,  // 60: peloton.api.v1.PoolSpec.revocable_limit:type_name -> peloton.api.v1.Resources
-	11,  // 61: peloton.api.v1.PoolStatus.entitlement:type_name -> peloton.api.v1.Resources
-	11,  // 62: peloton.api.v1.PoolStatus.allocation:type_name -> peloton.api.v1.Resources
-	11,  // 63: peloton.api.v1.PoolStatus.demand:type_name -> peloton.api.v1.Resources
-	58,  // 64: peloton.api.v1.Pool.spec:type_name -> peloton.api.v1.PoolSpec
-	59,  // 65: peloton.api.v1.Pool.status:type_name -> peloton.api.v1.PoolStatus
-	58,  // 66: peloton.api.v1.CreatePoolRequest.spec:type_name -> peloton.api.v1.PoolSpec
-	60,  // 67: peloton.api.v1.CreatePoolResponse.pool:type_name -> peloton.api.v1.Pool
-	60,  // 68: peloton.api.v1.GetPoolResponse.pool:type_name -> peloton.api.v1.Pool
-	58,  // 69: peloton.api.v1.UpdatePoolRequest.spec:type_name -> peloton.api.v1.PoolSpec
-	60,  // 70: peloton.api.v1.UpdatePoolResponse.pool:type_name -> peloton.api.v1.Pool
-	60,  // 71: peloton.api.v1.MovePoolResponse.pool:type_name -> peloton.api.v1.Pool
-	60,  // 72: peloton.api.v1.ListPoolsResponse.pools:type_name -> peloton.api.v1.Pool
-	11,  // 73: peloton.api.v1.ListPoolsResponse.largest_host:type_name -> peloton.api.v1.Resources
-	11,  // 74: peloton.api.v1.Host.capacity:type_name -> peloton.api.v1.Resources
-	11,  // 75: peloton.api.v1.Host.allocated:type_name -> peloton.api.v1.Resources
-	123, // 76: peloton.api.v1.Host.labels:type_name -> peloton.api.v1.Host.LabelsEntry
-	7,   // 77: peloton.api.v1.Host.state:type_name -> peloton.api.v1.HostState
-	9,   // 78: peloton.api.v1.Host.partition_state:type_name -> peloton.api.v1.PartitionMoveState
-	75,  // 79: peloton.api.v1.Host.usage:type_name -> peloton.api.v1.HostUsage
-	11,  // 80: peloton.api.v1.Host.slack:type_name -> peloton.api.v1.Resources
-	11,  // 81: peloton.api.v1.Host.revocable:type_name -> peloton.api.v1.Resources
-	74,  // 82: peloton.api.v1.Host.runs:type_name -> peloton.api.v1.HostRun
-	8,   // 83: peloton.api.v1.Host.zone:type_name -> peloton.api.v1.HostZone
-	76,  // 84: peloton.api.v1.HostRun.usage:type_name -> peloton.api.v1.TaskUsage
-	127, // 85: peloton.api.v1.HostRun.since:type_name -> google.protobuf.Timestamp
-	127, // 86: peloton.api.v1.HostUsage.sample_time:type_name -> google.protobuf.Timestamp
-	127, // 87: peloton.api.v1.HostUsage.receive_time:type_name -> google.protobuf.Timestamp
-	127, // 88: peloton.api.v1.TaskUsage.sample_time:type_name -> google.protobuf.Timestamp
-	75,  // 89: peloton.api.v1.UsageReport.usage:type_name -> peloton.api.v1.HostUsage
-	124, // 90: peloton.api.v1.UsageReport.runs:type_name -> peloton.api.v1.UsageReport.RunsEntry
-	73,  // 91: peloton.api.v1.ListHostsResponse.hosts:type_name -> peloton.api.v1.Host
-	81,  // 92: peloton.api.v1.ListHostsResponse.substrate:type_name -> peloton.api.v1.Substrate
-	127, // 93: peloton.api.v1.Substrate.since:type_name -> google.protobuf.Timestamp
-	73,  // 94: peloton.api.v1.StartMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
-	73,  // 95: peloton.api.v1.CompleteMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
-	73,  // 96: peloton.api.v1.MoveHostResponse.host:type_name -> peloton.api.v1.Host
-	11,  // 97: peloton.api.v1.Partition.capacity:type_name -> peloton.api.v1.Resources
-	11,  // 98: peloton.api.v1.Partition.allocated:type_name -> peloton.api.v1.Resources
-	11,  // 99: peloton.api.v1.Partition.revocable:type_name -> peloton.api.v1.Resources
-	11,  // 100: peloton.api.v1.Partition.slack:type_name -> peloton.api.v1.Resources
-	125, // 101: peloton.api.v1.Partition.zones:type_name -> peloton.api.v1.Partition.ZonesEntry
-	88,  // 102: peloton.api.v1.ListPartitionsResponse.partitions:type_name -> peloton.api.v1.Partition
-	91,  // 103: peloton.api.v1.ListPartitionsResponse.advisor:type_name -> peloton.api.v1.AdvisorStatus
-	127, // 104: peloton.api.v1.AdvisorStatus.published:type_name -> google.protobuf.Timestamp
-	127, // 105: peloton.api.v1.PartitionMove.time:type_name -> google.protobuf.Timestamp
-	92,  // 106: peloton.api.v1.ListPartitionMovesResponse.moves:type_name -> peloton.api.v1.PartitionMove
-	8,   // 107: peloton.api.v1.HostAdvice.zone:type_name -> peloton.api.v1.HostZone
-	95,  // 108: peloton.api.v1.PublishAdviceRequest.hosts:type_name -> peloton.api.v1.HostAdvice
-	96,  // 109: peloton.api.v1.PublishAdviceRequest.partitions:type_name -> peloton.api.v1.PartitionAdvice
-	92,  // 110: peloton.api.v1.PublishAdviceRequest.observed_moves:type_name -> peloton.api.v1.PartitionMove
-	10,  // 111: peloton.api.v1.UpdateStatus.state:type_name -> peloton.api.v1.UpdateState
-	127, // 112: peloton.api.v1.UpdateStatus.create_time:type_name -> google.protobuf.Timestamp
-	127, // 113: peloton.api.v1.UpdateStatus.update_time:type_name -> google.protobuf.Timestamp
-	127, // 114: peloton.api.v1.UpdateStatus.completion_time:type_name -> google.protobuf.Timestamp
-	10,  // 115: peloton.api.v1.UpdateStatus.paused_from:type_name -> peloton.api.v1.UpdateState
-	99,  // 116: peloton.api.v1.Update.spec:type_name -> peloton.api.v1.UpdateSpec
-	100, // 117: peloton.api.v1.Update.status:type_name -> peloton.api.v1.UpdateStatus
-	126, // 118: peloton.api.v1.Update.restarts:type_name -> peloton.api.v1.Update.RestartsEntry
-	22,  // 119: peloton.api.v1.CreateUpdateRequest.spec:type_name -> peloton.api.v1.JobSpec
-	99,  // 120: peloton.api.v1.CreateUpdateRequest.update_spec:type_name -> peloton.api.v1.UpdateSpec
-	101, // 121: peloton.api.v1.CreateUpdateResponse.update:type_name -> peloton.api.v1.Update
-	101, // 122: peloton.api.v1.GetUpdateResponse.update:type_name -> peloton.api.v1.Update
-	101, // 123: peloton.api.v1.ListUpdatesResponse.updates:type_name -> peloton.api.v1.Update
-	101, // 124: peloton.api.v1.PauseUpdateResponse.update:type_name -> peloton.api.v1.Update
-	101, // 125: peloton.api.v1.ResumeUpdateResponse.update:type_name -> peloton.api.v1.Update
-	101, // 126: peloton.api.v1.AbortUpdateResponse.update:type_name -> peloton.api.v1.Update
-	101, // 127: peloton.api.v1.RollbackUpdateResponse.update:type_name -> peloton.api.v1.Update
-	18,  // 128: peloton.api.v1.JobSpec.InstanceSpecsEntry.value:type_name -> peloton.api.v1.TaskSpec
-	76,  // 129: peloton.api.v1.UsageReport.RunsEntry.value:type_name -> peloton.api.v1.TaskUsage
-	29,  // 130: peloton.api.v1.JobService.CreateJob:input_type -> peloton.api.v1.CreateJobRequest
-	31,  // 131: peloton.api.v1.JobService.GetJob:input_type -> peloton.api.v1.GetJobRequest
-	33,  // 132: peloton.api.v1.JobService.ListJobs:input_type -> peloton.api.v1.ListJobsRequest
-	35,  // 133: peloton.api.v1.JobService.CancelJob:input_type -> peloton.api.v1.CancelJobRequest
-	37,  // 134: peloton.api.v1.JobService.DeleteJob:input_type -> peloton.api.v1.DeleteJobRequest
-	39,  // 135: peloton.api.v1.JobService.RestartJob:input_type -> peloton.api.v1.RestartJobRequest
-	41,  // 136: peloton.api.v1.JobService.ScaleJob:input_type -> peloton.api.v1.ScaleJobRequest
-	43,  // 137: peloton.api.v1.JobService.ListJobVersions:input_type -> peloton.api.v1.ListJobVersionsRequest
-	46,  // 138: peloton.api.v1.JobService.WatchJobs:input_type -> peloton.api.v1.WatchJobsRequest
-	48,  // 139: peloton.api.v1.TaskService.ListTasks:input_type -> peloton.api.v1.ListTasksRequest
-	50,  // 140: peloton.api.v1.TaskService.GetTask:input_type -> peloton.api.v1.GetTaskRequest
-	52,  // 141: peloton.api.v1.TaskService.KillTask:input_type -> peloton.api.v1.KillTaskRequest
-	54,  // 142: peloton.api.v1.TaskService.GetTaskLogs:input_type -> peloton.api.v1.GetTaskLogsRequest
-	56,  // 143: peloton.api.v1.TaskService.WatchTasks:input_type -> peloton.api.v1.WatchTasksRequest
-	61,  // 144: peloton.api.v1.PoolService.CreatePool:input_type -> peloton.api.v1.CreatePoolRequest
-	63,  // 145: peloton.api.v1.PoolService.GetPool:input_type -> peloton.api.v1.GetPoolRequest
-	65,  // 146: peloton.api.v1.PoolService.UpdatePool:input_type -> peloton.api.v1.UpdatePoolRequest
-	67,  // 147: peloton.api.v1.PoolService.DeletePool:input_type -> peloton.api.v1.DeletePoolRequest
-	71,  // 148: peloton.api.v1.PoolService.ListPools:input_type -> peloton.api.v1.ListPoolsRequest
-	69,  // 149: peloton.api.v1.PoolService.MovePool:input_type -> peloton.api.v1.MovePoolRequest
-	79,  // 150: peloton.api.v1.HostService.ListHosts:input_type -> peloton.api.v1.ListHostsRequest
-	82,  // 151: peloton.api.v1.HostService.StartMaintenance:input_type -> peloton.api.v1.StartMaintenanceRequest
-	84,  // 152: peloton.api.v1.HostService.CompleteMaintenance:input_type -> peloton.api.v1.CompleteMaintenanceRequest
-	86,  // 153: peloton.api.v1.HostService.MoveHost:input_type -> peloton.api.v1.MoveHostRequest
-	89,  // 154: peloton.api.v1.PartitionService.ListPartitions:input_type -> peloton.api.v1.ListPartitionsRequest
-	93,  // 155: peloton.api.v1.PartitionService.ListPartitionMoves:input_type -> peloton.api.v1.ListPartitionMovesRequest
-	97,  // 156: peloton.api.v1.PartitionService.PublishAdvice:input_type -> peloton.api.v1.PublishAdviceRequest
-	77,  // 157: peloton.api.v1.HostAgentService.ReportUsage:input_type -> peloton.api.v1.UsageReport
-	102, // 158: peloton.api.v1.UpdateService.CreateUpdate:input_type -> peloton.api.v1.CreateUpdateRequest
-	104, // 159: peloton.api.v1.UpdateService.GetUpdate:input_type -> peloton.api.v1.GetUpdateRequest
-	106, // 160: peloton.api.v1.UpdateService.ListUpdates:input_type -> peloton.api.v1.ListUpdatesRequest
-	108, // 161: peloton.api.v1.UpdateService.PauseUpdate:input_type -> peloton.api.v1.PauseUpdateRequest
-	110, // 162: peloton.api.v1.UpdateService.ResumeUpdate:input_type -> peloton.api.v1.ResumeUpdateRequest
-	112, // 163: peloton.api.v1.UpdateService.AbortUpdate:input_type -> peloton.api.v1.AbortUpdateRequest
-	114, // 164: peloton.api.v1.UpdateService.RollbackUpdate:input_type -> peloton.api.v1.RollbackUpdateRequest
-	30,  // 165: peloton.api.v1.JobService.CreateJob:output_type -> peloton.api.v1.CreateJobResponse
-	32,  // 166: peloton.api.v1.JobService.GetJob:output_type -> peloton.api.v1.GetJobResponse
-	34,  // 167: peloton.api.v1.JobService.ListJobs:output_type -> peloton.api.v1.ListJobsResponse
-	36,  // 168: peloton.api.v1.JobService.CancelJob:output_type -> peloton.api.v1.CancelJobResponse
-	38,  // 169: peloton.api.v1.JobService.DeleteJob:output_type -> peloton.api.v1.DeleteJobResponse
-	40,  // 170: peloton.api.v1.JobService.RestartJob:output_type -> peloton.api.v1.RestartJobResponse
-	42,  // 171: peloton.api.v1.JobService.ScaleJob:output_type -> peloton.api.v1.ScaleJobResponse
-	45,  // 172: peloton.api.v1.JobService.ListJobVersions:output_type -> peloton.api.v1.ListJobVersionsResponse
-	47,  // 173: peloton.api.v1.JobService.WatchJobs:output_type -> peloton.api.v1.JobChange
-	49,  // 174: peloton.api.v1.TaskService.ListTasks:output_type -> peloton.api.v1.ListTasksResponse
-	51,  // 175: peloton.api.v1.TaskService.GetTask:output_type -> peloton.api.v1.GetTaskResponse
-	53,  // 176: peloton.api.v1.TaskService.KillTask:output_type -> peloton.api.v1.KillTaskResponse
-	55,  // 177: peloton.api.v1.TaskService.GetTaskLogs:output_type -> peloton.api.v1.LogChunk
-	57,  // 178: peloton.api.v1.TaskService.WatchTasks:output_type -> peloton.api.v1.TaskChange
-	62,  // 179: peloton.api.v1.PoolService.CreatePool:output_type -> peloton.api.v1.CreatePoolResponse
-	64,  // 180: peloton.api.v1.PoolService.GetPool:output_type -> peloton.api.v1.GetPoolResponse
-	66,  // 181: peloton.api.v1.PoolService.UpdatePool:output_type -> peloton.api.v1.UpdatePoolResponse
-	68,  // 182: peloton.api.v1.PoolService.DeletePool:output_type -> peloton.api.v1.DeletePoolResponse
-	72,  // 183: peloton.api.v1.PoolService.ListPools:output_type -> peloton.api.v1.ListPoolsResponse
-	70,  // 184: peloton.api.v1.PoolService.MovePool:output_type -> peloton.api.v1.MovePoolResponse
-	80,  // 185: peloton.api.v1.HostService.ListHosts:output_type -> peloton.api.v1.ListHostsResponse
-	83,  // 186: peloton.api.v1.HostService.StartMaintenance:output_type -> peloton.api.v1.StartMaintenanceResponse
-	85,  // 187: peloton.api.v1.HostService.CompleteMaintenance:output_type -> peloton.api.v1.CompleteMaintenanceResponse
-	87,  // 188: peloton.api.v1.HostService.MoveHost:output_type -> peloton.api.v1.MoveHostResponse
-	90,  // 189: peloton.api.v1.PartitionService.ListPartitions:output_type -> peloton.api.v1.ListPartitionsResponse
-	94,  // 190: peloton.api.v1.PartitionService.ListPartitionMoves:output_type -> peloton.api.v1.ListPartitionMovesResponse
-	98,  // 191: peloton.api.v1.PartitionService.PublishAdvice:output_type -> peloton.api.v1.PublishAdviceResponse
-	78,  // 192: peloton.api.v1.HostAgentService.ReportUsage:output_type -> peloton.api.v1.UsageAck
-	103, // 193: peloton.api.v1.UpdateService.CreateUpdate:output_type -> peloton.api.v1.CreateUpdateResponse
-	105, // 194: peloton.api.v1.UpdateService.GetUpdate:output_type -> peloton.api.v1.GetUpdateResponse
-	107, // 195: peloton.api.v1.UpdateService.ListUpdates:output_type -> peloton.api.v1.ListUpdatesResponse
-	109, // 196: peloton.api.v1.UpdateService.PauseUpdate:output_type -> peloton.api.v1.PauseUpdateResponse
-	111, // 197: peloton.api.v1.UpdateService.ResumeUpdate:output_type -> peloton.api.v1.ResumeUpdateResponse
-	113, // 198: peloton.api.v1.UpdateService.AbortUpdate:output_type -> peloton.api.v1.AbortUpdateResponse
-	115, // 199: peloton.api.v1.UpdateService.RollbackUpdate:output_type -> peloton.api.v1.RollbackUpdateResponse
-	165, // [165:200] is the sub-list for method output_type
-	130, // [130:165] is the sub-list for method input_type
-	130, // [130:130] is the sub-list for extension type_name
-	130, // [130:130] is the sub-list for extension extendee
-	0,   // [0:130] is the sub-list for field type_name
+	127, // 56: peloton.api.v1.GetTaskLogsRequest.since:type_name -> google.protobuf.Timestamp
+	28,  // 57: peloton.api.v1.TaskChange.task:type_name -> peloton.api.v1.Task
+	11,  // 58: peloton.api.v1.PoolSpec.reservation:type_name -> peloton.api.v1.Resources
+	11,  // 59: peloton.api.v1.PoolSpec.limit:type_name -> peloton.api.v1.Resources
+	11,  // 60: peloton.api.v1.PoolSpec.share:type_name -> peloton.api.v1.Resources
+	11,  // 61: peloton.api.v1.PoolSpec.revocable_limit:type_name -> peloton.api.v1.Resources
+	11,  // 62: peloton.api.v1.PoolStatus.entitlement:type_name -> peloton.api.v1.Resources
+	11,  // 63: peloton.api.v1.PoolStatus.allocation:type_name -> peloton.api.v1.Resources
+	11,  // 64: peloton.api.v1.PoolStatus.demand:type_name -> peloton.api.v1.Resources
+	58,  // 65: peloton.api.v1.Pool.spec:type_name -> peloton.api.v1.PoolSpec
+	59,  // 66: peloton.api.v1.Pool.status:type_name -> peloton.api.v1.PoolStatus
+	58,  // 67: peloton.api.v1.CreatePoolRequest.spec:type_name -> peloton.api.v1.PoolSpec
+	60,  // 68: peloton.api.v1.CreatePoolResponse.pool:type_name -> peloton.api.v1.Pool
+	60,  // 69: peloton.api.v1.GetPoolResponse.pool:type_name -> peloton.api.v1.Pool
+	58,  // 70: peloton.api.v1.UpdatePoolRequest.spec:type_name -> peloton.api.v1.PoolSpec
+	60,  // 71: peloton.api.v1.UpdatePoolResponse.pool:type_name -> peloton.api.v1.Pool
+	60,  // 72: peloton.api.v1.MovePoolResponse.pool:type_name -> peloton.api.v1.Pool
+	60,  // 73: peloton.api.v1.ListPoolsResponse.pools:type_name -> peloton.api.v1.Pool
+	11,  // 74: peloton.api.v1.ListPoolsResponse.largest_host:type_name -> peloton.api.v1.Resources
+	11,  // 75: peloton.api.v1.Host.capacity:type_name -> peloton.api.v1.Resources
+	11,  // 76: peloton.api.v1.Host.allocated:type_name -> peloton.api.v1.Resources
+	123, // 77: peloton.api.v1.Host.labels:type_name -> peloton.api.v1.Host.LabelsEntry
+	7,   // 78: peloton.api.v1.Host.state:type_name -> peloton.api.v1.HostState
+	9,   // 79: peloton.api.v1.Host.partition_state:type_name -> peloton.api.v1.PartitionMoveState
+	75,  // 80: peloton.api.v1.Host.usage:type_name -> peloton.api.v1.HostUsage
+	11,  // 81: peloton.api.v1.Host.slack:type_name -> peloton.api.v1.Resources
+	11,  // 82: peloton.api.v1.Host.revocable:type_name -> peloton.api.v1.Resources
+	74,  // 83: peloton.api.v1.Host.runs:type_name -> peloton.api.v1.HostRun
+	8,   // 84: peloton.api.v1.Host.zone:type_name -> peloton.api.v1.HostZone
+	76,  // 85: peloton.api.v1.HostRun.usage:type_name -> peloton.api.v1.TaskUsage
+	127, // 86: peloton.api.v1.HostRun.since:type_name -> google.protobuf.Timestamp
+	127, // 87: peloton.api.v1.HostUsage.sample_time:type_name -> google.protobuf.Timestamp
+	127, // 88: peloton.api.v1.HostUsage.receive_time:type_name -> google.protobuf.Timestamp
+	127, // 89: peloton.api.v1.TaskUsage.sample_time:type_name -> google.protobuf.Timestamp
+	75,  // 90: peloton.api.v1.UsageReport.usage:type_name -> peloton.api.v1.HostUsage
+	124, // 91: peloton.api.v1.UsageReport.runs:type_name -> peloton.api.v1.UsageReport.RunsEntry
+	73,  // 92: peloton.api.v1.ListHostsResponse.hosts:type_name -> peloton.api.v1.Host
+	81,  // 93: peloton.api.v1.ListHostsResponse.substrate:type_name -> peloton.api.v1.Substrate
+	127, // 94: peloton.api.v1.Substrate.since:type_name -> google.protobuf.Timestamp
+	73,  // 95: peloton.api.v1.StartMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
+	73,  // 96: peloton.api.v1.CompleteMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
+	73,  // 97: peloton.api.v1.MoveHostResponse.host:type_name -> peloton.api.v1.Host
+	11,  // 98: peloton.api.v1.Partition.capacity:type_name -> peloton.api.v1.Resources
+	11,  // 99: peloton.api.v1.Partition.allocated:type_name -> peloton.api.v1.Resources
+	11,  // 100: peloton.api.v1.Partition.revocable:type_name -> peloton.api.v1.Resources
+	11,  // 101: peloton.api.v1.Partition.slack:type_name -> peloton.api.v1.Resources
+	125, // 102: peloton.api.v1.Partition.zones:type_name -> peloton.api.v1.Partition.ZonesEntry
+	88,  // 103: peloton.api.v1.ListPartitionsResponse.partitions:type_name -> peloton.api.v1.Partition
+	91,  // 104: peloton.api.v1.ListPartitionsResponse.advisor:type_name -> peloton.api.v1.AdvisorStatus
+	127, // 105: peloton.api.v1.AdvisorStatus.published:type_name -> google.protobuf.Timestamp
+	127, // 106: peloton.api.v1.PartitionMove.time:type_name -> google.protobuf.Timestamp
+	92,  // 107: peloton.api.v1.ListPartitionMovesResponse.moves:type_name -> peloton.api.v1.PartitionMove
+	8,   // 108: peloton.api.v1.HostAdvice.zone:type_name -> peloton.api.v1.HostZone
+	95,  // 109: peloton.api.v1.PublishAdviceRequest.hosts:type_name -> peloton.api.v1.HostAdvice
+	96,  // 110: peloton.api.v1.PublishAdviceRequest.partitions:type_name -> peloton.api.v1.PartitionAdvice
+	92,  // 111: peloton.api.v1.PublishAdviceRequest.observed_moves:type_name -> peloton.api.v1.PartitionMove
+	10,  // 112: peloton.api.v1.UpdateStatus.state:type_name -> peloton.api.v1.UpdateState
+	127, // 113: peloton.api.v1.UpdateStatus.create_time:type_name -> google.protobuf.Timestamp
+	127, // 114: peloton.api.v1.UpdateStatus.update_time:type_name -> google.protobuf.Timestamp
+	127, // 115: peloton.api.v1.UpdateStatus.completion_time:type_name -> google.protobuf.Timestamp
+	10,  // 116: peloton.api.v1.UpdateStatus.paused_from:type_name -> peloton.api.v1.UpdateState
+	99,  // 117: peloton.api.v1.Update.spec:type_name -> peloton.api.v1.UpdateSpec
+	100, // 118: peloton.api.v1.Update.status:type_name -> peloton.api.v1.UpdateStatus
+	126, // 119: peloton.api.v1.Update.restarts:type_name -> peloton.api.v1.Update.RestartsEntry
+	22,  // 120: peloton.api.v1.CreateUpdateRequest.spec:type_name -> peloton.api.v1.JobSpec
+	99,  // 121: peloton.api.v1.CreateUpdateRequest.update_spec:type_name -> peloton.api.v1.UpdateSpec
+	101, // 122: peloton.api.v1.CreateUpdateResponse.update:type_name -> peloton.api.v1.Update
+	101, // 123: peloton.api.v1.GetUpdateResponse.update:type_name -> peloton.api.v1.Update
+	101, // 124: peloton.api.v1.ListUpdatesResponse.updates:type_name -> peloton.api.v1.Update
+	101, // 125: peloton.api.v1.PauseUpdateResponse.update:type_name -> peloton.api.v1.Update
+	101, // 126: peloton.api.v1.ResumeUpdateResponse.update:type_name -> peloton.api.v1.Update
+	101, // 127: peloton.api.v1.AbortUpdateResponse.update:type_name -> peloton.api.v1.Update
+	101, // 128: peloton.api.v1.RollbackUpdateResponse.update:type_name -> peloton.api.v1.Update
+	18,  // 129: peloton.api.v1.JobSpec.InstanceSpecsEntry.value:type_name -> peloton.api.v1.TaskSpec
+	76,  // 130: peloton.api.v1.UsageReport.RunsEntry.value:type_name -> peloton.api.v1.TaskUsage
+	29,  // 131: peloton.api.v1.JobService.CreateJob:input_type -> peloton.api.v1.CreateJobRequest
+	31,  // 132: peloton.api.v1.JobService.GetJob:input_type -> peloton.api.v1.GetJobRequest
+	33,  // 133: peloton.api.v1.JobService.ListJobs:input_type -> peloton.api.v1.ListJobsRequest
+	35,  // 134: peloton.api.v1.JobService.CancelJob:input_type -> peloton.api.v1.CancelJobRequest
+	37,  // 135: peloton.api.v1.JobService.DeleteJob:input_type -> peloton.api.v1.DeleteJobRequest
+	39,  // 136: peloton.api.v1.JobService.RestartJob:input_type -> peloton.api.v1.RestartJobRequest
+	41,  // 137: peloton.api.v1.JobService.ScaleJob:input_type -> peloton.api.v1.ScaleJobRequest
+	43,  // 138: peloton.api.v1.JobService.ListJobVersions:input_type -> peloton.api.v1.ListJobVersionsRequest
+	46,  // 139: peloton.api.v1.JobService.WatchJobs:input_type -> peloton.api.v1.WatchJobsRequest
+	48,  // 140: peloton.api.v1.TaskService.ListTasks:input_type -> peloton.api.v1.ListTasksRequest
+	50,  // 141: peloton.api.v1.TaskService.GetTask:input_type -> peloton.api.v1.GetTaskRequest
+	52,  // 142: peloton.api.v1.TaskService.KillTask:input_type -> peloton.api.v1.KillTaskRequest
+	54,  // 143: peloton.api.v1.TaskService.GetTaskLogs:input_type -> peloton.api.v1.GetTaskLogsRequest
+	56,  // 144: peloton.api.v1.TaskService.WatchTasks:input_type -> peloton.api.v1.WatchTasksRequest
+	61,  // 145: peloton.api.v1.PoolService.CreatePool:input_type -> peloton.api.v1.CreatePoolRequest
+	63,  // 146: peloton.api.v1.PoolService.GetPool:input_type -> peloton.api.v1.GetPoolRequest
+	65,  // 147: peloton.api.v1.PoolService.UpdatePool:input_type -> peloton.api.v1.UpdatePoolRequest
+	67,  // 148: peloton.api.v1.PoolService.DeletePool:input_type -> peloton.api.v1.DeletePoolRequest
+	71,  // 149: peloton.api.v1.PoolService.ListPools:input_type -> peloton.api.v1.ListPoolsRequest
+	69,  // 150: peloton.api.v1.PoolService.MovePool:input_type -> peloton.api.v1.MovePoolRequest
+	79,  // 151: peloton.api.v1.HostService.ListHosts:input_type -> peloton.api.v1.ListHostsRequest
+	82,  // 152: peloton.api.v1.HostService.StartMaintenance:input_type -> peloton.api.v1.StartMaintenanceRequest
+	84,  // 153: peloton.api.v1.HostService.CompleteMaintenance:input_type -> peloton.api.v1.CompleteMaintenanceRequest
+	86,  // 154: peloton.api.v1.HostService.MoveHost:input_type -> peloton.api.v1.MoveHostRequest
+	89,  // 155: peloton.api.v1.PartitionService.ListPartitions:input_type -> peloton.api.v1.ListPartitionsRequest
+	93,  // 156: peloton.api.v1.PartitionService.ListPartitionMoves:input_type -> peloton.api.v1.ListPartitionMovesRequest
+	97,  // 157: peloton.api.v1.PartitionService.PublishAdvice:input_type -> peloton.api.v1.PublishAdviceRequest
+	77,  // 158: peloton.api.v1.HostAgentService.ReportUsage:input_type -> peloton.api.v1.UsageReport
+	102, // 159: peloton.api.v1.UpdateService.CreateUpdate:input_type -> peloton.api.v1.CreateUpdateRequest
+	104, // 160: peloton.api.v1.UpdateService.GetUpdate:input_type -> peloton.api.v1.GetUpdateRequest
+	106, // 161: peloton.api.v1.UpdateService.ListUpdates:input_type -> peloton.api.v1.ListUpdatesRequest
+	108, // 162: peloton.api.v1.UpdateService.PauseUpdate:input_type -> peloton.api.v1.PauseUpdateRequest
+	110, // 163: peloton.api.v1.UpdateService.ResumeUpdate:input_type -> peloton.api.v1.ResumeUpdateRequest
+	112, // 164: peloton.api.v1.UpdateService.AbortUpdate:input_type -> peloton.api.v1.AbortUpdateRequest
+	114, // 165: peloton.api.v1.UpdateService.RollbackUpdate:input_type -> peloton.api.v1.RollbackUpdateRequest
+	30,  // 166: peloton.api.v1.JobService.CreateJob:output_type -> peloton.api.v1.CreateJobResponse
+	32,  // 167: peloton.api.v1.JobService.GetJob:output_type -> peloton.api.v1.GetJobResponse
+	34,  // 168: peloton.api.v1.JobService.ListJobs:output_type -> peloton.api.v1.ListJobsResponse
+	36,  // 169: peloton.api.v1.JobService.CancelJob:output_type -> peloton.api.v1.CancelJobResponse
+	38,  // 170: peloton.api.v1.JobService.DeleteJob:output_type -> peloton.api.v1.DeleteJobResponse
+	40,  // 171: peloton.api.v1.JobService.RestartJob:output_type -> peloton.api.v1.RestartJobResponse
+	42,  // 172: peloton.api.v1.JobService.ScaleJob:output_type -> peloton.api.v1.ScaleJobResponse
+	45,  // 173: peloton.api.v1.JobService.ListJobVersions:output_type -> peloton.api.v1.ListJobVersionsResponse
+	47,  // 174: peloton.api.v1.JobService.WatchJobs:output_type -> peloton.api.v1.JobChange
+	49,  // 175: peloton.api.v1.TaskService.ListTasks:output_type -> peloton.api.v1.ListTasksResponse
+	51,  // 176: peloton.api.v1.TaskService.GetTask:output_type -> peloton.api.v1.GetTaskResponse
+	53,  // 177: peloton.api.v1.TaskService.KillTask:output_type -> peloton.api.v1.KillTaskResponse
+	55,  // 178: peloton.api.v1.TaskService.GetTaskLogs:output_type -> peloton.api.v1.LogChunk
+	57,  // 179: peloton.api.v1.TaskService.WatchTasks:output_type -> peloton.api.v1.TaskChange
+	62,  // 180: peloton.api.v1.PoolService.CreatePool:output_type -> peloton.api.v1.CreatePoolResponse
+	64,  // 181: peloton.api.v1.PoolService.GetPool:output_type -> peloton.api.v1.GetPoolResponse
+	66,  // 182: peloton.api.v1.PoolService.UpdatePool:output_type -> peloton.api.v1.UpdatePoolResponse
+	68,  // 183: peloton.api.v1.PoolService.DeletePool:output_type -> peloton.api.v1.DeletePoolResponse
+	72,  // 184: peloton.api.v1.PoolService.ListPools:output_type -> peloton.api.v1.ListPoolsResponse
+	70,  // 185: peloton.api.v1.PoolService.MovePool:output_type -> peloton.api.v1.MovePoolResponse
+	80,  // 186: peloton.api.v1.HostService.ListHosts:output_type -> peloton.api.v1.ListHostsResponse
+	83,  // 187: peloton.api.v1.HostService.StartMaintenance:output_type -> peloton.api.v1.StartMaintenanceResponse
+	85,  // 188: peloton.api.v1.HostService.CompleteMaintenance:output_type -> peloton.api.v1.CompleteMaintenanceResponse
+	87,  // 189: peloton.api.v1.HostService.MoveHost:output_type -> peloton.api.v1.MoveHostResponse
+	90,  // 190: peloton.api.v1.PartitionService.ListPartitions:output_type -> peloton.api.v1.ListPartitionsResponse
+	94,  // 191: peloton.api.v1.PartitionService.ListPartitionMoves:output_type -> peloton.api.v1.ListPartitionMovesResponse
+	98,  // 192: peloton.api.v1.PartitionService.PublishAdvice:output_type -> peloton.api.v1.PublishAdviceResponse
+	78,  // 193: peloton.api.v1.HostAgentService.ReportUsage:output_type -> peloton.api.v1.UsageAck
+	103, // 194: peloton.api.v1.UpdateService.CreateUpdate:output_type -> peloton.api.v1.CreateUpdateResponse
+	105, // 195: peloton.api.v1.UpdateService.GetUpdate:output_type -> peloton.api.v1.GetUpdateResponse
+	107, // 196: peloton.api.v1.UpdateService.ListUpdates:output_type -> peloton.api.v1.ListUpdatesResponse
+	109, // 197: peloton.api.v1.UpdateService.PauseUpdate:output_type -> peloton.api.v1.PauseUpdateResponse
+	111, // 198: peloton.api.v1.UpdateService.ResumeUpdate:output_type -> peloton.api.v1.ResumeUpdateResponse
+	113, // 199: peloton.api.v1.UpdateService.AbortUpdate:output_type -> peloton.api.v1.AbortUpdateResponse
+	115, // 200: peloton.api.v1.UpdateService.RollbackUpdate:output_type -> peloton.api.v1.RollbackUpdateResponse
+	166, // [166:201] is the sub-list for method output_type
+	131, // [131:166] is the sub-list for method input_type
+	131, // [131:131] is the sub-list for extension type_name
+	131, // [131:131] is the sub-list for extension extendee
+	0,   // [0:131] is the sub-list for field type_name
 }
 
 func init() { file_peloton_api_v1_peloton_proto_init() }
