@@ -628,7 +628,7 @@ func uiMovingHost(t *testing.T, b *browser, c string, load func(name, url, what,
 	b.CheckNoJSErrors(t, "overview with a moving host")
 
 	row := fmt.Sprintf(`[data-host-task="%s"]`, dig(getJSON(t, c+"/v1/jobs/"+id+"/tasks/0"), "task", "taskId"))
-	load("host-tasks", c+"/ui/hosts/"+host, "the host's tasks", `[...document.querySelectorAll("main h2")].some((h) => h.textContent === "Tasks")`+fmt.Sprintf(` && document.querySelector('%s a[href="/ui/jobs/%s"]')`, row, id)+
+	load("host-tasks", c+"/ui/hosts/"+host, "the host's tasks", `[...document.querySelectorAll("main h2")].some((h) => h.textContent === "Tasks")`+fmt.Sprintf(` && document.querySelector('%s a[href="/ui/jobs/%s"]').textContent === "ui-db"`, row, id)+
 		fmt.Sprintf(` && document.querySelector('%s a[href="/ui/jobs/%s/tasks/0"]') && document.querySelector('%s .badge').textContent === "RUNNING"`, row, id, row))
 	b.CheckNoJSErrors(t, "host tasks")
 

@@ -703,7 +703,8 @@ async function hostsPage(ctx, only) {
 
 // hostTasks lists the runs a host holds (ListHosts with includeRuns) with
 // each instance's state, read per instance (GetTask): as many reads as the
-// host has runs, at most hostTaskLimit of them, and no scan of any job.
+// host has runs, at most hostTaskLimit of them, plus one GetJob per job
+// for its name; no scan of any job.
 const hostTaskLimit = 100;
 
 async function hostTasks(runs, signal) {
@@ -714,9 +715,12 @@ async function hostTasks(runs, signal) {
     const t = await get(`/v1/jobs/${enc(r.jobId)}/tasks/${inst}`, signal).then((x) => x.task, (e) => { if (e.name === "AbortError") throw e; return null; });
     return { run: r, inst, task: t };
   }));
+  // Each job's name, read once per job the host runs.
+  const names = new Map(await Promise.all([...new Set(shown.map((r) => r.jobId))].map((id) =>
+    get("/v1/jobs/" + enc(id), signal).then((x) => [id, x.job.spec.name || id], (e) => { if (e.name === "AbortError") throw e; return [id, id]; }))));
   return [
     table([
-      { title: "Job", cell: (x) => link("/ui/jobs/" + enc(x.run.jobId), x.run.jobId) },
+      { title: "Job", cell: (x) => link("/ui/jobs/" + enc(x.run.jobId), names.get(x.run.jobId)) },
       { title: "Instance", cls: "num", cell: (x) => link(`/ui/jobs/${enc(x.run.jobId)}/tasks/${x.inst}`, String(x.inst)) },
       { title: "State", cell: (x) => x.task ? badge((x.task.status || {}).state) : h("span.muted", "unknown") },
       { title: "Run", cell: (x) => h("span.muted", x.run.taskId) },
