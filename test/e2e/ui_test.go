@@ -127,7 +127,10 @@ func dig(v any, path ...any) any {
 // real objects (the partitions page the advisor's status, the move with
 // its reason and the partitions' sizes over time); resume/pause of the
 // update and of the rollout, a task kill, a scale, completing maintenance
-// and a pool edit change them (each checked through the API); a refused
+// and a pool edit change them (each checked through the API); a host
+// moving between partitions is counted as moving, offers "Cancel move"
+// and returns to its partition when cancelled; a host's page lists its
+// tasks; a refused
 // pool shows the API's message next to its field; keyboard shortcuts
 // work; pages are live (the server's event stream, not polling, shows a
 // new pool); no page raises a JavaScript error; and each page's screenshot
@@ -305,10 +308,12 @@ func TestUI(t *testing.T) {
 
 	visit("hosts", c+"/ui/hosts", "the drained host, the partitions and the advisor's zones",
 		`document.querySelector('[data-host="local-2"]') && /HOST_DRAIN/.test(document.querySelector('[data-host="local-2"]').dataset.state) && `+text("Partitions")+` && `+text("default")+
-			` && document.querySelector('[data-host="local-0"] .zone:not(.z-unknown)') && document.querySelector('a[href="/ui/partitions"]')`)
+			` && document.querySelector('[data-host="local-0"] .zone:not(.z-unknown)') && document.querySelector('a[href="/ui/partitions"]')`+
+			// The maintenance column: the first clause, the whole message on hover.
+			` && (() => { const m = document.querySelector('[data-host="local-2"] .maint'); return m && /^drain/.test(m.textContent) && !m.textContent.includes(";") && m.title.startsWith(m.textContent) && m.title.length >= m.textContent.length; })()`)
 
 	visit("host", c+"/ui/hosts/local-1", "one host's details, zone and moves", text("Host local-1")+` && `+text("Labels")+` && `+text("peloton.io/backend=local")+
-		` && document.querySelector(".kv .zone:not(.z-unknown)") && `+text("Oversubscription")+` && document.querySelector('[data-move="local-1"][data-state="DONE"]') && `+text(moveReason))
+		` && document.querySelector(".kv .zone:not(.z-unknown)") && `+text("Oversubscription")+` && document.querySelector('[data-move="local-1"][data-state="DONE"]') && `+text(moveReason)+` && [...document.querySelectorAll("main h2")].some((h) => h.textContent === "Tasks")`)
 
 	// The partitions: the advisor observes, the move with its reason, the
 	// sizes over time with the move as a step.
@@ -356,6 +361,7 @@ func TestUI(t *testing.T) {
 	})
 	b.WaitJS(t, "the hosts page shows local-2 up", `document.querySelector('[data-host="local-2"][data-state="HOST_UP"]')`, 10*time.Second)
 	b.CheckNoJSErrors(t, "hosts after maintenance")
+	uiMovingHost(t, b, c, load)
 
 	// Edit a pool: /org/web gets a CPU limit.
 	visit("pool-edit", c+"/ui/pools/org/web", "the edit form of /org/web", `document.querySelector("form.poolform input[name=path]").value === "/org/web"`)
@@ -572,4 +578,80 @@ func shot(t *testing.T, b *browser, path string) {
 	if err := os.WriteFile(path, png, 0o644); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// uiMovingHost checks a host on its way to another partition: a STATEFUL
+// instance keeps the move under way. The overview counts the host as
+// moving, the host's page lists its task, the hosts page offers "Cancel
+// move" (not "Drain") with the move in short in the maintenance column,
+// and the cancel, confirmed, brings the host back to its partition.
+func uiMovingHost(t *testing.T, b *browser, c string, load func(name, url, what, cond string)) {
+	t.Helper()
+	restJSON(t, "POST", c+"/v1/pools/db?requestId=ui-db", `{"reservation":{"cpu":0.5,"memoryMb":256,"diskMb":100}}`, 200, nil)
+	var created struct{ JobID string }
+	restJSON(t, "POST", c+"/v1/jobs?requestId=ui-db-job", `{"name":"ui-db","type":"STATEFUL","pool":"/db","instanceCount":1,
+		"defaultSpec":{"command":["sleep","600"],"resources":{"cpu":0.1,"memoryMb":32},"volume":{"sizeMb":10}}}`, 200, &created)
+	id := created.JobID
+	defer restJSON(t, "POST", c+"/v1/jobs/"+id+":cancel", `{}`, 200, nil)
+	var host string
+	testutil.Eventually(t, 60*time.Second, "the stateful instance runs", func() error {
+		tk := getJSON(t, c+"/v1/jobs/"+id+"/tasks/0")
+		if s := dig(tk, "task", "status", "state"); s != "RUNNING" {
+			return fmt.Errorf("instance 0 is %v", s)
+		}
+		host, _ = dig(tk, "task", "status", "host").(string)
+		return nil
+	})
+	hostOf := func() any {
+		for _, h := range dig(getJSON(t, c+"/v1/hosts"), "hosts").([]any) {
+			if dig(h, "name") == host {
+				return h
+			}
+		}
+		t.Fatalf("host %s not listed", host)
+		return nil
+	}
+	from, _ := dig(hostOf(), "partition").(string)
+	to := "stateless"
+	if from == to {
+		to = "default"
+	}
+	restJSON(t, "POST", c+"/v1/hosts/"+host+":move", `{"partition":"`+to+`"}`, 200, nil)
+	testutil.Eventually(t, 30*time.Second, host+" moving, held by the stateful instance", func() error {
+		if s := dig(hostOf(), "partitionState"); s != "PARTITION_MOVING" {
+			return fmt.Errorf("%s is %v", host, s)
+		}
+		return nil
+	})
+	hostsChips := `[...document.querySelectorAll("section.card")].find((s) => s.querySelector("h2").textContent === "Hosts").textContent`
+	load("overview-moving", c+"/", "the moving host counted as moving", hostsChips+`.includes("MOVING 1") && `+hostsChips+`.includes("UP 2")`)
+	b.CheckNoJSErrors(t, "overview with a moving host")
+
+	row := fmt.Sprintf(`[data-host-task="%s"]`, dig(getJSON(t, c+"/v1/jobs/"+id+"/tasks/0"), "task", "taskId"))
+	load("host-tasks", c+"/ui/hosts/"+host, "the host's tasks", `[...document.querySelectorAll("main h2")].some((h) => h.textContent === "Tasks")`+fmt.Sprintf(` && document.querySelector('%s a[href="/ui/jobs/%s"]').textContent === "ui-db"`, row, id)+
+		fmt.Sprintf(` && document.querySelector('%s a[href="/ui/jobs/%s/tasks/0"]') && document.querySelector('%s .badge').textContent === "RUNNING"`, row, id, row))
+	b.CheckNoJSErrors(t, "host tasks")
+
+	sel := fmt.Sprintf(`[data-host=%q]`, host)
+	load("hosts-moving", c+"/ui/hosts", "Cancel move offered for the moving host", fmt.Sprintf(
+		`document.querySelector('%s [data-action="cancel-move-%s"]') && !document.querySelector('%s [data-action="drain-%s"]')`+
+			` && document.querySelector('%s .maint').textContent.startsWith("moving to %s") && document.querySelector('%s .maint').title.includes("STATEFUL instance 0")`,
+		sel, host, sel, host, sel, to, sel))
+	// The first click asks for a confirmation, the second cancels; in one
+	// script, so no refresh of the table comes between them.
+	armed, err := evalJS[string](b, 5*time.Second, fmt.Sprintf(`(() => { const b = document.querySelector('[data-action="cancel-move-%s"]'); b.click(); const t = b.textContent; b.click(); return t; })()`, host))
+	if err != nil || armed != "Confirm cancel move" {
+		t.Fatalf("the first click: %q, %v; want the button to ask %q", armed, err, "Confirm cancel move")
+	}
+	testutil.Eventually(t, 20*time.Second, host+" back in "+from, func() error {
+		h := hostOf()
+		if p, s := dig(h, "partition"), dig(h, "partitionState"); p != from || s != "PARTITION_SETTLED" {
+			return fmt.Errorf("%s is in %v, %v", host, p, s)
+		}
+		return nil
+	})
+	b.WaitJS(t, "the hosts page shows "+host+" back in "+from, fmt.Sprintf(
+		`document.querySelector('%s [data-action="drain-%s"]') && !document.querySelector('%s [data-action="cancel-move-%s"]') && !document.querySelector('%s').innerText.includes("→")`,
+		sel, host, sel, host, sel), 20*time.Second)
+	b.CheckNoJSErrors(t, "hosts after the cancelled move")
 }

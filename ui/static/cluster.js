@@ -52,7 +52,9 @@ async function overviewPage(ctx) {
     ]);
     const hs = hosts.hosts || [];
     const byState = {};
-    hs.forEach((x) => { byState[x.state] = (byState[x.state] || 0) + 1; });
+    // A host moving between partitions counts as moving, not as its
+    // maintenance state (it takes no new work either way).
+    hs.forEach((x) => { const st = isMoving(x) ? "HOST_MOVING" : x.state; byState[st] = (byState[st] || 0) + 1; });
     const capacity = kinds.map((k) => {
       const cap = sum(hs, (x) => res(x.capacity, k.key));
       const alloc = sum(hs, (x) => res(x.allocated, k.key));
@@ -114,6 +116,9 @@ function alerts(hosts, jobs) {
   return items.length ? h("ul.alerts", items.slice(0, 50)) : h("p.muted", "Nothing needs attention.");
 }
 
+// isMoving says whether a host is on its way to another partition.
+const isMoving = (x) => x.partitionState === "PARTITION_MOVING" || x.partitionState === "PARTITION_MOVE_DRAINED";
+
 // zoneName is a Host.zone as a Partition.zones key ("green", ... "unknown").
 const zoneName = (z) => String(z || "HOST_ZONE_UNKNOWN").replace(/^HOST_ZONE_/, "").toLowerCase();
 
@@ -126,7 +131,7 @@ function partitions(hosts) {
     p.hosts++;
     const z = zoneName(x.zone);
     p.zones[z] = (p.zones[z] || 0) + 1;
-    if (x.partitionState === "PARTITION_MOVING" || x.partitionState === "PARTITION_MOVE_DRAINED") p.moving++;
+    if (isMoving(x)) p.moving++;
     for (const k of kinds) {
       p.capacity[k.key] = (p.capacity[k.key] || 0) + res(x.capacity, k.key);
       p.allocated[k.key] = (p.allocated[k.key] || 0) + res(x.allocated, k.key);
@@ -679,20 +684,49 @@ async function hostsPage(ctx, only) {
   ctx.root.append(h("h1", only ? "Host " + only : "Hosts and partitions"),
     only ? h("p.crumbs", link("/ui/hosts", "All hosts"), " · ", link("/ui/partitions", "Partitions")) : "", summary, list);
   await ctx.live(list, async () => {
-    let hosts = (await get("/v1/hosts", ctx.signal)).hosts || [];
+    let hosts = (await get("/v1/hosts" + query({ includeRuns: only ? "true" : "" }), ctx.signal)).hosts || [];
     if (only) {
       hosts = hosts.filter((x) => x.name === only);
       if (!hosts.length) return errorBox(new ApiError(404, 5, `host ${only} does not exist`));
       // The host's own moves: a failed read shows in their card only.
       const moves = await get("/v1/partitions/moves" + query({ host: only, limit: 50 }), ctx.signal)
         .then((r) => moveTable(r.moves || []), (e) => { if (e.name === "AbortError") throw e; return errorBox(e); });
-      replace(summary, hostDetail(hosts[0]), section("Moves", moves,
+      const tasks = await hostTasks(hosts[0].runs || [], ctx.signal);
+      replace(summary, hostDetail(hosts[0]), section("Tasks", tasks), section("Moves", moves,
         h("p", link("/ui/partitions" + query({ host: only }), "On the partitions page →"))));
       return hostTable(hosts);
     }
     replace(summary, partitionCard(partitions(hosts), hosts));
     return hostTable(hosts);
   });
+}
+
+// hostTasks lists the runs a host holds (ListHosts with includeRuns) with
+// each instance's state, read per instance (GetTask): as many reads as the
+// host has runs, at most hostTaskLimit of them, plus one GetJob per job
+// for its name; no scan of any job.
+const hostTaskLimit = 100;
+
+async function hostTasks(runs, signal) {
+  const shown = runs.slice().sort((a, b) => (a.jobId + a.taskId).localeCompare(b.jobId + b.taskId)).slice(0, hostTaskLimit);
+  // A run's taskId is <jobId>-<instance>-<run>.
+  const rows = await Promise.all(shown.map(async (r) => {
+    const inst = Number(r.taskId.slice(r.jobId.length + 1).split("-")[0]);
+    const t = await get(`/v1/jobs/${enc(r.jobId)}/tasks/${inst}`, signal).then((x) => x.task, (e) => { if (e.name === "AbortError") throw e; return null; });
+    return { run: r, inst, task: t };
+  }));
+  // Each job's name, read once per job the host runs.
+  const names = new Map(await Promise.all([...new Set(shown.map((r) => r.jobId))].map((id) =>
+    get("/v1/jobs/" + enc(id), signal).then((x) => [id, x.job.spec.name || id], (e) => { if (e.name === "AbortError") throw e; return [id, id]; }))));
+  return [
+    table([
+      { title: "Job", cell: (x) => link("/ui/jobs/" + enc(x.run.jobId), names.get(x.run.jobId)) },
+      { title: "Instance", cls: "num", cell: (x) => link(`/ui/jobs/${enc(x.run.jobId)}/tasks/${x.inst}`, String(x.inst)) },
+      { title: "State", cell: (x) => x.task ? badge((x.task.status || {}).state) : h("span.muted", "unknown") },
+      { title: "Run", cell: (x) => h("span.muted", x.run.taskId) },
+    ], rows, { empty: "No tasks on this host.", rowAttrs: (x) => ({ dataset: { hostTask: x.run.taskId } }) }),
+    runs.length > shown.length ? h("p.muted", `${hostTaskLimit} of ${runs.length} runs shown`) : "",
+  ];
 }
 
 function partitionCard(parts, hosts) {
@@ -726,11 +760,25 @@ function hostDetail(x) {
   ]));
 }
 
+// maintenanceSummary is the first clause of what maintenance or a
+// partition move is doing ("draining: 2 tasks left", "moving to batch:
+// draining 1 task"), at most 48 characters; the cell's title has it whole.
+function maintenanceSummary(x) {
+  const full = x.maintenanceMessage || x.partitionMessage || "";
+  const s = full.split(";")[0].replace(/^moving to partition /, "moving to ");
+  return s.length > 48 ? s.slice(0, 47) + "…" : s;
+}
+
+function maintenanceCell(x) {
+  const full = [x.maintenanceMessage, x.partitionMessage].filter(Boolean).join("\n");
+  return full ? h("span.maint", { title: full }, maintenanceSummary(x)) : "";
+}
+
 function hostTable(hosts) {
   const maint = (verb, name) => () => post(`/v1/hosts:${verb}`, { hosts: [name] });
   const cols = [
     { title: "Host", cell: (x) => h("strong", link("/ui/hosts/" + enc(x.name), x.name)) },
-    { title: "Partition", cell: (x) => [x.partition || "", x.partitionState === "PARTITION_MOVING" || x.partitionState === "PARTITION_MOVE_DRAINED" ? [" → ", x.targetPartition] : ""] },
+    { title: "Partition", cell: (x) => [x.partition || "", isMoving(x) ? [" → ", x.targetPartition] : ""] },
     { title: "Zone", cell: (x) => zoneBadge(x.zone) },
     { title: "State", cell: (x) => badge(x.state) },
     { title: "Tasks", cls: "num", cell: (x) => String(x.taskCount || 0) },
@@ -738,9 +786,10 @@ function hostTable(hosts) {
     { title: "Mem alloc", cell: (x) => h("div.meter", bar(res(x.allocated, "memoryMb"), res(x.capacity, "memoryMb")), h("span.muted", `${amount("memoryMb", res(x.allocated, "memoryMb"))} / ${amount("memoryMb", res(x.capacity, "memoryMb"))}`)) },
     { title: "Usage", cell: (x) => x.usage ? h("span", `cpu ${num(x.usage.cpu, 2)} · mem ${amount("memoryMb", x.usage.memoryUsedMb)} · `, ago(x.usage.receiveTime)) : h("span.muted", "no report") },
     { title: "Slack", cell: (x) => x.slack ? `cpu ${num(res(x.slack, "cpu"), 2)} · ${amount("memoryMb", res(x.slack, "memoryMb"))}` : "" },
-    { title: "Maintenance", cell: (x) => h("span", x.maintenanceMessage || (x.partitionMessage || "")) },
-    { title: "", cell: (x) => x.state === "HOST_UP"
-      ? actionButton("Drain", maint("startMaintenance", x.name), { id: "drain-" + x.name, confirm: true })
+    { title: "Maintenance", cell: (x) => maintenanceCell(x) },
+    { title: "", cell: (x) => isMoving(x)
+      ? actionButton("Cancel move", () => post(`/v1/hosts/${enc(x.name)}:move`, { cancel: true }), { id: "cancel-move-" + x.name, confirm: true })
+      : x.state === "HOST_UP" ? actionButton("Drain", maint("startMaintenance", x.name), { id: "drain-" + x.name, confirm: true })
       : actionButton("Complete maintenance", maint("completeMaintenance", x.name), { id: "complete-" + x.name, disabled: x.state === "HOST_DOWN" }) },
   ].filter(Boolean);
   return table(cols, hosts, { empty: "No hosts.", rowAttrs: (x) => ({ dataset: { host: x.name, state: x.state } }) });
