@@ -53,7 +53,9 @@ func buildHostAgent(t *testing.T) string {
 
 func startUp(t *testing.T, bin, dir string) *upProcess {
 	t.Helper()
-	return startUpWith(t, bin, dir)
+	// Both hosts in one partition, as these tests were written for: from
+	// --hosts 2 up splits them into batch and stateless by default.
+	return startUpWith(t, bin, dir, "--partitions", "default=2")
 }
 
 // startUpWith is startUp with more flags (later ones win).
