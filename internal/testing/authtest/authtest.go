@@ -189,6 +189,10 @@ func (j *Jobs) Rules() auth.Rules {
 		"/peloton.api.v1.TaskService/GetTask":   onJob(auth.Viewer, false),
 		"/peloton.api.v1.TaskService/KillTask":  onJob(auth.Submitter, true),
 		GetTaskLogs:                             onJob(auth.Viewer, false),
+		// The watch streams (the fake serves none): every job's changes for
+		// viewers cluster-wide, a job's tasks on its pool.
+		"/peloton.api.v1.JobService/WatchJobs":   {Role: auth.Viewer},
+		"/peloton.api.v1.TaskService/WatchTasks": onJob(auth.Viewer, false),
 	}
 }
 
