@@ -298,7 +298,7 @@ func (a *app) watchJobEvents(ctx context.Context, c *client, p *printer, id stri
 		case <-ctx.Done():
 			return nil
 		case err := <-ended:
-			if ctx.Err() != nil || errors.Is(err, io.EOF) {
+			if watchEnded(ctx) || errors.Is(err, io.EOF) {
 				return nil
 			}
 			return c.wrap(err)
@@ -313,7 +313,7 @@ func (a *app) watchJobEvents(ctx context.Context, c *client, p *printer, id stri
 			}
 			dirty = false
 			evs, err := fetchJobEvents(ctx, c, id)
-			if ctx.Err() != nil {
+			if watchEnded(ctx) {
 				return nil
 			}
 			if err != nil {

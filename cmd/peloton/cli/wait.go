@@ -153,13 +153,12 @@ func (a *app) waitJob(ctx context.Context, c *client, p *printer, id string, t w
 		}
 		return timedOutf("job %s is %s, not %s (timed out after %s)", id, state, t, timeout)
 	}
-	deadline, _ := ctx.Deadline()
 	for {
 		err := a.waitWatching(ctx, c, id, check)
 		switch {
 		case err == nil:
 			return nil
-		case ctx.Err() != nil || !time.Now().Before(deadline):
+		case watchEnded(ctx):
 			// The stream may see the deadline pass (DeadlineExceeded)
 			// an instant before ctx says so: either is the timeout.
 			return timedOut()

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/codes"
@@ -49,11 +50,14 @@ func (a *app) watchContext(ctx context.Context) (context.Context, context.Cancel
 // end of ctx (Ctrl-C, --timeout) is a clean end; so is handle saying done.
 func follow[M any](ctx context.Context, c *client, stream recver[M], err error, handle func(M) (done bool, err error)) error {
 	if err != nil {
+		if watchEnded(ctx) {
+			return nil
+		}
 		return c.wrap(err)
 	}
 	for {
 		m, err := stream.Recv()
-		if ctx.Err() != nil {
+		if watchEnded(ctx) {
 			return nil
 		}
 		if errors.Is(err, io.EOF) {
@@ -67,6 +71,16 @@ func follow[M any](ctx context.Context, c *client, stream recver[M], err error, 
 			return err
 		}
 	}
+}
+
+// watchEnded says whether ctx ended or its deadline passed: a stream may see
+// the deadline pass (DeadlineExceeded) an instant before ctx says so.
+func watchEnded(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl)
 }
 
 // watchPrinter prints a watch: the objects of the initial state together
