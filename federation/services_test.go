@@ -478,14 +478,16 @@ func TestFederatedServiceFailover(t *testing.T) {
 				}
 			}
 			if fmt.Sprint(got) != fmt.Sprint(want) || s.Running < running {
-				return fmt.Errorf("service %s: parts %v running %d, want %v running %d: %v", s.Spec.Job.Name, got, s.Running, want, running, s.Clusters)
+				return fmt.Errorf("service %s: parts %v running %d, want %v running %d: %v; their jobs: %s", s.Spec.Job.Name, got, s.Running, want, running, s.Clusters, partJobs(stacks, s))
 			}
 			return nil
 		}
 	}
 	even := map[string]uint32{"a": 2, "b": 2, "c": 2}
-	testutil.Eventually(t, 30*time.Second, "the even split of the service moving back", parts(back, even, 6))
-	testutil.Eventually(t, 30*time.Second, "the even split of the service staying", parts(stay, even, 6))
+	// Six stacks' worth of processes start here: on a loaded machine the
+	// first runs take a while.
+	testutil.Eventually(t, 90*time.Second, "the even split of the service moving back", parts(back, even, 6))
+	testutil.Eventually(t, 90*time.Second, "the even split of the service staying", parts(stay, even, 6))
 
 	stacks[2].stop(t)
 	moved := map[string]uint32{"a": 3, "b": 3}
@@ -634,4 +636,27 @@ func TestGlobalSLA(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// partJobs says how each of service s's parts' jobs stands in its cluster,
+// for a failure message: state, task counts and message.
+func partJobs(stacks []*stack, s *pelotonv1.FederatedService) string {
+	var out []string
+	for _, p := range s.Clusters {
+		for _, st := range stacks {
+			if st.name != p.Cluster || p.ClusterJobId == "" {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			resp, err := st.cli.Jobs.GetJob(ctx, &pelotonv1.GetJobRequest{JobId: p.ClusterJobId})
+			cancel()
+			if err != nil {
+				out = append(out, fmt.Sprintf("%s: %v", p.Cluster, err))
+				continue
+			}
+			js := resp.Job.Status
+			out = append(out, fmt.Sprintf("%s: %s %v %q", p.Cluster, js.State, js.TaskCounts, js.Message))
+		}
+	}
+	return strings.Join(out, "; ")
 }

@@ -389,6 +389,12 @@ func validateJobSpec(s *pelotonv1.JobSpec, largest resources.Resources) error {
 	if s.Sla != nil && s.Sla.MinimumRunningInstances > s.InstanceCount {
 		return apierr.Invalid("spec.sla.minimumRunningInstances", "must be <= instanceCount %d, got %d", s.InstanceCount, s.Sla.MinimumRunningInstances)
 	}
+	if err := validateGang(s); err != nil {
+		return err
+	}
+	if err := validateSelfScale(s); err != nil {
+		return err
+	}
 	if slo := s.GetSla().GetLatencySloMs(); slo > 0 {
 		switch {
 		case s.Type != pelotonv1.JobType_SERVICE:

@@ -127,6 +127,27 @@ func TestValidateJobSpec(t *testing.T) {
 			s.Sla = &pelotonv1.SlaSpec{MinimumRunningInstances: 3, MaximumRunningInstances: 2}
 		}).Obj(), "spec.sla.minimumRunningInstances"},
 		{"gang larger than job", MakeJob("x").Instances(2).With(func(s *pelotonv1.JobSpec) { s.Sla = &pelotonv1.SlaSpec{MinimumRunningInstances: 3} }).Obj(), "spec.sla.minimumRunningInstances"},
+		{"gangs: valid", MakeJob("x").Instances(6).With(func(s *pelotonv1.JobSpec) { s.Gang = &pelotonv1.GangSpec{Size: 3, SameLabel: "rack"} }).Obj(), ""},
+		{"gangs: partial last allowed", MakeJob("x").Instances(7).With(func(s *pelotonv1.JobSpec) { s.Gang = &pelotonv1.GangSpec{Size: 3, AllowPartialLast: true} }).Obj(), ""},
+		{"gangs: partial last not allowed", MakeJob("x").Instances(7).With(func(s *pelotonv1.JobSpec) { s.Gang = &pelotonv1.GangSpec{Size: 3} }).Obj(), "spec.gang.size"},
+		{"gangs: size 1", MakeJob("x").Instances(2).With(func(s *pelotonv1.JobSpec) { s.Gang = &pelotonv1.GangSpec{Size: 1} }).Obj(), "spec.gang.size"},
+		{"gangs: larger than job", MakeJob("x").Instances(2).With(func(s *pelotonv1.JobSpec) { s.Gang = &pelotonv1.GangSpec{Size: 3} }).Obj(), "spec.gang.size"},
+		{"gangs: with minimumRunningInstances", MakeJob("x").Instances(4).With(func(s *pelotonv1.JobSpec) {
+			s.Gang = &pelotonv1.GangSpec{Size: 2}
+			s.Sla = &pelotonv1.SlaSpec{MinimumRunningInstances: 2}
+		}).Obj(), "spec.gang"},
+		{"gangs: larger than the running limit", MakeJob("x").Instances(4).With(func(s *pelotonv1.JobSpec) {
+			s.Gang = &pelotonv1.GangSpec{Size: 4}
+			s.Sla = &pelotonv1.SlaSpec{MaximumRunningInstances: 2}
+		}).Obj(), "spec.gang.size"},
+		{"gangs: bad label", MakeJob("x").Instances(4).With(func(s *pelotonv1.JobSpec) { s.Gang = &pelotonv1.GangSpec{Size: 2, SameLabel: "no spaces"} }).Obj(), "spec.gang.sameLabel"},
+		{"gangs: bad policy", MakeJob("x").Instances(4).With(func(s *pelotonv1.JobSpec) { s.Gang = &pelotonv1.GangSpec{Size: 2, OnMemberFailure: 9} }).Obj(), "spec.gang.onMemberFailure"},
+		{"gangs: service", MakeJob("x").Type(pelotonv1.JobType_SERVICE).Instances(4).With(func(s *pelotonv1.JobSpec) { s.Gang = &pelotonv1.GangSpec{Size: 2} }).Obj(), "spec.gang"},
+		{"self-scale: valid", MakeJob("x").Instances(2).With(func(s *pelotonv1.JobSpec) { s.SelfScale = &pelotonv1.SelfScaleSpec{Min: 1, Max: 10} }).Obj(), ""},
+		{"self-scale: min 0", MakeJob("x").Instances(2).With(func(s *pelotonv1.JobSpec) { s.SelfScale = &pelotonv1.SelfScaleSpec{Max: 10} }).Obj(), "spec.selfScale.min"},
+		{"self-scale: max below min", MakeJob("x").Instances(2).With(func(s *pelotonv1.JobSpec) { s.SelfScale = &pelotonv1.SelfScaleSpec{Min: 2, Max: 1} }).Obj(), "spec.selfScale.max"},
+		{"self-scale: count outside", MakeJob("x").Instances(20).With(func(s *pelotonv1.JobSpec) { s.SelfScale = &pelotonv1.SelfScaleSpec{Min: 1, Max: 10} }).Obj(), "spec.instanceCount"},
+		{"self-scale: service", MakeJob("x").Type(pelotonv1.JobType_SERVICE).Instances(2).With(func(s *pelotonv1.JobSpec) { s.SelfScale = &pelotonv1.SelfScaleSpec{Min: 1, Max: 10} }).Obj(), "spec.selfScale"},
 		{"placement: valid", MakeJob("x").Placement(&pelotonv1.PlacementSpec{Strategy: pelotonv1.PlacementStrategy_SPREAD, MaxInstancesPerHost: 1, Partition: "gpu",
 			Constraints: []*pelotonv1.Constraint{
 				{Label: "zone", Op: pelotonv1.ConstraintOp_IN, Values: []string{"a", "b"}},

@@ -347,6 +347,60 @@ func (ConstraintOp) EnumDescriptor() ([]byte, []int) {
 	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{4}
 }
 
+// GangFailurePolicy is what a gang member's failure does to its peers.
+type GangFailurePolicy int32
+
+const (
+	GangFailurePolicy_GANG_FAILURE_POLICY_UNSPECIFIED GangFailurePolicy = 0
+	// The gang's other runs are ended and the whole gang runs again as one,
+	// counted once against restartPolicy.maxFailures; a preempted member
+	// takes its gang with it.
+	GangFailurePolicy_RESTART_GANG GangFailurePolicy = 1
+	// The member runs again alone; its peers keep running.
+	GangFailurePolicy_RESTART_MEMBER GangFailurePolicy = 2
+)
+
+// Enum value maps for GangFailurePolicy.
+var (
+	GangFailurePolicy_name = map[int32]string{
+		0: "GANG_FAILURE_POLICY_UNSPECIFIED",
+		1: "RESTART_GANG",
+		2: "RESTART_MEMBER",
+	}
+	GangFailurePolicy_value = map[string]int32{
+		"GANG_FAILURE_POLICY_UNSPECIFIED": 0,
+		"RESTART_GANG":                    1,
+		"RESTART_MEMBER":                  2,
+	}
+)
+
+func (x GangFailurePolicy) Enum() *GangFailurePolicy {
+	p := new(GangFailurePolicy)
+	*p = x
+	return p
+}
+
+func (x GangFailurePolicy) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (GangFailurePolicy) Descriptor() protoreflect.EnumDescriptor {
+	return file_peloton_api_v1_peloton_proto_enumTypes[5].Descriptor()
+}
+
+func (GangFailurePolicy) Type() protoreflect.EnumType {
+	return &file_peloton_api_v1_peloton_proto_enumTypes[5]
+}
+
+func (x GangFailurePolicy) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use GangFailurePolicy.Descriptor instead.
+func (GangFailurePolicy) EnumDescriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{5}
+}
+
 // JobState is the lifecycle state of a job as a whole. Long-running jobs
 // (SERVICE, STATEFUL, DAEMON) stay JOB_RUNNING until cancelled.
 type JobState int32
@@ -397,11 +451,11 @@ func (x JobState) String() string {
 }
 
 func (JobState) Descriptor() protoreflect.EnumDescriptor {
-	return file_peloton_api_v1_peloton_proto_enumTypes[5].Descriptor()
+	return file_peloton_api_v1_peloton_proto_enumTypes[6].Descriptor()
 }
 
 func (JobState) Type() protoreflect.EnumType {
-	return &file_peloton_api_v1_peloton_proto_enumTypes[5]
+	return &file_peloton_api_v1_peloton_proto_enumTypes[6]
 }
 
 func (x JobState) Number() protoreflect.EnumNumber {
@@ -410,7 +464,7 @@ func (x JobState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use JobState.Descriptor instead.
 func (JobState) EnumDescriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{5}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{6}
 }
 
 // LogStream picks a task's output stream.
@@ -444,11 +498,11 @@ func (x LogStream) String() string {
 }
 
 func (LogStream) Descriptor() protoreflect.EnumDescriptor {
-	return file_peloton_api_v1_peloton_proto_enumTypes[6].Descriptor()
+	return file_peloton_api_v1_peloton_proto_enumTypes[7].Descriptor()
 }
 
 func (LogStream) Type() protoreflect.EnumType {
-	return &file_peloton_api_v1_peloton_proto_enumTypes[6]
+	return &file_peloton_api_v1_peloton_proto_enumTypes[7]
 }
 
 func (x LogStream) Number() protoreflect.EnumNumber {
@@ -457,7 +511,7 @@ func (x LogStream) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use LogStream.Descriptor instead.
 func (LogStream) EnumDescriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{6}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{7}
 }
 
 // HostState says whether a host takes new work. Maintenance moves a host
@@ -506,11 +560,11 @@ func (x HostState) String() string {
 }
 
 func (HostState) Descriptor() protoreflect.EnumDescriptor {
-	return file_peloton_api_v1_peloton_proto_enumTypes[7].Descriptor()
+	return file_peloton_api_v1_peloton_proto_enumTypes[8].Descriptor()
 }
 
 func (HostState) Type() protoreflect.EnumType {
-	return &file_peloton_api_v1_peloton_proto_enumTypes[7]
+	return &file_peloton_api_v1_peloton_proto_enumTypes[8]
 }
 
 func (x HostState) Number() protoreflect.EnumNumber {
@@ -519,7 +573,7 @@ func (x HostState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use HostState.Descriptor instead.
 func (HostState) EnumDescriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{7}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{8}
 }
 
 // HostZone is how hot a host runs, as the host advisor classifies it from
@@ -560,11 +614,11 @@ func (x HostZone) String() string {
 }
 
 func (HostZone) Descriptor() protoreflect.EnumDescriptor {
-	return file_peloton_api_v1_peloton_proto_enumTypes[8].Descriptor()
+	return file_peloton_api_v1_peloton_proto_enumTypes[9].Descriptor()
 }
 
 func (HostZone) Type() protoreflect.EnumType {
-	return &file_peloton_api_v1_peloton_proto_enumTypes[8]
+	return &file_peloton_api_v1_peloton_proto_enumTypes[9]
 }
 
 func (x HostZone) Number() protoreflect.EnumNumber {
@@ -573,7 +627,7 @@ func (x HostZone) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use HostZone.Descriptor instead.
 func (HostZone) EnumDescriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{8}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{9}
 }
 
 // PartitionMoveState is where a host's move between partitions is. A move
@@ -620,11 +674,11 @@ func (x PartitionMoveState) String() string {
 }
 
 func (PartitionMoveState) Descriptor() protoreflect.EnumDescriptor {
-	return file_peloton_api_v1_peloton_proto_enumTypes[9].Descriptor()
+	return file_peloton_api_v1_peloton_proto_enumTypes[10].Descriptor()
 }
 
 func (PartitionMoveState) Type() protoreflect.EnumType {
-	return &file_peloton_api_v1_peloton_proto_enumTypes[9]
+	return &file_peloton_api_v1_peloton_proto_enumTypes[10]
 }
 
 func (x PartitionMoveState) Number() protoreflect.EnumNumber {
@@ -633,7 +687,7 @@ func (x PartitionMoveState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use PartitionMoveState.Descriptor instead.
 func (PartitionMoveState) EnumDescriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{9}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{10}
 }
 
 // UpdateState is the lifecycle of an update; the transition table is
@@ -693,11 +747,11 @@ func (x UpdateState) String() string {
 }
 
 func (UpdateState) Descriptor() protoreflect.EnumDescriptor {
-	return file_peloton_api_v1_peloton_proto_enumTypes[10].Descriptor()
+	return file_peloton_api_v1_peloton_proto_enumTypes[11].Descriptor()
 }
 
 func (UpdateState) Type() protoreflect.EnumType {
-	return &file_peloton_api_v1_peloton_proto_enumTypes[10]
+	return &file_peloton_api_v1_peloton_proto_enumTypes[11]
 }
 
 func (x UpdateState) Number() protoreflect.EnumNumber {
@@ -706,7 +760,7 @@ func (x UpdateState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use UpdateState.Descriptor instead.
 func (UpdateState) EnumDescriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{10}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{11}
 }
 
 // Resources is an amount of each resource kind. cpu is in cores and may be
@@ -1593,8 +1647,15 @@ type JobSpec struct {
 	// is still read through GetJob, ListTasks, GetTask and ListJobVersions,
 	// marked status.archived, and listed by ListJobs with archived set.
 	TtlSecondsAfterFinished *uint32 `protobuf:"varint,11,opt,name=ttl_seconds_after_finished,json=ttlSecondsAfterFinished,proto3,oneof" json:"ttl_seconds_after_finished,omitempty"`
-	unknownFields           protoimpl.UnknownFields
-	sizeCache               protoimpl.SizeCache
+	// Splits the instances into gangs run all-or-nothing (ML training,
+	// MPI). Exclusive with sla.minimum_running_instances, which is the
+	// older way to ask for one gang of instances 0..k-1. BATCH jobs only.
+	Gang *GangSpec `protobuf:"bytes,12,opt,name=gang,proto3" json:"gang,omitempty"`
+	// Lets the job's own runs scale it through the API with a credential
+	// scoped to the job (Spark's dynamic allocation). BATCH jobs only.
+	SelfScale     *SelfScaleSpec `protobuf:"bytes,13,opt,name=self_scale,json=selfScale,proto3" json:"self_scale,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *JobSpec) Reset() {
@@ -1704,6 +1765,155 @@ func (x *JobSpec) GetTtlSecondsAfterFinished() uint32 {
 	return 0
 }
 
+func (x *JobSpec) GetGang() *GangSpec {
+	if x != nil {
+		return x.Gang
+	}
+	return nil
+}
+
+func (x *JobSpec) GetSelfScale() *SelfScaleSpec {
+	if x != nil {
+		return x.SelfScale
+	}
+	return nil
+}
+
+// GangSpec says how a job's instances form gangs: consecutive runs of
+// size instances (0..size-1, size..2*size-1, ...), each admitted, placed,
+// preempted and run as a whole, independently of the job's other gangs.
+type GangSpec struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Members per gang (required, 2..instance_count).
+	Size uint32 `protobuf:"varint,1,opt,name=size,proto3" json:"size,omitempty"`
+	// instance_count need not be a multiple of size: the last gang is then
+	// smaller. Without it such a spec is refused.
+	AllowPartialLast bool `protobuf:"varint,2,opt,name=allow_partial_last,json=allowPartialLast,proto3" json:"allow_partial_last,omitempty"`
+	// What a member's failure or loss does to its gang (default
+	// RESTART_GANG).
+	OnMemberFailure GangFailurePolicy `protobuf:"varint,3,opt,name=on_member_failure,json=onMemberFailure,proto3,enum=peloton.api.v1.GangFailurePolicy" json:"on_member_failure,omitempty"`
+	// A host label key, e.g. rack: a gang's members are placed on hosts
+	// that share one value of it.
+	SameLabel     string `protobuf:"bytes,4,opt,name=same_label,json=sameLabel,proto3" json:"same_label,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GangSpec) Reset() {
+	*x = GangSpec{}
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GangSpec) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GangSpec) ProtoMessage() {}
+
+func (x *GangSpec) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GangSpec.ProtoReflect.Descriptor instead.
+func (*GangSpec) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *GangSpec) GetSize() uint32 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *GangSpec) GetAllowPartialLast() bool {
+	if x != nil {
+		return x.AllowPartialLast
+	}
+	return false
+}
+
+func (x *GangSpec) GetOnMemberFailure() GangFailurePolicy {
+	if x != nil {
+		return x.OnMemberFailure
+	}
+	return GangFailurePolicy_GANG_FAILURE_POLICY_UNSPECIFIED
+}
+
+func (x *GangSpec) GetSameLabel() string {
+	if x != nil {
+		return x.SameLabel
+	}
+	return ""
+}
+
+// SelfScaleSpec lets a job's runs scale the job. Each run gets a token in
+// PELOTON_JOB_TOKEN valid only for GetJob, ScaleJob and KillJob of this
+// job, revoked when the job ends.
+type SelfScaleSpec struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The fewest instances a self-scale may leave (>= 1).
+	Min uint32 `protobuf:"varint,1,opt,name=min,proto3" json:"min,omitempty"`
+	// The most instances a self-scale may ask for (>= min).
+	Max           uint32 `protobuf:"varint,2,opt,name=max,proto3" json:"max,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SelfScaleSpec) Reset() {
+	*x = SelfScaleSpec{}
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SelfScaleSpec) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SelfScaleSpec) ProtoMessage() {}
+
+func (x *SelfScaleSpec) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SelfScaleSpec.ProtoReflect.Descriptor instead.
+func (*SelfScaleSpec) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *SelfScaleSpec) GetMin() uint32 {
+	if x != nil {
+		return x.Min
+	}
+	return 0
+}
+
+func (x *SelfScaleSpec) GetMax() uint32 {
+	if x != nil {
+		return x.Max
+	}
+	return 0
+}
+
 // ForeignOwner names the outside object a job stands for.
 type ForeignOwner struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1721,7 +1931,7 @@ type ForeignOwner struct {
 
 func (x *ForeignOwner) Reset() {
 	*x = ForeignOwner{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[12]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1733,7 +1943,7 @@ func (x *ForeignOwner) String() string {
 func (*ForeignOwner) ProtoMessage() {}
 
 func (x *ForeignOwner) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[12]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1746,7 +1956,7 @@ func (x *ForeignOwner) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForeignOwner.ProtoReflect.Descriptor instead.
 func (*ForeignOwner) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{12}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ForeignOwner) GetSource() string {
@@ -1827,7 +2037,7 @@ type JobStatus struct {
 
 func (x *JobStatus) Reset() {
 	*x = JobStatus{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[13]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1839,7 +2049,7 @@ func (x *JobStatus) String() string {
 func (*JobStatus) ProtoMessage() {}
 
 func (x *JobStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[13]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1852,7 +2062,7 @@ func (x *JobStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobStatus.ProtoReflect.Descriptor instead.
 func (*JobStatus) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{13}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *JobStatus) GetState() JobState {
@@ -1965,7 +2175,7 @@ type Job struct {
 
 func (x *Job) Reset() {
 	*x = Job{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[14]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1977,7 +2187,7 @@ func (x *Job) String() string {
 func (*Job) ProtoMessage() {}
 
 func (x *Job) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[14]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1990,7 +2200,7 @@ func (x *Job) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Job.ProtoReflect.Descriptor instead.
 func (*Job) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{14}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Job) GetId() string {
@@ -2071,7 +2281,7 @@ type TaskStatus struct {
 
 func (x *TaskStatus) Reset() {
 	*x = TaskStatus{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[15]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2083,7 +2293,7 @@ func (x *TaskStatus) String() string {
 func (*TaskStatus) ProtoMessage() {}
 
 func (x *TaskStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[15]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2096,7 +2306,7 @@ func (x *TaskStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskStatus.ProtoReflect.Descriptor instead.
 func (*TaskStatus) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{15}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *TaskStatus) GetState() TaskState {
@@ -2273,7 +2483,7 @@ type TaskTransition struct {
 
 func (x *TaskTransition) Reset() {
 	*x = TaskTransition{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[16]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2285,7 +2495,7 @@ func (x *TaskTransition) String() string {
 func (*TaskTransition) ProtoMessage() {}
 
 func (x *TaskTransition) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[16]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2298,7 +2508,7 @@ func (x *TaskTransition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskTransition.ProtoReflect.Descriptor instead.
 func (*TaskTransition) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{16}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *TaskTransition) GetState() TaskState {
@@ -2344,7 +2554,7 @@ type Task struct {
 
 func (x *Task) Reset() {
 	*x = Task{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[17]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2356,7 +2566,7 @@ func (x *Task) String() string {
 func (*Task) ProtoMessage() {}
 
 func (x *Task) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[17]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2369,7 +2579,7 @@ func (x *Task) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Task.ProtoReflect.Descriptor instead.
 func (*Task) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{17}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Task) GetJobId() string {
@@ -2426,7 +2636,7 @@ type CreateJobRequest struct {
 
 func (x *CreateJobRequest) Reset() {
 	*x = CreateJobRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[18]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2438,7 +2648,7 @@ func (x *CreateJobRequest) String() string {
 func (*CreateJobRequest) ProtoMessage() {}
 
 func (x *CreateJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[18]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2451,7 +2661,7 @@ func (x *CreateJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJobRequest.ProtoReflect.Descriptor instead.
 func (*CreateJobRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{18}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CreateJobRequest) GetSpec() *JobSpec {
@@ -2489,7 +2699,7 @@ type CreateJobResponse struct {
 
 func (x *CreateJobResponse) Reset() {
 	*x = CreateJobResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[19]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2501,7 +2711,7 @@ func (x *CreateJobResponse) String() string {
 func (*CreateJobResponse) ProtoMessage() {}
 
 func (x *CreateJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[19]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2514,7 +2724,7 @@ func (x *CreateJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJobResponse.ProtoReflect.Descriptor instead.
 func (*CreateJobResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{19}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CreateJobResponse) GetJobId() string {
@@ -2547,7 +2757,7 @@ type GetJobRequest struct {
 
 func (x *GetJobRequest) Reset() {
 	*x = GetJobRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[20]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2559,7 +2769,7 @@ func (x *GetJobRequest) String() string {
 func (*GetJobRequest) ProtoMessage() {}
 
 func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[20]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2572,7 +2782,7 @@ func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobRequest.ProtoReflect.Descriptor instead.
 func (*GetJobRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{20}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GetJobRequest) GetJobId() string {
@@ -2591,7 +2801,7 @@ type GetJobResponse struct {
 
 func (x *GetJobResponse) Reset() {
 	*x = GetJobResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[21]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2603,7 +2813,7 @@ func (x *GetJobResponse) String() string {
 func (*GetJobResponse) ProtoMessage() {}
 
 func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[21]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2616,7 +2826,7 @@ func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobResponse.ProtoReflect.Descriptor instead.
 func (*GetJobResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{21}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetJobResponse) GetJob() *Job {
@@ -2654,7 +2864,7 @@ type ListJobsRequest struct {
 
 func (x *ListJobsRequest) Reset() {
 	*x = ListJobsRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[22]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2666,7 +2876,7 @@ func (x *ListJobsRequest) String() string {
 func (*ListJobsRequest) ProtoMessage() {}
 
 func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[22]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2679,7 +2889,7 @@ func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobsRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{22}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListJobsRequest) GetPool() string {
@@ -2758,7 +2968,7 @@ type ListJobsResponse struct {
 
 func (x *ListJobsResponse) Reset() {
 	*x = ListJobsResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[23]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2770,7 +2980,7 @@ func (x *ListJobsResponse) String() string {
 func (*ListJobsResponse) ProtoMessage() {}
 
 func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[23]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2783,7 +2993,7 @@ func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobsResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{23}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListJobsResponse) GetJobs() []*Job {
@@ -2809,7 +3019,7 @@ type CancelJobRequest struct {
 
 func (x *CancelJobRequest) Reset() {
 	*x = CancelJobRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[24]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2821,7 +3031,7 @@ func (x *CancelJobRequest) String() string {
 func (*CancelJobRequest) ProtoMessage() {}
 
 func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[24]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2834,7 +3044,7 @@ func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobRequest.ProtoReflect.Descriptor instead.
 func (*CancelJobRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{24}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CancelJobRequest) GetJobId() string {
@@ -2852,7 +3062,7 @@ type CancelJobResponse struct {
 
 func (x *CancelJobResponse) Reset() {
 	*x = CancelJobResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[25]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2864,7 +3074,7 @@ func (x *CancelJobResponse) String() string {
 func (*CancelJobResponse) ProtoMessage() {}
 
 func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[25]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2877,7 +3087,7 @@ func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobResponse.ProtoReflect.Descriptor instead.
 func (*CancelJobResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{25}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{27}
 }
 
 type DeleteJobRequest struct {
@@ -2889,7 +3099,7 @@ type DeleteJobRequest struct {
 
 func (x *DeleteJobRequest) Reset() {
 	*x = DeleteJobRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[26]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2901,7 +3111,7 @@ func (x *DeleteJobRequest) String() string {
 func (*DeleteJobRequest) ProtoMessage() {}
 
 func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[26]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2914,7 +3124,7 @@ func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobRequest.ProtoReflect.Descriptor instead.
 func (*DeleteJobRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{26}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *DeleteJobRequest) GetJobId() string {
@@ -2932,7 +3142,7 @@ type DeleteJobResponse struct {
 
 func (x *DeleteJobResponse) Reset() {
 	*x = DeleteJobResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[27]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2944,7 +3154,7 @@ func (x *DeleteJobResponse) String() string {
 func (*DeleteJobResponse) ProtoMessage() {}
 
 func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[27]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2957,7 +3167,7 @@ func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobResponse.ProtoReflect.Descriptor instead.
 func (*DeleteJobResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{27}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{29}
 }
 
 type RestartJobRequest struct {
@@ -2971,7 +3181,7 @@ type RestartJobRequest struct {
 
 func (x *RestartJobRequest) Reset() {
 	*x = RestartJobRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[28]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2983,7 +3193,7 @@ func (x *RestartJobRequest) String() string {
 func (*RestartJobRequest) ProtoMessage() {}
 
 func (x *RestartJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[28]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2996,7 +3206,7 @@ func (x *RestartJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestartJobRequest.ProtoReflect.Descriptor instead.
 func (*RestartJobRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{28}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RestartJobRequest) GetJobId() string {
@@ -3021,7 +3231,7 @@ type RestartJobResponse struct {
 
 func (x *RestartJobResponse) Reset() {
 	*x = RestartJobResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[29]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3033,7 +3243,7 @@ func (x *RestartJobResponse) String() string {
 func (*RestartJobResponse) ProtoMessage() {}
 
 func (x *RestartJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[29]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3046,7 +3256,7 @@ func (x *RestartJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestartJobResponse.ProtoReflect.Descriptor instead.
 func (*RestartJobResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{29}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{31}
 }
 
 // ScaleJobRequest changes the instance count of a job that has not
@@ -3070,7 +3280,7 @@ type ScaleJobRequest struct {
 
 func (x *ScaleJobRequest) Reset() {
 	*x = ScaleJobRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[30]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3082,7 +3292,7 @@ func (x *ScaleJobRequest) String() string {
 func (*ScaleJobRequest) ProtoMessage() {}
 
 func (x *ScaleJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[30]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3095,7 +3305,7 @@ func (x *ScaleJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScaleJobRequest.ProtoReflect.Descriptor instead.
 func (*ScaleJobRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{30}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ScaleJobRequest) GetJobId() string {
@@ -3139,7 +3349,7 @@ type ScaleJobResponse struct {
 
 func (x *ScaleJobResponse) Reset() {
 	*x = ScaleJobResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[31]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3151,7 +3361,7 @@ func (x *ScaleJobResponse) String() string {
 func (*ScaleJobResponse) ProtoMessage() {}
 
 func (x *ScaleJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[31]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3164,7 +3374,7 @@ func (x *ScaleJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScaleJobResponse.ProtoReflect.Descriptor instead.
 func (*ScaleJobResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{31}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ScaleJobResponse) GetSpecVersion() uint64 {
@@ -3190,7 +3400,7 @@ type ListJobVersionsRequest struct {
 
 func (x *ListJobVersionsRequest) Reset() {
 	*x = ListJobVersionsRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[32]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3202,7 +3412,7 @@ func (x *ListJobVersionsRequest) String() string {
 func (*ListJobVersionsRequest) ProtoMessage() {}
 
 func (x *ListJobVersionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[32]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3215,7 +3425,7 @@ func (x *ListJobVersionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobVersionsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobVersionsRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{32}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListJobVersionsRequest) GetJobId() string {
@@ -3239,7 +3449,7 @@ type JobVersion struct {
 
 func (x *JobVersion) Reset() {
 	*x = JobVersion{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[33]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3251,7 +3461,7 @@ func (x *JobVersion) String() string {
 func (*JobVersion) ProtoMessage() {}
 
 func (x *JobVersion) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[33]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3264,7 +3474,7 @@ func (x *JobVersion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobVersion.ProtoReflect.Descriptor instead.
 func (*JobVersion) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{33}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *JobVersion) GetVersion() uint64 {
@@ -3304,7 +3514,7 @@ type ListJobVersionsResponse struct {
 
 func (x *ListJobVersionsResponse) Reset() {
 	*x = ListJobVersionsResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[34]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3316,7 +3526,7 @@ func (x *ListJobVersionsResponse) String() string {
 func (*ListJobVersionsResponse) ProtoMessage() {}
 
 func (x *ListJobVersionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[34]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3329,7 +3539,7 @@ func (x *ListJobVersionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobVersionsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobVersionsResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{34}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListJobVersionsResponse) GetVersions() []*JobVersion {
@@ -3351,7 +3561,7 @@ type WatchJobsRequest struct {
 
 func (x *WatchJobsRequest) Reset() {
 	*x = WatchJobsRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[35]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3363,7 +3573,7 @@ func (x *WatchJobsRequest) String() string {
 func (*WatchJobsRequest) ProtoMessage() {}
 
 func (x *WatchJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[35]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3376,7 +3586,7 @@ func (x *WatchJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchJobsRequest.ProtoReflect.Descriptor instead.
 func (*WatchJobsRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{35}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *WatchJobsRequest) GetJobIds() []string {
@@ -3411,7 +3621,7 @@ type JobChange struct {
 
 func (x *JobChange) Reset() {
 	*x = JobChange{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[36]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3423,7 +3633,7 @@ func (x *JobChange) String() string {
 func (*JobChange) ProtoMessage() {}
 
 func (x *JobChange) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[36]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3436,7 +3646,7 @@ func (x *JobChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobChange.ProtoReflect.Descriptor instead.
 func (*JobChange) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{36}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *JobChange) GetJob() *Job {
@@ -3476,7 +3686,7 @@ type ListTasksRequest struct {
 
 func (x *ListTasksRequest) Reset() {
 	*x = ListTasksRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[37]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3488,7 +3698,7 @@ func (x *ListTasksRequest) String() string {
 func (*ListTasksRequest) ProtoMessage() {}
 
 func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[37]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3501,7 +3711,7 @@ func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksRequest.ProtoReflect.Descriptor instead.
 func (*ListTasksRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{37}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListTasksRequest) GetJobId() string {
@@ -3544,7 +3754,7 @@ type ListTasksResponse struct {
 
 func (x *ListTasksResponse) Reset() {
 	*x = ListTasksResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[38]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3556,7 +3766,7 @@ func (x *ListTasksResponse) String() string {
 func (*ListTasksResponse) ProtoMessage() {}
 
 func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[38]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3569,7 +3779,7 @@ func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksResponse.ProtoReflect.Descriptor instead.
 func (*ListTasksResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{38}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListTasksResponse) GetTasks() []*Task {
@@ -3596,7 +3806,7 @@ type GetTaskRequest struct {
 
 func (x *GetTaskRequest) Reset() {
 	*x = GetTaskRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[39]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3608,7 +3818,7 @@ func (x *GetTaskRequest) String() string {
 func (*GetTaskRequest) ProtoMessage() {}
 
 func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[39]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3621,7 +3831,7 @@ func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskRequest.ProtoReflect.Descriptor instead.
 func (*GetTaskRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{39}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *GetTaskRequest) GetJobId() string {
@@ -3647,7 +3857,7 @@ type GetTaskResponse struct {
 
 func (x *GetTaskResponse) Reset() {
 	*x = GetTaskResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[40]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3659,7 +3869,7 @@ func (x *GetTaskResponse) String() string {
 func (*GetTaskResponse) ProtoMessage() {}
 
 func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[40]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3672,7 +3882,7 @@ func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskResponse.ProtoReflect.Descriptor instead.
 func (*GetTaskResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{40}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *GetTaskResponse) GetTask() *Task {
@@ -3692,7 +3902,7 @@ type KillTaskRequest struct {
 
 func (x *KillTaskRequest) Reset() {
 	*x = KillTaskRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[41]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3704,7 +3914,7 @@ func (x *KillTaskRequest) String() string {
 func (*KillTaskRequest) ProtoMessage() {}
 
 func (x *KillTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[41]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3717,7 +3927,7 @@ func (x *KillTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillTaskRequest.ProtoReflect.Descriptor instead.
 func (*KillTaskRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{41}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *KillTaskRequest) GetJobId() string {
@@ -3742,7 +3952,7 @@ type KillTaskResponse struct {
 
 func (x *KillTaskResponse) Reset() {
 	*x = KillTaskResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[42]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3754,7 +3964,7 @@ func (x *KillTaskResponse) String() string {
 func (*KillTaskResponse) ProtoMessage() {}
 
 func (x *KillTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[42]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3767,7 +3977,7 @@ func (x *KillTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillTaskResponse.ProtoReflect.Descriptor instead.
 func (*KillTaskResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{42}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{44}
 }
 
 type GetTaskLogsRequest struct {
@@ -3793,7 +4003,7 @@ type GetTaskLogsRequest struct {
 
 func (x *GetTaskLogsRequest) Reset() {
 	*x = GetTaskLogsRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[43]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3805,7 +4015,7 @@ func (x *GetTaskLogsRequest) String() string {
 func (*GetTaskLogsRequest) ProtoMessage() {}
 
 func (x *GetTaskLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[43]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3818,7 +4028,7 @@ func (x *GetTaskLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskLogsRequest.ProtoReflect.Descriptor instead.
 func (*GetTaskLogsRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{43}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *GetTaskLogsRequest) GetJobId() string {
@@ -3879,7 +4089,7 @@ type LogChunk struct {
 
 func (x *LogChunk) Reset() {
 	*x = LogChunk{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[44]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3891,7 +4101,7 @@ func (x *LogChunk) String() string {
 func (*LogChunk) ProtoMessage() {}
 
 func (x *LogChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[44]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3904,7 +4114,7 @@ func (x *LogChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogChunk.ProtoReflect.Descriptor instead.
 func (*LogChunk) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{44}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *LogChunk) GetData() []byte {
@@ -3923,7 +4133,7 @@ type WatchTasksRequest struct {
 
 func (x *WatchTasksRequest) Reset() {
 	*x = WatchTasksRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[45]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3935,7 +4145,7 @@ func (x *WatchTasksRequest) String() string {
 func (*WatchTasksRequest) ProtoMessage() {}
 
 func (x *WatchTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[45]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3948,7 +4158,7 @@ func (x *WatchTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTasksRequest.ProtoReflect.Descriptor instead.
 func (*WatchTasksRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{45}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *WatchTasksRequest) GetJobId() string {
@@ -3975,7 +4185,7 @@ type TaskChange struct {
 
 func (x *TaskChange) Reset() {
 	*x = TaskChange{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[46]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3987,7 +4197,7 @@ func (x *TaskChange) String() string {
 func (*TaskChange) ProtoMessage() {}
 
 func (x *TaskChange) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[46]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4000,7 +4210,7 @@ func (x *TaskChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskChange.ProtoReflect.Descriptor instead.
 func (*TaskChange) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{46}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *TaskChange) GetTask() *Task {
@@ -4042,7 +4252,7 @@ type PoolSpec struct {
 
 func (x *PoolSpec) Reset() {
 	*x = PoolSpec{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[47]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4054,7 +4264,7 @@ func (x *PoolSpec) String() string {
 func (*PoolSpec) ProtoMessage() {}
 
 func (x *PoolSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[47]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4067,7 +4277,7 @@ func (x *PoolSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolSpec.ProtoReflect.Descriptor instead.
 func (*PoolSpec) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{47}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *PoolSpec) GetReservation() *Resources {
@@ -4113,7 +4323,7 @@ type PoolStatus struct {
 
 func (x *PoolStatus) Reset() {
 	*x = PoolStatus{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[48]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4125,7 +4335,7 @@ func (x *PoolStatus) String() string {
 func (*PoolStatus) ProtoMessage() {}
 
 func (x *PoolStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[48]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4138,7 +4348,7 @@ func (x *PoolStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolStatus.ProtoReflect.Descriptor instead.
 func (*PoolStatus) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{48}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *PoolStatus) GetEntitlement() *Resources {
@@ -4191,7 +4401,7 @@ type Pool struct {
 
 func (x *Pool) Reset() {
 	*x = Pool{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[49]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4203,7 +4413,7 @@ func (x *Pool) String() string {
 func (*Pool) ProtoMessage() {}
 
 func (x *Pool) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[49]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4216,7 +4426,7 @@ func (x *Pool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pool.ProtoReflect.Descriptor instead.
 func (*Pool) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{49}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *Pool) GetPath() string {
@@ -4270,7 +4480,7 @@ type CreatePoolRequest struct {
 
 func (x *CreatePoolRequest) Reset() {
 	*x = CreatePoolRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[50]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4282,7 +4492,7 @@ func (x *CreatePoolRequest) String() string {
 func (*CreatePoolRequest) ProtoMessage() {}
 
 func (x *CreatePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[50]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4295,7 +4505,7 @@ func (x *CreatePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePoolRequest.ProtoReflect.Descriptor instead.
 func (*CreatePoolRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{50}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *CreatePoolRequest) GetPath() string {
@@ -4332,7 +4542,7 @@ type CreatePoolResponse struct {
 
 func (x *CreatePoolResponse) Reset() {
 	*x = CreatePoolResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[51]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4344,7 +4554,7 @@ func (x *CreatePoolResponse) String() string {
 func (*CreatePoolResponse) ProtoMessage() {}
 
 func (x *CreatePoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[51]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4357,7 +4567,7 @@ func (x *CreatePoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePoolResponse.ProtoReflect.Descriptor instead.
 func (*CreatePoolResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{51}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *CreatePoolResponse) GetPool() *Pool {
@@ -4383,7 +4593,7 @@ type GetPoolRequest struct {
 
 func (x *GetPoolRequest) Reset() {
 	*x = GetPoolRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[52]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4395,7 +4605,7 @@ func (x *GetPoolRequest) String() string {
 func (*GetPoolRequest) ProtoMessage() {}
 
 func (x *GetPoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[52]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4408,7 +4618,7 @@ func (x *GetPoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPoolRequest.ProtoReflect.Descriptor instead.
 func (*GetPoolRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{52}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *GetPoolRequest) GetPath() string {
@@ -4427,7 +4637,7 @@ type GetPoolResponse struct {
 
 func (x *GetPoolResponse) Reset() {
 	*x = GetPoolResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[53]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4439,7 +4649,7 @@ func (x *GetPoolResponse) String() string {
 func (*GetPoolResponse) ProtoMessage() {}
 
 func (x *GetPoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[53]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4452,7 +4662,7 @@ func (x *GetPoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPoolResponse.ProtoReflect.Descriptor instead.
 func (*GetPoolResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{53}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *GetPoolResponse) GetPool() *Pool {
@@ -4474,7 +4684,7 @@ type UpdatePoolRequest struct {
 
 func (x *UpdatePoolRequest) Reset() {
 	*x = UpdatePoolRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[54]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4486,7 +4696,7 @@ func (x *UpdatePoolRequest) String() string {
 func (*UpdatePoolRequest) ProtoMessage() {}
 
 func (x *UpdatePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[54]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4499,7 +4709,7 @@ func (x *UpdatePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdatePoolRequest.ProtoReflect.Descriptor instead.
 func (*UpdatePoolRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{54}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *UpdatePoolRequest) GetPath() string {
@@ -4532,7 +4742,7 @@ type UpdatePoolResponse struct {
 
 func (x *UpdatePoolResponse) Reset() {
 	*x = UpdatePoolResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[55]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4544,7 +4754,7 @@ func (x *UpdatePoolResponse) String() string {
 func (*UpdatePoolResponse) ProtoMessage() {}
 
 func (x *UpdatePoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[55]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4557,7 +4767,7 @@ func (x *UpdatePoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdatePoolResponse.ProtoReflect.Descriptor instead.
 func (*UpdatePoolResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{55}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *UpdatePoolResponse) GetPool() *Pool {
@@ -4576,7 +4786,7 @@ type DeletePoolRequest struct {
 
 func (x *DeletePoolRequest) Reset() {
 	*x = DeletePoolRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[56]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4588,7 +4798,7 @@ func (x *DeletePoolRequest) String() string {
 func (*DeletePoolRequest) ProtoMessage() {}
 
 func (x *DeletePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[56]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4601,7 +4811,7 @@ func (x *DeletePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoolRequest.ProtoReflect.Descriptor instead.
 func (*DeletePoolRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{56}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *DeletePoolRequest) GetPath() string {
@@ -4619,7 +4829,7 @@ type DeletePoolResponse struct {
 
 func (x *DeletePoolResponse) Reset() {
 	*x = DeletePoolResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[57]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4631,7 +4841,7 @@ func (x *DeletePoolResponse) String() string {
 func (*DeletePoolResponse) ProtoMessage() {}
 
 func (x *DeletePoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[57]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4644,7 +4854,7 @@ func (x *DeletePoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoolResponse.ProtoReflect.Descriptor instead.
 func (*DeletePoolResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{57}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{59}
 }
 
 // MovePoolRequest moves a pool, with its children, under another parent.
@@ -4659,7 +4869,7 @@ type MovePoolRequest struct {
 
 func (x *MovePoolRequest) Reset() {
 	*x = MovePoolRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[58]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4671,7 +4881,7 @@ func (x *MovePoolRequest) String() string {
 func (*MovePoolRequest) ProtoMessage() {}
 
 func (x *MovePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[58]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4684,7 +4894,7 @@ func (x *MovePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MovePoolRequest.ProtoReflect.Descriptor instead.
 func (*MovePoolRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{58}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *MovePoolRequest) GetPath() string {
@@ -4710,7 +4920,7 @@ type MovePoolResponse struct {
 
 func (x *MovePoolResponse) Reset() {
 	*x = MovePoolResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[59]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4722,7 +4932,7 @@ func (x *MovePoolResponse) String() string {
 func (*MovePoolResponse) ProtoMessage() {}
 
 func (x *MovePoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[59]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4735,7 +4945,7 @@ func (x *MovePoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MovePoolResponse.ProtoReflect.Descriptor instead.
 func (*MovePoolResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{59}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *MovePoolResponse) GetPool() *Pool {
@@ -4753,7 +4963,7 @@ type ListPoolsRequest struct {
 
 func (x *ListPoolsRequest) Reset() {
 	*x = ListPoolsRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[60]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4765,7 +4975,7 @@ func (x *ListPoolsRequest) String() string {
 func (*ListPoolsRequest) ProtoMessage() {}
 
 func (x *ListPoolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[60]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4778,7 +4988,7 @@ func (x *ListPoolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoolsRequest.ProtoReflect.Descriptor instead.
 func (*ListPoolsRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{60}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{62}
 }
 
 type ListPoolsResponse struct {
@@ -4795,7 +5005,7 @@ type ListPoolsResponse struct {
 
 func (x *ListPoolsResponse) Reset() {
 	*x = ListPoolsResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[61]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4807,7 +5017,7 @@ func (x *ListPoolsResponse) String() string {
 func (*ListPoolsResponse) ProtoMessage() {}
 
 func (x *ListPoolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[61]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4820,7 +5030,7 @@ func (x *ListPoolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoolsResponse.ProtoReflect.Descriptor instead.
 func (*ListPoolsResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{61}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ListPoolsResponse) GetPools() []*Pool {
@@ -4884,7 +5094,7 @@ type Host struct {
 
 func (x *Host) Reset() {
 	*x = Host{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[62]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4896,7 +5106,7 @@ func (x *Host) String() string {
 func (*Host) ProtoMessage() {}
 
 func (x *Host) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[62]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4909,7 +5119,7 @@ func (x *Host) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Host.ProtoReflect.Descriptor instead.
 func (*Host) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{62}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *Host) GetName() string {
@@ -5050,7 +5260,7 @@ type HostRun struct {
 
 func (x *HostRun) Reset() {
 	*x = HostRun{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[63]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5062,7 +5272,7 @@ func (x *HostRun) String() string {
 func (*HostRun) ProtoMessage() {}
 
 func (x *HostRun) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[63]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5075,7 +5285,7 @@ func (x *HostRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostRun.ProtoReflect.Descriptor instead.
 func (*HostRun) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{63}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *HostRun) GetTaskId() string {
@@ -5149,7 +5359,7 @@ type HostUsage struct {
 
 func (x *HostUsage) Reset() {
 	*x = HostUsage{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[64]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5161,7 +5371,7 @@ func (x *HostUsage) String() string {
 func (*HostUsage) ProtoMessage() {}
 
 func (x *HostUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[64]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5174,7 +5384,7 @@ func (x *HostUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostUsage.ProtoReflect.Descriptor instead.
 func (*HostUsage) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{64}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *HostUsage) GetCpu() float64 {
@@ -5259,7 +5469,7 @@ type TaskUsage struct {
 
 func (x *TaskUsage) Reset() {
 	*x = TaskUsage{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[65]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5271,7 +5481,7 @@ func (x *TaskUsage) String() string {
 func (*TaskUsage) ProtoMessage() {}
 
 func (x *TaskUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[65]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5284,7 +5494,7 @@ func (x *TaskUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskUsage.ProtoReflect.Descriptor instead.
 func (*TaskUsage) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{65}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *TaskUsage) GetCpu() float64 {
@@ -5349,7 +5559,7 @@ type UsageReport struct {
 
 func (x *UsageReport) Reset() {
 	*x = UsageReport{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[66]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5361,7 +5571,7 @@ func (x *UsageReport) String() string {
 func (*UsageReport) ProtoMessage() {}
 
 func (x *UsageReport) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[66]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5374,7 +5584,7 @@ func (x *UsageReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageReport.ProtoReflect.Descriptor instead.
 func (*UsageReport) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{66}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *UsageReport) GetHost() string {
@@ -5429,7 +5639,7 @@ type UsageAck struct {
 
 func (x *UsageAck) Reset() {
 	*x = UsageAck{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[67]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5441,7 +5651,7 @@ func (x *UsageAck) String() string {
 func (*UsageAck) ProtoMessage() {}
 
 func (x *UsageAck) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[67]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5454,7 +5664,7 @@ func (x *UsageAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageAck.ProtoReflect.Descriptor instead.
 func (*UsageAck) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{67}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *UsageAck) GetSequence() uint64 {
@@ -5474,7 +5684,7 @@ type ListHostsRequest struct {
 
 func (x *ListHostsRequest) Reset() {
 	*x = ListHostsRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[68]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5486,7 +5696,7 @@ func (x *ListHostsRequest) String() string {
 func (*ListHostsRequest) ProtoMessage() {}
 
 func (x *ListHostsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[68]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5499,7 +5709,7 @@ func (x *ListHostsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHostsRequest.ProtoReflect.Descriptor instead.
 func (*ListHostsRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{68}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *ListHostsRequest) GetIncludeRuns() bool {
@@ -5521,7 +5731,7 @@ type ListHostsResponse struct {
 
 func (x *ListHostsResponse) Reset() {
 	*x = ListHostsResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[69]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5533,7 +5743,7 @@ func (x *ListHostsResponse) String() string {
 func (*ListHostsResponse) ProtoMessage() {}
 
 func (x *ListHostsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[69]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5546,7 +5756,7 @@ func (x *ListHostsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHostsResponse.ProtoReflect.Descriptor instead.
 func (*ListHostsResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{69}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *ListHostsResponse) GetHosts() []*Host {
@@ -5586,7 +5796,7 @@ type Substrate struct {
 
 func (x *Substrate) Reset() {
 	*x = Substrate{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[70]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5598,7 +5808,7 @@ func (x *Substrate) String() string {
 func (*Substrate) ProtoMessage() {}
 
 func (x *Substrate) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[70]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5611,7 +5821,7 @@ func (x *Substrate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Substrate.ProtoReflect.Descriptor instead.
 func (*Substrate) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{70}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *Substrate) GetBackend() string {
@@ -5667,7 +5877,7 @@ type StartMaintenanceRequest struct {
 
 func (x *StartMaintenanceRequest) Reset() {
 	*x = StartMaintenanceRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[71]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5679,7 +5889,7 @@ func (x *StartMaintenanceRequest) String() string {
 func (*StartMaintenanceRequest) ProtoMessage() {}
 
 func (x *StartMaintenanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[71]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5692,7 +5902,7 @@ func (x *StartMaintenanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartMaintenanceRequest.ProtoReflect.Descriptor instead.
 func (*StartMaintenanceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{71}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *StartMaintenanceRequest) GetHosts() []string {
@@ -5719,7 +5929,7 @@ type StartMaintenanceResponse struct {
 
 func (x *StartMaintenanceResponse) Reset() {
 	*x = StartMaintenanceResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[72]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5731,7 +5941,7 @@ func (x *StartMaintenanceResponse) String() string {
 func (*StartMaintenanceResponse) ProtoMessage() {}
 
 func (x *StartMaintenanceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[72]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5744,7 +5954,7 @@ func (x *StartMaintenanceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartMaintenanceResponse.ProtoReflect.Descriptor instead.
 func (*StartMaintenanceResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{72}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *StartMaintenanceResponse) GetHosts() []*Host {
@@ -5766,7 +5976,7 @@ type CompleteMaintenanceRequest struct {
 
 func (x *CompleteMaintenanceRequest) Reset() {
 	*x = CompleteMaintenanceRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[73]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5778,7 +5988,7 @@ func (x *CompleteMaintenanceRequest) String() string {
 func (*CompleteMaintenanceRequest) ProtoMessage() {}
 
 func (x *CompleteMaintenanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[73]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5791,7 +6001,7 @@ func (x *CompleteMaintenanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteMaintenanceRequest.ProtoReflect.Descriptor instead.
 func (*CompleteMaintenanceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{73}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *CompleteMaintenanceRequest) GetHosts() []string {
@@ -5811,7 +6021,7 @@ type CompleteMaintenanceResponse struct {
 
 func (x *CompleteMaintenanceResponse) Reset() {
 	*x = CompleteMaintenanceResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[74]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5823,7 +6033,7 @@ func (x *CompleteMaintenanceResponse) String() string {
 func (*CompleteMaintenanceResponse) ProtoMessage() {}
 
 func (x *CompleteMaintenanceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[74]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5836,7 +6046,7 @@ func (x *CompleteMaintenanceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteMaintenanceResponse.ProtoReflect.Descriptor instead.
 func (*CompleteMaintenanceResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{74}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *CompleteMaintenanceResponse) GetHosts() []*Host {
@@ -5875,7 +6085,7 @@ type MoveHostRequest struct {
 
 func (x *MoveHostRequest) Reset() {
 	*x = MoveHostRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[75]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5887,7 +6097,7 @@ func (x *MoveHostRequest) String() string {
 func (*MoveHostRequest) ProtoMessage() {}
 
 func (x *MoveHostRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[75]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5900,7 +6110,7 @@ func (x *MoveHostRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveHostRequest.ProtoReflect.Descriptor instead.
 func (*MoveHostRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{75}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *MoveHostRequest) GetHost() string {
@@ -5948,7 +6158,7 @@ type MoveHostResponse struct {
 
 func (x *MoveHostResponse) Reset() {
 	*x = MoveHostResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[76]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5960,7 +6170,7 @@ func (x *MoveHostResponse) String() string {
 func (*MoveHostResponse) ProtoMessage() {}
 
 func (x *MoveHostResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[76]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5973,7 +6183,7 @@ func (x *MoveHostResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveHostResponse.ProtoReflect.Descriptor instead.
 func (*MoveHostResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{76}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *MoveHostResponse) GetHost() *Host {
@@ -6013,7 +6223,7 @@ type Partition struct {
 
 func (x *Partition) Reset() {
 	*x = Partition{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[77]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6025,7 +6235,7 @@ func (x *Partition) String() string {
 func (*Partition) ProtoMessage() {}
 
 func (x *Partition) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[77]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6038,7 +6248,7 @@ func (x *Partition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Partition.ProtoReflect.Descriptor instead.
 func (*Partition) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{77}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *Partition) GetName() string {
@@ -6154,7 +6364,7 @@ type ListPartitionsRequest struct {
 
 func (x *ListPartitionsRequest) Reset() {
 	*x = ListPartitionsRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[78]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6166,7 +6376,7 @@ func (x *ListPartitionsRequest) String() string {
 func (*ListPartitionsRequest) ProtoMessage() {}
 
 func (x *ListPartitionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[78]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6179,7 +6389,7 @@ func (x *ListPartitionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPartitionsRequest.ProtoReflect.Descriptor instead.
 func (*ListPartitionsRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{78}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{80}
 }
 
 type ListPartitionsResponse struct {
@@ -6192,7 +6402,7 @@ type ListPartitionsResponse struct {
 
 func (x *ListPartitionsResponse) Reset() {
 	*x = ListPartitionsResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[79]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6204,7 +6414,7 @@ func (x *ListPartitionsResponse) String() string {
 func (*ListPartitionsResponse) ProtoMessage() {}
 
 func (x *ListPartitionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[79]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6217,7 +6427,7 @@ func (x *ListPartitionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPartitionsResponse.ProtoReflect.Descriptor instead.
 func (*ListPartitionsResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{79}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *ListPartitionsResponse) GetPartitions() []*Partition {
@@ -6248,7 +6458,7 @@ type AdvisorStatus struct {
 
 func (x *AdvisorStatus) Reset() {
 	*x = AdvisorStatus{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[80]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6260,7 +6470,7 @@ func (x *AdvisorStatus) String() string {
 func (*AdvisorStatus) ProtoMessage() {}
 
 func (x *AdvisorStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[80]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6273,7 +6483,7 @@ func (x *AdvisorStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdvisorStatus.ProtoReflect.Descriptor instead.
 func (*AdvisorStatus) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{80}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *AdvisorStatus) GetMode() string {
@@ -6319,7 +6529,7 @@ type PartitionMove struct {
 
 func (x *PartitionMove) Reset() {
 	*x = PartitionMove{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[81]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6331,7 +6541,7 @@ func (x *PartitionMove) String() string {
 func (*PartitionMove) ProtoMessage() {}
 
 func (x *PartitionMove) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[81]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6344,7 +6554,7 @@ func (x *PartitionMove) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionMove.ProtoReflect.Descriptor instead.
 func (*PartitionMove) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{81}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *PartitionMove) GetHost() string {
@@ -6401,7 +6611,7 @@ type ListPartitionMovesRequest struct {
 
 func (x *ListPartitionMovesRequest) Reset() {
 	*x = ListPartitionMovesRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[82]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6413,7 +6623,7 @@ func (x *ListPartitionMovesRequest) String() string {
 func (*ListPartitionMovesRequest) ProtoMessage() {}
 
 func (x *ListPartitionMovesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[82]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6426,7 +6636,7 @@ func (x *ListPartitionMovesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPartitionMovesRequest.ProtoReflect.Descriptor instead.
 func (*ListPartitionMovesRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{82}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *ListPartitionMovesRequest) GetHost() string {
@@ -6452,7 +6662,7 @@ type ListPartitionMovesResponse struct {
 
 func (x *ListPartitionMovesResponse) Reset() {
 	*x = ListPartitionMovesResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[83]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6464,7 +6674,7 @@ func (x *ListPartitionMovesResponse) String() string {
 func (*ListPartitionMovesResponse) ProtoMessage() {}
 
 func (x *ListPartitionMovesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[83]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6477,7 +6687,7 @@ func (x *ListPartitionMovesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPartitionMovesResponse.ProtoReflect.Descriptor instead.
 func (*ListPartitionMovesResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{83}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *ListPartitionMovesResponse) GetMoves() []*PartitionMove {
@@ -6500,7 +6710,7 @@ type HostAdvice struct {
 
 func (x *HostAdvice) Reset() {
 	*x = HostAdvice{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[84]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6512,7 +6722,7 @@ func (x *HostAdvice) String() string {
 func (*HostAdvice) ProtoMessage() {}
 
 func (x *HostAdvice) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[84]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6525,7 +6735,7 @@ func (x *HostAdvice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostAdvice.ProtoReflect.Descriptor instead.
 func (*HostAdvice) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{84}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *HostAdvice) GetHost() string {
@@ -6562,7 +6772,7 @@ type PartitionAdvice struct {
 
 func (x *PartitionAdvice) Reset() {
 	*x = PartitionAdvice{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[85]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6574,7 +6784,7 @@ func (x *PartitionAdvice) String() string {
 func (*PartitionAdvice) ProtoMessage() {}
 
 func (x *PartitionAdvice) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[85]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6587,7 +6797,7 @@ func (x *PartitionAdvice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionAdvice.ProtoReflect.Descriptor instead.
 func (*PartitionAdvice) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{85}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *PartitionAdvice) GetPartition() string {
@@ -6637,7 +6847,7 @@ type PublishAdviceRequest struct {
 
 func (x *PublishAdviceRequest) Reset() {
 	*x = PublishAdviceRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[86]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6649,7 +6859,7 @@ func (x *PublishAdviceRequest) String() string {
 func (*PublishAdviceRequest) ProtoMessage() {}
 
 func (x *PublishAdviceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[86]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6662,7 +6872,7 @@ func (x *PublishAdviceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublishAdviceRequest.ProtoReflect.Descriptor instead.
 func (*PublishAdviceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{86}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *PublishAdviceRequest) GetAdvisorId() string {
@@ -6715,7 +6925,7 @@ type PublishAdviceResponse struct {
 
 func (x *PublishAdviceResponse) Reset() {
 	*x = PublishAdviceResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[87]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6727,7 +6937,7 @@ func (x *PublishAdviceResponse) String() string {
 func (*PublishAdviceResponse) ProtoMessage() {}
 
 func (x *PublishAdviceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[87]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6740,7 +6950,7 @@ func (x *PublishAdviceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublishAdviceResponse.ProtoReflect.Descriptor instead.
 func (*PublishAdviceResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{87}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{89}
 }
 
 // UpdateSpec says how a rolling update replaces a job's instances.
@@ -6773,7 +6983,7 @@ type UpdateSpec struct {
 
 func (x *UpdateSpec) Reset() {
 	*x = UpdateSpec{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[88]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6785,7 +6995,7 @@ func (x *UpdateSpec) String() string {
 func (*UpdateSpec) ProtoMessage() {}
 
 func (x *UpdateSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[88]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6798,7 +7008,7 @@ func (x *UpdateSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateSpec.ProtoReflect.Descriptor instead.
 func (*UpdateSpec) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{88}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *UpdateSpec) GetBatchSize() uint32 {
@@ -6889,7 +7099,7 @@ type UpdateStatus struct {
 
 func (x *UpdateStatus) Reset() {
 	*x = UpdateStatus{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[89]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6901,7 +7111,7 @@ func (x *UpdateStatus) String() string {
 func (*UpdateStatus) ProtoMessage() {}
 
 func (x *UpdateStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[89]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6914,7 +7124,7 @@ func (x *UpdateStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateStatus.ProtoReflect.Descriptor instead.
 func (*UpdateStatus) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{89}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *UpdateStatus) GetState() UpdateState {
@@ -7027,7 +7237,7 @@ type Update struct {
 
 func (x *Update) Reset() {
 	*x = Update{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[90]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7039,7 +7249,7 @@ func (x *Update) String() string {
 func (*Update) ProtoMessage() {}
 
 func (x *Update) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[90]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7052,7 +7262,7 @@ func (x *Update) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Update.ProtoReflect.Descriptor instead.
 func (*Update) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{90}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *Update) GetId() string {
@@ -7151,7 +7361,7 @@ type CreateUpdateRequest struct {
 
 func (x *CreateUpdateRequest) Reset() {
 	*x = CreateUpdateRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[91]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7163,7 +7373,7 @@ func (x *CreateUpdateRequest) String() string {
 func (*CreateUpdateRequest) ProtoMessage() {}
 
 func (x *CreateUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[91]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7176,7 +7386,7 @@ func (x *CreateUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateUpdateRequest.ProtoReflect.Descriptor instead.
 func (*CreateUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{91}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *CreateUpdateRequest) GetJobId() string {
@@ -7233,7 +7443,7 @@ type CreateUpdateResponse struct {
 
 func (x *CreateUpdateResponse) Reset() {
 	*x = CreateUpdateResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[92]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7245,7 +7455,7 @@ func (x *CreateUpdateResponse) String() string {
 func (*CreateUpdateResponse) ProtoMessage() {}
 
 func (x *CreateUpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[92]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7258,7 +7468,7 @@ func (x *CreateUpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateUpdateResponse.ProtoReflect.Descriptor instead.
 func (*CreateUpdateResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{92}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *CreateUpdateResponse) GetUpdate() *Update {
@@ -7284,7 +7494,7 @@ type GetUpdateRequest struct {
 
 func (x *GetUpdateRequest) Reset() {
 	*x = GetUpdateRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[93]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7296,7 +7506,7 @@ func (x *GetUpdateRequest) String() string {
 func (*GetUpdateRequest) ProtoMessage() {}
 
 func (x *GetUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[93]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7309,7 +7519,7 @@ func (x *GetUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUpdateRequest.ProtoReflect.Descriptor instead.
 func (*GetUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{93}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *GetUpdateRequest) GetUpdateId() string {
@@ -7328,7 +7538,7 @@ type GetUpdateResponse struct {
 
 func (x *GetUpdateResponse) Reset() {
 	*x = GetUpdateResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[94]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7340,7 +7550,7 @@ func (x *GetUpdateResponse) String() string {
 func (*GetUpdateResponse) ProtoMessage() {}
 
 func (x *GetUpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[94]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7353,7 +7563,7 @@ func (x *GetUpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUpdateResponse.ProtoReflect.Descriptor instead.
 func (*GetUpdateResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{94}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *GetUpdateResponse) GetUpdate() *Update {
@@ -7373,7 +7583,7 @@ type ListUpdatesRequest struct {
 
 func (x *ListUpdatesRequest) Reset() {
 	*x = ListUpdatesRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[95]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7385,7 +7595,7 @@ func (x *ListUpdatesRequest) String() string {
 func (*ListUpdatesRequest) ProtoMessage() {}
 
 func (x *ListUpdatesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[95]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7398,7 +7608,7 @@ func (x *ListUpdatesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListUpdatesRequest.ProtoReflect.Descriptor instead.
 func (*ListUpdatesRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{95}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *ListUpdatesRequest) GetJobId() string {
@@ -7417,7 +7627,7 @@ type ListUpdatesResponse struct {
 
 func (x *ListUpdatesResponse) Reset() {
 	*x = ListUpdatesResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[96]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7429,7 +7639,7 @@ func (x *ListUpdatesResponse) String() string {
 func (*ListUpdatesResponse) ProtoMessage() {}
 
 func (x *ListUpdatesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[96]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7442,7 +7652,7 @@ func (x *ListUpdatesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListUpdatesResponse.ProtoReflect.Descriptor instead.
 func (*ListUpdatesResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{96}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *ListUpdatesResponse) GetUpdates() []*Update {
@@ -7461,7 +7671,7 @@ type PauseUpdateRequest struct {
 
 func (x *PauseUpdateRequest) Reset() {
 	*x = PauseUpdateRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[97]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7473,7 +7683,7 @@ func (x *PauseUpdateRequest) String() string {
 func (*PauseUpdateRequest) ProtoMessage() {}
 
 func (x *PauseUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[97]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7486,7 +7696,7 @@ func (x *PauseUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseUpdateRequest.ProtoReflect.Descriptor instead.
 func (*PauseUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{97}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *PauseUpdateRequest) GetUpdateId() string {
@@ -7505,7 +7715,7 @@ type PauseUpdateResponse struct {
 
 func (x *PauseUpdateResponse) Reset() {
 	*x = PauseUpdateResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[98]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7517,7 +7727,7 @@ func (x *PauseUpdateResponse) String() string {
 func (*PauseUpdateResponse) ProtoMessage() {}
 
 func (x *PauseUpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[98]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7530,7 +7740,7 @@ func (x *PauseUpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseUpdateResponse.ProtoReflect.Descriptor instead.
 func (*PauseUpdateResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{98}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *PauseUpdateResponse) GetUpdate() *Update {
@@ -7549,7 +7759,7 @@ type ResumeUpdateRequest struct {
 
 func (x *ResumeUpdateRequest) Reset() {
 	*x = ResumeUpdateRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[99]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7561,7 +7771,7 @@ func (x *ResumeUpdateRequest) String() string {
 func (*ResumeUpdateRequest) ProtoMessage() {}
 
 func (x *ResumeUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[99]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7574,7 +7784,7 @@ func (x *ResumeUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeUpdateRequest.ProtoReflect.Descriptor instead.
 func (*ResumeUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{99}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *ResumeUpdateRequest) GetUpdateId() string {
@@ -7593,7 +7803,7 @@ type ResumeUpdateResponse struct {
 
 func (x *ResumeUpdateResponse) Reset() {
 	*x = ResumeUpdateResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[100]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7605,7 +7815,7 @@ func (x *ResumeUpdateResponse) String() string {
 func (*ResumeUpdateResponse) ProtoMessage() {}
 
 func (x *ResumeUpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[100]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7618,7 +7828,7 @@ func (x *ResumeUpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeUpdateResponse.ProtoReflect.Descriptor instead.
 func (*ResumeUpdateResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{100}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *ResumeUpdateResponse) GetUpdate() *Update {
@@ -7637,7 +7847,7 @@ type AbortUpdateRequest struct {
 
 func (x *AbortUpdateRequest) Reset() {
 	*x = AbortUpdateRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[101]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7649,7 +7859,7 @@ func (x *AbortUpdateRequest) String() string {
 func (*AbortUpdateRequest) ProtoMessage() {}
 
 func (x *AbortUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[101]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7662,7 +7872,7 @@ func (x *AbortUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortUpdateRequest.ProtoReflect.Descriptor instead.
 func (*AbortUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{101}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *AbortUpdateRequest) GetUpdateId() string {
@@ -7681,7 +7891,7 @@ type AbortUpdateResponse struct {
 
 func (x *AbortUpdateResponse) Reset() {
 	*x = AbortUpdateResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[102]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7693,7 +7903,7 @@ func (x *AbortUpdateResponse) String() string {
 func (*AbortUpdateResponse) ProtoMessage() {}
 
 func (x *AbortUpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[102]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7706,7 +7916,7 @@ func (x *AbortUpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortUpdateResponse.ProtoReflect.Descriptor instead.
 func (*AbortUpdateResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{102}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *AbortUpdateResponse) GetUpdate() *Update {
@@ -7729,7 +7939,7 @@ type RollbackUpdateRequest struct {
 
 func (x *RollbackUpdateRequest) Reset() {
 	*x = RollbackUpdateRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[103]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7741,7 +7951,7 @@ func (x *RollbackUpdateRequest) String() string {
 func (*RollbackUpdateRequest) ProtoMessage() {}
 
 func (x *RollbackUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[103]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7754,7 +7964,7 @@ func (x *RollbackUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackUpdateRequest.ProtoReflect.Descriptor instead.
 func (*RollbackUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{103}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *RollbackUpdateRequest) GetUpdateId() string {
@@ -7773,7 +7983,7 @@ type RollbackUpdateResponse struct {
 
 func (x *RollbackUpdateResponse) Reset() {
 	*x = RollbackUpdateResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[104]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7785,7 +7995,7 @@ func (x *RollbackUpdateResponse) String() string {
 func (*RollbackUpdateResponse) ProtoMessage() {}
 
 func (x *RollbackUpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[104]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7798,7 +8008,7 @@ func (x *RollbackUpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackUpdateResponse.ProtoReflect.Descriptor instead.
 func (*RollbackUpdateResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{104}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *RollbackUpdateResponse) GetUpdate() *Update {
@@ -7878,7 +8088,7 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\bstrategy\x18\x01 \x01(\x0e2!.peloton.api.v1.PlacementStrategyR\bstrategy\x12<\n" +
 	"\vconstraints\x18\x02 \x03(\v2\x1a.peloton.api.v1.ConstraintR\vconstraints\x123\n" +
 	"\x16max_instances_per_host\x18\x03 \x01(\rR\x13maxInstancesPerHost\x12\x1c\n" +
-	"\tpartition\x18\x04 \x01(\tR\tpartition\"\xcf\x05\n" +
+	"\tpartition\x18\x04 \x01(\tR\tpartition\"\xbb\x06\n" +
 	"\aJobSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12+\n" +
 	"\x04type\x18\x02 \x01(\x0e2\x17.peloton.api.v1.JobTypeR\x04type\x12\x12\n" +
@@ -7891,14 +8101,26 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\vdescription\x18\t \x01(\tR\vdescription\x126\n" +
 	"\aforeign\x18\n" +
 	" \x01(\v2\x1c.peloton.api.v1.ForeignOwnerR\aforeign\x12@\n" +
-	"\x1attl_seconds_after_finished\x18\v \x01(\rH\x00R\x17ttlSecondsAfterFinished\x88\x01\x01\x1aZ\n" +
+	"\x1attl_seconds_after_finished\x18\v \x01(\rH\x00R\x17ttlSecondsAfterFinished\x88\x01\x01\x12,\n" +
+	"\x04gang\x18\f \x01(\v2\x18.peloton.api.v1.GangSpecR\x04gang\x12<\n" +
+	"\n" +
+	"self_scale\x18\r \x01(\v2\x1d.peloton.api.v1.SelfScaleSpecR\tselfScale\x1aZ\n" +
 	"\x12InstanceSpecsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\rR\x03key\x12.\n" +
 	"\x05value\x18\x02 \x01(\v2\x18.peloton.api.v1.TaskSpecR\x05value:\x028\x01\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x1d\n" +
-	"\x1b_ttl_seconds_after_finished\"~\n" +
+	"\x1b_ttl_seconds_after_finished\"\xba\x01\n" +
+	"\bGangSpec\x12\x12\n" +
+	"\x04size\x18\x01 \x01(\rR\x04size\x12,\n" +
+	"\x12allow_partial_last\x18\x02 \x01(\bR\x10allowPartialLast\x12M\n" +
+	"\x11on_member_failure\x18\x03 \x01(\x0e2!.peloton.api.v1.GangFailurePolicyR\x0fonMemberFailure\x12\x1d\n" +
+	"\n" +
+	"same_label\x18\x04 \x01(\tR\tsameLabel\"3\n" +
+	"\rSelfScaleSpec\x12\x10\n" +
+	"\x03min\x18\x01 \x01(\rR\x03min\x12\x10\n" +
+	"\x03max\x18\x02 \x01(\rR\x03max\"~\n" +
 	"\fForeignOwner\x12\x16\n" +
 	"\x06source\x18\x01 \x01(\tR\x06source\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x12\n" +
@@ -8421,7 +8643,11 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\x06EXISTS\x10\x03\x12\x06\n" +
 	"\x02IN\x10\x04\x12\n" +
 	"\n" +
-	"\x06NOT_IN\x10\x05*\xa0\x01\n" +
+	"\x06NOT_IN\x10\x05*^\n" +
+	"\x11GangFailurePolicy\x12#\n" +
+	"\x1fGANG_FAILURE_POLICY_UNSPECIFIED\x10\x00\x12\x10\n" +
+	"\fRESTART_GANG\x10\x01\x12\x12\n" +
+	"\x0eRESTART_MEMBER\x10\x02*\xa0\x01\n" +
 	"\bJobState\x12\x19\n" +
 	"\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fJOB_INITIALIZED\x10\x01\x12\x0f\n" +
@@ -8524,345 +8750,351 @@ func file_peloton_api_v1_peloton_proto_rawDescGZIP() []byte {
 	return file_peloton_api_v1_peloton_proto_rawDescData
 }
 
-var file_peloton_api_v1_peloton_proto_enumTypes = make([]protoimpl.EnumInfo, 11)
-var file_peloton_api_v1_peloton_proto_msgTypes = make([]protoimpl.MessageInfo, 116)
+var file_peloton_api_v1_peloton_proto_enumTypes = make([]protoimpl.EnumInfo, 12)
+var file_peloton_api_v1_peloton_proto_msgTypes = make([]protoimpl.MessageInfo, 118)
 var file_peloton_api_v1_peloton_proto_goTypes = []any{
 	(JobType)(0),                        // 0: peloton.api.v1.JobType
 	(TaskState)(0),                      // 1: peloton.api.v1.TaskState
 	(HealthState)(0),                    // 2: peloton.api.v1.HealthState
 	(PlacementStrategy)(0),              // 3: peloton.api.v1.PlacementStrategy
 	(ConstraintOp)(0),                   // 4: peloton.api.v1.ConstraintOp
-	(JobState)(0),                       // 5: peloton.api.v1.JobState
-	(LogStream)(0),                      // 6: peloton.api.v1.LogStream
-	(HostState)(0),                      // 7: peloton.api.v1.HostState
-	(HostZone)(0),                       // 8: peloton.api.v1.HostZone
-	(PartitionMoveState)(0),             // 9: peloton.api.v1.PartitionMoveState
-	(UpdateState)(0),                    // 10: peloton.api.v1.UpdateState
-	(*Resources)(nil),                   // 11: peloton.api.v1.Resources
-	(*SlaSpec)(nil),                     // 12: peloton.api.v1.SlaSpec
-	(*RestartPolicy)(nil),               // 13: peloton.api.v1.RestartPolicy
-	(*PortSpec)(nil),                    // 14: peloton.api.v1.PortSpec
-	(*HealthCheck)(nil),                 // 15: peloton.api.v1.HealthCheck
-	(*HttpProbe)(nil),                   // 16: peloton.api.v1.HttpProbe
-	(*VolumeSpec)(nil),                  // 17: peloton.api.v1.VolumeSpec
-	(*TaskSpec)(nil),                    // 18: peloton.api.v1.TaskSpec
-	(*MetricsSpec)(nil),                 // 19: peloton.api.v1.MetricsSpec
-	(*Constraint)(nil),                  // 20: peloton.api.v1.Constraint
-	(*PlacementSpec)(nil),               // 21: peloton.api.v1.PlacementSpec
-	(*JobSpec)(nil),                     // 22: peloton.api.v1.JobSpec
-	(*ForeignOwner)(nil),                // 23: peloton.api.v1.ForeignOwner
-	(*JobStatus)(nil),                   // 24: peloton.api.v1.JobStatus
-	(*Job)(nil),                         // 25: peloton.api.v1.Job
-	(*TaskStatus)(nil),                  // 26: peloton.api.v1.TaskStatus
-	(*TaskTransition)(nil),              // 27: peloton.api.v1.TaskTransition
-	(*Task)(nil),                        // 28: peloton.api.v1.Task
-	(*CreateJobRequest)(nil),            // 29: peloton.api.v1.CreateJobRequest
-	(*CreateJobResponse)(nil),           // 30: peloton.api.v1.CreateJobResponse
-	(*GetJobRequest)(nil),               // 31: peloton.api.v1.GetJobRequest
-	(*GetJobResponse)(nil),              // 32: peloton.api.v1.GetJobResponse
-	(*ListJobsRequest)(nil),             // 33: peloton.api.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),            // 34: peloton.api.v1.ListJobsResponse
-	(*CancelJobRequest)(nil),            // 35: peloton.api.v1.CancelJobRequest
-	(*CancelJobResponse)(nil),           // 36: peloton.api.v1.CancelJobResponse
-	(*DeleteJobRequest)(nil),            // 37: peloton.api.v1.DeleteJobRequest
-	(*DeleteJobResponse)(nil),           // 38: peloton.api.v1.DeleteJobResponse
-	(*RestartJobRequest)(nil),           // 39: peloton.api.v1.RestartJobRequest
-	(*RestartJobResponse)(nil),          // 40: peloton.api.v1.RestartJobResponse
-	(*ScaleJobRequest)(nil),             // 41: peloton.api.v1.ScaleJobRequest
-	(*ScaleJobResponse)(nil),            // 42: peloton.api.v1.ScaleJobResponse
-	(*ListJobVersionsRequest)(nil),      // 43: peloton.api.v1.ListJobVersionsRequest
-	(*JobVersion)(nil),                  // 44: peloton.api.v1.JobVersion
-	(*ListJobVersionsResponse)(nil),     // 45: peloton.api.v1.ListJobVersionsResponse
-	(*WatchJobsRequest)(nil),            // 46: peloton.api.v1.WatchJobsRequest
-	(*JobChange)(nil),                   // 47: peloton.api.v1.JobChange
-	(*ListTasksRequest)(nil),            // 48: peloton.api.v1.ListTasksRequest
-	(*ListTasksResponse)(nil),           // 49: peloton.api.v1.ListTasksResponse
-	(*GetTaskRequest)(nil),              // 50: peloton.api.v1.GetTaskRequest
-	(*GetTaskResponse)(nil),             // 51: peloton.api.v1.GetTaskResponse
-	(*KillTaskRequest)(nil),             // 52: peloton.api.v1.KillTaskRequest
-	(*KillTaskResponse)(nil),            // 53: peloton.api.v1.KillTaskResponse
-	(*GetTaskLogsRequest)(nil),          // 54: peloton.api.v1.GetTaskLogsRequest
-	(*LogChunk)(nil),                    // 55: peloton.api.v1.LogChunk
-	(*WatchTasksRequest)(nil),           // 56: peloton.api.v1.WatchTasksRequest
-	(*TaskChange)(nil),                  // 57: peloton.api.v1.TaskChange
-	(*PoolSpec)(nil),                    // 58: peloton.api.v1.PoolSpec
-	(*PoolStatus)(nil),                  // 59: peloton.api.v1.PoolStatus
-	(*Pool)(nil),                        // 60: peloton.api.v1.Pool
-	(*CreatePoolRequest)(nil),           // 61: peloton.api.v1.CreatePoolRequest
-	(*CreatePoolResponse)(nil),          // 62: peloton.api.v1.CreatePoolResponse
-	(*GetPoolRequest)(nil),              // 63: peloton.api.v1.GetPoolRequest
-	(*GetPoolResponse)(nil),             // 64: peloton.api.v1.GetPoolResponse
-	(*UpdatePoolRequest)(nil),           // 65: peloton.api.v1.UpdatePoolRequest
-	(*UpdatePoolResponse)(nil),          // 66: peloton.api.v1.UpdatePoolResponse
-	(*DeletePoolRequest)(nil),           // 67: peloton.api.v1.DeletePoolRequest
-	(*DeletePoolResponse)(nil),          // 68: peloton.api.v1.DeletePoolResponse
-	(*MovePoolRequest)(nil),             // 69: peloton.api.v1.MovePoolRequest
-	(*MovePoolResponse)(nil),            // 70: peloton.api.v1.MovePoolResponse
-	(*ListPoolsRequest)(nil),            // 71: peloton.api.v1.ListPoolsRequest
-	(*ListPoolsResponse)(nil),           // 72: peloton.api.v1.ListPoolsResponse
-	(*Host)(nil),                        // 73: peloton.api.v1.Host
-	(*HostRun)(nil),                     // 74: peloton.api.v1.HostRun
-	(*HostUsage)(nil),                   // 75: peloton.api.v1.HostUsage
-	(*TaskUsage)(nil),                   // 76: peloton.api.v1.TaskUsage
-	(*UsageReport)(nil),                 // 77: peloton.api.v1.UsageReport
-	(*UsageAck)(nil),                    // 78: peloton.api.v1.UsageAck
-	(*ListHostsRequest)(nil),            // 79: peloton.api.v1.ListHostsRequest
-	(*ListHostsResponse)(nil),           // 80: peloton.api.v1.ListHostsResponse
-	(*Substrate)(nil),                   // 81: peloton.api.v1.Substrate
-	(*StartMaintenanceRequest)(nil),     // 82: peloton.api.v1.StartMaintenanceRequest
-	(*StartMaintenanceResponse)(nil),    // 83: peloton.api.v1.StartMaintenanceResponse
-	(*CompleteMaintenanceRequest)(nil),  // 84: peloton.api.v1.CompleteMaintenanceRequest
-	(*CompleteMaintenanceResponse)(nil), // 85: peloton.api.v1.CompleteMaintenanceResponse
-	(*MoveHostRequest)(nil),             // 86: peloton.api.v1.MoveHostRequest
-	(*MoveHostResponse)(nil),            // 87: peloton.api.v1.MoveHostResponse
-	(*Partition)(nil),                   // 88: peloton.api.v1.Partition
-	(*ListPartitionsRequest)(nil),       // 89: peloton.api.v1.ListPartitionsRequest
-	(*ListPartitionsResponse)(nil),      // 90: peloton.api.v1.ListPartitionsResponse
-	(*AdvisorStatus)(nil),               // 91: peloton.api.v1.AdvisorStatus
-	(*PartitionMove)(nil),               // 92: peloton.api.v1.PartitionMove
-	(*ListPartitionMovesRequest)(nil),   // 93: peloton.api.v1.ListPartitionMovesRequest
-	(*ListPartitionMovesResponse)(nil),  // 94: peloton.api.v1.ListPartitionMovesResponse
-	(*HostAdvice)(nil),                  // 95: peloton.api.v1.HostAdvice
-	(*PartitionAdvice)(nil),             // 96: peloton.api.v1.PartitionAdvice
-	(*PublishAdviceRequest)(nil),        // 97: peloton.api.v1.PublishAdviceRequest
-	(*PublishAdviceResponse)(nil),       // 98: peloton.api.v1.PublishAdviceResponse
-	(*UpdateSpec)(nil),                  // 99: peloton.api.v1.UpdateSpec
-	(*UpdateStatus)(nil),                // 100: peloton.api.v1.UpdateStatus
-	(*Update)(nil),                      // 101: peloton.api.v1.Update
-	(*CreateUpdateRequest)(nil),         // 102: peloton.api.v1.CreateUpdateRequest
-	(*CreateUpdateResponse)(nil),        // 103: peloton.api.v1.CreateUpdateResponse
-	(*GetUpdateRequest)(nil),            // 104: peloton.api.v1.GetUpdateRequest
-	(*GetUpdateResponse)(nil),           // 105: peloton.api.v1.GetUpdateResponse
-	(*ListUpdatesRequest)(nil),          // 106: peloton.api.v1.ListUpdatesRequest
-	(*ListUpdatesResponse)(nil),         // 107: peloton.api.v1.ListUpdatesResponse
-	(*PauseUpdateRequest)(nil),          // 108: peloton.api.v1.PauseUpdateRequest
-	(*PauseUpdateResponse)(nil),         // 109: peloton.api.v1.PauseUpdateResponse
-	(*ResumeUpdateRequest)(nil),         // 110: peloton.api.v1.ResumeUpdateRequest
-	(*ResumeUpdateResponse)(nil),        // 111: peloton.api.v1.ResumeUpdateResponse
-	(*AbortUpdateRequest)(nil),          // 112: peloton.api.v1.AbortUpdateRequest
-	(*AbortUpdateResponse)(nil),         // 113: peloton.api.v1.AbortUpdateResponse
-	(*RollbackUpdateRequest)(nil),       // 114: peloton.api.v1.RollbackUpdateRequest
-	(*RollbackUpdateResponse)(nil),      // 115: peloton.api.v1.RollbackUpdateResponse
-	nil,                                 // 116: peloton.api.v1.TaskSpec.EnvEntry
-	nil,                                 // 117: peloton.api.v1.JobSpec.InstanceSpecsEntry
-	nil,                                 // 118: peloton.api.v1.JobSpec.LabelsEntry
-	nil,                                 // 119: peloton.api.v1.JobStatus.TaskCountsEntry
-	nil,                                 // 120: peloton.api.v1.TaskStatus.PortsEntry
-	nil,                                 // 121: peloton.api.v1.ListJobsRequest.LabelsEntry
-	nil,                                 // 122: peloton.api.v1.WatchJobsRequest.LabelsEntry
-	nil,                                 // 123: peloton.api.v1.Host.LabelsEntry
-	nil,                                 // 124: peloton.api.v1.UsageReport.RunsEntry
-	nil,                                 // 125: peloton.api.v1.Partition.ZonesEntry
-	nil,                                 // 126: peloton.api.v1.Update.RestartsEntry
-	(*timestamppb.Timestamp)(nil),       // 127: google.protobuf.Timestamp
+	(GangFailurePolicy)(0),              // 5: peloton.api.v1.GangFailurePolicy
+	(JobState)(0),                       // 6: peloton.api.v1.JobState
+	(LogStream)(0),                      // 7: peloton.api.v1.LogStream
+	(HostState)(0),                      // 8: peloton.api.v1.HostState
+	(HostZone)(0),                       // 9: peloton.api.v1.HostZone
+	(PartitionMoveState)(0),             // 10: peloton.api.v1.PartitionMoveState
+	(UpdateState)(0),                    // 11: peloton.api.v1.UpdateState
+	(*Resources)(nil),                   // 12: peloton.api.v1.Resources
+	(*SlaSpec)(nil),                     // 13: peloton.api.v1.SlaSpec
+	(*RestartPolicy)(nil),               // 14: peloton.api.v1.RestartPolicy
+	(*PortSpec)(nil),                    // 15: peloton.api.v1.PortSpec
+	(*HealthCheck)(nil),                 // 16: peloton.api.v1.HealthCheck
+	(*HttpProbe)(nil),                   // 17: peloton.api.v1.HttpProbe
+	(*VolumeSpec)(nil),                  // 18: peloton.api.v1.VolumeSpec
+	(*TaskSpec)(nil),                    // 19: peloton.api.v1.TaskSpec
+	(*MetricsSpec)(nil),                 // 20: peloton.api.v1.MetricsSpec
+	(*Constraint)(nil),                  // 21: peloton.api.v1.Constraint
+	(*PlacementSpec)(nil),               // 22: peloton.api.v1.PlacementSpec
+	(*JobSpec)(nil),                     // 23: peloton.api.v1.JobSpec
+	(*GangSpec)(nil),                    // 24: peloton.api.v1.GangSpec
+	(*SelfScaleSpec)(nil),               // 25: peloton.api.v1.SelfScaleSpec
+	(*ForeignOwner)(nil),                // 26: peloton.api.v1.ForeignOwner
+	(*JobStatus)(nil),                   // 27: peloton.api.v1.JobStatus
+	(*Job)(nil),                         // 28: peloton.api.v1.Job
+	(*TaskStatus)(nil),                  // 29: peloton.api.v1.TaskStatus
+	(*TaskTransition)(nil),              // 30: peloton.api.v1.TaskTransition
+	(*Task)(nil),                        // 31: peloton.api.v1.Task
+	(*CreateJobRequest)(nil),            // 32: peloton.api.v1.CreateJobRequest
+	(*CreateJobResponse)(nil),           // 33: peloton.api.v1.CreateJobResponse
+	(*GetJobRequest)(nil),               // 34: peloton.api.v1.GetJobRequest
+	(*GetJobResponse)(nil),              // 35: peloton.api.v1.GetJobResponse
+	(*ListJobsRequest)(nil),             // 36: peloton.api.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),            // 37: peloton.api.v1.ListJobsResponse
+	(*CancelJobRequest)(nil),            // 38: peloton.api.v1.CancelJobRequest
+	(*CancelJobResponse)(nil),           // 39: peloton.api.v1.CancelJobResponse
+	(*DeleteJobRequest)(nil),            // 40: peloton.api.v1.DeleteJobRequest
+	(*DeleteJobResponse)(nil),           // 41: peloton.api.v1.DeleteJobResponse
+	(*RestartJobRequest)(nil),           // 42: peloton.api.v1.RestartJobRequest
+	(*RestartJobResponse)(nil),          // 43: peloton.api.v1.RestartJobResponse
+	(*ScaleJobRequest)(nil),             // 44: peloton.api.v1.ScaleJobRequest
+	(*ScaleJobResponse)(nil),            // 45: peloton.api.v1.ScaleJobResponse
+	(*ListJobVersionsRequest)(nil),      // 46: peloton.api.v1.ListJobVersionsRequest
+	(*JobVersion)(nil),                  // 47: peloton.api.v1.JobVersion
+	(*ListJobVersionsResponse)(nil),     // 48: peloton.api.v1.ListJobVersionsResponse
+	(*WatchJobsRequest)(nil),            // 49: peloton.api.v1.WatchJobsRequest
+	(*JobChange)(nil),                   // 50: peloton.api.v1.JobChange
+	(*ListTasksRequest)(nil),            // 51: peloton.api.v1.ListTasksRequest
+	(*ListTasksResponse)(nil),           // 52: peloton.api.v1.ListTasksResponse
+	(*GetTaskRequest)(nil),              // 53: peloton.api.v1.GetTaskRequest
+	(*GetTaskResponse)(nil),             // 54: peloton.api.v1.GetTaskResponse
+	(*KillTaskRequest)(nil),             // 55: peloton.api.v1.KillTaskRequest
+	(*KillTaskResponse)(nil),            // 56: peloton.api.v1.KillTaskResponse
+	(*GetTaskLogsRequest)(nil),          // 57: peloton.api.v1.GetTaskLogsRequest
+	(*LogChunk)(nil),                    // 58: peloton.api.v1.LogChunk
+	(*WatchTasksRequest)(nil),           // 59: peloton.api.v1.WatchTasksRequest
+	(*TaskChange)(nil),                  // 60: peloton.api.v1.TaskChange
+	(*PoolSpec)(nil),                    // 61: peloton.api.v1.PoolSpec
+	(*PoolStatus)(nil),                  // 62: peloton.api.v1.PoolStatus
+	(*Pool)(nil),                        // 63: peloton.api.v1.Pool
+	(*CreatePoolRequest)(nil),           // 64: peloton.api.v1.CreatePoolRequest
+	(*CreatePoolResponse)(nil),          // 65: peloton.api.v1.CreatePoolResponse
+	(*GetPoolRequest)(nil),              // 66: peloton.api.v1.GetPoolRequest
+	(*GetPoolResponse)(nil),             // 67: peloton.api.v1.GetPoolResponse
+	(*UpdatePoolRequest)(nil),           // 68: peloton.api.v1.UpdatePoolRequest
+	(*UpdatePoolResponse)(nil),          // 69: peloton.api.v1.UpdatePoolResponse
+	(*DeletePoolRequest)(nil),           // 70: peloton.api.v1.DeletePoolRequest
+	(*DeletePoolResponse)(nil),          // 71: peloton.api.v1.DeletePoolResponse
+	(*MovePoolRequest)(nil),             // 72: peloton.api.v1.MovePoolRequest
+	(*MovePoolResponse)(nil),            // 73: peloton.api.v1.MovePoolResponse
+	(*ListPoolsRequest)(nil),            // 74: peloton.api.v1.ListPoolsRequest
+	(*ListPoolsResponse)(nil),           // 75: peloton.api.v1.ListPoolsResponse
+	(*Host)(nil),                        // 76: peloton.api.v1.Host
+	(*HostRun)(nil),                     // 77: peloton.api.v1.HostRun
+	(*HostUsage)(nil),                   // 78: peloton.api.v1.HostUsage
+	(*TaskUsage)(nil),                   // 79: peloton.api.v1.TaskUsage
+	(*UsageReport)(nil),                 // 80: peloton.api.v1.UsageReport
+	(*UsageAck)(nil),                    // 81: peloton.api.v1.UsageAck
+	(*ListHostsRequest)(nil),            // 82: peloton.api.v1.ListHostsRequest
+	(*ListHostsResponse)(nil),           // 83: peloton.api.v1.ListHostsResponse
+	(*Substrate)(nil),                   // 84: peloton.api.v1.Substrate
+	(*StartMaintenanceRequest)(nil),     // 85: peloton.api.v1.StartMaintenanceRequest
+	(*StartMaintenanceResponse)(nil),    // 86: peloton.api.v1.StartMaintenanceResponse
+	(*CompleteMaintenanceRequest)(nil),  // 87: peloton.api.v1.CompleteMaintenanceRequest
+	(*CompleteMaintenanceResponse)(nil), // 88: peloton.api.v1.CompleteMaintenanceResponse
+	(*MoveHostRequest)(nil),             // 89: peloton.api.v1.MoveHostRequest
+	(*MoveHostResponse)(nil),            // 90: peloton.api.v1.MoveHostResponse
+	(*Partition)(nil),                   // 91: peloton.api.v1.Partition
+	(*ListPartitionsRequest)(nil),       // 92: peloton.api.v1.ListPartitionsRequest
+	(*ListPartitionsResponse)(nil),      // 93: peloton.api.v1.ListPartitionsResponse
+	(*AdvisorStatus)(nil),               // 94: peloton.api.v1.AdvisorStatus
+	(*PartitionMove)(nil),               // 95: peloton.api.v1.PartitionMove
+	(*ListPartitionMovesRequest)(nil),   // 96: peloton.api.v1.ListPartitionMovesRequest
+	(*ListPartitionMovesResponse)(nil),  // 97: peloton.api.v1.ListPartitionMovesResponse
+	(*HostAdvice)(nil),                  // 98: peloton.api.v1.HostAdvice
+	(*PartitionAdvice)(nil),             // 99: peloton.api.v1.PartitionAdvice
+	(*PublishAdviceRequest)(nil),        // 100: peloton.api.v1.PublishAdviceRequest
+	(*PublishAdviceResponse)(nil),       // 101: peloton.api.v1.PublishAdviceResponse
+	(*UpdateSpec)(nil),                  // 102: peloton.api.v1.UpdateSpec
+	(*UpdateStatus)(nil),                // 103: peloton.api.v1.UpdateStatus
+	(*Update)(nil),                      // 104: peloton.api.v1.Update
+	(*CreateUpdateRequest)(nil),         // 105: peloton.api.v1.CreateUpdateRequest
+	(*CreateUpdateResponse)(nil),        // 106: peloton.api.v1.CreateUpdateResponse
+	(*GetUpdateRequest)(nil),            // 107: peloton.api.v1.GetUpdateRequest
+	(*GetUpdateResponse)(nil),           // 108: peloton.api.v1.GetUpdateResponse
+	(*ListUpdatesRequest)(nil),          // 109: peloton.api.v1.ListUpdatesRequest
+	(*ListUpdatesResponse)(nil),         // 110: peloton.api.v1.ListUpdatesResponse
+	(*PauseUpdateRequest)(nil),          // 111: peloton.api.v1.PauseUpdateRequest
+	(*PauseUpdateResponse)(nil),         // 112: peloton.api.v1.PauseUpdateResponse
+	(*ResumeUpdateRequest)(nil),         // 113: peloton.api.v1.ResumeUpdateRequest
+	(*ResumeUpdateResponse)(nil),        // 114: peloton.api.v1.ResumeUpdateResponse
+	(*AbortUpdateRequest)(nil),          // 115: peloton.api.v1.AbortUpdateRequest
+	(*AbortUpdateResponse)(nil),         // 116: peloton.api.v1.AbortUpdateResponse
+	(*RollbackUpdateRequest)(nil),       // 117: peloton.api.v1.RollbackUpdateRequest
+	(*RollbackUpdateResponse)(nil),      // 118: peloton.api.v1.RollbackUpdateResponse
+	nil,                                 // 119: peloton.api.v1.TaskSpec.EnvEntry
+	nil,                                 // 120: peloton.api.v1.JobSpec.InstanceSpecsEntry
+	nil,                                 // 121: peloton.api.v1.JobSpec.LabelsEntry
+	nil,                                 // 122: peloton.api.v1.JobStatus.TaskCountsEntry
+	nil,                                 // 123: peloton.api.v1.TaskStatus.PortsEntry
+	nil,                                 // 124: peloton.api.v1.ListJobsRequest.LabelsEntry
+	nil,                                 // 125: peloton.api.v1.WatchJobsRequest.LabelsEntry
+	nil,                                 // 126: peloton.api.v1.Host.LabelsEntry
+	nil,                                 // 127: peloton.api.v1.UsageReport.RunsEntry
+	nil,                                 // 128: peloton.api.v1.Partition.ZonesEntry
+	nil,                                 // 129: peloton.api.v1.Update.RestartsEntry
+	(*timestamppb.Timestamp)(nil),       // 130: google.protobuf.Timestamp
 }
 var file_peloton_api_v1_peloton_proto_depIdxs = []int32{
-	16,  // 0: peloton.api.v1.HealthCheck.http:type_name -> peloton.api.v1.HttpProbe
-	116, // 1: peloton.api.v1.TaskSpec.env:type_name -> peloton.api.v1.TaskSpec.EnvEntry
-	11,  // 2: peloton.api.v1.TaskSpec.resources:type_name -> peloton.api.v1.Resources
-	13,  // 3: peloton.api.v1.TaskSpec.restart_policy:type_name -> peloton.api.v1.RestartPolicy
-	21,  // 4: peloton.api.v1.TaskSpec.placement:type_name -> peloton.api.v1.PlacementSpec
-	14,  // 5: peloton.api.v1.TaskSpec.ports:type_name -> peloton.api.v1.PortSpec
-	15,  // 6: peloton.api.v1.TaskSpec.health_check:type_name -> peloton.api.v1.HealthCheck
-	17,  // 7: peloton.api.v1.TaskSpec.volume:type_name -> peloton.api.v1.VolumeSpec
-	19,  // 8: peloton.api.v1.TaskSpec.metrics:type_name -> peloton.api.v1.MetricsSpec
+	17,  // 0: peloton.api.v1.HealthCheck.http:type_name -> peloton.api.v1.HttpProbe
+	119, // 1: peloton.api.v1.TaskSpec.env:type_name -> peloton.api.v1.TaskSpec.EnvEntry
+	12,  // 2: peloton.api.v1.TaskSpec.resources:type_name -> peloton.api.v1.Resources
+	14,  // 3: peloton.api.v1.TaskSpec.restart_policy:type_name -> peloton.api.v1.RestartPolicy
+	22,  // 4: peloton.api.v1.TaskSpec.placement:type_name -> peloton.api.v1.PlacementSpec
+	15,  // 5: peloton.api.v1.TaskSpec.ports:type_name -> peloton.api.v1.PortSpec
+	16,  // 6: peloton.api.v1.TaskSpec.health_check:type_name -> peloton.api.v1.HealthCheck
+	18,  // 7: peloton.api.v1.TaskSpec.volume:type_name -> peloton.api.v1.VolumeSpec
+	20,  // 8: peloton.api.v1.TaskSpec.metrics:type_name -> peloton.api.v1.MetricsSpec
 	4,   // 9: peloton.api.v1.Constraint.op:type_name -> peloton.api.v1.ConstraintOp
 	3,   // 10: peloton.api.v1.PlacementSpec.strategy:type_name -> peloton.api.v1.PlacementStrategy
-	20,  // 11: peloton.api.v1.PlacementSpec.constraints:type_name -> peloton.api.v1.Constraint
+	21,  // 11: peloton.api.v1.PlacementSpec.constraints:type_name -> peloton.api.v1.Constraint
 	0,   // 12: peloton.api.v1.JobSpec.type:type_name -> peloton.api.v1.JobType
-	12,  // 13: peloton.api.v1.JobSpec.sla:type_name -> peloton.api.v1.SlaSpec
-	18,  // 14: peloton.api.v1.JobSpec.default_spec:type_name -> peloton.api.v1.TaskSpec
-	117, // 15: peloton.api.v1.JobSpec.instance_specs:type_name -> peloton.api.v1.JobSpec.InstanceSpecsEntry
-	118, // 16: peloton.api.v1.JobSpec.labels:type_name -> peloton.api.v1.JobSpec.LabelsEntry
-	23,  // 17: peloton.api.v1.JobSpec.foreign:type_name -> peloton.api.v1.ForeignOwner
-	5,   // 18: peloton.api.v1.JobStatus.state:type_name -> peloton.api.v1.JobState
-	5,   // 19: peloton.api.v1.JobStatus.goal_state:type_name -> peloton.api.v1.JobState
-	119, // 20: peloton.api.v1.JobStatus.task_counts:type_name -> peloton.api.v1.JobStatus.TaskCountsEntry
-	127, // 21: peloton.api.v1.JobStatus.create_time:type_name -> google.protobuf.Timestamp
-	127, // 22: peloton.api.v1.JobStatus.start_time:type_name -> google.protobuf.Timestamp
-	127, // 23: peloton.api.v1.JobStatus.completion_time:type_name -> google.protobuf.Timestamp
-	22,  // 24: peloton.api.v1.Job.spec:type_name -> peloton.api.v1.JobSpec
-	24,  // 25: peloton.api.v1.Job.status:type_name -> peloton.api.v1.JobStatus
-	1,   // 26: peloton.api.v1.TaskStatus.state:type_name -> peloton.api.v1.TaskState
-	1,   // 27: peloton.api.v1.TaskStatus.goal_state:type_name -> peloton.api.v1.TaskState
-	127, // 28: peloton.api.v1.TaskStatus.start_time:type_name -> google.protobuf.Timestamp
-	127, // 29: peloton.api.v1.TaskStatus.completion_time:type_name -> google.protobuf.Timestamp
-	127, // 30: peloton.api.v1.TaskStatus.update_time:type_name -> google.protobuf.Timestamp
-	27,  // 31: peloton.api.v1.TaskStatus.history:type_name -> peloton.api.v1.TaskTransition
-	2,   // 32: peloton.api.v1.TaskStatus.health:type_name -> peloton.api.v1.HealthState
-	120, // 33: peloton.api.v1.TaskStatus.ports:type_name -> peloton.api.v1.TaskStatus.PortsEntry
-	76,  // 34: peloton.api.v1.TaskStatus.usage:type_name -> peloton.api.v1.TaskUsage
-	1,   // 35: peloton.api.v1.TaskTransition.state:type_name -> peloton.api.v1.TaskState
-	127, // 36: peloton.api.v1.TaskTransition.time:type_name -> google.protobuf.Timestamp
-	26,  // 37: peloton.api.v1.Task.status:type_name -> peloton.api.v1.TaskStatus
-	18,  // 38: peloton.api.v1.Task.spec:type_name -> peloton.api.v1.TaskSpec
-	22,  // 39: peloton.api.v1.CreateJobRequest.spec:type_name -> peloton.api.v1.JobSpec
-	22,  // 40: peloton.api.v1.CreateJobResponse.spec:type_name -> peloton.api.v1.JobSpec
-	25,  // 41: peloton.api.v1.GetJobResponse.job:type_name -> peloton.api.v1.Job
-	5,   // 42: peloton.api.v1.ListJobsRequest.states:type_name -> peloton.api.v1.JobState
-	121, // 43: peloton.api.v1.ListJobsRequest.labels:type_name -> peloton.api.v1.ListJobsRequest.LabelsEntry
-	127, // 44: peloton.api.v1.ListJobsRequest.created_since:type_name -> google.protobuf.Timestamp
-	127, // 45: peloton.api.v1.ListJobsRequest.created_until:type_name -> google.protobuf.Timestamp
-	25,  // 46: peloton.api.v1.ListJobsResponse.jobs:type_name -> peloton.api.v1.Job
-	22,  // 47: peloton.api.v1.JobVersion.spec:type_name -> peloton.api.v1.JobSpec
-	127, // 48: peloton.api.v1.JobVersion.create_time:type_name -> google.protobuf.Timestamp
-	44,  // 49: peloton.api.v1.ListJobVersionsResponse.versions:type_name -> peloton.api.v1.JobVersion
-	122, // 50: peloton.api.v1.WatchJobsRequest.labels:type_name -> peloton.api.v1.WatchJobsRequest.LabelsEntry
-	25,  // 51: peloton.api.v1.JobChange.job:type_name -> peloton.api.v1.Job
-	1,   // 52: peloton.api.v1.ListTasksRequest.states:type_name -> peloton.api.v1.TaskState
-	28,  // 53: peloton.api.v1.ListTasksResponse.tasks:type_name -> peloton.api.v1.Task
-	28,  // 54: peloton.api.v1.GetTaskResponse.task:type_name -> peloton.api.v1.Task
-	6,   // 55: peloton.api.v1.GetTaskLogsRequest.stream:type_name -> peloton.api.v1.LogStream
-	127, // 56: peloton.api.v1.GetTaskLogsRequest.since:type_name -> google.protobuf.Timestamp
-	28,  // 57: peloton.api.v1.TaskChange.task:type_name -> peloton.api.v1.Task
-	11,  // 58: peloton.api.v1.PoolSpec.reservation:type_name -> peloton.api.v1.Resources
-	11,  // 59: peloton.api.v1.PoolSpec.limit:type_name -> peloton.api.v1.Resources
-	11,  // 60: peloton.api.v1.PoolSpec.share:type_name -> peloton.api.v1.Resources
-	11,  // 61: peloton.api.v1.PoolSpec.revocable_limit:type_name -> peloton.api.v1.Resources
-	11,  // 62: peloton.api.v1.PoolStatus.entitlement:type_name -> peloton.api.v1.Resources
-	11,  // 63: peloton.api.v1.PoolStatus.allocation:type_name -> peloton.api.v1.Resources
-	11,  // 64: peloton.api.v1.PoolStatus.demand:type_name -> peloton.api.v1.Resources
-	58,  // 65: peloton.api.v1.Pool.spec:type_name -> peloton.api.v1.PoolSpec
-	59,  // 66: peloton.api.v1.Pool.status:type_name -> peloton.api.v1.PoolStatus
-	58,  // 67: peloton.api.v1.CreatePoolRequest.spec:type_name -> peloton.api.v1.PoolSpec
-	60,  // 68: peloton.api.v1.CreatePoolResponse.pool:type_name -> peloton.api.v1.Pool
-	60,  // 69: peloton.api.v1.GetPoolResponse.pool:type_name -> peloton.api.v1.Pool
-	58,  // 70: peloton.api.v1.UpdatePoolRequest.spec:type_name -> peloton.api.v1.PoolSpec
-	60,  // 71: peloton.api.v1.UpdatePoolResponse.pool:type_name -> peloton.api.v1.Pool
-	60,  // 72: peloton.api.v1.MovePoolResponse.pool:type_name -> peloton.api.v1.Pool
-	60,  // 73: peloton.api.v1.ListPoolsResponse.pools:type_name -> peloton.api.v1.Pool
-	11,  // 74: peloton.api.v1.ListPoolsResponse.largest_host:type_name -> peloton.api.v1.Resources
-	11,  // 75: peloton.api.v1.Host.capacity:type_name -> peloton.api.v1.Resources
-	11,  // 76: peloton.api.v1.Host.allocated:type_name -> peloton.api.v1.Resources
-	123, // 77: peloton.api.v1.Host.labels:type_name -> peloton.api.v1.Host.LabelsEntry
-	7,   // 78: peloton.api.v1.Host.state:type_name -> peloton.api.v1.HostState
-	9,   // 79: peloton.api.v1.Host.partition_state:type_name -> peloton.api.v1.PartitionMoveState
-	75,  // 80: peloton.api.v1.Host.usage:type_name -> peloton.api.v1.HostUsage
-	11,  // 81: peloton.api.v1.Host.slack:type_name -> peloton.api.v1.Resources
-	11,  // 82: peloton.api.v1.Host.revocable:type_name -> peloton.api.v1.Resources
-	74,  // 83: peloton.api.v1.Host.runs:type_name -> peloton.api.v1.HostRun
-	8,   // 84: peloton.api.v1.Host.zone:type_name -> peloton.api.v1.HostZone
-	76,  // 85: peloton.api.v1.HostRun.usage:type_name -> peloton.api.v1.TaskUsage
-	127, // 86: peloton.api.v1.HostRun.since:type_name -> google.protobuf.Timestamp
-	127, // 87: peloton.api.v1.HostUsage.sample_time:type_name -> google.protobuf.Timestamp
-	127, // 88: peloton.api.v1.HostUsage.receive_time:type_name -> google.protobuf.Timestamp
-	127, // 89: peloton.api.v1.TaskUsage.sample_time:type_name -> google.protobuf.Timestamp
-	75,  // 90: peloton.api.v1.UsageReport.usage:type_name -> peloton.api.v1.HostUsage
-	124, // 91: peloton.api.v1.UsageReport.runs:type_name -> peloton.api.v1.UsageReport.RunsEntry
-	73,  // 92: peloton.api.v1.ListHostsResponse.hosts:type_name -> peloton.api.v1.Host
-	81,  // 93: peloton.api.v1.ListHostsResponse.substrate:type_name -> peloton.api.v1.Substrate
-	127, // 94: peloton.api.v1.Substrate.since:type_name -> google.protobuf.Timestamp
-	73,  // 95: peloton.api.v1.StartMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
-	73,  // 96: peloton.api.v1.CompleteMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
-	73,  // 97: peloton.api.v1.MoveHostResponse.host:type_name -> peloton.api.v1.Host
-	11,  // 98: peloton.api.v1.Partition.capacity:type_name -> peloton.api.v1.Resources
-	11,  // 99: peloton.api.v1.Partition.allocated:type_name -> peloton.api.v1.Resources
-	11,  // 100: peloton.api.v1.Partition.revocable:type_name -> peloton.api.v1.Resources
-	11,  // 101: peloton.api.v1.Partition.slack:type_name -> peloton.api.v1.Resources
-	125, // 102: peloton.api.v1.Partition.zones:type_name -> peloton.api.v1.Partition.ZonesEntry
-	88,  // 103: peloton.api.v1.ListPartitionsResponse.partitions:type_name -> peloton.api.v1.Partition
-	91,  // 104: peloton.api.v1.ListPartitionsResponse.advisor:type_name -> peloton.api.v1.AdvisorStatus
-	127, // 105: peloton.api.v1.AdvisorStatus.published:type_name -> google.protobuf.Timestamp
-	127, // 106: peloton.api.v1.PartitionMove.time:type_name -> google.protobuf.Timestamp
-	92,  // 107: peloton.api.v1.ListPartitionMovesResponse.moves:type_name -> peloton.api.v1.PartitionMove
-	8,   // 108: peloton.api.v1.HostAdvice.zone:type_name -> peloton.api.v1.HostZone
-	95,  // 109: peloton.api.v1.PublishAdviceRequest.hosts:type_name -> peloton.api.v1.HostAdvice
-	96,  // 110: peloton.api.v1.PublishAdviceRequest.partitions:type_name -> peloton.api.v1.PartitionAdvice
-	92,  // 111: peloton.api.v1.PublishAdviceRequest.observed_moves:type_name -> peloton.api.v1.PartitionMove
-	10,  // 112: peloton.api.v1.UpdateStatus.state:type_name -> peloton.api.v1.UpdateState
-	127, // 113: peloton.api.v1.UpdateStatus.create_time:type_name -> google.protobuf.Timestamp
-	127, // 114: peloton.api.v1.UpdateStatus.update_time:type_name -> google.protobuf.Timestamp
-	127, // 115: peloton.api.v1.UpdateStatus.completion_time:type_name -> google.protobuf.Timestamp
-	10,  // 116: peloton.api.v1.UpdateStatus.paused_from:type_name -> peloton.api.v1.UpdateState
-	99,  // 117: peloton.api.v1.Update.spec:type_name -> peloton.api.v1.UpdateSpec
-	100, // 118: peloton.api.v1.Update.status:type_name -> peloton.api.v1.UpdateStatus
-	126, // 119: peloton.api.v1.Update.restarts:type_name -> peloton.api.v1.Update.RestartsEntry
-	22,  // 120: peloton.api.v1.CreateUpdateRequest.spec:type_name -> peloton.api.v1.JobSpec
-	99,  // 121: peloton.api.v1.CreateUpdateRequest.update_spec:type_name -> peloton.api.v1.UpdateSpec
-	101, // 122: peloton.api.v1.CreateUpdateResponse.update:type_name -> peloton.api.v1.Update
-	101, // 123: peloton.api.v1.GetUpdateResponse.update:type_name -> peloton.api.v1.Update
-	101, // 124: peloton.api.v1.ListUpdatesResponse.updates:type_name -> peloton.api.v1.Update
-	101, // 125: peloton.api.v1.PauseUpdateResponse.update:type_name -> peloton.api.v1.Update
-	101, // 126: peloton.api.v1.ResumeUpdateResponse.update:type_name -> peloton.api.v1.Update
-	101, // 127: peloton.api.v1.AbortUpdateResponse.update:type_name -> peloton.api.v1.Update
-	101, // 128: peloton.api.v1.RollbackUpdateResponse.update:type_name -> peloton.api.v1.Update
-	18,  // 129: peloton.api.v1.JobSpec.InstanceSpecsEntry.value:type_name -> peloton.api.v1.TaskSpec
-	76,  // 130: peloton.api.v1.UsageReport.RunsEntry.value:type_name -> peloton.api.v1.TaskUsage
-	29,  // 131: peloton.api.v1.JobService.CreateJob:input_type -> peloton.api.v1.CreateJobRequest
-	31,  // 132: peloton.api.v1.JobService.GetJob:input_type -> peloton.api.v1.GetJobRequest
-	33,  // 133: peloton.api.v1.JobService.ListJobs:input_type -> peloton.api.v1.ListJobsRequest
-	35,  // 134: peloton.api.v1.JobService.CancelJob:input_type -> peloton.api.v1.CancelJobRequest
-	37,  // 135: peloton.api.v1.JobService.DeleteJob:input_type -> peloton.api.v1.DeleteJobRequest
-	39,  // 136: peloton.api.v1.JobService.RestartJob:input_type -> peloton.api.v1.RestartJobRequest
-	41,  // 137: peloton.api.v1.JobService.ScaleJob:input_type -> peloton.api.v1.ScaleJobRequest
-	43,  // 138: peloton.api.v1.JobService.ListJobVersions:input_type -> peloton.api.v1.ListJobVersionsRequest
-	46,  // 139: peloton.api.v1.JobService.WatchJobs:input_type -> peloton.api.v1.WatchJobsRequest
-	48,  // 140: peloton.api.v1.TaskService.ListTasks:input_type -> peloton.api.v1.ListTasksRequest
-	50,  // 141: peloton.api.v1.TaskService.GetTask:input_type -> peloton.api.v1.GetTaskRequest
-	52,  // 142: peloton.api.v1.TaskService.KillTask:input_type -> peloton.api.v1.KillTaskRequest
-	54,  // 143: peloton.api.v1.TaskService.GetTaskLogs:input_type -> peloton.api.v1.GetTaskLogsRequest
-	56,  // 144: peloton.api.v1.TaskService.WatchTasks:input_type -> peloton.api.v1.WatchTasksRequest
-	61,  // 145: peloton.api.v1.PoolService.CreatePool:input_type -> peloton.api.v1.CreatePoolRequest
-	63,  // 146: peloton.api.v1.PoolService.GetPool:input_type -> peloton.api.v1.GetPoolRequest
-	65,  // 147: peloton.api.v1.PoolService.UpdatePool:input_type -> peloton.api.v1.UpdatePoolRequest
-	67,  // 148: peloton.api.v1.PoolService.DeletePool:input_type -> peloton.api.v1.DeletePoolRequest
-	71,  // 149: peloton.api.v1.PoolService.ListPools:input_type -> peloton.api.v1.ListPoolsRequest
-	69,  // 150: peloton.api.v1.PoolService.MovePool:input_type -> peloton.api.v1.MovePoolRequest
-	79,  // 151: peloton.api.v1.HostService.ListHosts:input_type -> peloton.api.v1.ListHostsRequest
-	82,  // 152: peloton.api.v1.HostService.StartMaintenance:input_type -> peloton.api.v1.StartMaintenanceRequest
-	84,  // 153: peloton.api.v1.HostService.CompleteMaintenance:input_type -> peloton.api.v1.CompleteMaintenanceRequest
-	86,  // 154: peloton.api.v1.HostService.MoveHost:input_type -> peloton.api.v1.MoveHostRequest
-	89,  // 155: peloton.api.v1.PartitionService.ListPartitions:input_type -> peloton.api.v1.ListPartitionsRequest
-	93,  // 156: peloton.api.v1.PartitionService.ListPartitionMoves:input_type -> peloton.api.v1.ListPartitionMovesRequest
-	97,  // 157: peloton.api.v1.PartitionService.PublishAdvice:input_type -> peloton.api.v1.PublishAdviceRequest
-	77,  // 158: peloton.api.v1.HostAgentService.ReportUsage:input_type -> peloton.api.v1.UsageReport
-	102, // 159: peloton.api.v1.UpdateService.CreateUpdate:input_type -> peloton.api.v1.CreateUpdateRequest
-	104, // 160: peloton.api.v1.UpdateService.GetUpdate:input_type -> peloton.api.v1.GetUpdateRequest
-	106, // 161: peloton.api.v1.UpdateService.ListUpdates:input_type -> peloton.api.v1.ListUpdatesRequest
-	108, // 162: peloton.api.v1.UpdateService.PauseUpdate:input_type -> peloton.api.v1.PauseUpdateRequest
-	110, // 163: peloton.api.v1.UpdateService.ResumeUpdate:input_type -> peloton.api.v1.ResumeUpdateRequest
-	112, // 164: peloton.api.v1.UpdateService.AbortUpdate:input_type -> peloton.api.v1.AbortUpdateRequest
-	114, // 165: peloton.api.v1.UpdateService.RollbackUpdate:input_type -> peloton.api.v1.RollbackUpdateRequest
-	30,  // 166: peloton.api.v1.JobService.CreateJob:output_type -> peloton.api.v1.CreateJobResponse
-	32,  // 167: peloton.api.v1.JobService.GetJob:output_type -> peloton.api.v1.GetJobResponse
-	34,  // 168: peloton.api.v1.JobService.ListJobs:output_type -> peloton.api.v1.ListJobsResponse
-	36,  // 169: peloton.api.v1.JobService.CancelJob:output_type -> peloton.api.v1.CancelJobResponse
-	38,  // 170: peloton.api.v1.JobService.DeleteJob:output_type -> peloton.api.v1.DeleteJobResponse
-	40,  // 171: peloton.api.v1.JobService.RestartJob:output_type -> peloton.api.v1.RestartJobResponse
-	42,  // 172: peloton.api.v1.JobService.ScaleJob:output_type -> peloton.api.v1.ScaleJobResponse
-	45,  // 173: peloton.api.v1.JobService.ListJobVersions:output_type -> peloton.api.v1.ListJobVersionsResponse
-	47,  // 174: peloton.api.v1.JobService.WatchJobs:output_type -> peloton.api.v1.JobChange
-	49,  // 175: peloton.api.v1.TaskService.ListTasks:output_type -> peloton.api.v1.ListTasksResponse
-	51,  // 176: peloton.api.v1.TaskService.GetTask:output_type -> peloton.api.v1.GetTaskResponse
-	53,  // 177: peloton.api.v1.TaskService.KillTask:output_type -> peloton.api.v1.KillTaskResponse
-	55,  // 178: peloton.api.v1.TaskService.GetTaskLogs:output_type -> peloton.api.v1.LogChunk
-	57,  // 179: peloton.api.v1.TaskService.WatchTasks:output_type -> peloton.api.v1.TaskChange
-	62,  // 180: peloton.api.v1.PoolService.CreatePool:output_type -> peloton.api.v1.CreatePoolResponse
-	64,  // 181: peloton.api.v1.PoolService.GetPool:output_type -> peloton.api.v1.GetPoolResponse
-	66,  // 182: peloton.api.v1.PoolService.UpdatePool:output_type -> peloton.api.v1.UpdatePoolResponse
-	68,  // 183: peloton.api.v1.PoolService.DeletePool:output_type -> peloton.api.v1.DeletePoolResponse
-	72,  // 184: peloton.api.v1.PoolService.ListPools:output_type -> peloton.api.v1.ListPoolsResponse
-	70,  // 185: peloton.api.v1.PoolService.MovePool:output_type -> peloton.api.v1.MovePoolResponse
-	80,  // 186: peloton.api.v1.HostService.ListHosts:output_type -> peloton.api.v1.ListHostsResponse
-	83,  // 187: peloton.api.v1.HostService.StartMaintenance:output_type -> peloton.api.v1.StartMaintenanceResponse
-	85,  // 188: peloton.api.v1.HostService.CompleteMaintenance:output_type -> peloton.api.v1.CompleteMaintenanceResponse
-	87,  // 189: peloton.api.v1.HostService.MoveHost:output_type -> peloton.api.v1.MoveHostResponse
-	90,  // 190: peloton.api.v1.PartitionService.ListPartitions:output_type -> peloton.api.v1.ListPartitionsResponse
-	94,  // 191: peloton.api.v1.PartitionService.ListPartitionMoves:output_type -> peloton.api.v1.ListPartitionMovesResponse
-	98,  // 192: peloton.api.v1.PartitionService.PublishAdvice:output_type -> peloton.api.v1.PublishAdviceResponse
-	78,  // 193: peloton.api.v1.HostAgentService.ReportUsage:output_type -> peloton.api.v1.UsageAck
-	103, // 194: peloton.api.v1.UpdateService.CreateUpdate:output_type -> peloton.api.v1.CreateUpdateResponse
-	105, // 195: peloton.api.v1.UpdateService.GetUpdate:output_type -> peloton.api.v1.GetUpdateResponse
-	107, // 196: peloton.api.v1.UpdateService.ListUpdates:output_type -> peloton.api.v1.ListUpdatesResponse
-	109, // 197: peloton.api.v1.UpdateService.PauseUpdate:output_type -> peloton.api.v1.PauseUpdateResponse
-	111, // 198: peloton.api.v1.UpdateService.ResumeUpdate:output_type -> peloton.api.v1.ResumeUpdateResponse
-	113, // 199: peloton.api.v1.UpdateService.AbortUpdate:output_type -> peloton.api.v1.AbortUpdateResponse
-	115, // 200: peloton.api.v1.UpdateService.RollbackUpdate:output_type -> peloton.api.v1.RollbackUpdateResponse
-	166, // [166:201] is the sub-list for method output_type
-	131, // [131:166] is the sub-list for method input_type
-	131, // [131:131] is the sub-list for extension type_name
-	131, // [131:131] is the sub-list for extension extendee
-	0,   // [0:131] is the sub-list for field type_name
+	13,  // 13: peloton.api.v1.JobSpec.sla:type_name -> peloton.api.v1.SlaSpec
+	19,  // 14: peloton.api.v1.JobSpec.default_spec:type_name -> peloton.api.v1.TaskSpec
+	120, // 15: peloton.api.v1.JobSpec.instance_specs:type_name -> peloton.api.v1.JobSpec.InstanceSpecsEntry
+	121, // 16: peloton.api.v1.JobSpec.labels:type_name -> peloton.api.v1.JobSpec.LabelsEntry
+	26,  // 17: peloton.api.v1.JobSpec.foreign:type_name -> peloton.api.v1.ForeignOwner
+	24,  // 18: peloton.api.v1.JobSpec.gang:type_name -> peloton.api.v1.GangSpec
+	25,  // 19: peloton.api.v1.JobSpec.self_scale:type_name -> peloton.api.v1.SelfScaleSpec
+	5,   // 20: peloton.api.v1.GangSpec.on_member_failure:type_name -> peloton.api.v1.GangFailurePolicy
+	6,   // 21: peloton.api.v1.JobStatus.state:type_name -> peloton.api.v1.JobState
+	6,   // 22: peloton.api.v1.JobStatus.goal_state:type_name -> peloton.api.v1.JobState
+	122, // 23: peloton.api.v1.JobStatus.task_counts:type_name -> peloton.api.v1.JobStatus.TaskCountsEntry
+	130, // 24: peloton.api.v1.JobStatus.create_time:type_name -> google.protobuf.Timestamp
+	130, // 25: peloton.api.v1.JobStatus.start_time:type_name -> google.protobuf.Timestamp
+	130, // 26: peloton.api.v1.JobStatus.completion_time:type_name -> google.protobuf.Timestamp
+	23,  // 27: peloton.api.v1.Job.spec:type_name -> peloton.api.v1.JobSpec
+	27,  // 28: peloton.api.v1.Job.status:type_name -> peloton.api.v1.JobStatus
+	1,   // 29: peloton.api.v1.TaskStatus.state:type_name -> peloton.api.v1.TaskState
+	1,   // 30: peloton.api.v1.TaskStatus.goal_state:type_name -> peloton.api.v1.TaskState
+	130, // 31: peloton.api.v1.TaskStatus.start_time:type_name -> google.protobuf.Timestamp
+	130, // 32: peloton.api.v1.TaskStatus.completion_time:type_name -> google.protobuf.Timestamp
+	130, // 33: peloton.api.v1.TaskStatus.update_time:type_name -> google.protobuf.Timestamp
+	30,  // 34: peloton.api.v1.TaskStatus.history:type_name -> peloton.api.v1.TaskTransition
+	2,   // 35: peloton.api.v1.TaskStatus.health:type_name -> peloton.api.v1.HealthState
+	123, // 36: peloton.api.v1.TaskStatus.ports:type_name -> peloton.api.v1.TaskStatus.PortsEntry
+	79,  // 37: peloton.api.v1.TaskStatus.usage:type_name -> peloton.api.v1.TaskUsage
+	1,   // 38: peloton.api.v1.TaskTransition.state:type_name -> peloton.api.v1.TaskState
+	130, // 39: peloton.api.v1.TaskTransition.time:type_name -> google.protobuf.Timestamp
+	29,  // 40: peloton.api.v1.Task.status:type_name -> peloton.api.v1.TaskStatus
+	19,  // 41: peloton.api.v1.Task.spec:type_name -> peloton.api.v1.TaskSpec
+	23,  // 42: peloton.api.v1.CreateJobRequest.spec:type_name -> peloton.api.v1.JobSpec
+	23,  // 43: peloton.api.v1.CreateJobResponse.spec:type_name -> peloton.api.v1.JobSpec
+	28,  // 44: peloton.api.v1.GetJobResponse.job:type_name -> peloton.api.v1.Job
+	6,   // 45: peloton.api.v1.ListJobsRequest.states:type_name -> peloton.api.v1.JobState
+	124, // 46: peloton.api.v1.ListJobsRequest.labels:type_name -> peloton.api.v1.ListJobsRequest.LabelsEntry
+	130, // 47: peloton.api.v1.ListJobsRequest.created_since:type_name -> google.protobuf.Timestamp
+	130, // 48: peloton.api.v1.ListJobsRequest.created_until:type_name -> google.protobuf.Timestamp
+	28,  // 49: peloton.api.v1.ListJobsResponse.jobs:type_name -> peloton.api.v1.Job
+	23,  // 50: peloton.api.v1.JobVersion.spec:type_name -> peloton.api.v1.JobSpec
+	130, // 51: peloton.api.v1.JobVersion.create_time:type_name -> google.protobuf.Timestamp
+	47,  // 52: peloton.api.v1.ListJobVersionsResponse.versions:type_name -> peloton.api.v1.JobVersion
+	125, // 53: peloton.api.v1.WatchJobsRequest.labels:type_name -> peloton.api.v1.WatchJobsRequest.LabelsEntry
+	28,  // 54: peloton.api.v1.JobChange.job:type_name -> peloton.api.v1.Job
+	1,   // 55: peloton.api.v1.ListTasksRequest.states:type_name -> peloton.api.v1.TaskState
+	31,  // 56: peloton.api.v1.ListTasksResponse.tasks:type_name -> peloton.api.v1.Task
+	31,  // 57: peloton.api.v1.GetTaskResponse.task:type_name -> peloton.api.v1.Task
+	7,   // 58: peloton.api.v1.GetTaskLogsRequest.stream:type_name -> peloton.api.v1.LogStream
+	130, // 59: peloton.api.v1.GetTaskLogsRequest.since:type_name -> google.protobuf.Timestamp
+	31,  // 60: peloton.api.v1.TaskChange.task:type_name -> peloton.api.v1.Task
+	12,  // 61: peloton.api.v1.PoolSpec.reservation:type_name -> peloton.api.v1.Resources
+	12,  // 62: peloton.api.v1.PoolSpec.limit:type_name -> peloton.api.v1.Resources
+	12,  // 63: peloton.api.v1.PoolSpec.share:type_name -> peloton.api.v1.Resources
+	12,  // 64: peloton.api.v1.PoolSpec.revocable_limit:type_name -> peloton.api.v1.Resources
+	12,  // 65: peloton.api.v1.PoolStatus.entitlement:type_name -> peloton.api.v1.Resources
+	12,  // 66: peloton.api.v1.PoolStatus.allocation:type_name -> peloton.api.v1.Resources
+	12,  // 67: peloton.api.v1.PoolStatus.demand:type_name -> peloton.api.v1.Resources
+	61,  // 68: peloton.api.v1.Pool.spec:type_name -> peloton.api.v1.PoolSpec
+	62,  // 69: peloton.api.v1.Pool.status:type_name -> peloton.api.v1.PoolStatus
+	61,  // 70: peloton.api.v1.CreatePoolRequest.spec:type_name -> peloton.api.v1.PoolSpec
+	63,  // 71: peloton.api.v1.CreatePoolResponse.pool:type_name -> peloton.api.v1.Pool
+	63,  // 72: peloton.api.v1.GetPoolResponse.pool:type_name -> peloton.api.v1.Pool
+	61,  // 73: peloton.api.v1.UpdatePoolRequest.spec:type_name -> peloton.api.v1.PoolSpec
+	63,  // 74: peloton.api.v1.UpdatePoolResponse.pool:type_name -> peloton.api.v1.Pool
+	63,  // 75: peloton.api.v1.MovePoolResponse.pool:type_name -> peloton.api.v1.Pool
+	63,  // 76: peloton.api.v1.ListPoolsResponse.pools:type_name -> peloton.api.v1.Pool
+	12,  // 77: peloton.api.v1.ListPoolsResponse.largest_host:type_name -> peloton.api.v1.Resources
+	12,  // 78: peloton.api.v1.Host.capacity:type_name -> peloton.api.v1.Resources
+	12,  // 79: peloton.api.v1.Host.allocated:type_name -> peloton.api.v1.Resources
+	126, // 80: peloton.api.v1.Host.labels:type_name -> peloton.api.v1.Host.LabelsEntry
+	8,   // 81: peloton.api.v1.Host.state:type_name -> peloton.api.v1.HostState
+	10,  // 82: peloton.api.v1.Host.partition_state:type_name -> peloton.api.v1.PartitionMoveState
+	78,  // 83: peloton.api.v1.Host.usage:type_name -> peloton.api.v1.HostUsage
+	12,  // 84: peloton.api.v1.Host.slack:type_name -> peloton.api.v1.Resources
+	12,  // 85: peloton.api.v1.Host.revocable:type_name -> peloton.api.v1.Resources
+	77,  // 86: peloton.api.v1.Host.runs:type_name -> peloton.api.v1.HostRun
+	9,   // 87: peloton.api.v1.Host.zone:type_name -> peloton.api.v1.HostZone
+	79,  // 88: peloton.api.v1.HostRun.usage:type_name -> peloton.api.v1.TaskUsage
+	130, // 89: peloton.api.v1.HostRun.since:type_name -> google.protobuf.Timestamp
+	130, // 90: peloton.api.v1.HostUsage.sample_time:type_name -> google.protobuf.Timestamp
+	130, // 91: peloton.api.v1.HostUsage.receive_time:type_name -> google.protobuf.Timestamp
+	130, // 92: peloton.api.v1.TaskUsage.sample_time:type_name -> google.protobuf.Timestamp
+	78,  // 93: peloton.api.v1.UsageReport.usage:type_name -> peloton.api.v1.HostUsage
+	127, // 94: peloton.api.v1.UsageReport.runs:type_name -> peloton.api.v1.UsageReport.RunsEntry
+	76,  // 95: peloton.api.v1.ListHostsResponse.hosts:type_name -> peloton.api.v1.Host
+	84,  // 96: peloton.api.v1.ListHostsResponse.substrate:type_name -> peloton.api.v1.Substrate
+	130, // 97: peloton.api.v1.Substrate.since:type_name -> google.protobuf.Timestamp
+	76,  // 98: peloton.api.v1.StartMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
+	76,  // 99: peloton.api.v1.CompleteMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
+	76,  // 100: peloton.api.v1.MoveHostResponse.host:type_name -> peloton.api.v1.Host
+	12,  // 101: peloton.api.v1.Partition.capacity:type_name -> peloton.api.v1.Resources
+	12,  // 102: peloton.api.v1.Partition.allocated:type_name -> peloton.api.v1.Resources
+	12,  // 103: peloton.api.v1.Partition.revocable:type_name -> peloton.api.v1.Resources
+	12,  // 104: peloton.api.v1.Partition.slack:type_name -> peloton.api.v1.Resources
+	128, // 105: peloton.api.v1.Partition.zones:type_name -> peloton.api.v1.Partition.ZonesEntry
+	91,  // 106: peloton.api.v1.ListPartitionsResponse.partitions:type_name -> peloton.api.v1.Partition
+	94,  // 107: peloton.api.v1.ListPartitionsResponse.advisor:type_name -> peloton.api.v1.AdvisorStatus
+	130, // 108: peloton.api.v1.AdvisorStatus.published:type_name -> google.protobuf.Timestamp
+	130, // 109: peloton.api.v1.PartitionMove.time:type_name -> google.protobuf.Timestamp
+	95,  // 110: peloton.api.v1.ListPartitionMovesResponse.moves:type_name -> peloton.api.v1.PartitionMove
+	9,   // 111: peloton.api.v1.HostAdvice.zone:type_name -> peloton.api.v1.HostZone
+	98,  // 112: peloton.api.v1.PublishAdviceRequest.hosts:type_name -> peloton.api.v1.HostAdvice
+	99,  // 113: peloton.api.v1.PublishAdviceRequest.partitions:type_name -> peloton.api.v1.PartitionAdvice
+	95,  // 114: peloton.api.v1.PublishAdviceRequest.observed_moves:type_name -> peloton.api.v1.PartitionMove
+	11,  // 115: peloton.api.v1.UpdateStatus.state:type_name -> peloton.api.v1.UpdateState
+	130, // 116: peloton.api.v1.UpdateStatus.create_time:type_name -> google.protobuf.Timestamp
+	130, // 117: peloton.api.v1.UpdateStatus.update_time:type_name -> google.protobuf.Timestamp
+	130, // 118: peloton.api.v1.UpdateStatus.completion_time:type_name -> google.protobuf.Timestamp
+	11,  // 119: peloton.api.v1.UpdateStatus.paused_from:type_name -> peloton.api.v1.UpdateState
+	102, // 120: peloton.api.v1.Update.spec:type_name -> peloton.api.v1.UpdateSpec
+	103, // 121: peloton.api.v1.Update.status:type_name -> peloton.api.v1.UpdateStatus
+	129, // 122: peloton.api.v1.Update.restarts:type_name -> peloton.api.v1.Update.RestartsEntry
+	23,  // 123: peloton.api.v1.CreateUpdateRequest.spec:type_name -> peloton.api.v1.JobSpec
+	102, // 124: peloton.api.v1.CreateUpdateRequest.update_spec:type_name -> peloton.api.v1.UpdateSpec
+	104, // 125: peloton.api.v1.CreateUpdateResponse.update:type_name -> peloton.api.v1.Update
+	104, // 126: peloton.api.v1.GetUpdateResponse.update:type_name -> peloton.api.v1.Update
+	104, // 127: peloton.api.v1.ListUpdatesResponse.updates:type_name -> peloton.api.v1.Update
+	104, // 128: peloton.api.v1.PauseUpdateResponse.update:type_name -> peloton.api.v1.Update
+	104, // 129: peloton.api.v1.ResumeUpdateResponse.update:type_name -> peloton.api.v1.Update
+	104, // 130: peloton.api.v1.AbortUpdateResponse.update:type_name -> peloton.api.v1.Update
+	104, // 131: peloton.api.v1.RollbackUpdateResponse.update:type_name -> peloton.api.v1.Update
+	19,  // 132: peloton.api.v1.JobSpec.InstanceSpecsEntry.value:type_name -> peloton.api.v1.TaskSpec
+	79,  // 133: peloton.api.v1.UsageReport.RunsEntry.value:type_name -> peloton.api.v1.TaskUsage
+	32,  // 134: peloton.api.v1.JobService.CreateJob:input_type -> peloton.api.v1.CreateJobRequest
+	34,  // 135: peloton.api.v1.JobService.GetJob:input_type -> peloton.api.v1.GetJobRequest
+	36,  // 136: peloton.api.v1.JobService.ListJobs:input_type -> peloton.api.v1.ListJobsRequest
+	38,  // 137: peloton.api.v1.JobService.CancelJob:input_type -> peloton.api.v1.CancelJobRequest
+	40,  // 138: peloton.api.v1.JobService.DeleteJob:input_type -> peloton.api.v1.DeleteJobRequest
+	42,  // 139: peloton.api.v1.JobService.RestartJob:input_type -> peloton.api.v1.RestartJobRequest
+	44,  // 140: peloton.api.v1.JobService.ScaleJob:input_type -> peloton.api.v1.ScaleJobRequest
+	46,  // 141: peloton.api.v1.JobService.ListJobVersions:input_type -> peloton.api.v1.ListJobVersionsRequest
+	49,  // 142: peloton.api.v1.JobService.WatchJobs:input_type -> peloton.api.v1.WatchJobsRequest
+	51,  // 143: peloton.api.v1.TaskService.ListTasks:input_type -> peloton.api.v1.ListTasksRequest
+	53,  // 144: peloton.api.v1.TaskService.GetTask:input_type -> peloton.api.v1.GetTaskRequest
+	55,  // 145: peloton.api.v1.TaskService.KillTask:input_type -> peloton.api.v1.KillTaskRequest
+	57,  // 146: peloton.api.v1.TaskService.GetTaskLogs:input_type -> peloton.api.v1.GetTaskLogsRequest
+	59,  // 147: peloton.api.v1.TaskService.WatchTasks:input_type -> peloton.api.v1.WatchTasksRequest
+	64,  // 148: peloton.api.v1.PoolService.CreatePool:input_type -> peloton.api.v1.CreatePoolRequest
+	66,  // 149: peloton.api.v1.PoolService.GetPool:input_type -> peloton.api.v1.GetPoolRequest
+	68,  // 150: peloton.api.v1.PoolService.UpdatePool:input_type -> peloton.api.v1.UpdatePoolRequest
+	70,  // 151: peloton.api.v1.PoolService.DeletePool:input_type -> peloton.api.v1.DeletePoolRequest
+	74,  // 152: peloton.api.v1.PoolService.ListPools:input_type -> peloton.api.v1.ListPoolsRequest
+	72,  // 153: peloton.api.v1.PoolService.MovePool:input_type -> peloton.api.v1.MovePoolRequest
+	82,  // 154: peloton.api.v1.HostService.ListHosts:input_type -> peloton.api.v1.ListHostsRequest
+	85,  // 155: peloton.api.v1.HostService.StartMaintenance:input_type -> peloton.api.v1.StartMaintenanceRequest
+	87,  // 156: peloton.api.v1.HostService.CompleteMaintenance:input_type -> peloton.api.v1.CompleteMaintenanceRequest
+	89,  // 157: peloton.api.v1.HostService.MoveHost:input_type -> peloton.api.v1.MoveHostRequest
+	92,  // 158: peloton.api.v1.PartitionService.ListPartitions:input_type -> peloton.api.v1.ListPartitionsRequest
+	96,  // 159: peloton.api.v1.PartitionService.ListPartitionMoves:input_type -> peloton.api.v1.ListPartitionMovesRequest
+	100, // 160: peloton.api.v1.PartitionService.PublishAdvice:input_type -> peloton.api.v1.PublishAdviceRequest
+	80,  // 161: peloton.api.v1.HostAgentService.ReportUsage:input_type -> peloton.api.v1.UsageReport
+	105, // 162: peloton.api.v1.UpdateService.CreateUpdate:input_type -> peloton.api.v1.CreateUpdateRequest
+	107, // 163: peloton.api.v1.UpdateService.GetUpdate:input_type -> peloton.api.v1.GetUpdateRequest
+	109, // 164: peloton.api.v1.UpdateService.ListUpdates:input_type -> peloton.api.v1.ListUpdatesRequest
+	111, // 165: peloton.api.v1.UpdateService.PauseUpdate:input_type -> peloton.api.v1.PauseUpdateRequest
+	113, // 166: peloton.api.v1.UpdateService.ResumeUpdate:input_type -> peloton.api.v1.ResumeUpdateRequest
+	115, // 167: peloton.api.v1.UpdateService.AbortUpdate:input_type -> peloton.api.v1.AbortUpdateRequest
+	117, // 168: peloton.api.v1.UpdateService.RollbackUpdate:input_type -> peloton.api.v1.RollbackUpdateRequest
+	33,  // 169: peloton.api.v1.JobService.CreateJob:output_type -> peloton.api.v1.CreateJobResponse
+	35,  // 170: peloton.api.v1.JobService.GetJob:output_type -> peloton.api.v1.GetJobResponse
+	37,  // 171: peloton.api.v1.JobService.ListJobs:output_type -> peloton.api.v1.ListJobsResponse
+	39,  // 172: peloton.api.v1.JobService.CancelJob:output_type -> peloton.api.v1.CancelJobResponse
+	41,  // 173: peloton.api.v1.JobService.DeleteJob:output_type -> peloton.api.v1.DeleteJobResponse
+	43,  // 174: peloton.api.v1.JobService.RestartJob:output_type -> peloton.api.v1.RestartJobResponse
+	45,  // 175: peloton.api.v1.JobService.ScaleJob:output_type -> peloton.api.v1.ScaleJobResponse
+	48,  // 176: peloton.api.v1.JobService.ListJobVersions:output_type -> peloton.api.v1.ListJobVersionsResponse
+	50,  // 177: peloton.api.v1.JobService.WatchJobs:output_type -> peloton.api.v1.JobChange
+	52,  // 178: peloton.api.v1.TaskService.ListTasks:output_type -> peloton.api.v1.ListTasksResponse
+	54,  // 179: peloton.api.v1.TaskService.GetTask:output_type -> peloton.api.v1.GetTaskResponse
+	56,  // 180: peloton.api.v1.TaskService.KillTask:output_type -> peloton.api.v1.KillTaskResponse
+	58,  // 181: peloton.api.v1.TaskService.GetTaskLogs:output_type -> peloton.api.v1.LogChunk
+	60,  // 182: peloton.api.v1.TaskService.WatchTasks:output_type -> peloton.api.v1.TaskChange
+	65,  // 183: peloton.api.v1.PoolService.CreatePool:output_type -> peloton.api.v1.CreatePoolResponse
+	67,  // 184: peloton.api.v1.PoolService.GetPool:output_type -> peloton.api.v1.GetPoolResponse
+	69,  // 185: peloton.api.v1.PoolService.UpdatePool:output_type -> peloton.api.v1.UpdatePoolResponse
+	71,  // 186: peloton.api.v1.PoolService.DeletePool:output_type -> peloton.api.v1.DeletePoolResponse
+	75,  // 187: peloton.api.v1.PoolService.ListPools:output_type -> peloton.api.v1.ListPoolsResponse
+	73,  // 188: peloton.api.v1.PoolService.MovePool:output_type -> peloton.api.v1.MovePoolResponse
+	83,  // 189: peloton.api.v1.HostService.ListHosts:output_type -> peloton.api.v1.ListHostsResponse
+	86,  // 190: peloton.api.v1.HostService.StartMaintenance:output_type -> peloton.api.v1.StartMaintenanceResponse
+	88,  // 191: peloton.api.v1.HostService.CompleteMaintenance:output_type -> peloton.api.v1.CompleteMaintenanceResponse
+	90,  // 192: peloton.api.v1.HostService.MoveHost:output_type -> peloton.api.v1.MoveHostResponse
+	93,  // 193: peloton.api.v1.PartitionService.ListPartitions:output_type -> peloton.api.v1.ListPartitionsResponse
+	97,  // 194: peloton.api.v1.PartitionService.ListPartitionMoves:output_type -> peloton.api.v1.ListPartitionMovesResponse
+	101, // 195: peloton.api.v1.PartitionService.PublishAdvice:output_type -> peloton.api.v1.PublishAdviceResponse
+	81,  // 196: peloton.api.v1.HostAgentService.ReportUsage:output_type -> peloton.api.v1.UsageAck
+	106, // 197: peloton.api.v1.UpdateService.CreateUpdate:output_type -> peloton.api.v1.CreateUpdateResponse
+	108, // 198: peloton.api.v1.UpdateService.GetUpdate:output_type -> peloton.api.v1.GetUpdateResponse
+	110, // 199: peloton.api.v1.UpdateService.ListUpdates:output_type -> peloton.api.v1.ListUpdatesResponse
+	112, // 200: peloton.api.v1.UpdateService.PauseUpdate:output_type -> peloton.api.v1.PauseUpdateResponse
+	114, // 201: peloton.api.v1.UpdateService.ResumeUpdate:output_type -> peloton.api.v1.ResumeUpdateResponse
+	116, // 202: peloton.api.v1.UpdateService.AbortUpdate:output_type -> peloton.api.v1.AbortUpdateResponse
+	118, // 203: peloton.api.v1.UpdateService.RollbackUpdate:output_type -> peloton.api.v1.RollbackUpdateResponse
+	169, // [169:204] is the sub-list for method output_type
+	134, // [134:169] is the sub-list for method input_type
+	134, // [134:134] is the sub-list for extension type_name
+	134, // [134:134] is the sub-list for extension extendee
+	0,   // [0:134] is the sub-list for field type_name
 }
 
 func init() { file_peloton_api_v1_peloton_proto_init() }
@@ -8877,8 +9109,8 @@ func file_peloton_api_v1_peloton_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_peloton_api_v1_peloton_proto_rawDesc), len(file_peloton_api_v1_peloton_proto_rawDesc)),
-			NumEnums:      11,
-			NumMessages:   116,
+			NumEnums:      12,
+			NumMessages:   118,
 			NumExtensions: 0,
 			NumServices:   7,
 		},
