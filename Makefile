@@ -30,7 +30,7 @@ export PELOTON_HELM_BIN := $(PELOTON_CACHE)/helm/$(HELM_VERSION)/bin
 # promtool, for the alert rules' unit tests (deploy/prometheus): Debian's.
 export PELOTON_PROMTOOL := $(PELOTON_CACHE)/promtool/bin/promtool
 
-.PHONY: all build test fuzz soak up proto proto-tools kube-tools helm-tools promtool-tools browser-tools postgres-tools lint-tools ui clean dashboards
+.PHONY: all build test fuzz soak up proto proto-tools kube-tools kubelet-tools helm-tools promtool-tools browser-tools postgres-tools lint-tools ui clean dashboards
 
 all: build
 
@@ -49,13 +49,14 @@ build:
 # lane plus its own. Started first, the other packages run beside it.
 
 ## test sets up everything the suite needs and runs it all.
-test: kube-tools helm-tools promtool-tools browser-tools postgres-tools lint-tools
+test: kube-tools kubelet-tools helm-tools promtool-tools browser-tools postgres-tools lint-tools
 	$(GO) mod download
 	$(GO) vet ./...
 	$(GOBIN_DIR)/staticcheck ./...
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.') 2>/dev/null); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
-	PELOTON_REQUIRE_POSTGRES=$(if $(filter 1,$(PELOTON_SKIP_POSTGRES)),,1) $(GO) test -race -count=1 -timeout 40m ./test/e2e/ ./...
+	PELOTON_REQUIRE_POSTGRES=$(if $(filter 1,$(PELOTON_SKIP_POSTGRES)),,1) \
+	  PELOTON_REQUIRE_KUBELET=$(if $(filter 1,$(PELOTON_SKIP_KUBELET)),,1) $(GO) test -race -count=1 -timeout 40m ./test/e2e/ ./...
 
 ## fuzz runs every fuzz target (each func Fuzz* in a _test.go file) with
 ## -fuzz for FUZZTIME (default 30s), one after another (hack/fuzz.sh): go
@@ -139,10 +140,16 @@ helm-tools:
 promtool-tools:
 	@PROMTOOL=$(PELOTON_PROMTOOL) bash hack/promtool.sh
 
-## kube-tools builds kube-apiserver, kube-scheduler, kube-controller-manager
-## and kwok once (minutes the first time, nothing after).
+## kube-tools builds kube-apiserver, kube-scheduler, kube-controller-manager,
+## kubelet and kwok once (minutes the first time, nothing after).
 kube-tools:
 	@KUBE_TOOLS_DIR=$(PELOTON_CACHE)/kube/$(KUBE_VERSION) KUBE_VERSION=$(KUBE_VERSION) KWOK_VERSION=$(KWOK_VERSION) GO=$(GO) bash hack/kube-tools.sh
+
+## kubelet-tools installs Debian's containerd, runc, CNI plugins, static
+## busybox and iproute2 for the real-node tests when one is missing
+## (PELOTON_SKIP_KUBELET=1 skips them).
+kubelet-tools:
+	@bash hack/kubelet-tools.sh
 
 ## browser-tools installs Debian's Chromium for the web UI's browser tests
 ## when it is missing (nothing when it is there; PELOTON_SKIP_BROWSER=1 skips).

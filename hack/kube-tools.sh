@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # kube-tools.sh builds the Kubernetes parts the test suite runs for real:
 # kube-apiserver, kube-scheduler and kube-controller-manager (for its
-# disruption controller, which computes PodDisruptionBudgets' status) from
+# disruption controller, which computes PodDisruptionBudgets' status) and
+# kubelet (for the real-pod tests, internal/testing/kubelettest) from
 # the k8s.io/kubernetes module, and
 # kwok from sigs.k8s.io/kwok, all through the Go module proxy, into
 #   $KUBE_TOOLS_DIR/bin/  (the Makefile: ~/.cache/peloton/kube/<kubernetes version>)
@@ -31,7 +32,7 @@ stamp=$bin/.stamp
 # changes, and every tool is built again. Each tool has its own stamp, so a
 # tool added to the list is built alone, the others kept.
 BUILD=2
-kube_tools=(kube-apiserver kube-scheduler kube-controller-manager)
+kube_tools=(kube-apiserver kube-scheduler kube-controller-manager kubelet)
 want_of() { # TOOL: what its stamp must say
 	case $1 in
 	kwok) echo "kwok=$KWOK_VERSION build=$BUILD" ;;

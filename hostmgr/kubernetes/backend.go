@@ -417,15 +417,16 @@ func leanObject(obj any) (any, error) {
 // container its name, image, command and args (foreign tasks report
 // them), ports, resources and readiness probe (a run's health); the pod's
 // node, scheduler, node selector, overhead, grace period and the
-// rest of its scalar fields; its whole status but the init and ephemeral
-// containers' statuses.
+// rest of its scalar fields; its hostPath volumes (a Peloton volume is one:
+// whether a pod still uses it, volumes.go); its whole status but the init
+// and ephemeral containers' statuses.
 func leanPod(p *corev1.Pod) {
 	p.ManagedFields = nil
 	delete(p.Annotations, corev1.LastAppliedConfigAnnotation)
 	leanContainers(p.Spec.Containers)
 	leanContainers(p.Spec.InitContainers)
 	p.Spec.EphemeralContainers = nil
-	p.Spec.Volumes = nil
+	p.Spec.Volumes = hostPathVolumes(p.Spec.Volumes)
 	p.Spec.Tolerations = nil
 	p.Spec.Affinity = nil
 	p.Spec.TopologySpreadConstraints = nil
@@ -963,6 +964,11 @@ func (b *Backend) Launch(ctx context.Context, spec hostmgr.LaunchSpec) error {
 	if _, err := b.nodes.Get(spec.Host); err != nil {
 		return fmt.Errorf("kubernetes: launch %s: spec.host: node %q: %w", spec.TaskID, spec.Host, err)
 	}
+	if v := spec.Volume; v != nil {
+		if user, ok := b.volumeUser(spec.Host, b.volumePath(v.ID)); ok {
+			return fmt.Errorf("kubernetes: launch %s: spec.volume.id: volume %s on %s is in use by run %s", spec.TaskID, v.ID, spec.Host, user)
+		}
+	}
 	ns := b.namespaceOf(spec.Pool)
 	ports := assignPorts(spec.Ports)
 	pod := b.buildPod(spec, ns, ports)
@@ -1428,6 +1434,9 @@ func (b *Backend) deleteHelper(p *corev1.Pod) {
 // pinned there, and waits (bounded by ctx and 3×RequestTimeout) for it.
 func (b *Backend) ReleaseVolume(ctx context.Context, host, volumeID string) error {
 	path := b.volumePath(volumeID)
+	if user, ok := b.volumeUser(host, path); ok {
+		return fmt.Errorf("kubernetes: release volume %s on %s: in use by run %s", volumeID, host, user)
+	}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: "peloton-release-volume-", Namespace: b.cfg.Namespace,
 			Labels: map[string]string{LabelHelper: helperReleaseVolume}},

@@ -203,6 +203,7 @@ func TestLeanPodKeepsWhatTheBackendReads(t *testing.T) {
 	p.Spec.NodeName = "n"
 	p.Spec.NodeSelector = map[string]string{"zone": "a"}
 	p.Spec.Tolerations = []corev1.Toleration{{Key: "k"}}
+	p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "token", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{}}})
 	p.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "m"}}
 	p.Annotations[corev1.LastAppliedConfigAnnotation] = "{}"
 	p.Status = corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}},
@@ -213,14 +214,14 @@ func TestLeanPodKeepsWhatTheBackendReads(t *testing.T) {
 		t.Fatalf("leanObject: %v, %p for %p", err, obj, p)
 	}
 	c := p.Spec.Containers[0]
-	if c.Env != nil || c.VolumeMounts != nil || p.Spec.Volumes != nil || p.Spec.Affinity != nil || p.Spec.Tolerations != nil ||
+	if c.Env != nil || c.VolumeMounts != nil || len(p.Spec.Volumes) != 1 || p.Spec.Affinity != nil || p.Spec.Tolerations != nil ||
 		p.ManagedFields != nil || p.Annotations[corev1.LastAppliedConfigAnnotation] != "" {
 		t.Errorf("kept what nothing reads: %+v", p)
 	}
 	if b.podRequests(p) != b.podRequests(before) || !equalMaps(p.Labels, before.Labels) || len(p.Annotations) != len(before.Annotations)-1 ||
 		p.Annotations[AnnotationSpecHash] != before.Annotations[AnnotationSpecHash] || p.Spec.NodeName != "n" || p.Spec.NodeSelector["zone"] != "a" ||
 		c.Image != before.Spec.Containers[0].Image || c.Command[0] != "x" || !hasProbe(p) || failAfter(p) != failAfter(before) ||
-		podPorts(p)["http"] != ports["http"] {
+		podPorts(p)["http"] != ports["http"] || !mountsHostPath(p, b.volumePath("j-0")) {
 		t.Errorf("lost what the backend reads:\n%+v\nwas\n%+v", p, before)
 	}
 	if o, ob := observe(p, true), observe(before, true); o.state != ob.state || o.health != ob.health {
