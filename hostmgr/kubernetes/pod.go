@@ -177,6 +177,15 @@ func (b *Backend) buildPod(spec hostmgr.LaunchSpec, ns string, ports map[string]
 	}
 	sort.Slice(env, func(i, j int) bool { return env[i].Name < env[j].Name })
 	rl := b.resourceList(spec.Resources)
+	requests := rl
+	if spec.Env[envRevocable] == "true" {
+		// A revocable run rides on slack: resources other pods hold
+		// but do not use. It asks the kubelet for none (so the node's
+		// admission, which counts requests, lets it on) and is held to
+		// what Peloton placed it with by its limits; when its node runs
+		// hot, the host agent's QoS controller kills it first.
+		requests = zeroRequests(rl)
+	}
 	c := corev1.Container{
 		Name:    ContainerName,
 		Image:   image,
@@ -185,7 +194,7 @@ func (b *Backend) buildPod(spec hostmgr.LaunchSpec, ns string, ports map[string]
 		Ports:   cports,
 		// Requests equal limits: the pod is Guaranteed (for whole CPUs)
 		// or Burstable at worst, and never uses more than Peloton placed.
-		Resources:                corev1.ResourceRequirements{Requests: rl, Limits: rl},
+		Resources:                corev1.ResourceRequirements{Requests: requests, Limits: rl},
 		ReadinessProbe:           probe(spec.HealthCheck, ports),
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 	}
@@ -225,6 +234,20 @@ func (b *Backend) buildPod(spec hostmgr.LaunchSpec, ns string, ports map[string]
 // fieldRef is an environment variable's value taken from the pod's fields.
 func fieldRef(path string) *corev1.EnvVarSource {
 	return &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}
+}
+
+// envRevocable is the variable the stack sets to "true" in a revocable
+// run's environment (jobmgr's EnvRevocable; the host agents read it too).
+const envRevocable = "PELOTON_REVOCABLE"
+
+// zeroRequests is requests of zero for every resource of limits: a pod
+// whose requests are left out gets its limits as requests.
+func zeroRequests(limits corev1.ResourceList) corev1.ResourceList {
+	out := make(corev1.ResourceList, len(limits))
+	for name := range limits {
+		out[name] = *resource.NewQuantity(0, resource.DecimalSI)
+	}
+	return out
 }
 
 // volumePath is where a volume lives on its node.

@@ -118,6 +118,25 @@ func TestBuildPodRequestsEqualLimits(t *testing.T) {
 	}
 }
 
+// TestBuildPodRevocableRequestsNothing: a revocable run's pod asks the
+// kubelet for nothing (it runs on slack, which a node's admission would
+// count as taken) and is held to what it was placed with.
+func TestBuildPodRevocableRequestsNothing(t *testing.T) {
+	b := &Backend{cfg: Config{Namespace: "ns", DefaultImage: DefaultImage, GPUResource: DefaultGPUResource, VolumeRoot: DefaultVolumeRoot}}
+	spec := hostmgr.LaunchSpec{TaskID: "j-0-1", JobID: "j", RunID: 1, Host: "n", Command: []string{"x"},
+		Env: map[string]string{envRevocable: "true"}}
+	spec.Resources.MilliCPU, spec.Resources.MemoryMB = 200, 32
+	r := b.buildPod(spec, "ns", nil).Spec.Containers[0].Resources
+	if !r.Requests.Cpu().IsZero() || !r.Requests.Memory().IsZero() || len(r.Requests) != 2 ||
+		r.Limits.Cpu().MilliValue() != 200 || r.Limits.Memory().Value() != 32<<20 {
+		t.Errorf("revocable pod's resources %+v", r)
+	}
+	delete(spec.Env, envRevocable)
+	if r := b.buildPod(spec, "ns", nil).Spec.Containers[0].Resources; r.Requests.Cpu().MilliValue() != 200 {
+		t.Errorf("a run that is not revocable requests %+v", r.Requests)
+	}
+}
+
 // TestSpecHash: the digest of a run's pod ignores the image and what names
 // the run, and nothing else.
 func TestSpecHash(t *testing.T) {

@@ -8,8 +8,11 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -43,12 +46,21 @@ func (b ociBlob) descriptor(annotations map[string]string) map[string]any {
 // busybox (linked under /bin as the usual applets) and nothing else, whose
 // command is cmd: no registry is reachable from the test machine, so the
 // test node's images are made from files on it.
-func BuildImage(out, ref, busybox string, cmd []string) error {
+//
+// files adds more: each key is a path in the image, each value the path of
+// an executable on this machine to put there (e.g. a static Go binary).
+func BuildImage(out, ref, busybox string, cmd []string, files map[string]string) error {
 	bin, err := os.ReadFile(busybox)
 	if err != nil {
 		return fmt.Errorf("kubelettest: image: %w", err)
 	}
-	layer, diffID, err := busyboxLayer(bin)
+	extra := map[string][]byte{}
+	for dst, src := range files {
+		if extra[dst], err = os.ReadFile(src); err != nil {
+			return fmt.Errorf("kubelettest: image: %w", err)
+		}
+	}
+	layer, diffID, err := busyboxLayer(bin, extra)
 	if err != nil {
 		return err
 	}
@@ -79,7 +91,7 @@ func BuildImage(out, ref, busybox string, cmd []string) error {
 	}
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
-	files := []struct {
+	entries := []struct {
 		name string
 		data []byte
 	}{
@@ -87,7 +99,7 @@ func BuildImage(out, ref, busybox string, cmd []string) error {
 		{"index.json", index},
 	}
 	for _, b := range []ociBlob{cfgBlob, layerBlob, manBlob} {
-		files = append(files, struct {
+		entries = append(entries, struct {
 			name string
 			data []byte
 		}{"blobs/sha256/" + b.digest()[len("sha256:"):], b.data})
@@ -97,7 +109,7 @@ func BuildImage(out, ref, busybox string, cmd []string) error {
 			return err
 		}
 	}
-	for _, f := range files {
+	for _, f := range entries {
 		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: f.name, Mode: 0o644, Size: int64(len(f.data))}); err != nil {
 			return err
 		}
@@ -113,10 +125,17 @@ func BuildImage(out, ref, busybox string, cmd []string) error {
 
 // busyboxLayer is the image's one layer, gzipped, and the digest of its
 // uncompressed tar (the config's diff id).
-func busyboxLayer(bin []byte) (gz []byte, diffID string, err error) {
+func busyboxLayer(bin []byte, extra map[string][]byte) (gz []byte, diffID string, err error) {
 	var raw bytes.Buffer
 	tw := tar.NewWriter(&raw)
-	for _, d := range []string{"bin/", "tmp/", "etc/", "proc/", "sys/", "dev/"} {
+	dirs := []string{"bin/", "tmp/", "etc/", "proc/", "sys/", "dev/"}
+	for _, dst := range slices.Sorted(maps.Keys(extra)) {
+		for d := path.Dir(strings.TrimPrefix(dst, "/")); d != "." && !slices.Contains(dirs, d+"/"); d = path.Dir(d) {
+			dirs = append(dirs, d+"/")
+		}
+	}
+	slices.Sort(dirs)
+	for _, d := range dirs {
 		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: d, Mode: 0o755}); err != nil {
 			return nil, "", err
 		}
@@ -126,6 +145,15 @@ func busyboxLayer(bin []byte) (gz []byte, diffID string, err error) {
 	}
 	if _, err := tw.Write(bin); err != nil {
 		return nil, "", err
+	}
+	for _, dst := range slices.Sorted(maps.Keys(extra)) {
+		data := extra[dst]
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: strings.TrimPrefix(dst, "/"), Mode: 0o755, Size: int64(len(data))}); err != nil {
+			return nil, "", err
+		}
+		if _, err := tw.Write(data); err != nil {
+			return nil, "", err
+		}
 	}
 	for _, a := range busyboxApplets {
 		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeSymlink, Name: path.Join("bin", a), Linkname: "busybox", Mode: 0o777}); err != nil {

@@ -150,20 +150,30 @@ func Start(t testing.TB, c *kubetest.Cluster, name string) *Node {
 
 func (n *Node) start(tools Tools) error {
 	n.tools = tools
+	n.IP = fmt.Sprintf("192.0.2.%d", 10+os.Getpid()%240)
 	if err := n.startContainerd(tools); err != nil {
 		return err
 	}
-	img := filepath.Join(n.Dir, "busybox.tar")
 	for ref, cmd := range map[string][]string{Image: {"/bin/sh"}, Image2: {"sh"}, pauseImage: {"/bin/sleep", "2147483647"}} {
-		if err := BuildImage(img, ref, tools.Busybox, cmd); err != nil {
+		if err := n.ImportImage(ref, cmd, nil); err != nil {
 			return err
-		}
-		out, err := exec.Command(tools.Ctr, "--address", n.sock, "--namespace", "k8s.io", "images", "import", "--no-unpack=false", img).CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("kubelettest: ctr images import %s: %v: %s", ref, err, out)
 		}
 	}
 	return n.startKubelet(tools)
+}
+
+// ImportImage builds image ref (BuildImage: busybox, cmd and files) and
+// imports it into the node's containerd, where the kubelet finds it.
+func (n *Node) ImportImage(ref string, cmd []string, files map[string]string) error {
+	img := filepath.Join(n.Dir, "image.tar")
+	if err := BuildImage(img, ref, n.tools.Busybox, cmd, files); err != nil {
+		return err
+	}
+	defer os.Remove(img)
+	if out, err := n.ctr("images", "import", img); err != nil {
+		return fmt.Errorf("kubelettest: ctr images import %s: %v: %s", ref, err, out)
+	}
+	return nil
 }
 
 func (n *Node) startContainerd(tools Tools) error {
@@ -172,14 +182,15 @@ func (n *Node) startContainerd(tools Tools) error {
 		return err
 	}
 	// A bridge of the node's own, its name unique on the machine, and a
-	// subnet only the node's pods use: traffic stays between the pods'
-	// namespaces and the bridge, with no gateway and no masquerading.
+	// subnet only the node's pods use. The pods' one route out is to the
+	// node's address, through the bridge (a host agent pod reports to a
+	// stack listening there); nothing is masqueraded.
 	n.bridge = "plt" + strconv.Itoa(os.Getpid()%100000)
 	subnet := fmt.Sprintf("10.%d.%d.0/24", 200+os.Getpid()%50, os.Getpid()%250)
 	conf := fmt.Sprintf(`{"cniVersion": "1.0.0", "name": "peloton-test", "plugins": [
-  {"type": "bridge", "bridge": %q, "isGateway": false, "ipMasq": false, "hairpinMode": false,
-   "ipam": {"type": "host-local", "ranges": [[{"subnet": %q}]], "dataDir": %q}},
-  {"type": "loopback"}]}`, n.bridge, subnet, filepath.Join(n.Dir, "ipam"))
+  {"type": "bridge", "bridge": %q, "isGateway": true, "ipMasq": false, "hairpinMode": false,
+   "ipam": {"type": "host-local", "ranges": [[{"subnet": %q}]], "routes": [{"dst": %q}], "dataDir": %q}},
+  {"type": "loopback"}]}`, n.bridge, subnet, n.IP+"/32", filepath.Join(n.Dir, "ipam"))
 	if err := os.WriteFile(filepath.Join(cniConf, "10-peloton-test.conflist"), []byte(conf), 0o644); err != nil {
 		return err
 	}
@@ -239,7 +250,6 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 // addInterface gives the node its address on an interface of its own.
 func (n *Node) addInterface() error {
 	n.dummy = "pltk" + strconv.Itoa(os.Getpid()%100000)
-	n.IP = fmt.Sprintf("192.0.2.%d", 10+os.Getpid()%240)
 	for _, args := range [][]string{
 		{"link", "add", n.dummy, "type", "bridge"},
 		{"addr", "add", n.IP + "/32", "dev", n.dummy},

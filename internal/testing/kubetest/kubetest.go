@@ -171,6 +171,7 @@ type Cluster struct {
 	apiserver *Proc
 	kwok      *Proc
 	kcm       *Proc
+	scheduler *Proc
 	closeOnce sync.Once
 }
 
@@ -461,6 +462,36 @@ func (c *Cluster) StartControllerManager(controllers ...string) error {
 	return nil
 }
 
+// StartScheduler starts kube-scheduler against the cluster, with leader
+// election off and no serving port, for pods that name no scheduler (a
+// DaemonSet's, which the daemonset controller of StartControllerManager
+// creates with an affinity to their node but leaves to the scheduler).
+// Close stops it.
+func (c *Cluster) StartScheduler() error {
+	cfg := filepath.Join(c.dir, "kube-scheduler.yaml")
+	yaml := "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n" +
+		fmt.Sprintf("clientConnection:\n  kubeconfig: %q\nleaderElection:\n  leaderElect: false\n", c.Kubeconfig)
+	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.scheduler != nil && !c.scheduler.Exited() {
+		return errors.New("kubetest: kube-scheduler already running")
+	}
+	p, err := StartProc(c.dir, "kube-scheduler", filepath.Join(c.bin, "kube-scheduler"), []string{"--config=" + cfg, "--secure-port=0"})
+	if err != nil {
+		return err
+	}
+	c.scheduler = p
+	select {
+	case <-p.done:
+		return fmt.Errorf("kubetest: kube-scheduler exited at once: %v\n%s", p.err, p.Tail(30))
+	case <-time.After(300 * time.Millisecond):
+	}
+	return nil
+}
+
 // NodeSpec describes kwok nodes to create.
 type NodeSpec struct {
 	// Prefix names the nodes Prefix-0, Prefix-1, ...
@@ -561,12 +592,13 @@ func Poll(ctx context.Context, timeout time.Duration, cond func(context.Context)
 	}
 }
 
-// LogTails returns the last n lines of the apiserver's and kwok's output.
+// LogTails returns the last n lines of the output of the apiserver, kwok
+// and the controller-manager and scheduler when they run.
 func (c *Cluster) LogTails(n int) string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var b strings.Builder
-	for _, p := range []*Proc{c.apiserver, c.kwok} {
+	for _, p := range []*Proc{c.apiserver, c.kwok, c.kcm, c.scheduler} {
 		if p != nil {
 			fmt.Fprintf(&b, "--- last lines of %s ---\n%s\n", p.name, p.Tail(n))
 		}
@@ -578,7 +610,7 @@ func (c *Cluster) LogTails(n int) string {
 func (c *Cluster) Close() {
 	c.closeOnce.Do(func() {
 		c.mu.Lock()
-		procs := []*Proc{c.kcm, c.kwok, c.apiserver}
+		procs := []*Proc{c.scheduler, c.kcm, c.kwok, c.apiserver}
 		c.mu.Unlock()
 		for _, p := range procs {
 			if p != nil {
