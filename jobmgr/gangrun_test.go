@@ -273,3 +273,26 @@ func TestHarnessGangScaleKeepsWholeGangs(t *testing.T) {
 		t.Errorf("an update changing spec.gang.size: %v", err)
 	}
 }
+
+// sla.maximumRunningInstances starts whole gangs only: with room for three
+// of gangs of two, one gang starts and the next waits whole, never one of
+// its members alone.
+func TestHarnessGangsStartWholeWithinMaximumRunning(t *testing.T) {
+	h := newHarness(t)
+	spec := gangBatch(6, 2, 0, pelotonv1.GangFailurePolicy_RESTART_GANG)
+	spec.Sla = &pelotonv1.SlaSpec{MaximumRunningInstances: 3}
+	id := h.create(spec)
+	h.queuedGang(id, 0, runs(0, 2, 1))
+	// The evaluation that queued gang 0 is the one that left gang 1 out;
+	// one more (the clock moved) must not queue part of it either.
+	h.advance(time.Second)
+	h.runGang(id, runs(0, 2, 1))
+	for inst := uint32(2); inst < 6; inst++ {
+		if q := h.res.queuedRun(id, inst); q != 0 {
+			t.Errorf("instance %d queued (run %d) with room for one more instance, not a gang", inst, q)
+		}
+	}
+	h.hosts.emit(resmgr.RunTaskID(id, 0, 1), taskSucceeded, 0, "")
+	h.hosts.emit(resmgr.RunTaskID(id, 1, 1), taskSucceeded, 0, "")
+	h.queuedGang(id, 1, runs(2, 4, 1))
+}
