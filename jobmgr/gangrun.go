@@ -29,8 +29,8 @@ import (
 // peers' finds the same state and finishes the restart: no separate
 // record has to be kept in step. The failure is counted once: the member
 // takes the gang's count (the highest failureCount of its members) plus
-// one, and a member that fails while its gang is already restarting takes
-// the count as it is.
+// one, and a member that fails while its gang is already restarting
+// counts nothing.
 
 // reasonGangRestart is the reason of a run stopped, or started again,
 // because its gang restarts.
@@ -73,9 +73,10 @@ func (en *engine) gangsFor(j *job, insts []uint32) []*resmgr.Gang {
 		}
 		out = append(out, resmgr.NewGang(t))
 	}
+	named := j.spec().GetGang() != nil // even a last gang of one is a gang
 	for _, g := range order {
 		ts := groups[g]
-		if len(ts) > 1 {
+		if len(ts) > 1 || named {
 			for _, t := range ts {
 				t.Gang = gangID(j.id, int(g))
 			}
@@ -108,9 +109,10 @@ func (en *engine) gangActive(j *job, g uint32, stopping bool) bool {
 }
 
 // gangWaits reports whether every member of gang g waits to run
-// (INITIALIZED, not being killed) with its backoff over, as a RESTART_GANG
-// gang must before it is queued: it runs as one. wait is the longest
-// backoff still to go, when that is what holds it.
+// (INITIALIZED) with its backoff over, as a RESTART_GANG gang must before
+// it is queued: it runs as one. A member killed on its own (KillTask) is
+// left out: the rest run without it. wait is the longest backoff still to
+// go, when that is what holds it.
 func gangWaits(j *job, g uint32, now time.Time) (ok bool, wait time.Duration) {
 	tasks := j.tasks()
 	first, end := j.gangs().members(g)
@@ -123,7 +125,10 @@ func gangWaits(j *job, g uint32, now time.Time) (ok bool, wait time.Duration) {
 			return false, 0
 		}
 		rt := t.view().rt
-		if rt.State != taskInitialized || rt.GoalState == taskKilled {
+		if rt.GoalState == taskKilled {
+			continue
+		}
+		if rt.State != taskInitialized {
 			return false, 0
 		}
 		if d := time.Unix(0, t.notBefore.Load()).Sub(now); d > wait {
@@ -348,7 +353,6 @@ func decideGangFailure(next *taskSnap, ev *evEnd, f eventFacts) {
 	limit := f.restart.GetMaxFailures()
 	span := fmt.Sprintf("gang %d (instances %d-%d)", g.index, g.first, g.end-1)
 	if g.restarting {
-		rt.FailureCount = max(rt.FailureCount, g.failures)
 		newRun(rt, rt.RunId+1, fmt.Sprintf("run %d failed (%s) while its %s was restarting; it runs again with the gang", ev.run, ev.msg, span))
 		rt.Reason, rt.ExitCode = reasonGangRestart, ev.exitCode
 		return

@@ -296,3 +296,25 @@ func TestHarnessGangsStartWholeWithinMaximumRunning(t *testing.T) {
 	h.hosts.emit(resmgr.RunTaskID(id, 1, 1), taskSucceeded, 0, "")
 	h.queuedGang(id, 1, runs(2, 4, 1))
 }
+
+// A lost member restarts its gang too, counting no failure; the gang waits
+// whole for the lost member's backoff.
+func TestHarnessLostMemberRestartsItsGang(t *testing.T) {
+	h := newHarness(t)
+	id := h.create(gangBatch(3, 3, 0, pelotonv1.GangFailurePolicy_RESTART_GANG))
+	h.runGang(id, runs(0, 3, 1))
+	h.hosts.emit(resmgr.RunTaskID(id, 2, 1), taskLost, 0, "host-lost")
+	for _, inst := range []uint32{0, 1} {
+		h.waitRun(id, inst, 2, taskInitialized)
+	}
+	if q := h.res.queuedRun(id, 0); q != 0 {
+		t.Errorf("run %d of instance 0 queued while the lost member waits out its backoff", q)
+	}
+	h.advance(time.Minute)
+	h.queuedGang(id, 0, runs(0, 3, 2))
+	for inst := range uint32(3) {
+		if tk := h.waitRun(id, inst, 2, taskPending); tk.Status.FailureCount != 0 {
+			t.Errorf("instance %d: failureCount %d after a loss", inst, tk.Status.FailureCount)
+		}
+	}
+}
