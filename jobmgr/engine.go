@@ -552,8 +552,9 @@ func parallel(insts []uint32, fn func(uint32) error) error {
 }
 
 // evaluateJob drives one job towards its goal: create missing tasks, kill
-// everything if the goal is KILLED, enqueue initialized instances, and derive
-// the job's state from its tasks.
+// everything if the goal is KILLED, carry on the restarts of gangs a
+// member's failure broke (gangrun.go), enqueue initialized instances, and
+// derive the job's state from its tasks.
 func (en *engine) evaluateJob(ctx context.Context, id string) error {
 	m := en.m
 	m.mu.RLock()
