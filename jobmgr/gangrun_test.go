@@ -318,3 +318,24 @@ func TestHarnessLostMemberRestartsItsGang(t *testing.T) {
 		}
 	}
 }
+
+// A scale that grows a smaller last gang (allowPartialLast) restarts it
+// with its new member, so that it runs whole; the full gang before it is
+// untouched.
+func TestHarnessScaleGrowingThePartialGangRestartsIt(t *testing.T) {
+	h := newHarness(t)
+	spec := gangBatch(5, 3, 0, pelotonv1.GangFailurePolicy_RESTART_GANG)
+	spec.Gang.AllowPartialLast = true
+	id := h.create(spec)
+	h.queuedGang(id, 1, runs(3, 5, 1))
+	h.runGang(id, runs(0, 5, 1))
+	if _, err := h.jm.Updates().ScaleJob(context.Background(), id, 6, 0); err != nil {
+		t.Fatal(err)
+	}
+	h.queuedGang(id, 1, map[uint32]uint32{3: 2, 4: 2, 5: 1})
+	for inst := range uint32(3) {
+		if tk := h.waitTask(id, inst, taskRunning); tk.Status.RunId != 1 {
+			t.Errorf("instance %d of the full gang is on run %d", inst, tk.Status.RunId)
+		}
+	}
+}
