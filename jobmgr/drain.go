@@ -41,35 +41,39 @@ type drainVictim struct {
 }
 
 // planDrain chooses the runs of one job to preempt to move its work off
-// host: every run on the host that is not being stopped already, and, when
-// one of them is a member of the job's gang (instances 0..gangSize-1), every
-// other running member too: a gang runs whole or not at all, so it moves
-// together, as it does when resmgr preempts it. runs are the instances the
-// request named plus, for a gang, all its members. It is pure.
-func planDrain(host string, gangSize uint32, runs []drainRun) []drainVictim {
+// host: every run on the host that is not being stopped already, and, for
+// each gang (gangs, the job's layout) with a member among them, every other
+// running member of that gang too: a gang runs whole or not at all, so it
+// moves together, as it does when resmgr preempts it; the job's other
+// gangs stay. runs are the instances the request named plus, for a gang
+// member, all its gang's members. It is pure.
+func planDrain(host string, gangs gangLayout, runs []drainRun) []drainVictim {
 	movable := func(r drainRun) bool {
 		return isActive(r.state) && r.state != taskKilling && r.state != taskPreempting
 	}
 	var out []drainVictim
-	gangOnHost := int64(-1) // a gang member on the host, if any
+	onHost := map[uint32]uint32{} // gang -> its first member on the host
 	for _, r := range runs {
 		if r.host != host || !isActive(r.state) {
 			continue
 		}
-		if r.inst < gangSize && gangSize > 1 && gangOnHost < 0 {
-			gangOnHost = int64(r.inst)
+		if g, _, ok := gangs.of(r.inst); ok {
+			if _, seen := onHost[g]; !seen {
+				onHost[g] = r.inst
+			}
 		}
 		if movable(r) {
 			out = append(out, drainVictim{r.inst, r.run, fmt.Sprintf("host %s is draining for maintenance", host)})
 		}
 	}
-	if gangOnHost < 0 {
-		return out
-	}
 	for _, r := range runs {
-		if r.inst < gangSize && r.host != host && movable(r) {
+		g, _, ok := gangs.of(r.inst)
+		if !ok || r.host == host || !movable(r) {
+			continue
+		}
+		if by, moves := onHost[g]; moves {
 			out = append(out, drainVictim{r.inst, r.run,
-				fmt.Sprintf("its gang moves with instance %d, on host %s, which is draining for maintenance", gangOnHost, host)})
+				fmt.Sprintf("its gang moves with instance %d, on host %s, which is draining for maintenance", by, host)})
 		}
 	}
 	return out
@@ -113,7 +117,7 @@ func (rc *reconcilers) drain(ctx context.Context, req hostmgr.DrainRequest, fail
 		if j == nil {
 			continue // deleted
 		}
-		for _, v := range planDrain(req.Host, j.gangSize(), m.recs.drainRuns(j, insts)) {
+		for _, v := range planDrain(req.Host, j.gangs(), m.recs.drainRuns(j, insts)) {
 			switch j.typ {
 			case pelotonv1.JobType_STATEFUL:
 				// Its volume is on this host: only its owner can move it.
@@ -188,9 +192,10 @@ func (rc *reconcilers) drainRuns(j *job, insts []uint32) []drainRun {
 			continue
 		}
 		want[inst] = true
-		if k := j.gangSize(); inst < k {
-			for g := uint32(0); g < k && g < uint32(len(tasks)); g++ {
-				want[g] = true
+		if g, _, ok := j.gangs().of(inst); ok {
+			first, end := j.gangs().members(g)
+			for m := first; m < end && m < uint32(len(tasks)); m++ {
+				want[m] = true
 			}
 		}
 	}

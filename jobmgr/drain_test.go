@@ -12,25 +12,30 @@ func TestPlanDrain(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name string
-		gang uint32
+		gang gangLayout
 		runs []drainRun
 		want string // victims as "inst:detail;"
 	}{
-		{"every running run on the host moves", 1,
+		{"every running run on the host moves", gangLayout{},
 			[]drainRun{on(0, "h", taskRunning), on(1, "h", taskLaunched), on(2, "other", taskRunning)},
 			"0:host h is draining for maintenance;1:host h is draining for maintenance;"},
-		{"runs being stopped or not launched stay as they are", 1,
+		{"runs being stopped or not launched stay as they are", gangLayout{},
 			[]drainRun{on(0, "h", taskKilling), on(1, "h", taskPreempting), on(2, "", taskPending), on(3, "h", taskSucceeded)},
 			""},
-		{"a gang moves whole", 3,
+		{"a gang moves whole", gangLayout{size: 3, covered: 3},
 			[]drainRun{on(0, "other", taskRunning), on(1, "h", taskRunning), on(2, "third", taskRunning), on(5, "other", taskRunning)},
 			"1:host h is draining for maintenance;" +
 				"0:its gang moves with instance 1, on host h, which is draining for maintenance;" +
 				"2:its gang moves with instance 1, on host h, which is draining for maintenance;"},
-		{"a gang member already being preempted on the host still takes the rest along", 2,
+		{"a gang member already being preempted on the host still takes the rest along", gangLayout{size: 2, covered: 2},
 			[]drainRun{on(0, "h", taskPreempting), on(1, "other", taskRunning)},
 			"1:its gang moves with instance 0, on host h, which is draining for maintenance;"},
-		{"a gang not on the host stays", 2,
+		{"of many gangs, only the one with a member on the host moves", gangLayout{size: 2, covered: 6},
+			[]drainRun{on(0, "other", taskRunning), on(1, "other", taskRunning), on(2, "other", taskRunning),
+				on(3, "h", taskRunning), on(4, "third", taskRunning), on(5, "other", taskRunning)},
+			"3:host h is draining for maintenance;" +
+				"2:its gang moves with instance 3, on host h, which is draining for maintenance;"},
+		{"a gang not on the host stays", gangLayout{size: 2, covered: 2},
 			[]drainRun{on(0, "other", taskRunning), on(1, "other", taskRunning), on(4, "h", taskRunning)},
 			"4:host h is draining for maintenance;"},
 	} {

@@ -413,7 +413,7 @@ func (en *engine) recoverRuns(ctx context.Context, tasks int) error {
 				ev, adopted, queue := m.eng.recoverWaiting(j, uint32(inst), rt, reachable)
 				if adopted {
 					lost = append(lost, ev)
-				} else if queue {
+				} else if queue && !waitsForGang(m, j, uint32(inst)) {
 					pending = append(pending, uint32(inst))
 				}
 			case isActive(rt.State):
@@ -502,64 +502,6 @@ func isPreemptible(t pelotonv1.JobType, sla *pelotonv1.SlaSpec) bool {
 	return sla == nil || sla.Preemptible == nil || *sla.Preemptible
 }
 
-// gangsFor groups instances into gangs. The first minimumRunningInstances
-// instances are a gang: while none of them holds a host they are queued
-// together (all that are in insts); once the gang runs, a member that starts
-// again (after a failure) joins it alone. Every other instance is a gang of one.
-func (en *engine) gangsFor(j *job, insts []uint32) []*resmgr.Gang {
-	m := en.m
-	k := j.gangSize()
-	gangRunning := k > 1 && m.eng.gangActive(j, false)
-	var gang []*resmgr.Task
-	var out []*resmgr.Gang
-	for _, inst := range insts {
-		tk := j.task(inst)
-		tv := tk.view()
-		run := tv.rt.RunId
-		t := m.eng.rmTask(j, inst, run)
-		if inst < k && !gangRunning {
-			gang = append(gang, t)
-			continue
-		}
-		out = append(out, resmgr.NewGang(t))
-	}
-	if len(gang) > 1 {
-		for _, t := range gang {
-			t.Gang = gangID(j.id, 0)
-		}
-	}
-	if len(gang) > 0 {
-		out = append(out, resmgr.NewGang(gang...))
-	}
-	return out
-}
-
-// gangID is the LaunchSpec.Gang of gang index of job jobID. A job has one
-// gang today (index 0, its first minimumRunningInstances instances); two
-// placements of it never overlap, as it is queued again only once no member
-// holds a host.
-func gangID(jobID string, index int) string { return fmt.Sprintf("%s/gang-%d", jobID, index) }
-
-// gangActive reports whether any gang member holds a host; with stopping,
-// only members that are being stopped (preempted, killed for a restart) count.
-func (en *engine) gangActive(j *job, stopping bool) bool {
-	for inst := uint32(0); inst < j.gangSize() && inst < uint32(len(j.tasks())); inst++ {
-		t := j.task(inst)
-		if t == nil {
-			continue
-		}
-		tv := t.view()
-		st := tv.rt.State
-		if stopping && (st == taskPreempting || st == taskKilling) {
-			return true
-		}
-		if !stopping && isActive(st) {
-			return true
-		}
-	}
-	return false
-}
-
 func (en *engine) worker(ctx context.Context) {
 	m := en.m
 	for {
@@ -610,8 +552,9 @@ func parallel(insts []uint32, fn func(uint32) error) error {
 }
 
 // evaluateJob drives one job towards its goal: create missing tasks, kill
-// everything if the goal is KILLED, enqueue initialized instances, and derive
-// the job's state from its tasks.
+// everything if the goal is KILLED, carry on the restarts of gangs a
+// member's failure broke (gangrun.go), enqueue initialized instances, and
+// derive the job's state from its tasks.
 func (en *engine) evaluateJob(ctx context.Context, id string) error {
 	m := en.m
 	m.mu.RLock()
@@ -640,8 +583,13 @@ func (en *engine) evaluateJob(ctx context.Context, id string) error {
 		if err := parallel(live, func(inst uint32) error { return m.killInstance(ctx, j, inst, "job-cancelled") }); err != nil {
 			return err
 		}
-	} else if err := m.eng.enqueueInitialized(ctx, j); err != nil {
-		return err
+	} else {
+		if err := m.eng.restartGangs(ctx, j); err != nil {
+			return err
+		}
+		if err := m.eng.enqueueInitialized(ctx, j); err != nil {
+			return err
+		}
 	}
 	if isLongRunning(j.typ) {
 		held, grantsAgain := m.recs.reportAvailability(ctx, j)
@@ -717,27 +665,7 @@ func (en *engine) enqueueInitialized(ctx context.Context, j *job) error {
 	if j.counts[taskInitialized].Load() == 0 || m.unverified.waits(j.id) {
 		return nil // none, or the backend must be asked first (unrecorded.go)
 	}
-	now := m.now()
-	var ready []uint32
-	var wait time.Duration
-	// Gang members wait while any of them is still being stopped, so that a
-	// preempted gang queues again as a whole, never piecemeal.
-	holdGang := j.gangSize() > 1 && m.eng.gangActive(j, true)
-	for inst, t := range j.tasks() {
-		if holdGang && uint32(inst) < j.gangSize() {
-			continue
-		}
-		tv := t.view()
-		if tv.rt.State == taskInitialized && tv.rt.GoalState != taskKilled {
-			if d := time.Unix(0, t.notBefore.Load()).Sub(now); d > 0 {
-				if wait == 0 || d < wait {
-					wait = d
-				}
-			} else {
-				ready = append(ready, uint32(inst))
-			}
-		}
-	}
+	ready, wait := readyToQueue(m, j, m.now())
 	if wait > 0 {
 		m.queue.AddAfter(j.id, wait)
 	}
@@ -749,7 +677,7 @@ func (en *engine) enqueueInitialized(ctx context.Context, j *job) error {
 		if room <= 0 {
 			ready = nil
 		} else if len(ready) > room {
-			ready = ready[:room]
+			ready = trimToRoom(m, j, ready, room)
 		}
 	}
 	var mu sync.Mutex
@@ -1019,6 +947,9 @@ func (en *engine) applyEvent(ctx context.Context, ev hostmgr.TaskEvent, supersed
 		// A revocable run its host's QoS controller killed ends KILLED,
 		// and runs again as preempted work does.
 		revoked: isTerminal(ev.State) && ev.State != taskSucceeded && !foreign && j.spec().GetSla().GetRevocable() && m.hm.Revoked(ev.TaskID),
+	}
+	if isTerminal(ev.State) {
+		f.gang = gangFactsOf(j, inst)
 	}
 	persist, via := eventWrite(ev, f, superseded)
 	var fx eventEffects

@@ -229,6 +229,13 @@ func (f *fakeResources) Enqueue(gangs ...*resmgr.Gang) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, g := range gangs {
+		if len(g.Tasks) > 1 {
+			ids := make([]string, len(g.Tasks))
+			for i, t := range g.Tasks {
+				ids[i] = t.RunTaskID()
+			}
+			f.record("gang %s: %s", g.Tasks[0].Gang, strings.Join(ids, " "))
+		}
 		for _, t := range g.Tasks {
 			f.record("enqueue %s", t.RunTaskID())
 			f.queued[fmt.Sprintf("%s/%d", t.JobID, t.Instance)] = t

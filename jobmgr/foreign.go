@@ -478,20 +478,22 @@ func (ad *adoption) foreignJob(group string) (*job, string) {
 		if j == nil {
 			return nil, id
 		}
-		if gang := j.gangSize(); gang > 1 && m.adopt.gangOver(j, gang) {
+		if l := j.gangs(); l.ganged() && m.adopt.gangOver(j, l) {
 			continue
 		}
 		return j, id
 	}
 }
 
-// gangOver reports whether every member of j's gang has ended.
-func (ad *adoption) gangOver(j *job, gang uint32) bool {
+// gangOver reports whether every member of j's gangs has ended (an adopted
+// group is one gang, sla.minimumRunningInstances).
+func (ad *adoption) gangOver(j *job, l gangLayout) bool {
 	ts := j.tasks()
-	if uint32(len(ts)) < gang {
+	_, end := l.members(l.count() - 1)
+	if uint32(len(ts)) < end {
 		return false
 	}
-	for _, t := range ts[:gang] {
+	for _, t := range ts[:end] {
 		if t == nil {
 			return false
 		}

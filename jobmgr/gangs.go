@@ -106,3 +106,34 @@ func validateSelfScale(s *pelotonv1.JobSpec) error {
 	}
 	return nil
 }
+
+// gangs is the layout of j's current spec.
+func (j *job) gangs() gangLayout { return gangLayoutOf(j.spec()) }
+
+// restartsGangs reports whether a member's failure or loss restarts its
+// whole gang: spec.gang's default, RESTART_GANG. The older
+// sla.minimumRunningInstances gang, and RESTART_MEMBER, restart the member
+// alone.
+func (j *job) restartsGangs() bool {
+	g := j.spec().GetGang()
+	return g.GetSize() > 1 && g.OnMemberFailure != pelotonv1.GangFailurePolicy_RESTART_MEMBER
+}
+
+// checkGangScale checks that a scale of a job with spec to count keeps
+// whole gangs.
+func checkGangScale(spec *pelotonv1.JobSpec, count uint32) error {
+	if k := spec.GetSla().GetMinimumRunningInstances(); count < k {
+		return apierr.Invalid("instanceCount", "at least the job's gang of %d (sla.minimumRunningInstances), got %d", k, count)
+	}
+	g := spec.GetGang()
+	if g.GetSize() < 2 {
+		return nil
+	}
+	if count < g.Size {
+		return apierr.Invalid("instanceCount", "at least one whole gang of %d (spec.gang.size), got %d", g.Size, count)
+	}
+	if count%g.Size != 0 && !g.AllowPartialLast {
+		return apierr.Invalid("instanceCount", "%d is not a whole number of gangs of %d (spec.gang.size); set spec.gang.allowPartialLast to allow a smaller last gang", count, g.Size)
+	}
+	return nil
+}

@@ -37,6 +37,9 @@ type harness struct {
 	// dead ends the running Manager's access to the store, as its
 	// process's death would (crash).
 	dead *atomic.Bool
+	// afterTxn, if set, is called after each transaction the Manager
+	// commits: a test that must crash it at one exact write sets dead.
+	afterTxn atomic.Pointer[func()]
 
 	mu  sync.Mutex
 	now time.Time
@@ -63,7 +66,7 @@ func (h *harness) startOn(hosts *fakeHosts) {
 	h.t.Helper()
 	h.hosts, h.res = hosts, newFakeResources()
 	h.dead = &atomic.Bool{}
-	st := mortalStore{Store: h.st, dead: h.dead}
+	st := mortalStore{Store: h.st, dead: h.dead, after: &h.afterTxn}
 	b := store.NewBatcher(st, store.BatcherOptions{})
 	h.jm = New(st, b, h.res, h.hosts, Options{
 		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
@@ -106,7 +109,8 @@ func (h *harness) crash() {
 // fails and nothing more is written.
 type mortalStore struct {
 	store.Store
-	dead *atomic.Bool
+	dead  *atomic.Bool
+	after *atomic.Pointer[func()]
 }
 
 var errProcessDead = errors.New("the process is dead")
@@ -129,7 +133,11 @@ func (s mortalStore) Txn(ctx context.Context, ops ...store.Op) (int64, error) {
 	if s.dead.Load() {
 		return 0, errProcessDead
 	}
-	return s.Store.Txn(ctx, ops...)
+	rev, err := s.Store.Txn(ctx, ops...)
+	if f := s.after.Load(); f != nil && err == nil {
+		(*f)()
+	}
+	return rev, err
 }
 
 // Close leaves the shared store open for the next Manager.

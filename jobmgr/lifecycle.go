@@ -44,6 +44,8 @@ type eventFacts struct {
 	restart     *pelotonv1.RestartPolicy
 	grace       time.Duration
 	lostBackoff time.Duration
+	// gang is the instance's RESTART_GANG gang, if it is in one.
+	gang *gangFacts
 }
 
 // eventEffects is what the shell must do once the decision is written.
@@ -214,6 +216,8 @@ func decideEnd(next *taskSnap, fx *eventEffects, ev hostmgr.TaskEvent, f eventFa
 	case ev.State == taskLost:
 		newRun(rt, rt.RunId+1, fmt.Sprintf("run %d was lost (%s); running again", run, ev.Reason))
 		fx.backoff = f.lostBackoff
+	case f.gang != nil:
+		decideGangFailure(next, &evEnd{run: run, msg: msg, reason: ev.Reason, exitCode: ev.ExitCode}, f)
 	default: // FAILED, or KILLED by someone other than us
 		rt.FailureCount++
 		max := f.restart.GetMaxFailures()

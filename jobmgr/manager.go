@@ -141,13 +141,6 @@ func (j *job) activeCount() int32 {
 	return n
 }
 
-func (j *job) gangSize() uint32 {
-	if sla := j.spec().Sla; sla != nil && sla.MinimumRunningInstances > 1 {
-		return sla.MinimumRunningInstances
-	}
-	return 1
-}
-
 // Manager is the job manager.
 type Manager struct {
 	store   store.Store

@@ -66,8 +66,8 @@ func (up *Updates) planScale(jobID string, count uint32, version uint64) (j *job
 		return nil, nil, 0, apierr.Invalid("instanceCount", "at most %d, got %d", MaxInstances, count)
 	}
 	cur := j.current()
-	if gang := cur.spec.GetSla().GetMinimumRunningInstances(); count < gang {
-		return nil, nil, 0, apierr.Invalid("instanceCount", "at least the job's gang of %d (sla.minimumRunningInstances), got %d", gang, count)
+	if err := checkGangScale(cur.spec, count); err != nil {
+		return nil, nil, 0, err
 	}
 	rec := j.view()
 	state := rec.rt.State

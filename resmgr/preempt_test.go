@@ -310,3 +310,35 @@ func TestGangPreemptedWhole(t *testing.T) {
 		t.Fatalf("preempted %d gang members, want all 4", s.preempted["/a"])
 	}
 }
+
+// TestManyGangsOfAJobPreemptedEachWhole: a job's gangs are preempted each
+// as a whole and on its own: reclaim that needs one member's room takes
+// that member's gang, not the job's other gang.
+func TestManyGangsOfAJobPreemptedEachWhole(t *testing.T) {
+	s := newSim(t, resources.Resources{MilliCPU: 4000, MemoryMB: 1 << 30})
+	s.pool("/a", 0)
+	s.pool("/b", 0)
+	var gangs []*Gang
+	for g := uint32(0); g < 2; g++ {
+		var members []*Task
+		for i := 2 * g; i < 2*g+2; i++ {
+			members = append(members, &Task{JobID: "/a", Instance: i, RunID: 1, Pool: "/a", Preemptible: true,
+				Gang: fmt.Sprintf("/a/gang-%d", g), Resources: resources.Resources{MilliCPU: 1000, MemoryMB: 1}})
+		}
+		gangs = append(gangs, NewGang(members...))
+	}
+	if err := s.m.Enqueue(gangs...); err != nil {
+		t.Fatal(err)
+	}
+	s.step(10 * time.Millisecond)
+	if s.alloc("/a") != 4000 {
+		t.Fatalf("both gangs should run on the idle cluster, alloc %d", s.alloc("/a"))
+	}
+	s.submit("/b", 1, 1000, 0, true)
+	for i := 0; i < 10; i++ {
+		s.step(300 * time.Millisecond)
+	}
+	if s.preempted["/a"] != 2 {
+		t.Fatalf("preempted %d members of the job's two gangs of 2, want one whole gang", s.preempted["/a"])
+	}
+}
