@@ -22,7 +22,8 @@ import (
 // overrides; overrides that could not run are refused naming the
 // override's field; the part's job stays at its version over many passes
 // (an override is no drift); a change of override through an update rolls
-// out, and only the overridden cluster's job changes.
+// out, and only the overridden cluster's job changes; a rollback returns
+// the old override.
 func TestFederatedServiceOverrides(t *testing.T) {
 	e, _ := storetest.StartEtcd(t)
 	stacks := []*stack{startStack(t, e.Endpoints(), "a", 2), startStack(t, e.Endpoints(), "b", 2)}
@@ -53,7 +54,7 @@ func TestFederatedServiceOverrides(t *testing.T) {
 	}
 
 	spec := withOverride(&pelotonv1.ClusterOverride{Command: []string{"sleep", "3602"}, Env: map[string]string{"MODE": "canary"},
-		Labels: map[string]string{"tier": "west"}})
+		Labels: map[string]string{"tier": "west"}, Image: "web:canary", Resources: &pelotonv1.Resources{Cpu: 0.25, MemoryMb: 32}})
 	svc, err := f.Services().CreateService(ctxT(t), spec, "")
 	if err != nil {
 		t.Fatal(err)
@@ -77,15 +78,17 @@ func TestFederatedServiceOverrides(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c, env := ja.Spec.DefaultSpec.Command, ja.Spec.DefaultSpec.Env; c[1] != "3600" || env["MODE"] != "main" || ja.Spec.Labels["tier"] != "" {
+	if c, env := ja.Spec.DefaultSpec.Command, ja.Spec.DefaultSpec.Env; c[1] != "3600" || env["MODE"] != "main" || ja.Spec.Labels["tier"] != "" ||
+		ja.Spec.DefaultSpec.Resources.GetCpu() != 0.5 {
 		t.Errorf("cluster a (no override): command %v env %v labels %v", c, env, ja.Spec.Labels)
 	}
 	if c, env := jb.Spec.DefaultSpec.Command, jb.Spec.DefaultSpec.Env; c[1] != "3602" || env["MODE"] != "canary" || env["KEEP"] != "1" ||
-		jb.Spec.Labels["tier"] != "west" || jb.Spec.Labels[federation.LabelFederatedService] != svc.Id {
-		t.Errorf("cluster b (override): command %v env %v labels %v", c, env, jb.Spec.Labels)
+		jb.Spec.Labels["tier"] != "west" || jb.Spec.Labels[federation.LabelFederatedService] != svc.Id ||
+		jb.Spec.DefaultSpec.Image != "web:canary" || jb.Spec.DefaultSpec.Resources.GetCpu() != 0.25 {
+		t.Errorf("cluster b (override): command %v env %v labels %v image %q resources %v", c, env, jb.Spec.Labels, jb.Spec.DefaultSpec.Image, jb.Spec.DefaultSpec.Resources)
 	}
 	for _, p := range cur.Clusters {
-		want := map[string][]string{"b": {"defaultSpec.command", "defaultSpec.env.MODE", "labels.tier"}}[p.Cluster]
+		want := map[string][]string{"b": {"defaultSpec.command", "defaultSpec.env.MODE", "defaultSpec.image", "defaultSpec.resources", "labels.tier"}}[p.Cluster]
 		if !reflect.DeepEqual(p.Overridden, want) || (want != nil) != (p.Override != nil) {
 			t.Errorf("part %s: overridden %v (override %v), want %v", p.Cluster, p.Overridden, p.Override, want)
 		}
@@ -138,6 +141,19 @@ func TestFederatedServiceOverrides(t *testing.T) {
 	}
 	if got := done.Spec.Placement.Clusters[1].Override.Command; !slices.Equal(got, []string{"sleep", "3603"}) {
 		t.Errorf("the service's placement keeps override command %v", got)
+	}
+
+	// A rollback returns the old override with the old spec.
+	if _, err := f.Services().ControlRollout(ctxT(t), svc.Id, federation.RolloutRollback); err != nil {
+		t.Fatal(err)
+	}
+	back := waitRollout(t, f, svc.Id, pelotonv1.RolloutState_ROLLOUT_ROLLED_BACK)
+	jb, _ = partJob(t, stacks[1], back)
+	if got := jb.GetSpec().GetDefaultSpec().GetCommand(); !slices.Equal(got, []string{"sleep", "3602"}) {
+		t.Errorf("after the rollback b runs %v", got)
+	}
+	if got := back.Spec.Placement.Clusters[1].Override.Command; back.SpecVersion != 1 || !slices.Equal(got, []string{"sleep", "3602"}) {
+		t.Errorf("after the rollback: spec version %d, override command %v", back.SpecVersion, got)
 	}
 }
 
