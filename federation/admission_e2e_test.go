@@ -58,7 +58,7 @@ func TestSubmissionsJudgedUpFront(t *testing.T) {
 	}
 	bigger := serviceSpec("web", 2, 1).Job
 	bigger.DefaultSpec.Resources.Cpu = 64
-	_, err = f.Services().UpdateService(ctxT(t), ok.Id, bigger, nil, 0)
+	_, err = f.Services().UpdateService(ctxT(t), ok.Id, bigger, nil, nil, 0)
 	if want := "job.defaultSpec.resources.cpu: asks for 64 CPUs but the largest host in cluster a has 32"; status.Code(err) != codes.InvalidArgument ||
 		!strings.HasPrefix(status.Convert(err).Message(), want) {
 		t.Errorf("service update: %v, want InvalidArgument %q", err, want)

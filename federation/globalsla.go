@@ -100,9 +100,10 @@ func (sl *SLA) expireGrantsLocked(now time.Time) {
 func (sl *SLA) unavailableLocked(s *fedService) (map[instKey]string, map[string]int) {
 	out := map[instKey]string{}
 	perCluster := map[string]int{}
+	daemon := s.rec.Spec.Job.GetType() == pelotonv1.JobType_DAEMON // no count: every slot is an instance
 	for _, p := range s.rec.Clusters {
 		for i := range sl.f.sla.down[downKey(p.Cluster, p.ClusterJobId)] {
-			if i < p.Desired {
+			if i < p.Desired || daemon {
 				out[instKey{p.Cluster, i}] = ""
 			}
 		}
@@ -165,6 +166,15 @@ func (sl *SLA) RequestDisruption(ctx context.Context, req *pelotonv1.RequestDisr
 	}
 	budget := int(max(s.rec.Spec.Job.GetSla().GetMaximumUnavailableInstances(), 1))
 	unavail, perCluster := sl.unavailableLocked(s)
+	// A DAEMON's budget is its own in each cluster (each runs on its own
+	// hosts); a SERVICE's is one over all its clusters.
+	daemon := s.rec.Spec.Job.GetType() == pelotonv1.JobType_DAEMON
+	used := func() int {
+		if daemon {
+			return perCluster[req.Cluster]
+		}
+		return len(unavail)
+	}
 	var granted []uint32
 	var refusal string
 	seen := map[uint32]bool{}
@@ -177,7 +187,9 @@ func (sl *SLA) RequestDisruption(ctx context.Context, req *pelotonv1.RequestDisr
 		switch {
 		case down && h != "" && h != req.Holder:
 			refusal = fmt.Sprintf("instance %d in cluster %s is held by %s", i, req.Cluster, h)
-		case !down && len(unavail)+1 > budget:
+		case !down && daemon && used()+1 > budget:
+			refusal = fmt.Sprintf("%d of its budget of %d instances are unavailable in cluster %s (a DAEMON's budget is per cluster)", used(), budget, req.Cluster)
+		case !down && used()+1 > budget:
 			refusal = fmt.Sprintf("%d of its budget of %d instances are unavailable across its clusters (%s)", len(unavail), budget, breakdown(perCluster))
 		}
 		if refusal != "" {

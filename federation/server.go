@@ -309,7 +309,7 @@ func (s *Server) DeleteFederatedService(ctx context.Context, req *pelotonv1.Dele
 
 // UpdateFederatedService implements FederatedServiceService.
 func (s *Server) UpdateFederatedService(ctx context.Context, req *pelotonv1.UpdateFederatedServiceRequest) (*pelotonv1.UpdateFederatedServiceResponse, error) {
-	svc, err := s.f.Services().UpdateService(ctx, req.ServiceId, req.Job, req.Rollout, req.SpecVersion)
+	svc, err := s.f.Services().UpdateService(ctx, req.ServiceId, req.Job, req.Placement, req.Rollout, req.SpecVersion)
 	if err != nil {
 		return nil, err
 	}

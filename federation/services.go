@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 
 	"google.golang.org/grpc/codes"
@@ -103,24 +104,21 @@ func (sv *Services) CreateService(ctx context.Context, spec *pelotonv1.Federated
 	if o.Done {
 		return sv.GetService(o.Object)
 	}
-	sv.f.mu.Lock()
-	var clusters []split.ServiceCluster
-	for _, name := range sortedKeys(sv.f.clusters) {
-		m := sv.f.clusters[name]
-		clusters = append(clusters, split.ServiceCluster{Name: name, Labels: m.rec.Labels, Cordoned: m.cordoned()})
-	}
-	sv.f.mu.Unlock()
-	parts, err := split.Service(spec.Job.InstanceCount, spec.Placement, clusters)
+	parts, budgets, err := servicePartsAt(spec, sv.registeredClusters())
 	if err != nil {
 		return nil, err
 	}
-	if err := sv.checkFits(spec.Job, parts, "spec.job"); err != nil {
+	overrides, base, err := sv.overridesFor(spec.Placement, spec.Job, parts, "spec.placement", "spec.job")
+	if err != nil {
 		return nil, err
 	}
-	budgets := split.Budget(max(spec.Job.GetSla().GetMaximumUnavailableInstances(), 1), parts)
+	if err := sv.checkFits(spec.Job, base, "spec.job"); err != nil {
+		return nil, err
+	}
 	id := newJobID()
 	rec := &pelotonv1.FederatedService{Id: id, Spec: spec, CreateTime: timestamppb.New(now), SpecVersion: 1,
-		Versions: []*pelotonv1.ServiceVersion{{Version: 1, Job: spec.Job, CreateTime: timestamppb.New(now)}}}
+		Versions: []*pelotonv1.ServiceVersion{{Version: 1, Job: spec.Job, CreateTime: timestamppb.New(now),
+			Overrides: overrides, Placement: spec.Placement}}}
 	for _, name := range sortedKeys(parts) {
 		rec.Clusters = append(rec.Clusters, &pelotonv1.ServiceCluster{Cluster: name, Desired: parts[name],
 			MaxUnavailable: budgets[name], Generation: 1, SpecVersion: 1, Message: "making its job there"})
@@ -154,7 +152,43 @@ func (sv *Services) CreateService(ctx context.Context, spec *pelotonv1.Federated
 }
 
 func validateServiceSpec(spec *pelotonv1.FederatedServiceSpec) error {
-	return validateServiceJob(spec.GetJob(), "spec.job")
+	if err := validateServiceJob(spec.GetJob(), "spec.job"); err != nil {
+		return err
+	}
+	if spec.Job.Type == pelotonv1.JobType_DAEMON {
+		if err := validateDaemonPlacement(spec.Placement, "spec.placement"); err != nil {
+			return err
+		}
+	}
+	return validateOverrides(spec.Placement, spec.Job, "spec.placement")
+}
+
+// servicePartsAt splits a new service over clusters: its instances and
+// its budget of unavailable instances. A DAEMON service gets a part (of
+// no fixed count: one instance per matching host there) in every cluster
+// its placement selects, each with the DAEMON's whole budget: a daemon's
+// budget is per host set, and each cluster's hosts are their own.
+func servicePartsAt(spec *pelotonv1.FederatedServiceSpec, clusters []split.ServiceCluster) (map[string]uint32, map[string]uint32, error) {
+	budget := max(spec.Job.GetSla().GetMaximumUnavailableInstances(), 1)
+	if spec.Job.Type == pelotonv1.JobType_DAEMON {
+		by, err := split.Shares(spec.Placement, clusters)
+		if err != nil {
+			return nil, nil, err
+		}
+		if min := spec.Placement.GetMinClusters(); uint32(len(by)) < min {
+			return nil, nil, apierr.Invalid("spec.placement.minClusters", "%d, but the placement selects %d cluster(s) (%s)", min, len(by), strings.Join(sortedKeys(by), ", "))
+		}
+		parts, budgets := map[string]uint32{}, map[string]uint32{}
+		for name := range by {
+			parts[name], budgets[name] = 0, budget
+		}
+		return parts, budgets, nil
+	}
+	parts, err := split.Service(spec.Job.InstanceCount, spec.Placement, clusters)
+	if err != nil {
+		return nil, nil, err
+	}
+	return parts, split.Budget(budget, parts), nil
 }
 
 // validateServiceJob checks the job spec of a federated service; field
@@ -163,11 +197,13 @@ func validateServiceJob(job *pelotonv1.JobSpec, at string) error {
 	switch {
 	case job == nil:
 		return apierr.Invalid(at, "required: the service to run")
-	case job.Type != pelotonv1.JobType_SERVICE:
-		return apierr.Invalid(at+".type", "a federated service is a SERVICE job, not %s (BATCH jobs go through fed job create)", job.Type)
+	case job.Type != pelotonv1.JobType_SERVICE && job.Type != pelotonv1.JobType_DAEMON:
+		return apierr.Invalid(at+".type", "a federated service is a SERVICE or DAEMON job, not %s (BATCH jobs go through fed job create)", job.Type)
 	case job.Name == "":
 		return apierr.Invalid(at+".name", "required")
-	case job.InstanceCount == 0:
+	case job.Type == pelotonv1.JobType_DAEMON && job.InstanceCount != 0:
+		return apierr.Invalid(at+".instanceCount", "must be 0 or unset for a DAEMON: it runs one instance on every matching host of each cluster it is placed in, got %d", job.InstanceCount)
+	case job.Type == pelotonv1.JobType_SERVICE && job.InstanceCount == 0:
 		return apierr.Invalid(at+".instanceCount", "must be > 0")
 	case len(job.InstanceSpecs) > 0:
 		return apierr.Invalid(at+".instanceSpecs", "per-instance overrides cannot follow instances across clusters (each cluster numbers its part from 0); give every instance the default spec")
@@ -195,7 +231,7 @@ func (sv *Services) checkFits(job *pelotonv1.JobSpec, parts map[string]uint32, a
 	}
 	var names []string
 	for _, name := range sortedKeys(parts) {
-		if parts[name] > 0 {
+		if parts[name] > 0 || job.Type == pelotonv1.JobType_DAEMON {
 			names = append(names, name)
 		}
 	}
@@ -235,6 +271,8 @@ func (sv *Services) serviceViewLocked(s *fedService) *pelotonv1.FederatedService
 		case m.rec.Health == pelotonv1.ClusterState_CLUSTER_UNREACHABLE:
 			p.Message = "cluster " + p.Cluster + " is unreachable; as of the last look: " + p.Message
 		}
+		p.Override = versionOverride(out, partTarget(out, p), p.Cluster)
+		p.Overridden = overriddenFields(p.Override)
 		out.Desired += p.Desired
 		out.Running += p.Running
 		out.Healthy += p.Healthy
@@ -436,13 +474,15 @@ func (sv *Services) syncServices(ctx context.Context, name string, m *member) {
 // partSpec is the job spec of a service's part in one cluster, as the part
 // is now.
 func partSpec(rec *pelotonv1.FederatedService, p *pelotonv1.ServiceCluster) *pelotonv1.JobSpec {
-	return partSpecAt(rec, p.SpecVersion, p.Desired, p.MaxUnavailable)
+	return partSpecAt(rec, p.SpecVersion, p.Cluster, p.Desired, p.MaxUnavailable)
 }
 
-// partSpecAt is the job spec of a service's part at spec version v with n
-// instances and a budget of budget.
-func partSpecAt(rec *pelotonv1.FederatedService, v uint64, n, budget uint32) *pelotonv1.JobSpec {
+// partSpecAt is the job spec of a service's part in cluster at spec
+// version v (with the cluster's override at v) with n instances and a
+// budget of budget.
+func partSpecAt(rec *pelotonv1.FederatedService, v uint64, cluster string, n, budget uint32) *pelotonv1.JobSpec {
 	spec := proto.Clone(versionSpec(rec, v)).(*pelotonv1.JobSpec)
+	applyOverride(spec, versionOverride(rec, v, cluster))
 	spec.InstanceCount = n
 	if spec.Sla == nil {
 		spec.Sla = &pelotonv1.SlaSpec{}
@@ -666,9 +706,12 @@ func (ps *partSync) remake(jobID string, resp *pelotonv1.GetJobResponse, gone bo
 
 // rescale handles a part's job as the federation left it (or a change of
 // its own not yet seen): its count follows the part's, which failover
-// changes.
+// changes. A DAEMON part has no count of its own.
 func (ps *partSync) rescale(jobID string, job *pelotonv1.Job) error {
 	st := job.Status
+	if ps.rec.Spec.Job.Type == pelotonv1.JobType_DAEMON {
+		return nil // its count there follows the cluster's hosts
+	}
 	if job.Spec.GetInstanceCount() == ps.p.Desired || st.SpecVersion < ps.p.ClusterSpecVersion {
 		return nil
 	}

@@ -80,7 +80,7 @@ func TestFederatedService(t *testing.T) {
 			s := serviceSpec("x", 3, 1)
 			s.Job.Type = pelotonv1.JobType_BATCH
 			return s
-		}(), codes.InvalidArgument, "spec.job.type: a federated service is a SERVICE job, not BATCH"},
+		}(), codes.InvalidArgument, "spec.job.type: a federated service is a SERVICE or DAEMON job, not BATCH"},
 		{func() *pelotonv1.FederatedServiceSpec {
 			s := serviceSpec("x", 3, 1)
 			s.Job.InstanceSpecs = map[uint32]*pelotonv1.TaskSpec{1: {}}
@@ -288,14 +288,14 @@ func TestFederatedServiceRollout(t *testing.T) {
 	// v2: a new command; c (the smallest part) is the canary.
 	v2 := proto.Clone(spec.Job).(*pelotonv1.JobSpec)
 	v2.DefaultSpec.Command = []string{"sleep", "3601"}
-	up, err := f.Services().UpdateService(ctxT(t), id, v2, rollout, 1)
+	up, err := f.Services().UpdateService(ctxT(t), id, v2, nil, rollout, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if r := up.Rollout; r.Steps[0].Cluster != "c" || r.FromVersion != 1 || r.ToVersion != 2 || up.SpecVersion != 2 {
 		t.Fatalf("rollout %v", r)
 	}
-	if _, err := f.Services().UpdateService(ctxT(t), id, v2, rollout, 0); status.Code(err) != codes.FailedPrecondition || !contains(err, "has rollout 1") {
+	if _, err := f.Services().UpdateService(ctxT(t), id, v2, nil, rollout, 0); status.Code(err) != codes.FailedPrecondition || !contains(err, "has rollout 1") {
 		t.Errorf("second update while rolling: %v", err)
 	}
 	done := waitRollout(t, f, id, pelotonv1.RolloutState_ROLLOUT_SUCCEEDED)
@@ -339,10 +339,10 @@ func TestFederatedServiceRollout(t *testing.T) {
 	v3.InstanceCount = 10
 	paused := proto.Clone(rollout).(*pelotonv1.RolloutSpec)
 	paused.StartPaused = true
-	if _, err := f.Services().UpdateService(ctxT(t), id, v3, paused, 1); status.Code(err) != codes.Aborted {
+	if _, err := f.Services().UpdateService(ctxT(t), id, v3, nil, paused, 1); status.Code(err) != codes.Aborted {
 		t.Errorf("update at a stale version: %v", err)
 	}
-	if _, err := f.Services().UpdateService(ctxT(t), id, v3, paused, 2); err != nil {
+	if _, err := f.Services().UpdateService(ctxT(t), id, v3, nil, paused, 2); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := f.Services().ControlRollout(ctxT(t), id, federation.RolloutPause); status.Code(err) != codes.FailedPrecondition || !contains(err, "is ROLLOUT_PAUSED") {
@@ -388,7 +388,7 @@ func TestFederatedServiceRollout(t *testing.T) {
 	v4.DefaultSpec.Command = []string{"sleep", "3602"}
 	failing := proto.Clone(rollout).(*pelotonv1.RolloutSpec)
 	failing.Order, failing.RollbackOnFailure, failing.ParallelClusters = []string{"a", "b", "c"}, true, 1
-	if _, err := f.Services().UpdateService(ctxT(t), id, v4, failing, 0); err != nil {
+	if _, err := f.Services().UpdateService(ctxT(t), id, v4, nil, failing, 0); err != nil {
 		t.Fatal(err)
 	}
 	back := waitRollout(t, f, id, pelotonv1.RolloutState_ROLLOUT_ROLLED_BACK)
@@ -420,7 +420,7 @@ func TestFederatedServiceRollout(t *testing.T) {
 	})
 
 	// Abort: a paused rollout stops for good; a new update may follow.
-	if _, err := f.Services().UpdateService(ctxT(t), id, v4, paused, 0); err != nil {
+	if _, err := f.Services().UpdateService(ctxT(t), id, v4, nil, paused, 0); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := f.Services().ControlRollout(ctxT(t), id, federation.RolloutAbort); err != nil {
@@ -431,15 +431,15 @@ func TestFederatedServiceRollout(t *testing.T) {
 	}
 	bad := proto.Clone(v4).(*pelotonv1.JobSpec)
 	bad.Pool = "/other"
-	if _, err := f.Services().UpdateService(ctxT(t), id, bad, nil, 0); status.Code(err) != codes.InvalidArgument || !contains(err, "job.pool: cannot change") {
+	if _, err := f.Services().UpdateService(ctxT(t), id, bad, nil, nil, 0); status.Code(err) != codes.InvalidArgument || !contains(err, "job.pool: cannot change") {
 		t.Errorf("pool change: %v", err)
 	}
 	bad = proto.Clone(v4).(*pelotonv1.JobSpec)
 	bad.InstanceCount = 2
-	if _, err := f.Services().UpdateService(ctxT(t), id, bad, nil, 0); status.Code(err) != codes.InvalidArgument || !contains(err, "job.instanceCount: 2 is fewer than the service's 3 clusters") {
+	if _, err := f.Services().UpdateService(ctxT(t), id, bad, nil, nil, 0); status.Code(err) != codes.InvalidArgument || !contains(err, "job.instanceCount: 2 is fewer than the service's 3 clusters") {
 		t.Errorf("too few instances: %v", err)
 	}
-	if _, err := f.Services().UpdateService(ctxT(t), id, v4, &pelotonv1.RolloutSpec{Order: []string{"zz"}}, 0); status.Code(err) != codes.InvalidArgument || !contains(err, "rollout.order[0]") {
+	if _, err := f.Services().UpdateService(ctxT(t), id, v4, nil, &pelotonv1.RolloutSpec{Order: []string{"zz"}}, 0); status.Code(err) != codes.InvalidArgument || !contains(err, "rollout.order[0]") {
 		t.Errorf("unknown cluster in the order: %v", err)
 	}
 }

@@ -25,14 +25,17 @@ const maxRolloutHistory = 10
 // rollout (see rollout.go). The name, type, pool and placement stay; a new
 // instance count is split over the service's clusters in proportion to
 // their parts.
-func (sv *Services) UpdateService(ctx context.Context, id string, job *pelotonv1.JobSpec, rs *pelotonv1.RolloutSpec, expect uint64) (*pelotonv1.FederatedService, error) {
+//
+// pl, when given, carries the clusters' new overrides: the rest of it must
+// be the service's placement as it is. Without it the overrides stay.
+func (sv *Services) UpdateService(ctx context.Context, id string, job *pelotonv1.JobSpec, pl *pelotonv1.ServicePlacement, rs *pelotonv1.RolloutSpec, expect uint64) (*pelotonv1.FederatedService, error) {
 	cur, err := sv.GetService(id)
 	if err != nil {
 		return nil, err
 	}
 	if job != nil && job.Type == pelotonv1.JobType_JOB_TYPE_UNSPECIFIED {
 		job = proto.Clone(job).(*pelotonv1.JobSpec)
-		job.Type = pelotonv1.JobType_SERVICE
+		job.Type = cur.Spec.Job.Type
 	}
 	if err := validateServiceJob(job, "job"); err != nil {
 		return nil, err
@@ -43,12 +46,20 @@ func (sv *Services) UpdateService(ctx context.Context, id string, job *pelotonv1
 		return nil, apierr.Invalid("job.name", "cannot change (%s)", old.Name)
 	case job.Pool != old.Pool:
 		return nil, apierr.Invalid("job.pool", "cannot change (%s); a service moves to another pool by a new service", old.Pool)
-	case int(job.InstanceCount) < len(cur.Clusters):
+	case job.Type != old.Type:
+		return nil, apierr.Invalid("job.type", "cannot change (%s)", old.Type)
+	case job.Type == pelotonv1.JobType_SERVICE && int(job.InstanceCount) < len(cur.Clusters):
 		return nil, apierr.Invalid("job.instanceCount", "%d is fewer than the service's %d clusters (%s)", job.InstanceCount, len(cur.Clusters), partList(cur.Clusters))
+	}
+	overrides, err := sv.updateOverrides(cur, job, pl)
+	if err != nil {
+		return nil, err
 	}
 	inCluster := map[string]uint32{}
 	for _, p := range cur.Clusters {
-		inCluster[p.Cluster] = 1
+		if overrides[p.Cluster].GetResources() == nil {
+			inCluster[p.Cluster] = 1 // the others' fit is their override's
+		}
 	}
 	if err := sv.checkFits(job, inCluster, "job"); err != nil {
 		return nil, err
@@ -68,28 +79,19 @@ func (sv *Services) UpdateService(ctx context.Context, id string, job *pelotonv1
 		case expect != 0 && rec.SpecVersion != expect:
 			return apierr.Aborted("federated service %s is at spec version %d, not %d", id, rec.SpecVersion, expect)
 		}
-		// The new count over the same clusters, in proportion to their parts.
-		shares := &pelotonv1.ServicePlacement{}
-		var clusters []split.ServiceCluster
-		for _, p := range rec.Clusters {
-			shares.Clusters = append(shares.Clusters, &pelotonv1.ClusterShare{Name: p.Cluster, Weight: p.Desired})
-			clusters = append(clusters, split.ServiceCluster{Name: p.Cluster})
-		}
-		parts, err := split.Service(job.InstanceCount, shares, clusters)
+		parts, budgets, err := updatedParts(rec, job)
 		if err != nil {
 			return err
 		}
-		for _, p := range rec.Clusters {
-			if parts[p.Cluster] == 0 {
-				return apierr.Invalid("job.instanceCount", "%d leaves cluster %s no instance; every cluster of the service keeps one at least", job.InstanceCount, p.Cluster)
-			}
-		}
-		budgets := split.Budget(max(job.GetSla().GetMaximumUnavailableInstances(), 1), parts)
 		now := timestamppb.New(sv.f.opts.Now())
 		from := rec.SpecVersion
 		rec.SpecVersion++
 		rec.Spec.Job = job
-		rec.Versions = append(rec.Versions, &pelotonv1.ServiceVersion{Version: rec.SpecVersion, Job: job, CreateTime: now})
+		if pl != nil {
+			rec.Spec.Placement = pl
+		}
+		rec.Versions = append(rec.Versions, &pelotonv1.ServiceVersion{Version: rec.SpecVersion, Job: job, CreateTime: now,
+			Overrides: overrides, Placement: rec.Spec.Placement})
 		r := &pelotonv1.ServiceRollout{FromVersion: from, ToVersion: rec.SpecVersion, Spec: rs, State: pelotonv1.RolloutState_ROLLOUT_ROLLING, CreateTime: now}
 		if r.Spec == nil {
 			r.Spec = &pelotonv1.RolloutSpec{}
@@ -124,6 +126,74 @@ func (sv *Services) UpdateService(ctx context.Context, id string, job *pelotonv1
 	metrics.FederationServices.WithLabelValues("rollout-started").Inc()
 	sv.kickRollouts()
 	return sv.GetService(id)
+}
+
+// updatedParts is each part's instances and budget under a service's new
+// job spec: a new count over the same clusters, in proportion to their
+// parts; a DAEMON's parts keep no count, each with the whole budget.
+func updatedParts(rec *pelotonv1.FederatedService, job *pelotonv1.JobSpec) (map[string]uint32, map[string]uint32, error) {
+	budget := max(job.GetSla().GetMaximumUnavailableInstances(), 1)
+	if job.Type == pelotonv1.JobType_DAEMON {
+		parts, budgets := map[string]uint32{}, map[string]uint32{}
+		for _, p := range rec.Clusters {
+			parts[p.Cluster], budgets[p.Cluster] = 0, budget
+		}
+		return parts, budgets, nil
+	}
+	shares := &pelotonv1.ServicePlacement{}
+	var clusters []split.ServiceCluster
+	for _, p := range rec.Clusters {
+		shares.Clusters = append(shares.Clusters, &pelotonv1.ClusterShare{Name: p.Cluster, Weight: p.Desired})
+		clusters = append(clusters, split.ServiceCluster{Name: p.Cluster})
+	}
+	parts, err := split.Service(job.InstanceCount, shares, clusters)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, p := range rec.Clusters {
+		if parts[p.Cluster] == 0 {
+			return nil, nil, apierr.Invalid("job.instanceCount", "%d leaves cluster %s no instance; every cluster of the service keeps one at least", job.InstanceCount, p.Cluster)
+		}
+	}
+	return parts, split.Budget(budget, parts), nil
+}
+
+// updateOverrides is the overrides of an update of cur to job: pl's, when
+// it gives a placement (the same as the service's but for its
+// overrides), else those of cur's current version, checked again against
+// the new job.
+func (sv *Services) updateOverrides(cur *pelotonv1.FederatedService, job *pelotonv1.JobSpec, pl *pelotonv1.ServicePlacement) (map[string]*pelotonv1.ClusterOverride, error) {
+	parts := map[string]uint32{}
+	for _, p := range cur.Clusters {
+		parts[p.Cluster] = max(p.Desired, 1)
+	}
+	if pl != nil {
+		if !sameShares(pl, cur.Spec.Placement) {
+			return nil, apierr.Invalid("placement", "an update may change the clusters' overrides only, not where the service runs; leave the rest as it is, or create a new service")
+		}
+		out, _, err := sv.overridesFor(pl, job, parts, "placement", "job")
+		return out, err
+	}
+	if err := validateOverrides(cur.Spec.Placement, job, "placement"); err != nil {
+		return nil, err
+	}
+	for _, v := range cur.Versions {
+		if v.Version == cur.SpecVersion {
+			return v.Overrides, nil
+		}
+	}
+	return nil, nil
+}
+
+// versionPlacement is the placement given with a service's version v, if
+// it is kept.
+func versionPlacement(rec *pelotonv1.FederatedService, v uint64) *pelotonv1.ServicePlacement {
+	for _, sv := range rec.Versions {
+		if sv.Version == v {
+			return sv.Placement
+		}
+	}
+	return nil
 }
 
 // pruneVersions keeps the specs some part runs or may return to: the
@@ -289,6 +359,9 @@ func (sv *Services) advanceRollout(ctx context.Context, id string) error {
 				// The service's spec is the one before the rollout again.
 				rec.SpecVersion = r.FromVersion
 				rec.Spec.Job = versionSpec(rec, r.FromVersion)
+				if pl := versionPlacement(rec, r.FromVersion); pl != nil {
+					rec.Spec.Placement = pl
+				}
 			}
 			pruneVersions(rec)
 		}
@@ -527,7 +600,7 @@ func (ss *stepSync) goForward() (bool, error) {
 	}
 	cctx, cancel := ss.call()
 	up, err := ss.cli.Updates.CreateUpdate(cctx, &pelotonv1.CreateUpdateRequest{JobId: ss.jobID,
-		Spec: partSpecAt(ss.rec, r.ToVersion, s.Desired, s.MaxUnavailable), UpdateSpec: stepUpdateSpec(r, false, s.Desired),
+		Spec: partSpecAt(ss.rec, r.ToVersion, ss.name, s.Desired, s.MaxUnavailable), UpdateSpec: stepUpdateSpec(r, false, s.Desired),
 		RequestId: fmt.Sprintf("fsvcu-%s-%d-%s", ss.rec.Id, r.Id, ss.name)})
 	cancel()
 	if err != nil {
@@ -570,7 +643,7 @@ func (ss *stepSync) rollBack() (bool, error) {
 	}
 	cctx, cancel := ss.call()
 	up, err := ss.cli.Updates.CreateUpdate(cctx, &pelotonv1.CreateUpdateRequest{JobId: ss.jobID,
-		Spec: partSpecAt(ss.rec, r.FromVersion, s.FromDesired, s.FromMaxUnavailable), UpdateSpec: stepUpdateSpec(r, true, s.FromDesired),
+		Spec: partSpecAt(ss.rec, r.FromVersion, ss.name, s.FromDesired, s.FromMaxUnavailable), UpdateSpec: stepUpdateSpec(r, true, s.FromDesired),
 		RequestId: fmt.Sprintf("fsvcr-%s-%d-%s", ss.rec.Id, r.Id, ss.name)})
 	cancel()
 	if err != nil {

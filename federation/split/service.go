@@ -227,3 +227,20 @@ func registeredList(names []string) string {
 	}
 	return "registered: " + strings.Join(names, ", ")
 }
+
+// Shares says which share of pl (an index into pl.Clusters, -1 for the
+// empty placement's every cluster) takes each cluster it places on, for
+// every cluster it names or its selectors match, whether or not the
+// split gives it instances. It is pure, and refuses what Service refuses
+// about the shares themselves.
+func Shares(pl *pelotonv1.ServicePlacement, clusters []ServiceCluster) (map[string]int, error) {
+	claims, err := serviceClaims(pl, clusters)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]int, len(claims))
+	for name, c := range claims {
+		out[name] = c.by
+	}
+	return out, nil
+}

@@ -155,3 +155,30 @@ func TestBudget(t *testing.T) {
 		}
 	}
 }
+
+func TestShares(t *testing.T) {
+	clusters := []ServiceCluster{
+		{Name: "a", Labels: map[string]string{"region": "west"}},
+		{Name: "b", Labels: map[string]string{"region": "west"}},
+		{Name: "c", Labels: map[string]string{"region": "east"}},
+		{Name: "off", Labels: map[string]string{"region": "west"}, Cordoned: true},
+	}
+	got, err := Shares(&pelotonv1.ServicePlacement{Clusters: []*pelotonv1.ClusterShare{
+		{Name: "c", Count: 1}, {Selector: map[string]string{"region": "west"}, Weight: 1}}}, clusters)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]int{"c": 0, "a": 1, "b": 1}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("Shares = %v, want %v", got, want)
+	}
+	got, err = Shares(nil, clusters)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]int{"a": -1, "b": -1, "c": -1}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("Shares(empty) = %v, want %v", got, want)
+	}
+	if _, err := Shares(&pelotonv1.ServicePlacement{Clusters: []*pelotonv1.ClusterShare{{Name: "zz", Weight: 1}}}, clusters); err == nil || !strings.Contains(err.Error(), "spec.placement.clusters[0].name") {
+		t.Fatalf("an unknown cluster: %v", err)
+	}
+}

@@ -746,7 +746,8 @@ func TestFedServiceTables(t *testing.T) {
 		Spec: &pelotonv1.FederatedServiceSpec{Job: &pelotonv1.JobSpec{Name: "web", Pool: "/p", Sla: &pelotonv1.SlaSpec{MaximumUnavailableInstances: 2}}},
 		Clusters: []*pelotonv1.ServiceCluster{
 			{Cluster: "a", Desired: 3, Running: 3, Healthy: 3, Updated: 3, MaxUnavailable: 1, SpecVersion: 2, State: pelotonv1.JobState_JOB_RUNNING, ClusterJobId: "j-a"},
-			{Cluster: "b", Desired: 2, Running: 1, Healthy: 1, MaxUnavailable: 1, SlaFallback: true, SpecVersion: 1, State: pelotonv1.JobState_JOB_RUNNING, ClusterJobId: "j-b", Message: "update u-2 UPDATE_ROLLING_FORWARD"},
+			{Cluster: "b", Desired: 2, Running: 1, Healthy: 1, MaxUnavailable: 1, SlaFallback: true, SpecVersion: 1, State: pelotonv1.JobState_JOB_RUNNING, ClusterJobId: "j-b", Message: "update u-2 UPDATE_ROLLING_FORWARD",
+				Overridden: []string{"defaultSpec.command", "labels.tier"}},
 		},
 		Rollout: &pelotonv1.ServiceRollout{Id: 1, FromVersion: 1, ToVersion: 2, State: pelotonv1.RolloutState_ROLLOUT_ROLLING,
 			Steps: []*pelotonv1.RolloutStep{
@@ -772,6 +773,9 @@ rollout message:   -
 CLUSTER   DESIRED   RUNNING   HEALTHY   UPDATED   BUDGET         VERSION   STATE         CLUSTER JOB ID   MESSAGE
 a         3         3         3         3         1              2         JOB_RUNNING   j-a              -
 b         2         1         1         0         1 (fallback)   1         JOB_RUNNING   j-b              update u-2 UPDATE_ROLLING_FORWARD
+
+CLUSTER   OVERRIDDEN
+b         defaultSpec.command, labels.tier
 
 STEP   CLUSTER   STATE      INSTANCES   UPDATE   MESSAGE
 1      a         DONE       3 -> 3      u-1      update u-1 succeeded

@@ -56,7 +56,8 @@ func (a *app) fedServiceUpdateCommand() *cobra.Command {
 		Use:   "update SERVICEID -f FILE",
 		Short: "Roll a new spec out to a federated service's clusters, one cluster after another",
 		Long: `Give a federated service a new job spec (a JobSpec file, or a FederatedServiceSpec
-file with the same placement) and roll it out cluster by cluster: first the
+file with the same placement but for the clusters' overrides, which it may
+change) and roll it out cluster by cluster: first the
 cluster with the smallest part (the canary) alone, then --parallel-clusters at a
 time, each cluster's part an update there with the --batch-size, --in-place,
 --min-ready-seconds ... given. The next cluster starts only when the one before
@@ -88,17 +89,8 @@ shows each cluster's step.`,
 				return err
 			}
 			return a.withFederation(func(f *fedClient) error {
-				if spec.Placement != nil {
-					cur, err := call(cmd.Context(), f, f.Services.GetFederatedService, &pelotonv1.GetFederatedServiceRequest{ServiceId: args[0]})
-					if err != nil {
-						return err
-					}
-					if !proto.Equal(cur.GetService().GetSpec().GetPlacement(), spec.Placement) {
-						return fmt.Errorf("%s: placement: an update cannot change where the service runs; leave placement out, or create a new service", uf.file)
-					}
-				}
 				resp, err := call(cmd.Context(), f, f.Services.UpdateFederatedService, &pelotonv1.UpdateFederatedServiceRequest{
-					ServiceId: args[0], Job: spec.Job, Rollout: rs, SpecVersion: uf.jobVersion})
+					ServiceId: args[0], Job: spec.Job, Placement: spec.Placement, Rollout: rs, SpecVersion: uf.jobVersion})
 				if err != nil {
 					return err
 				}
@@ -183,7 +175,9 @@ sla.maximumUnavailableInstances is the budget of the whole, and where to run it:
     clusters:
     - {name: c, count: 3}                 # a fixed count in a named cluster
     - {selector: {region: west}, weight: 2}
-    - {name: a, weight: 1}
+    - name: a
+      weight: 1
+      override: {image: web:canary, env: {MODE: canary}}   # a's part only
     minClusters: 2
     failover: {tolerationSeconds: 60, moveBack: true}   # optional
 
@@ -194,7 +188,14 @@ one each). The federation makes one SERVICE job per cluster, labelled
 peloton.io/federated-service=<id>, and keeps it at its part: a job removed,
 stopped, scaled or updated there is made again or set back. With failover, the
 part of a cluster unreachable past tolerationSeconds is run by the others (within
-their pools' room) and, with moveBack, returns once the cluster does.`
+their pools' room) and, with moveBack, returns once the cluster does.
+
+A share's override (image, command, env merged, resources, labels merged)
+changes the job spec of the parts of the clusters it names or matches only;
+"fed service get" lists the fields each part overrides, -o yaml the overrides.
+A DAEMON job (type: DAEMON, no instanceCount) runs on every matching host of
+each cluster the placement selects: shares take no weight or count, and
+failover does not apply.`
 
 func (a *app) fedServiceCreateCommand() *cobra.Command {
 	var file, rid string
@@ -370,8 +371,14 @@ func writeFedService(w io.Writer, s *pelotonv1.FederatedService) {
 	field("id", s.GetId())
 	field("name", job.GetName())
 	field("pool", job.GetPool())
-	field("instances", fmt.Sprintf("%d running of %d, %d healthy, %d at spec version %d", s.GetRunning(), s.GetDesired(),
-		s.GetHealthy(), s.GetUpdated(), s.GetSpecVersion()))
+	if job.GetType() == pelotonv1.JobType_DAEMON {
+		field("type", "DAEMON")
+		field("instances", fmt.Sprintf("%d running (one per matching host of each cluster), %d healthy, %d at spec version %d", s.GetRunning(),
+			s.GetHealthy(), s.GetUpdated(), s.GetSpecVersion()))
+	} else {
+		field("instances", fmt.Sprintf("%d running of %d, %d healthy, %d at spec version %d", s.GetRunning(), s.GetDesired(),
+			s.GetHealthy(), s.GetUpdated(), s.GetSpecVersion()))
+	}
 	field("budget", strconv.FormatUint(uint64(max(job.GetSla().GetMaximumUnavailableInstances(), 1)), 10)+" unavailable at most")
 	field("spec version", strconv.FormatUint(s.GetSpecVersion(), 10))
 	field("created", timestamp(s.GetCreateTime()))
@@ -398,6 +405,7 @@ func writeFedService(w io.Writer, s *pelotonv1.FederatedService) {
 		row(w, p.GetCluster(), n(p.GetDesired()), n(p.GetRunning()), n(p.GetHealthy()), n(p.GetUpdated()),
 			budget, strconv.FormatUint(p.GetSpecVersion(), 10), state, p.GetClusterJobId(), p.GetMessage())
 	}
+	writeOverridden(w, s.GetClusters())
 	if r := s.GetRollout(); r != nil {
 		fmt.Fprintln(w)
 		fmt.Fprintln(w, "STEP\tCLUSTER\tSTATE\tINSTANCES\tUPDATE\tMESSAGE")
@@ -409,6 +417,23 @@ func writeFedService(w io.Writer, s *pelotonv1.FederatedService) {
 			row(w, strconv.Itoa(i+1), st.GetCluster(), strings.TrimPrefix(st.GetState().String(), "STEP_"),
 				fmt.Sprintf("%d -> %d", st.GetFromDesired(), st.GetDesired()), upd, st.GetMessage())
 		}
+	}
+}
+
+// writeOverridden lists, for the parts whose job spec a per-cluster
+// override changes, the fields it changes (-o yaml shows the overrides).
+func writeOverridden(w io.Writer, parts []*pelotonv1.ServiceCluster) {
+	head := false
+	for _, p := range parts {
+		if len(p.GetOverridden()) == 0 {
+			continue
+		}
+		if !head {
+			fmt.Fprintln(w)
+			fmt.Fprintln(w, "CLUSTER\tOVERRIDDEN")
+			head = true
+		}
+		row(w, p.GetCluster(), strings.Join(p.GetOverridden(), ", "))
 	}
 }
 

@@ -2478,10 +2478,13 @@ type ClusterShare struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// One cluster by name, or every registered cluster whose labels match
 	// selector (exactly one of the two).
-	Name          string            `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Selector      map[string]string `protobuf:"bytes,2,rep,name=selector,proto3" json:"selector,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	Weight        uint32            `protobuf:"varint,3,opt,name=weight,proto3" json:"weight,omitempty"`
-	Count         uint32            `protobuf:"varint,4,opt,name=count,proto3" json:"count,omitempty"`
+	Name     string            `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Selector map[string]string `protobuf:"bytes,2,rep,name=selector,proto3" json:"selector,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Weight   uint32            `protobuf:"varint,3,opt,name=weight,proto3" json:"weight,omitempty"`
+	Count    uint32            `protobuf:"varint,4,opt,name=count,proto3" json:"count,omitempty"`
+	// Changes the job spec of this share's part only: in every cluster the
+	// share names or its selector matches (when the spec version is made).
+	Override      *ClusterOverride `protobuf:"bytes,5,opt,name=override,proto3" json:"override,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2544,6 +2547,96 @@ func (x *ClusterShare) GetCount() uint32 {
 	return 0
 }
 
+func (x *ClusterShare) GetOverride() *ClusterOverride {
+	if x != nil {
+		return x.Override
+	}
+	return nil
+}
+
+// ClusterOverride changes a federated service's job spec for some of its
+// clusters (the default task spec; the rest of the spec is the service's).
+type ClusterOverride struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Replaces the task's image, when set.
+	Image string `protobuf:"bytes,1,opt,name=image,proto3" json:"image,omitempty"`
+	// Replaces the task's command, when set.
+	Command []string `protobuf:"bytes,2,rep,name=command,proto3" json:"command,omitempty"`
+	// Merged over the task's environment (a key set here wins).
+	Env map[string]string `protobuf:"bytes,3,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Replaces the task's resources, when set.
+	Resources *Resources `protobuf:"bytes,4,opt,name=resources,proto3" json:"resources,omitempty"`
+	// Merged over the job's labels (a key set here wins).
+	Labels        map[string]string `protobuf:"bytes,5,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterOverride) Reset() {
+	*x = ClusterOverride{}
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterOverride) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterOverride) ProtoMessage() {}
+
+func (x *ClusterOverride) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterOverride.ProtoReflect.Descriptor instead.
+func (*ClusterOverride) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *ClusterOverride) GetImage() string {
+	if x != nil {
+		return x.Image
+	}
+	return ""
+}
+
+func (x *ClusterOverride) GetCommand() []string {
+	if x != nil {
+		return x.Command
+	}
+	return nil
+}
+
+func (x *ClusterOverride) GetEnv() map[string]string {
+	if x != nil {
+		return x.Env
+	}
+	return nil
+}
+
+func (x *ClusterOverride) GetResources() *Resources {
+	if x != nil {
+		return x.Resources
+	}
+	return nil
+}
+
+func (x *ClusterOverride) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
 type ServicePlacement struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Empty: every registered cluster that is not cordoned, weight 1 each.
@@ -2560,7 +2653,7 @@ type ServicePlacement struct {
 
 func (x *ServicePlacement) Reset() {
 	*x = ServicePlacement{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[40]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2572,7 +2665,7 @@ func (x *ServicePlacement) String() string {
 func (*ServicePlacement) ProtoMessage() {}
 
 func (x *ServicePlacement) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[40]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2585,7 +2678,7 @@ func (x *ServicePlacement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServicePlacement.ProtoReflect.Descriptor instead.
 func (*ServicePlacement) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{40}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ServicePlacement) GetClusters() []*ClusterShare {
@@ -2626,7 +2719,7 @@ type FailoverPolicy struct {
 
 func (x *FailoverPolicy) Reset() {
 	*x = FailoverPolicy{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[41]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2638,7 +2731,7 @@ func (x *FailoverPolicy) String() string {
 func (*FailoverPolicy) ProtoMessage() {}
 
 func (x *FailoverPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[41]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2651,7 +2744,7 @@ func (x *FailoverPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailoverPolicy.ProtoReflect.Descriptor instead.
 func (*FailoverPolicy) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{41}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *FailoverPolicy) GetTolerationSeconds() uint32 {
@@ -2681,7 +2774,7 @@ type FederatedServiceSpec struct {
 
 func (x *FederatedServiceSpec) Reset() {
 	*x = FederatedServiceSpec{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[42]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2693,7 +2786,7 @@ func (x *FederatedServiceSpec) String() string {
 func (*FederatedServiceSpec) ProtoMessage() {}
 
 func (x *FederatedServiceSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[42]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2706,7 +2799,7 @@ func (x *FederatedServiceSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FederatedServiceSpec.ProtoReflect.Descriptor instead.
 func (*FederatedServiceSpec) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{42}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *FederatedServiceSpec) GetJob() *JobSpec {
@@ -2764,14 +2857,19 @@ type ServiceCluster struct {
 	// The cluster said at the last look that it cannot reach the
 	// federation's SLA evaluator and decides this part's disruptions on its
 	// share of the budget (max_unavailable).
-	SlaFallback   bool `protobuf:"varint,16,opt,name=sla_fallback,json=slaFallback,proto3" json:"sla_fallback,omitempty"`
+	SlaFallback bool `protobuf:"varint,16,opt,name=sla_fallback,json=slaFallback,proto3" json:"sla_fallback,omitempty"`
+	// The fields of the job spec this part's override changes at the spec
+	// version its job is driven to (e.g. defaultSpec.command, labels.tier),
+	// and its override itself; empty: it runs the service's spec as is.
+	Overridden    []string         `protobuf:"bytes,17,rep,name=overridden,proto3" json:"overridden,omitempty"`
+	Override      *ClusterOverride `protobuf:"bytes,18,opt,name=override,proto3" json:"override,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ServiceCluster) Reset() {
 	*x = ServiceCluster{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[43]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2783,7 +2881,7 @@ func (x *ServiceCluster) String() string {
 func (*ServiceCluster) ProtoMessage() {}
 
 func (x *ServiceCluster) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[43]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2796,7 +2894,7 @@ func (x *ServiceCluster) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceCluster.ProtoReflect.Descriptor instead.
 func (*ServiceCluster) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{43}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ServiceCluster) GetCluster() string {
@@ -2911,6 +3009,20 @@ func (x *ServiceCluster) GetSlaFallback() bool {
 	return false
 }
 
+func (x *ServiceCluster) GetOverridden() []string {
+	if x != nil {
+		return x.Overridden
+	}
+	return nil
+}
+
+func (x *ServiceCluster) GetOverride() *ClusterOverride {
+	if x != nil {
+		return x.Override
+	}
+	return nil
+}
+
 // RolloutSpec says how a new spec of a federated service reaches its
 // clusters: one cluster's part at a time, each an update in that cluster.
 type RolloutSpec struct {
@@ -2937,7 +3049,7 @@ type RolloutSpec struct {
 
 func (x *RolloutSpec) Reset() {
 	*x = RolloutSpec{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[44]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2949,7 +3061,7 @@ func (x *RolloutSpec) String() string {
 func (*RolloutSpec) ProtoMessage() {}
 
 func (x *RolloutSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[44]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2962,7 +3074,7 @@ func (x *RolloutSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RolloutSpec.ProtoReflect.Descriptor instead.
 func (*RolloutSpec) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{44}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *RolloutSpec) GetOrder() []string {
@@ -3023,7 +3135,7 @@ type RolloutStep struct {
 
 func (x *RolloutStep) Reset() {
 	*x = RolloutStep{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[45]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3035,7 +3147,7 @@ func (x *RolloutStep) String() string {
 func (*RolloutStep) ProtoMessage() {}
 
 func (x *RolloutStep) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[45]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3048,7 +3160,7 @@ func (x *RolloutStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RolloutStep.ProtoReflect.Descriptor instead.
 func (*RolloutStep) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{45}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *RolloutStep) GetCluster() string {
@@ -3147,7 +3259,7 @@ type ServiceRollout struct {
 
 func (x *ServiceRollout) Reset() {
 	*x = ServiceRollout{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[46]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3159,7 +3271,7 @@ func (x *ServiceRollout) String() string {
 func (*ServiceRollout) ProtoMessage() {}
 
 func (x *ServiceRollout) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[46]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3172,7 +3284,7 @@ func (x *ServiceRollout) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceRollout.ProtoReflect.Descriptor instead.
 func (*ServiceRollout) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{46}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ServiceRollout) GetId() uint32 {
@@ -3240,17 +3352,23 @@ func (x *ServiceRollout) GetEndTime() *timestamppb.Timestamp {
 
 // ServiceVersion is one version of a federated service's job spec.
 type ServiceVersion struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Version       uint64                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
-	Job           *JobSpec               `protobuf:"bytes,2,opt,name=job,proto3" json:"job,omitempty"`
-	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Version    uint64                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Job        *JobSpec               `protobuf:"bytes,2,opt,name=job,proto3" json:"job,omitempty"`
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// The override each cluster's part gets at this version, by cluster
+	// (the placement's overrides, selectors resolved when it was made).
+	Overrides map[string]*ClusterOverride `protobuf:"bytes,4,rep,name=overrides,proto3" json:"overrides,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// The placement given with this version, whose overrides it carries: a
+	// rollback makes it the service's again.
+	Placement     *ServicePlacement `protobuf:"bytes,5,opt,name=placement,proto3" json:"placement,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ServiceVersion) Reset() {
 	*x = ServiceVersion{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[47]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3262,7 +3380,7 @@ func (x *ServiceVersion) String() string {
 func (*ServiceVersion) ProtoMessage() {}
 
 func (x *ServiceVersion) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[47]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3275,7 +3393,7 @@ func (x *ServiceVersion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceVersion.ProtoReflect.Descriptor instead.
 func (*ServiceVersion) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{47}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ServiceVersion) GetVersion() uint64 {
@@ -3295,6 +3413,20 @@ func (x *ServiceVersion) GetJob() *JobSpec {
 func (x *ServiceVersion) GetCreateTime() *timestamppb.Timestamp {
 	if x != nil {
 		return x.CreateTime
+	}
+	return nil
+}
+
+func (x *ServiceVersion) GetOverrides() map[string]*ClusterOverride {
+	if x != nil {
+		return x.Overrides
+	}
+	return nil
+}
+
+func (x *ServiceVersion) GetPlacement() *ServicePlacement {
+	if x != nil {
+		return x.Placement
 	}
 	return nil
 }
@@ -3336,7 +3468,7 @@ type FederatedService struct {
 
 func (x *FederatedService) Reset() {
 	*x = FederatedService{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[48]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3348,7 +3480,7 @@ func (x *FederatedService) String() string {
 func (*FederatedService) ProtoMessage() {}
 
 func (x *FederatedService) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[48]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3361,7 +3493,7 @@ func (x *FederatedService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FederatedService.ProtoReflect.Descriptor instead.
 func (*FederatedService) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{48}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *FederatedService) GetId() string {
@@ -3487,7 +3619,7 @@ type CreateFederatedServiceRequest struct {
 
 func (x *CreateFederatedServiceRequest) Reset() {
 	*x = CreateFederatedServiceRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[49]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3499,7 +3631,7 @@ func (x *CreateFederatedServiceRequest) String() string {
 func (*CreateFederatedServiceRequest) ProtoMessage() {}
 
 func (x *CreateFederatedServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[49]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3512,7 +3644,7 @@ func (x *CreateFederatedServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateFederatedServiceRequest.ProtoReflect.Descriptor instead.
 func (*CreateFederatedServiceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{49}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *CreateFederatedServiceRequest) GetSpec() *FederatedServiceSpec {
@@ -3540,7 +3672,7 @@ type CreateFederatedServiceResponse struct {
 
 func (x *CreateFederatedServiceResponse) Reset() {
 	*x = CreateFederatedServiceResponse{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[50]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3552,7 +3684,7 @@ func (x *CreateFederatedServiceResponse) String() string {
 func (*CreateFederatedServiceResponse) ProtoMessage() {}
 
 func (x *CreateFederatedServiceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[50]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3565,7 +3697,7 @@ func (x *CreateFederatedServiceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateFederatedServiceResponse.ProtoReflect.Descriptor instead.
 func (*CreateFederatedServiceResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{50}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *CreateFederatedServiceResponse) GetServiceId() string {
@@ -3591,7 +3723,7 @@ type GetFederatedServiceRequest struct {
 
 func (x *GetFederatedServiceRequest) Reset() {
 	*x = GetFederatedServiceRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[51]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3603,7 +3735,7 @@ func (x *GetFederatedServiceRequest) String() string {
 func (*GetFederatedServiceRequest) ProtoMessage() {}
 
 func (x *GetFederatedServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[51]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3616,7 +3748,7 @@ func (x *GetFederatedServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFederatedServiceRequest.ProtoReflect.Descriptor instead.
 func (*GetFederatedServiceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{51}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *GetFederatedServiceRequest) GetServiceId() string {
@@ -3635,7 +3767,7 @@ type GetFederatedServiceResponse struct {
 
 func (x *GetFederatedServiceResponse) Reset() {
 	*x = GetFederatedServiceResponse{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[52]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3647,7 +3779,7 @@ func (x *GetFederatedServiceResponse) String() string {
 func (*GetFederatedServiceResponse) ProtoMessage() {}
 
 func (x *GetFederatedServiceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[52]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3660,7 +3792,7 @@ func (x *GetFederatedServiceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFederatedServiceResponse.ProtoReflect.Descriptor instead.
 func (*GetFederatedServiceResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{52}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *GetFederatedServiceResponse) GetService() *FederatedService {
@@ -3686,7 +3818,7 @@ type ListFederatedServicesRequest struct {
 
 func (x *ListFederatedServicesRequest) Reset() {
 	*x = ListFederatedServicesRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[53]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3698,7 +3830,7 @@ func (x *ListFederatedServicesRequest) String() string {
 func (*ListFederatedServicesRequest) ProtoMessage() {}
 
 func (x *ListFederatedServicesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[53]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3711,7 +3843,7 @@ func (x *ListFederatedServicesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFederatedServicesRequest.ProtoReflect.Descriptor instead.
 func (*ListFederatedServicesRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{53}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ListFederatedServicesRequest) GetCluster() string {
@@ -3753,7 +3885,7 @@ type ListFederatedServicesResponse struct {
 
 func (x *ListFederatedServicesResponse) Reset() {
 	*x = ListFederatedServicesResponse{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[54]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3765,7 +3897,7 @@ func (x *ListFederatedServicesResponse) String() string {
 func (*ListFederatedServicesResponse) ProtoMessage() {}
 
 func (x *ListFederatedServicesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[54]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3778,7 +3910,7 @@ func (x *ListFederatedServicesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFederatedServicesResponse.ProtoReflect.Descriptor instead.
 func (*ListFederatedServicesResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{54}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ListFederatedServicesResponse) GetServices() []*FederatedService {
@@ -3804,14 +3936,18 @@ type UpdateFederatedServiceRequest struct {
 	Job     *JobSpec     `protobuf:"bytes,2,opt,name=job,proto3" json:"job,omitempty"`
 	Rollout *RolloutSpec `protobuf:"bytes,3,opt,name=rollout,proto3" json:"rollout,omitempty"`
 	// When set, only if the service is still at this spec version.
-	SpecVersion   uint64 `protobuf:"varint,4,opt,name=spec_version,json=specVersion,proto3" json:"spec_version,omitempty"`
+	SpecVersion uint64 `protobuf:"varint,4,opt,name=spec_version,json=specVersion,proto3" json:"spec_version,omitempty"`
+	// When set, the new overrides of the service's clusters
+	// (clusters[].override), rolled out with the job spec; the rest of it
+	// must be the service's placement as it is.
+	Placement     *ServicePlacement `protobuf:"bytes,5,opt,name=placement,proto3" json:"placement,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *UpdateFederatedServiceRequest) Reset() {
 	*x = UpdateFederatedServiceRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[55]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3823,7 +3959,7 @@ func (x *UpdateFederatedServiceRequest) String() string {
 func (*UpdateFederatedServiceRequest) ProtoMessage() {}
 
 func (x *UpdateFederatedServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[55]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3836,7 +3972,7 @@ func (x *UpdateFederatedServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateFederatedServiceRequest.ProtoReflect.Descriptor instead.
 func (*UpdateFederatedServiceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{55}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *UpdateFederatedServiceRequest) GetServiceId() string {
@@ -3867,6 +4003,13 @@ func (x *UpdateFederatedServiceRequest) GetSpecVersion() uint64 {
 	return 0
 }
 
+func (x *UpdateFederatedServiceRequest) GetPlacement() *ServicePlacement {
+	if x != nil {
+		return x.Placement
+	}
+	return nil
+}
+
 type UpdateFederatedServiceResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Service       *FederatedService      `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
@@ -3876,7 +4019,7 @@ type UpdateFederatedServiceResponse struct {
 
 func (x *UpdateFederatedServiceResponse) Reset() {
 	*x = UpdateFederatedServiceResponse{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[56]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3888,7 +4031,7 @@ func (x *UpdateFederatedServiceResponse) String() string {
 func (*UpdateFederatedServiceResponse) ProtoMessage() {}
 
 func (x *UpdateFederatedServiceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[56]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3901,7 +4044,7 @@ func (x *UpdateFederatedServiceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateFederatedServiceResponse.ProtoReflect.Descriptor instead.
 func (*UpdateFederatedServiceResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{56}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *UpdateFederatedServiceResponse) GetService() *FederatedService {
@@ -3921,7 +4064,7 @@ type PauseFederatedServiceRequest struct {
 
 func (x *PauseFederatedServiceRequest) Reset() {
 	*x = PauseFederatedServiceRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[57]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3933,7 +4076,7 @@ func (x *PauseFederatedServiceRequest) String() string {
 func (*PauseFederatedServiceRequest) ProtoMessage() {}
 
 func (x *PauseFederatedServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[57]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3946,7 +4089,7 @@ func (x *PauseFederatedServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseFederatedServiceRequest.ProtoReflect.Descriptor instead.
 func (*PauseFederatedServiceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{57}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *PauseFederatedServiceRequest) GetServiceId() string {
@@ -3965,7 +4108,7 @@ type ResumeFederatedServiceRequest struct {
 
 func (x *ResumeFederatedServiceRequest) Reset() {
 	*x = ResumeFederatedServiceRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[58]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3977,7 +4120,7 @@ func (x *ResumeFederatedServiceRequest) String() string {
 func (*ResumeFederatedServiceRequest) ProtoMessage() {}
 
 func (x *ResumeFederatedServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[58]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3990,7 +4133,7 @@ func (x *ResumeFederatedServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeFederatedServiceRequest.ProtoReflect.Descriptor instead.
 func (*ResumeFederatedServiceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{58}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ResumeFederatedServiceRequest) GetServiceId() string {
@@ -4009,7 +4152,7 @@ type AbortFederatedServiceRequest struct {
 
 func (x *AbortFederatedServiceRequest) Reset() {
 	*x = AbortFederatedServiceRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[59]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4021,7 +4164,7 @@ func (x *AbortFederatedServiceRequest) String() string {
 func (*AbortFederatedServiceRequest) ProtoMessage() {}
 
 func (x *AbortFederatedServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[59]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4034,7 +4177,7 @@ func (x *AbortFederatedServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortFederatedServiceRequest.ProtoReflect.Descriptor instead.
 func (*AbortFederatedServiceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{59}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *AbortFederatedServiceRequest) GetServiceId() string {
@@ -4053,7 +4196,7 @@ type RollbackFederatedServiceRequest struct {
 
 func (x *RollbackFederatedServiceRequest) Reset() {
 	*x = RollbackFederatedServiceRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[60]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4065,7 +4208,7 @@ func (x *RollbackFederatedServiceRequest) String() string {
 func (*RollbackFederatedServiceRequest) ProtoMessage() {}
 
 func (x *RollbackFederatedServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[60]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4078,7 +4221,7 @@ func (x *RollbackFederatedServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackFederatedServiceRequest.ProtoReflect.Descriptor instead.
 func (*RollbackFederatedServiceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{60}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *RollbackFederatedServiceRequest) GetServiceId() string {
@@ -4097,7 +4240,7 @@ type FederatedServiceRolloutResponse struct {
 
 func (x *FederatedServiceRolloutResponse) Reset() {
 	*x = FederatedServiceRolloutResponse{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[61]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4109,7 +4252,7 @@ func (x *FederatedServiceRolloutResponse) String() string {
 func (*FederatedServiceRolloutResponse) ProtoMessage() {}
 
 func (x *FederatedServiceRolloutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[61]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4122,7 +4265,7 @@ func (x *FederatedServiceRolloutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FederatedServiceRolloutResponse.ProtoReflect.Descriptor instead.
 func (*FederatedServiceRolloutResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{61}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *FederatedServiceRolloutResponse) GetService() *FederatedService {
@@ -4141,7 +4284,7 @@ type DeleteFederatedServiceRequest struct {
 
 func (x *DeleteFederatedServiceRequest) Reset() {
 	*x = DeleteFederatedServiceRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[62]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4153,7 +4296,7 @@ func (x *DeleteFederatedServiceRequest) String() string {
 func (*DeleteFederatedServiceRequest) ProtoMessage() {}
 
 func (x *DeleteFederatedServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[62]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4166,7 +4309,7 @@ func (x *DeleteFederatedServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteFederatedServiceRequest.ProtoReflect.Descriptor instead.
 func (*DeleteFederatedServiceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{62}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *DeleteFederatedServiceRequest) GetServiceId() string {
@@ -4184,7 +4327,7 @@ type DeleteFederatedServiceResponse struct {
 
 func (x *DeleteFederatedServiceResponse) Reset() {
 	*x = DeleteFederatedServiceResponse{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[63]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4196,7 +4339,7 @@ func (x *DeleteFederatedServiceResponse) String() string {
 func (*DeleteFederatedServiceResponse) ProtoMessage() {}
 
 func (x *DeleteFederatedServiceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[63]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4209,7 +4352,7 @@ func (x *DeleteFederatedServiceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteFederatedServiceResponse.ProtoReflect.Descriptor instead.
 func (*DeleteFederatedServiceResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{63}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{64}
 }
 
 // The global SLA evaluator. A cluster stack started with --federation asks
@@ -4234,7 +4377,7 @@ type RequestDisruptionRequest struct {
 
 func (x *RequestDisruptionRequest) Reset() {
 	*x = RequestDisruptionRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[64]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4246,7 +4389,7 @@ func (x *RequestDisruptionRequest) String() string {
 func (*RequestDisruptionRequest) ProtoMessage() {}
 
 func (x *RequestDisruptionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[64]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4259,7 +4402,7 @@ func (x *RequestDisruptionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestDisruptionRequest.ProtoReflect.Descriptor instead.
 func (*RequestDisruptionRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{64}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *RequestDisruptionRequest) GetCluster() string {
@@ -4322,7 +4465,7 @@ type RequestDisruptionResponse struct {
 
 func (x *RequestDisruptionResponse) Reset() {
 	*x = RequestDisruptionResponse{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[65]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4334,7 +4477,7 @@ func (x *RequestDisruptionResponse) String() string {
 func (*RequestDisruptionResponse) ProtoMessage() {}
 
 func (x *RequestDisruptionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[65]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4347,7 +4490,7 @@ func (x *RequestDisruptionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestDisruptionResponse.ProtoReflect.Descriptor instead.
 func (*RequestDisruptionResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{65}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *RequestDisruptionResponse) GetGrantId() string {
@@ -4380,7 +4523,7 @@ type ReleaseDisruptionRequest struct {
 
 func (x *ReleaseDisruptionRequest) Reset() {
 	*x = ReleaseDisruptionRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[66]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4392,7 +4535,7 @@ func (x *ReleaseDisruptionRequest) String() string {
 func (*ReleaseDisruptionRequest) ProtoMessage() {}
 
 func (x *ReleaseDisruptionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[66]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4405,7 +4548,7 @@ func (x *ReleaseDisruptionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseDisruptionRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseDisruptionRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{66}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ReleaseDisruptionRequest) GetGrantId() string {
@@ -4423,7 +4566,7 @@ type ReleaseDisruptionResponse struct {
 
 func (x *ReleaseDisruptionResponse) Reset() {
 	*x = ReleaseDisruptionResponse{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[67]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4435,7 +4578,7 @@ func (x *ReleaseDisruptionResponse) String() string {
 func (*ReleaseDisruptionResponse) ProtoMessage() {}
 
 func (x *ReleaseDisruptionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[67]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4448,7 +4591,7 @@ func (x *ReleaseDisruptionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseDisruptionResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseDisruptionResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{67}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{68}
 }
 
 type RenewDisruptionRequest struct {
@@ -4461,7 +4604,7 @@ type RenewDisruptionRequest struct {
 
 func (x *RenewDisruptionRequest) Reset() {
 	*x = RenewDisruptionRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[68]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4473,7 +4616,7 @@ func (x *RenewDisruptionRequest) String() string {
 func (*RenewDisruptionRequest) ProtoMessage() {}
 
 func (x *RenewDisruptionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[68]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4486,7 +4629,7 @@ func (x *RenewDisruptionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewDisruptionRequest.ProtoReflect.Descriptor instead.
 func (*RenewDisruptionRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{68}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *RenewDisruptionRequest) GetGrantId() string {
@@ -4511,7 +4654,7 @@ type RenewDisruptionResponse struct {
 
 func (x *RenewDisruptionResponse) Reset() {
 	*x = RenewDisruptionResponse{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[69]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4523,7 +4666,7 @@ func (x *RenewDisruptionResponse) String() string {
 func (*RenewDisruptionResponse) ProtoMessage() {}
 
 func (x *RenewDisruptionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[69]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4536,7 +4679,7 @@ func (x *RenewDisruptionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewDisruptionResponse.ProtoReflect.Descriptor instead.
 func (*RenewDisruptionResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{69}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{70}
 }
 
 type ReportUnavailableRequest struct {
@@ -4551,7 +4694,7 @@ type ReportUnavailableRequest struct {
 
 func (x *ReportUnavailableRequest) Reset() {
 	*x = ReportUnavailableRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[70]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4563,7 +4706,7 @@ func (x *ReportUnavailableRequest) String() string {
 func (*ReportUnavailableRequest) ProtoMessage() {}
 
 func (x *ReportUnavailableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[70]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4576,7 +4719,7 @@ func (x *ReportUnavailableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportUnavailableRequest.ProtoReflect.Descriptor instead.
 func (*ReportUnavailableRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{70}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *ReportUnavailableRequest) GetCluster() string {
@@ -4608,7 +4751,7 @@ type ReportUnavailableResponse struct {
 
 func (x *ReportUnavailableResponse) Reset() {
 	*x = ReportUnavailableResponse{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[71]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4620,7 +4763,7 @@ func (x *ReportUnavailableResponse) String() string {
 func (*ReportUnavailableResponse) ProtoMessage() {}
 
 func (x *ReportUnavailableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[71]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4633,7 +4776,7 @@ func (x *ReportUnavailableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportUnavailableResponse.ProtoReflect.Descriptor instead.
 func (*ReportUnavailableResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{71}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{72}
 }
 
 // SlaGrant is a grant of the global evaluator as kept in etcd.
@@ -4652,7 +4795,7 @@ type SlaGrant struct {
 
 func (x *SlaGrant) Reset() {
 	*x = SlaGrant{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[72]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4664,7 +4807,7 @@ func (x *SlaGrant) String() string {
 func (*SlaGrant) ProtoMessage() {}
 
 func (x *SlaGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[72]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4677,7 +4820,7 @@ func (x *SlaGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlaGrant.ProtoReflect.Descriptor instead.
 func (*SlaGrant) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{72}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *SlaGrant) GetId() string {
@@ -4884,13 +5027,26 @@ const file_peloton_api_v1_federation_proto_rawDesc = "" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"0\n" +
 	"\x17KillFederatedJobRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\"\x1a\n" +
-	"\x18KillFederatedJobResponse\"\xd5\x01\n" +
+	"\x18KillFederatedJobResponse\"\x92\x02\n" +
 	"\fClusterShare\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12F\n" +
 	"\bselector\x18\x02 \x03(\v2*.peloton.api.v1.ClusterShare.SelectorEntryR\bselector\x12\x16\n" +
 	"\x06weight\x18\x03 \x01(\rR\x06weight\x12\x14\n" +
-	"\x05count\x18\x04 \x01(\rR\x05count\x1a;\n" +
+	"\x05count\x18\x04 \x01(\rR\x05count\x12;\n" +
+	"\boverride\x18\x05 \x01(\v2\x1f.peloton.api.v1.ClusterOverrideR\boverride\x1a;\n" +
 	"\rSelectorEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xee\x02\n" +
+	"\x0fClusterOverride\x12\x14\n" +
+	"\x05image\x18\x01 \x01(\tR\x05image\x12\x18\n" +
+	"\acommand\x18\x02 \x03(\tR\acommand\x12:\n" +
+	"\x03env\x18\x03 \x03(\v2(.peloton.api.v1.ClusterOverride.EnvEntryR\x03env\x127\n" +
+	"\tresources\x18\x04 \x01(\v2\x19.peloton.api.v1.ResourcesR\tresources\x12C\n" +
+	"\x06labels\x18\x05 \x03(\v2+.peloton.api.v1.ClusterOverride.LabelsEntryR\x06labels\x1a6\n" +
+	"\bEnvEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xab\x01\n" +
 	"\x10ServicePlacement\x128\n" +
@@ -4902,7 +5058,7 @@ const file_peloton_api_v1_federation_proto_rawDesc = "" +
 	"\tmove_back\x18\x02 \x01(\bR\bmoveBack\"\x81\x01\n" +
 	"\x14FederatedServiceSpec\x12)\n" +
 	"\x03job\x18\x01 \x01(\v2\x17.peloton.api.v1.JobSpecR\x03job\x12>\n" +
-	"\tplacement\x18\x02 \x01(\v2 .peloton.api.v1.ServicePlacementR\tplacement\"\x87\x05\n" +
+	"\tplacement\x18\x02 \x01(\v2 .peloton.api.v1.ServicePlacementR\tplacement\"\xe4\x05\n" +
 	"\x0eServiceCluster\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x18\n" +
 	"\adesired\x18\x02 \x01(\rR\adesired\x12$\n" +
@@ -4923,7 +5079,11 @@ const file_peloton_api_v1_federation_proto_rawDesc = "" +
 	"\bretiring\x18\r \x01(\bR\bretiring\x12\x18\n" +
 	"\ahealthy\x18\x0e \x01(\rR\ahealthy\x12\x18\n" +
 	"\aupdated\x18\x0f \x01(\rR\aupdated\x12!\n" +
-	"\fsla_fallback\x18\x10 \x01(\bR\vslaFallback\x1a;\n" +
+	"\fsla_fallback\x18\x10 \x01(\bR\vslaFallback\x12\x1e\n" +
+	"\n" +
+	"overridden\x18\x11 \x03(\tR\n" +
+	"overridden\x12;\n" +
+	"\boverride\x18\x12 \x01(\v2\x1f.peloton.api.v1.ClusterOverrideR\boverride\x1a;\n" +
 	"\rCoveringEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\"\xd7\x01\n" +
@@ -4958,12 +5118,17 @@ const file_peloton_api_v1_federation_proto_rawDesc = "" +
 	"\amessage\x18\a \x01(\tR\amessage\x12;\n" +
 	"\vcreate_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x125\n" +
-	"\bend_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\"\x92\x01\n" +
+	"\bend_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\"\xfe\x02\n" +
 	"\x0eServiceVersion\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12)\n" +
 	"\x03job\x18\x02 \x01(\v2\x17.peloton.api.v1.JobSpecR\x03job\x12;\n" +
 	"\vcreate_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"createTime\"\xfc\x04\n" +
+	"createTime\x12K\n" +
+	"\toverrides\x18\x04 \x03(\v2-.peloton.api.v1.ServiceVersion.OverridesEntryR\toverrides\x12>\n" +
+	"\tplacement\x18\x05 \x01(\v2 .peloton.api.v1.ServicePlacementR\tplacement\x1a]\n" +
+	"\x0eOverridesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x125\n" +
+	"\x05value\x18\x02 \x01(\v2\x1f.peloton.api.v1.ClusterOverrideR\x05value:\x028\x01\"\xfc\x04\n" +
 	"\x10FederatedService\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x128\n" +
 	"\x04spec\x18\x02 \x01(\v2$.peloton.api.v1.FederatedServiceSpecR\x04spec\x12;\n" +
@@ -5008,13 +5173,14 @@ const file_peloton_api_v1_federation_proto_rawDesc = "" +
 	"\barchived\x18\x04 \x01(\bR\barchived\"\x85\x01\n" +
 	"\x1dListFederatedServicesResponse\x12<\n" +
 	"\bservices\x18\x01 \x03(\v2 .peloton.api.v1.FederatedServiceR\bservices\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xc3\x01\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x83\x02\n" +
 	"\x1dUpdateFederatedServiceRequest\x12\x1d\n" +
 	"\n" +
 	"service_id\x18\x01 \x01(\tR\tserviceId\x12)\n" +
 	"\x03job\x18\x02 \x01(\v2\x17.peloton.api.v1.JobSpecR\x03job\x125\n" +
 	"\arollout\x18\x03 \x01(\v2\x1b.peloton.api.v1.RolloutSpecR\arollout\x12!\n" +
-	"\fspec_version\x18\x04 \x01(\x04R\vspecVersion\"\\\n" +
+	"\fspec_version\x18\x04 \x01(\x04R\vspecVersion\x12>\n" +
+	"\tplacement\x18\x05 \x01(\v2 .peloton.api.v1.ServicePlacementR\tplacement\"\\\n" +
 	"\x1eUpdateFederatedServiceResponse\x12:\n" +
 	"\aservice\x18\x01 \x01(\v2 .peloton.api.v1.FederatedServiceR\aservice\"=\n" +
 	"\x1cPauseFederatedServiceRequest\x12\x1d\n" +
@@ -5149,7 +5315,7 @@ func file_peloton_api_v1_federation_proto_rawDescGZIP() []byte {
 }
 
 var file_peloton_api_v1_federation_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_peloton_api_v1_federation_proto_msgTypes = make([]protoimpl.MessageInfo, 80)
+var file_peloton_api_v1_federation_proto_msgTypes = make([]protoimpl.MessageInfo, 84)
 var file_peloton_api_v1_federation_proto_goTypes = []any{
 	(ClusterState)(0),                       // 0: peloton.api.v1.ClusterState
 	(DispatchState)(0),                      // 1: peloton.api.v1.DispatchState
@@ -5195,194 +5361,207 @@ var file_peloton_api_v1_federation_proto_goTypes = []any{
 	(*KillFederatedJobRequest)(nil),         // 41: peloton.api.v1.KillFederatedJobRequest
 	(*KillFederatedJobResponse)(nil),        // 42: peloton.api.v1.KillFederatedJobResponse
 	(*ClusterShare)(nil),                    // 43: peloton.api.v1.ClusterShare
-	(*ServicePlacement)(nil),                // 44: peloton.api.v1.ServicePlacement
-	(*FailoverPolicy)(nil),                  // 45: peloton.api.v1.FailoverPolicy
-	(*FederatedServiceSpec)(nil),            // 46: peloton.api.v1.FederatedServiceSpec
-	(*ServiceCluster)(nil),                  // 47: peloton.api.v1.ServiceCluster
-	(*RolloutSpec)(nil),                     // 48: peloton.api.v1.RolloutSpec
-	(*RolloutStep)(nil),                     // 49: peloton.api.v1.RolloutStep
-	(*ServiceRollout)(nil),                  // 50: peloton.api.v1.ServiceRollout
-	(*ServiceVersion)(nil),                  // 51: peloton.api.v1.ServiceVersion
-	(*FederatedService)(nil),                // 52: peloton.api.v1.FederatedService
-	(*CreateFederatedServiceRequest)(nil),   // 53: peloton.api.v1.CreateFederatedServiceRequest
-	(*CreateFederatedServiceResponse)(nil),  // 54: peloton.api.v1.CreateFederatedServiceResponse
-	(*GetFederatedServiceRequest)(nil),      // 55: peloton.api.v1.GetFederatedServiceRequest
-	(*GetFederatedServiceResponse)(nil),     // 56: peloton.api.v1.GetFederatedServiceResponse
-	(*ListFederatedServicesRequest)(nil),    // 57: peloton.api.v1.ListFederatedServicesRequest
-	(*ListFederatedServicesResponse)(nil),   // 58: peloton.api.v1.ListFederatedServicesResponse
-	(*UpdateFederatedServiceRequest)(nil),   // 59: peloton.api.v1.UpdateFederatedServiceRequest
-	(*UpdateFederatedServiceResponse)(nil),  // 60: peloton.api.v1.UpdateFederatedServiceResponse
-	(*PauseFederatedServiceRequest)(nil),    // 61: peloton.api.v1.PauseFederatedServiceRequest
-	(*ResumeFederatedServiceRequest)(nil),   // 62: peloton.api.v1.ResumeFederatedServiceRequest
-	(*AbortFederatedServiceRequest)(nil),    // 63: peloton.api.v1.AbortFederatedServiceRequest
-	(*RollbackFederatedServiceRequest)(nil), // 64: peloton.api.v1.RollbackFederatedServiceRequest
-	(*FederatedServiceRolloutResponse)(nil), // 65: peloton.api.v1.FederatedServiceRolloutResponse
-	(*DeleteFederatedServiceRequest)(nil),   // 66: peloton.api.v1.DeleteFederatedServiceRequest
-	(*DeleteFederatedServiceResponse)(nil),  // 67: peloton.api.v1.DeleteFederatedServiceResponse
-	(*RequestDisruptionRequest)(nil),        // 68: peloton.api.v1.RequestDisruptionRequest
-	(*RequestDisruptionResponse)(nil),       // 69: peloton.api.v1.RequestDisruptionResponse
-	(*ReleaseDisruptionRequest)(nil),        // 70: peloton.api.v1.ReleaseDisruptionRequest
-	(*ReleaseDisruptionResponse)(nil),       // 71: peloton.api.v1.ReleaseDisruptionResponse
-	(*RenewDisruptionRequest)(nil),          // 72: peloton.api.v1.RenewDisruptionRequest
-	(*RenewDisruptionResponse)(nil),         // 73: peloton.api.v1.RenewDisruptionResponse
-	(*ReportUnavailableRequest)(nil),        // 74: peloton.api.v1.ReportUnavailableRequest
-	(*ReportUnavailableResponse)(nil),       // 75: peloton.api.v1.ReportUnavailableResponse
-	(*SlaGrant)(nil),                        // 76: peloton.api.v1.SlaGrant
-	nil,                                     // 77: peloton.api.v1.Cluster.LabelsEntry
-	nil,                                     // 78: peloton.api.v1.RegisterClusterRequest.LabelsEntry
-	nil,                                     // 79: peloton.api.v1.FederatedPoolPlacement.WeightsEntry
-	nil,                                     // 80: peloton.api.v1.FederatedJobPlacement.ClusterSelectorEntry
-	nil,                                     // 81: peloton.api.v1.ClusterShare.SelectorEntry
-	nil,                                     // 82: peloton.api.v1.ServiceCluster.CoveringEntry
-	nil,                                     // 83: peloton.api.v1.CreateFederatedServiceResponse.SplitEntry
-	(*timestamppb.Timestamp)(nil),           // 84: google.protobuf.Timestamp
-	(*Resources)(nil),                       // 85: peloton.api.v1.Resources
-	(*PoolSpec)(nil),                        // 86: peloton.api.v1.PoolSpec
-	(*PoolStatus)(nil),                      // 87: peloton.api.v1.PoolStatus
-	(*JobSpec)(nil),                         // 88: peloton.api.v1.JobSpec
-	(*JobStatus)(nil),                       // 89: peloton.api.v1.JobStatus
-	(JobState)(0),                           // 90: peloton.api.v1.JobState
-	(*UpdateSpec)(nil),                      // 91: peloton.api.v1.UpdateSpec
+	(*ClusterOverride)(nil),                 // 44: peloton.api.v1.ClusterOverride
+	(*ServicePlacement)(nil),                // 45: peloton.api.v1.ServicePlacement
+	(*FailoverPolicy)(nil),                  // 46: peloton.api.v1.FailoverPolicy
+	(*FederatedServiceSpec)(nil),            // 47: peloton.api.v1.FederatedServiceSpec
+	(*ServiceCluster)(nil),                  // 48: peloton.api.v1.ServiceCluster
+	(*RolloutSpec)(nil),                     // 49: peloton.api.v1.RolloutSpec
+	(*RolloutStep)(nil),                     // 50: peloton.api.v1.RolloutStep
+	(*ServiceRollout)(nil),                  // 51: peloton.api.v1.ServiceRollout
+	(*ServiceVersion)(nil),                  // 52: peloton.api.v1.ServiceVersion
+	(*FederatedService)(nil),                // 53: peloton.api.v1.FederatedService
+	(*CreateFederatedServiceRequest)(nil),   // 54: peloton.api.v1.CreateFederatedServiceRequest
+	(*CreateFederatedServiceResponse)(nil),  // 55: peloton.api.v1.CreateFederatedServiceResponse
+	(*GetFederatedServiceRequest)(nil),      // 56: peloton.api.v1.GetFederatedServiceRequest
+	(*GetFederatedServiceResponse)(nil),     // 57: peloton.api.v1.GetFederatedServiceResponse
+	(*ListFederatedServicesRequest)(nil),    // 58: peloton.api.v1.ListFederatedServicesRequest
+	(*ListFederatedServicesResponse)(nil),   // 59: peloton.api.v1.ListFederatedServicesResponse
+	(*UpdateFederatedServiceRequest)(nil),   // 60: peloton.api.v1.UpdateFederatedServiceRequest
+	(*UpdateFederatedServiceResponse)(nil),  // 61: peloton.api.v1.UpdateFederatedServiceResponse
+	(*PauseFederatedServiceRequest)(nil),    // 62: peloton.api.v1.PauseFederatedServiceRequest
+	(*ResumeFederatedServiceRequest)(nil),   // 63: peloton.api.v1.ResumeFederatedServiceRequest
+	(*AbortFederatedServiceRequest)(nil),    // 64: peloton.api.v1.AbortFederatedServiceRequest
+	(*RollbackFederatedServiceRequest)(nil), // 65: peloton.api.v1.RollbackFederatedServiceRequest
+	(*FederatedServiceRolloutResponse)(nil), // 66: peloton.api.v1.FederatedServiceRolloutResponse
+	(*DeleteFederatedServiceRequest)(nil),   // 67: peloton.api.v1.DeleteFederatedServiceRequest
+	(*DeleteFederatedServiceResponse)(nil),  // 68: peloton.api.v1.DeleteFederatedServiceResponse
+	(*RequestDisruptionRequest)(nil),        // 69: peloton.api.v1.RequestDisruptionRequest
+	(*RequestDisruptionResponse)(nil),       // 70: peloton.api.v1.RequestDisruptionResponse
+	(*ReleaseDisruptionRequest)(nil),        // 71: peloton.api.v1.ReleaseDisruptionRequest
+	(*ReleaseDisruptionResponse)(nil),       // 72: peloton.api.v1.ReleaseDisruptionResponse
+	(*RenewDisruptionRequest)(nil),          // 73: peloton.api.v1.RenewDisruptionRequest
+	(*RenewDisruptionResponse)(nil),         // 74: peloton.api.v1.RenewDisruptionResponse
+	(*ReportUnavailableRequest)(nil),        // 75: peloton.api.v1.ReportUnavailableRequest
+	(*ReportUnavailableResponse)(nil),       // 76: peloton.api.v1.ReportUnavailableResponse
+	(*SlaGrant)(nil),                        // 77: peloton.api.v1.SlaGrant
+	nil,                                     // 78: peloton.api.v1.Cluster.LabelsEntry
+	nil,                                     // 79: peloton.api.v1.RegisterClusterRequest.LabelsEntry
+	nil,                                     // 80: peloton.api.v1.FederatedPoolPlacement.WeightsEntry
+	nil,                                     // 81: peloton.api.v1.FederatedJobPlacement.ClusterSelectorEntry
+	nil,                                     // 82: peloton.api.v1.ClusterShare.SelectorEntry
+	nil,                                     // 83: peloton.api.v1.ClusterOverride.EnvEntry
+	nil,                                     // 84: peloton.api.v1.ClusterOverride.LabelsEntry
+	nil,                                     // 85: peloton.api.v1.ServiceCluster.CoveringEntry
+	nil,                                     // 86: peloton.api.v1.ServiceVersion.OverridesEntry
+	nil,                                     // 87: peloton.api.v1.CreateFederatedServiceResponse.SplitEntry
+	(*timestamppb.Timestamp)(nil),           // 88: google.protobuf.Timestamp
+	(*Resources)(nil),                       // 89: peloton.api.v1.Resources
+	(*PoolSpec)(nil),                        // 90: peloton.api.v1.PoolSpec
+	(*PoolStatus)(nil),                      // 91: peloton.api.v1.PoolStatus
+	(*JobSpec)(nil),                         // 92: peloton.api.v1.JobSpec
+	(*JobStatus)(nil),                       // 93: peloton.api.v1.JobStatus
+	(JobState)(0),                           // 94: peloton.api.v1.JobState
+	(*UpdateSpec)(nil),                      // 95: peloton.api.v1.UpdateSpec
 }
 var file_peloton_api_v1_federation_proto_depIdxs = []int32{
-	77,  // 0: peloton.api.v1.Cluster.labels:type_name -> peloton.api.v1.Cluster.LabelsEntry
+	78,  // 0: peloton.api.v1.Cluster.labels:type_name -> peloton.api.v1.Cluster.LabelsEntry
 	0,   // 1: peloton.api.v1.Cluster.state:type_name -> peloton.api.v1.ClusterState
 	0,   // 2: peloton.api.v1.Cluster.health:type_name -> peloton.api.v1.ClusterState
-	84,  // 3: peloton.api.v1.Cluster.registered_time:type_name -> google.protobuf.Timestamp
-	84,  // 4: peloton.api.v1.Cluster.last_seen_time:type_name -> google.protobuf.Timestamp
-	84,  // 5: peloton.api.v1.Cluster.state_time:type_name -> google.protobuf.Timestamp
-	85,  // 6: peloton.api.v1.Cluster.capacity:type_name -> peloton.api.v1.Resources
-	85,  // 7: peloton.api.v1.Cluster.allocation:type_name -> peloton.api.v1.Resources
-	78,  // 8: peloton.api.v1.RegisterClusterRequest.labels:type_name -> peloton.api.v1.RegisterClusterRequest.LabelsEntry
+	88,  // 3: peloton.api.v1.Cluster.registered_time:type_name -> google.protobuf.Timestamp
+	88,  // 4: peloton.api.v1.Cluster.last_seen_time:type_name -> google.protobuf.Timestamp
+	88,  // 5: peloton.api.v1.Cluster.state_time:type_name -> google.protobuf.Timestamp
+	89,  // 6: peloton.api.v1.Cluster.capacity:type_name -> peloton.api.v1.Resources
+	89,  // 7: peloton.api.v1.Cluster.allocation:type_name -> peloton.api.v1.Resources
+	79,  // 8: peloton.api.v1.RegisterClusterRequest.labels:type_name -> peloton.api.v1.RegisterClusterRequest.LabelsEntry
 	4,   // 9: peloton.api.v1.RegisterClusterResponse.cluster:type_name -> peloton.api.v1.Cluster
 	4,   // 10: peloton.api.v1.GetClusterResponse.cluster:type_name -> peloton.api.v1.Cluster
 	4,   // 11: peloton.api.v1.ListClustersResponse.clusters:type_name -> peloton.api.v1.Cluster
 	4,   // 12: peloton.api.v1.CordonClusterResponse.cluster:type_name -> peloton.api.v1.Cluster
 	4,   // 13: peloton.api.v1.UncordonClusterResponse.cluster:type_name -> peloton.api.v1.Cluster
-	79,  // 14: peloton.api.v1.FederatedPoolPlacement.weights:type_name -> peloton.api.v1.FederatedPoolPlacement.WeightsEntry
-	85,  // 15: peloton.api.v1.FederatedPoolSpec.reservation:type_name -> peloton.api.v1.Resources
-	85,  // 16: peloton.api.v1.FederatedPoolSpec.limit:type_name -> peloton.api.v1.Resources
-	85,  // 17: peloton.api.v1.FederatedPoolSpec.share:type_name -> peloton.api.v1.Resources
+	80,  // 14: peloton.api.v1.FederatedPoolPlacement.weights:type_name -> peloton.api.v1.FederatedPoolPlacement.WeightsEntry
+	89,  // 15: peloton.api.v1.FederatedPoolSpec.reservation:type_name -> peloton.api.v1.Resources
+	89,  // 16: peloton.api.v1.FederatedPoolSpec.limit:type_name -> peloton.api.v1.Resources
+	89,  // 17: peloton.api.v1.FederatedPoolSpec.share:type_name -> peloton.api.v1.Resources
 	17,  // 18: peloton.api.v1.FederatedPoolSpec.placement:type_name -> peloton.api.v1.FederatedPoolPlacement
-	86,  // 19: peloton.api.v1.FederatedPoolCluster.desired:type_name -> peloton.api.v1.PoolSpec
-	86,  // 20: peloton.api.v1.FederatedPoolCluster.actual:type_name -> peloton.api.v1.PoolSpec
-	87,  // 21: peloton.api.v1.FederatedPoolCluster.status:type_name -> peloton.api.v1.PoolStatus
+	90,  // 19: peloton.api.v1.FederatedPoolCluster.desired:type_name -> peloton.api.v1.PoolSpec
+	90,  // 20: peloton.api.v1.FederatedPoolCluster.actual:type_name -> peloton.api.v1.PoolSpec
+	91,  // 21: peloton.api.v1.FederatedPoolCluster.status:type_name -> peloton.api.v1.PoolStatus
 	18,  // 22: peloton.api.v1.FederatedPool.spec:type_name -> peloton.api.v1.FederatedPoolSpec
 	19,  // 23: peloton.api.v1.FederatedPool.clusters:type_name -> peloton.api.v1.FederatedPoolCluster
-	87,  // 24: peloton.api.v1.FederatedPool.total:type_name -> peloton.api.v1.PoolStatus
+	91,  // 24: peloton.api.v1.FederatedPool.total:type_name -> peloton.api.v1.PoolStatus
 	18,  // 25: peloton.api.v1.CreateFederatedPoolRequest.spec:type_name -> peloton.api.v1.FederatedPoolSpec
 	20,  // 26: peloton.api.v1.CreateFederatedPoolResponse.pool:type_name -> peloton.api.v1.FederatedPool
 	20,  // 27: peloton.api.v1.GetFederatedPoolResponse.pool:type_name -> peloton.api.v1.FederatedPool
 	18,  // 28: peloton.api.v1.UpdateFederatedPoolRequest.spec:type_name -> peloton.api.v1.FederatedPoolSpec
 	20,  // 29: peloton.api.v1.UpdateFederatedPoolResponse.pool:type_name -> peloton.api.v1.FederatedPool
 	20,  // 30: peloton.api.v1.ListFederatedPoolsResponse.pools:type_name -> peloton.api.v1.FederatedPool
-	80,  // 31: peloton.api.v1.FederatedJobPlacement.cluster_selector:type_name -> peloton.api.v1.FederatedJobPlacement.ClusterSelectorEntry
-	88,  // 32: peloton.api.v1.FederatedJobSpec.job:type_name -> peloton.api.v1.JobSpec
+	81,  // 31: peloton.api.v1.FederatedJobPlacement.cluster_selector:type_name -> peloton.api.v1.FederatedJobPlacement.ClusterSelectorEntry
+	92,  // 32: peloton.api.v1.FederatedJobSpec.job:type_name -> peloton.api.v1.JobSpec
 	31,  // 33: peloton.api.v1.FederatedJobSpec.placement:type_name -> peloton.api.v1.FederatedJobPlacement
-	84,  // 34: peloton.api.v1.FederatedJobAttempt.dispatch_time:type_name -> google.protobuf.Timestamp
+	88,  // 34: peloton.api.v1.FederatedJobAttempt.dispatch_time:type_name -> google.protobuf.Timestamp
 	32,  // 35: peloton.api.v1.FederatedJob.spec:type_name -> peloton.api.v1.FederatedJobSpec
 	1,   // 36: peloton.api.v1.FederatedJob.dispatch_state:type_name -> peloton.api.v1.DispatchState
-	89,  // 37: peloton.api.v1.FederatedJob.status:type_name -> peloton.api.v1.JobStatus
+	93,  // 37: peloton.api.v1.FederatedJob.status:type_name -> peloton.api.v1.JobStatus
 	33,  // 38: peloton.api.v1.FederatedJob.attempts:type_name -> peloton.api.v1.FederatedJobAttempt
-	84,  // 39: peloton.api.v1.FederatedJob.create_time:type_name -> google.protobuf.Timestamp
+	88,  // 39: peloton.api.v1.FederatedJob.create_time:type_name -> google.protobuf.Timestamp
 	32,  // 40: peloton.api.v1.CreateFederatedJobRequest.spec:type_name -> peloton.api.v1.FederatedJobSpec
 	34,  // 41: peloton.api.v1.GetFederatedJobResponse.job:type_name -> peloton.api.v1.FederatedJob
 	34,  // 42: peloton.api.v1.ListFederatedJobsResponse.jobs:type_name -> peloton.api.v1.FederatedJob
-	81,  // 43: peloton.api.v1.ClusterShare.selector:type_name -> peloton.api.v1.ClusterShare.SelectorEntry
-	43,  // 44: peloton.api.v1.ServicePlacement.clusters:type_name -> peloton.api.v1.ClusterShare
-	45,  // 45: peloton.api.v1.ServicePlacement.failover:type_name -> peloton.api.v1.FailoverPolicy
-	88,  // 46: peloton.api.v1.FederatedServiceSpec.job:type_name -> peloton.api.v1.JobSpec
-	44,  // 47: peloton.api.v1.FederatedServiceSpec.placement:type_name -> peloton.api.v1.ServicePlacement
-	90,  // 48: peloton.api.v1.ServiceCluster.state:type_name -> peloton.api.v1.JobState
-	82,  // 49: peloton.api.v1.ServiceCluster.covering:type_name -> peloton.api.v1.ServiceCluster.CoveringEntry
-	91,  // 50: peloton.api.v1.RolloutSpec.update:type_name -> peloton.api.v1.UpdateSpec
-	3,   // 51: peloton.api.v1.RolloutStep.state:type_name -> peloton.api.v1.RolloutStepState
-	84,  // 52: peloton.api.v1.RolloutStep.start_time:type_name -> google.protobuf.Timestamp
-	84,  // 53: peloton.api.v1.RolloutStep.end_time:type_name -> google.protobuf.Timestamp
-	48,  // 54: peloton.api.v1.ServiceRollout.spec:type_name -> peloton.api.v1.RolloutSpec
-	2,   // 55: peloton.api.v1.ServiceRollout.state:type_name -> peloton.api.v1.RolloutState
-	49,  // 56: peloton.api.v1.ServiceRollout.steps:type_name -> peloton.api.v1.RolloutStep
-	84,  // 57: peloton.api.v1.ServiceRollout.create_time:type_name -> google.protobuf.Timestamp
-	84,  // 58: peloton.api.v1.ServiceRollout.end_time:type_name -> google.protobuf.Timestamp
-	88,  // 59: peloton.api.v1.ServiceVersion.job:type_name -> peloton.api.v1.JobSpec
-	84,  // 60: peloton.api.v1.ServiceVersion.create_time:type_name -> google.protobuf.Timestamp
-	46,  // 61: peloton.api.v1.FederatedService.spec:type_name -> peloton.api.v1.FederatedServiceSpec
-	84,  // 62: peloton.api.v1.FederatedService.create_time:type_name -> google.protobuf.Timestamp
-	47,  // 63: peloton.api.v1.FederatedService.clusters:type_name -> peloton.api.v1.ServiceCluster
-	51,  // 64: peloton.api.v1.FederatedService.versions:type_name -> peloton.api.v1.ServiceVersion
-	50,  // 65: peloton.api.v1.FederatedService.rollout:type_name -> peloton.api.v1.ServiceRollout
-	50,  // 66: peloton.api.v1.FederatedService.history:type_name -> peloton.api.v1.ServiceRollout
-	46,  // 67: peloton.api.v1.CreateFederatedServiceRequest.spec:type_name -> peloton.api.v1.FederatedServiceSpec
-	83,  // 68: peloton.api.v1.CreateFederatedServiceResponse.split:type_name -> peloton.api.v1.CreateFederatedServiceResponse.SplitEntry
-	52,  // 69: peloton.api.v1.GetFederatedServiceResponse.service:type_name -> peloton.api.v1.FederatedService
-	52,  // 70: peloton.api.v1.ListFederatedServicesResponse.services:type_name -> peloton.api.v1.FederatedService
-	88,  // 71: peloton.api.v1.UpdateFederatedServiceRequest.job:type_name -> peloton.api.v1.JobSpec
-	48,  // 72: peloton.api.v1.UpdateFederatedServiceRequest.rollout:type_name -> peloton.api.v1.RolloutSpec
-	52,  // 73: peloton.api.v1.UpdateFederatedServiceResponse.service:type_name -> peloton.api.v1.FederatedService
-	52,  // 74: peloton.api.v1.FederatedServiceRolloutResponse.service:type_name -> peloton.api.v1.FederatedService
-	84,  // 75: peloton.api.v1.RequestDisruptionResponse.expires:type_name -> google.protobuf.Timestamp
-	84,  // 76: peloton.api.v1.SlaGrant.expires:type_name -> google.protobuf.Timestamp
-	5,   // 77: peloton.api.v1.ClusterService.RegisterCluster:input_type -> peloton.api.v1.RegisterClusterRequest
-	7,   // 78: peloton.api.v1.ClusterService.DeregisterCluster:input_type -> peloton.api.v1.DeregisterClusterRequest
-	9,   // 79: peloton.api.v1.ClusterService.GetCluster:input_type -> peloton.api.v1.GetClusterRequest
-	11,  // 80: peloton.api.v1.ClusterService.ListClusters:input_type -> peloton.api.v1.ListClustersRequest
-	13,  // 81: peloton.api.v1.ClusterService.CordonCluster:input_type -> peloton.api.v1.CordonClusterRequest
-	15,  // 82: peloton.api.v1.ClusterService.UncordonCluster:input_type -> peloton.api.v1.UncordonClusterRequest
-	21,  // 83: peloton.api.v1.FederatedPoolService.CreateFederatedPool:input_type -> peloton.api.v1.CreateFederatedPoolRequest
-	23,  // 84: peloton.api.v1.FederatedPoolService.GetFederatedPool:input_type -> peloton.api.v1.GetFederatedPoolRequest
-	25,  // 85: peloton.api.v1.FederatedPoolService.UpdateFederatedPool:input_type -> peloton.api.v1.UpdateFederatedPoolRequest
-	27,  // 86: peloton.api.v1.FederatedPoolService.DeleteFederatedPool:input_type -> peloton.api.v1.DeleteFederatedPoolRequest
-	29,  // 87: peloton.api.v1.FederatedPoolService.ListFederatedPools:input_type -> peloton.api.v1.ListFederatedPoolsRequest
-	35,  // 88: peloton.api.v1.FederatedJobService.CreateFederatedJob:input_type -> peloton.api.v1.CreateFederatedJobRequest
-	37,  // 89: peloton.api.v1.FederatedJobService.GetFederatedJob:input_type -> peloton.api.v1.GetFederatedJobRequest
-	39,  // 90: peloton.api.v1.FederatedJobService.ListFederatedJobs:input_type -> peloton.api.v1.ListFederatedJobsRequest
-	41,  // 91: peloton.api.v1.FederatedJobService.KillFederatedJob:input_type -> peloton.api.v1.KillFederatedJobRequest
-	53,  // 92: peloton.api.v1.FederatedServiceService.CreateFederatedService:input_type -> peloton.api.v1.CreateFederatedServiceRequest
-	55,  // 93: peloton.api.v1.FederatedServiceService.GetFederatedService:input_type -> peloton.api.v1.GetFederatedServiceRequest
-	57,  // 94: peloton.api.v1.FederatedServiceService.ListFederatedServices:input_type -> peloton.api.v1.ListFederatedServicesRequest
-	66,  // 95: peloton.api.v1.FederatedServiceService.DeleteFederatedService:input_type -> peloton.api.v1.DeleteFederatedServiceRequest
-	59,  // 96: peloton.api.v1.FederatedServiceService.UpdateFederatedService:input_type -> peloton.api.v1.UpdateFederatedServiceRequest
-	61,  // 97: peloton.api.v1.FederatedServiceService.PauseFederatedService:input_type -> peloton.api.v1.PauseFederatedServiceRequest
-	62,  // 98: peloton.api.v1.FederatedServiceService.ResumeFederatedService:input_type -> peloton.api.v1.ResumeFederatedServiceRequest
-	63,  // 99: peloton.api.v1.FederatedServiceService.AbortFederatedService:input_type -> peloton.api.v1.AbortFederatedServiceRequest
-	64,  // 100: peloton.api.v1.FederatedServiceService.RollbackFederatedService:input_type -> peloton.api.v1.RollbackFederatedServiceRequest
-	68,  // 101: peloton.api.v1.GlobalSlaService.RequestDisruption:input_type -> peloton.api.v1.RequestDisruptionRequest
-	70,  // 102: peloton.api.v1.GlobalSlaService.ReleaseDisruption:input_type -> peloton.api.v1.ReleaseDisruptionRequest
-	72,  // 103: peloton.api.v1.GlobalSlaService.RenewDisruption:input_type -> peloton.api.v1.RenewDisruptionRequest
-	74,  // 104: peloton.api.v1.GlobalSlaService.ReportUnavailable:input_type -> peloton.api.v1.ReportUnavailableRequest
-	6,   // 105: peloton.api.v1.ClusterService.RegisterCluster:output_type -> peloton.api.v1.RegisterClusterResponse
-	8,   // 106: peloton.api.v1.ClusterService.DeregisterCluster:output_type -> peloton.api.v1.DeregisterClusterResponse
-	10,  // 107: peloton.api.v1.ClusterService.GetCluster:output_type -> peloton.api.v1.GetClusterResponse
-	12,  // 108: peloton.api.v1.ClusterService.ListClusters:output_type -> peloton.api.v1.ListClustersResponse
-	14,  // 109: peloton.api.v1.ClusterService.CordonCluster:output_type -> peloton.api.v1.CordonClusterResponse
-	16,  // 110: peloton.api.v1.ClusterService.UncordonCluster:output_type -> peloton.api.v1.UncordonClusterResponse
-	22,  // 111: peloton.api.v1.FederatedPoolService.CreateFederatedPool:output_type -> peloton.api.v1.CreateFederatedPoolResponse
-	24,  // 112: peloton.api.v1.FederatedPoolService.GetFederatedPool:output_type -> peloton.api.v1.GetFederatedPoolResponse
-	26,  // 113: peloton.api.v1.FederatedPoolService.UpdateFederatedPool:output_type -> peloton.api.v1.UpdateFederatedPoolResponse
-	28,  // 114: peloton.api.v1.FederatedPoolService.DeleteFederatedPool:output_type -> peloton.api.v1.DeleteFederatedPoolResponse
-	30,  // 115: peloton.api.v1.FederatedPoolService.ListFederatedPools:output_type -> peloton.api.v1.ListFederatedPoolsResponse
-	36,  // 116: peloton.api.v1.FederatedJobService.CreateFederatedJob:output_type -> peloton.api.v1.CreateFederatedJobResponse
-	38,  // 117: peloton.api.v1.FederatedJobService.GetFederatedJob:output_type -> peloton.api.v1.GetFederatedJobResponse
-	40,  // 118: peloton.api.v1.FederatedJobService.ListFederatedJobs:output_type -> peloton.api.v1.ListFederatedJobsResponse
-	42,  // 119: peloton.api.v1.FederatedJobService.KillFederatedJob:output_type -> peloton.api.v1.KillFederatedJobResponse
-	54,  // 120: peloton.api.v1.FederatedServiceService.CreateFederatedService:output_type -> peloton.api.v1.CreateFederatedServiceResponse
-	56,  // 121: peloton.api.v1.FederatedServiceService.GetFederatedService:output_type -> peloton.api.v1.GetFederatedServiceResponse
-	58,  // 122: peloton.api.v1.FederatedServiceService.ListFederatedServices:output_type -> peloton.api.v1.ListFederatedServicesResponse
-	67,  // 123: peloton.api.v1.FederatedServiceService.DeleteFederatedService:output_type -> peloton.api.v1.DeleteFederatedServiceResponse
-	60,  // 124: peloton.api.v1.FederatedServiceService.UpdateFederatedService:output_type -> peloton.api.v1.UpdateFederatedServiceResponse
-	65,  // 125: peloton.api.v1.FederatedServiceService.PauseFederatedService:output_type -> peloton.api.v1.FederatedServiceRolloutResponse
-	65,  // 126: peloton.api.v1.FederatedServiceService.ResumeFederatedService:output_type -> peloton.api.v1.FederatedServiceRolloutResponse
-	65,  // 127: peloton.api.v1.FederatedServiceService.AbortFederatedService:output_type -> peloton.api.v1.FederatedServiceRolloutResponse
-	65,  // 128: peloton.api.v1.FederatedServiceService.RollbackFederatedService:output_type -> peloton.api.v1.FederatedServiceRolloutResponse
-	69,  // 129: peloton.api.v1.GlobalSlaService.RequestDisruption:output_type -> peloton.api.v1.RequestDisruptionResponse
-	71,  // 130: peloton.api.v1.GlobalSlaService.ReleaseDisruption:output_type -> peloton.api.v1.ReleaseDisruptionResponse
-	73,  // 131: peloton.api.v1.GlobalSlaService.RenewDisruption:output_type -> peloton.api.v1.RenewDisruptionResponse
-	75,  // 132: peloton.api.v1.GlobalSlaService.ReportUnavailable:output_type -> peloton.api.v1.ReportUnavailableResponse
-	105, // [105:133] is the sub-list for method output_type
-	77,  // [77:105] is the sub-list for method input_type
-	77,  // [77:77] is the sub-list for extension type_name
-	77,  // [77:77] is the sub-list for extension extendee
-	0,   // [0:77] is the sub-list for field type_name
+	82,  // 43: peloton.api.v1.ClusterShare.selector:type_name -> peloton.api.v1.ClusterShare.SelectorEntry
+	44,  // 44: peloton.api.v1.ClusterShare.override:type_name -> peloton.api.v1.ClusterOverride
+	83,  // 45: peloton.api.v1.ClusterOverride.env:type_name -> peloton.api.v1.ClusterOverride.EnvEntry
+	89,  // 46: peloton.api.v1.ClusterOverride.resources:type_name -> peloton.api.v1.Resources
+	84,  // 47: peloton.api.v1.ClusterOverride.labels:type_name -> peloton.api.v1.ClusterOverride.LabelsEntry
+	43,  // 48: peloton.api.v1.ServicePlacement.clusters:type_name -> peloton.api.v1.ClusterShare
+	46,  // 49: peloton.api.v1.ServicePlacement.failover:type_name -> peloton.api.v1.FailoverPolicy
+	92,  // 50: peloton.api.v1.FederatedServiceSpec.job:type_name -> peloton.api.v1.JobSpec
+	45,  // 51: peloton.api.v1.FederatedServiceSpec.placement:type_name -> peloton.api.v1.ServicePlacement
+	94,  // 52: peloton.api.v1.ServiceCluster.state:type_name -> peloton.api.v1.JobState
+	85,  // 53: peloton.api.v1.ServiceCluster.covering:type_name -> peloton.api.v1.ServiceCluster.CoveringEntry
+	44,  // 54: peloton.api.v1.ServiceCluster.override:type_name -> peloton.api.v1.ClusterOverride
+	95,  // 55: peloton.api.v1.RolloutSpec.update:type_name -> peloton.api.v1.UpdateSpec
+	3,   // 56: peloton.api.v1.RolloutStep.state:type_name -> peloton.api.v1.RolloutStepState
+	88,  // 57: peloton.api.v1.RolloutStep.start_time:type_name -> google.protobuf.Timestamp
+	88,  // 58: peloton.api.v1.RolloutStep.end_time:type_name -> google.protobuf.Timestamp
+	49,  // 59: peloton.api.v1.ServiceRollout.spec:type_name -> peloton.api.v1.RolloutSpec
+	2,   // 60: peloton.api.v1.ServiceRollout.state:type_name -> peloton.api.v1.RolloutState
+	50,  // 61: peloton.api.v1.ServiceRollout.steps:type_name -> peloton.api.v1.RolloutStep
+	88,  // 62: peloton.api.v1.ServiceRollout.create_time:type_name -> google.protobuf.Timestamp
+	88,  // 63: peloton.api.v1.ServiceRollout.end_time:type_name -> google.protobuf.Timestamp
+	92,  // 64: peloton.api.v1.ServiceVersion.job:type_name -> peloton.api.v1.JobSpec
+	88,  // 65: peloton.api.v1.ServiceVersion.create_time:type_name -> google.protobuf.Timestamp
+	86,  // 66: peloton.api.v1.ServiceVersion.overrides:type_name -> peloton.api.v1.ServiceVersion.OverridesEntry
+	45,  // 67: peloton.api.v1.ServiceVersion.placement:type_name -> peloton.api.v1.ServicePlacement
+	47,  // 68: peloton.api.v1.FederatedService.spec:type_name -> peloton.api.v1.FederatedServiceSpec
+	88,  // 69: peloton.api.v1.FederatedService.create_time:type_name -> google.protobuf.Timestamp
+	48,  // 70: peloton.api.v1.FederatedService.clusters:type_name -> peloton.api.v1.ServiceCluster
+	52,  // 71: peloton.api.v1.FederatedService.versions:type_name -> peloton.api.v1.ServiceVersion
+	51,  // 72: peloton.api.v1.FederatedService.rollout:type_name -> peloton.api.v1.ServiceRollout
+	51,  // 73: peloton.api.v1.FederatedService.history:type_name -> peloton.api.v1.ServiceRollout
+	47,  // 74: peloton.api.v1.CreateFederatedServiceRequest.spec:type_name -> peloton.api.v1.FederatedServiceSpec
+	87,  // 75: peloton.api.v1.CreateFederatedServiceResponse.split:type_name -> peloton.api.v1.CreateFederatedServiceResponse.SplitEntry
+	53,  // 76: peloton.api.v1.GetFederatedServiceResponse.service:type_name -> peloton.api.v1.FederatedService
+	53,  // 77: peloton.api.v1.ListFederatedServicesResponse.services:type_name -> peloton.api.v1.FederatedService
+	92,  // 78: peloton.api.v1.UpdateFederatedServiceRequest.job:type_name -> peloton.api.v1.JobSpec
+	49,  // 79: peloton.api.v1.UpdateFederatedServiceRequest.rollout:type_name -> peloton.api.v1.RolloutSpec
+	45,  // 80: peloton.api.v1.UpdateFederatedServiceRequest.placement:type_name -> peloton.api.v1.ServicePlacement
+	53,  // 81: peloton.api.v1.UpdateFederatedServiceResponse.service:type_name -> peloton.api.v1.FederatedService
+	53,  // 82: peloton.api.v1.FederatedServiceRolloutResponse.service:type_name -> peloton.api.v1.FederatedService
+	88,  // 83: peloton.api.v1.RequestDisruptionResponse.expires:type_name -> google.protobuf.Timestamp
+	88,  // 84: peloton.api.v1.SlaGrant.expires:type_name -> google.protobuf.Timestamp
+	44,  // 85: peloton.api.v1.ServiceVersion.OverridesEntry.value:type_name -> peloton.api.v1.ClusterOverride
+	5,   // 86: peloton.api.v1.ClusterService.RegisterCluster:input_type -> peloton.api.v1.RegisterClusterRequest
+	7,   // 87: peloton.api.v1.ClusterService.DeregisterCluster:input_type -> peloton.api.v1.DeregisterClusterRequest
+	9,   // 88: peloton.api.v1.ClusterService.GetCluster:input_type -> peloton.api.v1.GetClusterRequest
+	11,  // 89: peloton.api.v1.ClusterService.ListClusters:input_type -> peloton.api.v1.ListClustersRequest
+	13,  // 90: peloton.api.v1.ClusterService.CordonCluster:input_type -> peloton.api.v1.CordonClusterRequest
+	15,  // 91: peloton.api.v1.ClusterService.UncordonCluster:input_type -> peloton.api.v1.UncordonClusterRequest
+	21,  // 92: peloton.api.v1.FederatedPoolService.CreateFederatedPool:input_type -> peloton.api.v1.CreateFederatedPoolRequest
+	23,  // 93: peloton.api.v1.FederatedPoolService.GetFederatedPool:input_type -> peloton.api.v1.GetFederatedPoolRequest
+	25,  // 94: peloton.api.v1.FederatedPoolService.UpdateFederatedPool:input_type -> peloton.api.v1.UpdateFederatedPoolRequest
+	27,  // 95: peloton.api.v1.FederatedPoolService.DeleteFederatedPool:input_type -> peloton.api.v1.DeleteFederatedPoolRequest
+	29,  // 96: peloton.api.v1.FederatedPoolService.ListFederatedPools:input_type -> peloton.api.v1.ListFederatedPoolsRequest
+	35,  // 97: peloton.api.v1.FederatedJobService.CreateFederatedJob:input_type -> peloton.api.v1.CreateFederatedJobRequest
+	37,  // 98: peloton.api.v1.FederatedJobService.GetFederatedJob:input_type -> peloton.api.v1.GetFederatedJobRequest
+	39,  // 99: peloton.api.v1.FederatedJobService.ListFederatedJobs:input_type -> peloton.api.v1.ListFederatedJobsRequest
+	41,  // 100: peloton.api.v1.FederatedJobService.KillFederatedJob:input_type -> peloton.api.v1.KillFederatedJobRequest
+	54,  // 101: peloton.api.v1.FederatedServiceService.CreateFederatedService:input_type -> peloton.api.v1.CreateFederatedServiceRequest
+	56,  // 102: peloton.api.v1.FederatedServiceService.GetFederatedService:input_type -> peloton.api.v1.GetFederatedServiceRequest
+	58,  // 103: peloton.api.v1.FederatedServiceService.ListFederatedServices:input_type -> peloton.api.v1.ListFederatedServicesRequest
+	67,  // 104: peloton.api.v1.FederatedServiceService.DeleteFederatedService:input_type -> peloton.api.v1.DeleteFederatedServiceRequest
+	60,  // 105: peloton.api.v1.FederatedServiceService.UpdateFederatedService:input_type -> peloton.api.v1.UpdateFederatedServiceRequest
+	62,  // 106: peloton.api.v1.FederatedServiceService.PauseFederatedService:input_type -> peloton.api.v1.PauseFederatedServiceRequest
+	63,  // 107: peloton.api.v1.FederatedServiceService.ResumeFederatedService:input_type -> peloton.api.v1.ResumeFederatedServiceRequest
+	64,  // 108: peloton.api.v1.FederatedServiceService.AbortFederatedService:input_type -> peloton.api.v1.AbortFederatedServiceRequest
+	65,  // 109: peloton.api.v1.FederatedServiceService.RollbackFederatedService:input_type -> peloton.api.v1.RollbackFederatedServiceRequest
+	69,  // 110: peloton.api.v1.GlobalSlaService.RequestDisruption:input_type -> peloton.api.v1.RequestDisruptionRequest
+	71,  // 111: peloton.api.v1.GlobalSlaService.ReleaseDisruption:input_type -> peloton.api.v1.ReleaseDisruptionRequest
+	73,  // 112: peloton.api.v1.GlobalSlaService.RenewDisruption:input_type -> peloton.api.v1.RenewDisruptionRequest
+	75,  // 113: peloton.api.v1.GlobalSlaService.ReportUnavailable:input_type -> peloton.api.v1.ReportUnavailableRequest
+	6,   // 114: peloton.api.v1.ClusterService.RegisterCluster:output_type -> peloton.api.v1.RegisterClusterResponse
+	8,   // 115: peloton.api.v1.ClusterService.DeregisterCluster:output_type -> peloton.api.v1.DeregisterClusterResponse
+	10,  // 116: peloton.api.v1.ClusterService.GetCluster:output_type -> peloton.api.v1.GetClusterResponse
+	12,  // 117: peloton.api.v1.ClusterService.ListClusters:output_type -> peloton.api.v1.ListClustersResponse
+	14,  // 118: peloton.api.v1.ClusterService.CordonCluster:output_type -> peloton.api.v1.CordonClusterResponse
+	16,  // 119: peloton.api.v1.ClusterService.UncordonCluster:output_type -> peloton.api.v1.UncordonClusterResponse
+	22,  // 120: peloton.api.v1.FederatedPoolService.CreateFederatedPool:output_type -> peloton.api.v1.CreateFederatedPoolResponse
+	24,  // 121: peloton.api.v1.FederatedPoolService.GetFederatedPool:output_type -> peloton.api.v1.GetFederatedPoolResponse
+	26,  // 122: peloton.api.v1.FederatedPoolService.UpdateFederatedPool:output_type -> peloton.api.v1.UpdateFederatedPoolResponse
+	28,  // 123: peloton.api.v1.FederatedPoolService.DeleteFederatedPool:output_type -> peloton.api.v1.DeleteFederatedPoolResponse
+	30,  // 124: peloton.api.v1.FederatedPoolService.ListFederatedPools:output_type -> peloton.api.v1.ListFederatedPoolsResponse
+	36,  // 125: peloton.api.v1.FederatedJobService.CreateFederatedJob:output_type -> peloton.api.v1.CreateFederatedJobResponse
+	38,  // 126: peloton.api.v1.FederatedJobService.GetFederatedJob:output_type -> peloton.api.v1.GetFederatedJobResponse
+	40,  // 127: peloton.api.v1.FederatedJobService.ListFederatedJobs:output_type -> peloton.api.v1.ListFederatedJobsResponse
+	42,  // 128: peloton.api.v1.FederatedJobService.KillFederatedJob:output_type -> peloton.api.v1.KillFederatedJobResponse
+	55,  // 129: peloton.api.v1.FederatedServiceService.CreateFederatedService:output_type -> peloton.api.v1.CreateFederatedServiceResponse
+	57,  // 130: peloton.api.v1.FederatedServiceService.GetFederatedService:output_type -> peloton.api.v1.GetFederatedServiceResponse
+	59,  // 131: peloton.api.v1.FederatedServiceService.ListFederatedServices:output_type -> peloton.api.v1.ListFederatedServicesResponse
+	68,  // 132: peloton.api.v1.FederatedServiceService.DeleteFederatedService:output_type -> peloton.api.v1.DeleteFederatedServiceResponse
+	61,  // 133: peloton.api.v1.FederatedServiceService.UpdateFederatedService:output_type -> peloton.api.v1.UpdateFederatedServiceResponse
+	66,  // 134: peloton.api.v1.FederatedServiceService.PauseFederatedService:output_type -> peloton.api.v1.FederatedServiceRolloutResponse
+	66,  // 135: peloton.api.v1.FederatedServiceService.ResumeFederatedService:output_type -> peloton.api.v1.FederatedServiceRolloutResponse
+	66,  // 136: peloton.api.v1.FederatedServiceService.AbortFederatedService:output_type -> peloton.api.v1.FederatedServiceRolloutResponse
+	66,  // 137: peloton.api.v1.FederatedServiceService.RollbackFederatedService:output_type -> peloton.api.v1.FederatedServiceRolloutResponse
+	70,  // 138: peloton.api.v1.GlobalSlaService.RequestDisruption:output_type -> peloton.api.v1.RequestDisruptionResponse
+	72,  // 139: peloton.api.v1.GlobalSlaService.ReleaseDisruption:output_type -> peloton.api.v1.ReleaseDisruptionResponse
+	74,  // 140: peloton.api.v1.GlobalSlaService.RenewDisruption:output_type -> peloton.api.v1.RenewDisruptionResponse
+	76,  // 141: peloton.api.v1.GlobalSlaService.ReportUnavailable:output_type -> peloton.api.v1.ReportUnavailableResponse
+	114, // [114:142] is the sub-list for method output_type
+	86,  // [86:114] is the sub-list for method input_type
+	86,  // [86:86] is the sub-list for extension type_name
+	86,  // [86:86] is the sub-list for extension extendee
+	0,   // [0:86] is the sub-list for field type_name
 }
 
 func init() { file_peloton_api_v1_federation_proto_init() }
@@ -5397,7 +5576,7 @@ func file_peloton_api_v1_federation_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_peloton_api_v1_federation_proto_rawDesc), len(file_peloton_api_v1_federation_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   80,
+			NumMessages:   84,
 			NumExtensions: 0,
 			NumServices:   5,
 		},
