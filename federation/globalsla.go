@@ -42,6 +42,9 @@ type globalSLA struct {
 	grants map[string]*pelotonv1.SlaGrant
 	// down is what each (cluster, job) reported down.
 	down map[string]map[uint32]bool // key: cluster + "/" + job
+	// held is what each (cluster, job) reported held by grants it made on
+	// its own share while it could not reach the federation.
+	held map[string]map[uint32]bool // key: cluster + "/" + job
 }
 
 func downKey(cluster, job string) string { return cluster + "/" + job }
@@ -66,6 +69,7 @@ func (sl *SLA) loadGrants(ctx context.Context) error {
 	defer sl.f.mu.Unlock()
 	sl.f.sla.grants = grants
 	sl.f.sla.down = map[string]map[uint32]bool{}
+	sl.f.sla.held = map[string]map[uint32]bool{}
 	sl.f.sla.loaded = true
 	return nil
 }
@@ -102,9 +106,15 @@ func (sl *SLA) unavailableLocked(s *fedService) (map[instKey]string, map[string]
 	perCluster := map[string]int{}
 	daemon := s.rec.Spec.Job.GetType() == pelotonv1.JobType_DAEMON // no count: every slot is an instance
 	for _, p := range s.rec.Clusters {
-		for i := range sl.f.sla.down[downKey(p.Cluster, p.ClusterJobId)] {
+		key := downKey(p.Cluster, p.ClusterJobId)
+		for i := range sl.f.sla.down[key] {
 			if i < p.Desired || daemon {
 				out[instKey{p.Cluster, i}] = ""
+			}
+		}
+		for i := range sl.f.sla.held[key] {
+			if _, ok := out[instKey{p.Cluster, i}]; !ok && (i < p.Desired || daemon) {
+				out[instKey{p.Cluster, i}] = "cluster " + p.Cluster + " (granted on its own share while the federation was away)"
 			}
 		}
 	}
@@ -283,19 +293,26 @@ func (sl *SLA) RenewDisruption(ctx context.Context, id string, ttl time.Duration
 	return nil
 }
 
-// ReportUnavailable replaces what a cluster's job has down.
-func (sl *SLA) ReportUnavailable(cluster, job string, instances []uint32) {
+// ReportUnavailable replaces what a cluster's job has down, and what
+// grants the cluster made on its own share hold.
+func (sl *SLA) ReportUnavailable(cluster, job string, instances, held []uint32) {
 	sl.f.mu.Lock()
 	defer sl.f.mu.Unlock()
+	replaceSet(sl.f.sla.down, downKey(cluster, job), instances)
+	replaceSet(sl.f.sla.held, downKey(cluster, job), held)
+}
+
+// replaceSet sets m[key] to the set of instances, or deletes it for none.
+func replaceSet(m map[string]map[uint32]bool, key string, instances []uint32) {
 	if len(instances) == 0 {
-		delete(sl.f.sla.down, downKey(cluster, job))
+		delete(m, key)
 		return
 	}
-	set := map[uint32]bool{}
+	set := make(map[uint32]bool, len(instances))
 	for _, i := range instances {
 		set[i] = true
 	}
-	sl.f.sla.down[downKey(cluster, job)] = set
+	m[key] = set
 }
 
 // SLAView is a federated service's budget use across its clusters now.

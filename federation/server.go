@@ -370,6 +370,6 @@ func (s *Server) ReportUnavailable(ctx context.Context, req *pelotonv1.ReportUna
 	if req.Cluster == "" || req.JobId == "" {
 		return nil, apierr.Invalid("cluster", "cluster and jobId are required")
 	}
-	s.f.SLA().ReportUnavailable(req.Cluster, req.JobId, req.Instances)
+	s.f.SLA().ReportUnavailable(req.Cluster, req.JobId, req.Instances, req.Held)
 	return &pelotonv1.ReportUnavailableResponse{}, nil
 }

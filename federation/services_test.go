@@ -660,3 +660,46 @@ func partJobs(stacks []*stack, s *pelotonv1.FederatedService) string {
 	}
 	return strings.Join(out, "; ")
 }
+
+// TestGlobalSLACountsGrantsMadeOnAShare: instances a cluster reports held
+// by grants it made on its own share (while it could not reach the
+// federation) count against the service's budget like the federation's
+// own grants, named in a refusal, until a report leaves them out.
+func TestGlobalSLACountsGrantsMadeOnAShare(t *testing.T) {
+	e, _ := storetest.StartEtcd(t)
+	f := startFederation(t, e)
+	a := startStack(t, e.Endpoints(), "a", 1)
+	b := startStack(t, e.Endpoints(), "b", 1)
+	register(t, f, a, nil)
+	register(t, f, b, nil)
+	svc, err := f.Services().CreateService(ctxT(t), serviceSpec("web", 2, 1), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var aJob, bJob *pelotonv1.Job
+	testutil.Eventually(t, 30*time.Second, "both parts made", func() error {
+		cur, _ := f.Services().GetService(svc.Id)
+		for _, p := range cur.Clusters {
+			if p.ClusterJobId == "" {
+				return fmt.Errorf("part %s has no job yet", p.Cluster)
+			}
+		}
+		aJob, _ = partJob(t, a, cur)
+		bJob, _ = partJob(t, b, cur)
+		return nil
+	})
+	f.SLA().ReportUnavailable("a", aJob.Id, nil, []uint32{0})
+	if n, per, _ := f.SLA().SLAView(svc.Id); n != 1 || per["a"] != 1 {
+		t.Fatalf("with a's grant reported: %d unavailable (%v), want 1 in a", n, per)
+	}
+	_, err = f.SLA().RequestDisruption(ctxT(t), &pelotonv1.RequestDisruptionRequest{Cluster: "b", JobId: bJob.Id,
+		Instances: []uint32{0}, Holder: "drain/h", TtlSeconds: 60})
+	if status.Code(err) != codes.FailedPrecondition || !contains(err, "(a: 1)") {
+		t.Fatalf("b's disruption over the budget a's own grant holds: %v", err)
+	}
+	f.SLA().ReportUnavailable("a", aJob.Id, nil, nil)
+	if _, err := f.SLA().RequestDisruption(ctxT(t), &pelotonv1.RequestDisruptionRequest{Cluster: "b", JobId: bJob.Id,
+		Instances: []uint32{0}, Holder: "drain/h", TtlSeconds: 60}); err != nil {
+		t.Fatalf("b's disruption once a's grant is over: %v", err)
+	}
+}

@@ -13,6 +13,9 @@
 // (sla.FallbackReporter), and only one call per ProbeEvery goes to the
 // federation to find out whether it is back. Grants of the federation
 // carry the prefix "fed:" so their release and renewal go back to it.
+// The grants made here meanwhile are in every report to the federation
+// while they last (ReportUnavailableRequest.held), the first one sent as
+// soon as it answers again: from then on it counts them.
 package fed
 
 import (
@@ -20,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -57,6 +61,20 @@ type Router struct {
 	probed time.Time
 	// reports: each federated job's last report, sent again by Run.
 	reports map[string][]uint32
+	// localGrants: the grants this cluster made on its own share for
+	// federated jobs, by grant id, until released or expired. Every
+	// report carries the instances they hold, so that a federation that
+	// comes back counts them from its first report on.
+	localGrants map[string]localGrant
+	// kick wakes Run to report at once (the federation answers again).
+	kick chan struct{}
+}
+
+// localGrant is a grant of the local evaluator for a federated job.
+type localGrant struct {
+	job       string
+	instances []uint32
+	expires   time.Time
 }
 
 // New routes federated jobs of cluster to remote and the rest to local.
@@ -68,7 +86,7 @@ func New(local sla.Evaluator, remote pelotonv1.GlobalSlaServiceClient, cluster s
 	}
 	return &Router{local: local, remote: remote, cluster: cluster, log: log.With("component", "fedsla"),
 		remoteTimeout: RemoteTimeout, probeEvery: ProbeEvery,
-		groups: map[string]string{}, reports: map[string][]uint32{}}
+		groups: map[string]string{}, reports: map[string][]uint32{}, localGrants: map[string]localGrant{}, kick: make(chan struct{}, 1)}
 }
 
 const (
@@ -138,6 +156,7 @@ func (r *Router) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-r.kick:
 		}
 		r.mu.Lock()
 		remote := r.remote
@@ -145,13 +164,18 @@ func (r *Router) Run(ctx context.Context) {
 		for id, down := range r.reports {
 			again[id] = down
 		}
+		for _, g := range r.localGrants {
+			if _, ok := again[g.job]; !ok && r.groups[g.job] != "" {
+				again[g.job] = nil
+			}
+		}
 		r.mu.Unlock()
 		if remote == nil {
 			continue
 		}
 		for id, down := range again {
 			cctx, cancel := context.WithTimeout(ctx, r.remoteTimeout)
-			_, err := remote.ReportUnavailable(cctx, &pelotonv1.ReportUnavailableRequest{Cluster: r.cluster, JobId: id, Instances: down})
+			_, err := remote.ReportUnavailable(cctx, &pelotonv1.ReportUnavailableRequest{Cluster: r.cluster, JobId: id, Instances: down, Held: r.held(id)})
 			cancel()
 			// A report is also the probe that ends (or starts) a
 			// fallback while no disruption is asked for, so that the
@@ -206,14 +230,60 @@ func (r *Router) setFallback(on bool, why error) {
 	case !on && was:
 		r.log.Info("the federation's SLA evaluator answers again: federated services' disruptions ask it")
 		metrics.SLAFallback.Set(0)
+		// What was granted here meanwhile is reported now, not at the
+		// next round.
+		select {
+		case r.kick <- struct{}{}:
+		default:
+		}
 	}
+}
+
+// held is the instances of job under local grants that still last,
+// sorted.
+func (r *Router) held(job string) []uint32 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := time.Now()
+	set := map[uint32]bool{}
+	for id, g := range r.localGrants {
+		switch {
+		case !now.Before(g.expires):
+			delete(r.localGrants, id)
+		case g.job == job:
+			for _, i := range g.instances {
+				set[i] = true
+			}
+		}
+	}
+	out := make([]uint32, 0, len(set))
+	for i := range set {
+		out = append(out, i)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// requestLocal asks the local evaluator, and remembers a grant it makes
+// for a federated job (see localGrants).
+func (r *Router) requestLocal(ctx context.Context, req sla.Request) (sla.Grant, error) {
+	g, err := r.local.Request(ctx, req)
+	if err != nil || len(g.Instances) == 0 {
+		return g, err
+	}
+	r.mu.Lock()
+	if r.groups[req.JobID] != "" {
+		r.localGrants[g.ID] = localGrant{job: req.JobID, instances: append([]uint32(nil), g.Instances...), expires: g.Expires}
+	}
+	r.mu.Unlock()
+	return g, nil
 }
 
 // Request implements sla.Evaluator.
 func (r *Router) Request(ctx context.Context, req sla.Request) (sla.Grant, error) {
 	remote := r.target(req.JobID)
 	if remote == nil || !r.ask() {
-		return r.local.Request(ctx, req)
+		return r.requestLocal(ctx, req)
 	}
 	ttl := uint32(max(1, (req.TTL+time.Second-1)/time.Second))
 	cctx, cancel := context.WithTimeout(ctx, r.remoteTimeout)
@@ -231,10 +301,10 @@ func (r *Router) Request(ctx context.Context, req sla.Request) (sla.Grant, error
 		return sla.Grant{}, &sla.RefusedError{JobID: req.JobID, Requested: len(req.Instances), Reason: strings.TrimPrefix(msg, "SLA: ")}
 	case status.Code(err) == codes.NotFound:
 		// Not a part the federation knows (yet): this cluster decides.
-		return r.local.Request(ctx, req)
+		return r.requestLocal(ctx, req)
 	case unreachable(err) && ctx.Err() == nil:
 		r.setFallback(true, err)
-		return r.local.Request(ctx, req)
+		return r.requestLocal(ctx, req)
 	}
 	return sla.Grant{}, fmt.Errorf("federation SLA evaluator: %w", err)
 }
@@ -243,6 +313,9 @@ func (r *Router) Request(ctx context.Context, req sla.Request) (sla.Grant, error
 func (r *Router) Release(ctx context.Context, grantID string) error {
 	id, ok := strings.CutPrefix(grantID, grantPrefix)
 	if !ok {
+		r.mu.Lock()
+		delete(r.localGrants, grantID)
+		r.mu.Unlock()
 		return r.local.Release(ctx, grantID)
 	}
 	remote := r.remoteClient()
@@ -274,7 +347,16 @@ func (r *Router) Release(ctx context.Context, grantID string) error {
 func (r *Router) Renew(ctx context.Context, grantID string, ttl time.Duration) error {
 	id, ok := strings.CutPrefix(grantID, grantPrefix)
 	if !ok {
-		return r.local.Renew(ctx, grantID, ttl)
+		if err := r.local.Renew(ctx, grantID, ttl); err != nil {
+			return err
+		}
+		r.mu.Lock()
+		if g, ok := r.localGrants[grantID]; ok {
+			g.expires = time.Now().Add(ttl)
+			r.localGrants[grantID] = g
+		}
+		r.mu.Unlock()
+		return nil
 	}
 	remote := r.remoteClient()
 	if remote == nil {
@@ -317,6 +399,11 @@ func (r *Router) RemoveJob(ctx context.Context, jobID string) error {
 	r.mu.Lock()
 	delete(r.groups, jobID)
 	delete(r.reports, jobID)
+	for id, g := range r.localGrants {
+		if g.job == jobID {
+			delete(r.localGrants, id)
+		}
+	}
 	r.mu.Unlock()
 	return r.local.RemoveJob(ctx, jobID)
 }
@@ -342,7 +429,7 @@ func (r *Router) ReportAvailability(ctx context.Context, jobID string, unavailab
 		return nil
 	}
 	cctx, cancel := context.WithTimeout(ctx, r.remoteTimeout)
-	_, err := remote.ReportUnavailable(cctx, &pelotonv1.ReportUnavailableRequest{Cluster: r.cluster, JobId: jobID, Instances: unavailable})
+	_, err := remote.ReportUnavailable(cctx, &pelotonv1.ReportUnavailableRequest{Cluster: r.cluster, JobId: jobID, Instances: unavailable, Held: r.held(jobID)})
 	cancel()
 	r.observe(err)
 	if err != nil {

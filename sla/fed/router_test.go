@@ -3,6 +3,8 @@ package fed
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/peloton-sched/peloton/internal/testing/testutil"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 	"github.com/peloton-sched/peloton/sla"
 )
@@ -25,6 +28,15 @@ type federation struct {
 	down    bool
 	asked   int
 	reports int
+	// held is the held instances of each job's last report.
+	held map[string][]uint32
+}
+
+func (f *federation) heldOf(job string) ([]uint32, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	h, ok := f.held[job]
+	return h, ok
 }
 
 func (f *federation) err() error {
@@ -60,12 +72,16 @@ func (f *federation) RenewDisruption(context.Context, *pelotonv1.RenewDisruption
 	return &pelotonv1.RenewDisruptionResponse{}, f.err()
 }
 
-func (f *federation) ReportUnavailable(context.Context, *pelotonv1.ReportUnavailableRequest, ...grpc.CallOption) (*pelotonv1.ReportUnavailableResponse, error) {
+func (f *federation) ReportUnavailable(_ context.Context, in *pelotonv1.ReportUnavailableRequest, _ ...grpc.CallOption) (*pelotonv1.ReportUnavailableResponse, error) {
 	if err := f.err(); err != nil {
 		return nil, err
 	}
 	f.mu.Lock()
 	f.reports++
+	if f.held == nil {
+		f.held = map[string][]uint32{}
+	}
+	f.held[in.JobId] = in.Held
 	f.mu.Unlock()
 	return &pelotonv1.ReportUnavailableResponse{}, nil
 }
@@ -165,4 +181,53 @@ func TestFallbackOnTheShare(t *testing.T) {
 	if r.InFallback("part1") {
 		t.Error("a removed job falls back")
 	}
+}
+
+// TestGrantsOnTheShareReportedWhenTheFederationReturns: a disruption this
+// cluster granted on its own share while the federation was away is in
+// the first report the federation gets when it answers again (sent at
+// once, with no report of jobmgr's to wait for), and in every report while
+// the grant lasts; once released, reports leave it out.
+func TestGrantsOnTheShareReportedWhenTheFederationReturns(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	fed := &federation{}
+	r := New(sla.NewLocal(nil), fed, "a", nil)
+	r.probeEvery = 0
+	if err := r.SetJob(ctx, sla.JobSLA{JobID: "part", InstanceCount: 4, MaximumUnavailableInstances: 1, Group: "svc"}); err != nil {
+		t.Fatal(err)
+	}
+	go r.Run(ctx)
+	fed.setDown(true)
+	g, err := r.Request(ctx, sla.Request{JobID: "part", Instances: []uint32{2}, Holder: "drain/h", TTL: time.Minute})
+	if err != nil || strings.HasPrefix(g.ID, grantPrefix) {
+		t.Fatalf("a grant with the federation away: %+v, %v; want a local one", g, err)
+	}
+	// The federation is back; the next call that reaches it (here a
+	// decision for another instance) ends the fallback.
+	fed.setDown(false)
+	if g2, err := r.Request(ctx, sla.Request{JobID: "part", Instances: []uint32{3}, Holder: "update/u", TTL: time.Minute}); err != nil || !strings.HasPrefix(g2.ID, grantPrefix) {
+		t.Fatalf("a grant with the federation back: %+v, %v", g2, err)
+	}
+	waitHeld := func(want string) {
+		t.Helper()
+		testutil.Eventually(t, 10*time.Second, "the federation told "+want+" held", func() error {
+			if h, ok := fed.heldOf("part"); !ok || fmt.Sprint(h) != want {
+				return fmt.Errorf("told %v held (reported: %v)", h, ok)
+			}
+			return nil
+		})
+	}
+	waitHeld("[2]")
+	if err := r.ReportAvailability(ctx, "part", []uint32{1}); err != nil {
+		t.Fatal(err)
+	}
+	waitHeld("[2]")
+	if err := r.Release(ctx, g.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.ReportAvailability(ctx, "part", nil); err != nil {
+		t.Fatal(err)
+	}
+	waitHeld("[]")
 }

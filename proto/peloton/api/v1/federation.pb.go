@@ -4687,7 +4687,12 @@ type ReportUnavailableRequest struct {
 	Cluster string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
 	JobId   string                 `protobuf:"bytes,2,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
 	// The job's instances down for involuntary reasons, all of them.
-	Instances     []uint32 `protobuf:"varint,3,rep,packed,name=instances,proto3" json:"instances,omitempty"`
+	Instances []uint32 `protobuf:"varint,3,rep,packed,name=instances,proto3" json:"instances,omitempty"`
+	// The job's instances under disruption grants the cluster made on its
+	// own share of the budget (while the federation could not be reached)
+	// that still last, all of them: the federation counts them unavailable,
+	// held by the cluster, until a report leaves them out.
+	Held          []uint32 `protobuf:"varint,4,rep,packed,name=held,proto3" json:"held,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4739,6 +4744,13 @@ func (x *ReportUnavailableRequest) GetJobId() string {
 func (x *ReportUnavailableRequest) GetInstances() []uint32 {
 	if x != nil {
 		return x.Instances
+	}
+	return nil
+}
+
+func (x *ReportUnavailableRequest) GetHeld() []uint32 {
+	if x != nil {
+		return x.Held
 	}
 	return nil
 }
@@ -5221,11 +5233,12 @@ const file_peloton_api_v1_federation_proto_rawDesc = "" +
 	"\bgrant_id\x18\x01 \x01(\tR\agrantId\x12\x1f\n" +
 	"\vttl_seconds\x18\x02 \x01(\rR\n" +
 	"ttlSeconds\"\x19\n" +
-	"\x17RenewDisruptionResponse\"i\n" +
+	"\x17RenewDisruptionResponse\"}\n" +
 	"\x18ReportUnavailableRequest\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x1c\n" +
-	"\tinstances\x18\x03 \x03(\rR\tinstances\"\x1b\n" +
+	"\tinstances\x18\x03 \x03(\rR\tinstances\x12\x12\n" +
+	"\x04held\x18\x04 \x03(\rR\x04held\"\x1b\n" +
 	"\x19ReportUnavailableResponse\"\xd6\x01\n" +
 	"\bSlaGrant\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
