@@ -359,7 +359,10 @@ func (b *Batcher) commit(batch []*batchReq) {
 			b.commitEach(batch)
 			return
 		}
-		keepB, keepO := batch[:0], ops[:0]
+		// New slices: landed frees the keys of the batch as it was sent,
+		// from the caller's slice, which filtering in place would rewrite
+		// (freeing a kept op's key twice and a stale op's never).
+		keepB, keepO := make([]*batchReq, 0, len(batch)), make([]Op, 0, len(ops))
 		for i, r := range batch {
 			if c, ok := stale[i]; ok {
 				c.Index = 0 // the writer sent one op

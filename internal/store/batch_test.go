@@ -192,6 +192,44 @@ func TestBatcherConflictFailsOnlyStaleOps(t *testing.T) {
 	}
 }
 
+// TestBatcherKeyFreeAfterConflict: the key of an op that failed its
+// compare is free again once its batch is answered. (The retry used to
+// filter the batch in place, so the batch's end of flight freed the kept
+// ops' keys twice and the stale op's never: every later write of that key
+// then waited for ever, as two federation workers' writes of one service
+// record once did.)
+func TestBatcherKeyFreeAfterConflict(t *testing.T) {
+	_, s := startTestEtcd(t)
+	staleRev := mustTxn(t, s, Put("moved", []byte("v1"), MustNotExist))
+	mustTxn(t, s, Put("moved", []byte("v2"), staleRev))
+	b := NewBatcher(s, BatcherOptions{MaxOps: 2, MaxDelay: neverFlush})
+	defer b.Close()
+	ctx := testCtx(t)
+	// The stale op first in the batch, the good one after it.
+	stale := goWrite(ctx, b, Put("moved", []byte("stale"), staleRev))
+	testutil.Eventually(t, 10*time.Second, "the stale op queued", func() error {
+		if b.pending() != 1 {
+			return fmt.Errorf("%d queued", b.pending())
+		}
+		return nil
+	})
+	good := goWrite(ctx, b, Put("other", []byte("x"), MustNotExist))
+	if r := recv(t, stale); !errors.Is(r.err, ErrConflict) {
+		t.Fatalf("stale op: %v", r.err)
+	}
+	if r := recv(t, good); r.err != nil {
+		t.Fatalf("good op: %v", r.err)
+	}
+	// Both keys are free: a full batch of one op on each goes out.
+	again := goWrite(ctx, b, Put("moved", []byte("v3"), AnyRevision))
+	more := goWrite(ctx, b, Put("third", []byte("x"), MustNotExist))
+	for name, ch := range map[string]<-chan writeResult{"the stale op's key": again, "another key": more} {
+		if r := recv(t, ch); r.err != nil {
+			t.Fatalf("a write of %s after the conflict: %v", name, r.err)
+		}
+	}
+}
+
 func TestBatcherConflictNamesKey(t *testing.T) {
 	_, s := startTestEtcd(t)
 	mustTxn(t, s, Put("jobs/j1", nil, MustNotExist))
