@@ -8,6 +8,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/peloton-sched/peloton/federation/split"
 	"github.com/peloton-sched/peloton/internal/metrics"
 	"github.com/peloton-sched/peloton/internal/resources"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
@@ -269,6 +270,7 @@ func (sv *Services) failoverService(ctx context.Context, id string) error {
 				delete(q.Covering, c.retire) // theirs for good now
 			}
 		}
+		rebudget(rec)
 		return nil
 	})
 	if err != nil {
@@ -300,4 +302,31 @@ func splitCover(cover map[string]uint32) string {
 		return "none fit"
 	}
 	return out
+}
+
+// rebudget splits the service's budget again over the parts that run its
+// instances (neither failed over nor retiring), in proportion to their
+// instances, so a part covering for a lost cluster may take down its share
+// of what it covers too, and gives it back when they move back. A part
+// failed over keeps the share it had: it cannot be told otherwise while
+// away, and its instances, run elsewhere too, are beyond the service's
+// count until it is back. The sync loop carries a changed budget to the
+// part's job (partSync.rebudget).
+func rebudget(rec *pelotonv1.FederatedService) {
+	if rec.Spec.GetJob().GetType() == pelotonv1.JobType_DAEMON {
+		return // each part has the whole budget
+	}
+	budget := max(versionSpec(rec, rec.SpecVersion).GetSla().GetMaximumUnavailableInstances(), 1)
+	active := map[string]uint32{}
+	for _, p := range rec.Clusters {
+		if !p.FailedOver && !p.Retiring {
+			active[p.Cluster] = p.Desired
+		}
+	}
+	shares := split.Budget(budget, active)
+	for _, p := range rec.Clusters {
+		if n, ok := shares[p.Cluster]; ok {
+			p.MaxUnavailable = n
+		}
+	}
 }

@@ -712,7 +712,13 @@ func (ps *partSync) rescale(jobID string, job *pelotonv1.Job) error {
 	if ps.rec.Spec.Job.Type == pelotonv1.JobType_DAEMON {
 		return nil // its count there follows the cluster's hosts
 	}
-	if job.Spec.GetInstanceCount() == ps.p.Desired || st.SpecVersion < ps.p.ClusterSpecVersion {
+	if st.SpecVersion < ps.p.ClusterSpecVersion {
+		return nil
+	}
+	if job.Spec.GetInstanceCount() == ps.p.Desired {
+		if job.Spec.GetSla().GetMaximumUnavailableInstances() != ps.p.MaxUnavailable {
+			return ps.rebudget(jobID, st)
+		}
 		return nil
 	}
 	cctx, cancel := ps.call()
@@ -726,6 +732,23 @@ func (ps *partSync) rescale(jobID string, job *pelotonv1.Job) error {
 		return err
 	}
 	return ps.setPart(func(q *pelotonv1.ServiceCluster) { q.ClusterSpecVersion = sc.SpecVersion })
+}
+
+// rebudget gives the part's job the part's budget, which failover changed
+// (rebudget in failover.go), with an update of the job's SLA alone: its
+// instances run on untouched.
+func (ps *partSync) rebudget(jobID string, st *pelotonv1.JobStatus) error {
+	cctx, cancel := ps.call()
+	up, err := ps.cli.Updates.CreateUpdate(cctx, &pelotonv1.CreateUpdateRequest{JobId: jobID, Spec: partSpec(ps.rec, ps.p), JobVersion: st.SpecVersion})
+	cancel()
+	if err != nil {
+		if refused(err) {
+			ps.say(fmt.Sprintf("giving its job there a budget of %d waits: %s", ps.p.MaxUnavailable, status.Convert(err).Message()))
+			return nil
+		}
+		return err
+	}
+	return ps.setPart(func(q *pelotonv1.ServiceCluster) { q.ClusterSpecVersion = up.GetUpdate().GetToVersion() })
 }
 
 // setBack handles a part's job someone changed there: it is set back to

@@ -455,8 +455,8 @@ func TestFederatedServiceFailover(t *testing.T) {
 	for _, s := range stacks {
 		register(t, f, s, nil)
 	}
-	create := func(name string, moveBack bool) string {
-		spec := serviceSpec(name, 6, 2)
+	create := func(name string, moveBack bool, budget uint32) string {
+		spec := serviceSpec(name, 6, budget)
 		spec.Placement.Failover = &pelotonv1.FailoverPolicy{TolerationSeconds: 1, MoveBack: moveBack}
 		svc, err := f.Services().CreateService(ctxT(t), spec, "")
 		if err != nil {
@@ -464,7 +464,8 @@ func TestFederatedServiceFailover(t *testing.T) {
 		}
 		return svc.Id
 	}
-	back, stay := create("back", true), create("stay", false)
+	// back's budget of 3 is 1 in each cluster; stay's of 2 leaves c none.
+	back, stay := create("back", true, 3), create("stay", false, 2)
 	parts := func(id string, want map[string]uint32, running uint32) func() error {
 		return func() error {
 			s, err := f.Services().GetService(id)
@@ -484,10 +485,8 @@ func TestFederatedServiceFailover(t *testing.T) {
 		}
 	}
 	even := map[string]uint32{"a": 2, "b": 2, "c": 2}
-	// Six stacks' worth of processes start here: on a loaded machine the
-	// first runs take a while.
-	testutil.Eventually(t, 90*time.Second, "the even split of the service moving back", parts(back, even, 6))
-	testutil.Eventually(t, 90*time.Second, "the even split of the service staying", parts(stay, even, 6))
+	testutil.Eventually(t, 30*time.Second, "the even split of the service moving back", parts(back, even, 6))
+	testutil.Eventually(t, 30*time.Second, "the even split of the service staying", parts(stay, even, 6))
 
 	stacks[2].stop(t)
 	moved := map[string]uint32{"a": 3, "b": 3}
@@ -500,10 +499,14 @@ func TestFederatedServiceFailover(t *testing.T) {
 				t.Errorf("service %s: part %s covers %v, want 1 of c", s.Spec.Job.Name, p.Cluster, p.Covering)
 			}
 		}
-		testutil.Eventually(t, 20*time.Second, "the part's job in cluster a resized", func() error {
+		// Covering for c, a takes c's share of the budget (3 over a: 3
+		// and b: 3 is 2 and 1, the odd one to the first by name).
+		wantBudget := map[string]uint32{"back": 2, "stay": 1}[s.Spec.Job.Name]
+		testutil.Eventually(t, 20*time.Second, "the part's job in cluster a resized, with its budget", func() error {
+			s, _ := f.Services().GetService(s.Id)
 			j, err := partJob(t, stacks[0], s)
-			if err != nil || j.Spec.InstanceCount != 3 {
-				return fmt.Errorf("a's job of %s: %v instances %v (%v)", s.Spec.Job.Name, j.GetSpec().GetInstanceCount(), err, j.GetStatus())
+			if err != nil || j.Spec.InstanceCount != 3 || j.Spec.GetSla().GetMaximumUnavailableInstances() != wantBudget || partOf(s, "a").MaxUnavailable != wantBudget {
+				return fmt.Errorf("a's job of %s: %v instances, budget %d (%v, %v)", s.Spec.Job.Name, j.GetSpec().GetInstanceCount(), j.GetSpec().GetSla().GetMaximumUnavailableInstances(), err, j.GetStatus())
 			}
 			return nil
 		})
@@ -517,6 +520,14 @@ func TestFederatedServiceFailover(t *testing.T) {
 	// Under a loaded machine (the whole suite beside it) the move back,
 	// which waits for c to be seen ready again, took just over a minute.
 	testutil.Eventually(t, 2*60*time.Second, "the service moving back split evenly again", parts(back, even, 6))
+	testutil.Eventually(t, 30*time.Second, "a's budget back to its share", func() error {
+		s, _ := f.Services().GetService(back)
+		j, err := partJob(t, stacks[0], s)
+		if err != nil || j.Spec.GetSla().GetMaximumUnavailableInstances() != 1 || partOf(s, "a").MaxUnavailable != 1 {
+			return fmt.Errorf("a's job: budget %d, part %v (%v)", j.GetSpec().GetSla().GetMaximumUnavailableInstances(), partOf(s, "a"), err)
+		}
+		return nil
+	})
 	testutil.Eventually(t, 2*60*time.Second, "the staying service's parts", func() error {
 		s, err := f.Services().GetService(stay)
 		if err != nil {
