@@ -123,6 +123,33 @@ func fileExists(p string) bool {
 	return err == nil
 }
 
+// freeAddresses picks the node's address in TEST-NET-1 and its pods'
+// subnet, starting from seed (the process id) and skipping what an
+// interface of this machine has already: nodes of tests running at once
+// (in other packages' processes) must not share either.
+func freeAddresses(seed int) (ip, subnet string) {
+	used := map[string]bool{}
+	if addrs, err := net.InterfaceAddrs(); err == nil {
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok {
+				used[n.IP.String()] = true
+				used[n.IP.Mask(net.CIDRMask(24, 32)).String()] = true
+			}
+		}
+	}
+	for k := range 240 {
+		i := (seed + k) % 240
+		ip = fmt.Sprintf("192.0.2.%d", 10+i)
+		// The pods' gateway (.1 of the subnet) sits on the node's bridge
+		// once a pod runs: a subnet in use shows as its /24.
+		net24 := fmt.Sprintf("10.%d.%d.0", 200+i%8, (seed/240+i)%250)
+		if !used[ip] && !used[net24] {
+			return ip, net24 + "/24"
+		}
+	}
+	return ip, fmt.Sprintf("10.200.%d.0/24", seed%250)
+}
+
 // freePort is a TCP port on 127.0.0.1 free a moment ago.
 func freePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")

@@ -59,6 +59,8 @@ type Node struct {
 	dummy      string
 	sock       string
 	tools      Tools
+	// subnet is the pods' addresses (a /24 of 10.200.0.0/13).
+	subnet string
 	// IP is the node's address: the kubelet refuses a loopback one, so
 	// the node has an interface of its own (a bridge with no port: this
 	// kernel has no dummy links) with an address from
@@ -150,7 +152,7 @@ func Start(t testing.TB, c *kubetest.Cluster, name string) *Node {
 
 func (n *Node) start(tools Tools) error {
 	n.tools = tools
-	n.IP = fmt.Sprintf("192.0.2.%d", 10+os.Getpid()%240)
+	n.IP, n.subnet = freeAddresses(os.Getpid())
 	if err := n.startContainerd(tools); err != nil {
 		return err
 	}
@@ -186,7 +188,7 @@ func (n *Node) startContainerd(tools Tools) error {
 	// node's address, through the bridge (a host agent pod reports to a
 	// stack listening there); nothing is masqueraded.
 	n.bridge = "plt" + strconv.Itoa(os.Getpid()%100000)
-	subnet := fmt.Sprintf("10.%d.%d.0/24", 200+os.Getpid()%50, os.Getpid()%250)
+	subnet := n.subnet
 	conf := fmt.Sprintf(`{"cniVersion": "1.0.0", "name": "peloton-test", "plugins": [
   {"type": "bridge", "bridge": %q, "isGateway": true, "ipMasq": false, "hairpinMode": false,
    "ipam": {"type": "host-local", "ranges": [[{"subnet": %q}]], "routes": [{"dst": %q}], "dataDir": %q}},
