@@ -529,7 +529,8 @@ func CleanEvent(ev TaskEvent) TaskEvent {
 func (m *Manager) onEvent(ev TaskEvent) {
 	ev = CleanEvent(ev)
 	switch ev.State {
-	case pelotonv1.TaskState_SUCCEEDED, pelotonv1.TaskState_FAILED, pelotonv1.TaskState_KILLED, pelotonv1.TaskState_LOST:
+	case pelotonv1.TaskState_SUCCEEDED, pelotonv1.TaskState_FAILED, pelotonv1.TaskState_KILLED, pelotonv1.TaskState_LOST,
+		pelotonv1.TaskState_PREEMPTED:
 		m.ReleaseTask(ev.TaskID)
 	}
 	m.events <- ev

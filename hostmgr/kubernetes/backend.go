@@ -804,7 +804,8 @@ func (b *Backend) advanceLocked(t *task, o observed) {
 	if next == 2 && t.withHealth && !t.healthy && t.failAfter > 0 && t.timer == nil {
 		t.timer = time.AfterFunc(t.failAfter, func() { b.neverHealthy(t) })
 	}
-	if cur < 2 && next == 3 && o.state != pelotonv1.TaskState_LOST && o.state != pelotonv1.TaskState_KILLED {
+	if cur < 2 && next == 3 && o.state != pelotonv1.TaskState_LOST && o.state != pelotonv1.TaskState_KILLED &&
+		o.state != pelotonv1.TaskState_PREEMPTED {
 		b.setLocked(t, hostmgr.TaskEvent{State: pelotonv1.TaskState_RUNNING, Time: o.at})
 	}
 	if next > 1 {
@@ -870,9 +871,10 @@ func (b *Backend) onPodDelete(obj any) {
 	}
 	if c := evictedBy(p); c != nil {
 		// Deleted through the Eviction API (kubectl drain, an
-		// autoscaler), within the job's PodDisruptionBudget: the
-		// apiserver marked the pod before deleting it.
-		b.setLocked(t, hostmgr.TaskEvent{State: pelotonv1.TaskState_LOST, Reason: ReasonEvicted,
+		// autoscaler; within the job's PodDisruptionBudget), by the
+		// taint manager (a NoExecute taint), the scheduler's preemption
+		// or the kubelet: whoever deleted it marked the pod first.
+		b.setLocked(t, hostmgr.TaskEvent{State: pelotonv1.TaskState_PREEMPTED, Reason: ReasonEvicted,
 			Message: strings.TrimSpace("evicted: " + c.Message), Time: time.Now()})
 		return
 	}
@@ -880,13 +882,24 @@ func (b *Backend) onPodDelete(obj any) {
 		Message: "pod " + p.Namespace + "/" + p.Name + " was deleted by someone other than Peloton", Time: time.Now()})
 }
 
-// evictedBy returns the condition the apiserver puts on a pod that the
-// Eviction API deletes (DisruptionTarget, reason EvictionByEvictionAPI),
-// or nil.
+// disruptionReasons are the reasons of the DisruptionTarget condition
+// Kubernetes puts on a pod it is about to delete for the cluster's sake:
+// the Eviction API, the scheduler's preemption, the taint manager (a
+// NoExecute taint the pod does not tolerate) and the kubelet (node
+// pressure, a node shutdown).
+var disruptionReasons = map[string]bool{
+	"EvictionByEvictionAPI":  true,
+	"PreemptionByScheduler":  true,
+	"DeletionByTaintManager": true,
+	"TerminationByKubelet":   true,
+}
+
+// evictedBy returns the DisruptionTarget condition that says why
+// Kubernetes deleted p, or nil.
 func evictedBy(p *corev1.Pod) *corev1.PodCondition {
 	for i := range p.Status.Conditions {
 		c := &p.Status.Conditions[i]
-		if c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue && c.Reason == "EvictionByEvictionAPI" {
+		if c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue && disruptionReasons[c.Reason] {
 			return c
 		}
 	}
@@ -1569,7 +1582,8 @@ func (b *Backend) Runs() []hostmgr.RunInfo {
 
 func isEnded(s pelotonv1.TaskState) bool {
 	switch s {
-	case pelotonv1.TaskState_SUCCEEDED, pelotonv1.TaskState_FAILED, pelotonv1.TaskState_KILLED, pelotonv1.TaskState_LOST:
+	case pelotonv1.TaskState_SUCCEEDED, pelotonv1.TaskState_FAILED, pelotonv1.TaskState_KILLED, pelotonv1.TaskState_LOST,
+		pelotonv1.TaskState_PREEMPTED:
 		return true
 	}
 	return false
