@@ -508,6 +508,7 @@ func cleanHosts(infos []HostInfo, log *slog.Logger, backend string, badNames *sy
 		}
 		hi.Labels = sanitize.Labels(hi.Labels)
 		hi.Partition = sanitize.Text(hi.Partition, sanitize.MaxName)
+		hi.Why = sanitize.Text(hi.Why, sanitize.MaxReason)
 		out = append(out, hi)
 	}
 	return out
@@ -1158,6 +1159,8 @@ func hostMessage(h *host) string {
 		return maintenanceMessage(h)
 	case h.gone:
 		return "gone from the backend; waiting for its tasks to end"
+	case h.info.Unschedulable && h.info.Why != "":
+		return "takes no new tasks: unschedulable in the backend (" + h.info.Why + ")"
 	case h.info.Unschedulable:
 		return "takes no new tasks: unschedulable in the backend (cordoned or not ready)"
 	}

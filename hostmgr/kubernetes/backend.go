@@ -244,6 +244,7 @@ type Backend struct {
 	waitingTold    map[string]string // pod UID -> PodScheduled message set; guarded by mu
 	secondaryNS    map[string]bool
 	events         *fifo[hostmgr.TaskEvent] // to the sink, in order
+	cordons        *cordons                 // nodes cordoned or tainted NoExecute (cordon.go)
 	dirty          chan struct{}            // hosts changed; capacity 1
 	stop           chan struct{}
 	// stopCtx ends when stop is closed, for calls made by goroutines
@@ -364,7 +365,7 @@ func New(cfg Config) (*Backend, error) {
 	b := &Backend{
 		cfg: cfg, log: cfg.Logger.With("component", "hostmgr/kubernetes"), client: client, limiter: limiter,
 		tasks: map[string]*task{}, dirty: make(chan struct{}, 1), stop: make(chan struct{}),
-		events: newFifo[hostmgr.TaskEvent](), foreignQueue: newFifo[hostmgr.ForeignTask](), rejected: map[string]string{}, waitingTold: map[string]string{},
+		events: newFifo[hostmgr.TaskEvent](), cordons: newCordons(), foreignQueue: newFifo[hostmgr.ForeignTask](), rejected: map[string]string{}, waitingTold: map[string]string{},
 		host: rc.Host, probeNow: make(chan struct{}, 1),
 	}
 	b.stopCtx, b.cancelStop = context.WithCancel(context.Background())
@@ -515,7 +516,7 @@ func (b *Backend) Start(ctx context.Context, sink func(hostmgr.TaskEvent)) error
 	b.nodes = b.nodeFactory.Core().V1().Nodes().Lister()
 	b.pods = podInf.GetIndexer()
 	if _, err := nodeInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { b.markDirty() },
+		AddFunc:    func(obj any) { b.markDirty(); b.cordons.note(obj) },
 		UpdateFunc: b.onNodeUpdate,
 		DeleteFunc: b.onNodeDelete,
 	}); err != nil {
@@ -553,7 +554,8 @@ func (b *Backend) Start(ctx context.Context, sink func(hostmgr.TaskEvent)) error
 	} else {
 		b.observe(apiReason(answers))
 	}
-	b.wg.Add(6)
+	b.wg.Add(7)
+	go func() { defer b.wg.Done(); b.cordons.q.run(b.stop, b.cordons.tell) }()
 	go b.watchAPIServer(nsChecked)
 	go b.reconcileBudgets()
 	go func() { defer b.wg.Done(); b.events.run(b.stop, sink) }()
@@ -609,10 +611,12 @@ func (b *Backend) Hosts() []hostmgr.HostInfo {
 		if part == "" {
 			part = DefaultPartition
 		}
-		out = append(out, hostmgr.HostInfo{
-			Name: n.Name, Capacity: capa, Labels: lbls, Partition: part,
-			Unschedulable: n.Spec.Unschedulable || !nodeReady(n),
-		})
+		down, why := nodeDown(n)
+		if !down && !nodeReady(n) {
+			down, why = true, "not ready"
+		}
+		out = append(out, hostmgr.HostInfo{Name: n.Name, Capacity: capa, Labels: lbls, Partition: part,
+			Unschedulable: down, Why: why})
 	}
 	return out
 }
@@ -662,8 +666,11 @@ func (b *Backend) onNodeUpdate(old, cur any) {
 		b.markDirty()
 		return
 	}
+	b.cordons.note(n)
 	// Heartbeats change nothing Peloton cares about.
-	if o.Spec.Unschedulable != n.Spec.Unschedulable || nodeReady(o) != nodeReady(n) ||
+	od, _ := nodeDown(o)
+	nd, _ := nodeDown(n)
+	if od != nd || nodeReady(o) != nodeReady(n) ||
 		!equalLists(o.Status.Allocatable, n.Status.Allocatable) || !equalMaps(o.Labels, n.Labels) {
 		b.markDirty()
 	}
@@ -678,6 +685,7 @@ func (b *Backend) onNodeDelete(obj any) {
 		return
 	}
 	b.markDirty()
+	b.cordons.forget(n.Name)
 	// Runs on a node that is gone are lost; their pods can never finish.
 	var orphans []*task
 	b.mu.Lock()
