@@ -261,7 +261,7 @@ func isLaunchedOrLater(s pelotonv1.TaskState) bool {
 	switch s {
 	case pelotonv1.TaskState_LAUNCHED, pelotonv1.TaskState_STARTING, pelotonv1.TaskState_RUNNING,
 		pelotonv1.TaskState_SUCCEEDED, pelotonv1.TaskState_FAILED, pelotonv1.TaskState_LOST,
-		pelotonv1.TaskState_KILLED, pelotonv1.TaskState_PREEMPTING, pelotonv1.TaskState_KILLING:
+		pelotonv1.TaskState_KILLED, pelotonv1.TaskState_PREEMPTING, pelotonv1.TaskState_KILLING, pelotonv1.TaskState_PREEMPTED:
 		return true
 	}
 	return false

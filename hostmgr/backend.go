@@ -21,6 +21,9 @@ type HostInfo struct {
 	// Kubernetes node), while the runs it holds go on. It is not offered
 	// to placement, and its capacity is not counted for admission.
 	Unschedulable bool
+	// Why says, when Unschedulable, why in the backend's words ("cordoned",
+	// "tainted key=value:NoExecute", "not ready"); shown in host list.
+	Why string
 }
 
 // LaunchSpec is everything a backend needs to start one run of one instance.

@@ -591,16 +591,25 @@ func maintenanceMessage(h *host) string {
 			msg += "; " + h.drainNote
 		}
 		if h.maintBy != "" {
-			msg += "; started by the " + h.maintBy + " backend's maintenance schedule"
+			msg += "; started by the " + h.maintBy + " backend's maintenance schedule" + whyNote(h)
 		}
 		return msg
 	case hostDrained:
 		if h.maintBy != "" {
-			return "drained: holds no tasks; the " + h.maintBy + " backend returns it to service when its maintenance window ends"
+			return "drained: holds no tasks; the " + h.maintBy + " backend returns it to service when its maintenance window ends" + whyNote(h)
 		}
 		return "drained: holds no tasks; complete maintenance to return it to service"
 	}
 	return ""
+}
+
+// whyNote is " (<why>)" when the backend says why the host takes no new
+// work, or "".
+func whyNote(h *host) string {
+	if h.info.Why == "" {
+		return ""
+	}
+	return " (" + h.info.Why + ")"
 }
 
 // SetDrainNote records what holds up the drain of a host (a stateful

@@ -508,6 +508,7 @@ func cleanHosts(infos []HostInfo, log *slog.Logger, backend string, badNames *sy
 		}
 		hi.Labels = sanitize.Labels(hi.Labels)
 		hi.Partition = sanitize.Text(hi.Partition, sanitize.MaxName)
+		hi.Why = sanitize.Text(hi.Why, sanitize.MaxReason)
 		out = append(out, hi)
 	}
 	return out
@@ -529,7 +530,8 @@ func CleanEvent(ev TaskEvent) TaskEvent {
 func (m *Manager) onEvent(ev TaskEvent) {
 	ev = CleanEvent(ev)
 	switch ev.State {
-	case pelotonv1.TaskState_SUCCEEDED, pelotonv1.TaskState_FAILED, pelotonv1.TaskState_KILLED, pelotonv1.TaskState_LOST:
+	case pelotonv1.TaskState_SUCCEEDED, pelotonv1.TaskState_FAILED, pelotonv1.TaskState_KILLED, pelotonv1.TaskState_LOST,
+		pelotonv1.TaskState_PREEMPTED:
 		m.ReleaseTask(ev.TaskID)
 	}
 	m.events <- ev
@@ -1157,6 +1159,8 @@ func hostMessage(h *host) string {
 		return maintenanceMessage(h)
 	case h.gone:
 		return "gone from the backend; waiting for its tasks to end"
+	case h.info.Unschedulable && h.info.Why != "":
+		return "takes no new tasks: unschedulable in the backend (" + h.info.Why + ")"
 	case h.info.Unschedulable:
 		return "takes no new tasks: unschedulable in the backend (cordoned or not ready)"
 	}

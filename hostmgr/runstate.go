@@ -12,7 +12,8 @@ func RunRank(s pelotonv1.TaskState) int {
 		return 1
 	case pelotonv1.TaskState_RUNNING:
 		return 2
-	case pelotonv1.TaskState_SUCCEEDED, pelotonv1.TaskState_FAILED, pelotonv1.TaskState_KILLED, pelotonv1.TaskState_LOST:
+	case pelotonv1.TaskState_SUCCEEDED, pelotonv1.TaskState_FAILED, pelotonv1.TaskState_KILLED, pelotonv1.TaskState_LOST,
+		pelotonv1.TaskState_PREEMPTED:
 		return 3
 	}
 	return 0

@@ -5,7 +5,10 @@ import (
 	"testing"
 	"time"
 
+	promtestutil "github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/peloton-sched/peloton/hostmgr"
+	"github.com/peloton-sched/peloton/internal/metrics"
 	"github.com/peloton-sched/peloton/internal/testing/testutil"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
@@ -57,12 +60,15 @@ func TestHarnessRunsCarryTheJobsDisruptionBudget(t *testing.T) {
 	}
 }
 
-// A run the backend reports evicted (LOST, reason evicted: a kubelet under
-// node pressure, or kubectl drain through the Eviction API) runs again,
-// placed anew, with no failure counted: a batch job with no failures to
-// spare still succeeds, and a service's instance keeps its clean record.
+// A run the backend reports evicted (PREEMPTED, reason evicted: a kubelet
+// under node pressure, or kubectl drain through the Eviction API) runs
+// again, placed anew, with no failure counted: a batch job with no
+// failures to spare still succeeds, and a service's instance keeps its
+// clean record. The history shows the run's end PREEMPTED with the reason,
+// and peloton_preemptions_total{reason="evicted"} counts it.
 func TestHarnessEvictedRunRunsAgainWithoutAFailure(t *testing.T) {
 	h := newHarness(t)
+	before := promtestutil.ToFloat64(metrics.Preemptions.WithLabelValues(metrics.PreemptEvicted))
 	batch := h.create(batchSpec(1, 0))
 	svc := h.create(serviceSpec(1, "img:1"))
 	b1 := h.placeRun(batch, 0, 1, "h1")
@@ -72,7 +78,7 @@ func TestHarnessEvictedRunRunsAgainWithoutAFailure(t *testing.T) {
 	}
 	h.waitTask(svc, 0, taskRunning)
 	for _, r := range []string{b1, s1} {
-		h.hosts.emit(r, taskLost, 0, "evicted")
+		h.hosts.emit(r, taskPreempted, 0, "evicted")
 	}
 	for _, id := range []string{batch, svc} {
 		testutil.Eventually(t, 10*time.Second, "run 2 of job "+id+" queued", func() bool {
@@ -90,5 +96,20 @@ func TestHarnessEvictedRunRunsAgainWithoutAFailure(t *testing.T) {
 		if st.FailureCount != 0 || st.RunId != 2 {
 			t.Errorf("job %s after an eviction: failureCount %d, run %d; want 0 and 2", id, st.FailureCount, st.RunId)
 		}
+		ended := false
+		for _, tr := range st.History {
+			if tr.State == taskPreempted && tr.RunId == 1 && tr.Reason == "evicted" {
+				ended = true
+			}
+			if tr.State == taskLost || tr.State == taskFailed {
+				t.Errorf("job %s: the evicted run was recorded %s", id, tr.State)
+			}
+		}
+		if !ended {
+			t.Errorf("job %s: history %v has no PREEMPTED end of run 1 with reason evicted", id, st.History)
+		}
+	}
+	if got := promtestutil.ToFloat64(metrics.Preemptions.WithLabelValues(metrics.PreemptEvicted)) - before; got != 2 {
+		t.Errorf("peloton_preemptions_total{reason=evicted} rose by %v; want 2", got)
 	}
 }

@@ -726,7 +726,7 @@ func (en *engine) updateJobState(ctx context.Context, j *job) error {
 	m := en.m
 	n := int32(len(j.tasks()))
 	c := func(s taskState) int32 { return j.counts[s].Load() }
-	terminal := c(taskSucceeded) + c(taskFailed) + c(taskLost) + c(taskKilled)
+	terminal := c(taskSucceeded) + c(taskFailed) + c(taskLost) + c(taskKilled) + c(taskPreempted)
 	active := c(taskLaunching) + c(taskLaunched) + c(taskStarting) + c(taskRunning) + c(taskKilling) + c(taskPreempting)
 	// nextState is the state the counts give a job whose runtime is rt; ok
 	// is false while the job is INITIALIZED (its tasks are being created).
@@ -982,6 +982,9 @@ func (en *engine) applyEvent(ctx context.Context, ev hostmgr.TaskEvent, supersed
 		}
 		m.log.Error("apply task event", "task", ev.TaskID, "state", ev.State, "err", err)
 		return nil
+	}
+	if ev.State == taskPreempted {
+		metrics.Preemptions.WithLabelValues(metrics.PreemptEvicted).Inc()
 	}
 	m.eng.applyEffects(ctx, j, inst, ev, fx)
 	m.queue.Add(jobID)
@@ -1288,7 +1291,7 @@ func (en *engine) gaugeLoop(ctx context.Context) {
 		}
 		m.HostsChanged()
 		var jobs [8]int
-		var tasks [16]int
+		var tasks [numTaskStates]int
 		m.mu.RLock()
 		for _, j := range m.jobs {
 			rec := j.view()

@@ -69,12 +69,15 @@ type eventEffects struct {
 // eventWrite says how an event's decision is written: persist is false for
 // a RUNNING event a later queued event of its run supersedes (that event's
 // write carries it), and via are the states the instance passes through on
-// the way, each in its history: a lost run is LOST, and a revoked one
-// KILLED, before the run that replaces it.
+// the way, each in its history: a lost run is LOST, an evicted one
+// PREEMPTED, and a revoked one KILLED, before the run that replaces it.
 func eventWrite(ev hostmgr.TaskEvent, f eventFacts, superseded bool) (persist bool, via []taskState) {
 	persist = !(superseded && ev.State == taskRunning)
 	if ev.State == taskLost && ev.Reason != hostmgr.ReasonLaunchBlocked && !f.foreign {
 		via = []taskState{taskLost}
+	}
+	if ev.State == taskPreempted && !f.foreign {
+		via = []taskState{taskPreempted}
 	}
 	if f.revoked {
 		via = []taskState{taskKilled}
@@ -172,6 +175,12 @@ func decideEnd(next *taskSnap, fx *eventEffects, ev hostmgr.TaskEvent, f eventFa
 			fx.inPlace = rt.Host
 		}
 		newRun(rt, rt.DesiredRunId, fmt.Sprintf("run %d ended (%s); restarting", run, ev.State))
+	case ev.State == taskPreempted && rt.GoalState != taskKilled:
+		// The backend took the run back (evicted: node pressure, the
+		// Eviction API, a NoExecute taint): as a preemption, the instance
+		// is placed anew at once, with no failure counted.
+		newRun(rt, rt.RunId+1, fmt.Sprintf("run %d was preempted (%s); pending again", run, msg))
+		rt.Reason = ev.Reason
 	case killedByUs:
 		if ev.State == taskSucceeded && !longRunning {
 			rt.State, rt.Reason, rt.Message = taskSucceeded, "exit-zero", ""

@@ -167,6 +167,24 @@ func TestDecideEvent(t *testing.T) {
 			}, fx: eventEffects{release: true}},
 		{name: "preempted: pending again, no failure", prev: lcTask(taskPreempting, func(rt *pelotonv1.TaskStatus) { rt.Reason = "preempted-for-x" }), ev: lcEv(taskKilled, time.Second), f: batch,
 			want: lcNewRun(4, "run 3 was preempted (preempted-for-x); pending again"), fx: eventEffects{release: true}},
+		{name: "evicted (the backend preempted it): a service pending again, no failure, no backoff", prev: lcTask(taskRunning),
+			ev: lcEv(taskPreempted, time.Second, func(ev *hostmgr.TaskEvent) { ev.Reason, ev.Message = "evicted", "evicted: low on memory" }), f: service,
+			want: func(rt *pelotonv1.TaskStatus) {
+				lcNewRun(4, "run 3 was preempted (evicted: low on memory); pending again")(rt)
+				rt.Reason = "evicted"
+			}, fx: eventEffects{release: true}},
+		{name: "evicted: a batch task with no failures to spare pending again", prev: lcTask(taskLaunched, func(rt *pelotonv1.TaskStatus) { rt.FailureCount = 0 }),
+			ev: lcEv(taskPreempted, time.Second, func(ev *hostmgr.TaskEvent) { ev.Reason, ev.Message = "evicted", "evicted: drained" }), f: batch,
+			want: func(rt *pelotonv1.TaskStatus) {
+				lcNewRun(4, "run 3 was preempted (evicted: drained); pending again")(rt)
+				rt.Reason, rt.FailureCount = "evicted", 0
+			}, fx: eventEffects{release: true}},
+		{name: "evicted while we kill it: killed", prev: lcTask(taskKilling, func(rt *pelotonv1.TaskStatus) { rt.GoalState = taskKilled }),
+			ev: lcEv(taskPreempted, time.Second, func(ev *hostmgr.TaskEvent) { ev.Reason, ev.Message = "evicted", "evicted: drained" }), f: service,
+			want: func(rt *pelotonv1.TaskStatus) {
+				ended(0)(rt)
+				rt.State, rt.Reason, rt.Message = taskKilled, "killed", "evicted: drained"
+			}, fx: eventEffects{release: true}},
 		{name: "a preempted run that succeeded meanwhile is a success", prev: lcTask(taskPreempting), ev: lcEv(taskSucceeded, time.Second), f: batch,
 			want: func(rt *pelotonv1.TaskStatus) {
 				ended(0)(rt)

@@ -91,7 +91,7 @@ type job struct {
 	// held across a store call.
 	mu sync.Mutex
 	// counts of instances per task state, maintained on every task write.
-	counts [16]atomic.Int32
+	counts [numTaskStates]atomic.Int32
 	// goalKilled mirrors rt.GoalState == KILLED for lock-free reads by task code.
 	goalKilled atomic.Bool
 }

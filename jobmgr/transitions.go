@@ -25,7 +25,11 @@ const (
 	taskKilled      = pelotonv1.TaskState_KILLED
 	taskPreempting  = pelotonv1.TaskState_PREEMPTING
 	taskKilling     = pelotonv1.TaskState_KILLING
+	taskPreempted   = pelotonv1.TaskState_PREEMPTED
 )
+
+// numTaskStates sizes arrays indexed by task state: one past the last.
+const numTaskStates = int(taskPreempted) + 1
 
 // taskTransitions is the one table of legal task state changes. A run moves
 // forward through it; a terminal state goes back to INITIALIZED only to start
@@ -39,14 +43,17 @@ var taskTransitions = fsm.New("task",
 	fsm.From(taskPlacing).To(taskPlaced, taskReady, taskKilled),
 	fsm.From(taskPlaced).To(taskLaunching, taskLaunched, taskReady, taskKilled),
 	fsm.From(taskLaunching).To(taskLaunched, taskFailed, taskKilled, taskLost, taskInitialized),
-	fsm.From(taskLaunched).To(taskStarting, taskRunning, taskSucceeded, taskFailed, taskLost, taskKilling, taskKilled, taskPreempting, taskInitialized),
-	fsm.From(taskStarting).To(taskRunning, taskSucceeded, taskFailed, taskLost, taskKilling, taskKilled, taskPreempting, taskInitialized),
-	fsm.From(taskRunning).To(taskSucceeded, taskFailed, taskLost, taskKilling, taskKilled, taskPreempting, taskInitialized),
-	fsm.From(taskKilling).To(taskKilled, taskSucceeded, taskFailed, taskLost, taskInitialized),
-	fsm.From(taskPreempting).To(taskPending, taskKilled, taskInitialized, taskSucceeded, taskFailed, taskLost),
+	fsm.From(taskLaunched).To(taskStarting, taskRunning, taskSucceeded, taskFailed, taskLost, taskKilling, taskKilled, taskPreempting, taskPreempted, taskInitialized),
+	fsm.From(taskStarting).To(taskRunning, taskSucceeded, taskFailed, taskLost, taskKilling, taskKilled, taskPreempting, taskPreempted, taskInitialized),
+	fsm.From(taskRunning).To(taskSucceeded, taskFailed, taskLost, taskKilling, taskKilled, taskPreempting, taskPreempted, taskInitialized),
+	fsm.From(taskKilling).To(taskKilled, taskSucceeded, taskFailed, taskLost, taskPreempted, taskInitialized),
+	fsm.From(taskPreempting).To(taskPending, taskKilled, taskInitialized, taskSucceeded, taskFailed, taskLost, taskPreempted),
 	fsm.From(taskSucceeded).To(taskInitialized),
 	fsm.From(taskFailed).To(taskInitialized),
 	fsm.From(taskLost).To(taskInitialized, taskKilled),
+	// A run the backend took back (evicted): it runs again, as a lost one
+	// does, or a foreign instance ends there.
+	fsm.From(taskPreempted).To(taskInitialized, taskKilled),
 	fsm.From(taskKilled).To(taskInitialized),
 )
 
@@ -89,7 +96,7 @@ func steps(from taskState, via []taskState, to taskState, f func(taskState)) {
 // isTerminal reports whether a run has ended.
 func isTerminal(s taskState) bool {
 	switch s {
-	case taskSucceeded, taskFailed, taskLost, taskKilled:
+	case taskSucceeded, taskFailed, taskLost, taskKilled, taskPreempted:
 		return true
 	}
 	return false

@@ -275,7 +275,8 @@ func spec(name, host string, cmd ...string) hostmgr.LaunchSpec {
 
 func terminal(s pelotonv1.TaskState) bool {
 	switch s {
-	case pelotonv1.TaskState_SUCCEEDED, pelotonv1.TaskState_FAILED, pelotonv1.TaskState_KILLED, pelotonv1.TaskState_LOST:
+	case pelotonv1.TaskState_SUCCEEDED, pelotonv1.TaskState_FAILED, pelotonv1.TaskState_KILLED, pelotonv1.TaskState_LOST,
+		pelotonv1.TaskState_PREEMPTED:
 		return true
 	}
 	return false

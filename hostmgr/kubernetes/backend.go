@@ -244,6 +244,7 @@ type Backend struct {
 	waitingTold    map[string]string // pod UID -> PodScheduled message set; guarded by mu
 	secondaryNS    map[string]bool
 	events         *fifo[hostmgr.TaskEvent] // to the sink, in order
+	cordons        *cordons                 // nodes cordoned or tainted NoExecute (cordon.go)
 	dirty          chan struct{}            // hosts changed; capacity 1
 	stop           chan struct{}
 	// stopCtx ends when stop is closed, for calls made by goroutines
@@ -364,7 +365,7 @@ func New(cfg Config) (*Backend, error) {
 	b := &Backend{
 		cfg: cfg, log: cfg.Logger.With("component", "hostmgr/kubernetes"), client: client, limiter: limiter,
 		tasks: map[string]*task{}, dirty: make(chan struct{}, 1), stop: make(chan struct{}),
-		events: newFifo[hostmgr.TaskEvent](), foreignQueue: newFifo[hostmgr.ForeignTask](), rejected: map[string]string{}, waitingTold: map[string]string{},
+		events: newFifo[hostmgr.TaskEvent](), cordons: newCordons(), foreignQueue: newFifo[hostmgr.ForeignTask](), rejected: map[string]string{}, waitingTold: map[string]string{},
 		host: rc.Host, probeNow: make(chan struct{}, 1),
 	}
 	b.stopCtx, b.cancelStop = context.WithCancel(context.Background())
@@ -515,7 +516,7 @@ func (b *Backend) Start(ctx context.Context, sink func(hostmgr.TaskEvent)) error
 	b.nodes = b.nodeFactory.Core().V1().Nodes().Lister()
 	b.pods = podInf.GetIndexer()
 	if _, err := nodeInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { b.markDirty() },
+		AddFunc:    func(obj any) { b.markDirty(); b.cordons.note(obj) },
 		UpdateFunc: b.onNodeUpdate,
 		DeleteFunc: b.onNodeDelete,
 	}); err != nil {
@@ -553,7 +554,8 @@ func (b *Backend) Start(ctx context.Context, sink func(hostmgr.TaskEvent)) error
 	} else {
 		b.observe(apiReason(answers))
 	}
-	b.wg.Add(6)
+	b.wg.Add(7)
+	go func() { defer b.wg.Done(); b.cordons.q.run(b.stop, b.cordons.tell) }()
 	go b.watchAPIServer(nsChecked)
 	go b.reconcileBudgets()
 	go func() { defer b.wg.Done(); b.events.run(b.stop, sink) }()
@@ -609,10 +611,12 @@ func (b *Backend) Hosts() []hostmgr.HostInfo {
 		if part == "" {
 			part = DefaultPartition
 		}
-		out = append(out, hostmgr.HostInfo{
-			Name: n.Name, Capacity: capa, Labels: lbls, Partition: part,
-			Unschedulable: n.Spec.Unschedulable || !nodeReady(n),
-		})
+		down, why := nodeDown(n)
+		if !down && !nodeReady(n) {
+			down, why = true, "not ready"
+		}
+		out = append(out, hostmgr.HostInfo{Name: n.Name, Capacity: capa, Labels: lbls, Partition: part,
+			Unschedulable: down, Why: why})
 	}
 	return out
 }
@@ -662,8 +666,11 @@ func (b *Backend) onNodeUpdate(old, cur any) {
 		b.markDirty()
 		return
 	}
+	b.cordons.note(n)
 	// Heartbeats change nothing Peloton cares about.
-	if o.Spec.Unschedulable != n.Spec.Unschedulable || nodeReady(o) != nodeReady(n) ||
+	od, _ := nodeDown(o)
+	nd, _ := nodeDown(n)
+	if od != nd || nodeReady(o) != nodeReady(n) ||
 		!equalLists(o.Status.Allocatable, n.Status.Allocatable) || !equalMaps(o.Labels, n.Labels) {
 		b.markDirty()
 	}
@@ -678,6 +685,7 @@ func (b *Backend) onNodeDelete(obj any) {
 		return
 	}
 	b.markDirty()
+	b.cordons.forget(n.Name)
 	// Runs on a node that is gone are lost; their pods can never finish.
 	var orphans []*task
 	b.mu.Lock()
@@ -804,7 +812,8 @@ func (b *Backend) advanceLocked(t *task, o observed) {
 	if next == 2 && t.withHealth && !t.healthy && t.failAfter > 0 && t.timer == nil {
 		t.timer = time.AfterFunc(t.failAfter, func() { b.neverHealthy(t) })
 	}
-	if cur < 2 && next == 3 && o.state != pelotonv1.TaskState_LOST && o.state != pelotonv1.TaskState_KILLED {
+	if cur < 2 && next == 3 && o.state != pelotonv1.TaskState_LOST && o.state != pelotonv1.TaskState_KILLED &&
+		o.state != pelotonv1.TaskState_PREEMPTED {
 		b.setLocked(t, hostmgr.TaskEvent{State: pelotonv1.TaskState_RUNNING, Time: o.at})
 	}
 	if next > 1 {
@@ -870,9 +879,10 @@ func (b *Backend) onPodDelete(obj any) {
 	}
 	if c := evictedBy(p); c != nil {
 		// Deleted through the Eviction API (kubectl drain, an
-		// autoscaler), within the job's PodDisruptionBudget: the
-		// apiserver marked the pod before deleting it.
-		b.setLocked(t, hostmgr.TaskEvent{State: pelotonv1.TaskState_LOST, Reason: ReasonEvicted,
+		// autoscaler; within the job's PodDisruptionBudget), by the
+		// taint manager (a NoExecute taint), the scheduler's preemption
+		// or the kubelet: whoever deleted it marked the pod first.
+		b.setLocked(t, hostmgr.TaskEvent{State: pelotonv1.TaskState_PREEMPTED, Reason: ReasonEvicted,
 			Message: strings.TrimSpace("evicted: " + c.Message), Time: time.Now()})
 		return
 	}
@@ -880,13 +890,24 @@ func (b *Backend) onPodDelete(obj any) {
 		Message: "pod " + p.Namespace + "/" + p.Name + " was deleted by someone other than Peloton", Time: time.Now()})
 }
 
-// evictedBy returns the condition the apiserver puts on a pod that the
-// Eviction API deletes (DisruptionTarget, reason EvictionByEvictionAPI),
-// or nil.
+// disruptionReasons are the reasons of the DisruptionTarget condition
+// Kubernetes puts on a pod it is about to delete for the cluster's sake:
+// the Eviction API, the scheduler's preemption, the taint manager (a
+// NoExecute taint the pod does not tolerate) and the kubelet (node
+// pressure, a node shutdown).
+var disruptionReasons = map[string]bool{
+	"EvictionByEvictionAPI":  true,
+	"PreemptionByScheduler":  true,
+	"DeletionByTaintManager": true,
+	"TerminationByKubelet":   true,
+}
+
+// evictedBy returns the DisruptionTarget condition that says why
+// Kubernetes deleted p, or nil.
 func evictedBy(p *corev1.Pod) *corev1.PodCondition {
 	for i := range p.Status.Conditions {
 		c := &p.Status.Conditions[i]
-		if c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue && c.Reason == "EvictionByEvictionAPI" {
+		if c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue && disruptionReasons[c.Reason] {
 			return c
 		}
 	}
@@ -1569,7 +1590,8 @@ func (b *Backend) Runs() []hostmgr.RunInfo {
 
 func isEnded(s pelotonv1.TaskState) bool {
 	switch s {
-	case pelotonv1.TaskState_SUCCEEDED, pelotonv1.TaskState_FAILED, pelotonv1.TaskState_KILLED, pelotonv1.TaskState_LOST:
+	case pelotonv1.TaskState_SUCCEEDED, pelotonv1.TaskState_FAILED, pelotonv1.TaskState_KILLED, pelotonv1.TaskState_LOST,
+		pelotonv1.TaskState_PREEMPTED:
 		return true
 	}
 	return false

@@ -218,8 +218,8 @@ func TestEvictionWithinTheBudget(t *testing.T) {
 	if !apierrors.IsTooManyRequests(err) {
 		t.Fatalf("an eviction past the budget: %v; want 429 TooManyRequests", err)
 	}
-	// The evicted run ends, said to be evicted; the others run on.
-	evs := e.waitFor(specs[0].TaskID, pelotonv1.TaskState_LOST, 30*time.Second)
+	// The evicted run ends PREEMPTED, said to be evicted; the others run on.
+	evs := e.waitFor(specs[0].TaskID, pelotonv1.TaskState_PREEMPTED, 30*time.Second)
 	if last := evs[len(evs)-1]; last.Reason != ReasonEvicted || !strings.HasPrefix(last.Message, "evicted: ") {
 		t.Errorf("the evicted run ended %+v; want reason %q and a message \"evicted: ...\"", last, ReasonEvicted)
 	}

@@ -376,8 +376,10 @@ type observed struct {
 }
 
 // observe maps a pod to a task state: bound → LAUNCHED, a container running
-// → RUNNING, Succeeded → SUCCEEDED, Failed → FAILED with the exit code, or
-// LOST when the kubelet rejected or evicted the pod (not the run's fault).
+// → RUNNING, Succeeded → SUCCEEDED, Failed → FAILED with the exit code,
+// PREEMPTED when the kubelet evicted the pod (node pressure: whatever its
+// container's exit code, not the run's fault), or LOST when the kubelet
+// rejected it.
 func observe(p *corev1.Pod, withHealth bool) observed {
 	o := observed{at: time.Now()}
 	if p.Spec.NodeName == "" {
@@ -413,14 +415,15 @@ func observe(p *corev1.Pod, withHealth bool) observed {
 		}
 	case corev1.PodFailed:
 		switch {
+		case p.Status.Reason == "Evicted":
+			o.state, o.reason = pelotonv1.TaskState_PREEMPTED, ReasonEvicted
+			o.message = strings.TrimSpace("evicted: " + p.Status.Message)
 		case term != nil && term.ExitCode != 0:
 			o.state, o.exitCode, o.reason = pelotonv1.TaskState_FAILED, term.ExitCode, ReasonExitNonzero
 			o.message = strings.TrimSpace(term.Reason + " " + term.Message)
 			if !term.FinishedAt.IsZero() {
 				o.at = term.FinishedAt.Time
 			}
-		case p.Status.Reason == "Evicted":
-			o.state, o.reason, o.message = pelotonv1.TaskState_LOST, ReasonEvicted, p.Status.Message
 		case p.Status.Reason != "":
 			o.state, o.reason = pelotonv1.TaskState_LOST, ReasonPodRejected
 			o.message = strings.TrimSpace(p.Status.Reason + ": " + p.Status.Message)

@@ -72,7 +72,8 @@ func TestObserve(t *testing.T) {
 		{"running, ready", "n", corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{ready}, ContainerStatuses: []corev1.ContainerStatus{running}}, true, pelotonv1.TaskState_RUNNING, 0, "", pelotonv1.HealthState_HEALTHY},
 		{"succeeded", "n", corev1.PodStatus{Phase: corev1.PodSucceeded, ContainerStatuses: []corev1.ContainerStatus{exited(0)}}, false, pelotonv1.TaskState_SUCCEEDED, 0, ReasonExitZero, 0},
 		{"failed", "n", corev1.PodStatus{Phase: corev1.PodFailed, ContainerStatuses: []corev1.ContainerStatus{exited(137)}}, false, pelotonv1.TaskState_FAILED, 137, ReasonExitNonzero, 0},
-		{"evicted", "n", corev1.PodStatus{Phase: corev1.PodFailed, Reason: "Evicted"}, false, pelotonv1.TaskState_LOST, 0, ReasonEvicted, 0},
+		{"evicted", "n", corev1.PodStatus{Phase: corev1.PodFailed, Reason: "Evicted"}, false, pelotonv1.TaskState_PREEMPTED, 0, ReasonEvicted, 0},
+		{"evicted, was running", "n", corev1.PodStatus{Phase: corev1.PodFailed, Reason: "Evicted", ContainerStatuses: []corev1.ContainerStatus{exited(137)}}, false, pelotonv1.TaskState_PREEMPTED, 0, ReasonEvicted, 0},
 		{"rejected", "n", corev1.PodStatus{Phase: corev1.PodFailed, Reason: "OutOfcpu"}, false, pelotonv1.TaskState_LOST, 0, ReasonPodRejected, 0},
 		// Patched to the run that begins with restart 1 (Replace): the
 		// container that still runs is the previous run's.

@@ -21,6 +21,7 @@ const (
 	PreemptReclaim   = "reclaim"
 	PreemptPriority  = "priority"
 	PreemptHostDrain = "host-drain"
+	PreemptEvicted   = "evicted"
 
 	RestartPatched = "patched"
 	RestartInPlace = "in-place"
@@ -65,7 +66,7 @@ type FixedLabel struct {
 var Fixed = []FixedLabel{
 	{QueueDepth.MetricVec, "queue", []string{QueuePending, QueueReady, QueuePlaced}},
 	{Placements.MetricVec, "result", []string{PlacementPlaced, PlacementUnplaced, PlacementUnresolvable}},
-	{Preemptions.MetricVec, "reason", []string{PreemptReclaim, PreemptPriority, PreemptHostDrain}},
+	{Preemptions.MetricVec, "reason", []string{PreemptReclaim, PreemptPriority, PreemptHostDrain, PreemptEvicted}},
 	{Restarts.MetricVec, "how", []string{RestartPatched, RestartInPlace, RestartPlaced}},
 	{HostMoves.MetricVec, "step", []string{MoveStarted, MoveDrained, MoveMoved, MoveApplyFailed, MoveCancelled}},
 	{StoreWrites.MetricVec, "kind", []string{WriteJob, WriteTask, WriteUpdate}},

@@ -98,7 +98,8 @@ func init() {
 	)
 }
 
-// Preemptions counts tasks chosen for preemption, by reason (reclaim, priority).
+// Preemptions counts tasks chosen for preemption, by reason (reclaim,
+// priority, host-drain), and runs the backend took back (evicted).
 var Preemptions = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Namespace: "peloton", Name: "preemptions_total", Help: "Tasks chosen for preemption, by reason.",
 }, []string{"reason"})

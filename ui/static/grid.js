@@ -7,7 +7,7 @@ import { h } from "./dom.js";
 // taskStates are the TaskState names in their enum order; a cell's state
 // is its index here.
 export const taskStates = ["TASK_STATE_UNSPECIFIED", "INITIALIZED", "PENDING", "READY", "PLACING", "PLACED",
-  "LAUNCHING", "LAUNCHED", "STARTING", "RUNNING", "SUCCEEDED", "FAILED", "LOST", "KILLED", "PREEMPTING", "KILLING"];
+  "LAUNCHING", "LAUNCHED", "STARTING", "RUNNING", "SUCCEEDED", "FAILED", "LOST", "KILLED", "PREEMPTING", "KILLING", "PREEMPTED"];
 const stateIndex = Object.fromEntries(taskStates.map((s, i) => [s, i]));
 
 // colourVar names the CSS variable that colours each state.
@@ -15,7 +15,7 @@ function colourVar(s) {
   if (s === "RUNNING") return "--c-running";
   if (s === "SUCCEEDED") return "--c-succeeded";
   if (s === "FAILED" || s === "LOST") return "--c-failed";
-  if (s === "KILLED" || s === "KILLING" || s === "PREEMPTING") return "--c-killed";
+  if (s === "KILLED" || s === "KILLING" || s === "PREEMPTING" || s === "PREEMPTED") return "--c-killed";
   if (s === "PENDING" || s === "INITIALIZED" || s === "READY") return "--c-pending";
   if (s === "TASK_STATE_UNSPECIFIED") return "--c-none";
   return "--c-starting";

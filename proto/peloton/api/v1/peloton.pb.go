@@ -108,6 +108,11 @@ const (
 	TaskState_KILLED                 TaskState = 13
 	TaskState_PREEMPTING             TaskState = 14
 	TaskState_KILLING                TaskState = 15
+	// The run was taken back by the cluster it ran on, not ended by its own
+	// fault: evicted (node pressure, the Eviction API, a NoExecute taint).
+	// A run's end only, kept in the task's history with the reason; the
+	// instance runs again elsewhere and no failure is counted.
+	TaskState_PREEMPTED TaskState = 16
 )
 
 // Enum value maps for TaskState.
@@ -129,6 +134,7 @@ var (
 		13: "KILLED",
 		14: "PREEMPTING",
 		15: "KILLING",
+		16: "PREEMPTED",
 	}
 	TaskState_value = map[string]int32{
 		"TASK_STATE_UNSPECIFIED": 0,
@@ -147,6 +153,7 @@ var (
 		"KILLED":                 13,
 		"PREEMPTING":             14,
 		"KILLING":                15,
+		"PREEMPTED":              16,
 	}
 )
 
@@ -8601,7 +8608,7 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\aSERVICE\x10\x02\x12\f\n" +
 	"\bSTATEFUL\x10\x03\x12\n" +
 	"\n" +
-	"\x06DAEMON\x10\x04*\xef\x01\n" +
+	"\x06DAEMON\x10\x04*\xfe\x01\n" +
 	"\tTaskState\x12\x1a\n" +
 	"\x16TASK_STATE_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vINITIALIZED\x10\x01\x12\v\n" +
@@ -8623,7 +8630,8 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\x06KILLED\x10\r\x12\x0e\n" +
 	"\n" +
 	"PREEMPTING\x10\x0e\x12\v\n" +
-	"\aKILLING\x10\x0f*=\n" +
+	"\aKILLING\x10\x0f\x12\r\n" +
+	"\tPREEMPTED\x10\x10*=\n" +
 	"\vHealthState\x12\x12\n" +
 	"\x0eHEALTH_UNKNOWN\x10\x00\x12\v\n" +
 	"\aHEALTHY\x10\x01\x12\r\n" +
