@@ -84,13 +84,11 @@ func checkJobToken(t *testing.T, sec serving.Security) {
 	})
 	var logs string
 	testutil.Eventually(t, 30*time.Second, "the driver prints its token and the scale's status", func() error {
-		var out, errb bytes.Buffer
-		cmd := cli.NewRootCommand(&out, &errb)
-		cmd.SetArgs([]string{"--server", s.info.GRPCAddr, "--token", tokens["root"], "task", "logs", id, "0"})
-		if err := cmd.Execute(); err != nil {
-			return fmt.Errorf("%v: %s", err, errb.String())
+		out, errOut, err := runCLIOut(s.info.GRPCAddr, tokens["root"], "task", "logs", id, "0")
+		if err != nil {
+			return fmt.Errorf("%v: %s", err, errOut)
 		}
-		if logs = out.String(); !strings.Contains(logs, "scale=") {
+		if logs = out; !strings.Contains(logs, "scale=") {
 			return fmt.Errorf("logs so far %q", logs)
 		}
 		return nil
@@ -121,6 +119,15 @@ func checkJobToken(t *testing.T, sec serving.Security) {
 		t.Errorf("root's dry-run scale: %v", err)
 	}
 	checkJobTokenRefusals(t, jc, id, other)
+	// The CLI, as the README shows it, with the token.
+	for _, args := range [][]string{{"job", "scale", id, "2"}, {"job", "get", id}} {
+		if _, errOut, err := runCLIOut(s.info.GRPCAddr, tok, args...); err != nil {
+			t.Errorf("peloton %s with the job token: %v: %s", strings.Join(args, " "), err, errOut)
+		}
+	}
+	if _, errOut, _ := runCLIOut(s.info.GRPCAddr, tok, "job", "scale", id, "9"); !strings.Contains(errOut, "InvalidArgument") || !strings.Contains(errOut, "instanceCount") {
+		t.Errorf("peloton job scale beyond selfScale.max with the job token: stderr %q, want InvalidArgument naming instanceCount", errOut)
+	}
 	// A token forged for the other job does not hold.
 	forged := "pjt1." + strings.SplitN(strings.TrimPrefix(tok, "pjt1."), ".", 2)[0][:4] + "x." + strings.SplitN(tok, ".", 3)[2]
 	if _, err := client(forged).Jobs.GetJob(ctx(t), &pelotonv1.GetJobRequest{JobId: id}); status.Code(err) != codes.Unauthenticated {
@@ -166,4 +173,13 @@ func checkJobTokenRefusals(t *testing.T, jc *pclient.Client, id, other string) {
 			t.Errorf("%s with the job token: %v, want PermissionDenied saying what a job token may call", what, err)
 		}
 	}
+}
+
+// runCLIOut runs the CLI against addr with token.
+func runCLIOut(addr, token string, args ...string) (string, string, error) {
+	var out, errb bytes.Buffer
+	cmd := cli.NewRootCommand(&out, &errb)
+	cmd.SetArgs(append([]string{"--server", addr, "--token", token}, args...))
+	err := cmd.Execute()
+	return out.String(), errb.String(), err
 }
