@@ -184,9 +184,17 @@ func runStack(ctx context.Context, cfg Config, etcdTLS *tls.Config, t *term) err
 	// A backend that keeps jobs' disruption budgets (kubernetes) hears of
 	// their changes from jobmgr.
 	budgets, _ := backend.(hostmgr.DisruptionBudgeter)
+	// Self-scaling jobs' runs get a token of their own (jobtoken.go).
+	jtKey, err := loadJobTokenKey(runCtx, st)
+	if err != nil {
+		return err
+	}
+	ssEnv := &selfScaleEnv{tokens: &auth.JobTokens{Key: jtKey}, tls: cfg.Security.TLS.Enabled()}
+	ssEnv.presetAddrs(cfg.Listen, cfg.HTTPListen)
 	jm := jobmgr.New(st, batcher, rm, hm, jobmgr.Options{Logger: log, SLA: cfg.SLA, SLATimeout: cfg.SLATimeout,
 		History: archive, ClusterName: cmp.Or(cfg.ClusterName, DefaultClusterName), Collect: jobmgr.CollectOptions{TTL: ttl},
-		Budgets: budgets})
+		Budgets: budgets, SelfScaleEnv: ssEnv.env})
+	ssEnv.tokens.Live = jobLive(jm)
 	// DAEMON jobs follow hosts that join or leave as soon as the backend
 	// says so (kubernetes); jobmgr also re-checks every few seconds.
 	hm.OnHostsChanged(jm.HostsChanged)
@@ -281,8 +289,11 @@ func runStack(ctx context.Context, cfg Config, etcdTLS *tls.Config, t *term) err
 		grpcLis.Close()
 		return fmt.Errorf("listen %s (--http-listen): %w", cfg.HTTPListen, err)
 	}
+	ssEnv.setAddrs(grpcLis.Addr().String(), httpLis.Addr().String())
+	sec := cfg.Security
+	sec.Auth.JobTokens = ssEnv.tokens
 	served, err := serving.Start(runCtx, serving.API{GRPCServer: srv.GRPCServer, HTTPHandler: srv.HTTPHandler, Rules: srv.Rules(),
-		Extra: cfg.UI, Ready: srv.Ready}, cfg.Security, grpcLis, httpLis, log)
+		Extra: cfg.UI, Ready: srv.Ready}, sec, grpcLis, httpLis, log)
 	if err != nil {
 		return err
 	}

@@ -1138,7 +1138,7 @@ func (en *engine) launch(ctx context.Context, p resmgr.Placement) {
 		return
 	}
 	m.rm.MarkRunning(j.id, inst)
-	ls := launchSpec(j, inst, p.Task.RunID, p.Host, j.version(ver), p.Task.Resources)
+	ls := m.launchSpec(j, inst, p.Task.RunID, p.Host, j.version(ver), p.Task.Resources)
 	ls.Gang = p.Task.Gang
 	if m.adopt.isForeign(j) {
 		// Bind the pod the instance stands for; never create one.
@@ -1221,6 +1221,32 @@ const (
 	EnvMetricsHistogram = "PELOTON_METRICS_HISTOGRAM"
 	EnvMetricsHost      = "PELOTON_METRICS_HOST"
 )
+
+// The environment a run of a self-scaling job (spec.selfScale) gets: its
+// job's token, valid for GetJob, ScaleJob and CancelJob of that job only,
+// until the job ends; the daemon's gRPC address (what the CLI's --server
+// takes) and its REST base URL.
+const (
+	EnvJobToken = "PELOTON_JOB_TOKEN"
+	EnvServer   = "PELOTON_SERVER"
+	EnvAPI      = "PELOTON_API"
+)
+
+// launchSpec is launchSpec with, for a self-scaling job, its token and the
+// daemon's addresses in the environment (Options.SelfScaleEnv): they are
+// the stack's alone, whatever the spec's env says.
+func (m *Manager) launchSpec(j *job, inst, run uint32, host string, v *jobVersion, r resources.Resources) hostmgr.LaunchSpec {
+	ls := launchSpec(j, inst, run, host, v, r)
+	for _, k := range []string{EnvJobToken, EnvServer, EnvAPI} {
+		delete(ls.Env, k)
+	}
+	if v.spec.GetSelfScale() != nil && m.selfScaleEnv != nil {
+		for k, val := range m.selfScaleEnv(j.id) {
+			ls.Env[k] = val
+		}
+	}
+	return ls
+}
 
 // launchSpec is what the backend needs to run run `run` of instance inst
 // on host, on version v with resources r.

@@ -53,3 +53,38 @@ func TestLaunchEnv(t *testing.T) {
 		})
 	}
 }
+
+// TestSelfScaleLaunchEnv: a self-scaling job's runs get what
+// Options.SelfScaleEnv gives for their job, over the user's own; other
+// jobs' runs get none of those variables, whatever the user set.
+func TestSelfScaleLaunchEnv(t *testing.T) {
+	m := &Manager{selfScaleEnv: func(id string) map[string]string {
+		return map[string]string{EnvJobToken: "tok-" + id, EnvServer: "127.0.0.1:1", EnvAPI: "http://127.0.0.1:2"}
+	}}
+	userSet := func(s *pelotonv1.JobSpec) {
+		s.DefaultSpec.Env = map[string]string{"A": "1", EnvJobToken: "forged", EnvServer: "x", EnvAPI: "y"}
+	}
+	for _, tc := range []struct {
+		name string
+		spec *pelotonv1.JobSpec
+		want map[string]string
+	}{
+		{"self-scaling", MakeJob("x").Instances(2).With(userSet).With(func(s *pelotonv1.JobSpec) { s.SelfScale = &pelotonv1.SelfScaleSpec{Min: 1, Max: 4} }).Obj(),
+			map[string]string{"A": "1", EnvJobToken: "tok-j", EnvServer: "127.0.0.1:1", EnvAPI: "http://127.0.0.1:2"}},
+		{"not self-scaling", MakeJob("x").With(userSet).Obj(), map[string]string{"A": "1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := validateJobSpec(tc.spec, bigHost); err != nil {
+				t.Fatal(err)
+			}
+			v, err := newJobVersion(1, tc.spec, time.Unix(0, 0), "test")
+			if err != nil {
+				t.Fatal(err)
+			}
+			ls := m.launchSpec(&job{id: "j", typ: tc.spec.Type, pool: tc.spec.Pool}, 0, 1, "h", v, resources.Resources{MilliCPU: 100, MemoryMB: 32})
+			if !maps.Equal(ls.Env, tc.want) {
+				t.Errorf("env %v, want %v", ls.Env, tc.want)
+			}
+		})
+	}
+}

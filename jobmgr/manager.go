@@ -143,10 +143,12 @@ func (j *job) activeCount() int32 {
 
 // Manager is the job manager.
 type Manager struct {
-	store   store.Store
-	batcher *store.Batcher
-	rm      Resources
-	hm      Hosts
+	// selfScaleEnv is Options.SelfScaleEnv.
+	selfScaleEnv func(jobID string) map[string]string
+	store        store.Store
+	batcher      *store.Batcher
+	rm           Resources
+	hm           Hosts
 	// budgets is Options.Budgets (nil: none).
 	budgets hostmgr.DisruptionBudgeter
 	sla     sla.Evaluator
@@ -250,6 +252,10 @@ type Options struct {
 	// kubernetes backend's PodDisruptionBudgets). Runs carry it anyway
 	// (LaunchSpec.Budget); this is for changes between launches.
 	Budgets hostmgr.DisruptionBudgeter
+	// SelfScaleEnv, if set, is the environment the runs of a self-scaling
+	// job (spec.selfScale) get besides their own: EnvJobToken, EnvServer
+	// and EnvAPI.
+	SelfScaleEnv func(jobID string) map[string]string
 }
 
 // New builds a job manager. Start loads state and starts the engine.
@@ -275,7 +281,7 @@ func New(st store.Store, b *store.Batcher, rm Resources, hm Hosts, opts Options)
 	if opts.SLATimeout == 0 {
 		opts.SLATimeout = defaultSLATimeout
 	}
-	m := &Manager{store: st, batcher: b, rm: rm, hm: hm, budgets: opts.Budgets, sla: opts.SLA, slaTimeout: opts.SLATimeout, updates: map[string]*update{}, log: opts.Logger.With("component", "jobmgr"), now: time.Now,
+	m := &Manager{selfScaleEnv: opts.SelfScaleEnv, store: st, batcher: b, rm: rm, hm: hm, budgets: opts.Budgets, sla: opts.SLA, slaTimeout: opts.SLATimeout, updates: map[string]*update{}, log: opts.Logger.With("component", "jobmgr"), now: time.Now,
 		finished: map[string]*finishedJob{}, history: opts.History, cluster: opts.ClusterName, collect: opts.Collect.withDefaults(),
 		jobs: map[string]*job{}, held: map[string]bool{}, queue: newWorkQueue(), workers: opts.Workers, launchers: opts.Launchers, lostBackoff: opts.LostBackoff,
 		retry: unwritten{byRun: map[string][]hostmgr.TaskEvent{}, wake: make(chan struct{}, 1)}, recon: newReconciler(opts.ReconcileEvery)}

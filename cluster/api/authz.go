@@ -36,6 +36,12 @@ func (s *Server) Rules() auth.Rules {
 	onJob := func(role auth.Role, mutating bool) auth.Rule {
 		return auth.Rule{Role: role, Pools: s.jobPools, Mutating: mutating, Object: jobObject}
 	}
+	// A self-scaling job's own token (auth.MethodJobToken) may read,
+	// scale (within spec.selfScale, see ScaleJob) and cancel its job.
+	ownJob := func(r auth.Rule) auth.Rule {
+		r.JobToken = true
+		return r
+	}
 	onUpdate := func(role auth.Role, mutating bool) auth.Rule {
 		return auth.Rule{Role: role, Pools: s.updatePools, Mutating: mutating, Object: func(req any) string {
 			return "update " + req.(hasUpdateID).GetUpdateId()
@@ -69,12 +75,12 @@ func (s *Server) Rules() auth.Rules {
 				r := req.(*pelotonv1.CreateJobRequest)
 				return fmt.Sprintf("job %q in %s", r.GetSpec().GetName(), r.GetSpec().GetPool())
 			}},
-		job + "GetJob":          onJob(auth.Viewer, false),
+		job + "GetJob":          ownJob(onJob(auth.Viewer, false)),
 		job + "ListJobs":        {Role: auth.Viewer, Pools: listJobsPools, Filter: filterJobs},
-		job + "CancelJob":       onJob(auth.Submitter, true),
+		job + "CancelJob":       ownJob(onJob(auth.Submitter, true)),
 		job + "DeleteJob":       onJob(auth.Submitter, true),
 		job + "RestartJob":      onJob(auth.Submitter, true),
-		job + "ScaleJob":        onJob(auth.Submitter, true),
+		job + "ScaleJob":        ownJob(onJob(auth.Submitter, true)),
 		job + "ListJobVersions": onJob(auth.Viewer, false),
 		// Watching named jobs needs the viewer role on each one's pool;
 		// watching every job (none named) needs it cluster-wide.

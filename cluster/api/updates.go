@@ -3,6 +3,8 @@ package api
 import (
 	"context"
 
+	"github.com/peloton-sched/peloton/internal/apierr"
+	"github.com/peloton-sched/peloton/internal/auth"
 	"github.com/peloton-sched/peloton/internal/requestid"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
@@ -13,6 +15,9 @@ func (s *Server) ScaleJob(ctx context.Context, req *pelotonv1.ScaleJobRequest) (
 		return nil, err
 	}
 	if err := s.refuseFederated(ctx, req.GetJobId(), "scale"); err != nil {
+		return nil, err
+	}
+	if err := s.checkSelfScale(ctx, req); err != nil {
 		return nil, err
 	}
 	scale := s.jm.Updates().ScaleJob
@@ -124,4 +129,21 @@ func (s *Server) RollbackUpdate(ctx context.Context, req *pelotonv1.RollbackUpda
 		return nil, err
 	}
 	return &pelotonv1.RollbackUpdateResponse{Update: u}, nil
+}
+
+// checkSelfScale holds a job that scales itself with its own token to its
+// spec.selfScale bounds; other callers may scale it to any count.
+func (s *Server) checkSelfScale(ctx context.Context, req *pelotonv1.ScaleJobRequest) error {
+	if id, ok := auth.FromContext(ctx); !ok || id.Method != auth.MethodJobToken {
+		return nil
+	}
+	j, err := s.jm.GetJob(req.GetJobId())
+	if err != nil {
+		return err
+	}
+	ss := j.GetSpec().GetSelfScale()
+	if n := req.GetInstanceCount(); ss == nil || n < ss.GetMin() || n > ss.GetMax() {
+		return apierr.Invalid("instanceCount", "a job scaling itself stays within spec.selfScale's %d..%d, got %d", ss.GetMin(), ss.GetMax(), n)
+	}
+	return nil
 }

@@ -46,7 +46,11 @@ type Config struct {
 	// HandlerTimeout, if > 0, bounds every unary call on the server side,
 	// whatever deadline the caller set (or did not).
 	HandlerTimeout time.Duration
-	Log            *slog.Logger
+	// JobTokens, if set, are the jobs' own tokens a caller may present as
+	// a bearer token, with or without authentication: their holders may
+	// call only the rules marked JobToken, on their own job.
+	JobTokens *JobTokens
+	Log       *slog.Logger
 }
 
 // Guard authenticates, limits, authorizes, bounds and audits the calls of
@@ -60,6 +64,8 @@ type Guard struct {
 	timeout time.Duration
 	rules   Rules
 	log     *slog.Logger
+	// jobTokens are the jobs' own tokens (Config.JobTokens).
+	jobTokens *JobTokens
 	// forwarded: this guard serves the daemon's in-memory listener and
 	// takes the identity its REST gateway or its own components forward.
 	forwarded bool
@@ -72,7 +78,7 @@ func New(cfg Config, rules Rules) (*Guard, error) {
 		log = slog.Default()
 	}
 	g := &Guard{certs: cfg.ClientCerts, timeout: cfg.HandlerTimeout, rules: rules, log: log.With("component", "auth"),
-		lim: newLimiter(cfg.RatePerSecond, cfg.RateBurst)}
+		lim: newLimiter(cfg.RatePerSecond, cfg.RateBurst), jobTokens: cfg.JobTokens}
 	var err error
 	if cfg.TokenFile != "" {
 		g.tokens, err = reload.New([]string{cfg.TokenFile}, func() (*Tokens, error) { return loadFile(cfg.TokenFile, ParseTokens) }, g.log)
@@ -333,6 +339,9 @@ func (g *Guard) identify(ctx context.Context) (Identity, error) {
 		return g.forwardedIdentity(md)
 	}
 	peerAddr := peerAddr(ctx)
+	if id, ok, err := g.jobTokenIdentity(ctx, md.Get("authorization"), peerAddr); ok {
+		return id, err
+	}
 	if g.tokens != nil {
 		if v := md.Get("authorization"); len(v) > 0 {
 			tok, ok := bearerToken(v)
@@ -442,6 +451,9 @@ func (g *Guard) authorize(ctx context.Context, c *call, req any) error {
 	short := shortMethod(c.method)
 	if !c.known {
 		return status.Errorf(codes.PermissionDenied, "%s has no authorization rule; nobody may call it", short)
+	}
+	if c.id.Method == MethodJobToken {
+		return authorizeJobToken(c, req)
 	}
 	if c.id.Method == MethodNone || (g.policy == nil && c.id.Method != MethodInProcess) {
 		return nil

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	grpcstatus "google.golang.org/grpc/status"
 )
 
 func escape(s string) string            { return url.QueryEscape(s) }
@@ -55,6 +56,12 @@ type httpIdentityKey struct{}
 // answer with.
 func (g *Guard) HTTPIdentity(r *http.Request) (Identity, error) {
 	peer := httpPeer(r)
+	if id, ok, err := g.jobTokenIdentity(r.Context(), r.Header.Values("Authorization"), peer); ok {
+		if err != nil {
+			return Identity{}, statusErr(codes.Unauthenticated, grpcstatus.Convert(err).Message())
+		}
+		return id, nil
+	}
 	if g.tokens != nil {
 		if v := r.Header.Values("Authorization"); len(v) > 0 {
 			tok, ok := bearerToken(v)

@@ -27,6 +27,9 @@ type Rule struct {
 	Mutating bool
 	// Object names what the call acts on, for the audit log ("job 1234").
 	Object func(req any) string
+	// JobToken: a job's own token (MethodJobToken) may call it on its
+	// own job (the request's job id); nothing else is open to one.
+	JobToken bool
 }
 
 // Rules are a daemon's rules by full gRPC method name
