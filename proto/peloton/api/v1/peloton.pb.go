@@ -1865,7 +1865,7 @@ func (x *GangSpec) GetSameLabel() string {
 }
 
 // SelfScaleSpec lets a job's runs scale the job. Each run gets a token in
-// PELOTON_JOB_TOKEN valid only for GetJob, ScaleJob and KillJob of this
+// PELOTON_JOB_TOKEN valid only for GetJob, ScaleJob and CancelJob of this
 // job, revoked when the job ends.
 type SelfScaleSpec struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
