@@ -1206,6 +1206,11 @@ func (en *engine) launch(ctx context.Context, p resmgr.Placement) {
 	m.rm.MarkRunning(j.id, inst)
 	ls := launchSpec(j, inst, p.Task.RunID, p.Host, j.version(ver), p.Task.Resources)
 	ls.Gang = p.Task.Gang
+	if p.Peers != nil {
+		// Placed with its gang: the peers' hosts are this placement's,
+		// not their runs' before it.
+		setGangEnv(ls.Env, j, j.version(ver), inst, p.Host, p.Peers)
+	}
 	if m.adopt.isForeign(j) {
 		// Bind the pod the instance stands for; never create one.
 		ls.Foreign, err = m.adopt.foreignRef(j, inst)
@@ -1315,6 +1320,7 @@ func launchSpec(j *job, inst, run uint32, host string, v *jobVersion, r resource
 		}
 		env[EnvMetricsPort], env[EnvMetricsPath], env[EnvMetricsHistogram] = m.GetPort(), path, m.GetLatencyHistogram()
 	}
+	setGangEnv(env, j, v, inst, host, nil)
 	ls := hostmgr.LaunchSpec{TaskID: resmgr.RunTaskID(j.id, inst, run), JobID: j.id, InstanceID: inst, RunID: run, Host: host,
 		Command: spec.Command, Env: env, Image: spec.Image, Resources: r, Pool: j.pool,
 		HealthCheck: spec.HealthCheck, KillGrace: graceOf(v, inst)}

@@ -190,8 +190,15 @@ func (c Config) Place(gangs []*resmgr.Gang, hosts []hostmgr.HostOffer) Decision 
 			d.Unplaced = append(d.Unplaced, Unplaced{Gang: g, Code: Unschedulable, Reason: failed})
 			continue
 		}
+		var peers map[uint32]string
+		if len(chosen) > 1 {
+			peers = make(map[uint32]string, len(chosen))
+			for i, h := range chosen {
+				peers[g.Tasks[i].Instance] = hosts[h].Name
+			}
+		}
 		for i, h := range chosen {
-			d.Placed = append(d.Placed, resmgr.Placement{Task: g.Tasks[i], Host: hosts[h].Name})
+			d.Placed = append(d.Placed, resmgr.Placement{Task: g.Tasks[i], Host: hosts[h].Name, Peers: peers})
 		}
 	}
 	return d
