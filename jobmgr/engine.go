@@ -529,7 +529,11 @@ func (en *engine) gangsFor(j *job, insts []uint32) []*resmgr.Gang {
 		}
 	}
 	if len(gang) > 0 {
-		out = append(out, resmgr.NewGang(gang...))
+		g := resmgr.NewGang(gang...)
+		if len(gang) > 1 {
+			g.SameLabel = j.spec().GetGang().GetSameLabel()
+		}
+		out = append(out, g)
 	}
 	return out
 }
