@@ -3,6 +3,9 @@ package jobmgr
 import (
 	"strconv"
 	"strings"
+
+	"github.com/peloton-sched/peloton/internal/apierr"
+	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
 // The environment every member of a gang gets at launch, so that the
@@ -87,4 +90,32 @@ func setGangEnv(env map[string]string, j *job, v *jobVersion, inst uint32, host 
 	env[EnvGangSize] = strconv.Itoa(len(members))
 	env[EnvGangRank] = strconv.FormatUint(uint64(rank), 10)
 	env[EnvGangMembers] = strings.Join(addrs, ",")
+}
+
+// GetGang returns gang g of job jobID with where each member runs now, as
+// the members are told at launch (the ports of the current spec).
+func (m *Manager) GetGang(jobID string, g uint32) (*pelotonv1.Gang, error) {
+	j, err := m.getJob(jobID)
+	if err != nil {
+		return nil, err
+	}
+	v := j.current()
+	l := gangLayoutOf(v.spec)
+	switch {
+	case !l.ganged():
+		return nil, apierr.FailedPrecondition("job %s has no gangs: its spec sets neither gang.size nor sla.minimumRunningInstances above 1", jobID)
+	case g >= l.count():
+		return nil, apierr.NotFound("gang %d: job %s has gangs 0..%d", g, jobID, l.count()-1)
+	}
+	members := gangMembers(j, v, g, nil)
+	out := &pelotonv1.Gang{Id: gangID(j.id, int(g)), Index: g, Size: uint32(len(members))}
+	for _, mb := range members {
+		gm := &pelotonv1.GangMember{Instance: mb.inst, Rank: mb.rank, Host: mb.host, Port: mb.port}
+		if t := j.task(mb.inst); t != nil {
+			rt := t.status()
+			gm.RunId, gm.State = rt.GetRunId(), rt.GetState()
+		}
+		out.Members = append(out.Members, gm)
+	}
+	return out, nil
 }
