@@ -11,6 +11,8 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/peloton-sched/peloton/cluster"
+	"github.com/peloton-sched/peloton/hostmgr/mesos/mesostest"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
@@ -117,4 +119,60 @@ func protoEqualGang(a, b *pelotonv1.Gang) bool {
 	ja, _ := protojson.Marshal(a)
 	jb, _ := protojson.Marshal(b)
 	return string(ja) == string(jb)
+}
+
+// TestJobGangsOnMesos: on the mesos backend (against mesostest, the
+// in-process master speaking the Mesos v1 scheduler protocol), each member
+// of a gang is launched with the gang variables in its TaskInfo's command
+// environment, listing the members `job gangs` lists.
+func TestJobGangsOnMesos(t *testing.T) {
+	agents := make([]mesostest.AgentSpec, 2)
+	for i := range agents {
+		agents[i] = mesostest.AgentSpec{CPUs: 2, MemMB: 2048}
+	}
+	master, err := mesostest.New(mesostest.Config{Agents: agents, Heartbeat: 500 * time.Millisecond, Redeliver: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(master.Close)
+	s := startStack(t, func(c *cluster.Config) {
+		c.Backend, c.Mesos = "mesos", cluster.MesosConfig{Master: master.URL(), Role: "peloton"}
+	})
+	spec := writeSpec(t, "gang.yaml", `name: peers
+type: BATCH
+pool: /default
+instanceCount: 3
+sla: {minimumRunningInstances: 3}
+defaultSpec:
+  command: ["sleep", "300"]
+  resources: {cpu: 0.5, memoryMb: 64}
+instanceSpecs:
+  "0": {ports: [{name: rpc, value: 31500}]}
+  "1": {ports: [{name: rpc, value: 31501}]}
+  "2": {ports: [{name: rpc, value: 31502}]}
+`)
+	id := strings.TrimSpace(s.ok("job", "create", "-f", spec))
+	ts := s.waitRunning(id, 3)
+	var g pelotonv1.Gang
+	s.get(&g, "job", "gangs", id, "0")
+	var addrs []string
+	for _, m := range g.GetMembers() {
+		addrs = append(addrs, fmt.Sprintf("%s:%d", m.GetHost(), m.GetPort()))
+	}
+	for _, tk := range ts {
+		env, ok := master.Env(tk.GetTaskId())
+		if !ok {
+			t.Fatalf("the master does not know %s", tk.GetTaskId())
+		}
+		want := map[string]string{"PELOTON_GANG_ID": id + "/gang-0", "PELOTON_GANG_SIZE": "3",
+			"PELOTON_GANG_RANK": fmt.Sprint(tk.GetInstanceId()), "PELOTON_GANG_MEMBERS": strings.Join(addrs, ",")}
+		for k, v := range want {
+			if env[k] != v {
+				t.Errorf("%s: %s=%q in its TaskInfo, want %q (env %v)", tk.GetTaskId(), k, env[k], v, env)
+			}
+		}
+		if h := g.GetMembers()[tk.GetInstanceId()].GetHost(); h != tk.GetStatus().GetHost() || h == "" {
+			t.Errorf("instance %d runs on %q, the gang says %q", tk.GetInstanceId(), tk.GetStatus().GetHost(), h)
+		}
+	}
 }
