@@ -1138,8 +1138,13 @@ func (en *engine) launch(ctx context.Context, p resmgr.Placement) {
 		return
 	}
 	m.rm.MarkRunning(j.id, inst)
-	ls := m.launchSpec(j, inst, p.Task.RunID, p.Host, j.version(ver), p.Task.Resources)
+	ls := m.eng.launchSpec(j, inst, p.Task.RunID, p.Host, j.version(ver), p.Task.Resources)
 	ls.Gang = p.Task.Gang
+	if p.Peers != nil {
+		// Placed with its gang: the peers' hosts are this placement's,
+		// not their runs' before it.
+		setGangEnv(ls.Env, j, j.version(ver), inst, p.Host, p.Peers)
+	}
 	if m.adopt.isForeign(j) {
 		// Bind the pod the instance stands for; never create one.
 		ls.Foreign, err = m.adopt.foreignRef(j, inst)
@@ -1235,7 +1240,8 @@ const (
 // launchSpec is launchSpec with, for a self-scaling job, its token and the
 // daemon's addresses in the environment (Options.SelfScaleEnv): they are
 // the stack's alone, whatever the spec's env says.
-func (m *Manager) launchSpec(j *job, inst, run uint32, host string, v *jobVersion, r resources.Resources) hostmgr.LaunchSpec {
+func (en *engine) launchSpec(j *job, inst, run uint32, host string, v *jobVersion, r resources.Resources) hostmgr.LaunchSpec {
+	m := en.m
 	ls := launchSpec(j, inst, run, host, v, r)
 	for _, k := range []string{EnvJobToken, EnvServer, EnvAPI} {
 		delete(ls.Env, k)
@@ -1275,6 +1281,7 @@ func launchSpec(j *job, inst, run uint32, host string, v *jobVersion, r resource
 		}
 		env[EnvMetricsPort], env[EnvMetricsPath], env[EnvMetricsHistogram] = m.GetPort(), path, m.GetLatencyHistogram()
 	}
+	setGangEnv(env, j, v, inst, host, nil)
 	ls := hostmgr.LaunchSpec{TaskID: resmgr.RunTaskID(j.id, inst, run), JobID: j.id, InstanceID: inst, RunID: run, Host: host,
 		Command: spec.Command, Env: env, Image: spec.Image, Resources: r, Pool: j.pool,
 		HealthCheck: spec.HealthCheck, KillGrace: graceOf(v, inst)}

@@ -81,7 +81,11 @@ func (en *engine) gangsFor(j *job, insts []uint32) []*resmgr.Gang {
 				t.Gang = gangID(j.id, int(g))
 			}
 		}
-		out = append(out, resmgr.NewGang(ts...))
+		rg := resmgr.NewGang(ts...)
+		if len(ts) > 1 {
+			rg.SameLabel = j.spec().GetGang().GetSameLabel()
+		}
+		out = append(out, rg)
 	}
 	return out
 }

@@ -58,9 +58,9 @@ func TestLaunchEnv(t *testing.T) {
 // Options.SelfScaleEnv gives for their job, over the user's own; other
 // jobs' runs get none of those variables, whatever the user set.
 func TestSelfScaleLaunchEnv(t *testing.T) {
-	m := &Manager{selfScaleEnv: func(id string) map[string]string {
+	m := attachParts(&Manager{selfScaleEnv: func(id string) map[string]string {
 		return map[string]string{EnvJobToken: "tok-" + id, EnvServer: "127.0.0.1:1", EnvAPI: "http://127.0.0.1:2"}
-	}}
+	}})
 	userSet := func(s *pelotonv1.JobSpec) {
 		s.DefaultSpec.Env = map[string]string{"A": "1", EnvJobToken: "forged", EnvServer: "x", EnvAPI: "y"}
 	}
@@ -81,7 +81,7 @@ func TestSelfScaleLaunchEnv(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ls := m.launchSpec(&job{id: "j", typ: tc.spec.Type, pool: tc.spec.Pool}, 0, 1, "h", v, resources.Resources{MilliCPU: 100, MemoryMB: 32})
+			ls := m.eng.launchSpec(&job{id: "j", typ: tc.spec.Type, pool: tc.spec.Pool}, 0, 1, "h", v, resources.Resources{MilliCPU: 100, MemoryMB: 32})
 			if !maps.Equal(ls.Env, tc.want) {
 				t.Errorf("env %v, want %v", ls.Env, tc.want)
 			}

@@ -52,7 +52,7 @@ func (up *Updates) patchOnto(ctx context.Context, j *job, inst uint32, target *j
 		return false, nil
 	}
 	old := resmgr.RunTaskID(j.id, inst, run)
-	spec := m.launchSpec(j, inst, run+1, host, next, r)
+	spec := m.eng.launchSpec(j, inst, run+1, host, next, r)
 	if err := m.hm.CheckReplace(old, spec); err != nil {
 		if !errors.Is(err, hostmgr.ErrNotReplaceable) {
 			m.log.Warn("in-place patch check failed; restarting the usual way", "task", old, "err", err)
@@ -120,7 +120,7 @@ func (up *Updates) resumePatch(ctx context.Context, j *job, inst uint32, rt *pel
 		return false, ""
 	}
 	v := j.version(rt.SpecVersion)
-	spec := m.launchSpec(j, inst, rt.RunId, rt.Host, v, v.resourcesOf(inst))
+	spec := m.eng.launchSpec(j, inst, rt.RunId, rt.Host, v, v.resourcesOf(inst))
 	done := m.recon.begin(prev, spec.TaskID)
 	err = m.hm.Replace(ctx, prev, spec)
 	done()

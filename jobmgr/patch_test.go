@@ -80,6 +80,7 @@ func (s *sandboxes) releaseKills() {
 type sandboxRun struct {
 	host, image string
 	gang        string // the LaunchSpec's Gang
+	env         map[string]string
 	last        hostmgr.TaskEvent
 }
 
@@ -176,7 +177,7 @@ func (v *sandboxView) Launch(ctx context.Context, spec hostmgr.LaunchSpec) error
 		s.mu.Unlock()
 		return fmt.Errorf("sandboxes: %s: %w", spec.TaskID, hostmgr.ErrAlreadyLaunched)
 	}
-	r := &sandboxRun{host: spec.Host, image: spec.Image, gang: spec.Gang}
+	r := &sandboxRun{host: spec.Host, image: spec.Image, gang: spec.Gang, env: spec.Env}
 	s.runs[spec.TaskID] = r
 	s.launches++
 	launched := v.setLocked(spec.TaskID, r, pelotonv1.TaskState_LAUNCHED, "")

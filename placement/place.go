@@ -10,7 +10,10 @@ package placement
 
 import (
 	"fmt"
+	"slices"
 	"strings"
+
+	"google.golang.org/protobuf/proto"
 
 	"github.com/peloton-sched/peloton/hostmgr"
 	"github.com/peloton-sched/peloton/internal/resources"
@@ -69,6 +72,14 @@ const (
 	// ReasonGangTooWide (unresolvable): a gang holds more instances of a job
 	// than the matching hosts can take at the job's maximum per host.
 	ReasonGangTooWide = "gang needs more hosts than match"
+	// ReasonSameLabel (unschedulable): a gang whose members must share one
+	// value of a host label (resmgr.Gang.SameLabel) fits under no offered
+	// value now. Shown as "no rack value has room for the gang of 4
+	// (rack=r1: 2 fit, rack=r2: 3 fit)", each value with how many members
+	// fitted before one did not; or, when no offered host has the label,
+	// "no rack value has room for the gang of 4 (no offered host has label
+	// rack)".
+	ReasonSameLabel = "value has room for the gang"
 
 	// Reasons for tasks bound to one host (resmgr.Task.BoundHost: a STATEFUL
 	// instance's volume, the host a DAEMON instance serves). The host's name
@@ -168,30 +179,25 @@ func (c Config) Place(gangs []*resmgr.Gang, hosts []hostmgr.HostOffer) Decision 
 			d.Unplaced = append(d.Unplaced, Unplaced{Gang: g, Code: Unresolvable, Reason: reason})
 			continue
 		}
-		chosen = chosen[:0]
-		failed := ""
-		for i := range reqs {
-			q := &reqs[i]
-			h, reason := r.choose(q)
-			if h < 0 {
-				failed = reason
-				if len(g.Tasks) > 1 && len(chosen) > 0 {
-					failed = fmt.Sprintf("%s; instance %d: %s", ReasonGangIncomplete, q.task.Instance, reason)
-				}
-				break
-			}
-			r.assume(q, h)
-			chosen = append(chosen, h)
+		var failed string
+		if g.SameLabel != "" && len(g.Tasks) > 1 {
+			chosen, failed = r.placeSameLabel(g, reqs, chosen[:0])
+		} else {
+			chosen, _, failed = r.placeAll(g, reqs, chosen[:0])
 		}
 		if failed != "" {
-			for i, h := range chosen {
-				r.forget(&reqs[i], h)
-			}
 			d.Unplaced = append(d.Unplaced, Unplaced{Gang: g, Code: Unschedulable, Reason: failed})
 			continue
 		}
+		var peers map[uint32]string
+		if len(chosen) > 1 {
+			peers = make(map[uint32]string, len(chosen))
+			for i, h := range chosen {
+				peers[g.Tasks[i].Instance] = hosts[h].Name
+			}
+		}
 		for i, h := range chosen {
-			d.Placed = append(d.Placed, resmgr.Placement{Task: g.Tasks[i], Host: hosts[h].Name})
+			d.Placed = append(d.Placed, resmgr.Placement{Task: g.Tasks[i], Host: hosts[h].Name, Peers: peers})
 		}
 	}
 	return d
@@ -217,4 +223,87 @@ func describe(c *pelotonv1.Constraint) string {
 		return c.Label + " EXISTS"
 	}
 	return fmt.Sprintf("%s %s [%s]", c.Label, c.Op, strings.Join(c.Values, " "))
+}
+
+// placeAll places every member of g (reqs, in order) or none: it returns
+// the chosen hosts, appended to chosen, or how many members fitted before
+// one did not and why that one did not, with what it assumed rolled back.
+func (r *Round) placeAll(g *resmgr.Gang, reqs []request, chosen []int32) ([]int32, int, string) {
+	for i := range reqs {
+		q := &reqs[i]
+		h, reason := r.choose(q)
+		if h < 0 {
+			if len(g.Tasks) > 1 && len(chosen) > 0 {
+				reason = fmt.Sprintf("%s; instance %d: %s", ReasonGangIncomplete, q.task.Instance, reason)
+			}
+			for k, at := range chosen {
+				r.forget(&reqs[k], at)
+			}
+			return chosen[:0], i, reason
+		}
+		r.assume(q, h)
+		chosen = append(chosen, h)
+	}
+	return chosen, len(chosen), ""
+}
+
+// placeSameLabel places every member of g on hosts that share one value of
+// the host label g.SameLabel, trying the offered values in order until one
+// has room for them all; reqs is scratch space. The members are judged as
+// if their placement had the constraint SameLabel IN [value] too, so every
+// other filter and the strategy apply within the value as usual.
+func (r *Round) placeSameLabel(g *resmgr.Gang, reqs []request, chosen []int32) ([]int32, string) {
+	key := g.SameLabel
+	values := r.labelValues(key)
+	if len(values) == 0 {
+		return chosen, fmt.Sprintf("no %s %s of %d (no offered host has label %s)", key, ReasonSameLabel, len(g.Tasks), key)
+	}
+	tried := make([]string, 0, len(values))
+	for _, v := range values {
+		reqs = reqs[:0]
+		within := map[*pelotonv1.PlacementSpec]*pelotonv1.PlacementSpec{}
+		for _, t := range g.Tasks {
+			p, ok := within[t.Placement]
+			if !ok {
+				p = withLabel(t.Placement, key, v)
+				within[t.Placement] = p
+			}
+			tc := *t
+			tc.Placement = p
+			reqs = append(reqs, r.request(&tc))
+		}
+		var fit int
+		var failed string
+		if chosen, fit, failed = r.placeAll(g, reqs, chosen[:0]); failed == "" {
+			return chosen, ""
+		}
+		tried = append(tried, fmt.Sprintf("%s=%s: %d fit", key, v, fit))
+	}
+	return chosen[:0], fmt.Sprintf("no %s %s of %d (%s)", key, ReasonSameLabel, len(g.Tasks), strings.Join(tried, ", "))
+}
+
+// labelValues lists the values of host label key among the offered hosts,
+// sorted.
+func (r *Round) labelValues(key string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for i := range r.offers {
+		if v, ok := r.offers[i].Labels[key]; ok && !seen[v] {
+			seen[v] = true
+			out = append(out, v)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// withLabel is p with the constraint key IN [value] added; p is not
+// changed.
+func withLabel(p *pelotonv1.PlacementSpec, key, value string) *pelotonv1.PlacementSpec {
+	out := &pelotonv1.PlacementSpec{}
+	if p != nil {
+		out = proto.Clone(p).(*pelotonv1.PlacementSpec)
+	}
+	out.Constraints = append(out.Constraints, &pelotonv1.Constraint{Label: key, Op: pelotonv1.ConstraintOp_IN, Values: []string{value}})
+	return out
 }

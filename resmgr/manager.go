@@ -42,6 +42,11 @@ func InstanceKey(jobID string, instance uint32) string {
 type Placement struct {
 	Task *Task
 	Host string
+	// Peers, for a member of a gang placed together, is the host of every
+	// member placed with it, by instance (it included), so that each can be
+	// told where the others run before any of them starts. Nil for a task
+	// placed alone. The gang's placements share it: never modify it.
+	Peers map[uint32]string
 }
 
 type taskState struct {

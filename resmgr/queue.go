@@ -65,6 +65,10 @@ type Gang struct {
 	Priority uint32
 	// Resources is the sum over Tasks.
 	Resources resources.Resources
+	// SameLabel, if set, is a host label whose one value every member's
+	// host must have (spec.gang.sameLabel): the placement engine picks a
+	// value with room for the whole gang.
+	SameLabel string
 
 	enqueued  time.Time
 	attempts  int

@@ -82,6 +82,7 @@ func (s *Server) Rules() auth.Rules {
 		job + "RestartJob":      onJob(auth.Submitter, true),
 		job + "ScaleJob":        ownJob(onJob(auth.Submitter, true)),
 		job + "ListJobVersions": onJob(auth.Viewer, false),
+		job + "GetGang":         onJob(auth.Viewer, false),
 		// Watching named jobs needs the viewer role on each one's pool;
 		// watching every job (none named) needs it cluster-wide.
 		job + "WatchJobs": {Role: auth.Viewer, Pools: s.watchJobsPools, Object: func(req any) string {

@@ -293,3 +293,23 @@ func TestSpecHashUnchanged(t *testing.T) {
 		}
 	}
 }
+
+// TestBuildPodGangEnv: the gang variables jobmgr sets on a gang member's
+// launch reach the pod's task container as they are.
+func TestBuildPodGangEnv(t *testing.T) {
+	b := &Backend{cfg: Config{Namespace: "ns", DefaultImage: DefaultImage, GPUResource: DefaultGPUResource, VolumeRoot: DefaultVolumeRoot}}
+	gang := map[string]string{"PELOTON_GANG_ID": "j/gang-1", "PELOTON_GANG_SIZE": "2", "PELOTON_GANG_RANK": "1",
+		"PELOTON_GANG_MEMBERS": "n1:7070,n2:7071"}
+	s := hostmgr.LaunchSpec{TaskID: "j-3-1", JobID: "j", InstanceID: 3, RunID: 1, Host: "n2", Command: []string{"train"},
+		Env: gang, Ports: []hostmgr.Port{{Name: "rpc", Value: 7071}}}
+	s.Resources.MilliCPU, s.Resources.MemoryMB = 500, 64
+	env := map[string]string{}
+	for _, v := range b.buildPod(s, "ns", assignPorts(s.Ports)).Spec.Containers[0].Env {
+		env[v.Name] = v.Value
+	}
+	for k, v := range gang {
+		if env[k] != v {
+			t.Errorf("pod env %s=%q, want %q (env %v)", k, env[k], v, env)
+		}
+	}
+}

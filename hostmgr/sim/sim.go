@@ -110,6 +110,9 @@ type task struct {
 	id   string
 	host string
 	cmd  string // the command as shown in the logs
+	// env is the launch's environment, kept as given (the backend's
+	// caller builds one per launch) for Env to show what a run was told.
+	env map[string]string
 	// deadline is when a sleeping task finishes; index is its position in
 	// the heap, -1 when not in it.
 	deadline time.Time
@@ -376,7 +379,8 @@ func (b *Backend) ApplyPartition(_ context.Context, host, partition string) erro
 // is not started or closed, spec.Host is not a simulated host, the command
 // is empty, the TaskID is already known, the ports, health check or volume
 // are invalid, the volume is in use by another live run, or the host has no
-// port left. spec.Env, spec.Image, spec.Resources and spec.KillGrace are
+// port left. spec.Env is recorded (Env) and read for usage
+// (PELOTON_SIM_CPU...); spec.Image, spec.Resources and spec.KillGrace are
 // ignored.
 func (b *Backend) Launch(ctx context.Context, spec hostmgr.LaunchSpec) error {
 	if err := ctx.Err(); err != nil {
@@ -398,7 +402,7 @@ func (b *Backend) Launch(ctx context.Context, spec hostmgr.LaunchSpec) error {
 		}
 	}
 	out := interpret(spec.Command)
-	t := &task{id: spec.TaskID, host: spec.Host, cmd: showCommand(spec.Command), index: -1, res: spec.Resources,
+	t := &task{id: spec.TaskID, host: spec.Host, cmd: showCommand(spec.Command), env: spec.Env, index: -1, res: spec.Resources,
 		use: newUsageModel(spec.TaskID, spec.Env, b.clock.Now())}
 
 	b.mu.Lock()
@@ -624,6 +628,19 @@ func (b *Backend) Status(taskID string) (hostmgr.TaskEvent, error) {
 		return hostmgr.TaskEvent{}, fmt.Errorf("sim: status %s: %w", taskID, hostmgr.ErrUnknownTask)
 	}
 	return t.event(), nil
+}
+
+// Env is the environment run taskID was launched with, as a simulated
+// process would see it: what a test of the stack on the sim backend reads
+// to check what a run was told (a gang member's peers, say).
+func (b *Backend) Env(taskID string) (map[string]string, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	t, ok := b.tasks[taskID]
+	if !ok {
+		return nil, fmt.Errorf("sim: env %s: %w", taskID, hostmgr.ErrUnknownTask)
+	}
+	return maps.Clone(t.env), nil
 }
 
 var _ hostmgr.RunLister = (*Backend)(nil)

@@ -34,6 +34,7 @@ func (a *app) jobCommand() *cobra.Command {
 		a.jobWaitCommand(),
 		a.jobScaleCommand(),
 		a.jobVersionsCommand(),
+		a.jobGangsCommand(),
 		a.jobEventsCommand(),
 		a.jobInitCommand(),
 		a.jobApplyCommand(),

@@ -1462,6 +1462,22 @@ func (m *Master) TaskState(id string) (s mesosv1.TaskState, agentID string, ok b
 	return t.state, t.agent, true
 }
 
+// Env is the environment of task id's command as the framework sent it in
+// its TaskInfo; ok is false for a task the master does not know.
+func (m *Master) Env(id string) (env map[string]string, ok bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t := m.tasks[id]
+	if t == nil {
+		return nil, false
+	}
+	env = map[string]string{}
+	for _, v := range t.info.GetCommand().GetEnvironment().GetVariables() {
+		env[v.Name] = v.GetValue()
+	}
+	return env, true
+}
+
 // Running counts the tasks in TASK_RUNNING.
 func (m *Master) Running() int {
 	m.mu.Lock()

@@ -42,6 +42,8 @@ type Stack struct {
 	Addr string
 	// Store is the stack's store, to look at what it holds.
 	Store store.Store
+	// Sim is the stack's backend, to look at what its runs were given.
+	Sim *sim.Backend
 }
 
 // Start starts a stack for t.
@@ -88,5 +90,5 @@ func Start(t testing.TB, o Options) *Stack {
 	}
 	go func() { _ = g.Serve(lis) }()
 	t.Cleanup(g.Stop)
-	return &Stack{JM: jm, Server: srv, Addr: lis.Addr().String(), Store: st}
+	return &Stack{JM: jm, Server: srv, Addr: lis.Addr().String(), Store: st, Sim: b}
 }

@@ -184,6 +184,7 @@ func (j *Jobs) Rules() auth.Rules {
 		DeleteJob:                               onJob(auth.Submitter, true),
 		"/peloton.api.v1.JobService/RestartJob": onJob(auth.Submitter, true),
 		"/peloton.api.v1.JobService/ScaleJob":   onJob(auth.Submitter, true),
+		"/peloton.api.v1.JobService/GetGang":    onJob(auth.Viewer, false),
 		ListJobVersions:                         {Role: auth.Operator},
 		"/peloton.api.v1.TaskService/ListTasks": onJob(auth.Viewer, false),
 		"/peloton.api.v1.TaskService/GetTask":   onJob(auth.Viewer, false),

@@ -3556,6 +3556,219 @@ func (x *ListJobVersionsResponse) GetVersions() []*JobVersion {
 	return nil
 }
 
+type GetGangRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	JobId string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	// The gang's index: gang g holds instances g*size .. g*size+size-1.
+	Gang          uint32 `protobuf:"varint,2,opt,name=gang,proto3" json:"gang,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetGangRequest) Reset() {
+	*x = GetGangRequest{}
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetGangRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetGangRequest) ProtoMessage() {}
+
+func (x *GetGangRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetGangRequest.ProtoReflect.Descriptor instead.
+func (*GetGangRequest) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *GetGangRequest) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *GetGangRequest) GetGang() uint32 {
+	if x != nil {
+		return x.Gang
+	}
+	return 0
+}
+
+// Gang is one gang of a job and its members, in rank order.
+type Gang struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "<job id>/gang-<index>", as PELOTON_GANG_ID says.
+	Id    string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Index uint32 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
+	// How many members it has (the last gang may be smaller).
+	Size          uint32        `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	Members       []*GangMember `protobuf:"bytes,4,rep,name=members,proto3" json:"members,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Gang) Reset() {
+	*x = Gang{}
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Gang) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Gang) ProtoMessage() {}
+
+func (x *Gang) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Gang.ProtoReflect.Descriptor instead.
+func (*Gang) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *Gang) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Gang) GetIndex() uint32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *Gang) GetSize() uint32 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *Gang) GetMembers() []*GangMember {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+// GangMember is one member of a gang as its peers are told of it.
+type GangMember struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Instance uint32                 `protobuf:"varint,1,opt,name=instance,proto3" json:"instance,omitempty"`
+	// 0..size-1, as PELOTON_GANG_RANK says.
+	Rank uint32 `protobuf:"varint,2,opt,name=rank,proto3" json:"rank,omitempty"`
+	// The host of its current run; empty before its first placement.
+	Host string `protobuf:"bytes,3,opt,name=host,proto3" json:"host,omitempty"`
+	// The number of its first port when the spec fixes it; 0 when it has no
+	// port or the backend picks it at launch (then peers get host alone).
+	Port          uint32    `protobuf:"varint,4,opt,name=port,proto3" json:"port,omitempty"`
+	RunId         uint32    `protobuf:"varint,5,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	State         TaskState `protobuf:"varint,6,opt,name=state,proto3,enum=peloton.api.v1.TaskState" json:"state,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GangMember) Reset() {
+	*x = GangMember{}
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GangMember) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GangMember) ProtoMessage() {}
+
+func (x *GangMember) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GangMember.ProtoReflect.Descriptor instead.
+func (*GangMember) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *GangMember) GetInstance() uint32 {
+	if x != nil {
+		return x.Instance
+	}
+	return 0
+}
+
+func (x *GangMember) GetRank() uint32 {
+	if x != nil {
+		return x.Rank
+	}
+	return 0
+}
+
+func (x *GangMember) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
+}
+
+func (x *GangMember) GetPort() uint32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *GangMember) GetRunId() uint32 {
+	if x != nil {
+		return x.RunId
+	}
+	return 0
+}
+
+func (x *GangMember) GetState() TaskState {
+	if x != nil {
+		return x.State
+	}
+	return TaskState_TASK_STATE_UNSPECIFIED
+}
+
 type WatchJobsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The jobs to watch; empty: every job.
@@ -3568,7 +3781,7 @@ type WatchJobsRequest struct {
 
 func (x *WatchJobsRequest) Reset() {
 	*x = WatchJobsRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[37]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3580,7 +3793,7 @@ func (x *WatchJobsRequest) String() string {
 func (*WatchJobsRequest) ProtoMessage() {}
 
 func (x *WatchJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[37]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3593,7 +3806,7 @@ func (x *WatchJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchJobsRequest.ProtoReflect.Descriptor instead.
 func (*WatchJobsRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{37}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *WatchJobsRequest) GetJobIds() []string {
@@ -3628,7 +3841,7 @@ type JobChange struct {
 
 func (x *JobChange) Reset() {
 	*x = JobChange{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[38]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3640,7 +3853,7 @@ func (x *JobChange) String() string {
 func (*JobChange) ProtoMessage() {}
 
 func (x *JobChange) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[38]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3653,7 +3866,7 @@ func (x *JobChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobChange.ProtoReflect.Descriptor instead.
 func (*JobChange) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{38}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *JobChange) GetJob() *Job {
@@ -3693,7 +3906,7 @@ type ListTasksRequest struct {
 
 func (x *ListTasksRequest) Reset() {
 	*x = ListTasksRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[39]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3705,7 +3918,7 @@ func (x *ListTasksRequest) String() string {
 func (*ListTasksRequest) ProtoMessage() {}
 
 func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[39]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3718,7 +3931,7 @@ func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksRequest.ProtoReflect.Descriptor instead.
 func (*ListTasksRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{39}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListTasksRequest) GetJobId() string {
@@ -3761,7 +3974,7 @@ type ListTasksResponse struct {
 
 func (x *ListTasksResponse) Reset() {
 	*x = ListTasksResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[40]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3773,7 +3986,7 @@ func (x *ListTasksResponse) String() string {
 func (*ListTasksResponse) ProtoMessage() {}
 
 func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[40]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3786,7 +3999,7 @@ func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksResponse.ProtoReflect.Descriptor instead.
 func (*ListTasksResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{40}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ListTasksResponse) GetTasks() []*Task {
@@ -3813,7 +4026,7 @@ type GetTaskRequest struct {
 
 func (x *GetTaskRequest) Reset() {
 	*x = GetTaskRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[41]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3825,7 +4038,7 @@ func (x *GetTaskRequest) String() string {
 func (*GetTaskRequest) ProtoMessage() {}
 
 func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[41]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3838,7 +4051,7 @@ func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskRequest.ProtoReflect.Descriptor instead.
 func (*GetTaskRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{41}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *GetTaskRequest) GetJobId() string {
@@ -3864,7 +4077,7 @@ type GetTaskResponse struct {
 
 func (x *GetTaskResponse) Reset() {
 	*x = GetTaskResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[42]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3876,7 +4089,7 @@ func (x *GetTaskResponse) String() string {
 func (*GetTaskResponse) ProtoMessage() {}
 
 func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[42]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3889,7 +4102,7 @@ func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskResponse.ProtoReflect.Descriptor instead.
 func (*GetTaskResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{42}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *GetTaskResponse) GetTask() *Task {
@@ -3909,7 +4122,7 @@ type KillTaskRequest struct {
 
 func (x *KillTaskRequest) Reset() {
 	*x = KillTaskRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[43]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3921,7 +4134,7 @@ func (x *KillTaskRequest) String() string {
 func (*KillTaskRequest) ProtoMessage() {}
 
 func (x *KillTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[43]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3934,7 +4147,7 @@ func (x *KillTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillTaskRequest.ProtoReflect.Descriptor instead.
 func (*KillTaskRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{43}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *KillTaskRequest) GetJobId() string {
@@ -3959,7 +4172,7 @@ type KillTaskResponse struct {
 
 func (x *KillTaskResponse) Reset() {
 	*x = KillTaskResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[44]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3971,7 +4184,7 @@ func (x *KillTaskResponse) String() string {
 func (*KillTaskResponse) ProtoMessage() {}
 
 func (x *KillTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[44]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3984,7 +4197,7 @@ func (x *KillTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillTaskResponse.ProtoReflect.Descriptor instead.
 func (*KillTaskResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{44}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{47}
 }
 
 type GetTaskLogsRequest struct {
@@ -4010,7 +4223,7 @@ type GetTaskLogsRequest struct {
 
 func (x *GetTaskLogsRequest) Reset() {
 	*x = GetTaskLogsRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[45]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4022,7 +4235,7 @@ func (x *GetTaskLogsRequest) String() string {
 func (*GetTaskLogsRequest) ProtoMessage() {}
 
 func (x *GetTaskLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[45]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4035,7 +4248,7 @@ func (x *GetTaskLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskLogsRequest.ProtoReflect.Descriptor instead.
 func (*GetTaskLogsRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{45}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *GetTaskLogsRequest) GetJobId() string {
@@ -4096,7 +4309,7 @@ type LogChunk struct {
 
 func (x *LogChunk) Reset() {
 	*x = LogChunk{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[46]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4108,7 +4321,7 @@ func (x *LogChunk) String() string {
 func (*LogChunk) ProtoMessage() {}
 
 func (x *LogChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[46]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4121,7 +4334,7 @@ func (x *LogChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogChunk.ProtoReflect.Descriptor instead.
 func (*LogChunk) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{46}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *LogChunk) GetData() []byte {
@@ -4140,7 +4353,7 @@ type WatchTasksRequest struct {
 
 func (x *WatchTasksRequest) Reset() {
 	*x = WatchTasksRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[47]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4152,7 +4365,7 @@ func (x *WatchTasksRequest) String() string {
 func (*WatchTasksRequest) ProtoMessage() {}
 
 func (x *WatchTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[47]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4165,7 +4378,7 @@ func (x *WatchTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTasksRequest.ProtoReflect.Descriptor instead.
 func (*WatchTasksRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{47}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *WatchTasksRequest) GetJobId() string {
@@ -4192,7 +4405,7 @@ type TaskChange struct {
 
 func (x *TaskChange) Reset() {
 	*x = TaskChange{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[48]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4204,7 +4417,7 @@ func (x *TaskChange) String() string {
 func (*TaskChange) ProtoMessage() {}
 
 func (x *TaskChange) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[48]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4217,7 +4430,7 @@ func (x *TaskChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskChange.ProtoReflect.Descriptor instead.
 func (*TaskChange) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{48}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *TaskChange) GetTask() *Task {
@@ -4259,7 +4472,7 @@ type PoolSpec struct {
 
 func (x *PoolSpec) Reset() {
 	*x = PoolSpec{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[49]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4271,7 +4484,7 @@ func (x *PoolSpec) String() string {
 func (*PoolSpec) ProtoMessage() {}
 
 func (x *PoolSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[49]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4284,7 +4497,7 @@ func (x *PoolSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolSpec.ProtoReflect.Descriptor instead.
 func (*PoolSpec) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{49}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *PoolSpec) GetReservation() *Resources {
@@ -4330,7 +4543,7 @@ type PoolStatus struct {
 
 func (x *PoolStatus) Reset() {
 	*x = PoolStatus{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[50]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4342,7 +4555,7 @@ func (x *PoolStatus) String() string {
 func (*PoolStatus) ProtoMessage() {}
 
 func (x *PoolStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[50]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4355,7 +4568,7 @@ func (x *PoolStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolStatus.ProtoReflect.Descriptor instead.
 func (*PoolStatus) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{50}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *PoolStatus) GetEntitlement() *Resources {
@@ -4408,7 +4621,7 @@ type Pool struct {
 
 func (x *Pool) Reset() {
 	*x = Pool{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[51]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4420,7 +4633,7 @@ func (x *Pool) String() string {
 func (*Pool) ProtoMessage() {}
 
 func (x *Pool) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[51]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4433,7 +4646,7 @@ func (x *Pool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pool.ProtoReflect.Descriptor instead.
 func (*Pool) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{51}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *Pool) GetPath() string {
@@ -4487,7 +4700,7 @@ type CreatePoolRequest struct {
 
 func (x *CreatePoolRequest) Reset() {
 	*x = CreatePoolRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[52]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4499,7 +4712,7 @@ func (x *CreatePoolRequest) String() string {
 func (*CreatePoolRequest) ProtoMessage() {}
 
 func (x *CreatePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[52]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4512,7 +4725,7 @@ func (x *CreatePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePoolRequest.ProtoReflect.Descriptor instead.
 func (*CreatePoolRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{52}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *CreatePoolRequest) GetPath() string {
@@ -4549,7 +4762,7 @@ type CreatePoolResponse struct {
 
 func (x *CreatePoolResponse) Reset() {
 	*x = CreatePoolResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[53]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4561,7 +4774,7 @@ func (x *CreatePoolResponse) String() string {
 func (*CreatePoolResponse) ProtoMessage() {}
 
 func (x *CreatePoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[53]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4574,7 +4787,7 @@ func (x *CreatePoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePoolResponse.ProtoReflect.Descriptor instead.
 func (*CreatePoolResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{53}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *CreatePoolResponse) GetPool() *Pool {
@@ -4600,7 +4813,7 @@ type GetPoolRequest struct {
 
 func (x *GetPoolRequest) Reset() {
 	*x = GetPoolRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[54]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4612,7 +4825,7 @@ func (x *GetPoolRequest) String() string {
 func (*GetPoolRequest) ProtoMessage() {}
 
 func (x *GetPoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[54]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4625,7 +4838,7 @@ func (x *GetPoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPoolRequest.ProtoReflect.Descriptor instead.
 func (*GetPoolRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{54}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *GetPoolRequest) GetPath() string {
@@ -4644,7 +4857,7 @@ type GetPoolResponse struct {
 
 func (x *GetPoolResponse) Reset() {
 	*x = GetPoolResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[55]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4656,7 +4869,7 @@ func (x *GetPoolResponse) String() string {
 func (*GetPoolResponse) ProtoMessage() {}
 
 func (x *GetPoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[55]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4669,7 +4882,7 @@ func (x *GetPoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPoolResponse.ProtoReflect.Descriptor instead.
 func (*GetPoolResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{55}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *GetPoolResponse) GetPool() *Pool {
@@ -4691,7 +4904,7 @@ type UpdatePoolRequest struct {
 
 func (x *UpdatePoolRequest) Reset() {
 	*x = UpdatePoolRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[56]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4703,7 +4916,7 @@ func (x *UpdatePoolRequest) String() string {
 func (*UpdatePoolRequest) ProtoMessage() {}
 
 func (x *UpdatePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[56]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4716,7 +4929,7 @@ func (x *UpdatePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdatePoolRequest.ProtoReflect.Descriptor instead.
 func (*UpdatePoolRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{56}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *UpdatePoolRequest) GetPath() string {
@@ -4749,7 +4962,7 @@ type UpdatePoolResponse struct {
 
 func (x *UpdatePoolResponse) Reset() {
 	*x = UpdatePoolResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[57]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4761,7 +4974,7 @@ func (x *UpdatePoolResponse) String() string {
 func (*UpdatePoolResponse) ProtoMessage() {}
 
 func (x *UpdatePoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[57]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4774,7 +4987,7 @@ func (x *UpdatePoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdatePoolResponse.ProtoReflect.Descriptor instead.
 func (*UpdatePoolResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{57}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *UpdatePoolResponse) GetPool() *Pool {
@@ -4793,7 +5006,7 @@ type DeletePoolRequest struct {
 
 func (x *DeletePoolRequest) Reset() {
 	*x = DeletePoolRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[58]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4805,7 +5018,7 @@ func (x *DeletePoolRequest) String() string {
 func (*DeletePoolRequest) ProtoMessage() {}
 
 func (x *DeletePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[58]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4818,7 +5031,7 @@ func (x *DeletePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoolRequest.ProtoReflect.Descriptor instead.
 func (*DeletePoolRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{58}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *DeletePoolRequest) GetPath() string {
@@ -4836,7 +5049,7 @@ type DeletePoolResponse struct {
 
 func (x *DeletePoolResponse) Reset() {
 	*x = DeletePoolResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[59]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4848,7 +5061,7 @@ func (x *DeletePoolResponse) String() string {
 func (*DeletePoolResponse) ProtoMessage() {}
 
 func (x *DeletePoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[59]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4861,7 +5074,7 @@ func (x *DeletePoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoolResponse.ProtoReflect.Descriptor instead.
 func (*DeletePoolResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{59}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{62}
 }
 
 // MovePoolRequest moves a pool, with its children, under another parent.
@@ -4876,7 +5089,7 @@ type MovePoolRequest struct {
 
 func (x *MovePoolRequest) Reset() {
 	*x = MovePoolRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[60]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4888,7 +5101,7 @@ func (x *MovePoolRequest) String() string {
 func (*MovePoolRequest) ProtoMessage() {}
 
 func (x *MovePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[60]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4901,7 +5114,7 @@ func (x *MovePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MovePoolRequest.ProtoReflect.Descriptor instead.
 func (*MovePoolRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{60}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *MovePoolRequest) GetPath() string {
@@ -4927,7 +5140,7 @@ type MovePoolResponse struct {
 
 func (x *MovePoolResponse) Reset() {
 	*x = MovePoolResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[61]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4939,7 +5152,7 @@ func (x *MovePoolResponse) String() string {
 func (*MovePoolResponse) ProtoMessage() {}
 
 func (x *MovePoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[61]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4952,7 +5165,7 @@ func (x *MovePoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MovePoolResponse.ProtoReflect.Descriptor instead.
 func (*MovePoolResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{61}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *MovePoolResponse) GetPool() *Pool {
@@ -4970,7 +5183,7 @@ type ListPoolsRequest struct {
 
 func (x *ListPoolsRequest) Reset() {
 	*x = ListPoolsRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[62]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4982,7 +5195,7 @@ func (x *ListPoolsRequest) String() string {
 func (*ListPoolsRequest) ProtoMessage() {}
 
 func (x *ListPoolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[62]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4995,7 +5208,7 @@ func (x *ListPoolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoolsRequest.ProtoReflect.Descriptor instead.
 func (*ListPoolsRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{62}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{65}
 }
 
 type ListPoolsResponse struct {
@@ -5012,7 +5225,7 @@ type ListPoolsResponse struct {
 
 func (x *ListPoolsResponse) Reset() {
 	*x = ListPoolsResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[63]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5024,7 +5237,7 @@ func (x *ListPoolsResponse) String() string {
 func (*ListPoolsResponse) ProtoMessage() {}
 
 func (x *ListPoolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[63]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5037,7 +5250,7 @@ func (x *ListPoolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoolsResponse.ProtoReflect.Descriptor instead.
 func (*ListPoolsResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{63}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ListPoolsResponse) GetPools() []*Pool {
@@ -5101,7 +5314,7 @@ type Host struct {
 
 func (x *Host) Reset() {
 	*x = Host{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[64]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5113,7 +5326,7 @@ func (x *Host) String() string {
 func (*Host) ProtoMessage() {}
 
 func (x *Host) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[64]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5126,7 +5339,7 @@ func (x *Host) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Host.ProtoReflect.Descriptor instead.
 func (*Host) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{64}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *Host) GetName() string {
@@ -5267,7 +5480,7 @@ type HostRun struct {
 
 func (x *HostRun) Reset() {
 	*x = HostRun{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[65]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5279,7 +5492,7 @@ func (x *HostRun) String() string {
 func (*HostRun) ProtoMessage() {}
 
 func (x *HostRun) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[65]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5292,7 +5505,7 @@ func (x *HostRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostRun.ProtoReflect.Descriptor instead.
 func (*HostRun) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{65}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *HostRun) GetTaskId() string {
@@ -5366,7 +5579,7 @@ type HostUsage struct {
 
 func (x *HostUsage) Reset() {
 	*x = HostUsage{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[66]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5378,7 +5591,7 @@ func (x *HostUsage) String() string {
 func (*HostUsage) ProtoMessage() {}
 
 func (x *HostUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[66]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5391,7 +5604,7 @@ func (x *HostUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostUsage.ProtoReflect.Descriptor instead.
 func (*HostUsage) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{66}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *HostUsage) GetCpu() float64 {
@@ -5476,7 +5689,7 @@ type TaskUsage struct {
 
 func (x *TaskUsage) Reset() {
 	*x = TaskUsage{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[67]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5488,7 +5701,7 @@ func (x *TaskUsage) String() string {
 func (*TaskUsage) ProtoMessage() {}
 
 func (x *TaskUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[67]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5501,7 +5714,7 @@ func (x *TaskUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskUsage.ProtoReflect.Descriptor instead.
 func (*TaskUsage) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{67}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *TaskUsage) GetCpu() float64 {
@@ -5566,7 +5779,7 @@ type UsageReport struct {
 
 func (x *UsageReport) Reset() {
 	*x = UsageReport{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[68]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5578,7 +5791,7 @@ func (x *UsageReport) String() string {
 func (*UsageReport) ProtoMessage() {}
 
 func (x *UsageReport) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[68]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5591,7 +5804,7 @@ func (x *UsageReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageReport.ProtoReflect.Descriptor instead.
 func (*UsageReport) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{68}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *UsageReport) GetHost() string {
@@ -5646,7 +5859,7 @@ type UsageAck struct {
 
 func (x *UsageAck) Reset() {
 	*x = UsageAck{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[69]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5658,7 +5871,7 @@ func (x *UsageAck) String() string {
 func (*UsageAck) ProtoMessage() {}
 
 func (x *UsageAck) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[69]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5671,7 +5884,7 @@ func (x *UsageAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageAck.ProtoReflect.Descriptor instead.
 func (*UsageAck) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{69}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *UsageAck) GetSequence() uint64 {
@@ -5691,7 +5904,7 @@ type ListHostsRequest struct {
 
 func (x *ListHostsRequest) Reset() {
 	*x = ListHostsRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[70]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5703,7 +5916,7 @@ func (x *ListHostsRequest) String() string {
 func (*ListHostsRequest) ProtoMessage() {}
 
 func (x *ListHostsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[70]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5716,7 +5929,7 @@ func (x *ListHostsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHostsRequest.ProtoReflect.Descriptor instead.
 func (*ListHostsRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{70}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *ListHostsRequest) GetIncludeRuns() bool {
@@ -5738,7 +5951,7 @@ type ListHostsResponse struct {
 
 func (x *ListHostsResponse) Reset() {
 	*x = ListHostsResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[71]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5750,7 +5963,7 @@ func (x *ListHostsResponse) String() string {
 func (*ListHostsResponse) ProtoMessage() {}
 
 func (x *ListHostsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[71]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5763,7 +5976,7 @@ func (x *ListHostsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHostsResponse.ProtoReflect.Descriptor instead.
 func (*ListHostsResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{71}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *ListHostsResponse) GetHosts() []*Host {
@@ -5803,7 +6016,7 @@ type Substrate struct {
 
 func (x *Substrate) Reset() {
 	*x = Substrate{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[72]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5815,7 +6028,7 @@ func (x *Substrate) String() string {
 func (*Substrate) ProtoMessage() {}
 
 func (x *Substrate) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[72]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5828,7 +6041,7 @@ func (x *Substrate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Substrate.ProtoReflect.Descriptor instead.
 func (*Substrate) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{72}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *Substrate) GetBackend() string {
@@ -5884,7 +6097,7 @@ type StartMaintenanceRequest struct {
 
 func (x *StartMaintenanceRequest) Reset() {
 	*x = StartMaintenanceRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[73]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5896,7 +6109,7 @@ func (x *StartMaintenanceRequest) String() string {
 func (*StartMaintenanceRequest) ProtoMessage() {}
 
 func (x *StartMaintenanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[73]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5909,7 +6122,7 @@ func (x *StartMaintenanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartMaintenanceRequest.ProtoReflect.Descriptor instead.
 func (*StartMaintenanceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{73}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *StartMaintenanceRequest) GetHosts() []string {
@@ -5936,7 +6149,7 @@ type StartMaintenanceResponse struct {
 
 func (x *StartMaintenanceResponse) Reset() {
 	*x = StartMaintenanceResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[74]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5948,7 +6161,7 @@ func (x *StartMaintenanceResponse) String() string {
 func (*StartMaintenanceResponse) ProtoMessage() {}
 
 func (x *StartMaintenanceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[74]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5961,7 +6174,7 @@ func (x *StartMaintenanceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartMaintenanceResponse.ProtoReflect.Descriptor instead.
 func (*StartMaintenanceResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{74}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *StartMaintenanceResponse) GetHosts() []*Host {
@@ -5983,7 +6196,7 @@ type CompleteMaintenanceRequest struct {
 
 func (x *CompleteMaintenanceRequest) Reset() {
 	*x = CompleteMaintenanceRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[75]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5995,7 +6208,7 @@ func (x *CompleteMaintenanceRequest) String() string {
 func (*CompleteMaintenanceRequest) ProtoMessage() {}
 
 func (x *CompleteMaintenanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[75]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6008,7 +6221,7 @@ func (x *CompleteMaintenanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteMaintenanceRequest.ProtoReflect.Descriptor instead.
 func (*CompleteMaintenanceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{75}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *CompleteMaintenanceRequest) GetHosts() []string {
@@ -6028,7 +6241,7 @@ type CompleteMaintenanceResponse struct {
 
 func (x *CompleteMaintenanceResponse) Reset() {
 	*x = CompleteMaintenanceResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[76]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6040,7 +6253,7 @@ func (x *CompleteMaintenanceResponse) String() string {
 func (*CompleteMaintenanceResponse) ProtoMessage() {}
 
 func (x *CompleteMaintenanceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[76]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6053,7 +6266,7 @@ func (x *CompleteMaintenanceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteMaintenanceResponse.ProtoReflect.Descriptor instead.
 func (*CompleteMaintenanceResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{76}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *CompleteMaintenanceResponse) GetHosts() []*Host {
@@ -6092,7 +6305,7 @@ type MoveHostRequest struct {
 
 func (x *MoveHostRequest) Reset() {
 	*x = MoveHostRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[77]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6104,7 +6317,7 @@ func (x *MoveHostRequest) String() string {
 func (*MoveHostRequest) ProtoMessage() {}
 
 func (x *MoveHostRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[77]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6117,7 +6330,7 @@ func (x *MoveHostRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveHostRequest.ProtoReflect.Descriptor instead.
 func (*MoveHostRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{77}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *MoveHostRequest) GetHost() string {
@@ -6165,7 +6378,7 @@ type MoveHostResponse struct {
 
 func (x *MoveHostResponse) Reset() {
 	*x = MoveHostResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[78]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6177,7 +6390,7 @@ func (x *MoveHostResponse) String() string {
 func (*MoveHostResponse) ProtoMessage() {}
 
 func (x *MoveHostResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[78]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6190,7 +6403,7 @@ func (x *MoveHostResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveHostResponse.ProtoReflect.Descriptor instead.
 func (*MoveHostResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{78}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *MoveHostResponse) GetHost() *Host {
@@ -6230,7 +6443,7 @@ type Partition struct {
 
 func (x *Partition) Reset() {
 	*x = Partition{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[79]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6242,7 +6455,7 @@ func (x *Partition) String() string {
 func (*Partition) ProtoMessage() {}
 
 func (x *Partition) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[79]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6255,7 +6468,7 @@ func (x *Partition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Partition.ProtoReflect.Descriptor instead.
 func (*Partition) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{79}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *Partition) GetName() string {
@@ -6371,7 +6584,7 @@ type ListPartitionsRequest struct {
 
 func (x *ListPartitionsRequest) Reset() {
 	*x = ListPartitionsRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[80]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6383,7 +6596,7 @@ func (x *ListPartitionsRequest) String() string {
 func (*ListPartitionsRequest) ProtoMessage() {}
 
 func (x *ListPartitionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[80]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6396,7 +6609,7 @@ func (x *ListPartitionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPartitionsRequest.ProtoReflect.Descriptor instead.
 func (*ListPartitionsRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{80}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{83}
 }
 
 type ListPartitionsResponse struct {
@@ -6409,7 +6622,7 @@ type ListPartitionsResponse struct {
 
 func (x *ListPartitionsResponse) Reset() {
 	*x = ListPartitionsResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[81]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6421,7 +6634,7 @@ func (x *ListPartitionsResponse) String() string {
 func (*ListPartitionsResponse) ProtoMessage() {}
 
 func (x *ListPartitionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[81]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6434,7 +6647,7 @@ func (x *ListPartitionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPartitionsResponse.ProtoReflect.Descriptor instead.
 func (*ListPartitionsResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{81}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *ListPartitionsResponse) GetPartitions() []*Partition {
@@ -6465,7 +6678,7 @@ type AdvisorStatus struct {
 
 func (x *AdvisorStatus) Reset() {
 	*x = AdvisorStatus{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[82]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6477,7 +6690,7 @@ func (x *AdvisorStatus) String() string {
 func (*AdvisorStatus) ProtoMessage() {}
 
 func (x *AdvisorStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[82]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6490,7 +6703,7 @@ func (x *AdvisorStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdvisorStatus.ProtoReflect.Descriptor instead.
 func (*AdvisorStatus) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{82}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *AdvisorStatus) GetMode() string {
@@ -6536,7 +6749,7 @@ type PartitionMove struct {
 
 func (x *PartitionMove) Reset() {
 	*x = PartitionMove{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[83]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6548,7 +6761,7 @@ func (x *PartitionMove) String() string {
 func (*PartitionMove) ProtoMessage() {}
 
 func (x *PartitionMove) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[83]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6561,7 +6774,7 @@ func (x *PartitionMove) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionMove.ProtoReflect.Descriptor instead.
 func (*PartitionMove) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{83}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *PartitionMove) GetHost() string {
@@ -6618,7 +6831,7 @@ type ListPartitionMovesRequest struct {
 
 func (x *ListPartitionMovesRequest) Reset() {
 	*x = ListPartitionMovesRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[84]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6630,7 +6843,7 @@ func (x *ListPartitionMovesRequest) String() string {
 func (*ListPartitionMovesRequest) ProtoMessage() {}
 
 func (x *ListPartitionMovesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[84]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6643,7 +6856,7 @@ func (x *ListPartitionMovesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPartitionMovesRequest.ProtoReflect.Descriptor instead.
 func (*ListPartitionMovesRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{84}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *ListPartitionMovesRequest) GetHost() string {
@@ -6669,7 +6882,7 @@ type ListPartitionMovesResponse struct {
 
 func (x *ListPartitionMovesResponse) Reset() {
 	*x = ListPartitionMovesResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[85]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6681,7 +6894,7 @@ func (x *ListPartitionMovesResponse) String() string {
 func (*ListPartitionMovesResponse) ProtoMessage() {}
 
 func (x *ListPartitionMovesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[85]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6694,7 +6907,7 @@ func (x *ListPartitionMovesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPartitionMovesResponse.ProtoReflect.Descriptor instead.
 func (*ListPartitionMovesResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{85}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *ListPartitionMovesResponse) GetMoves() []*PartitionMove {
@@ -6717,7 +6930,7 @@ type HostAdvice struct {
 
 func (x *HostAdvice) Reset() {
 	*x = HostAdvice{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[86]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6729,7 +6942,7 @@ func (x *HostAdvice) String() string {
 func (*HostAdvice) ProtoMessage() {}
 
 func (x *HostAdvice) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[86]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6742,7 +6955,7 @@ func (x *HostAdvice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostAdvice.ProtoReflect.Descriptor instead.
 func (*HostAdvice) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{86}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *HostAdvice) GetHost() string {
@@ -6779,7 +6992,7 @@ type PartitionAdvice struct {
 
 func (x *PartitionAdvice) Reset() {
 	*x = PartitionAdvice{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[87]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6791,7 +7004,7 @@ func (x *PartitionAdvice) String() string {
 func (*PartitionAdvice) ProtoMessage() {}
 
 func (x *PartitionAdvice) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[87]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6804,7 +7017,7 @@ func (x *PartitionAdvice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionAdvice.ProtoReflect.Descriptor instead.
 func (*PartitionAdvice) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{87}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *PartitionAdvice) GetPartition() string {
@@ -6854,7 +7067,7 @@ type PublishAdviceRequest struct {
 
 func (x *PublishAdviceRequest) Reset() {
 	*x = PublishAdviceRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[88]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6866,7 +7079,7 @@ func (x *PublishAdviceRequest) String() string {
 func (*PublishAdviceRequest) ProtoMessage() {}
 
 func (x *PublishAdviceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[88]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6879,7 +7092,7 @@ func (x *PublishAdviceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublishAdviceRequest.ProtoReflect.Descriptor instead.
 func (*PublishAdviceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{88}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *PublishAdviceRequest) GetAdvisorId() string {
@@ -6932,7 +7145,7 @@ type PublishAdviceResponse struct {
 
 func (x *PublishAdviceResponse) Reset() {
 	*x = PublishAdviceResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[89]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6944,7 +7157,7 @@ func (x *PublishAdviceResponse) String() string {
 func (*PublishAdviceResponse) ProtoMessage() {}
 
 func (x *PublishAdviceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[89]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6957,7 +7170,7 @@ func (x *PublishAdviceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublishAdviceResponse.ProtoReflect.Descriptor instead.
 func (*PublishAdviceResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{89}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{92}
 }
 
 // UpdateSpec says how a rolling update replaces a job's instances.
@@ -6990,7 +7203,7 @@ type UpdateSpec struct {
 
 func (x *UpdateSpec) Reset() {
 	*x = UpdateSpec{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[90]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7002,7 +7215,7 @@ func (x *UpdateSpec) String() string {
 func (*UpdateSpec) ProtoMessage() {}
 
 func (x *UpdateSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[90]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7015,7 +7228,7 @@ func (x *UpdateSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateSpec.ProtoReflect.Descriptor instead.
 func (*UpdateSpec) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{90}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *UpdateSpec) GetBatchSize() uint32 {
@@ -7106,7 +7319,7 @@ type UpdateStatus struct {
 
 func (x *UpdateStatus) Reset() {
 	*x = UpdateStatus{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[91]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7118,7 +7331,7 @@ func (x *UpdateStatus) String() string {
 func (*UpdateStatus) ProtoMessage() {}
 
 func (x *UpdateStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[91]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7131,7 +7344,7 @@ func (x *UpdateStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateStatus.ProtoReflect.Descriptor instead.
 func (*UpdateStatus) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{91}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *UpdateStatus) GetState() UpdateState {
@@ -7244,7 +7457,7 @@ type Update struct {
 
 func (x *Update) Reset() {
 	*x = Update{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[92]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7256,7 +7469,7 @@ func (x *Update) String() string {
 func (*Update) ProtoMessage() {}
 
 func (x *Update) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[92]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7269,7 +7482,7 @@ func (x *Update) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Update.ProtoReflect.Descriptor instead.
 func (*Update) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{92}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *Update) GetId() string {
@@ -7368,7 +7581,7 @@ type CreateUpdateRequest struct {
 
 func (x *CreateUpdateRequest) Reset() {
 	*x = CreateUpdateRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[93]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7380,7 +7593,7 @@ func (x *CreateUpdateRequest) String() string {
 func (*CreateUpdateRequest) ProtoMessage() {}
 
 func (x *CreateUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[93]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7393,7 +7606,7 @@ func (x *CreateUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateUpdateRequest.ProtoReflect.Descriptor instead.
 func (*CreateUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{93}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *CreateUpdateRequest) GetJobId() string {
@@ -7450,7 +7663,7 @@ type CreateUpdateResponse struct {
 
 func (x *CreateUpdateResponse) Reset() {
 	*x = CreateUpdateResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[94]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7462,7 +7675,7 @@ func (x *CreateUpdateResponse) String() string {
 func (*CreateUpdateResponse) ProtoMessage() {}
 
 func (x *CreateUpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[94]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7475,7 +7688,7 @@ func (x *CreateUpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateUpdateResponse.ProtoReflect.Descriptor instead.
 func (*CreateUpdateResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{94}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *CreateUpdateResponse) GetUpdate() *Update {
@@ -7501,7 +7714,7 @@ type GetUpdateRequest struct {
 
 func (x *GetUpdateRequest) Reset() {
 	*x = GetUpdateRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[95]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7513,7 +7726,7 @@ func (x *GetUpdateRequest) String() string {
 func (*GetUpdateRequest) ProtoMessage() {}
 
 func (x *GetUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[95]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7526,7 +7739,7 @@ func (x *GetUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUpdateRequest.ProtoReflect.Descriptor instead.
 func (*GetUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{95}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *GetUpdateRequest) GetUpdateId() string {
@@ -7545,7 +7758,7 @@ type GetUpdateResponse struct {
 
 func (x *GetUpdateResponse) Reset() {
 	*x = GetUpdateResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[96]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7557,7 +7770,7 @@ func (x *GetUpdateResponse) String() string {
 func (*GetUpdateResponse) ProtoMessage() {}
 
 func (x *GetUpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[96]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7570,7 +7783,7 @@ func (x *GetUpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUpdateResponse.ProtoReflect.Descriptor instead.
 func (*GetUpdateResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{96}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *GetUpdateResponse) GetUpdate() *Update {
@@ -7590,7 +7803,7 @@ type ListUpdatesRequest struct {
 
 func (x *ListUpdatesRequest) Reset() {
 	*x = ListUpdatesRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[97]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7602,7 +7815,7 @@ func (x *ListUpdatesRequest) String() string {
 func (*ListUpdatesRequest) ProtoMessage() {}
 
 func (x *ListUpdatesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[97]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7615,7 +7828,7 @@ func (x *ListUpdatesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListUpdatesRequest.ProtoReflect.Descriptor instead.
 func (*ListUpdatesRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{97}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *ListUpdatesRequest) GetJobId() string {
@@ -7634,7 +7847,7 @@ type ListUpdatesResponse struct {
 
 func (x *ListUpdatesResponse) Reset() {
 	*x = ListUpdatesResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[98]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7646,7 +7859,7 @@ func (x *ListUpdatesResponse) String() string {
 func (*ListUpdatesResponse) ProtoMessage() {}
 
 func (x *ListUpdatesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[98]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7659,7 +7872,7 @@ func (x *ListUpdatesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListUpdatesResponse.ProtoReflect.Descriptor instead.
 func (*ListUpdatesResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{98}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *ListUpdatesResponse) GetUpdates() []*Update {
@@ -7678,7 +7891,7 @@ type PauseUpdateRequest struct {
 
 func (x *PauseUpdateRequest) Reset() {
 	*x = PauseUpdateRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[99]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7690,7 +7903,7 @@ func (x *PauseUpdateRequest) String() string {
 func (*PauseUpdateRequest) ProtoMessage() {}
 
 func (x *PauseUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[99]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7703,7 +7916,7 @@ func (x *PauseUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseUpdateRequest.ProtoReflect.Descriptor instead.
 func (*PauseUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{99}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *PauseUpdateRequest) GetUpdateId() string {
@@ -7722,7 +7935,7 @@ type PauseUpdateResponse struct {
 
 func (x *PauseUpdateResponse) Reset() {
 	*x = PauseUpdateResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[100]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7734,7 +7947,7 @@ func (x *PauseUpdateResponse) String() string {
 func (*PauseUpdateResponse) ProtoMessage() {}
 
 func (x *PauseUpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[100]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7747,7 +7960,7 @@ func (x *PauseUpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseUpdateResponse.ProtoReflect.Descriptor instead.
 func (*PauseUpdateResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{100}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *PauseUpdateResponse) GetUpdate() *Update {
@@ -7766,7 +7979,7 @@ type ResumeUpdateRequest struct {
 
 func (x *ResumeUpdateRequest) Reset() {
 	*x = ResumeUpdateRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[101]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7778,7 +7991,7 @@ func (x *ResumeUpdateRequest) String() string {
 func (*ResumeUpdateRequest) ProtoMessage() {}
 
 func (x *ResumeUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[101]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7791,7 +8004,7 @@ func (x *ResumeUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeUpdateRequest.ProtoReflect.Descriptor instead.
 func (*ResumeUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{101}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *ResumeUpdateRequest) GetUpdateId() string {
@@ -7810,7 +8023,7 @@ type ResumeUpdateResponse struct {
 
 func (x *ResumeUpdateResponse) Reset() {
 	*x = ResumeUpdateResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[102]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7822,7 +8035,7 @@ func (x *ResumeUpdateResponse) String() string {
 func (*ResumeUpdateResponse) ProtoMessage() {}
 
 func (x *ResumeUpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[102]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7835,7 +8048,7 @@ func (x *ResumeUpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeUpdateResponse.ProtoReflect.Descriptor instead.
 func (*ResumeUpdateResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{102}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *ResumeUpdateResponse) GetUpdate() *Update {
@@ -7854,7 +8067,7 @@ type AbortUpdateRequest struct {
 
 func (x *AbortUpdateRequest) Reset() {
 	*x = AbortUpdateRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[103]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7866,7 +8079,7 @@ func (x *AbortUpdateRequest) String() string {
 func (*AbortUpdateRequest) ProtoMessage() {}
 
 func (x *AbortUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[103]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7879,7 +8092,7 @@ func (x *AbortUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortUpdateRequest.ProtoReflect.Descriptor instead.
 func (*AbortUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{103}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *AbortUpdateRequest) GetUpdateId() string {
@@ -7898,7 +8111,7 @@ type AbortUpdateResponse struct {
 
 func (x *AbortUpdateResponse) Reset() {
 	*x = AbortUpdateResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[104]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7910,7 +8123,7 @@ func (x *AbortUpdateResponse) String() string {
 func (*AbortUpdateResponse) ProtoMessage() {}
 
 func (x *AbortUpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[104]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7923,7 +8136,7 @@ func (x *AbortUpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortUpdateResponse.ProtoReflect.Descriptor instead.
 func (*AbortUpdateResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{104}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *AbortUpdateResponse) GetUpdate() *Update {
@@ -7946,7 +8159,7 @@ type RollbackUpdateRequest struct {
 
 func (x *RollbackUpdateRequest) Reset() {
 	*x = RollbackUpdateRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[105]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7958,7 +8171,7 @@ func (x *RollbackUpdateRequest) String() string {
 func (*RollbackUpdateRequest) ProtoMessage() {}
 
 func (x *RollbackUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[105]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7971,7 +8184,7 @@ func (x *RollbackUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackUpdateRequest.ProtoReflect.Descriptor instead.
 func (*RollbackUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{105}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{108}
 }
 
 func (x *RollbackUpdateRequest) GetUpdateId() string {
@@ -7990,7 +8203,7 @@ type RollbackUpdateResponse struct {
 
 func (x *RollbackUpdateResponse) Reset() {
 	*x = RollbackUpdateResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[106]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8002,7 +8215,7 @@ func (x *RollbackUpdateResponse) String() string {
 func (*RollbackUpdateResponse) ProtoMessage() {}
 
 func (x *RollbackUpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[106]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8015,7 +8228,7 @@ func (x *RollbackUpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackUpdateResponse.ProtoReflect.Descriptor instead.
 func (*RollbackUpdateResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{106}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *RollbackUpdateResponse) GetUpdate() *Update {
@@ -8265,7 +8478,23 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"createTime\x12\x14\n" +
 	"\x05cause\x18\x04 \x01(\tR\x05cause\"Q\n" +
 	"\x17ListJobVersionsResponse\x126\n" +
-	"\bversions\x18\x01 \x03(\v2\x1a.peloton.api.v1.JobVersionR\bversions\"\xac\x01\n" +
+	"\bversions\x18\x01 \x03(\v2\x1a.peloton.api.v1.JobVersionR\bversions\";\n" +
+	"\x0eGetGangRequest\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x12\n" +
+	"\x04gang\x18\x02 \x01(\rR\x04gang\"v\n" +
+	"\x04Gang\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
+	"\x05index\x18\x02 \x01(\rR\x05index\x12\x12\n" +
+	"\x04size\x18\x03 \x01(\rR\x04size\x124\n" +
+	"\amembers\x18\x04 \x03(\v2\x1a.peloton.api.v1.GangMemberR\amembers\"\xac\x01\n" +
+	"\n" +
+	"GangMember\x12\x1a\n" +
+	"\binstance\x18\x01 \x01(\rR\binstance\x12\x12\n" +
+	"\x04rank\x18\x02 \x01(\rR\x04rank\x12\x12\n" +
+	"\x04host\x18\x03 \x01(\tR\x04host\x12\x12\n" +
+	"\x04port\x18\x04 \x01(\rR\x04port\x12\x15\n" +
+	"\x06run_id\x18\x05 \x01(\rR\x05runId\x12/\n" +
+	"\x05state\x18\x06 \x01(\x0e2\x19.peloton.api.v1.TaskStateR\x05state\"\xac\x01\n" +
 	"\x10WatchJobsRequest\x12\x17\n" +
 	"\ajob_ids\x18\x01 \x03(\tR\x06jobIds\x12D\n" +
 	"\x06labels\x18\x02 \x03(\v2,.peloton.api.v1.WatchJobsRequest.LabelsEntryR\x06labels\x1a9\n" +
@@ -8696,7 +8925,7 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\x13UPDATE_ROLLING_BACK\x10\x04\x12\x16\n" +
 	"\x12UPDATE_ROLLED_BACK\x10\x05\x12\x11\n" +
 	"\rUPDATE_FAILED\x10\x06\x12\x12\n" +
-	"\x0eUPDATE_ABORTED\x10\a2\xee\x05\n" +
+	"\x0eUPDATE_ABORTED\x10\a2\xaf\x06\n" +
 	"\n" +
 	"JobService\x12P\n" +
 	"\tCreateJob\x12 .peloton.api.v1.CreateJobRequest\x1a!.peloton.api.v1.CreateJobResponse\x12G\n" +
@@ -8708,7 +8937,8 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"RestartJob\x12!.peloton.api.v1.RestartJobRequest\x1a\".peloton.api.v1.RestartJobResponse\x12M\n" +
 	"\bScaleJob\x12\x1f.peloton.api.v1.ScaleJobRequest\x1a .peloton.api.v1.ScaleJobResponse\x12b\n" +
 	"\x0fListJobVersions\x12&.peloton.api.v1.ListJobVersionsRequest\x1a'.peloton.api.v1.ListJobVersionsResponse\x12J\n" +
-	"\tWatchJobs\x12 .peloton.api.v1.WatchJobsRequest\x1a\x19.peloton.api.v1.JobChange0\x012\x98\x03\n" +
+	"\tWatchJobs\x12 .peloton.api.v1.WatchJobsRequest\x1a\x19.peloton.api.v1.JobChange0\x01\x12?\n" +
+	"\aGetGang\x12\x1e.peloton.api.v1.GetGangRequest\x1a\x14.peloton.api.v1.Gang2\x98\x03\n" +
 	"\vTaskService\x12P\n" +
 	"\tListTasks\x12 .peloton.api.v1.ListTasksRequest\x1a!.peloton.api.v1.ListTasksResponse\x12J\n" +
 	"\aGetTask\x12\x1e.peloton.api.v1.GetTaskRequest\x1a\x1f.peloton.api.v1.GetTaskResponse\x12M\n" +
@@ -8759,7 +8989,7 @@ func file_peloton_api_v1_peloton_proto_rawDescGZIP() []byte {
 }
 
 var file_peloton_api_v1_peloton_proto_enumTypes = make([]protoimpl.EnumInfo, 12)
-var file_peloton_api_v1_peloton_proto_msgTypes = make([]protoimpl.MessageInfo, 118)
+var file_peloton_api_v1_peloton_proto_msgTypes = make([]protoimpl.MessageInfo, 121)
 var file_peloton_api_v1_peloton_proto_goTypes = []any{
 	(JobType)(0),                        // 0: peloton.api.v1.JobType
 	(TaskState)(0),                      // 1: peloton.api.v1.TaskState
@@ -8810,92 +9040,95 @@ var file_peloton_api_v1_peloton_proto_goTypes = []any{
 	(*ListJobVersionsRequest)(nil),      // 46: peloton.api.v1.ListJobVersionsRequest
 	(*JobVersion)(nil),                  // 47: peloton.api.v1.JobVersion
 	(*ListJobVersionsResponse)(nil),     // 48: peloton.api.v1.ListJobVersionsResponse
-	(*WatchJobsRequest)(nil),            // 49: peloton.api.v1.WatchJobsRequest
-	(*JobChange)(nil),                   // 50: peloton.api.v1.JobChange
-	(*ListTasksRequest)(nil),            // 51: peloton.api.v1.ListTasksRequest
-	(*ListTasksResponse)(nil),           // 52: peloton.api.v1.ListTasksResponse
-	(*GetTaskRequest)(nil),              // 53: peloton.api.v1.GetTaskRequest
-	(*GetTaskResponse)(nil),             // 54: peloton.api.v1.GetTaskResponse
-	(*KillTaskRequest)(nil),             // 55: peloton.api.v1.KillTaskRequest
-	(*KillTaskResponse)(nil),            // 56: peloton.api.v1.KillTaskResponse
-	(*GetTaskLogsRequest)(nil),          // 57: peloton.api.v1.GetTaskLogsRequest
-	(*LogChunk)(nil),                    // 58: peloton.api.v1.LogChunk
-	(*WatchTasksRequest)(nil),           // 59: peloton.api.v1.WatchTasksRequest
-	(*TaskChange)(nil),                  // 60: peloton.api.v1.TaskChange
-	(*PoolSpec)(nil),                    // 61: peloton.api.v1.PoolSpec
-	(*PoolStatus)(nil),                  // 62: peloton.api.v1.PoolStatus
-	(*Pool)(nil),                        // 63: peloton.api.v1.Pool
-	(*CreatePoolRequest)(nil),           // 64: peloton.api.v1.CreatePoolRequest
-	(*CreatePoolResponse)(nil),          // 65: peloton.api.v1.CreatePoolResponse
-	(*GetPoolRequest)(nil),              // 66: peloton.api.v1.GetPoolRequest
-	(*GetPoolResponse)(nil),             // 67: peloton.api.v1.GetPoolResponse
-	(*UpdatePoolRequest)(nil),           // 68: peloton.api.v1.UpdatePoolRequest
-	(*UpdatePoolResponse)(nil),          // 69: peloton.api.v1.UpdatePoolResponse
-	(*DeletePoolRequest)(nil),           // 70: peloton.api.v1.DeletePoolRequest
-	(*DeletePoolResponse)(nil),          // 71: peloton.api.v1.DeletePoolResponse
-	(*MovePoolRequest)(nil),             // 72: peloton.api.v1.MovePoolRequest
-	(*MovePoolResponse)(nil),            // 73: peloton.api.v1.MovePoolResponse
-	(*ListPoolsRequest)(nil),            // 74: peloton.api.v1.ListPoolsRequest
-	(*ListPoolsResponse)(nil),           // 75: peloton.api.v1.ListPoolsResponse
-	(*Host)(nil),                        // 76: peloton.api.v1.Host
-	(*HostRun)(nil),                     // 77: peloton.api.v1.HostRun
-	(*HostUsage)(nil),                   // 78: peloton.api.v1.HostUsage
-	(*TaskUsage)(nil),                   // 79: peloton.api.v1.TaskUsage
-	(*UsageReport)(nil),                 // 80: peloton.api.v1.UsageReport
-	(*UsageAck)(nil),                    // 81: peloton.api.v1.UsageAck
-	(*ListHostsRequest)(nil),            // 82: peloton.api.v1.ListHostsRequest
-	(*ListHostsResponse)(nil),           // 83: peloton.api.v1.ListHostsResponse
-	(*Substrate)(nil),                   // 84: peloton.api.v1.Substrate
-	(*StartMaintenanceRequest)(nil),     // 85: peloton.api.v1.StartMaintenanceRequest
-	(*StartMaintenanceResponse)(nil),    // 86: peloton.api.v1.StartMaintenanceResponse
-	(*CompleteMaintenanceRequest)(nil),  // 87: peloton.api.v1.CompleteMaintenanceRequest
-	(*CompleteMaintenanceResponse)(nil), // 88: peloton.api.v1.CompleteMaintenanceResponse
-	(*MoveHostRequest)(nil),             // 89: peloton.api.v1.MoveHostRequest
-	(*MoveHostResponse)(nil),            // 90: peloton.api.v1.MoveHostResponse
-	(*Partition)(nil),                   // 91: peloton.api.v1.Partition
-	(*ListPartitionsRequest)(nil),       // 92: peloton.api.v1.ListPartitionsRequest
-	(*ListPartitionsResponse)(nil),      // 93: peloton.api.v1.ListPartitionsResponse
-	(*AdvisorStatus)(nil),               // 94: peloton.api.v1.AdvisorStatus
-	(*PartitionMove)(nil),               // 95: peloton.api.v1.PartitionMove
-	(*ListPartitionMovesRequest)(nil),   // 96: peloton.api.v1.ListPartitionMovesRequest
-	(*ListPartitionMovesResponse)(nil),  // 97: peloton.api.v1.ListPartitionMovesResponse
-	(*HostAdvice)(nil),                  // 98: peloton.api.v1.HostAdvice
-	(*PartitionAdvice)(nil),             // 99: peloton.api.v1.PartitionAdvice
-	(*PublishAdviceRequest)(nil),        // 100: peloton.api.v1.PublishAdviceRequest
-	(*PublishAdviceResponse)(nil),       // 101: peloton.api.v1.PublishAdviceResponse
-	(*UpdateSpec)(nil),                  // 102: peloton.api.v1.UpdateSpec
-	(*UpdateStatus)(nil),                // 103: peloton.api.v1.UpdateStatus
-	(*Update)(nil),                      // 104: peloton.api.v1.Update
-	(*CreateUpdateRequest)(nil),         // 105: peloton.api.v1.CreateUpdateRequest
-	(*CreateUpdateResponse)(nil),        // 106: peloton.api.v1.CreateUpdateResponse
-	(*GetUpdateRequest)(nil),            // 107: peloton.api.v1.GetUpdateRequest
-	(*GetUpdateResponse)(nil),           // 108: peloton.api.v1.GetUpdateResponse
-	(*ListUpdatesRequest)(nil),          // 109: peloton.api.v1.ListUpdatesRequest
-	(*ListUpdatesResponse)(nil),         // 110: peloton.api.v1.ListUpdatesResponse
-	(*PauseUpdateRequest)(nil),          // 111: peloton.api.v1.PauseUpdateRequest
-	(*PauseUpdateResponse)(nil),         // 112: peloton.api.v1.PauseUpdateResponse
-	(*ResumeUpdateRequest)(nil),         // 113: peloton.api.v1.ResumeUpdateRequest
-	(*ResumeUpdateResponse)(nil),        // 114: peloton.api.v1.ResumeUpdateResponse
-	(*AbortUpdateRequest)(nil),          // 115: peloton.api.v1.AbortUpdateRequest
-	(*AbortUpdateResponse)(nil),         // 116: peloton.api.v1.AbortUpdateResponse
-	(*RollbackUpdateRequest)(nil),       // 117: peloton.api.v1.RollbackUpdateRequest
-	(*RollbackUpdateResponse)(nil),      // 118: peloton.api.v1.RollbackUpdateResponse
-	nil,                                 // 119: peloton.api.v1.TaskSpec.EnvEntry
-	nil,                                 // 120: peloton.api.v1.JobSpec.InstanceSpecsEntry
-	nil,                                 // 121: peloton.api.v1.JobSpec.LabelsEntry
-	nil,                                 // 122: peloton.api.v1.JobStatus.TaskCountsEntry
-	nil,                                 // 123: peloton.api.v1.TaskStatus.PortsEntry
-	nil,                                 // 124: peloton.api.v1.ListJobsRequest.LabelsEntry
-	nil,                                 // 125: peloton.api.v1.WatchJobsRequest.LabelsEntry
-	nil,                                 // 126: peloton.api.v1.Host.LabelsEntry
-	nil,                                 // 127: peloton.api.v1.UsageReport.RunsEntry
-	nil,                                 // 128: peloton.api.v1.Partition.ZonesEntry
-	nil,                                 // 129: peloton.api.v1.Update.RestartsEntry
-	(*timestamppb.Timestamp)(nil),       // 130: google.protobuf.Timestamp
+	(*GetGangRequest)(nil),              // 49: peloton.api.v1.GetGangRequest
+	(*Gang)(nil),                        // 50: peloton.api.v1.Gang
+	(*GangMember)(nil),                  // 51: peloton.api.v1.GangMember
+	(*WatchJobsRequest)(nil),            // 52: peloton.api.v1.WatchJobsRequest
+	(*JobChange)(nil),                   // 53: peloton.api.v1.JobChange
+	(*ListTasksRequest)(nil),            // 54: peloton.api.v1.ListTasksRequest
+	(*ListTasksResponse)(nil),           // 55: peloton.api.v1.ListTasksResponse
+	(*GetTaskRequest)(nil),              // 56: peloton.api.v1.GetTaskRequest
+	(*GetTaskResponse)(nil),             // 57: peloton.api.v1.GetTaskResponse
+	(*KillTaskRequest)(nil),             // 58: peloton.api.v1.KillTaskRequest
+	(*KillTaskResponse)(nil),            // 59: peloton.api.v1.KillTaskResponse
+	(*GetTaskLogsRequest)(nil),          // 60: peloton.api.v1.GetTaskLogsRequest
+	(*LogChunk)(nil),                    // 61: peloton.api.v1.LogChunk
+	(*WatchTasksRequest)(nil),           // 62: peloton.api.v1.WatchTasksRequest
+	(*TaskChange)(nil),                  // 63: peloton.api.v1.TaskChange
+	(*PoolSpec)(nil),                    // 64: peloton.api.v1.PoolSpec
+	(*PoolStatus)(nil),                  // 65: peloton.api.v1.PoolStatus
+	(*Pool)(nil),                        // 66: peloton.api.v1.Pool
+	(*CreatePoolRequest)(nil),           // 67: peloton.api.v1.CreatePoolRequest
+	(*CreatePoolResponse)(nil),          // 68: peloton.api.v1.CreatePoolResponse
+	(*GetPoolRequest)(nil),              // 69: peloton.api.v1.GetPoolRequest
+	(*GetPoolResponse)(nil),             // 70: peloton.api.v1.GetPoolResponse
+	(*UpdatePoolRequest)(nil),           // 71: peloton.api.v1.UpdatePoolRequest
+	(*UpdatePoolResponse)(nil),          // 72: peloton.api.v1.UpdatePoolResponse
+	(*DeletePoolRequest)(nil),           // 73: peloton.api.v1.DeletePoolRequest
+	(*DeletePoolResponse)(nil),          // 74: peloton.api.v1.DeletePoolResponse
+	(*MovePoolRequest)(nil),             // 75: peloton.api.v1.MovePoolRequest
+	(*MovePoolResponse)(nil),            // 76: peloton.api.v1.MovePoolResponse
+	(*ListPoolsRequest)(nil),            // 77: peloton.api.v1.ListPoolsRequest
+	(*ListPoolsResponse)(nil),           // 78: peloton.api.v1.ListPoolsResponse
+	(*Host)(nil),                        // 79: peloton.api.v1.Host
+	(*HostRun)(nil),                     // 80: peloton.api.v1.HostRun
+	(*HostUsage)(nil),                   // 81: peloton.api.v1.HostUsage
+	(*TaskUsage)(nil),                   // 82: peloton.api.v1.TaskUsage
+	(*UsageReport)(nil),                 // 83: peloton.api.v1.UsageReport
+	(*UsageAck)(nil),                    // 84: peloton.api.v1.UsageAck
+	(*ListHostsRequest)(nil),            // 85: peloton.api.v1.ListHostsRequest
+	(*ListHostsResponse)(nil),           // 86: peloton.api.v1.ListHostsResponse
+	(*Substrate)(nil),                   // 87: peloton.api.v1.Substrate
+	(*StartMaintenanceRequest)(nil),     // 88: peloton.api.v1.StartMaintenanceRequest
+	(*StartMaintenanceResponse)(nil),    // 89: peloton.api.v1.StartMaintenanceResponse
+	(*CompleteMaintenanceRequest)(nil),  // 90: peloton.api.v1.CompleteMaintenanceRequest
+	(*CompleteMaintenanceResponse)(nil), // 91: peloton.api.v1.CompleteMaintenanceResponse
+	(*MoveHostRequest)(nil),             // 92: peloton.api.v1.MoveHostRequest
+	(*MoveHostResponse)(nil),            // 93: peloton.api.v1.MoveHostResponse
+	(*Partition)(nil),                   // 94: peloton.api.v1.Partition
+	(*ListPartitionsRequest)(nil),       // 95: peloton.api.v1.ListPartitionsRequest
+	(*ListPartitionsResponse)(nil),      // 96: peloton.api.v1.ListPartitionsResponse
+	(*AdvisorStatus)(nil),               // 97: peloton.api.v1.AdvisorStatus
+	(*PartitionMove)(nil),               // 98: peloton.api.v1.PartitionMove
+	(*ListPartitionMovesRequest)(nil),   // 99: peloton.api.v1.ListPartitionMovesRequest
+	(*ListPartitionMovesResponse)(nil),  // 100: peloton.api.v1.ListPartitionMovesResponse
+	(*HostAdvice)(nil),                  // 101: peloton.api.v1.HostAdvice
+	(*PartitionAdvice)(nil),             // 102: peloton.api.v1.PartitionAdvice
+	(*PublishAdviceRequest)(nil),        // 103: peloton.api.v1.PublishAdviceRequest
+	(*PublishAdviceResponse)(nil),       // 104: peloton.api.v1.PublishAdviceResponse
+	(*UpdateSpec)(nil),                  // 105: peloton.api.v1.UpdateSpec
+	(*UpdateStatus)(nil),                // 106: peloton.api.v1.UpdateStatus
+	(*Update)(nil),                      // 107: peloton.api.v1.Update
+	(*CreateUpdateRequest)(nil),         // 108: peloton.api.v1.CreateUpdateRequest
+	(*CreateUpdateResponse)(nil),        // 109: peloton.api.v1.CreateUpdateResponse
+	(*GetUpdateRequest)(nil),            // 110: peloton.api.v1.GetUpdateRequest
+	(*GetUpdateResponse)(nil),           // 111: peloton.api.v1.GetUpdateResponse
+	(*ListUpdatesRequest)(nil),          // 112: peloton.api.v1.ListUpdatesRequest
+	(*ListUpdatesResponse)(nil),         // 113: peloton.api.v1.ListUpdatesResponse
+	(*PauseUpdateRequest)(nil),          // 114: peloton.api.v1.PauseUpdateRequest
+	(*PauseUpdateResponse)(nil),         // 115: peloton.api.v1.PauseUpdateResponse
+	(*ResumeUpdateRequest)(nil),         // 116: peloton.api.v1.ResumeUpdateRequest
+	(*ResumeUpdateResponse)(nil),        // 117: peloton.api.v1.ResumeUpdateResponse
+	(*AbortUpdateRequest)(nil),          // 118: peloton.api.v1.AbortUpdateRequest
+	(*AbortUpdateResponse)(nil),         // 119: peloton.api.v1.AbortUpdateResponse
+	(*RollbackUpdateRequest)(nil),       // 120: peloton.api.v1.RollbackUpdateRequest
+	(*RollbackUpdateResponse)(nil),      // 121: peloton.api.v1.RollbackUpdateResponse
+	nil,                                 // 122: peloton.api.v1.TaskSpec.EnvEntry
+	nil,                                 // 123: peloton.api.v1.JobSpec.InstanceSpecsEntry
+	nil,                                 // 124: peloton.api.v1.JobSpec.LabelsEntry
+	nil,                                 // 125: peloton.api.v1.JobStatus.TaskCountsEntry
+	nil,                                 // 126: peloton.api.v1.TaskStatus.PortsEntry
+	nil,                                 // 127: peloton.api.v1.ListJobsRequest.LabelsEntry
+	nil,                                 // 128: peloton.api.v1.WatchJobsRequest.LabelsEntry
+	nil,                                 // 129: peloton.api.v1.Host.LabelsEntry
+	nil,                                 // 130: peloton.api.v1.UsageReport.RunsEntry
+	nil,                                 // 131: peloton.api.v1.Partition.ZonesEntry
+	nil,                                 // 132: peloton.api.v1.Update.RestartsEntry
+	(*timestamppb.Timestamp)(nil),       // 133: google.protobuf.Timestamp
 }
 var file_peloton_api_v1_peloton_proto_depIdxs = []int32{
 	17,  // 0: peloton.api.v1.HealthCheck.http:type_name -> peloton.api.v1.HttpProbe
-	119, // 1: peloton.api.v1.TaskSpec.env:type_name -> peloton.api.v1.TaskSpec.EnvEntry
+	122, // 1: peloton.api.v1.TaskSpec.env:type_name -> peloton.api.v1.TaskSpec.EnvEntry
 	12,  // 2: peloton.api.v1.TaskSpec.resources:type_name -> peloton.api.v1.Resources
 	14,  // 3: peloton.api.v1.TaskSpec.restart_policy:type_name -> peloton.api.v1.RestartPolicy
 	22,  // 4: peloton.api.v1.TaskSpec.placement:type_name -> peloton.api.v1.PlacementSpec
@@ -8909,200 +9142,204 @@ var file_peloton_api_v1_peloton_proto_depIdxs = []int32{
 	0,   // 12: peloton.api.v1.JobSpec.type:type_name -> peloton.api.v1.JobType
 	13,  // 13: peloton.api.v1.JobSpec.sla:type_name -> peloton.api.v1.SlaSpec
 	19,  // 14: peloton.api.v1.JobSpec.default_spec:type_name -> peloton.api.v1.TaskSpec
-	120, // 15: peloton.api.v1.JobSpec.instance_specs:type_name -> peloton.api.v1.JobSpec.InstanceSpecsEntry
-	121, // 16: peloton.api.v1.JobSpec.labels:type_name -> peloton.api.v1.JobSpec.LabelsEntry
+	123, // 15: peloton.api.v1.JobSpec.instance_specs:type_name -> peloton.api.v1.JobSpec.InstanceSpecsEntry
+	124, // 16: peloton.api.v1.JobSpec.labels:type_name -> peloton.api.v1.JobSpec.LabelsEntry
 	26,  // 17: peloton.api.v1.JobSpec.foreign:type_name -> peloton.api.v1.ForeignOwner
 	24,  // 18: peloton.api.v1.JobSpec.gang:type_name -> peloton.api.v1.GangSpec
 	25,  // 19: peloton.api.v1.JobSpec.self_scale:type_name -> peloton.api.v1.SelfScaleSpec
 	5,   // 20: peloton.api.v1.GangSpec.on_member_failure:type_name -> peloton.api.v1.GangFailurePolicy
 	6,   // 21: peloton.api.v1.JobStatus.state:type_name -> peloton.api.v1.JobState
 	6,   // 22: peloton.api.v1.JobStatus.goal_state:type_name -> peloton.api.v1.JobState
-	122, // 23: peloton.api.v1.JobStatus.task_counts:type_name -> peloton.api.v1.JobStatus.TaskCountsEntry
-	130, // 24: peloton.api.v1.JobStatus.create_time:type_name -> google.protobuf.Timestamp
-	130, // 25: peloton.api.v1.JobStatus.start_time:type_name -> google.protobuf.Timestamp
-	130, // 26: peloton.api.v1.JobStatus.completion_time:type_name -> google.protobuf.Timestamp
+	125, // 23: peloton.api.v1.JobStatus.task_counts:type_name -> peloton.api.v1.JobStatus.TaskCountsEntry
+	133, // 24: peloton.api.v1.JobStatus.create_time:type_name -> google.protobuf.Timestamp
+	133, // 25: peloton.api.v1.JobStatus.start_time:type_name -> google.protobuf.Timestamp
+	133, // 26: peloton.api.v1.JobStatus.completion_time:type_name -> google.protobuf.Timestamp
 	23,  // 27: peloton.api.v1.Job.spec:type_name -> peloton.api.v1.JobSpec
 	27,  // 28: peloton.api.v1.Job.status:type_name -> peloton.api.v1.JobStatus
 	1,   // 29: peloton.api.v1.TaskStatus.state:type_name -> peloton.api.v1.TaskState
 	1,   // 30: peloton.api.v1.TaskStatus.goal_state:type_name -> peloton.api.v1.TaskState
-	130, // 31: peloton.api.v1.TaskStatus.start_time:type_name -> google.protobuf.Timestamp
-	130, // 32: peloton.api.v1.TaskStatus.completion_time:type_name -> google.protobuf.Timestamp
-	130, // 33: peloton.api.v1.TaskStatus.update_time:type_name -> google.protobuf.Timestamp
+	133, // 31: peloton.api.v1.TaskStatus.start_time:type_name -> google.protobuf.Timestamp
+	133, // 32: peloton.api.v1.TaskStatus.completion_time:type_name -> google.protobuf.Timestamp
+	133, // 33: peloton.api.v1.TaskStatus.update_time:type_name -> google.protobuf.Timestamp
 	30,  // 34: peloton.api.v1.TaskStatus.history:type_name -> peloton.api.v1.TaskTransition
 	2,   // 35: peloton.api.v1.TaskStatus.health:type_name -> peloton.api.v1.HealthState
-	123, // 36: peloton.api.v1.TaskStatus.ports:type_name -> peloton.api.v1.TaskStatus.PortsEntry
-	79,  // 37: peloton.api.v1.TaskStatus.usage:type_name -> peloton.api.v1.TaskUsage
+	126, // 36: peloton.api.v1.TaskStatus.ports:type_name -> peloton.api.v1.TaskStatus.PortsEntry
+	82,  // 37: peloton.api.v1.TaskStatus.usage:type_name -> peloton.api.v1.TaskUsage
 	1,   // 38: peloton.api.v1.TaskTransition.state:type_name -> peloton.api.v1.TaskState
-	130, // 39: peloton.api.v1.TaskTransition.time:type_name -> google.protobuf.Timestamp
+	133, // 39: peloton.api.v1.TaskTransition.time:type_name -> google.protobuf.Timestamp
 	29,  // 40: peloton.api.v1.Task.status:type_name -> peloton.api.v1.TaskStatus
 	19,  // 41: peloton.api.v1.Task.spec:type_name -> peloton.api.v1.TaskSpec
 	23,  // 42: peloton.api.v1.CreateJobRequest.spec:type_name -> peloton.api.v1.JobSpec
 	23,  // 43: peloton.api.v1.CreateJobResponse.spec:type_name -> peloton.api.v1.JobSpec
 	28,  // 44: peloton.api.v1.GetJobResponse.job:type_name -> peloton.api.v1.Job
 	6,   // 45: peloton.api.v1.ListJobsRequest.states:type_name -> peloton.api.v1.JobState
-	124, // 46: peloton.api.v1.ListJobsRequest.labels:type_name -> peloton.api.v1.ListJobsRequest.LabelsEntry
-	130, // 47: peloton.api.v1.ListJobsRequest.created_since:type_name -> google.protobuf.Timestamp
-	130, // 48: peloton.api.v1.ListJobsRequest.created_until:type_name -> google.protobuf.Timestamp
+	127, // 46: peloton.api.v1.ListJobsRequest.labels:type_name -> peloton.api.v1.ListJobsRequest.LabelsEntry
+	133, // 47: peloton.api.v1.ListJobsRequest.created_since:type_name -> google.protobuf.Timestamp
+	133, // 48: peloton.api.v1.ListJobsRequest.created_until:type_name -> google.protobuf.Timestamp
 	28,  // 49: peloton.api.v1.ListJobsResponse.jobs:type_name -> peloton.api.v1.Job
 	23,  // 50: peloton.api.v1.JobVersion.spec:type_name -> peloton.api.v1.JobSpec
-	130, // 51: peloton.api.v1.JobVersion.create_time:type_name -> google.protobuf.Timestamp
+	133, // 51: peloton.api.v1.JobVersion.create_time:type_name -> google.protobuf.Timestamp
 	47,  // 52: peloton.api.v1.ListJobVersionsResponse.versions:type_name -> peloton.api.v1.JobVersion
-	125, // 53: peloton.api.v1.WatchJobsRequest.labels:type_name -> peloton.api.v1.WatchJobsRequest.LabelsEntry
-	28,  // 54: peloton.api.v1.JobChange.job:type_name -> peloton.api.v1.Job
-	1,   // 55: peloton.api.v1.ListTasksRequest.states:type_name -> peloton.api.v1.TaskState
-	31,  // 56: peloton.api.v1.ListTasksResponse.tasks:type_name -> peloton.api.v1.Task
-	31,  // 57: peloton.api.v1.GetTaskResponse.task:type_name -> peloton.api.v1.Task
-	7,   // 58: peloton.api.v1.GetTaskLogsRequest.stream:type_name -> peloton.api.v1.LogStream
-	130, // 59: peloton.api.v1.GetTaskLogsRequest.since:type_name -> google.protobuf.Timestamp
-	31,  // 60: peloton.api.v1.TaskChange.task:type_name -> peloton.api.v1.Task
-	12,  // 61: peloton.api.v1.PoolSpec.reservation:type_name -> peloton.api.v1.Resources
-	12,  // 62: peloton.api.v1.PoolSpec.limit:type_name -> peloton.api.v1.Resources
-	12,  // 63: peloton.api.v1.PoolSpec.share:type_name -> peloton.api.v1.Resources
-	12,  // 64: peloton.api.v1.PoolSpec.revocable_limit:type_name -> peloton.api.v1.Resources
-	12,  // 65: peloton.api.v1.PoolStatus.entitlement:type_name -> peloton.api.v1.Resources
-	12,  // 66: peloton.api.v1.PoolStatus.allocation:type_name -> peloton.api.v1.Resources
-	12,  // 67: peloton.api.v1.PoolStatus.demand:type_name -> peloton.api.v1.Resources
-	61,  // 68: peloton.api.v1.Pool.spec:type_name -> peloton.api.v1.PoolSpec
-	62,  // 69: peloton.api.v1.Pool.status:type_name -> peloton.api.v1.PoolStatus
-	61,  // 70: peloton.api.v1.CreatePoolRequest.spec:type_name -> peloton.api.v1.PoolSpec
-	63,  // 71: peloton.api.v1.CreatePoolResponse.pool:type_name -> peloton.api.v1.Pool
-	63,  // 72: peloton.api.v1.GetPoolResponse.pool:type_name -> peloton.api.v1.Pool
-	61,  // 73: peloton.api.v1.UpdatePoolRequest.spec:type_name -> peloton.api.v1.PoolSpec
-	63,  // 74: peloton.api.v1.UpdatePoolResponse.pool:type_name -> peloton.api.v1.Pool
-	63,  // 75: peloton.api.v1.MovePoolResponse.pool:type_name -> peloton.api.v1.Pool
-	63,  // 76: peloton.api.v1.ListPoolsResponse.pools:type_name -> peloton.api.v1.Pool
-	12,  // 77: peloton.api.v1.ListPoolsResponse.largest_host:type_name -> peloton.api.v1.Resources
-	12,  // 78: peloton.api.v1.Host.capacity:type_name -> peloton.api.v1.Resources
-	12,  // 79: peloton.api.v1.Host.allocated:type_name -> peloton.api.v1.Resources
-	126, // 80: peloton.api.v1.Host.labels:type_name -> peloton.api.v1.Host.LabelsEntry
-	8,   // 81: peloton.api.v1.Host.state:type_name -> peloton.api.v1.HostState
-	10,  // 82: peloton.api.v1.Host.partition_state:type_name -> peloton.api.v1.PartitionMoveState
-	78,  // 83: peloton.api.v1.Host.usage:type_name -> peloton.api.v1.HostUsage
-	12,  // 84: peloton.api.v1.Host.slack:type_name -> peloton.api.v1.Resources
-	12,  // 85: peloton.api.v1.Host.revocable:type_name -> peloton.api.v1.Resources
-	77,  // 86: peloton.api.v1.Host.runs:type_name -> peloton.api.v1.HostRun
-	9,   // 87: peloton.api.v1.Host.zone:type_name -> peloton.api.v1.HostZone
-	79,  // 88: peloton.api.v1.HostRun.usage:type_name -> peloton.api.v1.TaskUsage
-	130, // 89: peloton.api.v1.HostRun.since:type_name -> google.protobuf.Timestamp
-	130, // 90: peloton.api.v1.HostUsage.sample_time:type_name -> google.protobuf.Timestamp
-	130, // 91: peloton.api.v1.HostUsage.receive_time:type_name -> google.protobuf.Timestamp
-	130, // 92: peloton.api.v1.TaskUsage.sample_time:type_name -> google.protobuf.Timestamp
-	78,  // 93: peloton.api.v1.UsageReport.usage:type_name -> peloton.api.v1.HostUsage
-	127, // 94: peloton.api.v1.UsageReport.runs:type_name -> peloton.api.v1.UsageReport.RunsEntry
-	76,  // 95: peloton.api.v1.ListHostsResponse.hosts:type_name -> peloton.api.v1.Host
-	84,  // 96: peloton.api.v1.ListHostsResponse.substrate:type_name -> peloton.api.v1.Substrate
-	130, // 97: peloton.api.v1.Substrate.since:type_name -> google.protobuf.Timestamp
-	76,  // 98: peloton.api.v1.StartMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
-	76,  // 99: peloton.api.v1.CompleteMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
-	76,  // 100: peloton.api.v1.MoveHostResponse.host:type_name -> peloton.api.v1.Host
-	12,  // 101: peloton.api.v1.Partition.capacity:type_name -> peloton.api.v1.Resources
-	12,  // 102: peloton.api.v1.Partition.allocated:type_name -> peloton.api.v1.Resources
-	12,  // 103: peloton.api.v1.Partition.revocable:type_name -> peloton.api.v1.Resources
-	12,  // 104: peloton.api.v1.Partition.slack:type_name -> peloton.api.v1.Resources
-	128, // 105: peloton.api.v1.Partition.zones:type_name -> peloton.api.v1.Partition.ZonesEntry
-	91,  // 106: peloton.api.v1.ListPartitionsResponse.partitions:type_name -> peloton.api.v1.Partition
-	94,  // 107: peloton.api.v1.ListPartitionsResponse.advisor:type_name -> peloton.api.v1.AdvisorStatus
-	130, // 108: peloton.api.v1.AdvisorStatus.published:type_name -> google.protobuf.Timestamp
-	130, // 109: peloton.api.v1.PartitionMove.time:type_name -> google.protobuf.Timestamp
-	95,  // 110: peloton.api.v1.ListPartitionMovesResponse.moves:type_name -> peloton.api.v1.PartitionMove
-	9,   // 111: peloton.api.v1.HostAdvice.zone:type_name -> peloton.api.v1.HostZone
-	98,  // 112: peloton.api.v1.PublishAdviceRequest.hosts:type_name -> peloton.api.v1.HostAdvice
-	99,  // 113: peloton.api.v1.PublishAdviceRequest.partitions:type_name -> peloton.api.v1.PartitionAdvice
-	95,  // 114: peloton.api.v1.PublishAdviceRequest.observed_moves:type_name -> peloton.api.v1.PartitionMove
-	11,  // 115: peloton.api.v1.UpdateStatus.state:type_name -> peloton.api.v1.UpdateState
-	130, // 116: peloton.api.v1.UpdateStatus.create_time:type_name -> google.protobuf.Timestamp
-	130, // 117: peloton.api.v1.UpdateStatus.update_time:type_name -> google.protobuf.Timestamp
-	130, // 118: peloton.api.v1.UpdateStatus.completion_time:type_name -> google.protobuf.Timestamp
-	11,  // 119: peloton.api.v1.UpdateStatus.paused_from:type_name -> peloton.api.v1.UpdateState
-	102, // 120: peloton.api.v1.Update.spec:type_name -> peloton.api.v1.UpdateSpec
-	103, // 121: peloton.api.v1.Update.status:type_name -> peloton.api.v1.UpdateStatus
-	129, // 122: peloton.api.v1.Update.restarts:type_name -> peloton.api.v1.Update.RestartsEntry
-	23,  // 123: peloton.api.v1.CreateUpdateRequest.spec:type_name -> peloton.api.v1.JobSpec
-	102, // 124: peloton.api.v1.CreateUpdateRequest.update_spec:type_name -> peloton.api.v1.UpdateSpec
-	104, // 125: peloton.api.v1.CreateUpdateResponse.update:type_name -> peloton.api.v1.Update
-	104, // 126: peloton.api.v1.GetUpdateResponse.update:type_name -> peloton.api.v1.Update
-	104, // 127: peloton.api.v1.ListUpdatesResponse.updates:type_name -> peloton.api.v1.Update
-	104, // 128: peloton.api.v1.PauseUpdateResponse.update:type_name -> peloton.api.v1.Update
-	104, // 129: peloton.api.v1.ResumeUpdateResponse.update:type_name -> peloton.api.v1.Update
-	104, // 130: peloton.api.v1.AbortUpdateResponse.update:type_name -> peloton.api.v1.Update
-	104, // 131: peloton.api.v1.RollbackUpdateResponse.update:type_name -> peloton.api.v1.Update
-	19,  // 132: peloton.api.v1.JobSpec.InstanceSpecsEntry.value:type_name -> peloton.api.v1.TaskSpec
-	79,  // 133: peloton.api.v1.UsageReport.RunsEntry.value:type_name -> peloton.api.v1.TaskUsage
-	32,  // 134: peloton.api.v1.JobService.CreateJob:input_type -> peloton.api.v1.CreateJobRequest
-	34,  // 135: peloton.api.v1.JobService.GetJob:input_type -> peloton.api.v1.GetJobRequest
-	36,  // 136: peloton.api.v1.JobService.ListJobs:input_type -> peloton.api.v1.ListJobsRequest
-	38,  // 137: peloton.api.v1.JobService.CancelJob:input_type -> peloton.api.v1.CancelJobRequest
-	40,  // 138: peloton.api.v1.JobService.DeleteJob:input_type -> peloton.api.v1.DeleteJobRequest
-	42,  // 139: peloton.api.v1.JobService.RestartJob:input_type -> peloton.api.v1.RestartJobRequest
-	44,  // 140: peloton.api.v1.JobService.ScaleJob:input_type -> peloton.api.v1.ScaleJobRequest
-	46,  // 141: peloton.api.v1.JobService.ListJobVersions:input_type -> peloton.api.v1.ListJobVersionsRequest
-	49,  // 142: peloton.api.v1.JobService.WatchJobs:input_type -> peloton.api.v1.WatchJobsRequest
-	51,  // 143: peloton.api.v1.TaskService.ListTasks:input_type -> peloton.api.v1.ListTasksRequest
-	53,  // 144: peloton.api.v1.TaskService.GetTask:input_type -> peloton.api.v1.GetTaskRequest
-	55,  // 145: peloton.api.v1.TaskService.KillTask:input_type -> peloton.api.v1.KillTaskRequest
-	57,  // 146: peloton.api.v1.TaskService.GetTaskLogs:input_type -> peloton.api.v1.GetTaskLogsRequest
-	59,  // 147: peloton.api.v1.TaskService.WatchTasks:input_type -> peloton.api.v1.WatchTasksRequest
-	64,  // 148: peloton.api.v1.PoolService.CreatePool:input_type -> peloton.api.v1.CreatePoolRequest
-	66,  // 149: peloton.api.v1.PoolService.GetPool:input_type -> peloton.api.v1.GetPoolRequest
-	68,  // 150: peloton.api.v1.PoolService.UpdatePool:input_type -> peloton.api.v1.UpdatePoolRequest
-	70,  // 151: peloton.api.v1.PoolService.DeletePool:input_type -> peloton.api.v1.DeletePoolRequest
-	74,  // 152: peloton.api.v1.PoolService.ListPools:input_type -> peloton.api.v1.ListPoolsRequest
-	72,  // 153: peloton.api.v1.PoolService.MovePool:input_type -> peloton.api.v1.MovePoolRequest
-	82,  // 154: peloton.api.v1.HostService.ListHosts:input_type -> peloton.api.v1.ListHostsRequest
-	85,  // 155: peloton.api.v1.HostService.StartMaintenance:input_type -> peloton.api.v1.StartMaintenanceRequest
-	87,  // 156: peloton.api.v1.HostService.CompleteMaintenance:input_type -> peloton.api.v1.CompleteMaintenanceRequest
-	89,  // 157: peloton.api.v1.HostService.MoveHost:input_type -> peloton.api.v1.MoveHostRequest
-	92,  // 158: peloton.api.v1.PartitionService.ListPartitions:input_type -> peloton.api.v1.ListPartitionsRequest
-	96,  // 159: peloton.api.v1.PartitionService.ListPartitionMoves:input_type -> peloton.api.v1.ListPartitionMovesRequest
-	100, // 160: peloton.api.v1.PartitionService.PublishAdvice:input_type -> peloton.api.v1.PublishAdviceRequest
-	80,  // 161: peloton.api.v1.HostAgentService.ReportUsage:input_type -> peloton.api.v1.UsageReport
-	105, // 162: peloton.api.v1.UpdateService.CreateUpdate:input_type -> peloton.api.v1.CreateUpdateRequest
-	107, // 163: peloton.api.v1.UpdateService.GetUpdate:input_type -> peloton.api.v1.GetUpdateRequest
-	109, // 164: peloton.api.v1.UpdateService.ListUpdates:input_type -> peloton.api.v1.ListUpdatesRequest
-	111, // 165: peloton.api.v1.UpdateService.PauseUpdate:input_type -> peloton.api.v1.PauseUpdateRequest
-	113, // 166: peloton.api.v1.UpdateService.ResumeUpdate:input_type -> peloton.api.v1.ResumeUpdateRequest
-	115, // 167: peloton.api.v1.UpdateService.AbortUpdate:input_type -> peloton.api.v1.AbortUpdateRequest
-	117, // 168: peloton.api.v1.UpdateService.RollbackUpdate:input_type -> peloton.api.v1.RollbackUpdateRequest
-	33,  // 169: peloton.api.v1.JobService.CreateJob:output_type -> peloton.api.v1.CreateJobResponse
-	35,  // 170: peloton.api.v1.JobService.GetJob:output_type -> peloton.api.v1.GetJobResponse
-	37,  // 171: peloton.api.v1.JobService.ListJobs:output_type -> peloton.api.v1.ListJobsResponse
-	39,  // 172: peloton.api.v1.JobService.CancelJob:output_type -> peloton.api.v1.CancelJobResponse
-	41,  // 173: peloton.api.v1.JobService.DeleteJob:output_type -> peloton.api.v1.DeleteJobResponse
-	43,  // 174: peloton.api.v1.JobService.RestartJob:output_type -> peloton.api.v1.RestartJobResponse
-	45,  // 175: peloton.api.v1.JobService.ScaleJob:output_type -> peloton.api.v1.ScaleJobResponse
-	48,  // 176: peloton.api.v1.JobService.ListJobVersions:output_type -> peloton.api.v1.ListJobVersionsResponse
-	50,  // 177: peloton.api.v1.JobService.WatchJobs:output_type -> peloton.api.v1.JobChange
-	52,  // 178: peloton.api.v1.TaskService.ListTasks:output_type -> peloton.api.v1.ListTasksResponse
-	54,  // 179: peloton.api.v1.TaskService.GetTask:output_type -> peloton.api.v1.GetTaskResponse
-	56,  // 180: peloton.api.v1.TaskService.KillTask:output_type -> peloton.api.v1.KillTaskResponse
-	58,  // 181: peloton.api.v1.TaskService.GetTaskLogs:output_type -> peloton.api.v1.LogChunk
-	60,  // 182: peloton.api.v1.TaskService.WatchTasks:output_type -> peloton.api.v1.TaskChange
-	65,  // 183: peloton.api.v1.PoolService.CreatePool:output_type -> peloton.api.v1.CreatePoolResponse
-	67,  // 184: peloton.api.v1.PoolService.GetPool:output_type -> peloton.api.v1.GetPoolResponse
-	69,  // 185: peloton.api.v1.PoolService.UpdatePool:output_type -> peloton.api.v1.UpdatePoolResponse
-	71,  // 186: peloton.api.v1.PoolService.DeletePool:output_type -> peloton.api.v1.DeletePoolResponse
-	75,  // 187: peloton.api.v1.PoolService.ListPools:output_type -> peloton.api.v1.ListPoolsResponse
-	73,  // 188: peloton.api.v1.PoolService.MovePool:output_type -> peloton.api.v1.MovePoolResponse
-	83,  // 189: peloton.api.v1.HostService.ListHosts:output_type -> peloton.api.v1.ListHostsResponse
-	86,  // 190: peloton.api.v1.HostService.StartMaintenance:output_type -> peloton.api.v1.StartMaintenanceResponse
-	88,  // 191: peloton.api.v1.HostService.CompleteMaintenance:output_type -> peloton.api.v1.CompleteMaintenanceResponse
-	90,  // 192: peloton.api.v1.HostService.MoveHost:output_type -> peloton.api.v1.MoveHostResponse
-	93,  // 193: peloton.api.v1.PartitionService.ListPartitions:output_type -> peloton.api.v1.ListPartitionsResponse
-	97,  // 194: peloton.api.v1.PartitionService.ListPartitionMoves:output_type -> peloton.api.v1.ListPartitionMovesResponse
-	101, // 195: peloton.api.v1.PartitionService.PublishAdvice:output_type -> peloton.api.v1.PublishAdviceResponse
-	81,  // 196: peloton.api.v1.HostAgentService.ReportUsage:output_type -> peloton.api.v1.UsageAck
-	106, // 197: peloton.api.v1.UpdateService.CreateUpdate:output_type -> peloton.api.v1.CreateUpdateResponse
-	108, // 198: peloton.api.v1.UpdateService.GetUpdate:output_type -> peloton.api.v1.GetUpdateResponse
-	110, // 199: peloton.api.v1.UpdateService.ListUpdates:output_type -> peloton.api.v1.ListUpdatesResponse
-	112, // 200: peloton.api.v1.UpdateService.PauseUpdate:output_type -> peloton.api.v1.PauseUpdateResponse
-	114, // 201: peloton.api.v1.UpdateService.ResumeUpdate:output_type -> peloton.api.v1.ResumeUpdateResponse
-	116, // 202: peloton.api.v1.UpdateService.AbortUpdate:output_type -> peloton.api.v1.AbortUpdateResponse
-	118, // 203: peloton.api.v1.UpdateService.RollbackUpdate:output_type -> peloton.api.v1.RollbackUpdateResponse
-	169, // [169:204] is the sub-list for method output_type
-	134, // [134:169] is the sub-list for method input_type
-	134, // [134:134] is the sub-list for extension type_name
-	134, // [134:134] is the sub-list for extension extendee
-	0,   // [0:134] is the sub-list for field type_name
+	51,  // 53: peloton.api.v1.Gang.members:type_name -> peloton.api.v1.GangMember
+	1,   // 54: peloton.api.v1.GangMember.state:type_name -> peloton.api.v1.TaskState
+	128, // 55: peloton.api.v1.WatchJobsRequest.labels:type_name -> peloton.api.v1.WatchJobsRequest.LabelsEntry
+	28,  // 56: peloton.api.v1.JobChange.job:type_name -> peloton.api.v1.Job
+	1,   // 57: peloton.api.v1.ListTasksRequest.states:type_name -> peloton.api.v1.TaskState
+	31,  // 58: peloton.api.v1.ListTasksResponse.tasks:type_name -> peloton.api.v1.Task
+	31,  // 59: peloton.api.v1.GetTaskResponse.task:type_name -> peloton.api.v1.Task
+	7,   // 60: peloton.api.v1.GetTaskLogsRequest.stream:type_name -> peloton.api.v1.LogStream
+	133, // 61: peloton.api.v1.GetTaskLogsRequest.since:type_name -> google.protobuf.Timestamp
+	31,  // 62: peloton.api.v1.TaskChange.task:type_name -> peloton.api.v1.Task
+	12,  // 63: peloton.api.v1.PoolSpec.reservation:type_name -> peloton.api.v1.Resources
+	12,  // 64: peloton.api.v1.PoolSpec.limit:type_name -> peloton.api.v1.Resources
+	12,  // 65: peloton.api.v1.PoolSpec.share:type_name -> peloton.api.v1.Resources
+	12,  // 66: peloton.api.v1.PoolSpec.revocable_limit:type_name -> peloton.api.v1.Resources
+	12,  // 67: peloton.api.v1.PoolStatus.entitlement:type_name -> peloton.api.v1.Resources
+	12,  // 68: peloton.api.v1.PoolStatus.allocation:type_name -> peloton.api.v1.Resources
+	12,  // 69: peloton.api.v1.PoolStatus.demand:type_name -> peloton.api.v1.Resources
+	64,  // 70: peloton.api.v1.Pool.spec:type_name -> peloton.api.v1.PoolSpec
+	65,  // 71: peloton.api.v1.Pool.status:type_name -> peloton.api.v1.PoolStatus
+	64,  // 72: peloton.api.v1.CreatePoolRequest.spec:type_name -> peloton.api.v1.PoolSpec
+	66,  // 73: peloton.api.v1.CreatePoolResponse.pool:type_name -> peloton.api.v1.Pool
+	66,  // 74: peloton.api.v1.GetPoolResponse.pool:type_name -> peloton.api.v1.Pool
+	64,  // 75: peloton.api.v1.UpdatePoolRequest.spec:type_name -> peloton.api.v1.PoolSpec
+	66,  // 76: peloton.api.v1.UpdatePoolResponse.pool:type_name -> peloton.api.v1.Pool
+	66,  // 77: peloton.api.v1.MovePoolResponse.pool:type_name -> peloton.api.v1.Pool
+	66,  // 78: peloton.api.v1.ListPoolsResponse.pools:type_name -> peloton.api.v1.Pool
+	12,  // 79: peloton.api.v1.ListPoolsResponse.largest_host:type_name -> peloton.api.v1.Resources
+	12,  // 80: peloton.api.v1.Host.capacity:type_name -> peloton.api.v1.Resources
+	12,  // 81: peloton.api.v1.Host.allocated:type_name -> peloton.api.v1.Resources
+	129, // 82: peloton.api.v1.Host.labels:type_name -> peloton.api.v1.Host.LabelsEntry
+	8,   // 83: peloton.api.v1.Host.state:type_name -> peloton.api.v1.HostState
+	10,  // 84: peloton.api.v1.Host.partition_state:type_name -> peloton.api.v1.PartitionMoveState
+	81,  // 85: peloton.api.v1.Host.usage:type_name -> peloton.api.v1.HostUsage
+	12,  // 86: peloton.api.v1.Host.slack:type_name -> peloton.api.v1.Resources
+	12,  // 87: peloton.api.v1.Host.revocable:type_name -> peloton.api.v1.Resources
+	80,  // 88: peloton.api.v1.Host.runs:type_name -> peloton.api.v1.HostRun
+	9,   // 89: peloton.api.v1.Host.zone:type_name -> peloton.api.v1.HostZone
+	82,  // 90: peloton.api.v1.HostRun.usage:type_name -> peloton.api.v1.TaskUsage
+	133, // 91: peloton.api.v1.HostRun.since:type_name -> google.protobuf.Timestamp
+	133, // 92: peloton.api.v1.HostUsage.sample_time:type_name -> google.protobuf.Timestamp
+	133, // 93: peloton.api.v1.HostUsage.receive_time:type_name -> google.protobuf.Timestamp
+	133, // 94: peloton.api.v1.TaskUsage.sample_time:type_name -> google.protobuf.Timestamp
+	81,  // 95: peloton.api.v1.UsageReport.usage:type_name -> peloton.api.v1.HostUsage
+	130, // 96: peloton.api.v1.UsageReport.runs:type_name -> peloton.api.v1.UsageReport.RunsEntry
+	79,  // 97: peloton.api.v1.ListHostsResponse.hosts:type_name -> peloton.api.v1.Host
+	87,  // 98: peloton.api.v1.ListHostsResponse.substrate:type_name -> peloton.api.v1.Substrate
+	133, // 99: peloton.api.v1.Substrate.since:type_name -> google.protobuf.Timestamp
+	79,  // 100: peloton.api.v1.StartMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
+	79,  // 101: peloton.api.v1.CompleteMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
+	79,  // 102: peloton.api.v1.MoveHostResponse.host:type_name -> peloton.api.v1.Host
+	12,  // 103: peloton.api.v1.Partition.capacity:type_name -> peloton.api.v1.Resources
+	12,  // 104: peloton.api.v1.Partition.allocated:type_name -> peloton.api.v1.Resources
+	12,  // 105: peloton.api.v1.Partition.revocable:type_name -> peloton.api.v1.Resources
+	12,  // 106: peloton.api.v1.Partition.slack:type_name -> peloton.api.v1.Resources
+	131, // 107: peloton.api.v1.Partition.zones:type_name -> peloton.api.v1.Partition.ZonesEntry
+	94,  // 108: peloton.api.v1.ListPartitionsResponse.partitions:type_name -> peloton.api.v1.Partition
+	97,  // 109: peloton.api.v1.ListPartitionsResponse.advisor:type_name -> peloton.api.v1.AdvisorStatus
+	133, // 110: peloton.api.v1.AdvisorStatus.published:type_name -> google.protobuf.Timestamp
+	133, // 111: peloton.api.v1.PartitionMove.time:type_name -> google.protobuf.Timestamp
+	98,  // 112: peloton.api.v1.ListPartitionMovesResponse.moves:type_name -> peloton.api.v1.PartitionMove
+	9,   // 113: peloton.api.v1.HostAdvice.zone:type_name -> peloton.api.v1.HostZone
+	101, // 114: peloton.api.v1.PublishAdviceRequest.hosts:type_name -> peloton.api.v1.HostAdvice
+	102, // 115: peloton.api.v1.PublishAdviceRequest.partitions:type_name -> peloton.api.v1.PartitionAdvice
+	98,  // 116: peloton.api.v1.PublishAdviceRequest.observed_moves:type_name -> peloton.api.v1.PartitionMove
+	11,  // 117: peloton.api.v1.UpdateStatus.state:type_name -> peloton.api.v1.UpdateState
+	133, // 118: peloton.api.v1.UpdateStatus.create_time:type_name -> google.protobuf.Timestamp
+	133, // 119: peloton.api.v1.UpdateStatus.update_time:type_name -> google.protobuf.Timestamp
+	133, // 120: peloton.api.v1.UpdateStatus.completion_time:type_name -> google.protobuf.Timestamp
+	11,  // 121: peloton.api.v1.UpdateStatus.paused_from:type_name -> peloton.api.v1.UpdateState
+	105, // 122: peloton.api.v1.Update.spec:type_name -> peloton.api.v1.UpdateSpec
+	106, // 123: peloton.api.v1.Update.status:type_name -> peloton.api.v1.UpdateStatus
+	132, // 124: peloton.api.v1.Update.restarts:type_name -> peloton.api.v1.Update.RestartsEntry
+	23,  // 125: peloton.api.v1.CreateUpdateRequest.spec:type_name -> peloton.api.v1.JobSpec
+	105, // 126: peloton.api.v1.CreateUpdateRequest.update_spec:type_name -> peloton.api.v1.UpdateSpec
+	107, // 127: peloton.api.v1.CreateUpdateResponse.update:type_name -> peloton.api.v1.Update
+	107, // 128: peloton.api.v1.GetUpdateResponse.update:type_name -> peloton.api.v1.Update
+	107, // 129: peloton.api.v1.ListUpdatesResponse.updates:type_name -> peloton.api.v1.Update
+	107, // 130: peloton.api.v1.PauseUpdateResponse.update:type_name -> peloton.api.v1.Update
+	107, // 131: peloton.api.v1.ResumeUpdateResponse.update:type_name -> peloton.api.v1.Update
+	107, // 132: peloton.api.v1.AbortUpdateResponse.update:type_name -> peloton.api.v1.Update
+	107, // 133: peloton.api.v1.RollbackUpdateResponse.update:type_name -> peloton.api.v1.Update
+	19,  // 134: peloton.api.v1.JobSpec.InstanceSpecsEntry.value:type_name -> peloton.api.v1.TaskSpec
+	82,  // 135: peloton.api.v1.UsageReport.RunsEntry.value:type_name -> peloton.api.v1.TaskUsage
+	32,  // 136: peloton.api.v1.JobService.CreateJob:input_type -> peloton.api.v1.CreateJobRequest
+	34,  // 137: peloton.api.v1.JobService.GetJob:input_type -> peloton.api.v1.GetJobRequest
+	36,  // 138: peloton.api.v1.JobService.ListJobs:input_type -> peloton.api.v1.ListJobsRequest
+	38,  // 139: peloton.api.v1.JobService.CancelJob:input_type -> peloton.api.v1.CancelJobRequest
+	40,  // 140: peloton.api.v1.JobService.DeleteJob:input_type -> peloton.api.v1.DeleteJobRequest
+	42,  // 141: peloton.api.v1.JobService.RestartJob:input_type -> peloton.api.v1.RestartJobRequest
+	44,  // 142: peloton.api.v1.JobService.ScaleJob:input_type -> peloton.api.v1.ScaleJobRequest
+	46,  // 143: peloton.api.v1.JobService.ListJobVersions:input_type -> peloton.api.v1.ListJobVersionsRequest
+	52,  // 144: peloton.api.v1.JobService.WatchJobs:input_type -> peloton.api.v1.WatchJobsRequest
+	49,  // 145: peloton.api.v1.JobService.GetGang:input_type -> peloton.api.v1.GetGangRequest
+	54,  // 146: peloton.api.v1.TaskService.ListTasks:input_type -> peloton.api.v1.ListTasksRequest
+	56,  // 147: peloton.api.v1.TaskService.GetTask:input_type -> peloton.api.v1.GetTaskRequest
+	58,  // 148: peloton.api.v1.TaskService.KillTask:input_type -> peloton.api.v1.KillTaskRequest
+	60,  // 149: peloton.api.v1.TaskService.GetTaskLogs:input_type -> peloton.api.v1.GetTaskLogsRequest
+	62,  // 150: peloton.api.v1.TaskService.WatchTasks:input_type -> peloton.api.v1.WatchTasksRequest
+	67,  // 151: peloton.api.v1.PoolService.CreatePool:input_type -> peloton.api.v1.CreatePoolRequest
+	69,  // 152: peloton.api.v1.PoolService.GetPool:input_type -> peloton.api.v1.GetPoolRequest
+	71,  // 153: peloton.api.v1.PoolService.UpdatePool:input_type -> peloton.api.v1.UpdatePoolRequest
+	73,  // 154: peloton.api.v1.PoolService.DeletePool:input_type -> peloton.api.v1.DeletePoolRequest
+	77,  // 155: peloton.api.v1.PoolService.ListPools:input_type -> peloton.api.v1.ListPoolsRequest
+	75,  // 156: peloton.api.v1.PoolService.MovePool:input_type -> peloton.api.v1.MovePoolRequest
+	85,  // 157: peloton.api.v1.HostService.ListHosts:input_type -> peloton.api.v1.ListHostsRequest
+	88,  // 158: peloton.api.v1.HostService.StartMaintenance:input_type -> peloton.api.v1.StartMaintenanceRequest
+	90,  // 159: peloton.api.v1.HostService.CompleteMaintenance:input_type -> peloton.api.v1.CompleteMaintenanceRequest
+	92,  // 160: peloton.api.v1.HostService.MoveHost:input_type -> peloton.api.v1.MoveHostRequest
+	95,  // 161: peloton.api.v1.PartitionService.ListPartitions:input_type -> peloton.api.v1.ListPartitionsRequest
+	99,  // 162: peloton.api.v1.PartitionService.ListPartitionMoves:input_type -> peloton.api.v1.ListPartitionMovesRequest
+	103, // 163: peloton.api.v1.PartitionService.PublishAdvice:input_type -> peloton.api.v1.PublishAdviceRequest
+	83,  // 164: peloton.api.v1.HostAgentService.ReportUsage:input_type -> peloton.api.v1.UsageReport
+	108, // 165: peloton.api.v1.UpdateService.CreateUpdate:input_type -> peloton.api.v1.CreateUpdateRequest
+	110, // 166: peloton.api.v1.UpdateService.GetUpdate:input_type -> peloton.api.v1.GetUpdateRequest
+	112, // 167: peloton.api.v1.UpdateService.ListUpdates:input_type -> peloton.api.v1.ListUpdatesRequest
+	114, // 168: peloton.api.v1.UpdateService.PauseUpdate:input_type -> peloton.api.v1.PauseUpdateRequest
+	116, // 169: peloton.api.v1.UpdateService.ResumeUpdate:input_type -> peloton.api.v1.ResumeUpdateRequest
+	118, // 170: peloton.api.v1.UpdateService.AbortUpdate:input_type -> peloton.api.v1.AbortUpdateRequest
+	120, // 171: peloton.api.v1.UpdateService.RollbackUpdate:input_type -> peloton.api.v1.RollbackUpdateRequest
+	33,  // 172: peloton.api.v1.JobService.CreateJob:output_type -> peloton.api.v1.CreateJobResponse
+	35,  // 173: peloton.api.v1.JobService.GetJob:output_type -> peloton.api.v1.GetJobResponse
+	37,  // 174: peloton.api.v1.JobService.ListJobs:output_type -> peloton.api.v1.ListJobsResponse
+	39,  // 175: peloton.api.v1.JobService.CancelJob:output_type -> peloton.api.v1.CancelJobResponse
+	41,  // 176: peloton.api.v1.JobService.DeleteJob:output_type -> peloton.api.v1.DeleteJobResponse
+	43,  // 177: peloton.api.v1.JobService.RestartJob:output_type -> peloton.api.v1.RestartJobResponse
+	45,  // 178: peloton.api.v1.JobService.ScaleJob:output_type -> peloton.api.v1.ScaleJobResponse
+	48,  // 179: peloton.api.v1.JobService.ListJobVersions:output_type -> peloton.api.v1.ListJobVersionsResponse
+	53,  // 180: peloton.api.v1.JobService.WatchJobs:output_type -> peloton.api.v1.JobChange
+	50,  // 181: peloton.api.v1.JobService.GetGang:output_type -> peloton.api.v1.Gang
+	55,  // 182: peloton.api.v1.TaskService.ListTasks:output_type -> peloton.api.v1.ListTasksResponse
+	57,  // 183: peloton.api.v1.TaskService.GetTask:output_type -> peloton.api.v1.GetTaskResponse
+	59,  // 184: peloton.api.v1.TaskService.KillTask:output_type -> peloton.api.v1.KillTaskResponse
+	61,  // 185: peloton.api.v1.TaskService.GetTaskLogs:output_type -> peloton.api.v1.LogChunk
+	63,  // 186: peloton.api.v1.TaskService.WatchTasks:output_type -> peloton.api.v1.TaskChange
+	68,  // 187: peloton.api.v1.PoolService.CreatePool:output_type -> peloton.api.v1.CreatePoolResponse
+	70,  // 188: peloton.api.v1.PoolService.GetPool:output_type -> peloton.api.v1.GetPoolResponse
+	72,  // 189: peloton.api.v1.PoolService.UpdatePool:output_type -> peloton.api.v1.UpdatePoolResponse
+	74,  // 190: peloton.api.v1.PoolService.DeletePool:output_type -> peloton.api.v1.DeletePoolResponse
+	78,  // 191: peloton.api.v1.PoolService.ListPools:output_type -> peloton.api.v1.ListPoolsResponse
+	76,  // 192: peloton.api.v1.PoolService.MovePool:output_type -> peloton.api.v1.MovePoolResponse
+	86,  // 193: peloton.api.v1.HostService.ListHosts:output_type -> peloton.api.v1.ListHostsResponse
+	89,  // 194: peloton.api.v1.HostService.StartMaintenance:output_type -> peloton.api.v1.StartMaintenanceResponse
+	91,  // 195: peloton.api.v1.HostService.CompleteMaintenance:output_type -> peloton.api.v1.CompleteMaintenanceResponse
+	93,  // 196: peloton.api.v1.HostService.MoveHost:output_type -> peloton.api.v1.MoveHostResponse
+	96,  // 197: peloton.api.v1.PartitionService.ListPartitions:output_type -> peloton.api.v1.ListPartitionsResponse
+	100, // 198: peloton.api.v1.PartitionService.ListPartitionMoves:output_type -> peloton.api.v1.ListPartitionMovesResponse
+	104, // 199: peloton.api.v1.PartitionService.PublishAdvice:output_type -> peloton.api.v1.PublishAdviceResponse
+	84,  // 200: peloton.api.v1.HostAgentService.ReportUsage:output_type -> peloton.api.v1.UsageAck
+	109, // 201: peloton.api.v1.UpdateService.CreateUpdate:output_type -> peloton.api.v1.CreateUpdateResponse
+	111, // 202: peloton.api.v1.UpdateService.GetUpdate:output_type -> peloton.api.v1.GetUpdateResponse
+	113, // 203: peloton.api.v1.UpdateService.ListUpdates:output_type -> peloton.api.v1.ListUpdatesResponse
+	115, // 204: peloton.api.v1.UpdateService.PauseUpdate:output_type -> peloton.api.v1.PauseUpdateResponse
+	117, // 205: peloton.api.v1.UpdateService.ResumeUpdate:output_type -> peloton.api.v1.ResumeUpdateResponse
+	119, // 206: peloton.api.v1.UpdateService.AbortUpdate:output_type -> peloton.api.v1.AbortUpdateResponse
+	121, // 207: peloton.api.v1.UpdateService.RollbackUpdate:output_type -> peloton.api.v1.RollbackUpdateResponse
+	172, // [172:208] is the sub-list for method output_type
+	136, // [136:172] is the sub-list for method input_type
+	136, // [136:136] is the sub-list for extension type_name
+	136, // [136:136] is the sub-list for extension extendee
+	0,   // [0:136] is the sub-list for field type_name
 }
 
 func init() { file_peloton_api_v1_peloton_proto_init() }
@@ -9118,7 +9355,7 @@ func file_peloton_api_v1_peloton_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_peloton_api_v1_peloton_proto_rawDesc), len(file_peloton_api_v1_peloton_proto_rawDesc)),
 			NumEnums:      12,
-			NumMessages:   118,
+			NumMessages:   121,
 			NumExtensions: 0,
 			NumServices:   7,
 		},

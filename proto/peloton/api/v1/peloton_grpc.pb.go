@@ -34,6 +34,7 @@ const (
 	JobService_ScaleJob_FullMethodName        = "/peloton.api.v1.JobService/ScaleJob"
 	JobService_ListJobVersions_FullMethodName = "/peloton.api.v1.JobService/ListJobVersions"
 	JobService_WatchJobs_FullMethodName       = "/peloton.api.v1.JobService/WatchJobs"
+	JobService_GetGang_FullMethodName         = "/peloton.api.v1.JobService/GetGang"
 )
 
 // JobServiceClient is the client API for JobService service.
@@ -58,6 +59,12 @@ type JobServiceClient interface {
 	// leadership ends its watches with UNAVAILABLE. Watching every job (no
 	// job_ids) needs the viewer role cluster-wide.
 	WatchJobs(ctx context.Context, in *WatchJobsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[JobChange], error)
+	// GetGang returns one gang of a job (spec.gang, or the instances
+	// 0..sla.minimumRunningInstances-1) and where each member runs: the list
+	// its members get at launch in PELOTON_GANG_MEMBERS. NOT_FOUND for an
+	// unknown job or a gang index past the job's gangs; FAILED_PRECONDITION
+	// for a job without gangs.
+	GetGang(ctx context.Context, in *GetGangRequest, opts ...grpc.CallOption) (*Gang, error)
 }
 
 type jobServiceClient struct {
@@ -167,6 +174,16 @@ func (c *jobServiceClient) WatchJobs(ctx context.Context, in *WatchJobsRequest, 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type JobService_WatchJobsClient = grpc.ServerStreamingClient[JobChange]
 
+func (c *jobServiceClient) GetGang(ctx context.Context, in *GetGangRequest, opts ...grpc.CallOption) (*Gang, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Gang)
+	err := c.cc.Invoke(ctx, JobService_GetGang_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // JobServiceServer is the server API for JobService service.
 // All implementations must embed UnimplementedJobServiceServer
 // for forward compatibility.
@@ -189,6 +206,12 @@ type JobServiceServer interface {
 	// leadership ends its watches with UNAVAILABLE. Watching every job (no
 	// job_ids) needs the viewer role cluster-wide.
 	WatchJobs(*WatchJobsRequest, grpc.ServerStreamingServer[JobChange]) error
+	// GetGang returns one gang of a job (spec.gang, or the instances
+	// 0..sla.minimumRunningInstances-1) and where each member runs: the list
+	// its members get at launch in PELOTON_GANG_MEMBERS. NOT_FOUND for an
+	// unknown job or a gang index past the job's gangs; FAILED_PRECONDITION
+	// for a job without gangs.
+	GetGang(context.Context, *GetGangRequest) (*Gang, error)
 	mustEmbedUnimplementedJobServiceServer()
 }
 
@@ -225,6 +248,9 @@ func (UnimplementedJobServiceServer) ListJobVersions(context.Context, *ListJobVe
 }
 func (UnimplementedJobServiceServer) WatchJobs(*WatchJobsRequest, grpc.ServerStreamingServer[JobChange]) error {
 	return status.Error(codes.Unimplemented, "method WatchJobs not implemented")
+}
+func (UnimplementedJobServiceServer) GetGang(context.Context, *GetGangRequest) (*Gang, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetGang not implemented")
 }
 func (UnimplementedJobServiceServer) mustEmbedUnimplementedJobServiceServer() {}
 func (UnimplementedJobServiceServer) testEmbeddedByValue()                    {}
@@ -402,6 +428,24 @@ func _JobService_WatchJobs_Handler(srv interface{}, stream grpc.ServerStream) er
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type JobService_WatchJobsServer = grpc.ServerStreamingServer[JobChange]
 
+func _JobService_GetGang_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetGangRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(JobServiceServer).GetGang(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: JobService_GetGang_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(JobServiceServer).GetGang(ctx, req.(*GetGangRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // JobService_ServiceDesc is the grpc.ServiceDesc for JobService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -440,6 +484,10 @@ var JobService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListJobVersions",
 			Handler:    _JobService_ListJobVersions_Handler,
+		},
+		{
+			MethodName: "GetGang",
+			Handler:    _JobService_GetGang_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
