@@ -117,6 +117,9 @@ func (sv *Services) CreateService(ctx context.Context, spec *pelotonv1.Federated
 	if err := sv.checkFits(spec.Job, parts, "spec.job"); err != nil {
 		return nil, err
 	}
+	if err := validateRolloutSteps(spec.Rollout, sortedKeys(parts), "spec.rollout"); err != nil {
+		return nil, err
+	}
 	budgets := split.Budget(max(spec.Job.GetSla().GetMaximumUnavailableInstances(), 1), parts)
 	id := newJobID()
 	rec := &pelotonv1.FederatedService{Id: id, Spec: spec, CreateTime: timestamppb.New(now), SpecVersion: 1,
