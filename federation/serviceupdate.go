@@ -211,7 +211,7 @@ func (sv *Services) ControlRollout(ctx context.Context, id string, c RolloutCont
 			r.Waiting, r.WaitingSince = "", nil
 		case RolloutApprove:
 			if r.ApprovalSince == nil || (r.State != pelotonv1.RolloutState_ROLLOUT_ROLLING && r.State != pelotonv1.RolloutState_ROLLOUT_PAUSED) {
-				return refuse("it waits for no approval (" + waitingOr(r) + ")")
+				return refuse("it waits for no approval (waiting for: " + waitingOr(r) + ")")
 			}
 			sv.f.log.Info("federated service rollout approved", "service", id, "rollout", r.Id, "step", r.GatesPassed+1)
 			r.Message = fmt.Sprintf("step %d approved by the user", r.GatesPassed+1)
@@ -227,12 +227,12 @@ func (sv *Services) ControlRollout(ctx context.Context, id string, c RolloutCont
 	return sv.GetService(id)
 }
 
-// waitingOr is what rollout r waits for, or says it waits for nothing.
+// waitingOr is what rollout r waits for, or nothing.
 func waitingOr(r *pelotonv1.ServiceRollout) string {
 	if r.Waiting == "" {
-		return "it waits for nothing"
+		return "nothing"
 	}
-	return "it waits for " + r.Waiting
+	return r.Waiting
 }
 
 // partNames is the clusters of a service's parts.

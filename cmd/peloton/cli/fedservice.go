@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -34,6 +35,7 @@ func (a *app) fedServiceCommand() *cobra.Command {
 		a.fedServiceControlCommand("resume", "Resume a paused rollout", rolloutResume),
 		a.fedServiceControlCommand("abort", "Stop a rollout for good; each cluster keeps the spec it runs", rolloutAbort),
 		a.fedServiceControlCommand("rollback", "Return every cluster the rollout updated (or is updating) to the spec before it, newest first", rolloutRollback),
+		a.fedServiceControlCommand("approve", "Let a rollout waiting for approval of a step (rollout steps with approval: true) go on to the next", rolloutApprove),
 	)
 	return cmd
 }
@@ -44,6 +46,7 @@ const (
 	rolloutResume
 	rolloutAbort
 	rolloutRollback
+	rolloutApprove
 )
 
 func (a *app) fedServiceUpdateCommand() *cobra.Command {
@@ -80,13 +83,11 @@ shows each cluster's step.`,
 			if cmd.Flags().Changed("parallel-clusters") && parallel == 0 {
 				return usageErrorf("invalid --parallel-clusters 0: must be >= 1 (leave it out for the default, 1)")
 			}
-			rs := &pelotonv1.RolloutSpec{Order: order, ParallelClusters: parallel, RollbackOnFailure: us.RollbackOnFailure, StartPaused: us.StartPaused}
-			us.RollbackOnFailure, us.StartPaused = false, false
-			rs.Update = us
 			spec, err := loadFederatedServiceFile(uf.file, cmd.InOrStdin())
 			if err != nil {
 				return err
 			}
+			rs := rolloutFromFlags(cmd.Flags(), spec.GetRollout(), us, order, parallel)
 			return a.withFederation(func(f *fedClient) error {
 				if spec.Placement != nil {
 					cur, err := call(cmd.Context(), f, f.Services.GetFederatedService, &pelotonv1.GetFederatedServiceRequest{ServiceId: args[0]})
@@ -124,6 +125,37 @@ shows each cluster's step.`,
 	return cmd
 }
 
+// rolloutFromFlags is the rollout an update asks for: the file's rollout,
+// if it has one, with each flag given taking the place of its field. The
+// federation fills what is left from the service's own rollout, so a flag
+// not given leaves that field to the service.
+func rolloutFromFlags(fs *pflag.FlagSet, file *pelotonv1.RolloutSpec, us *pelotonv1.UpdateSpec, order []string, parallel uint32) *pelotonv1.RolloutSpec {
+	rs := &pelotonv1.RolloutSpec{}
+	if file != nil {
+		rs = proto.Clone(file).(*pelotonv1.RolloutSpec)
+	}
+	if fs.Changed("order") {
+		rs.Order = order
+	}
+	if fs.Changed("parallel-clusters") {
+		rs.ParallelClusters = parallel
+	}
+	if fs.Changed("rollback-on-failure") {
+		rs.RollbackOnFailure = us.RollbackOnFailure
+	}
+	if fs.Changed("start-paused") {
+		rs.StartPaused = us.StartPaused
+	}
+	us.RollbackOnFailure, us.StartPaused = false, false
+	for _, name := range []string{"batch-size", "max-unavailable", "in-place", "max-instance-retries", "max-tolerable-failures", "min-ready-seconds"} {
+		if fs.Changed(name) {
+			rs.Update = us
+			break
+		}
+	}
+	return rs
+}
+
 // loadFederatedServiceFile reads a FederatedServiceSpec, or a JobSpec
 // which it wraps as the spec's job (see loadFederatedJobSpec).
 func loadFederatedServiceFile(path string, stdin io.Reader) (*pelotonv1.FederatedServiceSpec, error) {
@@ -155,6 +187,8 @@ func (a *app) fedServiceControlCommand(verb, short string, c int) *cobra.Command
 					resp, err = call(cmd.Context(), f, f.Services.ResumeFederatedService, &pelotonv1.ResumeFederatedServiceRequest{ServiceId: args[0]})
 				case rolloutAbort:
 					resp, err = call(cmd.Context(), f, f.Services.AbortFederatedService, &pelotonv1.AbortFederatedServiceRequest{ServiceId: args[0]})
+				case rolloutApprove:
+					resp, err = call(cmd.Context(), f, f.Services.ApproveFederatedService, &pelotonv1.ApproveFederatedServiceRequest{ServiceId: args[0]})
 				default:
 					resp, err = call(cmd.Context(), f, f.Services.RollbackFederatedService, &pelotonv1.RollbackFederatedServiceRequest{ServiceId: args[0]})
 				}
@@ -382,6 +416,9 @@ func writeFedService(w io.Writer, s *pelotonv1.FederatedService) {
 	if r := s.GetRollout(); r != nil {
 		field("rollout", fmt.Sprintf("%d: %s, spec version %d -> %d", r.GetId(), r.GetState(), r.GetFromVersion(), r.GetToVersion()))
 		field("rollout message", r.GetMessage())
+		if w := r.GetWaiting(); w != "" {
+			field("rollout waits for", w+" (since "+timestamp(r.GetWaitingSince())+")")
+		}
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "CLUSTER\tDESIRED\tRUNNING\tHEALTHY\tUPDATED\tBUDGET\tVERSION\tSTATE\tCLUSTER JOB ID\tMESSAGE")
