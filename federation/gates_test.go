@@ -1,7 +1,12 @@
 package federation_test
 
 import (
+	"context"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -33,6 +38,39 @@ func waitWaiting(t *testing.T, f *federation.Federation, id, prefix string) *pel
 		return nil
 	})
 	return got
+}
+
+// startREST serves f's gRPC and REST APIs for the test and returns the
+// REST base URL.
+func startREST(t *testing.T, f *federation.Federation) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := federation.NewServer(f, logger())
+	g := srv.GRPCServer()
+	go func() { _ = g.Serve(lis) }()
+	ctx, cancel := context.WithCancel(context.Background())
+	h, err := srv.HTTPHandler(ctx, lis.Addr().String(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(h)
+	t.Cleanup(func() { hs.Close(); cancel(); g.Stop() })
+	return hs.URL
+}
+
+// post POSTs an empty JSON body and returns the status and body.
+func post(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Post(url, "application/json", strings.NewReader("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }
 
 // stepStates is the state of each step of a service's rollout, by cluster.
@@ -114,8 +152,10 @@ func TestFederatedServiceRolloutGates(t *testing.T) {
 	if s, _ := f.Services().GetService(id); stepStates(s)["b"] != pelotonv1.RolloutStepState_STEP_PENDING {
 		t.Fatalf("b started before the approval: %v", s.Rollout)
 	}
-	if _, err := f.Services().ControlRollout(ctxT(t), id, federation.RolloutApprove); err != nil {
-		t.Fatal(err)
+	// Approved over REST, as the UI and curl do.
+	rest := startREST(t, f)
+	if code, body := post(t, rest+"/v1/federation/services/"+id+":approve"); code != http.StatusOK || !strings.Contains(body, "step 1 approved by the user") {
+		t.Fatalf("POST :approve: %d %s", code, body)
 	}
 	done := waitRollout(t, f, id, pelotonv1.RolloutState_ROLLOUT_SUCCEEDED)
 	steps := done.Rollout.Steps
@@ -125,8 +165,8 @@ func TestFederatedServiceRolloutGates(t *testing.T) {
 	if done.Rollout.Waiting != "" || done.Rollout.GatesPassed != 3 {
 		t.Errorf("after the rollout: waiting %q, gates passed %d", done.Rollout.Waiting, done.Rollout.GatesPassed)
 	}
-	if _, err := f.Services().ControlRollout(ctxT(t), id, federation.RolloutApprove); status.Code(err) != codes.FailedPrecondition {
-		t.Errorf("approve of a rollout that ended: %v", err)
+	if code, body := post(t, rest+"/v1/federation/services/"+id+":approve"); code != http.StatusBadRequest || !strings.Contains(body, "waits for no approval (waiting for: nothing)") {
+		t.Errorf("POST :approve of a rollout that ended: %d %s", code, body)
 	}
 
 	// v3 overrides the steps: a soaks long; its instance killed meanwhile
