@@ -66,7 +66,10 @@ time, each cluster's part an update there with the --batch-size, --in-place,
 succeeded. A cluster that fails stops the rollout, or with --rollback-on-failure
 returns every cluster already updated to the previous spec, newest first.
 "fed service pause|resume|abort|rollback" act on the rollout; "fed service get"
-shows each cluster's step.`,
+shows each cluster's step. The service's own rollout (its spec's rollout:) is the
+default: the flags given, and the file's rollout:, override it field by field.
+With rollout steps, each step's clusters update at once, then soak and wait for
+"fed service approve" as the step says; "fed service get" shows what it waits for.`,
 		Args: argsNamed("SERVICEID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			p, err := a.printer()
@@ -220,6 +223,10 @@ sla.maximumUnavailableInstances is the budget of the whole, and where to run it:
     - {name: a, weight: 1}
     minClusters: 2
     failover: {tolerationSeconds: 60, moveBack: true}   # optional
+  rollout:                                # optional: how its updates roll out
+    steps:
+    - {clusters: [c], soakSeconds: 600, approval: true}
+    - {clusters: [a]}                     # clusters named in no step come last
 
 The instances left after the fixed counts are split by weight. Without
 clusters, every registered cluster that is not cordoned gets an equal part.
