@@ -189,7 +189,7 @@ func TestFederatedServiceRolloutGates(t *testing.T) {
 	if a := back.Rollout.Steps[0]; a.State != pelotonv1.RolloutStepState_STEP_ROLLED_BACK || !strings.Contains(back.Rollout.Message, "healthy during the soak of step 1 (clusters a)") {
 		t.Errorf("after the failed soak: step %v, rollout %q", a, back.Rollout.Message)
 	}
-	if st := stepStates(back); st["b"] != pelotonv1.RolloutStepState_STEP_PENDING || back.SpecVersion != 2 || back.Rollout.Waiting != "" {
+	if st := stepStates(back); st["b"] != pelotonv1.RolloutStepState_STEP_PENDING || back.SpecVersion != 2 || back.Rollout.Waiting != "" || back.Rollout.SoakStart != nil {
 		t.Errorf("after the rollback: %v, version %d, waiting %q", st, back.SpecVersion, back.Rollout.Waiting)
 	}
 }

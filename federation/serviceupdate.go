@@ -201,14 +201,14 @@ func (sv *Services) ControlRollout(ctx context.Context, id string, c RolloutCont
 				return refuse("only a rollout in progress can be aborted")
 			}
 			r.State, r.Message, r.EndTime = pelotonv1.RolloutState_ROLLOUT_ABORTED, "aborted by the user; clusters keep the spec they run", now
-			r.Waiting, r.WaitingSince = "", nil
+			endGate(r)
 		case RolloutRollback:
 			switch r.State {
 			case pelotonv1.RolloutState_ROLLOUT_ROLLING_BACK, pelotonv1.RolloutState_ROLLOUT_ROLLED_BACK:
 				return refuse("it is rolled back already")
 			}
 			r.State, r.Message, r.EndTime = pelotonv1.RolloutState_ROLLOUT_ROLLING_BACK, "rolling back at the user's request", nil
-			r.Waiting, r.WaitingSince = "", nil
+			endGate(r)
 		case RolloutApprove:
 			if r.ApprovalSince == nil || (r.State != pelotonv1.RolloutState_ROLLOUT_ROLLING && r.State != pelotonv1.RolloutState_ROLLOUT_PAUSED) {
 				return refuse("it waits for no approval (waiting for: " + waitingOr(r) + ")")
@@ -225,6 +225,12 @@ func (sv *Services) ControlRollout(ctx context.Context, id string, c RolloutCont
 	sv.nudgeServiceClusters(id)
 	sv.kickRollouts()
 	return sv.GetService(id)
+}
+
+// endGate clears what a rollout that stops rolling forward waits for: no
+// soak goes on and no approval is awaited.
+func endGate(r *pelotonv1.ServiceRollout) {
+	r.Waiting, r.WaitingSince, r.SoakStart, r.ApprovalSince = "", nil, nil, nil
 }
 
 // waitingOr is what rollout r waits for, or nothing.
@@ -319,7 +325,7 @@ func (sv *Services) advanceRollout(ctx context.Context, id string) error {
 			sv.f.log.Warn("federated service rollout: a step failed its soak", "service", id, "rollout", r.Id, "cluster", r.Steps[i].Cluster, "why", plan.failMessage)
 		}
 		if plan.state != pelotonv1.RolloutState_ROLLOUT_ROLLING {
-			r.Waiting, r.WaitingSince = "", nil
+			endGate(r)
 		}
 		for _, i := range plan.start {
 			r.Steps[i].State, r.Steps[i].StartTime, r.Steps[i].Message = pelotonv1.RolloutStepState_STEP_UPDATING, now, "updating"
