@@ -137,6 +137,7 @@ func (s *Server) Rules() auth.Rules {
 		svc + "ResumeFederatedService":   onService(auth.Submitter, true),
 		svc + "AbortFederatedService":    onService(auth.Submitter, true),
 		svc + "RollbackFederatedService": onService(auth.Submitter, true),
+		svc + "ApproveFederatedService":  onService(auth.Submitter, true),
 
 		sla + "RequestDisruption": slaRule,
 		sla + "ReleaseDisruption": slaRule,

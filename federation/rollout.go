@@ -3,6 +3,7 @@ package federation
 import (
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/peloton-sched/peloton/internal/apierr"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
@@ -71,9 +72,15 @@ type rolloutPlan struct {
 	rollback []int
 	state    pelotonv1.RolloutState
 	message  string
+	// Steps that fail, and why (a health failure during a soak), and the
+	// gate state of a rollout with steps (nil: unchanged).
+	fail        []int
+	failMessage string
+	gate        *gateState
 }
 
-// planRollout is the next move of rollout r. It is pure.
+// planRollout is the next move of rollout r of a service whose parts are
+// as last seen, at time now. It is pure.
 //
 // Rolling: the first step runs alone (the canary); once one step is done,
 // up to parallelClusters run at once, in order. A failed step fails the
@@ -81,27 +88,35 @@ type rolloutPlan struct {
 // done makes it succeeded. Rolling back: the steps that were started are
 // returned one at a time, the last started first; when none is left the
 // rollout is rolled back, unless a step could not be returned (then it
-// failed). Other states wait for the user.
-func planRollout(r *pelotonv1.ServiceRollout) rolloutPlan {
+// failed). Other states wait for the user. A rollout with steps goes
+// group by group through their gates (planGated).
+func planRollout(r *pelotonv1.ServiceRollout, parts []*pelotonv1.ServiceCluster, now time.Time) rolloutPlan {
 	plan := rolloutPlan{state: r.State}
 	steps := r.Steps
 	switch r.State {
 	case pelotonv1.RolloutState_ROLLOUT_ROLLING:
+		for _, s := range steps {
+			if s.State != pelotonv1.RolloutStepState_STEP_FAILED {
+				continue
+			}
+			if !r.Spec.GetRollbackOnFailure() {
+				plan.state = pelotonv1.RolloutState_ROLLOUT_FAILED
+				plan.message = fmt.Sprintf("cluster %s failed (%s); the rollout stops here", s.Cluster, s.Message)
+				return plan
+			}
+			// Rolling back, and its first move at once.
+			back := planRollout(&pelotonv1.ServiceRollout{State: pelotonv1.RolloutState_ROLLOUT_ROLLING_BACK, Steps: steps, Spec: r.Spec}, parts, now)
+			if back.state == pelotonv1.RolloutState_ROLLOUT_ROLLING_BACK {
+				back.message = fmt.Sprintf("cluster %s failed (%s); rolling back", s.Cluster, s.Message)
+			}
+			return back
+		}
+		if len(r.Spec.GetSteps()) > 0 {
+			return planGated(r, parts, now)
+		}
 		done, updating := 0, 0
 		for _, s := range steps {
 			switch s.State {
-			case pelotonv1.RolloutStepState_STEP_FAILED:
-				if !r.Spec.GetRollbackOnFailure() {
-					plan.state = pelotonv1.RolloutState_ROLLOUT_FAILED
-					plan.message = fmt.Sprintf("cluster %s failed (%s); the rollout stops here", s.Cluster, s.Message)
-					return plan
-				}
-				// Rolling back, and its first move at once.
-				back := planRollout(&pelotonv1.ServiceRollout{State: pelotonv1.RolloutState_ROLLOUT_ROLLING_BACK, Steps: steps, Spec: r.Spec})
-				if back.state == pelotonv1.RolloutState_ROLLOUT_ROLLING_BACK {
-					back.message = fmt.Sprintf("cluster %s failed (%s); rolling back", s.Cluster, s.Message)
-				}
-				return back
 			case pelotonv1.RolloutStepState_STEP_DONE:
 				done++
 			case pelotonv1.RolloutStepState_STEP_UPDATING:

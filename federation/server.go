@@ -344,6 +344,11 @@ func (s *Server) RollbackFederatedService(ctx context.Context, req *pelotonv1.Ro
 	return s.control(ctx, req.ServiceId, RolloutRollback)
 }
 
+// ApproveFederatedService implements FederatedServiceService.
+func (s *Server) ApproveFederatedService(ctx context.Context, req *pelotonv1.ApproveFederatedServiceRequest) (*pelotonv1.FederatedServiceRolloutResponse, error) {
+	return s.control(ctx, req.ServiceId, RolloutApprove)
+}
+
 // RequestDisruption implements GlobalSlaService.
 func (s *Server) RequestDisruption(ctx context.Context, req *pelotonv1.RequestDisruptionRequest) (*pelotonv1.RequestDisruptionResponse, error) {
 	return s.f.SLA().RequestDisruption(ctx, req)

@@ -115,6 +115,9 @@ func (sv *Services) CreateService(ctx context.Context, spec *pelotonv1.Federated
 	if err := sv.checkFits(spec.Job, base, "spec.job"); err != nil {
 		return nil, err
 	}
+	if err := validateRolloutSteps(spec.Rollout, sortedKeys(parts), "spec.rollout"); err != nil {
+		return nil, err
+	}
 	id := newJobID()
 	rec := &pelotonv1.FederatedService{Id: id, Spec: spec, CreateTime: timestamppb.New(now), SpecVersion: 1,
 		Versions: []*pelotonv1.ServiceVersion{{Version: 1, Job: spec.Job, CreateTime: timestamppb.New(now),

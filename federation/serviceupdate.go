@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -64,9 +65,18 @@ func (sv *Services) UpdateService(ctx context.Context, id string, job *pelotonv1
 	if err := sv.checkFits(job, inCluster, "job"); err != nil {
 		return nil, err
 	}
-	order, err := rolloutOrder(cur.Clusters, rs.GetOrder())
+	rs = mergeRollout(cur.Spec.GetRollout(), rs)
+	if err := validateRolloutSteps(rs, partNames(cur.Clusters), "rollout"); err != nil {
+		return nil, err
+	}
+	order, groups, err := gatedOrder(cur.Clusters, rs.Steps)
 	if err != nil {
 		return nil, err
+	}
+	if len(rs.Steps) == 0 {
+		if order, err = rolloutOrder(cur.Clusters, rs.GetOrder()); err != nil {
+			return nil, err
+		}
 	}
 	var out *pelotonv1.FederatedService
 	err = sv.updateService(ctx, id, func(rec *pelotonv1.FederatedService) error {
@@ -93,9 +103,6 @@ func (sv *Services) UpdateService(ctx context.Context, id string, job *pelotonv1
 		rec.Versions = append(rec.Versions, &pelotonv1.ServiceVersion{Version: rec.SpecVersion, Job: job, CreateTime: now,
 			Overrides: overrides, Placement: rec.Spec.Placement})
 		r := &pelotonv1.ServiceRollout{FromVersion: from, ToVersion: rec.SpecVersion, Spec: rs, State: pelotonv1.RolloutState_ROLLOUT_ROLLING, CreateTime: now}
-		if r.Spec == nil {
-			r.Spec = &pelotonv1.RolloutSpec{}
-		}
 		if r.Spec.StartPaused {
 			r.State = pelotonv1.RolloutState_ROLLOUT_PAUSED
 			r.Message = "created paused; fed service resume starts it"
@@ -109,10 +116,14 @@ func (sv *Services) UpdateService(ctx context.Context, id string, job *pelotonv1
 		} else {
 			r.Id = 1
 		}
-		for _, name := range order {
+		for i, name := range order {
 			p := partOf(rec, name)
-			r.Steps = append(r.Steps, &pelotonv1.RolloutStep{Cluster: name, State: pelotonv1.RolloutStepState_STEP_PENDING,
-				Desired: parts[name], MaxUnavailable: budgets[name], FromDesired: p.Desired, FromMaxUnavailable: p.MaxUnavailable})
+			st := &pelotonv1.RolloutStep{Cluster: name, State: pelotonv1.RolloutStepState_STEP_PENDING,
+				Desired: parts[name], MaxUnavailable: budgets[name], FromDesired: p.Desired, FromMaxUnavailable: p.MaxUnavailable}
+			if len(rs.Steps) > 0 {
+				st.Group = groups[i]
+			}
+			r.Steps = append(r.Steps, st)
 		}
 		rec.Rollout = r
 		pruneVersions(rec)
@@ -223,6 +234,9 @@ const (
 	RolloutResume
 	RolloutAbort
 	RolloutRollback
+	// RolloutApprove lets a rollout waiting for approval of a gated step
+	// go on.
+	RolloutApprove
 )
 
 // ControlRollout pauses, resumes, aborts or rolls back a service's current
@@ -257,12 +271,21 @@ func (sv *Services) ControlRollout(ctx context.Context, id string, c RolloutCont
 				return refuse("only a rollout in progress can be aborted")
 			}
 			r.State, r.Message, r.EndTime = pelotonv1.RolloutState_ROLLOUT_ABORTED, "aborted by the user; clusters keep the spec they run", now
+			endGate(r)
 		case RolloutRollback:
 			switch r.State {
 			case pelotonv1.RolloutState_ROLLOUT_ROLLING_BACK, pelotonv1.RolloutState_ROLLOUT_ROLLED_BACK:
 				return refuse("it is rolled back already")
 			}
 			r.State, r.Message, r.EndTime = pelotonv1.RolloutState_ROLLOUT_ROLLING_BACK, "rolling back at the user's request", nil
+			endGate(r)
+		case RolloutApprove:
+			if r.ApprovalSince == nil || (r.State != pelotonv1.RolloutState_ROLLOUT_ROLLING && r.State != pelotonv1.RolloutState_ROLLOUT_PAUSED) {
+				return refuse("it waits for no approval (waiting for: " + waitingOr(r) + ")")
+			}
+			sv.f.log.Info("federated service rollout approved", "service", id, "rollout", r.Id, "step", r.GatesPassed+1)
+			r.Message = fmt.Sprintf("step %d approved by the user", r.GatesPassed+1)
+			setGate(r, gateState{passed: r.GatesPassed + 1})
 		}
 		return nil
 	})
@@ -272,6 +295,29 @@ func (sv *Services) ControlRollout(ctx context.Context, id string, c RolloutCont
 	sv.nudgeServiceClusters(id)
 	sv.kickRollouts()
 	return sv.GetService(id)
+}
+
+// endGate clears what a rollout that stops rolling forward waits for: no
+// soak goes on and no approval is awaited.
+func endGate(r *pelotonv1.ServiceRollout) {
+	r.Waiting, r.WaitingSince, r.SoakStart, r.ApprovalSince = "", nil, nil, nil
+}
+
+// waitingOr is what rollout r waits for, or nothing.
+func waitingOr(r *pelotonv1.ServiceRollout) string {
+	if r.Waiting == "" {
+		return "nothing"
+	}
+	return r.Waiting
+}
+
+// partNames is the clusters of a service's parts.
+func partNames(parts []*pelotonv1.ServiceCluster) []string {
+	out := make([]string, 0, len(parts))
+	for _, p := range parts {
+		out = append(out, p.Cluster)
+	}
+	return out
 }
 
 func (sv *Services) nudgeServiceClusters(id string) {
@@ -334,11 +380,23 @@ func (sv *Services) advanceRollout(ctx context.Context, id string) error {
 		if r == nil {
 			return errSkip
 		}
-		plan := planRollout(r)
-		if len(plan.start) == 0 && len(plan.rollback) == 0 && plan.state == r.State {
+		at := sv.f.opts.Now()
+		plan := planRollout(r, rec.Clusters, at)
+		gateMoved := plan.gate != nil && !gateEqual(*plan.gate, gateOf(r))
+		if len(plan.start) == 0 && len(plan.rollback) == 0 && len(plan.fail) == 0 && plan.state == r.State && !gateMoved {
 			return errSkip
 		}
-		now := timestamppb.New(sv.f.opts.Now())
+		now := timestamppb.New(at)
+		if plan.gate != nil {
+			setGate(r, *plan.gate)
+		}
+		for _, i := range plan.fail {
+			r.Steps[i].State, r.Steps[i].Message = pelotonv1.RolloutStepState_STEP_FAILED, plan.failMessage
+			sv.f.log.Warn("federated service rollout: a step failed its soak", "service", id, "rollout", r.Id, "cluster", r.Steps[i].Cluster, "why", plan.failMessage)
+		}
+		if plan.state != pelotonv1.RolloutState_ROLLOUT_ROLLING {
+			endGate(r)
+		}
 		for _, i := range plan.start {
 			r.Steps[i].State, r.Steps[i].StartTime, r.Steps[i].Message = pelotonv1.RolloutStepState_STEP_UPDATING, now, "updating"
 		}
@@ -346,6 +404,9 @@ func (sv *Services) advanceRollout(ctx context.Context, id string) error {
 			r.Steps[i].State, r.Steps[i].Message = pelotonv1.RolloutStepState_STEP_ROLLING_BACK, "rolling back"
 		}
 		if plan.state != r.State {
+			if cause, ok := strings.CutSuffix(r.Message, "; rolling back"); ok && plan.state == pelotonv1.RolloutState_ROLLOUT_ROLLED_BACK {
+				plan.message += " (rolled back: " + cause + ")" // why stays in sight
+			}
 			sv.f.log.Info("federated service rollout", "service", id, "rollout", r.Id, "from", r.State, "to", plan.state, "why", plan.message)
 			r.State, r.Message = plan.state, plan.message
 			switch plan.state {
@@ -370,6 +431,7 @@ func (sv *Services) advanceRollout(ctx context.Context, id string) error {
 	})
 	if err == nil && changed {
 		sv.nudgeServiceClusters(id)
+		sv.kickRollouts() // a failed soak turns to rolling back at once
 	}
 	return err
 }

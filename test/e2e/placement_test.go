@@ -97,3 +97,55 @@ func TestPlacementConstraintsEndToEnd(t *testing.T) {
 			Placement: &pelotonv1.PlacementSpec{Constraints: []*pelotonv1.Constraint{{Label: "zone", Op: pelotonv1.ConstraintOp_EQUALS}}}}}})
 	expectStatus(t, err, codes.InvalidArgument, "spec.defaultSpec.placement.constraints[0]")
 }
+
+// TestGangSameLabel: every gang of a job with gang.sameLabel runs on hosts
+// that share one value of the label (each gang on its own value, as hosts
+// of one zone have room for one gang), and a gang no value has room for
+// waits with a reason naming the label.
+func TestGangSameLabel(t *testing.T) {
+	// Four hosts of 4 CPUs, two in each zone: a zone holds 8 CPUs.
+	s := startStack(t, t.TempDir(), stackOpts{backend: "sim", hosts: 4, hostCPU: 4, hostMem: 8192, labels: []string{"zone=a", "zone=b"}})
+	ctx := ctxT(t)
+	job := func(name string, n, size uint32, cpu float64) string {
+		resp, err := s.jobs.CreateJob(ctx, &pelotonv1.CreateJobRequest{Spec: &pelotonv1.JobSpec{
+			Name: name, Type: pelotonv1.JobType_BATCH, Pool: "/default", InstanceCount: n,
+			Gang:        &pelotonv1.GangSpec{Size: size, SameLabel: "zone"},
+			DefaultSpec: &pelotonv1.TaskSpec{Command: []string{"sleep", "3600"}, Resources: &pelotonv1.Resources{Cpu: cpu, MemoryMb: 64}}}})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		return resp.JobId
+	}
+	hostZone := map[string]string{}
+	hl, _ := s.hosts.ListHosts(ctx, &pelotonv1.ListHostsRequest{})
+	for _, h := range hl.Hosts {
+		hostZone[h.Name] = h.Labels["zone"]
+	}
+	// Two gangs of 2 members of 3 CPUs: a gang fills two hosts of a zone.
+	pair := job("pairs", 4, 2, 3)
+	ts := s.waitTasks(pair, "both gangs running", 30*time.Second, allRunning(4))
+	zoneOf := map[uint32]string{}
+	for _, tk := range ts {
+		zoneOf[tk.InstanceId] = hostZone[tk.Status.Host]
+	}
+	if zoneOf[0] != zoneOf[1] || zoneOf[2] != zoneOf[3] || zoneOf[0] == zoneOf[2] {
+		t.Errorf("members' zones %v: want each gang in one zone, the two in different ones", zoneOf)
+	}
+	// With them gone, a gang of 3 members of 3 CPUs fits the cluster but
+	// no zone (two hosts each).
+	if _, err := s.jobs.CancelJob(ctx, &pelotonv1.CancelJobRequest{JobId: pair}); err != nil {
+		t.Fatal(err)
+	}
+	wide := job("wide", 3, 3, 3)
+	testutil.Eventually(t, 30*time.Second, "the gang that fits no zone saying why", func() error {
+		resp, err := s.tasks.GetTask(ctxT(t), &pelotonv1.GetTaskRequest{JobId: wide, InstanceId: 0})
+		if err != nil {
+			return err
+		}
+		// Admitted (READY), not placed.
+		if st := resp.Task.Status; st.State != pelotonv1.TaskState_READY || !strings.Contains(st.PendingReason, "no zone value has room for the gang of 3") {
+			return fmt.Errorf("%s: %q", st.State, st.PendingReason)
+		}
+		return nil
+	})
+}

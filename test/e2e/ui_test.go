@@ -519,6 +519,37 @@ func TestUI(t *testing.T) {
 	})
 	b.WaitJS(t, "the federation's pages are live", isLive, 20*time.Second)
 
+	// A rollout gate: a service whose rollout step asks for approval; its
+	// page says what the rollout waits for, and its Approve button lets
+	// the rollout go on.
+	var gsvc struct{ ServiceID string }
+	gated := func(sleep int) string { return strings.Replace(fedJob(sleep), "global-api", "gated-api", 1) }
+	restJSON(t, "POST", f+"/v1/federation/services", `{"job":`+gated(3600)+`,"rollout":{"steps":[{"clusters":["local"],"approval":true}]}}`, 200, &gsvc)
+	gatedRollout := func() any {
+		return dig(getJSON(t, f+"/v1/federation/services/"+gsvc.ServiceID), "service", "rollout", "state")
+	}
+	testutil.Eventually(t, 60*time.Second, "the gated service running", func() error {
+		if r := dig(getJSON(t, f+"/v1/federation/services/"+gsvc.ServiceID), "service", "running"); r != float64(2) {
+			return fmt.Errorf("running %v", r)
+		}
+		return nil
+	})
+	restJSON(t, "PUT", f+"/v1/federation/services/"+gsvc.ServiceID, `{"job":`+gated(3601)+`}`, 200, nil)
+	load("fed-service-approve", f+"/ui/services/"+gsvc.ServiceID, "the rollout waiting for approval, and the Approve button",
+		`document.querySelector('[data-waiting="approval"]') && `+text("Waits for approval of step 1 (clusters local)")+
+			` && document.querySelector('[data-action="fapprove-`+gsvc.ServiceID+`"]')`)
+	if err := b.Do(10*time.Second, chromedp.Click(chromedp.CSS(`[data-action="fapprove-`+gsvc.ServiceID+`"]`))); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 60*time.Second, "the rollout approved through the UI and done", func() error {
+		if s := gatedRollout(); s != "ROLLOUT_SUCCEEDED" {
+			return fmt.Errorf("rollout is %v", s)
+		}
+		return nil
+	})
+	b.WaitJS(t, "the Approve button gone once approved", `!document.querySelector('[data-action="fapprove-`+gsvc.ServiceID+`"]')`, 20*time.Second)
+	b.CheckNoJSErrors(t, "federated service approve")
+
 	// The keyboard: "g" then "c" opens the clusters page, "/" focuses the
 	// job search.
 	if err := b.Do(10*time.Second, chromedp.KeyEvent("g"), chromedp.KeyEvent("c")); err != nil {

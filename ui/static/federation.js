@@ -183,7 +183,9 @@ function rolloutActions(s) {
     actionButton("Pause", act("pause"), { id: "fpause-" + s.id, disabled: st !== "ROLLOUT_ROLLING" }),
     actionButton("Resume", act("resume"), { id: "fresume-" + s.id, disabled: st !== "ROLLOUT_PAUSED" }),
     actionButton("Abort", act("abort"), { id: "fabort-" + s.id, danger: true, confirm: true, disabled: !ROLLING.includes(st) }),
-    actionButton("Rollback", act("rollback"), { id: "frollback-" + s.id, confirm: true, disabled: !st || /ROLLED_BACK|ROLLING_BACK/.test(st) }));
+    actionButton("Rollback", act("rollback"), { id: "frollback-" + s.id, confirm: true, disabled: !st || /ROLLED_BACK|ROLLING_BACK/.test(st) }),
+    // Offered only while a gated step waits for approval.
+    s.rollout && s.rollout.approvalSince && /ROLLOUT_(ROLLING|PAUSED)$/.test(st) ? actionButton("Approve", act("approve"), { id: "fapprove-" + s.id }) : "");
 }
 
 // serviceRollout shows a rollout cluster by cluster.
@@ -193,6 +195,7 @@ function serviceRollout(s, byName, compact) {
   return h("div.card.update", { dataset: { service: s.id, state: r.state } },
     h("h3", link("/ui/services/" + enc(s.id), s.spec.job.name || s.id), ` rollout ${r.id} `, badge(r.state), h("span.muted", ` v${r.fromVersion} → v${r.toVersion}`)),
     r.message ? h("p.reason", r.message) : "",
+    r.waiting ? h("p.waiting", { dataset: { waiting: r.approvalSince ? "approval" : "soak" } }, `Waits for ${r.waiting} (since ${r.waitingSince})`) : "",
     h("ol.steps", (r.steps || []).map((st) => h("li.step.s-" + st.state.replace("STEP_", "").toLowerCase(),
       h("strong", clusterUI(byName[st.cluster], st.updateId ? "/ui/updates/" + enc(st.updateId) : "/ui/", st.cluster)), " ", badge(st.state),
       h("span.muted", ` ${st.desired} instances`), st.message ? h("div.muted", st.message) : ""))),

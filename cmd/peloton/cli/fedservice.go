@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -34,6 +35,7 @@ func (a *app) fedServiceCommand() *cobra.Command {
 		a.fedServiceControlCommand("resume", "Resume a paused rollout", rolloutResume),
 		a.fedServiceControlCommand("abort", "Stop a rollout for good; each cluster keeps the spec it runs", rolloutAbort),
 		a.fedServiceControlCommand("rollback", "Return every cluster the rollout updated (or is updating) to the spec before it, newest first", rolloutRollback),
+		a.fedServiceControlCommand("approve", "Let a rollout waiting for approval of a step (rollout steps with approval: true) go on to the next", rolloutApprove),
 	)
 	return cmd
 }
@@ -44,6 +46,7 @@ const (
 	rolloutResume
 	rolloutAbort
 	rolloutRollback
+	rolloutApprove
 )
 
 func (a *app) fedServiceUpdateCommand() *cobra.Command {
@@ -64,7 +67,10 @@ time, each cluster's part an update there with the --batch-size, --in-place,
 succeeded. A cluster that fails stops the rollout, or with --rollback-on-failure
 returns every cluster already updated to the previous spec, newest first.
 "fed service pause|resume|abort|rollback" act on the rollout; "fed service get"
-shows each cluster's step.`,
+shows each cluster's step. The service's own rollout (its spec's rollout:) is the
+default: the flags given, and the file's rollout:, override it field by field.
+With rollout steps, each step's clusters update at once, then soak and wait for
+"fed service approve" as the step says; "fed service get" shows what it waits for.`,
 		Args: argsNamed("SERVICEID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			p, err := a.printer()
@@ -81,13 +87,11 @@ shows each cluster's step.`,
 			if cmd.Flags().Changed("parallel-clusters") && parallel == 0 {
 				return usageErrorf("invalid --parallel-clusters 0: must be >= 1 (leave it out for the default, 1)")
 			}
-			rs := &pelotonv1.RolloutSpec{Order: order, ParallelClusters: parallel, RollbackOnFailure: us.RollbackOnFailure, StartPaused: us.StartPaused}
-			us.RollbackOnFailure, us.StartPaused = false, false
-			rs.Update = us
 			spec, err := loadFederatedServiceFile(uf.file, cmd.InOrStdin())
 			if err != nil {
 				return err
 			}
+			rs := rolloutFromFlags(cmd.Flags(), spec.GetRollout(), us, order, parallel)
 			return a.withFederation(func(f *fedClient) error {
 				resp, err := call(cmd.Context(), f, f.Services.UpdateFederatedService, &pelotonv1.UpdateFederatedServiceRequest{
 					ServiceId: args[0], Job: spec.Job, Placement: spec.Placement, Rollout: rs, SpecVersion: uf.jobVersion})
@@ -114,6 +118,37 @@ shows each cluster's step.`,
 	fs.StringSliceVar(&order, "order", nil, "clusters in rollout order, comma-separated; those left out follow, smallest part first")
 	fs.Uint32Var(&parallel, "parallel-clusters", 0, "after the first cluster, how many are updated at once (default 1)")
 	return cmd
+}
+
+// rolloutFromFlags is the rollout an update asks for: the file's rollout,
+// if it has one, with each flag given taking the place of its field. The
+// federation fills what is left from the service's own rollout, so a flag
+// not given leaves that field to the service.
+func rolloutFromFlags(fs *pflag.FlagSet, file *pelotonv1.RolloutSpec, us *pelotonv1.UpdateSpec, order []string, parallel uint32) *pelotonv1.RolloutSpec {
+	rs := &pelotonv1.RolloutSpec{}
+	if file != nil {
+		rs = proto.Clone(file).(*pelotonv1.RolloutSpec)
+	}
+	if fs.Changed("order") {
+		rs.Order = order
+	}
+	if fs.Changed("parallel-clusters") {
+		rs.ParallelClusters = parallel
+	}
+	if fs.Changed("rollback-on-failure") {
+		rs.RollbackOnFailure = us.RollbackOnFailure
+	}
+	if fs.Changed("start-paused") {
+		rs.StartPaused = us.StartPaused
+	}
+	us.RollbackOnFailure, us.StartPaused = false, false
+	for _, name := range []string{"batch-size", "max-unavailable", "in-place", "max-instance-retries", "max-tolerable-failures", "min-ready-seconds"} {
+		if fs.Changed(name) {
+			rs.Update = us
+			break
+		}
+	}
+	return rs
 }
 
 // loadFederatedServiceFile reads a FederatedServiceSpec, or a JobSpec
@@ -147,6 +182,8 @@ func (a *app) fedServiceControlCommand(verb, short string, c int) *cobra.Command
 					resp, err = call(cmd.Context(), f, f.Services.ResumeFederatedService, &pelotonv1.ResumeFederatedServiceRequest{ServiceId: args[0]})
 				case rolloutAbort:
 					resp, err = call(cmd.Context(), f, f.Services.AbortFederatedService, &pelotonv1.AbortFederatedServiceRequest{ServiceId: args[0]})
+				case rolloutApprove:
+					resp, err = call(cmd.Context(), f, f.Services.ApproveFederatedService, &pelotonv1.ApproveFederatedServiceRequest{ServiceId: args[0]})
 				default:
 					resp, err = call(cmd.Context(), f, f.Services.RollbackFederatedService, &pelotonv1.RollbackFederatedServiceRequest{ServiceId: args[0]})
 				}
@@ -180,6 +217,10 @@ sla.maximumUnavailableInstances is the budget of the whole, and where to run it:
       override: {image: web:canary, env: {MODE: canary}}   # a's part only
     minClusters: 2
     failover: {tolerationSeconds: 60, moveBack: true}   # optional
+  rollout:                                # optional: how its updates roll out
+    steps:
+    - {clusters: [c], soakSeconds: 600, approval: true}
+    - {clusters: [a]}                     # clusters named in no step come last
 
 The instances left after the fixed counts are split by weight. Without
 clusters, every registered cluster that is not cordoned gets an equal part.
@@ -389,6 +430,9 @@ func writeFedService(w io.Writer, s *pelotonv1.FederatedService) {
 	if r := s.GetRollout(); r != nil {
 		field("rollout", fmt.Sprintf("%d: %s, spec version %d -> %d", r.GetId(), r.GetState(), r.GetFromVersion(), r.GetToVersion()))
 		field("rollout message", r.GetMessage())
+		if w := r.GetWaiting(); w != "" {
+			field("rollout waits for", w+" (since "+timestamp(r.GetWaitingSince())+")")
+		}
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "CLUSTER\tDESIRED\tRUNNING\tHEALTHY\tUPDATED\tBUDGET\tVERSION\tSTATE\tCLUSTER JOB ID\tMESSAGE")

@@ -177,6 +177,9 @@ func rolloutLines(id string, r *pelotonv1.ServiceRollout) []string {
 	if m := r.GetMessage(); m != "" {
 		head += ": " + m
 	}
+	if w := r.GetWaiting(); w != "" {
+		head += "; waits for " + w + " (since " + timestamp(r.GetWaitingSince()) + ")"
+	}
 	lines := []string{head}
 	for _, st := range r.GetSteps() {
 		l := fmt.Sprintf("  cluster %s: %s, %d -> %d instances", st.GetCluster(), strings.TrimPrefix(st.GetState().String(), "STEP_"),

@@ -93,6 +93,7 @@ var helpExamples = map[string]string{
 	"fed service pause":    `  peloton fed service pause 9e4a`,
 	"fed service resume":   `  peloton fed service resume 9e4a`,
 	"fed service rollback": `  peloton fed service rollback 9e4a`,
+	"fed service approve":  `  peloton fed service approve 9e4a   # the rollout waits for approval of a step (rollout steps with approval: true)`,
 	"fed service abort":    `  peloton fed service abort 9e4a`,
 
 	"config view":         `  peloton config view -o json`,

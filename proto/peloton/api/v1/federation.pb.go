@@ -2766,8 +2766,12 @@ type FederatedServiceSpec struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The service: its instance_count is the total over all clusters, and
 	// its sla.maximum_unavailable_instances the budget of the whole.
-	Job           *JobSpec          `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
-	Placement     *ServicePlacement `protobuf:"bytes,2,opt,name=placement,proto3" json:"placement,omitempty"`
+	Job       *JobSpec          `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	Placement *ServicePlacement `protobuf:"bytes,2,opt,name=placement,proto3" json:"placement,omitempty"`
+	// How its updates roll out unless an update says otherwise: the
+	// update's rollout overrides it field by field (a field the update sets
+	// wins). Its steps name only the service's clusters.
+	Rollout       *RolloutSpec `protobuf:"bytes,3,opt,name=rollout,proto3" json:"rollout,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2812,6 +2816,13 @@ func (x *FederatedServiceSpec) GetJob() *JobSpec {
 func (x *FederatedServiceSpec) GetPlacement() *ServicePlacement {
 	if x != nil {
 		return x.Placement
+	}
+	return nil
+}
+
+func (x *FederatedServiceSpec) GetRollout() *RolloutSpec {
+	if x != nil {
+		return x.Rollout
 	}
 	return nil
 }
@@ -3042,7 +3053,13 @@ type RolloutSpec struct {
 	// (and the one updating), newest first.
 	RollbackOnFailure bool `protobuf:"varint,4,opt,name=rollback_on_failure,json=rollbackOnFailure,proto3" json:"rollback_on_failure,omitempty"`
 	// Create the rollout paused; `fed service resume` starts it.
-	StartPaused   bool `protobuf:"varint,5,opt,name=start_paused,json=startPaused,proto3" json:"start_paused,omitempty"`
+	StartPaused bool `protobuf:"varint,5,opt,name=start_paused,json=startPaused,proto3" json:"start_paused,omitempty"`
+	// The rollout's gated steps, in order: each updates its clusters at
+	// once, then soaks and waits for approval as it says, before the next
+	// starts. Clusters named in no step follow in a final step of their own
+	// (no soak, no approval), in the default order. Cannot be given with
+	// order or parallel_clusters.
+	Steps         []*RolloutStepSpec `protobuf:"bytes,6,rep,name=steps,proto3" json:"steps,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3112,6 +3129,80 @@ func (x *RolloutSpec) GetStartPaused() bool {
 	return false
 }
 
+func (x *RolloutSpec) GetSteps() []*RolloutStepSpec {
+	if x != nil {
+		return x.Steps
+	}
+	return nil
+}
+
+// RolloutStepSpec is one gated step of a rollout: a group of clusters
+// updated together, then watched and held.
+type RolloutStepSpec struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The clusters updated at once in this step (at least one).
+	Clusters []string `protobuf:"bytes,1,rep,name=clusters,proto3" json:"clusters,omitempty"`
+	// Once every cluster of the step runs the new spec with all its
+	// instances healthy, how long they are watched before the rollout goes
+	// on; an instance of theirs unhealthy meanwhile fails the step.
+	SoakSeconds uint32 `protobuf:"varint,2,opt,name=soak_seconds,json=soakSeconds,proto3" json:"soak_seconds,omitempty"`
+	// Then the rollout waits for `peloton fed service approve`.
+	Approval      bool `protobuf:"varint,3,opt,name=approval,proto3" json:"approval,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RolloutStepSpec) Reset() {
+	*x = RolloutStepSpec{}
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RolloutStepSpec) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RolloutStepSpec) ProtoMessage() {}
+
+func (x *RolloutStepSpec) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RolloutStepSpec.ProtoReflect.Descriptor instead.
+func (*RolloutStepSpec) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *RolloutStepSpec) GetClusters() []string {
+	if x != nil {
+		return x.Clusters
+	}
+	return nil
+}
+
+func (x *RolloutStepSpec) GetSoakSeconds() uint32 {
+	if x != nil {
+		return x.SoakSeconds
+	}
+	return 0
+}
+
+func (x *RolloutStepSpec) GetApproval() bool {
+	if x != nil {
+		return x.Approval
+	}
+	return false
+}
+
 // RolloutStep is one cluster's part of a rollout.
 type RolloutStep struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -3129,13 +3220,16 @@ type RolloutStep struct {
 	MaxUnavailable     uint32 `protobuf:"varint,9,opt,name=max_unavailable,json=maxUnavailable,proto3" json:"max_unavailable,omitempty"`
 	FromDesired        uint32 `protobuf:"varint,10,opt,name=from_desired,json=fromDesired,proto3" json:"from_desired,omitempty"`
 	FromMaxUnavailable uint32 `protobuf:"varint,11,opt,name=from_max_unavailable,json=fromMaxUnavailable,proto3" json:"from_max_unavailable,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// The index of the spec's gated step (RolloutSpec.steps) it belongs
+	// to; the clusters named in no step have the index after the last.
+	Group         uint32 `protobuf:"varint,12,opt,name=group,proto3" json:"group,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RolloutStep) Reset() {
 	*x = RolloutStep{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[46]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3147,7 +3241,7 @@ func (x *RolloutStep) String() string {
 func (*RolloutStep) ProtoMessage() {}
 
 func (x *RolloutStep) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[46]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3160,7 +3254,7 @@ func (x *RolloutStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RolloutStep.ProtoReflect.Descriptor instead.
 func (*RolloutStep) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{46}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *RolloutStep) GetCluster() string {
@@ -3240,6 +3334,13 @@ func (x *RolloutStep) GetFromMaxUnavailable() uint32 {
 	return 0
 }
 
+func (x *RolloutStep) GetGroup() uint32 {
+	if x != nil {
+		return x.Group
+	}
+	return 0
+}
+
 type ServiceRollout struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Unique within the service: 1, 2, ...
@@ -3249,17 +3350,30 @@ type ServiceRollout struct {
 	Spec        *RolloutSpec `protobuf:"bytes,4,opt,name=spec,proto3" json:"spec,omitempty"`
 	State       RolloutState `protobuf:"varint,5,opt,name=state,proto3,enum=peloton.api.v1.RolloutState" json:"state,omitempty"`
 	// One per cluster, in rollout order.
-	Steps         []*RolloutStep         `protobuf:"bytes,6,rep,name=steps,proto3" json:"steps,omitempty"`
-	Message       string                 `protobuf:"bytes,7,opt,name=message,proto3" json:"message,omitempty"`
-	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
-	EndTime       *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
+	Steps      []*RolloutStep         `protobuf:"bytes,6,rep,name=steps,proto3" json:"steps,omitempty"`
+	Message    string                 `protobuf:"bytes,7,opt,name=message,proto3" json:"message,omitempty"`
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	EndTime    *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
+	// Gated steps (spec.steps) whose clusters are done and whose soak and
+	// approval have passed: the next one to update is steps[gates_passed].
+	GatesPassed uint32 `protobuf:"varint,10,opt,name=gates_passed,json=gatesPassed,proto3" json:"gates_passed,omitempty"`
+	// Kept in the record so a restarted federation resumes where it was:
+	// when the soak of step gates_passed began, and since when it waits
+	// for approval (unset while it does not).
+	SoakStart     *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=soak_start,json=soakStart,proto3" json:"soak_start,omitempty"`
+	ApprovalSince *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=approval_since,json=approvalSince,proto3" json:"approval_since,omitempty"`
+	// What the rollout waits for, if anything, and since when, e.g.
+	// "soak of step 1 (clusters a) until 12:30:00 UTC" or "approval of
+	// step 1 (clusters a)".
+	Waiting       string                 `protobuf:"bytes,13,opt,name=waiting,proto3" json:"waiting,omitempty"`
+	WaitingSince  *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=waiting_since,json=waitingSince,proto3" json:"waiting_since,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ServiceRollout) Reset() {
 	*x = ServiceRollout{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[47]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3271,7 +3385,7 @@ func (x *ServiceRollout) String() string {
 func (*ServiceRollout) ProtoMessage() {}
 
 func (x *ServiceRollout) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[47]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3284,7 +3398,7 @@ func (x *ServiceRollout) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceRollout.ProtoReflect.Descriptor instead.
 func (*ServiceRollout) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{47}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ServiceRollout) GetId() uint32 {
@@ -3350,6 +3464,41 @@ func (x *ServiceRollout) GetEndTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *ServiceRollout) GetGatesPassed() uint32 {
+	if x != nil {
+		return x.GatesPassed
+	}
+	return 0
+}
+
+func (x *ServiceRollout) GetSoakStart() *timestamppb.Timestamp {
+	if x != nil {
+		return x.SoakStart
+	}
+	return nil
+}
+
+func (x *ServiceRollout) GetApprovalSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ApprovalSince
+	}
+	return nil
+}
+
+func (x *ServiceRollout) GetWaiting() string {
+	if x != nil {
+		return x.Waiting
+	}
+	return ""
+}
+
+func (x *ServiceRollout) GetWaitingSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.WaitingSince
+	}
+	return nil
+}
+
 // ServiceVersion is one version of a federated service's job spec.
 type ServiceVersion struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
@@ -3368,7 +3517,7 @@ type ServiceVersion struct {
 
 func (x *ServiceVersion) Reset() {
 	*x = ServiceVersion{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[48]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3380,7 +3529,7 @@ func (x *ServiceVersion) String() string {
 func (*ServiceVersion) ProtoMessage() {}
 
 func (x *ServiceVersion) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[48]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3393,7 +3542,7 @@ func (x *ServiceVersion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceVersion.ProtoReflect.Descriptor instead.
 func (*ServiceVersion) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{48}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ServiceVersion) GetVersion() uint64 {
@@ -3468,7 +3617,7 @@ type FederatedService struct {
 
 func (x *FederatedService) Reset() {
 	*x = FederatedService{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[49]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3480,7 +3629,7 @@ func (x *FederatedService) String() string {
 func (*FederatedService) ProtoMessage() {}
 
 func (x *FederatedService) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[49]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3493,7 +3642,7 @@ func (x *FederatedService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FederatedService.ProtoReflect.Descriptor instead.
 func (*FederatedService) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{49}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *FederatedService) GetId() string {
@@ -3619,7 +3768,7 @@ type CreateFederatedServiceRequest struct {
 
 func (x *CreateFederatedServiceRequest) Reset() {
 	*x = CreateFederatedServiceRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[50]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3631,7 +3780,7 @@ func (x *CreateFederatedServiceRequest) String() string {
 func (*CreateFederatedServiceRequest) ProtoMessage() {}
 
 func (x *CreateFederatedServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[50]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3644,7 +3793,7 @@ func (x *CreateFederatedServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateFederatedServiceRequest.ProtoReflect.Descriptor instead.
 func (*CreateFederatedServiceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{50}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *CreateFederatedServiceRequest) GetSpec() *FederatedServiceSpec {
@@ -3672,7 +3821,7 @@ type CreateFederatedServiceResponse struct {
 
 func (x *CreateFederatedServiceResponse) Reset() {
 	*x = CreateFederatedServiceResponse{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[51]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3684,7 +3833,7 @@ func (x *CreateFederatedServiceResponse) String() string {
 func (*CreateFederatedServiceResponse) ProtoMessage() {}
 
 func (x *CreateFederatedServiceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[51]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3697,7 +3846,7 @@ func (x *CreateFederatedServiceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateFederatedServiceResponse.ProtoReflect.Descriptor instead.
 func (*CreateFederatedServiceResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{51}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *CreateFederatedServiceResponse) GetServiceId() string {
@@ -3723,7 +3872,7 @@ type GetFederatedServiceRequest struct {
 
 func (x *GetFederatedServiceRequest) Reset() {
 	*x = GetFederatedServiceRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[52]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3735,7 +3884,7 @@ func (x *GetFederatedServiceRequest) String() string {
 func (*GetFederatedServiceRequest) ProtoMessage() {}
 
 func (x *GetFederatedServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[52]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3748,7 +3897,7 @@ func (x *GetFederatedServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFederatedServiceRequest.ProtoReflect.Descriptor instead.
 func (*GetFederatedServiceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{52}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *GetFederatedServiceRequest) GetServiceId() string {
@@ -3767,7 +3916,7 @@ type GetFederatedServiceResponse struct {
 
 func (x *GetFederatedServiceResponse) Reset() {
 	*x = GetFederatedServiceResponse{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[53]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3779,7 +3928,7 @@ func (x *GetFederatedServiceResponse) String() string {
 func (*GetFederatedServiceResponse) ProtoMessage() {}
 
 func (x *GetFederatedServiceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[53]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3792,7 +3941,7 @@ func (x *GetFederatedServiceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFederatedServiceResponse.ProtoReflect.Descriptor instead.
 func (*GetFederatedServiceResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{53}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *GetFederatedServiceResponse) GetService() *FederatedService {
@@ -3818,7 +3967,7 @@ type ListFederatedServicesRequest struct {
 
 func (x *ListFederatedServicesRequest) Reset() {
 	*x = ListFederatedServicesRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[54]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3830,7 +3979,7 @@ func (x *ListFederatedServicesRequest) String() string {
 func (*ListFederatedServicesRequest) ProtoMessage() {}
 
 func (x *ListFederatedServicesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[54]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3843,7 +3992,7 @@ func (x *ListFederatedServicesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFederatedServicesRequest.ProtoReflect.Descriptor instead.
 func (*ListFederatedServicesRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{54}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ListFederatedServicesRequest) GetCluster() string {
@@ -3885,7 +4034,7 @@ type ListFederatedServicesResponse struct {
 
 func (x *ListFederatedServicesResponse) Reset() {
 	*x = ListFederatedServicesResponse{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[55]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3897,7 +4046,7 @@ func (x *ListFederatedServicesResponse) String() string {
 func (*ListFederatedServicesResponse) ProtoMessage() {}
 
 func (x *ListFederatedServicesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[55]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3910,7 +4059,7 @@ func (x *ListFederatedServicesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFederatedServicesResponse.ProtoReflect.Descriptor instead.
 func (*ListFederatedServicesResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{55}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ListFederatedServicesResponse) GetServices() []*FederatedService {
@@ -3947,7 +4096,7 @@ type UpdateFederatedServiceRequest struct {
 
 func (x *UpdateFederatedServiceRequest) Reset() {
 	*x = UpdateFederatedServiceRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[56]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3959,7 +4108,7 @@ func (x *UpdateFederatedServiceRequest) String() string {
 func (*UpdateFederatedServiceRequest) ProtoMessage() {}
 
 func (x *UpdateFederatedServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[56]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3972,7 +4121,7 @@ func (x *UpdateFederatedServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateFederatedServiceRequest.ProtoReflect.Descriptor instead.
 func (*UpdateFederatedServiceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{56}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *UpdateFederatedServiceRequest) GetServiceId() string {
@@ -4019,7 +4168,7 @@ type UpdateFederatedServiceResponse struct {
 
 func (x *UpdateFederatedServiceResponse) Reset() {
 	*x = UpdateFederatedServiceResponse{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[57]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4031,7 +4180,7 @@ func (x *UpdateFederatedServiceResponse) String() string {
 func (*UpdateFederatedServiceResponse) ProtoMessage() {}
 
 func (x *UpdateFederatedServiceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[57]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4044,7 +4193,7 @@ func (x *UpdateFederatedServiceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateFederatedServiceResponse.ProtoReflect.Descriptor instead.
 func (*UpdateFederatedServiceResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{57}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *UpdateFederatedServiceResponse) GetService() *FederatedService {
@@ -4064,7 +4213,7 @@ type PauseFederatedServiceRequest struct {
 
 func (x *PauseFederatedServiceRequest) Reset() {
 	*x = PauseFederatedServiceRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[58]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4076,7 +4225,7 @@ func (x *PauseFederatedServiceRequest) String() string {
 func (*PauseFederatedServiceRequest) ProtoMessage() {}
 
 func (x *PauseFederatedServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[58]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4089,7 +4238,7 @@ func (x *PauseFederatedServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseFederatedServiceRequest.ProtoReflect.Descriptor instead.
 func (*PauseFederatedServiceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{58}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *PauseFederatedServiceRequest) GetServiceId() string {
@@ -4108,7 +4257,7 @@ type ResumeFederatedServiceRequest struct {
 
 func (x *ResumeFederatedServiceRequest) Reset() {
 	*x = ResumeFederatedServiceRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[59]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4120,7 +4269,7 @@ func (x *ResumeFederatedServiceRequest) String() string {
 func (*ResumeFederatedServiceRequest) ProtoMessage() {}
 
 func (x *ResumeFederatedServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[59]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4133,7 +4282,7 @@ func (x *ResumeFederatedServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeFederatedServiceRequest.ProtoReflect.Descriptor instead.
 func (*ResumeFederatedServiceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{59}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ResumeFederatedServiceRequest) GetServiceId() string {
@@ -4152,7 +4301,7 @@ type AbortFederatedServiceRequest struct {
 
 func (x *AbortFederatedServiceRequest) Reset() {
 	*x = AbortFederatedServiceRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[60]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4164,7 +4313,7 @@ func (x *AbortFederatedServiceRequest) String() string {
 func (*AbortFederatedServiceRequest) ProtoMessage() {}
 
 func (x *AbortFederatedServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[60]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4177,7 +4326,7 @@ func (x *AbortFederatedServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortFederatedServiceRequest.ProtoReflect.Descriptor instead.
 func (*AbortFederatedServiceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{60}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *AbortFederatedServiceRequest) GetServiceId() string {
@@ -4196,7 +4345,7 @@ type RollbackFederatedServiceRequest struct {
 
 func (x *RollbackFederatedServiceRequest) Reset() {
 	*x = RollbackFederatedServiceRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[61]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4208,7 +4357,7 @@ func (x *RollbackFederatedServiceRequest) String() string {
 func (*RollbackFederatedServiceRequest) ProtoMessage() {}
 
 func (x *RollbackFederatedServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[61]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4221,10 +4370,55 @@ func (x *RollbackFederatedServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackFederatedServiceRequest.ProtoReflect.Descriptor instead.
 func (*RollbackFederatedServiceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{61}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *RollbackFederatedServiceRequest) GetServiceId() string {
+	if x != nil {
+		return x.ServiceId
+	}
+	return ""
+}
+
+// Lets the current rollout, waiting for approval of a gated step, go on.
+type ApproveFederatedServiceRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ServiceId     string                 `protobuf:"bytes,1,opt,name=service_id,json=serviceId,proto3" json:"service_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApproveFederatedServiceRequest) Reset() {
+	*x = ApproveFederatedServiceRequest{}
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[63]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApproveFederatedServiceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApproveFederatedServiceRequest) ProtoMessage() {}
+
+func (x *ApproveFederatedServiceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[63]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApproveFederatedServiceRequest.ProtoReflect.Descriptor instead.
+func (*ApproveFederatedServiceRequest) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{63}
+}
+
+func (x *ApproveFederatedServiceRequest) GetServiceId() string {
 	if x != nil {
 		return x.ServiceId
 	}
@@ -4240,7 +4434,7 @@ type FederatedServiceRolloutResponse struct {
 
 func (x *FederatedServiceRolloutResponse) Reset() {
 	*x = FederatedServiceRolloutResponse{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[62]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4252,7 +4446,7 @@ func (x *FederatedServiceRolloutResponse) String() string {
 func (*FederatedServiceRolloutResponse) ProtoMessage() {}
 
 func (x *FederatedServiceRolloutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[62]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4265,7 +4459,7 @@ func (x *FederatedServiceRolloutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FederatedServiceRolloutResponse.ProtoReflect.Descriptor instead.
 func (*FederatedServiceRolloutResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{62}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *FederatedServiceRolloutResponse) GetService() *FederatedService {
@@ -4284,7 +4478,7 @@ type DeleteFederatedServiceRequest struct {
 
 func (x *DeleteFederatedServiceRequest) Reset() {
 	*x = DeleteFederatedServiceRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[63]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4296,7 +4490,7 @@ func (x *DeleteFederatedServiceRequest) String() string {
 func (*DeleteFederatedServiceRequest) ProtoMessage() {}
 
 func (x *DeleteFederatedServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[63]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4309,7 +4503,7 @@ func (x *DeleteFederatedServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteFederatedServiceRequest.ProtoReflect.Descriptor instead.
 func (*DeleteFederatedServiceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{63}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *DeleteFederatedServiceRequest) GetServiceId() string {
@@ -4327,7 +4521,7 @@ type DeleteFederatedServiceResponse struct {
 
 func (x *DeleteFederatedServiceResponse) Reset() {
 	*x = DeleteFederatedServiceResponse{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[64]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4339,7 +4533,7 @@ func (x *DeleteFederatedServiceResponse) String() string {
 func (*DeleteFederatedServiceResponse) ProtoMessage() {}
 
 func (x *DeleteFederatedServiceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[64]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4352,7 +4546,7 @@ func (x *DeleteFederatedServiceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteFederatedServiceResponse.ProtoReflect.Descriptor instead.
 func (*DeleteFederatedServiceResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{64}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{66}
 }
 
 // The global SLA evaluator. A cluster stack started with --federation asks
@@ -4377,7 +4571,7 @@ type RequestDisruptionRequest struct {
 
 func (x *RequestDisruptionRequest) Reset() {
 	*x = RequestDisruptionRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[65]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4389,7 +4583,7 @@ func (x *RequestDisruptionRequest) String() string {
 func (*RequestDisruptionRequest) ProtoMessage() {}
 
 func (x *RequestDisruptionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[65]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4402,7 +4596,7 @@ func (x *RequestDisruptionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestDisruptionRequest.ProtoReflect.Descriptor instead.
 func (*RequestDisruptionRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{65}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *RequestDisruptionRequest) GetCluster() string {
@@ -4465,7 +4659,7 @@ type RequestDisruptionResponse struct {
 
 func (x *RequestDisruptionResponse) Reset() {
 	*x = RequestDisruptionResponse{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[66]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4477,7 +4671,7 @@ func (x *RequestDisruptionResponse) String() string {
 func (*RequestDisruptionResponse) ProtoMessage() {}
 
 func (x *RequestDisruptionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[66]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4490,7 +4684,7 @@ func (x *RequestDisruptionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestDisruptionResponse.ProtoReflect.Descriptor instead.
 func (*RequestDisruptionResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{66}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *RequestDisruptionResponse) GetGrantId() string {
@@ -4523,7 +4717,7 @@ type ReleaseDisruptionRequest struct {
 
 func (x *ReleaseDisruptionRequest) Reset() {
 	*x = ReleaseDisruptionRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[67]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4535,7 +4729,7 @@ func (x *ReleaseDisruptionRequest) String() string {
 func (*ReleaseDisruptionRequest) ProtoMessage() {}
 
 func (x *ReleaseDisruptionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[67]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4548,7 +4742,7 @@ func (x *ReleaseDisruptionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseDisruptionRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseDisruptionRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{67}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ReleaseDisruptionRequest) GetGrantId() string {
@@ -4566,7 +4760,7 @@ type ReleaseDisruptionResponse struct {
 
 func (x *ReleaseDisruptionResponse) Reset() {
 	*x = ReleaseDisruptionResponse{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[68]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4578,7 +4772,7 @@ func (x *ReleaseDisruptionResponse) String() string {
 func (*ReleaseDisruptionResponse) ProtoMessage() {}
 
 func (x *ReleaseDisruptionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[68]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4591,7 +4785,7 @@ func (x *ReleaseDisruptionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseDisruptionResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseDisruptionResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{68}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{70}
 }
 
 type RenewDisruptionRequest struct {
@@ -4604,7 +4798,7 @@ type RenewDisruptionRequest struct {
 
 func (x *RenewDisruptionRequest) Reset() {
 	*x = RenewDisruptionRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[69]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4616,7 +4810,7 @@ func (x *RenewDisruptionRequest) String() string {
 func (*RenewDisruptionRequest) ProtoMessage() {}
 
 func (x *RenewDisruptionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[69]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4629,7 +4823,7 @@ func (x *RenewDisruptionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewDisruptionRequest.ProtoReflect.Descriptor instead.
 func (*RenewDisruptionRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{69}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *RenewDisruptionRequest) GetGrantId() string {
@@ -4654,7 +4848,7 @@ type RenewDisruptionResponse struct {
 
 func (x *RenewDisruptionResponse) Reset() {
 	*x = RenewDisruptionResponse{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[70]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4666,7 +4860,7 @@ func (x *RenewDisruptionResponse) String() string {
 func (*RenewDisruptionResponse) ProtoMessage() {}
 
 func (x *RenewDisruptionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[70]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4679,7 +4873,7 @@ func (x *RenewDisruptionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewDisruptionResponse.ProtoReflect.Descriptor instead.
 func (*RenewDisruptionResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{70}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{72}
 }
 
 type ReportUnavailableRequest struct {
@@ -4699,7 +4893,7 @@ type ReportUnavailableRequest struct {
 
 func (x *ReportUnavailableRequest) Reset() {
 	*x = ReportUnavailableRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[71]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4711,7 +4905,7 @@ func (x *ReportUnavailableRequest) String() string {
 func (*ReportUnavailableRequest) ProtoMessage() {}
 
 func (x *ReportUnavailableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[71]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4724,7 +4918,7 @@ func (x *ReportUnavailableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportUnavailableRequest.ProtoReflect.Descriptor instead.
 func (*ReportUnavailableRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{71}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *ReportUnavailableRequest) GetCluster() string {
@@ -4763,7 +4957,7 @@ type ReportUnavailableResponse struct {
 
 func (x *ReportUnavailableResponse) Reset() {
 	*x = ReportUnavailableResponse{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[72]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4775,7 +4969,7 @@ func (x *ReportUnavailableResponse) String() string {
 func (*ReportUnavailableResponse) ProtoMessage() {}
 
 func (x *ReportUnavailableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[72]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4788,7 +4982,7 @@ func (x *ReportUnavailableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportUnavailableResponse.ProtoReflect.Descriptor instead.
 func (*ReportUnavailableResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{72}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{74}
 }
 
 // SlaGrant is a grant of the global evaluator as kept in etcd.
@@ -4807,7 +5001,7 @@ type SlaGrant struct {
 
 func (x *SlaGrant) Reset() {
 	*x = SlaGrant{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[73]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4819,7 +5013,7 @@ func (x *SlaGrant) String() string {
 func (*SlaGrant) ProtoMessage() {}
 
 func (x *SlaGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[73]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4832,7 +5026,7 @@ func (x *SlaGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlaGrant.ProtoReflect.Descriptor instead.
 func (*SlaGrant) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{73}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *SlaGrant) GetId() string {
@@ -5067,10 +5261,11 @@ const file_peloton_api_v1_federation_proto_rawDesc = "" +
 	"\bfailover\x18\x03 \x01(\v2\x1e.peloton.api.v1.FailoverPolicyR\bfailover\"\\\n" +
 	"\x0eFailoverPolicy\x12-\n" +
 	"\x12toleration_seconds\x18\x01 \x01(\rR\x11tolerationSeconds\x12\x1b\n" +
-	"\tmove_back\x18\x02 \x01(\bR\bmoveBack\"\x81\x01\n" +
+	"\tmove_back\x18\x02 \x01(\bR\bmoveBack\"\xb8\x01\n" +
 	"\x14FederatedServiceSpec\x12)\n" +
 	"\x03job\x18\x01 \x01(\v2\x17.peloton.api.v1.JobSpecR\x03job\x12>\n" +
-	"\tplacement\x18\x02 \x01(\v2 .peloton.api.v1.ServicePlacementR\tplacement\"\xe4\x05\n" +
+	"\tplacement\x18\x02 \x01(\v2 .peloton.api.v1.ServicePlacementR\tplacement\x125\n" +
+	"\arollout\x18\x03 \x01(\v2\x1b.peloton.api.v1.RolloutSpecR\arollout\"\xe4\x05\n" +
 	"\x0eServiceCluster\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x18\n" +
 	"\adesired\x18\x02 \x01(\rR\adesired\x12$\n" +
@@ -5098,13 +5293,18 @@ const file_peloton_api_v1_federation_proto_rawDesc = "" +
 	"\boverride\x18\x12 \x01(\v2\x1f.peloton.api.v1.ClusterOverrideR\boverride\x1a;\n" +
 	"\rCoveringEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\"\xd7\x01\n" +
+	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\"\x8e\x02\n" +
 	"\vRolloutSpec\x12\x14\n" +
 	"\x05order\x18\x01 \x03(\tR\x05order\x12+\n" +
 	"\x11parallel_clusters\x18\x02 \x01(\rR\x10parallelClusters\x122\n" +
 	"\x06update\x18\x03 \x01(\v2\x1a.peloton.api.v1.UpdateSpecR\x06update\x12.\n" +
 	"\x13rollback_on_failure\x18\x04 \x01(\bR\x11rollbackOnFailure\x12!\n" +
-	"\fstart_paused\x18\x05 \x01(\bR\vstartPaused\"\xce\x03\n" +
+	"\fstart_paused\x18\x05 \x01(\bR\vstartPaused\x125\n" +
+	"\x05steps\x18\x06 \x03(\v2\x1f.peloton.api.v1.RolloutStepSpecR\x05steps\"l\n" +
+	"\x0fRolloutStepSpec\x12\x1a\n" +
+	"\bclusters\x18\x01 \x03(\tR\bclusters\x12!\n" +
+	"\fsoak_seconds\x18\x02 \x01(\rR\vsoakSeconds\x12\x1a\n" +
+	"\bapproval\x18\x03 \x01(\bR\bapproval\"\xe4\x03\n" +
 	"\vRolloutStep\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x126\n" +
 	"\x05state\x18\x02 \x01(\x0e2 .peloton.api.v1.RolloutStepStateR\x05state\x12\x1b\n" +
@@ -5118,7 +5318,8 @@ const file_peloton_api_v1_federation_proto_rawDesc = "" +
 	"\x0fmax_unavailable\x18\t \x01(\rR\x0emaxUnavailable\x12!\n" +
 	"\ffrom_desired\x18\n" +
 	" \x01(\rR\vfromDesired\x120\n" +
-	"\x14from_max_unavailable\x18\v \x01(\rR\x12fromMaxUnavailable\"\x88\x03\n" +
+	"\x14from_max_unavailable\x18\v \x01(\rR\x12fromMaxUnavailable\x12\x14\n" +
+	"\x05group\x18\f \x01(\rR\x05group\"\x84\x05\n" +
 	"\x0eServiceRollout\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12!\n" +
 	"\ffrom_version\x18\x02 \x01(\x04R\vfromVersion\x12\x1d\n" +
@@ -5130,7 +5331,14 @@ const file_peloton_api_v1_federation_proto_rawDesc = "" +
 	"\amessage\x18\a \x01(\tR\amessage\x12;\n" +
 	"\vcreate_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x125\n" +
-	"\bend_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\"\xfe\x02\n" +
+	"\bend_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12!\n" +
+	"\fgates_passed\x18\n" +
+	" \x01(\rR\vgatesPassed\x129\n" +
+	"\n" +
+	"soak_start\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\tsoakStart\x12A\n" +
+	"\x0eapproval_since\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\rapprovalSince\x12\x18\n" +
+	"\awaiting\x18\r \x01(\tR\awaiting\x12?\n" +
+	"\rwaiting_since\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\fwaitingSince\"\xfe\x02\n" +
 	"\x0eServiceVersion\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12)\n" +
 	"\x03job\x18\x02 \x01(\v2\x17.peloton.api.v1.JobSpecR\x03job\x12;\n" +
@@ -5205,6 +5413,9 @@ const file_peloton_api_v1_federation_proto_rawDesc = "" +
 	"\n" +
 	"service_id\x18\x01 \x01(\tR\tserviceId\"@\n" +
 	"\x1fRollbackFederatedServiceRequest\x12\x1d\n" +
+	"\n" +
+	"service_id\x18\x01 \x01(\tR\tserviceId\"?\n" +
+	"\x1eApproveFederatedServiceRequest\x12\x1d\n" +
 	"\n" +
 	"service_id\x18\x01 \x01(\tR\tserviceId\"]\n" +
 	"\x1fFederatedServiceRolloutResponse\x12:\n" +
@@ -5298,7 +5509,7 @@ const file_peloton_api_v1_federation_proto_rawDesc = "" +
 	"\x12CreateFederatedJob\x12).peloton.api.v1.CreateFederatedJobRequest\x1a*.peloton.api.v1.CreateFederatedJobResponse\x12b\n" +
 	"\x0fGetFederatedJob\x12&.peloton.api.v1.GetFederatedJobRequest\x1a'.peloton.api.v1.GetFederatedJobResponse\x12h\n" +
 	"\x11ListFederatedJobs\x12(.peloton.api.v1.ListFederatedJobsRequest\x1a).peloton.api.v1.ListFederatedJobsResponse\x12e\n" +
-	"\x10KillFederatedJob\x12'.peloton.api.v1.KillFederatedJobRequest\x1a(.peloton.api.v1.KillFederatedJobResponse2\xd2\b\n" +
+	"\x10KillFederatedJob\x12'.peloton.api.v1.KillFederatedJobRequest\x1a(.peloton.api.v1.KillFederatedJobResponse2\xce\t\n" +
 	"\x17FederatedServiceService\x12w\n" +
 	"\x16CreateFederatedService\x12-.peloton.api.v1.CreateFederatedServiceRequest\x1a..peloton.api.v1.CreateFederatedServiceResponse\x12n\n" +
 	"\x13GetFederatedService\x12*.peloton.api.v1.GetFederatedServiceRequest\x1a+.peloton.api.v1.GetFederatedServiceResponse\x12t\n" +
@@ -5308,7 +5519,8 @@ const file_peloton_api_v1_federation_proto_rawDesc = "" +
 	"\x15PauseFederatedService\x12,.peloton.api.v1.PauseFederatedServiceRequest\x1a/.peloton.api.v1.FederatedServiceRolloutResponse\x12x\n" +
 	"\x16ResumeFederatedService\x12-.peloton.api.v1.ResumeFederatedServiceRequest\x1a/.peloton.api.v1.FederatedServiceRolloutResponse\x12v\n" +
 	"\x15AbortFederatedService\x12,.peloton.api.v1.AbortFederatedServiceRequest\x1a/.peloton.api.v1.FederatedServiceRolloutResponse\x12|\n" +
-	"\x18RollbackFederatedService\x12/.peloton.api.v1.RollbackFederatedServiceRequest\x1a/.peloton.api.v1.FederatedServiceRolloutResponse2\xb4\x03\n" +
+	"\x18RollbackFederatedService\x12/.peloton.api.v1.RollbackFederatedServiceRequest\x1a/.peloton.api.v1.FederatedServiceRolloutResponse\x12z\n" +
+	"\x17ApproveFederatedService\x12..peloton.api.v1.ApproveFederatedServiceRequest\x1a/.peloton.api.v1.FederatedServiceRolloutResponse2\xb4\x03\n" +
 	"\x10GlobalSlaService\x12h\n" +
 	"\x11RequestDisruption\x12(.peloton.api.v1.RequestDisruptionRequest\x1a).peloton.api.v1.RequestDisruptionResponse\x12h\n" +
 	"\x11ReleaseDisruption\x12(.peloton.api.v1.ReleaseDisruptionRequest\x1a).peloton.api.v1.ReleaseDisruptionResponse\x12b\n" +
@@ -5328,7 +5540,7 @@ func file_peloton_api_v1_federation_proto_rawDescGZIP() []byte {
 }
 
 var file_peloton_api_v1_federation_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_peloton_api_v1_federation_proto_msgTypes = make([]protoimpl.MessageInfo, 84)
+var file_peloton_api_v1_federation_proto_msgTypes = make([]protoimpl.MessageInfo, 86)
 var file_peloton_api_v1_federation_proto_goTypes = []any{
 	(ClusterState)(0),                       // 0: peloton.api.v1.ClusterState
 	(DispatchState)(0),                      // 1: peloton.api.v1.DispatchState
@@ -5380,201 +5592,210 @@ var file_peloton_api_v1_federation_proto_goTypes = []any{
 	(*FederatedServiceSpec)(nil),            // 47: peloton.api.v1.FederatedServiceSpec
 	(*ServiceCluster)(nil),                  // 48: peloton.api.v1.ServiceCluster
 	(*RolloutSpec)(nil),                     // 49: peloton.api.v1.RolloutSpec
-	(*RolloutStep)(nil),                     // 50: peloton.api.v1.RolloutStep
-	(*ServiceRollout)(nil),                  // 51: peloton.api.v1.ServiceRollout
-	(*ServiceVersion)(nil),                  // 52: peloton.api.v1.ServiceVersion
-	(*FederatedService)(nil),                // 53: peloton.api.v1.FederatedService
-	(*CreateFederatedServiceRequest)(nil),   // 54: peloton.api.v1.CreateFederatedServiceRequest
-	(*CreateFederatedServiceResponse)(nil),  // 55: peloton.api.v1.CreateFederatedServiceResponse
-	(*GetFederatedServiceRequest)(nil),      // 56: peloton.api.v1.GetFederatedServiceRequest
-	(*GetFederatedServiceResponse)(nil),     // 57: peloton.api.v1.GetFederatedServiceResponse
-	(*ListFederatedServicesRequest)(nil),    // 58: peloton.api.v1.ListFederatedServicesRequest
-	(*ListFederatedServicesResponse)(nil),   // 59: peloton.api.v1.ListFederatedServicesResponse
-	(*UpdateFederatedServiceRequest)(nil),   // 60: peloton.api.v1.UpdateFederatedServiceRequest
-	(*UpdateFederatedServiceResponse)(nil),  // 61: peloton.api.v1.UpdateFederatedServiceResponse
-	(*PauseFederatedServiceRequest)(nil),    // 62: peloton.api.v1.PauseFederatedServiceRequest
-	(*ResumeFederatedServiceRequest)(nil),   // 63: peloton.api.v1.ResumeFederatedServiceRequest
-	(*AbortFederatedServiceRequest)(nil),    // 64: peloton.api.v1.AbortFederatedServiceRequest
-	(*RollbackFederatedServiceRequest)(nil), // 65: peloton.api.v1.RollbackFederatedServiceRequest
-	(*FederatedServiceRolloutResponse)(nil), // 66: peloton.api.v1.FederatedServiceRolloutResponse
-	(*DeleteFederatedServiceRequest)(nil),   // 67: peloton.api.v1.DeleteFederatedServiceRequest
-	(*DeleteFederatedServiceResponse)(nil),  // 68: peloton.api.v1.DeleteFederatedServiceResponse
-	(*RequestDisruptionRequest)(nil),        // 69: peloton.api.v1.RequestDisruptionRequest
-	(*RequestDisruptionResponse)(nil),       // 70: peloton.api.v1.RequestDisruptionResponse
-	(*ReleaseDisruptionRequest)(nil),        // 71: peloton.api.v1.ReleaseDisruptionRequest
-	(*ReleaseDisruptionResponse)(nil),       // 72: peloton.api.v1.ReleaseDisruptionResponse
-	(*RenewDisruptionRequest)(nil),          // 73: peloton.api.v1.RenewDisruptionRequest
-	(*RenewDisruptionResponse)(nil),         // 74: peloton.api.v1.RenewDisruptionResponse
-	(*ReportUnavailableRequest)(nil),        // 75: peloton.api.v1.ReportUnavailableRequest
-	(*ReportUnavailableResponse)(nil),       // 76: peloton.api.v1.ReportUnavailableResponse
-	(*SlaGrant)(nil),                        // 77: peloton.api.v1.SlaGrant
-	nil,                                     // 78: peloton.api.v1.Cluster.LabelsEntry
-	nil,                                     // 79: peloton.api.v1.RegisterClusterRequest.LabelsEntry
-	nil,                                     // 80: peloton.api.v1.FederatedPoolPlacement.WeightsEntry
-	nil,                                     // 81: peloton.api.v1.FederatedJobPlacement.ClusterSelectorEntry
-	nil,                                     // 82: peloton.api.v1.ClusterShare.SelectorEntry
-	nil,                                     // 83: peloton.api.v1.ClusterOverride.EnvEntry
-	nil,                                     // 84: peloton.api.v1.ClusterOverride.LabelsEntry
-	nil,                                     // 85: peloton.api.v1.ServiceCluster.CoveringEntry
-	nil,                                     // 86: peloton.api.v1.ServiceVersion.OverridesEntry
-	nil,                                     // 87: peloton.api.v1.CreateFederatedServiceResponse.SplitEntry
-	(*timestamppb.Timestamp)(nil),           // 88: google.protobuf.Timestamp
-	(*Resources)(nil),                       // 89: peloton.api.v1.Resources
-	(*PoolSpec)(nil),                        // 90: peloton.api.v1.PoolSpec
-	(*PoolStatus)(nil),                      // 91: peloton.api.v1.PoolStatus
-	(*JobSpec)(nil),                         // 92: peloton.api.v1.JobSpec
-	(*JobStatus)(nil),                       // 93: peloton.api.v1.JobStatus
-	(JobState)(0),                           // 94: peloton.api.v1.JobState
-	(*UpdateSpec)(nil),                      // 95: peloton.api.v1.UpdateSpec
+	(*RolloutStepSpec)(nil),                 // 50: peloton.api.v1.RolloutStepSpec
+	(*RolloutStep)(nil),                     // 51: peloton.api.v1.RolloutStep
+	(*ServiceRollout)(nil),                  // 52: peloton.api.v1.ServiceRollout
+	(*ServiceVersion)(nil),                  // 53: peloton.api.v1.ServiceVersion
+	(*FederatedService)(nil),                // 54: peloton.api.v1.FederatedService
+	(*CreateFederatedServiceRequest)(nil),   // 55: peloton.api.v1.CreateFederatedServiceRequest
+	(*CreateFederatedServiceResponse)(nil),  // 56: peloton.api.v1.CreateFederatedServiceResponse
+	(*GetFederatedServiceRequest)(nil),      // 57: peloton.api.v1.GetFederatedServiceRequest
+	(*GetFederatedServiceResponse)(nil),     // 58: peloton.api.v1.GetFederatedServiceResponse
+	(*ListFederatedServicesRequest)(nil),    // 59: peloton.api.v1.ListFederatedServicesRequest
+	(*ListFederatedServicesResponse)(nil),   // 60: peloton.api.v1.ListFederatedServicesResponse
+	(*UpdateFederatedServiceRequest)(nil),   // 61: peloton.api.v1.UpdateFederatedServiceRequest
+	(*UpdateFederatedServiceResponse)(nil),  // 62: peloton.api.v1.UpdateFederatedServiceResponse
+	(*PauseFederatedServiceRequest)(nil),    // 63: peloton.api.v1.PauseFederatedServiceRequest
+	(*ResumeFederatedServiceRequest)(nil),   // 64: peloton.api.v1.ResumeFederatedServiceRequest
+	(*AbortFederatedServiceRequest)(nil),    // 65: peloton.api.v1.AbortFederatedServiceRequest
+	(*RollbackFederatedServiceRequest)(nil), // 66: peloton.api.v1.RollbackFederatedServiceRequest
+	(*ApproveFederatedServiceRequest)(nil),  // 67: peloton.api.v1.ApproveFederatedServiceRequest
+	(*FederatedServiceRolloutResponse)(nil), // 68: peloton.api.v1.FederatedServiceRolloutResponse
+	(*DeleteFederatedServiceRequest)(nil),   // 69: peloton.api.v1.DeleteFederatedServiceRequest
+	(*DeleteFederatedServiceResponse)(nil),  // 70: peloton.api.v1.DeleteFederatedServiceResponse
+	(*RequestDisruptionRequest)(nil),        // 71: peloton.api.v1.RequestDisruptionRequest
+	(*RequestDisruptionResponse)(nil),       // 72: peloton.api.v1.RequestDisruptionResponse
+	(*ReleaseDisruptionRequest)(nil),        // 73: peloton.api.v1.ReleaseDisruptionRequest
+	(*ReleaseDisruptionResponse)(nil),       // 74: peloton.api.v1.ReleaseDisruptionResponse
+	(*RenewDisruptionRequest)(nil),          // 75: peloton.api.v1.RenewDisruptionRequest
+	(*RenewDisruptionResponse)(nil),         // 76: peloton.api.v1.RenewDisruptionResponse
+	(*ReportUnavailableRequest)(nil),        // 77: peloton.api.v1.ReportUnavailableRequest
+	(*ReportUnavailableResponse)(nil),       // 78: peloton.api.v1.ReportUnavailableResponse
+	(*SlaGrant)(nil),                        // 79: peloton.api.v1.SlaGrant
+	nil,                                     // 80: peloton.api.v1.Cluster.LabelsEntry
+	nil,                                     // 81: peloton.api.v1.RegisterClusterRequest.LabelsEntry
+	nil,                                     // 82: peloton.api.v1.FederatedPoolPlacement.WeightsEntry
+	nil,                                     // 83: peloton.api.v1.FederatedJobPlacement.ClusterSelectorEntry
+	nil,                                     // 84: peloton.api.v1.ClusterShare.SelectorEntry
+	nil,                                     // 85: peloton.api.v1.ClusterOverride.EnvEntry
+	nil,                                     // 86: peloton.api.v1.ClusterOverride.LabelsEntry
+	nil,                                     // 87: peloton.api.v1.ServiceCluster.CoveringEntry
+	nil,                                     // 88: peloton.api.v1.ServiceVersion.OverridesEntry
+	nil,                                     // 89: peloton.api.v1.CreateFederatedServiceResponse.SplitEntry
+	(*timestamppb.Timestamp)(nil),           // 90: google.protobuf.Timestamp
+	(*Resources)(nil),                       // 91: peloton.api.v1.Resources
+	(*PoolSpec)(nil),                        // 92: peloton.api.v1.PoolSpec
+	(*PoolStatus)(nil),                      // 93: peloton.api.v1.PoolStatus
+	(*JobSpec)(nil),                         // 94: peloton.api.v1.JobSpec
+	(*JobStatus)(nil),                       // 95: peloton.api.v1.JobStatus
+	(JobState)(0),                           // 96: peloton.api.v1.JobState
+	(*UpdateSpec)(nil),                      // 97: peloton.api.v1.UpdateSpec
 }
 var file_peloton_api_v1_federation_proto_depIdxs = []int32{
-	78,  // 0: peloton.api.v1.Cluster.labels:type_name -> peloton.api.v1.Cluster.LabelsEntry
+	80,  // 0: peloton.api.v1.Cluster.labels:type_name -> peloton.api.v1.Cluster.LabelsEntry
 	0,   // 1: peloton.api.v1.Cluster.state:type_name -> peloton.api.v1.ClusterState
 	0,   // 2: peloton.api.v1.Cluster.health:type_name -> peloton.api.v1.ClusterState
-	88,  // 3: peloton.api.v1.Cluster.registered_time:type_name -> google.protobuf.Timestamp
-	88,  // 4: peloton.api.v1.Cluster.last_seen_time:type_name -> google.protobuf.Timestamp
-	88,  // 5: peloton.api.v1.Cluster.state_time:type_name -> google.protobuf.Timestamp
-	89,  // 6: peloton.api.v1.Cluster.capacity:type_name -> peloton.api.v1.Resources
-	89,  // 7: peloton.api.v1.Cluster.allocation:type_name -> peloton.api.v1.Resources
-	79,  // 8: peloton.api.v1.RegisterClusterRequest.labels:type_name -> peloton.api.v1.RegisterClusterRequest.LabelsEntry
+	90,  // 3: peloton.api.v1.Cluster.registered_time:type_name -> google.protobuf.Timestamp
+	90,  // 4: peloton.api.v1.Cluster.last_seen_time:type_name -> google.protobuf.Timestamp
+	90,  // 5: peloton.api.v1.Cluster.state_time:type_name -> google.protobuf.Timestamp
+	91,  // 6: peloton.api.v1.Cluster.capacity:type_name -> peloton.api.v1.Resources
+	91,  // 7: peloton.api.v1.Cluster.allocation:type_name -> peloton.api.v1.Resources
+	81,  // 8: peloton.api.v1.RegisterClusterRequest.labels:type_name -> peloton.api.v1.RegisterClusterRequest.LabelsEntry
 	4,   // 9: peloton.api.v1.RegisterClusterResponse.cluster:type_name -> peloton.api.v1.Cluster
 	4,   // 10: peloton.api.v1.GetClusterResponse.cluster:type_name -> peloton.api.v1.Cluster
 	4,   // 11: peloton.api.v1.ListClustersResponse.clusters:type_name -> peloton.api.v1.Cluster
 	4,   // 12: peloton.api.v1.CordonClusterResponse.cluster:type_name -> peloton.api.v1.Cluster
 	4,   // 13: peloton.api.v1.UncordonClusterResponse.cluster:type_name -> peloton.api.v1.Cluster
-	80,  // 14: peloton.api.v1.FederatedPoolPlacement.weights:type_name -> peloton.api.v1.FederatedPoolPlacement.WeightsEntry
-	89,  // 15: peloton.api.v1.FederatedPoolSpec.reservation:type_name -> peloton.api.v1.Resources
-	89,  // 16: peloton.api.v1.FederatedPoolSpec.limit:type_name -> peloton.api.v1.Resources
-	89,  // 17: peloton.api.v1.FederatedPoolSpec.share:type_name -> peloton.api.v1.Resources
+	82,  // 14: peloton.api.v1.FederatedPoolPlacement.weights:type_name -> peloton.api.v1.FederatedPoolPlacement.WeightsEntry
+	91,  // 15: peloton.api.v1.FederatedPoolSpec.reservation:type_name -> peloton.api.v1.Resources
+	91,  // 16: peloton.api.v1.FederatedPoolSpec.limit:type_name -> peloton.api.v1.Resources
+	91,  // 17: peloton.api.v1.FederatedPoolSpec.share:type_name -> peloton.api.v1.Resources
 	17,  // 18: peloton.api.v1.FederatedPoolSpec.placement:type_name -> peloton.api.v1.FederatedPoolPlacement
-	90,  // 19: peloton.api.v1.FederatedPoolCluster.desired:type_name -> peloton.api.v1.PoolSpec
-	90,  // 20: peloton.api.v1.FederatedPoolCluster.actual:type_name -> peloton.api.v1.PoolSpec
-	91,  // 21: peloton.api.v1.FederatedPoolCluster.status:type_name -> peloton.api.v1.PoolStatus
+	92,  // 19: peloton.api.v1.FederatedPoolCluster.desired:type_name -> peloton.api.v1.PoolSpec
+	92,  // 20: peloton.api.v1.FederatedPoolCluster.actual:type_name -> peloton.api.v1.PoolSpec
+	93,  // 21: peloton.api.v1.FederatedPoolCluster.status:type_name -> peloton.api.v1.PoolStatus
 	18,  // 22: peloton.api.v1.FederatedPool.spec:type_name -> peloton.api.v1.FederatedPoolSpec
 	19,  // 23: peloton.api.v1.FederatedPool.clusters:type_name -> peloton.api.v1.FederatedPoolCluster
-	91,  // 24: peloton.api.v1.FederatedPool.total:type_name -> peloton.api.v1.PoolStatus
+	93,  // 24: peloton.api.v1.FederatedPool.total:type_name -> peloton.api.v1.PoolStatus
 	18,  // 25: peloton.api.v1.CreateFederatedPoolRequest.spec:type_name -> peloton.api.v1.FederatedPoolSpec
 	20,  // 26: peloton.api.v1.CreateFederatedPoolResponse.pool:type_name -> peloton.api.v1.FederatedPool
 	20,  // 27: peloton.api.v1.GetFederatedPoolResponse.pool:type_name -> peloton.api.v1.FederatedPool
 	18,  // 28: peloton.api.v1.UpdateFederatedPoolRequest.spec:type_name -> peloton.api.v1.FederatedPoolSpec
 	20,  // 29: peloton.api.v1.UpdateFederatedPoolResponse.pool:type_name -> peloton.api.v1.FederatedPool
 	20,  // 30: peloton.api.v1.ListFederatedPoolsResponse.pools:type_name -> peloton.api.v1.FederatedPool
-	81,  // 31: peloton.api.v1.FederatedJobPlacement.cluster_selector:type_name -> peloton.api.v1.FederatedJobPlacement.ClusterSelectorEntry
-	92,  // 32: peloton.api.v1.FederatedJobSpec.job:type_name -> peloton.api.v1.JobSpec
+	83,  // 31: peloton.api.v1.FederatedJobPlacement.cluster_selector:type_name -> peloton.api.v1.FederatedJobPlacement.ClusterSelectorEntry
+	94,  // 32: peloton.api.v1.FederatedJobSpec.job:type_name -> peloton.api.v1.JobSpec
 	31,  // 33: peloton.api.v1.FederatedJobSpec.placement:type_name -> peloton.api.v1.FederatedJobPlacement
-	88,  // 34: peloton.api.v1.FederatedJobAttempt.dispatch_time:type_name -> google.protobuf.Timestamp
+	90,  // 34: peloton.api.v1.FederatedJobAttempt.dispatch_time:type_name -> google.protobuf.Timestamp
 	32,  // 35: peloton.api.v1.FederatedJob.spec:type_name -> peloton.api.v1.FederatedJobSpec
 	1,   // 36: peloton.api.v1.FederatedJob.dispatch_state:type_name -> peloton.api.v1.DispatchState
-	93,  // 37: peloton.api.v1.FederatedJob.status:type_name -> peloton.api.v1.JobStatus
+	95,  // 37: peloton.api.v1.FederatedJob.status:type_name -> peloton.api.v1.JobStatus
 	33,  // 38: peloton.api.v1.FederatedJob.attempts:type_name -> peloton.api.v1.FederatedJobAttempt
-	88,  // 39: peloton.api.v1.FederatedJob.create_time:type_name -> google.protobuf.Timestamp
+	90,  // 39: peloton.api.v1.FederatedJob.create_time:type_name -> google.protobuf.Timestamp
 	32,  // 40: peloton.api.v1.CreateFederatedJobRequest.spec:type_name -> peloton.api.v1.FederatedJobSpec
 	34,  // 41: peloton.api.v1.GetFederatedJobResponse.job:type_name -> peloton.api.v1.FederatedJob
 	34,  // 42: peloton.api.v1.ListFederatedJobsResponse.jobs:type_name -> peloton.api.v1.FederatedJob
-	82,  // 43: peloton.api.v1.ClusterShare.selector:type_name -> peloton.api.v1.ClusterShare.SelectorEntry
+	84,  // 43: peloton.api.v1.ClusterShare.selector:type_name -> peloton.api.v1.ClusterShare.SelectorEntry
 	44,  // 44: peloton.api.v1.ClusterShare.override:type_name -> peloton.api.v1.ClusterOverride
-	83,  // 45: peloton.api.v1.ClusterOverride.env:type_name -> peloton.api.v1.ClusterOverride.EnvEntry
-	89,  // 46: peloton.api.v1.ClusterOverride.resources:type_name -> peloton.api.v1.Resources
-	84,  // 47: peloton.api.v1.ClusterOverride.labels:type_name -> peloton.api.v1.ClusterOverride.LabelsEntry
+	85,  // 45: peloton.api.v1.ClusterOverride.env:type_name -> peloton.api.v1.ClusterOverride.EnvEntry
+	91,  // 46: peloton.api.v1.ClusterOverride.resources:type_name -> peloton.api.v1.Resources
+	86,  // 47: peloton.api.v1.ClusterOverride.labels:type_name -> peloton.api.v1.ClusterOverride.LabelsEntry
 	43,  // 48: peloton.api.v1.ServicePlacement.clusters:type_name -> peloton.api.v1.ClusterShare
 	46,  // 49: peloton.api.v1.ServicePlacement.failover:type_name -> peloton.api.v1.FailoverPolicy
-	92,  // 50: peloton.api.v1.FederatedServiceSpec.job:type_name -> peloton.api.v1.JobSpec
+	94,  // 50: peloton.api.v1.FederatedServiceSpec.job:type_name -> peloton.api.v1.JobSpec
 	45,  // 51: peloton.api.v1.FederatedServiceSpec.placement:type_name -> peloton.api.v1.ServicePlacement
-	94,  // 52: peloton.api.v1.ServiceCluster.state:type_name -> peloton.api.v1.JobState
-	85,  // 53: peloton.api.v1.ServiceCluster.covering:type_name -> peloton.api.v1.ServiceCluster.CoveringEntry
-	44,  // 54: peloton.api.v1.ServiceCluster.override:type_name -> peloton.api.v1.ClusterOverride
-	95,  // 55: peloton.api.v1.RolloutSpec.update:type_name -> peloton.api.v1.UpdateSpec
-	3,   // 56: peloton.api.v1.RolloutStep.state:type_name -> peloton.api.v1.RolloutStepState
-	88,  // 57: peloton.api.v1.RolloutStep.start_time:type_name -> google.protobuf.Timestamp
-	88,  // 58: peloton.api.v1.RolloutStep.end_time:type_name -> google.protobuf.Timestamp
-	49,  // 59: peloton.api.v1.ServiceRollout.spec:type_name -> peloton.api.v1.RolloutSpec
-	2,   // 60: peloton.api.v1.ServiceRollout.state:type_name -> peloton.api.v1.RolloutState
-	50,  // 61: peloton.api.v1.ServiceRollout.steps:type_name -> peloton.api.v1.RolloutStep
-	88,  // 62: peloton.api.v1.ServiceRollout.create_time:type_name -> google.protobuf.Timestamp
-	88,  // 63: peloton.api.v1.ServiceRollout.end_time:type_name -> google.protobuf.Timestamp
-	92,  // 64: peloton.api.v1.ServiceVersion.job:type_name -> peloton.api.v1.JobSpec
-	88,  // 65: peloton.api.v1.ServiceVersion.create_time:type_name -> google.protobuf.Timestamp
-	86,  // 66: peloton.api.v1.ServiceVersion.overrides:type_name -> peloton.api.v1.ServiceVersion.OverridesEntry
-	45,  // 67: peloton.api.v1.ServiceVersion.placement:type_name -> peloton.api.v1.ServicePlacement
-	47,  // 68: peloton.api.v1.FederatedService.spec:type_name -> peloton.api.v1.FederatedServiceSpec
-	88,  // 69: peloton.api.v1.FederatedService.create_time:type_name -> google.protobuf.Timestamp
-	48,  // 70: peloton.api.v1.FederatedService.clusters:type_name -> peloton.api.v1.ServiceCluster
-	52,  // 71: peloton.api.v1.FederatedService.versions:type_name -> peloton.api.v1.ServiceVersion
-	51,  // 72: peloton.api.v1.FederatedService.rollout:type_name -> peloton.api.v1.ServiceRollout
-	51,  // 73: peloton.api.v1.FederatedService.history:type_name -> peloton.api.v1.ServiceRollout
-	47,  // 74: peloton.api.v1.CreateFederatedServiceRequest.spec:type_name -> peloton.api.v1.FederatedServiceSpec
-	87,  // 75: peloton.api.v1.CreateFederatedServiceResponse.split:type_name -> peloton.api.v1.CreateFederatedServiceResponse.SplitEntry
-	53,  // 76: peloton.api.v1.GetFederatedServiceResponse.service:type_name -> peloton.api.v1.FederatedService
-	53,  // 77: peloton.api.v1.ListFederatedServicesResponse.services:type_name -> peloton.api.v1.FederatedService
-	92,  // 78: peloton.api.v1.UpdateFederatedServiceRequest.job:type_name -> peloton.api.v1.JobSpec
-	49,  // 79: peloton.api.v1.UpdateFederatedServiceRequest.rollout:type_name -> peloton.api.v1.RolloutSpec
-	45,  // 80: peloton.api.v1.UpdateFederatedServiceRequest.placement:type_name -> peloton.api.v1.ServicePlacement
-	53,  // 81: peloton.api.v1.UpdateFederatedServiceResponse.service:type_name -> peloton.api.v1.FederatedService
-	53,  // 82: peloton.api.v1.FederatedServiceRolloutResponse.service:type_name -> peloton.api.v1.FederatedService
-	88,  // 83: peloton.api.v1.RequestDisruptionResponse.expires:type_name -> google.protobuf.Timestamp
-	88,  // 84: peloton.api.v1.SlaGrant.expires:type_name -> google.protobuf.Timestamp
-	44,  // 85: peloton.api.v1.ServiceVersion.OverridesEntry.value:type_name -> peloton.api.v1.ClusterOverride
-	5,   // 86: peloton.api.v1.ClusterService.RegisterCluster:input_type -> peloton.api.v1.RegisterClusterRequest
-	7,   // 87: peloton.api.v1.ClusterService.DeregisterCluster:input_type -> peloton.api.v1.DeregisterClusterRequest
-	9,   // 88: peloton.api.v1.ClusterService.GetCluster:input_type -> peloton.api.v1.GetClusterRequest
-	11,  // 89: peloton.api.v1.ClusterService.ListClusters:input_type -> peloton.api.v1.ListClustersRequest
-	13,  // 90: peloton.api.v1.ClusterService.CordonCluster:input_type -> peloton.api.v1.CordonClusterRequest
-	15,  // 91: peloton.api.v1.ClusterService.UncordonCluster:input_type -> peloton.api.v1.UncordonClusterRequest
-	21,  // 92: peloton.api.v1.FederatedPoolService.CreateFederatedPool:input_type -> peloton.api.v1.CreateFederatedPoolRequest
-	23,  // 93: peloton.api.v1.FederatedPoolService.GetFederatedPool:input_type -> peloton.api.v1.GetFederatedPoolRequest
-	25,  // 94: peloton.api.v1.FederatedPoolService.UpdateFederatedPool:input_type -> peloton.api.v1.UpdateFederatedPoolRequest
-	27,  // 95: peloton.api.v1.FederatedPoolService.DeleteFederatedPool:input_type -> peloton.api.v1.DeleteFederatedPoolRequest
-	29,  // 96: peloton.api.v1.FederatedPoolService.ListFederatedPools:input_type -> peloton.api.v1.ListFederatedPoolsRequest
-	35,  // 97: peloton.api.v1.FederatedJobService.CreateFederatedJob:input_type -> peloton.api.v1.CreateFederatedJobRequest
-	37,  // 98: peloton.api.v1.FederatedJobService.GetFederatedJob:input_type -> peloton.api.v1.GetFederatedJobRequest
-	39,  // 99: peloton.api.v1.FederatedJobService.ListFederatedJobs:input_type -> peloton.api.v1.ListFederatedJobsRequest
-	41,  // 100: peloton.api.v1.FederatedJobService.KillFederatedJob:input_type -> peloton.api.v1.KillFederatedJobRequest
-	54,  // 101: peloton.api.v1.FederatedServiceService.CreateFederatedService:input_type -> peloton.api.v1.CreateFederatedServiceRequest
-	56,  // 102: peloton.api.v1.FederatedServiceService.GetFederatedService:input_type -> peloton.api.v1.GetFederatedServiceRequest
-	58,  // 103: peloton.api.v1.FederatedServiceService.ListFederatedServices:input_type -> peloton.api.v1.ListFederatedServicesRequest
-	67,  // 104: peloton.api.v1.FederatedServiceService.DeleteFederatedService:input_type -> peloton.api.v1.DeleteFederatedServiceRequest
-	60,  // 105: peloton.api.v1.FederatedServiceService.UpdateFederatedService:input_type -> peloton.api.v1.UpdateFederatedServiceRequest
-	62,  // 106: peloton.api.v1.FederatedServiceService.PauseFederatedService:input_type -> peloton.api.v1.PauseFederatedServiceRequest
-	63,  // 107: peloton.api.v1.FederatedServiceService.ResumeFederatedService:input_type -> peloton.api.v1.ResumeFederatedServiceRequest
-	64,  // 108: peloton.api.v1.FederatedServiceService.AbortFederatedService:input_type -> peloton.api.v1.AbortFederatedServiceRequest
-	65,  // 109: peloton.api.v1.FederatedServiceService.RollbackFederatedService:input_type -> peloton.api.v1.RollbackFederatedServiceRequest
-	69,  // 110: peloton.api.v1.GlobalSlaService.RequestDisruption:input_type -> peloton.api.v1.RequestDisruptionRequest
-	71,  // 111: peloton.api.v1.GlobalSlaService.ReleaseDisruption:input_type -> peloton.api.v1.ReleaseDisruptionRequest
-	73,  // 112: peloton.api.v1.GlobalSlaService.RenewDisruption:input_type -> peloton.api.v1.RenewDisruptionRequest
-	75,  // 113: peloton.api.v1.GlobalSlaService.ReportUnavailable:input_type -> peloton.api.v1.ReportUnavailableRequest
-	6,   // 114: peloton.api.v1.ClusterService.RegisterCluster:output_type -> peloton.api.v1.RegisterClusterResponse
-	8,   // 115: peloton.api.v1.ClusterService.DeregisterCluster:output_type -> peloton.api.v1.DeregisterClusterResponse
-	10,  // 116: peloton.api.v1.ClusterService.GetCluster:output_type -> peloton.api.v1.GetClusterResponse
-	12,  // 117: peloton.api.v1.ClusterService.ListClusters:output_type -> peloton.api.v1.ListClustersResponse
-	14,  // 118: peloton.api.v1.ClusterService.CordonCluster:output_type -> peloton.api.v1.CordonClusterResponse
-	16,  // 119: peloton.api.v1.ClusterService.UncordonCluster:output_type -> peloton.api.v1.UncordonClusterResponse
-	22,  // 120: peloton.api.v1.FederatedPoolService.CreateFederatedPool:output_type -> peloton.api.v1.CreateFederatedPoolResponse
-	24,  // 121: peloton.api.v1.FederatedPoolService.GetFederatedPool:output_type -> peloton.api.v1.GetFederatedPoolResponse
-	26,  // 122: peloton.api.v1.FederatedPoolService.UpdateFederatedPool:output_type -> peloton.api.v1.UpdateFederatedPoolResponse
-	28,  // 123: peloton.api.v1.FederatedPoolService.DeleteFederatedPool:output_type -> peloton.api.v1.DeleteFederatedPoolResponse
-	30,  // 124: peloton.api.v1.FederatedPoolService.ListFederatedPools:output_type -> peloton.api.v1.ListFederatedPoolsResponse
-	36,  // 125: peloton.api.v1.FederatedJobService.CreateFederatedJob:output_type -> peloton.api.v1.CreateFederatedJobResponse
-	38,  // 126: peloton.api.v1.FederatedJobService.GetFederatedJob:output_type -> peloton.api.v1.GetFederatedJobResponse
-	40,  // 127: peloton.api.v1.FederatedJobService.ListFederatedJobs:output_type -> peloton.api.v1.ListFederatedJobsResponse
-	42,  // 128: peloton.api.v1.FederatedJobService.KillFederatedJob:output_type -> peloton.api.v1.KillFederatedJobResponse
-	55,  // 129: peloton.api.v1.FederatedServiceService.CreateFederatedService:output_type -> peloton.api.v1.CreateFederatedServiceResponse
-	57,  // 130: peloton.api.v1.FederatedServiceService.GetFederatedService:output_type -> peloton.api.v1.GetFederatedServiceResponse
-	59,  // 131: peloton.api.v1.FederatedServiceService.ListFederatedServices:output_type -> peloton.api.v1.ListFederatedServicesResponse
-	68,  // 132: peloton.api.v1.FederatedServiceService.DeleteFederatedService:output_type -> peloton.api.v1.DeleteFederatedServiceResponse
-	61,  // 133: peloton.api.v1.FederatedServiceService.UpdateFederatedService:output_type -> peloton.api.v1.UpdateFederatedServiceResponse
-	66,  // 134: peloton.api.v1.FederatedServiceService.PauseFederatedService:output_type -> peloton.api.v1.FederatedServiceRolloutResponse
-	66,  // 135: peloton.api.v1.FederatedServiceService.ResumeFederatedService:output_type -> peloton.api.v1.FederatedServiceRolloutResponse
-	66,  // 136: peloton.api.v1.FederatedServiceService.AbortFederatedService:output_type -> peloton.api.v1.FederatedServiceRolloutResponse
-	66,  // 137: peloton.api.v1.FederatedServiceService.RollbackFederatedService:output_type -> peloton.api.v1.FederatedServiceRolloutResponse
-	70,  // 138: peloton.api.v1.GlobalSlaService.RequestDisruption:output_type -> peloton.api.v1.RequestDisruptionResponse
-	72,  // 139: peloton.api.v1.GlobalSlaService.ReleaseDisruption:output_type -> peloton.api.v1.ReleaseDisruptionResponse
-	74,  // 140: peloton.api.v1.GlobalSlaService.RenewDisruption:output_type -> peloton.api.v1.RenewDisruptionResponse
-	76,  // 141: peloton.api.v1.GlobalSlaService.ReportUnavailable:output_type -> peloton.api.v1.ReportUnavailableResponse
-	114, // [114:142] is the sub-list for method output_type
-	86,  // [86:114] is the sub-list for method input_type
-	86,  // [86:86] is the sub-list for extension type_name
-	86,  // [86:86] is the sub-list for extension extendee
-	0,   // [0:86] is the sub-list for field type_name
+	49,  // 52: peloton.api.v1.FederatedServiceSpec.rollout:type_name -> peloton.api.v1.RolloutSpec
+	96,  // 53: peloton.api.v1.ServiceCluster.state:type_name -> peloton.api.v1.JobState
+	87,  // 54: peloton.api.v1.ServiceCluster.covering:type_name -> peloton.api.v1.ServiceCluster.CoveringEntry
+	44,  // 55: peloton.api.v1.ServiceCluster.override:type_name -> peloton.api.v1.ClusterOverride
+	97,  // 56: peloton.api.v1.RolloutSpec.update:type_name -> peloton.api.v1.UpdateSpec
+	50,  // 57: peloton.api.v1.RolloutSpec.steps:type_name -> peloton.api.v1.RolloutStepSpec
+	3,   // 58: peloton.api.v1.RolloutStep.state:type_name -> peloton.api.v1.RolloutStepState
+	90,  // 59: peloton.api.v1.RolloutStep.start_time:type_name -> google.protobuf.Timestamp
+	90,  // 60: peloton.api.v1.RolloutStep.end_time:type_name -> google.protobuf.Timestamp
+	49,  // 61: peloton.api.v1.ServiceRollout.spec:type_name -> peloton.api.v1.RolloutSpec
+	2,   // 62: peloton.api.v1.ServiceRollout.state:type_name -> peloton.api.v1.RolloutState
+	51,  // 63: peloton.api.v1.ServiceRollout.steps:type_name -> peloton.api.v1.RolloutStep
+	90,  // 64: peloton.api.v1.ServiceRollout.create_time:type_name -> google.protobuf.Timestamp
+	90,  // 65: peloton.api.v1.ServiceRollout.end_time:type_name -> google.protobuf.Timestamp
+	90,  // 66: peloton.api.v1.ServiceRollout.soak_start:type_name -> google.protobuf.Timestamp
+	90,  // 67: peloton.api.v1.ServiceRollout.approval_since:type_name -> google.protobuf.Timestamp
+	90,  // 68: peloton.api.v1.ServiceRollout.waiting_since:type_name -> google.protobuf.Timestamp
+	94,  // 69: peloton.api.v1.ServiceVersion.job:type_name -> peloton.api.v1.JobSpec
+	90,  // 70: peloton.api.v1.ServiceVersion.create_time:type_name -> google.protobuf.Timestamp
+	88,  // 71: peloton.api.v1.ServiceVersion.overrides:type_name -> peloton.api.v1.ServiceVersion.OverridesEntry
+	45,  // 72: peloton.api.v1.ServiceVersion.placement:type_name -> peloton.api.v1.ServicePlacement
+	47,  // 73: peloton.api.v1.FederatedService.spec:type_name -> peloton.api.v1.FederatedServiceSpec
+	90,  // 74: peloton.api.v1.FederatedService.create_time:type_name -> google.protobuf.Timestamp
+	48,  // 75: peloton.api.v1.FederatedService.clusters:type_name -> peloton.api.v1.ServiceCluster
+	53,  // 76: peloton.api.v1.FederatedService.versions:type_name -> peloton.api.v1.ServiceVersion
+	52,  // 77: peloton.api.v1.FederatedService.rollout:type_name -> peloton.api.v1.ServiceRollout
+	52,  // 78: peloton.api.v1.FederatedService.history:type_name -> peloton.api.v1.ServiceRollout
+	47,  // 79: peloton.api.v1.CreateFederatedServiceRequest.spec:type_name -> peloton.api.v1.FederatedServiceSpec
+	89,  // 80: peloton.api.v1.CreateFederatedServiceResponse.split:type_name -> peloton.api.v1.CreateFederatedServiceResponse.SplitEntry
+	54,  // 81: peloton.api.v1.GetFederatedServiceResponse.service:type_name -> peloton.api.v1.FederatedService
+	54,  // 82: peloton.api.v1.ListFederatedServicesResponse.services:type_name -> peloton.api.v1.FederatedService
+	94,  // 83: peloton.api.v1.UpdateFederatedServiceRequest.job:type_name -> peloton.api.v1.JobSpec
+	49,  // 84: peloton.api.v1.UpdateFederatedServiceRequest.rollout:type_name -> peloton.api.v1.RolloutSpec
+	45,  // 85: peloton.api.v1.UpdateFederatedServiceRequest.placement:type_name -> peloton.api.v1.ServicePlacement
+	54,  // 86: peloton.api.v1.UpdateFederatedServiceResponse.service:type_name -> peloton.api.v1.FederatedService
+	54,  // 87: peloton.api.v1.FederatedServiceRolloutResponse.service:type_name -> peloton.api.v1.FederatedService
+	90,  // 88: peloton.api.v1.RequestDisruptionResponse.expires:type_name -> google.protobuf.Timestamp
+	90,  // 89: peloton.api.v1.SlaGrant.expires:type_name -> google.protobuf.Timestamp
+	44,  // 90: peloton.api.v1.ServiceVersion.OverridesEntry.value:type_name -> peloton.api.v1.ClusterOverride
+	5,   // 91: peloton.api.v1.ClusterService.RegisterCluster:input_type -> peloton.api.v1.RegisterClusterRequest
+	7,   // 92: peloton.api.v1.ClusterService.DeregisterCluster:input_type -> peloton.api.v1.DeregisterClusterRequest
+	9,   // 93: peloton.api.v1.ClusterService.GetCluster:input_type -> peloton.api.v1.GetClusterRequest
+	11,  // 94: peloton.api.v1.ClusterService.ListClusters:input_type -> peloton.api.v1.ListClustersRequest
+	13,  // 95: peloton.api.v1.ClusterService.CordonCluster:input_type -> peloton.api.v1.CordonClusterRequest
+	15,  // 96: peloton.api.v1.ClusterService.UncordonCluster:input_type -> peloton.api.v1.UncordonClusterRequest
+	21,  // 97: peloton.api.v1.FederatedPoolService.CreateFederatedPool:input_type -> peloton.api.v1.CreateFederatedPoolRequest
+	23,  // 98: peloton.api.v1.FederatedPoolService.GetFederatedPool:input_type -> peloton.api.v1.GetFederatedPoolRequest
+	25,  // 99: peloton.api.v1.FederatedPoolService.UpdateFederatedPool:input_type -> peloton.api.v1.UpdateFederatedPoolRequest
+	27,  // 100: peloton.api.v1.FederatedPoolService.DeleteFederatedPool:input_type -> peloton.api.v1.DeleteFederatedPoolRequest
+	29,  // 101: peloton.api.v1.FederatedPoolService.ListFederatedPools:input_type -> peloton.api.v1.ListFederatedPoolsRequest
+	35,  // 102: peloton.api.v1.FederatedJobService.CreateFederatedJob:input_type -> peloton.api.v1.CreateFederatedJobRequest
+	37,  // 103: peloton.api.v1.FederatedJobService.GetFederatedJob:input_type -> peloton.api.v1.GetFederatedJobRequest
+	39,  // 104: peloton.api.v1.FederatedJobService.ListFederatedJobs:input_type -> peloton.api.v1.ListFederatedJobsRequest
+	41,  // 105: peloton.api.v1.FederatedJobService.KillFederatedJob:input_type -> peloton.api.v1.KillFederatedJobRequest
+	55,  // 106: peloton.api.v1.FederatedServiceService.CreateFederatedService:input_type -> peloton.api.v1.CreateFederatedServiceRequest
+	57,  // 107: peloton.api.v1.FederatedServiceService.GetFederatedService:input_type -> peloton.api.v1.GetFederatedServiceRequest
+	59,  // 108: peloton.api.v1.FederatedServiceService.ListFederatedServices:input_type -> peloton.api.v1.ListFederatedServicesRequest
+	69,  // 109: peloton.api.v1.FederatedServiceService.DeleteFederatedService:input_type -> peloton.api.v1.DeleteFederatedServiceRequest
+	61,  // 110: peloton.api.v1.FederatedServiceService.UpdateFederatedService:input_type -> peloton.api.v1.UpdateFederatedServiceRequest
+	63,  // 111: peloton.api.v1.FederatedServiceService.PauseFederatedService:input_type -> peloton.api.v1.PauseFederatedServiceRequest
+	64,  // 112: peloton.api.v1.FederatedServiceService.ResumeFederatedService:input_type -> peloton.api.v1.ResumeFederatedServiceRequest
+	65,  // 113: peloton.api.v1.FederatedServiceService.AbortFederatedService:input_type -> peloton.api.v1.AbortFederatedServiceRequest
+	66,  // 114: peloton.api.v1.FederatedServiceService.RollbackFederatedService:input_type -> peloton.api.v1.RollbackFederatedServiceRequest
+	67,  // 115: peloton.api.v1.FederatedServiceService.ApproveFederatedService:input_type -> peloton.api.v1.ApproveFederatedServiceRequest
+	71,  // 116: peloton.api.v1.GlobalSlaService.RequestDisruption:input_type -> peloton.api.v1.RequestDisruptionRequest
+	73,  // 117: peloton.api.v1.GlobalSlaService.ReleaseDisruption:input_type -> peloton.api.v1.ReleaseDisruptionRequest
+	75,  // 118: peloton.api.v1.GlobalSlaService.RenewDisruption:input_type -> peloton.api.v1.RenewDisruptionRequest
+	77,  // 119: peloton.api.v1.GlobalSlaService.ReportUnavailable:input_type -> peloton.api.v1.ReportUnavailableRequest
+	6,   // 120: peloton.api.v1.ClusterService.RegisterCluster:output_type -> peloton.api.v1.RegisterClusterResponse
+	8,   // 121: peloton.api.v1.ClusterService.DeregisterCluster:output_type -> peloton.api.v1.DeregisterClusterResponse
+	10,  // 122: peloton.api.v1.ClusterService.GetCluster:output_type -> peloton.api.v1.GetClusterResponse
+	12,  // 123: peloton.api.v1.ClusterService.ListClusters:output_type -> peloton.api.v1.ListClustersResponse
+	14,  // 124: peloton.api.v1.ClusterService.CordonCluster:output_type -> peloton.api.v1.CordonClusterResponse
+	16,  // 125: peloton.api.v1.ClusterService.UncordonCluster:output_type -> peloton.api.v1.UncordonClusterResponse
+	22,  // 126: peloton.api.v1.FederatedPoolService.CreateFederatedPool:output_type -> peloton.api.v1.CreateFederatedPoolResponse
+	24,  // 127: peloton.api.v1.FederatedPoolService.GetFederatedPool:output_type -> peloton.api.v1.GetFederatedPoolResponse
+	26,  // 128: peloton.api.v1.FederatedPoolService.UpdateFederatedPool:output_type -> peloton.api.v1.UpdateFederatedPoolResponse
+	28,  // 129: peloton.api.v1.FederatedPoolService.DeleteFederatedPool:output_type -> peloton.api.v1.DeleteFederatedPoolResponse
+	30,  // 130: peloton.api.v1.FederatedPoolService.ListFederatedPools:output_type -> peloton.api.v1.ListFederatedPoolsResponse
+	36,  // 131: peloton.api.v1.FederatedJobService.CreateFederatedJob:output_type -> peloton.api.v1.CreateFederatedJobResponse
+	38,  // 132: peloton.api.v1.FederatedJobService.GetFederatedJob:output_type -> peloton.api.v1.GetFederatedJobResponse
+	40,  // 133: peloton.api.v1.FederatedJobService.ListFederatedJobs:output_type -> peloton.api.v1.ListFederatedJobsResponse
+	42,  // 134: peloton.api.v1.FederatedJobService.KillFederatedJob:output_type -> peloton.api.v1.KillFederatedJobResponse
+	56,  // 135: peloton.api.v1.FederatedServiceService.CreateFederatedService:output_type -> peloton.api.v1.CreateFederatedServiceResponse
+	58,  // 136: peloton.api.v1.FederatedServiceService.GetFederatedService:output_type -> peloton.api.v1.GetFederatedServiceResponse
+	60,  // 137: peloton.api.v1.FederatedServiceService.ListFederatedServices:output_type -> peloton.api.v1.ListFederatedServicesResponse
+	70,  // 138: peloton.api.v1.FederatedServiceService.DeleteFederatedService:output_type -> peloton.api.v1.DeleteFederatedServiceResponse
+	62,  // 139: peloton.api.v1.FederatedServiceService.UpdateFederatedService:output_type -> peloton.api.v1.UpdateFederatedServiceResponse
+	68,  // 140: peloton.api.v1.FederatedServiceService.PauseFederatedService:output_type -> peloton.api.v1.FederatedServiceRolloutResponse
+	68,  // 141: peloton.api.v1.FederatedServiceService.ResumeFederatedService:output_type -> peloton.api.v1.FederatedServiceRolloutResponse
+	68,  // 142: peloton.api.v1.FederatedServiceService.AbortFederatedService:output_type -> peloton.api.v1.FederatedServiceRolloutResponse
+	68,  // 143: peloton.api.v1.FederatedServiceService.RollbackFederatedService:output_type -> peloton.api.v1.FederatedServiceRolloutResponse
+	68,  // 144: peloton.api.v1.FederatedServiceService.ApproveFederatedService:output_type -> peloton.api.v1.FederatedServiceRolloutResponse
+	72,  // 145: peloton.api.v1.GlobalSlaService.RequestDisruption:output_type -> peloton.api.v1.RequestDisruptionResponse
+	74,  // 146: peloton.api.v1.GlobalSlaService.ReleaseDisruption:output_type -> peloton.api.v1.ReleaseDisruptionResponse
+	76,  // 147: peloton.api.v1.GlobalSlaService.RenewDisruption:output_type -> peloton.api.v1.RenewDisruptionResponse
+	78,  // 148: peloton.api.v1.GlobalSlaService.ReportUnavailable:output_type -> peloton.api.v1.ReportUnavailableResponse
+	120, // [120:149] is the sub-list for method output_type
+	91,  // [91:120] is the sub-list for method input_type
+	91,  // [91:91] is the sub-list for extension type_name
+	91,  // [91:91] is the sub-list for extension extendee
+	0,   // [0:91] is the sub-list for field type_name
 }
 
 func init() { file_peloton_api_v1_federation_proto_init() }
@@ -5589,7 +5810,7 @@ func file_peloton_api_v1_federation_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_peloton_api_v1_federation_proto_rawDesc), len(file_peloton_api_v1_federation_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   84,
+			NumMessages:   86,
 			NumExtensions: 0,
 			NumServices:   5,
 		},

@@ -807,6 +807,7 @@ const (
 	FederatedServiceService_ResumeFederatedService_FullMethodName   = "/peloton.api.v1.FederatedServiceService/ResumeFederatedService"
 	FederatedServiceService_AbortFederatedService_FullMethodName    = "/peloton.api.v1.FederatedServiceService/AbortFederatedService"
 	FederatedServiceService_RollbackFederatedService_FullMethodName = "/peloton.api.v1.FederatedServiceService/RollbackFederatedService"
+	FederatedServiceService_ApproveFederatedService_FullMethodName  = "/peloton.api.v1.FederatedServiceService/ApproveFederatedService"
 )
 
 // FederatedServiceServiceClient is the client API for FederatedServiceService service.
@@ -828,6 +829,9 @@ type FederatedServiceServiceClient interface {
 	// Return every cluster the current rollout updated (or is updating) to
 	// the spec before it, newest first.
 	RollbackFederatedService(ctx context.Context, in *RollbackFederatedServiceRequest, opts ...grpc.CallOption) (*FederatedServiceRolloutResponse, error)
+	// Approve the gated step the current rollout waits on; FailedPrecondition
+	// when it waits for no approval.
+	ApproveFederatedService(ctx context.Context, in *ApproveFederatedServiceRequest, opts ...grpc.CallOption) (*FederatedServiceRolloutResponse, error)
 }
 
 type federatedServiceServiceClient struct {
@@ -928,6 +932,16 @@ func (c *federatedServiceServiceClient) RollbackFederatedService(ctx context.Con
 	return out, nil
 }
 
+func (c *federatedServiceServiceClient) ApproveFederatedService(ctx context.Context, in *ApproveFederatedServiceRequest, opts ...grpc.CallOption) (*FederatedServiceRolloutResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(FederatedServiceRolloutResponse)
+	err := c.cc.Invoke(ctx, FederatedServiceService_ApproveFederatedService_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // FederatedServiceServiceServer is the server API for FederatedServiceService service.
 // All implementations must embed UnimplementedFederatedServiceServiceServer
 // for forward compatibility.
@@ -947,6 +961,9 @@ type FederatedServiceServiceServer interface {
 	// Return every cluster the current rollout updated (or is updating) to
 	// the spec before it, newest first.
 	RollbackFederatedService(context.Context, *RollbackFederatedServiceRequest) (*FederatedServiceRolloutResponse, error)
+	// Approve the gated step the current rollout waits on; FailedPrecondition
+	// when it waits for no approval.
+	ApproveFederatedService(context.Context, *ApproveFederatedServiceRequest) (*FederatedServiceRolloutResponse, error)
 	mustEmbedUnimplementedFederatedServiceServiceServer()
 }
 
@@ -983,6 +1000,9 @@ func (UnimplementedFederatedServiceServiceServer) AbortFederatedService(context.
 }
 func (UnimplementedFederatedServiceServiceServer) RollbackFederatedService(context.Context, *RollbackFederatedServiceRequest) (*FederatedServiceRolloutResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RollbackFederatedService not implemented")
+}
+func (UnimplementedFederatedServiceServiceServer) ApproveFederatedService(context.Context, *ApproveFederatedServiceRequest) (*FederatedServiceRolloutResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ApproveFederatedService not implemented")
 }
 func (UnimplementedFederatedServiceServiceServer) mustEmbedUnimplementedFederatedServiceServiceServer() {
 }
@@ -1168,6 +1188,24 @@ func _FederatedServiceService_RollbackFederatedService_Handler(srv interface{}, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _FederatedServiceService_ApproveFederatedService_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ApproveFederatedServiceRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(FederatedServiceServiceServer).ApproveFederatedService(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: FederatedServiceService_ApproveFederatedService_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(FederatedServiceServiceServer).ApproveFederatedService(ctx, req.(*ApproveFederatedServiceRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // FederatedServiceService_ServiceDesc is the grpc.ServiceDesc for FederatedServiceService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1210,6 +1248,10 @@ var FederatedServiceService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RollbackFederatedService",
 			Handler:    _FederatedServiceService_RollbackFederatedService_Handler,
+		},
+		{
+			MethodName: "ApproveFederatedService",
+			Handler:    _FederatedServiceService_ApproveFederatedService_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
