@@ -305,6 +305,14 @@ const (
 	ConstraintOp_IN ConstraintOp = 4
 	// The label is not set, or set to none of values (at least one).
 	ConstraintOp_NOT_IN ConstraintOp = 5
+	// The label is not set (no values).
+	ConstraintOp_DOES_NOT_EXIST ConstraintOp = 6
+	// The label is set to an integer greater than values[0] (exactly one
+	// value, an integer); a label that is not an integer does not match.
+	ConstraintOp_GREATER_THAN ConstraintOp = 7
+	// The label is set to an integer less than values[0] (exactly one
+	// value, an integer); a label that is not an integer does not match.
+	ConstraintOp_LESS_THAN ConstraintOp = 8
 )
 
 // Enum value maps for ConstraintOp.
@@ -316,6 +324,9 @@ var (
 		3: "EXISTS",
 		4: "IN",
 		5: "NOT_IN",
+		6: "DOES_NOT_EXIST",
+		7: "GREATER_THAN",
+		8: "LESS_THAN",
 	}
 	ConstraintOp_value = map[string]int32{
 		"CONSTRAINT_OP_UNSPECIFIED": 0,
@@ -324,6 +335,9 @@ var (
 		"EXISTS":                    3,
 		"IN":                        4,
 		"NOT_IN":                    5,
+		"DOES_NOT_EXIST":            6,
+		"GREATER_THAN":              7,
+		"LESS_THAN":                 8,
 	}
 )
 
@@ -352,6 +366,59 @@ func (x ConstraintOp) Number() protoreflect.EnumNumber {
 // Deprecated: Use ConstraintOp.Descriptor instead.
 func (ConstraintOp) EnumDescriptor() ([]byte, []int) {
 	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{4}
+}
+
+// TolerationOp says how a toleration matches a taint's value.
+type TolerationOp int32
+
+const (
+	TolerationOp_TOLERATION_OP_UNSPECIFIED TolerationOp = 0
+	// The taint's key and value equal the toleration's.
+	TolerationOp_EQUAL TolerationOp = 1
+	// The taint's key equals the toleration's (any value); an empty key
+	// with EXISTS tolerates every taint.
+	TolerationOp_TOLERATE_EXISTS TolerationOp = 2
+)
+
+// Enum value maps for TolerationOp.
+var (
+	TolerationOp_name = map[int32]string{
+		0: "TOLERATION_OP_UNSPECIFIED",
+		1: "EQUAL",
+		2: "TOLERATE_EXISTS",
+	}
+	TolerationOp_value = map[string]int32{
+		"TOLERATION_OP_UNSPECIFIED": 0,
+		"EQUAL":                     1,
+		"TOLERATE_EXISTS":           2,
+	}
+)
+
+func (x TolerationOp) Enum() *TolerationOp {
+	p := new(TolerationOp)
+	*p = x
+	return p
+}
+
+func (x TolerationOp) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (TolerationOp) Descriptor() protoreflect.EnumDescriptor {
+	return file_peloton_api_v1_peloton_proto_enumTypes[5].Descriptor()
+}
+
+func (TolerationOp) Type() protoreflect.EnumType {
+	return &file_peloton_api_v1_peloton_proto_enumTypes[5]
+}
+
+func (x TolerationOp) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use TolerationOp.Descriptor instead.
+func (TolerationOp) EnumDescriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{5}
 }
 
 // GangFailurePolicy is what a gang member's failure does to its peers.
@@ -392,11 +459,11 @@ func (x GangFailurePolicy) String() string {
 }
 
 func (GangFailurePolicy) Descriptor() protoreflect.EnumDescriptor {
-	return file_peloton_api_v1_peloton_proto_enumTypes[5].Descriptor()
+	return file_peloton_api_v1_peloton_proto_enumTypes[6].Descriptor()
 }
 
 func (GangFailurePolicy) Type() protoreflect.EnumType {
-	return &file_peloton_api_v1_peloton_proto_enumTypes[5]
+	return &file_peloton_api_v1_peloton_proto_enumTypes[6]
 }
 
 func (x GangFailurePolicy) Number() protoreflect.EnumNumber {
@@ -405,7 +472,7 @@ func (x GangFailurePolicy) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use GangFailurePolicy.Descriptor instead.
 func (GangFailurePolicy) EnumDescriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{5}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{6}
 }
 
 // JobState is the lifecycle state of a job as a whole. Long-running jobs
@@ -458,11 +525,11 @@ func (x JobState) String() string {
 }
 
 func (JobState) Descriptor() protoreflect.EnumDescriptor {
-	return file_peloton_api_v1_peloton_proto_enumTypes[6].Descriptor()
+	return file_peloton_api_v1_peloton_proto_enumTypes[7].Descriptor()
 }
 
 func (JobState) Type() protoreflect.EnumType {
-	return &file_peloton_api_v1_peloton_proto_enumTypes[6]
+	return &file_peloton_api_v1_peloton_proto_enumTypes[7]
 }
 
 func (x JobState) Number() protoreflect.EnumNumber {
@@ -471,7 +538,7 @@ func (x JobState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use JobState.Descriptor instead.
 func (JobState) EnumDescriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{6}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{7}
 }
 
 // LogStream picks a task's output stream.
@@ -505,11 +572,11 @@ func (x LogStream) String() string {
 }
 
 func (LogStream) Descriptor() protoreflect.EnumDescriptor {
-	return file_peloton_api_v1_peloton_proto_enumTypes[7].Descriptor()
+	return file_peloton_api_v1_peloton_proto_enumTypes[8].Descriptor()
 }
 
 func (LogStream) Type() protoreflect.EnumType {
-	return &file_peloton_api_v1_peloton_proto_enumTypes[7]
+	return &file_peloton_api_v1_peloton_proto_enumTypes[8]
 }
 
 func (x LogStream) Number() protoreflect.EnumNumber {
@@ -518,7 +585,7 @@ func (x LogStream) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use LogStream.Descriptor instead.
 func (LogStream) EnumDescriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{7}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{8}
 }
 
 // HostState says whether a host takes new work. Maintenance moves a host
@@ -567,11 +634,11 @@ func (x HostState) String() string {
 }
 
 func (HostState) Descriptor() protoreflect.EnumDescriptor {
-	return file_peloton_api_v1_peloton_proto_enumTypes[8].Descriptor()
+	return file_peloton_api_v1_peloton_proto_enumTypes[9].Descriptor()
 }
 
 func (HostState) Type() protoreflect.EnumType {
-	return &file_peloton_api_v1_peloton_proto_enumTypes[8]
+	return &file_peloton_api_v1_peloton_proto_enumTypes[9]
 }
 
 func (x HostState) Number() protoreflect.EnumNumber {
@@ -580,7 +647,7 @@ func (x HostState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use HostState.Descriptor instead.
 func (HostState) EnumDescriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{8}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{9}
 }
 
 // HostZone is how hot a host runs, as the host advisor classifies it from
@@ -621,11 +688,11 @@ func (x HostZone) String() string {
 }
 
 func (HostZone) Descriptor() protoreflect.EnumDescriptor {
-	return file_peloton_api_v1_peloton_proto_enumTypes[9].Descriptor()
+	return file_peloton_api_v1_peloton_proto_enumTypes[10].Descriptor()
 }
 
 func (HostZone) Type() protoreflect.EnumType {
-	return &file_peloton_api_v1_peloton_proto_enumTypes[9]
+	return &file_peloton_api_v1_peloton_proto_enumTypes[10]
 }
 
 func (x HostZone) Number() protoreflect.EnumNumber {
@@ -634,7 +701,7 @@ func (x HostZone) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use HostZone.Descriptor instead.
 func (HostZone) EnumDescriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{9}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{10}
 }
 
 // PartitionMoveState is where a host's move between partitions is. A move
@@ -681,11 +748,11 @@ func (x PartitionMoveState) String() string {
 }
 
 func (PartitionMoveState) Descriptor() protoreflect.EnumDescriptor {
-	return file_peloton_api_v1_peloton_proto_enumTypes[10].Descriptor()
+	return file_peloton_api_v1_peloton_proto_enumTypes[11].Descriptor()
 }
 
 func (PartitionMoveState) Type() protoreflect.EnumType {
-	return &file_peloton_api_v1_peloton_proto_enumTypes[10]
+	return &file_peloton_api_v1_peloton_proto_enumTypes[11]
 }
 
 func (x PartitionMoveState) Number() protoreflect.EnumNumber {
@@ -694,7 +761,7 @@ func (x PartitionMoveState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use PartitionMoveState.Descriptor instead.
 func (PartitionMoveState) EnumDescriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{10}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{11}
 }
 
 // UpdateState is the lifecycle of an update; the transition table is
@@ -754,11 +821,11 @@ func (x UpdateState) String() string {
 }
 
 func (UpdateState) Descriptor() protoreflect.EnumDescriptor {
-	return file_peloton_api_v1_peloton_proto_enumTypes[11].Descriptor()
+	return file_peloton_api_v1_peloton_proto_enumTypes[12].Descriptor()
 }
 
 func (UpdateState) Type() protoreflect.EnumType {
-	return &file_peloton_api_v1_peloton_proto_enumTypes[11]
+	return &file_peloton_api_v1_peloton_proto_enumTypes[12]
 }
 
 func (x UpdateState) Number() protoreflect.EnumNumber {
@@ -767,7 +834,7 @@ func (x UpdateState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use UpdateState.Descriptor instead.
 func (UpdateState) EnumDescriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{11}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{12}
 }
 
 // Resources is an amount of each resource kind. cpu is in cores and may be
@@ -1556,7 +1623,17 @@ type PlacementSpec struct {
 	// already running there (0 = no limit).
 	MaxInstancesPerHost uint32 `protobuf:"varint,3,opt,name=max_instances_per_host,json=maxInstancesPerHost,proto3" json:"max_instances_per_host,omitempty"`
 	// Only hosts of this partition; empty means any partition.
-	Partition     string `protobuf:"bytes,4,opt,name=partition,proto3" json:"partition,omitempty"`
+	Partition string `protobuf:"bytes,4,opt,name=partition,proto3" json:"partition,omitempty"`
+	// If set, the host must also pass every constraint of at least one of
+	// these terms (an OR of ANDs, as a Kubernetes pod's required node
+	// affinity). Empty means no such condition.
+	AnyOf []*ConstraintTerm `protobuf:"bytes,5,rep,name=any_of,json=anyOf,proto3" json:"any_of,omitempty"`
+	// Host taints this instance tolerates. A host whose label
+	// peloton.io/taints lists a taint (key=value:Effect, comma separated;
+	// the Kubernetes backend sets it from a node's NoSchedule and
+	// NoExecute taints) takes only instances that tolerate every taint it
+	// lists.
+	Tolerations   []*Toleration `protobuf:"bytes,6,rep,name=tolerations,proto3" json:"tolerations,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1619,6 +1696,137 @@ func (x *PlacementSpec) GetPartition() string {
 	return ""
 }
 
+func (x *PlacementSpec) GetAnyOf() []*ConstraintTerm {
+	if x != nil {
+		return x.AnyOf
+	}
+	return nil
+}
+
+func (x *PlacementSpec) GetTolerations() []*Toleration {
+	if x != nil {
+		return x.Tolerations
+	}
+	return nil
+}
+
+// ConstraintTerm is a set of constraints that must all hold on a host.
+type ConstraintTerm struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Constraints   []*Constraint          `protobuf:"bytes,1,rep,name=constraints,proto3" json:"constraints,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConstraintTerm) Reset() {
+	*x = ConstraintTerm{}
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConstraintTerm) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConstraintTerm) ProtoMessage() {}
+
+func (x *ConstraintTerm) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConstraintTerm.ProtoReflect.Descriptor instead.
+func (*ConstraintTerm) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ConstraintTerm) GetConstraints() []*Constraint {
+	if x != nil {
+		return x.Constraints
+	}
+	return nil
+}
+
+// Toleration lets an instance run on hosts with matching taints.
+type Toleration struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The taint key; empty only with TOLERATE_EXISTS (every key).
+	Key string       `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Op  TolerationOp `protobuf:"varint,2,opt,name=op,proto3,enum=peloton.api.v1.TolerationOp" json:"op,omitempty"`
+	// The taint value, with EQUAL.
+	Value string `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
+	// NoSchedule or NoExecute; empty tolerates both.
+	Effect        string `protobuf:"bytes,4,opt,name=effect,proto3" json:"effect,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Toleration) Reset() {
+	*x = Toleration{}
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Toleration) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Toleration) ProtoMessage() {}
+
+func (x *Toleration) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Toleration.ProtoReflect.Descriptor instead.
+func (*Toleration) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *Toleration) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *Toleration) GetOp() TolerationOp {
+	if x != nil {
+		return x.Op
+	}
+	return TolerationOp_TOLERATION_OP_UNSPECIFIED
+}
+
+func (x *Toleration) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
+func (x *Toleration) GetEffect() string {
+	if x != nil {
+		return x.Effect
+	}
+	return ""
+}
+
 // JobSpec is the whole description of a job: the document users submit.
 type JobSpec struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1667,7 +1875,7 @@ type JobSpec struct {
 
 func (x *JobSpec) Reset() {
 	*x = JobSpec{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[11]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1679,7 +1887,7 @@ func (x *JobSpec) String() string {
 func (*JobSpec) ProtoMessage() {}
 
 func (x *JobSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[11]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1692,7 +1900,7 @@ func (x *JobSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobSpec.ProtoReflect.Descriptor instead.
 func (*JobSpec) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{11}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *JobSpec) GetName() string {
@@ -1808,7 +2016,7 @@ type GangSpec struct {
 
 func (x *GangSpec) Reset() {
 	*x = GangSpec{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[12]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1820,7 +2028,7 @@ func (x *GangSpec) String() string {
 func (*GangSpec) ProtoMessage() {}
 
 func (x *GangSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[12]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1833,7 +2041,7 @@ func (x *GangSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GangSpec.ProtoReflect.Descriptor instead.
 func (*GangSpec) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{12}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GangSpec) GetSize() uint32 {
@@ -1879,7 +2087,7 @@ type SelfScaleSpec struct {
 
 func (x *SelfScaleSpec) Reset() {
 	*x = SelfScaleSpec{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[13]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1891,7 +2099,7 @@ func (x *SelfScaleSpec) String() string {
 func (*SelfScaleSpec) ProtoMessage() {}
 
 func (x *SelfScaleSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[13]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1904,7 +2112,7 @@ func (x *SelfScaleSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SelfScaleSpec.ProtoReflect.Descriptor instead.
 func (*SelfScaleSpec) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{13}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SelfScaleSpec) GetMin() uint32 {
@@ -1938,7 +2146,7 @@ type ForeignOwner struct {
 
 func (x *ForeignOwner) Reset() {
 	*x = ForeignOwner{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[14]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1950,7 +2158,7 @@ func (x *ForeignOwner) String() string {
 func (*ForeignOwner) ProtoMessage() {}
 
 func (x *ForeignOwner) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[14]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1963,7 +2171,7 @@ func (x *ForeignOwner) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForeignOwner.ProtoReflect.Descriptor instead.
 func (*ForeignOwner) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{14}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ForeignOwner) GetSource() string {
@@ -2044,7 +2252,7 @@ type JobStatus struct {
 
 func (x *JobStatus) Reset() {
 	*x = JobStatus{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[15]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2056,7 +2264,7 @@ func (x *JobStatus) String() string {
 func (*JobStatus) ProtoMessage() {}
 
 func (x *JobStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[15]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2069,7 +2277,7 @@ func (x *JobStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobStatus.ProtoReflect.Descriptor instead.
 func (*JobStatus) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{15}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *JobStatus) GetState() JobState {
@@ -2182,7 +2390,7 @@ type Job struct {
 
 func (x *Job) Reset() {
 	*x = Job{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[16]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2194,7 +2402,7 @@ func (x *Job) String() string {
 func (*Job) ProtoMessage() {}
 
 func (x *Job) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[16]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2207,7 +2415,7 @@ func (x *Job) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Job.ProtoReflect.Descriptor instead.
 func (*Job) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{16}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Job) GetId() string {
@@ -2288,7 +2496,7 @@ type TaskStatus struct {
 
 func (x *TaskStatus) Reset() {
 	*x = TaskStatus{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[17]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2300,7 +2508,7 @@ func (x *TaskStatus) String() string {
 func (*TaskStatus) ProtoMessage() {}
 
 func (x *TaskStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[17]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2313,7 +2521,7 @@ func (x *TaskStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskStatus.ProtoReflect.Descriptor instead.
 func (*TaskStatus) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{17}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *TaskStatus) GetState() TaskState {
@@ -2490,7 +2698,7 @@ type TaskTransition struct {
 
 func (x *TaskTransition) Reset() {
 	*x = TaskTransition{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[18]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2502,7 +2710,7 @@ func (x *TaskTransition) String() string {
 func (*TaskTransition) ProtoMessage() {}
 
 func (x *TaskTransition) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[18]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2515,7 +2723,7 @@ func (x *TaskTransition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskTransition.ProtoReflect.Descriptor instead.
 func (*TaskTransition) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{18}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *TaskTransition) GetState() TaskState {
@@ -2561,7 +2769,7 @@ type Task struct {
 
 func (x *Task) Reset() {
 	*x = Task{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[19]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2573,7 +2781,7 @@ func (x *Task) String() string {
 func (*Task) ProtoMessage() {}
 
 func (x *Task) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[19]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2586,7 +2794,7 @@ func (x *Task) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Task.ProtoReflect.Descriptor instead.
 func (*Task) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{19}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Task) GetJobId() string {
@@ -2643,7 +2851,7 @@ type CreateJobRequest struct {
 
 func (x *CreateJobRequest) Reset() {
 	*x = CreateJobRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[20]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2655,7 +2863,7 @@ func (x *CreateJobRequest) String() string {
 func (*CreateJobRequest) ProtoMessage() {}
 
 func (x *CreateJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[20]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2668,7 +2876,7 @@ func (x *CreateJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJobRequest.ProtoReflect.Descriptor instead.
 func (*CreateJobRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{20}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CreateJobRequest) GetSpec() *JobSpec {
@@ -2706,7 +2914,7 @@ type CreateJobResponse struct {
 
 func (x *CreateJobResponse) Reset() {
 	*x = CreateJobResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[21]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2718,7 +2926,7 @@ func (x *CreateJobResponse) String() string {
 func (*CreateJobResponse) ProtoMessage() {}
 
 func (x *CreateJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[21]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2731,7 +2939,7 @@ func (x *CreateJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJobResponse.ProtoReflect.Descriptor instead.
 func (*CreateJobResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{21}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CreateJobResponse) GetJobId() string {
@@ -2764,7 +2972,7 @@ type GetJobRequest struct {
 
 func (x *GetJobRequest) Reset() {
 	*x = GetJobRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[22]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2776,7 +2984,7 @@ func (x *GetJobRequest) String() string {
 func (*GetJobRequest) ProtoMessage() {}
 
 func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[22]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2789,7 +2997,7 @@ func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobRequest.ProtoReflect.Descriptor instead.
 func (*GetJobRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{22}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GetJobRequest) GetJobId() string {
@@ -2808,7 +3016,7 @@ type GetJobResponse struct {
 
 func (x *GetJobResponse) Reset() {
 	*x = GetJobResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[23]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2820,7 +3028,7 @@ func (x *GetJobResponse) String() string {
 func (*GetJobResponse) ProtoMessage() {}
 
 func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[23]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2833,7 +3041,7 @@ func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobResponse.ProtoReflect.Descriptor instead.
 func (*GetJobResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{23}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GetJobResponse) GetJob() *Job {
@@ -2871,7 +3079,7 @@ type ListJobsRequest struct {
 
 func (x *ListJobsRequest) Reset() {
 	*x = ListJobsRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[24]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2883,7 +3091,7 @@ func (x *ListJobsRequest) String() string {
 func (*ListJobsRequest) ProtoMessage() {}
 
 func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[24]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2896,7 +3104,7 @@ func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobsRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{24}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListJobsRequest) GetPool() string {
@@ -2975,7 +3183,7 @@ type ListJobsResponse struct {
 
 func (x *ListJobsResponse) Reset() {
 	*x = ListJobsResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[25]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2987,7 +3195,7 @@ func (x *ListJobsResponse) String() string {
 func (*ListJobsResponse) ProtoMessage() {}
 
 func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[25]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3000,7 +3208,7 @@ func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobsResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{25}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListJobsResponse) GetJobs() []*Job {
@@ -3026,7 +3234,7 @@ type CancelJobRequest struct {
 
 func (x *CancelJobRequest) Reset() {
 	*x = CancelJobRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[26]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3038,7 +3246,7 @@ func (x *CancelJobRequest) String() string {
 func (*CancelJobRequest) ProtoMessage() {}
 
 func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[26]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3051,7 +3259,7 @@ func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobRequest.ProtoReflect.Descriptor instead.
 func (*CancelJobRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{26}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CancelJobRequest) GetJobId() string {
@@ -3069,7 +3277,7 @@ type CancelJobResponse struct {
 
 func (x *CancelJobResponse) Reset() {
 	*x = CancelJobResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[27]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3081,7 +3289,7 @@ func (x *CancelJobResponse) String() string {
 func (*CancelJobResponse) ProtoMessage() {}
 
 func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[27]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3094,7 +3302,7 @@ func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobResponse.ProtoReflect.Descriptor instead.
 func (*CancelJobResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{27}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{29}
 }
 
 type DeleteJobRequest struct {
@@ -3106,7 +3314,7 @@ type DeleteJobRequest struct {
 
 func (x *DeleteJobRequest) Reset() {
 	*x = DeleteJobRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[28]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3118,7 +3326,7 @@ func (x *DeleteJobRequest) String() string {
 func (*DeleteJobRequest) ProtoMessage() {}
 
 func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[28]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3131,7 +3339,7 @@ func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobRequest.ProtoReflect.Descriptor instead.
 func (*DeleteJobRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{28}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *DeleteJobRequest) GetJobId() string {
@@ -3149,7 +3357,7 @@ type DeleteJobResponse struct {
 
 func (x *DeleteJobResponse) Reset() {
 	*x = DeleteJobResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[29]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3161,7 +3369,7 @@ func (x *DeleteJobResponse) String() string {
 func (*DeleteJobResponse) ProtoMessage() {}
 
 func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[29]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3174,7 +3382,7 @@ func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobResponse.ProtoReflect.Descriptor instead.
 func (*DeleteJobResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{29}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{31}
 }
 
 type RestartJobRequest struct {
@@ -3188,7 +3396,7 @@ type RestartJobRequest struct {
 
 func (x *RestartJobRequest) Reset() {
 	*x = RestartJobRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[30]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3200,7 +3408,7 @@ func (x *RestartJobRequest) String() string {
 func (*RestartJobRequest) ProtoMessage() {}
 
 func (x *RestartJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[30]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3213,7 +3421,7 @@ func (x *RestartJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestartJobRequest.ProtoReflect.Descriptor instead.
 func (*RestartJobRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{30}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RestartJobRequest) GetJobId() string {
@@ -3238,7 +3446,7 @@ type RestartJobResponse struct {
 
 func (x *RestartJobResponse) Reset() {
 	*x = RestartJobResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[31]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3250,7 +3458,7 @@ func (x *RestartJobResponse) String() string {
 func (*RestartJobResponse) ProtoMessage() {}
 
 func (x *RestartJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[31]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3263,7 +3471,7 @@ func (x *RestartJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestartJobResponse.ProtoReflect.Descriptor instead.
 func (*RestartJobResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{31}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{33}
 }
 
 // ScaleJobRequest changes the instance count of a job that has not
@@ -3287,7 +3495,7 @@ type ScaleJobRequest struct {
 
 func (x *ScaleJobRequest) Reset() {
 	*x = ScaleJobRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[32]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3299,7 +3507,7 @@ func (x *ScaleJobRequest) String() string {
 func (*ScaleJobRequest) ProtoMessage() {}
 
 func (x *ScaleJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[32]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3312,7 +3520,7 @@ func (x *ScaleJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScaleJobRequest.ProtoReflect.Descriptor instead.
 func (*ScaleJobRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{32}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ScaleJobRequest) GetJobId() string {
@@ -3356,7 +3564,7 @@ type ScaleJobResponse struct {
 
 func (x *ScaleJobResponse) Reset() {
 	*x = ScaleJobResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[33]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3368,7 +3576,7 @@ func (x *ScaleJobResponse) String() string {
 func (*ScaleJobResponse) ProtoMessage() {}
 
 func (x *ScaleJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[33]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3381,7 +3589,7 @@ func (x *ScaleJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScaleJobResponse.ProtoReflect.Descriptor instead.
 func (*ScaleJobResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{33}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ScaleJobResponse) GetSpecVersion() uint64 {
@@ -3407,7 +3615,7 @@ type ListJobVersionsRequest struct {
 
 func (x *ListJobVersionsRequest) Reset() {
 	*x = ListJobVersionsRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[34]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3419,7 +3627,7 @@ func (x *ListJobVersionsRequest) String() string {
 func (*ListJobVersionsRequest) ProtoMessage() {}
 
 func (x *ListJobVersionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[34]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3432,7 +3640,7 @@ func (x *ListJobVersionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobVersionsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobVersionsRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{34}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListJobVersionsRequest) GetJobId() string {
@@ -3456,7 +3664,7 @@ type JobVersion struct {
 
 func (x *JobVersion) Reset() {
 	*x = JobVersion{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[35]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3468,7 +3676,7 @@ func (x *JobVersion) String() string {
 func (*JobVersion) ProtoMessage() {}
 
 func (x *JobVersion) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[35]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3481,7 +3689,7 @@ func (x *JobVersion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobVersion.ProtoReflect.Descriptor instead.
 func (*JobVersion) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{35}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *JobVersion) GetVersion() uint64 {
@@ -3521,7 +3729,7 @@ type ListJobVersionsResponse struct {
 
 func (x *ListJobVersionsResponse) Reset() {
 	*x = ListJobVersionsResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[36]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3533,7 +3741,7 @@ func (x *ListJobVersionsResponse) String() string {
 func (*ListJobVersionsResponse) ProtoMessage() {}
 
 func (x *ListJobVersionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[36]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3546,7 +3754,7 @@ func (x *ListJobVersionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobVersionsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobVersionsResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{36}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListJobVersionsResponse) GetVersions() []*JobVersion {
@@ -3568,7 +3776,7 @@ type WatchJobsRequest struct {
 
 func (x *WatchJobsRequest) Reset() {
 	*x = WatchJobsRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[37]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3580,7 +3788,7 @@ func (x *WatchJobsRequest) String() string {
 func (*WatchJobsRequest) ProtoMessage() {}
 
 func (x *WatchJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[37]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3593,7 +3801,7 @@ func (x *WatchJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchJobsRequest.ProtoReflect.Descriptor instead.
 func (*WatchJobsRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{37}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *WatchJobsRequest) GetJobIds() []string {
@@ -3628,7 +3836,7 @@ type JobChange struct {
 
 func (x *JobChange) Reset() {
 	*x = JobChange{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[38]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3640,7 +3848,7 @@ func (x *JobChange) String() string {
 func (*JobChange) ProtoMessage() {}
 
 func (x *JobChange) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[38]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3653,7 +3861,7 @@ func (x *JobChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobChange.ProtoReflect.Descriptor instead.
 func (*JobChange) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{38}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *JobChange) GetJob() *Job {
@@ -3693,7 +3901,7 @@ type ListTasksRequest struct {
 
 func (x *ListTasksRequest) Reset() {
 	*x = ListTasksRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[39]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3705,7 +3913,7 @@ func (x *ListTasksRequest) String() string {
 func (*ListTasksRequest) ProtoMessage() {}
 
 func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[39]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3718,7 +3926,7 @@ func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksRequest.ProtoReflect.Descriptor instead.
 func (*ListTasksRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{39}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListTasksRequest) GetJobId() string {
@@ -3761,7 +3969,7 @@ type ListTasksResponse struct {
 
 func (x *ListTasksResponse) Reset() {
 	*x = ListTasksResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[40]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3773,7 +3981,7 @@ func (x *ListTasksResponse) String() string {
 func (*ListTasksResponse) ProtoMessage() {}
 
 func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[40]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3786,7 +3994,7 @@ func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksResponse.ProtoReflect.Descriptor instead.
 func (*ListTasksResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{40}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListTasksResponse) GetTasks() []*Task {
@@ -3813,7 +4021,7 @@ type GetTaskRequest struct {
 
 func (x *GetTaskRequest) Reset() {
 	*x = GetTaskRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[41]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3825,7 +4033,7 @@ func (x *GetTaskRequest) String() string {
 func (*GetTaskRequest) ProtoMessage() {}
 
 func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[41]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3838,7 +4046,7 @@ func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskRequest.ProtoReflect.Descriptor instead.
 func (*GetTaskRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{41}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *GetTaskRequest) GetJobId() string {
@@ -3864,7 +4072,7 @@ type GetTaskResponse struct {
 
 func (x *GetTaskResponse) Reset() {
 	*x = GetTaskResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[42]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3876,7 +4084,7 @@ func (x *GetTaskResponse) String() string {
 func (*GetTaskResponse) ProtoMessage() {}
 
 func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[42]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3889,7 +4097,7 @@ func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskResponse.ProtoReflect.Descriptor instead.
 func (*GetTaskResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{42}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *GetTaskResponse) GetTask() *Task {
@@ -3909,7 +4117,7 @@ type KillTaskRequest struct {
 
 func (x *KillTaskRequest) Reset() {
 	*x = KillTaskRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[43]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3921,7 +4129,7 @@ func (x *KillTaskRequest) String() string {
 func (*KillTaskRequest) ProtoMessage() {}
 
 func (x *KillTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[43]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3934,7 +4142,7 @@ func (x *KillTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillTaskRequest.ProtoReflect.Descriptor instead.
 func (*KillTaskRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{43}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *KillTaskRequest) GetJobId() string {
@@ -3959,7 +4167,7 @@ type KillTaskResponse struct {
 
 func (x *KillTaskResponse) Reset() {
 	*x = KillTaskResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[44]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3971,7 +4179,7 @@ func (x *KillTaskResponse) String() string {
 func (*KillTaskResponse) ProtoMessage() {}
 
 func (x *KillTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[44]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3984,7 +4192,7 @@ func (x *KillTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillTaskResponse.ProtoReflect.Descriptor instead.
 func (*KillTaskResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{44}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{46}
 }
 
 type GetTaskLogsRequest struct {
@@ -4010,7 +4218,7 @@ type GetTaskLogsRequest struct {
 
 func (x *GetTaskLogsRequest) Reset() {
 	*x = GetTaskLogsRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[45]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4022,7 +4230,7 @@ func (x *GetTaskLogsRequest) String() string {
 func (*GetTaskLogsRequest) ProtoMessage() {}
 
 func (x *GetTaskLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[45]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4035,7 +4243,7 @@ func (x *GetTaskLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskLogsRequest.ProtoReflect.Descriptor instead.
 func (*GetTaskLogsRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{45}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *GetTaskLogsRequest) GetJobId() string {
@@ -4096,7 +4304,7 @@ type LogChunk struct {
 
 func (x *LogChunk) Reset() {
 	*x = LogChunk{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[46]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4108,7 +4316,7 @@ func (x *LogChunk) String() string {
 func (*LogChunk) ProtoMessage() {}
 
 func (x *LogChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[46]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4121,7 +4329,7 @@ func (x *LogChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogChunk.ProtoReflect.Descriptor instead.
 func (*LogChunk) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{46}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *LogChunk) GetData() []byte {
@@ -4140,7 +4348,7 @@ type WatchTasksRequest struct {
 
 func (x *WatchTasksRequest) Reset() {
 	*x = WatchTasksRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[47]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4152,7 +4360,7 @@ func (x *WatchTasksRequest) String() string {
 func (*WatchTasksRequest) ProtoMessage() {}
 
 func (x *WatchTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[47]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4165,7 +4373,7 @@ func (x *WatchTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTasksRequest.ProtoReflect.Descriptor instead.
 func (*WatchTasksRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{47}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *WatchTasksRequest) GetJobId() string {
@@ -4192,7 +4400,7 @@ type TaskChange struct {
 
 func (x *TaskChange) Reset() {
 	*x = TaskChange{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[48]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4204,7 +4412,7 @@ func (x *TaskChange) String() string {
 func (*TaskChange) ProtoMessage() {}
 
 func (x *TaskChange) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[48]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4217,7 +4425,7 @@ func (x *TaskChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskChange.ProtoReflect.Descriptor instead.
 func (*TaskChange) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{48}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *TaskChange) GetTask() *Task {
@@ -4259,7 +4467,7 @@ type PoolSpec struct {
 
 func (x *PoolSpec) Reset() {
 	*x = PoolSpec{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[49]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4271,7 +4479,7 @@ func (x *PoolSpec) String() string {
 func (*PoolSpec) ProtoMessage() {}
 
 func (x *PoolSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[49]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4284,7 +4492,7 @@ func (x *PoolSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolSpec.ProtoReflect.Descriptor instead.
 func (*PoolSpec) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{49}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *PoolSpec) GetReservation() *Resources {
@@ -4330,7 +4538,7 @@ type PoolStatus struct {
 
 func (x *PoolStatus) Reset() {
 	*x = PoolStatus{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[50]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4342,7 +4550,7 @@ func (x *PoolStatus) String() string {
 func (*PoolStatus) ProtoMessage() {}
 
 func (x *PoolStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[50]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4355,7 +4563,7 @@ func (x *PoolStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolStatus.ProtoReflect.Descriptor instead.
 func (*PoolStatus) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{50}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *PoolStatus) GetEntitlement() *Resources {
@@ -4408,7 +4616,7 @@ type Pool struct {
 
 func (x *Pool) Reset() {
 	*x = Pool{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[51]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4420,7 +4628,7 @@ func (x *Pool) String() string {
 func (*Pool) ProtoMessage() {}
 
 func (x *Pool) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[51]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4433,7 +4641,7 @@ func (x *Pool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pool.ProtoReflect.Descriptor instead.
 func (*Pool) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{51}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *Pool) GetPath() string {
@@ -4487,7 +4695,7 @@ type CreatePoolRequest struct {
 
 func (x *CreatePoolRequest) Reset() {
 	*x = CreatePoolRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[52]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4499,7 +4707,7 @@ func (x *CreatePoolRequest) String() string {
 func (*CreatePoolRequest) ProtoMessage() {}
 
 func (x *CreatePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[52]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4512,7 +4720,7 @@ func (x *CreatePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePoolRequest.ProtoReflect.Descriptor instead.
 func (*CreatePoolRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{52}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *CreatePoolRequest) GetPath() string {
@@ -4549,7 +4757,7 @@ type CreatePoolResponse struct {
 
 func (x *CreatePoolResponse) Reset() {
 	*x = CreatePoolResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[53]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4561,7 +4769,7 @@ func (x *CreatePoolResponse) String() string {
 func (*CreatePoolResponse) ProtoMessage() {}
 
 func (x *CreatePoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[53]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4574,7 +4782,7 @@ func (x *CreatePoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePoolResponse.ProtoReflect.Descriptor instead.
 func (*CreatePoolResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{53}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *CreatePoolResponse) GetPool() *Pool {
@@ -4600,7 +4808,7 @@ type GetPoolRequest struct {
 
 func (x *GetPoolRequest) Reset() {
 	*x = GetPoolRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[54]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4612,7 +4820,7 @@ func (x *GetPoolRequest) String() string {
 func (*GetPoolRequest) ProtoMessage() {}
 
 func (x *GetPoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[54]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4625,7 +4833,7 @@ func (x *GetPoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPoolRequest.ProtoReflect.Descriptor instead.
 func (*GetPoolRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{54}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *GetPoolRequest) GetPath() string {
@@ -4644,7 +4852,7 @@ type GetPoolResponse struct {
 
 func (x *GetPoolResponse) Reset() {
 	*x = GetPoolResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[55]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4656,7 +4864,7 @@ func (x *GetPoolResponse) String() string {
 func (*GetPoolResponse) ProtoMessage() {}
 
 func (x *GetPoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[55]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4669,7 +4877,7 @@ func (x *GetPoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPoolResponse.ProtoReflect.Descriptor instead.
 func (*GetPoolResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{55}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *GetPoolResponse) GetPool() *Pool {
@@ -4691,7 +4899,7 @@ type UpdatePoolRequest struct {
 
 func (x *UpdatePoolRequest) Reset() {
 	*x = UpdatePoolRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[56]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4703,7 +4911,7 @@ func (x *UpdatePoolRequest) String() string {
 func (*UpdatePoolRequest) ProtoMessage() {}
 
 func (x *UpdatePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[56]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4716,7 +4924,7 @@ func (x *UpdatePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdatePoolRequest.ProtoReflect.Descriptor instead.
 func (*UpdatePoolRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{56}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *UpdatePoolRequest) GetPath() string {
@@ -4749,7 +4957,7 @@ type UpdatePoolResponse struct {
 
 func (x *UpdatePoolResponse) Reset() {
 	*x = UpdatePoolResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[57]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4761,7 +4969,7 @@ func (x *UpdatePoolResponse) String() string {
 func (*UpdatePoolResponse) ProtoMessage() {}
 
 func (x *UpdatePoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[57]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4774,7 +4982,7 @@ func (x *UpdatePoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdatePoolResponse.ProtoReflect.Descriptor instead.
 func (*UpdatePoolResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{57}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *UpdatePoolResponse) GetPool() *Pool {
@@ -4793,7 +5001,7 @@ type DeletePoolRequest struct {
 
 func (x *DeletePoolRequest) Reset() {
 	*x = DeletePoolRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[58]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4805,7 +5013,7 @@ func (x *DeletePoolRequest) String() string {
 func (*DeletePoolRequest) ProtoMessage() {}
 
 func (x *DeletePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[58]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4818,7 +5026,7 @@ func (x *DeletePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoolRequest.ProtoReflect.Descriptor instead.
 func (*DeletePoolRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{58}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *DeletePoolRequest) GetPath() string {
@@ -4836,7 +5044,7 @@ type DeletePoolResponse struct {
 
 func (x *DeletePoolResponse) Reset() {
 	*x = DeletePoolResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[59]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4848,7 +5056,7 @@ func (x *DeletePoolResponse) String() string {
 func (*DeletePoolResponse) ProtoMessage() {}
 
 func (x *DeletePoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[59]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4861,7 +5069,7 @@ func (x *DeletePoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoolResponse.ProtoReflect.Descriptor instead.
 func (*DeletePoolResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{59}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{61}
 }
 
 // MovePoolRequest moves a pool, with its children, under another parent.
@@ -4876,7 +5084,7 @@ type MovePoolRequest struct {
 
 func (x *MovePoolRequest) Reset() {
 	*x = MovePoolRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[60]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4888,7 +5096,7 @@ func (x *MovePoolRequest) String() string {
 func (*MovePoolRequest) ProtoMessage() {}
 
 func (x *MovePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[60]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4901,7 +5109,7 @@ func (x *MovePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MovePoolRequest.ProtoReflect.Descriptor instead.
 func (*MovePoolRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{60}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *MovePoolRequest) GetPath() string {
@@ -4927,7 +5135,7 @@ type MovePoolResponse struct {
 
 func (x *MovePoolResponse) Reset() {
 	*x = MovePoolResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[61]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4939,7 +5147,7 @@ func (x *MovePoolResponse) String() string {
 func (*MovePoolResponse) ProtoMessage() {}
 
 func (x *MovePoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[61]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4952,7 +5160,7 @@ func (x *MovePoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MovePoolResponse.ProtoReflect.Descriptor instead.
 func (*MovePoolResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{61}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *MovePoolResponse) GetPool() *Pool {
@@ -4970,7 +5178,7 @@ type ListPoolsRequest struct {
 
 func (x *ListPoolsRequest) Reset() {
 	*x = ListPoolsRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[62]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4982,7 +5190,7 @@ func (x *ListPoolsRequest) String() string {
 func (*ListPoolsRequest) ProtoMessage() {}
 
 func (x *ListPoolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[62]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4995,7 +5203,7 @@ func (x *ListPoolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoolsRequest.ProtoReflect.Descriptor instead.
 func (*ListPoolsRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{62}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{64}
 }
 
 type ListPoolsResponse struct {
@@ -5012,7 +5220,7 @@ type ListPoolsResponse struct {
 
 func (x *ListPoolsResponse) Reset() {
 	*x = ListPoolsResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[63]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5024,7 +5232,7 @@ func (x *ListPoolsResponse) String() string {
 func (*ListPoolsResponse) ProtoMessage() {}
 
 func (x *ListPoolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[63]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5037,7 +5245,7 @@ func (x *ListPoolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoolsResponse.ProtoReflect.Descriptor instead.
 func (*ListPoolsResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{63}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ListPoolsResponse) GetPools() []*Pool {
@@ -5101,7 +5309,7 @@ type Host struct {
 
 func (x *Host) Reset() {
 	*x = Host{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[64]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5113,7 +5321,7 @@ func (x *Host) String() string {
 func (*Host) ProtoMessage() {}
 
 func (x *Host) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[64]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5126,7 +5334,7 @@ func (x *Host) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Host.ProtoReflect.Descriptor instead.
 func (*Host) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{64}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *Host) GetName() string {
@@ -5267,7 +5475,7 @@ type HostRun struct {
 
 func (x *HostRun) Reset() {
 	*x = HostRun{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[65]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5279,7 +5487,7 @@ func (x *HostRun) String() string {
 func (*HostRun) ProtoMessage() {}
 
 func (x *HostRun) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[65]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5292,7 +5500,7 @@ func (x *HostRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostRun.ProtoReflect.Descriptor instead.
 func (*HostRun) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{65}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *HostRun) GetTaskId() string {
@@ -5366,7 +5574,7 @@ type HostUsage struct {
 
 func (x *HostUsage) Reset() {
 	*x = HostUsage{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[66]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5378,7 +5586,7 @@ func (x *HostUsage) String() string {
 func (*HostUsage) ProtoMessage() {}
 
 func (x *HostUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[66]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5391,7 +5599,7 @@ func (x *HostUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostUsage.ProtoReflect.Descriptor instead.
 func (*HostUsage) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{66}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *HostUsage) GetCpu() float64 {
@@ -5476,7 +5684,7 @@ type TaskUsage struct {
 
 func (x *TaskUsage) Reset() {
 	*x = TaskUsage{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[67]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5488,7 +5696,7 @@ func (x *TaskUsage) String() string {
 func (*TaskUsage) ProtoMessage() {}
 
 func (x *TaskUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[67]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5501,7 +5709,7 @@ func (x *TaskUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskUsage.ProtoReflect.Descriptor instead.
 func (*TaskUsage) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{67}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *TaskUsage) GetCpu() float64 {
@@ -5566,7 +5774,7 @@ type UsageReport struct {
 
 func (x *UsageReport) Reset() {
 	*x = UsageReport{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[68]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5578,7 +5786,7 @@ func (x *UsageReport) String() string {
 func (*UsageReport) ProtoMessage() {}
 
 func (x *UsageReport) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[68]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5591,7 +5799,7 @@ func (x *UsageReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageReport.ProtoReflect.Descriptor instead.
 func (*UsageReport) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{68}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *UsageReport) GetHost() string {
@@ -5646,7 +5854,7 @@ type UsageAck struct {
 
 func (x *UsageAck) Reset() {
 	*x = UsageAck{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[69]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5658,7 +5866,7 @@ func (x *UsageAck) String() string {
 func (*UsageAck) ProtoMessage() {}
 
 func (x *UsageAck) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[69]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5671,7 +5879,7 @@ func (x *UsageAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageAck.ProtoReflect.Descriptor instead.
 func (*UsageAck) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{69}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *UsageAck) GetSequence() uint64 {
@@ -5691,7 +5899,7 @@ type ListHostsRequest struct {
 
 func (x *ListHostsRequest) Reset() {
 	*x = ListHostsRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[70]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5703,7 +5911,7 @@ func (x *ListHostsRequest) String() string {
 func (*ListHostsRequest) ProtoMessage() {}
 
 func (x *ListHostsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[70]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5716,7 +5924,7 @@ func (x *ListHostsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHostsRequest.ProtoReflect.Descriptor instead.
 func (*ListHostsRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{70}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *ListHostsRequest) GetIncludeRuns() bool {
@@ -5738,7 +5946,7 @@ type ListHostsResponse struct {
 
 func (x *ListHostsResponse) Reset() {
 	*x = ListHostsResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[71]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5750,7 +5958,7 @@ func (x *ListHostsResponse) String() string {
 func (*ListHostsResponse) ProtoMessage() {}
 
 func (x *ListHostsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[71]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5763,7 +5971,7 @@ func (x *ListHostsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHostsResponse.ProtoReflect.Descriptor instead.
 func (*ListHostsResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{71}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *ListHostsResponse) GetHosts() []*Host {
@@ -5803,7 +6011,7 @@ type Substrate struct {
 
 func (x *Substrate) Reset() {
 	*x = Substrate{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[72]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5815,7 +6023,7 @@ func (x *Substrate) String() string {
 func (*Substrate) ProtoMessage() {}
 
 func (x *Substrate) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[72]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5828,7 +6036,7 @@ func (x *Substrate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Substrate.ProtoReflect.Descriptor instead.
 func (*Substrate) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{72}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *Substrate) GetBackend() string {
@@ -5884,7 +6092,7 @@ type StartMaintenanceRequest struct {
 
 func (x *StartMaintenanceRequest) Reset() {
 	*x = StartMaintenanceRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[73]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5896,7 +6104,7 @@ func (x *StartMaintenanceRequest) String() string {
 func (*StartMaintenanceRequest) ProtoMessage() {}
 
 func (x *StartMaintenanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[73]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5909,7 +6117,7 @@ func (x *StartMaintenanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartMaintenanceRequest.ProtoReflect.Descriptor instead.
 func (*StartMaintenanceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{73}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *StartMaintenanceRequest) GetHosts() []string {
@@ -5936,7 +6144,7 @@ type StartMaintenanceResponse struct {
 
 func (x *StartMaintenanceResponse) Reset() {
 	*x = StartMaintenanceResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[74]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5948,7 +6156,7 @@ func (x *StartMaintenanceResponse) String() string {
 func (*StartMaintenanceResponse) ProtoMessage() {}
 
 func (x *StartMaintenanceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[74]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5961,7 +6169,7 @@ func (x *StartMaintenanceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartMaintenanceResponse.ProtoReflect.Descriptor instead.
 func (*StartMaintenanceResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{74}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *StartMaintenanceResponse) GetHosts() []*Host {
@@ -5983,7 +6191,7 @@ type CompleteMaintenanceRequest struct {
 
 func (x *CompleteMaintenanceRequest) Reset() {
 	*x = CompleteMaintenanceRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[75]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5995,7 +6203,7 @@ func (x *CompleteMaintenanceRequest) String() string {
 func (*CompleteMaintenanceRequest) ProtoMessage() {}
 
 func (x *CompleteMaintenanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[75]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6008,7 +6216,7 @@ func (x *CompleteMaintenanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteMaintenanceRequest.ProtoReflect.Descriptor instead.
 func (*CompleteMaintenanceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{75}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *CompleteMaintenanceRequest) GetHosts() []string {
@@ -6028,7 +6236,7 @@ type CompleteMaintenanceResponse struct {
 
 func (x *CompleteMaintenanceResponse) Reset() {
 	*x = CompleteMaintenanceResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[76]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6040,7 +6248,7 @@ func (x *CompleteMaintenanceResponse) String() string {
 func (*CompleteMaintenanceResponse) ProtoMessage() {}
 
 func (x *CompleteMaintenanceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[76]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6053,7 +6261,7 @@ func (x *CompleteMaintenanceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteMaintenanceResponse.ProtoReflect.Descriptor instead.
 func (*CompleteMaintenanceResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{76}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *CompleteMaintenanceResponse) GetHosts() []*Host {
@@ -6092,7 +6300,7 @@ type MoveHostRequest struct {
 
 func (x *MoveHostRequest) Reset() {
 	*x = MoveHostRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[77]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6104,7 +6312,7 @@ func (x *MoveHostRequest) String() string {
 func (*MoveHostRequest) ProtoMessage() {}
 
 func (x *MoveHostRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[77]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6117,7 +6325,7 @@ func (x *MoveHostRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveHostRequest.ProtoReflect.Descriptor instead.
 func (*MoveHostRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{77}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *MoveHostRequest) GetHost() string {
@@ -6165,7 +6373,7 @@ type MoveHostResponse struct {
 
 func (x *MoveHostResponse) Reset() {
 	*x = MoveHostResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[78]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6177,7 +6385,7 @@ func (x *MoveHostResponse) String() string {
 func (*MoveHostResponse) ProtoMessage() {}
 
 func (x *MoveHostResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[78]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6190,7 +6398,7 @@ func (x *MoveHostResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveHostResponse.ProtoReflect.Descriptor instead.
 func (*MoveHostResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{78}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *MoveHostResponse) GetHost() *Host {
@@ -6230,7 +6438,7 @@ type Partition struct {
 
 func (x *Partition) Reset() {
 	*x = Partition{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[79]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6242,7 +6450,7 @@ func (x *Partition) String() string {
 func (*Partition) ProtoMessage() {}
 
 func (x *Partition) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[79]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6255,7 +6463,7 @@ func (x *Partition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Partition.ProtoReflect.Descriptor instead.
 func (*Partition) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{79}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *Partition) GetName() string {
@@ -6371,7 +6579,7 @@ type ListPartitionsRequest struct {
 
 func (x *ListPartitionsRequest) Reset() {
 	*x = ListPartitionsRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[80]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6383,7 +6591,7 @@ func (x *ListPartitionsRequest) String() string {
 func (*ListPartitionsRequest) ProtoMessage() {}
 
 func (x *ListPartitionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[80]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6396,7 +6604,7 @@ func (x *ListPartitionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPartitionsRequest.ProtoReflect.Descriptor instead.
 func (*ListPartitionsRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{80}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{82}
 }
 
 type ListPartitionsResponse struct {
@@ -6409,7 +6617,7 @@ type ListPartitionsResponse struct {
 
 func (x *ListPartitionsResponse) Reset() {
 	*x = ListPartitionsResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[81]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6421,7 +6629,7 @@ func (x *ListPartitionsResponse) String() string {
 func (*ListPartitionsResponse) ProtoMessage() {}
 
 func (x *ListPartitionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[81]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6434,7 +6642,7 @@ func (x *ListPartitionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPartitionsResponse.ProtoReflect.Descriptor instead.
 func (*ListPartitionsResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{81}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *ListPartitionsResponse) GetPartitions() []*Partition {
@@ -6465,7 +6673,7 @@ type AdvisorStatus struct {
 
 func (x *AdvisorStatus) Reset() {
 	*x = AdvisorStatus{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[82]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6477,7 +6685,7 @@ func (x *AdvisorStatus) String() string {
 func (*AdvisorStatus) ProtoMessage() {}
 
 func (x *AdvisorStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[82]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6490,7 +6698,7 @@ func (x *AdvisorStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdvisorStatus.ProtoReflect.Descriptor instead.
 func (*AdvisorStatus) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{82}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *AdvisorStatus) GetMode() string {
@@ -6536,7 +6744,7 @@ type PartitionMove struct {
 
 func (x *PartitionMove) Reset() {
 	*x = PartitionMove{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[83]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6548,7 +6756,7 @@ func (x *PartitionMove) String() string {
 func (*PartitionMove) ProtoMessage() {}
 
 func (x *PartitionMove) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[83]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6561,7 +6769,7 @@ func (x *PartitionMove) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionMove.ProtoReflect.Descriptor instead.
 func (*PartitionMove) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{83}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *PartitionMove) GetHost() string {
@@ -6618,7 +6826,7 @@ type ListPartitionMovesRequest struct {
 
 func (x *ListPartitionMovesRequest) Reset() {
 	*x = ListPartitionMovesRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[84]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6630,7 +6838,7 @@ func (x *ListPartitionMovesRequest) String() string {
 func (*ListPartitionMovesRequest) ProtoMessage() {}
 
 func (x *ListPartitionMovesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[84]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6643,7 +6851,7 @@ func (x *ListPartitionMovesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPartitionMovesRequest.ProtoReflect.Descriptor instead.
 func (*ListPartitionMovesRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{84}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *ListPartitionMovesRequest) GetHost() string {
@@ -6669,7 +6877,7 @@ type ListPartitionMovesResponse struct {
 
 func (x *ListPartitionMovesResponse) Reset() {
 	*x = ListPartitionMovesResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[85]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6681,7 +6889,7 @@ func (x *ListPartitionMovesResponse) String() string {
 func (*ListPartitionMovesResponse) ProtoMessage() {}
 
 func (x *ListPartitionMovesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[85]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6694,7 +6902,7 @@ func (x *ListPartitionMovesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPartitionMovesResponse.ProtoReflect.Descriptor instead.
 func (*ListPartitionMovesResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{85}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *ListPartitionMovesResponse) GetMoves() []*PartitionMove {
@@ -6717,7 +6925,7 @@ type HostAdvice struct {
 
 func (x *HostAdvice) Reset() {
 	*x = HostAdvice{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[86]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6729,7 +6937,7 @@ func (x *HostAdvice) String() string {
 func (*HostAdvice) ProtoMessage() {}
 
 func (x *HostAdvice) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[86]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6742,7 +6950,7 @@ func (x *HostAdvice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostAdvice.ProtoReflect.Descriptor instead.
 func (*HostAdvice) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{86}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *HostAdvice) GetHost() string {
@@ -6779,7 +6987,7 @@ type PartitionAdvice struct {
 
 func (x *PartitionAdvice) Reset() {
 	*x = PartitionAdvice{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[87]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6791,7 +6999,7 @@ func (x *PartitionAdvice) String() string {
 func (*PartitionAdvice) ProtoMessage() {}
 
 func (x *PartitionAdvice) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[87]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6804,7 +7012,7 @@ func (x *PartitionAdvice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionAdvice.ProtoReflect.Descriptor instead.
 func (*PartitionAdvice) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{87}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *PartitionAdvice) GetPartition() string {
@@ -6854,7 +7062,7 @@ type PublishAdviceRequest struct {
 
 func (x *PublishAdviceRequest) Reset() {
 	*x = PublishAdviceRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[88]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6866,7 +7074,7 @@ func (x *PublishAdviceRequest) String() string {
 func (*PublishAdviceRequest) ProtoMessage() {}
 
 func (x *PublishAdviceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[88]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6879,7 +7087,7 @@ func (x *PublishAdviceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublishAdviceRequest.ProtoReflect.Descriptor instead.
 func (*PublishAdviceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{88}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *PublishAdviceRequest) GetAdvisorId() string {
@@ -6932,7 +7140,7 @@ type PublishAdviceResponse struct {
 
 func (x *PublishAdviceResponse) Reset() {
 	*x = PublishAdviceResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[89]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6944,7 +7152,7 @@ func (x *PublishAdviceResponse) String() string {
 func (*PublishAdviceResponse) ProtoMessage() {}
 
 func (x *PublishAdviceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[89]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6957,7 +7165,7 @@ func (x *PublishAdviceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublishAdviceResponse.ProtoReflect.Descriptor instead.
 func (*PublishAdviceResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{89}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{91}
 }
 
 // UpdateSpec says how a rolling update replaces a job's instances.
@@ -6990,7 +7198,7 @@ type UpdateSpec struct {
 
 func (x *UpdateSpec) Reset() {
 	*x = UpdateSpec{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[90]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7002,7 +7210,7 @@ func (x *UpdateSpec) String() string {
 func (*UpdateSpec) ProtoMessage() {}
 
 func (x *UpdateSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[90]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7015,7 +7223,7 @@ func (x *UpdateSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateSpec.ProtoReflect.Descriptor instead.
 func (*UpdateSpec) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{90}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *UpdateSpec) GetBatchSize() uint32 {
@@ -7106,7 +7314,7 @@ type UpdateStatus struct {
 
 func (x *UpdateStatus) Reset() {
 	*x = UpdateStatus{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[91]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7118,7 +7326,7 @@ func (x *UpdateStatus) String() string {
 func (*UpdateStatus) ProtoMessage() {}
 
 func (x *UpdateStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[91]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7131,7 +7339,7 @@ func (x *UpdateStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateStatus.ProtoReflect.Descriptor instead.
 func (*UpdateStatus) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{91}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *UpdateStatus) GetState() UpdateState {
@@ -7244,7 +7452,7 @@ type Update struct {
 
 func (x *Update) Reset() {
 	*x = Update{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[92]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7256,7 +7464,7 @@ func (x *Update) String() string {
 func (*Update) ProtoMessage() {}
 
 func (x *Update) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[92]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7269,7 +7477,7 @@ func (x *Update) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Update.ProtoReflect.Descriptor instead.
 func (*Update) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{92}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *Update) GetId() string {
@@ -7368,7 +7576,7 @@ type CreateUpdateRequest struct {
 
 func (x *CreateUpdateRequest) Reset() {
 	*x = CreateUpdateRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[93]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7380,7 +7588,7 @@ func (x *CreateUpdateRequest) String() string {
 func (*CreateUpdateRequest) ProtoMessage() {}
 
 func (x *CreateUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[93]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7393,7 +7601,7 @@ func (x *CreateUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateUpdateRequest.ProtoReflect.Descriptor instead.
 func (*CreateUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{93}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *CreateUpdateRequest) GetJobId() string {
@@ -7450,7 +7658,7 @@ type CreateUpdateResponse struct {
 
 func (x *CreateUpdateResponse) Reset() {
 	*x = CreateUpdateResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[94]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7462,7 +7670,7 @@ func (x *CreateUpdateResponse) String() string {
 func (*CreateUpdateResponse) ProtoMessage() {}
 
 func (x *CreateUpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[94]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7475,7 +7683,7 @@ func (x *CreateUpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateUpdateResponse.ProtoReflect.Descriptor instead.
 func (*CreateUpdateResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{94}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *CreateUpdateResponse) GetUpdate() *Update {
@@ -7501,7 +7709,7 @@ type GetUpdateRequest struct {
 
 func (x *GetUpdateRequest) Reset() {
 	*x = GetUpdateRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[95]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7513,7 +7721,7 @@ func (x *GetUpdateRequest) String() string {
 func (*GetUpdateRequest) ProtoMessage() {}
 
 func (x *GetUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[95]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7526,7 +7734,7 @@ func (x *GetUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUpdateRequest.ProtoReflect.Descriptor instead.
 func (*GetUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{95}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *GetUpdateRequest) GetUpdateId() string {
@@ -7545,7 +7753,7 @@ type GetUpdateResponse struct {
 
 func (x *GetUpdateResponse) Reset() {
 	*x = GetUpdateResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[96]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7557,7 +7765,7 @@ func (x *GetUpdateResponse) String() string {
 func (*GetUpdateResponse) ProtoMessage() {}
 
 func (x *GetUpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[96]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7570,7 +7778,7 @@ func (x *GetUpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUpdateResponse.ProtoReflect.Descriptor instead.
 func (*GetUpdateResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{96}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *GetUpdateResponse) GetUpdate() *Update {
@@ -7590,7 +7798,7 @@ type ListUpdatesRequest struct {
 
 func (x *ListUpdatesRequest) Reset() {
 	*x = ListUpdatesRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[97]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7602,7 +7810,7 @@ func (x *ListUpdatesRequest) String() string {
 func (*ListUpdatesRequest) ProtoMessage() {}
 
 func (x *ListUpdatesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[97]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7615,7 +7823,7 @@ func (x *ListUpdatesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListUpdatesRequest.ProtoReflect.Descriptor instead.
 func (*ListUpdatesRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{97}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *ListUpdatesRequest) GetJobId() string {
@@ -7634,7 +7842,7 @@ type ListUpdatesResponse struct {
 
 func (x *ListUpdatesResponse) Reset() {
 	*x = ListUpdatesResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[98]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7646,7 +7854,7 @@ func (x *ListUpdatesResponse) String() string {
 func (*ListUpdatesResponse) ProtoMessage() {}
 
 func (x *ListUpdatesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[98]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7659,7 +7867,7 @@ func (x *ListUpdatesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListUpdatesResponse.ProtoReflect.Descriptor instead.
 func (*ListUpdatesResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{98}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *ListUpdatesResponse) GetUpdates() []*Update {
@@ -7678,7 +7886,7 @@ type PauseUpdateRequest struct {
 
 func (x *PauseUpdateRequest) Reset() {
 	*x = PauseUpdateRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[99]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7690,7 +7898,7 @@ func (x *PauseUpdateRequest) String() string {
 func (*PauseUpdateRequest) ProtoMessage() {}
 
 func (x *PauseUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[99]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7703,7 +7911,7 @@ func (x *PauseUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseUpdateRequest.ProtoReflect.Descriptor instead.
 func (*PauseUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{99}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *PauseUpdateRequest) GetUpdateId() string {
@@ -7722,7 +7930,7 @@ type PauseUpdateResponse struct {
 
 func (x *PauseUpdateResponse) Reset() {
 	*x = PauseUpdateResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[100]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7734,7 +7942,7 @@ func (x *PauseUpdateResponse) String() string {
 func (*PauseUpdateResponse) ProtoMessage() {}
 
 func (x *PauseUpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[100]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7747,7 +7955,7 @@ func (x *PauseUpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseUpdateResponse.ProtoReflect.Descriptor instead.
 func (*PauseUpdateResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{100}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *PauseUpdateResponse) GetUpdate() *Update {
@@ -7766,7 +7974,7 @@ type ResumeUpdateRequest struct {
 
 func (x *ResumeUpdateRequest) Reset() {
 	*x = ResumeUpdateRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[101]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7778,7 +7986,7 @@ func (x *ResumeUpdateRequest) String() string {
 func (*ResumeUpdateRequest) ProtoMessage() {}
 
 func (x *ResumeUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[101]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7791,7 +7999,7 @@ func (x *ResumeUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeUpdateRequest.ProtoReflect.Descriptor instead.
 func (*ResumeUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{101}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *ResumeUpdateRequest) GetUpdateId() string {
@@ -7810,7 +8018,7 @@ type ResumeUpdateResponse struct {
 
 func (x *ResumeUpdateResponse) Reset() {
 	*x = ResumeUpdateResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[102]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7822,7 +8030,7 @@ func (x *ResumeUpdateResponse) String() string {
 func (*ResumeUpdateResponse) ProtoMessage() {}
 
 func (x *ResumeUpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[102]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7835,7 +8043,7 @@ func (x *ResumeUpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeUpdateResponse.ProtoReflect.Descriptor instead.
 func (*ResumeUpdateResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{102}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *ResumeUpdateResponse) GetUpdate() *Update {
@@ -7854,7 +8062,7 @@ type AbortUpdateRequest struct {
 
 func (x *AbortUpdateRequest) Reset() {
 	*x = AbortUpdateRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[103]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7866,7 +8074,7 @@ func (x *AbortUpdateRequest) String() string {
 func (*AbortUpdateRequest) ProtoMessage() {}
 
 func (x *AbortUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[103]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7879,7 +8087,7 @@ func (x *AbortUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortUpdateRequest.ProtoReflect.Descriptor instead.
 func (*AbortUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{103}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *AbortUpdateRequest) GetUpdateId() string {
@@ -7898,7 +8106,7 @@ type AbortUpdateResponse struct {
 
 func (x *AbortUpdateResponse) Reset() {
 	*x = AbortUpdateResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[104]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7910,7 +8118,7 @@ func (x *AbortUpdateResponse) String() string {
 func (*AbortUpdateResponse) ProtoMessage() {}
 
 func (x *AbortUpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[104]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7923,7 +8131,7 @@ func (x *AbortUpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortUpdateResponse.ProtoReflect.Descriptor instead.
 func (*AbortUpdateResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{104}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *AbortUpdateResponse) GetUpdate() *Update {
@@ -7946,7 +8154,7 @@ type RollbackUpdateRequest struct {
 
 func (x *RollbackUpdateRequest) Reset() {
 	*x = RollbackUpdateRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[105]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7958,7 +8166,7 @@ func (x *RollbackUpdateRequest) String() string {
 func (*RollbackUpdateRequest) ProtoMessage() {}
 
 func (x *RollbackUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[105]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7971,7 +8179,7 @@ func (x *RollbackUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackUpdateRequest.ProtoReflect.Descriptor instead.
 func (*RollbackUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{105}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *RollbackUpdateRequest) GetUpdateId() string {
@@ -7990,7 +8198,7 @@ type RollbackUpdateResponse struct {
 
 func (x *RollbackUpdateResponse) Reset() {
 	*x = RollbackUpdateResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[106]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8002,7 +8210,7 @@ func (x *RollbackUpdateResponse) String() string {
 func (*RollbackUpdateResponse) ProtoMessage() {}
 
 func (x *RollbackUpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[106]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8015,7 +8223,7 @@ func (x *RollbackUpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackUpdateResponse.ProtoReflect.Descriptor instead.
 func (*RollbackUpdateResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{106}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{108}
 }
 
 func (x *RollbackUpdateResponse) GetUpdate() *Update {
@@ -8090,12 +8298,22 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"Constraint\x12\x14\n" +
 	"\x05label\x18\x01 \x01(\tR\x05label\x12,\n" +
 	"\x02op\x18\x02 \x01(\x0e2\x1c.peloton.api.v1.ConstraintOpR\x02op\x12\x16\n" +
-	"\x06values\x18\x03 \x03(\tR\x06values\"\xdf\x01\n" +
+	"\x06values\x18\x03 \x03(\tR\x06values\"\xd4\x02\n" +
 	"\rPlacementSpec\x12=\n" +
 	"\bstrategy\x18\x01 \x01(\x0e2!.peloton.api.v1.PlacementStrategyR\bstrategy\x12<\n" +
 	"\vconstraints\x18\x02 \x03(\v2\x1a.peloton.api.v1.ConstraintR\vconstraints\x123\n" +
 	"\x16max_instances_per_host\x18\x03 \x01(\rR\x13maxInstancesPerHost\x12\x1c\n" +
-	"\tpartition\x18\x04 \x01(\tR\tpartition\"\xbb\x06\n" +
+	"\tpartition\x18\x04 \x01(\tR\tpartition\x125\n" +
+	"\x06any_of\x18\x05 \x03(\v2\x1e.peloton.api.v1.ConstraintTermR\x05anyOf\x12<\n" +
+	"\vtolerations\x18\x06 \x03(\v2\x1a.peloton.api.v1.TolerationR\vtolerations\"N\n" +
+	"\x0eConstraintTerm\x12<\n" +
+	"\vconstraints\x18\x01 \x03(\v2\x1a.peloton.api.v1.ConstraintR\vconstraints\"z\n" +
+	"\n" +
+	"Toleration\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12,\n" +
+	"\x02op\x18\x02 \x01(\x0e2\x1c.peloton.api.v1.TolerationOpR\x02op\x12\x14\n" +
+	"\x05value\x18\x03 \x01(\tR\x05value\x12\x16\n" +
+	"\x06effect\x18\x04 \x01(\tR\x06effect\"\xbb\x06\n" +
 	"\aJobSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12+\n" +
 	"\x04type\x18\x02 \x01(\x0e2\x17.peloton.api.v1.JobTypeR\x04type\x12\x12\n" +
@@ -8640,7 +8858,7 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\x1ePLACEMENT_STRATEGY_UNSPECIFIED\x10\x00\x12\b\n" +
 	"\x04PACK\x10\x01\x12\n" +
 	"\n" +
-	"\x06SPREAD\x10\x02*i\n" +
+	"\x06SPREAD\x10\x02*\x9e\x01\n" +
 	"\fConstraintOp\x12\x1d\n" +
 	"\x19CONSTRAINT_OP_UNSPECIFIED\x10\x00\x12\n" +
 	"\n" +
@@ -8651,7 +8869,14 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\x06EXISTS\x10\x03\x12\x06\n" +
 	"\x02IN\x10\x04\x12\n" +
 	"\n" +
-	"\x06NOT_IN\x10\x05*^\n" +
+	"\x06NOT_IN\x10\x05\x12\x12\n" +
+	"\x0eDOES_NOT_EXIST\x10\x06\x12\x10\n" +
+	"\fGREATER_THAN\x10\a\x12\r\n" +
+	"\tLESS_THAN\x10\b*M\n" +
+	"\fTolerationOp\x12\x1d\n" +
+	"\x19TOLERATION_OP_UNSPECIFIED\x10\x00\x12\t\n" +
+	"\x05EQUAL\x10\x01\x12\x13\n" +
+	"\x0fTOLERATE_EXISTS\x10\x02*^\n" +
 	"\x11GangFailurePolicy\x12#\n" +
 	"\x1fGANG_FAILURE_POLICY_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fRESTART_GANG\x10\x01\x12\x12\n" +
@@ -8758,351 +8983,358 @@ func file_peloton_api_v1_peloton_proto_rawDescGZIP() []byte {
 	return file_peloton_api_v1_peloton_proto_rawDescData
 }
 
-var file_peloton_api_v1_peloton_proto_enumTypes = make([]protoimpl.EnumInfo, 12)
-var file_peloton_api_v1_peloton_proto_msgTypes = make([]protoimpl.MessageInfo, 118)
+var file_peloton_api_v1_peloton_proto_enumTypes = make([]protoimpl.EnumInfo, 13)
+var file_peloton_api_v1_peloton_proto_msgTypes = make([]protoimpl.MessageInfo, 120)
 var file_peloton_api_v1_peloton_proto_goTypes = []any{
 	(JobType)(0),                        // 0: peloton.api.v1.JobType
 	(TaskState)(0),                      // 1: peloton.api.v1.TaskState
 	(HealthState)(0),                    // 2: peloton.api.v1.HealthState
 	(PlacementStrategy)(0),              // 3: peloton.api.v1.PlacementStrategy
 	(ConstraintOp)(0),                   // 4: peloton.api.v1.ConstraintOp
-	(GangFailurePolicy)(0),              // 5: peloton.api.v1.GangFailurePolicy
-	(JobState)(0),                       // 6: peloton.api.v1.JobState
-	(LogStream)(0),                      // 7: peloton.api.v1.LogStream
-	(HostState)(0),                      // 8: peloton.api.v1.HostState
-	(HostZone)(0),                       // 9: peloton.api.v1.HostZone
-	(PartitionMoveState)(0),             // 10: peloton.api.v1.PartitionMoveState
-	(UpdateState)(0),                    // 11: peloton.api.v1.UpdateState
-	(*Resources)(nil),                   // 12: peloton.api.v1.Resources
-	(*SlaSpec)(nil),                     // 13: peloton.api.v1.SlaSpec
-	(*RestartPolicy)(nil),               // 14: peloton.api.v1.RestartPolicy
-	(*PortSpec)(nil),                    // 15: peloton.api.v1.PortSpec
-	(*HealthCheck)(nil),                 // 16: peloton.api.v1.HealthCheck
-	(*HttpProbe)(nil),                   // 17: peloton.api.v1.HttpProbe
-	(*VolumeSpec)(nil),                  // 18: peloton.api.v1.VolumeSpec
-	(*TaskSpec)(nil),                    // 19: peloton.api.v1.TaskSpec
-	(*MetricsSpec)(nil),                 // 20: peloton.api.v1.MetricsSpec
-	(*Constraint)(nil),                  // 21: peloton.api.v1.Constraint
-	(*PlacementSpec)(nil),               // 22: peloton.api.v1.PlacementSpec
-	(*JobSpec)(nil),                     // 23: peloton.api.v1.JobSpec
-	(*GangSpec)(nil),                    // 24: peloton.api.v1.GangSpec
-	(*SelfScaleSpec)(nil),               // 25: peloton.api.v1.SelfScaleSpec
-	(*ForeignOwner)(nil),                // 26: peloton.api.v1.ForeignOwner
-	(*JobStatus)(nil),                   // 27: peloton.api.v1.JobStatus
-	(*Job)(nil),                         // 28: peloton.api.v1.Job
-	(*TaskStatus)(nil),                  // 29: peloton.api.v1.TaskStatus
-	(*TaskTransition)(nil),              // 30: peloton.api.v1.TaskTransition
-	(*Task)(nil),                        // 31: peloton.api.v1.Task
-	(*CreateJobRequest)(nil),            // 32: peloton.api.v1.CreateJobRequest
-	(*CreateJobResponse)(nil),           // 33: peloton.api.v1.CreateJobResponse
-	(*GetJobRequest)(nil),               // 34: peloton.api.v1.GetJobRequest
-	(*GetJobResponse)(nil),              // 35: peloton.api.v1.GetJobResponse
-	(*ListJobsRequest)(nil),             // 36: peloton.api.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),            // 37: peloton.api.v1.ListJobsResponse
-	(*CancelJobRequest)(nil),            // 38: peloton.api.v1.CancelJobRequest
-	(*CancelJobResponse)(nil),           // 39: peloton.api.v1.CancelJobResponse
-	(*DeleteJobRequest)(nil),            // 40: peloton.api.v1.DeleteJobRequest
-	(*DeleteJobResponse)(nil),           // 41: peloton.api.v1.DeleteJobResponse
-	(*RestartJobRequest)(nil),           // 42: peloton.api.v1.RestartJobRequest
-	(*RestartJobResponse)(nil),          // 43: peloton.api.v1.RestartJobResponse
-	(*ScaleJobRequest)(nil),             // 44: peloton.api.v1.ScaleJobRequest
-	(*ScaleJobResponse)(nil),            // 45: peloton.api.v1.ScaleJobResponse
-	(*ListJobVersionsRequest)(nil),      // 46: peloton.api.v1.ListJobVersionsRequest
-	(*JobVersion)(nil),                  // 47: peloton.api.v1.JobVersion
-	(*ListJobVersionsResponse)(nil),     // 48: peloton.api.v1.ListJobVersionsResponse
-	(*WatchJobsRequest)(nil),            // 49: peloton.api.v1.WatchJobsRequest
-	(*JobChange)(nil),                   // 50: peloton.api.v1.JobChange
-	(*ListTasksRequest)(nil),            // 51: peloton.api.v1.ListTasksRequest
-	(*ListTasksResponse)(nil),           // 52: peloton.api.v1.ListTasksResponse
-	(*GetTaskRequest)(nil),              // 53: peloton.api.v1.GetTaskRequest
-	(*GetTaskResponse)(nil),             // 54: peloton.api.v1.GetTaskResponse
-	(*KillTaskRequest)(nil),             // 55: peloton.api.v1.KillTaskRequest
-	(*KillTaskResponse)(nil),            // 56: peloton.api.v1.KillTaskResponse
-	(*GetTaskLogsRequest)(nil),          // 57: peloton.api.v1.GetTaskLogsRequest
-	(*LogChunk)(nil),                    // 58: peloton.api.v1.LogChunk
-	(*WatchTasksRequest)(nil),           // 59: peloton.api.v1.WatchTasksRequest
-	(*TaskChange)(nil),                  // 60: peloton.api.v1.TaskChange
-	(*PoolSpec)(nil),                    // 61: peloton.api.v1.PoolSpec
-	(*PoolStatus)(nil),                  // 62: peloton.api.v1.PoolStatus
-	(*Pool)(nil),                        // 63: peloton.api.v1.Pool
-	(*CreatePoolRequest)(nil),           // 64: peloton.api.v1.CreatePoolRequest
-	(*CreatePoolResponse)(nil),          // 65: peloton.api.v1.CreatePoolResponse
-	(*GetPoolRequest)(nil),              // 66: peloton.api.v1.GetPoolRequest
-	(*GetPoolResponse)(nil),             // 67: peloton.api.v1.GetPoolResponse
-	(*UpdatePoolRequest)(nil),           // 68: peloton.api.v1.UpdatePoolRequest
-	(*UpdatePoolResponse)(nil),          // 69: peloton.api.v1.UpdatePoolResponse
-	(*DeletePoolRequest)(nil),           // 70: peloton.api.v1.DeletePoolRequest
-	(*DeletePoolResponse)(nil),          // 71: peloton.api.v1.DeletePoolResponse
-	(*MovePoolRequest)(nil),             // 72: peloton.api.v1.MovePoolRequest
-	(*MovePoolResponse)(nil),            // 73: peloton.api.v1.MovePoolResponse
-	(*ListPoolsRequest)(nil),            // 74: peloton.api.v1.ListPoolsRequest
-	(*ListPoolsResponse)(nil),           // 75: peloton.api.v1.ListPoolsResponse
-	(*Host)(nil),                        // 76: peloton.api.v1.Host
-	(*HostRun)(nil),                     // 77: peloton.api.v1.HostRun
-	(*HostUsage)(nil),                   // 78: peloton.api.v1.HostUsage
-	(*TaskUsage)(nil),                   // 79: peloton.api.v1.TaskUsage
-	(*UsageReport)(nil),                 // 80: peloton.api.v1.UsageReport
-	(*UsageAck)(nil),                    // 81: peloton.api.v1.UsageAck
-	(*ListHostsRequest)(nil),            // 82: peloton.api.v1.ListHostsRequest
-	(*ListHostsResponse)(nil),           // 83: peloton.api.v1.ListHostsResponse
-	(*Substrate)(nil),                   // 84: peloton.api.v1.Substrate
-	(*StartMaintenanceRequest)(nil),     // 85: peloton.api.v1.StartMaintenanceRequest
-	(*StartMaintenanceResponse)(nil),    // 86: peloton.api.v1.StartMaintenanceResponse
-	(*CompleteMaintenanceRequest)(nil),  // 87: peloton.api.v1.CompleteMaintenanceRequest
-	(*CompleteMaintenanceResponse)(nil), // 88: peloton.api.v1.CompleteMaintenanceResponse
-	(*MoveHostRequest)(nil),             // 89: peloton.api.v1.MoveHostRequest
-	(*MoveHostResponse)(nil),            // 90: peloton.api.v1.MoveHostResponse
-	(*Partition)(nil),                   // 91: peloton.api.v1.Partition
-	(*ListPartitionsRequest)(nil),       // 92: peloton.api.v1.ListPartitionsRequest
-	(*ListPartitionsResponse)(nil),      // 93: peloton.api.v1.ListPartitionsResponse
-	(*AdvisorStatus)(nil),               // 94: peloton.api.v1.AdvisorStatus
-	(*PartitionMove)(nil),               // 95: peloton.api.v1.PartitionMove
-	(*ListPartitionMovesRequest)(nil),   // 96: peloton.api.v1.ListPartitionMovesRequest
-	(*ListPartitionMovesResponse)(nil),  // 97: peloton.api.v1.ListPartitionMovesResponse
-	(*HostAdvice)(nil),                  // 98: peloton.api.v1.HostAdvice
-	(*PartitionAdvice)(nil),             // 99: peloton.api.v1.PartitionAdvice
-	(*PublishAdviceRequest)(nil),        // 100: peloton.api.v1.PublishAdviceRequest
-	(*PublishAdviceResponse)(nil),       // 101: peloton.api.v1.PublishAdviceResponse
-	(*UpdateSpec)(nil),                  // 102: peloton.api.v1.UpdateSpec
-	(*UpdateStatus)(nil),                // 103: peloton.api.v1.UpdateStatus
-	(*Update)(nil),                      // 104: peloton.api.v1.Update
-	(*CreateUpdateRequest)(nil),         // 105: peloton.api.v1.CreateUpdateRequest
-	(*CreateUpdateResponse)(nil),        // 106: peloton.api.v1.CreateUpdateResponse
-	(*GetUpdateRequest)(nil),            // 107: peloton.api.v1.GetUpdateRequest
-	(*GetUpdateResponse)(nil),           // 108: peloton.api.v1.GetUpdateResponse
-	(*ListUpdatesRequest)(nil),          // 109: peloton.api.v1.ListUpdatesRequest
-	(*ListUpdatesResponse)(nil),         // 110: peloton.api.v1.ListUpdatesResponse
-	(*PauseUpdateRequest)(nil),          // 111: peloton.api.v1.PauseUpdateRequest
-	(*PauseUpdateResponse)(nil),         // 112: peloton.api.v1.PauseUpdateResponse
-	(*ResumeUpdateRequest)(nil),         // 113: peloton.api.v1.ResumeUpdateRequest
-	(*ResumeUpdateResponse)(nil),        // 114: peloton.api.v1.ResumeUpdateResponse
-	(*AbortUpdateRequest)(nil),          // 115: peloton.api.v1.AbortUpdateRequest
-	(*AbortUpdateResponse)(nil),         // 116: peloton.api.v1.AbortUpdateResponse
-	(*RollbackUpdateRequest)(nil),       // 117: peloton.api.v1.RollbackUpdateRequest
-	(*RollbackUpdateResponse)(nil),      // 118: peloton.api.v1.RollbackUpdateResponse
-	nil,                                 // 119: peloton.api.v1.TaskSpec.EnvEntry
-	nil,                                 // 120: peloton.api.v1.JobSpec.InstanceSpecsEntry
-	nil,                                 // 121: peloton.api.v1.JobSpec.LabelsEntry
-	nil,                                 // 122: peloton.api.v1.JobStatus.TaskCountsEntry
-	nil,                                 // 123: peloton.api.v1.TaskStatus.PortsEntry
-	nil,                                 // 124: peloton.api.v1.ListJobsRequest.LabelsEntry
-	nil,                                 // 125: peloton.api.v1.WatchJobsRequest.LabelsEntry
-	nil,                                 // 126: peloton.api.v1.Host.LabelsEntry
-	nil,                                 // 127: peloton.api.v1.UsageReport.RunsEntry
-	nil,                                 // 128: peloton.api.v1.Partition.ZonesEntry
-	nil,                                 // 129: peloton.api.v1.Update.RestartsEntry
-	(*timestamppb.Timestamp)(nil),       // 130: google.protobuf.Timestamp
+	(TolerationOp)(0),                   // 5: peloton.api.v1.TolerationOp
+	(GangFailurePolicy)(0),              // 6: peloton.api.v1.GangFailurePolicy
+	(JobState)(0),                       // 7: peloton.api.v1.JobState
+	(LogStream)(0),                      // 8: peloton.api.v1.LogStream
+	(HostState)(0),                      // 9: peloton.api.v1.HostState
+	(HostZone)(0),                       // 10: peloton.api.v1.HostZone
+	(PartitionMoveState)(0),             // 11: peloton.api.v1.PartitionMoveState
+	(UpdateState)(0),                    // 12: peloton.api.v1.UpdateState
+	(*Resources)(nil),                   // 13: peloton.api.v1.Resources
+	(*SlaSpec)(nil),                     // 14: peloton.api.v1.SlaSpec
+	(*RestartPolicy)(nil),               // 15: peloton.api.v1.RestartPolicy
+	(*PortSpec)(nil),                    // 16: peloton.api.v1.PortSpec
+	(*HealthCheck)(nil),                 // 17: peloton.api.v1.HealthCheck
+	(*HttpProbe)(nil),                   // 18: peloton.api.v1.HttpProbe
+	(*VolumeSpec)(nil),                  // 19: peloton.api.v1.VolumeSpec
+	(*TaskSpec)(nil),                    // 20: peloton.api.v1.TaskSpec
+	(*MetricsSpec)(nil),                 // 21: peloton.api.v1.MetricsSpec
+	(*Constraint)(nil),                  // 22: peloton.api.v1.Constraint
+	(*PlacementSpec)(nil),               // 23: peloton.api.v1.PlacementSpec
+	(*ConstraintTerm)(nil),              // 24: peloton.api.v1.ConstraintTerm
+	(*Toleration)(nil),                  // 25: peloton.api.v1.Toleration
+	(*JobSpec)(nil),                     // 26: peloton.api.v1.JobSpec
+	(*GangSpec)(nil),                    // 27: peloton.api.v1.GangSpec
+	(*SelfScaleSpec)(nil),               // 28: peloton.api.v1.SelfScaleSpec
+	(*ForeignOwner)(nil),                // 29: peloton.api.v1.ForeignOwner
+	(*JobStatus)(nil),                   // 30: peloton.api.v1.JobStatus
+	(*Job)(nil),                         // 31: peloton.api.v1.Job
+	(*TaskStatus)(nil),                  // 32: peloton.api.v1.TaskStatus
+	(*TaskTransition)(nil),              // 33: peloton.api.v1.TaskTransition
+	(*Task)(nil),                        // 34: peloton.api.v1.Task
+	(*CreateJobRequest)(nil),            // 35: peloton.api.v1.CreateJobRequest
+	(*CreateJobResponse)(nil),           // 36: peloton.api.v1.CreateJobResponse
+	(*GetJobRequest)(nil),               // 37: peloton.api.v1.GetJobRequest
+	(*GetJobResponse)(nil),              // 38: peloton.api.v1.GetJobResponse
+	(*ListJobsRequest)(nil),             // 39: peloton.api.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),            // 40: peloton.api.v1.ListJobsResponse
+	(*CancelJobRequest)(nil),            // 41: peloton.api.v1.CancelJobRequest
+	(*CancelJobResponse)(nil),           // 42: peloton.api.v1.CancelJobResponse
+	(*DeleteJobRequest)(nil),            // 43: peloton.api.v1.DeleteJobRequest
+	(*DeleteJobResponse)(nil),           // 44: peloton.api.v1.DeleteJobResponse
+	(*RestartJobRequest)(nil),           // 45: peloton.api.v1.RestartJobRequest
+	(*RestartJobResponse)(nil),          // 46: peloton.api.v1.RestartJobResponse
+	(*ScaleJobRequest)(nil),             // 47: peloton.api.v1.ScaleJobRequest
+	(*ScaleJobResponse)(nil),            // 48: peloton.api.v1.ScaleJobResponse
+	(*ListJobVersionsRequest)(nil),      // 49: peloton.api.v1.ListJobVersionsRequest
+	(*JobVersion)(nil),                  // 50: peloton.api.v1.JobVersion
+	(*ListJobVersionsResponse)(nil),     // 51: peloton.api.v1.ListJobVersionsResponse
+	(*WatchJobsRequest)(nil),            // 52: peloton.api.v1.WatchJobsRequest
+	(*JobChange)(nil),                   // 53: peloton.api.v1.JobChange
+	(*ListTasksRequest)(nil),            // 54: peloton.api.v1.ListTasksRequest
+	(*ListTasksResponse)(nil),           // 55: peloton.api.v1.ListTasksResponse
+	(*GetTaskRequest)(nil),              // 56: peloton.api.v1.GetTaskRequest
+	(*GetTaskResponse)(nil),             // 57: peloton.api.v1.GetTaskResponse
+	(*KillTaskRequest)(nil),             // 58: peloton.api.v1.KillTaskRequest
+	(*KillTaskResponse)(nil),            // 59: peloton.api.v1.KillTaskResponse
+	(*GetTaskLogsRequest)(nil),          // 60: peloton.api.v1.GetTaskLogsRequest
+	(*LogChunk)(nil),                    // 61: peloton.api.v1.LogChunk
+	(*WatchTasksRequest)(nil),           // 62: peloton.api.v1.WatchTasksRequest
+	(*TaskChange)(nil),                  // 63: peloton.api.v1.TaskChange
+	(*PoolSpec)(nil),                    // 64: peloton.api.v1.PoolSpec
+	(*PoolStatus)(nil),                  // 65: peloton.api.v1.PoolStatus
+	(*Pool)(nil),                        // 66: peloton.api.v1.Pool
+	(*CreatePoolRequest)(nil),           // 67: peloton.api.v1.CreatePoolRequest
+	(*CreatePoolResponse)(nil),          // 68: peloton.api.v1.CreatePoolResponse
+	(*GetPoolRequest)(nil),              // 69: peloton.api.v1.GetPoolRequest
+	(*GetPoolResponse)(nil),             // 70: peloton.api.v1.GetPoolResponse
+	(*UpdatePoolRequest)(nil),           // 71: peloton.api.v1.UpdatePoolRequest
+	(*UpdatePoolResponse)(nil),          // 72: peloton.api.v1.UpdatePoolResponse
+	(*DeletePoolRequest)(nil),           // 73: peloton.api.v1.DeletePoolRequest
+	(*DeletePoolResponse)(nil),          // 74: peloton.api.v1.DeletePoolResponse
+	(*MovePoolRequest)(nil),             // 75: peloton.api.v1.MovePoolRequest
+	(*MovePoolResponse)(nil),            // 76: peloton.api.v1.MovePoolResponse
+	(*ListPoolsRequest)(nil),            // 77: peloton.api.v1.ListPoolsRequest
+	(*ListPoolsResponse)(nil),           // 78: peloton.api.v1.ListPoolsResponse
+	(*Host)(nil),                        // 79: peloton.api.v1.Host
+	(*HostRun)(nil),                     // 80: peloton.api.v1.HostRun
+	(*HostUsage)(nil),                   // 81: peloton.api.v1.HostUsage
+	(*TaskUsage)(nil),                   // 82: peloton.api.v1.TaskUsage
+	(*UsageReport)(nil),                 // 83: peloton.api.v1.UsageReport
+	(*UsageAck)(nil),                    // 84: peloton.api.v1.UsageAck
+	(*ListHostsRequest)(nil),            // 85: peloton.api.v1.ListHostsRequest
+	(*ListHostsResponse)(nil),           // 86: peloton.api.v1.ListHostsResponse
+	(*Substrate)(nil),                   // 87: peloton.api.v1.Substrate
+	(*StartMaintenanceRequest)(nil),     // 88: peloton.api.v1.StartMaintenanceRequest
+	(*StartMaintenanceResponse)(nil),    // 89: peloton.api.v1.StartMaintenanceResponse
+	(*CompleteMaintenanceRequest)(nil),  // 90: peloton.api.v1.CompleteMaintenanceRequest
+	(*CompleteMaintenanceResponse)(nil), // 91: peloton.api.v1.CompleteMaintenanceResponse
+	(*MoveHostRequest)(nil),             // 92: peloton.api.v1.MoveHostRequest
+	(*MoveHostResponse)(nil),            // 93: peloton.api.v1.MoveHostResponse
+	(*Partition)(nil),                   // 94: peloton.api.v1.Partition
+	(*ListPartitionsRequest)(nil),       // 95: peloton.api.v1.ListPartitionsRequest
+	(*ListPartitionsResponse)(nil),      // 96: peloton.api.v1.ListPartitionsResponse
+	(*AdvisorStatus)(nil),               // 97: peloton.api.v1.AdvisorStatus
+	(*PartitionMove)(nil),               // 98: peloton.api.v1.PartitionMove
+	(*ListPartitionMovesRequest)(nil),   // 99: peloton.api.v1.ListPartitionMovesRequest
+	(*ListPartitionMovesResponse)(nil),  // 100: peloton.api.v1.ListPartitionMovesResponse
+	(*HostAdvice)(nil),                  // 101: peloton.api.v1.HostAdvice
+	(*PartitionAdvice)(nil),             // 102: peloton.api.v1.PartitionAdvice
+	(*PublishAdviceRequest)(nil),        // 103: peloton.api.v1.PublishAdviceRequest
+	(*PublishAdviceResponse)(nil),       // 104: peloton.api.v1.PublishAdviceResponse
+	(*UpdateSpec)(nil),                  // 105: peloton.api.v1.UpdateSpec
+	(*UpdateStatus)(nil),                // 106: peloton.api.v1.UpdateStatus
+	(*Update)(nil),                      // 107: peloton.api.v1.Update
+	(*CreateUpdateRequest)(nil),         // 108: peloton.api.v1.CreateUpdateRequest
+	(*CreateUpdateResponse)(nil),        // 109: peloton.api.v1.CreateUpdateResponse
+	(*GetUpdateRequest)(nil),            // 110: peloton.api.v1.GetUpdateRequest
+	(*GetUpdateResponse)(nil),           // 111: peloton.api.v1.GetUpdateResponse
+	(*ListUpdatesRequest)(nil),          // 112: peloton.api.v1.ListUpdatesRequest
+	(*ListUpdatesResponse)(nil),         // 113: peloton.api.v1.ListUpdatesResponse
+	(*PauseUpdateRequest)(nil),          // 114: peloton.api.v1.PauseUpdateRequest
+	(*PauseUpdateResponse)(nil),         // 115: peloton.api.v1.PauseUpdateResponse
+	(*ResumeUpdateRequest)(nil),         // 116: peloton.api.v1.ResumeUpdateRequest
+	(*ResumeUpdateResponse)(nil),        // 117: peloton.api.v1.ResumeUpdateResponse
+	(*AbortUpdateRequest)(nil),          // 118: peloton.api.v1.AbortUpdateRequest
+	(*AbortUpdateResponse)(nil),         // 119: peloton.api.v1.AbortUpdateResponse
+	(*RollbackUpdateRequest)(nil),       // 120: peloton.api.v1.RollbackUpdateRequest
+	(*RollbackUpdateResponse)(nil),      // 121: peloton.api.v1.RollbackUpdateResponse
+	nil,                                 // 122: peloton.api.v1.TaskSpec.EnvEntry
+	nil,                                 // 123: peloton.api.v1.JobSpec.InstanceSpecsEntry
+	nil,                                 // 124: peloton.api.v1.JobSpec.LabelsEntry
+	nil,                                 // 125: peloton.api.v1.JobStatus.TaskCountsEntry
+	nil,                                 // 126: peloton.api.v1.TaskStatus.PortsEntry
+	nil,                                 // 127: peloton.api.v1.ListJobsRequest.LabelsEntry
+	nil,                                 // 128: peloton.api.v1.WatchJobsRequest.LabelsEntry
+	nil,                                 // 129: peloton.api.v1.Host.LabelsEntry
+	nil,                                 // 130: peloton.api.v1.UsageReport.RunsEntry
+	nil,                                 // 131: peloton.api.v1.Partition.ZonesEntry
+	nil,                                 // 132: peloton.api.v1.Update.RestartsEntry
+	(*timestamppb.Timestamp)(nil),       // 133: google.protobuf.Timestamp
 }
 var file_peloton_api_v1_peloton_proto_depIdxs = []int32{
-	17,  // 0: peloton.api.v1.HealthCheck.http:type_name -> peloton.api.v1.HttpProbe
-	119, // 1: peloton.api.v1.TaskSpec.env:type_name -> peloton.api.v1.TaskSpec.EnvEntry
-	12,  // 2: peloton.api.v1.TaskSpec.resources:type_name -> peloton.api.v1.Resources
-	14,  // 3: peloton.api.v1.TaskSpec.restart_policy:type_name -> peloton.api.v1.RestartPolicy
-	22,  // 4: peloton.api.v1.TaskSpec.placement:type_name -> peloton.api.v1.PlacementSpec
-	15,  // 5: peloton.api.v1.TaskSpec.ports:type_name -> peloton.api.v1.PortSpec
-	16,  // 6: peloton.api.v1.TaskSpec.health_check:type_name -> peloton.api.v1.HealthCheck
-	18,  // 7: peloton.api.v1.TaskSpec.volume:type_name -> peloton.api.v1.VolumeSpec
-	20,  // 8: peloton.api.v1.TaskSpec.metrics:type_name -> peloton.api.v1.MetricsSpec
+	18,  // 0: peloton.api.v1.HealthCheck.http:type_name -> peloton.api.v1.HttpProbe
+	122, // 1: peloton.api.v1.TaskSpec.env:type_name -> peloton.api.v1.TaskSpec.EnvEntry
+	13,  // 2: peloton.api.v1.TaskSpec.resources:type_name -> peloton.api.v1.Resources
+	15,  // 3: peloton.api.v1.TaskSpec.restart_policy:type_name -> peloton.api.v1.RestartPolicy
+	23,  // 4: peloton.api.v1.TaskSpec.placement:type_name -> peloton.api.v1.PlacementSpec
+	16,  // 5: peloton.api.v1.TaskSpec.ports:type_name -> peloton.api.v1.PortSpec
+	17,  // 6: peloton.api.v1.TaskSpec.health_check:type_name -> peloton.api.v1.HealthCheck
+	19,  // 7: peloton.api.v1.TaskSpec.volume:type_name -> peloton.api.v1.VolumeSpec
+	21,  // 8: peloton.api.v1.TaskSpec.metrics:type_name -> peloton.api.v1.MetricsSpec
 	4,   // 9: peloton.api.v1.Constraint.op:type_name -> peloton.api.v1.ConstraintOp
 	3,   // 10: peloton.api.v1.PlacementSpec.strategy:type_name -> peloton.api.v1.PlacementStrategy
-	21,  // 11: peloton.api.v1.PlacementSpec.constraints:type_name -> peloton.api.v1.Constraint
-	0,   // 12: peloton.api.v1.JobSpec.type:type_name -> peloton.api.v1.JobType
-	13,  // 13: peloton.api.v1.JobSpec.sla:type_name -> peloton.api.v1.SlaSpec
-	19,  // 14: peloton.api.v1.JobSpec.default_spec:type_name -> peloton.api.v1.TaskSpec
-	120, // 15: peloton.api.v1.JobSpec.instance_specs:type_name -> peloton.api.v1.JobSpec.InstanceSpecsEntry
-	121, // 16: peloton.api.v1.JobSpec.labels:type_name -> peloton.api.v1.JobSpec.LabelsEntry
-	26,  // 17: peloton.api.v1.JobSpec.foreign:type_name -> peloton.api.v1.ForeignOwner
-	24,  // 18: peloton.api.v1.JobSpec.gang:type_name -> peloton.api.v1.GangSpec
-	25,  // 19: peloton.api.v1.JobSpec.self_scale:type_name -> peloton.api.v1.SelfScaleSpec
-	5,   // 20: peloton.api.v1.GangSpec.on_member_failure:type_name -> peloton.api.v1.GangFailurePolicy
-	6,   // 21: peloton.api.v1.JobStatus.state:type_name -> peloton.api.v1.JobState
-	6,   // 22: peloton.api.v1.JobStatus.goal_state:type_name -> peloton.api.v1.JobState
-	122, // 23: peloton.api.v1.JobStatus.task_counts:type_name -> peloton.api.v1.JobStatus.TaskCountsEntry
-	130, // 24: peloton.api.v1.JobStatus.create_time:type_name -> google.protobuf.Timestamp
-	130, // 25: peloton.api.v1.JobStatus.start_time:type_name -> google.protobuf.Timestamp
-	130, // 26: peloton.api.v1.JobStatus.completion_time:type_name -> google.protobuf.Timestamp
-	23,  // 27: peloton.api.v1.Job.spec:type_name -> peloton.api.v1.JobSpec
-	27,  // 28: peloton.api.v1.Job.status:type_name -> peloton.api.v1.JobStatus
-	1,   // 29: peloton.api.v1.TaskStatus.state:type_name -> peloton.api.v1.TaskState
-	1,   // 30: peloton.api.v1.TaskStatus.goal_state:type_name -> peloton.api.v1.TaskState
-	130, // 31: peloton.api.v1.TaskStatus.start_time:type_name -> google.protobuf.Timestamp
-	130, // 32: peloton.api.v1.TaskStatus.completion_time:type_name -> google.protobuf.Timestamp
-	130, // 33: peloton.api.v1.TaskStatus.update_time:type_name -> google.protobuf.Timestamp
-	30,  // 34: peloton.api.v1.TaskStatus.history:type_name -> peloton.api.v1.TaskTransition
-	2,   // 35: peloton.api.v1.TaskStatus.health:type_name -> peloton.api.v1.HealthState
-	123, // 36: peloton.api.v1.TaskStatus.ports:type_name -> peloton.api.v1.TaskStatus.PortsEntry
-	79,  // 37: peloton.api.v1.TaskStatus.usage:type_name -> peloton.api.v1.TaskUsage
-	1,   // 38: peloton.api.v1.TaskTransition.state:type_name -> peloton.api.v1.TaskState
-	130, // 39: peloton.api.v1.TaskTransition.time:type_name -> google.protobuf.Timestamp
-	29,  // 40: peloton.api.v1.Task.status:type_name -> peloton.api.v1.TaskStatus
-	19,  // 41: peloton.api.v1.Task.spec:type_name -> peloton.api.v1.TaskSpec
-	23,  // 42: peloton.api.v1.CreateJobRequest.spec:type_name -> peloton.api.v1.JobSpec
-	23,  // 43: peloton.api.v1.CreateJobResponse.spec:type_name -> peloton.api.v1.JobSpec
-	28,  // 44: peloton.api.v1.GetJobResponse.job:type_name -> peloton.api.v1.Job
-	6,   // 45: peloton.api.v1.ListJobsRequest.states:type_name -> peloton.api.v1.JobState
-	124, // 46: peloton.api.v1.ListJobsRequest.labels:type_name -> peloton.api.v1.ListJobsRequest.LabelsEntry
-	130, // 47: peloton.api.v1.ListJobsRequest.created_since:type_name -> google.protobuf.Timestamp
-	130, // 48: peloton.api.v1.ListJobsRequest.created_until:type_name -> google.protobuf.Timestamp
-	28,  // 49: peloton.api.v1.ListJobsResponse.jobs:type_name -> peloton.api.v1.Job
-	23,  // 50: peloton.api.v1.JobVersion.spec:type_name -> peloton.api.v1.JobSpec
-	130, // 51: peloton.api.v1.JobVersion.create_time:type_name -> google.protobuf.Timestamp
-	47,  // 52: peloton.api.v1.ListJobVersionsResponse.versions:type_name -> peloton.api.v1.JobVersion
-	125, // 53: peloton.api.v1.WatchJobsRequest.labels:type_name -> peloton.api.v1.WatchJobsRequest.LabelsEntry
-	28,  // 54: peloton.api.v1.JobChange.job:type_name -> peloton.api.v1.Job
-	1,   // 55: peloton.api.v1.ListTasksRequest.states:type_name -> peloton.api.v1.TaskState
-	31,  // 56: peloton.api.v1.ListTasksResponse.tasks:type_name -> peloton.api.v1.Task
-	31,  // 57: peloton.api.v1.GetTaskResponse.task:type_name -> peloton.api.v1.Task
-	7,   // 58: peloton.api.v1.GetTaskLogsRequest.stream:type_name -> peloton.api.v1.LogStream
-	130, // 59: peloton.api.v1.GetTaskLogsRequest.since:type_name -> google.protobuf.Timestamp
-	31,  // 60: peloton.api.v1.TaskChange.task:type_name -> peloton.api.v1.Task
-	12,  // 61: peloton.api.v1.PoolSpec.reservation:type_name -> peloton.api.v1.Resources
-	12,  // 62: peloton.api.v1.PoolSpec.limit:type_name -> peloton.api.v1.Resources
-	12,  // 63: peloton.api.v1.PoolSpec.share:type_name -> peloton.api.v1.Resources
-	12,  // 64: peloton.api.v1.PoolSpec.revocable_limit:type_name -> peloton.api.v1.Resources
-	12,  // 65: peloton.api.v1.PoolStatus.entitlement:type_name -> peloton.api.v1.Resources
-	12,  // 66: peloton.api.v1.PoolStatus.allocation:type_name -> peloton.api.v1.Resources
-	12,  // 67: peloton.api.v1.PoolStatus.demand:type_name -> peloton.api.v1.Resources
-	61,  // 68: peloton.api.v1.Pool.spec:type_name -> peloton.api.v1.PoolSpec
-	62,  // 69: peloton.api.v1.Pool.status:type_name -> peloton.api.v1.PoolStatus
-	61,  // 70: peloton.api.v1.CreatePoolRequest.spec:type_name -> peloton.api.v1.PoolSpec
-	63,  // 71: peloton.api.v1.CreatePoolResponse.pool:type_name -> peloton.api.v1.Pool
-	63,  // 72: peloton.api.v1.GetPoolResponse.pool:type_name -> peloton.api.v1.Pool
-	61,  // 73: peloton.api.v1.UpdatePoolRequest.spec:type_name -> peloton.api.v1.PoolSpec
-	63,  // 74: peloton.api.v1.UpdatePoolResponse.pool:type_name -> peloton.api.v1.Pool
-	63,  // 75: peloton.api.v1.MovePoolResponse.pool:type_name -> peloton.api.v1.Pool
-	63,  // 76: peloton.api.v1.ListPoolsResponse.pools:type_name -> peloton.api.v1.Pool
-	12,  // 77: peloton.api.v1.ListPoolsResponse.largest_host:type_name -> peloton.api.v1.Resources
-	12,  // 78: peloton.api.v1.Host.capacity:type_name -> peloton.api.v1.Resources
-	12,  // 79: peloton.api.v1.Host.allocated:type_name -> peloton.api.v1.Resources
-	126, // 80: peloton.api.v1.Host.labels:type_name -> peloton.api.v1.Host.LabelsEntry
-	8,   // 81: peloton.api.v1.Host.state:type_name -> peloton.api.v1.HostState
-	10,  // 82: peloton.api.v1.Host.partition_state:type_name -> peloton.api.v1.PartitionMoveState
-	78,  // 83: peloton.api.v1.Host.usage:type_name -> peloton.api.v1.HostUsage
-	12,  // 84: peloton.api.v1.Host.slack:type_name -> peloton.api.v1.Resources
-	12,  // 85: peloton.api.v1.Host.revocable:type_name -> peloton.api.v1.Resources
-	77,  // 86: peloton.api.v1.Host.runs:type_name -> peloton.api.v1.HostRun
-	9,   // 87: peloton.api.v1.Host.zone:type_name -> peloton.api.v1.HostZone
-	79,  // 88: peloton.api.v1.HostRun.usage:type_name -> peloton.api.v1.TaskUsage
-	130, // 89: peloton.api.v1.HostRun.since:type_name -> google.protobuf.Timestamp
-	130, // 90: peloton.api.v1.HostUsage.sample_time:type_name -> google.protobuf.Timestamp
-	130, // 91: peloton.api.v1.HostUsage.receive_time:type_name -> google.protobuf.Timestamp
-	130, // 92: peloton.api.v1.TaskUsage.sample_time:type_name -> google.protobuf.Timestamp
-	78,  // 93: peloton.api.v1.UsageReport.usage:type_name -> peloton.api.v1.HostUsage
-	127, // 94: peloton.api.v1.UsageReport.runs:type_name -> peloton.api.v1.UsageReport.RunsEntry
-	76,  // 95: peloton.api.v1.ListHostsResponse.hosts:type_name -> peloton.api.v1.Host
-	84,  // 96: peloton.api.v1.ListHostsResponse.substrate:type_name -> peloton.api.v1.Substrate
-	130, // 97: peloton.api.v1.Substrate.since:type_name -> google.protobuf.Timestamp
-	76,  // 98: peloton.api.v1.StartMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
-	76,  // 99: peloton.api.v1.CompleteMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
-	76,  // 100: peloton.api.v1.MoveHostResponse.host:type_name -> peloton.api.v1.Host
-	12,  // 101: peloton.api.v1.Partition.capacity:type_name -> peloton.api.v1.Resources
-	12,  // 102: peloton.api.v1.Partition.allocated:type_name -> peloton.api.v1.Resources
-	12,  // 103: peloton.api.v1.Partition.revocable:type_name -> peloton.api.v1.Resources
-	12,  // 104: peloton.api.v1.Partition.slack:type_name -> peloton.api.v1.Resources
-	128, // 105: peloton.api.v1.Partition.zones:type_name -> peloton.api.v1.Partition.ZonesEntry
-	91,  // 106: peloton.api.v1.ListPartitionsResponse.partitions:type_name -> peloton.api.v1.Partition
-	94,  // 107: peloton.api.v1.ListPartitionsResponse.advisor:type_name -> peloton.api.v1.AdvisorStatus
-	130, // 108: peloton.api.v1.AdvisorStatus.published:type_name -> google.protobuf.Timestamp
-	130, // 109: peloton.api.v1.PartitionMove.time:type_name -> google.protobuf.Timestamp
-	95,  // 110: peloton.api.v1.ListPartitionMovesResponse.moves:type_name -> peloton.api.v1.PartitionMove
-	9,   // 111: peloton.api.v1.HostAdvice.zone:type_name -> peloton.api.v1.HostZone
-	98,  // 112: peloton.api.v1.PublishAdviceRequest.hosts:type_name -> peloton.api.v1.HostAdvice
-	99,  // 113: peloton.api.v1.PublishAdviceRequest.partitions:type_name -> peloton.api.v1.PartitionAdvice
-	95,  // 114: peloton.api.v1.PublishAdviceRequest.observed_moves:type_name -> peloton.api.v1.PartitionMove
-	11,  // 115: peloton.api.v1.UpdateStatus.state:type_name -> peloton.api.v1.UpdateState
-	130, // 116: peloton.api.v1.UpdateStatus.create_time:type_name -> google.protobuf.Timestamp
-	130, // 117: peloton.api.v1.UpdateStatus.update_time:type_name -> google.protobuf.Timestamp
-	130, // 118: peloton.api.v1.UpdateStatus.completion_time:type_name -> google.protobuf.Timestamp
-	11,  // 119: peloton.api.v1.UpdateStatus.paused_from:type_name -> peloton.api.v1.UpdateState
-	102, // 120: peloton.api.v1.Update.spec:type_name -> peloton.api.v1.UpdateSpec
-	103, // 121: peloton.api.v1.Update.status:type_name -> peloton.api.v1.UpdateStatus
-	129, // 122: peloton.api.v1.Update.restarts:type_name -> peloton.api.v1.Update.RestartsEntry
-	23,  // 123: peloton.api.v1.CreateUpdateRequest.spec:type_name -> peloton.api.v1.JobSpec
-	102, // 124: peloton.api.v1.CreateUpdateRequest.update_spec:type_name -> peloton.api.v1.UpdateSpec
-	104, // 125: peloton.api.v1.CreateUpdateResponse.update:type_name -> peloton.api.v1.Update
-	104, // 126: peloton.api.v1.GetUpdateResponse.update:type_name -> peloton.api.v1.Update
-	104, // 127: peloton.api.v1.ListUpdatesResponse.updates:type_name -> peloton.api.v1.Update
-	104, // 128: peloton.api.v1.PauseUpdateResponse.update:type_name -> peloton.api.v1.Update
-	104, // 129: peloton.api.v1.ResumeUpdateResponse.update:type_name -> peloton.api.v1.Update
-	104, // 130: peloton.api.v1.AbortUpdateResponse.update:type_name -> peloton.api.v1.Update
-	104, // 131: peloton.api.v1.RollbackUpdateResponse.update:type_name -> peloton.api.v1.Update
-	19,  // 132: peloton.api.v1.JobSpec.InstanceSpecsEntry.value:type_name -> peloton.api.v1.TaskSpec
-	79,  // 133: peloton.api.v1.UsageReport.RunsEntry.value:type_name -> peloton.api.v1.TaskUsage
-	32,  // 134: peloton.api.v1.JobService.CreateJob:input_type -> peloton.api.v1.CreateJobRequest
-	34,  // 135: peloton.api.v1.JobService.GetJob:input_type -> peloton.api.v1.GetJobRequest
-	36,  // 136: peloton.api.v1.JobService.ListJobs:input_type -> peloton.api.v1.ListJobsRequest
-	38,  // 137: peloton.api.v1.JobService.CancelJob:input_type -> peloton.api.v1.CancelJobRequest
-	40,  // 138: peloton.api.v1.JobService.DeleteJob:input_type -> peloton.api.v1.DeleteJobRequest
-	42,  // 139: peloton.api.v1.JobService.RestartJob:input_type -> peloton.api.v1.RestartJobRequest
-	44,  // 140: peloton.api.v1.JobService.ScaleJob:input_type -> peloton.api.v1.ScaleJobRequest
-	46,  // 141: peloton.api.v1.JobService.ListJobVersions:input_type -> peloton.api.v1.ListJobVersionsRequest
-	49,  // 142: peloton.api.v1.JobService.WatchJobs:input_type -> peloton.api.v1.WatchJobsRequest
-	51,  // 143: peloton.api.v1.TaskService.ListTasks:input_type -> peloton.api.v1.ListTasksRequest
-	53,  // 144: peloton.api.v1.TaskService.GetTask:input_type -> peloton.api.v1.GetTaskRequest
-	55,  // 145: peloton.api.v1.TaskService.KillTask:input_type -> peloton.api.v1.KillTaskRequest
-	57,  // 146: peloton.api.v1.TaskService.GetTaskLogs:input_type -> peloton.api.v1.GetTaskLogsRequest
-	59,  // 147: peloton.api.v1.TaskService.WatchTasks:input_type -> peloton.api.v1.WatchTasksRequest
-	64,  // 148: peloton.api.v1.PoolService.CreatePool:input_type -> peloton.api.v1.CreatePoolRequest
-	66,  // 149: peloton.api.v1.PoolService.GetPool:input_type -> peloton.api.v1.GetPoolRequest
-	68,  // 150: peloton.api.v1.PoolService.UpdatePool:input_type -> peloton.api.v1.UpdatePoolRequest
-	70,  // 151: peloton.api.v1.PoolService.DeletePool:input_type -> peloton.api.v1.DeletePoolRequest
-	74,  // 152: peloton.api.v1.PoolService.ListPools:input_type -> peloton.api.v1.ListPoolsRequest
-	72,  // 153: peloton.api.v1.PoolService.MovePool:input_type -> peloton.api.v1.MovePoolRequest
-	82,  // 154: peloton.api.v1.HostService.ListHosts:input_type -> peloton.api.v1.ListHostsRequest
-	85,  // 155: peloton.api.v1.HostService.StartMaintenance:input_type -> peloton.api.v1.StartMaintenanceRequest
-	87,  // 156: peloton.api.v1.HostService.CompleteMaintenance:input_type -> peloton.api.v1.CompleteMaintenanceRequest
-	89,  // 157: peloton.api.v1.HostService.MoveHost:input_type -> peloton.api.v1.MoveHostRequest
-	92,  // 158: peloton.api.v1.PartitionService.ListPartitions:input_type -> peloton.api.v1.ListPartitionsRequest
-	96,  // 159: peloton.api.v1.PartitionService.ListPartitionMoves:input_type -> peloton.api.v1.ListPartitionMovesRequest
-	100, // 160: peloton.api.v1.PartitionService.PublishAdvice:input_type -> peloton.api.v1.PublishAdviceRequest
-	80,  // 161: peloton.api.v1.HostAgentService.ReportUsage:input_type -> peloton.api.v1.UsageReport
-	105, // 162: peloton.api.v1.UpdateService.CreateUpdate:input_type -> peloton.api.v1.CreateUpdateRequest
-	107, // 163: peloton.api.v1.UpdateService.GetUpdate:input_type -> peloton.api.v1.GetUpdateRequest
-	109, // 164: peloton.api.v1.UpdateService.ListUpdates:input_type -> peloton.api.v1.ListUpdatesRequest
-	111, // 165: peloton.api.v1.UpdateService.PauseUpdate:input_type -> peloton.api.v1.PauseUpdateRequest
-	113, // 166: peloton.api.v1.UpdateService.ResumeUpdate:input_type -> peloton.api.v1.ResumeUpdateRequest
-	115, // 167: peloton.api.v1.UpdateService.AbortUpdate:input_type -> peloton.api.v1.AbortUpdateRequest
-	117, // 168: peloton.api.v1.UpdateService.RollbackUpdate:input_type -> peloton.api.v1.RollbackUpdateRequest
-	33,  // 169: peloton.api.v1.JobService.CreateJob:output_type -> peloton.api.v1.CreateJobResponse
-	35,  // 170: peloton.api.v1.JobService.GetJob:output_type -> peloton.api.v1.GetJobResponse
-	37,  // 171: peloton.api.v1.JobService.ListJobs:output_type -> peloton.api.v1.ListJobsResponse
-	39,  // 172: peloton.api.v1.JobService.CancelJob:output_type -> peloton.api.v1.CancelJobResponse
-	41,  // 173: peloton.api.v1.JobService.DeleteJob:output_type -> peloton.api.v1.DeleteJobResponse
-	43,  // 174: peloton.api.v1.JobService.RestartJob:output_type -> peloton.api.v1.RestartJobResponse
-	45,  // 175: peloton.api.v1.JobService.ScaleJob:output_type -> peloton.api.v1.ScaleJobResponse
-	48,  // 176: peloton.api.v1.JobService.ListJobVersions:output_type -> peloton.api.v1.ListJobVersionsResponse
-	50,  // 177: peloton.api.v1.JobService.WatchJobs:output_type -> peloton.api.v1.JobChange
-	52,  // 178: peloton.api.v1.TaskService.ListTasks:output_type -> peloton.api.v1.ListTasksResponse
-	54,  // 179: peloton.api.v1.TaskService.GetTask:output_type -> peloton.api.v1.GetTaskResponse
-	56,  // 180: peloton.api.v1.TaskService.KillTask:output_type -> peloton.api.v1.KillTaskResponse
-	58,  // 181: peloton.api.v1.TaskService.GetTaskLogs:output_type -> peloton.api.v1.LogChunk
-	60,  // 182: peloton.api.v1.TaskService.WatchTasks:output_type -> peloton.api.v1.TaskChange
-	65,  // 183: peloton.api.v1.PoolService.CreatePool:output_type -> peloton.api.v1.CreatePoolResponse
-	67,  // 184: peloton.api.v1.PoolService.GetPool:output_type -> peloton.api.v1.GetPoolResponse
-	69,  // 185: peloton.api.v1.PoolService.UpdatePool:output_type -> peloton.api.v1.UpdatePoolResponse
-	71,  // 186: peloton.api.v1.PoolService.DeletePool:output_type -> peloton.api.v1.DeletePoolResponse
-	75,  // 187: peloton.api.v1.PoolService.ListPools:output_type -> peloton.api.v1.ListPoolsResponse
-	73,  // 188: peloton.api.v1.PoolService.MovePool:output_type -> peloton.api.v1.MovePoolResponse
-	83,  // 189: peloton.api.v1.HostService.ListHosts:output_type -> peloton.api.v1.ListHostsResponse
-	86,  // 190: peloton.api.v1.HostService.StartMaintenance:output_type -> peloton.api.v1.StartMaintenanceResponse
-	88,  // 191: peloton.api.v1.HostService.CompleteMaintenance:output_type -> peloton.api.v1.CompleteMaintenanceResponse
-	90,  // 192: peloton.api.v1.HostService.MoveHost:output_type -> peloton.api.v1.MoveHostResponse
-	93,  // 193: peloton.api.v1.PartitionService.ListPartitions:output_type -> peloton.api.v1.ListPartitionsResponse
-	97,  // 194: peloton.api.v1.PartitionService.ListPartitionMoves:output_type -> peloton.api.v1.ListPartitionMovesResponse
-	101, // 195: peloton.api.v1.PartitionService.PublishAdvice:output_type -> peloton.api.v1.PublishAdviceResponse
-	81,  // 196: peloton.api.v1.HostAgentService.ReportUsage:output_type -> peloton.api.v1.UsageAck
-	106, // 197: peloton.api.v1.UpdateService.CreateUpdate:output_type -> peloton.api.v1.CreateUpdateResponse
-	108, // 198: peloton.api.v1.UpdateService.GetUpdate:output_type -> peloton.api.v1.GetUpdateResponse
-	110, // 199: peloton.api.v1.UpdateService.ListUpdates:output_type -> peloton.api.v1.ListUpdatesResponse
-	112, // 200: peloton.api.v1.UpdateService.PauseUpdate:output_type -> peloton.api.v1.PauseUpdateResponse
-	114, // 201: peloton.api.v1.UpdateService.ResumeUpdate:output_type -> peloton.api.v1.ResumeUpdateResponse
-	116, // 202: peloton.api.v1.UpdateService.AbortUpdate:output_type -> peloton.api.v1.AbortUpdateResponse
-	118, // 203: peloton.api.v1.UpdateService.RollbackUpdate:output_type -> peloton.api.v1.RollbackUpdateResponse
-	169, // [169:204] is the sub-list for method output_type
-	134, // [134:169] is the sub-list for method input_type
-	134, // [134:134] is the sub-list for extension type_name
-	134, // [134:134] is the sub-list for extension extendee
-	0,   // [0:134] is the sub-list for field type_name
+	22,  // 11: peloton.api.v1.PlacementSpec.constraints:type_name -> peloton.api.v1.Constraint
+	24,  // 12: peloton.api.v1.PlacementSpec.any_of:type_name -> peloton.api.v1.ConstraintTerm
+	25,  // 13: peloton.api.v1.PlacementSpec.tolerations:type_name -> peloton.api.v1.Toleration
+	22,  // 14: peloton.api.v1.ConstraintTerm.constraints:type_name -> peloton.api.v1.Constraint
+	5,   // 15: peloton.api.v1.Toleration.op:type_name -> peloton.api.v1.TolerationOp
+	0,   // 16: peloton.api.v1.JobSpec.type:type_name -> peloton.api.v1.JobType
+	14,  // 17: peloton.api.v1.JobSpec.sla:type_name -> peloton.api.v1.SlaSpec
+	20,  // 18: peloton.api.v1.JobSpec.default_spec:type_name -> peloton.api.v1.TaskSpec
+	123, // 19: peloton.api.v1.JobSpec.instance_specs:type_name -> peloton.api.v1.JobSpec.InstanceSpecsEntry
+	124, // 20: peloton.api.v1.JobSpec.labels:type_name -> peloton.api.v1.JobSpec.LabelsEntry
+	29,  // 21: peloton.api.v1.JobSpec.foreign:type_name -> peloton.api.v1.ForeignOwner
+	27,  // 22: peloton.api.v1.JobSpec.gang:type_name -> peloton.api.v1.GangSpec
+	28,  // 23: peloton.api.v1.JobSpec.self_scale:type_name -> peloton.api.v1.SelfScaleSpec
+	6,   // 24: peloton.api.v1.GangSpec.on_member_failure:type_name -> peloton.api.v1.GangFailurePolicy
+	7,   // 25: peloton.api.v1.JobStatus.state:type_name -> peloton.api.v1.JobState
+	7,   // 26: peloton.api.v1.JobStatus.goal_state:type_name -> peloton.api.v1.JobState
+	125, // 27: peloton.api.v1.JobStatus.task_counts:type_name -> peloton.api.v1.JobStatus.TaskCountsEntry
+	133, // 28: peloton.api.v1.JobStatus.create_time:type_name -> google.protobuf.Timestamp
+	133, // 29: peloton.api.v1.JobStatus.start_time:type_name -> google.protobuf.Timestamp
+	133, // 30: peloton.api.v1.JobStatus.completion_time:type_name -> google.protobuf.Timestamp
+	26,  // 31: peloton.api.v1.Job.spec:type_name -> peloton.api.v1.JobSpec
+	30,  // 32: peloton.api.v1.Job.status:type_name -> peloton.api.v1.JobStatus
+	1,   // 33: peloton.api.v1.TaskStatus.state:type_name -> peloton.api.v1.TaskState
+	1,   // 34: peloton.api.v1.TaskStatus.goal_state:type_name -> peloton.api.v1.TaskState
+	133, // 35: peloton.api.v1.TaskStatus.start_time:type_name -> google.protobuf.Timestamp
+	133, // 36: peloton.api.v1.TaskStatus.completion_time:type_name -> google.protobuf.Timestamp
+	133, // 37: peloton.api.v1.TaskStatus.update_time:type_name -> google.protobuf.Timestamp
+	33,  // 38: peloton.api.v1.TaskStatus.history:type_name -> peloton.api.v1.TaskTransition
+	2,   // 39: peloton.api.v1.TaskStatus.health:type_name -> peloton.api.v1.HealthState
+	126, // 40: peloton.api.v1.TaskStatus.ports:type_name -> peloton.api.v1.TaskStatus.PortsEntry
+	82,  // 41: peloton.api.v1.TaskStatus.usage:type_name -> peloton.api.v1.TaskUsage
+	1,   // 42: peloton.api.v1.TaskTransition.state:type_name -> peloton.api.v1.TaskState
+	133, // 43: peloton.api.v1.TaskTransition.time:type_name -> google.protobuf.Timestamp
+	32,  // 44: peloton.api.v1.Task.status:type_name -> peloton.api.v1.TaskStatus
+	20,  // 45: peloton.api.v1.Task.spec:type_name -> peloton.api.v1.TaskSpec
+	26,  // 46: peloton.api.v1.CreateJobRequest.spec:type_name -> peloton.api.v1.JobSpec
+	26,  // 47: peloton.api.v1.CreateJobResponse.spec:type_name -> peloton.api.v1.JobSpec
+	31,  // 48: peloton.api.v1.GetJobResponse.job:type_name -> peloton.api.v1.Job
+	7,   // 49: peloton.api.v1.ListJobsRequest.states:type_name -> peloton.api.v1.JobState
+	127, // 50: peloton.api.v1.ListJobsRequest.labels:type_name -> peloton.api.v1.ListJobsRequest.LabelsEntry
+	133, // 51: peloton.api.v1.ListJobsRequest.created_since:type_name -> google.protobuf.Timestamp
+	133, // 52: peloton.api.v1.ListJobsRequest.created_until:type_name -> google.protobuf.Timestamp
+	31,  // 53: peloton.api.v1.ListJobsResponse.jobs:type_name -> peloton.api.v1.Job
+	26,  // 54: peloton.api.v1.JobVersion.spec:type_name -> peloton.api.v1.JobSpec
+	133, // 55: peloton.api.v1.JobVersion.create_time:type_name -> google.protobuf.Timestamp
+	50,  // 56: peloton.api.v1.ListJobVersionsResponse.versions:type_name -> peloton.api.v1.JobVersion
+	128, // 57: peloton.api.v1.WatchJobsRequest.labels:type_name -> peloton.api.v1.WatchJobsRequest.LabelsEntry
+	31,  // 58: peloton.api.v1.JobChange.job:type_name -> peloton.api.v1.Job
+	1,   // 59: peloton.api.v1.ListTasksRequest.states:type_name -> peloton.api.v1.TaskState
+	34,  // 60: peloton.api.v1.ListTasksResponse.tasks:type_name -> peloton.api.v1.Task
+	34,  // 61: peloton.api.v1.GetTaskResponse.task:type_name -> peloton.api.v1.Task
+	8,   // 62: peloton.api.v1.GetTaskLogsRequest.stream:type_name -> peloton.api.v1.LogStream
+	133, // 63: peloton.api.v1.GetTaskLogsRequest.since:type_name -> google.protobuf.Timestamp
+	34,  // 64: peloton.api.v1.TaskChange.task:type_name -> peloton.api.v1.Task
+	13,  // 65: peloton.api.v1.PoolSpec.reservation:type_name -> peloton.api.v1.Resources
+	13,  // 66: peloton.api.v1.PoolSpec.limit:type_name -> peloton.api.v1.Resources
+	13,  // 67: peloton.api.v1.PoolSpec.share:type_name -> peloton.api.v1.Resources
+	13,  // 68: peloton.api.v1.PoolSpec.revocable_limit:type_name -> peloton.api.v1.Resources
+	13,  // 69: peloton.api.v1.PoolStatus.entitlement:type_name -> peloton.api.v1.Resources
+	13,  // 70: peloton.api.v1.PoolStatus.allocation:type_name -> peloton.api.v1.Resources
+	13,  // 71: peloton.api.v1.PoolStatus.demand:type_name -> peloton.api.v1.Resources
+	64,  // 72: peloton.api.v1.Pool.spec:type_name -> peloton.api.v1.PoolSpec
+	65,  // 73: peloton.api.v1.Pool.status:type_name -> peloton.api.v1.PoolStatus
+	64,  // 74: peloton.api.v1.CreatePoolRequest.spec:type_name -> peloton.api.v1.PoolSpec
+	66,  // 75: peloton.api.v1.CreatePoolResponse.pool:type_name -> peloton.api.v1.Pool
+	66,  // 76: peloton.api.v1.GetPoolResponse.pool:type_name -> peloton.api.v1.Pool
+	64,  // 77: peloton.api.v1.UpdatePoolRequest.spec:type_name -> peloton.api.v1.PoolSpec
+	66,  // 78: peloton.api.v1.UpdatePoolResponse.pool:type_name -> peloton.api.v1.Pool
+	66,  // 79: peloton.api.v1.MovePoolResponse.pool:type_name -> peloton.api.v1.Pool
+	66,  // 80: peloton.api.v1.ListPoolsResponse.pools:type_name -> peloton.api.v1.Pool
+	13,  // 81: peloton.api.v1.ListPoolsResponse.largest_host:type_name -> peloton.api.v1.Resources
+	13,  // 82: peloton.api.v1.Host.capacity:type_name -> peloton.api.v1.Resources
+	13,  // 83: peloton.api.v1.Host.allocated:type_name -> peloton.api.v1.Resources
+	129, // 84: peloton.api.v1.Host.labels:type_name -> peloton.api.v1.Host.LabelsEntry
+	9,   // 85: peloton.api.v1.Host.state:type_name -> peloton.api.v1.HostState
+	11,  // 86: peloton.api.v1.Host.partition_state:type_name -> peloton.api.v1.PartitionMoveState
+	81,  // 87: peloton.api.v1.Host.usage:type_name -> peloton.api.v1.HostUsage
+	13,  // 88: peloton.api.v1.Host.slack:type_name -> peloton.api.v1.Resources
+	13,  // 89: peloton.api.v1.Host.revocable:type_name -> peloton.api.v1.Resources
+	80,  // 90: peloton.api.v1.Host.runs:type_name -> peloton.api.v1.HostRun
+	10,  // 91: peloton.api.v1.Host.zone:type_name -> peloton.api.v1.HostZone
+	82,  // 92: peloton.api.v1.HostRun.usage:type_name -> peloton.api.v1.TaskUsage
+	133, // 93: peloton.api.v1.HostRun.since:type_name -> google.protobuf.Timestamp
+	133, // 94: peloton.api.v1.HostUsage.sample_time:type_name -> google.protobuf.Timestamp
+	133, // 95: peloton.api.v1.HostUsage.receive_time:type_name -> google.protobuf.Timestamp
+	133, // 96: peloton.api.v1.TaskUsage.sample_time:type_name -> google.protobuf.Timestamp
+	81,  // 97: peloton.api.v1.UsageReport.usage:type_name -> peloton.api.v1.HostUsage
+	130, // 98: peloton.api.v1.UsageReport.runs:type_name -> peloton.api.v1.UsageReport.RunsEntry
+	79,  // 99: peloton.api.v1.ListHostsResponse.hosts:type_name -> peloton.api.v1.Host
+	87,  // 100: peloton.api.v1.ListHostsResponse.substrate:type_name -> peloton.api.v1.Substrate
+	133, // 101: peloton.api.v1.Substrate.since:type_name -> google.protobuf.Timestamp
+	79,  // 102: peloton.api.v1.StartMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
+	79,  // 103: peloton.api.v1.CompleteMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
+	79,  // 104: peloton.api.v1.MoveHostResponse.host:type_name -> peloton.api.v1.Host
+	13,  // 105: peloton.api.v1.Partition.capacity:type_name -> peloton.api.v1.Resources
+	13,  // 106: peloton.api.v1.Partition.allocated:type_name -> peloton.api.v1.Resources
+	13,  // 107: peloton.api.v1.Partition.revocable:type_name -> peloton.api.v1.Resources
+	13,  // 108: peloton.api.v1.Partition.slack:type_name -> peloton.api.v1.Resources
+	131, // 109: peloton.api.v1.Partition.zones:type_name -> peloton.api.v1.Partition.ZonesEntry
+	94,  // 110: peloton.api.v1.ListPartitionsResponse.partitions:type_name -> peloton.api.v1.Partition
+	97,  // 111: peloton.api.v1.ListPartitionsResponse.advisor:type_name -> peloton.api.v1.AdvisorStatus
+	133, // 112: peloton.api.v1.AdvisorStatus.published:type_name -> google.protobuf.Timestamp
+	133, // 113: peloton.api.v1.PartitionMove.time:type_name -> google.protobuf.Timestamp
+	98,  // 114: peloton.api.v1.ListPartitionMovesResponse.moves:type_name -> peloton.api.v1.PartitionMove
+	10,  // 115: peloton.api.v1.HostAdvice.zone:type_name -> peloton.api.v1.HostZone
+	101, // 116: peloton.api.v1.PublishAdviceRequest.hosts:type_name -> peloton.api.v1.HostAdvice
+	102, // 117: peloton.api.v1.PublishAdviceRequest.partitions:type_name -> peloton.api.v1.PartitionAdvice
+	98,  // 118: peloton.api.v1.PublishAdviceRequest.observed_moves:type_name -> peloton.api.v1.PartitionMove
+	12,  // 119: peloton.api.v1.UpdateStatus.state:type_name -> peloton.api.v1.UpdateState
+	133, // 120: peloton.api.v1.UpdateStatus.create_time:type_name -> google.protobuf.Timestamp
+	133, // 121: peloton.api.v1.UpdateStatus.update_time:type_name -> google.protobuf.Timestamp
+	133, // 122: peloton.api.v1.UpdateStatus.completion_time:type_name -> google.protobuf.Timestamp
+	12,  // 123: peloton.api.v1.UpdateStatus.paused_from:type_name -> peloton.api.v1.UpdateState
+	105, // 124: peloton.api.v1.Update.spec:type_name -> peloton.api.v1.UpdateSpec
+	106, // 125: peloton.api.v1.Update.status:type_name -> peloton.api.v1.UpdateStatus
+	132, // 126: peloton.api.v1.Update.restarts:type_name -> peloton.api.v1.Update.RestartsEntry
+	26,  // 127: peloton.api.v1.CreateUpdateRequest.spec:type_name -> peloton.api.v1.JobSpec
+	105, // 128: peloton.api.v1.CreateUpdateRequest.update_spec:type_name -> peloton.api.v1.UpdateSpec
+	107, // 129: peloton.api.v1.CreateUpdateResponse.update:type_name -> peloton.api.v1.Update
+	107, // 130: peloton.api.v1.GetUpdateResponse.update:type_name -> peloton.api.v1.Update
+	107, // 131: peloton.api.v1.ListUpdatesResponse.updates:type_name -> peloton.api.v1.Update
+	107, // 132: peloton.api.v1.PauseUpdateResponse.update:type_name -> peloton.api.v1.Update
+	107, // 133: peloton.api.v1.ResumeUpdateResponse.update:type_name -> peloton.api.v1.Update
+	107, // 134: peloton.api.v1.AbortUpdateResponse.update:type_name -> peloton.api.v1.Update
+	107, // 135: peloton.api.v1.RollbackUpdateResponse.update:type_name -> peloton.api.v1.Update
+	20,  // 136: peloton.api.v1.JobSpec.InstanceSpecsEntry.value:type_name -> peloton.api.v1.TaskSpec
+	82,  // 137: peloton.api.v1.UsageReport.RunsEntry.value:type_name -> peloton.api.v1.TaskUsage
+	35,  // 138: peloton.api.v1.JobService.CreateJob:input_type -> peloton.api.v1.CreateJobRequest
+	37,  // 139: peloton.api.v1.JobService.GetJob:input_type -> peloton.api.v1.GetJobRequest
+	39,  // 140: peloton.api.v1.JobService.ListJobs:input_type -> peloton.api.v1.ListJobsRequest
+	41,  // 141: peloton.api.v1.JobService.CancelJob:input_type -> peloton.api.v1.CancelJobRequest
+	43,  // 142: peloton.api.v1.JobService.DeleteJob:input_type -> peloton.api.v1.DeleteJobRequest
+	45,  // 143: peloton.api.v1.JobService.RestartJob:input_type -> peloton.api.v1.RestartJobRequest
+	47,  // 144: peloton.api.v1.JobService.ScaleJob:input_type -> peloton.api.v1.ScaleJobRequest
+	49,  // 145: peloton.api.v1.JobService.ListJobVersions:input_type -> peloton.api.v1.ListJobVersionsRequest
+	52,  // 146: peloton.api.v1.JobService.WatchJobs:input_type -> peloton.api.v1.WatchJobsRequest
+	54,  // 147: peloton.api.v1.TaskService.ListTasks:input_type -> peloton.api.v1.ListTasksRequest
+	56,  // 148: peloton.api.v1.TaskService.GetTask:input_type -> peloton.api.v1.GetTaskRequest
+	58,  // 149: peloton.api.v1.TaskService.KillTask:input_type -> peloton.api.v1.KillTaskRequest
+	60,  // 150: peloton.api.v1.TaskService.GetTaskLogs:input_type -> peloton.api.v1.GetTaskLogsRequest
+	62,  // 151: peloton.api.v1.TaskService.WatchTasks:input_type -> peloton.api.v1.WatchTasksRequest
+	67,  // 152: peloton.api.v1.PoolService.CreatePool:input_type -> peloton.api.v1.CreatePoolRequest
+	69,  // 153: peloton.api.v1.PoolService.GetPool:input_type -> peloton.api.v1.GetPoolRequest
+	71,  // 154: peloton.api.v1.PoolService.UpdatePool:input_type -> peloton.api.v1.UpdatePoolRequest
+	73,  // 155: peloton.api.v1.PoolService.DeletePool:input_type -> peloton.api.v1.DeletePoolRequest
+	77,  // 156: peloton.api.v1.PoolService.ListPools:input_type -> peloton.api.v1.ListPoolsRequest
+	75,  // 157: peloton.api.v1.PoolService.MovePool:input_type -> peloton.api.v1.MovePoolRequest
+	85,  // 158: peloton.api.v1.HostService.ListHosts:input_type -> peloton.api.v1.ListHostsRequest
+	88,  // 159: peloton.api.v1.HostService.StartMaintenance:input_type -> peloton.api.v1.StartMaintenanceRequest
+	90,  // 160: peloton.api.v1.HostService.CompleteMaintenance:input_type -> peloton.api.v1.CompleteMaintenanceRequest
+	92,  // 161: peloton.api.v1.HostService.MoveHost:input_type -> peloton.api.v1.MoveHostRequest
+	95,  // 162: peloton.api.v1.PartitionService.ListPartitions:input_type -> peloton.api.v1.ListPartitionsRequest
+	99,  // 163: peloton.api.v1.PartitionService.ListPartitionMoves:input_type -> peloton.api.v1.ListPartitionMovesRequest
+	103, // 164: peloton.api.v1.PartitionService.PublishAdvice:input_type -> peloton.api.v1.PublishAdviceRequest
+	83,  // 165: peloton.api.v1.HostAgentService.ReportUsage:input_type -> peloton.api.v1.UsageReport
+	108, // 166: peloton.api.v1.UpdateService.CreateUpdate:input_type -> peloton.api.v1.CreateUpdateRequest
+	110, // 167: peloton.api.v1.UpdateService.GetUpdate:input_type -> peloton.api.v1.GetUpdateRequest
+	112, // 168: peloton.api.v1.UpdateService.ListUpdates:input_type -> peloton.api.v1.ListUpdatesRequest
+	114, // 169: peloton.api.v1.UpdateService.PauseUpdate:input_type -> peloton.api.v1.PauseUpdateRequest
+	116, // 170: peloton.api.v1.UpdateService.ResumeUpdate:input_type -> peloton.api.v1.ResumeUpdateRequest
+	118, // 171: peloton.api.v1.UpdateService.AbortUpdate:input_type -> peloton.api.v1.AbortUpdateRequest
+	120, // 172: peloton.api.v1.UpdateService.RollbackUpdate:input_type -> peloton.api.v1.RollbackUpdateRequest
+	36,  // 173: peloton.api.v1.JobService.CreateJob:output_type -> peloton.api.v1.CreateJobResponse
+	38,  // 174: peloton.api.v1.JobService.GetJob:output_type -> peloton.api.v1.GetJobResponse
+	40,  // 175: peloton.api.v1.JobService.ListJobs:output_type -> peloton.api.v1.ListJobsResponse
+	42,  // 176: peloton.api.v1.JobService.CancelJob:output_type -> peloton.api.v1.CancelJobResponse
+	44,  // 177: peloton.api.v1.JobService.DeleteJob:output_type -> peloton.api.v1.DeleteJobResponse
+	46,  // 178: peloton.api.v1.JobService.RestartJob:output_type -> peloton.api.v1.RestartJobResponse
+	48,  // 179: peloton.api.v1.JobService.ScaleJob:output_type -> peloton.api.v1.ScaleJobResponse
+	51,  // 180: peloton.api.v1.JobService.ListJobVersions:output_type -> peloton.api.v1.ListJobVersionsResponse
+	53,  // 181: peloton.api.v1.JobService.WatchJobs:output_type -> peloton.api.v1.JobChange
+	55,  // 182: peloton.api.v1.TaskService.ListTasks:output_type -> peloton.api.v1.ListTasksResponse
+	57,  // 183: peloton.api.v1.TaskService.GetTask:output_type -> peloton.api.v1.GetTaskResponse
+	59,  // 184: peloton.api.v1.TaskService.KillTask:output_type -> peloton.api.v1.KillTaskResponse
+	61,  // 185: peloton.api.v1.TaskService.GetTaskLogs:output_type -> peloton.api.v1.LogChunk
+	63,  // 186: peloton.api.v1.TaskService.WatchTasks:output_type -> peloton.api.v1.TaskChange
+	68,  // 187: peloton.api.v1.PoolService.CreatePool:output_type -> peloton.api.v1.CreatePoolResponse
+	70,  // 188: peloton.api.v1.PoolService.GetPool:output_type -> peloton.api.v1.GetPoolResponse
+	72,  // 189: peloton.api.v1.PoolService.UpdatePool:output_type -> peloton.api.v1.UpdatePoolResponse
+	74,  // 190: peloton.api.v1.PoolService.DeletePool:output_type -> peloton.api.v1.DeletePoolResponse
+	78,  // 191: peloton.api.v1.PoolService.ListPools:output_type -> peloton.api.v1.ListPoolsResponse
+	76,  // 192: peloton.api.v1.PoolService.MovePool:output_type -> peloton.api.v1.MovePoolResponse
+	86,  // 193: peloton.api.v1.HostService.ListHosts:output_type -> peloton.api.v1.ListHostsResponse
+	89,  // 194: peloton.api.v1.HostService.StartMaintenance:output_type -> peloton.api.v1.StartMaintenanceResponse
+	91,  // 195: peloton.api.v1.HostService.CompleteMaintenance:output_type -> peloton.api.v1.CompleteMaintenanceResponse
+	93,  // 196: peloton.api.v1.HostService.MoveHost:output_type -> peloton.api.v1.MoveHostResponse
+	96,  // 197: peloton.api.v1.PartitionService.ListPartitions:output_type -> peloton.api.v1.ListPartitionsResponse
+	100, // 198: peloton.api.v1.PartitionService.ListPartitionMoves:output_type -> peloton.api.v1.ListPartitionMovesResponse
+	104, // 199: peloton.api.v1.PartitionService.PublishAdvice:output_type -> peloton.api.v1.PublishAdviceResponse
+	84,  // 200: peloton.api.v1.HostAgentService.ReportUsage:output_type -> peloton.api.v1.UsageAck
+	109, // 201: peloton.api.v1.UpdateService.CreateUpdate:output_type -> peloton.api.v1.CreateUpdateResponse
+	111, // 202: peloton.api.v1.UpdateService.GetUpdate:output_type -> peloton.api.v1.GetUpdateResponse
+	113, // 203: peloton.api.v1.UpdateService.ListUpdates:output_type -> peloton.api.v1.ListUpdatesResponse
+	115, // 204: peloton.api.v1.UpdateService.PauseUpdate:output_type -> peloton.api.v1.PauseUpdateResponse
+	117, // 205: peloton.api.v1.UpdateService.ResumeUpdate:output_type -> peloton.api.v1.ResumeUpdateResponse
+	119, // 206: peloton.api.v1.UpdateService.AbortUpdate:output_type -> peloton.api.v1.AbortUpdateResponse
+	121, // 207: peloton.api.v1.UpdateService.RollbackUpdate:output_type -> peloton.api.v1.RollbackUpdateResponse
+	173, // [173:208] is the sub-list for method output_type
+	138, // [138:173] is the sub-list for method input_type
+	138, // [138:138] is the sub-list for extension type_name
+	138, // [138:138] is the sub-list for extension extendee
+	0,   // [0:138] is the sub-list for field type_name
 }
 
 func init() { file_peloton_api_v1_peloton_proto_init() }
@@ -9111,14 +9343,14 @@ func file_peloton_api_v1_peloton_proto_init() {
 		return
 	}
 	file_peloton_api_v1_peloton_proto_msgTypes[1].OneofWrappers = []any{}
-	file_peloton_api_v1_peloton_proto_msgTypes[11].OneofWrappers = []any{}
+	file_peloton_api_v1_peloton_proto_msgTypes[13].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_peloton_api_v1_peloton_proto_rawDesc), len(file_peloton_api_v1_peloton_proto_rawDesc)),
-			NumEnums:      12,
-			NumMessages:   118,
+			NumEnums:      13,
+			NumMessages:   120,
 			NumExtensions: 0,
 			NumServices:   7,
 		},
