@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -108,11 +109,9 @@ func (b *Backend) foreignTask(ctx context.Context, p *corev1.Pod, deleted bool) 
 		ft.Image = c.Image
 		ft.Command = append(append([]string(nil), c.Command...), c.Args...)
 	}
-	if len(p.Spec.NodeSelector) > 0 {
-		ft.Constraints = p.Spec.NodeSelector
-	}
+	placement, problems := podPlacement(p)
+	ft.Placement = placement
 	gang := p.Annotations[AnnotationGangName]
-	var problems []string
 	if ft.Pool == "" {
 		problems = append(problems, fmt.Sprintf("annotation %s: required: the leaf pool to run in, e.g. /org/team", AnnotationPool))
 	}
@@ -122,6 +121,10 @@ func (b *Backend) foreignTask(ctx context.Context, p *corev1.Pod, deleted bool) 
 			problems = append(problems, fmt.Sprintf("annotation %s: must be an integer from 0 to %d, got %q", AnnotationPriority, uint32(1<<32-1), v))
 		}
 		ft.Priority = uint32(n)
+	} else if prio, problem := b.podPriority(ctx, p); problem != "" {
+		problems = append(problems, problem)
+	} else {
+		ft.Priority = prio
 	}
 	if v, ok := p.Annotations[AnnotationGangSize]; ok || gang != "" {
 		n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 32)
@@ -158,6 +161,37 @@ func (b *Backend) foreignTask(ctx context.Context, p *corev1.Pod, deleted bool) 
 		}
 	}
 	return ft
+}
+
+// podPriority is the Peloton priority of a pod without the priority
+// annotation: its spec.priority, which the apiserver's Priority admission
+// fills in from spec.priorityClassName; where that admission is off, the
+// value of the PriorityClass it names. Negative values (below the
+// default of 0) count as 0, the lowest Peloton priority; others are kept
+// as they are, so the order of classes is kept.
+func (b *Backend) podPriority(ctx context.Context, p *corev1.Pod) (uint32, string) {
+	v := int32(0)
+	switch {
+	case p.Spec.Priority != nil:
+		v = *p.Spec.Priority
+	case p.Spec.PriorityClassName != "":
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		var pc *schedulingv1.PriorityClass
+		err := b.call(ctx, func(ctx context.Context) error {
+			var err error
+			pc, err = b.client.SchedulingV1().PriorityClasses().Get(ctx, p.Spec.PriorityClassName, metav1.GetOptions{})
+			return err
+		})
+		switch {
+		case apierrors.IsNotFound(err):
+			return 0, fmt.Sprintf("spec.priorityClassName: no PriorityClass %q", p.Spec.PriorityClassName)
+		case err != nil:
+			return 0, fmt.Sprintf("spec.priorityClassName: reading PriorityClass %q: %v", p.Spec.PriorityClassName, err)
+		}
+		v = pc.Value
+	}
+	return uint32(max(v, 0)), ""
 }
 
 // Adopt writes the run's task ID into the pod's annotations. The patch
