@@ -161,8 +161,9 @@ type ForeignSource interface {
 	Reject(ctx context.Context, ref ForeignRef, message string)
 	// Waiting records on an object that still waits why it does (on
 	// Kubernetes, the pod's PodScheduled condition: False, Unschedulable,
-	// which kubectl shows and cluster autoscalers act on). Best effort;
-	// a message already recorded is not written again.
+	// which kubectl shows and cluster autoscalers act on, and a
+	// FailedScheduling event). Best effort; a message already recorded is
+	// not written again.
 	Waiting(ctx context.Context, ref ForeignRef, why string)
 }
 

@@ -243,9 +243,10 @@ func (b *Backend) Reject(ctx context.Context, ref hostmgr.ForeignRef, message st
 
 // Waiting sets the PodScheduled condition of a pod that still waits to
 // False (reason Unschedulable), as kube-scheduler does for the pods it
-// cannot place, so that kubectl shows why and autoscalers see the pod. The
-// patch carries the resourceVersion the informer last saw: a pod bound or
-// changed since is left alone.
+// cannot place, so that kubectl shows why and autoscalers see the pod, and
+// puts the same words on it as a FailedScheduling event, once per reason.
+// The patch carries the resourceVersion the informer last saw: a pod bound
+// or changed since is left alone.
 func (b *Backend) Waiting(ctx context.Context, ref hostmgr.ForeignRef, why string) {
 	obj, ok, _ := b.pods.GetByKey(ref.Ref)
 	if !ok {
@@ -255,6 +256,7 @@ func (b *Backend) Waiting(ctx context.Context, ref hostmgr.ForeignRef, why strin
 	if string(p.UID) != ref.UID || p.Spec.NodeName != "" || p.DeletionTimestamp != nil {
 		return
 	}
+	b.Reject(ctx, ref, why)
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable && c.Message == why {
 			return

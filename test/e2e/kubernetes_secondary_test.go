@@ -41,6 +41,9 @@ func TestKubernetesSecondaryScheduler(t *testing.T) {
 	t.Run("owner", k.testForeignOwner)
 	t.Run("gang", k.testForeignGang)
 	t.Run("bad-pool", k.testForeignBadPool)
+	t.Run("node-affinity", k.testForeignAffinity)
+	t.Run("taints", k.testForeignTaints)
+	t.Run("priority-class", k.testForeignPriorityClass)
 	t.Run("restart", k.testForeignRestart)
 }
 
