@@ -164,24 +164,26 @@ func (k *kubeStack) testForeignTaints(t *testing.T) {
 	}
 }
 
-// testForeignPriorityClass: a pod's PriorityClass sets its job's priority.
-func (k *kubeStack) testForeignPriorityClass(t *testing.T) {
-	k.addNodes(t, "sec-pc", 1, "2", "sec-pc", nil)
-	pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: "apps-high"}, Value: 100}
+// priorityClass creates a PriorityClass and waits until the apiserver's
+// Priority admission, which caches classes, resolves pods of it.
+func (k *kubeStack) priorityClass(t *testing.T, name string, value int32) {
+	t.Helper()
+	pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Value: value}
 	if _, err := k.kc.Client.SchedulingV1().PriorityClasses().Create(ctxT(t), pc, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	// The apiserver's Priority admission knows the class a moment later.
-	testutil.Eventually(t, 20*time.Second, "the Priority admission to know the class", func() error {
-		_, err := k.kc.Client.SchedulingV1().PriorityClasses().Get(ctxT(t), "apps-high", metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "classy-probe", Namespace: appsNamespace},
-			Spec: corev1.PodSpec{PriorityClassName: "apps-high", Containers: []corev1.Container{{Name: "app", Image: "nginx:stable"}}}}
-		_, err = k.kc.Client.CoreV1().Pods(appsNamespace).Create(ctxT(t), p, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	testutil.Eventually(t, 20*time.Second, "the Priority admission to know class "+name, func() error {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "class-probe", Namespace: appsNamespace},
+			Spec: corev1.PodSpec{PriorityClassName: name, Containers: []corev1.Container{{Name: "app", Image: "nginx:stable"}}}}
+		_, err := k.kc.Client.CoreV1().Pods(appsNamespace).Create(ctxT(t), p, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		return err
 	})
+}
+
+// testForeignPriorityClass: a pod's PriorityClass sets its job's priority.
+func (k *kubeStack) testForeignPriorityClass(t *testing.T) {
+	k.addNodes(t, "sec-pc", 1, "2", "sec-pc", nil)
+	k.priorityClass(t, "apps-high", 100)
 	k.appPodWith(t, "classy", "sec-pc", 500, func(p *corev1.Pod) { p.Spec.PriorityClassName = "apps-high" })
 	k.waitAppPods(t, "the pod of a priority class running", 60*time.Second, podsRunning("classy"))
 	if j := k.foreignJob(t, appsNamespace+"/Pod/classy"); j.Spec.Sla.GetPriority() != 100 {
