@@ -216,14 +216,19 @@ func (b *Backend) Adopt(ctx context.Context, ref hostmgr.ForeignRef, taskID stri
 
 // Reject puts a Warning event on the pod, once per pod and message.
 func (b *Backend) Reject(ctx context.Context, ref hostmgr.ForeignRef, message string) {
+	if b.failedScheduling(ctx, ref, message) {
+		b.log.Info("foreign pod not scheduled", "pod", ref.Ref, "why", message)
+	}
+}
+
+// failedScheduling puts a FailedScheduling Warning event on the pod,
+// unless it was told message last, and reports whether it did. The
+// event is written in the background, behind binds (not urgent).
+func (b *Backend) failedScheduling(ctx context.Context, ref hostmgr.ForeignRef, message string) bool {
 	ns, name, ok := strings.Cut(ref.Ref, "/")
-	if !ok {
-		return
+	if !ok || !b.firstTelling(b.rejected, ref.UID, message) {
+		return false
 	}
-	if !b.firstTelling(b.rejected, ref.UID, message) {
-		return
-	}
-	b.log.Info("foreign pod not scheduled", "pod", ref.Ref, "why", message)
 	now := metav1.NewTime(time.Now())
 	ev := &corev1.Event{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: name + ".", Namespace: ns},
@@ -239,6 +244,7 @@ func (b *Backend) Reject(ctx context.Context, ref hostmgr.ForeignRef, message st
 			return err
 		})
 	}()
+	return true
 }
 
 // Waiting sets the PodScheduled condition of a pod that still waits to
@@ -256,7 +262,7 @@ func (b *Backend) Waiting(ctx context.Context, ref hostmgr.ForeignRef, why strin
 	if string(p.UID) != ref.UID || p.Spec.NodeName != "" || p.DeletionTimestamp != nil {
 		return
 	}
-	b.Reject(ctx, ref, why)
+	b.failedScheduling(ctx, ref, why)
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable && c.Message == why {
 			return
