@@ -121,9 +121,12 @@ func (b *Backend) foreignTask(ctx context.Context, p *corev1.Pod, deleted bool) 
 			problems = append(problems, fmt.Sprintf("annotation %s: must be an integer from 0 to %d, got %q", AnnotationPriority, uint32(1<<32-1), v))
 		}
 		ft.Priority = uint32(n)
-	} else if prio, problem := b.podPriority(ctx, p); problem != "" {
-		problems = append(problems, problem)
-	} else {
+	} else if !ft.Gone && p.Spec.NodeName == "" {
+		// Only a pod that waits needs it: the others' jobs exist.
+		prio, problem := b.podPriority(ctx, p)
+		if problem != "" {
+			problems = append(problems, problem)
+		}
 		ft.Priority = prio
 	}
 	if v, ok := p.Annotations[AnnotationGangSize]; ok || gang != "" {
