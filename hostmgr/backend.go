@@ -53,6 +53,11 @@ type LaunchSpec struct {
 	// KillGrace is the time between the polite and the forced stop when the
 	// run is killed by anyone other than Kill (e.g. on a failed health check).
 	KillGrace time.Duration
+	// Tolerations are the host taints (LabelTaints) the run tolerates, its
+	// placement's. A backend whose hosts act on taints themselves passes
+	// them on (Kubernetes: as the pod's tolerations, so that the kubelet
+	// and the taint manager let it stay).
+	Tolerations []*pelotonv1.Toleration
 	// Foreign, if set, is work that already exists in the backend (a pod
 	// another client created, see ForeignSource): Launch binds it to Host
 	// instead of creating anything, and the run is that object's life.
@@ -119,8 +124,9 @@ type ForeignTask struct {
 	Resources resources.Resources
 	Image     string
 	Command   []string
-	// Constraints are host labels the task requires (a pod's nodeSelector).
-	Constraints map[string]string
+	// Placement is where it may run (a pod's nodeSelector, required node
+	// affinity and tolerations); nil: anywhere without taints.
+	Placement *pelotonv1.PlacementSpec
 	// TaskID is the run Peloton adopted it as (empty before Adopt).
 	TaskID string
 	// Host is where it is bound; empty while it waits for placement.
@@ -155,8 +161,9 @@ type ForeignSource interface {
 	Reject(ctx context.Context, ref ForeignRef, message string)
 	// Waiting records on an object that still waits why it does (on
 	// Kubernetes, the pod's PodScheduled condition: False, Unschedulable,
-	// which kubectl shows and cluster autoscalers act on). Best effort;
-	// a message already recorded is not written again.
+	// which kubectl shows and cluster autoscalers act on, and a
+	// FailedScheduling event). Best effort; a message already recorded is
+	// not written again.
 	Waiting(ctx context.Context, ref ForeignRef, why string)
 }
 

@@ -1284,7 +1284,7 @@ func launchSpec(j *job, inst, run uint32, host string, v *jobVersion, r resource
 	setGangEnv(env, j, v, inst, host, nil)
 	ls := hostmgr.LaunchSpec{TaskID: resmgr.RunTaskID(j.id, inst, run), JobID: j.id, InstanceID: inst, RunID: run, Host: host,
 		Command: spec.Command, Env: env, Image: spec.Image, Resources: r, Pool: j.pool,
-		HealthCheck: spec.HealthCheck, KillGrace: graceOf(v, inst)}
+		HealthCheck: spec.HealthCheck, KillGrace: graceOf(v, inst), Tolerations: spec.GetPlacement().GetTolerations()}
 	for _, port := range spec.Ports {
 		ls.Ports = append(ls.Ports, hostmgr.Port{Name: port.Name, Value: port.Value})
 	}

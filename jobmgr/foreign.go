@@ -560,17 +560,8 @@ func foreignTaskSpec(ft hostmgr.ForeignTask) *pelotonv1.TaskSpec {
 	r.MilliCPU, r.MemoryMB = max(r.MilliCPU, 1), max(r.MemoryMB, 1)
 	ts := &pelotonv1.TaskSpec{Command: ft.Command, Image: ft.Image, Resources: r.ToProto(),
 		RestartPolicy: &pelotonv1.RestartPolicy{MaxFailures: 0}}
-	if len(ft.Constraints) > 0 {
-		keys := make([]string, 0, len(ft.Constraints))
-		for k := range ft.Constraints {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		p := &pelotonv1.PlacementSpec{}
-		for _, k := range keys {
-			p.Constraints = append(p.Constraints, &pelotonv1.Constraint{Label: k, Op: pelotonv1.ConstraintOp_EQUALS, Values: []string{ft.Constraints[k]}})
-		}
-		ts.Placement = p
+	if ft.Placement != nil {
+		ts.Placement = proto.Clone(ft.Placement).(*pelotonv1.PlacementSpec)
 	}
 	return ts
 }

@@ -25,7 +25,10 @@ func TestForeignJobIDs(t *testing.T) {
 func TestForeignSpec(t *testing.T) {
 	owner := hostmgr.ForeignOwner{Source: "kubernetes", Namespace: "ml", Kind: "Gang", Name: "train"}
 	driver := hostmgr.ForeignTask{Owner: owner, Pool: "/ml", Priority: 3, GangSize: 3, Image: "spark:3",
-		Resources: resources.Resources{MilliCPU: 1000, MemoryMB: 2048}, Constraints: map[string]string{"zone": "a", "disk": "ssd"}}
+		Resources: resources.Resources{MilliCPU: 1000, MemoryMB: 2048}, Placement: &pelotonv1.PlacementSpec{
+			Constraints: []*pelotonv1.Constraint{{Label: "disk", Op: pelotonv1.ConstraintOp_EQUALS, Values: []string{"ssd"}},
+				{Label: "zone", Op: pelotonv1.ConstraintOp_EQUALS, Values: []string{"a"}}},
+			Tolerations: []*pelotonv1.Toleration{{Key: "gpu", Op: pelotonv1.TolerationOp_TOLERATE_EXISTS}}}}
 	exec := driver
 	exec.Resources = resources.Resources{MilliCPU: 4000, MemoryMB: 8192}
 	empty := driver
@@ -42,6 +45,12 @@ func TestForeignSpec(t *testing.T) {
 	c := spec.DefaultSpec.Placement.GetConstraints()
 	if len(c) != 2 || c[0].Label != "disk" || c[1].Label != "zone" || c[1].Values[0] != "a" {
 		t.Errorf("constraints %v, want disk and zone from the nodeSelector, sorted", c)
+	}
+	if tol := spec.DefaultSpec.Placement.GetTolerations(); len(tol) != 1 || tol[0].Key != "gpu" {
+		t.Errorf("tolerations %v, want the pod's", tol)
+	}
+	if spec.DefaultSpec.Placement == driver.Placement {
+		t.Error("the job's spec shares the task's placement: it must be a copy")
 	}
 	if spec.DefaultSpec.RestartPolicy.GetMaxFailures() != 0 {
 		t.Error("a foreign task must never be retried by Peloton")

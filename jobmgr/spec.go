@@ -3,6 +3,7 @@ package jobmgr
 import (
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/klauspost/compress/zstd"
@@ -137,8 +138,40 @@ func validatePlacement(p *pelotonv1.PlacementSpec, field string) error {
 	if _, ok := pelotonv1.PlacementStrategy_name[int32(p.Strategy)]; !ok {
 		return apierr.Invalid(field+".strategy", "unknown strategy %d: one of PACK, SPREAD", int32(p.Strategy))
 	}
-	for i, c := range p.Constraints {
-		cf := fmt.Sprintf("%s.constraints[%d]", field, i)
+	if err := validateConstraints(p.Constraints, field+".constraints"); err != nil {
+		return err
+	}
+	for i, t := range p.AnyOf {
+		tf := fmt.Sprintf("%s.anyOf[%d]", field, i)
+		if len(t.GetConstraints()) == 0 {
+			return apierr.Invalid(tf+".constraints", "required: a term with no constraints would match every host")
+		}
+		if err := validateConstraints(t.Constraints, tf+".constraints"); err != nil {
+			return err
+		}
+	}
+	for i, t := range p.Tolerations {
+		tf := fmt.Sprintf("%s.tolerations[%d]", field, i)
+		switch {
+		case t == nil:
+			return apierr.Invalid(tf, "required")
+		case t.Effect != "" && t.Effect != "NoSchedule" && t.Effect != "NoExecute":
+			return apierr.Invalid(tf+".effect", "one of NoSchedule, NoExecute or empty (both), got %q", t.Effect)
+		case t.Op == pelotonv1.TolerationOp_EQUAL && t.Key == "":
+			return apierr.Invalid(tf+".key", "required with EQUAL (only TOLERATE_EXISTS takes an empty key: every taint)")
+		case t.Op == pelotonv1.TolerationOp_TOLERATE_EXISTS && t.Value != "":
+			return apierr.Invalid(tf+".value", "TOLERATE_EXISTS takes no value, got %q", t.Value)
+		case t.Op != pelotonv1.TolerationOp_EQUAL && t.Op != pelotonv1.TolerationOp_TOLERATE_EXISTS:
+			return apierr.Invalid(tf+".op", "required: one of EQUAL, TOLERATE_EXISTS")
+		}
+	}
+	return nil
+}
+
+// validateConstraints checks a list of constraints; field is its path.
+func validateConstraints(cs []*pelotonv1.Constraint, field string) error {
+	for i, c := range cs {
+		cf := fmt.Sprintf("%s[%d]", field, i)
 		if c == nil {
 			return apierr.Invalid(cf, "required")
 		}
@@ -155,12 +188,19 @@ func validatePlacement(p *pelotonv1.PlacementSpec, field string) error {
 			if n == 0 {
 				return apierr.Invalid(cf+".values", "%s needs at least one value", c.Op)
 			}
-		case pelotonv1.ConstraintOp_EXISTS:
+		case pelotonv1.ConstraintOp_EXISTS, pelotonv1.ConstraintOp_DOES_NOT_EXIST:
 			if n != 0 {
-				return apierr.Invalid(cf+".values", "EXISTS takes no values, got %d", n)
+				return apierr.Invalid(cf+".values", "%s takes no values, got %d", c.Op, n)
+			}
+		case pelotonv1.ConstraintOp_GREATER_THAN, pelotonv1.ConstraintOp_LESS_THAN:
+			if n != 1 {
+				return apierr.Invalid(cf+".values", "%s needs exactly one value, got %d", c.Op, n)
+			}
+			if _, err := strconv.ParseInt(c.Values[0], 10, 64); err != nil {
+				return apierr.Invalid(cf+".values[0]", "%s needs an integer, got %q", c.Op, c.Values[0])
 			}
 		default:
-			return apierr.Invalid(cf+".op", "required: one of EQUALS, NOT_EQUALS, EXISTS, IN, NOT_IN")
+			return apierr.Invalid(cf+".op", "required: one of EQUALS, NOT_EQUALS, EXISTS, DOES_NOT_EXIST, IN, NOT_IN, GREATER_THAN, LESS_THAN")
 		}
 	}
 	return nil

@@ -171,6 +171,27 @@ func TestValidateJobSpec(t *testing.T) {
 		{"placement: EXISTS with a value", MakeJob("x").Constraint("zone", pelotonv1.ConstraintOp_EXISTS, "a").Obj(), "spec.defaultSpec.placement.constraints[0].values"},
 		{"placement: second constraint", MakeJob("x").Constraint("zone", pelotonv1.ConstraintOp_EXISTS).Constraint("rack", pelotonv1.ConstraintOp_IN).Obj(),
 			"spec.defaultSpec.placement.constraints[1].values"},
+		{"placement: DOES_NOT_EXIST with a value", MakeJob("x").Constraint("zone", pelotonv1.ConstraintOp_DOES_NOT_EXIST, "a").Obj(), "spec.defaultSpec.placement.constraints[0].values"},
+		{"placement: GREATER_THAN two values", MakeJob("x").Constraint("cores", pelotonv1.ConstraintOp_GREATER_THAN, "1", "2").Obj(), "spec.defaultSpec.placement.constraints[0].values"},
+		{"placement: LESS_THAN not an integer", MakeJob("x").Constraint("cores", pelotonv1.ConstraintOp_LESS_THAN, "many").Obj(), "spec.defaultSpec.placement.constraints[0].values[0]"},
+		{"placement: any-of, tolerations valid", MakeJob("x").Placement(&pelotonv1.PlacementSpec{
+			AnyOf: []*pelotonv1.ConstraintTerm{
+				{Constraints: []*pelotonv1.Constraint{{Label: "cores", Op: pelotonv1.ConstraintOp_GREATER_THAN, Values: []string{"8"}}}},
+				{Constraints: []*pelotonv1.Constraint{{Label: "gpu", Op: pelotonv1.ConstraintOp_DOES_NOT_EXIST}}},
+			},
+			Tolerations: []*pelotonv1.Toleration{{Key: "gpu", Op: pelotonv1.TolerationOp_EQUAL, Value: "yes", Effect: "NoSchedule"},
+				{Op: pelotonv1.TolerationOp_TOLERATE_EXISTS}}}).Obj(), ""},
+		{"placement: empty any-of term", MakeJob("x").Placement(&pelotonv1.PlacementSpec{AnyOf: []*pelotonv1.ConstraintTerm{{}}}).Obj(),
+			"spec.defaultSpec.placement.anyOf[0].constraints"},
+		{"placement: bad constraint in any-of", MakeJob("x").Placement(&pelotonv1.PlacementSpec{AnyOf: []*pelotonv1.ConstraintTerm{
+			{Constraints: []*pelotonv1.Constraint{{Label: "zone", Op: pelotonv1.ConstraintOp_IN}}}}}).Obj(),
+			"spec.defaultSpec.placement.anyOf[0].constraints[0].values"},
+		{"placement: toleration without op", MakeJob("x").Placement(&pelotonv1.PlacementSpec{Tolerations: []*pelotonv1.Toleration{{Key: "a"}}}).Obj(),
+			"spec.defaultSpec.placement.tolerations[0].op"},
+		{"placement: toleration EQUAL without key", MakeJob("x").Placement(&pelotonv1.PlacementSpec{Tolerations: []*pelotonv1.Toleration{
+			{Op: pelotonv1.TolerationOp_EQUAL, Value: "v"}}}).Obj(), "spec.defaultSpec.placement.tolerations[0].key"},
+		{"placement: toleration bad effect", MakeJob("x").Placement(&pelotonv1.PlacementSpec{Tolerations: []*pelotonv1.Toleration{
+			{Key: "a", Op: pelotonv1.TolerationOp_TOLERATE_EXISTS, Effect: "PreferNoSchedule"}}}).Obj(), "spec.defaultSpec.placement.tolerations[0].effect"},
 		{"control character in name", MakeJob("a\x1b[31mb").Obj(), "spec.name"},
 		{"newline in name", MakeJob("a\nb").Obj(), "spec.name"},
 		{"invalid UTF-8 in name", MakeJob("a\xffb").Obj(), "spec.name"},

@@ -127,3 +127,23 @@ func singles(ts ...*resmgr.Task) []*resmgr.Gang {
 	}
 	return out
 }
+
+// AnyOf adds terms, of which the host must pass one.
+func (b *taskBuilder) AnyOf(terms ...*pelotonv1.ConstraintTerm) *taskBuilder {
+	b.placement().AnyOf = append(b.placement().AnyOf, terms...)
+	return b
+}
+
+// Tolerate adds tolerations of host taints.
+func (b *taskBuilder) Tolerate(tols ...*pelotonv1.Toleration) *taskBuilder {
+	b.placement().Tolerations = append(b.placement().Tolerations, tols...)
+	return b
+}
+
+func objs(bs []*taskBuilder) []*resmgr.Task {
+	out := make([]*resmgr.Task, len(bs))
+	for i, b := range bs {
+		out[i] = b.Obj()
+	}
+	return out
+}

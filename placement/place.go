@@ -66,6 +66,11 @@ const (
 	// constraint. Shown as "no host matches constraint zone IN [a b]", naming
 	// the first constraint after which no host is left.
 	ReasonNoMatch = "no host matches constraint"
+	// ReasonUntolerated (unresolvable): hosts match, but each has a taint
+	// (hostmgr.LabelTaints) the task does not tolerate. Shown as "no host
+	// without an untolerated taint (every matching host has a taint it does
+	// not tolerate, e.g. gpu=yes:NoSchedule)".
+	ReasonUntolerated = "no host without an untolerated taint"
 	// ReasonTooLarge (unresolvable): hosts match, but none is large enough
 	// even when empty. Shown as "no host is large enough (needs gpu=8; ...)".
 	ReasonTooLarge = "no host is large enough"
@@ -219,8 +224,8 @@ func needs(r resources.Resources) string {
 
 // describe renders a constraint as users wrote it: "zone IN [a b]".
 func describe(c *pelotonv1.Constraint) string {
-	if c.Op == pelotonv1.ConstraintOp_EXISTS {
-		return c.Label + " EXISTS"
+	if c.Op == pelotonv1.ConstraintOp_EXISTS || c.Op == pelotonv1.ConstraintOp_DOES_NOT_EXIST {
+		return c.Label + " " + c.Op.String()
 	}
 	return fmt.Sprintf("%s %s [%s]", c.Label, c.Op, strings.Join(c.Values, " "))
 }
@@ -306,4 +311,24 @@ func withLabel(p *pelotonv1.PlacementSpec, key, value string) *pelotonv1.Placeme
 	}
 	out.Constraints = append(out.Constraints, &pelotonv1.Constraint{Label: key, Op: pelotonv1.ConstraintOp_IN, Values: []string{value}})
 	return out
+}
+
+// describeAnyOf renders terms: "any of (zone IN [a] AND disk EXISTS) OR (...)".
+func describeAnyOf(terms []*pelotonv1.ConstraintTerm) string {
+	var b strings.Builder
+	b.WriteString("any of ")
+	for i, t := range terms {
+		if i > 0 {
+			b.WriteString(" OR ")
+		}
+		b.WriteString("(")
+		for j, c := range t.GetConstraints() {
+			if j > 0 {
+				b.WriteString(" AND ")
+			}
+			b.WriteString(describe(c))
+		}
+		b.WriteString(")")
+	}
+	return b.String()
 }

@@ -133,9 +133,13 @@ func newRound(c Config, gangs []*resmgr.Gang, hosts []hostmgr.HostOffer) *Round 
 	for i, h := range hosts {
 		r.free[i] = h.Free
 	}
-	all := make([]int32, len(hosts))
-	for i := range all {
-		all[i] = int32(i)
+	// The class of specs with no filter: every host but those with taints
+	// (hostmgr.LabelTaints), which take only tasks that tolerate them.
+	all := make([]int32, 0, len(hosts))
+	for i, h := range hosts {
+		if h.Labels[hostmgr.LabelTaints] == "" {
+			all = append(all, int32(i))
+		}
 	}
 	r.anyClass = &class{id: 0, hosts: all}
 	r.nclasses = 1
@@ -199,7 +203,7 @@ func (r *Round) hostIndex(name string) int32 {
 // classOf returns the class of a placement spec, computing its matching hosts
 // the first time a spec with that partition and those constraints is seen.
 func (r *Round) classOf(p *pelotonv1.PlacementSpec) *class {
-	if p == nil || (p.Partition == "" && len(p.Constraints) == 0) {
+	if p == nil || (p.Partition == "" && len(p.Constraints) == 0 && len(p.AnyOf) == 0 && len(p.Tolerations) == 0) {
 		return r.anyClass
 	}
 	if c, ok := r.classByPtr[p]; ok {
@@ -207,11 +211,13 @@ func (r *Round) classOf(p *pelotonv1.PlacementSpec) *class {
 	}
 	var b strings.Builder
 	b.WriteString(p.Partition)
-	for _, c := range p.Constraints {
-		fmt.Fprintf(&b, "\x00%s\x01%d", c.Label, c.Op)
-		for _, v := range c.Values {
-			b.WriteString("\x01" + v)
-		}
+	writeConstraints(&b, p.Constraints)
+	for _, t := range p.AnyOf {
+		b.WriteString("\x02")
+		writeConstraints(&b, t.Constraints)
+	}
+	for _, t := range p.Tolerations {
+		fmt.Fprintf(&b, "\x03%s\x01%d\x01%s\x01%s", t.Key, t.Op, t.Value, t.Effect)
 	}
 	key := b.String()
 	c, ok := r.classByKey[key]
@@ -227,6 +233,16 @@ func (r *Round) classOf(p *pelotonv1.PlacementSpec) *class {
 	}
 	r.classByPtr[p] = c
 	return c
+}
+
+// writeConstraints appends cs to a class key.
+func writeConstraints(b *strings.Builder, cs []*pelotonv1.Constraint) {
+	for _, c := range cs {
+		fmt.Fprintf(b, "\x00%s\x01%d", c.Label, c.Op)
+		for _, v := range c.Values {
+			b.WriteString("\x01" + v)
+		}
+	}
 }
 
 // reachOf says whether some host of the cluster, empty, could take a task of
@@ -272,6 +288,28 @@ func (r *Round) computeReach(p *pelotonv1.PlacementSpec, need resources.Resource
 		if len(left) == 0 {
 			return reach{reason: fmt.Sprintf("%s %s", ReasonNoMatch, describe(c))}
 		}
+	}
+	if terms := p.GetAnyOf(); len(terms) > 0 {
+		kept := left[:0]
+		for _, i := range left {
+			if hostmgr.HoldsAnyOf(terms, r.catalog[i].Labels) {
+				kept = append(kept, i)
+			}
+		}
+		if left = kept; len(left) == 0 {
+			return reach{reason: fmt.Sprintf("%s %s", ReasonNoMatch, describeAnyOf(terms))}
+		}
+	}
+	kept, untolerated := left[:0], ""
+	for _, i := range left {
+		if taint := hostmgr.TaintsTolerated(p.GetTolerations(), r.catalog[i].Labels[hostmgr.LabelTaints]); taint == "" {
+			kept = append(kept, i)
+		} else if untolerated == "" {
+			untolerated = taint
+		}
+	}
+	if left = kept; len(left) == 0 {
+		return reach{reason: fmt.Sprintf("%s (every matching host has a taint it does not tolerate, e.g. %s)", ReasonUntolerated, untolerated)}
 	}
 	var largest resources.Resources
 	n := 0
@@ -371,6 +409,12 @@ func (r *Round) boundUnresolvable(q *request) string {
 		if !hostmgr.Holds(c, st.Labels) {
 			return fmt.Sprintf("%s: %s fails %s", ReasonBoundMismatch, name, describe(c))
 		}
+	}
+	if !hostmgr.HoldsAnyOf(p.GetAnyOf(), st.Labels) {
+		return fmt.Sprintf("%s: %s fails %s", ReasonBoundMismatch, name, describeAnyOf(p.GetAnyOf()))
+	}
+	if taint := hostmgr.TaintsTolerated(p.GetTolerations(), st.Labels[hostmgr.LabelTaints]); taint != "" {
+		return fmt.Sprintf("%s: %s has taint %s, not tolerated", ReasonBoundMismatch, name, taint)
 	}
 	if !need.FitsIn(st.Capacity) {
 		return fmt.Sprintf("%s: %s (needs %s; host has %s)", ReasonBoundTooSmall, name, needs(need), needs(st.Capacity))

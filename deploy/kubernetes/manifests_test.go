@@ -96,11 +96,12 @@ var backendCalls = []access{
 	{Group: "policy", Resource: "poddisruptionbudgets", Verb: "list", Namespace: ns},   // budget.go: the reconcile pass
 	{Group: "policy", Resource: "poddisruptionbudgets", Verb: "delete", Namespace: ns}, // budget.go: the job is gone, or has no live run
 	// The secondary-scheduler mode (secondary.go), on pods of any namespace.
-	{Resource: "pods", Verb: "patch"},                          // Adopt: the run's task ID on the pod
-	{Resource: "pods", Verb: "delete"},                         // Kill of an adopted pod (preemption)
-	{Resource: "pods", Subresource: "binding", Verb: "create"}, // launchForeign
-	{Resource: "pods", Subresource: "status", Verb: "patch"},   // Waiting: PodScheduled=False, Unschedulable
-	{Resource: "events", Verb: "create"},                       // Reject: why a pod is not scheduled
+	{Resource: "pods", Verb: "patch"},                                      // Adopt: the run's task ID on the pod
+	{Resource: "pods", Verb: "delete"},                                     // Kill of an adopted pod (preemption)
+	{Resource: "pods", Subresource: "binding", Verb: "create"},             // launchForeign
+	{Resource: "pods", Subresource: "status", Verb: "patch"},               // Waiting: PodScheduled=False, Unschedulable
+	{Resource: "events", Verb: "create"},                                   // Reject: why a pod is not scheduled
+	{Group: "scheduling.k8s.io", Resource: "priorityclasses", Verb: "get"}, // podPriority: a class the apiserver did not resolve
 }
 
 // grantedButNotCalled are rights rbac.yaml gives that the backend does not

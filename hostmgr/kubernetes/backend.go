@@ -419,8 +419,9 @@ func leanObject(obj any) (any, error) {
 // them), ports, resources and readiness probe (a run's health); the pod's
 // node, scheduler, node selector, overhead, grace period and the
 // rest of its scalar fields; its hostPath volumes (a Peloton volume is one:
-// whether a pod still uses it, volumes.go); its whole status but the init
-// and ephemeral containers' statuses.
+// whether a pod still uses it, volumes.go); the required node affinity and
+// tolerations of pods that wait for Peloton to place them (leanPlacement);
+// its whole status but the init and ephemeral containers' statuses.
 func leanPod(p *corev1.Pod) {
 	p.ManagedFields = nil
 	delete(p.Annotations, corev1.LastAppliedConfigAnnotation)
@@ -428,8 +429,7 @@ func leanPod(p *corev1.Pod) {
 	leanContainers(p.Spec.InitContainers)
 	p.Spec.EphemeralContainers = nil
 	p.Spec.Volumes = hostPathVolumes(p.Spec.Volumes)
-	p.Spec.Tolerations = nil
-	p.Spec.Affinity = nil
+	leanPlacement(p)
 	p.Spec.TopologySpreadConstraints = nil
 	p.Spec.SecurityContext = nil
 	p.Spec.ImagePullSecrets = nil
@@ -603,10 +603,7 @@ func (b *Backend) Hosts() []hostmgr.HostInfo {
 			}
 			capa = capa.Sub(b.podRequests(p))
 		}
-		lbls := make(map[string]string, len(n.Labels))
-		for k, v := range n.Labels {
-			lbls[k] = v
-		}
+		lbls := hostLabels(n)
 		part := n.Labels[LabelPartition]
 		if part == "" {
 			part = DefaultPartition
@@ -671,7 +668,7 @@ func (b *Backend) onNodeUpdate(old, cur any) {
 	od, _ := nodeDown(o)
 	nd, _ := nodeDown(n)
 	if od != nd || nodeReady(o) != nodeReady(n) ||
-		!equalLists(o.Status.Allocatable, n.Status.Allocatable) || !equalMaps(o.Labels, n.Labels) {
+		!equalLists(o.Status.Allocatable, n.Status.Allocatable) || !equalMaps(o.Labels, n.Labels) || nodeTaints(o) != nodeTaints(n) {
 		b.markDirty()
 	}
 }

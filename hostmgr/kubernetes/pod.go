@@ -227,6 +227,7 @@ func (b *Backend) buildPod(spec hostmgr.LaunchSpec, ns string, ports map[string]
 		pod.Spec.Containers[0].Env = append(pod.Spec.Containers[0].Env, corev1.EnvVar{Name: "PELOTON_VOLUME", Value: mount})
 		pod.Spec.Affinity = pinTo(spec.Host)
 	}
+	pod.Spec.Tolerations = podTolerations(spec.Tolerations)
 	pod.Annotations[AnnotationSpecHash] = specHash(pod)
 	return pod
 }

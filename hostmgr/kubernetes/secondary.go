@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -108,11 +109,9 @@ func (b *Backend) foreignTask(ctx context.Context, p *corev1.Pod, deleted bool) 
 		ft.Image = c.Image
 		ft.Command = append(append([]string(nil), c.Command...), c.Args...)
 	}
-	if len(p.Spec.NodeSelector) > 0 {
-		ft.Constraints = p.Spec.NodeSelector
-	}
+	placement, problems := podPlacement(p)
+	ft.Placement = placement
 	gang := p.Annotations[AnnotationGangName]
-	var problems []string
 	if ft.Pool == "" {
 		problems = append(problems, fmt.Sprintf("annotation %s: required: the leaf pool to run in, e.g. /org/team", AnnotationPool))
 	}
@@ -122,6 +121,13 @@ func (b *Backend) foreignTask(ctx context.Context, p *corev1.Pod, deleted bool) 
 			problems = append(problems, fmt.Sprintf("annotation %s: must be an integer from 0 to %d, got %q", AnnotationPriority, uint32(1<<32-1), v))
 		}
 		ft.Priority = uint32(n)
+	} else if !ft.Gone && p.Spec.NodeName == "" {
+		// Only a pod that waits needs it: the others' jobs exist.
+		prio, problem := b.podPriority(ctx, p)
+		if problem != "" {
+			problems = append(problems, problem)
+		}
+		ft.Priority = prio
 	}
 	if v, ok := p.Annotations[AnnotationGangSize]; ok || gang != "" {
 		n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 32)
@@ -160,6 +166,37 @@ func (b *Backend) foreignTask(ctx context.Context, p *corev1.Pod, deleted bool) 
 	return ft
 }
 
+// podPriority is the Peloton priority of a pod without the priority
+// annotation: its spec.priority, which the apiserver's Priority admission
+// fills in from spec.priorityClassName; where that admission is off, the
+// value of the PriorityClass it names. Negative values (below the
+// default of 0) count as 0, the lowest Peloton priority; others are kept
+// as they are, so the order of classes is kept.
+func (b *Backend) podPriority(ctx context.Context, p *corev1.Pod) (uint32, string) {
+	v := int32(0)
+	switch {
+	case p.Spec.Priority != nil:
+		v = *p.Spec.Priority
+	case p.Spec.PriorityClassName != "":
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		var pc *schedulingv1.PriorityClass
+		err := b.call(ctx, func(ctx context.Context) error {
+			var err error
+			pc, err = b.client.SchedulingV1().PriorityClasses().Get(ctx, p.Spec.PriorityClassName, metav1.GetOptions{})
+			return err
+		})
+		switch {
+		case apierrors.IsNotFound(err):
+			return 0, fmt.Sprintf("spec.priorityClassName: no PriorityClass %q", p.Spec.PriorityClassName)
+		case err != nil:
+			return 0, fmt.Sprintf("spec.priorityClassName: reading PriorityClass %q: %v", p.Spec.PriorityClassName, err)
+		}
+		v = pc.Value
+	}
+	return uint32(max(v, 0)), ""
+}
+
 // Adopt writes the run's task ID into the pod's annotations. The patch
 // carries the pod's UID, which the apiserver refuses to change, so it
 // fails on another pod of the same name.
@@ -182,14 +219,19 @@ func (b *Backend) Adopt(ctx context.Context, ref hostmgr.ForeignRef, taskID stri
 
 // Reject puts a Warning event on the pod, once per pod and message.
 func (b *Backend) Reject(ctx context.Context, ref hostmgr.ForeignRef, message string) {
+	if b.failedScheduling(ctx, ref, message) {
+		b.log.Info("foreign pod not scheduled", "pod", ref.Ref, "why", message)
+	}
+}
+
+// failedScheduling puts a FailedScheduling Warning event on the pod,
+// unless it was told message last, and reports whether it did. The
+// event is written in the background, behind binds (not urgent).
+func (b *Backend) failedScheduling(ctx context.Context, ref hostmgr.ForeignRef, message string) bool {
 	ns, name, ok := strings.Cut(ref.Ref, "/")
-	if !ok {
-		return
+	if !ok || !b.firstTelling(b.rejected, ref.UID, message) {
+		return false
 	}
-	if !b.firstTelling(b.rejected, ref.UID, message) {
-		return
-	}
-	b.log.Info("foreign pod not scheduled", "pod", ref.Ref, "why", message)
 	now := metav1.NewTime(time.Now())
 	ev := &corev1.Event{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: name + ".", Namespace: ns},
@@ -205,13 +247,15 @@ func (b *Backend) Reject(ctx context.Context, ref hostmgr.ForeignRef, message st
 			return err
 		})
 	}()
+	return true
 }
 
 // Waiting sets the PodScheduled condition of a pod that still waits to
 // False (reason Unschedulable), as kube-scheduler does for the pods it
-// cannot place, so that kubectl shows why and autoscalers see the pod. The
-// patch carries the resourceVersion the informer last saw: a pod bound or
-// changed since is left alone.
+// cannot place, so that kubectl shows why and autoscalers see the pod, and
+// puts the same words on it as a FailedScheduling event, once per reason.
+// The patch carries the resourceVersion the informer last saw: a pod bound
+// or changed since is left alone.
 func (b *Backend) Waiting(ctx context.Context, ref hostmgr.ForeignRef, why string) {
 	obj, ok, _ := b.pods.GetByKey(ref.Ref)
 	if !ok {
@@ -221,6 +265,7 @@ func (b *Backend) Waiting(ctx context.Context, ref hostmgr.ForeignRef, why strin
 	if string(p.UID) != ref.UID || p.Spec.NodeName != "" || p.DeletionTimestamp != nil {
 		return
 	}
+	b.failedScheduling(ctx, ref, why)
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable && c.Message == why {
 			return

@@ -15,6 +15,7 @@ import (
 	"github.com/peloton-sched/peloton/internal/resources"
 	"github.com/peloton-sched/peloton/internal/testing/kubetest"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+	"google.golang.org/protobuf/proto"
 )
 
 // foreignLog keeps what the backend says about foreign pods, by pod name.
@@ -95,7 +96,8 @@ func TestForeignPods(t *testing.T) {
 		ForeignRef: hostmgr.ForeignRef{Ref: ref, UID: string(p.UID)}, Group: "kubernetes/pod/" + string(p.UID),
 		Owner: hostmgr.ForeignOwner{Source: "kubernetes", Namespace: e.ns, Kind: "Pod", Name: "hello", UID: string(p.UID)},
 		Pool:  "/team", Priority: 7, Resources: resources.Resources{MilliCPU: 500, MemoryMB: 256},
-		Image: "nginx:stable", Command: []string{"serve"}, Constraints: map[string]string{"disk": "ssd"},
+		Image: "nginx:stable", Command: []string{"serve"}, Placement: &pelotonv1.PlacementSpec{Constraints: []*pelotonv1.Constraint{
+			{Label: "disk", Op: pelotonv1.ConstraintOp_EQUALS, Values: []string{"ssd"}}}},
 	}
 	if !equalForeign(ft, want) {
 		t.Fatalf("foreign task\n got %+v\nwant %+v", ft, want)
@@ -284,7 +286,7 @@ func (e *env) waitWaiting(ref hostmgr.ForeignRef, message string) {
 func equalForeign(a, b hostmgr.ForeignTask) bool {
 	return a.ForeignRef == b.ForeignRef && a.Group == b.Group && a.Owner == b.Owner && a.Pool == b.Pool &&
 		a.Priority == b.Priority && a.GangSize == b.GangSize && a.Resources == b.Resources && a.Image == b.Image &&
-		strings.Join(a.Command, " ") == strings.Join(b.Command, " ") && equalMaps(a.Constraints, b.Constraints) &&
+		strings.Join(a.Command, " ") == strings.Join(b.Command, " ") && proto.Equal(a.Placement, b.Placement) &&
 		a.TaskID == b.TaskID && a.Host == b.Host && a.Invalid == b.Invalid && a.Gone == b.Gone
 }
 

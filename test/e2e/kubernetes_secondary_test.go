@@ -41,6 +41,9 @@ func TestKubernetesSecondaryScheduler(t *testing.T) {
 	t.Run("owner", k.testForeignOwner)
 	t.Run("gang", k.testForeignGang)
 	t.Run("bad-pool", k.testForeignBadPool)
+	t.Run("node-affinity", k.testForeignAffinity)
+	t.Run("taints", k.testForeignTaints)
+	t.Run("priority-class", k.testForeignPriorityClass)
 	t.Run("restart", k.testForeignRestart)
 }
 
@@ -195,8 +198,25 @@ func (k *kubeStack) testForeignPriority(t *testing.T) {
 		t.Errorf("priorities: high %d, low %d", high.Spec.Sla.GetPriority(), low.Spec.Sla.GetPriority())
 	}
 	t.Logf("preempted %s for the priority-5 pod", victim)
+	// A pod whose PriorityClass (value 10) outranks both displaces the
+	// last low one, not the priority-5 pod.
+	survivor := "low-a"
+	if victim == "low-a" {
+		survivor = "low-b"
+	}
+	k.priorityClass(t, "apps-top", 10)
+	k.appPodWith(t, "top", "sec-prio", 1000, func(p *corev1.Pod) {
+		p.Annotations[kubernetes.AnnotationPool] = "/apps-prio"
+		p.Spec.PriorityClassName = "apps-top"
+	})
+	k.waitAppPods(t, "the pod of class apps-top running in place of "+survivor, 60*time.Second, func(pods map[string]*corev1.Pod) bool {
+		return podsRunning("top", "high")(pods) && pods[survivor] == nil
+	})
+	if top := k.foreignJob(t, appsNamespace+"/Pod/top"); top.Spec.Sla.GetPriority() != 10 {
+		t.Errorf("job of a pod of class apps-top (10): priority %d", top.Spec.Sla.GetPriority())
+	}
 	// Leave the node empty for the scenarios after this one.
-	for _, n := range []string{"low-a", "low-b", "high"} {
+	for _, n := range []string{"low-a", "low-b", "high", "top"} {
 		_ = k.kc.Client.CoreV1().Pods(appsNamespace).Delete(ctxT(t), n, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
 	}
 }

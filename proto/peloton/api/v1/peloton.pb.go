@@ -305,6 +305,14 @@ const (
 	ConstraintOp_IN ConstraintOp = 4
 	// The label is not set, or set to none of values (at least one).
 	ConstraintOp_NOT_IN ConstraintOp = 5
+	// The label is not set (no values).
+	ConstraintOp_DOES_NOT_EXIST ConstraintOp = 6
+	// The label is set to an integer greater than values[0] (exactly one
+	// value, an integer); a label that is not an integer does not match.
+	ConstraintOp_GREATER_THAN ConstraintOp = 7
+	// The label is set to an integer less than values[0] (exactly one
+	// value, an integer); a label that is not an integer does not match.
+	ConstraintOp_LESS_THAN ConstraintOp = 8
 )
 
 // Enum value maps for ConstraintOp.
@@ -316,6 +324,9 @@ var (
 		3: "EXISTS",
 		4: "IN",
 		5: "NOT_IN",
+		6: "DOES_NOT_EXIST",
+		7: "GREATER_THAN",
+		8: "LESS_THAN",
 	}
 	ConstraintOp_value = map[string]int32{
 		"CONSTRAINT_OP_UNSPECIFIED": 0,
@@ -324,6 +335,9 @@ var (
 		"EXISTS":                    3,
 		"IN":                        4,
 		"NOT_IN":                    5,
+		"DOES_NOT_EXIST":            6,
+		"GREATER_THAN":              7,
+		"LESS_THAN":                 8,
 	}
 )
 
@@ -352,6 +366,59 @@ func (x ConstraintOp) Number() protoreflect.EnumNumber {
 // Deprecated: Use ConstraintOp.Descriptor instead.
 func (ConstraintOp) EnumDescriptor() ([]byte, []int) {
 	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{4}
+}
+
+// TolerationOp says how a toleration matches a taint's value.
+type TolerationOp int32
+
+const (
+	TolerationOp_TOLERATION_OP_UNSPECIFIED TolerationOp = 0
+	// The taint's key and value equal the toleration's.
+	TolerationOp_EQUAL TolerationOp = 1
+	// The taint's key equals the toleration's (any value); an empty key
+	// with EXISTS tolerates every taint.
+	TolerationOp_TOLERATE_EXISTS TolerationOp = 2
+)
+
+// Enum value maps for TolerationOp.
+var (
+	TolerationOp_name = map[int32]string{
+		0: "TOLERATION_OP_UNSPECIFIED",
+		1: "EQUAL",
+		2: "TOLERATE_EXISTS",
+	}
+	TolerationOp_value = map[string]int32{
+		"TOLERATION_OP_UNSPECIFIED": 0,
+		"EQUAL":                     1,
+		"TOLERATE_EXISTS":           2,
+	}
+)
+
+func (x TolerationOp) Enum() *TolerationOp {
+	p := new(TolerationOp)
+	*p = x
+	return p
+}
+
+func (x TolerationOp) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (TolerationOp) Descriptor() protoreflect.EnumDescriptor {
+	return file_peloton_api_v1_peloton_proto_enumTypes[5].Descriptor()
+}
+
+func (TolerationOp) Type() protoreflect.EnumType {
+	return &file_peloton_api_v1_peloton_proto_enumTypes[5]
+}
+
+func (x TolerationOp) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use TolerationOp.Descriptor instead.
+func (TolerationOp) EnumDescriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{5}
 }
 
 // GangFailurePolicy is what a gang member's failure does to its peers.
@@ -392,11 +459,11 @@ func (x GangFailurePolicy) String() string {
 }
 
 func (GangFailurePolicy) Descriptor() protoreflect.EnumDescriptor {
-	return file_peloton_api_v1_peloton_proto_enumTypes[5].Descriptor()
+	return file_peloton_api_v1_peloton_proto_enumTypes[6].Descriptor()
 }
 
 func (GangFailurePolicy) Type() protoreflect.EnumType {
-	return &file_peloton_api_v1_peloton_proto_enumTypes[5]
+	return &file_peloton_api_v1_peloton_proto_enumTypes[6]
 }
 
 func (x GangFailurePolicy) Number() protoreflect.EnumNumber {
@@ -405,7 +472,7 @@ func (x GangFailurePolicy) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use GangFailurePolicy.Descriptor instead.
 func (GangFailurePolicy) EnumDescriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{5}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{6}
 }
 
 // JobState is the lifecycle state of a job as a whole. Long-running jobs
@@ -458,11 +525,11 @@ func (x JobState) String() string {
 }
 
 func (JobState) Descriptor() protoreflect.EnumDescriptor {
-	return file_peloton_api_v1_peloton_proto_enumTypes[6].Descriptor()
+	return file_peloton_api_v1_peloton_proto_enumTypes[7].Descriptor()
 }
 
 func (JobState) Type() protoreflect.EnumType {
-	return &file_peloton_api_v1_peloton_proto_enumTypes[6]
+	return &file_peloton_api_v1_peloton_proto_enumTypes[7]
 }
 
 func (x JobState) Number() protoreflect.EnumNumber {
@@ -471,7 +538,7 @@ func (x JobState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use JobState.Descriptor instead.
 func (JobState) EnumDescriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{6}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{7}
 }
 
 // LogStream picks a task's output stream.
@@ -505,11 +572,11 @@ func (x LogStream) String() string {
 }
 
 func (LogStream) Descriptor() protoreflect.EnumDescriptor {
-	return file_peloton_api_v1_peloton_proto_enumTypes[7].Descriptor()
+	return file_peloton_api_v1_peloton_proto_enumTypes[8].Descriptor()
 }
 
 func (LogStream) Type() protoreflect.EnumType {
-	return &file_peloton_api_v1_peloton_proto_enumTypes[7]
+	return &file_peloton_api_v1_peloton_proto_enumTypes[8]
 }
 
 func (x LogStream) Number() protoreflect.EnumNumber {
@@ -518,7 +585,7 @@ func (x LogStream) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use LogStream.Descriptor instead.
 func (LogStream) EnumDescriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{7}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{8}
 }
 
 // HostState says whether a host takes new work. Maintenance moves a host
@@ -567,11 +634,11 @@ func (x HostState) String() string {
 }
 
 func (HostState) Descriptor() protoreflect.EnumDescriptor {
-	return file_peloton_api_v1_peloton_proto_enumTypes[8].Descriptor()
+	return file_peloton_api_v1_peloton_proto_enumTypes[9].Descriptor()
 }
 
 func (HostState) Type() protoreflect.EnumType {
-	return &file_peloton_api_v1_peloton_proto_enumTypes[8]
+	return &file_peloton_api_v1_peloton_proto_enumTypes[9]
 }
 
 func (x HostState) Number() protoreflect.EnumNumber {
@@ -580,7 +647,7 @@ func (x HostState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use HostState.Descriptor instead.
 func (HostState) EnumDescriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{8}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{9}
 }
 
 // HostZone is how hot a host runs, as the host advisor classifies it from
@@ -621,11 +688,11 @@ func (x HostZone) String() string {
 }
 
 func (HostZone) Descriptor() protoreflect.EnumDescriptor {
-	return file_peloton_api_v1_peloton_proto_enumTypes[9].Descriptor()
+	return file_peloton_api_v1_peloton_proto_enumTypes[10].Descriptor()
 }
 
 func (HostZone) Type() protoreflect.EnumType {
-	return &file_peloton_api_v1_peloton_proto_enumTypes[9]
+	return &file_peloton_api_v1_peloton_proto_enumTypes[10]
 }
 
 func (x HostZone) Number() protoreflect.EnumNumber {
@@ -634,7 +701,7 @@ func (x HostZone) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use HostZone.Descriptor instead.
 func (HostZone) EnumDescriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{9}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{10}
 }
 
 // PartitionMoveState is where a host's move between partitions is. A move
@@ -681,11 +748,11 @@ func (x PartitionMoveState) String() string {
 }
 
 func (PartitionMoveState) Descriptor() protoreflect.EnumDescriptor {
-	return file_peloton_api_v1_peloton_proto_enumTypes[10].Descriptor()
+	return file_peloton_api_v1_peloton_proto_enumTypes[11].Descriptor()
 }
 
 func (PartitionMoveState) Type() protoreflect.EnumType {
-	return &file_peloton_api_v1_peloton_proto_enumTypes[10]
+	return &file_peloton_api_v1_peloton_proto_enumTypes[11]
 }
 
 func (x PartitionMoveState) Number() protoreflect.EnumNumber {
@@ -694,7 +761,7 @@ func (x PartitionMoveState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use PartitionMoveState.Descriptor instead.
 func (PartitionMoveState) EnumDescriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{10}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{11}
 }
 
 // UpdateState is the lifecycle of an update; the transition table is
@@ -754,11 +821,11 @@ func (x UpdateState) String() string {
 }
 
 func (UpdateState) Descriptor() protoreflect.EnumDescriptor {
-	return file_peloton_api_v1_peloton_proto_enumTypes[11].Descriptor()
+	return file_peloton_api_v1_peloton_proto_enumTypes[12].Descriptor()
 }
 
 func (UpdateState) Type() protoreflect.EnumType {
-	return &file_peloton_api_v1_peloton_proto_enumTypes[11]
+	return &file_peloton_api_v1_peloton_proto_enumTypes[12]
 }
 
 func (x UpdateState) Number() protoreflect.EnumNumber {
@@ -767,7 +834,7 @@ func (x UpdateState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use UpdateState.Descriptor instead.
 func (UpdateState) EnumDescriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{11}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{12}
 }
 
 // Resources is an amount of each resource kind. cpu is in cores and may be
@@ -1556,7 +1623,17 @@ type PlacementSpec struct {
 	// already running there (0 = no limit).
 	MaxInstancesPerHost uint32 `protobuf:"varint,3,opt,name=max_instances_per_host,json=maxInstancesPerHost,proto3" json:"max_instances_per_host,omitempty"`
 	// Only hosts of this partition; empty means any partition.
-	Partition     string `protobuf:"bytes,4,opt,name=partition,proto3" json:"partition,omitempty"`
+	Partition string `protobuf:"bytes,4,opt,name=partition,proto3" json:"partition,omitempty"`
+	// If set, the host must also pass every constraint of at least one of
+	// these terms (an OR of ANDs, as a Kubernetes pod's required node
+	// affinity). Empty means no such condition.
+	AnyOf []*ConstraintTerm `protobuf:"bytes,5,rep,name=any_of,json=anyOf,proto3" json:"any_of,omitempty"`
+	// Host taints this instance tolerates. A host whose label
+	// peloton.io/taints lists a taint (key=value:Effect, comma separated;
+	// the Kubernetes backend sets it from a node's NoSchedule and
+	// NoExecute taints) takes only instances that tolerate every taint it
+	// lists.
+	Tolerations   []*Toleration `protobuf:"bytes,6,rep,name=tolerations,proto3" json:"tolerations,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1619,6 +1696,137 @@ func (x *PlacementSpec) GetPartition() string {
 	return ""
 }
 
+func (x *PlacementSpec) GetAnyOf() []*ConstraintTerm {
+	if x != nil {
+		return x.AnyOf
+	}
+	return nil
+}
+
+func (x *PlacementSpec) GetTolerations() []*Toleration {
+	if x != nil {
+		return x.Tolerations
+	}
+	return nil
+}
+
+// ConstraintTerm is a set of constraints that must all hold on a host.
+type ConstraintTerm struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Constraints   []*Constraint          `protobuf:"bytes,1,rep,name=constraints,proto3" json:"constraints,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConstraintTerm) Reset() {
+	*x = ConstraintTerm{}
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConstraintTerm) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConstraintTerm) ProtoMessage() {}
+
+func (x *ConstraintTerm) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConstraintTerm.ProtoReflect.Descriptor instead.
+func (*ConstraintTerm) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ConstraintTerm) GetConstraints() []*Constraint {
+	if x != nil {
+		return x.Constraints
+	}
+	return nil
+}
+
+// Toleration lets an instance run on hosts with matching taints.
+type Toleration struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The taint key; empty only with TOLERATE_EXISTS (every key).
+	Key string       `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Op  TolerationOp `protobuf:"varint,2,opt,name=op,proto3,enum=peloton.api.v1.TolerationOp" json:"op,omitempty"`
+	// The taint value, with EQUAL.
+	Value string `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
+	// NoSchedule or NoExecute; empty tolerates both.
+	Effect        string `protobuf:"bytes,4,opt,name=effect,proto3" json:"effect,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Toleration) Reset() {
+	*x = Toleration{}
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Toleration) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Toleration) ProtoMessage() {}
+
+func (x *Toleration) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Toleration.ProtoReflect.Descriptor instead.
+func (*Toleration) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *Toleration) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *Toleration) GetOp() TolerationOp {
+	if x != nil {
+		return x.Op
+	}
+	return TolerationOp_TOLERATION_OP_UNSPECIFIED
+}
+
+func (x *Toleration) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
+func (x *Toleration) GetEffect() string {
+	if x != nil {
+		return x.Effect
+	}
+	return ""
+}
+
 // JobSpec is the whole description of a job: the document users submit.
 type JobSpec struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1667,7 +1875,7 @@ type JobSpec struct {
 
 func (x *JobSpec) Reset() {
 	*x = JobSpec{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[11]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1679,7 +1887,7 @@ func (x *JobSpec) String() string {
 func (*JobSpec) ProtoMessage() {}
 
 func (x *JobSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[11]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1692,7 +1900,7 @@ func (x *JobSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobSpec.ProtoReflect.Descriptor instead.
 func (*JobSpec) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{11}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *JobSpec) GetName() string {
@@ -1808,7 +2016,7 @@ type GangSpec struct {
 
 func (x *GangSpec) Reset() {
 	*x = GangSpec{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[12]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1820,7 +2028,7 @@ func (x *GangSpec) String() string {
 func (*GangSpec) ProtoMessage() {}
 
 func (x *GangSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[12]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1833,7 +2041,7 @@ func (x *GangSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GangSpec.ProtoReflect.Descriptor instead.
 func (*GangSpec) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{12}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GangSpec) GetSize() uint32 {
@@ -1879,7 +2087,7 @@ type SelfScaleSpec struct {
 
 func (x *SelfScaleSpec) Reset() {
 	*x = SelfScaleSpec{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[13]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1891,7 +2099,7 @@ func (x *SelfScaleSpec) String() string {
 func (*SelfScaleSpec) ProtoMessage() {}
 
 func (x *SelfScaleSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[13]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1904,7 +2112,7 @@ func (x *SelfScaleSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SelfScaleSpec.ProtoReflect.Descriptor instead.
 func (*SelfScaleSpec) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{13}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SelfScaleSpec) GetMin() uint32 {
@@ -1938,7 +2146,7 @@ type ForeignOwner struct {
 
 func (x *ForeignOwner) Reset() {
 	*x = ForeignOwner{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[14]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1950,7 +2158,7 @@ func (x *ForeignOwner) String() string {
 func (*ForeignOwner) ProtoMessage() {}
 
 func (x *ForeignOwner) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[14]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1963,7 +2171,7 @@ func (x *ForeignOwner) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForeignOwner.ProtoReflect.Descriptor instead.
 func (*ForeignOwner) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{14}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ForeignOwner) GetSource() string {
@@ -2044,7 +2252,7 @@ type JobStatus struct {
 
 func (x *JobStatus) Reset() {
 	*x = JobStatus{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[15]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2056,7 +2264,7 @@ func (x *JobStatus) String() string {
 func (*JobStatus) ProtoMessage() {}
 
 func (x *JobStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[15]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2069,7 +2277,7 @@ func (x *JobStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobStatus.ProtoReflect.Descriptor instead.
 func (*JobStatus) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{15}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *JobStatus) GetState() JobState {
@@ -2182,7 +2390,7 @@ type Job struct {
 
 func (x *Job) Reset() {
 	*x = Job{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[16]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2194,7 +2402,7 @@ func (x *Job) String() string {
 func (*Job) ProtoMessage() {}
 
 func (x *Job) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[16]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2207,7 +2415,7 @@ func (x *Job) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Job.ProtoReflect.Descriptor instead.
 func (*Job) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{16}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Job) GetId() string {
@@ -2288,7 +2496,7 @@ type TaskStatus struct {
 
 func (x *TaskStatus) Reset() {
 	*x = TaskStatus{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[17]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2300,7 +2508,7 @@ func (x *TaskStatus) String() string {
 func (*TaskStatus) ProtoMessage() {}
 
 func (x *TaskStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[17]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2313,7 +2521,7 @@ func (x *TaskStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskStatus.ProtoReflect.Descriptor instead.
 func (*TaskStatus) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{17}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *TaskStatus) GetState() TaskState {
@@ -2490,7 +2698,7 @@ type TaskTransition struct {
 
 func (x *TaskTransition) Reset() {
 	*x = TaskTransition{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[18]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2502,7 +2710,7 @@ func (x *TaskTransition) String() string {
 func (*TaskTransition) ProtoMessage() {}
 
 func (x *TaskTransition) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[18]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2515,7 +2723,7 @@ func (x *TaskTransition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskTransition.ProtoReflect.Descriptor instead.
 func (*TaskTransition) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{18}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *TaskTransition) GetState() TaskState {
@@ -2561,7 +2769,7 @@ type Task struct {
 
 func (x *Task) Reset() {
 	*x = Task{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[19]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2573,7 +2781,7 @@ func (x *Task) String() string {
 func (*Task) ProtoMessage() {}
 
 func (x *Task) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[19]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2586,7 +2794,7 @@ func (x *Task) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Task.ProtoReflect.Descriptor instead.
 func (*Task) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{19}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Task) GetJobId() string {
@@ -2643,7 +2851,7 @@ type CreateJobRequest struct {
 
 func (x *CreateJobRequest) Reset() {
 	*x = CreateJobRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[20]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2655,7 +2863,7 @@ func (x *CreateJobRequest) String() string {
 func (*CreateJobRequest) ProtoMessage() {}
 
 func (x *CreateJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[20]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2668,7 +2876,7 @@ func (x *CreateJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJobRequest.ProtoReflect.Descriptor instead.
 func (*CreateJobRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{20}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CreateJobRequest) GetSpec() *JobSpec {
@@ -2706,7 +2914,7 @@ type CreateJobResponse struct {
 
 func (x *CreateJobResponse) Reset() {
 	*x = CreateJobResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[21]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2718,7 +2926,7 @@ func (x *CreateJobResponse) String() string {
 func (*CreateJobResponse) ProtoMessage() {}
 
 func (x *CreateJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[21]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2731,7 +2939,7 @@ func (x *CreateJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJobResponse.ProtoReflect.Descriptor instead.
 func (*CreateJobResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{21}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CreateJobResponse) GetJobId() string {
@@ -2764,7 +2972,7 @@ type GetJobRequest struct {
 
 func (x *GetJobRequest) Reset() {
 	*x = GetJobRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[22]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2776,7 +2984,7 @@ func (x *GetJobRequest) String() string {
 func (*GetJobRequest) ProtoMessage() {}
 
 func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[22]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2789,7 +2997,7 @@ func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobRequest.ProtoReflect.Descriptor instead.
 func (*GetJobRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{22}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GetJobRequest) GetJobId() string {
@@ -2808,7 +3016,7 @@ type GetJobResponse struct {
 
 func (x *GetJobResponse) Reset() {
 	*x = GetJobResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[23]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2820,7 +3028,7 @@ func (x *GetJobResponse) String() string {
 func (*GetJobResponse) ProtoMessage() {}
 
 func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[23]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2833,7 +3041,7 @@ func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobResponse.ProtoReflect.Descriptor instead.
 func (*GetJobResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{23}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GetJobResponse) GetJob() *Job {
@@ -2871,7 +3079,7 @@ type ListJobsRequest struct {
 
 func (x *ListJobsRequest) Reset() {
 	*x = ListJobsRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[24]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2883,7 +3091,7 @@ func (x *ListJobsRequest) String() string {
 func (*ListJobsRequest) ProtoMessage() {}
 
 func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[24]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2896,7 +3104,7 @@ func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobsRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{24}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListJobsRequest) GetPool() string {
@@ -2975,7 +3183,7 @@ type ListJobsResponse struct {
 
 func (x *ListJobsResponse) Reset() {
 	*x = ListJobsResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[25]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2987,7 +3195,7 @@ func (x *ListJobsResponse) String() string {
 func (*ListJobsResponse) ProtoMessage() {}
 
 func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[25]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3000,7 +3208,7 @@ func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobsResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{25}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListJobsResponse) GetJobs() []*Job {
@@ -3026,7 +3234,7 @@ type CancelJobRequest struct {
 
 func (x *CancelJobRequest) Reset() {
 	*x = CancelJobRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[26]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3038,7 +3246,7 @@ func (x *CancelJobRequest) String() string {
 func (*CancelJobRequest) ProtoMessage() {}
 
 func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[26]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3051,7 +3259,7 @@ func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobRequest.ProtoReflect.Descriptor instead.
 func (*CancelJobRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{26}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CancelJobRequest) GetJobId() string {
@@ -3069,7 +3277,7 @@ type CancelJobResponse struct {
 
 func (x *CancelJobResponse) Reset() {
 	*x = CancelJobResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[27]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3081,7 +3289,7 @@ func (x *CancelJobResponse) String() string {
 func (*CancelJobResponse) ProtoMessage() {}
 
 func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[27]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3094,7 +3302,7 @@ func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobResponse.ProtoReflect.Descriptor instead.
 func (*CancelJobResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{27}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{29}
 }
 
 type DeleteJobRequest struct {
@@ -3106,7 +3314,7 @@ type DeleteJobRequest struct {
 
 func (x *DeleteJobRequest) Reset() {
 	*x = DeleteJobRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[28]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3118,7 +3326,7 @@ func (x *DeleteJobRequest) String() string {
 func (*DeleteJobRequest) ProtoMessage() {}
 
 func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[28]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3131,7 +3339,7 @@ func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobRequest.ProtoReflect.Descriptor instead.
 func (*DeleteJobRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{28}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *DeleteJobRequest) GetJobId() string {
@@ -3149,7 +3357,7 @@ type DeleteJobResponse struct {
 
 func (x *DeleteJobResponse) Reset() {
 	*x = DeleteJobResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[29]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3161,7 +3369,7 @@ func (x *DeleteJobResponse) String() string {
 func (*DeleteJobResponse) ProtoMessage() {}
 
 func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[29]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3174,7 +3382,7 @@ func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobResponse.ProtoReflect.Descriptor instead.
 func (*DeleteJobResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{29}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{31}
 }
 
 type RestartJobRequest struct {
@@ -3188,7 +3396,7 @@ type RestartJobRequest struct {
 
 func (x *RestartJobRequest) Reset() {
 	*x = RestartJobRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[30]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3200,7 +3408,7 @@ func (x *RestartJobRequest) String() string {
 func (*RestartJobRequest) ProtoMessage() {}
 
 func (x *RestartJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[30]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3213,7 +3421,7 @@ func (x *RestartJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestartJobRequest.ProtoReflect.Descriptor instead.
 func (*RestartJobRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{30}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RestartJobRequest) GetJobId() string {
@@ -3238,7 +3446,7 @@ type RestartJobResponse struct {
 
 func (x *RestartJobResponse) Reset() {
 	*x = RestartJobResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[31]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3250,7 +3458,7 @@ func (x *RestartJobResponse) String() string {
 func (*RestartJobResponse) ProtoMessage() {}
 
 func (x *RestartJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[31]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3263,7 +3471,7 @@ func (x *RestartJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestartJobResponse.ProtoReflect.Descriptor instead.
 func (*RestartJobResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{31}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{33}
 }
 
 // ScaleJobRequest changes the instance count of a job that has not
@@ -3287,7 +3495,7 @@ type ScaleJobRequest struct {
 
 func (x *ScaleJobRequest) Reset() {
 	*x = ScaleJobRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[32]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3299,7 +3507,7 @@ func (x *ScaleJobRequest) String() string {
 func (*ScaleJobRequest) ProtoMessage() {}
 
 func (x *ScaleJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[32]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3312,7 +3520,7 @@ func (x *ScaleJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScaleJobRequest.ProtoReflect.Descriptor instead.
 func (*ScaleJobRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{32}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ScaleJobRequest) GetJobId() string {
@@ -3356,7 +3564,7 @@ type ScaleJobResponse struct {
 
 func (x *ScaleJobResponse) Reset() {
 	*x = ScaleJobResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[33]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3368,7 +3576,7 @@ func (x *ScaleJobResponse) String() string {
 func (*ScaleJobResponse) ProtoMessage() {}
 
 func (x *ScaleJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[33]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3381,7 +3589,7 @@ func (x *ScaleJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScaleJobResponse.ProtoReflect.Descriptor instead.
 func (*ScaleJobResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{33}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ScaleJobResponse) GetSpecVersion() uint64 {
@@ -3407,7 +3615,7 @@ type ListJobVersionsRequest struct {
 
 func (x *ListJobVersionsRequest) Reset() {
 	*x = ListJobVersionsRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[34]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3419,7 +3627,7 @@ func (x *ListJobVersionsRequest) String() string {
 func (*ListJobVersionsRequest) ProtoMessage() {}
 
 func (x *ListJobVersionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[34]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3432,7 +3640,7 @@ func (x *ListJobVersionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobVersionsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobVersionsRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{34}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListJobVersionsRequest) GetJobId() string {
@@ -3456,7 +3664,7 @@ type JobVersion struct {
 
 func (x *JobVersion) Reset() {
 	*x = JobVersion{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[35]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3468,7 +3676,7 @@ func (x *JobVersion) String() string {
 func (*JobVersion) ProtoMessage() {}
 
 func (x *JobVersion) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[35]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3481,7 +3689,7 @@ func (x *JobVersion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobVersion.ProtoReflect.Descriptor instead.
 func (*JobVersion) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{35}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *JobVersion) GetVersion() uint64 {
@@ -3521,7 +3729,7 @@ type ListJobVersionsResponse struct {
 
 func (x *ListJobVersionsResponse) Reset() {
 	*x = ListJobVersionsResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[36]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3533,7 +3741,7 @@ func (x *ListJobVersionsResponse) String() string {
 func (*ListJobVersionsResponse) ProtoMessage() {}
 
 func (x *ListJobVersionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[36]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3546,7 +3754,7 @@ func (x *ListJobVersionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobVersionsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobVersionsResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{36}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListJobVersionsResponse) GetVersions() []*JobVersion {
@@ -3567,7 +3775,7 @@ type GetGangRequest struct {
 
 func (x *GetGangRequest) Reset() {
 	*x = GetGangRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[37]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3579,7 +3787,7 @@ func (x *GetGangRequest) String() string {
 func (*GetGangRequest) ProtoMessage() {}
 
 func (x *GetGangRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[37]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3592,7 +3800,7 @@ func (x *GetGangRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetGangRequest.ProtoReflect.Descriptor instead.
 func (*GetGangRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{37}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *GetGangRequest) GetJobId() string {
@@ -3624,7 +3832,7 @@ type Gang struct {
 
 func (x *Gang) Reset() {
 	*x = Gang{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[38]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3636,7 +3844,7 @@ func (x *Gang) String() string {
 func (*Gang) ProtoMessage() {}
 
 func (x *Gang) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[38]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3649,7 +3857,7 @@ func (x *Gang) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Gang.ProtoReflect.Descriptor instead.
 func (*Gang) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{38}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *Gang) GetId() string {
@@ -3699,7 +3907,7 @@ type GangMember struct {
 
 func (x *GangMember) Reset() {
 	*x = GangMember{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[39]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3711,7 +3919,7 @@ func (x *GangMember) String() string {
 func (*GangMember) ProtoMessage() {}
 
 func (x *GangMember) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[39]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3724,7 +3932,7 @@ func (x *GangMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GangMember.ProtoReflect.Descriptor instead.
 func (*GangMember) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{39}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *GangMember) GetInstance() uint32 {
@@ -3781,7 +3989,7 @@ type WatchJobsRequest struct {
 
 func (x *WatchJobsRequest) Reset() {
 	*x = WatchJobsRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[40]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3793,7 +4001,7 @@ func (x *WatchJobsRequest) String() string {
 func (*WatchJobsRequest) ProtoMessage() {}
 
 func (x *WatchJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[40]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3806,7 +4014,7 @@ func (x *WatchJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchJobsRequest.ProtoReflect.Descriptor instead.
 func (*WatchJobsRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{40}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *WatchJobsRequest) GetJobIds() []string {
@@ -3841,7 +4049,7 @@ type JobChange struct {
 
 func (x *JobChange) Reset() {
 	*x = JobChange{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[41]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3853,7 +4061,7 @@ func (x *JobChange) String() string {
 func (*JobChange) ProtoMessage() {}
 
 func (x *JobChange) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[41]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3866,7 +4074,7 @@ func (x *JobChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobChange.ProtoReflect.Descriptor instead.
 func (*JobChange) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{41}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *JobChange) GetJob() *Job {
@@ -3906,7 +4114,7 @@ type ListTasksRequest struct {
 
 func (x *ListTasksRequest) Reset() {
 	*x = ListTasksRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[42]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3918,7 +4126,7 @@ func (x *ListTasksRequest) String() string {
 func (*ListTasksRequest) ProtoMessage() {}
 
 func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[42]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3931,7 +4139,7 @@ func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksRequest.ProtoReflect.Descriptor instead.
 func (*ListTasksRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{42}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ListTasksRequest) GetJobId() string {
@@ -3974,7 +4182,7 @@ type ListTasksResponse struct {
 
 func (x *ListTasksResponse) Reset() {
 	*x = ListTasksResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[43]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3986,7 +4194,7 @@ func (x *ListTasksResponse) String() string {
 func (*ListTasksResponse) ProtoMessage() {}
 
 func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[43]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3999,7 +4207,7 @@ func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksResponse.ProtoReflect.Descriptor instead.
 func (*ListTasksResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{43}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListTasksResponse) GetTasks() []*Task {
@@ -4026,7 +4234,7 @@ type GetTaskRequest struct {
 
 func (x *GetTaskRequest) Reset() {
 	*x = GetTaskRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[44]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4038,7 +4246,7 @@ func (x *GetTaskRequest) String() string {
 func (*GetTaskRequest) ProtoMessage() {}
 
 func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[44]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4051,7 +4259,7 @@ func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskRequest.ProtoReflect.Descriptor instead.
 func (*GetTaskRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{44}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *GetTaskRequest) GetJobId() string {
@@ -4077,7 +4285,7 @@ type GetTaskResponse struct {
 
 func (x *GetTaskResponse) Reset() {
 	*x = GetTaskResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[45]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4089,7 +4297,7 @@ func (x *GetTaskResponse) String() string {
 func (*GetTaskResponse) ProtoMessage() {}
 
 func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[45]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4102,7 +4310,7 @@ func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskResponse.ProtoReflect.Descriptor instead.
 func (*GetTaskResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{45}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *GetTaskResponse) GetTask() *Task {
@@ -4122,7 +4330,7 @@ type KillTaskRequest struct {
 
 func (x *KillTaskRequest) Reset() {
 	*x = KillTaskRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[46]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4134,7 +4342,7 @@ func (x *KillTaskRequest) String() string {
 func (*KillTaskRequest) ProtoMessage() {}
 
 func (x *KillTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[46]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4147,7 +4355,7 @@ func (x *KillTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillTaskRequest.ProtoReflect.Descriptor instead.
 func (*KillTaskRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{46}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *KillTaskRequest) GetJobId() string {
@@ -4172,7 +4380,7 @@ type KillTaskResponse struct {
 
 func (x *KillTaskResponse) Reset() {
 	*x = KillTaskResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[47]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4184,7 +4392,7 @@ func (x *KillTaskResponse) String() string {
 func (*KillTaskResponse) ProtoMessage() {}
 
 func (x *KillTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[47]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4197,7 +4405,7 @@ func (x *KillTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillTaskResponse.ProtoReflect.Descriptor instead.
 func (*KillTaskResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{47}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{49}
 }
 
 type GetTaskLogsRequest struct {
@@ -4223,7 +4431,7 @@ type GetTaskLogsRequest struct {
 
 func (x *GetTaskLogsRequest) Reset() {
 	*x = GetTaskLogsRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[48]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4235,7 +4443,7 @@ func (x *GetTaskLogsRequest) String() string {
 func (*GetTaskLogsRequest) ProtoMessage() {}
 
 func (x *GetTaskLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[48]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4248,7 +4456,7 @@ func (x *GetTaskLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskLogsRequest.ProtoReflect.Descriptor instead.
 func (*GetTaskLogsRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{48}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *GetTaskLogsRequest) GetJobId() string {
@@ -4309,7 +4517,7 @@ type LogChunk struct {
 
 func (x *LogChunk) Reset() {
 	*x = LogChunk{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[49]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4321,7 +4529,7 @@ func (x *LogChunk) String() string {
 func (*LogChunk) ProtoMessage() {}
 
 func (x *LogChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[49]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4334,7 +4542,7 @@ func (x *LogChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogChunk.ProtoReflect.Descriptor instead.
 func (*LogChunk) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{49}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *LogChunk) GetData() []byte {
@@ -4353,7 +4561,7 @@ type WatchTasksRequest struct {
 
 func (x *WatchTasksRequest) Reset() {
 	*x = WatchTasksRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[50]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4365,7 +4573,7 @@ func (x *WatchTasksRequest) String() string {
 func (*WatchTasksRequest) ProtoMessage() {}
 
 func (x *WatchTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[50]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4378,7 +4586,7 @@ func (x *WatchTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTasksRequest.ProtoReflect.Descriptor instead.
 func (*WatchTasksRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{50}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *WatchTasksRequest) GetJobId() string {
@@ -4405,7 +4613,7 @@ type TaskChange struct {
 
 func (x *TaskChange) Reset() {
 	*x = TaskChange{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[51]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4417,7 +4625,7 @@ func (x *TaskChange) String() string {
 func (*TaskChange) ProtoMessage() {}
 
 func (x *TaskChange) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[51]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4430,7 +4638,7 @@ func (x *TaskChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskChange.ProtoReflect.Descriptor instead.
 func (*TaskChange) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{51}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *TaskChange) GetTask() *Task {
@@ -4472,7 +4680,7 @@ type PoolSpec struct {
 
 func (x *PoolSpec) Reset() {
 	*x = PoolSpec{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[52]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4484,7 +4692,7 @@ func (x *PoolSpec) String() string {
 func (*PoolSpec) ProtoMessage() {}
 
 func (x *PoolSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[52]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4497,7 +4705,7 @@ func (x *PoolSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolSpec.ProtoReflect.Descriptor instead.
 func (*PoolSpec) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{52}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *PoolSpec) GetReservation() *Resources {
@@ -4543,7 +4751,7 @@ type PoolStatus struct {
 
 func (x *PoolStatus) Reset() {
 	*x = PoolStatus{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[53]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4555,7 +4763,7 @@ func (x *PoolStatus) String() string {
 func (*PoolStatus) ProtoMessage() {}
 
 func (x *PoolStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[53]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4568,7 +4776,7 @@ func (x *PoolStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolStatus.ProtoReflect.Descriptor instead.
 func (*PoolStatus) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{53}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *PoolStatus) GetEntitlement() *Resources {
@@ -4621,7 +4829,7 @@ type Pool struct {
 
 func (x *Pool) Reset() {
 	*x = Pool{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[54]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4633,7 +4841,7 @@ func (x *Pool) String() string {
 func (*Pool) ProtoMessage() {}
 
 func (x *Pool) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[54]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4646,7 +4854,7 @@ func (x *Pool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pool.ProtoReflect.Descriptor instead.
 func (*Pool) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{54}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *Pool) GetPath() string {
@@ -4700,7 +4908,7 @@ type CreatePoolRequest struct {
 
 func (x *CreatePoolRequest) Reset() {
 	*x = CreatePoolRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[55]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4712,7 +4920,7 @@ func (x *CreatePoolRequest) String() string {
 func (*CreatePoolRequest) ProtoMessage() {}
 
 func (x *CreatePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[55]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4725,7 +4933,7 @@ func (x *CreatePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePoolRequest.ProtoReflect.Descriptor instead.
 func (*CreatePoolRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{55}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *CreatePoolRequest) GetPath() string {
@@ -4762,7 +4970,7 @@ type CreatePoolResponse struct {
 
 func (x *CreatePoolResponse) Reset() {
 	*x = CreatePoolResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[56]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4774,7 +4982,7 @@ func (x *CreatePoolResponse) String() string {
 func (*CreatePoolResponse) ProtoMessage() {}
 
 func (x *CreatePoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[56]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4787,7 +4995,7 @@ func (x *CreatePoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePoolResponse.ProtoReflect.Descriptor instead.
 func (*CreatePoolResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{56}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *CreatePoolResponse) GetPool() *Pool {
@@ -4813,7 +5021,7 @@ type GetPoolRequest struct {
 
 func (x *GetPoolRequest) Reset() {
 	*x = GetPoolRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[57]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4825,7 +5033,7 @@ func (x *GetPoolRequest) String() string {
 func (*GetPoolRequest) ProtoMessage() {}
 
 func (x *GetPoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[57]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4838,7 +5046,7 @@ func (x *GetPoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPoolRequest.ProtoReflect.Descriptor instead.
 func (*GetPoolRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{57}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *GetPoolRequest) GetPath() string {
@@ -4857,7 +5065,7 @@ type GetPoolResponse struct {
 
 func (x *GetPoolResponse) Reset() {
 	*x = GetPoolResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[58]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4869,7 +5077,7 @@ func (x *GetPoolResponse) String() string {
 func (*GetPoolResponse) ProtoMessage() {}
 
 func (x *GetPoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[58]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4882,7 +5090,7 @@ func (x *GetPoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPoolResponse.ProtoReflect.Descriptor instead.
 func (*GetPoolResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{58}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *GetPoolResponse) GetPool() *Pool {
@@ -4904,7 +5112,7 @@ type UpdatePoolRequest struct {
 
 func (x *UpdatePoolRequest) Reset() {
 	*x = UpdatePoolRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[59]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4916,7 +5124,7 @@ func (x *UpdatePoolRequest) String() string {
 func (*UpdatePoolRequest) ProtoMessage() {}
 
 func (x *UpdatePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[59]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4929,7 +5137,7 @@ func (x *UpdatePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdatePoolRequest.ProtoReflect.Descriptor instead.
 func (*UpdatePoolRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{59}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *UpdatePoolRequest) GetPath() string {
@@ -4962,7 +5170,7 @@ type UpdatePoolResponse struct {
 
 func (x *UpdatePoolResponse) Reset() {
 	*x = UpdatePoolResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[60]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4974,7 +5182,7 @@ func (x *UpdatePoolResponse) String() string {
 func (*UpdatePoolResponse) ProtoMessage() {}
 
 func (x *UpdatePoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[60]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4987,7 +5195,7 @@ func (x *UpdatePoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdatePoolResponse.ProtoReflect.Descriptor instead.
 func (*UpdatePoolResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{60}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *UpdatePoolResponse) GetPool() *Pool {
@@ -5006,7 +5214,7 @@ type DeletePoolRequest struct {
 
 func (x *DeletePoolRequest) Reset() {
 	*x = DeletePoolRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[61]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5018,7 +5226,7 @@ func (x *DeletePoolRequest) String() string {
 func (*DeletePoolRequest) ProtoMessage() {}
 
 func (x *DeletePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[61]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5031,7 +5239,7 @@ func (x *DeletePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoolRequest.ProtoReflect.Descriptor instead.
 func (*DeletePoolRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{61}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *DeletePoolRequest) GetPath() string {
@@ -5049,7 +5257,7 @@ type DeletePoolResponse struct {
 
 func (x *DeletePoolResponse) Reset() {
 	*x = DeletePoolResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[62]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5061,7 +5269,7 @@ func (x *DeletePoolResponse) String() string {
 func (*DeletePoolResponse) ProtoMessage() {}
 
 func (x *DeletePoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[62]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5074,7 +5282,7 @@ func (x *DeletePoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoolResponse.ProtoReflect.Descriptor instead.
 func (*DeletePoolResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{62}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{64}
 }
 
 // MovePoolRequest moves a pool, with its children, under another parent.
@@ -5089,7 +5297,7 @@ type MovePoolRequest struct {
 
 func (x *MovePoolRequest) Reset() {
 	*x = MovePoolRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[63]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5101,7 +5309,7 @@ func (x *MovePoolRequest) String() string {
 func (*MovePoolRequest) ProtoMessage() {}
 
 func (x *MovePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[63]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5114,7 +5322,7 @@ func (x *MovePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MovePoolRequest.ProtoReflect.Descriptor instead.
 func (*MovePoolRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{63}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *MovePoolRequest) GetPath() string {
@@ -5140,7 +5348,7 @@ type MovePoolResponse struct {
 
 func (x *MovePoolResponse) Reset() {
 	*x = MovePoolResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[64]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5152,7 +5360,7 @@ func (x *MovePoolResponse) String() string {
 func (*MovePoolResponse) ProtoMessage() {}
 
 func (x *MovePoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[64]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5165,7 +5373,7 @@ func (x *MovePoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MovePoolResponse.ProtoReflect.Descriptor instead.
 func (*MovePoolResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{64}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *MovePoolResponse) GetPool() *Pool {
@@ -5183,7 +5391,7 @@ type ListPoolsRequest struct {
 
 func (x *ListPoolsRequest) Reset() {
 	*x = ListPoolsRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[65]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5195,7 +5403,7 @@ func (x *ListPoolsRequest) String() string {
 func (*ListPoolsRequest) ProtoMessage() {}
 
 func (x *ListPoolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[65]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5208,7 +5416,7 @@ func (x *ListPoolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoolsRequest.ProtoReflect.Descriptor instead.
 func (*ListPoolsRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{65}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{67}
 }
 
 type ListPoolsResponse struct {
@@ -5225,7 +5433,7 @@ type ListPoolsResponse struct {
 
 func (x *ListPoolsResponse) Reset() {
 	*x = ListPoolsResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[66]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5237,7 +5445,7 @@ func (x *ListPoolsResponse) String() string {
 func (*ListPoolsResponse) ProtoMessage() {}
 
 func (x *ListPoolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[66]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5250,7 +5458,7 @@ func (x *ListPoolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoolsResponse.ProtoReflect.Descriptor instead.
 func (*ListPoolsResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{66}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ListPoolsResponse) GetPools() []*Pool {
@@ -5314,7 +5522,7 @@ type Host struct {
 
 func (x *Host) Reset() {
 	*x = Host{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[67]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5326,7 +5534,7 @@ func (x *Host) String() string {
 func (*Host) ProtoMessage() {}
 
 func (x *Host) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[67]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5339,7 +5547,7 @@ func (x *Host) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Host.ProtoReflect.Descriptor instead.
 func (*Host) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{67}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *Host) GetName() string {
@@ -5480,7 +5688,7 @@ type HostRun struct {
 
 func (x *HostRun) Reset() {
 	*x = HostRun{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[68]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5492,7 +5700,7 @@ func (x *HostRun) String() string {
 func (*HostRun) ProtoMessage() {}
 
 func (x *HostRun) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[68]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5505,7 +5713,7 @@ func (x *HostRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostRun.ProtoReflect.Descriptor instead.
 func (*HostRun) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{68}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *HostRun) GetTaskId() string {
@@ -5579,7 +5787,7 @@ type HostUsage struct {
 
 func (x *HostUsage) Reset() {
 	*x = HostUsage{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[69]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5591,7 +5799,7 @@ func (x *HostUsage) String() string {
 func (*HostUsage) ProtoMessage() {}
 
 func (x *HostUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[69]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5604,7 +5812,7 @@ func (x *HostUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostUsage.ProtoReflect.Descriptor instead.
 func (*HostUsage) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{69}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *HostUsage) GetCpu() float64 {
@@ -5689,7 +5897,7 @@ type TaskUsage struct {
 
 func (x *TaskUsage) Reset() {
 	*x = TaskUsage{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[70]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5701,7 +5909,7 @@ func (x *TaskUsage) String() string {
 func (*TaskUsage) ProtoMessage() {}
 
 func (x *TaskUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[70]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5714,7 +5922,7 @@ func (x *TaskUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskUsage.ProtoReflect.Descriptor instead.
 func (*TaskUsage) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{70}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *TaskUsage) GetCpu() float64 {
@@ -5779,7 +5987,7 @@ type UsageReport struct {
 
 func (x *UsageReport) Reset() {
 	*x = UsageReport{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[71]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5791,7 +5999,7 @@ func (x *UsageReport) String() string {
 func (*UsageReport) ProtoMessage() {}
 
 func (x *UsageReport) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[71]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5804,7 +6012,7 @@ func (x *UsageReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageReport.ProtoReflect.Descriptor instead.
 func (*UsageReport) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{71}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *UsageReport) GetHost() string {
@@ -5859,7 +6067,7 @@ type UsageAck struct {
 
 func (x *UsageAck) Reset() {
 	*x = UsageAck{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[72]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5871,7 +6079,7 @@ func (x *UsageAck) String() string {
 func (*UsageAck) ProtoMessage() {}
 
 func (x *UsageAck) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[72]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5884,7 +6092,7 @@ func (x *UsageAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageAck.ProtoReflect.Descriptor instead.
 func (*UsageAck) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{72}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *UsageAck) GetSequence() uint64 {
@@ -5904,7 +6112,7 @@ type ListHostsRequest struct {
 
 func (x *ListHostsRequest) Reset() {
 	*x = ListHostsRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[73]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5916,7 +6124,7 @@ func (x *ListHostsRequest) String() string {
 func (*ListHostsRequest) ProtoMessage() {}
 
 func (x *ListHostsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[73]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5929,7 +6137,7 @@ func (x *ListHostsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHostsRequest.ProtoReflect.Descriptor instead.
 func (*ListHostsRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{73}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *ListHostsRequest) GetIncludeRuns() bool {
@@ -5951,7 +6159,7 @@ type ListHostsResponse struct {
 
 func (x *ListHostsResponse) Reset() {
 	*x = ListHostsResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[74]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5963,7 +6171,7 @@ func (x *ListHostsResponse) String() string {
 func (*ListHostsResponse) ProtoMessage() {}
 
 func (x *ListHostsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[74]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5976,7 +6184,7 @@ func (x *ListHostsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHostsResponse.ProtoReflect.Descriptor instead.
 func (*ListHostsResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{74}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *ListHostsResponse) GetHosts() []*Host {
@@ -6016,7 +6224,7 @@ type Substrate struct {
 
 func (x *Substrate) Reset() {
 	*x = Substrate{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[75]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6028,7 +6236,7 @@ func (x *Substrate) String() string {
 func (*Substrate) ProtoMessage() {}
 
 func (x *Substrate) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[75]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6041,7 +6249,7 @@ func (x *Substrate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Substrate.ProtoReflect.Descriptor instead.
 func (*Substrate) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{75}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *Substrate) GetBackend() string {
@@ -6097,7 +6305,7 @@ type StartMaintenanceRequest struct {
 
 func (x *StartMaintenanceRequest) Reset() {
 	*x = StartMaintenanceRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[76]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6109,7 +6317,7 @@ func (x *StartMaintenanceRequest) String() string {
 func (*StartMaintenanceRequest) ProtoMessage() {}
 
 func (x *StartMaintenanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[76]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6122,7 +6330,7 @@ func (x *StartMaintenanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartMaintenanceRequest.ProtoReflect.Descriptor instead.
 func (*StartMaintenanceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{76}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *StartMaintenanceRequest) GetHosts() []string {
@@ -6149,7 +6357,7 @@ type StartMaintenanceResponse struct {
 
 func (x *StartMaintenanceResponse) Reset() {
 	*x = StartMaintenanceResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[77]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6161,7 +6369,7 @@ func (x *StartMaintenanceResponse) String() string {
 func (*StartMaintenanceResponse) ProtoMessage() {}
 
 func (x *StartMaintenanceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[77]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6174,7 +6382,7 @@ func (x *StartMaintenanceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartMaintenanceResponse.ProtoReflect.Descriptor instead.
 func (*StartMaintenanceResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{77}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *StartMaintenanceResponse) GetHosts() []*Host {
@@ -6196,7 +6404,7 @@ type CompleteMaintenanceRequest struct {
 
 func (x *CompleteMaintenanceRequest) Reset() {
 	*x = CompleteMaintenanceRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[78]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6208,7 +6416,7 @@ func (x *CompleteMaintenanceRequest) String() string {
 func (*CompleteMaintenanceRequest) ProtoMessage() {}
 
 func (x *CompleteMaintenanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[78]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6221,7 +6429,7 @@ func (x *CompleteMaintenanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteMaintenanceRequest.ProtoReflect.Descriptor instead.
 func (*CompleteMaintenanceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{78}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *CompleteMaintenanceRequest) GetHosts() []string {
@@ -6241,7 +6449,7 @@ type CompleteMaintenanceResponse struct {
 
 func (x *CompleteMaintenanceResponse) Reset() {
 	*x = CompleteMaintenanceResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[79]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6253,7 +6461,7 @@ func (x *CompleteMaintenanceResponse) String() string {
 func (*CompleteMaintenanceResponse) ProtoMessage() {}
 
 func (x *CompleteMaintenanceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[79]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6266,7 +6474,7 @@ func (x *CompleteMaintenanceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteMaintenanceResponse.ProtoReflect.Descriptor instead.
 func (*CompleteMaintenanceResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{79}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *CompleteMaintenanceResponse) GetHosts() []*Host {
@@ -6305,7 +6513,7 @@ type MoveHostRequest struct {
 
 func (x *MoveHostRequest) Reset() {
 	*x = MoveHostRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[80]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6317,7 +6525,7 @@ func (x *MoveHostRequest) String() string {
 func (*MoveHostRequest) ProtoMessage() {}
 
 func (x *MoveHostRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[80]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6330,7 +6538,7 @@ func (x *MoveHostRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveHostRequest.ProtoReflect.Descriptor instead.
 func (*MoveHostRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{80}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *MoveHostRequest) GetHost() string {
@@ -6378,7 +6586,7 @@ type MoveHostResponse struct {
 
 func (x *MoveHostResponse) Reset() {
 	*x = MoveHostResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[81]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6390,7 +6598,7 @@ func (x *MoveHostResponse) String() string {
 func (*MoveHostResponse) ProtoMessage() {}
 
 func (x *MoveHostResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[81]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6403,7 +6611,7 @@ func (x *MoveHostResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveHostResponse.ProtoReflect.Descriptor instead.
 func (*MoveHostResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{81}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *MoveHostResponse) GetHost() *Host {
@@ -6443,7 +6651,7 @@ type Partition struct {
 
 func (x *Partition) Reset() {
 	*x = Partition{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[82]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6455,7 +6663,7 @@ func (x *Partition) String() string {
 func (*Partition) ProtoMessage() {}
 
 func (x *Partition) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[82]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6468,7 +6676,7 @@ func (x *Partition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Partition.ProtoReflect.Descriptor instead.
 func (*Partition) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{82}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *Partition) GetName() string {
@@ -6584,7 +6792,7 @@ type ListPartitionsRequest struct {
 
 func (x *ListPartitionsRequest) Reset() {
 	*x = ListPartitionsRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[83]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6596,7 +6804,7 @@ func (x *ListPartitionsRequest) String() string {
 func (*ListPartitionsRequest) ProtoMessage() {}
 
 func (x *ListPartitionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[83]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6609,7 +6817,7 @@ func (x *ListPartitionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPartitionsRequest.ProtoReflect.Descriptor instead.
 func (*ListPartitionsRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{83}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{85}
 }
 
 type ListPartitionsResponse struct {
@@ -6622,7 +6830,7 @@ type ListPartitionsResponse struct {
 
 func (x *ListPartitionsResponse) Reset() {
 	*x = ListPartitionsResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[84]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6634,7 +6842,7 @@ func (x *ListPartitionsResponse) String() string {
 func (*ListPartitionsResponse) ProtoMessage() {}
 
 func (x *ListPartitionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[84]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6647,7 +6855,7 @@ func (x *ListPartitionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPartitionsResponse.ProtoReflect.Descriptor instead.
 func (*ListPartitionsResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{84}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *ListPartitionsResponse) GetPartitions() []*Partition {
@@ -6678,7 +6886,7 @@ type AdvisorStatus struct {
 
 func (x *AdvisorStatus) Reset() {
 	*x = AdvisorStatus{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[85]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6690,7 +6898,7 @@ func (x *AdvisorStatus) String() string {
 func (*AdvisorStatus) ProtoMessage() {}
 
 func (x *AdvisorStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[85]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6703,7 +6911,7 @@ func (x *AdvisorStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdvisorStatus.ProtoReflect.Descriptor instead.
 func (*AdvisorStatus) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{85}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *AdvisorStatus) GetMode() string {
@@ -6749,7 +6957,7 @@ type PartitionMove struct {
 
 func (x *PartitionMove) Reset() {
 	*x = PartitionMove{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[86]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6761,7 +6969,7 @@ func (x *PartitionMove) String() string {
 func (*PartitionMove) ProtoMessage() {}
 
 func (x *PartitionMove) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[86]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6774,7 +6982,7 @@ func (x *PartitionMove) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionMove.ProtoReflect.Descriptor instead.
 func (*PartitionMove) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{86}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *PartitionMove) GetHost() string {
@@ -6831,7 +7039,7 @@ type ListPartitionMovesRequest struct {
 
 func (x *ListPartitionMovesRequest) Reset() {
 	*x = ListPartitionMovesRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[87]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6843,7 +7051,7 @@ func (x *ListPartitionMovesRequest) String() string {
 func (*ListPartitionMovesRequest) ProtoMessage() {}
 
 func (x *ListPartitionMovesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[87]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6856,7 +7064,7 @@ func (x *ListPartitionMovesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPartitionMovesRequest.ProtoReflect.Descriptor instead.
 func (*ListPartitionMovesRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{87}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *ListPartitionMovesRequest) GetHost() string {
@@ -6882,7 +7090,7 @@ type ListPartitionMovesResponse struct {
 
 func (x *ListPartitionMovesResponse) Reset() {
 	*x = ListPartitionMovesResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[88]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6894,7 +7102,7 @@ func (x *ListPartitionMovesResponse) String() string {
 func (*ListPartitionMovesResponse) ProtoMessage() {}
 
 func (x *ListPartitionMovesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[88]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6907,7 +7115,7 @@ func (x *ListPartitionMovesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPartitionMovesResponse.ProtoReflect.Descriptor instead.
 func (*ListPartitionMovesResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{88}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *ListPartitionMovesResponse) GetMoves() []*PartitionMove {
@@ -6930,7 +7138,7 @@ type HostAdvice struct {
 
 func (x *HostAdvice) Reset() {
 	*x = HostAdvice{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[89]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6942,7 +7150,7 @@ func (x *HostAdvice) String() string {
 func (*HostAdvice) ProtoMessage() {}
 
 func (x *HostAdvice) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[89]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6955,7 +7163,7 @@ func (x *HostAdvice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostAdvice.ProtoReflect.Descriptor instead.
 func (*HostAdvice) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{89}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *HostAdvice) GetHost() string {
@@ -6992,7 +7200,7 @@ type PartitionAdvice struct {
 
 func (x *PartitionAdvice) Reset() {
 	*x = PartitionAdvice{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[90]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7004,7 +7212,7 @@ func (x *PartitionAdvice) String() string {
 func (*PartitionAdvice) ProtoMessage() {}
 
 func (x *PartitionAdvice) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[90]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7017,7 +7225,7 @@ func (x *PartitionAdvice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionAdvice.ProtoReflect.Descriptor instead.
 func (*PartitionAdvice) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{90}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *PartitionAdvice) GetPartition() string {
@@ -7067,7 +7275,7 @@ type PublishAdviceRequest struct {
 
 func (x *PublishAdviceRequest) Reset() {
 	*x = PublishAdviceRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[91]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7079,7 +7287,7 @@ func (x *PublishAdviceRequest) String() string {
 func (*PublishAdviceRequest) ProtoMessage() {}
 
 func (x *PublishAdviceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[91]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7092,7 +7300,7 @@ func (x *PublishAdviceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublishAdviceRequest.ProtoReflect.Descriptor instead.
 func (*PublishAdviceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{91}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *PublishAdviceRequest) GetAdvisorId() string {
@@ -7145,7 +7353,7 @@ type PublishAdviceResponse struct {
 
 func (x *PublishAdviceResponse) Reset() {
 	*x = PublishAdviceResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[92]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7157,7 +7365,7 @@ func (x *PublishAdviceResponse) String() string {
 func (*PublishAdviceResponse) ProtoMessage() {}
 
 func (x *PublishAdviceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[92]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7170,7 +7378,7 @@ func (x *PublishAdviceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublishAdviceResponse.ProtoReflect.Descriptor instead.
 func (*PublishAdviceResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{92}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{94}
 }
 
 // UpdateSpec says how a rolling update replaces a job's instances.
@@ -7203,7 +7411,7 @@ type UpdateSpec struct {
 
 func (x *UpdateSpec) Reset() {
 	*x = UpdateSpec{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[93]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7215,7 +7423,7 @@ func (x *UpdateSpec) String() string {
 func (*UpdateSpec) ProtoMessage() {}
 
 func (x *UpdateSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[93]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7228,7 +7436,7 @@ func (x *UpdateSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateSpec.ProtoReflect.Descriptor instead.
 func (*UpdateSpec) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{93}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *UpdateSpec) GetBatchSize() uint32 {
@@ -7319,7 +7527,7 @@ type UpdateStatus struct {
 
 func (x *UpdateStatus) Reset() {
 	*x = UpdateStatus{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[94]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7331,7 +7539,7 @@ func (x *UpdateStatus) String() string {
 func (*UpdateStatus) ProtoMessage() {}
 
 func (x *UpdateStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[94]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7344,7 +7552,7 @@ func (x *UpdateStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateStatus.ProtoReflect.Descriptor instead.
 func (*UpdateStatus) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{94}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *UpdateStatus) GetState() UpdateState {
@@ -7457,7 +7665,7 @@ type Update struct {
 
 func (x *Update) Reset() {
 	*x = Update{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[95]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7469,7 +7677,7 @@ func (x *Update) String() string {
 func (*Update) ProtoMessage() {}
 
 func (x *Update) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[95]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7482,7 +7690,7 @@ func (x *Update) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Update.ProtoReflect.Descriptor instead.
 func (*Update) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{95}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *Update) GetId() string {
@@ -7581,7 +7789,7 @@ type CreateUpdateRequest struct {
 
 func (x *CreateUpdateRequest) Reset() {
 	*x = CreateUpdateRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[96]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7593,7 +7801,7 @@ func (x *CreateUpdateRequest) String() string {
 func (*CreateUpdateRequest) ProtoMessage() {}
 
 func (x *CreateUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[96]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7606,7 +7814,7 @@ func (x *CreateUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateUpdateRequest.ProtoReflect.Descriptor instead.
 func (*CreateUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{96}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *CreateUpdateRequest) GetJobId() string {
@@ -7663,7 +7871,7 @@ type CreateUpdateResponse struct {
 
 func (x *CreateUpdateResponse) Reset() {
 	*x = CreateUpdateResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[97]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7675,7 +7883,7 @@ func (x *CreateUpdateResponse) String() string {
 func (*CreateUpdateResponse) ProtoMessage() {}
 
 func (x *CreateUpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[97]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7688,7 +7896,7 @@ func (x *CreateUpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateUpdateResponse.ProtoReflect.Descriptor instead.
 func (*CreateUpdateResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{97}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *CreateUpdateResponse) GetUpdate() *Update {
@@ -7714,7 +7922,7 @@ type GetUpdateRequest struct {
 
 func (x *GetUpdateRequest) Reset() {
 	*x = GetUpdateRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[98]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7726,7 +7934,7 @@ func (x *GetUpdateRequest) String() string {
 func (*GetUpdateRequest) ProtoMessage() {}
 
 func (x *GetUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[98]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7739,7 +7947,7 @@ func (x *GetUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUpdateRequest.ProtoReflect.Descriptor instead.
 func (*GetUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{98}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *GetUpdateRequest) GetUpdateId() string {
@@ -7758,7 +7966,7 @@ type GetUpdateResponse struct {
 
 func (x *GetUpdateResponse) Reset() {
 	*x = GetUpdateResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[99]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7770,7 +7978,7 @@ func (x *GetUpdateResponse) String() string {
 func (*GetUpdateResponse) ProtoMessage() {}
 
 func (x *GetUpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[99]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7783,7 +7991,7 @@ func (x *GetUpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUpdateResponse.ProtoReflect.Descriptor instead.
 func (*GetUpdateResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{99}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *GetUpdateResponse) GetUpdate() *Update {
@@ -7803,7 +8011,7 @@ type ListUpdatesRequest struct {
 
 func (x *ListUpdatesRequest) Reset() {
 	*x = ListUpdatesRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[100]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7815,7 +8023,7 @@ func (x *ListUpdatesRequest) String() string {
 func (*ListUpdatesRequest) ProtoMessage() {}
 
 func (x *ListUpdatesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[100]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7828,7 +8036,7 @@ func (x *ListUpdatesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListUpdatesRequest.ProtoReflect.Descriptor instead.
 func (*ListUpdatesRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{100}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *ListUpdatesRequest) GetJobId() string {
@@ -7847,7 +8055,7 @@ type ListUpdatesResponse struct {
 
 func (x *ListUpdatesResponse) Reset() {
 	*x = ListUpdatesResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[101]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7859,7 +8067,7 @@ func (x *ListUpdatesResponse) String() string {
 func (*ListUpdatesResponse) ProtoMessage() {}
 
 func (x *ListUpdatesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[101]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7872,7 +8080,7 @@ func (x *ListUpdatesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListUpdatesResponse.ProtoReflect.Descriptor instead.
 func (*ListUpdatesResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{101}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *ListUpdatesResponse) GetUpdates() []*Update {
@@ -7891,7 +8099,7 @@ type PauseUpdateRequest struct {
 
 func (x *PauseUpdateRequest) Reset() {
 	*x = PauseUpdateRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[102]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7903,7 +8111,7 @@ func (x *PauseUpdateRequest) String() string {
 func (*PauseUpdateRequest) ProtoMessage() {}
 
 func (x *PauseUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[102]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7916,7 +8124,7 @@ func (x *PauseUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseUpdateRequest.ProtoReflect.Descriptor instead.
 func (*PauseUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{102}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *PauseUpdateRequest) GetUpdateId() string {
@@ -7935,7 +8143,7 @@ type PauseUpdateResponse struct {
 
 func (x *PauseUpdateResponse) Reset() {
 	*x = PauseUpdateResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[103]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7947,7 +8155,7 @@ func (x *PauseUpdateResponse) String() string {
 func (*PauseUpdateResponse) ProtoMessage() {}
 
 func (x *PauseUpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[103]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7960,7 +8168,7 @@ func (x *PauseUpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseUpdateResponse.ProtoReflect.Descriptor instead.
 func (*PauseUpdateResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{103}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *PauseUpdateResponse) GetUpdate() *Update {
@@ -7979,7 +8187,7 @@ type ResumeUpdateRequest struct {
 
 func (x *ResumeUpdateRequest) Reset() {
 	*x = ResumeUpdateRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[104]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7991,7 +8199,7 @@ func (x *ResumeUpdateRequest) String() string {
 func (*ResumeUpdateRequest) ProtoMessage() {}
 
 func (x *ResumeUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[104]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8004,7 +8212,7 @@ func (x *ResumeUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeUpdateRequest.ProtoReflect.Descriptor instead.
 func (*ResumeUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{104}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *ResumeUpdateRequest) GetUpdateId() string {
@@ -8023,7 +8231,7 @@ type ResumeUpdateResponse struct {
 
 func (x *ResumeUpdateResponse) Reset() {
 	*x = ResumeUpdateResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[105]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8035,7 +8243,7 @@ func (x *ResumeUpdateResponse) String() string {
 func (*ResumeUpdateResponse) ProtoMessage() {}
 
 func (x *ResumeUpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[105]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8048,7 +8256,7 @@ func (x *ResumeUpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeUpdateResponse.ProtoReflect.Descriptor instead.
 func (*ResumeUpdateResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{105}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *ResumeUpdateResponse) GetUpdate() *Update {
@@ -8067,7 +8275,7 @@ type AbortUpdateRequest struct {
 
 func (x *AbortUpdateRequest) Reset() {
 	*x = AbortUpdateRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[106]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8079,7 +8287,7 @@ func (x *AbortUpdateRequest) String() string {
 func (*AbortUpdateRequest) ProtoMessage() {}
 
 func (x *AbortUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[106]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8092,7 +8300,7 @@ func (x *AbortUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortUpdateRequest.ProtoReflect.Descriptor instead.
 func (*AbortUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{106}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{108}
 }
 
 func (x *AbortUpdateRequest) GetUpdateId() string {
@@ -8111,7 +8319,7 @@ type AbortUpdateResponse struct {
 
 func (x *AbortUpdateResponse) Reset() {
 	*x = AbortUpdateResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[107]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8123,7 +8331,7 @@ func (x *AbortUpdateResponse) String() string {
 func (*AbortUpdateResponse) ProtoMessage() {}
 
 func (x *AbortUpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[107]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8136,7 +8344,7 @@ func (x *AbortUpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortUpdateResponse.ProtoReflect.Descriptor instead.
 func (*AbortUpdateResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{107}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *AbortUpdateResponse) GetUpdate() *Update {
@@ -8159,7 +8367,7 @@ type RollbackUpdateRequest struct {
 
 func (x *RollbackUpdateRequest) Reset() {
 	*x = RollbackUpdateRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[108]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8171,7 +8379,7 @@ func (x *RollbackUpdateRequest) String() string {
 func (*RollbackUpdateRequest) ProtoMessage() {}
 
 func (x *RollbackUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[108]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8184,7 +8392,7 @@ func (x *RollbackUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackUpdateRequest.ProtoReflect.Descriptor instead.
 func (*RollbackUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{108}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{110}
 }
 
 func (x *RollbackUpdateRequest) GetUpdateId() string {
@@ -8203,7 +8411,7 @@ type RollbackUpdateResponse struct {
 
 func (x *RollbackUpdateResponse) Reset() {
 	*x = RollbackUpdateResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[109]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8215,7 +8423,7 @@ func (x *RollbackUpdateResponse) String() string {
 func (*RollbackUpdateResponse) ProtoMessage() {}
 
 func (x *RollbackUpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[109]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8228,7 +8436,7 @@ func (x *RollbackUpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackUpdateResponse.ProtoReflect.Descriptor instead.
 func (*RollbackUpdateResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{109}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{111}
 }
 
 func (x *RollbackUpdateResponse) GetUpdate() *Update {
@@ -8303,12 +8511,22 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"Constraint\x12\x14\n" +
 	"\x05label\x18\x01 \x01(\tR\x05label\x12,\n" +
 	"\x02op\x18\x02 \x01(\x0e2\x1c.peloton.api.v1.ConstraintOpR\x02op\x12\x16\n" +
-	"\x06values\x18\x03 \x03(\tR\x06values\"\xdf\x01\n" +
+	"\x06values\x18\x03 \x03(\tR\x06values\"\xd4\x02\n" +
 	"\rPlacementSpec\x12=\n" +
 	"\bstrategy\x18\x01 \x01(\x0e2!.peloton.api.v1.PlacementStrategyR\bstrategy\x12<\n" +
 	"\vconstraints\x18\x02 \x03(\v2\x1a.peloton.api.v1.ConstraintR\vconstraints\x123\n" +
 	"\x16max_instances_per_host\x18\x03 \x01(\rR\x13maxInstancesPerHost\x12\x1c\n" +
-	"\tpartition\x18\x04 \x01(\tR\tpartition\"\xbb\x06\n" +
+	"\tpartition\x18\x04 \x01(\tR\tpartition\x125\n" +
+	"\x06any_of\x18\x05 \x03(\v2\x1e.peloton.api.v1.ConstraintTermR\x05anyOf\x12<\n" +
+	"\vtolerations\x18\x06 \x03(\v2\x1a.peloton.api.v1.TolerationR\vtolerations\"N\n" +
+	"\x0eConstraintTerm\x12<\n" +
+	"\vconstraints\x18\x01 \x03(\v2\x1a.peloton.api.v1.ConstraintR\vconstraints\"z\n" +
+	"\n" +
+	"Toleration\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12,\n" +
+	"\x02op\x18\x02 \x01(\x0e2\x1c.peloton.api.v1.TolerationOpR\x02op\x12\x14\n" +
+	"\x05value\x18\x03 \x01(\tR\x05value\x12\x16\n" +
+	"\x06effect\x18\x04 \x01(\tR\x06effect\"\xbb\x06\n" +
 	"\aJobSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12+\n" +
 	"\x04type\x18\x02 \x01(\x0e2\x17.peloton.api.v1.JobTypeR\x04type\x12\x12\n" +
@@ -8869,7 +9087,7 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\x1ePLACEMENT_STRATEGY_UNSPECIFIED\x10\x00\x12\b\n" +
 	"\x04PACK\x10\x01\x12\n" +
 	"\n" +
-	"\x06SPREAD\x10\x02*i\n" +
+	"\x06SPREAD\x10\x02*\x9e\x01\n" +
 	"\fConstraintOp\x12\x1d\n" +
 	"\x19CONSTRAINT_OP_UNSPECIFIED\x10\x00\x12\n" +
 	"\n" +
@@ -8880,7 +9098,14 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\x06EXISTS\x10\x03\x12\x06\n" +
 	"\x02IN\x10\x04\x12\n" +
 	"\n" +
-	"\x06NOT_IN\x10\x05*^\n" +
+	"\x06NOT_IN\x10\x05\x12\x12\n" +
+	"\x0eDOES_NOT_EXIST\x10\x06\x12\x10\n" +
+	"\fGREATER_THAN\x10\a\x12\r\n" +
+	"\tLESS_THAN\x10\b*M\n" +
+	"\fTolerationOp\x12\x1d\n" +
+	"\x19TOLERATION_OP_UNSPECIFIED\x10\x00\x12\t\n" +
+	"\x05EQUAL\x10\x01\x12\x13\n" +
+	"\x0fTOLERATE_EXISTS\x10\x02*^\n" +
 	"\x11GangFailurePolicy\x12#\n" +
 	"\x1fGANG_FAILURE_POLICY_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fRESTART_GANG\x10\x01\x12\x12\n" +
@@ -8988,358 +9213,365 @@ func file_peloton_api_v1_peloton_proto_rawDescGZIP() []byte {
 	return file_peloton_api_v1_peloton_proto_rawDescData
 }
 
-var file_peloton_api_v1_peloton_proto_enumTypes = make([]protoimpl.EnumInfo, 12)
-var file_peloton_api_v1_peloton_proto_msgTypes = make([]protoimpl.MessageInfo, 121)
+var file_peloton_api_v1_peloton_proto_enumTypes = make([]protoimpl.EnumInfo, 13)
+var file_peloton_api_v1_peloton_proto_msgTypes = make([]protoimpl.MessageInfo, 123)
 var file_peloton_api_v1_peloton_proto_goTypes = []any{
 	(JobType)(0),                        // 0: peloton.api.v1.JobType
 	(TaskState)(0),                      // 1: peloton.api.v1.TaskState
 	(HealthState)(0),                    // 2: peloton.api.v1.HealthState
 	(PlacementStrategy)(0),              // 3: peloton.api.v1.PlacementStrategy
 	(ConstraintOp)(0),                   // 4: peloton.api.v1.ConstraintOp
-	(GangFailurePolicy)(0),              // 5: peloton.api.v1.GangFailurePolicy
-	(JobState)(0),                       // 6: peloton.api.v1.JobState
-	(LogStream)(0),                      // 7: peloton.api.v1.LogStream
-	(HostState)(0),                      // 8: peloton.api.v1.HostState
-	(HostZone)(0),                       // 9: peloton.api.v1.HostZone
-	(PartitionMoveState)(0),             // 10: peloton.api.v1.PartitionMoveState
-	(UpdateState)(0),                    // 11: peloton.api.v1.UpdateState
-	(*Resources)(nil),                   // 12: peloton.api.v1.Resources
-	(*SlaSpec)(nil),                     // 13: peloton.api.v1.SlaSpec
-	(*RestartPolicy)(nil),               // 14: peloton.api.v1.RestartPolicy
-	(*PortSpec)(nil),                    // 15: peloton.api.v1.PortSpec
-	(*HealthCheck)(nil),                 // 16: peloton.api.v1.HealthCheck
-	(*HttpProbe)(nil),                   // 17: peloton.api.v1.HttpProbe
-	(*VolumeSpec)(nil),                  // 18: peloton.api.v1.VolumeSpec
-	(*TaskSpec)(nil),                    // 19: peloton.api.v1.TaskSpec
-	(*MetricsSpec)(nil),                 // 20: peloton.api.v1.MetricsSpec
-	(*Constraint)(nil),                  // 21: peloton.api.v1.Constraint
-	(*PlacementSpec)(nil),               // 22: peloton.api.v1.PlacementSpec
-	(*JobSpec)(nil),                     // 23: peloton.api.v1.JobSpec
-	(*GangSpec)(nil),                    // 24: peloton.api.v1.GangSpec
-	(*SelfScaleSpec)(nil),               // 25: peloton.api.v1.SelfScaleSpec
-	(*ForeignOwner)(nil),                // 26: peloton.api.v1.ForeignOwner
-	(*JobStatus)(nil),                   // 27: peloton.api.v1.JobStatus
-	(*Job)(nil),                         // 28: peloton.api.v1.Job
-	(*TaskStatus)(nil),                  // 29: peloton.api.v1.TaskStatus
-	(*TaskTransition)(nil),              // 30: peloton.api.v1.TaskTransition
-	(*Task)(nil),                        // 31: peloton.api.v1.Task
-	(*CreateJobRequest)(nil),            // 32: peloton.api.v1.CreateJobRequest
-	(*CreateJobResponse)(nil),           // 33: peloton.api.v1.CreateJobResponse
-	(*GetJobRequest)(nil),               // 34: peloton.api.v1.GetJobRequest
-	(*GetJobResponse)(nil),              // 35: peloton.api.v1.GetJobResponse
-	(*ListJobsRequest)(nil),             // 36: peloton.api.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),            // 37: peloton.api.v1.ListJobsResponse
-	(*CancelJobRequest)(nil),            // 38: peloton.api.v1.CancelJobRequest
-	(*CancelJobResponse)(nil),           // 39: peloton.api.v1.CancelJobResponse
-	(*DeleteJobRequest)(nil),            // 40: peloton.api.v1.DeleteJobRequest
-	(*DeleteJobResponse)(nil),           // 41: peloton.api.v1.DeleteJobResponse
-	(*RestartJobRequest)(nil),           // 42: peloton.api.v1.RestartJobRequest
-	(*RestartJobResponse)(nil),          // 43: peloton.api.v1.RestartJobResponse
-	(*ScaleJobRequest)(nil),             // 44: peloton.api.v1.ScaleJobRequest
-	(*ScaleJobResponse)(nil),            // 45: peloton.api.v1.ScaleJobResponse
-	(*ListJobVersionsRequest)(nil),      // 46: peloton.api.v1.ListJobVersionsRequest
-	(*JobVersion)(nil),                  // 47: peloton.api.v1.JobVersion
-	(*ListJobVersionsResponse)(nil),     // 48: peloton.api.v1.ListJobVersionsResponse
-	(*GetGangRequest)(nil),              // 49: peloton.api.v1.GetGangRequest
-	(*Gang)(nil),                        // 50: peloton.api.v1.Gang
-	(*GangMember)(nil),                  // 51: peloton.api.v1.GangMember
-	(*WatchJobsRequest)(nil),            // 52: peloton.api.v1.WatchJobsRequest
-	(*JobChange)(nil),                   // 53: peloton.api.v1.JobChange
-	(*ListTasksRequest)(nil),            // 54: peloton.api.v1.ListTasksRequest
-	(*ListTasksResponse)(nil),           // 55: peloton.api.v1.ListTasksResponse
-	(*GetTaskRequest)(nil),              // 56: peloton.api.v1.GetTaskRequest
-	(*GetTaskResponse)(nil),             // 57: peloton.api.v1.GetTaskResponse
-	(*KillTaskRequest)(nil),             // 58: peloton.api.v1.KillTaskRequest
-	(*KillTaskResponse)(nil),            // 59: peloton.api.v1.KillTaskResponse
-	(*GetTaskLogsRequest)(nil),          // 60: peloton.api.v1.GetTaskLogsRequest
-	(*LogChunk)(nil),                    // 61: peloton.api.v1.LogChunk
-	(*WatchTasksRequest)(nil),           // 62: peloton.api.v1.WatchTasksRequest
-	(*TaskChange)(nil),                  // 63: peloton.api.v1.TaskChange
-	(*PoolSpec)(nil),                    // 64: peloton.api.v1.PoolSpec
-	(*PoolStatus)(nil),                  // 65: peloton.api.v1.PoolStatus
-	(*Pool)(nil),                        // 66: peloton.api.v1.Pool
-	(*CreatePoolRequest)(nil),           // 67: peloton.api.v1.CreatePoolRequest
-	(*CreatePoolResponse)(nil),          // 68: peloton.api.v1.CreatePoolResponse
-	(*GetPoolRequest)(nil),              // 69: peloton.api.v1.GetPoolRequest
-	(*GetPoolResponse)(nil),             // 70: peloton.api.v1.GetPoolResponse
-	(*UpdatePoolRequest)(nil),           // 71: peloton.api.v1.UpdatePoolRequest
-	(*UpdatePoolResponse)(nil),          // 72: peloton.api.v1.UpdatePoolResponse
-	(*DeletePoolRequest)(nil),           // 73: peloton.api.v1.DeletePoolRequest
-	(*DeletePoolResponse)(nil),          // 74: peloton.api.v1.DeletePoolResponse
-	(*MovePoolRequest)(nil),             // 75: peloton.api.v1.MovePoolRequest
-	(*MovePoolResponse)(nil),            // 76: peloton.api.v1.MovePoolResponse
-	(*ListPoolsRequest)(nil),            // 77: peloton.api.v1.ListPoolsRequest
-	(*ListPoolsResponse)(nil),           // 78: peloton.api.v1.ListPoolsResponse
-	(*Host)(nil),                        // 79: peloton.api.v1.Host
-	(*HostRun)(nil),                     // 80: peloton.api.v1.HostRun
-	(*HostUsage)(nil),                   // 81: peloton.api.v1.HostUsage
-	(*TaskUsage)(nil),                   // 82: peloton.api.v1.TaskUsage
-	(*UsageReport)(nil),                 // 83: peloton.api.v1.UsageReport
-	(*UsageAck)(nil),                    // 84: peloton.api.v1.UsageAck
-	(*ListHostsRequest)(nil),            // 85: peloton.api.v1.ListHostsRequest
-	(*ListHostsResponse)(nil),           // 86: peloton.api.v1.ListHostsResponse
-	(*Substrate)(nil),                   // 87: peloton.api.v1.Substrate
-	(*StartMaintenanceRequest)(nil),     // 88: peloton.api.v1.StartMaintenanceRequest
-	(*StartMaintenanceResponse)(nil),    // 89: peloton.api.v1.StartMaintenanceResponse
-	(*CompleteMaintenanceRequest)(nil),  // 90: peloton.api.v1.CompleteMaintenanceRequest
-	(*CompleteMaintenanceResponse)(nil), // 91: peloton.api.v1.CompleteMaintenanceResponse
-	(*MoveHostRequest)(nil),             // 92: peloton.api.v1.MoveHostRequest
-	(*MoveHostResponse)(nil),            // 93: peloton.api.v1.MoveHostResponse
-	(*Partition)(nil),                   // 94: peloton.api.v1.Partition
-	(*ListPartitionsRequest)(nil),       // 95: peloton.api.v1.ListPartitionsRequest
-	(*ListPartitionsResponse)(nil),      // 96: peloton.api.v1.ListPartitionsResponse
-	(*AdvisorStatus)(nil),               // 97: peloton.api.v1.AdvisorStatus
-	(*PartitionMove)(nil),               // 98: peloton.api.v1.PartitionMove
-	(*ListPartitionMovesRequest)(nil),   // 99: peloton.api.v1.ListPartitionMovesRequest
-	(*ListPartitionMovesResponse)(nil),  // 100: peloton.api.v1.ListPartitionMovesResponse
-	(*HostAdvice)(nil),                  // 101: peloton.api.v1.HostAdvice
-	(*PartitionAdvice)(nil),             // 102: peloton.api.v1.PartitionAdvice
-	(*PublishAdviceRequest)(nil),        // 103: peloton.api.v1.PublishAdviceRequest
-	(*PublishAdviceResponse)(nil),       // 104: peloton.api.v1.PublishAdviceResponse
-	(*UpdateSpec)(nil),                  // 105: peloton.api.v1.UpdateSpec
-	(*UpdateStatus)(nil),                // 106: peloton.api.v1.UpdateStatus
-	(*Update)(nil),                      // 107: peloton.api.v1.Update
-	(*CreateUpdateRequest)(nil),         // 108: peloton.api.v1.CreateUpdateRequest
-	(*CreateUpdateResponse)(nil),        // 109: peloton.api.v1.CreateUpdateResponse
-	(*GetUpdateRequest)(nil),            // 110: peloton.api.v1.GetUpdateRequest
-	(*GetUpdateResponse)(nil),           // 111: peloton.api.v1.GetUpdateResponse
-	(*ListUpdatesRequest)(nil),          // 112: peloton.api.v1.ListUpdatesRequest
-	(*ListUpdatesResponse)(nil),         // 113: peloton.api.v1.ListUpdatesResponse
-	(*PauseUpdateRequest)(nil),          // 114: peloton.api.v1.PauseUpdateRequest
-	(*PauseUpdateResponse)(nil),         // 115: peloton.api.v1.PauseUpdateResponse
-	(*ResumeUpdateRequest)(nil),         // 116: peloton.api.v1.ResumeUpdateRequest
-	(*ResumeUpdateResponse)(nil),        // 117: peloton.api.v1.ResumeUpdateResponse
-	(*AbortUpdateRequest)(nil),          // 118: peloton.api.v1.AbortUpdateRequest
-	(*AbortUpdateResponse)(nil),         // 119: peloton.api.v1.AbortUpdateResponse
-	(*RollbackUpdateRequest)(nil),       // 120: peloton.api.v1.RollbackUpdateRequest
-	(*RollbackUpdateResponse)(nil),      // 121: peloton.api.v1.RollbackUpdateResponse
-	nil,                                 // 122: peloton.api.v1.TaskSpec.EnvEntry
-	nil,                                 // 123: peloton.api.v1.JobSpec.InstanceSpecsEntry
-	nil,                                 // 124: peloton.api.v1.JobSpec.LabelsEntry
-	nil,                                 // 125: peloton.api.v1.JobStatus.TaskCountsEntry
-	nil,                                 // 126: peloton.api.v1.TaskStatus.PortsEntry
-	nil,                                 // 127: peloton.api.v1.ListJobsRequest.LabelsEntry
-	nil,                                 // 128: peloton.api.v1.WatchJobsRequest.LabelsEntry
-	nil,                                 // 129: peloton.api.v1.Host.LabelsEntry
-	nil,                                 // 130: peloton.api.v1.UsageReport.RunsEntry
-	nil,                                 // 131: peloton.api.v1.Partition.ZonesEntry
-	nil,                                 // 132: peloton.api.v1.Update.RestartsEntry
-	(*timestamppb.Timestamp)(nil),       // 133: google.protobuf.Timestamp
+	(TolerationOp)(0),                   // 5: peloton.api.v1.TolerationOp
+	(GangFailurePolicy)(0),              // 6: peloton.api.v1.GangFailurePolicy
+	(JobState)(0),                       // 7: peloton.api.v1.JobState
+	(LogStream)(0),                      // 8: peloton.api.v1.LogStream
+	(HostState)(0),                      // 9: peloton.api.v1.HostState
+	(HostZone)(0),                       // 10: peloton.api.v1.HostZone
+	(PartitionMoveState)(0),             // 11: peloton.api.v1.PartitionMoveState
+	(UpdateState)(0),                    // 12: peloton.api.v1.UpdateState
+	(*Resources)(nil),                   // 13: peloton.api.v1.Resources
+	(*SlaSpec)(nil),                     // 14: peloton.api.v1.SlaSpec
+	(*RestartPolicy)(nil),               // 15: peloton.api.v1.RestartPolicy
+	(*PortSpec)(nil),                    // 16: peloton.api.v1.PortSpec
+	(*HealthCheck)(nil),                 // 17: peloton.api.v1.HealthCheck
+	(*HttpProbe)(nil),                   // 18: peloton.api.v1.HttpProbe
+	(*VolumeSpec)(nil),                  // 19: peloton.api.v1.VolumeSpec
+	(*TaskSpec)(nil),                    // 20: peloton.api.v1.TaskSpec
+	(*MetricsSpec)(nil),                 // 21: peloton.api.v1.MetricsSpec
+	(*Constraint)(nil),                  // 22: peloton.api.v1.Constraint
+	(*PlacementSpec)(nil),               // 23: peloton.api.v1.PlacementSpec
+	(*ConstraintTerm)(nil),              // 24: peloton.api.v1.ConstraintTerm
+	(*Toleration)(nil),                  // 25: peloton.api.v1.Toleration
+	(*JobSpec)(nil),                     // 26: peloton.api.v1.JobSpec
+	(*GangSpec)(nil),                    // 27: peloton.api.v1.GangSpec
+	(*SelfScaleSpec)(nil),               // 28: peloton.api.v1.SelfScaleSpec
+	(*ForeignOwner)(nil),                // 29: peloton.api.v1.ForeignOwner
+	(*JobStatus)(nil),                   // 30: peloton.api.v1.JobStatus
+	(*Job)(nil),                         // 31: peloton.api.v1.Job
+	(*TaskStatus)(nil),                  // 32: peloton.api.v1.TaskStatus
+	(*TaskTransition)(nil),              // 33: peloton.api.v1.TaskTransition
+	(*Task)(nil),                        // 34: peloton.api.v1.Task
+	(*CreateJobRequest)(nil),            // 35: peloton.api.v1.CreateJobRequest
+	(*CreateJobResponse)(nil),           // 36: peloton.api.v1.CreateJobResponse
+	(*GetJobRequest)(nil),               // 37: peloton.api.v1.GetJobRequest
+	(*GetJobResponse)(nil),              // 38: peloton.api.v1.GetJobResponse
+	(*ListJobsRequest)(nil),             // 39: peloton.api.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),            // 40: peloton.api.v1.ListJobsResponse
+	(*CancelJobRequest)(nil),            // 41: peloton.api.v1.CancelJobRequest
+	(*CancelJobResponse)(nil),           // 42: peloton.api.v1.CancelJobResponse
+	(*DeleteJobRequest)(nil),            // 43: peloton.api.v1.DeleteJobRequest
+	(*DeleteJobResponse)(nil),           // 44: peloton.api.v1.DeleteJobResponse
+	(*RestartJobRequest)(nil),           // 45: peloton.api.v1.RestartJobRequest
+	(*RestartJobResponse)(nil),          // 46: peloton.api.v1.RestartJobResponse
+	(*ScaleJobRequest)(nil),             // 47: peloton.api.v1.ScaleJobRequest
+	(*ScaleJobResponse)(nil),            // 48: peloton.api.v1.ScaleJobResponse
+	(*ListJobVersionsRequest)(nil),      // 49: peloton.api.v1.ListJobVersionsRequest
+	(*JobVersion)(nil),                  // 50: peloton.api.v1.JobVersion
+	(*ListJobVersionsResponse)(nil),     // 51: peloton.api.v1.ListJobVersionsResponse
+	(*GetGangRequest)(nil),              // 52: peloton.api.v1.GetGangRequest
+	(*Gang)(nil),                        // 53: peloton.api.v1.Gang
+	(*GangMember)(nil),                  // 54: peloton.api.v1.GangMember
+	(*WatchJobsRequest)(nil),            // 55: peloton.api.v1.WatchJobsRequest
+	(*JobChange)(nil),                   // 56: peloton.api.v1.JobChange
+	(*ListTasksRequest)(nil),            // 57: peloton.api.v1.ListTasksRequest
+	(*ListTasksResponse)(nil),           // 58: peloton.api.v1.ListTasksResponse
+	(*GetTaskRequest)(nil),              // 59: peloton.api.v1.GetTaskRequest
+	(*GetTaskResponse)(nil),             // 60: peloton.api.v1.GetTaskResponse
+	(*KillTaskRequest)(nil),             // 61: peloton.api.v1.KillTaskRequest
+	(*KillTaskResponse)(nil),            // 62: peloton.api.v1.KillTaskResponse
+	(*GetTaskLogsRequest)(nil),          // 63: peloton.api.v1.GetTaskLogsRequest
+	(*LogChunk)(nil),                    // 64: peloton.api.v1.LogChunk
+	(*WatchTasksRequest)(nil),           // 65: peloton.api.v1.WatchTasksRequest
+	(*TaskChange)(nil),                  // 66: peloton.api.v1.TaskChange
+	(*PoolSpec)(nil),                    // 67: peloton.api.v1.PoolSpec
+	(*PoolStatus)(nil),                  // 68: peloton.api.v1.PoolStatus
+	(*Pool)(nil),                        // 69: peloton.api.v1.Pool
+	(*CreatePoolRequest)(nil),           // 70: peloton.api.v1.CreatePoolRequest
+	(*CreatePoolResponse)(nil),          // 71: peloton.api.v1.CreatePoolResponse
+	(*GetPoolRequest)(nil),              // 72: peloton.api.v1.GetPoolRequest
+	(*GetPoolResponse)(nil),             // 73: peloton.api.v1.GetPoolResponse
+	(*UpdatePoolRequest)(nil),           // 74: peloton.api.v1.UpdatePoolRequest
+	(*UpdatePoolResponse)(nil),          // 75: peloton.api.v1.UpdatePoolResponse
+	(*DeletePoolRequest)(nil),           // 76: peloton.api.v1.DeletePoolRequest
+	(*DeletePoolResponse)(nil),          // 77: peloton.api.v1.DeletePoolResponse
+	(*MovePoolRequest)(nil),             // 78: peloton.api.v1.MovePoolRequest
+	(*MovePoolResponse)(nil),            // 79: peloton.api.v1.MovePoolResponse
+	(*ListPoolsRequest)(nil),            // 80: peloton.api.v1.ListPoolsRequest
+	(*ListPoolsResponse)(nil),           // 81: peloton.api.v1.ListPoolsResponse
+	(*Host)(nil),                        // 82: peloton.api.v1.Host
+	(*HostRun)(nil),                     // 83: peloton.api.v1.HostRun
+	(*HostUsage)(nil),                   // 84: peloton.api.v1.HostUsage
+	(*TaskUsage)(nil),                   // 85: peloton.api.v1.TaskUsage
+	(*UsageReport)(nil),                 // 86: peloton.api.v1.UsageReport
+	(*UsageAck)(nil),                    // 87: peloton.api.v1.UsageAck
+	(*ListHostsRequest)(nil),            // 88: peloton.api.v1.ListHostsRequest
+	(*ListHostsResponse)(nil),           // 89: peloton.api.v1.ListHostsResponse
+	(*Substrate)(nil),                   // 90: peloton.api.v1.Substrate
+	(*StartMaintenanceRequest)(nil),     // 91: peloton.api.v1.StartMaintenanceRequest
+	(*StartMaintenanceResponse)(nil),    // 92: peloton.api.v1.StartMaintenanceResponse
+	(*CompleteMaintenanceRequest)(nil),  // 93: peloton.api.v1.CompleteMaintenanceRequest
+	(*CompleteMaintenanceResponse)(nil), // 94: peloton.api.v1.CompleteMaintenanceResponse
+	(*MoveHostRequest)(nil),             // 95: peloton.api.v1.MoveHostRequest
+	(*MoveHostResponse)(nil),            // 96: peloton.api.v1.MoveHostResponse
+	(*Partition)(nil),                   // 97: peloton.api.v1.Partition
+	(*ListPartitionsRequest)(nil),       // 98: peloton.api.v1.ListPartitionsRequest
+	(*ListPartitionsResponse)(nil),      // 99: peloton.api.v1.ListPartitionsResponse
+	(*AdvisorStatus)(nil),               // 100: peloton.api.v1.AdvisorStatus
+	(*PartitionMove)(nil),               // 101: peloton.api.v1.PartitionMove
+	(*ListPartitionMovesRequest)(nil),   // 102: peloton.api.v1.ListPartitionMovesRequest
+	(*ListPartitionMovesResponse)(nil),  // 103: peloton.api.v1.ListPartitionMovesResponse
+	(*HostAdvice)(nil),                  // 104: peloton.api.v1.HostAdvice
+	(*PartitionAdvice)(nil),             // 105: peloton.api.v1.PartitionAdvice
+	(*PublishAdviceRequest)(nil),        // 106: peloton.api.v1.PublishAdviceRequest
+	(*PublishAdviceResponse)(nil),       // 107: peloton.api.v1.PublishAdviceResponse
+	(*UpdateSpec)(nil),                  // 108: peloton.api.v1.UpdateSpec
+	(*UpdateStatus)(nil),                // 109: peloton.api.v1.UpdateStatus
+	(*Update)(nil),                      // 110: peloton.api.v1.Update
+	(*CreateUpdateRequest)(nil),         // 111: peloton.api.v1.CreateUpdateRequest
+	(*CreateUpdateResponse)(nil),        // 112: peloton.api.v1.CreateUpdateResponse
+	(*GetUpdateRequest)(nil),            // 113: peloton.api.v1.GetUpdateRequest
+	(*GetUpdateResponse)(nil),           // 114: peloton.api.v1.GetUpdateResponse
+	(*ListUpdatesRequest)(nil),          // 115: peloton.api.v1.ListUpdatesRequest
+	(*ListUpdatesResponse)(nil),         // 116: peloton.api.v1.ListUpdatesResponse
+	(*PauseUpdateRequest)(nil),          // 117: peloton.api.v1.PauseUpdateRequest
+	(*PauseUpdateResponse)(nil),         // 118: peloton.api.v1.PauseUpdateResponse
+	(*ResumeUpdateRequest)(nil),         // 119: peloton.api.v1.ResumeUpdateRequest
+	(*ResumeUpdateResponse)(nil),        // 120: peloton.api.v1.ResumeUpdateResponse
+	(*AbortUpdateRequest)(nil),          // 121: peloton.api.v1.AbortUpdateRequest
+	(*AbortUpdateResponse)(nil),         // 122: peloton.api.v1.AbortUpdateResponse
+	(*RollbackUpdateRequest)(nil),       // 123: peloton.api.v1.RollbackUpdateRequest
+	(*RollbackUpdateResponse)(nil),      // 124: peloton.api.v1.RollbackUpdateResponse
+	nil,                                 // 125: peloton.api.v1.TaskSpec.EnvEntry
+	nil,                                 // 126: peloton.api.v1.JobSpec.InstanceSpecsEntry
+	nil,                                 // 127: peloton.api.v1.JobSpec.LabelsEntry
+	nil,                                 // 128: peloton.api.v1.JobStatus.TaskCountsEntry
+	nil,                                 // 129: peloton.api.v1.TaskStatus.PortsEntry
+	nil,                                 // 130: peloton.api.v1.ListJobsRequest.LabelsEntry
+	nil,                                 // 131: peloton.api.v1.WatchJobsRequest.LabelsEntry
+	nil,                                 // 132: peloton.api.v1.Host.LabelsEntry
+	nil,                                 // 133: peloton.api.v1.UsageReport.RunsEntry
+	nil,                                 // 134: peloton.api.v1.Partition.ZonesEntry
+	nil,                                 // 135: peloton.api.v1.Update.RestartsEntry
+	(*timestamppb.Timestamp)(nil),       // 136: google.protobuf.Timestamp
 }
 var file_peloton_api_v1_peloton_proto_depIdxs = []int32{
-	17,  // 0: peloton.api.v1.HealthCheck.http:type_name -> peloton.api.v1.HttpProbe
-	122, // 1: peloton.api.v1.TaskSpec.env:type_name -> peloton.api.v1.TaskSpec.EnvEntry
-	12,  // 2: peloton.api.v1.TaskSpec.resources:type_name -> peloton.api.v1.Resources
-	14,  // 3: peloton.api.v1.TaskSpec.restart_policy:type_name -> peloton.api.v1.RestartPolicy
-	22,  // 4: peloton.api.v1.TaskSpec.placement:type_name -> peloton.api.v1.PlacementSpec
-	15,  // 5: peloton.api.v1.TaskSpec.ports:type_name -> peloton.api.v1.PortSpec
-	16,  // 6: peloton.api.v1.TaskSpec.health_check:type_name -> peloton.api.v1.HealthCheck
-	18,  // 7: peloton.api.v1.TaskSpec.volume:type_name -> peloton.api.v1.VolumeSpec
-	20,  // 8: peloton.api.v1.TaskSpec.metrics:type_name -> peloton.api.v1.MetricsSpec
+	18,  // 0: peloton.api.v1.HealthCheck.http:type_name -> peloton.api.v1.HttpProbe
+	125, // 1: peloton.api.v1.TaskSpec.env:type_name -> peloton.api.v1.TaskSpec.EnvEntry
+	13,  // 2: peloton.api.v1.TaskSpec.resources:type_name -> peloton.api.v1.Resources
+	15,  // 3: peloton.api.v1.TaskSpec.restart_policy:type_name -> peloton.api.v1.RestartPolicy
+	23,  // 4: peloton.api.v1.TaskSpec.placement:type_name -> peloton.api.v1.PlacementSpec
+	16,  // 5: peloton.api.v1.TaskSpec.ports:type_name -> peloton.api.v1.PortSpec
+	17,  // 6: peloton.api.v1.TaskSpec.health_check:type_name -> peloton.api.v1.HealthCheck
+	19,  // 7: peloton.api.v1.TaskSpec.volume:type_name -> peloton.api.v1.VolumeSpec
+	21,  // 8: peloton.api.v1.TaskSpec.metrics:type_name -> peloton.api.v1.MetricsSpec
 	4,   // 9: peloton.api.v1.Constraint.op:type_name -> peloton.api.v1.ConstraintOp
 	3,   // 10: peloton.api.v1.PlacementSpec.strategy:type_name -> peloton.api.v1.PlacementStrategy
-	21,  // 11: peloton.api.v1.PlacementSpec.constraints:type_name -> peloton.api.v1.Constraint
-	0,   // 12: peloton.api.v1.JobSpec.type:type_name -> peloton.api.v1.JobType
-	13,  // 13: peloton.api.v1.JobSpec.sla:type_name -> peloton.api.v1.SlaSpec
-	19,  // 14: peloton.api.v1.JobSpec.default_spec:type_name -> peloton.api.v1.TaskSpec
-	123, // 15: peloton.api.v1.JobSpec.instance_specs:type_name -> peloton.api.v1.JobSpec.InstanceSpecsEntry
-	124, // 16: peloton.api.v1.JobSpec.labels:type_name -> peloton.api.v1.JobSpec.LabelsEntry
-	26,  // 17: peloton.api.v1.JobSpec.foreign:type_name -> peloton.api.v1.ForeignOwner
-	24,  // 18: peloton.api.v1.JobSpec.gang:type_name -> peloton.api.v1.GangSpec
-	25,  // 19: peloton.api.v1.JobSpec.self_scale:type_name -> peloton.api.v1.SelfScaleSpec
-	5,   // 20: peloton.api.v1.GangSpec.on_member_failure:type_name -> peloton.api.v1.GangFailurePolicy
-	6,   // 21: peloton.api.v1.JobStatus.state:type_name -> peloton.api.v1.JobState
-	6,   // 22: peloton.api.v1.JobStatus.goal_state:type_name -> peloton.api.v1.JobState
-	125, // 23: peloton.api.v1.JobStatus.task_counts:type_name -> peloton.api.v1.JobStatus.TaskCountsEntry
-	133, // 24: peloton.api.v1.JobStatus.create_time:type_name -> google.protobuf.Timestamp
-	133, // 25: peloton.api.v1.JobStatus.start_time:type_name -> google.protobuf.Timestamp
-	133, // 26: peloton.api.v1.JobStatus.completion_time:type_name -> google.protobuf.Timestamp
-	23,  // 27: peloton.api.v1.Job.spec:type_name -> peloton.api.v1.JobSpec
-	27,  // 28: peloton.api.v1.Job.status:type_name -> peloton.api.v1.JobStatus
-	1,   // 29: peloton.api.v1.TaskStatus.state:type_name -> peloton.api.v1.TaskState
-	1,   // 30: peloton.api.v1.TaskStatus.goal_state:type_name -> peloton.api.v1.TaskState
-	133, // 31: peloton.api.v1.TaskStatus.start_time:type_name -> google.protobuf.Timestamp
-	133, // 32: peloton.api.v1.TaskStatus.completion_time:type_name -> google.protobuf.Timestamp
-	133, // 33: peloton.api.v1.TaskStatus.update_time:type_name -> google.protobuf.Timestamp
-	30,  // 34: peloton.api.v1.TaskStatus.history:type_name -> peloton.api.v1.TaskTransition
-	2,   // 35: peloton.api.v1.TaskStatus.health:type_name -> peloton.api.v1.HealthState
-	126, // 36: peloton.api.v1.TaskStatus.ports:type_name -> peloton.api.v1.TaskStatus.PortsEntry
-	82,  // 37: peloton.api.v1.TaskStatus.usage:type_name -> peloton.api.v1.TaskUsage
-	1,   // 38: peloton.api.v1.TaskTransition.state:type_name -> peloton.api.v1.TaskState
-	133, // 39: peloton.api.v1.TaskTransition.time:type_name -> google.protobuf.Timestamp
-	29,  // 40: peloton.api.v1.Task.status:type_name -> peloton.api.v1.TaskStatus
-	19,  // 41: peloton.api.v1.Task.spec:type_name -> peloton.api.v1.TaskSpec
-	23,  // 42: peloton.api.v1.CreateJobRequest.spec:type_name -> peloton.api.v1.JobSpec
-	23,  // 43: peloton.api.v1.CreateJobResponse.spec:type_name -> peloton.api.v1.JobSpec
-	28,  // 44: peloton.api.v1.GetJobResponse.job:type_name -> peloton.api.v1.Job
-	6,   // 45: peloton.api.v1.ListJobsRequest.states:type_name -> peloton.api.v1.JobState
-	127, // 46: peloton.api.v1.ListJobsRequest.labels:type_name -> peloton.api.v1.ListJobsRequest.LabelsEntry
-	133, // 47: peloton.api.v1.ListJobsRequest.created_since:type_name -> google.protobuf.Timestamp
-	133, // 48: peloton.api.v1.ListJobsRequest.created_until:type_name -> google.protobuf.Timestamp
-	28,  // 49: peloton.api.v1.ListJobsResponse.jobs:type_name -> peloton.api.v1.Job
-	23,  // 50: peloton.api.v1.JobVersion.spec:type_name -> peloton.api.v1.JobSpec
-	133, // 51: peloton.api.v1.JobVersion.create_time:type_name -> google.protobuf.Timestamp
-	47,  // 52: peloton.api.v1.ListJobVersionsResponse.versions:type_name -> peloton.api.v1.JobVersion
-	51,  // 53: peloton.api.v1.Gang.members:type_name -> peloton.api.v1.GangMember
-	1,   // 54: peloton.api.v1.GangMember.state:type_name -> peloton.api.v1.TaskState
-	128, // 55: peloton.api.v1.WatchJobsRequest.labels:type_name -> peloton.api.v1.WatchJobsRequest.LabelsEntry
-	28,  // 56: peloton.api.v1.JobChange.job:type_name -> peloton.api.v1.Job
-	1,   // 57: peloton.api.v1.ListTasksRequest.states:type_name -> peloton.api.v1.TaskState
-	31,  // 58: peloton.api.v1.ListTasksResponse.tasks:type_name -> peloton.api.v1.Task
-	31,  // 59: peloton.api.v1.GetTaskResponse.task:type_name -> peloton.api.v1.Task
-	7,   // 60: peloton.api.v1.GetTaskLogsRequest.stream:type_name -> peloton.api.v1.LogStream
-	133, // 61: peloton.api.v1.GetTaskLogsRequest.since:type_name -> google.protobuf.Timestamp
-	31,  // 62: peloton.api.v1.TaskChange.task:type_name -> peloton.api.v1.Task
-	12,  // 63: peloton.api.v1.PoolSpec.reservation:type_name -> peloton.api.v1.Resources
-	12,  // 64: peloton.api.v1.PoolSpec.limit:type_name -> peloton.api.v1.Resources
-	12,  // 65: peloton.api.v1.PoolSpec.share:type_name -> peloton.api.v1.Resources
-	12,  // 66: peloton.api.v1.PoolSpec.revocable_limit:type_name -> peloton.api.v1.Resources
-	12,  // 67: peloton.api.v1.PoolStatus.entitlement:type_name -> peloton.api.v1.Resources
-	12,  // 68: peloton.api.v1.PoolStatus.allocation:type_name -> peloton.api.v1.Resources
-	12,  // 69: peloton.api.v1.PoolStatus.demand:type_name -> peloton.api.v1.Resources
-	64,  // 70: peloton.api.v1.Pool.spec:type_name -> peloton.api.v1.PoolSpec
-	65,  // 71: peloton.api.v1.Pool.status:type_name -> peloton.api.v1.PoolStatus
-	64,  // 72: peloton.api.v1.CreatePoolRequest.spec:type_name -> peloton.api.v1.PoolSpec
-	66,  // 73: peloton.api.v1.CreatePoolResponse.pool:type_name -> peloton.api.v1.Pool
-	66,  // 74: peloton.api.v1.GetPoolResponse.pool:type_name -> peloton.api.v1.Pool
-	64,  // 75: peloton.api.v1.UpdatePoolRequest.spec:type_name -> peloton.api.v1.PoolSpec
-	66,  // 76: peloton.api.v1.UpdatePoolResponse.pool:type_name -> peloton.api.v1.Pool
-	66,  // 77: peloton.api.v1.MovePoolResponse.pool:type_name -> peloton.api.v1.Pool
-	66,  // 78: peloton.api.v1.ListPoolsResponse.pools:type_name -> peloton.api.v1.Pool
-	12,  // 79: peloton.api.v1.ListPoolsResponse.largest_host:type_name -> peloton.api.v1.Resources
-	12,  // 80: peloton.api.v1.Host.capacity:type_name -> peloton.api.v1.Resources
-	12,  // 81: peloton.api.v1.Host.allocated:type_name -> peloton.api.v1.Resources
-	129, // 82: peloton.api.v1.Host.labels:type_name -> peloton.api.v1.Host.LabelsEntry
-	8,   // 83: peloton.api.v1.Host.state:type_name -> peloton.api.v1.HostState
-	10,  // 84: peloton.api.v1.Host.partition_state:type_name -> peloton.api.v1.PartitionMoveState
-	81,  // 85: peloton.api.v1.Host.usage:type_name -> peloton.api.v1.HostUsage
-	12,  // 86: peloton.api.v1.Host.slack:type_name -> peloton.api.v1.Resources
-	12,  // 87: peloton.api.v1.Host.revocable:type_name -> peloton.api.v1.Resources
-	80,  // 88: peloton.api.v1.Host.runs:type_name -> peloton.api.v1.HostRun
-	9,   // 89: peloton.api.v1.Host.zone:type_name -> peloton.api.v1.HostZone
-	82,  // 90: peloton.api.v1.HostRun.usage:type_name -> peloton.api.v1.TaskUsage
-	133, // 91: peloton.api.v1.HostRun.since:type_name -> google.protobuf.Timestamp
-	133, // 92: peloton.api.v1.HostUsage.sample_time:type_name -> google.protobuf.Timestamp
-	133, // 93: peloton.api.v1.HostUsage.receive_time:type_name -> google.protobuf.Timestamp
-	133, // 94: peloton.api.v1.TaskUsage.sample_time:type_name -> google.protobuf.Timestamp
-	81,  // 95: peloton.api.v1.UsageReport.usage:type_name -> peloton.api.v1.HostUsage
-	130, // 96: peloton.api.v1.UsageReport.runs:type_name -> peloton.api.v1.UsageReport.RunsEntry
-	79,  // 97: peloton.api.v1.ListHostsResponse.hosts:type_name -> peloton.api.v1.Host
-	87,  // 98: peloton.api.v1.ListHostsResponse.substrate:type_name -> peloton.api.v1.Substrate
-	133, // 99: peloton.api.v1.Substrate.since:type_name -> google.protobuf.Timestamp
-	79,  // 100: peloton.api.v1.StartMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
-	79,  // 101: peloton.api.v1.CompleteMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
-	79,  // 102: peloton.api.v1.MoveHostResponse.host:type_name -> peloton.api.v1.Host
-	12,  // 103: peloton.api.v1.Partition.capacity:type_name -> peloton.api.v1.Resources
-	12,  // 104: peloton.api.v1.Partition.allocated:type_name -> peloton.api.v1.Resources
-	12,  // 105: peloton.api.v1.Partition.revocable:type_name -> peloton.api.v1.Resources
-	12,  // 106: peloton.api.v1.Partition.slack:type_name -> peloton.api.v1.Resources
-	131, // 107: peloton.api.v1.Partition.zones:type_name -> peloton.api.v1.Partition.ZonesEntry
-	94,  // 108: peloton.api.v1.ListPartitionsResponse.partitions:type_name -> peloton.api.v1.Partition
-	97,  // 109: peloton.api.v1.ListPartitionsResponse.advisor:type_name -> peloton.api.v1.AdvisorStatus
-	133, // 110: peloton.api.v1.AdvisorStatus.published:type_name -> google.protobuf.Timestamp
-	133, // 111: peloton.api.v1.PartitionMove.time:type_name -> google.protobuf.Timestamp
-	98,  // 112: peloton.api.v1.ListPartitionMovesResponse.moves:type_name -> peloton.api.v1.PartitionMove
-	9,   // 113: peloton.api.v1.HostAdvice.zone:type_name -> peloton.api.v1.HostZone
-	101, // 114: peloton.api.v1.PublishAdviceRequest.hosts:type_name -> peloton.api.v1.HostAdvice
-	102, // 115: peloton.api.v1.PublishAdviceRequest.partitions:type_name -> peloton.api.v1.PartitionAdvice
-	98,  // 116: peloton.api.v1.PublishAdviceRequest.observed_moves:type_name -> peloton.api.v1.PartitionMove
-	11,  // 117: peloton.api.v1.UpdateStatus.state:type_name -> peloton.api.v1.UpdateState
-	133, // 118: peloton.api.v1.UpdateStatus.create_time:type_name -> google.protobuf.Timestamp
-	133, // 119: peloton.api.v1.UpdateStatus.update_time:type_name -> google.protobuf.Timestamp
-	133, // 120: peloton.api.v1.UpdateStatus.completion_time:type_name -> google.protobuf.Timestamp
-	11,  // 121: peloton.api.v1.UpdateStatus.paused_from:type_name -> peloton.api.v1.UpdateState
-	105, // 122: peloton.api.v1.Update.spec:type_name -> peloton.api.v1.UpdateSpec
-	106, // 123: peloton.api.v1.Update.status:type_name -> peloton.api.v1.UpdateStatus
-	132, // 124: peloton.api.v1.Update.restarts:type_name -> peloton.api.v1.Update.RestartsEntry
-	23,  // 125: peloton.api.v1.CreateUpdateRequest.spec:type_name -> peloton.api.v1.JobSpec
-	105, // 126: peloton.api.v1.CreateUpdateRequest.update_spec:type_name -> peloton.api.v1.UpdateSpec
-	107, // 127: peloton.api.v1.CreateUpdateResponse.update:type_name -> peloton.api.v1.Update
-	107, // 128: peloton.api.v1.GetUpdateResponse.update:type_name -> peloton.api.v1.Update
-	107, // 129: peloton.api.v1.ListUpdatesResponse.updates:type_name -> peloton.api.v1.Update
-	107, // 130: peloton.api.v1.PauseUpdateResponse.update:type_name -> peloton.api.v1.Update
-	107, // 131: peloton.api.v1.ResumeUpdateResponse.update:type_name -> peloton.api.v1.Update
-	107, // 132: peloton.api.v1.AbortUpdateResponse.update:type_name -> peloton.api.v1.Update
-	107, // 133: peloton.api.v1.RollbackUpdateResponse.update:type_name -> peloton.api.v1.Update
-	19,  // 134: peloton.api.v1.JobSpec.InstanceSpecsEntry.value:type_name -> peloton.api.v1.TaskSpec
-	82,  // 135: peloton.api.v1.UsageReport.RunsEntry.value:type_name -> peloton.api.v1.TaskUsage
-	32,  // 136: peloton.api.v1.JobService.CreateJob:input_type -> peloton.api.v1.CreateJobRequest
-	34,  // 137: peloton.api.v1.JobService.GetJob:input_type -> peloton.api.v1.GetJobRequest
-	36,  // 138: peloton.api.v1.JobService.ListJobs:input_type -> peloton.api.v1.ListJobsRequest
-	38,  // 139: peloton.api.v1.JobService.CancelJob:input_type -> peloton.api.v1.CancelJobRequest
-	40,  // 140: peloton.api.v1.JobService.DeleteJob:input_type -> peloton.api.v1.DeleteJobRequest
-	42,  // 141: peloton.api.v1.JobService.RestartJob:input_type -> peloton.api.v1.RestartJobRequest
-	44,  // 142: peloton.api.v1.JobService.ScaleJob:input_type -> peloton.api.v1.ScaleJobRequest
-	46,  // 143: peloton.api.v1.JobService.ListJobVersions:input_type -> peloton.api.v1.ListJobVersionsRequest
-	52,  // 144: peloton.api.v1.JobService.WatchJobs:input_type -> peloton.api.v1.WatchJobsRequest
-	49,  // 145: peloton.api.v1.JobService.GetGang:input_type -> peloton.api.v1.GetGangRequest
-	54,  // 146: peloton.api.v1.TaskService.ListTasks:input_type -> peloton.api.v1.ListTasksRequest
-	56,  // 147: peloton.api.v1.TaskService.GetTask:input_type -> peloton.api.v1.GetTaskRequest
-	58,  // 148: peloton.api.v1.TaskService.KillTask:input_type -> peloton.api.v1.KillTaskRequest
-	60,  // 149: peloton.api.v1.TaskService.GetTaskLogs:input_type -> peloton.api.v1.GetTaskLogsRequest
-	62,  // 150: peloton.api.v1.TaskService.WatchTasks:input_type -> peloton.api.v1.WatchTasksRequest
-	67,  // 151: peloton.api.v1.PoolService.CreatePool:input_type -> peloton.api.v1.CreatePoolRequest
-	69,  // 152: peloton.api.v1.PoolService.GetPool:input_type -> peloton.api.v1.GetPoolRequest
-	71,  // 153: peloton.api.v1.PoolService.UpdatePool:input_type -> peloton.api.v1.UpdatePoolRequest
-	73,  // 154: peloton.api.v1.PoolService.DeletePool:input_type -> peloton.api.v1.DeletePoolRequest
-	77,  // 155: peloton.api.v1.PoolService.ListPools:input_type -> peloton.api.v1.ListPoolsRequest
-	75,  // 156: peloton.api.v1.PoolService.MovePool:input_type -> peloton.api.v1.MovePoolRequest
-	85,  // 157: peloton.api.v1.HostService.ListHosts:input_type -> peloton.api.v1.ListHostsRequest
-	88,  // 158: peloton.api.v1.HostService.StartMaintenance:input_type -> peloton.api.v1.StartMaintenanceRequest
-	90,  // 159: peloton.api.v1.HostService.CompleteMaintenance:input_type -> peloton.api.v1.CompleteMaintenanceRequest
-	92,  // 160: peloton.api.v1.HostService.MoveHost:input_type -> peloton.api.v1.MoveHostRequest
-	95,  // 161: peloton.api.v1.PartitionService.ListPartitions:input_type -> peloton.api.v1.ListPartitionsRequest
-	99,  // 162: peloton.api.v1.PartitionService.ListPartitionMoves:input_type -> peloton.api.v1.ListPartitionMovesRequest
-	103, // 163: peloton.api.v1.PartitionService.PublishAdvice:input_type -> peloton.api.v1.PublishAdviceRequest
-	83,  // 164: peloton.api.v1.HostAgentService.ReportUsage:input_type -> peloton.api.v1.UsageReport
-	108, // 165: peloton.api.v1.UpdateService.CreateUpdate:input_type -> peloton.api.v1.CreateUpdateRequest
-	110, // 166: peloton.api.v1.UpdateService.GetUpdate:input_type -> peloton.api.v1.GetUpdateRequest
-	112, // 167: peloton.api.v1.UpdateService.ListUpdates:input_type -> peloton.api.v1.ListUpdatesRequest
-	114, // 168: peloton.api.v1.UpdateService.PauseUpdate:input_type -> peloton.api.v1.PauseUpdateRequest
-	116, // 169: peloton.api.v1.UpdateService.ResumeUpdate:input_type -> peloton.api.v1.ResumeUpdateRequest
-	118, // 170: peloton.api.v1.UpdateService.AbortUpdate:input_type -> peloton.api.v1.AbortUpdateRequest
-	120, // 171: peloton.api.v1.UpdateService.RollbackUpdate:input_type -> peloton.api.v1.RollbackUpdateRequest
-	33,  // 172: peloton.api.v1.JobService.CreateJob:output_type -> peloton.api.v1.CreateJobResponse
-	35,  // 173: peloton.api.v1.JobService.GetJob:output_type -> peloton.api.v1.GetJobResponse
-	37,  // 174: peloton.api.v1.JobService.ListJobs:output_type -> peloton.api.v1.ListJobsResponse
-	39,  // 175: peloton.api.v1.JobService.CancelJob:output_type -> peloton.api.v1.CancelJobResponse
-	41,  // 176: peloton.api.v1.JobService.DeleteJob:output_type -> peloton.api.v1.DeleteJobResponse
-	43,  // 177: peloton.api.v1.JobService.RestartJob:output_type -> peloton.api.v1.RestartJobResponse
-	45,  // 178: peloton.api.v1.JobService.ScaleJob:output_type -> peloton.api.v1.ScaleJobResponse
-	48,  // 179: peloton.api.v1.JobService.ListJobVersions:output_type -> peloton.api.v1.ListJobVersionsResponse
-	53,  // 180: peloton.api.v1.JobService.WatchJobs:output_type -> peloton.api.v1.JobChange
-	50,  // 181: peloton.api.v1.JobService.GetGang:output_type -> peloton.api.v1.Gang
-	55,  // 182: peloton.api.v1.TaskService.ListTasks:output_type -> peloton.api.v1.ListTasksResponse
-	57,  // 183: peloton.api.v1.TaskService.GetTask:output_type -> peloton.api.v1.GetTaskResponse
-	59,  // 184: peloton.api.v1.TaskService.KillTask:output_type -> peloton.api.v1.KillTaskResponse
-	61,  // 185: peloton.api.v1.TaskService.GetTaskLogs:output_type -> peloton.api.v1.LogChunk
-	63,  // 186: peloton.api.v1.TaskService.WatchTasks:output_type -> peloton.api.v1.TaskChange
-	68,  // 187: peloton.api.v1.PoolService.CreatePool:output_type -> peloton.api.v1.CreatePoolResponse
-	70,  // 188: peloton.api.v1.PoolService.GetPool:output_type -> peloton.api.v1.GetPoolResponse
-	72,  // 189: peloton.api.v1.PoolService.UpdatePool:output_type -> peloton.api.v1.UpdatePoolResponse
-	74,  // 190: peloton.api.v1.PoolService.DeletePool:output_type -> peloton.api.v1.DeletePoolResponse
-	78,  // 191: peloton.api.v1.PoolService.ListPools:output_type -> peloton.api.v1.ListPoolsResponse
-	76,  // 192: peloton.api.v1.PoolService.MovePool:output_type -> peloton.api.v1.MovePoolResponse
-	86,  // 193: peloton.api.v1.HostService.ListHosts:output_type -> peloton.api.v1.ListHostsResponse
-	89,  // 194: peloton.api.v1.HostService.StartMaintenance:output_type -> peloton.api.v1.StartMaintenanceResponse
-	91,  // 195: peloton.api.v1.HostService.CompleteMaintenance:output_type -> peloton.api.v1.CompleteMaintenanceResponse
-	93,  // 196: peloton.api.v1.HostService.MoveHost:output_type -> peloton.api.v1.MoveHostResponse
-	96,  // 197: peloton.api.v1.PartitionService.ListPartitions:output_type -> peloton.api.v1.ListPartitionsResponse
-	100, // 198: peloton.api.v1.PartitionService.ListPartitionMoves:output_type -> peloton.api.v1.ListPartitionMovesResponse
-	104, // 199: peloton.api.v1.PartitionService.PublishAdvice:output_type -> peloton.api.v1.PublishAdviceResponse
-	84,  // 200: peloton.api.v1.HostAgentService.ReportUsage:output_type -> peloton.api.v1.UsageAck
-	109, // 201: peloton.api.v1.UpdateService.CreateUpdate:output_type -> peloton.api.v1.CreateUpdateResponse
-	111, // 202: peloton.api.v1.UpdateService.GetUpdate:output_type -> peloton.api.v1.GetUpdateResponse
-	113, // 203: peloton.api.v1.UpdateService.ListUpdates:output_type -> peloton.api.v1.ListUpdatesResponse
-	115, // 204: peloton.api.v1.UpdateService.PauseUpdate:output_type -> peloton.api.v1.PauseUpdateResponse
-	117, // 205: peloton.api.v1.UpdateService.ResumeUpdate:output_type -> peloton.api.v1.ResumeUpdateResponse
-	119, // 206: peloton.api.v1.UpdateService.AbortUpdate:output_type -> peloton.api.v1.AbortUpdateResponse
-	121, // 207: peloton.api.v1.UpdateService.RollbackUpdate:output_type -> peloton.api.v1.RollbackUpdateResponse
-	172, // [172:208] is the sub-list for method output_type
-	136, // [136:172] is the sub-list for method input_type
-	136, // [136:136] is the sub-list for extension type_name
-	136, // [136:136] is the sub-list for extension extendee
-	0,   // [0:136] is the sub-list for field type_name
+	22,  // 11: peloton.api.v1.PlacementSpec.constraints:type_name -> peloton.api.v1.Constraint
+	24,  // 12: peloton.api.v1.PlacementSpec.any_of:type_name -> peloton.api.v1.ConstraintTerm
+	25,  // 13: peloton.api.v1.PlacementSpec.tolerations:type_name -> peloton.api.v1.Toleration
+	22,  // 14: peloton.api.v1.ConstraintTerm.constraints:type_name -> peloton.api.v1.Constraint
+	5,   // 15: peloton.api.v1.Toleration.op:type_name -> peloton.api.v1.TolerationOp
+	0,   // 16: peloton.api.v1.JobSpec.type:type_name -> peloton.api.v1.JobType
+	14,  // 17: peloton.api.v1.JobSpec.sla:type_name -> peloton.api.v1.SlaSpec
+	20,  // 18: peloton.api.v1.JobSpec.default_spec:type_name -> peloton.api.v1.TaskSpec
+	126, // 19: peloton.api.v1.JobSpec.instance_specs:type_name -> peloton.api.v1.JobSpec.InstanceSpecsEntry
+	127, // 20: peloton.api.v1.JobSpec.labels:type_name -> peloton.api.v1.JobSpec.LabelsEntry
+	29,  // 21: peloton.api.v1.JobSpec.foreign:type_name -> peloton.api.v1.ForeignOwner
+	27,  // 22: peloton.api.v1.JobSpec.gang:type_name -> peloton.api.v1.GangSpec
+	28,  // 23: peloton.api.v1.JobSpec.self_scale:type_name -> peloton.api.v1.SelfScaleSpec
+	6,   // 24: peloton.api.v1.GangSpec.on_member_failure:type_name -> peloton.api.v1.GangFailurePolicy
+	7,   // 25: peloton.api.v1.JobStatus.state:type_name -> peloton.api.v1.JobState
+	7,   // 26: peloton.api.v1.JobStatus.goal_state:type_name -> peloton.api.v1.JobState
+	128, // 27: peloton.api.v1.JobStatus.task_counts:type_name -> peloton.api.v1.JobStatus.TaskCountsEntry
+	136, // 28: peloton.api.v1.JobStatus.create_time:type_name -> google.protobuf.Timestamp
+	136, // 29: peloton.api.v1.JobStatus.start_time:type_name -> google.protobuf.Timestamp
+	136, // 30: peloton.api.v1.JobStatus.completion_time:type_name -> google.protobuf.Timestamp
+	26,  // 31: peloton.api.v1.Job.spec:type_name -> peloton.api.v1.JobSpec
+	30,  // 32: peloton.api.v1.Job.status:type_name -> peloton.api.v1.JobStatus
+	1,   // 33: peloton.api.v1.TaskStatus.state:type_name -> peloton.api.v1.TaskState
+	1,   // 34: peloton.api.v1.TaskStatus.goal_state:type_name -> peloton.api.v1.TaskState
+	136, // 35: peloton.api.v1.TaskStatus.start_time:type_name -> google.protobuf.Timestamp
+	136, // 36: peloton.api.v1.TaskStatus.completion_time:type_name -> google.protobuf.Timestamp
+	136, // 37: peloton.api.v1.TaskStatus.update_time:type_name -> google.protobuf.Timestamp
+	33,  // 38: peloton.api.v1.TaskStatus.history:type_name -> peloton.api.v1.TaskTransition
+	2,   // 39: peloton.api.v1.TaskStatus.health:type_name -> peloton.api.v1.HealthState
+	129, // 40: peloton.api.v1.TaskStatus.ports:type_name -> peloton.api.v1.TaskStatus.PortsEntry
+	85,  // 41: peloton.api.v1.TaskStatus.usage:type_name -> peloton.api.v1.TaskUsage
+	1,   // 42: peloton.api.v1.TaskTransition.state:type_name -> peloton.api.v1.TaskState
+	136, // 43: peloton.api.v1.TaskTransition.time:type_name -> google.protobuf.Timestamp
+	32,  // 44: peloton.api.v1.Task.status:type_name -> peloton.api.v1.TaskStatus
+	20,  // 45: peloton.api.v1.Task.spec:type_name -> peloton.api.v1.TaskSpec
+	26,  // 46: peloton.api.v1.CreateJobRequest.spec:type_name -> peloton.api.v1.JobSpec
+	26,  // 47: peloton.api.v1.CreateJobResponse.spec:type_name -> peloton.api.v1.JobSpec
+	31,  // 48: peloton.api.v1.GetJobResponse.job:type_name -> peloton.api.v1.Job
+	7,   // 49: peloton.api.v1.ListJobsRequest.states:type_name -> peloton.api.v1.JobState
+	130, // 50: peloton.api.v1.ListJobsRequest.labels:type_name -> peloton.api.v1.ListJobsRequest.LabelsEntry
+	136, // 51: peloton.api.v1.ListJobsRequest.created_since:type_name -> google.protobuf.Timestamp
+	136, // 52: peloton.api.v1.ListJobsRequest.created_until:type_name -> google.protobuf.Timestamp
+	31,  // 53: peloton.api.v1.ListJobsResponse.jobs:type_name -> peloton.api.v1.Job
+	26,  // 54: peloton.api.v1.JobVersion.spec:type_name -> peloton.api.v1.JobSpec
+	136, // 55: peloton.api.v1.JobVersion.create_time:type_name -> google.protobuf.Timestamp
+	50,  // 56: peloton.api.v1.ListJobVersionsResponse.versions:type_name -> peloton.api.v1.JobVersion
+	54,  // 57: peloton.api.v1.Gang.members:type_name -> peloton.api.v1.GangMember
+	1,   // 58: peloton.api.v1.GangMember.state:type_name -> peloton.api.v1.TaskState
+	131, // 59: peloton.api.v1.WatchJobsRequest.labels:type_name -> peloton.api.v1.WatchJobsRequest.LabelsEntry
+	31,  // 60: peloton.api.v1.JobChange.job:type_name -> peloton.api.v1.Job
+	1,   // 61: peloton.api.v1.ListTasksRequest.states:type_name -> peloton.api.v1.TaskState
+	34,  // 62: peloton.api.v1.ListTasksResponse.tasks:type_name -> peloton.api.v1.Task
+	34,  // 63: peloton.api.v1.GetTaskResponse.task:type_name -> peloton.api.v1.Task
+	8,   // 64: peloton.api.v1.GetTaskLogsRequest.stream:type_name -> peloton.api.v1.LogStream
+	136, // 65: peloton.api.v1.GetTaskLogsRequest.since:type_name -> google.protobuf.Timestamp
+	34,  // 66: peloton.api.v1.TaskChange.task:type_name -> peloton.api.v1.Task
+	13,  // 67: peloton.api.v1.PoolSpec.reservation:type_name -> peloton.api.v1.Resources
+	13,  // 68: peloton.api.v1.PoolSpec.limit:type_name -> peloton.api.v1.Resources
+	13,  // 69: peloton.api.v1.PoolSpec.share:type_name -> peloton.api.v1.Resources
+	13,  // 70: peloton.api.v1.PoolSpec.revocable_limit:type_name -> peloton.api.v1.Resources
+	13,  // 71: peloton.api.v1.PoolStatus.entitlement:type_name -> peloton.api.v1.Resources
+	13,  // 72: peloton.api.v1.PoolStatus.allocation:type_name -> peloton.api.v1.Resources
+	13,  // 73: peloton.api.v1.PoolStatus.demand:type_name -> peloton.api.v1.Resources
+	67,  // 74: peloton.api.v1.Pool.spec:type_name -> peloton.api.v1.PoolSpec
+	68,  // 75: peloton.api.v1.Pool.status:type_name -> peloton.api.v1.PoolStatus
+	67,  // 76: peloton.api.v1.CreatePoolRequest.spec:type_name -> peloton.api.v1.PoolSpec
+	69,  // 77: peloton.api.v1.CreatePoolResponse.pool:type_name -> peloton.api.v1.Pool
+	69,  // 78: peloton.api.v1.GetPoolResponse.pool:type_name -> peloton.api.v1.Pool
+	67,  // 79: peloton.api.v1.UpdatePoolRequest.spec:type_name -> peloton.api.v1.PoolSpec
+	69,  // 80: peloton.api.v1.UpdatePoolResponse.pool:type_name -> peloton.api.v1.Pool
+	69,  // 81: peloton.api.v1.MovePoolResponse.pool:type_name -> peloton.api.v1.Pool
+	69,  // 82: peloton.api.v1.ListPoolsResponse.pools:type_name -> peloton.api.v1.Pool
+	13,  // 83: peloton.api.v1.ListPoolsResponse.largest_host:type_name -> peloton.api.v1.Resources
+	13,  // 84: peloton.api.v1.Host.capacity:type_name -> peloton.api.v1.Resources
+	13,  // 85: peloton.api.v1.Host.allocated:type_name -> peloton.api.v1.Resources
+	132, // 86: peloton.api.v1.Host.labels:type_name -> peloton.api.v1.Host.LabelsEntry
+	9,   // 87: peloton.api.v1.Host.state:type_name -> peloton.api.v1.HostState
+	11,  // 88: peloton.api.v1.Host.partition_state:type_name -> peloton.api.v1.PartitionMoveState
+	84,  // 89: peloton.api.v1.Host.usage:type_name -> peloton.api.v1.HostUsage
+	13,  // 90: peloton.api.v1.Host.slack:type_name -> peloton.api.v1.Resources
+	13,  // 91: peloton.api.v1.Host.revocable:type_name -> peloton.api.v1.Resources
+	83,  // 92: peloton.api.v1.Host.runs:type_name -> peloton.api.v1.HostRun
+	10,  // 93: peloton.api.v1.Host.zone:type_name -> peloton.api.v1.HostZone
+	85,  // 94: peloton.api.v1.HostRun.usage:type_name -> peloton.api.v1.TaskUsage
+	136, // 95: peloton.api.v1.HostRun.since:type_name -> google.protobuf.Timestamp
+	136, // 96: peloton.api.v1.HostUsage.sample_time:type_name -> google.protobuf.Timestamp
+	136, // 97: peloton.api.v1.HostUsage.receive_time:type_name -> google.protobuf.Timestamp
+	136, // 98: peloton.api.v1.TaskUsage.sample_time:type_name -> google.protobuf.Timestamp
+	84,  // 99: peloton.api.v1.UsageReport.usage:type_name -> peloton.api.v1.HostUsage
+	133, // 100: peloton.api.v1.UsageReport.runs:type_name -> peloton.api.v1.UsageReport.RunsEntry
+	82,  // 101: peloton.api.v1.ListHostsResponse.hosts:type_name -> peloton.api.v1.Host
+	90,  // 102: peloton.api.v1.ListHostsResponse.substrate:type_name -> peloton.api.v1.Substrate
+	136, // 103: peloton.api.v1.Substrate.since:type_name -> google.protobuf.Timestamp
+	82,  // 104: peloton.api.v1.StartMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
+	82,  // 105: peloton.api.v1.CompleteMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
+	82,  // 106: peloton.api.v1.MoveHostResponse.host:type_name -> peloton.api.v1.Host
+	13,  // 107: peloton.api.v1.Partition.capacity:type_name -> peloton.api.v1.Resources
+	13,  // 108: peloton.api.v1.Partition.allocated:type_name -> peloton.api.v1.Resources
+	13,  // 109: peloton.api.v1.Partition.revocable:type_name -> peloton.api.v1.Resources
+	13,  // 110: peloton.api.v1.Partition.slack:type_name -> peloton.api.v1.Resources
+	134, // 111: peloton.api.v1.Partition.zones:type_name -> peloton.api.v1.Partition.ZonesEntry
+	97,  // 112: peloton.api.v1.ListPartitionsResponse.partitions:type_name -> peloton.api.v1.Partition
+	100, // 113: peloton.api.v1.ListPartitionsResponse.advisor:type_name -> peloton.api.v1.AdvisorStatus
+	136, // 114: peloton.api.v1.AdvisorStatus.published:type_name -> google.protobuf.Timestamp
+	136, // 115: peloton.api.v1.PartitionMove.time:type_name -> google.protobuf.Timestamp
+	101, // 116: peloton.api.v1.ListPartitionMovesResponse.moves:type_name -> peloton.api.v1.PartitionMove
+	10,  // 117: peloton.api.v1.HostAdvice.zone:type_name -> peloton.api.v1.HostZone
+	104, // 118: peloton.api.v1.PublishAdviceRequest.hosts:type_name -> peloton.api.v1.HostAdvice
+	105, // 119: peloton.api.v1.PublishAdviceRequest.partitions:type_name -> peloton.api.v1.PartitionAdvice
+	101, // 120: peloton.api.v1.PublishAdviceRequest.observed_moves:type_name -> peloton.api.v1.PartitionMove
+	12,  // 121: peloton.api.v1.UpdateStatus.state:type_name -> peloton.api.v1.UpdateState
+	136, // 122: peloton.api.v1.UpdateStatus.create_time:type_name -> google.protobuf.Timestamp
+	136, // 123: peloton.api.v1.UpdateStatus.update_time:type_name -> google.protobuf.Timestamp
+	136, // 124: peloton.api.v1.UpdateStatus.completion_time:type_name -> google.protobuf.Timestamp
+	12,  // 125: peloton.api.v1.UpdateStatus.paused_from:type_name -> peloton.api.v1.UpdateState
+	108, // 126: peloton.api.v1.Update.spec:type_name -> peloton.api.v1.UpdateSpec
+	109, // 127: peloton.api.v1.Update.status:type_name -> peloton.api.v1.UpdateStatus
+	135, // 128: peloton.api.v1.Update.restarts:type_name -> peloton.api.v1.Update.RestartsEntry
+	26,  // 129: peloton.api.v1.CreateUpdateRequest.spec:type_name -> peloton.api.v1.JobSpec
+	108, // 130: peloton.api.v1.CreateUpdateRequest.update_spec:type_name -> peloton.api.v1.UpdateSpec
+	110, // 131: peloton.api.v1.CreateUpdateResponse.update:type_name -> peloton.api.v1.Update
+	110, // 132: peloton.api.v1.GetUpdateResponse.update:type_name -> peloton.api.v1.Update
+	110, // 133: peloton.api.v1.ListUpdatesResponse.updates:type_name -> peloton.api.v1.Update
+	110, // 134: peloton.api.v1.PauseUpdateResponse.update:type_name -> peloton.api.v1.Update
+	110, // 135: peloton.api.v1.ResumeUpdateResponse.update:type_name -> peloton.api.v1.Update
+	110, // 136: peloton.api.v1.AbortUpdateResponse.update:type_name -> peloton.api.v1.Update
+	110, // 137: peloton.api.v1.RollbackUpdateResponse.update:type_name -> peloton.api.v1.Update
+	20,  // 138: peloton.api.v1.JobSpec.InstanceSpecsEntry.value:type_name -> peloton.api.v1.TaskSpec
+	85,  // 139: peloton.api.v1.UsageReport.RunsEntry.value:type_name -> peloton.api.v1.TaskUsage
+	35,  // 140: peloton.api.v1.JobService.CreateJob:input_type -> peloton.api.v1.CreateJobRequest
+	37,  // 141: peloton.api.v1.JobService.GetJob:input_type -> peloton.api.v1.GetJobRequest
+	39,  // 142: peloton.api.v1.JobService.ListJobs:input_type -> peloton.api.v1.ListJobsRequest
+	41,  // 143: peloton.api.v1.JobService.CancelJob:input_type -> peloton.api.v1.CancelJobRequest
+	43,  // 144: peloton.api.v1.JobService.DeleteJob:input_type -> peloton.api.v1.DeleteJobRequest
+	45,  // 145: peloton.api.v1.JobService.RestartJob:input_type -> peloton.api.v1.RestartJobRequest
+	47,  // 146: peloton.api.v1.JobService.ScaleJob:input_type -> peloton.api.v1.ScaleJobRequest
+	49,  // 147: peloton.api.v1.JobService.ListJobVersions:input_type -> peloton.api.v1.ListJobVersionsRequest
+	55,  // 148: peloton.api.v1.JobService.WatchJobs:input_type -> peloton.api.v1.WatchJobsRequest
+	52,  // 149: peloton.api.v1.JobService.GetGang:input_type -> peloton.api.v1.GetGangRequest
+	57,  // 150: peloton.api.v1.TaskService.ListTasks:input_type -> peloton.api.v1.ListTasksRequest
+	59,  // 151: peloton.api.v1.TaskService.GetTask:input_type -> peloton.api.v1.GetTaskRequest
+	61,  // 152: peloton.api.v1.TaskService.KillTask:input_type -> peloton.api.v1.KillTaskRequest
+	63,  // 153: peloton.api.v1.TaskService.GetTaskLogs:input_type -> peloton.api.v1.GetTaskLogsRequest
+	65,  // 154: peloton.api.v1.TaskService.WatchTasks:input_type -> peloton.api.v1.WatchTasksRequest
+	70,  // 155: peloton.api.v1.PoolService.CreatePool:input_type -> peloton.api.v1.CreatePoolRequest
+	72,  // 156: peloton.api.v1.PoolService.GetPool:input_type -> peloton.api.v1.GetPoolRequest
+	74,  // 157: peloton.api.v1.PoolService.UpdatePool:input_type -> peloton.api.v1.UpdatePoolRequest
+	76,  // 158: peloton.api.v1.PoolService.DeletePool:input_type -> peloton.api.v1.DeletePoolRequest
+	80,  // 159: peloton.api.v1.PoolService.ListPools:input_type -> peloton.api.v1.ListPoolsRequest
+	78,  // 160: peloton.api.v1.PoolService.MovePool:input_type -> peloton.api.v1.MovePoolRequest
+	88,  // 161: peloton.api.v1.HostService.ListHosts:input_type -> peloton.api.v1.ListHostsRequest
+	91,  // 162: peloton.api.v1.HostService.StartMaintenance:input_type -> peloton.api.v1.StartMaintenanceRequest
+	93,  // 163: peloton.api.v1.HostService.CompleteMaintenance:input_type -> peloton.api.v1.CompleteMaintenanceRequest
+	95,  // 164: peloton.api.v1.HostService.MoveHost:input_type -> peloton.api.v1.MoveHostRequest
+	98,  // 165: peloton.api.v1.PartitionService.ListPartitions:input_type -> peloton.api.v1.ListPartitionsRequest
+	102, // 166: peloton.api.v1.PartitionService.ListPartitionMoves:input_type -> peloton.api.v1.ListPartitionMovesRequest
+	106, // 167: peloton.api.v1.PartitionService.PublishAdvice:input_type -> peloton.api.v1.PublishAdviceRequest
+	86,  // 168: peloton.api.v1.HostAgentService.ReportUsage:input_type -> peloton.api.v1.UsageReport
+	111, // 169: peloton.api.v1.UpdateService.CreateUpdate:input_type -> peloton.api.v1.CreateUpdateRequest
+	113, // 170: peloton.api.v1.UpdateService.GetUpdate:input_type -> peloton.api.v1.GetUpdateRequest
+	115, // 171: peloton.api.v1.UpdateService.ListUpdates:input_type -> peloton.api.v1.ListUpdatesRequest
+	117, // 172: peloton.api.v1.UpdateService.PauseUpdate:input_type -> peloton.api.v1.PauseUpdateRequest
+	119, // 173: peloton.api.v1.UpdateService.ResumeUpdate:input_type -> peloton.api.v1.ResumeUpdateRequest
+	121, // 174: peloton.api.v1.UpdateService.AbortUpdate:input_type -> peloton.api.v1.AbortUpdateRequest
+	123, // 175: peloton.api.v1.UpdateService.RollbackUpdate:input_type -> peloton.api.v1.RollbackUpdateRequest
+	36,  // 176: peloton.api.v1.JobService.CreateJob:output_type -> peloton.api.v1.CreateJobResponse
+	38,  // 177: peloton.api.v1.JobService.GetJob:output_type -> peloton.api.v1.GetJobResponse
+	40,  // 178: peloton.api.v1.JobService.ListJobs:output_type -> peloton.api.v1.ListJobsResponse
+	42,  // 179: peloton.api.v1.JobService.CancelJob:output_type -> peloton.api.v1.CancelJobResponse
+	44,  // 180: peloton.api.v1.JobService.DeleteJob:output_type -> peloton.api.v1.DeleteJobResponse
+	46,  // 181: peloton.api.v1.JobService.RestartJob:output_type -> peloton.api.v1.RestartJobResponse
+	48,  // 182: peloton.api.v1.JobService.ScaleJob:output_type -> peloton.api.v1.ScaleJobResponse
+	51,  // 183: peloton.api.v1.JobService.ListJobVersions:output_type -> peloton.api.v1.ListJobVersionsResponse
+	56,  // 184: peloton.api.v1.JobService.WatchJobs:output_type -> peloton.api.v1.JobChange
+	53,  // 185: peloton.api.v1.JobService.GetGang:output_type -> peloton.api.v1.Gang
+	58,  // 186: peloton.api.v1.TaskService.ListTasks:output_type -> peloton.api.v1.ListTasksResponse
+	60,  // 187: peloton.api.v1.TaskService.GetTask:output_type -> peloton.api.v1.GetTaskResponse
+	62,  // 188: peloton.api.v1.TaskService.KillTask:output_type -> peloton.api.v1.KillTaskResponse
+	64,  // 189: peloton.api.v1.TaskService.GetTaskLogs:output_type -> peloton.api.v1.LogChunk
+	66,  // 190: peloton.api.v1.TaskService.WatchTasks:output_type -> peloton.api.v1.TaskChange
+	71,  // 191: peloton.api.v1.PoolService.CreatePool:output_type -> peloton.api.v1.CreatePoolResponse
+	73,  // 192: peloton.api.v1.PoolService.GetPool:output_type -> peloton.api.v1.GetPoolResponse
+	75,  // 193: peloton.api.v1.PoolService.UpdatePool:output_type -> peloton.api.v1.UpdatePoolResponse
+	77,  // 194: peloton.api.v1.PoolService.DeletePool:output_type -> peloton.api.v1.DeletePoolResponse
+	81,  // 195: peloton.api.v1.PoolService.ListPools:output_type -> peloton.api.v1.ListPoolsResponse
+	79,  // 196: peloton.api.v1.PoolService.MovePool:output_type -> peloton.api.v1.MovePoolResponse
+	89,  // 197: peloton.api.v1.HostService.ListHosts:output_type -> peloton.api.v1.ListHostsResponse
+	92,  // 198: peloton.api.v1.HostService.StartMaintenance:output_type -> peloton.api.v1.StartMaintenanceResponse
+	94,  // 199: peloton.api.v1.HostService.CompleteMaintenance:output_type -> peloton.api.v1.CompleteMaintenanceResponse
+	96,  // 200: peloton.api.v1.HostService.MoveHost:output_type -> peloton.api.v1.MoveHostResponse
+	99,  // 201: peloton.api.v1.PartitionService.ListPartitions:output_type -> peloton.api.v1.ListPartitionsResponse
+	103, // 202: peloton.api.v1.PartitionService.ListPartitionMoves:output_type -> peloton.api.v1.ListPartitionMovesResponse
+	107, // 203: peloton.api.v1.PartitionService.PublishAdvice:output_type -> peloton.api.v1.PublishAdviceResponse
+	87,  // 204: peloton.api.v1.HostAgentService.ReportUsage:output_type -> peloton.api.v1.UsageAck
+	112, // 205: peloton.api.v1.UpdateService.CreateUpdate:output_type -> peloton.api.v1.CreateUpdateResponse
+	114, // 206: peloton.api.v1.UpdateService.GetUpdate:output_type -> peloton.api.v1.GetUpdateResponse
+	116, // 207: peloton.api.v1.UpdateService.ListUpdates:output_type -> peloton.api.v1.ListUpdatesResponse
+	118, // 208: peloton.api.v1.UpdateService.PauseUpdate:output_type -> peloton.api.v1.PauseUpdateResponse
+	120, // 209: peloton.api.v1.UpdateService.ResumeUpdate:output_type -> peloton.api.v1.ResumeUpdateResponse
+	122, // 210: peloton.api.v1.UpdateService.AbortUpdate:output_type -> peloton.api.v1.AbortUpdateResponse
+	124, // 211: peloton.api.v1.UpdateService.RollbackUpdate:output_type -> peloton.api.v1.RollbackUpdateResponse
+	176, // [176:212] is the sub-list for method output_type
+	140, // [140:176] is the sub-list for method input_type
+	140, // [140:140] is the sub-list for extension type_name
+	140, // [140:140] is the sub-list for extension extendee
+	0,   // [0:140] is the sub-list for field type_name
 }
 
 func init() { file_peloton_api_v1_peloton_proto_init() }
@@ -9348,14 +9580,14 @@ func file_peloton_api_v1_peloton_proto_init() {
 		return
 	}
 	file_peloton_api_v1_peloton_proto_msgTypes[1].OneofWrappers = []any{}
-	file_peloton_api_v1_peloton_proto_msgTypes[11].OneofWrappers = []any{}
+	file_peloton_api_v1_peloton_proto_msgTypes[13].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_peloton_api_v1_peloton_proto_rawDesc), len(file_peloton_api_v1_peloton_proto_rawDesc)),
-			NumEnums:      12,
-			NumMessages:   121,
+			NumEnums:      13,
+			NumMessages:   123,
 			NumExtensions: 0,
 			NumServices:   7,
 		},
