@@ -88,7 +88,7 @@ func TestKubernetesBatchJob(t *testing.T) {
 	}
 
 	// A cordoned node takes no new tasks: hostmgr hears of it from the
-	// backend, placement leaves it out.
+	// backend, drains it (it holds none here) and placement leaves it out.
 	node, err := kc.Client.CoreV1().Nodes().Get(ctx, nodes[2], metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -97,7 +97,9 @@ func TestKubernetesBatchJob(t *testing.T) {
 	if _, err := kc.Client.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	s.waitHost(nodes[2], "cordoned", 20*time.Second, func(h *pelotonv1.Host) bool { return strings.Contains(h.MaintenanceMessage, "takes no new tasks") })
+	s.waitHost(nodes[2], "cordoned", 20*time.Second, func(h *pelotonv1.Host) bool {
+		return h.State == pelotonv1.HostState_HOST_DRAINED && strings.Contains(h.MaintenanceMessage, "(cordoned)")
+	})
 	resp, err = s.jobs.CreateJob(ctx, &pelotonv1.CreateJobRequest{Spec: &pelotonv1.JobSpec{Name: "kube-cordon", Type: pelotonv1.JobType_BATCH,
 		Pool: "/default", InstanceCount: 6, DefaultSpec: &pelotonv1.TaskSpec{Command: []string{"true"}, Resources: &pelotonv1.Resources{Cpu: 1, MemoryMb: 64}}}})
 	if err != nil {
