@@ -30,6 +30,8 @@ type partHosts struct {
 	hosts   []HostInfo
 	applied []string
 	fail    error
+	// failTo, if set, refuses applies of that partition alone.
+	failTo string
 }
 
 func (p *partHosts) Name() string                                      { return "parts" }
@@ -54,6 +56,9 @@ func (p *partHosts) ApplyPartition(_ context.Context, host, partition string) er
 	if p.fail != nil {
 		return p.fail
 	}
+	if p.failTo != "" && partition == p.failTo {
+		return fmt.Errorf("partition %s refused", partition)
+	}
 	p.applied = append(p.applied, host+"="+partition)
 	for i := range p.hosts {
 		if p.hosts[i].Name == host {
@@ -66,6 +71,13 @@ func (p *partHosts) ApplyPartition(_ context.Context, host, partition string) er
 func (p *partHosts) setFail(err error) {
 	p.mu.Lock()
 	p.fail = err
+	p.mu.Unlock()
+}
+
+// setFailTo refuses applies of partition alone ("": none).
+func (p *partHosts) setFailTo(partition string) {
+	p.mu.Lock()
+	p.failTo = partition
 	p.mu.Unlock()
 }
 

@@ -72,6 +72,12 @@ var roleTable = map[string]struct {
 		_, err := c.Jobs.GetJob(ctx(e.t), &pelotonv1.GetJobRequest{JobId: e.jobA})
 		return err
 	}},
+	// jobA has no gangs: past the guard the call is refused as
+	// FailedPrecondition, which is not a refusal of the caller.
+	"JobService.GetGang": {viewers, func(e *roleEnv, c *pclient.Client) error {
+		_, err := c.Jobs.GetGang(ctx(e.t), &pelotonv1.GetGangRequest{JobId: e.jobA})
+		return err
+	}},
 	"JobService.ListJobs": {everyone, func(e *roleEnv, c *pclient.Client) error {
 		_, err := c.Jobs.ListJobs(ctx(e.t), &pelotonv1.ListJobsRequest{})
 		return err
