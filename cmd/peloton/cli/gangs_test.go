@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/peloton-sched/peloton/cluster"
 	"github.com/peloton-sched/peloton/hostmgr/mesos/mesostest"
@@ -101,7 +102,7 @@ instanceSpecs:
 	if err := protojson.Unmarshal(body, &rest); resp.StatusCode != http.StatusOK || err != nil {
 		t.Fatalf("GET /v1/jobs/%s/gangs/0: %d %s (%v)", id, resp.StatusCode, body, err)
 	}
-	if !protoEqualGang(&rest, &g) {
+	if !proto.Equal(&rest, &g) {
 		t.Errorf("REST gang %v, CLI gang %v", &rest, &g)
 	}
 
@@ -112,13 +113,6 @@ instanceSpecs:
 	other := strings.TrimSpace(s.ok("job", "create", "-f", alone))
 	s.fails(exitError, "Error: FailedPrecondition: job "+other+" has no gangs: its spec sets neither gang.size nor sla.minimumRunningInstances above 1",
 		"job", "gangs", other)
-}
-
-// protoEqualGang compares two gangs by their JSON.
-func protoEqualGang(a, b *pelotonv1.Gang) bool {
-	ja, _ := protojson.Marshal(a)
-	jb, _ := protojson.Marshal(b)
-	return string(ja) == string(jb)
 }
 
 // TestJobGangsOnMesos: on the mesos backend (against mesostest, the
