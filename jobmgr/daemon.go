@@ -2,7 +2,6 @@ package jobmgr
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"time"
@@ -190,14 +189,5 @@ func (rc *reconcilers) releaseSlot(ctx context.Context, j *job, inst uint32) err
 		}
 		return nil
 	})
-	if errors.Is(err, errSkip) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if kill != "" {
-		m.eng.killRun(ctx, j, inst, kill, grace)
-	}
-	return nil
+	return m.eng.killDecided(ctx, j, inst, kill, grace, err)
 }

@@ -1427,6 +1427,22 @@ func (en *engine) preempt(ctx context.Context, v resmgr.Victim) {
 	m.eng.killRun(ctx, j, inst, kill, m.killGrace(j, inst))
 }
 
+// killDecided ends a task write that may have decided to stop a run:
+// err errSkip (nothing to change) is no error, another err is returned, and
+// a run the write chose to stop (kill, its task id; "" for none) is killed
+// with grace once the write is done.
+func (en *engine) killDecided(ctx context.Context, j *job, inst uint32, kill string, grace time.Duration, err error) error {
+	switch {
+	case errors.Is(err, errSkip):
+		return nil
+	case err != nil:
+		return err
+	case kill != "":
+		en.killRun(ctx, j, inst, kill, grace)
+	}
+	return nil
+}
+
 // killRun asks the backend to stop a run. A run the backend does not know
 // (it vanished with a restart) is reported as lost, which ends it.
 func (en *engine) killRun(ctx context.Context, j *job, inst uint32, taskID string, grace time.Duration) {

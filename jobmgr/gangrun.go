@@ -2,7 +2,6 @@ package jobmgr
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -294,16 +293,7 @@ func restartForGang(ctx context.Context, m *Manager, j *job, inst, by uint32) er
 		}
 		return nil
 	})
-	if errors.Is(err, errSkip) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if kill != "" {
-		m.eng.killRun(ctx, j, inst, kill, m.killGrace(j, inst))
-	}
-	return nil
+	return m.eng.killDecided(ctx, j, inst, kill, m.killGrace(j, inst), err)
 }
 
 // gangFacts is what decideEvent needs to know of the gang of an instance

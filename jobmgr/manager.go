@@ -1051,16 +1051,7 @@ func (m *Manager) killInstance(ctx context.Context, j *job, inst uint32, reason 
 		}
 		return nil
 	})
-	if errors.Is(err, errSkip) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if kill != "" {
-		m.eng.killRun(ctx, j, inst, kill, m.killGrace(j, inst))
-	}
-	return nil
+	return m.eng.killDecided(ctx, j, inst, kill, m.killGrace(j, inst), err)
 }
 
 // Logs opens the output of one run of an instance (run 0 = the current run).
