@@ -149,13 +149,3 @@ func freeAddresses(seed int) (ip, subnet string) {
 	}
 	return ip, fmt.Sprintf("10.200.%d.0/24", seed%250)
 }
-
-// freePort is a TCP port on 127.0.0.1 free a moment ago.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}

@@ -271,11 +271,11 @@ func (n *Node) startKubelet(tools Tools) error {
 	if err := makeCgroups(n.cgroupRoot()); err != nil {
 		return err
 	}
-	port, err := freePort()
+	port, err := kubetest.FreePort()
 	if err != nil {
 		return err
 	}
-	health, err := freePort()
+	health, err := kubetest.FreePort()
 	if err != nil {
 		return err
 	}

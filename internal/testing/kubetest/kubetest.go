@@ -220,7 +220,7 @@ func New(dir, bin string, opts Options) (_ *Cluster, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubetest: etcd: %w", err)
 	}
-	if c.port, err = freePort(); err != nil {
+	if c.port, err = FreePort(); err != nil {
 		return nil, err
 	}
 	c.args = append([]string{
@@ -623,7 +623,9 @@ func (c *Cluster) Close() {
 	})
 }
 
-func freePort() (int, error) {
+// FreePort is a TCP port on 127.0.0.1 free a moment ago, for a program the
+// harness starts on a port of its own choosing.
+func FreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
