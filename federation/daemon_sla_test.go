@@ -2,21 +2,15 @@ package federation_test
 
 import (
 	"fmt"
-	"net"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/peloton-sched/peloton/cluster"
-	"github.com/peloton-sched/peloton/cluster/client"
-	"github.com/peloton-sched/peloton/federation"
 	"github.com/peloton-sched/peloton/internal/store/storetest"
 	"github.com/peloton-sched/peloton/internal/testing/testutil"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
-	"github.com/peloton-sched/peloton/sla"
-	"github.com/peloton-sched/peloton/sla/fed"
 )
 
 // TestGlobalSLADaemon: a federated DAEMON's budget is its own in each
@@ -25,24 +19,7 @@ import (
 func TestGlobalSLADaemon(t *testing.T) {
 	e, _ := storetest.StartEtcd(t)
 	f := startFederation(t, e)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := federation.NewServer(f, logger()).GRPCServer()
-	go func() { _ = gs.Serve(lis) }()
-	t.Cleanup(gs.Stop)
-	fc, err := client.NewFederation(lis.Addr().String(), client.Options{Timeout: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { fc.Close() })
-	withGlobalSLA := func(name string) func(*cluster.Config) {
-		return func(c *cluster.Config) {
-			c.SLA = fed.New(sla.NewLocal(nil), fc.SLA, name, logger())
-			c.SLATimeout = 2 * time.Second
-		}
-	}
+	_, _, withGlobalSLA := serveGlobalSLA(t, f)
 	a := startStackWith(t, e.Endpoints(), "a", 2, nil, withGlobalSLA("a"))
 	b := startStackWith(t, e.Endpoints(), "b", 2, nil, withGlobalSLA("b"))
 	register(t, f, a, nil)

@@ -741,40 +741,44 @@ func (ps *partSync) rescale(jobID string, job *pelotonv1.Job) error {
 // (rebudget in failover.go), with an update of the job's SLA alone: its
 // instances run on untouched.
 func (ps *partSync) rebudget(jobID string, st *pelotonv1.JobStatus) error {
+	up, err := ps.updateToPart(jobID, st, fmt.Sprintf("giving its job there a budget of %d waits", ps.p.MaxUnavailable))
+	if up == nil || err != nil {
+		return err
+	}
+	return ps.setPart(func(q *pelotonv1.ServiceCluster) { q.ClusterSpecVersion = up.GetToVersion() })
+}
+
+// updateToPart updates the part's job there to the part's spec, from the
+// job's version st.SpecVersion. A refusal is said on the part as waits
+// plus why, and returns no update and no error: the next pass tries again.
+func (ps *partSync) updateToPart(jobID string, st *pelotonv1.JobStatus, waits string) (*pelotonv1.Update, error) {
 	cctx, cancel := ps.call()
 	up, err := ps.cli.Updates.CreateUpdate(cctx, &pelotonv1.CreateUpdateRequest{JobId: jobID, Spec: partSpec(ps.rec, ps.p), JobVersion: st.SpecVersion})
 	cancel()
 	if err != nil {
 		if refused(err) {
-			ps.say(fmt.Sprintf("giving its job there a budget of %d waits: %s", ps.p.MaxUnavailable, status.Convert(err).Message()))
-			return nil
+			ps.say(waits + ": " + status.Convert(err).Message())
+			return nil, nil
 		}
-		return err
+		return nil, err
 	}
-	return ps.setPart(func(q *pelotonv1.ServiceCluster) { q.ClusterSpecVersion = up.GetUpdate().GetToVersion() })
+	return up.GetUpdate(), nil
 }
 
 // setBack handles a part's job someone changed there: it is set back to
 // the part's spec with an update of its own, which the cluster rolls out
 // under the part's budget.
 func (ps *partSync) setBack(jobID string, st *pelotonv1.JobStatus) error {
-	cctx, cancel := ps.call()
-	up, err := ps.cli.Updates.CreateUpdate(cctx, &pelotonv1.CreateUpdateRequest{JobId: jobID, Spec: partSpec(ps.rec, ps.p), JobVersion: st.SpecVersion})
-	cancel()
-	if err != nil {
-		if refused(err) {
-			ps.say(fmt.Sprintf("its job there was changed (spec version %d); setting it back waits: %s", st.SpecVersion, status.Convert(err).Message()))
-			return nil
-		}
+	up, err := ps.updateToPart(jobID, st, fmt.Sprintf("its job there was changed (spec version %d); setting it back waits", st.SpecVersion))
+	if up == nil || err != nil {
 		return err
 	}
-	version := up.GetUpdate().GetToVersion()
 	ps.f.log.Warn("federated service: part changed in its cluster; set back", "service", ps.id, "cluster", ps.name,
-		"found", st.SpecVersion, "update", up.GetUpdate().GetId())
+		"found", st.SpecVersion, "update", up.GetId())
 	metrics.FederationServices.WithLabelValues("part-repaired").Inc()
 	return ps.setPart(func(q *pelotonv1.ServiceCluster) {
-		q.ClusterSpecVersion = version
-		q.Message = fmt.Sprintf("its job there was changed (spec version %d); set back by update %s", st.SpecVersion, up.GetUpdate().GetId())
+		q.ClusterSpecVersion = up.GetToVersion()
+		q.Message = fmt.Sprintf("its job there was changed (spec version %d); set back by update %s", st.SpecVersion, up.GetId())
 	})
 }
 

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -548,24 +549,7 @@ func TestFederatedServiceFailover(t *testing.T) {
 func TestGlobalSLA(t *testing.T) {
 	e, _ := storetest.StartEtcd(t)
 	f := startFederation(t, e)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := federation.NewServer(f, logger()).GRPCServer()
-	go func() { _ = gs.Serve(lis) }()
-	t.Cleanup(gs.Stop)
-	fc, err := client.NewFederation(lis.Addr().String(), client.Options{Timeout: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { fc.Close() })
-	withGlobalSLA := func(name string) func(*cluster.Config) {
-		return func(c *cluster.Config) {
-			c.SLA = fed.New(sla.NewLocal(nil), fc.SLA, name, logger())
-			c.SLATimeout = 2 * time.Second
-		}
-	}
+	gs, lis, withGlobalSLA := serveGlobalSLA(t, f)
 	a := startStackWith(t, e.Endpoints(), "a", 1, nil, withGlobalSLA("a"))
 	b := startStackWith(t, e.Endpoints(), "b", 1, nil, withGlobalSLA("b"))
 	register(t, f, a, nil)
@@ -712,5 +696,30 @@ func TestGlobalSLACountsGrantsMadeOnAShare(t *testing.T) {
 	if _, err := f.SLA().RequestDisruption(ctxT(t), &pelotonv1.RequestDisruptionRequest{Cluster: "b", JobId: bJob.Id,
 		Instances: []uint32{0}, Holder: "drain/h", TtlSeconds: 60}); err != nil {
 		t.Fatalf("b's disruption once a's grant is over: %v", err)
+	}
+}
+
+// serveGlobalSLA serves f's API (its global SLA evaluator among it) on a
+// loopback port until the test ends, and gives a stack option that makes a
+// cluster named name ask it, as a federated cluster's stack does.
+func serveGlobalSLA(t *testing.T, f *federation.Federation) (*grpc.Server, net.Listener, func(name string) func(*cluster.Config)) {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := federation.NewServer(f, logger()).GRPCServer()
+	go func() { _ = gs.Serve(lis) }()
+	t.Cleanup(gs.Stop)
+	fc, err := client.NewFederation(lis.Addr().String(), client.Options{Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fc.Close() })
+	return gs, lis, func(name string) func(*cluster.Config) {
+		return func(c *cluster.Config) {
+			c.SLA = fed.New(sla.NewLocal(nil), fc.SLA, name, logger())
+			c.SLATimeout = 2 * time.Second
+		}
 	}
 }
