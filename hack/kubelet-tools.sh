@@ -3,8 +3,9 @@
 # the tests run (internal/testing/kubelettest) are on the machine:
 # Debian's containerd, runc, containernetworking-plugins (bridge,
 # host-local, loopback), busybox-static (the node's one image is made from
-# it: no registry is reachable) and iproute2, installed with apt-get when
-# one is missing (as root, or through sudo). The kubelet itself is built
+# it: no registry is reachable) and iproute2, and for the network fault
+# tests (internal/testing/netns) nftables and iptables, installed with
+# apt-get when one is missing (as root, or through sudo). The kubelet itself is built
 # by kube-tools.sh. A second run finds them and does nothing; nothing here
 # starts anything.
 #
@@ -18,7 +19,7 @@ if [ "${PELOTON_SKIP_KUBELET:-}" = "1" ]; then
   exit 0
 fi
 need=()
-for pair in containerd:containerd ctr:containerd runc:runc busybox:busybox-static ip:iproute2; do
+for pair in containerd:containerd ctr:containerd runc:runc busybox:busybox-static ip:iproute2 nft:nftables iptables:iptables; do
   command -v "${pair%%:*}" >/dev/null 2>&1 || need+=("${pair#*:}")
 done
 [ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins)

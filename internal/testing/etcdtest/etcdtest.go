@@ -113,6 +113,7 @@ type Member struct {
 	Dir       string
 	args      []string
 	bin       string
+	wrap      []string // a command the server runs under (ip netns exec NS)
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -153,6 +154,32 @@ func Start(t testing.TB, n int) *Cluster {
 			m.Kill()
 		}
 	})
+	c.WaitReady(60 * time.Second)
+	return c
+}
+
+// StartWrapped starts a one-member cluster whose server runs under wrap
+// (e.g. ip netns exec NS, to run it in a network namespace), serving
+// clients on host:2379 and peers on host:2380: a namespace of its own has
+// those ports free. Cleanup kills it.
+func StartWrapped(t testing.TB, host string, wrap ...string) *Cluster {
+	t.Helper()
+	m := &Member{Name: "m0", Dir: filepath.Join(t.TempDir(), "m0"), bin: Binary(t), wrap: wrap,
+		ClientURL: "http://" + net.JoinHostPort(host, "2379"), PeerURL: "http://" + net.JoinHostPort(host, "2380")}
+	c := &Cluster{t: t, Members: []*Member{m}}
+	m.args = []string{"--name", m.Name, "--data-dir", filepath.Join(m.Dir, "data"),
+		"--listen-client-urls", m.ClientURL, "--advertise-client-urls", m.ClientURL,
+		"--listen-peer-urls", m.PeerURL, "--initial-advertise-peer-urls", m.PeerURL,
+		"--initial-cluster", m.Name + "=" + m.PeerURL, "--initial-cluster-state", "new",
+		"--initial-cluster-token", "peloton-test", "--log-level", "error",
+		"--heartbeat-interval", "50", "--election-timeout", "500"}
+	if err := os.MkdirAll(m.Dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Resume(); m.Kill() })
 	c.WaitReady(60 * time.Second)
 	return c
 }
@@ -210,7 +237,8 @@ func (m *Member) start() error {
 		return err
 	}
 	defer log.Close()
-	cmd := exec.Command(m.bin, m.args...)
+	argv := append(append(append([]string{}, m.wrap...), m.bin), m.args...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("etcdtest: start %s: %w", m.Name, err)
