@@ -30,7 +30,7 @@ type upProcess struct {
 	tasks   pelotonv1.TaskServiceClient
 }
 
-func buildPeloton(t *testing.T) string {
+func buildPeloton(t testing.TB) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "peloton")
 	out, err := exec.Command("go", "build", "-o", bin, repoPath("cmd/peloton")).CombinedOutput()

@@ -35,7 +35,7 @@ type daemon struct {
 
 // startDaemon runs bin with args and waits for the line starting with
 // ready, whose next field is the gRPC address.
-func startDaemon(t *testing.T, name, bin, ready string, args ...string) *daemon {
+func startDaemon(t testing.TB, name, bin, ready string, args ...string) *daemon {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
 	stdout, err := cmd.StdoutPipe()
@@ -93,7 +93,7 @@ type fedAPI struct {
 	services pelotonv1.FederatedServiceServiceClient
 }
 
-func dialFederation(t *testing.T, addr string) fedAPI {
+func dialFederation(t testing.TB, addr string) fedAPI {
 	t.Helper()
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

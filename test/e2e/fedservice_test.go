@@ -433,7 +433,7 @@ func TestFederatedServiceOfProcesses(t *testing.T) {
 
 // killRunsUnder SIGKILLs the processes of the local backend's runs whose
 // sandbox is under dir (their PELOTON_SANDBOX says so).
-func killRunsUnder(t *testing.T, dir string) {
+func killRunsUnder(t testing.TB, dir string) {
 	t.Helper()
 	pids, err := filepath.Glob("/proc/[0-9]*/environ")
 	if err != nil {

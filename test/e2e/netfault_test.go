@@ -31,7 +31,7 @@ type netFederation struct {
 }
 
 // startNetFederation starts it; fedArgs are added to serve federation's.
-func startNetFederation(t *testing.T, fedArgs ...string) *netFederation {
+func startNetFederation(t testing.TB, fedArgs ...string) *netFederation {
 	t.Helper()
 	n := netns.New(t)
 	bin := buildPeloton(t)
@@ -79,7 +79,7 @@ func startNetFederation(t *testing.T, fedArgs ...string) *netFederation {
 	return f
 }
 
-func tctx(t *testing.T) context.Context {
+func tctx(t testing.TB) context.Context {
 	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	t.Cleanup(cancel)
 	return c
@@ -402,4 +402,110 @@ func TestFederationCutFromItsEtcd(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// BenchmarkFederationRTT measures, on the network of the fault tests, a
+// federated service's rollout and the dispatch of federated batch jobs,
+// first with the bridge's own latency and then with 25 ms added to every
+// packet every node sends (50 ms round trip between any two of the
+// federation, its etcd and the clusters), in one run so that the two
+// compare. Run it alone:
+//
+//	go test -run '^$' -bench BenchmarkFederationRTT -benchtime 1x ./test/e2e/
+func BenchmarkFederationRTT(b *testing.B) {
+	for range b.N {
+		benchFederationRTT(b)
+	}
+}
+
+func benchFederationRTT(b *testing.B) {
+	f := startNetFederation(b, "--unreachable-after", "30s", "--call-timeout", "5s", "--slow-after", "4s")
+	created, err := f.api.services.CreateFederatedService(tctx(b), &pelotonv1.CreateFederatedServiceRequest{Spec: netService(1, nil)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	id := created.ServiceId
+	healthyAt := func(version uint64) func() error {
+		return func() error {
+			resp, err := f.api.services.GetFederatedService(tctx(b), &pelotonv1.GetFederatedServiceRequest{ServiceId: id})
+			if err != nil {
+				return err
+			}
+			s := resp.Service
+			if s.Healthy != 30 || s.SpecVersion != version || (s.Rollout != nil && s.Rollout.State != pelotonv1.RolloutState_ROLLOUT_SUCCEEDED) {
+				return fmt.Errorf("%d healthy at %d, rollout %s", s.Healthy, s.SpecVersion, s.Rollout.GetState())
+			}
+			return nil
+		}
+	}
+	testutil.Eventually(b, 120*time.Second, "30 healthy", healthyAt(1))
+	version := 1
+	for _, delay := range []time.Duration{0, 25 * time.Millisecond} {
+		name := fmt.Sprintf("%dms", 2*delay.Milliseconds())
+		if delay > 0 {
+			for _, node := range append([]*netns.Node{f.fedNode, f.etcdNode}, f.nodes["a"], f.nodes["b"], f.nodes["c"]) {
+				node.Delay(delay, 0)
+			}
+		}
+		version++
+		start := time.Now()
+		resp, err := f.api.services.UpdateFederatedService(tctx(b), &pelotonv1.UpdateFederatedServiceRequest{ServiceId: id, Job: netService(version, nil).Job,
+			Rollout: &pelotonv1.RolloutSpec{ParallelClusters: 3, Update: &pelotonv1.UpdateSpec{BatchSize: 3, MinReadySeconds: 1}}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		testutil.Eventually(b, 5*time.Minute, "the rollout done", healthyAt(resp.Service.SpecVersion))
+		b.ReportMetric(time.Since(start).Seconds(), "rolloutSeconds@rtt"+name)
+		b.ReportMetric(dispatchRate(b, f, 300, 16), "dispatchJobsPerSec@rtt"+name)
+	}
+}
+
+// dispatchRate creates n one-instance batch jobs with callers at once and
+// returns n over the time until every one is in a cluster.
+func dispatchRate(b *testing.B, f *netFederation, n, callers int) float64 {
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, callers)
+	for c := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := c; i < n; i += callers {
+				_, err := f.api.jobs.CreateFederatedJob(tctx(b), &pelotonv1.CreateFederatedJobRequest{Spec: &pelotonv1.FederatedJobSpec{
+					Job: &pelotonv1.JobSpec{Name: fmt.Sprintf("d%d", i), Type: pelotonv1.JobType_BATCH, Pool: "/default", InstanceCount: 1,
+						DefaultSpec: &pelotonv1.TaskSpec{Command: []string{"true"}, Resources: &pelotonv1.Resources{Cpu: 0.01, MemoryMb: 1}}}}})
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
+	}
+	testutil.Eventually(b, 5*time.Minute, "every job in a cluster", func() error {
+		pending, token := 0, ""
+		for range 100 {
+			resp, err := f.api.jobs.ListFederatedJobs(tctx(b), &pelotonv1.ListFederatedJobsRequest{PageSize: 5000, PageToken: token})
+			if err != nil {
+				return err
+			}
+			for _, j := range resp.Jobs {
+				if j.ClusterJobId == "" && j.DispatchState != pelotonv1.DispatchState_DISPATCH_DONE {
+					pending++
+				}
+			}
+			if token = resp.NextPageToken; token == "" {
+				break
+			}
+		}
+		if pending > 0 {
+			return fmt.Errorf("%d jobs not in a cluster", pending)
+		}
+		return nil
+	})
+	return float64(n) / time.Since(start).Seconds()
 }
