@@ -52,9 +52,12 @@ type GangStreamConfig struct {
 	Hosts   int
 	HostCPU float64
 	// SmallCPU, SmallTaskSeconds: each small task (a BATCH task running
-	// `sleep`) and how long it runs.
+	// `sleep`) and how long it runs on average: instance runs are spread
+	// evenly over SmallTaskSeconds times 1 ± SmallSpread, so that tasks
+	// started together do not end together.
 	SmallCPU         float64
 	SmallTaskSeconds float64
+	SmallSpread      float64
 	// SmallJobSize tasks per small job; jobs are submitted while fewer than
 	// (1+Backlog) times the cluster's small-task capacity are unfinished.
 	SmallJobSize int
@@ -83,7 +86,7 @@ type GangStreamConfig struct {
 // stream of 1-CPU tasks, a 64-member gang of whole hosts every minute, at
 // a fifth of real time (two runs of a 10-minute window: about 5 minutes).
 func DefaultGangStreamConfig() GangStreamConfig {
-	return GangStreamConfig{Hosts: 200, HostCPU: 8, SmallCPU: 1, SmallTaskSeconds: 30, SmallJobSize: 200, Backlog: 0.25,
+	return GangStreamConfig{Hosts: 200, HostCPU: 8, SmallCPU: 1, SmallTaskSeconds: 30, SmallSpread: 0.5, SmallJobSize: 200, Backlog: 0.25,
 		GangSize: 64, GangCPU: 8, GangSeconds: 30, GangEvery: time.Minute, Duration: 10 * time.Minute,
 		WaitBound: 2 * time.Minute, ReservationAfter: time.Minute, TimeScale: 0.2, Poll: 100 * time.Millisecond}
 }
@@ -99,6 +102,8 @@ func (c *GangStreamConfig) Validate() error {
 		return fmt.Errorf("--small-cpu %g: must be in (0, host-cpu]", c.SmallCPU)
 	case c.SmallTaskSeconds <= 0:
 		return fmt.Errorf("--small-task-seconds %g: must be > 0", c.SmallTaskSeconds)
+	case c.SmallSpread < 0 || c.SmallSpread >= 1:
+		return fmt.Errorf("--small-task-spread %g: must be in [0, 1)", c.SmallSpread)
 	case c.SmallJobSize < 1 || c.SmallJobSize > maxInstances:
 		return fmt.Errorf("--small-job-size %d: must be 1..%d", c.SmallJobSize, maxInstances)
 	case c.Backlog < 0 || c.Backlog > 10:
@@ -155,6 +160,7 @@ func GangStream(ctx context.Context, env Env, cfg GangStreamConfig) (*Result, er
 	r.param("hostCpu", cfg.HostCPU)
 	r.param("smallCpu", cfg.SmallCPU)
 	r.param("smallTaskSeconds", cfg.SmallTaskSeconds)
+	r.param("smallTaskSpread", cfg.SmallSpread)
 	r.param("gangSize", cfg.GangSize)
 	r.param("gangCpu", cfg.GangCPU)
 	r.param("gangSeconds", cfg.GangSeconds)
@@ -220,6 +226,13 @@ func runGangStreamPhase(ctx context.Context, env Env, cfg *GangStreamConfig, wit
 	if err := feed.fill(ctx, env, name); err != nil {
 		return nil, err
 	}
+	// Every task of the fill started at once; the window starts once the
+	// longest of them has ended, with the stream's ends spread out.
+	warm := cfg.real(time.Duration(cfg.SmallTaskSeconds * (1 + cfg.SmallSpread) * float64(time.Second)))
+	env.progress("gang (%s): the cluster is full; warming up for %s of wall clock", name, warm)
+	if err := feed.keep(ctx, warm); err != nil {
+		return nil, err
+	}
 	p := &streamPhase{window: cfg.real(cfg.Duration)}
 	done0 := feed.succeeded
 	idle0 := readIdleMetric()
@@ -228,7 +241,7 @@ func runGangStreamPhase(ctx context.Context, env Env, cfg *GangStreamConfig, wit
 	if withGangs {
 		arrivals = cfg.gangArrivals()
 	}
-	env.progress("gang (%s): the cluster is full; measuring %s (%s of wall clock), %d gangs", name, cfg.Duration, p.window, arrivals)
+	env.progress("gang (%s): measuring %s (%s of wall clock), %d gangs", name, cfg.Duration, p.window, arrivals)
 	for {
 		now := time.Since(start)
 		if now >= p.window {
@@ -347,17 +360,50 @@ func (f *smallFeeder) tick(ctx context.Context) error {
 	f.succeeded = f.finished + active
 	for f.submitted-f.succeeded < f.target {
 		n := f.cfg.SmallJobSize
-		id, err := f.s.createJob(ctx, &pelotonv1.JobSpec{
+		spec := &pelotonv1.JobSpec{
 			Name: fmt.Sprintf("bench-small-%d", f.seq), Type: pelotonv1.JobType_BATCH, Pool: "/default", InstanceCount: uint32(n),
 			DefaultSpec: &pelotonv1.TaskSpec{Command: []string{"sleep", sleepArg(f.cfg.SmallTaskSeconds * f.cfg.TimeScale)},
 				Resources: &pelotonv1.Resources{Cpu: f.cfg.SmallCPU, MemoryMb: 64}, KillGracePeriodSeconds: 1},
-		})
+		}
+		if f.cfg.SmallSpread > 0 {
+			spec.InstanceSpecs = make(map[uint32]*pelotonv1.TaskSpec, n)
+			for i := range n {
+				sec := f.cfg.SmallTaskSeconds * (1 + f.cfg.SmallSpread*(2*spreadPoint(f.submitted+i)-1))
+				spec.InstanceSpecs[uint32(i)] = &pelotonv1.TaskSpec{Command: []string{"sleep", sleepArg(sec * f.cfg.TimeScale)}}
+			}
+		}
+		id, err := f.s.createJob(ctx, spec)
 		if err != nil {
 			return err
 		}
 		f.seq++
 		f.active = append(f.active, smallJob{id: id, n: n})
 		f.submitted += n
+	}
+	return nil
+}
+
+// spreadPoint is the k-th point of the golden-ratio sequence in [0, 1):
+// any run of consecutive points covers the interval evenly, so every job,
+// and the stream as a whole, has small tasks of every length in the
+// spread, averaging SmallTaskSeconds.
+func spreadPoint(k int) float64 {
+	_, frac := math.Modf(float64(k) * 0.6180339887498949)
+	return frac
+}
+
+// keep feeds the stream for d.
+func (f *smallFeeder) keep(ctx context.Context, d time.Duration) error {
+	end := time.Now().Add(d)
+	for time.Now().Before(end) {
+		if err := f.tick(ctx); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("bench: feeding the small-task stream: %w", ctx.Err())
+		case <-time.After(f.cfg.Poll):
+		}
 	}
 	return nil
 }

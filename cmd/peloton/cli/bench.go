@@ -193,6 +193,7 @@ func gangBenchFlags(fs *pflag.FlagSet, _ *benchFlags) (func() error, benchRun) {
 	fs.Float64Var(&hostCPU, "host-cpu", 0, fmt.Sprintf("CPUs of each host (default %g for stream, %g for fragment)", st.HostCPU, fr.HostCPU))
 	fs.Float64Var(&st.SmallCPU, "small-cpu", st.SmallCPU, "stream: CPUs of each small task")
 	fs.Float64Var(&st.SmallTaskSeconds, "small-task-seconds", st.SmallTaskSeconds, "stream: how long each small task runs (simulated seconds)")
+	fs.Float64Var(&st.SmallSpread, "small-task-spread", st.SmallSpread, "stream: small tasks run small-task-seconds times 1 ± this, spread evenly")
 	fs.IntVar(&st.SmallJobSize, "small-job-size", st.SmallJobSize, "stream: small tasks per job")
 	fs.Float64Var(&st.Backlog, "backlog", st.Backlog, "stream: small tasks kept waiting, as a fraction of what the cluster holds")
 	fs.IntVar(&st.GangSize, "gang-size", st.GangSize, "stream: members of each gang")
