@@ -258,7 +258,7 @@ func runGangStreamPhase(ctx context.Context, env Env, cfg *GangStreamConfig, wit
 			g.arrived = time.Since(start)
 			p.gangs = append(p.gangs, g)
 		}
-		for _, g := range p.gangs {
+		for i, g := range p.gangs {
 			if g.started >= 0 {
 				continue
 			}
@@ -268,7 +268,7 @@ func runGangStreamPhase(ctx context.Context, env Env, cfg *GangStreamConfig, wit
 			}
 			if ok {
 				g.started = time.Since(start)
-				env.progress("gang (%s): gang %d started after %.1fs (simulated)", name, len(p.gangs), cfg.simSec(g.started-g.arrived))
+				env.progress("gang (%s): gang %d started after %.1fs (simulated)", name, i+1, cfg.simSec(g.started-g.arrived))
 			}
 		}
 		select {
