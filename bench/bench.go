@@ -74,7 +74,7 @@ func Scenarios() []Scenario {
 		{ScenarioEngines, "the batch scenario with 1, 2 and 4 active-active placement engines in one run: launch rate and lease conflicts", enginesFigures},
 		{ScenarioLargeJob, "cost of one very large job: submit latency, task creation, bytes at rest", largeJobFigures},
 		{ScenarioPlacement, "the placement core alone on a synthetic host snapshot", placementFigures},
-		{ScenarioGang, "gang placement on a fragmented cluster, and whether any gang ran partially", gangFigures},
+		{ScenarioGang, "64-member gangs of whole hosts arriving in a stream of small tasks: each gang's wait, reserved-but-idle capacity, small-task throughput against the stream alone (--scenario fragment: gang placement on a fragmented cluster)", gangStreamFigures()},
 		{ScenarioUpdate, "a rolling update of a large service: scheduler overhead per batch", updateFigures},
 		{ScenarioKubernetes, "pods bound and running on a real kube-apiserver with kwok nodes: raw ceiling, kube-scheduler and Peloton side by side", kubernetesFigures},
 		{ScenarioFederation, "the federation over many in-process clusters: registry CPU and memory, pool propagation, job dispatch rate", federationFigures},

@@ -91,7 +91,7 @@ func (c *GangConfig) plan() (gangPlan, error) {
 	return p, nil
 }
 
-// Gang fragments the cluster, then places gangs on it through the whole
+// Gang is the gang scenario's fragment mode: it fragments the cluster, then places gangs on it through the whole
 // stack and watches every gang job for a partial start.
 //
 // Fragmenting: a filler job of FillCPU-sized `sleep 3600` tasks takes every
@@ -120,6 +120,7 @@ func Gang(ctx context.Context, env Env, cfg GangConfig) (*Result, error) {
 	clusterCPU := float64(cfg.Hosts) * cfg.HostCPU
 
 	r := newResult(ScenarioGang)
+	r.param("scenario", GangModeFragment)
 	r.param("hosts", cfg.Hosts)
 	r.param("hostCpu", cfg.HostCPU)
 	r.param("fillCpu", cfg.FillCPU)

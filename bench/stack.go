@@ -75,6 +75,10 @@ type stackConfig struct {
 	AgentInterval time.Duration
 	// PlacementEngines is how many placement engines run (0: one).
 	PlacementEngines int
+	// ReservationAfter is resmgr's delay before a waiting gang gets a
+	// reservation, set through gangReservations.setAfter when this build
+	// has one (0: the stack's default).
+	ReservationAfter time.Duration
 }
 
 // stack is one Peloton process (cluster.Run) running in this process on the
@@ -114,6 +118,9 @@ func startStack(ctx context.Context, env Env, sc stackConfig) (*stack, error) {
 	}
 	if sc.AgentInterval > 0 {
 		cfg.SimHostAgents, cfg.HostAgentInterval = true, sc.AgentInterval
+	}
+	if sc.ReservationAfter > 0 && gangReservations.setAfter != nil {
+		gangReservations.setAfter(&cfg, sc.ReservationAfter)
 	}
 	go func() { s.done <- cluster.Run(runCtx, cfg) }()
 	select {

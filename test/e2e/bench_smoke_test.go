@@ -27,7 +27,7 @@ var benchSmokeArgs = map[string][]string{
 	bench.ScenarioEngines:      {"--hosts", "20", "--tasks", "200", "--job-size", "50", "--poll", "20ms", "--engines", "1,2,4"},
 	bench.ScenarioLargeJob:     {"--tasks", "200", "--override-every", "10", "--hosts", "2", "--settle", "200ms"},
 	bench.ScenarioPlacement:    {"--hosts", "20", "--tasks", "200", "--round", "50"},
-	bench.ScenarioGang:         {"--hosts", "20", "--min-gang", "8", "--max-gang", "16", "--gangs-per-size", "1"},
+	bench.ScenarioGang:         {"--hosts", "6", "--host-cpu", "4", "--gang-size", "3", "--gang-cpu", "4", "--small-task-seconds", "10", "--small-job-size", "10", "--gang-seconds", "10", "--gang-every", "20s", "--duration", "80s", "--gang-wait-bound", "20s", "--time-scale", "0.05", "--poll", "20ms"},
 	bench.ScenarioUpdate:       {"--instances", "100", "--batch-size", "20", "--hosts", "10"},
 	bench.ScenarioKubernetes:   {"--nodes", "20", "--pods", "100"},
 	bench.ScenarioAgentReports: {"--hosts", "20", "--runs-per-host", "2", "--interval", "200ms", "--warmup", "300ms", "--window", "1s"},

@@ -180,20 +180,68 @@ func placementBenchFlags(fs *pflag.FlagSet, _ *benchFlags) (func() error, benchR
 	return c.Validate, func(ctx context.Context, env bench.Env) (*bench.Result, error) { return bench.Placement(ctx, env, c) }
 }
 
-// gangBenchFlags registers the flags of the gang scenario.
+// gangBenchFlags registers the flags of the gang scenario: its stream mode
+// (issue 33's benchmark, the default) and its fragment mode. --hosts and
+// --host-cpu serve both, each mode with its own default.
 func gangBenchFlags(fs *pflag.FlagSet, _ *benchFlags) (func() error, benchRun) {
-	c := bench.DefaultGangConfig()
-	fs.IntVar(&c.Hosts, "hosts", c.Hosts, "simulated hosts")
-	fs.Float64Var(&c.HostCPU, "host-cpu", c.HostCPU, "CPUs of each host")
-	fs.Float64Var(&c.FillCPU, "fill-cpu", c.FillCPU, "CPUs of each filler task")
-	fs.Float64Var(&c.KillFraction, "kill-fraction", c.KillFraction, "fraction of the fillers killed at random to fragment the cluster")
-	fs.IntVar(&c.MinGang, "min-gang", c.MinGang, "smallest gang (sizes double up to --max-gang)")
-	fs.IntVar(&c.MaxGang, "max-gang", c.MaxGang, "largest gang")
-	fs.IntVar(&c.GangsPerSize, "gangs-per-size", c.GangsPerSize, "gangs of each size")
-	fs.Float64Var(&c.TaskCPU, "task-cpu", c.TaskCPU, "CPUs of each gang member")
-	fs.Uint64Var(&c.Seed, "seed", c.Seed, "seed of the random choice of fillers to kill")
-	fs.DurationVar(&c.Poll, "poll", c.Poll, "pause between two ListTasks of one gang job (each gang has its own poller)")
-	return c.Validate, func(ctx context.Context, env bench.Env) (*bench.Result, error) { return bench.Gang(ctx, env, c) }
+	st, fr := bench.DefaultGangStreamConfig(), bench.DefaultGangConfig()
+	mode := bench.GangModeStream
+	var hosts int
+	var hostCPU float64
+	fs.StringVar(&mode, "scenario", mode, "stream: big gangs arriving in a stream of small tasks, against the same stream alone; fragment: gangs on a fragmented cluster")
+	fs.IntVar(&hosts, "hosts", 0, fmt.Sprintf("simulated hosts (default %d for stream, %d for fragment)", st.Hosts, fr.Hosts))
+	fs.Float64Var(&hostCPU, "host-cpu", 0, fmt.Sprintf("CPUs of each host (default %g for stream, %g for fragment)", st.HostCPU, fr.HostCPU))
+	fs.Float64Var(&st.SmallCPU, "small-cpu", st.SmallCPU, "stream: CPUs of each small task")
+	fs.Float64Var(&st.SmallTaskSeconds, "small-task-seconds", st.SmallTaskSeconds, "stream: how long each small task runs (simulated seconds)")
+	fs.Float64Var(&st.SmallSpread, "small-task-spread", st.SmallSpread, "stream: small tasks run small-task-seconds times 1 ± this, spread evenly")
+	fs.IntVar(&st.SmallJobSize, "small-job-size", st.SmallJobSize, "stream: small tasks per job")
+	fs.Float64Var(&st.Backlog, "backlog", st.Backlog, "stream: small tasks kept waiting, as a fraction of what the cluster holds")
+	fs.IntVar(&st.GangSize, "gang-size", st.GangSize, "stream: members of each gang")
+	fs.Float64Var(&st.GangCPU, "gang-cpu", st.GangCPU, "stream: CPUs of each gang member")
+	fs.Float64Var(&st.GangSeconds, "gang-seconds", st.GangSeconds, "stream: how long each gang runs (simulated seconds)")
+	fs.DurationVar(&st.GangEvery, "gang-every", st.GangEvery, "stream: a gang arrives this often (simulated)")
+	fs.DurationVar(&st.Duration, "duration", st.Duration, "stream: the measured window of each run (simulated)")
+	fs.DurationVar(&st.WaitBound, "gang-wait-bound", st.WaitBound, "stream: the goal for a gang's wait; the last gang arrives this long before the window ends")
+	fs.DurationVar(&st.ReservationAfter, "reservation-after", st.ReservationAfter, "stream: the stack's --reservation-after (simulated)")
+	fs.Float64Var(&st.TimeScale, "time-scale", st.TimeScale, "stream: wall-clock seconds per simulated second")
+	fs.Float64Var(&fr.FillCPU, "fill-cpu", fr.FillCPU, "fragment: CPUs of each filler task")
+	fs.Float64Var(&fr.KillFraction, "kill-fraction", fr.KillFraction, "fragment: fraction of the fillers killed at random to fragment the cluster")
+	fs.IntVar(&fr.MinGang, "min-gang", fr.MinGang, "fragment: smallest gang (sizes double up to --max-gang)")
+	fs.IntVar(&fr.MaxGang, "max-gang", fr.MaxGang, "fragment: largest gang")
+	fs.IntVar(&fr.GangsPerSize, "gangs-per-size", fr.GangsPerSize, "fragment: gangs of each size")
+	fs.Float64Var(&fr.TaskCPU, "task-cpu", fr.TaskCPU, "fragment: CPUs of each gang member")
+	fs.Uint64Var(&fr.Seed, "seed", fr.Seed, "fragment: seed of the random choice of fillers to kill")
+	fs.DurationVar(&fr.Poll, "poll", fr.Poll, "pause between two reads of a gang job (fragment: each gang has its own poller; stream: one loop reads them all)")
+	validate := func() error {
+		if fs.Changed("poll") {
+			st.Poll = fr.Poll
+		}
+		switch mode {
+		case bench.GangModeStream:
+			if fs.Changed("hosts") {
+				st.Hosts = hosts
+			}
+			if fs.Changed("host-cpu") {
+				st.HostCPU = hostCPU
+			}
+			return st.Validate()
+		case bench.GangModeFragment:
+			if fs.Changed("hosts") {
+				fr.Hosts = hosts
+			}
+			if fs.Changed("host-cpu") {
+				fr.HostCPU = hostCPU
+			}
+			return fr.Validate()
+		}
+		return fmt.Errorf("--scenario %q: must be %s or %s", mode, bench.GangModeStream, bench.GangModeFragment)
+	}
+	return validate, func(ctx context.Context, env bench.Env) (*bench.Result, error) {
+		if mode == bench.GangModeFragment {
+			return bench.Gang(ctx, env, fr)
+		}
+		return bench.GangStream(ctx, env, st)
+	}
 }
 
 // updateBenchFlags registers the flags of the update scenario.
