@@ -43,7 +43,11 @@ func (s *Server) WatchTasks(req *pelotonv1.WatchTasksRequest, stream pelotonv1.T
 			return aerr
 		}
 		for inst := range a.Tasks {
-			if err := stream.Send(&pelotonv1.TaskChange{Task: archivedTask(a, uint32(inst), false)}); err != nil {
+			t := archivedTask(a, uint32(inst), false)
+			if t == nil {
+				continue // a removed instance
+			}
+			if err := stream.Send(&pelotonv1.TaskChange{Task: t}); err != nil {
 				return err
 			}
 		}
