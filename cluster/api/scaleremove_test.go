@@ -1,0 +1,107 @@
+package api_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/peloton-sched/peloton/internal/testing/apitest"
+	"github.com/peloton-sched/peloton/internal/testing/testutil"
+	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
+)
+
+// ScaleJob with removeInstances through the API: a dry run changes
+// nothing, bad lists are refused naming removeInstances[i], and a real
+// removal leaves the job with holes that ListTasks, GetTask and GetJob
+// agree on; a scale back up adds IDs above the highest.
+func TestScaleJobRemovesChosenInstances(t *testing.T) {
+	st := apitest.Start(t, apitest.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	conn, err := grpc.NewClient(st.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	d := &dryStack{st: st.Store, jobs: pelotonv1.NewJobServiceClient(conn)}
+	tasks := pelotonv1.NewTaskServiceClient(conn)
+	ctx := context.Background()
+	spec := dryServiceSpec()
+	spec.InstanceCount = 5
+	cr, err := d.jobs.CreateJob(ctx, &pelotonv1.CreateJobRequest{Spec: spec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := cr.GetJobId()
+	ids := func() ([]uint32, error) {
+		r, err := tasks.ListTasks(ctx, &pelotonv1.ListTasksRequest{JobId: id})
+		var out []uint32
+		for _, tk := range r.GetTasks() {
+			out = append(out, tk.GetInstanceId())
+		}
+		return out, err
+	}
+	waitIDs := func(want []uint32) {
+		t.Helper()
+		testutil.Eventually(t, 30*time.Second, "instances", func() error {
+			got, err := ids()
+			if err != nil {
+				return err
+			}
+			if !slices.Equal(got, want) {
+				return fmt.Errorf("instances %v, want %v", got, want)
+			}
+			return nil
+		})
+	}
+	waitIDs([]uint32{0, 1, 2, 3, 4})
+	testutil.Eventually(t, 30*time.Second, "the job leaves INITIALIZED", func() error {
+		j, err := d.jobs.GetJob(ctx, &pelotonv1.GetJobRequest{JobId: id})
+		if err != nil {
+			return err
+		}
+		if j.GetJob().GetStatus().GetState() == pelotonv1.JobState_JOB_INITIALIZED {
+			return fmt.Errorf("still INITIALIZED")
+		}
+		return nil
+	})
+
+	before := d.keys(t)
+	dry, err := d.jobs.ScaleJob(ctx, &pelotonv1.ScaleJobRequest{JobId: id, RemoveInstances: []uint32{1, 3}, DryRun: true})
+	if err != nil || !dry.GetDryRun() || dry.GetSpecVersion() != 2 {
+		t.Fatalf("dry run: %v, %v", dry, err)
+	}
+	_, err = d.jobs.ScaleJob(ctx, &pelotonv1.ScaleJobRequest{JobId: id, RemoveInstances: []uint32{1, 9}})
+	wantRefused(t, err, codes.NotFound, "removeInstances[1]")
+	_, err = d.jobs.ScaleJob(ctx, &pelotonv1.ScaleJobRequest{JobId: id, RemoveInstances: []uint32{1, 1}})
+	wantRefused(t, err, codes.InvalidArgument, "removeInstances[1]")
+	if after := d.keys(t); after != before {
+		t.Errorf("a dry run or a refused removal changed the store:\nbefore %s\nafter %s", before, after)
+	}
+
+	if _, err := d.jobs.ScaleJob(ctx, &pelotonv1.ScaleJobRequest{JobId: id, RemoveInstances: []uint32{3, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	waitIDs([]uint32{0, 2, 4})
+	_, err = tasks.GetTask(ctx, &pelotonv1.GetTaskRequest{JobId: id, InstanceId: 1})
+	wantRefused(t, err, codes.NotFound, "removed")
+	j, err := d.jobs.GetJob(ctx, &pelotonv1.GetJobRequest{JobId: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := j.GetJob().GetSpec(); s.GetInstanceCount() != 3 || !slices.Equal(s.GetRemovedInstances(), []uint32{1, 3}) {
+		t.Errorf("spec after the removal: count %d, removed %v", s.GetInstanceCount(), s.GetRemovedInstances())
+	}
+	_, err = d.jobs.ScaleJob(ctx, &pelotonv1.ScaleJobRequest{JobId: id, RemoveInstances: []uint32{3}})
+	wantRefused(t, err, codes.NotFound, "removeInstances[0]")
+	if _, err := d.jobs.ScaleJob(ctx, &pelotonv1.ScaleJobRequest{JobId: id, InstanceCount: 4}); err != nil {
+		t.Fatal(err)
+	}
+	waitIDs([]uint32{0, 2, 4, 5})
+}
