@@ -73,7 +73,13 @@ func HasInstance(s *pelotonv1.JobSpec, inst uint32) bool {
 	if s.GetType() == pelotonv1.JobType_DAEMON {
 		return true
 	}
-	return inst < extentOf(s.GetInstanceCount(), s.GetRemovedInstances()) && !slices.Contains(s.GetRemovedInstances(), inst)
+	return inst < InstanceExtent(s) && !slices.Contains(s.GetRemovedInstances(), inst)
+}
+
+// InstanceExtent is one past the highest instance ID of a job whose spec
+// is s: the IDs its instances (and gangs) are laid over, holes included.
+func InstanceExtent(s *pelotonv1.JobSpec) uint32 {
+	return extentOf(s.GetInstanceCount(), s.GetRemovedInstances())
 }
 
 // liveTasks is how many instances j has in memory: its task slice less

@@ -228,6 +228,20 @@ func TestHarnessScaleRemovalRefusals(t *testing.T) {
 	}
 	h.waitListed(id, []uint32{0, 1, 2, 6, 7, 8})
 	h.queuedGang(id, 2, map[uint32]uint32{6: h.waitFirstRun(id, 6), 7: h.waitFirstRun(id, 7), 8: h.waitFirstRun(id, 8)})
+	if _, err := h.jm.GetGang(id, 1); apierr.Code(err) != codes.NotFound || !strings.Contains(err.Error(), "removed") {
+		t.Errorf("GetGang of the removed gang: %v, want NotFound", err)
+	}
+	g, err := h.jm.GetGang(id, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var members []uint32
+	for _, mb := range g.Members {
+		members = append(members, mb.Instance)
+	}
+	if !slices.Equal(members, []uint32{6, 7, 8}) || g.Size != 3 {
+		t.Errorf("gang 2: size %d, members %v", g.Size, members)
+	}
 }
 
 // A rolling update of a service with holes replaces the instances it has,
