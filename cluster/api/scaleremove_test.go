@@ -105,3 +105,37 @@ func TestScaleJobRemovesChosenInstances(t *testing.T) {
 	}
 	waitIDs([]uint32{0, 2, 4, 5})
 }
+
+// An archived job with holes (its collector stored no task for a removed
+// instance) answers as the live one did: ListTasks leaves the holes out,
+// GetTask of one is NotFound saying it was removed.
+func TestArchivedJobKeepsItsHoles(t *testing.T) {
+	h := openBolt(t)
+	s := startArchiveStack(t, h)
+	ctx := context.Background()
+	rec := archivedRecord("holed-job", "holed", time.Now().Add(-time.Hour), nil)
+	spec := rec.Versions[0].Spec
+	spec.InstanceCount, spec.RemovedInstances, spec.InstanceSpecs = 2, []uint32{1}, nil
+	done := rec.Tasks[0]
+	rec.Tasks = []*pelotonv1.TaskStatus{done, nil, done}
+	rec.Status.TaskCounts = map[string]uint32{"SUCCEEDED": 2}
+	if err := h.Put(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	lt, err := s.tasks.ListTasks(ctx, &pelotonv1.ListTasksRequest{JobId: "holed-job"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []uint32
+	for _, tk := range lt.GetTasks() {
+		got = append(got, tk.GetInstanceId())
+	}
+	if !slices.Equal(got, []uint32{0, 2}) {
+		t.Errorf("archived ListTasks: instances %v, want [0 2]", got)
+	}
+	_, err = s.tasks.GetTask(ctx, &pelotonv1.GetTaskRequest{JobId: "holed-job", InstanceId: 1})
+	wantCode(t, "GetTask of an archived job's removed instance", err, codes.NotFound, "removed by a scale")
+	if _, err := s.tasks.GetTask(ctx, &pelotonv1.GetTaskRequest{JobId: "holed-job", InstanceId: 2}); err != nil {
+		t.Errorf("GetTask of instance 2: %v", err)
+	}
+}
