@@ -85,10 +85,24 @@ func TestScaleJobRemovesChosenInstances(t *testing.T) {
 		t.Errorf("a dry run or a refused removal changed the store:\nbefore %s\nafter %s", before, after)
 	}
 
+	wctx, stop := context.WithTimeout(ctx, 30*time.Second)
+	defer stop()
+	watch, err := tasks.WatchTasks(wctx, &pelotonv1.WatchTasksRequest{JobId: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for synced := false; !synced; {
+		c, err := watch.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		synced = c.GetSynced()
+	}
 	if _, err := d.jobs.ScaleJob(ctx, &pelotonv1.ScaleJobRequest{JobId: id, RemoveInstances: []uint32{3, 1}}); err != nil {
 		t.Fatal(err)
 	}
 	waitIDs([]uint32{0, 2, 4})
+
 	_, err = tasks.GetTask(ctx, &pelotonv1.GetTaskRequest{JobId: id, InstanceId: 1})
 	wantRefused(t, err, codes.NotFound, "removed")
 	j, err := d.jobs.GetJob(ctx, &pelotonv1.GetJobRequest{JobId: id})
@@ -104,6 +118,27 @@ func TestScaleJobRemovesChosenInstances(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitIDs([]uint32{0, 2, 4, 5})
+	// The watch said both were removed, nothing more of them after that,
+	// and then the new instance 5.
+	var removed []uint32
+	for seen5 := false; !seen5; {
+		c, err := watch.Recv()
+		if err != nil {
+			t.Fatalf("watch: %v (removed so far %v)", err, removed)
+		}
+		inst := c.GetTask().GetInstanceId()
+		switch {
+		case c.GetRemoved():
+			removed = append(removed, inst)
+		case (inst == 1 || inst == 3) && len(removed) == 2:
+			t.Errorf("watch sent instance %d after its removal: %v", inst, c.GetTask().GetStatus().GetState())
+		case inst == 5:
+			seen5 = true
+		}
+	}
+	if !slices.Equal(removed, []uint32{1, 3}) {
+		t.Errorf("watch removed %v, want [1 3]", removed)
+	}
 }
 
 // An archived job with holes (its collector stored no task for a removed
