@@ -10,11 +10,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/peloton-sched/peloton/cluster"
-	pclient "github.com/peloton-sched/peloton/cluster/client"
 	"github.com/peloton-sched/peloton/internal/auth"
 	"github.com/peloton-sched/peloton/internal/serving"
-	"github.com/peloton-sched/peloton/internal/store/storetest"
 	"github.com/peloton-sched/peloton/internal/testing/testutil"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
@@ -43,19 +40,7 @@ exec sleep 600
 func TestJobTokenRemovesItsOwnExecutors(t *testing.T) {
 	p := newPKI(t)
 	sec := serving.Security{Auth: auth.Config{TokenFile: p.tokenFile(t), PolicyFile: p.write(t, "policy.yaml", policy)}}
-	e, _ := storetest.StartEtcd(t)
-	s := startStack(t, "selfremove", e.Endpoints(), sec, func(c *cluster.Config) {
-		c.Backend, c.Hosts, c.HostCPU, c.HostMemoryMB, c.HostDiskMB = "local", 1, 2, 2048, 10000
-		c.DefaultReservesHosts = true
-	})
-	client := func(token string) *pclient.Client {
-		c, err := pclient.New(s.info.GRPCAddr, pclient.Options{Timeout: 20 * time.Second, Token: token})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
+	s, client := startLocalStack(t, "selfremove", sec)
 	root := client(tokens["root"])
 	spec := batchSpec("driver", "/default")
 	spec.DefaultSpec.Command = []string{"sh", "-c", removingDriver}
@@ -88,9 +73,19 @@ func TestJobTokenRemovesItsOwnExecutors(t *testing.T) {
 		}
 		return nil
 	})
-	out, errOut, err := runCLIOut(s.info.GRPCAddr, tokens["root"], "task", "logs", id, "0")
-	if err != nil || !strings.Contains(out, "scale=200") || !strings.Contains(out, "remove=200") {
-		t.Fatalf("the driver's calls: %q %v %s", out, err, errOut)
+	var out string
+	testutil.Eventually(t, 30*time.Second, "the driver prints both answers", func() error {
+		o, errOut, err := runCLIOut(s.info.GRPCAddr, tokens["root"], "task", "logs", id, "0")
+		if err != nil {
+			return fmt.Errorf("%v: %s", err, errOut)
+		}
+		if out = o; !strings.Contains(out, "remove=") {
+			return fmt.Errorf("logs so far %q", out)
+		}
+		return nil
+	})
+	if !strings.Contains(out, "scale=200") || !strings.Contains(out, "remove=200") {
+		t.Fatalf("the driver's calls through REST: %q, want scale=200 and remove=200", out)
 	}
 	tok := ""
 	for _, line := range strings.Split(out, "\n") {
@@ -99,7 +94,7 @@ func TestJobTokenRemovesItsOwnExecutors(t *testing.T) {
 		}
 	}
 	jc := client(tok)
-	_, err = jc.Jobs.ScaleJob(ctx(t), &pelotonv1.ScaleJobRequest{JobId: id, RemoveInstances: []uint32{2}})
+	_, err := jc.Jobs.ScaleJob(ctx(t), &pelotonv1.ScaleJobRequest{JobId: id, RemoveInstances: []uint32{2}})
 	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "selfScale.min") {
 		t.Errorf("removing below selfScale.min with the job token: %v, want FailedPrecondition naming selfScale.min", err)
 	}
