@@ -309,3 +309,38 @@ func TestHarnessUpdateAcrossHoles(t *testing.T) {
 		}
 	}
 }
+
+// A control plane that dies just after it stored the removal, before it
+// stopped anything, finishes the removal when it comes back: the spec
+// version alone says which instances go.
+func TestHarnessRemovalFinishesAfterACrash(t *testing.T) {
+	h := newHarness(t)
+	id := h.create(batchSpec(3, 0))
+	h.runAll(id, 3)
+	dead := h.dead
+	crashAt := func() {
+		if _, err := h.st.Get(context.Background(), jobSpecKey(id, 2)); err == nil {
+			dead.Store(true)
+		}
+	}
+	h.afterTxn.Store(&crashAt)
+	if _, err := h.jm.Updates().ScaleJob(context.Background(), id, 0, []uint32{1}, 0); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, "the removal's write", dead.Load)
+	h.afterTxn.Store(nil)
+	if k := h.hosts.called("kill "); len(k) > 0 {
+		t.Fatalf("kills sent before the crash: %v", k)
+	}
+	h.crash()
+	h.waitListed(id, []uint32{0, 2})
+	if k := h.hosts.called("kill " + resmgr.RunTaskID(id, 1, 1)); len(k) != 1 {
+		t.Errorf("kills of instance 1 after the restart: %v", k)
+	}
+	testutil.Eventually(t, 10*time.Second, "instance 1's record deleted", func() error {
+		if _, err := h.st.Get(context.Background(), taskKey(id, 1)); err == nil {
+			return fmt.Errorf("it is still stored")
+		}
+		return nil
+	})
+}
