@@ -40,7 +40,12 @@ const (
 	// fairJobsPerFill is about how many jobs fill every cluster: each job's
 	// one task asks capacity/fairJobsPerFill CPUs (0.1 to 16).
 	fairJobsPerFill = 64
+	// fairTail is how many of the last samples the figures average.
+	fairTail = 10
 )
+
+// fairPair is one reading of both pools.
+type fairPair struct{ other, flood fairStanding }
 
 // fairStanding is one reading of a global pool's standing, in CPUs.
 type fairStanding struct {
@@ -185,6 +190,9 @@ func (h *fedHarness) fairSharePhase(ctx context.Context, r *Result) error {
 	var series []string
 	within := -1.0
 	var last, lastFlood fairStanding
+	// The figures are means over the window's last fairTail samples: one
+	// reading falls between a job's end and the next dispatch.
+	var tail []fairPair
 	t := time.NewTicker(fairSample)
 	defer t.Stop()
 	for i := 1; time.Since(start) < h.cfg.FairShareWindow; i++ {
@@ -202,6 +210,10 @@ func (h *fedHarness) fairSharePhase(ctx context.Context, r *Result) error {
 		if lastFlood, err = h.fairStanding(ctx, fairFloodPool); err != nil {
 			return err
 		}
+		tail = append(tail, fairPair{last, lastFlood})
+		if len(tail) > fairTail {
+			tail = tail[1:]
+		}
 		if within < 0 && last.ent > 0 && last.held >= 0.9*last.ent {
 			within = time.Since(start).Seconds()
 		}
@@ -209,10 +221,21 @@ func (h *fedHarness) fairSharePhase(ctx context.Context, r *Result) error {
 			series = append(series, fmt.Sprintf("%ds %.0f%%/%.0f%%", i, pct(last.held, last.ent), pct(last.running, last.ent)))
 		}
 	}
-	r.add("fairShareOtherEntitledPct", pct(last.ent, last.capacity), "%", "the other pool's global entitlement, % of the clusters' capacity (equal shares: 50)")
-	r.add("fairShareOtherDispatchedPct", pct(last.held, last.ent), "%", fmt.Sprintf("what the other pool's dispatched jobs hold, %% of its entitlement, %s after it began to submit; goal >= 90", h.cfg.FairShareWindow))
-	r.add("fairShareOtherRunningPct", pct(last.running, last.ent), "%", "the clusters' allocation of the other pool's parts, % of its entitlement, at the same moment")
-	r.add("fairShareFloodDispatchedPct", pct(lastFlood.held, lastFlood.ent), "%", "what the flooding pool's dispatched jobs hold, % of its entitlement, at the same moment")
+	mean := func(f func(fairPair) float64) float64 {
+		sum := 0.0
+		for _, p := range tail {
+			sum += f(p)
+		}
+		return sum / float64(max(len(tail), 1))
+	}
+	r.add("fairShareOtherEntitledPct", mean(func(p fairPair) float64 { return pct(p.other.ent, p.other.capacity) }), "%",
+		"the other pool's global entitlement, % of the clusters' capacity (equal shares: 50)")
+	r.add("fairShareOtherDispatchedPct", mean(func(p fairPair) float64 { return pct(p.other.held, p.other.ent) }), "%",
+		fmt.Sprintf("what the other pool's dispatched jobs hold, %% of its entitlement, over the last %d s of the %s after it began to submit; goal >= 90", len(tail), h.cfg.FairShareWindow))
+	r.add("fairShareOtherRunningPct", mean(func(p fairPair) float64 { return pct(p.other.running, p.other.ent) }), "%",
+		"the clusters' allocation of the other pool's parts, % of its entitlement, over the same seconds")
+	r.add("fairShareFloodDispatchedPct", mean(func(p fairPair) float64 { return pct(p.flood.held, p.flood.ent) }), "%",
+		"what the flooding pool's dispatched jobs hold, % of its entitlement, over the same seconds")
 	r.add("fairShareWithin10PctSec", within, "s", "from the other pool's first submit until its dispatched jobs first held 90% of its entitlement (-1: never in the window)")
 	r.note("fair-share phase: %s and %s, equal shares, no reservation; jobs of one %g-CPU task (sleep %s), each pool keeping %d queued at the federation (topped up every %s); the other pool starts once the flood holds %.0f%% of the %.0f CPUs; every 10 s its dispatched/running share of its entitlement: %s",
 		fairFloodPool, fairOtherPool, taskCPU, h.cfg.FairShareTask, fill, fairTopUp, 100*fairFilled, capacity, strings.Join(series, ", "))

@@ -844,6 +844,9 @@ func (jb *Jobs) confirmGone(rec *pelotonv1.FederatedJob, before *pelotonv1.JobSt
 	rec.DispatchState = pelotonv1.DispatchState_DISPATCH_DONE
 	rec.Message = why
 	metrics.FederationJobs.WithLabelValues("done").Inc()
+	// What it held is free: a job waiting for its fair share may go now
+	// rather than at the dispatcher's next tick.
+	defer jb.f.kickDispatch()
 	return nil
 }
 
