@@ -1,11 +1,9 @@
 package federation_test
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,26 +17,29 @@ import (
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
-// restartableFederation runs the federation on e like startFederation,
-// with a stop that may be called before the test's end (a restart). Its
-// calls to the clusters have the default deadline: a create cut short by
-// a tighter one on a loaded machine can end a job in its cluster, which
-// this test, counting jobs, must not see.
+// restartableFederation runs the federation on e with a stop that may be
+// called before the test's end (a restart). Its calls to the clusters
+// have the default deadline: a create cut short by a tighter one on a
+// loaded machine can end a job in its cluster, which this test, counting
+// jobs, must not see.
 func restartableFederation(t *testing.T, e *store.Embedded) (*federation.Federation, func()) {
 	t.Helper()
-	st, err := store.NewEtcd(context.Background(), store.EtcdConfig{Endpoints: e.Endpoints(), Prefix: federation.Prefix})
-	if err != nil {
-		t.Fatal(err)
+	return runFederation(t, e, 2*time.Second, 10*time.Second)
+}
+
+// submit creates n jobs of pool named prefix0, prefix1, ... and returns
+// their ids.
+func submit(t *testing.T, f *federation.Federation, prefix, pool string, n int) []string {
+	t.Helper()
+	var ids []string
+	for i := range n {
+		id, err := f.Jobs().CreateJob(ctxT(t), fairJob(fmt.Sprint(prefix, i), pool, 1), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
 	}
-	f := federation.New(st, federation.Options{Logger: logger().With("component", "federation"),
-		CheckEvery: 100 * time.Millisecond, CallTimeout: 2 * time.Second, UnreachableAfter: 10 * time.Second})
-	if err := f.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	var once sync.Once
-	stop := func() { once.Do(func() { f.Close(); st.Close() }) }
-	t.Cleanup(stop)
-	return f, stop
+	return ids
 }
 
 // fairJob is a federated batch job of pool: n instances of 16 CPUs that
@@ -147,14 +148,7 @@ func TestGlobalFairShare(t *testing.T) {
 	})
 
 	// /a alone: four jobs of 16 CPUs fill both clusters; two wait.
-	var as []string
-	for i := range 6 {
-		id, err := f.Jobs().CreateJob(ctxT(t), fairJob(fmt.Sprint("a", i), "/a", 1), "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		as = append(as, id)
-	}
+	as := submit(t, f, "a", "/a", 6)
 	wantStates(t, f, "/a's flood: 4 dispatched, 2 waiting", as, 4, 2,
 		"waiting for global fair share: global pool /a is at its entitlement and lacks 16 cpu (entitled to 64 of the clusters' 64 cpu, 64 held by its dispatched jobs, this job asks 16)")
 	wantShare(t, f, "/a", 64, 64, 32)
@@ -162,14 +156,7 @@ func TestGlobalFairShare(t *testing.T) {
 	wantStates(t, f, "/a still at 4 dispatched", as, 4, 2, "global pool /a is at its entitlement")
 
 	// /b submits: its half is dispatched at once, /a's jobs keep waiting.
-	var bs []string
-	for i := range 3 {
-		id, err := f.Jobs().CreateJob(ctxT(t), fairJob(fmt.Sprint("b", i), "/b", 1), "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		bs = append(bs, id)
-	}
+	bs := submit(t, f, "b", "/b", 3)
 	wantStates(t, f, "/b's share dispatched", bs, 2, 1, "global pool /b is at its entitlement and lacks 16 cpu (entitled to 32 of the clusters' 64 cpu")
 	wantShare(t, f, "/a", 32, 64, 32)
 	wantShare(t, f, "/b", 32, 32, 16)
@@ -237,22 +224,9 @@ func TestGlobalFairShare(t *testing.T) {
 	}
 	wantShare(t, f, "/a", 32, 0, 0)
 	wantShare(t, f, "/b", 32, 0, 0)
-	var bs2, as2 []string
-	for i := range 6 {
-		id, err := f.Jobs().CreateJob(ctxT(t), fairJob(fmt.Sprint("b2-", i), "/b", 1), "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		bs2 = append(bs2, id)
-	}
+	bs2 := submit(t, f, "b2-", "/b", 6)
 	wantStates(t, f, "/b alone takes every cluster", bs2, 4, 2, "global pool /b is at its entitlement and lacks 16 cpu (entitled to 64 of the clusters' 64 cpu")
-	for i := range 3 {
-		id, err := f.Jobs().CreateJob(ctxT(t), fairJob(fmt.Sprint("a2-", i), "/a", 1), "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		as2 = append(as2, id)
-	}
+	as2 := submit(t, f, "a2-", "/a", 3)
 	wantStates(t, f, "/a's reservation dispatched", as2, 3, 0, "")
 	wantShare(t, f, "/a", 48, 48, 0)
 	testutil.Eventually(t, 30*time.Second, "/b waits beside the reservation", func() error {
