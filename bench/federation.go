@@ -29,14 +29,14 @@ package bench
 //     until every job is in a cluster (its cluster job id set), and for a
 //     sample of 50 the time from create to the first task RUNNING (the
 //     cluster's GetJob task counts). Goal: >= 500 jobs/s.
-//  4. Services (--services, --service-budget, --service-toleration): a
-//     federated service created, rolled out and failed over (see
-//     fedservices.go). Goals: no budget violation; failover < 10 s at
-//     10,000 instances.
-//  5. Global fair share (--fair-share-window, --fair-share-task): two
+//  4. Global fair share (--fair-share-window, --fair-share-task): two
 //     global pools with equal shares, one flooding; the other's share of
 //     the dispatched work over time (see fedfairshare.go). Goal: within
 //     10 % of its entitlement after 60 s.
+//  5. Services (--services, --service-budget, --service-toleration): a
+//     federated service created, rolled out and failed over (see
+//     fedservices.go). Goals: no budget violation; failover < 10 s at
+//     10,000 instances.
 //
 // Reproduce with:
 //
@@ -258,13 +258,14 @@ func Federation(ctx context.Context, env Env, cfg FederationConfig) (*Result, er
 			return nil, err
 		}
 	}
-	if cfg.Services > 0 {
-		if err := h.servicesPhase(ctx, r); err != nil {
+	// Before the services phase, which stops a cluster for its failover.
+	if cfg.FairShareWindow > 0 {
+		if err := h.fairSharePhase(ctx, r); err != nil {
 			return nil, err
 		}
 	}
-	if cfg.FairShareWindow > 0 {
-		if err := h.fairSharePhase(ctx, r); err != nil {
+	if cfg.Services > 0 {
+		if err := h.servicesPhase(ctx, r); err != nil {
 			return nil, err
 		}
 	}

@@ -242,8 +242,9 @@ func (h *fedHarness) fairSharePhase(ctx context.Context, r *Result) error {
 	return nil
 }
 
-// killAll kills federated jobs ids, a few at a time, so that no phase
-// after this one finds the clusters full; errors are logged only.
+// killAll kills federated jobs ids, a few at a time, and waits for their
+// ends, so that no phase after this one finds the clusters full; errors
+// are logged only.
 func (h *fedHarness) killAll(ctx context.Context, ids []string) {
 	h.env.progress("federation: killing the %d jobs of the fair-share phase", len(ids))
 	sem := make(chan struct{}, fairCreateConcurrency)
@@ -258,6 +259,24 @@ func (h *fedHarness) killAll(ctx context.Context, ids []string) {
 		})
 	}
 	wg.Wait()
+	// Wait, not measured, until the clusters confirmed every kill, so
+	// that the next phase finds them empty.
+	wctx, cancel := context.WithTimeout(ctx, fedEndWait)
+	defer cancel()
+	err := waitFor(wctx, 100*time.Millisecond, "", func() (bool, string, error) {
+		held := 0
+		for _, p := range []string{fairFloodPool, fairOtherPool} {
+			resp, err := h.pools.GetFederatedPool(wctx, &pelotonv1.GetFederatedPoolRequest{Path: p})
+			if err != nil {
+				return false, "", err
+			}
+			held += int(resp.Pool.GetGlobal().GetDispatchedJobs())
+		}
+		return held == 0, "", nil
+	})
+	if err != nil {
+		h.env.progress("federation: the fair-share jobs did not all end within %s; going on", fedEndWait)
+	}
 }
 
 // pct is part as a percentage of whole (0 when whole is 0).
