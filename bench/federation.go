@@ -29,7 +29,11 @@ package bench
 //     until every job is in a cluster (its cluster job id set), and for a
 //     sample of 50 the time from create to the first task RUNNING (the
 //     cluster's GetJob task counts). Goal: >= 500 jobs/s.
-//  4. Services (--services, --service-budget, --service-toleration): a
+//  4. Global fair share (--fair-share-window, --fair-share-task): two
+//     global pools with equal shares, one flooding; the other's share of
+//     the dispatched work over time (see fedfairshare.go). Goal: within
+//     10 % of its entitlement after 60 s.
+//  5. Services (--services, --service-budget, --service-toleration): a
 //     federated service created, rolled out and failed over (see
 //     fedservices.go). Goals: no budget violation; failover < 10 s at
 //     10,000 instances.
@@ -38,6 +42,7 @@ package bench
 //
 //	peloton bench federation --registry-clusters 100 --registry-window 30s --clusters 10 --pool-changes 100 --jobs 2000
 //	peloton bench federation --registry-clusters 0 --pool-changes 0 --jobs 0 --clusters 3 --services 10000
+//	peloton bench federation --registry-clusters 0 --pool-changes 0 --jobs 0 --services 0 --clusters 10 --fair-share-window 60s
 //
 // The numbers depend on the machine and on everything sharing this
 // process: every stack, etcd and the federation compete for the same cores.
@@ -81,6 +86,7 @@ var federationFigures = []string{
 	"createJobsPerSec", "dispatchJobsPerSec", "createToRunningP50Ms", "createToRunningP99Ms",
 	"serviceCreateToRunningSec", "serviceRolloutSec", "serviceBudgetViolations", "serviceMaxUnavailable", "serviceFailoverSec",
 	"slaDecisionP50Ms", "slaDecisionP99Ms", "slaRequestsPerSec",
+	"fairShareOtherEntitledPct", "fairShareOtherDispatchedPct", "fairShareOtherRunningPct", "fairShareFloodDispatchedPct", "fairShareWithin10PctSec",
 	"peakRssMb",
 }
 
@@ -148,6 +154,11 @@ type FederationConfig struct {
 	Services          int
 	ServiceBudget     int
 	ServiceToleration time.Duration
+	// FairShareWindow is how long the fair-share phase samples after the
+	// other pool begins to submit (0: skip); FairShareTask how long each
+	// of its jobs' one task sleeps.
+	FairShareWindow time.Duration
+	FairShareTask   time.Duration
 }
 
 // DefaultFederationConfig is the size.
@@ -157,6 +168,7 @@ func DefaultFederationConfig() FederationConfig {
 		Clusters: 10, PoolChanges: 100, Jobs: 2000, Concurrency: 64,
 		HostsPerCluster: 2, CheckEvery: time.Second,
 		ServiceBudget: 500, ServiceToleration: 10 * time.Second,
+		FairShareWindow: 60 * time.Second, FairShareTask: 10 * time.Second,
 	}
 }
 
@@ -173,8 +185,12 @@ func (c *FederationConfig) Validate() error {
 		return fmt.Errorf("--pool-changes %d: must be 0..%d", c.PoolChanges, maxPoolChanges)
 	case c.Jobs < 0 || c.Jobs > maxFedJobs:
 		return fmt.Errorf("--jobs %d: must be 0..%d", c.Jobs, maxFedJobs)
-	case c.Clusters == 0 && (c.PoolChanges > 0 || c.Jobs > 0 || c.Services > 0):
-		return fmt.Errorf("--clusters 0: the propagation, dispatch and services phases need a cluster (or set --pool-changes 0 --jobs 0 --services 0)")
+	case c.Clusters == 0 && (c.PoolChanges > 0 || c.Jobs > 0 || c.Services > 0 || c.FairShareWindow > 0):
+		return fmt.Errorf("--clusters 0: the propagation, dispatch, services and fair-share phases need a cluster (or set --pool-changes 0 --jobs 0 --services 0 --fair-share-window 0)")
+	case c.FairShareWindow < 0 || c.FairShareWindow > 10*time.Minute:
+		return fmt.Errorf("--fair-share-window %s: must be 0..10m", c.FairShareWindow)
+	case c.FairShareWindow > 0 && (c.FairShareTask < 100*time.Millisecond || c.FairShareTask > 10*time.Minute):
+		return fmt.Errorf("--fair-share-task %s: must be 100ms..10m", c.FairShareTask)
 	case c.Concurrency < 1 || c.Concurrency > 1024:
 		return fmt.Errorf("--concurrency %d: must be 1..1024", c.Concurrency)
 	case c.HostsPerCluster < 1 || c.HostsPerCluster > 100:
@@ -189,8 +205,8 @@ func (c *FederationConfig) Validate() error {
 		return fmt.Errorf("--service-budget %d: must be 1..--services (%d)", c.ServiceBudget, c.Services)
 	case c.Services > 0 && (c.ServiceToleration < time.Second || c.ServiceToleration > 10*time.Minute):
 		return fmt.Errorf("--service-toleration %s: must be 1s..10m (whole seconds)", c.ServiceToleration)
-	case c.RegistryClusters == 0 && c.PoolChanges == 0 && c.Jobs == 0 && c.Services == 0:
-		return fmt.Errorf("--registry-clusters, --pool-changes, --jobs and --services are all 0: nothing to measure")
+	case c.RegistryClusters == 0 && c.PoolChanges == 0 && c.Jobs == 0 && c.Services == 0 && c.FairShareWindow == 0:
+		return fmt.Errorf("--registry-clusters, --pool-changes, --jobs, --services and --fair-share-window are all 0: nothing to measure")
 	}
 	return nil
 }
@@ -213,6 +229,8 @@ func Federation(ctx context.Context, env Env, cfg FederationConfig) (*Result, er
 	r.param("services", cfg.Services)
 	r.param("serviceBudget", cfg.ServiceBudget)
 	r.param("serviceTolerationSec", cfg.ServiceToleration.Seconds())
+	r.param("fairShareWindowSec", cfg.FairShareWindow.Seconds())
+	r.param("fairShareTaskSec", cfg.FairShareTask.Seconds())
 	rssReset := resetPeakRSS()
 
 	h, err := newFedHarness(ctx, env, cfg)
@@ -225,7 +243,7 @@ func Federation(ctx context.Context, env Env, cfg FederationConfig) (*Result, er
 			return nil, err
 		}
 	}
-	if cfg.PoolChanges > 0 || cfg.Jobs > 0 || cfg.Services > 0 {
+	if cfg.PoolChanges > 0 || cfg.Jobs > 0 || cfg.Services > 0 || cfg.FairShareWindow > 0 {
 		if err := h.useClusters(ctx, cfg.Clusters); err != nil {
 			return nil, err
 		}
@@ -237,6 +255,12 @@ func Federation(ctx context.Context, env Env, cfg FederationConfig) (*Result, er
 	}
 	if cfg.Jobs > 0 {
 		if err := h.dispatchPhase(ctx, r); err != nil {
+			return nil, err
+		}
+	}
+	// Before the services phase, which stops a cluster for its failover.
+	if cfg.FairShareWindow > 0 {
+		if err := h.fairSharePhase(ctx, r); err != nil {
 			return nil, err
 		}
 	}
@@ -904,7 +928,12 @@ func (h *fedHarness) createHalfPool(ctx context.Context, path string) error {
 		cpu += c.GetCapacity().GetCpu()
 		mem += c.GetCapacity().GetMemoryMb()
 	}
-	spec := &pelotonv1.FederatedPoolSpec{Reservation: &pelotonv1.Resources{Cpu: math.Floor(cpu / 2), MemoryMb: math.Floor(mem / 2)}}
+	return h.createPool(ctx, path, &pelotonv1.FederatedPoolSpec{Reservation: &pelotonv1.Resources{Cpu: math.Floor(cpu / 2), MemoryMb: math.Floor(mem / 2)}})
+}
+
+// createPool creates a leaf global pool of spec and waits until every
+// cluster holds it and the federation has seen it there.
+func (h *fedHarness) createPool(ctx context.Context, path string, spec *pelotonv1.FederatedPoolSpec) error {
 	if _, err := h.pools.CreateFederatedPool(ctx, &pelotonv1.CreateFederatedPoolRequest{Path: path, Spec: spec, RequestId: client.NewRequestID()}); err != nil {
 		return fmt.Errorf("bench: CreateFederatedPool %s: %w", path, err)
 	}

@@ -24,6 +24,8 @@ func TestFederationValidateNamesTheFlag(t *testing.T) {
 		{func(c *FederationConfig) { c.Services = 1 }, "--services"},
 		{func(c *FederationConfig) { c.Services = 20; c.ServiceBudget = 0 }, "--service-budget"},
 		{func(c *FederationConfig) { c.Services = 20; c.ServiceBudget = 5; c.ServiceToleration = 0 }, "--service-toleration"},
+		{func(c *FederationConfig) { c.FairShareWindow = -time.Second }, "--fair-share-window"},
+		{func(c *FederationConfig) { c.FairShareTask = 0 }, "--fair-share-task"},
 	} {
 		c := DefaultFederationConfig()
 		tc.change(&c)
@@ -53,6 +55,7 @@ func TestFederationScenario(t *testing.T) {
 		Clusters: 3, PoolChanges: 5, Jobs: 20, Concurrency: 8,
 		HostsPerCluster: 1, CheckEvery: time.Second,
 		Services: 9, ServiceBudget: 3, ServiceToleration: time.Second,
+		FairShareWindow: 3 * time.Second, FairShareTask: time.Second,
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -107,6 +110,13 @@ func TestFederationScenario(t *testing.T) {
 		if v := fig(f); v <= 0 {
 			t.Errorf("%s = %g, want > 0", f, v)
 		}
+	}
+	// Equal shares, both pools asking more than half: half each.
+	if v := fig("fairShareOtherEntitledPct"); math.Abs(v-50) > 1 {
+		t.Errorf("fairShareOtherEntitledPct %g, want 50", v)
+	}
+	if v := fig("fairShareOtherDispatchedPct"); v <= 0 || v > 101 {
+		t.Errorf("fairShareOtherDispatchedPct %g, want 0 < it <= 100: the pool got nothing, or more than its entitlement", v)
 	}
 	if len(lines) == 0 {
 		t.Error("no progress reported")

@@ -89,17 +89,28 @@ func startStackWith(t *testing.T, endpoints []string, name string, hosts int, ho
 // startFederation runs the federation on the same etcd with fast checks.
 func startFederation(t *testing.T, e *store.Embedded) *federation.Federation {
 	t.Helper()
+	f, _ := runFederation(t, e, 500*time.Millisecond, 1500*time.Millisecond)
+	return f
+}
+
+// runFederation runs the federation on e, checking every cluster every
+// 100 ms with these bounds, and returns it with a stop that may be called
+// before the test's end (a restart); the test's cleanup stops it too.
+func runFederation(t *testing.T, e *store.Embedded, callTimeout, unreachableAfter time.Duration) (*federation.Federation, func()) {
+	t.Helper()
 	st, err := store.NewEtcd(context.Background(), store.EtcdConfig{Endpoints: e.Endpoints(), Prefix: federation.Prefix})
 	if err != nil {
 		t.Fatal(err)
 	}
 	f := federation.New(st, federation.Options{Logger: logger().With("component", "federation"),
-		CheckEvery: 100 * time.Millisecond, CallTimeout: 500 * time.Millisecond, UnreachableAfter: 1500 * time.Millisecond})
+		CheckEvery: 100 * time.Millisecond, CallTimeout: callTimeout, UnreachableAfter: unreachableAfter})
 	if err := f.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { f.Close(); st.Close() })
-	return f
+	var once sync.Once
+	stop := func() { once.Do(func() { f.Close(); st.Close() }) }
+	t.Cleanup(stop)
+	return f, stop
 }
 
 // waitPasses waits until n more passes of a federation loop, counted by

@@ -55,6 +55,9 @@ type fedJob struct {
 	rec *pelotonv1.FederatedJob
 	rev int64
 	req resources.Resources
+	// pool is the job's pool path, normalized: the global fair share
+	// counts the job under it (fairshare.go).
+	pool string
 	// task is the most one of its tasks asks, per kind: what must fit
 	// on one host of the cluster it goes to.
 	task resources.Resources
@@ -84,7 +87,7 @@ func (jb *Jobs) loadJobs(ctx context.Context) error {
 			continue
 		}
 		req, _ := jobRequest(rec.Spec.GetJob(), "spec.job")
-		jobs = append(jobs, &fedJob{rec: rec, rev: kv.Revision, req: req, task: largestTask(rec.Spec.GetJob(), "spec.job").res})
+		jobs = append(jobs, &fedJob{rec: rec, rev: kv.Revision, req: req, pool: jobPool(rec.Spec.GetJob()), task: largestTask(rec.Spec.GetJob(), "spec.job").res})
 	}
 	jb.f.mu.Lock()
 	defer jb.f.mu.Unlock()
@@ -146,7 +149,7 @@ func (jb *Jobs) CreateJob(ctx context.Context, spec *pelotonv1.FederatedJobSpec,
 		return "", apierr.Unavailable("record federated job: %v", err)
 	}
 	jb.f.mu.Lock()
-	jb.f.jobs[id] = &fedJob{rec: rec, rev: rev, req: req, task: largestTask(spec.Job, "spec.job").res}
+	jb.f.jobs[id] = &fedJob{rec: rec, rev: rev, req: req, pool: jobPool(spec.Job), task: largestTask(spec.Job, "spec.job").res}
 	jb.f.mu.Unlock()
 	metrics.FederationJobs.WithLabelValues("created").Inc()
 	jb.f.kickDispatch()
@@ -193,7 +196,12 @@ func (jb *Jobs) checkFits(spec *pelotonv1.FederatedJobSpec) error {
 		}
 	}
 	views, global := jb.f.fitViewsLocked(names, pool), jb.f.isGlobalLeafLocked(pool)
+	req, _ := jobRequest(spec.Job, "spec.job")
+	overLimit := jb.f.refuseOverGlobalLimitLocked(pool, req)
 	jb.f.mu.Unlock()
+	if overLimit != nil {
+		return overLimit
+	}
 	return refuseUnfitBatch(largestTask(spec.Job, "spec.job"), pool, global, views, "spec.job")
 }
 
@@ -481,9 +489,17 @@ func (jb *Jobs) dispatchPending(ctx context.Context) {
 		return pending[a].rec.CreateTime.AsTime().Before(pending[b].rec.CreateTime.AsTime())
 	})
 	var choices []choice
+	// The global fair share gates the jobs of global leaf pools; a job
+	// let through is counted at once, so the next one sees it.
+	share := jb.f.fairShareLocked()
 	for _, j := range pending {
 		cands := jb.candidatesLocked(j.rec.Spec.GetJob().GetPool())
 		name, why := chooseCluster(j.req, j.task, j.rec.Spec.GetPlacement().GetClusterSelector(), cands)
+		if name != "" {
+			if wait := share.admit(j.pool, j.req); wait != "" {
+				name, why = "", wait
+			}
+		}
 		if name != "" {
 			// Assume the job is there until the next check shows it.
 			m := jb.f.clusters[name]
@@ -828,6 +844,9 @@ func (jb *Jobs) confirmGone(rec *pelotonv1.FederatedJob, before *pelotonv1.JobSt
 	rec.DispatchState = pelotonv1.DispatchState_DISPATCH_DONE
 	rec.Message = why
 	metrics.FederationJobs.WithLabelValues("done").Inc()
+	// What it held is free: a job waiting for its fair share may go now
+	// rather than at the dispatcher's next tick.
+	defer jb.f.kickDispatch()
 	return nil
 }
 

@@ -239,7 +239,7 @@ func (pl *Pools) CreatePool(ctx context.Context, path string, spec *pelotonv1.Fe
 			pl.resplitLocked()
 			pl.f.nudgeAllLocked()
 			pl.f.log.Info("global pool created", "path", path)
-			return pl.poolViewLocked(gp), nil
+			return pl.poolViewLocked(gp, nil), nil
 		},
 	})
 }
@@ -311,7 +311,7 @@ func (pl *Pools) UpdatePool(ctx context.Context, path string, spec *pelotonv1.Fe
 			pl.resplitLocked()
 			pl.f.nudgeAllLocked()
 			pl.f.log.Info("global pool updated", "path", path)
-			return pl.poolViewLocked(ngp), nil
+			return pl.poolViewLocked(ngp, nil), nil
 		},
 	})
 }
@@ -383,7 +383,8 @@ func (pl *Pools) GetPool(path string) (*pelotonv1.FederatedPool, error) {
 	if gp == nil {
 		return nil, apierr.NotFound("global pool %s does not exist", path)
 	}
-	return pl.poolViewLocked(gp), nil
+	fs := pl.f.fairShareLocked()
+	return pl.poolViewLocked(gp, &fs), nil
 }
 
 // ListPools returns every global pool, by path.
@@ -391,16 +392,25 @@ func (pl *Pools) ListPools() []*pelotonv1.FederatedPool {
 	pl.f.mu.Lock()
 	defer pl.f.mu.Unlock()
 	out := make([]*pelotonv1.FederatedPool, 0, len(pl.f.pools))
+	fs := pl.f.fairShareLocked()
 	for _, path := range sortedKeys(pl.f.pools) {
-		out = append(out, pl.poolViewLocked(pl.f.pools[path]))
+		out = append(out, pl.poolViewLocked(pl.f.pools[path], &fs))
 	}
 	return out
 }
 
-// poolViewLocked is a global pool as the API shows it. Caller holds mu.
-func (pl *Pools) poolViewLocked(gp *globalPool) *pelotonv1.FederatedPool {
+// poolViewLocked is a global pool as the API shows it, with its standing
+// in fs (computed here when nil). Caller holds mu.
+func (pl *Pools) poolViewLocked(gp *globalPool, fs *fairShare) *pelotonv1.FederatedPool {
 	out := proto.Clone(gp.rec).(*pelotonv1.FederatedPool)
 	out.Version = uint64(gp.rev)
+	if fs == nil {
+		share := pl.f.fairShareLocked()
+		fs = &share
+	}
+	if s := fs.pools[gp.rec.Path]; s != nil {
+		out.Global = s.view(fs.capacity)
+	}
 	for other := range pl.f.pools {
 		if parentOf(other) == gp.rec.Path {
 			out.Children = append(out.Children, other)

@@ -292,6 +292,8 @@ func federationBenchFlags(fs *pflag.FlagSet, _ *benchFlags) (func() error, bench
 	fs.IntVar(&c.Services, "services", c.Services, "instances of one federated service created, rolled out and failed over (0: skip)")
 	fs.IntVar(&c.ServiceBudget, "service-budget", c.ServiceBudget, "the service's budget of unavailable instances")
 	fs.DurationVar(&c.ServiceToleration, "service-toleration", c.ServiceToleration, "the service's failover toleration")
+	fs.DurationVar(&c.FairShareWindow, "fair-share-window", c.FairShareWindow, "how long the fair-share phase samples once the second pool submits (0: skip)")
+	fs.DurationVar(&c.FairShareTask, "fair-share-task", c.FairShareTask, "how long each fair-share job's one task runs")
 	return c.Validate, func(ctx context.Context, env bench.Env) (*bench.Result, error) { return bench.Federation(ctx, env, c) }
 }
 

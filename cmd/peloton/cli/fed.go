@@ -530,6 +530,11 @@ func writeFedPool(w io.Writer, pool *pelotonv1.FederatedPool, wide bool) {
 	fmt.Fprintf(w, "placement:\t%s\n", weightsCell(spec.GetPlacement().GetWeights()))
 	fmt.Fprintf(w, "share:\t%s\n", orDash(kindsCell(spec.GetShare(), wide)))
 	fmt.Fprintf(w, "children:\t%s\n", orDash(strings.Join(pool.GetChildren(), ",")))
+	if g := pool.GetGlobal(); g != nil {
+		fmt.Fprintf(w, "fair share:\tentitled to %s of the clusters' %s; %s held by %d dispatched jobs; %s asked by %d jobs waiting at the federation\n",
+			kindsCell(g.GetEntitlement(), wide), kindsCell(g.GetCapacity(), wide), kindsCell(g.GetAllocation(), wide), g.GetDispatchedJobs(),
+			kindsCell(g.GetQueued(), wide), g.GetQueuedJobs())
+	}
 	if pool.GetDeleting() {
 		fmt.Fprintf(w, "deleting:\tyes: being removed from its clusters\n")
 	}
@@ -582,10 +587,11 @@ func writeFedPool(w io.Writer, pool *pelotonv1.FederatedPool, wide bool) {
 	row(w, append(cells, fmt.Sprintf("%d/%d", inSync, len(pool.GetClusters())), "")...)
 }
 
-// writeFedPoolTable writes global pools as a table; wide adds the totals
+// writeFedPoolTable writes global pools as a table, with each pool's
+// standing in the federation's global fair share; wide adds the totals
 // the clusters report and the record version.
 func writeFedPoolTable(w io.Writer, pools []*pelotonv1.FederatedPool, wide bool) {
-	head := []string{"PATH", "RESERVATION", "LIMIT", "SHARE", "PLACEMENT", "IN SYNC"}
+	head := []string{"PATH", "RESERVATION", "LIMIT", "SHARE", "PLACEMENT", "IN SYNC", "FAIR SHARE", "DISPATCHED", "QUEUED", "QUEUED JOBS"}
 	if wide {
 		head = append(head, "ENTITLEMENT", "ALLOCATION", "DEMAND", "VERSION")
 	}
@@ -599,6 +605,13 @@ func writeFedPoolTable(w io.Writer, pools []*pelotonv1.FederatedPool, wide bool)
 			kindsCell(spec.GetShare(), wide),
 			weightsCell(spec.GetPlacement().GetWeights()),
 			syncCell(p),
+			// The federation's batch dispatch: the pool's global
+			// entitlement, what its dispatched jobs hold and what its
+			// waiting jobs ask.
+			kindsCell(p.GetGlobal().GetEntitlement(), wide),
+			kindsCell(p.GetGlobal().GetAllocation(), wide),
+			kindsCell(p.GetGlobal().GetQueued(), wide),
+			strconv.FormatUint(uint64(p.GetGlobal().GetQueuedJobs()), 10),
 		}
 		if wide {
 			cells = append(cells, kindsCell(total.GetEntitlement(), wide), kindsCell(total.GetAllocation(), wide),

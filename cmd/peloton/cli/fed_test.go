@@ -314,16 +314,19 @@ func TestFedTables(t *testing.T) {
 				Message: "cluster unreachable: its part waits for it"},
 		},
 		Total: &pelotonv1.PoolStatus{Entitlement: res(6, 600), Allocation: res(2, 128), Demand: res(2, 128), RunningTasks: 2},
+		Global: &pelotonv1.FederatedPoolShare{Entitlement: res(32, 1024), Allocation: res(16, 512), Queued: res(48, 1536), DispatchedJobs: 1, QueuedJobs: 3,
+			Capacity: res(64, 4096)},
 	}
 	var b bytes.Buffer
 	tw := newTabWriter(&b)
 	writeFedPool(tw, pool, false)
 	tw.Flush()
-	want := `path:        /w
-version:     7
-placement:   a=2,b=1
-share:       -
-children:    -
+	want := `path:         /w
+version:      7
+placement:    a=2,b=1
+share:        -
+children:     -
+fair share:   entitled to 32/1024 of the clusters' 64/4096; 16/512 held by 1 dispatched jobs; 48/1536 asked by 3 jobs waiting at the federation
 
 CLUSTER   RESERVATION   LIMIT          ENTITLEMENT   ALLOCATION   DEMAND   IN SYNC   MESSAGE
 a         6/600         12/unlimited   6/600         2/128        2/128    yes       -
@@ -345,8 +348,8 @@ TOTAL     9/900         18/unlimited   6/600         2/128        2/128    1/2  
 	tw = newTabWriter(&b)
 	writeFedPoolTable(tw, []*pelotonv1.FederatedPool{pool}, false)
 	tw.Flush()
-	want = `PATH   RESERVATION   LIMIT          SHARE   PLACEMENT   IN SYNC
-/w     9/900         18/unlimited   -       a=2,b=1     1/2
+	want = `PATH   RESERVATION   LIMIT          SHARE   PLACEMENT   IN SYNC   FAIR SHARE   DISPATCHED   QUEUED    QUEUED JOBS
+/w     9/900         18/unlimited   -       a=2,b=1     1/2       32/1024      16/512       48/1536   3
 `
 	if b.String() != want {
 		t.Errorf("fed pool list:\n%s\nwant:\n%s", b.String(), want)
@@ -615,7 +618,7 @@ func TestFederationCLI(t *testing.T) {
 	if len(fp.GetClusters()) != 2 || fp.GetTotal().GetEntitlement() == nil {
 		t.Errorf("fed pool get -o json: %v", &fp)
 	}
-	if row := rowOf(env.ok("fed", "pool", "list"), "/w"); len(row) != 6 || row[1] != "9/900" || row[4] != "a=2,b=1" || row[5] != "2/2" {
+	if row := rowOf(env.ok("fed", "pool", "list"), "/w"); len(row) != 10 || row[1] != "9/900" || row[4] != "a=2,b=1" || row[5] != "2/2" || row[9] != "0" {
 		t.Errorf("fed pool list row of /w: %v", row)
 	}
 	bad := writeSpec(t, "bad.yaml", "placement: {weights: {nope: 1}}\n")

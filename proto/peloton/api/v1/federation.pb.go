@@ -1224,7 +1224,10 @@ type FederatedPool struct {
 	// Record version for compare-and-swap updates.
 	Version uint64 `protobuf:"varint,6,opt,name=version,proto3" json:"version,omitempty"`
 	// Set while a delete removes the pool from its clusters.
-	Deleting      bool `protobuf:"varint,7,opt,name=deleting,proto3" json:"deleting,omitempty"`
+	Deleting bool `protobuf:"varint,7,opt,name=deleting,proto3" json:"deleting,omitempty"`
+	// The pool's global fair share: what the federation's dispatcher counts
+	// for it over the sum of the clusters' capacity.
+	Global        *FederatedPoolShare `protobuf:"bytes,8,opt,name=global,proto3" json:"global,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1308,6 +1311,107 @@ func (x *FederatedPool) GetDeleting() bool {
 	return false
 }
 
+func (x *FederatedPool) GetGlobal() *FederatedPoolShare {
+	if x != nil {
+		return x.Global
+	}
+	return nil
+}
+
+// FederatedPoolShare is a global pool's standing with the federation's
+// batch dispatcher: the pool's fair share of the sum of the clusters'
+// capacity (the same elastic max-min division a cluster makes among its
+// pools), what its dispatched jobs hold, and what its jobs waiting at the
+// federation ask. A job of the pool is dispatched only while what the pool
+// holds plus what the job asks stays within the entitlement.
+type FederatedPoolShare struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Entitlement *Resources             `protobuf:"bytes,1,opt,name=entitlement,proto3" json:"entitlement,omitempty"`
+	// What the pool's dispatched jobs ask, counted from dispatch until the
+	// job ends in its cluster.
+	Allocation *Resources `protobuf:"bytes,2,opt,name=allocation,proto3" json:"allocation,omitempty"`
+	// What the pool's jobs waiting for dispatch ask.
+	Queued         *Resources `protobuf:"bytes,3,opt,name=queued,proto3" json:"queued,omitempty"`
+	DispatchedJobs uint32     `protobuf:"varint,4,opt,name=dispatched_jobs,json=dispatchedJobs,proto3" json:"dispatched_jobs,omitempty"`
+	QueuedJobs     uint32     `protobuf:"varint,5,opt,name=queued_jobs,json=queuedJobs,proto3" json:"queued_jobs,omitempty"`
+	// The sum of the capacity of the clusters it is computed over.
+	Capacity      *Resources `protobuf:"bytes,6,opt,name=capacity,proto3" json:"capacity,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FederatedPoolShare) Reset() {
+	*x = FederatedPoolShare{}
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FederatedPoolShare) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FederatedPoolShare) ProtoMessage() {}
+
+func (x *FederatedPoolShare) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FederatedPoolShare.ProtoReflect.Descriptor instead.
+func (*FederatedPoolShare) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *FederatedPoolShare) GetEntitlement() *Resources {
+	if x != nil {
+		return x.Entitlement
+	}
+	return nil
+}
+
+func (x *FederatedPoolShare) GetAllocation() *Resources {
+	if x != nil {
+		return x.Allocation
+	}
+	return nil
+}
+
+func (x *FederatedPoolShare) GetQueued() *Resources {
+	if x != nil {
+		return x.Queued
+	}
+	return nil
+}
+
+func (x *FederatedPoolShare) GetDispatchedJobs() uint32 {
+	if x != nil {
+		return x.DispatchedJobs
+	}
+	return 0
+}
+
+func (x *FederatedPoolShare) GetQueuedJobs() uint32 {
+	if x != nil {
+		return x.QueuedJobs
+	}
+	return 0
+}
+
+func (x *FederatedPoolShare) GetCapacity() *Resources {
+	if x != nil {
+		return x.Capacity
+	}
+	return nil
+}
+
 type CreateFederatedPoolRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Path  string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
@@ -1320,7 +1424,7 @@ type CreateFederatedPoolRequest struct {
 
 func (x *CreateFederatedPoolRequest) Reset() {
 	*x = CreateFederatedPoolRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[17]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1332,7 +1436,7 @@ func (x *CreateFederatedPoolRequest) String() string {
 func (*CreateFederatedPoolRequest) ProtoMessage() {}
 
 func (x *CreateFederatedPoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[17]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1345,7 +1449,7 @@ func (x *CreateFederatedPoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateFederatedPoolRequest.ProtoReflect.Descriptor instead.
 func (*CreateFederatedPoolRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{17}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CreateFederatedPoolRequest) GetPath() string {
@@ -1378,7 +1482,7 @@ type CreateFederatedPoolResponse struct {
 
 func (x *CreateFederatedPoolResponse) Reset() {
 	*x = CreateFederatedPoolResponse{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[18]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1390,7 +1494,7 @@ func (x *CreateFederatedPoolResponse) String() string {
 func (*CreateFederatedPoolResponse) ProtoMessage() {}
 
 func (x *CreateFederatedPoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[18]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1403,7 +1507,7 @@ func (x *CreateFederatedPoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateFederatedPoolResponse.ProtoReflect.Descriptor instead.
 func (*CreateFederatedPoolResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{18}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CreateFederatedPoolResponse) GetPool() *FederatedPool {
@@ -1422,7 +1526,7 @@ type GetFederatedPoolRequest struct {
 
 func (x *GetFederatedPoolRequest) Reset() {
 	*x = GetFederatedPoolRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[19]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1434,7 +1538,7 @@ func (x *GetFederatedPoolRequest) String() string {
 func (*GetFederatedPoolRequest) ProtoMessage() {}
 
 func (x *GetFederatedPoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[19]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1447,7 +1551,7 @@ func (x *GetFederatedPoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFederatedPoolRequest.ProtoReflect.Descriptor instead.
 func (*GetFederatedPoolRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{19}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetFederatedPoolRequest) GetPath() string {
@@ -1466,7 +1570,7 @@ type GetFederatedPoolResponse struct {
 
 func (x *GetFederatedPoolResponse) Reset() {
 	*x = GetFederatedPoolResponse{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[20]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1478,7 +1582,7 @@ func (x *GetFederatedPoolResponse) String() string {
 func (*GetFederatedPoolResponse) ProtoMessage() {}
 
 func (x *GetFederatedPoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[20]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1491,7 +1595,7 @@ func (x *GetFederatedPoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFederatedPoolResponse.ProtoReflect.Descriptor instead.
 func (*GetFederatedPoolResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{20}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetFederatedPoolResponse) GetPool() *FederatedPool {
@@ -1513,7 +1617,7 @@ type UpdateFederatedPoolRequest struct {
 
 func (x *UpdateFederatedPoolRequest) Reset() {
 	*x = UpdateFederatedPoolRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[21]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1525,7 +1629,7 @@ func (x *UpdateFederatedPoolRequest) String() string {
 func (*UpdateFederatedPoolRequest) ProtoMessage() {}
 
 func (x *UpdateFederatedPoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[21]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1538,7 +1642,7 @@ func (x *UpdateFederatedPoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateFederatedPoolRequest.ProtoReflect.Descriptor instead.
 func (*UpdateFederatedPoolRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{21}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *UpdateFederatedPoolRequest) GetPath() string {
@@ -1571,7 +1675,7 @@ type UpdateFederatedPoolResponse struct {
 
 func (x *UpdateFederatedPoolResponse) Reset() {
 	*x = UpdateFederatedPoolResponse{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[22]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1583,7 +1687,7 @@ func (x *UpdateFederatedPoolResponse) String() string {
 func (*UpdateFederatedPoolResponse) ProtoMessage() {}
 
 func (x *UpdateFederatedPoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[22]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1596,7 +1700,7 @@ func (x *UpdateFederatedPoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateFederatedPoolResponse.ProtoReflect.Descriptor instead.
 func (*UpdateFederatedPoolResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{22}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *UpdateFederatedPoolResponse) GetPool() *FederatedPool {
@@ -1618,7 +1722,7 @@ type DeleteFederatedPoolRequest struct {
 
 func (x *DeleteFederatedPoolRequest) Reset() {
 	*x = DeleteFederatedPoolRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[23]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1630,7 +1734,7 @@ func (x *DeleteFederatedPoolRequest) String() string {
 func (*DeleteFederatedPoolRequest) ProtoMessage() {}
 
 func (x *DeleteFederatedPoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[23]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1643,7 +1747,7 @@ func (x *DeleteFederatedPoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteFederatedPoolRequest.ProtoReflect.Descriptor instead.
 func (*DeleteFederatedPoolRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{23}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DeleteFederatedPoolRequest) GetPath() string {
@@ -1661,7 +1765,7 @@ type DeleteFederatedPoolResponse struct {
 
 func (x *DeleteFederatedPoolResponse) Reset() {
 	*x = DeleteFederatedPoolResponse{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[24]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1673,7 +1777,7 @@ func (x *DeleteFederatedPoolResponse) String() string {
 func (*DeleteFederatedPoolResponse) ProtoMessage() {}
 
 func (x *DeleteFederatedPoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[24]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1686,7 +1790,7 @@ func (x *DeleteFederatedPoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteFederatedPoolResponse.ProtoReflect.Descriptor instead.
 func (*DeleteFederatedPoolResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{24}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{25}
 }
 
 type ListFederatedPoolsRequest struct {
@@ -1697,7 +1801,7 @@ type ListFederatedPoolsRequest struct {
 
 func (x *ListFederatedPoolsRequest) Reset() {
 	*x = ListFederatedPoolsRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[25]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1709,7 +1813,7 @@ func (x *ListFederatedPoolsRequest) String() string {
 func (*ListFederatedPoolsRequest) ProtoMessage() {}
 
 func (x *ListFederatedPoolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[25]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1722,7 +1826,7 @@ func (x *ListFederatedPoolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFederatedPoolsRequest.ProtoReflect.Descriptor instead.
 func (*ListFederatedPoolsRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{25}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{26}
 }
 
 type ListFederatedPoolsResponse struct {
@@ -1735,7 +1839,7 @@ type ListFederatedPoolsResponse struct {
 
 func (x *ListFederatedPoolsResponse) Reset() {
 	*x = ListFederatedPoolsResponse{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[26]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1747,7 +1851,7 @@ func (x *ListFederatedPoolsResponse) String() string {
 func (*ListFederatedPoolsResponse) ProtoMessage() {}
 
 func (x *ListFederatedPoolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[26]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1760,7 +1864,7 @@ func (x *ListFederatedPoolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFederatedPoolsResponse.ProtoReflect.Descriptor instead.
 func (*ListFederatedPoolsResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{26}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListFederatedPoolsResponse) GetPools() []*FederatedPool {
@@ -1781,7 +1885,7 @@ type FederatedJobPlacement struct {
 
 func (x *FederatedJobPlacement) Reset() {
 	*x = FederatedJobPlacement{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[27]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1793,7 +1897,7 @@ func (x *FederatedJobPlacement) String() string {
 func (*FederatedJobPlacement) ProtoMessage() {}
 
 func (x *FederatedJobPlacement) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[27]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1806,7 +1910,7 @@ func (x *FederatedJobPlacement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FederatedJobPlacement.ProtoReflect.Descriptor instead.
 func (*FederatedJobPlacement) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{27}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *FederatedJobPlacement) GetClusterSelector() map[string]string {
@@ -1828,7 +1932,7 @@ type FederatedJobSpec struct {
 
 func (x *FederatedJobSpec) Reset() {
 	*x = FederatedJobSpec{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[28]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1840,7 +1944,7 @@ func (x *FederatedJobSpec) String() string {
 func (*FederatedJobSpec) ProtoMessage() {}
 
 func (x *FederatedJobSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[28]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1853,7 +1957,7 @@ func (x *FederatedJobSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FederatedJobSpec.ProtoReflect.Descriptor instead.
 func (*FederatedJobSpec) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{28}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *FederatedJobSpec) GetJob() *JobSpec {
@@ -1884,7 +1988,7 @@ type FederatedJobAttempt struct {
 
 func (x *FederatedJobAttempt) Reset() {
 	*x = FederatedJobAttempt{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[29]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1896,7 +2000,7 @@ func (x *FederatedJobAttempt) String() string {
 func (*FederatedJobAttempt) ProtoMessage() {}
 
 func (x *FederatedJobAttempt) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[29]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1909,7 +2013,7 @@ func (x *FederatedJobAttempt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FederatedJobAttempt.ProtoReflect.Descriptor instead.
 func (*FederatedJobAttempt) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{29}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *FederatedJobAttempt) GetCluster() string {
@@ -1968,7 +2072,7 @@ type FederatedJob struct {
 
 func (x *FederatedJob) Reset() {
 	*x = FederatedJob{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[30]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1980,7 +2084,7 @@ func (x *FederatedJob) String() string {
 func (*FederatedJob) ProtoMessage() {}
 
 func (x *FederatedJob) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[30]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1993,7 +2097,7 @@ func (x *FederatedJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FederatedJob.ProtoReflect.Descriptor instead.
 func (*FederatedJob) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{30}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *FederatedJob) GetId() string {
@@ -2092,7 +2196,7 @@ type CreateFederatedJobRequest struct {
 
 func (x *CreateFederatedJobRequest) Reset() {
 	*x = CreateFederatedJobRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[31]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2104,7 +2208,7 @@ func (x *CreateFederatedJobRequest) String() string {
 func (*CreateFederatedJobRequest) ProtoMessage() {}
 
 func (x *CreateFederatedJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[31]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2117,7 +2221,7 @@ func (x *CreateFederatedJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateFederatedJobRequest.ProtoReflect.Descriptor instead.
 func (*CreateFederatedJobRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{31}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *CreateFederatedJobRequest) GetSpec() *FederatedJobSpec {
@@ -2143,7 +2247,7 @@ type CreateFederatedJobResponse struct {
 
 func (x *CreateFederatedJobResponse) Reset() {
 	*x = CreateFederatedJobResponse{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[32]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2155,7 +2259,7 @@ func (x *CreateFederatedJobResponse) String() string {
 func (*CreateFederatedJobResponse) ProtoMessage() {}
 
 func (x *CreateFederatedJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[32]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2168,7 +2272,7 @@ func (x *CreateFederatedJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateFederatedJobResponse.ProtoReflect.Descriptor instead.
 func (*CreateFederatedJobResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{32}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *CreateFederatedJobResponse) GetJobId() string {
@@ -2187,7 +2291,7 @@ type GetFederatedJobRequest struct {
 
 func (x *GetFederatedJobRequest) Reset() {
 	*x = GetFederatedJobRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[33]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2199,7 +2303,7 @@ func (x *GetFederatedJobRequest) String() string {
 func (*GetFederatedJobRequest) ProtoMessage() {}
 
 func (x *GetFederatedJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[33]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2212,7 +2316,7 @@ func (x *GetFederatedJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFederatedJobRequest.ProtoReflect.Descriptor instead.
 func (*GetFederatedJobRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{33}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *GetFederatedJobRequest) GetJobId() string {
@@ -2231,7 +2335,7 @@ type GetFederatedJobResponse struct {
 
 func (x *GetFederatedJobResponse) Reset() {
 	*x = GetFederatedJobResponse{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[34]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2243,7 +2347,7 @@ func (x *GetFederatedJobResponse) String() string {
 func (*GetFederatedJobResponse) ProtoMessage() {}
 
 func (x *GetFederatedJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[34]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2256,7 +2360,7 @@ func (x *GetFederatedJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFederatedJobResponse.ProtoReflect.Descriptor instead.
 func (*GetFederatedJobResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{34}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *GetFederatedJobResponse) GetJob() *FederatedJob {
@@ -2282,7 +2386,7 @@ type ListFederatedJobsRequest struct {
 
 func (x *ListFederatedJobsRequest) Reset() {
 	*x = ListFederatedJobsRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[35]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2294,7 +2398,7 @@ func (x *ListFederatedJobsRequest) String() string {
 func (*ListFederatedJobsRequest) ProtoMessage() {}
 
 func (x *ListFederatedJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[35]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2307,7 +2411,7 @@ func (x *ListFederatedJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFederatedJobsRequest.ProtoReflect.Descriptor instead.
 func (*ListFederatedJobsRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{35}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListFederatedJobsRequest) GetCluster() string {
@@ -2349,7 +2453,7 @@ type ListFederatedJobsResponse struct {
 
 func (x *ListFederatedJobsResponse) Reset() {
 	*x = ListFederatedJobsResponse{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[36]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2361,7 +2465,7 @@ func (x *ListFederatedJobsResponse) String() string {
 func (*ListFederatedJobsResponse) ProtoMessage() {}
 
 func (x *ListFederatedJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[36]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2374,7 +2478,7 @@ func (x *ListFederatedJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFederatedJobsResponse.ProtoReflect.Descriptor instead.
 func (*ListFederatedJobsResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{36}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ListFederatedJobsResponse) GetJobs() []*FederatedJob {
@@ -2400,7 +2504,7 @@ type KillFederatedJobRequest struct {
 
 func (x *KillFederatedJobRequest) Reset() {
 	*x = KillFederatedJobRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[37]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2412,7 +2516,7 @@ func (x *KillFederatedJobRequest) String() string {
 func (*KillFederatedJobRequest) ProtoMessage() {}
 
 func (x *KillFederatedJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[37]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2425,7 +2529,7 @@ func (x *KillFederatedJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillFederatedJobRequest.ProtoReflect.Descriptor instead.
 func (*KillFederatedJobRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{37}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *KillFederatedJobRequest) GetJobId() string {
@@ -2443,7 +2547,7 @@ type KillFederatedJobResponse struct {
 
 func (x *KillFederatedJobResponse) Reset() {
 	*x = KillFederatedJobResponse{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[38]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2455,7 +2559,7 @@ func (x *KillFederatedJobResponse) String() string {
 func (*KillFederatedJobResponse) ProtoMessage() {}
 
 func (x *KillFederatedJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[38]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2468,7 +2572,7 @@ func (x *KillFederatedJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillFederatedJobResponse.ProtoReflect.Descriptor instead.
 func (*KillFederatedJobResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{38}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{39}
 }
 
 // ClusterShare names clusters of a federated service and how many of its
@@ -2491,7 +2595,7 @@ type ClusterShare struct {
 
 func (x *ClusterShare) Reset() {
 	*x = ClusterShare{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[39]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2503,7 +2607,7 @@ func (x *ClusterShare) String() string {
 func (*ClusterShare) ProtoMessage() {}
 
 func (x *ClusterShare) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[39]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2516,7 +2620,7 @@ func (x *ClusterShare) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterShare.ProtoReflect.Descriptor instead.
 func (*ClusterShare) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{39}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ClusterShare) GetName() string {
@@ -2574,7 +2678,7 @@ type ClusterOverride struct {
 
 func (x *ClusterOverride) Reset() {
 	*x = ClusterOverride{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[40]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2586,7 +2690,7 @@ func (x *ClusterOverride) String() string {
 func (*ClusterOverride) ProtoMessage() {}
 
 func (x *ClusterOverride) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[40]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2599,7 +2703,7 @@ func (x *ClusterOverride) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterOverride.ProtoReflect.Descriptor instead.
 func (*ClusterOverride) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{40}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ClusterOverride) GetImage() string {
@@ -2653,7 +2757,7 @@ type ServicePlacement struct {
 
 func (x *ServicePlacement) Reset() {
 	*x = ServicePlacement{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[41]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2665,7 +2769,7 @@ func (x *ServicePlacement) String() string {
 func (*ServicePlacement) ProtoMessage() {}
 
 func (x *ServicePlacement) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[41]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2678,7 +2782,7 @@ func (x *ServicePlacement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServicePlacement.ProtoReflect.Descriptor instead.
 func (*ServicePlacement) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{41}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ServicePlacement) GetClusters() []*ClusterShare {
@@ -2719,7 +2823,7 @@ type FailoverPolicy struct {
 
 func (x *FailoverPolicy) Reset() {
 	*x = FailoverPolicy{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[42]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2731,7 +2835,7 @@ func (x *FailoverPolicy) String() string {
 func (*FailoverPolicy) ProtoMessage() {}
 
 func (x *FailoverPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[42]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2744,7 +2848,7 @@ func (x *FailoverPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailoverPolicy.ProtoReflect.Descriptor instead.
 func (*FailoverPolicy) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{42}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *FailoverPolicy) GetTolerationSeconds() uint32 {
@@ -2778,7 +2882,7 @@ type FederatedServiceSpec struct {
 
 func (x *FederatedServiceSpec) Reset() {
 	*x = FederatedServiceSpec{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[43]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2790,7 +2894,7 @@ func (x *FederatedServiceSpec) String() string {
 func (*FederatedServiceSpec) ProtoMessage() {}
 
 func (x *FederatedServiceSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[43]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2803,7 +2907,7 @@ func (x *FederatedServiceSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FederatedServiceSpec.ProtoReflect.Descriptor instead.
 func (*FederatedServiceSpec) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{43}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *FederatedServiceSpec) GetJob() *JobSpec {
@@ -2880,7 +2984,7 @@ type ServiceCluster struct {
 
 func (x *ServiceCluster) Reset() {
 	*x = ServiceCluster{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[44]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2892,7 +2996,7 @@ func (x *ServiceCluster) String() string {
 func (*ServiceCluster) ProtoMessage() {}
 
 func (x *ServiceCluster) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[44]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2905,7 +3009,7 @@ func (x *ServiceCluster) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceCluster.ProtoReflect.Descriptor instead.
 func (*ServiceCluster) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{44}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ServiceCluster) GetCluster() string {
@@ -3066,7 +3170,7 @@ type RolloutSpec struct {
 
 func (x *RolloutSpec) Reset() {
 	*x = RolloutSpec{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[45]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3078,7 +3182,7 @@ func (x *RolloutSpec) String() string {
 func (*RolloutSpec) ProtoMessage() {}
 
 func (x *RolloutSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[45]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3091,7 +3195,7 @@ func (x *RolloutSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RolloutSpec.ProtoReflect.Descriptor instead.
 func (*RolloutSpec) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{45}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *RolloutSpec) GetOrder() []string {
@@ -3154,7 +3258,7 @@ type RolloutStepSpec struct {
 
 func (x *RolloutStepSpec) Reset() {
 	*x = RolloutStepSpec{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[46]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3166,7 +3270,7 @@ func (x *RolloutStepSpec) String() string {
 func (*RolloutStepSpec) ProtoMessage() {}
 
 func (x *RolloutStepSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[46]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3179,7 +3283,7 @@ func (x *RolloutStepSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RolloutStepSpec.ProtoReflect.Descriptor instead.
 func (*RolloutStepSpec) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{46}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *RolloutStepSpec) GetClusters() []string {
@@ -3229,7 +3333,7 @@ type RolloutStep struct {
 
 func (x *RolloutStep) Reset() {
 	*x = RolloutStep{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[47]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3241,7 +3345,7 @@ func (x *RolloutStep) String() string {
 func (*RolloutStep) ProtoMessage() {}
 
 func (x *RolloutStep) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[47]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3254,7 +3358,7 @@ func (x *RolloutStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RolloutStep.ProtoReflect.Descriptor instead.
 func (*RolloutStep) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{47}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *RolloutStep) GetCluster() string {
@@ -3373,7 +3477,7 @@ type ServiceRollout struct {
 
 func (x *ServiceRollout) Reset() {
 	*x = ServiceRollout{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[48]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3385,7 +3489,7 @@ func (x *ServiceRollout) String() string {
 func (*ServiceRollout) ProtoMessage() {}
 
 func (x *ServiceRollout) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[48]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3398,7 +3502,7 @@ func (x *ServiceRollout) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceRollout.ProtoReflect.Descriptor instead.
 func (*ServiceRollout) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{48}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ServiceRollout) GetId() uint32 {
@@ -3517,7 +3621,7 @@ type ServiceVersion struct {
 
 func (x *ServiceVersion) Reset() {
 	*x = ServiceVersion{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[49]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3529,7 +3633,7 @@ func (x *ServiceVersion) String() string {
 func (*ServiceVersion) ProtoMessage() {}
 
 func (x *ServiceVersion) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[49]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3542,7 +3646,7 @@ func (x *ServiceVersion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceVersion.ProtoReflect.Descriptor instead.
 func (*ServiceVersion) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{49}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ServiceVersion) GetVersion() uint64 {
@@ -3617,7 +3721,7 @@ type FederatedService struct {
 
 func (x *FederatedService) Reset() {
 	*x = FederatedService{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[50]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3629,7 +3733,7 @@ func (x *FederatedService) String() string {
 func (*FederatedService) ProtoMessage() {}
 
 func (x *FederatedService) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[50]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3642,7 +3746,7 @@ func (x *FederatedService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FederatedService.ProtoReflect.Descriptor instead.
 func (*FederatedService) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{50}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *FederatedService) GetId() string {
@@ -3768,7 +3872,7 @@ type CreateFederatedServiceRequest struct {
 
 func (x *CreateFederatedServiceRequest) Reset() {
 	*x = CreateFederatedServiceRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[51]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3780,7 +3884,7 @@ func (x *CreateFederatedServiceRequest) String() string {
 func (*CreateFederatedServiceRequest) ProtoMessage() {}
 
 func (x *CreateFederatedServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[51]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3793,7 +3897,7 @@ func (x *CreateFederatedServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateFederatedServiceRequest.ProtoReflect.Descriptor instead.
 func (*CreateFederatedServiceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{51}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *CreateFederatedServiceRequest) GetSpec() *FederatedServiceSpec {
@@ -3821,7 +3925,7 @@ type CreateFederatedServiceResponse struct {
 
 func (x *CreateFederatedServiceResponse) Reset() {
 	*x = CreateFederatedServiceResponse{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[52]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3833,7 +3937,7 @@ func (x *CreateFederatedServiceResponse) String() string {
 func (*CreateFederatedServiceResponse) ProtoMessage() {}
 
 func (x *CreateFederatedServiceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[52]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3846,7 +3950,7 @@ func (x *CreateFederatedServiceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateFederatedServiceResponse.ProtoReflect.Descriptor instead.
 func (*CreateFederatedServiceResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{52}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *CreateFederatedServiceResponse) GetServiceId() string {
@@ -3872,7 +3976,7 @@ type GetFederatedServiceRequest struct {
 
 func (x *GetFederatedServiceRequest) Reset() {
 	*x = GetFederatedServiceRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[53]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3884,7 +3988,7 @@ func (x *GetFederatedServiceRequest) String() string {
 func (*GetFederatedServiceRequest) ProtoMessage() {}
 
 func (x *GetFederatedServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[53]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3897,7 +4001,7 @@ func (x *GetFederatedServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFederatedServiceRequest.ProtoReflect.Descriptor instead.
 func (*GetFederatedServiceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{53}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *GetFederatedServiceRequest) GetServiceId() string {
@@ -3916,7 +4020,7 @@ type GetFederatedServiceResponse struct {
 
 func (x *GetFederatedServiceResponse) Reset() {
 	*x = GetFederatedServiceResponse{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[54]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3928,7 +4032,7 @@ func (x *GetFederatedServiceResponse) String() string {
 func (*GetFederatedServiceResponse) ProtoMessage() {}
 
 func (x *GetFederatedServiceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[54]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3941,7 +4045,7 @@ func (x *GetFederatedServiceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFederatedServiceResponse.ProtoReflect.Descriptor instead.
 func (*GetFederatedServiceResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{54}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *GetFederatedServiceResponse) GetService() *FederatedService {
@@ -3967,7 +4071,7 @@ type ListFederatedServicesRequest struct {
 
 func (x *ListFederatedServicesRequest) Reset() {
 	*x = ListFederatedServicesRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[55]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3979,7 +4083,7 @@ func (x *ListFederatedServicesRequest) String() string {
 func (*ListFederatedServicesRequest) ProtoMessage() {}
 
 func (x *ListFederatedServicesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[55]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3992,7 +4096,7 @@ func (x *ListFederatedServicesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFederatedServicesRequest.ProtoReflect.Descriptor instead.
 func (*ListFederatedServicesRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{55}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ListFederatedServicesRequest) GetCluster() string {
@@ -4034,7 +4138,7 @@ type ListFederatedServicesResponse struct {
 
 func (x *ListFederatedServicesResponse) Reset() {
 	*x = ListFederatedServicesResponse{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[56]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4046,7 +4150,7 @@ func (x *ListFederatedServicesResponse) String() string {
 func (*ListFederatedServicesResponse) ProtoMessage() {}
 
 func (x *ListFederatedServicesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[56]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4059,7 +4163,7 @@ func (x *ListFederatedServicesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFederatedServicesResponse.ProtoReflect.Descriptor instead.
 func (*ListFederatedServicesResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{56}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ListFederatedServicesResponse) GetServices() []*FederatedService {
@@ -4096,7 +4200,7 @@ type UpdateFederatedServiceRequest struct {
 
 func (x *UpdateFederatedServiceRequest) Reset() {
 	*x = UpdateFederatedServiceRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[57]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4108,7 +4212,7 @@ func (x *UpdateFederatedServiceRequest) String() string {
 func (*UpdateFederatedServiceRequest) ProtoMessage() {}
 
 func (x *UpdateFederatedServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[57]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4121,7 +4225,7 @@ func (x *UpdateFederatedServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateFederatedServiceRequest.ProtoReflect.Descriptor instead.
 func (*UpdateFederatedServiceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{57}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *UpdateFederatedServiceRequest) GetServiceId() string {
@@ -4168,7 +4272,7 @@ type UpdateFederatedServiceResponse struct {
 
 func (x *UpdateFederatedServiceResponse) Reset() {
 	*x = UpdateFederatedServiceResponse{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[58]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4180,7 +4284,7 @@ func (x *UpdateFederatedServiceResponse) String() string {
 func (*UpdateFederatedServiceResponse) ProtoMessage() {}
 
 func (x *UpdateFederatedServiceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[58]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4193,7 +4297,7 @@ func (x *UpdateFederatedServiceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateFederatedServiceResponse.ProtoReflect.Descriptor instead.
 func (*UpdateFederatedServiceResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{58}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *UpdateFederatedServiceResponse) GetService() *FederatedService {
@@ -4213,7 +4317,7 @@ type PauseFederatedServiceRequest struct {
 
 func (x *PauseFederatedServiceRequest) Reset() {
 	*x = PauseFederatedServiceRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[59]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4225,7 +4329,7 @@ func (x *PauseFederatedServiceRequest) String() string {
 func (*PauseFederatedServiceRequest) ProtoMessage() {}
 
 func (x *PauseFederatedServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[59]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4238,7 +4342,7 @@ func (x *PauseFederatedServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseFederatedServiceRequest.ProtoReflect.Descriptor instead.
 func (*PauseFederatedServiceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{59}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *PauseFederatedServiceRequest) GetServiceId() string {
@@ -4257,7 +4361,7 @@ type ResumeFederatedServiceRequest struct {
 
 func (x *ResumeFederatedServiceRequest) Reset() {
 	*x = ResumeFederatedServiceRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[60]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4269,7 +4373,7 @@ func (x *ResumeFederatedServiceRequest) String() string {
 func (*ResumeFederatedServiceRequest) ProtoMessage() {}
 
 func (x *ResumeFederatedServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[60]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4282,7 +4386,7 @@ func (x *ResumeFederatedServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeFederatedServiceRequest.ProtoReflect.Descriptor instead.
 func (*ResumeFederatedServiceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{60}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ResumeFederatedServiceRequest) GetServiceId() string {
@@ -4301,7 +4405,7 @@ type AbortFederatedServiceRequest struct {
 
 func (x *AbortFederatedServiceRequest) Reset() {
 	*x = AbortFederatedServiceRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[61]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4313,7 +4417,7 @@ func (x *AbortFederatedServiceRequest) String() string {
 func (*AbortFederatedServiceRequest) ProtoMessage() {}
 
 func (x *AbortFederatedServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[61]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4326,7 +4430,7 @@ func (x *AbortFederatedServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortFederatedServiceRequest.ProtoReflect.Descriptor instead.
 func (*AbortFederatedServiceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{61}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *AbortFederatedServiceRequest) GetServiceId() string {
@@ -4345,7 +4449,7 @@ type RollbackFederatedServiceRequest struct {
 
 func (x *RollbackFederatedServiceRequest) Reset() {
 	*x = RollbackFederatedServiceRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[62]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4357,7 +4461,7 @@ func (x *RollbackFederatedServiceRequest) String() string {
 func (*RollbackFederatedServiceRequest) ProtoMessage() {}
 
 func (x *RollbackFederatedServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[62]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4370,7 +4474,7 @@ func (x *RollbackFederatedServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackFederatedServiceRequest.ProtoReflect.Descriptor instead.
 func (*RollbackFederatedServiceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{62}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *RollbackFederatedServiceRequest) GetServiceId() string {
@@ -4390,7 +4494,7 @@ type ApproveFederatedServiceRequest struct {
 
 func (x *ApproveFederatedServiceRequest) Reset() {
 	*x = ApproveFederatedServiceRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[63]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4402,7 +4506,7 @@ func (x *ApproveFederatedServiceRequest) String() string {
 func (*ApproveFederatedServiceRequest) ProtoMessage() {}
 
 func (x *ApproveFederatedServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[63]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4415,7 +4519,7 @@ func (x *ApproveFederatedServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveFederatedServiceRequest.ProtoReflect.Descriptor instead.
 func (*ApproveFederatedServiceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{63}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ApproveFederatedServiceRequest) GetServiceId() string {
@@ -4434,7 +4538,7 @@ type FederatedServiceRolloutResponse struct {
 
 func (x *FederatedServiceRolloutResponse) Reset() {
 	*x = FederatedServiceRolloutResponse{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[64]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4446,7 +4550,7 @@ func (x *FederatedServiceRolloutResponse) String() string {
 func (*FederatedServiceRolloutResponse) ProtoMessage() {}
 
 func (x *FederatedServiceRolloutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[64]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4459,7 +4563,7 @@ func (x *FederatedServiceRolloutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FederatedServiceRolloutResponse.ProtoReflect.Descriptor instead.
 func (*FederatedServiceRolloutResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{64}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *FederatedServiceRolloutResponse) GetService() *FederatedService {
@@ -4478,7 +4582,7 @@ type DeleteFederatedServiceRequest struct {
 
 func (x *DeleteFederatedServiceRequest) Reset() {
 	*x = DeleteFederatedServiceRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[65]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4490,7 +4594,7 @@ func (x *DeleteFederatedServiceRequest) String() string {
 func (*DeleteFederatedServiceRequest) ProtoMessage() {}
 
 func (x *DeleteFederatedServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[65]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4503,7 +4607,7 @@ func (x *DeleteFederatedServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteFederatedServiceRequest.ProtoReflect.Descriptor instead.
 func (*DeleteFederatedServiceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{65}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *DeleteFederatedServiceRequest) GetServiceId() string {
@@ -4521,7 +4625,7 @@ type DeleteFederatedServiceResponse struct {
 
 func (x *DeleteFederatedServiceResponse) Reset() {
 	*x = DeleteFederatedServiceResponse{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[66]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4533,7 +4637,7 @@ func (x *DeleteFederatedServiceResponse) String() string {
 func (*DeleteFederatedServiceResponse) ProtoMessage() {}
 
 func (x *DeleteFederatedServiceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[66]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4546,7 +4650,7 @@ func (x *DeleteFederatedServiceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteFederatedServiceResponse.ProtoReflect.Descriptor instead.
 func (*DeleteFederatedServiceResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{66}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{67}
 }
 
 // The global SLA evaluator. A cluster stack started with --federation asks
@@ -4571,7 +4675,7 @@ type RequestDisruptionRequest struct {
 
 func (x *RequestDisruptionRequest) Reset() {
 	*x = RequestDisruptionRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[67]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4583,7 +4687,7 @@ func (x *RequestDisruptionRequest) String() string {
 func (*RequestDisruptionRequest) ProtoMessage() {}
 
 func (x *RequestDisruptionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[67]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4596,7 +4700,7 @@ func (x *RequestDisruptionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestDisruptionRequest.ProtoReflect.Descriptor instead.
 func (*RequestDisruptionRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{67}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *RequestDisruptionRequest) GetCluster() string {
@@ -4659,7 +4763,7 @@ type RequestDisruptionResponse struct {
 
 func (x *RequestDisruptionResponse) Reset() {
 	*x = RequestDisruptionResponse{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[68]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4671,7 +4775,7 @@ func (x *RequestDisruptionResponse) String() string {
 func (*RequestDisruptionResponse) ProtoMessage() {}
 
 func (x *RequestDisruptionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[68]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4684,7 +4788,7 @@ func (x *RequestDisruptionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestDisruptionResponse.ProtoReflect.Descriptor instead.
 func (*RequestDisruptionResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{68}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *RequestDisruptionResponse) GetGrantId() string {
@@ -4717,7 +4821,7 @@ type ReleaseDisruptionRequest struct {
 
 func (x *ReleaseDisruptionRequest) Reset() {
 	*x = ReleaseDisruptionRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[69]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4729,7 +4833,7 @@ func (x *ReleaseDisruptionRequest) String() string {
 func (*ReleaseDisruptionRequest) ProtoMessage() {}
 
 func (x *ReleaseDisruptionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[69]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4742,7 +4846,7 @@ func (x *ReleaseDisruptionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseDisruptionRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseDisruptionRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{69}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *ReleaseDisruptionRequest) GetGrantId() string {
@@ -4760,7 +4864,7 @@ type ReleaseDisruptionResponse struct {
 
 func (x *ReleaseDisruptionResponse) Reset() {
 	*x = ReleaseDisruptionResponse{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[70]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4772,7 +4876,7 @@ func (x *ReleaseDisruptionResponse) String() string {
 func (*ReleaseDisruptionResponse) ProtoMessage() {}
 
 func (x *ReleaseDisruptionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[70]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4785,7 +4889,7 @@ func (x *ReleaseDisruptionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseDisruptionResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseDisruptionResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{70}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{71}
 }
 
 type RenewDisruptionRequest struct {
@@ -4798,7 +4902,7 @@ type RenewDisruptionRequest struct {
 
 func (x *RenewDisruptionRequest) Reset() {
 	*x = RenewDisruptionRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[71]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4810,7 +4914,7 @@ func (x *RenewDisruptionRequest) String() string {
 func (*RenewDisruptionRequest) ProtoMessage() {}
 
 func (x *RenewDisruptionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[71]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4823,7 +4927,7 @@ func (x *RenewDisruptionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewDisruptionRequest.ProtoReflect.Descriptor instead.
 func (*RenewDisruptionRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{71}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *RenewDisruptionRequest) GetGrantId() string {
@@ -4848,7 +4952,7 @@ type RenewDisruptionResponse struct {
 
 func (x *RenewDisruptionResponse) Reset() {
 	*x = RenewDisruptionResponse{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[72]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4860,7 +4964,7 @@ func (x *RenewDisruptionResponse) String() string {
 func (*RenewDisruptionResponse) ProtoMessage() {}
 
 func (x *RenewDisruptionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[72]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4873,7 +4977,7 @@ func (x *RenewDisruptionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewDisruptionResponse.ProtoReflect.Descriptor instead.
 func (*RenewDisruptionResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{72}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{73}
 }
 
 type ReportUnavailableRequest struct {
@@ -4893,7 +4997,7 @@ type ReportUnavailableRequest struct {
 
 func (x *ReportUnavailableRequest) Reset() {
 	*x = ReportUnavailableRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[73]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4905,7 +5009,7 @@ func (x *ReportUnavailableRequest) String() string {
 func (*ReportUnavailableRequest) ProtoMessage() {}
 
 func (x *ReportUnavailableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[73]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4918,7 +5022,7 @@ func (x *ReportUnavailableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportUnavailableRequest.ProtoReflect.Descriptor instead.
 func (*ReportUnavailableRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{73}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *ReportUnavailableRequest) GetCluster() string {
@@ -4957,7 +5061,7 @@ type ReportUnavailableResponse struct {
 
 func (x *ReportUnavailableResponse) Reset() {
 	*x = ReportUnavailableResponse{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[74]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4969,7 +5073,7 @@ func (x *ReportUnavailableResponse) String() string {
 func (*ReportUnavailableResponse) ProtoMessage() {}
 
 func (x *ReportUnavailableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[74]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4982,7 +5086,7 @@ func (x *ReportUnavailableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportUnavailableResponse.ProtoReflect.Descriptor instead.
 func (*ReportUnavailableResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{74}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{75}
 }
 
 // SlaGrant is a grant of the global evaluator as kept in etcd.
@@ -5001,7 +5105,7 @@ type SlaGrant struct {
 
 func (x *SlaGrant) Reset() {
 	*x = SlaGrant{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[75]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5013,7 +5117,7 @@ func (x *SlaGrant) String() string {
 func (*SlaGrant) ProtoMessage() {}
 
 func (x *SlaGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[75]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5026,7 +5130,7 @@ func (x *SlaGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlaGrant.ProtoReflect.Descriptor instead.
 func (*SlaGrant) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{75}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *SlaGrant) GetId() string {
@@ -5151,7 +5255,7 @@ const file_peloton_api_v1_federation_proto_rawDesc = "" +
 	"\x06actual\x18\x03 \x01(\v2\x18.peloton.api.v1.PoolSpecR\x06actual\x122\n" +
 	"\x06status\x18\x04 \x01(\v2\x1a.peloton.api.v1.PoolStatusR\x06status\x12\x17\n" +
 	"\ain_sync\x18\x05 \x01(\bR\x06inSync\x12\x18\n" +
-	"\amessage\x18\x06 \x01(\tR\amessage\"\xa0\x02\n" +
+	"\amessage\x18\x06 \x01(\tR\amessage\"\xdc\x02\n" +
 	"\rFederatedPool\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x125\n" +
 	"\x04spec\x18\x02 \x01(\v2!.peloton.api.v1.FederatedPoolSpecR\x04spec\x12@\n" +
@@ -5159,7 +5263,18 @@ const file_peloton_api_v1_federation_proto_rawDesc = "" +
 	"\x05total\x18\x04 \x01(\v2\x1a.peloton.api.v1.PoolStatusR\x05total\x12\x1a\n" +
 	"\bchildren\x18\x05 \x03(\tR\bchildren\x12\x18\n" +
 	"\aversion\x18\x06 \x01(\x04R\aversion\x12\x1a\n" +
-	"\bdeleting\x18\a \x01(\bR\bdeleting\"\x86\x01\n" +
+	"\bdeleting\x18\a \x01(\bR\bdeleting\x12:\n" +
+	"\x06global\x18\b \x01(\v2\".peloton.api.v1.FederatedPoolShareR\x06global\"\xc0\x02\n" +
+	"\x12FederatedPoolShare\x12;\n" +
+	"\ventitlement\x18\x01 \x01(\v2\x19.peloton.api.v1.ResourcesR\ventitlement\x129\n" +
+	"\n" +
+	"allocation\x18\x02 \x01(\v2\x19.peloton.api.v1.ResourcesR\n" +
+	"allocation\x121\n" +
+	"\x06queued\x18\x03 \x01(\v2\x19.peloton.api.v1.ResourcesR\x06queued\x12'\n" +
+	"\x0fdispatched_jobs\x18\x04 \x01(\rR\x0edispatchedJobs\x12\x1f\n" +
+	"\vqueued_jobs\x18\x05 \x01(\rR\n" +
+	"queuedJobs\x125\n" +
+	"\bcapacity\x18\x06 \x01(\v2\x19.peloton.api.v1.ResourcesR\bcapacity\"\x86\x01\n" +
 	"\x1aCreateFederatedPoolRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x125\n" +
 	"\x04spec\x18\x02 \x01(\v2!.peloton.api.v1.FederatedPoolSpecR\x04spec\x12\x1d\n" +
@@ -5540,7 +5655,7 @@ func file_peloton_api_v1_federation_proto_rawDescGZIP() []byte {
 }
 
 var file_peloton_api_v1_federation_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_peloton_api_v1_federation_proto_msgTypes = make([]protoimpl.MessageInfo, 86)
+var file_peloton_api_v1_federation_proto_msgTypes = make([]protoimpl.MessageInfo, 87)
 var file_peloton_api_v1_federation_proto_goTypes = []any{
 	(ClusterState)(0),                       // 0: peloton.api.v1.ClusterState
 	(DispatchState)(0),                      // 1: peloton.api.v1.DispatchState
@@ -5563,239 +5678,245 @@ var file_peloton_api_v1_federation_proto_goTypes = []any{
 	(*FederatedPoolSpec)(nil),               // 18: peloton.api.v1.FederatedPoolSpec
 	(*FederatedPoolCluster)(nil),            // 19: peloton.api.v1.FederatedPoolCluster
 	(*FederatedPool)(nil),                   // 20: peloton.api.v1.FederatedPool
-	(*CreateFederatedPoolRequest)(nil),      // 21: peloton.api.v1.CreateFederatedPoolRequest
-	(*CreateFederatedPoolResponse)(nil),     // 22: peloton.api.v1.CreateFederatedPoolResponse
-	(*GetFederatedPoolRequest)(nil),         // 23: peloton.api.v1.GetFederatedPoolRequest
-	(*GetFederatedPoolResponse)(nil),        // 24: peloton.api.v1.GetFederatedPoolResponse
-	(*UpdateFederatedPoolRequest)(nil),      // 25: peloton.api.v1.UpdateFederatedPoolRequest
-	(*UpdateFederatedPoolResponse)(nil),     // 26: peloton.api.v1.UpdateFederatedPoolResponse
-	(*DeleteFederatedPoolRequest)(nil),      // 27: peloton.api.v1.DeleteFederatedPoolRequest
-	(*DeleteFederatedPoolResponse)(nil),     // 28: peloton.api.v1.DeleteFederatedPoolResponse
-	(*ListFederatedPoolsRequest)(nil),       // 29: peloton.api.v1.ListFederatedPoolsRequest
-	(*ListFederatedPoolsResponse)(nil),      // 30: peloton.api.v1.ListFederatedPoolsResponse
-	(*FederatedJobPlacement)(nil),           // 31: peloton.api.v1.FederatedJobPlacement
-	(*FederatedJobSpec)(nil),                // 32: peloton.api.v1.FederatedJobSpec
-	(*FederatedJobAttempt)(nil),             // 33: peloton.api.v1.FederatedJobAttempt
-	(*FederatedJob)(nil),                    // 34: peloton.api.v1.FederatedJob
-	(*CreateFederatedJobRequest)(nil),       // 35: peloton.api.v1.CreateFederatedJobRequest
-	(*CreateFederatedJobResponse)(nil),      // 36: peloton.api.v1.CreateFederatedJobResponse
-	(*GetFederatedJobRequest)(nil),          // 37: peloton.api.v1.GetFederatedJobRequest
-	(*GetFederatedJobResponse)(nil),         // 38: peloton.api.v1.GetFederatedJobResponse
-	(*ListFederatedJobsRequest)(nil),        // 39: peloton.api.v1.ListFederatedJobsRequest
-	(*ListFederatedJobsResponse)(nil),       // 40: peloton.api.v1.ListFederatedJobsResponse
-	(*KillFederatedJobRequest)(nil),         // 41: peloton.api.v1.KillFederatedJobRequest
-	(*KillFederatedJobResponse)(nil),        // 42: peloton.api.v1.KillFederatedJobResponse
-	(*ClusterShare)(nil),                    // 43: peloton.api.v1.ClusterShare
-	(*ClusterOverride)(nil),                 // 44: peloton.api.v1.ClusterOverride
-	(*ServicePlacement)(nil),                // 45: peloton.api.v1.ServicePlacement
-	(*FailoverPolicy)(nil),                  // 46: peloton.api.v1.FailoverPolicy
-	(*FederatedServiceSpec)(nil),            // 47: peloton.api.v1.FederatedServiceSpec
-	(*ServiceCluster)(nil),                  // 48: peloton.api.v1.ServiceCluster
-	(*RolloutSpec)(nil),                     // 49: peloton.api.v1.RolloutSpec
-	(*RolloutStepSpec)(nil),                 // 50: peloton.api.v1.RolloutStepSpec
-	(*RolloutStep)(nil),                     // 51: peloton.api.v1.RolloutStep
-	(*ServiceRollout)(nil),                  // 52: peloton.api.v1.ServiceRollout
-	(*ServiceVersion)(nil),                  // 53: peloton.api.v1.ServiceVersion
-	(*FederatedService)(nil),                // 54: peloton.api.v1.FederatedService
-	(*CreateFederatedServiceRequest)(nil),   // 55: peloton.api.v1.CreateFederatedServiceRequest
-	(*CreateFederatedServiceResponse)(nil),  // 56: peloton.api.v1.CreateFederatedServiceResponse
-	(*GetFederatedServiceRequest)(nil),      // 57: peloton.api.v1.GetFederatedServiceRequest
-	(*GetFederatedServiceResponse)(nil),     // 58: peloton.api.v1.GetFederatedServiceResponse
-	(*ListFederatedServicesRequest)(nil),    // 59: peloton.api.v1.ListFederatedServicesRequest
-	(*ListFederatedServicesResponse)(nil),   // 60: peloton.api.v1.ListFederatedServicesResponse
-	(*UpdateFederatedServiceRequest)(nil),   // 61: peloton.api.v1.UpdateFederatedServiceRequest
-	(*UpdateFederatedServiceResponse)(nil),  // 62: peloton.api.v1.UpdateFederatedServiceResponse
-	(*PauseFederatedServiceRequest)(nil),    // 63: peloton.api.v1.PauseFederatedServiceRequest
-	(*ResumeFederatedServiceRequest)(nil),   // 64: peloton.api.v1.ResumeFederatedServiceRequest
-	(*AbortFederatedServiceRequest)(nil),    // 65: peloton.api.v1.AbortFederatedServiceRequest
-	(*RollbackFederatedServiceRequest)(nil), // 66: peloton.api.v1.RollbackFederatedServiceRequest
-	(*ApproveFederatedServiceRequest)(nil),  // 67: peloton.api.v1.ApproveFederatedServiceRequest
-	(*FederatedServiceRolloutResponse)(nil), // 68: peloton.api.v1.FederatedServiceRolloutResponse
-	(*DeleteFederatedServiceRequest)(nil),   // 69: peloton.api.v1.DeleteFederatedServiceRequest
-	(*DeleteFederatedServiceResponse)(nil),  // 70: peloton.api.v1.DeleteFederatedServiceResponse
-	(*RequestDisruptionRequest)(nil),        // 71: peloton.api.v1.RequestDisruptionRequest
-	(*RequestDisruptionResponse)(nil),       // 72: peloton.api.v1.RequestDisruptionResponse
-	(*ReleaseDisruptionRequest)(nil),        // 73: peloton.api.v1.ReleaseDisruptionRequest
-	(*ReleaseDisruptionResponse)(nil),       // 74: peloton.api.v1.ReleaseDisruptionResponse
-	(*RenewDisruptionRequest)(nil),          // 75: peloton.api.v1.RenewDisruptionRequest
-	(*RenewDisruptionResponse)(nil),         // 76: peloton.api.v1.RenewDisruptionResponse
-	(*ReportUnavailableRequest)(nil),        // 77: peloton.api.v1.ReportUnavailableRequest
-	(*ReportUnavailableResponse)(nil),       // 78: peloton.api.v1.ReportUnavailableResponse
-	(*SlaGrant)(nil),                        // 79: peloton.api.v1.SlaGrant
-	nil,                                     // 80: peloton.api.v1.Cluster.LabelsEntry
-	nil,                                     // 81: peloton.api.v1.RegisterClusterRequest.LabelsEntry
-	nil,                                     // 82: peloton.api.v1.FederatedPoolPlacement.WeightsEntry
-	nil,                                     // 83: peloton.api.v1.FederatedJobPlacement.ClusterSelectorEntry
-	nil,                                     // 84: peloton.api.v1.ClusterShare.SelectorEntry
-	nil,                                     // 85: peloton.api.v1.ClusterOverride.EnvEntry
-	nil,                                     // 86: peloton.api.v1.ClusterOverride.LabelsEntry
-	nil,                                     // 87: peloton.api.v1.ServiceCluster.CoveringEntry
-	nil,                                     // 88: peloton.api.v1.ServiceVersion.OverridesEntry
-	nil,                                     // 89: peloton.api.v1.CreateFederatedServiceResponse.SplitEntry
-	(*timestamppb.Timestamp)(nil),           // 90: google.protobuf.Timestamp
-	(*Resources)(nil),                       // 91: peloton.api.v1.Resources
-	(*PoolSpec)(nil),                        // 92: peloton.api.v1.PoolSpec
-	(*PoolStatus)(nil),                      // 93: peloton.api.v1.PoolStatus
-	(*JobSpec)(nil),                         // 94: peloton.api.v1.JobSpec
-	(*JobStatus)(nil),                       // 95: peloton.api.v1.JobStatus
-	(JobState)(0),                           // 96: peloton.api.v1.JobState
-	(*UpdateSpec)(nil),                      // 97: peloton.api.v1.UpdateSpec
+	(*FederatedPoolShare)(nil),              // 21: peloton.api.v1.FederatedPoolShare
+	(*CreateFederatedPoolRequest)(nil),      // 22: peloton.api.v1.CreateFederatedPoolRequest
+	(*CreateFederatedPoolResponse)(nil),     // 23: peloton.api.v1.CreateFederatedPoolResponse
+	(*GetFederatedPoolRequest)(nil),         // 24: peloton.api.v1.GetFederatedPoolRequest
+	(*GetFederatedPoolResponse)(nil),        // 25: peloton.api.v1.GetFederatedPoolResponse
+	(*UpdateFederatedPoolRequest)(nil),      // 26: peloton.api.v1.UpdateFederatedPoolRequest
+	(*UpdateFederatedPoolResponse)(nil),     // 27: peloton.api.v1.UpdateFederatedPoolResponse
+	(*DeleteFederatedPoolRequest)(nil),      // 28: peloton.api.v1.DeleteFederatedPoolRequest
+	(*DeleteFederatedPoolResponse)(nil),     // 29: peloton.api.v1.DeleteFederatedPoolResponse
+	(*ListFederatedPoolsRequest)(nil),       // 30: peloton.api.v1.ListFederatedPoolsRequest
+	(*ListFederatedPoolsResponse)(nil),      // 31: peloton.api.v1.ListFederatedPoolsResponse
+	(*FederatedJobPlacement)(nil),           // 32: peloton.api.v1.FederatedJobPlacement
+	(*FederatedJobSpec)(nil),                // 33: peloton.api.v1.FederatedJobSpec
+	(*FederatedJobAttempt)(nil),             // 34: peloton.api.v1.FederatedJobAttempt
+	(*FederatedJob)(nil),                    // 35: peloton.api.v1.FederatedJob
+	(*CreateFederatedJobRequest)(nil),       // 36: peloton.api.v1.CreateFederatedJobRequest
+	(*CreateFederatedJobResponse)(nil),      // 37: peloton.api.v1.CreateFederatedJobResponse
+	(*GetFederatedJobRequest)(nil),          // 38: peloton.api.v1.GetFederatedJobRequest
+	(*GetFederatedJobResponse)(nil),         // 39: peloton.api.v1.GetFederatedJobResponse
+	(*ListFederatedJobsRequest)(nil),        // 40: peloton.api.v1.ListFederatedJobsRequest
+	(*ListFederatedJobsResponse)(nil),       // 41: peloton.api.v1.ListFederatedJobsResponse
+	(*KillFederatedJobRequest)(nil),         // 42: peloton.api.v1.KillFederatedJobRequest
+	(*KillFederatedJobResponse)(nil),        // 43: peloton.api.v1.KillFederatedJobResponse
+	(*ClusterShare)(nil),                    // 44: peloton.api.v1.ClusterShare
+	(*ClusterOverride)(nil),                 // 45: peloton.api.v1.ClusterOverride
+	(*ServicePlacement)(nil),                // 46: peloton.api.v1.ServicePlacement
+	(*FailoverPolicy)(nil),                  // 47: peloton.api.v1.FailoverPolicy
+	(*FederatedServiceSpec)(nil),            // 48: peloton.api.v1.FederatedServiceSpec
+	(*ServiceCluster)(nil),                  // 49: peloton.api.v1.ServiceCluster
+	(*RolloutSpec)(nil),                     // 50: peloton.api.v1.RolloutSpec
+	(*RolloutStepSpec)(nil),                 // 51: peloton.api.v1.RolloutStepSpec
+	(*RolloutStep)(nil),                     // 52: peloton.api.v1.RolloutStep
+	(*ServiceRollout)(nil),                  // 53: peloton.api.v1.ServiceRollout
+	(*ServiceVersion)(nil),                  // 54: peloton.api.v1.ServiceVersion
+	(*FederatedService)(nil),                // 55: peloton.api.v1.FederatedService
+	(*CreateFederatedServiceRequest)(nil),   // 56: peloton.api.v1.CreateFederatedServiceRequest
+	(*CreateFederatedServiceResponse)(nil),  // 57: peloton.api.v1.CreateFederatedServiceResponse
+	(*GetFederatedServiceRequest)(nil),      // 58: peloton.api.v1.GetFederatedServiceRequest
+	(*GetFederatedServiceResponse)(nil),     // 59: peloton.api.v1.GetFederatedServiceResponse
+	(*ListFederatedServicesRequest)(nil),    // 60: peloton.api.v1.ListFederatedServicesRequest
+	(*ListFederatedServicesResponse)(nil),   // 61: peloton.api.v1.ListFederatedServicesResponse
+	(*UpdateFederatedServiceRequest)(nil),   // 62: peloton.api.v1.UpdateFederatedServiceRequest
+	(*UpdateFederatedServiceResponse)(nil),  // 63: peloton.api.v1.UpdateFederatedServiceResponse
+	(*PauseFederatedServiceRequest)(nil),    // 64: peloton.api.v1.PauseFederatedServiceRequest
+	(*ResumeFederatedServiceRequest)(nil),   // 65: peloton.api.v1.ResumeFederatedServiceRequest
+	(*AbortFederatedServiceRequest)(nil),    // 66: peloton.api.v1.AbortFederatedServiceRequest
+	(*RollbackFederatedServiceRequest)(nil), // 67: peloton.api.v1.RollbackFederatedServiceRequest
+	(*ApproveFederatedServiceRequest)(nil),  // 68: peloton.api.v1.ApproveFederatedServiceRequest
+	(*FederatedServiceRolloutResponse)(nil), // 69: peloton.api.v1.FederatedServiceRolloutResponse
+	(*DeleteFederatedServiceRequest)(nil),   // 70: peloton.api.v1.DeleteFederatedServiceRequest
+	(*DeleteFederatedServiceResponse)(nil),  // 71: peloton.api.v1.DeleteFederatedServiceResponse
+	(*RequestDisruptionRequest)(nil),        // 72: peloton.api.v1.RequestDisruptionRequest
+	(*RequestDisruptionResponse)(nil),       // 73: peloton.api.v1.RequestDisruptionResponse
+	(*ReleaseDisruptionRequest)(nil),        // 74: peloton.api.v1.ReleaseDisruptionRequest
+	(*ReleaseDisruptionResponse)(nil),       // 75: peloton.api.v1.ReleaseDisruptionResponse
+	(*RenewDisruptionRequest)(nil),          // 76: peloton.api.v1.RenewDisruptionRequest
+	(*RenewDisruptionResponse)(nil),         // 77: peloton.api.v1.RenewDisruptionResponse
+	(*ReportUnavailableRequest)(nil),        // 78: peloton.api.v1.ReportUnavailableRequest
+	(*ReportUnavailableResponse)(nil),       // 79: peloton.api.v1.ReportUnavailableResponse
+	(*SlaGrant)(nil),                        // 80: peloton.api.v1.SlaGrant
+	nil,                                     // 81: peloton.api.v1.Cluster.LabelsEntry
+	nil,                                     // 82: peloton.api.v1.RegisterClusterRequest.LabelsEntry
+	nil,                                     // 83: peloton.api.v1.FederatedPoolPlacement.WeightsEntry
+	nil,                                     // 84: peloton.api.v1.FederatedJobPlacement.ClusterSelectorEntry
+	nil,                                     // 85: peloton.api.v1.ClusterShare.SelectorEntry
+	nil,                                     // 86: peloton.api.v1.ClusterOverride.EnvEntry
+	nil,                                     // 87: peloton.api.v1.ClusterOverride.LabelsEntry
+	nil,                                     // 88: peloton.api.v1.ServiceCluster.CoveringEntry
+	nil,                                     // 89: peloton.api.v1.ServiceVersion.OverridesEntry
+	nil,                                     // 90: peloton.api.v1.CreateFederatedServiceResponse.SplitEntry
+	(*timestamppb.Timestamp)(nil),           // 91: google.protobuf.Timestamp
+	(*Resources)(nil),                       // 92: peloton.api.v1.Resources
+	(*PoolSpec)(nil),                        // 93: peloton.api.v1.PoolSpec
+	(*PoolStatus)(nil),                      // 94: peloton.api.v1.PoolStatus
+	(*JobSpec)(nil),                         // 95: peloton.api.v1.JobSpec
+	(*JobStatus)(nil),                       // 96: peloton.api.v1.JobStatus
+	(JobState)(0),                           // 97: peloton.api.v1.JobState
+	(*UpdateSpec)(nil),                      // 98: peloton.api.v1.UpdateSpec
 }
 var file_peloton_api_v1_federation_proto_depIdxs = []int32{
-	80,  // 0: peloton.api.v1.Cluster.labels:type_name -> peloton.api.v1.Cluster.LabelsEntry
+	81,  // 0: peloton.api.v1.Cluster.labels:type_name -> peloton.api.v1.Cluster.LabelsEntry
 	0,   // 1: peloton.api.v1.Cluster.state:type_name -> peloton.api.v1.ClusterState
 	0,   // 2: peloton.api.v1.Cluster.health:type_name -> peloton.api.v1.ClusterState
-	90,  // 3: peloton.api.v1.Cluster.registered_time:type_name -> google.protobuf.Timestamp
-	90,  // 4: peloton.api.v1.Cluster.last_seen_time:type_name -> google.protobuf.Timestamp
-	90,  // 5: peloton.api.v1.Cluster.state_time:type_name -> google.protobuf.Timestamp
-	91,  // 6: peloton.api.v1.Cluster.capacity:type_name -> peloton.api.v1.Resources
-	91,  // 7: peloton.api.v1.Cluster.allocation:type_name -> peloton.api.v1.Resources
-	81,  // 8: peloton.api.v1.RegisterClusterRequest.labels:type_name -> peloton.api.v1.RegisterClusterRequest.LabelsEntry
+	91,  // 3: peloton.api.v1.Cluster.registered_time:type_name -> google.protobuf.Timestamp
+	91,  // 4: peloton.api.v1.Cluster.last_seen_time:type_name -> google.protobuf.Timestamp
+	91,  // 5: peloton.api.v1.Cluster.state_time:type_name -> google.protobuf.Timestamp
+	92,  // 6: peloton.api.v1.Cluster.capacity:type_name -> peloton.api.v1.Resources
+	92,  // 7: peloton.api.v1.Cluster.allocation:type_name -> peloton.api.v1.Resources
+	82,  // 8: peloton.api.v1.RegisterClusterRequest.labels:type_name -> peloton.api.v1.RegisterClusterRequest.LabelsEntry
 	4,   // 9: peloton.api.v1.RegisterClusterResponse.cluster:type_name -> peloton.api.v1.Cluster
 	4,   // 10: peloton.api.v1.GetClusterResponse.cluster:type_name -> peloton.api.v1.Cluster
 	4,   // 11: peloton.api.v1.ListClustersResponse.clusters:type_name -> peloton.api.v1.Cluster
 	4,   // 12: peloton.api.v1.CordonClusterResponse.cluster:type_name -> peloton.api.v1.Cluster
 	4,   // 13: peloton.api.v1.UncordonClusterResponse.cluster:type_name -> peloton.api.v1.Cluster
-	82,  // 14: peloton.api.v1.FederatedPoolPlacement.weights:type_name -> peloton.api.v1.FederatedPoolPlacement.WeightsEntry
-	91,  // 15: peloton.api.v1.FederatedPoolSpec.reservation:type_name -> peloton.api.v1.Resources
-	91,  // 16: peloton.api.v1.FederatedPoolSpec.limit:type_name -> peloton.api.v1.Resources
-	91,  // 17: peloton.api.v1.FederatedPoolSpec.share:type_name -> peloton.api.v1.Resources
+	83,  // 14: peloton.api.v1.FederatedPoolPlacement.weights:type_name -> peloton.api.v1.FederatedPoolPlacement.WeightsEntry
+	92,  // 15: peloton.api.v1.FederatedPoolSpec.reservation:type_name -> peloton.api.v1.Resources
+	92,  // 16: peloton.api.v1.FederatedPoolSpec.limit:type_name -> peloton.api.v1.Resources
+	92,  // 17: peloton.api.v1.FederatedPoolSpec.share:type_name -> peloton.api.v1.Resources
 	17,  // 18: peloton.api.v1.FederatedPoolSpec.placement:type_name -> peloton.api.v1.FederatedPoolPlacement
-	92,  // 19: peloton.api.v1.FederatedPoolCluster.desired:type_name -> peloton.api.v1.PoolSpec
-	92,  // 20: peloton.api.v1.FederatedPoolCluster.actual:type_name -> peloton.api.v1.PoolSpec
-	93,  // 21: peloton.api.v1.FederatedPoolCluster.status:type_name -> peloton.api.v1.PoolStatus
+	93,  // 19: peloton.api.v1.FederatedPoolCluster.desired:type_name -> peloton.api.v1.PoolSpec
+	93,  // 20: peloton.api.v1.FederatedPoolCluster.actual:type_name -> peloton.api.v1.PoolSpec
+	94,  // 21: peloton.api.v1.FederatedPoolCluster.status:type_name -> peloton.api.v1.PoolStatus
 	18,  // 22: peloton.api.v1.FederatedPool.spec:type_name -> peloton.api.v1.FederatedPoolSpec
 	19,  // 23: peloton.api.v1.FederatedPool.clusters:type_name -> peloton.api.v1.FederatedPoolCluster
-	93,  // 24: peloton.api.v1.FederatedPool.total:type_name -> peloton.api.v1.PoolStatus
-	18,  // 25: peloton.api.v1.CreateFederatedPoolRequest.spec:type_name -> peloton.api.v1.FederatedPoolSpec
-	20,  // 26: peloton.api.v1.CreateFederatedPoolResponse.pool:type_name -> peloton.api.v1.FederatedPool
-	20,  // 27: peloton.api.v1.GetFederatedPoolResponse.pool:type_name -> peloton.api.v1.FederatedPool
-	18,  // 28: peloton.api.v1.UpdateFederatedPoolRequest.spec:type_name -> peloton.api.v1.FederatedPoolSpec
-	20,  // 29: peloton.api.v1.UpdateFederatedPoolResponse.pool:type_name -> peloton.api.v1.FederatedPool
-	20,  // 30: peloton.api.v1.ListFederatedPoolsResponse.pools:type_name -> peloton.api.v1.FederatedPool
-	83,  // 31: peloton.api.v1.FederatedJobPlacement.cluster_selector:type_name -> peloton.api.v1.FederatedJobPlacement.ClusterSelectorEntry
-	94,  // 32: peloton.api.v1.FederatedJobSpec.job:type_name -> peloton.api.v1.JobSpec
-	31,  // 33: peloton.api.v1.FederatedJobSpec.placement:type_name -> peloton.api.v1.FederatedJobPlacement
-	90,  // 34: peloton.api.v1.FederatedJobAttempt.dispatch_time:type_name -> google.protobuf.Timestamp
-	32,  // 35: peloton.api.v1.FederatedJob.spec:type_name -> peloton.api.v1.FederatedJobSpec
-	1,   // 36: peloton.api.v1.FederatedJob.dispatch_state:type_name -> peloton.api.v1.DispatchState
-	95,  // 37: peloton.api.v1.FederatedJob.status:type_name -> peloton.api.v1.JobStatus
-	33,  // 38: peloton.api.v1.FederatedJob.attempts:type_name -> peloton.api.v1.FederatedJobAttempt
-	90,  // 39: peloton.api.v1.FederatedJob.create_time:type_name -> google.protobuf.Timestamp
-	32,  // 40: peloton.api.v1.CreateFederatedJobRequest.spec:type_name -> peloton.api.v1.FederatedJobSpec
-	34,  // 41: peloton.api.v1.GetFederatedJobResponse.job:type_name -> peloton.api.v1.FederatedJob
-	34,  // 42: peloton.api.v1.ListFederatedJobsResponse.jobs:type_name -> peloton.api.v1.FederatedJob
-	84,  // 43: peloton.api.v1.ClusterShare.selector:type_name -> peloton.api.v1.ClusterShare.SelectorEntry
-	44,  // 44: peloton.api.v1.ClusterShare.override:type_name -> peloton.api.v1.ClusterOverride
-	85,  // 45: peloton.api.v1.ClusterOverride.env:type_name -> peloton.api.v1.ClusterOverride.EnvEntry
-	91,  // 46: peloton.api.v1.ClusterOverride.resources:type_name -> peloton.api.v1.Resources
-	86,  // 47: peloton.api.v1.ClusterOverride.labels:type_name -> peloton.api.v1.ClusterOverride.LabelsEntry
-	43,  // 48: peloton.api.v1.ServicePlacement.clusters:type_name -> peloton.api.v1.ClusterShare
-	46,  // 49: peloton.api.v1.ServicePlacement.failover:type_name -> peloton.api.v1.FailoverPolicy
-	94,  // 50: peloton.api.v1.FederatedServiceSpec.job:type_name -> peloton.api.v1.JobSpec
-	45,  // 51: peloton.api.v1.FederatedServiceSpec.placement:type_name -> peloton.api.v1.ServicePlacement
-	49,  // 52: peloton.api.v1.FederatedServiceSpec.rollout:type_name -> peloton.api.v1.RolloutSpec
-	96,  // 53: peloton.api.v1.ServiceCluster.state:type_name -> peloton.api.v1.JobState
-	87,  // 54: peloton.api.v1.ServiceCluster.covering:type_name -> peloton.api.v1.ServiceCluster.CoveringEntry
-	44,  // 55: peloton.api.v1.ServiceCluster.override:type_name -> peloton.api.v1.ClusterOverride
-	97,  // 56: peloton.api.v1.RolloutSpec.update:type_name -> peloton.api.v1.UpdateSpec
-	50,  // 57: peloton.api.v1.RolloutSpec.steps:type_name -> peloton.api.v1.RolloutStepSpec
-	3,   // 58: peloton.api.v1.RolloutStep.state:type_name -> peloton.api.v1.RolloutStepState
-	90,  // 59: peloton.api.v1.RolloutStep.start_time:type_name -> google.protobuf.Timestamp
-	90,  // 60: peloton.api.v1.RolloutStep.end_time:type_name -> google.protobuf.Timestamp
-	49,  // 61: peloton.api.v1.ServiceRollout.spec:type_name -> peloton.api.v1.RolloutSpec
-	2,   // 62: peloton.api.v1.ServiceRollout.state:type_name -> peloton.api.v1.RolloutState
-	51,  // 63: peloton.api.v1.ServiceRollout.steps:type_name -> peloton.api.v1.RolloutStep
-	90,  // 64: peloton.api.v1.ServiceRollout.create_time:type_name -> google.protobuf.Timestamp
-	90,  // 65: peloton.api.v1.ServiceRollout.end_time:type_name -> google.protobuf.Timestamp
-	90,  // 66: peloton.api.v1.ServiceRollout.soak_start:type_name -> google.protobuf.Timestamp
-	90,  // 67: peloton.api.v1.ServiceRollout.approval_since:type_name -> google.protobuf.Timestamp
-	90,  // 68: peloton.api.v1.ServiceRollout.waiting_since:type_name -> google.protobuf.Timestamp
-	94,  // 69: peloton.api.v1.ServiceVersion.job:type_name -> peloton.api.v1.JobSpec
-	90,  // 70: peloton.api.v1.ServiceVersion.create_time:type_name -> google.protobuf.Timestamp
-	88,  // 71: peloton.api.v1.ServiceVersion.overrides:type_name -> peloton.api.v1.ServiceVersion.OverridesEntry
-	45,  // 72: peloton.api.v1.ServiceVersion.placement:type_name -> peloton.api.v1.ServicePlacement
-	47,  // 73: peloton.api.v1.FederatedService.spec:type_name -> peloton.api.v1.FederatedServiceSpec
-	90,  // 74: peloton.api.v1.FederatedService.create_time:type_name -> google.protobuf.Timestamp
-	48,  // 75: peloton.api.v1.FederatedService.clusters:type_name -> peloton.api.v1.ServiceCluster
-	53,  // 76: peloton.api.v1.FederatedService.versions:type_name -> peloton.api.v1.ServiceVersion
-	52,  // 77: peloton.api.v1.FederatedService.rollout:type_name -> peloton.api.v1.ServiceRollout
-	52,  // 78: peloton.api.v1.FederatedService.history:type_name -> peloton.api.v1.ServiceRollout
-	47,  // 79: peloton.api.v1.CreateFederatedServiceRequest.spec:type_name -> peloton.api.v1.FederatedServiceSpec
-	89,  // 80: peloton.api.v1.CreateFederatedServiceResponse.split:type_name -> peloton.api.v1.CreateFederatedServiceResponse.SplitEntry
-	54,  // 81: peloton.api.v1.GetFederatedServiceResponse.service:type_name -> peloton.api.v1.FederatedService
-	54,  // 82: peloton.api.v1.ListFederatedServicesResponse.services:type_name -> peloton.api.v1.FederatedService
-	94,  // 83: peloton.api.v1.UpdateFederatedServiceRequest.job:type_name -> peloton.api.v1.JobSpec
-	49,  // 84: peloton.api.v1.UpdateFederatedServiceRequest.rollout:type_name -> peloton.api.v1.RolloutSpec
-	45,  // 85: peloton.api.v1.UpdateFederatedServiceRequest.placement:type_name -> peloton.api.v1.ServicePlacement
-	54,  // 86: peloton.api.v1.UpdateFederatedServiceResponse.service:type_name -> peloton.api.v1.FederatedService
-	54,  // 87: peloton.api.v1.FederatedServiceRolloutResponse.service:type_name -> peloton.api.v1.FederatedService
-	90,  // 88: peloton.api.v1.RequestDisruptionResponse.expires:type_name -> google.protobuf.Timestamp
-	90,  // 89: peloton.api.v1.SlaGrant.expires:type_name -> google.protobuf.Timestamp
-	44,  // 90: peloton.api.v1.ServiceVersion.OverridesEntry.value:type_name -> peloton.api.v1.ClusterOverride
-	5,   // 91: peloton.api.v1.ClusterService.RegisterCluster:input_type -> peloton.api.v1.RegisterClusterRequest
-	7,   // 92: peloton.api.v1.ClusterService.DeregisterCluster:input_type -> peloton.api.v1.DeregisterClusterRequest
-	9,   // 93: peloton.api.v1.ClusterService.GetCluster:input_type -> peloton.api.v1.GetClusterRequest
-	11,  // 94: peloton.api.v1.ClusterService.ListClusters:input_type -> peloton.api.v1.ListClustersRequest
-	13,  // 95: peloton.api.v1.ClusterService.CordonCluster:input_type -> peloton.api.v1.CordonClusterRequest
-	15,  // 96: peloton.api.v1.ClusterService.UncordonCluster:input_type -> peloton.api.v1.UncordonClusterRequest
-	21,  // 97: peloton.api.v1.FederatedPoolService.CreateFederatedPool:input_type -> peloton.api.v1.CreateFederatedPoolRequest
-	23,  // 98: peloton.api.v1.FederatedPoolService.GetFederatedPool:input_type -> peloton.api.v1.GetFederatedPoolRequest
-	25,  // 99: peloton.api.v1.FederatedPoolService.UpdateFederatedPool:input_type -> peloton.api.v1.UpdateFederatedPoolRequest
-	27,  // 100: peloton.api.v1.FederatedPoolService.DeleteFederatedPool:input_type -> peloton.api.v1.DeleteFederatedPoolRequest
-	29,  // 101: peloton.api.v1.FederatedPoolService.ListFederatedPools:input_type -> peloton.api.v1.ListFederatedPoolsRequest
-	35,  // 102: peloton.api.v1.FederatedJobService.CreateFederatedJob:input_type -> peloton.api.v1.CreateFederatedJobRequest
-	37,  // 103: peloton.api.v1.FederatedJobService.GetFederatedJob:input_type -> peloton.api.v1.GetFederatedJobRequest
-	39,  // 104: peloton.api.v1.FederatedJobService.ListFederatedJobs:input_type -> peloton.api.v1.ListFederatedJobsRequest
-	41,  // 105: peloton.api.v1.FederatedJobService.KillFederatedJob:input_type -> peloton.api.v1.KillFederatedJobRequest
-	55,  // 106: peloton.api.v1.FederatedServiceService.CreateFederatedService:input_type -> peloton.api.v1.CreateFederatedServiceRequest
-	57,  // 107: peloton.api.v1.FederatedServiceService.GetFederatedService:input_type -> peloton.api.v1.GetFederatedServiceRequest
-	59,  // 108: peloton.api.v1.FederatedServiceService.ListFederatedServices:input_type -> peloton.api.v1.ListFederatedServicesRequest
-	69,  // 109: peloton.api.v1.FederatedServiceService.DeleteFederatedService:input_type -> peloton.api.v1.DeleteFederatedServiceRequest
-	61,  // 110: peloton.api.v1.FederatedServiceService.UpdateFederatedService:input_type -> peloton.api.v1.UpdateFederatedServiceRequest
-	63,  // 111: peloton.api.v1.FederatedServiceService.PauseFederatedService:input_type -> peloton.api.v1.PauseFederatedServiceRequest
-	64,  // 112: peloton.api.v1.FederatedServiceService.ResumeFederatedService:input_type -> peloton.api.v1.ResumeFederatedServiceRequest
-	65,  // 113: peloton.api.v1.FederatedServiceService.AbortFederatedService:input_type -> peloton.api.v1.AbortFederatedServiceRequest
-	66,  // 114: peloton.api.v1.FederatedServiceService.RollbackFederatedService:input_type -> peloton.api.v1.RollbackFederatedServiceRequest
-	67,  // 115: peloton.api.v1.FederatedServiceService.ApproveFederatedService:input_type -> peloton.api.v1.ApproveFederatedServiceRequest
-	71,  // 116: peloton.api.v1.GlobalSlaService.RequestDisruption:input_type -> peloton.api.v1.RequestDisruptionRequest
-	73,  // 117: peloton.api.v1.GlobalSlaService.ReleaseDisruption:input_type -> peloton.api.v1.ReleaseDisruptionRequest
-	75,  // 118: peloton.api.v1.GlobalSlaService.RenewDisruption:input_type -> peloton.api.v1.RenewDisruptionRequest
-	77,  // 119: peloton.api.v1.GlobalSlaService.ReportUnavailable:input_type -> peloton.api.v1.ReportUnavailableRequest
-	6,   // 120: peloton.api.v1.ClusterService.RegisterCluster:output_type -> peloton.api.v1.RegisterClusterResponse
-	8,   // 121: peloton.api.v1.ClusterService.DeregisterCluster:output_type -> peloton.api.v1.DeregisterClusterResponse
-	10,  // 122: peloton.api.v1.ClusterService.GetCluster:output_type -> peloton.api.v1.GetClusterResponse
-	12,  // 123: peloton.api.v1.ClusterService.ListClusters:output_type -> peloton.api.v1.ListClustersResponse
-	14,  // 124: peloton.api.v1.ClusterService.CordonCluster:output_type -> peloton.api.v1.CordonClusterResponse
-	16,  // 125: peloton.api.v1.ClusterService.UncordonCluster:output_type -> peloton.api.v1.UncordonClusterResponse
-	22,  // 126: peloton.api.v1.FederatedPoolService.CreateFederatedPool:output_type -> peloton.api.v1.CreateFederatedPoolResponse
-	24,  // 127: peloton.api.v1.FederatedPoolService.GetFederatedPool:output_type -> peloton.api.v1.GetFederatedPoolResponse
-	26,  // 128: peloton.api.v1.FederatedPoolService.UpdateFederatedPool:output_type -> peloton.api.v1.UpdateFederatedPoolResponse
-	28,  // 129: peloton.api.v1.FederatedPoolService.DeleteFederatedPool:output_type -> peloton.api.v1.DeleteFederatedPoolResponse
-	30,  // 130: peloton.api.v1.FederatedPoolService.ListFederatedPools:output_type -> peloton.api.v1.ListFederatedPoolsResponse
-	36,  // 131: peloton.api.v1.FederatedJobService.CreateFederatedJob:output_type -> peloton.api.v1.CreateFederatedJobResponse
-	38,  // 132: peloton.api.v1.FederatedJobService.GetFederatedJob:output_type -> peloton.api.v1.GetFederatedJobResponse
-	40,  // 133: peloton.api.v1.FederatedJobService.ListFederatedJobs:output_type -> peloton.api.v1.ListFederatedJobsResponse
-	42,  // 134: peloton.api.v1.FederatedJobService.KillFederatedJob:output_type -> peloton.api.v1.KillFederatedJobResponse
-	56,  // 135: peloton.api.v1.FederatedServiceService.CreateFederatedService:output_type -> peloton.api.v1.CreateFederatedServiceResponse
-	58,  // 136: peloton.api.v1.FederatedServiceService.GetFederatedService:output_type -> peloton.api.v1.GetFederatedServiceResponse
-	60,  // 137: peloton.api.v1.FederatedServiceService.ListFederatedServices:output_type -> peloton.api.v1.ListFederatedServicesResponse
-	70,  // 138: peloton.api.v1.FederatedServiceService.DeleteFederatedService:output_type -> peloton.api.v1.DeleteFederatedServiceResponse
-	62,  // 139: peloton.api.v1.FederatedServiceService.UpdateFederatedService:output_type -> peloton.api.v1.UpdateFederatedServiceResponse
-	68,  // 140: peloton.api.v1.FederatedServiceService.PauseFederatedService:output_type -> peloton.api.v1.FederatedServiceRolloutResponse
-	68,  // 141: peloton.api.v1.FederatedServiceService.ResumeFederatedService:output_type -> peloton.api.v1.FederatedServiceRolloutResponse
-	68,  // 142: peloton.api.v1.FederatedServiceService.AbortFederatedService:output_type -> peloton.api.v1.FederatedServiceRolloutResponse
-	68,  // 143: peloton.api.v1.FederatedServiceService.RollbackFederatedService:output_type -> peloton.api.v1.FederatedServiceRolloutResponse
-	68,  // 144: peloton.api.v1.FederatedServiceService.ApproveFederatedService:output_type -> peloton.api.v1.FederatedServiceRolloutResponse
-	72,  // 145: peloton.api.v1.GlobalSlaService.RequestDisruption:output_type -> peloton.api.v1.RequestDisruptionResponse
-	74,  // 146: peloton.api.v1.GlobalSlaService.ReleaseDisruption:output_type -> peloton.api.v1.ReleaseDisruptionResponse
-	76,  // 147: peloton.api.v1.GlobalSlaService.RenewDisruption:output_type -> peloton.api.v1.RenewDisruptionResponse
-	78,  // 148: peloton.api.v1.GlobalSlaService.ReportUnavailable:output_type -> peloton.api.v1.ReportUnavailableResponse
-	120, // [120:149] is the sub-list for method output_type
-	91,  // [91:120] is the sub-list for method input_type
-	91,  // [91:91] is the sub-list for extension type_name
-	91,  // [91:91] is the sub-list for extension extendee
-	0,   // [0:91] is the sub-list for field type_name
+	94,  // 24: peloton.api.v1.FederatedPool.total:type_name -> peloton.api.v1.PoolStatus
+	21,  // 25: peloton.api.v1.FederatedPool.global:type_name -> peloton.api.v1.FederatedPoolShare
+	92,  // 26: peloton.api.v1.FederatedPoolShare.entitlement:type_name -> peloton.api.v1.Resources
+	92,  // 27: peloton.api.v1.FederatedPoolShare.allocation:type_name -> peloton.api.v1.Resources
+	92,  // 28: peloton.api.v1.FederatedPoolShare.queued:type_name -> peloton.api.v1.Resources
+	92,  // 29: peloton.api.v1.FederatedPoolShare.capacity:type_name -> peloton.api.v1.Resources
+	18,  // 30: peloton.api.v1.CreateFederatedPoolRequest.spec:type_name -> peloton.api.v1.FederatedPoolSpec
+	20,  // 31: peloton.api.v1.CreateFederatedPoolResponse.pool:type_name -> peloton.api.v1.FederatedPool
+	20,  // 32: peloton.api.v1.GetFederatedPoolResponse.pool:type_name -> peloton.api.v1.FederatedPool
+	18,  // 33: peloton.api.v1.UpdateFederatedPoolRequest.spec:type_name -> peloton.api.v1.FederatedPoolSpec
+	20,  // 34: peloton.api.v1.UpdateFederatedPoolResponse.pool:type_name -> peloton.api.v1.FederatedPool
+	20,  // 35: peloton.api.v1.ListFederatedPoolsResponse.pools:type_name -> peloton.api.v1.FederatedPool
+	84,  // 36: peloton.api.v1.FederatedJobPlacement.cluster_selector:type_name -> peloton.api.v1.FederatedJobPlacement.ClusterSelectorEntry
+	95,  // 37: peloton.api.v1.FederatedJobSpec.job:type_name -> peloton.api.v1.JobSpec
+	32,  // 38: peloton.api.v1.FederatedJobSpec.placement:type_name -> peloton.api.v1.FederatedJobPlacement
+	91,  // 39: peloton.api.v1.FederatedJobAttempt.dispatch_time:type_name -> google.protobuf.Timestamp
+	33,  // 40: peloton.api.v1.FederatedJob.spec:type_name -> peloton.api.v1.FederatedJobSpec
+	1,   // 41: peloton.api.v1.FederatedJob.dispatch_state:type_name -> peloton.api.v1.DispatchState
+	96,  // 42: peloton.api.v1.FederatedJob.status:type_name -> peloton.api.v1.JobStatus
+	34,  // 43: peloton.api.v1.FederatedJob.attempts:type_name -> peloton.api.v1.FederatedJobAttempt
+	91,  // 44: peloton.api.v1.FederatedJob.create_time:type_name -> google.protobuf.Timestamp
+	33,  // 45: peloton.api.v1.CreateFederatedJobRequest.spec:type_name -> peloton.api.v1.FederatedJobSpec
+	35,  // 46: peloton.api.v1.GetFederatedJobResponse.job:type_name -> peloton.api.v1.FederatedJob
+	35,  // 47: peloton.api.v1.ListFederatedJobsResponse.jobs:type_name -> peloton.api.v1.FederatedJob
+	85,  // 48: peloton.api.v1.ClusterShare.selector:type_name -> peloton.api.v1.ClusterShare.SelectorEntry
+	45,  // 49: peloton.api.v1.ClusterShare.override:type_name -> peloton.api.v1.ClusterOverride
+	86,  // 50: peloton.api.v1.ClusterOverride.env:type_name -> peloton.api.v1.ClusterOverride.EnvEntry
+	92,  // 51: peloton.api.v1.ClusterOverride.resources:type_name -> peloton.api.v1.Resources
+	87,  // 52: peloton.api.v1.ClusterOverride.labels:type_name -> peloton.api.v1.ClusterOverride.LabelsEntry
+	44,  // 53: peloton.api.v1.ServicePlacement.clusters:type_name -> peloton.api.v1.ClusterShare
+	47,  // 54: peloton.api.v1.ServicePlacement.failover:type_name -> peloton.api.v1.FailoverPolicy
+	95,  // 55: peloton.api.v1.FederatedServiceSpec.job:type_name -> peloton.api.v1.JobSpec
+	46,  // 56: peloton.api.v1.FederatedServiceSpec.placement:type_name -> peloton.api.v1.ServicePlacement
+	50,  // 57: peloton.api.v1.FederatedServiceSpec.rollout:type_name -> peloton.api.v1.RolloutSpec
+	97,  // 58: peloton.api.v1.ServiceCluster.state:type_name -> peloton.api.v1.JobState
+	88,  // 59: peloton.api.v1.ServiceCluster.covering:type_name -> peloton.api.v1.ServiceCluster.CoveringEntry
+	45,  // 60: peloton.api.v1.ServiceCluster.override:type_name -> peloton.api.v1.ClusterOverride
+	98,  // 61: peloton.api.v1.RolloutSpec.update:type_name -> peloton.api.v1.UpdateSpec
+	51,  // 62: peloton.api.v1.RolloutSpec.steps:type_name -> peloton.api.v1.RolloutStepSpec
+	3,   // 63: peloton.api.v1.RolloutStep.state:type_name -> peloton.api.v1.RolloutStepState
+	91,  // 64: peloton.api.v1.RolloutStep.start_time:type_name -> google.protobuf.Timestamp
+	91,  // 65: peloton.api.v1.RolloutStep.end_time:type_name -> google.protobuf.Timestamp
+	50,  // 66: peloton.api.v1.ServiceRollout.spec:type_name -> peloton.api.v1.RolloutSpec
+	2,   // 67: peloton.api.v1.ServiceRollout.state:type_name -> peloton.api.v1.RolloutState
+	52,  // 68: peloton.api.v1.ServiceRollout.steps:type_name -> peloton.api.v1.RolloutStep
+	91,  // 69: peloton.api.v1.ServiceRollout.create_time:type_name -> google.protobuf.Timestamp
+	91,  // 70: peloton.api.v1.ServiceRollout.end_time:type_name -> google.protobuf.Timestamp
+	91,  // 71: peloton.api.v1.ServiceRollout.soak_start:type_name -> google.protobuf.Timestamp
+	91,  // 72: peloton.api.v1.ServiceRollout.approval_since:type_name -> google.protobuf.Timestamp
+	91,  // 73: peloton.api.v1.ServiceRollout.waiting_since:type_name -> google.protobuf.Timestamp
+	95,  // 74: peloton.api.v1.ServiceVersion.job:type_name -> peloton.api.v1.JobSpec
+	91,  // 75: peloton.api.v1.ServiceVersion.create_time:type_name -> google.protobuf.Timestamp
+	89,  // 76: peloton.api.v1.ServiceVersion.overrides:type_name -> peloton.api.v1.ServiceVersion.OverridesEntry
+	46,  // 77: peloton.api.v1.ServiceVersion.placement:type_name -> peloton.api.v1.ServicePlacement
+	48,  // 78: peloton.api.v1.FederatedService.spec:type_name -> peloton.api.v1.FederatedServiceSpec
+	91,  // 79: peloton.api.v1.FederatedService.create_time:type_name -> google.protobuf.Timestamp
+	49,  // 80: peloton.api.v1.FederatedService.clusters:type_name -> peloton.api.v1.ServiceCluster
+	54,  // 81: peloton.api.v1.FederatedService.versions:type_name -> peloton.api.v1.ServiceVersion
+	53,  // 82: peloton.api.v1.FederatedService.rollout:type_name -> peloton.api.v1.ServiceRollout
+	53,  // 83: peloton.api.v1.FederatedService.history:type_name -> peloton.api.v1.ServiceRollout
+	48,  // 84: peloton.api.v1.CreateFederatedServiceRequest.spec:type_name -> peloton.api.v1.FederatedServiceSpec
+	90,  // 85: peloton.api.v1.CreateFederatedServiceResponse.split:type_name -> peloton.api.v1.CreateFederatedServiceResponse.SplitEntry
+	55,  // 86: peloton.api.v1.GetFederatedServiceResponse.service:type_name -> peloton.api.v1.FederatedService
+	55,  // 87: peloton.api.v1.ListFederatedServicesResponse.services:type_name -> peloton.api.v1.FederatedService
+	95,  // 88: peloton.api.v1.UpdateFederatedServiceRequest.job:type_name -> peloton.api.v1.JobSpec
+	50,  // 89: peloton.api.v1.UpdateFederatedServiceRequest.rollout:type_name -> peloton.api.v1.RolloutSpec
+	46,  // 90: peloton.api.v1.UpdateFederatedServiceRequest.placement:type_name -> peloton.api.v1.ServicePlacement
+	55,  // 91: peloton.api.v1.UpdateFederatedServiceResponse.service:type_name -> peloton.api.v1.FederatedService
+	55,  // 92: peloton.api.v1.FederatedServiceRolloutResponse.service:type_name -> peloton.api.v1.FederatedService
+	91,  // 93: peloton.api.v1.RequestDisruptionResponse.expires:type_name -> google.protobuf.Timestamp
+	91,  // 94: peloton.api.v1.SlaGrant.expires:type_name -> google.protobuf.Timestamp
+	45,  // 95: peloton.api.v1.ServiceVersion.OverridesEntry.value:type_name -> peloton.api.v1.ClusterOverride
+	5,   // 96: peloton.api.v1.ClusterService.RegisterCluster:input_type -> peloton.api.v1.RegisterClusterRequest
+	7,   // 97: peloton.api.v1.ClusterService.DeregisterCluster:input_type -> peloton.api.v1.DeregisterClusterRequest
+	9,   // 98: peloton.api.v1.ClusterService.GetCluster:input_type -> peloton.api.v1.GetClusterRequest
+	11,  // 99: peloton.api.v1.ClusterService.ListClusters:input_type -> peloton.api.v1.ListClustersRequest
+	13,  // 100: peloton.api.v1.ClusterService.CordonCluster:input_type -> peloton.api.v1.CordonClusterRequest
+	15,  // 101: peloton.api.v1.ClusterService.UncordonCluster:input_type -> peloton.api.v1.UncordonClusterRequest
+	22,  // 102: peloton.api.v1.FederatedPoolService.CreateFederatedPool:input_type -> peloton.api.v1.CreateFederatedPoolRequest
+	24,  // 103: peloton.api.v1.FederatedPoolService.GetFederatedPool:input_type -> peloton.api.v1.GetFederatedPoolRequest
+	26,  // 104: peloton.api.v1.FederatedPoolService.UpdateFederatedPool:input_type -> peloton.api.v1.UpdateFederatedPoolRequest
+	28,  // 105: peloton.api.v1.FederatedPoolService.DeleteFederatedPool:input_type -> peloton.api.v1.DeleteFederatedPoolRequest
+	30,  // 106: peloton.api.v1.FederatedPoolService.ListFederatedPools:input_type -> peloton.api.v1.ListFederatedPoolsRequest
+	36,  // 107: peloton.api.v1.FederatedJobService.CreateFederatedJob:input_type -> peloton.api.v1.CreateFederatedJobRequest
+	38,  // 108: peloton.api.v1.FederatedJobService.GetFederatedJob:input_type -> peloton.api.v1.GetFederatedJobRequest
+	40,  // 109: peloton.api.v1.FederatedJobService.ListFederatedJobs:input_type -> peloton.api.v1.ListFederatedJobsRequest
+	42,  // 110: peloton.api.v1.FederatedJobService.KillFederatedJob:input_type -> peloton.api.v1.KillFederatedJobRequest
+	56,  // 111: peloton.api.v1.FederatedServiceService.CreateFederatedService:input_type -> peloton.api.v1.CreateFederatedServiceRequest
+	58,  // 112: peloton.api.v1.FederatedServiceService.GetFederatedService:input_type -> peloton.api.v1.GetFederatedServiceRequest
+	60,  // 113: peloton.api.v1.FederatedServiceService.ListFederatedServices:input_type -> peloton.api.v1.ListFederatedServicesRequest
+	70,  // 114: peloton.api.v1.FederatedServiceService.DeleteFederatedService:input_type -> peloton.api.v1.DeleteFederatedServiceRequest
+	62,  // 115: peloton.api.v1.FederatedServiceService.UpdateFederatedService:input_type -> peloton.api.v1.UpdateFederatedServiceRequest
+	64,  // 116: peloton.api.v1.FederatedServiceService.PauseFederatedService:input_type -> peloton.api.v1.PauseFederatedServiceRequest
+	65,  // 117: peloton.api.v1.FederatedServiceService.ResumeFederatedService:input_type -> peloton.api.v1.ResumeFederatedServiceRequest
+	66,  // 118: peloton.api.v1.FederatedServiceService.AbortFederatedService:input_type -> peloton.api.v1.AbortFederatedServiceRequest
+	67,  // 119: peloton.api.v1.FederatedServiceService.RollbackFederatedService:input_type -> peloton.api.v1.RollbackFederatedServiceRequest
+	68,  // 120: peloton.api.v1.FederatedServiceService.ApproveFederatedService:input_type -> peloton.api.v1.ApproveFederatedServiceRequest
+	72,  // 121: peloton.api.v1.GlobalSlaService.RequestDisruption:input_type -> peloton.api.v1.RequestDisruptionRequest
+	74,  // 122: peloton.api.v1.GlobalSlaService.ReleaseDisruption:input_type -> peloton.api.v1.ReleaseDisruptionRequest
+	76,  // 123: peloton.api.v1.GlobalSlaService.RenewDisruption:input_type -> peloton.api.v1.RenewDisruptionRequest
+	78,  // 124: peloton.api.v1.GlobalSlaService.ReportUnavailable:input_type -> peloton.api.v1.ReportUnavailableRequest
+	6,   // 125: peloton.api.v1.ClusterService.RegisterCluster:output_type -> peloton.api.v1.RegisterClusterResponse
+	8,   // 126: peloton.api.v1.ClusterService.DeregisterCluster:output_type -> peloton.api.v1.DeregisterClusterResponse
+	10,  // 127: peloton.api.v1.ClusterService.GetCluster:output_type -> peloton.api.v1.GetClusterResponse
+	12,  // 128: peloton.api.v1.ClusterService.ListClusters:output_type -> peloton.api.v1.ListClustersResponse
+	14,  // 129: peloton.api.v1.ClusterService.CordonCluster:output_type -> peloton.api.v1.CordonClusterResponse
+	16,  // 130: peloton.api.v1.ClusterService.UncordonCluster:output_type -> peloton.api.v1.UncordonClusterResponse
+	23,  // 131: peloton.api.v1.FederatedPoolService.CreateFederatedPool:output_type -> peloton.api.v1.CreateFederatedPoolResponse
+	25,  // 132: peloton.api.v1.FederatedPoolService.GetFederatedPool:output_type -> peloton.api.v1.GetFederatedPoolResponse
+	27,  // 133: peloton.api.v1.FederatedPoolService.UpdateFederatedPool:output_type -> peloton.api.v1.UpdateFederatedPoolResponse
+	29,  // 134: peloton.api.v1.FederatedPoolService.DeleteFederatedPool:output_type -> peloton.api.v1.DeleteFederatedPoolResponse
+	31,  // 135: peloton.api.v1.FederatedPoolService.ListFederatedPools:output_type -> peloton.api.v1.ListFederatedPoolsResponse
+	37,  // 136: peloton.api.v1.FederatedJobService.CreateFederatedJob:output_type -> peloton.api.v1.CreateFederatedJobResponse
+	39,  // 137: peloton.api.v1.FederatedJobService.GetFederatedJob:output_type -> peloton.api.v1.GetFederatedJobResponse
+	41,  // 138: peloton.api.v1.FederatedJobService.ListFederatedJobs:output_type -> peloton.api.v1.ListFederatedJobsResponse
+	43,  // 139: peloton.api.v1.FederatedJobService.KillFederatedJob:output_type -> peloton.api.v1.KillFederatedJobResponse
+	57,  // 140: peloton.api.v1.FederatedServiceService.CreateFederatedService:output_type -> peloton.api.v1.CreateFederatedServiceResponse
+	59,  // 141: peloton.api.v1.FederatedServiceService.GetFederatedService:output_type -> peloton.api.v1.GetFederatedServiceResponse
+	61,  // 142: peloton.api.v1.FederatedServiceService.ListFederatedServices:output_type -> peloton.api.v1.ListFederatedServicesResponse
+	71,  // 143: peloton.api.v1.FederatedServiceService.DeleteFederatedService:output_type -> peloton.api.v1.DeleteFederatedServiceResponse
+	63,  // 144: peloton.api.v1.FederatedServiceService.UpdateFederatedService:output_type -> peloton.api.v1.UpdateFederatedServiceResponse
+	69,  // 145: peloton.api.v1.FederatedServiceService.PauseFederatedService:output_type -> peloton.api.v1.FederatedServiceRolloutResponse
+	69,  // 146: peloton.api.v1.FederatedServiceService.ResumeFederatedService:output_type -> peloton.api.v1.FederatedServiceRolloutResponse
+	69,  // 147: peloton.api.v1.FederatedServiceService.AbortFederatedService:output_type -> peloton.api.v1.FederatedServiceRolloutResponse
+	69,  // 148: peloton.api.v1.FederatedServiceService.RollbackFederatedService:output_type -> peloton.api.v1.FederatedServiceRolloutResponse
+	69,  // 149: peloton.api.v1.FederatedServiceService.ApproveFederatedService:output_type -> peloton.api.v1.FederatedServiceRolloutResponse
+	73,  // 150: peloton.api.v1.GlobalSlaService.RequestDisruption:output_type -> peloton.api.v1.RequestDisruptionResponse
+	75,  // 151: peloton.api.v1.GlobalSlaService.ReleaseDisruption:output_type -> peloton.api.v1.ReleaseDisruptionResponse
+	77,  // 152: peloton.api.v1.GlobalSlaService.RenewDisruption:output_type -> peloton.api.v1.RenewDisruptionResponse
+	79,  // 153: peloton.api.v1.GlobalSlaService.ReportUnavailable:output_type -> peloton.api.v1.ReportUnavailableResponse
+	125, // [125:154] is the sub-list for method output_type
+	96,  // [96:125] is the sub-list for method input_type
+	96,  // [96:96] is the sub-list for extension type_name
+	96,  // [96:96] is the sub-list for extension extendee
+	0,   // [0:96] is the sub-list for field type_name
 }
 
 func init() { file_peloton_api_v1_federation_proto_init() }
@@ -5810,7 +5931,7 @@ func file_peloton_api_v1_federation_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_peloton_api_v1_federation_proto_rawDesc), len(file_peloton_api_v1_federation_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   86,
+			NumMessages:   87,
 			NumExtensions: 0,
 			NumServices:   5,
 		},
