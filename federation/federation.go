@@ -8,8 +8,9 @@
 // It talks to cluster stacks only through their public API, with the one
 // shared client (cluster/client); it imports no component of a stack
 // (jobmgr, hostmgr, placement) and uses resmgr only for the pure rules of a
-// pool path and spec, so that a global pool is refused in the same words as
-// a cluster pool. Everything it must not forget is in etcd under its own
+// pool path and spec and its division of capacity among pools, so that a
+// global pool is refused in the same words as a cluster pool and its
+// global fair share (fairshare.go) is divided as a cluster's pools are. Everything it must not forget is in etcd under its own
 // prefix (/peloton/federation/), and it is rebuilt from there at start.
 //
 // Each cluster has one worker goroutine, and every remote call a worker
