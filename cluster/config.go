@@ -162,6 +162,10 @@ type Config struct {
 	// still give slack (0: hostmgr's default, 15s).
 	SlackMargin     float64
 	UsageStaleAfter time.Duration
+	// MemoryOversubscription caps what a host commits of its memory
+	// (allocations plus revocable work) at this many times it (0:
+	// hostmgr's default, 1.5; 1: no memory oversubscription).
+	MemoryOversubscription float64
 	// NoHostAgents leaves the local backend's virtual hosts without the
 	// host agent each otherwise gets in-process (agents.go); then only
 	// `peloton serve hostagent` processes report their usage.
