@@ -12,6 +12,7 @@ import (
 	"github.com/peloton-sched/peloton/advisor"
 	"github.com/peloton-sched/peloton/history"
 	"github.com/peloton-sched/peloton/hostagent"
+	"github.com/peloton-sched/peloton/hostmgr"
 	"github.com/peloton-sched/peloton/hostmgr/kubernetes"
 	"github.com/peloton-sched/peloton/internal/serving"
 	"github.com/peloton-sched/peloton/internal/store"
@@ -22,6 +23,10 @@ import (
 // DefaultClusterName is the name of a cluster that is given none. Data
 // written before clusters had names belongs to it (see migrate.go).
 const DefaultClusterName = "local"
+
+// DefaultMemoryOversubscription is Config.MemoryOversubscription's
+// default, hostmgr's.
+const DefaultMemoryOversubscription = hostmgr.DefaultMemoryOversubscription
 
 // ClustersPrefix is the etcd prefix under which every cluster has its own:
 // ClustersPrefix + <name> + "/".
@@ -164,7 +169,7 @@ type Config struct {
 	UsageStaleAfter time.Duration
 	// MemoryOversubscription caps what a host commits of its memory
 	// (allocations plus revocable work) at this many times it (0:
-	// hostmgr's default, 1.5; 1: no memory oversubscription).
+	// DefaultMemoryOversubscription; 1: no memory oversubscription).
 	MemoryOversubscription float64
 	// NoHostAgents leaves the local backend's virtual hosts without the
 	// host agent each otherwise gets in-process (agents.go); then only

@@ -22,7 +22,6 @@ import (
 	"github.com/peloton-sched/peloton/cluster"
 	pclient "github.com/peloton-sched/peloton/cluster/client"
 	"github.com/peloton-sched/peloton/cmd/peloton/internal/cmdutil"
-	"github.com/peloton-sched/peloton/hostmgr"
 	"github.com/peloton-sched/peloton/internal/election"
 	"github.com/peloton-sched/peloton/jobmgr"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
@@ -161,7 +160,7 @@ func (f *serverFlags) register(fs *pflag.FlagSet, embedded bool) {
 	fs.BoolVar(&f.simAgents, "sim-host-agents", false, "give each simulated host an agent reporting its runs' simulated use (sim backend)")
 	fs.DurationVar(&f.agentInterval, "host-agent-interval", 5*time.Second, "how often the in-process host agents report")
 	fs.Float64Var(&f.slackMargin, "slack-margin", 0.1, "fraction of each host's CPU and memory kept out of the slack that revocable work runs on (0 to 0.9)")
-	fs.Float64Var(&f.memOversub, "memory-oversubscription", hostmgr.DefaultMemoryOversubscription, "most a host commits of its memory to regular and revocable work together, as a multiple of it (1: revocable work only gets memory nobody holds; at most 4)")
+	fs.Float64Var(&f.memOversub, "memory-oversubscription", cluster.DefaultMemoryOversubscription, "most a host commits of its memory to regular and revocable work together, as a multiple of it (1: revocable work only gets memory nobody holds; at most 4)")
 	fs.DurationVar(&f.usageStaleAfter, "usage-stale-after", 15*time.Second, "how old a host's last usage report may be and still give slack; past it the host has none")
 	f.qos.Register(fs)
 	f.advisor.register(fs, true)
