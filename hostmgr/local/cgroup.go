@@ -351,7 +351,12 @@ func ownDir(root string, mounts []cgroupMount, own map[string]string, fstype, ct
 // removes it. Tests that need real cgroups ask it before they start a
 // stack.
 func CgroupsUsable() error {
-	c, err := detectCgroups("/", cgroupParentName(fmt.Sprintf("probe-%d-%d", os.Getpid(), time.Now().UnixNano())))
+	return cgroupsUsable(cgroupParentName(fmt.Sprintf("probe-%d-%d", os.Getpid(), time.Now().UnixNano())))
+}
+
+// cgroupsUsable is CgroupsUsable with the probe's parent cgroup named name.
+func cgroupsUsable(name string) error {
+	c, err := detectCgroups("/", name)
 	if err != nil {
 		return err
 	}
