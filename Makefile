@@ -57,7 +57,8 @@ test: kube-tools kubelet-tools helm-tools promtool-tools browser-tools postgres-
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	PELOTON_REQUIRE_POSTGRES=$(if $(filter 1,$(PELOTON_SKIP_POSTGRES)),,1) \
 	  PELOTON_REQUIRE_KUBELET=$(if $(filter 1,$(PELOTON_SKIP_KUBELET)),,1) \
-	  PELOTON_REQUIRE_NETNS=$(if $(filter 1,$(PELOTON_SKIP_NETNS)),,1) $(GO) test -race -count=1 -timeout 40m ./test/e2e/ ./...
+	  PELOTON_REQUIRE_NETNS=$(if $(filter 1,$(PELOTON_SKIP_NETNS)),,1) \
+	  PELOTON_REQUIRE_CGROUPS=$(if $(filter 1,$(PELOTON_SKIP_CGROUPS)),,1) $(GO) test -race -count=1 -timeout 40m ./test/e2e/ ./...
 
 ## fuzz runs every fuzz target (each func Fuzz* in a _test.go file) with
 ## -fuzz for FUZZTIME (default 30s), one after another (hack/fuzz.sh): go

@@ -10,9 +10,11 @@ import (
 // work may hold up to capacity x factor of a host's CPU, where factor is
 // (1 - Margin) over the Percentile of the host's CPU use (a fraction of
 // capacity) in the last Window, between 1 and MaxFactor. A host with
-// fewer than MinSamples fresh readings in the window gets 1. Memory is
-// never oversubscribed: an overcommitted page is an OOM kill, not a slow
-// request.
+// fewer than MinSamples fresh readings in the window gets 1. No factor is
+// learned for memory: an overcommitted page is an OOM kill, not a slow
+// request, so memory is oversubscribed only by what other work holds idle,
+// within hostmgr's fixed cap (Options.MemoryOversubscription), with the
+// agents' QoS controller killing revocable runs when memory runs hot.
 type OversubConfig struct {
 	MaxFactor  float64
 	Margin     float64

@@ -12,6 +12,7 @@ import (
 	"github.com/peloton-sched/peloton/advisor"
 	"github.com/peloton-sched/peloton/history"
 	"github.com/peloton-sched/peloton/hostagent"
+	"github.com/peloton-sched/peloton/hostmgr"
 	"github.com/peloton-sched/peloton/hostmgr/kubernetes"
 	"github.com/peloton-sched/peloton/internal/serving"
 	"github.com/peloton-sched/peloton/internal/store"
@@ -22,6 +23,10 @@ import (
 // DefaultClusterName is the name of a cluster that is given none. Data
 // written before clusters had names belongs to it (see migrate.go).
 const DefaultClusterName = "local"
+
+// DefaultMemoryOversubscription is Config.MemoryOversubscription's
+// default, hostmgr's.
+const DefaultMemoryOversubscription = hostmgr.DefaultMemoryOversubscription
 
 // ClustersPrefix is the etcd prefix under which every cluster has its own:
 // ClustersPrefix + <name> + "/".
@@ -162,6 +167,10 @@ type Config struct {
 	// still give slack (0: hostmgr's default, 15s).
 	SlackMargin     float64
 	UsageStaleAfter time.Duration
+	// MemoryOversubscription caps what a host commits of its memory
+	// (allocations plus revocable work) at this many times it (0:
+	// DefaultMemoryOversubscription; 1: no memory oversubscription).
+	MemoryOversubscription float64
 	// NoHostAgents leaves the local backend's virtual hosts without the
 	// host agent each otherwise gets in-process (agents.go); then only
 	// `peloton serve hostagent` processes report their usage.

@@ -139,9 +139,11 @@ type AgentStats struct {
 	// before the first.
 	LastReport *pelotonv1.UsageReport
 	// QoSKills counts the runs the QoS controller killed, and LastQoSKill
-	// is when it last did (zero before the first).
-	QoSKills    uint64
-	LastQoSKill time.Time
+	// is when it last did (zero before the first); QoSMemoryKills counts
+	// those of them killed because memory ran hot.
+	QoSKills       uint64
+	QoSMemoryKills uint64
+	LastQoSKill    time.Time
 }
 
 // Agent reads its host's usage every interval and reports it to the stack
@@ -190,7 +192,7 @@ type Agent struct {
 	stats   AgentStats             // LastReport unused: pending is it
 	// revoking holds the runs revoked that no acknowledged report named
 	// yet, each with the first report that did (see revokedLocked).
-	revoking map[string]uint64
+	revoking map[string]revocation
 	// ackCh is closed, and replaced, at every ack.
 	ackCh chan struct{}
 }
@@ -245,7 +247,7 @@ func New(cfg Config) (*Agent, error) {
 		log:      log.With("host", cfg.Host, "agent", cfg.AgentID),
 		wake:     make(chan struct{}, 1),
 		killed:   map[string]bool{},
-		revoking: map[string]uint64{},
+		revoking: map[string]revocation{},
 		ackCh:    make(chan struct{}),
 		scraper:  newScrapeClient(cfg.Interval),
 		scrapes:  map[string]*scrapeState{},
@@ -381,7 +383,7 @@ func (a *Agent) read(ctx context.Context, now time.Time) {
 	if rep == nil {
 		return // the baseline
 	}
-	var victims []string
+	var victims []QoSVictim
 	var in QoSInput
 	if a.qosRuns != nil {
 		runUse := make(map[string]Resources, len(rep.Runs))
@@ -389,10 +391,10 @@ func (a *Agent) read(ctx context.Context, now time.Time) {
 			runUse[id] = Resources{CPU: u.GetCpu(), MemoryMB: u.GetMemoryUsedMb()}
 		}
 		in = a.qosInput(Resources{CPU: rep.GetUsage().GetCpu(), MemoryMB: rep.GetUsage().GetMemoryUsedMb()}, runUse, now.Sub(since))
-		a.qosState, victims = a.qos.Decide(a.qosState, in)
+		a.qosState, victims = a.qos.Choose(a.qosState, in)
 	}
 	a.mu.Lock()
-	rep.Revoked = a.revokedLocked(rep.Sequence, victims)
+	rep.Revoked, rep.RevokedResources = a.revokedLocked(rep.Sequence, victims)
 	a.pending = rep
 	a.mu.Unlock()
 	// Sent at once, whether the sender was waiting for the next interval
@@ -684,8 +686,8 @@ func (a *Agent) noteAck(seq uint64) {
 	a.stats.LastAcked = max(a.stats.LastAcked, seq)
 	// Every report from a revocation's first on names it, so the report
 	// acknowledged did if it is that one or later.
-	for id, first := range a.revoking {
-		if first <= seq {
+	for id, r := range a.revoking {
+		if r.first <= seq {
 			delete(a.revoking, id)
 		}
 	}

@@ -50,10 +50,11 @@
 // agent does besides measuring, and it does it alone: revocable runs live
 // on the host's slack, and when the host runs hot (use above a high
 // threshold for a few readings in a row) the agent kills revocable runs,
-// lowest priority and youngest first, until the use projected without them
-// is below a low threshold. QoSPolicy.Decide is the decision, a pure
-// function of one reading; the agent names its victims in the next report
-// (revoked), sent at once, waits a moment for the stack's ack so that the
+// lowest priority first, then the largest user of memory when memory is
+// hot or else the youngest, until the use projected without them is below
+// a low threshold. QoSPolicy.Choose is the decision, a pure function of
+// one reading; the agent names its victims in the next report (revoked,
+// with the resource each was killed for in revokedResources), sent at once, waits a moment for the stack's ack so that the
 // stack ends them as preempted rather than failed, and kills them whether
 // the ack came or not: cooling the host must not depend on the control
 // plane. A failed or stale reading kills nothing and breaks the run of hot

@@ -110,8 +110,34 @@ type QoSRun struct {
 	Use Resources
 }
 
-// Decide takes one reading and returns the state for the next and the
-// ids of the runs to kill now, nil for none.
+// Kinds of resource a host runs hot in: the kind a victim was chosen for
+// (QoSVictim.Resource), as the report names it to the stack.
+const (
+	ResourceCPU    = "cpu"
+	ResourceMemory = "memory"
+)
+
+// QoSVictim is a run Choose kills, and why.
+type QoSVictim struct {
+	ID string
+	// Resource is ResourceMemory when the run was chosen to free memory
+	// (memory was hot and still at or above MemLow, and the run uses
+	// some), else ResourceCPU.
+	Resource string
+}
+
+// Decide is Choose with the victims' ids only.
+func (p QoSPolicy) Decide(st QoSState, in QoSInput) (QoSState, []string) {
+	st, vs := p.Choose(st, in)
+	var ids []string
+	for _, v := range vs {
+		ids = append(ids, v.ID)
+	}
+	return st, ids
+}
+
+// Choose takes one reading and returns the state for the next and the
+// runs to kill now, nil for none.
 //
 // A reading is hot when CPU use is at or above CPUHigh of the cores, or
 // memory at or above MemHigh of the memory. Samples hot readings in a row
@@ -121,15 +147,25 @@ type QoSRun struct {
 // and kills nothing: numbers that cannot be trusted must not kill work,
 // and a gap in them breaks a run of hot readings.
 //
-// Victims are revocable runs only, lowest priority first, then youngest
-// first (it has lost the least work), then by id so that the answer does
-// not depend on the order of in.Runs. They are added until the use
-// projected without them (the host's use minus theirs) is below Low in
-// every kind that was hot; a run that uses nothing of a kind still above
-// Low is passed over, since killing it would not help. When all the
-// revocable runs are not enough, all that help are chosen: work that is
-// not revocable is never chosen, however hot the host.
-func (p QoSPolicy) Decide(st QoSState, in QoSInput) (QoSState, []string) {
+// Victims are revocable runs only, lowest priority first. Of equal
+// priority, on a host whose memory is hot the run using the most memory
+// goes first; otherwise (CPU only) the youngest, which has lost the least
+// work. Memory cannot be throttled as CPU is: past the host's memory the
+// kernel's OOM killer ends a process of its own choosing, which knows
+// nothing of revocable work and prefers the largest, a service as soon as
+// a revocable run. Killing the largest revocable run first frees the most
+// per kill, so the host is below MemLow with the fewest runs lost and
+// within one reading; youngest first could kill many small runs and still
+// leave the host near the OOM killer. Then youngest, then by id, so that
+// the answer does not depend on the order of in.Runs.
+//
+// Victims are added until the use projected without them (the host's use
+// minus theirs) is below Low in every kind that was hot; a run that uses
+// nothing of a kind still above Low is passed over, since killing it
+// would not help. When all the revocable runs are not enough, all that
+// help are chosen: work that is not revocable is never chosen, however
+// hot the host.
+func (p QoSPolicy) Choose(st QoSState, in QoSInput) (QoSState, []QoSVictim) {
 	if !in.Fresh {
 		return QoSState{}, nil
 	}
@@ -154,20 +190,29 @@ func (p QoSPolicy) Decide(st QoSState, in QoSInput) (QoSState, []string) {
 		}
 	}
 	slices.SortFunc(cands, func(a, b QoSRun) int {
-		return cmp.Or(cmp.Compare(a.Priority, b.Priority), cmp.Compare(b.Started, a.Started), cmp.Compare(a.ID, b.ID))
+		bySize := 0
+		if memHot {
+			bySize = cmp.Compare(b.Use.MemoryMB, a.Use.MemoryMB)
+		}
+		return cmp.Or(cmp.Compare(a.Priority, b.Priority), bySize, cmp.Compare(b.Started, a.Started), cmp.Compare(a.ID, b.ID))
 	})
 	cpu, mem := in.Use.CPU, float64(in.Use.MemoryMB)
 	cpuLow, memLow := p.CPULow*in.Capacity.CPU, p.MemLow*float64(in.Capacity.MemoryMB)
-	var victims []string
+	var victims []QoSVictim
 	for _, r := range cands {
 		needCPU, needMem := cpuHot && cpu >= cpuLow, memHot && mem >= memLow
 		if !needCPU && !needMem {
 			break
 		}
-		if !(needCPU && r.Use.CPU > 0) && !(needMem && r.Use.MemoryMB > 0) {
+		forCPU, forMem := needCPU && r.Use.CPU > 0, needMem && r.Use.MemoryMB > 0
+		if !forCPU && !forMem {
 			continue
 		}
-		victims = append(victims, r.ID)
+		v := QoSVictim{ID: r.ID, Resource: ResourceCPU}
+		if forMem {
+			v.Resource = ResourceMemory
+		}
+		victims = append(victims, v)
 		cpu -= r.Use.CPU
 		mem -= float64(r.Use.MemoryMB)
 	}
@@ -241,20 +286,21 @@ func (a *Agent) qosInput(use Resources, runUse map[string]Resources, interval ti
 // them. A victim is not chosen again while the scan still finds it, killed
 // or not: a run that cannot be killed (EPERM) would otherwise be revoked
 // anew every interval, and the stack has the news already.
-func (a *Agent) qosKill(ctx context.Context, seq uint64, victims []string, in QoSInput) {
+func (a *Agent) qosKill(ctx context.Context, seq uint64, victims []QoSVictim, in QoSInput) {
 	// The stack ends a revoked run as preempted work only if it hears
 	// before the run dies; a run it sees die first is a failure. So wait
 	// for the ack, but not long: the kill is what cools the host, and
 	// must not wait on a control plane that may be away.
 	if !a.waitAck(ctx, seq, a.cfg.QoSAckWait) {
 		a.log.Warn("qos: the stack did not acknowledge the revocation in time; killing anyway",
-			"report", seq, "waited", a.cfg.QoSAckWait, "runs", victims)
+			"report", seq, "waited", a.cfg.QoSAckWait, "runs", len(victims))
 	}
 	use := make(map[string]Resources, len(in.Runs))
 	for _, r := range in.Runs {
 		use[r.ID] = r.Use
 	}
-	for _, id := range victims {
+	for _, v := range victims {
+		id := v.ID
 		info := a.prev.info[id]
 		a.killed[id] = true
 		if err := a.qosRuns.Kill(id, info); err != nil {
@@ -264,10 +310,13 @@ func (a *Agent) qosKill(ctx context.Context, seq uint64, victims []string, in Qo
 		now := time.Now()
 		a.mu.Lock()
 		a.stats.QoSKills++
+		if v.Resource == ResourceMemory {
+			a.stats.QoSMemoryKills++
+		}
 		a.stats.LastQoSKill = now
 		a.mu.Unlock()
 		a.log.Warn("qos: killed revocable run: host runs hot",
-			"run", id, "priority", info.Priority, "processes", len(info.Procs),
+			"run", id, "resource", v.Resource, "priority", info.Priority, "processes", len(info.Procs),
 			"run_cpu", use[id].CPU, "run_memory_mb", use[id].MemoryMB,
 			"host_cpu", in.Use.CPU, "host_memory_mb", in.Use.MemoryMB,
 			"capacity_cpu", in.Capacity.CPU, "capacity_memory_mb", in.Capacity.MemoryMB)
@@ -299,19 +348,31 @@ func (a *Agent) waitAck(ctx context.Context, seq uint64, d time.Duration) bool {
 	}
 }
 
-// revokedLocked returns the runs the report seq must name as revoked:
-// victims, and those revoked before that no acknowledged report named.
-// Reports are state, and a newer one replaces one not yet sent: a run's
-// revocation must not be lost with the report that first carried it, so
-// every report carries it until one that does is acknowledged.
-func (a *Agent) revokedLocked(seq uint64, victims []string) []string {
-	for _, id := range victims {
-		if _, ok := a.revoking[id]; !ok {
-			a.revoking[id] = seq
+// revocation is a run revoked: the first report that named it, and the
+// kind it was killed for.
+type revocation struct {
+	first    uint64
+	resource string
+}
+
+// revokedLocked returns the runs the report seq must name as revoked,
+// and what each was killed for: victims, and those revoked before that no
+// acknowledged report named. Reports are state, and a newer one replaces
+// one not yet sent: a run's revocation must not be lost with the report
+// that first carried it, so every report carries it until one that does
+// is acknowledged.
+func (a *Agent) revokedLocked(seq uint64, victims []QoSVictim) ([]string, map[string]string) {
+	for _, v := range victims {
+		if _, ok := a.revoking[v.ID]; !ok {
+			a.revoking[v.ID] = revocation{first: seq, resource: v.Resource}
 		}
 	}
 	if len(a.revoking) == 0 {
-		return nil
+		return nil, nil
 	}
-	return slices.Sorted(maps.Keys(a.revoking))
+	why := make(map[string]string, len(a.revoking))
+	for id, r := range a.revoking {
+		why[id] = r.resource
+	}
+	return slices.Sorted(maps.Keys(a.revoking)), why
 }

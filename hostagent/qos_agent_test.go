@@ -3,6 +3,7 @@ package hostagent
 import (
 	"bufio"
 	"fmt"
+	"maps"
 	"math"
 	"net"
 	"os"
@@ -212,9 +213,63 @@ func TestAgentQoSWithoutControlPlane(t *testing.T) {
 	if got := a.Stats().LastReport.GetRevoked(); !slices.Equal(got, []string{"r"}) {
 		t.Errorf("a later report revokes %q, want [r]: never acknowledged, so named again", got)
 	}
+	if got := a.Stats().LastReport.GetRevokedResources(); !maps.Equal(got, map[string]string{"r": ResourceCPU}) {
+		t.Errorf("the report says the runs were revoked for %v, want r for cpu", got)
+	}
 	// The fake's r stays "alive" but is not chosen again while found.
 	if k := f.killed(); len(k) != 1 {
 		t.Errorf("kills %+v, want one", k)
+	}
+}
+
+// TestAgentQoSMemoryKillsLargestRevocable: a virtual host whose runs hold
+// more than its memory's high mark: the agent kills the revocable run
+// holding the most (one kill is enough), not the younger smaller one, nor
+// the run that is not revocable; its reports name the run revoked for
+// memory, and its stats count a memory kill.
+func TestAgentQoSMemoryKillsLargestRevocable(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	_ = lis.Close() // no stack: the reports stay unacknowledged, so each names the revocation
+
+	hold := func(k int, mib uint64, revocable bool, started time.Duration) RunInfo {
+		return RunInfo{Sample: Sample{CPUSeconds: 0.01 * float64(k), MemUsed: mib * miB, Time: at(k)}, Revocable: revocable, Started: started}
+	}
+	// 1000 MiB of 1024: hot at 0.8; below 0.6 (614 MiB) once big's 600 go.
+	var f *fakeQoSRuns
+	f = &fakeQoSRuns{runs: func(k int) (map[string]RunInfo, error) {
+		runs := map[string]RunInfo{
+			"big":   hold(k, 600, true, time.Second),
+			"small": hold(k, 100, true, 9*time.Second), // the youngest
+			"n":     hold(k, 300, false, 5*time.Second),
+		}
+		for _, kill := range f.killed() {
+			delete(runs, kill.id) // gone, and its memory with it
+		}
+		return runs, nil
+	}}
+	cfg := testConfig(dial(t, addr), &fakeMachine{virtual: true})
+	cfg.Runs = f
+	cfg.QoS = &QoSPolicy{MemHigh: 0.8, MemLow: 0.6, Samples: 2}
+	cfg.Capacity = Resources{CPU: 1, MemoryMB: 1024}
+	cfg.QoSAckWait = 100 * time.Millisecond
+	a, stop := start(t, cfg)
+	testutil.Eventually(t, 10*time.Second, "the kill", func() bool { return len(f.killed()) > 0 })
+	killedIn := a.Stats().LastReport.GetSequence()
+	testutil.Eventually(t, 10*time.Second, "a report after the kill", func() bool { return a.Stats().LastReport.GetSequence() > killedIn })
+	stop()
+	if k := f.killed(); len(k) != 1 || k[0].id != "big" {
+		t.Errorf("killed %+v, want big alone", k)
+	}
+	st := a.Stats()
+	if st.QoSKills != 1 || st.QoSMemoryKills != 1 {
+		t.Errorf("Stats = %+v, want one kill, for memory", st)
+	}
+	if got := st.LastReport.GetRevokedResources(); !maps.Equal(got, map[string]string{"big": ResourceMemory}) {
+		t.Errorf("the report says the runs were revoked for %v, want big for memory", got)
 	}
 }
 

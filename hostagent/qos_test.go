@@ -95,6 +95,39 @@ func TestQoSDecide(t *testing.T) {
 			wantVictims: []string{"y", "z"},
 		},
 		{
+			// Youngest first would take b, a and c, all three: 950 − 50
+			// − 100 = 800, still at or above 750.
+			name: "memory hot: of equal priority, the largest first",
+			st:   QoSState{Hot: 1}, use: Resources{CPU: 1, MemoryMB: 950},
+			runs: runs(
+				rev("a").prio(0).started(10).mem(100),
+				rev("b").prio(0).started(20).mem(50),
+				rev("c").prio(0).started(5).mem(300),
+				rev("d").prio(1).started(1).mem(900), // larger, but of a higher priority
+			),
+			wantVictims: []string{"c"},
+		},
+		{
+			name: "memory hot: priority before size",
+			st:   QoSState{Hot: 1}, use: Resources{MemoryMB: 950},
+			runs: runs(
+				rev("big").prio(1).mem(400),
+				rev("small").prio(0).started(3).mem(100),
+				rev("mid").prio(0).started(9).mem(150),
+			),
+			// 950 − mid 150 − small 100 = 700 < 750.
+			wantVictims: []string{"mid", "small"},
+		},
+		{
+			name: "cpu hot only: youngest first, whatever the memory",
+			st:   QoSState{Hot: 1}, use: Resources{CPU: 3.7, MemoryMB: 100},
+			runs: runs(
+				rev("old-big").started(1).cpu(1).mem(90),
+				rev("young-small").started(9).cpu(1).mem(1),
+			),
+			wantVictims: []string{"young-small"},
+		},
+		{
 			name: "both hot: until both are below low",
 			st:   QoSState{Hot: 1}, use: Resources{CPU: 3.7, MemoryMB: 920},
 			runs: runs(
@@ -216,7 +249,10 @@ func TestQoSDecideProperties(t *testing.T) {
 			}
 			if k > 0 {
 				a, b := byID[victims[k-1]], byID[id]
-				if a.Priority > b.Priority || (a.Priority == b.Priority && a.Started < b.Started) || a.ID == b.ID {
+				memHot := float64(in.Use.MemoryMB) >= p.MemHigh*float64(capacity.MemoryMB)
+				bigger := memHot && a.Use.MemoryMB > b.Use.MemoryMB
+				smaller := memHot && a.Use.MemoryMB < b.Use.MemoryMB
+				if a.Priority > b.Priority || (a.Priority == b.Priority && (smaller || (!bigger && a.Started < b.Started))) || a.ID == b.ID {
 					t.Fatalf("case %d: victims %q out of order (%+v)", i, victims, in)
 				}
 			}
@@ -262,6 +298,48 @@ func TestQoSDecideProperties(t *testing.T) {
 				t.Fatalf("case %d: victims %q: the last was not needed (%+v)", i, victims, in)
 			}
 		}
+	}
+}
+
+// TestQoSChooseResource: each victim names the kind it was chosen for:
+// memory when memory needed cooling and the run frees some (memory first:
+// it is the kind that kills), CPU otherwise.
+func TestQoSChooseResource(t *testing.T) {
+	tests := []struct {
+		name string
+		use  Resources
+		runs []QoSRun
+		want []QoSVictim
+	}{
+		{
+			name: "cpu hot",
+			use:  Resources{CPU: 3.8, MemoryMB: 100},
+			runs: runs(rev("a").cpu(2).mem(50)),
+			want: []QoSVictim{{"a", ResourceCPU}},
+		},
+		{
+			name: "memory hot",
+			use:  Resources{CPU: 1, MemoryMB: 950},
+			runs: runs(rev("a").cpu(1).mem(300)),
+			want: []QoSVictim{{"a", ResourceMemory}},
+		},
+		{
+			// m frees both while both are needed: memory. Memory is cool
+			// after m (920 − 400 = 520); c is taken for CPU.
+			name: "both hot",
+			use:  Resources{CPU: 3.9, MemoryMB: 920},
+			runs: runs(rev("m").prio(0).cpu(0.5).mem(400), rev("c").prio(1).cpu(1).mem(10)),
+			want: []QoSVictim{{"m", ResourceMemory}, {"c", ResourceCPU}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			in := QoSInput{Capacity: testCapacity, Use: tt.use, Fresh: true, Runs: tt.runs}
+			_, got := testPolicy.Choose(QoSState{Hot: 1}, in)
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("Choose = %+v, want %+v", got, tt.want)
+			}
+		})
 	}
 }
 

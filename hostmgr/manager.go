@@ -313,6 +313,12 @@ type Options struct {
 	// of its slack (slack.go; default DefaultSlackMargin, 0.1). A
 	// negative value means none.
 	SlackMargin float64
+	// MemoryOversubscription caps each host's memory slack so that what
+	// the host has committed (non-revocable allocations and revocable
+	// work) stays within this many times its memory (slack.go; default
+	// DefaultMemoryOversubscription, 1.5). 1 offers revocable work only
+	// memory nobody holds; values below 1 are taken as 1.
+	MemoryOversubscription float64
 	// UsageStaleAfter is how old a host's last usage report may be and
 	// still count (default DefaultUsageStaleAfter, 15s): past it the host
 	// has no slack.
@@ -342,6 +348,12 @@ func NewManager(b Backend, opts Options) *Manager {
 	if opts.UsageStaleAfter <= 0 {
 		opts.UsageStaleAfter = DefaultUsageStaleAfter
 	}
+	switch {
+	case opts.MemoryOversubscription == 0:
+		opts.MemoryOversubscription = DefaultMemoryOversubscription
+	case opts.MemoryOversubscription < 1:
+		opts.MemoryOversubscription = 1
+	}
 	sub, _ := b.(SubstrateReporter)
 	m := &Manager{
 		substrate: sub,
@@ -351,7 +363,7 @@ func NewManager(b Backend, opts Options) *Manager {
 		onCapacity: opts.OnCapacity, stop: func() {},
 	}
 	m.maint = newMaintenance(m, opts.Store)
-	m.usage = &Usage{hm: m, log: m.log, slackMargin: opts.SlackMargin, staleAfter: opts.UsageStaleAfter, onSlack: opts.OnSlack}
+	m.usage = &Usage{hm: m, log: m.log, slackMargin: opts.SlackMargin, memOversub: opts.MemoryOversubscription, staleAfter: opts.UsageStaleAfter, onSlack: opts.OnSlack}
 	return m
 }
 

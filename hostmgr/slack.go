@@ -15,7 +15,18 @@ import (
 //	own    = used - what the host's revocable runs use   (the rest of the host's use)
 //	slack  = min((1 - margin) × allocated, (1 - margin) × capacity) - own
 //
-// floored at zero, where allocated is what non-revocable runs hold. The
+// floored at zero, where allocated is what non-revocable runs hold, and
+// memory slack at most
+//
+//	memFactor × capacity - allocated
+//
+// so that what a host has committed, its allocations and what revocable
+// runs may take, stays within its memory oversubscription factor
+// (Options.MemoryOversubscription; 1 offers only memory nobody holds).
+// CPU over-committed is slower work; memory over-committed is an OOM kill
+// of whatever the kernel picks, so memory has a hard cap as well as the
+// agent's QoS controller, which kills revocable runs, largest first, when
+// a host's memory use nears its capacity (hostagent/qos.go). The
 // margin keeps part of every allocation for its own spikes: room for the
 // other work's use to grow before the next report (and the agent's QoS
 // controller to act); the second term keeps slack inside what the machine
@@ -32,24 +43,36 @@ import (
 
 // Default slack policy.
 const (
-	DefaultSlackMargin     = 0.1
-	DefaultUsageStaleAfter = 15 * time.Second
+	DefaultSlackMargin            = 0.1
+	DefaultUsageStaleAfter        = 15 * time.Second
+	DefaultMemoryOversubscription = 1.5
 )
+
+// slackPolicy is what hostSlack needs besides the host's numbers.
+type slackPolicy struct {
+	// margin is the fraction of each allocation and of capacity kept out.
+	margin float64
+	// cpuFactor is the advisor's CPU oversubscription factor for the host
+	// (1: none); memFactor caps what the host commits of its memory.
+	cpuFactor, memFactor float64
+}
 
 // hostSlack is a host's slack as defined above, before what revocable runs
 // already hold is taken from it. It is pure.
-func hostSlack(capacity, allocated, used, revocableUsed resources.Resources, margin, factor float64) resources.Resources {
+func hostSlack(capacity, allocated, used, revocableUsed resources.Resources, p slackPolicy) resources.Resources {
 	own := used.Sub(revocableUsed)
 	keep := func(r resources.Resources) resources.Resources {
-		return resources.Resources{MilliCPU: int64((1 - margin) * float64(r.MilliCPU)), MemoryMB: int64((1 - margin) * float64(r.MemoryMB))}
+		return resources.Resources{MilliCPU: int64((1 - p.margin) * float64(r.MilliCPU)), MemoryMB: int64((1 - p.margin) * float64(r.MemoryMB))}
 	}
 	// Oversubscription (the advisor's factor, batch hosts' CPU only): what
 	// nobody holds, up to (factor - 1) x capacity, counts as held but idle.
 	held := allocated
-	if factor > 1 {
-		held.MilliCPU += int64((factor - 1) * float64(capacity.MilliCPU))
+	if p.cpuFactor > 1 {
+		held.MilliCPU += int64((p.cpuFactor - 1) * float64(capacity.MilliCPU))
 	}
 	s := keep(held).Min(keep(capacity)).Sub(own)
+	memCap := int64(p.memFactor*float64(capacity.MemoryMB)) - allocated.MemoryMB
+	s.MemoryMB = max(0, min(s.MemoryMB, memCap))
 	s.DiskMB = capacity.Sub(allocated).DiskMB
 	s.GPU = capacity.Sub(allocated).GPU
 	return s
@@ -89,7 +112,7 @@ func (us *Usage) totalSlackLocked(h *host, now time.Time) resources.Resources {
 	}
 	used := usageResources(rep.usage.Cpu, rep.usage.MemoryUsedMb)
 	_, factor := us.hostAdvice(h.info.Name, now)
-	return hostSlack(h.info.Capacity, h.allocated, used, revUsed, us.slackMargin, factor)
+	return hostSlack(h.info.Capacity, h.allocated, used, revUsed, slackPolicy{margin: us.slackMargin, cpuFactor: factor, memFactor: us.memOversub})
 }
 
 // ClusterSlack is the slack of every host in service, before what

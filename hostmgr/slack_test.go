@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/peloton-sched/peloton/internal/metrics"
 	"github.com/peloton-sched/peloton/internal/resources"
 	peltest "github.com/peloton-sched/peloton/internal/testing/testutil"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
@@ -37,7 +40,9 @@ func TestHostSlack(t *testing.T) {
 		{"held disk is not slack", resources.Resources{MilliCPU: 1000, MemoryMB: 1000, DiskMB: 600, GPU: 2}, resources.Resources{}, resources.Resources{}, 0,
 			resources.Resources{MilliCPU: 1000, MemoryMB: 1000, DiskMB: 400}},
 	} {
-		if got := hostSlack(capacity, tc.allocated, tc.used, tc.revUse, tc.margin, 1); got != tc.want {
+		// Memory oversubscription 2 never binds here: allocations are
+		// within capacity and slack within free capacity.
+		if got := hostSlack(capacity, tc.allocated, tc.used, tc.revUse, slackPolicy{margin: tc.margin, cpuFactor: 1, memFactor: 2}); got != tc.want {
 			t.Errorf("%s: slack %v, want %v", tc.name, got, tc.want)
 		}
 	}
@@ -102,13 +107,24 @@ func TestRevocableOnSlack(t *testing.T) {
 	}
 	m.ReleaseLease(lease)
 	// The agent's QoS controller revokes a revocable run; a regular run
-	// named with it is not taken for revoked.
-	if _, err := m.Usage().TakeUsage(&pelotonv1.UsageReport{Host: "a", AgentId: "x", Sequence: 2,
-		Usage: &pelotonv1.HostUsage{Cpu: 7.9, MemoryUsedMb: 3000}, Revoked: []string{"r-0-1", "j-0-1"}}); err != nil {
-		t.Fatal(err)
+	// named with it is not taken for revoked. The kill is counted by the
+	// kind the host ran hot in, once however often it is named.
+	kills := func(resource string) float64 {
+		return testutil.ToFloat64(metrics.HostQoSKills.WithLabelValues("a", resource))
+	}
+	cpuKills, memKills := kills(metrics.KindCPU), kills(metrics.KindMemory)
+	for seq := uint64(2); seq <= 3; seq++ {
+		if _, err := m.Usage().TakeUsage(&pelotonv1.UsageReport{Host: "a", AgentId: "x", Sequence: seq,
+			Usage: &pelotonv1.HostUsage{Cpu: 2, MemoryUsedMb: 15000}, Revoked: []string{"r-0-1", "j-0-1"},
+			RevokedResources: map[string]string{"r-0-1": "memory", "j-0-1": "memory"}}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if !m.Revoked("r-0-1") || m.Revoked("j-0-1") {
 		t.Fatalf("revoked: r-0-1 %v (want true), j-0-1 %v (want false)", m.Revoked("r-0-1"), m.Revoked("j-0-1"))
+	}
+	if c, mem := kills(metrics.KindCPU)-cpuKills, kills(metrics.KindMemory)-memKills; c != 0 || mem != 1 {
+		t.Fatalf("QoS kills counted: cpu %v, memory %v; want one for memory", c, mem)
 	}
 	m.ReleaseTask("r-0-1")
 	// Stale: no slack.
@@ -135,13 +151,41 @@ func TestRevocableOnSlack(t *testing.T) {
 func TestHostSlackOversubscribed(t *testing.T) {
 	capacity := resources.Resources{MilliCPU: 8000, MemoryMB: 16000}
 	// 4 cores held, 2 used; factor 1.5 counts 4 more as held: 8 x 0.9 - 2.
-	got := hostSlack(capacity, cpuMem(4000, 8000), cpuMem(2000, 4000), resources.Resources{}, 0.1, 1.5)
+	got := hostSlack(capacity, cpuMem(4000, 8000), cpuMem(2000, 4000), resources.Resources{}, slackPolicy{margin: 0.1, cpuFactor: 1.5, memFactor: 2})
 	if want := (resources.Resources{MilliCPU: 7200 - 2000, MemoryMB: 7200 - 4000}); got != want {
 		t.Errorf("factor 1.5: slack %v, want %v", got, want)
 	}
 	// Factor 1.25 adds 2 cores: (4 + 2) x 0.9 - 2.
-	got = hostSlack(capacity, cpuMem(4000, 8000), cpuMem(2000, 4000), resources.Resources{}, 0.1, 1.25)
+	got = hostSlack(capacity, cpuMem(4000, 8000), cpuMem(2000, 4000), resources.Resources{}, slackPolicy{margin: 0.1, cpuFactor: 1.25, memFactor: 2})
 	if want := (resources.Resources{MilliCPU: 5400 - 2000, MemoryMB: 7200 - 4000}); got != want {
 		t.Errorf("factor 1.25: slack %v, want %v", got, want)
+	}
+}
+
+// TestHostSlackMemoryOversubscription: memory slack is what non-revocable
+// runs hold but do not use, capped so that what the host has committed
+// (their allocations and revocable work) stays within memFactor x its
+// memory: 1 offers only memory nobody holds.
+func TestHostSlackMemoryOversubscription(t *testing.T) {
+	capacity := resources.Resources{MilliCPU: 8000, MemoryMB: 16000}
+	for _, tc := range []struct {
+		name              string
+		allocated, used   resources.Resources
+		memFactor         float64
+		wantCPU, wantMemo int64
+	}{
+		// All memory held, 2000 used: 14400 − 2000 idle, but 1.5 x
+		// 16000 − 16000 = 8000 may be committed beyond the allocations.
+		{"held, idle, capped at 1.5", cpuMem(4000, 16000), cpuMem(1000, 2000), 1.5, 3600 - 1000, 8000},
+		{"the cap does not bind", cpuMem(4000, 8000), cpuMem(1000, 2000), 1.5, 3600 - 1000, 7200 - 2000},
+		// 1: only what nobody holds, 16000 − 12000.
+		{"factor 1: no oversubscription", cpuMem(4000, 12000), cpuMem(1000, 1000), 1, 3600 - 1000, 4000},
+		{"factor 1, all held: none", cpuMem(4000, 16000), cpuMem(1000, 1000), 1, 3600 - 1000, 0},
+		{"allocations above the cap already: none", cpuMem(4000, 20000), cpuMem(1000, 1000), 1.2, 3600 - 1000, 0},
+	} {
+		got := hostSlack(capacity, tc.allocated, tc.used, resources.Resources{}, slackPolicy{margin: 0.1, cpuFactor: 1, memFactor: tc.memFactor})
+		if got.MilliCPU != tc.wantCPU || got.MemoryMB != tc.wantMemo {
+			t.Errorf("%s: slack %v, want %d milli-CPU, %d MiB", tc.name, got, tc.wantCPU, tc.wantMemo)
+		}
 	}
 }

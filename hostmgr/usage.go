@@ -1,8 +1,10 @@
 package hostmgr
 
 import (
+	"cmp"
 	"log/slog"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -40,6 +42,7 @@ type Usage struct {
 	advice advice
 	// The slack policy (slack.go) and who is told the cluster's slack.
 	slackMargin float64
+	memOversub  float64
 	staleAfter  time.Duration
 	onSlack     func(resources.Resources)
 	// slackGauged: the hosts with slack gauges. Guarded by hm.mu.
@@ -115,6 +118,14 @@ func validUsageReport(r *pelotonv1.UsageReport) error {
 	case len(r.GetRuns()) > maxRunsPerReport:
 		return apierr.Invalid("runs", "%d runs; at most %d", len(r.GetRuns()), maxRunsPerReport)
 	}
+	for id, kind := range r.GetRevokedResources() {
+		switch {
+		case !slices.Contains(r.GetRevoked(), id):
+			return apierr.Invalid("revokedResources["+id+"]", "not in revoked")
+		case kind != metrics.KindCPU && kind != metrics.KindMemory:
+			return apierr.Invalid("revokedResources["+id+"]", "%q: want cpu or memory", kind)
+		}
+	}
 	for id, ru := range r.GetRuns() {
 		switch {
 		case id == "":
@@ -176,8 +187,9 @@ func (us *Usage) TakeUsage(r *pelotonv1.UsageReport) (UsageResult, error) {
 	for _, id := range revoked {
 		if _, dup := b.revoked[id]; !dup {
 			b.revoked[id] = now
-			metrics.HostQoSKills.WithLabelValues(r.Host).Inc()
-			us.log.Warn("host agent revokes a revocable run: its host runs hot", "host", r.Host, "task", id)
+			kind := cmp.Or(r.RevokedResources[id], metrics.KindCPU) // agents from before memory QoS name none
+			metrics.HostQoSKills.WithLabelValues(r.Host, kind).Inc()
+			us.log.Warn("host agent revokes a revocable run: its host runs hot", "host", r.Host, "task", id, "resource", kind)
 		}
 	}
 	last := b.hosts[r.Host]
@@ -206,7 +218,9 @@ func (us *Usage) TakeUsage(r *pelotonv1.UsageReport) (UsageResult, error) {
 	metrics.HostCPUUsed.WithLabelValues(r.Host).Set(u.Cpu)
 	metrics.HostMemoryUsed.WithLabelValues(r.Host).Set(float64(u.MemoryUsedMb) * (1 << 20))
 	metrics.HostReportTime.WithLabelValues(r.Host).Set(float64(now.UnixNano()) / 1e9)
-	metrics.HostQoSKills.WithLabelValues(r.Host).Add(0) // the host's series starts at 0, not at its first kill
+	// The host's series start at 0, not at its first kill.
+	metrics.HostQoSKills.WithLabelValues(r.Host, metrics.KindCPU).Add(0)
+	metrics.HostQoSKills.WithLabelValues(r.Host, metrics.KindMemory).Add(0)
 	return UsageTaken, nil
 }
 

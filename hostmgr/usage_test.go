@@ -95,6 +95,10 @@ func TestUsageReports(t *testing.T) {
 		{report("a", "x", 5, 1, map[string]float64{"j-0-1": math.Inf(1)}), codes.InvalidArgument, "runs[j-0-1].cpu"},
 		{&pelotonv1.UsageReport{Host: "a", AgentId: "x", Sequence: 5, Usage: &pelotonv1.HostUsage{},
 			Runs: map[string]*pelotonv1.TaskUsage{"j-0-1": {LatencyP99Seconds: math.NaN()}}}, codes.InvalidArgument, "runs[j-0-1].latencyP99Seconds"},
+		{&pelotonv1.UsageReport{Host: "a", AgentId: "x", Sequence: 5, Usage: &pelotonv1.HostUsage{},
+			Revoked: []string{"j-0-1"}, RevokedResources: map[string]string{"j-0-1": "disk"}}, codes.InvalidArgument, `revokedResources[j-0-1]: "disk"`},
+		{&pelotonv1.UsageReport{Host: "a", AgentId: "x", Sequence: 5, Usage: &pelotonv1.HostUsage{},
+			RevokedResources: map[string]string{"j-0-1": "memory"}}, codes.InvalidArgument, "revokedResources[j-0-1]: not in revoked"},
 	} {
 		_, err := m.Usage().TakeUsage(tc.r)
 		if status.Code(err) != tc.code || !strings.Contains(err.Error(), tc.want) {

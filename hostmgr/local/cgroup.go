@@ -345,6 +345,25 @@ func ownDir(root string, mounts []cgroupMount, own map[string]string, fstype, ct
 	return dir, found, dir != ""
 }
 
+// CgroupsUsable says why a backend started by this process would run its
+// runs without cgroups of their own, nil when it would give each one: it
+// creates a parent cgroup as Start does, under a name of its own, and
+// removes it. Tests that need real cgroups ask it before they start a
+// stack.
+func CgroupsUsable() error {
+	return cgroupsUsable(cgroupParentName(fmt.Sprintf("probe-%d-%d", os.Getpid(), time.Now().UnixNano())))
+}
+
+// cgroupsUsable is CgroupsUsable with the probe's parent cgroup named name.
+func cgroupsUsable(name string) error {
+	c, err := detectCgroups("/", name)
+	if err != nil {
+		return err
+	}
+	c.removeParents()
+	return nil
+}
+
 // runCgroup is the cgroup of one run.
 type runCgroup struct {
 	version int

@@ -330,3 +330,26 @@ func TestCgroupV2CloneInto(t *testing.T) {
 	}
 	checkGone(t, []string{dir})
 }
+
+// TestCgroupsUsable: where cgroups are usable, the probe says so and
+// removes the parent cgroup it made to find out.
+func TestCgroupsUsable(t *testing.T) {
+	requireCgroups(t)
+	name := cgroupParentName(t.TempDir())
+	c, err := detectCgroups("/", name) // where the probe's parent goes
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.removeParents()
+	if err := cgroupsUsable(name); err != nil {
+		t.Fatalf("cgroupsUsable = %v, where a backend makes its cgroups", err)
+	}
+	for _, d := range c.parents() {
+		if _, err := os.Stat(d); !os.IsNotExist(err) {
+			t.Errorf("the probe's cgroup %s is still there (%v)", d, err)
+		}
+	}
+	if err := CgroupsUsable(); err != nil {
+		t.Errorf("CgroupsUsable = %v", err)
+	}
+}

@@ -283,13 +283,14 @@ var (
 )
 
 // HostQoSKills counts the revocable runs each host's QoS controller
-// killed because the host ran hot; HostSlackCPU and HostSlackMemory are
+// killed because the host ran hot, by the resource it ran hot in
+// (KindCPU, KindMemory); HostSlackCPU and HostSlackMemory are
 // what revocable work may still take there (hostmgr/slack.go).
 var (
 	HostQoSKills = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "peloton", Subsystem: "host", Name: "qos_kills_total",
-		Help: "Revocable runs a host agent's QoS controller killed because the host ran hot.",
-	}, []string{"host"})
+		Help: "Revocable runs a host agent's QoS controller killed because the host ran hot, by the resource it ran hot in (cpu, memory).",
+	}, []string{"host", "resource"})
 	HostSlackCPU = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: "peloton", Subsystem: "host", Name: "slack_cpu_cores",
 		Help: "CPU revocable work may still take on each host (held but unused by other work, less the margin and what revocable runs hold).",

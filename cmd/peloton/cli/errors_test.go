@@ -75,6 +75,7 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"task", "get", "j", "-1"}, exitUsage, `"-1" is not a non-negative integer`},
 		{[]string{"task", "get", "j", "one"}, exitUsage, `instance: "one" is not a non-negative integer`},
 		{[]string{"job", "get", "x", "--timeout", "0s"}, exitUsage, "invalid --timeout"},
+		{[]string{"up", "--memory-oversubscription", "0.5"}, exitUsage, "invalid --memory-oversubscription 0.5: must be between 1 and 4"},
 		{[]string{"job", "create", "-f", "missing.yaml"}, exitError, "missing.yaml: open missing.yaml"},
 	} {
 		r := runCLI(t, "", tc.args...)

@@ -58,6 +58,7 @@ type serverFlags struct {
 	simAgents       bool
 	agentInterval   time.Duration
 	slackMargin     float64
+	memOversub      float64
 	usageStaleAfter time.Duration
 	qos             qosFlags
 	advisor         advisorFlags
@@ -159,6 +160,7 @@ func (f *serverFlags) register(fs *pflag.FlagSet, embedded bool) {
 	fs.BoolVar(&f.simAgents, "sim-host-agents", false, "give each simulated host an agent reporting its runs' simulated use (sim backend)")
 	fs.DurationVar(&f.agentInterval, "host-agent-interval", 5*time.Second, "how often the in-process host agents report")
 	fs.Float64Var(&f.slackMargin, "slack-margin", 0.1, "fraction of each host's CPU and memory kept out of the slack that revocable work runs on (0 to 0.9)")
+	fs.Float64Var(&f.memOversub, "memory-oversubscription", cluster.DefaultMemoryOversubscription, "most a host commits of its memory to regular and revocable work together, as a multiple of it (1: revocable work only gets memory nobody holds; at most 4)")
 	fs.DurationVar(&f.usageStaleAfter, "usage-stale-after", 15*time.Second, "how old a host's last usage report may be and still give slack; past it the host has none")
 	f.qos.Register(fs)
 	f.advisor.register(fs, true)
@@ -215,42 +217,43 @@ func (f *serverFlags) config(embedded bool) (cluster.Config, error) {
 		return cluster.Config{}, err
 	}
 	cfg := cluster.Config{
-		ClusterName:       f.clusterName,
-		DataDir:           f.dataDir,
-		FinishedJobTTL:    &f.finishedJobTTL,
-		Archive:           f.archive,
-		Listen:            f.listen,
-		HTTPListen:        f.httpListen,
-		EtcdEndpoints:     endpoints,
-		Backend:           f.backend,
-		Hosts:             hosts,
-		HostPartitions:    parts,
-		HostCPU:           f.hostCPU,
-		HostMemoryMB:      f.hostMemoryMB,
-		HostDiskMB:        f.hostDiskMB,
-		HostGPU:           f.hostGPU,
-		HostLabels:        labels,
-		ShutdownGrace:     f.shutdownGrace,
-		ReclaimDelay:      f.reclaimDelay,
-		NoHostAgents:      !f.hostAgents,
-		SimHostAgents:     f.simAgents,
-		HostAgentInterval: f.agentInterval,
-		SlackMargin:       slackMarginOf(f.slackMargin),
-		UsageStaleAfter:   f.usageStaleAfter,
-		HostAgentQoS:      qos,
-		AdvisorMode:       advMode,
-		Advisor:           advCfg,
-		AdvisorInterval:   f.advisor.interval,
-		PlacementEngines:  f.engines,
-		Kube:              kube,
-		Mesos:             mesosCfg,
-		MaxInstances:      uint32(f.maxInstances),
-		EtcdQuotaBytes:    f.etcdQuota,
-		LogRetention:      f.logRetention,
-		LeaderElect:       f.leaderElect,
-		LeaderLease:       f.leaderLease,
-		AdvertiseHost:     strings.TrimSpace(f.advertiseHost),
-		UI:                ui.HandlerWith(ui.Cluster, f.federationUI),
+		ClusterName:            f.clusterName,
+		DataDir:                f.dataDir,
+		FinishedJobTTL:         &f.finishedJobTTL,
+		Archive:                f.archive,
+		Listen:                 f.listen,
+		HTTPListen:             f.httpListen,
+		EtcdEndpoints:          endpoints,
+		Backend:                f.backend,
+		Hosts:                  hosts,
+		HostPartitions:         parts,
+		HostCPU:                f.hostCPU,
+		HostMemoryMB:           f.hostMemoryMB,
+		HostDiskMB:             f.hostDiskMB,
+		HostGPU:                f.hostGPU,
+		HostLabels:             labels,
+		ShutdownGrace:          f.shutdownGrace,
+		ReclaimDelay:           f.reclaimDelay,
+		NoHostAgents:           !f.hostAgents,
+		SimHostAgents:          f.simAgents,
+		HostAgentInterval:      f.agentInterval,
+		SlackMargin:            slackMarginOf(f.slackMargin),
+		MemoryOversubscription: f.memOversub,
+		UsageStaleAfter:        f.usageStaleAfter,
+		HostAgentQoS:           qos,
+		AdvisorMode:            advMode,
+		Advisor:                advCfg,
+		AdvisorInterval:        f.advisor.interval,
+		PlacementEngines:       f.engines,
+		Kube:                   kube,
+		Mesos:                  mesosCfg,
+		MaxInstances:           uint32(f.maxInstances),
+		EtcdQuotaBytes:         f.etcdQuota,
+		LogRetention:           f.logRetention,
+		LeaderElect:            f.leaderElect,
+		LeaderLease:            f.leaderLease,
+		AdvertiseHost:          strings.TrimSpace(f.advertiseHost),
+		UI:                     ui.HandlerWith(ui.Cluster, f.federationUI),
 	}
 	if embedded && len(endpoints) == 0 {
 		cfg.EtcdListen = f.etcdListen
@@ -347,6 +350,8 @@ func (f *serverFlags) checkHostFlags() error {
 		return usageErrorf("invalid --host-agent-interval %s: must be at least 100ms", f.agentInterval)
 	case !(f.slackMargin >= 0 && f.slackMargin <= 0.9):
 		return usageErrorf("invalid --slack-margin %g: must be between 0 and 0.9", f.slackMargin)
+	case !(f.memOversub >= 1 && f.memOversub <= 4):
+		return usageErrorf("invalid --memory-oversubscription %g: must be between 1 and 4", f.memOversub)
 	case f.maxInstances < 1 || f.maxInstances > jobmgr.MaxInstances:
 		return usageErrorf("invalid --max-instances %d: must be 1 to %d", f.maxInstances, jobmgr.MaxInstances)
 	case f.usageStaleAfter <= 0:

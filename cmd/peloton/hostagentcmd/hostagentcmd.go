@@ -229,7 +229,7 @@ func (q *QoSFlags) Register(fs *pflag.FlagSet) {
 	fs.Float64Var(&q.cpuHigh, "qos-cpu-high", 0.9, "a host is hot at or above this fraction of its CPU (for two readings in a row)")
 	fs.Float64Var(&q.cpuLow, "qos-cpu-low", 0.75, "revocable runs are killed until the projected CPU use is below this fraction")
 	fs.Float64Var(&q.memHigh, "qos-memory-high", 0.9, "a host is hot at or above this fraction of its memory")
-	fs.Float64Var(&q.memLow, "qos-memory-low", 0.8, "revocable runs are killed until the projected memory use is below this fraction")
+	fs.Float64Var(&q.memLow, "qos-memory-low", 0.8, "revocable runs are killed, of equal priority the largest user of memory first, until the projected memory use is below this fraction")
 }
 
 // Policy is the QoS policy the flags give, nil when off; a bad pair of

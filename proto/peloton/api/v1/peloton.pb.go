@@ -6008,9 +6008,15 @@ type UsageReport struct {
 	// with reason qos-revoked and runs them again elsewhere, as preempted
 	// work, rather than counting a failure. Runs that are not revocable
 	// are never killed so, and such names are ignored.
-	Revoked       []string `protobuf:"bytes,6,rep,name=revoked,proto3" json:"revoked,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Revoked []string `protobuf:"bytes,6,rep,name=revoked,proto3" json:"revoked,omitempty"`
+	// What each run of revoked was killed for: "cpu" or "memory", the kind
+	// the host ran hot in whose cooling chose it (counted by the stack in
+	// peloton_host_qos_kills_total{resource}). A run of revoked not named
+	// here was killed for "cpu" (agents from before memory QoS); a name not
+	// in revoked is refused.
+	RevokedResources map[string]string `protobuf:"bytes,7,rep,name=revoked_resources,json=revokedResources,proto3" json:"revoked_resources,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *UsageReport) Reset() {
@@ -6081,6 +6087,13 @@ func (x *UsageReport) GetRuns() map[string]*TaskUsage {
 func (x *UsageReport) GetRevoked() []string {
 	if x != nil {
 		return x.Revoked
+	}
+	return nil
+}
+
+func (x *UsageReport) GetRevokedResources() map[string]string {
+	if x != nil {
+		return x.RevokedResources
 	}
 	return nil
 }
@@ -8890,17 +8903,21 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\vsample_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"sampleTime\x12.\n" +
 	"\x13latency_p99_seconds\x18\x04 \x01(\x01R\x11latencyP99Seconds\x12#\n" +
-	"\rlatency_error\x18\x05 \x01(\tR\flatencyError\"\xb2\x02\n" +
+	"\rlatency_error\x18\x05 \x01(\tR\flatencyError\"\xd7\x03\n" +
 	"\vUsageReport\x12\x12\n" +
 	"\x04host\x18\x01 \x01(\tR\x04host\x12\x19\n" +
 	"\bagent_id\x18\x02 \x01(\tR\aagentId\x12\x1a\n" +
 	"\bsequence\x18\x03 \x01(\x04R\bsequence\x12/\n" +
 	"\x05usage\x18\x04 \x01(\v2\x19.peloton.api.v1.HostUsageR\x05usage\x129\n" +
 	"\x04runs\x18\x05 \x03(\v2%.peloton.api.v1.UsageReport.RunsEntryR\x04runs\x12\x18\n" +
-	"\arevoked\x18\x06 \x03(\tR\arevoked\x1aR\n" +
+	"\arevoked\x18\x06 \x03(\tR\arevoked\x12^\n" +
+	"\x11revoked_resources\x18\a \x03(\v21.peloton.api.v1.UsageReport.RevokedResourcesEntryR\x10revokedResources\x1aR\n" +
 	"\tRunsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12/\n" +
-	"\x05value\x18\x02 \x01(\v2\x19.peloton.api.v1.TaskUsageR\x05value:\x028\x01\"&\n" +
+	"\x05value\x18\x02 \x01(\v2\x19.peloton.api.v1.TaskUsageR\x05value:\x028\x01\x1aC\n" +
+	"\x15RevokedResourcesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"&\n" +
 	"\bUsageAck\x12\x1a\n" +
 	"\bsequence\x18\x01 \x01(\x04R\bsequence\"5\n" +
 	"\x10ListHostsRequest\x12!\n" +
@@ -9244,7 +9261,7 @@ func file_peloton_api_v1_peloton_proto_rawDescGZIP() []byte {
 }
 
 var file_peloton_api_v1_peloton_proto_enumTypes = make([]protoimpl.EnumInfo, 13)
-var file_peloton_api_v1_peloton_proto_msgTypes = make([]protoimpl.MessageInfo, 123)
+var file_peloton_api_v1_peloton_proto_msgTypes = make([]protoimpl.MessageInfo, 124)
 var file_peloton_api_v1_peloton_proto_goTypes = []any{
 	(JobType)(0),                        // 0: peloton.api.v1.JobType
 	(TaskState)(0),                      // 1: peloton.api.v1.TaskState
@@ -9380,9 +9397,10 @@ var file_peloton_api_v1_peloton_proto_goTypes = []any{
 	nil,                                 // 131: peloton.api.v1.WatchJobsRequest.LabelsEntry
 	nil,                                 // 132: peloton.api.v1.Host.LabelsEntry
 	nil,                                 // 133: peloton.api.v1.UsageReport.RunsEntry
-	nil,                                 // 134: peloton.api.v1.Partition.ZonesEntry
-	nil,                                 // 135: peloton.api.v1.Update.RestartsEntry
-	(*timestamppb.Timestamp)(nil),       // 136: google.protobuf.Timestamp
+	nil,                                 // 134: peloton.api.v1.UsageReport.RevokedResourcesEntry
+	nil,                                 // 135: peloton.api.v1.Partition.ZonesEntry
+	nil,                                 // 136: peloton.api.v1.Update.RestartsEntry
+	(*timestamppb.Timestamp)(nil),       // 137: google.protobuf.Timestamp
 }
 var file_peloton_api_v1_peloton_proto_depIdxs = []int32{
 	18,  // 0: peloton.api.v1.HealthCheck.http:type_name -> peloton.api.v1.HttpProbe
@@ -9413,22 +9431,22 @@ var file_peloton_api_v1_peloton_proto_depIdxs = []int32{
 	7,   // 25: peloton.api.v1.JobStatus.state:type_name -> peloton.api.v1.JobState
 	7,   // 26: peloton.api.v1.JobStatus.goal_state:type_name -> peloton.api.v1.JobState
 	128, // 27: peloton.api.v1.JobStatus.task_counts:type_name -> peloton.api.v1.JobStatus.TaskCountsEntry
-	136, // 28: peloton.api.v1.JobStatus.create_time:type_name -> google.protobuf.Timestamp
-	136, // 29: peloton.api.v1.JobStatus.start_time:type_name -> google.protobuf.Timestamp
-	136, // 30: peloton.api.v1.JobStatus.completion_time:type_name -> google.protobuf.Timestamp
+	137, // 28: peloton.api.v1.JobStatus.create_time:type_name -> google.protobuf.Timestamp
+	137, // 29: peloton.api.v1.JobStatus.start_time:type_name -> google.protobuf.Timestamp
+	137, // 30: peloton.api.v1.JobStatus.completion_time:type_name -> google.protobuf.Timestamp
 	26,  // 31: peloton.api.v1.Job.spec:type_name -> peloton.api.v1.JobSpec
 	30,  // 32: peloton.api.v1.Job.status:type_name -> peloton.api.v1.JobStatus
 	1,   // 33: peloton.api.v1.TaskStatus.state:type_name -> peloton.api.v1.TaskState
 	1,   // 34: peloton.api.v1.TaskStatus.goal_state:type_name -> peloton.api.v1.TaskState
-	136, // 35: peloton.api.v1.TaskStatus.start_time:type_name -> google.protobuf.Timestamp
-	136, // 36: peloton.api.v1.TaskStatus.completion_time:type_name -> google.protobuf.Timestamp
-	136, // 37: peloton.api.v1.TaskStatus.update_time:type_name -> google.protobuf.Timestamp
+	137, // 35: peloton.api.v1.TaskStatus.start_time:type_name -> google.protobuf.Timestamp
+	137, // 36: peloton.api.v1.TaskStatus.completion_time:type_name -> google.protobuf.Timestamp
+	137, // 37: peloton.api.v1.TaskStatus.update_time:type_name -> google.protobuf.Timestamp
 	33,  // 38: peloton.api.v1.TaskStatus.history:type_name -> peloton.api.v1.TaskTransition
 	2,   // 39: peloton.api.v1.TaskStatus.health:type_name -> peloton.api.v1.HealthState
 	129, // 40: peloton.api.v1.TaskStatus.ports:type_name -> peloton.api.v1.TaskStatus.PortsEntry
 	85,  // 41: peloton.api.v1.TaskStatus.usage:type_name -> peloton.api.v1.TaskUsage
 	1,   // 42: peloton.api.v1.TaskTransition.state:type_name -> peloton.api.v1.TaskState
-	136, // 43: peloton.api.v1.TaskTransition.time:type_name -> google.protobuf.Timestamp
+	137, // 43: peloton.api.v1.TaskTransition.time:type_name -> google.protobuf.Timestamp
 	32,  // 44: peloton.api.v1.Task.status:type_name -> peloton.api.v1.TaskStatus
 	20,  // 45: peloton.api.v1.Task.spec:type_name -> peloton.api.v1.TaskSpec
 	26,  // 46: peloton.api.v1.CreateJobRequest.spec:type_name -> peloton.api.v1.JobSpec
@@ -9436,11 +9454,11 @@ var file_peloton_api_v1_peloton_proto_depIdxs = []int32{
 	31,  // 48: peloton.api.v1.GetJobResponse.job:type_name -> peloton.api.v1.Job
 	7,   // 49: peloton.api.v1.ListJobsRequest.states:type_name -> peloton.api.v1.JobState
 	130, // 50: peloton.api.v1.ListJobsRequest.labels:type_name -> peloton.api.v1.ListJobsRequest.LabelsEntry
-	136, // 51: peloton.api.v1.ListJobsRequest.created_since:type_name -> google.protobuf.Timestamp
-	136, // 52: peloton.api.v1.ListJobsRequest.created_until:type_name -> google.protobuf.Timestamp
+	137, // 51: peloton.api.v1.ListJobsRequest.created_since:type_name -> google.protobuf.Timestamp
+	137, // 52: peloton.api.v1.ListJobsRequest.created_until:type_name -> google.protobuf.Timestamp
 	31,  // 53: peloton.api.v1.ListJobsResponse.jobs:type_name -> peloton.api.v1.Job
 	26,  // 54: peloton.api.v1.JobVersion.spec:type_name -> peloton.api.v1.JobSpec
-	136, // 55: peloton.api.v1.JobVersion.create_time:type_name -> google.protobuf.Timestamp
+	137, // 55: peloton.api.v1.JobVersion.create_time:type_name -> google.protobuf.Timestamp
 	50,  // 56: peloton.api.v1.ListJobVersionsResponse.versions:type_name -> peloton.api.v1.JobVersion
 	54,  // 57: peloton.api.v1.Gang.members:type_name -> peloton.api.v1.GangMember
 	1,   // 58: peloton.api.v1.GangMember.state:type_name -> peloton.api.v1.TaskState
@@ -9450,7 +9468,7 @@ var file_peloton_api_v1_peloton_proto_depIdxs = []int32{
 	34,  // 62: peloton.api.v1.ListTasksResponse.tasks:type_name -> peloton.api.v1.Task
 	34,  // 63: peloton.api.v1.GetTaskResponse.task:type_name -> peloton.api.v1.Task
 	8,   // 64: peloton.api.v1.GetTaskLogsRequest.stream:type_name -> peloton.api.v1.LogStream
-	136, // 65: peloton.api.v1.GetTaskLogsRequest.since:type_name -> google.protobuf.Timestamp
+	137, // 65: peloton.api.v1.GetTaskLogsRequest.since:type_name -> google.protobuf.Timestamp
 	34,  // 66: peloton.api.v1.TaskChange.task:type_name -> peloton.api.v1.Task
 	13,  // 67: peloton.api.v1.PoolSpec.reservation:type_name -> peloton.api.v1.Resources
 	13,  // 68: peloton.api.v1.PoolSpec.limit:type_name -> peloton.api.v1.Resources
@@ -9480,128 +9498,129 @@ var file_peloton_api_v1_peloton_proto_depIdxs = []int32{
 	83,  // 92: peloton.api.v1.Host.runs:type_name -> peloton.api.v1.HostRun
 	10,  // 93: peloton.api.v1.Host.zone:type_name -> peloton.api.v1.HostZone
 	85,  // 94: peloton.api.v1.HostRun.usage:type_name -> peloton.api.v1.TaskUsage
-	136, // 95: peloton.api.v1.HostRun.since:type_name -> google.protobuf.Timestamp
-	136, // 96: peloton.api.v1.HostUsage.sample_time:type_name -> google.protobuf.Timestamp
-	136, // 97: peloton.api.v1.HostUsage.receive_time:type_name -> google.protobuf.Timestamp
-	136, // 98: peloton.api.v1.TaskUsage.sample_time:type_name -> google.protobuf.Timestamp
+	137, // 95: peloton.api.v1.HostRun.since:type_name -> google.protobuf.Timestamp
+	137, // 96: peloton.api.v1.HostUsage.sample_time:type_name -> google.protobuf.Timestamp
+	137, // 97: peloton.api.v1.HostUsage.receive_time:type_name -> google.protobuf.Timestamp
+	137, // 98: peloton.api.v1.TaskUsage.sample_time:type_name -> google.protobuf.Timestamp
 	84,  // 99: peloton.api.v1.UsageReport.usage:type_name -> peloton.api.v1.HostUsage
 	133, // 100: peloton.api.v1.UsageReport.runs:type_name -> peloton.api.v1.UsageReport.RunsEntry
-	82,  // 101: peloton.api.v1.ListHostsResponse.hosts:type_name -> peloton.api.v1.Host
-	90,  // 102: peloton.api.v1.ListHostsResponse.substrate:type_name -> peloton.api.v1.Substrate
-	136, // 103: peloton.api.v1.Substrate.since:type_name -> google.protobuf.Timestamp
-	82,  // 104: peloton.api.v1.StartMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
-	82,  // 105: peloton.api.v1.CompleteMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
-	82,  // 106: peloton.api.v1.MoveHostResponse.host:type_name -> peloton.api.v1.Host
-	13,  // 107: peloton.api.v1.Partition.capacity:type_name -> peloton.api.v1.Resources
-	13,  // 108: peloton.api.v1.Partition.allocated:type_name -> peloton.api.v1.Resources
-	13,  // 109: peloton.api.v1.Partition.revocable:type_name -> peloton.api.v1.Resources
-	13,  // 110: peloton.api.v1.Partition.slack:type_name -> peloton.api.v1.Resources
-	134, // 111: peloton.api.v1.Partition.zones:type_name -> peloton.api.v1.Partition.ZonesEntry
-	97,  // 112: peloton.api.v1.ListPartitionsResponse.partitions:type_name -> peloton.api.v1.Partition
-	100, // 113: peloton.api.v1.ListPartitionsResponse.advisor:type_name -> peloton.api.v1.AdvisorStatus
-	136, // 114: peloton.api.v1.AdvisorStatus.published:type_name -> google.protobuf.Timestamp
-	136, // 115: peloton.api.v1.PartitionMove.time:type_name -> google.protobuf.Timestamp
-	101, // 116: peloton.api.v1.ListPartitionMovesResponse.moves:type_name -> peloton.api.v1.PartitionMove
-	10,  // 117: peloton.api.v1.HostAdvice.zone:type_name -> peloton.api.v1.HostZone
-	104, // 118: peloton.api.v1.PublishAdviceRequest.hosts:type_name -> peloton.api.v1.HostAdvice
-	105, // 119: peloton.api.v1.PublishAdviceRequest.partitions:type_name -> peloton.api.v1.PartitionAdvice
-	101, // 120: peloton.api.v1.PublishAdviceRequest.observed_moves:type_name -> peloton.api.v1.PartitionMove
-	12,  // 121: peloton.api.v1.UpdateStatus.state:type_name -> peloton.api.v1.UpdateState
-	136, // 122: peloton.api.v1.UpdateStatus.create_time:type_name -> google.protobuf.Timestamp
-	136, // 123: peloton.api.v1.UpdateStatus.update_time:type_name -> google.protobuf.Timestamp
-	136, // 124: peloton.api.v1.UpdateStatus.completion_time:type_name -> google.protobuf.Timestamp
-	12,  // 125: peloton.api.v1.UpdateStatus.paused_from:type_name -> peloton.api.v1.UpdateState
-	108, // 126: peloton.api.v1.Update.spec:type_name -> peloton.api.v1.UpdateSpec
-	109, // 127: peloton.api.v1.Update.status:type_name -> peloton.api.v1.UpdateStatus
-	135, // 128: peloton.api.v1.Update.restarts:type_name -> peloton.api.v1.Update.RestartsEntry
-	26,  // 129: peloton.api.v1.CreateUpdateRequest.spec:type_name -> peloton.api.v1.JobSpec
-	108, // 130: peloton.api.v1.CreateUpdateRequest.update_spec:type_name -> peloton.api.v1.UpdateSpec
-	110, // 131: peloton.api.v1.CreateUpdateResponse.update:type_name -> peloton.api.v1.Update
-	110, // 132: peloton.api.v1.GetUpdateResponse.update:type_name -> peloton.api.v1.Update
-	110, // 133: peloton.api.v1.ListUpdatesResponse.updates:type_name -> peloton.api.v1.Update
-	110, // 134: peloton.api.v1.PauseUpdateResponse.update:type_name -> peloton.api.v1.Update
-	110, // 135: peloton.api.v1.ResumeUpdateResponse.update:type_name -> peloton.api.v1.Update
-	110, // 136: peloton.api.v1.AbortUpdateResponse.update:type_name -> peloton.api.v1.Update
-	110, // 137: peloton.api.v1.RollbackUpdateResponse.update:type_name -> peloton.api.v1.Update
-	20,  // 138: peloton.api.v1.JobSpec.InstanceSpecsEntry.value:type_name -> peloton.api.v1.TaskSpec
-	85,  // 139: peloton.api.v1.UsageReport.RunsEntry.value:type_name -> peloton.api.v1.TaskUsage
-	35,  // 140: peloton.api.v1.JobService.CreateJob:input_type -> peloton.api.v1.CreateJobRequest
-	37,  // 141: peloton.api.v1.JobService.GetJob:input_type -> peloton.api.v1.GetJobRequest
-	39,  // 142: peloton.api.v1.JobService.ListJobs:input_type -> peloton.api.v1.ListJobsRequest
-	41,  // 143: peloton.api.v1.JobService.CancelJob:input_type -> peloton.api.v1.CancelJobRequest
-	43,  // 144: peloton.api.v1.JobService.DeleteJob:input_type -> peloton.api.v1.DeleteJobRequest
-	45,  // 145: peloton.api.v1.JobService.RestartJob:input_type -> peloton.api.v1.RestartJobRequest
-	47,  // 146: peloton.api.v1.JobService.ScaleJob:input_type -> peloton.api.v1.ScaleJobRequest
-	49,  // 147: peloton.api.v1.JobService.ListJobVersions:input_type -> peloton.api.v1.ListJobVersionsRequest
-	55,  // 148: peloton.api.v1.JobService.WatchJobs:input_type -> peloton.api.v1.WatchJobsRequest
-	52,  // 149: peloton.api.v1.JobService.GetGang:input_type -> peloton.api.v1.GetGangRequest
-	57,  // 150: peloton.api.v1.TaskService.ListTasks:input_type -> peloton.api.v1.ListTasksRequest
-	59,  // 151: peloton.api.v1.TaskService.GetTask:input_type -> peloton.api.v1.GetTaskRequest
-	61,  // 152: peloton.api.v1.TaskService.KillTask:input_type -> peloton.api.v1.KillTaskRequest
-	63,  // 153: peloton.api.v1.TaskService.GetTaskLogs:input_type -> peloton.api.v1.GetTaskLogsRequest
-	65,  // 154: peloton.api.v1.TaskService.WatchTasks:input_type -> peloton.api.v1.WatchTasksRequest
-	70,  // 155: peloton.api.v1.PoolService.CreatePool:input_type -> peloton.api.v1.CreatePoolRequest
-	72,  // 156: peloton.api.v1.PoolService.GetPool:input_type -> peloton.api.v1.GetPoolRequest
-	74,  // 157: peloton.api.v1.PoolService.UpdatePool:input_type -> peloton.api.v1.UpdatePoolRequest
-	76,  // 158: peloton.api.v1.PoolService.DeletePool:input_type -> peloton.api.v1.DeletePoolRequest
-	80,  // 159: peloton.api.v1.PoolService.ListPools:input_type -> peloton.api.v1.ListPoolsRequest
-	78,  // 160: peloton.api.v1.PoolService.MovePool:input_type -> peloton.api.v1.MovePoolRequest
-	88,  // 161: peloton.api.v1.HostService.ListHosts:input_type -> peloton.api.v1.ListHostsRequest
-	91,  // 162: peloton.api.v1.HostService.StartMaintenance:input_type -> peloton.api.v1.StartMaintenanceRequest
-	93,  // 163: peloton.api.v1.HostService.CompleteMaintenance:input_type -> peloton.api.v1.CompleteMaintenanceRequest
-	95,  // 164: peloton.api.v1.HostService.MoveHost:input_type -> peloton.api.v1.MoveHostRequest
-	98,  // 165: peloton.api.v1.PartitionService.ListPartitions:input_type -> peloton.api.v1.ListPartitionsRequest
-	102, // 166: peloton.api.v1.PartitionService.ListPartitionMoves:input_type -> peloton.api.v1.ListPartitionMovesRequest
-	106, // 167: peloton.api.v1.PartitionService.PublishAdvice:input_type -> peloton.api.v1.PublishAdviceRequest
-	86,  // 168: peloton.api.v1.HostAgentService.ReportUsage:input_type -> peloton.api.v1.UsageReport
-	111, // 169: peloton.api.v1.UpdateService.CreateUpdate:input_type -> peloton.api.v1.CreateUpdateRequest
-	113, // 170: peloton.api.v1.UpdateService.GetUpdate:input_type -> peloton.api.v1.GetUpdateRequest
-	115, // 171: peloton.api.v1.UpdateService.ListUpdates:input_type -> peloton.api.v1.ListUpdatesRequest
-	117, // 172: peloton.api.v1.UpdateService.PauseUpdate:input_type -> peloton.api.v1.PauseUpdateRequest
-	119, // 173: peloton.api.v1.UpdateService.ResumeUpdate:input_type -> peloton.api.v1.ResumeUpdateRequest
-	121, // 174: peloton.api.v1.UpdateService.AbortUpdate:input_type -> peloton.api.v1.AbortUpdateRequest
-	123, // 175: peloton.api.v1.UpdateService.RollbackUpdate:input_type -> peloton.api.v1.RollbackUpdateRequest
-	36,  // 176: peloton.api.v1.JobService.CreateJob:output_type -> peloton.api.v1.CreateJobResponse
-	38,  // 177: peloton.api.v1.JobService.GetJob:output_type -> peloton.api.v1.GetJobResponse
-	40,  // 178: peloton.api.v1.JobService.ListJobs:output_type -> peloton.api.v1.ListJobsResponse
-	42,  // 179: peloton.api.v1.JobService.CancelJob:output_type -> peloton.api.v1.CancelJobResponse
-	44,  // 180: peloton.api.v1.JobService.DeleteJob:output_type -> peloton.api.v1.DeleteJobResponse
-	46,  // 181: peloton.api.v1.JobService.RestartJob:output_type -> peloton.api.v1.RestartJobResponse
-	48,  // 182: peloton.api.v1.JobService.ScaleJob:output_type -> peloton.api.v1.ScaleJobResponse
-	51,  // 183: peloton.api.v1.JobService.ListJobVersions:output_type -> peloton.api.v1.ListJobVersionsResponse
-	56,  // 184: peloton.api.v1.JobService.WatchJobs:output_type -> peloton.api.v1.JobChange
-	53,  // 185: peloton.api.v1.JobService.GetGang:output_type -> peloton.api.v1.Gang
-	58,  // 186: peloton.api.v1.TaskService.ListTasks:output_type -> peloton.api.v1.ListTasksResponse
-	60,  // 187: peloton.api.v1.TaskService.GetTask:output_type -> peloton.api.v1.GetTaskResponse
-	62,  // 188: peloton.api.v1.TaskService.KillTask:output_type -> peloton.api.v1.KillTaskResponse
-	64,  // 189: peloton.api.v1.TaskService.GetTaskLogs:output_type -> peloton.api.v1.LogChunk
-	66,  // 190: peloton.api.v1.TaskService.WatchTasks:output_type -> peloton.api.v1.TaskChange
-	71,  // 191: peloton.api.v1.PoolService.CreatePool:output_type -> peloton.api.v1.CreatePoolResponse
-	73,  // 192: peloton.api.v1.PoolService.GetPool:output_type -> peloton.api.v1.GetPoolResponse
-	75,  // 193: peloton.api.v1.PoolService.UpdatePool:output_type -> peloton.api.v1.UpdatePoolResponse
-	77,  // 194: peloton.api.v1.PoolService.DeletePool:output_type -> peloton.api.v1.DeletePoolResponse
-	81,  // 195: peloton.api.v1.PoolService.ListPools:output_type -> peloton.api.v1.ListPoolsResponse
-	79,  // 196: peloton.api.v1.PoolService.MovePool:output_type -> peloton.api.v1.MovePoolResponse
-	89,  // 197: peloton.api.v1.HostService.ListHosts:output_type -> peloton.api.v1.ListHostsResponse
-	92,  // 198: peloton.api.v1.HostService.StartMaintenance:output_type -> peloton.api.v1.StartMaintenanceResponse
-	94,  // 199: peloton.api.v1.HostService.CompleteMaintenance:output_type -> peloton.api.v1.CompleteMaintenanceResponse
-	96,  // 200: peloton.api.v1.HostService.MoveHost:output_type -> peloton.api.v1.MoveHostResponse
-	99,  // 201: peloton.api.v1.PartitionService.ListPartitions:output_type -> peloton.api.v1.ListPartitionsResponse
-	103, // 202: peloton.api.v1.PartitionService.ListPartitionMoves:output_type -> peloton.api.v1.ListPartitionMovesResponse
-	107, // 203: peloton.api.v1.PartitionService.PublishAdvice:output_type -> peloton.api.v1.PublishAdviceResponse
-	87,  // 204: peloton.api.v1.HostAgentService.ReportUsage:output_type -> peloton.api.v1.UsageAck
-	112, // 205: peloton.api.v1.UpdateService.CreateUpdate:output_type -> peloton.api.v1.CreateUpdateResponse
-	114, // 206: peloton.api.v1.UpdateService.GetUpdate:output_type -> peloton.api.v1.GetUpdateResponse
-	116, // 207: peloton.api.v1.UpdateService.ListUpdates:output_type -> peloton.api.v1.ListUpdatesResponse
-	118, // 208: peloton.api.v1.UpdateService.PauseUpdate:output_type -> peloton.api.v1.PauseUpdateResponse
-	120, // 209: peloton.api.v1.UpdateService.ResumeUpdate:output_type -> peloton.api.v1.ResumeUpdateResponse
-	122, // 210: peloton.api.v1.UpdateService.AbortUpdate:output_type -> peloton.api.v1.AbortUpdateResponse
-	124, // 211: peloton.api.v1.UpdateService.RollbackUpdate:output_type -> peloton.api.v1.RollbackUpdateResponse
-	176, // [176:212] is the sub-list for method output_type
-	140, // [140:176] is the sub-list for method input_type
-	140, // [140:140] is the sub-list for extension type_name
-	140, // [140:140] is the sub-list for extension extendee
-	0,   // [0:140] is the sub-list for field type_name
+	134, // 101: peloton.api.v1.UsageReport.revoked_resources:type_name -> peloton.api.v1.UsageReport.RevokedResourcesEntry
+	82,  // 102: peloton.api.v1.ListHostsResponse.hosts:type_name -> peloton.api.v1.Host
+	90,  // 103: peloton.api.v1.ListHostsResponse.substrate:type_name -> peloton.api.v1.Substrate
+	137, // 104: peloton.api.v1.Substrate.since:type_name -> google.protobuf.Timestamp
+	82,  // 105: peloton.api.v1.StartMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
+	82,  // 106: peloton.api.v1.CompleteMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
+	82,  // 107: peloton.api.v1.MoveHostResponse.host:type_name -> peloton.api.v1.Host
+	13,  // 108: peloton.api.v1.Partition.capacity:type_name -> peloton.api.v1.Resources
+	13,  // 109: peloton.api.v1.Partition.allocated:type_name -> peloton.api.v1.Resources
+	13,  // 110: peloton.api.v1.Partition.revocable:type_name -> peloton.api.v1.Resources
+	13,  // 111: peloton.api.v1.Partition.slack:type_name -> peloton.api.v1.Resources
+	135, // 112: peloton.api.v1.Partition.zones:type_name -> peloton.api.v1.Partition.ZonesEntry
+	97,  // 113: peloton.api.v1.ListPartitionsResponse.partitions:type_name -> peloton.api.v1.Partition
+	100, // 114: peloton.api.v1.ListPartitionsResponse.advisor:type_name -> peloton.api.v1.AdvisorStatus
+	137, // 115: peloton.api.v1.AdvisorStatus.published:type_name -> google.protobuf.Timestamp
+	137, // 116: peloton.api.v1.PartitionMove.time:type_name -> google.protobuf.Timestamp
+	101, // 117: peloton.api.v1.ListPartitionMovesResponse.moves:type_name -> peloton.api.v1.PartitionMove
+	10,  // 118: peloton.api.v1.HostAdvice.zone:type_name -> peloton.api.v1.HostZone
+	104, // 119: peloton.api.v1.PublishAdviceRequest.hosts:type_name -> peloton.api.v1.HostAdvice
+	105, // 120: peloton.api.v1.PublishAdviceRequest.partitions:type_name -> peloton.api.v1.PartitionAdvice
+	101, // 121: peloton.api.v1.PublishAdviceRequest.observed_moves:type_name -> peloton.api.v1.PartitionMove
+	12,  // 122: peloton.api.v1.UpdateStatus.state:type_name -> peloton.api.v1.UpdateState
+	137, // 123: peloton.api.v1.UpdateStatus.create_time:type_name -> google.protobuf.Timestamp
+	137, // 124: peloton.api.v1.UpdateStatus.update_time:type_name -> google.protobuf.Timestamp
+	137, // 125: peloton.api.v1.UpdateStatus.completion_time:type_name -> google.protobuf.Timestamp
+	12,  // 126: peloton.api.v1.UpdateStatus.paused_from:type_name -> peloton.api.v1.UpdateState
+	108, // 127: peloton.api.v1.Update.spec:type_name -> peloton.api.v1.UpdateSpec
+	109, // 128: peloton.api.v1.Update.status:type_name -> peloton.api.v1.UpdateStatus
+	136, // 129: peloton.api.v1.Update.restarts:type_name -> peloton.api.v1.Update.RestartsEntry
+	26,  // 130: peloton.api.v1.CreateUpdateRequest.spec:type_name -> peloton.api.v1.JobSpec
+	108, // 131: peloton.api.v1.CreateUpdateRequest.update_spec:type_name -> peloton.api.v1.UpdateSpec
+	110, // 132: peloton.api.v1.CreateUpdateResponse.update:type_name -> peloton.api.v1.Update
+	110, // 133: peloton.api.v1.GetUpdateResponse.update:type_name -> peloton.api.v1.Update
+	110, // 134: peloton.api.v1.ListUpdatesResponse.updates:type_name -> peloton.api.v1.Update
+	110, // 135: peloton.api.v1.PauseUpdateResponse.update:type_name -> peloton.api.v1.Update
+	110, // 136: peloton.api.v1.ResumeUpdateResponse.update:type_name -> peloton.api.v1.Update
+	110, // 137: peloton.api.v1.AbortUpdateResponse.update:type_name -> peloton.api.v1.Update
+	110, // 138: peloton.api.v1.RollbackUpdateResponse.update:type_name -> peloton.api.v1.Update
+	20,  // 139: peloton.api.v1.JobSpec.InstanceSpecsEntry.value:type_name -> peloton.api.v1.TaskSpec
+	85,  // 140: peloton.api.v1.UsageReport.RunsEntry.value:type_name -> peloton.api.v1.TaskUsage
+	35,  // 141: peloton.api.v1.JobService.CreateJob:input_type -> peloton.api.v1.CreateJobRequest
+	37,  // 142: peloton.api.v1.JobService.GetJob:input_type -> peloton.api.v1.GetJobRequest
+	39,  // 143: peloton.api.v1.JobService.ListJobs:input_type -> peloton.api.v1.ListJobsRequest
+	41,  // 144: peloton.api.v1.JobService.CancelJob:input_type -> peloton.api.v1.CancelJobRequest
+	43,  // 145: peloton.api.v1.JobService.DeleteJob:input_type -> peloton.api.v1.DeleteJobRequest
+	45,  // 146: peloton.api.v1.JobService.RestartJob:input_type -> peloton.api.v1.RestartJobRequest
+	47,  // 147: peloton.api.v1.JobService.ScaleJob:input_type -> peloton.api.v1.ScaleJobRequest
+	49,  // 148: peloton.api.v1.JobService.ListJobVersions:input_type -> peloton.api.v1.ListJobVersionsRequest
+	55,  // 149: peloton.api.v1.JobService.WatchJobs:input_type -> peloton.api.v1.WatchJobsRequest
+	52,  // 150: peloton.api.v1.JobService.GetGang:input_type -> peloton.api.v1.GetGangRequest
+	57,  // 151: peloton.api.v1.TaskService.ListTasks:input_type -> peloton.api.v1.ListTasksRequest
+	59,  // 152: peloton.api.v1.TaskService.GetTask:input_type -> peloton.api.v1.GetTaskRequest
+	61,  // 153: peloton.api.v1.TaskService.KillTask:input_type -> peloton.api.v1.KillTaskRequest
+	63,  // 154: peloton.api.v1.TaskService.GetTaskLogs:input_type -> peloton.api.v1.GetTaskLogsRequest
+	65,  // 155: peloton.api.v1.TaskService.WatchTasks:input_type -> peloton.api.v1.WatchTasksRequest
+	70,  // 156: peloton.api.v1.PoolService.CreatePool:input_type -> peloton.api.v1.CreatePoolRequest
+	72,  // 157: peloton.api.v1.PoolService.GetPool:input_type -> peloton.api.v1.GetPoolRequest
+	74,  // 158: peloton.api.v1.PoolService.UpdatePool:input_type -> peloton.api.v1.UpdatePoolRequest
+	76,  // 159: peloton.api.v1.PoolService.DeletePool:input_type -> peloton.api.v1.DeletePoolRequest
+	80,  // 160: peloton.api.v1.PoolService.ListPools:input_type -> peloton.api.v1.ListPoolsRequest
+	78,  // 161: peloton.api.v1.PoolService.MovePool:input_type -> peloton.api.v1.MovePoolRequest
+	88,  // 162: peloton.api.v1.HostService.ListHosts:input_type -> peloton.api.v1.ListHostsRequest
+	91,  // 163: peloton.api.v1.HostService.StartMaintenance:input_type -> peloton.api.v1.StartMaintenanceRequest
+	93,  // 164: peloton.api.v1.HostService.CompleteMaintenance:input_type -> peloton.api.v1.CompleteMaintenanceRequest
+	95,  // 165: peloton.api.v1.HostService.MoveHost:input_type -> peloton.api.v1.MoveHostRequest
+	98,  // 166: peloton.api.v1.PartitionService.ListPartitions:input_type -> peloton.api.v1.ListPartitionsRequest
+	102, // 167: peloton.api.v1.PartitionService.ListPartitionMoves:input_type -> peloton.api.v1.ListPartitionMovesRequest
+	106, // 168: peloton.api.v1.PartitionService.PublishAdvice:input_type -> peloton.api.v1.PublishAdviceRequest
+	86,  // 169: peloton.api.v1.HostAgentService.ReportUsage:input_type -> peloton.api.v1.UsageReport
+	111, // 170: peloton.api.v1.UpdateService.CreateUpdate:input_type -> peloton.api.v1.CreateUpdateRequest
+	113, // 171: peloton.api.v1.UpdateService.GetUpdate:input_type -> peloton.api.v1.GetUpdateRequest
+	115, // 172: peloton.api.v1.UpdateService.ListUpdates:input_type -> peloton.api.v1.ListUpdatesRequest
+	117, // 173: peloton.api.v1.UpdateService.PauseUpdate:input_type -> peloton.api.v1.PauseUpdateRequest
+	119, // 174: peloton.api.v1.UpdateService.ResumeUpdate:input_type -> peloton.api.v1.ResumeUpdateRequest
+	121, // 175: peloton.api.v1.UpdateService.AbortUpdate:input_type -> peloton.api.v1.AbortUpdateRequest
+	123, // 176: peloton.api.v1.UpdateService.RollbackUpdate:input_type -> peloton.api.v1.RollbackUpdateRequest
+	36,  // 177: peloton.api.v1.JobService.CreateJob:output_type -> peloton.api.v1.CreateJobResponse
+	38,  // 178: peloton.api.v1.JobService.GetJob:output_type -> peloton.api.v1.GetJobResponse
+	40,  // 179: peloton.api.v1.JobService.ListJobs:output_type -> peloton.api.v1.ListJobsResponse
+	42,  // 180: peloton.api.v1.JobService.CancelJob:output_type -> peloton.api.v1.CancelJobResponse
+	44,  // 181: peloton.api.v1.JobService.DeleteJob:output_type -> peloton.api.v1.DeleteJobResponse
+	46,  // 182: peloton.api.v1.JobService.RestartJob:output_type -> peloton.api.v1.RestartJobResponse
+	48,  // 183: peloton.api.v1.JobService.ScaleJob:output_type -> peloton.api.v1.ScaleJobResponse
+	51,  // 184: peloton.api.v1.JobService.ListJobVersions:output_type -> peloton.api.v1.ListJobVersionsResponse
+	56,  // 185: peloton.api.v1.JobService.WatchJobs:output_type -> peloton.api.v1.JobChange
+	53,  // 186: peloton.api.v1.JobService.GetGang:output_type -> peloton.api.v1.Gang
+	58,  // 187: peloton.api.v1.TaskService.ListTasks:output_type -> peloton.api.v1.ListTasksResponse
+	60,  // 188: peloton.api.v1.TaskService.GetTask:output_type -> peloton.api.v1.GetTaskResponse
+	62,  // 189: peloton.api.v1.TaskService.KillTask:output_type -> peloton.api.v1.KillTaskResponse
+	64,  // 190: peloton.api.v1.TaskService.GetTaskLogs:output_type -> peloton.api.v1.LogChunk
+	66,  // 191: peloton.api.v1.TaskService.WatchTasks:output_type -> peloton.api.v1.TaskChange
+	71,  // 192: peloton.api.v1.PoolService.CreatePool:output_type -> peloton.api.v1.CreatePoolResponse
+	73,  // 193: peloton.api.v1.PoolService.GetPool:output_type -> peloton.api.v1.GetPoolResponse
+	75,  // 194: peloton.api.v1.PoolService.UpdatePool:output_type -> peloton.api.v1.UpdatePoolResponse
+	77,  // 195: peloton.api.v1.PoolService.DeletePool:output_type -> peloton.api.v1.DeletePoolResponse
+	81,  // 196: peloton.api.v1.PoolService.ListPools:output_type -> peloton.api.v1.ListPoolsResponse
+	79,  // 197: peloton.api.v1.PoolService.MovePool:output_type -> peloton.api.v1.MovePoolResponse
+	89,  // 198: peloton.api.v1.HostService.ListHosts:output_type -> peloton.api.v1.ListHostsResponse
+	92,  // 199: peloton.api.v1.HostService.StartMaintenance:output_type -> peloton.api.v1.StartMaintenanceResponse
+	94,  // 200: peloton.api.v1.HostService.CompleteMaintenance:output_type -> peloton.api.v1.CompleteMaintenanceResponse
+	96,  // 201: peloton.api.v1.HostService.MoveHost:output_type -> peloton.api.v1.MoveHostResponse
+	99,  // 202: peloton.api.v1.PartitionService.ListPartitions:output_type -> peloton.api.v1.ListPartitionsResponse
+	103, // 203: peloton.api.v1.PartitionService.ListPartitionMoves:output_type -> peloton.api.v1.ListPartitionMovesResponse
+	107, // 204: peloton.api.v1.PartitionService.PublishAdvice:output_type -> peloton.api.v1.PublishAdviceResponse
+	87,  // 205: peloton.api.v1.HostAgentService.ReportUsage:output_type -> peloton.api.v1.UsageAck
+	112, // 206: peloton.api.v1.UpdateService.CreateUpdate:output_type -> peloton.api.v1.CreateUpdateResponse
+	114, // 207: peloton.api.v1.UpdateService.GetUpdate:output_type -> peloton.api.v1.GetUpdateResponse
+	116, // 208: peloton.api.v1.UpdateService.ListUpdates:output_type -> peloton.api.v1.ListUpdatesResponse
+	118, // 209: peloton.api.v1.UpdateService.PauseUpdate:output_type -> peloton.api.v1.PauseUpdateResponse
+	120, // 210: peloton.api.v1.UpdateService.ResumeUpdate:output_type -> peloton.api.v1.ResumeUpdateResponse
+	122, // 211: peloton.api.v1.UpdateService.AbortUpdate:output_type -> peloton.api.v1.AbortUpdateResponse
+	124, // 212: peloton.api.v1.UpdateService.RollbackUpdate:output_type -> peloton.api.v1.RollbackUpdateResponse
+	177, // [177:213] is the sub-list for method output_type
+	141, // [141:177] is the sub-list for method input_type
+	141, // [141:141] is the sub-list for extension type_name
+	141, // [141:141] is the sub-list for extension extendee
+	0,   // [0:141] is the sub-list for field type_name
 }
 
 func init() { file_peloton_api_v1_peloton_proto_init() }
@@ -9617,7 +9636,7 @@ func file_peloton_api_v1_peloton_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_peloton_api_v1_peloton_proto_rawDesc), len(file_peloton_api_v1_peloton_proto_rawDesc)),
 			NumEnums:      13,
-			NumMessages:   123,
+			NumMessages:   124,
 			NumExtensions: 0,
 			NumServices:   7,
 		},
