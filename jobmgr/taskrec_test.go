@@ -233,6 +233,9 @@ func TestRacingJobWritersLoseNothing(t *testing.T) {
 	if got := j.status().Message; got != "" {
 		t.Errorf("a reader saw %q before the first write was stored", got)
 	}
+	// The other writers queue behind it; on a busy machine they may not
+	// have started yet when the first write stalls.
+	testutil.Eventually(t, 10*time.Second, "the other writers queued", func() bool { return j.writes.waiting() == writers-1 })
 	close(st.release)
 	wg.Wait()
 	close(errs)
