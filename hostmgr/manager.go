@@ -272,7 +272,7 @@ type Manager struct {
 	classesStale bool
 	// profiles are Options.Profiles; read-only after NewManager.
 	profiles map[string]Profile
-	leases       leaseBook
+	leases   leaseBook
 	// taskHost maps a run's task ID to the host holding its resources.
 	taskHost map[string]string
 	// hostGauged: what each host's gauges say (host_metrics.go).

@@ -86,7 +86,7 @@ type partRecord struct {
 	// the host settles again.
 	Profile *appliedProfile `json:"profile,omitempty"`
 	state   moveState
-	rev       int64
+	rev     int64
 }
 
 func parsePartition(kv store.KV) (partRecord, error) {
