@@ -12,6 +12,7 @@ import (
 	"github.com/peloton-sched/peloton/advisor"
 	"github.com/peloton-sched/peloton/history"
 	"github.com/peloton-sched/peloton/hostagent"
+	"github.com/peloton-sched/peloton/hostmgr"
 	"github.com/peloton-sched/peloton/hostmgr/kubernetes"
 	"github.com/peloton-sched/peloton/internal/serving"
 	"github.com/peloton-sched/peloton/internal/store"
@@ -177,6 +178,10 @@ type Config struct {
 	// virtual host's runs use more than its declared capacity allows,
 	// revocable runs are killed (hostagent/qos.go).
 	HostAgentQoS *hostagent.QoSPolicy
+	// PartitionProfiles are the labels and agent settings hosts take when
+	// a move settles them in a partition (hostmgr/profile.go), by
+	// partition; they must be valid (hostmgr.ValidateProfiles).
+	PartitionProfiles map[string]hostmgr.Profile
 	// AdvisorMode runs the host advisor in this process, against this
 	// stack's API: "act" moves hosts between the batch and stateless
 	// partitions, "observe" only says what it would do; "" or "off": no
