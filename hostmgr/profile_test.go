@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"strings"
@@ -170,13 +171,32 @@ func TestProfileLabelMatchesPlacementConstraint(t *testing.T) {
 	}
 }
 
+// etcdStore is a store on an embedded etcd of the test's own.
+func etcdStore(t *testing.T) store.Store {
+	t.Helper()
+	e, err := store.StartEmbedded(store.EmbeddedConfig{DataDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := store.NewEtcd(ctx, store.EtcdConfig{Endpoints: e.Endpoints(), Prefix: "/profiletest/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	return st
+}
+
 // A restart in the middle of a move, at either end, neither loses the
 // profile nor applies it twice; the profile kept is the one taken at the
-// move, whatever the configuration says after the restart.
+// move, whatever the configuration says after the restart. On etcd, as a
+// cluster keeps it.
 func TestProfileSurvivesRestartMidMove(t *testing.T) {
+	st := etcdStore(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	st := memstore.New(memstore.Options{})
 	b := profileHosts()
 	b.setFail(errors.New("apiserver unreachable"))
 	m1 := profileManager(t, b, st, testProfiles)
