@@ -186,6 +186,10 @@ type Config struct {
 	// virtual host's runs use more than its declared capacity allows,
 	// revocable runs are killed (hostagent/qos.go).
 	HostAgentQoS *hostagent.QoSPolicy
+	// PartitionProfiles are the labels and agent settings hosts take when
+	// a move settles them in a partition (hostmgr/profile.go), by
+	// partition; they must be valid (hostmgr.ValidateProfiles).
+	PartitionProfiles map[string]hostmgr.Profile
 	// AdvisorMode runs the host advisor in this process, against this
 	// stack's API: "act" moves hosts between the batch and stateless
 	// partitions, "observe" only says what it would do; "" or "off": no

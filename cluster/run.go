@@ -139,7 +139,7 @@ func runStack(ctx context.Context, cfg Config, etcdTLS *tls.Config, t *term) err
 	// Revocable work is admitted against the slack the host agents measure.
 	hm := hostmgr.NewManager(backend, hostmgr.Options{Logger: log, Store: st, OnCapacity: rm.SetPartitionCapacity,
 		OnSlack: rm.SetSlack, SlackMargin: cfg.SlackMargin, UsageStaleAfter: cfg.UsageStaleAfter,
-		MemoryOversubscription: cfg.MemoryOversubscription})
+		MemoryOversubscription: cfg.MemoryOversubscription, Profiles: cfg.PartitionProfiles})
 	// The engines get their own context so they stop only after the API has.
 	runCtx, stopEngines := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopEngines()

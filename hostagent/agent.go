@@ -144,6 +144,9 @@ type AgentStats struct {
 	QoSKills       uint64
 	QoSMemoryKills uint64
 	LastQoSKill    time.Time
+	// Settings are the partition profile's settings the stack sent with
+	// its last ack (nil: none; the config stands). See settings.go.
+	Settings *pelotonv1.AgentSettings
 }
 
 // Agent reads its host's usage every interval and reports it to the stack
@@ -183,6 +186,11 @@ type Agent struct {
 	qosRuns  QoSRuns
 	qosState QoSState
 	killed   map[string]bool // runs revoked, while the scan still finds them
+	// baseQoS is the config's policy (nil: QoS off unless a profile turns
+	// it on), and settingsSeen the generation of settings applied
+	// (settings.go); both owned by the reading loop.
+	baseQoS      *QoSPolicy
+	settingsSeen uint64
 
 	// wake tells the sender a new report is pending.
 	wake chan struct{}
@@ -195,6 +203,8 @@ type Agent struct {
 	revoking map[string]revocation
 	// ackCh is closed, and replaced, at every ack.
 	ackCh chan struct{}
+	// settingsGen counts the changes of stats.Settings.
+	settingsGen uint64
 }
 
 // New checks cfg, fills in its defaults and returns an agent ready to Run.
@@ -254,17 +264,19 @@ func New(cfg Config) (*Agent, error) {
 	}
 	a.infoRuns, _ = cfg.Runs.(RunInfoSource)
 	if cfg.QoS != nil {
-		if err := a.qosConfig(); err != nil {
+		if err := a.qosConfig(*cfg.QoS); err != nil { // a copy: the caller's may change under us
 			return nil, err
 		}
+		base := a.qos
+		a.baseQoS = &base
 	}
 	return a, nil
 }
 
-// qosConfig checks the QoS part of the config and fills in its defaults.
-func (a *Agent) qosConfig() error {
+// qosConfig checks policy p, with the rest of the config QoS needs, fills
+// in its defaults and makes it the agent's.
+func (a *Agent) qosConfig(p QoSPolicy) error {
 	cfg := &a.cfg
-	p := *cfg.QoS // a copy: the caller's may change under us
 	if err := p.Validate(); err != nil {
 		return fmt.Errorf("hostagent: config.%w", err)
 	}
@@ -385,6 +397,7 @@ func (a *Agent) read(ctx context.Context, now time.Time) {
 	}
 	var victims []QoSVictim
 	var in QoSInput
+	a.takeSettings()
 	if a.qosRuns != nil {
 		runUse := make(map[string]Resources, len(rep.Runs))
 		for id, u := range rep.Runs {
@@ -622,6 +635,7 @@ func (a *Agent) stream(ctx context.Context) (acked bool, err error) {
 			}
 			w.acked(ack.Sequence)
 			a.noteAck(ack.Sequence)
+			a.noteSettings(ack.GetSettings())
 		}
 	}()
 	// Whatever ends the stream, the reader ends with it before we return.

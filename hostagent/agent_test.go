@@ -42,6 +42,7 @@ type recorder struct {
 	failNext bool                              // end the next stream at its next report, unacknowledged
 	notFound bool                              // end every stream NOT_FOUND at its first report
 	noAck    bool                              // take reports, acknowledge none
+	settings *pelotonv1.AgentSettings          // sent with every ack
 
 	// onReport, when set before serving, sees every report as it comes,
 	// before it is acknowledged.
@@ -89,12 +90,12 @@ func (r *recorder) ReportUsage(stream pelotonv1.HostAgentService_ReportUsageServ
 			r.last = rep.GetSequence()
 			r.taken[rep.GetSequence()] = rep
 		}
-		noAck := r.noAck
+		noAck, settings := r.noAck, r.settings
 		r.mu.Unlock()
 		if noAck {
 			continue
 		}
-		if err := stream.Send(&pelotonv1.UsageAck{Sequence: rep.GetSequence()}); err != nil {
+		if err := stream.Send(&pelotonv1.UsageAck{Sequence: rep.GetSequence(), Settings: settings}); err != nil {
 			return err
 		}
 	}

@@ -218,6 +218,11 @@ type host struct {
 	move     pelotonv1.PartitionMoveState
 	target   string
 	moveNote string
+	// own are the labels the backend reports; info.Labels are they with
+	// the labels of the partition profile the host took (profile) laid
+	// over them.
+	own     map[string]string
+	profile *appliedProfile
 }
 
 // hold is what one run holds on its host.
@@ -265,7 +270,9 @@ type Manager struct {
 	// classesStale is set when a host's partition changed since classes
 	// were computed.
 	classesStale bool
-	leases       leaseBook
+	// profiles are Options.Profiles; read-only after NewManager.
+	profiles map[string]Profile
+	leases   leaseBook
 	// taskHost maps a run's task ID to the host holding its resources.
 	taskHost map[string]string
 	// hostGauged: what each host's gauges say (host_metrics.go).
@@ -326,6 +333,10 @@ type Options struct {
 	// OnSlack, if set, is told the cluster's slack (ClusterSlack) when it
 	// changes, checked every second. It is called without hostmgr's lock.
 	OnSlack func(resources.Resources)
+	// Profiles are the partition profiles (profile.go), by partition:
+	// what hosts take when a move settles them in a partition. They must
+	// be valid (ValidateProfiles); NewManager keeps none if they are not.
+	Profiles map[string]Profile
 }
 
 // NewManager wraps a backend. Call Start before use.
@@ -361,6 +372,11 @@ func NewManager(b Backend, opts Options) *Manager {
 		hosts: map[string]*host{}, leases: leaseBook{}, taskHost: map[string]string{}, hostGauged: hostGauges{},
 		events:     make(chan TaskEvent, opts.EventBuffer),
 		onCapacity: opts.OnCapacity, stop: func() {},
+	}
+	if err := ValidateProfiles(opts.Profiles); err != nil {
+		m.log.Error("partition profiles ignored", "err", err)
+	} else {
+		m.profiles = opts.Profiles
 	}
 	m.maint = newMaintenance(m, opts.Store)
 	m.usage = &Usage{hm: m, log: m.log, slackMargin: opts.SlackMargin, memOversub: opts.MemoryOversubscription, staleAfter: opts.UsageStaleAfter, onSlack: opts.OnSlack}
@@ -424,11 +440,11 @@ func (m *Manager) refreshHosts() {
 	for _, hi := range infos {
 		seen[hi.Name] = true
 		if h, ok := m.hosts[hi.Name]; ok {
-			h.info = hi
+			h.info, h.own = hi, hi.Labels
 			m.maint.applyPartRecordLocked(h)
 			continue
 		}
-		h := &host{info: hi, tasks: map[string]hold{}, jobs: map[string]int{}, state: m.maint.stateOfLocked(hi.Name), maintBy: m.maint.records[hi.Name].by}
+		h := &host{info: hi, own: hi.Labels, tasks: map[string]hold{}, jobs: map[string]int{}, state: m.maint.stateOfLocked(hi.Name), maintBy: m.maint.records[hi.Name].by}
 		m.maint.applyPartRecordLocked(h)
 		m.hosts[hi.Name] = h
 	}
@@ -1141,6 +1157,7 @@ func (m *Manager) listHosts(withRuns bool) []*pelotonv1.Host {
 		h.Usage = m.usage.hostUsage(name)
 		h.Slack = m.usage.slackLocked(hh, now).ToProto()
 		h.Zone, h.OversubscriptionFactor = m.usage.hostAdvice(name, now)
+		h.OversubscriptionFactor = hh.capFactor(h.OversubscriptionFactor)
 		if withRuns {
 			h.Runs = make([]*pelotonv1.HostRun, 0, len(hh.tasks))
 			for _, id := range slices.Sorted(maps.Keys(hh.tasks)) {
@@ -1160,6 +1177,7 @@ func hostProto(h *host) *pelotonv1.Host {
 		Labels: h.info.Labels, Partition: h.info.Partition, State: h.state,
 		TaskCount: uint32(len(h.tasks)), MaintenanceMessage: hostMessage(h),
 		PartitionState: h.move, TargetPartition: h.target, PartitionMessage: moveMessage(h),
+		AgentSettings: h.agentSettings(),
 	}
 }
 

@@ -81,8 +81,12 @@ type partRecord struct {
 	Partition string `json:"partition"`
 	State     string `json:"state"`
 	Target    string `json:"target,omitempty"`
-	state     moveState
-	rev       int64
+	// Profile is the partition profile the host took when it last
+	// settled (profile.go); nil: none. A move under way keeps it until
+	// the host settles again.
+	Profile *appliedProfile `json:"profile,omitempty"`
+	state   moveState
+	rev     int64
 }
 
 func parsePartition(kv store.KV) (partRecord, error) {
@@ -99,6 +103,8 @@ func parsePartition(kv store.KV) (partRecord, error) {
 		return r, fmt.Errorf("hostmgr: %s: bad partition %q", kv.Key, r.Partition)
 	case (r.state == partSettled) != (r.Target == ""):
 		return r, fmt.Errorf("hostmgr: %s: state %s with target %q", kv.Key, r.State, r.Target)
+	case r.Profile != nil && len(r.Profile.Profile.validate("profile")) > 0:
+		return r, fmt.Errorf("hostmgr: %s: %w", kv.Key, errors.Join(r.Profile.Profile.validate("profile")...))
 	}
 	return r, nil
 }
@@ -141,6 +147,11 @@ func drainWhy(h *host) string {
 // record says; without a record the backend's report stands.
 func (mt *Maintenance) applyPartRecordLocked(h *host) {
 	r, ok := mt.parts[h.info.Name]
+	if labels := overlayLabels(h.own, r.Profile); !sameLabels(h.info.Labels, labels) {
+		h.info.Labels = labels
+		mt.hm.classesStale = true
+	}
+	h.profile = r.Profile
 	if !ok {
 		h.move, h.target = partSettled, ""
 		return
@@ -195,7 +206,7 @@ func (mt *Maintenance) MoveHost(ctx context.Context, name, partition, reason str
 		mt.hm.mu.Unlock()
 		return nil, apierr.FailedPrecondition("host: %v", err)
 	}
-	r := partRecord{Partition: h.info.Partition, Target: partition, state: partMoving}
+	r := partRecord{Partition: h.info.Partition, Target: partition, state: partMoving, Profile: h.profile}
 	op := mt.partOpLocked(name, r)
 	now := mt.hm.now()
 	mt.hm.mu.Unlock()
@@ -267,7 +278,7 @@ func (mt *Maintenance) finishMoveInTurn(ctx context.Context, name string) error 
 	if ok && r.state == partMoving {
 		// Nothing can land on a moving host (not offered, Commit refuses
 		// it), so once empty it stays empty.
-		next := partRecord{Partition: r.Partition, Target: r.Target, state: partDrained}
+		next := partRecord{Partition: r.Partition, Target: r.Target, state: partDrained, Profile: r.Profile}
 		op := mt.partOpLocked(name, next)
 		mt.hm.mu.Unlock()
 		rev, err := mt.persist(ctx, []store.Op{op})
@@ -302,7 +313,9 @@ func (mt *Maintenance) finishMoveInTurn(ctx context.Context, name string) error 
 		mt.hm.mu.Unlock()
 		return err
 	}
-	done := partRecord{Partition: r.Target, state: partSettled}
+	// The host takes the new partition's profile, and leaves the old
+	// one's, in the write that settles it.
+	done := partRecord{Partition: r.Target, state: partSettled, Profile: mt.profileFor(r.Target)}
 	op := mt.partOpLocked(name, done)
 	mt.hm.mu.Unlock()
 	rev, err := mt.persist(ctx, []store.Op{op})
@@ -357,7 +370,7 @@ func (mt *Maintenance) CancelMove(ctx context.Context, name, reason string) (*pe
 		}
 	}
 	mt.hm.mu.Lock()
-	back := partRecord{Partition: r.Partition, state: partSettled}
+	back := partRecord{Partition: r.Partition, state: partSettled, Profile: r.Profile}
 	op := mt.partOpLocked(name, back)
 	now := mt.hm.now()
 	mt.hm.mu.Unlock()

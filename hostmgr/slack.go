@@ -112,6 +112,7 @@ func (us *Usage) totalSlackLocked(h *host, now time.Time) resources.Resources {
 	}
 	used := usageResources(rep.usage.Cpu, rep.usage.MemoryUsedMb)
 	_, factor := us.hostAdvice(h.info.Name, now)
+	factor = h.capFactor(factor)
 	return hostSlack(h.info.Capacity, h.allocated, used, revUsed, slackPolicy{margin: us.slackMargin, cpuFactor: factor, memFactor: us.memOversub})
 }
 

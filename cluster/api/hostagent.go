@@ -55,7 +55,9 @@ func (s *Server) ReportUsage(stream pelotonv1.HostAgentService_ReportUsageServer
 		if _, err := s.usage.TakeUsage(r); err != nil {
 			return err
 		}
-		if err := stream.Send(&pelotonv1.UsageAck{Sequence: r.GetSequence()}); err != nil {
+		// Each ack carries the host's profile settings: the agent learns
+		// them, and a change of them, from its next report's ack.
+		if err := stream.Send(&pelotonv1.UsageAck{Sequence: r.GetSequence(), Settings: s.usage.AgentSettings(host)}); err != nil {
 			return err
 		}
 	}

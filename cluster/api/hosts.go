@@ -46,6 +46,9 @@ type HostMaintenance interface {
 // summarizes the partitions.
 type HostUsage interface {
 	TakeUsage(r *pelotonv1.UsageReport) (hostmgr.UsageResult, error)
+	// AgentSettings are the settings of the partition profile the host
+	// took, sent to its agent with each ack (nil: none).
+	AgentSettings(host string) *pelotonv1.AgentSettings
 	UsageReports() uint64
 	PublishAdvice(ctx context.Context, req *pelotonv1.PublishAdviceRequest) error
 	ListPartitions() ([]*pelotonv1.Partition, *pelotonv1.AdvisorStatus)

@@ -22,6 +22,7 @@ import (
 	"github.com/peloton-sched/peloton/cluster"
 	pclient "github.com/peloton-sched/peloton/cluster/client"
 	"github.com/peloton-sched/peloton/cmd/peloton/internal/cmdutil"
+	"github.com/peloton-sched/peloton/hostmgr"
 	"github.com/peloton-sched/peloton/internal/election"
 	"github.com/peloton-sched/peloton/jobmgr"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
@@ -59,6 +60,7 @@ type serverFlags struct {
 	agentInterval   time.Duration
 	slackMargin     float64
 	memOversub      float64
+	profilesFile    string
 	usageStaleAfter time.Duration
 	qos             qosFlags
 	advisor         advisorFlags
@@ -162,6 +164,7 @@ func (f *serverFlags) register(fs *pflag.FlagSet, embedded bool) {
 	fs.Float64Var(&f.slackMargin, "slack-margin", 0.1, "fraction of each host's CPU and memory kept out of the slack that revocable work runs on (0 to 0.9)")
 	fs.Float64Var(&f.memOversub, "memory-oversubscription", cluster.DefaultMemoryOversubscription, "most a host commits of its memory to regular and revocable work together, as a multiple of it (1: revocable work only gets memory nobody holds; at most 4)")
 	fs.DurationVar(&f.usageStaleAfter, "usage-stale-after", 15*time.Second, "how old a host's last usage report may be and still give slack; past it the host has none")
+	fs.StringVar(&f.profilesFile, "partition-profiles", "", "YAML file of partition profiles: the labels and agent settings (QoS thresholds, oversubscription cap) hosts take when a move settles them in a partition (docs/operations.md)")
 	f.qos.Register(fs)
 	f.advisor.register(fs, true)
 	f.sec.register(fs)
@@ -203,6 +206,10 @@ func (f *serverFlags) config(embedded bool) (cluster.Config, error) {
 	if err != nil {
 		return cluster.Config{}, err
 	}
+	profiles, err := readProfiles(f.profilesFile)
+	if err != nil {
+		return cluster.Config{}, err
+	}
 	advMode, advCfg, err := f.advisor.config(true)
 	if err != nil {
 		return cluster.Config{}, err
@@ -241,6 +248,7 @@ func (f *serverFlags) config(embedded bool) (cluster.Config, error) {
 		MemoryOversubscription: f.memOversub,
 		UsageStaleAfter:        f.usageStaleAfter,
 		HostAgentQoS:           qos,
+		PartitionProfiles:      profiles,
 		AdvisorMode:            advMode,
 		Advisor:                advCfg,
 		AdvisorInterval:        f.advisor.interval,
@@ -718,4 +726,20 @@ func withScheme(addr string) string {
 		return addr
 	}
 	return "http://" + addr
+}
+
+// readProfiles reads and checks the --partition-profiles file ("": none).
+func readProfiles(file string) (map[string]hostmgr.Profile, error) {
+	if file == "" {
+		return nil, nil
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, usageErrorf("invalid --partition-profiles %s: %v", file, err)
+	}
+	profiles, err := hostmgr.ParseProfiles(b)
+	if err != nil {
+		return nil, usageErrorf("invalid --partition-profiles %s: %v", file, err)
+	}
+	return profiles, nil
 }

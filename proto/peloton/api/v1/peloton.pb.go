@@ -5544,8 +5544,11 @@ type Host struct {
 	// HOST_ZONE_UNKNOWN when no advisor has said, or its advice is stale.
 	Zone                   HostZone `protobuf:"varint,16,opt,name=zone,proto3,enum=peloton.api.v1.HostZone" json:"zone,omitempty"`
 	OversubscriptionFactor float64  `protobuf:"fixed64,17,opt,name=oversubscription_factor,json=oversubscriptionFactor,proto3" json:"oversubscription_factor,omitempty"`
-	unknownFields          protoimpl.UnknownFields
-	sizeCache              protoimpl.SizeCache
+	// The agent settings of the partition profile the host took when it
+	// last settled in a partition (unset: none).
+	AgentSettings *AgentSettings `protobuf:"bytes,18,opt,name=agent_settings,json=agentSettings,proto3" json:"agent_settings,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Host) Reset() {
@@ -5695,6 +5698,13 @@ func (x *Host) GetOversubscriptionFactor() float64 {
 		return x.OversubscriptionFactor
 	}
 	return 0
+}
+
+func (x *Host) GetAgentSettings() *AgentSettings {
+	if x != nil {
+		return x.AgentSettings
+	}
+	return nil
 }
 
 // HostRun is one run a host holds.
@@ -6100,8 +6110,11 @@ func (x *UsageReport) GetRevokedResources() map[string]string {
 
 // UsageAck acknowledges a report taken (or dropped as taken before).
 type UsageAck struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Sequence      uint64                 `protobuf:"varint,1,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Sequence uint64                 `protobuf:"varint,1,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	// The settings of the host's partition profile (docs/operations.md,
+	// "Partition profiles"); unset: the agent's own config stands.
+	Settings      *AgentSettings `protobuf:"bytes,2,opt,name=settings,proto3" json:"settings,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -6143,6 +6156,97 @@ func (x *UsageAck) GetSequence() uint64 {
 	return 0
 }
 
+func (x *UsageAck) GetSettings() *AgentSettings {
+	if x != nil {
+		return x.Settings
+	}
+	return nil
+}
+
+// AgentSettings are what a partition's profile sets on its hosts' agents
+// and on hostmgr's view of them. A field at 0 leaves the agent's or the
+// advisor's own value.
+type AgentSettings struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The QoS controller's CPU thresholds, fractions of the host's cores:
+	// hot at or above high, cooled below low.
+	QosCpuHigh float64 `protobuf:"fixed64,1,opt,name=qos_cpu_high,json=qosCpuHigh,proto3" json:"qos_cpu_high,omitempty"`
+	QosCpuLow  float64 `protobuf:"fixed64,2,opt,name=qos_cpu_low,json=qosCpuLow,proto3" json:"qos_cpu_low,omitempty"`
+	// The same for memory, fractions of the host's memory.
+	QosMemHigh float64 `protobuf:"fixed64,3,opt,name=qos_mem_high,json=qosMemHigh,proto3" json:"qos_mem_high,omitempty"`
+	QosMemLow  float64 `protobuf:"fixed64,4,opt,name=qos_mem_low,json=qosMemLow,proto3" json:"qos_mem_low,omitempty"`
+	// The most the advisor's oversubscription factor may be on the host
+	// (1 or more).
+	OversubscriptionCap float64 `protobuf:"fixed64,5,opt,name=oversubscription_cap,json=oversubscriptionCap,proto3" json:"oversubscription_cap,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
+}
+
+func (x *AgentSettings) Reset() {
+	*x = AgentSettings{}
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[75]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AgentSettings) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AgentSettings) ProtoMessage() {}
+
+func (x *AgentSettings) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[75]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AgentSettings.ProtoReflect.Descriptor instead.
+func (*AgentSettings) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{75}
+}
+
+func (x *AgentSettings) GetQosCpuHigh() float64 {
+	if x != nil {
+		return x.QosCpuHigh
+	}
+	return 0
+}
+
+func (x *AgentSettings) GetQosCpuLow() float64 {
+	if x != nil {
+		return x.QosCpuLow
+	}
+	return 0
+}
+
+func (x *AgentSettings) GetQosMemHigh() float64 {
+	if x != nil {
+		return x.QosMemHigh
+	}
+	return 0
+}
+
+func (x *AgentSettings) GetQosMemLow() float64 {
+	if x != nil {
+		return x.QosMemLow
+	}
+	return 0
+}
+
+func (x *AgentSettings) GetOversubscriptionCap() float64 {
+	if x != nil {
+		return x.OversubscriptionCap
+	}
+	return 0
+}
+
 type ListHostsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// With each host, the runs it holds (Host.runs).
@@ -6153,7 +6257,7 @@ type ListHostsRequest struct {
 
 func (x *ListHostsRequest) Reset() {
 	*x = ListHostsRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[75]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6165,7 +6269,7 @@ func (x *ListHostsRequest) String() string {
 func (*ListHostsRequest) ProtoMessage() {}
 
 func (x *ListHostsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[75]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6178,7 +6282,7 @@ func (x *ListHostsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHostsRequest.ProtoReflect.Descriptor instead.
 func (*ListHostsRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{75}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *ListHostsRequest) GetIncludeRuns() bool {
@@ -6200,7 +6304,7 @@ type ListHostsResponse struct {
 
 func (x *ListHostsResponse) Reset() {
 	*x = ListHostsResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[76]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6212,7 +6316,7 @@ func (x *ListHostsResponse) String() string {
 func (*ListHostsResponse) ProtoMessage() {}
 
 func (x *ListHostsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[76]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6225,7 +6329,7 @@ func (x *ListHostsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHostsResponse.ProtoReflect.Descriptor instead.
 func (*ListHostsResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{76}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *ListHostsResponse) GetHosts() []*Host {
@@ -6265,7 +6369,7 @@ type Substrate struct {
 
 func (x *Substrate) Reset() {
 	*x = Substrate{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[77]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6277,7 +6381,7 @@ func (x *Substrate) String() string {
 func (*Substrate) ProtoMessage() {}
 
 func (x *Substrate) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[77]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6290,7 +6394,7 @@ func (x *Substrate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Substrate.ProtoReflect.Descriptor instead.
 func (*Substrate) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{77}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *Substrate) GetBackend() string {
@@ -6346,7 +6450,7 @@ type StartMaintenanceRequest struct {
 
 func (x *StartMaintenanceRequest) Reset() {
 	*x = StartMaintenanceRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[78]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6358,7 +6462,7 @@ func (x *StartMaintenanceRequest) String() string {
 func (*StartMaintenanceRequest) ProtoMessage() {}
 
 func (x *StartMaintenanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[78]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6371,7 +6475,7 @@ func (x *StartMaintenanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartMaintenanceRequest.ProtoReflect.Descriptor instead.
 func (*StartMaintenanceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{78}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *StartMaintenanceRequest) GetHosts() []string {
@@ -6398,7 +6502,7 @@ type StartMaintenanceResponse struct {
 
 func (x *StartMaintenanceResponse) Reset() {
 	*x = StartMaintenanceResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[79]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6410,7 +6514,7 @@ func (x *StartMaintenanceResponse) String() string {
 func (*StartMaintenanceResponse) ProtoMessage() {}
 
 func (x *StartMaintenanceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[79]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6423,7 +6527,7 @@ func (x *StartMaintenanceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartMaintenanceResponse.ProtoReflect.Descriptor instead.
 func (*StartMaintenanceResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{79}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *StartMaintenanceResponse) GetHosts() []*Host {
@@ -6445,7 +6549,7 @@ type CompleteMaintenanceRequest struct {
 
 func (x *CompleteMaintenanceRequest) Reset() {
 	*x = CompleteMaintenanceRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[80]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6457,7 +6561,7 @@ func (x *CompleteMaintenanceRequest) String() string {
 func (*CompleteMaintenanceRequest) ProtoMessage() {}
 
 func (x *CompleteMaintenanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[80]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6470,7 +6574,7 @@ func (x *CompleteMaintenanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteMaintenanceRequest.ProtoReflect.Descriptor instead.
 func (*CompleteMaintenanceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{80}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *CompleteMaintenanceRequest) GetHosts() []string {
@@ -6490,7 +6594,7 @@ type CompleteMaintenanceResponse struct {
 
 func (x *CompleteMaintenanceResponse) Reset() {
 	*x = CompleteMaintenanceResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[81]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6502,7 +6606,7 @@ func (x *CompleteMaintenanceResponse) String() string {
 func (*CompleteMaintenanceResponse) ProtoMessage() {}
 
 func (x *CompleteMaintenanceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[81]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6515,7 +6619,7 @@ func (x *CompleteMaintenanceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteMaintenanceResponse.ProtoReflect.Descriptor instead.
 func (*CompleteMaintenanceResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{81}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *CompleteMaintenanceResponse) GetHosts() []*Host {
@@ -6554,7 +6658,7 @@ type MoveHostRequest struct {
 
 func (x *MoveHostRequest) Reset() {
 	*x = MoveHostRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[82]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6566,7 +6670,7 @@ func (x *MoveHostRequest) String() string {
 func (*MoveHostRequest) ProtoMessage() {}
 
 func (x *MoveHostRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[82]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6579,7 +6683,7 @@ func (x *MoveHostRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveHostRequest.ProtoReflect.Descriptor instead.
 func (*MoveHostRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{82}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *MoveHostRequest) GetHost() string {
@@ -6627,7 +6731,7 @@ type MoveHostResponse struct {
 
 func (x *MoveHostResponse) Reset() {
 	*x = MoveHostResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[83]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6639,7 +6743,7 @@ func (x *MoveHostResponse) String() string {
 func (*MoveHostResponse) ProtoMessage() {}
 
 func (x *MoveHostResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[83]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6652,7 +6756,7 @@ func (x *MoveHostResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveHostResponse.ProtoReflect.Descriptor instead.
 func (*MoveHostResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{83}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *MoveHostResponse) GetHost() *Host {
@@ -6692,7 +6796,7 @@ type Partition struct {
 
 func (x *Partition) Reset() {
 	*x = Partition{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[84]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6704,7 +6808,7 @@ func (x *Partition) String() string {
 func (*Partition) ProtoMessage() {}
 
 func (x *Partition) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[84]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6717,7 +6821,7 @@ func (x *Partition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Partition.ProtoReflect.Descriptor instead.
 func (*Partition) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{84}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *Partition) GetName() string {
@@ -6833,7 +6937,7 @@ type ListPartitionsRequest struct {
 
 func (x *ListPartitionsRequest) Reset() {
 	*x = ListPartitionsRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[85]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6845,7 +6949,7 @@ func (x *ListPartitionsRequest) String() string {
 func (*ListPartitionsRequest) ProtoMessage() {}
 
 func (x *ListPartitionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[85]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6858,7 +6962,7 @@ func (x *ListPartitionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPartitionsRequest.ProtoReflect.Descriptor instead.
 func (*ListPartitionsRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{85}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{86}
 }
 
 type ListPartitionsResponse struct {
@@ -6871,7 +6975,7 @@ type ListPartitionsResponse struct {
 
 func (x *ListPartitionsResponse) Reset() {
 	*x = ListPartitionsResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[86]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6883,7 +6987,7 @@ func (x *ListPartitionsResponse) String() string {
 func (*ListPartitionsResponse) ProtoMessage() {}
 
 func (x *ListPartitionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[86]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6896,7 +7000,7 @@ func (x *ListPartitionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPartitionsResponse.ProtoReflect.Descriptor instead.
 func (*ListPartitionsResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{86}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *ListPartitionsResponse) GetPartitions() []*Partition {
@@ -6927,7 +7031,7 @@ type AdvisorStatus struct {
 
 func (x *AdvisorStatus) Reset() {
 	*x = AdvisorStatus{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[87]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6939,7 +7043,7 @@ func (x *AdvisorStatus) String() string {
 func (*AdvisorStatus) ProtoMessage() {}
 
 func (x *AdvisorStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[87]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6952,7 +7056,7 @@ func (x *AdvisorStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdvisorStatus.ProtoReflect.Descriptor instead.
 func (*AdvisorStatus) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{87}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *AdvisorStatus) GetMode() string {
@@ -6998,7 +7102,7 @@ type PartitionMove struct {
 
 func (x *PartitionMove) Reset() {
 	*x = PartitionMove{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[88]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7010,7 +7114,7 @@ func (x *PartitionMove) String() string {
 func (*PartitionMove) ProtoMessage() {}
 
 func (x *PartitionMove) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[88]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7023,7 +7127,7 @@ func (x *PartitionMove) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionMove.ProtoReflect.Descriptor instead.
 func (*PartitionMove) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{88}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *PartitionMove) GetHost() string {
@@ -7080,7 +7184,7 @@ type ListPartitionMovesRequest struct {
 
 func (x *ListPartitionMovesRequest) Reset() {
 	*x = ListPartitionMovesRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[89]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7092,7 +7196,7 @@ func (x *ListPartitionMovesRequest) String() string {
 func (*ListPartitionMovesRequest) ProtoMessage() {}
 
 func (x *ListPartitionMovesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[89]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7105,7 +7209,7 @@ func (x *ListPartitionMovesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPartitionMovesRequest.ProtoReflect.Descriptor instead.
 func (*ListPartitionMovesRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{89}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *ListPartitionMovesRequest) GetHost() string {
@@ -7131,7 +7235,7 @@ type ListPartitionMovesResponse struct {
 
 func (x *ListPartitionMovesResponse) Reset() {
 	*x = ListPartitionMovesResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[90]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7143,7 +7247,7 @@ func (x *ListPartitionMovesResponse) String() string {
 func (*ListPartitionMovesResponse) ProtoMessage() {}
 
 func (x *ListPartitionMovesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[90]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7156,7 +7260,7 @@ func (x *ListPartitionMovesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPartitionMovesResponse.ProtoReflect.Descriptor instead.
 func (*ListPartitionMovesResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{90}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *ListPartitionMovesResponse) GetMoves() []*PartitionMove {
@@ -7179,7 +7283,7 @@ type HostAdvice struct {
 
 func (x *HostAdvice) Reset() {
 	*x = HostAdvice{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[91]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7191,7 +7295,7 @@ func (x *HostAdvice) String() string {
 func (*HostAdvice) ProtoMessage() {}
 
 func (x *HostAdvice) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[91]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7204,7 +7308,7 @@ func (x *HostAdvice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostAdvice.ProtoReflect.Descriptor instead.
 func (*HostAdvice) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{91}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *HostAdvice) GetHost() string {
@@ -7241,7 +7345,7 @@ type PartitionAdvice struct {
 
 func (x *PartitionAdvice) Reset() {
 	*x = PartitionAdvice{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[92]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7253,7 +7357,7 @@ func (x *PartitionAdvice) String() string {
 func (*PartitionAdvice) ProtoMessage() {}
 
 func (x *PartitionAdvice) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[92]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7266,7 +7370,7 @@ func (x *PartitionAdvice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionAdvice.ProtoReflect.Descriptor instead.
 func (*PartitionAdvice) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{92}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *PartitionAdvice) GetPartition() string {
@@ -7316,7 +7420,7 @@ type PublishAdviceRequest struct {
 
 func (x *PublishAdviceRequest) Reset() {
 	*x = PublishAdviceRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[93]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7328,7 +7432,7 @@ func (x *PublishAdviceRequest) String() string {
 func (*PublishAdviceRequest) ProtoMessage() {}
 
 func (x *PublishAdviceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[93]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7341,7 +7445,7 @@ func (x *PublishAdviceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublishAdviceRequest.ProtoReflect.Descriptor instead.
 func (*PublishAdviceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{93}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *PublishAdviceRequest) GetAdvisorId() string {
@@ -7394,7 +7498,7 @@ type PublishAdviceResponse struct {
 
 func (x *PublishAdviceResponse) Reset() {
 	*x = PublishAdviceResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[94]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7406,7 +7510,7 @@ func (x *PublishAdviceResponse) String() string {
 func (*PublishAdviceResponse) ProtoMessage() {}
 
 func (x *PublishAdviceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[94]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7419,7 +7523,7 @@ func (x *PublishAdviceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublishAdviceResponse.ProtoReflect.Descriptor instead.
 func (*PublishAdviceResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{94}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{95}
 }
 
 // UpdateSpec says how a rolling update replaces a job's instances.
@@ -7452,7 +7556,7 @@ type UpdateSpec struct {
 
 func (x *UpdateSpec) Reset() {
 	*x = UpdateSpec{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[95]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7464,7 +7568,7 @@ func (x *UpdateSpec) String() string {
 func (*UpdateSpec) ProtoMessage() {}
 
 func (x *UpdateSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[95]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7477,7 +7581,7 @@ func (x *UpdateSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateSpec.ProtoReflect.Descriptor instead.
 func (*UpdateSpec) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{95}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *UpdateSpec) GetBatchSize() uint32 {
@@ -7568,7 +7672,7 @@ type UpdateStatus struct {
 
 func (x *UpdateStatus) Reset() {
 	*x = UpdateStatus{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[96]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7580,7 +7684,7 @@ func (x *UpdateStatus) String() string {
 func (*UpdateStatus) ProtoMessage() {}
 
 func (x *UpdateStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[96]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7593,7 +7697,7 @@ func (x *UpdateStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateStatus.ProtoReflect.Descriptor instead.
 func (*UpdateStatus) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{96}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *UpdateStatus) GetState() UpdateState {
@@ -7706,7 +7810,7 @@ type Update struct {
 
 func (x *Update) Reset() {
 	*x = Update{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[97]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7718,7 +7822,7 @@ func (x *Update) String() string {
 func (*Update) ProtoMessage() {}
 
 func (x *Update) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[97]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7731,7 +7835,7 @@ func (x *Update) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Update.ProtoReflect.Descriptor instead.
 func (*Update) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{97}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *Update) GetId() string {
@@ -7830,7 +7934,7 @@ type CreateUpdateRequest struct {
 
 func (x *CreateUpdateRequest) Reset() {
 	*x = CreateUpdateRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[98]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7842,7 +7946,7 @@ func (x *CreateUpdateRequest) String() string {
 func (*CreateUpdateRequest) ProtoMessage() {}
 
 func (x *CreateUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[98]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7855,7 +7959,7 @@ func (x *CreateUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateUpdateRequest.ProtoReflect.Descriptor instead.
 func (*CreateUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{98}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *CreateUpdateRequest) GetJobId() string {
@@ -7912,7 +8016,7 @@ type CreateUpdateResponse struct {
 
 func (x *CreateUpdateResponse) Reset() {
 	*x = CreateUpdateResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[99]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7924,7 +8028,7 @@ func (x *CreateUpdateResponse) String() string {
 func (*CreateUpdateResponse) ProtoMessage() {}
 
 func (x *CreateUpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[99]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7937,7 +8041,7 @@ func (x *CreateUpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateUpdateResponse.ProtoReflect.Descriptor instead.
 func (*CreateUpdateResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{99}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *CreateUpdateResponse) GetUpdate() *Update {
@@ -7963,7 +8067,7 @@ type GetUpdateRequest struct {
 
 func (x *GetUpdateRequest) Reset() {
 	*x = GetUpdateRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[100]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7975,7 +8079,7 @@ func (x *GetUpdateRequest) String() string {
 func (*GetUpdateRequest) ProtoMessage() {}
 
 func (x *GetUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[100]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7988,7 +8092,7 @@ func (x *GetUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUpdateRequest.ProtoReflect.Descriptor instead.
 func (*GetUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{100}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *GetUpdateRequest) GetUpdateId() string {
@@ -8007,7 +8111,7 @@ type GetUpdateResponse struct {
 
 func (x *GetUpdateResponse) Reset() {
 	*x = GetUpdateResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[101]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8019,7 +8123,7 @@ func (x *GetUpdateResponse) String() string {
 func (*GetUpdateResponse) ProtoMessage() {}
 
 func (x *GetUpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[101]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8032,7 +8136,7 @@ func (x *GetUpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUpdateResponse.ProtoReflect.Descriptor instead.
 func (*GetUpdateResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{101}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *GetUpdateResponse) GetUpdate() *Update {
@@ -8052,7 +8156,7 @@ type ListUpdatesRequest struct {
 
 func (x *ListUpdatesRequest) Reset() {
 	*x = ListUpdatesRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[102]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8064,7 +8168,7 @@ func (x *ListUpdatesRequest) String() string {
 func (*ListUpdatesRequest) ProtoMessage() {}
 
 func (x *ListUpdatesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[102]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8077,7 +8181,7 @@ func (x *ListUpdatesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListUpdatesRequest.ProtoReflect.Descriptor instead.
 func (*ListUpdatesRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{102}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *ListUpdatesRequest) GetJobId() string {
@@ -8096,7 +8200,7 @@ type ListUpdatesResponse struct {
 
 func (x *ListUpdatesResponse) Reset() {
 	*x = ListUpdatesResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[103]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8108,7 +8212,7 @@ func (x *ListUpdatesResponse) String() string {
 func (*ListUpdatesResponse) ProtoMessage() {}
 
 func (x *ListUpdatesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[103]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8121,7 +8225,7 @@ func (x *ListUpdatesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListUpdatesResponse.ProtoReflect.Descriptor instead.
 func (*ListUpdatesResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{103}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *ListUpdatesResponse) GetUpdates() []*Update {
@@ -8140,7 +8244,7 @@ type PauseUpdateRequest struct {
 
 func (x *PauseUpdateRequest) Reset() {
 	*x = PauseUpdateRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[104]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8152,7 +8256,7 @@ func (x *PauseUpdateRequest) String() string {
 func (*PauseUpdateRequest) ProtoMessage() {}
 
 func (x *PauseUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[104]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8165,7 +8269,7 @@ func (x *PauseUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseUpdateRequest.ProtoReflect.Descriptor instead.
 func (*PauseUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{104}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *PauseUpdateRequest) GetUpdateId() string {
@@ -8184,7 +8288,7 @@ type PauseUpdateResponse struct {
 
 func (x *PauseUpdateResponse) Reset() {
 	*x = PauseUpdateResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[105]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8196,7 +8300,7 @@ func (x *PauseUpdateResponse) String() string {
 func (*PauseUpdateResponse) ProtoMessage() {}
 
 func (x *PauseUpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[105]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8209,7 +8313,7 @@ func (x *PauseUpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseUpdateResponse.ProtoReflect.Descriptor instead.
 func (*PauseUpdateResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{105}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *PauseUpdateResponse) GetUpdate() *Update {
@@ -8228,7 +8332,7 @@ type ResumeUpdateRequest struct {
 
 func (x *ResumeUpdateRequest) Reset() {
 	*x = ResumeUpdateRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[106]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8240,7 +8344,7 @@ func (x *ResumeUpdateRequest) String() string {
 func (*ResumeUpdateRequest) ProtoMessage() {}
 
 func (x *ResumeUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[106]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8253,7 +8357,7 @@ func (x *ResumeUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeUpdateRequest.ProtoReflect.Descriptor instead.
 func (*ResumeUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{106}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *ResumeUpdateRequest) GetUpdateId() string {
@@ -8272,7 +8376,7 @@ type ResumeUpdateResponse struct {
 
 func (x *ResumeUpdateResponse) Reset() {
 	*x = ResumeUpdateResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[107]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8284,7 +8388,7 @@ func (x *ResumeUpdateResponse) String() string {
 func (*ResumeUpdateResponse) ProtoMessage() {}
 
 func (x *ResumeUpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[107]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8297,7 +8401,7 @@ func (x *ResumeUpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeUpdateResponse.ProtoReflect.Descriptor instead.
 func (*ResumeUpdateResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{107}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{108}
 }
 
 func (x *ResumeUpdateResponse) GetUpdate() *Update {
@@ -8316,7 +8420,7 @@ type AbortUpdateRequest struct {
 
 func (x *AbortUpdateRequest) Reset() {
 	*x = AbortUpdateRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[108]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8328,7 +8432,7 @@ func (x *AbortUpdateRequest) String() string {
 func (*AbortUpdateRequest) ProtoMessage() {}
 
 func (x *AbortUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[108]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8341,7 +8445,7 @@ func (x *AbortUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortUpdateRequest.ProtoReflect.Descriptor instead.
 func (*AbortUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{108}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *AbortUpdateRequest) GetUpdateId() string {
@@ -8360,7 +8464,7 @@ type AbortUpdateResponse struct {
 
 func (x *AbortUpdateResponse) Reset() {
 	*x = AbortUpdateResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[109]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8372,7 +8476,7 @@ func (x *AbortUpdateResponse) String() string {
 func (*AbortUpdateResponse) ProtoMessage() {}
 
 func (x *AbortUpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[109]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8385,7 +8489,7 @@ func (x *AbortUpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortUpdateResponse.ProtoReflect.Descriptor instead.
 func (*AbortUpdateResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{109}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{110}
 }
 
 func (x *AbortUpdateResponse) GetUpdate() *Update {
@@ -8408,7 +8512,7 @@ type RollbackUpdateRequest struct {
 
 func (x *RollbackUpdateRequest) Reset() {
 	*x = RollbackUpdateRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[110]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8420,7 +8524,7 @@ func (x *RollbackUpdateRequest) String() string {
 func (*RollbackUpdateRequest) ProtoMessage() {}
 
 func (x *RollbackUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[110]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8433,7 +8537,7 @@ func (x *RollbackUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackUpdateRequest.ProtoReflect.Descriptor instead.
 func (*RollbackUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{110}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{111}
 }
 
 func (x *RollbackUpdateRequest) GetUpdateId() string {
@@ -8452,7 +8556,7 @@ type RollbackUpdateResponse struct {
 
 func (x *RollbackUpdateResponse) Reset() {
 	*x = RollbackUpdateResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[111]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8464,7 +8568,7 @@ func (x *RollbackUpdateResponse) String() string {
 func (*RollbackUpdateResponse) ProtoMessage() {}
 
 func (x *RollbackUpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[111]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8477,7 +8581,7 @@ func (x *RollbackUpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackUpdateResponse.ProtoReflect.Descriptor instead.
 func (*RollbackUpdateResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{111}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{112}
 }
 
 func (x *RollbackUpdateResponse) GetUpdate() *Update {
@@ -8856,7 +8960,7 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\x10ListPoolsRequest\"}\n" +
 	"\x11ListPoolsResponse\x12*\n" +
 	"\x05pools\x18\x01 \x03(\v2\x14.peloton.api.v1.PoolR\x05pools\x12<\n" +
-	"\flargest_host\x18\x02 \x01(\v2\x19.peloton.api.v1.ResourcesR\vlargestHost\"\xf2\x06\n" +
+	"\flargest_host\x18\x02 \x01(\v2\x19.peloton.api.v1.ResourcesR\vlargestHost\"\xb8\a\n" +
 	"\x04Host\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x125\n" +
 	"\bcapacity\x18\x02 \x01(\v2\x19.peloton.api.v1.ResourcesR\bcapacity\x127\n" +
@@ -8876,7 +8980,8 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\trevocable\x18\x0e \x01(\v2\x19.peloton.api.v1.ResourcesR\trevocable\x12+\n" +
 	"\x04runs\x18\x0f \x03(\v2\x17.peloton.api.v1.HostRunR\x04runs\x12,\n" +
 	"\x04zone\x18\x10 \x01(\x0e2\x18.peloton.api.v1.HostZoneR\x04zone\x127\n" +
-	"\x17oversubscription_factor\x18\x11 \x01(\x01R\x16oversubscriptionFactor\x1a9\n" +
+	"\x17oversubscription_factor\x18\x11 \x01(\x01R\x16oversubscriptionFactor\x12D\n" +
+	"\x0eagent_settings\x18\x12 \x01(\v2\x1d.peloton.api.v1.AgentSettingsR\ragentSettings\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xcc\x01\n" +
@@ -8917,9 +9022,18 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\v2\x19.peloton.api.v1.TaskUsageR\x05value:\x028\x01\x1aC\n" +
 	"\x15RevokedResourcesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"&\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"a\n" +
 	"\bUsageAck\x12\x1a\n" +
-	"\bsequence\x18\x01 \x01(\x04R\bsequence\"5\n" +
+	"\bsequence\x18\x01 \x01(\x04R\bsequence\x129\n" +
+	"\bsettings\x18\x02 \x01(\v2\x1d.peloton.api.v1.AgentSettingsR\bsettings\"\xc6\x01\n" +
+	"\rAgentSettings\x12 \n" +
+	"\fqos_cpu_high\x18\x01 \x01(\x01R\n" +
+	"qosCpuHigh\x12\x1e\n" +
+	"\vqos_cpu_low\x18\x02 \x01(\x01R\tqosCpuLow\x12 \n" +
+	"\fqos_mem_high\x18\x03 \x01(\x01R\n" +
+	"qosMemHigh\x12\x1e\n" +
+	"\vqos_mem_low\x18\x04 \x01(\x01R\tqosMemLow\x121\n" +
+	"\x14oversubscription_cap\x18\x05 \x01(\x01R\x13oversubscriptionCap\"5\n" +
 	"\x10ListHostsRequest\x12!\n" +
 	"\finclude_runs\x18\x01 \x01(\bR\vincludeRuns\"x\n" +
 	"\x11ListHostsResponse\x12*\n" +
@@ -9261,7 +9375,7 @@ func file_peloton_api_v1_peloton_proto_rawDescGZIP() []byte {
 }
 
 var file_peloton_api_v1_peloton_proto_enumTypes = make([]protoimpl.EnumInfo, 13)
-var file_peloton_api_v1_peloton_proto_msgTypes = make([]protoimpl.MessageInfo, 124)
+var file_peloton_api_v1_peloton_proto_msgTypes = make([]protoimpl.MessageInfo, 125)
 var file_peloton_api_v1_peloton_proto_goTypes = []any{
 	(JobType)(0),                        // 0: peloton.api.v1.JobType
 	(TaskState)(0),                      // 1: peloton.api.v1.TaskState
@@ -9351,60 +9465,61 @@ var file_peloton_api_v1_peloton_proto_goTypes = []any{
 	(*TaskUsage)(nil),                   // 85: peloton.api.v1.TaskUsage
 	(*UsageReport)(nil),                 // 86: peloton.api.v1.UsageReport
 	(*UsageAck)(nil),                    // 87: peloton.api.v1.UsageAck
-	(*ListHostsRequest)(nil),            // 88: peloton.api.v1.ListHostsRequest
-	(*ListHostsResponse)(nil),           // 89: peloton.api.v1.ListHostsResponse
-	(*Substrate)(nil),                   // 90: peloton.api.v1.Substrate
-	(*StartMaintenanceRequest)(nil),     // 91: peloton.api.v1.StartMaintenanceRequest
-	(*StartMaintenanceResponse)(nil),    // 92: peloton.api.v1.StartMaintenanceResponse
-	(*CompleteMaintenanceRequest)(nil),  // 93: peloton.api.v1.CompleteMaintenanceRequest
-	(*CompleteMaintenanceResponse)(nil), // 94: peloton.api.v1.CompleteMaintenanceResponse
-	(*MoveHostRequest)(nil),             // 95: peloton.api.v1.MoveHostRequest
-	(*MoveHostResponse)(nil),            // 96: peloton.api.v1.MoveHostResponse
-	(*Partition)(nil),                   // 97: peloton.api.v1.Partition
-	(*ListPartitionsRequest)(nil),       // 98: peloton.api.v1.ListPartitionsRequest
-	(*ListPartitionsResponse)(nil),      // 99: peloton.api.v1.ListPartitionsResponse
-	(*AdvisorStatus)(nil),               // 100: peloton.api.v1.AdvisorStatus
-	(*PartitionMove)(nil),               // 101: peloton.api.v1.PartitionMove
-	(*ListPartitionMovesRequest)(nil),   // 102: peloton.api.v1.ListPartitionMovesRequest
-	(*ListPartitionMovesResponse)(nil),  // 103: peloton.api.v1.ListPartitionMovesResponse
-	(*HostAdvice)(nil),                  // 104: peloton.api.v1.HostAdvice
-	(*PartitionAdvice)(nil),             // 105: peloton.api.v1.PartitionAdvice
-	(*PublishAdviceRequest)(nil),        // 106: peloton.api.v1.PublishAdviceRequest
-	(*PublishAdviceResponse)(nil),       // 107: peloton.api.v1.PublishAdviceResponse
-	(*UpdateSpec)(nil),                  // 108: peloton.api.v1.UpdateSpec
-	(*UpdateStatus)(nil),                // 109: peloton.api.v1.UpdateStatus
-	(*Update)(nil),                      // 110: peloton.api.v1.Update
-	(*CreateUpdateRequest)(nil),         // 111: peloton.api.v1.CreateUpdateRequest
-	(*CreateUpdateResponse)(nil),        // 112: peloton.api.v1.CreateUpdateResponse
-	(*GetUpdateRequest)(nil),            // 113: peloton.api.v1.GetUpdateRequest
-	(*GetUpdateResponse)(nil),           // 114: peloton.api.v1.GetUpdateResponse
-	(*ListUpdatesRequest)(nil),          // 115: peloton.api.v1.ListUpdatesRequest
-	(*ListUpdatesResponse)(nil),         // 116: peloton.api.v1.ListUpdatesResponse
-	(*PauseUpdateRequest)(nil),          // 117: peloton.api.v1.PauseUpdateRequest
-	(*PauseUpdateResponse)(nil),         // 118: peloton.api.v1.PauseUpdateResponse
-	(*ResumeUpdateRequest)(nil),         // 119: peloton.api.v1.ResumeUpdateRequest
-	(*ResumeUpdateResponse)(nil),        // 120: peloton.api.v1.ResumeUpdateResponse
-	(*AbortUpdateRequest)(nil),          // 121: peloton.api.v1.AbortUpdateRequest
-	(*AbortUpdateResponse)(nil),         // 122: peloton.api.v1.AbortUpdateResponse
-	(*RollbackUpdateRequest)(nil),       // 123: peloton.api.v1.RollbackUpdateRequest
-	(*RollbackUpdateResponse)(nil),      // 124: peloton.api.v1.RollbackUpdateResponse
-	nil,                                 // 125: peloton.api.v1.TaskSpec.EnvEntry
-	nil,                                 // 126: peloton.api.v1.JobSpec.InstanceSpecsEntry
-	nil,                                 // 127: peloton.api.v1.JobSpec.LabelsEntry
-	nil,                                 // 128: peloton.api.v1.JobStatus.TaskCountsEntry
-	nil,                                 // 129: peloton.api.v1.TaskStatus.PortsEntry
-	nil,                                 // 130: peloton.api.v1.ListJobsRequest.LabelsEntry
-	nil,                                 // 131: peloton.api.v1.WatchJobsRequest.LabelsEntry
-	nil,                                 // 132: peloton.api.v1.Host.LabelsEntry
-	nil,                                 // 133: peloton.api.v1.UsageReport.RunsEntry
-	nil,                                 // 134: peloton.api.v1.UsageReport.RevokedResourcesEntry
-	nil,                                 // 135: peloton.api.v1.Partition.ZonesEntry
-	nil,                                 // 136: peloton.api.v1.Update.RestartsEntry
-	(*timestamppb.Timestamp)(nil),       // 137: google.protobuf.Timestamp
+	(*AgentSettings)(nil),               // 88: peloton.api.v1.AgentSettings
+	(*ListHostsRequest)(nil),            // 89: peloton.api.v1.ListHostsRequest
+	(*ListHostsResponse)(nil),           // 90: peloton.api.v1.ListHostsResponse
+	(*Substrate)(nil),                   // 91: peloton.api.v1.Substrate
+	(*StartMaintenanceRequest)(nil),     // 92: peloton.api.v1.StartMaintenanceRequest
+	(*StartMaintenanceResponse)(nil),    // 93: peloton.api.v1.StartMaintenanceResponse
+	(*CompleteMaintenanceRequest)(nil),  // 94: peloton.api.v1.CompleteMaintenanceRequest
+	(*CompleteMaintenanceResponse)(nil), // 95: peloton.api.v1.CompleteMaintenanceResponse
+	(*MoveHostRequest)(nil),             // 96: peloton.api.v1.MoveHostRequest
+	(*MoveHostResponse)(nil),            // 97: peloton.api.v1.MoveHostResponse
+	(*Partition)(nil),                   // 98: peloton.api.v1.Partition
+	(*ListPartitionsRequest)(nil),       // 99: peloton.api.v1.ListPartitionsRequest
+	(*ListPartitionsResponse)(nil),      // 100: peloton.api.v1.ListPartitionsResponse
+	(*AdvisorStatus)(nil),               // 101: peloton.api.v1.AdvisorStatus
+	(*PartitionMove)(nil),               // 102: peloton.api.v1.PartitionMove
+	(*ListPartitionMovesRequest)(nil),   // 103: peloton.api.v1.ListPartitionMovesRequest
+	(*ListPartitionMovesResponse)(nil),  // 104: peloton.api.v1.ListPartitionMovesResponse
+	(*HostAdvice)(nil),                  // 105: peloton.api.v1.HostAdvice
+	(*PartitionAdvice)(nil),             // 106: peloton.api.v1.PartitionAdvice
+	(*PublishAdviceRequest)(nil),        // 107: peloton.api.v1.PublishAdviceRequest
+	(*PublishAdviceResponse)(nil),       // 108: peloton.api.v1.PublishAdviceResponse
+	(*UpdateSpec)(nil),                  // 109: peloton.api.v1.UpdateSpec
+	(*UpdateStatus)(nil),                // 110: peloton.api.v1.UpdateStatus
+	(*Update)(nil),                      // 111: peloton.api.v1.Update
+	(*CreateUpdateRequest)(nil),         // 112: peloton.api.v1.CreateUpdateRequest
+	(*CreateUpdateResponse)(nil),        // 113: peloton.api.v1.CreateUpdateResponse
+	(*GetUpdateRequest)(nil),            // 114: peloton.api.v1.GetUpdateRequest
+	(*GetUpdateResponse)(nil),           // 115: peloton.api.v1.GetUpdateResponse
+	(*ListUpdatesRequest)(nil),          // 116: peloton.api.v1.ListUpdatesRequest
+	(*ListUpdatesResponse)(nil),         // 117: peloton.api.v1.ListUpdatesResponse
+	(*PauseUpdateRequest)(nil),          // 118: peloton.api.v1.PauseUpdateRequest
+	(*PauseUpdateResponse)(nil),         // 119: peloton.api.v1.PauseUpdateResponse
+	(*ResumeUpdateRequest)(nil),         // 120: peloton.api.v1.ResumeUpdateRequest
+	(*ResumeUpdateResponse)(nil),        // 121: peloton.api.v1.ResumeUpdateResponse
+	(*AbortUpdateRequest)(nil),          // 122: peloton.api.v1.AbortUpdateRequest
+	(*AbortUpdateResponse)(nil),         // 123: peloton.api.v1.AbortUpdateResponse
+	(*RollbackUpdateRequest)(nil),       // 124: peloton.api.v1.RollbackUpdateRequest
+	(*RollbackUpdateResponse)(nil),      // 125: peloton.api.v1.RollbackUpdateResponse
+	nil,                                 // 126: peloton.api.v1.TaskSpec.EnvEntry
+	nil,                                 // 127: peloton.api.v1.JobSpec.InstanceSpecsEntry
+	nil,                                 // 128: peloton.api.v1.JobSpec.LabelsEntry
+	nil,                                 // 129: peloton.api.v1.JobStatus.TaskCountsEntry
+	nil,                                 // 130: peloton.api.v1.TaskStatus.PortsEntry
+	nil,                                 // 131: peloton.api.v1.ListJobsRequest.LabelsEntry
+	nil,                                 // 132: peloton.api.v1.WatchJobsRequest.LabelsEntry
+	nil,                                 // 133: peloton.api.v1.Host.LabelsEntry
+	nil,                                 // 134: peloton.api.v1.UsageReport.RunsEntry
+	nil,                                 // 135: peloton.api.v1.UsageReport.RevokedResourcesEntry
+	nil,                                 // 136: peloton.api.v1.Partition.ZonesEntry
+	nil,                                 // 137: peloton.api.v1.Update.RestartsEntry
+	(*timestamppb.Timestamp)(nil),       // 138: google.protobuf.Timestamp
 }
 var file_peloton_api_v1_peloton_proto_depIdxs = []int32{
 	18,  // 0: peloton.api.v1.HealthCheck.http:type_name -> peloton.api.v1.HttpProbe
-	125, // 1: peloton.api.v1.TaskSpec.env:type_name -> peloton.api.v1.TaskSpec.EnvEntry
+	126, // 1: peloton.api.v1.TaskSpec.env:type_name -> peloton.api.v1.TaskSpec.EnvEntry
 	13,  // 2: peloton.api.v1.TaskSpec.resources:type_name -> peloton.api.v1.Resources
 	15,  // 3: peloton.api.v1.TaskSpec.restart_policy:type_name -> peloton.api.v1.RestartPolicy
 	23,  // 4: peloton.api.v1.TaskSpec.placement:type_name -> peloton.api.v1.PlacementSpec
@@ -9422,53 +9537,53 @@ var file_peloton_api_v1_peloton_proto_depIdxs = []int32{
 	0,   // 16: peloton.api.v1.JobSpec.type:type_name -> peloton.api.v1.JobType
 	14,  // 17: peloton.api.v1.JobSpec.sla:type_name -> peloton.api.v1.SlaSpec
 	20,  // 18: peloton.api.v1.JobSpec.default_spec:type_name -> peloton.api.v1.TaskSpec
-	126, // 19: peloton.api.v1.JobSpec.instance_specs:type_name -> peloton.api.v1.JobSpec.InstanceSpecsEntry
-	127, // 20: peloton.api.v1.JobSpec.labels:type_name -> peloton.api.v1.JobSpec.LabelsEntry
+	127, // 19: peloton.api.v1.JobSpec.instance_specs:type_name -> peloton.api.v1.JobSpec.InstanceSpecsEntry
+	128, // 20: peloton.api.v1.JobSpec.labels:type_name -> peloton.api.v1.JobSpec.LabelsEntry
 	29,  // 21: peloton.api.v1.JobSpec.foreign:type_name -> peloton.api.v1.ForeignOwner
 	27,  // 22: peloton.api.v1.JobSpec.gang:type_name -> peloton.api.v1.GangSpec
 	28,  // 23: peloton.api.v1.JobSpec.self_scale:type_name -> peloton.api.v1.SelfScaleSpec
 	6,   // 24: peloton.api.v1.GangSpec.on_member_failure:type_name -> peloton.api.v1.GangFailurePolicy
 	7,   // 25: peloton.api.v1.JobStatus.state:type_name -> peloton.api.v1.JobState
 	7,   // 26: peloton.api.v1.JobStatus.goal_state:type_name -> peloton.api.v1.JobState
-	128, // 27: peloton.api.v1.JobStatus.task_counts:type_name -> peloton.api.v1.JobStatus.TaskCountsEntry
-	137, // 28: peloton.api.v1.JobStatus.create_time:type_name -> google.protobuf.Timestamp
-	137, // 29: peloton.api.v1.JobStatus.start_time:type_name -> google.protobuf.Timestamp
-	137, // 30: peloton.api.v1.JobStatus.completion_time:type_name -> google.protobuf.Timestamp
+	129, // 27: peloton.api.v1.JobStatus.task_counts:type_name -> peloton.api.v1.JobStatus.TaskCountsEntry
+	138, // 28: peloton.api.v1.JobStatus.create_time:type_name -> google.protobuf.Timestamp
+	138, // 29: peloton.api.v1.JobStatus.start_time:type_name -> google.protobuf.Timestamp
+	138, // 30: peloton.api.v1.JobStatus.completion_time:type_name -> google.protobuf.Timestamp
 	26,  // 31: peloton.api.v1.Job.spec:type_name -> peloton.api.v1.JobSpec
 	30,  // 32: peloton.api.v1.Job.status:type_name -> peloton.api.v1.JobStatus
 	1,   // 33: peloton.api.v1.TaskStatus.state:type_name -> peloton.api.v1.TaskState
 	1,   // 34: peloton.api.v1.TaskStatus.goal_state:type_name -> peloton.api.v1.TaskState
-	137, // 35: peloton.api.v1.TaskStatus.start_time:type_name -> google.protobuf.Timestamp
-	137, // 36: peloton.api.v1.TaskStatus.completion_time:type_name -> google.protobuf.Timestamp
-	137, // 37: peloton.api.v1.TaskStatus.update_time:type_name -> google.protobuf.Timestamp
+	138, // 35: peloton.api.v1.TaskStatus.start_time:type_name -> google.protobuf.Timestamp
+	138, // 36: peloton.api.v1.TaskStatus.completion_time:type_name -> google.protobuf.Timestamp
+	138, // 37: peloton.api.v1.TaskStatus.update_time:type_name -> google.protobuf.Timestamp
 	33,  // 38: peloton.api.v1.TaskStatus.history:type_name -> peloton.api.v1.TaskTransition
 	2,   // 39: peloton.api.v1.TaskStatus.health:type_name -> peloton.api.v1.HealthState
-	129, // 40: peloton.api.v1.TaskStatus.ports:type_name -> peloton.api.v1.TaskStatus.PortsEntry
+	130, // 40: peloton.api.v1.TaskStatus.ports:type_name -> peloton.api.v1.TaskStatus.PortsEntry
 	85,  // 41: peloton.api.v1.TaskStatus.usage:type_name -> peloton.api.v1.TaskUsage
 	1,   // 42: peloton.api.v1.TaskTransition.state:type_name -> peloton.api.v1.TaskState
-	137, // 43: peloton.api.v1.TaskTransition.time:type_name -> google.protobuf.Timestamp
+	138, // 43: peloton.api.v1.TaskTransition.time:type_name -> google.protobuf.Timestamp
 	32,  // 44: peloton.api.v1.Task.status:type_name -> peloton.api.v1.TaskStatus
 	20,  // 45: peloton.api.v1.Task.spec:type_name -> peloton.api.v1.TaskSpec
 	26,  // 46: peloton.api.v1.CreateJobRequest.spec:type_name -> peloton.api.v1.JobSpec
 	26,  // 47: peloton.api.v1.CreateJobResponse.spec:type_name -> peloton.api.v1.JobSpec
 	31,  // 48: peloton.api.v1.GetJobResponse.job:type_name -> peloton.api.v1.Job
 	7,   // 49: peloton.api.v1.ListJobsRequest.states:type_name -> peloton.api.v1.JobState
-	130, // 50: peloton.api.v1.ListJobsRequest.labels:type_name -> peloton.api.v1.ListJobsRequest.LabelsEntry
-	137, // 51: peloton.api.v1.ListJobsRequest.created_since:type_name -> google.protobuf.Timestamp
-	137, // 52: peloton.api.v1.ListJobsRequest.created_until:type_name -> google.protobuf.Timestamp
+	131, // 50: peloton.api.v1.ListJobsRequest.labels:type_name -> peloton.api.v1.ListJobsRequest.LabelsEntry
+	138, // 51: peloton.api.v1.ListJobsRequest.created_since:type_name -> google.protobuf.Timestamp
+	138, // 52: peloton.api.v1.ListJobsRequest.created_until:type_name -> google.protobuf.Timestamp
 	31,  // 53: peloton.api.v1.ListJobsResponse.jobs:type_name -> peloton.api.v1.Job
 	26,  // 54: peloton.api.v1.JobVersion.spec:type_name -> peloton.api.v1.JobSpec
-	137, // 55: peloton.api.v1.JobVersion.create_time:type_name -> google.protobuf.Timestamp
+	138, // 55: peloton.api.v1.JobVersion.create_time:type_name -> google.protobuf.Timestamp
 	50,  // 56: peloton.api.v1.ListJobVersionsResponse.versions:type_name -> peloton.api.v1.JobVersion
 	54,  // 57: peloton.api.v1.Gang.members:type_name -> peloton.api.v1.GangMember
 	1,   // 58: peloton.api.v1.GangMember.state:type_name -> peloton.api.v1.TaskState
-	131, // 59: peloton.api.v1.WatchJobsRequest.labels:type_name -> peloton.api.v1.WatchJobsRequest.LabelsEntry
+	132, // 59: peloton.api.v1.WatchJobsRequest.labels:type_name -> peloton.api.v1.WatchJobsRequest.LabelsEntry
 	31,  // 60: peloton.api.v1.JobChange.job:type_name -> peloton.api.v1.Job
 	1,   // 61: peloton.api.v1.ListTasksRequest.states:type_name -> peloton.api.v1.TaskState
 	34,  // 62: peloton.api.v1.ListTasksResponse.tasks:type_name -> peloton.api.v1.Task
 	34,  // 63: peloton.api.v1.GetTaskResponse.task:type_name -> peloton.api.v1.Task
 	8,   // 64: peloton.api.v1.GetTaskLogsRequest.stream:type_name -> peloton.api.v1.LogStream
-	137, // 65: peloton.api.v1.GetTaskLogsRequest.since:type_name -> google.protobuf.Timestamp
+	138, // 65: peloton.api.v1.GetTaskLogsRequest.since:type_name -> google.protobuf.Timestamp
 	34,  // 66: peloton.api.v1.TaskChange.task:type_name -> peloton.api.v1.Task
 	13,  // 67: peloton.api.v1.PoolSpec.reservation:type_name -> peloton.api.v1.Resources
 	13,  // 68: peloton.api.v1.PoolSpec.limit:type_name -> peloton.api.v1.Resources
@@ -9489,7 +9604,7 @@ var file_peloton_api_v1_peloton_proto_depIdxs = []int32{
 	13,  // 83: peloton.api.v1.ListPoolsResponse.largest_host:type_name -> peloton.api.v1.Resources
 	13,  // 84: peloton.api.v1.Host.capacity:type_name -> peloton.api.v1.Resources
 	13,  // 85: peloton.api.v1.Host.allocated:type_name -> peloton.api.v1.Resources
-	132, // 86: peloton.api.v1.Host.labels:type_name -> peloton.api.v1.Host.LabelsEntry
+	133, // 86: peloton.api.v1.Host.labels:type_name -> peloton.api.v1.Host.LabelsEntry
 	9,   // 87: peloton.api.v1.Host.state:type_name -> peloton.api.v1.HostState
 	11,  // 88: peloton.api.v1.Host.partition_state:type_name -> peloton.api.v1.PartitionMoveState
 	84,  // 89: peloton.api.v1.Host.usage:type_name -> peloton.api.v1.HostUsage
@@ -9497,130 +9612,132 @@ var file_peloton_api_v1_peloton_proto_depIdxs = []int32{
 	13,  // 91: peloton.api.v1.Host.revocable:type_name -> peloton.api.v1.Resources
 	83,  // 92: peloton.api.v1.Host.runs:type_name -> peloton.api.v1.HostRun
 	10,  // 93: peloton.api.v1.Host.zone:type_name -> peloton.api.v1.HostZone
-	85,  // 94: peloton.api.v1.HostRun.usage:type_name -> peloton.api.v1.TaskUsage
-	137, // 95: peloton.api.v1.HostRun.since:type_name -> google.protobuf.Timestamp
-	137, // 96: peloton.api.v1.HostUsage.sample_time:type_name -> google.protobuf.Timestamp
-	137, // 97: peloton.api.v1.HostUsage.receive_time:type_name -> google.protobuf.Timestamp
-	137, // 98: peloton.api.v1.TaskUsage.sample_time:type_name -> google.protobuf.Timestamp
-	84,  // 99: peloton.api.v1.UsageReport.usage:type_name -> peloton.api.v1.HostUsage
-	133, // 100: peloton.api.v1.UsageReport.runs:type_name -> peloton.api.v1.UsageReport.RunsEntry
-	134, // 101: peloton.api.v1.UsageReport.revoked_resources:type_name -> peloton.api.v1.UsageReport.RevokedResourcesEntry
-	82,  // 102: peloton.api.v1.ListHostsResponse.hosts:type_name -> peloton.api.v1.Host
-	90,  // 103: peloton.api.v1.ListHostsResponse.substrate:type_name -> peloton.api.v1.Substrate
-	137, // 104: peloton.api.v1.Substrate.since:type_name -> google.protobuf.Timestamp
-	82,  // 105: peloton.api.v1.StartMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
-	82,  // 106: peloton.api.v1.CompleteMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
-	82,  // 107: peloton.api.v1.MoveHostResponse.host:type_name -> peloton.api.v1.Host
-	13,  // 108: peloton.api.v1.Partition.capacity:type_name -> peloton.api.v1.Resources
-	13,  // 109: peloton.api.v1.Partition.allocated:type_name -> peloton.api.v1.Resources
-	13,  // 110: peloton.api.v1.Partition.revocable:type_name -> peloton.api.v1.Resources
-	13,  // 111: peloton.api.v1.Partition.slack:type_name -> peloton.api.v1.Resources
-	135, // 112: peloton.api.v1.Partition.zones:type_name -> peloton.api.v1.Partition.ZonesEntry
-	97,  // 113: peloton.api.v1.ListPartitionsResponse.partitions:type_name -> peloton.api.v1.Partition
-	100, // 114: peloton.api.v1.ListPartitionsResponse.advisor:type_name -> peloton.api.v1.AdvisorStatus
-	137, // 115: peloton.api.v1.AdvisorStatus.published:type_name -> google.protobuf.Timestamp
-	137, // 116: peloton.api.v1.PartitionMove.time:type_name -> google.protobuf.Timestamp
-	101, // 117: peloton.api.v1.ListPartitionMovesResponse.moves:type_name -> peloton.api.v1.PartitionMove
-	10,  // 118: peloton.api.v1.HostAdvice.zone:type_name -> peloton.api.v1.HostZone
-	104, // 119: peloton.api.v1.PublishAdviceRequest.hosts:type_name -> peloton.api.v1.HostAdvice
-	105, // 120: peloton.api.v1.PublishAdviceRequest.partitions:type_name -> peloton.api.v1.PartitionAdvice
-	101, // 121: peloton.api.v1.PublishAdviceRequest.observed_moves:type_name -> peloton.api.v1.PartitionMove
-	12,  // 122: peloton.api.v1.UpdateStatus.state:type_name -> peloton.api.v1.UpdateState
-	137, // 123: peloton.api.v1.UpdateStatus.create_time:type_name -> google.protobuf.Timestamp
-	137, // 124: peloton.api.v1.UpdateStatus.update_time:type_name -> google.protobuf.Timestamp
-	137, // 125: peloton.api.v1.UpdateStatus.completion_time:type_name -> google.protobuf.Timestamp
-	12,  // 126: peloton.api.v1.UpdateStatus.paused_from:type_name -> peloton.api.v1.UpdateState
-	108, // 127: peloton.api.v1.Update.spec:type_name -> peloton.api.v1.UpdateSpec
-	109, // 128: peloton.api.v1.Update.status:type_name -> peloton.api.v1.UpdateStatus
-	136, // 129: peloton.api.v1.Update.restarts:type_name -> peloton.api.v1.Update.RestartsEntry
-	26,  // 130: peloton.api.v1.CreateUpdateRequest.spec:type_name -> peloton.api.v1.JobSpec
-	108, // 131: peloton.api.v1.CreateUpdateRequest.update_spec:type_name -> peloton.api.v1.UpdateSpec
-	110, // 132: peloton.api.v1.CreateUpdateResponse.update:type_name -> peloton.api.v1.Update
-	110, // 133: peloton.api.v1.GetUpdateResponse.update:type_name -> peloton.api.v1.Update
-	110, // 134: peloton.api.v1.ListUpdatesResponse.updates:type_name -> peloton.api.v1.Update
-	110, // 135: peloton.api.v1.PauseUpdateResponse.update:type_name -> peloton.api.v1.Update
-	110, // 136: peloton.api.v1.ResumeUpdateResponse.update:type_name -> peloton.api.v1.Update
-	110, // 137: peloton.api.v1.AbortUpdateResponse.update:type_name -> peloton.api.v1.Update
-	110, // 138: peloton.api.v1.RollbackUpdateResponse.update:type_name -> peloton.api.v1.Update
-	20,  // 139: peloton.api.v1.JobSpec.InstanceSpecsEntry.value:type_name -> peloton.api.v1.TaskSpec
-	85,  // 140: peloton.api.v1.UsageReport.RunsEntry.value:type_name -> peloton.api.v1.TaskUsage
-	35,  // 141: peloton.api.v1.JobService.CreateJob:input_type -> peloton.api.v1.CreateJobRequest
-	37,  // 142: peloton.api.v1.JobService.GetJob:input_type -> peloton.api.v1.GetJobRequest
-	39,  // 143: peloton.api.v1.JobService.ListJobs:input_type -> peloton.api.v1.ListJobsRequest
-	41,  // 144: peloton.api.v1.JobService.CancelJob:input_type -> peloton.api.v1.CancelJobRequest
-	43,  // 145: peloton.api.v1.JobService.DeleteJob:input_type -> peloton.api.v1.DeleteJobRequest
-	45,  // 146: peloton.api.v1.JobService.RestartJob:input_type -> peloton.api.v1.RestartJobRequest
-	47,  // 147: peloton.api.v1.JobService.ScaleJob:input_type -> peloton.api.v1.ScaleJobRequest
-	49,  // 148: peloton.api.v1.JobService.ListJobVersions:input_type -> peloton.api.v1.ListJobVersionsRequest
-	55,  // 149: peloton.api.v1.JobService.WatchJobs:input_type -> peloton.api.v1.WatchJobsRequest
-	52,  // 150: peloton.api.v1.JobService.GetGang:input_type -> peloton.api.v1.GetGangRequest
-	57,  // 151: peloton.api.v1.TaskService.ListTasks:input_type -> peloton.api.v1.ListTasksRequest
-	59,  // 152: peloton.api.v1.TaskService.GetTask:input_type -> peloton.api.v1.GetTaskRequest
-	61,  // 153: peloton.api.v1.TaskService.KillTask:input_type -> peloton.api.v1.KillTaskRequest
-	63,  // 154: peloton.api.v1.TaskService.GetTaskLogs:input_type -> peloton.api.v1.GetTaskLogsRequest
-	65,  // 155: peloton.api.v1.TaskService.WatchTasks:input_type -> peloton.api.v1.WatchTasksRequest
-	70,  // 156: peloton.api.v1.PoolService.CreatePool:input_type -> peloton.api.v1.CreatePoolRequest
-	72,  // 157: peloton.api.v1.PoolService.GetPool:input_type -> peloton.api.v1.GetPoolRequest
-	74,  // 158: peloton.api.v1.PoolService.UpdatePool:input_type -> peloton.api.v1.UpdatePoolRequest
-	76,  // 159: peloton.api.v1.PoolService.DeletePool:input_type -> peloton.api.v1.DeletePoolRequest
-	80,  // 160: peloton.api.v1.PoolService.ListPools:input_type -> peloton.api.v1.ListPoolsRequest
-	78,  // 161: peloton.api.v1.PoolService.MovePool:input_type -> peloton.api.v1.MovePoolRequest
-	88,  // 162: peloton.api.v1.HostService.ListHosts:input_type -> peloton.api.v1.ListHostsRequest
-	91,  // 163: peloton.api.v1.HostService.StartMaintenance:input_type -> peloton.api.v1.StartMaintenanceRequest
-	93,  // 164: peloton.api.v1.HostService.CompleteMaintenance:input_type -> peloton.api.v1.CompleteMaintenanceRequest
-	95,  // 165: peloton.api.v1.HostService.MoveHost:input_type -> peloton.api.v1.MoveHostRequest
-	98,  // 166: peloton.api.v1.PartitionService.ListPartitions:input_type -> peloton.api.v1.ListPartitionsRequest
-	102, // 167: peloton.api.v1.PartitionService.ListPartitionMoves:input_type -> peloton.api.v1.ListPartitionMovesRequest
-	106, // 168: peloton.api.v1.PartitionService.PublishAdvice:input_type -> peloton.api.v1.PublishAdviceRequest
-	86,  // 169: peloton.api.v1.HostAgentService.ReportUsage:input_type -> peloton.api.v1.UsageReport
-	111, // 170: peloton.api.v1.UpdateService.CreateUpdate:input_type -> peloton.api.v1.CreateUpdateRequest
-	113, // 171: peloton.api.v1.UpdateService.GetUpdate:input_type -> peloton.api.v1.GetUpdateRequest
-	115, // 172: peloton.api.v1.UpdateService.ListUpdates:input_type -> peloton.api.v1.ListUpdatesRequest
-	117, // 173: peloton.api.v1.UpdateService.PauseUpdate:input_type -> peloton.api.v1.PauseUpdateRequest
-	119, // 174: peloton.api.v1.UpdateService.ResumeUpdate:input_type -> peloton.api.v1.ResumeUpdateRequest
-	121, // 175: peloton.api.v1.UpdateService.AbortUpdate:input_type -> peloton.api.v1.AbortUpdateRequest
-	123, // 176: peloton.api.v1.UpdateService.RollbackUpdate:input_type -> peloton.api.v1.RollbackUpdateRequest
-	36,  // 177: peloton.api.v1.JobService.CreateJob:output_type -> peloton.api.v1.CreateJobResponse
-	38,  // 178: peloton.api.v1.JobService.GetJob:output_type -> peloton.api.v1.GetJobResponse
-	40,  // 179: peloton.api.v1.JobService.ListJobs:output_type -> peloton.api.v1.ListJobsResponse
-	42,  // 180: peloton.api.v1.JobService.CancelJob:output_type -> peloton.api.v1.CancelJobResponse
-	44,  // 181: peloton.api.v1.JobService.DeleteJob:output_type -> peloton.api.v1.DeleteJobResponse
-	46,  // 182: peloton.api.v1.JobService.RestartJob:output_type -> peloton.api.v1.RestartJobResponse
-	48,  // 183: peloton.api.v1.JobService.ScaleJob:output_type -> peloton.api.v1.ScaleJobResponse
-	51,  // 184: peloton.api.v1.JobService.ListJobVersions:output_type -> peloton.api.v1.ListJobVersionsResponse
-	56,  // 185: peloton.api.v1.JobService.WatchJobs:output_type -> peloton.api.v1.JobChange
-	53,  // 186: peloton.api.v1.JobService.GetGang:output_type -> peloton.api.v1.Gang
-	58,  // 187: peloton.api.v1.TaskService.ListTasks:output_type -> peloton.api.v1.ListTasksResponse
-	60,  // 188: peloton.api.v1.TaskService.GetTask:output_type -> peloton.api.v1.GetTaskResponse
-	62,  // 189: peloton.api.v1.TaskService.KillTask:output_type -> peloton.api.v1.KillTaskResponse
-	64,  // 190: peloton.api.v1.TaskService.GetTaskLogs:output_type -> peloton.api.v1.LogChunk
-	66,  // 191: peloton.api.v1.TaskService.WatchTasks:output_type -> peloton.api.v1.TaskChange
-	71,  // 192: peloton.api.v1.PoolService.CreatePool:output_type -> peloton.api.v1.CreatePoolResponse
-	73,  // 193: peloton.api.v1.PoolService.GetPool:output_type -> peloton.api.v1.GetPoolResponse
-	75,  // 194: peloton.api.v1.PoolService.UpdatePool:output_type -> peloton.api.v1.UpdatePoolResponse
-	77,  // 195: peloton.api.v1.PoolService.DeletePool:output_type -> peloton.api.v1.DeletePoolResponse
-	81,  // 196: peloton.api.v1.PoolService.ListPools:output_type -> peloton.api.v1.ListPoolsResponse
-	79,  // 197: peloton.api.v1.PoolService.MovePool:output_type -> peloton.api.v1.MovePoolResponse
-	89,  // 198: peloton.api.v1.HostService.ListHosts:output_type -> peloton.api.v1.ListHostsResponse
-	92,  // 199: peloton.api.v1.HostService.StartMaintenance:output_type -> peloton.api.v1.StartMaintenanceResponse
-	94,  // 200: peloton.api.v1.HostService.CompleteMaintenance:output_type -> peloton.api.v1.CompleteMaintenanceResponse
-	96,  // 201: peloton.api.v1.HostService.MoveHost:output_type -> peloton.api.v1.MoveHostResponse
-	99,  // 202: peloton.api.v1.PartitionService.ListPartitions:output_type -> peloton.api.v1.ListPartitionsResponse
-	103, // 203: peloton.api.v1.PartitionService.ListPartitionMoves:output_type -> peloton.api.v1.ListPartitionMovesResponse
-	107, // 204: peloton.api.v1.PartitionService.PublishAdvice:output_type -> peloton.api.v1.PublishAdviceResponse
-	87,  // 205: peloton.api.v1.HostAgentService.ReportUsage:output_type -> peloton.api.v1.UsageAck
-	112, // 206: peloton.api.v1.UpdateService.CreateUpdate:output_type -> peloton.api.v1.CreateUpdateResponse
-	114, // 207: peloton.api.v1.UpdateService.GetUpdate:output_type -> peloton.api.v1.GetUpdateResponse
-	116, // 208: peloton.api.v1.UpdateService.ListUpdates:output_type -> peloton.api.v1.ListUpdatesResponse
-	118, // 209: peloton.api.v1.UpdateService.PauseUpdate:output_type -> peloton.api.v1.PauseUpdateResponse
-	120, // 210: peloton.api.v1.UpdateService.ResumeUpdate:output_type -> peloton.api.v1.ResumeUpdateResponse
-	122, // 211: peloton.api.v1.UpdateService.AbortUpdate:output_type -> peloton.api.v1.AbortUpdateResponse
-	124, // 212: peloton.api.v1.UpdateService.RollbackUpdate:output_type -> peloton.api.v1.RollbackUpdateResponse
-	177, // [177:213] is the sub-list for method output_type
-	141, // [141:177] is the sub-list for method input_type
-	141, // [141:141] is the sub-list for extension type_name
-	141, // [141:141] is the sub-list for extension extendee
-	0,   // [0:141] is the sub-list for field type_name
+	88,  // 94: peloton.api.v1.Host.agent_settings:type_name -> peloton.api.v1.AgentSettings
+	85,  // 95: peloton.api.v1.HostRun.usage:type_name -> peloton.api.v1.TaskUsage
+	138, // 96: peloton.api.v1.HostRun.since:type_name -> google.protobuf.Timestamp
+	138, // 97: peloton.api.v1.HostUsage.sample_time:type_name -> google.protobuf.Timestamp
+	138, // 98: peloton.api.v1.HostUsage.receive_time:type_name -> google.protobuf.Timestamp
+	138, // 99: peloton.api.v1.TaskUsage.sample_time:type_name -> google.protobuf.Timestamp
+	84,  // 100: peloton.api.v1.UsageReport.usage:type_name -> peloton.api.v1.HostUsage
+	134, // 101: peloton.api.v1.UsageReport.runs:type_name -> peloton.api.v1.UsageReport.RunsEntry
+	135, // 102: peloton.api.v1.UsageReport.revoked_resources:type_name -> peloton.api.v1.UsageReport.RevokedResourcesEntry
+	88,  // 103: peloton.api.v1.UsageAck.settings:type_name -> peloton.api.v1.AgentSettings
+	82,  // 104: peloton.api.v1.ListHostsResponse.hosts:type_name -> peloton.api.v1.Host
+	91,  // 105: peloton.api.v1.ListHostsResponse.substrate:type_name -> peloton.api.v1.Substrate
+	138, // 106: peloton.api.v1.Substrate.since:type_name -> google.protobuf.Timestamp
+	82,  // 107: peloton.api.v1.StartMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
+	82,  // 108: peloton.api.v1.CompleteMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
+	82,  // 109: peloton.api.v1.MoveHostResponse.host:type_name -> peloton.api.v1.Host
+	13,  // 110: peloton.api.v1.Partition.capacity:type_name -> peloton.api.v1.Resources
+	13,  // 111: peloton.api.v1.Partition.allocated:type_name -> peloton.api.v1.Resources
+	13,  // 112: peloton.api.v1.Partition.revocable:type_name -> peloton.api.v1.Resources
+	13,  // 113: peloton.api.v1.Partition.slack:type_name -> peloton.api.v1.Resources
+	136, // 114: peloton.api.v1.Partition.zones:type_name -> peloton.api.v1.Partition.ZonesEntry
+	98,  // 115: peloton.api.v1.ListPartitionsResponse.partitions:type_name -> peloton.api.v1.Partition
+	101, // 116: peloton.api.v1.ListPartitionsResponse.advisor:type_name -> peloton.api.v1.AdvisorStatus
+	138, // 117: peloton.api.v1.AdvisorStatus.published:type_name -> google.protobuf.Timestamp
+	138, // 118: peloton.api.v1.PartitionMove.time:type_name -> google.protobuf.Timestamp
+	102, // 119: peloton.api.v1.ListPartitionMovesResponse.moves:type_name -> peloton.api.v1.PartitionMove
+	10,  // 120: peloton.api.v1.HostAdvice.zone:type_name -> peloton.api.v1.HostZone
+	105, // 121: peloton.api.v1.PublishAdviceRequest.hosts:type_name -> peloton.api.v1.HostAdvice
+	106, // 122: peloton.api.v1.PublishAdviceRequest.partitions:type_name -> peloton.api.v1.PartitionAdvice
+	102, // 123: peloton.api.v1.PublishAdviceRequest.observed_moves:type_name -> peloton.api.v1.PartitionMove
+	12,  // 124: peloton.api.v1.UpdateStatus.state:type_name -> peloton.api.v1.UpdateState
+	138, // 125: peloton.api.v1.UpdateStatus.create_time:type_name -> google.protobuf.Timestamp
+	138, // 126: peloton.api.v1.UpdateStatus.update_time:type_name -> google.protobuf.Timestamp
+	138, // 127: peloton.api.v1.UpdateStatus.completion_time:type_name -> google.protobuf.Timestamp
+	12,  // 128: peloton.api.v1.UpdateStatus.paused_from:type_name -> peloton.api.v1.UpdateState
+	109, // 129: peloton.api.v1.Update.spec:type_name -> peloton.api.v1.UpdateSpec
+	110, // 130: peloton.api.v1.Update.status:type_name -> peloton.api.v1.UpdateStatus
+	137, // 131: peloton.api.v1.Update.restarts:type_name -> peloton.api.v1.Update.RestartsEntry
+	26,  // 132: peloton.api.v1.CreateUpdateRequest.spec:type_name -> peloton.api.v1.JobSpec
+	109, // 133: peloton.api.v1.CreateUpdateRequest.update_spec:type_name -> peloton.api.v1.UpdateSpec
+	111, // 134: peloton.api.v1.CreateUpdateResponse.update:type_name -> peloton.api.v1.Update
+	111, // 135: peloton.api.v1.GetUpdateResponse.update:type_name -> peloton.api.v1.Update
+	111, // 136: peloton.api.v1.ListUpdatesResponse.updates:type_name -> peloton.api.v1.Update
+	111, // 137: peloton.api.v1.PauseUpdateResponse.update:type_name -> peloton.api.v1.Update
+	111, // 138: peloton.api.v1.ResumeUpdateResponse.update:type_name -> peloton.api.v1.Update
+	111, // 139: peloton.api.v1.AbortUpdateResponse.update:type_name -> peloton.api.v1.Update
+	111, // 140: peloton.api.v1.RollbackUpdateResponse.update:type_name -> peloton.api.v1.Update
+	20,  // 141: peloton.api.v1.JobSpec.InstanceSpecsEntry.value:type_name -> peloton.api.v1.TaskSpec
+	85,  // 142: peloton.api.v1.UsageReport.RunsEntry.value:type_name -> peloton.api.v1.TaskUsage
+	35,  // 143: peloton.api.v1.JobService.CreateJob:input_type -> peloton.api.v1.CreateJobRequest
+	37,  // 144: peloton.api.v1.JobService.GetJob:input_type -> peloton.api.v1.GetJobRequest
+	39,  // 145: peloton.api.v1.JobService.ListJobs:input_type -> peloton.api.v1.ListJobsRequest
+	41,  // 146: peloton.api.v1.JobService.CancelJob:input_type -> peloton.api.v1.CancelJobRequest
+	43,  // 147: peloton.api.v1.JobService.DeleteJob:input_type -> peloton.api.v1.DeleteJobRequest
+	45,  // 148: peloton.api.v1.JobService.RestartJob:input_type -> peloton.api.v1.RestartJobRequest
+	47,  // 149: peloton.api.v1.JobService.ScaleJob:input_type -> peloton.api.v1.ScaleJobRequest
+	49,  // 150: peloton.api.v1.JobService.ListJobVersions:input_type -> peloton.api.v1.ListJobVersionsRequest
+	55,  // 151: peloton.api.v1.JobService.WatchJobs:input_type -> peloton.api.v1.WatchJobsRequest
+	52,  // 152: peloton.api.v1.JobService.GetGang:input_type -> peloton.api.v1.GetGangRequest
+	57,  // 153: peloton.api.v1.TaskService.ListTasks:input_type -> peloton.api.v1.ListTasksRequest
+	59,  // 154: peloton.api.v1.TaskService.GetTask:input_type -> peloton.api.v1.GetTaskRequest
+	61,  // 155: peloton.api.v1.TaskService.KillTask:input_type -> peloton.api.v1.KillTaskRequest
+	63,  // 156: peloton.api.v1.TaskService.GetTaskLogs:input_type -> peloton.api.v1.GetTaskLogsRequest
+	65,  // 157: peloton.api.v1.TaskService.WatchTasks:input_type -> peloton.api.v1.WatchTasksRequest
+	70,  // 158: peloton.api.v1.PoolService.CreatePool:input_type -> peloton.api.v1.CreatePoolRequest
+	72,  // 159: peloton.api.v1.PoolService.GetPool:input_type -> peloton.api.v1.GetPoolRequest
+	74,  // 160: peloton.api.v1.PoolService.UpdatePool:input_type -> peloton.api.v1.UpdatePoolRequest
+	76,  // 161: peloton.api.v1.PoolService.DeletePool:input_type -> peloton.api.v1.DeletePoolRequest
+	80,  // 162: peloton.api.v1.PoolService.ListPools:input_type -> peloton.api.v1.ListPoolsRequest
+	78,  // 163: peloton.api.v1.PoolService.MovePool:input_type -> peloton.api.v1.MovePoolRequest
+	89,  // 164: peloton.api.v1.HostService.ListHosts:input_type -> peloton.api.v1.ListHostsRequest
+	92,  // 165: peloton.api.v1.HostService.StartMaintenance:input_type -> peloton.api.v1.StartMaintenanceRequest
+	94,  // 166: peloton.api.v1.HostService.CompleteMaintenance:input_type -> peloton.api.v1.CompleteMaintenanceRequest
+	96,  // 167: peloton.api.v1.HostService.MoveHost:input_type -> peloton.api.v1.MoveHostRequest
+	99,  // 168: peloton.api.v1.PartitionService.ListPartitions:input_type -> peloton.api.v1.ListPartitionsRequest
+	103, // 169: peloton.api.v1.PartitionService.ListPartitionMoves:input_type -> peloton.api.v1.ListPartitionMovesRequest
+	107, // 170: peloton.api.v1.PartitionService.PublishAdvice:input_type -> peloton.api.v1.PublishAdviceRequest
+	86,  // 171: peloton.api.v1.HostAgentService.ReportUsage:input_type -> peloton.api.v1.UsageReport
+	112, // 172: peloton.api.v1.UpdateService.CreateUpdate:input_type -> peloton.api.v1.CreateUpdateRequest
+	114, // 173: peloton.api.v1.UpdateService.GetUpdate:input_type -> peloton.api.v1.GetUpdateRequest
+	116, // 174: peloton.api.v1.UpdateService.ListUpdates:input_type -> peloton.api.v1.ListUpdatesRequest
+	118, // 175: peloton.api.v1.UpdateService.PauseUpdate:input_type -> peloton.api.v1.PauseUpdateRequest
+	120, // 176: peloton.api.v1.UpdateService.ResumeUpdate:input_type -> peloton.api.v1.ResumeUpdateRequest
+	122, // 177: peloton.api.v1.UpdateService.AbortUpdate:input_type -> peloton.api.v1.AbortUpdateRequest
+	124, // 178: peloton.api.v1.UpdateService.RollbackUpdate:input_type -> peloton.api.v1.RollbackUpdateRequest
+	36,  // 179: peloton.api.v1.JobService.CreateJob:output_type -> peloton.api.v1.CreateJobResponse
+	38,  // 180: peloton.api.v1.JobService.GetJob:output_type -> peloton.api.v1.GetJobResponse
+	40,  // 181: peloton.api.v1.JobService.ListJobs:output_type -> peloton.api.v1.ListJobsResponse
+	42,  // 182: peloton.api.v1.JobService.CancelJob:output_type -> peloton.api.v1.CancelJobResponse
+	44,  // 183: peloton.api.v1.JobService.DeleteJob:output_type -> peloton.api.v1.DeleteJobResponse
+	46,  // 184: peloton.api.v1.JobService.RestartJob:output_type -> peloton.api.v1.RestartJobResponse
+	48,  // 185: peloton.api.v1.JobService.ScaleJob:output_type -> peloton.api.v1.ScaleJobResponse
+	51,  // 186: peloton.api.v1.JobService.ListJobVersions:output_type -> peloton.api.v1.ListJobVersionsResponse
+	56,  // 187: peloton.api.v1.JobService.WatchJobs:output_type -> peloton.api.v1.JobChange
+	53,  // 188: peloton.api.v1.JobService.GetGang:output_type -> peloton.api.v1.Gang
+	58,  // 189: peloton.api.v1.TaskService.ListTasks:output_type -> peloton.api.v1.ListTasksResponse
+	60,  // 190: peloton.api.v1.TaskService.GetTask:output_type -> peloton.api.v1.GetTaskResponse
+	62,  // 191: peloton.api.v1.TaskService.KillTask:output_type -> peloton.api.v1.KillTaskResponse
+	64,  // 192: peloton.api.v1.TaskService.GetTaskLogs:output_type -> peloton.api.v1.LogChunk
+	66,  // 193: peloton.api.v1.TaskService.WatchTasks:output_type -> peloton.api.v1.TaskChange
+	71,  // 194: peloton.api.v1.PoolService.CreatePool:output_type -> peloton.api.v1.CreatePoolResponse
+	73,  // 195: peloton.api.v1.PoolService.GetPool:output_type -> peloton.api.v1.GetPoolResponse
+	75,  // 196: peloton.api.v1.PoolService.UpdatePool:output_type -> peloton.api.v1.UpdatePoolResponse
+	77,  // 197: peloton.api.v1.PoolService.DeletePool:output_type -> peloton.api.v1.DeletePoolResponse
+	81,  // 198: peloton.api.v1.PoolService.ListPools:output_type -> peloton.api.v1.ListPoolsResponse
+	79,  // 199: peloton.api.v1.PoolService.MovePool:output_type -> peloton.api.v1.MovePoolResponse
+	90,  // 200: peloton.api.v1.HostService.ListHosts:output_type -> peloton.api.v1.ListHostsResponse
+	93,  // 201: peloton.api.v1.HostService.StartMaintenance:output_type -> peloton.api.v1.StartMaintenanceResponse
+	95,  // 202: peloton.api.v1.HostService.CompleteMaintenance:output_type -> peloton.api.v1.CompleteMaintenanceResponse
+	97,  // 203: peloton.api.v1.HostService.MoveHost:output_type -> peloton.api.v1.MoveHostResponse
+	100, // 204: peloton.api.v1.PartitionService.ListPartitions:output_type -> peloton.api.v1.ListPartitionsResponse
+	104, // 205: peloton.api.v1.PartitionService.ListPartitionMoves:output_type -> peloton.api.v1.ListPartitionMovesResponse
+	108, // 206: peloton.api.v1.PartitionService.PublishAdvice:output_type -> peloton.api.v1.PublishAdviceResponse
+	87,  // 207: peloton.api.v1.HostAgentService.ReportUsage:output_type -> peloton.api.v1.UsageAck
+	113, // 208: peloton.api.v1.UpdateService.CreateUpdate:output_type -> peloton.api.v1.CreateUpdateResponse
+	115, // 209: peloton.api.v1.UpdateService.GetUpdate:output_type -> peloton.api.v1.GetUpdateResponse
+	117, // 210: peloton.api.v1.UpdateService.ListUpdates:output_type -> peloton.api.v1.ListUpdatesResponse
+	119, // 211: peloton.api.v1.UpdateService.PauseUpdate:output_type -> peloton.api.v1.PauseUpdateResponse
+	121, // 212: peloton.api.v1.UpdateService.ResumeUpdate:output_type -> peloton.api.v1.ResumeUpdateResponse
+	123, // 213: peloton.api.v1.UpdateService.AbortUpdate:output_type -> peloton.api.v1.AbortUpdateResponse
+	125, // 214: peloton.api.v1.UpdateService.RollbackUpdate:output_type -> peloton.api.v1.RollbackUpdateResponse
+	179, // [179:215] is the sub-list for method output_type
+	143, // [143:179] is the sub-list for method input_type
+	143, // [143:143] is the sub-list for extension type_name
+	143, // [143:143] is the sub-list for extension extendee
+	0,   // [0:143] is the sub-list for field type_name
 }
 
 func init() { file_peloton_api_v1_peloton_proto_init() }
@@ -9636,7 +9753,7 @@ func file_peloton_api_v1_peloton_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_peloton_api_v1_peloton_proto_rawDesc), len(file_peloton_api_v1_peloton_proto_rawDesc)),
 			NumEnums:      13,
-			NumMessages:   124,
+			NumMessages:   125,
 			NumExtensions: 0,
 			NumServices:   7,
 		},
