@@ -391,44 +391,63 @@ func TestFederatedServiceOfProcesses(t *testing.T) {
 		return nil
 	})
 	fed.signal(t, syscall.SIGSTOP) // its daemon's cleanup continues it before the kill
-	updated := func() (n uint32, fallback int) {
-		for name, jid := range jobs {
-			resp, err := clis[name].Jobs.GetJob(ctx(), &pelotonv1.GetJobRequest{JobId: jid})
-			if err != nil {
-				t.Fatal(err)
-			}
-			n += resp.Job.Status.Updated
-			if resp.Job.Status.SlaFallback {
-				fallback++
-			}
-		}
-		return n, fallback
-	}
-	var atStop uint32
-	testutil.Eventually(t, 60*time.Second, "the clusters falling back", func() error {
-		n, fb := updated()
-		atStop = n
-		if fb == 0 {
-			return fmt.Errorf("no cluster says it falls back (%d updated)", n)
-		}
-		return nil
-	})
-	testutil.Eventually(t, 120*time.Second, "the updates going on without the federation", func() error {
-		if n, _ := updated(); n < min(atStop+3, 30) {
-			return fmt.Errorf("%d instances updated, %d when the clusters fell back", n, atStop)
-		}
-		return nil
-	})
+	waitFallbackGoesOn(t, clis, jobs)
 	fed.signal(t, syscall.SIGCONT)
 	waitRollout(pelotonv1.RolloutState_ROLLOUT_SUCCEEDED, 4*time.Minute)
 	watch.check("rollout of version 5 across a stopped federation")
 	testutil.Eventually(t, 60*time.Second, "every instance healthy at version 5", settled(v5))
 	testutil.Eventually(t, 30*time.Second, "no cluster falling back", func() error {
-		if _, fb := updated(); fb != 0 {
+		if _, fb := partsUpdated(t, clis, jobs); fb != 0 {
 			return fmt.Errorf("%d clusters still fall back", fb)
 		}
 		return nil
 	})
+}
+
+// partsUpdated sums the updated instances of a federated service's jobs
+// (cluster name → job id) and counts the clusters that say they decide
+// its disruptions on their share of the budget (they fall back).
+func partsUpdated(t testing.TB, clis map[string]*client.Client, jobs map[string]string) (updated uint32, fallback int) {
+	t.Helper()
+	for name, jid := range jobs {
+		resp, err := clis[name].Jobs.GetJob(tctx(t), &pelotonv1.GetJobRequest{JobId: jid})
+		if err != nil {
+			t.Fatal(err)
+		}
+		updated += resp.Job.Status.Updated
+		if resp.Job.Status.SlaFallback {
+			fallback++
+		}
+	}
+	return updated, fallback
+}
+
+// waitFallbackGoesOn waits for a cluster to say it falls back, then for
+// the clusters' updates to go on by three more instances (or all 30) on
+// their shares of the budget.
+func waitFallbackGoesOn(t testing.TB, clis map[string]*client.Client, jobs map[string]string) {
+	t.Helper()
+	var atFallback uint32
+	testutil.Eventually(t, 60*time.Second, "the clusters falling back", func() error {
+		n, fb := partsUpdated(t, clis, jobs)
+		atFallback = n
+		if fb == 0 {
+			return fmt.Errorf("no cluster says it falls back (%d updated)", n)
+		}
+		return nil
+	})
+	testutil.Eventually(t, 120*time.Second, "the updates going on within the clusters' shares", func() error {
+		if n, _ := partsUpdated(t, clis, jobs); n < min(atFallback+3, 30) {
+			return fmt.Errorf("%d instances updated, %d when the clusters fell back", n, atFallback)
+		}
+		return nil
+	})
+}
+
+func tctx(t testing.TB) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return c
 }
 
 // killRunsUnder SIGKILLs the processes of the local backend's runs whose

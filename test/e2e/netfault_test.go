@@ -79,12 +79,6 @@ func startNetFederation(t testing.TB, fedArgs ...string) *netFederation {
 	return f
 }
 
-func tctx(t testing.TB) context.Context {
-	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	t.Cleanup(cancel)
-	return c
-}
-
 // netService is a service of 30 instances (budget 3) whose runs are ready
 // a second after they start and say so to a health check.
 func netService(v int, placement *pelotonv1.ServicePlacement) *pelotonv1.FederatedServiceSpec {
@@ -359,34 +353,7 @@ func TestFederationCutFromItsEtcd(t *testing.T) {
 		return nil
 	})
 	f.net.Cut(f.fedNode, f.etcdNode)
-	state := func() (updated uint32, fallback int) {
-		for name, jid := range jobs {
-			resp, err := f.clis[name].Jobs.GetJob(tctx(t), &pelotonv1.GetJobRequest{JobId: jid})
-			if err != nil {
-				t.Fatal(err)
-			}
-			updated += resp.Job.Status.Updated
-			if resp.Job.Status.SlaFallback {
-				fallback++
-			}
-		}
-		return updated, fallback
-	}
-	var atCut uint32
-	testutil.Eventually(t, 60*time.Second, "the clusters falling back", func() error {
-		n, fb := state()
-		atCut = n
-		if fb == 0 {
-			return fmt.Errorf("no cluster falls back (%d updated)", n)
-		}
-		return nil
-	})
-	testutil.Eventually(t, 120*time.Second, "the updates going on within the clusters' shares", func() error {
-		if n, _ := state(); n < min(atCut+3, 30) {
-			return fmt.Errorf("%d updated, %d when the clusters fell back", n, atCut)
-		}
-		return nil
-	})
+	waitFallbackGoesOn(t, f.clis, jobs)
 	f.net.Heal(f.fedNode, f.etcdNode)
 	testutil.Eventually(t, 240*time.Second, "the rollout done", func() error {
 		s := f.service(t, id)
@@ -397,7 +364,7 @@ func TestFederationCutFromItsEtcd(t *testing.T) {
 	})
 	watch.check("rollout across a federation cut from its etcd")
 	testutil.Eventually(t, 60*time.Second, "no cluster falling back", func() error {
-		if _, fb := state(); fb != 0 {
+		if _, fb := partsUpdated(t, f.clis, jobs); fb != 0 {
 			return fmt.Errorf("%d clusters fall back", fb)
 		}
 		return nil
