@@ -181,7 +181,7 @@ type Config struct {
 	// PartitionProfiles are the labels and agent settings hosts take when
 	// a move settles them in a partition (hostmgr/profile.go), by
 	// partition; they must be valid (hostmgr.ValidateProfiles).
-	PartitionProfiles map[string]hostmgr.Profile
+	PartitionProfiles PartitionProfiles
 	// AdvisorMode runs the host advisor in this process, against this
 	// stack's API: "act" moves hosts between the batch and stateless
 	// partitions, "observe" only says what it would do; "" or "off": no
@@ -275,3 +275,10 @@ const (
 	KubeBindBinding  = string(kubernetes.BindModeBinding)
 	KubeBindNodeName = string(kubernetes.BindModeNodeName)
 )
+
+// PartitionProfiles are partition profiles by partition (hostmgr/profile.go).
+type PartitionProfiles = map[string]hostmgr.Profile
+
+// ParsePartitionProfiles reads and checks a partition profiles file
+// (hostmgr.ParseProfiles); errors name the field.
+func ParsePartitionProfiles(b []byte) (PartitionProfiles, error) { return hostmgr.ParseProfiles(b) }

@@ -105,7 +105,13 @@ func newPartHosts() *partHosts {
 // partManager starts a Manager on b whose host a holds run j-0-1.
 func partManager(t *testing.T, b Backend, st store.Store) *Manager {
 	t.Helper()
-	m := NewManager(b, Options{LeaseTTL: time.Minute, Store: st})
+	return partManagerWith(t, b, Options{LeaseTTL: time.Minute, Store: st})
+}
+
+// partManagerWith is partManager with opts.
+func partManagerWith(t *testing.T, b Backend, opts Options) *Manager {
+	t.Helper()
+	m := NewManager(b, opts)
 	if err := m.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/peloton-sched/peloton/internal/resources"
 	"github.com/peloton-sched/peloton/internal/store"
 	"github.com/peloton-sched/peloton/internal/store/memstore"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
@@ -39,14 +38,7 @@ func profileHosts() *partHosts {
 // profileManager starts a Manager with testProfiles on b (a holds j-0-1).
 func profileManager(t *testing.T, b Backend, st store.Store, profiles map[string]Profile) *Manager {
 	t.Helper()
-	m := NewManager(b, Options{LeaseTTL: time.Minute, Store: st, Profiles: profiles})
-	if err := m.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = m.Close() })
-	m.Recover("j-0-1", "a", resources.Resources{MilliCPU: 100, MemoryMB: 10})
-	m.Recovered()
-	return m
+	return partManagerWith(t, b, Options{LeaseTTL: time.Minute, Store: st, Profiles: profiles})
 }
 
 // hostView renders host name's labels and agent settings, e.g.

@@ -22,7 +22,6 @@ import (
 	"github.com/peloton-sched/peloton/cluster"
 	pclient "github.com/peloton-sched/peloton/cluster/client"
 	"github.com/peloton-sched/peloton/cmd/peloton/internal/cmdutil"
-	"github.com/peloton-sched/peloton/hostmgr"
 	"github.com/peloton-sched/peloton/internal/election"
 	"github.com/peloton-sched/peloton/jobmgr"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
@@ -724,7 +723,7 @@ func withScheme(addr string) string {
 }
 
 // readProfiles reads and checks the --partition-profiles file ("": none).
-func readProfiles(file string) (map[string]hostmgr.Profile, error) {
+func readProfiles(file string) (cluster.PartitionProfiles, error) {
 	if file == "" {
 		return nil, nil
 	}
@@ -732,7 +731,7 @@ func readProfiles(file string) (map[string]hostmgr.Profile, error) {
 	if err != nil {
 		return nil, usageErrorf("invalid --partition-profiles %s: %v", file, err)
 	}
-	profiles, err := hostmgr.ParseProfiles(b)
+	profiles, err := cluster.ParsePartitionProfiles(b)
 	if err != nil {
 		return nil, usageErrorf("invalid --partition-profiles %s: %v", file, err)
 	}
