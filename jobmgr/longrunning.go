@@ -264,9 +264,7 @@ func (rc *reconcilers) reportAvailability(ctx context.Context, j *job) (held boo
 	states := make([]inst, len(tasks))
 	for i, t := range tasks {
 		if t == nil {
-			if !j.isHole(uint32(i)) { // a removed instance is no instance
-				down = append(down, uint32(i))
-			}
+			down = append(down, uint32(i))
 			continue
 		}
 		tv := t.view()
@@ -387,9 +385,7 @@ func downInstances(j *job) []uint32 {
 	var down []uint32
 	for i, t := range j.tasks() {
 		if t == nil {
-			if !j.isHole(uint32(i)) { // a removed instance is no instance
-				down = append(down, uint32(i))
-			}
+			down = append(down, uint32(i))
 			continue
 		}
 		tv := t.view()

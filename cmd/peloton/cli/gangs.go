@@ -9,7 +9,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/peloton-sched/peloton/jobmgr"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
@@ -76,13 +75,9 @@ func fetchGangs(ctx context.Context, c *client, id string) ([]*pelotonv1.Gang, e
 	if err != nil {
 		return nil, err
 	}
-	spec := resp.GetJob().GetSpec()
-	n := max(gangCount(spec), 1)
+	n := max(gangCount(resp.GetJob().GetSpec()), 1)
 	gs := make([]*pelotonv1.Gang, 0, n)
 	for g := range n {
-		if size := spec.GetGang().GetSize(); size > 1 && !jobmgr.HasInstance(spec, g*size) {
-			continue // a gang a scale removed (spec.removedInstances)
-		}
 		gang, err := call(ctx, c, c.Jobs.GetGang, &pelotonv1.GetGangRequest{JobId: id, Gang: g})
 		if err != nil {
 			return nil, err
@@ -95,7 +90,7 @@ func fetchGangs(ctx context.Context, c *client, id string) ([]*pelotonv1.Gang, e
 // gangCount is how many gangs spec makes, as the server lays them out.
 func gangCount(spec *pelotonv1.JobSpec) uint32 {
 	if size := spec.GetGang().GetSize(); size > 1 {
-		return (jobmgr.InstanceExtent(spec) + size - 1) / size // over the IDs, holes included
+		return (spec.GetInstanceCount() + size - 1) / size
 	}
 	if spec.GetSla().GetMinimumRunningInstances() > 1 {
 		return 1
