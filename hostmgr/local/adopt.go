@@ -212,32 +212,18 @@ func (b *Backend) loadRecords() error {
 	defer func() { b.killStrays(adoptedIDs) }()
 	// The live processes of runs, found by their environment: a record
 	// written just before its process started names no process yet.
+	recs := b.readRecords(dir, entries)
 	procs := b.runProcs()
-	for _, e := range entries {
-		name := e.Name()
-		if strings.HasSuffix(name, ".tmp") {
-			_ = os.Remove(filepath.Join(dir, name)) // a write cut short
-			continue
-		}
-		id, ok := strings.CutSuffix(name, ".json")
-		if !ok || !validTaskID(id) {
-			continue
-		}
-		data, err := os.ReadFile(filepath.Join(dir, name))
-		if err != nil {
-			b.log.Warn("unreadable run record", "file", name, "err", err)
-			continue
-		}
-		var rec runRecord
-		if err := json.Unmarshal(data, &rec); err != nil || rec.TaskID != id {
-			b.log.Warn("invalid run record; ignoring it", "file", name, "err", err)
-			continue
-		}
-		if rec.End == nil && b.findProcesses(&rec, procs) {
-			if err := b.storeRecord(&rec); err != nil {
-				b.log.Warn("could not record the processes of a run found starting", "task", id, "err", err)
+	for i := range recs {
+		if recs[i].End == nil && b.findProcesses(&recs[i], procs) {
+			if err := b.storeRecord(&recs[i]); err != nil {
+				b.log.Warn("could not record the processes of a run found starting", "task", recs[i].TaskID, "err", err)
 			}
 		}
+	}
+	b.awaitStarting(recs)
+	for _, rec := range recs {
+		id := rec.TaskID
 		t := b.recordedTask(&rec)
 		if rec.End == nil {
 			if st, err := supervise.ReadStatus(t.statusPath); err == nil {
@@ -303,6 +289,84 @@ func (b *Backend) loadRecords() error {
 	}
 	return nil
 }
+
+// readRecords reads the run records among entries of dir, removing the
+// temporary files of writes cut short and skipping what is not a record.
+func (b *Backend) readRecords(dir string, entries []os.DirEntry) []runRecord {
+	var recs []runRecord
+	for _, e := range entries {
+		name := e.Name()
+		if strings.HasSuffix(name, ".tmp") {
+			_ = os.Remove(filepath.Join(dir, name)) // a write cut short
+			continue
+		}
+		id, ok := strings.CutSuffix(name, ".json")
+		if !ok || !validTaskID(id) {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			b.log.Warn("unreadable run record", "file", name, "err", err)
+			continue
+		}
+		var rec runRecord
+		if err := json.Unmarshal(data, &rec); err != nil || rec.TaskID != id {
+			b.log.Warn("invalid run record; ignoring it", "file", name, "err", err)
+			continue
+		}
+		recs = append(recs, rec)
+	}
+	return recs
+}
+
+// awaitStarting waits, at most startingWait, for the runs whose supervisor
+// lives but has not started the run yet (the control plane that launched
+// them died first; on a loaded machine a supervisor may take seconds): each
+// is recorded with its process once the supervisor starts it, so it is
+// adopted, or not at all if the supervisor ends first. A run not waited for
+// would be reported LOST and run again while its supervisor still starts
+// the first one, unwatched.
+func (b *Backend) awaitStarting(recs []runRecord) {
+	starting := func(rec *runRecord) bool {
+		s := rec.Supervisor
+		if rec.End != nil || rec.Pid > 0 || s == nil {
+			return false
+		}
+		ticks, err := procStartTicks(s.Pid)
+		return err == nil && ticks == s.StartTicks
+	}
+	deadline := time.Now().Add(startingWait)
+	for first := true; ; first = false {
+		var waiting []*runRecord
+		for i := range recs {
+			if starting(&recs[i]) {
+				waiting = append(waiting, &recs[i])
+			}
+		}
+		if len(waiting) == 0 {
+			return
+		}
+		if first {
+			b.log.Info("waiting for supervisors of an earlier control plane to start their runs", "runs", len(waiting))
+		}
+		if time.Now().After(deadline) {
+			b.log.Warn("supervisors did not start their runs in time; their runs are lost", "runs", len(waiting))
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+		procs := b.runProcs()
+		for _, rec := range waiting {
+			if b.findProcesses(rec, procs) {
+				if err := b.storeRecord(rec); err != nil {
+					b.log.Warn("could not record the processes of a run found starting", "task", rec.TaskID, "err", err)
+				}
+			}
+		}
+	}
+}
+
+// startingWait bounds awaitStarting.
+const startingWait = 10 * time.Second
 
 // findProcesses fills in the processes of a run recorded as starting (a
 // control plane that died between starting them and recording them),

@@ -432,7 +432,8 @@ func (b *Backend) ApplyPartition(_ context.Context, host, partition string) erro
 // It returns an error, and leaves nothing behind, when the spec is invalid,
 // the backend is not started or closed, the TaskID is already known, its
 // sandbox already exists on disk (a reused TaskID, possibly from before a
-// restart: its output is never overwritten), its volume is in use by
+// restart: its output is never overwritten; an empty sandbox with no record
+// of its run, left by a launch a crash cut short, is used), its volume is in use by
 // another live run or being released, or no free port can be found. Once
 // the sandbox exists the launch is accepted and the outcome arrives as
 // events: LAUNCHED, then RUNNING and a terminal state, or FAILED with reason
@@ -509,7 +510,7 @@ func (b *Backend) Launch(ctx context.Context, spec hostmgr.LaunchSpec) error {
 			return fmt.Errorf("local: launch %s: spec.volume: %w", spec.TaskID, err)
 		}
 	}
-	if err := os.Mkdir(t.sandbox, 0o700); err != nil {
+	if err := os.Mkdir(t.sandbox, 0o700); err != nil && !(errors.Is(err, os.ErrExist) && b.cutShort(spec.TaskID, t.sandbox)) {
 		b.abandon(t)
 		if errors.Is(err, os.ErrExist) {
 			return fmt.Errorf("local: launch %s: spec.taskId: sandbox %s already exists", spec.TaskID, t.sandbox)
@@ -543,6 +544,27 @@ func (b *Backend) Launch(ctx context.Context, spec hostmgr.LaunchSpec) error {
 	}
 	go b.run(t, startErr)
 	return nil
+}
+
+// cutShort reports whether the existing sandbox of taskID is what a launch
+// cut short by a crash leaves: the directory, empty, and no record of the
+// run. The record is written before the run's process starts, so without
+// one no process ever ran there and the sandbox holds no output to keep;
+// the launch may go on in it.
+func (b *Backend) cutShort(taskID, sandbox string) bool {
+	if _, err := os.Lstat(b.recordPath(taskID)); !errors.Is(err, os.ErrNotExist) {
+		return false
+	}
+	fi, err := os.Lstat(sandbox)
+	if err != nil || !fi.IsDir() {
+		return false
+	}
+	entries, err := os.ReadDir(sandbox)
+	if err != nil || len(entries) > 0 {
+		return false
+	}
+	b.log.Info("launching into the empty sandbox of a launch a crash cut short", "task", taskID)
+	return true
 }
 
 // validate checks the parts of spec this backend depends on.

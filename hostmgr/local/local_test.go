@@ -512,6 +512,39 @@ func TestLogsAfterRestart(t *testing.T) {
 	}
 }
 
+// TestLaunchCutShortBeforeItsRecord: a control plane killed between making
+// a run's sandbox and recording the run leaves an empty sandbox and no
+// record; the next one's launch of the same run goes ahead in it, while a
+// sandbox with anything in it is still never reused.
+func TestLaunchCutShortBeforeItsRecord(t *testing.T) {
+	t.Parallel()
+	b, rec := newBackend(t)
+	if err := os.Mkdir(filepath.Join(b.dir, "cut"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	launch(t, b, spec("cut", "sh", "-c", "echo again"))
+	if ev := rec.waitTerminal(t, "cut"); ev.State != pelotonv1.TaskState_SUCCEEDED {
+		t.Fatalf("relaunch into an empty sandbox ended %v %q; want SUCCEEDED", ev.State, ev.Message)
+	}
+	if got := readLogs(t, b, "cut", pelotonv1.LogStream_STDOUT, false); got != "again\n" {
+		t.Errorf("stdout = %q", got)
+	}
+
+	full := filepath.Join(b.dir, "full")
+	if err := os.Mkdir(full, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(full, "stdout"), []byte("old\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Launch(context.Background(), spec("full", "true")); err == nil || !strings.Contains(err.Error(), "spec.taskId") {
+		t.Errorf("launch into a sandbox with output = %v; want refused naming spec.taskId", err)
+	}
+	if data, _ := os.ReadFile(filepath.Join(full, "stdout")); string(data) != "old\n" {
+		t.Errorf("the refused launch changed the old output: %q", data)
+	}
+}
+
 func TestCloseKillsRunningTasks(t *testing.T) {
 	t.Parallel()
 	b, rec := newBackend(t)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -89,18 +90,31 @@ func runLeader(pids []int) (pid int, ticks uint64, ok bool) {
 	return 0, 0, false
 }
 
-// killStrays SIGKILLs every process of a run of this backend that no
-// adopted run accounts for (left by a run whose record says it ended, or
-// whose run could not be adopted), and waits until they are gone, at
-// most strayWait: a run is either adopted or over, never both. Called by
-// Start, before any Launch.
+// killStrays stops every process of a run of this backend that no adopted
+// run accounts for (left by a run whose record says it ended, or whose run
+// could not be adopted, such as one caught between fork and exec as the
+// last control plane died), and the supervisors of such runs, which could
+// otherwise start a run unwatched later; it waits until they are gone, at
+// most strayWait: a run is either adopted or over, never both. Like a
+// kill, it sends SIGTERM first, once to each process group (a run's
+// processes share one; the processes a run starts as it handles the
+// signal are left to finish), so a run can note its end and clean up, and
+// SIGKILL to every process once strayGrace has passed. Called by Start,
+// before any Launch.
 func (b *Backend) killStrays(adopted map[string]bool) {
-	deadline := time.Now().Add(strayWait)
+	begin := time.Now()
+	termed := map[int]bool{} // process groups, and processes outside their run's group
 	for round := 0; ; round++ {
 		var live []int
-		for task, pids := range b.runProcs().runs {
+		procs := b.runProcs()
+		for task, pids := range procs.runs {
 			if !adopted[task] {
 				live = append(live, pids...)
+			}
+		}
+		for task, pid := range procs.sups {
+			if !adopted[task] {
+				live = append(live, pid)
 			}
 		}
 		if len(live) == 0 {
@@ -109,10 +123,24 @@ func (b *Backend) killStrays(adopted map[string]bool) {
 		if round == 0 {
 			b.log.Warn("stopping processes of runs that are over or could not be adopted", "processes", len(live))
 		}
+		kill := time.Since(begin) >= strayGrace
 		for _, pid := range live {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
+			if kill {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+				continue
+			}
+			// A group led by one of the strays is theirs to signal; a
+			// process in another group is signalled alone.
+			target := pid
+			if pgid, err := syscall.Getpgid(pid); err == nil && slices.Contains(live, pgid) {
+				target = -pgid
+			}
+			if !termed[target] {
+				termed[target] = true
+				_ = syscall.Kill(target, syscall.SIGTERM)
+			}
 		}
-		if time.Now().After(deadline) {
+		if time.Since(begin) >= strayWait {
 			b.log.Error("processes of runs that are over would not die", "pids", live)
 			return
 		}
@@ -120,8 +148,12 @@ func (b *Backend) killStrays(adopted map[string]bool) {
 	}
 }
 
-// strayWait bounds the wait for strays to die; SIGKILL takes milliseconds.
-const strayWait = 10 * time.Second
+// strayGrace is how long strays have to end on SIGTERM before SIGKILL;
+// strayWait bounds the whole wait (SIGKILL takes milliseconds).
+var (
+	strayGrace = 3 * time.Second
+	strayWait  = 10 * time.Second
+)
 
 // readEnviron reads a process's environment (at most 256 KiB) into buf.
 func readEnviron(pid int, buf []byte) ([]byte, bool) {

@@ -56,6 +56,17 @@ func (l *runLog) command(secs float64) []string {
 		"end", "start", secs, "end", l.marker)}
 }
 
+// gatedCommand is command that starts working only once the file gate
+// exists, so a test can hold every run until they all run, whatever the
+// time their launches take.
+func (l *runLog) gatedCommand(gate string, secs float64) []string {
+	cmd := l.command(secs)
+	wait := fmt.Sprintf(`while [ ! -e %s ]; do sleep 0.5; done; `, gate)
+	i := strings.Index(cmd[2], "sleep ")
+	cmd[2] = cmd[2][:i] + wait + cmd[2][i:]
+	return cmd
+}
+
 type span struct {
 	run        int
 	start, end int64 // end 0: no end line
@@ -220,10 +231,10 @@ func TestStoreOutageLosesNothing(t *testing.T) {
 	logf := newRunLog(t)
 	const n = 100
 
-	// runJob creates a job of n runs that each work secs, and waits until
-	// they all run.
-	runJob := func(name string, secs float64) string {
-		spec := batch(name, n, logf.command(secs)...)
+	// runJob creates a job of n runs that each work secs once the gate
+	// file opens, and waits until they all run.
+	runJob := func(name, gate string, secs float64) string {
+		spec := batch(name, n, logf.gatedCommand(gate, secs)...)
 		spec.DefaultSpec.Resources.Cpu = 0.05
 		cr, err := s.jobs.CreateJob(ctxT(t), &pelotonv1.CreateJobRequest{Spec: spec})
 		if err != nil {
@@ -273,8 +284,13 @@ func TestStoreOutageLosesNothing(t *testing.T) {
 		{"paused", "a pause", etcd.Members[0].Pause, func() error { etcd.Members[0].Resume(); return nil }},
 		{"stopped", "a stop", etcd.Members[0].Stop, etcd.Members[0].Restart},
 	} {
-		id := runJob(o.name, 3)
+		gate := filepath.Join(t.TempDir(), "gate")
+		id := runJob(o.name, gate, 1)
 		o.down()
+		// Every run ends during the outage.
+		if err := os.WriteFile(gate, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
 		createFails(o.name)
 		time.Sleep(outage) // the outage itself: its length is the scenario, nothing to wait on
 		if err := o.up(); err != nil {
