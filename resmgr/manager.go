@@ -109,6 +109,7 @@ type Manager struct {
 	slack resources.Resources
 
 	held       map[*Gang]struct{}
+	hostRes    hostResBook
 	admitKick  chan struct{}
 	readyCond  *sync.Cond
 	placedCond *sync.Cond
@@ -126,6 +127,12 @@ type Options struct {
 	// before other pools are preempted for it (default 1s): the hysteresis
 	// that keeps short bursts from causing churn.
 	ReclaimDelay time.Duration
+	// ReservationAfter is how long a gang that cannot fit waits before
+	// hosts are set aside for it (hostres.go; default
+	// DefaultReservationAfter, negative: never).
+	ReservationAfter time.Duration
+	// Now is the clock (default time.Now); tests pass their own.
+	Now func() time.Time
 }
 
 // New loads the pool tree from st, creating /default when the tree is empty.
@@ -142,8 +149,11 @@ func New(ctx context.Context, st store.Store, opts Options) (*Manager, error) {
 	if opts.ReclaimDelay == 0 {
 		opts.ReclaimDelay = time.Second
 	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
 	m := &Manager{
-		store: st, log: opts.Logger.With("component", "resmgr"), now: time.Now,
+		store: st, log: opts.Logger.With("component", "resmgr"), now: opts.Now, hostRes: newHostResBook(opts.ReservationAfter),
 		backoffBase: opts.BackoffBase, backoffMax: opts.BackoffMax,
 		pools: map[string]*Pool{}, tasks: map[instKey]*taskState{}, held: map[*Gang]struct{}{},
 		admitKick: make(chan struct{}, 1),
@@ -815,6 +825,7 @@ func (m *Manager) admitOnce() int {
 	// keeps a pass over a large backlog linear and cheap. Capacity refusals
 	// hold for every pool; the others only within one pool.
 	var fullCluster []refusal
+	var cands []*Gang // refused gangs, for host reservations
 	for _, p := range leaves {
 		if p.queue.size == 0 {
 			continue
@@ -842,7 +853,12 @@ func (m *Manager) admitOnce() int {
 					refused = append(refused, refusal{g.Resources, g.Tasks[0].Preemptible, block, reason, refusalPartition(block, g)})
 				}
 			}
+			if (block == blockCapacity || block == blockPartition) && m.hostRes.completeFor(g) {
+				block = blockNone // its reserved hosts hold it; their backfill is being preempted
+			}
+			g.block = block
 			if block != blockNone {
+				cands = append(cands, g)
 				if block == blockCapacity {
 					isWaiting = true
 				}
@@ -884,6 +900,7 @@ func (m *Manager) admitOnce() int {
 	if admitted > 0 {
 		m.readyCond.Broadcast()
 	}
+	m.hostRes.choose(cands, m.ready, now)
 	// Reclaim first (across pools), then priority (inside a pool); a task
 	// chosen once is not chosen again.
 	m.markVictims(planReclaim(leaves, m.gate.ready(waiting, now)))
@@ -1307,6 +1324,9 @@ func (m *Manager) ReturnGangUnresolvable(g *Gang, reason string) {
 		return
 	}
 	msg := "cannot be placed: " + reason + "; tried again when hosts change"
+	if r := m.hostRes.byGang[g]; r != nil {
+		m.hostRes.end(r, m.now()) // no host could take it: holding hosts for it helps nobody
+	}
 	for _, ts := range live {
 		m.hold(p, ts, false)
 		ts.state, ts.reason = pelotonv1.TaskState_PENDING, msg
@@ -1344,6 +1364,7 @@ func (m *Manager) SetPlacements(ps []Placement) (dropped []Placement) {
 			continue
 		}
 		ts.state, ts.reason = pelotonv1.TaskState_PLACED, "placed on "+p.Host
+		m.hostRes.placedLocked(ts, p.Host, m.now())
 		m.placed = append(m.placed, p)
 	}
 	if len(m.placed) > 0 {
@@ -1430,6 +1451,7 @@ func (m *Manager) releaseLocked(jobID string, instance uint32) {
 		return
 	}
 	delete(m.tasks, key)
+	m.hostRes.releasedLocked(ts, m.now())
 	p := m.pools[ts.task.Pool]
 	if p == nil {
 		p = m.root

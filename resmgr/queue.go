@@ -76,8 +76,10 @@ type Gang struct {
 	// heldUntil keeps a gang that no host could ever take out of admission
 	// until then (or until the hosts change).
 	heldUntil time.Time
-	elem      *list.Element
-	bucket    *bucket
+	// block is what refused the gang at its last admission pass.
+	block  blockKind
+	elem   *list.Element
+	bucket *bucket
 }
 
 // NewGang builds a gang from tasks of one pool and priority.
