@@ -86,17 +86,27 @@ func newHostResBook(after time.Duration) hostResBook {
 }
 
 // eligible says whether g may get a reservation now: it has waited long
-// enough, and it waits for room (capacity or its partition, or placement
-// found no hosts for it) rather than for its pool's limits or share, which
-// hosts set aside would not help.
+// enough, and it waits for room (waitsForRoom, or placement found no hosts
+// for it) rather than for its pool's limits, which hosts set aside would
+// not help.
 func (b *hostResBook) eligible(g *Gang, now time.Time) bool {
 	if b.after < 0 || now.Sub(g.enqueued) < b.after || g.heldUntil.After(now) || len(g.Tasks) == 0 {
 		return false
 	}
 	if g.elem != nil {
-		return g.block == blockCapacity || g.block == blockPartition
+		return waitsForRoom(g.block)
 	}
 	return g.attempts > 0 // admitted, but placement found no room for it
+}
+
+// waitsForRoom says whether admission refused a gang for want of room:
+// the cluster's capacity, its partition's, or its pool's entitlement (which
+// in a full cluster is the pool's part of it), not for a limit or a
+// reservation rule that hosts set aside would not change. A complete
+// reservation's gang is admitted over all three: its hosts hold it, and
+// the backfill's room is on its way back.
+func waitsForRoom(b blockKind) bool {
+	return b == blockCapacity || b == blockPartition || b == blockEntitlement
 }
 
 // better orders candidates: higher priority, then the longer wait, then

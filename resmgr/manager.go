@@ -853,12 +853,14 @@ func (m *Manager) admitOnce() int {
 					refused = append(refused, refusal{g.Resources, g.Tasks[0].Preemptible, block, reason, refusalPartition(block, g)})
 				}
 			}
-			if (block == blockCapacity || block == blockPartition) && m.hostRes.completeFor(g) {
+			if waitsForRoom(block) && m.hostRes.completeFor(g) {
 				block = blockNone // its reserved hosts hold it; their backfill is being preempted
 			}
 			g.block = block
 			if block != blockNone {
-				cands = append(cands, g)
+				if m.hostRes.after >= 0 && m.hostRes.byPool[p.Path] == nil {
+					cands = append(cands, g)
+				}
 				if block == blockCapacity {
 					isWaiting = true
 				}
@@ -1230,7 +1232,9 @@ func (m *Manager) updateGauges() {
 // DequeueGangs hands up to max admitted gangs to a placement engine, waiting
 // up to wait for one to become ready. Their tasks move to PLACING.
 func (m *Manager) DequeueGangs(ctx context.Context, max int, wait time.Duration) []*Gang {
-	deadline := m.now().Add(wait)
+	// The wait is the caller's, in real time; back-offs are on the
+	// manager's clock (Options.Now), which a test may hold still.
+	deadline := time.Now().Add(wait)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for {
@@ -1253,15 +1257,15 @@ func (m *Manager) DequeueGangs(ctx context.Context, max int, wait time.Duration)
 		}
 		clear(m.ready[len(rest):])
 		m.ready = rest
-		if len(out) > 0 || m.closed || ctx.Err() != nil || !now.Before(deadline) {
+		if len(out) > 0 || m.closed || ctx.Err() != nil || !time.Now().Before(deadline) {
 			return out
 		}
 		// Wake when something becomes ready, a backoff expires, or the wait ends.
-		until := deadline
-		if !nextAt.IsZero() && nextAt.Before(until) {
-			until = nextAt
+		d := time.Until(deadline)
+		if !nextAt.IsZero() && nextAt.Sub(now) < d {
+			d = nextAt.Sub(now)
 		}
-		timer := time.AfterFunc(until.Sub(now), func() {
+		timer := time.AfterFunc(d, func() {
 			m.mu.Lock()
 			m.readyCond.Broadcast()
 			m.mu.Unlock()
