@@ -96,7 +96,11 @@ func (e *Engine) placeRound(gangs []*resmgr.Gang, revocable bool) {
 	var rs *reserving // revocable work holds slack, which reservations do not hold
 	if !revocable {
 		rs = newReserving(e.rm.HostReservations())
-		f.Hosts = append(f.Hosts, rs.hosts()...)
+		for _, h := range rs.hosts() {
+			if !slices.Contains(f.Hosts, h) {
+				f.Hosts = append(f.Hosts, h)
+			}
+		}
 	}
 	if !f.Demand.IsZero() && spreadsOverDomains(gangs, cfg.Catalog, cmp.Or(e.domain, DefaultDomainLabel)) {
 		// hostmgr's rotation knows nothing of failure domains: a lease

@@ -187,3 +187,72 @@ func TestEngineBigGangStartsBehindSmallWork(t *testing.T) {
 		})
 	}
 }
+
+// TestEngineReservationLetsGoneHostsGo: a reserved host that goes into
+// maintenance leaves the reservation, which takes another as it frees up.
+func TestEngineReservationLetsGoneHostsGo(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	var infos []hostmgr.HostInfo
+	for i := range 3 {
+		infos = append(infos, hostmgr.HostInfo{Name: fmt.Sprintf("h%d", i), Capacity: resources.Resources{MilliCPU: 4000, MemoryMB: 4096}})
+	}
+	hm := hostmgr.NewManager(&fixedBackend{infos}, hostmgr.Options{LeaseTTL: time.Hour, Logger: quiet})
+	if err := hm.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = hm.Close() })
+	clock := &stepClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	rm, err := resmgr.New(ctx, memstore.New(memstore.Options{}), resmgr.Options{Logger: quiet, BackoffBase: time.Millisecond,
+		BackoffMax: time.Millisecond, ReservationAfter: time.Second, Now: clock.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Each host runs 3 CPU of other work; a gang of two 4-CPU members waits.
+	for i := range 3 {
+		hm.Recover(fmt.Sprintf("w-%d-1", i), fmt.Sprintf("h%d", i), resources.Resources{MilliCPU: 3000, MemoryMB: 128})
+	}
+	rm.SetCapacity(resources.Resources{MilliCPU: 3000, MemoryMB: 1 << 20})
+	gang := resmgr.NewGang(MakeTask("gang", 0).CPU(4).Obj(), MakeTask("gang", 1).CPU(4).Obj())
+	for _, task := range gang.Tasks {
+		task.Preemptible = true
+	}
+	if err := rm.Enqueue(gang); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); rm.Run(ctx) }()
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	e := NewEngine(rm, hm, EngineOptions{Logger: quiet})
+	hosts := func() string {
+		rs := rm.HostReservations()
+		if len(rs) != 1 {
+			return fmt.Sprint(rs)
+		}
+		return fmt.Sprint(rs[0].Hosts)
+	}
+	clock.step()
+	clock.step()
+	for i := 0; rm.HostReservations() == nil; i++ { // admission runs at least every 250 ms
+		if i == 100 {
+			t.Fatal("no reservation for the gang after it waited")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// The gang is not admitted (the cluster is full), so a round of other
+	// work drives the engine: it sets aside the two hosts with the most
+	// room, and places its own task (not preemptible) elsewhere.
+	round := func() { e.round([]*resmgr.Gang{resmgr.NewGang(MakeTask("probe", 0).CPU(0.5).Obj())}) }
+	round()
+	if got := hosts(); got != "[h0 h1]" {
+		t.Fatalf("reserved %s, want [h0 h1]", got)
+	}
+	if _, err := hm.Maintenance().StartMaintenance(ctx, []string{"h0"}); err != nil {
+		t.Fatal(err)
+	}
+	round()
+	if got := hosts(); got != "[h1 h2]" {
+		t.Fatalf("after h0 went into maintenance the reservation holds %s, want [h1 h2]", got)
+	}
+}

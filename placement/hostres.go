@@ -5,6 +5,7 @@ import (
 	"sort"
 
 	"github.com/peloton-sched/peloton/hostmgr"
+	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 	"github.com/peloton-sched/peloton/resmgr"
 )
 
@@ -56,7 +57,7 @@ func (rs *reserving) grow(cfg Config, offers []hostmgr.HostOffer) map[*resmgr.Ho
 	}
 	var cands []hostmgr.HostOffer
 	for _, o := range offers {
-		if rs.owner[o.Name] == nil && !o.Free.IsZero() {
+		if rs.owner[o.Name] == nil && o.Free.MilliCPU > 0 && o.Free.MemoryMB > 0 {
 			cands = append(cands, o)
 		}
 	}
@@ -216,6 +217,11 @@ func (rs *reserving) report(rm *resmgr.Manager, cfg Config, offers []hostmgr.Hos
 			o.Free = held
 			room = append(room, o)
 		}
+		for _, name := range v.Hosts {
+			if _, seen := u.Seen[name]; !seen && lost(cfg.Bound, name) {
+				u.Drop = append(u.Drop, name)
+			}
+		}
 		if !v.Complete && len(room) > 0 {
 			c := cfg
 			c.Catalog = nil
@@ -228,8 +234,17 @@ func (rs *reserving) report(rm *resmgr.Manager, cfg Config, offers []hostmgr.Hos
 				}
 			}
 		}
-		if len(u.Add) > 0 || len(u.Seen) > 0 || u.Complete != nil {
+		if len(u.Add) > 0 || len(u.Seen) > 0 || len(u.Drop) > 0 || u.Complete != nil {
 			rm.UpdateHostReservation(u)
 		}
 	}
+}
+
+// lost says whether a reserved host the lease did not offer is gone or
+// takes no new runs (maintenance, cordoned, moving partition), by what
+// hostmgr said of it (Config.Bound, looked up for every host asked for by
+// name and not offered); one another engine's lease holds is kept.
+func lost(status map[string]hostmgr.HostStatus, name string) bool {
+	st, ok := status[name]
+	return !ok || st.State != pelotonv1.HostState_HOST_UP || st.Unschedulable || st.MovingTo != ""
 }

@@ -242,8 +242,8 @@ type HostReservationUpdate struct {
 	Pool  string
 	Owner *Gang
 	// Add are hosts to set aside now (hosts another reservation holds are
-	// skipped).
-	Add []string
+	// skipped); Drop hosts to let go (gone, or taking no new runs).
+	Add, Drop []string
 	// Seen is what the round saw of the reservation's hosts, Add included.
 	Seen map[string]HostRoom
 	// Complete, when set, are the hosts that hold the whole gang: the
@@ -268,6 +268,12 @@ func (m *Manager) UpdateHostReservation(u HostReservationUpdate) {
 				m.hostRes.byHost[h] = r
 				r.hosts[h] = &heldHost{since: now}
 			}
+		}
+	}
+	for _, h := range u.Drop {
+		if m.hostRes.byHost[h] == r {
+			delete(m.hostRes.byHost, h)
+			delete(r.hosts, h)
 		}
 	}
 	for h, room := range u.Seen {
