@@ -32,6 +32,28 @@ func (c *stepClock) step() {
 	c.mu.Unlock()
 }
 
+// startReserving starts a real hostmgr with n hosts of 4 CPU and a resmgr
+// on a step clock that reserves hosts for gangs waiting longer than after.
+func startReserving(ctx context.Context, t *testing.T, n int, after time.Duration) (*hostmgr.Manager, *resmgr.Manager, *stepClock) {
+	t.Helper()
+	var infos []hostmgr.HostInfo
+	for i := range n {
+		infos = append(infos, hostmgr.HostInfo{Name: fmt.Sprintf("h%d", i), Capacity: resources.Resources{MilliCPU: 4000, MemoryMB: 4096}})
+	}
+	hm := hostmgr.NewManager(&fixedBackend{infos}, hostmgr.Options{LeaseTTL: time.Hour, Logger: quiet})
+	if err := hm.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = hm.Close() })
+	clock := &stepClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	rm, err := resmgr.New(ctx, memstore.New(memstore.Options{}), resmgr.Options{Logger: quiet, BackoffBase: time.Millisecond,
+		BackoffMax: time.Millisecond, ReservationAfter: after, Now: clock.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return hm, rm, clock
+}
+
 // streamResult is what a run of the stream saw.
 type streamResult struct {
 	gangStep  int // steps from the gang's arrival to its placement; -1: never
@@ -50,21 +72,7 @@ func runStream(t *testing.T, after time.Duration, steps int, nonPreemptibleEvery
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	t.Cleanup(func() { cancel(); wg.Wait() })
-	var infos []hostmgr.HostInfo
-	for i := range 4 {
-		infos = append(infos, hostmgr.HostInfo{Name: fmt.Sprintf("h%d", i), Capacity: resources.Resources{MilliCPU: 4000, MemoryMB: 4096}})
-	}
-	hm := hostmgr.NewManager(&fixedBackend{infos}, hostmgr.Options{LeaseTTL: time.Hour, Logger: quiet})
-	if err := hm.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = hm.Close() })
-	clock := &stepClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	rm, err := resmgr.New(ctx, memstore.New(memstore.Options{}), resmgr.Options{Logger: quiet, BackoffBase: time.Millisecond,
-		BackoffMax: time.Millisecond, ReservationAfter: after, Now: clock.now})
-	if err != nil {
-		t.Fatal(err)
-	}
+	hm, rm, clock := startReserving(ctx, t, 4, after)
 	rm.SetCapacity(hm.Capacity())
 	// Non-preemptible work runs only inside its pool's reservation.
 	if err := rm.ReserveHostsForDefault(ctx, hm.Capacity()); err != nil {
@@ -193,21 +201,7 @@ func TestEngineBigGangStartsBehindSmallWork(t *testing.T) {
 func TestEngineReservationLetsGoneHostsGo(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	var infos []hostmgr.HostInfo
-	for i := range 3 {
-		infos = append(infos, hostmgr.HostInfo{Name: fmt.Sprintf("h%d", i), Capacity: resources.Resources{MilliCPU: 4000, MemoryMB: 4096}})
-	}
-	hm := hostmgr.NewManager(&fixedBackend{infos}, hostmgr.Options{LeaseTTL: time.Hour, Logger: quiet})
-	if err := hm.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = hm.Close() })
-	clock := &stepClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	rm, err := resmgr.New(ctx, memstore.New(memstore.Options{}), resmgr.Options{Logger: quiet, BackoffBase: time.Millisecond,
-		BackoffMax: time.Millisecond, ReservationAfter: time.Second, Now: clock.now})
-	if err != nil {
-		t.Fatal(err)
-	}
+	hm, rm, clock := startReserving(ctx, t, 3, time.Second)
 	// Each host runs 3 CPU of other work; a gang of two 4-CPU members waits.
 	for i := range 3 {
 		hm.Recover(fmt.Sprintf("w-%d-1", i), fmt.Sprintf("h%d", i), resources.Resources{MilliCPU: 3000, MemoryMB: 128})
