@@ -251,3 +251,51 @@ func TestHostReservationIdleMetric(t *testing.T) {
 		t.Fatalf("idle core-seconds %g, want 2 cores × 10 s + 0.5 × 4 s = 22", got)
 	}
 }
+
+// TestHostReservationRebuiltAfterRestart: a reservation lives in memory; a
+// new manager (a restart) given the same waiting gangs, with the time
+// their records say they began to wait (Gang.WaitingSince, from jobmgr),
+// picks the same gang at once, whatever order they are queued in.
+func TestHostReservationRebuiltAfterRestart(t *testing.T) {
+	c := newClock()
+	began := c.t
+	gangs := func() (*Gang, *Gang) {
+		old, newer := gangOf("old", 2, 1, 1000), gangOf("newer", 2, 1, 1000)
+		old.WaitingSince, newer.WaitingSince = began, began.Add(time.Second)
+		return old, newer
+	}
+	c.add(2 * time.Second) // jobmgr queues them a moment after their records changed
+	m := newClockedManager(t, c, 10*time.Second)
+	m.SetCapacity(capCPU(1000))
+	old, newer := gangs()
+	if err := m.Enqueue(old, newer); err != nil {
+		t.Fatal(err)
+	}
+	c.add(9 * time.Second)
+	m.admitOnce()
+	if rs := m.HostReservations(); len(rs) != 1 || !rs[0].Owns(old) {
+		t.Fatalf("before the restart: %+v", rs)
+	}
+	// The restart: a new manager, the gangs queued again (newer first).
+	c.add(time.Second)
+	m2 := newClockedManager(t, c, 10*time.Second)
+	m2.SetCapacity(capCPU(1000))
+	old, newer = gangs()
+	if err := m2.Enqueue(newer, old); err != nil {
+		t.Fatal(err)
+	}
+	m2.admitOnce()
+	if rs := m2.HostReservations(); len(rs) != 1 || !rs[0].Owns(old) {
+		t.Fatalf("after the restart the same gang is reserved at once, got %+v", rs)
+	}
+	// Without the records' time the wait starts again.
+	m3 := newClockedManager(t, c, 10*time.Second)
+	m3.SetCapacity(capCPU(1000))
+	if err := m3.Enqueue(gangOf("old", 2, 1, 1000)); err != nil {
+		t.Fatal(err)
+	}
+	m3.admitOnce()
+	if rs := m3.HostReservations(); rs != nil {
+		t.Fatalf("a gang queued now waits ReservationAfter first: %+v", rs)
+	}
+}

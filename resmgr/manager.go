@@ -776,6 +776,9 @@ func (m *Manager) Enqueue(gangs ...*Gang) error {
 	for _, g := range gangs {
 		p := m.pools[g.Pool]
 		g.enqueued = now
+		if ws := g.WaitingSince; !ws.IsZero() && ws.Before(now) {
+			g.enqueued = ws
+		}
 		p.queue.push(g)
 		for _, t := range g.Tasks {
 			m.tasks[t.key()] = &taskState{task: t, gang: g, state: pelotonv1.TaskState_PENDING, reason: "waiting for admission in pool " + g.Pool}
