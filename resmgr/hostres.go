@@ -134,7 +134,9 @@ func (b *hostResBook) choose(cands, ready []*Gang, now time.Time) {
 	best := map[string]*Gang{}
 	for _, list := range [][]*Gang{cands, ready} {
 		for _, g := range list {
-			if b.byPool[g.Pool] != nil || !b.eligible(g, now) {
+			// A gang reserved already (under its pool's old path, after a
+			// pool move) is not reserved twice.
+			if b.byPool[g.Pool] != nil || b.byGang[g] != nil || !b.eligible(g, now) {
 				continue
 			}
 			if cur := best[g.Pool]; cur == nil || better(g, cur) {
