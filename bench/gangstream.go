@@ -6,7 +6,6 @@ import (
 	"math"
 	"time"
 
-	"github.com/peloton-sched/peloton/cluster"
 	"github.com/peloton-sched/peloton/internal/metrics"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
@@ -17,28 +16,15 @@ const (
 	GangModeFragment = "fragment"
 )
 
-// gangReservations is how the stream scenario reaches the resource
-// manager's reservations for big gangs (issue 33: --reservation-after and a
-// metric of reserved-but-idle time). Both are unset until resmgr has them;
-// the scenario then runs without setting the delay and says the idle
-// figure is not available.
-var gangReservations struct {
-	// setAfter puts the reservation delay into the stack's config.
-	setAfter func(cfg *cluster.Config, after time.Duration)
-	// idleMetric names the counter, in metrics.Registry, of core-seconds
-	// reserved for a gang but running nothing (summed over its labels).
-	idleMetric string
-}
+// reservationIdleMetric is resmgr's counter of core-seconds reserved for
+// a gang but running nothing (summed over its pool label).
+const reservationIdleMetric = "peloton_reservation_idle_core_seconds_total"
 
-// gangStreamFigures are the stream mode's figures; reservedIdleShare only
-// once the resource manager exports its metric.
+// gangStreamFigures are the stream mode's figures.
 func gangStreamFigures() []string {
 	f := []string{
 		"gangsSubmitted", "gangsStarted", "gangsNotStarted", "gangsOverBound",
-		"gangWaitP50Sec", "gangWaitP99Sec", "gangWaitMaxSec", "gangCapacityShare",
-	}
-	if gangReservations.idleMetric != "" {
-		f = append(f, "reservedIdleShare")
+		"gangWaitP50Sec", "gangWaitP99Sec", "gangWaitMaxSec", "gangCapacityShare", "reservedIdleShare",
 	}
 	return append(f, "smallTasksPerMinBaseline", "smallTasksPerMinWithGangs", "smallThroughputRatio",
 		"smallThroughputRatioOfCapacityLeft", "smallUtilizationBaseline", "smallUtilizationWithGangs")
@@ -168,11 +154,7 @@ func GangStream(ctx context.Context, env Env, cfg GangStreamConfig) (*Result, er
 	r.param("duration", cfg.Duration.String())
 	r.param("gangWaitBound", cfg.WaitBound.String())
 	r.param("timeScale", cfg.TimeScale)
-	if gangReservations.setAfter != nil {
-		r.param("reservationAfter", cfg.ReservationAfter.String())
-	} else {
-		r.param("reservationAfter", "not in this build")
-	}
+	r.param("reservationAfter", cfg.ReservationAfter.String())
 
 	base, err := runGangStreamPhase(ctx, env, &cfg, false)
 	if err != nil {
@@ -436,12 +418,9 @@ func (f *smallFeeder) fill(ctx context.Context, env Env, name string) error {
 	})
 }
 
-// readIdleMetric is the reserved-idle counter's value, NaN without one.
+// readIdleMetric is the reserved-idle counter's value.
 func readIdleMetric() float64 {
-	if gangReservations.idleMetric == "" {
-		return math.NaN()
-	}
-	return registrySum(gangReservations.idleMetric)
+	return registrySum(reservationIdleMetric)
 }
 
 // registrySum sums the counter or gauge family of that name in
@@ -496,12 +475,8 @@ func reportGangStream(r *Result, cfg *GangStreamConfig, base, with *streamPhase)
 	r.add("gangWaitMaxSec", percentile(waits, 100), "s", fmt.Sprintf("goal <= %g; %s", bound, waitNote))
 	gangShare := gangCoreSec / (capacity * with.window.Seconds())
 	r.add("gangCapacityShare", gangShare, "", "core-seconds the gangs ran in the window over the cluster's")
-	if math.IsNaN(with.idleCoreSec) {
-		r.note("reservedIdleShare: not available: the resource manager exports no reserved-idle metric in this build")
-	} else {
-		r.add("reservedIdleShare", with.idleCoreSec/(capacity*with.window.Seconds()), "",
-			fmt.Sprintf("%s over the window, over the cluster's core-seconds; goal < 0.05", gangReservations.idleMetric))
-	}
+	r.add("reservedIdleShare", with.idleCoreSec/(capacity*with.window.Seconds()), "",
+		fmt.Sprintf("%s over the window, over the cluster's core-seconds; goal < 0.05", reservationIdleMetric))
 	perMin := func(p *streamPhase) float64 { return float64(p.smallDone) / (cfg.simSec(p.window) / 60) }
 	util := func(p *streamPhase) float64 {
 		return float64(p.smallDone) * cfg.SmallCPU * cfg.SmallTaskSeconds / (capacity * cfg.simSec(p.window))

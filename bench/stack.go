@@ -64,6 +64,9 @@ type stackConfig struct {
 	HostMemoryMB int64
 	// ReclaimDelay is resmgr's reclaim hysteresis (0: its default, 1s).
 	ReclaimDelay time.Duration
+	// ReservationAfter is how long a gang that cannot fit waits before
+	// hosts are set aside for it (0: resmgr's default, 1m; < 0: never).
+	ReservationAfter time.Duration
 	// Kube, if set, runs the stack on the kubernetes backend against that
 	// cluster instead of sim (Hosts and the host sizes are then unused).
 	Kube *cluster.KubeConfig
@@ -75,10 +78,6 @@ type stackConfig struct {
 	AgentInterval time.Duration
 	// PlacementEngines is how many placement engines run (0: one).
 	PlacementEngines int
-	// ReservationAfter is resmgr's delay before a waiting gang gets a
-	// reservation, set through gangReservations.setAfter when this build
-	// has one (0: the stack's default).
-	ReservationAfter time.Duration
 }
 
 // stack is one Peloton process (cluster.Run) running in this process on the
@@ -106,7 +105,7 @@ func startStack(ctx context.Context, env Env, sc stackConfig) (*stack, error) {
 	cfg := cluster.Config{
 		DataDir: dir, Listen: "127.0.0.1:0", HTTPListen: "127.0.0.1:0",
 		Backend: "sim", Hosts: sc.Hosts, HostCPU: sc.HostCPU, HostMemoryMB: sc.HostMemoryMB,
-		ReclaimDelay: sc.ReclaimDelay, ShutdownGrace: 10 * time.Second, PlacementEngines: sc.PlacementEngines,
+		ReclaimDelay: sc.ReclaimDelay, ReservationAfter: sc.ReservationAfter, ShutdownGrace: 10 * time.Second, PlacementEngines: sc.PlacementEngines,
 		Logger:  env.logger(),
 		OnReady: func(r cluster.ReadyInfo) { readyCh <- r },
 	}
@@ -118,9 +117,6 @@ func startStack(ctx context.Context, env Env, sc stackConfig) (*stack, error) {
 	}
 	if sc.AgentInterval > 0 {
 		cfg.SimHostAgents, cfg.HostAgentInterval = true, sc.AgentInterval
-	}
-	if sc.ReservationAfter > 0 && gangReservations.setAfter != nil {
-		gangReservations.setAfter(&cfg, sc.ReservationAfter)
 	}
 	go func() { s.done <- cluster.Run(runCtx, cfg) }()
 	select {

@@ -161,6 +161,9 @@ type Config struct {
 	SLATimeout time.Duration
 	// ReclaimDelay is the hysteresis of reclaim preemption (0: resmgr's default, 1s).
 	ReclaimDelay time.Duration
+	// ReservationAfter is how long a gang that cannot fit waits before
+	// hosts are set aside for it (0: resmgr's default, 1m; < 0: never).
+	ReservationAfter time.Duration
 	// SlackMargin is the fraction of each host's CPU and memory kept out of
 	// the slack revocable work runs on (0: hostmgr's default, 0.1; < 0:
 	// none); UsageStaleAfter how old a host agent's report may be and

@@ -130,7 +130,7 @@ func runStack(ctx context.Context, cfg Config, etcdTLS *tls.Config, t *term) err
 	if err != nil {
 		return err
 	}
-	rm, err := resmgr.New(ctx, st, resmgr.Options{Logger: log, ReclaimDelay: cfg.ReclaimDelay})
+	rm, err := resmgr.New(ctx, st, resmgr.Options{Logger: log, ReclaimDelay: cfg.ReclaimDelay, ReservationAfter: cfg.ReservationAfter})
 	if err != nil {
 		return err
 	}

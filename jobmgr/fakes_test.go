@@ -225,6 +225,10 @@ func newFakeResources() *fakeResources {
 
 var _ Resources = (*fakeResources)(nil)
 
+// JobHostReservation: the fake sets no hosts aside (that is resmgr's and
+// placement's, tested there).
+func (f *fakeResources) JobHostReservation(string) *pelotonv1.GangReservation { return nil }
+
 func (f *fakeResources) Enqueue(gangs ...*resmgr.Gang) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -52,9 +52,16 @@ func (en *engine) gangsFor(j *job, insts []uint32) []*resmgr.Gang {
 	groups := map[uint32][]*resmgr.Task{}
 	var order []uint32
 	var out []*resmgr.Gang
+	// Each instance has waited since its record last changed (the move
+	// to its run's wait), which a restart does not change: resmgr counts
+	// a gang's wait towards its host reservation from its earliest member.
+	since := map[uint32]time.Time{}
 	for _, inst := range insts {
 		tv := j.task(inst).view()
 		t := m.eng.rmTask(j, inst, tv.rt.RunId)
+		if ut := tv.rt.GetUpdateTime(); ut != nil {
+			since[inst] = ut.AsTime()
+		}
 		g, _, ok := l.of(inst)
 		if ok {
 			r, seen := running[g]
@@ -70,7 +77,7 @@ func (en *engine) gangsFor(j *job, insts []uint32) []*resmgr.Gang {
 				continue
 			}
 		}
-		out = append(out, resmgr.NewGang(t))
+		out = append(out, withSince(resmgr.NewGang(t), since))
 	}
 	named := j.spec().GetGang() != nil // even a last gang of one is a gang
 	for _, g := range order {
@@ -84,9 +91,20 @@ func (en *engine) gangsFor(j *job, insts []uint32) []*resmgr.Gang {
 		if len(ts) > 1 {
 			rg.SameLabel = j.spec().GetGang().GetSameLabel()
 		}
-		out = append(out, rg)
+		out = append(out, withSince(rg, since))
 	}
 	return out
+}
+
+// withSince sets g's WaitingSince to its earliest member's, from since (by
+// instance).
+func withSince(g *resmgr.Gang, since map[uint32]time.Time) *resmgr.Gang {
+	for _, t := range g.Tasks {
+		if s, ok := since[t.Instance]; ok && (g.WaitingSince.IsZero() || s.Before(g.WaitingSince)) {
+			g.WaitingSince = s
+		}
+	}
+	return g
 }
 
 // gangActive reports whether any member of gang g holds a host; with

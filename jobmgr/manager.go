@@ -513,6 +513,9 @@ func (m *Manager) GetJob(id string) (*pelotonv1.Job, error) {
 	if out.Status.Message == "" && waiting > 0 {
 		out.Status.Message = m.pendingReason(j)
 	}
+	if waiting > 0 {
+		out.Status.Reservation = m.rm.JobHostReservation(j.id)
+	}
 	if isLongRunning(j.typ) {
 		out.Status.Healthy, out.Status.Updated = j.serving(out.Status.SpecVersion)
 		if fr, ok := m.sla.(sla.FallbackReporter); ok {

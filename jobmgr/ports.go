@@ -69,6 +69,9 @@ type Resources interface {
 	Release(jobID string, instance uint32)
 	ReleaseRun(jobID string, instance, run uint32)
 	TaskState(jobID string, instance uint32) (pelotonv1.TaskState, string, bool)
+	// JobHostReservation is the hosts set aside for one of the job's gangs
+	// (nil: none), for GetJob.
+	JobHostReservation(jobID string) *pelotonv1.GangReservation
 
 	// Pools: a job's pool must be a leaf; a pool with jobs cannot go.
 	CheckLeafPool(path, field string) (string, error)

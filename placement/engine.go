@@ -93,6 +93,15 @@ func (e *Engine) placeRound(gangs []*resmgr.Gang, revocable bool) {
 	cfg := Config{DomainLabel: e.domain, Catalog: e.hm.HostClasses()}
 	f := hostFilter(gangs, e.maxHosts)
 	f.Revocable = revocable
+	var rs *reserving // revocable work holds slack, which reservations do not hold
+	if !revocable {
+		rs = newReserving(e.rm.HostReservations())
+		for _, h := range rs.hosts() {
+			if !slices.Contains(f.Hosts, h) {
+				f.Hosts = append(f.Hosts, h)
+			}
+		}
+	}
 	if !f.Demand.IsZero() && spreadsOverDomains(gangs, cfg.Catalog, cmp.Or(e.domain, DefaultDomainLabel)) {
 		// hostmgr's rotation knows nothing of failure domains: a lease
 		// in proportion to the demand could hold hosts of one domain
@@ -107,12 +116,13 @@ func (e *Engine) placeRound(gangs []*resmgr.Gang, revocable bool) {
 	if len(missing) > 0 {
 		cfg.Bound = e.hm.HostStatuses(missing)
 	}
-	d := cfg.Place(gangs, offers)
+	added := rs.grow(cfg, offers)
+	d := rs.place(cfg, gangs, offers)
 	leased := len(offers)
 	if leaseID != "" && !f.Demand.IsZero() {
 		scanned := len(offers) - (len(f.Hosts) - len(missing))
 		var more int
-		d, more = e.placeMore(cfg, f.Max-scanned, revocable, leaseID, offers, d)
+		d, more = e.placeMore(cfg, rs, f.Max-scanned, revocable, leaseID, offers, d)
 		leased += more
 	}
 	metrics.PlacementHostsLeased.Observe(float64(leased))
@@ -134,6 +144,7 @@ func (e *Engine) placeRound(gangs []*resmgr.Gang, revocable bool) {
 	for _, dropped := range e.rm.SetPlacements(d.Placed) {
 		e.hm.ReleaseTask(dropped.Task.RunTaskID())
 	}
+	rs.report(e.rm, cfg, offers, d.Placed, added)
 	unresolvable := 0
 	for _, u := range d.Unplaced {
 		if u.Code == Unresolvable {
@@ -157,7 +168,7 @@ func (e *Engine) placeRound(gangs []*resmgr.Gang, revocable bool) {
 // whose every member is bound to a host are not tried again, as more
 // hosts do them no good. It returns the decision and how many hosts it
 // added.
-func (e *Engine) placeMore(cfg Config, maxHosts int, revocable bool, leaseID string, offers []hostmgr.HostOffer, d Decision) (Decision, int) {
+func (e *Engine) placeMore(cfg Config, rs *reserving, maxHosts int, revocable bool, leaseID string, offers []hostmgr.HostOffer, d Decision) (Decision, int) {
 	var retry []*resmgr.Gang
 	for _, u := range d.Unplaced {
 		if u.Code == Unschedulable && slices.ContainsFunc(u.Gang.Tasks, func(t *resmgr.Task) bool { return t.BoundHost == "" }) {
@@ -174,7 +185,7 @@ func (e *Engine) placeMore(cfg Config, maxHosts int, revocable bool, leaseID str
 	if len(extra) == 0 {
 		return d, 0
 	}
-	again := cfg.Place(retry, append(leftover(offers, d.Placed), extra...))
+	again := rs.place(cfg, retry, append(leftover(offers, d.Placed), extra...))
 	// The gangs still unplaced keep their order, which is the order
 	// resmgr gets them back in: a gang retried takes its second answer.
 	answer := make(map[*resmgr.Gang]Unplaced, len(again.Unplaced))

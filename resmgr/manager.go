@@ -109,6 +109,7 @@ type Manager struct {
 	slack resources.Resources
 
 	held       map[*Gang]struct{}
+	hostRes    hostResBook
 	admitKick  chan struct{}
 	readyCond  *sync.Cond
 	placedCond *sync.Cond
@@ -126,6 +127,12 @@ type Options struct {
 	// before other pools are preempted for it (default 1s): the hysteresis
 	// that keeps short bursts from causing churn.
 	ReclaimDelay time.Duration
+	// ReservationAfter is how long a gang that cannot fit waits before
+	// hosts are set aside for it (hostres.go; default
+	// DefaultReservationAfter, negative: never).
+	ReservationAfter time.Duration
+	// Now is the clock (default time.Now); tests pass their own.
+	Now func() time.Time
 }
 
 // New loads the pool tree from st, creating /default when the tree is empty.
@@ -142,8 +149,11 @@ func New(ctx context.Context, st store.Store, opts Options) (*Manager, error) {
 	if opts.ReclaimDelay == 0 {
 		opts.ReclaimDelay = time.Second
 	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
 	m := &Manager{
-		store: st, log: opts.Logger.With("component", "resmgr"), now: time.Now,
+		store: st, log: opts.Logger.With("component", "resmgr"), now: opts.Now, hostRes: newHostResBook(opts.ReservationAfter),
 		backoffBase: opts.BackoffBase, backoffMax: opts.BackoffMax,
 		pools: map[string]*Pool{}, tasks: map[instKey]*taskState{}, held: map[*Gang]struct{}{},
 		admitKick: make(chan struct{}, 1),
@@ -766,6 +776,9 @@ func (m *Manager) Enqueue(gangs ...*Gang) error {
 	for _, g := range gangs {
 		p := m.pools[g.Pool]
 		g.enqueued = now
+		if ws := g.WaitingSince; !ws.IsZero() && ws.Before(now) {
+			g.enqueued = ws
+		}
 		p.queue.push(g)
 		for _, t := range g.Tasks {
 			m.tasks[t.key()] = &taskState{task: t, gang: g, state: pelotonv1.TaskState_PENDING, reason: "waiting for admission in pool " + g.Pool}
@@ -815,6 +828,7 @@ func (m *Manager) admitOnce() int {
 	// keeps a pass over a large backlog linear and cheap. Capacity refusals
 	// hold for every pool; the others only within one pool.
 	var fullCluster []refusal
+	var cands []*Gang // refused gangs, for host reservations
 	for _, p := range leaves {
 		if p.queue.size == 0 {
 			continue
@@ -842,7 +856,14 @@ func (m *Manager) admitOnce() int {
 					refused = append(refused, refusal{g.Resources, g.Tasks[0].Preemptible, block, reason, refusalPartition(block, g)})
 				}
 			}
+			if waitsForRoom(block) && m.hostRes.completeFor(g) {
+				block = blockNone // its reserved hosts hold it; their backfill is being preempted
+			}
+			g.block = block
 			if block != blockNone {
+				if m.hostRes.after >= 0 && m.hostRes.byPool[p.Path] == nil {
+					cands = append(cands, g)
+				}
 				if block == blockCapacity {
 					isWaiting = true
 				}
@@ -884,6 +905,7 @@ func (m *Manager) admitOnce() int {
 	if admitted > 0 {
 		m.readyCond.Broadcast()
 	}
+	m.hostRes.choose(cands, m.ready, now)
 	// Reclaim first (across pools), then priority (inside a pool); a task
 	// chosen once is not chosen again.
 	m.markVictims(planReclaim(leaves, m.gate.ready(waiting, now)))
@@ -1213,7 +1235,9 @@ func (m *Manager) updateGauges() {
 // DequeueGangs hands up to max admitted gangs to a placement engine, waiting
 // up to wait for one to become ready. Their tasks move to PLACING.
 func (m *Manager) DequeueGangs(ctx context.Context, max int, wait time.Duration) []*Gang {
-	deadline := m.now().Add(wait)
+	// The wait is the caller's, in real time; back-offs are on the
+	// manager's clock (Options.Now), which a test may hold still.
+	deadline := time.Now().Add(wait)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for {
@@ -1236,15 +1260,15 @@ func (m *Manager) DequeueGangs(ctx context.Context, max int, wait time.Duration)
 		}
 		clear(m.ready[len(rest):])
 		m.ready = rest
-		if len(out) > 0 || m.closed || ctx.Err() != nil || !now.Before(deadline) {
+		if len(out) > 0 || m.closed || ctx.Err() != nil || !time.Now().Before(deadline) {
 			return out
 		}
 		// Wake when something becomes ready, a backoff expires, or the wait ends.
-		until := deadline
-		if !nextAt.IsZero() && nextAt.Before(until) {
-			until = nextAt
+		d := time.Until(deadline)
+		if !nextAt.IsZero() && nextAt.Sub(now) < d {
+			d = nextAt.Sub(now)
 		}
-		timer := time.AfterFunc(until.Sub(now), func() {
+		timer := time.AfterFunc(d, func() {
 			m.mu.Lock()
 			m.readyCond.Broadcast()
 			m.mu.Unlock()
@@ -1307,6 +1331,9 @@ func (m *Manager) ReturnGangUnresolvable(g *Gang, reason string) {
 		return
 	}
 	msg := "cannot be placed: " + reason + "; tried again when hosts change"
+	if r := m.hostRes.byGang[g]; r != nil {
+		m.hostRes.end(r, m.now()) // no host could take it: holding hosts for it helps nobody
+	}
 	for _, ts := range live {
 		m.hold(p, ts, false)
 		ts.state, ts.reason = pelotonv1.TaskState_PENDING, msg
@@ -1344,6 +1371,7 @@ func (m *Manager) SetPlacements(ps []Placement) (dropped []Placement) {
 			continue
 		}
 		ts.state, ts.reason = pelotonv1.TaskState_PLACED, "placed on "+p.Host
+		m.hostRes.placedLocked(ts, p.Host, m.now())
 		m.placed = append(m.placed, p)
 	}
 	if len(m.placed) > 0 {
@@ -1430,6 +1458,7 @@ func (m *Manager) releaseLocked(jobID string, instance uint32) {
 		return
 	}
 	delete(m.tasks, key)
+	m.hostRes.releasedLocked(ts, m.now())
 	p := m.pools[ts.task.Pool]
 	if p == nil {
 		p = m.root

@@ -69,6 +69,11 @@ type Gang struct {
 	// host must have (spec.gang.sameLabel): the placement engine picks a
 	// value with room for the whole gang.
 	SameLabel string
+	// WaitingSince is when the gang's instances began to wait, as the
+	// job's records say (zero: now). jobmgr passes it so that a gang
+	// queued again after a restart keeps the wait that counts towards its
+	// host reservation (hostres.go) and its place among the waiting.
+	WaitingSince time.Time
 
 	enqueued  time.Time
 	attempts  int
@@ -76,8 +81,10 @@ type Gang struct {
 	// heldUntil keeps a gang that no host could ever take out of admission
 	// until then (or until the hosts change).
 	heldUntil time.Time
-	elem      *list.Element
-	bucket    *bucket
+	// block is what refused the gang at its last admission pass.
+	block  blockKind
+	elem   *list.Element
+	bucket *bucket
 }
 
 // NewGang builds a gang from tasks of one pool and priority.

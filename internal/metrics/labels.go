@@ -18,10 +18,12 @@ const (
 	PlacementUnplaced     = "unplaced"
 	PlacementUnresolvable = "unresolvable"
 
-	PreemptReclaim   = "reclaim"
-	PreemptPriority  = "priority"
-	PreemptHostDrain = "host-drain"
-	PreemptEvicted   = "evicted"
+	PreemptReclaim  = "reclaim"
+	PreemptPriority = "priority"
+	// PreemptReservation: backfill on hosts reserved for a gang.
+	PreemptReservation = "reservation"
+	PreemptHostDrain   = "host-drain"
+	PreemptEvicted     = "evicted"
 
 	RestartPatched = "patched"
 	RestartInPlace = "in-place"
@@ -66,7 +68,7 @@ type FixedLabel struct {
 var Fixed = []FixedLabel{
 	{QueueDepth.MetricVec, "queue", []string{QueuePending, QueueReady, QueuePlaced}},
 	{Placements.MetricVec, "result", []string{PlacementPlaced, PlacementUnplaced, PlacementUnresolvable}},
-	{Preemptions.MetricVec, "reason", []string{PreemptReclaim, PreemptPriority, PreemptHostDrain, PreemptEvicted}},
+	{Preemptions.MetricVec, "reason", []string{PreemptReclaim, PreemptPriority, PreemptReservation, PreemptHostDrain, PreemptEvicted}},
 	{Restarts.MetricVec, "how", []string{RestartPatched, RestartInPlace, RestartPlaced}},
 	{HostMoves.MetricVec, "step", []string{MoveStarted, MoveDrained, MoveMoved, MoveApplyFailed, MoveCancelled}},
 	{StoreWrites.MetricVec, "kind", []string{WriteJob, WriteTask, WriteUpdate}},

@@ -26,7 +26,7 @@ var vectors = map[string]*prometheus.MetricVec{
 	"Placements": Placements.MetricVec, "PoolResources": PoolResources.MetricVec,
 	"APILatency": APILatency.MetricVec, "Hosts": Hosts.MetricVec, "StoreWrites": StoreWrites.MetricVec,
 	"Preemptions": Preemptions.MetricVec, "Restarts": Restarts.MetricVec, "HostMoves": HostMoves.MetricVec,
-	"Reconciled":             Reconciled.MetricVec,
+	"Reconciled": Reconciled.MetricVec, "ReservationIdle": ReservationIdle.MetricVec,
 	"FederationClusterState": FederationClusterState.MetricVec, "FederationClusterTransitions": FederationClusterTransitions.MetricVec,
 	"FederationPoolRepairs": FederationPoolRepairs.MetricVec, "FederationJobs": FederationJobs.MetricVec,
 	"FederationServices": FederationServices.MetricVec, "FederationSLA": FederationSLA.MetricVec,
@@ -48,7 +48,7 @@ var vectors = map[string]*prometheus.MetricVec{
 // expression, with the constants it comes from (package.Name, resolved in
 // the tree like any other constant).
 var indirect = map[string][]string{
-	"resmgr/manager.go Preemptions v.Reason": {"resmgr.ReasonReclaim", "resmgr.ReasonPriority"},
+	"resmgr/manager.go Preemptions v.Reason": {"resmgr.ReasonReclaim", "resmgr.ReasonPriority", "resmgr.ReasonReservation"},
 	// Checked against the enum by hostmgr's TestHostStatesAreFixedLabels.
 	"hostmgr/maintenance.go Hosts st.String": {`"HOST_UP"`, `"HOST_DRAINING"`, `"HOST_DRAINED"`, `"HOST_DOWN"`},
 }

@@ -99,12 +99,23 @@ func init() {
 }
 
 // Preemptions counts tasks chosen for preemption, by reason (reclaim,
-// priority, host-drain), and runs the backend took back (evicted).
+// priority, reservation, host-drain), and runs the backend took back
+// (evicted).
 var Preemptions = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Namespace: "peloton", Name: "preemptions_total", Help: "Tasks chosen for preemption, by reason.",
 }, []string{"reason"})
 
 func init() { Registry.MustRegister(Preemptions) }
+
+// ReservationIdle is the cost of host reservations (resmgr/hostres.go):
+// the CPU of hosts set aside for a waiting gang that nothing used, in
+// core-seconds, per pool of the gang.
+var ReservationIdle = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Namespace: "peloton", Name: "reservation_idle_core_seconds_total",
+	Help: "Core-seconds of CPU that hosts set aside for a waiting gang held free (reserved but idle), by the gang's pool.",
+}, []string{"pool"})
+
+func init() { Registry.MustRegister(ReservationIdle) }
 
 // AdmissionRounds counts the rounds of the resource manager's loop (admit
 // what fits, recompute entitlements, pick reclaim victims), at least four a

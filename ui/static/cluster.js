@@ -424,6 +424,7 @@ function jobHeader(job) {
       st.message ? ["Message", h("span.reason", st.message)] : null,
       ownerOf(job) ? ["Owner", ownerOf(job)] : null,
     ]),
+    st.reservation ? reservationCard(st.reservation) : "",
     h("div.toolbar.actions",
       actionButton("Kill job", () => post(`/v1/jobs/${enc(id)}:cancel`), { danger: true, confirm: true, id: "kill-job", disabled: !running }),
       actionButton("Restart", () => post(`/v1/jobs/${enc(id)}:restart`, {}), { confirm: true, id: "restart-job" }),
@@ -431,6 +432,27 @@ function jobHeader(job) {
         actionButton("Scale", () => post(`/v1/jobs/${enc(id)}:scale`, { instanceCount: Number(scaleInput.value), version: st.specVersion }), { id: "scale-job" })),
       link(`/ui/updates?job=${enc(id)}`, "Updates of this job")),
   ];
+}
+
+// reservationCard shows the hosts set aside for one of the job's gangs that
+// waited too long (job get's status.reservation): since when, whether they
+// hold the whole gang yet, and per host what it holds and how much of that
+// is idle.
+function reservationCard(r) {
+  const first = r.firstInstance || 0, last = first + Math.max(r.members || 0, 1) - 1;
+  const gang = (r.gang ? `gang ${r.gang} ` : "") + `(instances ${first}-${last})`;
+  const state = r.complete
+    ? "complete: the hosts hold the whole gang, their preemptible work is being preempted"
+    : "setting hosts aside as they free up; only preemptible work may use them meanwhile";
+  const res = (x) => (x ? `${amount("cpu", x.cpu)} CPU, ${amount("memoryMb", x.memoryMb)}` : "");
+  return h("section.card", { id: "reservation" }, h("h2", "Reservation"),
+    h("p", gang, " in pool ", r.pool, ", since ", ago(r.since), ": ", state),
+    table([
+      { title: "Host", cell: (x) => link("/ui/hosts/" + enc(x.name), x.name) },
+      { title: "Held", cell: (x) => res(x.held) },
+      { title: "Idle", cell: (x) => res(x.free) },
+      { title: "Since", cell: (x) => ago(x.since) },
+    ], r.hosts || [], { empty: "No host set aside yet." }));
 }
 
 // instancePanel shows one instance: its current run and every run before.

@@ -24,7 +24,8 @@ import (
 
 // TestIsolationFlagsRejected: every bad --task-user, --etcd-listen and
 // --etcd-cacert/--etcd-cert/--etcd-key is a usage error naming its flag
-// (and, for an unknown user, the user), before anything starts.
+// (and, for an unknown user, the user), before anything starts; so is a
+// negative --reservation-after.
 func TestIsolationFlagsRejected(t *testing.T) {
 	dir := t.TempDir()
 	ca := tlstest.NewCA(t, dir, "etcd")
@@ -53,6 +54,8 @@ func TestIsolationFlagsRejected(t *testing.T) {
 		{[]string{"serve", "cluster", "--etcd-endpoints", "http://127.0.0.1:2379", "--etcd-cacert", ca.File}, []string{"--etcd-endpoints", "plain http", "--etcd-cacert"}},
 		{[]string{"serve", "federation", "--etcd-endpoints", "https://127.0.0.1:2379", "--etcd-key", key}, []string{"--etcd-key", "--etcd-cert"}},
 		{[]string{"up", "--etcd-endpoints", "https://127.0.0.1:2379", "--etcd-cacert", filepath.Join(dir, "missing.pem")}, []string{"--etcd-cacert"}},
+		{[]string{"up", "--reservation-after", "-1s"}, []string{"--reservation-after", "must be >= 0"}},
+		{[]string{"serve", "cluster", "--etcd-endpoints", "http://127.0.0.1:2379", "--reservation-after", "-5m"}, []string{"--reservation-after"}},
 	} {
 		r := runCLI(t, "", tc.args...)
 		ok := r.code == exitUsage

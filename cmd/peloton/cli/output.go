@@ -359,6 +359,36 @@ func writeJobDetail(w io.Writer, job *pelotonv1.Job, wide bool) {
 	if job.GetStatus().GetArchived() {
 		fmt.Fprintf(w, "\narchived: the job finished and was moved to the archive of finished jobs; it can no longer change (job delete purges it)\n")
 	}
+	writeReservation(w, job.GetStatus().GetReservation())
+}
+
+// writeReservation writes the hosts set aside for one of a job's gangs:
+// which gang, since when, whether they hold it whole yet, and per host
+// what it holds (CPU/memory MiB) and how much of that is idle.
+func writeReservation(w io.Writer, r *pelotonv1.GangReservation) {
+	if r == nil {
+		return
+	}
+	gang := fmt.Sprintf("instances %d-%d", r.GetFirstInstance(), r.GetFirstInstance()+max(r.GetMembers(), 1)-1)
+	if r.GetGang() != "" {
+		gang = fmt.Sprintf("gang %s (%s)", r.GetGang(), gang)
+	}
+	state := "setting hosts aside as they free up; only preemptible work may use them meanwhile"
+	if r.GetComplete() {
+		state = "complete: the hosts hold the whole gang, their preemptible work is being preempted"
+	}
+	hosts := fmt.Sprintf("%d hosts", len(r.GetHosts()))
+	if len(r.GetHosts()) == 1 {
+		hosts = "1 host"
+	}
+	fmt.Fprintf(w, "\nreservation: %s in pool %s since %s, %s; %s\n", gang, r.GetPool(), timestamp(r.GetSince()), hosts, state)
+	if len(r.GetHosts()) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "HOST\tHELD CPU/MEM\tIDLE CPU/MEM\tSINCE")
+	for _, h := range r.GetHosts() {
+		row(w, h.GetName(), cpuMem(h.GetHeld()), cpuMem(h.GetFree()), timestamp(h.GetSince()))
+	}
 }
 
 // writeJobColumns is writeJobTable with the HEALTHY and UPDATED columns

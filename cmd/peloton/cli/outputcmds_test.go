@@ -229,3 +229,25 @@ func TestFedServiceCreateOfAJobSpec(t *testing.T) {
 		t.Errorf("misspelt wrapper: exit %d, stderr %q", r.code, r.stderr)
 	}
 }
+
+// TestJobGetShowsReservation: job get shows the hosts set aside for a
+// waiting gang, what each holds and how much of it is idle.
+func TestJobGetShowsReservation(t *testing.T) {
+	job := helloJob()
+	since := timestamppb.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	job.Status.Reservation = &pelotonv1.GangReservation{Gang: "g1", FirstInstance: 4, Members: 4, Pool: "/default", Since: since,
+		Hosts: []*pelotonv1.ReservedHost{{Name: "h1", Since: since, Held: &pelotonv1.Resources{Cpu: 8, MemoryMb: 1024}, Free: &pelotonv1.Resources{Cpu: 2, MemoryMb: 512}}}}
+	got := render(t, formatTable, job, func(w io.Writer, wide bool) { writeJobDetail(w, job, wide) })
+	for _, want := range []string{
+		"reservation: gang g1 (instances 4-7) in pool /default since 2026-01-02T03:04:05Z, 1 host; setting hosts aside",
+		"HOST   HELD CPU/MEM   IDLE CPU/MEM   SINCE\nh1     8/1024         2/512          2026-01-02T03:04:05Z\n",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("job get with a reservation:\n%s\nwant it to contain:\n%s", got, want)
+		}
+	}
+	job.Status.Reservation.Complete = true
+	if got := render(t, formatTable, job, func(w io.Writer, wide bool) { writeJobDetail(w, job, wide) }); !strings.Contains(got, "complete: the hosts hold the whole gang") {
+		t.Errorf("complete reservation:\n%s", got)
+	}
+}

@@ -53,6 +53,7 @@ type serverFlags struct {
 	shutdownGrace time.Duration
 	cpuProfile    string
 	reclaimDelay  time.Duration
+	reserveAfter  time.Duration
 	// Host agents and slack (hostagent/, hostmgr/slack.go).
 	hostAgents      bool
 	simAgents       bool
@@ -157,6 +158,7 @@ func (f *serverFlags) register(fs *pflag.FlagSet, embedded bool) {
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of this process to this file from start to a graceful stop, for go tool pprof (profiling a cluster under load)")
 	fs.IntVar(&f.engines, "placement-engines", 1, "placement engines running at once (active-active; leases keep them apart)")
 	fs.DurationVar(&f.reclaimDelay, "reclaim-delay", time.Second, "how long a pool must wait for its entitled share before pools over their entitlement are preempted for it")
+	fs.DurationVar(&f.reserveAfter, "reservation-after", time.Minute, "how long a gang (or any job's instances) that cannot fit waits before hosts are set aside for it as they free up, so smaller work cannot pass it for ever; 0: never")
 	fs.BoolVar(&f.hostAgents, "host-agents", true, "run a host agent in this process for each local virtual host, reporting its runs' usage (local backend; other hosts run \"peloton serve hostagent\")")
 	fs.BoolVar(&f.simAgents, "sim-host-agents", false, "give each simulated host an agent reporting its runs' simulated use (sim backend)")
 	fs.DurationVar(&f.agentInterval, "host-agent-interval", 5*time.Second, "how often the in-process host agents report")
@@ -240,6 +242,7 @@ func (f *serverFlags) config(embedded bool) (cluster.Config, error) {
 		HostLabels:             labels,
 		ShutdownGrace:          f.shutdownGrace,
 		ReclaimDelay:           f.reclaimDelay,
+		ReservationAfter:       reservationAfter(f.reserveAfter),
 		NoHostAgents:           !f.hostAgents,
 		SimHostAgents:          f.simAgents,
 		HostAgentInterval:      f.agentInterval,
@@ -351,6 +354,8 @@ func (f *serverFlags) checkHostFlags() error {
 		return usageErrorf("invalid --placement-engines %d: must be 1 to 64", f.engines)
 	case f.reclaimDelay < 0:
 		return usageErrorf("invalid --reclaim-delay %s: must be >= 0", f.reclaimDelay)
+	case f.reserveAfter < 0:
+		return usageErrorf("invalid --reservation-after %s: must be >= 0 (0: never)", f.reserveAfter)
 	case f.backend != "sim" && f.simAgents:
 		return usageErrorf("invalid --sim-host-agents: only the sim backend has simulated hosts (use --backend sim)")
 	case f.agentInterval < 100*time.Millisecond:
@@ -741,4 +746,13 @@ func readProfiles(file string) (cluster.PartitionProfiles, error) {
 		return nil, usageErrorf("invalid --partition-profiles %s: %v", file, err)
 	}
 	return profiles, nil
+}
+
+// reservationAfter maps --reservation-after to cluster.Config's: the flag's
+// 0 means never, the config's 0 resmgr's default.
+func reservationAfter(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }

@@ -2245,7 +2245,11 @@ type JobStatus struct {
 	// Set when the job is read from the archive of finished jobs: it has
 	// left the live store (its time to live after it finished has passed)
 	// and can no longer change. Its tasks are their final runs.
-	Archived      bool `protobuf:"varint,14,opt,name=archived,proto3" json:"archived,omitempty"`
+	Archived bool `protobuf:"varint,14,opt,name=archived,proto3" json:"archived,omitempty"`
+	// Hosts set aside for one of the job's gangs that has waited longer than
+	// the resource manager's --reservation-after and still does not fit;
+	// unset when it has none. Filled by GetJob.
+	Reservation   *GangReservation `protobuf:"bytes,15,opt,name=reservation,proto3" json:"reservation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2378,6 +2382,187 @@ func (x *JobStatus) GetArchived() bool {
 	return false
 }
 
+func (x *JobStatus) GetReservation() *GangReservation {
+	if x != nil {
+		return x.Reservation
+	}
+	return nil
+}
+
+// GangReservation is hosts set aside for a gang that cannot fit now, so
+// that smaller work cannot pass it for ever: only the gang and preemptible
+// work (preempted once the hosts hold the whole gang) are placed on them.
+type GangReservation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The gang's name ("" for a job's only gang), its first instance and how
+	// many members it has.
+	Gang          string `protobuf:"bytes,1,opt,name=gang,proto3" json:"gang,omitempty"`
+	FirstInstance uint32 `protobuf:"varint,2,opt,name=first_instance,json=firstInstance,proto3" json:"first_instance,omitempty"`
+	Members       uint32 `protobuf:"varint,3,opt,name=members,proto3" json:"members,omitempty"`
+	// The pool the gang waits in (one reservation per pool at a time).
+	Pool string `protobuf:"bytes,4,opt,name=pool,proto3" json:"pool,omitempty"`
+	// When the reservation started.
+	Since *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=since,proto3" json:"since,omitempty"`
+	// Set once the hosts hold the whole gang: their preemptible work is
+	// being preempted and the gang is placed as soon as it has gone.
+	Complete      bool            `protobuf:"varint,6,opt,name=complete,proto3" json:"complete,omitempty"`
+	Hosts         []*ReservedHost `protobuf:"bytes,7,rep,name=hosts,proto3" json:"hosts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GangReservation) Reset() {
+	*x = GangReservation{}
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GangReservation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GangReservation) ProtoMessage() {}
+
+func (x *GangReservation) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GangReservation.ProtoReflect.Descriptor instead.
+func (*GangReservation) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *GangReservation) GetGang() string {
+	if x != nil {
+		return x.Gang
+	}
+	return ""
+}
+
+func (x *GangReservation) GetFirstInstance() uint32 {
+	if x != nil {
+		return x.FirstInstance
+	}
+	return 0
+}
+
+func (x *GangReservation) GetMembers() uint32 {
+	if x != nil {
+		return x.Members
+	}
+	return 0
+}
+
+func (x *GangReservation) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *GangReservation) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *GangReservation) GetComplete() bool {
+	if x != nil {
+		return x.Complete
+	}
+	return false
+}
+
+func (x *GangReservation) GetHosts() []*ReservedHost {
+	if x != nil {
+		return x.Hosts
+	}
+	return nil
+}
+
+// ReservedHost is one host a gang's reservation holds.
+type ReservedHost struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Since when the host is set aside.
+	Since *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=since,proto3" json:"since,omitempty"`
+	// What it holds for the gang at the last look: its free room plus what
+	// preemptible work placed on it since holds.
+	Held *Resources `protobuf:"bytes,3,opt,name=held,proto3" json:"held,omitempty"`
+	// Of held, what is free: reserved but idle, the cost of reserving.
+	Free          *Resources `protobuf:"bytes,4,opt,name=free,proto3" json:"free,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReservedHost) Reset() {
+	*x = ReservedHost{}
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReservedHost) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReservedHost) ProtoMessage() {}
+
+func (x *ReservedHost) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReservedHost.ProtoReflect.Descriptor instead.
+func (*ReservedHost) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ReservedHost) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ReservedHost) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *ReservedHost) GetHeld() *Resources {
+	if x != nil {
+		return x.Held
+	}
+	return nil
+}
+
+func (x *ReservedHost) GetFree() *Resources {
+	if x != nil {
+		return x.Free
+	}
+	return nil
+}
+
 type Job struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -2390,7 +2575,7 @@ type Job struct {
 
 func (x *Job) Reset() {
 	*x = Job{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[18]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2402,7 +2587,7 @@ func (x *Job) String() string {
 func (*Job) ProtoMessage() {}
 
 func (x *Job) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[18]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2415,7 +2600,7 @@ func (x *Job) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Job.ProtoReflect.Descriptor instead.
 func (*Job) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{18}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Job) GetId() string {
@@ -2496,7 +2681,7 @@ type TaskStatus struct {
 
 func (x *TaskStatus) Reset() {
 	*x = TaskStatus{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[19]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2508,7 +2693,7 @@ func (x *TaskStatus) String() string {
 func (*TaskStatus) ProtoMessage() {}
 
 func (x *TaskStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[19]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2521,7 +2706,7 @@ func (x *TaskStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskStatus.ProtoReflect.Descriptor instead.
 func (*TaskStatus) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{19}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *TaskStatus) GetState() TaskState {
@@ -2698,7 +2883,7 @@ type TaskTransition struct {
 
 func (x *TaskTransition) Reset() {
 	*x = TaskTransition{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[20]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2710,7 +2895,7 @@ func (x *TaskTransition) String() string {
 func (*TaskTransition) ProtoMessage() {}
 
 func (x *TaskTransition) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[20]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2723,7 +2908,7 @@ func (x *TaskTransition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskTransition.ProtoReflect.Descriptor instead.
 func (*TaskTransition) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{20}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *TaskTransition) GetState() TaskState {
@@ -2769,7 +2954,7 @@ type Task struct {
 
 func (x *Task) Reset() {
 	*x = Task{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[21]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2781,7 +2966,7 @@ func (x *Task) String() string {
 func (*Task) ProtoMessage() {}
 
 func (x *Task) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[21]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2794,7 +2979,7 @@ func (x *Task) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Task.ProtoReflect.Descriptor instead.
 func (*Task) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{21}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Task) GetJobId() string {
@@ -2851,7 +3036,7 @@ type CreateJobRequest struct {
 
 func (x *CreateJobRequest) Reset() {
 	*x = CreateJobRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[22]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2863,7 +3048,7 @@ func (x *CreateJobRequest) String() string {
 func (*CreateJobRequest) ProtoMessage() {}
 
 func (x *CreateJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[22]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2876,7 +3061,7 @@ func (x *CreateJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJobRequest.ProtoReflect.Descriptor instead.
 func (*CreateJobRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{22}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CreateJobRequest) GetSpec() *JobSpec {
@@ -2914,7 +3099,7 @@ type CreateJobResponse struct {
 
 func (x *CreateJobResponse) Reset() {
 	*x = CreateJobResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[23]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2926,7 +3111,7 @@ func (x *CreateJobResponse) String() string {
 func (*CreateJobResponse) ProtoMessage() {}
 
 func (x *CreateJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[23]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2939,7 +3124,7 @@ func (x *CreateJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJobResponse.ProtoReflect.Descriptor instead.
 func (*CreateJobResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{23}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CreateJobResponse) GetJobId() string {
@@ -2972,7 +3157,7 @@ type GetJobRequest struct {
 
 func (x *GetJobRequest) Reset() {
 	*x = GetJobRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[24]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2984,7 +3169,7 @@ func (x *GetJobRequest) String() string {
 func (*GetJobRequest) ProtoMessage() {}
 
 func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[24]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2997,7 +3182,7 @@ func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobRequest.ProtoReflect.Descriptor instead.
 func (*GetJobRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{24}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetJobRequest) GetJobId() string {
@@ -3016,7 +3201,7 @@ type GetJobResponse struct {
 
 func (x *GetJobResponse) Reset() {
 	*x = GetJobResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[25]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3028,7 +3213,7 @@ func (x *GetJobResponse) String() string {
 func (*GetJobResponse) ProtoMessage() {}
 
 func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[25]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3041,7 +3226,7 @@ func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobResponse.ProtoReflect.Descriptor instead.
 func (*GetJobResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{25}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GetJobResponse) GetJob() *Job {
@@ -3079,7 +3264,7 @@ type ListJobsRequest struct {
 
 func (x *ListJobsRequest) Reset() {
 	*x = ListJobsRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[26]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3091,7 +3276,7 @@ func (x *ListJobsRequest) String() string {
 func (*ListJobsRequest) ProtoMessage() {}
 
 func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[26]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3104,7 +3289,7 @@ func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobsRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{26}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListJobsRequest) GetPool() string {
@@ -3183,7 +3368,7 @@ type ListJobsResponse struct {
 
 func (x *ListJobsResponse) Reset() {
 	*x = ListJobsResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[27]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3195,7 +3380,7 @@ func (x *ListJobsResponse) String() string {
 func (*ListJobsResponse) ProtoMessage() {}
 
 func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[27]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3208,7 +3393,7 @@ func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobsResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{27}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListJobsResponse) GetJobs() []*Job {
@@ -3234,7 +3419,7 @@ type CancelJobRequest struct {
 
 func (x *CancelJobRequest) Reset() {
 	*x = CancelJobRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[28]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3246,7 +3431,7 @@ func (x *CancelJobRequest) String() string {
 func (*CancelJobRequest) ProtoMessage() {}
 
 func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[28]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3259,7 +3444,7 @@ func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobRequest.ProtoReflect.Descriptor instead.
 func (*CancelJobRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{28}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *CancelJobRequest) GetJobId() string {
@@ -3277,7 +3462,7 @@ type CancelJobResponse struct {
 
 func (x *CancelJobResponse) Reset() {
 	*x = CancelJobResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[29]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3289,7 +3474,7 @@ func (x *CancelJobResponse) String() string {
 func (*CancelJobResponse) ProtoMessage() {}
 
 func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[29]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3302,7 +3487,7 @@ func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobResponse.ProtoReflect.Descriptor instead.
 func (*CancelJobResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{29}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{31}
 }
 
 type DeleteJobRequest struct {
@@ -3314,7 +3499,7 @@ type DeleteJobRequest struct {
 
 func (x *DeleteJobRequest) Reset() {
 	*x = DeleteJobRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[30]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3326,7 +3511,7 @@ func (x *DeleteJobRequest) String() string {
 func (*DeleteJobRequest) ProtoMessage() {}
 
 func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[30]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3339,7 +3524,7 @@ func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobRequest.ProtoReflect.Descriptor instead.
 func (*DeleteJobRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{30}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *DeleteJobRequest) GetJobId() string {
@@ -3357,7 +3542,7 @@ type DeleteJobResponse struct {
 
 func (x *DeleteJobResponse) Reset() {
 	*x = DeleteJobResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[31]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3369,7 +3554,7 @@ func (x *DeleteJobResponse) String() string {
 func (*DeleteJobResponse) ProtoMessage() {}
 
 func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[31]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3382,7 +3567,7 @@ func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobResponse.ProtoReflect.Descriptor instead.
 func (*DeleteJobResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{31}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{33}
 }
 
 type RestartJobRequest struct {
@@ -3396,7 +3581,7 @@ type RestartJobRequest struct {
 
 func (x *RestartJobRequest) Reset() {
 	*x = RestartJobRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[32]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3408,7 +3593,7 @@ func (x *RestartJobRequest) String() string {
 func (*RestartJobRequest) ProtoMessage() {}
 
 func (x *RestartJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[32]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3421,7 +3606,7 @@ func (x *RestartJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestartJobRequest.ProtoReflect.Descriptor instead.
 func (*RestartJobRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{32}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RestartJobRequest) GetJobId() string {
@@ -3446,7 +3631,7 @@ type RestartJobResponse struct {
 
 func (x *RestartJobResponse) Reset() {
 	*x = RestartJobResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[33]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3458,7 +3643,7 @@ func (x *RestartJobResponse) String() string {
 func (*RestartJobResponse) ProtoMessage() {}
 
 func (x *RestartJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[33]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3471,7 +3656,7 @@ func (x *RestartJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestartJobResponse.ProtoReflect.Descriptor instead.
 func (*RestartJobResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{33}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{35}
 }
 
 // ScaleJobRequest changes the instance count of a job that has not
@@ -3495,7 +3680,7 @@ type ScaleJobRequest struct {
 
 func (x *ScaleJobRequest) Reset() {
 	*x = ScaleJobRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[34]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3507,7 +3692,7 @@ func (x *ScaleJobRequest) String() string {
 func (*ScaleJobRequest) ProtoMessage() {}
 
 func (x *ScaleJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[34]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3520,7 +3705,7 @@ func (x *ScaleJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScaleJobRequest.ProtoReflect.Descriptor instead.
 func (*ScaleJobRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{34}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ScaleJobRequest) GetJobId() string {
@@ -3564,7 +3749,7 @@ type ScaleJobResponse struct {
 
 func (x *ScaleJobResponse) Reset() {
 	*x = ScaleJobResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[35]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3576,7 +3761,7 @@ func (x *ScaleJobResponse) String() string {
 func (*ScaleJobResponse) ProtoMessage() {}
 
 func (x *ScaleJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[35]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3589,7 +3774,7 @@ func (x *ScaleJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScaleJobResponse.ProtoReflect.Descriptor instead.
 func (*ScaleJobResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{35}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ScaleJobResponse) GetSpecVersion() uint64 {
@@ -3615,7 +3800,7 @@ type ListJobVersionsRequest struct {
 
 func (x *ListJobVersionsRequest) Reset() {
 	*x = ListJobVersionsRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[36]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3627,7 +3812,7 @@ func (x *ListJobVersionsRequest) String() string {
 func (*ListJobVersionsRequest) ProtoMessage() {}
 
 func (x *ListJobVersionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[36]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3640,7 +3825,7 @@ func (x *ListJobVersionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobVersionsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobVersionsRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{36}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListJobVersionsRequest) GetJobId() string {
@@ -3664,7 +3849,7 @@ type JobVersion struct {
 
 func (x *JobVersion) Reset() {
 	*x = JobVersion{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[37]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3676,7 +3861,7 @@ func (x *JobVersion) String() string {
 func (*JobVersion) ProtoMessage() {}
 
 func (x *JobVersion) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[37]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3689,7 +3874,7 @@ func (x *JobVersion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobVersion.ProtoReflect.Descriptor instead.
 func (*JobVersion) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{37}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *JobVersion) GetVersion() uint64 {
@@ -3729,7 +3914,7 @@ type ListJobVersionsResponse struct {
 
 func (x *ListJobVersionsResponse) Reset() {
 	*x = ListJobVersionsResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[38]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3741,7 +3926,7 @@ func (x *ListJobVersionsResponse) String() string {
 func (*ListJobVersionsResponse) ProtoMessage() {}
 
 func (x *ListJobVersionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[38]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3754,7 +3939,7 @@ func (x *ListJobVersionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobVersionsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobVersionsResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{38}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListJobVersionsResponse) GetVersions() []*JobVersion {
@@ -3775,7 +3960,7 @@ type GetGangRequest struct {
 
 func (x *GetGangRequest) Reset() {
 	*x = GetGangRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[39]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3787,7 +3972,7 @@ func (x *GetGangRequest) String() string {
 func (*GetGangRequest) ProtoMessage() {}
 
 func (x *GetGangRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[39]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3800,7 +3985,7 @@ func (x *GetGangRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetGangRequest.ProtoReflect.Descriptor instead.
 func (*GetGangRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{39}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *GetGangRequest) GetJobId() string {
@@ -3832,7 +4017,7 @@ type Gang struct {
 
 func (x *Gang) Reset() {
 	*x = Gang{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[40]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3844,7 +4029,7 @@ func (x *Gang) String() string {
 func (*Gang) ProtoMessage() {}
 
 func (x *Gang) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[40]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3857,7 +4042,7 @@ func (x *Gang) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Gang.ProtoReflect.Descriptor instead.
 func (*Gang) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{40}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *Gang) GetId() string {
@@ -3907,7 +4092,7 @@ type GangMember struct {
 
 func (x *GangMember) Reset() {
 	*x = GangMember{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[41]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3919,7 +4104,7 @@ func (x *GangMember) String() string {
 func (*GangMember) ProtoMessage() {}
 
 func (x *GangMember) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[41]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3932,7 +4117,7 @@ func (x *GangMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GangMember.ProtoReflect.Descriptor instead.
 func (*GangMember) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{41}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *GangMember) GetInstance() uint32 {
@@ -3989,7 +4174,7 @@ type WatchJobsRequest struct {
 
 func (x *WatchJobsRequest) Reset() {
 	*x = WatchJobsRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[42]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4001,7 +4186,7 @@ func (x *WatchJobsRequest) String() string {
 func (*WatchJobsRequest) ProtoMessage() {}
 
 func (x *WatchJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[42]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4014,7 +4199,7 @@ func (x *WatchJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchJobsRequest.ProtoReflect.Descriptor instead.
 func (*WatchJobsRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{42}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *WatchJobsRequest) GetJobIds() []string {
@@ -4049,7 +4234,7 @@ type JobChange struct {
 
 func (x *JobChange) Reset() {
 	*x = JobChange{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[43]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4061,7 +4246,7 @@ func (x *JobChange) String() string {
 func (*JobChange) ProtoMessage() {}
 
 func (x *JobChange) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[43]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4074,7 +4259,7 @@ func (x *JobChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobChange.ProtoReflect.Descriptor instead.
 func (*JobChange) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{43}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *JobChange) GetJob() *Job {
@@ -4114,7 +4299,7 @@ type ListTasksRequest struct {
 
 func (x *ListTasksRequest) Reset() {
 	*x = ListTasksRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[44]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4126,7 +4311,7 @@ func (x *ListTasksRequest) String() string {
 func (*ListTasksRequest) ProtoMessage() {}
 
 func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[44]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4139,7 +4324,7 @@ func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksRequest.ProtoReflect.Descriptor instead.
 func (*ListTasksRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{44}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ListTasksRequest) GetJobId() string {
@@ -4182,7 +4367,7 @@ type ListTasksResponse struct {
 
 func (x *ListTasksResponse) Reset() {
 	*x = ListTasksResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[45]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4194,7 +4379,7 @@ func (x *ListTasksResponse) String() string {
 func (*ListTasksResponse) ProtoMessage() {}
 
 func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[45]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4207,7 +4392,7 @@ func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksResponse.ProtoReflect.Descriptor instead.
 func (*ListTasksResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{45}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ListTasksResponse) GetTasks() []*Task {
@@ -4234,7 +4419,7 @@ type GetTaskRequest struct {
 
 func (x *GetTaskRequest) Reset() {
 	*x = GetTaskRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[46]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4246,7 +4431,7 @@ func (x *GetTaskRequest) String() string {
 func (*GetTaskRequest) ProtoMessage() {}
 
 func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[46]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4259,7 +4444,7 @@ func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskRequest.ProtoReflect.Descriptor instead.
 func (*GetTaskRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{46}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *GetTaskRequest) GetJobId() string {
@@ -4285,7 +4470,7 @@ type GetTaskResponse struct {
 
 func (x *GetTaskResponse) Reset() {
 	*x = GetTaskResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[47]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4297,7 +4482,7 @@ func (x *GetTaskResponse) String() string {
 func (*GetTaskResponse) ProtoMessage() {}
 
 func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[47]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4310,7 +4495,7 @@ func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskResponse.ProtoReflect.Descriptor instead.
 func (*GetTaskResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{47}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *GetTaskResponse) GetTask() *Task {
@@ -4330,7 +4515,7 @@ type KillTaskRequest struct {
 
 func (x *KillTaskRequest) Reset() {
 	*x = KillTaskRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[48]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4342,7 +4527,7 @@ func (x *KillTaskRequest) String() string {
 func (*KillTaskRequest) ProtoMessage() {}
 
 func (x *KillTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[48]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4355,7 +4540,7 @@ func (x *KillTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillTaskRequest.ProtoReflect.Descriptor instead.
 func (*KillTaskRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{48}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *KillTaskRequest) GetJobId() string {
@@ -4380,7 +4565,7 @@ type KillTaskResponse struct {
 
 func (x *KillTaskResponse) Reset() {
 	*x = KillTaskResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[49]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4392,7 +4577,7 @@ func (x *KillTaskResponse) String() string {
 func (*KillTaskResponse) ProtoMessage() {}
 
 func (x *KillTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[49]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4405,7 +4590,7 @@ func (x *KillTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillTaskResponse.ProtoReflect.Descriptor instead.
 func (*KillTaskResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{49}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{51}
 }
 
 type GetTaskLogsRequest struct {
@@ -4431,7 +4616,7 @@ type GetTaskLogsRequest struct {
 
 func (x *GetTaskLogsRequest) Reset() {
 	*x = GetTaskLogsRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[50]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4443,7 +4628,7 @@ func (x *GetTaskLogsRequest) String() string {
 func (*GetTaskLogsRequest) ProtoMessage() {}
 
 func (x *GetTaskLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[50]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4456,7 +4641,7 @@ func (x *GetTaskLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskLogsRequest.ProtoReflect.Descriptor instead.
 func (*GetTaskLogsRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{50}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *GetTaskLogsRequest) GetJobId() string {
@@ -4517,7 +4702,7 @@ type LogChunk struct {
 
 func (x *LogChunk) Reset() {
 	*x = LogChunk{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[51]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4529,7 +4714,7 @@ func (x *LogChunk) String() string {
 func (*LogChunk) ProtoMessage() {}
 
 func (x *LogChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[51]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4542,7 +4727,7 @@ func (x *LogChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogChunk.ProtoReflect.Descriptor instead.
 func (*LogChunk) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{51}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *LogChunk) GetData() []byte {
@@ -4561,7 +4746,7 @@ type WatchTasksRequest struct {
 
 func (x *WatchTasksRequest) Reset() {
 	*x = WatchTasksRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[52]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4573,7 +4758,7 @@ func (x *WatchTasksRequest) String() string {
 func (*WatchTasksRequest) ProtoMessage() {}
 
 func (x *WatchTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[52]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4586,7 +4771,7 @@ func (x *WatchTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTasksRequest.ProtoReflect.Descriptor instead.
 func (*WatchTasksRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{52}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *WatchTasksRequest) GetJobId() string {
@@ -4613,7 +4798,7 @@ type TaskChange struct {
 
 func (x *TaskChange) Reset() {
 	*x = TaskChange{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[53]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4625,7 +4810,7 @@ func (x *TaskChange) String() string {
 func (*TaskChange) ProtoMessage() {}
 
 func (x *TaskChange) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[53]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4638,7 +4823,7 @@ func (x *TaskChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskChange.ProtoReflect.Descriptor instead.
 func (*TaskChange) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{53}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *TaskChange) GetTask() *Task {
@@ -4680,7 +4865,7 @@ type PoolSpec struct {
 
 func (x *PoolSpec) Reset() {
 	*x = PoolSpec{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[54]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4692,7 +4877,7 @@ func (x *PoolSpec) String() string {
 func (*PoolSpec) ProtoMessage() {}
 
 func (x *PoolSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[54]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4705,7 +4890,7 @@ func (x *PoolSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolSpec.ProtoReflect.Descriptor instead.
 func (*PoolSpec) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{54}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *PoolSpec) GetReservation() *Resources {
@@ -4751,7 +4936,7 @@ type PoolStatus struct {
 
 func (x *PoolStatus) Reset() {
 	*x = PoolStatus{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[55]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4763,7 +4948,7 @@ func (x *PoolStatus) String() string {
 func (*PoolStatus) ProtoMessage() {}
 
 func (x *PoolStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[55]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4776,7 +4961,7 @@ func (x *PoolStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolStatus.ProtoReflect.Descriptor instead.
 func (*PoolStatus) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{55}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *PoolStatus) GetEntitlement() *Resources {
@@ -4829,7 +5014,7 @@ type Pool struct {
 
 func (x *Pool) Reset() {
 	*x = Pool{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[56]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4841,7 +5026,7 @@ func (x *Pool) String() string {
 func (*Pool) ProtoMessage() {}
 
 func (x *Pool) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[56]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4854,7 +5039,7 @@ func (x *Pool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pool.ProtoReflect.Descriptor instead.
 func (*Pool) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{56}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *Pool) GetPath() string {
@@ -4908,7 +5093,7 @@ type CreatePoolRequest struct {
 
 func (x *CreatePoolRequest) Reset() {
 	*x = CreatePoolRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[57]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4920,7 +5105,7 @@ func (x *CreatePoolRequest) String() string {
 func (*CreatePoolRequest) ProtoMessage() {}
 
 func (x *CreatePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[57]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4933,7 +5118,7 @@ func (x *CreatePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePoolRequest.ProtoReflect.Descriptor instead.
 func (*CreatePoolRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{57}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *CreatePoolRequest) GetPath() string {
@@ -4970,7 +5155,7 @@ type CreatePoolResponse struct {
 
 func (x *CreatePoolResponse) Reset() {
 	*x = CreatePoolResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[58]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4982,7 +5167,7 @@ func (x *CreatePoolResponse) String() string {
 func (*CreatePoolResponse) ProtoMessage() {}
 
 func (x *CreatePoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[58]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4995,7 +5180,7 @@ func (x *CreatePoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePoolResponse.ProtoReflect.Descriptor instead.
 func (*CreatePoolResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{58}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *CreatePoolResponse) GetPool() *Pool {
@@ -5021,7 +5206,7 @@ type GetPoolRequest struct {
 
 func (x *GetPoolRequest) Reset() {
 	*x = GetPoolRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[59]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5033,7 +5218,7 @@ func (x *GetPoolRequest) String() string {
 func (*GetPoolRequest) ProtoMessage() {}
 
 func (x *GetPoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[59]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5046,7 +5231,7 @@ func (x *GetPoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPoolRequest.ProtoReflect.Descriptor instead.
 func (*GetPoolRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{59}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *GetPoolRequest) GetPath() string {
@@ -5065,7 +5250,7 @@ type GetPoolResponse struct {
 
 func (x *GetPoolResponse) Reset() {
 	*x = GetPoolResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[60]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5077,7 +5262,7 @@ func (x *GetPoolResponse) String() string {
 func (*GetPoolResponse) ProtoMessage() {}
 
 func (x *GetPoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[60]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5090,7 +5275,7 @@ func (x *GetPoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPoolResponse.ProtoReflect.Descriptor instead.
 func (*GetPoolResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{60}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *GetPoolResponse) GetPool() *Pool {
@@ -5112,7 +5297,7 @@ type UpdatePoolRequest struct {
 
 func (x *UpdatePoolRequest) Reset() {
 	*x = UpdatePoolRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[61]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5124,7 +5309,7 @@ func (x *UpdatePoolRequest) String() string {
 func (*UpdatePoolRequest) ProtoMessage() {}
 
 func (x *UpdatePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[61]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5137,7 +5322,7 @@ func (x *UpdatePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdatePoolRequest.ProtoReflect.Descriptor instead.
 func (*UpdatePoolRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{61}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *UpdatePoolRequest) GetPath() string {
@@ -5170,7 +5355,7 @@ type UpdatePoolResponse struct {
 
 func (x *UpdatePoolResponse) Reset() {
 	*x = UpdatePoolResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[62]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5182,7 +5367,7 @@ func (x *UpdatePoolResponse) String() string {
 func (*UpdatePoolResponse) ProtoMessage() {}
 
 func (x *UpdatePoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[62]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5195,7 +5380,7 @@ func (x *UpdatePoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdatePoolResponse.ProtoReflect.Descriptor instead.
 func (*UpdatePoolResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{62}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *UpdatePoolResponse) GetPool() *Pool {
@@ -5214,7 +5399,7 @@ type DeletePoolRequest struct {
 
 func (x *DeletePoolRequest) Reset() {
 	*x = DeletePoolRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[63]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5226,7 +5411,7 @@ func (x *DeletePoolRequest) String() string {
 func (*DeletePoolRequest) ProtoMessage() {}
 
 func (x *DeletePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[63]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5239,7 +5424,7 @@ func (x *DeletePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoolRequest.ProtoReflect.Descriptor instead.
 func (*DeletePoolRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{63}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *DeletePoolRequest) GetPath() string {
@@ -5257,7 +5442,7 @@ type DeletePoolResponse struct {
 
 func (x *DeletePoolResponse) Reset() {
 	*x = DeletePoolResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[64]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5269,7 +5454,7 @@ func (x *DeletePoolResponse) String() string {
 func (*DeletePoolResponse) ProtoMessage() {}
 
 func (x *DeletePoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[64]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5282,7 +5467,7 @@ func (x *DeletePoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoolResponse.ProtoReflect.Descriptor instead.
 func (*DeletePoolResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{64}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{66}
 }
 
 // MovePoolRequest moves a pool, with its children, under another parent.
@@ -5297,7 +5482,7 @@ type MovePoolRequest struct {
 
 func (x *MovePoolRequest) Reset() {
 	*x = MovePoolRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[65]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5309,7 +5494,7 @@ func (x *MovePoolRequest) String() string {
 func (*MovePoolRequest) ProtoMessage() {}
 
 func (x *MovePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[65]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5322,7 +5507,7 @@ func (x *MovePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MovePoolRequest.ProtoReflect.Descriptor instead.
 func (*MovePoolRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{65}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *MovePoolRequest) GetPath() string {
@@ -5348,7 +5533,7 @@ type MovePoolResponse struct {
 
 func (x *MovePoolResponse) Reset() {
 	*x = MovePoolResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[66]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5360,7 +5545,7 @@ func (x *MovePoolResponse) String() string {
 func (*MovePoolResponse) ProtoMessage() {}
 
 func (x *MovePoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[66]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5373,7 +5558,7 @@ func (x *MovePoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MovePoolResponse.ProtoReflect.Descriptor instead.
 func (*MovePoolResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{66}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *MovePoolResponse) GetPool() *Pool {
@@ -5391,7 +5576,7 @@ type ListPoolsRequest struct {
 
 func (x *ListPoolsRequest) Reset() {
 	*x = ListPoolsRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[67]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5403,7 +5588,7 @@ func (x *ListPoolsRequest) String() string {
 func (*ListPoolsRequest) ProtoMessage() {}
 
 func (x *ListPoolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[67]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5416,7 +5601,7 @@ func (x *ListPoolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoolsRequest.ProtoReflect.Descriptor instead.
 func (*ListPoolsRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{67}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{69}
 }
 
 type ListPoolsResponse struct {
@@ -5433,7 +5618,7 @@ type ListPoolsResponse struct {
 
 func (x *ListPoolsResponse) Reset() {
 	*x = ListPoolsResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[68]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5445,7 +5630,7 @@ func (x *ListPoolsResponse) String() string {
 func (*ListPoolsResponse) ProtoMessage() {}
 
 func (x *ListPoolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[68]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5458,7 +5643,7 @@ func (x *ListPoolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoolsResponse.ProtoReflect.Descriptor instead.
 func (*ListPoolsResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{68}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *ListPoolsResponse) GetPools() []*Pool {
@@ -5525,7 +5710,7 @@ type Host struct {
 
 func (x *Host) Reset() {
 	*x = Host{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[69]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5537,7 +5722,7 @@ func (x *Host) String() string {
 func (*Host) ProtoMessage() {}
 
 func (x *Host) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[69]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5550,7 +5735,7 @@ func (x *Host) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Host.ProtoReflect.Descriptor instead.
 func (*Host) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{69}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *Host) GetName() string {
@@ -5698,7 +5883,7 @@ type HostRun struct {
 
 func (x *HostRun) Reset() {
 	*x = HostRun{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[70]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5710,7 +5895,7 @@ func (x *HostRun) String() string {
 func (*HostRun) ProtoMessage() {}
 
 func (x *HostRun) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[70]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5723,7 +5908,7 @@ func (x *HostRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostRun.ProtoReflect.Descriptor instead.
 func (*HostRun) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{70}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *HostRun) GetTaskId() string {
@@ -5797,7 +5982,7 @@ type HostUsage struct {
 
 func (x *HostUsage) Reset() {
 	*x = HostUsage{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[71]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5809,7 +5994,7 @@ func (x *HostUsage) String() string {
 func (*HostUsage) ProtoMessage() {}
 
 func (x *HostUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[71]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5822,7 +6007,7 @@ func (x *HostUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostUsage.ProtoReflect.Descriptor instead.
 func (*HostUsage) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{71}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *HostUsage) GetCpu() float64 {
@@ -5907,7 +6092,7 @@ type TaskUsage struct {
 
 func (x *TaskUsage) Reset() {
 	*x = TaskUsage{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[72]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5919,7 +6104,7 @@ func (x *TaskUsage) String() string {
 func (*TaskUsage) ProtoMessage() {}
 
 func (x *TaskUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[72]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5932,7 +6117,7 @@ func (x *TaskUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskUsage.ProtoReflect.Descriptor instead.
 func (*TaskUsage) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{72}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *TaskUsage) GetCpu() float64 {
@@ -6003,7 +6188,7 @@ type UsageReport struct {
 
 func (x *UsageReport) Reset() {
 	*x = UsageReport{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[73]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6015,7 +6200,7 @@ func (x *UsageReport) String() string {
 func (*UsageReport) ProtoMessage() {}
 
 func (x *UsageReport) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[73]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6028,7 +6213,7 @@ func (x *UsageReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageReport.ProtoReflect.Descriptor instead.
 func (*UsageReport) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{73}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *UsageReport) GetHost() string {
@@ -6093,7 +6278,7 @@ type UsageAck struct {
 
 func (x *UsageAck) Reset() {
 	*x = UsageAck{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[74]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6105,7 +6290,7 @@ func (x *UsageAck) String() string {
 func (*UsageAck) ProtoMessage() {}
 
 func (x *UsageAck) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[74]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6118,7 +6303,7 @@ func (x *UsageAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageAck.ProtoReflect.Descriptor instead.
 func (*UsageAck) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{74}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *UsageAck) GetSequence() uint64 {
@@ -6156,7 +6341,7 @@ type AgentSettings struct {
 
 func (x *AgentSettings) Reset() {
 	*x = AgentSettings{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[75]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6168,7 +6353,7 @@ func (x *AgentSettings) String() string {
 func (*AgentSettings) ProtoMessage() {}
 
 func (x *AgentSettings) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[75]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6181,7 +6366,7 @@ func (x *AgentSettings) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentSettings.ProtoReflect.Descriptor instead.
 func (*AgentSettings) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{75}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *AgentSettings) GetQosCpuHigh() float64 {
@@ -6229,7 +6414,7 @@ type ListHostsRequest struct {
 
 func (x *ListHostsRequest) Reset() {
 	*x = ListHostsRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[76]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6241,7 +6426,7 @@ func (x *ListHostsRequest) String() string {
 func (*ListHostsRequest) ProtoMessage() {}
 
 func (x *ListHostsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[76]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6254,7 +6439,7 @@ func (x *ListHostsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHostsRequest.ProtoReflect.Descriptor instead.
 func (*ListHostsRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{76}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *ListHostsRequest) GetIncludeRuns() bool {
@@ -6276,7 +6461,7 @@ type ListHostsResponse struct {
 
 func (x *ListHostsResponse) Reset() {
 	*x = ListHostsResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[77]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6288,7 +6473,7 @@ func (x *ListHostsResponse) String() string {
 func (*ListHostsResponse) ProtoMessage() {}
 
 func (x *ListHostsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[77]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6301,7 +6486,7 @@ func (x *ListHostsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHostsResponse.ProtoReflect.Descriptor instead.
 func (*ListHostsResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{77}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *ListHostsResponse) GetHosts() []*Host {
@@ -6341,7 +6526,7 @@ type Substrate struct {
 
 func (x *Substrate) Reset() {
 	*x = Substrate{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[78]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6353,7 +6538,7 @@ func (x *Substrate) String() string {
 func (*Substrate) ProtoMessage() {}
 
 func (x *Substrate) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[78]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6366,7 +6551,7 @@ func (x *Substrate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Substrate.ProtoReflect.Descriptor instead.
 func (*Substrate) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{78}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *Substrate) GetBackend() string {
@@ -6422,7 +6607,7 @@ type StartMaintenanceRequest struct {
 
 func (x *StartMaintenanceRequest) Reset() {
 	*x = StartMaintenanceRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[79]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6434,7 +6619,7 @@ func (x *StartMaintenanceRequest) String() string {
 func (*StartMaintenanceRequest) ProtoMessage() {}
 
 func (x *StartMaintenanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[79]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6447,7 +6632,7 @@ func (x *StartMaintenanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartMaintenanceRequest.ProtoReflect.Descriptor instead.
 func (*StartMaintenanceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{79}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *StartMaintenanceRequest) GetHosts() []string {
@@ -6474,7 +6659,7 @@ type StartMaintenanceResponse struct {
 
 func (x *StartMaintenanceResponse) Reset() {
 	*x = StartMaintenanceResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[80]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6486,7 +6671,7 @@ func (x *StartMaintenanceResponse) String() string {
 func (*StartMaintenanceResponse) ProtoMessage() {}
 
 func (x *StartMaintenanceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[80]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6499,7 +6684,7 @@ func (x *StartMaintenanceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartMaintenanceResponse.ProtoReflect.Descriptor instead.
 func (*StartMaintenanceResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{80}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *StartMaintenanceResponse) GetHosts() []*Host {
@@ -6521,7 +6706,7 @@ type CompleteMaintenanceRequest struct {
 
 func (x *CompleteMaintenanceRequest) Reset() {
 	*x = CompleteMaintenanceRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[81]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6533,7 +6718,7 @@ func (x *CompleteMaintenanceRequest) String() string {
 func (*CompleteMaintenanceRequest) ProtoMessage() {}
 
 func (x *CompleteMaintenanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[81]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6546,7 +6731,7 @@ func (x *CompleteMaintenanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteMaintenanceRequest.ProtoReflect.Descriptor instead.
 func (*CompleteMaintenanceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{81}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *CompleteMaintenanceRequest) GetHosts() []string {
@@ -6566,7 +6751,7 @@ type CompleteMaintenanceResponse struct {
 
 func (x *CompleteMaintenanceResponse) Reset() {
 	*x = CompleteMaintenanceResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[82]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6578,7 +6763,7 @@ func (x *CompleteMaintenanceResponse) String() string {
 func (*CompleteMaintenanceResponse) ProtoMessage() {}
 
 func (x *CompleteMaintenanceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[82]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6591,7 +6776,7 @@ func (x *CompleteMaintenanceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteMaintenanceResponse.ProtoReflect.Descriptor instead.
 func (*CompleteMaintenanceResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{82}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *CompleteMaintenanceResponse) GetHosts() []*Host {
@@ -6630,7 +6815,7 @@ type MoveHostRequest struct {
 
 func (x *MoveHostRequest) Reset() {
 	*x = MoveHostRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[83]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6642,7 +6827,7 @@ func (x *MoveHostRequest) String() string {
 func (*MoveHostRequest) ProtoMessage() {}
 
 func (x *MoveHostRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[83]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6655,7 +6840,7 @@ func (x *MoveHostRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveHostRequest.ProtoReflect.Descriptor instead.
 func (*MoveHostRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{83}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *MoveHostRequest) GetHost() string {
@@ -6703,7 +6888,7 @@ type MoveHostResponse struct {
 
 func (x *MoveHostResponse) Reset() {
 	*x = MoveHostResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[84]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6715,7 +6900,7 @@ func (x *MoveHostResponse) String() string {
 func (*MoveHostResponse) ProtoMessage() {}
 
 func (x *MoveHostResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[84]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6728,7 +6913,7 @@ func (x *MoveHostResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveHostResponse.ProtoReflect.Descriptor instead.
 func (*MoveHostResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{84}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *MoveHostResponse) GetHost() *Host {
@@ -6768,7 +6953,7 @@ type Partition struct {
 
 func (x *Partition) Reset() {
 	*x = Partition{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[85]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6780,7 +6965,7 @@ func (x *Partition) String() string {
 func (*Partition) ProtoMessage() {}
 
 func (x *Partition) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[85]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6793,7 +6978,7 @@ func (x *Partition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Partition.ProtoReflect.Descriptor instead.
 func (*Partition) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{85}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *Partition) GetName() string {
@@ -6909,7 +7094,7 @@ type ListPartitionsRequest struct {
 
 func (x *ListPartitionsRequest) Reset() {
 	*x = ListPartitionsRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[86]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6921,7 +7106,7 @@ func (x *ListPartitionsRequest) String() string {
 func (*ListPartitionsRequest) ProtoMessage() {}
 
 func (x *ListPartitionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[86]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6934,7 +7119,7 @@ func (x *ListPartitionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPartitionsRequest.ProtoReflect.Descriptor instead.
 func (*ListPartitionsRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{86}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{88}
 }
 
 type ListPartitionsResponse struct {
@@ -6947,7 +7132,7 @@ type ListPartitionsResponse struct {
 
 func (x *ListPartitionsResponse) Reset() {
 	*x = ListPartitionsResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[87]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6959,7 +7144,7 @@ func (x *ListPartitionsResponse) String() string {
 func (*ListPartitionsResponse) ProtoMessage() {}
 
 func (x *ListPartitionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[87]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6972,7 +7157,7 @@ func (x *ListPartitionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPartitionsResponse.ProtoReflect.Descriptor instead.
 func (*ListPartitionsResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{87}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *ListPartitionsResponse) GetPartitions() []*Partition {
@@ -7003,7 +7188,7 @@ type AdvisorStatus struct {
 
 func (x *AdvisorStatus) Reset() {
 	*x = AdvisorStatus{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[88]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7015,7 +7200,7 @@ func (x *AdvisorStatus) String() string {
 func (*AdvisorStatus) ProtoMessage() {}
 
 func (x *AdvisorStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[88]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7028,7 +7213,7 @@ func (x *AdvisorStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdvisorStatus.ProtoReflect.Descriptor instead.
 func (*AdvisorStatus) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{88}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *AdvisorStatus) GetMode() string {
@@ -7074,7 +7259,7 @@ type PartitionMove struct {
 
 func (x *PartitionMove) Reset() {
 	*x = PartitionMove{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[89]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7086,7 +7271,7 @@ func (x *PartitionMove) String() string {
 func (*PartitionMove) ProtoMessage() {}
 
 func (x *PartitionMove) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[89]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7099,7 +7284,7 @@ func (x *PartitionMove) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionMove.ProtoReflect.Descriptor instead.
 func (*PartitionMove) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{89}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *PartitionMove) GetHost() string {
@@ -7156,7 +7341,7 @@ type ListPartitionMovesRequest struct {
 
 func (x *ListPartitionMovesRequest) Reset() {
 	*x = ListPartitionMovesRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[90]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7168,7 +7353,7 @@ func (x *ListPartitionMovesRequest) String() string {
 func (*ListPartitionMovesRequest) ProtoMessage() {}
 
 func (x *ListPartitionMovesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[90]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7181,7 +7366,7 @@ func (x *ListPartitionMovesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPartitionMovesRequest.ProtoReflect.Descriptor instead.
 func (*ListPartitionMovesRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{90}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *ListPartitionMovesRequest) GetHost() string {
@@ -7207,7 +7392,7 @@ type ListPartitionMovesResponse struct {
 
 func (x *ListPartitionMovesResponse) Reset() {
 	*x = ListPartitionMovesResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[91]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7219,7 +7404,7 @@ func (x *ListPartitionMovesResponse) String() string {
 func (*ListPartitionMovesResponse) ProtoMessage() {}
 
 func (x *ListPartitionMovesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[91]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7232,7 +7417,7 @@ func (x *ListPartitionMovesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPartitionMovesResponse.ProtoReflect.Descriptor instead.
 func (*ListPartitionMovesResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{91}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *ListPartitionMovesResponse) GetMoves() []*PartitionMove {
@@ -7255,7 +7440,7 @@ type HostAdvice struct {
 
 func (x *HostAdvice) Reset() {
 	*x = HostAdvice{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[92]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7267,7 +7452,7 @@ func (x *HostAdvice) String() string {
 func (*HostAdvice) ProtoMessage() {}
 
 func (x *HostAdvice) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[92]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7280,7 +7465,7 @@ func (x *HostAdvice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostAdvice.ProtoReflect.Descriptor instead.
 func (*HostAdvice) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{92}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *HostAdvice) GetHost() string {
@@ -7317,7 +7502,7 @@ type PartitionAdvice struct {
 
 func (x *PartitionAdvice) Reset() {
 	*x = PartitionAdvice{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[93]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7329,7 +7514,7 @@ func (x *PartitionAdvice) String() string {
 func (*PartitionAdvice) ProtoMessage() {}
 
 func (x *PartitionAdvice) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[93]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7342,7 +7527,7 @@ func (x *PartitionAdvice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionAdvice.ProtoReflect.Descriptor instead.
 func (*PartitionAdvice) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{93}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *PartitionAdvice) GetPartition() string {
@@ -7392,7 +7577,7 @@ type PublishAdviceRequest struct {
 
 func (x *PublishAdviceRequest) Reset() {
 	*x = PublishAdviceRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[94]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7404,7 +7589,7 @@ func (x *PublishAdviceRequest) String() string {
 func (*PublishAdviceRequest) ProtoMessage() {}
 
 func (x *PublishAdviceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[94]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7417,7 +7602,7 @@ func (x *PublishAdviceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublishAdviceRequest.ProtoReflect.Descriptor instead.
 func (*PublishAdviceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{94}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *PublishAdviceRequest) GetAdvisorId() string {
@@ -7470,7 +7655,7 @@ type PublishAdviceResponse struct {
 
 func (x *PublishAdviceResponse) Reset() {
 	*x = PublishAdviceResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[95]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7482,7 +7667,7 @@ func (x *PublishAdviceResponse) String() string {
 func (*PublishAdviceResponse) ProtoMessage() {}
 
 func (x *PublishAdviceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[95]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7495,7 +7680,7 @@ func (x *PublishAdviceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublishAdviceResponse.ProtoReflect.Descriptor instead.
 func (*PublishAdviceResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{95}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{97}
 }
 
 // UpdateSpec says how a rolling update replaces a job's instances.
@@ -7528,7 +7713,7 @@ type UpdateSpec struct {
 
 func (x *UpdateSpec) Reset() {
 	*x = UpdateSpec{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[96]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7540,7 +7725,7 @@ func (x *UpdateSpec) String() string {
 func (*UpdateSpec) ProtoMessage() {}
 
 func (x *UpdateSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[96]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7553,7 +7738,7 @@ func (x *UpdateSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateSpec.ProtoReflect.Descriptor instead.
 func (*UpdateSpec) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{96}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *UpdateSpec) GetBatchSize() uint32 {
@@ -7644,7 +7829,7 @@ type UpdateStatus struct {
 
 func (x *UpdateStatus) Reset() {
 	*x = UpdateStatus{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[97]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7656,7 +7841,7 @@ func (x *UpdateStatus) String() string {
 func (*UpdateStatus) ProtoMessage() {}
 
 func (x *UpdateStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[97]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7669,7 +7854,7 @@ func (x *UpdateStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateStatus.ProtoReflect.Descriptor instead.
 func (*UpdateStatus) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{97}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *UpdateStatus) GetState() UpdateState {
@@ -7782,7 +7967,7 @@ type Update struct {
 
 func (x *Update) Reset() {
 	*x = Update{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[98]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7794,7 +7979,7 @@ func (x *Update) String() string {
 func (*Update) ProtoMessage() {}
 
 func (x *Update) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[98]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7807,7 +7992,7 @@ func (x *Update) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Update.ProtoReflect.Descriptor instead.
 func (*Update) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{98}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *Update) GetId() string {
@@ -7906,7 +8091,7 @@ type CreateUpdateRequest struct {
 
 func (x *CreateUpdateRequest) Reset() {
 	*x = CreateUpdateRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[99]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7918,7 +8103,7 @@ func (x *CreateUpdateRequest) String() string {
 func (*CreateUpdateRequest) ProtoMessage() {}
 
 func (x *CreateUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[99]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7931,7 +8116,7 @@ func (x *CreateUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateUpdateRequest.ProtoReflect.Descriptor instead.
 func (*CreateUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{99}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *CreateUpdateRequest) GetJobId() string {
@@ -7988,7 +8173,7 @@ type CreateUpdateResponse struct {
 
 func (x *CreateUpdateResponse) Reset() {
 	*x = CreateUpdateResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[100]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8000,7 +8185,7 @@ func (x *CreateUpdateResponse) String() string {
 func (*CreateUpdateResponse) ProtoMessage() {}
 
 func (x *CreateUpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[100]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8013,7 +8198,7 @@ func (x *CreateUpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateUpdateResponse.ProtoReflect.Descriptor instead.
 func (*CreateUpdateResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{100}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *CreateUpdateResponse) GetUpdate() *Update {
@@ -8039,7 +8224,7 @@ type GetUpdateRequest struct {
 
 func (x *GetUpdateRequest) Reset() {
 	*x = GetUpdateRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[101]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8051,7 +8236,7 @@ func (x *GetUpdateRequest) String() string {
 func (*GetUpdateRequest) ProtoMessage() {}
 
 func (x *GetUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[101]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8064,7 +8249,7 @@ func (x *GetUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUpdateRequest.ProtoReflect.Descriptor instead.
 func (*GetUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{101}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *GetUpdateRequest) GetUpdateId() string {
@@ -8083,7 +8268,7 @@ type GetUpdateResponse struct {
 
 func (x *GetUpdateResponse) Reset() {
 	*x = GetUpdateResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[102]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8095,7 +8280,7 @@ func (x *GetUpdateResponse) String() string {
 func (*GetUpdateResponse) ProtoMessage() {}
 
 func (x *GetUpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[102]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8108,7 +8293,7 @@ func (x *GetUpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUpdateResponse.ProtoReflect.Descriptor instead.
 func (*GetUpdateResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{102}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *GetUpdateResponse) GetUpdate() *Update {
@@ -8128,7 +8313,7 @@ type ListUpdatesRequest struct {
 
 func (x *ListUpdatesRequest) Reset() {
 	*x = ListUpdatesRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[103]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8140,7 +8325,7 @@ func (x *ListUpdatesRequest) String() string {
 func (*ListUpdatesRequest) ProtoMessage() {}
 
 func (x *ListUpdatesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[103]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8153,7 +8338,7 @@ func (x *ListUpdatesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListUpdatesRequest.ProtoReflect.Descriptor instead.
 func (*ListUpdatesRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{103}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *ListUpdatesRequest) GetJobId() string {
@@ -8172,7 +8357,7 @@ type ListUpdatesResponse struct {
 
 func (x *ListUpdatesResponse) Reset() {
 	*x = ListUpdatesResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[104]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8184,7 +8369,7 @@ func (x *ListUpdatesResponse) String() string {
 func (*ListUpdatesResponse) ProtoMessage() {}
 
 func (x *ListUpdatesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[104]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8197,7 +8382,7 @@ func (x *ListUpdatesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListUpdatesResponse.ProtoReflect.Descriptor instead.
 func (*ListUpdatesResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{104}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *ListUpdatesResponse) GetUpdates() []*Update {
@@ -8216,7 +8401,7 @@ type PauseUpdateRequest struct {
 
 func (x *PauseUpdateRequest) Reset() {
 	*x = PauseUpdateRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[105]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8228,7 +8413,7 @@ func (x *PauseUpdateRequest) String() string {
 func (*PauseUpdateRequest) ProtoMessage() {}
 
 func (x *PauseUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[105]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8241,7 +8426,7 @@ func (x *PauseUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseUpdateRequest.ProtoReflect.Descriptor instead.
 func (*PauseUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{105}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *PauseUpdateRequest) GetUpdateId() string {
@@ -8260,7 +8445,7 @@ type PauseUpdateResponse struct {
 
 func (x *PauseUpdateResponse) Reset() {
 	*x = PauseUpdateResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[106]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8272,7 +8457,7 @@ func (x *PauseUpdateResponse) String() string {
 func (*PauseUpdateResponse) ProtoMessage() {}
 
 func (x *PauseUpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[106]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8285,7 +8470,7 @@ func (x *PauseUpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseUpdateResponse.ProtoReflect.Descriptor instead.
 func (*PauseUpdateResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{106}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{108}
 }
 
 func (x *PauseUpdateResponse) GetUpdate() *Update {
@@ -8304,7 +8489,7 @@ type ResumeUpdateRequest struct {
 
 func (x *ResumeUpdateRequest) Reset() {
 	*x = ResumeUpdateRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[107]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8316,7 +8501,7 @@ func (x *ResumeUpdateRequest) String() string {
 func (*ResumeUpdateRequest) ProtoMessage() {}
 
 func (x *ResumeUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[107]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8329,7 +8514,7 @@ func (x *ResumeUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeUpdateRequest.ProtoReflect.Descriptor instead.
 func (*ResumeUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{107}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *ResumeUpdateRequest) GetUpdateId() string {
@@ -8348,7 +8533,7 @@ type ResumeUpdateResponse struct {
 
 func (x *ResumeUpdateResponse) Reset() {
 	*x = ResumeUpdateResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[108]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8360,7 +8545,7 @@ func (x *ResumeUpdateResponse) String() string {
 func (*ResumeUpdateResponse) ProtoMessage() {}
 
 func (x *ResumeUpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[108]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8373,7 +8558,7 @@ func (x *ResumeUpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeUpdateResponse.ProtoReflect.Descriptor instead.
 func (*ResumeUpdateResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{108}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{110}
 }
 
 func (x *ResumeUpdateResponse) GetUpdate() *Update {
@@ -8392,7 +8577,7 @@ type AbortUpdateRequest struct {
 
 func (x *AbortUpdateRequest) Reset() {
 	*x = AbortUpdateRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[109]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8404,7 +8589,7 @@ func (x *AbortUpdateRequest) String() string {
 func (*AbortUpdateRequest) ProtoMessage() {}
 
 func (x *AbortUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[109]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8417,7 +8602,7 @@ func (x *AbortUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortUpdateRequest.ProtoReflect.Descriptor instead.
 func (*AbortUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{109}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{111}
 }
 
 func (x *AbortUpdateRequest) GetUpdateId() string {
@@ -8436,7 +8621,7 @@ type AbortUpdateResponse struct {
 
 func (x *AbortUpdateResponse) Reset() {
 	*x = AbortUpdateResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[110]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8448,7 +8633,7 @@ func (x *AbortUpdateResponse) String() string {
 func (*AbortUpdateResponse) ProtoMessage() {}
 
 func (x *AbortUpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[110]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8461,7 +8646,7 @@ func (x *AbortUpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortUpdateResponse.ProtoReflect.Descriptor instead.
 func (*AbortUpdateResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{110}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{112}
 }
 
 func (x *AbortUpdateResponse) GetUpdate() *Update {
@@ -8484,7 +8669,7 @@ type RollbackUpdateRequest struct {
 
 func (x *RollbackUpdateRequest) Reset() {
 	*x = RollbackUpdateRequest{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[111]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[113]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8496,7 +8681,7 @@ func (x *RollbackUpdateRequest) String() string {
 func (*RollbackUpdateRequest) ProtoMessage() {}
 
 func (x *RollbackUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[111]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[113]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8509,7 +8694,7 @@ func (x *RollbackUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackUpdateRequest.ProtoReflect.Descriptor instead.
 func (*RollbackUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{111}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{113}
 }
 
 func (x *RollbackUpdateRequest) GetUpdateId() string {
@@ -8528,7 +8713,7 @@ type RollbackUpdateResponse struct {
 
 func (x *RollbackUpdateResponse) Reset() {
 	*x = RollbackUpdateResponse{}
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[112]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[114]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8540,7 +8725,7 @@ func (x *RollbackUpdateResponse) String() string {
 func (*RollbackUpdateResponse) ProtoMessage() {}
 
 func (x *RollbackUpdateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_peloton_proto_msgTypes[112]
+	mi := &file_peloton_api_v1_peloton_proto_msgTypes[114]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8553,7 +8738,7 @@ func (x *RollbackUpdateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackUpdateResponse.ProtoReflect.Descriptor instead.
 func (*RollbackUpdateResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{112}
+	return file_peloton_api_v1_peloton_proto_rawDescGZIP(), []int{114}
 }
 
 func (x *RollbackUpdateResponse) GetUpdate() *Update {
@@ -8681,7 +8866,7 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04kind\x18\x03 \x01(\tR\x04kind\x12\x12\n" +
 	"\x04name\x18\x04 \x01(\tR\x04name\x12\x10\n" +
-	"\x03uid\x18\x05 \x01(\tR\x03uid\"\xac\x05\n" +
+	"\x03uid\x18\x05 \x01(\tR\x03uid\"\xef\x05\n" +
 	"\tJobStatus\x12.\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x18.peloton.api.v1.JobStateR\x05state\x127\n" +
 	"\n" +
@@ -8701,10 +8886,24 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\ahealthy\x18\v \x01(\rR\ahealthy\x12\x18\n" +
 	"\aupdated\x18\f \x01(\rR\aupdated\x12!\n" +
 	"\fsla_fallback\x18\r \x01(\bR\vslaFallback\x12\x1a\n" +
-	"\barchived\x18\x0e \x01(\bR\barchived\x1a=\n" +
+	"\barchived\x18\x0e \x01(\bR\barchived\x12A\n" +
+	"\vreservation\x18\x0f \x01(\v2\x1f.peloton.api.v1.GangReservationR\vreservation\x1a=\n" +
 	"\x0fTaskCountsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\"u\n" +
+	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\"\xfc\x01\n" +
+	"\x0fGangReservation\x12\x12\n" +
+	"\x04gang\x18\x01 \x01(\tR\x04gang\x12%\n" +
+	"\x0efirst_instance\x18\x02 \x01(\rR\rfirstInstance\x12\x18\n" +
+	"\amembers\x18\x03 \x01(\rR\amembers\x12\x12\n" +
+	"\x04pool\x18\x04 \x01(\tR\x04pool\x120\n" +
+	"\x05since\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x1a\n" +
+	"\bcomplete\x18\x06 \x01(\bR\bcomplete\x122\n" +
+	"\x05hosts\x18\a \x03(\v2\x1c.peloton.api.v1.ReservedHostR\x05hosts\"\xb2\x01\n" +
+	"\fReservedHost\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x120\n" +
+	"\x05since\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12-\n" +
+	"\x04held\x18\x03 \x01(\v2\x19.peloton.api.v1.ResourcesR\x04held\x12-\n" +
+	"\x04free\x18\x04 \x01(\v2\x19.peloton.api.v1.ResourcesR\x04free\"u\n" +
 	"\x03Job\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12+\n" +
 	"\x04spec\x18\x02 \x01(\v2\x17.peloton.api.v1.JobSpecR\x04spec\x121\n" +
@@ -9345,7 +9544,7 @@ func file_peloton_api_v1_peloton_proto_rawDescGZIP() []byte {
 }
 
 var file_peloton_api_v1_peloton_proto_enumTypes = make([]protoimpl.EnumInfo, 13)
-var file_peloton_api_v1_peloton_proto_msgTypes = make([]protoimpl.MessageInfo, 125)
+var file_peloton_api_v1_peloton_proto_msgTypes = make([]protoimpl.MessageInfo, 127)
 var file_peloton_api_v1_peloton_proto_goTypes = []any{
 	(JobType)(0),                        // 0: peloton.api.v1.JobType
 	(TaskState)(0),                      // 1: peloton.api.v1.TaskState
@@ -9378,118 +9577,120 @@ var file_peloton_api_v1_peloton_proto_goTypes = []any{
 	(*SelfScaleSpec)(nil),               // 28: peloton.api.v1.SelfScaleSpec
 	(*ForeignOwner)(nil),                // 29: peloton.api.v1.ForeignOwner
 	(*JobStatus)(nil),                   // 30: peloton.api.v1.JobStatus
-	(*Job)(nil),                         // 31: peloton.api.v1.Job
-	(*TaskStatus)(nil),                  // 32: peloton.api.v1.TaskStatus
-	(*TaskTransition)(nil),              // 33: peloton.api.v1.TaskTransition
-	(*Task)(nil),                        // 34: peloton.api.v1.Task
-	(*CreateJobRequest)(nil),            // 35: peloton.api.v1.CreateJobRequest
-	(*CreateJobResponse)(nil),           // 36: peloton.api.v1.CreateJobResponse
-	(*GetJobRequest)(nil),               // 37: peloton.api.v1.GetJobRequest
-	(*GetJobResponse)(nil),              // 38: peloton.api.v1.GetJobResponse
-	(*ListJobsRequest)(nil),             // 39: peloton.api.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),            // 40: peloton.api.v1.ListJobsResponse
-	(*CancelJobRequest)(nil),            // 41: peloton.api.v1.CancelJobRequest
-	(*CancelJobResponse)(nil),           // 42: peloton.api.v1.CancelJobResponse
-	(*DeleteJobRequest)(nil),            // 43: peloton.api.v1.DeleteJobRequest
-	(*DeleteJobResponse)(nil),           // 44: peloton.api.v1.DeleteJobResponse
-	(*RestartJobRequest)(nil),           // 45: peloton.api.v1.RestartJobRequest
-	(*RestartJobResponse)(nil),          // 46: peloton.api.v1.RestartJobResponse
-	(*ScaleJobRequest)(nil),             // 47: peloton.api.v1.ScaleJobRequest
-	(*ScaleJobResponse)(nil),            // 48: peloton.api.v1.ScaleJobResponse
-	(*ListJobVersionsRequest)(nil),      // 49: peloton.api.v1.ListJobVersionsRequest
-	(*JobVersion)(nil),                  // 50: peloton.api.v1.JobVersion
-	(*ListJobVersionsResponse)(nil),     // 51: peloton.api.v1.ListJobVersionsResponse
-	(*GetGangRequest)(nil),              // 52: peloton.api.v1.GetGangRequest
-	(*Gang)(nil),                        // 53: peloton.api.v1.Gang
-	(*GangMember)(nil),                  // 54: peloton.api.v1.GangMember
-	(*WatchJobsRequest)(nil),            // 55: peloton.api.v1.WatchJobsRequest
-	(*JobChange)(nil),                   // 56: peloton.api.v1.JobChange
-	(*ListTasksRequest)(nil),            // 57: peloton.api.v1.ListTasksRequest
-	(*ListTasksResponse)(nil),           // 58: peloton.api.v1.ListTasksResponse
-	(*GetTaskRequest)(nil),              // 59: peloton.api.v1.GetTaskRequest
-	(*GetTaskResponse)(nil),             // 60: peloton.api.v1.GetTaskResponse
-	(*KillTaskRequest)(nil),             // 61: peloton.api.v1.KillTaskRequest
-	(*KillTaskResponse)(nil),            // 62: peloton.api.v1.KillTaskResponse
-	(*GetTaskLogsRequest)(nil),          // 63: peloton.api.v1.GetTaskLogsRequest
-	(*LogChunk)(nil),                    // 64: peloton.api.v1.LogChunk
-	(*WatchTasksRequest)(nil),           // 65: peloton.api.v1.WatchTasksRequest
-	(*TaskChange)(nil),                  // 66: peloton.api.v1.TaskChange
-	(*PoolSpec)(nil),                    // 67: peloton.api.v1.PoolSpec
-	(*PoolStatus)(nil),                  // 68: peloton.api.v1.PoolStatus
-	(*Pool)(nil),                        // 69: peloton.api.v1.Pool
-	(*CreatePoolRequest)(nil),           // 70: peloton.api.v1.CreatePoolRequest
-	(*CreatePoolResponse)(nil),          // 71: peloton.api.v1.CreatePoolResponse
-	(*GetPoolRequest)(nil),              // 72: peloton.api.v1.GetPoolRequest
-	(*GetPoolResponse)(nil),             // 73: peloton.api.v1.GetPoolResponse
-	(*UpdatePoolRequest)(nil),           // 74: peloton.api.v1.UpdatePoolRequest
-	(*UpdatePoolResponse)(nil),          // 75: peloton.api.v1.UpdatePoolResponse
-	(*DeletePoolRequest)(nil),           // 76: peloton.api.v1.DeletePoolRequest
-	(*DeletePoolResponse)(nil),          // 77: peloton.api.v1.DeletePoolResponse
-	(*MovePoolRequest)(nil),             // 78: peloton.api.v1.MovePoolRequest
-	(*MovePoolResponse)(nil),            // 79: peloton.api.v1.MovePoolResponse
-	(*ListPoolsRequest)(nil),            // 80: peloton.api.v1.ListPoolsRequest
-	(*ListPoolsResponse)(nil),           // 81: peloton.api.v1.ListPoolsResponse
-	(*Host)(nil),                        // 82: peloton.api.v1.Host
-	(*HostRun)(nil),                     // 83: peloton.api.v1.HostRun
-	(*HostUsage)(nil),                   // 84: peloton.api.v1.HostUsage
-	(*TaskUsage)(nil),                   // 85: peloton.api.v1.TaskUsage
-	(*UsageReport)(nil),                 // 86: peloton.api.v1.UsageReport
-	(*UsageAck)(nil),                    // 87: peloton.api.v1.UsageAck
-	(*AgentSettings)(nil),               // 88: peloton.api.v1.AgentSettings
-	(*ListHostsRequest)(nil),            // 89: peloton.api.v1.ListHostsRequest
-	(*ListHostsResponse)(nil),           // 90: peloton.api.v1.ListHostsResponse
-	(*Substrate)(nil),                   // 91: peloton.api.v1.Substrate
-	(*StartMaintenanceRequest)(nil),     // 92: peloton.api.v1.StartMaintenanceRequest
-	(*StartMaintenanceResponse)(nil),    // 93: peloton.api.v1.StartMaintenanceResponse
-	(*CompleteMaintenanceRequest)(nil),  // 94: peloton.api.v1.CompleteMaintenanceRequest
-	(*CompleteMaintenanceResponse)(nil), // 95: peloton.api.v1.CompleteMaintenanceResponse
-	(*MoveHostRequest)(nil),             // 96: peloton.api.v1.MoveHostRequest
-	(*MoveHostResponse)(nil),            // 97: peloton.api.v1.MoveHostResponse
-	(*Partition)(nil),                   // 98: peloton.api.v1.Partition
-	(*ListPartitionsRequest)(nil),       // 99: peloton.api.v1.ListPartitionsRequest
-	(*ListPartitionsResponse)(nil),      // 100: peloton.api.v1.ListPartitionsResponse
-	(*AdvisorStatus)(nil),               // 101: peloton.api.v1.AdvisorStatus
-	(*PartitionMove)(nil),               // 102: peloton.api.v1.PartitionMove
-	(*ListPartitionMovesRequest)(nil),   // 103: peloton.api.v1.ListPartitionMovesRequest
-	(*ListPartitionMovesResponse)(nil),  // 104: peloton.api.v1.ListPartitionMovesResponse
-	(*HostAdvice)(nil),                  // 105: peloton.api.v1.HostAdvice
-	(*PartitionAdvice)(nil),             // 106: peloton.api.v1.PartitionAdvice
-	(*PublishAdviceRequest)(nil),        // 107: peloton.api.v1.PublishAdviceRequest
-	(*PublishAdviceResponse)(nil),       // 108: peloton.api.v1.PublishAdviceResponse
-	(*UpdateSpec)(nil),                  // 109: peloton.api.v1.UpdateSpec
-	(*UpdateStatus)(nil),                // 110: peloton.api.v1.UpdateStatus
-	(*Update)(nil),                      // 111: peloton.api.v1.Update
-	(*CreateUpdateRequest)(nil),         // 112: peloton.api.v1.CreateUpdateRequest
-	(*CreateUpdateResponse)(nil),        // 113: peloton.api.v1.CreateUpdateResponse
-	(*GetUpdateRequest)(nil),            // 114: peloton.api.v1.GetUpdateRequest
-	(*GetUpdateResponse)(nil),           // 115: peloton.api.v1.GetUpdateResponse
-	(*ListUpdatesRequest)(nil),          // 116: peloton.api.v1.ListUpdatesRequest
-	(*ListUpdatesResponse)(nil),         // 117: peloton.api.v1.ListUpdatesResponse
-	(*PauseUpdateRequest)(nil),          // 118: peloton.api.v1.PauseUpdateRequest
-	(*PauseUpdateResponse)(nil),         // 119: peloton.api.v1.PauseUpdateResponse
-	(*ResumeUpdateRequest)(nil),         // 120: peloton.api.v1.ResumeUpdateRequest
-	(*ResumeUpdateResponse)(nil),        // 121: peloton.api.v1.ResumeUpdateResponse
-	(*AbortUpdateRequest)(nil),          // 122: peloton.api.v1.AbortUpdateRequest
-	(*AbortUpdateResponse)(nil),         // 123: peloton.api.v1.AbortUpdateResponse
-	(*RollbackUpdateRequest)(nil),       // 124: peloton.api.v1.RollbackUpdateRequest
-	(*RollbackUpdateResponse)(nil),      // 125: peloton.api.v1.RollbackUpdateResponse
-	nil,                                 // 126: peloton.api.v1.TaskSpec.EnvEntry
-	nil,                                 // 127: peloton.api.v1.JobSpec.InstanceSpecsEntry
-	nil,                                 // 128: peloton.api.v1.JobSpec.LabelsEntry
-	nil,                                 // 129: peloton.api.v1.JobStatus.TaskCountsEntry
-	nil,                                 // 130: peloton.api.v1.TaskStatus.PortsEntry
-	nil,                                 // 131: peloton.api.v1.ListJobsRequest.LabelsEntry
-	nil,                                 // 132: peloton.api.v1.WatchJobsRequest.LabelsEntry
-	nil,                                 // 133: peloton.api.v1.Host.LabelsEntry
-	nil,                                 // 134: peloton.api.v1.UsageReport.RunsEntry
-	nil,                                 // 135: peloton.api.v1.UsageReport.RevokedResourcesEntry
-	nil,                                 // 136: peloton.api.v1.Partition.ZonesEntry
-	nil,                                 // 137: peloton.api.v1.Update.RestartsEntry
-	(*timestamppb.Timestamp)(nil),       // 138: google.protobuf.Timestamp
+	(*GangReservation)(nil),             // 31: peloton.api.v1.GangReservation
+	(*ReservedHost)(nil),                // 32: peloton.api.v1.ReservedHost
+	(*Job)(nil),                         // 33: peloton.api.v1.Job
+	(*TaskStatus)(nil),                  // 34: peloton.api.v1.TaskStatus
+	(*TaskTransition)(nil),              // 35: peloton.api.v1.TaskTransition
+	(*Task)(nil),                        // 36: peloton.api.v1.Task
+	(*CreateJobRequest)(nil),            // 37: peloton.api.v1.CreateJobRequest
+	(*CreateJobResponse)(nil),           // 38: peloton.api.v1.CreateJobResponse
+	(*GetJobRequest)(nil),               // 39: peloton.api.v1.GetJobRequest
+	(*GetJobResponse)(nil),              // 40: peloton.api.v1.GetJobResponse
+	(*ListJobsRequest)(nil),             // 41: peloton.api.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),            // 42: peloton.api.v1.ListJobsResponse
+	(*CancelJobRequest)(nil),            // 43: peloton.api.v1.CancelJobRequest
+	(*CancelJobResponse)(nil),           // 44: peloton.api.v1.CancelJobResponse
+	(*DeleteJobRequest)(nil),            // 45: peloton.api.v1.DeleteJobRequest
+	(*DeleteJobResponse)(nil),           // 46: peloton.api.v1.DeleteJobResponse
+	(*RestartJobRequest)(nil),           // 47: peloton.api.v1.RestartJobRequest
+	(*RestartJobResponse)(nil),          // 48: peloton.api.v1.RestartJobResponse
+	(*ScaleJobRequest)(nil),             // 49: peloton.api.v1.ScaleJobRequest
+	(*ScaleJobResponse)(nil),            // 50: peloton.api.v1.ScaleJobResponse
+	(*ListJobVersionsRequest)(nil),      // 51: peloton.api.v1.ListJobVersionsRequest
+	(*JobVersion)(nil),                  // 52: peloton.api.v1.JobVersion
+	(*ListJobVersionsResponse)(nil),     // 53: peloton.api.v1.ListJobVersionsResponse
+	(*GetGangRequest)(nil),              // 54: peloton.api.v1.GetGangRequest
+	(*Gang)(nil),                        // 55: peloton.api.v1.Gang
+	(*GangMember)(nil),                  // 56: peloton.api.v1.GangMember
+	(*WatchJobsRequest)(nil),            // 57: peloton.api.v1.WatchJobsRequest
+	(*JobChange)(nil),                   // 58: peloton.api.v1.JobChange
+	(*ListTasksRequest)(nil),            // 59: peloton.api.v1.ListTasksRequest
+	(*ListTasksResponse)(nil),           // 60: peloton.api.v1.ListTasksResponse
+	(*GetTaskRequest)(nil),              // 61: peloton.api.v1.GetTaskRequest
+	(*GetTaskResponse)(nil),             // 62: peloton.api.v1.GetTaskResponse
+	(*KillTaskRequest)(nil),             // 63: peloton.api.v1.KillTaskRequest
+	(*KillTaskResponse)(nil),            // 64: peloton.api.v1.KillTaskResponse
+	(*GetTaskLogsRequest)(nil),          // 65: peloton.api.v1.GetTaskLogsRequest
+	(*LogChunk)(nil),                    // 66: peloton.api.v1.LogChunk
+	(*WatchTasksRequest)(nil),           // 67: peloton.api.v1.WatchTasksRequest
+	(*TaskChange)(nil),                  // 68: peloton.api.v1.TaskChange
+	(*PoolSpec)(nil),                    // 69: peloton.api.v1.PoolSpec
+	(*PoolStatus)(nil),                  // 70: peloton.api.v1.PoolStatus
+	(*Pool)(nil),                        // 71: peloton.api.v1.Pool
+	(*CreatePoolRequest)(nil),           // 72: peloton.api.v1.CreatePoolRequest
+	(*CreatePoolResponse)(nil),          // 73: peloton.api.v1.CreatePoolResponse
+	(*GetPoolRequest)(nil),              // 74: peloton.api.v1.GetPoolRequest
+	(*GetPoolResponse)(nil),             // 75: peloton.api.v1.GetPoolResponse
+	(*UpdatePoolRequest)(nil),           // 76: peloton.api.v1.UpdatePoolRequest
+	(*UpdatePoolResponse)(nil),          // 77: peloton.api.v1.UpdatePoolResponse
+	(*DeletePoolRequest)(nil),           // 78: peloton.api.v1.DeletePoolRequest
+	(*DeletePoolResponse)(nil),          // 79: peloton.api.v1.DeletePoolResponse
+	(*MovePoolRequest)(nil),             // 80: peloton.api.v1.MovePoolRequest
+	(*MovePoolResponse)(nil),            // 81: peloton.api.v1.MovePoolResponse
+	(*ListPoolsRequest)(nil),            // 82: peloton.api.v1.ListPoolsRequest
+	(*ListPoolsResponse)(nil),           // 83: peloton.api.v1.ListPoolsResponse
+	(*Host)(nil),                        // 84: peloton.api.v1.Host
+	(*HostRun)(nil),                     // 85: peloton.api.v1.HostRun
+	(*HostUsage)(nil),                   // 86: peloton.api.v1.HostUsage
+	(*TaskUsage)(nil),                   // 87: peloton.api.v1.TaskUsage
+	(*UsageReport)(nil),                 // 88: peloton.api.v1.UsageReport
+	(*UsageAck)(nil),                    // 89: peloton.api.v1.UsageAck
+	(*AgentSettings)(nil),               // 90: peloton.api.v1.AgentSettings
+	(*ListHostsRequest)(nil),            // 91: peloton.api.v1.ListHostsRequest
+	(*ListHostsResponse)(nil),           // 92: peloton.api.v1.ListHostsResponse
+	(*Substrate)(nil),                   // 93: peloton.api.v1.Substrate
+	(*StartMaintenanceRequest)(nil),     // 94: peloton.api.v1.StartMaintenanceRequest
+	(*StartMaintenanceResponse)(nil),    // 95: peloton.api.v1.StartMaintenanceResponse
+	(*CompleteMaintenanceRequest)(nil),  // 96: peloton.api.v1.CompleteMaintenanceRequest
+	(*CompleteMaintenanceResponse)(nil), // 97: peloton.api.v1.CompleteMaintenanceResponse
+	(*MoveHostRequest)(nil),             // 98: peloton.api.v1.MoveHostRequest
+	(*MoveHostResponse)(nil),            // 99: peloton.api.v1.MoveHostResponse
+	(*Partition)(nil),                   // 100: peloton.api.v1.Partition
+	(*ListPartitionsRequest)(nil),       // 101: peloton.api.v1.ListPartitionsRequest
+	(*ListPartitionsResponse)(nil),      // 102: peloton.api.v1.ListPartitionsResponse
+	(*AdvisorStatus)(nil),               // 103: peloton.api.v1.AdvisorStatus
+	(*PartitionMove)(nil),               // 104: peloton.api.v1.PartitionMove
+	(*ListPartitionMovesRequest)(nil),   // 105: peloton.api.v1.ListPartitionMovesRequest
+	(*ListPartitionMovesResponse)(nil),  // 106: peloton.api.v1.ListPartitionMovesResponse
+	(*HostAdvice)(nil),                  // 107: peloton.api.v1.HostAdvice
+	(*PartitionAdvice)(nil),             // 108: peloton.api.v1.PartitionAdvice
+	(*PublishAdviceRequest)(nil),        // 109: peloton.api.v1.PublishAdviceRequest
+	(*PublishAdviceResponse)(nil),       // 110: peloton.api.v1.PublishAdviceResponse
+	(*UpdateSpec)(nil),                  // 111: peloton.api.v1.UpdateSpec
+	(*UpdateStatus)(nil),                // 112: peloton.api.v1.UpdateStatus
+	(*Update)(nil),                      // 113: peloton.api.v1.Update
+	(*CreateUpdateRequest)(nil),         // 114: peloton.api.v1.CreateUpdateRequest
+	(*CreateUpdateResponse)(nil),        // 115: peloton.api.v1.CreateUpdateResponse
+	(*GetUpdateRequest)(nil),            // 116: peloton.api.v1.GetUpdateRequest
+	(*GetUpdateResponse)(nil),           // 117: peloton.api.v1.GetUpdateResponse
+	(*ListUpdatesRequest)(nil),          // 118: peloton.api.v1.ListUpdatesRequest
+	(*ListUpdatesResponse)(nil),         // 119: peloton.api.v1.ListUpdatesResponse
+	(*PauseUpdateRequest)(nil),          // 120: peloton.api.v1.PauseUpdateRequest
+	(*PauseUpdateResponse)(nil),         // 121: peloton.api.v1.PauseUpdateResponse
+	(*ResumeUpdateRequest)(nil),         // 122: peloton.api.v1.ResumeUpdateRequest
+	(*ResumeUpdateResponse)(nil),        // 123: peloton.api.v1.ResumeUpdateResponse
+	(*AbortUpdateRequest)(nil),          // 124: peloton.api.v1.AbortUpdateRequest
+	(*AbortUpdateResponse)(nil),         // 125: peloton.api.v1.AbortUpdateResponse
+	(*RollbackUpdateRequest)(nil),       // 126: peloton.api.v1.RollbackUpdateRequest
+	(*RollbackUpdateResponse)(nil),      // 127: peloton.api.v1.RollbackUpdateResponse
+	nil,                                 // 128: peloton.api.v1.TaskSpec.EnvEntry
+	nil,                                 // 129: peloton.api.v1.JobSpec.InstanceSpecsEntry
+	nil,                                 // 130: peloton.api.v1.JobSpec.LabelsEntry
+	nil,                                 // 131: peloton.api.v1.JobStatus.TaskCountsEntry
+	nil,                                 // 132: peloton.api.v1.TaskStatus.PortsEntry
+	nil,                                 // 133: peloton.api.v1.ListJobsRequest.LabelsEntry
+	nil,                                 // 134: peloton.api.v1.WatchJobsRequest.LabelsEntry
+	nil,                                 // 135: peloton.api.v1.Host.LabelsEntry
+	nil,                                 // 136: peloton.api.v1.UsageReport.RunsEntry
+	nil,                                 // 137: peloton.api.v1.UsageReport.RevokedResourcesEntry
+	nil,                                 // 138: peloton.api.v1.Partition.ZonesEntry
+	nil,                                 // 139: peloton.api.v1.Update.RestartsEntry
+	(*timestamppb.Timestamp)(nil),       // 140: google.protobuf.Timestamp
 }
 var file_peloton_api_v1_peloton_proto_depIdxs = []int32{
 	18,  // 0: peloton.api.v1.HealthCheck.http:type_name -> peloton.api.v1.HttpProbe
-	126, // 1: peloton.api.v1.TaskSpec.env:type_name -> peloton.api.v1.TaskSpec.EnvEntry
+	128, // 1: peloton.api.v1.TaskSpec.env:type_name -> peloton.api.v1.TaskSpec.EnvEntry
 	13,  // 2: peloton.api.v1.TaskSpec.resources:type_name -> peloton.api.v1.Resources
 	15,  // 3: peloton.api.v1.TaskSpec.restart_policy:type_name -> peloton.api.v1.RestartPolicy
 	23,  // 4: peloton.api.v1.TaskSpec.placement:type_name -> peloton.api.v1.PlacementSpec
@@ -9507,207 +9708,213 @@ var file_peloton_api_v1_peloton_proto_depIdxs = []int32{
 	0,   // 16: peloton.api.v1.JobSpec.type:type_name -> peloton.api.v1.JobType
 	14,  // 17: peloton.api.v1.JobSpec.sla:type_name -> peloton.api.v1.SlaSpec
 	20,  // 18: peloton.api.v1.JobSpec.default_spec:type_name -> peloton.api.v1.TaskSpec
-	127, // 19: peloton.api.v1.JobSpec.instance_specs:type_name -> peloton.api.v1.JobSpec.InstanceSpecsEntry
-	128, // 20: peloton.api.v1.JobSpec.labels:type_name -> peloton.api.v1.JobSpec.LabelsEntry
+	129, // 19: peloton.api.v1.JobSpec.instance_specs:type_name -> peloton.api.v1.JobSpec.InstanceSpecsEntry
+	130, // 20: peloton.api.v1.JobSpec.labels:type_name -> peloton.api.v1.JobSpec.LabelsEntry
 	29,  // 21: peloton.api.v1.JobSpec.foreign:type_name -> peloton.api.v1.ForeignOwner
 	27,  // 22: peloton.api.v1.JobSpec.gang:type_name -> peloton.api.v1.GangSpec
 	28,  // 23: peloton.api.v1.JobSpec.self_scale:type_name -> peloton.api.v1.SelfScaleSpec
 	6,   // 24: peloton.api.v1.GangSpec.on_member_failure:type_name -> peloton.api.v1.GangFailurePolicy
 	7,   // 25: peloton.api.v1.JobStatus.state:type_name -> peloton.api.v1.JobState
 	7,   // 26: peloton.api.v1.JobStatus.goal_state:type_name -> peloton.api.v1.JobState
-	129, // 27: peloton.api.v1.JobStatus.task_counts:type_name -> peloton.api.v1.JobStatus.TaskCountsEntry
-	138, // 28: peloton.api.v1.JobStatus.create_time:type_name -> google.protobuf.Timestamp
-	138, // 29: peloton.api.v1.JobStatus.start_time:type_name -> google.protobuf.Timestamp
-	138, // 30: peloton.api.v1.JobStatus.completion_time:type_name -> google.protobuf.Timestamp
-	26,  // 31: peloton.api.v1.Job.spec:type_name -> peloton.api.v1.JobSpec
-	30,  // 32: peloton.api.v1.Job.status:type_name -> peloton.api.v1.JobStatus
-	1,   // 33: peloton.api.v1.TaskStatus.state:type_name -> peloton.api.v1.TaskState
-	1,   // 34: peloton.api.v1.TaskStatus.goal_state:type_name -> peloton.api.v1.TaskState
-	138, // 35: peloton.api.v1.TaskStatus.start_time:type_name -> google.protobuf.Timestamp
-	138, // 36: peloton.api.v1.TaskStatus.completion_time:type_name -> google.protobuf.Timestamp
-	138, // 37: peloton.api.v1.TaskStatus.update_time:type_name -> google.protobuf.Timestamp
-	33,  // 38: peloton.api.v1.TaskStatus.history:type_name -> peloton.api.v1.TaskTransition
-	2,   // 39: peloton.api.v1.TaskStatus.health:type_name -> peloton.api.v1.HealthState
-	130, // 40: peloton.api.v1.TaskStatus.ports:type_name -> peloton.api.v1.TaskStatus.PortsEntry
-	85,  // 41: peloton.api.v1.TaskStatus.usage:type_name -> peloton.api.v1.TaskUsage
-	1,   // 42: peloton.api.v1.TaskTransition.state:type_name -> peloton.api.v1.TaskState
-	138, // 43: peloton.api.v1.TaskTransition.time:type_name -> google.protobuf.Timestamp
-	32,  // 44: peloton.api.v1.Task.status:type_name -> peloton.api.v1.TaskStatus
-	20,  // 45: peloton.api.v1.Task.spec:type_name -> peloton.api.v1.TaskSpec
-	26,  // 46: peloton.api.v1.CreateJobRequest.spec:type_name -> peloton.api.v1.JobSpec
-	26,  // 47: peloton.api.v1.CreateJobResponse.spec:type_name -> peloton.api.v1.JobSpec
-	31,  // 48: peloton.api.v1.GetJobResponse.job:type_name -> peloton.api.v1.Job
-	7,   // 49: peloton.api.v1.ListJobsRequest.states:type_name -> peloton.api.v1.JobState
-	131, // 50: peloton.api.v1.ListJobsRequest.labels:type_name -> peloton.api.v1.ListJobsRequest.LabelsEntry
-	138, // 51: peloton.api.v1.ListJobsRequest.created_since:type_name -> google.protobuf.Timestamp
-	138, // 52: peloton.api.v1.ListJobsRequest.created_until:type_name -> google.protobuf.Timestamp
-	31,  // 53: peloton.api.v1.ListJobsResponse.jobs:type_name -> peloton.api.v1.Job
-	26,  // 54: peloton.api.v1.JobVersion.spec:type_name -> peloton.api.v1.JobSpec
-	138, // 55: peloton.api.v1.JobVersion.create_time:type_name -> google.protobuf.Timestamp
-	50,  // 56: peloton.api.v1.ListJobVersionsResponse.versions:type_name -> peloton.api.v1.JobVersion
-	54,  // 57: peloton.api.v1.Gang.members:type_name -> peloton.api.v1.GangMember
-	1,   // 58: peloton.api.v1.GangMember.state:type_name -> peloton.api.v1.TaskState
-	132, // 59: peloton.api.v1.WatchJobsRequest.labels:type_name -> peloton.api.v1.WatchJobsRequest.LabelsEntry
-	31,  // 60: peloton.api.v1.JobChange.job:type_name -> peloton.api.v1.Job
-	1,   // 61: peloton.api.v1.ListTasksRequest.states:type_name -> peloton.api.v1.TaskState
-	34,  // 62: peloton.api.v1.ListTasksResponse.tasks:type_name -> peloton.api.v1.Task
-	34,  // 63: peloton.api.v1.GetTaskResponse.task:type_name -> peloton.api.v1.Task
-	8,   // 64: peloton.api.v1.GetTaskLogsRequest.stream:type_name -> peloton.api.v1.LogStream
-	138, // 65: peloton.api.v1.GetTaskLogsRequest.since:type_name -> google.protobuf.Timestamp
-	34,  // 66: peloton.api.v1.TaskChange.task:type_name -> peloton.api.v1.Task
-	13,  // 67: peloton.api.v1.PoolSpec.reservation:type_name -> peloton.api.v1.Resources
-	13,  // 68: peloton.api.v1.PoolSpec.limit:type_name -> peloton.api.v1.Resources
-	13,  // 69: peloton.api.v1.PoolSpec.share:type_name -> peloton.api.v1.Resources
-	13,  // 70: peloton.api.v1.PoolSpec.revocable_limit:type_name -> peloton.api.v1.Resources
-	13,  // 71: peloton.api.v1.PoolStatus.entitlement:type_name -> peloton.api.v1.Resources
-	13,  // 72: peloton.api.v1.PoolStatus.allocation:type_name -> peloton.api.v1.Resources
-	13,  // 73: peloton.api.v1.PoolStatus.demand:type_name -> peloton.api.v1.Resources
-	67,  // 74: peloton.api.v1.Pool.spec:type_name -> peloton.api.v1.PoolSpec
-	68,  // 75: peloton.api.v1.Pool.status:type_name -> peloton.api.v1.PoolStatus
-	67,  // 76: peloton.api.v1.CreatePoolRequest.spec:type_name -> peloton.api.v1.PoolSpec
-	69,  // 77: peloton.api.v1.CreatePoolResponse.pool:type_name -> peloton.api.v1.Pool
-	69,  // 78: peloton.api.v1.GetPoolResponse.pool:type_name -> peloton.api.v1.Pool
-	67,  // 79: peloton.api.v1.UpdatePoolRequest.spec:type_name -> peloton.api.v1.PoolSpec
-	69,  // 80: peloton.api.v1.UpdatePoolResponse.pool:type_name -> peloton.api.v1.Pool
-	69,  // 81: peloton.api.v1.MovePoolResponse.pool:type_name -> peloton.api.v1.Pool
-	69,  // 82: peloton.api.v1.ListPoolsResponse.pools:type_name -> peloton.api.v1.Pool
-	13,  // 83: peloton.api.v1.ListPoolsResponse.largest_host:type_name -> peloton.api.v1.Resources
-	13,  // 84: peloton.api.v1.Host.capacity:type_name -> peloton.api.v1.Resources
-	13,  // 85: peloton.api.v1.Host.allocated:type_name -> peloton.api.v1.Resources
-	133, // 86: peloton.api.v1.Host.labels:type_name -> peloton.api.v1.Host.LabelsEntry
-	9,   // 87: peloton.api.v1.Host.state:type_name -> peloton.api.v1.HostState
-	11,  // 88: peloton.api.v1.Host.partition_state:type_name -> peloton.api.v1.PartitionMoveState
-	84,  // 89: peloton.api.v1.Host.usage:type_name -> peloton.api.v1.HostUsage
-	13,  // 90: peloton.api.v1.Host.slack:type_name -> peloton.api.v1.Resources
-	13,  // 91: peloton.api.v1.Host.revocable:type_name -> peloton.api.v1.Resources
-	83,  // 92: peloton.api.v1.Host.runs:type_name -> peloton.api.v1.HostRun
-	10,  // 93: peloton.api.v1.Host.zone:type_name -> peloton.api.v1.HostZone
-	88,  // 94: peloton.api.v1.Host.agent_settings:type_name -> peloton.api.v1.AgentSettings
-	85,  // 95: peloton.api.v1.HostRun.usage:type_name -> peloton.api.v1.TaskUsage
-	138, // 96: peloton.api.v1.HostRun.since:type_name -> google.protobuf.Timestamp
-	138, // 97: peloton.api.v1.HostUsage.sample_time:type_name -> google.protobuf.Timestamp
-	138, // 98: peloton.api.v1.HostUsage.receive_time:type_name -> google.protobuf.Timestamp
-	138, // 99: peloton.api.v1.TaskUsage.sample_time:type_name -> google.protobuf.Timestamp
-	84,  // 100: peloton.api.v1.UsageReport.usage:type_name -> peloton.api.v1.HostUsage
-	134, // 101: peloton.api.v1.UsageReport.runs:type_name -> peloton.api.v1.UsageReport.RunsEntry
-	135, // 102: peloton.api.v1.UsageReport.revoked_resources:type_name -> peloton.api.v1.UsageReport.RevokedResourcesEntry
-	88,  // 103: peloton.api.v1.UsageAck.settings:type_name -> peloton.api.v1.AgentSettings
-	82,  // 104: peloton.api.v1.ListHostsResponse.hosts:type_name -> peloton.api.v1.Host
-	91,  // 105: peloton.api.v1.ListHostsResponse.substrate:type_name -> peloton.api.v1.Substrate
-	138, // 106: peloton.api.v1.Substrate.since:type_name -> google.protobuf.Timestamp
-	82,  // 107: peloton.api.v1.StartMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
-	82,  // 108: peloton.api.v1.CompleteMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
-	82,  // 109: peloton.api.v1.MoveHostResponse.host:type_name -> peloton.api.v1.Host
-	13,  // 110: peloton.api.v1.Partition.capacity:type_name -> peloton.api.v1.Resources
-	13,  // 111: peloton.api.v1.Partition.allocated:type_name -> peloton.api.v1.Resources
-	13,  // 112: peloton.api.v1.Partition.revocable:type_name -> peloton.api.v1.Resources
-	13,  // 113: peloton.api.v1.Partition.slack:type_name -> peloton.api.v1.Resources
-	136, // 114: peloton.api.v1.Partition.zones:type_name -> peloton.api.v1.Partition.ZonesEntry
-	98,  // 115: peloton.api.v1.ListPartitionsResponse.partitions:type_name -> peloton.api.v1.Partition
-	101, // 116: peloton.api.v1.ListPartitionsResponse.advisor:type_name -> peloton.api.v1.AdvisorStatus
-	138, // 117: peloton.api.v1.AdvisorStatus.published:type_name -> google.protobuf.Timestamp
-	138, // 118: peloton.api.v1.PartitionMove.time:type_name -> google.protobuf.Timestamp
-	102, // 119: peloton.api.v1.ListPartitionMovesResponse.moves:type_name -> peloton.api.v1.PartitionMove
-	10,  // 120: peloton.api.v1.HostAdvice.zone:type_name -> peloton.api.v1.HostZone
-	105, // 121: peloton.api.v1.PublishAdviceRequest.hosts:type_name -> peloton.api.v1.HostAdvice
-	106, // 122: peloton.api.v1.PublishAdviceRequest.partitions:type_name -> peloton.api.v1.PartitionAdvice
-	102, // 123: peloton.api.v1.PublishAdviceRequest.observed_moves:type_name -> peloton.api.v1.PartitionMove
-	12,  // 124: peloton.api.v1.UpdateStatus.state:type_name -> peloton.api.v1.UpdateState
-	138, // 125: peloton.api.v1.UpdateStatus.create_time:type_name -> google.protobuf.Timestamp
-	138, // 126: peloton.api.v1.UpdateStatus.update_time:type_name -> google.protobuf.Timestamp
-	138, // 127: peloton.api.v1.UpdateStatus.completion_time:type_name -> google.protobuf.Timestamp
-	12,  // 128: peloton.api.v1.UpdateStatus.paused_from:type_name -> peloton.api.v1.UpdateState
-	109, // 129: peloton.api.v1.Update.spec:type_name -> peloton.api.v1.UpdateSpec
-	110, // 130: peloton.api.v1.Update.status:type_name -> peloton.api.v1.UpdateStatus
-	137, // 131: peloton.api.v1.Update.restarts:type_name -> peloton.api.v1.Update.RestartsEntry
-	26,  // 132: peloton.api.v1.CreateUpdateRequest.spec:type_name -> peloton.api.v1.JobSpec
-	109, // 133: peloton.api.v1.CreateUpdateRequest.update_spec:type_name -> peloton.api.v1.UpdateSpec
-	111, // 134: peloton.api.v1.CreateUpdateResponse.update:type_name -> peloton.api.v1.Update
-	111, // 135: peloton.api.v1.GetUpdateResponse.update:type_name -> peloton.api.v1.Update
-	111, // 136: peloton.api.v1.ListUpdatesResponse.updates:type_name -> peloton.api.v1.Update
-	111, // 137: peloton.api.v1.PauseUpdateResponse.update:type_name -> peloton.api.v1.Update
-	111, // 138: peloton.api.v1.ResumeUpdateResponse.update:type_name -> peloton.api.v1.Update
-	111, // 139: peloton.api.v1.AbortUpdateResponse.update:type_name -> peloton.api.v1.Update
-	111, // 140: peloton.api.v1.RollbackUpdateResponse.update:type_name -> peloton.api.v1.Update
-	20,  // 141: peloton.api.v1.JobSpec.InstanceSpecsEntry.value:type_name -> peloton.api.v1.TaskSpec
-	85,  // 142: peloton.api.v1.UsageReport.RunsEntry.value:type_name -> peloton.api.v1.TaskUsage
-	35,  // 143: peloton.api.v1.JobService.CreateJob:input_type -> peloton.api.v1.CreateJobRequest
-	37,  // 144: peloton.api.v1.JobService.GetJob:input_type -> peloton.api.v1.GetJobRequest
-	39,  // 145: peloton.api.v1.JobService.ListJobs:input_type -> peloton.api.v1.ListJobsRequest
-	41,  // 146: peloton.api.v1.JobService.CancelJob:input_type -> peloton.api.v1.CancelJobRequest
-	43,  // 147: peloton.api.v1.JobService.DeleteJob:input_type -> peloton.api.v1.DeleteJobRequest
-	45,  // 148: peloton.api.v1.JobService.RestartJob:input_type -> peloton.api.v1.RestartJobRequest
-	47,  // 149: peloton.api.v1.JobService.ScaleJob:input_type -> peloton.api.v1.ScaleJobRequest
-	49,  // 150: peloton.api.v1.JobService.ListJobVersions:input_type -> peloton.api.v1.ListJobVersionsRequest
-	55,  // 151: peloton.api.v1.JobService.WatchJobs:input_type -> peloton.api.v1.WatchJobsRequest
-	52,  // 152: peloton.api.v1.JobService.GetGang:input_type -> peloton.api.v1.GetGangRequest
-	57,  // 153: peloton.api.v1.TaskService.ListTasks:input_type -> peloton.api.v1.ListTasksRequest
-	59,  // 154: peloton.api.v1.TaskService.GetTask:input_type -> peloton.api.v1.GetTaskRequest
-	61,  // 155: peloton.api.v1.TaskService.KillTask:input_type -> peloton.api.v1.KillTaskRequest
-	63,  // 156: peloton.api.v1.TaskService.GetTaskLogs:input_type -> peloton.api.v1.GetTaskLogsRequest
-	65,  // 157: peloton.api.v1.TaskService.WatchTasks:input_type -> peloton.api.v1.WatchTasksRequest
-	70,  // 158: peloton.api.v1.PoolService.CreatePool:input_type -> peloton.api.v1.CreatePoolRequest
-	72,  // 159: peloton.api.v1.PoolService.GetPool:input_type -> peloton.api.v1.GetPoolRequest
-	74,  // 160: peloton.api.v1.PoolService.UpdatePool:input_type -> peloton.api.v1.UpdatePoolRequest
-	76,  // 161: peloton.api.v1.PoolService.DeletePool:input_type -> peloton.api.v1.DeletePoolRequest
-	80,  // 162: peloton.api.v1.PoolService.ListPools:input_type -> peloton.api.v1.ListPoolsRequest
-	78,  // 163: peloton.api.v1.PoolService.MovePool:input_type -> peloton.api.v1.MovePoolRequest
-	89,  // 164: peloton.api.v1.HostService.ListHosts:input_type -> peloton.api.v1.ListHostsRequest
-	92,  // 165: peloton.api.v1.HostService.StartMaintenance:input_type -> peloton.api.v1.StartMaintenanceRequest
-	94,  // 166: peloton.api.v1.HostService.CompleteMaintenance:input_type -> peloton.api.v1.CompleteMaintenanceRequest
-	96,  // 167: peloton.api.v1.HostService.MoveHost:input_type -> peloton.api.v1.MoveHostRequest
-	99,  // 168: peloton.api.v1.PartitionService.ListPartitions:input_type -> peloton.api.v1.ListPartitionsRequest
-	103, // 169: peloton.api.v1.PartitionService.ListPartitionMoves:input_type -> peloton.api.v1.ListPartitionMovesRequest
-	107, // 170: peloton.api.v1.PartitionService.PublishAdvice:input_type -> peloton.api.v1.PublishAdviceRequest
-	86,  // 171: peloton.api.v1.HostAgentService.ReportUsage:input_type -> peloton.api.v1.UsageReport
-	112, // 172: peloton.api.v1.UpdateService.CreateUpdate:input_type -> peloton.api.v1.CreateUpdateRequest
-	114, // 173: peloton.api.v1.UpdateService.GetUpdate:input_type -> peloton.api.v1.GetUpdateRequest
-	116, // 174: peloton.api.v1.UpdateService.ListUpdates:input_type -> peloton.api.v1.ListUpdatesRequest
-	118, // 175: peloton.api.v1.UpdateService.PauseUpdate:input_type -> peloton.api.v1.PauseUpdateRequest
-	120, // 176: peloton.api.v1.UpdateService.ResumeUpdate:input_type -> peloton.api.v1.ResumeUpdateRequest
-	122, // 177: peloton.api.v1.UpdateService.AbortUpdate:input_type -> peloton.api.v1.AbortUpdateRequest
-	124, // 178: peloton.api.v1.UpdateService.RollbackUpdate:input_type -> peloton.api.v1.RollbackUpdateRequest
-	36,  // 179: peloton.api.v1.JobService.CreateJob:output_type -> peloton.api.v1.CreateJobResponse
-	38,  // 180: peloton.api.v1.JobService.GetJob:output_type -> peloton.api.v1.GetJobResponse
-	40,  // 181: peloton.api.v1.JobService.ListJobs:output_type -> peloton.api.v1.ListJobsResponse
-	42,  // 182: peloton.api.v1.JobService.CancelJob:output_type -> peloton.api.v1.CancelJobResponse
-	44,  // 183: peloton.api.v1.JobService.DeleteJob:output_type -> peloton.api.v1.DeleteJobResponse
-	46,  // 184: peloton.api.v1.JobService.RestartJob:output_type -> peloton.api.v1.RestartJobResponse
-	48,  // 185: peloton.api.v1.JobService.ScaleJob:output_type -> peloton.api.v1.ScaleJobResponse
-	51,  // 186: peloton.api.v1.JobService.ListJobVersions:output_type -> peloton.api.v1.ListJobVersionsResponse
-	56,  // 187: peloton.api.v1.JobService.WatchJobs:output_type -> peloton.api.v1.JobChange
-	53,  // 188: peloton.api.v1.JobService.GetGang:output_type -> peloton.api.v1.Gang
-	58,  // 189: peloton.api.v1.TaskService.ListTasks:output_type -> peloton.api.v1.ListTasksResponse
-	60,  // 190: peloton.api.v1.TaskService.GetTask:output_type -> peloton.api.v1.GetTaskResponse
-	62,  // 191: peloton.api.v1.TaskService.KillTask:output_type -> peloton.api.v1.KillTaskResponse
-	64,  // 192: peloton.api.v1.TaskService.GetTaskLogs:output_type -> peloton.api.v1.LogChunk
-	66,  // 193: peloton.api.v1.TaskService.WatchTasks:output_type -> peloton.api.v1.TaskChange
-	71,  // 194: peloton.api.v1.PoolService.CreatePool:output_type -> peloton.api.v1.CreatePoolResponse
-	73,  // 195: peloton.api.v1.PoolService.GetPool:output_type -> peloton.api.v1.GetPoolResponse
-	75,  // 196: peloton.api.v1.PoolService.UpdatePool:output_type -> peloton.api.v1.UpdatePoolResponse
-	77,  // 197: peloton.api.v1.PoolService.DeletePool:output_type -> peloton.api.v1.DeletePoolResponse
-	81,  // 198: peloton.api.v1.PoolService.ListPools:output_type -> peloton.api.v1.ListPoolsResponse
-	79,  // 199: peloton.api.v1.PoolService.MovePool:output_type -> peloton.api.v1.MovePoolResponse
-	90,  // 200: peloton.api.v1.HostService.ListHosts:output_type -> peloton.api.v1.ListHostsResponse
-	93,  // 201: peloton.api.v1.HostService.StartMaintenance:output_type -> peloton.api.v1.StartMaintenanceResponse
-	95,  // 202: peloton.api.v1.HostService.CompleteMaintenance:output_type -> peloton.api.v1.CompleteMaintenanceResponse
-	97,  // 203: peloton.api.v1.HostService.MoveHost:output_type -> peloton.api.v1.MoveHostResponse
-	100, // 204: peloton.api.v1.PartitionService.ListPartitions:output_type -> peloton.api.v1.ListPartitionsResponse
-	104, // 205: peloton.api.v1.PartitionService.ListPartitionMoves:output_type -> peloton.api.v1.ListPartitionMovesResponse
-	108, // 206: peloton.api.v1.PartitionService.PublishAdvice:output_type -> peloton.api.v1.PublishAdviceResponse
-	87,  // 207: peloton.api.v1.HostAgentService.ReportUsage:output_type -> peloton.api.v1.UsageAck
-	113, // 208: peloton.api.v1.UpdateService.CreateUpdate:output_type -> peloton.api.v1.CreateUpdateResponse
-	115, // 209: peloton.api.v1.UpdateService.GetUpdate:output_type -> peloton.api.v1.GetUpdateResponse
-	117, // 210: peloton.api.v1.UpdateService.ListUpdates:output_type -> peloton.api.v1.ListUpdatesResponse
-	119, // 211: peloton.api.v1.UpdateService.PauseUpdate:output_type -> peloton.api.v1.PauseUpdateResponse
-	121, // 212: peloton.api.v1.UpdateService.ResumeUpdate:output_type -> peloton.api.v1.ResumeUpdateResponse
-	123, // 213: peloton.api.v1.UpdateService.AbortUpdate:output_type -> peloton.api.v1.AbortUpdateResponse
-	125, // 214: peloton.api.v1.UpdateService.RollbackUpdate:output_type -> peloton.api.v1.RollbackUpdateResponse
-	179, // [179:215] is the sub-list for method output_type
-	143, // [143:179] is the sub-list for method input_type
-	143, // [143:143] is the sub-list for extension type_name
-	143, // [143:143] is the sub-list for extension extendee
-	0,   // [0:143] is the sub-list for field type_name
+	131, // 27: peloton.api.v1.JobStatus.task_counts:type_name -> peloton.api.v1.JobStatus.TaskCountsEntry
+	140, // 28: peloton.api.v1.JobStatus.create_time:type_name -> google.protobuf.Timestamp
+	140, // 29: peloton.api.v1.JobStatus.start_time:type_name -> google.protobuf.Timestamp
+	140, // 30: peloton.api.v1.JobStatus.completion_time:type_name -> google.protobuf.Timestamp
+	31,  // 31: peloton.api.v1.JobStatus.reservation:type_name -> peloton.api.v1.GangReservation
+	140, // 32: peloton.api.v1.GangReservation.since:type_name -> google.protobuf.Timestamp
+	32,  // 33: peloton.api.v1.GangReservation.hosts:type_name -> peloton.api.v1.ReservedHost
+	140, // 34: peloton.api.v1.ReservedHost.since:type_name -> google.protobuf.Timestamp
+	13,  // 35: peloton.api.v1.ReservedHost.held:type_name -> peloton.api.v1.Resources
+	13,  // 36: peloton.api.v1.ReservedHost.free:type_name -> peloton.api.v1.Resources
+	26,  // 37: peloton.api.v1.Job.spec:type_name -> peloton.api.v1.JobSpec
+	30,  // 38: peloton.api.v1.Job.status:type_name -> peloton.api.v1.JobStatus
+	1,   // 39: peloton.api.v1.TaskStatus.state:type_name -> peloton.api.v1.TaskState
+	1,   // 40: peloton.api.v1.TaskStatus.goal_state:type_name -> peloton.api.v1.TaskState
+	140, // 41: peloton.api.v1.TaskStatus.start_time:type_name -> google.protobuf.Timestamp
+	140, // 42: peloton.api.v1.TaskStatus.completion_time:type_name -> google.protobuf.Timestamp
+	140, // 43: peloton.api.v1.TaskStatus.update_time:type_name -> google.protobuf.Timestamp
+	35,  // 44: peloton.api.v1.TaskStatus.history:type_name -> peloton.api.v1.TaskTransition
+	2,   // 45: peloton.api.v1.TaskStatus.health:type_name -> peloton.api.v1.HealthState
+	132, // 46: peloton.api.v1.TaskStatus.ports:type_name -> peloton.api.v1.TaskStatus.PortsEntry
+	87,  // 47: peloton.api.v1.TaskStatus.usage:type_name -> peloton.api.v1.TaskUsage
+	1,   // 48: peloton.api.v1.TaskTransition.state:type_name -> peloton.api.v1.TaskState
+	140, // 49: peloton.api.v1.TaskTransition.time:type_name -> google.protobuf.Timestamp
+	34,  // 50: peloton.api.v1.Task.status:type_name -> peloton.api.v1.TaskStatus
+	20,  // 51: peloton.api.v1.Task.spec:type_name -> peloton.api.v1.TaskSpec
+	26,  // 52: peloton.api.v1.CreateJobRequest.spec:type_name -> peloton.api.v1.JobSpec
+	26,  // 53: peloton.api.v1.CreateJobResponse.spec:type_name -> peloton.api.v1.JobSpec
+	33,  // 54: peloton.api.v1.GetJobResponse.job:type_name -> peloton.api.v1.Job
+	7,   // 55: peloton.api.v1.ListJobsRequest.states:type_name -> peloton.api.v1.JobState
+	133, // 56: peloton.api.v1.ListJobsRequest.labels:type_name -> peloton.api.v1.ListJobsRequest.LabelsEntry
+	140, // 57: peloton.api.v1.ListJobsRequest.created_since:type_name -> google.protobuf.Timestamp
+	140, // 58: peloton.api.v1.ListJobsRequest.created_until:type_name -> google.protobuf.Timestamp
+	33,  // 59: peloton.api.v1.ListJobsResponse.jobs:type_name -> peloton.api.v1.Job
+	26,  // 60: peloton.api.v1.JobVersion.spec:type_name -> peloton.api.v1.JobSpec
+	140, // 61: peloton.api.v1.JobVersion.create_time:type_name -> google.protobuf.Timestamp
+	52,  // 62: peloton.api.v1.ListJobVersionsResponse.versions:type_name -> peloton.api.v1.JobVersion
+	56,  // 63: peloton.api.v1.Gang.members:type_name -> peloton.api.v1.GangMember
+	1,   // 64: peloton.api.v1.GangMember.state:type_name -> peloton.api.v1.TaskState
+	134, // 65: peloton.api.v1.WatchJobsRequest.labels:type_name -> peloton.api.v1.WatchJobsRequest.LabelsEntry
+	33,  // 66: peloton.api.v1.JobChange.job:type_name -> peloton.api.v1.Job
+	1,   // 67: peloton.api.v1.ListTasksRequest.states:type_name -> peloton.api.v1.TaskState
+	36,  // 68: peloton.api.v1.ListTasksResponse.tasks:type_name -> peloton.api.v1.Task
+	36,  // 69: peloton.api.v1.GetTaskResponse.task:type_name -> peloton.api.v1.Task
+	8,   // 70: peloton.api.v1.GetTaskLogsRequest.stream:type_name -> peloton.api.v1.LogStream
+	140, // 71: peloton.api.v1.GetTaskLogsRequest.since:type_name -> google.protobuf.Timestamp
+	36,  // 72: peloton.api.v1.TaskChange.task:type_name -> peloton.api.v1.Task
+	13,  // 73: peloton.api.v1.PoolSpec.reservation:type_name -> peloton.api.v1.Resources
+	13,  // 74: peloton.api.v1.PoolSpec.limit:type_name -> peloton.api.v1.Resources
+	13,  // 75: peloton.api.v1.PoolSpec.share:type_name -> peloton.api.v1.Resources
+	13,  // 76: peloton.api.v1.PoolSpec.revocable_limit:type_name -> peloton.api.v1.Resources
+	13,  // 77: peloton.api.v1.PoolStatus.entitlement:type_name -> peloton.api.v1.Resources
+	13,  // 78: peloton.api.v1.PoolStatus.allocation:type_name -> peloton.api.v1.Resources
+	13,  // 79: peloton.api.v1.PoolStatus.demand:type_name -> peloton.api.v1.Resources
+	69,  // 80: peloton.api.v1.Pool.spec:type_name -> peloton.api.v1.PoolSpec
+	70,  // 81: peloton.api.v1.Pool.status:type_name -> peloton.api.v1.PoolStatus
+	69,  // 82: peloton.api.v1.CreatePoolRequest.spec:type_name -> peloton.api.v1.PoolSpec
+	71,  // 83: peloton.api.v1.CreatePoolResponse.pool:type_name -> peloton.api.v1.Pool
+	71,  // 84: peloton.api.v1.GetPoolResponse.pool:type_name -> peloton.api.v1.Pool
+	69,  // 85: peloton.api.v1.UpdatePoolRequest.spec:type_name -> peloton.api.v1.PoolSpec
+	71,  // 86: peloton.api.v1.UpdatePoolResponse.pool:type_name -> peloton.api.v1.Pool
+	71,  // 87: peloton.api.v1.MovePoolResponse.pool:type_name -> peloton.api.v1.Pool
+	71,  // 88: peloton.api.v1.ListPoolsResponse.pools:type_name -> peloton.api.v1.Pool
+	13,  // 89: peloton.api.v1.ListPoolsResponse.largest_host:type_name -> peloton.api.v1.Resources
+	13,  // 90: peloton.api.v1.Host.capacity:type_name -> peloton.api.v1.Resources
+	13,  // 91: peloton.api.v1.Host.allocated:type_name -> peloton.api.v1.Resources
+	135, // 92: peloton.api.v1.Host.labels:type_name -> peloton.api.v1.Host.LabelsEntry
+	9,   // 93: peloton.api.v1.Host.state:type_name -> peloton.api.v1.HostState
+	11,  // 94: peloton.api.v1.Host.partition_state:type_name -> peloton.api.v1.PartitionMoveState
+	86,  // 95: peloton.api.v1.Host.usage:type_name -> peloton.api.v1.HostUsage
+	13,  // 96: peloton.api.v1.Host.slack:type_name -> peloton.api.v1.Resources
+	13,  // 97: peloton.api.v1.Host.revocable:type_name -> peloton.api.v1.Resources
+	85,  // 98: peloton.api.v1.Host.runs:type_name -> peloton.api.v1.HostRun
+	10,  // 99: peloton.api.v1.Host.zone:type_name -> peloton.api.v1.HostZone
+	90,  // 100: peloton.api.v1.Host.agent_settings:type_name -> peloton.api.v1.AgentSettings
+	87,  // 101: peloton.api.v1.HostRun.usage:type_name -> peloton.api.v1.TaskUsage
+	140, // 102: peloton.api.v1.HostRun.since:type_name -> google.protobuf.Timestamp
+	140, // 103: peloton.api.v1.HostUsage.sample_time:type_name -> google.protobuf.Timestamp
+	140, // 104: peloton.api.v1.HostUsage.receive_time:type_name -> google.protobuf.Timestamp
+	140, // 105: peloton.api.v1.TaskUsage.sample_time:type_name -> google.protobuf.Timestamp
+	86,  // 106: peloton.api.v1.UsageReport.usage:type_name -> peloton.api.v1.HostUsage
+	136, // 107: peloton.api.v1.UsageReport.runs:type_name -> peloton.api.v1.UsageReport.RunsEntry
+	137, // 108: peloton.api.v1.UsageReport.revoked_resources:type_name -> peloton.api.v1.UsageReport.RevokedResourcesEntry
+	90,  // 109: peloton.api.v1.UsageAck.settings:type_name -> peloton.api.v1.AgentSettings
+	84,  // 110: peloton.api.v1.ListHostsResponse.hosts:type_name -> peloton.api.v1.Host
+	93,  // 111: peloton.api.v1.ListHostsResponse.substrate:type_name -> peloton.api.v1.Substrate
+	140, // 112: peloton.api.v1.Substrate.since:type_name -> google.protobuf.Timestamp
+	84,  // 113: peloton.api.v1.StartMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
+	84,  // 114: peloton.api.v1.CompleteMaintenanceResponse.hosts:type_name -> peloton.api.v1.Host
+	84,  // 115: peloton.api.v1.MoveHostResponse.host:type_name -> peloton.api.v1.Host
+	13,  // 116: peloton.api.v1.Partition.capacity:type_name -> peloton.api.v1.Resources
+	13,  // 117: peloton.api.v1.Partition.allocated:type_name -> peloton.api.v1.Resources
+	13,  // 118: peloton.api.v1.Partition.revocable:type_name -> peloton.api.v1.Resources
+	13,  // 119: peloton.api.v1.Partition.slack:type_name -> peloton.api.v1.Resources
+	138, // 120: peloton.api.v1.Partition.zones:type_name -> peloton.api.v1.Partition.ZonesEntry
+	100, // 121: peloton.api.v1.ListPartitionsResponse.partitions:type_name -> peloton.api.v1.Partition
+	103, // 122: peloton.api.v1.ListPartitionsResponse.advisor:type_name -> peloton.api.v1.AdvisorStatus
+	140, // 123: peloton.api.v1.AdvisorStatus.published:type_name -> google.protobuf.Timestamp
+	140, // 124: peloton.api.v1.PartitionMove.time:type_name -> google.protobuf.Timestamp
+	104, // 125: peloton.api.v1.ListPartitionMovesResponse.moves:type_name -> peloton.api.v1.PartitionMove
+	10,  // 126: peloton.api.v1.HostAdvice.zone:type_name -> peloton.api.v1.HostZone
+	107, // 127: peloton.api.v1.PublishAdviceRequest.hosts:type_name -> peloton.api.v1.HostAdvice
+	108, // 128: peloton.api.v1.PublishAdviceRequest.partitions:type_name -> peloton.api.v1.PartitionAdvice
+	104, // 129: peloton.api.v1.PublishAdviceRequest.observed_moves:type_name -> peloton.api.v1.PartitionMove
+	12,  // 130: peloton.api.v1.UpdateStatus.state:type_name -> peloton.api.v1.UpdateState
+	140, // 131: peloton.api.v1.UpdateStatus.create_time:type_name -> google.protobuf.Timestamp
+	140, // 132: peloton.api.v1.UpdateStatus.update_time:type_name -> google.protobuf.Timestamp
+	140, // 133: peloton.api.v1.UpdateStatus.completion_time:type_name -> google.protobuf.Timestamp
+	12,  // 134: peloton.api.v1.UpdateStatus.paused_from:type_name -> peloton.api.v1.UpdateState
+	111, // 135: peloton.api.v1.Update.spec:type_name -> peloton.api.v1.UpdateSpec
+	112, // 136: peloton.api.v1.Update.status:type_name -> peloton.api.v1.UpdateStatus
+	139, // 137: peloton.api.v1.Update.restarts:type_name -> peloton.api.v1.Update.RestartsEntry
+	26,  // 138: peloton.api.v1.CreateUpdateRequest.spec:type_name -> peloton.api.v1.JobSpec
+	111, // 139: peloton.api.v1.CreateUpdateRequest.update_spec:type_name -> peloton.api.v1.UpdateSpec
+	113, // 140: peloton.api.v1.CreateUpdateResponse.update:type_name -> peloton.api.v1.Update
+	113, // 141: peloton.api.v1.GetUpdateResponse.update:type_name -> peloton.api.v1.Update
+	113, // 142: peloton.api.v1.ListUpdatesResponse.updates:type_name -> peloton.api.v1.Update
+	113, // 143: peloton.api.v1.PauseUpdateResponse.update:type_name -> peloton.api.v1.Update
+	113, // 144: peloton.api.v1.ResumeUpdateResponse.update:type_name -> peloton.api.v1.Update
+	113, // 145: peloton.api.v1.AbortUpdateResponse.update:type_name -> peloton.api.v1.Update
+	113, // 146: peloton.api.v1.RollbackUpdateResponse.update:type_name -> peloton.api.v1.Update
+	20,  // 147: peloton.api.v1.JobSpec.InstanceSpecsEntry.value:type_name -> peloton.api.v1.TaskSpec
+	87,  // 148: peloton.api.v1.UsageReport.RunsEntry.value:type_name -> peloton.api.v1.TaskUsage
+	37,  // 149: peloton.api.v1.JobService.CreateJob:input_type -> peloton.api.v1.CreateJobRequest
+	39,  // 150: peloton.api.v1.JobService.GetJob:input_type -> peloton.api.v1.GetJobRequest
+	41,  // 151: peloton.api.v1.JobService.ListJobs:input_type -> peloton.api.v1.ListJobsRequest
+	43,  // 152: peloton.api.v1.JobService.CancelJob:input_type -> peloton.api.v1.CancelJobRequest
+	45,  // 153: peloton.api.v1.JobService.DeleteJob:input_type -> peloton.api.v1.DeleteJobRequest
+	47,  // 154: peloton.api.v1.JobService.RestartJob:input_type -> peloton.api.v1.RestartJobRequest
+	49,  // 155: peloton.api.v1.JobService.ScaleJob:input_type -> peloton.api.v1.ScaleJobRequest
+	51,  // 156: peloton.api.v1.JobService.ListJobVersions:input_type -> peloton.api.v1.ListJobVersionsRequest
+	57,  // 157: peloton.api.v1.JobService.WatchJobs:input_type -> peloton.api.v1.WatchJobsRequest
+	54,  // 158: peloton.api.v1.JobService.GetGang:input_type -> peloton.api.v1.GetGangRequest
+	59,  // 159: peloton.api.v1.TaskService.ListTasks:input_type -> peloton.api.v1.ListTasksRequest
+	61,  // 160: peloton.api.v1.TaskService.GetTask:input_type -> peloton.api.v1.GetTaskRequest
+	63,  // 161: peloton.api.v1.TaskService.KillTask:input_type -> peloton.api.v1.KillTaskRequest
+	65,  // 162: peloton.api.v1.TaskService.GetTaskLogs:input_type -> peloton.api.v1.GetTaskLogsRequest
+	67,  // 163: peloton.api.v1.TaskService.WatchTasks:input_type -> peloton.api.v1.WatchTasksRequest
+	72,  // 164: peloton.api.v1.PoolService.CreatePool:input_type -> peloton.api.v1.CreatePoolRequest
+	74,  // 165: peloton.api.v1.PoolService.GetPool:input_type -> peloton.api.v1.GetPoolRequest
+	76,  // 166: peloton.api.v1.PoolService.UpdatePool:input_type -> peloton.api.v1.UpdatePoolRequest
+	78,  // 167: peloton.api.v1.PoolService.DeletePool:input_type -> peloton.api.v1.DeletePoolRequest
+	82,  // 168: peloton.api.v1.PoolService.ListPools:input_type -> peloton.api.v1.ListPoolsRequest
+	80,  // 169: peloton.api.v1.PoolService.MovePool:input_type -> peloton.api.v1.MovePoolRequest
+	91,  // 170: peloton.api.v1.HostService.ListHosts:input_type -> peloton.api.v1.ListHostsRequest
+	94,  // 171: peloton.api.v1.HostService.StartMaintenance:input_type -> peloton.api.v1.StartMaintenanceRequest
+	96,  // 172: peloton.api.v1.HostService.CompleteMaintenance:input_type -> peloton.api.v1.CompleteMaintenanceRequest
+	98,  // 173: peloton.api.v1.HostService.MoveHost:input_type -> peloton.api.v1.MoveHostRequest
+	101, // 174: peloton.api.v1.PartitionService.ListPartitions:input_type -> peloton.api.v1.ListPartitionsRequest
+	105, // 175: peloton.api.v1.PartitionService.ListPartitionMoves:input_type -> peloton.api.v1.ListPartitionMovesRequest
+	109, // 176: peloton.api.v1.PartitionService.PublishAdvice:input_type -> peloton.api.v1.PublishAdviceRequest
+	88,  // 177: peloton.api.v1.HostAgentService.ReportUsage:input_type -> peloton.api.v1.UsageReport
+	114, // 178: peloton.api.v1.UpdateService.CreateUpdate:input_type -> peloton.api.v1.CreateUpdateRequest
+	116, // 179: peloton.api.v1.UpdateService.GetUpdate:input_type -> peloton.api.v1.GetUpdateRequest
+	118, // 180: peloton.api.v1.UpdateService.ListUpdates:input_type -> peloton.api.v1.ListUpdatesRequest
+	120, // 181: peloton.api.v1.UpdateService.PauseUpdate:input_type -> peloton.api.v1.PauseUpdateRequest
+	122, // 182: peloton.api.v1.UpdateService.ResumeUpdate:input_type -> peloton.api.v1.ResumeUpdateRequest
+	124, // 183: peloton.api.v1.UpdateService.AbortUpdate:input_type -> peloton.api.v1.AbortUpdateRequest
+	126, // 184: peloton.api.v1.UpdateService.RollbackUpdate:input_type -> peloton.api.v1.RollbackUpdateRequest
+	38,  // 185: peloton.api.v1.JobService.CreateJob:output_type -> peloton.api.v1.CreateJobResponse
+	40,  // 186: peloton.api.v1.JobService.GetJob:output_type -> peloton.api.v1.GetJobResponse
+	42,  // 187: peloton.api.v1.JobService.ListJobs:output_type -> peloton.api.v1.ListJobsResponse
+	44,  // 188: peloton.api.v1.JobService.CancelJob:output_type -> peloton.api.v1.CancelJobResponse
+	46,  // 189: peloton.api.v1.JobService.DeleteJob:output_type -> peloton.api.v1.DeleteJobResponse
+	48,  // 190: peloton.api.v1.JobService.RestartJob:output_type -> peloton.api.v1.RestartJobResponse
+	50,  // 191: peloton.api.v1.JobService.ScaleJob:output_type -> peloton.api.v1.ScaleJobResponse
+	53,  // 192: peloton.api.v1.JobService.ListJobVersions:output_type -> peloton.api.v1.ListJobVersionsResponse
+	58,  // 193: peloton.api.v1.JobService.WatchJobs:output_type -> peloton.api.v1.JobChange
+	55,  // 194: peloton.api.v1.JobService.GetGang:output_type -> peloton.api.v1.Gang
+	60,  // 195: peloton.api.v1.TaskService.ListTasks:output_type -> peloton.api.v1.ListTasksResponse
+	62,  // 196: peloton.api.v1.TaskService.GetTask:output_type -> peloton.api.v1.GetTaskResponse
+	64,  // 197: peloton.api.v1.TaskService.KillTask:output_type -> peloton.api.v1.KillTaskResponse
+	66,  // 198: peloton.api.v1.TaskService.GetTaskLogs:output_type -> peloton.api.v1.LogChunk
+	68,  // 199: peloton.api.v1.TaskService.WatchTasks:output_type -> peloton.api.v1.TaskChange
+	73,  // 200: peloton.api.v1.PoolService.CreatePool:output_type -> peloton.api.v1.CreatePoolResponse
+	75,  // 201: peloton.api.v1.PoolService.GetPool:output_type -> peloton.api.v1.GetPoolResponse
+	77,  // 202: peloton.api.v1.PoolService.UpdatePool:output_type -> peloton.api.v1.UpdatePoolResponse
+	79,  // 203: peloton.api.v1.PoolService.DeletePool:output_type -> peloton.api.v1.DeletePoolResponse
+	83,  // 204: peloton.api.v1.PoolService.ListPools:output_type -> peloton.api.v1.ListPoolsResponse
+	81,  // 205: peloton.api.v1.PoolService.MovePool:output_type -> peloton.api.v1.MovePoolResponse
+	92,  // 206: peloton.api.v1.HostService.ListHosts:output_type -> peloton.api.v1.ListHostsResponse
+	95,  // 207: peloton.api.v1.HostService.StartMaintenance:output_type -> peloton.api.v1.StartMaintenanceResponse
+	97,  // 208: peloton.api.v1.HostService.CompleteMaintenance:output_type -> peloton.api.v1.CompleteMaintenanceResponse
+	99,  // 209: peloton.api.v1.HostService.MoveHost:output_type -> peloton.api.v1.MoveHostResponse
+	102, // 210: peloton.api.v1.PartitionService.ListPartitions:output_type -> peloton.api.v1.ListPartitionsResponse
+	106, // 211: peloton.api.v1.PartitionService.ListPartitionMoves:output_type -> peloton.api.v1.ListPartitionMovesResponse
+	110, // 212: peloton.api.v1.PartitionService.PublishAdvice:output_type -> peloton.api.v1.PublishAdviceResponse
+	89,  // 213: peloton.api.v1.HostAgentService.ReportUsage:output_type -> peloton.api.v1.UsageAck
+	115, // 214: peloton.api.v1.UpdateService.CreateUpdate:output_type -> peloton.api.v1.CreateUpdateResponse
+	117, // 215: peloton.api.v1.UpdateService.GetUpdate:output_type -> peloton.api.v1.GetUpdateResponse
+	119, // 216: peloton.api.v1.UpdateService.ListUpdates:output_type -> peloton.api.v1.ListUpdatesResponse
+	121, // 217: peloton.api.v1.UpdateService.PauseUpdate:output_type -> peloton.api.v1.PauseUpdateResponse
+	123, // 218: peloton.api.v1.UpdateService.ResumeUpdate:output_type -> peloton.api.v1.ResumeUpdateResponse
+	125, // 219: peloton.api.v1.UpdateService.AbortUpdate:output_type -> peloton.api.v1.AbortUpdateResponse
+	127, // 220: peloton.api.v1.UpdateService.RollbackUpdate:output_type -> peloton.api.v1.RollbackUpdateResponse
+	185, // [185:221] is the sub-list for method output_type
+	149, // [149:185] is the sub-list for method input_type
+	149, // [149:149] is the sub-list for extension type_name
+	149, // [149:149] is the sub-list for extension extendee
+	0,   // [0:149] is the sub-list for field type_name
 }
 
 func init() { file_peloton_api_v1_peloton_proto_init() }
@@ -9723,7 +9930,7 @@ func file_peloton_api_v1_peloton_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_peloton_api_v1_peloton_proto_rawDesc), len(file_peloton_api_v1_peloton_proto_rawDesc)),
 			NumEnums:      13,
-			NumMessages:   125,
+			NumMessages:   127,
 			NumExtensions: 0,
 			NumServices:   7,
 		},
