@@ -216,25 +216,21 @@ func gangBenchFlags(fs *pflag.FlagSet, _ *benchFlags) (func() error, benchRun) {
 		if fs.Changed("poll") {
 			st.Poll = fr.Poll
 		}
+		toHosts, toCPU, check := &st.Hosts, &st.HostCPU, st.Validate
 		switch mode {
 		case bench.GangModeStream:
-			if fs.Changed("hosts") {
-				st.Hosts = hosts
-			}
-			if fs.Changed("host-cpu") {
-				st.HostCPU = hostCPU
-			}
-			return st.Validate()
 		case bench.GangModeFragment:
-			if fs.Changed("hosts") {
-				fr.Hosts = hosts
-			}
-			if fs.Changed("host-cpu") {
-				fr.HostCPU = hostCPU
-			}
-			return fr.Validate()
+			toHosts, toCPU, check = &fr.Hosts, &fr.HostCPU, fr.Validate
+		default:
+			return fmt.Errorf("--scenario %q: must be %s or %s", mode, bench.GangModeStream, bench.GangModeFragment)
 		}
-		return fmt.Errorf("--scenario %q: must be %s or %s", mode, bench.GangModeStream, bench.GangModeFragment)
+		if fs.Changed("hosts") {
+			*toHosts = hosts
+		}
+		if fs.Changed("host-cpu") {
+			*toCPU = hostCPU
+		}
+		return check()
 	}
 	return validate, func(ctx context.Context, env bench.Env) (*bench.Result, error) {
 		if mode == bench.GangModeFragment {
