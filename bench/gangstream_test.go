@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
 )
 
 func TestGangStreamValidateNamesTheFlag(t *testing.T) {
