@@ -131,13 +131,14 @@ func (s *Server) Rules() auth.Rules {
 			}
 			r.Services = kept
 		}},
-		svc + "DeleteFederatedService":   onService(auth.Submitter, true),
-		svc + "UpdateFederatedService":   update,
-		svc + "PauseFederatedService":    onService(auth.Submitter, true),
-		svc + "ResumeFederatedService":   onService(auth.Submitter, true),
-		svc + "AbortFederatedService":    onService(auth.Submitter, true),
-		svc + "RollbackFederatedService": onService(auth.Submitter, true),
-		svc + "ApproveFederatedService":  onService(auth.Submitter, true),
+		svc + "DeleteFederatedService":    onService(auth.Submitter, true),
+		svc + "UpdateFederatedService":    update,
+		svc + "PauseFederatedService":     onService(auth.Submitter, true),
+		svc + "ResumeFederatedService":    onService(auth.Submitter, true),
+		svc + "AbortFederatedService":     onService(auth.Submitter, true),
+		svc + "RollbackFederatedService":  onService(auth.Submitter, true),
+		svc + "ApproveFederatedService":   onService(auth.Submitter, true),
+		svc + "RebalanceFederatedService": onService(auth.Submitter, true),
 
 		sla + "RequestDisruption": slaRule,
 		sla + "ReleaseDisruption": slaRule,

@@ -151,6 +151,117 @@ func (DispatchState) EnumDescriptor() ([]byte, []int) {
 	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{1}
 }
 
+// RebalanceMode says whether a federated service moves to a new split by
+// itself when its clusters change.
+type RebalanceMode int32
+
+const (
+	// Moves at once (the default).
+	RebalanceMode_AUTO RebalanceMode = 0
+	// Waits for RebalanceFederatedService.
+	RebalanceMode_MANUAL RebalanceMode = 1
+)
+
+// Enum value maps for RebalanceMode.
+var (
+	RebalanceMode_name = map[int32]string{
+		0: "AUTO",
+		1: "MANUAL",
+	}
+	RebalanceMode_value = map[string]int32{
+		"AUTO":   0,
+		"MANUAL": 1,
+	}
+)
+
+func (x RebalanceMode) Enum() *RebalanceMode {
+	p := new(RebalanceMode)
+	*p = x
+	return p
+}
+
+func (x RebalanceMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (RebalanceMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_peloton_api_v1_federation_proto_enumTypes[2].Descriptor()
+}
+
+func (RebalanceMode) Type() protoreflect.EnumType {
+	return &file_peloton_api_v1_federation_proto_enumTypes[2]
+}
+
+func (x RebalanceMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use RebalanceMode.Descriptor instead.
+func (RebalanceMode) EnumDescriptor() ([]byte, []int) {
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{2}
+}
+
+type RebalanceState int32
+
+const (
+	RebalanceState_REBALANCE_STATE_UNSPECIFIED RebalanceState = 0
+	// MANUAL: the new split is known and waits for `fed service rebalance`.
+	RebalanceState_REBALANCE_PENDING RebalanceState = 1
+	// Instances are moving: the parts that grow first, then the ones that
+	// shrink, a step at a time within the budget.
+	RebalanceState_REBALANCE_MOVING RebalanceState = 2
+	// Every part is at its new count.
+	RebalanceState_REBALANCE_DONE RebalanceState = 3
+	// Given up: a failover kept a lost cluster's instances where they went,
+	// or the clusters came back to the ones of the last split.
+	RebalanceState_REBALANCE_CANCELLED RebalanceState = 4
+)
+
+// Enum value maps for RebalanceState.
+var (
+	RebalanceState_name = map[int32]string{
+		0: "REBALANCE_STATE_UNSPECIFIED",
+		1: "REBALANCE_PENDING",
+		2: "REBALANCE_MOVING",
+		3: "REBALANCE_DONE",
+		4: "REBALANCE_CANCELLED",
+	}
+	RebalanceState_value = map[string]int32{
+		"REBALANCE_STATE_UNSPECIFIED": 0,
+		"REBALANCE_PENDING":           1,
+		"REBALANCE_MOVING":            2,
+		"REBALANCE_DONE":              3,
+		"REBALANCE_CANCELLED":         4,
+	}
+)
+
+func (x RebalanceState) Enum() *RebalanceState {
+	p := new(RebalanceState)
+	*p = x
+	return p
+}
+
+func (x RebalanceState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (RebalanceState) Descriptor() protoreflect.EnumDescriptor {
+	return file_peloton_api_v1_federation_proto_enumTypes[3].Descriptor()
+}
+
+func (RebalanceState) Type() protoreflect.EnumType {
+	return &file_peloton_api_v1_federation_proto_enumTypes[3]
+}
+
+func (x RebalanceState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use RebalanceState.Descriptor instead.
+func (RebalanceState) EnumDescriptor() ([]byte, []int) {
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{3}
+}
+
 type RolloutState int32
 
 const (
@@ -206,11 +317,11 @@ func (x RolloutState) String() string {
 }
 
 func (RolloutState) Descriptor() protoreflect.EnumDescriptor {
-	return file_peloton_api_v1_federation_proto_enumTypes[2].Descriptor()
+	return file_peloton_api_v1_federation_proto_enumTypes[4].Descriptor()
 }
 
 func (RolloutState) Type() protoreflect.EnumType {
-	return &file_peloton_api_v1_federation_proto_enumTypes[2]
+	return &file_peloton_api_v1_federation_proto_enumTypes[4]
 }
 
 func (x RolloutState) Number() protoreflect.EnumNumber {
@@ -219,7 +330,7 @@ func (x RolloutState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RolloutState.Descriptor instead.
 func (RolloutState) EnumDescriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{2}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{4}
 }
 
 type RolloutStepState int32
@@ -273,11 +384,11 @@ func (x RolloutStepState) String() string {
 }
 
 func (RolloutStepState) Descriptor() protoreflect.EnumDescriptor {
-	return file_peloton_api_v1_federation_proto_enumTypes[3].Descriptor()
+	return file_peloton_api_v1_federation_proto_enumTypes[5].Descriptor()
 }
 
 func (RolloutStepState) Type() protoreflect.EnumType {
-	return &file_peloton_api_v1_federation_proto_enumTypes[3]
+	return &file_peloton_api_v1_federation_proto_enumTypes[5]
 }
 
 func (x RolloutStepState) Number() protoreflect.EnumNumber {
@@ -286,7 +397,7 @@ func (x RolloutStepState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RolloutStepState.Descriptor instead.
 func (RolloutStepState) EnumDescriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{3}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{5}
 }
 
 // Cluster is one cluster stack the federation knows.
@@ -2646,7 +2757,14 @@ type ServicePlacement struct {
 	MinClusters uint32 `protobuf:"varint,2,opt,name=min_clusters,json=minClusters,proto3" json:"min_clusters,omitempty"`
 	// What happens to a cluster's part when the cluster cannot be reached.
 	// Unset: nothing moves; the part waits for its cluster.
-	Failover      *FailoverPolicy `protobuf:"bytes,3,opt,name=failover,proto3" json:"failover,omitempty"`
+	Failover *FailoverPolicy `protobuf:"bytes,3,opt,name=failover,proto3" json:"failover,omitempty"`
+	// What happens when the clusters the placement covers change (a cluster
+	// registered or deregistered, cordoned or uncordoned, its labels
+	// changed): the split is made again over them and instances move to it
+	// gradually, within the service's budget. AUTO (the default) moves at
+	// once; MANUAL shows the rebalance pending until `peloton fed service
+	// rebalance`.
+	Rebalance     RebalanceMode `protobuf:"varint,4,opt,name=rebalance,proto3,enum=peloton.api.v1.RebalanceMode" json:"rebalance,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2702,6 +2820,157 @@ func (x *ServicePlacement) GetFailover() *FailoverPolicy {
 	return nil
 }
 
+func (x *ServicePlacement) GetRebalance() RebalanceMode {
+	if x != nil {
+		return x.Rebalance
+	}
+	return RebalanceMode_AUTO
+}
+
+// ServiceRebalance is the move of a federated service to a new split of
+// its instances over its clusters, kept in its record so that a restarted
+// federation goes on where it was.
+type ServiceRebalance struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Unique within the service: 1, 2, ...
+	Id    uint32         `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	State RebalanceState `protobuf:"varint,2,opt,name=state,proto3,enum=peloton.api.v1.RebalanceState" json:"state,omitempty"`
+	// What changed, e.g. "cluster d joins; cluster c leaves".
+	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Instances per cluster when it was planned, and the new split.
+	From map[string]uint32 `protobuf:"bytes,4,rep,name=from,proto3" json:"from,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	To   map[string]uint32 `protobuf:"bytes,5,rep,name=to,proto3" json:"to,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// The clusters the placement covers that the new split was made over.
+	Clusters []string `protobuf:"bytes,6,rep,name=clusters,proto3" json:"clusters,omitempty"`
+	// Instances taken from the shrinking parts (or lost with a cluster
+	// that left) so far, and instances given to the growing parts in the
+	// step under way, taken from the shrinking ones once they run.
+	Moved   uint32 `protobuf:"varint,7,opt,name=moved,proto3" json:"moved,omitempty"`
+	Growing uint32 `protobuf:"varint,8,opt,name=growing,proto3" json:"growing,omitempty"`
+	// What it waits for, if anything, and since when, e.g. "budget: 2 of
+	// its budget of 2 instances are unavailable".
+	Waiting       string                 `protobuf:"bytes,9,opt,name=waiting,proto3" json:"waiting,omitempty"`
+	WaitingSince  *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=waiting_since,json=waitingSince,proto3" json:"waiting_since,omitempty"`
+	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	EndTime       *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ServiceRebalance) Reset() {
+	*x = ServiceRebalance{}
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ServiceRebalance) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ServiceRebalance) ProtoMessage() {}
+
+func (x *ServiceRebalance) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ServiceRebalance.ProtoReflect.Descriptor instead.
+func (*ServiceRebalance) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *ServiceRebalance) GetId() uint32 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *ServiceRebalance) GetState() RebalanceState {
+	if x != nil {
+		return x.State
+	}
+	return RebalanceState_REBALANCE_STATE_UNSPECIFIED
+}
+
+func (x *ServiceRebalance) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ServiceRebalance) GetFrom() map[string]uint32 {
+	if x != nil {
+		return x.From
+	}
+	return nil
+}
+
+func (x *ServiceRebalance) GetTo() map[string]uint32 {
+	if x != nil {
+		return x.To
+	}
+	return nil
+}
+
+func (x *ServiceRebalance) GetClusters() []string {
+	if x != nil {
+		return x.Clusters
+	}
+	return nil
+}
+
+func (x *ServiceRebalance) GetMoved() uint32 {
+	if x != nil {
+		return x.Moved
+	}
+	return 0
+}
+
+func (x *ServiceRebalance) GetGrowing() uint32 {
+	if x != nil {
+		return x.Growing
+	}
+	return 0
+}
+
+func (x *ServiceRebalance) GetWaiting() string {
+	if x != nil {
+		return x.Waiting
+	}
+	return ""
+}
+
+func (x *ServiceRebalance) GetWaitingSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.WaitingSince
+	}
+	return nil
+}
+
+func (x *ServiceRebalance) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+func (x *ServiceRebalance) GetEndTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.EndTime
+	}
+	return nil
+}
+
 // FailoverPolicy moves the part of a cluster that stays unreachable to the
 // service's other clusters, and back.
 type FailoverPolicy struct {
@@ -2719,7 +2988,7 @@ type FailoverPolicy struct {
 
 func (x *FailoverPolicy) Reset() {
 	*x = FailoverPolicy{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[42]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2731,7 +3000,7 @@ func (x *FailoverPolicy) String() string {
 func (*FailoverPolicy) ProtoMessage() {}
 
 func (x *FailoverPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[42]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2744,7 +3013,7 @@ func (x *FailoverPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailoverPolicy.ProtoReflect.Descriptor instead.
 func (*FailoverPolicy) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{42}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *FailoverPolicy) GetTolerationSeconds() uint32 {
@@ -2778,7 +3047,7 @@ type FederatedServiceSpec struct {
 
 func (x *FederatedServiceSpec) Reset() {
 	*x = FederatedServiceSpec{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[43]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2790,7 +3059,7 @@ func (x *FederatedServiceSpec) String() string {
 func (*FederatedServiceSpec) ProtoMessage() {}
 
 func (x *FederatedServiceSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[43]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2803,7 +3072,7 @@ func (x *FederatedServiceSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FederatedServiceSpec.ProtoReflect.Descriptor instead.
 func (*FederatedServiceSpec) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{43}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *FederatedServiceSpec) GetJob() *JobSpec {
@@ -2880,7 +3149,7 @@ type ServiceCluster struct {
 
 func (x *ServiceCluster) Reset() {
 	*x = ServiceCluster{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[44]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2892,7 +3161,7 @@ func (x *ServiceCluster) String() string {
 func (*ServiceCluster) ProtoMessage() {}
 
 func (x *ServiceCluster) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[44]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2905,7 +3174,7 @@ func (x *ServiceCluster) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceCluster.ProtoReflect.Descriptor instead.
 func (*ServiceCluster) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{44}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ServiceCluster) GetCluster() string {
@@ -3066,7 +3335,7 @@ type RolloutSpec struct {
 
 func (x *RolloutSpec) Reset() {
 	*x = RolloutSpec{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[45]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3078,7 +3347,7 @@ func (x *RolloutSpec) String() string {
 func (*RolloutSpec) ProtoMessage() {}
 
 func (x *RolloutSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[45]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3091,7 +3360,7 @@ func (x *RolloutSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RolloutSpec.ProtoReflect.Descriptor instead.
 func (*RolloutSpec) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{45}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *RolloutSpec) GetOrder() []string {
@@ -3154,7 +3423,7 @@ type RolloutStepSpec struct {
 
 func (x *RolloutStepSpec) Reset() {
 	*x = RolloutStepSpec{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[46]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3166,7 +3435,7 @@ func (x *RolloutStepSpec) String() string {
 func (*RolloutStepSpec) ProtoMessage() {}
 
 func (x *RolloutStepSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[46]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3179,7 +3448,7 @@ func (x *RolloutStepSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RolloutStepSpec.ProtoReflect.Descriptor instead.
 func (*RolloutStepSpec) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{46}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *RolloutStepSpec) GetClusters() []string {
@@ -3229,7 +3498,7 @@ type RolloutStep struct {
 
 func (x *RolloutStep) Reset() {
 	*x = RolloutStep{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[47]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3241,7 +3510,7 @@ func (x *RolloutStep) String() string {
 func (*RolloutStep) ProtoMessage() {}
 
 func (x *RolloutStep) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[47]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3254,7 +3523,7 @@ func (x *RolloutStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RolloutStep.ProtoReflect.Descriptor instead.
 func (*RolloutStep) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{47}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *RolloutStep) GetCluster() string {
@@ -3373,7 +3642,7 @@ type ServiceRollout struct {
 
 func (x *ServiceRollout) Reset() {
 	*x = ServiceRollout{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[48]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3385,7 +3654,7 @@ func (x *ServiceRollout) String() string {
 func (*ServiceRollout) ProtoMessage() {}
 
 func (x *ServiceRollout) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[48]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3398,7 +3667,7 @@ func (x *ServiceRollout) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceRollout.ProtoReflect.Descriptor instead.
 func (*ServiceRollout) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{48}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ServiceRollout) GetId() uint32 {
@@ -3517,7 +3786,7 @@ type ServiceVersion struct {
 
 func (x *ServiceVersion) Reset() {
 	*x = ServiceVersion{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[49]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3529,7 +3798,7 @@ func (x *ServiceVersion) String() string {
 func (*ServiceVersion) ProtoMessage() {}
 
 func (x *ServiceVersion) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[49]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3542,7 +3811,7 @@ func (x *ServiceVersion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceVersion.ProtoReflect.Descriptor instead.
 func (*ServiceVersion) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{49}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ServiceVersion) GetVersion() uint64 {
@@ -3610,14 +3879,20 @@ type FederatedService struct {
 	Updated uint32 `protobuf:"varint,15,opt,name=updated,proto3" json:"updated,omitempty"`
 	// Read from the federation's history: the service was deleted, and this
 	// is its final record (rollouts included), archived before it left etcd.
-	Archived      bool `protobuf:"varint,16,opt,name=archived,proto3" json:"archived,omitempty"`
+	Archived bool `protobuf:"varint,16,opt,name=archived,proto3" json:"archived,omitempty"`
+	// The latest rebalance, if any (see ServicePlacement.rebalance).
+	Rebalance *ServiceRebalance `protobuf:"bytes,17,opt,name=rebalance,proto3" json:"rebalance,omitempty"`
+	// The clusters its placement covered at its last split (the create or
+	// the last rebalance): when the clusters it covers differ, it
+	// rebalances.
+	PlacedOn      []string `protobuf:"bytes,18,rep,name=placed_on,json=placedOn,proto3" json:"placed_on,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *FederatedService) Reset() {
 	*x = FederatedService{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[50]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3629,7 +3904,7 @@ func (x *FederatedService) String() string {
 func (*FederatedService) ProtoMessage() {}
 
 func (x *FederatedService) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[50]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3642,7 +3917,7 @@ func (x *FederatedService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FederatedService.ProtoReflect.Descriptor instead.
 func (*FederatedService) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{50}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *FederatedService) GetId() string {
@@ -3757,6 +4032,20 @@ func (x *FederatedService) GetArchived() bool {
 	return false
 }
 
+func (x *FederatedService) GetRebalance() *ServiceRebalance {
+	if x != nil {
+		return x.Rebalance
+	}
+	return nil
+}
+
+func (x *FederatedService) GetPlacedOn() []string {
+	if x != nil {
+		return x.PlacedOn
+	}
+	return nil
+}
+
 type CreateFederatedServiceRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Spec  *FederatedServiceSpec  `protobuf:"bytes,1,opt,name=spec,proto3" json:"spec,omitempty"`
@@ -3768,7 +4057,7 @@ type CreateFederatedServiceRequest struct {
 
 func (x *CreateFederatedServiceRequest) Reset() {
 	*x = CreateFederatedServiceRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[51]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3780,7 +4069,7 @@ func (x *CreateFederatedServiceRequest) String() string {
 func (*CreateFederatedServiceRequest) ProtoMessage() {}
 
 func (x *CreateFederatedServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[51]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3793,7 +4082,7 @@ func (x *CreateFederatedServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateFederatedServiceRequest.ProtoReflect.Descriptor instead.
 func (*CreateFederatedServiceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{51}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *CreateFederatedServiceRequest) GetSpec() *FederatedServiceSpec {
@@ -3821,7 +4110,7 @@ type CreateFederatedServiceResponse struct {
 
 func (x *CreateFederatedServiceResponse) Reset() {
 	*x = CreateFederatedServiceResponse{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[52]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3833,7 +4122,7 @@ func (x *CreateFederatedServiceResponse) String() string {
 func (*CreateFederatedServiceResponse) ProtoMessage() {}
 
 func (x *CreateFederatedServiceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[52]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3846,7 +4135,7 @@ func (x *CreateFederatedServiceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateFederatedServiceResponse.ProtoReflect.Descriptor instead.
 func (*CreateFederatedServiceResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{52}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *CreateFederatedServiceResponse) GetServiceId() string {
@@ -3872,7 +4161,7 @@ type GetFederatedServiceRequest struct {
 
 func (x *GetFederatedServiceRequest) Reset() {
 	*x = GetFederatedServiceRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[53]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3884,7 +4173,7 @@ func (x *GetFederatedServiceRequest) String() string {
 func (*GetFederatedServiceRequest) ProtoMessage() {}
 
 func (x *GetFederatedServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[53]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3897,7 +4186,7 @@ func (x *GetFederatedServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFederatedServiceRequest.ProtoReflect.Descriptor instead.
 func (*GetFederatedServiceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{53}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *GetFederatedServiceRequest) GetServiceId() string {
@@ -3916,7 +4205,7 @@ type GetFederatedServiceResponse struct {
 
 func (x *GetFederatedServiceResponse) Reset() {
 	*x = GetFederatedServiceResponse{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[54]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3928,7 +4217,7 @@ func (x *GetFederatedServiceResponse) String() string {
 func (*GetFederatedServiceResponse) ProtoMessage() {}
 
 func (x *GetFederatedServiceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[54]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3941,7 +4230,7 @@ func (x *GetFederatedServiceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFederatedServiceResponse.ProtoReflect.Descriptor instead.
 func (*GetFederatedServiceResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{54}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *GetFederatedServiceResponse) GetService() *FederatedService {
@@ -3967,7 +4256,7 @@ type ListFederatedServicesRequest struct {
 
 func (x *ListFederatedServicesRequest) Reset() {
 	*x = ListFederatedServicesRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[55]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3979,7 +4268,7 @@ func (x *ListFederatedServicesRequest) String() string {
 func (*ListFederatedServicesRequest) ProtoMessage() {}
 
 func (x *ListFederatedServicesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[55]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3992,7 +4281,7 @@ func (x *ListFederatedServicesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFederatedServicesRequest.ProtoReflect.Descriptor instead.
 func (*ListFederatedServicesRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{55}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ListFederatedServicesRequest) GetCluster() string {
@@ -4034,7 +4323,7 @@ type ListFederatedServicesResponse struct {
 
 func (x *ListFederatedServicesResponse) Reset() {
 	*x = ListFederatedServicesResponse{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[56]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4046,7 +4335,7 @@ func (x *ListFederatedServicesResponse) String() string {
 func (*ListFederatedServicesResponse) ProtoMessage() {}
 
 func (x *ListFederatedServicesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[56]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4059,7 +4348,7 @@ func (x *ListFederatedServicesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFederatedServicesResponse.ProtoReflect.Descriptor instead.
 func (*ListFederatedServicesResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{56}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ListFederatedServicesResponse) GetServices() []*FederatedService {
@@ -4096,7 +4385,7 @@ type UpdateFederatedServiceRequest struct {
 
 func (x *UpdateFederatedServiceRequest) Reset() {
 	*x = UpdateFederatedServiceRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[57]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4108,7 +4397,7 @@ func (x *UpdateFederatedServiceRequest) String() string {
 func (*UpdateFederatedServiceRequest) ProtoMessage() {}
 
 func (x *UpdateFederatedServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[57]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4121,7 +4410,7 @@ func (x *UpdateFederatedServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateFederatedServiceRequest.ProtoReflect.Descriptor instead.
 func (*UpdateFederatedServiceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{57}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *UpdateFederatedServiceRequest) GetServiceId() string {
@@ -4168,7 +4457,7 @@ type UpdateFederatedServiceResponse struct {
 
 func (x *UpdateFederatedServiceResponse) Reset() {
 	*x = UpdateFederatedServiceResponse{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[58]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4180,7 +4469,7 @@ func (x *UpdateFederatedServiceResponse) String() string {
 func (*UpdateFederatedServiceResponse) ProtoMessage() {}
 
 func (x *UpdateFederatedServiceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[58]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4193,7 +4482,7 @@ func (x *UpdateFederatedServiceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateFederatedServiceResponse.ProtoReflect.Descriptor instead.
 func (*UpdateFederatedServiceResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{58}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *UpdateFederatedServiceResponse) GetService() *FederatedService {
@@ -4213,7 +4502,7 @@ type PauseFederatedServiceRequest struct {
 
 func (x *PauseFederatedServiceRequest) Reset() {
 	*x = PauseFederatedServiceRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[59]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4225,7 +4514,7 @@ func (x *PauseFederatedServiceRequest) String() string {
 func (*PauseFederatedServiceRequest) ProtoMessage() {}
 
 func (x *PauseFederatedServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[59]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4238,7 +4527,7 @@ func (x *PauseFederatedServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseFederatedServiceRequest.ProtoReflect.Descriptor instead.
 func (*PauseFederatedServiceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{59}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *PauseFederatedServiceRequest) GetServiceId() string {
@@ -4257,7 +4546,7 @@ type ResumeFederatedServiceRequest struct {
 
 func (x *ResumeFederatedServiceRequest) Reset() {
 	*x = ResumeFederatedServiceRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[60]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4269,7 +4558,7 @@ func (x *ResumeFederatedServiceRequest) String() string {
 func (*ResumeFederatedServiceRequest) ProtoMessage() {}
 
 func (x *ResumeFederatedServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[60]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4282,7 +4571,7 @@ func (x *ResumeFederatedServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeFederatedServiceRequest.ProtoReflect.Descriptor instead.
 func (*ResumeFederatedServiceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{60}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ResumeFederatedServiceRequest) GetServiceId() string {
@@ -4301,7 +4590,7 @@ type AbortFederatedServiceRequest struct {
 
 func (x *AbortFederatedServiceRequest) Reset() {
 	*x = AbortFederatedServiceRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[61]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4313,7 +4602,7 @@ func (x *AbortFederatedServiceRequest) String() string {
 func (*AbortFederatedServiceRequest) ProtoMessage() {}
 
 func (x *AbortFederatedServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[61]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4326,7 +4615,7 @@ func (x *AbortFederatedServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortFederatedServiceRequest.ProtoReflect.Descriptor instead.
 func (*AbortFederatedServiceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{61}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *AbortFederatedServiceRequest) GetServiceId() string {
@@ -4345,7 +4634,7 @@ type RollbackFederatedServiceRequest struct {
 
 func (x *RollbackFederatedServiceRequest) Reset() {
 	*x = RollbackFederatedServiceRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[62]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4357,7 +4646,7 @@ func (x *RollbackFederatedServiceRequest) String() string {
 func (*RollbackFederatedServiceRequest) ProtoMessage() {}
 
 func (x *RollbackFederatedServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[62]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4370,7 +4659,7 @@ func (x *RollbackFederatedServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackFederatedServiceRequest.ProtoReflect.Descriptor instead.
 func (*RollbackFederatedServiceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{62}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *RollbackFederatedServiceRequest) GetServiceId() string {
@@ -4390,7 +4679,7 @@ type ApproveFederatedServiceRequest struct {
 
 func (x *ApproveFederatedServiceRequest) Reset() {
 	*x = ApproveFederatedServiceRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[63]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4402,7 +4691,7 @@ func (x *ApproveFederatedServiceRequest) String() string {
 func (*ApproveFederatedServiceRequest) ProtoMessage() {}
 
 func (x *ApproveFederatedServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[63]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4415,7 +4704,7 @@ func (x *ApproveFederatedServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveFederatedServiceRequest.ProtoReflect.Descriptor instead.
 func (*ApproveFederatedServiceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{63}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ApproveFederatedServiceRequest) GetServiceId() string {
@@ -4423,6 +4712,96 @@ func (x *ApproveFederatedServiceRequest) GetServiceId() string {
 		return x.ServiceId
 	}
 	return ""
+}
+
+// Starts the pending rebalance of a service whose placement.rebalance is
+// MANUAL.
+type RebalanceFederatedServiceRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ServiceId     string                 `protobuf:"bytes,1,opt,name=service_id,json=serviceId,proto3" json:"service_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RebalanceFederatedServiceRequest) Reset() {
+	*x = RebalanceFederatedServiceRequest{}
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[65]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RebalanceFederatedServiceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RebalanceFederatedServiceRequest) ProtoMessage() {}
+
+func (x *RebalanceFederatedServiceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[65]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RebalanceFederatedServiceRequest.ProtoReflect.Descriptor instead.
+func (*RebalanceFederatedServiceRequest) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{65}
+}
+
+func (x *RebalanceFederatedServiceRequest) GetServiceId() string {
+	if x != nil {
+		return x.ServiceId
+	}
+	return ""
+}
+
+type RebalanceFederatedServiceResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Service       *FederatedService      `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RebalanceFederatedServiceResponse) Reset() {
+	*x = RebalanceFederatedServiceResponse{}
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[66]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RebalanceFederatedServiceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RebalanceFederatedServiceResponse) ProtoMessage() {}
+
+func (x *RebalanceFederatedServiceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[66]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RebalanceFederatedServiceResponse.ProtoReflect.Descriptor instead.
+func (*RebalanceFederatedServiceResponse) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{66}
+}
+
+func (x *RebalanceFederatedServiceResponse) GetService() *FederatedService {
+	if x != nil {
+		return x.Service
+	}
+	return nil
 }
 
 type FederatedServiceRolloutResponse struct {
@@ -4434,7 +4813,7 @@ type FederatedServiceRolloutResponse struct {
 
 func (x *FederatedServiceRolloutResponse) Reset() {
 	*x = FederatedServiceRolloutResponse{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[64]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4446,7 +4825,7 @@ func (x *FederatedServiceRolloutResponse) String() string {
 func (*FederatedServiceRolloutResponse) ProtoMessage() {}
 
 func (x *FederatedServiceRolloutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[64]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4459,7 +4838,7 @@ func (x *FederatedServiceRolloutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FederatedServiceRolloutResponse.ProtoReflect.Descriptor instead.
 func (*FederatedServiceRolloutResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{64}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *FederatedServiceRolloutResponse) GetService() *FederatedService {
@@ -4478,7 +4857,7 @@ type DeleteFederatedServiceRequest struct {
 
 func (x *DeleteFederatedServiceRequest) Reset() {
 	*x = DeleteFederatedServiceRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[65]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4490,7 +4869,7 @@ func (x *DeleteFederatedServiceRequest) String() string {
 func (*DeleteFederatedServiceRequest) ProtoMessage() {}
 
 func (x *DeleteFederatedServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[65]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4503,7 +4882,7 @@ func (x *DeleteFederatedServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteFederatedServiceRequest.ProtoReflect.Descriptor instead.
 func (*DeleteFederatedServiceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{65}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *DeleteFederatedServiceRequest) GetServiceId() string {
@@ -4521,7 +4900,7 @@ type DeleteFederatedServiceResponse struct {
 
 func (x *DeleteFederatedServiceResponse) Reset() {
 	*x = DeleteFederatedServiceResponse{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[66]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4533,7 +4912,7 @@ func (x *DeleteFederatedServiceResponse) String() string {
 func (*DeleteFederatedServiceResponse) ProtoMessage() {}
 
 func (x *DeleteFederatedServiceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[66]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4546,7 +4925,7 @@ func (x *DeleteFederatedServiceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteFederatedServiceResponse.ProtoReflect.Descriptor instead.
 func (*DeleteFederatedServiceResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{66}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{69}
 }
 
 // The global SLA evaluator. A cluster stack started with --federation asks
@@ -4571,7 +4950,7 @@ type RequestDisruptionRequest struct {
 
 func (x *RequestDisruptionRequest) Reset() {
 	*x = RequestDisruptionRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[67]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4583,7 +4962,7 @@ func (x *RequestDisruptionRequest) String() string {
 func (*RequestDisruptionRequest) ProtoMessage() {}
 
 func (x *RequestDisruptionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[67]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4596,7 +4975,7 @@ func (x *RequestDisruptionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestDisruptionRequest.ProtoReflect.Descriptor instead.
 func (*RequestDisruptionRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{67}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *RequestDisruptionRequest) GetCluster() string {
@@ -4659,7 +5038,7 @@ type RequestDisruptionResponse struct {
 
 func (x *RequestDisruptionResponse) Reset() {
 	*x = RequestDisruptionResponse{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[68]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4671,7 +5050,7 @@ func (x *RequestDisruptionResponse) String() string {
 func (*RequestDisruptionResponse) ProtoMessage() {}
 
 func (x *RequestDisruptionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[68]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4684,7 +5063,7 @@ func (x *RequestDisruptionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestDisruptionResponse.ProtoReflect.Descriptor instead.
 func (*RequestDisruptionResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{68}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *RequestDisruptionResponse) GetGrantId() string {
@@ -4717,7 +5096,7 @@ type ReleaseDisruptionRequest struct {
 
 func (x *ReleaseDisruptionRequest) Reset() {
 	*x = ReleaseDisruptionRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[69]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4729,7 +5108,7 @@ func (x *ReleaseDisruptionRequest) String() string {
 func (*ReleaseDisruptionRequest) ProtoMessage() {}
 
 func (x *ReleaseDisruptionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[69]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4742,7 +5121,7 @@ func (x *ReleaseDisruptionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseDisruptionRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseDisruptionRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{69}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *ReleaseDisruptionRequest) GetGrantId() string {
@@ -4760,7 +5139,7 @@ type ReleaseDisruptionResponse struct {
 
 func (x *ReleaseDisruptionResponse) Reset() {
 	*x = ReleaseDisruptionResponse{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[70]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4772,7 +5151,7 @@ func (x *ReleaseDisruptionResponse) String() string {
 func (*ReleaseDisruptionResponse) ProtoMessage() {}
 
 func (x *ReleaseDisruptionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[70]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4785,7 +5164,7 @@ func (x *ReleaseDisruptionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseDisruptionResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseDisruptionResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{70}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{73}
 }
 
 type RenewDisruptionRequest struct {
@@ -4798,7 +5177,7 @@ type RenewDisruptionRequest struct {
 
 func (x *RenewDisruptionRequest) Reset() {
 	*x = RenewDisruptionRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[71]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4810,7 +5189,7 @@ func (x *RenewDisruptionRequest) String() string {
 func (*RenewDisruptionRequest) ProtoMessage() {}
 
 func (x *RenewDisruptionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[71]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4823,7 +5202,7 @@ func (x *RenewDisruptionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewDisruptionRequest.ProtoReflect.Descriptor instead.
 func (*RenewDisruptionRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{71}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *RenewDisruptionRequest) GetGrantId() string {
@@ -4848,7 +5227,7 @@ type RenewDisruptionResponse struct {
 
 func (x *RenewDisruptionResponse) Reset() {
 	*x = RenewDisruptionResponse{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[72]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4860,7 +5239,7 @@ func (x *RenewDisruptionResponse) String() string {
 func (*RenewDisruptionResponse) ProtoMessage() {}
 
 func (x *RenewDisruptionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[72]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4873,7 +5252,7 @@ func (x *RenewDisruptionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewDisruptionResponse.ProtoReflect.Descriptor instead.
 func (*RenewDisruptionResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{72}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{75}
 }
 
 type ReportUnavailableRequest struct {
@@ -4893,7 +5272,7 @@ type ReportUnavailableRequest struct {
 
 func (x *ReportUnavailableRequest) Reset() {
 	*x = ReportUnavailableRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[73]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4905,7 +5284,7 @@ func (x *ReportUnavailableRequest) String() string {
 func (*ReportUnavailableRequest) ProtoMessage() {}
 
 func (x *ReportUnavailableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[73]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4918,7 +5297,7 @@ func (x *ReportUnavailableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportUnavailableRequest.ProtoReflect.Descriptor instead.
 func (*ReportUnavailableRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{73}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *ReportUnavailableRequest) GetCluster() string {
@@ -4957,7 +5336,7 @@ type ReportUnavailableResponse struct {
 
 func (x *ReportUnavailableResponse) Reset() {
 	*x = ReportUnavailableResponse{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[74]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4969,7 +5348,7 @@ func (x *ReportUnavailableResponse) String() string {
 func (*ReportUnavailableResponse) ProtoMessage() {}
 
 func (x *ReportUnavailableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[74]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4982,7 +5361,7 @@ func (x *ReportUnavailableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportUnavailableResponse.ProtoReflect.Descriptor instead.
 func (*ReportUnavailableResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{74}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{77}
 }
 
 // SlaGrant is a grant of the global evaluator as kept in etcd.
@@ -5001,7 +5380,7 @@ type SlaGrant struct {
 
 func (x *SlaGrant) Reset() {
 	*x = SlaGrant{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[75]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5013,7 +5392,7 @@ func (x *SlaGrant) String() string {
 func (*SlaGrant) ProtoMessage() {}
 
 func (x *SlaGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[75]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5026,7 +5405,7 @@ func (x *SlaGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlaGrant.ProtoReflect.Descriptor instead.
 func (*SlaGrant) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{75}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *SlaGrant) GetId() string {
@@ -5254,11 +5633,33 @@ const file_peloton_api_v1_federation_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xab\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe8\x01\n" +
 	"\x10ServicePlacement\x128\n" +
 	"\bclusters\x18\x01 \x03(\v2\x1c.peloton.api.v1.ClusterShareR\bclusters\x12!\n" +
 	"\fmin_clusters\x18\x02 \x01(\rR\vminClusters\x12:\n" +
-	"\bfailover\x18\x03 \x01(\v2\x1e.peloton.api.v1.FailoverPolicyR\bfailover\"\\\n" +
+	"\bfailover\x18\x03 \x01(\v2\x1e.peloton.api.v1.FailoverPolicyR\bfailover\x12;\n" +
+	"\trebalance\x18\x04 \x01(\x0e2\x1d.peloton.api.v1.RebalanceModeR\trebalance\"\xf5\x04\n" +
+	"\x10ServiceRebalance\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\rR\x02id\x124\n" +
+	"\x05state\x18\x02 \x01(\x0e2\x1e.peloton.api.v1.RebalanceStateR\x05state\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12>\n" +
+	"\x04from\x18\x04 \x03(\v2*.peloton.api.v1.ServiceRebalance.FromEntryR\x04from\x128\n" +
+	"\x02to\x18\x05 \x03(\v2(.peloton.api.v1.ServiceRebalance.ToEntryR\x02to\x12\x1a\n" +
+	"\bclusters\x18\x06 \x03(\tR\bclusters\x12\x14\n" +
+	"\x05moved\x18\a \x01(\rR\x05moved\x12\x18\n" +
+	"\agrowing\x18\b \x01(\rR\agrowing\x12\x18\n" +
+	"\awaiting\x18\t \x01(\tR\awaiting\x12?\n" +
+	"\rwaiting_since\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\fwaitingSince\x12;\n" +
+	"\vcreate_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\x125\n" +
+	"\bend_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x1a7\n" +
+	"\tFromEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\x1a5\n" +
+	"\aToEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\"\\\n" +
 	"\x0eFailoverPolicy\x12-\n" +
 	"\x12toleration_seconds\x18\x01 \x01(\rR\x11tolerationSeconds\x12\x1b\n" +
 	"\tmove_back\x18\x02 \x01(\bR\bmoveBack\"\xb8\x01\n" +
@@ -5348,7 +5749,7 @@ const file_peloton_api_v1_federation_proto_rawDesc = "" +
 	"\tplacement\x18\x05 \x01(\v2 .peloton.api.v1.ServicePlacementR\tplacement\x1a]\n" +
 	"\x0eOverridesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x125\n" +
-	"\x05value\x18\x02 \x01(\v2\x1f.peloton.api.v1.ClusterOverrideR\x05value:\x028\x01\"\xfc\x04\n" +
+	"\x05value\x18\x02 \x01(\v2\x1f.peloton.api.v1.ClusterOverrideR\x05value:\x028\x01\"\xd9\x05\n" +
 	"\x10FederatedService\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x128\n" +
 	"\x04spec\x18\x02 \x01(\v2$.peloton.api.v1.FederatedServiceSpecR\x04spec\x12;\n" +
@@ -5367,7 +5768,9 @@ const file_peloton_api_v1_federation_proto_rawDesc = "" +
 	"\ahistory\x18\r \x03(\v2\x1e.peloton.api.v1.ServiceRolloutR\ahistory\x12\x18\n" +
 	"\ahealthy\x18\x0e \x01(\rR\ahealthy\x12\x18\n" +
 	"\aupdated\x18\x0f \x01(\rR\aupdated\x12\x1a\n" +
-	"\barchived\x18\x10 \x01(\bR\barchived\"x\n" +
+	"\barchived\x18\x10 \x01(\bR\barchived\x12>\n" +
+	"\trebalance\x18\x11 \x01(\v2 .peloton.api.v1.ServiceRebalanceR\trebalance\x12\x1b\n" +
+	"\tplaced_on\x18\x12 \x03(\tR\bplacedOn\"x\n" +
 	"\x1dCreateFederatedServiceRequest\x128\n" +
 	"\x04spec\x18\x01 \x01(\v2$.peloton.api.v1.FederatedServiceSpecR\x04spec\x12\x1d\n" +
 	"\n" +
@@ -5417,7 +5820,12 @@ const file_peloton_api_v1_federation_proto_rawDesc = "" +
 	"service_id\x18\x01 \x01(\tR\tserviceId\"?\n" +
 	"\x1eApproveFederatedServiceRequest\x12\x1d\n" +
 	"\n" +
-	"service_id\x18\x01 \x01(\tR\tserviceId\"]\n" +
+	"service_id\x18\x01 \x01(\tR\tserviceId\"A\n" +
+	" RebalanceFederatedServiceRequest\x12\x1d\n" +
+	"\n" +
+	"service_id\x18\x01 \x01(\tR\tserviceId\"_\n" +
+	"!RebalanceFederatedServiceResponse\x12:\n" +
+	"\aservice\x18\x01 \x01(\v2 .peloton.api.v1.FederatedServiceR\aservice\"]\n" +
 	"\x1fFederatedServiceRolloutResponse\x12:\n" +
 	"\aservice\x18\x01 \x01(\v2 .peloton.api.v1.FederatedServiceR\aservice\">\n" +
 	"\x1dDeleteFederatedServiceRequest\x12\x1d\n" +
@@ -5472,7 +5880,17 @@ const file_peloton_api_v1_federation_proto_rawDesc = "" +
 	"\n" +
 	"DISPATCHED\x10\x02\x12\x13\n" +
 	"\x0fDISPATCH_MOVING\x10\x03\x12\x11\n" +
-	"\rDISPATCH_DONE\x10\x04*\xc9\x01\n" +
+	"\rDISPATCH_DONE\x10\x04*%\n" +
+	"\rRebalanceMode\x12\b\n" +
+	"\x04AUTO\x10\x00\x12\n" +
+	"\n" +
+	"\x06MANUAL\x10\x01*\x8b\x01\n" +
+	"\x0eRebalanceState\x12\x1f\n" +
+	"\x1bREBALANCE_STATE_UNSPECIFIED\x10\x00\x12\x15\n" +
+	"\x11REBALANCE_PENDING\x10\x01\x12\x14\n" +
+	"\x10REBALANCE_MOVING\x10\x02\x12\x12\n" +
+	"\x0eREBALANCE_DONE\x10\x03\x12\x17\n" +
+	"\x13REBALANCE_CANCELLED\x10\x04*\xc9\x01\n" +
 	"\fRolloutState\x12\x1d\n" +
 	"\x19ROLLOUT_STATE_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fROLLOUT_ROLLING\x10\x01\x12\x12\n" +
@@ -5509,7 +5927,8 @@ const file_peloton_api_v1_federation_proto_rawDesc = "" +
 	"\x12CreateFederatedJob\x12).peloton.api.v1.CreateFederatedJobRequest\x1a*.peloton.api.v1.CreateFederatedJobResponse\x12b\n" +
 	"\x0fGetFederatedJob\x12&.peloton.api.v1.GetFederatedJobRequest\x1a'.peloton.api.v1.GetFederatedJobResponse\x12h\n" +
 	"\x11ListFederatedJobs\x12(.peloton.api.v1.ListFederatedJobsRequest\x1a).peloton.api.v1.ListFederatedJobsResponse\x12e\n" +
-	"\x10KillFederatedJob\x12'.peloton.api.v1.KillFederatedJobRequest\x1a(.peloton.api.v1.KillFederatedJobResponse2\xce\t\n" +
+	"\x10KillFederatedJob\x12'.peloton.api.v1.KillFederatedJobRequest\x1a(.peloton.api.v1.KillFederatedJobResponse2\xd1\n" +
+	"\n" +
 	"\x17FederatedServiceService\x12w\n" +
 	"\x16CreateFederatedService\x12-.peloton.api.v1.CreateFederatedServiceRequest\x1a..peloton.api.v1.CreateFederatedServiceResponse\x12n\n" +
 	"\x13GetFederatedService\x12*.peloton.api.v1.GetFederatedServiceRequest\x1a+.peloton.api.v1.GetFederatedServiceResponse\x12t\n" +
@@ -5520,7 +5939,8 @@ const file_peloton_api_v1_federation_proto_rawDesc = "" +
 	"\x16ResumeFederatedService\x12-.peloton.api.v1.ResumeFederatedServiceRequest\x1a/.peloton.api.v1.FederatedServiceRolloutResponse\x12v\n" +
 	"\x15AbortFederatedService\x12,.peloton.api.v1.AbortFederatedServiceRequest\x1a/.peloton.api.v1.FederatedServiceRolloutResponse\x12|\n" +
 	"\x18RollbackFederatedService\x12/.peloton.api.v1.RollbackFederatedServiceRequest\x1a/.peloton.api.v1.FederatedServiceRolloutResponse\x12z\n" +
-	"\x17ApproveFederatedService\x12..peloton.api.v1.ApproveFederatedServiceRequest\x1a/.peloton.api.v1.FederatedServiceRolloutResponse2\xb4\x03\n" +
+	"\x17ApproveFederatedService\x12..peloton.api.v1.ApproveFederatedServiceRequest\x1a/.peloton.api.v1.FederatedServiceRolloutResponse\x12\x80\x01\n" +
+	"\x19RebalanceFederatedService\x120.peloton.api.v1.RebalanceFederatedServiceRequest\x1a1.peloton.api.v1.RebalanceFederatedServiceResponse2\xb4\x03\n" +
 	"\x10GlobalSlaService\x12h\n" +
 	"\x11RequestDisruption\x12(.peloton.api.v1.RequestDisruptionRequest\x1a).peloton.api.v1.RequestDisruptionResponse\x12h\n" +
 	"\x11ReleaseDisruption\x12(.peloton.api.v1.ReleaseDisruptionRequest\x1a).peloton.api.v1.ReleaseDisruptionResponse\x12b\n" +
@@ -5539,263 +5959,281 @@ func file_peloton_api_v1_federation_proto_rawDescGZIP() []byte {
 	return file_peloton_api_v1_federation_proto_rawDescData
 }
 
-var file_peloton_api_v1_federation_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_peloton_api_v1_federation_proto_msgTypes = make([]protoimpl.MessageInfo, 86)
+var file_peloton_api_v1_federation_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
+var file_peloton_api_v1_federation_proto_msgTypes = make([]protoimpl.MessageInfo, 91)
 var file_peloton_api_v1_federation_proto_goTypes = []any{
-	(ClusterState)(0),                       // 0: peloton.api.v1.ClusterState
-	(DispatchState)(0),                      // 1: peloton.api.v1.DispatchState
-	(RolloutState)(0),                       // 2: peloton.api.v1.RolloutState
-	(RolloutStepState)(0),                   // 3: peloton.api.v1.RolloutStepState
-	(*Cluster)(nil),                         // 4: peloton.api.v1.Cluster
-	(*RegisterClusterRequest)(nil),          // 5: peloton.api.v1.RegisterClusterRequest
-	(*RegisterClusterResponse)(nil),         // 6: peloton.api.v1.RegisterClusterResponse
-	(*DeregisterClusterRequest)(nil),        // 7: peloton.api.v1.DeregisterClusterRequest
-	(*DeregisterClusterResponse)(nil),       // 8: peloton.api.v1.DeregisterClusterResponse
-	(*GetClusterRequest)(nil),               // 9: peloton.api.v1.GetClusterRequest
-	(*GetClusterResponse)(nil),              // 10: peloton.api.v1.GetClusterResponse
-	(*ListClustersRequest)(nil),             // 11: peloton.api.v1.ListClustersRequest
-	(*ListClustersResponse)(nil),            // 12: peloton.api.v1.ListClustersResponse
-	(*CordonClusterRequest)(nil),            // 13: peloton.api.v1.CordonClusterRequest
-	(*CordonClusterResponse)(nil),           // 14: peloton.api.v1.CordonClusterResponse
-	(*UncordonClusterRequest)(nil),          // 15: peloton.api.v1.UncordonClusterRequest
-	(*UncordonClusterResponse)(nil),         // 16: peloton.api.v1.UncordonClusterResponse
-	(*FederatedPoolPlacement)(nil),          // 17: peloton.api.v1.FederatedPoolPlacement
-	(*FederatedPoolSpec)(nil),               // 18: peloton.api.v1.FederatedPoolSpec
-	(*FederatedPoolCluster)(nil),            // 19: peloton.api.v1.FederatedPoolCluster
-	(*FederatedPool)(nil),                   // 20: peloton.api.v1.FederatedPool
-	(*CreateFederatedPoolRequest)(nil),      // 21: peloton.api.v1.CreateFederatedPoolRequest
-	(*CreateFederatedPoolResponse)(nil),     // 22: peloton.api.v1.CreateFederatedPoolResponse
-	(*GetFederatedPoolRequest)(nil),         // 23: peloton.api.v1.GetFederatedPoolRequest
-	(*GetFederatedPoolResponse)(nil),        // 24: peloton.api.v1.GetFederatedPoolResponse
-	(*UpdateFederatedPoolRequest)(nil),      // 25: peloton.api.v1.UpdateFederatedPoolRequest
-	(*UpdateFederatedPoolResponse)(nil),     // 26: peloton.api.v1.UpdateFederatedPoolResponse
-	(*DeleteFederatedPoolRequest)(nil),      // 27: peloton.api.v1.DeleteFederatedPoolRequest
-	(*DeleteFederatedPoolResponse)(nil),     // 28: peloton.api.v1.DeleteFederatedPoolResponse
-	(*ListFederatedPoolsRequest)(nil),       // 29: peloton.api.v1.ListFederatedPoolsRequest
-	(*ListFederatedPoolsResponse)(nil),      // 30: peloton.api.v1.ListFederatedPoolsResponse
-	(*FederatedJobPlacement)(nil),           // 31: peloton.api.v1.FederatedJobPlacement
-	(*FederatedJobSpec)(nil),                // 32: peloton.api.v1.FederatedJobSpec
-	(*FederatedJobAttempt)(nil),             // 33: peloton.api.v1.FederatedJobAttempt
-	(*FederatedJob)(nil),                    // 34: peloton.api.v1.FederatedJob
-	(*CreateFederatedJobRequest)(nil),       // 35: peloton.api.v1.CreateFederatedJobRequest
-	(*CreateFederatedJobResponse)(nil),      // 36: peloton.api.v1.CreateFederatedJobResponse
-	(*GetFederatedJobRequest)(nil),          // 37: peloton.api.v1.GetFederatedJobRequest
-	(*GetFederatedJobResponse)(nil),         // 38: peloton.api.v1.GetFederatedJobResponse
-	(*ListFederatedJobsRequest)(nil),        // 39: peloton.api.v1.ListFederatedJobsRequest
-	(*ListFederatedJobsResponse)(nil),       // 40: peloton.api.v1.ListFederatedJobsResponse
-	(*KillFederatedJobRequest)(nil),         // 41: peloton.api.v1.KillFederatedJobRequest
-	(*KillFederatedJobResponse)(nil),        // 42: peloton.api.v1.KillFederatedJobResponse
-	(*ClusterShare)(nil),                    // 43: peloton.api.v1.ClusterShare
-	(*ClusterOverride)(nil),                 // 44: peloton.api.v1.ClusterOverride
-	(*ServicePlacement)(nil),                // 45: peloton.api.v1.ServicePlacement
-	(*FailoverPolicy)(nil),                  // 46: peloton.api.v1.FailoverPolicy
-	(*FederatedServiceSpec)(nil),            // 47: peloton.api.v1.FederatedServiceSpec
-	(*ServiceCluster)(nil),                  // 48: peloton.api.v1.ServiceCluster
-	(*RolloutSpec)(nil),                     // 49: peloton.api.v1.RolloutSpec
-	(*RolloutStepSpec)(nil),                 // 50: peloton.api.v1.RolloutStepSpec
-	(*RolloutStep)(nil),                     // 51: peloton.api.v1.RolloutStep
-	(*ServiceRollout)(nil),                  // 52: peloton.api.v1.ServiceRollout
-	(*ServiceVersion)(nil),                  // 53: peloton.api.v1.ServiceVersion
-	(*FederatedService)(nil),                // 54: peloton.api.v1.FederatedService
-	(*CreateFederatedServiceRequest)(nil),   // 55: peloton.api.v1.CreateFederatedServiceRequest
-	(*CreateFederatedServiceResponse)(nil),  // 56: peloton.api.v1.CreateFederatedServiceResponse
-	(*GetFederatedServiceRequest)(nil),      // 57: peloton.api.v1.GetFederatedServiceRequest
-	(*GetFederatedServiceResponse)(nil),     // 58: peloton.api.v1.GetFederatedServiceResponse
-	(*ListFederatedServicesRequest)(nil),    // 59: peloton.api.v1.ListFederatedServicesRequest
-	(*ListFederatedServicesResponse)(nil),   // 60: peloton.api.v1.ListFederatedServicesResponse
-	(*UpdateFederatedServiceRequest)(nil),   // 61: peloton.api.v1.UpdateFederatedServiceRequest
-	(*UpdateFederatedServiceResponse)(nil),  // 62: peloton.api.v1.UpdateFederatedServiceResponse
-	(*PauseFederatedServiceRequest)(nil),    // 63: peloton.api.v1.PauseFederatedServiceRequest
-	(*ResumeFederatedServiceRequest)(nil),   // 64: peloton.api.v1.ResumeFederatedServiceRequest
-	(*AbortFederatedServiceRequest)(nil),    // 65: peloton.api.v1.AbortFederatedServiceRequest
-	(*RollbackFederatedServiceRequest)(nil), // 66: peloton.api.v1.RollbackFederatedServiceRequest
-	(*ApproveFederatedServiceRequest)(nil),  // 67: peloton.api.v1.ApproveFederatedServiceRequest
-	(*FederatedServiceRolloutResponse)(nil), // 68: peloton.api.v1.FederatedServiceRolloutResponse
-	(*DeleteFederatedServiceRequest)(nil),   // 69: peloton.api.v1.DeleteFederatedServiceRequest
-	(*DeleteFederatedServiceResponse)(nil),  // 70: peloton.api.v1.DeleteFederatedServiceResponse
-	(*RequestDisruptionRequest)(nil),        // 71: peloton.api.v1.RequestDisruptionRequest
-	(*RequestDisruptionResponse)(nil),       // 72: peloton.api.v1.RequestDisruptionResponse
-	(*ReleaseDisruptionRequest)(nil),        // 73: peloton.api.v1.ReleaseDisruptionRequest
-	(*ReleaseDisruptionResponse)(nil),       // 74: peloton.api.v1.ReleaseDisruptionResponse
-	(*RenewDisruptionRequest)(nil),          // 75: peloton.api.v1.RenewDisruptionRequest
-	(*RenewDisruptionResponse)(nil),         // 76: peloton.api.v1.RenewDisruptionResponse
-	(*ReportUnavailableRequest)(nil),        // 77: peloton.api.v1.ReportUnavailableRequest
-	(*ReportUnavailableResponse)(nil),       // 78: peloton.api.v1.ReportUnavailableResponse
-	(*SlaGrant)(nil),                        // 79: peloton.api.v1.SlaGrant
-	nil,                                     // 80: peloton.api.v1.Cluster.LabelsEntry
-	nil,                                     // 81: peloton.api.v1.RegisterClusterRequest.LabelsEntry
-	nil,                                     // 82: peloton.api.v1.FederatedPoolPlacement.WeightsEntry
-	nil,                                     // 83: peloton.api.v1.FederatedJobPlacement.ClusterSelectorEntry
-	nil,                                     // 84: peloton.api.v1.ClusterShare.SelectorEntry
-	nil,                                     // 85: peloton.api.v1.ClusterOverride.EnvEntry
-	nil,                                     // 86: peloton.api.v1.ClusterOverride.LabelsEntry
-	nil,                                     // 87: peloton.api.v1.ServiceCluster.CoveringEntry
-	nil,                                     // 88: peloton.api.v1.ServiceVersion.OverridesEntry
-	nil,                                     // 89: peloton.api.v1.CreateFederatedServiceResponse.SplitEntry
-	(*timestamppb.Timestamp)(nil),           // 90: google.protobuf.Timestamp
-	(*Resources)(nil),                       // 91: peloton.api.v1.Resources
-	(*PoolSpec)(nil),                        // 92: peloton.api.v1.PoolSpec
-	(*PoolStatus)(nil),                      // 93: peloton.api.v1.PoolStatus
-	(*JobSpec)(nil),                         // 94: peloton.api.v1.JobSpec
-	(*JobStatus)(nil),                       // 95: peloton.api.v1.JobStatus
-	(JobState)(0),                           // 96: peloton.api.v1.JobState
-	(*UpdateSpec)(nil),                      // 97: peloton.api.v1.UpdateSpec
+	(ClusterState)(0),                         // 0: peloton.api.v1.ClusterState
+	(DispatchState)(0),                        // 1: peloton.api.v1.DispatchState
+	(RebalanceMode)(0),                        // 2: peloton.api.v1.RebalanceMode
+	(RebalanceState)(0),                       // 3: peloton.api.v1.RebalanceState
+	(RolloutState)(0),                         // 4: peloton.api.v1.RolloutState
+	(RolloutStepState)(0),                     // 5: peloton.api.v1.RolloutStepState
+	(*Cluster)(nil),                           // 6: peloton.api.v1.Cluster
+	(*RegisterClusterRequest)(nil),            // 7: peloton.api.v1.RegisterClusterRequest
+	(*RegisterClusterResponse)(nil),           // 8: peloton.api.v1.RegisterClusterResponse
+	(*DeregisterClusterRequest)(nil),          // 9: peloton.api.v1.DeregisterClusterRequest
+	(*DeregisterClusterResponse)(nil),         // 10: peloton.api.v1.DeregisterClusterResponse
+	(*GetClusterRequest)(nil),                 // 11: peloton.api.v1.GetClusterRequest
+	(*GetClusterResponse)(nil),                // 12: peloton.api.v1.GetClusterResponse
+	(*ListClustersRequest)(nil),               // 13: peloton.api.v1.ListClustersRequest
+	(*ListClustersResponse)(nil),              // 14: peloton.api.v1.ListClustersResponse
+	(*CordonClusterRequest)(nil),              // 15: peloton.api.v1.CordonClusterRequest
+	(*CordonClusterResponse)(nil),             // 16: peloton.api.v1.CordonClusterResponse
+	(*UncordonClusterRequest)(nil),            // 17: peloton.api.v1.UncordonClusterRequest
+	(*UncordonClusterResponse)(nil),           // 18: peloton.api.v1.UncordonClusterResponse
+	(*FederatedPoolPlacement)(nil),            // 19: peloton.api.v1.FederatedPoolPlacement
+	(*FederatedPoolSpec)(nil),                 // 20: peloton.api.v1.FederatedPoolSpec
+	(*FederatedPoolCluster)(nil),              // 21: peloton.api.v1.FederatedPoolCluster
+	(*FederatedPool)(nil),                     // 22: peloton.api.v1.FederatedPool
+	(*CreateFederatedPoolRequest)(nil),        // 23: peloton.api.v1.CreateFederatedPoolRequest
+	(*CreateFederatedPoolResponse)(nil),       // 24: peloton.api.v1.CreateFederatedPoolResponse
+	(*GetFederatedPoolRequest)(nil),           // 25: peloton.api.v1.GetFederatedPoolRequest
+	(*GetFederatedPoolResponse)(nil),          // 26: peloton.api.v1.GetFederatedPoolResponse
+	(*UpdateFederatedPoolRequest)(nil),        // 27: peloton.api.v1.UpdateFederatedPoolRequest
+	(*UpdateFederatedPoolResponse)(nil),       // 28: peloton.api.v1.UpdateFederatedPoolResponse
+	(*DeleteFederatedPoolRequest)(nil),        // 29: peloton.api.v1.DeleteFederatedPoolRequest
+	(*DeleteFederatedPoolResponse)(nil),       // 30: peloton.api.v1.DeleteFederatedPoolResponse
+	(*ListFederatedPoolsRequest)(nil),         // 31: peloton.api.v1.ListFederatedPoolsRequest
+	(*ListFederatedPoolsResponse)(nil),        // 32: peloton.api.v1.ListFederatedPoolsResponse
+	(*FederatedJobPlacement)(nil),             // 33: peloton.api.v1.FederatedJobPlacement
+	(*FederatedJobSpec)(nil),                  // 34: peloton.api.v1.FederatedJobSpec
+	(*FederatedJobAttempt)(nil),               // 35: peloton.api.v1.FederatedJobAttempt
+	(*FederatedJob)(nil),                      // 36: peloton.api.v1.FederatedJob
+	(*CreateFederatedJobRequest)(nil),         // 37: peloton.api.v1.CreateFederatedJobRequest
+	(*CreateFederatedJobResponse)(nil),        // 38: peloton.api.v1.CreateFederatedJobResponse
+	(*GetFederatedJobRequest)(nil),            // 39: peloton.api.v1.GetFederatedJobRequest
+	(*GetFederatedJobResponse)(nil),           // 40: peloton.api.v1.GetFederatedJobResponse
+	(*ListFederatedJobsRequest)(nil),          // 41: peloton.api.v1.ListFederatedJobsRequest
+	(*ListFederatedJobsResponse)(nil),         // 42: peloton.api.v1.ListFederatedJobsResponse
+	(*KillFederatedJobRequest)(nil),           // 43: peloton.api.v1.KillFederatedJobRequest
+	(*KillFederatedJobResponse)(nil),          // 44: peloton.api.v1.KillFederatedJobResponse
+	(*ClusterShare)(nil),                      // 45: peloton.api.v1.ClusterShare
+	(*ClusterOverride)(nil),                   // 46: peloton.api.v1.ClusterOverride
+	(*ServicePlacement)(nil),                  // 47: peloton.api.v1.ServicePlacement
+	(*ServiceRebalance)(nil),                  // 48: peloton.api.v1.ServiceRebalance
+	(*FailoverPolicy)(nil),                    // 49: peloton.api.v1.FailoverPolicy
+	(*FederatedServiceSpec)(nil),              // 50: peloton.api.v1.FederatedServiceSpec
+	(*ServiceCluster)(nil),                    // 51: peloton.api.v1.ServiceCluster
+	(*RolloutSpec)(nil),                       // 52: peloton.api.v1.RolloutSpec
+	(*RolloutStepSpec)(nil),                   // 53: peloton.api.v1.RolloutStepSpec
+	(*RolloutStep)(nil),                       // 54: peloton.api.v1.RolloutStep
+	(*ServiceRollout)(nil),                    // 55: peloton.api.v1.ServiceRollout
+	(*ServiceVersion)(nil),                    // 56: peloton.api.v1.ServiceVersion
+	(*FederatedService)(nil),                  // 57: peloton.api.v1.FederatedService
+	(*CreateFederatedServiceRequest)(nil),     // 58: peloton.api.v1.CreateFederatedServiceRequest
+	(*CreateFederatedServiceResponse)(nil),    // 59: peloton.api.v1.CreateFederatedServiceResponse
+	(*GetFederatedServiceRequest)(nil),        // 60: peloton.api.v1.GetFederatedServiceRequest
+	(*GetFederatedServiceResponse)(nil),       // 61: peloton.api.v1.GetFederatedServiceResponse
+	(*ListFederatedServicesRequest)(nil),      // 62: peloton.api.v1.ListFederatedServicesRequest
+	(*ListFederatedServicesResponse)(nil),     // 63: peloton.api.v1.ListFederatedServicesResponse
+	(*UpdateFederatedServiceRequest)(nil),     // 64: peloton.api.v1.UpdateFederatedServiceRequest
+	(*UpdateFederatedServiceResponse)(nil),    // 65: peloton.api.v1.UpdateFederatedServiceResponse
+	(*PauseFederatedServiceRequest)(nil),      // 66: peloton.api.v1.PauseFederatedServiceRequest
+	(*ResumeFederatedServiceRequest)(nil),     // 67: peloton.api.v1.ResumeFederatedServiceRequest
+	(*AbortFederatedServiceRequest)(nil),      // 68: peloton.api.v1.AbortFederatedServiceRequest
+	(*RollbackFederatedServiceRequest)(nil),   // 69: peloton.api.v1.RollbackFederatedServiceRequest
+	(*ApproveFederatedServiceRequest)(nil),    // 70: peloton.api.v1.ApproveFederatedServiceRequest
+	(*RebalanceFederatedServiceRequest)(nil),  // 71: peloton.api.v1.RebalanceFederatedServiceRequest
+	(*RebalanceFederatedServiceResponse)(nil), // 72: peloton.api.v1.RebalanceFederatedServiceResponse
+	(*FederatedServiceRolloutResponse)(nil),   // 73: peloton.api.v1.FederatedServiceRolloutResponse
+	(*DeleteFederatedServiceRequest)(nil),     // 74: peloton.api.v1.DeleteFederatedServiceRequest
+	(*DeleteFederatedServiceResponse)(nil),    // 75: peloton.api.v1.DeleteFederatedServiceResponse
+	(*RequestDisruptionRequest)(nil),          // 76: peloton.api.v1.RequestDisruptionRequest
+	(*RequestDisruptionResponse)(nil),         // 77: peloton.api.v1.RequestDisruptionResponse
+	(*ReleaseDisruptionRequest)(nil),          // 78: peloton.api.v1.ReleaseDisruptionRequest
+	(*ReleaseDisruptionResponse)(nil),         // 79: peloton.api.v1.ReleaseDisruptionResponse
+	(*RenewDisruptionRequest)(nil),            // 80: peloton.api.v1.RenewDisruptionRequest
+	(*RenewDisruptionResponse)(nil),           // 81: peloton.api.v1.RenewDisruptionResponse
+	(*ReportUnavailableRequest)(nil),          // 82: peloton.api.v1.ReportUnavailableRequest
+	(*ReportUnavailableResponse)(nil),         // 83: peloton.api.v1.ReportUnavailableResponse
+	(*SlaGrant)(nil),                          // 84: peloton.api.v1.SlaGrant
+	nil,                                       // 85: peloton.api.v1.Cluster.LabelsEntry
+	nil,                                       // 86: peloton.api.v1.RegisterClusterRequest.LabelsEntry
+	nil,                                       // 87: peloton.api.v1.FederatedPoolPlacement.WeightsEntry
+	nil,                                       // 88: peloton.api.v1.FederatedJobPlacement.ClusterSelectorEntry
+	nil,                                       // 89: peloton.api.v1.ClusterShare.SelectorEntry
+	nil,                                       // 90: peloton.api.v1.ClusterOverride.EnvEntry
+	nil,                                       // 91: peloton.api.v1.ClusterOverride.LabelsEntry
+	nil,                                       // 92: peloton.api.v1.ServiceRebalance.FromEntry
+	nil,                                       // 93: peloton.api.v1.ServiceRebalance.ToEntry
+	nil,                                       // 94: peloton.api.v1.ServiceCluster.CoveringEntry
+	nil,                                       // 95: peloton.api.v1.ServiceVersion.OverridesEntry
+	nil,                                       // 96: peloton.api.v1.CreateFederatedServiceResponse.SplitEntry
+	(*timestamppb.Timestamp)(nil),             // 97: google.protobuf.Timestamp
+	(*Resources)(nil),                         // 98: peloton.api.v1.Resources
+	(*PoolSpec)(nil),                          // 99: peloton.api.v1.PoolSpec
+	(*PoolStatus)(nil),                        // 100: peloton.api.v1.PoolStatus
+	(*JobSpec)(nil),                           // 101: peloton.api.v1.JobSpec
+	(*JobStatus)(nil),                         // 102: peloton.api.v1.JobStatus
+	(JobState)(0),                             // 103: peloton.api.v1.JobState
+	(*UpdateSpec)(nil),                        // 104: peloton.api.v1.UpdateSpec
 }
 var file_peloton_api_v1_federation_proto_depIdxs = []int32{
-	80,  // 0: peloton.api.v1.Cluster.labels:type_name -> peloton.api.v1.Cluster.LabelsEntry
+	85,  // 0: peloton.api.v1.Cluster.labels:type_name -> peloton.api.v1.Cluster.LabelsEntry
 	0,   // 1: peloton.api.v1.Cluster.state:type_name -> peloton.api.v1.ClusterState
 	0,   // 2: peloton.api.v1.Cluster.health:type_name -> peloton.api.v1.ClusterState
-	90,  // 3: peloton.api.v1.Cluster.registered_time:type_name -> google.protobuf.Timestamp
-	90,  // 4: peloton.api.v1.Cluster.last_seen_time:type_name -> google.protobuf.Timestamp
-	90,  // 5: peloton.api.v1.Cluster.state_time:type_name -> google.protobuf.Timestamp
-	91,  // 6: peloton.api.v1.Cluster.capacity:type_name -> peloton.api.v1.Resources
-	91,  // 7: peloton.api.v1.Cluster.allocation:type_name -> peloton.api.v1.Resources
-	81,  // 8: peloton.api.v1.RegisterClusterRequest.labels:type_name -> peloton.api.v1.RegisterClusterRequest.LabelsEntry
-	4,   // 9: peloton.api.v1.RegisterClusterResponse.cluster:type_name -> peloton.api.v1.Cluster
-	4,   // 10: peloton.api.v1.GetClusterResponse.cluster:type_name -> peloton.api.v1.Cluster
-	4,   // 11: peloton.api.v1.ListClustersResponse.clusters:type_name -> peloton.api.v1.Cluster
-	4,   // 12: peloton.api.v1.CordonClusterResponse.cluster:type_name -> peloton.api.v1.Cluster
-	4,   // 13: peloton.api.v1.UncordonClusterResponse.cluster:type_name -> peloton.api.v1.Cluster
-	82,  // 14: peloton.api.v1.FederatedPoolPlacement.weights:type_name -> peloton.api.v1.FederatedPoolPlacement.WeightsEntry
-	91,  // 15: peloton.api.v1.FederatedPoolSpec.reservation:type_name -> peloton.api.v1.Resources
-	91,  // 16: peloton.api.v1.FederatedPoolSpec.limit:type_name -> peloton.api.v1.Resources
-	91,  // 17: peloton.api.v1.FederatedPoolSpec.share:type_name -> peloton.api.v1.Resources
-	17,  // 18: peloton.api.v1.FederatedPoolSpec.placement:type_name -> peloton.api.v1.FederatedPoolPlacement
-	92,  // 19: peloton.api.v1.FederatedPoolCluster.desired:type_name -> peloton.api.v1.PoolSpec
-	92,  // 20: peloton.api.v1.FederatedPoolCluster.actual:type_name -> peloton.api.v1.PoolSpec
-	93,  // 21: peloton.api.v1.FederatedPoolCluster.status:type_name -> peloton.api.v1.PoolStatus
-	18,  // 22: peloton.api.v1.FederatedPool.spec:type_name -> peloton.api.v1.FederatedPoolSpec
-	19,  // 23: peloton.api.v1.FederatedPool.clusters:type_name -> peloton.api.v1.FederatedPoolCluster
-	93,  // 24: peloton.api.v1.FederatedPool.total:type_name -> peloton.api.v1.PoolStatus
-	18,  // 25: peloton.api.v1.CreateFederatedPoolRequest.spec:type_name -> peloton.api.v1.FederatedPoolSpec
-	20,  // 26: peloton.api.v1.CreateFederatedPoolResponse.pool:type_name -> peloton.api.v1.FederatedPool
-	20,  // 27: peloton.api.v1.GetFederatedPoolResponse.pool:type_name -> peloton.api.v1.FederatedPool
-	18,  // 28: peloton.api.v1.UpdateFederatedPoolRequest.spec:type_name -> peloton.api.v1.FederatedPoolSpec
-	20,  // 29: peloton.api.v1.UpdateFederatedPoolResponse.pool:type_name -> peloton.api.v1.FederatedPool
-	20,  // 30: peloton.api.v1.ListFederatedPoolsResponse.pools:type_name -> peloton.api.v1.FederatedPool
-	83,  // 31: peloton.api.v1.FederatedJobPlacement.cluster_selector:type_name -> peloton.api.v1.FederatedJobPlacement.ClusterSelectorEntry
-	94,  // 32: peloton.api.v1.FederatedJobSpec.job:type_name -> peloton.api.v1.JobSpec
-	31,  // 33: peloton.api.v1.FederatedJobSpec.placement:type_name -> peloton.api.v1.FederatedJobPlacement
-	90,  // 34: peloton.api.v1.FederatedJobAttempt.dispatch_time:type_name -> google.protobuf.Timestamp
-	32,  // 35: peloton.api.v1.FederatedJob.spec:type_name -> peloton.api.v1.FederatedJobSpec
+	97,  // 3: peloton.api.v1.Cluster.registered_time:type_name -> google.protobuf.Timestamp
+	97,  // 4: peloton.api.v1.Cluster.last_seen_time:type_name -> google.protobuf.Timestamp
+	97,  // 5: peloton.api.v1.Cluster.state_time:type_name -> google.protobuf.Timestamp
+	98,  // 6: peloton.api.v1.Cluster.capacity:type_name -> peloton.api.v1.Resources
+	98,  // 7: peloton.api.v1.Cluster.allocation:type_name -> peloton.api.v1.Resources
+	86,  // 8: peloton.api.v1.RegisterClusterRequest.labels:type_name -> peloton.api.v1.RegisterClusterRequest.LabelsEntry
+	6,   // 9: peloton.api.v1.RegisterClusterResponse.cluster:type_name -> peloton.api.v1.Cluster
+	6,   // 10: peloton.api.v1.GetClusterResponse.cluster:type_name -> peloton.api.v1.Cluster
+	6,   // 11: peloton.api.v1.ListClustersResponse.clusters:type_name -> peloton.api.v1.Cluster
+	6,   // 12: peloton.api.v1.CordonClusterResponse.cluster:type_name -> peloton.api.v1.Cluster
+	6,   // 13: peloton.api.v1.UncordonClusterResponse.cluster:type_name -> peloton.api.v1.Cluster
+	87,  // 14: peloton.api.v1.FederatedPoolPlacement.weights:type_name -> peloton.api.v1.FederatedPoolPlacement.WeightsEntry
+	98,  // 15: peloton.api.v1.FederatedPoolSpec.reservation:type_name -> peloton.api.v1.Resources
+	98,  // 16: peloton.api.v1.FederatedPoolSpec.limit:type_name -> peloton.api.v1.Resources
+	98,  // 17: peloton.api.v1.FederatedPoolSpec.share:type_name -> peloton.api.v1.Resources
+	19,  // 18: peloton.api.v1.FederatedPoolSpec.placement:type_name -> peloton.api.v1.FederatedPoolPlacement
+	99,  // 19: peloton.api.v1.FederatedPoolCluster.desired:type_name -> peloton.api.v1.PoolSpec
+	99,  // 20: peloton.api.v1.FederatedPoolCluster.actual:type_name -> peloton.api.v1.PoolSpec
+	100, // 21: peloton.api.v1.FederatedPoolCluster.status:type_name -> peloton.api.v1.PoolStatus
+	20,  // 22: peloton.api.v1.FederatedPool.spec:type_name -> peloton.api.v1.FederatedPoolSpec
+	21,  // 23: peloton.api.v1.FederatedPool.clusters:type_name -> peloton.api.v1.FederatedPoolCluster
+	100, // 24: peloton.api.v1.FederatedPool.total:type_name -> peloton.api.v1.PoolStatus
+	20,  // 25: peloton.api.v1.CreateFederatedPoolRequest.spec:type_name -> peloton.api.v1.FederatedPoolSpec
+	22,  // 26: peloton.api.v1.CreateFederatedPoolResponse.pool:type_name -> peloton.api.v1.FederatedPool
+	22,  // 27: peloton.api.v1.GetFederatedPoolResponse.pool:type_name -> peloton.api.v1.FederatedPool
+	20,  // 28: peloton.api.v1.UpdateFederatedPoolRequest.spec:type_name -> peloton.api.v1.FederatedPoolSpec
+	22,  // 29: peloton.api.v1.UpdateFederatedPoolResponse.pool:type_name -> peloton.api.v1.FederatedPool
+	22,  // 30: peloton.api.v1.ListFederatedPoolsResponse.pools:type_name -> peloton.api.v1.FederatedPool
+	88,  // 31: peloton.api.v1.FederatedJobPlacement.cluster_selector:type_name -> peloton.api.v1.FederatedJobPlacement.ClusterSelectorEntry
+	101, // 32: peloton.api.v1.FederatedJobSpec.job:type_name -> peloton.api.v1.JobSpec
+	33,  // 33: peloton.api.v1.FederatedJobSpec.placement:type_name -> peloton.api.v1.FederatedJobPlacement
+	97,  // 34: peloton.api.v1.FederatedJobAttempt.dispatch_time:type_name -> google.protobuf.Timestamp
+	34,  // 35: peloton.api.v1.FederatedJob.spec:type_name -> peloton.api.v1.FederatedJobSpec
 	1,   // 36: peloton.api.v1.FederatedJob.dispatch_state:type_name -> peloton.api.v1.DispatchState
-	95,  // 37: peloton.api.v1.FederatedJob.status:type_name -> peloton.api.v1.JobStatus
-	33,  // 38: peloton.api.v1.FederatedJob.attempts:type_name -> peloton.api.v1.FederatedJobAttempt
-	90,  // 39: peloton.api.v1.FederatedJob.create_time:type_name -> google.protobuf.Timestamp
-	32,  // 40: peloton.api.v1.CreateFederatedJobRequest.spec:type_name -> peloton.api.v1.FederatedJobSpec
-	34,  // 41: peloton.api.v1.GetFederatedJobResponse.job:type_name -> peloton.api.v1.FederatedJob
-	34,  // 42: peloton.api.v1.ListFederatedJobsResponse.jobs:type_name -> peloton.api.v1.FederatedJob
-	84,  // 43: peloton.api.v1.ClusterShare.selector:type_name -> peloton.api.v1.ClusterShare.SelectorEntry
-	44,  // 44: peloton.api.v1.ClusterShare.override:type_name -> peloton.api.v1.ClusterOverride
-	85,  // 45: peloton.api.v1.ClusterOverride.env:type_name -> peloton.api.v1.ClusterOverride.EnvEntry
-	91,  // 46: peloton.api.v1.ClusterOverride.resources:type_name -> peloton.api.v1.Resources
-	86,  // 47: peloton.api.v1.ClusterOverride.labels:type_name -> peloton.api.v1.ClusterOverride.LabelsEntry
-	43,  // 48: peloton.api.v1.ServicePlacement.clusters:type_name -> peloton.api.v1.ClusterShare
-	46,  // 49: peloton.api.v1.ServicePlacement.failover:type_name -> peloton.api.v1.FailoverPolicy
-	94,  // 50: peloton.api.v1.FederatedServiceSpec.job:type_name -> peloton.api.v1.JobSpec
-	45,  // 51: peloton.api.v1.FederatedServiceSpec.placement:type_name -> peloton.api.v1.ServicePlacement
-	49,  // 52: peloton.api.v1.FederatedServiceSpec.rollout:type_name -> peloton.api.v1.RolloutSpec
-	96,  // 53: peloton.api.v1.ServiceCluster.state:type_name -> peloton.api.v1.JobState
-	87,  // 54: peloton.api.v1.ServiceCluster.covering:type_name -> peloton.api.v1.ServiceCluster.CoveringEntry
-	44,  // 55: peloton.api.v1.ServiceCluster.override:type_name -> peloton.api.v1.ClusterOverride
-	97,  // 56: peloton.api.v1.RolloutSpec.update:type_name -> peloton.api.v1.UpdateSpec
-	50,  // 57: peloton.api.v1.RolloutSpec.steps:type_name -> peloton.api.v1.RolloutStepSpec
-	3,   // 58: peloton.api.v1.RolloutStep.state:type_name -> peloton.api.v1.RolloutStepState
-	90,  // 59: peloton.api.v1.RolloutStep.start_time:type_name -> google.protobuf.Timestamp
-	90,  // 60: peloton.api.v1.RolloutStep.end_time:type_name -> google.protobuf.Timestamp
-	49,  // 61: peloton.api.v1.ServiceRollout.spec:type_name -> peloton.api.v1.RolloutSpec
-	2,   // 62: peloton.api.v1.ServiceRollout.state:type_name -> peloton.api.v1.RolloutState
-	51,  // 63: peloton.api.v1.ServiceRollout.steps:type_name -> peloton.api.v1.RolloutStep
-	90,  // 64: peloton.api.v1.ServiceRollout.create_time:type_name -> google.protobuf.Timestamp
-	90,  // 65: peloton.api.v1.ServiceRollout.end_time:type_name -> google.protobuf.Timestamp
-	90,  // 66: peloton.api.v1.ServiceRollout.soak_start:type_name -> google.protobuf.Timestamp
-	90,  // 67: peloton.api.v1.ServiceRollout.approval_since:type_name -> google.protobuf.Timestamp
-	90,  // 68: peloton.api.v1.ServiceRollout.waiting_since:type_name -> google.protobuf.Timestamp
-	94,  // 69: peloton.api.v1.ServiceVersion.job:type_name -> peloton.api.v1.JobSpec
-	90,  // 70: peloton.api.v1.ServiceVersion.create_time:type_name -> google.protobuf.Timestamp
-	88,  // 71: peloton.api.v1.ServiceVersion.overrides:type_name -> peloton.api.v1.ServiceVersion.OverridesEntry
-	45,  // 72: peloton.api.v1.ServiceVersion.placement:type_name -> peloton.api.v1.ServicePlacement
-	47,  // 73: peloton.api.v1.FederatedService.spec:type_name -> peloton.api.v1.FederatedServiceSpec
-	90,  // 74: peloton.api.v1.FederatedService.create_time:type_name -> google.protobuf.Timestamp
-	48,  // 75: peloton.api.v1.FederatedService.clusters:type_name -> peloton.api.v1.ServiceCluster
-	53,  // 76: peloton.api.v1.FederatedService.versions:type_name -> peloton.api.v1.ServiceVersion
-	52,  // 77: peloton.api.v1.FederatedService.rollout:type_name -> peloton.api.v1.ServiceRollout
-	52,  // 78: peloton.api.v1.FederatedService.history:type_name -> peloton.api.v1.ServiceRollout
-	47,  // 79: peloton.api.v1.CreateFederatedServiceRequest.spec:type_name -> peloton.api.v1.FederatedServiceSpec
-	89,  // 80: peloton.api.v1.CreateFederatedServiceResponse.split:type_name -> peloton.api.v1.CreateFederatedServiceResponse.SplitEntry
-	54,  // 81: peloton.api.v1.GetFederatedServiceResponse.service:type_name -> peloton.api.v1.FederatedService
-	54,  // 82: peloton.api.v1.ListFederatedServicesResponse.services:type_name -> peloton.api.v1.FederatedService
-	94,  // 83: peloton.api.v1.UpdateFederatedServiceRequest.job:type_name -> peloton.api.v1.JobSpec
-	49,  // 84: peloton.api.v1.UpdateFederatedServiceRequest.rollout:type_name -> peloton.api.v1.RolloutSpec
-	45,  // 85: peloton.api.v1.UpdateFederatedServiceRequest.placement:type_name -> peloton.api.v1.ServicePlacement
-	54,  // 86: peloton.api.v1.UpdateFederatedServiceResponse.service:type_name -> peloton.api.v1.FederatedService
-	54,  // 87: peloton.api.v1.FederatedServiceRolloutResponse.service:type_name -> peloton.api.v1.FederatedService
-	90,  // 88: peloton.api.v1.RequestDisruptionResponse.expires:type_name -> google.protobuf.Timestamp
-	90,  // 89: peloton.api.v1.SlaGrant.expires:type_name -> google.protobuf.Timestamp
-	44,  // 90: peloton.api.v1.ServiceVersion.OverridesEntry.value:type_name -> peloton.api.v1.ClusterOverride
-	5,   // 91: peloton.api.v1.ClusterService.RegisterCluster:input_type -> peloton.api.v1.RegisterClusterRequest
-	7,   // 92: peloton.api.v1.ClusterService.DeregisterCluster:input_type -> peloton.api.v1.DeregisterClusterRequest
-	9,   // 93: peloton.api.v1.ClusterService.GetCluster:input_type -> peloton.api.v1.GetClusterRequest
-	11,  // 94: peloton.api.v1.ClusterService.ListClusters:input_type -> peloton.api.v1.ListClustersRequest
-	13,  // 95: peloton.api.v1.ClusterService.CordonCluster:input_type -> peloton.api.v1.CordonClusterRequest
-	15,  // 96: peloton.api.v1.ClusterService.UncordonCluster:input_type -> peloton.api.v1.UncordonClusterRequest
-	21,  // 97: peloton.api.v1.FederatedPoolService.CreateFederatedPool:input_type -> peloton.api.v1.CreateFederatedPoolRequest
-	23,  // 98: peloton.api.v1.FederatedPoolService.GetFederatedPool:input_type -> peloton.api.v1.GetFederatedPoolRequest
-	25,  // 99: peloton.api.v1.FederatedPoolService.UpdateFederatedPool:input_type -> peloton.api.v1.UpdateFederatedPoolRequest
-	27,  // 100: peloton.api.v1.FederatedPoolService.DeleteFederatedPool:input_type -> peloton.api.v1.DeleteFederatedPoolRequest
-	29,  // 101: peloton.api.v1.FederatedPoolService.ListFederatedPools:input_type -> peloton.api.v1.ListFederatedPoolsRequest
-	35,  // 102: peloton.api.v1.FederatedJobService.CreateFederatedJob:input_type -> peloton.api.v1.CreateFederatedJobRequest
-	37,  // 103: peloton.api.v1.FederatedJobService.GetFederatedJob:input_type -> peloton.api.v1.GetFederatedJobRequest
-	39,  // 104: peloton.api.v1.FederatedJobService.ListFederatedJobs:input_type -> peloton.api.v1.ListFederatedJobsRequest
-	41,  // 105: peloton.api.v1.FederatedJobService.KillFederatedJob:input_type -> peloton.api.v1.KillFederatedJobRequest
-	55,  // 106: peloton.api.v1.FederatedServiceService.CreateFederatedService:input_type -> peloton.api.v1.CreateFederatedServiceRequest
-	57,  // 107: peloton.api.v1.FederatedServiceService.GetFederatedService:input_type -> peloton.api.v1.GetFederatedServiceRequest
-	59,  // 108: peloton.api.v1.FederatedServiceService.ListFederatedServices:input_type -> peloton.api.v1.ListFederatedServicesRequest
-	69,  // 109: peloton.api.v1.FederatedServiceService.DeleteFederatedService:input_type -> peloton.api.v1.DeleteFederatedServiceRequest
-	61,  // 110: peloton.api.v1.FederatedServiceService.UpdateFederatedService:input_type -> peloton.api.v1.UpdateFederatedServiceRequest
-	63,  // 111: peloton.api.v1.FederatedServiceService.PauseFederatedService:input_type -> peloton.api.v1.PauseFederatedServiceRequest
-	64,  // 112: peloton.api.v1.FederatedServiceService.ResumeFederatedService:input_type -> peloton.api.v1.ResumeFederatedServiceRequest
-	65,  // 113: peloton.api.v1.FederatedServiceService.AbortFederatedService:input_type -> peloton.api.v1.AbortFederatedServiceRequest
-	66,  // 114: peloton.api.v1.FederatedServiceService.RollbackFederatedService:input_type -> peloton.api.v1.RollbackFederatedServiceRequest
-	67,  // 115: peloton.api.v1.FederatedServiceService.ApproveFederatedService:input_type -> peloton.api.v1.ApproveFederatedServiceRequest
-	71,  // 116: peloton.api.v1.GlobalSlaService.RequestDisruption:input_type -> peloton.api.v1.RequestDisruptionRequest
-	73,  // 117: peloton.api.v1.GlobalSlaService.ReleaseDisruption:input_type -> peloton.api.v1.ReleaseDisruptionRequest
-	75,  // 118: peloton.api.v1.GlobalSlaService.RenewDisruption:input_type -> peloton.api.v1.RenewDisruptionRequest
-	77,  // 119: peloton.api.v1.GlobalSlaService.ReportUnavailable:input_type -> peloton.api.v1.ReportUnavailableRequest
-	6,   // 120: peloton.api.v1.ClusterService.RegisterCluster:output_type -> peloton.api.v1.RegisterClusterResponse
-	8,   // 121: peloton.api.v1.ClusterService.DeregisterCluster:output_type -> peloton.api.v1.DeregisterClusterResponse
-	10,  // 122: peloton.api.v1.ClusterService.GetCluster:output_type -> peloton.api.v1.GetClusterResponse
-	12,  // 123: peloton.api.v1.ClusterService.ListClusters:output_type -> peloton.api.v1.ListClustersResponse
-	14,  // 124: peloton.api.v1.ClusterService.CordonCluster:output_type -> peloton.api.v1.CordonClusterResponse
-	16,  // 125: peloton.api.v1.ClusterService.UncordonCluster:output_type -> peloton.api.v1.UncordonClusterResponse
-	22,  // 126: peloton.api.v1.FederatedPoolService.CreateFederatedPool:output_type -> peloton.api.v1.CreateFederatedPoolResponse
-	24,  // 127: peloton.api.v1.FederatedPoolService.GetFederatedPool:output_type -> peloton.api.v1.GetFederatedPoolResponse
-	26,  // 128: peloton.api.v1.FederatedPoolService.UpdateFederatedPool:output_type -> peloton.api.v1.UpdateFederatedPoolResponse
-	28,  // 129: peloton.api.v1.FederatedPoolService.DeleteFederatedPool:output_type -> peloton.api.v1.DeleteFederatedPoolResponse
-	30,  // 130: peloton.api.v1.FederatedPoolService.ListFederatedPools:output_type -> peloton.api.v1.ListFederatedPoolsResponse
-	36,  // 131: peloton.api.v1.FederatedJobService.CreateFederatedJob:output_type -> peloton.api.v1.CreateFederatedJobResponse
-	38,  // 132: peloton.api.v1.FederatedJobService.GetFederatedJob:output_type -> peloton.api.v1.GetFederatedJobResponse
-	40,  // 133: peloton.api.v1.FederatedJobService.ListFederatedJobs:output_type -> peloton.api.v1.ListFederatedJobsResponse
-	42,  // 134: peloton.api.v1.FederatedJobService.KillFederatedJob:output_type -> peloton.api.v1.KillFederatedJobResponse
-	56,  // 135: peloton.api.v1.FederatedServiceService.CreateFederatedService:output_type -> peloton.api.v1.CreateFederatedServiceResponse
-	58,  // 136: peloton.api.v1.FederatedServiceService.GetFederatedService:output_type -> peloton.api.v1.GetFederatedServiceResponse
-	60,  // 137: peloton.api.v1.FederatedServiceService.ListFederatedServices:output_type -> peloton.api.v1.ListFederatedServicesResponse
-	70,  // 138: peloton.api.v1.FederatedServiceService.DeleteFederatedService:output_type -> peloton.api.v1.DeleteFederatedServiceResponse
-	62,  // 139: peloton.api.v1.FederatedServiceService.UpdateFederatedService:output_type -> peloton.api.v1.UpdateFederatedServiceResponse
-	68,  // 140: peloton.api.v1.FederatedServiceService.PauseFederatedService:output_type -> peloton.api.v1.FederatedServiceRolloutResponse
-	68,  // 141: peloton.api.v1.FederatedServiceService.ResumeFederatedService:output_type -> peloton.api.v1.FederatedServiceRolloutResponse
-	68,  // 142: peloton.api.v1.FederatedServiceService.AbortFederatedService:output_type -> peloton.api.v1.FederatedServiceRolloutResponse
-	68,  // 143: peloton.api.v1.FederatedServiceService.RollbackFederatedService:output_type -> peloton.api.v1.FederatedServiceRolloutResponse
-	68,  // 144: peloton.api.v1.FederatedServiceService.ApproveFederatedService:output_type -> peloton.api.v1.FederatedServiceRolloutResponse
-	72,  // 145: peloton.api.v1.GlobalSlaService.RequestDisruption:output_type -> peloton.api.v1.RequestDisruptionResponse
-	74,  // 146: peloton.api.v1.GlobalSlaService.ReleaseDisruption:output_type -> peloton.api.v1.ReleaseDisruptionResponse
-	76,  // 147: peloton.api.v1.GlobalSlaService.RenewDisruption:output_type -> peloton.api.v1.RenewDisruptionResponse
-	78,  // 148: peloton.api.v1.GlobalSlaService.ReportUnavailable:output_type -> peloton.api.v1.ReportUnavailableResponse
-	120, // [120:149] is the sub-list for method output_type
-	91,  // [91:120] is the sub-list for method input_type
-	91,  // [91:91] is the sub-list for extension type_name
-	91,  // [91:91] is the sub-list for extension extendee
-	0,   // [0:91] is the sub-list for field type_name
+	102, // 37: peloton.api.v1.FederatedJob.status:type_name -> peloton.api.v1.JobStatus
+	35,  // 38: peloton.api.v1.FederatedJob.attempts:type_name -> peloton.api.v1.FederatedJobAttempt
+	97,  // 39: peloton.api.v1.FederatedJob.create_time:type_name -> google.protobuf.Timestamp
+	34,  // 40: peloton.api.v1.CreateFederatedJobRequest.spec:type_name -> peloton.api.v1.FederatedJobSpec
+	36,  // 41: peloton.api.v1.GetFederatedJobResponse.job:type_name -> peloton.api.v1.FederatedJob
+	36,  // 42: peloton.api.v1.ListFederatedJobsResponse.jobs:type_name -> peloton.api.v1.FederatedJob
+	89,  // 43: peloton.api.v1.ClusterShare.selector:type_name -> peloton.api.v1.ClusterShare.SelectorEntry
+	46,  // 44: peloton.api.v1.ClusterShare.override:type_name -> peloton.api.v1.ClusterOverride
+	90,  // 45: peloton.api.v1.ClusterOverride.env:type_name -> peloton.api.v1.ClusterOverride.EnvEntry
+	98,  // 46: peloton.api.v1.ClusterOverride.resources:type_name -> peloton.api.v1.Resources
+	91,  // 47: peloton.api.v1.ClusterOverride.labels:type_name -> peloton.api.v1.ClusterOverride.LabelsEntry
+	45,  // 48: peloton.api.v1.ServicePlacement.clusters:type_name -> peloton.api.v1.ClusterShare
+	49,  // 49: peloton.api.v1.ServicePlacement.failover:type_name -> peloton.api.v1.FailoverPolicy
+	2,   // 50: peloton.api.v1.ServicePlacement.rebalance:type_name -> peloton.api.v1.RebalanceMode
+	3,   // 51: peloton.api.v1.ServiceRebalance.state:type_name -> peloton.api.v1.RebalanceState
+	92,  // 52: peloton.api.v1.ServiceRebalance.from:type_name -> peloton.api.v1.ServiceRebalance.FromEntry
+	93,  // 53: peloton.api.v1.ServiceRebalance.to:type_name -> peloton.api.v1.ServiceRebalance.ToEntry
+	97,  // 54: peloton.api.v1.ServiceRebalance.waiting_since:type_name -> google.protobuf.Timestamp
+	97,  // 55: peloton.api.v1.ServiceRebalance.create_time:type_name -> google.protobuf.Timestamp
+	97,  // 56: peloton.api.v1.ServiceRebalance.end_time:type_name -> google.protobuf.Timestamp
+	101, // 57: peloton.api.v1.FederatedServiceSpec.job:type_name -> peloton.api.v1.JobSpec
+	47,  // 58: peloton.api.v1.FederatedServiceSpec.placement:type_name -> peloton.api.v1.ServicePlacement
+	52,  // 59: peloton.api.v1.FederatedServiceSpec.rollout:type_name -> peloton.api.v1.RolloutSpec
+	103, // 60: peloton.api.v1.ServiceCluster.state:type_name -> peloton.api.v1.JobState
+	94,  // 61: peloton.api.v1.ServiceCluster.covering:type_name -> peloton.api.v1.ServiceCluster.CoveringEntry
+	46,  // 62: peloton.api.v1.ServiceCluster.override:type_name -> peloton.api.v1.ClusterOverride
+	104, // 63: peloton.api.v1.RolloutSpec.update:type_name -> peloton.api.v1.UpdateSpec
+	53,  // 64: peloton.api.v1.RolloutSpec.steps:type_name -> peloton.api.v1.RolloutStepSpec
+	5,   // 65: peloton.api.v1.RolloutStep.state:type_name -> peloton.api.v1.RolloutStepState
+	97,  // 66: peloton.api.v1.RolloutStep.start_time:type_name -> google.protobuf.Timestamp
+	97,  // 67: peloton.api.v1.RolloutStep.end_time:type_name -> google.protobuf.Timestamp
+	52,  // 68: peloton.api.v1.ServiceRollout.spec:type_name -> peloton.api.v1.RolloutSpec
+	4,   // 69: peloton.api.v1.ServiceRollout.state:type_name -> peloton.api.v1.RolloutState
+	54,  // 70: peloton.api.v1.ServiceRollout.steps:type_name -> peloton.api.v1.RolloutStep
+	97,  // 71: peloton.api.v1.ServiceRollout.create_time:type_name -> google.protobuf.Timestamp
+	97,  // 72: peloton.api.v1.ServiceRollout.end_time:type_name -> google.protobuf.Timestamp
+	97,  // 73: peloton.api.v1.ServiceRollout.soak_start:type_name -> google.protobuf.Timestamp
+	97,  // 74: peloton.api.v1.ServiceRollout.approval_since:type_name -> google.protobuf.Timestamp
+	97,  // 75: peloton.api.v1.ServiceRollout.waiting_since:type_name -> google.protobuf.Timestamp
+	101, // 76: peloton.api.v1.ServiceVersion.job:type_name -> peloton.api.v1.JobSpec
+	97,  // 77: peloton.api.v1.ServiceVersion.create_time:type_name -> google.protobuf.Timestamp
+	95,  // 78: peloton.api.v1.ServiceVersion.overrides:type_name -> peloton.api.v1.ServiceVersion.OverridesEntry
+	47,  // 79: peloton.api.v1.ServiceVersion.placement:type_name -> peloton.api.v1.ServicePlacement
+	50,  // 80: peloton.api.v1.FederatedService.spec:type_name -> peloton.api.v1.FederatedServiceSpec
+	97,  // 81: peloton.api.v1.FederatedService.create_time:type_name -> google.protobuf.Timestamp
+	51,  // 82: peloton.api.v1.FederatedService.clusters:type_name -> peloton.api.v1.ServiceCluster
+	56,  // 83: peloton.api.v1.FederatedService.versions:type_name -> peloton.api.v1.ServiceVersion
+	55,  // 84: peloton.api.v1.FederatedService.rollout:type_name -> peloton.api.v1.ServiceRollout
+	55,  // 85: peloton.api.v1.FederatedService.history:type_name -> peloton.api.v1.ServiceRollout
+	48,  // 86: peloton.api.v1.FederatedService.rebalance:type_name -> peloton.api.v1.ServiceRebalance
+	50,  // 87: peloton.api.v1.CreateFederatedServiceRequest.spec:type_name -> peloton.api.v1.FederatedServiceSpec
+	96,  // 88: peloton.api.v1.CreateFederatedServiceResponse.split:type_name -> peloton.api.v1.CreateFederatedServiceResponse.SplitEntry
+	57,  // 89: peloton.api.v1.GetFederatedServiceResponse.service:type_name -> peloton.api.v1.FederatedService
+	57,  // 90: peloton.api.v1.ListFederatedServicesResponse.services:type_name -> peloton.api.v1.FederatedService
+	101, // 91: peloton.api.v1.UpdateFederatedServiceRequest.job:type_name -> peloton.api.v1.JobSpec
+	52,  // 92: peloton.api.v1.UpdateFederatedServiceRequest.rollout:type_name -> peloton.api.v1.RolloutSpec
+	47,  // 93: peloton.api.v1.UpdateFederatedServiceRequest.placement:type_name -> peloton.api.v1.ServicePlacement
+	57,  // 94: peloton.api.v1.UpdateFederatedServiceResponse.service:type_name -> peloton.api.v1.FederatedService
+	57,  // 95: peloton.api.v1.RebalanceFederatedServiceResponse.service:type_name -> peloton.api.v1.FederatedService
+	57,  // 96: peloton.api.v1.FederatedServiceRolloutResponse.service:type_name -> peloton.api.v1.FederatedService
+	97,  // 97: peloton.api.v1.RequestDisruptionResponse.expires:type_name -> google.protobuf.Timestamp
+	97,  // 98: peloton.api.v1.SlaGrant.expires:type_name -> google.protobuf.Timestamp
+	46,  // 99: peloton.api.v1.ServiceVersion.OverridesEntry.value:type_name -> peloton.api.v1.ClusterOverride
+	7,   // 100: peloton.api.v1.ClusterService.RegisterCluster:input_type -> peloton.api.v1.RegisterClusterRequest
+	9,   // 101: peloton.api.v1.ClusterService.DeregisterCluster:input_type -> peloton.api.v1.DeregisterClusterRequest
+	11,  // 102: peloton.api.v1.ClusterService.GetCluster:input_type -> peloton.api.v1.GetClusterRequest
+	13,  // 103: peloton.api.v1.ClusterService.ListClusters:input_type -> peloton.api.v1.ListClustersRequest
+	15,  // 104: peloton.api.v1.ClusterService.CordonCluster:input_type -> peloton.api.v1.CordonClusterRequest
+	17,  // 105: peloton.api.v1.ClusterService.UncordonCluster:input_type -> peloton.api.v1.UncordonClusterRequest
+	23,  // 106: peloton.api.v1.FederatedPoolService.CreateFederatedPool:input_type -> peloton.api.v1.CreateFederatedPoolRequest
+	25,  // 107: peloton.api.v1.FederatedPoolService.GetFederatedPool:input_type -> peloton.api.v1.GetFederatedPoolRequest
+	27,  // 108: peloton.api.v1.FederatedPoolService.UpdateFederatedPool:input_type -> peloton.api.v1.UpdateFederatedPoolRequest
+	29,  // 109: peloton.api.v1.FederatedPoolService.DeleteFederatedPool:input_type -> peloton.api.v1.DeleteFederatedPoolRequest
+	31,  // 110: peloton.api.v1.FederatedPoolService.ListFederatedPools:input_type -> peloton.api.v1.ListFederatedPoolsRequest
+	37,  // 111: peloton.api.v1.FederatedJobService.CreateFederatedJob:input_type -> peloton.api.v1.CreateFederatedJobRequest
+	39,  // 112: peloton.api.v1.FederatedJobService.GetFederatedJob:input_type -> peloton.api.v1.GetFederatedJobRequest
+	41,  // 113: peloton.api.v1.FederatedJobService.ListFederatedJobs:input_type -> peloton.api.v1.ListFederatedJobsRequest
+	43,  // 114: peloton.api.v1.FederatedJobService.KillFederatedJob:input_type -> peloton.api.v1.KillFederatedJobRequest
+	58,  // 115: peloton.api.v1.FederatedServiceService.CreateFederatedService:input_type -> peloton.api.v1.CreateFederatedServiceRequest
+	60,  // 116: peloton.api.v1.FederatedServiceService.GetFederatedService:input_type -> peloton.api.v1.GetFederatedServiceRequest
+	62,  // 117: peloton.api.v1.FederatedServiceService.ListFederatedServices:input_type -> peloton.api.v1.ListFederatedServicesRequest
+	74,  // 118: peloton.api.v1.FederatedServiceService.DeleteFederatedService:input_type -> peloton.api.v1.DeleteFederatedServiceRequest
+	64,  // 119: peloton.api.v1.FederatedServiceService.UpdateFederatedService:input_type -> peloton.api.v1.UpdateFederatedServiceRequest
+	66,  // 120: peloton.api.v1.FederatedServiceService.PauseFederatedService:input_type -> peloton.api.v1.PauseFederatedServiceRequest
+	67,  // 121: peloton.api.v1.FederatedServiceService.ResumeFederatedService:input_type -> peloton.api.v1.ResumeFederatedServiceRequest
+	68,  // 122: peloton.api.v1.FederatedServiceService.AbortFederatedService:input_type -> peloton.api.v1.AbortFederatedServiceRequest
+	69,  // 123: peloton.api.v1.FederatedServiceService.RollbackFederatedService:input_type -> peloton.api.v1.RollbackFederatedServiceRequest
+	70,  // 124: peloton.api.v1.FederatedServiceService.ApproveFederatedService:input_type -> peloton.api.v1.ApproveFederatedServiceRequest
+	71,  // 125: peloton.api.v1.FederatedServiceService.RebalanceFederatedService:input_type -> peloton.api.v1.RebalanceFederatedServiceRequest
+	76,  // 126: peloton.api.v1.GlobalSlaService.RequestDisruption:input_type -> peloton.api.v1.RequestDisruptionRequest
+	78,  // 127: peloton.api.v1.GlobalSlaService.ReleaseDisruption:input_type -> peloton.api.v1.ReleaseDisruptionRequest
+	80,  // 128: peloton.api.v1.GlobalSlaService.RenewDisruption:input_type -> peloton.api.v1.RenewDisruptionRequest
+	82,  // 129: peloton.api.v1.GlobalSlaService.ReportUnavailable:input_type -> peloton.api.v1.ReportUnavailableRequest
+	8,   // 130: peloton.api.v1.ClusterService.RegisterCluster:output_type -> peloton.api.v1.RegisterClusterResponse
+	10,  // 131: peloton.api.v1.ClusterService.DeregisterCluster:output_type -> peloton.api.v1.DeregisterClusterResponse
+	12,  // 132: peloton.api.v1.ClusterService.GetCluster:output_type -> peloton.api.v1.GetClusterResponse
+	14,  // 133: peloton.api.v1.ClusterService.ListClusters:output_type -> peloton.api.v1.ListClustersResponse
+	16,  // 134: peloton.api.v1.ClusterService.CordonCluster:output_type -> peloton.api.v1.CordonClusterResponse
+	18,  // 135: peloton.api.v1.ClusterService.UncordonCluster:output_type -> peloton.api.v1.UncordonClusterResponse
+	24,  // 136: peloton.api.v1.FederatedPoolService.CreateFederatedPool:output_type -> peloton.api.v1.CreateFederatedPoolResponse
+	26,  // 137: peloton.api.v1.FederatedPoolService.GetFederatedPool:output_type -> peloton.api.v1.GetFederatedPoolResponse
+	28,  // 138: peloton.api.v1.FederatedPoolService.UpdateFederatedPool:output_type -> peloton.api.v1.UpdateFederatedPoolResponse
+	30,  // 139: peloton.api.v1.FederatedPoolService.DeleteFederatedPool:output_type -> peloton.api.v1.DeleteFederatedPoolResponse
+	32,  // 140: peloton.api.v1.FederatedPoolService.ListFederatedPools:output_type -> peloton.api.v1.ListFederatedPoolsResponse
+	38,  // 141: peloton.api.v1.FederatedJobService.CreateFederatedJob:output_type -> peloton.api.v1.CreateFederatedJobResponse
+	40,  // 142: peloton.api.v1.FederatedJobService.GetFederatedJob:output_type -> peloton.api.v1.GetFederatedJobResponse
+	42,  // 143: peloton.api.v1.FederatedJobService.ListFederatedJobs:output_type -> peloton.api.v1.ListFederatedJobsResponse
+	44,  // 144: peloton.api.v1.FederatedJobService.KillFederatedJob:output_type -> peloton.api.v1.KillFederatedJobResponse
+	59,  // 145: peloton.api.v1.FederatedServiceService.CreateFederatedService:output_type -> peloton.api.v1.CreateFederatedServiceResponse
+	61,  // 146: peloton.api.v1.FederatedServiceService.GetFederatedService:output_type -> peloton.api.v1.GetFederatedServiceResponse
+	63,  // 147: peloton.api.v1.FederatedServiceService.ListFederatedServices:output_type -> peloton.api.v1.ListFederatedServicesResponse
+	75,  // 148: peloton.api.v1.FederatedServiceService.DeleteFederatedService:output_type -> peloton.api.v1.DeleteFederatedServiceResponse
+	65,  // 149: peloton.api.v1.FederatedServiceService.UpdateFederatedService:output_type -> peloton.api.v1.UpdateFederatedServiceResponse
+	73,  // 150: peloton.api.v1.FederatedServiceService.PauseFederatedService:output_type -> peloton.api.v1.FederatedServiceRolloutResponse
+	73,  // 151: peloton.api.v1.FederatedServiceService.ResumeFederatedService:output_type -> peloton.api.v1.FederatedServiceRolloutResponse
+	73,  // 152: peloton.api.v1.FederatedServiceService.AbortFederatedService:output_type -> peloton.api.v1.FederatedServiceRolloutResponse
+	73,  // 153: peloton.api.v1.FederatedServiceService.RollbackFederatedService:output_type -> peloton.api.v1.FederatedServiceRolloutResponse
+	73,  // 154: peloton.api.v1.FederatedServiceService.ApproveFederatedService:output_type -> peloton.api.v1.FederatedServiceRolloutResponse
+	72,  // 155: peloton.api.v1.FederatedServiceService.RebalanceFederatedService:output_type -> peloton.api.v1.RebalanceFederatedServiceResponse
+	77,  // 156: peloton.api.v1.GlobalSlaService.RequestDisruption:output_type -> peloton.api.v1.RequestDisruptionResponse
+	79,  // 157: peloton.api.v1.GlobalSlaService.ReleaseDisruption:output_type -> peloton.api.v1.ReleaseDisruptionResponse
+	81,  // 158: peloton.api.v1.GlobalSlaService.RenewDisruption:output_type -> peloton.api.v1.RenewDisruptionResponse
+	83,  // 159: peloton.api.v1.GlobalSlaService.ReportUnavailable:output_type -> peloton.api.v1.ReportUnavailableResponse
+	130, // [130:160] is the sub-list for method output_type
+	100, // [100:130] is the sub-list for method input_type
+	100, // [100:100] is the sub-list for extension type_name
+	100, // [100:100] is the sub-list for extension extendee
+	0,   // [0:100] is the sub-list for field type_name
 }
 
 func init() { file_peloton_api_v1_federation_proto_init() }
@@ -5809,8 +6247,8 @@ func file_peloton_api_v1_federation_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_peloton_api_v1_federation_proto_rawDesc), len(file_peloton_api_v1_federation_proto_rawDesc)),
-			NumEnums:      4,
-			NumMessages:   86,
+			NumEnums:      6,
+			NumMessages:   91,
 			NumExtensions: 0,
 			NumServices:   5,
 		},
