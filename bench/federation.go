@@ -81,6 +81,7 @@ var federationFigures = []string{
 	"createJobsPerSec", "dispatchJobsPerSec", "createToRunningP50Ms", "createToRunningP99Ms",
 	"serviceCreateToRunningSec", "serviceRolloutSec", "serviceBudgetViolations", "serviceMaxUnavailable", "serviceFailoverSec",
 	"slaDecisionP50Ms", "slaDecisionP99Ms", "slaRequestsPerSec",
+	"rebalanceSec", "rebalanceMoved", "rebalanceBudgetViolations", "rebalanceMinRunning",
 	"peakRssMb",
 }
 
@@ -148,6 +149,10 @@ type FederationConfig struct {
 	Services          int
 	ServiceBudget     int
 	ServiceToleration time.Duration
+	// Rebalance is the instances of the rebalance phase's one federated
+	// service (0: skip), RebalanceBudget its budget (see fedrebalance.go).
+	Rebalance       int
+	RebalanceBudget int
 }
 
 // DefaultFederationConfig is the size.
@@ -157,6 +162,7 @@ func DefaultFederationConfig() FederationConfig {
 		Clusters: 10, PoolChanges: 100, Jobs: 2000, Concurrency: 64,
 		HostsPerCluster: 2, CheckEvery: time.Second,
 		ServiceBudget: 500, ServiceToleration: 10 * time.Second,
+		RebalanceBudget: 500,
 	}
 }
 
@@ -173,7 +179,7 @@ func (c *FederationConfig) Validate() error {
 		return fmt.Errorf("--pool-changes %d: must be 0..%d", c.PoolChanges, maxPoolChanges)
 	case c.Jobs < 0 || c.Jobs > maxFedJobs:
 		return fmt.Errorf("--jobs %d: must be 0..%d", c.Jobs, maxFedJobs)
-	case c.Clusters == 0 && (c.PoolChanges > 0 || c.Jobs > 0 || c.Services > 0):
+	case c.Clusters == 0 && (c.PoolChanges > 0 || c.Jobs > 0 || c.Services > 0 || c.Rebalance > 0):
 		return fmt.Errorf("--clusters 0: the propagation, dispatch and services phases need a cluster (or set --pool-changes 0 --jobs 0 --services 0)")
 	case c.Concurrency < 1 || c.Concurrency > 1024:
 		return fmt.Errorf("--concurrency %d: must be 1..1024", c.Concurrency)
@@ -189,8 +195,16 @@ func (c *FederationConfig) Validate() error {
 		return fmt.Errorf("--service-budget %d: must be 1..--services (%d)", c.ServiceBudget, c.Services)
 	case c.Services > 0 && (c.ServiceToleration < time.Second || c.ServiceToleration > 10*time.Minute):
 		return fmt.Errorf("--service-toleration %s: must be 1s..10m (whole seconds)", c.ServiceToleration)
-	case c.RegistryClusters == 0 && c.PoolChanges == 0 && c.Jobs == 0 && c.Services == 0:
-		return fmt.Errorf("--registry-clusters, --pool-changes, --jobs and --services are all 0: nothing to measure")
+	case c.Rebalance < 0 || c.Rebalance > maxFedServiceInstances:
+		return fmt.Errorf("--rebalance %d: must be 0..%d", c.Rebalance, maxFedServiceInstances)
+	case c.Rebalance > 0 && c.Clusters <= rebalanceClusters:
+		return fmt.Errorf("--rebalance %d: needs --clusters of at least %d (the service starts on %d, one more joins), got %d", c.Rebalance, rebalanceClusters+1, rebalanceClusters, c.Clusters)
+	case c.Rebalance > 0 && c.Rebalance < rebalanceClusters+1:
+		return fmt.Errorf("--rebalance %d: at least one instance per cluster (%d)", c.Rebalance, rebalanceClusters+1)
+	case c.Rebalance > 0 && (c.RebalanceBudget < 1 || c.RebalanceBudget > c.Rebalance):
+		return fmt.Errorf("--rebalance-budget %d: must be 1..--rebalance (%d)", c.RebalanceBudget, c.Rebalance)
+	case c.RegistryClusters == 0 && c.PoolChanges == 0 && c.Jobs == 0 && c.Services == 0 && c.Rebalance == 0:
+		return fmt.Errorf("--registry-clusters, --pool-changes, --jobs, --services and --rebalance are all 0: nothing to measure")
 	}
 	return nil
 }
@@ -213,6 +227,8 @@ func Federation(ctx context.Context, env Env, cfg FederationConfig) (*Result, er
 	r.param("services", cfg.Services)
 	r.param("serviceBudget", cfg.ServiceBudget)
 	r.param("serviceTolerationSec", cfg.ServiceToleration.Seconds())
+	r.param("rebalance", cfg.Rebalance)
+	r.param("rebalanceBudget", cfg.RebalanceBudget)
 	rssReset := resetPeakRSS()
 
 	h, err := newFedHarness(ctx, env, cfg)
@@ -225,7 +241,7 @@ func Federation(ctx context.Context, env Env, cfg FederationConfig) (*Result, er
 			return nil, err
 		}
 	}
-	if cfg.PoolChanges > 0 || cfg.Jobs > 0 || cfg.Services > 0 {
+	if cfg.PoolChanges > 0 || cfg.Jobs > 0 || cfg.Services > 0 || cfg.Rebalance > 0 {
 		if err := h.useClusters(ctx, cfg.Clusters); err != nil {
 			return nil, err
 		}
@@ -237,6 +253,12 @@ func Federation(ctx context.Context, env Env, cfg FederationConfig) (*Result, er
 	}
 	if cfg.Jobs > 0 {
 		if err := h.dispatchPhase(ctx, r); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Rebalance > 0 {
+		// Before the services phase, which stops a cluster at its end.
+		if err := h.rebalancePhase(ctx, r); err != nil {
 			return nil, err
 		}
 	}

@@ -244,6 +244,8 @@ func federationBenchFlags(fs *pflag.FlagSet, _ *benchFlags) (func() error, bench
 	fs.IntVar(&c.Services, "services", c.Services, "instances of one federated service created, rolled out and failed over (0: skip)")
 	fs.IntVar(&c.ServiceBudget, "service-budget", c.ServiceBudget, "the service's budget of unavailable instances")
 	fs.DurationVar(&c.ServiceToleration, "service-toleration", c.ServiceToleration, "the service's failover toleration")
+	fs.IntVar(&c.Rebalance, "rebalance", c.Rebalance, "instances of one federated service over 3 clusters that a fourth joins, timed until it is rebalanced (0: skip; needs --clusters 4 or more)")
+	fs.IntVar(&c.RebalanceBudget, "rebalance-budget", c.RebalanceBudget, "that service's budget of unavailable instances")
 	return c.Validate, func(ctx context.Context, env bench.Env) (*bench.Result, error) { return bench.Federation(ctx, env, c) }
 }
 
