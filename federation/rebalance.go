@@ -196,6 +196,7 @@ func noticeRebalance(rec *pelotonv1.FederatedService, clusters []split.ServiceCl
 		return false
 	}
 	why := coverChange(rec.PlacedOn, covered)
+	overrideJoining(rec, pl, shares)
 	if moving {
 		// The clusters changed again (or an update changed the count):
 		// go on from where the parts are, to the new split.
@@ -225,6 +226,27 @@ func noticeRebalance(rec *pelotonv1.FederatedService, clusters []split.ServiceCl
 	next.State = pelotonv1.RebalanceState_REBALANCE_MOVING
 	rec.PlacedOn = covered
 	return true
+}
+
+// overrideJoining gives a cluster that joins a service (it has no part
+// yet) the override of the placement's share that covers it, at the
+// service's current spec version, as the create gave the clusters it
+// covered then.
+func overrideJoining(rec *pelotonv1.FederatedService, pl *pelotonv1.ServicePlacement, shares map[string]int) {
+	for _, v := range rec.Versions {
+		if v.Version != rec.SpecVersion {
+			continue
+		}
+		for name, i := range shares {
+			if i < 0 || partOf(rec, name) != nil || pl.Clusters[i].GetOverride() == nil {
+				continue
+			}
+			if v.Overrides == nil {
+				v.Overrides = map[string]*pelotonv1.ClusterOverride{}
+			}
+			v.Overrides[name] = pl.Clusters[i].Override
+		}
+	}
 }
 
 // errText is the message of an API error, without its code.

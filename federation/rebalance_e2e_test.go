@@ -342,3 +342,63 @@ func TestFederatedServiceRebalanceManual(t *testing.T) {
 		t.Errorf("POST :rebalance with none pending: %d %s", code, body)
 	}
 }
+
+// TestFederatedServiceMoveBackAcrossRebalance: a service with moveBack
+// loses cluster c past its toleration (its part runs on a and b); d joins
+// meanwhile, and the rebalance waits for c; when c is back its part moves
+// back with no command, and then the rebalance moves the service onto d.
+func TestFederatedServiceMoveBackAcrossRebalance(t *testing.T) {
+	e, _ := storetest.StartEtcd(t)
+	stacks := []*stack{startStack(t, e.Endpoints(), "a", 2), startStack(t, e.Endpoints(), "b", 2), startStack(t, e.Endpoints(), "c", 2)}
+	f := startFederation(t, e)
+	for _, s := range stacks {
+		register(t, f, s, nil)
+	}
+	spec := serviceSpec("web", 6, 2)
+	spec.Placement.Failover = &pelotonv1.FailoverPolicy{TolerationSeconds: 1, MoveBack: true}
+	svc, err := f.Services().CreateService(ctxT(t), spec, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := svc.Id
+	testutil.Eventually(t, 30*time.Second, "6 instances running", func() error {
+		s, _ := f.Services().GetService(id)
+		if s.Running != 6 {
+			return fmt.Errorf("%d running", s.Running)
+		}
+		return nil
+	})
+	stacks[2].stop(t)
+	testutil.Eventually(t, 30*time.Second, "c's part failed over", func() error {
+		s, _ := f.Services().GetService(id)
+		if !partOf(s, "c").FailedOver {
+			return fmt.Errorf("parts %v", s.Clusters)
+		}
+		return nil
+	})
+	d := startStack(t, e.Endpoints(), "d", 2)
+	register(t, f, d, nil)
+	testutil.Eventually(t, 30*time.Second, "the rebalance waiting for c", func() error {
+		s, _ := f.Services().GetService(id)
+		if rb := s.Rebalance; rb.GetState() != pelotonv1.RebalanceState_REBALANCE_MOVING || rb.Waiting != "cluster c, failed over, to be back" {
+			return fmt.Errorf("rebalance %v", rb)
+		}
+		return nil
+	})
+	if s, _ := f.Services().GetService(id); partOf(s, "d").Cluster != "" {
+		t.Fatalf("d has a part while c is failed over: %v", s.Clusters)
+	}
+
+	// c comes back (a new process on the same etcd): no command, its part
+	// moves back, then the rebalance gives d its share.
+	c := startStack(t, e.Endpoints(), "c", 2)
+	if _, err := f.Register(ctxT(t), &pelotonv1.RegisterClusterRequest{Name: "c", Endpoint: c.addr, Replace: true}); err != nil {
+		t.Fatal(err)
+	}
+	done := waitRebalanced(t, f, id, map[string]uint32{"a": 2, "b": 2, "c": 1, "d": 1})
+	for _, p := range done.Clusters {
+		if p.FailedOver || len(p.Covering) > 0 {
+			t.Errorf("part %s after the move back and the rebalance: failed over %v, covering %v", p.Cluster, p.FailedOver, p.Covering)
+		}
+	}
+}

@@ -180,3 +180,24 @@ func TestNoticeRebalance(t *testing.T) {
 		t.Errorf("old record: %v placed on %v", rec.Rebalance, rec.PlacedOn)
 	}
 }
+
+// A cluster that joins through a selector share with an override gets the
+// override at the service's version, as the clusters it covered at create.
+func TestRebalanceOverridesJoining(t *testing.T) {
+	web := map[string]string{"tier": "web"}
+	o := &pelotonv1.ClusterOverride{Image: "web:canary"}
+	rec := &pelotonv1.FederatedService{Id: "s", SpecVersion: 2, PlacedOn: []string{"a"},
+		Spec: &pelotonv1.FederatedServiceSpec{Job: &pelotonv1.JobSpec{InstanceCount: 4},
+			Placement: &pelotonv1.ServicePlacement{Clusters: []*pelotonv1.ClusterShare{{Selector: web, Weight: 1, Override: o}}}},
+		Versions: []*pelotonv1.ServiceVersion{{Version: 1}, {Version: 2, Overrides: map[string]*pelotonv1.ClusterOverride{"a": o}}},
+		Clusters: []*pelotonv1.ServiceCluster{{Cluster: "a", Desired: 4}}}
+	if !noticeRebalance(rec, []split.ServiceCluster{{Name: "a", Labels: web}, {Name: "b", Labels: web}}, time.Unix(1, 0)) {
+		t.Fatal("no rebalance")
+	}
+	if got := versionOverride(rec, 2, "b"); got != o {
+		t.Errorf("b's override at version 2: %v", got)
+	}
+	if got := versionOverride(rec, 1, "b"); got != nil {
+		t.Errorf("b's override at version 1: %v", got)
+	}
+}
