@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/peloton-sched/peloton/cluster/client"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
@@ -47,7 +46,6 @@ func (h *fedHarness) rebalancePhase(ctx context.Context, r *Result) error {
 			return err
 		}
 	}
-	svcs := h.fc.Services
 	spec := &pelotonv1.FederatedServiceSpec{
 		Job: &pelotonv1.JobSpec{Name: "bench-rebalance", Type: pelotonv1.JobType_SERVICE, Pool: "/default", InstanceCount: uint32(n),
 			Sla: &pelotonv1.SlaSpec{MaximumUnavailableInstances: uint32(budget)},
@@ -56,27 +54,13 @@ func (h *fedHarness) rebalancePhase(ctx context.Context, r *Result) error {
 		Placement: &pelotonv1.ServicePlacement{Clusters: []*pelotonv1.ClusterShare{{Selector: map[string]string{rebalanceLabel: "on"}, Weight: 1}}},
 	}
 	h.env.progress("federation: a service of %d instances over %d clusters, then a fourth joins (budget %d)", n, rebalanceClusters, budget)
-	created, err := svcs.CreateFederatedService(ctx, &pelotonv1.CreateFederatedServiceRequest{Spec: spec, RequestId: client.NewRequestID()})
+	id, get, err := h.createService(ctx, spec)
 	if err != nil {
-		return fmt.Errorf("bench: CreateFederatedService: %w", err)
-	}
-	id := created.ServiceId
-	get := func(ctx context.Context) (*pelotonv1.FederatedService, error) {
-		resp, err := svcs.GetFederatedService(ctx, &pelotonv1.GetFederatedServiceRequest{ServiceId: id})
-		if err != nil {
-			return nil, fmt.Errorf("bench: GetFederatedService: %w", err)
-		}
-		return resp.Service, nil
+		return err
 	}
 	wctx, cancel := context.WithTimeout(ctx, fedServiceWait)
 	defer cancel()
-	if err := waitFor(wctx, fedServicePoll, "waiting for every instance RUNNING", func() (bool, string, error) {
-		s, err := get(wctx)
-		if err != nil {
-			return false, "", err
-		}
-		return s.Running == uint32(n), fmt.Sprintf("%d of %d running", s.Running, n), nil
-	}); err != nil {
+	if err := waitServiceRunning(wctx, get, n); err != nil {
 		return err
 	}
 
@@ -110,7 +94,7 @@ func (h *fedHarness) rebalancePhase(ctx context.Context, r *Result) error {
 	r.add("rebalanceMoved", float64(done.Rebalance.GetMoved()), "", fmt.Sprintf("instances moved, to %v", done.Rebalance.GetTo()))
 	r.add("rebalanceBudgetViolations", float64(watch.violations), "", fmt.Sprintf("polls (every %s, %d in all) where fewer than %d instances (the count less the budget) were RUNNING over all clusters", fedServicePoll, watch.polls, n-budget))
 	r.add("rebalanceMinRunning", float64(watch.fewest), "", "the fewest instances RUNNING in one poll during the rebalance")
-	if _, err := svcs.DeleteFederatedService(ctx, &pelotonv1.DeleteFederatedServiceRequest{ServiceId: id}); err != nil {
+	if _, err := h.fc.Services.DeleteFederatedService(ctx, &pelotonv1.DeleteFederatedServiceRequest{ServiceId: id}); err != nil {
 		return fmt.Errorf("bench: DeleteFederatedService: %w", err)
 	}
 	return nil
