@@ -356,7 +356,11 @@ func applyRebalance(rec *pelotonv1.FederatedService, m rebalanceMove) bool {
 				// part waits until that one is gone.
 				continue
 			}
-			p = &pelotonv1.ServiceCluster{Cluster: name, Generation: 1, SpecVersion: rec.SpecVersion,
+			// Its generation names its job's create (partRequestID):
+			// one of its own, so that a cluster that had a part before
+			// (moved out by an earlier rebalance) makes a new job, not
+			// the answer of the old create.
+			p = &pelotonv1.ServiceCluster{Cluster: name, Generation: rb.Id*1000 + 1, SpecVersion: rec.SpecVersion,
 				Message: fmt.Sprintf("rebalance %d: making its job there", rb.Id)}
 			rec.Clusters = append(rec.Clusters, p)
 		}
