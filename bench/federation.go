@@ -87,6 +87,7 @@ var federationFigures = []string{
 	"serviceCreateToRunningSec", "serviceRolloutSec", "serviceBudgetViolations", "serviceMaxUnavailable", "serviceFailoverSec",
 	"slaDecisionP50Ms", "slaDecisionP99Ms", "slaRequestsPerSec",
 	"fairShareOtherEntitledPct", "fairShareOtherDispatchedPct", "fairShareOtherRunningPct", "fairShareFloodDispatchedPct", "fairShareWithin10PctSec",
+	"rebalanceSec", "rebalanceMoved", "rebalanceBudgetViolations", "rebalanceMinRunning",
 	"peakRssMb",
 }
 
@@ -159,6 +160,10 @@ type FederationConfig struct {
 	// of its jobs' one task sleeps.
 	FairShareWindow time.Duration
 	FairShareTask   time.Duration
+	// Rebalance is the instances of the rebalance phase's one federated
+	// service (0: skip), RebalanceBudget its budget (see fedrebalance.go).
+	Rebalance       int
+	RebalanceBudget int
 }
 
 // DefaultFederationConfig is the size.
@@ -169,6 +174,7 @@ func DefaultFederationConfig() FederationConfig {
 		HostsPerCluster: 2, CheckEvery: time.Second,
 		ServiceBudget: 500, ServiceToleration: 10 * time.Second,
 		FairShareWindow: 60 * time.Second, FairShareTask: 10 * time.Second,
+		RebalanceBudget: 500,
 	}
 }
 
@@ -185,8 +191,8 @@ func (c *FederationConfig) Validate() error {
 		return fmt.Errorf("--pool-changes %d: must be 0..%d", c.PoolChanges, maxPoolChanges)
 	case c.Jobs < 0 || c.Jobs > maxFedJobs:
 		return fmt.Errorf("--jobs %d: must be 0..%d", c.Jobs, maxFedJobs)
-	case c.Clusters == 0 && (c.PoolChanges > 0 || c.Jobs > 0 || c.Services > 0 || c.FairShareWindow > 0):
-		return fmt.Errorf("--clusters 0: the propagation, dispatch, services and fair-share phases need a cluster (or set --pool-changes 0 --jobs 0 --services 0 --fair-share-window 0)")
+	case c.Clusters == 0 && (c.PoolChanges > 0 || c.Jobs > 0 || c.Services > 0 || c.FairShareWindow > 0 || c.Rebalance > 0):
+		return fmt.Errorf("--clusters 0: the propagation, dispatch, services, fair-share and rebalance phases need a cluster (or set --pool-changes 0 --jobs 0 --services 0 --fair-share-window 0 --rebalance 0)")
 	case c.FairShareWindow < 0 || c.FairShareWindow > 10*time.Minute:
 		return fmt.Errorf("--fair-share-window %s: must be 0..10m", c.FairShareWindow)
 	case c.FairShareWindow > 0 && (c.FairShareTask < 100*time.Millisecond || c.FairShareTask > 10*time.Minute):
@@ -205,8 +211,16 @@ func (c *FederationConfig) Validate() error {
 		return fmt.Errorf("--service-budget %d: must be 1..--services (%d)", c.ServiceBudget, c.Services)
 	case c.Services > 0 && (c.ServiceToleration < time.Second || c.ServiceToleration > 10*time.Minute):
 		return fmt.Errorf("--service-toleration %s: must be 1s..10m (whole seconds)", c.ServiceToleration)
-	case c.RegistryClusters == 0 && c.PoolChanges == 0 && c.Jobs == 0 && c.Services == 0 && c.FairShareWindow == 0:
-		return fmt.Errorf("--registry-clusters, --pool-changes, --jobs, --services and --fair-share-window are all 0: nothing to measure")
+	case c.Rebalance < 0 || c.Rebalance > maxFedServiceInstances:
+		return fmt.Errorf("--rebalance %d: must be 0..%d", c.Rebalance, maxFedServiceInstances)
+	case c.Rebalance > 0 && c.Clusters <= rebalanceClusters:
+		return fmt.Errorf("--rebalance %d: needs --clusters of at least %d (the service starts on %d, one more joins), got %d", c.Rebalance, rebalanceClusters+1, rebalanceClusters, c.Clusters)
+	case c.Rebalance > 0 && c.Rebalance < rebalanceClusters+1:
+		return fmt.Errorf("--rebalance %d: at least one instance per cluster (%d)", c.Rebalance, rebalanceClusters+1)
+	case c.Rebalance > 0 && (c.RebalanceBudget < 1 || c.RebalanceBudget > c.Rebalance):
+		return fmt.Errorf("--rebalance-budget %d: must be 1..--rebalance (%d)", c.RebalanceBudget, c.Rebalance)
+	case c.RegistryClusters == 0 && c.PoolChanges == 0 && c.Jobs == 0 && c.Services == 0 && c.FairShareWindow == 0 && c.Rebalance == 0:
+		return fmt.Errorf("--registry-clusters, --pool-changes, --jobs, --services, --fair-share-window and --rebalance are all 0: nothing to measure")
 	}
 	return nil
 }
@@ -231,6 +245,8 @@ func Federation(ctx context.Context, env Env, cfg FederationConfig) (*Result, er
 	r.param("serviceTolerationSec", cfg.ServiceToleration.Seconds())
 	r.param("fairShareWindowSec", cfg.FairShareWindow.Seconds())
 	r.param("fairShareTaskSec", cfg.FairShareTask.Seconds())
+	r.param("rebalance", cfg.Rebalance)
+	r.param("rebalanceBudget", cfg.RebalanceBudget)
 	rssReset := resetPeakRSS()
 
 	h, err := newFedHarness(ctx, env, cfg)
@@ -243,7 +259,7 @@ func Federation(ctx context.Context, env Env, cfg FederationConfig) (*Result, er
 			return nil, err
 		}
 	}
-	if cfg.PoolChanges > 0 || cfg.Jobs > 0 || cfg.Services > 0 || cfg.FairShareWindow > 0 {
+	if cfg.PoolChanges > 0 || cfg.Jobs > 0 || cfg.Services > 0 || cfg.FairShareWindow > 0 || cfg.Rebalance > 0 {
 		if err := h.useClusters(ctx, cfg.Clusters); err != nil {
 			return nil, err
 		}
@@ -261,6 +277,12 @@ func Federation(ctx context.Context, env Env, cfg FederationConfig) (*Result, er
 	// Before the services phase, which stops a cluster for its failover.
 	if cfg.FairShareWindow > 0 {
 		if err := h.fairSharePhase(ctx, r); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Rebalance > 0 {
+		// Before the services phase, which stops a cluster at its end.
+		if err := h.rebalancePhase(ctx, r); err != nil {
 			return nil, err
 		}
 	}

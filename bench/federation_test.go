@@ -26,6 +26,10 @@ func TestFederationValidateNamesTheFlag(t *testing.T) {
 		{func(c *FederationConfig) { c.Services = 20; c.ServiceBudget = 5; c.ServiceToleration = 0 }, "--service-toleration"},
 		{func(c *FederationConfig) { c.FairShareWindow = -time.Second }, "--fair-share-window"},
 		{func(c *FederationConfig) { c.FairShareTask = 0 }, "--fair-share-task"},
+		{func(c *FederationConfig) { c.Rebalance = -1 }, "--rebalance"},
+		{func(c *FederationConfig) { c.Rebalance = 20; c.Clusters = 3 }, "--rebalance"},
+		{func(c *FederationConfig) { c.Rebalance = 3 }, "--rebalance"},
+		{func(c *FederationConfig) { c.Rebalance = 20; c.RebalanceBudget = 21 }, "--rebalance-budget"},
 	} {
 		c := DefaultFederationConfig()
 		tc.change(&c)
@@ -48,14 +52,15 @@ func TestFederationValidateNamesTheFlag(t *testing.T) {
 // fast anything was is not checked here (timing claims live in the docs).
 func TestFederationScenario(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts six cluster stacks")
+		t.Skip("starts seven cluster stacks")
 	}
 	cfg := FederationConfig{
 		RegistryClusters: 3, RegistryWindow: 500 * time.Millisecond,
-		Clusters: 3, PoolChanges: 5, Jobs: 20, Concurrency: 8,
+		Clusters: 4, PoolChanges: 5, Jobs: 20, Concurrency: 8,
 		HostsPerCluster: 1, CheckEvery: time.Second,
 		Services: 9, ServiceBudget: 3, ServiceToleration: time.Second,
 		FairShareWindow: 3 * time.Second, FairShareTask: time.Second,
+		Rebalance: 8, RebalanceBudget: 2,
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -102,6 +107,14 @@ func TestFederationScenario(t *testing.T) {
 	}
 	if r50, r99 := fig("createToRunningP50Ms"), fig("createToRunningP99Ms"); r50 <= 0 || r50 > r99 {
 		t.Errorf("createToRunning p50 %g, p99 %g: want 0 < p50 <= p99", r50, r99)
+	}
+	// 8 instances over 3 clusters (3, 3, 2), then 2 each over 4: one
+	// moves from each of the first two.
+	if v, m := fig("rebalanceBudgetViolations"), fig("rebalanceMoved"); v != 0 || m != 2 {
+		t.Errorf("rebalanceBudgetViolations %g, rebalanceMoved %g: want 0 and 2", v, m)
+	}
+	if v := fig("rebalanceMinRunning"); v < 6 {
+		t.Errorf("rebalanceMinRunning %g, below the count less the budget (6)", v)
 	}
 	if v := fig("serviceBudgetViolations"); v != 0 {
 		t.Errorf("serviceBudgetViolations %g: the rollout took down more than the budget", v)

@@ -66,28 +66,13 @@ func (h *fedHarness) servicesPhase(ctx context.Context, r *Result) error {
 	}
 	h.env.progress("federation: a service of %d instances over %d clusters (budget %d)", n, len(h.registered), budget)
 	start := time.Now()
-	created, err := svcs.CreateFederatedService(ctx, &pelotonv1.CreateFederatedServiceRequest{Spec: spec})
+	id, get, err := h.createService(ctx, spec)
 	if err != nil {
-		return fmt.Errorf("bench: CreateFederatedService: %w", err)
-	}
-	id := created.ServiceId
-	get := func(ctx context.Context) (*pelotonv1.FederatedService, error) {
-		resp, err := svcs.GetFederatedService(ctx, &pelotonv1.GetFederatedServiceRequest{ServiceId: id})
-		if err != nil {
-			return nil, fmt.Errorf("bench: GetFederatedService: %w", err)
-		}
-		return resp.Service, nil
+		return err
 	}
 	wctx, cancel := context.WithTimeout(ctx, fedServiceWait)
 	defer cancel()
-	err = waitFor(wctx, fedServicePoll, "waiting for every instance RUNNING", func() (bool, string, error) {
-		s, err := get(wctx)
-		if err != nil {
-			return false, "", err
-		}
-		return s.Running == uint32(n), fmt.Sprintf("%d of %d running", s.Running, n), nil
-	})
-	if err != nil {
+	if err := waitServiceRunning(wctx, get, n); err != nil {
 		return err
 	}
 	r.add("serviceCreateToRunningSec", time.Since(start).Seconds(), "s", fmt.Sprintf("create until all %d instances RUNNING, as the federation sees them (checks every %s)", n, h.cfg.CheckEvery))
@@ -171,6 +156,36 @@ func (h *fedHarness) servicesPhase(ctx context.Context, r *Result) error {
 	r.add("serviceFailoverSec", time.Since(stopped.Add(h.cfg.ServiceToleration)).Seconds(), "s",
 		fmt.Sprintf("from the toleration's end (%s after the stop) until the other clusters run all %d instances", h.cfg.ServiceToleration, n))
 	return nil
+}
+
+// createService creates a federated service of spec and returns its id
+// and a reader of it.
+func (h *fedHarness) createService(ctx context.Context, spec *pelotonv1.FederatedServiceSpec) (string, func(context.Context) (*pelotonv1.FederatedService, error), error) {
+	svcs := h.fc.Services
+	created, err := svcs.CreateFederatedService(ctx, &pelotonv1.CreateFederatedServiceRequest{Spec: spec})
+	if err != nil {
+		return "", nil, fmt.Errorf("bench: CreateFederatedService: %w", err)
+	}
+	id := created.ServiceId
+	return id, func(ctx context.Context) (*pelotonv1.FederatedService, error) {
+		resp, err := svcs.GetFederatedService(ctx, &pelotonv1.GetFederatedServiceRequest{ServiceId: id})
+		if err != nil {
+			return nil, fmt.Errorf("bench: GetFederatedService: %w", err)
+		}
+		return resp.Service, nil
+	}, nil
+}
+
+// waitServiceRunning waits until the federation sees n instances of the
+// service get reads RUNNING.
+func waitServiceRunning(ctx context.Context, get func(context.Context) (*pelotonv1.FederatedService, error), n int) error {
+	return waitFor(ctx, fedServicePoll, "waiting for every instance RUNNING", func() (bool, string, error) {
+		s, err := get(ctx)
+		if err != nil {
+			return false, "", err
+		}
+		return s.Running == uint32(n), fmt.Sprintf("%d of %d running", s.Running, n), nil
+	})
 }
 
 // partJob is a part's job as its cluster shows it (nil if it has none yet).

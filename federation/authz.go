@@ -68,7 +68,7 @@ func (s *Server) Rules() auth.Rules {
 		}
 		return append(pools, auth.Paths(req.(*pelotonv1.UpdateFederatedServiceRequest).GetJob().GetPool())...), nil
 	}
-	return auth.Rules{
+	rules := auth.Rules{
 		cl + "RegisterCluster":   onCluster(auth.Operator, true),
 		cl + "DeregisterCluster": onCluster(auth.Admin, true),
 		cl + "GetCluster":        onCluster(auth.Viewer, false),
@@ -131,19 +131,19 @@ func (s *Server) Rules() auth.Rules {
 			}
 			r.Services = kept
 		}},
-		svc + "DeleteFederatedService":   onService(auth.Submitter, true),
-		svc + "UpdateFederatedService":   update,
-		svc + "PauseFederatedService":    onService(auth.Submitter, true),
-		svc + "ResumeFederatedService":   onService(auth.Submitter, true),
-		svc + "AbortFederatedService":    onService(auth.Submitter, true),
-		svc + "RollbackFederatedService": onService(auth.Submitter, true),
-		svc + "ApproveFederatedService":  onService(auth.Submitter, true),
+		svc + "DeleteFederatedService": onService(auth.Submitter, true),
+		svc + "UpdateFederatedService": update,
 
 		sla + "RequestDisruption": slaRule,
 		sla + "ReleaseDisruption": slaRule,
 		sla + "RenewDisruption":   slaRule,
 		sla + "ReportUnavailable": slaRule,
 	}
+	// The rollout controls and the rebalance act on one service each.
+	for _, verb := range []string{"Pause", "Resume", "Abort", "Rollback", "Approve", "Rebalance"} {
+		rules[svc+verb+"FederatedService"] = onService(auth.Submitter, true)
+	}
+	return rules
 }
 
 func (s *Server) jobPools(_ context.Context, req any) ([]string, error) {

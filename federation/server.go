@@ -349,6 +349,15 @@ func (s *Server) ApproveFederatedService(ctx context.Context, req *pelotonv1.App
 	return s.control(ctx, req.ServiceId, RolloutApprove)
 }
 
+// RebalanceFederatedService implements FederatedServiceService.
+func (s *Server) RebalanceFederatedService(ctx context.Context, req *pelotonv1.RebalanceFederatedServiceRequest) (*pelotonv1.RebalanceFederatedServiceResponse, error) {
+	svc, err := s.f.Services().Rebalance(ctx, req.ServiceId)
+	if err != nil {
+		return nil, err
+	}
+	return &pelotonv1.RebalanceFederatedServiceResponse{Service: svc}, nil
+}
+
 // RequestDisruption implements GlobalSlaService.
 func (s *Server) RequestDisruption(ctx context.Context, req *pelotonv1.RequestDisruptionRequest) (*pelotonv1.RequestDisruptionResponse, error) {
 	return s.f.SLA().RequestDisruption(ctx, req)

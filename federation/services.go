@@ -104,7 +104,12 @@ func (sv *Services) CreateService(ctx context.Context, spec *pelotonv1.Federated
 	if o.Done {
 		return sv.GetService(o.Object)
 	}
-	parts, budgets, err := servicePartsAt(spec, sv.registeredClusters())
+	clusters := sv.registeredClusters()
+	parts, budgets, err := servicePartsAt(spec, clusters)
+	if err != nil {
+		return nil, err
+	}
+	covered, err := split.Shares(spec.Placement, clusters)
 	if err != nil {
 		return nil, err
 	}
@@ -121,7 +126,7 @@ func (sv *Services) CreateService(ctx context.Context, spec *pelotonv1.Federated
 	id := newJobID()
 	rec := &pelotonv1.FederatedService{Id: id, Spec: spec, CreateTime: timestamppb.New(now), SpecVersion: 1,
 		Versions: []*pelotonv1.ServiceVersion{{Version: 1, Job: spec.Job, CreateTime: timestamppb.New(now),
-			Overrides: overrides, Placement: spec.Placement}}}
+			Overrides: overrides, Placement: spec.Placement}}, PlacedOn: sortedKeys(covered)}
 	for _, name := range sortedKeys(parts) {
 		rec.Clusters = append(rec.Clusters, &pelotonv1.ServiceCluster{Cluster: name, Desired: parts[name],
 			MaxUnavailable: budgets[name], Generation: 1, SpecVersion: 1, Message: "making its job there"})

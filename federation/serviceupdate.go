@@ -339,8 +339,9 @@ func (sv *Services) kickRollouts() {
 	}
 }
 
-// rolloutLoop moves every service's rollout along (planRollout), and its
-// parts across clusters when one is lost (planFailover), when kicked and
+// rolloutLoop moves every service's rollout along (planRollout), its
+// parts across clusters when one is lost (planFailover) and to a new split
+// when its clusters change (rebalance.go), when kicked and
 // every CheckEvery; the steps themselves are carried out by their
 // clusters' workers.
 func (sv *Services) rolloutLoop(ctx context.Context) {
@@ -362,6 +363,7 @@ func (sv *Services) rolloutLoop(ctx context.Context) {
 			}
 		}
 		sv.failoverPass(ctx)
+		sv.rebalancePass(ctx)
 		sv.f.passes.rollout.Add(1)
 		select {
 		case <-ctx.Done():

@@ -550,6 +550,30 @@ func TestUI(t *testing.T) {
 	b.WaitJS(t, "the Approve button gone once approved", `!document.querySelector('[data-action="fapprove-`+gsvc.ServiceID+`"]')`, 20*time.Second)
 	b.CheckNoJSErrors(t, "federated service approve")
 
+	// A MANUAL service whose clusters change: a second registration of
+	// the same stack joins, its page shows the rebalance pending with a
+	// Rebalance button, and the button starts it.
+	var msvc struct{ ServiceID string }
+	manual := strings.Replace(fedJob(3600), "global-api", "manual-api", 1)
+	restJSON(t, "POST", f+"/v1/federation/services", `{"job":`+manual+`,"placement":{"rebalance":"MANUAL"}}`, 200, &msvc)
+	endpoint, _ := dig(getJSON(t, f+"/v1/federation/clusters/local"), "cluster", "endpoint").(string)
+	restJSON(t, "POST", f+"/v1/federation/clusters", `{"name":"mirror","endpoint":"`+endpoint+`"}`, 200, nil)
+	load("fed-service-rebalance", f+"/ui/services/"+msvc.ServiceID, "the rebalance pending, and the Rebalance button",
+		`document.querySelector('[data-rebalance="pending"]') && `+text("mirror joins")+
+			` && document.querySelector('[data-action="frebalance-`+msvc.ServiceID+`"]')`)
+	if err := b.Do(10*time.Second, chromedp.Click(chromedp.CSS(`[data-action="frebalance-`+msvc.ServiceID+`"]`))); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 60*time.Second, "the rebalance started through the UI and done", func() error {
+		if s := dig(getJSON(t, f+"/v1/federation/services/"+msvc.ServiceID), "service", "rebalance", "state"); s != "REBALANCE_DONE" {
+			return fmt.Errorf("rebalance is %v", s)
+		}
+		return nil
+	})
+	b.WaitJS(t, "the Rebalance button gone once started", `!document.querySelector('[data-action="frebalance-`+msvc.ServiceID+`"]')`, 20*time.Second)
+	b.CheckNoJSErrors(t, "federated service rebalance")
+	restJSON(t, "DELETE", f+"/v1/federation/clusters/mirror", "", 200, nil)
+
 	// The keyboard: "g" then "c" opens the clusters page, "/" focuses the
 	// job search.
 	if err := b.Do(10*time.Second, chromedp.KeyEvent("g"), chromedp.KeyEvent("c")); err != nil {

@@ -202,6 +202,22 @@ function serviceRollout(s, byName, compact) {
     compact ? "" : rolloutActions(s));
 }
 
+// serviceRebalance shows a service's latest rebalance: from which counts
+// per cluster to which, what it waits for, and, while one is pending (its
+// placement's rebalance is MANUAL), the button that starts it.
+function serviceRebalance(s) {
+  const r = s.rebalance;
+  if (!r) return h("p.muted", "No rebalance yet: its clusters are those of its split at create.");
+  const counts = (m) => Object.keys(m || {}).sort().map((k) => `${k}=${m[k]}`).join(" ") || "—";
+  const pending = r.state === "REBALANCE_PENDING";
+  return h("div.card.rebalance", { dataset: { service: s.id, state: r.state } },
+    h("h3", `Rebalance ${r.id} `, pending ? h("span.badge.s-warn", { dataset: { rebalance: "pending" } }, "rebalance pending") : badge(r.state)),
+    h("p.reason", r.reason || ""),
+    h("p", `${counts(r.from)} → ${counts(r.to)} · ${r.moved || 0} moved`),
+    r.waiting ? h("p.waiting", { dataset: { waiting: "rebalance" } }, `Waits for ${r.waiting} (since ${r.waitingSince})`) : "",
+    pending ? h("div.toolbar.actions", actionButton("Rebalance", () => post(`/v1/federation/services/${enc(s.id)}:rebalance`), { id: "frebalance-" + s.id })) : "");
+}
+
 // serviceChange is the service page's update form and delete button. It
 // is built once, outside the live part, so a refresh never wipes an edit.
 async function serviceChange(ctx, id, into) {
@@ -247,6 +263,7 @@ async function servicePage(ctx, id) {
         { title: "Message", cell: (c) => [c.failedOver ? "failed over · " : "", c.message || ""] },
       ], s.clusters || [])),
       section("Rollout", serviceRollout(s, byName, false)),
+      section("Rebalance", serviceRebalance(s)),
     ];
   });
 }

@@ -290,6 +290,8 @@ func federationBenchFlags(fs *pflag.FlagSet, _ *benchFlags) (func() error, bench
 	fs.DurationVar(&c.ServiceToleration, "service-toleration", c.ServiceToleration, "the service's failover toleration")
 	fs.DurationVar(&c.FairShareWindow, "fair-share-window", c.FairShareWindow, "how long the fair-share phase samples once the second pool submits (0: skip)")
 	fs.DurationVar(&c.FairShareTask, "fair-share-task", c.FairShareTask, "how long each fair-share job's one task runs")
+	fs.IntVar(&c.Rebalance, "rebalance", c.Rebalance, "instances of one federated service over 3 clusters that a fourth joins, timed until it is rebalanced (0: skip; needs --clusters 4 or more)")
+	fs.IntVar(&c.RebalanceBudget, "rebalance-budget", c.RebalanceBudget, "that service's budget of unavailable instances")
 	return c.Validate, func(ctx context.Context, env bench.Env) (*bench.Result, error) { return bench.Federation(ctx, env, c) }
 }
 

@@ -36,6 +36,7 @@ func (a *app) fedServiceCommand() *cobra.Command {
 		a.fedServiceControlCommand("abort", "Stop a rollout for good; each cluster keeps the spec it runs", rolloutAbort),
 		a.fedServiceControlCommand("rollback", "Return every cluster the rollout updated (or is updating) to the spec before it, newest first", rolloutRollback),
 		a.fedServiceControlCommand("approve", "Let a rollout waiting for approval of a step (rollout steps with approval: true) go on to the next", rolloutApprove),
+		a.fedServiceControlCommand("rebalance", "Start the pending rebalance of a service whose placement.rebalance is MANUAL (its clusters changed)", rebalanceStart),
 	)
 	return cmd
 }
@@ -47,6 +48,7 @@ const (
 	rolloutAbort
 	rolloutRollback
 	rolloutApprove
+	rebalanceStart
 )
 
 func (a *app) fedServiceUpdateCommand() *cobra.Command {
@@ -184,6 +186,10 @@ func (a *app) fedServiceControlCommand(verb, short string, c int) *cobra.Command
 					resp, err = call(cmd.Context(), f, f.Services.AbortFederatedService, &pelotonv1.AbortFederatedServiceRequest{ServiceId: args[0]})
 				case rolloutApprove:
 					resp, err = call(cmd.Context(), f, f.Services.ApproveFederatedService, &pelotonv1.ApproveFederatedServiceRequest{ServiceId: args[0]})
+				case rebalanceStart:
+					var rb *pelotonv1.RebalanceFederatedServiceResponse
+					rb, err = call(cmd.Context(), f, f.Services.RebalanceFederatedService, &pelotonv1.RebalanceFederatedServiceRequest{ServiceId: args[0]})
+					resp = &pelotonv1.FederatedServiceRolloutResponse{Service: rb.GetService()}
 				default:
 					resp, err = call(cmd.Context(), f, f.Services.RollbackFederatedService, &pelotonv1.RollbackFederatedServiceRequest{ServiceId: args[0]})
 				}
@@ -217,6 +223,7 @@ sla.maximumUnavailableInstances is the budget of the whole, and where to run it:
       override: {image: web:canary, env: {MODE: canary}}   # a's part only
     minClusters: 2
     failover: {tolerationSeconds: 60, moveBack: true}   # optional
+    rebalance: AUTO                       # or MANUAL: wait for "fed service rebalance"
   rollout:                                # optional: how its updates roll out
     steps:
     - {clusters: [c], soakSeconds: 600, approval: true}
@@ -230,6 +237,11 @@ peloton.io/federated-service=<id>, and keeps it at its part: a job removed,
 stopped, scaled or updated there is made again or set back. With failover, the
 part of a cluster unreachable past tolerationSeconds is run by the others (within
 their pools' room) and, with moveBack, returns once the cluster does.
+When the clusters the placement covers change (a cluster registered or
+deregistered, cordoned or uncordoned, its labels changed), the instances are
+split again over them and move gradually within the budget: the new parts grow
+first, the old ones shrink once those run. With rebalance: MANUAL the move waits
+for "fed service rebalance ID"; "fed service get" shows what it does.
 
 A share's override (image, command, env merged, resources, labels merged)
 changes the job spec of the parts of the clusters it names or matches only;
@@ -434,6 +446,7 @@ func writeFedService(w io.Writer, s *pelotonv1.FederatedService) {
 			field("rollout waits for", w+" (since "+timestamp(r.GetWaitingSince())+")")
 		}
 	}
+	writeRebalance(field, s.GetRebalance())
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "CLUSTER\tDESIRED\tRUNNING\tHEALTHY\tUPDATED\tBUDGET\tVERSION\tSTATE\tCLUSTER JOB ID\tMESSAGE")
 	n := func(v uint32) string { return strconv.FormatUint(uint64(v), 10) }
@@ -461,6 +474,22 @@ func writeFedService(w io.Writer, s *pelotonv1.FederatedService) {
 			row(w, strconv.Itoa(i+1), st.GetCluster(), strings.TrimPrefix(st.GetState().String(), "STEP_"),
 				fmt.Sprintf("%d -> %d", st.GetFromDesired(), st.GetDesired()), upd, st.GetMessage())
 		}
+	}
+}
+
+// writeRebalance writes what a service's latest rebalance does: from
+// which counts per cluster to which, how far, and what it waits for.
+func writeRebalance(field func(k, v string), rb *pelotonv1.ServiceRebalance) {
+	if rb == nil {
+		return
+	}
+	state := strings.TrimPrefix(rb.GetState().String(), "REBALANCE_")
+	if rb.GetState() == pelotonv1.RebalanceState_REBALANCE_PENDING {
+		state = "pending"
+	}
+	field("rebalance", fmt.Sprintf("%d: %s (%s), %s -> %s, %d moved", rb.GetId(), state, rb.GetReason(), splitCell(rb.GetFrom()), splitCell(rb.GetTo()), rb.GetMoved()))
+	if w := rb.GetWaiting(); w != "" {
+		field("rebalance waits for", w+" (since "+timestamp(rb.GetWaitingSince())+")")
 	}
 }
 

@@ -150,3 +150,28 @@ func TestRolloutFromFlags(t *testing.T) {
 		t.Errorf("no flags: %v", rs)
 	}
 }
+
+// fed service rebalance starts the pending rebalance of a MANUAL service
+// whose clusters changed; fed service get says what is pending and, after,
+// what was moved; a service with nothing pending is refused, naming why.
+func TestFedServiceRebalance(t *testing.T) {
+	env := startFedEnv(t)
+	env.ok("cluster", "register", "a", "--endpoint", env.clusters["a"])
+	svc := writeSpec(t, "svc.yaml", "job:\n  name: web\n  type: SERVICE\n  pool: /default\n  instanceCount: 2\n"+
+		"  sla: {maximumUnavailableInstances: 1}\n  defaultSpec: {command: [sleep, \"3600\"], resources: {cpu: 0.5, memoryMb: 64}}\n"+
+		"placement: {rebalance: MANUAL}\n")
+	id := strings.TrimSpace(env.ok("fed", "service", "create", "-f", svc))
+	env.fails(exitError, "Error: NotFound: federated service nope does not exist", "fed", "service", "rebalance", "nope")
+	env.fails(exitError, "Error: FailedPrecondition: federated service "+id+" has no rebalance pending: its clusters are those of its last split (a)", "fed", "service", "rebalance", id)
+	env.ok("cluster", "register", "b", "--endpoint", env.clusters["b"])
+	env.waitFor(30*time.Second, "the rebalance pending", func() (bool, string) {
+		out := env.ok("fed", "service", "get", id)
+		return regexp.MustCompile(`rebalance: +1: pending \(cluster b joins\), a=2 -> a=1 b=1, 0 moved`).MatchString(out) &&
+			regexp.MustCompile("rebalance waits for: +`peloton fed service rebalance "+id+"` \\(placement.rebalance is MANUAL\\) \\(since 20").MatchString(out), out
+	})
+	env.ok("fed", "service", "rebalance", id)
+	env.waitFor(60*time.Second, "the rebalance done", func() (bool, string) {
+		out := env.ok("fed", "service", "get", id)
+		return regexp.MustCompile(`rebalance: +1: DONE \(cluster b joins\), a=2 -> a=1 b=1, 1 moved`).MatchString(out), out
+	})
+}

@@ -151,6 +151,117 @@ func (DispatchState) EnumDescriptor() ([]byte, []int) {
 	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{1}
 }
 
+// RebalanceMode says whether a federated service moves to a new split by
+// itself when its clusters change.
+type RebalanceMode int32
+
+const (
+	// Moves at once (the default).
+	RebalanceMode_AUTO RebalanceMode = 0
+	// Waits for RebalanceFederatedService.
+	RebalanceMode_MANUAL RebalanceMode = 1
+)
+
+// Enum value maps for RebalanceMode.
+var (
+	RebalanceMode_name = map[int32]string{
+		0: "AUTO",
+		1: "MANUAL",
+	}
+	RebalanceMode_value = map[string]int32{
+		"AUTO":   0,
+		"MANUAL": 1,
+	}
+)
+
+func (x RebalanceMode) Enum() *RebalanceMode {
+	p := new(RebalanceMode)
+	*p = x
+	return p
+}
+
+func (x RebalanceMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (RebalanceMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_peloton_api_v1_federation_proto_enumTypes[2].Descriptor()
+}
+
+func (RebalanceMode) Type() protoreflect.EnumType {
+	return &file_peloton_api_v1_federation_proto_enumTypes[2]
+}
+
+func (x RebalanceMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use RebalanceMode.Descriptor instead.
+func (RebalanceMode) EnumDescriptor() ([]byte, []int) {
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{2}
+}
+
+type RebalanceState int32
+
+const (
+	RebalanceState_REBALANCE_STATE_UNSPECIFIED RebalanceState = 0
+	// MANUAL: the new split is known and waits for `fed service rebalance`.
+	RebalanceState_REBALANCE_PENDING RebalanceState = 1
+	// Instances are moving: the parts that grow first, then the ones that
+	// shrink, a step at a time within the budget.
+	RebalanceState_REBALANCE_MOVING RebalanceState = 2
+	// Every part is at its new count.
+	RebalanceState_REBALANCE_DONE RebalanceState = 3
+	// Given up: a failover kept a lost cluster's instances where they went,
+	// or the clusters came back to the ones of the last split.
+	RebalanceState_REBALANCE_CANCELLED RebalanceState = 4
+)
+
+// Enum value maps for RebalanceState.
+var (
+	RebalanceState_name = map[int32]string{
+		0: "REBALANCE_STATE_UNSPECIFIED",
+		1: "REBALANCE_PENDING",
+		2: "REBALANCE_MOVING",
+		3: "REBALANCE_DONE",
+		4: "REBALANCE_CANCELLED",
+	}
+	RebalanceState_value = map[string]int32{
+		"REBALANCE_STATE_UNSPECIFIED": 0,
+		"REBALANCE_PENDING":           1,
+		"REBALANCE_MOVING":            2,
+		"REBALANCE_DONE":              3,
+		"REBALANCE_CANCELLED":         4,
+	}
+)
+
+func (x RebalanceState) Enum() *RebalanceState {
+	p := new(RebalanceState)
+	*p = x
+	return p
+}
+
+func (x RebalanceState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (RebalanceState) Descriptor() protoreflect.EnumDescriptor {
+	return file_peloton_api_v1_federation_proto_enumTypes[3].Descriptor()
+}
+
+func (RebalanceState) Type() protoreflect.EnumType {
+	return &file_peloton_api_v1_federation_proto_enumTypes[3]
+}
+
+func (x RebalanceState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use RebalanceState.Descriptor instead.
+func (RebalanceState) EnumDescriptor() ([]byte, []int) {
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{3}
+}
+
 type RolloutState int32
 
 const (
@@ -206,11 +317,11 @@ func (x RolloutState) String() string {
 }
 
 func (RolloutState) Descriptor() protoreflect.EnumDescriptor {
-	return file_peloton_api_v1_federation_proto_enumTypes[2].Descriptor()
+	return file_peloton_api_v1_federation_proto_enumTypes[4].Descriptor()
 }
 
 func (RolloutState) Type() protoreflect.EnumType {
-	return &file_peloton_api_v1_federation_proto_enumTypes[2]
+	return &file_peloton_api_v1_federation_proto_enumTypes[4]
 }
 
 func (x RolloutState) Number() protoreflect.EnumNumber {
@@ -219,7 +330,7 @@ func (x RolloutState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RolloutState.Descriptor instead.
 func (RolloutState) EnumDescriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{2}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{4}
 }
 
 type RolloutStepState int32
@@ -273,11 +384,11 @@ func (x RolloutStepState) String() string {
 }
 
 func (RolloutStepState) Descriptor() protoreflect.EnumDescriptor {
-	return file_peloton_api_v1_federation_proto_enumTypes[3].Descriptor()
+	return file_peloton_api_v1_federation_proto_enumTypes[5].Descriptor()
 }
 
 func (RolloutStepState) Type() protoreflect.EnumType {
-	return &file_peloton_api_v1_federation_proto_enumTypes[3]
+	return &file_peloton_api_v1_federation_proto_enumTypes[5]
 }
 
 func (x RolloutStepState) Number() protoreflect.EnumNumber {
@@ -286,7 +397,7 @@ func (x RolloutStepState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RolloutStepState.Descriptor instead.
 func (RolloutStepState) EnumDescriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{3}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{5}
 }
 
 // Cluster is one cluster stack the federation knows.
@@ -2750,7 +2861,14 @@ type ServicePlacement struct {
 	MinClusters uint32 `protobuf:"varint,2,opt,name=min_clusters,json=minClusters,proto3" json:"min_clusters,omitempty"`
 	// What happens to a cluster's part when the cluster cannot be reached.
 	// Unset: nothing moves; the part waits for its cluster.
-	Failover      *FailoverPolicy `protobuf:"bytes,3,opt,name=failover,proto3" json:"failover,omitempty"`
+	Failover *FailoverPolicy `protobuf:"bytes,3,opt,name=failover,proto3" json:"failover,omitempty"`
+	// What happens when the clusters the placement covers change (a cluster
+	// registered or deregistered, cordoned or uncordoned, its labels
+	// changed): the split is made again over them and instances move to it
+	// gradually, within the service's budget. AUTO (the default) moves at
+	// once; MANUAL shows the rebalance pending until `peloton fed service
+	// rebalance`.
+	Rebalance     RebalanceMode `protobuf:"varint,4,opt,name=rebalance,proto3,enum=peloton.api.v1.RebalanceMode" json:"rebalance,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2806,6 +2924,157 @@ func (x *ServicePlacement) GetFailover() *FailoverPolicy {
 	return nil
 }
 
+func (x *ServicePlacement) GetRebalance() RebalanceMode {
+	if x != nil {
+		return x.Rebalance
+	}
+	return RebalanceMode_AUTO
+}
+
+// ServiceRebalance is the move of a federated service to a new split of
+// its instances over its clusters, kept in its record so that a restarted
+// federation goes on where it was.
+type ServiceRebalance struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Unique within the service: 1, 2, ...
+	Id    uint32         `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	State RebalanceState `protobuf:"varint,2,opt,name=state,proto3,enum=peloton.api.v1.RebalanceState" json:"state,omitempty"`
+	// What changed, e.g. "cluster d joins; cluster c leaves".
+	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Instances per cluster when it was planned, and the new split.
+	From map[string]uint32 `protobuf:"bytes,4,rep,name=from,proto3" json:"from,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	To   map[string]uint32 `protobuf:"bytes,5,rep,name=to,proto3" json:"to,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// The clusters the placement covers that the new split was made over.
+	Clusters []string `protobuf:"bytes,6,rep,name=clusters,proto3" json:"clusters,omitempty"`
+	// Instances taken from the shrinking parts (or lost with a cluster
+	// that left) so far, and instances given to the growing parts in the
+	// step under way, taken from the shrinking ones once they run.
+	Moved   uint32 `protobuf:"varint,7,opt,name=moved,proto3" json:"moved,omitempty"`
+	Growing uint32 `protobuf:"varint,8,opt,name=growing,proto3" json:"growing,omitempty"`
+	// What it waits for, if anything, and since when, e.g. "budget: 2 of
+	// its budget of 2 instances are unavailable".
+	Waiting       string                 `protobuf:"bytes,9,opt,name=waiting,proto3" json:"waiting,omitempty"`
+	WaitingSince  *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=waiting_since,json=waitingSince,proto3" json:"waiting_since,omitempty"`
+	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	EndTime       *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ServiceRebalance) Reset() {
+	*x = ServiceRebalance{}
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ServiceRebalance) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ServiceRebalance) ProtoMessage() {}
+
+func (x *ServiceRebalance) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ServiceRebalance.ProtoReflect.Descriptor instead.
+func (*ServiceRebalance) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *ServiceRebalance) GetId() uint32 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *ServiceRebalance) GetState() RebalanceState {
+	if x != nil {
+		return x.State
+	}
+	return RebalanceState_REBALANCE_STATE_UNSPECIFIED
+}
+
+func (x *ServiceRebalance) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ServiceRebalance) GetFrom() map[string]uint32 {
+	if x != nil {
+		return x.From
+	}
+	return nil
+}
+
+func (x *ServiceRebalance) GetTo() map[string]uint32 {
+	if x != nil {
+		return x.To
+	}
+	return nil
+}
+
+func (x *ServiceRebalance) GetClusters() []string {
+	if x != nil {
+		return x.Clusters
+	}
+	return nil
+}
+
+func (x *ServiceRebalance) GetMoved() uint32 {
+	if x != nil {
+		return x.Moved
+	}
+	return 0
+}
+
+func (x *ServiceRebalance) GetGrowing() uint32 {
+	if x != nil {
+		return x.Growing
+	}
+	return 0
+}
+
+func (x *ServiceRebalance) GetWaiting() string {
+	if x != nil {
+		return x.Waiting
+	}
+	return ""
+}
+
+func (x *ServiceRebalance) GetWaitingSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.WaitingSince
+	}
+	return nil
+}
+
+func (x *ServiceRebalance) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+func (x *ServiceRebalance) GetEndTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.EndTime
+	}
+	return nil
+}
+
 // FailoverPolicy moves the part of a cluster that stays unreachable to the
 // service's other clusters, and back.
 type FailoverPolicy struct {
@@ -2823,7 +3092,7 @@ type FailoverPolicy struct {
 
 func (x *FailoverPolicy) Reset() {
 	*x = FailoverPolicy{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[43]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2835,7 +3104,7 @@ func (x *FailoverPolicy) String() string {
 func (*FailoverPolicy) ProtoMessage() {}
 
 func (x *FailoverPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[43]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2848,7 +3117,7 @@ func (x *FailoverPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailoverPolicy.ProtoReflect.Descriptor instead.
 func (*FailoverPolicy) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{43}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *FailoverPolicy) GetTolerationSeconds() uint32 {
@@ -2882,7 +3151,7 @@ type FederatedServiceSpec struct {
 
 func (x *FederatedServiceSpec) Reset() {
 	*x = FederatedServiceSpec{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[44]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2894,7 +3163,7 @@ func (x *FederatedServiceSpec) String() string {
 func (*FederatedServiceSpec) ProtoMessage() {}
 
 func (x *FederatedServiceSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[44]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2907,7 +3176,7 @@ func (x *FederatedServiceSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FederatedServiceSpec.ProtoReflect.Descriptor instead.
 func (*FederatedServiceSpec) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{44}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *FederatedServiceSpec) GetJob() *JobSpec {
@@ -2984,7 +3253,7 @@ type ServiceCluster struct {
 
 func (x *ServiceCluster) Reset() {
 	*x = ServiceCluster{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[45]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2996,7 +3265,7 @@ func (x *ServiceCluster) String() string {
 func (*ServiceCluster) ProtoMessage() {}
 
 func (x *ServiceCluster) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[45]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3009,7 +3278,7 @@ func (x *ServiceCluster) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceCluster.ProtoReflect.Descriptor instead.
 func (*ServiceCluster) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{45}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ServiceCluster) GetCluster() string {
@@ -3170,7 +3439,7 @@ type RolloutSpec struct {
 
 func (x *RolloutSpec) Reset() {
 	*x = RolloutSpec{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[46]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3182,7 +3451,7 @@ func (x *RolloutSpec) String() string {
 func (*RolloutSpec) ProtoMessage() {}
 
 func (x *RolloutSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[46]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3195,7 +3464,7 @@ func (x *RolloutSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RolloutSpec.ProtoReflect.Descriptor instead.
 func (*RolloutSpec) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{46}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *RolloutSpec) GetOrder() []string {
@@ -3258,7 +3527,7 @@ type RolloutStepSpec struct {
 
 func (x *RolloutStepSpec) Reset() {
 	*x = RolloutStepSpec{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[47]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3270,7 +3539,7 @@ func (x *RolloutStepSpec) String() string {
 func (*RolloutStepSpec) ProtoMessage() {}
 
 func (x *RolloutStepSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[47]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3283,7 +3552,7 @@ func (x *RolloutStepSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RolloutStepSpec.ProtoReflect.Descriptor instead.
 func (*RolloutStepSpec) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{47}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *RolloutStepSpec) GetClusters() []string {
@@ -3333,7 +3602,7 @@ type RolloutStep struct {
 
 func (x *RolloutStep) Reset() {
 	*x = RolloutStep{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[48]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3345,7 +3614,7 @@ func (x *RolloutStep) String() string {
 func (*RolloutStep) ProtoMessage() {}
 
 func (x *RolloutStep) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[48]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3358,7 +3627,7 @@ func (x *RolloutStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RolloutStep.ProtoReflect.Descriptor instead.
 func (*RolloutStep) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{48}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *RolloutStep) GetCluster() string {
@@ -3477,7 +3746,7 @@ type ServiceRollout struct {
 
 func (x *ServiceRollout) Reset() {
 	*x = ServiceRollout{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[49]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3489,7 +3758,7 @@ func (x *ServiceRollout) String() string {
 func (*ServiceRollout) ProtoMessage() {}
 
 func (x *ServiceRollout) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[49]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3502,7 +3771,7 @@ func (x *ServiceRollout) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceRollout.ProtoReflect.Descriptor instead.
 func (*ServiceRollout) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{49}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ServiceRollout) GetId() uint32 {
@@ -3621,7 +3890,7 @@ type ServiceVersion struct {
 
 func (x *ServiceVersion) Reset() {
 	*x = ServiceVersion{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[50]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3633,7 +3902,7 @@ func (x *ServiceVersion) String() string {
 func (*ServiceVersion) ProtoMessage() {}
 
 func (x *ServiceVersion) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[50]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3646,7 +3915,7 @@ func (x *ServiceVersion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceVersion.ProtoReflect.Descriptor instead.
 func (*ServiceVersion) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{50}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ServiceVersion) GetVersion() uint64 {
@@ -3714,14 +3983,20 @@ type FederatedService struct {
 	Updated uint32 `protobuf:"varint,15,opt,name=updated,proto3" json:"updated,omitempty"`
 	// Read from the federation's history: the service was deleted, and this
 	// is its final record (rollouts included), archived before it left etcd.
-	Archived      bool `protobuf:"varint,16,opt,name=archived,proto3" json:"archived,omitempty"`
+	Archived bool `protobuf:"varint,16,opt,name=archived,proto3" json:"archived,omitempty"`
+	// The latest rebalance, if any (see ServicePlacement.rebalance).
+	Rebalance *ServiceRebalance `protobuf:"bytes,17,opt,name=rebalance,proto3" json:"rebalance,omitempty"`
+	// The clusters its placement covered at its last split (the create or
+	// the last rebalance): when the clusters it covers differ, it
+	// rebalances.
+	PlacedOn      []string `protobuf:"bytes,18,rep,name=placed_on,json=placedOn,proto3" json:"placed_on,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *FederatedService) Reset() {
 	*x = FederatedService{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[51]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3733,7 +4008,7 @@ func (x *FederatedService) String() string {
 func (*FederatedService) ProtoMessage() {}
 
 func (x *FederatedService) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[51]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3746,7 +4021,7 @@ func (x *FederatedService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FederatedService.ProtoReflect.Descriptor instead.
 func (*FederatedService) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{51}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *FederatedService) GetId() string {
@@ -3861,6 +4136,20 @@ func (x *FederatedService) GetArchived() bool {
 	return false
 }
 
+func (x *FederatedService) GetRebalance() *ServiceRebalance {
+	if x != nil {
+		return x.Rebalance
+	}
+	return nil
+}
+
+func (x *FederatedService) GetPlacedOn() []string {
+	if x != nil {
+		return x.PlacedOn
+	}
+	return nil
+}
+
 type CreateFederatedServiceRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Spec  *FederatedServiceSpec  `protobuf:"bytes,1,opt,name=spec,proto3" json:"spec,omitempty"`
@@ -3872,7 +4161,7 @@ type CreateFederatedServiceRequest struct {
 
 func (x *CreateFederatedServiceRequest) Reset() {
 	*x = CreateFederatedServiceRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[52]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3884,7 +4173,7 @@ func (x *CreateFederatedServiceRequest) String() string {
 func (*CreateFederatedServiceRequest) ProtoMessage() {}
 
 func (x *CreateFederatedServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[52]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3897,7 +4186,7 @@ func (x *CreateFederatedServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateFederatedServiceRequest.ProtoReflect.Descriptor instead.
 func (*CreateFederatedServiceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{52}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *CreateFederatedServiceRequest) GetSpec() *FederatedServiceSpec {
@@ -3925,7 +4214,7 @@ type CreateFederatedServiceResponse struct {
 
 func (x *CreateFederatedServiceResponse) Reset() {
 	*x = CreateFederatedServiceResponse{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[53]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3937,7 +4226,7 @@ func (x *CreateFederatedServiceResponse) String() string {
 func (*CreateFederatedServiceResponse) ProtoMessage() {}
 
 func (x *CreateFederatedServiceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[53]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3950,7 +4239,7 @@ func (x *CreateFederatedServiceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateFederatedServiceResponse.ProtoReflect.Descriptor instead.
 func (*CreateFederatedServiceResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{53}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *CreateFederatedServiceResponse) GetServiceId() string {
@@ -3976,7 +4265,7 @@ type GetFederatedServiceRequest struct {
 
 func (x *GetFederatedServiceRequest) Reset() {
 	*x = GetFederatedServiceRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[54]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3988,7 +4277,7 @@ func (x *GetFederatedServiceRequest) String() string {
 func (*GetFederatedServiceRequest) ProtoMessage() {}
 
 func (x *GetFederatedServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[54]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4001,7 +4290,7 @@ func (x *GetFederatedServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFederatedServiceRequest.ProtoReflect.Descriptor instead.
 func (*GetFederatedServiceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{54}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *GetFederatedServiceRequest) GetServiceId() string {
@@ -4020,7 +4309,7 @@ type GetFederatedServiceResponse struct {
 
 func (x *GetFederatedServiceResponse) Reset() {
 	*x = GetFederatedServiceResponse{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[55]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4032,7 +4321,7 @@ func (x *GetFederatedServiceResponse) String() string {
 func (*GetFederatedServiceResponse) ProtoMessage() {}
 
 func (x *GetFederatedServiceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[55]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4045,7 +4334,7 @@ func (x *GetFederatedServiceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFederatedServiceResponse.ProtoReflect.Descriptor instead.
 func (*GetFederatedServiceResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{55}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *GetFederatedServiceResponse) GetService() *FederatedService {
@@ -4071,7 +4360,7 @@ type ListFederatedServicesRequest struct {
 
 func (x *ListFederatedServicesRequest) Reset() {
 	*x = ListFederatedServicesRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[56]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4083,7 +4372,7 @@ func (x *ListFederatedServicesRequest) String() string {
 func (*ListFederatedServicesRequest) ProtoMessage() {}
 
 func (x *ListFederatedServicesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[56]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4096,7 +4385,7 @@ func (x *ListFederatedServicesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFederatedServicesRequest.ProtoReflect.Descriptor instead.
 func (*ListFederatedServicesRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{56}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ListFederatedServicesRequest) GetCluster() string {
@@ -4138,7 +4427,7 @@ type ListFederatedServicesResponse struct {
 
 func (x *ListFederatedServicesResponse) Reset() {
 	*x = ListFederatedServicesResponse{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[57]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4150,7 +4439,7 @@ func (x *ListFederatedServicesResponse) String() string {
 func (*ListFederatedServicesResponse) ProtoMessage() {}
 
 func (x *ListFederatedServicesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[57]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4163,7 +4452,7 @@ func (x *ListFederatedServicesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFederatedServicesResponse.ProtoReflect.Descriptor instead.
 func (*ListFederatedServicesResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{57}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ListFederatedServicesResponse) GetServices() []*FederatedService {
@@ -4200,7 +4489,7 @@ type UpdateFederatedServiceRequest struct {
 
 func (x *UpdateFederatedServiceRequest) Reset() {
 	*x = UpdateFederatedServiceRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[58]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4212,7 +4501,7 @@ func (x *UpdateFederatedServiceRequest) String() string {
 func (*UpdateFederatedServiceRequest) ProtoMessage() {}
 
 func (x *UpdateFederatedServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[58]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4225,7 +4514,7 @@ func (x *UpdateFederatedServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateFederatedServiceRequest.ProtoReflect.Descriptor instead.
 func (*UpdateFederatedServiceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{58}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *UpdateFederatedServiceRequest) GetServiceId() string {
@@ -4272,7 +4561,7 @@ type UpdateFederatedServiceResponse struct {
 
 func (x *UpdateFederatedServiceResponse) Reset() {
 	*x = UpdateFederatedServiceResponse{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[59]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4284,7 +4573,7 @@ func (x *UpdateFederatedServiceResponse) String() string {
 func (*UpdateFederatedServiceResponse) ProtoMessage() {}
 
 func (x *UpdateFederatedServiceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[59]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4297,7 +4586,7 @@ func (x *UpdateFederatedServiceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateFederatedServiceResponse.ProtoReflect.Descriptor instead.
 func (*UpdateFederatedServiceResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{59}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *UpdateFederatedServiceResponse) GetService() *FederatedService {
@@ -4317,7 +4606,7 @@ type PauseFederatedServiceRequest struct {
 
 func (x *PauseFederatedServiceRequest) Reset() {
 	*x = PauseFederatedServiceRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[60]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4329,7 +4618,7 @@ func (x *PauseFederatedServiceRequest) String() string {
 func (*PauseFederatedServiceRequest) ProtoMessage() {}
 
 func (x *PauseFederatedServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[60]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4342,7 +4631,7 @@ func (x *PauseFederatedServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseFederatedServiceRequest.ProtoReflect.Descriptor instead.
 func (*PauseFederatedServiceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{60}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *PauseFederatedServiceRequest) GetServiceId() string {
@@ -4361,7 +4650,7 @@ type ResumeFederatedServiceRequest struct {
 
 func (x *ResumeFederatedServiceRequest) Reset() {
 	*x = ResumeFederatedServiceRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[61]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4373,7 +4662,7 @@ func (x *ResumeFederatedServiceRequest) String() string {
 func (*ResumeFederatedServiceRequest) ProtoMessage() {}
 
 func (x *ResumeFederatedServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[61]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4386,7 +4675,7 @@ func (x *ResumeFederatedServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeFederatedServiceRequest.ProtoReflect.Descriptor instead.
 func (*ResumeFederatedServiceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{61}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ResumeFederatedServiceRequest) GetServiceId() string {
@@ -4405,7 +4694,7 @@ type AbortFederatedServiceRequest struct {
 
 func (x *AbortFederatedServiceRequest) Reset() {
 	*x = AbortFederatedServiceRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[62]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4417,7 +4706,7 @@ func (x *AbortFederatedServiceRequest) String() string {
 func (*AbortFederatedServiceRequest) ProtoMessage() {}
 
 func (x *AbortFederatedServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[62]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4430,7 +4719,7 @@ func (x *AbortFederatedServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortFederatedServiceRequest.ProtoReflect.Descriptor instead.
 func (*AbortFederatedServiceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{62}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *AbortFederatedServiceRequest) GetServiceId() string {
@@ -4449,7 +4738,7 @@ type RollbackFederatedServiceRequest struct {
 
 func (x *RollbackFederatedServiceRequest) Reset() {
 	*x = RollbackFederatedServiceRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[63]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4461,7 +4750,7 @@ func (x *RollbackFederatedServiceRequest) String() string {
 func (*RollbackFederatedServiceRequest) ProtoMessage() {}
 
 func (x *RollbackFederatedServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[63]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4474,7 +4763,7 @@ func (x *RollbackFederatedServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollbackFederatedServiceRequest.ProtoReflect.Descriptor instead.
 func (*RollbackFederatedServiceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{63}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *RollbackFederatedServiceRequest) GetServiceId() string {
@@ -4494,7 +4783,7 @@ type ApproveFederatedServiceRequest struct {
 
 func (x *ApproveFederatedServiceRequest) Reset() {
 	*x = ApproveFederatedServiceRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[64]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4506,7 +4795,7 @@ func (x *ApproveFederatedServiceRequest) String() string {
 func (*ApproveFederatedServiceRequest) ProtoMessage() {}
 
 func (x *ApproveFederatedServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[64]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4519,7 +4808,7 @@ func (x *ApproveFederatedServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveFederatedServiceRequest.ProtoReflect.Descriptor instead.
 func (*ApproveFederatedServiceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{64}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ApproveFederatedServiceRequest) GetServiceId() string {
@@ -4527,6 +4816,96 @@ func (x *ApproveFederatedServiceRequest) GetServiceId() string {
 		return x.ServiceId
 	}
 	return ""
+}
+
+// Starts the pending rebalance of a service whose placement.rebalance is
+// MANUAL.
+type RebalanceFederatedServiceRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ServiceId     string                 `protobuf:"bytes,1,opt,name=service_id,json=serviceId,proto3" json:"service_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RebalanceFederatedServiceRequest) Reset() {
+	*x = RebalanceFederatedServiceRequest{}
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[66]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RebalanceFederatedServiceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RebalanceFederatedServiceRequest) ProtoMessage() {}
+
+func (x *RebalanceFederatedServiceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[66]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RebalanceFederatedServiceRequest.ProtoReflect.Descriptor instead.
+func (*RebalanceFederatedServiceRequest) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{66}
+}
+
+func (x *RebalanceFederatedServiceRequest) GetServiceId() string {
+	if x != nil {
+		return x.ServiceId
+	}
+	return ""
+}
+
+type RebalanceFederatedServiceResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Service       *FederatedService      `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RebalanceFederatedServiceResponse) Reset() {
+	*x = RebalanceFederatedServiceResponse{}
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[67]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RebalanceFederatedServiceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RebalanceFederatedServiceResponse) ProtoMessage() {}
+
+func (x *RebalanceFederatedServiceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[67]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RebalanceFederatedServiceResponse.ProtoReflect.Descriptor instead.
+func (*RebalanceFederatedServiceResponse) Descriptor() ([]byte, []int) {
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{67}
+}
+
+func (x *RebalanceFederatedServiceResponse) GetService() *FederatedService {
+	if x != nil {
+		return x.Service
+	}
+	return nil
 }
 
 type FederatedServiceRolloutResponse struct {
@@ -4538,7 +4917,7 @@ type FederatedServiceRolloutResponse struct {
 
 func (x *FederatedServiceRolloutResponse) Reset() {
 	*x = FederatedServiceRolloutResponse{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[65]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4550,7 +4929,7 @@ func (x *FederatedServiceRolloutResponse) String() string {
 func (*FederatedServiceRolloutResponse) ProtoMessage() {}
 
 func (x *FederatedServiceRolloutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[65]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4563,7 +4942,7 @@ func (x *FederatedServiceRolloutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FederatedServiceRolloutResponse.ProtoReflect.Descriptor instead.
 func (*FederatedServiceRolloutResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{65}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *FederatedServiceRolloutResponse) GetService() *FederatedService {
@@ -4582,7 +4961,7 @@ type DeleteFederatedServiceRequest struct {
 
 func (x *DeleteFederatedServiceRequest) Reset() {
 	*x = DeleteFederatedServiceRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[66]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4594,7 +4973,7 @@ func (x *DeleteFederatedServiceRequest) String() string {
 func (*DeleteFederatedServiceRequest) ProtoMessage() {}
 
 func (x *DeleteFederatedServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[66]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4607,7 +4986,7 @@ func (x *DeleteFederatedServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteFederatedServiceRequest.ProtoReflect.Descriptor instead.
 func (*DeleteFederatedServiceRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{66}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *DeleteFederatedServiceRequest) GetServiceId() string {
@@ -4625,7 +5004,7 @@ type DeleteFederatedServiceResponse struct {
 
 func (x *DeleteFederatedServiceResponse) Reset() {
 	*x = DeleteFederatedServiceResponse{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[67]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4637,7 +5016,7 @@ func (x *DeleteFederatedServiceResponse) String() string {
 func (*DeleteFederatedServiceResponse) ProtoMessage() {}
 
 func (x *DeleteFederatedServiceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[67]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4650,7 +5029,7 @@ func (x *DeleteFederatedServiceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteFederatedServiceResponse.ProtoReflect.Descriptor instead.
 func (*DeleteFederatedServiceResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{67}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{70}
 }
 
 // The global SLA evaluator. A cluster stack started with --federation asks
@@ -4675,7 +5054,7 @@ type RequestDisruptionRequest struct {
 
 func (x *RequestDisruptionRequest) Reset() {
 	*x = RequestDisruptionRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[68]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4687,7 +5066,7 @@ func (x *RequestDisruptionRequest) String() string {
 func (*RequestDisruptionRequest) ProtoMessage() {}
 
 func (x *RequestDisruptionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[68]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4700,7 +5079,7 @@ func (x *RequestDisruptionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestDisruptionRequest.ProtoReflect.Descriptor instead.
 func (*RequestDisruptionRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{68}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *RequestDisruptionRequest) GetCluster() string {
@@ -4763,7 +5142,7 @@ type RequestDisruptionResponse struct {
 
 func (x *RequestDisruptionResponse) Reset() {
 	*x = RequestDisruptionResponse{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[69]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4775,7 +5154,7 @@ func (x *RequestDisruptionResponse) String() string {
 func (*RequestDisruptionResponse) ProtoMessage() {}
 
 func (x *RequestDisruptionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[69]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4788,7 +5167,7 @@ func (x *RequestDisruptionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestDisruptionResponse.ProtoReflect.Descriptor instead.
 func (*RequestDisruptionResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{69}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *RequestDisruptionResponse) GetGrantId() string {
@@ -4821,7 +5200,7 @@ type ReleaseDisruptionRequest struct {
 
 func (x *ReleaseDisruptionRequest) Reset() {
 	*x = ReleaseDisruptionRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[70]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4833,7 +5212,7 @@ func (x *ReleaseDisruptionRequest) String() string {
 func (*ReleaseDisruptionRequest) ProtoMessage() {}
 
 func (x *ReleaseDisruptionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[70]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4846,7 +5225,7 @@ func (x *ReleaseDisruptionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseDisruptionRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseDisruptionRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{70}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *ReleaseDisruptionRequest) GetGrantId() string {
@@ -4864,7 +5243,7 @@ type ReleaseDisruptionResponse struct {
 
 func (x *ReleaseDisruptionResponse) Reset() {
 	*x = ReleaseDisruptionResponse{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[71]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4876,7 +5255,7 @@ func (x *ReleaseDisruptionResponse) String() string {
 func (*ReleaseDisruptionResponse) ProtoMessage() {}
 
 func (x *ReleaseDisruptionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[71]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4889,7 +5268,7 @@ func (x *ReleaseDisruptionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseDisruptionResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseDisruptionResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{71}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{74}
 }
 
 type RenewDisruptionRequest struct {
@@ -4902,7 +5281,7 @@ type RenewDisruptionRequest struct {
 
 func (x *RenewDisruptionRequest) Reset() {
 	*x = RenewDisruptionRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[72]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4914,7 +5293,7 @@ func (x *RenewDisruptionRequest) String() string {
 func (*RenewDisruptionRequest) ProtoMessage() {}
 
 func (x *RenewDisruptionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[72]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4927,7 +5306,7 @@ func (x *RenewDisruptionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewDisruptionRequest.ProtoReflect.Descriptor instead.
 func (*RenewDisruptionRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{72}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *RenewDisruptionRequest) GetGrantId() string {
@@ -4952,7 +5331,7 @@ type RenewDisruptionResponse struct {
 
 func (x *RenewDisruptionResponse) Reset() {
 	*x = RenewDisruptionResponse{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[73]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4964,7 +5343,7 @@ func (x *RenewDisruptionResponse) String() string {
 func (*RenewDisruptionResponse) ProtoMessage() {}
 
 func (x *RenewDisruptionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[73]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4977,7 +5356,7 @@ func (x *RenewDisruptionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewDisruptionResponse.ProtoReflect.Descriptor instead.
 func (*RenewDisruptionResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{73}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{76}
 }
 
 type ReportUnavailableRequest struct {
@@ -4997,7 +5376,7 @@ type ReportUnavailableRequest struct {
 
 func (x *ReportUnavailableRequest) Reset() {
 	*x = ReportUnavailableRequest{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[74]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5009,7 +5388,7 @@ func (x *ReportUnavailableRequest) String() string {
 func (*ReportUnavailableRequest) ProtoMessage() {}
 
 func (x *ReportUnavailableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[74]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5022,7 +5401,7 @@ func (x *ReportUnavailableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportUnavailableRequest.ProtoReflect.Descriptor instead.
 func (*ReportUnavailableRequest) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{74}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *ReportUnavailableRequest) GetCluster() string {
@@ -5061,7 +5440,7 @@ type ReportUnavailableResponse struct {
 
 func (x *ReportUnavailableResponse) Reset() {
 	*x = ReportUnavailableResponse{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[75]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5073,7 +5452,7 @@ func (x *ReportUnavailableResponse) String() string {
 func (*ReportUnavailableResponse) ProtoMessage() {}
 
 func (x *ReportUnavailableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[75]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5086,7 +5465,7 @@ func (x *ReportUnavailableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportUnavailableResponse.ProtoReflect.Descriptor instead.
 func (*ReportUnavailableResponse) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{75}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{78}
 }
 
 // SlaGrant is a grant of the global evaluator as kept in etcd.
@@ -5105,7 +5484,7 @@ type SlaGrant struct {
 
 func (x *SlaGrant) Reset() {
 	*x = SlaGrant{}
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[76]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5117,7 +5496,7 @@ func (x *SlaGrant) String() string {
 func (*SlaGrant) ProtoMessage() {}
 
 func (x *SlaGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_peloton_api_v1_federation_proto_msgTypes[76]
+	mi := &file_peloton_api_v1_federation_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5130,7 +5509,7 @@ func (x *SlaGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlaGrant.ProtoReflect.Descriptor instead.
 func (*SlaGrant) Descriptor() ([]byte, []int) {
-	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{76}
+	return file_peloton_api_v1_federation_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *SlaGrant) GetId() string {
@@ -5369,11 +5748,33 @@ const file_peloton_api_v1_federation_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xab\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe8\x01\n" +
 	"\x10ServicePlacement\x128\n" +
 	"\bclusters\x18\x01 \x03(\v2\x1c.peloton.api.v1.ClusterShareR\bclusters\x12!\n" +
 	"\fmin_clusters\x18\x02 \x01(\rR\vminClusters\x12:\n" +
-	"\bfailover\x18\x03 \x01(\v2\x1e.peloton.api.v1.FailoverPolicyR\bfailover\"\\\n" +
+	"\bfailover\x18\x03 \x01(\v2\x1e.peloton.api.v1.FailoverPolicyR\bfailover\x12;\n" +
+	"\trebalance\x18\x04 \x01(\x0e2\x1d.peloton.api.v1.RebalanceModeR\trebalance\"\xf5\x04\n" +
+	"\x10ServiceRebalance\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\rR\x02id\x124\n" +
+	"\x05state\x18\x02 \x01(\x0e2\x1e.peloton.api.v1.RebalanceStateR\x05state\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12>\n" +
+	"\x04from\x18\x04 \x03(\v2*.peloton.api.v1.ServiceRebalance.FromEntryR\x04from\x128\n" +
+	"\x02to\x18\x05 \x03(\v2(.peloton.api.v1.ServiceRebalance.ToEntryR\x02to\x12\x1a\n" +
+	"\bclusters\x18\x06 \x03(\tR\bclusters\x12\x14\n" +
+	"\x05moved\x18\a \x01(\rR\x05moved\x12\x18\n" +
+	"\agrowing\x18\b \x01(\rR\agrowing\x12\x18\n" +
+	"\awaiting\x18\t \x01(\tR\awaiting\x12?\n" +
+	"\rwaiting_since\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\fwaitingSince\x12;\n" +
+	"\vcreate_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\x125\n" +
+	"\bend_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x1a7\n" +
+	"\tFromEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\x1a5\n" +
+	"\aToEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\"\\\n" +
 	"\x0eFailoverPolicy\x12-\n" +
 	"\x12toleration_seconds\x18\x01 \x01(\rR\x11tolerationSeconds\x12\x1b\n" +
 	"\tmove_back\x18\x02 \x01(\bR\bmoveBack\"\xb8\x01\n" +
@@ -5463,7 +5864,7 @@ const file_peloton_api_v1_federation_proto_rawDesc = "" +
 	"\tplacement\x18\x05 \x01(\v2 .peloton.api.v1.ServicePlacementR\tplacement\x1a]\n" +
 	"\x0eOverridesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x125\n" +
-	"\x05value\x18\x02 \x01(\v2\x1f.peloton.api.v1.ClusterOverrideR\x05value:\x028\x01\"\xfc\x04\n" +
+	"\x05value\x18\x02 \x01(\v2\x1f.peloton.api.v1.ClusterOverrideR\x05value:\x028\x01\"\xd9\x05\n" +
 	"\x10FederatedService\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x128\n" +
 	"\x04spec\x18\x02 \x01(\v2$.peloton.api.v1.FederatedServiceSpecR\x04spec\x12;\n" +
@@ -5482,7 +5883,9 @@ const file_peloton_api_v1_federation_proto_rawDesc = "" +
 	"\ahistory\x18\r \x03(\v2\x1e.peloton.api.v1.ServiceRolloutR\ahistory\x12\x18\n" +
 	"\ahealthy\x18\x0e \x01(\rR\ahealthy\x12\x18\n" +
 	"\aupdated\x18\x0f \x01(\rR\aupdated\x12\x1a\n" +
-	"\barchived\x18\x10 \x01(\bR\barchived\"x\n" +
+	"\barchived\x18\x10 \x01(\bR\barchived\x12>\n" +
+	"\trebalance\x18\x11 \x01(\v2 .peloton.api.v1.ServiceRebalanceR\trebalance\x12\x1b\n" +
+	"\tplaced_on\x18\x12 \x03(\tR\bplacedOn\"x\n" +
 	"\x1dCreateFederatedServiceRequest\x128\n" +
 	"\x04spec\x18\x01 \x01(\v2$.peloton.api.v1.FederatedServiceSpecR\x04spec\x12\x1d\n" +
 	"\n" +
@@ -5532,7 +5935,12 @@ const file_peloton_api_v1_federation_proto_rawDesc = "" +
 	"service_id\x18\x01 \x01(\tR\tserviceId\"?\n" +
 	"\x1eApproveFederatedServiceRequest\x12\x1d\n" +
 	"\n" +
-	"service_id\x18\x01 \x01(\tR\tserviceId\"]\n" +
+	"service_id\x18\x01 \x01(\tR\tserviceId\"A\n" +
+	" RebalanceFederatedServiceRequest\x12\x1d\n" +
+	"\n" +
+	"service_id\x18\x01 \x01(\tR\tserviceId\"_\n" +
+	"!RebalanceFederatedServiceResponse\x12:\n" +
+	"\aservice\x18\x01 \x01(\v2 .peloton.api.v1.FederatedServiceR\aservice\"]\n" +
 	"\x1fFederatedServiceRolloutResponse\x12:\n" +
 	"\aservice\x18\x01 \x01(\v2 .peloton.api.v1.FederatedServiceR\aservice\">\n" +
 	"\x1dDeleteFederatedServiceRequest\x12\x1d\n" +
@@ -5587,7 +5995,17 @@ const file_peloton_api_v1_federation_proto_rawDesc = "" +
 	"\n" +
 	"DISPATCHED\x10\x02\x12\x13\n" +
 	"\x0fDISPATCH_MOVING\x10\x03\x12\x11\n" +
-	"\rDISPATCH_DONE\x10\x04*\xc9\x01\n" +
+	"\rDISPATCH_DONE\x10\x04*%\n" +
+	"\rRebalanceMode\x12\b\n" +
+	"\x04AUTO\x10\x00\x12\n" +
+	"\n" +
+	"\x06MANUAL\x10\x01*\x8b\x01\n" +
+	"\x0eRebalanceState\x12\x1f\n" +
+	"\x1bREBALANCE_STATE_UNSPECIFIED\x10\x00\x12\x15\n" +
+	"\x11REBALANCE_PENDING\x10\x01\x12\x14\n" +
+	"\x10REBALANCE_MOVING\x10\x02\x12\x12\n" +
+	"\x0eREBALANCE_DONE\x10\x03\x12\x17\n" +
+	"\x13REBALANCE_CANCELLED\x10\x04*\xc9\x01\n" +
 	"\fRolloutState\x12\x1d\n" +
 	"\x19ROLLOUT_STATE_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fROLLOUT_ROLLING\x10\x01\x12\x12\n" +
@@ -5624,7 +6042,8 @@ const file_peloton_api_v1_federation_proto_rawDesc = "" +
 	"\x12CreateFederatedJob\x12).peloton.api.v1.CreateFederatedJobRequest\x1a*.peloton.api.v1.CreateFederatedJobResponse\x12b\n" +
 	"\x0fGetFederatedJob\x12&.peloton.api.v1.GetFederatedJobRequest\x1a'.peloton.api.v1.GetFederatedJobResponse\x12h\n" +
 	"\x11ListFederatedJobs\x12(.peloton.api.v1.ListFederatedJobsRequest\x1a).peloton.api.v1.ListFederatedJobsResponse\x12e\n" +
-	"\x10KillFederatedJob\x12'.peloton.api.v1.KillFederatedJobRequest\x1a(.peloton.api.v1.KillFederatedJobResponse2\xce\t\n" +
+	"\x10KillFederatedJob\x12'.peloton.api.v1.KillFederatedJobRequest\x1a(.peloton.api.v1.KillFederatedJobResponse2\xd1\n" +
+	"\n" +
 	"\x17FederatedServiceService\x12w\n" +
 	"\x16CreateFederatedService\x12-.peloton.api.v1.CreateFederatedServiceRequest\x1a..peloton.api.v1.CreateFederatedServiceResponse\x12n\n" +
 	"\x13GetFederatedService\x12*.peloton.api.v1.GetFederatedServiceRequest\x1a+.peloton.api.v1.GetFederatedServiceResponse\x12t\n" +
@@ -5635,7 +6054,8 @@ const file_peloton_api_v1_federation_proto_rawDesc = "" +
 	"\x16ResumeFederatedService\x12-.peloton.api.v1.ResumeFederatedServiceRequest\x1a/.peloton.api.v1.FederatedServiceRolloutResponse\x12v\n" +
 	"\x15AbortFederatedService\x12,.peloton.api.v1.AbortFederatedServiceRequest\x1a/.peloton.api.v1.FederatedServiceRolloutResponse\x12|\n" +
 	"\x18RollbackFederatedService\x12/.peloton.api.v1.RollbackFederatedServiceRequest\x1a/.peloton.api.v1.FederatedServiceRolloutResponse\x12z\n" +
-	"\x17ApproveFederatedService\x12..peloton.api.v1.ApproveFederatedServiceRequest\x1a/.peloton.api.v1.FederatedServiceRolloutResponse2\xb4\x03\n" +
+	"\x17ApproveFederatedService\x12..peloton.api.v1.ApproveFederatedServiceRequest\x1a/.peloton.api.v1.FederatedServiceRolloutResponse\x12\x80\x01\n" +
+	"\x19RebalanceFederatedService\x120.peloton.api.v1.RebalanceFederatedServiceRequest\x1a1.peloton.api.v1.RebalanceFederatedServiceResponse2\xb4\x03\n" +
 	"\x10GlobalSlaService\x12h\n" +
 	"\x11RequestDisruption\x12(.peloton.api.v1.RequestDisruptionRequest\x1a).peloton.api.v1.RequestDisruptionResponse\x12h\n" +
 	"\x11ReleaseDisruption\x12(.peloton.api.v1.ReleaseDisruptionRequest\x1a).peloton.api.v1.ReleaseDisruptionResponse\x12b\n" +
@@ -5654,269 +6074,287 @@ func file_peloton_api_v1_federation_proto_rawDescGZIP() []byte {
 	return file_peloton_api_v1_federation_proto_rawDescData
 }
 
-var file_peloton_api_v1_federation_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_peloton_api_v1_federation_proto_msgTypes = make([]protoimpl.MessageInfo, 87)
+var file_peloton_api_v1_federation_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
+var file_peloton_api_v1_federation_proto_msgTypes = make([]protoimpl.MessageInfo, 92)
 var file_peloton_api_v1_federation_proto_goTypes = []any{
-	(ClusterState)(0),                       // 0: peloton.api.v1.ClusterState
-	(DispatchState)(0),                      // 1: peloton.api.v1.DispatchState
-	(RolloutState)(0),                       // 2: peloton.api.v1.RolloutState
-	(RolloutStepState)(0),                   // 3: peloton.api.v1.RolloutStepState
-	(*Cluster)(nil),                         // 4: peloton.api.v1.Cluster
-	(*RegisterClusterRequest)(nil),          // 5: peloton.api.v1.RegisterClusterRequest
-	(*RegisterClusterResponse)(nil),         // 6: peloton.api.v1.RegisterClusterResponse
-	(*DeregisterClusterRequest)(nil),        // 7: peloton.api.v1.DeregisterClusterRequest
-	(*DeregisterClusterResponse)(nil),       // 8: peloton.api.v1.DeregisterClusterResponse
-	(*GetClusterRequest)(nil),               // 9: peloton.api.v1.GetClusterRequest
-	(*GetClusterResponse)(nil),              // 10: peloton.api.v1.GetClusterResponse
-	(*ListClustersRequest)(nil),             // 11: peloton.api.v1.ListClustersRequest
-	(*ListClustersResponse)(nil),            // 12: peloton.api.v1.ListClustersResponse
-	(*CordonClusterRequest)(nil),            // 13: peloton.api.v1.CordonClusterRequest
-	(*CordonClusterResponse)(nil),           // 14: peloton.api.v1.CordonClusterResponse
-	(*UncordonClusterRequest)(nil),          // 15: peloton.api.v1.UncordonClusterRequest
-	(*UncordonClusterResponse)(nil),         // 16: peloton.api.v1.UncordonClusterResponse
-	(*FederatedPoolPlacement)(nil),          // 17: peloton.api.v1.FederatedPoolPlacement
-	(*FederatedPoolSpec)(nil),               // 18: peloton.api.v1.FederatedPoolSpec
-	(*FederatedPoolCluster)(nil),            // 19: peloton.api.v1.FederatedPoolCluster
-	(*FederatedPool)(nil),                   // 20: peloton.api.v1.FederatedPool
-	(*FederatedPoolShare)(nil),              // 21: peloton.api.v1.FederatedPoolShare
-	(*CreateFederatedPoolRequest)(nil),      // 22: peloton.api.v1.CreateFederatedPoolRequest
-	(*CreateFederatedPoolResponse)(nil),     // 23: peloton.api.v1.CreateFederatedPoolResponse
-	(*GetFederatedPoolRequest)(nil),         // 24: peloton.api.v1.GetFederatedPoolRequest
-	(*GetFederatedPoolResponse)(nil),        // 25: peloton.api.v1.GetFederatedPoolResponse
-	(*UpdateFederatedPoolRequest)(nil),      // 26: peloton.api.v1.UpdateFederatedPoolRequest
-	(*UpdateFederatedPoolResponse)(nil),     // 27: peloton.api.v1.UpdateFederatedPoolResponse
-	(*DeleteFederatedPoolRequest)(nil),      // 28: peloton.api.v1.DeleteFederatedPoolRequest
-	(*DeleteFederatedPoolResponse)(nil),     // 29: peloton.api.v1.DeleteFederatedPoolResponse
-	(*ListFederatedPoolsRequest)(nil),       // 30: peloton.api.v1.ListFederatedPoolsRequest
-	(*ListFederatedPoolsResponse)(nil),      // 31: peloton.api.v1.ListFederatedPoolsResponse
-	(*FederatedJobPlacement)(nil),           // 32: peloton.api.v1.FederatedJobPlacement
-	(*FederatedJobSpec)(nil),                // 33: peloton.api.v1.FederatedJobSpec
-	(*FederatedJobAttempt)(nil),             // 34: peloton.api.v1.FederatedJobAttempt
-	(*FederatedJob)(nil),                    // 35: peloton.api.v1.FederatedJob
-	(*CreateFederatedJobRequest)(nil),       // 36: peloton.api.v1.CreateFederatedJobRequest
-	(*CreateFederatedJobResponse)(nil),      // 37: peloton.api.v1.CreateFederatedJobResponse
-	(*GetFederatedJobRequest)(nil),          // 38: peloton.api.v1.GetFederatedJobRequest
-	(*GetFederatedJobResponse)(nil),         // 39: peloton.api.v1.GetFederatedJobResponse
-	(*ListFederatedJobsRequest)(nil),        // 40: peloton.api.v1.ListFederatedJobsRequest
-	(*ListFederatedJobsResponse)(nil),       // 41: peloton.api.v1.ListFederatedJobsResponse
-	(*KillFederatedJobRequest)(nil),         // 42: peloton.api.v1.KillFederatedJobRequest
-	(*KillFederatedJobResponse)(nil),        // 43: peloton.api.v1.KillFederatedJobResponse
-	(*ClusterShare)(nil),                    // 44: peloton.api.v1.ClusterShare
-	(*ClusterOverride)(nil),                 // 45: peloton.api.v1.ClusterOverride
-	(*ServicePlacement)(nil),                // 46: peloton.api.v1.ServicePlacement
-	(*FailoverPolicy)(nil),                  // 47: peloton.api.v1.FailoverPolicy
-	(*FederatedServiceSpec)(nil),            // 48: peloton.api.v1.FederatedServiceSpec
-	(*ServiceCluster)(nil),                  // 49: peloton.api.v1.ServiceCluster
-	(*RolloutSpec)(nil),                     // 50: peloton.api.v1.RolloutSpec
-	(*RolloutStepSpec)(nil),                 // 51: peloton.api.v1.RolloutStepSpec
-	(*RolloutStep)(nil),                     // 52: peloton.api.v1.RolloutStep
-	(*ServiceRollout)(nil),                  // 53: peloton.api.v1.ServiceRollout
-	(*ServiceVersion)(nil),                  // 54: peloton.api.v1.ServiceVersion
-	(*FederatedService)(nil),                // 55: peloton.api.v1.FederatedService
-	(*CreateFederatedServiceRequest)(nil),   // 56: peloton.api.v1.CreateFederatedServiceRequest
-	(*CreateFederatedServiceResponse)(nil),  // 57: peloton.api.v1.CreateFederatedServiceResponse
-	(*GetFederatedServiceRequest)(nil),      // 58: peloton.api.v1.GetFederatedServiceRequest
-	(*GetFederatedServiceResponse)(nil),     // 59: peloton.api.v1.GetFederatedServiceResponse
-	(*ListFederatedServicesRequest)(nil),    // 60: peloton.api.v1.ListFederatedServicesRequest
-	(*ListFederatedServicesResponse)(nil),   // 61: peloton.api.v1.ListFederatedServicesResponse
-	(*UpdateFederatedServiceRequest)(nil),   // 62: peloton.api.v1.UpdateFederatedServiceRequest
-	(*UpdateFederatedServiceResponse)(nil),  // 63: peloton.api.v1.UpdateFederatedServiceResponse
-	(*PauseFederatedServiceRequest)(nil),    // 64: peloton.api.v1.PauseFederatedServiceRequest
-	(*ResumeFederatedServiceRequest)(nil),   // 65: peloton.api.v1.ResumeFederatedServiceRequest
-	(*AbortFederatedServiceRequest)(nil),    // 66: peloton.api.v1.AbortFederatedServiceRequest
-	(*RollbackFederatedServiceRequest)(nil), // 67: peloton.api.v1.RollbackFederatedServiceRequest
-	(*ApproveFederatedServiceRequest)(nil),  // 68: peloton.api.v1.ApproveFederatedServiceRequest
-	(*FederatedServiceRolloutResponse)(nil), // 69: peloton.api.v1.FederatedServiceRolloutResponse
-	(*DeleteFederatedServiceRequest)(nil),   // 70: peloton.api.v1.DeleteFederatedServiceRequest
-	(*DeleteFederatedServiceResponse)(nil),  // 71: peloton.api.v1.DeleteFederatedServiceResponse
-	(*RequestDisruptionRequest)(nil),        // 72: peloton.api.v1.RequestDisruptionRequest
-	(*RequestDisruptionResponse)(nil),       // 73: peloton.api.v1.RequestDisruptionResponse
-	(*ReleaseDisruptionRequest)(nil),        // 74: peloton.api.v1.ReleaseDisruptionRequest
-	(*ReleaseDisruptionResponse)(nil),       // 75: peloton.api.v1.ReleaseDisruptionResponse
-	(*RenewDisruptionRequest)(nil),          // 76: peloton.api.v1.RenewDisruptionRequest
-	(*RenewDisruptionResponse)(nil),         // 77: peloton.api.v1.RenewDisruptionResponse
-	(*ReportUnavailableRequest)(nil),        // 78: peloton.api.v1.ReportUnavailableRequest
-	(*ReportUnavailableResponse)(nil),       // 79: peloton.api.v1.ReportUnavailableResponse
-	(*SlaGrant)(nil),                        // 80: peloton.api.v1.SlaGrant
-	nil,                                     // 81: peloton.api.v1.Cluster.LabelsEntry
-	nil,                                     // 82: peloton.api.v1.RegisterClusterRequest.LabelsEntry
-	nil,                                     // 83: peloton.api.v1.FederatedPoolPlacement.WeightsEntry
-	nil,                                     // 84: peloton.api.v1.FederatedJobPlacement.ClusterSelectorEntry
-	nil,                                     // 85: peloton.api.v1.ClusterShare.SelectorEntry
-	nil,                                     // 86: peloton.api.v1.ClusterOverride.EnvEntry
-	nil,                                     // 87: peloton.api.v1.ClusterOverride.LabelsEntry
-	nil,                                     // 88: peloton.api.v1.ServiceCluster.CoveringEntry
-	nil,                                     // 89: peloton.api.v1.ServiceVersion.OverridesEntry
-	nil,                                     // 90: peloton.api.v1.CreateFederatedServiceResponse.SplitEntry
-	(*timestamppb.Timestamp)(nil),           // 91: google.protobuf.Timestamp
-	(*Resources)(nil),                       // 92: peloton.api.v1.Resources
-	(*PoolSpec)(nil),                        // 93: peloton.api.v1.PoolSpec
-	(*PoolStatus)(nil),                      // 94: peloton.api.v1.PoolStatus
-	(*JobSpec)(nil),                         // 95: peloton.api.v1.JobSpec
-	(*JobStatus)(nil),                       // 96: peloton.api.v1.JobStatus
-	(JobState)(0),                           // 97: peloton.api.v1.JobState
-	(*UpdateSpec)(nil),                      // 98: peloton.api.v1.UpdateSpec
+	(ClusterState)(0),                         // 0: peloton.api.v1.ClusterState
+	(DispatchState)(0),                        // 1: peloton.api.v1.DispatchState
+	(RebalanceMode)(0),                        // 2: peloton.api.v1.RebalanceMode
+	(RebalanceState)(0),                       // 3: peloton.api.v1.RebalanceState
+	(RolloutState)(0),                         // 4: peloton.api.v1.RolloutState
+	(RolloutStepState)(0),                     // 5: peloton.api.v1.RolloutStepState
+	(*Cluster)(nil),                           // 6: peloton.api.v1.Cluster
+	(*RegisterClusterRequest)(nil),            // 7: peloton.api.v1.RegisterClusterRequest
+	(*RegisterClusterResponse)(nil),           // 8: peloton.api.v1.RegisterClusterResponse
+	(*DeregisterClusterRequest)(nil),          // 9: peloton.api.v1.DeregisterClusterRequest
+	(*DeregisterClusterResponse)(nil),         // 10: peloton.api.v1.DeregisterClusterResponse
+	(*GetClusterRequest)(nil),                 // 11: peloton.api.v1.GetClusterRequest
+	(*GetClusterResponse)(nil),                // 12: peloton.api.v1.GetClusterResponse
+	(*ListClustersRequest)(nil),               // 13: peloton.api.v1.ListClustersRequest
+	(*ListClustersResponse)(nil),              // 14: peloton.api.v1.ListClustersResponse
+	(*CordonClusterRequest)(nil),              // 15: peloton.api.v1.CordonClusterRequest
+	(*CordonClusterResponse)(nil),             // 16: peloton.api.v1.CordonClusterResponse
+	(*UncordonClusterRequest)(nil),            // 17: peloton.api.v1.UncordonClusterRequest
+	(*UncordonClusterResponse)(nil),           // 18: peloton.api.v1.UncordonClusterResponse
+	(*FederatedPoolPlacement)(nil),            // 19: peloton.api.v1.FederatedPoolPlacement
+	(*FederatedPoolSpec)(nil),                 // 20: peloton.api.v1.FederatedPoolSpec
+	(*FederatedPoolCluster)(nil),              // 21: peloton.api.v1.FederatedPoolCluster
+	(*FederatedPool)(nil),                     // 22: peloton.api.v1.FederatedPool
+	(*FederatedPoolShare)(nil),                // 23: peloton.api.v1.FederatedPoolShare
+	(*CreateFederatedPoolRequest)(nil),        // 24: peloton.api.v1.CreateFederatedPoolRequest
+	(*CreateFederatedPoolResponse)(nil),       // 25: peloton.api.v1.CreateFederatedPoolResponse
+	(*GetFederatedPoolRequest)(nil),           // 26: peloton.api.v1.GetFederatedPoolRequest
+	(*GetFederatedPoolResponse)(nil),          // 27: peloton.api.v1.GetFederatedPoolResponse
+	(*UpdateFederatedPoolRequest)(nil),        // 28: peloton.api.v1.UpdateFederatedPoolRequest
+	(*UpdateFederatedPoolResponse)(nil),       // 29: peloton.api.v1.UpdateFederatedPoolResponse
+	(*DeleteFederatedPoolRequest)(nil),        // 30: peloton.api.v1.DeleteFederatedPoolRequest
+	(*DeleteFederatedPoolResponse)(nil),       // 31: peloton.api.v1.DeleteFederatedPoolResponse
+	(*ListFederatedPoolsRequest)(nil),         // 32: peloton.api.v1.ListFederatedPoolsRequest
+	(*ListFederatedPoolsResponse)(nil),        // 33: peloton.api.v1.ListFederatedPoolsResponse
+	(*FederatedJobPlacement)(nil),             // 34: peloton.api.v1.FederatedJobPlacement
+	(*FederatedJobSpec)(nil),                  // 35: peloton.api.v1.FederatedJobSpec
+	(*FederatedJobAttempt)(nil),               // 36: peloton.api.v1.FederatedJobAttempt
+	(*FederatedJob)(nil),                      // 37: peloton.api.v1.FederatedJob
+	(*CreateFederatedJobRequest)(nil),         // 38: peloton.api.v1.CreateFederatedJobRequest
+	(*CreateFederatedJobResponse)(nil),        // 39: peloton.api.v1.CreateFederatedJobResponse
+	(*GetFederatedJobRequest)(nil),            // 40: peloton.api.v1.GetFederatedJobRequest
+	(*GetFederatedJobResponse)(nil),           // 41: peloton.api.v1.GetFederatedJobResponse
+	(*ListFederatedJobsRequest)(nil),          // 42: peloton.api.v1.ListFederatedJobsRequest
+	(*ListFederatedJobsResponse)(nil),         // 43: peloton.api.v1.ListFederatedJobsResponse
+	(*KillFederatedJobRequest)(nil),           // 44: peloton.api.v1.KillFederatedJobRequest
+	(*KillFederatedJobResponse)(nil),          // 45: peloton.api.v1.KillFederatedJobResponse
+	(*ClusterShare)(nil),                      // 46: peloton.api.v1.ClusterShare
+	(*ClusterOverride)(nil),                   // 47: peloton.api.v1.ClusterOverride
+	(*ServicePlacement)(nil),                  // 48: peloton.api.v1.ServicePlacement
+	(*ServiceRebalance)(nil),                  // 49: peloton.api.v1.ServiceRebalance
+	(*FailoverPolicy)(nil),                    // 50: peloton.api.v1.FailoverPolicy
+	(*FederatedServiceSpec)(nil),              // 51: peloton.api.v1.FederatedServiceSpec
+	(*ServiceCluster)(nil),                    // 52: peloton.api.v1.ServiceCluster
+	(*RolloutSpec)(nil),                       // 53: peloton.api.v1.RolloutSpec
+	(*RolloutStepSpec)(nil),                   // 54: peloton.api.v1.RolloutStepSpec
+	(*RolloutStep)(nil),                       // 55: peloton.api.v1.RolloutStep
+	(*ServiceRollout)(nil),                    // 56: peloton.api.v1.ServiceRollout
+	(*ServiceVersion)(nil),                    // 57: peloton.api.v1.ServiceVersion
+	(*FederatedService)(nil),                  // 58: peloton.api.v1.FederatedService
+	(*CreateFederatedServiceRequest)(nil),     // 59: peloton.api.v1.CreateFederatedServiceRequest
+	(*CreateFederatedServiceResponse)(nil),    // 60: peloton.api.v1.CreateFederatedServiceResponse
+	(*GetFederatedServiceRequest)(nil),        // 61: peloton.api.v1.GetFederatedServiceRequest
+	(*GetFederatedServiceResponse)(nil),       // 62: peloton.api.v1.GetFederatedServiceResponse
+	(*ListFederatedServicesRequest)(nil),      // 63: peloton.api.v1.ListFederatedServicesRequest
+	(*ListFederatedServicesResponse)(nil),     // 64: peloton.api.v1.ListFederatedServicesResponse
+	(*UpdateFederatedServiceRequest)(nil),     // 65: peloton.api.v1.UpdateFederatedServiceRequest
+	(*UpdateFederatedServiceResponse)(nil),    // 66: peloton.api.v1.UpdateFederatedServiceResponse
+	(*PauseFederatedServiceRequest)(nil),      // 67: peloton.api.v1.PauseFederatedServiceRequest
+	(*ResumeFederatedServiceRequest)(nil),     // 68: peloton.api.v1.ResumeFederatedServiceRequest
+	(*AbortFederatedServiceRequest)(nil),      // 69: peloton.api.v1.AbortFederatedServiceRequest
+	(*RollbackFederatedServiceRequest)(nil),   // 70: peloton.api.v1.RollbackFederatedServiceRequest
+	(*ApproveFederatedServiceRequest)(nil),    // 71: peloton.api.v1.ApproveFederatedServiceRequest
+	(*RebalanceFederatedServiceRequest)(nil),  // 72: peloton.api.v1.RebalanceFederatedServiceRequest
+	(*RebalanceFederatedServiceResponse)(nil), // 73: peloton.api.v1.RebalanceFederatedServiceResponse
+	(*FederatedServiceRolloutResponse)(nil),   // 74: peloton.api.v1.FederatedServiceRolloutResponse
+	(*DeleteFederatedServiceRequest)(nil),     // 75: peloton.api.v1.DeleteFederatedServiceRequest
+	(*DeleteFederatedServiceResponse)(nil),    // 76: peloton.api.v1.DeleteFederatedServiceResponse
+	(*RequestDisruptionRequest)(nil),          // 77: peloton.api.v1.RequestDisruptionRequest
+	(*RequestDisruptionResponse)(nil),         // 78: peloton.api.v1.RequestDisruptionResponse
+	(*ReleaseDisruptionRequest)(nil),          // 79: peloton.api.v1.ReleaseDisruptionRequest
+	(*ReleaseDisruptionResponse)(nil),         // 80: peloton.api.v1.ReleaseDisruptionResponse
+	(*RenewDisruptionRequest)(nil),            // 81: peloton.api.v1.RenewDisruptionRequest
+	(*RenewDisruptionResponse)(nil),           // 82: peloton.api.v1.RenewDisruptionResponse
+	(*ReportUnavailableRequest)(nil),          // 83: peloton.api.v1.ReportUnavailableRequest
+	(*ReportUnavailableResponse)(nil),         // 84: peloton.api.v1.ReportUnavailableResponse
+	(*SlaGrant)(nil),                          // 85: peloton.api.v1.SlaGrant
+	nil,                                       // 86: peloton.api.v1.Cluster.LabelsEntry
+	nil,                                       // 87: peloton.api.v1.RegisterClusterRequest.LabelsEntry
+	nil,                                       // 88: peloton.api.v1.FederatedPoolPlacement.WeightsEntry
+	nil,                                       // 89: peloton.api.v1.FederatedJobPlacement.ClusterSelectorEntry
+	nil,                                       // 90: peloton.api.v1.ClusterShare.SelectorEntry
+	nil,                                       // 91: peloton.api.v1.ClusterOverride.EnvEntry
+	nil,                                       // 92: peloton.api.v1.ClusterOverride.LabelsEntry
+	nil,                                       // 93: peloton.api.v1.ServiceRebalance.FromEntry
+	nil,                                       // 94: peloton.api.v1.ServiceRebalance.ToEntry
+	nil,                                       // 95: peloton.api.v1.ServiceCluster.CoveringEntry
+	nil,                                       // 96: peloton.api.v1.ServiceVersion.OverridesEntry
+	nil,                                       // 97: peloton.api.v1.CreateFederatedServiceResponse.SplitEntry
+	(*timestamppb.Timestamp)(nil),             // 98: google.protobuf.Timestamp
+	(*Resources)(nil),                         // 99: peloton.api.v1.Resources
+	(*PoolSpec)(nil),                          // 100: peloton.api.v1.PoolSpec
+	(*PoolStatus)(nil),                        // 101: peloton.api.v1.PoolStatus
+	(*JobSpec)(nil),                           // 102: peloton.api.v1.JobSpec
+	(*JobStatus)(nil),                         // 103: peloton.api.v1.JobStatus
+	(JobState)(0),                             // 104: peloton.api.v1.JobState
+	(*UpdateSpec)(nil),                        // 105: peloton.api.v1.UpdateSpec
 }
 var file_peloton_api_v1_federation_proto_depIdxs = []int32{
-	81,  // 0: peloton.api.v1.Cluster.labels:type_name -> peloton.api.v1.Cluster.LabelsEntry
+	86,  // 0: peloton.api.v1.Cluster.labels:type_name -> peloton.api.v1.Cluster.LabelsEntry
 	0,   // 1: peloton.api.v1.Cluster.state:type_name -> peloton.api.v1.ClusterState
 	0,   // 2: peloton.api.v1.Cluster.health:type_name -> peloton.api.v1.ClusterState
-	91,  // 3: peloton.api.v1.Cluster.registered_time:type_name -> google.protobuf.Timestamp
-	91,  // 4: peloton.api.v1.Cluster.last_seen_time:type_name -> google.protobuf.Timestamp
-	91,  // 5: peloton.api.v1.Cluster.state_time:type_name -> google.protobuf.Timestamp
-	92,  // 6: peloton.api.v1.Cluster.capacity:type_name -> peloton.api.v1.Resources
-	92,  // 7: peloton.api.v1.Cluster.allocation:type_name -> peloton.api.v1.Resources
-	82,  // 8: peloton.api.v1.RegisterClusterRequest.labels:type_name -> peloton.api.v1.RegisterClusterRequest.LabelsEntry
-	4,   // 9: peloton.api.v1.RegisterClusterResponse.cluster:type_name -> peloton.api.v1.Cluster
-	4,   // 10: peloton.api.v1.GetClusterResponse.cluster:type_name -> peloton.api.v1.Cluster
-	4,   // 11: peloton.api.v1.ListClustersResponse.clusters:type_name -> peloton.api.v1.Cluster
-	4,   // 12: peloton.api.v1.CordonClusterResponse.cluster:type_name -> peloton.api.v1.Cluster
-	4,   // 13: peloton.api.v1.UncordonClusterResponse.cluster:type_name -> peloton.api.v1.Cluster
-	83,  // 14: peloton.api.v1.FederatedPoolPlacement.weights:type_name -> peloton.api.v1.FederatedPoolPlacement.WeightsEntry
-	92,  // 15: peloton.api.v1.FederatedPoolSpec.reservation:type_name -> peloton.api.v1.Resources
-	92,  // 16: peloton.api.v1.FederatedPoolSpec.limit:type_name -> peloton.api.v1.Resources
-	92,  // 17: peloton.api.v1.FederatedPoolSpec.share:type_name -> peloton.api.v1.Resources
-	17,  // 18: peloton.api.v1.FederatedPoolSpec.placement:type_name -> peloton.api.v1.FederatedPoolPlacement
-	93,  // 19: peloton.api.v1.FederatedPoolCluster.desired:type_name -> peloton.api.v1.PoolSpec
-	93,  // 20: peloton.api.v1.FederatedPoolCluster.actual:type_name -> peloton.api.v1.PoolSpec
-	94,  // 21: peloton.api.v1.FederatedPoolCluster.status:type_name -> peloton.api.v1.PoolStatus
-	18,  // 22: peloton.api.v1.FederatedPool.spec:type_name -> peloton.api.v1.FederatedPoolSpec
-	19,  // 23: peloton.api.v1.FederatedPool.clusters:type_name -> peloton.api.v1.FederatedPoolCluster
-	94,  // 24: peloton.api.v1.FederatedPool.total:type_name -> peloton.api.v1.PoolStatus
-	21,  // 25: peloton.api.v1.FederatedPool.global:type_name -> peloton.api.v1.FederatedPoolShare
-	92,  // 26: peloton.api.v1.FederatedPoolShare.entitlement:type_name -> peloton.api.v1.Resources
-	92,  // 27: peloton.api.v1.FederatedPoolShare.allocation:type_name -> peloton.api.v1.Resources
-	92,  // 28: peloton.api.v1.FederatedPoolShare.queued:type_name -> peloton.api.v1.Resources
-	92,  // 29: peloton.api.v1.FederatedPoolShare.capacity:type_name -> peloton.api.v1.Resources
-	18,  // 30: peloton.api.v1.CreateFederatedPoolRequest.spec:type_name -> peloton.api.v1.FederatedPoolSpec
-	20,  // 31: peloton.api.v1.CreateFederatedPoolResponse.pool:type_name -> peloton.api.v1.FederatedPool
-	20,  // 32: peloton.api.v1.GetFederatedPoolResponse.pool:type_name -> peloton.api.v1.FederatedPool
-	18,  // 33: peloton.api.v1.UpdateFederatedPoolRequest.spec:type_name -> peloton.api.v1.FederatedPoolSpec
-	20,  // 34: peloton.api.v1.UpdateFederatedPoolResponse.pool:type_name -> peloton.api.v1.FederatedPool
-	20,  // 35: peloton.api.v1.ListFederatedPoolsResponse.pools:type_name -> peloton.api.v1.FederatedPool
-	84,  // 36: peloton.api.v1.FederatedJobPlacement.cluster_selector:type_name -> peloton.api.v1.FederatedJobPlacement.ClusterSelectorEntry
-	95,  // 37: peloton.api.v1.FederatedJobSpec.job:type_name -> peloton.api.v1.JobSpec
-	32,  // 38: peloton.api.v1.FederatedJobSpec.placement:type_name -> peloton.api.v1.FederatedJobPlacement
-	91,  // 39: peloton.api.v1.FederatedJobAttempt.dispatch_time:type_name -> google.protobuf.Timestamp
-	33,  // 40: peloton.api.v1.FederatedJob.spec:type_name -> peloton.api.v1.FederatedJobSpec
+	98,  // 3: peloton.api.v1.Cluster.registered_time:type_name -> google.protobuf.Timestamp
+	98,  // 4: peloton.api.v1.Cluster.last_seen_time:type_name -> google.protobuf.Timestamp
+	98,  // 5: peloton.api.v1.Cluster.state_time:type_name -> google.protobuf.Timestamp
+	99,  // 6: peloton.api.v1.Cluster.capacity:type_name -> peloton.api.v1.Resources
+	99,  // 7: peloton.api.v1.Cluster.allocation:type_name -> peloton.api.v1.Resources
+	87,  // 8: peloton.api.v1.RegisterClusterRequest.labels:type_name -> peloton.api.v1.RegisterClusterRequest.LabelsEntry
+	6,   // 9: peloton.api.v1.RegisterClusterResponse.cluster:type_name -> peloton.api.v1.Cluster
+	6,   // 10: peloton.api.v1.GetClusterResponse.cluster:type_name -> peloton.api.v1.Cluster
+	6,   // 11: peloton.api.v1.ListClustersResponse.clusters:type_name -> peloton.api.v1.Cluster
+	6,   // 12: peloton.api.v1.CordonClusterResponse.cluster:type_name -> peloton.api.v1.Cluster
+	6,   // 13: peloton.api.v1.UncordonClusterResponse.cluster:type_name -> peloton.api.v1.Cluster
+	88,  // 14: peloton.api.v1.FederatedPoolPlacement.weights:type_name -> peloton.api.v1.FederatedPoolPlacement.WeightsEntry
+	99,  // 15: peloton.api.v1.FederatedPoolSpec.reservation:type_name -> peloton.api.v1.Resources
+	99,  // 16: peloton.api.v1.FederatedPoolSpec.limit:type_name -> peloton.api.v1.Resources
+	99,  // 17: peloton.api.v1.FederatedPoolSpec.share:type_name -> peloton.api.v1.Resources
+	19,  // 18: peloton.api.v1.FederatedPoolSpec.placement:type_name -> peloton.api.v1.FederatedPoolPlacement
+	100, // 19: peloton.api.v1.FederatedPoolCluster.desired:type_name -> peloton.api.v1.PoolSpec
+	100, // 20: peloton.api.v1.FederatedPoolCluster.actual:type_name -> peloton.api.v1.PoolSpec
+	101, // 21: peloton.api.v1.FederatedPoolCluster.status:type_name -> peloton.api.v1.PoolStatus
+	20,  // 22: peloton.api.v1.FederatedPool.spec:type_name -> peloton.api.v1.FederatedPoolSpec
+	21,  // 23: peloton.api.v1.FederatedPool.clusters:type_name -> peloton.api.v1.FederatedPoolCluster
+	101, // 24: peloton.api.v1.FederatedPool.total:type_name -> peloton.api.v1.PoolStatus
+	23,  // 25: peloton.api.v1.FederatedPool.global:type_name -> peloton.api.v1.FederatedPoolShare
+	99,  // 26: peloton.api.v1.FederatedPoolShare.entitlement:type_name -> peloton.api.v1.Resources
+	99,  // 27: peloton.api.v1.FederatedPoolShare.allocation:type_name -> peloton.api.v1.Resources
+	99,  // 28: peloton.api.v1.FederatedPoolShare.queued:type_name -> peloton.api.v1.Resources
+	99,  // 29: peloton.api.v1.FederatedPoolShare.capacity:type_name -> peloton.api.v1.Resources
+	20,  // 30: peloton.api.v1.CreateFederatedPoolRequest.spec:type_name -> peloton.api.v1.FederatedPoolSpec
+	22,  // 31: peloton.api.v1.CreateFederatedPoolResponse.pool:type_name -> peloton.api.v1.FederatedPool
+	22,  // 32: peloton.api.v1.GetFederatedPoolResponse.pool:type_name -> peloton.api.v1.FederatedPool
+	20,  // 33: peloton.api.v1.UpdateFederatedPoolRequest.spec:type_name -> peloton.api.v1.FederatedPoolSpec
+	22,  // 34: peloton.api.v1.UpdateFederatedPoolResponse.pool:type_name -> peloton.api.v1.FederatedPool
+	22,  // 35: peloton.api.v1.ListFederatedPoolsResponse.pools:type_name -> peloton.api.v1.FederatedPool
+	89,  // 36: peloton.api.v1.FederatedJobPlacement.cluster_selector:type_name -> peloton.api.v1.FederatedJobPlacement.ClusterSelectorEntry
+	102, // 37: peloton.api.v1.FederatedJobSpec.job:type_name -> peloton.api.v1.JobSpec
+	34,  // 38: peloton.api.v1.FederatedJobSpec.placement:type_name -> peloton.api.v1.FederatedJobPlacement
+	98,  // 39: peloton.api.v1.FederatedJobAttempt.dispatch_time:type_name -> google.protobuf.Timestamp
+	35,  // 40: peloton.api.v1.FederatedJob.spec:type_name -> peloton.api.v1.FederatedJobSpec
 	1,   // 41: peloton.api.v1.FederatedJob.dispatch_state:type_name -> peloton.api.v1.DispatchState
-	96,  // 42: peloton.api.v1.FederatedJob.status:type_name -> peloton.api.v1.JobStatus
-	34,  // 43: peloton.api.v1.FederatedJob.attempts:type_name -> peloton.api.v1.FederatedJobAttempt
-	91,  // 44: peloton.api.v1.FederatedJob.create_time:type_name -> google.protobuf.Timestamp
-	33,  // 45: peloton.api.v1.CreateFederatedJobRequest.spec:type_name -> peloton.api.v1.FederatedJobSpec
-	35,  // 46: peloton.api.v1.GetFederatedJobResponse.job:type_name -> peloton.api.v1.FederatedJob
-	35,  // 47: peloton.api.v1.ListFederatedJobsResponse.jobs:type_name -> peloton.api.v1.FederatedJob
-	85,  // 48: peloton.api.v1.ClusterShare.selector:type_name -> peloton.api.v1.ClusterShare.SelectorEntry
-	45,  // 49: peloton.api.v1.ClusterShare.override:type_name -> peloton.api.v1.ClusterOverride
-	86,  // 50: peloton.api.v1.ClusterOverride.env:type_name -> peloton.api.v1.ClusterOverride.EnvEntry
-	92,  // 51: peloton.api.v1.ClusterOverride.resources:type_name -> peloton.api.v1.Resources
-	87,  // 52: peloton.api.v1.ClusterOverride.labels:type_name -> peloton.api.v1.ClusterOverride.LabelsEntry
-	44,  // 53: peloton.api.v1.ServicePlacement.clusters:type_name -> peloton.api.v1.ClusterShare
-	47,  // 54: peloton.api.v1.ServicePlacement.failover:type_name -> peloton.api.v1.FailoverPolicy
-	95,  // 55: peloton.api.v1.FederatedServiceSpec.job:type_name -> peloton.api.v1.JobSpec
-	46,  // 56: peloton.api.v1.FederatedServiceSpec.placement:type_name -> peloton.api.v1.ServicePlacement
-	50,  // 57: peloton.api.v1.FederatedServiceSpec.rollout:type_name -> peloton.api.v1.RolloutSpec
-	97,  // 58: peloton.api.v1.ServiceCluster.state:type_name -> peloton.api.v1.JobState
-	88,  // 59: peloton.api.v1.ServiceCluster.covering:type_name -> peloton.api.v1.ServiceCluster.CoveringEntry
-	45,  // 60: peloton.api.v1.ServiceCluster.override:type_name -> peloton.api.v1.ClusterOverride
-	98,  // 61: peloton.api.v1.RolloutSpec.update:type_name -> peloton.api.v1.UpdateSpec
-	51,  // 62: peloton.api.v1.RolloutSpec.steps:type_name -> peloton.api.v1.RolloutStepSpec
-	3,   // 63: peloton.api.v1.RolloutStep.state:type_name -> peloton.api.v1.RolloutStepState
-	91,  // 64: peloton.api.v1.RolloutStep.start_time:type_name -> google.protobuf.Timestamp
-	91,  // 65: peloton.api.v1.RolloutStep.end_time:type_name -> google.protobuf.Timestamp
-	50,  // 66: peloton.api.v1.ServiceRollout.spec:type_name -> peloton.api.v1.RolloutSpec
-	2,   // 67: peloton.api.v1.ServiceRollout.state:type_name -> peloton.api.v1.RolloutState
-	52,  // 68: peloton.api.v1.ServiceRollout.steps:type_name -> peloton.api.v1.RolloutStep
-	91,  // 69: peloton.api.v1.ServiceRollout.create_time:type_name -> google.protobuf.Timestamp
-	91,  // 70: peloton.api.v1.ServiceRollout.end_time:type_name -> google.protobuf.Timestamp
-	91,  // 71: peloton.api.v1.ServiceRollout.soak_start:type_name -> google.protobuf.Timestamp
-	91,  // 72: peloton.api.v1.ServiceRollout.approval_since:type_name -> google.protobuf.Timestamp
-	91,  // 73: peloton.api.v1.ServiceRollout.waiting_since:type_name -> google.protobuf.Timestamp
-	95,  // 74: peloton.api.v1.ServiceVersion.job:type_name -> peloton.api.v1.JobSpec
-	91,  // 75: peloton.api.v1.ServiceVersion.create_time:type_name -> google.protobuf.Timestamp
-	89,  // 76: peloton.api.v1.ServiceVersion.overrides:type_name -> peloton.api.v1.ServiceVersion.OverridesEntry
-	46,  // 77: peloton.api.v1.ServiceVersion.placement:type_name -> peloton.api.v1.ServicePlacement
-	48,  // 78: peloton.api.v1.FederatedService.spec:type_name -> peloton.api.v1.FederatedServiceSpec
-	91,  // 79: peloton.api.v1.FederatedService.create_time:type_name -> google.protobuf.Timestamp
-	49,  // 80: peloton.api.v1.FederatedService.clusters:type_name -> peloton.api.v1.ServiceCluster
-	54,  // 81: peloton.api.v1.FederatedService.versions:type_name -> peloton.api.v1.ServiceVersion
-	53,  // 82: peloton.api.v1.FederatedService.rollout:type_name -> peloton.api.v1.ServiceRollout
-	53,  // 83: peloton.api.v1.FederatedService.history:type_name -> peloton.api.v1.ServiceRollout
-	48,  // 84: peloton.api.v1.CreateFederatedServiceRequest.spec:type_name -> peloton.api.v1.FederatedServiceSpec
-	90,  // 85: peloton.api.v1.CreateFederatedServiceResponse.split:type_name -> peloton.api.v1.CreateFederatedServiceResponse.SplitEntry
-	55,  // 86: peloton.api.v1.GetFederatedServiceResponse.service:type_name -> peloton.api.v1.FederatedService
-	55,  // 87: peloton.api.v1.ListFederatedServicesResponse.services:type_name -> peloton.api.v1.FederatedService
-	95,  // 88: peloton.api.v1.UpdateFederatedServiceRequest.job:type_name -> peloton.api.v1.JobSpec
-	50,  // 89: peloton.api.v1.UpdateFederatedServiceRequest.rollout:type_name -> peloton.api.v1.RolloutSpec
-	46,  // 90: peloton.api.v1.UpdateFederatedServiceRequest.placement:type_name -> peloton.api.v1.ServicePlacement
-	55,  // 91: peloton.api.v1.UpdateFederatedServiceResponse.service:type_name -> peloton.api.v1.FederatedService
-	55,  // 92: peloton.api.v1.FederatedServiceRolloutResponse.service:type_name -> peloton.api.v1.FederatedService
-	91,  // 93: peloton.api.v1.RequestDisruptionResponse.expires:type_name -> google.protobuf.Timestamp
-	91,  // 94: peloton.api.v1.SlaGrant.expires:type_name -> google.protobuf.Timestamp
-	45,  // 95: peloton.api.v1.ServiceVersion.OverridesEntry.value:type_name -> peloton.api.v1.ClusterOverride
-	5,   // 96: peloton.api.v1.ClusterService.RegisterCluster:input_type -> peloton.api.v1.RegisterClusterRequest
-	7,   // 97: peloton.api.v1.ClusterService.DeregisterCluster:input_type -> peloton.api.v1.DeregisterClusterRequest
-	9,   // 98: peloton.api.v1.ClusterService.GetCluster:input_type -> peloton.api.v1.GetClusterRequest
-	11,  // 99: peloton.api.v1.ClusterService.ListClusters:input_type -> peloton.api.v1.ListClustersRequest
-	13,  // 100: peloton.api.v1.ClusterService.CordonCluster:input_type -> peloton.api.v1.CordonClusterRequest
-	15,  // 101: peloton.api.v1.ClusterService.UncordonCluster:input_type -> peloton.api.v1.UncordonClusterRequest
-	22,  // 102: peloton.api.v1.FederatedPoolService.CreateFederatedPool:input_type -> peloton.api.v1.CreateFederatedPoolRequest
-	24,  // 103: peloton.api.v1.FederatedPoolService.GetFederatedPool:input_type -> peloton.api.v1.GetFederatedPoolRequest
-	26,  // 104: peloton.api.v1.FederatedPoolService.UpdateFederatedPool:input_type -> peloton.api.v1.UpdateFederatedPoolRequest
-	28,  // 105: peloton.api.v1.FederatedPoolService.DeleteFederatedPool:input_type -> peloton.api.v1.DeleteFederatedPoolRequest
-	30,  // 106: peloton.api.v1.FederatedPoolService.ListFederatedPools:input_type -> peloton.api.v1.ListFederatedPoolsRequest
-	36,  // 107: peloton.api.v1.FederatedJobService.CreateFederatedJob:input_type -> peloton.api.v1.CreateFederatedJobRequest
-	38,  // 108: peloton.api.v1.FederatedJobService.GetFederatedJob:input_type -> peloton.api.v1.GetFederatedJobRequest
-	40,  // 109: peloton.api.v1.FederatedJobService.ListFederatedJobs:input_type -> peloton.api.v1.ListFederatedJobsRequest
-	42,  // 110: peloton.api.v1.FederatedJobService.KillFederatedJob:input_type -> peloton.api.v1.KillFederatedJobRequest
-	56,  // 111: peloton.api.v1.FederatedServiceService.CreateFederatedService:input_type -> peloton.api.v1.CreateFederatedServiceRequest
-	58,  // 112: peloton.api.v1.FederatedServiceService.GetFederatedService:input_type -> peloton.api.v1.GetFederatedServiceRequest
-	60,  // 113: peloton.api.v1.FederatedServiceService.ListFederatedServices:input_type -> peloton.api.v1.ListFederatedServicesRequest
-	70,  // 114: peloton.api.v1.FederatedServiceService.DeleteFederatedService:input_type -> peloton.api.v1.DeleteFederatedServiceRequest
-	62,  // 115: peloton.api.v1.FederatedServiceService.UpdateFederatedService:input_type -> peloton.api.v1.UpdateFederatedServiceRequest
-	64,  // 116: peloton.api.v1.FederatedServiceService.PauseFederatedService:input_type -> peloton.api.v1.PauseFederatedServiceRequest
-	65,  // 117: peloton.api.v1.FederatedServiceService.ResumeFederatedService:input_type -> peloton.api.v1.ResumeFederatedServiceRequest
-	66,  // 118: peloton.api.v1.FederatedServiceService.AbortFederatedService:input_type -> peloton.api.v1.AbortFederatedServiceRequest
-	67,  // 119: peloton.api.v1.FederatedServiceService.RollbackFederatedService:input_type -> peloton.api.v1.RollbackFederatedServiceRequest
-	68,  // 120: peloton.api.v1.FederatedServiceService.ApproveFederatedService:input_type -> peloton.api.v1.ApproveFederatedServiceRequest
-	72,  // 121: peloton.api.v1.GlobalSlaService.RequestDisruption:input_type -> peloton.api.v1.RequestDisruptionRequest
-	74,  // 122: peloton.api.v1.GlobalSlaService.ReleaseDisruption:input_type -> peloton.api.v1.ReleaseDisruptionRequest
-	76,  // 123: peloton.api.v1.GlobalSlaService.RenewDisruption:input_type -> peloton.api.v1.RenewDisruptionRequest
-	78,  // 124: peloton.api.v1.GlobalSlaService.ReportUnavailable:input_type -> peloton.api.v1.ReportUnavailableRequest
-	6,   // 125: peloton.api.v1.ClusterService.RegisterCluster:output_type -> peloton.api.v1.RegisterClusterResponse
-	8,   // 126: peloton.api.v1.ClusterService.DeregisterCluster:output_type -> peloton.api.v1.DeregisterClusterResponse
-	10,  // 127: peloton.api.v1.ClusterService.GetCluster:output_type -> peloton.api.v1.GetClusterResponse
-	12,  // 128: peloton.api.v1.ClusterService.ListClusters:output_type -> peloton.api.v1.ListClustersResponse
-	14,  // 129: peloton.api.v1.ClusterService.CordonCluster:output_type -> peloton.api.v1.CordonClusterResponse
-	16,  // 130: peloton.api.v1.ClusterService.UncordonCluster:output_type -> peloton.api.v1.UncordonClusterResponse
-	23,  // 131: peloton.api.v1.FederatedPoolService.CreateFederatedPool:output_type -> peloton.api.v1.CreateFederatedPoolResponse
-	25,  // 132: peloton.api.v1.FederatedPoolService.GetFederatedPool:output_type -> peloton.api.v1.GetFederatedPoolResponse
-	27,  // 133: peloton.api.v1.FederatedPoolService.UpdateFederatedPool:output_type -> peloton.api.v1.UpdateFederatedPoolResponse
-	29,  // 134: peloton.api.v1.FederatedPoolService.DeleteFederatedPool:output_type -> peloton.api.v1.DeleteFederatedPoolResponse
-	31,  // 135: peloton.api.v1.FederatedPoolService.ListFederatedPools:output_type -> peloton.api.v1.ListFederatedPoolsResponse
-	37,  // 136: peloton.api.v1.FederatedJobService.CreateFederatedJob:output_type -> peloton.api.v1.CreateFederatedJobResponse
-	39,  // 137: peloton.api.v1.FederatedJobService.GetFederatedJob:output_type -> peloton.api.v1.GetFederatedJobResponse
-	41,  // 138: peloton.api.v1.FederatedJobService.ListFederatedJobs:output_type -> peloton.api.v1.ListFederatedJobsResponse
-	43,  // 139: peloton.api.v1.FederatedJobService.KillFederatedJob:output_type -> peloton.api.v1.KillFederatedJobResponse
-	57,  // 140: peloton.api.v1.FederatedServiceService.CreateFederatedService:output_type -> peloton.api.v1.CreateFederatedServiceResponse
-	59,  // 141: peloton.api.v1.FederatedServiceService.GetFederatedService:output_type -> peloton.api.v1.GetFederatedServiceResponse
-	61,  // 142: peloton.api.v1.FederatedServiceService.ListFederatedServices:output_type -> peloton.api.v1.ListFederatedServicesResponse
-	71,  // 143: peloton.api.v1.FederatedServiceService.DeleteFederatedService:output_type -> peloton.api.v1.DeleteFederatedServiceResponse
-	63,  // 144: peloton.api.v1.FederatedServiceService.UpdateFederatedService:output_type -> peloton.api.v1.UpdateFederatedServiceResponse
-	69,  // 145: peloton.api.v1.FederatedServiceService.PauseFederatedService:output_type -> peloton.api.v1.FederatedServiceRolloutResponse
-	69,  // 146: peloton.api.v1.FederatedServiceService.ResumeFederatedService:output_type -> peloton.api.v1.FederatedServiceRolloutResponse
-	69,  // 147: peloton.api.v1.FederatedServiceService.AbortFederatedService:output_type -> peloton.api.v1.FederatedServiceRolloutResponse
-	69,  // 148: peloton.api.v1.FederatedServiceService.RollbackFederatedService:output_type -> peloton.api.v1.FederatedServiceRolloutResponse
-	69,  // 149: peloton.api.v1.FederatedServiceService.ApproveFederatedService:output_type -> peloton.api.v1.FederatedServiceRolloutResponse
-	73,  // 150: peloton.api.v1.GlobalSlaService.RequestDisruption:output_type -> peloton.api.v1.RequestDisruptionResponse
-	75,  // 151: peloton.api.v1.GlobalSlaService.ReleaseDisruption:output_type -> peloton.api.v1.ReleaseDisruptionResponse
-	77,  // 152: peloton.api.v1.GlobalSlaService.RenewDisruption:output_type -> peloton.api.v1.RenewDisruptionResponse
-	79,  // 153: peloton.api.v1.GlobalSlaService.ReportUnavailable:output_type -> peloton.api.v1.ReportUnavailableResponse
-	125, // [125:154] is the sub-list for method output_type
-	96,  // [96:125] is the sub-list for method input_type
-	96,  // [96:96] is the sub-list for extension type_name
-	96,  // [96:96] is the sub-list for extension extendee
-	0,   // [0:96] is the sub-list for field type_name
+	103, // 42: peloton.api.v1.FederatedJob.status:type_name -> peloton.api.v1.JobStatus
+	36,  // 43: peloton.api.v1.FederatedJob.attempts:type_name -> peloton.api.v1.FederatedJobAttempt
+	98,  // 44: peloton.api.v1.FederatedJob.create_time:type_name -> google.protobuf.Timestamp
+	35,  // 45: peloton.api.v1.CreateFederatedJobRequest.spec:type_name -> peloton.api.v1.FederatedJobSpec
+	37,  // 46: peloton.api.v1.GetFederatedJobResponse.job:type_name -> peloton.api.v1.FederatedJob
+	37,  // 47: peloton.api.v1.ListFederatedJobsResponse.jobs:type_name -> peloton.api.v1.FederatedJob
+	90,  // 48: peloton.api.v1.ClusterShare.selector:type_name -> peloton.api.v1.ClusterShare.SelectorEntry
+	47,  // 49: peloton.api.v1.ClusterShare.override:type_name -> peloton.api.v1.ClusterOverride
+	91,  // 50: peloton.api.v1.ClusterOverride.env:type_name -> peloton.api.v1.ClusterOverride.EnvEntry
+	99,  // 51: peloton.api.v1.ClusterOverride.resources:type_name -> peloton.api.v1.Resources
+	92,  // 52: peloton.api.v1.ClusterOverride.labels:type_name -> peloton.api.v1.ClusterOverride.LabelsEntry
+	46,  // 53: peloton.api.v1.ServicePlacement.clusters:type_name -> peloton.api.v1.ClusterShare
+	50,  // 54: peloton.api.v1.ServicePlacement.failover:type_name -> peloton.api.v1.FailoverPolicy
+	2,   // 55: peloton.api.v1.ServicePlacement.rebalance:type_name -> peloton.api.v1.RebalanceMode
+	3,   // 56: peloton.api.v1.ServiceRebalance.state:type_name -> peloton.api.v1.RebalanceState
+	93,  // 57: peloton.api.v1.ServiceRebalance.from:type_name -> peloton.api.v1.ServiceRebalance.FromEntry
+	94,  // 58: peloton.api.v1.ServiceRebalance.to:type_name -> peloton.api.v1.ServiceRebalance.ToEntry
+	98,  // 59: peloton.api.v1.ServiceRebalance.waiting_since:type_name -> google.protobuf.Timestamp
+	98,  // 60: peloton.api.v1.ServiceRebalance.create_time:type_name -> google.protobuf.Timestamp
+	98,  // 61: peloton.api.v1.ServiceRebalance.end_time:type_name -> google.protobuf.Timestamp
+	102, // 62: peloton.api.v1.FederatedServiceSpec.job:type_name -> peloton.api.v1.JobSpec
+	48,  // 63: peloton.api.v1.FederatedServiceSpec.placement:type_name -> peloton.api.v1.ServicePlacement
+	53,  // 64: peloton.api.v1.FederatedServiceSpec.rollout:type_name -> peloton.api.v1.RolloutSpec
+	104, // 65: peloton.api.v1.ServiceCluster.state:type_name -> peloton.api.v1.JobState
+	95,  // 66: peloton.api.v1.ServiceCluster.covering:type_name -> peloton.api.v1.ServiceCluster.CoveringEntry
+	47,  // 67: peloton.api.v1.ServiceCluster.override:type_name -> peloton.api.v1.ClusterOverride
+	105, // 68: peloton.api.v1.RolloutSpec.update:type_name -> peloton.api.v1.UpdateSpec
+	54,  // 69: peloton.api.v1.RolloutSpec.steps:type_name -> peloton.api.v1.RolloutStepSpec
+	5,   // 70: peloton.api.v1.RolloutStep.state:type_name -> peloton.api.v1.RolloutStepState
+	98,  // 71: peloton.api.v1.RolloutStep.start_time:type_name -> google.protobuf.Timestamp
+	98,  // 72: peloton.api.v1.RolloutStep.end_time:type_name -> google.protobuf.Timestamp
+	53,  // 73: peloton.api.v1.ServiceRollout.spec:type_name -> peloton.api.v1.RolloutSpec
+	4,   // 74: peloton.api.v1.ServiceRollout.state:type_name -> peloton.api.v1.RolloutState
+	55,  // 75: peloton.api.v1.ServiceRollout.steps:type_name -> peloton.api.v1.RolloutStep
+	98,  // 76: peloton.api.v1.ServiceRollout.create_time:type_name -> google.protobuf.Timestamp
+	98,  // 77: peloton.api.v1.ServiceRollout.end_time:type_name -> google.protobuf.Timestamp
+	98,  // 78: peloton.api.v1.ServiceRollout.soak_start:type_name -> google.protobuf.Timestamp
+	98,  // 79: peloton.api.v1.ServiceRollout.approval_since:type_name -> google.protobuf.Timestamp
+	98,  // 80: peloton.api.v1.ServiceRollout.waiting_since:type_name -> google.protobuf.Timestamp
+	102, // 81: peloton.api.v1.ServiceVersion.job:type_name -> peloton.api.v1.JobSpec
+	98,  // 82: peloton.api.v1.ServiceVersion.create_time:type_name -> google.protobuf.Timestamp
+	96,  // 83: peloton.api.v1.ServiceVersion.overrides:type_name -> peloton.api.v1.ServiceVersion.OverridesEntry
+	48,  // 84: peloton.api.v1.ServiceVersion.placement:type_name -> peloton.api.v1.ServicePlacement
+	51,  // 85: peloton.api.v1.FederatedService.spec:type_name -> peloton.api.v1.FederatedServiceSpec
+	98,  // 86: peloton.api.v1.FederatedService.create_time:type_name -> google.protobuf.Timestamp
+	52,  // 87: peloton.api.v1.FederatedService.clusters:type_name -> peloton.api.v1.ServiceCluster
+	57,  // 88: peloton.api.v1.FederatedService.versions:type_name -> peloton.api.v1.ServiceVersion
+	56,  // 89: peloton.api.v1.FederatedService.rollout:type_name -> peloton.api.v1.ServiceRollout
+	56,  // 90: peloton.api.v1.FederatedService.history:type_name -> peloton.api.v1.ServiceRollout
+	49,  // 91: peloton.api.v1.FederatedService.rebalance:type_name -> peloton.api.v1.ServiceRebalance
+	51,  // 92: peloton.api.v1.CreateFederatedServiceRequest.spec:type_name -> peloton.api.v1.FederatedServiceSpec
+	97,  // 93: peloton.api.v1.CreateFederatedServiceResponse.split:type_name -> peloton.api.v1.CreateFederatedServiceResponse.SplitEntry
+	58,  // 94: peloton.api.v1.GetFederatedServiceResponse.service:type_name -> peloton.api.v1.FederatedService
+	58,  // 95: peloton.api.v1.ListFederatedServicesResponse.services:type_name -> peloton.api.v1.FederatedService
+	102, // 96: peloton.api.v1.UpdateFederatedServiceRequest.job:type_name -> peloton.api.v1.JobSpec
+	53,  // 97: peloton.api.v1.UpdateFederatedServiceRequest.rollout:type_name -> peloton.api.v1.RolloutSpec
+	48,  // 98: peloton.api.v1.UpdateFederatedServiceRequest.placement:type_name -> peloton.api.v1.ServicePlacement
+	58,  // 99: peloton.api.v1.UpdateFederatedServiceResponse.service:type_name -> peloton.api.v1.FederatedService
+	58,  // 100: peloton.api.v1.RebalanceFederatedServiceResponse.service:type_name -> peloton.api.v1.FederatedService
+	58,  // 101: peloton.api.v1.FederatedServiceRolloutResponse.service:type_name -> peloton.api.v1.FederatedService
+	98,  // 102: peloton.api.v1.RequestDisruptionResponse.expires:type_name -> google.protobuf.Timestamp
+	98,  // 103: peloton.api.v1.SlaGrant.expires:type_name -> google.protobuf.Timestamp
+	47,  // 104: peloton.api.v1.ServiceVersion.OverridesEntry.value:type_name -> peloton.api.v1.ClusterOverride
+	7,   // 105: peloton.api.v1.ClusterService.RegisterCluster:input_type -> peloton.api.v1.RegisterClusterRequest
+	9,   // 106: peloton.api.v1.ClusterService.DeregisterCluster:input_type -> peloton.api.v1.DeregisterClusterRequest
+	11,  // 107: peloton.api.v1.ClusterService.GetCluster:input_type -> peloton.api.v1.GetClusterRequest
+	13,  // 108: peloton.api.v1.ClusterService.ListClusters:input_type -> peloton.api.v1.ListClustersRequest
+	15,  // 109: peloton.api.v1.ClusterService.CordonCluster:input_type -> peloton.api.v1.CordonClusterRequest
+	17,  // 110: peloton.api.v1.ClusterService.UncordonCluster:input_type -> peloton.api.v1.UncordonClusterRequest
+	24,  // 111: peloton.api.v1.FederatedPoolService.CreateFederatedPool:input_type -> peloton.api.v1.CreateFederatedPoolRequest
+	26,  // 112: peloton.api.v1.FederatedPoolService.GetFederatedPool:input_type -> peloton.api.v1.GetFederatedPoolRequest
+	28,  // 113: peloton.api.v1.FederatedPoolService.UpdateFederatedPool:input_type -> peloton.api.v1.UpdateFederatedPoolRequest
+	30,  // 114: peloton.api.v1.FederatedPoolService.DeleteFederatedPool:input_type -> peloton.api.v1.DeleteFederatedPoolRequest
+	32,  // 115: peloton.api.v1.FederatedPoolService.ListFederatedPools:input_type -> peloton.api.v1.ListFederatedPoolsRequest
+	38,  // 116: peloton.api.v1.FederatedJobService.CreateFederatedJob:input_type -> peloton.api.v1.CreateFederatedJobRequest
+	40,  // 117: peloton.api.v1.FederatedJobService.GetFederatedJob:input_type -> peloton.api.v1.GetFederatedJobRequest
+	42,  // 118: peloton.api.v1.FederatedJobService.ListFederatedJobs:input_type -> peloton.api.v1.ListFederatedJobsRequest
+	44,  // 119: peloton.api.v1.FederatedJobService.KillFederatedJob:input_type -> peloton.api.v1.KillFederatedJobRequest
+	59,  // 120: peloton.api.v1.FederatedServiceService.CreateFederatedService:input_type -> peloton.api.v1.CreateFederatedServiceRequest
+	61,  // 121: peloton.api.v1.FederatedServiceService.GetFederatedService:input_type -> peloton.api.v1.GetFederatedServiceRequest
+	63,  // 122: peloton.api.v1.FederatedServiceService.ListFederatedServices:input_type -> peloton.api.v1.ListFederatedServicesRequest
+	75,  // 123: peloton.api.v1.FederatedServiceService.DeleteFederatedService:input_type -> peloton.api.v1.DeleteFederatedServiceRequest
+	65,  // 124: peloton.api.v1.FederatedServiceService.UpdateFederatedService:input_type -> peloton.api.v1.UpdateFederatedServiceRequest
+	67,  // 125: peloton.api.v1.FederatedServiceService.PauseFederatedService:input_type -> peloton.api.v1.PauseFederatedServiceRequest
+	68,  // 126: peloton.api.v1.FederatedServiceService.ResumeFederatedService:input_type -> peloton.api.v1.ResumeFederatedServiceRequest
+	69,  // 127: peloton.api.v1.FederatedServiceService.AbortFederatedService:input_type -> peloton.api.v1.AbortFederatedServiceRequest
+	70,  // 128: peloton.api.v1.FederatedServiceService.RollbackFederatedService:input_type -> peloton.api.v1.RollbackFederatedServiceRequest
+	71,  // 129: peloton.api.v1.FederatedServiceService.ApproveFederatedService:input_type -> peloton.api.v1.ApproveFederatedServiceRequest
+	72,  // 130: peloton.api.v1.FederatedServiceService.RebalanceFederatedService:input_type -> peloton.api.v1.RebalanceFederatedServiceRequest
+	77,  // 131: peloton.api.v1.GlobalSlaService.RequestDisruption:input_type -> peloton.api.v1.RequestDisruptionRequest
+	79,  // 132: peloton.api.v1.GlobalSlaService.ReleaseDisruption:input_type -> peloton.api.v1.ReleaseDisruptionRequest
+	81,  // 133: peloton.api.v1.GlobalSlaService.RenewDisruption:input_type -> peloton.api.v1.RenewDisruptionRequest
+	83,  // 134: peloton.api.v1.GlobalSlaService.ReportUnavailable:input_type -> peloton.api.v1.ReportUnavailableRequest
+	8,   // 135: peloton.api.v1.ClusterService.RegisterCluster:output_type -> peloton.api.v1.RegisterClusterResponse
+	10,  // 136: peloton.api.v1.ClusterService.DeregisterCluster:output_type -> peloton.api.v1.DeregisterClusterResponse
+	12,  // 137: peloton.api.v1.ClusterService.GetCluster:output_type -> peloton.api.v1.GetClusterResponse
+	14,  // 138: peloton.api.v1.ClusterService.ListClusters:output_type -> peloton.api.v1.ListClustersResponse
+	16,  // 139: peloton.api.v1.ClusterService.CordonCluster:output_type -> peloton.api.v1.CordonClusterResponse
+	18,  // 140: peloton.api.v1.ClusterService.UncordonCluster:output_type -> peloton.api.v1.UncordonClusterResponse
+	25,  // 141: peloton.api.v1.FederatedPoolService.CreateFederatedPool:output_type -> peloton.api.v1.CreateFederatedPoolResponse
+	27,  // 142: peloton.api.v1.FederatedPoolService.GetFederatedPool:output_type -> peloton.api.v1.GetFederatedPoolResponse
+	29,  // 143: peloton.api.v1.FederatedPoolService.UpdateFederatedPool:output_type -> peloton.api.v1.UpdateFederatedPoolResponse
+	31,  // 144: peloton.api.v1.FederatedPoolService.DeleteFederatedPool:output_type -> peloton.api.v1.DeleteFederatedPoolResponse
+	33,  // 145: peloton.api.v1.FederatedPoolService.ListFederatedPools:output_type -> peloton.api.v1.ListFederatedPoolsResponse
+	39,  // 146: peloton.api.v1.FederatedJobService.CreateFederatedJob:output_type -> peloton.api.v1.CreateFederatedJobResponse
+	41,  // 147: peloton.api.v1.FederatedJobService.GetFederatedJob:output_type -> peloton.api.v1.GetFederatedJobResponse
+	43,  // 148: peloton.api.v1.FederatedJobService.ListFederatedJobs:output_type -> peloton.api.v1.ListFederatedJobsResponse
+	45,  // 149: peloton.api.v1.FederatedJobService.KillFederatedJob:output_type -> peloton.api.v1.KillFederatedJobResponse
+	60,  // 150: peloton.api.v1.FederatedServiceService.CreateFederatedService:output_type -> peloton.api.v1.CreateFederatedServiceResponse
+	62,  // 151: peloton.api.v1.FederatedServiceService.GetFederatedService:output_type -> peloton.api.v1.GetFederatedServiceResponse
+	64,  // 152: peloton.api.v1.FederatedServiceService.ListFederatedServices:output_type -> peloton.api.v1.ListFederatedServicesResponse
+	76,  // 153: peloton.api.v1.FederatedServiceService.DeleteFederatedService:output_type -> peloton.api.v1.DeleteFederatedServiceResponse
+	66,  // 154: peloton.api.v1.FederatedServiceService.UpdateFederatedService:output_type -> peloton.api.v1.UpdateFederatedServiceResponse
+	74,  // 155: peloton.api.v1.FederatedServiceService.PauseFederatedService:output_type -> peloton.api.v1.FederatedServiceRolloutResponse
+	74,  // 156: peloton.api.v1.FederatedServiceService.ResumeFederatedService:output_type -> peloton.api.v1.FederatedServiceRolloutResponse
+	74,  // 157: peloton.api.v1.FederatedServiceService.AbortFederatedService:output_type -> peloton.api.v1.FederatedServiceRolloutResponse
+	74,  // 158: peloton.api.v1.FederatedServiceService.RollbackFederatedService:output_type -> peloton.api.v1.FederatedServiceRolloutResponse
+	74,  // 159: peloton.api.v1.FederatedServiceService.ApproveFederatedService:output_type -> peloton.api.v1.FederatedServiceRolloutResponse
+	73,  // 160: peloton.api.v1.FederatedServiceService.RebalanceFederatedService:output_type -> peloton.api.v1.RebalanceFederatedServiceResponse
+	78,  // 161: peloton.api.v1.GlobalSlaService.RequestDisruption:output_type -> peloton.api.v1.RequestDisruptionResponse
+	80,  // 162: peloton.api.v1.GlobalSlaService.ReleaseDisruption:output_type -> peloton.api.v1.ReleaseDisruptionResponse
+	82,  // 163: peloton.api.v1.GlobalSlaService.RenewDisruption:output_type -> peloton.api.v1.RenewDisruptionResponse
+	84,  // 164: peloton.api.v1.GlobalSlaService.ReportUnavailable:output_type -> peloton.api.v1.ReportUnavailableResponse
+	135, // [135:165] is the sub-list for method output_type
+	105, // [105:135] is the sub-list for method input_type
+	105, // [105:105] is the sub-list for extension type_name
+	105, // [105:105] is the sub-list for extension extendee
+	0,   // [0:105] is the sub-list for field type_name
 }
 
 func init() { file_peloton_api_v1_federation_proto_init() }
@@ -5930,8 +6368,8 @@ func file_peloton_api_v1_federation_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_peloton_api_v1_federation_proto_rawDesc), len(file_peloton_api_v1_federation_proto_rawDesc)),
-			NumEnums:      4,
-			NumMessages:   87,
+			NumEnums:      6,
+			NumMessages:   92,
 			NumExtensions: 0,
 			NumServices:   5,
 		},

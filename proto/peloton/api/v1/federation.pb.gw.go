@@ -1052,6 +1052,51 @@ func local_request_FederatedServiceService_ApproveFederatedService_0(ctx context
 	return msg, metadata, err
 }
 
+func request_FederatedServiceService_RebalanceFederatedService_0(ctx context.Context, marshaler runtime.Marshaler, client FederatedServiceServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq RebalanceFederatedServiceRequest
+		metadata runtime.ServerMetadata
+		err      error
+	)
+	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	val, ok := pathParams["service_id"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "service_id")
+	}
+	protoReq.ServiceId, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "service_id", err)
+	}
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	msg, err := client.RebalanceFederatedService(ctx, &protoReq, grpc.Header(&metadata.HeaderMD), grpc.Trailer(&metadata.TrailerMD))
+	return msg, metadata, err
+}
+
+func local_request_FederatedServiceService_RebalanceFederatedService_0(ctx context.Context, marshaler runtime.Marshaler, server FederatedServiceServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq RebalanceFederatedServiceRequest
+		metadata runtime.ServerMetadata
+		err      error
+	)
+	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	val, ok := pathParams["service_id"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "service_id")
+	}
+	protoReq.ServiceId, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "service_id", err)
+	}
+	msg, err := server.RebalanceFederatedService(ctx, &protoReq)
+	return msg, metadata, err
+}
+
 // RegisterClusterServiceHandlerServer registers the http handlers for service ClusterService to "mux".
 // UnaryRPC     :call ClusterServiceServer directly.
 // StreamingRPC :currently unsupported pending https://github.com/grpc/grpc-go/issues/906.
@@ -1587,6 +1632,26 @@ func RegisterFederatedServiceServiceHandlerServer(ctx context.Context, mux *runt
 			return
 		}
 		forward_FederatedServiceService_ApproveFederatedService_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
+	mux.Handle(http.MethodPost, pattern_FederatedServiceService_RebalanceFederatedService_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		var stream runtime.ServerTransportStream
+		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/peloton.api.v1.FederatedServiceService/RebalanceFederatedService", runtime.WithHTTPPathPattern("/v1/federation/services/{service_id}:rebalance"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := local_request_FederatedServiceService_RebalanceFederatedService_0(annotatedContext, inboundMarshaler, server, req, pathParams)
+		md.HeaderMD, md.TrailerMD = metadata.Join(md.HeaderMD, stream.Header()), metadata.Join(md.TrailerMD, stream.Trailer())
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_FederatedServiceService_RebalanceFederatedService_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
 
 	return nil
@@ -2218,31 +2283,50 @@ func RegisterFederatedServiceServiceHandlerClient(ctx context.Context, mux *runt
 		}
 		forward_FederatedServiceService_ApproveFederatedService_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodPost, pattern_FederatedServiceService_RebalanceFederatedService_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/peloton.api.v1.FederatedServiceService/RebalanceFederatedService", runtime.WithHTTPPathPattern("/v1/federation/services/{service_id}:rebalance"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_FederatedServiceService_RebalanceFederatedService_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_FederatedServiceService_RebalanceFederatedService_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
 	return nil
 }
 
 var (
-	pattern_FederatedServiceService_CreateFederatedService_0   = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "federation", "services"}, ""))
-	pattern_FederatedServiceService_GetFederatedService_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3}, []string{"v1", "federation", "services", "service_id"}, ""))
-	pattern_FederatedServiceService_ListFederatedServices_0    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "federation", "services"}, ""))
-	pattern_FederatedServiceService_DeleteFederatedService_0   = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3}, []string{"v1", "federation", "services", "service_id"}, ""))
-	pattern_FederatedServiceService_UpdateFederatedService_0   = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3}, []string{"v1", "federation", "services", "service_id"}, ""))
-	pattern_FederatedServiceService_PauseFederatedService_0    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3}, []string{"v1", "federation", "services", "service_id"}, "pause"))
-	pattern_FederatedServiceService_ResumeFederatedService_0   = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3}, []string{"v1", "federation", "services", "service_id"}, "resume"))
-	pattern_FederatedServiceService_AbortFederatedService_0    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3}, []string{"v1", "federation", "services", "service_id"}, "abort"))
-	pattern_FederatedServiceService_RollbackFederatedService_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3}, []string{"v1", "federation", "services", "service_id"}, "rollback"))
-	pattern_FederatedServiceService_ApproveFederatedService_0  = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3}, []string{"v1", "federation", "services", "service_id"}, "approve"))
+	pattern_FederatedServiceService_CreateFederatedService_0    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "federation", "services"}, ""))
+	pattern_FederatedServiceService_GetFederatedService_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3}, []string{"v1", "federation", "services", "service_id"}, ""))
+	pattern_FederatedServiceService_ListFederatedServices_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "federation", "services"}, ""))
+	pattern_FederatedServiceService_DeleteFederatedService_0    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3}, []string{"v1", "federation", "services", "service_id"}, ""))
+	pattern_FederatedServiceService_UpdateFederatedService_0    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3}, []string{"v1", "federation", "services", "service_id"}, ""))
+	pattern_FederatedServiceService_PauseFederatedService_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3}, []string{"v1", "federation", "services", "service_id"}, "pause"))
+	pattern_FederatedServiceService_ResumeFederatedService_0    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3}, []string{"v1", "federation", "services", "service_id"}, "resume"))
+	pattern_FederatedServiceService_AbortFederatedService_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3}, []string{"v1", "federation", "services", "service_id"}, "abort"))
+	pattern_FederatedServiceService_RollbackFederatedService_0  = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3}, []string{"v1", "federation", "services", "service_id"}, "rollback"))
+	pattern_FederatedServiceService_ApproveFederatedService_0   = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3}, []string{"v1", "federation", "services", "service_id"}, "approve"))
+	pattern_FederatedServiceService_RebalanceFederatedService_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3}, []string{"v1", "federation", "services", "service_id"}, "rebalance"))
 )
 
 var (
-	forward_FederatedServiceService_CreateFederatedService_0   = runtime.ForwardResponseMessage
-	forward_FederatedServiceService_GetFederatedService_0      = runtime.ForwardResponseMessage
-	forward_FederatedServiceService_ListFederatedServices_0    = runtime.ForwardResponseMessage
-	forward_FederatedServiceService_DeleteFederatedService_0   = runtime.ForwardResponseMessage
-	forward_FederatedServiceService_UpdateFederatedService_0   = runtime.ForwardResponseMessage
-	forward_FederatedServiceService_PauseFederatedService_0    = runtime.ForwardResponseMessage
-	forward_FederatedServiceService_ResumeFederatedService_0   = runtime.ForwardResponseMessage
-	forward_FederatedServiceService_AbortFederatedService_0    = runtime.ForwardResponseMessage
-	forward_FederatedServiceService_RollbackFederatedService_0 = runtime.ForwardResponseMessage
-	forward_FederatedServiceService_ApproveFederatedService_0  = runtime.ForwardResponseMessage
+	forward_FederatedServiceService_CreateFederatedService_0    = runtime.ForwardResponseMessage
+	forward_FederatedServiceService_GetFederatedService_0       = runtime.ForwardResponseMessage
+	forward_FederatedServiceService_ListFederatedServices_0     = runtime.ForwardResponseMessage
+	forward_FederatedServiceService_DeleteFederatedService_0    = runtime.ForwardResponseMessage
+	forward_FederatedServiceService_UpdateFederatedService_0    = runtime.ForwardResponseMessage
+	forward_FederatedServiceService_PauseFederatedService_0     = runtime.ForwardResponseMessage
+	forward_FederatedServiceService_ResumeFederatedService_0    = runtime.ForwardResponseMessage
+	forward_FederatedServiceService_AbortFederatedService_0     = runtime.ForwardResponseMessage
+	forward_FederatedServiceService_RollbackFederatedService_0  = runtime.ForwardResponseMessage
+	forward_FederatedServiceService_ApproveFederatedService_0   = runtime.ForwardResponseMessage
+	forward_FederatedServiceService_RebalanceFederatedService_0 = runtime.ForwardResponseMessage
 )

@@ -798,16 +798,17 @@ var FederatedJobService_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	FederatedServiceService_CreateFederatedService_FullMethodName   = "/peloton.api.v1.FederatedServiceService/CreateFederatedService"
-	FederatedServiceService_GetFederatedService_FullMethodName      = "/peloton.api.v1.FederatedServiceService/GetFederatedService"
-	FederatedServiceService_ListFederatedServices_FullMethodName    = "/peloton.api.v1.FederatedServiceService/ListFederatedServices"
-	FederatedServiceService_DeleteFederatedService_FullMethodName   = "/peloton.api.v1.FederatedServiceService/DeleteFederatedService"
-	FederatedServiceService_UpdateFederatedService_FullMethodName   = "/peloton.api.v1.FederatedServiceService/UpdateFederatedService"
-	FederatedServiceService_PauseFederatedService_FullMethodName    = "/peloton.api.v1.FederatedServiceService/PauseFederatedService"
-	FederatedServiceService_ResumeFederatedService_FullMethodName   = "/peloton.api.v1.FederatedServiceService/ResumeFederatedService"
-	FederatedServiceService_AbortFederatedService_FullMethodName    = "/peloton.api.v1.FederatedServiceService/AbortFederatedService"
-	FederatedServiceService_RollbackFederatedService_FullMethodName = "/peloton.api.v1.FederatedServiceService/RollbackFederatedService"
-	FederatedServiceService_ApproveFederatedService_FullMethodName  = "/peloton.api.v1.FederatedServiceService/ApproveFederatedService"
+	FederatedServiceService_CreateFederatedService_FullMethodName    = "/peloton.api.v1.FederatedServiceService/CreateFederatedService"
+	FederatedServiceService_GetFederatedService_FullMethodName       = "/peloton.api.v1.FederatedServiceService/GetFederatedService"
+	FederatedServiceService_ListFederatedServices_FullMethodName     = "/peloton.api.v1.FederatedServiceService/ListFederatedServices"
+	FederatedServiceService_DeleteFederatedService_FullMethodName    = "/peloton.api.v1.FederatedServiceService/DeleteFederatedService"
+	FederatedServiceService_UpdateFederatedService_FullMethodName    = "/peloton.api.v1.FederatedServiceService/UpdateFederatedService"
+	FederatedServiceService_PauseFederatedService_FullMethodName     = "/peloton.api.v1.FederatedServiceService/PauseFederatedService"
+	FederatedServiceService_ResumeFederatedService_FullMethodName    = "/peloton.api.v1.FederatedServiceService/ResumeFederatedService"
+	FederatedServiceService_AbortFederatedService_FullMethodName     = "/peloton.api.v1.FederatedServiceService/AbortFederatedService"
+	FederatedServiceService_RollbackFederatedService_FullMethodName  = "/peloton.api.v1.FederatedServiceService/RollbackFederatedService"
+	FederatedServiceService_ApproveFederatedService_FullMethodName   = "/peloton.api.v1.FederatedServiceService/ApproveFederatedService"
+	FederatedServiceService_RebalanceFederatedService_FullMethodName = "/peloton.api.v1.FederatedServiceService/RebalanceFederatedService"
 )
 
 // FederatedServiceServiceClient is the client API for FederatedServiceService service.
@@ -832,6 +833,9 @@ type FederatedServiceServiceClient interface {
 	// Approve the gated step the current rollout waits on; FailedPrecondition
 	// when it waits for no approval.
 	ApproveFederatedService(ctx context.Context, in *ApproveFederatedServiceRequest, opts ...grpc.CallOption) (*FederatedServiceRolloutResponse, error)
+	// Start the pending rebalance of a MANUAL service; FailedPrecondition
+	// for an AUTO service (it rebalances by itself) or when none is pending.
+	RebalanceFederatedService(ctx context.Context, in *RebalanceFederatedServiceRequest, opts ...grpc.CallOption) (*RebalanceFederatedServiceResponse, error)
 }
 
 type federatedServiceServiceClient struct {
@@ -942,6 +946,16 @@ func (c *federatedServiceServiceClient) ApproveFederatedService(ctx context.Cont
 	return out, nil
 }
 
+func (c *federatedServiceServiceClient) RebalanceFederatedService(ctx context.Context, in *RebalanceFederatedServiceRequest, opts ...grpc.CallOption) (*RebalanceFederatedServiceResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RebalanceFederatedServiceResponse)
+	err := c.cc.Invoke(ctx, FederatedServiceService_RebalanceFederatedService_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // FederatedServiceServiceServer is the server API for FederatedServiceService service.
 // All implementations must embed UnimplementedFederatedServiceServiceServer
 // for forward compatibility.
@@ -964,6 +978,9 @@ type FederatedServiceServiceServer interface {
 	// Approve the gated step the current rollout waits on; FailedPrecondition
 	// when it waits for no approval.
 	ApproveFederatedService(context.Context, *ApproveFederatedServiceRequest) (*FederatedServiceRolloutResponse, error)
+	// Start the pending rebalance of a MANUAL service; FailedPrecondition
+	// for an AUTO service (it rebalances by itself) or when none is pending.
+	RebalanceFederatedService(context.Context, *RebalanceFederatedServiceRequest) (*RebalanceFederatedServiceResponse, error)
 	mustEmbedUnimplementedFederatedServiceServiceServer()
 }
 
@@ -1003,6 +1020,9 @@ func (UnimplementedFederatedServiceServiceServer) RollbackFederatedService(conte
 }
 func (UnimplementedFederatedServiceServiceServer) ApproveFederatedService(context.Context, *ApproveFederatedServiceRequest) (*FederatedServiceRolloutResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ApproveFederatedService not implemented")
+}
+func (UnimplementedFederatedServiceServiceServer) RebalanceFederatedService(context.Context, *RebalanceFederatedServiceRequest) (*RebalanceFederatedServiceResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RebalanceFederatedService not implemented")
 }
 func (UnimplementedFederatedServiceServiceServer) mustEmbedUnimplementedFederatedServiceServiceServer() {
 }
@@ -1206,6 +1226,24 @@ func _FederatedServiceService_ApproveFederatedService_Handler(srv interface{}, c
 	return interceptor(ctx, in, info, handler)
 }
 
+func _FederatedServiceService_RebalanceFederatedService_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RebalanceFederatedServiceRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(FederatedServiceServiceServer).RebalanceFederatedService(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: FederatedServiceService_RebalanceFederatedService_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(FederatedServiceServiceServer).RebalanceFederatedService(ctx, req.(*RebalanceFederatedServiceRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // FederatedServiceService_ServiceDesc is the grpc.ServiceDesc for FederatedServiceService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1252,6 +1290,10 @@ var FederatedServiceService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ApproveFederatedService",
 			Handler:    _FederatedServiceService_ApproveFederatedService_Handler,
+		},
+		{
+			MethodName: "RebalanceFederatedService",
+			Handler:    _FederatedServiceService_RebalanceFederatedService_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
