@@ -218,6 +218,9 @@ type host struct {
 	move     pelotonv1.PartitionMoveState
 	target   string
 	moveNote string
+	// drainBy, while not zero, is the end of the move's drain window
+	// (movedrain.go): its runs are left to finish until then.
+	drainBy time.Time
 }
 
 // hold is what one run holds on its host.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"time"
 
 	"github.com/peloton-sched/peloton/internal/apierr"
 	"github.com/peloton-sched/peloton/internal/fsm"
@@ -81,7 +82,10 @@ type partRecord struct {
 	Partition string `json:"partition"`
 	State     string `json:"state"`
 	Target    string `json:"target,omitempty"`
-	state     moveState
+	// DrainBy ends a move's drain window (Unix milliseconds; 0: none):
+	// until then the moving host's runs may finish where they are.
+	DrainBy int64 `json:"drain_by_ms,omitempty"`
+	state   moveState
 	rev       int64
 }
 
@@ -123,7 +127,7 @@ func (mt *Maintenance) setMoveLocked(name string, r partRecord, rev int64) (Drai
 		return DrainRequest{}, false
 	}
 	mt.applyPartRecordLocked(h)
-	if r.state != partMoving || len(h.tasks) == 0 {
+	if r.state != partMoving || len(h.tasks) == 0 || mt.inDrainWindowLocked(name) {
 		return DrainRequest{}, false
 	}
 	return DrainRequest{Host: name, TaskIDs: taskIDsLocked(h), Why: drainWhy(h)}, true
@@ -150,6 +154,7 @@ func (mt *Maintenance) applyPartRecordLocked(h *host) {
 		mt.hm.classesStale = true
 	}
 	h.move, h.target = r.state, r.Target
+	mt.armDrainWindowLocked(h, r)
 	if r.state == partSettled {
 		// What held the move up is history; a later drain says its own.
 		h.moveNote = ""
@@ -164,6 +169,13 @@ func (mt *Maintenance) applyPartRecordLocked(h *host) {
 // be in service and not moving already. It returns the host after the
 // change.
 func (mt *Maintenance) MoveHost(ctx context.Context, name, partition, reason string) (*pelotonv1.Host, error) {
+	return mt.MoveHostDrain(ctx, name, partition, reason, 0)
+}
+
+// MoveHostDrain is MoveHost with a drain window (movedrain.go): the host
+// takes no new work at once, but its runs are drained only when window
+// has passed; those that end before then lose nothing.
+func (mt *Maintenance) MoveHostDrain(ctx context.Context, name, partition, reason string, window time.Duration) (*pelotonv1.Host, error) {
 	if name == "" {
 		return nil, apierr.Invalid("host", "required")
 	}
@@ -172,6 +184,9 @@ func (mt *Maintenance) MoveHost(ctx context.Context, name, partition, reason str
 	}
 	if len(reason) > moveReasonMax {
 		return nil, apierr.Invalid("reason", "longer than %d bytes", moveReasonMax)
+	}
+	if window < 0 || window > MaxMoveDrain {
+		return nil, apierr.Invalid("drain_seconds", "%d: want 0 to %d", int64(window/time.Second), int64(MaxMoveDrain/time.Second))
 	}
 	mt.mu.Lock()
 	defer mt.mu.Unlock()
@@ -195,9 +210,12 @@ func (mt *Maintenance) MoveHost(ctx context.Context, name, partition, reason str
 		mt.hm.mu.Unlock()
 		return nil, apierr.FailedPrecondition("host: %v", err)
 	}
-	r := partRecord{Partition: h.info.Partition, Target: partition, state: partMoving}
-	op := mt.partOpLocked(name, r)
 	now := mt.hm.now()
+	r := partRecord{Partition: h.info.Partition, Target: partition, state: partMoving}
+	if window > 0 && len(h.tasks) > 0 {
+		r.DrainBy = now.Add(window).UnixMilli()
+	}
+	op := mt.partOpLocked(name, r)
 	mt.hm.mu.Unlock()
 
 	hist, commit := mt.historyOps(moveRecord{Host: name, From: r.Partition, To: partition, Reason: reason, State: recordStarted, Time: now})
@@ -435,6 +453,9 @@ func moveMessage(h *host) string {
 		msg = fmt.Sprintf("moving to partition %s: draining 1 task", h.target)
 		if n := len(h.tasks); n != 1 {
 			msg = fmt.Sprintf("moving to partition %s: draining %d tasks", h.target, n)
+		}
+		if !h.drainBy.IsZero() {
+			msg = drainWindowNote(h)
 		}
 		if h.drainNote != "" {
 			msg += "; " + h.drainNote
