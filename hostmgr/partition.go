@@ -86,7 +86,7 @@ type partRecord struct {
 	// until then the moving host's runs may finish where they are.
 	DrainBy int64 `json:"drain_by_ms,omitempty"`
 	state   moveState
-	rev       int64
+	rev     int64
 }
 
 func parsePartition(kv store.KV) (partRecord, error) {
