@@ -45,7 +45,7 @@ func TestMoveTheHostWhoseRunsEndSoonest(t *testing.T) {
 	c := NewCore(cfg)
 	learnHourRuns(c, "j")
 	ending := batchHost("b1", runsOf("late", "j", 4, 55*time.Minute)) // 4 min left each
-	young := batchHost("b2", runsOf("young", "j", 4, 20*time.Minute))  // 39 min left each
+	young := batchHost("b2", runsOf("young", "j", 4, 20*time.Minute)) // 39 min left each
 	if ending.WorkAtRisk <= young.WorkAtRisk {
 		t.Fatal("the test wants the ending host to have done more work")
 	}
