@@ -120,7 +120,7 @@ func (a *Advisor) Round(ctx context.Context) (Decision, error) {
 			}
 			continue
 		}
-		if err := a.o.Cluster.MoveHost(ctx, mv.Host, mv.To, mv.Reason, mv.Drain); err != nil {
+		if err := a.o.Cluster.MoveHost(ctx, mv); err != nil {
 			a.core.Unmove(mv.Host)
 			a.o.Logger.Warn("advisor could not move a host", "host", mv.Host, "to", mv.To, "err", err)
 			continue

@@ -16,9 +16,9 @@ type Cluster interface {
 	// Input reads the hosts, their runs and the latency-sensitive
 	// services at now.
 	Input(ctx context.Context, now time.Time) (Input, error)
-	// MoveHost starts moving host to partition, saying why, with a drain
-	// window (0: none).
-	MoveHost(ctx context.Context, host, partition, reason string, drain time.Duration) error
+	// MoveHost starts the move mv (its host to mv.To, saying why, with its
+	// drain window).
+	MoveHost(ctx context.Context, mv Move) error
 	// Publish hands the stack a round's advice.
 	Publish(ctx context.Context, req *pelotonv1.PublishAdviceRequest) error
 }
@@ -170,9 +170,9 @@ func (c *APICluster) keep(j *pelotonv1.Job, now time.Time) {
 }
 
 // MoveHost implements Cluster.
-func (c *APICluster) MoveHost(ctx context.Context, host, partition, reason string, drain time.Duration) error {
-	_, err := c.API.Hosts.MoveHost(ctx, &pelotonv1.MoveHostRequest{Host: host, Partition: partition, Reason: reason,
-		DrainSeconds: uint32(drain / time.Second)})
+func (c *APICluster) MoveHost(ctx context.Context, mv Move) error {
+	_, err := c.API.Hosts.MoveHost(ctx, &pelotonv1.MoveHostRequest{Host: mv.Host, Partition: mv.To, Reason: mv.Reason,
+		DrainSeconds: uint32(mv.Drain / time.Second), FinishTaskIds: mv.Finish})
 	return err
 }
 

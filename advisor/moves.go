@@ -165,8 +165,11 @@ type Move struct {
 	Host, From, To string
 	// Reason says why, with the numbers.
 	Reason string
-	// Drain is the move's drain window (Config.MoveDrain for a batch host).
-	Drain time.Duration
+	// Drain is the move's drain window (Config.MoveDrain for a batch host
+	// with runs expected to end within it, else 0), and Finish those runs
+	// (their IDs): the host's other runs are drained at once.
+	Drain  time.Duration
+	Finish []string
 }
 
 // Decision is one round's output.
@@ -379,7 +382,9 @@ func (c *Core) decideMoves(in Input, d *Decision) {
 		h := cd.h
 		mv := Move{Host: h.Name, From: from, To: to}
 		if toSt {
-			mv.Drain = cfg.MoveDrain
+			if len(cd.cost.finish) > 0 {
+				mv.Drain, mv.Finish = cfg.MoveDrain, cd.cost.finish
+			}
 			cost := fmt.Sprintf("%d runs to move, %.1f cores held, %.1f core-hours of batch work at risk", h.Tasks, h.AllocatedCPU, h.WorkAtRisk/3600)
 			if len(h.Runs) > 0 {
 				cost = fmt.Sprintf("%d runs to move, %.1f cores held; %s", h.Tasks, h.AllocatedCPU, cd.cost.String(cfg.MoveDrain))

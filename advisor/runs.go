@@ -124,13 +124,14 @@ func (c *Core) movedAt(host string, now time.Time) bool {
 }
 
 // moveCost is what moving a batch host costs with a drain window: the
-// work (core-seconds) of the runs expected to outlast the window, which it
-// throws away at the window's end, and when the host is expected to be
-// free of runs (at most the window).
+// work (core-seconds) of the runs not expected to end within the window,
+// which are drained at once, and when the host is expected to be free of
+// the others, left to finish (finish; at most the window).
 type moveCost struct {
 	lost        float64
 	ready       time.Duration
 	runs, ended int // runs, and those expected to end within the window
+	finish      []string
 	learnt      bool
 }
 
@@ -146,10 +147,10 @@ func (c *Core) cost(h Host) moveCost {
 		if left <= window {
 			mc.ended++
 			mc.ready = max(mc.ready, left)
+			mc.finish = append(mc.finish, r.ID)
 			continue
 		}
-		mc.ready = window
-		mc.lost += (r.Elapsed + window).Seconds() * r.CPU
+		mc.lost += r.Elapsed.Seconds() * r.CPU
 	}
 	return mc
 }
@@ -159,6 +160,6 @@ func (mc moveCost) String(window time.Duration) string {
 	if !mc.learnt {
 		how = "some guessed: too few run times observed"
 	}
-	return fmt.Sprintf("%d of %d runs expected to end within the %s drain window (%s), %.1f core-hours of batch work expected lost, free in %s",
+	return fmt.Sprintf("%d of %d runs expected to end within the %s drain window (%s) and left to finish, the rest drained at once: %.1f core-hours of batch work expected lost, free in %s",
 		mc.ended, mc.runs, window, how, mc.lost/3600, mc.ready.Round(time.Second))
 }

@@ -2,6 +2,7 @@ package advisor
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -53,8 +54,11 @@ func TestMoveTheHostWhoseRunsEndSoonest(t *testing.T) {
 	if len(d.Moves) != 1 || d.Moves[0].Host != "b1" || d.Moves[0].Drain != 10*time.Minute {
 		t.Fatalf("moves %+v; want b1 with the 10 min window", d.Moves)
 	}
-	if r := d.Moves[0].Reason; !strings.Contains(r, "4 of 4 runs expected to end within the 10m0s drain window (from the job's observed run times), 0.0 core-hours of batch work expected lost, free in 4m0s") {
+	if r := d.Moves[0].Reason; !strings.Contains(r, "4 of 4 runs expected to end within the 10m0s drain window (from the job's observed run times) and left to finish, the rest drained at once: 0.0 core-hours of batch work expected lost, free in 4m0s") {
 		t.Errorf("reason %q does not give the numbers", r)
+	}
+	if f := d.Moves[0].Finish; !slices.Equal(f, []string{"late-0", "late-1", "late-2", "late-3"}) {
+		t.Errorf("runs to finish %v", f)
 	}
 
 	// Without the window every run is lost: the host whose runs did the

@@ -434,8 +434,10 @@ func (mt *Maintenance) markRecovered() {
 	mt.recovered = true
 	var drains []DrainRequest
 	for _, name := range mt.hm.order {
-		if h := mt.hm.hosts[name]; h.draining() && len(h.tasks) > 0 && h.drainBy.IsZero() {
-			drains = append(drains, DrainRequest{Host: name, TaskIDs: taskIDsLocked(h), Why: drainWhy(h)})
+		if h := mt.hm.hosts[name]; h.draining() && len(h.tasks) > 0 {
+			if ids := mt.drainNowLocked(h); len(ids) > 0 {
+				drains = append(drains, DrainRequest{Host: name, TaskIDs: ids, Why: drainWhy(h)})
+			}
 		}
 	}
 	mt.hm.mu.Unlock()

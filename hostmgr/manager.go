@@ -219,8 +219,10 @@ type host struct {
 	target   string
 	moveNote string
 	// drainBy, while not zero, is the end of the move's drain window
-	// (movedrain.go): its runs are left to finish until then.
+	// (movedrain.go): its runs (those of finish, if any) are left to
+	// finish until then.
 	drainBy time.Time
+	finish  []string
 }
 
 // hold is what one run holds on its host.

@@ -26,7 +26,7 @@ func TestMoveDrainWindow(t *testing.T) {
 	m.Recover("long-0-1", "a", resources.Resources{MilliCPU: 100, MemoryMB: 10})
 	const window = 1500 * time.Millisecond
 	start := time.Now()
-	h, err := m.Maintenance().MoveHostDrain(ctx, "a", "stateless", "advisor", window)
+	h, err := m.Maintenance().MoveHostDrain(ctx, "a", "stateless", "advisor", window, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +68,7 @@ func TestMoveDrainWindowAllEnd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	m := partManager(t, newPartHosts(), nil)
-	if _, err := m.Maintenance().MoveHostDrain(ctx, "a", "stateless", "", time.Hour); err != nil {
+	if _, err := m.Maintenance().MoveHostDrain(ctx, "a", "stateless", "", time.Hour, nil); err != nil {
 		t.Fatal(err)
 	}
 	m.ReleaseTask("j-0-1")
@@ -79,9 +79,51 @@ func TestMoveDrainWindowAllEnd(t *testing.T) {
 		t.Fatalf("drains: %+v", ds)
 	}
 	for _, w := range []time.Duration{-time.Second, MaxMoveDrain + time.Second} {
-		_, err := m.Maintenance().MoveHostDrain(ctx, "b", "stateless", "", w)
+		_, err := m.Maintenance().MoveHostDrain(ctx, "b", "stateless", "", w, nil)
 		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "drain_seconds") {
 			t.Errorf("window %s: %v, want InvalidArgument naming drain_seconds", w, err)
 		}
+	}
+}
+
+// TestMoveDrainWindowFinishList: runs not named to finish are drained at
+// once, in the window; the one named finishes, and the host moves; a
+// restart in the window drains again only the runs not named.
+func TestMoveDrainWindowFinishList(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	st := memstore.New(memstore.Options{})
+	b := newPartHosts()
+	m := partManager(t, b, st)
+	m.Recover("long-0-1", "a", resources.Resources{MilliCPU: 100, MemoryMB: 10})
+	h, err := m.Maintenance().MoveHostDrain(ctx, "a", "stateless", "", time.Hour, []string{"j-0-1", "not-on-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(h.PartitionMessage, ": 1 tasks may finish until") {
+		t.Fatalf("message %q", h.PartitionMessage)
+	}
+	ds := m.Drains(ctx)
+	if len(ds) != 1 || !slices.Equal(ds[0].TaskIDs, []string{"long-0-1"}) {
+		t.Fatalf("drains at the start: %+v; want long-0-1 alone", ds)
+	}
+	_ = m.Close()
+
+	m2 := NewManager(b, Options{Store: st})
+	if err := m2.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer m2.Close()
+	m2.Recover("j-0-1", "a", resources.Resources{MilliCPU: 100, MemoryMB: 10})
+	m2.Recover("long-0-1", "a", resources.Resources{MilliCPU: 100, MemoryMB: 10})
+	m2.Recovered()
+	if ds := m2.Drains(ctx); len(ds) != 1 || !slices.Equal(ds[0].TaskIDs, []string{"long-0-1"}) {
+		t.Fatalf("drains after a restart: %+v; want long-0-1 alone", ds)
+	}
+	m2.ReleaseTask("long-0-1")
+	m2.ReleaseTask("j-0-1")
+	waitPartitions(t, m2, "a=stateless b=batch c=batch")
+	if _, err := m2.Maintenance().MoveHostDrain(ctx, "b", "stateless", "", 0, []string{"x"}); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "finish_task_ids") {
+		t.Errorf("runs to finish without a window: %v", err)
 	}
 }

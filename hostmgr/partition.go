@@ -85,7 +85,10 @@ type partRecord struct {
 	// DrainBy ends a move's drain window (Unix milliseconds; 0: none):
 	// until then the moving host's runs may finish where they are.
 	DrainBy int64 `json:"drain_by_ms,omitempty"`
-	state   moveState
+	// Finish, with DrainBy, are the runs left to finish in the window;
+	// the others are drained at once (empty: all are left).
+	Finish []string `json:"finish,omitempty"`
+	state  moveState
 	rev     int64
 }
 
@@ -127,10 +130,14 @@ func (mt *Maintenance) setMoveLocked(name string, r partRecord, rev int64) (Drai
 		return DrainRequest{}, false
 	}
 	mt.applyPartRecordLocked(h)
-	if r.state != partMoving || len(h.tasks) == 0 || mt.inDrainWindowLocked(name) {
+	if r.state != partMoving || len(h.tasks) == 0 {
 		return DrainRequest{}, false
 	}
-	return DrainRequest{Host: name, TaskIDs: taskIDsLocked(h), Why: drainWhy(h)}, true
+	ids := mt.drainNowLocked(h)
+	if len(ids) == 0 {
+		return DrainRequest{}, false
+	}
+	return DrainRequest{Host: name, TaskIDs: ids, Why: drainWhy(h)}, true
 }
 
 // drainWhy is DrainRequest.Why for a host that drains.
@@ -169,13 +176,14 @@ func (mt *Maintenance) applyPartRecordLocked(h *host) {
 // be in service and not moving already. It returns the host after the
 // change.
 func (mt *Maintenance) MoveHost(ctx context.Context, name, partition, reason string) (*pelotonv1.Host, error) {
-	return mt.MoveHostDrain(ctx, name, partition, reason, 0)
+	return mt.MoveHostDrain(ctx, name, partition, reason, 0, nil)
 }
 
 // MoveHostDrain is MoveHost with a drain window (movedrain.go): the host
 // takes no new work at once, but its runs are drained only when window
-// has passed; those that end before then lose nothing.
-func (mt *Maintenance) MoveHostDrain(ctx context.Context, name, partition, reason string, window time.Duration) (*pelotonv1.Host, error) {
+// has passed; those that end before then lose nothing. finish, if not
+// empty, names the runs left to the window: the others are drained at once.
+func (mt *Maintenance) MoveHostDrain(ctx context.Context, name, partition, reason string, window time.Duration, finish []string) (*pelotonv1.Host, error) {
 	if name == "" {
 		return nil, apierr.Invalid("host", "required")
 	}
@@ -185,8 +193,8 @@ func (mt *Maintenance) MoveHostDrain(ctx context.Context, name, partition, reaso
 	if len(reason) > moveReasonMax {
 		return nil, apierr.Invalid("reason", "longer than %d bytes", moveReasonMax)
 	}
-	if window < 0 || window > MaxMoveDrain {
-		return nil, apierr.Invalid("drain_seconds", "%d: want 0 to %d", int64(window/time.Second), int64(MaxMoveDrain/time.Second))
+	if err := checkDrainWindow(window, finish); err != nil {
+		return nil, err
 	}
 	mt.mu.Lock()
 	defer mt.mu.Unlock()
@@ -213,7 +221,7 @@ func (mt *Maintenance) MoveHostDrain(ctx context.Context, name, partition, reaso
 	now := mt.hm.now()
 	r := partRecord{Partition: h.info.Partition, Target: partition, state: partMoving}
 	if window > 0 && len(h.tasks) > 0 {
-		r.DrainBy = now.Add(window).UnixMilli()
+		r.DrainBy, r.Finish = now.Add(window).UnixMilli(), finishing(h, finish)
 	}
 	op := mt.partOpLocked(name, r)
 	mt.hm.mu.Unlock()
