@@ -89,7 +89,7 @@ type partRecord struct {
 	// the others are drained at once (empty: all are left).
 	Finish []string `json:"finish,omitempty"`
 	state  moveState
-	rev     int64
+	rev    int64
 }
 
 func parsePartition(kv store.KV) (partRecord, error) {
