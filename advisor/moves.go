@@ -47,6 +47,10 @@ type Config struct {
 	// PlanCPU is the own CPU per stateless host the profile plans for
 	// (default: the stateless orange CPU level less the hysteresis).
 	PlanCPU float64
+	// BackRise is how many times the stateless hosts' headroom (their
+	// recent largest rise, Oversub.Headroom) the rest must still have
+	// free after a host goes back to batch (0: none).
+	BackRise float64
 }
 
 // MaxMoveDrain bounds Config.MoveDrain (hostmgr's bound).
@@ -55,7 +59,7 @@ const MaxMoveDrain = time.Hour
 // DefaultConfig is the advisor's default policy.
 func DefaultConfig() Config {
 	return Config{Batch: "batch", Stateless: "stateless", PressureHigh: 0.3, PressureLow: 0.1,
-		Cooling: 5 * time.Minute, MaxMoves: 1, HoldDown: 10 * time.Minute, Lead: 30 * time.Minute,
+		Cooling: 5 * time.Minute, MaxMoves: 1, HoldDown: 10 * time.Minute, Lead: 30 * time.Minute, BackRise: 1,
 		MinSize: map[string]int{"batch": 1, "stateless": 1}, Oversub: DefaultOversubConfig()}
 }
 
@@ -76,6 +80,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("lead %s: want 0 to 24h", c.Lead)
 	case c.PlanCPU < 0 || c.PlanCPU > 1:
 		return fmt.Errorf("plan CPU %g: want 0 (the orange level less the hysteresis) to 1", c.PlanCPU)
+	case c.BackRise < 0 || c.BackRise > 10:
+		return fmt.Errorf("back rise %g: want 0 to 10", c.BackRise)
 	}
 	for p, t := range c.Thresholds {
 		if err := t.Validate(); err != nil {
@@ -409,20 +415,23 @@ func (c *Core) decideMoves(in Input, d *Decision) {
 
 // backFits says whether a host may go back to batch: the rest would stay
 // cool taking over its share (the stateless hosts' own CPU, spread over
-// one host fewer, below the orange level less the hysteresis), now and,
-// by the daily profile, through the lead ahead.
+// one host fewer, plus BackRise times their headroom for a rise, below
+// the orange level less the hysteresis), now and, by the daily profile,
+// through the lead ahead. On a flat but noisy load the headroom keeps a
+// host from going back only to be needed again at the next wiggle.
 func (c *Core) backFits(in Input, d *Decision) bool {
 	cfg := c.cfg
 	th := cfg.thresholds(cfg.Stateless)
 	own, n := statelessDemand(in.Hosts, cfg.Stateless)
-	if n <= 1 || own/float64(n-1) >= th.CPUOrange-th.Hysteresis {
+	rise := c.statelessRise(in, d) * cfg.BackRise
+	if n <= 1 || own/float64(n-1)+rise >= th.CPUOrange-th.Hysteresis {
 		if n > 1 {
-			d.Waiting = fmt.Sprintf("%s is cool, but its %d hosts' own CPU (%.2f of a host on average) would be %.2f on one host fewer",
-				cfg.Stateless, n, own/float64(n), own/float64(n-1))
+			d.Waiting = fmt.Sprintf("%s is cool, but its %d hosts' own CPU (%.2f of a host on average) would be %.2f on one host fewer, %.2f with a rise as large as their recent ones",
+				cfg.Stateless, n, own/float64(n), own/float64(n-1), own/float64(n-1)+rise)
 		}
 		return false
 	}
-	if peak, at, ok := c.profile.peak(in.Now, cfg.Lead); ok && peak/float64(n-1) >= c.target() {
+	if peak, at, ok := c.profile.peak(in.Now, cfg.Lead); ok && peak/float64(n-1)+rise >= c.target() {
 		d.Waiting = fmt.Sprintf("%s is cool, but its daily profile expects its services' CPU at %.1f hosts' worth by %s: %.2f of a host on one host fewer",
 			cfg.Stateless, peak, at.Format("15:04"), peak/float64(n-1))
 		return false

@@ -98,8 +98,9 @@ func Factor(use []float64, o OversubConfig) float64 {
 }
 
 // headroom records h's own CPU and returns the share of its CPU revocable
-// work should leave free for the next rise of its own work: Headroom times
-// the largest rise between two readings in the window (0 until MinSamples).
+// work should leave free for the next rise of its services' load: for a
+// stateless host, Headroom times the largest rise of its own CPU between
+// two readings in the window (0 until MinSamples).
 func (c *Core) headroom(h Host, now time.Time) float64 {
 	o := c.cfg.Oversub
 	w := c.owns[h.Name]
@@ -110,7 +111,9 @@ func (c *Core) headroom(h Host, now time.Time) float64 {
 	if h.Reading.Fresh {
 		w.add(now, h.Reading.OwnCPU, o.Window)
 	}
-	if o.Headroom <= 0 || len(w.use) < o.MinSamples {
+	// A batch host's own work rises when non-revocable work is placed on
+	// it, which the scheduler decides, not the load: no headroom there.
+	if o.Headroom <= 0 || h.Partition != c.cfg.Stateless || len(w.use) < o.MinSamples {
 		return 0
 	}
 	rise := 0.0

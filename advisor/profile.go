@@ -125,10 +125,28 @@ func (c *Core) ahead(in Input) (int, string) {
 		return 0, ""
 	}
 	size := size(in.Hosts, c.cfg.Stateless)
-	need := int(math.Ceil(peak / c.target()))
+	per := c.target()
+	need := int(math.Ceil(peak / per))
 	if need <= size {
 		return 0, ""
 	}
 	return need - size, fmt.Sprintf("%s expected to need %d hosts by %s (its services' CPU %.1f hosts' worth then, by its daily profile learnt over %.1f days, at most %.2f of a host each); it has %d",
-		c.cfg.Stateless, need, at.Format("15:04"), peak, c.profile.days(in.Now), c.target(), size)
+		c.cfg.Stateless, need, at.Format("15:04"), peak, c.profile.days(in.Now), per, size)
+}
+
+// statelessRise is the stateless hosts' mean headroom: the rise of their
+// own CPU they are to be ready for.
+func (c *Core) statelessRise(in Input, d *Decision) float64 {
+	var sum float64
+	n := 0
+	for _, h := range in.Hosts {
+		if h.Partition == c.cfg.Stateless && h.Target == "" && h.Reading.Fresh {
+			sum += d.Headroom[h.Name]
+			n++
+		}
+	}
+	if n == 0 {
+		return 0
+	}
+	return sum / float64(n)
 }

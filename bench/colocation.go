@@ -70,7 +70,7 @@ type ColocationConfig struct {
 func DefaultColocationConfig() ColocationConfig {
 	return ColocationConfig{HostCores: 32, ServicePeakCores: 1200, TroughFraction: 0.3, BatchCoreHours: 20000, BatchUse: 0.7, Seed: 1,
 		Trace: TraceCosine, TraceColumn: "cpu", TraceStep: 300 * time.Second,
-		MoveDrain: 15 * time.Minute, Lead: time.Hour, Headroom: 1}
+		MoveDrain: 15 * time.Minute, Lead: time.Hour, Headroom: 2}
 }
 
 // Validate names the first bad flag, and loads the trace.
@@ -290,6 +290,9 @@ func (c ColocationConfig) newSim(hosts, stateless int, advise bool) *colocSim {
 	cfg.MinSize = map[string]int{"batch": 1, "stateless": 1}
 	cfg.Oversub.Window, cfg.Oversub.MinSamples = 3*time.Hour, 6
 	cfg.MoveDrain, cfg.Lead, cfg.Oversub.Headroom = c.MoveDrain, c.Lead, c.Headroom
+	// A host goes back to batch only if the rest keep twice their
+	// headroom free: on a flat, noisy load it would soon be needed again.
+	cfg.BackRise = 2
 	s.core = advisor.NewCore(cfg)
 	// The agents' QoS: batch hosts kill revocable work at 0.9 of their
 	// CPU; stateless hosts, whose services' P99 reaches the SLO at 0.75,
