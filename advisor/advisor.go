@@ -120,12 +120,12 @@ func (a *Advisor) Round(ctx context.Context) (Decision, error) {
 			}
 			continue
 		}
-		if err := a.o.Cluster.MoveHost(ctx, mv.Host, mv.To, mv.Reason); err != nil {
+		if err := a.o.Cluster.MoveHost(ctx, mv); err != nil {
 			a.core.Unmove(mv.Host)
 			a.o.Logger.Warn("advisor could not move a host", "host", mv.Host, "to", mv.To, "err", err)
 			continue
 		}
-		a.o.Logger.Info("advisor moves a host", "host", mv.Host, "from", mv.From, "to", mv.To, "reason", mv.Reason)
+		a.o.Logger.Info("advisor moves a host", "host", mv.Host, "from", mv.From, "to", mv.To, "drain", mv.Drain, "reason", mv.Reason)
 		metrics.AdvisorMoves.WithLabelValues(mv.From, mv.To, ModeAct).Inc()
 		moved = append(moved, mv)
 	}

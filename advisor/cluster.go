@@ -16,8 +16,9 @@ type Cluster interface {
 	// Input reads the hosts, their runs and the latency-sensitive
 	// services at now.
 	Input(ctx context.Context, now time.Time) (Input, error)
-	// MoveHost starts moving host to partition, saying why.
-	MoveHost(ctx context.Context, host, partition, reason string) error
+	// MoveHost starts the move mv (its host to mv.To, saying why, with its
+	// drain window).
+	MoveHost(ctx context.Context, mv Move) error
 	// Publish hands the stack a round's advice.
 	Publish(ctx context.Context, req *pelotonv1.PublishAdviceRequest) error
 }
@@ -169,8 +170,9 @@ func (c *APICluster) keep(j *pelotonv1.Job, now time.Time) {
 }
 
 // MoveHost implements Cluster.
-func (c *APICluster) MoveHost(ctx context.Context, host, partition, reason string) error {
-	_, err := c.API.Hosts.MoveHost(ctx, &pelotonv1.MoveHostRequest{Host: host, Partition: partition, Reason: reason})
+func (c *APICluster) MoveHost(ctx context.Context, mv Move) error {
+	_, err := c.API.Hosts.MoveHost(ctx, &pelotonv1.MoveHostRequest{Host: mv.Host, Partition: mv.To, Reason: mv.Reason,
+		DrainSeconds: uint32(mv.Drain / time.Second), FinishTaskIds: mv.Finish})
 	return err
 }
 
@@ -211,7 +213,9 @@ func BuildInput(now time.Time, hosts []*pelotonv1.Host, jobs map[string]jobInfo,
 				revCPU += r.GetUsage().GetCpu()
 			}
 			if !r.GetRevocable() && !j.service && r.GetSince() != nil {
-				x.WorkAtRisk += max(0, now.Sub(r.GetSince().AsTime()).Seconds()) * r.GetCpu()
+				el := max(0, now.Sub(r.GetSince().AsTime()))
+				x.WorkAtRisk += el.Seconds() * r.GetCpu()
+				x.Runs = append(x.Runs, Run{ID: r.GetTaskId(), Job: r.GetJobId(), Elapsed: el, CPU: r.GetCpu()})
 			}
 			if !r.GetRevocable() {
 				x.Tasks++

@@ -34,12 +34,32 @@ type Config struct {
 	Settle time.Duration
 	// Oversubscription of batch hosts for revocable work (oversub.go).
 	Oversub OversubConfig
+	// MoveDrain is the drain window of a move from batch (at most
+	// MaxMoveDrain; 0: none): the host takes no new work at once, its runs
+	// expected to end within the window finish, the rest are preempted at
+	// its end. The advisor picks the batch host whose move is expected to
+	// throw away the least work with it (runs.go).
+	MoveDrain time.Duration
+	// Lead is how far ahead the stateless partition's daily profile is
+	// read (profile.go): a rise it expects within Lead is moved for now,
+	// and no host goes back to batch ahead of one. 0: off.
+	Lead time.Duration
+	// PlanCPU is the own CPU per stateless host the profile plans for
+	// (default: the stateless orange CPU level less the hysteresis).
+	PlanCPU float64
+	// BackRise is how many times the stateless hosts' headroom (their
+	// recent largest rise, Oversub.Headroom) the rest must still have
+	// free after a host goes back to batch (0: none).
+	BackRise float64
 }
+
+// MaxMoveDrain bounds Config.MoveDrain (hostmgr's bound).
+const MaxMoveDrain = time.Hour
 
 // DefaultConfig is the advisor's default policy.
 func DefaultConfig() Config {
 	return Config{Batch: "batch", Stateless: "stateless", PressureHigh: 0.3, PressureLow: 0.1,
-		Cooling: 5 * time.Minute, MaxMoves: 1, HoldDown: 10 * time.Minute,
+		Cooling: 5 * time.Minute, MaxMoves: 1, HoldDown: 10 * time.Minute, Lead: 30 * time.Minute, BackRise: 1,
 		MinSize: map[string]int{"batch": 1, "stateless": 1}, Oversub: DefaultOversubConfig()}
 }
 
@@ -54,6 +74,14 @@ func (c Config) Validate() error {
 		return fmt.Errorf("cooling %s, hold-down %s, settle %s: want >= 0", c.Cooling, c.HoldDown, c.Settle)
 	case c.MaxMoves < 1:
 		return fmt.Errorf("max moves %d: want at least 1", c.MaxMoves)
+	case c.MoveDrain < 0 || c.MoveDrain > MaxMoveDrain:
+		return fmt.Errorf("move drain %s: want 0 to %s", c.MoveDrain, MaxMoveDrain)
+	case c.Lead < 0 || c.Lead > 24*time.Hour:
+		return fmt.Errorf("lead %s: want 0 to 24h", c.Lead)
+	case c.PlanCPU < 0 || c.PlanCPU > 1:
+		return fmt.Errorf("plan CPU %g: want 0 (the orange level less the hysteresis) to 1", c.PlanCPU)
+	case c.BackRise < 0 || c.BackRise > 10:
+		return fmt.Errorf("back rise %g: want 0 to 10", c.BackRise)
 	}
 	for p, t := range c.Thresholds {
 		if err := t.Validate(); err != nil {
@@ -94,6 +122,10 @@ type Host struct {
 	// throw away: what its non-revocable batch runs have done so far (a
 	// service instance moves without losing work).
 	WorkAtRisk float64
+	// Runs are its non-revocable batch runs, if known: with them the
+	// advisor learns the jobs' run times and prefers hosts whose runs end
+	// soonest (runs.go).
+	Runs []Run
 }
 
 // Service is one latency-sensitive service's P99 against its SLO in one
@@ -139,6 +171,11 @@ type Move struct {
 	Host, From, To string
 	// Reason says why, with the numbers.
 	Reason string
+	// Drain is the move's drain window (Config.MoveDrain for a batch host
+	// with runs expected to end within it, else 0), and Finish those runs
+	// (their IDs): the host's other runs are drained at once.
+	Drain  time.Duration
+	Finish []string
 }
 
 // Decision is one round's output.
@@ -147,7 +184,10 @@ type Decision struct {
 	Pressures map[string]*Pressure
 	// Factors are the hosts' oversubscription factors (1: none).
 	Factors map[string]float64
-	Moves   []Move
+	// Headroom is, per host, the share of its CPU revocable work should
+	// leave free for the next rise of its own work (oversub.go).
+	Headroom map[string]float64
+	Moves    []Move
 	// Waiting says why no move was made when one was wanted (a move under
 	// way, a size bound, no candidate), empty otherwise.
 	Waiting string
@@ -164,12 +204,20 @@ type Core struct {
 	coolSince time.Time
 	lastMove  time.Time
 	windows   map[string]*window
+	owns      map[string]*window // own CPU, for the headroom
+	// runs are the batch runs the last round saw, runTimes the run times
+	// learnt by job (runs.go); profile the stateless partition's daily
+	// profile (profile.go).
+	runs     map[string]runSeen
+	runTimes map[string]*runTimes
+	profile  *dailyProfile
 }
 
 // NewCore returns a core with cfg, which must be valid.
 func NewCore(cfg Config) *Core {
 	return &Core{cfg: cfg, zones: map[string]ZoneState{}, moved: map[string]time.Time{}, movedIn: map[string]bool{},
-		windows: map[string]*window{}}
+		windows: map[string]*window{}, owns: map[string]*window{}, runs: map[string]runSeen{}, runTimes: map[string]*runTimes{},
+		profile: newProfile()}
 }
 
 // Round classifies the hosts, measures the partitions and decides moves
@@ -177,7 +225,7 @@ func NewCore(cfg Config) *Core {
 // a caller that fails to make one calls Unmove.
 func (c *Core) Round(in Input) Decision {
 	d := Decision{Zones: make(map[string]ZoneState, len(in.Hosts)), Pressures: map[string]*Pressure{},
-		Factors: make(map[string]float64, len(in.Hosts))}
+		Factors: make(map[string]float64, len(in.Hosts)), Headroom: make(map[string]float64, len(in.Hosts))}
 	seen := make(map[string]bool, len(in.Hosts))
 	for _, h := range in.Hosts {
 		seen[h.Name] = true
@@ -196,11 +244,13 @@ func (c *Core) Round(in Input) Decision {
 			}
 		}
 		d.Factors[h.Name] = c.factor(h, in.Now)
+		d.Headroom[h.Name] = c.headroom(h, in.Now)
 	}
 	for name := range c.zones {
 		if !seen[name] {
 			delete(c.zones, name)
 			delete(c.windows, name)
+			delete(c.owns, name)
 			delete(c.movedIn, name)
 		}
 	}
@@ -218,6 +268,10 @@ func (c *Core) Round(in Input) Decision {
 		if p.Services > 0 {
 			p.Value = max(p.Value, float64(p.Over)/float64(p.Services))
 		}
+	}
+	c.learnRuns(in)
+	if own, n := statelessDemand(in.Hosts, c.cfg.Stateless); n > 0 {
+		c.profile.add(in.Now, own)
 	}
 	c.decideMoves(in, &d)
 	return d
@@ -269,29 +323,12 @@ func (c *Core) decideMoves(in Input, d *Decision) {
 	default:
 		c.coolSince = time.Time{}
 	}
-	backDue := cool && in.Now.Sub(c.coolSince) >= cfg.Cooling
-	if backDue {
-		// A host goes back only if the rest would stay cool taking over
-		// its share: the stateless hosts' own (non-revocable) CPU, spread
-		// over one host fewer, below the orange level less the hysteresis.
-		th := cfg.thresholds(cfg.Stateless)
-		var own float64
-		n := 0
-		for _, h := range in.Hosts {
-			if h.Partition == cfg.Stateless && h.Target == "" && h.Reading.Fresh {
-				own += h.Reading.OwnCPU
-				n++
-			}
-		}
-		if n <= 1 || own/float64(n-1) >= th.CPUOrange-th.Hysteresis {
-			if n > 1 {
-				d.Waiting = fmt.Sprintf("%s is cool, but its %d hosts' own CPU (%.2f of a host on average) would be %.2f on one host fewer",
-					cfg.Stateless, n, own/float64(n), own/float64(n-1))
-			}
-			backDue = false
-		}
-	}
+	backDue := cool && in.Now.Sub(c.coolSince) >= cfg.Cooling && c.backFits(in, d)
+	aheadN, aheadWhy := 0, ""
 	if !hot && !backDue {
+		aheadN, aheadWhy = c.ahead(in)
+	}
+	if !hot && !backDue && aheadN == 0 {
 		return
 	}
 	for _, h := range in.Hosts {
@@ -308,14 +345,18 @@ func (c *Core) decideMoves(in Input, d *Decision) {
 		d.Waiting = fmt.Sprintf("settling: the last move was %s ago (settle %s)", in.Now.Sub(c.lastMove).Round(time.Second), settle)
 		return
 	}
+	toSt := hot || aheadN > 0 // to stateless
 	from, to := cfg.Batch, cfg.Stateless
-	if !hot {
+	if !toSt {
 		from, to = cfg.Stateless, cfg.Batch
 	}
 	nFrom, nTo := size(in.Hosts, from), size(in.Hosts, to)
 	room := cfg.MaxMoves
-	if !hot {
+	switch {
+	case !toSt:
 		room = 1 // back one at a time: each judged on the rest taking over its share
+	case !hot:
+		room = min(room, aheadN)
 	}
 	if min := cfg.MinSize[from]; nFrom-room < min {
 		room = nFrom - min
@@ -327,28 +368,109 @@ func (c *Core) decideMoves(in Input, d *Decision) {
 		d.Waiting = fmt.Sprintf("%s has %d hosts (min %d), %s %d (max %d)", from, nFrom, cfg.MinSize[from], to, nTo, cfg.MaxSize[to])
 		return
 	}
-	var cands []Host
+	cands := c.candidates(in, d, from, toSt)
+	if len(cands) == 0 {
+		d.Waiting = fmt.Sprintf("no %s host may move to %s now (held down, its move cancelled lately, holding gangs, or not green)", from, to)
+		return
+	}
+	var why string
+	switch {
+	case hot:
+		why = fmt.Sprintf("%s pressure %.2f >= %.2f (%d of %d hosts orange or red, %d of %d services over SLO)",
+			to, st.Value, cfg.PressureHigh, st.Hot, st.Known, st.Over, st.Services)
+	case toSt:
+		why = aheadWhy
+	default:
+		why = fmt.Sprintf("%s pressure %.2f < %.2f for %s (%d of %d hosts orange or red, %d of %d services over SLO)",
+			from, st.Value, cfg.PressureLow, in.Now.Sub(c.coolSince).Round(time.Second), st.Hot, st.Known, st.Over, st.Services)
+	}
+	for _, cd := range cands[:min(room, len(cands))] {
+		h := cd.h
+		mv := Move{Host: h.Name, From: from, To: to}
+		if toSt {
+			if len(cd.cost.finish) > 0 {
+				mv.Drain, mv.Finish = cfg.MoveDrain, cd.cost.finish
+			}
+			cost := fmt.Sprintf("%d runs to move, %.1f cores held, %.1f core-hours of batch work at risk", h.Tasks, h.AllocatedCPU, h.WorkAtRisk/3600)
+			if len(h.Runs) > 0 {
+				cost = fmt.Sprintf("%d runs to move, %.1f cores held; %s", h.Tasks, h.AllocatedCPU, cd.cost.String(cfg.MoveDrain))
+			}
+			mv.Reason = why + "; cheapest " + from + " host: " + cost
+		} else {
+			mv.Reason = why + "; cheapest " + from + " host: " + fmt.Sprintf("%d service instances to move, green", h.ServiceTasks)
+		}
+		d.Moves = append(d.Moves, mv)
+		c.moved[h.Name] = in.Now
+		c.lastMove = in.Now
+		if toSt {
+			c.movedIn[h.Name] = true
+		} else {
+			delete(c.movedIn, h.Name)
+		}
+	}
+	if !toSt {
+		c.coolSince = in.Now // the next one back waits another cooling period
+	}
+}
+
+// backFits says whether a host may go back to batch: the rest would stay
+// cool taking over its share (the stateless hosts' own CPU, spread over
+// one host fewer, plus BackRise times their headroom for a rise, below
+// the orange level less the hysteresis), now and, by the daily profile,
+// through the lead ahead. On a flat but noisy load the headroom keeps a
+// host from going back only to be needed again at the next wiggle.
+func (c *Core) backFits(in Input, d *Decision) bool {
+	cfg := c.cfg
+	th := cfg.thresholds(cfg.Stateless)
+	own, n := statelessDemand(in.Hosts, cfg.Stateless)
+	rise := c.statelessRise(in, d) * cfg.BackRise
+	if n <= 1 || own/float64(n-1)+rise >= th.CPUOrange-th.Hysteresis {
+		if n > 1 {
+			d.Waiting = fmt.Sprintf("%s is cool, but its %d hosts' own CPU (%.2f of a host on average) would be %.2f on one host fewer, %.2f with a rise as large as their recent ones",
+				cfg.Stateless, n, own/float64(n), own/float64(n-1), own/float64(n-1)+rise)
+		}
+		return false
+	}
+	if peak, at, ok := c.profile.peak(in.Now, cfg.Lead); ok && peak/float64(n-1)+rise >= c.target() {
+		d.Waiting = fmt.Sprintf("%s is cool, but its daily profile expects its services' CPU at %.1f hosts' worth by %s: %.2f of a host on one host fewer",
+			cfg.Stateless, peak, at.Format("15:04"), peak/float64(n-1))
+		return false
+	}
+	return true
+}
+
+// candidate is a host that may move, with what moving it costs.
+type candidate struct {
+	h    Host
+	cost moveCost
+}
+
+// candidates are the hosts of from that may move now, cheapest first:
+// to stateless (toSt), the least batch work expected lost with the drain
+// window, then the soonest free, then the fewest runs, then the least CPU
+// held; back to batch, the hosts the advisor brought over first, then the
+// fewest service instances to move.
+func (c *Core) candidates(in Input, d *Decision, from string, toSt bool) []candidate {
+	cfg := c.cfg
+	var cands []candidate
 	for _, h := range in.Hosts {
 		switch {
 		case h.Partition != from || !h.InService || h.Target != "":
 		case in.Now.Sub(c.moved[h.Name]) < cfg.HoldDown && !c.moved[h.Name].IsZero():
 		case in.Now.Sub(in.Cancelled[h.Name]) < cfg.HoldDown && !in.Cancelled[h.Name].IsZero():
-		case hot && h.GangTasks > 0: // a gang would be broken
-		case !hot && d.Zones[h.Name].Zone != Green:
+		case toSt && h.GangTasks > 0: // a gang would be broken
+		case !toSt && d.Zones[h.Name].Zone != Green:
 		default:
-			cands = append(cands, h)
+			cd := candidate{h: h}
+			if toSt {
+				cd.cost = c.cost(h)
+			}
+			cands = append(cands, cd)
 		}
 	}
-	if len(cands) == 0 {
-		d.Waiting = fmt.Sprintf("no %s host may move to %s now (held down, its move cancelled lately, holding gangs, or not green)", from, to)
-		return
-	}
-	// Cheapest first: least batch work thrown away, then fewest runs to
-	// move elsewhere, then least CPU held.
-	slices.SortFunc(cands, func(a, b Host) int {
-		if !hot {
-			// Back to batch: hosts the advisor brought over first, then
-			// those with the fewest service instances to move.
+	slices.SortFunc(cands, func(x, y candidate) int {
+		a, b := x.h, y.h
+		if !toSt {
 			in := func(h Host) int {
 				if c.movedIn[h.Name] {
 					return 0
@@ -357,29 +479,8 @@ func (c *Core) decideMoves(in Input, d *Decision) {
 			}
 			return cmp.Or(cmp.Compare(in(a), in(b)), cmp.Compare(a.ServiceTasks, b.ServiceTasks), cmp.Compare(a.AllocatedCPU, b.AllocatedCPU), strings.Compare(a.Name, b.Name))
 		}
-		return cmp.Or(cmp.Compare(a.WorkAtRisk, b.WorkAtRisk), cmp.Compare(a.Tasks, b.Tasks), cmp.Compare(a.AllocatedCPU, b.AllocatedCPU), strings.Compare(a.Name, b.Name))
+		return cmp.Or(cmp.Compare(x.cost.lost, y.cost.lost), cmp.Compare(x.cost.ready, y.cost.ready), cmp.Compare(a.Tasks, b.Tasks),
+			cmp.Compare(a.AllocatedCPU, b.AllocatedCPU), strings.Compare(a.Name, b.Name))
 	})
-	why := fmt.Sprintf("%s pressure %.2f >= %.2f (%d of %d hosts orange or red, %d of %d services over SLO)",
-		to, st.Value, cfg.PressureHigh, st.Hot, st.Known, st.Over, st.Services)
-	if !hot {
-		why = fmt.Sprintf("%s pressure %.2f < %.2f for %s (%d of %d hosts orange or red, %d of %d services over SLO)",
-			from, st.Value, cfg.PressureLow, in.Now.Sub(c.coolSince).Round(time.Second), st.Hot, st.Known, st.Over, st.Services)
-	}
-	for _, h := range cands[:min(room, len(cands))] {
-		cost := fmt.Sprintf("%d runs to move, %.1f cores held, %.1f core-hours of batch work at risk", h.Tasks, h.AllocatedCPU, h.WorkAtRisk/3600)
-		if !hot {
-			cost = fmt.Sprintf("%d service instances to move, green", h.ServiceTasks)
-		}
-		d.Moves = append(d.Moves, Move{Host: h.Name, From: from, To: to, Reason: why + "; cheapest " + from + " host: " + cost})
-		c.moved[h.Name] = in.Now
-		c.lastMove = in.Now
-		if hot {
-			c.movedIn[h.Name] = true
-		} else {
-			delete(c.movedIn, h.Name)
-		}
-	}
-	if !hot {
-		c.coolSince = in.Now // the next one back waits another cooling period
-	}
+	return cands
 }

@@ -248,6 +248,11 @@ func TestConfigValidate(t *testing.T) {
 			c.MaxSize["batch"] = 2
 		},
 		"factor below 1": func(c *Config) { c.Oversub.MaxFactor = 0.5 },
+		"drain over 1h":  func(c *Config) { c.MoveDrain = MaxMoveDrain + time.Second },
+		"drain below 0":  func(c *Config) { c.MoveDrain = -time.Second },
+		"lead over 24h":  func(c *Config) { c.Lead = 25 * time.Hour },
+		"plan CPU":       func(c *Config) { c.PlanCPU = 1.5 },
+		"headroom":       func(c *Config) { c.Oversub.Headroom = -1 },
 	} {
 		c := DefaultConfig()
 		f(&c)

@@ -21,12 +21,16 @@ type OversubConfig struct {
 	Percentile float64
 	Window     time.Duration
 	MinSamples int
+	// Headroom sizes the CPU each host keeps free of revocable work for a
+	// rise of its own (Decision.Headroom): this many times the largest
+	// rise of its own CPU between two readings in the Window (0: none).
+	Headroom float64
 }
 
 // DefaultOversubConfig is the default: at most 1.5, 10% margin, p95 over
 // 30 minutes.
 func DefaultOversubConfig() OversubConfig {
-	return OversubConfig{MaxFactor: 1.5, Margin: 0.1, Percentile: 0.95, Window: 30 * time.Minute, MinSamples: 6}
+	return OversubConfig{MaxFactor: 1.5, Margin: 0.1, Percentile: 0.95, Window: 30 * time.Minute, MinSamples: 6, Headroom: 1}
 }
 
 // Validate names the first bad setting.
@@ -38,6 +42,8 @@ func (o OversubConfig) Validate() error {
 		return fmt.Errorf("oversubscription margin %g: want 0 <= margin < 1", o.Margin)
 	case o.Percentile <= 0 || o.Percentile > 1:
 		return fmt.Errorf("oversubscription percentile %g: want 0 < p <= 1", o.Percentile)
+	case o.Headroom < 0 || o.Headroom > 10:
+		return fmt.Errorf("oversubscription headroom %g: want 0 (none) to 10", o.Headroom)
 	case o.Window <= 0 || o.MinSamples < 1:
 		return fmt.Errorf("oversubscription window %s / min samples %d: want > 0", o.Window, o.MinSamples)
 	}
@@ -91,4 +97,30 @@ func Factor(use []float64, o OversubConfig) float64 {
 		return o.MaxFactor
 	}
 	return max(1, min(o.MaxFactor, (1-o.Margin)/p))
+}
+
+// headroom records h's own CPU and returns the share of its CPU revocable
+// work should leave free for the next rise of its services' load: for a
+// stateless host, Headroom times the largest rise of its own CPU between
+// two readings in the window (0 until MinSamples).
+func (c *Core) headroom(h Host, now time.Time) float64 {
+	o := c.cfg.Oversub
+	w := c.owns[h.Name]
+	if w == nil {
+		w = &window{}
+		c.owns[h.Name] = w
+	}
+	if h.Reading.Fresh {
+		w.add(now, h.Reading.OwnCPU, o.Window)
+	}
+	// A batch host's own work rises when non-revocable work is placed on
+	// it, which the scheduler decides, not the load: no headroom there.
+	if o.Headroom <= 0 || h.Partition != c.cfg.Stateless || len(w.use) < o.MinSamples {
+		return 0
+	}
+	rise := 0.0
+	for i := 1; i < len(w.use); i++ {
+		rise = max(rise, w.use[i]-w.use[i-1])
+	}
+	return min(1, o.Headroom*rise)
 }

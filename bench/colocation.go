@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -50,6 +51,14 @@ type ColocationConfig struct {
 	TraceStep   time.Duration
 	// Plot, if set, is where an SVG of the co-located run is written.
 	Plot string
+	// The advisor's ways to lose less to moves (docs/benchmarks.md):
+	// MoveDrain, the drain window of a move from batch; Lead, how far
+	// ahead it reads the services' daily profile; Headroom, the multiple
+	// of a host's largest recent rise of its own CPU kept free of
+	// revocable work. All 0: the advisor as it was before them.
+	MoveDrain time.Duration
+	Lead      time.Duration
+	Headroom  float64
 
 	// trace is the curve Validate loaded (nil: the cosine day), and loads
 	// the services' CPU for every minute of it.
@@ -60,7 +69,8 @@ type ColocationConfig struct {
 // DefaultColocationConfig is the size docs/benchmarks.md quotes.
 func DefaultColocationConfig() ColocationConfig {
 	return ColocationConfig{HostCores: 32, ServicePeakCores: 1200, TroughFraction: 0.3, BatchCoreHours: 20000, BatchUse: 0.7, Seed: 1,
-		Trace: TraceCosine, TraceColumn: "cpu", TraceStep: 300 * time.Second}
+		Trace: TraceCosine, TraceColumn: "cpu", TraceStep: 300 * time.Second,
+		MoveDrain: 15 * time.Minute, Lead: time.Hour, Headroom: 2}
 }
 
 // Validate names the first bad flag, and loads the trace.
@@ -123,6 +133,12 @@ func (c *ColocationConfig) validateSizes() error {
 		return fmt.Errorf("invalid --batch-core-hours %g: must be 0 to 10000000", c.BatchCoreHours)
 	case !(c.BatchUse > 0 && c.BatchUse <= 1):
 		return fmt.Errorf("invalid --batch-use %g: must be in (0, 1]", c.BatchUse)
+	case c.MoveDrain < 0 || c.MoveDrain > advisor.MaxMoveDrain:
+		return fmt.Errorf("invalid --move-drain-seconds %d: must be 0 to %d", int64(c.MoveDrain/time.Second), int64(advisor.MaxMoveDrain/time.Second))
+	case c.Lead < 0 || c.Lead > 24*time.Hour:
+		return fmt.Errorf("invalid --lead %s: must be 0 to 24h", c.Lead)
+	case !(c.Headroom >= 0 && c.Headroom <= 10):
+		return fmt.Errorf("invalid --headroom %g: must be 0 to 10", c.Headroom)
 	}
 	return nil
 }
@@ -169,6 +185,7 @@ func p99OverSLO(rho float64) float64 {
 
 // simTask is one batch task.
 type simTask struct {
+	id        int
 	dur, done int // minutes
 }
 
@@ -176,8 +193,11 @@ type simTask struct {
 type simHost struct {
 	name      string
 	stateless bool
-	// target: moving to the other partition (drained the next minute).
+	// moving: to the other partition, its runs preempted and the host
+	// changing sides at minute moveAt (at once without a drain window),
+	// or once it is empty.
 	moving bool
+	moveAt int
 	batch  []*simTask // non-revocable
 	rev    []*simTask // revocable
 	qos    hostagent.QoSState
@@ -205,11 +225,55 @@ type colocRun struct {
 // midnight and must be done by the next: the run stops at the first day
 // that is not (done false).
 func (c ColocationConfig) colocate(hosts, stateless int, advise bool, backlog []int) colocRun {
-	fleet := make([]*simHost, hosts)
-	for i := range fleet {
-		fleet[i] = &simHost{name: fmt.Sprintf("h%04d", i), stateless: i < stateless}
+	s := c.newSim(hosts, stateless, advise)
+	for t := range c.minutes() {
+		if t%dayMinutes == 0 {
+			if len(s.queue) > 0 || s.running() > 0 {
+				return s.r
+			}
+			for _, d := range backlog {
+				s.queue = append(s.queue, &simTask{id: s.nextID, dur: d})
+				s.nextID++
+			}
+		}
+		s.settleMoves(t)
+		svc := c.ServiceLoad(t) / float64(max(1, s.statelessHosts()))
+		s.place(svc)
+		s.runMinute(svc)
+		if advise && t%advisorEvery == 0 {
+			s.advise(t)
+		}
 	}
-	var queue []*simTask
+	s.r.done = len(s.queue) == 0 && s.running() == 0
+	return s.r
+}
+
+// colocSim is one simulated run in progress.
+type colocSim struct {
+	c        ColocationConfig
+	fleet    []*simHost
+	byName   map[string]*simHost
+	queue    []*simTask
+	nextID   int
+	advising bool
+	core     *advisor.Core
+	factor   map[string]float64
+	room     map[string]float64 // the advisor's headroom, a share of a host
+	t0       time.Time
+	cores    float64
+	qosB     hostagent.QoSPolicy
+	qosS     hostagent.QoSPolicy
+	r        colocRun
+}
+
+func (c ColocationConfig) newSim(hosts, stateless int, advise bool) *colocSim {
+	s := &colocSim{c: c, fleet: make([]*simHost, hosts), byName: map[string]*simHost{}, advising: advise,
+		factor: map[string]float64{}, room: map[string]float64{}, t0: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
+		cores: float64(c.HostCores)}
+	for i := range s.fleet {
+		s.fleet[i] = &simHost{name: fmt.Sprintf("h%04d", i), stateless: i < stateless}
+		s.byName[s.fleet[i].name] = s.fleet[i]
+	}
 	cfg := advisor.DefaultConfig()
 	th := advisor.DefaultThresholds()
 	th.MinDwell = 10 * time.Minute
@@ -225,175 +289,220 @@ func (c ColocationConfig) colocate(hosts, stateless int, advise bool, backlog []
 	cfg.Cooling, cfg.HoldDown, cfg.MaxMoves = 20*time.Minute, 30*time.Minute, 2
 	cfg.MinSize = map[string]int{"batch": 1, "stateless": 1}
 	cfg.Oversub.Window, cfg.Oversub.MinSamples = 3*time.Hour, 6
-	core := advisor.NewCore(cfg)
+	cfg.MoveDrain, cfg.Lead, cfg.Oversub.Headroom = c.MoveDrain, c.Lead, c.Headroom
+	// A host goes back to batch only if the rest keep twice their
+	// headroom free: on a flat, noisy load it would soon be needed again.
+	cfg.BackRise = 2
+	s.core = advisor.NewCore(cfg)
 	// The agents' QoS: batch hosts kill revocable work at 0.9 of their
 	// CPU; stateless hosts, whose services' P99 reaches the SLO at 0.75,
 	// at 0.7 (the agents of a partition run with its own --qos-cpu-*).
-	qosBatch := hostagent.QoSPolicy{CPUHigh: 0.9, CPULow: 0.8, Samples: 2}
-	qosStateless := hostagent.QoSPolicy{CPUHigh: 0.7, CPULow: 0.6, Samples: 2}
-	factor := map[string]float64{}
-	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	cores := float64(c.HostCores)
-	var r colocRun
-	running := func() int {
-		n := 0
-		for _, h := range fleet {
-			n += len(h.batch) + len(h.rev)
-		}
-		return n
+	s.qosB = hostagent.QoSPolicy{CPUHigh: 0.9, CPULow: 0.8, Samples: 2}
+	s.qosS = hostagent.QoSPolicy{CPUHigh: 0.7, CPULow: 0.6, Samples: 2}
+	return s
+}
+
+func (s *colocSim) running() int {
+	n := 0
+	for _, h := range s.fleet {
+		n += len(h.batch) + len(h.rev)
 	}
-	for t := range c.minutes() {
-		if t%dayMinutes == 0 {
-			if len(queue) > 0 || running() > 0 {
-				return r
-			}
-			for _, d := range backlog {
-				queue = append(queue, &simTask{dur: d})
-			}
-		}
-		// Moves decided last round take effect: drained hosts change sides.
-		for _, h := range fleet {
-			if h.moving {
-				for _, tk := range append(h.batch, h.rev...) {
-					r.lostHours += float64(tk.done) / 60
-					r.lostMoves += float64(tk.done) / 60
-					tk.done = 0
-					queue = append(queue, tk)
-				}
-				h.batch, h.rev, h.moving = nil, nil, false
-				h.stateless = !h.stateless
-			}
-		}
-		nStateless := 0
-		for _, h := range fleet {
-			if h.stateless {
-				nStateless++
-			}
-		}
-		svc := c.ServiceLoad(t) / float64(max(1, nStateless))
-		// Batch work is placed: non-revocable on batch hosts' free
-		// capacity first, then revocable on every host's slack.
-		for _, h := range fleet {
-			for !h.stateless && len(queue) > 0 && len(h.batch) < c.HostCores {
-				h.batch, queue = append(h.batch, queue[0]), queue[1:]
-			}
-		}
-		if advise {
-			for _, h := range fleet {
-				alloc, own := float64(len(h.batch)), float64(len(h.batch))*c.BatchUse
-				f := 1.0
-				if h.stateless {
-					alloc, own = serviceAlloc*cores, svc
-				} else if v := factor[h.name]; v > 1 {
-					f = v
-				}
-				held := alloc + (f-1)*cores
-				slack := math.Min((1-slackMargin)*held, (1-slackMargin)*cores) - own - float64(len(h.rev))
-				for slack >= 1 && len(queue) > 0 {
-					h.rev, queue = append(h.rev, queue[0]), queue[1:]
-					slack--
-				}
-			}
-		}
-		// The minute runs: use, latency, QoS, progress.
-		worst := 0.0
-		for _, h := range fleet {
-			h.use = float64(len(h.batch)+len(h.rev)) * c.BatchUse
-			if h.stateless {
-				h.use += svc
-			}
-			rho := math.Min(1, h.use/cores)
-			if h.stateless {
-				over := p99OverSLO(rho)
-				worst = math.Max(worst, over)
-				r.sloAll++
-				if over > 1 {
-					r.sloBad++
-				}
-			}
-			qos := qosBatch
-			if h.stateless {
-				qos = qosStateless
-			}
-			if advise && len(h.rev) > 0 && (h.use >= qos.CPUHigh*cores || h.qos.Hot > 0) {
-				in := hostagent.QoSInput{Capacity: hostagent.Resources{CPU: cores}, Use: hostagent.Resources{CPU: h.use}, Fresh: true}
-				for i := range h.rev {
-					in.Runs = append(in.Runs, hostagent.QoSRun{ID: fmt.Sprint(i), Revocable: true, Started: time.Duration(i), Use: hostagent.Resources{CPU: c.BatchUse}})
-				}
-				var victims []string
-				h.qos, victims = qos.Decide(h.qos, in)
-				idx := make([]int, 0, len(victims))
-				for _, v := range victims {
-					var i int
-					_, _ = fmt.Sscan(v, &i)
-					idx = append(idx, i)
-				}
-				slices.Sort(idx)
-				for _, i := range slices.Backward(idx) {
-					tk := h.rev[i]
-					r.lostHours += float64(tk.done) / 60
-					tk.done = 0
-					queue = append(queue, tk)
-					h.rev = slices.Delete(h.rev, i, i+1)
-					r.kills++
-				}
-			}
-			keep := func(ts []*simTask, revocable bool) []*simTask {
-				out := ts[:0]
-				for _, tk := range ts {
-					tk.done++
-					r.coreHours += 1.0 / 60
-					if revocable {
-						r.revHours += 1.0 / 60
-					}
-					if tk.done < tk.dur {
-						out = append(out, tk)
-					}
-				}
-				return out
-			}
-			h.batch, h.rev = keep(h.batch, false), keep(h.rev, true)
-		}
-		r.stateless = append(r.stateless, nStateless)
-		r.worst = append(r.worst, worst)
-		if advise && t%advisorEvery == 0 {
-			in := advisor.Input{Now: t0.Add(time.Duration(t) * time.Minute)}
-			var worstSvc float64
-			for _, h := range fleet {
-				part := "batch"
-				reading := advisor.Reading{Fresh: true, CPU: math.Min(1, h.use/cores),
-					OwnCPU: math.Min(1, (h.use-float64(len(h.rev))*c.BatchUse)/cores)}
-				if h.stateless {
-					part = "stateless"
-					reading.Latency = p99OverSLO(reading.CPU)
-					worstSvc = math.Max(worstSvc, reading.Latency)
-				}
-				target := ""
-				if h.moving {
-					target = map[bool]string{true: "batch", false: "stateless"}[h.stateless]
-				}
-				risk := 0.0
-				for _, tk := range h.batch {
-					risk += float64(tk.done) * 60
-				}
-				in.Hosts = append(in.Hosts, advisor.Host{Name: h.name, Partition: part, InService: !h.moving, Target: target,
-					Reading: reading, Tasks: len(h.batch), AllocatedCPU: float64(len(h.batch)), WorkAtRisk: risk})
-			}
-			in.Services = []advisor.Service{{Job: "services", Partition: "stateless", P99: worstSvc, SLO: 1}}
-			d := core.Round(in)
-			factor = d.Factors
-			byName := map[string]*simHost{}
-			for _, h := range fleet {
-				byName[h.name] = h
-			}
-			for _, mv := range d.Moves {
-				byName[mv.Host].moving = true
-				r.moves++
-			}
+	return n
+}
+
+func (s *colocSim) statelessHosts() int {
+	n := 0
+	for _, h := range s.fleet {
+		if h.stateless {
+			n++
 		}
 	}
-	r.done = len(queue) == 0 && running() == 0
-	return r
+	return n
+}
+
+// settleMoves changes the sides of the moving hosts whose drain window is
+// over, or that are empty: their runs left are preempted and wait again.
+func (s *colocSim) settleMoves(t int) {
+	for _, h := range s.fleet {
+		if !h.moving || t < h.moveAt && len(h.batch)+len(h.rev) > 0 {
+			continue
+		}
+		s.preempt(h.batch, func(*simTask) bool { return false })
+		s.preempt(h.rev, func(*simTask) bool { return false })
+		h.batch, h.rev, h.moving = nil, nil, false
+		h.stateless = !h.stateless
+	}
+}
+
+// place places the waiting batch work: non-revocable on batch hosts' free
+// capacity first, then revocable on every host's slack, less the headroom
+// the advisor keeps for a rise of the host's own work. A moving host takes
+// nothing new.
+func (s *colocSim) place(svc float64) {
+	c := s.c
+	for _, h := range s.fleet {
+		for !h.stateless && !h.moving && len(s.queue) > 0 && len(h.batch) < c.HostCores {
+			h.batch, s.queue = append(h.batch, s.queue[0]), s.queue[1:]
+		}
+	}
+	if !s.advising {
+		return
+	}
+	for _, h := range s.fleet {
+		if h.moving {
+			continue
+		}
+		alloc, own := float64(len(h.batch)), float64(len(h.batch))*c.BatchUse
+		f := 1.0
+		if h.stateless {
+			alloc, own = serviceAlloc*s.cores, svc
+		} else if v := s.factor[h.name]; v > 1 {
+			f = v
+		}
+		held := alloc + (f-1)*s.cores
+		slack := math.Min((1-slackMargin)*held, (1-slackMargin)*s.cores) - own - float64(len(h.rev)) - s.room[h.name]*s.cores
+		for slack >= 1 && len(s.queue) > 0 {
+			h.rev, s.queue = append(h.rev, s.queue[0]), s.queue[1:]
+			slack--
+		}
+	}
+}
+
+// runMinute runs a minute: use, latency, QoS, progress.
+func (s *colocSim) runMinute(svc float64) {
+	c := s.c
+	worst := 0.0
+	r := &s.r
+	for _, h := range s.fleet {
+		h.use = float64(len(h.batch)+len(h.rev)) * c.BatchUse
+		if h.stateless {
+			h.use += svc
+		}
+		rho := math.Min(1, h.use/s.cores)
+		if h.stateless {
+			over := p99OverSLO(rho)
+			worst = math.Max(worst, over)
+			r.sloAll++
+			if over > 1 {
+				r.sloBad++
+			}
+		}
+		if s.advising {
+			s.qos(h)
+		}
+		keep := func(ts []*simTask, revocable bool) []*simTask {
+			out := ts[:0]
+			for _, tk := range ts {
+				tk.done++
+				r.coreHours += 1.0 / 60
+				if revocable {
+					r.revHours += 1.0 / 60
+				}
+				if tk.done < tk.dur {
+					out = append(out, tk)
+				}
+			}
+			return out
+		}
+		h.batch, h.rev = keep(h.batch, false), keep(h.rev, true)
+	}
+	r.stateless = append(r.stateless, s.statelessHosts())
+	r.worst = append(r.worst, worst)
+}
+
+// qos is the host agent's QoS controller on h: it kills revocable work
+// while the host runs hot.
+func (s *colocSim) qos(h *simHost) {
+	qos := s.qosB
+	if h.stateless {
+		qos = s.qosS
+	}
+	if len(h.rev) == 0 || h.use < qos.CPUHigh*s.cores && h.qos.Hot == 0 {
+		return
+	}
+	in := hostagent.QoSInput{Capacity: hostagent.Resources{CPU: s.cores}, Use: hostagent.Resources{CPU: h.use}, Fresh: true}
+	for i := range h.rev {
+		in.Runs = append(in.Runs, hostagent.QoSRun{ID: fmt.Sprint(i), Revocable: true, Started: time.Duration(i), Use: hostagent.Resources{CPU: s.c.BatchUse}})
+	}
+	var victims []string
+	h.qos, victims = qos.Decide(h.qos, in)
+	idx := make([]int, 0, len(victims))
+	for _, v := range victims {
+		var i int
+		_, _ = fmt.Sscan(v, &i)
+		idx = append(idx, i)
+	}
+	slices.Sort(idx)
+	for _, i := range slices.Backward(idx) {
+		tk := h.rev[i]
+		s.r.lostHours += float64(tk.done) / 60
+		tk.done = 0
+		s.queue = append(s.queue, tk)
+		h.rev = slices.Delete(h.rev, i, i+1)
+		s.r.kills++
+	}
+}
+
+// advise runs an advisor round at minute t and starts the moves it decides.
+func (s *colocSim) advise(t int) {
+	in := advisor.Input{Now: s.t0.Add(time.Duration(t) * time.Minute)}
+	var worstSvc float64
+	for _, h := range s.fleet {
+		part := "batch"
+		reading := advisor.Reading{Fresh: true, CPU: math.Min(1, h.use/s.cores),
+			OwnCPU: math.Min(1, (h.use-float64(len(h.rev))*s.c.BatchUse)/s.cores)}
+		if h.stateless {
+			part = "stateless"
+			reading.Latency = p99OverSLO(reading.CPU)
+			worstSvc = math.Max(worstSvc, reading.Latency)
+		}
+		target := ""
+		if h.moving {
+			target = map[bool]string{true: "batch", false: "stateless"}[h.stateless]
+		}
+		risk := 0.0
+		runs := make([]advisor.Run, 0, len(h.batch))
+		for _, tk := range h.batch {
+			risk += float64(tk.done) * 60
+			runs = append(runs, advisor.Run{ID: strconv.Itoa(tk.id), Job: "batch", Elapsed: time.Duration(tk.done) * time.Minute, CPU: 1})
+		}
+		in.Hosts = append(in.Hosts, advisor.Host{Name: h.name, Partition: part, InService: !h.moving, Target: target,
+			Reading: reading, Tasks: len(h.batch), AllocatedCPU: float64(len(h.batch)), WorkAtRisk: risk, Runs: runs})
+	}
+	in.Services = []advisor.Service{{Job: "services", Partition: "stateless", P99: worstSvc, SLO: 1}}
+	d := s.core.Round(in)
+	s.factor, s.room = d.Factors, d.Headroom
+	for _, mv := range d.Moves {
+		h := s.byName[mv.Host]
+		h.moving, h.moveAt = true, t+1+int(mv.Drain/time.Minute)
+		s.r.moves++
+		if mv.Drain > 0 {
+			// hostmgr drains at once the runs not left to finish.
+			keep := make(map[string]bool, len(mv.Finish))
+			for _, id := range mv.Finish {
+				keep[id] = true
+			}
+			h.batch = s.preempt(h.batch, func(tk *simTask) bool { return keep[strconv.Itoa(tk.id)] })
+			h.rev = s.preempt(h.rev, func(*simTask) bool { return false })
+		}
+	}
+}
+
+// preempt sends back to the queue the tasks of ts that keep does not
+// keep, their work lost to a move, and returns the rest.
+func (s *colocSim) preempt(ts []*simTask, keep func(*simTask) bool) []*simTask {
+	out := ts[:0]
+	for _, tk := range ts {
+		if keep(tk) {
+			out = append(out, tk)
+			continue
+		}
+		s.r.lostHours += float64(tk.done) / 60
+		s.r.lostMoves += float64(tk.done) / 60
+		tk.done = 0
+		s.queue = append(s.queue, tk)
+	}
+	return out
 }
 
 // backlog is the batch backlog: task durations in minutes.
@@ -438,6 +547,9 @@ func Colocation(ctx context.Context, env Env, cfg ColocationConfig) (*Result, er
 	r.param("troughFraction", cfg.TroughFraction)
 	r.param("batchCoreHours", cfg.BatchCoreHours)
 	r.param("batchUse", cfg.BatchUse)
+	r.param("moveDrainSeconds", int(cfg.MoveDrain/time.Second))
+	r.param("lead", cfg.Lead.String())
+	r.param("headroom", cfg.Headroom)
 	days := cfg.minutes() / dayMinutes
 	if cfg.trace != nil {
 		r.param("trace", cfg.trace.Name)

@@ -435,7 +435,9 @@ func (mt *Maintenance) markRecovered() {
 	var drains []DrainRequest
 	for _, name := range mt.hm.order {
 		if h := mt.hm.hosts[name]; h.draining() && len(h.tasks) > 0 {
-			drains = append(drains, DrainRequest{Host: name, TaskIDs: taskIDsLocked(h), Why: drainWhy(h)})
+			if ids := mt.drainNowLocked(h); len(ids) > 0 {
+				drains = append(drains, DrainRequest{Host: name, TaskIDs: ids, Why: drainWhy(h)})
+			}
 		}
 	}
 	mt.hm.mu.Unlock()

@@ -223,6 +223,11 @@ type host struct {
 	// over them.
 	own     map[string]string
 	profile *appliedProfile
+	// drainBy, while not zero, is the end of the move's drain window
+	// (movedrain.go): its runs (those of finish, if any) are left to
+	// finish until then.
+	drainBy time.Time
+	finish  []string
 }
 
 // hold is what one run holds on its host.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"time"
 
 	"github.com/peloton-sched/peloton/internal/apierr"
 	"github.com/peloton-sched/peloton/internal/fsm"
@@ -85,8 +86,14 @@ type partRecord struct {
 	// settled (profile.go); nil: none. A move under way keeps it until
 	// the host settles again.
 	Profile *appliedProfile `json:"profile,omitempty"`
-	state   moveState
-	rev     int64
+	// DrainBy ends a move's drain window (Unix milliseconds; 0: none):
+	// until then the moving host's runs may finish where they are.
+	DrainBy int64 `json:"drain_by_ms,omitempty"`
+	// Finish, with DrainBy, are the runs left to finish in the window;
+	// the others are drained at once (empty: all are left).
+	Finish []string `json:"finish,omitempty"`
+	state  moveState
+	rev    int64
 }
 
 func parsePartition(kv store.KV) (partRecord, error) {
@@ -132,7 +139,11 @@ func (mt *Maintenance) setMoveLocked(name string, r partRecord, rev int64) (Drai
 	if r.state != partMoving || len(h.tasks) == 0 {
 		return DrainRequest{}, false
 	}
-	return DrainRequest{Host: name, TaskIDs: taskIDsLocked(h), Why: drainWhy(h)}, true
+	ids := mt.drainNowLocked(h)
+	if len(ids) == 0 {
+		return DrainRequest{}, false
+	}
+	return DrainRequest{Host: name, TaskIDs: ids, Why: drainWhy(h)}, true
 }
 
 // drainWhy is DrainRequest.Why for a host that drains.
@@ -161,6 +172,7 @@ func (mt *Maintenance) applyPartRecordLocked(h *host) {
 		mt.hm.classesStale = true
 	}
 	h.move, h.target = r.state, r.Target
+	mt.armDrainWindowLocked(h, r)
 	if r.state == partSettled {
 		// What held the move up is history; a later drain says its own.
 		h.moveNote = ""
@@ -175,6 +187,14 @@ func (mt *Maintenance) applyPartRecordLocked(h *host) {
 // be in service and not moving already. It returns the host after the
 // change.
 func (mt *Maintenance) MoveHost(ctx context.Context, name, partition, reason string) (*pelotonv1.Host, error) {
+	return mt.MoveHostDrain(ctx, name, partition, reason, 0, nil)
+}
+
+// MoveHostDrain is MoveHost with a drain window (movedrain.go): the host
+// takes no new work at once, but its runs are drained only when window
+// has passed; those that end before then lose nothing. finish, if not
+// empty, names the runs left to the window: the others are drained at once.
+func (mt *Maintenance) MoveHostDrain(ctx context.Context, name, partition, reason string, window time.Duration, finish []string) (*pelotonv1.Host, error) {
 	if name == "" {
 		return nil, apierr.Invalid("host", "required")
 	}
@@ -183,6 +203,9 @@ func (mt *Maintenance) MoveHost(ctx context.Context, name, partition, reason str
 	}
 	if len(reason) > moveReasonMax {
 		return nil, apierr.Invalid("reason", "longer than %d bytes", moveReasonMax)
+	}
+	if err := checkDrainWindow(window, finish); err != nil {
+		return nil, err
 	}
 	mt.mu.Lock()
 	defer mt.mu.Unlock()
@@ -206,9 +229,12 @@ func (mt *Maintenance) MoveHost(ctx context.Context, name, partition, reason str
 		mt.hm.mu.Unlock()
 		return nil, apierr.FailedPrecondition("host: %v", err)
 	}
-	r := partRecord{Partition: h.info.Partition, Target: partition, state: partMoving, Profile: h.profile}
-	op := mt.partOpLocked(name, r)
 	now := mt.hm.now()
+	r := partRecord{Partition: h.info.Partition, Target: partition, state: partMoving, Profile: h.profile}
+	if window > 0 && len(h.tasks) > 0 {
+		r.DrainBy, r.Finish = now.Add(window).UnixMilli(), finishing(h, finish)
+	}
+	op := mt.partOpLocked(name, r)
 	mt.hm.mu.Unlock()
 
 	hist, commit := mt.historyOps(moveRecord{Host: name, From: r.Partition, To: partition, Reason: reason, State: recordStarted, Time: now})
@@ -448,6 +474,9 @@ func moveMessage(h *host) string {
 		msg = fmt.Sprintf("moving to partition %s: draining 1 task", h.target)
 		if n := len(h.tasks); n != 1 {
 			msg = fmt.Sprintf("moving to partition %s: draining %d tasks", h.target, n)
+		}
+		if !h.drainBy.IsZero() {
+			msg = drainWindowNote(h)
 		}
 		if h.drainNote != "" {
 			msg += "; " + h.drainNote

@@ -368,6 +368,8 @@ func (s *Server) MoveHost(ctx context.Context, req *pelotonv1.MoveHostRequest) (
 			return nil, apierr.Invalid("partition", "leave it empty to cancel a move: the host returns to the partition it was leaving")
 		case req.GetForce():
 			return nil, apierr.Invalid("force", "a cancel needs no force")
+		case req.GetDrainSeconds() != 0 || len(req.GetFinishTaskIds()) > 0:
+			return nil, apierr.Invalid("drain_seconds", "a cancel has no drain window")
 		}
 		h, err := s.maint.CancelMove(ctx, req.GetHost(), req.GetReason())
 		if err != nil {
@@ -380,7 +382,7 @@ func (s *Server) MoveHost(ctx context.Context, req *pelotonv1.MoveHostRequest) (
 			return nil, err
 		}
 	}
-	h, err := s.maint.MoveHost(ctx, req.GetHost(), req.GetPartition(), req.GetReason())
+	h, err := s.maint.MoveHostDrain(ctx, req.GetHost(), req.GetPartition(), req.GetReason(), time.Duration(req.GetDrainSeconds())*time.Second, req.GetFinishTaskIds())
 	if err != nil {
 		return nil, err
 	}

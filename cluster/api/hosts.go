@@ -1,6 +1,8 @@
 package api
 
 import (
+	"time"
+
 	"context"
 	"io"
 
@@ -36,7 +38,7 @@ type HostCache interface {
 type HostMaintenance interface {
 	StartMaintenance(ctx context.Context, names []string) ([]*pelotonv1.Host, error)
 	CompleteMaintenance(ctx context.Context, names []string) ([]*pelotonv1.Host, error)
-	MoveHost(ctx context.Context, name, partition, reason string) (*pelotonv1.Host, error)
+	MoveHostDrain(ctx context.Context, name, partition, reason string, window time.Duration, finish []string) (*pelotonv1.Host, error)
 	CancelMove(ctx context.Context, name, reason string) (*pelotonv1.Host, error)
 	Leaving(names []string) (runs []hostmgr.LeavingRun, stay []hostmgr.HostClass, known bool)
 	ListPartitionMoves(host string, limit uint32) ([]*pelotonv1.PartitionMove, error)

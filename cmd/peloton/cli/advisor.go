@@ -39,6 +39,9 @@ type advisorFlags struct {
 	oversubWindow             time.Duration
 	minDwell                  time.Duration
 	thresholds                []string
+	moveDrainSeconds          int
+	lead                      time.Duration
+	headroom, backRise        float64
 }
 
 func (f *advisorFlags) register(fs *pflag.FlagSet, inProcess bool) {
@@ -62,6 +65,10 @@ func (f *advisorFlags) register(fs *pflag.FlagSet, inProcess bool) {
 	fs.Float64Var(&f.maxOversub, "advisor-max-oversubscription", def.Oversub.MaxFactor, "the largest oversubscription factor of a batch host's CPU for revocable work (1: none)")
 	fs.DurationVar(&f.oversubWindow, "advisor-oversubscription-window", def.Oversub.Window, "the window whose p95 CPU use sets a batch host's oversubscription factor")
 	fs.DurationVar(&f.minDwell, "advisor-min-dwell", advisor.DefaultThresholds().MinDwell, "the least time a host stays in a zone before it cools to another")
+	fs.IntVar(&f.moveDrainSeconds, "advisor-move-drain-seconds", int(def.MoveDrain/time.Second), "drain window of a move from batch, 0 to 3600 s: runs expected to end within it finish, the rest are preempted at its end")
+	fs.DurationVar(&f.lead, "advisor-lead", def.Lead, "how far ahead the stateless partition's learnt daily profile is read to move hosts before a rise (0: off)")
+	fs.Float64Var(&f.headroom, "advisor-headroom", def.Oversub.Headroom, "a stateless host's headroom for a rise of its services' load, in multiples of its largest rise over the oversubscription window (0: none)")
+	fs.Float64Var(&f.backRise, "advisor-back-rise", def.BackRise, "a host goes back to batch only if the stateless hosts left keep this many times their headroom free (0: no such check)")
 	fs.StringSliceVar(&f.thresholds, "advisor-thresholds", nil, "zone thresholds per partition, PARTITION:KIND=ORANGE/RED with KIND cpu, memory or latency (P99 over SLO), e.g. stateless:cpu=0.6/0.8")
 }
 
@@ -88,6 +95,10 @@ func (f *advisorFlags) config(inProcess bool) (string, advisor.Config, error) {
 		return "", advisor.Config{}, usageErrorf("invalid --advisor-min-batch/--advisor-min-stateless/--advisor-max-stateless: must be >= 0")
 	case f.maxStateless > 0 && f.maxStateless < f.minStateless:
 		return "", advisor.Config{}, usageErrorf("invalid --advisor-max-stateless %d: below --advisor-min-stateless %d", f.maxStateless, f.minStateless)
+	case f.moveDrainSeconds < 0 || time.Duration(f.moveDrainSeconds)*time.Second > advisor.MaxMoveDrain:
+		return "", advisor.Config{}, usageErrorf("invalid --advisor-move-drain-seconds %d: must be 0 to %d", f.moveDrainSeconds, int(advisor.MaxMoveDrain/time.Second))
+	case f.lead < 0 || f.lead > 24*time.Hour:
+		return "", advisor.Config{}, usageErrorf("invalid --advisor-lead %s: must be 0 to 24h", f.lead)
 	}
 	c := advisor.DefaultConfig()
 	c.Batch, c.Stateless = strings.TrimSpace(f.batch), strings.TrimSpace(f.stateless)
@@ -96,6 +107,8 @@ func (f *advisorFlags) config(inProcess bool) (string, advisor.Config, error) {
 	c.MinSize = map[string]int{c.Batch: f.minBatch, c.Stateless: f.minStateless}
 	c.MaxSize = map[string]int{c.Stateless: f.maxStateless}
 	c.Oversub.MaxFactor, c.Oversub.Window = f.maxOversub, f.oversubWindow
+	c.MoveDrain, c.Lead = time.Duration(f.moveDrainSeconds)*time.Second, f.lead
+	c.Oversub.Headroom, c.BackRise = f.headroom, f.backRise
 	c.Thresholds = map[string]advisor.Thresholds{}
 	base := advisor.DefaultThresholds()
 	base.MinDwell = f.minDwell

@@ -334,7 +334,15 @@ func colocationBenchFlags(fs *pflag.FlagSet, _ *benchFlags) (func() error, bench
 	fs.StringVar(&c.TraceColumn, "trace-column", c.TraceColumn, "the column of --trace-file holding the CPU samples")
 	fs.DurationVar(&c.TraceStep, "trace-step", c.TraceStep, "the time between two samples of --trace-file")
 	fs.StringVar(&c.Plot, "plot", c.Plot, "write an SVG of the co-located run here")
-	return c.Validate, func(ctx context.Context, env bench.Env) (*bench.Result, error) { return bench.Colocation(ctx, env, c) }
+	drain := int(c.MoveDrain / time.Second)
+	fs.IntVar(&drain, "move-drain-seconds", drain, "the advisor's drain window of a move from batch (0: none)")
+	fs.DurationVar(&c.Lead, "lead", c.Lead, "how far ahead the advisor reads the services' learnt daily profile (0: off)")
+	fs.Float64Var(&c.Headroom, "headroom", c.Headroom, "CPU kept free of revocable work on each host, in multiples of its largest recent rise of its own CPU (0: none)")
+	validate := func() error {
+		c.MoveDrain = time.Duration(drain) * time.Second
+		return c.Validate()
+	}
+	return validate, func(ctx context.Context, env bench.Env) (*bench.Result, error) { return bench.Colocation(ctx, env, c) }
 }
 
 // lifetimeBenchFlags registers the flags of the lifetime scenario.

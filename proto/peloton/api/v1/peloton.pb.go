@@ -6808,7 +6808,19 @@ type MoveHostRequest struct {
 	// moving is FAILED_PRECONDITION. The cancel is in the move history
 	// (state CANCELLED), and an advisor does not move the host again for
 	// its hold-down.
-	Cancel        bool `protobuf:"varint,5,opt,name=cancel,proto3" json:"cancel,omitempty"`
+	Cancel bool `protobuf:"varint,5,opt,name=cancel,proto3" json:"cancel,omitempty"`
+	// A drain window, in seconds (at most 3600; 0: none): the host takes no
+	// new work at once, its runs that end within the window finish where
+	// they are, and those still running when it ends are drained then. A
+	// batch run preempted loses its work; one that ends in the window loses
+	// nothing.
+	DrainSeconds uint32 `protobuf:"varint,6,opt,name=drain_seconds,json=drainSeconds,proto3" json:"drain_seconds,omitempty"`
+	// With drain_seconds, the runs (task IDs) left to finish within the
+	// window; the host's other runs are drained at once, as they would
+	// lose more work at its end. Empty: every run is left to the window.
+	// The host advisor names the runs it expects to end in time. At most
+	// 10,000.
+	FinishTaskIds []string `protobuf:"bytes,7,rep,name=finish_task_ids,json=finishTaskIds,proto3" json:"finish_task_ids,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -6876,6 +6888,20 @@ func (x *MoveHostRequest) GetCancel() bool {
 		return x.Cancel
 	}
 	return false
+}
+
+func (x *MoveHostRequest) GetDrainSeconds() uint32 {
+	if x != nil {
+		return x.DrainSeconds
+	}
+	return 0
+}
+
+func (x *MoveHostRequest) GetFinishTaskIds() []string {
+	if x != nil {
+		return x.FinishTaskIds
+	}
+	return nil
 }
 
 type MoveHostResponse struct {
@@ -9222,13 +9248,15 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\x1aCompleteMaintenanceRequest\x12\x14\n" +
 	"\x05hosts\x18\x01 \x03(\tR\x05hosts\"I\n" +
 	"\x1bCompleteMaintenanceResponse\x12*\n" +
-	"\x05hosts\x18\x01 \x03(\v2\x14.peloton.api.v1.HostR\x05hosts\"\x89\x01\n" +
+	"\x05hosts\x18\x01 \x03(\v2\x14.peloton.api.v1.HostR\x05hosts\"\xd6\x01\n" +
 	"\x0fMoveHostRequest\x12\x12\n" +
 	"\x04host\x18\x01 \x01(\tR\x04host\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\tR\tpartition\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x14\n" +
 	"\x05force\x18\x04 \x01(\bR\x05force\x12\x16\n" +
-	"\x06cancel\x18\x05 \x01(\bR\x06cancel\"<\n" +
+	"\x06cancel\x18\x05 \x01(\bR\x06cancel\x12#\n" +
+	"\rdrain_seconds\x18\x06 \x01(\rR\fdrainSeconds\x12&\n" +
+	"\x0ffinish_task_ids\x18\a \x03(\tR\rfinishTaskIds\"<\n" +
 	"\x10MoveHostResponse\x12(\n" +
 	"\x04host\x18\x01 \x01(\v2\x14.peloton.api.v1.HostR\x04host\"\x9f\x05\n" +
 	"\tPartition\x12\x12\n" +
