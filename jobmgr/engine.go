@@ -575,6 +575,9 @@ func (en *engine) evaluateJob(ctx context.Context, id string) error {
 	if j.goalKilled.Load() {
 		var live []uint32
 		for inst, t := range j.tasks() {
+			if t == nil {
+				continue // a removed instance (holes.go)
+			}
 			tv := t.view()
 			if !isTerminal(tv.rt.State) && (tv.rt.State != taskKilling || tv.rt.GoalState != taskKilled) {
 				live = append(live, uint32(inst))
@@ -646,8 +649,9 @@ func (en *engine) fillTasks(j *job) {
 	// backends remember ended runs by id.
 	rec := j.view()
 	first := rec.rt.RemovedRunId + 1
+	cv := j.current()
 	for inst, t := range next {
-		if t == nil {
+		if t == nil && !cv.holes[uint32(inst)] {
 			next[inst] = newTask(&pelotonv1.TaskStatus{State: taskInitialized, GoalState: m.taskGoal(j), RunId: first, SpecVersion: ver, UpdateTime: now}, 0)
 			added++
 		}
@@ -724,7 +728,7 @@ func (en *engine) enqueueInitialized(ctx context.Context, j *job) error {
 // updateJobState derives the job's state from its instances' states.
 func (en *engine) updateJobState(ctx context.Context, j *job) error {
 	m := en.m
-	n := int32(len(j.tasks()))
+	n := j.liveTasks() // the holes (holes.go) are no instances
 	c := func(s taskState) int32 { return j.counts[s].Load() }
 	terminal := c(taskSucceeded) + c(taskFailed) + c(taskLost) + c(taskKilled) + c(taskPreempted)
 	active := c(taskLaunching) + c(taskLaunched) + c(taskStarting) + c(taskRunning) + c(taskKilling) + c(taskPreempting)
@@ -792,6 +796,9 @@ func (en *engine) updateJobState(ctx context.Context, j *job) error {
 func (en *engine) failureSummary(j *job) string {
 	var failed []string
 	for inst, t := range j.tasks() {
+		if t == nil {
+			continue // a removed instance (holes.go)
+		}
 		tv := t.view()
 		if tv.rt.State == taskFailed {
 			failed = append(failed, fmt.Sprintf("instance %d (%s)", inst, tv.rt.Message))

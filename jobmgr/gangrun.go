@@ -185,6 +185,9 @@ func readyToQueue(m *Manager, j *job, now time.Time) (ready []uint32, wait time.
 		return h
 	}
 	for inst, t := range j.tasks() {
+		if t == nil {
+			continue // a removed instance (holes.go)
+		}
 		if g, _, ok := l.of(uint32(inst)); ok && holds(g) {
 			continue
 		}

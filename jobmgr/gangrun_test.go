@@ -259,12 +259,12 @@ func TestHarnessGangScaleKeepsWholeGangs(t *testing.T) {
 	id := h.create(gangBatch(6, 3, 0, pelotonv1.GangFailurePolicy_RESTART_GANG))
 	h.queuedGang(id, 0, runs(0, 3, 1))
 	for _, bad := range []uint32{2, 5, 7} {
-		_, err := h.jm.Updates().ScaleJob(context.Background(), id, bad, 0)
+		_, err := h.jm.Updates().ScaleJob(context.Background(), id, bad, nil, 0)
 		if apierr.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "instanceCount") || !strings.Contains(err.Error(), "spec.gang.size") {
 			t.Errorf("scale to %d: %v", bad, err)
 		}
 	}
-	if _, err := h.jm.Updates().ScaleJob(context.Background(), id, 9, 0); err != nil {
+	if _, err := h.jm.Updates().ScaleJob(context.Background(), id, 9, nil, 0); err != nil {
 		t.Fatalf("scale to 9: %v", err)
 	}
 	h.queuedGang(id, 2, runs(6, 9, 1))
@@ -329,7 +329,7 @@ func TestHarnessScaleGrowingThePartialGangRestartsIt(t *testing.T) {
 	id := h.create(spec)
 	h.queuedGang(id, 1, runs(3, 5, 1))
 	h.runGang(id, runs(0, 5, 1))
-	if _, err := h.jm.Updates().ScaleJob(context.Background(), id, 6, 0); err != nil {
+	if _, err := h.jm.Updates().ScaleJob(context.Background(), id, 6, nil, 0); err != nil {
 		t.Fatal(err)
 	}
 	h.queuedGang(id, 1, map[uint32]uint32{3: 2, 4: 2, 5: 1})

@@ -20,7 +20,7 @@ type gangLayout struct {
 // gangLayoutOf is spec's gang layout; spec has passed validateJobSpec.
 func gangLayoutOf(spec *pelotonv1.JobSpec) gangLayout {
 	if g := spec.GetGang(); g.GetSize() > 1 {
-		return gangLayout{size: g.Size, covered: spec.GetInstanceCount()}
+		return gangLayout{size: g.Size, covered: extentOf(spec.GetInstanceCount(), spec.GetRemovedInstances())}
 	}
 	if k := spec.GetSla().GetMinimumRunningInstances(); k > 1 {
 		return gangLayout{size: k, covered: k}
@@ -119,9 +119,11 @@ func (j *job) restartsGangs() bool {
 	return g.GetSize() > 1 && g.OnMemberFailure != pelotonv1.GangFailurePolicy_RESTART_MEMBER
 }
 
-// checkGangScale checks that a scale of a job with spec to count keeps
-// whole gangs.
-func checkGangScale(spec *pelotonv1.JobSpec, count uint32) error {
+// checkGangScale checks that a scale of a job with spec to count
+// instances, with holes (holes.go), keeps whole gangs: the gangs are laid
+// over the IDs up to the extent, holes included, so it is the extent that
+// must be a whole number of gangs.
+func checkGangScale(spec *pelotonv1.JobSpec, count uint32, holes []uint32) error {
 	if k := spec.GetSla().GetMinimumRunningInstances(); count < k {
 		return apierr.Invalid("instanceCount", "at least the job's gang of %d (sla.minimumRunningInstances), got %d", k, count)
 	}
@@ -129,10 +131,11 @@ func checkGangScale(spec *pelotonv1.JobSpec, count uint32) error {
 	if g.GetSize() < 2 {
 		return nil
 	}
-	if count < g.Size {
+	ext := extentOf(count, holes)
+	if ext < g.Size {
 		return apierr.Invalid("instanceCount", "at least one whole gang of %d (spec.gang.size), got %d", g.Size, count)
 	}
-	if count%g.Size != 0 && !g.AllowPartialLast {
+	if ext%g.Size != 0 && !g.AllowPartialLast {
 		return apierr.Invalid("instanceCount", "%d is not a whole number of gangs of %d (spec.gang.size); set spec.gang.allowPartialLast to allow a smaller last gang", count, g.Size)
 	}
 	return nil

@@ -264,7 +264,9 @@ func (rc *reconcilers) reportAvailability(ctx context.Context, j *job) (held boo
 	states := make([]inst, len(tasks))
 	for i, t := range tasks {
 		if t == nil {
-			down = append(down, uint32(i))
+			if !j.isHole(uint32(i)) { // a removed instance is no instance
+				down = append(down, uint32(i))
+			}
 			continue
 		}
 		tv := t.view()
@@ -385,7 +387,9 @@ func downInstances(j *job) []uint32 {
 	var down []uint32
 	for i, t := range j.tasks() {
 		if t == nil {
-			down = append(down, uint32(i))
+			if !j.isHole(uint32(i)) { // a removed instance is no instance
+				down = append(down, uint32(i))
+			}
 			continue
 		}
 		tv := t.view()

@@ -107,6 +107,9 @@ func (j *job) checkInstance(inst uint32) error {
 	if n := j.instanceCount(); inst >= n {
 		return apierr.NotFound("job %s has no instance %d (instanceCount %d)", j.id, inst, n)
 	}
+	if j.removed(inst) {
+		return apierr.NotFound("job %s has no instance %d: it was removed by a scale (spec.removedInstances)", j.id, inst)
+	}
 	return nil
 }
 
@@ -397,6 +400,9 @@ func (m *Manager) CheckCreateJob(spec *pelotonv1.JobSpec) (*pelotonv1.JobSpec, e
 	if spec.Foreign != nil {
 		return nil, apierr.Invalid("spec.foreign", "set by Peloton for the jobs it adopts from Kubernetes; a job you create cannot have it")
 	}
+	if len(spec.RemovedInstances) > 0 {
+		return nil, apierr.Invalid("spec.removedInstances", "set by Peloton when a scale removes instances; a job you create cannot have it")
+	}
 	spec = proto.Clone(spec).(*pelotonv1.JobSpec)
 	spec.Pool = pool
 	return spec, nil
@@ -470,7 +476,7 @@ func newJob(id string, cur *jobVersion, rt *pelotonv1.JobStatus, rev int64) *job
 	j := &job{id: id, typ: cur.spec.Type, pool: cur.spec.Pool, versions: map[uint64]*jobVersion{}}
 	j.publishJob(&jobView{rt: rt, rev: rev})
 	j.addVersion(cur, true)
-	ts := make([]*task, cur.spec.InstanceCount)
+	ts := make([]*task, cur.extent)
 	j.taskSlice.Store(&ts)
 	return j
 }
@@ -819,6 +825,9 @@ func (m *Manager) RestartJob(ctx context.Context, id string, instances []uint32)
 		if n := j.instanceCount(); inst >= n {
 			return apierr.Invalid(fmt.Sprintf("instances[%d]", i), "instance %d does not exist: the job has %d", inst, n)
 		}
+		if j.removed(inst) {
+			return apierr.Invalid(fmt.Sprintf("instances[%d]", i), "instance %d does not exist: it was removed by a scale", inst)
+		}
 	}
 	rec := j.view()
 	state := rec.rt.State
@@ -843,8 +852,10 @@ func (m *Manager) RestartJob(ctx context.Context, id string, instances []uint32)
 	}
 	explicit := len(instances) > 0
 	if !explicit {
-		for i := range j.tasks() {
-			instances = append(instances, uint32(i))
+		for i, t := range j.tasks() {
+			if t != nil {
+				instances = append(instances, uint32(i))
+			}
 		}
 	}
 	for _, inst := range instances {
@@ -989,6 +1000,9 @@ func (m *Manager) ListTasks(jobID string, states []pelotonv1.TaskState) ([]*pelo
 	}
 	out := make([]*pelotonv1.Task, 0, len(j.tasks()))
 	for i := range j.tasks() {
+		if j.removed(uint32(i)) {
+			continue
+		}
 		tp := m.taskProto(j, uint32(i), false)
 		if len(want) > 0 && !want[tp.Status.State] {
 			continue

@@ -125,13 +125,18 @@ func (m *Manager) ListTasksPage(jobID string, states []pelotonv1.TaskState, size
 	if err != nil {
 		return nil, "", err
 	}
-	return TasksPage(jobID, len(j.tasks()), func(inst uint32) *pelotonv1.Task { return m.taskProto(j, inst, false) },
-		states, size, token)
+	return TasksPage(jobID, len(j.tasks()), func(inst uint32) *pelotonv1.Task {
+		if j.removed(inst) {
+			return nil
+		}
+		return m.taskProto(j, inst, false)
+	}, states, size, token)
 }
 
 // TasksPage is one page of the instances 0 to count-1 of job jobID, as
 // ListTasks pages them: in instance order, only those whose task (as task
-// renders it) is in one of states when states is set, and the token of the
+// renders it; nil for a removed instance, which is left out) is in one of
+// states when states is set, and the token of the
 // next page ("" after the last). The API pages an archived job's tasks
 // with it, so a token means the same whichever store the job is in.
 func TasksPage(jobID string, count int, task func(inst uint32) *pelotonv1.Task, states []pelotonv1.TaskState, size uint32, token string) ([]*pelotonv1.Task, string, error) {
@@ -159,7 +164,7 @@ func TasksPage(jobID string, count int, task func(inst uint32) *pelotonv1.Task, 
 	bytes := 0
 	for i := from; i < count; i++ {
 		tp := task(uint32(i))
-		if len(want) > 0 && !want[tp.Status.State] {
+		if tp == nil || len(want) > 0 && !want[tp.Status.State] {
 			continue
 		}
 		size := proto.Size(tp)

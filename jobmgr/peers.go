@@ -107,6 +107,9 @@ func (m *Manager) GetGang(jobID string, g uint32) (*pelotonv1.Gang, error) {
 	case g >= l.count():
 		return nil, apierr.NotFound("gang %d: job %s has gangs 0..%d", g, jobID, l.count()-1)
 	}
+	if first, _ := l.members(g); !v.hasInstance(first) {
+		return nil, apierr.NotFound("gang %d: job %s has no gang %d: a scale removed it (spec.removedInstances)", g, jobID, g)
+	}
 	members := gangMembers(j, v, g, nil)
 	out := &pelotonv1.Gang{Id: gangID(j.id, int(g)), Index: g, Size: uint32(len(members))}
 	for _, mb := range members {

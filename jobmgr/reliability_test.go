@@ -322,7 +322,7 @@ func TestScaleBackUpWhileStopping(t *testing.T) {
 	s.mu.Lock()
 	s.holdKills = true
 	s.mu.Unlock()
-	if _, err := p.jm.upd.ScaleJob(context.Background(), id, 1, 0); err != nil {
+	if _, err := p.jm.upd.ScaleJob(context.Background(), id, 1, nil, 0); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "instances 1 and 2 stopping", 10*time.Second, func() (bool, string) {
@@ -335,7 +335,7 @@ func TestScaleBackUpWhileStopping(t *testing.T) {
 		}
 		return n == 2, tasksOf(t, p.jm, id)
 	})
-	if _, err := p.jm.upd.ScaleJob(context.Background(), id, 3, 0); err != nil {
+	if _, err := p.jm.upd.ScaleJob(context.Background(), id, 3, nil, 0); err != nil {
 		t.Fatal(err)
 	}
 	s.releaseKills()

@@ -2,6 +2,7 @@ package jobmgr
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -454,8 +455,11 @@ func validateJobSpec(s *pelotonv1.JobSpec, largest resources.Resources) error {
 	}
 	sort.Slice(keys, func(i, j int) bool { return keys[i] < keys[j] })
 	for _, k := range keys {
-		if k >= s.InstanceCount {
+		if k >= extentOf(s.InstanceCount, s.RemovedInstances) {
 			return apierr.Invalid(fmt.Sprintf("spec.instanceSpecs.%d", k), "instance %d does not exist: instanceCount is %d", k, s.InstanceCount)
+		}
+		if slices.Contains(s.RemovedInstances, k) {
+			return apierr.Invalid(fmt.Sprintf("spec.instanceSpecs.%d", k), "instance %d does not exist: a scale removed it", k)
 		}
 	}
 	// The default applies to every instance without an override that sets the

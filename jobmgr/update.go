@@ -224,6 +224,9 @@ func (up *Updates) planUpdate(jobID string, spec *pelotonv1.JobSpec, us *peloton
 		spec.Pool = p
 	}
 	cur := j.current()
+	// The holes are the job's, not the document's: a deploy system that
+	// resubmits its spec keeps them (holes.go).
+	spec.RemovedInstances = cur.spec.RemovedInstances
 	switch {
 	case spec.Name != cur.spec.Name:
 		return nil, nil, nil, apierr.Invalid("spec.name", "cannot change in an update (%q -> %q)", cur.spec.Name, spec.Name)
@@ -263,13 +266,16 @@ func (up *Updates) planUpdate(jobID string, spec *pelotonv1.JobSpec, us *peloton
 		return nil, nil, nil, err
 	}
 	// The scope: instances that exist before and after whose task changes.
-	n := min(j.instanceCount(), spec.InstanceCount)
+	n := min(j.instanceCount(), jv.extent)
 	if j.typ == pelotonv1.JobType_DAEMON {
 		n = j.instanceCount()
 	}
 	var scope []uint32
 	memo := sameTaskMemo{}
 	for inst := uint32(0); inst < n; inst++ {
+		if jv.holes[inst] || j.task(inst) == nil && j.isHole(inst) {
+			continue
+		}
 		if !memo.same(j.runVersion(inst), jv, inst) {
 			scope = append(scope, inst)
 		}
@@ -1059,7 +1065,9 @@ func (up *Updates) rollingRestart(ctx context.Context, j *job, instances []uint3
 	}
 	if len(instances) == 0 {
 		for i := uint32(0); i < j.instanceCount(); i++ {
-			instances = append(instances, i)
+			if !j.removed(i) {
+				instances = append(instances, i)
+			}
 		}
 	}
 	restarts := map[uint32]uint32{}

@@ -26,10 +26,15 @@ type jobVersion struct {
 	// res holds the effective resources per instance (nil = all defRes).
 	res    []resources.Resources
 	defRes resources.Resources
+	// extent is one past the highest instance ID; holes the removed IDs
+	// (holes.go).
+	extent uint32
+	holes  map[uint32]bool
 }
 
 func newJobVersion(v uint64, spec *pelotonv1.JobSpec, created time.Time, cause string) (*jobVersion, error) {
-	jv := &jobVersion{version: v, spec: spec, created: created, cause: cause}
+	jv := &jobVersion{version: v, spec: spec, created: created, cause: cause,
+		extent: extentOf(spec.InstanceCount, spec.RemovedInstances), holes: holeSet(spec.RemovedInstances)}
 	var err error
 	if jv.defRes, err = resources.FromProto(spec.GetDefaultSpec().GetResources(), "spec.defaultSpec.resources"); err != nil {
 		return nil, err
@@ -40,7 +45,7 @@ func newJobVersion(v uint64, spec *pelotonv1.JobSpec, created time.Time, cause s
 			continue
 		}
 		if jv.res == nil {
-			jv.res = make([]resources.Resources, spec.InstanceCount)
+			jv.res = make([]resources.Resources, jv.extent)
 		}
 		eff := mergeTaskSpec(spec.DefaultSpec, o)
 		r, err := resources.FromProto(eff.Resources, "spec.instanceSpecs")

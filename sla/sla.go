@@ -81,7 +81,11 @@ type FallbackReporter interface {
 
 // JobSLA is what the evaluator needs to know about a job.
 type JobSLA struct {
-	JobID         string
+	JobID string
+	// InstanceCount bounds the instance IDs: the job's instances are
+	// among 0..InstanceCount-1. A job whose scale removed instances has
+	// holes below it, which the job manager never reports down nor asks
+	// about, so the budget counts only instances that exist.
 	InstanceCount uint32
 	// MaximumUnavailableInstances is the budget: at most this many of the
 	// job's instances may be unavailable at once because of voluntary

@@ -112,6 +112,9 @@ func archivedJobProto(j *history.Job) *pelotonv1.Job {
 // created yet"), the id of its last run, and with withSpec the effective
 // spec of the version it ran.
 func archivedTask(j *history.Job, inst uint32, withSpec bool) *pelotonv1.Task {
+	if !jobmgr.HasInstance(j.Spec(), inst) {
+		return nil // removed by a scale: no instance (jobmgr/holes.go)
+	}
 	out := &pelotonv1.Task{JobId: j.ID, InstanceId: inst}
 	if int(inst) < len(j.Tasks) && j.Tasks[inst] != nil {
 		out.Status = proto.Clone(j.Tasks[inst]).(*pelotonv1.TaskStatus)
@@ -133,6 +136,9 @@ func archivedTask(j *history.Job, inst uint32, withSpec bool) *pelotonv1.Task {
 func checkArchivedInstance(j *history.Job, inst uint32) error {
 	if n := len(j.Tasks); int(inst) >= n {
 		return apierr.NotFound("job %s has no instance %d (instanceCount %d)", j.ID, inst, n)
+	}
+	if !jobmgr.HasInstance(j.Spec(), inst) {
+		return apierr.NotFound("job %s has no instance %d: it was removed by a scale (spec.removedInstances)", j.ID, inst)
 	}
 	return nil
 }

@@ -22,11 +22,11 @@ func (s *Server) ScaleJob(ctx context.Context, req *pelotonv1.ScaleJobRequest) (
 	}
 	scale := s.jm.Updates().ScaleJob
 	if req.GetDryRun() {
-		scale = func(_ context.Context, id string, n uint32, v uint64) (uint64, error) {
-			return s.jm.Updates().CheckScale(id, n, v)
+		scale = func(_ context.Context, id string, n uint32, remove []uint32, v uint64) (uint64, error) {
+			return s.jm.Updates().CheckScale(id, n, remove, v)
 		}
 	}
-	v, err := scale(ctx, req.GetJobId(), req.GetInstanceCount(), req.GetVersion())
+	v, err := scale(ctx, req.GetJobId(), req.GetInstanceCount(), req.GetRemoveInstances(), req.GetVersion())
 	if err != nil {
 		return nil, s.refuseArchived(ctx, req.GetJobId(), "scaled", err)
 	}
@@ -142,7 +142,13 @@ func (s *Server) checkSelfScale(ctx context.Context, req *pelotonv1.ScaleJobRequ
 		return err
 	}
 	ss := j.GetSpec().GetSelfScale()
-	if n := req.GetInstanceCount(); ss == nil || n < ss.GetMin() || n > ss.GetMax() {
+	n := req.GetInstanceCount()
+	if ss != nil && n == 0 && len(req.GetRemoveInstances()) > 0 {
+		// A removal alone: jobmgr holds it to selfScale.min (and names
+		// the instances it does not know).
+		return nil
+	}
+	if ss == nil || n < ss.GetMin() || n > ss.GetMax() {
 		return apierr.Invalid("instanceCount", "a job scaling itself stays within spec.selfScale's %d..%d, got %d", ss.GetMin(), ss.GetMax(), n)
 	}
 	return nil

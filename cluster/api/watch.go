@@ -43,7 +43,11 @@ func (s *Server) WatchTasks(req *pelotonv1.WatchTasksRequest, stream pelotonv1.T
 			return aerr
 		}
 		for inst := range a.Tasks {
-			if err := stream.Send(&pelotonv1.TaskChange{Task: archivedTask(a, uint32(inst), false)}); err != nil {
+			t := archivedTask(a, uint32(inst), false)
+			if t == nil {
+				continue // a removed instance
+			}
+			if err := stream.Send(&pelotonv1.TaskChange{Task: t}); err != nil {
 				return err
 			}
 		}
@@ -79,34 +83,42 @@ func (s *Server) WatchTasks(req *pelotonv1.WatchTasksRequest, stream pelotonv1.T
 	}
 }
 
+// removedTask marks an instance in sendTaskChanges' sent whose removal
+// was sent.
+var removedTask = &pelotonv1.Task{}
+
 // sendTaskChanges sends what c changed of job id's instances that differs
 // from what was sent: the instance, or, for a change of the job, the
 // instances a scale added or removed.
 func (s *Server) sendTaskChanges(stream pelotonv1.TaskService_WatchTasksServer, id string, c jobmgr.Change, sent map[uint32]*pelotonv1.Task) error {
 	var insts []uint32
 	if c.Instance >= 0 {
+		if sent[uint32(c.Instance)] == removedTask {
+			return nil
+		}
 		insts = []uint32{uint32(c.Instance)}
 	} else {
 		j, err := s.jm.GetJob(id)
 		if err != nil {
 			return apierr.NotFound("job %s was deleted", id)
 		}
-		n := j.GetSpec().GetInstanceCount()
+		spec := j.GetSpec()
+		n := jobmgr.InstanceExtent(spec) // the IDs, holes included
 		var removed []uint32
-		for inst := range sent {
-			if inst >= n {
+		for inst, t := range sent {
+			if t != removedTask && !jobmgr.HasInstance(spec, inst) {
 				removed = append(removed, inst)
 			}
 		}
 		sort.Slice(removed, func(a, b int) bool { return removed[a] < removed[b] })
 		for _, inst := range removed {
-			delete(sent, inst)
+			sent[inst] = removedTask // its last changes while it stops are not news
 			if err := stream.Send(&pelotonv1.TaskChange{Task: &pelotonv1.Task{JobId: id, InstanceId: inst}, Removed: true}); err != nil {
 				return err
 			}
 		}
 		for inst := uint32(0); inst < n; inst++ {
-			if sent[inst] == nil {
+			if (sent[inst] == nil || sent[inst] == removedTask) && jobmgr.HasInstance(spec, inst) {
 				insts = append(insts, inst)
 			}
 		}

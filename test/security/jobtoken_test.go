@@ -50,13 +50,16 @@ func TestJobTokenScalesItsOwnJob(t *testing.T) {
 	}
 }
 
-func checkJobToken(t *testing.T, sec serving.Security) {
+// startLocalStack starts a stack named name with sec on one local-backend
+// host (real processes), and returns it with a way to call it with a
+// token.
+func startLocalStack(t *testing.T, name string, sec serving.Security) (*stack, func(token string) *pclient.Client) {
 	e, _ := storetest.StartEtcd(t)
-	s := startStack(t, "selfscale", e.Endpoints(), sec, func(c *cluster.Config) {
+	s := startStack(t, name, e.Endpoints(), sec, func(c *cluster.Config) {
 		c.Backend, c.Hosts, c.HostCPU, c.HostMemoryMB, c.HostDiskMB = "local", 1, 2, 2048, 10000
 		c.DefaultReservesHosts = true
 	})
-	client := func(token string) *pclient.Client {
+	return s, func(token string) *pclient.Client {
 		c, err := pclient.New(s.info.GRPCAddr, pclient.Options{Timeout: 20 * time.Second, Token: token})
 		if err != nil {
 			t.Fatal(err)
@@ -64,6 +67,10 @@ func checkJobToken(t *testing.T, sec serving.Security) {
 		t.Cleanup(func() { c.Close() })
 		return c
 	}
+}
+
+func checkJobToken(t *testing.T, sec serving.Security) {
+	s, client := startLocalStack(t, "selfscale", sec)
 	root := client(tokens["root"])
 	spec := batchSpec("driver", "/default")
 	spec.DefaultSpec.Command = []string{"sh", "-c", selfScaleDriver}

@@ -359,7 +359,7 @@ async function jobPage(ctx, id) {
   await ctx.live(legendSlot, async () => {
     if (lastLegend && Date.now() - lastRead < 5 * readTook) return lastLegend;
     const start = Date.now();
-    const total = job.spec.instanceCount || 0;
+    const total = job.spec.instanceCount || 0; // holes (spec.removedInstances) are not listed
     const tasks = await listAll(`/v1/jobs/${enc(id)}/tasks`, { pageSize: 5000 }, "tasks", ctx.signal, 30,
       (sofar) => grid.set(sofar, total), 1000);
     grid.set(tasks);
@@ -371,7 +371,7 @@ async function jobPage(ctx, id) {
   let shown = -1;
   async function showInstance(i) {
     shown = i;
-    grid.select(Math.min(i, grid.states.length - 1), false);
+    grid.select(grid.cellOf(i), false);
     try {
       const t = (await get(`/v1/jobs/${enc(id)}/tasks/${i}`, ctx.signal)).task;
       if (shown === i) replace(instSlot, instancePanel(id, t, true, job.status.archived));

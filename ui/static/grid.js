@@ -58,6 +58,12 @@ export class InstanceGrid {
   }
 
   idOf(i) { return this.ids ? this.ids[i] : i; }
+  // cellOf is the cell of instance id: ids has holes once a scale removed
+  // chosen instances (the last cell when id is not shown).
+  cellOf(id) {
+    const c = this.ids ? this.ids.indexOf(id) : id;
+    return c < 0 || c >= this.states.length ? this.states.length - 1 : c;
+  }
   describe(i) { return `instance ${this.idOf(i)}: ${taskStates[this.states[i]]}`; }
 
   // set takes the tasks of a ListTasks answer; total, if larger, is how

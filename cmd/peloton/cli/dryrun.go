@@ -45,8 +45,8 @@ func (a *app) dryScaleJob(ctx context.Context, c *client, p *printer, req *pelot
 	if p.structured() {
 		return p.object(resp, nil)
 	}
-	_, err = fmt.Fprintf(a.stdout, "dry run: job %s would have %d instances, spec version %d; nothing was changed\n",
-		req.GetJobId(), req.GetInstanceCount(), resp.GetSpecVersion())
+	_, err = fmt.Fprintf(a.stdout, "dry run: job %s would have %s, spec version %d; nothing was changed\n",
+		req.GetJobId(), scaleSummary(req.GetInstanceCount(), req.GetRemoveInstances()), resp.GetSpecVersion())
 	return err
 }
 

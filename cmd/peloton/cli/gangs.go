@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/peloton-sched/peloton/jobmgr"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 )
 
@@ -75,9 +76,13 @@ func fetchGangs(ctx context.Context, c *client, id string) ([]*pelotonv1.Gang, e
 	if err != nil {
 		return nil, err
 	}
-	n := max(gangCount(resp.GetJob().GetSpec()), 1)
+	spec := resp.GetJob().GetSpec()
+	n := max(gangCount(spec), 1)
 	gs := make([]*pelotonv1.Gang, 0, n)
 	for g := range n {
+		if size := spec.GetGang().GetSize(); size > 1 && !jobmgr.HasInstance(spec, g*size) {
+			continue // a gang a scale removed (spec.removedInstances)
+		}
 		gang, err := call(ctx, c, c.Jobs.GetGang, &pelotonv1.GetGangRequest{JobId: id, Gang: g})
 		if err != nil {
 			return nil, err
@@ -90,7 +95,7 @@ func fetchGangs(ctx context.Context, c *client, id string) ([]*pelotonv1.Gang, e
 // gangCount is how many gangs spec makes, as the server lays them out.
 func gangCount(spec *pelotonv1.JobSpec) uint32 {
 	if size := spec.GetGang().GetSize(); size > 1 {
-		return (spec.GetInstanceCount() + size - 1) / size
+		return (jobmgr.InstanceExtent(spec) + size - 1) / size // over the IDs, holes included
 	}
 	if spec.GetSla().GetMinimumRunningInstances() > 1 {
 		return 1

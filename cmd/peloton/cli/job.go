@@ -358,29 +358,52 @@ Exit codes: 0 reached; 1 a call failed (no such job, server unreachable);
 func (a *app) jobScaleCommand() *cobra.Command {
 	var version uint64
 	var dry bool
+	var remove []string
 	cmd := &cobra.Command{
-		Use:   "scale JOBID COUNT",
-		Short: "Change the instance count of a job that has not finished",
+		Use:   "scale JOBID [COUNT] [--remove 3,7]",
+		Short: "Change the instance count of a job that has not finished, or remove chosen instances",
 		Long: `Change a job's instance count. New instances start at once with the spec in
 force; scaling down stops and removes the highest instance IDs. Each change is
 a new spec version ("job versions" lists them). DAEMON jobs follow their hosts
 and cannot be scaled; a job with an update in progress is scaled through the
-update's spec instead.`,
-		Args: argsNamed("JOBID", "COUNT"),
+update's spec instead.
+
+--remove stops and removes the listed instances, whichever they are (a driver
+releasing its idle executors). Without COUNT the job shrinks by their number;
+with COUNT, COUNT is the new total: the listed instances go first, then the
+highest others if COUNT is smaller still, or new instances are added if it is
+larger. Removed IDs are holes that are never used again: new instances get IDs
+above the highest. A gang goes whole or not at all.`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(remove) > 0 && len(args) == 1 {
+				return nil
+			}
+			return argsNamed("JOBID", "COUNT")(cmd, args)
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			p, err := a.printer()
 			if err != nil {
 				return err
 			}
-			n, err := strconv.ParseUint(strings.TrimSpace(args[1]), 10, 32)
-			if err != nil {
-				return usageErrorf("invalid COUNT %q: want a number of instances", args[1])
+			var n uint64
+			if len(args) > 1 {
+				if n, err = strconv.ParseUint(strings.TrimSpace(args[1]), 10, 32); err != nil {
+					return usageErrorf("invalid COUNT %q: want a number of instances", args[1])
+				}
+			}
+			ids := make([]uint32, 0, len(remove))
+			for _, s := range remove {
+				v, err := parseNonNegative("--remove", s, 32)
+				if err != nil {
+					return err
+				}
+				ids = append(ids, uint32(v))
 			}
 			if cmd.Flags().Changed("version") && version == 0 {
 				return usageErrorf("invalid --version 0: spec versions start at 1")
 			}
 			return a.withClient(func(c *client) error {
-				req := &pelotonv1.ScaleJobRequest{JobId: args[0], InstanceCount: uint32(n), Version: version}
+				req := &pelotonv1.ScaleJobRequest{JobId: args[0], InstanceCount: uint32(n), RemoveInstances: ids, Version: version}
 				if dry {
 					return a.dryScaleJob(cmd.Context(), c, p, req)
 				}
@@ -391,14 +414,32 @@ update's spec instead.`,
 				if p.structured() {
 					return p.named("job", args[0], resp)
 				}
-				fmt.Fprintf(a.stdout, "job %s: %d instances, spec version %d\n", args[0], n, resp.GetSpecVersion())
+				fmt.Fprintf(a.stdout, "job %s: %s, spec version %d\n", args[0], scaleSummary(uint32(n), ids), resp.GetSpecVersion())
 				return nil
 			})
 		},
 	}
 	cmd.Flags().Uint64Var(&version, "version", 0, "scale only if the job is still at this spec version")
+	cmd.Flags().StringSliceVar(&remove, "remove", nil, "instances to remove, e.g. 3,7 (COUNT then optional: the job shrinks by their number)")
 	dryRunFlag(cmd, &dry)
 	return cmd
+}
+
+// scaleSummary says what a scale asked for: a count, removed instances, or
+// both.
+func scaleSummary(count uint32, remove []uint32) string {
+	var parts []string
+	if count > 0 {
+		parts = append(parts, fmt.Sprintf("%d instances", count))
+	}
+	if len(remove) > 0 {
+		ids := make([]string, len(remove))
+		for i, id := range remove {
+			ids[i] = strconv.FormatUint(uint64(id), 10)
+		}
+		parts = append(parts, "removed instances "+strings.Join(ids, ","))
+	}
+	return strings.Join(parts, ", ")
 }
 
 func (a *app) jobVersionsCommand() *cobra.Command {

@@ -1837,8 +1837,10 @@ type JobSpec struct {
 	Type JobType `protobuf:"varint,2,opt,name=type,proto3,enum=peloton.api.v1.JobType" json:"type,omitempty"`
 	// Leaf resource pool path, e.g. /default or /org/team.
 	Pool string `protobuf:"bytes,3,opt,name=pool,proto3" json:"pool,omitempty"`
-	// Instances 0..instance_count-1 (must be > 0; 0 or unset for DAEMON
-	// jobs, whose instances follow their hosts).
+	// How many instances: 0..instance_count-1 (must be > 0; 0 or unset for
+	// DAEMON jobs, whose instances follow their hosts), less any in
+	// removed_instances: the instances are the first instance_count IDs not
+	// listed there.
 	InstanceCount uint32 `protobuf:"varint,4,opt,name=instance_count,json=instanceCount,proto3" json:"instance_count,omitempty"`
 	// Priority, preemption, disruption budget and gang of the job.
 	Sla *SlaSpec `protobuf:"bytes,5,opt,name=sla,proto3" json:"sla,omitempty"`
@@ -1868,9 +1870,14 @@ type JobSpec struct {
 	Gang *GangSpec `protobuf:"bytes,12,opt,name=gang,proto3" json:"gang,omitempty"`
 	// Lets the job's own runs scale it through the API with a credential
 	// scoped to the job (Spark's dynamic allocation). BATCH jobs only.
-	SelfScale     *SelfScaleSpec `protobuf:"bytes,13,opt,name=self_scale,json=selfScale,proto3" json:"self_scale,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	SelfScale *SelfScaleSpec `protobuf:"bytes,13,opt,name=self_scale,json=selfScale,proto3" json:"self_scale,omitempty"`
+	// Set by Peloton, never by a client: instance IDs a ScaleJob with
+	// remove_instances took out, sorted. They are holes that are never
+	// filled again: a later scale-up adds IDs above the highest. An update
+	// keeps the job's holes whatever its spec says.
+	RemovedInstances []uint32 `protobuf:"varint,14,rep,packed,name=removed_instances,json=removedInstances,proto3" json:"removed_instances,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *JobSpec) Reset() {
@@ -1990,6 +1997,13 @@ func (x *JobSpec) GetGang() *GangSpec {
 func (x *JobSpec) GetSelfScale() *SelfScaleSpec {
 	if x != nil {
 		return x.SelfScale
+	}
+	return nil
+}
+
+func (x *JobSpec) GetRemovedInstances() []uint32 {
+	if x != nil {
+		return x.RemovedInstances
 	}
 	return nil
 }
@@ -3662,7 +3676,7 @@ func (*RestartJobResponse) Descriptor() ([]byte, []int) {
 // ScaleJobRequest changes the instance count of a job that has not
 // finished (not DAEMON jobs, whose count follows their hosts). New
 // instances start at once with the current spec; on scale-down the highest
-// instance IDs are stopped and removed. Removing instances is not a
+// instance IDs are stopped and removed, or those in remove_instances. Removing instances is not a
 // disruption of the instances that stay, so it does not ask the SLA
 // evaluator. Refused while an update of the job is in progress.
 type ScaleJobRequest struct {
@@ -3673,9 +3687,16 @@ type ScaleJobRequest struct {
 	Version uint64 `protobuf:"varint,3,opt,name=version,proto3" json:"version,omitempty"`
 	// Check the scale exactly as a real one would (the job's state and type,
 	// its gang, the version, an update in progress) but change nothing.
-	DryRun        bool `protobuf:"varint,4,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	DryRun bool `protobuf:"varint,4,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	// Instances to remove, whichever they are (a driver releasing its idle
+	// executors); each must exist, at most once. Without instance_count the
+	// job shrinks by their number; with it, instance_count is the new total:
+	// these go first, then the highest others if it is smaller still, or new
+	// instances above the highest ID are added if it is larger. A gang is
+	// removed whole or not at all.
+	RemoveInstances []uint32 `protobuf:"varint,5,rep,packed,name=remove_instances,json=removeInstances,proto3" json:"remove_instances,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ScaleJobRequest) Reset() {
@@ -3734,6 +3755,13 @@ func (x *ScaleJobRequest) GetDryRun() bool {
 		return x.DryRun
 	}
 	return false
+}
+
+func (x *ScaleJobRequest) GetRemoveInstances() []uint32 {
+	if x != nil {
+		return x.RemoveInstances
+	}
+	return nil
 }
 
 type ScaleJobResponse struct {
@@ -8854,7 +8882,7 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12,\n" +
 	"\x02op\x18\x02 \x01(\x0e2\x1c.peloton.api.v1.TolerationOpR\x02op\x12\x14\n" +
 	"\x05value\x18\x03 \x01(\tR\x05value\x12\x16\n" +
-	"\x06effect\x18\x04 \x01(\tR\x06effect\"\xbb\x06\n" +
+	"\x06effect\x18\x04 \x01(\tR\x06effect\"\xe8\x06\n" +
 	"\aJobSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12+\n" +
 	"\x04type\x18\x02 \x01(\x0e2\x17.peloton.api.v1.JobTypeR\x04type\x12\x12\n" +
@@ -8870,7 +8898,8 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\x1attl_seconds_after_finished\x18\v \x01(\rH\x00R\x17ttlSecondsAfterFinished\x88\x01\x01\x12,\n" +
 	"\x04gang\x18\f \x01(\v2\x18.peloton.api.v1.GangSpecR\x04gang\x12<\n" +
 	"\n" +
-	"self_scale\x18\r \x01(\v2\x1d.peloton.api.v1.SelfScaleSpecR\tselfScale\x1aZ\n" +
+	"self_scale\x18\r \x01(\v2\x1d.peloton.api.v1.SelfScaleSpecR\tselfScale\x12+\n" +
+	"\x11removed_instances\x18\x0e \x03(\rR\x10removedInstances\x1aZ\n" +
 	"\x12InstanceSpecsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\rR\x03key\x12.\n" +
 	"\x05value\x18\x02 \x01(\v2\x18.peloton.api.v1.TaskSpecR\x05value:\x028\x01\x1a9\n" +
@@ -9019,12 +9048,13 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\x11RestartJobRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1c\n" +
 	"\tinstances\x18\x02 \x03(\rR\tinstances\"\x14\n" +
-	"\x12RestartJobResponse\"\x82\x01\n" +
+	"\x12RestartJobResponse\"\xad\x01\n" +
 	"\x0fScaleJobRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12%\n" +
 	"\x0einstance_count\x18\x02 \x01(\rR\rinstanceCount\x12\x18\n" +
 	"\aversion\x18\x03 \x01(\x04R\aversion\x12\x17\n" +
-	"\adry_run\x18\x04 \x01(\bR\x06dryRun\"N\n" +
+	"\adry_run\x18\x04 \x01(\bR\x06dryRun\x12)\n" +
+	"\x10remove_instances\x18\x05 \x03(\rR\x0fremoveInstances\"N\n" +
 	"\x10ScaleJobResponse\x12!\n" +
 	"\fspec_version\x18\x01 \x01(\x04R\vspecVersion\x12\x17\n" +
 	"\adry_run\x18\x02 \x01(\bR\x06dryRun\"/\n" +
