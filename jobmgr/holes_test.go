@@ -214,6 +214,11 @@ func TestHarnessScaleRemovalRefusals(t *testing.T) {
 			}
 		}
 	}
+	bad := batchSpec(3, 0)
+	bad.RemovedInstances = []uint32{1}
+	if _, err := h.jm.CreateJob(context.Background(), bad); apierr.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "spec.removedInstances") {
+		t.Errorf("a create with spec.removedInstances: %v, want InvalidArgument naming it", err)
+	}
 	vs, err := h.jm.Updates().ListJobVersions(id)
 	if err != nil || len(vs) != 1 {
 		t.Fatalf("versions after refused scales: %d, %v", len(vs), err)
