@@ -50,6 +50,8 @@ func (a *app) hostMoveCommand() *cobra.Command {
 	var partition string
 	var noWait, force, cancel bool
 	var timeout time.Duration
+	var drainSeconds uint32
+	var finish []string
 	cmd := &cobra.Command{
 		Use:   "move HOST --partition NAME | move HOST --cancel",
 		Short: "Move a host to another partition, draining it first",
@@ -62,7 +64,11 @@ func (a *app) hostMoveCommand() *cobra.Command {
 			"leave) is refused, naming the job; --force moves anyway. --cancel stops a move under way:\n" +
 			"the host returns to the partition it was leaving and takes work again (tasks moved so far\n" +
 			"stay where they went). The host advisor does not move a host whose move was cancelled\n" +
-			"again for its hold-down.",
+			"again for its hold-down.\n\n" +
+			"--drain-seconds N gives the move a drain window: the host takes no new work at once, but\n" +
+			"its runs that end within N seconds finish where they are (a preempted batch run loses its\n" +
+			"work) and only those still running then are drained; with --finish, only the runs named\n" +
+			"(task IDs) are left to the window and the others are drained at once.",
 		Args: argsNamed("HOST"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			p, err := a.printer()
@@ -71,7 +77,7 @@ func (a *app) hostMoveCommand() *cobra.Command {
 			}
 			return a.withClient(func(c *client) error {
 				resp, err := call(cmd.Context(), c, c.Hosts.MoveHost, &pelotonv1.MoveHostRequest{Host: args[0], Partition: partition,
-					Force: force, Cancel: cancel})
+					Force: force, Cancel: cancel, DrainSeconds: drainSeconds, FinishTaskIds: finish})
 				if err != nil {
 					return err
 				}
@@ -91,6 +97,8 @@ func (a *app) hostMoveCommand() *cobra.Command {
 	cmd.Flags().BoolVar(&noWait, "no-wait", false, "return once the move has started")
 	cmd.Flags().BoolVar(&force, "force", false, "move even when no other host fits the tasks that must leave")
 	cmd.Flags().BoolVar(&cancel, "cancel", false, "cancel the host's move under way: it returns to the partition it was leaving")
+	cmd.Flags().Uint32Var(&drainSeconds, "drain-seconds", 0, "a drain window (0 to 3600 s): runs that end within it finish before the host is drained")
+	cmd.Flags().StringSliceVar(&finish, "finish", nil, "with --drain-seconds, the runs (task IDs) left to finish in the window; the others are drained at once")
 	// Shadows the global per-call --timeout: here it bounds the whole wait.
 	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Minute, "how long to wait for the move in all")
 	return cmd

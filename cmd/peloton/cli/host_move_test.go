@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"strings"
 	"sync"
@@ -30,6 +31,9 @@ func (f *moveFake) MoveHost(_ context.Context, req *pelotonv1.MoveHostRequest) (
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.moves = append(f.moves, req.GetHost()+" "+req.GetPartition())
+	if req.GetDrainSeconds() > 0 {
+		f.moves[len(f.moves)-1] += fmt.Sprintf(" drain %ds finish %v", req.GetDrainSeconds(), req.GetFinishTaskIds())
+	}
 	switch {
 	case req.GetHost() != "local-0":
 		return nil, status.Errorf(codes.NotFound, "host: host %s does not exist", req.GetHost())
@@ -127,5 +131,18 @@ func TestHostMoveErrors(t *testing.T) {
 		if r.code != tc.code || !strings.HasPrefix(r.stderr, tc.stderr) {
 			t.Errorf("%v: exit %d, stderr %q, want %d %q", tc.args, r.code, r.stderr, tc.code, tc.stderr)
 		}
+	}
+}
+
+// TestHostMoveDrainWindow: --drain-seconds and --finish reach the request.
+func TestHostMoveDrainWindow(t *testing.T) {
+	f := &moveFake{}
+	addr := startMoveFake(t, f)
+	runCLI(t, "", "--server", addr, "host", "move", "local-0", "--partition", "stateless", "--no-wait",
+		"--drain-seconds", "120", "--finish", "j-1-1,j-2-1")
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if want := "local-0 stateless drain 120s finish [j-1-1 j-2-1]"; len(f.moves) != 1 || f.moves[0] != want {
+		t.Errorf("moves = %q, want [%q]", f.moves, want)
 	}
 }
