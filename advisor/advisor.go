@@ -138,7 +138,7 @@ func (a *Advisor) Round(ctx context.Context) (Decision, error) {
 	d.Moves = moved
 	for _, h := range in.Hosts {
 		req.Hosts = append(req.Hosts, &pelotonv1.HostAdvice{Host: h.Name, Zone: zoneProto(d.Zones[h.Name].Zone),
-			OversubscriptionFactor: d.Factors[h.Name]})
+			OversubscriptionFactor: d.Factors[h.Name], Headroom: d.Headroom[h.Name]})
 	}
 	for name, p := range d.Pressures {
 		req.Partitions = append(req.Partitions, &pelotonv1.PartitionAdvice{Partition: name, Pressure: p.Value,

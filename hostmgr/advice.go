@@ -171,6 +171,9 @@ func (us *Usage) PublishAdvice(ctx context.Context, req *pelotonv1.PublishAdvice
 		case !(h.GetOversubscriptionFactor() >= 1 && h.GetOversubscriptionFactor() <= 10):
 			us.hm.mu.Unlock()
 			return apierr.Invalid(fmt.Sprintf("hosts[%d].oversubscriptionFactor", i), "%g: want 1 to 10", h.GetOversubscriptionFactor())
+		case !(h.GetHeadroom() >= 0 && h.GetHeadroom() <= 1):
+			us.hm.mu.Unlock()
+			return apierr.Invalid(fmt.Sprintf("hosts[%d].headroom", i), "%g: want 0 to 1", h.GetHeadroom())
 		}
 	}
 	now := us.hm.now()
@@ -217,17 +220,27 @@ func (a *advice) live(now time.Time) bool { return a.mode != "" && now.Before(a.
 
 // hostAdvice is the live advice of host name: its zone and factor.
 func (us *Usage) hostAdvice(name string, now time.Time) (pelotonv1.HostZone, float64) {
-	a := &us.advice
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if !a.live(now) {
-		return pelotonv1.HostZone_HOST_ZONE_UNKNOWN, 1
-	}
-	h := a.hosts[name]
+	h := us.liveHostAdvice(name, now)
 	if h == nil {
 		return pelotonv1.HostZone_HOST_ZONE_UNKNOWN, 1
 	}
 	return h.GetZone(), max(1, h.GetOversubscriptionFactor())
+}
+
+// hostHeadroom is the live advice's headroom of host name (0: none).
+func (us *Usage) hostHeadroom(name string, now time.Time) float64 {
+	return us.liveHostAdvice(name, now).GetHeadroom()
+}
+
+// liveHostAdvice is the live advice of host name, nil without one.
+func (us *Usage) liveHostAdvice(name string, now time.Time) *pelotonv1.HostAdvice {
+	a := &us.advice
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.live(now) {
+		return nil
+	}
+	return a.hosts[name]
 }
 
 // zoneName is a zone as metrics and ListPartitions name it.

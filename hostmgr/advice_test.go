@@ -64,6 +64,8 @@ func TestAdviceRefusals(t *testing.T) {
 			codes.InvalidArgument, `hosts[0].host: host "zz" does not exist`},
 		{&pelotonv1.PublishAdviceRequest{AdvisorId: "x", Mode: "act", TtlSeconds: 10, Hosts: []*pelotonv1.HostAdvice{{Host: "a", OversubscriptionFactor: 0.5}}},
 			codes.InvalidArgument, "hosts[0].oversubscriptionFactor: 0.5: want 1 to 10"},
+		{&pelotonv1.PublishAdviceRequest{AdvisorId: "x", Mode: "act", TtlSeconds: 10, Hosts: []*pelotonv1.HostAdvice{{Host: "a", OversubscriptionFactor: 1, Headroom: 1.5}}},
+			codes.InvalidArgument, "hosts[0].headroom: 1.5: want 0 to 1"},
 		{&pelotonv1.PublishAdviceRequest{AdvisorId: "x", Mode: "observe", TtlSeconds: 10, ObservedMoves: []*pelotonv1.PartitionMove{{Host: "a", To: "Bad Name"}}},
 			codes.InvalidArgument, "observedMoves[0].to:"},
 	} {

@@ -55,6 +55,9 @@ type slackPolicy struct {
 	// cpuFactor is the advisor's CPU oversubscription factor for the host
 	// (1: none); memFactor caps what the host commits of its memory.
 	cpuFactor, memFactor float64
+	// cpuHeadroom is the share of the host's CPU the advisor keeps free of
+	// revocable work for a rise of the host's own work (0: none).
+	cpuHeadroom float64
 }
 
 // hostSlack is a host's slack as defined above, before what revocable runs
@@ -71,6 +74,7 @@ func hostSlack(capacity, allocated, used, revocableUsed resources.Resources, p s
 		held.MilliCPU += int64((p.cpuFactor - 1) * float64(capacity.MilliCPU))
 	}
 	s := keep(held).Min(keep(capacity)).Sub(own)
+	s.MilliCPU = max(0, s.MilliCPU-int64(p.cpuHeadroom*float64(capacity.MilliCPU)))
 	memCap := int64(p.memFactor*float64(capacity.MemoryMB)) - allocated.MemoryMB
 	s.MemoryMB = max(0, min(s.MemoryMB, memCap))
 	s.DiskMB = capacity.Sub(allocated).DiskMB
@@ -113,7 +117,8 @@ func (us *Usage) totalSlackLocked(h *host, now time.Time) resources.Resources {
 	used := usageResources(rep.usage.Cpu, rep.usage.MemoryUsedMb)
 	_, factor := us.hostAdvice(h.info.Name, now)
 	factor = h.capFactor(factor)
-	return hostSlack(h.info.Capacity, h.allocated, used, revUsed, slackPolicy{margin: us.slackMargin, cpuFactor: factor, memFactor: us.memOversub})
+	return hostSlack(h.info.Capacity, h.allocated, used, revUsed, slackPolicy{margin: us.slackMargin, cpuFactor: factor,
+		memFactor: us.memOversub, cpuHeadroom: us.hostHeadroom(h.info.Name, now)})
 }
 
 // ClusterSlack is the slack of every host in service, before what

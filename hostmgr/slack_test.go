@@ -162,6 +162,21 @@ func TestHostSlackOversubscribed(t *testing.T) {
 	}
 }
 
+// The advisor's headroom keeps that share of the host's CPU free of
+// revocable work, for a rise of its own; never below none.
+func TestHostSlackHeadroom(t *testing.T) {
+	capacity := resources.Resources{MilliCPU: 8000, MemoryMB: 16000}
+	// 6 cores held, 2 used: 6 x 0.9 - 2 = 3.4, less a quarter of 8 cores.
+	got := hostSlack(capacity, cpuMem(6000, 8000), cpuMem(2000, 4000), resources.Resources{}, slackPolicy{margin: 0.1, memFactor: 1, cpuHeadroom: 0.25})
+	if want := (resources.Resources{MilliCPU: 5400 - 2000 - 2000, MemoryMB: 7200 - 4000}); got != want {
+		t.Errorf("headroom 0.25: slack %v, want %v", got, want)
+	}
+	got = hostSlack(capacity, cpuMem(6000, 8000), cpuMem(2000, 4000), resources.Resources{}, slackPolicy{margin: 0.1, memFactor: 1, cpuHeadroom: 0.9})
+	if got.MilliCPU != 0 || got.MemoryMB != 7200-4000 {
+		t.Errorf("headroom 0.9: slack %v, want no CPU and the memory unchanged", got)
+	}
+}
+
 // TestHostSlackMemoryOversubscription: memory slack is what non-revocable
 // runs hold but do not use, capped so that what the host has committed
 // (their allocations and revocable work) stays within memFactor x its

@@ -7488,8 +7488,12 @@ type HostAdvice struct {
 	Zone  HostZone               `protobuf:"varint,2,opt,name=zone,proto3,enum=peloton.api.v1.HostZone" json:"zone,omitempty"`
 	// 1 or more: revocable work may hold up to capacity x factor of CPU.
 	OversubscriptionFactor float64 `protobuf:"fixed64,3,opt,name=oversubscription_factor,json=oversubscriptionFactor,proto3" json:"oversubscription_factor,omitempty"`
-	unknownFields          protoimpl.UnknownFields
-	sizeCache              protoimpl.SizeCache
+	// 0 to 1: the share of the host's CPU kept free of revocable work for a
+	// rise of its own work (the advisor's estimate of the next rise from its
+	// recent ones); taken from the host's slack. 0: none.
+	Headroom      float64 `protobuf:"fixed64,4,opt,name=headroom,proto3" json:"headroom,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *HostAdvice) Reset() {
@@ -7539,6 +7543,13 @@ func (x *HostAdvice) GetZone() HostZone {
 func (x *HostAdvice) GetOversubscriptionFactor() float64 {
 	if x != nil {
 		return x.OversubscriptionFactor
+	}
+	return 0
+}
+
+func (x *HostAdvice) GetHeadroom() float64 {
+	if x != nil {
+		return x.Headroom
 	}
 	return 0
 }
@@ -9333,12 +9344,13 @@ const file_peloton_api_v1_peloton_proto_rawDesc = "" +
 	"\x04host\x18\x01 \x01(\tR\x04host\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\rR\x05limit\"Q\n" +
 	"\x1aListPartitionMovesResponse\x123\n" +
-	"\x05moves\x18\x01 \x03(\v2\x1d.peloton.api.v1.PartitionMoveR\x05moves\"\x87\x01\n" +
+	"\x05moves\x18\x01 \x03(\v2\x1d.peloton.api.v1.PartitionMoveR\x05moves\"\xa3\x01\n" +
 	"\n" +
 	"HostAdvice\x12\x12\n" +
 	"\x04host\x18\x01 \x01(\tR\x04host\x12,\n" +
 	"\x04zone\x18\x02 \x01(\x0e2\x18.peloton.api.v1.HostZoneR\x04zone\x127\n" +
-	"\x17oversubscription_factor\x18\x03 \x01(\x01R\x16oversubscriptionFactor\"\x93\x01\n" +
+	"\x17oversubscription_factor\x18\x03 \x01(\x01R\x16oversubscriptionFactor\x12\x1a\n" +
+	"\bheadroom\x18\x04 \x01(\x01R\bheadroom\"\x93\x01\n" +
 	"\x0fPartitionAdvice\x12\x1c\n" +
 	"\tpartition\x18\x01 \x01(\tR\tpartition\x12\x1a\n" +
 	"\bpressure\x18\x02 \x01(\x01R\bpressure\x12\x1a\n" +
