@@ -103,13 +103,6 @@ func (mt *Maintenance) endDrainWindow(name string, by time.Time) {
 	mt.publishDrains(ds...)
 }
 
-// inDrainWindowLocked says whether host name's move leaves its runs be
-// for now.
-func (mt *Maintenance) inDrainWindowLocked(name string) bool {
-	h := mt.hm.hosts[name]
-	return h != nil && !h.drainBy.IsZero()
-}
-
 // drainWindowNote says what a move in its drain window waits for.
 func drainWindowNote(h *host) string {
 	n := len(h.tasks)
