@@ -472,7 +472,7 @@ func (sv *Services) logRebalance(id string, before, after *pelotonv1.ServiceReba
 	case before.GetId() != after.Id || before.GetState() != after.State:
 		sv.f.log.Info("federated service rebalance", "service", id, "rebalance", after.Id, "state", after.State,
 			"reason", after.Reason, "from", after.From, "to", after.To)
-		metrics.FederationServices.WithLabelValues("rebalance-" + strings.ToLower(strings.TrimPrefix(after.State.String(), "REBALANCE_"))).Inc()
+		countRebalance(after.State)
 	case before.GetMoved() != after.Moved || before.GetGrowing() != after.Growing:
 		sv.f.log.Debug("federated service rebalance step", "service", id, "rebalance", after.Id, "moved", after.Moved, "growing", after.Growing)
 	}
@@ -508,4 +508,19 @@ func (sv *Services) Rebalance(ctx context.Context, id string) (*pelotonv1.Federa
 	sv.f.log.Info("federated service rebalance started by the user", "service", id)
 	sv.kickRollouts()
 	return sv.GetService(id)
+}
+
+// countRebalance counts a rebalance's change of state in
+// peloton_federation_services_total.
+func countRebalance(st pelotonv1.RebalanceState) {
+	switch st {
+	case pelotonv1.RebalanceState_REBALANCE_PENDING:
+		metrics.FederationServices.WithLabelValues("rebalance-pending").Inc()
+	case pelotonv1.RebalanceState_REBALANCE_MOVING:
+		metrics.FederationServices.WithLabelValues("rebalance-moving").Inc()
+	case pelotonv1.RebalanceState_REBALANCE_DONE:
+		metrics.FederationServices.WithLabelValues("rebalance-done").Inc()
+	case pelotonv1.RebalanceState_REBALANCE_CANCELLED:
+		metrics.FederationServices.WithLabelValues("rebalance-cancelled").Inc()
+	}
 }

@@ -1226,6 +1226,8 @@ func (m *Manager) updateGauges() {
 			metrics.PoolResources.WithLabelValues(path, v.typ, "memoryMb").Set(float64(v.r.MemoryMB))
 			metrics.PoolResources.WithLabelValues(path, v.typ, "gpu").Set(float64(v.r.GPU))
 		}
+		// The reservations' cost is in /metrics, at 0, before the first.
+		metrics.ReservationIdle.WithLabelValues(path)
 	}
 	metrics.QueueDepth.WithLabelValues("pending").Set(float64(m.root.pendingTasks))
 	metrics.QueueDepth.WithLabelValues("ready").Set(float64(countTasks(m.ready)))

@@ -34,9 +34,9 @@ var benchSmokeArgs = map[string][]string{
 	bench.ScenarioHostAgent:    {"--runs", "20", "--interval", "200ms", "--warmup", "300ms", "--window", "1s"},
 	bench.ScenarioColocation:   {"--service-peak-cores", "200", "--batch-core-hours", "1500"},
 	bench.ScenarioMesos:        {"--agents", "20", "--tasks", "200", "--concurrency", "32", "--stack-tasks", "100", "--stack-job-size", "50"},
-	bench.ScenarioFederation: {"--registry-clusters", "3", "--registry-window", "1s", "--clusters", "3", "--pool-changes", "5",
+	bench.ScenarioFederation: {"--registry-clusters", "3", "--registry-window", "1s", "--clusters", "4", "--pool-changes", "5",
 		"--jobs", "20", "--concurrency", "8", "--services", "9", "--service-budget", "3", "--service-toleration", "1s",
-		"--fair-share-window", "3s", "--fair-share-task", "1s", "--timeout", "3m"}, // the services phase waits out a rollout and a failover
+		"--fair-share-window", "3s", "--fair-share-task", "1s", "--rebalance", "8", "--rebalance-budget", "2", "--timeout", "3m"}, // the services phase waits out a rollout and a failover
 	bench.ScenarioLifetime: {"--hosts", "20", "--checkpoints", "20,40", "--live-jobs", "5", "--ttl", "500ms", "--max-in-flight", "15", "--samples", "10",
 		"--timeout", "2m"}, // two checkpoints, each waiting out a reading of the store
 }
