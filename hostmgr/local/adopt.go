@@ -215,10 +215,8 @@ func (b *Backend) loadRecords() error {
 	recs := b.readRecords(dir, entries)
 	procs := b.runProcs()
 	for i := range recs {
-		if recs[i].End == nil && b.findProcesses(&recs[i], procs) {
-			if err := b.storeRecord(&recs[i]); err != nil {
-				b.log.Warn("could not record the processes of a run found starting", "task", recs[i].TaskID, "err", err)
-			}
+		if recs[i].End == nil {
+			b.recordFound(&recs[i], procs)
 		}
 	}
 	b.awaitStarting(recs)
@@ -356,11 +354,17 @@ func (b *Backend) awaitStarting(recs []runRecord) {
 		time.Sleep(20 * time.Millisecond)
 		procs := b.runProcs()
 		for _, rec := range waiting {
-			if b.findProcesses(rec, procs) {
-				if err := b.storeRecord(rec); err != nil {
-					b.log.Warn("could not record the processes of a run found starting", "task", rec.TaskID, "err", err)
-				}
-			}
+			b.recordFound(rec, procs)
+		}
+	}
+}
+
+// recordFound fills in the processes of a run recorded as starting, if
+// procs has them, and writes its record again with them.
+func (b *Backend) recordFound(rec *runRecord, procs liveProcs) {
+	if b.findProcesses(rec, procs) {
+		if err := b.storeRecord(rec); err != nil {
+			b.log.Warn("could not record the processes of a run found starting", "task", rec.TaskID, "err", err)
 		}
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -124,6 +123,10 @@ func (b *Backend) killStrays(adopted map[string]bool) {
 			b.log.Warn("stopping processes of runs that are over or could not be adopted", "processes", len(live))
 		}
 		kill := time.Since(begin) >= strayGrace
+		isLive := make(map[int]bool, len(live))
+		for _, pid := range live {
+			isLive[pid] = true
+		}
 		for _, pid := range live {
 			if kill {
 				_ = syscall.Kill(pid, syscall.SIGKILL)
@@ -132,7 +135,7 @@ func (b *Backend) killStrays(adopted map[string]bool) {
 			// A group led by one of the strays is theirs to signal; a
 			// process in another group is signalled alone.
 			target := pid
-			if pgid, err := syscall.Getpgid(pid); err == nil && slices.Contains(live, pgid) {
+			if pgid, err := syscall.Getpgid(pid); err == nil && isLive[pgid] {
 				target = -pgid
 			}
 			if !termed[target] {

@@ -49,22 +49,22 @@ func newRunLog(t *testing.T) *runLog {
 
 // command is a run that logs its start, works for secs, and logs its end,
 // also when it is stopped with SIGTERM (a kill, a preemption, a drain).
-func (l *runLog) command(secs float64) []string {
-	line := `"%s $PELOTON_JOB_ID/$PELOTON_INSTANCE_ID $PELOTON_RUN_ID $(date +%%s%%N)" >> ` + l.path
-	return []string{"sh", "-c", fmt.Sprintf(
-		`trap 'echo `+line+`; exit 143' TERM; echo `+line+`; sleep %g & wait $!; echo `+line+` # %s`,
-		"end", "start", secs, "end", l.marker)}
-}
+func (l *runLog) command(secs float64) []string { return l.commandAfter("", secs) }
 
 // gatedCommand is command that starts working only once the file gate
 // exists, so a test can hold every run until they all run, whatever the
 // time their launches take.
 func (l *runLog) gatedCommand(gate string, secs float64) []string {
-	cmd := l.command(secs)
-	wait := fmt.Sprintf(`while [ ! -e %s ]; do sleep 0.5; done; `, gate)
-	i := strings.Index(cmd[2], "sleep ")
-	cmd[2] = cmd[2][:i] + wait + cmd[2][i:]
-	return cmd
+	return l.commandAfter(fmt.Sprintf(`while [ ! -e %s ]; do sleep 0.5; done; `, gate), secs)
+}
+
+// commandAfter is command with the shell code wait run between the start
+// line and the work.
+func (l *runLog) commandAfter(wait string, secs float64) []string {
+	line := `"%s $PELOTON_JOB_ID/$PELOTON_INSTANCE_ID $PELOTON_RUN_ID $(date +%%s%%N)" >> ` + l.path
+	return []string{"sh", "-c", fmt.Sprintf(
+		`trap 'echo `+line+`; exit 143' TERM; echo `+line+`; %ssleep %g & wait $!; echo `+line+` # %s`,
+		"end", "start", wait, secs, "end", l.marker)}
 }
 
 type span struct {
