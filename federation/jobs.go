@@ -139,8 +139,9 @@ func (jb *Jobs) CreateJob(ctx context.Context, spec *pelotonv1.FederatedJobSpec,
 	if rq.ID == "" {
 		rev, err = jb.f.batch.Write(ctx, store.Put(jobKey(id), b, store.MustNotExist))
 	} else {
-		// The request record and the job commit together, or neither.
-		rev, err = jb.f.st.Txn(ctx, append([]store.Op{store.Put(jobKey(id), b, store.MustNotExist)}, o.Ops(rq, id, now)...)...)
+		// The request record and the job commit together, or neither;
+		// group-committed with the other creates of the moment.
+		rev, err = jb.f.batch.WriteTxn(ctx, append([]store.Op{store.Put(jobKey(id), b, store.MustNotExist)}, o.Ops(rq, id, now)...)...)
 	}
 	if err != nil {
 		if o2, rerr := requestid.Recheck(ctx, jb.f.st, rq, now, err); rerr == nil && o2.Done {

@@ -447,7 +447,9 @@ func (m *Manager) storeJob(ctx context.Context, id string, spec *pelotonv1.JobSp
 		store.Put(jobSpecKey(id, 1), enc, store.MustNotExist),
 		store.Put(jobRuntimeKey(id), rtb, store.MustNotExist),
 		live}, extra...)
-	rev, err := m.store.Txn(ctx, ops...)
+	// Group-committed: creates arriving together (a federation's batch,
+	// many submitters) share an etcd txn, each still all or nothing.
+	rev, err := m.batcher.WriteTxn(ctx, ops...)
 	if err != nil {
 		if errors.Is(err, store.ErrConflict) {
 			return apierr.Unavailable("store job: %v", err)
