@@ -63,6 +63,8 @@ type fedJob struct {
 	task resources.Resources
 	// busy: a worker or the dispatcher is writing it; others skip it.
 	busy bool
+	// sending: its cluster's sender has its create in hand (send.go).
+	sending bool
 }
 
 func newJobID() string {
@@ -474,8 +476,10 @@ func (jb *Jobs) sweepDone(ctx context.Context, limit int) (int, error) {
 	return deleted, nil
 }
 
-// dispatchConcurrency bounds the dispatcher's record writes in flight.
-const dispatchConcurrency = 32
+// dispatchConcurrency bounds the dispatcher's record writes in flight. The
+// writes are group-committed (store.Batcher), so as many as fill its
+// pipeline of transactions cost a few etcd round trips, not one each.
+const dispatchConcurrency = 256
 
 func (jb *Jobs) dispatchPending(ctx context.Context) {
 	type choice struct{ id, cluster, why string }
@@ -545,7 +549,7 @@ func (jb *Jobs) dispatchPending(ctx context.Context) {
 				j.busy = false
 			}
 			if m := jb.f.clusters[c.cluster]; m != nil && err == nil {
-				m.nudge()
+				m.nudgeSend()
 			}
 			jb.f.mu.Unlock()
 			if err == nil {
@@ -694,7 +698,8 @@ func (jb *Jobs) syncJobs(ctx context.Context, name string, m *member) {
 	var ids []string
 	for id, j := range jb.f.jobs {
 		st := j.rec.DispatchState
-		if j.rec.Cluster == name && (st == pelotonv1.DispatchState_DISPATCHED || st == pelotonv1.DispatchState_DISPATCH_MOVING) {
+		// An unsent create is the sender's (send.go).
+		if j.rec.Cluster == name && (st == pelotonv1.DispatchState_DISPATCHED || st == pelotonv1.DispatchState_DISPATCH_MOVING) && !senderOwns(j, name) {
 			ids = append(ids, id)
 		}
 	}
@@ -737,39 +742,15 @@ func (jb *Jobs) syncJob(ctx context.Context, name string, cli clusterClient, id 
 		resp, err := cli.Jobs.CreateJob(cctx, &pelotonv1.CreateJobRequest{Spec: j.Spec.Job, RequestId: attemptRequestID(j)})
 		cancel()
 		if err != nil {
-			code := status.Code(err)
-			if code == codes.InvalidArgument || code == codes.NotFound || code == codes.FailedPrecondition || code == codes.AlreadyExists {
-				// The cluster refused it: dispatch it elsewhere? The same
-				// spec would be refused for the same reason; say so.
-				return jb.updateJob(ctx, id, func(rec *pelotonv1.FederatedJob) error {
-					if rec.ClusterJobId != "" || rec.Cluster != name {
-						return errSkip
-					}
-					endAttempt(rec, "refused: "+status.Convert(err).Message())
-					rec.DispatchState = pelotonv1.DispatchState_DISPATCH_DONE
-					rec.Message = fmt.Sprintf("cluster %s refused the job: %s", name, status.Convert(err).Message())
-					return nil
-				})
+			if refusedCode(status.Code(err)) {
+				return jb.recordRefused(ctx, id, name, status.Convert(err).Message())
 			}
 			return err
 		}
 		clusterID = resp.JobId
-		if err := jb.updateJob(ctx, id, func(rec *pelotonv1.FederatedJob) error {
-			if rec.Cluster != name {
-				return errSkip
-			}
-			rec.ClusterJobId = clusterID
-			if n := len(rec.Attempts); n > 0 {
-				rec.Attempts[n-1].ClusterJobId = clusterID
-			}
-			if rec.DispatchState == pelotonv1.DispatchState_DISPATCHED && !rec.Killed {
-				rec.Message = ""
-			}
-			return nil
-		}); err != nil {
+		if err := jb.recordSent(ctx, id, name, clusterID); err != nil {
 			return err
 		}
-		metrics.FederationJobs.WithLabelValues("sent").Inc()
 		if !j.Killed && j.DispatchState == pelotonv1.DispatchState_DISPATCHED {
 			return nil // just created: its state is read at the next pass
 		}
@@ -827,6 +808,47 @@ func (jb *Jobs) syncJob(ctx context.Context, name string, cli clusterClient, id 
 		}
 		return nil
 	})
+}
+
+// refusedCode says whether a cluster's answer to a create refuses the job
+// for good: sending the same spec again would be refused the same way.
+func refusedCode(code codes.Code) bool {
+	return code == codes.InvalidArgument || code == codes.NotFound || code == codes.FailedPrecondition || code == codes.AlreadyExists
+}
+
+// recordRefused ends job id, which cluster name refused (why): dispatch
+// it elsewhere? The same spec would be refused for the same reason; say so.
+func (jb *Jobs) recordRefused(ctx context.Context, id, name, why string) error {
+	return jb.updateJob(ctx, id, func(rec *pelotonv1.FederatedJob) error {
+		if rec.ClusterJobId != "" || rec.Cluster != name {
+			return errSkip
+		}
+		endAttempt(rec, "refused: "+why)
+		rec.DispatchState = pelotonv1.DispatchState_DISPATCH_DONE
+		rec.Message = fmt.Sprintf("cluster %s refused the job: %s", name, why)
+		return nil
+	})
+}
+
+// recordSent writes the id cluster name gave job id's create.
+func (jb *Jobs) recordSent(ctx context.Context, id, name, clusterID string) error {
+	err := jb.updateJob(ctx, id, func(rec *pelotonv1.FederatedJob) error {
+		if rec.Cluster != name {
+			return errSkip
+		}
+		rec.ClusterJobId = clusterID
+		if n := len(rec.Attempts); n > 0 {
+			rec.Attempts[n-1].ClusterJobId = clusterID
+		}
+		if rec.DispatchState == pelotonv1.DispatchState_DISPATCHED && !rec.Killed {
+			rec.Message = ""
+		}
+		return nil
+	})
+	if err == nil {
+		metrics.FederationJobs.WithLabelValues("sent").Inc()
+	}
+	return err
 }
 
 // confirmGone is what a job becomes once its copy in cluster name has

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc/status"
 
@@ -21,6 +22,9 @@ const MaxCreateJobs = 1000
 // commit its job's transaction joins, so many at once fill a commit.
 const createJobsConcurrency = 128
 
+// createJobsTimeout bounds a CreateJobs call's work once taken.
+const createJobsTimeout = time.Minute
+
 // CreateJobs carries out many CreateJob requests in one call, each on its
 // own: an item refused (a bad spec, a request id reused for another job,
 // the store failing it) is answered with its code and a message naming it
@@ -36,6 +40,14 @@ func (s *Server) CreateJobs(ctx context.Context, req *pelotonv1.CreateJobsReques
 	if len(items) > MaxCreateJobs {
 		return nil, apierr.Invalid("requests", "at most %d in one call, got %d; send the rest in another call", MaxCreateJobs, len(items))
 	}
+	// Once taken, the items are carried out whether or not the caller
+	// waits for the answer: a create cut off half-way leaves the store in
+	// doubt (jobmgr then undoes it a little later), and a caller that
+	// gave up, say a federation restarting, sends the batch again under
+	// the same request ids, which must then find the jobs, not a create
+	// in doubt. The store's own timeouts bound the work.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), createJobsTimeout)
+	defer cancel()
 	results := make([]*pelotonv1.CreateJobsResult, len(items))
 	sem := make(chan struct{}, createJobsConcurrency)
 	var wg sync.WaitGroup
