@@ -116,13 +116,6 @@ func (jb *Jobs) CreateJob(ctx context.Context, spec *pelotonv1.FederatedJobSpec,
 		return "", err
 	}
 	now := jb.f.opts.Now()
-	o, err := requestid.Lookup(ctx, jb.f.st, rq, now)
-	if err != nil {
-		return "", err
-	}
-	if o.Done {
-		return o.Object, nil
-	}
 	if spec.Job.Type == pelotonv1.JobType_JOB_TYPE_UNSPECIFIED {
 		// The federation dispatches batch jobs: a spec that names no type
 		// is one.
@@ -137,19 +130,9 @@ func (jb *Jobs) CreateJob(ctx context.Context, spec *pelotonv1.FederatedJobSpec,
 	if err != nil {
 		return "", err
 	}
-	var rev int64
-	if rq.ID == "" {
-		rev, err = jb.f.batch.Write(ctx, store.Put(jobKey(id), b, store.MustNotExist))
-	} else {
-		// The request record and the job commit together, or neither;
-		// group-committed with the other creates of the moment.
-		rev, err = jb.f.batch.WriteTxn(ctx, append([]store.Op{store.Put(jobKey(id), b, store.MustNotExist)}, o.Ops(rq, id, now)...)...)
-	}
-	if err != nil {
-		if o2, rerr := requestid.Recheck(ctx, jb.f.st, rq, now, err); rerr == nil && o2.Done {
-			return o2.Object, nil
-		}
-		return "", apierr.Unavailable("record federated job: %v", err)
+	rev, done, err := jb.recordCreate(ctx, rq, id, b, now)
+	if err != nil || done != "" {
+		return done, err
 	}
 	jb.f.mu.Lock()
 	jb.f.jobs[id] = &fedJob{rec: rec, rev: rev, req: req, pool: jobPool(spec.Job), task: largestTask(spec.Job, "spec.job").res}
@@ -157,6 +140,43 @@ func (jb *Jobs) CreateJob(ctx context.Context, spec *pelotonv1.FederatedJobSpec,
 	metrics.FederationJobs.WithLabelValues("created").Inc()
 	jb.f.kickDispatch()
 	return id, nil
+}
+
+// recordCreate writes a new job's record b under request rq: at once, as
+// if rq's id were new (it nearly always is, and a read first would cost
+// every create an etcd round trip), the request record in the same
+// transaction. Only when that fails is the request's record read: a create
+// carried out before answers its job (done), an id used for another
+// request is refused, and an expired record is replaced by a second try.
+func (jb *Jobs) recordCreate(ctx context.Context, rq requestid.Request, id string, b []byte, now time.Time) (rev int64, done string, err error) {
+	put := store.Put(jobKey(id), b, store.MustNotExist)
+	if rq.ID == "" {
+		rev, err = jb.f.batch.Write(ctx, put)
+		if err != nil {
+			return 0, "", apierr.Unavailable("record federated job: %v", err)
+		}
+		return rev, "", nil
+	}
+	o := requestid.Fresh()
+	for try := 0; ; try++ {
+		// The request record and the job commit together, or neither;
+		// group-committed with the other creates of the moment.
+		rev, err = jb.f.batch.WriteTxn(ctx, append([]store.Op{put}, o.Ops(rq, id, now)...)...)
+		if err == nil {
+			return rev, "", nil
+		}
+		o2, lerr := requestid.Lookup(ctx, jb.f.st, rq, now)
+		switch {
+		case lerr != nil && apierr.Code(lerr) == codes.AlreadyExists:
+			return 0, "", lerr
+		case lerr == nil && o2.Done:
+			return 0, o2.Object, nil
+		case lerr == nil && o2.Replaces() && try == 0:
+			o = o2
+			continue
+		}
+		return 0, "", apierr.Unavailable("record federated job: %v", err)
+	}
 }
 
 // checkSelector refuses a cluster selector that no registered cluster
