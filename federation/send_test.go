@@ -2,9 +2,11 @@ package federation_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/peloton-sched/peloton/cluster"
 	"github.com/peloton-sched/peloton/federation"
 	"github.com/peloton-sched/peloton/internal/store/storetest"
 	"github.com/peloton-sched/peloton/internal/testing/testutil"
@@ -153,6 +155,51 @@ func TestDispatchLostAnswerIsAnsweredAgain(t *testing.T) {
 	if got := clusterJobIDs(t, f, []string{id})[id]; got != pre.JobId {
 		t.Errorf("the federation took cluster job %s, want %s (the create made before)", got, pre.JobId)
 	}
+	if in := clusterJobs(t, a); len(in) != 1 {
+		t.Errorf("the cluster holds %d jobs, want 1", len(in))
+	}
+}
+
+// TestDispatchRefusedItemEndsAlone: jobs sent to a cluster together, one
+// of which the cluster refuses: the refused one ends with the cluster's
+// words (the field, not the batch's item number), the other is created.
+func TestDispatchRefusedItemEndsAlone(t *testing.T) {
+	e, _ := storetest.StartEtcd(t)
+	a := startStackWith(t, e.Endpoints(), "a", 2, nil, func(c *cluster.Config) { c.MaxInstances = 1 })
+	f := startFederation(t, e)
+	register(t, f, a, nil)
+	batchPoolInSync(t, f, 10)
+	// Cordoned while both are created, so both are dispatched in one pass.
+	if _, err := f.Cordon(ctxT(t), "a", true); err != nil {
+		t.Fatal(err)
+	}
+	two := longBatchJob("two")
+	two.Job.InstanceCount = 2
+	bad, err := f.Jobs().CreateJob(ctxT(t), two, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	good, err := f.Jobs().CreateJob(ctxT(t), longBatchJob("one"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Cordon(ctxT(t), "a", false); err != nil {
+		t.Fatal(err)
+	}
+	clusterJobIDs(t, f, []string{good})
+	testutil.Eventually(t, 30*time.Second, "the refused job done", func() error {
+		j, err := f.Jobs().GetJob(bad)
+		if err != nil {
+			return err
+		}
+		if j.DispatchState != pelotonv1.DispatchState_DISPATCH_DONE || j.ClusterJobId != "" {
+			return fmt.Errorf("refused job is %s in %q (%q): %s", j.DispatchState, j.Cluster, j.ClusterJobId, j.Message)
+		}
+		if want := "cluster a refused the job: spec.instanceCount: "; !strings.HasPrefix(j.Message, want) {
+			return fmt.Errorf("message %q, want it to start %q", j.Message, want)
+		}
+		return nil
+	})
 	if in := clusterJobs(t, a); len(in) != 1 {
 		t.Errorf("the cluster holds %d jobs, want 1", len(in))
 	}
