@@ -281,21 +281,7 @@ func TestDispatchBatchJobs(t *testing.T) {
 	f := startFederation(t, e)
 	register(t, f, a, map[string]string{"region": "east"})
 	register(t, f, b, map[string]string{"region": "west"})
-	if _, err := f.Pools().CreatePool(ctxT(t), "/batch", &pelotonv1.FederatedPoolSpec{Reservation: &pelotonv1.Resources{Cpu: 10}}, ""); err != nil {
-		t.Fatal(err)
-	}
-	testutil.Eventually(t, 10*time.Second, "/batch's parts in the clusters", func() error {
-		p, err := f.Pools().GetPool("/batch")
-		if err != nil {
-			return err
-		}
-		for _, c := range p.Clusters {
-			if !c.InSync || c.Status == nil {
-				return fmt.Errorf("cluster %s not in sync: %s", c.Cluster, c.Message)
-			}
-		}
-		return nil
-	})
+	batchPoolInSync(t, f, 10)
 	job := func(name string, selector map[string]string) *pelotonv1.FederatedJobSpec {
 		return &pelotonv1.FederatedJobSpec{Job: &pelotonv1.JobSpec{Name: name, Type: pelotonv1.JobType_BATCH, Pool: "/batch", InstanceCount: 2,
 			DefaultSpec: &pelotonv1.TaskSpec{Command: []string{"sleep", "1"}, Resources: &pelotonv1.Resources{Cpu: 1, MemoryMb: 64}}},

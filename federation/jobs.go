@@ -63,6 +63,8 @@ type fedJob struct {
 	task resources.Resources
 	// busy: a worker or the dispatcher is writing it; others skip it.
 	busy bool
+	// sending: its cluster's sender has its create in hand (send.go).
+	sending bool
 }
 
 func newJobID() string {
@@ -114,13 +116,6 @@ func (jb *Jobs) CreateJob(ctx context.Context, spec *pelotonv1.FederatedJobSpec,
 		return "", err
 	}
 	now := jb.f.opts.Now()
-	o, err := requestid.Lookup(ctx, jb.f.st, rq, now)
-	if err != nil {
-		return "", err
-	}
-	if o.Done {
-		return o.Object, nil
-	}
 	if spec.Job.Type == pelotonv1.JobType_JOB_TYPE_UNSPECIFIED {
 		// The federation dispatches batch jobs: a spec that names no type
 		// is one.
@@ -135,18 +130,9 @@ func (jb *Jobs) CreateJob(ctx context.Context, spec *pelotonv1.FederatedJobSpec,
 	if err != nil {
 		return "", err
 	}
-	var rev int64
-	if rq.ID == "" {
-		rev, err = jb.f.batch.Write(ctx, store.Put(jobKey(id), b, store.MustNotExist))
-	} else {
-		// The request record and the job commit together, or neither.
-		rev, err = jb.f.st.Txn(ctx, append([]store.Op{store.Put(jobKey(id), b, store.MustNotExist)}, o.Ops(rq, id, now)...)...)
-	}
-	if err != nil {
-		if o2, rerr := requestid.Recheck(ctx, jb.f.st, rq, now, err); rerr == nil && o2.Done {
-			return o2.Object, nil
-		}
-		return "", apierr.Unavailable("record federated job: %v", err)
+	rev, done, err := jb.recordCreate(ctx, rq, id, b, now)
+	if err != nil || done != "" {
+		return done, err
 	}
 	jb.f.mu.Lock()
 	jb.f.jobs[id] = &fedJob{rec: rec, rev: rev, req: req, pool: jobPool(spec.Job), task: largestTask(spec.Job, "spec.job").res}
@@ -154,6 +140,43 @@ func (jb *Jobs) CreateJob(ctx context.Context, spec *pelotonv1.FederatedJobSpec,
 	metrics.FederationJobs.WithLabelValues("created").Inc()
 	jb.f.kickDispatch()
 	return id, nil
+}
+
+// recordCreate writes a new job's record b under request rq: at once, as
+// if rq's id were new (it nearly always is, and a read first would cost
+// every create an etcd round trip), the request record in the same
+// transaction. Only when that fails is the request's record read: a create
+// carried out before answers its job (done), an id used for another
+// request is refused, and an expired record is replaced by a second try.
+func (jb *Jobs) recordCreate(ctx context.Context, rq requestid.Request, id string, b []byte, now time.Time) (rev int64, done string, err error) {
+	put := store.Put(jobKey(id), b, store.MustNotExist)
+	if rq.ID == "" {
+		rev, err = jb.f.batch.Write(ctx, put)
+		if err != nil {
+			return 0, "", apierr.Unavailable("record federated job: %v", err)
+		}
+		return rev, "", nil
+	}
+	o := requestid.Fresh()
+	for try := 0; ; try++ {
+		// The request record and the job commit together, or neither;
+		// group-committed with the other creates of the moment.
+		rev, err = jb.f.batch.WriteTxn(ctx, append([]store.Op{put}, o.Ops(rq, id, now)...)...)
+		if err == nil {
+			return rev, "", nil
+		}
+		o2, lerr := requestid.Lookup(ctx, jb.f.st, rq, now)
+		switch {
+		case lerr != nil && apierr.Code(lerr) == codes.AlreadyExists:
+			return 0, "", lerr
+		case lerr == nil && o2.Done:
+			return 0, o2.Object, nil
+		case lerr == nil && o2.Replaces() && try == 0:
+			o = o2
+			continue
+		}
+		return 0, "", apierr.Unavailable("record federated job: %v", err)
+	}
 }
 
 // checkSelector refuses a cluster selector that no registered cluster
@@ -473,8 +496,10 @@ func (jb *Jobs) sweepDone(ctx context.Context, limit int) (int, error) {
 	return deleted, nil
 }
 
-// dispatchConcurrency bounds the dispatcher's record writes in flight.
-const dispatchConcurrency = 32
+// dispatchConcurrency bounds the dispatcher's record writes in flight. The
+// writes are group-committed (store.Batcher), so as many as fill its
+// pipeline of transactions cost a few etcd round trips, not one each.
+const dispatchConcurrency = 256
 
 func (jb *Jobs) dispatchPending(ctx context.Context) {
 	type choice struct{ id, cluster, why string }
@@ -544,7 +569,7 @@ func (jb *Jobs) dispatchPending(ctx context.Context) {
 				j.busy = false
 			}
 			if m := jb.f.clusters[c.cluster]; m != nil && err == nil {
-				m.nudge()
+				m.nudgeSend()
 			}
 			jb.f.mu.Unlock()
 			if err == nil {
@@ -693,7 +718,8 @@ func (jb *Jobs) syncJobs(ctx context.Context, name string, m *member) {
 	var ids []string
 	for id, j := range jb.f.jobs {
 		st := j.rec.DispatchState
-		if j.rec.Cluster == name && (st == pelotonv1.DispatchState_DISPATCHED || st == pelotonv1.DispatchState_DISPATCH_MOVING) {
+		// An unsent create is the sender's (send.go).
+		if j.rec.Cluster == name && (st == pelotonv1.DispatchState_DISPATCHED || st == pelotonv1.DispatchState_DISPATCH_MOVING) && !senderOwns(j, name) {
 			ids = append(ids, id)
 		}
 	}
@@ -736,39 +762,15 @@ func (jb *Jobs) syncJob(ctx context.Context, name string, cli clusterClient, id 
 		resp, err := cli.Jobs.CreateJob(cctx, &pelotonv1.CreateJobRequest{Spec: j.Spec.Job, RequestId: attemptRequestID(j)})
 		cancel()
 		if err != nil {
-			code := status.Code(err)
-			if code == codes.InvalidArgument || code == codes.NotFound || code == codes.FailedPrecondition || code == codes.AlreadyExists {
-				// The cluster refused it: dispatch it elsewhere? The same
-				// spec would be refused for the same reason; say so.
-				return jb.updateJob(ctx, id, func(rec *pelotonv1.FederatedJob) error {
-					if rec.ClusterJobId != "" || rec.Cluster != name {
-						return errSkip
-					}
-					endAttempt(rec, "refused: "+status.Convert(err).Message())
-					rec.DispatchState = pelotonv1.DispatchState_DISPATCH_DONE
-					rec.Message = fmt.Sprintf("cluster %s refused the job: %s", name, status.Convert(err).Message())
-					return nil
-				})
+			if refusedCode(status.Code(err)) {
+				return jb.recordRefused(ctx, id, name, status.Convert(err).Message())
 			}
 			return err
 		}
 		clusterID = resp.JobId
-		if err := jb.updateJob(ctx, id, func(rec *pelotonv1.FederatedJob) error {
-			if rec.Cluster != name {
-				return errSkip
-			}
-			rec.ClusterJobId = clusterID
-			if n := len(rec.Attempts); n > 0 {
-				rec.Attempts[n-1].ClusterJobId = clusterID
-			}
-			if rec.DispatchState == pelotonv1.DispatchState_DISPATCHED && !rec.Killed {
-				rec.Message = ""
-			}
-			return nil
-		}); err != nil {
+		if err := jb.recordSent(ctx, id, name, clusterID); err != nil {
 			return err
 		}
-		metrics.FederationJobs.WithLabelValues("sent").Inc()
 		if !j.Killed && j.DispatchState == pelotonv1.DispatchState_DISPATCHED {
 			return nil // just created: its state is read at the next pass
 		}
@@ -826,6 +828,47 @@ func (jb *Jobs) syncJob(ctx context.Context, name string, cli clusterClient, id 
 		}
 		return nil
 	})
+}
+
+// refusedCode says whether a cluster's answer to a create refuses the job
+// for good: sending the same spec again would be refused the same way.
+func refusedCode(code codes.Code) bool {
+	return code == codes.InvalidArgument || code == codes.NotFound || code == codes.FailedPrecondition || code == codes.AlreadyExists
+}
+
+// recordRefused ends job id, which cluster name refused (why): dispatch
+// it elsewhere? The same spec would be refused for the same reason; say so.
+func (jb *Jobs) recordRefused(ctx context.Context, id, name, why string) error {
+	return jb.updateJob(ctx, id, func(rec *pelotonv1.FederatedJob) error {
+		if rec.ClusterJobId != "" || rec.Cluster != name {
+			return errSkip
+		}
+		endAttempt(rec, "refused: "+why)
+		rec.DispatchState = pelotonv1.DispatchState_DISPATCH_DONE
+		rec.Message = fmt.Sprintf("cluster %s refused the job: %s", name, why)
+		return nil
+	})
+}
+
+// recordSent writes the id cluster name gave job id's create.
+func (jb *Jobs) recordSent(ctx context.Context, id, name, clusterID string) error {
+	err := jb.updateJob(ctx, id, func(rec *pelotonv1.FederatedJob) error {
+		if rec.Cluster != name {
+			return errSkip
+		}
+		rec.ClusterJobId = clusterID
+		if n := len(rec.Attempts); n > 0 {
+			rec.Attempts[n-1].ClusterJobId = clusterID
+		}
+		if rec.DispatchState == pelotonv1.DispatchState_DISPATCHED && !rec.Killed {
+			rec.Message = ""
+		}
+		return nil
+	})
+	if err == nil {
+		metrics.FederationJobs.WithLabelValues("sent").Inc()
+	}
+	return err
 }
 
 // confirmGone is what a job becomes once its copy in cluster name has

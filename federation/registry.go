@@ -39,6 +39,8 @@ type member struct {
 	cli    *client.Client
 	cancel context.CancelFunc // stops the worker
 	wake   chan struct{}
+	// send wakes the cluster's sender (send.go): jobs were dispatched here.
+	send chan struct{}
 
 	// What the last answered check saw.
 	pools    map[string]*pelotonv1.Pool // the cluster's pool tree, by path
@@ -72,6 +74,14 @@ type member struct {
 // clusterClient is how the federation calls a cluster: the one shared
 // client of its public API.
 type clusterClient = *client.Client
+
+// nudgeSend wakes the cluster's sender: jobs were dispatched to it.
+func (m *member) nudgeSend() {
+	select {
+	case m.send <- struct{}{}:
+	default:
+	}
+}
 
 func (m *member) nudge() {
 	select {
@@ -244,7 +254,7 @@ func (f *Federation) register(ctx context.Context, req *pelotonv1.RegisterCluste
 		},
 		Apply: func(r *registration, newRev int64) (*pelotonv1.Cluster, error) {
 			rec := r.rec
-			m := &member{rec: rec, rev: newRev, cli: r.cli, wake: make(chan struct{}, 1)}
+			m := &member{rec: rec, rev: newRev, cli: r.cli, wake: make(chan struct{}, 1), send: make(chan struct{}, 1)}
 			if old := f.clusters[req.Name]; old != nil {
 				f.stopWorkerLocked(old)
 				_ = old.cli.Close()
@@ -499,7 +509,7 @@ func (f *Federation) loadClusters(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("cluster %s: %w", rec.Name, err)
 		}
-		f.clusters[rec.Name] = &member{rec: rec, rev: kv.Revision, cli: cli, wake: make(chan struct{}, 1)}
+		f.clusters[rec.Name] = &member{rec: rec, rev: kv.Revision, cli: cli, wake: make(chan struct{}, 1), send: make(chan struct{}, 1)}
 		f.setStateMetric(rec.Name, rec.State)
 	}
 	return nil

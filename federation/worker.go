@@ -20,6 +20,11 @@ func (f *Federation) startWorkerLocked(m *member) {
 		defer f.wg.Done()
 		f.runWorker(ctx, name, m)
 	}()
+	f.wg.Add(1)
+	go func() {
+		defer f.wg.Done()
+		f.Jobs().runSender(ctx, name, m)
+	}()
 }
 
 // stopWorkerLocked stops a cluster's worker (it ends at its next wait or

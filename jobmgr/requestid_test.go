@@ -1,14 +1,17 @@
 package jobmgr
 
 import (
+	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/peloton-sched/peloton/internal/apierr"
 	"github.com/peloton-sched/peloton/internal/requestid"
+	"github.com/peloton-sched/peloton/internal/store"
 	"github.com/peloton-sched/peloton/internal/store/storetest"
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 	"github.com/peloton-sched/peloton/resmgr"
@@ -59,5 +62,34 @@ func TestCreateJobOnceUnderConcurrentRetries(t *testing.T) {
 	}
 	if js, _ := p2.jm.ListJobs("", nil, ""); len(js) != 1 {
 		t.Fatalf("%d jobs, want 1", len(js))
+	}
+}
+
+// TestCreateJobOnceReplacesAnExpiredID: a request id whose record is past
+// retention (and not swept yet) is free again: the create, written first
+// as if the id were new, conflicts with the old record, reads it, and
+// creates the job over it.
+func TestCreateJobOnceReplacesAnExpiredID(t *testing.T) {
+	e, st := storetest.StartEtcd(t)
+	old := fmt.Sprintf(`{"digest":"other","object":"long-gone","created":%q}`, time.Now().Add(-2*requestid.Retention).UTC().Format(time.RFC3339Nano))
+	if _, err := st.Txn(t.Context(), store.Put(requestid.Key(requestid.Job, "r-old"), []byte(old), store.MustNotExist)); err != nil {
+		t.Fatal(err)
+	}
+	p := startProcess(t, e, newSandboxes(1))
+	spec := &pelotonv1.JobSpec{Name: "anew", Type: pelotonv1.JobType_BATCH, Pool: resmgr.DefaultPoolPath, InstanceCount: 1,
+		DefaultSpec: &pelotonv1.TaskSpec{Command: []string{"work"}, Resources: &pelotonv1.Resources{Cpu: 0.1, MemoryMb: 8}}}
+	r, err := requestid.New(requestid.Job, "r-old", &pelotonv1.CreateJobRequest{Spec: spec, RequestId: "r-old"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := p.jm.CreateJobOnce(t.Context(), spec, r)
+	if err != nil || id == "" || id == "long-gone" {
+		t.Fatalf("create over an expired request id: %q, %v; want a new job", id, err)
+	}
+	if again, err := p.jm.CreateJobOnce(t.Context(), spec, r); err != nil || again != id {
+		t.Fatalf("its retry: %q, %v; want %q", again, err, id)
+	}
+	if js, _ := p.jm.ListJobs("", nil, "anew"); len(js) != 1 {
+		t.Fatalf("%d jobs named anew, want 1", len(js))
 	}
 }

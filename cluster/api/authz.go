@@ -75,6 +75,18 @@ func (s *Server) Rules() auth.Rules {
 				r := req.(*pelotonv1.CreateJobRequest)
 				return fmt.Sprintf("job %q in %s", r.GetSpec().GetName(), r.GetSpec().GetPool())
 			}},
+		// Every item's pool: the caller submits in each.
+		job + "CreateJobs": {Role: auth.Submitter, Mutating: true,
+			Pools: func(_ context.Context, req any) ([]string, error) {
+				var pools []string
+				for _, r := range req.(*pelotonv1.CreateJobsRequest).GetRequests() {
+					pools = append(pools, r.GetSpec().GetPool())
+				}
+				return auth.Paths(pools...), nil
+			},
+			Object: func(req any) string {
+				return fmt.Sprintf("%d jobs", len(req.(*pelotonv1.CreateJobsRequest).GetRequests()))
+			}},
 		job + "GetJob":          ownJob(onJob(auth.Viewer, false)),
 		job + "ListJobs":        {Role: auth.Viewer, Pools: listJobsPools, Filter: filterJobs},
 		job + "CancelJob":       ownJob(onJob(auth.Submitter, true)),

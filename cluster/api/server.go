@@ -84,6 +84,7 @@ func (s *Server) SetCreateGuard(f func() error) { s.createGuard = f }
 // guardedCreates are the methods SetCreateGuard's check refuses.
 var guardedCreates = map[string]bool{
 	"/peloton.api.v1.JobService/CreateJob":       true,
+	"/peloton.api.v1.JobService/CreateJobs":      true,
 	"/peloton.api.v1.UpdateService/CreateUpdate": true,
 	"/peloton.api.v1.PoolService/CreatePool":     true,
 }

@@ -189,6 +189,17 @@ func Lookup(ctx context.Context, st store.Store, r Request, now time.Time) (Outc
 	return Outcome{Done: true, Object: rec.Object}, nil
 }
 
+// Fresh is the Outcome Lookup gives an id that has no record, without
+// reading it. Most ids are new, so a hot create path may write with
+// Fresh().Ops and call Lookup only when the write fails: the record was
+// there (Done: answer its object; or AlreadyExists), or it was an expired
+// one (Replaces: write again with that Outcome). The record and the object
+// commit in one transaction, so a failed write left nothing behind.
+func Fresh() Outcome { return Outcome{expect: store.MustNotExist} }
+
+// Replaces reports whether o's Ops overwrite an expired record of the id.
+func (o Outcome) Replaces() bool { return !o.Done && o.expect != store.MustNotExist }
+
 // Ops are the writes that record r as carried out, creating object, for the
 // create's own transaction: it fails with store.ErrConflict if another
 // create claimed the id since Lookup. None for the zero Request.

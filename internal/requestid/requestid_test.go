@@ -142,3 +142,34 @@ func TestSweepDeletesOnlyExpired(t *testing.T) {
 		t.Fatalf("left after sweeps: %v", kvs)
 	}
 }
+
+// TestFreshIsLookupOfANewID: Fresh is what Lookup answers for an id with
+// no record, so a create may write with it before reading; a write with it
+// fails when the id has a record, and Lookup then says whether that record
+// is expired (Replaces) or answers the request (Done).
+func TestFreshIsLookupOfANewID(t *testing.T) {
+	_, st := storetest.StartEtcd(t)
+	ctx := context.Background()
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	r, _ := requestid.New(requestid.Job, "f1", &pelotonv1.CreateJobRequest{Spec: &pelotonv1.JobSpec{Name: "j"}, RequestId: "f1"})
+	if o, err := requestid.Lookup(ctx, st, r, now); err != nil || o != requestid.Fresh() || o.Replaces() {
+		t.Fatalf("Lookup of a new id = %+v, %v; want Fresh(), not replacing", o, err)
+	}
+	if _, err := st.Txn(ctx, requestid.Fresh().Ops(r, "j1", now)...); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Txn(ctx, requestid.Fresh().Ops(r, "j2", now)...); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("a second Fresh write of the id: %v, want a conflict", err)
+	}
+	if o, err := requestid.Lookup(ctx, st, r, now); err != nil || !o.Done || o.Replaces() || o.Object != "j1" {
+		t.Fatalf("Lookup after = %+v, %v; want done, j1", o, err)
+	}
+	later := now.Add(requestid.Retention)
+	o, err := requestid.Lookup(ctx, st, r, later)
+	if err != nil || o.Done || !o.Replaces() {
+		t.Fatalf("Lookup of an expired record = %+v, %v; want one that replaces it", o, err)
+	}
+	if _, err := st.Txn(ctx, o.Ops(r, "j3", later)...); err != nil {
+		t.Fatalf("replacing the expired record: %v", err)
+	}
+}

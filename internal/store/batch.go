@@ -45,11 +45,12 @@ type BatcherOptions struct {
 // one txn per write tops out at a few hundred writes a second; a Batcher
 // shares that cost across every op waiting at the same moment.
 //
-// Ops in one batch are independent: the batch is not atomic as a whole, and
-// one op's failed compare does not fail the others. Ops on the same key are
-// applied in the order their Writes were called; a later one waits for the
-// next batch, because etcd rejects two writes to one key in one txn. Use
-// Store.Txn directly when several ops must commit together.
+// Writes in one batch are independent: the batch is not atomic as a whole,
+// and one write's failed compare does not fail the others. Ops on the same
+// key are applied in the order their writes were called; a later one waits
+// for the next batch, because etcd rejects two writes to one key in one txn.
+// WriteTxn is a write of several ops that commit together or not at all
+// (a record and its request id, say), group-committed with the others.
 //
 // One goroutine forms batches and sends each on its own goroutine, with
 // at most MaxInFlight txns on their way. An op whose key is in a txn on its
@@ -67,6 +68,7 @@ type Batcher struct {
 	mu          sync.Mutex
 	queue       []*batchReq // submission order
 	queuedBytes int
+	queuedOps   int
 	closed      bool
 	// inFlight counts the txns on their way; busy holds the keys of their
 	// ops, which no other txn may carry until they are answered.
@@ -81,8 +83,9 @@ type Batcher struct {
 }
 
 type batchReq struct {
-	ctx  context.Context
-	op   Op
+	ctx context.Context
+	// ops commit together: one op for Write, a group for WriteTxn.
+	ops  []Op
 	size int
 	at   time.Time
 	res  chan batchRes // cap 1, so the loop never blocks on a gone writer
@@ -136,10 +139,40 @@ func (b *Batcher) Write(ctx context.Context, op Op) (int64, error) {
 	if err := validateOp(op); err != nil {
 		return 0, fmt.Errorf("store: batcher: op%v", err)
 	}
+	return b.write(ctx, []Op{op})
+}
+
+// WriteTxn is Write for ops that must commit together: they go in one txn
+// (shared with other writes), and all are applied or none. A failed compare
+// of any of them fails the group alone, with a *ConflictError whose indexes
+// are positions in ops. A group may hold at most MaxOps ops and no two on
+// one key.
+func (b *Batcher) WriteTxn(ctx context.Context, ops ...Op) (int64, error) {
+	if len(ops) == 0 || len(ops) > b.maxOps {
+		return 0, fmt.Errorf("%w: the batcher takes 1 to %d ops in one group, got %d", ErrInvalidTxn, b.maxOps, len(ops))
+	}
+	keys := make(map[string]bool, len(ops))
+	for i, op := range ops {
+		if err := validateOp(op); err != nil {
+			return 0, fmt.Errorf("store: batcher: op %d%v", i, err)
+		}
+		if keys[op.Key] {
+			return 0, fmt.Errorf("%w: op %d: key %q appears twice in one group", ErrInvalidTxn, i, op.Key)
+		}
+		keys[op.Key] = true
+	}
+	return b.write(ctx, ops)
+}
+
+func (b *Batcher) write(ctx context.Context, ops []Op) (int64, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	r := &batchReq{ctx: ctx, op: op, size: len(op.Key) + len(op.Value) + opOverhead, at: time.Now(), res: make(chan batchRes, 1)}
+	size := 0
+	for _, op := range ops {
+		size += len(op.Key) + len(op.Value) + opOverhead
+	}
+	r := &batchReq{ctx: ctx, ops: ops, size: size, at: time.Now(), res: make(chan batchRes, 1)}
 
 	b.mu.Lock()
 	if b.closed {
@@ -147,12 +180,13 @@ func (b *Batcher) Write(ctx context.Context, op Op) (int64, error) {
 		return 0, ErrBatcherClosed
 	}
 	b.queue = append(b.queue, r)
-	before := b.queuedBytes
+	before, beforeOps := b.queuedBytes, b.queuedOps
 	b.queuedBytes += r.size
+	b.queuedOps += len(ops)
 	// Wake the loop only when its decision can change: the first op starts
 	// the MaxDelay clock, a full batch should not wait it out. Waking it on
 	// every op would cost a context switch per write.
-	wake := len(b.queue) == 1 || len(b.queue) == b.maxOps || (before < b.maxBytes && b.queuedBytes >= b.maxBytes) || b.stalled
+	wake := len(b.queue) == 1 || (beforeOps < b.maxOps && b.queuedOps >= b.maxOps) || (before < b.maxBytes && b.queuedBytes >= b.maxBytes) || b.stalled
 	b.stalled = false
 	b.mu.Unlock()
 	if wake {
@@ -233,7 +267,9 @@ func (b *Batcher) landed(batch []*batchReq) {
 	b.mu.Lock()
 	b.inFlight--
 	for _, r := range batch {
-		delete(b.busy, r.op.Key)
+		for _, op := range r.ops {
+			delete(b.busy, op.Key)
+		}
 	}
 	b.mu.Unlock()
 	b.signal()
@@ -251,7 +287,7 @@ func (b *Batcher) next(now time.Time) (batch []*batchReq, wait time.Duration, st
 	if b.inFlight >= b.maxInFlight {
 		return nil, -1, false // landed kicks
 	}
-	if !b.closed && len(b.queue) < b.maxOps && b.queuedBytes < b.maxBytes {
+	if !b.closed && b.queuedOps < b.maxOps && b.queuedBytes < b.maxBytes {
 		// Wait for company until MaxDelay after the first op, but stop early
 		// once arrivals pause for a quiet interval: then whoever was going
 		// to join has joined. Without that, writers that wait for their
@@ -268,34 +304,39 @@ func (b *Batcher) next(now time.Time) (batch []*batchReq, wait time.Duration, st
 	// from this batch, whether or not the first op got in (it may have been
 	// left out for size), and so does a key of a txn in flight: that is
 	// what keeps per-key order.
-	seen := make(map[string]struct{}, min(len(b.queue), b.maxOps))
+	seen := make(map[string]struct{}, min(b.queuedOps, b.maxOps))
 	keep := b.queue[:0] // filtered in place: writes never overtake reads
-	bytes := 0
+	bytes, nops := 0, 0
 	for _, r := range b.queue {
-		full := len(batch) == b.maxOps
+		full := nops == b.maxOps
 		if !full && r.ctx.Err() != nil {
 			// Its Write has returned (or is returning) ctx.Err(); not
 			// sending it keeps "may or may not be written" rare.
 			r.res <- batchRes{err: r.ctx.Err()}
 			b.queuedBytes -= r.size
+			b.queuedOps -= len(r.ops)
 			continue
 		}
 		if full {
 			keep = append(keep, r)
 			continue
 		}
-		_, blocked := seen[r.op.Key]
-		if _, flying := b.busy[r.op.Key]; flying {
-			blocked = true
+		blocked := false
+		for _, op := range r.ops {
+			_, again := seen[op.Key]
+			_, flying := b.busy[op.Key]
+			blocked = blocked || again || flying
+			seen[op.Key] = struct{}{}
 		}
-		seen[r.op.Key] = struct{}{}
-		if blocked || (len(batch) > 0 && bytes+r.size > b.maxBytes) {
+		if blocked || nops+len(r.ops) > b.maxOps || (len(batch) > 0 && bytes+r.size > b.maxBytes) {
 			keep = append(keep, r)
 			continue
 		}
 		batch = append(batch, r)
 		bytes += r.size
+		nops += len(r.ops)
 		b.queuedBytes -= r.size
+		b.queuedOps -= len(r.ops)
 	}
 	clear(b.queue[len(keep):]) // drop references for the GC
 	b.queue = keep
@@ -307,27 +348,39 @@ func (b *Batcher) next(now time.Time) (batch []*batchReq, wait time.Duration, st
 	}
 	b.inFlight++
 	for _, r := range batch {
-		b.busy[r.op.Key] = struct{}{}
+		for _, op := range r.ops {
+			b.busy[op.Key] = struct{}{}
+		}
 	}
 	return batch, 0, false
 }
 
-// commit sends one batch and answers every op in it.
+// commit sends one batch and answers every write in it.
 //
-// On a conflict, the *ConflictError from the store names the stale ops; they
-// get ErrConflict and the rest is sent again. That is the same as committing
-// the good ops in the first place, because a failed txn writes nothing. Each
-// retry removes at least one op (the store reads the compared keys as of
-// the failed txn's revision, which is what its compares saw), so a batch of n ops costs at most
-// n+1 txns, and in the common case of stale ops known at once, exactly 2.
-// Reading revisions in a separate step instead could race with other writers
-// and find nothing to remove; bisecting costs O(k log n) txns for k stale ops.
+// On a conflict, the *ConflictError from the store names the stale ops; the
+// writes that hold them (a lone op, or a WriteTxn group) get ErrConflict and
+// the rest is sent again. That is the same as committing the good writes in
+// the first place, because a failed txn writes nothing. Each retry removes at
+// least one write (the store reads the compared keys as of the failed txn's
+// revision, which is what its compares saw), so a batch of n writes costs at
+// most n+1 txns, and in the common case of stale ops known at once, exactly
+// 2. Reading revisions in a separate step instead could race with other
+// writers and find nothing to remove; bisecting costs O(k log n) txns for k
+// stale ops.
 func (b *Batcher) commit(batch []*batchReq) {
-	ops := make([]Op, len(batch))
-	for i, r := range batch {
-		ops[i] = r.op
-	}
 	for len(batch) > 0 {
+		// owner[i] is the write of the txn's op i, start[w] where write w's
+		// ops begin.
+		var ops []Op
+		owner := make([]int, 0, len(batch))
+		start := make([]int, len(batch))
+		for w, r := range batch {
+			start[w] = len(ops)
+			ops = append(ops, r.ops...)
+			for range r.ops {
+				owner = append(owner, w)
+			}
+		}
 		// Not any writer's ctx: one caller giving up must not abort the
 		// others' txn. The store's own request timeout bounds the call.
 		rev, err := b.s.Txn(context.Background(), ops...)
@@ -349,38 +402,38 @@ func (b *Batcher) commit(batch []*batchReq) {
 			}
 			return
 		}
-		stale := make(map[int]Conflict, len(ce.Conflicts))
+		stale := make(map[int][]Conflict, len(ce.Conflicts))
 		for _, c := range ce.Conflicts {
-			if c.Index >= 0 && c.Index < len(batch) {
-				stale[c.Index] = c
+			if c.Index >= 0 && c.Index < len(ops) {
+				w := owner[c.Index]
+				c.Index -= start[w] // the writer's own numbering
+				stale[w] = append(stale[w], c)
 			}
 		}
 		if len(stale) == 0 {
 			b.commitEach(batch)
 			return
 		}
-		// New slices: landed frees the keys of the batch as it was sent,
+		// A new slice: landed frees the keys of the batch as it was sent,
 		// from the caller's slice, which filtering in place would rewrite
 		// (freeing a kept op's key twice and a stale op's never).
-		keepB, keepO := make([]*batchReq, 0, len(batch)), make([]Op, 0, len(ops))
-		for i, r := range batch {
-			if c, ok := stale[i]; ok {
-				c.Index = 0 // the writer sent one op
-				r.res <- batchRes{err: &ConflictError{Conflicts: []Conflict{c}}}
+		keep := make([]*batchReq, 0, len(batch))
+		for w, r := range batch {
+			if cs, ok := stale[w]; ok {
+				r.res <- batchRes{err: &ConflictError{Conflicts: cs}}
 				continue
 			}
-			keepB = append(keepB, r)
-			keepO = append(keepO, ops[i])
+			keep = append(keep, r)
 		}
-		batch, ops = keepB, keepO
+		batch = keep
 	}
 }
 
 // commitEach is the fallback when the store reports a conflict without
-// saying where: one txn per op, in order. O(n) txns, but always right.
+// saying where: one txn per write, in order. O(n) txns, but always right.
 func (b *Batcher) commitEach(batch []*batchReq) {
 	for _, r := range batch {
-		rev, err := b.s.Txn(context.Background(), r.op)
+		rev, err := b.s.Txn(context.Background(), r.ops...)
 		r.res <- batchRes{rev: rev, err: err}
 	}
 }

@@ -530,3 +530,101 @@ func TestBatcherPipelinesTxns(t *testing.T) {
 		t.Fatalf("a = %q, want the second write", kv.Value)
 	}
 }
+
+// goWriteTxn starts a WriteTxn and returns where its result will arrive.
+func goWriteTxn(ctx context.Context, b *Batcher, ops ...Op) <-chan writeResult {
+	ch := make(chan writeResult, 1)
+	go func() {
+		rev, err := b.WriteTxn(ctx, ops...)
+		ch <- writeResult{rev, err}
+	}()
+	return ch
+}
+
+// TestBatcherWriteTxnAllOrNothing: a group commits whole in a txn shared
+// with other writes; a stale op fails its group alone (nothing of the group
+// is written, the conflict numbered within the group), and the other
+// writes of the batch still commit together.
+func TestBatcherWriteTxnAllOrNothing(t *testing.T) {
+	_, s := startTestEtcd(t)
+	staleRev := mustTxn(t, s, Put("moved", []byte("v1"), MustNotExist))
+	mustTxn(t, s, Put("moved", []byte("v2"), staleRev))
+	cs := &countingStore{Store: s}
+	// 2 + 3 + 1 = 6 ops: the batch goes when the last write arrives.
+	b := NewBatcher(cs, BatcherOptions{MaxOps: 6, MaxDelay: neverFlush})
+	defer b.Close()
+	ctx := testCtx(t)
+
+	good := goWriteTxn(ctx, b, Put("job/a", []byte("a"), MustNotExist), Put("request/a", []byte("a"), MustNotExist))
+	waitPending(t, b, 1)
+	bad := goWriteTxn(ctx, b, Put("job/b", []byte("b"), MustNotExist), Put("moved", []byte("stale"), staleRev), Put("request/b", []byte("b"), MustNotExist))
+	waitPending(t, b, 2)
+	lone := goWrite(ctx, b, Put("task/c", []byte("c"), MustNotExist))
+
+	g, l := recv(t, good), recv(t, lone)
+	if g.err != nil || l.err != nil {
+		t.Fatalf("good group: %v; lone op: %v", g.err, l.err)
+	}
+	if g.rev != l.rev {
+		t.Errorf("the good group (rev %d) and the lone op (rev %d) were not committed in one txn", g.rev, l.rev)
+	}
+	r := recv(t, bad)
+	var ce *ConflictError
+	if !errors.As(r.err, &ce) || len(ce.Conflicts) != 1 || ce.Conflicts[0].Index != 1 || ce.Conflicts[0].Key != "moved" {
+		t.Fatalf("stale group: %v, want a ConflictError naming its op 1 (moved)", r.err)
+	}
+	for _, k := range []string{"job/b", "request/b"} {
+		if _, err := s.Get(ctx, k); !errors.Is(err, ErrNotFound) {
+			t.Errorf("%s of the failed group: %v, want ErrNotFound (nothing of it written)", k, err)
+		}
+	}
+	if kv := mustGet(t, s, "moved"); string(kv.Value) != "v2" {
+		t.Errorf("stale op wrote: %+v", kv)
+	}
+	for _, k := range []string{"job/a", "request/a", "task/c"} {
+		if kv := mustGet(t, s, k); kv.Revision != g.rev {
+			t.Errorf("%s at revision %d, want %d", k, kv.Revision, g.rev)
+		}
+	}
+	if got := cs.txns.Load(); got != 2 {
+		t.Errorf("%d txns, want 2 (the failed one, the retry without the stale group)", got)
+	}
+}
+
+// TestBatcherWriteTxnRefusesBadGroups: a group the batcher cannot send
+// whole is refused up front, naming why, and nothing is queued.
+func TestBatcherWriteTxnRefusesBadGroups(t *testing.T) {
+	_, s := startTestEtcd(t)
+	b := NewBatcher(s, BatcherOptions{MaxOps: 3})
+	defer b.Close()
+	ctx := testCtx(t)
+	for name, ops := range map[string][]Op{
+		"empty":     nil,
+		"too many":  {Put("a", nil, AnyRevision), Put("b", nil, AnyRevision), Put("c", nil, AnyRevision), Put("d", nil, AnyRevision)},
+		"same key":  {Put("a", nil, AnyRevision), Put("a", nil, AnyRevision)},
+		"empty key": {Put("a", nil, AnyRevision), Put("", nil, AnyRevision)},
+	} {
+		if _, err := b.WriteTxn(ctx, ops...); err == nil {
+			t.Errorf("%s: WriteTxn accepted it", name)
+		}
+	}
+	if _, err := s.Get(ctx, "a"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("a refused group wrote a: %v", err)
+	}
+	if n := b.pending(); n != 0 {
+		t.Errorf("%d writes queued after refusals", n)
+	}
+}
+
+// waitPending waits until n writes are queued in b, so that a test's
+// writes join the queue in a known order.
+func waitPending(t *testing.T, b *Batcher, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for b.pending() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d writes queued after 10s, want %d", b.pending(), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

@@ -68,6 +68,10 @@ var roleTable = map[string]struct {
 		_, err := c.Jobs.CreateJob(ctx(e.t), &pelotonv1.CreateJobRequest{Spec: batchSpec(e.name("c"), "/a/x")})
 		return err
 	}},
+	"JobService.CreateJobs": {submitters, func(e *roleEnv, c *pclient.Client) error {
+		_, err := c.Jobs.CreateJobs(ctx(e.t), &pelotonv1.CreateJobsRequest{Requests: []*pelotonv1.CreateJobRequest{{Spec: batchSpec(e.name("cs"), "/a/x")}}})
+		return err
+	}},
 	"JobService.GetJob": {viewers, func(e *roleEnv, c *pclient.Client) error {
 		_, err := c.Jobs.GetJob(ctx(e.t), &pelotonv1.GetJobRequest{JobId: e.jobA})
 		return err

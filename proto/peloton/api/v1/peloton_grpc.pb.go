@@ -26,6 +26,7 @@ const _ = grpc.SupportPackageIsVersion9
 
 const (
 	JobService_CreateJob_FullMethodName       = "/peloton.api.v1.JobService/CreateJob"
+	JobService_CreateJobs_FullMethodName      = "/peloton.api.v1.JobService/CreateJobs"
 	JobService_GetJob_FullMethodName          = "/peloton.api.v1.JobService/GetJob"
 	JobService_ListJobs_FullMethodName        = "/peloton.api.v1.JobService/ListJobs"
 	JobService_CancelJob_FullMethodName       = "/peloton.api.v1.JobService/CancelJob"
@@ -44,6 +45,10 @@ const (
 // JobService manages jobs.
 type JobServiceClient interface {
 	CreateJob(ctx context.Context, in *CreateJobRequest, opts ...grpc.CallOption) (*CreateJobResponse, error)
+	// CreateJobs is many CreateJobs in one call, each answered on its own
+	// (CreateJobsResult); the call itself fails only when the whole request
+	// is wrong (no items, too many).
+	CreateJobs(ctx context.Context, in *CreateJobsRequest, opts ...grpc.CallOption) (*CreateJobsResponse, error)
 	GetJob(ctx context.Context, in *GetJobRequest, opts ...grpc.CallOption) (*GetJobResponse, error)
 	ListJobs(ctx context.Context, in *ListJobsRequest, opts ...grpc.CallOption) (*ListJobsResponse, error)
 	CancelJob(ctx context.Context, in *CancelJobRequest, opts ...grpc.CallOption) (*CancelJobResponse, error)
@@ -79,6 +84,16 @@ func (c *jobServiceClient) CreateJob(ctx context.Context, in *CreateJobRequest, 
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(CreateJobResponse)
 	err := c.cc.Invoke(ctx, JobService_CreateJob_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *jobServiceClient) CreateJobs(ctx context.Context, in *CreateJobsRequest, opts ...grpc.CallOption) (*CreateJobsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CreateJobsResponse)
+	err := c.cc.Invoke(ctx, JobService_CreateJobs_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -191,6 +206,10 @@ func (c *jobServiceClient) GetGang(ctx context.Context, in *GetGangRequest, opts
 // JobService manages jobs.
 type JobServiceServer interface {
 	CreateJob(context.Context, *CreateJobRequest) (*CreateJobResponse, error)
+	// CreateJobs is many CreateJobs in one call, each answered on its own
+	// (CreateJobsResult); the call itself fails only when the whole request
+	// is wrong (no items, too many).
+	CreateJobs(context.Context, *CreateJobsRequest) (*CreateJobsResponse, error)
 	GetJob(context.Context, *GetJobRequest) (*GetJobResponse, error)
 	ListJobs(context.Context, *ListJobsRequest) (*ListJobsResponse, error)
 	CancelJob(context.Context, *CancelJobRequest) (*CancelJobResponse, error)
@@ -224,6 +243,9 @@ type UnimplementedJobServiceServer struct{}
 
 func (UnimplementedJobServiceServer) CreateJob(context.Context, *CreateJobRequest) (*CreateJobResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CreateJob not implemented")
+}
+func (UnimplementedJobServiceServer) CreateJobs(context.Context, *CreateJobsRequest) (*CreateJobsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateJobs not implemented")
 }
 func (UnimplementedJobServiceServer) GetJob(context.Context, *GetJobRequest) (*GetJobResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetJob not implemented")
@@ -287,6 +309,24 @@ func _JobService_CreateJob_Handler(srv interface{}, ctx context.Context, dec fun
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(JobServiceServer).CreateJob(ctx, req.(*CreateJobRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _JobService_CreateJobs_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateJobsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(JobServiceServer).CreateJobs(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: JobService_CreateJobs_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(JobServiceServer).CreateJobs(ctx, req.(*CreateJobsRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -456,6 +496,10 @@ var JobService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CreateJob",
 			Handler:    _JobService_CreateJob_Handler,
+		},
+		{
+			MethodName: "CreateJobs",
+			Handler:    _JobService_CreateJobs_Handler,
 		},
 		{
 			MethodName: "GetJob",
