@@ -39,12 +39,17 @@ type globalBudgetWatch struct {
 	maxPer     map[string]int
 	violations []string
 	rounds     int
+	// failures notes each failure an instance had while watched (its
+	// failure count went up): why, in the cluster's words, for the log of
+	// a test that fails.
+	failures  []string
+	failCount map[string]uint32
 }
 
 // watchBudget starts polling the parts' jobs (cluster name → job id)
 // every 100 ms, for at most 10 minutes.
 func watchGlobalBudget(t *testing.T, clis map[string]*client.Client, jobs map[string]string, budget int) *globalBudgetWatch {
-	w := &globalBudgetWatch{t: t, budget: budget, stop: make(chan struct{}), done: make(chan struct{}), maxPer: map[string]int{}}
+	w := &globalBudgetWatch{t: t, budget: budget, stop: make(chan struct{}), done: make(chan struct{}), maxPer: map[string]int{}, failCount: map[string]uint32{}}
 	go func() {
 		defer close(w.done)
 		deadline := time.Now().Add(10 * time.Minute)
@@ -67,6 +72,7 @@ func watchGlobalBudget(t *testing.T, clis map[string]*client.Client, jobs map[st
 					if tk.Status.State != pelotonv1.TaskState_RUNNING || tk.Status.Health != pelotonv1.HealthState_HEALTHY {
 						per[name]++
 					}
+					w.noteFailures(name, tk)
 				}
 				total += per[name]
 			}
@@ -85,8 +91,35 @@ func watchGlobalBudget(t *testing.T, clis map[string]*client.Client, jobs map[st
 			w.mu.Unlock()
 		}
 	}()
-	t.Cleanup(w.end)
+	t.Cleanup(func() {
+		w.end()
+		if t.Failed() {
+			w.logFailures()
+		}
+	})
 	return w
+}
+
+// logFailures logs the failures the watch saw, if any.
+func (w *globalBudgetWatch) logFailures() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, f := range w.failures {
+		w.t.Logf("instance failure seen by the watch: %s", f)
+	}
+}
+
+// noteFailures notes a failure of tk's instance the watch had not seen.
+func (w *globalBudgetWatch) noteFailures(cluster string, tk *pelotonv1.Task) {
+	key := fmt.Sprintf("%s/%s/%d", cluster, tk.JobId, tk.InstanceId)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	seen, known := w.failCount[key]
+	w.failCount[key] = tk.Status.FailureCount
+	if known && tk.Status.FailureCount > seen && len(w.failures) < 50 {
+		w.failures = append(w.failures, fmt.Sprintf("%s %s: failure %d (%s, %s: %s)", time.Now().Format("15:04:05.000"),
+			key, tk.Status.FailureCount, tk.Status.State, tk.Status.Reason, tk.Status.Message))
+	}
 }
 
 func (w *globalBudgetWatch) end() {
@@ -111,7 +144,7 @@ func (w *globalBudgetWatch) check(what string) map[string]int {
 	for _, v := range w.violations {
 		w.t.Errorf("%s: %s", what, v)
 	}
-	w.t.Logf("%s: %d rounds, at most %d unavailable at once (per cluster %v)", what, w.rounds, w.maxTotal, w.maxPer)
+	w.t.Logf("%s: %d rounds, at most %d unavailable at once (per cluster %v), %d instance failures seen", what, w.rounds, w.maxTotal, w.maxPer, len(w.failures))
 	return w.maxPer
 }
 
@@ -181,9 +214,11 @@ func TestFederatedServiceOfProcesses(t *testing.T) {
 	// Every version has a health check, first run two seconds after the
 	// run starts, which passes once the run is ready (a second after it
 	// starts): a replaced instance is down for two seconds at least, which
-	// the watch cannot miss. Version 3's check also fails in any cluster
-	// whose job id has a file in failDir, so that one cluster alone fails
-	// its part.
+	// the watch cannot miss; three failures in a row (two seconds more)
+	// make a run unhealthy, so a run that a loaded machine started late
+	// is not taken for a bad one. Version 3's check also fails in any
+	// cluster whose job id has a file in failDir, so that one cluster
+	// alone fails its part.
 	failDir := t.TempDir()
 	version := func(v int) *pelotonv1.JobSpec {
 		check := []string{"test", "-f", "ready"}
@@ -195,7 +230,7 @@ func TestFederatedServiceOfProcesses(t *testing.T) {
 			DefaultSpec: &pelotonv1.TaskSpec{Command: []string{"sh", "-c", fmt.Sprintf("sleep 1; touch ready; exec sleep %d", 3600+v)},
 				Resources: &pelotonv1.Resources{Cpu: 0.1, MemoryMb: 16},
 				HealthCheck: &pelotonv1.HealthCheck{Command: check, InitialDelaySeconds: 2, IntervalSeconds: 1,
-					FailureThreshold: 2}}}
+					FailureThreshold: 3}}}
 	}
 	created, err := api.services.CreateFederatedService(ctx(), &pelotonv1.CreateFederatedServiceRequest{
 		Spec: &pelotonv1.FederatedServiceSpec{Job: version(1)}})

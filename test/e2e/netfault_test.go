@@ -86,7 +86,7 @@ func netService(v int, placement *pelotonv1.ServicePlacement) *pelotonv1.Federat
 		Pool: "/default", InstanceCount: 30, Sla: &pelotonv1.SlaSpec{MaximumUnavailableInstances: 3},
 		DefaultSpec: &pelotonv1.TaskSpec{Command: []string{"sh", "-c", fmt.Sprintf("sleep 1; touch ready; exec sleep %d", 3600+v)},
 			Resources:   &pelotonv1.Resources{Cpu: 0.1, MemoryMb: 16},
-			HealthCheck: &pelotonv1.HealthCheck{Command: []string{"test", "-f", "ready"}, InitialDelaySeconds: 2, IntervalSeconds: 1, FailureThreshold: 2}}}}
+			HealthCheck: &pelotonv1.HealthCheck{Command: []string{"test", "-f", "ready"}, InitialDelaySeconds: 2, IntervalSeconds: 1, FailureThreshold: 3}}}}
 }
 
 func (f *netFederation) service(t *testing.T, id string) *pelotonv1.FederatedService {
