@@ -278,3 +278,41 @@ func TestCancelledMoveIsNotRedone(t *testing.T) {
 		t.Fatalf("moves after the hold-down %+v", d.Moves)
 	}
 }
+
+// A host goes back only if the rest keep room for a rise as large as their
+// recent ones (BackRise times the headroom): on a load that swings between
+// 0.2 and 0.45 of a host on each of two, its lows alone would let one go
+// back, only for it to be needed at the next high.
+func TestMoveBackKeepsRoomForARise(t *testing.T) {
+	run := func(backRise float64) (moved bool, waiting string) {
+		cfg := testConfig()
+		cfg.Lead = 0 // no daily profile: the rise alone decides
+		cfg.BackRise = backRise
+		cfg.Oversub.MinSamples = 3
+		c := NewCore(cfg)
+		c.Round(Input{Now: at(0), Hosts: []Host{host("s1", "stateless", 0.95, 1), host("b1", "batch", 0.2, 0), host("b2", "batch", 0.2, 0)}})
+		for i := 2; i <= 20; i++ {
+			own := 0.45
+			if i%2 == 0 {
+				own = 0.2
+			}
+			d := c.Round(Input{Now: at(60 * i), Hosts: []Host{host("s1", "stateless", own, 1), host("b1", "stateless", own, 0), host("b2", "batch", 0.2, 0)}})
+			if len(d.Moves) > 0 {
+				if d.Moves[0].To != "batch" {
+					t.Fatalf("back rise %g: moves %+v; want one back to batch or nothing", backRise, d.Moves)
+				}
+				return true, d.Waiting
+			}
+			if own == 0.2 && d.Waiting != "" {
+				waiting = d.Waiting
+			}
+		}
+		return false, waiting
+	}
+	if moved, waiting := run(1); moved || !strings.Contains(waiting, "0.40 on one host fewer, 0.65 with a rise as large as their recent ones") {
+		t.Errorf("back rise 1: moved %v, waiting %q; want both hosts kept for the next rise (0.4 + 0.25)", moved, waiting)
+	}
+	if moved, waiting := run(0); !moved {
+		t.Errorf("back rise 0: no host went back (waiting %q); the lows alone (0.4 on one host) let one", waiting)
+	}
+}
