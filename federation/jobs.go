@@ -142,41 +142,24 @@ func (jb *Jobs) CreateJob(ctx context.Context, spec *pelotonv1.FederatedJobSpec,
 	return id, nil
 }
 
-// recordCreate writes a new job's record b under request rq: at once, as
-// if rq's id were new (it nearly always is, and a read first would cost
-// every create an etcd round trip), the request record in the same
-// transaction. Only when that fails is the request's record read: a create
-// carried out before answers its job (done), an id used for another
-// request is refused, and an expired record is replaced by a second try.
+// recordCreate writes a new job's record b with request rq's record
+// (requestid.WriteFirst): together or neither, group-committed with the
+// other creates of the moment. done is the job a create carried out
+// before under rq made.
 func (jb *Jobs) recordCreate(ctx context.Context, rq requestid.Request, id string, b []byte, now time.Time) (rev int64, done string, err error) {
 	put := store.Put(jobKey(id), b, store.MustNotExist)
-	if rq.ID == "" {
-		rev, err = jb.f.batch.Write(ctx, put)
-		if err != nil {
-			return 0, "", apierr.Unavailable("record federated job: %v", err)
-		}
-		return rev, "", nil
-	}
-	o := requestid.Fresh()
-	for try := 0; ; try++ {
-		// The request record and the job commit together, or neither;
-		// group-committed with the other creates of the moment.
+	done, err = requestid.WriteFirst(ctx, jb.f.st, rq, now, func(o requestid.Outcome) error {
+		var err error
 		rev, err = jb.f.batch.WriteTxn(ctx, append([]store.Op{put}, o.Ops(rq, id, now)...)...)
-		if err == nil {
-			return rev, "", nil
-		}
-		o2, lerr := requestid.Lookup(ctx, jb.f.st, rq, now)
-		switch {
-		case lerr != nil && apierr.Code(lerr) == codes.AlreadyExists:
-			return 0, "", lerr
-		case lerr == nil && o2.Done:
-			return 0, o2.Object, nil
-		case lerr == nil && o2.Replaces() && try == 0:
-			o = o2
-			continue
-		}
+		return err
+	}, nil)
+	switch {
+	case apierr.Code(err) == codes.AlreadyExists:
+		return 0, "", err
+	case err != nil:
 		return 0, "", apierr.Unavailable("record federated job: %v", err)
 	}
+	return rev, done, nil
 }
 
 // checkSelector refuses a cluster selector that no registered cluster

@@ -24,7 +24,6 @@ import (
 	pelotonv1 "github.com/peloton-sched/peloton/proto/peloton/api/v1"
 	"github.com/peloton-sched/peloton/resmgr"
 	"github.com/peloton-sched/peloton/sla"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 	"k8s.io/client-go/util/workqueue"
@@ -353,34 +352,20 @@ func (m *Manager) CreateJob(ctx context.Context, spec *pelotonv1.JobSpec) (strin
 // creates nothing; otherwise the job and r's record are stored in one
 // transaction.
 func (m *Manager) CreateJobOnce(ctx context.Context, spec *pelotonv1.JobSpec, r requestid.Request) (string, error) {
-	// Written as if r's id were new, as nearly every one is: r's record is
-	// read only when the write fails (requestid.Fresh), which spares every
-	// create an etcd read. The record and the job commit together, so a
-	// failed write left nothing of either.
-	o := requestid.Fresh()
-	for try := 0; ; try++ {
-		id, err := m.createJob(ctx, spec, r.ID, func(id string) []store.Op { return o.Ops(r, id, m.now()) })
-		if err == nil {
-			return id, nil
-		}
-		if r.ID == "" || errors.As(err, new(unsureCreate)) {
-			// unsureCreate: not a race with a retry of r (that is a
-			// conflict): a record of r found now would be this very
-			// create's, which is being undone.
-			return "", err
-		}
-		o2, lerr := requestid.Lookup(ctx, m.store, r, m.now())
-		switch {
-		case lerr != nil && apierr.Code(lerr) == codes.AlreadyExists:
-			return "", lerr
-		case lerr == nil && o2.Done:
-			return o2.Object, nil
-		case lerr == nil && o2.Replaces() && try == 0:
-			o = o2 // an expired record of the id: replace it
-			continue
-		}
-		return "", err
+	var id string
+	done, err := requestid.WriteFirst(ctx, m.store, r, m.now(), func(o requestid.Outcome) error {
+		var err error
+		id, err = m.createJob(ctx, spec, r.ID, func(id string) []store.Op { return o.Ops(r, id, m.now()) })
+		return err
+	}, func(err error) bool {
+		// Not a race with a retry of r (that is a conflict): a record of
+		// r found now would be this very create's, which is being undone.
+		return errors.As(err, new(unsureCreate))
+	})
+	if err != nil || done != "" {
+		return done, err
 	}
+	return id, nil
 }
 
 // createJob validates and stores a new job; with(id) are more writes for

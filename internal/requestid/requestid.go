@@ -190,12 +190,42 @@ func Lookup(ctx context.Context, st store.Store, r Request, now time.Time) (Outc
 }
 
 // Fresh is the Outcome Lookup gives an id that has no record, without
-// reading it. Most ids are new, so a hot create path may write with
-// Fresh().Ops and call Lookup only when the write fails: the record was
-// there (Done: answer its object; or AlreadyExists), or it was an expired
-// one (Replaces: write again with that Outcome). The record and the object
-// commit in one transaction, so a failed write left nothing behind.
+// reading it: what WriteFirst writes with first.
 func Fresh() Outcome { return Outcome{expect: store.MustNotExist} }
+
+// WriteFirst carries out a create under r on a hot path: it writes as if
+// r's id were new, as nearly every id is (a read first would cost every
+// create a store round trip). write is the create's transaction, given the
+// Outcome whose Ops record r in it. Only when write fails is r's record
+// read: a create carried out before under r (a retry, or a concurrent one
+// that won) is answered with its object, done; an id used for another
+// request is AlreadyExists; an expired record is replaced by a second
+// write. Otherwise write's error is returned. The record and the object
+// commit in one transaction, so a failed write left neither. final picks
+// the errors of write that end the create without that read (nil: none).
+func WriteFirst(ctx context.Context, st store.Store, r Request, now time.Time, write func(Outcome) error, final func(error) bool) (done string, err error) {
+	o := Fresh()
+	for try := 0; ; try++ {
+		werr := write(o)
+		if werr == nil {
+			return "", nil
+		}
+		if r.ID == "" || (final != nil && final(werr)) {
+			return "", werr
+		}
+		o2, lerr := Lookup(ctx, st, r, now)
+		switch {
+		case lerr != nil && apierr.Code(lerr) == codes.AlreadyExists:
+			return "", lerr
+		case lerr == nil && o2.Done:
+			return o2.Object, nil
+		case lerr == nil && o2.Replaces() && try == 0:
+			o = o2
+			continue
+		}
+		return "", werr
+	}
+}
 
 // Replaces reports whether o's Ops overwrite an expired record of the id.
 func (o Outcome) Replaces() bool { return !o.Done && o.expect != store.MustNotExist }

@@ -173,3 +173,48 @@ func TestFreshIsLookupOfANewID(t *testing.T) {
 		t.Fatalf("replacing the expired record: %v", err)
 	}
 }
+
+// TestWriteFirst: a new id is written once, with no read; a replay is
+// answered with the first create's object and writes nothing; the id with
+// another request is AlreadyExists; an expired record is replaced by a
+// second write; an error final picks is returned without a read.
+func TestWriteFirst(t *testing.T) {
+	_, st := storetest.StartEtcd(t)
+	ctx := context.Background()
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	req := func(name string) requestid.Request {
+		r, _ := requestid.New(requestid.Job, "w1", &pelotonv1.CreateJobRequest{Spec: &pelotonv1.JobSpec{Name: name}, RequestId: "w1"})
+		return r
+	}
+	n := 0
+	create := func(r requestid.Request, at time.Time, object string) (string, error) {
+		return requestid.WriteFirst(ctx, st, r, at, func(o requestid.Outcome) error {
+			n++
+			_, err := st.Txn(ctx, append([]store.Op{store.Put("objects/"+object, []byte("x"), store.MustNotExist)}, o.Ops(r, object, at)...)...)
+			return err
+		}, nil)
+	}
+	if done, err := create(req("a"), now, "j1"); err != nil || done != "" || n != 1 {
+		t.Fatalf("a new id: done %q, err %v, %d writes; want written once", done, err, n)
+	}
+	if done, err := create(req("a"), now, "j2"); err != nil || done != "j1" || n != 2 {
+		t.Fatalf("a replay: done %q, err %v, %d writes; want j1 answered after the one failed write", done, err, n)
+	}
+	if kvs, _ := st.List(ctx, "objects/"); len(kvs) != 1 {
+		t.Fatalf("objects after the replay: %v; want j1 alone", kvs)
+	}
+	if _, err := create(req("b"), now, "j3"); status.Code(err) != codes.AlreadyExists {
+		t.Fatalf("the id with another request: %v; want AlreadyExists", err)
+	}
+	later := now.Add(requestid.Retention)
+	n = 0
+	if done, err := create(req("b"), later, "j4"); err != nil || done != "" || n != 2 {
+		t.Fatalf("an expired id: done %q, err %v, %d writes; want the record replaced by a second write", done, err, n)
+	}
+	boom := errors.New("boom")
+	n = 0
+	_, err := requestid.WriteFirst(ctx, st, req("a"), later, func(requestid.Outcome) error { n++; return boom }, func(err error) bool { return err == boom })
+	if err != boom || n != 1 {
+		t.Fatalf("a final error: %v after %d writes; want it as it was, after one", err, n)
+	}
+}
