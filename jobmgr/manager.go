@@ -450,23 +450,43 @@ func (m *Manager) storeJob(ctx context.Context, id string, spec *pelotonv1.JobSp
 		if errors.Is(err, store.ErrConflict) {
 			return apierr.Unavailable("store job: %v", err)
 		}
-		// The client is told the job was not created; should the write
-		// land after all, it is removed (settleCreate).
 		keepChunks = true
-		m.settleCreate(id, ops)
-		return unsureCreate{apierr.Unavailable("the store (etcd) did not take the job; nothing was created, try again: %v", err)}
+		if requestID == "" {
+			// The client is told the job was not created; should the
+			// write land after all, it is removed (settleCreate).
+			m.settleCreate(id, ops, nil)
+			return unsureCreate{apierr.Unavailable("the store (etcd) did not take the job; nothing was created, try again: %v", err)}
+		}
+		// With a request id, a job that landed is kept: a retry under the
+		// id may be answered with it at any moment (the record commits
+		// with the job), so removing it could take a job from a client
+		// told it exists. The retry finds it, or creates it if it did not
+		// land.
+		m.settleCreate(id, ops, func(rev int64) bool { return m.startCreated(id, jv, rt, rev, requestID) })
+		return unsureCreate{apierr.Unavailable("the store (etcd) did not answer whether it took the job; retry with the same request id: the retry answers with the job if it was created, and creates it if not: %v", err)}
 	}
 	keepChunks = true
 	metrics.StoreWrites.WithLabelValues("job").Add(2)
+	m.startCreated(id, jv, rt, rev, requestID)
+	m.log.Info("job created", "job", id, "name", spec.Name, "instances", spec.InstanceCount, "pool", spec.Pool)
+	return nil
+}
+
+// startCreated hands a job whose create the store took (at rev) to the
+// engine; false if it has it already (a restart's recovery found it).
+func (m *Manager) startCreated(id string, jv *jobVersion, rt *pelotonv1.JobStatus, rev int64, requestID string) bool {
 	j := newJob(id, jv, rt, rev)
 	j.requestID = requestID
 	m.mu.Lock()
+	if m.jobs[id] != nil {
+		m.mu.Unlock()
+		return false
+	}
 	m.jobs[id] = j
 	m.mu.Unlock()
 	m.watch.jobChanged(id)
-	m.log.Info("job created", "job", id, "name", spec.Name, "instances", spec.InstanceCount, "pool", spec.Pool)
 	m.queue.Add(id)
-	return nil
+	return true
 }
 
 // newJob builds a job in memory whose version in force is cur.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/peloton-sched/peloton/hostmgr"
+	"github.com/peloton-sched/peloton/internal/requestid"
 	"github.com/peloton-sched/peloton/internal/resources"
 	"github.com/peloton-sched/peloton/internal/store"
 	"github.com/peloton-sched/peloton/internal/store/storetest"
@@ -470,3 +471,44 @@ func TestCreateDuringAnOutageLeavesNothing(t *testing.T) {
 }
 
 func apierrCode(err error) string { return status.Code(err).String() }
+
+// TestCreateWithRequestIDDuringAnOutage: a create under a request id that
+// the store does not answer is Unavailable and asks for a retry under the
+// same id. If the store had not applied it, the retry creates the job; if
+// it had (the answer was lost), the job is kept, not removed (a retry may
+// have been answered with it already), and the retry answers with it: one
+// job either way, and it runs.
+func TestCreateWithRequestIDDuringAnOutage(t *testing.T) {
+	for _, mode := range []int32{storeDown, storeLossy} {
+		t.Run(map[int32]string{storeDown: "down", storeLossy: "lossy"}[mode], func(t *testing.T) {
+			s := newSandboxes(1)
+			p := startFaultProcess(t, s, Options{ReconcileEvery: time.Hour})
+			spec := sleepers("once", 2)
+			r, err := requestid.New(requestid.Job, "r-outage", &pelotonv1.CreateJobRequest{Spec: spec, RequestId: "r-outage"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.fs.mode.Store(mode)
+			_, err = p.jm.CreateJobOnce(context.Background(), spec, r)
+			if code := apierrCode(err); code != "Unavailable" || !strings.Contains(err.Error(), "retry with the same request id") {
+				t.Fatalf("create during an outage: %v (code %s), want Unavailable asking for a retry under the id", err, code)
+			}
+			p.fs.mode.Store(storeUp)
+			id, err := p.jm.CreateJobOnce(context.Background(), spec, r)
+			if err != nil {
+				t.Fatalf("the retry: %v", err)
+			}
+			p.waitStates(t, id, pelotonv1.TaskState_RUNNING, 30*time.Second)
+			if again, err := p.jm.CreateJobOnce(context.Background(), spec, r); err != nil || again != id {
+				t.Fatalf("a second retry: %q, %v; want %q", again, err, id)
+			}
+			time.Sleep(time.Second) // a settle that would remove the job has run by now
+			if js, _ := p.jm.ListJobs("", nil, "once"); len(js) != 1 || js[0].Id != id {
+				t.Fatalf("jobs named once: %v; want %s alone", js, id)
+			}
+			if _, err := p.st.Get(context.Background(), jobRuntimeKey(id)); err != nil {
+				t.Fatalf("the job's runtime in the store: %v", err)
+			}
+		})
+	}
+}

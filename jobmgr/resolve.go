@@ -115,7 +115,7 @@ func (rw *recordWriter) resolveJob(ctx context.Context, j *job) error {
 }
 
 // unsureCreate is the error of a create whose transaction failed without
-// saying whether etcd applied it; settleCreate undoes it if it did.
+// saying whether etcd applied it; settleCreate undoes or keeps it if it did.
 type unsureCreate struct{ error }
 
 func (u unsureCreate) Unwrap() error { return u.error }
@@ -128,11 +128,13 @@ const (
 	settleLate   = 10 * time.Second
 )
 
-// settleCreate makes a create that failed ambiguously leave nothing: once
-// the store answers, it deletes whatever of ops was applied, and looks again
-// settleLate later. The job was never in memory, so nothing else refers to
-// it.
-func (m *Manager) settleCreate(id string, ops []store.Op) {
+// settleCreate settles a create that failed ambiguously, once the store
+// answers, and again settleLate later. With keep nil, it deletes whatever
+// of ops was applied, so the create leaves nothing, as its caller was
+// told (the job was never in memory: nothing else refers to it).
+// Otherwise a create that was applied (all or nothing: its runtime is
+// there) is kept: keep(rev) hands the job to the engine.
+func (m *Manager) settleCreate(id string, ops []store.Op, keep func(rev int64) bool) {
 	m.spawn(func(ctx context.Context) {
 		deadline := time.Now().Add(settleWithin)
 		wait := storeRetryBackoff
@@ -143,7 +145,17 @@ func (m *Manager) settleCreate(id string, ops []store.Op) {
 				return
 			case <-time.After(wait):
 			}
-			if err := m.undoCreate(ctx, ops); err != nil {
+			var err error
+			if keep == nil {
+				err = m.undoCreate(ctx, ops)
+			} else {
+				var kept bool
+				kept, err = m.keepCreate(ctx, id, keep)
+				if kept {
+					return
+				}
+			}
+			if err != nil {
 				wait = min(wait*2, storeRetryMax)
 				continue
 			}
@@ -151,9 +163,27 @@ func (m *Manager) settleCreate(id string, ops []store.Op) {
 			wait = settleLate
 		}
 		if checks < 2 {
-			m.log.Error("could not confirm that a failed job create left nothing; a restart may find the job", "job", id)
+			m.log.Error("could not settle a job create the store did not answer; a restart will", "job", id)
 		}
 	})
+}
+
+// keepCreate hands the job of an ambiguous create to the engine if its
+// runtime is in the store: the create was applied, whole.
+func (m *Manager) keepCreate(ctx context.Context, id string, keep func(rev int64) bool) (bool, error) {
+	rctx, cancel := context.WithTimeout(ctx, resolveTimeout)
+	kv, err := m.store.Get(rctx, jobRuntimeKey(id))
+	cancel()
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	if keep(kv.Revision) {
+		m.log.Warn("a job create the store did not answer was applied; the job is kept (a retry under its request id answers with it)", "job", id)
+	}
+	return true, nil
 }
 
 // undoCreate deletes the keys of ops that exist.
