@@ -42,10 +42,10 @@ func (s *Server) CreateJobs(ctx context.Context, req *pelotonv1.CreateJobsReques
 	}
 	// Once taken, the items are carried out whether or not the caller
 	// waits for the answer: a create cut off half-way leaves the store in
-	// doubt (jobmgr then undoes it a little later), and a caller that
-	// gave up, say a federation restarting, sends the batch again under
-	// the same request ids, which must then find the jobs, not a create
-	// in doubt. The store's own timeouts bound the work.
+	// doubt (jobmgr settles it a little later), and a caller that gave
+	// up, say a federation restarting, sends the batch again under the
+	// same request ids, which should find the jobs, not creates in doubt.
+	// The store's own timeouts bound the work.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), createJobsTimeout)
 	defer cancel()
 	results := make([]*pelotonv1.CreateJobsResult, len(items))
