@@ -4,7 +4,9 @@ package bench
 // federation) over real cluster stacks, all in this process: cluster.Run on
 // the sim backend, one per cluster, with distinct cluster names on one
 // shared embedded etcd, and one federation on the same etcd (under
-// federation.Prefix) serving its gRPC API on a loopback port. The bench
+// federation.Prefix) serving its gRPC API on a loopback port; with --etcds
+// N > 1, the federation has an etcd of its own and the stacks share the
+// other N-1 (N = clusters+1 gives each its own, as in production). The bench
 // talks to the federation through that API (ClusterService,
 // FederatedPoolService, FederatedJobService) and to the clusters through
 // theirs, both with cluster/client, as a user would. It has three phases,
@@ -99,6 +101,8 @@ const (
 	// maxFedServiceInstances bounds --services.
 	maxFedServiceInstances = 100_000
 	maxPoolChanges         = 100_000
+	// maxFedEtcds bounds --etcds: each embedded etcd costs tens of MiB.
+	maxFedEtcds = 128
 )
 
 // Fixed parts of the scenario, said in its notes.
@@ -164,6 +168,12 @@ type FederationConfig struct {
 	// service (0: skip), RebalanceBudget its budget (see fedrebalance.go).
 	Rebalance       int
 	RebalanceBudget int
+	// Etcds is how many embedded etcds the world runs on: 1, everything
+	// on one (the stacks under their cluster names, the federation under
+	// its prefix); more, the federation on the first and the stacks spread
+	// over the others (Clusters+1: each its own, as in production, where
+	// every cluster and the federation have an etcd of their own). 0 is 1.
+	Etcds int
 }
 
 // DefaultFederationConfig is the size.
@@ -174,7 +184,7 @@ func DefaultFederationConfig() FederationConfig {
 		HostsPerCluster: 2, CheckEvery: time.Second,
 		ServiceBudget: 500, ServiceToleration: 10 * time.Second,
 		FairShareWindow: 60 * time.Second, FairShareTask: 10 * time.Second,
-		RebalanceBudget: 500,
+		RebalanceBudget: 500, Etcds: 1,
 	}
 }
 
@@ -197,6 +207,8 @@ func (c *FederationConfig) Validate() error {
 		return fmt.Errorf("--fair-share-window %s: must be 0..10m", c.FairShareWindow)
 	case c.FairShareWindow > 0 && (c.FairShareTask < 100*time.Millisecond || c.FairShareTask > 10*time.Minute):
 		return fmt.Errorf("--fair-share-task %s: must be 100ms..10m", c.FairShareTask)
+	case c.Etcds < 0 || c.Etcds > maxFedEtcds:
+		return fmt.Errorf("--etcds %d: must be 1..%d", c.Etcds, maxFedEtcds)
 	case c.Concurrency < 1 || c.Concurrency > 1024:
 		return fmt.Errorf("--concurrency %d: must be 1..1024", c.Concurrency)
 	case c.HostsPerCluster < 1 || c.HostsPerCluster > 100:
@@ -239,6 +251,7 @@ func Federation(ctx context.Context, env Env, cfg FederationConfig) (*Result, er
 	r.param("jobs", cfg.Jobs)
 	r.param("concurrency", cfg.Concurrency)
 	r.param("hostsPerCluster", cfg.HostsPerCluster)
+	r.param("etcds", max(cfg.Etcds, 1))
 	r.param("checkEveryMs", cfg.CheckEvery.Milliseconds())
 	r.param("services", cfg.Services)
 	r.param("serviceBudget", cfg.ServiceBudget)
@@ -298,13 +311,14 @@ func Federation(ctx context.Context, env Env, cfg FederationConfig) (*Result, er
 	return r.finish(), nil
 }
 
-// fedHarness is the in-process world of the scenario: one etcd, the
-// cluster stacks, and the federation with its API, once started.
+// fedHarness is the in-process world of the scenario: its etcds
+// (FederationConfig.Etcds), the cluster stacks, and the federation with its
+// API, once started.
 type fedHarness struct {
-	env     Env
-	cfg     FederationConfig
-	etcd    *store.Embedded
-	etcdDir string
+	env      Env
+	cfg      FederationConfig
+	etcds    []*store.Embedded
+	etcdDirs []string
 
 	members    []fedMember
 	registered map[string]bool
@@ -343,25 +357,47 @@ type fedMember struct {
 func fedClusterName(i int) string { return fmt.Sprintf("fed-%03d", i) }
 
 func newFedHarness(ctx context.Context, env Env, cfg FederationConfig) (*fedHarness, error) {
-	dir, err := os.MkdirTemp("", "peloton-bench-fed-etcd-*")
-	if err != nil {
-		return nil, fmt.Errorf("bench: temp dir: %w", err)
+	h := &fedHarness{env: env, cfg: cfg, registered: map[string]bool{}}
+	for range max(cfg.Etcds, 1) {
+		dir, err := os.MkdirTemp("", "peloton-bench-fed-etcd-*")
+		if err != nil {
+			h.closeEtcds()
+			return nil, fmt.Errorf("bench: temp dir: %w", err)
+		}
+		e, err := store.StartEmbedded(store.EmbeddedConfig{DataDir: dir, Logger: env.logger()})
+		if err != nil {
+			os.RemoveAll(dir)
+			h.closeEtcds()
+			return nil, fmt.Errorf("bench: start etcd: %w", err)
+		}
+		h.etcds, h.etcdDirs = append(h.etcds, e), append(h.etcdDirs, dir)
 	}
-	e, err := store.StartEmbedded(store.EmbeddedConfig{DataDir: dir, Logger: env.logger()})
-	if err != nil {
-		os.RemoveAll(dir)
-		return nil, fmt.Errorf("bench: start etcd: %w", err)
+	return h, nil
+}
+
+// clusterEndpoints are the etcd of stack i: the one etcd, or one of those
+// after the federation's, in turn.
+func (h *fedHarness) clusterEndpoints(i int) []string {
+	if len(h.etcds) == 1 {
+		return h.etcds[0].Endpoints()
 	}
-	return &fedHarness{env: env, cfg: cfg, etcd: e, etcdDir: dir, registered: map[string]bool{}}, nil
+	return h.etcds[1+i%(len(h.etcds)-1)].Endpoints()
 }
 
 // close stops the federation, then every stack (a few at a time), then
-// etcd, and removes their data.
+// the etcds, and removes their data.
 func (h *fedHarness) close() {
 	h.stopFederation()
 	h.stopStacks(0)
-	h.etcd.Close()
-	os.RemoveAll(h.etcdDir)
+	h.closeEtcds()
+}
+
+func (h *fedHarness) closeEtcds() {
+	for i, e := range h.etcds {
+		e.Close()
+		os.RemoveAll(h.etcdDirs[i])
+	}
+	h.etcds, h.etcdDirs = nil, nil
 }
 
 // startStacks starts stacks until there are n, fedStartConcurrency at a
@@ -371,7 +407,7 @@ func (h *fedHarness) startStacks(ctx context.Context, n int) (time.Duration, err
 	if n <= have {
 		return 0, nil
 	}
-	h.env.progress("federation: starting %d cluster stacks (%d sim hosts each, %d at a time) on one embedded etcd", n-have, h.cfg.HostsPerCluster, fedStartConcurrency)
+	h.env.progress("federation: starting %d cluster stacks (%d sim hosts each, %d at a time) on %d embedded etcds", n-have, h.cfg.HostsPerCluster, fedStartConcurrency, len(h.etcds))
 	start := time.Now()
 	started := make([]*stack, n-have)
 	var mu sync.Mutex
@@ -384,7 +420,7 @@ func (h *fedHarness) startStacks(ctx context.Context, n int) (time.Duration, err
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			s, err := startMember(ctx, h.env, h.etcd.Endpoints(), fedClusterName(i), h.cfg.HostsPerCluster, h.slaRouter(fedClusterName(i)))
+			s, err := startMember(ctx, h.env, h.clusterEndpoints(i), fedClusterName(i), h.cfg.HostsPerCluster, h.slaRouter(fedClusterName(i)))
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -477,7 +513,7 @@ func (h *fedHarness) startFederation(ctx context.Context) error {
 	if h.fed != nil {
 		return nil
 	}
-	st, err := store.NewEtcd(ctx, store.EtcdConfig{Endpoints: h.etcd.Endpoints(), Prefix: federation.Prefix})
+	st, err := store.NewEtcd(ctx, store.EtcdConfig{Endpoints: h.etcds[0].Endpoints(), Prefix: federation.Prefix})
 	if err != nil {
 		return fmt.Errorf("bench: federation store: %w", err)
 	}

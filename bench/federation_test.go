@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +21,8 @@ func TestFederationValidateNamesTheFlag(t *testing.T) {
 		{func(c *FederationConfig) { c.Jobs = maxFedJobs + 1 }, "--jobs"},
 		{func(c *FederationConfig) { c.Concurrency = 0 }, "--concurrency"},
 		{func(c *FederationConfig) { c.HostsPerCluster = 0 }, "--hosts-per-cluster"},
+		{func(c *FederationConfig) { c.Etcds = -1 }, "--etcds"},
+		{func(c *FederationConfig) { c.Etcds = maxFedEtcds + 1 }, "--etcds"},
 		{func(c *FederationConfig) { c.CheckEvery = 0 }, "--check-every"},
 		{func(c *FederationConfig) { c.Services = 1 }, "--services"},
 		{func(c *FederationConfig) { c.Services = 20; c.ServiceBudget = 0 }, "--service-budget"},
@@ -136,5 +139,28 @@ func TestFederationScenario(t *testing.T) {
 	}
 	if len(r.Notes) == 0 {
 		t.Error("no notes: the figures' methods are not said")
+	}
+}
+
+// TestFederationScenarioOnEtcdsOfTheirOwn: with --etcds, the federation and
+// the clusters on etcds of their own (as in production), jobs dispatch.
+func TestFederationScenarioOnEtcdsOfTheirOwn(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts two cluster stacks and three etcds")
+	}
+	cfg := DefaultFederationConfig()
+	cfg.RegistryClusters, cfg.PoolChanges, cfg.FairShareWindow = 0, 0, 0
+	cfg.Clusters, cfg.Jobs, cfg.Concurrency, cfg.HostsPerCluster, cfg.Etcds = 2, 10, 4, 1, 3
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	r, err := Federation(ctx, Env{}, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := r.Figure("dispatchJobsPerSec"); !ok || !(v > 0) {
+		t.Errorf("dispatchJobsPerSec %g (%v), want > 0", v, ok)
+	}
+	if !slices.Contains(r.Params, Param{"etcds", 3}) {
+		t.Errorf("params %v: want etcds 3", r.Params)
 	}
 }

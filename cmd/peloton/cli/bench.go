@@ -285,6 +285,7 @@ func federationBenchFlags(fs *pflag.FlagSet, _ *benchFlags) (func() error, bench
 	fs.IntVar(&c.Concurrency, "concurrency", c.Concurrency, "callers creating jobs at once")
 	fs.IntVar(&c.HostsPerCluster, "hosts-per-cluster", c.HostsPerCluster, "simulated hosts of each cluster (32 CPUs each)")
 	fs.DurationVar(&c.CheckEvery, "check-every", c.CheckEvery, "the federation's health-check period per cluster")
+	fs.IntVar(&c.Etcds, "etcds", c.Etcds, "embedded etcds: 1 shared by all; more, the federation on one and the clusters spread over the rest (clusters+1: each its own, as in production)")
 	fs.IntVar(&c.Services, "services", c.Services, "instances of one federated service created, rolled out and failed over (0: skip)")
 	fs.IntVar(&c.ServiceBudget, "service-budget", c.ServiceBudget, "the service's budget of unavailable instances")
 	fs.DurationVar(&c.ServiceToleration, "service-toleration", c.ServiceToleration, "the service's failover toleration")
