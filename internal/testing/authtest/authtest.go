@@ -180,6 +180,14 @@ func (j *Jobs) Rules() auth.Rules {
 				return nonEmpty(req.(*pelotonv1.CreateJobRequest).GetSpec().GetPool()), nil
 			},
 			Object: func(req any) string { return "job " + req.(*pelotonv1.CreateJobRequest).GetSpec().GetName() }},
+		"/peloton.api.v1.JobService/CreateJobs": {Role: auth.Submitter, Mutating: true,
+			Pools: func(_ context.Context, req any) ([]string, error) {
+				var pools []string
+				for _, r := range req.(*pelotonv1.CreateJobsRequest).GetRequests() {
+					pools = append(pools, r.GetSpec().GetPool())
+				}
+				return auth.Paths(pools...), nil
+			}},
 		CancelJob:                               onJob(auth.Submitter, true),
 		DeleteJob:                               onJob(auth.Submitter, true),
 		"/peloton.api.v1.JobService/RestartJob": onJob(auth.Submitter, true),
