@@ -439,6 +439,22 @@ func (m *Manager) storeJob(ctx context.Context, id string, spec *pelotonv1.JobSp
 	if err != nil {
 		return err
 	}
+	// start hands the job the store took (at rev) to the engine; false if
+	// it has it already (a restart's recovery found it).
+	start := func(rev int64) bool {
+		j := newJob(id, jv, rt, rev)
+		j.requestID = requestID
+		m.mu.Lock()
+		if m.jobs[id] != nil {
+			m.mu.Unlock()
+			return false
+		}
+		m.jobs[id] = j
+		m.mu.Unlock()
+		m.watch.jobChanged(id)
+		m.queue.Add(id)
+		return true
+	}
 	ops := append([]store.Op{
 		store.Put(jobSpecKey(id, 1), enc, store.MustNotExist),
 		store.Put(jobRuntimeKey(id), rtb, store.MustNotExist),
@@ -462,31 +478,14 @@ func (m *Manager) storeJob(ctx context.Context, id string, spec *pelotonv1.JobSp
 		// with the job), so removing it could take a job from a client
 		// told it exists. The retry finds it, or creates it if it did not
 		// land.
-		m.settleCreate(id, ops, func(rev int64) bool { return m.startCreated(id, jv, rt, rev, requestID) })
+		m.settleCreate(id, ops, start)
 		return unsureCreate{apierr.Unavailable("the store (etcd) did not answer whether it took the job; retry with the same request id: the retry answers with the job if it was created, and creates it if not: %v", err)}
 	}
 	keepChunks = true
 	metrics.StoreWrites.WithLabelValues("job").Add(2)
-	m.startCreated(id, jv, rt, rev, requestID)
+	start(rev)
 	m.log.Info("job created", "job", id, "name", spec.Name, "instances", spec.InstanceCount, "pool", spec.Pool)
 	return nil
-}
-
-// startCreated hands a job whose create the store took (at rev) to the
-// engine; false if it has it already (a restart's recovery found it).
-func (m *Manager) startCreated(id string, jv *jobVersion, rt *pelotonv1.JobStatus, rev int64, requestID string) bool {
-	j := newJob(id, jv, rt, rev)
-	j.requestID = requestID
-	m.mu.Lock()
-	if m.jobs[id] != nil {
-		m.mu.Unlock()
-		return false
-	}
-	m.jobs[id] = j
-	m.mu.Unlock()
-	m.watch.jobChanged(id)
-	m.queue.Add(id)
-	return true
 }
 
 // newJob builds a job in memory whose version in force is cur.

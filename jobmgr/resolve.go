@@ -149,9 +149,12 @@ func (m *Manager) settleCreate(id string, ops []store.Op, keep func(rev int64) b
 			if keep == nil {
 				err = m.undoCreate(ctx, ops)
 			} else {
-				var kept bool
-				kept, err = m.keepCreate(ctx, id, keep)
-				if kept {
+				var rev int64
+				rev, err = appliedCreate(ctx, m.store, id)
+				if rev != 0 {
+					if keep(rev) {
+						m.log.Warn("a job create the store did not answer was applied; the job is kept (a retry under its request id answers with it)", "job", id)
+					}
 					return
 				}
 			}
@@ -168,22 +171,16 @@ func (m *Manager) settleCreate(id string, ops []store.Op, keep func(rev int64) b
 	})
 }
 
-// keepCreate hands the job of an ambiguous create to the engine if its
-// runtime is in the store: the create was applied, whole.
-func (m *Manager) keepCreate(ctx context.Context, id string, keep func(rev int64) bool) (bool, error) {
+// appliedCreate is the revision of job id's runtime if the store has it
+// (its create was applied, whole), or 0.
+func appliedCreate(ctx context.Context, st store.Store, id string) (int64, error) {
 	rctx, cancel := context.WithTimeout(ctx, resolveTimeout)
-	kv, err := m.store.Get(rctx, jobRuntimeKey(id))
-	cancel()
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		return false, nil
-	case err != nil:
-		return false, err
+	defer cancel()
+	kv, err := st.Get(rctx, jobRuntimeKey(id))
+	if errors.Is(err, store.ErrNotFound) {
+		return 0, nil
 	}
-	if keep(kv.Revision) {
-		m.log.Warn("a job create the store did not answer was applied; the job is kept (a retry under its request id answers with it)", "job", id)
-	}
-	return true, nil
+	return kv.Revision, err
 }
 
 // undoCreate deletes the keys of ops that exist.
