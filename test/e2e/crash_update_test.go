@@ -98,6 +98,21 @@ func startUpWith(t *testing.T, bin, dir string, flags ...string) *upProcess {
 	return p
 }
 
+// state says whether the process still lives, for the message of a call
+// to it that failed: its /proc state line, or that it is gone (and, when
+// it has been reaped, how it ended).
+func (p *upProcess) state() string {
+	if ps := p.cmd.ProcessState; ps != nil {
+		return fmt.Sprintf("peloton up (pid %d) ended: %s", ps.Pid(), ps)
+	}
+	pid := p.cmd.Process.Pid
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return fmt.Sprintf("peloton up (pid %d) is gone: %v", pid, err)
+	}
+	return fmt.Sprintf("peloton up (pid %d) lives: %s", pid, strings.TrimSpace(string(b)))
+}
+
 // kill SIGKILLs the process (a crash: no shutdown runs) and reaps it.
 func (p *upProcess) kill() {
 	if p.api != nil {

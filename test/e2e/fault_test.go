@@ -181,7 +181,7 @@ func TestKill9ThreeTimesRunsEachInstanceOnce(t *testing.T) {
 	testutil.Eventually(t, 4*time.Minute, "the job done after the third restart", func() error {
 		resp, err := p.jobs.GetJob(ctxT(t), &pelotonv1.GetJobRequest{JobId: cr.JobId})
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("%v (%s)", err, p.state())
 		}
 		job = resp.Job
 		if st := job.Status.State; st != pelotonv1.JobState_JOB_SUCCEEDED && st != pelotonv1.JobState_JOB_FAILED {
