@@ -37,6 +37,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/peloton-sched/peloton/hostmgr"
 )
@@ -162,11 +163,15 @@ func (b *Backend) writeBudget(ctx context.Context, jobID, ns string, minAvail in
 		if !apierrors.IsAlreadyExists(err) {
 			return err
 		}
-		cur, err := pdbs.Get(ctx, want.Name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		return b.updateBudget(ctx, cur, want)
+		// Another writer (the reconcile pass, a person) may change it
+		// between the read and the write: read it again and retry.
+		return retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+			cur, err := pdbs.Get(ctx, want.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			return b.updateBudget(ctx, cur, want)
+		})
 	})
 	if err != nil {
 		return err
