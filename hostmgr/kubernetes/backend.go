@@ -357,7 +357,14 @@ func New(cfg Config) (*Backend, error) {
 	// Timeout bounds each request, watches excepted (client-go gives those
 	// their own server-side timeout).
 	rc.Timeout = cfg.RequestTimeout
-	client, err := kubernetes.NewForConfig(rc)
+	httpClient, _, err := apiHTTPClient(rc)
+	if err == nil && httpClient == nil {
+		httpClient, err = rest.HTTPClientFor(rc)
+	}
+	var client *kubernetes.Clientset
+	if err == nil {
+		client, err = kubernetes.NewForConfigAndClient(rc, httpClient)
+	}
 	if err != nil {
 		limiter.Stop()
 		return nil, fmt.Errorf("kubernetes: client: %w", err)
@@ -1121,7 +1128,17 @@ func (b *Backend) createAndBind(ctx context.Context, pod *corev1.Pod, host strin
 	}
 	var created *corev1.Pod
 	err := b.call(ctx, func(ctx context.Context) error {
-		p, err := b.client.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+		var p *corev1.Pod
+		var err error
+		if b.cfg.BindMode == BindModeNodeName {
+			// The pod as created is the pod as sent, on its node: the
+			// apiserver's answer is not decoded (a whole pod a launch,
+			// 3 % of Peloton's CPU per pod at 1,000 launches a second).
+			p = pod
+			err = b.client.CoreV1().RESTClient().Post().Namespace(pod.Namespace).Resource("pods").Body(pod).Do(ctx).Error()
+		} else {
+			p, err = b.client.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+		}
 		if apierrors.IsAlreadyExists(err) {
 			p, err = b.client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
 			if err == nil && p.Annotations[AnnotationTaskID] != pod.Annotations[AnnotationTaskID] {

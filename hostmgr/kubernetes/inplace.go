@@ -3,6 +3,7 @@ package kubernetes
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -43,28 +44,53 @@ const (
 	AnnotationRunRestarts = "peloton.io/run-restarts"
 )
 
+// specHashProto begins a digest of the pod's protobuf: the digest
+// specHash writes. A digest without it is of the pod's JSON
+// (jsonSpecHash), which releases before it wrote on their pods.
+const specHashProto = "p1:"
+
 // specHash is the AnnotationSpecHash of a pod as buildPod makes it: a
-// digest of the JSON of its metadata and spec without its name, run ID,
-// task ID, digest and images. It is computed for every launch, so it
-// copies only what it blanks (the metadata and spec structs, the two maps,
-// the containers), not the whole pod; the digest is the same as that of a
-// deep copy with those fields blanked, which pods already running carry.
+// digest of the protobuf of its metadata and spec without its name, run
+// ID, task ID, digest and images (the generated marshalling writes map
+// entries in key order, so it is stable). It is computed for every launch,
+// so it copies nothing: it blanks those fields on p while it marshals and
+// puts them back (p must not be read meanwhile; buildPod's pod is its
+// own). Protobuf, not JSON: JSON's reflection and the copies made it 3 %
+// of Peloton's CPU per pod at 1,000 launches a second.
 func specHash(p *corev1.Pod) string {
-	meta := p.ObjectMeta
-	meta.Name = ""
-	meta.Labels = mapWithout(p.Labels, LabelRunID)
-	meta.Annotations = mapWithout(p.Annotations, AnnotationTaskID, AnnotationSpecHash)
-	spec := p.Spec
-	spec.Containers = make([]corev1.Container, len(p.Spec.Containers))
-	for i, c := range p.Spec.Containers {
-		c.Image = ""
-		spec.Containers[i] = c
+	h := sha256.New()
+	ok := true
+	withoutIdentity(p, func() {
+		for _, part := range []interface{ Marshal() ([]byte, error) }{&p.ObjectMeta, &p.Spec} {
+			b, err := part.Marshal()
+			if err != nil {
+				ok = false
+				return
+			}
+			var n [8]byte
+			binary.BigEndian.PutUint64(n[:], uint64(len(b)))
+			h.Write(n[:])
+			h.Write(b)
+		}
+	})
+	if !ok {
+		return ""
 	}
-	// encoding/json writes map keys in order, so the digest is stable.
-	b, err := json.Marshal(struct {
-		Meta metav1.ObjectMeta `json:"meta"`
-		Spec corev1.PodSpec    `json:"spec"`
-	}{meta, spec})
+	return specHashProto + hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// jsonSpecHash is the digest of earlier releases: of the same parts'
+// JSON. A pod they created is compared with a new run's pod by it.
+func jsonSpecHash(p *corev1.Pod) string {
+	var b []byte
+	var err error
+	withoutIdentity(p, func() {
+		// encoding/json writes map keys in order, so the digest is stable.
+		b, err = json.Marshal(struct {
+			Meta *metav1.ObjectMeta `json:"meta"`
+			Spec *corev1.PodSpec    `json:"spec"`
+		}{&p.ObjectMeta, &p.Spec})
+	})
 	if err != nil {
 		return ""
 	}
@@ -72,19 +98,55 @@ func specHash(p *corev1.Pod) string {
 	return hex.EncodeToString(sum[:16])
 }
 
-// mapWithout is a copy of m without keys (nil stays nil).
-func mapWithout(m map[string]string, keys ...string) map[string]string {
-	if m == nil {
-		return nil
+// withoutIdentity runs f with what a digest leaves out blanked on p: its
+// name, run-ID label, task-ID and digest annotations and its containers'
+// images; then puts them back.
+func withoutIdentity(p *corev1.Pod, f func()) {
+	name := p.Name
+	runID, hasRunID := p.Labels[LabelRunID]
+	taskID, hasTaskID := p.Annotations[AnnotationTaskID]
+	hash, hasHash := p.Annotations[AnnotationSpecHash]
+	var images [4]string
+	imgs := images[:0]
+	for i := range p.Spec.Containers {
+		imgs = append(imgs, p.Spec.Containers[i].Image)
+		p.Spec.Containers[i].Image = ""
 	}
-	out := make(map[string]string, len(m))
-	for k, v := range m {
-		out[k] = v
+	p.Name = ""
+	delete(p.Labels, LabelRunID)
+	delete(p.Annotations, AnnotationTaskID)
+	delete(p.Annotations, AnnotationSpecHash)
+	defer func() {
+		p.Name = name
+		for i, img := range imgs {
+			p.Spec.Containers[i].Image = img
+		}
+		if hasRunID {
+			p.Labels[LabelRunID] = runID
+		}
+		if hasTaskID {
+			p.Annotations[AnnotationTaskID] = taskID
+		}
+		if hasHash {
+			p.Annotations[AnnotationSpecHash] = hash
+		}
+	}()
+	f()
+}
+
+// sameSpec says whether want, a pod as buildPod makes it, differs from
+// running at most in its run's identity and its images, by running's
+// digest: of its protobuf, or of its JSON if an earlier release made it.
+func sameSpec(running, want *corev1.Pod) bool {
+	h := running.Annotations[AnnotationSpecHash]
+	switch {
+	case h == "":
+		return false
+	case strings.HasPrefix(h, specHashProto):
+		return h == want.Annotations[AnnotationSpecHash]
+	default:
+		return h == jsonSpecHash(want)
 	}
-	for _, k := range keys {
-		delete(out, k)
-	}
-	return out
 }
 
 // runRestarts reads AnnotationRunRestarts.
@@ -161,7 +223,7 @@ func (b *Backend) replaceable(oldTaskID string, next hostmgr.LaunchSpec) (*repla
 	}
 	ports := assignPorts(next.Ports)
 	want := b.buildPod(next, ns, ports)
-	if h := p.Annotations[AnnotationSpecHash]; h == "" || h != want.Annotations[AnnotationSpecHash] {
+	if !sameSpec(p, want) {
 		return nil, not("the new run's pod would differ from pod %s/%s in more than its image", ns, name)
 	}
 	r := &replacement{old: t, pod: p, oldImage: p.Spec.Containers[0].Image, image: want.Spec.Containers[0].Image,

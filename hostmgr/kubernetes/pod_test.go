@@ -249,10 +249,12 @@ func TestLeanPodKeepsWhatTheBackendReads(t *testing.T) {
 	}
 }
 
-// TestSpecHashUnchanged: the digest is the one earlier releases wrote on
-// their pods (a deep copy with the run's identity and images blanked, as
-// JSON), so pods already running stay replaceable in place.
-func TestSpecHashUnchanged(t *testing.T) {
+// TestSpecHashOfEarlierReleases: pods that earlier releases made carry the
+// digest of their JSON (a deep copy with the run's identity and images
+// blanked); jsonSpecHash is that digest, so they stay replaceable in place
+// by a run whose pod is the same, and only by one; a pod of this release
+// carries the protobuf digest, stable whatever the maps' order.
+func TestSpecHashOfEarlierReleases(t *testing.T) {
 	reference := func(p *corev1.Pod) string {
 		q := p.DeepCopy()
 		q.Name = ""
@@ -282,11 +284,30 @@ func TestSpecHashUnchanged(t *testing.T) {
 	full.Volume = &hostmgr.Volume{ID: "j-3", MountPath: "/data"}
 	for name, s := range map[string]hostmgr.LaunchSpec{"minimal": base, "full": full} {
 		p := b.buildPod(s, "ns", assignPorts(s.Ports))
-		if got, want := p.Annotations[AnnotationSpecHash], reference(p); got != want {
-			t.Errorf("%s: digest %s, earlier releases' %s", name, got, want)
+		if got, want := jsonSpecHash(p), reference(p); got != want {
+			t.Errorf("%s: JSON digest %s, earlier releases' %s", name, got, want)
+		}
+		for range 20 {
+			if q := b.buildPod(s, "ns", assignPorts(s.Ports)); specHash(q) != p.Annotations[AnnotationSpecHash] ||
+				!strings.HasPrefix(specHash(q), specHashProto) {
+				t.Fatalf("%s: digest %s, then %s", name, p.Annotations[AnnotationSpecHash], specHash(q))
+			}
+		}
+		old := p.DeepCopy()
+		old.Annotations[AnnotationSpecHash] = reference(p)
+		next := s
+		next.TaskID, next.RunID, next.Image = s.TaskID+"-next", s.RunID+1, "img:2"
+		want := b.buildPod(next, "ns", assignPorts(s.Ports))
+		if !sameSpec(old, want) || !sameSpec(p, want) {
+			t.Errorf("%s: the next run's pod is not the same as an earlier release's (%v) or this one's (%v)", name, sameSpec(old, want), sameSpec(p, want))
+		}
+		next.Command = []string{"other"}
+		if other := b.buildPod(next, "ns", assignPorts(s.Ports)); sameSpec(old, other) || sameSpec(p, other) {
+			t.Errorf("%s: a pod with another command is taken for the same", name)
 		}
 		before := p.DeepCopy()
 		specHash(p)
+		jsonSpecHash(p)
 		if !equalMaps(p.Labels, before.Labels) || !equalMaps(p.Annotations, before.Annotations) || p.Name != before.Name ||
 			p.Spec.Containers[0].Image != before.Spec.Containers[0].Image {
 			t.Errorf("%s: specHash changed the pod", name)
