@@ -17,7 +17,7 @@ import (
 
 // apiServer is a TLS test server answering every request with its
 // protocol and body after hold, counting the connections made to it.
-func apiServer(t *testing.T, h2 bool, streams int, hold time.Duration) (*httptest.Server, *atomic.Int64) {
+func apiServer(t testing.TB, h2 bool, streams int, hold time.Duration) (*httptest.Server, *atomic.Int64) {
 	t.Helper()
 	var conns atomic.Int64
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -117,5 +117,40 @@ func TestAPIHTTPClientOnlyWhereItSeesTheConnections(t *testing.T) {
 		if c, _, err := apiHTTPClient(rc); err != nil || c != nil {
 			t.Errorf("%s: client %v, err %v; want client-go's own", name, c, err)
 		}
+	}
+}
+
+// BenchmarkAPITransportBurst: connections opened by 1,000 requests at once
+// against a server allowing 100 streams a connection, with the backend's
+// transport and with net/http's (client-go's default), as connections/op.
+// docs/benchmarks.md quotes it.
+func BenchmarkAPITransportBurst(b *testing.B) {
+	for _, name := range []string{"x-net-pool", "net-http"} {
+		b.Run(name, func(b *testing.B) {
+			var conns int64
+			for range b.N {
+				srv, n := apiServer(b, true, 100, 100*time.Millisecond)
+				var rt http.RoundTripper = newAPITransport(srv.Client().Transport.(*http.Transport).TLSClientConfig, nil)
+				if name == "net-http" {
+					h := srv.Client().Transport.(*http.Transport).Clone()
+					h.ForceAttemptHTTP2 = true
+					rt = h
+				}
+				c := &http.Client{Transport: rt, Timeout: 30 * time.Second}
+				var wg sync.WaitGroup
+				for range 1000 {
+					wg.Go(func() {
+						if resp, err := c.Get(srv.URL); err == nil {
+							_, _ = io.Copy(io.Discard, resp.Body)
+							_ = resp.Body.Close()
+						}
+					})
+				}
+				wg.Wait()
+				srv.Close()
+				conns += n.Load()
+			}
+			b.ReportMetric(float64(conns)/float64(b.N), "connections/op")
+		})
 	}
 }
